@@ -1,0 +1,49 @@
+"""``engine: llama-cpp``: llama.cpp's ``llama-server``.
+
+Checked against llama.cpp's ``tools/server/README.md`` (the tree vendored by
+llama-cpp-python 0.3.36, which ``scripts/build-llama-server`` builds):
+
+* ``-m FNAME`` model file, ``--host``, ``--port``;
+* ``-ngl N`` (``--n-gpu-layers``): layers offloaded to the GPU. Its default is now
+  ``auto``; we pin it: 999 (every layer) when the instance holds a GPU, 0 when it holds
+  none, so a CPU-only instance never touches a GPU whatever the build.
+* ``GET /health``: 503 ``{"error": {"message": "Loading model"}}`` while the model
+  loads, 200 ``{"status": "ok"}`` once it can serve.
+"""
+
+from __future__ import annotations
+
+from controller.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+
+# Device kinds that llama.cpp can offload layers to (CUDA, ROCm/HIP, Metal).
+GPU_KINDS = frozenset({"nvidia", "amd", "apple"})
+
+
+class LlamaCppRecipe:
+    engine = "llama-cpp"
+    extra_ports = 0
+
+    def launch(self, ctx: RenderContext) -> Launch:
+        if not ctx.model:
+            raise RecipeError("engine 'llama-cpp' needs spec.model (the path of a .gguf file)")
+        has_gpu = any(d.kind in GPU_KINDS for d in ctx.devices)
+        argv = (
+            ctx.executable or "llama-server",
+            "-m",
+            ctx.model,
+            "--host",
+            ctx.host,
+            "--port",
+            str(ctx.port),
+            "-ngl",
+            "999" if has_gpu else "0",
+            *ctx.args,
+        )
+        return Launch(
+            argv=argv,
+            readiness=Readiness(http=(HttpCheck("/health"),)),
+            deadline_seconds=600.0,
+        )
+
+
+RECIPE = LlamaCppRecipe()

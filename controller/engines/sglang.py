@@ -1,0 +1,63 @@
+"""``engine: sglang``: SGLang's server (``python -m sglang.launch_server``).
+
+Checked against SGLang's "Server Arguments" docs and ``python/sglang/srt/server_args.py``
+(``ServerArgs``, ``PortArgs.init_new``):
+
+* ``--model-path M --host H --port P``; ``--tp-size N`` (alias ``--tensor-parallel-size``,
+  ``--tp``) when the instance holds N > 1 devices.
+* ``--nccl-port``: the torch.distributed port. Unset, SGLang picks one itself (older
+  releases: ``port`` + a random 100..1000, which can land on another instance's API
+  port; newer: a kernel-chosen free port, racy between instances starting together).
+  Each instance gets its own reserved port instead. The tokenizer/scheduler/detokenizer
+  links are IPC sockets on one node, so nothing else needs a port (DP attention, which
+  derives ``port + 233``, is the user's choice to make with ``--dist-init-addr``).
+* Readiness: ``/health``, not ``/health_generate``. Since sglang#8444 both routes share
+  one handler: 503 while the server is ``Starting`` (until the warm-up request has
+  succeeded), and ``/health`` by default (``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION``)
+  already runs the same one-token generation round trip. ``/health_generate`` always
+  forces that generation, even when the operator turned it off to keep probes cheap, so
+  ``/health`` is the right readiness gate: same answer by default, and it follows the
+  operator's choice.
+"""
+
+from __future__ import annotations
+
+from controller.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+
+
+class SglangRecipe:
+    engine = "sglang"
+    extra_ports = 1  # --nccl-port
+
+    def launch(self, ctx: RenderContext) -> Launch:
+        if not ctx.model:
+            raise RecipeError(
+                "engine 'sglang' needs spec.model (a Hugging Face id or a local model folder)"
+            )
+        if len(ctx.extra_ports) < self.extra_ports:
+            raise RecipeError("engine 'sglang' needs 1 reserved internal port (--nccl-port)")
+        # `python -m` recipe: spec.executable names the interpreter (a venv's python).
+        argv: list[str] = [
+            ctx.executable or "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            ctx.model,
+            "--host",
+            ctx.host,
+            "--port",
+            str(ctx.port),
+            "--nccl-port",
+            str(ctx.extra_ports[0]),
+        ]
+        if len(ctx.devices) > 1:
+            argv += ["--tp-size", str(len(ctx.devices))]
+        argv += ctx.args
+        return Launch(
+            argv=tuple(argv),
+            readiness=Readiness(http=(HttpCheck("/health"),)),
+            deadline_seconds=600.0,
+        )
+
+
+RECIPE = SglangRecipe()

@@ -1,0 +1,70 @@
+"""``engine: vllm``: vLLM's OpenAI-compatible server (``vllm serve``).
+
+Checked against the vLLM docs (CLI ``vllm serve``, "Environment Variables") and
+source (``vllm/envs.py``, ``get_open_port`` in ``vllm/utils``):
+
+* ``vllm serve MODEL --host H --port P``; ``--tensor-parallel-size N`` splits the
+  model over the N devices the runtime made visible (only passed when N > 1).
+* ``VLLM_PORT`` is vLLM's *internal* port (torch.distributed's TCP store, which every
+  engine opens, even with one GPU). Unset, vLLM binds port 0, reads the number, closes
+  the socket and binds it again later: two engines starting together can pick the
+  same one and one dies with EADDRINUSE (vllm-project/vllm#39015, #14919). We give
+  each instance its own reserved port instead; vLLM starts its scan there. It is not
+  the API port: never pass it to ``--port``.
+* Readiness: the API socket opens only once the engine is built, ``/health`` answers
+  200 while the engine loop is alive, and ``/v1/models`` lists the served model id
+  (``--served-model-name`` if the user gave one, else the model argument).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from controller.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+
+
+def served_model_name(model: str, args: Sequence[str]) -> str:
+    """The id ``/v1/models`` reports: the first ``--served-model-name``, else the model."""
+    for i, arg in enumerate(args):
+        if arg == "--served-model-name" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--served-model-name="):
+            return arg.split("=", 1)[1]
+    return model
+
+
+class VllmRecipe:
+    engine = "vllm"
+    extra_ports = 1  # VLLM_PORT: torch.distributed's rendezvous port
+
+    def launch(self, ctx: RenderContext) -> Launch:
+        if not ctx.model:
+            raise RecipeError(
+                "engine 'vllm' needs spec.model (a Hugging Face id or a local model folder)"
+            )
+        if len(ctx.extra_ports) < self.extra_ports:
+            raise RecipeError("engine 'vllm' needs 1 reserved internal port (VLLM_PORT)")
+        argv: list[str] = [
+            ctx.executable or "vllm",
+            "serve",
+            ctx.model,
+            "--host",
+            ctx.host,
+            "--port",
+            str(ctx.port),
+        ]
+        if len(ctx.devices) > 1:
+            argv += ["--tensor-parallel-size", str(len(ctx.devices))]
+        argv += ctx.args
+        name = served_model_name(ctx.model, ctx.args)
+        return Launch(
+            argv=tuple(argv),
+            env={"VLLM_PORT": str(ctx.extra_ports[0])},
+            readiness=Readiness(
+                http=(HttpCheck("/health"), HttpCheck("/v1/models", contains=f'"{name}"'))
+            ),
+            deadline_seconds=600.0,
+        )
+
+
+RECIPE = VllmRecipe()

@@ -1,0 +1,342 @@
+"""Every engine recipe, rendered: argv, environment, readiness, deadline, ports."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+
+import pytest
+
+from controller.engines import MODULES, HttpCheck, RecipeError, RenderContext, recipe_for
+from controller.engines.base import Readiness
+from controller.inventory import Device
+
+GPU0 = Device(kind="nvidia", id="0")
+GPU1 = Device(kind="nvidia", id="1")
+GPU2 = Device(kind="nvidia", id="2")
+GPU3 = Device(kind="nvidia", id="3")
+AMD0 = Device(kind="amd", id="0")
+MAC = Device(kind="apple", id="0")
+CPU = Device(kind="cpu", id="0")
+
+HF = "meta-llama/Llama-3.1-8B-Instruct"
+GGUF = "/models/tiny.gguf"
+
+
+def ctx(**kw: object) -> RenderContext:
+    base: dict[str, object] = {
+        "name": "llm",
+        "model": HF,
+        "executable": None,
+        "host": "127.0.0.1",
+        "port": 8000,
+        "extra_ports": (29500,),
+        "runtime_dir": "/var/lib/reconcile/run/llm",
+    }
+    base.update(kw)
+    return RenderContext(**base)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    engine: str
+    ctx: RenderContext
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    http: tuple[HttpCheck, ...] = ()
+    deadline: float = 600.0
+
+
+VLLM_READY = (HttpCheck("/health"), HttpCheck("/v1/models", contains=f'"{HF}"'))
+VLLM_BASE = ("vllm", "serve", HF, "--host", "127.0.0.1", "--port", "8000")
+SGL_BASE = (
+    "python3",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    HF,
+    "--host",
+    "127.0.0.1",
+    "--port",
+    "8000",
+    "--nccl-port",
+    "29500",
+)
+TGI_BASE = (
+    "text-generation-launcher",
+    "--model-id",
+    HF,
+    "--hostname",
+    "127.0.0.1",
+    "--port",
+    "8000",
+    "--shard-uds-path",
+    "/var/lib/reconcile/run/llm/tgi-shard",
+    "--master-port",
+    "29500",
+)
+LLAMA_BASE = ("llama-server", "-m", GGUF, "--host", "127.0.0.1", "--port", "8000", "-ngl")
+OLLAMA_UP = HttpCheck("/", contains="Ollama is running")
+
+CASES = [
+    # --- vLLM ---
+    Case(
+        "vllm-1gpu",
+        "vllm",
+        ctx(devices=(GPU0,)),
+        VLLM_BASE,
+        {"VLLM_PORT": "29500"},
+        VLLM_READY,
+    ),
+    Case("vllm-no-device", "vllm", ctx(), VLLM_BASE, {"VLLM_PORT": "29500"}, VLLM_READY),
+    Case(
+        "vllm-tp2",
+        "vllm",
+        ctx(devices=(GPU0, GPU1)),
+        (*VLLM_BASE, "--tensor-parallel-size", "2"),
+        {"VLLM_PORT": "29500"},
+        VLLM_READY,
+    ),
+    Case(
+        "vllm-tp4-args-last",
+        "vllm",
+        ctx(devices=(GPU0, GPU1, GPU2, GPU3), args=("--max-model-len", "8192")),
+        (*VLLM_BASE, "--tensor-parallel-size", "4", "--max-model-len", "8192"),
+        {"VLLM_PORT": "29500"},
+        VLLM_READY,
+    ),
+    Case(
+        "vllm-served-model-name",
+        "vllm",
+        ctx(devices=(GPU0,), args=("--served-model-name", "llama")),
+        (*VLLM_BASE, "--served-model-name", "llama"),
+        {"VLLM_PORT": "29500"},
+        (HttpCheck("/health"), HttpCheck("/v1/models", contains='"llama"')),
+    ),
+    Case(
+        "vllm-served-model-name-equals",
+        "vllm",
+        ctx(args=("--served-model-name=chat",)),
+        (*VLLM_BASE, "--served-model-name=chat"),
+        {"VLLM_PORT": "29500"},
+        (HttpCheck("/health"), HttpCheck("/v1/models", contains='"chat"')),
+    ),
+    Case(
+        "vllm-executable",
+        "vllm",
+        ctx(executable="/opt/venv/bin/vllm", devices=(GPU0,)),
+        ("/opt/venv/bin/vllm", *VLLM_BASE[1:]),
+        {"VLLM_PORT": "29500"},
+        VLLM_READY,
+    ),
+    # --- llama.cpp ---
+    Case(
+        "llama-cpu-only",
+        "llama-cpp",
+        ctx(model=GGUF, extra_ports=()),
+        (*LLAMA_BASE, "0"),
+        http=(HttpCheck("/health"),),
+    ),
+    Case(
+        "llama-cpu-device",
+        "llama-cpp",
+        ctx(model=GGUF, extra_ports=(), devices=(CPU,)),
+        (*LLAMA_BASE, "0"),
+        http=(HttpCheck("/health"),),
+    ),
+    Case(
+        "llama-nvidia",
+        "llama-cpp",
+        ctx(model=GGUF, extra_ports=(), devices=(GPU0,)),
+        (*LLAMA_BASE, "999"),
+        http=(HttpCheck("/health"),),
+    ),
+    Case(
+        "llama-amd",
+        "llama-cpp",
+        ctx(model=GGUF, extra_ports=(), devices=(AMD0,)),
+        (*LLAMA_BASE, "999"),
+        http=(HttpCheck("/health"),),
+    ),
+    Case(
+        "llama-apple",
+        "llama-cpp",
+        ctx(model=GGUF, extra_ports=(), devices=(MAC,)),
+        (*LLAMA_BASE, "999"),
+        http=(HttpCheck("/health"),),
+    ),
+    Case(
+        "llama-executable-and-args",
+        "llama-cpp",
+        ctx(model=GGUF, extra_ports=(), executable="/opt/llama-server", args=("-c", "512")),
+        ("/opt/llama-server", *LLAMA_BASE[1:], "0", "-c", "512"),
+        http=(HttpCheck("/health"),),
+    ),
+    # --- SGLang ---
+    Case("sglang-1gpu", "sglang", ctx(devices=(GPU0,)), SGL_BASE, http=(HttpCheck("/health"),)),
+    Case(
+        "sglang-tp2",
+        "sglang",
+        ctx(devices=(GPU0, GPU1)),
+        (*SGL_BASE, "--tp-size", "2"),
+        http=(HttpCheck("/health"),),
+    ),
+    Case(
+        "sglang-venv-python-and-args",
+        "sglang",
+        ctx(executable="/opt/sgl/bin/python", args=("--mem-fraction-static", "0.8")),
+        ("/opt/sgl/bin/python", *SGL_BASE[1:], "--mem-fraction-static", "0.8"),
+        http=(HttpCheck("/health"),),
+    ),
+    # --- TGI ---
+    Case("tgi-1gpu", "tgi", ctx(devices=(GPU0,)), TGI_BASE, http=(HttpCheck("/health"),)),
+    Case(
+        "tgi-4-shards",
+        "tgi",
+        ctx(devices=(GPU0, GPU1, GPU2, GPU3)),
+        (*TGI_BASE, "--num-shard", "4"),
+        http=(HttpCheck("/health"),),
+    ),
+    Case(
+        "tgi-executable-and-args",
+        "tgi",
+        ctx(executable="/usr/local/bin/tgl", args=("--max-total-tokens", "4096")),
+        ("/usr/local/bin/tgl", *TGI_BASE[1:], "--max-total-tokens", "4096"),
+        http=(HttpCheck("/health"),),
+    ),
+    # --- Ollama ---
+    Case(
+        "ollama-no-model",
+        "ollama",
+        ctx(model=None, extra_ports=()),
+        ("ollama", "serve"),
+        {"OLLAMA_HOST": "127.0.0.1:8000"},
+        (OLLAMA_UP,),
+        120.0,
+    ),
+    Case(
+        "ollama-model-gets-latest",
+        "ollama",
+        ctx(model="llama3", extra_ports=(), devices=(GPU0,)),
+        ("ollama", "serve"),
+        {"OLLAMA_HOST": "127.0.0.1:8000"},
+        (OLLAMA_UP, HttpCheck("/api/tags", contains='"llama3:latest"')),
+        120.0,
+    ),
+    Case(
+        "ollama-model-tag-kept",
+        "ollama",
+        ctx(model="hf.co/bartowski/Qwen:Q4_K_M", extra_ports=()),
+        ("ollama", "serve"),
+        {"OLLAMA_HOST": "127.0.0.1:8000"},
+        (OLLAMA_UP, HttpCheck("/api/tags", contains='"hf.co/bartowski/Qwen:Q4_K_M"')),
+        120.0,
+    ),
+    Case(
+        "ollama-ipv6-executable",
+        "ollama",
+        ctx(model=None, extra_ports=(), host="::1", executable="/usr/bin/ollama"),
+        ("/usr/bin/ollama", "serve"),
+        {"OLLAMA_HOST": "[::1]:8000"},
+        (OLLAMA_UP,),
+        120.0,
+    ),
+    # --- command ---
+    Case(
+        "command-argv-as-is",
+        "command",
+        ctx(model=None, extra_ports=(), command=("python3", "-m", "http.server", "8000")),
+        ("python3", "-m", "http.server", "8000"),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_rendered_launch(case: Case) -> None:
+    launch = recipe_for(case.engine).launch(case.ctx)
+    assert launch.argv == case.argv
+    assert dict(launch.env) == case.env
+    assert launch.readiness.http == case.http
+    assert launch.stop_signal == signal.SIGTERM
+    if case.engine != "command":
+        assert launch.deadline_seconds == case.deadline
+        assert launch.readiness.kind == "http"
+    else:
+        assert launch.readiness == Readiness()
+
+
+def test_every_engine_has_a_recipe_with_matching_name() -> None:
+    for engine in MODULES:
+        recipe = recipe_for(engine)
+        assert recipe.engine == engine
+        assert recipe.extra_ports >= 0
+
+
+EXTRA_PORTS = {"vllm": 1, "llama-cpp": 0, "sglang": 1, "tgi": 1, "ollama": 0, "command": 0}
+
+
+@pytest.mark.parametrize("engine", sorted(EXTRA_PORTS))
+def test_extra_ports_declared(engine: str) -> None:
+    assert recipe_for(engine).extra_ports == EXTRA_PORTS[engine]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "llama-cpp", "sglang", "tgi"])
+def test_model_is_required(engine: str) -> None:
+    with pytest.raises(RecipeError, match=rf"engine '{engine}' needs spec\.model"):
+        recipe_for(engine).launch(ctx(model=None))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "tgi"])
+def test_missing_internal_port_is_an_error(engine: str) -> None:
+    with pytest.raises(RecipeError, match="reserved internal port"):
+        recipe_for(engine).launch(ctx(extra_ports=()))
+
+
+def _all_ports(engine: str, c: RenderContext) -> set[str]:
+    """Every port number and socket path an instance is told to use."""
+    launch = recipe_for(engine).launch(c)
+    argv = launch.argv
+    found = {str(c.port)}
+    for flag in ("--port", "--nccl-port", "--master-port", "--shard-uds-path"):
+        if flag in argv:
+            found.add(argv[argv.index(flag) + 1])
+    found.update(
+        v.rsplit(":", 1)[-1] for k, v in launch.env.items() if k.endswith(("_PORT", "_HOST"))
+    )
+    return found
+
+
+@pytest.mark.parametrize("engine", ["vllm", "llama-cpp", "sglang", "tgi", "ollama"])
+def test_two_instances_share_no_port_or_socket(engine: str) -> None:
+    """Two instances on one box, given distinct reservations, collide on nothing."""
+    n = recipe_for(engine).extra_ports
+    a = ctx(
+        name="a",
+        model=GGUF,
+        port=8000,
+        extra_ports=tuple(range(20000, 20000 + n)),
+        runtime_dir="/state/run/a",
+        devices=(GPU0, GPU1),
+    )
+    b = ctx(
+        name="b",
+        model=GGUF,
+        port=8001,
+        extra_ports=tuple(range(20100, 20100 + n)),
+        runtime_dir="/state/run/b",
+        devices=(GPU2, GPU3),
+    )
+    ports_a, ports_b = _all_ports(engine, a), _all_ports(engine, b)
+    assert len(ports_a) == 1 + n + (engine == "tgi")  # TGI adds its socket path
+    assert not ports_a & ports_b
+
+
+def test_tgi_rejects_a_socket_path_too_long_for_unix_sockets() -> None:
+    with pytest.raises(RecipeError, match="longer than a unix socket allows"):
+        recipe_for("tgi").launch(ctx(runtime_dir="/" + "x" * 120))
+
+
+def test_unknown_engine() -> None:
+    with pytest.raises(RecipeError, match="unknown engine 'triton'"):
+        recipe_for("triton")
