@@ -1,0 +1,136 @@
+"""What a pass will do: frozen actions, each with a human ``reason``.
+
+The planner returns them; the executor applies them and decides nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar
+
+from controller.specs import Entry
+from controller.state import ExitInfo, MarkedProcess, Phase, ProcessRef
+
+
+@dataclass(frozen=True, kw_only=True)
+class Action:
+    verb: ClassVar[str] = "action"
+    # terraform-style class of change for `reconcile plan`
+    change: ClassVar[str] = "update"
+    name: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.verb} {self.name}: {self.reason}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Start(Action):
+    """Reserve devices and a port, then spawn (a new or Pending deployment)."""
+
+    verb = "start"
+    change = "create"
+    entry: Entry
+    devices: tuple[str, ...]
+    port: int
+    extra_ports: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Restart(Action):
+    """Respawn in place: same devices and port, new nonce (after a crash or back-off)."""
+
+    verb = "restart"
+    entry: Entry
+    restarts: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stop(Action):
+    """Tear the instance down completely, then drop its record."""
+
+    verb = "stop"
+    change = "destroy"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replace(Stop):
+    """The spec changed: tear down now, a later round starts the new one."""
+
+    verb = "replace"
+    change = "replace"
+    fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fail(Action):
+    """Kill what is left of the instance and record the outcome.
+
+    ``phase`` is BackOff (restart at ``retry_at``), Failed or Succeeded (devices released).
+    """
+
+    verb = "fail"
+    phase: Phase
+    retry_at: datetime | None = None
+    restarts: int = 0
+    exit: ExitInfo | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MarkReady(Action):
+    verb = "ready"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Adopt(Action):
+    """A reservation whose maker died: its engine is running, take it over."""
+
+    verb = "adopt"
+    ref: ProcessRef
+
+
+@dataclass(frozen=True, kw_only=True)
+class Release(Action):
+    """Drop a record that holds no process (dead reservation, removed Pending, ...)."""
+
+    verb = "release"
+    change = "destroy"
+    nonce: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reap(Action):
+    """Kill marker processes no record accounts for (invariant 3)."""
+
+    verb = "reap"
+    change = "destroy"
+    processes: tuple[MarkedProcess, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hold(Action):
+    """Record a deployment that cannot start now as Pending, saying why."""
+
+    verb = "pending"
+    change = "wait"
+    entry: Entry
+
+
+@dataclass(frozen=True, kw_only=True)
+class MarkSpec(Action):
+    """Flag a running deployment whose manifest broke (or was fixed)."""
+
+    verb = "mark-spec"
+    valid: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Conflict(Action):
+    """The name belongs to another manifest set: report, touch nothing."""
+
+    verb = "conflict"
+    change = "wait"
+
+
+PASSIVE = (Hold, Conflict)

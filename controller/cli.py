@@ -1,0 +1,133 @@
+"""The `reconcile` command: parse arguments, configure logs, call the reconciler.
+
+Exit codes live here only: 0 ok; 1 invalid input, not converged, or failed;
+2 (`plan`) changes pending; 64 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+EXIT_OK, EXIT_FAIL, EXIT_CHANGES, EXIT_USAGE = 0, 1, 2, 64
+VERBS = (
+    "plan",
+    "status",
+    "get",
+    "describe",
+    "logs",
+    "validate",
+    "schema",
+    "devices",
+    "drain",
+    "uncordon",
+    "down",
+)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _common(suppress: bool) -> Parser:
+    """Options accepted before or after the verb (the verb's copy must not reset them)."""
+    d = argparse.SUPPRESS if suppress else None
+    p = Parser(add_help=False)
+    p.add_argument(
+        "-f",
+        "--manifests",
+        action="append",
+        metavar="DIR",
+        default=d,
+        help="manifests folder (repeatable; default ./manifests or $RECONCILE_MANIFESTS)",
+    )
+    p.add_argument("--state-dir", metavar="DIR", default=d, help="state dir ($RECONCILE_STATE_DIR)")
+    p.add_argument(
+        "--devices",
+        metavar="LIST",
+        default=d,
+        help="static inventory, e.g. nvidia:0,nvidia:1 ($RECONCILE_DEVICES)",
+    )
+    p.add_argument("--node", metavar="NAME", default=d, help="node name ($RECONCILE_NODE)")
+    p.add_argument("--owner", metavar="NAME", default=d, help="owner of the records this set makes")
+    p.add_argument("-o", "--output", metavar="FORMAT", default=d, help="output format")
+    p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS if suppress else 0)
+    p.add_argument(
+        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS if suppress else False
+    )
+    return p
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="reconcile",
+        parents=[_common(False)],
+        description="Keep local inference engines running as YAML specs say.",
+    )
+    parser.add_argument("--once", action="store_true", help="run one pass and exit")
+    parser.add_argument("--wait", action="store_true", help="with --once: pass until all Ready")
+    parser.add_argument("--timeout", default="10m", help="--wait limit (30s, 5m, 1h30m)")
+    parser.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="let a missing or empty manifests folder prune everything",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    parser.add_argument("--resync", default="5s", help="daemon: full pass interval")
+    parser.add_argument("--lock-timeout", default="60s", help="wait this long for another pass")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
+    common = _common(True)
+    p = sub.add_parser("plan", parents=[common], help="show what a pass would do (exit 2: changes)")
+    p.add_argument("--allow-empty", action="store_true")
+    for verb in ("status", "get"):
+        p = sub.add_parser(verb, parents=[common], help="deployments and their phases")
+        p.add_argument("name", nargs="?")
+    p = sub.add_parser("describe", parents=[common], help="spec, record, events, last log lines")
+    p.add_argument("name")
+    p = sub.add_parser("logs", parents=[common], help="the engine's log")
+    p.add_argument("name")
+    p.add_argument("-F", "--follow", dest="follow", action="store_true")
+    p.add_argument("--tail", type=int, default=None)
+    sub.add_parser("validate", parents=[common], help="check manifests (exit 1 if any invalid)")
+    sub.add_parser("schema", parents=[common], help="the JSON Schema of a manifest")
+    sub.add_parser("devices", parents=[common], help="the inventory and who holds what")
+    p = sub.add_parser("drain", parents=[common], help="start nothing new until uncordoned")
+    p.add_argument("--ttl", default="1h")
+    p.add_argument("--reason", default="")
+    p.add_argument("--evict", action="store_true", help="also stop running engines")
+    sub.add_parser("uncordon", parents=[common], help="end a drain")
+    p = sub.add_parser("down", parents=[common], help="tear down everything this set owns")
+    p.add_argument("--allow-empty", action="store_true")
+    return parser
+
+
+def _fix_follow(argv: list[str]) -> list[str]:
+    # `logs NAME -f` means follow (kubectl), while `-f DIR` elsewhere is a folder.
+    if argv and "logs" in argv:
+        i = argv.index("logs")
+        argv = argv[:i] + [("-F" if a == "-f" else a) for a in argv[i:]]
+    return argv
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = _fix_follow(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(args_list)
+    from controller import commands, logs
+    from controller.errors import ConfigError, LockTimeout, RecordError
+
+    logs.configure(-1 if args.quiet else args.verbose)
+    try:
+        return commands.dispatch(args)
+    except (ConfigError, LockTimeout, RecordError) as exc:
+        print(f"reconcile: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except KeyboardInterrupt:
+        return 130
+
+
+def entry() -> None:
+    sys.exit(main())

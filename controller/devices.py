@@ -1,0 +1,119 @@
+"""Device discovery: NVML, then nvidia-smi, then amd-smi; none found -> no devices.
+
+Every probe degrades quietly and fast on a machine without GPUs: a missing
+library or tool is "no devices", never an error. A static inventory
+(``--devices`` / ``RECONCILE_DEVICES``) skips discovery entirely.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+from controller.inventory import Device, Inventory, parse_static
+
+TOOL_TIMEOUT = 5.0
+
+
+def resolve(static: str | None) -> Inventory:
+    if static is not None:
+        return parse_static(static)
+    return discover()
+
+
+def discover() -> Inventory:
+    probes: list[tuple[str, Callable[[], list[Device]]]] = [
+        ("nvml", _nvml),
+        ("nvidia-smi", _nvidia_smi),
+        ("amd-smi", _amd_smi),
+    ]
+    for source, probe in probes:
+        try:
+            found = probe()
+        except Exception:  # a broken driver must not stop the reconciler
+            found = []
+        if found:
+            return Inventory(tuple(found), source=source)
+    return Inventory((), source="none")
+
+
+def _nvml() -> list[Device]:
+    try:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []
+    try:
+        out = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            out.append(
+                Device(
+                    kind="nvidia",
+                    id=str(index),
+                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    memory_total_mb=int(memory.total) // (1 << 20),
+                    memory_free_mb=int(memory.free) // (1 << 20),
+                )
+            )
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _run(argv: list[str]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT, check=False)
+    return done.stdout if done.returncode == 0 else None
+
+
+def _nvidia_smi() -> list[Device]:
+    query = "index,uuid,name,memory.total,memory.free"
+    text = _run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"])
+    return parse_nvidia_smi(text or "")
+
+
+def parse_nvidia_smi(text: str) -> list[Device]:
+    out = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 5:
+            continue
+        index, uuid, name, total, free = parts
+        out.append(
+            Device(
+                kind="nvidia",
+                id=index,
+                uuid=uuid or None,
+                name=name,
+                memory_total_mb=int(total) if total.isdigit() else None,
+                memory_free_mb=int(free) if free.isdigit() else None,
+            )
+        )
+    return out
+
+
+def _amd_smi() -> list[Device]:
+    text = _run(["amd-smi", "list", "--json"])
+    if not text:
+        return []
+    data = json.loads(text)
+    out = []
+    for item in data if isinstance(data, list) else []:
+        gpu = item.get("gpu")
+        if isinstance(gpu, int):
+            out.append(Device(kind="amd", id=str(gpu), uuid=item.get("uuid") or None))
+    return out

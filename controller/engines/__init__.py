@@ -1,0 +1,45 @@
+"""Engine recipes: one module per engine behind :class:`~controller.engines.base.Recipe`."""
+
+from __future__ import annotations
+
+import importlib
+
+from controller.engines.base import (
+    HttpCheck,
+    Launch,
+    Readiness,
+    Recipe,
+    RecipeError,
+    RenderContext,
+)
+
+# engine name (as written in a manifest) -> module holding RECIPE. Imported lazily so
+# `reconcile --once` pays only for the engines it runs.
+MODULES: dict[str, str] = {
+    "command": "controller.engines.command",
+    "vllm": "controller.engines.vllm",
+    "llama-cpp": "controller.engines.llama_cpp",
+    "sglang": "controller.engines.sglang",
+    "tgi": "controller.engines.tgi",
+    "ollama": "controller.engines.ollama",
+}
+
+__all__ = [
+    "MODULES",
+    "HttpCheck",
+    "Launch",
+    "Readiness",
+    "Recipe",
+    "RecipeError",
+    "RenderContext",
+    "recipe_for",
+]
+
+
+def recipe_for(engine: str) -> Recipe:
+    try:
+        module = importlib.import_module(MODULES[engine])
+    except KeyError:
+        raise RecipeError(f"unknown engine {engine!r}; known: {', '.join(MODULES)}") from None
+    recipe: Recipe = module.RECIPE
+    return recipe

@@ -1,0 +1,74 @@
+"""The recipe interface: how one engine is launched, probed and stopped.
+
+A recipe is pure: it turns a :class:`RenderContext` into a :class:`Launch`
+(argv, extra environment, readiness checks, deadline, stop signal). It never
+looks at the machine; the runtime execs what it returns.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controller.inventory import Device
+
+
+@dataclass(frozen=True)
+class HttpCheck:
+    """GET ``path``; ready when the status is 2xx and, if set, the body contains ``contains``."""
+
+    path: str
+    contains: str | None = None
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """All ``http`` checks must pass; else a TCP connect if ``tcp``; else ready once running."""
+
+    http: tuple[HttpCheck, ...] = ()
+    tcp: bool = False
+
+    @property
+    def kind(self) -> str:
+        return "http" if self.http else "tcp" if self.tcp else "exec"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderContext:
+    name: str
+    model: str | None
+    executable: str | None
+    host: str
+    port: int
+    # Per-instance internal ports (TGI's master port...), as many as the recipe's extra_ports.
+    extra_ports: tuple[int, ...] = ()
+    devices: tuple[Device, ...] = ()
+    # The user's spec.args and spec.command, placeholders already expanded.
+    args: tuple[str, ...] = ()
+    command: tuple[str, ...] = ()
+    # A private scratch folder for this instance (unix sockets, caches) inside the state dir.
+    runtime_dir: str = "/tmp"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    readiness: Readiness = Readiness()
+    deadline_seconds: float = 600.0
+    stop_signal: int = signal.SIGTERM
+
+
+class Recipe(Protocol):
+    """One engine. ``extra_ports`` internal ports are reserved beside the main one."""
+
+    engine: str
+    extra_ports: int
+
+    def launch(self, ctx: RenderContext) -> Launch: ...
+
+
+class RecipeError(ValueError):
+    """The spec lacks what this engine needs (a model, a command...)."""

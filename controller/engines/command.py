@@ -1,0 +1,22 @@
+"""``engine: command``: the user's own argv, run as is (never through a shell)."""
+
+from __future__ import annotations
+
+from controller.engines.base import Launch, Readiness, RecipeError, RenderContext
+
+
+class CommandRecipe:
+    engine = "command"
+    extra_ports = 0
+
+    def launch(self, ctx: RenderContext) -> Launch:
+        if not ctx.command:
+            raise RecipeError("engine 'command' needs spec.command (an argv list)")
+        argv = ctx.command + ctx.args
+        if ctx.executable:
+            argv = (ctx.executable, *argv[1:])
+        # No built-in probe: without spec.readiness the engine is ready once it runs.
+        return Launch(argv=argv, readiness=Readiness())
+
+
+RECIPE = CommandRecipe()

@@ -1,0 +1,49 @@
+"""The error tree. Each error says whether retrying the same thing can help.
+
+ReconcileError
+├── ConfigError(ValueError)        bad flag or environment value      retry: no
+├── SpecError(ValueError)          a manifest is invalid              retry: no
+├── RecordError(ValueError)        a record cannot be used as is      retry: no
+├── LockTimeout(TimeoutError)      another pass holds a lock          retry: yes
+├── PlacementError(RuntimeError)   no devices / port for a spec       retry: yes
+├── SpawnError(OSError)            the engine could not be exec'd     retry: yes
+└── ProbeError(ConnectionError)    a readiness probe failed           retry: yes
+"""
+
+from __future__ import annotations
+
+
+class ReconcileError(Exception):
+    """Base of every error this package raises on purpose."""
+
+    retryable = False
+
+
+class ConfigError(ReconcileError, ValueError):
+    """A flag, environment variable or node setting is wrong."""
+
+
+class SpecError(ReconcileError, ValueError):
+    """A manifest could not be turned into a valid spec."""
+
+
+class RecordError(ReconcileError, ValueError):
+    """A record is unreadable or from an unknown schema version."""
+
+
+class LockTimeout(ReconcileError, TimeoutError):
+    """A lock was not acquired in time; the holder is named in the message."""
+
+    retryable = True
+
+
+class PlacementError(ReconcileError, RuntimeError):
+    retryable = True
+
+
+class SpawnError(ReconcileError, OSError):
+    retryable = True
+
+
+class ProbeError(ReconcileError, ConnectionError):
+    retryable = True

@@ -1,0 +1,338 @@
+"""Applies a plan's actions; never decides. Writes the record after each step.
+
+Every action appends an event to the deployment's journal and logs one line
+(deployment, action, reason, outcome).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from controller.actions import (
+    Action,
+    Adopt,
+    Conflict,
+    Fail,
+    Hold,
+    MarkReady,
+    MarkSpec,
+    Reap,
+    Release,
+    Restart,
+    Stop,
+)
+from controller.errors import ReconcileError, SpawnError
+from controller.events import Journal
+from controller.inventory import Device, Inventory
+from controller.plan import backoff
+from controller.records import RecordStore
+from controller.render import Rendered, render
+from controller.runtime import LocalRuntime
+from controller.specs import Entry, spec_document
+from controller.state import Phase, ProcessRef, Record
+
+log = structlog.get_logger("reconcile")
+
+# Inherited variables an engine must never see: they would undo the device fence
+# or make it look like another instance.
+SCRUBBED = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+@dataclass
+class Executor:
+    store: RecordStore
+    runtime: LocalRuntime
+    journal: Journal
+    inventory: Inventory
+    owner: str
+    node: str
+    me: ProcessRef
+    revision: str | None = None
+
+    # -- the one entry point ------------------------------------------------------
+
+    def apply(self, action: Action) -> bool:
+        """Apply one action; True when it changed anything."""
+        handler = getattr(self, f"_{type(action).__name__.lower()}")
+        changed: bool = handler(action)
+        return changed
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def event(self, name: str, action: str, reason: str, outcome: str, **extra: Any) -> None:
+        log.info("action", deployment=name, action=action, reason=reason, outcome=outcome, **extra)
+        self.journal.append(name, action, reason, outcome, **extra)
+
+    # -- records ------------------------------------------------------------------
+
+    def reservation(
+        self,
+        entry: Entry,
+        *,
+        devices: tuple[str, ...],
+        port: int,
+        extra_ports: tuple[int, ...],
+        restarts: int = 0,
+    ) -> Record:
+        """A record that leases devices and ports before anything is spawned."""
+        now = self.now()
+        rendered = self.render(entry, devices, port, extra_ports)
+        keyed = self.inventory.by_key()
+        return Record(
+            name=entry.name,
+            owner=self.owner,
+            source=entry.source,
+            spec_hash=entry.hash,
+            spec=spec_document(entry.deployment.spec),
+            node=self.node,
+            engine=entry.deployment.spec.engine,
+            nonce=secrets.token_hex(8),
+            reserved_by=self.me,
+            host=entry.deployment.spec.host,
+            port=port,
+            extra_ports=extra_ports,
+            devices=devices,
+            shareable=entry.deployment.spec.devices.shareable,
+            device_uuids=tuple(keyed[d].uuid if d in keyed else None for d in devices),
+            phase=Phase.RESERVED,
+            probe=rendered.probe,
+            stop_signal=rendered.stop_signal,
+            grace_seconds=rendered.grace_seconds,
+            restart_policy=entry.deployment.spec.restart_policy,
+            reserved_at=now,
+            ready_deadline_at=now + timedelta(seconds=rendered.deadline_seconds),
+            restarts=restarts,
+            revision=self.revision,
+        )
+
+    def pending(self, entry: Entry, reason: str) -> Record:
+        return Record(
+            name=entry.name,
+            owner=self.owner,
+            source=entry.source,
+            spec_hash=entry.hash,
+            spec=spec_document(entry.deployment.spec),
+            node=self.node,
+            engine=entry.deployment.spec.engine,
+            restart_policy=entry.deployment.spec.restart_policy,
+            phase=Phase.PENDING,
+            message=reason,
+            revision=self.revision,
+        )
+
+    def render(
+        self, entry: Entry, devices: tuple[str, ...], port: int, extra_ports: tuple[int, ...]
+    ) -> Rendered:
+        keyed = self.inventory.by_key()
+        chosen = tuple(keyed.get(d) or _device(d) for d in devices)
+        runtime_dir = self.store.state_dir / "run" / entry.name
+        return render(
+            entry,
+            devices=chosen,
+            port=port,
+            extra_ports=extra_ports,
+            runtime_dir=str(runtime_dir),
+        )
+
+    # -- spawning -----------------------------------------------------------------
+
+    def spawn(self, record: Record, entry: Entry, verb: str = "start") -> bool:
+        """Exec the engine of a reservation record and record its identity."""
+        assert record.port is not None and record.nonce is not None
+        rendered = self.render(entry, record.devices, record.port, record.extra_ports)
+        (self.store.state_dir / "run" / entry.name).mkdir(mode=0o700, parents=True, exist_ok=True)
+        log_path = self.store.log_path(entry.name)
+        _log_marker(
+            log_path, f"{verb} {entry.name} instance {record.nonce}: {' '.join(rendered.argv)}"
+        )
+        try:
+            ref = self.runtime.spawn(
+                rendered.argv,
+                _engine_env(rendered),
+                name=entry.name,
+                nonce=record.nonce,
+                log_path=log_path,
+            )
+        except SpawnError as exc:
+            delay = backoff(max(record.restarts, 1))
+            failed = record.model_copy(
+                update={
+                    "phase": Phase.BACKOFF,
+                    "backoff_until": self.now() + timedelta(seconds=delay),
+                    "message": f"{exc}: install the engine or set spec.executable",
+                }
+            )
+            self.store.write(failed)
+            self.event(entry.name, verb, "spawn", "failed", error=str(exc))
+            return True
+        now = self.now()
+        started = record.model_copy(
+            update={
+                "ref": ref,
+                "phase": Phase.STARTING,
+                "started_at": now,
+                "ready_deadline_at": now + timedelta(seconds=rendered.deadline_seconds),
+                "message": "",
+            }
+        )
+        self.store.write(started)
+        devices = ",".join(record.devices) or "none"
+        self.event(
+            entry.name, verb, f"devices {devices} port {record.port}", f"spawned pid {ref.pid}"
+        )
+        return True
+
+    # -- handlers, one per action type ------------------------------------------------
+
+    def _restart(self, action: Restart) -> bool:
+        rec = self.store.read(action.name)
+        if rec is None:
+            return False
+        self.runtime.sweep(rec.nonce, rec.ref if rec.ref else None)
+        fresh = rec.model_copy(
+            update={
+                "nonce": secrets.token_hex(8),
+                "ref": None,
+                "reserved_by": self.me,
+                "phase": Phase.RESERVED,
+                "restarts": action.restarts,
+                "backoff_until": None,
+                "ready_at": None,
+            }
+        )
+        self.store.write(fresh)
+        return self.spawn(fresh, action.entry, verb="restart")
+
+    def _stop(self, action: Stop) -> bool:
+        rec = self.store.read(action.name)
+        if rec is None:
+            return False
+        terminating = rec.model_copy(update={"phase": Phase.TERMINATING, "message": action.reason})
+        self.store.write(terminating)
+        self.runtime.stop(rec.ref, rec.nonce, rec.stop_signal, rec.grace_seconds)
+        self.store.delete(action.name)
+        self.event(action.name, action.verb, action.reason, "stopped; record dropped")
+        return True
+
+    _replace = _stop
+
+    def _fail(self, action: Fail) -> bool:
+        rec = self.store.read(action.name)
+        if rec is None:
+            return False
+        if self.runtime.alive(rec.ref):
+            self.runtime.stop(rec.ref, rec.nonce, rec.stop_signal, rec.grace_seconds)
+        else:
+            self.runtime.sweep(rec.nonce, rec.ref)
+        update: dict[str, Any] = {
+            "phase": action.phase,
+            "backoff_until": action.retry_at,
+            "restarts": action.restarts,
+            "message": action.reason,
+        }
+        if action.exit is not None:
+            update["last_exit"] = action.exit
+        if not action.phase.holds_resources:  # Failed/Succeeded release their lease
+            update.update(devices=(), device_uuids=(), port=None, extra_ports=())
+        self.store.write(rec.model_copy(update=update))
+        self.event(action.name, action.verb, action.reason, str(action.phase))
+        return True
+
+    def _markready(self, action: MarkReady) -> bool:
+        rec = self.store.read(action.name)
+        if rec is None:
+            return False
+        started = rec.started_at or self.now()
+        took = (self.now() - started).total_seconds()
+        update = {"phase": Phase.READY, "ready_at": self.now(), "message": ""}
+        self.store.write(rec.model_copy(update=update))
+        self.event(action.name, "ready", action.reason, f"ready after {took:.1f}s")
+        return True
+
+    def _markspec(self, action: MarkSpec) -> bool:
+        rec = self.store.read(action.name)
+        if rec is None:
+            return False
+        message = "" if action.valid else f"spec invalid (engine left running): {action.reason}"
+        self.store.write(rec.model_copy(update={"spec_valid": action.valid, "message": message}))
+        self.event(action.name, action.verb, action.reason, "valid" if action.valid else "invalid")
+        return True
+
+    def _adopt(self, action: Adopt) -> bool:
+        rec = self.store.read(action.name)
+        if rec is None:
+            return False
+        update = {
+            "ref": action.ref,
+            "phase": Phase.STARTING,
+            "started_at": rec.started_at or self.now(),
+        }
+        self.store.write(rec.model_copy(update=update))
+        self.event(action.name, action.verb, action.reason, f"adopted pid {action.ref.pid}")
+        return True
+
+    def _release(self, action: Release) -> bool:
+        self.runtime.sweep(action.nonce)
+        self.store.delete(action.name)
+        self.event(action.name, action.verb, action.reason, "record dropped")
+        return True
+
+    def _reap(self, action: Reap) -> bool:
+        for proc in action.processes:
+            self.runtime.kill(proc.ref)
+        for nonce in {p.nonce for p in action.processes}:
+            self.runtime.sweep(nonce)
+        pids = ",".join(str(p.ref.pid) for p in action.processes)
+        self.event(action.name, action.verb, action.reason, f"killed {pids}")
+        return True
+
+    def _hold(self, action: Hold) -> bool:
+        current = self.store.read(action.name)
+        record = self.pending(action.entry, action.reason)
+        if current is not None and _same_pending(current, record):
+            return False
+        self.store.write(record)
+        self.event(action.name, action.verb, action.reason, "pending")
+        return True
+
+    def _conflict(self, action: Conflict) -> bool:
+        log.warning("conflict", deployment=action.name, reason=action.reason)
+        return False
+
+
+def _same_pending(a: Record, b: Record) -> bool:
+    keys = ("phase", "message", "spec_hash", "owner", "source")
+    return all(getattr(a, k) == getattr(b, k) for k in keys)
+
+
+def _device(key: str) -> Device:
+    kind, _, ident = key.partition(":")
+    return Device(kind=kind, id=ident)
+
+
+def _engine_env(rendered: Rendered) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("RECONCILE_") and k not in SCRUBBED
+    }
+    env.update(rendered.env)
+    return env
+
+
+def _log_marker(path: Path, text: str) -> None:
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, f"--- {stamp} reconcile: {text}\n".encode())
+    finally:
+        os.close(fd)
+
+
+__all__ = ["Executor", "ReconcileError"]

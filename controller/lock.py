@@ -1,0 +1,111 @@
+"""File locks on ``flock``: the kernel releases them when the holder dies (invariant 7).
+
+The fast path is one non-blocking ``flock``. When the lock is busy, a helper
+thread blocks in the kernel (woken the instant the holder lets go, no polling)
+while the caller waits with a timeout; a late grant is handed straight back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from controller.errors import LockTimeout
+
+
+class FileLock:
+    def __init__(self, path: Path, *, what: str = "lock") -> None:
+        self.path = path
+        self.what = what
+        self._fd: int | None = None
+
+    def acquire(self, timeout: float | None = 30.0) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if not _try(fd) and not _wait(fd, timeout):
+                raise LockTimeout(self._busy_message(timeout))
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        # Name ourselves for the next waiter's error message. The lock file's
+        # content is advisory only: the flock alone decides who holds it.
+        os.pwrite(fd, f"{os.getpid()}\n".ljust(12).encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing drops the flock
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def holder(self) -> int | None:
+        with contextlib.suppress(OSError, ValueError):
+            return int(self.path.read_text().strip() or "x")
+        return None
+
+    def _busy_message(self, timeout: float | None) -> str:
+        pid = self.holder()
+        who = f"pid {pid}" if pid else "another process"
+        return (
+            f"the {self.what} ({self.path}) is held by {who}; gave up after {timeout:g}s. "
+            "Wait for it to finish, or stop that process (a dead holder releases it at once)"
+        )
+
+    @contextlib.contextmanager
+    def hold(self, timeout: float | None = 30.0) -> Iterator[None]:
+        self.acquire(timeout)
+        try:
+            yield
+        finally:
+            self.release()
+
+    def try_acquire(self) -> bool:
+        try:
+            self.acquire(timeout=0)
+        except LockTimeout:
+            return False
+        return True
+
+
+def _try(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _wait(fd: int, timeout: float | None) -> bool:
+    if timeout is not None and timeout <= 0:
+        return False
+    # The waiter blocks on a dup of our descriptor (same open file, so a grant is
+    # ours). If we give up first, the waiter closes its dup when the grant comes;
+    # we have closed ours by then, so the lock drops at once.
+    waiter_fd = os.dup(fd)
+    decided = threading.Lock()
+    granted = threading.Event()
+    abandoned = False
+
+    def wait() -> None:
+        fcntl.flock(waiter_fd, fcntl.LOCK_EX)
+        with decided:
+            if abandoned:
+                os.close(waiter_fd)
+                return
+            granted.set()
+
+    threading.Thread(target=wait, name="flock-wait", daemon=True).start()
+    granted.wait(timeout)
+    with decided:
+        if not granted.is_set():
+            abandoned = True
+            return False
+    os.close(waiter_fd)
+    return True

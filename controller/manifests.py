@@ -1,0 +1,250 @@
+"""The only YAML reader: manifest folders -> (specs, per-file errors with file and line).
+
+Each file is bounded (size, node count, depth) so a hostile or broken file costs
+little, and a broken file never hides the deployments it declared before: its
+path is reported in ``broken_sources`` and the pass leaves those records alone.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from controller.specs import DNS1123, Deployment, Entry, spec_hash
+
+MAX_FILE_BYTES = 1 << 20  # 1 MiB: a manifest is a few hundred bytes
+MAX_NODES = 20_000  # alias expansion counts: a YAML "billion laughs" stops here
+MAX_DEPTH = 64
+SUFFIXES = (".yaml", ".yml")
+
+Path_ = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class ManifestError:
+    file: str
+    line: int | None
+    field: str | None
+    message: str
+    name: str | None = None  # the deployment it concerns, when known
+
+    def __str__(self) -> str:
+        where = self.file + (f":{self.line}" if self.line else "")
+        what = f"{self.field}: " if self.field else ""
+        return f"{where}: {what}{self.message}"
+
+
+@dataclass
+class LoadResult:
+    entries: dict[str, Entry] = field(default_factory=dict)
+    errors: list[ManifestError] = field(default_factory=list)
+    # Files that could not be read or parsed at all: the names they declare are unknown.
+    broken_sources: set[str] = field(default_factory=set)
+    # Names declared by documents that failed validation (or duplicates): leave them be.
+    invalid_names: dict[str, str] = field(default_factory=dict)
+    missing_folders: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def prune_safe(self) -> bool:
+        """False when a folder is missing or holds no manifest (invariant 5)."""
+        return not self.missing_folders and bool(self.files)
+
+
+def _fail(node: yaml.Node, message: str) -> yaml.MarkedYAMLError:
+    return yaml.MarkedYAMLError(problem=message, problem_mark=node.start_mark)
+
+
+class _Converter:
+    """Turn a composed node tree into Python values, remembering each path's line."""
+
+    def __init__(self) -> None:
+        self.lines: dict[Path_, int] = {}
+        self.nodes = 0
+        self._constructor = yaml.SafeLoader("")
+
+    def convert(self, node: yaml.Node, path: Path_ = (), depth: int = 0) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise _fail(node, f"more than {MAX_NODES} YAML nodes (alias expansion?)")
+        if depth > MAX_DEPTH:
+            raise _fail(node, f"nested deeper than {MAX_DEPTH} levels")
+        self.lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path, depth)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.convert(v, (*path, i), depth + 1) for i, v in enumerate(node.value)]
+        return self._constructor.construct_object(node, deep=True)
+
+    def _mapping(self, node: yaml.MappingNode, path: Path_, depth: int) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise _fail(key_node, "merge keys ('<<') are not supported in manifests")
+            key = self.convert(key_node, path, depth + 1)
+            if not isinstance(key, str):
+                raise _fail(key_node, f"mapping key {key!r} must be a string")
+            if key in out:
+                raise _fail(key_node, f"duplicate key {key!r}")
+            out[key] = self.convert(value_node, (*path, key), depth + 1)
+        return out
+
+
+def _field_path(loc: Sequence[str | int]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + item)
+    return "".join(parts)
+
+
+def _line_for(lines: dict[Path_, int], loc: Sequence[str | int]) -> int | None:
+    # Pydantic reports paths like ('spec', 'devices', 'count'); fall back to the
+    # nearest ancestor that exists in the YAML (a missing field points at its parent).
+    probe = tuple(loc)
+    while probe:
+        if probe in lines:
+            return lines[probe]
+        probe = probe[:-1]
+    return lines.get(())
+
+
+def _validation_errors(
+    exc: ValidationError, file: str, lines: dict[Path_, int], name: str | None
+) -> list[ManifestError]:
+    out = []
+    for err in exc.errors():
+        # Drop pydantic's internal step names ('function-after[...]') from the path.
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown field (check the spelling; `reconcile schema` lists fields)"
+        out.append(ManifestError(file, _line_for(lines, loc), _field_path(loc), message, name))
+    return out
+
+
+def _read(path: Path) -> bytes:
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path.resolve(), flags)  # resolve(): a symlink to a file is fine
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"not a regular file (mode {stat.filemode(info.st_mode)})")
+        if info.st_size > MAX_FILE_BYTES:
+            raise OSError(f"{info.st_size} bytes is over the {MAX_FILE_BYTES}-byte limit")
+        data = os.read(fd, MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise OSError(f"over the {MAX_FILE_BYTES}-byte limit")
+    return data
+
+
+def load_file(path: Path, result: LoadResult) -> None:
+    file = str(path)
+    try:
+        text = _read(path).decode("utf-8")
+    except (OSError, RuntimeError, UnicodeDecodeError) as exc:
+        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        _broken(result, ManifestError(file, None, None, f"cannot read: {reason}"))
+        return
+    try:
+        values = []
+        for node in yaml.compose_all(text, Loader=yaml.SafeLoader):
+            if node is not None:
+                converter = _Converter()
+                values.append((converter.convert(node), converter.lines, node))
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else None
+        _broken(result, ManifestError(file, line, None, f"invalid YAML: {exc.problem}"))
+        return
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+        _broken(result, ManifestError(file, None, None, f"invalid YAML: {exc}"))
+        return
+    for value, lines, node in values:
+        _load_document(value, lines, node.start_mark.line + 1, file, result)
+
+
+def _broken(result: LoadResult, error: ManifestError) -> None:
+    result.errors.append(error)
+    result.broken_sources.add(error.file)
+
+
+def _load_document(
+    value: Any, lines: dict[Path_, int], line: int, file: str, result: LoadResult
+) -> None:
+    if not isinstance(value, dict):
+        result.errors.append(ManifestError(file, line, None, "a document must be a mapping"))
+        result.broken_sources.add(file)
+        return
+    meta = value.get("metadata")
+    raw_name = meta.get("name") if isinstance(meta, dict) else None
+    name = raw_name if isinstance(raw_name, str) and DNS1123.match(raw_name) else None
+    try:
+        deployment = Deployment.model_validate(value)
+    except ValidationError as exc:
+        errors = _validation_errors(exc, file, lines, name)
+        result.errors.extend(errors)
+        if name is None:
+            result.broken_sources.add(file)  # which deployment it was is unknown
+        else:
+            result.invalid_names.setdefault(name, str(errors[0]))
+        return
+    _add(result, Entry(deployment, file, line, spec_hash(deployment.spec)))
+
+
+def _add(result: LoadResult, entry: Entry) -> None:
+    name = entry.name
+    first = result.entries.get(name)
+    if first is None and name not in result.invalid_names:
+        result.entries[name] = entry
+        return
+    where = f"{first.source}:{first.line}" if first else "an invalid document"
+    message = f"duplicate deployment name {name!r}: also declared in {where}"
+    result.errors.append(ManifestError(entry.source, entry.line, "metadata.name", message, name))
+    if first is not None:
+        del result.entries[name]
+        other = f"duplicate deployment name {name!r}: also declared in {entry.source}:{entry.line}"
+        result.errors.append(ManifestError(first.source, first.line, "metadata.name", other, name))
+    result.invalid_names[name] = message
+
+
+def manifest_files(folder: Path) -> list[Path]:
+    """``*.yaml``/``*.yml`` in one folder (not recursive), skipping hidden and editor temp files."""
+    out = []
+    for child in sorted(folder.iterdir()):
+        if child.name.startswith(".") or not child.name.endswith(SUFFIXES):
+            continue
+        out.append(child)
+    return out
+
+
+def load(folders: Iterable[Path]) -> LoadResult:
+    result = LoadResult()
+    for folder in folders:
+        try:
+            files = manifest_files(folder)
+        except FileNotFoundError:
+            result.missing_folders.append(str(folder))
+            continue
+        except (NotADirectoryError, PermissionError) as exc:
+            result.missing_folders.append(str(folder))
+            result.errors.append(ManifestError(str(folder), None, None, f"cannot list: {exc}"))
+            continue
+        for path in files:
+            result.files.append(str(path))
+            load_file(path, result)
+    return result

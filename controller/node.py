@@ -1,0 +1,103 @@
+"""Node configuration (flags > environment > defaults) and the durable drain flag."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from controller.errors import ConfigError
+from controller.records import write_atomic
+from controller.state import Drain
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    manifests: tuple[Path, ...]
+    state_dir: Path
+    node: str
+    devices: str | None  # a static inventory, or None to discover
+    owner: str
+    allow_empty: bool = False
+    lock_timeout: float = 60.0
+
+
+def default_state_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/reconcile")
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(base) / "reconcile"
+
+
+def resolve(
+    *,
+    manifests: list[str] | None = None,
+    state_dir: str | None = None,
+    node: str | None = None,
+    devices: str | None = None,
+    owner: str | None = None,
+    allow_empty: bool = False,
+    lock_timeout: float = 60.0,
+) -> Config:
+    env = os.environ
+    folders = manifests or _split(env.get("RECONCILE_MANIFESTS")) or ["./manifests"]
+    paths = tuple(Path(f).expanduser().absolute() for f in folders)
+    node_name = node or env.get("RECONCILE_NODE") or socket.gethostname() or "localhost"
+    if "/" in node_name:
+        raise ConfigError(f"node name {node_name!r} may not contain '/'")
+    state = state_dir or env.get("RECONCILE_STATE_DIR")
+    return Config(
+        manifests=paths,
+        state_dir=Path(state).expanduser().absolute() if state else default_state_dir(),
+        node=node_name,
+        devices=devices if devices is not None else env.get("RECONCILE_DEVICES"),
+        owner=owner or ",".join(str(p) for p in paths),
+        allow_empty=allow_empty,
+        lock_timeout=lock_timeout,
+    )
+
+
+def _split(value: str | None) -> list[str]:
+    return [p for p in (value or "").split(os.pathsep) if p]
+
+
+def drain_path(state_dir: Path) -> Path:
+    return state_dir / "drain.json"
+
+
+def read_drain(state_dir: Path) -> Drain | None:
+    try:
+        data = json.loads(drain_path(state_dir).read_text())
+        return Drain(
+            until=datetime.fromisoformat(data["until"]),
+            reason=str(data.get("reason", "")),
+            by=str(data.get("by", "")),
+            evict=bool(data.get("evict", False)),
+        )
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"{drain_path(state_dir)} is unreadable ({exc}): run `reconcile uncordon` to clear it"
+        ) from exc
+
+
+def write_drain(state_dir: Path, drain: Drain) -> None:
+    data = {
+        "until": drain.until.isoformat(),
+        "reason": drain.reason,
+        "by": drain.by,
+        "evict": drain.evict,
+    }
+    write_atomic(drain_path(state_dir), json.dumps(data).encode())
+
+
+def clear_drain(state_dir: Path) -> bool:
+    try:
+        drain_path(state_dir).unlink()
+    except FileNotFoundError:
+        return False
+    return True

@@ -1,0 +1,90 @@
+"""Records + liveness by (pid, start time) + marker scan + probes -> one ``Observed``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from controller.probes import Target, probe_many
+from controller.records import Snapshot
+from controller.runtime import LocalRuntime, listening_ports
+from controller.state import (
+    Drain,
+    ExitInfo,
+    MarkedProcess,
+    Observed,
+    Phase,
+    ProbeResult,
+    Record,
+    RecordView,
+)
+
+
+def observe(
+    snapshot: Snapshot,
+    runtime: LocalRuntime,
+    *,
+    drain: Drain | None = None,
+    probe: bool = True,
+) -> Observed:
+    markers = runtime.scan()
+    views = {name: _view(rec, runtime, markers) for name, rec in snapshot.records.items()}
+    if probe:
+        results = probe_many(_targets(views.values()))
+        for name, result in results.items():
+            views[name] = _with_probe(views[name], result)
+    nonces = {rec.nonce for rec in snapshot.records.values() if rec.nonce}
+    foreign_devices: dict[str, str] = {}
+    foreign_ports: dict[int, str] = {}
+    for problem in snapshot.problems:
+        holder = f"{problem.name} (unreadable record)"
+        foreign_devices.update(dict.fromkeys(problem.devices, holder))
+        foreign_ports.update(dict.fromkeys(problem.ports, holder))
+    own_ports = {
+        p for v in views.values() if v.record.port for p in (v.record.port, *v.record.extra_ports)
+    }
+    return Observed(
+        records=views,
+        foreign_devices=foreign_devices,
+        foreign_ports=foreign_ports,
+        orphans=tuple(m for m in markers if m.nonce not in nonces),
+        listening=listening_ports() - own_ports,
+        drain=drain,
+    )
+
+
+def _view(rec: Record, runtime: LocalRuntime, markers: list[MarkedProcess]) -> RecordView:
+    alive = runtime.alive(rec.ref)
+    exit_info = None
+    if rec.ref is not None and not alive:
+        status = runtime.exit_of(rec.ref)
+        if status is not None:
+            now = datetime.now(UTC)
+            exit_info = ExitInfo(code=status.code, signal=status.signal, at=now)
+    return RecordView(
+        record=rec,
+        alive=alive,
+        maker_alive=rec.ref is None and runtime.alive(rec.reserved_by),
+        exit=exit_info,
+        markers=tuple(m for m in markers if rec.nonce and m.nonce == rec.nonce),
+    )
+
+
+def _targets(views: Iterable[RecordView]) -> dict[str, Target]:
+    targets = {}
+    for view in views:
+        rec = view.record
+        if view.alive and rec.phase is Phase.STARTING and rec.port is not None:
+            targets[rec.name] = Target(rec.host, rec.port, rec.probe)
+    return targets
+
+
+def _with_probe(view: RecordView, result: ProbeResult) -> RecordView:
+    return RecordView(
+        record=view.record,
+        alive=view.alive,
+        maker_alive=view.maker_alive,
+        exit=view.exit,
+        probe=result,
+        markers=view.markers,
+    )

@@ -1,0 +1,155 @@
+"""Pure placement: pick devices and ports from what is free, or say why not.
+
+A :class:`Ledger` is what is held right now (records, reservations, foreign
+listeners); :func:`place` reads it and never mutates it; the planner calls
+:meth:`Ledger.take` for each placement so one plan never hands a thing out twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from controller.inventory import KINDS, Device, Inventory
+from controller.specs import DeploymentSpec
+
+DEFAULT_BASE_PORT = 8000
+MAX_PORT = 65535
+
+
+@dataclass(frozen=True)
+class Placed:
+    devices: tuple[str, ...]
+    port: int
+    extra_ports: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    reason: str
+
+
+@dataclass
+class Ledger:
+    # device key -> [(holder, shareable)]
+    devices: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
+    ports: dict[int, str] = field(default_factory=dict)  # port -> holder
+    listening: frozenset[int] = frozenset()  # ports foreign processes listen on
+
+    def take(
+        self, holder: str, devices: Iterable[str], ports: Iterable[int], shareable: bool
+    ) -> None:
+        for key in devices:
+            self.devices.setdefault(key, []).append((holder, shareable))
+        for port in ports:
+            self.ports[port] = holder
+
+    def free_for(self, key: str, shareable: bool) -> bool:
+        holders = self.devices.get(key, [])
+        # Invariant 1: stacking only when the holder and the newcomer are both shareable.
+        return not holders or (shareable and all(s for _, s in holders))
+
+    def port_taken(self, port: int) -> str | None:
+        if port in self.ports:
+            return f"held by deployment {self.ports[port]}"
+        if port in self.listening:
+            return "in use by another process"
+        return None
+
+
+def _matches(device: Device, candidates: tuple[str, ...] | None) -> bool:
+    return candidates is None or device.id in candidates or device.key in candidates
+
+
+def _device_order(device: Device) -> tuple[int, int, str]:
+    ident = int(device.id) if device.id.isdigit() else 1 << 30
+    return (KINDS.index(device.kind), ident, device.id)
+
+
+def place_devices(
+    spec: DeploymentSpec, inventory: Inventory, ledger: Ledger
+) -> tuple[str, ...] | Unplaced:
+    want = spec.devices
+    if want.count == 0:
+        return ()
+    kinds = KINDS if want.kind == "any" else (want.kind,)
+    usable = sorted(
+        (d for d in inventory.devices if d.kind in kinds and _matches(d, want.candidates)),
+        key=_device_order,
+    )
+    for kind in kinds:
+        free = [d.key for d in usable if d.kind == kind and ledger.free_for(d.key, want.shareable)]
+        if len(free) >= want.count:
+            return tuple(free[: want.count])
+    return Unplaced(_no_capacity(spec, usable, ledger))
+
+
+def _no_capacity(spec: DeploymentSpec, usable: list[Device], ledger: Ledger) -> str:
+    want = spec.devices
+    kind = "" if want.kind == "any" else f"{want.kind} "
+    plural = "device" if want.count == 1 else "devices"
+    free = sum(1 for d in usable if ledger.free_for(d.key, want.shareable))
+    if not usable:
+        where = f" among candidates {list(want.candidates)}" if want.candidates else ""
+        return (
+            f"needs {want.count} {kind}{plural}, the node has none{where}: "
+            "check --devices / RECONCILE_DEVICES or lower devices.count"
+        )
+    holders: dict[str, list[str]] = {}
+    for d in usable:
+        for holder, _ in ledger.devices.get(d.key, []):
+            holders.setdefault(holder, []).append(d.key)
+    held = "; ".join(f"{h} [{','.join(keys)}]" for h, keys in sorted(holders.items()))
+    return (
+        f"no capacity: needs {want.count} {kind}{plural}, {free} free — held by {held}: "
+        "remove a manifest or lower devices.count"
+    )
+
+
+def place_ports(spec: DeploymentSpec, extra: int, ledger: Ledger) -> tuple[int, ...] | Unplaced:
+    if spec.port is not None:
+        why = ledger.port_taken(spec.port)
+        if why:
+            return Unplaced(f"port {spec.port} is {why}: free it or choose another port")
+        chosen = [spec.port]
+        start = spec.port + 1
+    else:
+        chosen = []
+        start = spec.base_port or DEFAULT_BASE_PORT
+    port = start
+    while len(chosen) < 1 + extra and port <= MAX_PORT:
+        if ledger.port_taken(port) is None:
+            chosen.append(port)
+        port += 1
+    if len(chosen) < 1 + extra:
+        return Unplaced(f"no free port from {start} to {MAX_PORT}")
+    return tuple(chosen)
+
+
+def place(
+    spec: DeploymentSpec, inventory: Inventory, ledger: Ledger, extra_ports: int = 0
+) -> Placed | Unplaced:
+    devices = place_devices(spec, inventory, ledger)
+    if isinstance(devices, Unplaced):
+        return devices
+    ports = place_ports(spec, extra_ports, ledger)
+    if isinstance(ports, Unplaced):
+        return ports
+    return Placed(devices, ports[0], ports[1:])
+
+
+def ledger_from(
+    held: Iterable[tuple[str, tuple[str, ...], tuple[int, ...], bool]],
+    foreign_devices: Mapping[str, str],
+    foreign_ports: Mapping[int, str],
+    listening: frozenset[int],
+) -> Ledger:
+    """Build a ledger from (holder, devices, ports, shareable) plus unreadable records."""
+    ledger = Ledger(listening=listening)
+    for holder, devices, ports, shareable in held:
+        ledger.take(holder, devices, ports, shareable)
+    for key, holder in foreign_devices.items():
+        ledger.take(holder, (key,), (), False)
+    for port, holder in foreign_ports.items():
+        ledger.take(holder, (), (port,), False)
+    return ledger

@@ -1,0 +1,251 @@
+"""One pass: load -> observe -> plan -> (lock -> reserve) -> execute -> result.
+
+A pass runs rounds until nothing changes (a replace stops the old engine in one
+round and starts the new one in the next), at most MAX_ROUNDS. The pass lock
+keeps passes on one state dir from overlapping; the placement lock is held only
+for reading and writing records (invariant 7), never across a spawn or a wait.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import structlog
+
+from controller import devices as devices_mod
+from controller.actions import Action, Conflict, Hold, Replace, Start, Stop
+from controller.engines import MODULES, recipe_for
+from controller.events import Journal
+from controller.executor import Executor
+from controller.inventory import Inventory
+from controller.lock import FileLock
+from controller.manifests import LoadResult, ManifestError, load
+from controller.node import Config, read_drain
+from controller.observe import observe
+from controller.placement import Placed, ledger_from, place
+from controller.plan import Desired, plan
+from controller.records import RecordProblem, RecordStore
+from controller.runtime import LocalRuntime, identity, port_bindable
+from controller.state import Observed, Phase, ProcessRef, Record
+
+log = structlog.get_logger("reconcile")
+
+MAX_ROUNDS = 5
+TEARDOWN = (Stop, Replace)
+
+
+@dataclass
+class PassResult:
+    actions: list[Action] = field(default_factory=list)
+    errors: list[ManifestError] = field(default_factory=list)
+    problems: list[RecordProblem] = field(default_factory=list)
+    records: dict[str, Record] = field(default_factory=dict)
+    owner: str = ""
+    names: set[str] = field(default_factory=set)  # deployments the manifests declare
+    prune_blocked: str | None = None
+
+    def ours(self) -> list[Record]:
+        return [r for r in self.records.values() if r.owner == self.owner]
+
+    @property
+    def ok(self) -> bool:
+        """--once's exit status: every manifest valid, nothing Pending or Failed."""
+        if self.errors or self.problems or any(isinstance(a, Conflict) for a in self.actions):
+            return False
+        return not any(r.phase in (Phase.PENDING, Phase.FAILED) for r in self.ours())
+
+    @property
+    def all_ready(self) -> bool:
+        ready = {r.name for r in self.ours() if r.phase is Phase.READY}
+        return self.ok and self.names <= ready
+
+
+class Reconciler:
+    def __init__(self, config: Config, inventory: Inventory | None = None) -> None:
+        self.config = config
+        self.store = RecordStore(config.state_dir)
+        self.inventory = inventory or devices_mod.resolve(config.devices)
+        self.runtime = LocalRuntime(config.state_dir, config.node)
+        self.pass_lock = FileLock(config.state_dir / "pass.lock", what="pass lock")
+        self.placement_lock = FileLock(config.state_dir / "placement.lock", what="placement lock")
+        me = identity_of_self()
+        self.executor = Executor(
+            store=self.store,
+            runtime=self.runtime,
+            journal=Journal(config.state_dir),
+            inventory=self.inventory,
+            owner=config.owner,
+            node=config.node,
+            me=me,
+        )
+
+    # -- inputs ---------------------------------------------------------------------
+
+    def desired(self, loaded: LoadResult) -> Desired:
+        return Desired(
+            owner=self.config.owner,
+            entries=loaded.entries,
+            invalid=loaded.invalid_names,
+            broken_sources=frozenset(loaded.broken_sources),
+            prune=loaded.prune_safe or self.config.allow_empty,
+        )
+
+    def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
+        snapshot = self.store.load()
+        observed = observe(
+            snapshot, self.runtime, drain=read_drain(self.config.state_dir), probe=probe
+        )
+        return observed, snapshot.problems
+
+    def plan(self, desired: Desired, observed: Observed) -> list[Action]:
+        return plan(desired, observed, self.inventory, datetime.now(UTC), extra_ports=extra_ports())
+
+    # -- a pass ---------------------------------------------------------------------------
+
+    def run_pass(self, *, lock_timeout: float | None = None) -> PassResult:
+        loaded = load(self.config.manifests)
+        self.store.ensure()
+        timeout = self.config.lock_timeout if lock_timeout is None else lock_timeout
+        with self.pass_lock.hold(timeout):
+            return self._rounds(loaded)
+
+    def _rounds(self, loaded: LoadResult) -> PassResult:
+        desired = self.desired(loaded)
+        result = PassResult(errors=list(loaded.errors), owner=self.config.owner)
+        result.names = set(loaded.entries)
+        result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
+        problems: list[RecordProblem] = []
+        for _ in range(MAX_ROUNDS):
+            observed, problems = self.observe()
+            actions = self.plan(desired, observed)
+            if not self._execute(actions, observed, result):
+                break
+        result.problems = problems
+        result.records = self.store.load().records
+        return result
+
+    def _execute(self, actions: Sequence[Action], observed: Observed, result: PassResult) -> bool:
+        """Apply one round's actions; True when anything changed (plan again)."""
+        changed = False
+        teardowns = [a for a in actions if isinstance(a, TEARDOWN)]
+        starts = [a for a in actions if isinstance(a, Start)]
+        rest = [a for a in actions if not isinstance(a, (*TEARDOWN, Start))]
+        for action in rest:
+            changed |= self.executor.apply(action)
+            _note(result, action)
+        if teardowns:  # concurrently: one slow grace period must not serialise the rest
+            with ThreadPoolExecutor(max_workers=min(16, len(teardowns))) as pool:
+                changed |= any(pool.map(self.executor.apply, teardowns))
+            for action in teardowns:
+                _note(result, action)
+        if starts:
+            changed |= self._start(starts, observed, result)
+        return changed
+
+    def _start(self, starts: Sequence[Start], observed: Observed, result: PassResult) -> bool:
+        reserved = self._reserve(starts, observed)
+        for start, record in reserved:
+            _note(result, start)
+            if record.phase is Phase.RESERVED:
+                self.executor.spawn(record, start.entry)
+        return bool(reserved)
+
+    def _reserve(self, starts: Sequence[Start], observed: Observed) -> list[tuple[Start, Record]]:
+        """Under the placement lock: re-read records, re-place, write the reservations."""
+        out = []
+        with self.placement_lock.hold(self.config.lock_timeout):
+            fresh = self.store.load()
+            held = [
+                (r.name, r.devices, _ports(r), r.shareable)
+                for r in fresh.records.values()
+                if r.holds
+            ]
+            ledger = ledger_from(
+                held, observed.foreign_devices, observed.foreign_ports, observed.listening
+            )
+            for start in starts:
+                current = fresh.records.get(start.name)
+                if current is not None and current.phase is not Phase.PENDING:
+                    continue  # another pass placed it meanwhile
+                spec = start.entry.deployment.spec
+                placed = place(spec, self.inventory, ledger, extra_ports().get(spec.engine, 0))
+                while isinstance(placed, Placed) and not all(
+                    map(port_bindable, _placed_ports(placed))
+                ):
+                    # /proc/net missed a bound (not yet listening) socket: skip that port.
+                    bad = {p for p in _placed_ports(placed) if not port_bindable(p)}
+                    ledger.listening = ledger.listening | bad
+                    placed = place(spec, self.inventory, ledger, extra_ports().get(spec.engine, 0))
+                if isinstance(placed, Placed):
+                    ports = _placed_ports(placed)
+                    ledger.take(start.name, placed.devices, ports, spec.devices.shareable)
+                    record = self.executor.reservation(
+                        start.entry,
+                        devices=placed.devices,
+                        port=placed.port,
+                        extra_ports=placed.extra_ports,
+                    )
+                else:
+                    record = self.executor.pending(start.entry, placed.reason)
+                self.store.write(record)
+                out.append((start, record))
+        return out
+
+    # -- teardown of a whole manifest set ---------------------------------------------------
+
+    def down(self) -> list[str]:
+        self.store.ensure()
+        with self.pass_lock.hold(self.config.lock_timeout):
+            ours = [r for r in self.store.load().records.values() if r.owner == self.config.owner]
+            stops = [Stop(name=r.name, reason="reconcile down") for r in ours]
+            if stops:
+                with ThreadPoolExecutor(max_workers=min(16, len(stops))) as pool:
+                    list(pool.map(self.executor.apply, stops))
+            return [s.name for s in stops]
+
+
+def identity_of_self() -> ProcessRef:
+    ref = identity(os.getpid())
+    assert ref is not None
+    return ref
+
+
+@functools.cache
+def extra_ports() -> dict[str, int]:
+    return {engine: _extra(engine) for engine in MODULES}
+
+
+def _extra(engine: str) -> int:
+    try:
+        return recipe_for(engine).extra_ports
+    except (ImportError, AttributeError):
+        return 0
+
+
+def _ports(record: Record) -> tuple[int, ...]:
+    return (record.port, *record.extra_ports) if record.port is not None else record.extra_ports
+
+
+def _placed_ports(placed: Placed) -> tuple[int, ...]:
+    return (placed.port, *placed.extra_ports)
+
+
+def _note(result: PassResult, action: Action) -> None:
+    if isinstance(action, Hold | Conflict) and any(
+        a.name == action.name and type(a) is type(action) for a in result.actions
+    ):
+        return
+    result.actions.append(action)
+
+
+def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:
+    if loaded.prune_safe or allow_empty:
+        return None
+    if loaded.missing_folders:
+        return f"manifests folder missing: {', '.join(loaded.missing_folders)}"
+    return "no manifests found"

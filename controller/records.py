@@ -1,0 +1,171 @@
+"""Records: the observed state of each deployment, one JSON file each, and their store.
+
+Records ARE the lease on devices and ports. Writes are atomic and durable
+(tmp -> fsync -> rename -> fsync(dir)); a record that cannot be parsed is moved
+to ``quarantine/`` with the reason, never guessed at.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from controller.errors import RecordError
+from controller.specs import DNS1123
+from controller.state import VERSION, Record
+
+
+@dataclass(frozen=True)
+class RecordProblem:
+    path: str
+    message: str
+    name: str | None = None
+    # Devices and ports a record of an unknown version seems to hold: still leased.
+    devices: tuple[str, ...] = ()
+    ports: tuple[int, ...] = ()
+
+
+@dataclass
+class Snapshot:
+    records: dict[str, Record] = field(default_factory=dict)
+    problems: list[RecordProblem] = field(default_factory=list)
+    # name -> (mtime_ns, size): cheap change detection for the lock's re-read
+    stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def check_name(name: str) -> str:
+    """Invariant 9: only DNS-1123 labels ever become file names in the state dir."""
+    if not DNS1123.match(name) or len(name) > 63:
+        raise RecordError(f"refusing unsafe deployment name {name!r}")
+    return name
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class RecordStore:
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.instances = state_dir / "instances"
+        self.logs = self.instances / "logs"
+        self.quarantine_dir = state_dir / "quarantine"
+
+    def ensure(self) -> None:
+        for folder in (self.state_dir, self.instances, self.logs, self.quarantine_dir):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.state_dir, 0o700)
+
+    def path(self, name: str) -> Path:
+        return self.instances / f"{check_name(name)}.json"
+
+    def log_path(self, name: str) -> Path:
+        return self.logs / f"{check_name(name)}.log"
+
+    def write(self, record: Record) -> None:
+        data = record.model_dump_json(indent=1).encode() + b"\n"
+        write_atomic(self.path(record.name), data)
+
+    def delete(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path(name).unlink()
+            fsync_dir(self.instances)
+
+    def read(self, name: str) -> Record | None:
+        snap = Snapshot()
+        self._read_one(self.path(name), snap)
+        return snap.records.get(name)
+
+    def load(self) -> Snapshot:
+        snap = Snapshot()
+        try:
+            entries = list(os.scandir(self.instances))
+        except FileNotFoundError:
+            return snap
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.name.endswith(".json") and not entry.name.startswith("."):
+                self._read_one(Path(entry.path), snap)
+        return snap
+
+    def _read_one(self, path: Path, snap: Snapshot) -> None:
+        try:
+            info = path.stat()
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return
+        name = path.name.removesuffix(".json")
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            self._quarantine(path, snap, f"not valid JSON: {exc}")
+            return
+        if isinstance(data, dict) and data.get("version") != VERSION:
+            snap.problems.append(_unknown_version(path, name, data))
+            return
+        try:
+            record = Record.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            self._quarantine(path, snap, f"not a valid record: {where}: {first['msg']}")
+            return
+        if record.name != name:
+            self._quarantine(path, snap, f"holds name {record.name!r}, file says {name!r}")
+            return
+        snap.records[name] = record
+        snap.stamps[name] = (info.st_mtime_ns, info.st_size)
+
+    def _quarantine(self, path: Path, snap: Snapshot, reason: str) -> None:
+        """Move a record we cannot trust aside (with the reason beside it), never guess."""
+        self.quarantine_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        target = self.quarantine_dir / f"{path.name}.{stamp}.{os.getpid()}"
+        try:
+            os.replace(path, target)
+            write_atomic(target.with_name(target.name + ".reason"), reason.encode() + b"\n")
+        except FileNotFoundError:
+            return
+        name = path.name.removesuffix(".json")
+        message = f"record moved to {target}: {reason}"
+        snap.problems.append(RecordProblem(str(path), message, name))
+
+
+def _unknown_version(path: Path, name: str, data: Any) -> RecordProblem:
+    version = data.get("version") if isinstance(data, dict) else None
+    devices = data.get("devices") if isinstance(data, dict) else None
+    port = data.get("port") if isinstance(data, dict) else None
+    message = (
+        f"record {path} has version {version!r}; this reconcile understands version "
+        f"{VERSION}. Run the reconcile that wrote it, or stop its engine and move the file away"
+    )
+    held = tuple(d for d in devices if isinstance(d, str)) if isinstance(devices, list) else ()
+    ports = (port,) if isinstance(port, int) else ()
+    return RecordProblem(str(path), message, name, held, ports)

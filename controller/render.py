@@ -1,0 +1,87 @@
+"""Spec + placement -> what to exec: argv, environment, probe, deadline. Pure.
+
+The recipe gives the engine's own argv and probe; the user's spec overrides the
+probe and appends args; the engine environment of DESIGN.md is added last so no
+spec can undo the device fence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controller.engines import Launch, RenderContext, recipe_for
+from controller.inventory import Device, visibility_env
+from controller.specs import Entry, expand
+from controller.state import ProbeConfig
+
+DEFAULT_DEADLINE = 600.0
+
+
+@dataclass(frozen=True)
+class Rendered:
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    probe: ProbeConfig
+    deadline_seconds: float
+    stop_signal: int
+    grace_seconds: float
+
+
+def render(
+    entry: Entry,
+    *,
+    devices: tuple[Device, ...],
+    port: int,
+    extra_ports: tuple[int, ...] = (),
+    runtime_dir: str = "/tmp",
+) -> Rendered:
+    spec = entry.deployment.spec
+    values = {
+        "port": str(port),
+        "host": spec.host,
+        "name": entry.name,
+        "model": spec.model or "",
+        "devices": ",".join(d.id for d in devices),
+    }
+    ctx = RenderContext(
+        name=entry.name,
+        model=spec.model,
+        executable=spec.executable,
+        host=spec.host,
+        port=port,
+        extra_ports=extra_ports,
+        devices=devices,
+        args=tuple(expand(a, values) for a in spec.args),
+        command=tuple(expand(a, values) for a in spec.command or ()),
+        runtime_dir=runtime_dir,
+    )
+    launch = recipe_for(spec.engine).launch(ctx)
+    env = {**launch.env, **spec.env, **visibility_env(devices)}
+    env["PORT"] = str(port)
+    env["RECONCILE_NAME"] = entry.name
+    return Rendered(
+        argv=launch.argv,
+        env=env,
+        probe=_probe(entry, launch),
+        deadline_seconds=_deadline(entry, launch),
+        stop_signal=launch.stop_signal,
+        grace_seconds=spec.stop_grace_period_seconds,
+    )
+
+
+def _probe(entry: Entry, launch: Launch) -> ProbeConfig:
+    readiness = entry.deployment.spec.readiness
+    period = readiness.period_seconds if readiness else 2.0
+    if readiness is not None and readiness.http_get is not None:
+        return ProbeConfig(http=((readiness.http_get.path, None),), period_seconds=period)
+    if readiness is not None and readiness.tcp_socket is not None:
+        return ProbeConfig(tcp=True, period_seconds=period)
+    checks = tuple((c.path, c.contains) for c in launch.readiness.http)
+    return ProbeConfig(http=checks, tcp=launch.readiness.tcp, period_seconds=period)
+
+
+def _deadline(entry: Entry, launch: Launch) -> float:
+    readiness = entry.deployment.spec.readiness
+    if readiness is not None and readiness.deadline_seconds is not None:
+        return readiness.deadline_seconds
+    return launch.deadline_seconds or DEFAULT_DEADLINE

@@ -1,0 +1,265 @@
+"""Process handles: spawn in a new session, identity by (pid, start time), teardown.
+
+This is the seam where another backend could run engines elsewhere; the planner
+and the executor only see :class:`ProcessRef` values and these methods.
+
+Teardown (invariant 10): the stop signal to the engine's process group, the grace
+period, SIGKILL to the group, then SIGKILL to every process still carrying the
+instance's ``RECONCILE_INSTANCE`` marker (a grandchild that left the group), and
+only then does the caller drop the record and with it the devices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from controller.errors import SpawnError
+from controller.state import MarkedProcess, ProcessRef
+
+MARKER = "RECONCILE_INSTANCE"
+STATE_MARKER = "RECONCILE_STATE"
+START_TIME_TOLERANCE = 0.05  # seconds; create_time() is exact to a clock tick
+SWEEP_TIMEOUT = 5.0
+POLL = 0.01
+
+
+@dataclass(frozen=True)
+class Exit:
+    code: int | None
+    signal: int | None
+
+
+def identity(pid: int) -> ProcessRef | None:
+    try:
+        return ProcessRef(pid=pid, start_time=psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+        return None
+
+
+class LocalRuntime:
+    def __init__(self, state_dir: Path, node: str) -> None:
+        self.state_dir = str(state_dir.resolve())
+        self.node = node
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self.exits: dict[int, Exit] = {}
+
+    # -- identity ------------------------------------------------------------
+
+    def alive(self, ref: ProcessRef | None) -> bool:
+        """Invariant 6: alive only if the pid exists AND started when the record says."""
+        if ref is None:
+            return False
+        self._reap(ref.pid)
+        try:
+            proc = psutil.Process(ref.pid)
+            same = abs(proc.create_time() - ref.start_time) <= START_TIME_TOLERANCE
+            return same and proc.status() != psutil.STATUS_ZOMBIE
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False
+
+    def exit_of(self, ref: ProcessRef) -> Exit | None:
+        """The exit status, known only for engines this process spawned."""
+        self._reap(ref.pid)
+        return self.exits.get(ref.pid)
+
+    def _reap(self, pid: int) -> None:
+        child = self._children.get(pid)
+        if child is not None and child.poll() is not None:
+            code = child.returncode
+            self.exits[pid] = Exit(None, -code) if code < 0 else Exit(code, None)
+            del self._children[pid]
+
+    def reap_all(self) -> list[int]:
+        """Collect exited children (the daemon's engines); return their pids."""
+        done = [pid for pid, child in self._children.items() if child.poll() is not None]
+        for pid in done:
+            self._reap(pid)
+        return done
+
+    # -- spawn ---------------------------------------------------------------
+
+    def marker(self, name: str, nonce: str) -> str:
+        return f"{self.node}/{name}/{nonce}"
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        name: str,
+        nonce: str,
+        log_path: Path,
+    ) -> ProcessRef:
+        full_env = dict(env)
+        full_env[MARKER] = self.marker(name, nonce)
+        full_env[STATE_MARKER] = self.state_dir
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            # argv only, never a shell (invariant 10); a new session = a new group.
+            child = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise SpawnError(f"cannot exec {argv[0]!r}: {exc.strerror or exc}") from exc
+        finally:
+            os.close(log_fd)
+        self._children[child.pid] = child
+        ref = identity(child.pid)
+        if ref is None:  # exited before we could look: still report what ran
+            return ProcessRef(pid=child.pid, start_time=time.time())
+        return ref
+
+    # -- markers -------------------------------------------------------------
+
+    def scan(self) -> list[MarkedProcess]:
+        """Every live process of this node and state dir, found by its marker."""
+        prefix = f"{MARKER}={self.node}/".encode()
+        state = f"{STATE_MARKER}={self.state_dir}".encode()
+        out = []
+        for pid, env in _environs(prefix):
+            if state not in env:
+                continue
+            marked = _parse(pid, env, prefix)
+            if marked is not None:
+                out.append(marked)
+        return out
+
+    # -- teardown ------------------------------------------------------------
+
+    def stop(self, ref: ProcessRef | None, nonce: str | None, sig: int, grace: float) -> None:
+        """Stop an instance completely; returns once nothing of it is left."""
+        deadline = time.monotonic() + grace
+        if ref is not None and self.alive(ref):
+            self._signal_group(ref, sig)
+            while self._instance_alive(ref, nonce) and time.monotonic() < deadline:
+                time.sleep(POLL)
+            if self.alive(ref):
+                self._signal_group(ref, signal.SIGKILL)
+        self.sweep(nonce, ref)
+
+    def sweep(self, nonce: str | None, ref: ProcessRef | None = None) -> int:
+        """SIGKILL the group and every marker process of ``nonce``; wait until gone."""
+        if ref is not None:
+            self._signal_group(ref, signal.SIGKILL, leader_alive=False)
+        if nonce is None:
+            return 0
+        killed = 0
+        deadline = time.monotonic() + SWEEP_TIMEOUT
+        while time.monotonic() < deadline:
+            left = [m for m in self.scan() if m.nonce == nonce]
+            if not left:
+                break
+            for m in left:
+                if self.alive(m.ref):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(m.ref.pid, signal.SIGKILL)
+                        killed += 1
+            time.sleep(POLL)
+        return killed
+
+    def kill(self, ref: ProcessRef) -> None:
+        if self.alive(ref):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(ref.pid, signal.SIGKILL)
+
+    def _instance_alive(self, ref: ProcessRef, nonce: str | None) -> bool:
+        if self.alive(ref):
+            return True
+        return nonce is not None and any(m.nonce == nonce for m in self.scan())
+
+    def _signal_group(self, ref: ProcessRef, sig: int, *, leader_alive: bool = True) -> None:
+        if leader_alive and not self.alive(ref):
+            return  # never signal a process whose identity does not match (invariant 6)
+        try:
+            # Engines are session (and group) leaders: pgid == pid. An adopted engine
+            # that moved groups is signalled alone; the marker sweep finds the rest.
+            if leader_alive and os.getpgid(ref.pid) != ref.pid:
+                os.kill(ref.pid, sig)
+            else:
+                os.killpg(ref.pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError as exc:
+            if exc.errno != errno.EPERM:
+                raise
+
+
+def _environs(needle: bytes) -> Iterator[tuple[int, bytes]]:
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        if needle in data:
+            yield int(entry.name), data
+
+
+def _parse(pid: int, env: bytes, prefix: bytes) -> MarkedProcess | None:
+    for item in env.split(b"\0"):
+        if item.startswith(prefix):
+            rest = item[len(prefix) :].decode(errors="replace")
+            name, _, nonce = rest.partition("/")
+            ref = identity(pid)
+            if ref is None or not nonce:
+                return None
+            with contextlib.suppress(psutil.Error):
+                return MarkedProcess(ref, name, nonce, psutil.Process(pid).ppid())
+    return None
+
+
+def listening_ports() -> frozenset[int]:
+    """TCP ports some process listens on, from /proc/net (one read, no bind probes)."""
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            next(f, None)
+            for line in f:
+                fields = line.split()
+                if len(fields) > 3 and fields[3] == "0A":  # LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return frozenset(ports)
+
+
+def port_bindable(port: int) -> bool:
+    """A bind probe on 127.0.0.1 and 0.0.0.0 (and :: where IPv6 exists)."""
+    addresses: list[tuple[socket.AddressFamily, str]] = [
+        (socket.AF_INET, "127.0.0.1"),
+        (socket.AF_INET, "0.0.0.0"),
+    ]
+    if socket.has_ipv6:
+        addresses.append((socket.AF_INET6, "::"))
+    for family, host in addresses:
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # no IPv6 on this host
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False
+        finally:
+            sock.close()
+    return True

@@ -1,0 +1,183 @@
+"""The Deployment manifest as frozen pydantic models (no I/O).
+
+The manifest uses Kubernetes' camelCase; Python code uses snake_case through
+aliases. Unknown fields are errors everywhere (``extra="forbid"``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices)\}")
+
+Engine = Literal["vllm", "llama-cpp", "sglang", "tgi", "ollama", "command"]
+DeviceKind = Literal["nvidia", "amd", "apple", "cpu", "any"]
+RestartPolicy = Literal["Always", "OnFailure", "Never"]
+
+
+def _scalar_to_str(value: Any) -> Any:
+    """YAML reads `8192` as an int; argv and env values are strings, so accept numbers."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+Arg = Annotated[str, BeforeValidator(_scalar_to_str)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        strict=False,
+    )
+
+
+class Metadata(Model):
+    name: str = Field(max_length=63)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _dns1123(self) -> Metadata:
+        if not DNS1123.match(self.name):
+            raise ValueError(
+                f"name {self.name!r} is not a DNS-1123 label: lower-case letters, digits "
+                "and '-', starting and ending with a letter or digit, at most 63 characters"
+            )
+        return self
+
+
+class Devices(Model):
+    count: int = Field(default=0, ge=0, le=64)
+    kind: DeviceKind = "any"
+    candidates: tuple[Arg, ...] | None = None
+    shareable: bool = False
+
+
+class HttpGet(Model):
+    path: str = "/health"
+
+    @model_validator(mode="after")
+    def _absolute(self) -> HttpGet:
+        if not self.path.startswith("/"):
+            raise ValueError(f"httpGet.path {self.path!r} must start with '/'")
+        return self
+
+
+class TcpSocket(Model):
+    pass
+
+
+class Readiness(Model):
+    http_get: HttpGet | None = None
+    tcp_socket: TcpSocket | None = None
+    deadline_seconds: float | None = Field(default=None, gt=0, le=7 * 86400)
+    period_seconds: float = Field(default=2.0, ge=0.1, le=3600)
+
+    @model_validator(mode="after")
+    def _one_probe(self) -> Readiness:
+        if self.http_get is not None and self.tcp_socket is not None:
+            raise ValueError("readiness takes httpGet or tcpSocket, not both")
+        return self
+
+
+class DeploymentSpec(Model):
+    engine: Engine
+    model: str | None = None
+    executable: str | None = None
+    command: tuple[Arg, ...] | None = None
+    args: tuple[Arg, ...] = ()
+    env: dict[str, Arg] = Field(default_factory=dict)
+    devices: Devices = Devices()
+    host: str = "127.0.0.1"
+    port: Port | None = None
+    base_port: Port | None = None
+    readiness: Readiness | None = None
+    restart_policy: RestartPolicy = "Always"
+    stop_grace_period_seconds: float = Field(default=30.0, ge=0, le=3600)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> DeploymentSpec:
+        if self.port is not None and self.base_port is not None:
+            raise ValueError("set port (exact) or basePort (scan upward), not both")
+        if self.engine == "command" and not self.command:
+            raise ValueError("engine 'command' needs spec.command: an argv list, never a shell")
+        if self.engine != "command" and self.command:
+            raise ValueError(f"spec.command is only for engine 'command', not {self.engine!r}")
+        for key in self.env:
+            if not ENV_NAME.match(key):
+                raise ValueError(f"env name {key!r} is not a valid environment variable name")
+        return self
+
+
+class Deployment(Model):
+    api_version: Literal["reconcile/v1"]
+    kind: Literal["Deployment"]
+    metadata: Metadata
+    spec: DeploymentSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A valid deployment as loaded: where it came from and its spec hash."""
+
+    deployment: Deployment
+    source: str
+    line: int
+    hash: str
+
+    @property
+    def name(self) -> str:
+        return self.deployment.name
+
+
+def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
+    """The spec as the manifest spells it (camelCase), defaults included."""
+    return spec.model_dump(mode="json", by_alias=True)
+
+
+def spec_hash(spec: DeploymentSpec) -> str:
+    """Identity of what runs: labels and metadata never restart an engine."""
+    canonical = json.dumps(spec_document(spec), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def changed_fields(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted paths whose values differ between two spec documents."""
+    out: list[str] = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        path = f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.extend(changed_fields(a, b, path + "."))
+        elif a != b:
+            out.append(path)
+    return out
+
+
+def expand(template: str, values: dict[str, str]) -> str:
+    """Replace the known ``{placeholders}``; leave any other braces alone (JSON args)."""
+    return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Deployment.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "reconcile Deployment"
+    return schema

@@ -1,0 +1,154 @@
+"""Pure state values: records, process identities, and one pass's observations.
+
+No I/O here: the planner imports these. The record store lives in
+:mod:`controller.records`, the observing in :mod:`controller.observe`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+VERSION = 1
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    RESERVED = "Reserved"
+    STARTING = "Starting"
+    READY = "Ready"
+    BACKOFF = "BackOff"
+    FAILED = "Failed"
+    SUCCEEDED = "Succeeded"
+    TERMINATING = "Terminating"
+
+    @property
+    def holds_resources(self) -> bool:
+        """Pending, Failed and Succeeded records hold no device and no port."""
+        return self not in (Phase.PENDING, Phase.FAILED, Phase.SUCCEEDED)
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ProcessRef(Frozen):
+    """A process identity: pid alone lies after pid reuse, (pid, start time) does not."""
+
+    pid: int
+    start_time: float
+
+
+class ExitInfo(Frozen):
+    code: int | None = None
+    signal: int | None = None
+    at: datetime
+    reason: str = ""
+
+    def __str__(self) -> str:
+        if self.signal is not None:
+            return f"killed by signal {self.signal}"
+        if self.code is not None:
+            return f"exited with code {self.code}"
+        return "exited (code unknown: not our child)"
+
+
+class ProbeConfig(Frozen):
+    """The readiness checks, kept in the record so any later pass can probe."""
+
+    http: tuple[tuple[str, str | None], ...] = ()  # (path, body must contain)
+    tcp: bool = False
+    period_seconds: float = 2.0
+
+
+class Record(Frozen):
+    version: int = VERSION
+    name: str
+    owner: str
+    source: str = ""
+    spec_hash: str = ""
+    spec: dict[str, Any] = {}
+    spec_valid: bool = True
+    node: str
+    engine: str = ""
+    nonce: str | None = None
+    ref: ProcessRef | None = None
+    reserved_by: ProcessRef | None = None
+    host: str = "127.0.0.1"
+    port: int | None = None
+    extra_ports: tuple[int, ...] = ()
+    devices: tuple[str, ...] = ()
+    shareable: bool = False
+    device_uuids: tuple[str | None, ...] = ()
+    phase: Phase = Phase.PENDING
+    probe: ProbeConfig = ProbeConfig()
+    stop_signal: int = 15
+    grace_seconds: float = 30.0
+    restart_policy: str = "Always"
+    reserved_at: datetime | None = None
+    started_at: datetime | None = None
+    ready_deadline_at: datetime | None = None
+    ready_at: datetime | None = None
+    restarts: int = 0
+    backoff_until: datetime | None = None
+    last_exit: ExitInfo | None = None
+    revision: str | None = None
+    message: str = ""
+
+    @property
+    def holds(self) -> bool:
+        return self.phase.holds_resources
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    ready: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class MarkedProcess:
+    """A live process carrying an instance marker ``<node>/<name>/<nonce>``."""
+
+    ref: ProcessRef
+    name: str
+    nonce: str
+    ppid: int
+
+
+@dataclass(frozen=True)
+class RecordView:
+    """A record plus what this pass saw of its processes."""
+
+    record: Record
+    alive: bool = False  # the engine (ref) is alive with the recorded identity
+    maker_alive: bool = False  # the reservation's maker still runs
+    exit: ExitInfo | None = None  # how the engine ended, when it was our child
+    probe: ProbeResult | None = None
+    markers: tuple[MarkedProcess, ...] = ()  # live processes carrying this record's nonce
+
+
+@dataclass(frozen=True)
+class Drain:
+    until: datetime
+    reason: str = ""
+    by: str = ""
+    evict: bool = False
+
+    def active(self, now: datetime) -> bool:
+        return now < self.until
+
+
+@dataclass(frozen=True)
+class Observed:
+    records: dict[str, RecordView] = field(default_factory=dict)
+    # Devices and ports held by records this reconcile cannot read (unknown version).
+    foreign_devices: dict[str, str] = field(default_factory=dict)  # device -> holder
+    foreign_ports: dict[int, str] = field(default_factory=dict)
+    orphans: tuple[MarkedProcess, ...] = ()  # marker processes matching no record
+    listening: frozenset[int] = frozenset()  # ports foreign processes listen on
+    drain: Drain | None = None
