@@ -261,7 +261,7 @@ class Executor:
         rec = self.store.read(action.name)
         if rec is None:
             return False
-        message = "" if action.valid else f"spec invalid (engine left running): {action.reason}"
+        message = "" if action.valid else action.reason
         self.store.write(rec.model_copy(update={"spec_valid": action.valid, "message": message}))
         self.event(action.name, action.verb, action.reason, "valid" if action.valid else "invalid")
         return True

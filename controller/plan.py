@@ -152,8 +152,9 @@ class _Planner:
         if error is None and rec.source in self.desired.broken_sources:
             error = f"{rec.source} could not be loaded"
         if error is not None:  # invariant 4: keep it running, say why
-            if rec.spec_valid or rec.message != error:
-                yield MarkSpec(name=rec.name, reason=error, valid=False)
+            message = f"spec invalid (engine left running): {error}"
+            if rec.spec_valid or rec.message != message:
+                yield MarkSpec(name=rec.name, reason=message, valid=False)
             return
         if not self.desired.prune:
             return  # invariant 5: an empty or missing folder prunes nothing
