@@ -117,3 +117,46 @@ def _amd_smi() -> list[Device]:
         if isinstance(gpu, int):
             out.append(Device(kind="amd", id=str(gpu), uuid=item.get("uuid") or None))
     return out
+
+
+def gpu_pids(uuids: tuple[str, ...]) -> set[int] | None:
+    """Pids holding memory on these NVIDIA GPUs (NVML), or None where NVML is missing."""
+    try:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        pids: set[int] = set()
+        for uuid in uuids:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                pids.add(int(proc.pid))
+        return pids
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def wait_gpu_release(uuids: tuple[str, ...], pids: set[int], timeout: float = 15.0) -> bool:
+    """Wait (bounded) until none of ``pids`` holds memory on the GPUs; True when free.
+
+    The driver frees an exited process's memory asynchronously: releasing the lease
+    before that would let the next engine start on a GPU that is still full.
+    """
+    import time
+
+    if not uuids or not pids:
+        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        holding = gpu_pids(uuids)
+        if holding is None or not holding & pids:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)

@@ -28,6 +28,7 @@ from controller.actions import (
     Restart,
     Stop,
 )
+from controller.devices import wait_gpu_release
 from controller.errors import ReconcileError, SpawnError
 from controller.events import Journal
 from controller.inventory import Device, Inventory
@@ -190,6 +191,16 @@ class Executor:
         )
         return True
 
+    def teardown(self, rec: Record) -> None:
+        """Stop every process of the instance; on NVML hosts, wait for its GPU memory."""
+        uuids = tuple(u for u in rec.device_uuids if u)
+        pids = {m.ref.pid for m in self.runtime.scan() if m.nonce == rec.nonce} if uuids else set()
+        if rec.ref is not None:
+            pids.add(rec.ref.pid)
+        self.runtime.stop(rec.ref, rec.nonce, rec.stop_signal, rec.grace_seconds)
+        if uuids and not wait_gpu_release(uuids, pids):
+            log.warning("gpu memory still held", deployment=rec.name, devices=list(rec.devices))
+
     # -- handlers, one per action type ------------------------------------------------
 
     def _restart(self, action: Restart) -> bool:
@@ -217,7 +228,7 @@ class Executor:
             return False
         terminating = rec.model_copy(update={"phase": Phase.TERMINATING, "message": action.reason})
         self.store.write(terminating)
-        self.runtime.stop(rec.ref, rec.nonce, rec.stop_signal, rec.grace_seconds)
+        self.teardown(rec)
         self.store.delete(action.name)
         self.event(action.name, action.verb, action.reason, "stopped; record dropped")
         return True
@@ -228,10 +239,7 @@ class Executor:
         rec = self.store.read(action.name)
         if rec is None:
             return False
-        if self.runtime.alive(rec.ref):
-            self.runtime.stop(rec.ref, rec.nonce, rec.stop_signal, rec.grace_seconds)
-        else:
-            self.runtime.sweep(rec.nonce, rec.ref)
+        self.teardown(rec)
         update: dict[str, Any] = {
             "phase": action.phase,
             "backoff_until": action.retry_at,
