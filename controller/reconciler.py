@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import structlog
 
 from controller import devices as devices_mod
-from controller.actions import Action, Conflict, Hold, Replace, Start, Stop
+from controller.actions import Action, Conflict, Fail, Hold, Replace, Start, Stop
 from controller.engines import MODULES, recipe_for
 from controller.events import Journal
 from controller.executor import Executor
@@ -36,7 +36,8 @@ from controller.state import Observed, Phase, ProcessRef, Record
 log = structlog.get_logger("reconcile")
 
 MAX_ROUNDS = 5
-TEARDOWN = (Stop, Replace)
+# Actions that may wait out a grace period: run them concurrently.
+TEARDOWN = (Stop, Replace, Fail)
 
 
 @dataclass
