@@ -1,0 +1,94 @@
+"""Device inventory: static lists, discovery fallbacks, visibility variables."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from controller import devices
+from controller.errors import ConfigError
+from controller.inventory import Device, parse_static, visibility_env
+
+
+@pytest.mark.parametrize(
+    ("text", "keys"),
+    [
+        pytest.param("nvidia:0,nvidia:1", ("nvidia:0", "nvidia:1"), id="two-nvidia"),
+        pytest.param(" amd:0 , cpu:0 ", ("amd:0", "cpu:0"), id="spaces-mixed"),
+        pytest.param("", (), id="empty"),
+        pytest.param("none", (), id="none"),
+    ],
+)
+def test_static_inventory(text: str, keys: tuple[str, ...]) -> None:
+    assert parse_static(text).keys() == keys
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("gpu0", id="no-kind"),
+        pytest.param("tpu:0", id="unknown-kind"),
+        pytest.param("nvidia:", id="no-id"),
+        pytest.param("nvidia:0,nvidia:0", id="duplicate"),
+    ],
+)
+def test_static_inventory_errors_say_how(text: str) -> None:
+    with pytest.raises(ConfigError, match="nvidia|twice"):
+        parse_static(text)
+
+
+def test_nvidia_visibility_prefers_uuid_and_bus_order() -> None:
+    env = visibility_env(
+        [Device(kind="nvidia", id="1", uuid="GPU-abc"), Device(kind="nvidia", id="3")]
+    )
+    assert env == {"CUDA_VISIBLE_DEVICES": "GPU-abc,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def test_amd_visibility_never_mixes_cuda() -> None:
+    env = visibility_env([Device(kind="amd", id="0"), Device(kind="amd", id="2")])
+    assert env == {"HIP_VISIBLE_DEVICES": "0,2", "ROCR_VISIBLE_DEVICES": "0,2"}
+
+
+def test_no_devices_hides_every_gpu() -> None:
+    assert visibility_env([]) == {"CUDA_VISIBLE_DEVICES": ""}
+    assert visibility_env([Device(kind="cpu", id="0")]) == {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def test_discovery_degrades_to_none_without_gpus(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # This box has no NVIDIA driver: NVML (nvidia-ml-py is in the test extra) raises
+    # NVMLError, nvidia-smi and amd-smi are missing -> no devices, no exception.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    inventory = devices.discover()
+    assert inventory.devices == ()
+    assert inventory.source == "none"
+
+
+def test_nvml_missing_library_is_no_devices() -> None:
+    pytest.importorskip("pynvml")
+    assert devices._nvml() == []  # the real NVMLError path: libnvidia-ml is absent here
+
+
+def test_nvidia_smi_output_is_parsed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A real executable named nvidia-smi on PATH, printing what the real one prints.
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "echo '0, GPU-11111111-2222, NVIDIA H200, 143771, 143000'\n"
+        "echo '1, GPU-33333333-4444, NVIDIA H200, 143771, 100'\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    inventory = devices.discover()
+    assert inventory.source == "nvidia-smi"
+    assert [d.key for d in inventory.devices] == ["nvidia:0", "nvidia:1"]
+    assert inventory.devices[0].uuid == "GPU-11111111-2222"
+    assert inventory.devices[1].memory_free_mb == 100
+
+
+def test_gpu_release_wait_is_immediate_without_nvml() -> None:
+    assert devices.wait_gpu_release(("GPU-x",), {os.getpid()}, timeout=5) is True
