@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from controller import failpoints
 from controller.records import check_name, write_atomic
 
 MAX_BYTES = 64 * 1024  # past this the oldest half is dropped
@@ -32,6 +33,7 @@ class Journal:
             **extra,
         }
         line = (json.dumps(event, default=str) + "\n").encode()
+        failpoints.hit("events.append.before_write")
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = self.path(name)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

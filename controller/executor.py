@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from controller import failpoints
 from controller.actions import (
     Action,
     Adopt,
@@ -154,6 +155,7 @@ class Executor:
         _log_marker(
             log_path, f"{verb} {entry.name} instance {record.nonce}: {' '.join(rendered.argv)}"
         )
+        failpoints.hit("executor.spawn.before_exec")
         try:
             ref = self.runtime.spawn(
                 rendered.argv,
@@ -174,6 +176,7 @@ class Executor:
             self.store.write(failed)
             self.event(entry.name, verb, "spawn", "failed", error=str(exc))
             return True
+        failpoints.hit("executor.spawn.before_record")
         now = self.now()
         started = record.model_copy(
             update={
@@ -185,6 +188,7 @@ class Executor:
             }
         )
         self.store.write(started)
+        failpoints.hit("executor.spawn.after_record")
         devices = ",".join(record.devices) or "none"
         self.event(
             entry.name, verb, f"devices {devices} port {record.port}", f"spawned pid {ref.pid}"
@@ -208,6 +212,7 @@ class Executor:
         if rec is None:
             return False
         self.runtime.sweep(rec.nonce, rec.ref if rec.ref else None)
+        failpoints.hit("executor.restart.after_sweep")
         fresh = rec.model_copy(
             update={
                 "nonce": secrets.token_hex(8),
@@ -228,8 +233,10 @@ class Executor:
             return False
         terminating = rec.model_copy(update={"phase": Phase.TERMINATING, "message": action.reason})
         self.store.write(terminating)
+        failpoints.hit("executor.stop.after_terminating")
         self.teardown(rec)
         self.store.delete(action.name)
+        failpoints.hit("executor.stop.after_delete")
         self.event(action.name, action.verb, action.reason, "stopped; record dropped")
         return True
 
@@ -250,6 +257,7 @@ class Executor:
             update["last_exit"] = action.exit
         if not action.phase.holds_resources:  # Failed/Succeeded release their lease
             update.update(devices=(), device_uuids=(), port=None, extra_ports=())
+        failpoints.hit("executor.fail.before_write")
         self.store.write(rec.model_copy(update=update))
         self.event(action.name, action.verb, action.reason, str(action.phase))
         return True
@@ -283,12 +291,14 @@ class Executor:
             "phase": Phase.STARTING,
             "started_at": rec.started_at or self.now(),
         }
+        failpoints.hit("executor.adopt.before_write")
         self.store.write(rec.model_copy(update=update))
         self.event(action.name, action.verb, action.reason, f"adopted pid {action.ref.pid}")
         return True
 
     def _release(self, action: Release) -> bool:
         self.runtime.sweep(action.nonce)
+        failpoints.hit("executor.release.before_delete")
         self.store.delete(action.name)
         self.event(action.name, action.verb, action.reason, "record dropped")
         return True

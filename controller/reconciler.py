@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 import structlog
 
 from controller import devices as devices_mod
+from controller import failpoints
 from controller.actions import Action, Conflict, Fail, Hold, Replace, Start, Stop
 from controller.engines import MODULES, recipe_for
 from controller.events import Journal
@@ -113,6 +114,7 @@ class Reconciler:
         self.store.ensure()
         timeout = self.config.lock_timeout if lock_timeout is None else lock_timeout
         with self.pass_lock.hold(timeout):
+            failpoints.hit("reconciler.pass.locked")
             return self._rounds(loaded)
 
     def _rounds(self, loaded: LoadResult) -> PassResult:
@@ -194,7 +196,9 @@ class Reconciler:
                 else:
                     record = self.executor.pending(start.entry, placed.reason)
                 self.store.write(record)
+                failpoints.hit("reconciler.reserve.after_write")
                 out.append((start, record))
+            failpoints.hit("reconciler.reserve.before_release")
         return out
 
     # -- teardown of a whole manifest set ---------------------------------------------------

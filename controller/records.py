@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from controller import failpoints
 from controller.errors import RecordError
 from controller.specs import DNS1123
 from controller.state import VERSION, Record
@@ -56,11 +57,13 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     finally:
         os.close(fd)
     try:
+        failpoints.hit("records.write.before_rename")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+    failpoints.hit("records.write.before_dir_fsync")
     fsync_dir(path.parent)
 
 
@@ -97,6 +100,7 @@ class RecordStore:
     def delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.path(name).unlink()
+            failpoints.hit("records.delete.after_unlink")
             fsync_dir(self.instances)
 
     def read(self, name: str) -> Record | None:

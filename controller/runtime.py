@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from controller import failpoints
 from controller.errors import SpawnError
 from controller.state import MarkedProcess, ProcessRef
 
@@ -148,6 +149,7 @@ class LocalRuntime:
         deadline = time.monotonic() + grace
         if ref is not None and self.alive(ref):
             self._signal_group(ref, sig)
+            failpoints.hit("runtime.stop.after_signal")
             while self._instance_alive(ref, nonce) and time.monotonic() < deadline:
                 time.sleep(POLL)
             if self.alive(ref):
