@@ -1,0 +1,364 @@
+"""Shared fixtures: the real `reconcile` CLI in a subprocess, on a node of its own.
+
+``reconcile`` gives each test a :class:`Reconcile`: a tmp state dir, a tmp manifests
+folder, a unique ``--node`` name, a static ``--devices`` inventory and a block of free
+ports. Every engine a pass spawns carries ``RECONCILE_INSTANCE=<node>/<name>/<nonce>``;
+at teardown the fixture kills every live process carrying ``<node>/`` and FAILS the test
+if there was any: a test must leave nothing running (end it with ``reconcile.down()``).
+
+Helper processes a test starts itself (a foreign listener, a daemon) go through
+:meth:`Reconcile.spawn` / :meth:`Reconcile.popen`, which kill them at teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, settings
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+MARKER = "RECONCILE_INSTANCE"
+CLI_TIMEOUT = 60.0
+
+# The machine is noisy (2 cores, other suites running): no per-example deadlines.
+settings.register_profile("reconcile", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reconcile"))
+
+
+# -- processes -----------------------------------------------------------------------------
+
+
+def proc_state(pid: int) -> str | None:
+    """The one-letter state from /proc/<pid>/stat (None when the pid is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[0]
+
+
+def alive(pid: int) -> bool:
+    """A live process (a zombie is not one)."""
+    state = proc_state(pid)
+    return state is not None and state not in ("Z", "X")
+
+
+def environ(pid: int) -> dict[str, str]:
+    """A live process's environment, from /proc/<pid>/environ."""
+    data = Path(f"/proc/{pid}/environ").read_bytes()
+    pairs = (item.split(b"=", 1) for item in data.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def marked_pids(prefix: str) -> set[int]:
+    """Live processes whose RECONCILE_INSTANCE starts with ``prefix`` (``<node>/...``)."""
+    needle = f"{MARKER}={prefix}".encode()
+    found: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            data = Path(entry.path, "environ").read_bytes()
+        except OSError:
+            continue
+        if any(item.startswith(needle) for item in data.split(b"\0")) and alive(int(entry.name)):
+            found.add(int(entry.name))
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return "?"
+
+
+def kill_marked(prefix: str, timeout: float = 10.0) -> dict[int, str]:
+    """SIGKILL every process marked ``prefix`` until none is left; returns what was found."""
+    found: dict[int, str] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = marked_pids(prefix)
+        if not pids:
+            break
+        for pid in pids:
+            found.setdefault(pid, cmdline(pid))
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    return found
+
+
+def wait_gone(pid: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pid {pid} ({cmdline(pid)}) still alive after {timeout}s")
+        time.sleep(0.02)
+
+
+def wait_for(predicate: Any, timeout: float = 15.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy (no timed assert: a generous cap)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what} after {timeout}s")
+        time.sleep(0.05)
+
+
+# -- ports ---------------------------------------------------------------------------------
+
+
+def bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count: int = 16) -> int:
+    """The first port of ``count`` consecutive free ports outside the ephemeral range."""
+    rng = random.Random(uuid.uuid4().int)
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - count)
+        if all(bindable(p) for p in range(base, base + count)):
+            return base
+    raise RuntimeError("no block of free ports found")
+
+
+def listen(port: int, host: str = "127.0.0.1") -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen()
+    return sock
+
+
+# -- manifests -----------------------------------------------------------------------------
+
+
+def demo_command(**extra: str) -> list[str]:
+    """The stand-in engine (``/health``) as an argv, with the test's own interpreter."""
+    argv = [PYTHON, "-m", "controller.demo.engine", "--port", "{port}", "--model", "{name}"]
+    for key, value in extra.items():
+        argv += [f"--{key.replace('_', '-')}", value]
+    return argv
+
+
+def deployment(name: str, **spec: Any) -> dict[str, Any]:
+    """A Deployment document: the demo engine, fast probes, a short grace period."""
+    body: dict[str, Any] = {
+        "engine": "command",
+        "command": demo_command(),
+        "readiness": {"httpGet": {"path": "/health"}, "deadlineSeconds": 30, "periodSeconds": 0.2},
+        "stopGracePeriodSeconds": 2,
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "reconcile/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def dump_yaml(*docs: Mapping[str, Any]) -> str:
+    return yaml.safe_dump_all([dict(d) for d in docs], sort_keys=False)
+
+
+# -- the CLI -------------------------------------------------------------------------------
+
+
+class Result:
+    """A finished CLI call; ``str()`` shows everything an assertion message needs."""
+
+    def __init__(self, args: Sequence[str], proc: subprocess.CompletedProcess[str]) -> None:
+        self.args = list(args)
+        self.code = proc.returncode
+        self.out = proc.stdout
+        self.err = proc.stderr
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+    def __str__(self) -> str:
+        return (
+            f"reconcile {' '.join(self.args)} -> exit {self.code}\n"
+            f"--- stdout\n{self.out[-4000:]}\n--- stderr\n{self.err[-4000:]}"
+        )
+
+
+class Reconcile:
+    """The real CLI on a node of its own. ``reconcile("plan")`` runs a verb."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.node = f"t-{uuid.uuid4().hex[:12]}"
+        self.state = tmp / "state"
+        self.manifests = tmp / "manifests"
+        self.manifests.mkdir()
+        self.devices = "nvidia:0,nvidia:1"
+        self.port = free_ports()
+        self.env: dict[str, str] = {
+            k: v for k, v in os.environ.items() if not k.startswith("RECONCILE_")
+        }
+        self._helpers: list[subprocess.Popen[bytes]] = []
+
+    # -- running the CLI ---------------------------------------------------------
+
+    def argv(self, *args: str, common: bool = True) -> list[str]:
+        """``python -m controller ARGS`` plus the node's options (after the verb)."""
+        argv = [PYTHON, "-m", "controller", *args]
+        if common:
+            argv += ["--state-dir", str(self.state), "--node", self.node]
+            argv += ["--devices", self.devices]
+            if not any(a in ("-f", "--manifests") for a in args):
+                argv += ["-f", str(self.manifests)]
+        return argv
+
+    def __call__(
+        self,
+        *args: str,
+        check: int | None = None,
+        common: bool = True,
+        timeout: float = CLI_TIMEOUT,
+        env: Mapping[str, str] | None = None,
+    ) -> Result:
+        """Run one CLI call; ``check`` asserts its exit code."""
+        proc = subprocess.run(
+            self.argv(*args, common=common),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.tmp,
+            env={**self.env, **(env or {})},
+            stdin=subprocess.DEVNULL,
+        )
+        result = Result(args, proc)
+        if check is not None:
+            assert result.code == check, str(result)
+        return result
+
+    def once(self, *args: str, check: int | None = 0) -> Result:
+        return self("--once", *args, check=check)
+
+    def converge(self, *args: str, timeout: str = "30s") -> Result:
+        return self("--once", "--wait", "--timeout", timeout, *args, check=0)
+
+    def down(self, *args: str) -> Result:
+        return self("down", *args, check=0)
+
+    def popen(self, *args: str, **kwargs: Any) -> subprocess.Popen[bytes]:
+        """The CLI in the background (the daemon); killed at teardown."""
+        return self.spawn(self.argv(*args), **kwargs)
+
+    def spawn(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        """Any helper process (a foreign listener...); killed and reaped at teardown."""
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        kwargs.setdefault("stdout", subprocess.DEVNULL)
+        kwargs.setdefault("stderr", subprocess.DEVNULL)
+        kwargs.setdefault("cwd", self.tmp)
+        kwargs.setdefault("env", self.env)
+        proc = subprocess.Popen(list(argv), **kwargs)
+        self._helpers.append(proc)
+        return proc
+
+    # -- manifests ---------------------------------------------------------------
+
+    def write(self, name: str, *, folder: Path | None = None, **spec: Any) -> Path:
+        """Write ``<folder>/<name>.yaml`` holding one demo Deployment (``spec`` overrides)."""
+        spec.setdefault("basePort", self.port)
+        return self.write_text(f"{name}.yaml", dump_yaml(deployment(name, **spec)), folder=folder)
+
+    def write_text(self, file: str, text: str, *, folder: Path | None = None) -> Path:
+        path = (folder or self.manifests) / file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    # -- looking ----------------------------------------------------------------------
+
+    def status(self, *names: str) -> dict[str, dict[str, Any]]:
+        items = self("status", *names, "-o", "json", check=0).json()
+        assert isinstance(items, list), items
+        return {item["name"]: item for item in items}
+
+    def record_path(self, name: str) -> Path:
+        return self.state / "instances" / f"{name}.json"
+
+    def record(self, name: str) -> dict[str, Any] | None:
+        try:
+            data: dict[str, Any] = json.loads(self.record_path(name).read_text())
+        except FileNotFoundError:
+            return None
+        return data
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        try:
+            lines = (self.state / "events" / f"{name}.jsonl").read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def pids(self, name: str | None = None) -> set[int]:
+        """Live processes carrying this node's marker (of one deployment, if named)."""
+        return marked_pids(f"{self.node}/{name}/" if name else f"{self.node}/")
+
+    # -- helpers, reachable through the fixture ----------------------------------------
+
+    alive = staticmethod(alive)
+    environ = staticmethod(environ)
+    cmdline = staticmethod(cmdline)
+    wait_gone = staticmethod(wait_gone)
+    wait_for = staticmethod(wait_for)
+    listen = staticmethod(listen)
+    bindable = staticmethod(bindable)
+    deployment = staticmethod(deployment)
+    dump_yaml = staticmethod(dump_yaml)
+    demo_command = staticmethod(demo_command)
+
+    # -- teardown -----------------------------------------------------------------
+
+    def _teardown(self) -> dict[int, str]:
+        leftovers = kill_marked(f"{self.node}/")
+        for proc in self._helpers:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+            proc.wait(timeout=10)
+        return leftovers
+
+
+@pytest.fixture
+def reconcile(tmp_path: Path) -> Iterator[Reconcile]:
+    """The real CLI with its own state dir, manifests folder, node, devices and ports.
+
+    Teardown kills every process carrying this node's marker and fails the test if
+    any was still running: end a test with ``reconcile.down()``.
+    """
+    rc = Reconcile(tmp_path)
+    yield rc
+    leftovers = rc._teardown()
+    if leftovers:
+        shown = "\n".join(f"  pid {pid}: {cmd}" for pid, cmd in sorted(leftovers.items()))
+        pytest.fail(f"engines of node {rc.node} were left running (now killed):\n{shown}")
