@@ -143,7 +143,8 @@ class Reconciler:
             _note(result, action)
         if teardowns:  # concurrently: one slow grace period must not serialise the rest
             with ThreadPoolExecutor(max_workers=min(16, len(teardowns))) as pool:
-                changed |= any(pool.map(self.executor.apply, teardowns))
+                # list() first: any() would stop early and drop a later teardown's error
+                changed |= any(list(pool.map(self.executor.apply, teardowns)))
             for action in teardowns:
                 _note(result, action)
         if starts:
