@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import threading
 
 ENV = "RECONCILE_FAILPOINTS"
 LOG_ENV = "RECONCILE_FAILPOINTS_LOG"
@@ -60,6 +61,7 @@ def _parse(value: str) -> dict[str, tuple[str, int]]:
 
 _ARMED = _parse(os.environ.get(ENV, ""))
 _hits: dict[str, int] = {}
+_lock = threading.Lock()
 
 
 def hit(name: str) -> None:
@@ -73,8 +75,9 @@ def _maybe_fire(name: str) -> None:
     if armed is None:
         return
     action, nth = armed
-    _hits[name] = _hits.get(name, 0) + 1
-    if _hits[name] != nth:
+    with _lock:  # teardowns run in threads: each point fires once
+        _hits[name] = count = _hits.get(name, 0) + 1
+    if count != nth:
         return
     _note(name, action)
     if action == "kill":
