@@ -1,0 +1,224 @@
+"""Builders and Hypothesis strategies for the pure core: specs, records, inventories.
+
+The builders (``entry``, ``record``, ``view``, ``observed``) make planner inputs in
+one line; the strategies (``scenarios``) make random but coherent ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import strategies as st
+
+from controller.inventory import KINDS, Device, Inventory
+from controller.plan import Desired
+from controller.specs import Deployment, Entry, spec_document, spec_hash
+from controller.state import (
+    MarkedProcess,
+    Observed,
+    Phase,
+    ProbeResult,
+    ProcessRef,
+    Record,
+    RecordView,
+)
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+OWNER = "/srv/manifests"
+OTHER = "/srv/other-manifests"
+SOURCE = "/srv/manifests/models.yaml"
+NODE = "gpu-a"
+
+
+# -- builders --------------------------------------------------------------------------
+
+
+def inventory(*keys: str) -> Inventory:
+    devices = []
+    for key in keys:
+        kind, _, ident = key.partition(":")
+        devices.append(Device(kind=kind, id=ident))
+    return Inventory(tuple(devices), source="static")
+
+
+def spec_body(**spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"engine": "command", "command": ["serve", "{port}"]}
+    body.update(spec)
+    return body
+
+
+def deployment(name: str, **spec: Any) -> Deployment:
+    doc = {
+        "apiVersion": "reconcile/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": spec_body(**spec),
+    }
+    return Deployment.model_validate(doc)
+
+
+def entry(name: str, *, source: str = SOURCE, **spec: Any) -> Entry:
+    dep = deployment(name, **spec)
+    return Entry(dep, source, 1, spec_hash(dep.spec))
+
+
+def ref(pid: int, start: float = 1000.0) -> ProcessRef:
+    return ProcessRef(pid=pid, start_time=start)
+
+
+def record(
+    name: str,
+    *,
+    owner: str = OWNER,
+    spec: Entry | None = None,
+    phase: Phase = Phase.READY,
+    **fields: Any,
+) -> Record:
+    """A record of ``spec`` (default: ``entry(name)``), its hash and document included."""
+    e = spec or entry(name)
+    values: dict[str, Any] = {
+        "name": name,
+        "owner": owner,
+        "source": e.source,
+        "spec_hash": e.hash,
+        "spec": spec_document(e.deployment.spec),
+        "node": NODE,
+        "engine": e.deployment.spec.engine,
+        "nonce": f"nonce-{name}",
+        "phase": phase,
+        "shareable": e.deployment.spec.devices.shareable,
+        "restart_policy": e.deployment.spec.restart_policy,
+    }
+    if phase.holds_resources:
+        values.setdefault("port", 8000)
+        values["ref"] = None if phase is Phase.RESERVED else ref(100)
+        values["reserved_by"] = ref(50)
+        values["started_at"] = NOW - timedelta(seconds=60)
+    values.update(fields)
+    return Record(**values)
+
+
+def view(rec: Record, **fields: Any) -> RecordView:
+    return RecordView(record=rec, **fields)
+
+
+def marked(pid: int, name: str, nonce: str, ppid: int = 1, start: float = 2000.0) -> MarkedProcess:
+    return MarkedProcess(ref(pid, start), name, nonce, ppid)
+
+
+def observed(*views: RecordView, **fields: Any) -> Observed:
+    return Observed(records={v.record.name: v for v in views}, **fields)
+
+
+def desired(*entries: Entry, owner: str = OWNER, **fields: Any) -> Desired:
+    return Desired(owner=owner, entries={e.name: e for e in entries}, **fields)
+
+
+def probe(ready: bool, detail: str = "GET /health -> 2xx") -> ProbeResult:
+    return ProbeResult(ready, detail if ready else "GET /health -> 503")
+
+
+# -- strategies ------------------------------------------------------------------------
+
+names = st.sampled_from([f"m{i}" for i in range(8)])
+owners = st.sampled_from([OWNER, OTHER])
+ports = st.integers(min_value=8000, max_value=8012)
+
+
+@st.composite
+def inventories(draw: st.DrawFn) -> Inventory:
+    keys = draw(
+        st.lists(
+            st.tuples(st.sampled_from(KINDS), st.sampled_from("0123")).map(":".join),
+            unique=True,
+            max_size=6,
+        )
+    )
+    return inventory(*keys)
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> dict[str, Any]:
+    """A spec body (the manifest's camelCase keys)."""
+    body: dict[str, Any] = {
+        "devices": {
+            "count": draw(st.integers(0, 3)),
+            "kind": draw(st.sampled_from([*KINDS, "any"])),
+            "shareable": draw(st.booleans()),
+        }
+    }
+    if draw(st.booleans()):
+        body["devices"]["candidates"] = draw(
+            st.lists(st.sampled_from("0123"), unique=True, min_size=1, max_size=3)
+        )
+    port_kind = draw(st.sampled_from(["exact", "base", "none"]))
+    if port_kind == "exact":
+        body["port"] = draw(ports)
+    elif port_kind == "base":
+        body["basePort"] = draw(ports)
+    body["restartPolicy"] = draw(st.sampled_from(["Always", "OnFailure", "Never"]))
+    if draw(st.booleans()):
+        body["args"] = [draw(st.sampled_from(["--a", "--b"]))]
+    return body
+
+
+@st.composite
+def records(draw: st.DrawFn, name: str, inv: Inventory) -> RecordView:
+    """A view of a random record named ``name``, holding devices of ``inv`` (or others)."""
+    owner = draw(owners)
+    e = entry(name, **draw(specs()))
+    phase = draw(st.sampled_from(list(Phase)))
+    keys = [d.key for d in inv.devices] + ["nvidia:9"]
+    fields: dict[str, Any] = {}
+    if phase.holds_resources:
+        fields["devices"] = tuple(draw(st.lists(st.sampled_from(keys), unique=True, max_size=3)))
+        fields["port"] = draw(ports)
+        fields["shareable"] = draw(st.booleans())
+    else:
+        fields["port"] = None
+    fields["restarts"] = draw(st.integers(0, 9))
+    if phase is Phase.BACKOFF:
+        fields["backoff_until"] = NOW + timedelta(seconds=draw(st.integers(-30, 30)))
+    rec = record(name, owner=owner, spec=e, phase=phase, **fields)
+    markers = ()
+    if draw(st.booleans()):
+        markers = (marked(300 + len(name), name, rec.nonce or "x"),)
+    return view(
+        rec,
+        alive=draw(st.booleans()),
+        maker_alive=draw(st.booleans()),
+        markers=markers,
+        probe=draw(st.none() | st.builds(probe, st.booleans())),
+    )
+
+
+@dataclass(frozen=True)
+class Scenario:
+    desired: Desired
+    observed: Observed
+    inventory: Inventory
+
+    def holders(self) -> Iterable[tuple[str, Record]]:
+        return ((n, v.record) for n, v in self.observed.records.items())
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    inv = draw(inventories())
+    declared = draw(st.lists(names, unique=True, max_size=6))
+    with_records = draw(st.lists(names, unique=True, max_size=6))
+    entries = [entry(n, **draw(specs())) for n in declared]
+    views = [draw(records(n, inv)) for n in with_records]
+    listening = frozenset(draw(st.lists(ports, max_size=3)))
+    want = desired(
+        *entries,
+        prune=draw(st.booleans()),
+        invalid={n: "bad" for n in draw(st.lists(names, max_size=2)) if n not in declared},
+    )
+    orphans = tuple(
+        marked(900 + i, n, f"orphan-{i}") for i, n in enumerate(draw(st.lists(names, max_size=2)))
+    )
+    return Scenario(want, observed(*views, listening=listening, orphans=orphans), inv)
