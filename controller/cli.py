@@ -125,6 +125,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, LockTimeout, RecordError) as exc:
         print(f"reconcile: {exc}", file=sys.stderr)
         return EXIT_FAIL
+    except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there
+        where = f": {exc.filename}" if exc.filename else ""
+        print(
+            f"reconcile: I/O error{where}: {exc.strerror or exc}. Fix the disk or permissions"
+            " and run again: the next pass resumes from the records on disk",
+            file=sys.stderr,
+        )
+        return EXIT_FAIL
     except KeyboardInterrupt:
         return 130
 
