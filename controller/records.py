@@ -67,6 +67,26 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     fsync_dir(path.parent)
 
 
+def sweep_tmp(folder: Path) -> None:
+    """Remove the tmp files of writers that died between write and rename (SIGKILL)."""
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(folder):
+            pid = entry.name.rsplit(".", 2)[-2] if entry.name.endswith(".tmp") else ""
+            if entry.name.startswith(".") and pid.isdigit() and not _pid_alive(int(pid)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def fsync_dir(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -86,6 +106,8 @@ class RecordStore:
         for folder in (self.state_dir, self.instances, self.logs, self.quarantine_dir):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o700)
+        for folder in (self.state_dir, self.instances, self.state_dir / "events"):
+            sweep_tmp(folder)
 
     def path(self, name: str) -> Path:
         return self.instances / f"{check_name(name)}.json"
