@@ -50,7 +50,6 @@ def llama_server() -> Path:
             capture_output=True,
             text=True,
             timeout=3600,
-            env={**os.environ, "RECONCILE_PYTHON": sys.executable},
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.fail(f"scripts/build-llama-server did not run: {exc}")
