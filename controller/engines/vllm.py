@@ -13,7 +13,9 @@ source (``vllm/envs.py``, ``get_open_port`` in ``vllm/utils``):
   the API port: never pass it to ``--port``.
 * Readiness: the API socket opens only once the engine is built, ``/health`` answers
   200 while the engine loop is alive, and ``/v1/models`` lists the served model id
-  (``--served-model-name`` if the user gave one, else the model argument).
+  (``--served-model-name`` if the user gave one, else the model argument). With
+  ``--api-key`` in the args the ``/v1`` routes answer 401 to an anonymous probe, so
+  only ``/health`` (never behind the key) is checked.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ def served_model_name(model: str, args: Sequence[str]) -> str:
         if arg.startswith("--served-model-name="):
             return arg.split("=", 1)[1]
     return model
+
+
+def _has_flag(args: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 class VllmRecipe:
@@ -56,13 +62,14 @@ class VllmRecipe:
         if len(ctx.devices) > 1:
             argv += ["--tensor-parallel-size", str(len(ctx.devices))]
         argv += ctx.args
-        name = served_model_name(ctx.model, ctx.args)
+        checks = [HttpCheck("/health")]
+        if not _has_flag(ctx.args, "--api-key"):
+            name = served_model_name(ctx.model, ctx.args)
+            checks.append(HttpCheck("/v1/models", contains=f'"{name}"'))
         return Launch(
             argv=tuple(argv),
             env={"VLLM_PORT": str(ctx.extra_ports[0])},
-            readiness=Readiness(
-                http=(HttpCheck("/health"), HttpCheck("/v1/models", contains=f'"{name}"'))
-            ),
+            readiness=Readiness(http=tuple(checks)),
             deadline_seconds=600.0,
         )
 

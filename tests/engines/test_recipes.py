@@ -123,6 +123,14 @@ CASES = [
         (HttpCheck("/health"), HttpCheck("/v1/models", contains='"chat"')),
     ),
     Case(
+        "vllm-api-key-probes-health-only",
+        "vllm",
+        ctx(args=("--api-key", "s3cret")),
+        (*VLLM_BASE, "--api-key", "s3cret"),
+        {"VLLM_PORT": "29500"},
+        (HttpCheck("/health"),),
+    ),
+    Case(
         "vllm-executable",
         "vllm",
         ctx(executable="/opt/venv/bin/vllm", devices=(GPU0,)),
