@@ -62,6 +62,36 @@ class LoadResult:
         return not self.missing_folders and bool(self.files)
 
 
+class _BoundedLoader(yaml.SafeLoader):
+    """Composes at most MAX_NODES nodes per file, MAX_DEPTH deep: a file's cost is bounded.
+
+    The limits bind while the file is parsed, so a megabyte of ``[0,0,0,...`` or of
+    ``---`` stops after MAX_NODES nodes instead of building them all first.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.composed = 0
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self.composed += 1
+        self.depth += 1
+        try:
+            if self.composed > MAX_NODES or self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                if self.composed > MAX_NODES:
+                    raise _at(mark, f"more than {MAX_NODES} YAML nodes")
+                raise _at(mark, f"nested deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _at(mark: yaml.Mark | None, message: str) -> yaml.MarkedYAMLError:
+    return yaml.MarkedYAMLError(problem=message, problem_mark=mark)
+
+
 def _fail(node: yaml.Node, message: str) -> yaml.MarkedYAMLError:
     return yaml.MarkedYAMLError(problem=message, problem_mark=node.start_mark)
 
@@ -163,7 +193,7 @@ def load_file(path: Path, result: LoadResult) -> None:
         return
     try:
         values = []
-        for node in yaml.compose_all(text, Loader=yaml.SafeLoader):
+        for node in yaml.compose_all(text, Loader=_BoundedLoader):
             if node is not None:
                 converter = _Converter()
                 values.append((converter.convert(node), converter.lines, node))
