@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,12 +19,13 @@ from datetime import UTC, datetime
 import structlog
 
 from controller import devices as devices_mod
-from controller import failpoints
+from controller import failpoints, gitrev, logfiles
 from controller.actions import Action, Conflict, Fail, Hold, Replace, Start, Stop
 from controller.engines import MODULES, recipe_for
 from controller.events import Journal
 from controller.executor import Executor
 from controller.inventory import Inventory
+from controller.limits import kinds_of, only_kinds
 from controller.lock import FileLock
 from controller.manifests import LoadResult, ManifestError, load
 from controller.node import Config, read_drain
@@ -50,6 +52,7 @@ class PassResult:
     owner: str = ""
     names: set[str] = field(default_factory=set)  # deployments the manifests declare
     prune_blocked: str | None = None
+    probes: dict[str, str] = field(default_factory=dict)  # name -> last probe answer
 
     def ours(self) -> list[Record]:
         return [r for r in self.records.values() if r.owner == self.owner]
@@ -75,6 +78,9 @@ class Reconciler:
         self.runtime = LocalRuntime(config.state_dir, config.node)
         self.pass_lock = FileLock(config.state_dir / "pass.lock", what="pass lock")
         self.placement_lock = FileLock(config.state_dir / "placement.lock", what="placement lock")
+        # The daemon's stop flag: checked between rounds, so a pass ends after the round
+        # in flight (SIGTERM finishes what it started, then exits).
+        self.interrupted: Callable[[], bool] = lambda: False
         me = identity_of_self()
         self.executor = Executor(
             store=self.store,
@@ -84,7 +90,15 @@ class Reconciler:
             owner=config.owner,
             node=config.node,
             me=me,
+            log_max_bytes=config.log_max_bytes,
+            log_keep=config.log_keep,
         )
+        # Called after every pass with its result and how long it held the pass lock.
+        self.after_pass: list[Callable[[PassResult, float], None]] = []
+        if config.metrics_file or config.metrics_port:
+            from controller.metrics import Exporter
+
+            self.after_pass.append(Exporter(config, self.inventory))
 
     # -- inputs ---------------------------------------------------------------------
 
@@ -105,7 +119,14 @@ class Reconciler:
         return observed, snapshot.problems
 
     def plan(self, desired: Desired, observed: Observed) -> list[Action]:
-        return plan(desired, observed, self.inventory, datetime.now(UTC), extra_ports=extra_ports())
+        return plan(
+            desired,
+            observed,
+            self.inventory,
+            datetime.now(UTC),
+            extra_ports=extra_ports(),
+            limits=self.config.limits,
+        )
 
     # -- a pass ---------------------------------------------------------------------------
 
@@ -113,9 +134,16 @@ class Reconciler:
         loaded = load(self.config.manifests)
         self.store.ensure()
         timeout = self.config.lock_timeout if lock_timeout is None else lock_timeout
+        self.executor.revision = gitrev.revision_of(self.config.manifests)
         with self.pass_lock.hold(timeout):
+            started = time.monotonic()
             failpoints.hit("reconciler.pass.locked")
-            return self._rounds(loaded)
+            result = self._rounds(loaded)
+            logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
+            seconds = time.monotonic() - started
+        for hook in self.after_pass:
+            hook(result, seconds)
+        return result
 
     def _rounds(self, loaded: LoadResult) -> PassResult:
         desired = self.desired(loaded)
@@ -124,7 +152,12 @@ class Reconciler:
         result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
         problems: list[RecordProblem] = []
         for _ in range(MAX_ROUNDS):
+            if self.interrupted():
+                break  # the daemon is stopping: the round in flight was finished
             observed, problems = self.observe()
+            result.probes.update(
+                {n: v.probe.detail for n, v in observed.records.items() if v.probe}
+            )
             actions = self.plan(desired, observed)
             if not self._execute(actions, observed, result):
                 break
@@ -177,14 +210,15 @@ class Reconciler:
                 if current is not None and current.phase is not Phase.PENDING:
                     continue  # another pass placed it meanwhile
                 spec = start.entry.deployment.spec
-                placed = place(spec, self.inventory, ledger, extra_ports().get(spec.engine, 0))
+                inventory = only_kinds(self.inventory, kinds_of(start.devices))  # plan's kinds
+                placed = place(spec, inventory, ledger, extra_ports().get(spec.engine, 0))
                 while isinstance(placed, Placed) and not all(
                     map(port_bindable, _placed_ports(placed))
                 ):
                     # /proc/net missed a bound (not yet listening) socket: skip that port.
                     bad = {p for p in _placed_ports(placed) if not port_bindable(p)}
                     ledger.listening = ledger.listening | bad
-                    placed = place(spec, self.inventory, ledger, extra_ports().get(spec.engine, 0))
+                    placed = place(spec, inventory, ledger, extra_ports().get(spec.engine, 0))
                 if isinstance(placed, Placed):
                     ports = _placed_ports(placed)
                     ledger.take(start.name, placed.devices, ports, spec.devices.shareable)

@@ -1,37 +1,280 @@
-"""The daemon: a pass at start, then one every ``resync`` seconds until SIGTERM/SIGINT.
+"""The daemon: folder events, timers and engine exits, each turned into one pass.
 
-Engines outlive it: stopping the daemon leaves them running for the next one.
+One thread runs the loop: a selector over a wake-up pipe (folder events from the
+watchdog thread, signals) and one pidfd per running engine, with the nearest
+timer as its timeout: the debounce, the resync, a probe or a readiness deadline
+due, a back-off over, a watchdog ping. Passes are level-triggered: whatever woke
+the loop, the pass re-reads the folders and the records. Engines outlive the
+daemon: SIGTERM/SIGINT finish the round in flight and exit 0; the next daemon
+adopts the engines from their records. SIGHUP re-reads the node and resyncs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import selectors
 import signal
 import threading
+import time
+from datetime import UTC, datetime
 from types import FrameType
 
 import structlog
 
-from controller.errors import LockTimeout
+from controller import devices as devices_mod
+from controller.errors import ConfigError, LockTimeout, ReconcileError
+from controller.exits import FALLBACK_PERIOD, ExitWatch
+from controller.folders import FolderWatch
+from controller.lock import FileLock
 from controller.node import Config
-from controller.reconciler import Reconciler
+from controller.notify import Notifier
+from controller.reconciler import PassResult, Reconciler
+from controller.records import RecordStore
+from controller.state import Phase, ProcessRef, Record
+from controller.timers import Timers
 
 log = structlog.get_logger("reconcile")
 
+DEBOUNCE = 0.1  # seconds of quiet after a folder event before the pass
+DEBOUNCE_MAX = 1.0  # a steady stream of events still gets a pass this often
+LOCK_WAIT = 1.0  # per try: the loop stays responsive while a cron pass holds the lock
+LOCK_RETRY = 0.2
+SLACK = 0.005  # fire just after a record's due time, never just before
+WATCHED = (Phase.STARTING, Phase.READY)
+
+
+class Daemon:
+    def __init__(self, config: Config, *, resync: float = 5.0) -> None:
+        self.config = config
+        self.resync = resync
+        self.reconciler = Reconciler(config)
+        self.reconciler.interrupted = lambda: self.stopping
+        self.notifier = Notifier.from_environ()
+        self.selector = selectors.DefaultSelector()
+        self.timers = Timers()
+        self.exits = ExitWatch(self.selector, self.reconciler.runtime, self._exited)
+        self.folders = FolderWatch(config.manifests, self._folder_changed)
+        self.triggers: set[str] = set()
+        self.passes = 0
+        self.stopping = False
+        self.reloading = False
+        self._ready_sent = False
+        self._debounce_since: float | None = None
+        self._said: dict[str, str] = {}
+        self._events = threading.Lock()
+        self._folder_event = False
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.selector.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
+
+    # -- the loop --------------------------------------------------------------------
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_stop)
+        signal.signal(signal.SIGHUP, self._on_hup)
+        self.folders.start()
+        self.triggers.add("start")
+        if self.notifier.ping_interval:
+            self.timers.after("watchdog", 0)
+        log.info("daemon started", pid=os.getpid(), folders=[str(f) for f in self.folders.folders])
+        try:
+            while not self.stopping:
+                if self.triggers:
+                    self._pass()
+                    continue
+                self._wait()
+        finally:
+            self._shutdown()
+        return 0
+
+    def _wait(self) -> None:
+        for ready, _ in self.selector.select(self.timers.timeout(time.monotonic())):
+            ready.data()
+        if self.reloading:
+            self._reload()
+        for key, label in self.timers.pop_due(time.monotonic()):
+            self._fired(key, label)
+
+    def _fired(self, key: str, label: str) -> None:
+        if key == "watchdog":
+            self.notifier.send("WATCHDOG=1")
+            self.timers.after("watchdog", self.notifier.ping_interval or 0)
+        elif key == "liveness":
+            self.exits.check()
+            self._arm_liveness()
+        else:
+            self.triggers.add(label)
+
+    # -- wake-ups ---------------------------------------------------------------------
+
+    def _poke(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: the loop is awake anyway
+            os.write(self._wake_w, b"!")
+
+    def _drain_wake(self) -> None:
+        while True:
+            try:
+                if not os.read(self._wake_r, 4096):
+                    break
+            except BlockingIOError:
+                break
+        with self._events:
+            folder, self._folder_event = self._folder_event, False
+        if folder:
+            self._debounce()
+
+    def _folder_changed(self) -> None:  # the watchdog thread
+        with self._events:
+            self._folder_event = True
+        self._poke()
+
+    def _debounce(self) -> None:
+        now = time.monotonic()
+        if self._debounce_since is None:
+            self._debounce_since = now
+        when = min(now + DEBOUNCE, self._debounce_since + DEBOUNCE_MAX)
+        self.timers.set("debounce", when, "folder")
+
+    def _exited(self, name: str, ref: ProcessRef) -> None:
+        status = self.reconciler.runtime.exit_of(ref)  # reaps our child: no zombie
+        code = None if status is None else status.code
+        sig = None if status is None else status.signal
+        log.info("engine exited", deployment=name, pid=ref.pid, code=code, signal=sig)
+        self.triggers.add(f"exit {name}")
+
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping = True
+        self._poke()
+
+    def _on_hup(self, signum: int, frame: FrameType | None) -> None:
+        self.reloading = True
+        self._poke()
+
+    def _reload(self) -> None:
+        self.reloading = False
+        self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")
+        try:
+            inventory = devices_mod.resolve(self.config.devices)
+        except ReconcileError as exc:
+            log.error("reload failed; keeping the old inventory", error=str(exc))
+        else:
+            self.reconciler.inventory = self.reconciler.executor.inventory = inventory
+            log.info("configuration reloaded", devices=[d.key for d in inventory.devices])
+        self.folders.rearm()
+        self._ready_sent = False
+        self.triggers.add("sighup")
+
+    # -- a pass -------------------------------------------------------------------------
+
+    def _pass(self) -> None:
+        triggers = sorted(self.triggers)
+        self.triggers.clear()
+        self.timers.cancel("debounce")
+        self._debounce_since = None
+        started = time.monotonic()
+        try:
+            result = self.reconciler.run_pass(lock_timeout=LOCK_WAIT)
+        except LockTimeout as exc:
+            self._say("lock", "pass waits: another pass holds the lock", reason=str(exc))
+            self.triggers.clear()
+            self.timers.after("retry", LOCK_RETRY, ",".join(triggers))
+            return
+        except (ReconcileError, OSError) as exc:
+            log.error("pass failed", trigger=",".join(triggers), error=str(exc))
+            self.timers.after("resync", self.resync, "resync")
+            return
+        self._said.pop("lock", None)
+        self.passes += 1
+        took = round(time.monotonic() - started, 3)
+        changes = [a.verb for a in result.actions]
+        log.info("pass", n=self.passes, trigger=",".join(triggers), took=took, actions=changes)
+        self._after(result)
+
+    def _after(self, result: PassResult) -> None:
+        self._report(result)
+        self.folders.rearm()
+        self.timers.after("resync", self.resync, "resync")
+        self._arm_records(result.ours())
+        self.exits.sync({r.name: r.ref for r in result.ours() if r.ref and r.phase in WATCHED})
+        self._arm_liveness()
+        ready = sum(r.phase is Phase.READY for r in result.ours())
+        status = f"STATUS=pass {self.passes}: {ready}/{len(result.ours())} ready"
+        if not self._ready_sent:
+            self._ready_sent = self.notifier.send("READY=1", status)
+        else:
+            self.notifier.send(status)
+
+    def _arm_records(self, records: list[Record]) -> None:
+        """A pass when the next probe is due, a deadline passes or a back-off ends."""
+        self.timers.cancel_prefix("record:")
+        now_wall = datetime.now(UTC)
+        for rec in records:
+            due = _next_due(rec, now_wall)
+            if due is not None:
+                self.timers.after(f"record:{rec.name}", due[1], due[0])
+
+    def _arm_liveness(self) -> None:
+        if self.exits.polling and not self.timers.armed("liveness"):
+            self.timers.after("liveness", FALLBACK_PERIOD)
+
+    def _report(self, result: PassResult) -> None:
+        errors = "; ".join(str(e) for e in result.errors)
+        self._say("errors", "manifests invalid", errors=errors)
+        self._say(
+            "prune",
+            "pruning nothing (use --allow-empty to prune)",
+            reason=result.prune_blocked or "",
+        )
+
+    def _say(self, key: str, event: str, **fields: str) -> None:
+        """Log a warning once per change, not once per pass; empty fields: all clear."""
+        text = repr(sorted(fields.items()))
+        if not any(fields.values()):
+            self._said.pop(key, None)
+        elif self._said.get(key) != text:
+            self._said[key] = text
+            log.warning(event, **fields)
+
+    def _shutdown(self) -> None:
+        self.notifier.send("STOPPING=1")
+        self.folders.stop()
+        self.exits.close()
+        self.selector.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        log.info("daemon stopped; engines left running", passes=self.passes)
+
+
+def _next_due(rec: Record, now: datetime) -> tuple[str, float] | None:
+    """Why and in how many seconds a record needs the next pass (None: only on events)."""
+    if rec.phase is Phase.BACKOFF and rec.backoff_until is not None:
+        return ("back-off over", _until(rec.backoff_until, now))
+    if rec.phase is Phase.STARTING and rec.ref is not None:
+        period = rec.probe.period_seconds
+        if rec.ready_deadline_at is not None:
+            left = _until(rec.ready_deadline_at, now)
+            if left < period:
+                return ("readiness deadline", left)
+        return ("probe due", period)
+    return None
+
+
+def _until(when: datetime, now: datetime) -> float:
+    return max((when - now).total_seconds(), 0.0) + SLACK
+
 
 def run_daemon(config: Config, *, resync: float = 5.0) -> int:
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    reconciler = Reconciler(config)
-    while not stop.is_set():
-        try:
-            reconciler.run_pass(lock_timeout=resync)
-        except LockTimeout as exc:
-            log.warning("pass skipped", reason=str(exc))
-        stop.wait(resync)
-    log.info("daemon stopped; engines left running")
-    return 0
+    RecordStore(config.state_dir).ensure()
+    lock = FileLock(config.state_dir / "daemon.lock", what="daemon lock")
+    if not lock.try_acquire():
+        pid = lock.holder()
+        raise ConfigError(
+            f"another reconcile daemon (pid {pid or '?'}) already runs on state dir "
+            f"{config.state_dir}: stop it first (systemctl stop reconcile, or kill {pid or 'it'}), "
+            "or give this one another --state-dir"
+        )
+    try:
+        return Daemon(config, resync=resync).run()
+    finally:
+        lock.release()

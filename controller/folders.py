@@ -1,0 +1,105 @@
+"""Folder events: a watchdog observer on each manifests folder and on its parent.
+
+Events only say "look now" (passes are level-triggered), so the filter is loose
+but cheap: a ``*.yaml``/``*.yml`` file that is not hidden was created, written,
+deleted or moved (an editor's atomic save is a rename onto the name), or the
+folder itself (or a folder above it) came or went. The parent's watch sees a
+folder that disappears and comes back; ``rearm()`` after each pass moves the
+folder's own watch onto whatever directory now has its path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.api import ObservedWatch
+
+from controller.manifests import SUFFIXES
+
+CHANGES = frozenset({"created", "modified", "deleted", "moved", "closed"})
+COMINGS_AND_GOINGS = frozenset({"created", "deleted", "moved"})
+
+
+def is_manifest_name(name: str) -> bool:
+    """The rule of :func:`controller.manifests.manifest_files`: hidden and temp files skipped."""
+    return not name.startswith(".") and name.endswith(SUFFIXES)
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watch: FolderWatch) -> None:
+        self.watch = watch
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if self.watch.relevant(event):
+            self.watch.on_change()
+
+
+class FolderWatch:
+    def __init__(self, folders: Iterable[Path], on_change: Callable[[], None]) -> None:
+        self.folders = tuple(folders)
+        self.on_change = on_change
+        self._above = {a for f in self.folders for a in f.parents} | set(self.folders)
+        self._observer = Observer()
+        self._observer.daemon = True
+        self._watches: dict[Path, tuple[tuple[int, int], ObservedWatch]] = {}
+        self._handler = _Handler(self)
+
+    def start(self) -> None:
+        self._observer.start()
+        self.rearm()
+
+    def stop(self) -> None:
+        self._observer.stop()
+        self._observer.join(timeout=5)
+
+    def relevant(self, event: FileSystemEvent) -> bool:
+        if event.event_type not in CHANGES:
+            return False  # opened / closed_no_write: our own passes read the files
+        for raw in (event.src_path, event.dest_path):
+            path = Path(os.fsdecode(raw)) if raw else None
+            if path is None:
+                continue
+            if path in self._above:
+                if event.event_type in COMINGS_AND_GOINGS:
+                    return True
+            elif path.parent in self.folders and is_manifest_name(path.name):
+                return True
+        return False
+
+    def rearm(self) -> None:
+        """Watch each folder that exists (by identity) and the nearest directory above it."""
+        wanted: dict[Path, tuple[int, int]] = {}
+        for folder in self.folders:
+            for path in (folder, *folder.parents):
+                ident = _identity(path)
+                if ident is not None:
+                    wanted[path] = ident
+                    if path != folder:
+                        break  # the nearest directory above that exists
+        for path, (ident, watch) in list(self._watches.items()):
+            if wanted.get(path) != ident:
+                with contextlib.suppress(KeyError):
+                    self._observer.unschedule(watch)
+                del self._watches[path]
+        for path, ident in wanted.items():
+            if path not in self._watches:
+                with contextlib.suppress(OSError):  # gone again meanwhile: next rearm
+                    watch = self._observer.schedule(self._handler, str(path), recursive=False)
+                    self._watches[path] = (ident, watch)
+
+    @property
+    def watched(self) -> list[Path]:
+        return sorted(self._watches)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if os.path.isdir(path) else None

@@ -1,0 +1,60 @@
+"""Named one-shot timers on the monotonic clock: a heap with lazy cancellation.
+
+The daemon sleeps until the nearest one (debounce, resync, a probe due, a
+deadline or back-off expiring, a watchdog ping) instead of polling.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+
+
+class Timers:
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, str]] = []
+        self._live: dict[str, tuple[float, int, str]] = {}  # key -> (when, seq, label)
+        self._seq = 0
+
+    def set(self, key: str, when: float, label: str = "") -> None:
+        """Arm ``key`` to fire at monotonic time ``when`` (replacing any earlier arming)."""
+        self._seq += 1
+        self._live[key] = (when, self._seq, label or key)
+        heapq.heappush(self._heap, (when, self._seq, key))
+
+    def after(self, key: str, delay: float, label: str = "") -> None:
+        self.set(key, time.monotonic() + max(delay, 0.0), label)
+
+    def cancel(self, key: str) -> None:
+        self._live.pop(key, None)
+
+    def cancel_prefix(self, prefix: str) -> None:
+        for key in [k for k in self._live if k.startswith(prefix)]:
+            del self._live[key]
+
+    def armed(self, key: str) -> bool:
+        return key in self._live
+
+    def timeout(self, now: float) -> float | None:
+        """Seconds until the nearest timer (0 when one is due), None when none is armed."""
+        self._drop_stale()
+        return max(self._heap[0][0] - now, 0.0) if self._heap else None
+
+    def pop_due(self, now: float) -> list[tuple[str, str]]:
+        """Disarm and return ``(key, label)`` of every timer due at ``now``."""
+        due = []
+        self._drop_stale()
+        while self._heap and self._heap[0][0] <= now:
+            _, _, key = heapq.heappop(self._heap)
+            _, _, label = self._live.pop(key)
+            due.append((key, label))
+            self._drop_stale()
+        return due
+
+    def _drop_stale(self) -> None:
+        while self._heap:
+            _, seq, key = self._heap[0]
+            live = self._live.get(key)
+            if live is not None and live[1] == seq:
+                return
+            heapq.heappop(self._heap)

@@ -1,0 +1,113 @@
+"""The daemon under test: the real ``reconcile`` (no verb) in a subprocess.
+
+``daemon()`` starts one on the test's node (see the ``reconcile`` fixture) with its
+stderr (JSON lines: not a terminal) in a file the test reads. Teardown SIGKILLs any
+daemon still running *before* the ``reconcile`` fixture sweeps the node's engines, so
+no daemon can respawn an engine behind the sweep. Tests end with ``finish()``: a
+clean SIGTERM (exit 0) and ``reconcile down``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+WAIT = 30.0  # generous caps: the machine is noisy; a healthy run takes a fraction
+
+
+class Daemon:
+    def __init__(self, rc: Any, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.rc = rc
+        self.proc = proc
+        self.log = log
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def lines(self, event: str | None = None) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(item, dict) and event in (None, item.get("event")):
+                out.append(item)
+        return out
+
+    def passes(self, trigger: str | None = None) -> list[dict[str, Any]]:
+        return [p for p in self.lines("pass") if trigger is None or trigger in p["trigger"]]
+
+    def wait_pass(self, after: int = 0, trigger: str | None = None) -> dict[str, Any]:
+        """The first pass numbered above ``after`` (with ``trigger``, if given)."""
+
+        def found() -> dict[str, Any] | None:
+            self.check_running()
+            return next((p for p in self.passes(trigger) if p["n"] > after), None)
+
+        return self.wait(found, f"a pass after #{after} (trigger {trigger})")
+
+    def wait(self, predicate: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+        try:
+            return self.rc.wait_for(predicate, timeout=timeout, what=what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- daemon log\n{self.tail()}") from None
+
+    def check_running(self) -> None:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"daemon exited {self.proc.returncode}:\n{self.tail()}")
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text().splitlines()[-lines:])
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=WAIT)
+
+
+class Daemons:
+    def __init__(self, rc: Any) -> None:
+        self.rc = rc
+        self.started: list[Daemon] = []
+
+    def __call__(self, *args: str, resync: str = "1h", env: dict[str, str] | None = None) -> Daemon:
+        log = self.rc.tmp / f"daemon-{len(self.started)}.log"
+        with open(log, "wb") as err:
+            proc = self.rc.popen(
+                "--resync", resync, *args, stderr=err, env={**self.rc.env, **(env or {})}
+            )
+        daemon = Daemon(self.rc, proc, log)
+        self.started.append(daemon)
+        return daemon
+
+    def kill_all(self) -> None:
+        for daemon in self.started:
+            if daemon.proc.poll() is None:
+                daemon.proc.kill()
+                daemon.proc.wait(timeout=WAIT)
+
+
+@pytest.fixture
+def daemon(reconcile: Any) -> Iterator[Daemons]:
+    daemons = Daemons(reconcile)
+    yield daemons
+    daemons.kill_all()
+
+
+@pytest.fixture
+def finish(reconcile: Any) -> Callable[[Daemon], None]:
+    """End a test cleanly: SIGTERM the daemon (exit 0), then `reconcile down`."""
+
+    def done(d: Daemon) -> None:
+        code = d.stop()
+        assert code == 0, f"daemon exited {code}:\n{d.tail()}"
+        reconcile.down()
+
+    return done

@@ -1,0 +1,221 @@
+"""The control loop end to end: a real daemon in a subprocess, real engines, real signals.
+
+Every daemon here runs with ``--resync 1h`` unless said otherwise, so what happens is
+the work of folder events, pidfds and timers, never of the periodic resync.
+Waits are condition polls with generous caps; nothing asserts on speed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+PYTHON = sys.executable
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+
+
+def sleeper(seconds: str = "600") -> dict[str, Any]:
+    """Spec overrides for the cheapest engine: ``sleep``, Ready as soon as it runs."""
+    return {"command": ["sleep", seconds], "readiness": {"periodSeconds": 0.2}}
+
+
+def pid_of(rc: Any, name: str) -> int | None:
+    rec = rc.record(name)
+    return rec["ref"]["pid"] if rec and rec.get("ref") else None
+
+
+def ready_pid(rc: Any, name: str) -> int | None:
+    """The engine's pid once its record is Ready and the process lives."""
+    rec = rc.record(name)
+    if rec and rec["phase"] == "Ready" and rec["ref"] and rc.alive(rec["ref"]["pid"]):
+        return int(rec["ref"]["pid"])
+    return None
+
+
+def spawns(rc: Any, name: str) -> list[dict[str, Any]]:
+    """Journal events of ``name`` that exec'd an engine."""
+    return [e for e in rc.events(name) if str(e.get("outcome", "")).startswith("spawned pid")]
+
+
+def started(rc: Any, daemon: Any, *names: str, **kwargs: Any) -> Any:
+    """A daemon whose first pass brought up ``names`` (sleep engines)."""
+    for name in names:
+        rc.write(name, **sleeper())
+    d = daemon(**kwargs)
+    d.wait_pass()
+    for name in names:
+        d.wait(lambda n=name: ready_pid(rc, n), f"{name} Ready")
+    return d
+
+
+def test_a_dropped_file_comes_up(reconcile: Any, daemon: Any, finish: Any) -> None:
+    rc = reconcile
+    d = started(rc, daemon, "keeper")
+    rc.write("web", command=rc.demo_command(load_seconds="0.3"))  # /health: 503, then 200
+    pid = d.wait(lambda: ready_pid(rc, "web"), "web Ready")
+    assert d.passes("folder"), d.tail()
+    assert d.passes("probe due"), "readiness is probed on the probe timer, not on a resync"
+    assert rc.environ(pid)["RECONCILE_INSTANCE"].startswith(f"{rc.node}/web/")
+    finish(d)
+
+
+def test_a_deleted_file_goes_away(reconcile: Any, daemon: Any, finish: Any) -> None:
+    rc = reconcile
+    d = started(rc, daemon, "keeper", "doomed")
+    pid = ready_pid(rc, "doomed")
+    assert pid is not None
+    (rc.manifests / "doomed.yaml").unlink()
+    d.wait(lambda: rc.record("doomed") is None and not rc.alive(pid), "doomed stopped")
+    assert ready_pid(rc, "keeper"), "the other deployment is untouched"
+    finish(d)
+
+
+def test_a_crashed_engine_comes_back_then_backs_off(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    d = started(rc, daemon, "crashy")
+    first = ready_pid(rc, "crashy")
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    second = d.wait(
+        lambda: (ready_pid(rc, "crashy") or first) != first and ready_pid(rc, "crashy"),
+        "a new engine",
+    )
+    exits = d.lines("engine exited")
+    assert [(e["deployment"], e["pid"], e["signal"]) for e in exits] == [("crashy", first, 9)]
+    assert rc.record("crashy")["restarts"] == 1
+    # The second crash in a row waits out DESIGN.md's back-off, visible in status.
+    os.kill(second, signal.SIGKILL)
+    d.wait(lambda: (rc.record("crashy") or {}).get("phase") == "BackOff", "BackOff")
+    item = rc.status("crashy")["crashy"]
+    assert item["phase"] == "BackOff" and item["next_retry_at"], item
+    assert "restart in 10s" in item["message"], item
+    finish(d)
+
+
+def test_an_atomic_save_replaces_the_engine_once(reconcile: Any, daemon: Any, finish: Any) -> None:
+    rc = reconcile
+    d = started(rc, daemon, "edited", resync="0.3s")  # resyncs may run: none may replace
+    old = ready_pid(rc, "edited")
+    text = (rc.manifests / "edited.yaml").read_text().replace("'600'", "'601'")
+    assert "'601'" in text
+    tmp = rc.manifests / ".edited.yaml.swp"  # how editors save: a hidden temp, then rename
+    tmp.write_text(text)
+    os.replace(tmp, rc.manifests / "edited.yaml")
+    new = d.wait(
+        lambda: (ready_pid(rc, "edited") or old) != old and ready_pid(rc, "edited"),
+        "the replacement",
+    )
+    last = d.passes()[-1]["n"]
+    d.wait_pass(after=last + 2)  # two more full passes: nothing further may happen
+    verbs = [e["action"] for e in rc.events("edited")]
+    assert verbs.count("replace") == 1, verbs
+    assert len(spawns(rc, "edited")) == 2, verbs  # the first start and the replacement
+    assert ready_pid(rc, "edited") == new and not rc.alive(old)
+    finish(d)
+
+
+def test_a_burst_of_20_files_is_one_or_two_passes(reconcile: Any, daemon: Any, finish: Any) -> None:
+    rc = reconcile
+    d = daemon()
+    d.wait_pass()  # an empty folder: nothing to do, nothing pruned
+    names = [f"burst-{i:02d}" for i in range(20)]
+    for name in names:
+        rc.write(name, **sleeper())
+    d.wait(lambda: all(ready_pid(rc, n) for n in names), "20 engines Ready")
+    last = d.wait(lambda: d.passes("folder"), "the pass's log line")[-1]["n"]
+    d.proc.send_signal(signal.SIGHUP)  # one more pass: every event is in by its end
+    d.wait_pass(after=last, trigger="sighup")
+    folder_passes = d.passes("folder")
+    assert 1 <= len(folder_passes) <= 2, folder_passes
+    assert all(len(spawns(rc, n)) == 1 for n in names)
+    finish(d)
+
+
+def test_sigterm_leaves_engines_running_and_a_new_daemon_adopts_them(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    first = started(rc, daemon, "lasting")
+    pid = ready_pid(rc, "lasting")
+    assert first.stop(signal.SIGTERM) == 0, first.tail()
+    assert rc.alive(pid), "SIGTERM must leave the engine running"
+    assert first.lines("daemon stopped; engines left running")
+    second = daemon()
+    second.wait_pass()
+    assert ready_pid(rc, "lasting") == pid  # adopted from its record: the same process
+    assert len(spawns(rc, "lasting")) == 1
+    # Not its parent, it still sees the engine die at once (a pidfd) and replaces it.
+    os.kill(pid, signal.SIGKILL)
+    second.wait(lambda: (ready_pid(rc, "lasting") or pid) != pid, "a new engine")
+    assert [e["pid"] for e in second.lines("engine exited")] == [pid]
+    finish(second)
+
+
+def test_a_second_daemon_refuses_to_start(reconcile: Any, daemon: Any, finish: Any) -> None:
+    rc = reconcile
+    d = started(rc, daemon, "only")
+    other = rc("--resync", "1h")  # runs in the foreground: it must exit at once
+    assert other.code == 1, str(other)
+    assert f"pid {d.pid}" in other.err and "already runs" in other.err, str(other)
+    assert len(spawns(rc, "only")) == 1
+    finish(d)
+
+
+def test_a_cron_pass_during_the_daemons_pass_waits_and_never_double_starts(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    rc.write(
+        "stubborn",
+        command=[PYTHON, "-c", STUBBORN],
+        readiness={"periodSeconds": 0.2},
+        stopGracePeriodSeconds=3,
+    )
+    d = started(rc, daemon, "steady")
+    d.wait(lambda: ready_pid(rc, "stubborn"), "stubborn Ready")
+    steady = ready_pid(rc, "steady")
+    (rc.manifests / "stubborn.yaml").unlink()  # the daemon's pass: 3 s of grace, then KILL
+    d.wait(lambda: (rc.record("stubborn") or {}).get("phase") == "Terminating", "teardown")
+    cron = rc.once()  # waits for the daemon's pass, then finds nothing to do
+    assert rc.record("stubborn") is None, "cron's pass ran after the daemon's"
+    stops = [e for e in rc.events("stubborn") if e["action"] == "stop"]
+    assert len(stops) == 1, rc.events("stubborn")
+    assert len(spawns(rc, "steady")) == 1 and rc.pids("steady") == {steady}, str(cron)
+    finish(d)
+
+
+def test_sighup_rereads_and_resyncs(reconcile: Any, daemon: Any, finish: Any) -> None:
+    rc = reconcile
+    d = started(rc, daemon, "hup")
+    pid = ready_pid(rc, "hup")
+    rc("drain", "--evict", "--reason", "maintenance", check=0)  # no folder event: needs a pass
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait(
+        lambda: not rc.alive(pid) and (rc.record("hup") or {}).get("phase") == "Pending", "evicted"
+    )
+    assert d.passes("sighup") and d.lines("configuration reloaded")
+    rc("uncordon", check=0)
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait(lambda: ready_pid(rc, "hup"), "back after uncordon")
+    finish(d)
+
+
+def test_a_folder_that_disappears_prunes_nothing_and_is_watched_again(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    d = started(rc, daemon, "survivor")
+    pid = ready_pid(rc, "survivor")
+    away = rc.tmp / "unmounted"
+    os.rename(rc.manifests, away)
+    d.wait(lambda: d.lines("pruning nothing (use --allow-empty to prune)"), "the warning")
+    assert ready_pid(rc, "survivor") == pid
+    os.rename(away, rc.manifests)
+    rc.write("newcomer", **sleeper())  # seen through the re-armed watch, not a resync
+    d.wait(lambda: ready_pid(rc, "newcomer"), "newcomer Ready")
+    assert ready_pid(rc, "survivor") == pid
+    finish(d)
