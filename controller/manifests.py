@@ -51,6 +51,7 @@ class LoadResult:
     invalid_names: dict[str, str] = field(default_factory=dict)
     missing_folders: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    documents: int = 0  # non-empty YAML documents read, valid or not
 
     @property
     def ok(self) -> bool:
@@ -58,8 +59,13 @@ class LoadResult:
 
     @property
     def prune_safe(self) -> bool:
-        """False when a folder is missing or holds no manifest (invariant 5)."""
-        return not self.missing_folders and bool(self.files)
+        """False when a folder is missing or holds no manifest (invariant 5).
+
+        A file with no document (empty, all comments: a truncated checkout) is no
+        manifest; a file that cannot be parsed may be one, so it counts.
+        """
+        has_manifest = self.documents > 0 or bool(self.broken_sources)
+        return not self.missing_folders and has_manifest
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -194,7 +200,7 @@ def load_file(path: Path, result: LoadResult) -> None:
     try:
         values = []
         for node in yaml.compose_all(text, Loader=_BoundedLoader):
-            if node is not None:
+            if node is not None and not _empty(node):
                 converter = _Converter()
                 values.append((converter.convert(node), converter.lines, node))
     except yaml.MarkedYAMLError as exc:
@@ -204,8 +210,14 @@ def load_file(path: Path, result: LoadResult) -> None:
     except (yaml.YAMLError, RecursionError, ValueError) as exc:
         _broken(result, ManifestError(file, None, None, f"invalid YAML: {exc}"))
         return
+    result.documents += len(values)
     for value, lines, node in values:
         _load_document(value, lines, node.start_mark.line + 1, file, result)
+
+
+def _empty(node: yaml.Node) -> bool:
+    """An empty document (a trailing ``---``, a commented-out one): skipped, like kubectl."""
+    return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
 
 
 def _broken(result: LoadResult, error: ManifestError) -> None:

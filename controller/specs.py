@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -49,14 +49,16 @@ class Metadata(Model):
     name: str = Field(max_length=63)
     labels: dict[str, str] = Field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _dns1123(self) -> Metadata:
-        if not DNS1123.match(self.name):
+    # Field validators (not model validators) so an error's path names the field.
+    @field_validator("name")
+    @classmethod
+    def _dns1123(cls, name: str) -> str:
+        if not DNS1123.match(name):
             raise ValueError(
-                f"name {self.name!r} is not a DNS-1123 label: lower-case letters, digits "
+                f"name {name!r} is not a DNS-1123 label: lower-case letters, digits "
                 "and '-', starting and ending with a letter or digit, at most 63 characters"
             )
-        return self
+        return name
 
 
 class Devices(Model):
@@ -69,11 +71,12 @@ class Devices(Model):
 class HttpGet(Model):
     path: str = "/health"
 
-    @model_validator(mode="after")
-    def _absolute(self) -> HttpGet:
-        if not self.path.startswith("/"):
-            raise ValueError(f"httpGet.path {self.path!r} must start with '/'")
-        return self
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, path: str) -> str:
+        if not path.startswith("/"):
+            raise ValueError(f"httpGet.path {path!r} must start with '/'")
+        return path
 
 
 class TcpSocket(Model):
@@ -116,10 +119,15 @@ class DeploymentSpec(Model):
             raise ValueError("engine 'command' needs spec.command: an argv list, never a shell")
         if self.engine != "command" and self.command:
             raise ValueError(f"spec.command is only for engine 'command', not {self.engine!r}")
-        for key in self.env:
+        return self
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for key in env:
             if not ENV_NAME.match(key):
                 raise ValueError(f"env name {key!r} is not a valid environment variable name")
-        return self
+        return env
 
 
 class Deployment(Model):

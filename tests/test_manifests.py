@@ -1,0 +1,260 @@
+"""The YAML reader: folders -> specs, and for bad input an error naming file, line and field.
+
+Invariant 11: malformed YAML, wrong types, unknown fields, duplicate names and
+unreadable files each give a clear error; the other manifests still load.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from controller.manifests import MAX_FILE_BYTES, LoadResult, load
+
+GOOD = """\
+apiVersion: reconcile/v1
+kind: Deployment
+metadata:
+  name: {name}
+spec:
+  engine: command
+  command: [serve, "{{port}}"]
+"""
+
+
+def write(folder: Path, file: str, text: str) -> Path:
+    path = folder / file
+    path.write_text(text)
+    return path
+
+
+def only_error(result: LoadResult) -> str:
+    assert len(result.errors) == 1, [str(e) for e in result.errors]
+    return str(result.errors[0])
+
+
+def test_loads_each_document_of_each_file(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", GOOD.format(name="a") + "---\n" + GOOD.format(name="b"))
+    write(tmp_path, "c.yml", GOOD.format(name="c"))
+    result = load([tmp_path])
+    assert result.ok and result.prune_safe
+    assert sorted(result.entries) == ["a", "b", "c"]
+    b = result.entries["b"]
+    assert b.source == str(tmp_path / "a.yaml")
+    assert b.line == 9  # the line where its document starts
+    assert b.hash.startswith("sha256:")
+
+
+def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
+    write(tmp_path, ".hidden.yaml", "{broken")
+    write(tmp_path, "notes.txt", "{broken")
+    write(tmp_path, "a.yaml~", "{broken")
+    write(tmp_path, "a.yaml.swp", "{broken")
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub", "deep.yaml", "{broken")
+    write(tmp_path, "a.yaml", GOOD.format(name="a"))
+    result = load([tmp_path])
+    assert result.ok and list(result.entries) == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: a\nspec: {}\n",
+            "bad.yaml:4: invalid YAML",
+            id="malformed-yaml-names-line",
+        ),
+        pytest.param(
+            GOOD.format(name="a") + "  devices:\n    count: many\n",
+            "bad.yaml:9: spec.devices.count: Input should be a valid integer",
+            id="wrong-type-names-line-and-field",
+        ),
+        pytest.param(
+            GOOD.format(name="a") + "  devices:\n    count: 1\n    gpus: 2\n",
+            "bad.yaml:10: spec.devices.gpus: unknown field",
+            id="unknown-field-names-its-line",
+        ),
+        pytest.param(
+            GOOD.format(name="a") + "  port: 1\n  port: 2\n",
+            "bad.yaml:9: invalid YAML: duplicate key 'port'",
+            id="duplicate-key",
+        ),
+        pytest.param(
+            GOOD.format(name="a").replace('  command: [serve, "{port}"]\n', ""),
+            "bad.yaml:6: spec: engine 'command' needs spec.command",
+            id="missing-command-points-at-spec",
+        ),
+        pytest.param(
+            "- just\n- a list\n", "bad.yaml:1: a document must be a mapping", id="not-a-mapping"
+        ),
+        pytest.param(
+            "base: &b {engine: command}\nspec:\n  <<: *b\n",
+            "bad.yaml:3: invalid YAML: merge keys",
+            id="merge-keys-refused",
+        ),
+        pytest.param(
+            GOOD.format(name="Bad_Name"),
+            "bad.yaml:4: metadata.name: name 'Bad_Name' is not a DNS-1123 label",
+            id="bad-name",
+        ),
+        pytest.param(
+            "a: &a [x,x,x,x,x,x,x,x,x,x]\n"
+            + "".join(
+                f"{c}: &{c} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n"
+                for p, c in zip("abcdef", "bcdefg", strict=True)
+            ),
+            "more than 20000 YAML nodes",
+            id="billion-laughs-bounded",
+        ),
+        pytest.param("[" * 200 + "]" * 200, "nested deeper than", id="deep-nesting-bounded"),
+        pytest.param("{1: 2}\n", "mapping key 1 must be a string", id="non-string-key"),
+    ],
+)
+def test_bad_input_names_file_line_and_field(tmp_path: Path, text: str, expected: str) -> None:
+    write(tmp_path, "bad.yaml", text)
+    write(tmp_path, "good.yaml", GOOD.format(name="good"))
+    result = load([tmp_path])
+    message = only_error(result)
+    assert expected in message, message
+    assert message.startswith(str(tmp_path / "bad.yaml"))
+    assert "good" in result.entries  # nothing else is disturbed
+
+
+def test_broken_file_is_a_broken_source(tmp_path: Path) -> None:
+    bad = write(tmp_path, "bad.yaml", "{{{")
+    result = load([tmp_path])
+    assert result.broken_sources == {str(bad)}
+    assert not result.invalid_names
+
+
+def test_invalid_named_document_keeps_its_name(tmp_path: Path) -> None:
+    write(tmp_path, "bad.yaml", GOOD.format(name="a") + "  port: nope\n")
+    result = load([tmp_path])
+    assert "a" in result.invalid_names and "spec.port" in result.invalid_names["a"]
+    assert not result.broken_sources  # other deployments of the file are still known
+
+
+def test_invalid_unnamed_document_breaks_its_file(tmp_path: Path) -> None:
+    bad = write(tmp_path, "bad.yaml", GOOD.format(name="a").replace("name: a", "name: A!"))
+    result = load([tmp_path])
+    assert result.broken_sources == {str(bad)}
+
+
+def test_duplicate_names_across_files_are_both_reported(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", GOOD.format(name="web"))
+    write(tmp_path, "b.yaml", GOOD.format(name="web"))
+    result = load([tmp_path])
+    assert "web" not in result.entries and "web" in result.invalid_names
+    messages = sorted(str(e) for e in result.errors)
+    assert len(messages) == 2
+    assert messages[0].startswith(f"{tmp_path / 'a.yaml'}:1: metadata.name: duplicate")
+    assert f"also declared in {tmp_path / 'b.yaml'}:1" in messages[0]
+    assert f"also declared in {tmp_path / 'a.yaml'}:1" in messages[1]
+
+
+def test_duplicate_of_an_invalid_document(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", GOOD.format(name="web") + "  port: nope\n")
+    write(tmp_path, "b.yaml", GOOD.format(name="web"))
+    result = load([tmp_path])
+    assert "web" not in result.entries
+
+
+def test_duplicates_across_folders(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    write(tmp_path / "x", "a.yaml", GOOD.format(name="web"))
+    write(tmp_path / "y", "a.yaml", GOOD.format(name="web"))
+    result = load([tmp_path / "x", tmp_path / "y"])
+    assert len(result.errors) == 2 and not result.entries
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "not-utf8", "too-big", "dangling-link"])
+def test_unreadable_files(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "bad.yaml"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "not-utf8":
+        path.write_bytes(b"\xff\xfe\x00garbage")
+    elif kind == "too-big":
+        path.write_text("# " + "x" * MAX_FILE_BYTES)
+    else:
+        path.symlink_to(tmp_path / "nowhere.yaml")
+    write(tmp_path, "good.yaml", GOOD.format(name="good"))
+    result = load([tmp_path])
+    message = only_error(result)
+    assert message.startswith(f"{path}: cannot read"), message
+    assert str(path) in result.broken_sources
+    assert "good" in result.entries
+
+
+def test_symlink_to_a_manifest_is_followed(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "m").mkdir()
+    target = write(tmp_path / "real", "web.yaml", GOOD.format(name="web"))
+    (tmp_path / "m" / "web.yaml").symlink_to(target)
+    assert list(load([tmp_path / "m"]).entries) == ["web"]
+
+
+# -- invariant 5: what may prune ------------------------------------------------------------
+
+
+def test_missing_folder_is_not_prune_safe(tmp_path: Path) -> None:
+    result = load([tmp_path / "gone"])
+    assert result.missing_folders == [str(tmp_path / "gone")]
+    assert not result.prune_safe and result.ok
+
+
+def test_one_missing_folder_of_two_is_not_prune_safe(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", GOOD.format(name="a"))
+    result = load([tmp_path, tmp_path / "gone"])
+    assert "a" in result.entries and not result.prune_safe
+
+
+def test_empty_folder_is_not_prune_safe(tmp_path: Path) -> None:
+    write(tmp_path, "README.md", "no manifests here")
+    assert not load([tmp_path]).prune_safe
+
+
+@pytest.mark.parametrize("text", ["", "# all commented out\n", "---\n...\n"], ids=repr)
+def test_folder_of_documentless_files_is_not_prune_safe(tmp_path: Path, text: str) -> None:
+    """A truncated checkout (files with no document) holds no manifests: prune nothing."""
+    write(tmp_path, "a.yaml", text)
+    result = load([tmp_path])
+    assert result.ok and not result.entries
+    assert not result.prune_safe
+
+
+def test_folder_that_is_a_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "file", "x")
+    result = load([path])
+    assert not result.prune_safe
+    assert "cannot list" in only_error(result)
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("  env:\n    BAD-NAME: x\n", "bad.yaml:9: spec.env: env name 'BAD-NAME'"),
+        (
+            "  readiness:\n    httpGet:\n      path: health\n",
+            "bad.yaml:10: spec.readiness.httpGet.path",
+        ),
+    ],
+    ids=["env-name", "probe-path"],
+)
+def test_validator_errors_name_the_field(tmp_path: Path, extra: str, expected: str) -> None:
+    write(tmp_path, "bad.yaml", GOOD.format(name="a") + extra)
+    assert expected in only_error(load([tmp_path]))
+
+
+def test_trailing_and_empty_documents_are_skipped(tmp_path: Path) -> None:
+    text = "---\n" + GOOD.format(name="a") + "---\n# commented out\n---\n"
+    write(tmp_path, "a.yaml", text)
+    result = load([tmp_path])
+    assert result.ok, [str(e) for e in result.errors]
+    assert list(result.entries) == ["a"] and result.prune_safe

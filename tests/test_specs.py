@@ -1,0 +1,186 @@
+"""The Deployment model: validation, defaults, hashing, placeholders, schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from strategies import deployment, spec_body
+
+from controller.specs import (
+    Deployment,
+    changed_fields,
+    expand,
+    json_schema,
+    spec_document,
+    spec_hash,
+)
+
+
+def doc(name: str = "web", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "reconcile/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": spec_body(**spec),
+    }
+
+
+def error_of(data: dict[str, Any]) -> str:
+    with pytest.raises(ValidationError) as info:
+        Deployment.model_validate(data)
+    return str(info.value)
+
+
+def test_defaults() -> None:
+    spec = deployment("web").spec
+    assert spec.devices.count == 0 and spec.devices.kind == "any"
+    assert not spec.devices.shareable
+    assert spec.port is None and spec.base_port is None
+    assert spec.restart_policy == "Always"
+    assert spec.stop_grace_period_seconds == 30
+    assert spec.host == "127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    "name", ["a", "web", "llama-8b", "a1", "0", "x" * 63], ids=lambda n: n[:12]
+)
+def test_dns1123_names_accepted(name: str) -> None:
+    assert Deployment.model_validate(doc(name)).name == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "Web", "-a", "a-", "a_b", "a.b", "../etc", "a/b", "x" * 64, "a b", "é"],
+    ids=[
+        "empty",
+        "upper",
+        "lead-dash",
+        "trail-dash",
+        "underscore",
+        "dot",
+        "dotdot",
+        "slash",
+        "64-chars",
+        "space",
+        "unicode",
+    ],
+)
+def test_unsafe_names_rejected(name: str) -> None:
+    assert "name" in error_of(doc(name))
+
+
+@pytest.mark.parametrize(
+    ("spec", "phrase"),
+    [
+        ({"port": 8000, "basePort": 8000}, "not both"),
+        ({"command": None}, "engine 'command' needs spec.command"),
+        ({"engine": "vllm", "model": "m"}, "spec.command is only for engine 'command'"),
+        ({"env": {"BAD-NAME": "x"}}, "not a valid environment variable name"),
+        ({"port": 0}, "greater than or equal to 1"),
+        ({"port": 70000}, "less than or equal to 65535"),
+        ({"devices": {"count": -1}}, "greater than or equal to 0"),
+        ({"devices": {"kind": "tpu"}}, "devices.kind"),
+        ({"restartPolicy": "Sometimes"}, "restartPolicy"),
+        ({"engine": "docker"}, "engine"),
+        ({"readiness": {"httpGet": {}, "tcpSocket": {}}}, "httpGet or tcpSocket, not both"),
+        ({"readiness": {"httpGet": {"path": "health"}}}, "must start with '/'"),
+        ({"readiness": {"deadlineSeconds": 0}}, "greater than 0"),
+        ({"stopGracePeriodSeconds": -1}, "greater than or equal to 0"),
+        ({"args": [True]}, "valid string"),
+        ({"replicas": 2}, "replicas"),
+        ({"devices": {"count": 1, "gpus": 2}}, "gpus"),
+        ({"readiness": {"httpGet": {"path": "/", "port": 1}}}, "port"),
+    ],
+    ids=lambda v: str(v)[:40] if isinstance(v, str) else None,
+)
+def test_invalid_specs(spec: dict[str, Any], phrase: str) -> None:
+    assert phrase in error_of(doc(**spec))
+
+
+def test_unknown_fields_are_errors_at_every_level() -> None:
+    data = doc()
+    data["status"] = {}
+    assert "Extra inputs are not permitted" in error_of(data)
+    data = doc()
+    data["metadata"]["namespace"] = "x"
+    assert "metadata.namespace" in error_of(data)
+
+
+def test_wrong_api_version_and_kind() -> None:
+    assert "apiVersion" in error_of({**doc(), "apiVersion": "v1"})
+    assert "kind" in error_of({**doc(), "kind": "Pod"})
+
+
+def test_numbers_in_argv_and_env_become_strings() -> None:
+    spec = deployment("web", args=["--max-model-len", 8192, 0.5], env={"N": 1}).spec
+    assert spec.args == ("--max-model-len", "8192", "0.5")
+    assert spec.env == {"N": "1"}
+
+
+def test_models_are_frozen() -> None:
+    spec = deployment("web").spec
+    with pytest.raises(ValidationError):
+        spec.port = 1  # type: ignore[misc]
+
+
+def test_hash_is_stable_and_ignores_labels() -> None:
+    a = Deployment.model_validate(doc())
+    labelled = doc()
+    labelled["metadata"]["labels"] = {"team": "x"}
+    b = Deployment.model_validate(labelled)
+    assert spec_hash(a.spec) == spec_hash(b.spec)
+    assert spec_hash(a.spec).startswith("sha256:")
+
+
+def test_hash_changes_with_any_spec_field() -> None:
+    base = spec_hash(deployment("web").spec)
+    assert spec_hash(deployment("web", args=["--x"]).spec) != base
+    assert spec_hash(deployment("web", devices={"count": 1}).spec) != base
+    assert spec_hash(deployment("web", env={"A": "1"}).spec) != base
+
+
+def test_defaults_written_or_not_hash_the_same() -> None:
+    implicit = deployment("web")
+    explicit = deployment("web", restartPolicy="Always", devices={"count": 0, "kind": "any"})
+    assert spec_hash(implicit.spec) == spec_hash(explicit.spec)
+
+
+def test_changed_fields_names_nested_paths() -> None:
+    old = spec_document(deployment("web").spec)
+    new = spec_document(deployment("web", devices={"count": 2}, args=["-v"]).spec)
+    assert changed_fields(old, new) == ["args", "devices.count"]
+    assert changed_fields(old, old) == []
+
+
+def test_document_uses_manifest_spelling() -> None:
+    document = spec_document(deployment("web", basePort=9000).spec)
+    assert document["basePort"] == 9000
+    assert "stopGracePeriodSeconds" in document and "base_port" not in document
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("{port}", "8000"),
+        ("--bind={host}:{port}", "--bind=127.0.0.1:8000"),
+        ("{name}/{model}/{devices}", "web/m/0,1"),
+        ('{"json": {port}}', '{"json": 8000}'),
+        ("{unknown}", "{unknown}"),
+        ("{{port}}", "{8000}"),
+    ],
+    ids=lambda v: v,
+)
+def test_expand_placeholders(template: str, expected: str) -> None:
+    values = {"port": "8000", "host": "127.0.0.1", "name": "web", "model": "m", "devices": "0,1"}
+    assert expand(template, values) == expected
+
+
+def test_json_schema_forbids_unknown_fields() -> None:
+    schema = json_schema()
+    assert schema["title"] == "reconcile Deployment"
+    assert schema["$schema"].endswith("2020-12/schema")
+    spec = schema["$defs"]["DeploymentSpec"]
+    assert spec["additionalProperties"] is False
+    assert "basePort" in spec["properties"]
