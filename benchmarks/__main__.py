@@ -1,0 +1,97 @@
+"""Run every benchmark, print one table, keep the raw figures.
+
+    python -m benchmarks            # the full run (under 10 minutes on 2 cores)
+    python -m benchmarks --quick    # tiny N, few trials: checks that it all runs
+    python -m benchmarks --only startup,steady
+
+Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
+run also rewrites ``benchmarks/RESULTS.md`` (date, machine, the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchmarks.common import HERE, Row, engine_startup_ms
+from benchmarks.report import machine, render_table, write_results
+
+SECTIONS = ("startup", "steady", "lock", "watch", "cold")
+
+
+def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
+    from benchmarks import coldstart, lockbench, startup, steady, watch
+
+    if quick:
+        return {
+            "startup": lambda: startup.bench(3),
+            "steady": lambda: steady.bench([0, 2, 4, 8], 2)[0],
+            "lock": lambda: lockbench.bench(2, 20, 1),
+            "watch": lambda: watch.bench(2, engine_startup_ms(2)),
+            "cold": lambda: coldstart.bench(2, 1),
+        }
+    return {
+        "startup": lambda: startup.bench(30),
+        "steady": lambda: steady.bench([0, 10, 100, 1000], 9)[0],
+        "lock": lambda: lockbench.bench(8, 500, 1),
+        "watch": lambda: watch.bench(20, engine_startup_ms(10)),
+        "cold": lambda: coldstart.bench(20, 5),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny N and few trials")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"some of {SECTIONS}")
+    parser.add_argument("--out", type=Path, default=HERE / "out", help="raw output folder")
+    args = parser.parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(only) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = args.out / stamp
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[Row] = []
+    timings: dict[str, float] = {}
+    plan = _plan(args.quick)
+    started = time.monotonic()
+    for name in only:
+        print(f"benchmarks: {name} ...", file=sys.stderr, flush=True)
+        t = time.monotonic()
+        rows += plan[name]()
+        timings[name] = round(time.monotonic() - t, 1)
+        (out / "results.json").write_text(_dump(rows, timings, args.quick))
+    total = round(time.monotonic() - started, 1)
+    table = render_table(rows)
+    print(table)
+    print(f"\n{total:.0f} s in all; raw output in {out}", file=sys.stderr)
+    (out / "table.md").write_text(table + "\n")
+    if not args.quick and only == list(SECTIONS):
+        write_results(HERE / "RESULTS.md", table, total, stamp)
+    return 0
+
+
+def _dump(rows: list[Row], timings: dict[str, float], quick: bool) -> str:
+    data = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "python": sys.version,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "quick": quick,
+        "section_seconds": timings,
+        "rows": [r.as_json() for r in rows],
+    }
+    return json.dumps(data, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
