@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from controller.errors import ConfigError
+
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 
@@ -16,7 +18,8 @@ def parse_duration(text: str) -> float:
         pass
     parts = PART.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"{text!r} is not a duration (examples: 30s, 5m, 1h, 1h30m)")
+        # ConfigError is a ValueError: a bad flag value is an error for people, not a traceback.
+        raise ConfigError(f"{text!r} is not a duration (examples: 30s, 5m, 1h, 1h30m)")
     return sum(float(n) * UNITS[u] for n, u in parts)
 
 

@@ -265,6 +265,8 @@ def _until(when: datetime, now: datetime) -> float:
 
 
 def run_daemon(config: Config, *, resync: float = 5.0) -> int:
+    if resync <= 0:
+        raise ConfigError(f"--resync must be more than 0 seconds, not {resync:g}")
     RecordStore(config.state_dir).ensure()
     lock = FileLock(config.state_dir / "daemon.lock", what="daemon lock")
     if not lock.try_acquire():

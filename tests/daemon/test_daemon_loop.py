@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 PYTHON = sys.executable
@@ -32,6 +33,13 @@ def ready_pid(rc: Any, name: str) -> int | None:
     if rec and rec["phase"] == "Ready" and rec["ref"] and rc.alive(rec["ref"]["pid"]):
         return int(rec["ref"]["pid"])
     return None
+
+
+def proc_state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return None
 
 
 def spawns(rc: Any, name: str) -> list[dict[str, Any]]:
@@ -86,7 +94,9 @@ def test_a_crashed_engine_comes_back_then_backs_off(
     )
     exits = d.lines("engine exited")
     assert [(e["deployment"], e["pid"], e["signal"]) for e in exits] == [("crashy", first, 9)]
-    assert rc.record("crashy")["restarts"] == 1
+    rec = rc.record("crashy")
+    assert rec["restarts"] == 1 and rec["last_exit"]["signal"] == 9, rec  # we were its parent
+    assert proc_state(first) != "Z", "the daemon reaps the engines it spawned"
     # The second crash in a row waits out DESIGN.md's back-off, visible in status.
     os.kill(second, signal.SIGKILL)
     d.wait(lambda: (rc.record("crashy") or {}).get("phase") == "BackOff", "BackOff")

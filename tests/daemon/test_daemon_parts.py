@@ -1,0 +1,226 @@
+"""The daemon's parts and its service files: sd_notify on a real datagram socket, the
+systemd unit through ``systemd-analyze verify``, the cron line run as written, the
+timer heap, the folder-event filter, and engine-exit watching with and without pidfds.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from watchdog.events import (
+    DirCreatedEvent,
+    DirModifiedEvent,
+    FileClosedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileOpenedEvent,
+)
+
+from controller.exits import ExitWatch
+from controller.folders import FolderWatch
+from controller.notify import Notifier
+from controller.runtime import LocalRuntime, identity
+from controller.state import ProcessRef
+from controller.timers import Timers
+
+REPO = Path(__file__).resolve().parents[2]
+UNIT = REPO / "examples" / "systemd" / "reconcile.service"
+CRON = REPO / "examples" / "cron" / "reconcile.cron"
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = str(tmp_path / "notify")
+    sock.bind(path)
+    sock.settimeout(30)
+    yield sock, path
+    sock.close()
+
+
+# -- sd_notify ---------------------------------------------------------------------------
+
+
+def test_notify_sends_one_datagram_and_takes_the_variables_out(
+    notify_socket: tuple[socket.socket, str],
+) -> None:
+    sock, path = notify_socket
+    env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "4000000", "WATCHDOG_PID": str(os.getpid())}
+    notifier = Notifier.from_environ(env)
+    assert env == {}, "engines must not inherit the service's notify socket"
+    assert notifier.ping_interval == 2.0
+    assert notifier.send("READY=1", "STATUS=ok")
+    assert sock.recv(4096) == b"READY=1\nSTATUS=ok"
+
+
+def test_notify_reaches_an_abstract_socket() -> None:
+    name = f"reconcile-test-{uuid.uuid4().hex}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind("\0" + name)
+        sock.settimeout(30)
+        assert Notifier(f"@{name}").send("WATCHDOG=1")
+        assert sock.recv(64) == b"WATCHDOG=1"
+
+
+def test_notify_outside_systemd_is_a_no_op() -> None:
+    assert not Notifier.from_environ({}).send("READY=1")
+    other = {"NOTIFY_SOCKET": "/nonexistent/socket", "WATCHDOG_USEC": "1", "WATCHDOG_PID": "1"}
+    notifier = Notifier.from_environ(other)
+    assert notifier.ping_interval is None  # pid 1's watchdog, not ours
+    assert not notifier.send("READY=1")  # nobody listens: no exception either
+
+
+def test_the_daemon_says_ready_after_its_first_pass_then_pings(
+    reconcile: Any, daemon: Any, finish: Any, notify_socket: tuple[socket.socket, str]
+) -> None:
+    sock, path = notify_socket
+    reconcile.write("svc", command=["sleep", "600"], readiness={"periodSeconds": 0.2})
+    # WATCHDOG_PID is left out: systemd sets it, but this daemon's pid is not known yet.
+    d = daemon(env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "300000"})
+    first = sock.recv(4096).decode()
+    assert first.startswith("READY=1\nSTATUS=pass 1: 1/1 ready"), first
+    assert d.passes(), "READY=1 comes after the first pass"
+    messages = {sock.recv(4096) for _ in range(3)}
+    assert b"WATCHDOG=1" in messages, messages
+    engine = reconcile.record("svc")["ref"]["pid"]
+    assert "NOTIFY_SOCKET" not in reconcile.environ(engine)
+    finish(d)
+    assert b"STOPPING=1" in _drain(sock)
+
+
+def _drain(sock: socket.socket) -> set[bytes]:
+    sock.settimeout(0)
+    out = set()
+    while True:
+        try:
+            out.add(sock.recv(4096))
+        except BlockingIOError:
+            return out
+
+
+# -- the service files ---------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
+def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
+    # verify checks that ExecStart exists: point it at this checkout's script.
+    script = str(Path(sys.executable).parent / "reconcile")
+    assert os.access(script, os.X_OK), script
+    text = UNIT.read_text().replace("/usr/local/bin/reconcile", script)
+    unit = tmp_path / "reconcile.service"
+    unit.write_text(text)
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    about_it = [line for line in proc.stderr.splitlines() if "reconcile.service" in line]
+    assert proc.returncode == 0 and not about_it, proc.stderr
+    assert "Type=notify" in text and "KillMode=process" in text  # engines outlive the daemon
+
+
+def test_the_cron_line_runs_as_written(reconcile: Any) -> None:
+    lines = [ln for ln in CRON.read_text().splitlines() if ln[:1] == "*" or ln[:1].isdigit()]
+    assert len(lines) == 1, lines
+    argv = shlex.split(lines[0])[6:]  # after five time fields and the user
+    assert argv[0] == "reconcile" and "--once" in argv
+    paths = {
+        "/etc/reconcile/manifests": str(reconcile.manifests),
+        "/var/lib/reconcile": str(reconcile.state),
+    }
+    argv = [paths.get(a, a) for a in argv[1:]]
+    reconcile.write("cronned", command=["sleep", "600"], readiness={"periodSeconds": 0.2})
+    extra = ["--node", reconcile.node, "--devices", reconcile.devices]
+    result = reconcile(*argv, *extra, common=False)
+    assert result.code == 0, str(result)
+    assert reconcile.record("cronned")["phase"] == "Ready"
+    reconcile.down()
+
+
+# -- timers ----------------------------------------------------------------------------------
+
+
+def test_timers_fire_in_order_and_rearming_replaces() -> None:
+    t = Timers()
+    t.set("resync", 10.0)
+    t.set("probe", 3.0, "probe due")
+    t.set("probe", 5.0, "probe due")  # re-armed: the 3.0 arming is void
+    t.set("gone", 1.0)
+    t.cancel("gone")
+    assert t.timeout(0.0) == 5.0
+    assert t.pop_due(4.0) == []
+    assert t.pop_due(6.0) == [("probe", "probe due")]
+    t.set("record:a", 7.0)
+    t.set("record:b", 8.0)
+    t.cancel_prefix("record:")
+    assert t.timeout(6.0) == 4.0 and not t.armed("record:a")
+    assert t.pop_due(11.0) == [("resync", "resync")]
+    assert t.timeout(11.0) is None
+
+
+# -- the folder-event filter -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("event", "relevant"),
+    [
+        pytest.param(FileModifiedEvent("/m/a.yaml"), True, id="write"),
+        pytest.param(FileClosedEvent("/m/a.yml"), True, id="close-after-write"),
+        pytest.param(FileOpenedEvent("/m/a.yaml"), False, id="our-own-read"),
+        pytest.param(FileModifiedEvent("/m/.a.yaml.swp"), False, id="hidden-temp"),
+        pytest.param(FileModifiedEvent("/m/a.yaml~"), False, id="backup"),
+        pytest.param(FileModifiedEvent("/m/notes.txt"), False, id="not-a-manifest"),
+        pytest.param(FileMovedEvent("/m/.a.yaml.tmp", "/m/a.yaml"), True, id="atomic-save"),
+        pytest.param(FileMovedEvent("/m/a.yaml", "/m/a.yaml.bak"), True, id="moved-away"),
+        pytest.param(FileModifiedEvent("/m/sub/a.yaml"), False, id="subfolder"),
+        pytest.param(DirModifiedEvent("/m"), False, id="folder-touched"),
+        pytest.param(DirCreatedEvent("/m"), True, id="folder-returns"),
+        pytest.param(FileMovedEvent("/", "/m"), True, id="folder-renamed-in"),
+    ],
+)
+def test_which_folder_events_wake_the_loop(event: Any, relevant: bool) -> None:
+    watch = FolderWatch([Path("/m")], lambda: None)
+    assert watch.relevant(event) is relevant
+
+
+# -- engine exits -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pidfds", [True, False], ids=["pidfd", "liveness-fallback"])
+def test_an_engine_exit_is_reported_once(tmp_path: Path, pidfds: bool) -> None:
+    runtime = LocalRuntime(tmp_path, f"t-{uuid.uuid4().hex[:8]}")
+    child = subprocess.Popen(["sleep", "600"])
+    try:
+        ref = identity(child.pid)
+        assert ref is not None
+        seen: list[tuple[str, ProcessRef]] = []
+        with selectors.DefaultSelector() as selector:
+            watch = ExitWatch(selector, runtime, lambda name, r: seen.append((name, r)))
+            watch.pidfds = pidfds
+            watch.sync({"e": ref})
+            assert watch.polling is not pidfds and seen == []
+            child.kill()
+            child.wait(timeout=30)
+            if pidfds:
+                for key, _ in selector.select(timeout=30):
+                    key.data()
+            else:
+                watch.check()
+            watch.sync({"e": ref})  # the record still names it: no second report
+            watch.close()
+        assert seen == [("e", ref)]
+    finally:
+        child.kill()
+        child.wait(timeout=30)
