@@ -1,0 +1,117 @@
+"""The placement lock: flock with a timeout; a dead holder never blocks anyone (invariant 7)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.errors import LockTimeout, ReconcileError
+from controller.lock import FileLock
+
+HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.pwrite(fd, f"{os.getpid()}\\n".ljust(12).encode(), 0)
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "placement.lock"
+
+
+@pytest.fixture
+def holder(path: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding the lock (for up to a minute)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path), "60"], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+    yield proc
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+
+
+def test_acquire_and_release(path: Path) -> None:
+    lock = FileLock(path)
+    with lock.hold(timeout=1):
+        assert lock.held
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert lock.holder() == os.getpid()
+    assert not lock.held
+    with lock.hold(timeout=0):  # free again at once
+        pass
+
+
+def test_busy_lock_times_out_naming_the_holder(path: Path, holder: subprocess.Popen[str]) -> None:
+    lock = FileLock(path, what="placement lock")
+    with pytest.raises(LockTimeout) as info:
+        lock.acquire(timeout=0.2)
+    message = str(info.value)
+    assert f"the placement lock ({path}) is held by pid {holder.pid}" in message
+    assert "gave up after 0.2s" in message and "a dead holder releases it at once" in message
+    assert not lock.held
+    assert isinstance(info.value, TimeoutError) and isinstance(info.value, ReconcileError)
+    assert info.value.retryable
+
+
+def test_try_acquire(path: Path, holder: subprocess.Popen[str]) -> None:
+    assert not FileLock(path).try_acquire()
+
+
+def test_a_holder_killed_by_sigkill_releases_the_lock(
+    path: Path, holder: subprocess.Popen[str]
+) -> None:
+    lock = FileLock(path)
+    assert not lock.try_acquire()
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    lock.acquire(timeout=10)  # the kernel dropped the dead holder's flock
+    lock.release()
+
+
+def test_a_waiter_gets_the_lock_when_the_holder_lets_go(path: Path) -> None:
+    first, second = FileLock(path), FileLock(path)
+    first.acquire(timeout=0)
+    got = threading.Event()
+
+    def wait() -> None:
+        second.acquire(timeout=30)
+        got.set()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    assert not got.wait(0.2)  # blocked while held
+    first.release()
+    thread.join(timeout=30)
+    assert got.is_set() and second.held
+    second.release()
+
+
+def test_a_waiter_that_gave_up_does_not_keep_a_late_grant(path: Path) -> None:
+    first = FileLock(path)
+    first.acquire(timeout=0)
+    with pytest.raises(LockTimeout):
+        FileLock(path).acquire(timeout=0.1)  # its helper thread still waits in the kernel
+    first.release()  # the helper gets the grant and must hand it straight back
+    third = FileLock(path)
+    third.acquire(timeout=10)
+    third.release()
+
+
+def test_lock_file_content_is_advisory_only(path: Path) -> None:
+    path.write_text("99999999\n")
+    with FileLock(path).hold(timeout=0):
+        pass

@@ -1,0 +1,224 @@
+"""The record store: atomic durable writes, modes, quarantine, versions, safe names."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+from strategies import record
+
+from controller.errors import RecordError
+from controller.records import RecordStore, check_name, write_atomic
+from controller.state import VERSION, Phase
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> RecordStore:
+    s = RecordStore(tmp_path / "state")
+    s.ensure()
+    return s
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_round_trip(store: RecordStore) -> None:
+    rec = record("web", devices=("nvidia:0",), restarts=2)
+    store.write(rec)
+    assert store.read("web") == rec
+    snap = store.load()
+    assert snap.records == {"web": rec} and not snap.problems
+    assert json.loads(store.path("web").read_text())["version"] == VERSION
+
+
+def test_record_json_is_snake_case(store: RecordStore) -> None:
+    store.write(record("web"))
+    data = json.loads(store.path("web").read_text())
+    for key in ("spec_hash", "reserved_by", "ready_deadline_at", "backoff_until", "last_exit"):
+        assert key in data
+    assert data["ref"] == {"pid": 100, "start_time": 1000.0}
+
+
+def test_state_dir_0700_and_records_0600_whatever_the_umask(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    old = os.umask(0)
+    try:
+        s = RecordStore(state)
+        s.ensure()
+        s.write(record("web"))
+    finally:
+        os.umask(old)
+    assert mode(state) == 0o700
+    for folder in (s.instances, s.logs, s.quarantine_dir):
+        assert mode(folder) == 0o700, folder
+    assert mode(s.path("web")) == 0o600
+
+
+def test_write_is_tmp_fsync_rename_dir_fsync(
+    store: RecordStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src: os.PathLike[str], dst: os.PathLike[str]) -> None:
+        calls.append(("replace", f"{src} -> {dst}"))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    store.write(record("web"))
+    final = str(store.path("web"))
+    assert [c[0] for c in calls] == ["fsync", "replace", "fsync"], calls
+    tmp = calls[0][1]
+    assert Path(tmp).parent == store.instances and tmp != final  # same folder: rename is atomic
+    assert calls[1][1] == f"{tmp} -> {final}"
+    assert calls[2][1] == str(store.instances)  # the directory, so the rename is durable
+
+
+def test_failed_rename_keeps_the_old_record_and_no_tmp(
+    store: RecordStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = record("web", restarts=1)
+    store.write(old)
+
+    def boom(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        store.write(record("web", restarts=2))
+    monkeypatch.undo()
+    assert store.read("web") == old
+    assert sorted(p.name for p in store.instances.iterdir() if p.is_file()) == ["web.json"]
+
+
+def test_readers_never_see_a_torn_record(store: RecordStore) -> None:
+    big = record("web", message="x" * 200_000)
+    small = record("web", message="")
+    store.write(small)
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            store.write(big)
+            store.write(small)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for _ in range(200):
+            snap = store.load()
+            assert not snap.problems, snap.problems
+            assert snap.records["web"] in (big, small)
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_leftover_tmp_files_are_ignored(store: RecordStore) -> None:
+    (store.instances / ".web.json.123.tmp").write_text("{half")
+    store.write(record("web"))
+    snap = store.load()
+    assert list(snap.records) == ["web"] and not snap.problems
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b'{"version": 1, "name": "web"', "not valid JSON"),
+        (b"\x00\x00\x00", "not valid JSON"),
+        (json.dumps({"version": 1, "name": "web"}).encode(), "not a valid record: owner"),
+        (
+            json.dumps({"version": 1, "name": "other", "owner": "o", "node": "n"}).encode(),
+            "holds name 'other', file says 'web'",
+        ),
+    ],
+    ids=["truncated", "garbage", "missing-field", "wrong-name"],
+)
+def test_corrupt_record_is_quarantined_with_a_reason(
+    store: RecordStore, content: bytes, reason: str
+) -> None:
+    path = store.path("web")
+    path.write_bytes(content)
+    snap = store.load()
+    assert "web" not in snap.records and not path.exists()
+    (problem,) = snap.problems
+    assert problem.name == "web" and reason in problem.message
+    moved = [p for p in store.quarantine_dir.iterdir() if not p.name.endswith(".reason")]
+    assert len(moved) == 1 and moved[0].read_bytes() == content  # kept as it was
+    assert f"record moved to {moved[0]}" in problem.message
+    why = moved[0].with_name(moved[0].name + ".reason").read_text()
+    assert reason in why
+    assert not store.load().problems  # reported once, then gone from instances/
+
+
+def test_unknown_version_is_an_error_that_says_how_to_recover(store: RecordStore) -> None:
+    path = store.path("web")
+    data = {"version": 99, "name": "web", "devices": ["nvidia:0"], "port": 8000}
+    path.write_text(json.dumps(data))
+    snap = store.load()
+    assert "web" not in snap.records
+    (problem,) = snap.problems
+    assert "has version 99; this reconcile understands version 1" in problem.message
+    assert "Run the reconcile that wrote it, or stop its engine and move the file away" in (
+        problem.message
+    )
+    assert problem.devices == ("nvidia:0",) and problem.ports == (8000,)  # still leased
+    assert path.exists()  # never silently reset or moved
+    assert not any(store.quarantine_dir.iterdir())
+
+
+def test_missing_version_is_unknown_too(store: RecordStore) -> None:
+    store.path("web").write_text(json.dumps({"name": "web"}))
+    (problem,) = store.load().problems
+    assert "has version None" in problem.message
+
+
+@pytest.mark.parametrize(
+    "name", ["../etc", "a/b", "", ".", "..", "A", "x" * 64, "web\0", "/abs"], ids=repr
+)
+def test_no_unsafe_name_becomes_a_path(store: RecordStore, name: str) -> None:
+    """Invariant 9: names reach the file system only as DNS-1123 labels."""
+    with pytest.raises(RecordError, match="refusing unsafe deployment name"):
+        check_name(name)
+    with pytest.raises(RecordError):
+        store.path(name)
+    with pytest.raises(RecordError):
+        store.log_path(name)
+
+
+def test_delete_is_idempotent(store: RecordStore) -> None:
+    store.write(record("web"))
+    store.delete("web")
+    store.delete("web")
+    assert store.read("web") is None
+
+
+def test_load_without_state_dir(tmp_path: Path) -> None:
+    snap = RecordStore(tmp_path / "nowhere").load()
+    assert not snap.records and not snap.problems
+
+
+def test_write_atomic_replaces_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    write_atomic(path, b"one")
+    write_atomic(path, b"two")
+    assert path.read_bytes() == b"two" and mode(path) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["f"]
+
+
+def test_pending_record_holds_nothing() -> None:
+    assert not record("web", phase=Phase.PENDING).holds
+    assert not record("web", phase=Phase.FAILED).holds
+    assert record("web", phase=Phase.RESERVED).holds
+    assert record("web", phase=Phase.TERMINATING).holds
