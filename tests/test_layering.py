@@ -1,0 +1,112 @@
+"""The planner stays pure: no I/O module and no clock, directly or through controller modules.
+
+Imports are read with ``ast`` (nothing is executed), and every ``controller`` module a
+pure module imports is followed, so an I/O import two hops away is caught too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "controller"
+PURE = (
+    "controller.specs",
+    "controller.actions",
+    "controller.placement",
+    "controller.plan",
+    "controller.state",
+    "controller.inventory",
+)
+FORBIDDEN = frozenset({"os", "subprocess", "psutil", "socket", "structlog", "time"})
+CLOCK_CALLS = frozenset({"now", "utcnow", "today", "time", "monotonic", "perf_counter"})
+
+
+def module_file(name: str) -> Path | None:
+    parts = name.split(".")[1:]
+    base = PACKAGE.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def imports_of(name: str) -> set[str]:
+    """Absolute module names ``name`` imports (``from controller import x`` -> controller.x)."""
+    path = module_file(name)
+    assert path is not None, name
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            for alias in node.names:
+                if module_file(f"{base}.{alias.name}") is not None:
+                    found.add(f"{base}.{alias.name}")
+    return found
+
+
+def with_parents(name: str) -> list[str]:
+    """Importing controller.a.b runs controller/__init__ and controller/a/__init__ first."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def closure(name: str) -> dict[str, list[str]]:
+    """Every controller module reachable from ``name`` -> the import chain that reaches it."""
+    chains = {mod: [mod] for mod in with_parents(name)}
+    todo = list(chains)
+    while todo:
+        current = todo.pop()
+        for imported in sorted(imports_of(current)):
+            for mod in with_parents(imported):
+                if mod.startswith("controller") and mod not in chains and module_file(mod):
+                    chains[mod] = [*chains[current], mod]
+                    todo.append(mod)
+    return chains
+
+
+def clock_reads(name: str) -> list[str]:
+    path = module_file(name)
+    assert path is not None
+    tree = ast.parse(path.read_text(), str(path))
+    return [
+        f"{path.name}:{node.lineno}: .{node.func.attr}()"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in CLOCK_CALLS
+    ]
+
+
+@pytest.mark.parametrize("name", PURE)
+def test_pure_modules_import_no_io(name: str) -> None:
+    bad = []
+    for module, chain in closure(name).items():
+        for imported in imports_of(module):
+            if imported.split(".")[0] in FORBIDDEN:
+                bad.append(f"{' -> '.join(chain)} imports {imported}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("name", PURE)
+def test_pure_modules_read_no_clock(name: str) -> None:
+    bad = [hit for module in closure(name) for hit in clock_reads(module)]
+    assert not bad, bad
+
+
+def test_the_checker_catches_an_io_import() -> None:
+    """The checker itself works: the executor (I/O by design) is flagged."""
+    offenders = {i.split(".")[0] for m in closure("controller.executor") for i in imports_of(m)}
+    assert {"os", "subprocess", "psutil"} <= offenders
+    assert "controller.runtime" in closure("controller.executor")
+    assert clock_reads("controller.executor")
