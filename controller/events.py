@@ -1,6 +1,11 @@
 """The per-deployment event journal: append-only JSON lines, bounded in size.
 
-A half-written last line (a crash mid-append) is skipped on read, never guessed at.
+One event is one ``\\n``-terminated JSON object, appended with a single ``write`` on
+an ``O_APPEND`` descriptor. A crash mid-append leaves a last line without its
+``\\n``: reads skip it (never guessed at), and the next append first terminates it,
+so the torn bytes can never glue themselves to a good event. Past ``MAX_BYTES`` the
+file is rewritten atomically with its newest whole lines (at most half the bound).
+Writers are serialised by the pass lock (every action runs inside a pass).
 """
 
 from __future__ import annotations
@@ -14,7 +19,18 @@ from typing import Any
 from controller import failpoints
 from controller.records import check_name, write_atomic
 
-MAX_BYTES = 64 * 1024  # past this the oldest half is dropped
+MAX_BYTES = 64 * 1024  # past this the oldest lines are dropped, down to half
+MAX_FIELD = 2048  # characters of one string field (an error, a log line...)
+MAX_ITEMS = 20  # items of one list field (log lines)
+
+
+def _clip(value: Any) -> Any:
+    """Bound one field so a single event can never crowd the journal out."""
+    if isinstance(value, str) and len(value) > MAX_FIELD:
+        return value[: MAX_FIELD - 1] + "…"
+    if isinstance(value, list | tuple):
+        return [_clip(v) for v in list(value)[-MAX_ITEMS:]]
+    return value
 
 
 class Journal:
@@ -32,13 +48,16 @@ class Journal:
             "outcome": outcome,
             **extra,
         }
-        line = (json.dumps(event, default=str) + "\n").encode()
+        line = (json.dumps({k: _clip(v) for k, v in event.items()}, default=str) + "\n").encode()
         failpoints.hit("events.append.before_write")
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = self.path(name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            os.write(fd, line)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line  # terminate a torn last line: it stays skipped
+            _write_all(fd, line)
             size = os.fstat(fd).st_size
         finally:
             os.close(fd)
@@ -48,23 +67,33 @@ class Journal:
     def _trim(self, path: Path) -> None:
         data = path.read_bytes()
         keep = data[len(data) - MAX_BYTES // 2 :]
-        keep = keep[keep.find(b"\n") + 1 :]  # start on a whole line
+        if len(keep) < len(data):
+            keep = keep[keep.find(b"\n") + 1 :]  # start on a whole line
         write_atomic(path, keep)
 
     def read(self, name: str, last: int | None = None) -> list[dict[str, Any]]:
+        """The events, oldest first (the newest ``last`` of them when given)."""
         try:
-            lines = self.path(name).read_bytes().splitlines()
+            data = self.path(name).read_bytes()
         except FileNotFoundError:
             return []
         events = []
-        for line in lines:
+        for line in data.split(b"\n")[:-1]:  # the part after the last \n is torn
             try:
                 value = json.loads(line)
             except ValueError:
                 continue  # a torn write: skip it rather than guess
             if isinstance(value, dict):
                 events.append(value)
-        return events[-last:] if last else events
+        if last is None:
+            return events
+        return events[-last:] if last > 0 else []
 
     def remove(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

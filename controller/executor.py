@@ -10,12 +10,11 @@ import os
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import structlog
 
-from controller import failpoints
+from controller import failpoints, logfiles
 from controller.actions import (
     Action,
     Adopt,
@@ -57,6 +56,8 @@ class Executor:
     node: str
     me: ProcessRef
     revision: str | None = None
+    log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
+    log_keep: int = logfiles.DEFAULT_KEEP
 
     # -- the one entry point ------------------------------------------------------
 
@@ -152,7 +153,8 @@ class Executor:
         rendered = self.render(entry, record.devices, record.port, record.extra_ports)
         (self.store.state_dir / "run" / entry.name).mkdir(mode=0o700, parents=True, exist_ok=True)
         log_path = self.store.log_path(entry.name)
-        _log_marker(
+        logfiles.rotate(log_path, self.log_max_bytes, self.log_keep)
+        logfiles.write_marker(
             log_path, f"{verb} {entry.name} instance {record.nonce}: {' '.join(rendered.argv)}"
         )
         failpoints.hit("executor.spawn.before_exec")
@@ -259,8 +261,18 @@ class Executor:
             update.update(devices=(), device_uuids=(), port=None, extra_ports=())
         failpoints.hit("executor.fail.before_write")
         self.store.write(rec.model_copy(update=update))
-        self.event(action.name, action.verb, action.reason, str(action.phase))
+        self.event(action.name, action.verb, action.reason, str(action.phase), **self._why(action))
         return True
+
+    def _why(self, action: Fail) -> dict[str, Any]:
+        """What `describe` needs to tell the cause: exit code/signal, the run's last lines."""
+        extra: dict[str, Any] = {}
+        if action.exit is not None:
+            extra.update(exit_code=action.exit.code, signal=action.exit.signal)
+        if action.retry_at is not None:
+            extra["retry_in"] = round(max((action.retry_at - self.now()).total_seconds(), 0), 1)
+        extra["log_tail"] = logfiles.current_run_tail(self.store.log_path(action.name), 10)
+        return extra
 
     def _markready(self, action: MarkReady) -> bool:
         rec = self.store.read(action.name)
@@ -342,15 +354,6 @@ def _engine_env(rendered: Rendered) -> dict[str, str]:
     }
     env.update(rendered.env)
     return env
-
-
-def _log_marker(path: Path, text: str) -> None:
-    stamp = datetime.now(UTC).isoformat(timespec="seconds")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.write(fd, f"--- {stamp} reconcile: {text}\n".encode())
-    finally:
-        os.close(fd)
 
 
 __all__ = ["Executor", "ReconcileError"]

@@ -220,6 +220,26 @@ def _empty(node: yaml.Node) -> bool:
     return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
 
 
+def load_mapping(path: Path) -> tuple[dict[str, Any], dict[Path_, int]]:
+    """One YAML mapping (the node config file), bounded like a manifest, with its lines.
+
+    Raises ``ValueError`` with a message that names the file and the line.
+    """
+    try:
+        text = _read(path).decode("utf-8")
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        converter = _Converter()
+        value = converter.convert(node) if node is not None else {}
+    except yaml.MarkedYAMLError as exc:
+        line = f":{exc.problem_mark.line + 1}" if exc.problem_mark else ""
+        raise ValueError(f"{path}{line}: invalid YAML: {exc.problem}") from exc
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        raise ValueError(f"{path}: cannot read: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: must be a mapping of settings")
+    return value, converter.lines if node is not None else {}
+
+
 def _broken(result: LoadResult, error: ManifestError) -> None:
     result.errors.append(error)
     result.broken_sources.add(error.file)

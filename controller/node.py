@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from controller import logfiles
 from controller.errors import ConfigError
+from controller.limits import Limits, parse_limits
 from controller.records import write_atomic
 from controller.state import Drain
 
@@ -23,6 +25,11 @@ class Config:
     owner: str
     allow_empty: bool = False
     lock_timeout: float = 60.0
+    limits: Limits = field(default_factory=Limits)
+    log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
+    log_keep: int = logfiles.DEFAULT_KEEP
+    metrics_file: Path | None = None  # a Prometheus textfile written after each pass
+    metrics_port: int | None = None  # the daemon serves /metrics here
 
 
 def default_state_dir() -> Path:
@@ -41,6 +48,10 @@ def resolve(
     owner: str | None = None,
     allow_empty: bool = False,
     lock_timeout: float = 60.0,
+    max_instances: str | None = None,
+    node_config: str | None = None,
+    metrics_file: str | None = None,
+    metrics_port: int | None = None,
 ) -> Config:
     env = os.environ
     folders = manifests or _split(env.get("RECONCILE_MANIFESTS")) or ["./manifests"]
@@ -49,14 +60,30 @@ def resolve(
     if "/" in node_name:
         raise ConfigError(f"node name {node_name!r} may not contain '/'")
     state = state_dir or env.get("RECONCILE_STATE_DIR")
+    state_path = Path(state).expanduser().absolute() if state else default_state_dir()
+    from controller.nodeconfig import read_node_file
+
+    node_file = read_node_file(node_config or env.get("RECONCILE_NODE_CONFIG"), state_path)
+    limits = node_file.limits
+    flag = max_instances if max_instances is not None else env.get("RECONCILE_MAX_INSTANCES")
+    if flag:
+        try:
+            limits = limits.merged(parse_limits(flag))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
     return Config(
         manifests=paths,
-        state_dir=Path(state).expanduser().absolute() if state else default_state_dir(),
+        state_dir=state_path,
         node=node_name,
         devices=devices if devices is not None else env.get("RECONCILE_DEVICES"),
         owner=owner or ",".join(str(p) for p in paths),
         allow_empty=allow_empty,
         lock_timeout=lock_timeout,
+        limits=limits,
+        log_max_bytes=node_file.log_max_bytes,
+        log_keep=node_file.log_max_files,
+        metrics_file=Path(metrics_file).expanduser().absolute() if metrics_file else None,
+        metrics_port=metrics_port,
     )
 
 

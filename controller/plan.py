@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from controller import limits as limits_mod
 from controller.actions import (
     Action,
     Adopt,
@@ -27,6 +28,7 @@ from controller.actions import (
     Stop,
 )
 from controller.inventory import Inventory
+from controller.limits import Limits
 from controller.placement import Ledger, Unplaced, ledger_from, place
 from controller.specs import Entry, changed_fields, spec_document
 from controller.state import MarkedProcess, Observed, Phase, Record, RecordView
@@ -74,8 +76,9 @@ def plan(
     now: datetime,
     *,
     extra_ports: Mapping[str, int] | None = None,
+    limits: Limits | None = None,
 ) -> list[Action]:
-    planner = _Planner(desired, observed, inventory, now, extra_ports or {})
+    planner = _Planner(desired, observed, inventory, now, extra_ports or {}, limits or Limits())
     actions = list(planner.run())
     return sorted(actions, key=lambda a: (ORDER.index(type(a)), a.name))
 
@@ -88,6 +91,7 @@ class _Planner:
         inventory: Inventory,
         now: datetime,
         extra_ports: Mapping[str, int],
+        limits: Limits,
     ) -> None:
         self.desired = desired
         self.observed = observed
@@ -95,6 +99,12 @@ class _Planner:
         self.now = now
         self.extra_ports = extra_ports
         self.ledger = _ledger(observed)
+        self.limits = limits
+        self.instances = {  # what counts against maxInstances, updated as starts are planned
+            n: limits_mod.kinds_of(v.record.devices)
+            for n, v in observed.records.items()
+            if v.record.holds
+        }
         drain = observed.drain
         self.drain = drain if drain is not None and drain.active(now) else None
 
@@ -271,12 +281,23 @@ class _Planner:
         spec = entry.deployment.spec
         if self.drain is not None:
             return Hold(name=entry.name, reason=self._drain_text(), entry=entry)
-        extra = self.extra_ports.get(spec.engine, 0)
-        placed = place(spec, self.inventory, self.ledger, extra)
+        want = spec.devices
+        room = limits_mod.room(
+            count=want.count,
+            kind=want.kind,
+            inventory=self.inventory,
+            instances=self.instances,
+            limits=self.limits,
+        )
+        if isinstance(room, str):
+            return Hold(name=entry.name, reason=room, entry=entry)
+        placed = place(spec, room, self.ledger, self.extra_ports.get(spec.engine, 0))
         if isinstance(placed, Unplaced):
-            return Hold(name=entry.name, reason=placed.reason, entry=entry)
+            reason = limits_mod.explain(placed.reason, self.inventory, room, self.limits)
+            return Hold(name=entry.name, reason=reason, entry=entry)
         ports = (placed.port, *placed.extra_ports)
         self.ledger.take(entry.name, placed.devices, ports, spec.devices.shareable)
+        self.instances[entry.name] = limits_mod.kinds_of(placed.devices)
         where = ",".join(placed.devices) or "no devices"
         return Start(
             name=entry.name,

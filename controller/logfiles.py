@@ -1,0 +1,215 @@
+"""Engine log files: a marker line at each (re)start, rotation by size, reading back.
+
+The engine writes ``logs/<name>.log`` through a descriptor opened with ``O_APPEND``
+that it keeps for its whole life, and it outlives the reconciler, so the file can
+never be renamed under it. Rotation is therefore *copy-truncate* (logrotate's
+``copytruncate``): the backups shift (``.log.1`` → ``.log.2`` …), the current file
+is copied to ``.log.1`` and truncated to zero; the engine's next ``O_APPEND`` write
+lands at the new end, offset 0, so no hole appears. A line the engine writes in the
+instant between the last copy and the truncate is lost; that is the price of never
+touching the engine's descriptor. Rotation runs at every spawn and after every pass,
+so a chatty engine grows its log by at most what it writes between two passes.
+
+Read back, the backups (oldest first) and the current file are one stream; a line
+cut by a rotation joins up again. The marker lines split the stream into runs:
+``--previous`` is the run before the last (re)start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024  # Kubernetes' containerLogMaxSize
+DEFAULT_KEEP = 3  # backups: at most (KEEP + 1) x MAX_BYTES per deployment, plus one pass
+MARKER_HEAD = b"--- "
+MARKER_TAG = b" reconcile: "
+BLOCK = 64 * 1024
+
+
+def write_marker(path: Path, text: str) -> None:
+    """Append the line that opens a run: ``--- <time> reconcile: <text>``."""
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, f"{MARKER_HEAD.decode()}{stamp}{MARKER_TAG.decode()}{text}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def is_marker(line: bytes) -> bool:
+    return line.startswith(MARKER_HEAD) and MARKER_TAG in line[:64]
+
+
+def backup(path: Path, index: int) -> Path:
+    return path.with_name(f"{path.name}.{index}")
+
+
+def stream_files(path: Path) -> list[Path]:
+    """The backups that exist, oldest first, then the current file (if it exists)."""
+    found = []
+    for child in path.parent.glob(f"{path.name}.*"):
+        suffix = child.name[len(path.name) + 1 :]
+        if suffix.isdigit():
+            found.append((int(suffix), child))
+    files = [p for _, p in sorted(found, reverse=True)]
+    return [*files, path] if path.exists() else files
+
+
+# -- rotation ------------------------------------------------------------------------------
+
+
+def rotate(path: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_KEEP) -> bool:
+    """Copy-truncate ``path`` once it is over ``max_bytes``; True when it rotated."""
+    try:
+        if path.stat().st_size <= max_bytes:
+            return False
+    except FileNotFoundError:
+        return False
+    if keep > 0:
+        backup(path, keep).unlink(missing_ok=True)
+    for index in range(keep - 1, 0, -1):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(backup(path, index), backup(path, index + 1))
+    with open(path, "r+b") as current:
+        if keep > 0:
+            _copy_to(current, backup(path, 1))
+        current.truncate(0)  # right after the copy's last read: the window stays tiny
+    return True
+
+
+def _copy_to(source: BinaryIO, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        shutil.copyfileobj(source, out, BLOCK)
+        out.write(source.read())  # whatever the engine appended during the copy
+    os.replace(tmp, target)
+
+
+def rotate_all(
+    folder: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_KEEP
+) -> list[Path]:
+    """Rotate every ``*.log`` in ``folder`` that is over the bound."""
+    try:
+        logs = sorted(folder.glob("*.log"))
+    except OSError:
+        return []
+    out = []
+    for path in logs:
+        try:
+            if rotate(path, max_bytes, keep):
+                out.append(path)
+        except OSError:
+            continue  # a log we cannot rotate must not stop the pass
+    return out
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def copy_stream(path: Path, out: BinaryIO) -> None:
+    for file in stream_files(path):
+        with contextlib.suppress(FileNotFoundError), open(file, "rb") as f:
+            shutil.copyfileobj(f, out, BLOCK)
+
+
+def tail_lines(path: Path, count: int) -> list[bytes]:
+    """The last ``count`` lines of the stream, reading backwards from its end."""
+    if count <= 0:
+        return []
+    chunks: list[bytes] = []
+    newlines = 0
+    for file in reversed(stream_files(path)):
+        with contextlib.suppress(FileNotFoundError), open(file, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            while end > 0 and newlines <= count:
+                start = max(0, end - BLOCK)
+                f.seek(start)
+                block = f.read(end - start)
+                chunks.append(block)
+                newlines += block.count(b"\n")
+                end = start
+        if newlines > count:
+            break
+    return b"".join(reversed(chunks)).splitlines(keepends=True)[-count:]
+
+
+def runs(path: Path) -> list[list[bytes]]:
+    """The stream split at marker lines; a run before the first marker lost its head."""
+    out: list[list[bytes]] = [[]]
+    for file in stream_files(path):
+        with contextlib.suppress(FileNotFoundError):
+            data = file.read_bytes()
+            lines = data.splitlines(keepends=True)
+            if out[-1] and not out[-1][-1].endswith(b"\n") and lines:
+                out[-1][-1] += lines.pop(0)  # a line cut by a rotation
+            for line in lines:
+                if is_marker(line):
+                    out.append([])
+                out[-1].append(line)
+    return [run for run in out if run]
+
+
+def previous_run(path: Path) -> tuple[list[bytes], bool] | None:
+    """The run before the last (re)start and whether its head is intact; None if none."""
+    found = runs(path)
+    if len(found) < 2:
+        return None
+    run = found[-2]
+    return run, is_marker(run[0])
+
+
+def current_run_tail(path: Path, count: int) -> list[str]:
+    """The last ``count`` lines of the current run (after its marker), as text."""
+    lines = tail_lines(path, count + 1)
+    for i in range(len(lines) - 1, -1, -1):
+        if is_marker(lines[i]):
+            lines = lines[i + 1 :]
+            break
+    return [line.decode("utf-8", "replace").rstrip("\n") for line in lines[-count:]]
+
+
+def follow(
+    path: Path, write: Callable[[bytes], None], keep_going: Callable[[], bool], poll: float = 0.2
+) -> None:
+    """Write what is appended to ``path`` from its current end, like ``tail -F``.
+
+    A copy-truncate (the file shrank) or a new file restarts from offset 0. Ends
+    once ``keep_going()`` says so and nothing more is left to read.
+    """
+    for chunk in _follow_chunks(path, keep_going, poll):
+        write(chunk)
+
+
+def _follow_chunks(path: Path, keep_going: Callable[[], bool], poll: float) -> Iterator[bytes]:
+    f = open(path, "rb")  # noqa: SIM115 - reopened on rotation below
+    try:
+        f.seek(0, os.SEEK_END)
+        while True:
+            chunk = f.read(BLOCK)
+            if chunk:
+                yield chunk
+                continue
+            try:
+                info = path.stat()
+            except FileNotFoundError:
+                info = None
+            if info is not None and info.st_ino != os.fstat(f.fileno()).st_ino:
+                f.close()
+                f = open(path, "rb")  # noqa: SIM115
+                continue
+            if info is not None and info.st_size < f.tell():
+                f.seek(0)  # copy-truncated: the engine writes from offset 0 again
+                continue
+            if not keep_going():
+                return
+            time.sleep(poll)
+    finally:
+        f.close()

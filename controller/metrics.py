@@ -1,0 +1,246 @@
+"""Prometheus metrics: a textfile-collector file after each pass, and ``/metrics``.
+
+``--metrics-file PATH`` (``*.prom`` in node_exporter's ``--collector.textfile.directory``)
+is rewritten after every pass: temp file, fsync, rename, so the collector never reads
+half a file. ``--metrics-port [HOST:]PORT`` makes the daemon serve the same text at
+``/metrics`` (default host 127.0.0.1: there is no authentication). The text format is
+written here (a dozen gauges need no client library); tests read it back with
+``prometheus_client.parser``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
+
+import structlog
+
+from controller.inventory import Inventory
+from controller.node import Config, read_drain
+from controller.records import write_atomic
+from controller.state import Phase, Record
+
+if TYPE_CHECKING:
+    from controller.reconciler import PassResult
+
+log = structlog.get_logger("reconcile")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LAST_OK = "reconcile_last_successful_pass_timestamp_seconds"
+
+
+class _Latest:
+    """The newest rendering, shared with the HTTP server's threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.text = "# no pass has finished yet\n"
+
+    def set(self, text: str) -> None:
+        with self.lock:
+            self.text = text
+
+    def get(self) -> str:
+        with self.lock:
+            return self.text
+
+
+LATEST = _Latest()
+
+
+class Exporter:
+    """The after-pass hook: render, write the textfile, publish for ``/metrics``."""
+
+    def __init__(self, config: Config, inventory: Inventory) -> None:
+        self.config = config
+        self.inventory = inventory
+        self.last_ok: float | None = _previous_last_ok(config)
+
+    def __call__(self, result: PassResult, seconds: float) -> None:
+        now = time.time()
+        if result.ok:
+            self.last_ok = now
+        text = render(
+            records=result.records.values(),
+            inventory=self.inventory,
+            node=self.config.node,
+            revision=_revision(result.records.values()),
+            seconds=seconds,
+            ok=result.ok,
+            now=now,
+            last_ok=self.last_ok,
+            manifest_errors=len(result.errors),
+            drained=_drained(self.config),
+        )
+        LATEST.set(text)
+        if self.config.metrics_file is not None:
+            try:
+                write_atomic(self.config.metrics_file, text.encode(), mode=0o644)
+            except OSError as exc:  # metrics must never stop the reconciler
+                log.warning(
+                    "metrics file not written", path=str(self.config.metrics_file), error=str(exc)
+                )
+
+
+def _previous_last_ok(config: Config) -> float | None:
+    """A cron pass is a new process: carry the last success over from the file."""
+    if config.metrics_file is None:
+        return None
+    try:
+        text = config.metrics_file.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    match = re.search(rf"^{LAST_OK} (\S+)$", text, re.MULTILINE)
+    try:
+        return float(match.group(1)) if match else None
+    except ValueError:
+        return None
+
+
+def _drained(config: Config) -> bool:
+    try:
+        drain = read_drain(config.state_dir)
+    except Exception:  # an unreadable drain file is reported by the pass, not here
+        return False
+    return drain is not None and drain.until.timestamp() > time.time()
+
+
+def _revision(records: Iterable[Record]) -> str:
+    revs = sorted({r.revision for r in records if r.revision})
+    return ",".join(revs)
+
+
+# -- the text format ---------------------------------------------------------------------------
+
+
+def escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    return str(value) if isinstance(value, int) else repr(float(value))
+
+
+class _Text:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(self, name: str, help_text: str, kind: str = "gauge") -> None:
+        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+
+    def sample(self, name: str, value: float, **labels: str) -> None:
+        shown = ",".join(f'{k}="{escape(v)}"' for k, v in labels.items())
+        self.lines.append(
+            f"{name}{{{shown}}} {_number(value)}" if shown else f"{name} {_number(value)}"
+        )
+
+
+def render(
+    *,
+    records: Iterable[Record],
+    inventory: Inventory,
+    node: str,
+    revision: str,
+    seconds: float,
+    ok: bool,
+    now: float,
+    last_ok: float | None,
+    manifest_errors: int,
+    drained: bool,
+) -> str:
+    recs = sorted(records, key=lambda r: r.name)
+    out = _Text()
+    out.family("reconcile_info", "This node and the manifests revision its records came from.")
+    out.sample("reconcile_info", 1, node=node, revision=revision)
+    out.family("reconcile_deployments", "Deployments on this node by phase.")
+    for phase in Phase:
+        out.sample("reconcile_deployments", sum(r.phase is phase for r in recs), phase=str(phase))
+    out.family("reconcile_deployment_phase", "1 for the phase each deployment is in.")
+    for rec in recs:
+        for phase in Phase:
+            out.sample(
+                "reconcile_deployment_phase",
+                int(rec.phase is phase),
+                deployment=rec.name,
+                phase=str(phase),
+            )
+    out.family("reconcile_deployment_ready", "1 when the deployment's engine is Ready.")
+    for rec in recs:
+        out.sample("reconcile_deployment_ready", int(rec.phase is Phase.READY), deployment=rec.name)
+    out.family(
+        "reconcile_deployment_restarts",
+        "Restarts of each deployment's engine (its record's count).",
+    )
+    for rec in recs:
+        out.sample("reconcile_deployment_restarts", rec.restarts, deployment=rec.name)
+    _devices(out, recs, inventory)
+    out.family("reconcile_pass_duration_seconds", "How long the last pass took.")
+    out.sample("reconcile_pass_duration_seconds", round(seconds, 6))
+    out.family(
+        "reconcile_last_pass_ok",
+        "1 when the last pass converged: valid manifests, nothing Pending or Failed.",
+    )
+    out.sample("reconcile_last_pass_ok", int(ok))
+    out.family("reconcile_last_pass_timestamp_seconds", "When the last pass ended (Unix time).")
+    out.sample("reconcile_last_pass_timestamp_seconds", round(now, 3))
+    if last_ok is not None:
+        out.family(LAST_OK, "When a pass last converged (Unix time).")
+        out.sample(LAST_OK, round(last_ok, 3))
+    out.family("reconcile_manifest_errors", "Manifest errors the last pass found.")
+    out.sample("reconcile_manifest_errors", manifest_errors)
+    out.family("reconcile_node_drained", "1 while the node is drained.")
+    out.sample("reconcile_node_drained", int(drained))
+    return "\n".join(out.lines) + "\n"
+
+
+def _devices(out: _Text, recs: list[Record], inventory: Inventory) -> None:
+    held = {d for r in recs if r.holds for d in r.devices}
+    out.family("reconcile_devices", "Devices of the inventory, free or held, by kind.")
+    for kind in sorted({d.kind for d in inventory.devices}):
+        keys = [d.key for d in inventory.devices if d.kind == kind]
+        taken = sum(k in held for k in keys)
+        out.sample("reconcile_devices", taken, kind=kind, state="held")
+        out.sample("reconcile_devices", len(keys) - taken, kind=kind, state="free")
+
+
+# -- /metrics -----------------------------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] != "/metrics":
+            self._send(404, "text/plain; charset=utf-8", b"see /metrics\n")
+            return
+        self._send(200, CONTENT_TYPE, LATEST.get().encode())
+
+    def _send(self, code: int, kind: str, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # scrapes every 15 s would drown the reconciler's own log
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``9101`` or ``HOST:9101`` -> (host, port); ValueError with an example otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--metrics-port {text!r} is not PORT or HOST:PORT (example: 9101)")
+    return (host.strip("[]") if sep and host else "127.0.0.1"), int(port)
+
+
+def serve(host: str, port: int) -> ThreadingHTTPServer:
+    """Serve ``/metrics`` from a daemon thread; the caller may ``shutdown()`` it."""
+    server = ThreadingHTTPServer((host, port), _Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    log.info("serving metrics", address=f"http://{host}:{port}/metrics")
+    return server
