@@ -1,0 +1,1 @@
+"""The survival harness: failpoints, SIGKILL soak, races, bad input, squatters, security."""

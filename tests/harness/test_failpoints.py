@@ -1,0 +1,89 @@
+"""Every failpoint, armed in turn: the pass dies (or fails) exactly there, one more pass heals.
+
+One node runs the whole module: each case churns it (a stop, a replace, a crashed
+engine, a new deployment), runs the armed pass, checks the fault really fired and
+that an I/O error was reported without a traceback, runs one recovery pass and
+checks every invariant. CI arms each point with ``kill`` and the riskiest six
+with an errno too; ``-m slow`` arms each with all three actions.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.failpoints import POINTS
+
+from .churn import full_churn
+from .cluster import Cluster
+from .invariants import describe, violations
+
+# Points that only a recovery pass reaches: the crash that sets each of them up.
+SETUP = {
+    "executor.adopt.before_write": "executor.spawn.before_record=kill",
+    "executor.release.before_delete": "executor.spawn.before_exec=kill",
+}
+
+
+# CI arms these with an errno too (alternating ENOSPC/EIO); -m slow arms every point so.
+IO_ERRORS_IN_CI = (
+    "records.write.before_rename",
+    "records.delete.after_unlink",
+    "reconciler.reserve.after_write",
+    "executor.spawn.before_record",
+    "runtime.stop.after_signal",
+    "events.append.before_write",
+)
+
+
+def _cases(slow: bool) -> list[tuple[str, str]]:
+    if slow:
+        return [(p, a) for p in sorted(POINTS) for a in ("kill", "enospc", "eio")]
+    out = [(p, "kill") for p in sorted(POINTS)]
+    return out + [(p, ("enospc", "eio")[i % 2]) for i, p in enumerate(IO_ERRORS_IN_CI)]
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    cluster = Cluster(Path(tmp_path_factory.mktemp("failpoints")))
+    for name in ("d0", "d1", "d2"):
+        cluster.write(name)
+    first = cluster.once()
+    assert first.code == 0, str(first)
+    yield cluster
+    leftovers = cluster.close()
+    assert not leftovers, f"engines outlived `reconcile down`: {leftovers}"
+
+
+def check_fault(node: Cluster, point: str, action: str) -> None:
+    seen = len(node.fired())
+    churn = full_churn(node, random.Random(f"{point}/{action}"))
+    if point in SETUP:
+        setup = node.once(failpoints=SETUP[point])
+        assert setup.code == -signal.SIGKILL, str(setup)
+    armed = node.once(failpoints=f"{point}={action}")
+    assert f"{point} {action}" in node.fired()[seen:], f"never reached {point}: {churn}\n{armed}"
+    if action == "kill":
+        assert armed.code == -signal.SIGKILL, str(armed)
+    else:
+        assert armed.code == 1, str(armed)
+        assert "Traceback" not in armed.err, str(armed)
+        assert "No space left on device" in armed.err or "Input/output error" in armed.err
+    recovery = node.once()
+    assert recovery.code == 0, f"{churn}\n{recovery}"
+    assert violations(node) == [], f"{churn}\n{describe(node)}"
+
+
+@pytest.mark.parametrize(("point", "action"), _cases(slow=False))
+def test_failpoint(node: Cluster, point: str, action: str) -> None:
+    check_fault(node, point, action)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("point", "action"), _cases(slow=True))
+def test_failpoint_every_action(node: Cluster, point: str, action: str) -> None:
+    check_fault(node, point, action)

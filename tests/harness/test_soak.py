@@ -1,0 +1,97 @@
+"""Random SIGKILL soak: kill `reconcile --once` (and the daemon) at random instants.
+
+Each trial churns the manifests (deployments added, edited, removed; an engine
+crashed now and then), starts a pass, SIGKILLs it at a random instant inside its
+usual duration, runs ONE recovery pass and checks every invariant. Every fifth
+trial kills the daemon instead, mid-churn. CI runs ``TRIALS`` trials; the soak
+(``scripts/soak``, or ``scripts/test -m slow -k soak``) runs ``SOAK_TRIALS``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import subprocess
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from .churn import random_churn
+from .cluster import Cluster
+from .invariants import describe, violations
+
+TRIALS = 50
+SOAK_TRIALS = int(os.environ.get("HARNESS_SOAK_TRIALS", "1000"))
+DAEMON_EVERY = 5
+
+
+def _kill_at_random(proc: Any, delay: float) -> bool:
+    """SIGKILL ``proc`` after ``delay`` seconds; False when it finished first."""
+    try:
+        proc.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return True
+    err = proc.stderr.read().decode(errors="replace")
+    assert "Traceback" not in err, err
+    return False
+
+
+def _daemon_trial(cluster: Cluster, rng: random.Random) -> bool:
+    proc = cluster.start("--resync", "0.5s")
+    time.sleep(rng.uniform(0.1, 0.5))
+    random_churn(cluster, rng)  # the daemon sees a folder event mid-run
+    return _kill_at_random(proc, rng.uniform(0.0, 0.8))
+
+
+def soak(cluster: Cluster, trials: int, seed: int) -> Counter[str]:
+    rng = random.Random(seed)
+    took = [0.6]
+    stats: Counter[str] = Counter()
+    for trial in range(trials):
+        done = random_churn(cluster, rng)
+        if trial % DAEMON_EVERY == DAEMON_EVERY - 1:
+            stats["daemon killed" if _daemon_trial(cluster, rng) else "daemon ran out"] += 1
+        else:
+            proc = cluster.start("--once")
+            delay = rng.uniform(0.1, 1.1) * statistics.median(took[-20:])
+            stats["pass killed" if _kill_at_random(proc, delay) else "pass finished"] += 1
+        recovery = cluster.once()
+        took.append(recovery.seconds)
+        context = f"trial {trial} (seed {seed}) after {done}"
+        assert recovery.code == 0, f"{context}\n{recovery}"
+        found = violations(cluster)
+        assert found == [], f"{context}: {found}\n{describe(cluster)}"
+        stats["trials"] += 1
+    return stats
+
+
+def _report(stats: Counter[str], began: float) -> None:
+    shown = ", ".join(f"{k}: {v}" for k, v in sorted(stats.items()))
+    print(f"\nsoak: {shown}; lost: nothing; {time.monotonic() - began:.0f}s")
+
+
+def test_sigkill_soak(cluster: Cluster) -> None:
+    began = time.monotonic()
+    seed = int(os.environ.get("HARNESS_SEED", "0")) or random.randrange(1 << 30)
+    for name in ("d0", "d1", "d2"):
+        cluster.write(name)
+    stats = soak(cluster, TRIALS, seed)
+    assert stats["trials"] == TRIALS
+    assert stats["pass killed"] + stats["daemon killed"] >= TRIALS // 2, stats
+    _report(stats, began)
+
+
+@pytest.mark.slow
+def test_sigkill_soak_long(cluster: Cluster) -> None:
+    began = time.monotonic()
+    seed = int(os.environ.get("HARNESS_SEED", "0")) or random.randrange(1 << 30)
+    for name in ("d0", "d1", "d2"):
+        cluster.write(name)
+    stats = soak(cluster, SOAK_TRIALS, seed)
+    assert stats["trials"] == SOAK_TRIALS
+    _report(stats, began)
