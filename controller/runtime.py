@@ -135,7 +135,7 @@ class LocalRuntime:
         state = f"{STATE_MARKER}={self.state_dir}".encode()
         out = []
         for pid, env in _environs(prefix):
-            if state not in env:
+            if state not in env.split(b"\0"):  # the whole variable: /a is not /a/b or /ab
                 continue
             marked = _parse(pid, env, prefix)
             if marked is not None:
@@ -189,6 +189,8 @@ class LocalRuntime:
     def _signal_group(self, ref: ProcessRef, sig: int, *, leader_alive: bool = True) -> None:
         if leader_alive and not self.alive(ref):
             return  # never signal a process whose identity does not match (invariant 6)
+        if not leader_alive and _reused(ref):
+            return  # the pid (so the group id) is another process's now (invariant 6)
         try:
             # Engines are session (and group) leaders: pgid == pid. An adopted engine
             # that moved groups is signalled alone; the marker sweep finds the rest.
@@ -201,6 +203,16 @@ class LocalRuntime:
         except PermissionError as exc:
             if exc.errno != errno.EPERM:
                 raise
+
+
+def _reused(ref: ProcessRef) -> bool:
+    """A live process holds ``ref.pid`` but is not ``ref``.
+
+    While any member of a group lives, the kernel does not reuse its leader's pid, so
+    a free pid means the group (if any) is what is left of ours.
+    """
+    current = identity(ref.pid)
+    return current is not None and abs(current.start_time - ref.start_time) > START_TIME_TOLERANCE
 
 
 def _environs(needle: bytes) -> Iterator[tuple[int, bytes]]:

@@ -15,12 +15,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
-import signal
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,129 +25,26 @@ from typing import Any
 import pytest
 import yaml
 from hypothesis import HealthCheck, settings
+from procs import (
+    alive,
+    bindable,
+    cmdline,
+    environ,
+    free_ports,
+    kill_marked,
+    listen,
+    marked_pids,
+    wait_for,
+    wait_gone,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
-MARKER = "RECONCILE_INSTANCE"
 CLI_TIMEOUT = 60.0
 
 # The machine is noisy (2 cores, other suites running): no per-example deadlines.
 settings.register_profile("reconcile", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reconcile"))
-
-
-# -- processes -----------------------------------------------------------------------------
-
-
-def proc_state(pid: int) -> str | None:
-    """The one-letter state from /proc/<pid>/stat (None when the pid is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[0]
-
-
-def alive(pid: int) -> bool:
-    """A live process (a zombie is not one)."""
-    state = proc_state(pid)
-    return state is not None and state not in ("Z", "X")
-
-
-def environ(pid: int) -> dict[str, str]:
-    """A live process's environment, from /proc/<pid>/environ."""
-    data = Path(f"/proc/{pid}/environ").read_bytes()
-    pairs = (item.split(b"=", 1) for item in data.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
-
-
-def marked_pids(prefix: str) -> set[int]:
-    """Live processes whose RECONCILE_INSTANCE starts with ``prefix`` (``<node>/...``)."""
-    needle = f"{MARKER}={prefix}".encode()
-    found: set[int] = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            data = Path(entry.path, "environ").read_bytes()
-        except OSError:
-            continue
-        if any(item.startswith(needle) for item in data.split(b"\0")) and alive(int(entry.name)):
-            found.add(int(entry.name))
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except OSError:
-        return "?"
-
-
-def kill_marked(prefix: str, timeout: float = 10.0) -> dict[int, str]:
-    """SIGKILL every process marked ``prefix`` until none is left; returns what was found."""
-    found: dict[int, str] = {}
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pids = marked_pids(prefix)
-        if not pids:
-            break
-        for pid in pids:
-            found.setdefault(pid, cmdline(pid))
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.02)
-    return found
-
-
-def wait_gone(pid: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while alive(pid):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"pid {pid} ({cmdline(pid)}) still alive after {timeout}s")
-        time.sleep(0.02)
-
-
-def wait_for(predicate: Any, timeout: float = 15.0, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy (no timed assert: a generous cap)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what} after {timeout}s")
-        time.sleep(0.05)
-
-
-# -- ports ---------------------------------------------------------------------------------
-
-
-def bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_ports(count: int = 16) -> int:
-    """The first port of ``count`` consecutive free ports outside the ephemeral range."""
-    rng = random.Random(uuid.uuid4().int)
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - count)
-        if all(bindable(p) for p in range(base, base + count)):
-            return base
-    raise RuntimeError("no block of free ports found")
-
-
-def listen(port: int, host: str = "127.0.0.1") -> socket.socket:
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen()
-    return sock
 
 
 # -- manifests -----------------------------------------------------------------------------

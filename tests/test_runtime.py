@@ -1,0 +1,224 @@
+"""Process handles on real processes: spawn, identity, markers, teardown, ports.
+
+Every process here carries RECONCILE_INSTANCE=<unique node>/...; the fixture kills
+whatever still does at teardown and waits for our own children.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from procs import alive, environ, kill_marked, marked_pids, wait_for, wait_gone
+
+from controller.errors import SpawnError
+from controller.runtime import (
+    MARKER,
+    STATE_MARKER,
+    LocalRuntime,
+    identity,
+    listening_ports,
+    port_bindable,
+)
+from controller.state import ProcessRef
+
+SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
+IGNORE_TERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('up', flush=True); time.sleep(60)"
+)
+# The engine forks a child in its group and a grandchild that leaves the group (setsid).
+FAMILY = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if os.fork() == 0:
+    time.sleep(60); os._exit(0)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(60); os._exit(0)
+    os._exit(0)
+print("up", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def rt(tmp_path: Path) -> Iterator[LocalRuntime]:
+    runtime = LocalRuntime(tmp_path, f"t-{uuid.uuid4().hex[:12]}")
+    yield runtime
+    kill_marked(f"{runtime.node}/")
+    for child in list(runtime._children.values()):
+        with contextlib.suppress(ProcessLookupError):
+            child.kill()
+        child.wait()
+
+
+@pytest.fixture
+def bystander() -> Iterator[subprocess.Popen[bytes]]:
+    """An unrelated process that leads its own session and group (like any daemon)."""
+    proc = subprocess.Popen(SLEEP, start_new_session=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def spawn(rt: LocalRuntime, argv: list[str], tmp: Path, name: str = "web") -> ProcessRef:
+    return rt.spawn(argv, dict(os.environ), name=name, nonce="n1", log_path=tmp / f"{name}.log")
+
+
+def family_of(rt: LocalRuntime) -> set[int]:
+    """The engine, its child and its grandchild, once all three are up."""
+
+    def three() -> set[int] | None:
+        pids = marked_pids(f"{rt.node}/")
+        return pids if len(pids) == 3 else None
+
+    found: set[int] = wait_for(three, what="the engine's child and grandchild")
+    return found
+
+
+def test_identity_is_pid_and_start_time() -> None:
+    me = identity(os.getpid())
+    assert me is not None and me.pid == os.getpid() and me.start_time > 0
+    assert identity(2**22 + 12345) is None
+
+
+def test_spawn_in_a_new_session_with_markers(rt: LocalRuntime, tmp_path: Path) -> None:
+    ref = spawn(rt, SLEEP, tmp_path)
+    assert rt.alive(ref)
+    assert os.getpgid(ref.pid) == ref.pid and os.getsid(ref.pid) == ref.pid
+    # /proc/<pid>/environ is empty for an instant after exec: wait for it.
+    env = wait_for(lambda: environ(ref.pid).get(MARKER) and environ(ref.pid), what="environ")
+    assert env[MARKER] == f"{rt.node}/web/n1"
+    assert env[STATE_MARKER] == str(tmp_path.resolve())
+    (found,) = rt.scan()
+    assert (found.ref, found.name, found.nonce) == (ref, "web", "n1")
+
+
+def test_argv_never_goes_through_a_shell(rt: LocalRuntime, tmp_path: Path) -> None:
+    """Invariant 10: shell syntax in an argument stays a literal argument."""
+    out = tmp_path / "argv"
+    script = "import sys, json; open(sys.argv[1], 'w').write(json.dumps(sys.argv[2:]))"
+    tricky = ["$(touch pwned)", "; touch pwned2", "`touch pwned3`", "a b", "*"]
+    ref = spawn(rt, [sys.executable, "-c", script, str(out), *tricky], tmp_path)
+    wait_for(lambda: not alive(ref.pid) and out.exists(), what="the engine to write argv")
+    assert out.read_text() == __import__("json").dumps(tricky)
+    assert not any(tmp_path.glob("pwned*")) and not any(Path.cwd().glob("pwned*"))
+
+
+def test_output_goes_to_the_log(rt: LocalRuntime, tmp_path: Path) -> None:
+    ref = spawn(
+        rt,
+        [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"],
+        tmp_path,
+    )
+    wait_for(lambda: rt.exit_of(ref) is not None, what="the engine to exit")
+    assert (tmp_path / "web.log").read_text().split() == ["out", "err"]
+
+
+def test_missing_executable_is_a_spawn_error(rt: LocalRuntime, tmp_path: Path) -> None:
+    with pytest.raises(SpawnError, match="cannot exec '/nonexistent/engine'"):
+        spawn(rt, ["/nonexistent/engine"], tmp_path)
+
+
+def test_exit_status_of_our_children(rt: LocalRuntime, tmp_path: Path) -> None:
+    ref = spawn(rt, [sys.executable, "-c", "raise SystemExit(3)"], tmp_path)
+    wait_for(lambda: rt.exit_of(ref) is not None, what="the engine to exit")
+    exit_ = rt.exit_of(ref)
+    assert exit_ is not None and (exit_.code, exit_.signal) == (3, None)
+    killed = spawn(rt, SLEEP, tmp_path, name="other")
+    os.kill(killed.pid, signal.SIGKILL)
+    wait_for(lambda: rt.exit_of(killed) is not None, what="the engine to die")
+    assert rt.exit_of(killed) is not None and rt.exit_of(killed).signal == 9  # type: ignore[union-attr]
+    assert not rt.alive(killed)
+
+
+def test_invariant_6_a_reused_pid_is_not_alive(
+    rt: LocalRuntime, bystander: subprocess.Popen[bytes]
+) -> None:
+    real = identity(bystander.pid)
+    assert real is not None and rt.alive(real)
+    assert not rt.alive(ProcessRef(pid=bystander.pid, start_time=real.start_time - 5))
+    assert not rt.alive(None)
+
+
+def test_stop_never_signals_a_process_whose_identity_differs(
+    rt: LocalRuntime, bystander: subprocess.Popen[bytes]
+) -> None:
+    """Invariant 6: a record's pid now belongs to an unrelated group leader: it survives."""
+    real = identity(bystander.pid)
+    assert real is not None
+    stale = ProcessRef(pid=bystander.pid, start_time=real.start_time - 100)
+    rt.stop(stale, "n-gone", signal.SIGTERM, grace=0.2)
+    rt.sweep("n-gone", stale)
+    rt.kill(stale)
+    time.sleep(0.1)
+    assert bystander.poll() is None, "an unrelated process was killed"
+
+
+def test_stop_sigterm_then_grace_then_sigkill_the_whole_group(
+    rt: LocalRuntime, tmp_path: Path
+) -> None:
+    ref = spawn(rt, [sys.executable, "-c", FAMILY], tmp_path)
+    wait_for(lambda: "up" in (tmp_path / "web.log").read_text(), what="the engine to start")
+    family = family_of(rt)
+    in_group = {p for p in family if os.getpgid(p) == ref.pid}
+    assert in_group == {ref.pid, *in_group} and len(in_group) == 2  # one left the group
+    started = time.monotonic()
+    rt.stop(ref, "n1", signal.SIGTERM, grace=0.5)
+    assert time.monotonic() - started >= 0.5  # SIGTERM was ignored: it waited out the grace
+    for pid in family:
+        assert not alive(pid), f"pid {pid} survived the teardown"
+    assert rt.exit_of(ref) is not None and rt.exit_of(ref).signal == 9  # type: ignore[union-attr]
+
+
+def test_stop_returns_as_soon_as_the_engine_exits(rt: LocalRuntime, tmp_path: Path) -> None:
+    ref = spawn(rt, SLEEP, tmp_path)
+    rt.stop(ref, "n1", signal.SIGTERM, grace=30)
+    wait_gone(ref.pid, timeout=1)
+    assert rt.exit_of(ref) is not None and rt.exit_of(ref).signal == signal.SIGTERM  # type: ignore[union-attr]
+
+
+def test_sweep_kills_marker_processes_of_a_dead_engine(rt: LocalRuntime, tmp_path: Path) -> None:
+    ref = spawn(rt, [sys.executable, "-c", FAMILY], tmp_path)
+    family = family_of(rt)
+    os.kill(ref.pid, signal.SIGKILL)
+    assert rt.sweep("n1", ref) >= 1
+    for pid in family:
+        assert not alive(pid)
+
+
+def test_scan_sees_only_its_node_and_state_dir(rt: LocalRuntime, tmp_path: Path) -> None:
+    other_state = LocalRuntime(tmp_path / "elsewhere", rt.node)
+    other_node = LocalRuntime(tmp_path, rt.node + "x")
+    try:
+        spawn(rt, SLEEP, tmp_path, name="a")
+        spawn(other_state, SLEEP, tmp_path, name="b")
+        spawn(other_node, SLEEP, tmp_path, name="c")
+        assert [m.name for m in rt.scan()] == ["a"]
+    finally:
+        for other in (other_state, other_node):
+            kill_marked(f"{other.node}/")
+            for child in other._children.values():
+                child.wait()
+
+
+def test_listening_ports_and_bind_probe() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        assert port_bindable(port) is False or port_bindable(port) is True  # bound, not listening
+        sock.listen()
+        assert port in listening_ports()
+        assert not port_bindable(port)
+    assert port_bindable(port)
