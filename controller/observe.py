@@ -28,7 +28,10 @@ def observe(
     probe: bool = True,
 ) -> Observed:
     markers = runtime.scan()
-    views = {name: _view(rec, runtime, markers) for name, rec in snapshot.records.items()}
+    by_nonce: dict[str, list[MarkedProcess]] = {}
+    for marked in markers:  # indexed once: a per-record filter of every marker is N^2
+        by_nonce.setdefault(marked.nonce, []).append(marked)
+    views = {name: _view(rec, runtime, by_nonce) for name, rec in snapshot.records.items()}
     if probe:
         results = probe_many(_targets(views.values()))
         for name, result in results.items():
@@ -53,7 +56,9 @@ def observe(
     )
 
 
-def _view(rec: Record, runtime: LocalRuntime, markers: list[MarkedProcess]) -> RecordView:
+def _view(
+    rec: Record, runtime: LocalRuntime, by_nonce: dict[str, list[MarkedProcess]]
+) -> RecordView:
     alive = runtime.alive(rec.ref)
     exit_info = None
     if rec.ref is not None and not alive:
@@ -66,7 +71,7 @@ def _view(rec: Record, runtime: LocalRuntime, markers: list[MarkedProcess]) -> R
         alive=alive,
         maker_alive=rec.ref is None and runtime.alive(rec.reserved_by),
         exit=exit_info,
-        markers=tuple(m for m in markers if rec.nonce and m.nonce == rec.nonce),
+        markers=tuple(by_nonce.get(rec.nonce, ())) if rec.nonce else (),
     )
 
 
