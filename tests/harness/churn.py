@@ -11,8 +11,12 @@ import time
 
 from .cluster import Cluster, alive, marked
 
-POOL = tuple(f"d{i}" for i in range(6))
 MAX_PRESENT = 4  # the cluster has 4 devices, one per deployment
+
+
+def pool(set_: str = "a") -> tuple[str, ...]:
+    """The deployment names a manifest set draws from: ``a0`` ... ``a5``."""
+    return tuple(f"{set_}{i}" for i in range(6))
 
 
 def crash(cluster: Cluster, name: str) -> int | None:
@@ -41,7 +45,7 @@ def full_churn(cluster: Cluster, rng: random.Random, set_: str = "a") -> dict[st
     Needs at least three deployments declared; keeps three declared afterwards.
     """
     present = sorted(cluster.declared()[set_])
-    absent = [n for n in POOL if n not in present]
+    absent = [n for n in pool(set_) if n not in present]
     fresh = [n for n in present if _restarts(cluster, n) == 0]
     crashed = rng.choice(fresh or present)  # a first crash restarts at once: that path runs
     gone, edited = rng.sample([n for n in present if n != crashed], 2)
@@ -53,14 +57,16 @@ def full_churn(cluster: Cluster, rng: random.Random, set_: str = "a") -> dict[st
     return {"removed": gone, "edited": edited, "crashed": crashed, "added": added}
 
 
-def random_churn(cluster: Cluster, rng: random.Random, set_: str = "a") -> list[str]:
+def random_churn(
+    cluster: Cluster, rng: random.Random, set_: str = "a", most: int = MAX_PRESENT
+) -> list[str]:
     """A few random edits to one set's folder (and sometimes a crashed engine)."""
     done = []
     for _ in range(rng.randint(1, 3)):
         present = sorted(cluster.declared()[set_])
-        absent = [n for n in POOL if n not in present]
+        absent = [n for n in pool(set_) if n not in present]
         op = rng.choice(("add", "edit", "remove", "crash"))
-        if op == "add" and absent and len(present) < MAX_PRESENT:
+        if op == "add" and absent and len(present) < most:
             name = rng.choice(absent)
             cluster.write(name, set_)
         elif op == "edit" and present:

@@ -244,18 +244,27 @@ class Cluster:
         """One recovery pass per manifest set."""
         return [self.once(s) for s in self.sets]
 
-    def start(self, *args: str, set_: str = "a", failpoints: str | None = None) -> Any:
+    def start(
+        self, *args: str, set_: str = "a", failpoints: str | None = None
+    ) -> subprocess.Popen[bytes]:
         """The CLI in the background (to be killed); reaped at teardown."""
-        proc = subprocess.Popen(
-            self.argv(*args, set_=set_),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            cwd=self.tmp,
-            env=self._env(failpoints, None),
-        )
+        err = self.tmp / f"background-{len(self.helpers)}.err"
+        with open(err, "wb") as f:
+            proc = subprocess.Popen(
+                self.argv(*args, set_=set_),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=f,
+                cwd=self.tmp,
+                env=self._env(failpoints, None),
+            )
         self.helpers.append(proc)
         return proc
+
+    def stderr(self, proc: subprocess.Popen[bytes]) -> str:
+        """What a background CLI wrote to stderr so far."""
+        err = self.tmp / f"background-{self.helpers.index(proc)}.err"
+        return err.read_text(errors="replace")
 
     def fired(self) -> list[str]:
         """Failpoints that fired so far (``name action`` each)."""
@@ -274,8 +283,6 @@ class Cluster:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
             proc.wait(timeout=30)
-            if proc.stderr is not None:
-                proc.stderr.close()
         for set_ in self.sets:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.run("down", set_=set_)

@@ -18,7 +18,7 @@ import pytest
 
 from controller.failpoints import POINTS
 
-from .churn import full_churn
+from .churn import full_churn, pool
 from .cluster import Cluster
 from .invariants import describe, violations
 
@@ -50,7 +50,7 @@ def _cases(slow: bool) -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     cluster = Cluster(Path(tmp_path_factory.mktemp("failpoints")))
-    for name in ("d0", "d1", "d2"):
+    for name in pool()[:3]:
         cluster.write(name)
     first = cluster.once()
     assert first.code == 0, str(first)

@@ -15,11 +15,10 @@ import statistics
 import subprocess
 import time
 from collections import Counter
-from typing import Any
 
 import pytest
 
-from .churn import random_churn
+from .churn import pool, random_churn
 from .cluster import Cluster
 from .invariants import describe, violations
 
@@ -28,7 +27,7 @@ SOAK_TRIALS = int(os.environ.get("HARNESS_SOAK_TRIALS", "1000"))
 DAEMON_EVERY = 5
 
 
-def _kill_at_random(proc: Any, delay: float) -> bool:
+def _kill_at_random(cluster: Cluster, proc: subprocess.Popen[bytes], delay: float) -> bool:
     """SIGKILL ``proc`` after ``delay`` seconds; False when it finished first."""
     try:
         proc.wait(timeout=delay)
@@ -36,7 +35,7 @@ def _kill_at_random(proc: Any, delay: float) -> bool:
         proc.kill()
         proc.wait()
         return True
-    err = proc.stderr.read().decode(errors="replace")
+    err = cluster.stderr(proc)
     assert "Traceback" not in err, err
     return False
 
@@ -45,7 +44,7 @@ def _daemon_trial(cluster: Cluster, rng: random.Random) -> bool:
     proc = cluster.start("--resync", "0.5s")
     time.sleep(rng.uniform(0.1, 0.5))
     random_churn(cluster, rng)  # the daemon sees a folder event mid-run
-    return _kill_at_random(proc, rng.uniform(0.0, 0.8))
+    return _kill_at_random(cluster, proc, rng.uniform(0.0, 0.8))
 
 
 def soak(cluster: Cluster, trials: int, seed: int) -> Counter[str]:
@@ -59,7 +58,7 @@ def soak(cluster: Cluster, trials: int, seed: int) -> Counter[str]:
         else:
             proc = cluster.start("--once")
             delay = rng.uniform(0.1, 1.1) * statistics.median(took[-20:])
-            stats["pass killed" if _kill_at_random(proc, delay) else "pass finished"] += 1
+            stats["pass killed" if _kill_at_random(cluster, proc, delay) else "pass finished"] += 1
         recovery = cluster.once()
         took.append(recovery.seconds)
         context = f"trial {trial} (seed {seed}) after {done}"
@@ -78,7 +77,7 @@ def _report(stats: Counter[str], began: float) -> None:
 def test_sigkill_soak(cluster: Cluster) -> None:
     began = time.monotonic()
     seed = int(os.environ.get("HARNESS_SEED", "0")) or random.randrange(1 << 30)
-    for name in ("d0", "d1", "d2"):
+    for name in pool()[:3]:
         cluster.write(name)
     stats = soak(cluster, TRIALS, seed)
     assert stats["trials"] == TRIALS
@@ -90,7 +89,7 @@ def test_sigkill_soak(cluster: Cluster) -> None:
 def test_sigkill_soak_long(cluster: Cluster) -> None:
     began = time.monotonic()
     seed = int(os.environ.get("HARNESS_SEED", "0")) or random.randrange(1 << 30)
-    for name in ("d0", "d1", "d2"):
+    for name in pool()[:3]:
         cluster.write(name)
     stats = soak(cluster, SOAK_TRIALS, seed)
     assert stats["trials"] == SOAK_TRIALS

@@ -1,0 +1,141 @@
+"""Races: 8 reconcilers on one state dir, two owners, one GPU pool, churn, for a bounded time.
+
+Racers: three `--once` loops per manifest set (cron gone wild), the daemon on set
+"b", and a `down -f a` loop. Meanwhile both folders churn and a sampler reads the
+records continuously: a device or port held by two live records is a double
+booking, confirmed by re-reading (a file unchanged since it was read existed the
+whole time, so two confirmed files held the thing at once). Then the racers stop,
+the folders settle within capacity, and two passes per set must converge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from controller.state import Record
+
+from .churn import pool, random_churn
+from .cluster import Cluster
+from .invariants import describe, double_bookings, violations
+
+RACE_SECONDS = 12.0
+ONCE_LOOPS_PER_SET = 3
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+
+def sample(state: Path) -> list[str]:
+    """Double bookings among live records, each confirmed unchanged after the read."""
+    seen: dict[str, tuple[tuple[int, int, int], Record]] = {}
+    with contextlib.suppress(FileNotFoundError):
+        for path in (state / "instances").glob("*.json"):
+            with contextlib.suppress(FileNotFoundError, ValueError), open(path, "rb") as f:
+                info = os.fstat(f.fileno())
+                rec = Record.model_validate_json(f.read())
+                seen[rec.name] = ((info.st_ino, info.st_mtime_ns, info.st_size), rec)
+    found = double_bookings({n: r for n, (_, r) in seen.items()})
+    if not found:
+        return []
+    stable = {
+        n for n, (ident, _) in seen.items() if _identity(state / "instances" / f"{n}.json") == ident
+    }
+    return double_bookings({n: r for n, (_, r) in seen.items() if n in stable})
+
+
+class Race:
+    def __init__(self, cluster: Cluster, seconds: float) -> None:
+        self.cluster = cluster
+        self.until = time.monotonic() + seconds
+        self.stats: Counter[str] = Counter()
+        self.bookings: list[str] = []
+        self.failures: list[str] = []
+        self.lock = threading.Lock()
+
+    def running(self) -> bool:
+        return time.monotonic() < self.until
+
+    def note(self, key: str, failure: str | None = None) -> None:
+        with self.lock:
+            self.stats[key] += 1
+            if failure:
+                self.failures.append(failure)
+
+    def loop(self, *args: str, set_: str, pause: float = 0.0) -> None:
+        while self.running():
+            run = self.cluster.run(*args, set_=set_, timeout=120)
+            bad = run.code not in (0, 1) or "Traceback" in run.err
+            self.note(f"{args[0]} -f {set_}", str(run) if bad else None)
+            time.sleep(pause)
+
+    def churn(self, seed: int) -> None:
+        rng = random.Random(seed)
+        while self.running():
+            set_ = rng.choice(("a", "b"))
+            random_churn(self.cluster, rng, set_, most=2)
+            self.note("churn")
+            time.sleep(rng.uniform(0.1, 0.6))
+
+    def sampler(self) -> None:
+        while self.running():
+            found = sample(self.cluster.state)
+            with self.lock:
+                self.stats["samples"] += 1
+                self.bookings += found
+            time.sleep(0.005)
+
+
+def _threads(targets: list[Callable[[], None]]) -> list[threading.Thread]:
+    threads = [threading.Thread(target=t, daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def _settle(cluster: Cluster) -> None:
+    """Within capacity: two deployments per set (4 devices)."""
+    for set_ in ("a", "b"):
+        present = sorted(cluster.declared()[set_])
+        for name in present[2:]:
+            cluster.remove(name, set_)
+        for name in pool(set_)[: max(0, 1 - len(present))]:
+            cluster.write(name, set_)
+
+
+def test_eight_reconcilers_never_double_book(two_sets: Cluster) -> None:
+    cluster = two_sets
+    for set_ in ("a", "b"):
+        for name in pool(set_)[:2]:
+            cluster.write(name, set_)
+    race = Race(cluster, RACE_SECONDS)
+    daemon = cluster.start("--resync", "1s", set_="b")
+    loops: list[Callable[[], None]] = [
+        lambda s=s: race.loop("--once", set_=s) for s in ("a", "b") for _ in range(3)
+    ]
+    loops.append(lambda: race.loop("down", set_="a", pause=1.5))
+    threads = _threads([*loops, lambda: race.churn(random.randrange(1 << 30)), race.sampler])
+    for t in threads:
+        t.join(timeout=RACE_SECONDS + 180)
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=60) == 0, cluster.stderr(daemon)
+    assert "Traceback" not in cluster.stderr(daemon), cluster.stderr(daemon)
+    assert not race.failures, race.failures[0]
+    assert race.bookings == [], race.bookings[:5]
+    _settle(cluster)
+    finals = [cluster.once(s) for _ in range(2) for s in ("a", "b")]
+    assert [r.code for r in finals[-2:]] == [0, 0], "\n".join(map(str, finals))
+    assert violations(cluster) == [], describe(cluster)
+    print(f"\nraces: {dict(race.stats)}; double bookings: 0")
