@@ -4,7 +4,7 @@ Events only say "look now" (passes are level-triggered), so the filter is loose
 but cheap: a ``*.yaml``/``*.yml`` file that is not hidden was created, written,
 deleted or moved (an editor's atomic save is a rename onto the name), or the
 folder itself (or a folder above it) came or went. The parent's watch sees a
-folder that disappears and comes back; ``rearm()`` after each pass moves the
+folder that disappears and comes back; ``rearm()`` before each pass moves the
 folder's own watch onto whatever directory now has its path.
 """
 

@@ -161,7 +161,6 @@ class Daemon:
         else:
             self.reconciler.inventory = self.reconciler.executor.inventory = inventory
             log.info("configuration reloaded", devices=[d.key for d in inventory.devices])
-        self.folders.rearm()
         self._ready_sent = False
         self.triggers.add("sighup")
 
@@ -172,6 +171,7 @@ class Daemon:
         self.triggers.clear()
         self.timers.cancel("debounce")
         self._debounce_since = None
+        self.folders.rearm()  # before the pass reads the folders: no event falls in between
         started = time.monotonic()
         try:
             result = self.reconciler.run_pass(lock_timeout=LOCK_WAIT)
@@ -193,7 +193,6 @@ class Daemon:
 
     def _after(self, result: PassResult) -> None:
         self._report(result)
-        self.folders.rearm()
         self.timers.after("resync", self.resync, "resync")
         self._arm_records(result.ours())
         self.exits.sync({r.name: r.ref for r in result.ours() if r.ref and r.phase in WATCHED})
