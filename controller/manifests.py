@@ -232,6 +232,9 @@ def load_file(path: Path, result: LoadResult) -> None:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         _broken(result, ManifestError(file, line, None, f"invalid YAML: {exc.problem}"))
         return
+    except yaml.reader.ReaderError as exc:  # a character YAML refuses (NUL, ...): say where
+        _broken(result, _reader_error(file, text, exc))
+        return
     except (yaml.YAMLError, RecursionError, ValueError) as exc:
         _broken(result, ManifestError(file, None, None, f"invalid YAML: {exc}"))
         return
@@ -263,6 +266,15 @@ def load_mapping(path: Path) -> tuple[dict[str, Any], dict[Path_, int]]:
     if not isinstance(value, dict):
         raise ValueError(f"{path}: must be a mapping of settings")
     return value, converter.lines if node is not None else {}
+
+
+def _reader_error(file: str, text: str, exc: yaml.reader.ReaderError) -> ManifestError:
+    # libyaml counts the offset in UTF-8 bytes, the pure-Python reader in characters.
+    offset = exc.position if isinstance(exc.position, int) else 0
+    before = text.encode()[:offset] if yaml.__with_libyaml__ else text[:offset].encode()
+    char = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+    message = f"invalid YAML: character {char} is not allowed ({exc.reason})"
+    return ManifestError(file, before.count(b"\n") + 1, None, message)
 
 
 def _broken(result: LoadResult, error: ManifestError) -> None:
@@ -327,7 +339,7 @@ def load(folders: Iterable[Path]) -> LoadResult:
         except FileNotFoundError:
             result.missing_folders.append(str(folder))
             continue
-        except (NotADirectoryError, PermissionError) as exc:
+        except OSError as exc:  # not a folder, no permission, a symlink loop (ELOOP)...
             result.missing_folders.append(str(folder))
             result.errors.append(ManifestError(str(folder), None, None, f"cannot list: {exc}"))
             continue
