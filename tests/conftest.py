@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -38,9 +39,12 @@ from procs import (
     wait_gone,
 )
 
+from controller.records import RecordStore
+
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 CLI_TIMEOUT = 60.0
+TIMING = bool(os.environ.get("RECONCILE_TEST_TIMING"))  # print each CLI call's duration (-s)
 
 # The machine is noisy (2 cores, other suites running): no per-example deadlines.
 settings.register_profile("reconcile", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -138,6 +142,7 @@ class Reconcile:
         env: Mapping[str, str] | None = None,
     ) -> Result:
         """Run one CLI call; ``check`` asserts its exit code."""
+        started = time.monotonic()
         proc = subprocess.run(
             self.argv(*args, common=common),
             capture_output=True,
@@ -148,6 +153,10 @@ class Reconcile:
             stdin=subprocess.DEVNULL,
         )
         result = Result(args, proc)
+        if TIMING:
+            took = time.monotonic() - started
+            print(f"[{took:5.2f}s] reconcile {' '.join(args)} -> {proc.returncode}")
+        assert "Traceback (most recent call last)" not in result.err, str(result)
         if check is not None:
             assert result.code == check, str(result)
         return result
@@ -195,6 +204,12 @@ class Reconcile:
         items = self("status", *names, "-o", "json", check=0).json()
         assert isinstance(items, list), items
         return {item["name"]: item for item in items}
+
+    def store(self) -> RecordStore:
+        """The state dir's record store, for a test that forges or inspects records."""
+        store = RecordStore(self.state)
+        store.ensure()
+        return store
 
     def record_path(self, name: str) -> Path:
         return self.state / "instances" / f"{name}.json"

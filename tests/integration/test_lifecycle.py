@@ -1,0 +1,303 @@
+"""The lifecycle through the real CLI, with real engines, files, ports and signals.
+
+Engines are ``python -m controller.demo.engine`` (``/health``) or tiny Python scripts;
+every test ends with ``reconcile down`` and the fixture fails it if anything is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from typing import Any
+
+from procs import alive, environ, wait_for, wait_gone
+
+from controller.state import Phase, ProcessRef
+
+# An engine that forks a grandchild which leaves the process group (setsid), then serves.
+ESCAPING_ENGINE = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(300); os._exit(0)
+    os._exit(0)
+os.execvp(sys.executable, [sys.executable, "-m", "controller.demo.engine", "--port", sys.argv[1]])
+"""
+
+
+def get(port: int, path: str = "/health") -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+        status: int = resp.status
+        return status
+
+
+def test_create_crash_restart_replace_delete(reconcile: Any) -> None:
+    # create
+    reconcile.write("web")
+    reconcile.converge()
+    web = reconcile.status()["web"]
+    assert (web["phase"], web["ready"], web["restarts"]) == ("Ready", True, 0)
+    assert get(web["port"]) == 200
+    assert reconcile.pids("web") == {web["pid"]}
+
+    # crash -> the next pass restarts it at once (the first restart is immediate)
+    os.kill(web["pid"], signal.SIGKILL)
+    wait_gone(web["pid"])
+    reconcile.converge()
+    again = reconcile.status()["web"]
+    assert again["phase"] == "Ready" and again["restarts"] == 1
+    assert again["pid"] != web["pid"] and again["port"] == web["port"]
+    assert reconcile.pids("web") == {again["pid"]}
+
+    # a second crash backs off 10 s: the pass records BackOff and says when
+    os.kill(again["pid"], signal.SIGKILL)
+    wait_gone(again["pid"])
+    reconcile.once()  # BackOff is not a failure: exit 0
+    backing = reconcile.status()["web"]
+    assert backing["phase"] == "BackOff" and "restart in 10s" in backing["message"]
+    assert backing["next_retry_at"] and backing["last_exit"] is None  # not our child
+    assert backing["port"] == web["port"]  # it keeps its lease meanwhile
+
+    # replace: a spec change stops the old engine and starts the new one
+    reconcile.write("web", args=["--load-seconds", "0"])
+    reconcile.converge()
+    replaced = reconcile.status()["web"]
+    assert replaced["phase"] == "Ready" and replaced["restarts"] == 0
+    assert reconcile.pids("web") == {replaced["pid"]}
+    kinds = [e["action"] for e in reconcile.events("web")]
+    assert "replace" in kinds
+    replace = next(e for e in reconcile.events("web") if e["action"] == "replace")
+    assert replace["reason"] == "spec.args changed"
+
+    # delete: the engine goes, then its record
+    (reconcile.manifests / "web.yaml").unlink()
+    reconcile.write("other")
+    reconcile.once()
+    assert "web" not in reconcile.status()
+    assert reconcile.record("web") is None
+    wait_gone(replaced["pid"])
+    assert reconcile.pids("web") == set()
+    reconcile.down()
+
+
+def test_no_capacity_says_who_holds_the_devices(reconcile: Any) -> None:
+    reconcile.devices = "nvidia:0"
+    reconcile.write("a", devices={"count": 1, "kind": "nvidia"})
+    reconcile.converge()
+    reconcile.write("b", devices={"count": 1, "kind": "nvidia"})
+    result = reconcile.once(check=1)  # Pending: cron should hear about it
+    b = reconcile.status()["b"]
+    assert b["phase"] == "Pending" and b["pid"] is None and b["port"] is None
+    assert b["devices"] == []
+    expected = "no capacity: needs 1 nvidia device, 0 free — held by a [nvidia:0]"
+    assert expected in b["message"]
+    assert f"b: Pending: {expected}" in result.err
+    assert reconcile.pids("b") == set()
+
+    # capacity comes back when a goes: b starts in the same pass
+    (reconcile.manifests / "a.yaml").unlink()
+    reconcile.converge()
+    assert reconcile.status()["b"]["devices"] == ["nvidia:0"]
+    reconcile.down()
+
+
+def test_exact_port_taken_by_a_foreign_listener(reconcile: Any) -> None:
+    port = reconcile.port
+    foreign = reconcile.spawn(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    )
+    wait_for(lambda: not reconcile.bindable(port), what="the foreign listener")
+    reconcile.write("web", port=port, basePort=None)
+    reconcile.once(check=1)
+    web = reconcile.status()["web"]
+    assert web["phase"] == "Pending"
+    assert (
+        f"port {port} is in use by another process: free it or choose another port"
+        in (web["message"])
+    )
+    assert foreign.poll() is None and get(port, "/") == 200  # untouched, still serving
+    assert reconcile.pids() == set()
+
+    foreign.kill()
+    foreign.wait()
+    reconcile.converge()
+    assert reconcile.status()["web"]["port"] == port
+    reconcile.down()
+
+
+def test_a_recorded_pid_now_held_by_an_unrelated_process(reconcile: Any) -> None:
+    """The record's pid was reused by a stranger (a session leader): it must survive."""
+    reconcile.write("web")
+    reconcile.converge()
+    web = reconcile.status()["web"]
+    stranger = reconcile.spawn(
+        [sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True
+    )
+    store = reconcile.store()
+    rec = store.read("web")
+    os.kill(web["pid"], signal.SIGKILL)  # the engine died ...
+    wait_gone(web["pid"])
+    fake = ProcessRef(pid=stranger.pid, start_time=rec.ref.start_time)  # ... its pid "reused"
+    store.write(rec.model_copy(update={"ref": fake}))
+
+    reconcile.converge()  # dead (start time differs): restarted, never signalled
+    assert stranger.poll() is None
+    restarted = reconcile.status()["web"]
+    assert restarted["pid"] not in (stranger.pid, web["pid"]) and restarted["restarts"] == 1
+
+    store.write(store.read("web").model_copy(update={"ref": fake}))
+    reconcile.down()  # teardown of that record: still never the stranger
+    assert stranger.poll() is None and alive(stranger.pid)
+    wait_gone(restarted["pid"])  # the real engine, found by its marker, is gone
+
+
+def test_a_grandchild_that_left_the_group_is_torn_down(reconcile: Any) -> None:
+    reconcile.write(
+        "web", command=[sys.executable, "-c", ESCAPING_ENGINE, "{port}"], stopGracePeriodSeconds=1
+    )
+    reconcile.converge()
+    web = reconcile.status()["web"]
+
+    def both() -> set[int] | None:
+        pids: set[int] = reconcile.pids("web")
+        return pids if len(pids) == 2 else None
+
+    family = wait_for(both, what="the engine and its escaped grandchild")
+    (escaped,) = family - {web["pid"]}
+    assert os.getpgid(escaped) != os.getpgid(web["pid"])
+    reconcile.down()
+    for pid in family:
+        wait_gone(pid, timeout=1)  # down returns only once nothing of it is left
+    assert reconcile.status() == {}
+
+
+def test_deleting_a_record_by_hand_never_gives_two_engines(reconcile: Any) -> None:
+    reconcile.write("web", port=reconcile.port, basePort=None)
+    reconcile.converge()
+    first = reconcile.status()["web"]
+    reconcile.record_path("web").unlink()
+    reconcile.converge()  # the orphan is reaped (its marker has no record), one new engine
+    second = reconcile.status()["web"]
+    wait_gone(first["pid"])
+    assert reconcile.pids("web") == {second["pid"]}
+    assert second["port"] == first["port"]
+    reap = [e for e in reconcile.events("web") if e["action"] == "reap"]
+    assert reap and "have no record" in reap[0]["reason"]
+    reconcile.down()
+
+
+def test_the_engine_environment(reconcile: Any) -> None:
+    reconcile.devices = "nvidia:0,nvidia:1,amd:0"
+    reconcile.write("gpu", devices={"count": 1, "kind": "nvidia", "candidates": ["1"]})
+    reconcile.write("none", env={"CUDA_VISIBLE_DEVICES": "0", "HOME": "/nowhere"})
+    reconcile.write("rocm", devices={"count": 1, "kind": "amd"})
+    reconcile.converge()
+    status = reconcile.status()
+    envs = {name: environ(item["pid"]) for name, item in status.items()}
+    for name, item in status.items():
+        env = envs[name]
+        record = reconcile.record(name)
+        assert env["PORT"] == str(item["port"])
+        assert env["RECONCILE_NAME"] == name
+        assert env["RECONCILE_INSTANCE"] == f"{reconcile.node}/{name}/{record['nonce']}"
+    assert envs["gpu"]["CUDA_VISIBLE_DEVICES"] == "1"
+    assert envs["none"]["CUDA_VISIBLE_DEVICES"] == ""  # the spec cannot undo the fence
+    assert envs["none"]["HOME"] == "/nowhere"  # other spec env passes through
+    assert envs["rocm"]["HIP_VISIBLE_DEVICES"] == envs["rocm"]["ROCR_VISIBLE_DEVICES"] == "0"
+    assert "CUDA_VISIBLE_DEVICES" not in envs["rocm"]
+    assert "CUDA_VISIBLE_DEVICES" not in envs["gpu"] or envs["gpu"]["CUDA_VISIBLE_DEVICES"] == "1"
+    reconcile.down()
+
+
+def test_inherited_visibility_variables_are_scrubbed(reconcile: Any) -> None:
+    reconcile.env["CUDA_VISIBLE_DEVICES"] = "0,1,2,3"
+    reconcile.env["HIP_VISIBLE_DEVICES"] = "0"
+    reconcile.write("web")
+    reconcile.converge()
+    env = environ(reconcile.status()["web"]["pid"])
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and "HIP_VISIBLE_DEVICES" not in env
+    reconcile.down()
+
+
+def test_state_dir_0700_and_records_0600(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile.env["UMASK_NOTE"] = "the CLI runs under umask 0 here"
+    proc = subprocess.run(
+        ["sh", "-c", 'umask 0 && exec "$@"', "sh", *reconcile.argv("--once")],
+        env=reconcile.env,
+        cwd=reconcile.tmp,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    mode = lambda p: oct(p.stat().st_mode & 0o777)  # noqa: E731
+    assert mode(reconcile.state) == "0o700"
+    assert mode(reconcile.state / "instances") == "0o700"
+    assert mode(reconcile.record_path("web")) == "0o600"
+    assert mode(reconcile.state / "instances" / "logs" / "web.log") == "0o600"
+    assert mode(reconcile.state / "events" / "web.jsonl") == "0o600"
+    reconcile.down()
+
+
+def test_restart_policy_never_fails_and_releases(reconcile: Any) -> None:
+    reconcile.write(
+        "job",
+        command=[sys.executable, "-c", "raise SystemExit(3)"],
+        readiness=None,
+        restartPolicy="Never",
+        devices={"count": 1},
+    )
+    reconcile.once(check=None)
+    wait_for(
+        lambda: (
+            reconcile.once(check=None).code == 1 and reconcile.status()["job"]["phase"] == "Failed"
+        ),
+        what="the job to fail",
+    )
+    job = reconcile.status()["job"]
+    assert "restartPolicy Never" in job["message"]
+    assert job["devices"] == [] and job["port"] is None  # a Failed record holds nothing
+    reconcile.down()
+
+
+def test_readiness_deadline_fails_and_backs_off(reconcile: Any) -> None:
+    reconcile.write(
+        "slow",
+        command=reconcile.demo_command(load_seconds="300"),
+        readiness={"httpGet": {"path": "/health"}, "deadlineSeconds": 0.5, "periodSeconds": 0.1},
+        stopGracePeriodSeconds=1,
+    )
+    reconcile.once()
+    first = reconcile.status()["slow"]
+    assert first["phase"] == "Starting"
+    wait_for(
+        lambda: (
+            reconcile.record("slow")["ready_deadline_at"]
+            and _past(reconcile.record("slow")["ready_deadline_at"])
+        ),
+        what="the deadline",
+    )
+    reconcile.once()
+    slow = reconcile.status()["slow"]
+    assert slow["phase"] in ("BackOff", "Starting"), slow
+    events = [e for e in reconcile.events("slow") if e["action"] == "fail"]
+    assert events and "not ready by its readiness deadline" in events[0]["reason"]
+    assert "GET /health -> 503" in events[0]["reason"]
+    wait_gone(first["pid"])
+    reconcile.down()
+
+
+def _past(iso: str) -> bool:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC) >= datetime.fromisoformat(iso)
+
+
+def test_phase_names_are_the_documented_ones() -> None:
+    documented = {"Pending", "Reserved", "Starting", "Ready", "BackOff", "Failed", "Terminating"}
+    assert documented <= {str(p) for p in Phase}
