@@ -118,7 +118,7 @@ def manifest_texts(draw: st.DrawFn) -> bytes:
     if how == "dup-key":
         lines = text.splitlines(keepends=True)
         i = draw(st.integers(0, len(lines) - 1))
-        text = "".join(lines[: i + 1] + [lines[i]] + lines[i + 1 :])
+        text = "".join([*lines[: i + 1], lines[i], *lines[i + 1 :]])
     elif how == "truncate":
         text = text[: draw(st.integers(0, len(text)))]
     elif how == "splice":
