@@ -63,8 +63,8 @@ def test_a_dropped_file_comes_up(reconcile: Any, daemon: Any, finish: Any) -> No
     d = started(rc, daemon, "keeper")
     rc.write("web", command=rc.demo_command(load_seconds="0.3"))  # /health: 503, then 200
     pid = d.wait(lambda: ready_pid(rc, "web"), "web Ready")
-    assert d.passes("folder"), d.tail()
-    assert d.passes("probe due"), "readiness is probed on the probe timer, not on a resync"
+    d.wait_pass(trigger="folder")
+    d.wait_pass(trigger="probe due")  # readiness is probed on its timer, not on a resync
     assert rc.environ(pid)["RECONCILE_INSTANCE"].startswith(f"{rc.node}/web/")
     finish(d)
 
@@ -207,7 +207,8 @@ def test_sighup_rereads_and_resyncs(reconcile: Any, daemon: Any, finish: Any) ->
     d.wait(
         lambda: not rc.alive(pid) and (rc.record("hup") or {}).get("phase") == "Pending", "evicted"
     )
-    assert d.passes("sighup") and d.lines("configuration reloaded")
+    d.wait_pass(trigger="sighup")  # logged once the pass is over
+    assert d.lines("configuration reloaded")
     rc("uncordon", check=0)
     d.proc.send_signal(signal.SIGHUP)
     d.wait(lambda: ready_pid(rc, "hup"), "back after uncordon")
