@@ -150,19 +150,20 @@ class Reconciler:
         result = PassResult(errors=list(loaded.errors), owner=self.config.owner)
         result.names = set(loaded.entries)
         result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
-        problems: list[RecordProblem] = []
         for _ in range(MAX_ROUNDS):
             if self.interrupted():
                 break  # the daemon is stopping: the round in flight was finished
             observed, problems = self.observe()
+            _add_problems(result, problems)  # a quarantine is seen by one round only
             result.probes.update(
                 {n: v.probe.detail for n, v in observed.records.items() if v.probe}
             )
             actions = self.plan(desired, observed)
             if not self._execute(actions, observed, result):
                 break
-        result.problems = problems
-        result.records = self.store.load().records
+        final = self.store.load()
+        _add_problems(result, final.problems)
+        result.records = final.records
         return result
 
     def _execute(self, actions: Sequence[Action], observed: Observed, result: PassResult) -> bool:
@@ -273,6 +274,11 @@ def _ports(record: Record) -> tuple[int, ...]:
 
 def _placed_ports(placed: Placed) -> tuple[int, ...]:
     return (placed.port, *placed.extra_ports)
+
+
+def _add_problems(result: PassResult, problems: Sequence[RecordProblem]) -> None:
+    seen = {p.message for p in result.problems}
+    result.problems.extend(p for p in problems if p.message not in seen)
 
 
 def _note(result: PassResult, action: Action) -> None:

@@ -44,6 +44,10 @@ from controller.records import RecordStore
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 CLI_TIMEOUT = 60.0
+# Verbs that read no manifests (after `logs`, `-f` means follow, as in kubectl).
+NO_MANIFESTS = frozenset(
+    {"status", "get", "describe", "logs", "schema", "devices", "drain", "uncordon"}
+)
 TIMING = bool(os.environ.get("RECONCILE_TEST_TIMING"))  # print each CLI call's duration (-s)
 
 # The machine is noisy (2 cores, other suites running): no per-example deadlines.
@@ -129,7 +133,8 @@ class Reconcile:
         if common:
             argv += ["--state-dir", str(self.state), "--node", self.node]
             argv += ["--devices", self.devices]
-            if not any(a in ("-f", "--manifests") for a in args):
+            wants_manifests = not any(a in NO_MANIFESTS for a in args)
+            if wants_manifests and not any(a in ("-f", "--manifests") for a in args):
                 argv += ["-f", str(self.manifests)]
         return argv
 

@@ -1,0 +1,258 @@
+"""The command's contract: exit codes, output shapes, options anywhere, usage errors.
+
+Every call runs the real CLI in a subprocess (the ``reconcile`` fixture); none may
+print a traceback (the fixture checks).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from controller.state import Record
+
+STATUS_FIELDS = {"name", "phase", "pid", "port", "devices", "restarts", "ready", "spec_valid",
+                 "message"}  # fmt: skip
+
+
+# -- --once ------------------------------------------------------------------------------
+
+
+def test_once_exit_0_when_all_valid_and_placed(reconcile: Any) -> None:
+    reconcile.write("web")
+    result = reconcile.once()
+    assert result.code == 0
+    assert reconcile.status()["web"]["phase"] in ("Starting", "Ready")
+    reconcile.down()
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["invalid-manifest", "pending-no-capacity", "failed-never"],
+)
+def test_once_exit_1(reconcile: Any, why: str) -> None:
+    reconcile.write("good")
+    if why == "invalid-manifest":
+        reconcile.write_text("bad.yaml", "apiVersion: reconcile/v1\nkind: Deployment\nspec: [")
+    elif why == "pending-no-capacity":
+        reconcile.write("big", devices={"count": 5})
+    else:
+        reconcile.write("job", command=["/bin/false"], readiness=None, restartPolicy="Never")
+    result = reconcile.once(check=None)
+    if why == "failed-never" and result.code == 0:  # it may exit after the pass: look again
+        reconcile.wait_for(lambda: not reconcile.pids("job"), what="the job to exit")
+        result = reconcile.once(check=None)
+    assert result.code == 1, str(result)
+    assert reconcile.status()["good"]["phase"] in ("Starting", "Ready")  # the rest ran
+    reconcile.down()
+
+
+def test_once_is_ready_in_the_same_pass_when_the_engine_is_quick(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile.converge()
+    assert reconcile.status()["web"]["ready"] is True
+    reconcile.down()
+
+
+# -- plan ----------------------------------------------------------------------------------
+
+
+def test_plan_exit_codes_2_then_0_and_changes_nothing(reconcile: Any) -> None:
+    reconcile.write("web")
+    pending = reconcile("plan", check=2)
+    assert "web" in pending.out and "start" in pending.out
+    assert not (reconcile.state / "instances").exists() or reconcile.status() == {}
+    assert reconcile.pids() == set()
+
+    as_json = reconcile("plan", "-o", "json", check=2).json()
+    (change,) = as_json["changes"]
+    assert change["name"] == "web" and change["action"] == "start"
+    assert change["change"] == "create" and "new deployment" in change["reason"]
+    assert as_json["errors"] == []
+
+    reconcile.converge()
+    in_sync = reconcile("plan", check=0)
+    assert "in sync" in in_sync.out.lower()
+    reconcile.down()
+
+
+def test_plan_exit_1_on_invalid_input(reconcile: Any) -> None:
+    reconcile.write_text("bad.yaml", "apiVersion: reconcile/v1\nkind: Deployment\nspec: [")
+    result = reconcile("plan", check=1)
+    assert f"{reconcile.manifests / 'bad.yaml'}:4: invalid YAML" in result.err + result.out
+
+
+def test_dry_run_is_plan(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile("--dry-run", check=2)
+    assert reconcile.pids() == set()
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+def test_status_json_fields(reconcile: Any) -> None:
+    reconcile.write("web", devices={"count": 1})
+    reconcile.converge()
+    (item,) = reconcile("status", "-o", "json", check=0).json()
+    assert set(item) >= STATUS_FIELDS
+    assert item["name"] == "web" and item["phase"] == "Ready" and item["ready"] is True
+    assert isinstance(item["pid"], int) and item["pid"] in reconcile.pids("web")
+    assert isinstance(item["port"], int) and item["devices"] == ["nvidia:0"]
+    assert item["restarts"] == 0 and item["spec_valid"] is True and item["message"] == ""
+    assert reconcile("get", "web", "-o", "json", check=0).json() == [item]  # alias, by name
+    yaml_out = reconcile("status", "-o", "yaml", check=0).out
+    assert "name: web" in yaml_out
+    table = reconcile("status", check=0).out
+    assert table.splitlines()[0].split()[:2] == ["NAME", "ENGINE"] and "web" in table
+    reconcile.down()
+
+
+def test_status_needs_no_manifests(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile.converge()
+    (item,) = reconcile(
+        "status", "-o", "json", "-f", str(reconcile.tmp / "nowhere"), check=0
+    ).json()
+    assert item["name"] == "web"
+    reconcile.down()
+
+
+def test_status_of_an_unknown_name(reconcile: Any) -> None:
+    result = reconcile("status", "nope", check=1)
+    assert "no deployment named 'nope'" in result.err
+
+
+def test_status_of_nothing(reconcile: Any) -> None:
+    assert reconcile("status", "-o", "json", check=0).json() == []
+
+
+# -- validate, schema, down ----------------------------------------------------------------
+
+
+def test_validate(reconcile: Any) -> None:
+    reconcile.write("web")
+    assert "1 deployment(s) in 1 file(s): valid" in reconcile("validate", check=0).out
+    reconcile.write_text("bad.yaml", reconcile.dump_yaml(reconcile.deployment("x", replicas=2)))
+    result = reconcile("validate", check=1)
+    assert f"{reconcile.manifests / 'bad.yaml'}:" in result.err
+    assert "spec.replicas: unknown field" in result.err
+    assert reconcile.pids() == set() and not (reconcile.state / "instances").exists()
+
+
+def test_schema_is_json_schema(reconcile: Any) -> None:
+    schema = reconcile("schema", check=0).json()
+    assert schema["title"] == "reconcile Deployment"
+    assert "spec" in schema["properties"]
+
+
+def test_down_stops_everything_of_this_set(reconcile: Any) -> None:
+    reconcile.write("a")
+    reconcile.write("b", devices={"count": 1})
+    reconcile.converge()
+    pids = reconcile.pids()
+    assert len(pids) == 2
+    result = reconcile.down()
+    assert sorted(result.out.split("\n")[:2]) == ["stopped a", "stopped b"]
+    for pid in pids:
+        assert not reconcile.alive(pid)
+    assert reconcile.status() == {}
+    assert reconcile.down().out.strip() == ""  # again: nothing to do, still exit 0
+
+
+# -- records the CLI cannot use -------------------------------------------------------------
+
+
+def test_a_corrupt_record_is_quarantined_with_a_reason(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile.store()
+    reconcile.record_path("web").write_text('{"version": 1, "name": "web", "ow')
+    result = reconcile.once(check=1)  # cron hears about it
+    assert "record moved to" in result.err and "not valid JSON" in result.err
+    quarantined = list((reconcile.state / "quarantine").iterdir())
+    reason = next(p for p in quarantined if p.name.endswith(".reason"))
+    assert "not valid JSON" in reason.read_text()
+    assert reconcile.status()["web"]["phase"] in ("Starting", "Ready")  # a fresh record
+    reconcile.down()
+
+
+def test_an_unknown_record_version_says_how_to_recover(reconcile: Any) -> None:
+    reconcile.devices = "nvidia:0,nvidia:1"
+    reconcile.store()
+    future = {"version": 7, "name": "old", "devices": ["nvidia:0"], "port": reconcile.port}
+    reconcile.record_path("old").write_text(json.dumps(future))
+    reconcile.write("web", devices={"count": 1})
+    result = reconcile.once(check=1)
+    hint = "understands version 1. Run the reconcile that wrote it, or stop its engine"
+    assert "has version 7" in result.err and hint in result.err
+    web = reconcile.status()["web"]
+    assert web["devices"] == ["nvidia:1"]  # what the unreadable record holds stays held
+    assert web["port"] != reconcile.port
+    assert json.loads(reconcile.record_path("old").read_text()) == future  # never reset
+    assert "has version 7" in reconcile("status", check=0).err
+    assert reconcile("plan", check=1).code == 1
+    reconcile.down()
+    reconcile.record_path("old").unlink()
+
+
+# -- arguments ------------------------------------------------------------------------------
+
+
+def test_options_before_or_after_the_verb(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile.converge()
+    common = ["--state-dir", str(reconcile.state), "--node", reconcile.node,
+              "--devices", reconcile.devices, "-f", str(reconcile.manifests)]  # fmt: skip
+    after = reconcile("status", "-o", "json", *common, common=False, check=0).json()
+    before = reconcile(*common, "-o", "json", "status", common=False, check=0).json()
+    mixed = reconcile(*common[:2], "status", *common[2:], "-o", "json", common=False, check=0)
+    assert after == before == mixed.json() and after[0]["name"] == "web"
+    reconcile(*common, "plan", common=False, check=0)
+    reconcile("plan", *common, common=False, check=0)
+    reconcile.down()
+
+
+def test_environment_configures_the_node(reconcile: Any) -> None:
+    reconcile.write("web")
+    env = {
+        "RECONCILE_STATE_DIR": str(reconcile.state),
+        "RECONCILE_NODE": reconcile.node,
+        "RECONCILE_DEVICES": reconcile.devices,
+        "RECONCILE_MANIFESTS": str(reconcile.manifests),
+    }
+    reconcile("--once", common=False, env=env, check=0)
+    assert reconcile.status()["web"]["node"] == reconcile.node
+    reconcile.down()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["frobnicate"],
+        ["--no-such-option"],
+        ["status", "a", "b"],
+        ["describe"],
+        ["logs"],
+        ["--wait"],
+        ["status", "-o", "xml"],
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_usage_errors_exit_64(reconcile: Any, args: list[str]) -> None:
+    result = reconcile(*args, check=64)
+    assert result.err.strip()
+
+
+def test_a_bad_duration_is_not_a_traceback(reconcile: Any) -> None:
+    result = reconcile("--once", "--lock-timeout", "soon")
+    assert result.code in (1, 64) and "soon" in result.err
+
+
+def test_record_model_has_the_documented_fields() -> None:
+    documented = {"version", "name", "owner", "source", "spec_hash", "node", "engine", "nonce",
+                  "ref", "reserved_by", "port", "devices", "phase", "reserved_at", "started_at",
+                  "ready_deadline_at", "ready_at", "restarts", "backoff_until", "last_exit",
+                  "message"}  # fmt: skip
+    assert documented <= set(Record.model_fields)
