@@ -64,6 +64,17 @@ class Replace(Stop):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Update(Action):
+    """Only fields the running engine never sees changed (readiness, restartPolicy,
+    stopGracePeriodSeconds): rewrite the record in place, no restart."""
+
+    verb = "update"
+    change = "update"
+    entry: Entry
+    fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class Fail(Action):
     """Kill what is left of the instance and record the outcome.
 

@@ -54,6 +54,18 @@ def _common(suppress: bool) -> Parser:
     )
     p.add_argument("--node", metavar="NAME", default=d, help="node name ($RECONCILE_NODE)")
     p.add_argument("--owner", metavar="NAME", default=d, help="owner of the records this set makes")
+    p.add_argument(
+        "--max-instances",
+        metavar="LIMITS",
+        default=d,
+        help="node capacity, e.g. 8 or 8,nvidia=2 ($RECONCILE_MAX_INSTANCES)",
+    )
+    p.add_argument(
+        "--node-config",
+        metavar="FILE",
+        default=d,
+        help="node config file ($RECONCILE_NODE_CONFIG; default <state-dir>/node.yaml)",
+    )
     p.add_argument("-o", "--output", metavar="FORMAT", default=d, help="output format")
     p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS if suppress else 0)
     p.add_argument(
@@ -79,6 +91,14 @@ def build_parser() -> Parser:
     parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     parser.add_argument("--resync", default="5s", help="daemon: full pass interval")
     parser.add_argument("--lock-timeout", default="60s", help="wait this long for another pass")
+    parser.add_argument(
+        "--metrics-file", metavar="PATH", help="write Prometheus metrics here after each pass"
+    )
+    parser.add_argument(
+        "--metrics-port",
+        metavar="[HOST:]PORT",
+        help="daemon: serve /metrics (default host 127.0.0.1)",
+    )
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     common = _common(True)
     p = sub.add_parser("plan", parents=[common], help="show what a pass would do (exit 2: changes)")
@@ -91,13 +111,16 @@ def build_parser() -> Parser:
     p = sub.add_parser("logs", parents=[common], help="the engine's log")
     p.add_argument("name")
     p.add_argument("-F", "--follow", dest="follow", action="store_true")
-    p.add_argument("--tail", type=int, default=None)
+    p.add_argument("--tail", type=int, default=None, metavar="N", help="the last N lines")
+    p.add_argument("-p", "--previous", action="store_true", help="the run before the last restart")
     sub.add_parser("validate", parents=[common], help="check manifests (exit 1 if any invalid)")
     sub.add_parser("schema", parents=[common], help="the JSON Schema of a manifest")
     sub.add_parser("devices", parents=[common], help="the inventory and who holds what")
     p = sub.add_parser("drain", parents=[common], help="start nothing new until uncordoned")
-    p.add_argument("--ttl", default="1h")
-    p.add_argument("--reason", default="")
+    p.add_argument(
+        "--ttl", default="1h", help="the drain ends by itself after this (renew: drain again)"
+    )
+    p.add_argument("--reason", default="", help="why: shown in every denial and in status")
     p.add_argument("--evict", action="store_true", help="also stop running engines")
     sub.add_parser("uncordon", parents=[common], help="end a drain")
     p = sub.add_parser("down", parents=[common], help="tear down everything this set owns")

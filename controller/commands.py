@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from controller.cli import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.durations import parse_duration
 from controller.node import Config, resolve
 
@@ -24,12 +20,28 @@ def config(args: argparse.Namespace) -> Config:
         owner=args.owner,
         allow_empty=getattr(args, "allow_empty", False),
         lock_timeout=parse_duration(getattr(args, "lock_timeout", "60s")),
+        max_instances=getattr(args, "max_instances", None),
+        node_config=getattr(args, "node_config", None),
+        metrics_file=getattr(args, "metrics_file", None),
+        metrics_port=_metrics_listen(args)[1] if getattr(args, "metrics_port", None) else None,
     )
 
 
+def _metrics_listen(args: argparse.Namespace) -> tuple[str, int]:
+    from controller.errors import ConfigError
+    from controller.metrics import parse_listen
+
+    try:
+        return parse_listen(args.metrics_port)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
 def dispatch(args: argparse.Namespace) -> int:
-    verb = args.verb or "run"
-    handler = globals()[f"cmd_{verb.replace('get', 'status')}"]
+    from controller import opverbs  # status, describe, logs, devices, drain, plan, schema
+
+    name = f"cmd_{(args.verb or 'run').replace('get', 'status')}"
+    handler = getattr(opverbs, name, None) or globals()[name]
     code: int = handler(args)
     return code
 
@@ -48,10 +60,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("reconcile: --wait needs --once", file=sys.stderr)
         return EXIT_USAGE
     if args.dry_run:
+        from controller.opverbs import cmd_plan
+
         return cmd_plan(args)
+    if args.metrics_port and args.once:
+        print("reconcile: --metrics-port is for the daemon; use --metrics-file", file=sys.stderr)
+        return EXIT_USAGE
     if not args.once:
         from controller.watcher import run_daemon
 
+        if args.metrics_port:
+            from controller.metrics import serve
+
+            serve(*_metrics_listen(args))
         return run_daemon(cfg, resync=parse_duration(args.resync))
     from controller.reconciler import Reconciler
 
@@ -82,124 +103,6 @@ def report(result: object) -> None:
             print(f"{rec.name}: {rec.phase}: {rec.message}", file=sys.stderr)
 
 
-# -- plan ----------------------------------------------------------------------------------
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    from controller.manifests import load
-    from controller.reconciler import Reconciler
-
-    cfg = config(args)
-    loaded = load(cfg.manifests)
-    reconciler = Reconciler(cfg)
-    observed, problems = reconciler.observe()
-    actions = reconciler.plan(reconciler.desired(loaded), observed)
-    changes = [a for a in actions if _is_change(a, observed)]
-    if (args.output or "text") == "json":
-        items = [
-            {"name": a.name, "action": a.verb, "change": a.change, "reason": a.reason}
-            for a in changes
-        ]
-        errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
-        print(json.dumps({"changes": items, "errors": errors}, indent=2))
-    else:
-        _print_errors(list(loaded.errors))
-        for a in changes:
-            print(f"{_SYMBOL.get(a.change, '~')} {a.name}: {a.verb}: {a.reason}")
-        if not changes:
-            print("in sync: no changes")
-    if loaded.errors or problems:
-        return EXIT_FAIL
-    return EXIT_CHANGES if changes else EXIT_OK
-
-
-_SYMBOL = {"create": "+", "destroy": "-", "replace": "-/+", "update": "~", "wait": "="}
-
-
-def _is_change(action: object, observed: object) -> bool:
-    from controller.actions import Conflict, Hold
-    from controller.state import Observed, Phase
-
-    assert isinstance(observed, Observed)
-    if isinstance(action, Conflict):
-        return False
-    if isinstance(action, Hold):
-        view = observed.records.get(action.name)
-        return (
-            view is None
-            or view.record.phase is not Phase.PENDING
-            or (view.record.message != action.reason)
-        )
-    return True
-
-
-# -- read-only views -------------------------------------------------------------------
-
-
-def _records(cfg: Config) -> list[object]:
-    from controller.records import RecordStore
-
-    return list(RecordStore(cfg.state_dir).load().records.values())
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    from controller.records import RecordStore
-    from controller.views import dump, status_item, status_table
-
-    cfg = config(args)
-    snap = RecordStore(cfg.state_dir).load()
-    records = [r for n, r in sorted(snap.records.items()) if args.name in (None, n)]
-    if args.name and not records:
-        print(f"reconcile: no deployment named {args.name!r} in {cfg.state_dir}", file=sys.stderr)
-        return EXIT_FAIL
-    fmt = args.output or "table"
-    if fmt in ("json", "yaml"):
-        print(dump([status_item(r) for r in records], fmt))
-    elif fmt in ("table", "wide"):
-        print(status_table(records) if records else "No deployments.")
-    else:
-        print(
-            f"reconcile: unknown output format {fmt!r} (table, wide, json, yaml)", file=sys.stderr
-        )
-        return EXIT_USAGE
-    for problem in snap.problems:
-        print(f"error: {problem.message}", file=sys.stderr)
-    return EXIT_OK
-
-
-def cmd_describe(args: argparse.Namespace) -> int:
-    from controller.describe import describe
-
-    text = describe(config(args).state_dir, args.name)
-    if text is None:
-        print(f"reconcile: no deployment named {args.name!r}", file=sys.stderr)
-        return EXIT_FAIL
-    print(text)
-    return EXIT_OK
-
-
-def cmd_logs(args: argparse.Namespace) -> int:
-    from controller.records import RecordStore
-
-    path = RecordStore(config(args).state_dir).log_path(args.name)
-    if not path.exists():
-        print(f"reconcile: no log for {args.name!r} at {path}", file=sys.stderr)
-        return EXIT_FAIL
-    with open(path, "rb") as f:
-        lines = f.read().splitlines(keepends=True)
-        tail = lines[-args.tail :] if args.tail else lines
-        sys.stdout.buffer.write(b"".join(tail))
-        sys.stdout.flush()
-        while args.follow:
-            chunk = f.read()
-            if chunk:
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-            else:
-                time.sleep(0.2)
-    return EXIT_OK
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     from controller.manifests import load
 
@@ -210,77 +113,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if not loaded.errors:
         print(f"{len(loaded.entries)} deployment(s) in {len(loaded.files)} file(s): valid")
     return EXIT_FAIL if loaded.errors else EXIT_OK
-
-
-def cmd_schema(args: argparse.Namespace) -> int:
-    from controller.specs import json_schema
-
-    print(json.dumps(json_schema(), indent=2))
-    return EXIT_OK
-
-
-def cmd_devices(args: argparse.Namespace) -> int:
-    from controller import devices
-    from controller.records import RecordStore
-    from controller.views import dump, table
-
-    cfg = config(args)
-    inventory = devices.resolve(cfg.devices)
-    holders: dict[str, list[str]] = {}
-    for rec in RecordStore(cfg.state_dir).load().records.values():
-        if rec.holds:
-            for key in rec.devices:
-                holders.setdefault(key, []).append(rec.name)
-    items = [
-        {
-            "device": d.key,
-            "kind": d.kind,
-            "id": d.id,
-            "uuid": d.uuid,
-            "name": d.name,
-            "memory_total_mb": d.memory_total_mb,
-            "held_by": holders.get(d.key, []),
-        }
-        for d in inventory.devices
-    ]
-    if args.output in ("json", "yaml"):
-        print(dump(items, args.output))
-        return EXIT_OK
-    rows = [["DEVICE", "UUID", "NAME", "MEMORY", "HELD BY"]]
-    for d in inventory.devices:
-        mem = f"{d.memory_total_mb} MiB" if d.memory_total_mb else "-"
-        held = ",".join(holders.get(d.key, [])) or "-"
-        rows.append([d.key, d.uuid or "-", d.name or "-", mem, held])
-    print(table(rows) if items else f"No devices (inventory source: {inventory.source}).")
-    return EXIT_OK
-
-
-# -- node controls ----------------------------------------------------------------------
-
-
-def cmd_drain(args: argparse.Namespace) -> int:
-    from controller.node import write_drain
-    from controller.records import RecordStore
-    from controller.state import Drain
-
-    cfg = config(args)
-    RecordStore(cfg.state_dir).ensure()
-    until = datetime.now(UTC) + timedelta(seconds=parse_duration(args.ttl))
-    who = f"{os.environ.get('USER') or os.getuid()} (pid {os.getpid()})"
-    write_drain(cfg.state_dir, Drain(until=until, reason=args.reason, by=who, evict=args.evict))
-    print(
-        f"node {cfg.node} drained until {until.isoformat(timespec='seconds')}"
-        + (" (evicting)" if args.evict else "")
-    )
-    return EXIT_OK
-
-
-def cmd_uncordon(args: argparse.Namespace) -> int:
-    from controller.node import clear_drain
-
-    cfg = config(args)
-    print(f"node {cfg.node} uncordoned" if clear_drain(cfg.state_dir) else "node was not drained")
-    return EXIT_OK
 
 
 def cmd_down(args: argparse.Namespace) -> int:

@@ -1,54 +1,146 @@
-"""`reconcile describe NAME`: spec (secrets redacted), record, events, last log lines."""
+"""`reconcile describe NAME`: the record, the spec (secrets redacted), the events, the log.
+
+Laid out like ``kubectl describe``: fields first, then the spec, then the events
+(oldest first, with ages), then the last lines of the engine's log. The last exit
+keeps the log lines that preceded it (the journal stores them), so the first
+failure's cause survives any number of restarts and log rotations.
+"""
 
 from __future__ import annotations
 
-import json
-from collections import deque
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from controller import logfiles
 from controller.events import Journal
 from controller.records import RecordStore
-from controller.views import redact_spec
+from controller.state import Phase, Record
+from controller.views import age, iso, redact_spec, table, until
 
 LOG_LINES = 20
 EVENTS = 20
+INDENT = "  "
 
 
-def describe(state_dir: Path, name: str) -> str | None:
+def describe(state_dir: Path, name: str, now: datetime | None = None) -> str | None:
     store = RecordStore(state_dir)
     rec = store.read(name)
     if rec is None:
         return None
-    out = [
-        f"Name:       {rec.name}",
-        f"Engine:     {rec.engine}",
-        f"Node:       {rec.node}",
-        f"Source:     {rec.source}" + (f" @ {rec.revision}" if rec.revision else ""),
-        f"Phase:      {rec.phase}" + ("" if rec.spec_valid else "  (spec invalid)"),
-        f"Message:    {rec.message or '-'}",
-        f"PID:        {rec.ref.pid if rec.ref else '-'}",
-        f"Port:       {rec.port or '-'}",
-        f"Devices:    {', '.join(rec.devices) or '-'}",
-        f"Restarts:   {rec.restarts}",
-        f"Last exit:  {rec.last_exit or '-'}",
-        "Spec:",
-        *("  " + line for line in json.dumps(redact_spec(rec.spec), indent=2).splitlines()),
-        "Events:",
+    now = now or datetime.now(UTC)
+    events = Journal(state_dir).read(name, last=EVENTS)
+    out = [f"{k + ':':<14}{v}" for k, v in _fields(rec, now)]
+    out += _last_exit(rec, events, now)
+    out += ["Spec:", *_indent(yaml.safe_dump(redact_spec(rec.spec), sort_keys=False).rstrip())]
+    out += ["Events:", *_indent(_events(events, now))]
+    log_path = store.log_path(name)
+    out.append(f"Log (last {LOG_LINES} lines of {log_path}):")
+    lines = logfiles.tail_lines(log_path, LOG_LINES)
+    out += [INDENT + line.decode("utf-8", "replace").rstrip("\n") for line in lines] or [
+        INDENT + "<none>"
     ]
-    for event in Journal(state_dir).read(name, last=EVENTS):
-        out.append(
-            f"  {event.get('time', '?')}  {event.get('action', '?'):<10} "
-            f"{event.get('outcome', '')}  ({event.get('reason', '')})"
-        )
-    out.append(f"Last {LOG_LINES} log lines ({store.log_path(name)}):")
-    out.extend("  " + line for line in tail(store.log_path(name), LOG_LINES))
     return "\n".join(out)
 
 
-def tail(path: Path, count: int) -> list[str]:
+def _fields(rec: Record, now: datetime) -> list[tuple[str, str]]:
+    fields = [
+        ("Name", rec.name),
+        ("Node", rec.node),
+        ("Engine", rec.engine),
+        ("Source", rec.source or "-"),
+        ("Revision", rec.revision or "-"),
+        ("Owner", rec.owner),
+        ("Phase", _phase(rec, now)),
+        ("Ready", "true" if rec.phase is Phase.READY else "false"),
+        ("Spec valid", "true" if rec.spec_valid else "false"),
+        ("Message", rec.message or "-"),
+        ("PID", _pid(rec, now)),
+        ("Instance", rec.nonce or "-"),
+        ("Address", _address(rec)),
+        ("Devices", _devices(rec)),
+        ("Restarts", str(rec.restarts)),
+        ("Readiness", _readiness(rec, now)),
+    ]
+    return fields
+
+
+def _address(rec: Record) -> str:
+    if rec.port is None:
+        return "-"
+    extra = f" (also ports {','.join(map(str, rec.extra_ports))})" if rec.extra_ports else ""
+    return f"{rec.host}:{rec.port}{extra}"
+
+
+def _phase(rec: Record, now: datetime) -> str:
+    text = str(rec.phase)
+    if rec.phase is Phase.READY and rec.ready_at:
+        text += f" since {iso(rec.ready_at)} ({age(rec.ready_at, now)})"
+    if rec.phase is Phase.BACKOFF and rec.backoff_until:
+        text += f", next try {until(rec.backoff_until, now)} ({iso(rec.backoff_until)})"
+    return text
+
+
+def _pid(rec: Record, now: datetime) -> str:
+    if rec.ref is None:
+        return "-"
+    return f"{rec.ref.pid}, started {iso(rec.started_at)} ({age(rec.started_at, now)} ago)"
+
+
+def _devices(rec: Record) -> str:
+    if not rec.devices:
+        return "-"
+    uuids = list(rec.device_uuids) + [None] * (len(rec.devices) - len(rec.device_uuids))
+    return ", ".join(f"{d} ({u})" if u else d for d, u in zip(rec.devices, uuids, strict=True))
+
+
+def _readiness(rec: Record, now: datetime) -> str:
+    probe = rec.probe
+    checks = [f"GET {path}" for path, _ in probe.http] or (["tcp connect"] if probe.tcp else [])
+    text = (
+        " then ".join(checks) or "none (ready once running)"
+    ) + f" every {probe.period_seconds:g}s"
+    if rec.phase is Phase.STARTING and rec.ready_deadline_at:
+        text += f", deadline {iso(rec.ready_deadline_at)} ({until(rec.ready_deadline_at, now)})"
+    return text
+
+
+def _last_exit(rec: Record, events: list[dict[str, Any]], now: datetime) -> list[str]:
+    if rec.last_exit is None:
+        return [f"{'Last exit:':<14}-"]
+    ended = rec.last_exit
+    out = [f"{'Last exit:':<14}{ended} at {iso(ended.at)} ({age(ended.at, now)} ago)"]
+    tails = [e for e in events if e.get("log_tail") and "exit_code" in e]
+    if tails and tails[-1]["log_tail"]:
+        out.append(INDENT + "its last log lines:")
+        out += [INDENT * 2 + str(line) for line in tails[-1]["log_tail"]]
+    return out
+
+
+def _events(events: list[dict[str, Any]], now: datetime) -> str:
+    if not events:
+        return "<none>"
+    rows = [["AGE", "ACTION", "OUTCOME", "REASON"]]
+    for event in events:
+        rows.append(
+            [
+                _event_age(event.get("time"), now),
+                str(event.get("action", "?")),
+                str(event.get("outcome", "")),
+                str(event.get("reason", "")),
+            ]
+        )
+    return table(rows)
+
+
+def _event_age(stamp: Any, now: datetime) -> str:
     try:
-        with open(path, "rb") as f:
-            lines = deque(f, maxlen=count)
-    except FileNotFoundError:
-        return []
-    return [line.decode("utf-8", "replace").rstrip("\n") for line in lines]
+        return age(datetime.fromisoformat(str(stamp)), now)
+    except ValueError:
+        return "?"
+
+
+def _indent(text: str) -> list[str]:
+    return [INDENT + line for line in text.splitlines()]

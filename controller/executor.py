@@ -27,6 +27,7 @@ from controller.actions import (
     Release,
     Restart,
     Stop,
+    Update,
 )
 from controller.devices import wait_gpu_release
 from controller.errors import ReconcileError, SpawnError
@@ -273,6 +274,28 @@ class Executor:
             extra["retry_in"] = round(max((action.retry_at - self.now()).total_seconds(), 0), 1)
         extra["log_tail"] = logfiles.current_run_tail(self.store.log_path(action.name), 10)
         return extra
+
+    def _update(self, action: Update) -> bool:
+        rec = self.store.read(action.name)
+        if rec is None or rec.port is None:
+            return False
+        rendered = self.render(action.entry, rec.devices, rec.port, rec.extra_ports)
+        spec = action.entry.deployment.spec
+        update: dict[str, Any] = {
+            "spec": spec_document(spec),
+            "spec_hash": action.entry.hash,
+            "source": action.entry.source,
+            "restart_policy": spec.restart_policy,
+            "probe": rendered.probe,
+            "grace_seconds": rendered.grace_seconds,
+            "revision": self.revision,
+        }
+        if rec.started_at is not None:
+            deadline = rec.started_at + timedelta(seconds=rendered.deadline_seconds)
+            update["ready_deadline_at"] = deadline
+        self.store.write(rec.model_copy(update=update))
+        self.event(action.name, action.verb, action.reason, "updated in place (no restart)")
+        return True
 
     def _markready(self, action: MarkReady) -> bool:
         rec = self.store.read(action.name)

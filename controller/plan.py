@@ -26,6 +26,7 @@ from controller.actions import (
     Restart,
     Start,
     Stop,
+    Update,
 )
 from controller.inventory import Inventory
 from controller.limits import Limits
@@ -36,6 +37,8 @@ from controller.state import MarkedProcess, Observed, Phase, Record, RecordView
 BACKOFF_FIRST = 10.0
 BACKOFF_MAX = 300.0
 BACKOFF_RESET = 600.0  # seconds Ready after which a crash counts as the first again
+# Spec fields a running engine never sees: a change to only these updates the record.
+IN_PLACE = ("readiness", "restartPolicy", "stopGracePeriodSeconds")
 
 ORDER: tuple[type[Action], ...] = (
     Reap,
@@ -45,6 +48,7 @@ ORDER: tuple[type[Action], ...] = (
     Stop,
     Fail,
     MarkSpec,
+    Update,
     MarkReady,
     Restart,
     Start,
@@ -177,6 +181,8 @@ class _Planner:
         rec = view.record
         fields = tuple(changed_fields(rec.spec, spec_document(entry.deployment.spec)))
         shown = ", ".join(f"spec.{f}" for f in fields) or "spec"
+        if view.alive and fields and all(f.split(".")[0] in IN_PLACE for f in fields):
+            return Update(name=rec.name, reason=f"{shown} changed", entry=entry, fields=fields)
         if view.alive or view.markers or rec.holds:
             return Replace(name=rec.name, reason=f"{shown} changed", fields=fields)
         return Release(name=rec.name, reason=f"{shown} changed", nonce=rec.nonce)

@@ -1,33 +1,60 @@
-"""`--once --wait`: keep passing until every deployment is Ready, stuck, or out of time."""
+"""`--once --wait`: keep passing until every deployment is Ready, stuck, or out of time.
+
+On a terminal the progress of each deployment (phase, elapsed against its readiness
+deadline, the probe's last answer, or the back-off) is redrawn in place below the
+log lines, like ``docker compose up``; anywhere else each change is one log line.
+"""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
+from datetime import UTC, datetime
+from typing import TextIO
 
+import structlog
+
+from controller.durations import format_age
 from controller.reconciler import PassResult, Reconciler
-from controller.state import Phase
+from controller.state import Phase, Record
+
+log = structlog.get_logger("reconcile")
 
 STUCK = (Phase.PENDING, Phase.FAILED)
+TICK = 0.25  # seconds between redraws on a terminal
 
 
-def wait_until_ready(reconciler: Reconciler, timeout: float) -> bool:
+def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | None = None) -> bool:
+    stream = stream or sys.stderr
+    display: Display = Live(stream) if stream.isatty() else Lines()
+    try:
+        return _loop(reconciler, timeout, display)
+    finally:
+        display.close()
+
+
+def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
     deadline = time.monotonic() + timeout
-    shown: dict[str, str] = {}
     while True:
         result = reconciler.run_pass()
-        _progress(result, shown)
+        display.update(result)
         if result.all_ready:
             return True
         stuck = _stuck(result)
         if stuck:
+            display.close()
             print(f"reconcile: cannot progress without you: {stuck}", file=sys.stderr)
             return False
         if time.monotonic() >= deadline:
+            display.close()
             waiting = [r.name for r in result.ours() if r.phase is not Phase.READY]
             print(f"reconcile: timed out waiting for {', '.join(waiting)}", file=sys.stderr)
             return False
-        time.sleep(min(_period(result), max(deadline - time.monotonic(), 0)))
+        next_pass = time.monotonic() + min(_period(result), max(deadline - time.monotonic(), 0))
+        while time.monotonic() < next_pass:
+            time.sleep(min(TICK, max(next_pass - time.monotonic(), 0)))
+            display.tick()
 
 
 def _stuck(result: PassResult) -> str:
@@ -44,9 +71,123 @@ def _period(result: PassResult) -> float:
     return max(0.2, min(periods, default=1.0))
 
 
-def _progress(result: PassResult, shown: dict[str, str]) -> None:
-    for rec in result.ours():
-        line = f"{rec.name}: {rec.phase}" + (f" ({rec.message})" if rec.message else "")
-        if shown.get(rec.name) != line:
-            shown[rec.name] = line
-            print(line, file=sys.stderr)
+# -- what one deployment is doing ------------------------------------------------------------
+
+
+def progress(rec: Record, probe: str | None, now: datetime) -> str:
+    """``Starting  12s/600s  GET /health -> 503`` and the like."""
+    if rec.phase is Phase.STARTING and rec.started_at:
+        elapsed = format_age((now - rec.started_at).total_seconds())
+        limit = "?"
+        if rec.ready_deadline_at:
+            limit = format_age((rec.ready_deadline_at - rec.started_at).total_seconds())
+        answer = f"  last probe: {probe}" if probe else "  waiting for the first probe"
+        return f"{elapsed}/{limit}{answer}"
+    if rec.phase is Phase.BACKOFF and rec.backoff_until:
+        left = max((rec.backoff_until - now).total_seconds(), 0)
+        why = str(rec.last_exit) if rec.last_exit else rec.message
+        return f"restart in {format_age(left)}" + (f"  ({why})" if why else "")
+    if rec.phase is Phase.READY and rec.ready_at and rec.started_at:
+        return f"ready after {(rec.ready_at - rec.started_at).total_seconds():.1f}s"
+    return rec.message
+
+
+class Display:
+    def update(self, result: PassResult) -> None:
+        raise NotImplementedError
+
+    def tick(self) -> None:
+        """Between passes: a terminal redraws the clocks; a log has nothing new to say."""
+
+    def close(self) -> None:
+        """Leave the last state on screen."""
+
+
+class Lines(Display):
+    """Off a terminal: one log line per change of phase, message or probe answer."""
+
+    def __init__(self) -> None:
+        self.shown: dict[str, tuple[str, str, str]] = {}
+
+    def update(self, result: PassResult) -> None:
+        for rec in sorted(result.ours(), key=lambda r: r.name):
+            probe = result.probes.get(rec.name, "") if rec.phase is Phase.STARTING else ""
+            key = (str(rec.phase), rec.message, probe)
+            if self.shown.get(rec.name) != key:
+                self.shown[rec.name] = key
+                fields = {"phase": str(rec.phase), "message": rec.message or None}
+                if probe:
+                    fields["probe"] = probe
+                log.info("progress", deployment=rec.name, **fields)
+
+
+class Live(Display):
+    """On a terminal: a block of one line per deployment, redrawn in place.
+
+    Log lines written meanwhile (structlog prints to this object) go above it.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.height = 0
+        self.result: PassResult | None = None
+        self.closed = False
+        self.partial = ""
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=self))  # type: ignore[arg-type]
+
+    # structlog's PrintLogger prints here: whole lines go above the block
+    def write(self, text: str) -> int:
+        if self.closed:
+            return self.stream.write(text)
+        self.partial += text
+        if "\n" in self.partial:
+            done, _, self.partial = self.partial.rpartition("\n")
+            self._clear()
+            self.stream.write(done + "\n")
+            self._draw()
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def update(self, result: PassResult) -> None:
+        self.result = result
+        self.tick()
+
+    def tick(self) -> None:
+        if not self.closed:
+            self._clear()
+            self._draw()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.tick()
+            self.closed = True
+            structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=self.stream))
+
+    def _lines(self) -> list[str]:
+        if self.result is None:
+            return []
+        now = datetime.now(UTC)
+        recs = sorted(self.result.ours(), key=lambda r: r.name)
+        width = max((len(r.name) for r in recs), default=0)
+        cols = shutil.get_terminal_size((100, 24)).columns
+        out = []
+        for rec in recs:
+            mark = "✔" if rec.phase is Phase.READY else ("✘" if rec.phase in STUCK else "…")
+            detail = progress(rec, self.result.probes.get(rec.name), now)
+            line = f"{mark} {rec.name:<{width}}  {rec.phase!s:<11} {detail}"
+            out.append(line[: cols - 1])
+        return out
+
+    def _clear(self) -> None:
+        if self.height:
+            self.stream.write(f"\x1b[{self.height}F\x1b[J")  # up to the block's start, erase
+            self.height = 0
+
+    def _draw(self) -> None:
+        lines = self._lines()
+        for line in lines:
+            self.stream.write(line + "\n")
+        self.height = len(lines)
+        self.stream.flush()

@@ -1,0 +1,134 @@
+"""`reconcile plan`: the planner's actions as terraform/Nomad-style changes, for people or JSON.
+
+Each deployment gets one class: ``create`` (+), ``in-place`` (~: the record changes,
+the engine keeps running), ``replace`` (-/+, naming the fields that force it),
+``destroy`` (-), ``restart`` (a crashed engine's back-off is over), ``wait`` (!: it
+cannot start now, and why), or ``unchanged``. Only the first five are changes
+(exit 2); a deployment already waiting for the same reason is not one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from controller.actions import (
+    Action,
+    Adopt,
+    Conflict,
+    Fail,
+    Hold,
+    MarkReady,
+    MarkSpec,
+    Reap,
+    Release,
+    Replace,
+    Restart,
+    Start,
+    Stop,
+    Update,
+)
+from controller.plan import Desired
+from controller.state import Observed, Phase
+
+CLASS: dict[type[Action], str] = {
+    Start: "create",
+    Update: "in-place",
+    Fail: "in-place",
+    MarkReady: "in-place",
+    MarkSpec: "in-place",
+    Adopt: "in-place",
+    Replace: "replace",
+    Stop: "destroy",
+    Release: "destroy",
+    Reap: "destroy",
+    Restart: "restart",
+    Hold: "wait",
+    Conflict: "wait",
+}
+SYMBOL = {
+    "create": "+",
+    "in-place": "~",
+    "replace": "-/+",
+    "destroy": "-",
+    "restart": "↻",
+    "wait": "!",
+    "unchanged": " ",
+}
+CHANGES = ("create", "in-place", "replace", "destroy", "restart")
+
+
+@dataclass(frozen=True)
+class Change:
+    name: str
+    kind: str  # one of SYMBOL's keys
+    action: str  # the planner's verb
+    reason: str
+    fields: tuple[str, ...] = ()
+    pending: bool = True  # False: a wait that is already recorded as such
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "change": self.kind,
+            "action": self.action,
+            "reason": self.reason,
+            "fields": [f"spec.{f}" for f in self.fields],
+        }
+
+
+def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> list[Change]:
+    out = [_change(a, observed) for a in actions]
+    touched = {a.name for a in actions}
+    ours = {n for n, v in observed.records.items() if v.record.owner == desired.owner}
+    for name in sorted((set(desired.entries) | ours) - touched):
+        view = observed.records.get(name)
+        phase = str(view.record.phase) if view else "not started"
+        out.append(Change(name, "unchanged", "none", phase, pending=False))
+    return out
+
+
+def _change(action: Action, observed: Observed) -> Change:
+    kind = CLASS.get(type(action), "in-place")
+    fields = action.fields if isinstance(action, Replace | Update) else ()
+    pending = True
+    if isinstance(action, Hold):
+        view = observed.records.get(action.name)
+        rec = view.record if view else None
+        pending = rec is None or rec.phase is not Phase.PENDING or rec.message != action.reason
+    elif isinstance(action, Conflict):
+        pending = False
+    return Change(action.name, kind, action.verb, action.reason, fields, pending)
+
+
+def pending(found: Sequence[Change]) -> list[Change]:
+    """What a pass would actually change (exit 2 when any)."""
+    return [c for c in found if c.pending and c.kind in (*CHANGES, "wait")]
+
+
+def summary(found: Sequence[Change]) -> dict[str, int]:
+    counts = dict.fromkeys(SYMBOL, 0)
+    for change in found:
+        counts[change.kind] += 1
+    return counts
+
+
+def text(found: Sequence[Change], errors: Sequence[str]) -> str:
+    lines = [f"error: {e}" for e in errors]
+    width = max((len(c.name) for c in found), default=0)
+    for c in sorted(found, key=lambda c: (c.kind == "unchanged", c.name)):
+        why = c.reason
+        if c.kind == "replace" and c.fields:
+            why += f" (forces replacement: {', '.join('spec.' + f for f in c.fields)})"
+        lines.append(f"{SYMBOL[c.kind]:>3} {c.name:<{width}}  {c.kind:<9}  {why}")
+    n = summary(found)
+    lines.append("")
+    lines.append(
+        f"Plan: {n['create']} to create, {n['in-place']} to update in place, "
+        f"{n['replace']} to replace, {n['destroy']} to destroy, {n['restart']} to restart, "
+        f"{n['wait']} waiting; {n['unchanged']} unchanged."
+    )
+    if not pending(found):
+        lines.append("In sync: a pass would change nothing.")
+    return "\n".join(lines)
