@@ -23,6 +23,7 @@ from types import FrameType
 import structlog
 
 from controller import devices as devices_mod
+from controller.actions import Conflict, Hold
 from controller.errors import ConfigError, LockTimeout, ReconcileError
 from controller.exits import FALLBACK_PERIOD, ExitWatch
 from controller.folders import FolderWatch
@@ -42,6 +43,7 @@ LOCK_WAIT = 1.0  # per try: the loop stays responsive while a cron pass holds th
 LOCK_RETRY = 0.2
 SLACK = 0.005  # fire just after a record's due time, never just before
 WATCHED = (Phase.STARTING, Phase.READY)
+TIMED = frozenset({"resync", "probe due"})
 
 
 class Daemon:
@@ -187,8 +189,10 @@ class Daemon:
         self._said.pop("lock", None)
         self.passes += 1
         took = round(time.monotonic() - started, 3)
-        changes = [a.verb for a in result.actions]
-        log.info("pass", n=self.passes, trigger=",".join(triggers), took=took, actions=changes)
+        changes = [a.verb for a in result.actions if not isinstance(a, Hold | Conflict)]
+        timed = set(triggers) <= TIMED  # a quiet resync or probe: debug, not every 5 s
+        emit = log.debug if timed and not changes else log.info
+        emit("pass", n=self.passes, trigger=",".join(triggers), took=took, actions=changes)
         self._after(result)
 
     def _after(self, result: PassResult) -> None:

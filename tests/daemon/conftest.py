@@ -1,10 +1,10 @@
 """The daemon under test: the real ``reconcile`` (no verb) in a subprocess.
 
 ``daemon()`` starts one on the test's node (see the ``reconcile`` fixture) with its
-stderr (JSON lines: not a terminal) in a file the test reads. Teardown SIGKILLs any
-daemon still running *before* the ``reconcile`` fixture sweeps the node's engines, so
-no daemon can respawn an engine behind the sweep. Tests end with ``finish()``: a
-clean SIGTERM (exit 0) and ``reconcile down``.
+stderr (JSON lines: not a terminal; ``-v``: quiet passes too) in a file the test
+reads. Teardown SIGKILLs any daemon still running *before* the ``reconcile``
+fixture sweeps the node's engines, so no daemon can respawn an engine behind the
+sweep. Tests end with ``finish()``: a clean SIGTERM (exit 0) and ``reconcile down``.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class Daemons:
         log = self.rc.tmp / f"daemon-{len(self.started)}.log"
         with open(log, "wb") as err:
             proc = self.rc.popen(
-                "--resync", resync, *args, stderr=err, env={**self.rc.env, **(env or {})}
+                "-v", "--resync", resync, *args, stderr=err, env={**self.rc.env, **(env or {})}
             )
         daemon = Daemon(self.rc, proc, log)
         self.started.append(daemon)
