@@ -309,7 +309,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from controller.specs import json_schema
+    from controller.schemadoc import documented_schema
 
-    print(json.dumps(json_schema(), indent=2))
+    print(json.dumps(documented_schema(), indent=2))
     return EXIT_OK

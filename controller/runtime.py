@@ -148,18 +148,18 @@ class LocalRuntime:
         """Stop an instance completely; returns once nothing of it is left."""
         deadline = time.monotonic() + grace
         if ref is not None and self.alive(ref):
-            self._signal_group(ref, sig)
+            self._signal_group(ref, sig, nonce=nonce)
             failpoints.hit("runtime.stop.after_signal")
             while self._instance_alive(ref, nonce) and time.monotonic() < deadline:
                 time.sleep(POLL)
             if self.alive(ref):
-                self._signal_group(ref, signal.SIGKILL)
+                self._signal_group(ref, signal.SIGKILL, nonce=nonce)
         self.sweep(nonce, ref)
 
     def sweep(self, nonce: str | None, ref: ProcessRef | None = None) -> int:
         """SIGKILL the group and every marker process of ``nonce``; wait until gone."""
         if ref is not None:
-            self._signal_group(ref, signal.SIGKILL, leader_alive=False)
+            self._signal_group(ref, signal.SIGKILL, nonce=nonce, leader_alive=False)
         if nonce is None:
             return 0
         killed = 0
@@ -186,7 +186,32 @@ class LocalRuntime:
             return True
         return nonce is not None and any(m.nonce == nonce for m in self.scan())
 
-    def _signal_group(self, ref: ProcessRef, sig: int, *, leader_alive: bool = True) -> None:
+    def _may_signal(self, ref: ProcessRef, nonce: str | None) -> bool:
+        """Never init, never our own group, never a live process without this instance's marker.
+
+        A record can name a live foreign process exactly (edited by hand, or forged): the
+        marker, which only our spawn sets, is what makes a process ours to signal.
+        """
+        if ref.pid <= 1 or ref.pid == os.getpgrp():
+            return False
+        if nonce is None or identity(ref.pid) is None:
+            return True  # the leader is gone: what is left of its group is ours
+        return self._carries(ref.pid, nonce)
+
+    def _carries(self, pid: int, nonce: str) -> bool:
+        marker = f"{MARKER}={self.node}/".encode()
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                items = f.read().split(b"\0")
+        except OSError:
+            return False
+        return any(i.startswith(marker) and i.endswith(f"/{nonce}".encode()) for i in items)
+
+    def _signal_group(
+        self, ref: ProcessRef, sig: int, *, nonce: str | None, leader_alive: bool = True
+    ) -> None:
+        if not self._may_signal(ref, nonce):
+            return
         if leader_alive and not self.alive(ref):
             return  # never signal a process whose identity does not match (invariant 6)
         if not leader_alive and _reused(ref):

@@ -31,7 +31,8 @@ def _scalar_to_str(value: Any) -> Any:
     return value
 
 
-Arg = Annotated[str, BeforeValidator(_scalar_to_str)]
+# The schema says what the loader takes: numbers too (YAML reads `8192` as an int).
+Arg = Annotated[str, BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 

@@ -1,0 +1,67 @@
+"""The manifest's JSON Schema with a description on every field, for editors' hover help.
+
+``reconcile schema`` prints it; ``schema/deployment.schema.json`` is the same text
+(a test keeps them equal), referenced from each manifest's first line::
+
+    # yaml-language-server: $schema=../schema/deployment.schema.json
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.specs import json_schema
+
+DOCS: dict[str, dict[str, str]] = {
+    "Deployment": {
+        "apiVersion": "Always reconcile/v1.",
+        "kind": "Always Deployment.",
+        "metadata": "The deployment's name and labels.",
+        "spec": "The desired state of one engine instance.",
+    },
+    "Metadata": {
+        "name": "DNS-1123 label: lower-case letters, digits and '-', at most 63 characters.",
+        "labels": "Free-form string labels; changing them never restarts the engine.",
+    },
+    "DeploymentSpec": {
+        "engine": "The recipe: vllm, llama-cpp, sglang, tgi, ollama, or command (any argv).",
+        "model": "For engine recipes: a hub id or a local path.",
+        "executable": "The recipe's program; else it is found on PATH.",
+        "command": "engine: command only: the argv, never run through a shell. "
+        "Placeholders: {port} {host} {name} {model} {devices}.",
+        "args": "Appended to the recipe's argv (placeholders allowed).",
+        "env": "Extra environment variables for the engine.",
+        "devices": "The devices (GPUs) to lease for this engine.",
+        "host": "The address the engine binds (default 127.0.0.1).",
+        "port": "An exact port: the deployment waits, saying why, if anything holds it.",
+        "basePort": "The first port to try, scanning upward (default 8000).",
+        "readiness": "How and how long to wait for the engine to be ready.",
+        "restartPolicy": "Always, OnFailure or Never (default Always).",
+        "stopGracePeriodSeconds": "SIGTERM, then this long, then SIGKILL (default 30). "
+        "Changing it needs no restart.",
+    },
+    "Devices": {
+        "count": "Devices needed; 0 = none (the engine then sees CUDA_VISIBLE_DEVICES='').",
+        "kind": "nvidia, amd, apple, cpu, or any (default any).",
+        "candidates": "Only these device ids (e.g. ['0', '1']).",
+        "shareable": "Unified-memory devices stack instead of leasing exclusively.",
+    },
+    "Readiness": {
+        "httpGet": "Ready when GET path answers 2xx.",
+        "tcpSocket": "Ready when the port accepts a connection.",
+        "deadlineSeconds": "Not ready by then: killed and retried with back-off (default 600).",
+        "periodSeconds": "Seconds between probes (default 2).",
+    },
+    "HttpGet": {"path": "The path to GET, starting with '/' (default /health)."},
+}
+
+
+def documented_schema() -> dict[str, Any]:
+    schema = json_schema()
+    for model, fields in DOCS.items():
+        node = schema if model == "Deployment" else schema.get("$defs", {}).get(model, {})
+        for name, text in fields.items():
+            prop = node.get("properties", {}).get(name)
+            if isinstance(prop, dict):
+                prop.setdefault("description", text)
+    return schema
