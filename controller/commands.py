@@ -73,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             from controller.metrics import serve
 
             serve(*_metrics_listen(args))
-        return run_daemon(cfg, resync=parse_duration(args.resync))
+        return run_daemon(cfg, resync=parse_duration(args.resync), reload=lambda: config(args))
     from controller.reconciler import Reconciler
 
     reconciler = Reconciler(cfg)

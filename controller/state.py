@@ -11,9 +11,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 VERSION = 1
+PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT
 
 
 class Phase(StrEnum):
@@ -39,7 +40,9 @@ class Frozen(BaseModel):
 class ProcessRef(Frozen):
     """A process identity: pid alone lies after pid reuse, (pid, start time) does not."""
 
-    pid: int
+    # 0 (our own group to killpg), negatives and past Linux's PID_MAX_LIMIT are no process:
+    # a record holding one is quarantined, never signalled.
+    pid: int = Field(gt=0, le=PID_MAX)
     start_time: float
 
 

@@ -17,12 +17,12 @@ import selectors
 import signal
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
 
 import structlog
 
-from controller import devices as devices_mod
 from controller.actions import Conflict, Hold
 from controller.errors import ConfigError, LockTimeout, ReconcileError
 from controller.exits import FALLBACK_PERIOD, ExitWatch
@@ -45,11 +45,16 @@ SLACK = 0.005  # fire just after a record's due time, never just before
 WATCHED = (Phase.STARTING, Phase.READY)
 TIMED = frozenset({"resync", "probe due"})
 
+Reload = Callable[[], Config]
+
 
 class Daemon:
-    def __init__(self, config: Config, *, resync: float = 5.0) -> None:
+    def __init__(
+        self, config: Config, *, resync: float = 5.0, reload: Reload | None = None
+    ) -> None:
         self.config = config
         self.resync = resync
+        self.reload_config = reload or (lambda: self.config)
         self.reconciler = Reconciler(config)
         self.reconciler.interrupted = lambda: self.stopping
         self.notifier = Notifier.from_environ()
@@ -157,12 +162,15 @@ class Daemon:
         self.reloading = False
         self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")
         try:
-            inventory = devices_mod.resolve(self.config.devices)
+            fresh = Reconciler(self.reload_config())  # flags, node file, device inventory
         except ReconcileError as exc:
-            log.error("reload failed; keeping the old inventory", error=str(exc))
+            log.error("reload failed; keeping the old configuration", error=str(exc))
         else:
-            self.reconciler.inventory = self.reconciler.executor.inventory = inventory
-            log.info("configuration reloaded", devices=[d.key for d in inventory.devices])
+            # Keep the runtime: it holds the engines we spawned (to reap, and their exit codes).
+            fresh.runtime = fresh.executor.runtime = self.reconciler.runtime
+            fresh.interrupted = self.reconciler.interrupted
+            self.reconciler, self.config = fresh, fresh.config
+            log.info("configuration reloaded", devices=[d.key for d in fresh.inventory.devices])
         self._ready_sent = False
         self.triggers.add("sighup")
 
@@ -267,7 +275,8 @@ def _until(when: datetime, now: datetime) -> float:
     return max((when - now).total_seconds(), 0.0) + SLACK
 
 
-def run_daemon(config: Config, *, resync: float = 5.0) -> int:
+def run_daemon(config: Config, *, resync: float = 5.0, reload: Reload | None = None) -> int:
+    """Run the loop until SIGTERM/SIGINT; ``reload`` re-reads the configuration on SIGHUP."""
     if resync <= 0:
         raise ConfigError(f"--resync must be more than 0 seconds, not {resync:g}")
     RecordStore(config.state_dir).ensure()
@@ -280,6 +289,6 @@ def run_daemon(config: Config, *, resync: float = 5.0) -> int:
             "or give this one another --state-dir"
         )
     try:
-        return Daemon(config, resync=resync).run()
+        return Daemon(config, resync=resync, reload=reload).run()
     finally:
         lock.release()

@@ -212,6 +212,15 @@ def test_sighup_rereads_and_resyncs(reconcile: Any, daemon: Any, finish: Any) ->
     rc("uncordon", check=0)
     d.proc.send_signal(signal.SIGHUP)
     d.wait(lambda: ready_pid(rc, "hup"), "back after uncordon")
+    # A broken node file on reload: said, the old configuration kept, the daemon runs on.
+    node_file = rc.state / "node.yaml"
+    node_file.write_text("maxInstances: [not, a, number]\n")
+    d.proc.send_signal(signal.SIGHUP)
+    failed = d.wait(lambda: d.lines("reload failed; keeping the old configuration"), "the error")
+    assert "node.yaml" in failed[0]["error"], failed
+    d.wait(lambda: len(d.passes("sighup")) == 3, "the third SIGHUP's pass")  # still resyncs
+    node_file.unlink()
+    assert ready_pid(rc, "hup")
     finish(d)
 
 
