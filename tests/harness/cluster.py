@@ -233,6 +233,7 @@ class Cluster:
             cwd=self.tmp,
             env=self._env(failpoints, env),
             stdin=subprocess.DEVNULL,
+            start_new_session=True,  # a killpg() gone wrong can only hit the CLI itself
         )
         took = time.monotonic() - began
         return Run([*args, "-f", set_], proc.returncode, proc.stdout, proc.stderr, took)
@@ -257,6 +258,7 @@ class Cluster:
                 stderr=f,
                 cwd=self.tmp,
                 env=self._env(failpoints, None),
+                start_new_session=True,
             )
         self.helpers.append(proc)
         return proc

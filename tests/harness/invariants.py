@@ -109,7 +109,7 @@ def _engine_problems(name: str, rec: Record | None, procs: list[Marked]) -> list
         out.append(f"{name}: record ref {rec.ref} is not the engine pid {proc.pid}")
     if proc.env.get("PORT") != str(rec.port):
         out.append(f"{name}: engine PORT {proc.env.get('PORT')} but record port {rec.port}")
-    ids = ",".join(d.split(":", 1)[1] for d in rec.devices)
+    ids = ",".join(d.partition(":")[2] for d in rec.devices)
     if proc.env.get("CUDA_VISIBLE_DEVICES") != ids:
         out.append(f"{name}: engine sees {proc.env.get('CUDA_VISIBLE_DEVICES')}, record {ids}")
     return out
@@ -119,10 +119,16 @@ def _waiting(rec: Record) -> bool:
     return rec.backoff_until is not None and rec.backoff_until > datetime.now(UTC)
 
 
-def violations(cluster: Cluster, *, declared: Mapping[str, set[str]] | None = None) -> list[str]:
+def violations(
+    cluster: Cluster,
+    *,
+    declared: Mapping[str, set[str]] | None = None,
+    quarantine_ok: bool = False,
+) -> list[str]:
     declared = cluster.declared() if declared is None else declared
     records, out = read_records(cluster.state)
-    out += stale_tmp(cluster.state) + quarantined(cluster.state) + double_bookings(records)
+    out += stale_tmp(cluster.state) + double_bookings(records)
+    out += [] if quarantine_ok else quarantined(cluster.state)
     procs = marked(cluster.node)
     nonces = {r.nonce for r in records.values() if r.nonce}
     for proc in procs:

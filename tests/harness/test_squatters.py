@@ -1,0 +1,150 @@
+"""Identity and squatters: a record pointing at someone else's process or port, or at nothing.
+
+The "foreign" process here is one the test starts itself, in a session of its own
+(a group leader, as a reused pid often is: a shell, a daemon, a container). It
+must come out of every case alive: reconcile never signals what is not its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .churn import crash
+from .cluster import Cluster, start_time
+from .invariants import describe, read_records, violations
+
+LISTENER = (
+    "import socket,sys,time\n"
+    "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(600)\n"
+)
+
+
+def foreign(cluster: Cluster, port: int | None = None) -> subprocess.Popen[bytes]:
+    """An unrelated process (no marker), leader of its own session; killed at teardown."""
+    argv = [sys.executable, "-c", LISTENER, str(port)] if port else ["sleep", "600"]
+    proc = subprocess.Popen(argv, start_new_session=True, env=cluster.env)
+    cluster.helpers.append(proc)
+    if port:
+        import time
+
+        while not _listening(port):
+            time.sleep(0.01)
+    return proc
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def edit(cluster: Cluster, record: str, raw: bytes | None = None, **changes: Any) -> None:
+    path = cluster.state / "instances" / f"{record}.json"
+    if raw is None:
+        data = json.loads(path.read_text())
+        data.update(changes)
+        raw = json.dumps(data).encode()
+    tmp = path.with_name(".edit.tmp")
+    tmp.write_bytes(raw)
+    os.replace(tmp, path)
+
+
+def running(cluster: Cluster, name: str = "a0") -> dict[str, Any]:
+    cluster.write(name)
+    first = cluster.once()
+    assert first.code == 0, str(first)
+    rec = json.loads((cluster.state / "instances" / f"{name}.json").read_text())
+    assert isinstance(rec, dict)
+    return rec
+
+
+def clean(run: Any) -> None:
+    assert run.code in (0, 1) and "Traceback" not in run.err, str(run)
+
+
+def test_pid_reuse_never_signals_the_new_owner(cluster: Cluster) -> None:
+    rec = running(cluster)
+    crash(cluster, "a0")
+    squatter = foreign(cluster)  # took the dead engine's place in the pid table
+    edit(cluster, "a0", ref={"pid": squatter.pid, "start_time": rec["ref"]["start_time"]})
+    healed = cluster.once()
+    assert healed.code == 0, str(healed)
+    assert squatter.poll() is None, "reconcile killed a process that reused the engine's pid"
+    assert violations(cluster) == [], describe(cluster)
+    edit(cluster, "a0", ref={"pid": squatter.pid, "start_time": rec["ref"]["start_time"]})
+    clean(cluster.run("down"))
+    assert squatter.poll() is None, "`down` killed a process that reused the engine's pid"
+
+
+def test_a_forged_identity_is_not_signalled(cluster: Cluster) -> None:
+    """A record hand-edited to name a live foreign process exactly (pid AND start time)."""
+    running(cluster)
+    squatter = foreign(cluster)
+    started = start_time(squatter.pid)
+    edit(cluster, "a0", ref={"pid": squatter.pid, "start_time": started})
+    clean(cluster.once())
+    clean(cluster.run("down"))
+    assert squatter.poll() is None, "reconcile signalled a process that never carried its marker"
+    assert not [p for p in _marked_names(cluster)], "the real engine outlived `down`"
+
+
+def _marked_names(cluster: Cluster) -> list[str]:
+    from .cluster import marked
+
+    return [p.name for p in marked(cluster.node)]
+
+
+def test_a_foreign_listener_on_a_records_port(cluster: Cluster) -> None:
+    rec = running(cluster)
+    crash(cluster, "a0")
+    squatter = foreign(cluster, port=rec["port"])  # grabbed the port while the engine was down
+    for _ in range(2):
+        clean(cluster.once())
+    assert squatter.poll() is None and _listening(rec["port"])
+    records, problems = read_records(cluster.state)
+    assert not problems
+    now = records["a0"]
+    assert now.port != rec["port"] or now.phase in ("BackOff", "Pending"), describe(cluster)
+    if now.phase in ("Starting", "Ready"):
+        assert violations(cluster) == [], describe(cluster)
+
+
+NONSENSE: dict[str, dict[str, Any]] = {
+    "not-json": {"raw": b'{"version": 1, "name": "a0", '},
+    "empty": {"raw": b""},
+    "a-list": {"raw": b"[1, 2, 3]"},
+    "wrong-types": {"port": "eighty", "devices": 7},
+    "other-name": {"name": "a9"},
+    "pid-zero": {"ref": {"pid": 0, "start_time": 0}},
+    "pid-negative": {"ref": {"pid": -5, "start_time": 0}},
+    "pid-huge": {"ref": {"pid": 2**40, "start_time": 0}},
+    "maker-zero": {"phase": "Reserved", "ref": None, "reserved_by": {"pid": 0, "start_time": 0}},
+    "unknown-phase": {"phase": "Exploded"},
+}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    cluster = Cluster(Path(tmp_path_factory.mktemp("nonsense")))
+    running(cluster)
+    yield cluster
+    leftovers = cluster.close()
+    assert not leftovers, f"engines outlived `reconcile down`: {leftovers}"
+
+
+@pytest.mark.parametrize("case", sorted(NONSENSE))
+def test_a_record_edited_into_nonsense(node: Cluster, case: str) -> None:
+    bystander = foreign(node)
+    edit(node, "a0", **NONSENSE[case])
+    clean(node.once())  # one pass heals
+    assert bystander.poll() is None, f"{case}: a bystander process was killed"
+    assert violations(node, quarantine_ok=True) == [], f"{case}\n{describe(node)}"
