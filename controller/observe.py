@@ -43,8 +43,11 @@ def observe(
         holder = f"{problem.name} (unreadable record)"
         foreign_devices.update(dict.fromkeys(problem.devices, holder))
         foreign_ports.update(dict.fromkeys(problem.ports, holder))
-    own_ports = {
-        p for v in views.values() if v.record.port for p in (v.record.port, *v.record.extra_ports)
+    own_ports = {  # a port bound now while its record's engine is dead is someone else's
+        p
+        for v in views.values()
+        if v.record.port and (v.alive or v.markers or v.record.phase is Phase.RESERVED)
+        for p in (v.record.port, *v.record.extra_ports)
     }
     return Observed(
         records=views,

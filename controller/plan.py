@@ -217,6 +217,11 @@ class _Planner:
             return
         if self.drain is not None:
             return  # nothing restarts while the node is drained
+        taken = [p for p in (rec.port, *rec.extra_ports) if p in self.observed.listening]
+        if taken:  # a restart there would only crash-loop: release, place afresh next round
+            reason = f"port {taken[0]} was taken by another process while the engine was down"
+            yield Release(name=rec.name, reason=reason, nonce=rec.nonce)
+            return
         yield Restart(
             name=rec.name,
             reason=f"back-off over (restart {rec.restarts + 1})",
