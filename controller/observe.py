@@ -37,6 +37,7 @@ def observe(
         for name, result in results.items():
             views[name] = _with_probe(views[name], result)
     nonces = {rec.nonce for rec in snapshot.records.values() if rec.nonce}
+    nonces |= {p.nonce for p in snapshot.problems if p.nonce}  # unknown version: not ours to reap
     foreign_devices: dict[str, str] = {}
     foreign_ports: dict[int, str] = {}
     for problem in snapshot.problems:
@@ -56,6 +57,7 @@ def observe(
         orphans=tuple(m for m in markers if m.nonce not in nonces),
         listening=listening_ports() - own_ports,
         drain=drain,
+        unreadable=frozenset(p.name for p in snapshot.problems if p.name and p.kept),
     )
 
 

@@ -119,8 +119,8 @@ class _Planner:
             entry = self.desired.entries.get(name)
             view = self.observed.records.get(name)
             if view is None:
-                if entry is not None:
-                    yield self._start(entry, "new deployment")
+                if entry is not None and name not in self.observed.unreadable:
+                    yield self._start(entry, "new deployment")  # never over an unknown version
             elif view.record.owner != self.desired.owner:
                 yield from self._foreign(view, entry)
             else:

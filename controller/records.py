@@ -31,6 +31,8 @@ class RecordProblem:
     # Devices and ports a record of an unknown version seems to hold: still leased.
     devices: tuple[str, ...] = ()
     ports: tuple[int, ...] = ()
+    nonce: str | None = None  # its engine's marker nonce: that engine is no orphan
+    kept: bool = False  # left in place (unknown version), not quarantined
 
 
 @dataclass
@@ -194,4 +196,6 @@ def _unknown_version(path: Path, name: str, data: Any) -> RecordProblem:
     )
     held = tuple(d for d in devices if isinstance(d, str)) if isinstance(devices, list) else ()
     ports = (port,) if isinstance(port, int) else ()
-    return RecordProblem(str(path), message, name, held, ports)
+    nonce = data.get("nonce") if isinstance(data, dict) else None
+    nonce = nonce if isinstance(nonce, str) else None
+    return RecordProblem(str(path), message, name, held, ports, nonce, kept=True)

@@ -155,3 +155,4 @@ class Observed:
     orphans: tuple[MarkedProcess, ...] = ()  # marker processes matching no record
     listening: frozenset[int] = frozenset()  # ports foreign processes listen on
     drain: Drain | None = None
+    unreadable: frozenset[str] = frozenset()  # names whose record has an unknown version
