@@ -63,6 +63,7 @@ class Desired:
     entries: Mapping[str, Entry] = field(default_factory=dict)
     invalid: Mapping[str, str] = field(default_factory=dict)  # name -> error
     broken_sources: frozenset[str] = frozenset()
+    source_errors: Mapping[str, str] = field(default_factory=dict)  # broken file -> its error
     prune: bool = True  # False: a folder is missing or empty (invariant 5)
 
 
@@ -164,7 +165,7 @@ class _Planner:
         rec = view.record
         error = self.desired.invalid.get(rec.name)
         if error is None and rec.source in self.desired.broken_sources:
-            error = f"{rec.source} could not be loaded"
+            error = self.desired.source_errors.get(rec.source, f"{rec.source} could not be loaded")
         if error is not None:  # invariant 4: keep it running, say why
             message = f"spec invalid (engine left running): {error}"
             if rec.spec_valid or rec.message != message:

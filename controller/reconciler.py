@@ -108,6 +108,7 @@ class Reconciler:
             entries=loaded.entries,
             invalid=loaded.invalid_names,
             broken_sources=frozenset(loaded.broken_sources),
+            source_errors=_source_errors(loaded),
             prune=loaded.prune_safe or self.config.allow_empty,
         )
 
@@ -274,6 +275,15 @@ def _ports(record: Record) -> tuple[int, ...]:
 
 def _placed_ports(placed: Placed) -> tuple[int, ...]:
     return (placed.port, *placed.extra_ports)
+
+
+def _source_errors(loaded: LoadResult) -> dict[str, str]:
+    """The first error of each file that could not be loaded (for `status` to show)."""
+    out: dict[str, str] = {}
+    for error in loaded.errors:
+        if error.file in loaded.broken_sources:
+            out.setdefault(error.file, str(error))
+    return out
 
 
 def _add_problems(result: PassResult, problems: Sequence[RecordProblem]) -> None:

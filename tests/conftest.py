@@ -40,6 +40,7 @@ from procs import (
 )
 
 from controller.records import RecordStore
+from controller.views import status_item
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -205,10 +206,19 @@ class Reconcile:
 
     # -- looking ----------------------------------------------------------------------
 
-    def status(self, *names: str) -> dict[str, dict[str, Any]]:
-        items = self("status", *names, "-o", "json", check=0).json()
-        assert isinstance(items, list), items
-        return {item["name"]: item for item in items}
+    def status(self, *names: str, cli: bool = False) -> dict[str, dict[str, Any]]:
+        """``status -o json`` by name. In-process by default (the same view code, without
+        a subprocess: a test reads status often); ``cli=True`` runs the real command."""
+        if cli:
+            items = self("status", *names, "-o", "json", check=0).json()
+            assert isinstance(items, list), items
+            return {item["name"]: item for item in items}
+        records = RecordStore(self.state).load().records
+        return {
+            name: json.loads(json.dumps(status_item(rec)))
+            for name, rec in sorted(records.items())
+            if not names or name in names
+        }
 
     def store(self) -> RecordStore:
         """The state dir's record store, for a test that forges or inspects records."""

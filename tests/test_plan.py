@@ -456,6 +456,17 @@ CASES = [
     ),
     pytest.param(
         Case(
+            desired(
+                broken_sources=frozenset({"/srv/manifests/models.yaml"}),
+                source_errors={"/srv/manifests/models.yaml": "models.yaml:3: invalid YAML: x"},
+            ),
+            observed(view(record("a"), alive=True)),
+            expect=((MarkSpec, "a", "(engine left running): models.yaml:3: invalid YAML: x"),),
+        ),
+        id="mark-spec-invalid-says-the-files-error",
+    ),
+    pytest.param(
+        Case(
             desired(entry("a")),
             observed(view(record("a", spec_valid=False, message="spec invalid"), alive=True)),
             expect=((MarkSpec, "a", "manifest is valid again"),),

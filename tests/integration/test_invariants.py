@@ -1,0 +1,464 @@
+"""DESIGN.md's invariants 1-11, one test each, through the real CLI and real processes.
+
+Each test would fail without its invariant. Engines are the demo engine or tiny
+Python scripts; ports, files and signals are real; GPUs come from the static inventory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from procs import alive, environ, wait_for, wait_gone
+
+from controller.lock import FileLock
+from controller.manifests import load
+from controller.runtime import identity
+from controller.specs import spec_document
+from controller.state import Phase, ProbeConfig, ProcessRef, Record
+
+# An engine that ignores SIGTERM (only the SIGKILL after the grace period ends it).
+IGNORE_TERM = """
+import http.server, signal, sys
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+# An engine with a child in its own group that ignores SIGTERM.
+WITH_CHILD = """
+import os, signal, sys, time
+if os.fork() == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(300); os._exit(0)
+import controller.demo.engine as e
+e.main(["--port", sys.argv[1]])
+"""
+
+
+def holders(status: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, item in status.items():
+        for key in item["devices"]:
+            out.setdefault(key, []).append(name)
+    return out
+
+
+def dead_ref() -> ProcessRef:
+    """The identity of a process that has exited (a SIGKILLed reconcile, say)."""
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return ProcessRef(pid=int(proc.stdout), start_time=time.time() - 1)
+
+
+def reservation(reconcile: Any, name: str, *, nonce: str, port: int, **fields: Any) -> Record:
+    """The record a pass writes before it spawns, as if its maker died right after."""
+    loaded = load([reconcile.manifests])
+    entry = loaded.entries[name]
+    now = datetime.now(UTC)
+    values: dict[str, Any] = {
+        "name": name,
+        "owner": str(reconcile.manifests),
+        "source": entry.source,
+        "spec_hash": entry.hash,
+        "spec": spec_document(entry.deployment.spec),
+        "node": reconcile.node,
+        "engine": "command",
+        "nonce": nonce,
+        "reserved_by": dead_ref(),
+        "port": port,
+        "phase": Phase.RESERVED,
+        "probe": ProbeConfig(http=(("/health", None),), period_seconds=0.2),
+        "grace_seconds": 2.0,
+        "reserved_at": now,
+        "ready_deadline_at": now + timedelta(seconds=30),
+    }
+    values.update(fields)
+    return Record(**values)
+
+
+def engine_with_marker(reconcile: Any, name: str, nonce: str, port: int) -> Any:
+    """An engine as a dead pass would have left it: its marker, no handle in any record."""
+    env = {
+        **reconcile.env,
+        "RECONCILE_INSTANCE": f"{reconcile.node}/{name}/{nonce}",
+        "RECONCILE_STATE": str(reconcile.state.resolve()),
+    }
+    argv = [sys.executable, "-m", "controller.demo.engine", "--port", str(port)]
+    proc = reconcile.spawn(argv, env=env, start_new_session=True)
+    wait_for(lambda: not reconcile.bindable(port), what="the stray engine to listen")
+    return proc
+
+
+def check_converged(reconcile: Any) -> None:
+    """Invariant 3's promises, read from the state dir and /proc."""
+    store = reconcile.store()
+    snap = store.load()
+    assert not snap.problems, snap.problems
+    nonces = {r.nonce for r in snap.records.values()}
+    for rec in snap.records.values():
+        assert rec.phase is not Phase.RESERVED or alive(rec.reserved_by.pid), rec
+    for pid in reconcile.pids():
+        marker = environ(pid).get("RECONCILE_INSTANCE", "")
+        assert marker.rsplit("/", 1)[-1] in nonces, f"pid {pid} ({marker}) has no record"
+
+
+# -- 1 ---------------------------------------------------------------------------------------
+
+
+def test_1_no_device_held_twice_unless_both_shareable(reconcile: Any) -> None:
+    reconcile.devices = "nvidia:0,nvidia:1,cpu:0"
+    for name in ("a", "b", "c"):
+        reconcile.write(name, devices={"count": 1, "kind": "nvidia"})
+    for name in ("s1", "s2"):
+        reconcile.write(name, devices={"count": 1, "kind": "cpu", "shareable": True})
+    reconcile.write("x", devices={"count": 1, "kind": "cpu"})
+    reconcile.once(check=1)
+    status = reconcile.status()
+    held = holders(status)
+    assert sorted(held["nvidia:0"] + held["nvidia:1"]) == ["a", "b"]
+    assert len(held["nvidia:0"]) == len(held["nvidia:1"]) == 1
+    assert sorted(held["cpu:0"]) == ["s1", "s2"]  # both shareable: they stack
+    assert status["c"]["phase"] == status["x"]["phase"] == "Pending"
+    assert "held by a [nvidia:0]; b [nvidia:1]" in status["c"]["message"]
+    assert "held by s1 [cpu:0]; s2 [cpu:0]" in status["x"]["message"]
+    seen = {environ(status[n]["pid"])["CUDA_VISIBLE_DEVICES"] for n in ("a", "b")}
+    assert seen == {"0", "1"}
+    reconcile.down()
+
+
+# -- 2 ---------------------------------------------------------------------------------------
+
+
+def test_2_no_port_held_twice_and_foreign_ports_never_handed_out(reconcile: Any) -> None:
+    base = reconcile.port
+    foreign = reconcile.listen(base)  # a foreign listener
+    bound = socket.socket()  # bound, not listening: invisible in /proc/net, caught by bind
+    bound.bind(("127.0.0.1", base + 1))
+    try:
+        reconcile.write("x", basePort=base)
+        reconcile.write("y", port=base, basePort=None)
+        reconcile.once(check=1)
+        x = reconcile.status()["x"]
+        assert x["port"] == base + 2
+        reconcile.write("z", port=base + 2, basePort=None)
+        reconcile.once(check=1)
+        status = reconcile.status()
+        assert status["y"]["phase"] == status["z"]["phase"] == "Pending"
+        assert f"port {base} is in use by another process" in status["y"]["message"]
+        assert f"port {base + 2} is held by deployment x" in status["z"]["message"]
+        ports = [i["port"] for i in status.values() if i["port"] is not None]
+        assert len(ports) == len(set(ports)) == 1
+        with socket.create_connection(("127.0.0.1", base), timeout=5):
+            pass  # the foreign listener is untouched
+    finally:
+        foreign.close()
+        bound.close()
+    reconcile.down()
+
+
+# -- 3 ---------------------------------------------------------------------------------------
+
+
+def test_3_dead_makers_and_orphans_resolve_in_the_next_pass(reconcile: Any) -> None:
+    reconcile.devices = "nvidia:0"
+    base = reconcile.port
+    reconcile.write("adopt", basePort=base)
+    reconcile.write("fresh", basePort=base + 3, devices={"count": 1})
+    store = reconcile.store()
+    # adopt: its maker died after the spawn and before recording the engine's pid
+    stray = engine_with_marker(reconcile, "adopt", "n-adopt", base)
+    store.write(reservation(reconcile, "adopt", nonce="n-adopt", port=base))
+    # fresh: its maker died before spawning; the reservation holds the only GPU
+    store.write(
+        reservation(reconcile, "fresh", nonce="n-fresh", port=base + 3, devices=("nvidia:0",))
+    )
+    # orphan: an engine whose record never got written
+    orphan = engine_with_marker(reconcile, "ghost", "n-ghost", base + 6)
+
+    reconcile.converge()
+    status = reconcile.status()
+    assert status["adopt"]["pid"] == stray.pid and status["adopt"]["phase"] == "Ready"
+    assert status["fresh"]["devices"] == ["nvidia:0"] and status["fresh"]["phase"] == "Ready"
+    assert reconcile.record("fresh")["nonce"] != "n-fresh"
+    wait_gone(orphan.pid)
+    assert "ghost" not in status
+    check_converged(reconcile)
+    reconcile.down()
+
+
+def test_3_sigkill_at_any_instant_then_the_next_pass_converges(reconcile: Any) -> None:
+    reconcile.devices = "nvidia:0,nvidia:1"
+    for round_, delay in enumerate((0.35, 0.8)):
+        for i, name in enumerate(("a", "b", "c")):  # a new spec each round: replaces to do
+            reconcile.write(
+                name,
+                basePort=reconcile.port + 4 * i,
+                devices={"count": i % 2},
+                args=["--model", f"v{round_}"],
+            )
+        victim = reconcile.popen("--once")
+        time.sleep(delay)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        reconcile.converge()
+        check_converged(reconcile)
+        status = reconcile.status()
+        assert set(status) == {"a", "b", "c"}
+        for name, item in status.items():
+            engines = {p for p in reconcile.pids(name) if os.getpgid(p) == p}
+            assert engines == {item["pid"]}, (name, engines, item)
+            assert reconcile.record(name)["spec"]["args"] == ["--model", f"v{round_}"]
+    reconcile.down()
+
+
+# -- 4 ---------------------------------------------------------------------------------------
+
+
+def test_4_a_manifest_that_fails_to_load_tears_nothing_down(reconcile: Any) -> None:
+    path = reconcile.write("web")
+    reconcile.converge()
+    pid = reconcile.status()["web"]["pid"]
+    good = path.read_text()
+    path.write_text(good + "  port: [\n")
+    result = reconcile.once(check=1)
+    assert f"{path}:" in result.err
+    web = reconcile.status()["web"]
+    assert web["pid"] == pid and alive(pid) and web["phase"] == "Ready"
+    assert web["spec_valid"] is False
+    assert web["message"].startswith(f"spec invalid (engine left running): {path}:")
+    assert "invalid YAML" in web["message"]
+    assert "(spec invalid)" in reconcile("status", check=0).out
+    path.write_text(good)
+    reconcile.once()
+    web = reconcile.status()["web"]
+    assert web["spec_valid"] is True and web["message"] == "" and web["pid"] == pid
+    reconcile.down()
+
+
+# -- 5 ---------------------------------------------------------------------------------------
+
+
+def test_5_a_missing_or_empty_folder_prunes_nothing(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile.converge()
+    pid = reconcile.status()["web"]["pid"]
+    moved = reconcile.tmp / "unmounted"
+    reconcile.manifests.rename(moved)
+    result = reconcile.once(check=None)
+    assert "manifests folder missing" in result.err and "pruning nothing" in result.err
+    reconcile.manifests.mkdir()  # a half-done checkout: the folder, no manifests
+    (reconcile.manifests / "web.yaml").write_text("")
+    result = reconcile.once(check=None)
+    assert "pruning nothing" in result.err
+    assert reconcile.status()["web"]["pid"] == pid and alive(pid)
+    reconcile.once("--allow-empty")
+    assert reconcile.status() == {}
+    wait_gone(pid)
+    reconcile.down()
+
+
+# -- 6 ---------------------------------------------------------------------------------------
+
+
+def test_6_pid_reuse_never_makes_a_dead_engine_look_alive(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile.converge()
+    web = reconcile.status()["web"]
+    reuser = reconcile.spawn([sys.executable, "-c", "import time; time.sleep(300)"])
+    os.kill(web["pid"], signal.SIGKILL)
+    wait_gone(web["pid"])
+    store = reconcile.store()
+    rec = store.read("web")
+    real = identity(reuser.pid)
+    assert real is not None
+    # the dead engine's pid, now a live process that started later
+    store.write(
+        rec.model_copy(update={"ref": ProcessRef(pid=reuser.pid, start_time=real.start_time - 60)})
+    )
+    reconcile.converge()
+    again = reconcile.status()["web"]
+    assert again["restarts"] == 1 and again["pid"] != reuser.pid
+    assert reuser.poll() is None  # never signalled
+    reconcile.down()
+
+
+# -- 7 ---------------------------------------------------------------------------------------
+
+
+def test_7_a_dead_lock_holder_blocks_nobody(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile.store()
+    lock = reconcile.state / "placement.lock"
+    holder = reconcile.spawn(
+        [sys.executable, "-c",
+         "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT);"
+         "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'%d\\n' % os.getpid());"
+         "print('held', flush=True); time.sleep(300)", str(lock)],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert holder.stdout.readline() == b"held\n"
+    holder.stdout.close()
+    busy = reconcile.once("--lock-timeout", "0.5s", check=1)
+    assert f"placement lock ({lock}) is held by pid {holder.pid}" in busy.err
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    reconcile.once()  # the kernel released it with its holder
+    assert reconcile.status()["web"]["phase"] in ("Starting", "Ready")
+    reconcile.down()
+
+
+def test_7_no_lock_held_across_a_grace_period_or_a_readiness_wait(reconcile: Any) -> None:
+    lock = FileLock(reconcile.state / "placement.lock")
+    reconcile.write("slow", command=reconcile.demo_command(load_seconds="1.5"))
+    waiting = reconcile.popen("--once", "--wait", "--timeout", "30s")
+    wait_for(lambda: (reconcile.record("slow") or {}).get("phase") == "Starting", what="Starting")
+    assert lock.try_acquire(), "the placement lock is held during a readiness wait"
+    lock.release()
+    assert waiting.wait(timeout=60) == 0
+
+    reconcile.write("stubborn", command=[sys.executable, "-c", IGNORE_TERM, "{port}"],
+                    stopGracePeriodSeconds=3)  # fmt: skip
+    reconcile.converge()
+    (reconcile.manifests / "stubborn.yaml").unlink()
+    stopping = reconcile.popen("--once")
+    wait_for(lambda: (reconcile.record("stubborn") or {}).get("phase") == "Terminating",
+             what="Terminating")  # fmt: skip
+    assert lock.try_acquire(), "the placement lock is held during a grace period"
+    lock.release()
+    assert stopping.wait(timeout=60) == 0
+    assert reconcile.record("stubborn") is None and reconcile.pids("stubborn") == set()
+    reconcile.down()
+
+
+# -- 8 ---------------------------------------------------------------------------------------
+
+
+def test_8_a_pass_prunes_only_what_it_owns(reconcile: Any) -> None:
+    reconcile.devices = "nvidia:0,nvidia:1"
+    team_a, team_b = reconcile.manifests, reconcile.tmp / "team-b"
+    reconcile.write("a1", devices={"count": 1})
+    reconcile.write("b1", folder=team_b, devices={"count": 1}, basePort=reconcile.port + 5)
+    reconcile.once("-f", str(team_a))
+    reconcile.once("-f", str(team_b))
+    status = reconcile.status()
+    assert {status["a1"]["devices"][0], status["b1"]["devices"][0]} == {"nvidia:0", "nvidia:1"}
+    assert status["a1"]["owner"] != status["b1"]["owner"]
+    b_pid = status["b1"]["pid"]
+
+    reconcile.write("a1", folder=team_b, basePort=reconcile.port + 10)  # B claims A's name
+    conflict = reconcile.once("-f", str(team_b), check=1)
+    assert "is owned by another manifest set" in conflict.err + conflict.out
+    (team_b / "a1.yaml").unlink()
+    assert reconcile.status()["a1"]["pid"] == status["a1"]["pid"]
+
+    (team_a / "a1.yaml").unlink()
+    reconcile.once("-f", str(team_a), "--allow-empty")  # A's set is empty: prune all of A's
+    after = reconcile.status()
+    assert set(after) == {"b1"} and after["b1"]["pid"] == b_pid and alive(b_pid)
+    reconcile.down("-f", str(team_a))
+    assert set(reconcile.status()) == {"b1"}
+    reconcile.down("-f", str(team_b))
+
+
+# -- 9 ---------------------------------------------------------------------------------------
+
+
+def test_9_no_user_supplied_name_reaches_outside_the_state_dir(reconcile: Any) -> None:
+    doc = reconcile.deployment("x")
+    doc["metadata"]["name"] = "../../escaped"
+    reconcile.write_text("evil.yaml", reconcile.dump_yaml(doc))
+    reconcile.once(check=1)
+    for verb in ("logs", "describe"):
+        result = reconcile(verb, "../../etc/passwd", check=1)
+        assert "refusing unsafe deployment name" in result.err
+    store = reconcile.store()
+    crafted = {"version": 1, "name": "../../escaped", "owner": "o", "node": reconcile.node}
+    (store.instances / "crafted.json").write_text(json.dumps(crafted))
+    reconcile.once(check=1)
+    assert not (store.instances / "crafted.json").exists()  # quarantined, never followed
+    assert sorted(p.name for p in reconcile.tmp.iterdir()) == ["manifests", "state"]
+    assert not list(reconcile.tmp.parent.glob("escaped*"))
+    reconcile.down()
+
+
+# -- 10 --------------------------------------------------------------------------------------
+
+
+def test_10_no_shell_and_teardown_reaches_the_whole_group(reconcile: Any) -> None:
+    tricky = ["$(touch pwned)", "; touch pwned2 #", "`touch pwned3`", "|", "&&"]
+    reconcile.write(
+        "literal",
+        command=[sys.executable, "-c", "import time; time.sleep(300)", *tricky],
+        readiness=None,
+        basePort=reconcile.port + 5,
+    )
+    reconcile.write("family", command=[sys.executable, "-c", WITH_CHILD, "{port}"],
+                    stopGracePeriodSeconds=0.5)  # fmt: skip
+    reconcile.converge()
+    status = reconcile.status()
+    argv = Path(f"/proc/{status['literal']['pid']}/cmdline").read_bytes().split(b"\0")[:-1]
+    assert [a.decode() for a in argv[-len(tricky):]] == tricky  # fmt: skip
+    assert not list(reconcile.tmp.rglob("pwned*"))
+    family = reconcile.pids("family")
+    assert len(family) == 2  # the engine and its TERM-ignoring child, one group
+    assert {os.getpgid(p) for p in family} == {status["family"]["pid"]}
+    reconcile.down()
+    for pid in family:
+        assert not alive(pid)
+
+
+# -- 11 --------------------------------------------------------------------------------------
+
+
+def test_11_bad_input_gets_a_clear_error_and_disturbs_nothing(reconcile: Any) -> None:
+    path = reconcile.write("running")
+    reconcile.converge()
+    pid = reconcile.status()["running"]["pid"]
+    m = reconcile.manifests
+    reconcile.write_text("malformed.yaml", "apiVersion: reconcile/v1\nkind: [Deployment\n")
+    typed = reconcile.deployment("typed", devices={"count": "two"})
+    reconcile.write_text("typed.yaml", reconcile.dump_yaml(typed))
+    unknown = reconcile.deployment("unknown", replicas=3)
+    reconcile.write_text("unknown.yaml", reconcile.dump_yaml(unknown))
+    reconcile.write("dup", basePort=reconcile.port + 5)
+    reconcile.write_text("dup2.yaml", (m / "dup.yaml").read_text())
+    (m / "unreadable.yaml").mkdir()
+    reconcile.write("fine", basePort=reconcile.port + 7)
+    # the running engine's own manifest breaks: a wrong type in its spec
+    path.write_text(
+        path.read_text().replace("stopGracePeriodSeconds: 2", "stopGracePeriodSeconds: soon")
+    )
+
+    result = reconcile("validate", check=1)
+    errors = result.err
+    assert f"{m / 'malformed.yaml'}:3: invalid YAML" in errors
+    assert (
+        f"{m / 'typed.yaml'}:" in errors
+        and "spec.devices.count: Input should be a valid integer" in errors
+    )
+    assert "spec.replicas: unknown field" in errors
+    assert f"{m / 'dup.yaml'}:1: metadata.name: duplicate deployment name 'dup'" in errors
+    assert f"{m / 'dup2.yaml'}:1: metadata.name: duplicate" in errors
+    assert f"{m / 'unreadable.yaml'}: cannot read: not a regular file" in errors
+    assert "spec.stopGracePeriodSeconds" in errors
+
+    reconcile.once(check=1)
+    status = reconcile.status()
+    assert status["fine"]["phase"] in ("Starting", "Ready")  # nothing else is disturbed
+    assert "dup" not in status and "typed" not in status
+    running = status["running"]
+    assert running["pid"] == pid and alive(pid) and running["spec_valid"] is False
+    assert f"{path}:" in running["message"] and "spec.stopGracePeriodSeconds" in running["message"]
+    reconcile.down()
