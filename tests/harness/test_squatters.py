@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from .churn import crash
-from .cluster import Cluster, start_time
+from .cluster import Cluster, alive, start_time
 from .invariants import describe, read_records, violations
 
 LISTENER = (
@@ -146,3 +146,19 @@ def test_a_record_edited_into_nonsense(node: Cluster, case: str) -> None:
     clean(node.once())  # one pass heals
     assert bystander.poll() is None, f"{case}: a bystander process was killed"
     assert violations(node, quarantine_ok=True) == [], f"{case}\n{describe(node)}"
+
+
+def test_an_unknown_version_is_never_reset(cluster: Cluster) -> None:
+    """A record from a newer reconcile: left in place, its engine left running, an error."""
+    rec = running(cluster)
+    edit(cluster, "a0", version=99)
+    path = cluster.state / "instances" / "a0.json"
+    before = path.read_bytes()
+    run = cluster.once()
+    assert run.code == 1 and "version 99" in run.err and "Traceback" not in run.err, str(run)
+    assert path.read_bytes() == before
+    assert alive(rec["ref"]["pid"]), "the engine of an unknown-version record was killed"
+    edit(cluster, "a0", version=1)  # the reconcile that wrote it is back: it takes over again
+    assert cluster.once().code == 0
+    assert violations(cluster) == [], describe(cluster)
+    assert alive(rec["ref"]["pid"])
