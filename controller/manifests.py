@@ -8,6 +8,7 @@ path is reported in ``broken_sources`` and the pass leaves those records alone.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -302,7 +303,28 @@ def _load_document(
         else:
             result.invalid_names.setdefault(name, str(errors[0]))
         return
+    problem = _recipe_problem(deployment)
+    if problem is not None:  # a spec its engine's recipe refuses (no model...): invalid too
+        field_ = re.search(r"\bspec\.\w+", problem)
+        loc = tuple(field_.group().split(".")) if field_ else ("spec",)
+        error = ManifestError(file, _line_for(lines, loc), ".".join(loc), problem, deployment.name)
+        result.errors.append(error)
+        result.invalid_names.setdefault(deployment.name, str(error))
+        return
     _add(result, Entry(deployment, file, line, spec_hash(deployment.spec)))
+
+
+def _recipe_problem(deployment: Deployment) -> str | None:
+    """Render the spec once with stand-in ports: what the recipe refuses, before any pass."""
+    from controller.engines import RecipeError, recipe_for
+    from controller.render import render
+
+    extra = tuple(range(2, 2 + recipe_for(deployment.spec.engine).extra_ports))
+    try:
+        render(Entry(deployment, "", 0, ""), devices=(), port=1, extra_ports=extra)
+    except RecipeError as exc:
+        return str(exc)
+    return None
 
 
 def _add(result: LoadResult, entry: Entry) -> None:

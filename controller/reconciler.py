@@ -21,7 +21,7 @@ import structlog
 from controller import devices as devices_mod
 from controller import failpoints, gitrev, logfiles
 from controller.actions import Action, Conflict, Fail, Hold, Replace, Start, Stop
-from controller.engines import MODULES, recipe_for
+from controller.engines import MODULES, RecipeError, recipe_for
 from controller.events import Journal
 from controller.executor import Executor
 from controller.inventory import Inventory
@@ -222,14 +222,18 @@ class Reconciler:
                     ledger.listening = ledger.listening | bad
                     placed = place(spec, inventory, ledger, extra_ports().get(spec.engine, 0))
                 if isinstance(placed, Placed):
-                    ports = _placed_ports(placed)
-                    ledger.take(start.name, placed.devices, ports, spec.devices.shareable)
-                    record = self.executor.reservation(
-                        start.entry,
-                        devices=placed.devices,
-                        port=placed.port,
-                        extra_ports=placed.extra_ports,
-                    )
+                    try:
+                        record = self.executor.reservation(
+                            start.entry,
+                            devices=placed.devices,
+                            port=placed.port,
+                            extra_ports=placed.extra_ports,
+                        )
+                    except RecipeError as exc:  # the recipe refuses this spec: say so, go on
+                        record = self.executor.pending(start.entry, str(exc))
+                    else:
+                        ports = _placed_ports(placed)
+                        ledger.take(start.name, placed.devices, ports, spec.devices.shareable)
                 else:
                     record = self.executor.pending(start.entry, placed.reason)
                 self.store.write(record)

@@ -197,6 +197,23 @@ def test_an_unknown_record_version_says_how_to_recover(reconcile: Any) -> None:
     reconcile.record_path("old").unlink()
 
 
+def test_a_spec_the_recipe_refuses_at_placement_is_pending_not_a_crash(reconcile: Any) -> None:
+    """TGI's socket path depends on the state dir: only the pass can see it is too long."""
+    reconcile.state = reconcile.tmp / ("s" * 100)
+    reconcile.write("tgi", engine="tgi", model="m", command=None, readiness=None)
+    reconcile.write("web", basePort=reconcile.port + 5)
+    result = reconcile.once(check=1)
+    status = reconcile.status()
+    assert (
+        status["tgi"]["phase"] == "Pending"
+        and "use a shorter --state-dir" in (status["tgi"]["message"])
+    )
+    assert status["tgi"]["port"] is None and status["tgi"]["devices"] == []
+    assert status["web"]["phase"] in ("Starting", "Ready")  # the rest of the pass went on
+    assert "tgi: Pending: TGI's shard socket path" in result.err
+    reconcile.down()
+
+
 # -- arguments ------------------------------------------------------------------------------
 
 

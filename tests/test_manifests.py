@@ -258,3 +258,13 @@ def test_trailing_and_empty_documents_are_skipped(tmp_path: Path) -> None:
     result = load([tmp_path])
     assert result.ok, [str(e) for e in result.errors]
     assert list(result.entries) == ["a"] and result.prune_safe
+
+
+def test_a_spec_its_recipe_refuses_is_invalid_at_load(tmp_path: Path) -> None:
+    """Caught by `validate`, and never reaches a pass (where it crashed every start)."""
+    text = "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: llm}\nspec:\n"
+    write(tmp_path, "llm.yaml", text + "  engine: vllm\n  basePort: 9000\n")
+    result = load([tmp_path])
+    message = only_error(result)
+    assert message.startswith(f"{tmp_path / 'llm.yaml'}:5: spec.model: engine 'vllm' needs")
+    assert "llm" in result.invalid_names and not result.entries
