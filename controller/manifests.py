@@ -21,6 +21,7 @@ from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
+from controller import security
 from controller.specs import DNS1123, Deployment, Entry, spec_hash
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a manifest is a few hundred bytes
@@ -198,11 +199,13 @@ def _validation_errors(
     return out
 
 
-def _read(path: Path) -> bytes:
+def _read(path: Path, strict: bool = False) -> bytes:
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(path.resolve(), flags)  # resolve(): a symlink to a file is fine
     try:
         info = os.fstat(fd)
+        if strict:  # as root: the file we opened, not a path someone could swap
+            security.check_manifest(info)
         if not stat.S_ISREG(info.st_mode):
             raise OSError(f"not a regular file (mode {stat.filemode(info.st_mode)})")
         if info.st_size > MAX_FILE_BYTES:
@@ -215,10 +218,13 @@ def _read(path: Path) -> bytes:
     return data
 
 
-def load_file(path: Path, result: LoadResult) -> None:
+def load_file(path: Path, result: LoadResult, strict: bool = False) -> None:
     file = str(path)
     try:
-        text = _read(path).decode("utf-8")
+        text = _read(path, strict).decode("utf-8")
+    except security.InsecureManifest as exc:
+        _broken(result, ManifestError(file, None, None, str(exc)))
+        return
     except (OSError, RuntimeError, UnicodeDecodeError) as exc:
         reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
         _broken(result, ManifestError(file, None, None, f"cannot read: {reason}"))
@@ -353,13 +359,21 @@ def manifest_files(folder: Path) -> list[Path]:
     return out
 
 
-def load(folders: Iterable[Path]) -> LoadResult:
+def load(folders: Iterable[Path], *, insecure: bool = False) -> LoadResult:
+    """Every manifest of ``folders``; as root, only files and folders root alone can write."""
     result = LoadResult()
+    strict = security.strict(insecure)
     for folder in folders:
         try:
+            if strict:
+                security.check_folder(folder)
             files = manifest_files(folder)
         except FileNotFoundError:
             result.missing_folders.append(str(folder))
+            continue
+        except security.InsecureManifest as exc:  # prunes nothing, like a missing folder
+            result.missing_folders.append(str(folder))
+            result.errors.append(ManifestError(str(folder), None, None, str(exc)))
             continue
         except OSError as exc:  # not a folder, no permission, a symlink loop (ELOOP)...
             result.missing_folders.append(str(folder))
@@ -367,5 +381,5 @@ def load(folders: Iterable[Path]) -> LoadResult:
             continue
         for path in files:
             result.files.append(str(path))
-            load_file(path, result)
+            load_file(path, result, strict)
     return result
