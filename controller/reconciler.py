@@ -231,6 +231,8 @@ class Reconciler:
                         )
                     except RecipeError as exc:  # the recipe refuses this spec: say so, go on
                         record = self.executor.pending(start.entry, str(exc))
+                        if current is not None and current.message == record.message:
+                            continue  # already recorded: no change, no further round
                     else:
                         ports = _placed_ports(placed)
                         ledger.take(start.name, placed.devices, ports, spec.devices.shareable)
