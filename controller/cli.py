@@ -71,6 +71,12 @@ def _common(suppress: bool) -> Parser:
     p.add_argument(
         "-q", "--quiet", action="store_true", default=argparse.SUPPRESS if suppress else False
     )
+    p.add_argument(
+        "--insecure-manifests",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="as root, also load manifests others can write (off: refused, like cron)",
+    )
     return p
 
 

@@ -20,6 +20,7 @@ def config(args: argparse.Namespace) -> Config:
         owner=args.owner,
         allow_empty=getattr(args, "allow_empty", False),
         lock_timeout=parse_duration(getattr(args, "lock_timeout", "60s")),
+        insecure_manifests=getattr(args, "insecure_manifests", False),
         max_instances=getattr(args, "max_instances", None),
         node_config=getattr(args, "node_config", None),
         metrics_file=getattr(args, "metrics_file", None),
@@ -106,7 +107,8 @@ def report(result: object) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from controller.manifests import load
 
-    loaded = load(config(args).manifests)
+    cfg = config(args)
+    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests)
     _print_errors(list(loaded.errors))
     for folder in loaded.missing_folders:
         print(f"warning: manifests folder {folder} does not exist", file=sys.stderr)

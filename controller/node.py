@@ -25,6 +25,7 @@ class Config:
     owner: str
     allow_empty: bool = False
     lock_timeout: float = 60.0
+    insecure_manifests: bool = False  # as root, load manifests others can write (security.py)
     limits: Limits = field(default_factory=Limits)
     log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
     log_keep: int = logfiles.DEFAULT_KEEP
@@ -48,6 +49,7 @@ def resolve(
     owner: str | None = None,
     allow_empty: bool = False,
     lock_timeout: float = 60.0,
+    insecure_manifests: bool = False,
     max_instances: str | None = None,
     node_config: str | None = None,
     metrics_file: str | None = None,
@@ -79,6 +81,7 @@ def resolve(
         owner=owner or ",".join(str(p) for p in paths),
         allow_empty=allow_empty,
         lock_timeout=lock_timeout,
+        insecure_manifests=insecure_manifests,
         limits=limits,
         log_max_bytes=node_file.log_max_bytes,
         log_keep=node_file.log_max_files,

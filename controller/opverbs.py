@@ -282,7 +282,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args)
-    loaded = load(cfg.manifests)
+    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests)
     reconciler = Reconciler(cfg)
     observed, problems = reconciler.observe()
     desired = reconciler.desired(loaded)

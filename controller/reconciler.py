@@ -132,7 +132,7 @@ class Reconciler:
     # -- a pass ---------------------------------------------------------------------------
 
     def run_pass(self, *, lock_timeout: float | None = None) -> PassResult:
-        loaded = load(self.config.manifests)
+        loaded = load(self.config.manifests, insecure=self.config.insecure_manifests)
         self.store.ensure()
         timeout = self.config.lock_timeout if lock_timeout is None else lock_timeout
         self.executor.revision = gitrev.revision_of(self.config.manifests)
