@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from controller import failpoints
+from controller import failpoints, security
 from controller.errors import RecordError
 from controller.specs import DNS1123
 from controller.state import VERSION, Record
@@ -108,7 +108,9 @@ class RecordStore:
         for folder in (self.state_dir, self.instances, self.logs, self.quarantine_dir):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o700)
-        for folder in (self.state_dir, self.instances, self.state_dir / "events"):
+        events = self.state_dir / "events"
+        security.check_state_dir((self.state_dir, self.instances, self.logs, events))
+        for folder in (self.state_dir, self.instances, events):
             sweep_tmp(folder)
 
     def path(self, name: str) -> Path:
