@@ -7,6 +7,7 @@ print a traceback (the fixture checks).
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -181,8 +182,15 @@ def test_a_corrupt_record_is_quarantined_with_a_reason(reconcile: Any) -> None:
 def test_an_unknown_record_version_says_how_to_recover(reconcile: Any) -> None:
     reconcile.devices = "nvidia:0,nvidia:1"
     reconcile.store()
-    future = {"version": 7, "name": "old", "devices": ["nvidia:0"], "port": reconcile.port}
+    future = {"version": 7, "name": "old", "devices": ["nvidia:0"], "port": reconcile.port,
+              "nonce": "n-old"}  # fmt: skip
     reconcile.record_path("old").write_text(json.dumps(future))
+    its_engine = reconcile.spawn(  # the engine that newer reconcile runs: not ours to reap
+        [sys.executable, "-c", "import time; time.sleep(300)"],
+        env={**reconcile.env, "RECONCILE_INSTANCE": f"{reconcile.node}/old/n-old",
+             "RECONCILE_STATE": str(reconcile.state.resolve())},
+    )  # fmt: skip
+    reconcile.wait_for(lambda: reconcile.pids("old"), what="the newer engine's marker")
     reconcile.write("web", devices={"count": 1})
     result = reconcile.once(check=1)
     hint = "understands version 1. Run the reconcile that wrote it, or stop its engine"
@@ -194,6 +202,9 @@ def test_an_unknown_record_version_says_how_to_recover(reconcile: Any) -> None:
     assert "has version 7" in reconcile("status", check=0).err
     assert reconcile("plan", check=1).code == 1
     reconcile.down()
+    assert its_engine.poll() is None  # neither a pass nor down touched it
+    its_engine.kill()
+    its_engine.wait()
     reconcile.record_path("old").unlink()
 
 
