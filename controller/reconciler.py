@@ -132,13 +132,15 @@ class Reconciler:
     # -- a pass ---------------------------------------------------------------------------
 
     def run_pass(self, *, lock_timeout: float | None = None) -> PassResult:
-        loaded = load(self.config.manifests, insecure=self.config.insecure_manifests)
         self.store.ensure()
         timeout = self.config.lock_timeout if lock_timeout is None else lock_timeout
-        self.executor.revision = gitrev.revision_of(self.config.manifests)
         with self.pass_lock.hold(timeout):
             started = time.monotonic()
             failpoints.hit("reconciler.pass.locked")
+            # Read the manifests once the lock is ours: a pass that waited for another
+            # must not act on what the folder held before it waited.
+            loaded = load(self.config.manifests, insecure=self.config.insecure_manifests)
+            self.executor.revision = gitrev.revision_of(self.config.manifests)
             result = self._rounds(loaded)
             logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
             seconds = time.monotonic() - started

@@ -15,6 +15,7 @@ from typing import Any
 
 from procs import alive, environ, wait_for, wait_gone
 
+from controller.lock import FileLock
 from controller.state import Phase, ProcessRef
 
 # An engine that forks a grandchild which leaves the process group (setsid), then serves.
@@ -289,6 +290,30 @@ def test_readiness_deadline_fails_and_backs_off(reconcile: Any) -> None:
     assert events and "not ready by its readiness deadline" in events[0]["reason"]
     assert "GET /health -> 503" in events[0]["reason"]
     wait_gone(first["pid"])
+    reconcile.down()
+
+
+def blocked_on_a_lock(pid: int) -> bool:
+    """The kernel lists a process waiting for a flock in /proc/locks as `-> FLOCK ... <pid>`."""
+    with open("/proc/locks") as f:
+        return any(line.split()[1] == "->" and line.split()[5] == str(pid) for line in f)
+
+
+def test_a_pass_that_waited_acts_on_the_manifests_as_they_are_then(reconcile: Any) -> None:
+    reconcile.write("gone")
+    reconcile.store()
+    other_pass = FileLock(reconcile.state / "pass.lock")
+    other_pass.acquire(timeout=0)
+    try:
+        waiting = reconcile.popen("--once")
+        wait_for(lambda: blocked_on_a_lock(waiting.pid), what="the pass to wait for the lock")
+        (reconcile.manifests / "gone.yaml").unlink()
+        reconcile.write("kept")
+    finally:
+        other_pass.release()
+    assert waiting.wait(timeout=60) == 0
+    assert set(reconcile.status()) == {"kept"}  # never started what was removed meanwhile
+    assert reconcile.pids("gone") == set()
     reconcile.down()
 
 
