@@ -17,8 +17,9 @@ import yaml
 from controller import logfiles
 from controller.events import Journal
 from controller.records import RecordStore
+from controller.redact import redact_spec
 from controller.state import Phase, Record
-from controller.views import age, iso, redact_spec, table, until
+from controller.views import age, iso, table, until
 
 LOG_LINES = 20
 EVENTS = 20
@@ -108,14 +109,20 @@ def _readiness(rec: Record, now: datetime) -> str:
 
 
 def _last_exit(rec: Record, events: list[dict[str, Any]], now: datetime) -> list[str]:
-    if rec.last_exit is None:
+    """How the engine last ended, and the log lines before it (kept in its fail event)."""
+    fails = [e for e in events if e.get("action") == "fail"]
+    last = fails[-1] if fails else None
+    if rec.last_exit is not None:
+        ended = rec.last_exit
+        head = f"{ended} at {iso(ended.at)} ({age(ended.at, now)} ago)"
+    elif last is not None:  # a pass that did not spawn it cannot read its exit status
+        head = f"{last.get('reason', '?')} ({_event_age(last.get('time'), now)} ago)"
+    else:
         return [f"{'Last exit:':<14}-"]
-    ended = rec.last_exit
-    out = [f"{'Last exit:':<14}{ended} at {iso(ended.at)} ({age(ended.at, now)} ago)"]
-    tails = [e for e in events if e.get("log_tail") and "exit_code" in e]
-    if tails and tails[-1]["log_tail"]:
+    out = [f"{'Last exit:':<14}{head}"]
+    if last is not None and last.get("log_tail"):
         out.append(INDENT + "its last log lines:")
-        out += [INDENT * 2 + str(line) for line in tails[-1]["log_tail"]]
+        out += [INDENT * 2 + str(line) for line in last["log_tail"]]
     return out
 
 

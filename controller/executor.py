@@ -35,6 +35,7 @@ from controller.events import Journal
 from controller.inventory import Device, Inventory
 from controller.plan import backoff
 from controller.records import RecordStore
+from controller.redact import redact_args
 from controller.render import Rendered, render
 from controller.runtime import LocalRuntime
 from controller.specs import Entry, spec_document
@@ -156,7 +157,8 @@ class Executor:
         log_path = self.store.log_path(entry.name)
         logfiles.rotate(log_path, self.log_max_bytes, self.log_keep)
         logfiles.write_marker(
-            log_path, f"{verb} {entry.name} instance {record.nonce}: {' '.join(rendered.argv)}"
+            log_path,
+            f"{verb} {entry.name} instance {record.nonce}: {' '.join(redact_args(rendered.argv))}",
         )
         failpoints.hit("executor.spawn.before_exec")
         try:

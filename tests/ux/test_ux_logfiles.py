@@ -1,0 +1,144 @@
+"""Engine logs: copy-truncate rotation under a live O_APPEND writer, runs, --previous, tail.
+
+The writer is a real process holding its log open with O_APPEND, as an engine does.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from procs import wait_for
+
+from controller import logfiles
+
+WRITER = """
+import sys, time
+for i in range(int(sys.argv[1])):
+    sys.stdout.write(f"line {i:06d} " + "x" * 60 + "\\n")
+    sys.stdout.flush()
+    if i % 200 == 0:
+        time.sleep(0.005)
+"""
+
+
+def _spawn_writer(log: Path, count: int) -> subprocess.Popen[bytes]:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        return subprocess.Popen([sys.executable, "-c", WRITER, str(count)], stdout=fd)
+    finally:
+        os.close(fd)
+
+
+def test_copy_truncate_under_a_live_append_writer(tmp_path: Path) -> None:
+    log = tmp_path / "web.log"
+    proc = _spawn_writer(log, 60_000)
+    rotations = 0
+    try:
+        while proc.poll() is None:
+            rotations += logfiles.rotate(log, max_bytes=64 * 1024, keep=2)
+            time.sleep(0.01)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert rotations >= 3
+    files = logfiles.stream_files(log)
+    assert [p.name for p in files] == ["web.log.2", "web.log.1", "web.log"]
+    data = b"".join(p.read_bytes() for p in files)
+    assert b"\0" not in data  # the writer's next append landed at offset 0: no sparse hole
+    numbers = [int(line.split()[1]) for line in data.splitlines()]
+    assert numbers == sorted(numbers) and numbers[-1] == 59_999  # in order, newest kept
+    assert all(line.startswith(b"line ") for line in data.splitlines())  # no torn join
+    assert not (tmp_path / "web.log.3").exists()
+
+
+def test_rotate_below_the_bound_does_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "web.log"
+    log.write_bytes(b"short\n")
+    assert not logfiles.rotate(log, max_bytes=1024)
+    assert not logfiles.rotate(tmp_path / "missing.log", max_bytes=1024)
+    assert logfiles.stream_files(log) == [log]
+
+
+def test_keep_zero_only_truncates(tmp_path: Path) -> None:
+    log = tmp_path / "web.log"
+    log.write_bytes(b"x" * 2048)
+    assert logfiles.rotate(log, max_bytes=1024, keep=0)
+    assert log.read_bytes() == b"" and logfiles.stream_files(log) == [log]
+
+
+def test_runs_previous_and_tail_across_rotated_files(tmp_path: Path) -> None:
+    log = tmp_path / "web.log"
+    logfiles.write_marker(log, "start web instance a: engine")
+    with open(log, "ab") as f:
+        f.write(b"".join(b"first run %d\n" % i for i in range(50)))
+    logfiles.rotate(log, max_bytes=100, keep=3)  # the first run is now in web.log.1
+    with open(log, "ab") as f:
+        f.write(b"first run tail\n")
+    logfiles.write_marker(log, "restart web instance b: engine")
+    with open(log, "ab") as f:
+        f.write(b"second run 0\nsecond run 1 (no newline yet)")
+
+    found = logfiles.previous_run(log)
+    assert found is not None
+    lines, intact = found
+    assert intact and logfiles.is_marker(lines[0]) and b"instance a" in lines[0]
+    assert lines[-1] == b"first run tail\n" and len(lines) == 52
+    tail = logfiles.tail_lines(log, 3)
+    assert logfiles.is_marker(tail[0]) and b"instance b" in tail[0]
+    assert tail[1:] == [b"second run 0\n", b"second run 1 (no newline yet)"]
+    assert logfiles.current_run_tail(log, 10) == ["second run 0", "second run 1 (no newline yet)"]
+    assert len(logfiles.tail_lines(log, 1000)) == 1 + 50 + 1 + 1 + 2
+
+
+def test_previous_is_none_before_any_restart(tmp_path: Path) -> None:
+    log = tmp_path / "web.log"
+    logfiles.write_marker(log, "start web instance a: engine")
+    with open(log, "ab") as f:
+        f.write(b"hello\n")
+    assert logfiles.previous_run(log) is None
+
+
+def test_a_run_whose_head_was_rotated_away_says_so(tmp_path: Path) -> None:
+    log = tmp_path / "web.log"
+    log.write_bytes(b"older lines, marker gone\n")
+    logfiles.write_marker(log, "restart web instance b: engine")
+    found = logfiles.previous_run(log)
+    assert found is not None and found[1] is False
+
+
+def test_follow_survives_a_copy_truncate(tmp_path: Path) -> None:
+    log = tmp_path / "web.log"
+    log.write_bytes(b"before\n")
+    got: list[bytes] = []
+    stop = threading.Event()
+    follower = threading.Thread(
+        target=logfiles.follow, args=(log, got.append, lambda: not stop.is_set(), 0.02)
+    )
+    follower.start()
+    try:
+        time.sleep(0.1)
+        with open(log, "ab") as f:
+            f.write(b"one\n" * 50)
+        wait_for(lambda: b"".join(got).count(b"one") == 50, what="appended lines")
+        logfiles.rotate(log, max_bytes=10, keep=1)
+        wait_for(lambda: log.stat().st_size == 0, what="truncate")
+        time.sleep(0.1)
+        with open(log, "ab") as f:
+            f.write(b"after rotation\n")
+        wait_for(lambda: b"after rotation" in b"".join(got), what="line after the rotation")
+    finally:
+        stop.set()
+        follower.join(timeout=5)
+    assert b"before" not in b"".join(got)  # follow starts at the end, like tail -f
+
+
+def test_rotate_all_rotates_only_big_logs(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_bytes(b"x" * 5000)
+    (tmp_path / "b.log").write_bytes(b"x" * 10)
+    assert logfiles.rotate_all(tmp_path, max_bytes=1024, keep=1) == [tmp_path / "a.log"]
+    assert (tmp_path / "a.log.1").stat().st_size == 5000
