@@ -105,11 +105,12 @@ class RecordStore:
         self.quarantine_dir = state_dir / "quarantine"
 
     def ensure(self) -> None:
+        events = self.state_dir / "events"
+        # Before creating anything in them: root must not write where another user can.
+        security.check_state_dir((self.state_dir, self.instances, self.logs, events))
         for folder in (self.state_dir, self.instances, self.logs, self.quarantine_dir):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o700)
-        events = self.state_dir / "events"
-        security.check_state_dir((self.state_dir, self.instances, self.logs, events))
         for folder in (self.state_dir, self.instances, events):
             sweep_tmp(folder)
 
