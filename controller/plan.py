@@ -167,7 +167,20 @@ class _Planner:
         if error is None and rec.source in self.desired.broken_sources:
             error = self.desired.source_errors.get(rec.source, f"{rec.source} could not be loaded")
         if error is not None:  # invariant 4: keep it running, say why
-            message = f"spec invalid (engine left running): {error}"
+            if rec.phase in (Phase.STARTING, Phase.READY) and not view.alive:
+                # Its engine died meanwhile: record that (no restart without a valid spec).
+                exit_text = str(view.exit) if view.exit else "exited"
+                reason = f"engine {exit_text}; no restart until its manifest is valid"
+                yield Fail(
+                    name=rec.name,
+                    reason=reason,
+                    phase=Phase.BACKOFF,
+                    restarts=rec.restarts,
+                    exit=view.exit,
+                )
+                return
+            running = "engine left running" if view.alive else "engine not running"
+            message = f"spec invalid ({running}): {error}"
             if rec.spec_valid or rec.message != message:
                 yield MarkSpec(name=rec.name, reason=message, valid=False)
             return

@@ -467,6 +467,33 @@ CASES = [
     ),
     pytest.param(
         Case(
+            desired(invalid={"a": "bad"}),
+            observed(view(record("a", spec_valid=False), exit=exited(code=1))),
+            expect=((Fail, "a", "exited with code 1; no restart until its manifest is valid"),),
+        ),
+        id="fail-engine-died-while-spec-invalid",
+    ),
+    pytest.param(
+        Case(
+            desired(invalid={"a": "bad"}),
+            observed(view(record("a", phase=Phase.BACKOFF, spec_valid=False))),
+            expect=((MarkSpec, "a", "spec invalid (engine not running): bad"),),
+        ),
+        id="mark-spec-invalid-engine-not-running",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a")),
+            observed(view(record("a", phase=Phase.BACKOFF, spec_valid=False))),
+            expect=(
+                (MarkSpec, "a", "manifest is valid again"),
+                (Restart, "a", "back-off over (restart 1)"),
+            ),
+        ),
+        id="restart-once-the-manifest-is-fixed",
+    ),
+    pytest.param(
+        Case(
             desired(entry("a")),
             observed(view(record("a", spec_valid=False, message="spec invalid"), alive=True)),
             expect=((MarkSpec, "a", "manifest is valid again"),),

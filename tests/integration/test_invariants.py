@@ -244,6 +244,20 @@ def test_4_a_manifest_that_fails_to_load_tears_nothing_down(reconcile: Any) -> N
     reconcile.once()
     web = reconcile.status()["web"]
     assert web["spec_valid"] is True and web["message"] == "" and web["pid"] == pid
+
+    # broken again, and now its engine dies: status must not claim it runs
+    path.write_text(good + "  port: [\n")
+    os.kill(pid, signal.SIGKILL)
+    wait_gone(pid)
+    reconcile.once(check=1)
+    web = reconcile.status()["web"]
+    assert web["phase"] == "BackOff" and web["ready"] is False and web["spec_valid"] is False
+    assert web["message"].startswith("spec invalid (engine not running):")
+    assert reconcile.pids("web") == set()  # no restart from a spec that does not load
+    path.write_text(good)
+    reconcile.converge()
+    web = reconcile.status()["web"]
+    assert web["phase"] == "Ready" and web["spec_valid"] is True and web["pid"] != pid
     reconcile.down()
 
 
