@@ -108,7 +108,8 @@ class RecordStore:
         events = self.state_dir / "events"
         # Before creating anything in them: root must not write where another user can.
         security.check_state_dir((self.state_dir, self.instances, self.logs, events))
-        for folder in (self.state_dir, self.instances, self.logs, self.quarantine_dir):
+        run = self.state_dir / "run"  # engines' runtime dirs: mkdir(parents=True) would use 0777
+        for folder in (self.state_dir, self.instances, self.logs, self.quarantine_dir, run):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o700)
         for folder in (self.state_dir, self.instances, events):
