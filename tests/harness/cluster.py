@@ -193,12 +193,13 @@ class Cluster:
     # -- the CLI -------------------------------------------------------------------
 
     def argv(self, *args: str, set_: str = "a") -> list[str]:
+        quiet = [] if "-v" in args else ["-q"]
         return [
             PYTHON,
             "-m",
             "controller",
             *args,
-            "-q",
+            *quiet,
             "--state-dir",
             str(self.state),
             "--node",
