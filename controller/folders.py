@@ -23,6 +23,9 @@ from controller.manifests import SUFFIXES
 
 CHANGES = frozenset({"created", "modified", "deleted", "moved", "closed"})
 COMINGS_AND_GOINGS = frozenset({"created", "deleted", "moved"})
+# After these a file is whole (written and closed, renamed into place, or gone): the
+# loop need not wait out the full debounce for more writes to it.
+SETTLED = frozenset({"closed", "moved", "deleted"})
 
 
 def is_manifest_name(name: str) -> bool:
@@ -36,11 +39,11 @@ class _Handler(FileSystemEventHandler):
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if self.watch.relevant(event):
-            self.watch.on_change()
+            self.watch.on_change(event.event_type in SETTLED)
 
 
 class FolderWatch:
-    def __init__(self, folders: Iterable[Path], on_change: Callable[[], None]) -> None:
+    def __init__(self, folders: Iterable[Path], on_change: Callable[[bool], None]) -> None:
         self.folders = tuple(folders)
         self.on_change = on_change
         self._above = {a for f in self.folders for a in f.parents} | set(self.folders)

@@ -38,6 +38,7 @@ from controller.timers import Timers
 log = structlog.get_logger("reconcile")
 
 DEBOUNCE = 0.1  # seconds of quiet after a folder event before the pass
+SETTLE = 0.01  # ... after a file was closed, renamed or deleted: that change is whole
 DEBOUNCE_MAX = 1.0  # a steady stream of events still gets a pass this often
 LOCK_WAIT = 1.0  # per try: the loop stays responsive while a cron pass holds the lock
 LOCK_RETRY = 0.2
@@ -70,7 +71,7 @@ class Daemon:
         self._debounce_since: float | None = None
         self._said: dict[str, str] = {}
         self._events = threading.Lock()
-        self._folder_event = False
+        self._folder_event: float | None = None  # the quiet the latest folder event asks for
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
 
@@ -127,20 +128,20 @@ class Daemon:
             except BlockingIOError:
                 break
         with self._events:
-            folder, self._folder_event = self._folder_event, False
-        if folder:
-            self._debounce()
+            delay, self._folder_event = self._folder_event, None
+        if delay is not None:
+            self._debounce(delay)
 
-    def _folder_changed(self) -> None:  # the watchdog thread
+    def _folder_changed(self, settled: bool) -> None:  # the watchdog thread
         with self._events:
-            self._folder_event = True
+            self._folder_event = SETTLE if settled else DEBOUNCE
         self._poke()
 
-    def _debounce(self) -> None:
+    def _debounce(self, delay: float) -> None:
         now = time.monotonic()
         if self._debounce_since is None:
             self._debounce_since = now
-        when = min(now + DEBOUNCE, self._debounce_since + DEBOUNCE_MAX)
+        when = min(now + delay, self._debounce_since + DEBOUNCE_MAX)
         self.timers.set("debounce", when, "folder")
 
     def _exited(self, name: str, ref: ProcessRef) -> None:
