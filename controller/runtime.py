@@ -18,7 +18,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ import psutil
 
 from controller import failpoints
 from controller.errors import SpawnError
+from controller.procscan import EnvironScan
 from controller.state import MarkedProcess, ProcessRef
 
 MARKER = "RECONCILE_INSTANCE"
@@ -54,6 +55,7 @@ class LocalRuntime:
         self.node = node
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self.exits: dict[int, Exit] = {}
+        self._environs = EnvironScan()  # remembers unmarked processes between scans
 
     # -- identity ------------------------------------------------------------
 
@@ -134,7 +136,7 @@ class LocalRuntime:
         prefix = f"{MARKER}={self.node}/".encode()
         state = f"{STATE_MARKER}={self.state_dir}".encode()
         out = []
-        for pid, env in _environs(prefix):
+        for pid, env in self._environs(prefix):
             if state not in env.split(b"\0"):  # the whole variable: /a is not /a/b or /ab
                 continue
             marked = _parse(pid, env, prefix)
@@ -238,20 +240,6 @@ def _reused(ref: ProcessRef) -> bool:
     """
     current = identity(ref.pid)
     return current is not None and abs(current.start_time - ref.start_time) > START_TIME_TOLERANCE
-
-
-def _environs(needle: bytes) -> Iterator[tuple[int, bytes]]:
-    me = os.getpid()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        if needle in data:
-            yield int(entry.name), data
 
 
 def _parse(pid: int, env: bytes, prefix: bytes) -> MarkedProcess | None:
