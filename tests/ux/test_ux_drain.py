@@ -1,0 +1,110 @@
+"""drain / uncordon and node capacity limits: durable, expiring, every denial names a fix."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+
+def test_a_drain_holds_starts_and_expires_by_itself(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write("web")
+    out = rc("drain", "--ttl", "3s", "--reason", "maintenance", check=0).out
+    assert f"node {rc.node} drained until" in out and "(maintenance)" in out
+    drain = json.loads((rc.state / "drain.json").read_text())
+    assert drain["reason"] == "maintenance" and "(pid " in drain["by"]
+    expires = datetime.fromisoformat(drain["until"])
+    assert "renewed" in rc("drain", "--ttl", "3s", "--reason", "maintenance", check=0).out
+
+    rc.once(check=1)  # Pending: --once says so
+    message = rc.record("web")["message"]
+    assert (
+        message.startswith(f"node drained by {drain['by']} until ") and "(maintenance)" in message
+    )
+    assert message.endswith("run `reconcile uncordon` or wait")
+    assert rc.pids() == set()
+    status = rc("status", check=0)
+    assert "is drained by" in status.err and "`reconcile uncordon` ends it" in status.err
+
+    # Nobody uncordons: once the TTL is over, the next pass starts it.
+    rc.wait_for(lambda: time.time() > expires.timestamp(), timeout=10, what="the TTL")
+    rc.converge()
+    assert rc.record("web")["phase"] == "Ready"
+    assert "is drained" not in rc("status", check=0).err
+    rc.down()
+
+
+def test_evict_stops_engines_now_and_uncordon_lets_them_back(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write("web")
+    rc.converge()
+    pid = rc.record("web")["ref"]["pid"]
+    out = rc("drain", "--evict", "--reason", "swap GPU", check=0).out
+    assert "evicted web" in out
+    rc.wait_gone(pid)
+    assert rc.record("web") is None  # the lease is released at once
+    rc.once(check=1)
+    assert "(swap GPU)" in rc.record("web")["message"] and rc.pids() == set()
+
+    out = rc("uncordon", check=0).out
+    assert f"node {rc.node} uncordoned" in out and "swap GPU" in out
+    assert "was not drained" in rc("uncordon", check=0).out
+    rc.converge()
+    rc.down()
+
+
+def test_bad_ttl_is_a_usage_error(reconcile: Any) -> None:
+    result = reconcile("drain", "--ttl", "soon", check=64)
+    assert "--ttl" in result.err and "30s, 5m, 1h" in result.err
+
+
+def test_max_instances_node_wide_and_per_kind(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write("a", basePort=rc.port)
+    rc.write("b", basePort=rc.port + 2)
+    rc("--once", "--max-instances", "1", check=1)
+    pending = rc.record("b")
+    assert rc.record("a")["phase"] in ("Starting", "Ready") and pending["phase"] == "Pending"
+    assert pending["message"].startswith("node limit maxInstances=1 reached (running: a)")
+    assert "--max-instances" in pending["message"] and "remove a manifest" in pending["message"]
+    assert "maxInstances 1" in rc("devices", "--max-instances", "1", check=0).out
+    rc.down()
+
+    # Per kind, from the node config file in the state dir.
+    (rc.manifests / "a.yaml").unlink()
+    (rc.manifests / "b.yaml").unlink()
+    gpu = {"count": 1, "kind": "nvidia"}
+    rc.write("g1", basePort=rc.port, devices=gpu)
+    rc.write("g2", basePort=rc.port + 2, devices=gpu)
+    rc.write("cpu-only", basePort=rc.port + 4)
+    (rc.state / "node.yaml").write_text("maxInstancesPerKind: {nvidia: 1}\n")
+    rc.once(check=1)
+    assert rc.record("g1")["devices"] == ["nvidia:0"] and rc.record("cpu-only")["port"]
+    message = rc.record("g2")["message"]
+    assert message.startswith("node limit maxInstances nvidia=1 reached (held by g1)")
+    rc.down()
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("maxInstances: many\n", "node.yaml:1: maxInstances"),
+        ("maxInstancesPerKind: {tpu: 1}\n", "node.yaml:1: maxInstancesPerKind.tpu"),
+        ("maxInstanses: 2\n", "node.yaml:1: maxInstanses: unknown setting"),
+        ("maxInstances: [\n", "node.yaml:2: invalid YAML"),
+    ],
+)
+def test_a_bad_node_config_names_file_line_and_field(reconcile: Any, text: str, where: str) -> None:
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(text)
+    result = reconcile("--once", check=1)
+    assert where in result.err and result.err.startswith("reconcile: ")
+
+
+def test_a_bad_max_instances_flag_says_how(reconcile: Any) -> None:
+    result = reconcile("--once", "--max-instances", "gpu=2", check=1)
+    assert "example: 8,nvidia=2" in result.err

@@ -1,0 +1,79 @@
+"""`reconcile plan`: every class of change, with its reason, in text and JSON, on real engines.
+
+Then the pass applies it: the in-place change keeps the engine (same pid), the replace
+names the field that forced it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def test_plan_classifies_every_change_and_the_pass_does_exactly_that(reconcile: Any) -> None:
+    rc = reconcile
+    for offset, name in enumerate(("tuned", "moved", "gone", "steady")):
+        rc.write(name, basePort=rc.port + 2 * offset)
+    rc.converge()
+    pids = {name: rc.record(name)["ref"]["pid"] for name in ("tuned", "moved", "steady")}
+
+    slower = {"httpGet": {"path": "/health"}, "deadlineSeconds": 40, "periodSeconds": 0.5}
+    rc.write("tuned", basePort=rc.port, readiness=slower, stopGracePeriodSeconds=3)
+    rc.write("moved", basePort=rc.port + 2, command=rc.demo_command(model="other"))
+    (rc.manifests / "gone.yaml").unlink()
+    rc.write("fresh", basePort=rc.port + 8)
+    rc.write("huge", devices={"count": 5, "kind": "nvidia"})
+
+    doc = rc("plan", "-o", "json", check=2).json()
+    by = {c["name"]: c for c in doc["changes"]}
+    assert {n: c["change"] for n, c in by.items()} == {
+        "fresh": "create",
+        "tuned": "in-place",
+        "moved": "replace",
+        "gone": "destroy",
+        "huge": "wait",
+    }
+    assert by["tuned"]["fields"] == [
+        "spec.readiness.deadlineSeconds",
+        "spec.readiness.periodSeconds",
+        "spec.stopGracePeriodSeconds",
+    ]
+    assert by["moved"]["fields"] == ["spec.command"]
+    assert "manifest removed" in by["gone"]["reason"] and "new deployment" in by["fresh"]["reason"]
+    assert "needs 5 nvidia devices" in by["huge"]["reason"]
+    assert "remove a manifest or lower devices.count" in by["huge"]["reason"]
+    assert doc["unchanged"] == [{"name": "steady", "phase": "Ready"}]
+    assert doc["in_sync"] is False and doc["errors"] == []
+    assert doc["summary"]["create"] == 1 and doc["summary"]["unchanged"] == 1
+
+    text = rc("plan", check=2).out
+    lines = {
+        t[1]: line for line in text.splitlines() if (t := line.split())[:1] and t[0] in SYMBOLS
+    }
+    assert lines["fresh"].lstrip().startswith("+ fresh") and "create" in lines["fresh"]
+    assert lines["moved"].lstrip().startswith("-/+ moved")
+    assert "forces replacement: spec.command" in lines["moved"]
+    assert lines["tuned"].lstrip().startswith("~ tuned") and "in-place" in lines["tuned"]
+    assert lines["gone"].lstrip().startswith("- gone") and "destroy" in lines["gone"]
+    assert lines["huge"].lstrip().startswith("! huge")
+    assert "unchanged" in next(line for line in text.splitlines() if "steady" in line)
+    assert "Plan: 1 to create, 1 to update in place, 1 to replace, 1 to destroy" in text
+
+    rc.once(check=1)  # huge stays Pending: exit 1
+    assert rc.record("tuned")["ref"]["pid"] == pids["tuned"]  # updated in place, not restarted
+    assert rc.record("tuned")["grace_seconds"] == 3
+    assert rc.record("tuned")["probe"]["period_seconds"] == 0.5
+    assert rc.record("steady")["ref"]["pid"] == pids["steady"]
+    assert rc.record("gone") is None and rc.record("huge")["phase"] == "Pending"
+    assert any(e["action"] == "update" for e in rc.events("tuned"))
+    assert any(e["action"] == "replace" for e in rc.events("moved"))
+
+    (rc.manifests / "huge.yaml").unlink()
+    rc.converge()
+    assert rc.record("moved")["ref"]["pid"] != pids["moved"]
+    in_sync = rc("plan", "-o", "json", check=0).json()
+    assert in_sync["in_sync"] is True and in_sync["changes"] == []
+    assert "In sync" in rc("plan", check=0).out
+    rc.down()
+
+
+SYMBOLS = {"+", "~", "-/+", "-", "!", "↻"}
