@@ -230,15 +230,15 @@ def test_a_spec_the_recipe_refuses_at_placement_is_pending_not_a_crash(reconcile
 
 def test_options_before_or_after_the_verb(reconcile: Any) -> None:
     reconcile.write("web")
-    reconcile.converge()
+    reconcile.once()
     common = ["--state-dir", str(reconcile.state), "--node", reconcile.node,
               "--devices", reconcile.devices, "-f", str(reconcile.manifests)]  # fmt: skip
     after = reconcile("status", "-o", "json", *common, common=False, check=0).json()
     before = reconcile(*common, "-o", "json", "status", common=False, check=0).json()
     mixed = reconcile(*common[:2], "status", *common[2:], "-o", "json", common=False, check=0)
     assert after == before == mixed.json() and after[0]["name"] == "web"
-    reconcile(*common, "plan", common=False, check=0)
-    reconcile("plan", *common, common=False, check=0)
+    before_plan = reconcile(*common, "plan", "-o", "json", common=False).out
+    assert before_plan == reconcile("plan", "-o", "json", *common, common=False).out
     reconcile.down()
 
 
