@@ -1,0 +1,119 @@
+"""Metrics: the textfile after each pass and the daemon's /metrics, read back with the
+Prometheus text parser (prometheus_client.parser).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from controller.inventory import Inventory
+from controller.metrics import escape, render
+from controller.state import Phase, Record
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(found: dict[Any, float], name: str, **labels: str) -> float:
+    return found[(name, tuple(sorted(labels.items())))]
+
+
+def test_metrics_file_after_each_pass(reconcile: Any) -> None:
+    rc = reconcile
+    prom = rc.tmp / "textfile" / "reconcile.prom"
+    prom.parent.mkdir()
+    rc.write("web", devices={"count": 1, "kind": "nvidia"})
+    rc.write("huge", devices={"count": 3, "kind": "nvidia"}, basePort=rc.port + 4)
+    before = time.time()
+    rc("--once", "--metrics-file", str(prom), check=1)  # huge cannot be placed
+    found = samples(prom.read_text())
+    assert value(found, "reconcile_deployments", phase="Pending") == 1
+    assert sum(value(found, "reconcile_deployments", phase=str(p)) for p in Phase) == 2
+    assert value(found, "reconcile_deployment_phase", deployment="huge", phase="Pending") == 1
+    assert value(found, "reconcile_deployment_restarts", deployment="web") == 0
+    assert value(found, "reconcile_devices", kind="nvidia", state="held") == 1
+    assert value(found, "reconcile_devices", kind="nvidia", state="free") == 1
+    assert value(found, "reconcile_last_pass_ok") == 0
+    assert value(found, "reconcile_pass_duration_seconds") > 0
+    assert value(found, "reconcile_last_pass_timestamp_seconds") >= before - 1
+    assert ("reconcile_last_successful_pass_timestamp_seconds", ()) not in found  # never yet
+    assert value(found, "reconcile_info", node=rc.node, revision="") == 1
+    assert oct(prom.stat().st_mode & 0o777) == "0o644"  # node_exporter runs as another user
+    assert [p.name for p in prom.parent.iterdir()] == ["reconcile.prom"]  # no temp files left
+
+    (rc.manifests / "huge.yaml").unlink()
+    rc("--once", "--wait", "--timeout", "30s", "--metrics-file", str(prom), check=0)
+    ok_at = value(samples(prom.read_text()), "reconcile_last_successful_pass_timestamp_seconds")
+    assert ok_at >= before - 1
+
+    rc.write("bad", command="not a list")  # invalid: the pass fails, the last success stays
+    rc("--once", "--metrics-file", str(prom), check=1)
+    found = samples(prom.read_text())
+    assert (
+        value(found, "reconcile_manifest_errors") == 1
+        and value(found, "reconcile_last_pass_ok") == 0
+    )
+    assert value(found, "reconcile_last_successful_pass_timestamp_seconds") == ok_at
+    assert value(found, "reconcile_deployment_ready", deployment="web") == 1
+    rc.down()
+
+
+def test_daemon_serves_metrics(reconcile: Any) -> None:
+    rc = reconcile
+    port = rc.port + 10
+    daemon = rc.popen("--metrics-port", f"127.0.0.1:{port}", "--resync", "1s")
+
+    def scrape() -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+                body: str = r.read().decode()
+                return body if "reconcile_pass_duration_seconds" in body else None
+        except OSError:
+            return None
+
+    text = rc.wait_for(scrape, timeout=30, what="/metrics")
+    assert value(samples(text), "reconcile_deployments", phase="Ready") == 0
+    assert daemon.poll() is None
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=2)
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 404
+    daemon.terminate()
+    daemon.wait(timeout=30)
+
+
+def test_metrics_port_is_for_the_daemon(reconcile: Any) -> None:
+    result = reconcile("--once", "--metrics-port", "9", check=64)
+    assert "--metrics-file" in result.err
+    assert "HOST:PORT" in reconcile("--once", "--metrics-port", "x:y", check=1).err
+
+
+def test_label_values_are_escaped_for_the_parser(tmp_path: Path) -> None:
+    rec = Record(name="web", owner="o", node="n", phase=Phase.READY)
+    text = render(
+        records=[rec],
+        inventory=Inventory(),
+        node='odd "node"\\with\nnewline',
+        revision="abc",
+        seconds=0.5,
+        ok=True,
+        now=1.5,
+        last_ok=1.5,
+        manifest_errors=0,
+        drained=False,
+    )
+    found = samples(text)
+    assert value(found, "reconcile_info", node='odd "node"\\with\nnewline', revision="abc") == 1
+    assert escape('a"b') == 'a\\"b'
