@@ -7,6 +7,7 @@ path is reported in ``broken_sources`` and the pass leaves those records alone.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -135,7 +136,7 @@ class _Converter:
     def __init__(self) -> None:
         self.lines: dict[Path_, int] = {}
         self.nodes = 0
-        self._constructor = yaml.SafeLoader("")
+        self._constructor = SafeConstructor()  # scalars only: no stream, no parser
 
     def convert(self, node: yaml.Node, path: Path_ = (), depth: int = 0) -> Any:
         self.nodes += 1
@@ -201,7 +202,12 @@ def _validation_errors(
 
 def _read(path: Path, strict: bool = False) -> bytes:
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path.resolve(), flags)  # resolve(): a symlink to a file is fine
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        fd = os.open(path.resolve(), flags)  # resolve(): a symlink to a file is fine
     try:
         info = os.fstat(fd)
         if strict:  # as root: the file we opened, not a path someone could swap
