@@ -15,6 +15,8 @@ from controller.specs import DeploymentSpec
 
 DEFAULT_BASE_PORT = 8000
 MAX_PORT = 65535
+INTERNAL_BASE = 40000  # engines' internal ports (VLLM_PORT, TGI's master port...)
+INTERNAL_BLOCK = 8
 
 
 @dataclass(frozen=True)
@@ -107,22 +109,40 @@ def _no_capacity(spec: DeploymentSpec, usable: list[Device], ledger: Ledger) -> 
 
 
 def place_ports(spec: DeploymentSpec, extra: int, ledger: Ledger) -> tuple[int, ...] | Unplaced:
+    """The API port (exact, or scanning up from basePort), then ``extra`` internal ports."""
     if spec.port is not None:
         why = ledger.port_taken(spec.port)
         if why:
             return Unplaced(f"port {spec.port} is {why}: free it or choose another port")
-        chosen = [spec.port]
-        start = spec.port + 1
+        main = spec.port
     else:
-        chosen = []
         start = spec.base_port or DEFAULT_BASE_PORT
-    port = start
-    while len(chosen) < 1 + extra and port <= MAX_PORT:
-        if ledger.port_taken(port) is None:
-            chosen.append(port)
-        port += 1
-    if len(chosen) < 1 + extra:
-        return Unplaced(f"no free port from {start} to {MAX_PORT}")
+        found = next((p for p in range(start, MAX_PORT + 1) if ledger.port_taken(p) is None), None)
+        if found is None:
+            return Unplaced(f"no free port from {start} to {MAX_PORT}")
+        main = found
+    internal = _internal_ports(extra, ledger)
+    if isinstance(internal, Unplaced):
+        return internal
+    return (main, *internal)
+
+
+def _internal_ports(extra: int, ledger: Ledger) -> tuple[int, ...] | Unplaced:
+    """Engines' internal ports, one aligned block each, away from the API ports.
+
+    Engines scan upward from the port they are given when it is busy (vLLM's
+    VLLM_PORT does), so each gets the first port of a free block of INTERNAL_BLOCK
+    and the whole block is kept clear of foreign listeners and other instances.
+    """
+    chosen: list[int] = []
+    for first in range(INTERNAL_BASE, MAX_PORT - INTERNAL_BLOCK + 2, INTERNAL_BLOCK):
+        if len(chosen) == extra:
+            break
+        block = range(first, first + INTERNAL_BLOCK)
+        if all(ledger.port_taken(p) is None for p in block):
+            chosen.append(first)
+    if len(chosen) < extra:
+        return Unplaced(f"no free internal port block from {INTERNAL_BASE} to {MAX_PORT}")
     return tuple(chosen)
 
 

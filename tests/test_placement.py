@@ -8,6 +8,8 @@ import pytest
 from strategies import deployment, inventory
 
 from controller.placement import (
+    INTERNAL_BASE,
+    INTERNAL_BLOCK,
     MAX_PORT,
     Ledger,
     Placed,
@@ -129,10 +131,18 @@ def test_default_base_port_is_8000() -> None:
     assert place_ports(spec(), 0, Ledger()) == (8000,)
 
 
-def test_extra_ports_are_distinct_and_free() -> None:
-    ledger = Ledger(ports={9001: "a"})
-    assert place_ports(spec(basePort=9000), 2, ledger) == (9000, 9002, 9003)
-    assert place_ports(spec(port=9000), 1, ledger) == (9000, 9002)
+def test_extra_ports_are_aligned_blocks_away_from_api_ports() -> None:
+    # Internal ports come from their own range, one block each, so an engine that
+    # scans upward from its internal port never walks into another's API port.
+    ledger = Ledger(ports={9001: "a", INTERNAL_BASE: "b"})
+    first, second = INTERNAL_BASE + INTERNAL_BLOCK, INTERNAL_BASE + 2 * INTERNAL_BLOCK
+    assert place_ports(spec(basePort=9000), 2, ledger) == (9000, first, second)
+    assert place_ports(spec(port=9000), 1, ledger) == (9000, first)
+
+
+def test_a_foreign_listener_anywhere_in_a_block_skips_the_block() -> None:
+    ledger = Ledger(listening=frozenset({INTERNAL_BASE + 5}))
+    assert place_ports(spec(), 1, ledger) == (8000, INTERNAL_BASE + INTERNAL_BLOCK)
 
 
 def test_no_free_port_left() -> None:
