@@ -153,6 +153,7 @@ class Reconciler:
         result = PassResult(errors=list(loaded.errors), owner=self.config.owner)
         result.names = set(loaded.entries)
         result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
+        settled: Observed | None = None  # the last round's view, when it changed nothing
         for _ in range(MAX_ROUNDS):
             if self.interrupted():
                 break  # the daemon is stopping: the round in flight was finished
@@ -163,7 +164,11 @@ class Reconciler:
             )
             actions = self.plan(desired, observed)
             if not self._execute(actions, observed, result):
+                settled = observed
                 break
+        if settled is not None:  # nothing written since it read them (the pass lock is ours)
+            result.records = {name: view.record for name, view in settled.records.items()}
+            return result
         final = self.store.load()
         _add_problems(result, final.problems)
         result.records = final.records

@@ -247,11 +247,12 @@ def _parse(pid: int, env: bytes, prefix: bytes) -> MarkedProcess | None:
         if item.startswith(prefix):
             rest = item[len(prefix) :].decode(errors="replace")
             name, _, nonce = rest.partition("/")
-            ref = identity(pid)
-            if ref is None or not nonce:
+            if not nonce:
                 return None
-            with contextlib.suppress(psutil.Error):
-                return MarkedProcess(ref, name, nonce, psutil.Process(pid).ppid())
+            with contextlib.suppress(psutil.Error):  # one handle: identity and parent
+                proc = psutil.Process(pid)
+                ref = ProcessRef(pid=pid, start_time=proc.create_time())
+                return MarkedProcess(ref, name, nonce, proc.ppid())
     return None
 
 
