@@ -20,6 +20,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benchmarks import common
 from benchmarks.common import HERE, Row, engine_startup_ms
 from benchmarks.report import machine, render_table, write_results
 
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = args.out / stamp
     out.mkdir(parents=True, exist_ok=True)
+    common.raw_dir = out / "logs"
     rows: list[Row] = []
     timings: dict[str, float] = {}
     plan = _plan(args.quick)

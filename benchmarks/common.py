@@ -90,6 +90,19 @@ class Row:
 # -- workspaces ---------------------------------------------------------------------------
 
 _counter = 0
+KEEP = ("daemon.log", "exec.log", "supervisord.log", "cli.log")
+raw_dir: Path | None = None  # where workspaces leave their logs (set by __main__)
+
+
+def keep_logs(root: Path, tag: str) -> None:
+    """Copy a workspace's logs into the raw output folder before it is removed."""
+    if raw_dir is None:
+        return
+    target = raw_dir / tag
+    for name in KEEP:
+        if (root / name).exists():
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy(root / name, target / name)
 
 
 @dataclass
@@ -142,6 +155,7 @@ def workspace(tag: str) -> Iterator[Workspace]:
         yield ws
     finally:
         kill_marked(f"{ws.node}/")
+        keep_logs(root, f"{tag}-{_counter}")
         shutil.rmtree(root, ignore_errors=True)
 
 

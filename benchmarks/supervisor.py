@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from benchmarks import common
 from benchmarks.common import PYTHON, engine_argv, read_execs, stop, wait_for
 
 EXITED = re.compile(r"^(\S+ \S+) [A-Z]+ exited: (\S+) ")
@@ -140,4 +141,5 @@ def supervisor(tag: str) -> Iterator[Supervisor]:
     finally:
         sv.close()
         time.sleep(0.05)
+        common.keep_logs(root, f"supervisord-{tag}-{root.name.rsplit('-', 1)[-1]}")
         shutil.rmtree(root, ignore_errors=True)

@@ -75,10 +75,16 @@ class Daemon:
                 out.append(item)
         return out
 
-    def exit_logged(self, pid: int) -> float | None:
+    def exit_logged(self, pid: int, name: str, after: float) -> float | None:
+        """When the daemon first knew: its ``engine exited`` line, or a pass that found
+        the engine dead first (its ``fail`` action line), whichever came first."""
         for item in self.lines():
+            when = datetime.fromisoformat(str(item["timestamp"])).timestamp()
             if item.get("event") == "engine exited" and item.get("pid") == pid:
-                return datetime.fromisoformat(str(item["timestamp"])).timestamp()
+                return when
+            fail = item.get("action") == "fail" and item.get("deployment") == name
+            if fail and when >= after:
+                return when
         return None
 
     def record_phase(self, name: str) -> str | None:
@@ -103,18 +109,22 @@ def bench_reconcile(trials: int) -> dict[str, list[float]]:
                 closed = write_file(ws.manifests / f"{name}.yaml", text)
                 out["event"].append((_nth_exec(ws.exec_log, name, 1).t - closed) * 1000)
                 wait_for(lambda n=name: daemon.record_phase(n) == "Ready", TIMEOUT, f"{name} Ready")
-                time.sleep(0.05)
+                time.sleep(0.2)  # no pass in flight when the next trial starts
             for i in range(trials):
                 name = f"e{i:02d}"
                 old = _nth_exec(ws.exec_log, name, 1)
                 killed = time.time()
                 os.kill(old.pid, signal.SIGKILL)
                 new = _nth_exec(ws.exec_log, name, 2)
-                seen = wait_for(lambda p=old.pid: daemon.exit_logged(p), TIMEOUT, "exit logged")
+                seen = wait_for(
+                    lambda o=old, n=name, k=killed: daemon.exit_logged(o.pid, n, k),
+                    TIMEOUT,
+                    "exit logged",
+                )
                 out["detect"].append((seen - killed) * 1000)
                 out["respawn"].append((new.t - killed) * 1000)
                 wait_for(lambda n=name: daemon.record_phase(n) == "Ready", TIMEOUT, f"{name} Ready")
-                time.sleep(0.05)
+                time.sleep(0.2)  # no pass in flight when the next trial starts
             out["rss"].append(rss_mb(daemon.proc.pid))
         finally:
             stop(daemon.proc, signal.SIGTERM)
@@ -154,9 +164,15 @@ def bench_supervisord(trials: int) -> dict[str, list[float]]:
 
 
 def bench(trials: int, startup: list[float]) -> list[Row]:
+    """Exec times are the engine's first statement less its median start-up (the same
+    Popen -> first statement offset for both): when the engine was spawned."""
     ours = bench_reconcile(trials)
     have_sv = sv_mod.available()
     theirs = bench_supervisord(trials) if have_sv else {k: [] for k in ours}
+    offset = median(startup)
+    for figures in (ours, theirs):
+        for key in ("event", "respawn"):
+            figures[key] = [x - offset for x in figures[key]]
     alt = "supervisord" if have_sv else "supervisord (not installed: pip install -e '.[bench]')"
     section = "4. event → exec"
     sv_event_alt = "supervisord: conf.d file + `supervisorctl update`"
@@ -169,10 +185,9 @@ def bench(trials: int, startup: list[float]) -> list[Row]:
             and (not theirs["detect"] or median(ours["detect"]) <= median(theirs["detect"]))),
         Row(section, "(c) engine killed → new engine exec'd", "ms", ours["respawn"],
             theirs["respawn"], alt),
-        Row(section, "stand-in engine's own start-up (in every exec figure)", "ms", startup,
-            note="Popen -> the engine's first statement"),
-        Row("5. memory", "daemon RSS with 20 engines", "MB", ours["rss"], theirs["rss"], alt,
-            "≤ 50 MB and ≤ supervisord",
+        Row(section, "stand-in engine start-up (taken off the exec figures)", "ms", startup),
+        Row("5. memory", f"daemon RSS with {trials} engines", "MB", ours["rss"], theirs["rss"],
+            alt, "≤ 50 MB and ≤ supervisord",
             median(ours["rss"]) <= 50
             and (not theirs["rss"] or median(ours["rss"]) <= median(theirs["rss"]))),
     ]  # fmt: skip
