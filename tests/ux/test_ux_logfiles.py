@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from procs import wait_for
 
@@ -142,3 +143,36 @@ def test_rotate_all_rotates_only_big_logs(tmp_path: Path) -> None:
     (tmp_path / "b.log").write_bytes(b"x" * 10)
     assert logfiles.rotate_all(tmp_path, max_bytes=1024, keep=1) == [tmp_path / "a.log"]
     assert (tmp_path / "a.log.1").stat().st_size == 5000
+
+
+CHATTY = """
+import sys, time
+i = 0
+while True:
+    sys.stdout.write(f"chatty {i:08d} " + "y" * 100 + "\\n")
+    sys.stdout.flush()
+    i += 1
+    time.sleep(0.0005)
+"""
+
+
+def test_a_chatty_engine_is_rotated_by_the_pass(reconcile: Any) -> None:
+    rc = reconcile
+    rc.state.mkdir()
+    (rc.state / "node.yaml").write_text("logMaxBytes: 65536\nlogMaxFiles: 2\n")
+    never_ready = {"tcpSocket": {}, "deadlineSeconds": 60}
+    rc.write("chatty", command=["python3", "-c", CHATTY], readiness=never_ready)
+    rc.once()
+    log = rc.state / "instances" / "logs" / "chatty.log"
+    rc.wait_for(lambda: log.stat().st_size > 65536, what="the log to pass the bound")
+    rc.once()
+    assert (log.parent / "chatty.log.1").stat().st_size > 65536
+    rc.wait_for(lambda: log.stat().st_size > 65536, what="the bound again")
+    rc.once()
+    assert (log.parent / "chatty.log.2").exists() and not (log.parent / "chatty.log.3").exists()
+    last = rc("logs", "chatty", "--tail", "2", check=0).out.splitlines()
+    assert len(last) == 2 and all(line.startswith("chatty ") for line in last)
+    first = rc("logs", "chatty", check=0).out.splitlines()
+    numbers = [int(line.split()[1]) for line in first if line.startswith("chatty ")]
+    assert numbers == sorted(numbers)  # backups, oldest first, then the current file
+    rc.down()
