@@ -39,10 +39,10 @@ def _metrics_listen(args: argparse.Namespace) -> tuple[str, int]:
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    from controller import opverbs  # status, describe, logs, devices, drain, plan, schema
+    from controller import nodeverbs, opverbs  # status, describe, logs, plan... / drain...
 
     name = f"cmd_{(args.verb or 'run').replace('get', 'status')}"
-    handler = getattr(opverbs, name, None) or globals()[name]
+    handler = getattr(opverbs, name, None) or getattr(nodeverbs, name, None) or globals()[name]
     code: int = handler(args)
     return code
 

@@ -1,4 +1,4 @@
-"""The operator's verbs: status, describe, logs, devices, drain, uncordon, plan, schema.
+"""The operator's verbs: status, describe, logs, plan, schema (devices, drain: nodeverbs).
 
 Each only wires the configuration to a view and prints; exit codes come from cli.py.
 """
@@ -7,27 +7,25 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import getpass
 import json
 import os
-import socket
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from controller import logfiles
 from controller.cli import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.commands import config
-from controller.durations import format_age, parse_duration
+from controller.errors import ConfigError
 from controller.node import Config, read_drain
 from controller.records import RecordStore
-from controller.state import Phase, Record
-from controller.views import FORMATS, dump, table
+from controller.state import Drain
+from controller.views import FORMATS, dump
 
 
-def _fmt(args: argparse.Namespace, default: str, allowed: tuple[str, ...]) -> str | None:
+def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ...]) -> str | None:
     fmt: str = args.output or default
     if fmt not in allowed:
         print(f"reconcile: unknown output format {fmt!r} ({', '.join(allowed)})", file=sys.stderr)
@@ -46,7 +44,7 @@ def _problems(problems: list[object]) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     from controller.views import drain_line, status_item, status_table
 
-    fmt = _fmt(args, "table", FORMATS)
+    fmt = output_format(args, "table", FORMATS)
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args)
@@ -58,12 +56,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     if fmt in ("json", "yaml"):
         print(dump([status_item(r) for r in records], fmt))
     else:
-        banner = drain_line(cfg.node, read_drain(cfg.state_dir), datetime.now(UTC))
+        banner = drain_line(cfg.node, _drain_or_none(cfg), datetime.now(UTC))
         if banner:
             print(banner, file=sys.stderr)
         print(status_table(records, wide=fmt == "wide") if records else "No deployments.")
     _problems(list(snap.problems))
     return EXIT_OK
+
+
+def _drain_or_none(cfg: Config) -> Drain | None:
+    try:
+        return read_drain(cfg.state_dir)
+    except ConfigError as exc:  # status still shows the deployments
+        print(f"warning: {exc}", file=sys.stderr)
+        return None
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
@@ -131,145 +137,6 @@ def _flushing(out: BinaryIO) -> Callable[[bytes], None]:
     return write
 
 
-# -- devices ------------------------------------------------------------
-
-
-def cmd_devices(args: argparse.Namespace) -> int:
-    from controller import devices
-
-    fmt = _fmt(args, "table", FORMATS)
-    if fmt is None:
-        return EXIT_USAGE
-    cfg = config(args)
-    inventory = devices.resolve(cfg.devices)
-    records = sorted(RecordStore(cfg.state_dir).load().records.values(), key=lambda r: r.name)
-    holders: dict[str, list[str]] = {}
-    for rec in records:
-        for key in rec.devices if rec.holds else ():
-            holders.setdefault(key, []).append(rec.name)
-    items = [
-        {
-            "device": d.key,
-            "kind": d.kind,
-            "id": d.id,
-            "uuid": d.uuid,
-            "name": d.name,
-            "memory_total_mb": d.memory_total_mb,
-            "memory_free_mb": d.memory_free_mb,
-            "held_by": holders.get(d.key, []),
-        }
-        for d in inventory.devices
-    ]
-    ports = [
-        {"port": port, "held_by": rec.name, "phase": str(rec.phase)}
-        for rec in records
-        if rec.holds
-        for port in ((rec.port,) if rec.port else ()) + rec.extra_ports
-    ]
-    if fmt in ("json", "yaml"):
-        doc = {"node": cfg.node, "source": inventory.source, "devices": items, "ports": ports}
-        print(dump(doc, fmt))
-        return EXIT_OK
-    print(_devices_text(cfg, inventory.source, items, ports))
-    return EXIT_OK
-
-
-def _devices_text(
-    cfg: Config, source: str, items: list[dict[str, Any]], ports: list[dict[str, Any]]
-) -> str:
-    out = [f"Node {cfg.node}: {len(items)} device(s), inventory: {source}"]
-    if items:
-        rows = [["DEVICE", "KIND", "ID", "UUID", "NAME", "MEMORY", "HELD BY"]]
-        for d in items:
-            mem = f"{d['memory_total_mb']} MiB" if d["memory_total_mb"] else "-"
-            cells = [d["device"], d["kind"], d["id"], d["uuid"], d["name"], mem]
-            rows.append([str(c or "-") for c in cells] + [",".join(d["held_by"]) or "-"])
-        out += ["", table(rows)]
-    if ports:
-        rows = [["PORT", "HELD BY", "PHASE"]]
-        rows += [[str(p["port"]), str(p["held_by"]), str(p["phase"])] for p in ports]
-        out += ["", table(rows)]
-    if cfg.limits.max_instances is not None or cfg.limits.per_kind:
-        out += ["", f"Limits: maxInstances {cfg.limits.describe()}"]
-    return "\n".join(out)
-
-
-# -- drain / uncordon ------------------------------------------------------------
-
-
-def cmd_drain(args: argparse.Namespace) -> int:
-    from controller.node import write_drain
-    from controller.state import Drain
-
-    try:
-        ttl = parse_duration(args.ttl)
-    except ValueError as exc:
-        print(f"reconcile: --ttl: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    cfg = config(args)
-    RecordStore(cfg.state_dir).ensure()
-    before = read_drain(cfg.state_dir)
-    now = datetime.now(UTC)
-    until = now + timedelta(seconds=ttl)
-    drain = Drain(until=until, reason=args.reason, by=_who(), evict=args.evict)
-    write_drain(cfg.state_dir, drain)
-    verb = "renewed" if before is not None and before.active(now) else "drained"
-    print(
-        f"node {cfg.node} {verb} until {until.isoformat(timespec='seconds')} "
-        f"({format_age(ttl)}) by {drain.by}" + (f" ({args.reason})" if args.reason else "")
-    )
-    print("nothing new starts or restarts; `reconcile uncordon` ends it, or it expires")
-    if args.evict:
-        for name in _evict(cfg):
-            print(f"evicted {name}")
-    return EXIT_OK
-
-
-def _who() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()} (pid {os.getppid()})"
-
-
-def _evict(cfg: Config) -> list[str]:
-    """Stop every running engine on the node now, whoever owns it (kubectl drain)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from controller.actions import Stop
-    from controller.reconciler import Reconciler
-
-    reconciler = Reconciler(cfg)
-    with reconciler.pass_lock.hold(cfg.lock_timeout):
-        running = [r for r in reconciler.store.load().records.values() if _evictable(r)]
-        stops = [Stop(name=r.name, reason="evicted: node drained") for r in running]
-        if stops:
-            with ThreadPoolExecutor(max_workers=min(16, len(stops))) as pool:
-                list(pool.map(reconciler.executor.apply, stops))
-    return [s.name for s in stops]
-
-
-def _evictable(rec: Record) -> bool:
-    return rec.holds and rec.phase is not Phase.RESERVED
-
-
-def cmd_uncordon(args: argparse.Namespace) -> int:
-    from controller.node import clear_drain
-
-    cfg = config(args)
-    try:
-        before = read_drain(cfg.state_dir)
-    except Exception:  # an unreadable drain file: uncordon is how it gets cleared
-        before = None
-    if not clear_drain(cfg.state_dir):
-        print(f"node {cfg.node} was not drained")
-        return EXIT_OK
-    was = f" (drained by {before.by}: {before.reason or 'no reason given'})" if before else ""
-    print(f"node {cfg.node} uncordoned{was}; deployments start on the next pass")
-    return EXIT_OK
-
-
 # -- plan / schema ------------------------------------------------------------
 
 
@@ -278,7 +145,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from controller.manifests import load
     from controller.reconciler import Reconciler
 
-    fmt = _fmt(args, "text", ("text", "json"))
+    fmt = output_format(args, "text", ("text", "json"))
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args)
