@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import structlog
-
 from controller import failpoints, logfiles
 from controller.actions import (
     Action,
@@ -33,6 +31,7 @@ from controller.devices import wait_gpu_release
 from controller.errors import ReconcileError, SpawnError
 from controller.events import Journal
 from controller.inventory import Device, Inventory
+from controller.logs import get_logger
 from controller.plan import backoff
 from controller.records import RecordStore
 from controller.redact import redact_args
@@ -41,7 +40,7 @@ from controller.runtime import LocalRuntime
 from controller.specs import Entry, spec_document
 from controller.state import Phase, ProcessRef, Record
 
-log = structlog.get_logger("reconcile")
+log = get_logger("reconcile")
 
 # Inherited variables an engine must never see: they would undo the device fence
 # or make it look like another instance.

@@ -17,9 +17,8 @@ from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
-import structlog
-
 from controller.inventory import Inventory
+from controller.logs import get_logger
 from controller.node import Config, read_drain
 from controller.records import write_atomic
 from controller.state import Phase, Record
@@ -27,7 +26,7 @@ from controller.state import Phase, Record
 if TYPE_CHECKING:
     from controller.reconciler import PassResult
 
-log = structlog.get_logger("reconcile")
+log = get_logger("reconcile")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LAST_OK = "reconcile_last_successful_pass_timestamp_seconds"

@@ -16,8 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import structlog
-
 from controller import devices as devices_mod
 from controller import failpoints, gitrev, logfiles
 from controller.actions import Action, Conflict, Fail, Hold, Replace, Start, Stop
@@ -27,6 +25,7 @@ from controller.executor import Executor
 from controller.inventory import Inventory
 from controller.limits import kinds_of, only_kinds
 from controller.lock import FileLock
+from controller.logs import get_logger
 from controller.manifests import LoadResult, ManifestError, load
 from controller.node import Config, read_drain
 from controller.observe import observe
@@ -36,7 +35,7 @@ from controller.records import RecordProblem, RecordStore
 from controller.runtime import LocalRuntime, identity, port_bindable
 from controller.state import Observed, Phase, ProcessRef, Record
 
-log = structlog.get_logger("reconcile")
+log = get_logger("reconcile")
 
 MAX_ROUNDS = 5
 # Actions that may wait out a grace period: run them concurrently.

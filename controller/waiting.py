@@ -16,10 +16,12 @@ from typing import TextIO
 import structlog
 
 from controller.durations import format_age
+from controller.logs import apply as apply_log_setup
+from controller.logs import get_logger
 from controller.reconciler import PassResult, Reconciler
 from controller.state import Phase, Record
 
-log = structlog.get_logger("reconcile")
+log = get_logger("reconcile")
 
 STUCK = (Phase.PENDING, Phase.FAILED)
 TICK = 0.25  # seconds between redraws on a terminal
@@ -133,6 +135,7 @@ class Live(Display):
         self.result: PassResult | None = None
         self.closed = False
         self.partial = ""
+        apply_log_setup()  # the CLI's set-up first (it waits for a first log line), ours on top
         structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=self))  # type: ignore[arg-type]
 
     # structlog's PrintLogger prints here: whole lines go above the block

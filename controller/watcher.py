@@ -21,13 +21,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
 
-import structlog
-
 from controller.actions import Conflict, Hold
 from controller.errors import ConfigError, LockTimeout, ReconcileError
 from controller.exits import FALLBACK_PERIOD, ExitWatch
 from controller.folders import FolderWatch
 from controller.lock import FileLock
+from controller.logs import get_logger
 from controller.node import Config
 from controller.notify import Notifier
 from controller.reconciler import PassResult, Reconciler
@@ -35,7 +34,7 @@ from controller.records import RecordStore
 from controller.state import Phase, ProcessRef, Record
 from controller.timers import Timers
 
-log = structlog.get_logger("reconcile")
+log = get_logger("reconcile")
 
 DEBOUNCE = 0.1  # seconds of quiet after a folder event before the pass
 SETTLE = 0.01  # ... after a file was closed, renamed or deleted: that change is whole
