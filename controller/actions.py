@@ -129,6 +129,14 @@ class Hold(Action):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Reject(Action):
+    """A deployment whose manifest was invalid from the start: a Pending record says why."""
+
+    verb = "reject"
+    change = "wait"
+
+
+@dataclass(frozen=True, kw_only=True)
 class MarkSpec(Action):
     """Flag a running deployment whose manifest broke (or was fixed)."""
 

@@ -22,6 +22,7 @@ from controller.actions import (
     MarkReady,
     MarkSpec,
     Reap,
+    Reject,
     Release,
     Restart,
     Stop,
@@ -353,6 +354,22 @@ class Executor:
         record = self.pending(action.entry, action.reason)
         if current is not None and _same_pending(current, record):
             return False
+        self.store.write(record)
+        self.event(action.name, action.verb, action.reason, "pending")
+        return True
+
+    def _reject(self, action: Reject) -> bool:
+        if self.store.read(action.name) is not None:
+            return False
+        record = Record(
+            name=action.name,
+            owner=self.owner,
+            node=self.node,
+            phase=Phase.PENDING,
+            spec_valid=False,
+            message=action.reason,
+            revision=self.revision,
+        )
         self.store.write(record)
         self.event(action.name, action.verb, action.reason, "pending")
         return True

@@ -21,6 +21,7 @@ from controller.actions import (
     MarkReady,
     MarkSpec,
     Reap,
+    Reject,
     Release,
     Replace,
     Restart,
@@ -53,6 +54,7 @@ ORDER: tuple[type[Action], ...] = (
     Restart,
     Start,
     Hold,
+    Reject,
     Conflict,
 )
 
@@ -115,13 +117,18 @@ class _Planner:
 
     def run(self) -> Iterator[Action]:
         yield from self._orphans()
-        names = set(self.desired.entries) | set(self.observed.records)
+        names = set(self.desired.entries) | set(self.observed.records) | set(self.desired.invalid)
         for name in sorted(names):
             entry = self.desired.entries.get(name)
             view = self.observed.records.get(name)
             if view is None:
-                if entry is not None and name not in self.observed.unreadable:
-                    yield self._start(entry, "new deployment")  # never over an unknown version
+                if name in self.observed.unreadable:
+                    continue  # never over an unknown version
+                if entry is not None:
+                    yield self._start(entry, "new deployment")
+                else:  # every deployment a pass has seen gets a record, so status shows it
+                    error = self.desired.invalid[name]
+                    yield Reject(name=name, reason=f"spec invalid (not started): {error}")
             elif view.record.owner != self.desired.owner:
                 yield from self._foreign(view, entry)
             else:
@@ -179,8 +186,7 @@ class _Planner:
                     exit=view.exit,
                 )
                 return
-            running = "engine left running" if view.alive else "engine not running"
-            message = f"spec invalid ({running}): {error}"
+            message = f"spec invalid ({_engine_state(view)}): {error}"
             if rec.spec_valid or rec.message != message:
                 yield MarkSpec(name=rec.name, reason=message, valid=False)
             return
@@ -350,6 +356,12 @@ def _ledger(observed: Observed) -> Ledger:
             ports = (rec.port, *rec.extra_ports) if rec.port is not None else rec.extra_ports
             held.append((rec.name, rec.devices, ports, rec.shareable))
     return ledger_from(held, observed.foreign_devices, observed.foreign_ports, observed.listening)
+
+
+def _engine_state(view: RecordView) -> str:
+    if view.alive:
+        return "engine left running"
+    return "not started" if view.record.phase is Phase.PENDING else "engine not running"
 
 
 def _leader(markers: tuple[MarkedProcess, ...]) -> MarkedProcess | None:

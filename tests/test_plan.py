@@ -37,6 +37,7 @@ from controller.actions import (
     MarkReady,
     MarkSpec,
     Reap,
+    Reject,
     Release,
     Replace,
     Restart,
@@ -480,6 +481,29 @@ CASES = [
             expect=((MarkSpec, "a", "spec invalid (engine not running): bad"),),
         ),
         id="mark-spec-invalid-engine-not-running",
+    ),
+    pytest.param(
+        Case(
+            desired(invalid={"a": "models.yaml:7: spec.port: bad"}),
+            expect=((Reject, "a", "spec invalid (not started): models.yaml:7: spec.port: bad"),),
+        ),
+        id="reject-invalid-from-the-start-gets-a-pending-record",
+    ),
+    pytest.param(
+        Case(
+            desired(invalid={"a": "bad"}),
+            observed(
+                view(
+                    record(
+                        "a",
+                        phase=Phase.PENDING,
+                        spec_valid=False,
+                        message="spec invalid (not started): bad",
+                    )
+                )
+            ),
+        ),
+        id="reject-is-not-repeated",
     ),
     pytest.param(
         Case(
