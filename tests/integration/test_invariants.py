@@ -471,7 +471,10 @@ def test_11_bad_input_gets_a_clear_error_and_disturbs_nothing(reconcile: Any) ->
     reconcile.once(check=1)
     status = reconcile.status()
     assert status["fine"]["phase"] in ("Starting", "Ready")  # nothing else is disturbed
-    assert "dup" not in status and "typed" not in status
+    for name in ("dup", "typed"):  # seen, so recorded: Pending, spec invalid, no engine
+        assert status[name]["phase"] == "Pending" and status[name]["pid"] is None
+        assert status[name]["spec_valid"] is False
+        assert status[name]["message"].startswith("spec invalid (not started): ")
     running = status["running"]
     assert running["pid"] == pid and alive(pid) and running["spec_valid"] is False
     assert f"{path}:" in running["message"] and "spec.stopGracePeriodSeconds" in running["message"]
