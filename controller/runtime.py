@@ -22,9 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
-from controller import failpoints
+from controller import failpoints, procstat
 from controller.errors import SpawnError
 from controller.procscan import EnvironScan
 from controller.state import MarkedProcess, ProcessRef
@@ -43,10 +41,8 @@ class Exit:
 
 
 def identity(pid: int) -> ProcessRef | None:
-    try:
-        return ProcessRef(pid=pid, start_time=psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
-        return None
+    st = procstat.stat(pid)
+    return None if st is None else ProcessRef(pid=pid, start_time=st.start_time)
 
 
 class LocalRuntime:
@@ -64,12 +60,10 @@ class LocalRuntime:
         if ref is None:
             return False
         self._reap(ref.pid)
-        try:
-            proc = psutil.Process(ref.pid)
-            same = abs(proc.create_time() - ref.start_time) <= START_TIME_TOLERANCE
-            return same and proc.status() != psutil.STATUS_ZOMBIE
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        st = procstat.stat(ref.pid)
+        if st is None or st.state == "Z":  # gone, or a zombie
             return False
+        return abs(st.start_time - ref.start_time) <= START_TIME_TOLERANCE
 
     def exit_of(self, ref: ProcessRef) -> Exit | None:
         """The exit status, known only for engines this process spawned."""
@@ -247,12 +241,12 @@ def _parse(pid: int, env: bytes, prefix: bytes) -> MarkedProcess | None:
         if item.startswith(prefix):
             rest = item[len(prefix) :].decode(errors="replace")
             name, _, nonce = rest.partition("/")
-            if not nonce:
+            st = procstat.stat(pid)
+            if st is None or not nonce:
                 return None
-            with contextlib.suppress(psutil.Error):  # one handle: identity and parent
-                proc = psutil.Process(pid)
-                ref = ProcessRef(pid=pid, start_time=proc.create_time())
-                return MarkedProcess(ref, name, nonce, proc.ppid())
+            return MarkedProcess(
+                ProcessRef(pid=pid, start_time=st.start_time), name, nonce, st.ppid
+            )
     return None
 
 
