@@ -50,7 +50,7 @@ def running(reconcile: Any) -> Any:
     rc.down()
 
 
-def test_status_and_devices_in_every_format(running: Any) -> None:
+def test_status_describe_devices_in_every_format(running: Any) -> None:
     rc = running
     table = rc("status", check=0).out.splitlines()
     assert table[0].split() == [*HEADER, "MESSAGE"]
@@ -82,11 +82,12 @@ def test_status_and_devices_in_every_format(running: Any) -> None:
     assert yaml.safe_load(rc("status", "-o", "yaml", check=0).out) == items
     assert rc("status", "web", "-o", "json", check=0).json() == [by["web"]]
     assert rc("status", "-o", "xml", check=64).err.count("table, wide, json, yaml") == 1
-    _devices_table_and_json(rc)  # one set of engines for both: keeps the suite fast
+    # One set of engines for all three verbs: keeps the suite fast.
+    _describe_redacts_and_keeps_the_cause_of_death(rc)
+    _devices_table_and_json(rc)
 
 
-def test_describe_redacts_and_keeps_the_cause_of_death(running: Any) -> None:
-    rc = running
+def _describe_redacts_and_keeps_the_cause_of_death(rc: Any) -> None:
     web = rc("describe", "web", check=0).out
     ours, engine_log = web.split("Log (last 20 lines")  # what the engine prints is its own
     assert "hf_s3cr3t" not in web and "pw-hidden" not in ours
