@@ -97,6 +97,13 @@ def _no_capacity(spec: DeploymentSpec, usable: list[Device], ledger: Ledger) -> 
             f"needs {want.count} {kind}{plural}, the node has none{where}: "
             "check --devices / RECONCILE_DEVICES or lower devices.count"
         )
+    if len(usable) < want.count:  # never placeable here, whoever leaves
+        where = f" among candidates {list(want.candidates)}" if want.candidates else ""
+        return (
+            f"needs {want.count} {kind}{plural}, {free} free — the node has only "
+            f"{len(usable)}{where}: "
+            "lower devices.count or add devices (--devices / RECONCILE_DEVICES)"
+        )
     holders: dict[str, list[str]] = {}
     for d in usable:
         for holder, _ in ledger.devices.get(d.key, []):

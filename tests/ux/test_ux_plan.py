@@ -40,7 +40,7 @@ def test_plan_classifies_every_change_and_the_pass_does_exactly_that(reconcile: 
     assert by["moved"]["fields"] == ["spec.command"]
     assert "manifest removed" in by["gone"]["reason"] and "new deployment" in by["fresh"]["reason"]
     assert "needs 5 nvidia devices" in by["huge"]["reason"]
-    assert "remove a manifest or lower devices.count" in by["huge"]["reason"]
+    assert "the node has only 2: lower devices.count or add devices" in by["huge"]["reason"]
     assert doc["unchanged"] == [{"name": "steady", "phase": "Ready"}]
     assert doc["in_sync"] is False and doc["errors"] == []
     assert doc["summary"]["create"] == 1 and doc["summary"]["unchanged"] == 1
