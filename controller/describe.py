@@ -98,6 +98,8 @@ def _devices(rec: Record) -> str:
 
 
 def _readiness(rec: Record, now: datetime) -> str:
+    if rec.phase is Phase.PENDING:
+        return "-"  # decided when it is placed (the recipe's probe, or the spec's)
     probe = rec.probe
     checks = [f"GET {path}" for path, _ in probe.http] or (["tcp connect"] if probe.tcp else [])
     text = (
