@@ -33,10 +33,10 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
     if quick:
         return {
             "startup": lambda: startup.bench(3),
-            "steady": lambda: steady.bench([0, 2, 4, 8], 2)[0],
-            "lock": lambda: lockbench.bench(2, 20, 1),
-            "watch": lambda: watch.bench(2, engine_startup_ms(2)),
-            "cold": lambda: coldstart.bench(2, 1),
+            "steady": lambda: steady.bench([0, 1, 2, 3], 1)[0],
+            "lock": lambda: lockbench.bench(2, 10, 1),
+            "watch": lambda: watch.bench(1, engine_startup_ms(2)),
+            "cold": lambda: coldstart.bench(1, 1),
         }
     return {
         "startup": lambda: startup.bench(30),

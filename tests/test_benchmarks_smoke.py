@@ -1,0 +1,48 @@
+"""The benchmark command runs end to end with tiny N (``python -m benchmarks --quick``).
+
+No timings are asserted (the machine is noisy): speed lives in ``benchmarks/``. Budget:
+~20 s. The benchmarks clean up after themselves (engines by their node's marker,
+supervisord by SIGTERM), so the run must leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SECTIONS = (
+    "1. start-up",
+    "2. steady pass",
+    "3. placement lock",
+    "4. event → exec",
+    "5. memory",
+    "6. cold start",
+)
+
+
+def test_the_benchmark_command_runs_with_tiny_n(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    table = proc.stdout
+    for section in SECTIONS:
+        assert f"| {section} |" in table, table
+    (run,) = tmp_path.iterdir()
+    data = json.loads((run / "results.json").read_text())
+    assert data["quick"] is True
+    assert {row["section"] for row in data["rows"]} == set(SECTIONS)
+    assert all(row["ours"] for row in data["rows"]), data["rows"]
+    assert (run / "logs").is_dir()  # the daemon's and supervisord's logs are kept
+    assert (
+        not (REPO / "benchmarks" / "RESULTS.md").exists()
+        or "quick" not in (REPO / "benchmarks" / "RESULTS.md").read_text()
+    )
