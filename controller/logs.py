@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
 
 _pending: tuple[int, bool | None] | None = None
+_lock = threading.Lock()
 
 
 def configure(verbosity: int = 0, *, json: bool | None = None) -> None:
@@ -28,12 +30,20 @@ def configure(verbosity: int = 0, *, json: bool | None = None) -> None:
 
 
 def apply() -> None:
-    """Configure structlog now, if :func:`configure` is waiting to."""
+    """Configure structlog now, if :func:`configure` is waiting to.
+
+    Teardown threads may log their first lines at once: the lock makes every one
+    of them wait until the configuration is in place (else structlog's default,
+    which prints to stdout, would get a line in).
+    """
     global _pending
-    if _pending is None:
-        return
-    verbosity, json = _pending
-    _pending = None
+    with _lock:
+        if _pending is not None:
+            _configure(*_pending)
+            _pending = None
+
+
+def _configure(verbosity: int, json: bool | None) -> None:
     import structlog
 
     level = logging.INFO - 10 * verbosity
