@@ -23,7 +23,7 @@ from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
 from controller import security
-from controller.specs import DNS1123, Deployment, Entry, spec_hash
+from controller.specs import Deployment, Entry, is_dns1123, spec_hash
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a manifest is a few hundred bytes
 MAX_NODES = 20_000  # alias expansion counts: a YAML "billion laughs" stops here
@@ -304,7 +304,7 @@ def _load_document(
         return
     meta = value.get("metadata")
     raw_name = meta.get("name") if isinstance(meta, dict) else None
-    name = raw_name if isinstance(raw_name, str) and DNS1123.match(raw_name) else None
+    name = raw_name if is_dns1123(raw_name) else None
     try:
         deployment = Deployment.model_validate(value)
     except ValidationError as exc:

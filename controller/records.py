@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from controller import failpoints, security
 from controller.errors import RecordError
-from controller.specs import DNS1123
+from controller.specs import is_dns1123
 from controller.state import VERSION, Record
 
 
@@ -45,7 +45,7 @@ class Snapshot:
 
 def check_name(name: str) -> str:
     """Invariant 9: only DNS-1123 labels ever become file names in the state dir."""
-    if not DNS1123.match(name) or len(name) > 63:
+    if not is_dns1123(name):
         raise RecordError(f"refusing unsafe deployment name {name!r}")
     return name
 

@@ -15,7 +15,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def is_dns1123(name: object) -> bool:
+    """A DNS-1123 label: the only names that ever become file names (invariant 9)."""
+    return isinstance(name, str) and len(name) <= 63 and DNS1123.fullmatch(name) is not None
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices)\}")
 
@@ -54,7 +59,7 @@ class Metadata(Model):
     @field_validator("name")
     @classmethod
     def _dns1123(cls, name: str) -> str:
-        if not DNS1123.match(name):
+        if not is_dns1123(name):
             raise ValueError(
                 f"name {name!r} is not a DNS-1123 label: lower-case letters, digits "
                 "and '-', starting and ending with a letter or digit, at most 63 characters"
