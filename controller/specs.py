@@ -21,6 +21,8 @@ DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 def is_dns1123(name: object) -> bool:
     """A DNS-1123 label: the only names that ever become file names (invariant 9)."""
     return isinstance(name, str) and len(name) <= 63 and DNS1123.fullmatch(name) is not None
+
+
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices)\}")
 

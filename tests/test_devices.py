@@ -36,7 +36,7 @@ def test_static_inventory(text: str, keys: tuple[str, ...]) -> None:
     ],
 )
 def test_static_inventory_errors_say_how(text: str) -> None:
-    with pytest.raises(ConfigError, match="nvidia|twice"):
+    with pytest.raises(ConfigError, match=r"nvidia|twice"):
         parse_static(text)
 
 
