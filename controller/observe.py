@@ -68,9 +68,12 @@ def _view(
     exit_info = None
     if rec.ref is not None and not alive:
         status = runtime.exit_of(rec.ref)
+        now = datetime.now(UTC)
         if status is not None:
-            now = datetime.now(UTC)
             exit_info = ExitInfo(code=status.code, signal=status.signal, at=now)
+        elif rec.phase in (Phase.STARTING, Phase.READY):
+            # A cron pass is not the engine's parent: the code is lost, the exit is not.
+            exit_info = ExitInfo(at=now, reason="not our child: exit code unknown")
     return RecordView(
         record=rec,
         alive=alive,
