@@ -22,6 +22,7 @@ from pathlib import Path
 from benchmarks import common
 from benchmarks.common import PYTHON, engine_argv, read_execs, stop, wait_for
 
+LOG_RESOLUTION = 0.001  # seconds
 EXITED = re.compile(r"^(\S+ \S+) [A-Z]+ exited: (\S+) ")
 
 
@@ -111,7 +112,9 @@ class Supervisor:
                 m = EXITED.match(line)
                 if m:
                     when = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-                    out.setdefault(m.group(2), []).append(when)
+                    # supervisord truncates its log times to the millisecond ('%03d'):
+                    # the unbiased estimate of when it logged is half a millisecond on.
+                    out.setdefault(m.group(2), []).append(when + LOG_RESOLUTION / 2)
         return out
 
     def close(self) -> None:
