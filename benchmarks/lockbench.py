@@ -1,7 +1,8 @@
 """3. Placement lock: W processes x C reserve/release cycles against one state dir.
 
 A cycle is what a pass does: take the lock, read every record, pick a free device,
-write the reservation record, let go; then take the lock again and drop the record.
+write the reservation record (durably), let go; then release it: drop the record
+(outside the lock, as the reconciler's teardowns do).
 Under the lock each worker also counts double bookings (a device in two records):
 a correct lock leaves that count at zero.
 
@@ -15,6 +16,7 @@ that pid is dead, 25 ms sleep between tries).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -23,7 +25,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from benchmarks.common import PYTHON, REPO, Row
+from benchmarks.common import PYTHON, REPO, Row, p95
 
 RETRY_SLEEP = 0.025
 
@@ -74,6 +76,7 @@ def _alive(pid: int) -> bool:
 
 
 def worker(kind: str, state_dir: Path, me: int, cycles: int, devices: int) -> int:
+    """Prints one JSON line: double bookings counted and each acquisition's wait (ms)."""
     bare = kind.endswith("-bare")
     kind = kind.removesuffix("-bare")
     from controller.lock import FileLock
@@ -83,21 +86,23 @@ def worker(kind: str, state_dir: Path, me: int, cycles: int, devices: int) -> in
     store = RecordStore(state_dir)
     flock = FileLock(state_dir / "placement.lock", what="placement lock")
     excl = state_dir / "placement.excl"
+    waits: list[float] = []
 
-    def locked() -> contextlib.AbstractContextManager[None]:
-        return flock.hold(60) if kind == "flock" else excl_lock(excl)
+    @contextlib.contextmanager
+    def locked() -> Iterator[None]:
+        asked = time.perf_counter()
+        with flock.hold(60) if kind == "flock" else excl_lock(excl):
+            waits.append((time.perf_counter() - asked) * 1000)
+            yield
 
     double = 0
     inventory = [f"nvidia:{i}" for i in range(devices)]
     print("ready", flush=True)
     sys.stdin.readline()  # the start signal: start-up is not part of the measurement
-    if bare:  # the lock alone: nothing read or written while it is held
-        for _ in range(2 * cycles):
-            with locked():
-                pass
-        print(0)
-        return 0
     for i in range(cycles):
+        if bare:  # the lock alone: nothing read or written while it is held
+            with locked():
+                continue
         name = f"w{me}-{i}"
         with locked():
             held: list[str] = []
@@ -109,17 +114,16 @@ def worker(kind: str, state_dir: Path, me: int, cycles: int, devices: int) -> in
                 Record(name=name, owner="bench", node="bench", devices=(device,),
                        phase=Phase.RESERVED, port=30000 + me)
             )  # fmt: skip
-        with locked():
-            store.delete(name)
-    print(double)
+        store.delete(name)  # releasing needs no lock (the reconciler's stops take none)
+    print(json.dumps({"double": double, "waits": waits}))
     return 0
 
 
 # -- the benchmark ---------------------------------------------------------------------------
 
 
-def _run(kind: str, workers: int, cycles: int) -> tuple[float, int]:
-    """Reservations per second and double bookings counted."""
+def _run(kind: str, workers: int, cycles: int) -> tuple[float, int, list[float]]:
+    """Reservations per second, double bookings counted, every wait for the lock (ms)."""
     with tempfile.TemporaryDirectory(prefix=f"reconcile-bench-lock-{kind}-") as tmp:
         from controller.records import RecordStore
 
@@ -148,40 +152,54 @@ def _run(kind: str, workers: int, cycles: int) -> tuple[float, int]:
         took = time.perf_counter() - start
         if any(p.returncode for p in procs):
             raise RuntimeError(f"a {kind} lock worker failed: {[p.returncode for p in procs]}")
-        return workers * cycles / took, sum(int(out.split()[-1]) for out in outputs)
+        results = [json.loads(out.splitlines()[-1]) for out in outputs]
+        waits = [w for r in results for w in r["waits"]]
+        return workers * cycles / took, sum(r["double"] for r in results), waits
 
 
 def bench(workers: int, cycles: int, rounds: int) -> list[Row]:
-    ours: list[float] = []
-    seed: list[float] = []
-    bare: dict[str, list[float]] = {"flock-bare": [], "excl-bare": []}
+    rates: dict[str, list[float]] = {k: [] for k in ("flock", "excl", "flock-bare", "excl-bare")}
+    waits: dict[str, list[float]] = {k: [] for k in rates}
     doubles = 0
     for _ in range(rounds):
-        for kind, rates in (("flock", ours), ("excl", seed)):
-            rate, d = _run(kind, workers, cycles)
-            rates.append(rate)
-            doubles += d
-        for kind, rates in bare.items():
-            rates.append(_run(kind, workers, cycles)[0])
+        for kind in rates:
+            rate, double, waited = _run(kind, workers, cycles)
+            rates[kind].append(rate)
+            waits[kind] += waited
+            doubles += double
+    alt = "seed O_EXCL lock, 25 ms retry"
+    section = "3. placement lock"
     row = Row(
-        section="3. placement lock",
+        section=section,
         metric=f"reservations/s, {workers} procs x {cycles} cycles (double bookings: {doubles})",
         unit="/s",
-        ours=ours,
-        theirs=seed,
-        alt="seed O_EXCL lock, 25 ms retry",
+        ours=rates["flock"],
+        theirs=rates["excl"],
+        alt=alt,
         goal="≥ 20x, 0 double bookings",
     )
     row.met = row.ratio is not None and row.ratio >= 20 and doubles == 0
-    lock_alone = Row(
-        section="3. placement lock",
-        metric="the lock alone: cycles/s (two take/release each), nothing read or written",
-        unit="/s",
-        ours=bare["flock-bare"],
-        theirs=bare["excl-bare"],
-        alt="seed O_EXCL lock, 25 ms retry",
-    )
-    return [row, lock_alone]
+    return [
+        row,
+        _waits(section, "wait for the lock, per reservation", waits["flock"], waits["excl"], alt),
+        Row(section, "the lock alone: take/release pairs/s, nothing read or written", "/s",
+            rates["flock-bare"], rates["excl-bare"], alt),
+        _waits(section, "the lock alone: wait per take", waits["flock-bare"], waits["excl-bare"],
+               alt),
+    ]  # fmt: skip
+
+
+def _waits(section: str, what: str, ours: list[float], seed: list[float], alt: str) -> Row:
+    """Waits are about the tail: the ratio is of the p95s, the metric names p99 and max."""
+    p99 = f"p99 {_pct(ours, 99):.1f} vs {_pct(seed, 99):.1f}"
+    tail = f"{p99}, max {max(ours):.0f} vs {max(seed):.0f}"
+    ratio = p95(ours) / p95(seed) if p95(seed) > 0 else None
+    return Row(section, f"{what} ({tail}; ratio of p95s)", "ms", ours, seed, alt, ratio=ratio)
+
+
+def _pct(xs: list[float], pct: int) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, -(-pct * len(s) // 100) - 1))]
 
 
 if __name__ == "__main__":
