@@ -60,8 +60,13 @@ def render_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+NOTES = "<!-- notes below: written by hand, kept when a run rewrites the rest -->"
+
+
 def write_results(path: Path, table: str, seconds: float, stamp: str) -> None:
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    old = path.read_text() if path.exists() else ""
+    notes = NOTES + old.split(NOTES, 1)[1] if NOTES in old else f"{NOTES}\n"
     path.write_text(
         "# Benchmark results\n\n"
         f"- date: {date}\n"
@@ -70,5 +75,6 @@ def write_results(path: Path, table: str, seconds: float, stamp: str) -> None:
         f"- raw output: `benchmarks/out/{stamp}/` (not committed)\n\n"
         "Ratios are ours over the alternative (for a rate, higher is better; for a time,\n"
         "lower is). Medians and nearest-rank p95s over the trials of each line.\n\n"
-        f"{table}\n"
+        f"{table}\n\n"
+        f"{notes}"
     )
