@@ -32,6 +32,7 @@ STATE_MARKER = "RECONCILE_STATE"
 START_TIME_TOLERANCE = 0.05  # seconds; create_time() is exact to a clock tick
 SWEEP_TIMEOUT = 5.0
 POLL = 0.01
+ENVIRON_WAIT = 0.5  # seconds an empty /proc/<pid>/environ may mean "still exec'ing"
 
 
 @dataclass(frozen=True)
@@ -196,11 +197,19 @@ class LocalRuntime:
 
     def _carries(self, pid: int, nonce: str) -> bool:
         marker = f"{MARKER}={self.node}/".encode()
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                items = f.read().split(b"\0")
-        except OSError:
-            return False
+        # Right after spawn the environment can read empty for a moment: Popen returns
+        # once exec has begun, before the kernel lays out the new environment.
+        deadline = time.monotonic() + ENVIRON_WAIT
+        while True:
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    data = f.read()
+            except OSError:
+                return False
+            if data or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL)
+        items = data.split(b"\0")
         return any(i.startswith(marker) and i.endswith(f"/{nonce}".encode()) for i in items)
 
     def _signal_group(
