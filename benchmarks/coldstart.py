@@ -28,7 +28,7 @@ from benchmarks.common import (
 
 def _ours(count: int) -> float:
     with workspace("cold") as ws:
-        base = free_port_block(count + 10, 45000)
+        base = free_port_block(count + 10, 24000)
         for i in range(count):
             text = manifest(f"c{i:02d}", engine_argv(), base_port=base, readiness=HTTP_READY)
             (ws.manifests / f"c{i:02d}.yaml").write_text(text)
@@ -40,7 +40,7 @@ def _ours(count: int) -> float:
 
 def _supervisord(count: int) -> float:
     with sv_mod.supervisor("cold") as sv:
-        base = free_port_block(count + 10, 47000)
+        base = free_port_block(count + 10, 25000)
         ports = [base + i for i in range(count)]
         for i, port in enumerate(ports):
             sv.add(f"c{i:02d}", port)

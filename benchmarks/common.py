@@ -289,8 +289,11 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def free_port_block(count: int, start: int = 20000, stop_at: int = 60000) -> int:
-    """The first port of ``count`` consecutive ports nobody binds, scanning upward."""
+def free_port_block(count: int, start: int = 20000, stop_at: int = 32768) -> int:
+    """The first port of ``count`` consecutive ports nobody binds, scanning upward.
+
+    Below Linux's ephemeral range (32768+), so no outgoing connection takes one meanwhile.
+    """
     base = start
     while base + count < stop_at:
         bad = next((p for p in range(base, base + count) if not _bindable(p)), None)
@@ -357,7 +360,7 @@ def engine_startup_ms(trials: int = 10) -> list[float]:
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "exec.log"
-        port = free_port_block(1, 40000)
+        port = free_port_block(1, 26000)
         env = {**os.environ, "BENCH_EXEC_LOG": str(log), "BENCH_NAME": "probe"}
         for i in range(trials):
             t = time.time()

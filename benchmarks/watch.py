@@ -98,7 +98,7 @@ class Daemon:
 def bench_reconcile(trials: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"event": [], "detect": [], "respawn": [], "rss": []}
     with workspace("watch") as ws:
-        base = free_port_block(trials + 10, 41000)
+        base = free_port_block(trials + 10, 22000)
         daemon = Daemon(ws)
         try:
             wait_for(lambda: daemon.lines(), TIMEOUT, "the daemon's first log line", poll=0.02)
@@ -137,7 +137,7 @@ def bench_reconcile(trials: int) -> dict[str, list[float]]:
 def bench_supervisord(trials: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"event": [], "detect": [], "respawn": [], "rss": []}
     with sv_mod.supervisor("watch") as sv:
-        base = free_port_block(trials + 10, 43000)
+        base = free_port_block(trials + 10, 23000)
         sv.start()
         sv.wait_up()
         for i in range(trials):
