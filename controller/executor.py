@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from controller import failpoints, logfiles
@@ -31,15 +31,14 @@ from controller.actions import (
 from controller.devices import wait_gpu_release
 from controller.errors import ReconcileError, SpawnError
 from controller.events import Journal
-from controller.inventory import Device, Inventory
+from controller.leases import RecordMaker
 from controller.logs import get_logger
 from controller.plan import backoff
-from controller.records import RecordStore
 from controller.redact import redact_args
-from controller.render import Rendered, render
+from controller.render import Rendered
 from controller.runtime import LocalRuntime
 from controller.specs import Entry, spec_document
-from controller.state import Phase, ProcessRef, Record
+from controller.state import Phase, Record
 
 log = get_logger("reconcile")
 
@@ -48,16 +47,10 @@ log = get_logger("reconcile")
 SCRUBBED = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 
-@dataclass
-class Executor:
-    store: RecordStore
+@dataclass(kw_only=True)
+class Executor(RecordMaker):
     runtime: LocalRuntime
     journal: Journal
-    inventory: Inventory
-    owner: str
-    node: str
-    me: ProcessRef
-    revision: str | None = None
     log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
     log_keep: int = logfiles.DEFAULT_KEEP
 
@@ -69,83 +62,9 @@ class Executor:
         changed: bool = handler(action)
         return changed
 
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
     def event(self, name: str, action: str, reason: str, outcome: str, **extra: Any) -> None:
         log.info("action", deployment=name, action=action, reason=reason, outcome=outcome, **extra)
         self.journal.append(name, action, reason, outcome, **extra)
-
-    # -- records ------------------------------------------------------------------
-
-    def reservation(
-        self,
-        entry: Entry,
-        *,
-        devices: tuple[str, ...],
-        port: int,
-        extra_ports: tuple[int, ...],
-        restarts: int = 0,
-    ) -> Record:
-        """A record that leases devices and ports before anything is spawned."""
-        now = self.now()
-        rendered = self.render(entry, devices, port, extra_ports)
-        keyed = self.inventory.by_key()
-        return Record(
-            name=entry.name,
-            owner=self.owner,
-            source=entry.source,
-            spec_hash=entry.hash,
-            spec=spec_document(entry.deployment.spec),
-            node=self.node,
-            engine=entry.deployment.spec.engine,
-            nonce=secrets.token_hex(8),
-            reserved_by=self.me,
-            host=entry.deployment.spec.host,
-            port=port,
-            extra_ports=extra_ports,
-            devices=devices,
-            shareable=entry.deployment.spec.devices.shareable,
-            device_uuids=tuple(keyed[d].uuid if d in keyed else None for d in devices),
-            phase=Phase.RESERVED,
-            probe=rendered.probe,
-            stop_signal=rendered.stop_signal,
-            grace_seconds=rendered.grace_seconds,
-            restart_policy=entry.deployment.spec.restart_policy,
-            reserved_at=now,
-            ready_deadline_at=now + timedelta(seconds=rendered.deadline_seconds),
-            restarts=restarts,
-            revision=self.revision,
-        )
-
-    def pending(self, entry: Entry, reason: str) -> Record:
-        return Record(
-            name=entry.name,
-            owner=self.owner,
-            source=entry.source,
-            spec_hash=entry.hash,
-            spec=spec_document(entry.deployment.spec),
-            node=self.node,
-            engine=entry.deployment.spec.engine,
-            restart_policy=entry.deployment.spec.restart_policy,
-            phase=Phase.PENDING,
-            message=reason,
-            revision=self.revision,
-        )
-
-    def render(
-        self, entry: Entry, devices: tuple[str, ...], port: int, extra_ports: tuple[int, ...]
-    ) -> Rendered:
-        keyed = self.inventory.by_key()
-        chosen = tuple(keyed.get(d) or _device(d) for d in devices)
-        runtime_dir = self.store.state_dir / "run" / entry.name
-        return render(
-            entry,
-            devices=chosen,
-            port=port,
-            extra_ports=extra_ports,
-            runtime_dir=str(runtime_dir),
-        )
 
     # -- spawning -----------------------------------------------------------------
 
@@ -361,16 +280,7 @@ class Executor:
     def _reject(self, action: Reject) -> bool:
         if self.store.read(action.name) is not None:
             return False
-        record = Record(
-            name=action.name,
-            owner=self.owner,
-            node=self.node,
-            phase=Phase.PENDING,
-            spec_valid=False,
-            message=action.reason,
-            revision=self.revision,
-        )
-        self.store.write(record)
+        self.store.write(self.rejected(action.name, action.reason))
         self.event(action.name, action.verb, action.reason, "pending")
         return True
 
@@ -382,11 +292,6 @@ class Executor:
 def _same_pending(a: Record, b: Record) -> bool:
     keys = ("phase", "message", "spec_hash", "owner", "source")
     return all(getattr(a, k) == getattr(b, k) for k in keys)
-
-
-def _device(key: str) -> Device:
-    kind, _, ident = key.partition(":")
-    return Device(kind=kind, id=ident)
 
 
 def _engine_env(rendered: Rendered) -> dict[str, str]:

@@ -1,0 +1,116 @@
+"""Making records: the lease a reservation takes, Pending and rejected records.
+
+The executor writes these; building them (and rendering what the engine will
+run, whose probe, deadline and grace the record keeps) lives here.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from controller.inventory import Device, Inventory
+from controller.records import RecordStore
+from controller.render import Rendered, render
+from controller.specs import Entry, spec_document
+from controller.state import Phase, ProcessRef, Record
+
+
+@dataclass(kw_only=True)
+class RecordMaker:
+    store: RecordStore
+    inventory: Inventory
+    owner: str
+    node: str
+    me: ProcessRef  # the reservations' maker: this process
+    revision: str | None = None  # the manifests' git commit, when they are in a work tree
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def reservation(
+        self,
+        entry: Entry,
+        *,
+        devices: tuple[str, ...],
+        port: int,
+        extra_ports: tuple[int, ...],
+        restarts: int = 0,
+    ) -> Record:
+        """A record that leases devices and ports before anything is spawned."""
+        now = self.now()
+        rendered = self.render(entry, devices, port, extra_ports)
+        keyed = self.inventory.by_key()
+        return Record(
+            name=entry.name,
+            owner=self.owner,
+            source=entry.source,
+            spec_hash=entry.hash,
+            spec=spec_document(entry.deployment.spec),
+            node=self.node,
+            engine=entry.deployment.spec.engine,
+            nonce=secrets.token_hex(8),
+            reserved_by=self.me,
+            host=entry.deployment.spec.host,
+            port=port,
+            extra_ports=extra_ports,
+            devices=devices,
+            shareable=entry.deployment.spec.devices.shareable,
+            device_uuids=tuple(keyed[d].uuid if d in keyed else None for d in devices),
+            phase=Phase.RESERVED,
+            probe=rendered.probe,
+            stop_signal=rendered.stop_signal,
+            grace_seconds=rendered.grace_seconds,
+            restart_policy=entry.deployment.spec.restart_policy,
+            reserved_at=now,
+            ready_deadline_at=now + timedelta(seconds=rendered.deadline_seconds),
+            restarts=restarts,
+            revision=self.revision,
+        )
+
+    def pending(self, entry: Entry, reason: str) -> Record:
+        return Record(
+            name=entry.name,
+            owner=self.owner,
+            source=entry.source,
+            spec_hash=entry.hash,
+            spec=spec_document(entry.deployment.spec),
+            node=self.node,
+            engine=entry.deployment.spec.engine,
+            restart_policy=entry.deployment.spec.restart_policy,
+            phase=Phase.PENDING,
+            message=reason,
+            revision=self.revision,
+        )
+
+    def render(
+        self, entry: Entry, devices: tuple[str, ...], port: int, extra_ports: tuple[int, ...]
+    ) -> Rendered:
+        keyed = self.inventory.by_key()
+        chosen = tuple(keyed.get(d) or _device(d) for d in devices)
+        runtime_dir = self.store.state_dir / "run" / entry.name
+        return render(
+            entry,
+            devices=chosen,
+            port=port,
+            extra_ports=extra_ports,
+            runtime_dir=str(runtime_dir),
+        )
+
+    def rejected(self, name: str, reason: str) -> Record:
+        """A deployment whose manifest never validated: seen, so recorded, holding nothing."""
+        return Record(
+            name=name,
+            owner=self.owner,
+            node=self.node,
+            phase=Phase.PENDING,
+            spec_valid=False,
+            message=reason,
+            revision=self.revision,
+        )
+
+
+def _device(key: str) -> Device:
+    kind, _, ident = key.partition(":")
+    return Device(kind=kind, id=ident)
