@@ -22,7 +22,7 @@ from pydantic.alias_generators import to_camel
 from controller import logfiles
 from controller.errors import ConfigError
 from controller.limits import Limits
-from controller.manifests import _field_path, _line_for, load_mapping
+from controller.yamlread import field_path, line_for, load_mapping
 
 Kind = Literal["nvidia", "amd", "apple", "cpu"]
 
@@ -56,11 +56,11 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = list(err["loc"])
-        line = _line_for(lines, loc)
+        line = line_for(lines, loc)
         where = f"{path}:{line}" if line else str(path)
         message = err["msg"]
         if err["type"] == "extra_forbidden":
             message = (
                 "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles)"
             )
-        raise ConfigError(f"{where}: {_field_path(loc)}: {message}") from exc
+        raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.manifests import MAX_FILE_BYTES, LoadResult, load
+from controller.manifests import LoadResult, load
+from controller.yamlread import MAX_FILE_BYTES
 
 GOOD = """\
 apiVersion: reconcile/v1
