@@ -50,6 +50,8 @@ class Model(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         strict=False,
+        # Validators are built on first use: a pass with no manifest never pays for them.
+        defer_build=True,
     )
 
 

@@ -34,7 +34,8 @@ class Phase(StrEnum):
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # defer_build: validators are built on first use, not at import (start-up time).
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class ProcessRef(Frozen):
