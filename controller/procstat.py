@@ -9,6 +9,7 @@ clock is stepped, and then psutil's figures move with it too.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ class Stat:
     start_time: float  # seconds since the epoch, as psutil.Process.create_time()
     ppid: int
     state: str  # one letter: R, S, D, Z (zombie), T, ...
+    start_ticks: int = 0  # clock ticks after boot: unmoved when the wall clock is stepped
 
 
 def stat(pid: int) -> Stat | None:
@@ -38,8 +40,9 @@ def stat(pid: int) -> Stat | None:
     if len(fields) < 20:
         return None
     # fields[0] is field 3 (state), [1] field 4 (ppid), [19] field 22 (start time).
-    start = int(fields[19]) / CLOCK_TICKS + boot_time()
-    return Stat(start_time=start, ppid=int(fields[1]), state=fields[0].decode())
+    ticks = int(fields[19])
+    start = ticks / CLOCK_TICKS + boot_time()
+    return Stat(start_time=start, ppid=int(fields[1]), state=fields[0].decode(), start_ticks=ticks)
 
 
 def boot_time() -> float:
@@ -48,6 +51,16 @@ def boot_time() -> float:
     if _boot is None or now - _boot[0] > BOOT_TIME_TTL:
         _boot = (now, _read_boot_time())
     return _boot[1]
+
+
+@functools.cache
+def boot_id() -> str | None:
+    """This boot's id: ticks after boot identify a process only within one boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def _read_boot_time() -> float:

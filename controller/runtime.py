@@ -29,7 +29,6 @@ from controller.state import MarkedProcess, ProcessRef
 
 MARKER = "RECONCILE_INSTANCE"
 STATE_MARKER = "RECONCILE_STATE"
-START_TIME_TOLERANCE = 0.05  # seconds; create_time() is exact to a clock tick
 SWEEP_TIMEOUT = 5.0
 POLL = 0.01
 ENVIRON_WAIT = 0.5  # seconds an empty /proc/<pid>/environ may mean "still exec'ing"
@@ -43,7 +42,13 @@ class Exit:
 
 def identity(pid: int) -> ProcessRef | None:
     st = procstat.stat(pid)
-    return None if st is None else ProcessRef(pid=pid, start_time=st.start_time)
+    return None if st is None else _ref(pid, st)
+
+
+def _ref(pid: int, st: procstat.Stat) -> ProcessRef:
+    return ProcessRef(
+        pid=pid, start_time=st.start_time, start_ticks=st.start_ticks, boot_id=procstat.boot_id()
+    )
 
 
 class LocalRuntime:
@@ -64,7 +69,7 @@ class LocalRuntime:
         st = procstat.stat(ref.pid)
         if st is None or st.state == "Z":  # gone, or a zombie
             return False
-        return abs(st.start_time - ref.start_time) <= START_TIME_TOLERANCE
+        return ref.same_process(_ref(ref.pid, st))
 
     def exit_of(self, ref: ProcessRef) -> Exit | None:
         """The exit status, known only for engines this process spawned."""
@@ -242,7 +247,7 @@ def _reused(ref: ProcessRef) -> bool:
     a free pid means the group (if any) is what is left of ours.
     """
     current = identity(ref.pid)
-    return current is not None and abs(current.start_time - ref.start_time) > START_TIME_TOLERANCE
+    return current is not None and not ref.same_process(current)
 
 
 def _parse(pid: int, env: bytes, prefix: bytes) -> MarkedProcess | None:
@@ -253,9 +258,7 @@ def _parse(pid: int, env: bytes, prefix: bytes) -> MarkedProcess | None:
             st = procstat.stat(pid)
             if st is None or not nonce:
                 return None
-            return MarkedProcess(
-                ProcessRef(pid=pid, start_time=st.start_time), name, nonce, st.ppid
-            )
+            return MarkedProcess(_ref(pid, st), name, nonce, st.ppid)
     return None
 
 

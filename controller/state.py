@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 VERSION = 1
+START_TIME_TOLERANCE = 0.05  # seconds; a start time is exact to a clock tick
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT
 
 
@@ -45,6 +46,17 @@ class ProcessRef(Frozen):
     # a record holding one is quarantined, never signalled.
     pid: int = Field(gt=0, le=PID_MAX)
     start_time: float
+    # Ticks after boot (and which boot): unlike start_time, unmoved when NTP steps the
+    # clock, so a clock step never makes every engine look dead.
+    start_ticks: int | None = None
+    boot_id: str | None = None
+
+    def same_process(self, other: ProcessRef) -> bool:
+        if self.pid != other.pid:
+            return False
+        if None not in (self.start_ticks, other.start_ticks, self.boot_id, other.boot_id):
+            return self.start_ticks == other.start_ticks and self.boot_id == other.boot_id
+        return abs(self.start_time - other.start_time) <= START_TIME_TOLERANCE
 
 
 class ExitInfo(Frozen):

@@ -152,6 +152,22 @@ def test_invariant_6_a_reused_pid_is_not_alive(
     assert not rt.alive(None)
 
 
+def test_identity_survives_a_clock_step(
+    rt: LocalRuntime, bystander: subprocess.Popen[bytes]
+) -> None:
+    # NTP stepping the wall clock moves every start time computed from it (boot time
+    # is "now - uptime"); the ticks after boot do not move. A step must not make a
+    # live engine look dead (its deployment would be restarted for nothing).
+    real = identity(bystander.pid)
+    assert real is not None and real.start_ticks is not None and real.boot_id
+    stepped = real.model_copy(update={"start_time": real.start_time + 3600})
+    assert rt.alive(stepped)
+    other_process = real.model_copy(update={"start_ticks": real.start_ticks - 100})
+    assert not rt.alive(other_process)
+    other_boot = real.model_copy(update={"boot_id": "another-boot"})
+    assert not rt.alive(other_boot)
+
+
 def test_stop_never_signals_a_process_whose_identity_differs(
     rt: LocalRuntime, bystander: subprocess.Popen[bytes]
 ) -> None:
