@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import procs
 import yaml
+from procs import alive, free_ports
 
 PYTHON = sys.executable
 ENGINE = Path(__file__).with_name("tiny_engine.py")
@@ -59,18 +58,6 @@ class Marked:
     env: dict[str, str]
 
 
-def _state(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def alive(pid: int) -> bool:
-    state = _state(pid)
-    return state is not None and state not in ("Z", "X")
-
-
 def start_time(pid: int) -> float | None:
     import psutil
 
@@ -101,36 +88,8 @@ def marked(node: str) -> list[Marked]:
 
 
 def kill_marked(node: str, timeout: float = 10.0) -> dict[int, str]:
-    found: dict[int, str] = {}
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        procs = marked(node)
-        if not procs:
-            break
-        for proc in procs:
-            found.setdefault(proc.pid, proc.env.get(MARKER, "?"))
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-        time.sleep(0.02)
-    return found
-
-
-def free_ports(count: int) -> int:
-    rng = random.Random(uuid.uuid4().int)
-    for _ in range(500):
-        base = rng.randrange(20000, 32000 - count)
-        if all(_bindable(p) for p in range(base, base + count)):
-            return base
-    raise RuntimeError("no block of free ports")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    """SIGKILL every process of ``node`` until none is left; pid -> command line."""
+    return procs.kill_marked(f"{node}/", timeout)
 
 
 # -- the cluster ---------------------------------------------------------------------
