@@ -126,7 +126,10 @@ def place_ports(spec: DeploymentSpec, extra: int, ledger: Ledger) -> tuple[int, 
         start = spec.base_port or DEFAULT_BASE_PORT
         found = next((p for p in range(start, MAX_PORT + 1) if ledger.port_taken(p) is None), None)
         if found is None:
-            return Unplaced(f"no free port from {start} to {MAX_PORT}")
+            return Unplaced(
+                f"no free port from {start} to {MAX_PORT}: "
+                "stop what holds them or set a lower basePort"
+            )
         main = found
     internal = _internal_ports(extra, ledger)
     if isinstance(internal, Unplaced):
