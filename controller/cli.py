@@ -142,9 +142,24 @@ def _fix_follow(argv: list[str]) -> list[str]:
     return argv
 
 
+def _check_durations(parser: Parser, args: argparse.Namespace) -> None:
+    """A malformed duration flag is a usage error (64), caught before anything runs."""
+    from controller.durations import parse_duration
+
+    for flag in ("timeout", "resync", "lock_timeout", "ttl"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            try:
+                parse_duration(value)
+            except ValueError as exc:
+                parser.error(f"--{flag.replace('_', '-')}: {exc}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = _fix_follow(list(sys.argv[1:] if argv is None else argv))
-    args = build_parser().parse_args(args_list)
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    _check_durations(parser, args)
     from controller import commands, logs
     from controller.errors import ConfigError, LockTimeout, RecordError
 
