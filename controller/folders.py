@@ -23,9 +23,11 @@ from controller.manifests import SUFFIXES
 
 CHANGES = frozenset({"created", "modified", "deleted", "moved", "closed"})
 COMINGS_AND_GOINGS = frozenset({"created", "deleted", "moved"})
-# After these a file is whole (written and closed, renamed into place, or gone): the
-# loop need not wait out the full debounce for more writes to it.
-SETTLED = frozenset({"closed", "moved", "deleted"})
+# After these a file is whole (written and closed, or renamed into place): the loop
+# need not wait out the full debounce for more writes to it. A deletion waits the full
+# debounce: it is what stops engines, and `git checkout` or an editor deletes a file
+# just before writing it again.
+SETTLED = frozenset({"closed", "moved"})
 
 
 def is_manifest_name(name: str) -> bool:

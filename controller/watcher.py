@@ -37,7 +37,7 @@ from controller.timers import Timers
 log = get_logger("reconcile")
 
 DEBOUNCE = 0.1  # seconds of quiet after a folder event before the pass
-SETTLE = 0.01  # ... after a file was closed, renamed or deleted: that change is whole
+SETTLE = 0.01  # ... after a file was closed or renamed into place: that change is whole
 DEBOUNCE_MAX = 1.0  # a steady stream of events still gets a pass this often
 LOCK_WAIT = 1.0  # per try: the loop stays responsive while a cron pass holds the lock
 LOCK_RETRY = 0.2

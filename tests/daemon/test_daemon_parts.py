@@ -22,13 +22,14 @@ from watchdog.events import (
     DirCreatedEvent,
     DirModifiedEvent,
     FileClosedEvent,
+    FileDeletedEvent,
     FileModifiedEvent,
     FileMovedEvent,
     FileOpenedEvent,
 )
 
 from controller.exits import ExitWatch
-from controller.folders import FolderWatch
+from controller.folders import FolderWatch, _Handler
 from controller.notify import Notifier
 from controller.runtime import LocalRuntime, identity
 from controller.state import ProcessRef
@@ -193,6 +194,24 @@ def test_timers_fire_in_order_and_rearming_replaces() -> None:
 def test_which_folder_events_wake_the_loop(event: Any, relevant: bool) -> None:
     watch = FolderWatch([Path("/m")], lambda: None)
     assert watch.relevant(event) is relevant
+
+
+@pytest.mark.parametrize(
+    ("event", "settled"),
+    [
+        pytest.param(FileClosedEvent("/m/a.yaml"), True, id="closed-after-write"),
+        pytest.param(FileMovedEvent("/m/.a.tmp", "/m/a.yaml"), True, id="renamed-into-place"),
+        # git checkout and some editors delete a file just before writing it again: a
+        # deletion (what stops engines) waits out the full debounce.
+        pytest.param(FileDeletedEvent("/m/a.yaml"), False, id="deleted-waits"),
+        pytest.param(FileModifiedEvent("/m/a.yaml"), False, id="still-being-written"),
+    ],
+)
+def test_which_events_pass_early(event: Any, settled: bool) -> None:
+    seen: list[bool] = []
+    watch = FolderWatch([Path("/m")], seen.append)
+    _Handler(watch).on_any_event(event)
+    assert seen == [settled]
 
 
 # -- engine exits -----------------------------------------------------------------------------
