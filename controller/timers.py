@@ -35,6 +35,11 @@ class Timers:
     def armed(self, key: str) -> bool:
         return key in self._live
 
+    def when(self, key: str) -> float | None:
+        """When ``key`` fires, or None when it is not armed."""
+        live = self._live.get(key)
+        return None if live is None else live[0]
+
     def timeout(self, now: float) -> float | None:
         """Seconds until the nearest timer (0 when one is due), None when none is armed."""
         self._drop_stale()
@@ -58,3 +63,15 @@ class Timers:
             if live is not None and live[1] == seq:
                 return
             heapq.heappop(self._heap)
+
+
+def debounce_until(
+    now: float, delay: float, pending: float | None, since: float, cap: float
+) -> float:
+    """When a debounced pass fires after an event asking ``delay`` seconds of quiet.
+
+    Debounces only move later: a file that settled quickly never pulls in the wait an
+    earlier event asked for (a deletion mid-checkout, then another file closed). A
+    steady stream of events still gets a pass ``cap`` seconds after the first one.
+    """
+    return min(max(now + delay, pending or 0.0), since + cap)

@@ -32,7 +32,7 @@ from controller.notify import Notifier
 from controller.reconciler import PassResult, Reconciler
 from controller.records import RecordStore
 from controller.state import Phase, ProcessRef, Record
-from controller.timers import Timers
+from controller.timers import Timers, debounce_until
 
 log = get_logger("reconcile")
 
@@ -132,15 +132,17 @@ class Daemon:
             self._debounce(delay)
 
     def _folder_changed(self, settled: bool) -> None:  # the watchdog thread
-        with self._events:
-            self._folder_event = SETTLE if settled else DEBOUNCE
+        with self._events:  # events between two wake-ups: the longest wait wins
+            delay = SETTLE if settled else DEBOUNCE
+            self._folder_event = max(self._folder_event or 0.0, delay)
         self._poke()
 
     def _debounce(self, delay: float) -> None:
         now = time.monotonic()
         if self._debounce_since is None:
             self._debounce_since = now
-        when = min(now + delay, self._debounce_since + DEBOUNCE_MAX)
+        pending = self.timers.when("debounce")
+        when = debounce_until(now, delay, pending, self._debounce_since, DEBOUNCE_MAX)
         self.timers.set("debounce", when, "folder")
 
     def _exited(self, name: str, ref: ProcessRef) -> None:

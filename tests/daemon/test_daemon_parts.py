@@ -33,7 +33,7 @@ from controller.folders import FolderWatch, _Handler
 from controller.notify import Notifier
 from controller.runtime import LocalRuntime, identity
 from controller.state import ProcessRef
-from controller.timers import Timers
+from controller.timers import Timers, debounce_until
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "examples" / "systemd" / "reconcile.service"
@@ -169,6 +169,22 @@ def test_timers_fire_in_order_and_rearming_replaces() -> None:
     assert t.timeout(6.0) == 4.0 and not t.armed("record:a")
     assert t.pop_due(11.0) == [("resync", "resync")]
     assert t.timeout(11.0) is None
+
+
+@pytest.mark.parametrize(
+    ("now", "delay", "pending", "expect"),
+    [
+        pytest.param(0.0, 0.1, None, 0.1, id="first-event"),
+        pytest.param(0.05, 0.1, 0.1, 0.15, id="another-event-pushes-it-later"),
+        pytest.param(0.05, 0.01, 0.1, 0.1, id="a-closed-file-never-pulls-in-a-deletions-wait"),
+        pytest.param(0.0, 0.01, None, 0.01, id="a-closed-file-alone-passes-early"),
+        pytest.param(0.95, 0.1, 1.0, 1.0, id="capped-since-the-first-event"),
+    ],
+)
+def test_debounces_only_move_later(
+    now: float, delay: float, pending: float | None, expect: float
+) -> None:
+    assert debounce_until(now, delay, pending, since=0.0, cap=1.0) == pytest.approx(expect)
 
 
 # -- the folder-event filter -------------------------------------------------------------------
