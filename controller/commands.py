@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from controller.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.durations import parse_duration
@@ -124,6 +123,3 @@ def cmd_down(args: argparse.Namespace) -> int:
     for name in stopped:
         print(f"stopped {name}")
     return EXIT_OK
-
-
-__all__ = ["Path", "dispatch"]

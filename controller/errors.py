@@ -2,12 +2,13 @@
 
 ReconcileError
 ├── ConfigError(ValueError)        bad flag or environment value      retry: no
-├── SpecError(ValueError)          a manifest is invalid              retry: no
 ├── RecordError(ValueError)        a record cannot be used as is      retry: no
 ├── LockTimeout(TimeoutError)      another pass holds a lock          retry: yes
-├── PlacementError(RuntimeError)   no devices / port for a spec       retry: yes
-├── SpawnError(OSError)            the engine could not be exec'd     retry: yes
-└── ProbeError(ConnectionError)    a readiness probe failed           retry: yes
+└── SpawnError(OSError)            the engine could not be exec'd     retry: yes
+
+An invalid manifest, a placement that cannot be made and a failing probe are not
+errors but values (``manifests.ManifestError``, ``placement.Unplaced``,
+``state.ProbeResult``): a pass reports them and goes on.
 """
 
 from __future__ import annotations
@@ -23,10 +24,6 @@ class ConfigError(ReconcileError, ValueError):
     """A flag, environment variable or node setting is wrong."""
 
 
-class SpecError(ReconcileError, ValueError):
-    """A manifest could not be turned into a valid spec."""
-
-
 class RecordError(ReconcileError, ValueError):
     """A record is unreadable or from an unknown schema version."""
 
@@ -37,13 +34,5 @@ class LockTimeout(ReconcileError, TimeoutError):
     retryable = True
 
 
-class PlacementError(ReconcileError, RuntimeError):
-    retryable = True
-
-
 class SpawnError(ReconcileError, OSError):
-    retryable = True
-
-
-class ProbeError(ReconcileError, ConnectionError):
     retryable = True

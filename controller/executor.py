@@ -29,7 +29,7 @@ from controller.actions import (
     Update,
 )
 from controller.devices import wait_gpu_release
-from controller.errors import ReconcileError, SpawnError
+from controller.errors import SpawnError
 from controller.events import Journal
 from controller.leases import RecordMaker
 from controller.logs import get_logger
@@ -300,6 +300,3 @@ def _engine_env(rendered: Rendered) -> dict[str, str]:
     }
     env.update(rendered.env)
     return env
-
-
-__all__ = ["Executor", "ReconcileError"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -93,11 +94,4 @@ def _targets(views: Iterable[RecordView]) -> dict[str, Target]:
 
 
 def _with_probe(view: RecordView, result: ProbeResult) -> RecordView:
-    return RecordView(
-        record=view.record,
-        alive=view.alive,
-        maker_alive=view.maker_alive,
-        exit=view.exit,
-        probe=result,
-        markers=view.markers,
-    )
+    return dataclasses.replace(view, probe=result)
