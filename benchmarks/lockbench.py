@@ -6,7 +6,7 @@ write the reservation record (durably), let go; then release it: drop the record
 Under the lock each worker also counts double bookings (a device in two records):
 a correct lock leaves that count at zero.
 
-Two locks run the same cycle: ``controller.lock.FileLock`` (``flock``) and a port of
+Two locks run the same cycle: ``controller.store.lock.FileLock`` (``flock``) and a port of
 the seed design's lock (``O_EXCL`` lock file holding the holder's pid, stale when
 that pid is dead, 25 ms sleep between tries).
 
@@ -79,9 +79,9 @@ def worker(kind: str, state_dir: Path, me: int, cycles: int, devices: int) -> in
     """Prints one JSON line: double bookings counted and each acquisition's wait (ms)."""
     bare = kind.endswith("-bare")
     kind = kind.removesuffix("-bare")
-    from controller.lock import FileLock
-    from controller.records import RecordStore
-    from controller.state import Phase, Record
+    from controller.store.lock import FileLock
+    from controller.store.records import RecordStore
+    from controller.core.state import Phase, Record
 
     store = RecordStore(state_dir)
     flock = FileLock(state_dir / "placement.lock", what="placement lock")
@@ -125,7 +125,7 @@ def worker(kind: str, state_dir: Path, me: int, cycles: int, devices: int) -> in
 def _run(kind: str, workers: int, cycles: int) -> tuple[float, int, list[float]]:
     """Reservations per second, double bookings counted, every wait for the lock (ms)."""
     with tempfile.TemporaryDirectory(prefix=f"reconcile-bench-lock-{kind}-") as tmp:
-        from controller.records import RecordStore
+        from controller.store.records import RecordStore
 
         state = Path(tmp)
         RecordStore(state).ensure()

@@ -144,7 +144,7 @@ def _fix_follow(argv: list[str]) -> list[str]:
 
 def _check_durations(parser: Parser, args: argparse.Namespace) -> None:
     """A malformed duration flag is a usage error (64), caught before anything runs."""
-    from controller.durations import parse_duration
+    from controller.core.durations import parse_duration
 
     for flag in ("timeout", "resync", "lock_timeout", "ttl"):
         value = getattr(args, flag, None)

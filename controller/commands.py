@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from controller.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE
-from controller.durations import parse_duration
-from controller.node import Config, resolve
+from controller.core.durations import parse_duration
+from controller.store.node import Config, resolve
 
 
 def config(args: argparse.Namespace) -> Config:
@@ -104,7 +104,7 @@ def report(result: object) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from controller.manifests import load
+    from controller.store.manifests import load
 
     cfg = config(args)
     loaded = load(cfg.manifests, insecure=cfg.insecure_manifests)

@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
-from controller import logfiles
-from controller.events import Journal
-from controller.records import RecordStore
+from controller.store import logfiles
+from controller.store.events import Journal
+from controller.store.records import RecordStore
 from controller.redact import redact_spec
-from controller.state import Phase, Record
+from controller.core.state import Phase, Record
 from controller.views import age, iso, table, until
 
 LOG_LINES = 20

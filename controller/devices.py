@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from controller.inventory import Device, Inventory, parse_static
+from controller.core.inventory import Device, Inventory, parse_static
 
 TOOL_TIMEOUT = 5.0
 

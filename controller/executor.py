@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from controller import failpoints, logfiles
-from controller.actions import (
+from controller import failpoints
+
+from controller.store import logfiles
+from controller.core.actions import (
     Action,
     Adopt,
     Conflict,
@@ -30,15 +32,15 @@ from controller.actions import (
 )
 from controller.devices import wait_gpu_release
 from controller.errors import SpawnError
-from controller.events import Journal
+from controller.store.events import Journal
 from controller.leases import RecordMaker
 from controller.logs import get_logger
-from controller.plan import backoff
+from controller.core.plan import backoff
 from controller.redact import redact_args
-from controller.render import Rendered
+from controller.core.render import Rendered
 from controller.runtime import LocalRuntime
-from controller.specs import Entry, spec_document
-from controller.state import Phase, Record
+from controller.core.specs import Entry, spec_document
+from controller.core.state import Phase, Record
 
 log = get_logger("reconcile")
 

@@ -15,7 +15,7 @@ import selectors
 from collections.abc import Callable, Mapping
 
 from controller.runtime import LocalRuntime
-from controller.state import ProcessRef
+from controller.core.state import ProcessRef
 
 FALLBACK_PERIOD = 1.0  # seconds between liveness checks without pidfds
 

@@ -19,7 +19,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import ObservedWatch
 
-from controller.manifests import SUFFIXES
+from controller.store.manifests import SUFFIXES
 
 CHANGES = frozenset({"created", "modified", "deleted", "moved", "closed"})
 COMINGS_AND_GOINGS = frozenset({"created", "deleted", "moved"})
@@ -31,7 +31,7 @@ SETTLED = frozenset({"closed", "moved"})
 
 
 def is_manifest_name(name: str) -> bool:
-    """The rule of :func:`controller.manifests.manifest_files`: hidden and temp files skipped."""
+    """The rule of :func:`controller.store.manifests.manifest_files`: hidden and temp files skipped."""
     return not name.startswith(".") and name.endswith(SUFFIXES)
 
 

@@ -17,11 +17,11 @@ from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
-from controller.inventory import Inventory
+from controller.core.inventory import Inventory
 from controller.logs import get_logger
-from controller.node import Config, read_drain
-from controller.records import write_atomic
-from controller.state import Phase, Record
+from controller.store.node import Config, read_drain
+from controller.store.records import write_atomic
+from controller.core.state import Phase, Record
 
 if TYPE_CHECKING:
     from controller.reconciler import PassResult

@@ -15,12 +15,12 @@ from typing import Any
 
 from controller.cli import EXIT_OK, EXIT_USAGE
 from controller.commands import config
-from controller.durations import format_age, parse_duration
+from controller.core.durations import format_age, parse_duration
 from controller.errors import ConfigError
-from controller.node import Config, read_drain
+from controller.store.node import Config, read_drain
 from controller.opverbs import output_format
-from controller.records import RecordStore
-from controller.state import Phase, Record
+from controller.store.records import RecordStore
+from controller.core.state import Phase, Record
 from controller.views import FORMATS, dump, table
 
 # -- devices ------------------------------------------------------------
@@ -90,8 +90,8 @@ def _devices_text(
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    from controller.node import write_drain
-    from controller.state import Drain
+    from controller.store.node import write_drain
+    from controller.core.state import Drain
 
     try:
         ttl = parse_duration(args.ttl)
@@ -129,7 +129,7 @@ def _evict(cfg: Config) -> list[str]:
     """Stop every running engine on the node now, whoever owns it (kubectl drain)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from controller.actions import Stop
+    from controller.core.actions import Stop
     from controller.reconciler import Reconciler
 
     reconciler = Reconciler(cfg)
@@ -147,7 +147,7 @@ def _evictable(rec: Record) -> bool:
 
 
 def cmd_uncordon(args: argparse.Namespace) -> int:
-    from controller.node import clear_drain
+    from controller.store.node import clear_drain
 
     cfg = config(args)
     try:

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from controller.probes import Target, probe_many
-from controller.records import Snapshot
+from controller.store.records import Snapshot
 from controller.runtime import LocalRuntime, listening_ports
-from controller.state import (
+from controller.core.state import (
     Drain,
     ExitInfo,
     MarkedProcess,

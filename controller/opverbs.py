@@ -15,13 +15,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from controller import logfiles
+from controller.store import logfiles
 from controller.cli import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.commands import config
 from controller.errors import ConfigError
-from controller.node import Config, read_drain
-from controller.records import RecordStore
-from controller.state import Drain
+from controller.store.node import Config, read_drain
+from controller.store.records import RecordStore
+from controller.core.state import Drain
 from controller.views import FORMATS, dump
 
 
@@ -142,7 +142,7 @@ def _flushing(out: BinaryIO) -> Callable[[bytes], None]:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from controller import planview
-    from controller.manifests import load
+    from controller.store.manifests import load
     from controller.reconciler import Reconciler
 
     fmt = output_format(args, "text", ("text", "json"))

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.actions import (
+from controller.core.actions import (
     Action,
     Adopt,
     Conflict,
@@ -29,8 +29,8 @@ from controller.actions import (
     Stop,
     Update,
 )
-from controller.plan import Desired
-from controller.state import Observed, Phase
+from controller.core.plan import Desired
+from controller.core.state import Observed, Phase
 
 CLASS: dict[type[Action], str] = {
     Start: "create",

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from controller.state import ProbeConfig, ProbeResult
+from controller.core.state import ProbeConfig, ProbeResult
 
 TIMEOUT = 1.0
 

@@ -17,23 +17,24 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from controller import devices as devices_mod
-from controller import failpoints, gitrev, logfiles
-from controller.actions import Action, Conflict, Fail, Hold, Replace, Start, Stop
-from controller.engines import MODULES, RecipeError, recipe_for
-from controller.events import Journal
+from controller import failpoints
+from controller.store import gitrev, logfiles
+from controller.core.actions import Action, Conflict, Fail, Hold, Replace, Start, Stop
+from controller.core.engines import MODULES, RecipeError, recipe_for
+from controller.store.events import Journal
 from controller.executor import Executor
-from controller.inventory import Inventory
-from controller.limits import kinds_of, only_kinds
-from controller.lock import FileLock
+from controller.core.inventory import Inventory
+from controller.core.limits import kinds_of, only_kinds
+from controller.store.lock import FileLock
 from controller.logs import get_logger
-from controller.manifests import LoadResult, ManifestError, load
-from controller.node import Config, read_drain
+from controller.store.manifests import LoadResult, ManifestError, load
+from controller.store.node import Config, read_drain
 from controller.observe import observe
-from controller.placement import Placed, ledger_from, place
-from controller.plan import Desired, plan
-from controller.records import RecordProblem, RecordStore
+from controller.core.placement import Placed, ledger_from, place
+from controller.core.plan import Desired, plan
+from controller.store.records import RecordProblem, RecordStore
 from controller.runtime import LocalRuntime, identity, port_bindable
-from controller.state import Observed, Phase, ProcessRef, Record
+from controller.core.state import Observed, Phase, ProcessRef, Record
 
 log = get_logger("reconcile")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from controller import failpoints, procstat
 from controller.errors import SpawnError
 from controller.procscan import EnvironScan
-from controller.state import MarkedProcess, ProcessRef
+from controller.core.state import MarkedProcess, ProcessRef
 
 MARKER = "RECONCILE_INSTANCE"
 STATE_MARKER = "RECONCILE_STATE"

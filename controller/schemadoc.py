@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.specs import json_schema
+from controller.core.specs import json_schema
 
 DOCS: dict[str, dict[str, str]] = {
     "Deployment": {

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.durations import format_age
-from controller.state import Drain, Phase, Record
+from controller.core.durations import format_age
+from controller.core.state import Drain, Phase, Record
 
 FORMATS = ("table", "wide", "json", "yaml")
 

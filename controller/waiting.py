@@ -15,11 +15,11 @@ from typing import TextIO
 
 import structlog
 
-from controller.durations import format_age
+from controller.core.durations import format_age
 from controller.logs import apply as apply_log_setup
 from controller.logs import get_logger
 from controller.reconciler import PassResult, Reconciler
-from controller.state import Phase, Record
+from controller.core.state import Phase, Record
 
 log = get_logger("reconcile")
 

@@ -21,17 +21,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
 
-from controller.actions import Conflict, Hold
+from controller.core.actions import Conflict, Hold
 from controller.errors import ConfigError, LockTimeout, ReconcileError
 from controller.exits import FALLBACK_PERIOD, ExitWatch
 from controller.folders import FolderWatch
-from controller.lock import FileLock
+from controller.store.lock import FileLock
 from controller.logs import get_logger
-from controller.node import Config
+from controller.store.node import Config
 from controller.notify import Notifier
 from controller.reconciler import PassResult, Reconciler
-from controller.records import RecordStore
-from controller.state import Phase, ProcessRef, Record
+from controller.store.records import RecordStore
+from controller.core.state import Phase, ProcessRef, Record
 from controller.timers import Timers, debounce_until
 
 log = get_logger("reconcile")

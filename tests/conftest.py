@@ -39,7 +39,7 @@ from procs import (
     wait_gone,
 )
 
-from controller.records import RecordStore
+from controller.store.records import RecordStore
 from controller.views import status_item
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,10 +13,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from controller.inventory import KINDS, Device, Inventory
-from controller.plan import Desired
-from controller.specs import Deployment, Entry, spec_document, spec_hash
-from controller.state import (
+from controller.core.inventory import KINDS, Device, Inventory
+from controller.core.plan import Desired
+from controller.core.specs import Deployment, Entry, spec_document, spec_hash
+from controller.core.state import (
     MarkedProcess,
     Observed,
     Phase,

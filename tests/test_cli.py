@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from controller.state import Record
+from controller.core.state import Record
 
 STATUS_FIELDS = {"name", "phase", "pid", "port", "devices", "restarts", "ready", "spec_valid",
                  "message"}  # fmt: skip

@@ -10,7 +10,7 @@ import pytest
 
 from controller import devices
 from controller.errors import ConfigError
-from controller.inventory import Device, parse_static, visibility_env
+from controller.core.inventory import Device, parse_static, visibility_env
 
 
 @pytest.mark.parametrize(

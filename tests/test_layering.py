@@ -13,12 +13,12 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "controller"
 PURE = (
-    "controller.specs",
-    "controller.actions",
-    "controller.placement",
-    "controller.plan",
-    "controller.state",
-    "controller.inventory",
+    "controller.core.specs",
+    "controller.core.actions",
+    "controller.core.placement",
+    "controller.core.plan",
+    "controller.core.state",
+    "controller.core.inventory",
 )
 FORBIDDEN = frozenset({"os", "subprocess", "psutil", "socket", "structlog", "time"})
 CLOCK_CALLS = frozenset({"now", "utcnow", "today", "time", "monotonic", "perf_counter"})

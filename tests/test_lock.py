@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from controller.errors import LockTimeout, ReconcileError
-from controller.lock import FileLock
+from controller.store.lock import FileLock
 
 HOLDER = """
 import fcntl, os, sys, time

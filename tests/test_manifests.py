@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.manifests import LoadResult, load
-from controller.yamlread import MAX_FILE_BYTES
+from controller.store.manifests import LoadResult, load
+from controller.store.yamlread import MAX_FILE_BYTES
 
 GOOD = """\
 apiVersion: reconcile/v1

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from strategies import deployment, inventory
 
-from controller.placement import (
+from controller.core.placement import (
     INTERNAL_BASE,
     INTERNAL_BLOCK,
     MAX_PORT,

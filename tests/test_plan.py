@@ -28,7 +28,7 @@ from strategies import (
     view,
 )
 
-from controller.actions import (
+from controller.core.actions import (
     Action,
     Adopt,
     Conflict,
@@ -44,13 +44,13 @@ from controller.actions import (
     Start,
     Stop,
 )
-from controller.events import Journal
+from controller.store.events import Journal
 from controller.executor import Executor
-from controller.inventory import Inventory
-from controller.plan import BACKOFF_RESET, ORDER, Desired, backoff, plan
-from controller.records import RecordStore
+from controller.core.inventory import Inventory
+from controller.core.plan import BACKOFF_RESET, ORDER, Desired, backoff, plan
+from controller.store.records import RecordStore
 from controller.runtime import LocalRuntime
-from controller.state import Drain, ExitInfo, Observed, Phase
+from controller.core.state import Drain, ExitInfo, Observed, Phase
 
 GPUS = inventory("nvidia:0", "nvidia:1")
 GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}

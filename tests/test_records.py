@@ -12,8 +12,8 @@ import pytest
 from strategies import record
 
 from controller.errors import RecordError
-from controller.records import RecordStore, check_name, write_atomic
-from controller.state import VERSION, Phase
+from controller.store.records import RecordStore, check_name, write_atomic
+from controller.core.state import VERSION, Phase
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from controller.runtime import (
     listening_ports,
     port_bindable,
 )
-from controller.state import ProcessRef
+from controller.core.state import ProcessRef
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 IGNORE_TERM = (

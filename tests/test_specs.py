@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 from strategies import deployment, spec_body
 
-from controller.specs import (
+from controller.core.specs import (
     Deployment,
     changed_fields,
     expand,

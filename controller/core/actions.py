@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
-from controller.specs import Entry
-from controller.state import ExitInfo, MarkedProcess, Phase, ProcessRef
+from controller.core.specs import Entry
+from controller.core.state import ExitInfo, MarkedProcess, Phase, ProcessRef
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from controller.inventory import KINDS, Device, Inventory
-from controller.specs import DeploymentSpec
+from controller.core.inventory import KINDS, Device, Inventory
+from controller.core.specs import DeploymentSpec
 
 DEFAULT_BASE_PORT = 8000
 MAX_PORT = 65535

@@ -11,8 +11,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from controller import limits as limits_mod
-from controller.actions import (
+from controller.core import limits as limits_mod
+from controller.core.actions import (
     Action,
     Adopt,
     Conflict,
@@ -29,11 +29,11 @@ from controller.actions import (
     Stop,
     Update,
 )
-from controller.inventory import Inventory
-from controller.limits import Limits
-from controller.placement import Ledger, Unplaced, ledger_from, place
-from controller.specs import Entry, changed_fields, spec_document
-from controller.state import MarkedProcess, Observed, Phase, Record, RecordView
+from controller.core.inventory import Inventory
+from controller.core.limits import Limits
+from controller.core.placement import Ledger, Unplaced, ledger_from, place
+from controller.core.specs import Entry, changed_fields, spec_document
+from controller.core.state import MarkedProcess, Observed, Phase, Record, RecordView
 
 BACKOFF_FIRST = 10.0
 BACKOFF_MAX = 300.0

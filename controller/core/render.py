@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.engines import Launch, RenderContext, recipe_for
-from controller.inventory import Device, visibility_env
-from controller.specs import Entry, expand
-from controller.state import ProbeConfig
+from controller.core.engines import Launch, RenderContext, recipe_for
+from controller.core.inventory import Device, visibility_env
+from controller.core.specs import Entry, expand
+from controller.core.state import ProbeConfig
 
 DEFAULT_DEADLINE = 600.0
 

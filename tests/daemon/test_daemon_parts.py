@@ -32,7 +32,7 @@ from controller.exits import ExitWatch
 from controller.folders import FolderWatch, _Handler
 from controller.notify import Notifier
 from controller.runtime import LocalRuntime, identity
-from controller.state import ProcessRef
+from controller.core.state import ProcessRef
 from controller.timers import Timers, debounce_until
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from controller.engines import MODULES, HttpCheck, RecipeError, RenderContext, recipe_for
-from controller.engines.base import Readiness
-from controller.inventory import Device
+from controller.core.engines import MODULES, HttpCheck, RecipeError, RenderContext, recipe_for
+from controller.core.engines.base import Readiness
+from controller.core.inventory import Device
 
 GPU0 = Device(kind="nvidia", id="0")
 GPU1 = Device(kind="nvidia", id="1")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from controller.state import Phase, ProcessRef, Record
+from controller.core.state import Phase, ProcessRef, Record
 
 from .cluster import Cluster, Marked, alive, marked, start_time
 

@@ -20,7 +20,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.manifests import LoadResult, load
+from controller.store.manifests import LoadResult, load
 
 from .cluster import Cluster, alive
 from .invariants import read_records

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from controller.state import Record
+from controller.core.state import Record
 
 from .churn import pool, random_churn
 from .cluster import Cluster

@@ -19,11 +19,11 @@ from typing import Any
 
 from procs import alive, environ, wait_for, wait_gone
 
-from controller.lock import FileLock
-from controller.manifests import load
+from controller.store.lock import FileLock
+from controller.store.manifests import load
 from controller.runtime import identity
-from controller.specs import spec_document
-from controller.state import Phase, ProbeConfig, ProcessRef, Record
+from controller.core.specs import spec_document
+from controller.core.state import Phase, ProbeConfig, ProcessRef, Record
 
 # An engine that ignores SIGTERM (only the SIGKILL after the grace period ends it).
 IGNORE_TERM = """

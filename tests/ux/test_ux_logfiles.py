@@ -15,7 +15,7 @@ from typing import Any
 
 from procs import wait_for
 
-from controller import logfiles
+from controller.store import logfiles
 
 WRITER = """
 import sys, time

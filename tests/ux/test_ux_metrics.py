@@ -12,9 +12,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.inventory import Inventory
+from controller.core.inventory import Inventory
 from controller.metrics import escape, render
-from controller.state import Phase, Record
+from controller.core.state import Phase, Record
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -1,10 +1,10 @@
-"""Engine recipes: one module per engine behind :class:`~controller.engines.base.Recipe`."""
+"""Engine recipes: one module per engine behind :class:`~controller.core.engines.base.Recipe`."""
 
 from __future__ import annotations
 
 import importlib
 
-from controller.engines.base import (
+from controller.core.engines.base import (
     HttpCheck,
     Launch,
     Readiness,
@@ -16,12 +16,12 @@ from controller.engines.base import (
 # engine name (as written in a manifest) -> module holding RECIPE. Imported lazily so
 # `reconcile --once` pays only for the engines it runs.
 MODULES: dict[str, str] = {
-    "command": "controller.engines.command",
-    "vllm": "controller.engines.vllm",
-    "llama-cpp": "controller.engines.llama_cpp",
-    "sglang": "controller.engines.sglang",
-    "tgi": "controller.engines.tgi",
-    "ollama": "controller.engines.ollama",
+    "command": "controller.core.engines.command",
+    "vllm": "controller.core.engines.vllm",
+    "llama-cpp": "controller.core.engines.llama_cpp",
+    "sglang": "controller.core.engines.sglang",
+    "tgi": "controller.core.engines.tgi",
+    "ollama": "controller.core.engines.ollama",
 }
 
 __all__ = [

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from controller.inventory import Device
+from controller.core.inventory import Device
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.engines.base import Launch, Readiness, RecipeError, RenderContext
+from controller.core.engines.base import Launch, Readiness, RecipeError, RenderContext
 
 
 class CommandRecipe:

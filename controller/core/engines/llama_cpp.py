@@ -13,7 +13,7 @@ llama-cpp-python 0.3.36, which ``scripts/build-llama-server`` builds):
 
 from __future__ import annotations
 
-from controller.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
 
 # Device kinds that llama.cpp can offload layers to (CUDA, ROCm/HIP, Metal).
 GPU_KINDS = frozenset({"nvidia", "amd", "apple"})

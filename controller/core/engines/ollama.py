@@ -18,7 +18,7 @@ and server code:
 
 from __future__ import annotations
 
-from controller.engines.base import HttpCheck, Launch, Readiness, RenderContext
+from controller.core.engines.base import HttpCheck, Launch, Readiness, RenderContext
 
 
 def ollama_host(host: str, port: int) -> str:

@@ -22,7 +22,7 @@ Checked against SGLang's "Server Arguments" docs and ``python/sglang/srt/server_
 
 from __future__ import annotations
 
-from controller.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
 
 
 class SglangRecipe:

@@ -18,7 +18,7 @@ Checked against TGI's launcher reference (``docs/source/reference/launcher.md``)
 
 from __future__ import annotations
 
-from controller.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
 
 # sockaddr_un.sun_path is 108 bytes with the trailing NUL; TGI appends "-<rank>".
 _UDS_MAX = 107

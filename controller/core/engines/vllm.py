@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controller.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
 
 
 def served_model_name(model: str, args: Sequence[str]) -> str:

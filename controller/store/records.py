@@ -17,10 +17,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from controller import failpoints, security
+from controller import failpoints
+
+from controller.store import security
 from controller.errors import RecordError
-from controller.specs import is_dns1123
-from controller.state import VERSION, Record
+from controller.core.specs import is_dns1123
+from controller.core.state import VERSION, Record
 
 
 @dataclass(frozen=True)

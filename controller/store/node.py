@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from controller import logfiles
+from controller.store import logfiles
 from controller.errors import ConfigError
-from controller.limits import Limits, parse_limits
-from controller.records import write_atomic
-from controller.state import Drain
+from controller.core.limits import Limits, parse_limits
+from controller.store.records import write_atomic
+from controller.core.state import Drain
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +63,7 @@ def resolve(
         raise ConfigError(f"node name {node_name!r} may not contain '/'")
     state = state_dir or env.get("RECONCILE_STATE_DIR")
     state_path = Path(state).expanduser().absolute() if state else default_state_dir()
-    from controller.nodeconfig import read_node_file
+    from controller.store.nodeconfig import read_node_file
 
     node_file = read_node_file(node_config or env.get("RECONCILE_NODE_CONFIG"), state_path)
     limits = node_file.limits

@@ -19,7 +19,7 @@ from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
-from controller import security
+from controller.store import security
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a manifest is a few hundred bytes
 MAX_NODES = 20_000  # alias expansion counts: a YAML "billion laughs" stops here

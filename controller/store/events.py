@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import failpoints
-from controller.records import check_name, write_atomic
+from controller.store.records import check_name, write_atomic
 
 MAX_BYTES = 64 * 1024  # past this the oldest lines are dropped, down to half
 MAX_FIELD = 2048  # characters of one string field (an error, a log line...)

@@ -19,10 +19,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from controller import logfiles
+from controller.store import logfiles
 from controller.errors import ConfigError
-from controller.limits import Limits
-from controller.yamlread import field_path, line_for, load_mapping
+from controller.core.limits import Limits
+from controller.store.yamlread import field_path, line_for, load_mapping
 
 Kind = Literal["nvidia", "amd", "apple", "cpu"]
 

@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from controller import security, yamlread
-from controller.specs import Deployment, Entry, is_dns1123, spec_hash
-from controller.yamlread import Path_
+from controller.store import security, yamlread
+from controller.core.specs import Deployment, Entry, is_dns1123, spec_hash
+from controller.store.yamlread import Path_
 
 SUFFIXES = (".yaml", ".yml")
 
@@ -154,8 +154,8 @@ def _load_document(
 
 def _recipe_problem(deployment: Deployment) -> str | None:
     """Render the spec once with stand-in ports: what the recipe refuses, before any pass."""
-    from controller.engines import RecipeError, recipe_for
-    from controller.render import render
+    from controller.core.engines import RecipeError, recipe_for
+    from controller.core.render import render
 
     extra = tuple(range(2, 2 + recipe_for(deployment.spec.engine).extra_ports))
     try:
