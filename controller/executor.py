@@ -30,7 +30,7 @@ from controller.core.actions import (
     Stop,
     Update,
 )
-from controller.devices import wait_gpu_release
+from controller.backends.local.devices import wait_gpu_release
 from controller.errors import SpawnError
 from controller.store.events import Journal
 from controller.leases import RecordMaker
@@ -38,7 +38,7 @@ from controller.logs import get_logger
 from controller.core.plan import backoff
 from controller.redact import redact_args
 from controller.core.render import Rendered
-from controller.runtime import LocalRuntime
+from controller.backends.local.runtime import LocalRuntime
 from controller.core.specs import Entry, spec_document
 from controller.core.state import Phase, Record
 

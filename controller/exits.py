@@ -14,7 +14,7 @@ import os
 import selectors
 from collections.abc import Callable, Mapping
 
-from controller.runtime import LocalRuntime
+from controller.backends.local.runtime import LocalRuntime
 from controller.core.state import ProcessRef
 
 FALLBACK_PERIOD = 1.0  # seconds between liveness checks without pidfds

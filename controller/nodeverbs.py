@@ -27,7 +27,7 @@ from controller.views import FORMATS, dump, table
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from controller import devices
+    from controller.backends.local import devices
 
     fmt = output_format(args, "table", FORMATS)
     if fmt is None:

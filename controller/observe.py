@@ -6,9 +6,9 @@ import dataclasses
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from controller.probes import Target, probe_many
+from controller.backends.local.probes import Target, probe_many
 from controller.store.records import Snapshot
-from controller.runtime import LocalRuntime, listening_ports
+from controller.backends.local.runtime import LocalRuntime, listening_ports
 from controller.core.state import (
     Drain,
     ExitInfo,

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from controller import devices as devices_mod
+from controller.backends.local import devices as devices_mod
 from controller import failpoints
 from controller.store import gitrev, logfiles
 from controller.core.actions import Action, Conflict, Fail, Hold, Replace, Start, Stop
@@ -33,7 +33,7 @@ from controller.observe import observe
 from controller.core.placement import Placed, ledger_from, place
 from controller.core.plan import Desired, plan
 from controller.store.records import RecordProblem, RecordStore
-from controller.runtime import LocalRuntime, identity, port_bindable
+from controller.backends.local.runtime import LocalRuntime, identity, port_bindable
 from controller.core.state import Observed, Phase, ProcessRef, Record
 
 log = get_logger("reconcile")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller import devices
+from controller.backends.local import devices
 from controller.errors import ConfigError
 from controller.core.inventory import Device, parse_static, visibility_env
 

@@ -49,7 +49,7 @@ from controller.executor import Executor
 from controller.core.inventory import Inventory
 from controller.core.plan import BACKOFF_RESET, ORDER, Desired, backoff, plan
 from controller.store.records import RecordStore
-from controller.runtime import LocalRuntime
+from controller.backends.local.runtime import LocalRuntime
 from controller.core.state import Drain, ExitInfo, Observed, Phase
 
 GPUS = inventory("nvidia:0", "nvidia:1")

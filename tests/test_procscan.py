@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from controller import procscan
-from controller.procscan import EnvironScan
+from controller.backends.local import procscan
+from controller.backends.local.procscan import EnvironScan
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import pytest
 from procs import alive, environ, kill_marked, marked_pids, wait_for, wait_gone
 
 from controller.errors import SpawnError
-from controller.runtime import (
+from controller.backends.local.runtime import (
     MARKER,
     STATE_MARKER,
     LocalRuntime,

@@ -31,7 +31,7 @@ from watchdog.events import (
 from controller.exits import ExitWatch
 from controller.folders import FolderWatch, _Handler
 from controller.notify import Notifier
-from controller.runtime import LocalRuntime, identity
+from controller.backends.local.runtime import LocalRuntime, identity
 from controller.core.state import ProcessRef
 from controller.timers import Timers, debounce_until
 

@@ -21,7 +21,7 @@ from procs import alive, environ, wait_for, wait_gone
 
 from controller.store.lock import FileLock
 from controller.store.manifests import load
-from controller.runtime import identity
+from controller.backends.local.runtime import identity
 from controller.core.specs import spec_document
 from controller.core.state import Phase, ProbeConfig, ProcessRef, Record
 

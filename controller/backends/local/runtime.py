@@ -22,9 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller import failpoints, procstat
+from controller import failpoints
+
+from controller.backends.local import procstat
 from controller.errors import SpawnError
-from controller.procscan import EnvironScan
+from controller.backends.local.procscan import EnvironScan
 from controller.core.state import MarkedProcess, ProcessRef
 
 MARKER = "RECONCILE_INSTANCE"
