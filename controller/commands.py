@@ -74,7 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             serve(*_metrics_listen(args))
         return run_daemon(cfg, resync=parse_duration(args.resync), reload=lambda: config(args))
-    from controller.reconciler import Reconciler
+    from controller.reconciler.run import Reconciler
 
     reconciler = Reconciler(cfg)
     if args.wait:
@@ -87,7 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def report(result: object) -> None:
-    from controller.reconciler import PassResult
+    from controller.reconciler.run import PassResult
 
     assert isinstance(result, PassResult)
     _print_errors(list(result.errors))
@@ -117,7 +117,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from controller.reconciler import Reconciler
+    from controller.reconciler.run import Reconciler
 
     stopped = Reconciler(config(args)).down()
     for name in stopped:

@@ -24,7 +24,7 @@ from controller.store.records import write_atomic
 from controller.core.state import Phase, Record
 
 if TYPE_CHECKING:
-    from controller.reconciler import PassResult
+    from controller.reconciler.run import PassResult
 
 log = get_logger("reconcile")
 

@@ -130,7 +130,7 @@ def _evict(cfg: Config) -> list[str]:
     from concurrent.futures import ThreadPoolExecutor
 
     from controller.core.actions import Stop
-    from controller.reconciler import Reconciler
+    from controller.reconciler.run import Reconciler
 
     reconciler = Reconciler(cfg)
     with reconciler.pass_lock.hold(cfg.lock_timeout):

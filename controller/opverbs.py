@@ -143,7 +143,7 @@ def _flushing(out: BinaryIO) -> Callable[[bytes], None]:
 def cmd_plan(args: argparse.Namespace) -> int:
     from controller import planview
     from controller.store.manifests import load
-    from controller.reconciler import Reconciler
+    from controller.reconciler.run import Reconciler
 
     fmt = output_format(args, "text", ("text", "json"))
     if fmt is None:

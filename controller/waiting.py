@@ -18,7 +18,7 @@ import structlog
 from controller.core.durations import format_age
 from controller.logs import apply as apply_log_setup
 from controller.logs import get_logger
-from controller.reconciler import PassResult, Reconciler
+from controller.reconciler.run import PassResult, Reconciler
 from controller.core.state import Phase, Record
 
 log = get_logger("reconcile")

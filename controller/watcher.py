@@ -29,7 +29,7 @@ from controller.store.lock import FileLock
 from controller.logs import get_logger
 from controller.store.node import Config
 from controller.notify import Notifier
-from controller.reconciler import PassResult, Reconciler
+from controller.reconciler.run import PassResult, Reconciler
 from controller.store.records import RecordStore
 from controller.core.state import Phase, ProcessRef, Record
 from controller.timers import Timers, debounce_until

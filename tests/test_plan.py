@@ -45,7 +45,7 @@ from controller.core.actions import (
     Stop,
 )
 from controller.store.events import Journal
-from controller.executor import Executor
+from controller.reconciler.executor import Executor
 from controller.core.inventory import Inventory
 from controller.core.plan import BACKOFF_RESET, ORDER, Desired, backoff, plan
 from controller.store.records import RecordStore

@@ -1,7 +1,7 @@
 """Pure state values: records, process identities, and one pass's observations.
 
 No I/O here: the planner imports these. The record store lives in
-:mod:`controller.store.records`, the observing in :mod:`controller.observe`.
+:mod:`controller.store.records`, the observing in :mod:`controller.reconciler.observe`.
 """
 
 from __future__ import annotations

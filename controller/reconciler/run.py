@@ -22,14 +22,14 @@ from controller.store import gitrev, logfiles
 from controller.core.actions import Action, Conflict, Fail, Hold, Replace, Start, Stop
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.store.events import Journal
-from controller.executor import Executor
+from controller.reconciler.executor import Executor
 from controller.core.inventory import Inventory
 from controller.core.limits import kinds_of, only_kinds
 from controller.store.lock import FileLock
 from controller.logs import get_logger
 from controller.store.manifests import LoadResult, ManifestError, load
 from controller.store.node import Config, read_drain
-from controller.observe import observe
+from controller.reconciler.observe import observe
 from controller.core.placement import Placed, ledger_from, place
 from controller.core.plan import Desired, plan
 from controller.store.records import RecordProblem, RecordStore
