@@ -29,7 +29,7 @@ def config(args: argparse.Namespace) -> Config:
 
 def _metrics_listen(args: argparse.Namespace) -> tuple[str, int]:
     from controller.errors import ConfigError
-    from controller.metrics import parse_listen
+    from controller.daemon.metrics import parse_listen
 
     try:
         return parse_listen(args.metrics_port)
@@ -67,10 +67,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("reconcile: --metrics-port is for the daemon; use --metrics-file", file=sys.stderr)
         return EXIT_USAGE
     if not args.once:
-        from controller.watcher import run_daemon
+        from controller.daemon.loop import run_daemon
 
         if args.metrics_port:
-            from controller.metrics import serve
+            from controller.daemon.metrics import serve
 
             serve(*_metrics_listen(args))
         return run_daemon(cfg, resync=parse_duration(args.resync), reload=lambda: config(args))

@@ -96,7 +96,7 @@ class Reconciler:
         # Called after every pass with its result and how long it held the pass lock.
         self.after_pass: list[Callable[[PassResult, float], None]] = []
         if config.metrics_file or config.metrics_port:
-            from controller.metrics import Exporter
+            from controller.daemon.metrics import Exporter
 
             self.after_pass.append(Exporter(config, self.inventory))
 

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.core.inventory import Inventory
-from controller.metrics import escape, render
+from controller.daemon.metrics import escape, render
 from controller.core.state import Phase, Record
 
 

@@ -23,16 +23,16 @@ from types import FrameType
 
 from controller.core.actions import Conflict, Hold
 from controller.errors import ConfigError, LockTimeout, ReconcileError
-from controller.exits import FALLBACK_PERIOD, ExitWatch
-from controller.folders import FolderWatch
+from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
+from controller.daemon.folders import FolderWatch
 from controller.store.lock import FileLock
 from controller.logs import get_logger
 from controller.store.node import Config
-from controller.notify import Notifier
+from controller.daemon.notify import Notifier
 from controller.reconciler.run import PassResult, Reconciler
 from controller.store.records import RecordStore
 from controller.core.state import Phase, ProcessRef, Record
-from controller.timers import Timers, debounce_until
+from controller.daemon.timers import Timers, debounce_until
 
 log = get_logger("reconcile")
 
