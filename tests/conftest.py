@@ -40,7 +40,7 @@ from procs import (
 )
 
 from controller.store.records import RecordStore
-from controller.views import status_item
+from controller.cli.views import status_item
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 from controller.store import logfiles
-from controller.cli import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
-from controller.commands import config
+from controller.cli.main import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.commands import config
 from controller.errors import ConfigError
 from controller.store.node import Config, read_drain
 from controller.store.records import RecordStore
 from controller.core.state import Drain
-from controller.views import FORMATS, dump
+from controller.cli.views import FORMATS, dump
 
 
 def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ...]) -> str | None:
@@ -42,7 +42,7 @@ def _problems(problems: list[object]) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from controller.views import drain_line, status_item, status_table
+    from controller.cli.views import drain_line, status_item, status_table
 
     fmt = output_format(args, "table", FORMATS)
     if fmt is None:
@@ -73,7 +73,7 @@ def _drain_or_none(cfg: Config) -> Drain | None:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from controller.describe import describe
+    from controller.cli.describe import describe
 
     text = describe(config(args).state_dir, args.name)
     if text is None:
@@ -141,7 +141,7 @@ def _flushing(out: BinaryIO) -> Callable[[bytes], None]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from controller import planview
+    from controller.cli.main import planview
     from controller.store.manifests import load
     from controller.reconciler.run import Reconciler
 
@@ -176,7 +176,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from controller.schemadoc import documented_schema
+    from controller.cli.schemadoc import documented_schema
 
     print(json.dumps(documented_schema(), indent=2))
     return EXIT_OK

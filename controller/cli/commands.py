@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controller.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.main import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.core.durations import parse_duration
 from controller.store.node import Config, resolve
 
@@ -38,7 +38,7 @@ def _metrics_listen(args: argparse.Namespace) -> tuple[str, int]:
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    from controller import nodeverbs, opverbs  # status, describe, logs, plan... / drain...
+    from controller.cli.main import nodeverbs, opverbs  # status, describe, logs, plan... / drain...
 
     name = f"cmd_{(args.verb or 'run').replace('get', 'status')}"
     handler = getattr(opverbs, name, None) or getattr(nodeverbs, name, None) or globals()[name]
@@ -60,7 +60,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("reconcile: --wait needs --once", file=sys.stderr)
         return EXIT_USAGE
     if args.dry_run:
-        from controller.opverbs import cmd_plan
+        from controller.cli.opverbs import cmd_plan
 
         return cmd_plan(args)
     if args.metrics_port and args.once:
@@ -78,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     reconciler = Reconciler(cfg)
     if args.wait:
-        from controller.waiting import wait_until_ready
+        from controller.cli.waiting import wait_until_ready
 
         return EXIT_OK if wait_until_ready(reconciler, parse_duration(args.timeout)) else EXIT_FAIL
     result = reconciler.run_pass()

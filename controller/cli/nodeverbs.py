@@ -13,15 +13,15 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from controller.cli import EXIT_OK, EXIT_USAGE
-from controller.commands import config
+from controller.cli.main import EXIT_OK, EXIT_USAGE
+from controller.cli.commands import config
 from controller.core.durations import format_age, parse_duration
 from controller.errors import ConfigError
 from controller.store.node import Config, read_drain
-from controller.opverbs import output_format
+from controller.cli.opverbs import output_format
 from controller.store.records import RecordStore
 from controller.core.state import Phase, Record
-from controller.views import FORMATS, dump, table
+from controller.cli.views import FORMATS, dump, table
 
 # -- devices ------------------------------------------------------------
 

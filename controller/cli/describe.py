@@ -19,7 +19,7 @@ from controller.store.events import Journal
 from controller.store.records import RecordStore
 from controller.redact import redact_spec
 from controller.core.state import Phase, Record
-from controller.views import age, iso, table, until
+from controller.cli.views import age, iso, table, until
 
 LOG_LINES = 20
 EVENTS = 20
