@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     _check_durations(parser, args)
     from controller.cli.main import commands
-    from controller import logs
+    from controller import logsetup as logs
     from controller.errors import ConfigError, LockTimeout, RecordError
 
     logs.configure(-1 if args.quiet else args.verbose)

@@ -16,8 +16,8 @@ from typing import TextIO
 import structlog
 
 from controller.core.durations import format_age
-from controller.logs import apply as apply_log_setup
-from controller.logs import get_logger
+from controller.logsetup import apply as apply_log_setup
+from controller.logsetup import get_logger
 from controller.reconciler.run import PassResult, Reconciler
 from controller.core.state import Phase, Record
 

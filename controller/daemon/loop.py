@@ -26,7 +26,7 @@ from controller.errors import ConfigError, LockTimeout, ReconcileError
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import FolderWatch
 from controller.store.lock import FileLock
-from controller.logs import get_logger
+from controller.logsetup import get_logger
 from controller.store.node import Config
 from controller.daemon.notify import Notifier
 from controller.reconciler.run import PassResult, Reconciler

@@ -34,7 +34,7 @@ from controller.backends.local.devices import wait_gpu_release
 from controller.errors import SpawnError
 from controller.store.events import Journal
 from controller.reconciler.leases import RecordMaker
-from controller.logs import get_logger
+from controller.logsetup import get_logger
 from controller.core.plan import backoff
 from controller.redact import redact_args
 from controller.core.render import Rendered

@@ -26,7 +26,7 @@ from controller.reconciler.executor import Executor
 from controller.core.inventory import Inventory
 from controller.core.limits import kinds_of, only_kinds
 from controller.store.lock import FileLock
-from controller.logs import get_logger
+from controller.logsetup import get_logger
 from controller.store.manifests import LoadResult, ManifestError, load
 from controller.store.node import Config, read_drain
 from controller.reconciler.observe import observe
