@@ -79,9 +79,9 @@ def worker(kind: str, state_dir: Path, me: int, cycles: int, devices: int) -> in
     """Prints one JSON line: double bookings counted and each acquisition's wait (ms)."""
     bare = kind.endswith("-bare")
     kind = kind.removesuffix("-bare")
+    from controller.core.state import Phase, Record
     from controller.store.lock import FileLock
     from controller.store.records import RecordStore
-    from controller.core.state import Phase, Record
 
     store = RecordStore(state_dir)
     flock = FileLock(state_dir / "placement.lock", what="placement lock")

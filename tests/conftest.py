@@ -39,8 +39,8 @@ from procs import (
     wait_gone,
 )
 
-from controller.store.records import RecordStore
 from controller.cli.views import status_item
+from controller.store.records import RecordStore
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from controller.backends.local import devices
-from controller.errors import ConfigError
 from controller.core.inventory import Device, parse_static, visibility_env
+from controller.errors import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -106,7 +106,9 @@ def test_pure_modules_read_no_clock(name: str) -> None:
 
 def test_the_checker_catches_an_io_import() -> None:
     """The checker itself works: the executor (I/O by design) is flagged."""
-    offenders = {i.split(".")[0] for m in closure("controller.reconciler.executor") for i in imports_of(m)}
+    offenders = {
+        i.split(".")[0] for m in closure("controller.reconciler.executor") for i in imports_of(m)
+    }
     assert {"os", "subprocess"} <= offenders
     assert "controller.backends.local.runtime" in closure("controller.reconciler.executor")
     assert clock_reads("controller.reconciler.executor")

@@ -28,6 +28,7 @@ from strategies import (
     view,
 )
 
+from controller.backends.local.runtime import LocalRuntime
 from controller.core.actions import (
     Action,
     Adopt,
@@ -44,13 +45,12 @@ from controller.core.actions import (
     Start,
     Stop,
 )
-from controller.store.events import Journal
-from controller.reconciler.executor import Executor
 from controller.core.inventory import Inventory
 from controller.core.plan import BACKOFF_RESET, ORDER, Desired, backoff, plan
-from controller.store.records import RecordStore
-from controller.backends.local.runtime import LocalRuntime
 from controller.core.state import Drain, ExitInfo, Observed, Phase
+from controller.reconciler.executor import Executor
+from controller.store.events import Journal
+from controller.store.records import RecordStore
 
 GPUS = inventory("nvidia:0", "nvidia:1")
 GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}

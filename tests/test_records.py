@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from strategies import record
 
+from controller.core.state import VERSION, Phase
 from controller.errors import RecordError
 from controller.store.records import RecordStore, check_name, write_atomic
-from controller.core.state import VERSION, Phase
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from procs import alive, environ, kill_marked, marked_pids, wait_for, wait_gone
 
-from controller.errors import SpawnError
 from controller.backends.local.runtime import (
     MARKER,
     STATE_MARKER,
@@ -30,6 +29,7 @@ from controller.backends.local.runtime import (
     port_bindable,
 )
 from controller.core.state import ProcessRef
+from controller.errors import SpawnError
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 IGNORE_TERM = (

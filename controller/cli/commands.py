@@ -28,8 +28,8 @@ def config(args: argparse.Namespace) -> Config:
 
 
 def _metrics_listen(args: argparse.Namespace) -> tuple[str, int]:
-    from controller.errors import ConfigError
     from controller.daemon.metrics import parse_listen
+    from controller.errors import ConfigError
 
     try:
         return parse_listen(args.metrics_port)
@@ -38,7 +38,7 @@ def _metrics_listen(args: argparse.Namespace) -> tuple[str, int]:
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    from controller.cli.main import nodeverbs, opverbs  # status, describe, logs, plan... / drain...
+    from controller.cli import nodeverbs, opverbs  # status, describe, logs, plan... / drain...
 
     name = f"cmd_{(args.verb or 'run').replace('get', 'status')}"
     handler = getattr(opverbs, name, None) or getattr(nodeverbs, name, None) or globals()[name]

@@ -14,12 +14,12 @@ from typing import Any
 
 import yaml
 
+from controller.cli.views import age, iso, table, until
+from controller.core.state import Phase, Record
+from controller.redact import redact_spec
 from controller.store import logfiles
 from controller.store.events import Journal
 from controller.store.records import RecordStore
-from controller.redact import redact_spec
-from controller.core.state import Phase, Record
-from controller.cli.views import age, iso, table, until
 
 LOG_LINES = 20
 EVENTS = 20

@@ -160,8 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(args_list)
     _check_durations(parser, args)
-    from controller.cli.main import commands
     from controller import logsetup as logs
+    from controller.cli import commands
     from controller.errors import ConfigError, LockTimeout, RecordError
 
     logs.configure(-1 if args.quiet else args.verbose)

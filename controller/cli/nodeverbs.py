@@ -13,15 +13,15 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from controller.cli.main import EXIT_OK, EXIT_USAGE
 from controller.cli.commands import config
+from controller.cli.main import EXIT_OK, EXIT_USAGE
+from controller.cli.opverbs import output_format
+from controller.cli.views import FORMATS, dump, table
 from controller.core.durations import format_age, parse_duration
+from controller.core.state import Phase, Record
 from controller.errors import ConfigError
 from controller.store.node import Config, read_drain
-from controller.cli.opverbs import output_format
 from controller.store.records import RecordStore
-from controller.core.state import Phase, Record
-from controller.cli.views import FORMATS, dump, table
 
 # -- devices ------------------------------------------------------------
 
@@ -90,8 +90,8 @@ def _devices_text(
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    from controller.store.node import write_drain
     from controller.core.state import Drain
+    from controller.store.node import write_drain
 
     try:
         ttl = parse_duration(args.ttl)

@@ -15,14 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from controller.store import logfiles
-from controller.cli.main import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.commands import config
+from controller.cli.main import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.views import FORMATS, dump
+from controller.core.state import Drain
 from controller.errors import ConfigError
+from controller.store import logfiles
 from controller.store.node import Config, read_drain
 from controller.store.records import RecordStore
-from controller.core.state import Drain
-from controller.cli.views import FORMATS, dump
 
 
 def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ...]) -> str | None:
@@ -141,9 +141,9 @@ def _flushing(out: BinaryIO) -> Callable[[bytes], None]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from controller.cli.main import planview
-    from controller.store.manifests import load
+    from controller.cli import planview
     from controller.reconciler.run import Reconciler
+    from controller.store.manifests import load
 
     fmt = output_format(args, "text", ("text", "json"))
     if fmt is None:

@@ -16,10 +16,10 @@ from typing import TextIO
 import structlog
 
 from controller.core.durations import format_age
+from controller.core.state import Phase, Record
 from controller.logsetup import apply as apply_log_setup
 from controller.logsetup import get_logger
 from controller.reconciler.run import PassResult, Reconciler
-from controller.core.state import Phase, Record
 
 log = get_logger("reconcile")
 

@@ -31,7 +31,7 @@ SETTLED = frozenset({"closed", "moved"})
 
 
 def is_manifest_name(name: str) -> bool:
-    """The rule of :func:`controller.store.manifests.manifest_files`: hidden and temp files skipped."""
+    """The rule of :func:`controller.store.manifests.manifest_files`: skip hidden, temp files."""
     return not name.startswith(".") and name.endswith(SUFFIXES)
 
 

@@ -22,17 +22,17 @@ from datetime import UTC, datetime
 from types import FrameType
 
 from controller.core.actions import Conflict, Hold
-from controller.errors import ConfigError, LockTimeout, ReconcileError
+from controller.core.state import Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import FolderWatch
-from controller.store.lock import FileLock
-from controller.logsetup import get_logger
-from controller.store.node import Config
 from controller.daemon.notify import Notifier
-from controller.reconciler.run import PassResult, Reconciler
-from controller.store.records import RecordStore
-from controller.core.state import Phase, ProcessRef, Record
 from controller.daemon.timers import Timers, debounce_until
+from controller.errors import ConfigError, LockTimeout, ReconcileError
+from controller.logsetup import get_logger
+from controller.reconciler.run import PassResult, Reconciler
+from controller.store.lock import FileLock
+from controller.store.node import Config
+from controller.store.records import RecordStore
 
 log = get_logger("reconcile")
 

@@ -18,10 +18,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
 from controller.core.inventory import Inventory
+from controller.core.state import Phase, Record
 from controller.logsetup import get_logger
 from controller.store.node import Config, read_drain
 from controller.store.records import write_atomic
-from controller.core.state import Phase, Record
 
 if TYPE_CHECKING:
     from controller.reconciler.run import PassResult

@@ -13,8 +13,8 @@ from datetime import timedelta
 from typing import Any
 
 from controller import failpoints
-
-from controller.store import logfiles
+from controller.backends.local.devices import wait_gpu_release
+from controller.backends.local.runtime import LocalRuntime
 from controller.core.actions import (
     Action,
     Adopt,
@@ -30,17 +30,16 @@ from controller.core.actions import (
     Stop,
     Update,
 )
-from controller.backends.local.devices import wait_gpu_release
-from controller.errors import SpawnError
-from controller.store.events import Journal
-from controller.reconciler.leases import RecordMaker
-from controller.logsetup import get_logger
 from controller.core.plan import backoff
-from controller.redact import redact_args
 from controller.core.render import Rendered
-from controller.backends.local.runtime import LocalRuntime
 from controller.core.specs import Entry, spec_document
 from controller.core.state import Phase, Record
+from controller.errors import SpawnError
+from controller.logsetup import get_logger
+from controller.reconciler.leases import RecordMaker
+from controller.redact import redact_args
+from controller.store import logfiles
+from controller.store.events import Journal
 
 log = get_logger("reconcile")
 

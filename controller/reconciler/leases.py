@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from controller.core.inventory import Device, Inventory
-from controller.store.records import RecordStore
 from controller.core.render import Rendered, render
 from controller.core.specs import Entry, spec_document
 from controller.core.state import Phase, ProcessRef, Record
+from controller.store.records import RecordStore
 
 
 @dataclass(kw_only=True)

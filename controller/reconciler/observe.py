@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from controller.backends.local.probes import Target, probe_many
-from controller.store.records import Snapshot
 from controller.backends.local.runtime import LocalRuntime, listening_ports
 from controller.core.state import (
     Drain,
@@ -19,6 +18,7 @@ from controller.core.state import (
     Record,
     RecordView,
 )
+from controller.store.records import Snapshot
 
 
 def observe(

@@ -16,25 +16,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from controller.backends.local import devices as devices_mod
 from controller import failpoints
-from controller.store import gitrev, logfiles
+from controller.backends.local import devices as devices_mod
+from controller.backends.local.runtime import LocalRuntime, identity, port_bindable
 from controller.core.actions import Action, Conflict, Fail, Hold, Replace, Start, Stop
 from controller.core.engines import MODULES, RecipeError, recipe_for
-from controller.store.events import Journal
-from controller.reconciler.executor import Executor
 from controller.core.inventory import Inventory
 from controller.core.limits import kinds_of, only_kinds
-from controller.store.lock import FileLock
-from controller.logsetup import get_logger
-from controller.store.manifests import LoadResult, ManifestError, load
-from controller.store.node import Config, read_drain
-from controller.reconciler.observe import observe
 from controller.core.placement import Placed, ledger_from, place
 from controller.core.plan import Desired, plan
-from controller.store.records import RecordProblem, RecordStore
-from controller.backends.local.runtime import LocalRuntime, identity, port_bindable
 from controller.core.state import Observed, Phase, ProcessRef, Record
+from controller.logsetup import get_logger
+from controller.reconciler.executor import Executor
+from controller.reconciler.observe import observe
+from controller.store import gitrev, logfiles
+from controller.store.events import Journal
+from controller.store.lock import FileLock
+from controller.store.manifests import LoadResult, ManifestError, load
+from controller.store.node import Config, read_drain
+from controller.store.records import RecordProblem, RecordStore
 
 log = get_logger("reconcile")
 

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from controller.store import security, yamlread
 from controller.core.specs import Deployment, Entry, is_dns1123, spec_hash
+from controller.store import security, yamlread
 from controller.store.yamlread import Path_
 
 SUFFIXES = (".yaml", ".yml")

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from controller.store import logfiles
-from controller.errors import ConfigError
 from controller.core.limits import Limits, parse_limits
-from controller.store.records import write_atomic
 from controller.core.state import Drain
+from controller.errors import ConfigError
+from controller.store import logfiles
+from controller.store.records import write_atomic
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,9 +19,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from controller.store import logfiles
-from controller.errors import ConfigError
 from controller.core.limits import Limits
+from controller.errors import ConfigError
+from controller.store import logfiles
 from controller.store.yamlread import field_path, line_for, load_mapping
 
 Kind = Literal["nvidia", "amd", "apple", "cpu"]

@@ -18,11 +18,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from controller import failpoints
-
-from controller.store import security
-from controller.errors import RecordError
 from controller.core.specs import is_dns1123
 from controller.core.state import VERSION, Record
+from controller.errors import RecordError
+from controller.store import security
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,11 @@ from watchdog.events import (
     FileOpenedEvent,
 )
 
+from controller.backends.local.runtime import LocalRuntime, identity
+from controller.core.state import ProcessRef
 from controller.daemon.engine_exits import ExitWatch
 from controller.daemon.folders import FolderWatch, _Handler
 from controller.daemon.notify import Notifier
-from controller.backends.local.runtime import LocalRuntime, identity
-from controller.core.state import ProcessRef
 from controller.daemon.timers import Timers, debounce_until
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,11 +19,11 @@ from typing import Any
 
 from procs import alive, environ, wait_for, wait_gone
 
-from controller.store.lock import FileLock
-from controller.store.manifests import load
 from controller.backends.local.runtime import identity
 from controller.core.specs import spec_document
 from controller.core.state import Phase, ProbeConfig, ProcessRef, Record
+from controller.store.lock import FileLock
+from controller.store.manifests import load
 
 # An engine that ignores SIGTERM (only the SIGKILL after the grace period ends it).
 IGNORE_TERM = """

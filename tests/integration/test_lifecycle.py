@@ -15,8 +15,8 @@ from typing import Any
 
 from procs import alive, environ, wait_for, wait_gone
 
-from controller.store.lock import FileLock
 from controller.core.state import Phase, ProcessRef
+from controller.store.lock import FileLock
 
 # An engine that forks a grandchild which leaves the process group (setsid), then serves.
 ESCAPING_ENGINE = """

@@ -13,8 +13,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.core.inventory import Inventory
-from controller.daemon.metrics import escape, render
 from controller.core.state import Phase, Record
+from controller.daemon.metrics import escape, render
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller import failpoints
-
 from controller.backends.local import procstat
-from controller.errors import SpawnError
 from controller.backends.local.procscan import EnvironScan
 from controller.core.state import MarkedProcess, ProcessRef
+from controller.errors import SpawnError
 
 MARKER = "RECONCILE_INSTANCE"
 STATE_MARKER = "RECONCILE_STATE"
