@@ -1,10 +1,12 @@
-"""The error tree. Each error says whether retrying the same thing can help.
+"""The error tree.
 
 ReconcileError
-├── ConfigError(ValueError)        bad flag or environment value      retry: no
-├── RecordError(ValueError)        a record cannot be used as is      retry: no
-├── LockTimeout(TimeoutError)      another pass holds a lock          retry: yes
-└── SpawnError(OSError)            the engine could not be exec'd     retry: yes
+├── ConfigError(ValueError)        bad flag or environment value
+├── RecordError(ValueError)        a record cannot be used as is
+├── RecipeError(ValueError)        the spec lacks what its engine needs (a model...)
+├── InsecureManifest(OSError)      a manifest root must not trust (as root)
+├── LockTimeout(TimeoutError)      another pass holds a lock (the holder is named)
+└── SpawnError(OSError)            the engine could not be exec'd
 
 An invalid manifest, a placement that cannot be made and a failing probe are not
 errors but values (``manifests.ManifestError``, ``placement.Unplaced``,
@@ -16,8 +18,6 @@ from __future__ import annotations
 
 class ReconcileError(Exception):
     """Base of every error this package raises on purpose."""
-
-    retryable = False
 
 
 class ConfigError(ReconcileError, ValueError):
@@ -31,8 +31,14 @@ class RecordError(ReconcileError, ValueError):
 class LockTimeout(ReconcileError, TimeoutError):
     """A lock was not acquired in time; the holder is named in the message."""
 
-    retryable = True
-
 
 class SpawnError(ReconcileError, OSError):
-    retryable = True
+    """The engine could not be exec'd (missing program, permissions)."""
+
+
+class RecipeError(ReconcileError, ValueError):
+    """The spec lacks what this engine needs (a model, a command...)."""
+
+
+class InsecureManifest(ReconcileError, OSError):
+    """A manifest file or folder root must not trust; the message says why and what to do."""

@@ -289,3 +289,13 @@ def test_record_model_has_the_documented_fields() -> None:
                   "ready_deadline_at", "ready_at", "restarts", "backoff_until", "last_exit",
                   "message"}  # fmt: skip
     assert documented <= set(Record.model_fields)
+
+
+def test_every_verb_has_a_handler_and_every_handler_a_verb() -> None:
+    import argparse
+
+    from controller.cli.main import build_parser
+    from controller.cli.verbs import HANDLERS
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) | {"run"} == set(HANDLERS)

@@ -14,11 +14,12 @@ from controller.core.placement import (
     Ledger,
     Placed,
     Unplaced,
-    ledger_from,
+    ledger_for,
     place,
     place_devices,
     place_ports,
 )
+from controller.core.state import Observed, Phase, Record
 
 
 def spec(**fields: Any) -> Any:
@@ -160,13 +161,24 @@ def test_place_does_not_mutate_the_ledger() -> None:
     assert ledger.devices == {} and ledger.ports == {}
 
 
-def test_ledger_from_counts_unreadable_records_as_exclusive() -> None:
-    ledger = ledger_from(
-        [("a", ("nvidia:0",), (8000, 8001), True)],
-        {"nvidia:1": "old (unreadable record)"},
-        {9000: "old (unreadable record)"},
-        frozenset({7000}),
+def test_ledger_for_counts_unreadable_records_as_exclusive() -> None:
+    held = Record(
+        name="a",
+        owner="o",
+        node="n",
+        phase=Phase.READY,
+        devices=("nvidia:0",),
+        port=8000,
+        extra_ports=(8001,),
+        shareable=True,
     )
+    gone = held.model_copy(update={"name": "b", "phase": Phase.FAILED, "port": 8500})
+    observed = Observed(
+        foreign_devices={"nvidia:1": "old (unreadable record)"},
+        foreign_ports={9000: "old (unreadable record)"},
+        listening=frozenset({7000}),
+    )
+    ledger = ledger_for([held, gone], observed)
     assert ledger.devices == {
         "nvidia:0": [("a", True)],
         "nvidia:1": [("old (unreadable record)", False)],

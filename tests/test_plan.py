@@ -28,7 +28,7 @@ from strategies import (
     view,
 )
 
-from controller.backends.local.runtime import LocalRuntime
+from controller.backends.local.runtime import LocalBackend
 from controller.core.actions import (
     Action,
     Adopt,
@@ -49,6 +49,7 @@ from controller.core.inventory import Inventory
 from controller.core.plan import BACKOFF_RESET, ORDER, Desired, backoff, plan
 from controller.core.state import Drain, ExitInfo, Observed, Phase
 from controller.reconciler.executor import Executor
+from controller.reconciler.leases import RecordMaker
 from controller.store.events import Journal
 from controller.store.records import RecordStore
 
@@ -649,12 +650,11 @@ def test_mark_spec_invalid_is_not_repeated_once_recorded(tmp_path: Path) -> None
     assert isinstance(mark, MarkSpec) and not mark.valid
     executor = Executor(
         store=store,
-        runtime=LocalRuntime(tmp_path, "gpu-a"),
+        backend=LocalBackend(tmp_path, "gpu-a"),
         journal=Journal(tmp_path),
-        inventory=GPUS,
-        owner="/srv/manifests",
-        node="gpu-a",
-        me=ref(1),
+        records=RecordMaker(
+            store=store, inventory=GPUS, owner="/srv/manifests", node="gpu-a", me=ref(1)
+        ),
     )
     assert executor.apply(mark)
     marked_rec = store.read("a")

@@ -23,7 +23,7 @@ from procs import alive, environ, kill_marked, marked_pids, wait_for, wait_gone
 from controller.backends.local.runtime import (
     MARKER,
     STATE_MARKER,
-    LocalRuntime,
+    LocalBackend,
     identity,
     listening_ports,
     port_bindable,
@@ -53,8 +53,8 @@ time.sleep(60)
 
 
 @pytest.fixture
-def rt(tmp_path: Path) -> Iterator[LocalRuntime]:
-    runtime = LocalRuntime(tmp_path, f"t-{uuid.uuid4().hex[:12]}")
+def rt(tmp_path: Path) -> Iterator[LocalBackend]:
+    runtime = LocalBackend(tmp_path, f"t-{uuid.uuid4().hex[:12]}")
     yield runtime
     kill_marked(f"{runtime.node}/")
     for child in list(runtime._children.values()):
@@ -72,11 +72,11 @@ def bystander() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait()
 
 
-def spawn(rt: LocalRuntime, argv: list[str], tmp: Path, name: str = "web") -> ProcessRef:
+def spawn(rt: LocalBackend, argv: list[str], tmp: Path, name: str = "web") -> ProcessRef:
     return rt.spawn(argv, dict(os.environ), name=name, nonce="n1", log_path=tmp / f"{name}.log")
 
 
-def family_of(rt: LocalRuntime) -> set[int]:
+def family_of(rt: LocalBackend) -> set[int]:
     """The engine, its child and its grandchild, once all three are up."""
 
     def three() -> set[int] | None:
@@ -93,7 +93,7 @@ def test_identity_is_pid_and_start_time() -> None:
     assert identity(2**22 + 12345) is None
 
 
-def test_spawn_in_a_new_session_with_markers(rt: LocalRuntime, tmp_path: Path) -> None:
+def test_spawn_in_a_new_session_with_markers(rt: LocalBackend, tmp_path: Path) -> None:
     ref = spawn(rt, SLEEP, tmp_path)
     assert rt.alive(ref)
     assert os.getpgid(ref.pid) == ref.pid and os.getsid(ref.pid) == ref.pid
@@ -105,7 +105,7 @@ def test_spawn_in_a_new_session_with_markers(rt: LocalRuntime, tmp_path: Path) -
     assert (found.ref, found.name, found.nonce) == (ref, "web", "n1")
 
 
-def test_argv_never_goes_through_a_shell(rt: LocalRuntime, tmp_path: Path) -> None:
+def test_argv_never_goes_through_a_shell(rt: LocalBackend, tmp_path: Path) -> None:
     """Invariant 10: shell syntax in an argument stays a literal argument."""
     out = tmp_path / "argv"
     script = "import sys, json; open(sys.argv[1], 'w').write(json.dumps(sys.argv[2:]))"
@@ -116,7 +116,7 @@ def test_argv_never_goes_through_a_shell(rt: LocalRuntime, tmp_path: Path) -> No
     assert not any(tmp_path.glob("pwned*")) and not any(Path.cwd().glob("pwned*"))
 
 
-def test_output_goes_to_the_log(rt: LocalRuntime, tmp_path: Path) -> None:
+def test_output_goes_to_the_log(rt: LocalBackend, tmp_path: Path) -> None:
     ref = spawn(
         rt,
         [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"],
@@ -126,12 +126,12 @@ def test_output_goes_to_the_log(rt: LocalRuntime, tmp_path: Path) -> None:
     assert (tmp_path / "web.log").read_text().split() == ["out", "err"]
 
 
-def test_missing_executable_is_a_spawn_error(rt: LocalRuntime, tmp_path: Path) -> None:
+def test_missing_executable_is_a_spawn_error(rt: LocalBackend, tmp_path: Path) -> None:
     with pytest.raises(SpawnError, match="cannot exec '/nonexistent/engine'"):
         spawn(rt, ["/nonexistent/engine"], tmp_path)
 
 
-def test_exit_status_of_our_children(rt: LocalRuntime, tmp_path: Path) -> None:
+def test_exit_status_of_our_children(rt: LocalBackend, tmp_path: Path) -> None:
     ref = spawn(rt, [sys.executable, "-c", "raise SystemExit(3)"], tmp_path)
     wait_for(lambda: rt.exit_of(ref) is not None, what="the engine to exit")
     exit_ = rt.exit_of(ref)
@@ -144,7 +144,7 @@ def test_exit_status_of_our_children(rt: LocalRuntime, tmp_path: Path) -> None:
 
 
 def test_invariant_6_a_reused_pid_is_not_alive(
-    rt: LocalRuntime, bystander: subprocess.Popen[bytes]
+    rt: LocalBackend, bystander: subprocess.Popen[bytes]
 ) -> None:
     real = identity(bystander.pid)
     assert real is not None and rt.alive(real)
@@ -153,7 +153,7 @@ def test_invariant_6_a_reused_pid_is_not_alive(
 
 
 def test_identity_survives_a_clock_step(
-    rt: LocalRuntime, bystander: subprocess.Popen[bytes]
+    rt: LocalBackend, bystander: subprocess.Popen[bytes]
 ) -> None:
     # NTP stepping the wall clock moves every start time computed from it (boot time
     # is "now - uptime"); the ticks after boot do not move. A step must not make a
@@ -169,7 +169,7 @@ def test_identity_survives_a_clock_step(
 
 
 def test_stop_never_signals_a_process_whose_identity_differs(
-    rt: LocalRuntime, bystander: subprocess.Popen[bytes]
+    rt: LocalBackend, bystander: subprocess.Popen[bytes]
 ) -> None:
     """Invariant 6: a record's pid now belongs to an unrelated group leader: it survives."""
     real = identity(bystander.pid)
@@ -183,7 +183,7 @@ def test_stop_never_signals_a_process_whose_identity_differs(
 
 
 def test_stop_sigterm_then_grace_then_sigkill_the_whole_group(
-    rt: LocalRuntime, tmp_path: Path
+    rt: LocalBackend, tmp_path: Path
 ) -> None:
     ref = spawn(rt, [sys.executable, "-c", FAMILY], tmp_path)
     wait_for(lambda: "up" in (tmp_path / "web.log").read_text(), what="the engine to start")
@@ -198,14 +198,14 @@ def test_stop_sigterm_then_grace_then_sigkill_the_whole_group(
     assert rt.exit_of(ref) is not None and rt.exit_of(ref).signal == 9  # type: ignore[union-attr]
 
 
-def test_stop_returns_as_soon_as_the_engine_exits(rt: LocalRuntime, tmp_path: Path) -> None:
+def test_stop_returns_as_soon_as_the_engine_exits(rt: LocalBackend, tmp_path: Path) -> None:
     ref = spawn(rt, SLEEP, tmp_path)
     rt.stop(ref, "n1", signal.SIGTERM, grace=30)
     wait_gone(ref.pid, timeout=1)
     assert rt.exit_of(ref) is not None and rt.exit_of(ref).signal == signal.SIGTERM  # type: ignore[union-attr]
 
 
-def test_sweep_kills_marker_processes_of_a_dead_engine(rt: LocalRuntime, tmp_path: Path) -> None:
+def test_sweep_kills_marker_processes_of_a_dead_engine(rt: LocalBackend, tmp_path: Path) -> None:
     ref = spawn(rt, [sys.executable, "-c", FAMILY], tmp_path)
     family = family_of(rt)
     os.kill(ref.pid, signal.SIGKILL)
@@ -214,9 +214,9 @@ def test_sweep_kills_marker_processes_of_a_dead_engine(rt: LocalRuntime, tmp_pat
         assert not alive(pid)
 
 
-def test_scan_sees_only_its_node_and_state_dir(rt: LocalRuntime, tmp_path: Path) -> None:
-    other_state = LocalRuntime(tmp_path / "elsewhere", rt.node)
-    other_node = LocalRuntime(tmp_path, rt.node + "x")
+def test_scan_sees_only_its_node_and_state_dir(rt: LocalBackend, tmp_path: Path) -> None:
+    other_state = LocalBackend(tmp_path / "elsewhere", rt.node)
+    other_node = LocalBackend(tmp_path, rt.node + "x")
     try:
         spawn(rt, SLEEP, tmp_path, name="a")
         spawn(other_state, SLEEP, tmp_path, name="b")

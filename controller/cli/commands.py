@@ -5,45 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controller.cli.main import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.common import config, metrics_listen
+from controller.cli.common import reconciler as build
+from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.core.durations import parse_duration
-from controller.store.node import Config, resolve
-
-
-def config(args: argparse.Namespace) -> Config:
-    return resolve(
-        manifests=args.manifests,
-        state_dir=args.state_dir,
-        node=args.node,
-        devices=args.devices,
-        owner=args.owner,
-        allow_empty=getattr(args, "allow_empty", False),
-        lock_timeout=parse_duration(getattr(args, "lock_timeout", "60s")),
-        insecure_manifests=getattr(args, "insecure_manifests", False),
-        max_instances=getattr(args, "max_instances", None),
-        node_config=getattr(args, "node_config", None),
-        metrics_file=getattr(args, "metrics_file", None),
-        metrics_port=_metrics_listen(args)[1] if getattr(args, "metrics_port", None) else None,
-    )
-
-
-def _metrics_listen(args: argparse.Namespace) -> tuple[str, int]:
-    from controller.daemon.metrics import parse_listen
-    from controller.errors import ConfigError
-
-    try:
-        return parse_listen(args.metrics_port)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
-
-
-def dispatch(args: argparse.Namespace) -> int:
-    from controller.cli import nodeverbs, opverbs  # status, describe, logs, plan... / drain...
-
-    name = f"cmd_{(args.verb or 'run').replace('get', 'status')}"
-    handler = getattr(opverbs, name, None) or getattr(nodeverbs, name, None) or globals()[name]
-    code: int = handler(args)
-    return code
 
 
 def _print_errors(result_errors: list[object]) -> None:
@@ -72,11 +37,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.metrics_port:
             from controller.daemon.metrics import serve
 
-            serve(*_metrics_listen(args))
+            serve(*metrics_listen(args))
         return run_daemon(cfg, resync=parse_duration(args.resync), reload=lambda: config(args))
-    from controller.reconciler.run import Reconciler
-
-    reconciler = Reconciler(cfg)
+    reconciler = build(cfg)
     if args.wait:
         from controller.cli.waiting import wait_until_ready
 
@@ -117,9 +80,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from controller.reconciler.run import Reconciler
-
-    stopped = Reconciler(config(args)).down()
+    stopped = build(config(args)).down()
     for name in stopped:
         print(f"stopped {name}")
     return EXIT_OK

@@ -1,7 +1,6 @@
 """The `reconcile` command: parse arguments, configure logs, call the reconciler.
 
-Exit codes live here only: 0 ok; 1 invalid input, not converged, or failed;
-2 (`plan`) changes pending; 64 usage error.
+Exit codes live in ``exitcodes``; the verb -> handler table in ``verbs``.
 """
 
 from __future__ import annotations
@@ -11,20 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-EXIT_OK, EXIT_FAIL, EXIT_CHANGES, EXIT_USAGE = 0, 1, 2, 64
-VERBS = (
-    "plan",
-    "status",
-    "get",
-    "describe",
-    "logs",
-    "validate",
-    "schema",
-    "devices",
-    "drain",
-    "uncordon",
-    "down",
-)
+from controller.cli.exitcodes import EXIT_FAIL, EXIT_USAGE
 
 
 class Parser(argparse.ArgumentParser):
@@ -161,12 +147,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     _check_durations(parser, args)
     from controller import logsetup as logs
-    from controller.cli import commands
+    from controller.cli.verbs import dispatch
     from controller.errors import ConfigError, LockTimeout, RecordError
 
     logs.configure(-1 if args.quiet else args.verbose)
     try:
-        return commands.dispatch(args)
+        return dispatch(args)
     except (ConfigError, LockTimeout, RecordError) as exc:
         print(f"reconcile: {exc}", file=sys.stderr)
         return EXIT_FAIL

@@ -13,9 +13,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from controller.cli.commands import config
-from controller.cli.main import EXIT_OK, EXIT_USAGE
-from controller.cli.opverbs import output_format
+from controller.cli.common import config, output_format, reconciler
+from controller.cli.exitcodes import EXIT_OK, EXIT_USAGE
 from controller.cli.views import FORMATS, dump, table
 from controller.core.durations import format_age, parse_duration
 from controller.core.state import Phase, Record
@@ -127,19 +126,7 @@ def _who() -> str:
 
 def _evict(cfg: Config) -> list[str]:
     """Stop every running engine on the node now, whoever owns it (kubectl drain)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from controller.core.actions import Stop
-    from controller.reconciler.run import Reconciler
-
-    reconciler = Reconciler(cfg)
-    with reconciler.pass_lock.hold(cfg.lock_timeout):
-        running = [r for r in reconciler.store.load().records.values() if _evictable(r)]
-        stops = [Stop(name=r.name, reason="evicted: node drained") for r in running]
-        if stops:
-            with ThreadPoolExecutor(max_workers=min(16, len(stops))) as pool:
-                list(pool.map(reconciler.executor.apply, stops))
-    return [s.name for s in stops]
+    return reconciler(cfg).stop_where(_evictable, "evicted: node drained")
 
 
 def _evictable(rec: Record) -> bool:

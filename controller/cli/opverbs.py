@@ -15,22 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from controller.cli.commands import config
-from controller.cli.main import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.common import config, output_format, preview
+from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import FORMATS, dump
 from controller.core.state import Drain
 from controller.errors import ConfigError
 from controller.store import logfiles
 from controller.store.node import Config, read_drain
 from controller.store.records import RecordStore
-
-
-def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ...]) -> str | None:
-    fmt: str = args.output or default
-    if fmt not in allowed:
-        print(f"reconcile: unknown output format {fmt!r} ({', '.join(allowed)})", file=sys.stderr)
-        return None
-    return fmt
 
 
 def _problems(problems: list[object]) -> None:
@@ -142,7 +134,6 @@ def _flushing(out: BinaryIO) -> Callable[[bytes], None]:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from controller.cli import planview
-    from controller.reconciler.run import Reconciler
     from controller.store.manifests import load
 
     fmt = output_format(args, "text", ("text", "json"))
@@ -150,10 +141,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cfg = config(args)
     loaded = load(cfg.manifests, insecure=cfg.insecure_manifests)
-    reconciler = Reconciler(cfg)
-    observed, problems = reconciler.observe()
-    desired = reconciler.desired(loaded)
-    found = planview.changes(reconciler.plan(desired, observed), desired, observed)
+    view = preview(cfg)
+    observed, problems = view.observe()
+    desired = view.desired(loaded)
+    found = planview.changes(view.plan(desired, observed), desired, observed)
     errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
     pending = planview.pending(found)
     if fmt == "json":

@@ -16,8 +16,6 @@ from controller.core.state import ExitInfo, MarkedProcess, Phase, ProcessRef
 @dataclass(frozen=True, kw_only=True)
 class Action:
     verb: ClassVar[str] = "action"
-    # terraform-style class of change for `reconcile plan`
-    change: ClassVar[str] = "update"
     name: str
     reason: str
 
@@ -30,7 +28,6 @@ class Start(Action):
     """Reserve devices and a port, then spawn (a new or Pending deployment)."""
 
     verb = "start"
-    change = "create"
     entry: Entry
     devices: tuple[str, ...]
     port: int
@@ -51,7 +48,6 @@ class Stop(Action):
     """Tear the instance down completely, then drop its record."""
 
     verb = "stop"
-    change = "destroy"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +55,6 @@ class Replace(Stop):
     """The spec changed: tear down now, a later round starts the new one."""
 
     verb = "replace"
-    change = "replace"
     fields: tuple[str, ...] = ()
 
 
@@ -69,7 +64,6 @@ class Update(Action):
     stopGracePeriodSeconds): rewrite the record in place, no restart."""
 
     verb = "update"
-    change = "update"
     entry: Entry
     fields: tuple[str, ...] = ()
 
@@ -106,7 +100,6 @@ class Release(Action):
     """Drop a record that holds no process (dead reservation, removed Pending, ...)."""
 
     verb = "release"
-    change = "destroy"
     nonce: str | None = None
 
 
@@ -115,7 +108,6 @@ class Reap(Action):
     """Kill marker processes no record accounts for (invariant 3)."""
 
     verb = "reap"
-    change = "destroy"
     processes: tuple[MarkedProcess, ...]
 
 
@@ -124,7 +116,6 @@ class Hold(Action):
     """Record a deployment that cannot start now as Pending, saying why."""
 
     verb = "pending"
-    change = "wait"
     entry: Entry
 
 
@@ -133,7 +124,6 @@ class Reject(Action):
     """A deployment whose manifest was invalid from the start: a Pending record says why."""
 
     verb = "reject"
-    change = "wait"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,7 +139,22 @@ class Conflict(Action):
     """The name belongs to another manifest set: report, touch nothing."""
 
     verb = "conflict"
-    change = "wait"
 
 
-PASSIVE = (Hold, Conflict)
+# Every concrete action: what the executor must handle (mypy checks each `match` is whole).
+AnyAction = (
+    Start
+    | Restart
+    | Replace
+    | Stop
+    | Update
+    | Fail
+    | MarkReady
+    | Adopt
+    | Release
+    | Reap
+    | Hold
+    | Reject
+    | MarkSpec
+    | Conflict
+)

@@ -29,11 +29,6 @@ class Device:
     def key(self) -> str:
         return f"{self.kind}:{self.id}"
 
-    @property
-    def unified_memory(self) -> bool:
-        """Apple GPUs and CPUs share memory, so ``shareable`` stacks there by nature."""
-        return self.kind in ("apple", "cpu")
-
 
 @dataclass(frozen=True)
 class Inventory:

@@ -7,11 +7,12 @@ listeners); :func:`place` reads it and never mutates it; the planner calls
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from controller.core.inventory import KINDS, Device, Inventory
 from controller.core.specs import DeploymentSpec
+from controller.core.state import Observed, Record
 
 DEFAULT_BASE_PORT = 8000
 MAX_PORT = 65535
@@ -24,6 +25,10 @@ class Placed:
     devices: tuple[str, ...]
     port: int
     extra_ports: tuple[int, ...] = ()
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return (self.port, *self.extra_ports)
 
 
 @dataclass(frozen=True)
@@ -168,18 +173,14 @@ def place(
     return Placed(devices, ports[0], ports[1:])
 
 
-def ledger_from(
-    held: Iterable[tuple[str, tuple[str, ...], tuple[int, ...], bool]],
-    foreign_devices: Mapping[str, str],
-    foreign_ports: Mapping[int, str],
-    listening: frozenset[int],
-) -> Ledger:
-    """Build a ledger from (holder, devices, ports, shareable) plus unreadable records."""
-    ledger = Ledger(listening=listening)
-    for holder, devices, ports, shareable in held:
-        ledger.take(holder, devices, ports, shareable)
-    for key, holder in foreign_devices.items():
+def ledger_for(records: Iterable[Record], observed: Observed) -> Ledger:
+    """The one ledger: what live records hold, unreadable records, foreign listeners."""
+    ledger = Ledger(listening=observed.listening)
+    for rec in records:
+        if rec.holds:
+            ledger.take(rec.name, rec.devices, rec.ports, rec.shareable)
+    for key, holder in observed.foreign_devices.items():
         ledger.take(holder, (key,), (), False)
-    for port, holder in foreign_ports.items():
+    for port, holder in observed.foreign_ports.items():
         ledger.take(holder, (), (port,), False)
     return ledger

@@ -15,6 +15,7 @@ from controller.core import limits as limits_mod
 from controller.core.actions import (
     Action,
     Adopt,
+    AnyAction,
     Conflict,
     Fail,
     Hold,
@@ -31,7 +32,7 @@ from controller.core.actions import (
 )
 from controller.core.inventory import Inventory
 from controller.core.limits import Limits
-from controller.core.placement import Ledger, Unplaced, ledger_from, place
+from controller.core.placement import Unplaced, ledger_for, place
 from controller.core.specs import Entry, changed_fields, spec_document
 from controller.core.state import MarkedProcess, Observed, Phase, Record, RecordView
 
@@ -84,7 +85,7 @@ def plan(
     *,
     extra_ports: Mapping[str, int] | None = None,
     limits: Limits | None = None,
-) -> list[Action]:
+) -> list[AnyAction]:
     planner = _Planner(desired, observed, inventory, now, extra_ports or {}, limits or Limits())
     actions = list(planner.run())
     return sorted(actions, key=lambda a: (ORDER.index(type(a)), a.name))
@@ -105,7 +106,7 @@ class _Planner:
         self.inventory = inventory
         self.now = now
         self.extra_ports = extra_ports
-        self.ledger = _ledger(observed)
+        self.ledger = ledger_for((v.record for v in observed.records.values()), observed)
         self.limits = limits
         self.instances = {  # what counts against maxInstances, updated as starts are planned
             n: limits_mod.kinds_of(v.record.devices)
@@ -115,7 +116,7 @@ class _Planner:
         drain = observed.drain
         self.drain = drain if drain is not None and drain.active(now) else None
 
-    def run(self) -> Iterator[Action]:
+    def run(self) -> Iterator[AnyAction]:
         yield from self._orphans()
         names = set(self.desired.entries) | set(self.observed.records) | set(self.desired.invalid)
         for name in sorted(names):
@@ -136,7 +137,7 @@ class _Planner:
 
     # -- records of other manifest sets ----------------------------------------
 
-    def _foreign(self, view: RecordView, entry: Entry | None) -> Iterator[Action]:
+    def _foreign(self, view: RecordView, entry: Entry | None) -> Iterator[AnyAction]:
         rec = view.record
         if rec.phase is Phase.RESERVED and not view.maker_alive:
             yield self._resolve_reservation(view)  # invariant 3 binds every pass
@@ -149,7 +150,7 @@ class _Planner:
 
     # -- our records -------------------------------------------------------------
 
-    def _own(self, view: RecordView, entry: Entry | None) -> Iterator[Action]:
+    def _own(self, view: RecordView, entry: Entry | None) -> Iterator[AnyAction]:
         rec = view.record
         if rec.phase is Phase.RESERVED:
             if not view.maker_alive:
@@ -168,7 +169,7 @@ class _Planner:
             return
         yield from self._lifecycle(view, entry)
 
-    def _undeclared(self, view: RecordView) -> Iterator[Action]:
+    def _undeclared(self, view: RecordView) -> Iterator[AnyAction]:
         rec = view.record
         error = self.desired.invalid.get(rec.name)
         if error is None and rec.source in self.desired.broken_sources:
@@ -197,7 +198,7 @@ class _Planner:
         else:
             yield Release(name=rec.name, reason="manifest removed", nonce=rec.nonce)
 
-    def _changed(self, view: RecordView, entry: Entry) -> Action:
+    def _changed(self, view: RecordView, entry: Entry) -> AnyAction:
         rec = view.record
         fields = tuple(changed_fields(rec.spec, spec_document(entry.deployment.spec)))
         shown = ", ".join(f"spec.{f}" for f in fields) or "spec"
@@ -207,7 +208,7 @@ class _Planner:
             return Replace(name=rec.name, reason=f"{shown} changed", fields=fields)
         return Release(name=rec.name, reason=f"{shown} changed", nonce=rec.nonce)
 
-    def _lifecycle(self, view: RecordView, entry: Entry) -> Iterator[Action]:
+    def _lifecycle(self, view: RecordView, entry: Entry) -> Iterator[AnyAction]:
         rec = view.record
         if rec.phase is Phase.PENDING:
             yield self._start(entry, "retrying placement")
@@ -220,7 +221,7 @@ class _Planner:
         else:
             yield self._exited(view)
 
-    def _running(self, view: RecordView) -> Iterator[Action]:
+    def _running(self, view: RecordView) -> Iterator[AnyAction]:
         rec = view.record
         if self.drain is not None and self.drain.evict:
             yield Stop(name=rec.name, reason=f"evicted: {self._drain_text()}")
@@ -231,13 +232,13 @@ class _Planner:
                 last = f" (last probe: {view.probe.detail})" if view.probe else ""
                 yield self._retry(rec, f"not ready by its readiness deadline{last}")
 
-    def _backoff_due(self, view: RecordView, entry: Entry) -> Iterator[Action]:
+    def _backoff_due(self, view: RecordView, entry: Entry) -> Iterator[AnyAction]:
         rec = view.record
         if rec.backoff_until is not None and self.now < rec.backoff_until:
             return
         if self.drain is not None:
             return  # nothing restarts while the node is drained
-        taken = [p for p in (rec.port, *rec.extra_ports) if p in self.observed.listening]
+        taken = [p for p in rec.ports if p in self.observed.listening]
         if taken:  # a restart there would only crash-loop: release, place afresh next round
             reason = f"port {taken[0]} was taken by another process while the engine was down"
             yield Release(name=rec.name, reason=reason, nonce=rec.nonce)
@@ -249,7 +250,7 @@ class _Planner:
             restarts=rec.restarts + 1,
         )
 
-    def _exited(self, view: RecordView) -> Action:
+    def _exited(self, view: RecordView) -> AnyAction:
         rec = view.record
         exit_text = str(view.exit) if view.exit else "exited"
         code = view.exit.code if view.exit else None
@@ -279,7 +280,7 @@ class _Planner:
 
     # -- reservations and orphans ----------------------------------------------------
 
-    def _resolve_reservation(self, view: RecordView) -> Action:
+    def _resolve_reservation(self, view: RecordView) -> AnyAction:
         rec = view.record
         leader = _leader(view.markers)
         if leader is not None:
@@ -294,7 +295,7 @@ class _Planner:
             nonce=rec.nonce,
         )
 
-    def _orphans(self) -> Iterator[Action]:
+    def _orphans(self) -> Iterator[AnyAction]:
         by_nonce: dict[str, list[MarkedProcess]] = {}
         for proc in self.observed.orphans:
             by_nonce.setdefault(proc.nonce, []).append(proc)
@@ -308,7 +309,7 @@ class _Planner:
 
     # -- placement ---------------------------------------------------------------------
 
-    def _start(self, entry: Entry, why: str) -> Action:
+    def _start(self, entry: Entry, why: str) -> AnyAction:
         spec = entry.deployment.spec
         if self.drain is not None:
             return Hold(name=entry.name, reason=self._drain_text(), entry=entry)
@@ -326,8 +327,7 @@ class _Planner:
         if isinstance(placed, Unplaced):
             reason = limits_mod.explain(placed.reason, self.inventory, room, self.limits)
             return Hold(name=entry.name, reason=reason, entry=entry)
-        ports = (placed.port, *placed.extra_ports)
-        self.ledger.take(entry.name, placed.devices, ports, spec.devices.shareable)
+        self.ledger.take(entry.name, placed.devices, placed.ports, spec.devices.shareable)
         self.instances[entry.name] = limits_mod.kinds_of(placed.devices)
         where = ",".join(placed.devices) or "no devices"
         return Start(
@@ -346,16 +346,6 @@ class _Planner:
         why = f" ({drain.reason})" if drain.reason else ""
         until = drain.until.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
         return f"node drained{by} until {until}{why}: run `reconcile uncordon` or wait"
-
-
-def _ledger(observed: Observed) -> Ledger:
-    held = []
-    for view in observed.records.values():
-        rec = view.record
-        if rec.holds:
-            ports = (rec.port, *rec.extra_ports) if rec.port is not None else rec.extra_ports
-            held.append((rec.name, rec.devices, ports, rec.shareable))
-    return ledger_from(held, observed.foreign_devices, observed.foreign_ports, observed.listening)
 
 
 def _engine_state(view: RecordView) -> str:

@@ -119,6 +119,11 @@ class Record(Frozen):
     def holds(self) -> bool:
         return self.phase.holds_resources
 
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """Every port the record leases: the engine's, then its internal ones."""
+        return self.extra_ports if self.port is None else (self.port, *self.extra_ports)
+
 
 @dataclass(frozen=True)
 class ProbeResult:

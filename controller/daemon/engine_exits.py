@@ -14,7 +14,7 @@ import os
 import selectors
 from collections.abc import Callable, Mapping
 
-from controller.backends.local.runtime import LocalRuntime
+from controller.backends.base import Backend
 from controller.core.state import ProcessRef
 
 FALLBACK_PERIOD = 1.0  # seconds between liveness checks without pidfds
@@ -23,9 +23,7 @@ OnExit = Callable[[str, ProcessRef], None]
 
 
 class ExitWatch:
-    def __init__(
-        self, selector: selectors.BaseSelector, runtime: LocalRuntime, on_exit: OnExit
-    ) -> None:
+    def __init__(self, selector: selectors.BaseSelector, runtime: Backend, on_exit: OnExit) -> None:
         self.selector = selector
         self.runtime = runtime
         self.on_exit = on_exit

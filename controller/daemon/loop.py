@@ -21,10 +21,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
 
+from controller.backends.base import Backend
+from controller.backends.choose import inventory_for, open_backend
 from controller.core.actions import Conflict, Hold
 from controller.core.state import Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import FolderWatch
+from controller.daemon.metrics import exporters
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import Timers, debounce_until
 from controller.errors import ConfigError, LockTimeout, ReconcileError
@@ -55,12 +58,12 @@ class Daemon:
         self.config = config
         self.resync = resync
         self.reload_config = reload or (lambda: self.config)
-        self.reconciler = Reconciler(config)
+        self.reconciler = build_reconciler(config, open_backend(config))
         self.reconciler.interrupted = lambda: self.stopping
         self.notifier = Notifier.from_environ()
         self.selector = selectors.DefaultSelector()
         self.timers = Timers()
-        self.exits = ExitWatch(self.selector, self.reconciler.runtime, self._exited)
+        self.exits = ExitWatch(self.selector, self.reconciler.backend, self._exited)
         self.folders = FolderWatch(config.manifests, self._folder_changed)
         self.triggers: set[str] = set()
         self.passes = 0
@@ -146,7 +149,7 @@ class Daemon:
         self.timers.set("debounce", when, "folder")
 
     def _exited(self, name: str, ref: ProcessRef) -> None:
-        status = self.reconciler.runtime.exit_of(ref)  # reaps our child: no zombie
+        status = self.reconciler.backend.exit_of(ref)  # reaps our child: no zombie
         code = None if status is None else status.code
         sig = None if status is None else status.signal
         log.info("engine exited", deployment=name, pid=ref.pid, code=code, signal=sig)
@@ -164,12 +167,12 @@ class Daemon:
         self.reloading = False
         self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")
         try:
-            fresh = Reconciler(self.reload_config())  # flags, node file, device inventory
+            # New flags, node file and device inventory; the same backend: it holds the
+            # engines we spawned (to reap them and know their exit codes).
+            fresh = build_reconciler(self.reload_config(), self.reconciler.backend)
         except ReconcileError as exc:
             log.error("reload failed; keeping the old configuration", error=str(exc))
         else:
-            # Keep the runtime: it holds the engines we spawned (to reap, and their exit codes).
-            fresh.runtime = fresh.executor.runtime = self.reconciler.runtime
             fresh.interrupted = self.reconciler.interrupted
             self.reconciler, self.config = fresh, fresh.config
             log.info("configuration reloaded", devices=[d.key for d in fresh.inventory.devices])
@@ -275,6 +278,11 @@ def _next_due(rec: Record, now: datetime) -> tuple[str, float] | None:
 
 def _until(when: datetime, now: datetime) -> float:
     return max((when - now).total_seconds(), 0.0) + SLACK
+
+
+def build_reconciler(config: Config, backend: Backend) -> Reconciler:
+    inventory = inventory_for(config)
+    return Reconciler(config, backend, inventory, exporters(config, inventory))
 
 
 def run_daemon(config: Config, *, resync: float = 5.0, reload: Reload | None = None) -> int:

@@ -51,6 +51,11 @@ class _Latest:
 LATEST = _Latest()
 
 
+def exporters(config: Config, inventory: Inventory) -> list[Exporter]:
+    """The after-pass hooks the configuration asks for (none without a metrics flag)."""
+    return [Exporter(config, inventory)] if config.metrics_file or config.metrics_port else []
+
+
 class Exporter:
     """The after-pass hook: render, write the textfile, publish for ``/metrics``."""
 
@@ -63,7 +68,7 @@ class Exporter:
         now = time.time()
         if result.ok:
             self.last_ok = now
-        text = render(
+        text = exposition(
             records=result.records.values(),
             inventory=self.inventory,
             node=self.config.node,
@@ -138,7 +143,7 @@ class _Text:
         )
 
 
-def render(
+def exposition(
     *,
     records: Iterable[Record],
     inventory: Inventory,

@@ -9,15 +9,14 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, assert_never
 
 from controller import failpoints
-from controller.backends.local.devices import wait_gpu_release
-from controller.backends.local.runtime import LocalRuntime
+from controller.backends.base import Backend
 from controller.core.actions import (
-    Action,
     Adopt,
+    AnyAction,
     Conflict,
     Fail,
     Hold,
@@ -27,6 +26,7 @@ from controller.core.actions import (
     Reject,
     Release,
     Restart,
+    Start,
     Stop,
     Update,
 )
@@ -40,6 +40,7 @@ from controller.reconciler.leases import RecordMaker
 from controller.redact import redact_args
 from controller.store import logfiles
 from controller.store.events import Journal
+from controller.store.records import RecordStore
 
 log = get_logger("reconcile")
 
@@ -49,19 +50,50 @@ SCRUBBED = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES
 
 
 @dataclass(kw_only=True)
-class Executor(RecordMaker):
-    runtime: LocalRuntime
+class Executor:
+    store: RecordStore
+    backend: Backend
     journal: Journal
+    records: RecordMaker  # builds the records this executor writes
     log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
     log_keep: int = logfiles.DEFAULT_KEEP
 
     # -- the one entry point ------------------------------------------------------
 
-    def apply(self, action: Action) -> bool:
+    def apply(self, action: AnyAction) -> bool:
         """Apply one action; True when it changed anything."""
-        handler = getattr(self, f"_{type(action).__name__.lower()}")
-        changed: bool = handler(action)
-        return changed
+        match action:
+            case Start():
+                raise TypeError("starts go through the reservation (Reconciler._start)")
+            case Restart():
+                return self._restart(action)
+            case Stop():  # and Replace: the old instance goes, the next round starts the new
+                return self._stop(action)
+            case Update():
+                return self._update(action)
+            case Fail():
+                return self._fail(action)
+            case MarkReady():
+                return self._markready(action)
+            case Adopt():
+                return self._adopt(action)
+            case Release():
+                return self._release(action)
+            case Reap():
+                return self._reap(action)
+            case Hold():
+                return self._hold(action)
+            case Reject():
+                return self._reject(action)
+            case MarkSpec():
+                return self._markspec(action)
+            case Conflict():
+                return self._conflict(action)
+            case _:
+                assert_never(action)
+
+    def now(self) -> datetime:
+        return self.records.now()
 
     def event(self, name: str, action: str, reason: str, outcome: str, **extra: Any) -> None:
         log.info("action", deployment=name, action=action, reason=reason, outcome=outcome, **extra)
@@ -72,7 +104,7 @@ class Executor(RecordMaker):
     def spawn(self, record: Record, entry: Entry, verb: str = "start") -> bool:
         """Exec the engine of a reservation record and record its identity."""
         assert record.port is not None and record.nonce is not None
-        rendered = self.render(entry, record.devices, record.port, record.extra_ports)
+        rendered = self.records.render(entry, record.devices, record.port, record.extra_ports)
         (self.store.state_dir / "run" / entry.name).mkdir(mode=0o700, parents=True, exist_ok=True)
         log_path = self.store.log_path(entry.name)
         logfiles.rotate(log_path, self.log_max_bytes, self.log_keep)
@@ -82,7 +114,7 @@ class Executor(RecordMaker):
         )
         failpoints.hit("executor.spawn.before_exec")
         try:
-            ref = self.runtime.spawn(
+            ref = self.backend.spawn(
                 rendered.argv,
                 _engine_env(rendered),
                 name=entry.name,
@@ -120,29 +152,19 @@ class Executor(RecordMaker):
         )
         return True
 
-    def teardown(self, rec: Record) -> None:
-        """Stop every process of the instance; on NVML hosts, wait for its GPU memory."""
-        uuids = tuple(u for u in rec.device_uuids if u)
-        pids = {m.ref.pid for m in self.runtime.scan() if m.nonce == rec.nonce} if uuids else set()
-        if rec.ref is not None:
-            pids.add(rec.ref.pid)
-        self.runtime.stop(rec.ref, rec.nonce, rec.stop_signal, rec.grace_seconds)
-        if uuids and not wait_gpu_release(uuids, pids):
-            log.warning("gpu memory still held", deployment=rec.name, devices=list(rec.devices))
-
     # -- handlers, one per action type ------------------------------------------------
 
     def _restart(self, action: Restart) -> bool:
         rec = self.store.read(action.name)
         if rec is None:
             return False
-        self.runtime.sweep(rec.nonce, rec.ref if rec.ref else None)
+        self.backend.sweep(rec.nonce, rec.ref if rec.ref else None)
         failpoints.hit("executor.restart.after_sweep")
         fresh = rec.model_copy(
             update={
                 "nonce": secrets.token_hex(8),
                 "ref": None,
-                "reserved_by": self.me,
+                "reserved_by": self.records.me,
                 "phase": Phase.RESERVED,
                 "restarts": action.restarts,
                 "backoff_until": None,
@@ -159,19 +181,17 @@ class Executor(RecordMaker):
         terminating = rec.model_copy(update={"phase": Phase.TERMINATING, "message": action.reason})
         self.store.write(terminating)
         failpoints.hit("executor.stop.after_terminating")
-        self.teardown(rec)
+        self.backend.teardown(rec)
         self.store.delete(action.name)
         failpoints.hit("executor.stop.after_delete")
         self.event(action.name, action.verb, action.reason, "stopped; record dropped")
         return True
 
-    _replace = _stop
-
     def _fail(self, action: Fail) -> bool:
         rec = self.store.read(action.name)
         if rec is None:
             return False
-        self.teardown(rec)
+        self.backend.teardown(rec)
         update: dict[str, Any] = {
             "phase": action.phase,
             "backoff_until": action.retry_at,
@@ -194,14 +214,14 @@ class Executor(RecordMaker):
             extra.update(exit_code=action.exit.code, signal=action.exit.signal)
         if action.retry_at is not None:
             extra["retry_in"] = round(max((action.retry_at - self.now()).total_seconds(), 0), 1)
-        extra["log_tail"] = logfiles.current_run_tail(self.store.log_path(action.name), 10)
+        extra["log_tail"] = self.backend.log_tail(action.name, 10)
         return extra
 
     def _update(self, action: Update) -> bool:
         rec = self.store.read(action.name)
         if rec is None or rec.port is None:
             return False
-        rendered = self.render(action.entry, rec.devices, rec.port, rec.extra_ports)
+        rendered = self.records.render(action.entry, rec.devices, rec.port, rec.extra_ports)
         spec = action.entry.deployment.spec
         update: dict[str, Any] = {
             "spec": spec_document(spec),
@@ -210,7 +230,7 @@ class Executor(RecordMaker):
             "restart_policy": spec.restart_policy,
             "probe": rendered.probe,
             "grace_seconds": rendered.grace_seconds,
-            "revision": self.revision,
+            "revision": self.records.revision,
         }
         if rec.started_at is not None:
             deadline = rec.started_at + timedelta(seconds=rendered.deadline_seconds)
@@ -254,7 +274,7 @@ class Executor(RecordMaker):
         return True
 
     def _release(self, action: Release) -> bool:
-        self.runtime.sweep(action.nonce)
+        self.backend.sweep(action.nonce)
         failpoints.hit("executor.release.before_delete")
         self.store.delete(action.name)
         self.event(action.name, action.verb, action.reason, "record dropped")
@@ -262,16 +282,16 @@ class Executor(RecordMaker):
 
     def _reap(self, action: Reap) -> bool:
         for proc in action.processes:
-            self.runtime.kill(proc.ref)
+            self.backend.kill(proc.ref)
         for nonce in {p.nonce for p in action.processes}:
-            self.runtime.sweep(nonce)
+            self.backend.sweep(nonce)
         pids = ",".join(str(p.ref.pid) for p in action.processes)
         self.event(action.name, action.verb, action.reason, f"killed {pids}")
         return True
 
     def _hold(self, action: Hold) -> bool:
         current = self.store.read(action.name)
-        record = self.pending(action.entry, action.reason)
+        record = self.records.pending(action.entry, action.reason)
         if current is not None and _same_pending(current, record):
             return False
         self.store.write(record)
@@ -281,7 +301,7 @@ class Executor(RecordMaker):
     def _reject(self, action: Reject) -> bool:
         if self.store.read(action.name) is not None:
             return False
-        self.store.write(self.rejected(action.name, action.reason))
+        self.store.write(self.records.rejected(action.name, action.reason))
         self.event(action.name, action.verb, action.reason, "pending")
         return True
 

@@ -6,8 +6,9 @@ import dataclasses
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
+from controller.backends.base import Backend
 from controller.backends.local.probes import Target, probe_many
-from controller.backends.local.runtime import LocalRuntime, listening_ports
+from controller.backends.local.runtime import process_alive
 from controller.core.state import (
     Drain,
     ExitInfo,
@@ -23,16 +24,16 @@ from controller.store.records import Snapshot
 
 def observe(
     snapshot: Snapshot,
-    runtime: LocalRuntime,
+    backend: Backend,
     *,
     drain: Drain | None = None,
     probe: bool = True,
 ) -> Observed:
-    markers = runtime.scan()
+    markers = backend.scan()
     by_nonce: dict[str, list[MarkedProcess]] = {}
     for marked in markers:  # indexed once: a per-record filter of every marker is N^2
         by_nonce.setdefault(marked.nonce, []).append(marked)
-    views = {name: _view(rec, runtime, by_nonce) for name, rec in snapshot.records.items()}
+    views = {name: _view(rec, backend, by_nonce) for name, rec in snapshot.records.items()}
     if probe:
         results = probe_many(_targets(views.values()))
         for name, result in results.items():
@@ -49,26 +50,24 @@ def observe(
         p
         for v in views.values()
         if v.record.port and (v.alive or v.markers or v.record.phase is Phase.RESERVED)
-        for p in (v.record.port, *v.record.extra_ports)
+        for p in v.record.ports
     }
     return Observed(
         records=views,
         foreign_devices=foreign_devices,
         foreign_ports=foreign_ports,
         orphans=tuple(m for m in markers if m.nonce not in nonces),
-        listening=listening_ports() - own_ports,
+        listening=backend.listening_ports() - own_ports,
         drain=drain,
         unreadable=frozenset(p.name for p in snapshot.problems if p.name and p.kept),
     )
 
 
-def _view(
-    rec: Record, runtime: LocalRuntime, by_nonce: dict[str, list[MarkedProcess]]
-) -> RecordView:
-    alive = runtime.alive(rec.ref)
+def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]]) -> RecordView:
+    alive = backend.alive(rec.ref)
     exit_info = None
     if rec.ref is not None and not alive:
-        status = runtime.exit_of(rec.ref)
+        status = backend.exit_of(rec.ref)
         now = datetime.now(UTC)
         if status is not None:
             exit_info = ExitInfo(code=status.code, signal=status.signal, at=now)
@@ -78,7 +77,7 @@ def _view(
     return RecordView(
         record=rec,
         alive=alive,
-        maker_alive=rec.ref is None and runtime.alive(rec.reserved_by),
+        maker_alive=rec.ref is None and process_alive(rec.reserved_by),  # a local process
         exit=exit_info,
         markers=tuple(by_nonce.get(rec.nonce, ())) if rec.nonce else (),
     )

@@ -17,17 +17,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from controller import failpoints
-from controller.backends.local import devices as devices_mod
-from controller.backends.local.runtime import LocalRuntime, identity, port_bindable
-from controller.core.actions import Action, Conflict, Fail, Hold, Replace, Start, Stop
+from controller.backends.base import Backend
+from controller.backends.local.runtime import identity
+from controller.core.actions import Action, AnyAction, Conflict, Fail, Hold, Replace, Start, Stop
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.inventory import Inventory
 from controller.core.limits import kinds_of, only_kinds
-from controller.core.placement import Placed, ledger_from, place
+from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.plan import Desired, plan
 from controller.core.state import Observed, Phase, ProcessRef, Record
 from controller.logsetup import get_logger
 from controller.reconciler.executor import Executor
+from controller.reconciler.leases import RecordMaker
 from controller.reconciler.observe import observe
 from controller.store import gitrev, logfiles
 from controller.store.events import Journal
@@ -70,37 +71,20 @@ class PassResult:
         return self.ok and self.names <= ready
 
 
-class Reconciler:
-    def __init__(self, config: Config, inventory: Inventory | None = None) -> None:
+AfterPass = Callable[["PassResult", float], None]
+
+
+class Preview:
+    """The read-only half of a pass: desired state, observation, plan. No locks, no writes.
+
+    ``reconcile plan`` uses it alone; the :class:`Reconciler` adds the executor.
+    """
+
+    def __init__(self, config: Config, backend: Backend, inventory: Inventory) -> None:
         self.config = config
         self.store = RecordStore(config.state_dir)
-        self.inventory = inventory or devices_mod.resolve(config.devices)
-        self.runtime = LocalRuntime(config.state_dir, config.node)
-        self.pass_lock = FileLock(config.state_dir / "pass.lock", what="pass lock")
-        self.placement_lock = FileLock(config.state_dir / "placement.lock", what="placement lock")
-        # The daemon's stop flag: checked between rounds, so a pass ends after the round
-        # in flight (SIGTERM finishes what it started, then exits).
-        self.interrupted: Callable[[], bool] = lambda: False
-        me = identity_of_self()
-        self.executor = Executor(
-            store=self.store,
-            runtime=self.runtime,
-            journal=Journal(config.state_dir),
-            inventory=self.inventory,
-            owner=config.owner,
-            node=config.node,
-            me=me,
-            log_max_bytes=config.log_max_bytes,
-            log_keep=config.log_keep,
-        )
-        # Called after every pass with its result and how long it held the pass lock.
-        self.after_pass: list[Callable[[PassResult, float], None]] = []
-        if config.metrics_file or config.metrics_port:
-            from controller.daemon.metrics import Exporter
-
-            self.after_pass.append(Exporter(config, self.inventory))
-
-    # -- inputs ---------------------------------------------------------------------
+        self.backend = backend
+        self.inventory = inventory
 
     def desired(self, loaded: LoadResult) -> Desired:
         return Desired(
@@ -115,11 +99,11 @@ class Reconciler:
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
         snapshot = self.store.load()
         observed = observe(
-            snapshot, self.runtime, drain=read_drain(self.config.state_dir), probe=probe
+            snapshot, self.backend, drain=read_drain(self.config.state_dir), probe=probe
         )
         return observed, snapshot.problems
 
-    def plan(self, desired: Desired, observed: Observed) -> list[Action]:
+    def plan(self, desired: Desired, observed: Observed) -> list[AnyAction]:
         return plan(
             desired,
             observed,
@@ -128,6 +112,41 @@ class Reconciler:
             extra_ports=extra_ports(),
             limits=self.config.limits,
         )
+
+
+class Reconciler(Preview):
+    """One pass and its rounds; the backend and the after-pass hooks come from outside."""
+
+    def __init__(
+        self,
+        config: Config,
+        backend: Backend,
+        inventory: Inventory,
+        after_pass: Sequence[AfterPass] = (),
+    ) -> None:
+        super().__init__(config, backend, inventory)
+        self.pass_lock = FileLock(config.state_dir / "pass.lock", what="pass lock")
+        self.placement_lock = FileLock(config.state_dir / "placement.lock", what="placement lock")
+        # The daemon's stop flag: checked between rounds, so a pass ends after the round
+        # in flight (SIGTERM finishes what it started, then exits).
+        self.interrupted: Callable[[], bool] = lambda: False
+        self.records = RecordMaker(
+            store=self.store,
+            inventory=inventory,
+            owner=config.owner,
+            node=config.node,
+            me=identity_of_self(),
+        )
+        self.executor = Executor(
+            store=self.store,
+            backend=backend,
+            journal=Journal(config.state_dir),
+            records=self.records,
+            log_max_bytes=config.log_max_bytes,
+            log_keep=config.log_keep,
+        )
+        # Called after every pass with its result and how long it held the pass lock.
+        self.after_pass = list(after_pass)
 
     # -- a pass ---------------------------------------------------------------------------
 
@@ -140,7 +159,7 @@ class Reconciler:
             # Read the manifests once the lock is ours: a pass that waited for another
             # must not act on what the folder held before it waited.
             loaded = load(self.config.manifests, insecure=self.config.insecure_manifests)
-            self.executor.revision = gitrev.revision_of(self.config.manifests)
+            self.records.revision = gitrev.revision_of(self.config.manifests)
             result = self._rounds(loaded)
             logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
             seconds = time.monotonic() - started
@@ -174,7 +193,9 @@ class Reconciler:
         result.records = final.records
         return result
 
-    def _execute(self, actions: Sequence[Action], observed: Observed, result: PassResult) -> bool:
+    def _execute(
+        self, actions: Sequence[AnyAction], observed: Observed, result: PassResult
+    ) -> bool:
         """Apply one round's actions; True when anything changed (plan again)."""
         changed = False
         teardowns = [a for a in actions if isinstance(a, TEARDOWN)]
@@ -183,12 +204,10 @@ class Reconciler:
         for action in rest:
             changed |= self.executor.apply(action)
             _note(result, action)
-        if teardowns:  # concurrently: one slow grace period must not serialise the rest
-            with ThreadPoolExecutor(max_workers=min(16, len(teardowns))) as pool:
-                # list() first: any() would stop early and drop a later teardown's error
-                changed |= any(list(pool.map(self.executor.apply, teardowns)))
-            for action in teardowns:
-                _note(result, action)
+        if teardowns:
+            changed |= any(self.concurrently(teardowns))
+            for teardown in teardowns:
+                _note(result, teardown)
         if starts:
             changed |= self._start(starts, observed, result)
         return changed
@@ -206,62 +225,73 @@ class Reconciler:
         out = []
         with self.placement_lock.hold(self.config.lock_timeout):
             fresh = self.store.load()
-            held = [
-                (r.name, r.devices, _ports(r), r.shareable)
-                for r in fresh.records.values()
-                if r.holds
-            ]
-            ledger = ledger_from(
-                held, observed.foreign_devices, observed.foreign_ports, observed.listening
-            )
+            ledger = ledger_for(fresh.records.values(), observed)
             for start in starts:
                 current = fresh.records.get(start.name)
                 if current is not None and current.phase is not Phase.PENDING:
                     continue  # another pass placed it meanwhile
-                spec = start.entry.deployment.spec
-                inventory = only_kinds(self.inventory, kinds_of(start.devices))  # plan's kinds
-                placed = place(spec, inventory, ledger, extra_ports().get(spec.engine, 0))
-                while isinstance(placed, Placed) and not all(
-                    map(port_bindable, _placed_ports(placed))
-                ):
-                    # /proc/net missed a bound (not yet listening) socket: skip that port.
-                    bad = {p for p in _placed_ports(placed) if not port_bindable(p)}
-                    ledger.listening = ledger.listening | bad
-                    placed = place(spec, inventory, ledger, extra_ports().get(spec.engine, 0))
-                if isinstance(placed, Placed):
-                    try:
-                        record = self.executor.reservation(
-                            start.entry,
-                            devices=placed.devices,
-                            port=placed.port,
-                            extra_ports=placed.extra_ports,
-                        )
-                    except RecipeError as exc:  # the recipe refuses this spec: say so, go on
-                        record = self.executor.pending(start.entry, str(exc))
-                        if current is not None and current.message == record.message:
-                            continue  # already recorded: no change, no further round
-                    else:
-                        ports = _placed_ports(placed)
-                        ledger.take(start.name, placed.devices, ports, spec.devices.shareable)
-                else:
-                    record = self.executor.pending(start.entry, placed.reason)
+                record, refused = self._lease(start, ledger)
+                if refused and current is not None and current.message == record.message:
+                    continue  # the recipe's refusal is on record already: no further round
                 self.store.write(record)
                 failpoints.hit("reconciler.reserve.after_write")
                 out.append((start, record))
             failpoints.hit("reconciler.reserve.before_release")
         return out
 
+    def _lease(self, start: Start, ledger: Ledger) -> tuple[Record, bool]:
+        """A reservation taken in ``ledger``, or a Pending record saying why not.
+
+        The flag is True when the recipe refused the spec (no placement can help).
+        """
+        placed = self._place(start, ledger)
+        if isinstance(placed, Unplaced):
+            return self.records.pending(start.entry, placed.reason), False
+        try:
+            record = self.records.reservation(
+                start.entry,
+                devices=placed.devices,
+                port=placed.port,
+                extra_ports=placed.extra_ports,
+            )
+        except RecipeError as exc:  # the recipe refuses this spec: say so, go on
+            return self.records.pending(start.entry, str(exc)), True
+        ledger.take(start.name, placed.devices, placed.ports, record.shareable)
+        return record, False
+
+    def _place(self, start: Start, ledger: Ledger) -> Placed | Unplaced:
+        spec = start.entry.deployment.spec
+        inventory = only_kinds(self.inventory, kinds_of(start.devices))  # the plan's kinds
+        extra = extra_ports().get(spec.engine, 0)
+        placed = place(spec, inventory, ledger, extra)
+        bindable = self.backend.port_bindable
+        while isinstance(placed, Placed) and not all(map(bindable, placed.ports)):
+            # /proc/net missed a bound (not yet listening) socket: skip that port.
+            ledger.listening = ledger.listening | {p for p in placed.ports if not bindable(p)}
+            placed = place(spec, inventory, ledger, extra)
+        return placed
+
     # -- teardown of a whole manifest set ---------------------------------------------------
 
     def down(self) -> list[str]:
+        """Stop every deployment this manifest set owns (``reconcile down``)."""
+        return self.stop_where(lambda r: r.owner == self.config.owner, "reconcile down")
+
+    def stop_where(self, which: Callable[[Record], bool], reason: str) -> list[str]:
+        """Under the pass lock, stop (concurrently) every record ``which`` selects."""
         self.store.ensure()
         with self.pass_lock.hold(self.config.lock_timeout):
-            ours = [r for r in self.store.load().records.values() if r.owner == self.config.owner]
-            stops = [Stop(name=r.name, reason="reconcile down") for r in ours]
-            if stops:
-                with ThreadPoolExecutor(max_workers=min(16, len(stops))) as pool:
-                    list(pool.map(self.executor.apply, stops))
-            return [s.name for s in stops]
+            chosen = [r for r in self.store.load().records.values() if which(r)]
+            self.concurrently([Stop(name=r.name, reason=reason) for r in chosen])
+            return [r.name for r in chosen]
+
+    def concurrently(self, actions: Sequence[AnyAction]) -> list[bool]:
+        """Apply teardowns at once: one slow grace period must not serialise the rest."""
+        if not actions:
+            return []
+        with ThreadPoolExecutor(max_workers=min(16, len(actions))) as pool:
+            # a list, not any(): any() would stop early and drop a later teardown's error
+            return list(pool.map(self.executor.apply, actions))
 
 
 def identity_of_self() -> ProcessRef:
@@ -280,14 +310,6 @@ def _extra(engine: str) -> int:
         return recipe_for(engine).extra_ports
     except (ImportError, AttributeError):
         return 0
-
-
-def _ports(record: Record) -> tuple[int, ...]:
-    return (record.port, *record.extra_ports) if record.port is not None else record.extra_ports
-
-
-def _placed_ports(placed: Placed) -> tuple[int, ...]:
-    return (placed.port, *placed.extra_ports)
 
 
 def _source_errors(loaded: LoadResult) -> dict[str, str]:

@@ -19,12 +19,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from controller.errors import ConfigError
+from controller.errors import InsecureManifest as InsecureManifest  # re-exported
 
 OPT_OUT = "--insecure-manifests"
-
-
-class InsecureManifest(OSError):
-    """A manifest file or folder root must not trust; the message says why and what to do."""
 
 
 def strict(insecure: bool = False) -> bool:

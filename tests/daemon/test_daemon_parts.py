@@ -28,7 +28,7 @@ from watchdog.events import (
     FileOpenedEvent,
 )
 
-from controller.backends.local.runtime import LocalRuntime, identity
+from controller.backends.local.runtime import LocalBackend, identity
 from controller.core.state import ProcessRef
 from controller.daemon.engine_exits import ExitWatch
 from controller.daemon.folders import FolderWatch, _Handler
@@ -235,7 +235,7 @@ def test_which_events_pass_early(event: Any, settled: bool) -> None:
 
 @pytest.mark.parametrize("pidfds", [True, False], ids=["pidfd", "liveness-fallback"])
 def test_an_engine_exit_is_reported_once(tmp_path: Path, pidfds: bool) -> None:
-    runtime = LocalRuntime(tmp_path, f"t-{uuid.uuid4().hex[:8]}")
+    runtime = LocalBackend(tmp_path, f"t-{uuid.uuid4().hex[:8]}")
     child = subprocess.Popen(["sleep", "600"])
     try:
         ref = identity(child.pid)

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.core.inventory import Inventory
 from controller.core.state import Phase, Record
-from controller.daemon.metrics import escape, render
+from controller.daemon.metrics import escape, exposition
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -102,7 +102,7 @@ def test_metrics_port_is_for_the_daemon(reconcile: Any) -> None:
 
 def test_label_values_are_escaped_for_the_parser(tmp_path: Path) -> None:
     rec = Record(name="web", owner="o", node="n", phase=Phase.READY)
-    text = render(
+    text = exposition(
         records=[rec],
         inventory=Inventory(),
         node='odd "node"\\with\nnewline',

@@ -1,7 +1,7 @@
 """Process handles: spawn in a new session, identity by (pid, start time), teardown.
 
-This is the seam where another backend could run engines elsewhere; the planner
-and the executor only see :class:`ProcessRef` values and these methods.
+The local :class:`~controller.backends.base.Backend`: engines are processes on this
+node; the planner and the executor only see :class:`ProcessRef` values and the protocol.
 
 Teardown (invariant 10): the stop signal to the engine's process group, the grace
 period, SIGKILL to the group, then SIGKILL to every process still carrying the
@@ -19,14 +19,20 @@ import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from controller import failpoints
+from controller.backends.base import ExitStatus
 from controller.backends.local import procstat
+from controller.backends.local.devices import wait_gpu_release
 from controller.backends.local.procscan import EnvironScan
-from controller.core.state import MarkedProcess, ProcessRef
+from controller.core.state import MarkedProcess, ProcessRef, Record
 from controller.errors import SpawnError
+from controller.logsetup import get_logger
+from controller.store import logfiles
+from controller.store.records import RecordStore
+
+log = get_logger("reconcile")
 
 MARKER = "RECONCILE_INSTANCE"
 STATE_MARKER = "RECONCILE_STATE"
@@ -35,15 +41,17 @@ POLL = 0.01
 ENVIRON_WAIT = 0.5  # seconds an empty /proc/<pid>/environ may mean "still exec'ing"
 
 
-@dataclass(frozen=True)
-class Exit:
-    code: int | None
-    signal: int | None
-
-
 def identity(pid: int) -> ProcessRef | None:
     st = procstat.stat(pid)
     return None if st is None else _ref(pid, st)
+
+
+def process_alive(ref: ProcessRef | None) -> bool:
+    """Invariant 6 for any local process (e.g. a reservation's maker), engine or not."""
+    if ref is None:
+        return False
+    st = procstat.stat(ref.pid)
+    return st is not None and st.state != "Z" and ref.same_process(_ref(ref.pid, st))
 
 
 def _ref(pid: int, st: procstat.Stat) -> ProcessRef:
@@ -52,12 +60,15 @@ def _ref(pid: int, st: procstat.Stat) -> ProcessRef:
     )
 
 
-class LocalRuntime:
+class LocalBackend:
+    name = "local"
+
     def __init__(self, state_dir: Path, node: str) -> None:
+        self.store = RecordStore(state_dir)  # where the engines' log files live
         self.state_dir = str(state_dir.resolve())
         self.node = node
         self._children: dict[int, subprocess.Popen[bytes]] = {}
-        self.exits: dict[int, Exit] = {}
+        self.exits: dict[int, ExitStatus] = {}
         self._environs = EnvironScan()  # remembers unmarked processes between scans
 
     # -- identity ------------------------------------------------------------
@@ -67,12 +78,9 @@ class LocalRuntime:
         if ref is None:
             return False
         self._reap(ref.pid)
-        st = procstat.stat(ref.pid)
-        if st is None or st.state == "Z":  # gone, or a zombie
-            return False
-        return ref.same_process(_ref(ref.pid, st))
+        return process_alive(ref)
 
-    def exit_of(self, ref: ProcessRef) -> Exit | None:
+    def exit_of(self, ref: ProcessRef) -> ExitStatus | None:
         """The exit status, known only for engines this process spawned."""
         self._reap(ref.pid)
         return self.exits.get(ref.pid)
@@ -81,15 +89,8 @@ class LocalRuntime:
         child = self._children.get(pid)
         if child is not None and child.poll() is not None:
             code = child.returncode
-            self.exits[pid] = Exit(None, -code) if code < 0 else Exit(code, None)
+            self.exits[pid] = ExitStatus(None, -code) if code < 0 else ExitStatus(code, None)
             del self._children[pid]
-
-    def reap_all(self) -> list[int]:
-        """Collect exited children (the daemon's engines); return their pids."""
-        done = [pid for pid, child in self._children.items() if child.poll() is not None]
-        for pid in done:
-            self._reap(pid)
-        return done
 
     # -- spawn ---------------------------------------------------------------
 
@@ -183,6 +184,25 @@ class LocalRuntime:
         if self.alive(ref):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(ref.pid, signal.SIGKILL)
+
+    def teardown(self, rec: Record) -> None:
+        """Stop every process of the instance; on NVML hosts, wait for its GPU memory."""
+        uuids = tuple(u for u in rec.device_uuids if u)
+        pids = {m.ref.pid for m in self.scan() if m.nonce == rec.nonce} if uuids else set()
+        if rec.ref is not None:
+            pids.add(rec.ref.pid)
+        self.stop(rec.ref, rec.nonce, rec.stop_signal, rec.grace_seconds)
+        if uuids and not wait_gpu_release(uuids, pids):
+            log.warning("gpu memory still held", deployment=rec.name, devices=list(rec.devices))
+
+    def listening_ports(self) -> frozenset[int]:
+        return listening_ports()
+
+    def port_bindable(self, port: int) -> bool:
+        return port_bindable(port)
+
+    def log_tail(self, name: str, count: int) -> list[str]:
+        return logfiles.current_run_tail(self.store.log_path(name), count)
 
     def _instance_alive(self, ref: ProcessRef, nonce: str | None) -> bool:
         if self.alive(ref):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.core.inventory import Device
+from controller.errors import RecipeError as RecipeError  # re-exported: the recipes raise it
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,3 @@ class Recipe(Protocol):
     extra_ports: int
 
     def launch(self, ctx: RenderContext) -> Launch: ...
-
-
-class RecipeError(ValueError):
-    """The spec lacks what this engine needs (a model, a command...)."""
