@@ -743,3 +743,26 @@ def test_property_plan_is_deterministic(scenario: Scenario) -> None:
     first = plan(scenario.desired, scenario.observed, scenario.inventory, NOW)
     again = plan(scenario.desired, scenario.observed, scenario.inventory, NOW)
     assert first == again
+
+
+# -- records of another node ------------------------------------------------------------
+
+
+def test_a_record_of_another_node_is_never_judged_here() -> None:
+    """Node gpu-b shares the state dir: gpu-a's dead engine is not restarted, reaped or
+    dropped from gpu-b, and its devices do not count against gpu-b's inventory."""
+    theirs = record("a", spec=entry("a", **GPU1), devices=("nvidia:0",), node="gpu-a")
+    pending = record("p", spec=entry("p", **GPU1), phase=Phase.RESERVED, node="gpu-a")
+    want = desired(entry("a", **GPU1), entry("p", **GPU1), entry("b", devices={"count": 2}))
+    seen = observed(view(theirs, alive=False, exit=exited(1)), view(pending), node="gpu-b")
+    actions = run(Case(want, seen))
+    assert [(type(a), a.name) for a in actions] == [(Start, "b")]
+    (start,) = actions
+    assert isinstance(start, Start) and start.devices == ("nvidia:0", "nvidia:1")
+
+
+def test_the_same_records_on_their_own_node_are_judged() -> None:
+    theirs = record("a", spec=entry("a", **GPU1), devices=("nvidia:0",), node="gpu-a")
+    seen = observed(view(theirs, alive=False, exit=exited(1)), node="gpu-a")
+    actions = run(Case(desired(entry("a", **GPU1)), seen))
+    assert [type(a) for a in actions] == [Fail]

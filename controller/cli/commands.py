@@ -80,7 +80,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    stopped = build(config(args)).down()
-    for name in stopped:
+    reconciler = build(config(args))
+    for name in reconciler.down():
         print(f"stopped {name}")
-    return EXIT_OK
+    others = reconciler.elsewhere()
+    for rec in others:
+        print(
+            f"reconcile: {rec.name} runs on node {rec.node}: run `reconcile down` there",
+            file=sys.stderr,
+        )
+    return EXIT_FAIL if others else EXIT_OK

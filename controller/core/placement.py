@@ -174,10 +174,13 @@ def place(
 
 
 def ledger_for(records: Iterable[Record], observed: Observed) -> Ledger:
-    """The one ledger: what live records hold, unreadable records, foreign listeners."""
+    """The one ledger: what live records hold, unreadable records, foreign listeners.
+
+    Records of another node hold that node's devices and ports, not ours: skipped.
+    """
     ledger = Ledger(listening=observed.listening)
     for rec in records:
-        if rec.holds:
+        if rec.holds and not rec.elsewhere(observed.node):
             ledger.take(rec.name, rec.devices, rec.ports, rec.shareable)
     for key, holder in observed.foreign_devices.items():
         ledger.take(holder, (key,), (), False)

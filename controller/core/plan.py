@@ -111,7 +111,7 @@ class _Planner:
         self.instances = {  # what counts against maxInstances, updated as starts are planned
             n: limits_mod.kinds_of(v.record.devices)
             for n, v in observed.records.items()
-            if v.record.holds
+            if v.record.holds and not v.record.elsewhere(observed.node)
         }
         drain = observed.drain
         self.drain = drain if drain is not None and drain.active(now) else None
@@ -130,6 +130,8 @@ class _Planner:
                 else:  # every deployment a pass has seen gets a record, so status shows it
                     error = self.desired.invalid[name]
                     yield Reject(name=name, reason=f"spec invalid (not started): {error}")
+            elif view.record.elsewhere(self.observed.node):
+                continue  # another node's record: only that node may act on it
             elif view.record.owner != self.desired.owner:
                 yield from self._foreign(view, entry)
             else:

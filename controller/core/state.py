@@ -90,6 +90,7 @@ class Record(Frozen):
     spec: dict[str, Any] = {}
     spec_valid: bool = True
     node: str
+    backend: str = "local"  # where the engine runs: "local" (a process on `node`) or "ray"
     engine: str = ""
     nonce: str | None = None
     ref: ProcessRef | None = None
@@ -118,6 +119,10 @@ class Record(Frozen):
     @property
     def holds(self) -> bool:
         return self.phase.holds_resources
+
+    def elsewhere(self, node: str | None) -> bool:
+        """A local record another node made: never judged here (its pids are not ours)."""
+        return node is not None and self.backend == "local" and self.node != node
 
     @property
     def ports(self) -> tuple[int, ...]:
@@ -173,4 +178,6 @@ class Observed:
     orphans: tuple[MarkedProcess, ...] = ()  # marker processes matching no record
     listening: frozenset[int] = frozenset()  # ports foreign processes listen on
     drain: Drain | None = None
+    # The node this pass runs on; records of other nodes are shown, never judged.
+    node: str | None = None
     unreadable: frozenset[str] = frozenset()  # names whose record has an unknown version

@@ -28,12 +28,17 @@ def observe(
     *,
     drain: Drain | None = None,
     probe: bool = True,
+    node: str | None = None,
 ) -> Observed:
     markers = backend.scan()
     by_nonce: dict[str, list[MarkedProcess]] = {}
     for marked in markers:  # indexed once: a per-record filter of every marker is N^2
         by_nonce.setdefault(marked.nonce, []).append(marked)
-    views = {name: _view(rec, backend, by_nonce) for name, rec in snapshot.records.items()}
+    views = {
+        # Another node's record is never judged by a local pid, marker or probe.
+        name: RecordView(record=rec) if rec.elsewhere(node) else _view(rec, backend, by_nonce)
+        for name, rec in snapshot.records.items()
+    }
     if probe:
         results = probe_many(_targets(views.values()))
         for name, result in results.items():
@@ -49,7 +54,9 @@ def observe(
     own_ports = {  # a port bound now while its record's engine is dead is someone else's
         p
         for v in views.values()
-        if v.record.port and (v.alive or v.markers or v.record.phase is Phase.RESERVED)
+        if v.record.port
+        and not v.record.elsewhere(node)
+        and (v.alive or v.markers or v.record.phase is Phase.RESERVED)
         for p in v.record.ports
     }
     return Observed(
@@ -59,6 +66,7 @@ def observe(
         orphans=tuple(m for m in markers if m.nonce not in nonces),
         listening=backend.listening_ports() - own_ports,
         drain=drain,
+        node=node,
         unreadable=frozenset(p.name for p in snapshot.problems if p.name and p.kept),
     )
 

@@ -55,8 +55,12 @@ class PassResult:
     prune_blocked: str | None = None
     probes: dict[str, str] = field(default_factory=dict)  # name -> last probe answer
 
+    node: str | None = None  # records of other nodes are theirs to judge, not this pass's
+
     def ours(self) -> list[Record]:
-        return [r for r in self.records.values() if r.owner == self.owner]
+        return [
+            r for r in self.records.values() if r.owner == self.owner and not r.elsewhere(self.node)
+        ]
 
     @property
     def ok(self) -> bool:
@@ -99,7 +103,11 @@ class Preview:
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
         snapshot = self.store.load()
         observed = observe(
-            snapshot, self.backend, drain=read_drain(self.config.state_dir), probe=probe
+            snapshot,
+            self.backend,
+            drain=read_drain(self.config.state_dir),
+            probe=probe,
+            node=self.config.node,
         )
         return observed, snapshot.problems
 
@@ -169,7 +177,9 @@ class Reconciler(Preview):
 
     def _rounds(self, loaded: LoadResult) -> PassResult:
         desired = self.desired(loaded)
-        result = PassResult(errors=list(loaded.errors), owner=self.config.owner)
+        result = PassResult(
+            errors=list(loaded.errors), owner=self.config.owner, node=self.config.node
+        )
         result.names = set(loaded.entries)
         result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
         settled: Observed | None = None  # the last round's view, when it changed nothing
@@ -274,14 +284,22 @@ class Reconciler(Preview):
     # -- teardown of a whole manifest set ---------------------------------------------------
 
     def down(self) -> list[str]:
-        """Stop every deployment this manifest set owns (``reconcile down``)."""
+        """Stop every deployment this manifest set owns on this node (``reconcile down``)."""
         return self.stop_where(lambda r: r.owner == self.config.owner, "reconcile down")
+
+    def elsewhere(self) -> list[Record]:
+        """This set's records that another node made: `down` there must stop them."""
+        records = self.store.load().records.values()
+        return [
+            r for r in records if r.owner == self.config.owner and r.elsewhere(self.config.node)
+        ]
 
     def stop_where(self, which: Callable[[Record], bool], reason: str) -> list[str]:
         """Under the pass lock, stop (concurrently) every record ``which`` selects."""
         self.store.ensure()
         with self.pass_lock.hold(self.config.lock_timeout):
-            chosen = [r for r in self.store.load().records.values() if which(r)]
+            records = self.store.load().records.values()
+            chosen = [r for r in records if which(r) and not r.elsewhere(self.config.node)]
             self.concurrently([Stop(name=r.name, reason=reason) for r in chosen])
             return [r.name for r in chosen]
 
