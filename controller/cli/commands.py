@@ -38,10 +38,15 @@ def _metrics_listen(args: argparse.Namespace) -> tuple[str, int]:
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    from controller.cli import nodeverbs, opverbs  # status, describe, logs, plan... / drain...
+    from controller.cli import exportverb, nodeverbs, opverbs  # status... / drain... / export
 
     name = f"cmd_{(args.verb or 'run').replace('get', 'status')}"
-    handler = getattr(opverbs, name, None) or getattr(nodeverbs, name, None) or globals()[name]
+    handler = (
+        getattr(opverbs, name, None)
+        or getattr(nodeverbs, name, None)
+        or getattr(exportverb, name, None)
+        or globals()[name]
+    )
     code: int = handler(args)
     return code
 

@@ -112,8 +112,8 @@ def problems_of(spec: DeploymentSpec) -> list[Problem]:
 
 
 def _drop(field: tuple[str, ...], why: str) -> Problem:
-    message = f"no Kubernetes form: {why}; remove it, or pass --lossy to drop it"
-    return Problem(field, message, droppable=True)
+    # The next move (remove it, or --lossy) is the caller's to say: it knows the flags.
+    return Problem(field, f"no Kubernetes form: {why}", droppable=True)
 
 
 def _image_problems(spec: DeploymentSpec) -> list[Problem]:
