@@ -19,6 +19,7 @@ PURE = (
     "controller.core.plan",
     "controller.core.state",
     "controller.core.inventory",
+    "controller.core.export",
 )
 FORBIDDEN = frozenset({"os", "subprocess", "psutil", "socket", "structlog", "time"})
 CLOCK_CALLS = frozenset({"now", "utcnow", "today", "time", "monotonic", "perf_counter"})
