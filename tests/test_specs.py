@@ -141,6 +141,25 @@ def test_hash_changes_with_any_spec_field() -> None:
     assert spec_hash(deployment("web", env={"A": "1"}).spec) != base
 
 
+def test_export_only_fields_never_change_the_hash_or_the_diff() -> None:
+    """`image` and `strategy` change nothing that runs here: no engine restarts for them,
+    and records written before they existed compare equal."""
+    base = deployment("web")
+    other = deployment("web", image="ghcr.io/acme/engine:1.2", strategy="RollingUpdate")
+    assert other.spec.image == "ghcr.io/acme/engine:1.2"
+    assert other.spec.strategy == "RollingUpdate" and base.spec.strategy == "Recreate"
+    assert spec_hash(other.spec) == spec_hash(base.spec)
+    old_record = {
+        k: v for k, v in spec_document(base.spec).items() if k not in ("image", "strategy")
+    }
+    assert changed_fields(old_record, spec_document(other.spec)) == []
+
+
+def test_strategy_and_image_are_checked() -> None:
+    assert "strategy" in error_of(doc(strategy="BlueGreen"))
+    assert "image" in error_of(doc(image=""))
+
+
 def test_defaults_written_or_not_hash_the_same() -> None:
     implicit = deployment("web")
     explicit = deployment("web", restartPolicy="Always", devices={"count": 0, "kind": "any"})

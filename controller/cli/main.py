@@ -117,6 +117,13 @@ def build_parser() -> Parser:
     sub.add_parser("uncordon", parents=[common], help="end a drain")
     p = sub.add_parser("down", parents=[common], help="tear down everything this set owns")
     p.add_argument("--allow-empty", action="store_true")
+    p = sub.add_parser("export", parents=[common], help="the manifests as Kubernetes objects")
+    p.add_argument(
+        "--lossy",
+        action="store_true",
+        help="drop fields Kubernetes cannot express (candidates, shareable...) with a warning",
+    )
+    p.add_argument("--namespace", metavar="NS", help="set metadata.namespace on every object")
     return parser
 
 

@@ -39,6 +39,10 @@ DOCS: dict[str, dict[str, str]] = {
         "restartPolicy": "Always, OnFailure or Never (default Always).",
         "stopGracePeriodSeconds": "SIGTERM, then this long, then SIGKILL (default 30). "
         "Changing it needs no restart.",
+        "strategy": "Recreate or RollingUpdate (default Recreate): how `reconcile export` "
+        "rolls out a change (the local backend ignores it today); never restarts the engine.",
+        "image": "`reconcile export` only: the container image (default: the recipe's pinned "
+        "image; required for engine: command). Never restarts the engine.",
     },
     "Devices": {
         "count": "Devices needed; 0 = none (the engine then sees CUDA_VISIBLE_DEVICES='').",

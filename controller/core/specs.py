@@ -29,6 +29,13 @@ PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices)\}")
 Engine = Literal["vllm", "llama-cpp", "sglang", "tgi", "ollama", "command"]
 DeviceKind = Literal["nvidia", "amd", "apple", "cpu", "any"]
 RestartPolicy = Literal["Always", "OnFailure", "Never"]
+Strategy = Literal["Recreate", "RollingUpdate"]
+
+# Fields that never change what runs on this node: `image` is read by `reconcile export`
+# alone, and `strategy` says how a change is rolled out, not what the engine is. They stay
+# out of the spec hash, so setting them (or upgrading to a version that knows them) never
+# restarts an engine.
+NOT_HASHED = frozenset({"image", "strategy"})
 
 
 def _scalar_to_str(value: Any) -> Any:
@@ -120,6 +127,9 @@ class DeploymentSpec(Model):
     readiness: Readiness | None = None
     restart_policy: RestartPolicy = "Always"
     stop_grace_period_seconds: float = Field(default=30.0, ge=0, le=3600)
+    # The local backend ignores both today; `reconcile export` maps them (DESIGN: export).
+    strategy: Strategy = "Recreate"
+    image: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _coherent(self) -> DeploymentSpec:
@@ -172,7 +182,8 @@ def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
 
 def spec_hash(spec: DeploymentSpec) -> str:
     """Identity of what runs: labels and metadata never restart an engine."""
-    canonical = json.dumps(spec_document(spec), sort_keys=True, separators=(",", ":"))
+    document = {k: v for k, v in spec_document(spec).items() if k not in NOT_HASHED}
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -180,6 +191,8 @@ def changed_fields(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -
     """Dotted paths whose values differ between two spec documents."""
     out: list[str] = []
     for key in sorted(set(old) | set(new)):
+        if not prefix and key in NOT_HASHED:
+            continue  # never a reason to touch an engine (see NOT_HASHED)
         a, b = old.get(key), new.get(key)
         path = f"{prefix}{key}"
         if isinstance(a, dict) and isinstance(b, dict):

@@ -8,7 +8,7 @@ path is reported in ``broken_sources`` and the pass leaves those records alone.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,13 @@ class LoadResult:
     missing_folders: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     documents: int = 0  # non-empty YAML documents read, valid or not
+    # (source, first line of the document) -> the line of each path in it, so a later
+    # check of a valid spec (`reconcile export`) can say where, as load errors do.
+    field_lines: dict[tuple[str, int], dict[Path_, int]] = field(default_factory=dict)
+
+    def line_of(self, entry: Entry, loc: Sequence[str | int]) -> int | None:
+        lines = self.field_lines.get((entry.source, entry.line))
+        return entry.line if lines is None else yamlread.line_for(lines, loc)
 
     @property
     def ok(self) -> bool:
@@ -149,6 +156,7 @@ def _load_document(
         result.errors.append(error)
         result.invalid_names.setdefault(deployment.name, str(error))
         return
+    result.field_lines[(file, line)] = lines
     _add(result, Entry(deployment, file, line, spec_hash(deployment.spec)))
 
 

@@ -18,6 +18,13 @@ from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeErr
 # Device kinds that llama.cpp can offload layers to (CUDA, ROCm/HIP, Metal).
 GPU_KINDS = frozenset({"nvidia", "amd", "apple"})
 
+# `reconcile export`'s default images, one llama.cpp build (ghcr.io/ggml-org/llama.cpp):
+# the `server` image is a CPU build, so an instance that holds a GPU gets the CUDA one.
+# Both run /app/llama-server (their ENTRYPOINT; /app is not on PATH).
+IMAGE = "ghcr.io/ggml-org/llama.cpp:server-b9628"
+IMAGE_CUDA = "ghcr.io/ggml-org/llama.cpp:server-cuda-b9628"
+IMAGE_EXECUTABLE = "/app/llama-server"
+
 
 class LlamaCppRecipe:
     engine = "llama-cpp"

@@ -20,6 +20,10 @@ from __future__ import annotations
 
 from controller.core.engines.base import HttpCheck, Launch, Readiness, RenderContext
 
+# `reconcile export`'s default image (Docker Hub ollama/ollama: CPU and NVIDIA; AMD
+# needs the `-rocm` variant, which the user names in spec.image).
+IMAGE = "ollama/ollama:0.18.2"
+
 
 def ollama_host(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -24,6 +24,10 @@ from __future__ import annotations
 
 from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
 
+# `reconcile export`'s default image (Docker Hub lmsysorg/sglang). SGLang's install docs
+# name v0.5.19-cu129 as the last CUDA 12 tag; newer tags need a CUDA 13 driver.
+IMAGE = "lmsysorg/sglang:v0.5.19-cu129"
+
 
 class SglangRecipe:
     engine = "sglang"

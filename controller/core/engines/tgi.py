@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
 
+# `reconcile export`'s default image: the one TGI's README runs (a CUDA build).
+IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.5"
+
 # sockaddr_un.sun_path is 108 bytes with the trailing NUL; TGI appends "-<rank>".
 _UDS_MAX = 107
 

@@ -24,6 +24,10 @@ from collections.abc import Sequence
 
 from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
 
+# `reconcile export`'s default image: vLLM's own OpenAI-server image (Docker Hub
+# vllm/vllm-openai; the vLLM docs' "Using Docker" page builds on this tag). A CUDA build.
+IMAGE = "vllm/vllm-openai:v0.11.0"
+
 
 def served_model_name(model: str, args: Sequence[str]) -> str:
     """The id ``/v1/models`` reports: the first ``--served-model-name``, else the model."""

@@ -1,0 +1,114 @@
+"""`reconcile export` end to end, through the real command in a subprocess: what lands on
+stdout (nothing unless everything converted), stderr (file:line: field: message), exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+HEADER = "apiVersion: reconcile/v1\nkind: Deployment\n"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECONCILE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "controller", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=REPO,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def write(folder: Path, name: str, body: str) -> Path:
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(HEADER + f"metadata:\n  name: {name}\n" + body)
+    return path
+
+
+GOOD = "spec:\n  engine: vllm\n  model: org/m\n  devices: {count: 1, kind: nvidia}\n"
+CANDIDATES = (
+    "spec:\n  engine: vllm\n  model: org/m\n"
+    "  devices:\n    count: 1\n    kind: nvidia\n    candidates: ['3']\n"
+)
+
+
+def test_the_shipped_engines_export_with_lossy_and_every_object_validates() -> None:
+    done = cli("export", "-f", "examples/engines", "--lossy")
+    assert done.returncode == 0, done.stderr
+    objects = list(yaml.safe_load_all(done.stdout))
+    assert len(objects) == 12  # six deployments, each with its Service
+    for obj in objects:
+        kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
+    assert "sglang.yaml:19: spec.devices.candidates" in done.stderr  # the line of the field
+    assert "dropped (--lossy)" in done.stderr
+
+
+def test_json_is_one_list_and_namespace_lands_on_every_object(tmp_path: Path) -> None:
+    write(tmp_path, "llm", GOOD)
+    done = cli("-o", "json", "export", "-f", str(tmp_path), "--namespace", "ml")
+    assert done.returncode == 0, done.stderr
+    listing = json.loads(done.stdout)
+    assert listing["kind"] == "List"
+    assert [(o["kind"], o["metadata"]["namespace"]) for o in listing["items"]] == [
+        ("Deployment", "ml"),
+        ("Service", "ml"),
+    ]
+    assert done.stderr == ""
+
+
+def test_no_faithful_form_exits_1_with_file_line_field_and_the_next_move(tmp_path: Path) -> None:
+    write(tmp_path, "good", GOOD)
+    path = write(tmp_path, "pinned", CANDIDATES)
+    done = cli("export", "-f", str(tmp_path))
+    assert done.returncode == 1
+    assert done.stdout == ""  # not even the good one: a pipe to kubectl applies nothing
+    assert f"error: {path}:11: spec.devices.candidates: no Kubernetes form" in done.stderr
+    assert "pass --lossy to drop it" in done.stderr
+
+
+def test_lossy_drops_it_with_a_warning(tmp_path: Path) -> None:
+    path = write(tmp_path, "pinned", CANDIDATES)
+    done = cli("export", "-f", str(tmp_path), "--lossy")
+    assert done.returncode == 0, done.stderr
+    assert f"warning: {path}:11: spec.devices.candidates" in done.stderr
+    kinds = [o["kind"] for o in yaml.safe_load_all(done.stdout)]
+    assert kinds == ["Deployment", "Service"]
+
+
+def test_command_without_image_is_an_error_even_lossy(tmp_path: Path) -> None:
+    path = write(tmp_path, "cmd", "spec:\n  engine: command\n  command: [serve, '{port}']\n")
+    for extra in ((), ("--lossy",)):
+        done = cli("export", "-f", str(tmp_path), *extra)
+        assert done.returncode == 1 and done.stdout == ""
+        assert f"error: {path}:6: spec.image: engine 'command' has no default image" in done.stderr
+
+
+def test_an_invalid_manifest_fails_as_validate_does(tmp_path: Path) -> None:
+    write(tmp_path, "good", GOOD)
+    bad = write(tmp_path, "bad", "spec:\n  engine: vllm\n  model: m\n  devcies: {count: 1}\n")
+    done = cli("export", "-f", str(tmp_path))
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"{bad}:8: spec.devcies: unknown field" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [("-o", "table"), ("--namespace", "Not_A_Label")], ids=["format", "namespace"]
+)
+def test_usage_errors_exit_64(tmp_path: Path, args: tuple[str, ...]) -> None:
+    write(tmp_path, "llm", GOOD)
+    done = cli("export", "-f", str(tmp_path), *args)
+    assert done.returncode == 64 and done.stdout == ""
