@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -44,6 +45,7 @@ from controller.core.actions import (
     Restart,
     Start,
     Stop,
+    Update,
 )
 from controller.core.inventory import Inventory
 from controller.core.plan import BACKOFF_RESET, ORDER, Desired, backoff, plan
@@ -77,6 +79,13 @@ a_gpu = entry("a", **GPU1)
 b_gpu = entry("b", **GPU1)
 c_gpu = entry("c", **GPU1)
 starting = dict(phase=Phase.STARTING, ready_deadline_at=NOW + timedelta(seconds=30))
+
+# One change of each field that a running engine never sees (the planner's in-place set).
+IN_PLACE_CHANGES: dict[str, dict[str, Any]] = {
+    "readiness": {"readiness": {"tcpSocket": {}, "deadlineSeconds": 77}},
+    "restartPolicy": {"restartPolicy": "OnFailure"},
+    "stopGracePeriodSeconds": {"stopGracePeriodSeconds": 7},
+}
 
 CASES = [
     # -- Start and Hold --------------------------------------------------------------
@@ -381,6 +390,44 @@ CASES = [
             expect=((Replace, "a", "spec.devices.count, spec.devices.kind changed"),),
         ),
         id="replace-names-nested-fields",
+    ),
+    # Each field the running engine never sees changes in place, alone; with any field it
+    # does see (args) the whole change is a replace, never an in-place update that drops it.
+    *(
+        pytest.param(
+            Case(
+                desired(entry("a", **change)),
+                observed(view(record("a"), alive=True)),
+                expect=((Update, "a", f"spec.{field} changed"),),
+            ),
+            id=f"in-place-{field}-alone",
+        )
+        for field, change in IN_PLACE_CHANGES.items()
+    ),
+    *(
+        pytest.param(
+            Case(
+                desired(entry("a", args=["--new"], **change)),
+                observed(view(record("a"), alive=True)),
+                expect=((Replace, "a", "spec.args"),),
+            ),
+            id=f"replace-{field}-with-args",
+        )
+        for field, change in IN_PLACE_CHANGES.items()
+    ),
+    pytest.param(
+        Case(
+            desired(
+                entry(
+                    "a",
+                    args=["--new"],
+                    **{k: v for c in IN_PLACE_CHANGES.values() for k, v in c.items()},
+                )
+            ),
+            observed(view(record("a"), alive=True)),
+            expect=((Replace, "a", "spec.args"),),
+        ),
+        id="replace-every-in-place-field-with-args",
     ),
     pytest.param(
         Case(
