@@ -50,6 +50,24 @@ def test_once_exit_1(reconcile: Any, why: str) -> None:
     reconcile.down()
 
 
+def test_wait_brings_up_what_it_can_beside_a_broken_manifest_then_names_it(
+    reconcile: Any,
+) -> None:
+    # A new user's first try: one good engine that takes a moment to load, one typo'd file.
+    # --wait must not give up while the good one is still Starting: it waits it out to
+    # Ready, then exits 1 naming the broken file (not by running out of time).
+    rc = reconcile
+    rc.write("web", command=rc.demo_command(load_seconds="1.5"))
+    rc.write_text("broken.yaml", "apiVersion: reconcile/v1\nkind: Deployment\nspec: [")
+    result = rc("--once", "--wait", "--timeout", "60s", check=1)
+    assert "broken.yaml" in result.err, str(result)
+    assert "timed out" not in result.err, str(result)
+    web = rc.status("web", cli=True)["web"]
+    assert web["phase"] == "Ready" and web["ready"] is True, web
+    (rc.manifests / "broken.yaml").unlink()
+    rc.down()
+
+
 def test_once_is_ready_in_the_same_pass_when_the_engine_is_quick(reconcile: Any) -> None:
     reconcile.write("web")
     reconcile.converge()

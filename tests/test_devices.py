@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -57,20 +58,85 @@ def test_no_devices_hides_every_gpu() -> None:
     assert visibility_env([Device(kind="cpu", id="0")]) == {"CUDA_VISIBLE_DEVICES": ""}
 
 
+class _NVMLError(Exception):
+    pass
+
+
+class NoDriverNVML:
+    """pynvml as it behaves where the library is installed but no NVIDIA driver is."""
+
+    NVMLError = _NVMLError
+
+    @staticmethod
+    def nvmlInit() -> None:
+        raise _NVMLError("NVML Shared Library Not Found")
+
+
+class OneGpuNVML:
+    """pynvml on a box with one 80 GiB GPU (bytes, as older pynvml returns them)."""
+
+    NVMLError = _NVMLError
+    shut_down = False
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        self.shut_down = True
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return f"handle-{index}"
+
+    def nvmlDeviceGetMemoryInfo(self, handle: str) -> SimpleNamespace:
+        return SimpleNamespace(total=80 << 30, free=79 << 30)
+
+    def nvmlDeviceGetUUID(self, handle: str) -> bytes:
+        return b"GPU-0000-aaaa"
+
+    def nvmlDeviceGetName(self, handle: str) -> bytes:
+        return b"NVIDIA H100"
+
+
+def without_driver() -> list[tuple[str, devices.Probe]]:
+    """The default sources, NVML answering as on a box with no NVIDIA driver."""
+    return devices.default_sources(nvml=NoDriverNVML)
+
+
 def test_discovery_degrades_to_none_without_gpus(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # This box has no NVIDIA driver: NVML (nvidia-ml-py is in the test extra) raises
-    # NVMLError, nvidia-smi and amd-smi are missing -> no devices, no exception.
+    # Whatever this box has: NVML raises NVMLError, nvidia-smi and amd-smi are missing
+    # -> no devices, no exception.
     monkeypatch.setenv("PATH", str(tmp_path))
-    inventory = devices.discover()
+    inventory = devices.discover(without_driver())
     assert inventory.devices == ()
     assert inventory.source == "none"
 
 
-def test_nvml_missing_library_is_no_devices() -> None:
-    pytest.importorskip("pynvml")
-    assert devices._nvml() == []  # the real NVMLError path: libnvidia-ml is absent here
+def test_nvml_without_a_driver_is_no_devices() -> None:
+    assert devices._nvml(NoDriverNVML) == []  # the NVMLError path, on any host
+
+
+def test_nvml_devices_are_read_and_nvml_shut_down() -> None:
+    nvml = OneGpuNVML()
+    inventory = devices.discover(devices.default_sources(nvml=nvml))
+    assert inventory.source == "nvml"
+    (gpu,) = inventory.devices
+    assert (gpu.key, gpu.uuid, gpu.name) == ("nvidia:0", "GPU-0000-aaaa", "NVIDIA H100")
+    assert (gpu.memory_total_mb, gpu.memory_free_mb) == (80 << 10, 79 << 10)
+    assert nvml.shut_down
+
+
+def test_a_source_that_raises_is_skipped() -> None:
+    def broken() -> list[Device]:
+        raise RuntimeError("driver/library version mismatch")
+
+    found = [Device(kind="amd", id="0")]
+    inventory = devices.discover([("nvml", broken), ("amd-smi", lambda: found)])
+    assert inventory.source == "amd-smi" and list(inventory.devices) == found
 
 
 def test_nvidia_smi_output_is_parsed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -83,7 +149,7 @@ def test_nvidia_smi_output_is_parsed(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    inventory = devices.discover()
+    inventory = devices.discover(without_driver())  # NVML would win on a GPU box
     assert inventory.source == "nvidia-smi"
     assert [d.key for d in inventory.devices] == ["nvidia:0", "nvidia:1"]
     assert inventory.devices[0].uuid == "GPU-11111111-2222"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -44,6 +45,7 @@ from controller.core.actions import (
     Restart,
     Start,
     Stop,
+    Update,
 )
 from controller.core.inventory import Inventory
 from controller.core.plan import BACKOFF_RESET, ORDER, Desired, backoff, plan
@@ -78,6 +80,13 @@ a_gpu = entry("a", **GPU1)
 b_gpu = entry("b", **GPU1)
 c_gpu = entry("c", **GPU1)
 starting = dict(phase=Phase.STARTING, ready_deadline_at=NOW + timedelta(seconds=30))
+
+# One change of each field that a running engine never sees (the planner's in-place set).
+IN_PLACE_CHANGES: dict[str, dict[str, Any]] = {
+    "readiness": {"readiness": {"tcpSocket": {}, "deadlineSeconds": 77}},
+    "restartPolicy": {"restartPolicy": "OnFailure"},
+    "stopGracePeriodSeconds": {"stopGracePeriodSeconds": 7},
+}
 
 CASES = [
     # -- Start and Hold --------------------------------------------------------------
@@ -359,6 +368,28 @@ CASES = [
         id="back-off-over-but-drained-waits",
     ),
     pytest.param(
+        Case(
+            desired(entry("a")),
+            observed(
+                view(record("a", phase=Phase.BACKOFF, backoff_until=NOW)),
+                listening=frozenset({8000}),
+            ),
+            expect=((Release, "a", "port 8000 was taken by another process while the engine"),),
+        ),
+        id="back-off-over-port-taken-releases-to-place-afresh",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a")),
+            observed(
+                view(record("a", phase=Phase.BACKOFF, backoff_until=NOW, extra_ports=(40000,))),
+                listening=frozenset({40000}),
+            ),
+            expect=((Release, "a", "port 40000 was taken by another process"),),
+        ),
+        id="back-off-over-extra-port-taken-releases",
+    ),
+    pytest.param(
         Case(desired(entry("a")), observed(view(record("a", phase=Phase.FAILED)))),
         id="failed-is-terminal",
     ),
@@ -382,6 +413,44 @@ CASES = [
             expect=((Replace, "a", "spec.devices.count, spec.devices.kind changed"),),
         ),
         id="replace-names-nested-fields",
+    ),
+    # Each field the running engine never sees changes in place, alone; with any field it
+    # does see (args) the whole change is a replace, never an in-place update that drops it.
+    *(
+        pytest.param(
+            Case(
+                desired(entry("a", **change)),
+                observed(view(record("a"), alive=True)),
+                expect=((Update, "a", f"spec.{field} changed"),),
+            ),
+            id=f"in-place-{field}-alone",
+        )
+        for field, change in IN_PLACE_CHANGES.items()
+    ),
+    *(
+        pytest.param(
+            Case(
+                desired(entry("a", args=["--new"], **change)),
+                observed(view(record("a"), alive=True)),
+                expect=((Replace, "a", "spec.args"),),
+            ),
+            id=f"replace-{field}-with-args",
+        )
+        for field, change in IN_PLACE_CHANGES.items()
+    ),
+    pytest.param(
+        Case(
+            desired(
+                entry(
+                    "a",
+                    args=["--new"],
+                    **{k: v for c in IN_PLACE_CHANGES.values() for k, v in c.items()},
+                )
+            ),
+            observed(view(record("a"), alive=True)),
+            expect=((Replace, "a", "spec.args"),),
+        ),
+        id="replace-every-in-place-field-with-args",
     ),
     pytest.param(
         Case(
@@ -664,6 +733,34 @@ def test_mark_spec_invalid_is_not_repeated_once_recorded(tmp_path: Path) -> None
 
 
 # -- properties -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ports", "then"),
+    [
+        ({"basePort": 8000}, (Start, "port 8001")),  # another port, and says which
+        ({"port": 8000}, (Hold, "port 8000 is in use by another process: free it")),
+    ],
+    ids=["base-port-moves-on", "exact-port-says-why"],
+)
+def test_a_port_taken_during_back_off_is_placed_afresh(
+    ports: dict[str, int], then: tuple[type[Action], str]
+) -> None:
+    """A foreign process took the port while the engine was backing off: restarting there
+    would only crash-loop. The record is released, and the next round places it again
+    away from the squatter (basePort), or holds it saying why (an exact port)."""
+    a = entry("a", **ports)
+    squatted = frozenset({8000})
+    backing_off = record("a", spec=a, phase=Phase.BACKOFF, restarts=2, backoff_until=NOW)
+    first = plan(desired(a), observed(view(backing_off), listening=squatted), GPUS, NOW)
+    assert [(type(x), x.name) for x in first] == [(Release, "a")], first
+    assert "port 8000 was taken by another process" in first[0].reason
+    # The executor dropped the record: the next round sees no record, the port still taken.
+    second = plan(desired(a), observed(listening=squatted), GPUS, NOW)
+    assert [(type(x), x.name) for x in second] == [(then[0], "a")], second
+    assert then[1] in second[0].reason, second[0].reason
+    if isinstance(second[0], Start):
+        assert second[0].port == 8001
 
 
 def test_plan_is_sorted_by_kind_then_name() -> None:

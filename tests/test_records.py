@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -85,6 +87,54 @@ def test_write_is_tmp_fsync_rename_dir_fsync(
     assert calls[2][1] == str(store.instances)  # the directory, so the rename is durable
 
 
+def test_each_fsync_sees_the_step_before_it_done(
+    store: RecordStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Order by what is on disk when each fsync runs, not by a call log: the file's fsync
+    finds its tmp file fully written and the record not yet replaced; the directory's
+    fsync finds the rename done (the new record in place, no tmp file left)."""
+    old, new = record("web", restarts=1), record("web", restarts=2, message="x" * 100_000)
+    store.write(old)
+    final = store.path("web")
+    seen: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        target = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if target == store.instances:
+            assert store.read("web") == new, "the directory was synced before the rename"
+            assert not [p for p in store.instances.iterdir() if p.name.endswith(".tmp")]
+            seen.append("dir")
+        else:
+            assert target.parent == store.instances and target != final
+            written = json.loads(target.read_bytes())  # a partial write is not valid JSON
+            assert written == json.loads(new.model_dump_json()), "synced before fully written"
+            assert store.read("web") == old, "the record was replaced before its data was synced"
+            seen.append("file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store.write(new)
+    assert seen == ["file", "dir"], seen
+
+
+def test_delete_syncs_the_directory_after_the_unlink(
+    store: RecordStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.write(record("web"))
+    seen: list[bool] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if Path(os.readlink(f"/proc/self/fd/{fd}")) == store.instances:
+            seen.append(store.path("web").exists())
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store.delete("web")
+    assert seen == [False], seen  # synced once, with the record already gone
+
+
 def test_failed_rename_keeps_the_old_record_and_no_tmp(
     store: RecordStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -130,6 +180,36 @@ def test_leftover_tmp_files_are_ignored(store: RecordStore) -> None:
     store.write(record("web"))
     snap = store.load()
     assert list(snap.records) == ["web"] and not snap.problems
+
+
+def test_tmp_files_of_dead_writers_are_swept_live_ones_kept(tmp_path: Path) -> None:
+    """A writer SIGKILLed between write and rename leaves ``.<file>.<pid>.tmp``; the next
+    store to open the state dir removes it, but never the tmp file of a writer that lives
+    (it is about to rename it), nor anything that is not such a tmp file."""
+    state = tmp_path / "state"
+    RecordStore(state).ensure()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # reaped: its pid names no process (reuse within this test is negligible)
+    instances, events = state / "instances", state / "events"
+    events.mkdir(exist_ok=True)
+    left = [
+        instances / f".web.json.{dead.pid}.tmp",
+        state / f".node.yaml.{dead.pid}.tmp",
+        events / f".web.jsonl.{dead.pid}.tmp",
+    ]
+    kept = [
+        instances / f".api.json.{os.getpid()}.tmp",  # a live writer's
+        instances / f"web.json.{dead.pid}.tmp",  # not hidden: not one of ours
+        instances / ".web.json.notapid.tmp",
+        instances / "web.json",
+    ]
+    for path in (*left, *kept):
+        path.write_text("{half")
+    RecordStore(state).ensure()
+    for path in left:
+        assert not path.exists(), f"{path.name} of a dead writer was left behind"
+    for path in kept:
+        assert path.exists(), f"{path.name} was removed"
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from procs import alive, environ, kill_marked, marked_pids, wait_for, wait_gone
 
+from controller.backends.choose import inventory_for, open_backend
 from controller.backends.local.runtime import (
     MARKER,
     STATE_MARKER,
@@ -30,6 +32,8 @@ from controller.backends.local.runtime import (
 )
 from controller.core.state import ProcessRef
 from controller.errors import SpawnError
+from controller.reconciler.run import Reconciler
+from controller.store.node import Config
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 IGNORE_TERM = (
@@ -182,6 +186,41 @@ def test_stop_never_signals_a_process_whose_identity_differs(
     assert bystander.poll() is None, "an unrelated process was killed"
 
 
+def test_stop_never_signals_a_live_process_without_the_instance_marker(
+    rt: LocalBackend, bystander: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    """A record naming a live foreign process EXACTLY (pid and start time: edited by hand,
+    forged) passes the identity check; only the missing marker keeps stop() off it."""
+    exact = identity(bystander.pid)
+    assert exact is not None and rt.alive(exact)
+    assert MARKER not in environ(bystander.pid)
+    rt.stop(exact, "n1", signal.SIGTERM, grace=0.2)
+    rt.sweep("n1", exact)
+    time.sleep(0.1)
+    assert bystander.poll() is None, "stop() signalled a process that is not our engine"
+
+
+def test_stop_never_signals_a_process_marked_for_another_instance(
+    rt: LocalBackend, tmp_path: Path
+) -> None:
+    """Same node, same deployment name, another nonce: not this instance, not signalled."""
+    other = subprocess.Popen(
+        SLEEP,
+        start_new_session=True,
+        env={**os.environ, MARKER: f"{rt.node}/web/another-nonce"},
+    )
+    try:
+        wait_for(lambda: MARKER in environ(other.pid), what="the marked process")
+        exact = identity(other.pid)
+        assert exact is not None
+        rt.stop(exact, "n1", signal.SIGTERM, grace=0.2)
+        time.sleep(0.1)
+        assert other.poll() is None, "stop() signalled another instance's process"
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_stop_sigterm_then_grace_then_sigkill_the_whole_group(
     rt: LocalBackend, tmp_path: Path
 ) -> None:
@@ -229,12 +268,55 @@ def test_scan_sees_only_its_node_and_state_dir(rt: LocalBackend, tmp_path: Path)
                 child.wait()
 
 
-def test_listening_ports_and_bind_probe() -> None:
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_listening_ports_and_bind_probe(host: str) -> None:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         port = sock.getsockname()[1]
-        assert port_bindable(port) is False or port_bindable(port) is True  # bound, not listening
+        assert port not in listening_ports()  # bound, not listening: /proc/net misses it...
+        assert not port_bindable(port)  # ...the bind probe does not
         sock.listen()
         assert port in listening_ports()
         assert not port_bindable(port)
     assert port_bindable(port)
+
+
+def test_placement_never_hands_out_a_port_a_socket_of_ours_holds(tmp_path: Path) -> None:
+    """The bind probe in placement: a socket bound but not listening is invisible in
+    /proc/net; a pass must still not hand its port to an engine (invariant 2)."""
+    node = f"t-{uuid.uuid4().hex[:12]}"
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        assert port not in listening_ports()  # only the bind probe can see it
+        doc = {
+            "apiVersion": "reconcile/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {
+                "engine": "command",
+                "command": SLEEP,
+                "basePort": port,
+                "readiness": {"tcpSocket": {}, "deadlineSeconds": 30},
+                "stopGracePeriodSeconds": 1,
+            },
+        }
+        (manifests / "web.yaml").write_text(yaml.safe_dump(doc))
+        config = Config(
+            manifests=(manifests,),
+            state_dir=tmp_path / "state",
+            node=node,
+            devices="nvidia:0",
+            owner="bind-probe-test",
+        )
+        reconciler = Reconciler(config, open_backend(config), inventory_for(config))
+        try:
+            result = reconciler.run_pass()
+            web = result.records["web"]
+            assert web.port is not None and web.port != port, web
+            assert web.port > port  # basePort scans upward past the held one
+        finally:
+            reconciler.down()
+            kill_marked(f"{node}/")

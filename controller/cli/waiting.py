@@ -24,6 +24,7 @@ from controller.reconciler.run import PassResult, Reconciler
 log = get_logger("reconcile")
 
 STUCK = (Phase.PENDING, Phase.FAILED)
+SETTLED = (Phase.READY, Phase.SUCCEEDED, *STUCK)  # nothing more happens without the user
 TICK = 0.25  # seconds between redraws on a terminal
 
 
@@ -38,13 +39,20 @@ def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | No
 
 def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
     deadline = time.monotonic() + timeout
+    # A quarantined record is reported by the one pass that moved it aside: remember it,
+    # so a later pass that is all Ready still ends in failure, naming it.
+    quarantined: list[str] = []
     while True:
         result = reconciler.run_pass()
         display.update(result)
-        if result.all_ready:
+        quarantined += [p.message for p in result.problems if p.message not in quarantined]
+        if result.all_ready and not quarantined:
             return True
-        stuck = _stuck(result)
-        if stuck:
+        stuck = _stuck(result, quarantined)
+        # What needs the user (a broken manifest, no capacity) ends the wait only once
+        # everything else has got as far as it can: the valid deployments beside a broken
+        # file still come up, then the exit status says what is broken.
+        if stuck and not _progressing(result):
             display.close()
             print(f"reconcile: cannot progress without you: {stuck}", file=sys.stderr)
             return False
@@ -52,6 +60,8 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
             display.close()
             waiting = [r.name for r in result.ours() if r.phase is not Phase.READY]
             print(f"reconcile: timed out waiting for {', '.join(waiting)}", file=sys.stderr)
+            if stuck:
+                print(f"reconcile: cannot progress without you: {stuck}", file=sys.stderr)
             return False
         next_pass = time.monotonic() + min(_period(result), max(deadline - time.monotonic(), 0))
         while time.monotonic() < next_pass:
@@ -59,13 +69,16 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
             display.tick()
 
 
-def _stuck(result: PassResult) -> str:
-    if result.errors:
-        return "; ".join(str(e) for e in result.errors)
-    if result.problems:
-        return "; ".join(p.message for p in result.problems)
-    bad = [f"{r.name} {r.phase}: {r.message}" for r in result.ours() if r.phase in STUCK]
-    return "; ".join(bad)
+def _progressing(result: PassResult) -> bool:
+    """Some deployment of ours is on its way (starting, backing off, stopping) by itself."""
+    return any(r.phase not in SETTLED for r in result.ours())
+
+
+def _stuck(result: PassResult, quarantined: list[str]) -> str:
+    """What cannot progress without the user: bad manifests and records, stuck phases."""
+    reasons = [str(e) for e in result.errors] + quarantined
+    reasons += [f"{r.name} {r.phase}: {r.message}" for r in result.ours() if r.phase in STUCK]
+    return "; ".join(reasons)
 
 
 def _period(result: PassResult) -> float:

@@ -28,6 +28,7 @@ from .nasty import clear, plant
 from .strategies import manifest_texts, raw_bytes
 
 TRIED: Counter[str] = Counter()
+FIRST_PID: dict[str, int] = {}  # the healthy engine's pid when the module's cluster came up
 
 
 def _composes(data: bytes) -> bool:
@@ -68,6 +69,7 @@ def healthy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     cluster.write("healthy")
     first = cluster.once()
     assert first.code == 0, str(first)
+    FIRST_PID["healthy"] = _engine(cluster)
     yield cluster
     leftovers = cluster.close()
     assert not leftovers, f"engines outlived `reconcile down`: {leftovers}"
@@ -126,6 +128,7 @@ def test_a_duplicate_name_keeps_the_engine(healthy: Cluster) -> None:
 @settings(max_examples=4)
 @given(st.lists(manifest_texts(), min_size=6, max_size=10))
 def test_fuzzed_files_through_the_cli(healthy: Cluster, texts: list[bytes]) -> None:
+    TRIED.setdefault("fuzzed files via CLI", 0)  # ran: the report checks it tried something
     folder = healthy.sets["a"]
     bad = []
     for i, data in enumerate(texts):
@@ -143,5 +146,15 @@ def test_fuzzed_files_through_the_cli(healthy: Cluster, texts: list[bytes]) -> N
             path.unlink()
 
 
-def test_report_bad_inputs() -> None:
+def test_report_bad_inputs(request: pytest.FixtureRequest) -> None:
+    """Last in the module: every bad-input test that ran tried at least one bad input
+    (a filter that let nothing through would pass vacuously), and the healthy engine
+    is the one that came up first: never restarted or replaced by any of them."""
+    if not TRIED:
+        pytest.skip("nothing to report: run with the bad-input tests of this module")
+    starved = sorted(kind for kind, count in TRIED.items() if count == 0)
+    assert not starved, f"ran but tried no bad input at all: {starved} ({dict(TRIED)})"
+    if "healthy" in FIRST_PID:  # the CLI tests ran: their engine is still the first one
+        healthy: Cluster = request.getfixturevalue("healthy")
+        assert _engine(healthy) == FIRST_PID["healthy"], "the healthy engine was disturbed"
     print(f"\nbad inputs tried: {dict(TRIED)}; healthy engine disturbed: never")

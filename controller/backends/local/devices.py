@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from controller.core.inventory import Device, Inventory, parse_static
@@ -24,13 +24,23 @@ def resolve(static: str | None) -> Inventory:
     return discover()
 
 
-def discover() -> Inventory:
-    probes: list[tuple[str, Callable[[], list[Device]]]] = [
-        ("nvml", _nvml),
+Probe = Callable[[], list[Device]]
+
+
+def default_sources(nvml: Any = None) -> list[tuple[str, Probe]]:
+    """The discovery order. ``nvml``: a pynvml-like module (default: ``import pynvml``),
+    so tests can give a box with GPUs or without a driver alike any answer they need."""
+    return [
+        ("nvml", lambda: _nvml(nvml)),
         ("nvidia-smi", _nvidia_smi),
         ("amd-smi", _amd_smi),
     ]
-    for source, probe in probes:
+
+
+def discover(sources: Sequence[tuple[str, Probe]] | None = None) -> Inventory:
+    """The first source that finds a device names the inventory (default: NVML, then
+    nvidia-smi, then amd-smi)."""
+    for source, probe in default_sources() if sources is None else sources:
         try:
             found = probe()
         except Exception:  # a broken driver must not stop the reconciler
@@ -40,33 +50,35 @@ def discover() -> Inventory:
     return Inventory((), source="none")
 
 
-def _nvml() -> list[Device]:
+def _nvml(nvml: Any = None) -> list[Device]:
+    if nvml is None:
+        try:
+            import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+        except ImportError:
+            return []
+        nvml = pynvml
     try:
-        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
         return []
     try:
         out = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
             out.append(
                 Device(
                     kind="nvidia",
                     id=str(index),
-                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                    name=_text(nvml.nvmlDeviceGetName(handle)),
                     memory_total_mb=int(memory.total) // (1 << 20),
                     memory_free_mb=int(memory.free) // (1 << 20),
                 )
             )
         return out
     finally:
-        pynvml.nvmlShutdown()
+        nvml.nvmlShutdown()
 
 
 def _text(value: Any) -> str:
