@@ -29,6 +29,12 @@ PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices)\}")
 Engine = Literal["vllm", "llama-cpp", "sglang", "tgi", "ollama", "command"]
 DeviceKind = Literal["nvidia", "amd", "apple", "cpu", "any"]
 RestartPolicy = Literal["Always", "OnFailure", "Never"]
+Activation = Literal["Always", "OnDemand"]
+Strategy = Literal["Recreate", "RollingUpdate"]
+# Fields only the gateway and the planner read: the engine never sees them, so a change
+# to them (or their arrival in an older record) never restarts an engine.
+GATEWAY_FIELDS = ("activation", "idleTimeout", "strategy", "aliases")
+DEFAULT_IDLE_TIMEOUT = 600.0
 
 
 def _scalar_to_str(value: Any) -> Any:
@@ -38,9 +44,19 @@ def _scalar_to_str(value: Any) -> Any:
     return value
 
 
+def _duration(value: Any) -> Any:
+    """``idleTimeout: 10m`` (or plain seconds) -> seconds."""
+    if isinstance(value, str):
+        from controller.core.durations import parse_duration
+
+        return parse_duration(value)
+    return value
+
+
 # The schema says what the loader takes: numbers too (YAML reads `8192` as an int).
 Arg = Annotated[str, BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float)]
 Port = Annotated[int, Field(ge=1, le=65535)]
+Seconds = Annotated[float, BeforeValidator(_duration, json_schema_input_type=str | float)]
 
 
 class Model(BaseModel):
@@ -120,6 +136,11 @@ class DeploymentSpec(Model):
     readiness: Readiness | None = None
     restart_policy: RestartPolicy = "Always"
     stop_grace_period_seconds: float = Field(default=30.0, ge=0, le=3600)
+    # The gateway (docs/design.md "The gateway"): started on the first request, stopped idle.
+    activation: Activation = "Always"
+    idle_timeout: Seconds = Field(default=DEFAULT_IDLE_TIMEOUT, gt=0, le=30 * 86400)
+    strategy: Strategy = "Recreate"
+    aliases: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _coherent(self) -> DeploymentSpec:
@@ -170,9 +191,20 @@ def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
     return spec.model_dump(mode="json", by_alias=True)
 
 
+def routable_names(name: str, spec: DeploymentSpec | dict[str, Any]) -> tuple[str, ...]:
+    """The model names the gateway routes to a deployment: its name, model and aliases."""
+    if isinstance(spec, DeploymentSpec):
+        model, aliases = spec.model, list(spec.aliases)
+    else:
+        model, aliases = spec.get("model"), list(spec.get("aliases") or ())
+    out = [name, *([model] if isinstance(model, str) else []), *map(str, aliases)]
+    return tuple(dict.fromkeys(out))
+
+
 def spec_hash(spec: DeploymentSpec) -> str:
-    """Identity of what runs: labels and metadata never restart an engine."""
-    canonical = json.dumps(spec_document(spec), sort_keys=True, separators=(",", ":"))
+    """Identity of what runs: labels, metadata and gateway fields never restart an engine."""
+    document = {k: v for k, v in spec_document(spec).items() if k not in GATEWAY_FIELDS}
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -184,7 +216,7 @@ def changed_fields(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -
         path = f"{prefix}{key}"
         if isinstance(a, dict) and isinstance(b, dict):
             out.extend(changed_fields(a, b, path + "."))
-        elif a != b:
+        elif a != b and not (not prefix and key in GATEWAY_FIELDS):
             out.append(path)
     return out
 
