@@ -240,7 +240,7 @@ class Reconciler(Preview):
             ledger = ledger_for(fresh.records.values(), observed)
             for start in starts:
                 current = fresh.records.get(start.name)
-                if current is not None and current.phase is not Phase.PENDING:
+                if current is not None and current.phase not in (Phase.PENDING, Phase.IDLE):
                     continue  # another pass placed it meanwhile
                 record, refused = self._lease(start, ledger)
                 if refused and current is not None and current.message == record.message:
