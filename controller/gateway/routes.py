@@ -26,6 +26,7 @@ from controller.logsetup import get_logger
 log = get_logger("reconcile")
 
 RETRY_AFTER = 5.0  # seconds a 503 or 429 asks the client to wait
+FIRST_PASS_WAIT = 30.0  # a daemon just started: its first pass says what exists
 CONNECT_RETRIES = 3  # an engine that refuses the connection: wait for a Ready one again
 
 
@@ -68,6 +69,7 @@ class Front:
         key = self._key(request)
         if isinstance(key, web.Response):
             return key
+        await self.table.first_pass(FIRST_PASS_WAIT)
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": deployment}
             for name, deployment in sorted(self.table.names.items())
@@ -98,6 +100,7 @@ class Front:
         if model is None:
             why = "the request body must be a JSON object with a string field `model`"
             return "-", error(400, why, "invalid_request")
+        await self.table.first_pass(FIRST_PASS_WAIT)
         name = self.table.deployment(model)
         if name is None:
             known = ", ".join(sorted(self.table.names)[:20]) or "none"

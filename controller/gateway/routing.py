@@ -32,6 +32,15 @@ class Table:
         self.records: dict[str, Record] = {}
         self._changed = asyncio.Event()
         self._down: dict[str, str | None] = {}  # deployment -> nonce that refused us
+        self.loaded = asyncio.Event()  # set by the first pass's records
+
+    async def first_pass(self, timeout: float) -> None:
+        """Before the first pass there is nothing to route by: wait for it (bounded)."""
+        if not self.loaded.is_set():
+            try:
+                await asyncio.wait_for(self.loaded.wait(), timeout)
+            except TimeoutError:
+                pass
 
     def mark_down(self, name: str, target: Target) -> None:
         """Route nothing more to that engine until the next pass says otherwise."""
@@ -45,6 +54,7 @@ class Table:
                 names.setdefault(name, rec.name)  # duplicates are manifest errors already
         self.names = names
         self._down.clear()
+        self.loaded.set()
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
