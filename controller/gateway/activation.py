@@ -31,6 +31,7 @@ class Demand:
         self.inflight: defaultdict[str, int] = defaultdict(int)
         self.last: dict[str, float] = {}
         self.dirty: set[str] = set()
+        self._pending: set[asyncio.Task[None]] = set()
 
     def begin(self, name: str) -> None:
         self.inflight[name] += 1
@@ -41,10 +42,16 @@ class Demand:
         self.inflight[name] -= 1
         self.last[name] = time.time()
         self.dirty.add(name)
+        if self.inflight[name] <= 0:  # now idle: a swap may pick it, say so at once
+            self._pending.add(asyncio.get_running_loop().create_task(self._write(name)))
+            for task in [t for t in self._pending if t.done()]:
+                self._pending.discard(task)
 
     async def activate(self, name: str) -> None:
-        """Write the demand now and ask for a pass: the planner starts it."""
-        await self._write(name)
+        """Write the demand now (and every other change) and ask for a pass: it starts."""
+        self.dirty.add(name)
+        for other in sorted(self.dirty):
+            await self._write(other)
         self.request_pass()
 
     async def run(self) -> None:

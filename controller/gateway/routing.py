@@ -8,6 +8,7 @@ requests waiting for a deployment wake on each update.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -37,10 +38,8 @@ class Table:
     async def first_pass(self, timeout: float) -> None:
         """Before the first pass there is nothing to route by: wait for it (bounded)."""
         if not self.loaded.is_set():
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.loaded.wait(), timeout)
-            except TimeoutError:
-                pass
 
     def mark_down(self, name: str, target: Target) -> None:
         """Route nothing more to that engine until the next pass says otherwise."""
