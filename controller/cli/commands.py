@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import TYPE_CHECKING
 
 from controller.cli.common import config, metrics_listen
 from controller.cli.common import reconciler as build
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.core.durations import parse_duration
+
+if TYPE_CHECKING:
+    from controller.daemon.loop import FrontDoor
 
 
 def _print_errors(result_errors: list[object]) -> None:
@@ -31,14 +36,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.metrics_port and args.once:
         print("reconcile: --metrics-port is for the daemon; use --metrics-file", file=sys.stderr)
         return EXIT_USAGE
+    listen = args.listen or os.environ.get("RECONCILE_LISTEN")
+    if listen and args.once:
+        print("reconcile: --listen is for the daemon (drop --once)", file=sys.stderr)
+        return EXIT_USAGE
     if not args.once:
         from controller.daemon.loop import run_daemon
 
+        front: FrontDoor | None = None
+        if listen:  # aiohttp is imported only here: --once start-up does not pay for it
+            from controller.cli.gatewayflags import front_door
+
+            made = front_door(args, cfg, listen)
+            if isinstance(made, int):
+                return made
+            front = made
         if args.metrics_port:
             from controller.daemon.metrics import serve
 
             serve(*metrics_listen(args))
-        return run_daemon(cfg, resync=parse_duration(args.resync), reload=lambda: config(args))
+        return run_daemon(
+            cfg, resync=parse_duration(args.resync), reload=lambda: config(args), front=front
+        )
     reconciler = build(cfg)
     if args.wait:
         from controller.cli.waiting import wait_until_ready

@@ -91,6 +91,7 @@ def build_parser() -> Parser:
         metavar="[HOST:]PORT",
         help="daemon: serve /metrics (default host 127.0.0.1)",
     )
+    _gateway_flags(parser)
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     common = _common(True)
     p = sub.add_parser("plan", parents=[common], help="show what a pass would do (exit 2: changes)")
@@ -125,6 +126,32 @@ def build_parser() -> Parser:
     )
     p.add_argument("--namespace", metavar="NS", help="set metadata.namespace on every object")
     return parser
+
+
+def _gateway_flags(parser: Parser) -> None:
+    g = parser.add_argument_group('gateway (daemon only; see README "The gateway")')
+    g.add_argument(
+        "--listen",
+        metavar="[HOST:]PORT",
+        help="serve the OpenAI-compatible gateway here (host default 127.0.0.1; $RECONCILE_LISTEN)",
+    )
+    g.add_argument(
+        "--api-keys",
+        metavar="FILE",
+        help="require a key from FILE (one per line, chmod 600; $RECONCILE_API_KEYS)",
+    )
+    g.add_argument(
+        "--insecure-listen",
+        action="store_true",
+        help="allow a non-loopback --listen without --api-keys (warns at every start)",
+    )
+    g.add_argument("--max-body", type=int, metavar="BYTES", help="largest request body (32 MiB)")
+    g.add_argument(
+        "--max-inflight", type=int, metavar="N", help="concurrent requests per deployment (128)"
+    )
+    g.add_argument(
+        "--max-queue", type=int, metavar="N", help="requests queued per deployment, then 429 (256)"
+    )
 
 
 def _fix_follow(argv: list[str]) -> list[str]:

@@ -21,6 +21,7 @@ from controller.core.actions import (
     Hold,
     MarkReady,
     MarkSpec,
+    Park,
     Reap,
     Release,
     Replace,
@@ -41,6 +42,7 @@ CLASS: dict[type[Action], str] = {
     Adopt: "in-place",
     Replace: "replace",
     Stop: "destroy",
+    Park: "destroy",  # OnDemand: the engine goes, an Idle record stays
     Release: "destroy",
     Reap: "destroy",
     Restart: "restart",

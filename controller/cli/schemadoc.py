@@ -43,6 +43,12 @@ DOCS: dict[str, dict[str, str]] = {
         "rolls out a change (the local backend ignores it today); never restarts the engine.",
         "image": "`reconcile export` only: the container image (default: the recipe's pinned "
         "image; required for engine: command). Never restarts the engine.",
+        "activation": "Always (default), or OnDemand: Idle (nothing held) until the gateway "
+        "gets a request for it, stopped again after idleTimeout without one.",
+        "idleTimeout": "OnDemand only: stopped (Idle) after this long without a request "
+        "(30s, 10m, 1h; default 10m).",
+        "aliases": "More model names the gateway routes here, besides metadata.name and "
+        "spec.model; a name claimed twice is an error.",
     },
     "Devices": {
         "count": "Devices needed; 0 = none (the engine then sees CUDA_VISIBLE_DEVICES='').",

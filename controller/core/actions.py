@@ -59,6 +59,14 @@ class Replace(Stop):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Park(Action):
+    """OnDemand: tear down whatever runs (idle, or swapped out) and record it ``Idle``."""
+
+    verb = "park"
+    entry: Entry
+
+
+@dataclass(frozen=True, kw_only=True)
 class Update(Action):
     """Only fields the running engine never sees changed (readiness, restartPolicy,
     stopGracePeriodSeconds): rewrite the record in place, no restart."""
@@ -147,6 +155,7 @@ AnyAction = (
     | Restart
     | Replace
     | Stop
+    | Park
     | Update
     | Fail
     | MarkReady

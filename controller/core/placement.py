@@ -51,6 +51,15 @@ class Ledger:
         for port in ports:
             self.ports[port] = holder
 
+    def without(self, holders: Iterable[str]) -> Ledger:
+        """A copy as if ``holders`` had let go (what a swap would free)."""
+        gone = set(holders)
+        return Ledger(
+            devices={k: [h for h in v if h[0] not in gone] for k, v in self.devices.items()},
+            ports={p: h for p, h in self.ports.items() if h not in gone},
+            listening=self.listening,
+        )
+
     def free_for(self, key: str, shareable: bool) -> bool:
         holders = self.devices.get(key, [])
         # Invariant 1: stacking only when the holder and the newcomer are both shareable.

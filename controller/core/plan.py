@@ -21,6 +21,7 @@ from controller.core.actions import (
     Hold,
     MarkReady,
     MarkSpec,
+    Park,
     Reap,
     Reject,
     Release,
@@ -32,9 +33,9 @@ from controller.core.actions import (
 )
 from controller.core.inventory import Inventory
 from controller.core.limits import Limits
-from controller.core.placement import Unplaced, ledger_for, place
+from controller.core.placement import Placed, Unplaced, ledger_for, place
 from controller.core.specs import Entry, changed_fields, spec_document
-from controller.core.state import MarkedProcess, Observed, Phase, Record, RecordView
+from controller.core.state import Activation, MarkedProcess, Observed, Phase, Record, RecordView
 
 BACKOFF_FIRST = 10.0
 BACKOFF_MAX = 300.0
@@ -48,6 +49,7 @@ ORDER: tuple[type[Action], ...] = (
     Adopt,
     Replace,
     Stop,
+    Park,
     Fail,
     MarkSpec,
     Update,
@@ -68,6 +70,8 @@ class Desired:
     broken_sources: frozenset[str] = frozenset()
     source_errors: Mapping[str, str] = field(default_factory=dict)  # broken file -> its error
     prune: bool = True  # False: a folder is missing or empty (invariant 5)
+    # OnDemand deployments the gateway asked for: name -> last request (and in flight).
+    activations: Mapping[str, Activation] = field(default_factory=dict)
 
 
 def backoff(restarts: int) -> float:
@@ -125,8 +129,10 @@ class _Planner:
             if view is None:
                 if name in self.observed.unreadable:
                     continue  # never over an unknown version
-                if entry is not None:
-                    yield self._start(entry, "new deployment")
+                if entry is not None and self._parked(entry, None):
+                    yield Park(name=name, reason="OnDemand: idle until a request", entry=entry)
+                elif entry is not None:
+                    yield from self._start(entry, "new deployment")
                 else:  # every deployment a pass has seen gets a record, so status shows it
                     error = self.desired.invalid[name]
                     yield Reject(name=name, reason=f"spec invalid (not started): {error}")
@@ -166,6 +172,13 @@ class _Planner:
             return
         if not rec.spec_valid:
             yield MarkSpec(name=rec.name, reason="manifest is valid again", valid=True)
+        if self._parked(entry, rec):
+            if rec.phase is not Phase.IDLE or rec.spec_hash != entry.hash:
+                yield Park(name=rec.name, reason=self._idle_reason(entry, rec), entry=entry)
+            return
+        if rec.phase is Phase.IDLE:
+            yield from self._start(entry, "requested through the gateway")
+            return
         if rec.spec_hash != entry.hash:
             yield self._changed(view, entry)
             return
@@ -213,7 +226,7 @@ class _Planner:
     def _lifecycle(self, view: RecordView, entry: Entry) -> Iterator[AnyAction]:
         rec = view.record
         if rec.phase is Phase.PENDING:
-            yield self._start(entry, "retrying placement")
+            yield from self._start(entry, "retrying placement")
         elif rec.phase in (Phase.FAILED, Phase.SUCCEEDED):
             return  # terminal until the spec changes
         elif view.alive:
@@ -311,7 +324,84 @@ class _Planner:
 
     # -- placement ---------------------------------------------------------------------
 
-    def _start(self, entry: Entry, why: str) -> AnyAction:
+    # -- OnDemand (the gateway) --------------------------------------------------------
+
+    def _parked(self, entry: Entry, rec: Record | None) -> bool:
+        """An OnDemand deployment nobody asked for within its idleTimeout stays Idle.
+
+        The gateway refreshes ``last_request_at`` while requests are in flight, so a
+        stale activation (a crashed daemon's) expires by itself.
+        """
+        spec = entry.deployment.spec
+        if spec.activation != "OnDemand":
+            return False
+        act = self.desired.activations.get(entry.name)
+        if act is None:
+            return True
+        since = rec.idle_since if rec is not None and rec.phase is Phase.IDLE else None
+        if since is not None and act.last_request_at <= since:
+            return True  # parked (idle or swapped out) after its last request
+        return (self.now - act.last_request_at).total_seconds() >= spec.idle_timeout
+
+    def _idle_reason(self, entry: Entry, rec: Record) -> str:
+        if rec.phase in (Phase.PENDING, Phase.IDLE) or not rec.holds:
+            return "OnDemand: idle until a request"
+        return f"idle: no request for {entry.deployment.spec.idle_timeout:g}s (idleTimeout)"
+
+    def _busy(self, name: str) -> bool:
+        act = self.desired.activations.get(name)
+        return act is not None and act.inflight > 0
+
+    def _last_request(self, name: str) -> float:
+        act = self.desired.activations.get(name)
+        return act.last_request_at.timestamp() if act is not None else 0.0
+
+    def _swap(self, entry: Entry, room: Inventory) -> list[str]:
+        """Idle OnDemand engines of no higher priority whose stop makes room, LRU first."""
+        spec = entry.deployment.spec
+        mine = _priority(entry)
+        candidates = []
+        for name, view in self.observed.records.items():
+            other = self.desired.entries.get(name)
+            rec = view.record
+            if name == entry.name or other is None or rec.owner != self.desired.owner:
+                continue
+            if other.deployment.spec.activation != "OnDemand" or rec.phase is not Phase.READY:
+                continue
+            if _priority(other) <= mine and not self._busy(name):
+                candidates.append(name)
+        candidates.sort(key=self._last_request)
+        extra = self.extra_ports.get(spec.engine, 0)
+        chosen: list[str] = []
+        for name in candidates:
+            chosen.append(name)
+            if isinstance(place(spec, room, self.ledger.without(chosen), extra), Placed):
+                return chosen
+        return []
+
+    # -- placement (continued) ---------------------------------------------------------
+
+    def _start(self, entry: Entry, why: str) -> Iterator[AnyAction]:
+        placed = self._place(entry, why)
+        if isinstance(placed, Hold) and entry.deployment.spec.activation == "OnDemand":
+            room = limits_mod.room(
+                count=entry.deployment.spec.devices.count,
+                kind=entry.deployment.spec.devices.kind,
+                inventory=self.inventory,
+                instances=self.instances,
+                limits=self.limits,
+            )
+            victims = [] if isinstance(room, str) else self._swap(entry, room)
+            for victim in victims:
+                reason = f"swapped out for {entry.name} (idle OnDemand, least recently used)"
+                yield Park(name=victim, reason=reason, entry=self.desired.entries[victim])
+            if victims:
+                reason = f"making room: stopping idle {', '.join(victims)}"
+                yield Hold(name=entry.name, reason=reason, entry=entry)
+                return
+        yield placed
+
+    def _place(self, entry: Entry, why: str) -> AnyAction:
         spec = entry.deployment.spec
         if self.drain is not None:
             return Hold(name=entry.name, reason=self._drain_text(), entry=entry)
@@ -361,6 +451,11 @@ def _leader(markers: tuple[MarkedProcess, ...]) -> MarkedProcess | None:
     pids = {m.ref.pid for m in markers}
     roots = sorted((m for m in markers if m.ppid not in pids), key=lambda m: m.ref.start_time)
     return roots[0] if roots else None
+
+
+def _priority(entry: Entry) -> int:
+    """``spec.priority`` where the spec has one (the priority work adds it), else 0."""
+    return int(getattr(entry.deployment.spec, "priority", 0))
 
 
 def _pid(rec: Record) -> str:

@@ -29,13 +29,15 @@ PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices)\}")
 Engine = Literal["vllm", "llama-cpp", "sglang", "tgi", "ollama", "command"]
 DeviceKind = Literal["nvidia", "amd", "apple", "cpu", "any"]
 RestartPolicy = Literal["Always", "OnFailure", "Never"]
+Activation = Literal["Always", "OnDemand"]
 Strategy = Literal["Recreate", "RollingUpdate"]
+DEFAULT_IDLE_TIMEOUT = 600.0
 
 # Fields that never change what runs on this node: `image` is read by `reconcile export`
-# alone, and `strategy` says how a change is rolled out, not what the engine is. They stay
-# out of the spec hash, so setting them (or upgrading to a version that knows them) never
-# restarts an engine.
-NOT_HASHED = frozenset({"image", "strategy"})
+# alone; `activation`, `idleTimeout`, `strategy` and `aliases` by the gateway and the
+# planner (when and how, not what). They stay out of the spec hash, so setting them (or
+# upgrading to a version that knows them) never restarts an engine.
+NOT_HASHED = frozenset({"image", "activation", "idleTimeout", "strategy", "aliases"})
 
 
 def _scalar_to_str(value: Any) -> Any:
@@ -45,9 +47,19 @@ def _scalar_to_str(value: Any) -> Any:
     return value
 
 
+def _duration(value: Any) -> Any:
+    """``idleTimeout: 10m`` (or plain seconds) -> seconds."""
+    if isinstance(value, str):
+        from controller.core.durations import parse_duration
+
+        return parse_duration(value)
+    return value
+
+
 # The schema says what the loader takes: numbers too (YAML reads `8192` as an int).
 Arg = Annotated[str, BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float)]
 Port = Annotated[int, Field(ge=1, le=65535)]
+Seconds = Annotated[float, BeforeValidator(_duration, json_schema_input_type=str | float)]
 
 
 class Model(BaseModel):
@@ -127,8 +139,12 @@ class DeploymentSpec(Model):
     readiness: Readiness | None = None
     restart_policy: RestartPolicy = "Always"
     stop_grace_period_seconds: float = Field(default=30.0, ge=0, le=3600)
-    # The local backend ignores both today; `reconcile export` maps them (DESIGN: export).
+    # The gateway (docs/design.md "The gateway"): started on the first request, stopped idle.
+    activation: Activation = "Always"
+    idle_timeout: Seconds = Field(default=DEFAULT_IDLE_TIMEOUT, gt=0, le=30 * 86400)
     strategy: Strategy = "Recreate"
+    aliases: tuple[str, ...] = ()
+    # Export only (`reconcile export`): the container image; local and Ray backends ignore it.
     image: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
@@ -180,8 +196,18 @@ def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
     return spec.model_dump(mode="json", by_alias=True)
 
 
+def routable_names(name: str, spec: DeploymentSpec | dict[str, Any]) -> tuple[str, ...]:
+    """The model names the gateway routes to a deployment: its name, model and aliases."""
+    if isinstance(spec, DeploymentSpec):
+        model, aliases = spec.model, list(spec.aliases)
+    else:
+        model, aliases = spec.get("model"), list(spec.get("aliases") or ())
+    out = [name, *([model] if isinstance(model, str) else []), *map(str, aliases)]
+    return tuple(dict.fromkeys(out))
+
+
 def spec_hash(spec: DeploymentSpec) -> str:
-    """Identity of what runs: labels and metadata never restart an engine."""
+    """Identity of what runs: labels, metadata and the NOT_HASHED fields never restart."""
     document = {k: v for k, v in spec_document(spec).items() if k not in NOT_HASHED}
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

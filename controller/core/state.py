@@ -27,11 +27,12 @@ class Phase(StrEnum):
     FAILED = "Failed"
     SUCCEEDED = "Succeeded"
     TERMINATING = "Terminating"
+    IDLE = "Idle"  # an OnDemand deployment with no engine, waiting for a request
 
     @property
     def holds_resources(self) -> bool:
-        """Pending, Failed and Succeeded records hold no device and no port."""
-        return self not in (Phase.PENDING, Phase.FAILED, Phase.SUCCEEDED)
+        """Pending, Failed, Succeeded and Idle records hold no device and no port."""
+        return self not in (Phase.PENDING, Phase.FAILED, Phase.SUCCEEDED, Phase.IDLE)
 
 
 class Frozen(BaseModel):
@@ -115,6 +116,7 @@ class Record(Frozen):
     last_exit: ExitInfo | None = None
     revision: str | None = None
     message: str = ""
+    idle_since: datetime | None = None  # Idle: parked then; a request after it starts it
 
     @property
     def holds(self) -> bool:
@@ -156,6 +158,17 @@ class RecordView:
     exit: ExitInfo | None = None  # how the engine ended, when it was our child
     probe: ProbeResult | None = None
     markers: tuple[MarkedProcess, ...] = ()  # live processes carrying this record's nonce
+
+
+@dataclass(frozen=True)
+class Activation:
+    """The gateway's demand for an OnDemand deployment (``<state>/activation/<name>.json``).
+
+    Desired state, not a side channel: the planner reads it as input with ``now``.
+    """
+
+    last_request_at: datetime
+    inflight: int = 0
 
 
 @dataclass(frozen=True)

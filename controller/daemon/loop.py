@@ -18,13 +18,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import FrameType
+from typing import Protocol
 
 from controller.backends.base import Backend
 from controller.backends.choose import inventory_for, open_backend
 from controller.core.actions import Conflict, Hold
-from controller.core.state import Phase, ProcessRef, Record
+from controller.core.state import Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import FolderWatch
 from controller.daemon.metrics import exporters
@@ -32,7 +33,8 @@ from controller.daemon.notify import Notifier
 from controller.daemon.timers import Timers, debounce_until
 from controller.errors import ConfigError, LockTimeout, ReconcileError
 from controller.logsetup import get_logger
-from controller.reconciler.run import PassResult, Reconciler
+from controller.reconciler.run import AfterPass, PassResult, Reconciler
+from controller.store import activation
 from controller.store.lock import FileLock
 from controller.store.node import Config
 from controller.store.records import RecordStore
@@ -51,14 +53,31 @@ TIMED = frozenset({"resync", "probe due"})
 Reload = Callable[[], Config]
 
 
+class FrontDoor(Protocol):
+    """What the daemon needs of the gateway (injected by the CLI; never imported here)."""
+
+    def start(self, request_pass: Callable[[], None]) -> None: ...
+    def after_pass(self, result: PassResult, seconds: float) -> None: ...
+    def reload(self) -> None: ...
+    def stop(self) -> None: ...
+
+
 class Daemon:
     def __init__(
-        self, config: Config, *, resync: float = 5.0, reload: Reload | None = None
+        self,
+        config: Config,
+        *,
+        resync: float = 5.0,
+        reload: Reload | None = None,
+        front: FrontDoor | None = None,
     ) -> None:
         self.config = config
         self.resync = resync
         self.reload_config = reload or (lambda: self.config)
+        self.front = front
         self.reconciler = build_reconciler(config, open_backend(config))
+        self._hook_front(self.reconciler)
+        self._asked = False  # the gateway asked for a pass (set from its thread)
         self.reconciler.interrupted = lambda: self.stopping
         self.notifier = Notifier.from_environ()
         self.selector = selectors.DefaultSelector()
@@ -84,6 +103,8 @@ class Daemon:
             signal.signal(sig, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         self.folders.start()
+        if self.front is not None:
+            self.front.start(self.request_pass)
         self.triggers.add("start")
         if self.notifier.ping_interval:
             self.timers.after("watchdog", 0)
@@ -118,6 +139,16 @@ class Daemon:
 
     # -- wake-ups ---------------------------------------------------------------------
 
+    def request_pass(self) -> None:
+        """The gateway's thread: an OnDemand deployment was asked for, pass now."""
+        with self._events:
+            self._asked = True
+        self._poke()
+
+    def _hook_front(self, reconciler: Reconciler) -> None:
+        if self.front is not None:
+            reconciler.after_pass.append(_guarded(self.front.after_pass))
+
     def _poke(self) -> None:
         with contextlib.suppress(BlockingIOError):  # full: the loop is awake anyway
             os.write(self._wake_w, b"!")
@@ -131,6 +162,9 @@ class Daemon:
                 break
         with self._events:
             delay, self._folder_event = self._folder_event, None
+            asked, self._asked = self._asked, False
+        if asked:
+            self.triggers.add("gateway")
         if delay is not None:
             self._debounce(delay)
 
@@ -174,8 +208,11 @@ class Daemon:
             log.error("reload failed; keeping the old configuration", error=str(exc))
         else:
             fresh.interrupted = self.reconciler.interrupted
+            self._hook_front(fresh)
             self.reconciler, self.config = fresh, fresh.config
             log.info("configuration reloaded", devices=[d.key for d in fresh.inventory.devices])
+        if self.front is not None:
+            self.front.reload()
         self._ready_sent = False
         self.triggers.add("sighup")
 
@@ -225,8 +262,9 @@ class Daemon:
         """A pass when the next probe is due, a deadline passes or a back-off ends."""
         self.timers.cancel_prefix("record:")
         now_wall = datetime.now(UTC)
+        demand = activation.read_all(self.config.state_dir)
         for rec in records:
-            due = _next_due(rec, now_wall)
+            due = _next_due(rec, now_wall) or _idle_due(rec, demand, now_wall)
             if due is not None:
                 self.timers.after(f"record:{rec.name}", due[1], due[0])
 
@@ -254,6 +292,8 @@ class Daemon:
 
     def _shutdown(self) -> None:
         self.notifier.send("STOPPING=1")
+        if self.front is not None:
+            self.front.stop()
         self.folders.stop()
         self.exits.close()
         self.selector.close()
@@ -276,6 +316,33 @@ def _next_due(rec: Record, now: datetime) -> tuple[str, float] | None:
     return None
 
 
+def _idle_due(
+    rec: Record, demand: dict[str, Activation], now: datetime
+) -> tuple[str, float] | None:
+    """An OnDemand engine: a pass when its idleTimeout would run out (level-triggered)."""
+    if rec.spec.get("activation") != "OnDemand" or not rec.holds:
+        return None
+    idle = rec.spec.get("idleTimeout")
+    act = demand.get(rec.name)
+    if not isinstance(idle, int | float):
+        return None
+    if act is None:
+        return ("idle timeout", 0.0)
+    return ("idle timeout", _until(act.last_request_at + timedelta(seconds=idle), now))
+
+
+def _guarded(hook: AfterPass) -> AfterPass:
+    """A gateway fault never stops a pass."""
+
+    def call(result: PassResult, seconds: float) -> None:
+        try:
+            hook(result, seconds)
+        except Exception as exc:
+            log.error("gateway hook failed", error=str(exc))
+
+    return call
+
+
 def _until(when: datetime, now: datetime) -> float:
     return max((when - now).total_seconds(), 0.0) + SLACK
 
@@ -285,7 +352,13 @@ def build_reconciler(config: Config, backend: Backend) -> Reconciler:
     return Reconciler(config, backend, inventory, exporters(config, inventory))
 
 
-def run_daemon(config: Config, *, resync: float = 5.0, reload: Reload | None = None) -> int:
+def run_daemon(
+    config: Config,
+    *,
+    resync: float = 5.0,
+    reload: Reload | None = None,
+    front: FrontDoor | None = None,
+) -> int:
     """Run the loop until SIGTERM/SIGINT; ``reload`` re-reads the configuration on SIGHUP."""
     if resync <= 0:
         raise ConfigError(f"--resync must be more than 0 seconds, not {resync:g}")
@@ -299,6 +372,6 @@ def run_daemon(config: Config, *, resync: float = 5.0, reload: Reload | None = N
             "or give this one another --state-dir"
         )
     try:
-        return Daemon(config, resync=resync, reload=reload).run()
+        return Daemon(config, resync=resync, reload=reload, front=front).run()
     finally:
         lock.release()

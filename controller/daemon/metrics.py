@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
@@ -49,6 +49,17 @@ class _Latest:
 
 
 LATEST = _Latest()
+# More text to append (the gateway's counters), registered by whoever wires the daemon.
+SOURCES: list[Callable[[], str]] = []
+
+
+def add_source(render: Callable[[], str]) -> None:
+    SOURCES.append(render)
+
+
+def current() -> str:
+    """The last pass's metrics plus every registered source, rendered now."""
+    return LATEST.get() + "".join(render() for render in SOURCES)
 
 
 def exporters(config: Config, inventory: Inventory) -> list[Exporter]:
@@ -83,7 +94,7 @@ class Exporter:
         LATEST.set(text)
         if self.config.metrics_file is not None:
             try:
-                write_atomic(self.config.metrics_file, text.encode(), mode=0o644)
+                write_atomic(self.config.metrics_file, current().encode(), mode=0o644)
             except OSError as exc:  # metrics must never stop the reconciler
                 log.warning(
                     "metrics file not written", path=str(self.config.metrics_file), error=str(exc)
@@ -219,7 +230,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.split("?", 1)[0] != "/metrics":
             self._send(404, "text/plain; charset=utf-8", b"see /metrics\n")
             return
-        self._send(200, CONTENT_TYPE, LATEST.get().encode())
+        self._send(200, CONTENT_TYPE, current().encode())
 
     def _send(self, code: int, kind: str, body: bytes) -> None:
         self.send_response(code)

@@ -22,6 +22,7 @@ from controller.core.actions import (
     Hold,
     MarkReady,
     MarkSpec,
+    Park,
     Reap,
     Reject,
     Release,
@@ -69,6 +70,8 @@ class Executor:
                 return self._restart(action)
             case Stop():  # and Replace: the old instance goes, the next round starts the new
                 return self._stop(action)
+            case Park():
+                return self._park(action)
             case Update():
                 return self._update(action)
             case Fail():
@@ -186,6 +189,19 @@ class Executor:
         failpoints.hit("executor.stop.after_delete")
         self.event(action.name, action.verb, action.reason, "stopped; record dropped")
         return True
+
+    def _park(self, action: Park) -> bool:
+        """Tear down what runs (if anything), then record the deployment Idle."""
+        rec = self.store.read(action.name)
+        if rec is not None and (rec.holds or rec.ref is not None):
+            terminating = rec.model_copy(
+                update={"phase": Phase.TERMINATING, "message": action.reason}
+            )
+            self.store.write(terminating)
+            self.backend.teardown(rec)
+        self.store.write(self.records.idle(action.entry, action.reason))
+        self.event(action.name, action.verb, action.reason, "idle: holds nothing")
+        return rec is None or rec.phase is not Phase.IDLE or rec.spec_hash != action.entry.hash
 
     def _fail(self, action: Fail) -> bool:
         rec = self.store.read(action.name)

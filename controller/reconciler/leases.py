@@ -84,6 +84,12 @@ class RecordMaker:
             revision=self.revision,
         )
 
+    def idle(self, entry: Entry, reason: str) -> Record:
+        """An OnDemand deployment parked: no engine, no device, no port (phase Idle)."""
+        return self.pending(entry, reason).model_copy(
+            update={"phase": Phase.IDLE, "idle_since": self.now()}
+        )
+
     def render(
         self, entry: Entry, devices: tuple[str, ...], port: int, extra_ports: tuple[int, ...]
     ) -> Rendered:

@@ -19,7 +19,17 @@ from datetime import UTC, datetime
 from controller import failpoints
 from controller.backends.base import Backend
 from controller.backends.local.runtime import identity
-from controller.core.actions import Action, AnyAction, Conflict, Fail, Hold, Replace, Start, Stop
+from controller.core.actions import (
+    Action,
+    AnyAction,
+    Conflict,
+    Fail,
+    Hold,
+    Park,
+    Replace,
+    Start,
+    Stop,
+)
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.inventory import Inventory
 from controller.core.limits import kinds_of, only_kinds
@@ -30,7 +40,7 @@ from controller.logsetup import get_logger
 from controller.reconciler.executor import Executor
 from controller.reconciler.leases import RecordMaker
 from controller.reconciler.observe import observe
-from controller.store import gitrev, logfiles
+from controller.store import activation, gitrev, logfiles
 from controller.store.events import Journal
 from controller.store.lock import FileLock
 from controller.store.manifests import LoadResult, ManifestError, load
@@ -41,7 +51,7 @@ log = get_logger("reconcile")
 
 MAX_ROUNDS = 5
 # Actions that may wait out a grace period: run them concurrently.
-TEARDOWN = (Stop, Replace, Fail)
+TEARDOWN = (Stop, Replace, Fail, Park)
 
 
 @dataclass
@@ -71,7 +81,8 @@ class PassResult:
 
     @property
     def all_ready(self) -> bool:
-        ready = {r.name for r in self.ours() if r.phase is Phase.READY}
+        # An OnDemand deployment parked Idle is where it should be until a request.
+        ready = {r.name for r in self.ours() if r.phase in (Phase.READY, Phase.IDLE)}
         return self.ok and self.names <= ready
 
 
@@ -98,6 +109,7 @@ class Preview:
             broken_sources=frozenset(loaded.broken_sources),
             source_errors=_source_errors(loaded),
             prune=loaded.prune_safe or self.config.allow_empty,
+            activations=activation.read_all(self.config.state_dir),
         )
 
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
@@ -238,7 +250,7 @@ class Reconciler(Preview):
             ledger = ledger_for(fresh.records.values(), observed)
             for start in starts:
                 current = fresh.records.get(start.name)
-                if current is not None and current.phase is not Phase.PENDING:
+                if current is not None and current.phase not in (Phase.PENDING, Phase.IDLE):
                     continue  # another pass placed it meanwhile
                 record, refused = self._lease(start, ledger)
                 if refused and current is not None and current.message == record.message:

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from controller.core.specs import Deployment, Entry, is_dns1123, spec_hash
+from controller.core.specs import Deployment, Entry, is_dns1123, routable_names, spec_hash
 from controller.store import security, yamlread
 from controller.store.yamlread import Path_
 
@@ -222,4 +222,29 @@ def load(folders: Iterable[Path], *, insecure: bool = False) -> LoadResult:
         for path in files:
             result.files.append(str(path))
             load_file(path, result, strict)
+    _check_model_names(result)
     return result
+
+
+def _check_model_names(result: LoadResult) -> None:
+    """A model name the gateway routes (name, spec.model, spec.aliases) claimed twice."""
+    claimed: dict[str, Entry] = {}
+    clashes: dict[str, str] = {}
+    for entry in result.entries.values():
+        for model in routable_names(entry.name, entry.deployment.spec):
+            first = claimed.setdefault(model, entry)
+            if first is entry:
+                continue
+            for mine, other in ((entry, first), (first, entry)):
+                message = (
+                    f"model name {model!r} is claimed by deployment {mine.name!r} and by "
+                    f"{other.name!r} ({other.source}:{other.line}): the gateway could not "
+                    "route it; rename one or drop the alias"
+                )
+                result.errors.append(
+                    ManifestError(mine.source, mine.line, "spec.aliases", message, mine.name)
+                )
+                clashes.setdefault(mine.name, str(result.errors[-1]))
+    for name, message in clashes.items():
+        del result.entries[name]
+        result.invalid_names[name] = message

@@ -41,7 +41,7 @@ def write(folder: Path, name: str, body: str) -> Path:
 
 GOOD = "spec:\n  engine: vllm\n  model: org/m\n  devices: {count: 1, kind: nvidia}\n"
 CANDIDATES = (
-    "spec:\n  engine: vllm\n  model: org/m\n"
+    "spec:\n  engine: vllm\n  model: org/pinned\n"
     "  devices:\n    count: 1\n    kind: nvidia\n    candidates: ['3']\n"
 )
 

@@ -1,0 +1,52 @@
+"""``--listen`` and its companions -> a started-later :class:`Gateway`, or exit 64."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from controller.cli.exitcodes import EXIT_USAGE
+from controller.gateway import settings as gw
+from controller.gateway.app import Gateway
+from controller.gateway.keys import KeyFileError
+from controller.logsetup import get_logger
+from controller.store.node import Config
+
+
+def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Gateway | int:
+    """The gateway the flags ask for; a refusal is printed and returns exit 64."""
+    keys = args.api_keys or os.environ.get("RECONCILE_API_KEYS")
+    try:
+        host, port = gw.parse_listen(listen)
+        settings = gw.Settings(
+            host=host,
+            port=port,
+            state_dir=cfg.state_dir,
+            api_keys=Path(keys).expanduser().absolute() if keys else None,
+            insecure=args.insecure_listen,
+            max_body=_positive(args.max_body, "--max-body", gw.DEFAULT_MAX_BODY),
+            max_inflight=_positive(args.max_inflight, "--max-inflight", gw.DEFAULT_MAX_INFLIGHT),
+            max_queue=_positive(args.max_queue, "--max-queue", gw.DEFAULT_MAX_QUEUE, zero=True),
+        )
+        warning = gw.check_exposure(settings)
+        gateway = Gateway(settings)
+    except (gw.ListenRefused, KeyFileError) as exc:
+        print(f"reconcile: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if warning:
+        get_logger("reconcile").warning("insecure gateway", detail=warning)
+    if cfg.metrics_file or cfg.metrics_port:
+        from controller.daemon.metrics import add_source
+
+        add_source(gateway.metrics_text)
+    return gateway
+
+
+def _positive(value: int | None, flag: str, default: int, zero: bool = False) -> int:
+    if value is None:
+        return default
+    if value < 0 or (value == 0 and not zero):
+        raise gw.ListenRefused(f"{flag} must be {'0 or more' if zero else 'at least 1'}")
+    return value

@@ -1,0 +1,78 @@
+"""On-demand activation: the gateway's side of ``<state>/activation/<name>.json``.
+
+A request for an OnDemand deployment marks it wanted (written at once when it is
+not Ready, then the daemon is asked for a pass); while requests are in flight the
+timestamp is refreshed every ``FLUSH`` seconds, so the planner's idle timeout
+counts from the last request that ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from controller.core.state import Activation
+from controller.logsetup import get_logger
+from controller.store import activation as store
+
+log = get_logger("reconcile")
+
+FLUSH = 0.5  # seconds between writes of the in-flight heartbeat
+
+
+class Demand:
+    def __init__(self, state_dir: Path, request_pass: Callable[[], None]) -> None:
+        self.state_dir = state_dir
+        self.request_pass = request_pass
+        self.inflight: defaultdict[str, int] = defaultdict(int)
+        self.last: dict[str, float] = {}
+        self.dirty: set[str] = set()
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def begin(self, name: str) -> None:
+        self.inflight[name] += 1
+        self.last[name] = time.time()
+        self.dirty.add(name)
+
+    def end(self, name: str) -> None:
+        self.inflight[name] -= 1
+        self.last[name] = time.time()
+        self.dirty.add(name)
+        if self.inflight[name] <= 0:  # now idle: a swap may pick it, say so at once
+            self._pending.add(asyncio.get_running_loop().create_task(self._write(name)))
+            for task in [t for t in self._pending if t.done()]:
+                self._pending.discard(task)
+
+    async def activate(self, name: str) -> None:
+        """Write the demand now (and every other change) and ask for a pass: it starts."""
+        self.dirty.add(name)
+        for other in sorted(self.dirty):
+            await self._write(other)
+        self.request_pass()
+
+    async def run(self) -> None:
+        """The heartbeat: refresh in-flight deployments, write what changed."""
+        while True:
+            await asyncio.sleep(FLUSH)
+            now = time.time()
+            for name, count in self.inflight.items():
+                if count > 0:
+                    self.last[name] = now
+                    self.dirty.add(name)
+            for name in sorted(self.dirty):
+                await self._write(name)
+
+    async def _write(self, name: str) -> None:
+        self.dirty.discard(name)
+        when = datetime.fromtimestamp(self.last.get(name, time.time()), UTC)
+        act = Activation(last_request_at=when, inflight=max(self.inflight[name], 0))
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                None, store.write, self.state_dir, name, act
+            )
+        except (OSError, ValueError) as exc:
+            log.error("activation not written", deployment=name, error=str(exc))

@@ -1,0 +1,131 @@
+"""The gateway under test: the real daemon with ``--listen``, real engines, real sockets.
+
+``gateway(...)`` starts ``reconcile --listen`` on the test's node (a port from its
+block) and waits for ``/healthz``; teardown SIGKILLs any daemon still running, then
+the ``reconcile`` fixture sweeps the node's engines. Tests end with ``g.finish()``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+WAIT = 30.0
+
+
+class Answer:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    def __repr__(self) -> str:
+        return f"Answer({self.status}, {self.body[:300]!r})"
+
+
+class Gateway:
+    def __init__(self, rc: Any, proc: subprocess.Popen[bytes], log: Path, port: int) -> None:
+        self.rc = rc
+        self.proc = proc
+        self.log = log
+        self.port = port
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = WAIT,
+    ) -> Answer:
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=data, headers=headers or {})
+            resp = conn.getresponse()
+            return Answer(resp.status, dict(resp.getheaders()), resp.read())
+        finally:
+            conn.close()
+
+    def post(self, model: str, headers: dict[str, str] | None = None, **extra: Any) -> Answer:
+        body = {"model": model, "messages": [{"role": "user", "content": "hi"}], **extra}
+        return self.request("POST", "/v1/chat/completions", body, headers)
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def wait_phase(self, name: str, phase: str, timeout: float = WAIT) -> dict[str, Any]:
+        def found() -> dict[str, Any] | None:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"daemon exited {self.proc.returncode}:\n{self.text()[-3000:]}"
+                )
+            item = self.rc.status(name).get(name)
+            return item if item and item["phase"] == phase else None
+
+        try:
+            result: dict[str, Any] = self.rc.wait_for(
+                found, timeout=timeout, what=f"{name} {phase}"
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.rc.status()}\n{self.text()[-3000:]}") from None
+        return result
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=WAIT)
+
+    def finish(self) -> None:
+        code = self.stop()
+        assert code == 0, f"daemon exited {code}:\n{self.text()[-3000:]}"
+        self.rc.down()
+
+
+class Gateways:
+    def __init__(self, rc: Any) -> None:
+        self.rc = rc
+        self.started: list[Gateway] = []
+
+    def __call__(self, *args: str, port: int | None = None, wait: bool = True) -> Gateway:
+        port = port or self.rc.port + 15
+        log = self.rc.tmp / f"daemon-{len(self.started)}.log"
+        listen = [] if any(a.startswith("--listen") for a in args) else ["--listen", str(port)]
+        with open(log, "wb") as err:
+            proc = self.rc.popen("-v", "--resync", "1h", *listen, *args, stderr=err)
+        g = Gateway(self.rc, proc, log, port)
+        self.started.append(g)
+        if wait:
+            self.rc.wait_for(lambda: _up(g), timeout=WAIT, what="gateway /healthz")
+        return g
+
+    def kill_all(self) -> None:
+        for g in self.started:
+            if g.proc.poll() is None:
+                g.proc.kill()
+                g.proc.wait(timeout=WAIT)
+
+
+def _up(g: Gateway) -> bool:
+    if g.proc.poll() is not None:
+        raise AssertionError(f"daemon exited {g.proc.returncode}:\n{g.text()[-3000:]}")
+    try:
+        return g.request("GET", "/healthz", timeout=2).status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def gateway(reconcile: Any) -> Iterator[Gateways]:
+    gateways = Gateways(reconcile)
+    yield gateways
+    gateways.kill_all()

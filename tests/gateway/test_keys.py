@@ -1,0 +1,133 @@
+"""Who gets in: API keys, the safe default bind, limits, and random input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+KEY = "sk-test-5f2a9c0d7e1b4a6f8c3d"
+OTHER = "sk-other-91b7e2c4d6f8a0b3"
+
+
+def _keyfile(reconcile: Any, *keys: str, mode: int = 0o600) -> Path:
+    path = reconcile.tmp / "keys.txt"
+    path.write_text("# gateway keys\n\n" + "\n".join(keys) + "\n")
+    os.chmod(path, mode)
+    return path
+
+
+def test_keys_required_both_forms_healthz_open_and_sighup(reconcile: Any, gateway: Any) -> None:
+    reconcile.write("alpha")
+    keys = _keyfile(reconcile, KEY)
+    g = gateway("--api-keys", str(keys), "--metrics-port", str(reconcile.port + 14))
+    g.wait_phase("alpha", "Ready")
+    assert g.request("GET", "/healthz").status == 200
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"x-api-key": OTHER}):
+        answer = g.post("alpha", headers)
+        assert answer.status == 401, answer
+        assert answer.json()["error"]["code"] == "invalid_api_key"
+        assert KEY not in answer.body.decode() and OTHER not in answer.body.decode()
+    assert g.request("GET", "/v1/models").status == 401
+    assert g.post("alpha", {"Authorization": f"Bearer {KEY}"}).status == 200
+    assert g.post("alpha", {"x-api-key": KEY}).status == 200
+    # SIGHUP: a new key in, the old one out
+    _keyfile(reconcile, OTHER)
+    g.proc.send_signal(signal.SIGHUP)
+    reconcile.wait_for(
+        lambda: g.post("alpha", {"x-api-key": OTHER}).status == 200, what="the new key"
+    )
+    assert g.post("alpha", {"x-api-key": KEY}).status == 401
+    import urllib.request
+
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{reconcile.port + 14}/metrics").read()
+    text = metrics.decode()
+    assert "reconcile_gateway_requests_total" in text
+    assert 'reconcile_gateway_request_seconds_bucket{deployment="alpha"' in text
+    g.finish()
+    # no key text anywhere: state dir, daemon output, metrics
+    for path in reconcile.state.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert KEY.encode() not in data and OTHER.encode() not in data, path
+    assert KEY not in g.text() and OTHER not in g.text()
+    assert KEY not in text and OTHER not in text
+
+
+def test_refusals_at_start(reconcile: Any) -> None:
+    loose = _keyfile(reconcile, KEY, mode=0o644)
+    port = str(reconcile.port + 15)
+    result = reconcile("--listen", port, "--api-keys", str(loose), check=64)
+    assert str(loose) in result.err and "0644" in result.err
+    result = reconcile("--listen", port, "--api-keys", str(reconcile.tmp / "none"), check=64)
+    assert "no such file" in result.err
+    empty = reconcile.tmp / "empty"
+    empty.write_text("# nothing\n")
+    empty.chmod(0o600)
+    assert "no key" in reconcile("--listen", port, "--api-keys", str(empty), check=64).err
+    result = reconcile("--listen", f"0.0.0.0:{port}", check=64)
+    assert "--api-keys" in result.err and "--insecure-listen" in result.err
+
+
+def test_insecure_listen_warns_and_serves(reconcile: Any, gateway: Any) -> None:
+    port = reconcile.port + 15
+    g = gateway("--listen", f"0.0.0.0:{port}", "--insecure-listen", port=port)
+    assert "insecure gateway" in g.text()
+    g.finish()
+
+
+def test_429_when_inflight_and_queue_are_full(reconcile: Any, gateway: Any) -> None:
+    reconcile.write("busy", command=reconcile.demo_command(chunks="10", chunk_delay="0.3"))
+    g = gateway("--max-inflight", "1", "--max-queue", "0")
+    g.wait_phase("busy", "Ready")
+    t = threading.Thread(target=lambda: g.post("busy", stream=True))
+    t.start()
+    reconcile.wait_for(
+        lambda: (a := g.post("busy")).status == 429 and "Retry-After" in a.headers,
+        timeout=10,
+        what="a 429",
+    )
+    t.join(timeout=30)
+    assert g.post("busy").status == 200
+    g.finish()
+
+
+def test_random_input_never_a_gateway_5xx(reconcile: Any, gateway: Any) -> None:
+    g = gateway("--max-body", "2048")
+    names = st.text(
+        alphabet=st.characters(min_codepoint=33, max_codepoint=126, exclude_characters=":"),
+        min_size=1,
+        max_size=20,
+    )
+    values = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=40)
+    bodies = st.one_of(
+        st.binary(max_size=3000),
+        st.builds(lambda m: f'{{"model": {m!r}}}'.encode(), st.text(max_size=20)),
+        st.just(b'{"model": 1}'),
+        st.just(b"[]"),
+    )
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        headers=st.dictionaries(names, values, max_size=5),
+        body=bodies,
+        path=st.sampled_from(["/v1/chat/completions", "/v1/x?y=1", "/v1/models", "/healthz"]),
+        method=st.sampled_from(["POST", "GET", "PUT"]),
+    )
+    def check(headers: dict[str, str], body: bytes, path: str, method: str) -> None:
+        headers.pop("Content-Length", None)
+        headers.pop("Transfer-Encoding", None)
+        try:
+            answer = g.request(method, path, body, headers, timeout=10)
+        except (OSError, ValueError):
+            return  # http.client refused to send it
+        assert answer.status < 500, answer
+
+    check()
+    assert g.proc.poll() is None
+    g.finish()
