@@ -13,10 +13,10 @@ import pytest
 def test_a_drain_holds_starts_and_expires_by_itself(reconcile: Any) -> None:
     rc = reconcile
     rc.write("web")
-    out = rc("drain", "--ttl", "4s", "--reason", "maintenance", check=0).out
+    out = rc("drain", "--ttl", "8s", "--reason", "maintenance", check=0).out
     assert f"node {rc.node} drained until" in out and "(maintenance)" in out
     first = json.loads((rc.state / "drain.json").read_text())
-    assert "renewed" in rc("drain", "--ttl", "4s", "--reason", "maintenance", check=0).out
+    assert "renewed" in rc("drain", "--ttl", "8s", "--reason", "maintenance", check=0).out
     drain = json.loads((rc.state / "drain.json").read_text())
     assert drain["reason"] == "maintenance" and "(pid " in drain["by"]
     expires = datetime.fromisoformat(drain["until"])
