@@ -313,7 +313,9 @@ def test_every_verb_has_a_handler_and_every_handler_a_verb() -> None:
     import argparse
 
     from controller.cli.main import build_parser
-    from controller.cli.verbs import HANDLERS
+    from controller.cli.verbs import GROUPS, VERBS, handler
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(sub.choices) | {"run"} == set(HANDLERS)
+    assert set(sub.choices) | {"run"} == set(VERBS)
+    assert all(callable(handler(verb)) for verb in VERBS)  # each group knows its verbs
+    assert sorted(v for group in GROUPS for v in group()) == sorted(VERBS)
