@@ -82,14 +82,15 @@ def test_insecure_listen_warns_and_serves(reconcile: Any, gateway: Any) -> None:
 
 
 def test_429_when_inflight_and_queue_are_full(reconcile: Any, gateway: Any) -> None:
-    reconcile.write("busy", command=reconcile.demo_command(chunks="10", chunk_delay="0.3"))
+    # A 12 s stream holds the only slot: room for a loaded box to see the 429 meanwhile.
+    reconcile.write("busy", command=reconcile.demo_command(chunks="40", chunk_delay="0.3"))
     g = gateway("--max-inflight", "1", "--max-queue", "0")
     g.wait_phase("busy", "Ready")
     t = threading.Thread(target=lambda: g.post("busy", stream=True))
     t.start()
     reconcile.wait_for(
         lambda: (a := g.post("busy")).status == 429 and "Retry-After" in a.headers,
-        timeout=10,
+        timeout=12,
         what="a 429",
     )
     t.join(timeout=30)
