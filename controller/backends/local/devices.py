@@ -62,6 +62,7 @@ def _nvml() -> list[Device]:
                     name=_text(pynvml.nvmlDeviceGetName(handle)),
                     memory_total_mb=int(memory.total) // (1 << 20),
                     memory_free_mb=int(memory.free) // (1 << 20),
+                    memory=int(memory.total),
                 )
             )
         return out
@@ -101,6 +102,7 @@ def parse_nvidia_smi(text: str) -> list[Device]:
                 name=name,
                 memory_total_mb=int(total) if total.isdigit() else None,
                 memory_free_mb=int(free) if free.isdigit() else None,
+                memory=int(total) << 20 if total.isdigit() else None,  # nounits: MiB
             )
         )
     return out
