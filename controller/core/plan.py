@@ -8,7 +8,7 @@ diff). Each action carries the reason `reconcile plan` prints.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from controller.core import limits as limits_mod
@@ -21,6 +21,7 @@ from controller.core.actions import (
     Hold,
     MarkReady,
     MarkSpec,
+    Preempt,
     Reap,
     Reject,
     Release,
@@ -30,9 +31,11 @@ from controller.core.actions import (
     Stop,
     Update,
 )
+from controller.core.engines.share import user_share
 from controller.core.inventory import Inventory
 from controller.core.limits import Limits
-from controller.core.placement import Unplaced, ledger_for, place
+from controller.core.placement import Unplaced, ledger_for, place, place_devices
+from controller.core.preempt import Candidate, choose_victims
 from controller.core.specs import Entry, changed_fields, spec_document
 from controller.core.state import MarkedProcess, Observed, Phase, Record, RecordView
 
@@ -40,7 +43,9 @@ BACKOFF_FIRST = 10.0
 BACKOFF_MAX = 300.0
 BACKOFF_RESET = 600.0  # seconds Ready after which a crash counts as the first again
 # Spec fields a running engine never sees: a change to only these updates the record.
-IN_PLACE = ("readiness", "restartPolicy", "stopGracePeriodSeconds")
+IN_PLACE = ("readiness", "restartPolicy", "stopGracePeriodSeconds", "priority")
+PREEMPTED = "preempted by "  # a Pending record's message: it keeps saying why while it waits
+PREEMPTIBLE = (Phase.STARTING, Phase.READY, Phase.BACKOFF)
 
 ORDER: tuple[type[Action], ...] = (
     Reap,
@@ -48,6 +53,7 @@ ORDER: tuple[type[Action], ...] = (
     Adopt,
     Replace,
     Stop,
+    Preempt,
     Fail,
     MarkSpec,
     Update,
@@ -87,7 +93,7 @@ def plan(
     limits: Limits | None = None,
 ) -> list[AnyAction]:
     planner = _Planner(desired, observed, inventory, now, extra_ports or {}, limits or Limits())
-    actions = list(planner.run())
+    actions = planner.actions()
     return sorted(actions, key=lambda a: (ORDER.index(type(a)), a.name))
 
 
@@ -115,6 +121,16 @@ class _Planner:
         }
         drain = observed.drain
         self.drain = drain if drain is not None and drain.active(now) else None
+        # Starts wait until every record has been judged, then go highest priority first.
+        self.wanted: list[tuple[Entry, str]] = []
+        self.preempted: set[str] = set()
+
+    def actions(self) -> list[AnyAction]:
+        found = list(self.run())
+        leaving = frozenset(a.name for a in found if _frees(a))
+        found += self._placements(leaving)
+        # A preempted record's own action (ready, restart...) gives way to its preemption.
+        return [a for a in found if a.name not in self.preempted or isinstance(a, Preempt | Reap)]
 
     def run(self) -> Iterator[AnyAction]:
         yield from self._orphans()
@@ -126,7 +142,7 @@ class _Planner:
                 if name in self.observed.unreadable:
                     continue  # never over an unknown version
                 if entry is not None:
-                    yield self._start(entry, "new deployment")
+                    self.wanted.append((entry, "new deployment"))
                 else:  # every deployment a pass has seen gets a record, so status shows it
                     error = self.desired.invalid[name]
                     yield Reject(name=name, reason=f"spec invalid (not started): {error}")
@@ -211,7 +227,7 @@ class _Planner:
     def _lifecycle(self, view: RecordView, entry: Entry) -> Iterator[AnyAction]:
         rec = view.record
         if rec.phase is Phase.PENDING:
-            yield self._start(entry, "retrying placement")
+            self.wanted.append((entry, "retrying placement"))
         elif rec.phase in (Phase.FAILED, Phase.SUCCEEDED):
             return  # terminal until the spec changes
         elif view.alive:
@@ -326,18 +342,96 @@ class _Planner:
         placed = place(spec, room, self.ledger, self.extra_ports.get(spec.engine, 0))
         if isinstance(placed, Unplaced):
             reason = limits_mod.explain(placed.reason, self.inventory, room, self.limits)
+            if placed.field is not None:  # no pass can place it: point at the manifest
+                reason = f"{entry.source}:{entry.line}: {reason}"
             return Hold(name=entry.name, reason=reason, entry=entry)
-        self.ledger.take(entry.name, placed.devices, placed.ports, spec.devices.shareable)
+        self.ledger.take(
+            entry.name, placed.devices, placed.ports, spec.devices.shareable, spec.devices.memory
+        )
         self.instances[entry.name] = limits_mod.kinds_of(placed.devices)
         where = ",".join(placed.devices) or "no devices"
+        keyed = self.inventory.by_key()
+        note = user_share(spec, tuple(keyed[d] for d in placed.devices if d in keyed))
         return Start(
             name=entry.name,
-            reason=f"{why}: {where}, port {placed.port}",
+            reason=f"{why}: {where}, port {placed.port}{note}",
             entry=entry,
             devices=placed.devices,
             port=placed.port,
             extra_ports=placed.extra_ports,
         )
+
+    # -- priority and preemption ---------------------------------------------------------
+
+    def _placements(self, leaving: frozenset[str]) -> list[AnyAction]:
+        out: list[AnyAction] = []
+        for entry, why in sorted(self.wanted, key=_by_priority):
+            action = self._start(entry, why)
+            out += (
+                self._preempt(entry, why, action, leaving) if isinstance(action, Hold) else [action]
+            )
+        return out
+
+    def _preempt(
+        self, entry: Entry, why: str, hold: Hold, leaving: frozenset[str]
+    ) -> list[AnyAction]:
+        """Start ``entry`` by stopping lower priorities, or keep it waiting (one Hold)."""
+        spec = entry.deployment.spec
+        if spec.devices.count == 0 or self.drain is not None:
+            return [self._waiting(entry, hold)]
+        soon = self.ledger.copy()
+        for name in leaving:
+            soon.release(name)
+        if not isinstance(place_devices(spec, self.inventory, soon), Unplaced):
+            return [hold]  # this round's teardowns make room: wait, preempt nobody
+        victims = choose_victims(spec, self.inventory, self.ledger, self._candidates(leaving))
+        if not victims:
+            return [self._waiting(entry, hold)]
+        saved, instances = self.ledger.copy(), dict(self.instances)
+        for name in victims:
+            self.ledger.release(name)
+            self.instances.pop(name, None)
+        start = self._start(entry, why)
+        if not isinstance(start, Start):  # a port or a limit still refuses: stop nobody
+            self.ledger, self.instances = saved, instances
+            return [self._waiting(entry, hold)]
+        self.preempted.update(victims)
+        reason = f"{PREEMPTED}{entry.name} (priority {spec.priority})"
+        stops: list[AnyAction] = [
+            Preempt(name=v, reason=reason, by=entry.name, priority=spec.priority) for v in victims
+        ]
+        return [replace(start, reason=f"{start.reason}; preempting {', '.join(victims)}"), *stops]
+
+    def _candidates(self, leaving: frozenset[str]) -> list[Candidate]:
+        """Our running deployments with a valid manifest that no other action moves."""
+        out = []
+        for name, view in self.observed.records.items():
+            rec, entry = view.record, self.desired.entries.get(name)
+            if (
+                entry is None
+                or rec.owner != self.desired.owner
+                or rec.phase not in PREEMPTIBLE
+                or not rec.spec_valid
+                or rec.spec_hash != entry.hash
+                or name in leaving
+                or name in self.preempted
+            ):
+                continue
+            out.append(Candidate(name, entry.deployment.spec.priority, rec.started_at))
+        return out
+
+    def _waiting(self, entry: Entry, hold: Hold) -> Hold:
+        """A preempted deployment's Pending message keeps saying who displaced it."""
+        view = self.observed.records.get(entry.name)
+        message = view.record.message if view is not None else ""
+        if (
+            view is None
+            or view.record.phase is not Phase.PENDING
+            or not message.startswith(PREEMPTED)
+        ):
+            return hold
+        first = message.split("; waiting for room: ")[0]
+        return replace(hold, reason=f"{first}; waiting for room: {hold.reason}")
 
     def _drain_text(self) -> str:
         drain = self.drain
@@ -346,6 +440,17 @@ class _Planner:
         why = f" ({drain.reason})" if drain.reason else ""
         until = drain.until.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
         return f"node drained{by} until {until}{why}: run `reconcile uncordon` or wait"
+
+
+def _by_priority(wanted: tuple[Entry, str]) -> tuple[int, str]:
+    return (-wanted[0].deployment.spec.priority, wanted[0].name)
+
+
+def _frees(action: AnyAction) -> bool:
+    """This round's action gives up the record's devices (its teardown runs before starts)."""
+    if isinstance(action, Fail):
+        return not action.phase.holds_resources
+    return isinstance(action, Stop | Release)
 
 
 def _engine_state(view: RecordView) -> str:

@@ -22,6 +22,7 @@ from controller.core.actions import (
     Hold,
     MarkReady,
     MarkSpec,
+    Preempt,
     Reap,
     Reject,
     Release,
@@ -69,6 +70,8 @@ class Executor:
                 return self._restart(action)
             case Stop():  # and Replace: the old instance goes, the next round starts the new
                 return self._stop(action)
+            case Preempt():
+                return self._preempt(action)
             case Update():
                 return self._update(action)
             case Fail():
@@ -187,6 +190,34 @@ class Executor:
         self.event(action.name, action.verb, action.reason, "stopped; record dropped")
         return True
 
+    def _preempt(self, action: Preempt) -> bool:
+        """Stop the engine; the record stays Pending, holding nothing, saying who won."""
+        rec = self.store.read(action.name)
+        if rec is None:
+            return False
+        self.backend.teardown(rec)
+        pending = rec.model_copy(
+            update={
+                "phase": Phase.PENDING,
+                "ref": None,
+                "nonce": None,
+                "reserved_by": None,
+                "devices": (),
+                "device_uuids": (),
+                "memory": None,
+                "port": None,
+                "extra_ports": (),
+                "started_at": None,
+                "ready_at": None,
+                "ready_deadline_at": None,
+                "backoff_until": None,
+                "message": action.reason,
+            }
+        )
+        self.store.write(pending)
+        self.event(action.name, action.verb, action.reason, "stopped; Pending until room returns")
+        return True
+
     def _fail(self, action: Fail) -> bool:
         rec = self.store.read(action.name)
         if rec is None:
@@ -228,6 +259,7 @@ class Executor:
             "spec_hash": action.entry.hash,
             "source": action.entry.source,
             "restart_policy": spec.restart_policy,
+            "priority": spec.priority,
             "probe": rendered.probe,
             "grace_seconds": rendered.grace_seconds,
             "revision": self.records.revision,

@@ -19,7 +19,17 @@ from datetime import UTC, datetime
 from controller import failpoints
 from controller.backends.base import Backend
 from controller.backends.local.runtime import identity
-from controller.core.actions import Action, AnyAction, Conflict, Fail, Hold, Replace, Start, Stop
+from controller.core.actions import (
+    Action,
+    AnyAction,
+    Conflict,
+    Fail,
+    Hold,
+    Preempt,
+    Replace,
+    Start,
+    Stop,
+)
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.inventory import Inventory
 from controller.core.limits import kinds_of, only_kinds
@@ -41,7 +51,7 @@ log = get_logger("reconcile")
 
 MAX_ROUNDS = 5
 # Actions that may wait out a grace period: run them concurrently.
-TEARDOWN = (Stop, Replace, Fail)
+TEARDOWN = (Stop, Replace, Fail, Preempt)
 
 
 @dataclass
@@ -256,7 +266,7 @@ class Reconciler(Preview):
             )
         except RecipeError as exc:  # the recipe refuses this spec: say so, go on
             return self.records.pending(start.entry, str(exc)), True
-        ledger.take(start.name, placed.devices, placed.ports, record.shareable)
+        ledger.take(start.name, placed.devices, placed.ports, record.shareable, record.memory)
         return record, False
 
     def _place(self, start: Start, ledger: Ledger) -> Placed | Unplaced:

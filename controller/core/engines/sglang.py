@@ -23,6 +23,7 @@ Checked against SGLang's "Server Arguments" docs and ``python/sglang/srt/server_
 from __future__ import annotations
 
 from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+from controller.core.engines.share import share_args
 
 
 class SglangRecipe:
@@ -52,6 +53,7 @@ class SglangRecipe:
         ]
         if len(ctx.devices) > 1:
             argv += ["--tp-size", str(len(ctx.devices))]
+        argv += share_args(self.engine, ctx.memory, ctx.devices, ctx.args)
         argv += ctx.args
         return Launch(
             argv=tuple(argv),
