@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from controller.core.inventory import Device, Inventory, parse_static
@@ -162,3 +163,39 @@ def wait_gpu_release(uuids: tuple[str, ...], pids: set[int], timeout: float = 15
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """What NVML says of one GPU right now: free bytes and who holds memory on it."""
+
+    uuid: str
+    free: int
+    processes: tuple[tuple[int, int], ...] = ()  # (pid, bytes used)
+
+
+def gpu_memory(uuids: tuple[str, ...]) -> dict[str, GpuMemory] | None:
+    """Free memory and holders of these GPUs (NVML), or None where NVML is missing."""
+    try:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        out = {}
+        for uuid in uuids:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+            info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            procs = tuple(
+                (int(p.pid), int(p.usedGpuMemory or 0))
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            )
+            out[uuid] = GpuMemory(uuid, int(info.free), procs)
+        return out
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
