@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -26,16 +27,21 @@ from strategies import (
     view,
 )
 
+from controller.backends.local import devices
+from controller.backends.local.devices import GpuMemory
 from controller.cli.planview import CLASS
-from controller.core.actions import Action, Hold, MarkReady, Preempt, Start, Stop
+from controller.core.actions import Action, Hold, MarkReady, Preempt, Start, Stop, Update
 from controller.core.engines.share import fraction, share_args
 from controller.core.inventory import Device, Inventory, parse_static
 from controller.core.placement import Ledger, place_devices
 from controller.core.plan import Desired, plan
 from controller.core.preempt import Candidate, choose_victims
 from controller.core.quantity import format_bytes, parse_quantity
-from controller.core.specs import Entry
+from controller.core.specs import Entry, spec_document
 from controller.core.state import Observed, Phase, RecordView
+from controller.errors import ConfigError
+from controller.reconciler.memwait import MemoryGate
+from controller.store.manifests import load
 
 TWO_80 = parse_static("nvidia:0=80Gi,nvidia:1=80Gi")
 ONE_80 = parse_static("nvidia:0=80Gi")
@@ -500,3 +506,146 @@ def test_property_preempts_only_strictly_lower_priority(scenario: Scenario) -> N
 def test_property_memory_plan_is_deterministic(scenario: Scenario) -> None:
     first = plan(scenario.desired, scenario.observed, scenario.inventory, NOW)
     assert first == plan(scenario.desired, scenario.observed, scenario.inventory, NOW)
+
+
+# -- bad input: file, line and field (through the manifest loader) ---------------------------
+
+MANIFEST = """apiVersion: reconcile/v1
+kind: Deployment
+metadata:
+  name: a
+spec:
+  engine: command
+  command: [serve, "{{port}}"]
+{extra}"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (
+            "  devices: {count: 1, memory: 0}\n",
+            "bad.yaml:8: spec.devices.memory: memory '0' is zero",
+        ),
+        (
+            "  devices: {count: 1, memory: -4Gi}\n",
+            "bad.yaml:8: spec.devices.memory: memory '-4Gi' is negative",
+        ),
+        (
+            "  devices: {count: 1, memory: 20GB}\n",
+            "spec.devices.memory: memory '20GB' has an unknown unit 'GB'",
+        ),
+        (
+            "  devices: {count: 0, memory: 20Gi}\n",
+            "bad.yaml:8: spec.devices: devices.memory is the share of each device, but "
+            "devices.count is 0",
+        ),
+        (
+            "  priority: 2000000000\n",
+            "bad.yaml:8: spec.priority: Input should be less than or equal to 1000000000",
+        ),
+        ("  priority: high\n", "bad.yaml:8: spec.priority: Input should be a valid integer"),
+    ],
+    ids=["zero", "negative", "unknown-unit", "count-0", "priority-too-high", "priority-not-int"],
+)
+def test_bad_memory_and_priority_name_file_line_field(
+    tmp_path: Path, extra: str, expected: str
+) -> None:
+    (tmp_path / "bad.yaml").write_text(MANIFEST.format(extra=extra))
+    result = load([tmp_path])
+    (error,) = result.errors
+    assert expected in str(error), str(error)
+    assert str(error).startswith(str(tmp_path / "bad.yaml"))
+
+
+def test_new_fields_at_their_defaults_keep_the_spec_hash() -> None:
+    """Upgrading reconcile must restart no engine: old hashes stay valid."""
+    doc = spec_document(entry("a").deployment.spec)
+    assert "priority" not in doc and "memory" not in doc["devices"]
+    assert "priority" in spec_document(entry("a", priority=3).deployment.spec)
+
+
+def test_a_priority_change_is_in_place() -> None:
+    old, new = entry("a", **mem("20Gi", 0)), entry("a", **mem("20Gi", 7))
+    (update,) = got(Case(desired(new), observed(running(old, "nvidia:0")), inv=ONE_80))
+    assert isinstance(update, Update) and update.fields == ("priority",)
+
+
+# -- the static inventory ---------------------------------------------------------------------
+
+
+def test_static_inventory_with_memory() -> None:
+    inv = parse_static("nvidia:0=80Gi, nvidia:1=24Gi,cpu:0")
+    assert [(d.key, d.memory) for d in inv.devices] == [
+        ("nvidia:0", 80 * GI),
+        ("nvidia:1", 24 * GI),
+        ("cpu:0", None),
+    ]
+
+
+@pytest.mark.parametrize("text", ["nvidia:0=80Gx", "nvidia:0=", "nvidia:0=0", "nvidia:0=-1Gi"])
+def test_static_inventory_bad_quantity_names_it(text: str) -> None:
+    with pytest.raises(
+        ConfigError, match=r"device inventory entry nvidia:0=.*--devices nvidia:0=80Gi"
+    ):
+        parse_static(text)
+
+
+def test_nvidia_smi_fills_memory_in_bytes() -> None:
+    (gpu,) = devices.parse_nvidia_smi("0, GPU-abc, H100, 81559, 80000\n")
+    assert gpu.memory == 81559 << 20 and gpu.uuid == "GPU-abc"
+
+
+# -- the NVML gate before a start (fake NVML: the seam is MemoryGate.read) ---------------------
+
+
+def gate(*frees: int, holders: tuple[tuple[int, int], ...] = ()) -> tuple[MemoryGate, list[float]]:
+    """A gate whose NVML reads return ``frees`` in turn (the last one repeats)."""
+    reads = list(frees)
+    clock = [0.0]
+
+    def read(uuids: tuple[str, ...]) -> dict[str, GpuMemory]:
+        free = reads.pop(0) if len(reads) > 1 else reads[0]
+        return {u: GpuMemory(u, free, holders) for u in uuids}
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    g = MemoryGate(read=read, timeout=5, period=1, sleep=sleep, clock=lambda: clock[0])
+    g.owner_of = lambda pid: "other-model" if pid == 7 else None
+    return g, clock
+
+
+GPU_REC = record(
+    "v", phase=Phase.RESERVED, devices=("nvidia:0",), device_uuids=("GPU-0",), memory=20 * GI
+)
+
+
+def test_gate_passes_when_memory_is_free() -> None:
+    g, clock = gate(70 * GI)
+    assert g.wait(GPU_REC, lambda why: None) is None and clock[0] == 0
+
+
+def test_gate_waits_until_the_driver_frees_it_and_reports() -> None:
+    g, clock = gate(5 * GI, 5 * GI, 30 * GI)
+    said: list[str] = []
+    assert g.wait(GPU_REC, said.append) is None
+    assert clock[0] == 2 and said == [
+        "nvidia:0 has 5Gi free, needs 20Gi (held by unknown); waiting up to 5s"
+    ]
+
+
+def test_gate_gives_up_naming_a_process_that_is_not_ours() -> None:
+    g, _ = gate(5 * GI, holders=((4242, 60 * GI), (7, 15 * GI)))
+    why = g.wait(GPU_REC, lambda why: None)
+    assert why is not None
+    assert "nvidia:0 has 5Gi free, needs 20Gi" in why
+    assert "pid 4242 60Gi (not managed by reconcile)" in why
+    assert "pid 7 15Gi (deployment other-model)" in why
+
+
+def test_gate_is_silent_without_nvml_or_uuids() -> None:
+    g = MemoryGate(read=lambda uuids: None)
+    assert g.wait(GPU_REC, lambda why: None) is None
+    no_uuid = GPU_REC.model_copy(update={"device_uuids": (None,)})
+    assert MemoryGate(read=lambda u: pytest.fail("no NVML read")).wait(no_uuid, print) is None
