@@ -49,6 +49,9 @@ class Ledger:
     memory: dict[str, dict[str, int]] = field(default_factory=dict)
     # base port -> first port not known taken: port scans stay linear in a big plan.
     _scan: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+    # device key -> (bytes requested, shared only by requests): a big plan asks per device
+    # per placement, so it is summed once and forgotten when the device's holders change.
+    _sums: dict[str, tuple[int, bool]] = field(default_factory=dict, repr=False, compare=False)
 
     def take(
         self,
@@ -59,6 +62,7 @@ class Ledger:
         memory: int | None = None,
     ) -> None:
         for key in devices:
+            self._sums.pop(key, None)
             self.devices.setdefault(key, []).append((holder, shareable))
             if memory is not None:
                 self.memory.setdefault(key, {})[holder] = memory
@@ -74,6 +78,7 @@ class Ledger:
             else:
                 del self.devices[key]
             self.memory.get(key, {}).pop(holder, None)
+        self._sums.clear()
         self.ports = {p: h for p, h in self.ports.items() if h != holder}
         self._scan.clear()  # ports below a hint may be free again
 
@@ -98,10 +103,16 @@ class Ledger:
         """Bytes still free for memory requests; None when none may go there."""
         if device.memory is None:
             return None  # unknown size: no request can be checked against it
-        sized = self.sized(device.key)
-        if any(h not in sized for h, _ in self.devices.get(device.key, [])):
-            return None  # a whole or unified lease never shares (invariant 1)
-        return device.memory - sum(sized.values())
+        used, shared = self._sum(device.key)
+        # a whole or unified lease never shares (invariant 1)
+        return device.memory - used if shared else None
+
+    def _sum(self, key: str) -> tuple[int, bool]:
+        if key not in self._sums:
+            sized = self.sized(key)
+            shared = all(h in sized for h, _ in self.devices.get(key, []))
+            self._sums[key] = (sum(sized.values()), shared)
+        return self._sums[key]
 
     def fits(self, device: Device, memory: int) -> bool:
         room = self.room(device)

@@ -124,6 +124,7 @@ class _Planner:
         # Starts wait until every record has been judged, then go highest priority first.
         self.wanted: list[tuple[Entry, str]] = []
         self.preempted: set[str] = set()
+        self.candidates: list[Candidate] = []
 
     def actions(self) -> list[AnyAction]:
         found = list(self.run())
@@ -365,6 +366,7 @@ class _Planner:
 
     def _placements(self, leaving: frozenset[str]) -> list[AnyAction]:
         out: list[AnyAction] = []
+        self.candidates = self._candidates(leaving)  # once: a big plan stays linear
         for entry, why in sorted(self.wanted, key=_by_priority):
             action = self._start(entry, why)
             out += (
@@ -377,14 +379,19 @@ class _Planner:
     ) -> list[AnyAction]:
         """Start ``entry`` by stopping lower priorities, or keep it waiting (one Hold)."""
         spec = entry.deployment.spec
-        if spec.devices.count == 0 or self.drain is not None:
+        lower = [
+            c
+            for c in self.candidates
+            if c.priority < spec.priority and c.name not in self.preempted
+        ]
+        if not lower or spec.devices.count == 0 or self.drain is not None:
             return [self._waiting(entry, hold)]
-        soon = self.ledger.copy()
+        soon = self.ledger.copy() if leaving else self.ledger
         for name in leaving:
             soon.release(name)
         if not isinstance(place_devices(spec, self.inventory, soon), Unplaced):
             return [hold]  # this round's teardowns make room: wait, preempt nobody
-        victims = choose_victims(spec, self.inventory, self.ledger, self._candidates(leaving))
+        victims = choose_victims(spec, self.inventory, self.ledger, lower)
         if not victims:
             return [self._waiting(entry, hold)]
         saved, instances = self.ledger.copy(), dict(self.instances)
@@ -414,7 +421,6 @@ class _Planner:
                 or not rec.spec_valid
                 or rec.spec_hash != entry.hash
                 or name in leaving
-                or name in self.preempted
             ):
                 continue
             out.append(Candidate(name, entry.deployment.spec.priority, rec.started_at))
