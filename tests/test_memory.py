@@ -28,11 +28,10 @@ from strategies import (
 )
 
 from controller.backends.local import devices
-from controller.backends.local.devices import GpuMemory
 from controller.cli.planview import CLASS
 from controller.core.actions import Action, Hold, MarkReady, Preempt, Start, Stop, Update
 from controller.core.engines.share import fraction, share_args
-from controller.core.inventory import Device, Inventory, parse_static
+from controller.core.inventory import Device, GpuMemory, Inventory, parse_static
 from controller.core.placement import Ledger, place_devices
 from controller.core.plan import Desired, plan
 from controller.core.preempt import Candidate, choose_victims

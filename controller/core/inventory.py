@@ -38,6 +38,15 @@ class Device:
 
 
 @dataclass(frozen=True)
+class GpuMemory:
+    """What NVML says of one GPU at one moment: free bytes and who holds memory on it."""
+
+    uuid: str
+    free: int
+    processes: tuple[tuple[int, int], ...] = ()  # (pid, bytes used)
+
+
+@dataclass(frozen=True)
 class Inventory:
     devices: tuple[Device, ...] = ()
     source: str = "none"

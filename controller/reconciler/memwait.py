@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from controller.backends.local.devices import GpuMemory, gpu_memory
+from controller.core.inventory import GpuMemory
 from controller.core.quantity import format_bytes
 from controller.core.state import Record
 
@@ -24,7 +24,8 @@ DEFAULT_WAIT = 30.0  # seconds: longer than a driver takes to free an exited eng
 
 @dataclass(kw_only=True)
 class MemoryGate:
-    read: ReadMemory = gpu_memory  # NVML; tests pass a fake
+    # NVML on the local backend (run.py passes devices.gpu_memory); None: nothing to ask.
+    read: ReadMemory = field(default=lambda uuids: None)
     timeout: float = DEFAULT_WAIT
     period: float = 0.5
     sleep: Callable[[float], None] = time.sleep

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 from controller import failpoints
 from controller.backends.base import Backend
+from controller.backends.local.devices import gpu_memory
 from controller.backends.local.runtime import identity
 from controller.core.actions import (
     Action,
@@ -39,6 +40,7 @@ from controller.core.state import Observed, Phase, ProcessRef, Record
 from controller.logsetup import get_logger
 from controller.reconciler.executor import Executor
 from controller.reconciler.leases import RecordMaker
+from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
 from controller.store import gitrev, logfiles
 from controller.store.events import Journal
@@ -154,6 +156,7 @@ class Reconciler(Preview):
             records=self.records,
             log_max_bytes=config.log_max_bytes,
             log_keep=config.log_keep,
+            memory=MemoryGate(read=gpu_memory),
         )
         # Called after every pass with its result and how long it held the pass lock.
         self.after_pass = list(after_pass)

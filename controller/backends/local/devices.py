@@ -11,10 +11,9 @@ import json
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from controller.core.inventory import Device, Inventory, parse_static
+from controller.core.inventory import Device, GpuMemory, Inventory, parse_static
 
 TOOL_TIMEOUT = 5.0
 
@@ -163,15 +162,6 @@ def wait_gpu_release(uuids: tuple[str, ...], pids: set[int], timeout: float = 15
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
-
-
-@dataclass(frozen=True)
-class GpuMemory:
-    """What NVML says of one GPU right now: free bytes and who holds memory on it."""
-
-    uuid: str
-    free: int
-    processes: tuple[tuple[int, int], ...] = ()  # (pid, bytes used)
 
 
 def gpu_memory(uuids: tuple[str, ...]) -> dict[str, GpuMemory] | None:
