@@ -236,10 +236,13 @@ class Reconciler(Preview):
     def _reserve(self, starts: Sequence[Start], observed: Observed) -> list[tuple[Start, Record]]:
         """Under the placement lock: re-read records, re-place, write the reservations."""
         out = []
+        # The planner's order (highest priority first): re-placing in it under the lock
+        # reproduces the plan's fits, so a tight best-fit packing cannot come out short.
+        ordered = sorted(starts, key=lambda s: (-s.entry.deployment.spec.priority, s.name))
         with self.placement_lock.hold(self.config.lock_timeout):
             fresh = self.store.load()
             ledger = ledger_for(fresh.records.values(), observed)
-            for start in starts:
+            for start in ordered:
                 current = fresh.records.get(start.name)
                 if current is not None and current.phase is not Phase.PENDING:
                     continue  # another pass placed it meanwhile
