@@ -3,6 +3,7 @@
     python -m benchmarks            # the full run (under 10 minutes on 2 cores)
     python -m benchmarks --quick    # tiny N, few trials: checks that it all runs
     python -m benchmarks --only startup,steady
+    python -m benchmarks --only placement   # memory packing and plan time (pure, ~1 min)
 
 Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
 run also rewrites ``benchmarks/RESULTS.md`` (date, machine, the table).
@@ -24,11 +25,11 @@ from benchmarks import common
 from benchmarks.common import HERE, Row, engine_startup_ms
 from benchmarks.report import machine, render_table, write_results
 
-SECTIONS = ("startup", "steady", "lock", "watch", "cold")
+SECTIONS = ("startup", "steady", "lock", "watch", "cold", "placement")
 
 
 def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
-    from benchmarks import coldstart, lockbench, startup, steady, watch
+    from benchmarks import coldstart, lockbench, placement, startup, steady, watch
 
     if quick:
         return {
@@ -37,6 +38,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             "lock": lambda: lockbench.bench(2, 10, 1),
             "watch": lambda: watch.bench(1, engine_startup_ms(2)),
             "cold": lambda: coldstart.bench(1, 1),
+            "placement": lambda: placement.bench(100, trials=1, orders=5),
         }
     return {
         "startup": lambda: startup.bench(30),
@@ -44,6 +46,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "lock": lambda: lockbench.bench(8, 500, 1),
         "watch": lambda: watch.bench(20, engine_startup_ms(10)),
         "cold": lambda: coldstart.bench(20, 5),
+        "placement": lambda: placement.bench(1000),
     }
 
 

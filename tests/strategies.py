@@ -222,3 +222,56 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         marked(900 + i, n, f"orphan-{i}") for i, n in enumerate(draw(st.lists(names, max_size=2)))
     )
     return Scenario(want, observed(*views, listening=listening, orphans=orphans), inv)
+
+
+# -- memory and priority -------------------------------------------------------------------
+
+GI = 1 << 30
+SIZES = [8 * GI, 16 * GI, 20 * GI, 40 * GI, 80 * GI]
+
+
+@st.composite
+def memory_inventories(draw: st.DrawFn) -> Inventory:
+    """1-4 NVIDIA devices, some of unknown memory."""
+    sizes = draw(
+        st.lists(st.sampled_from([None, 24 * GI, 40 * GI, 80 * GI]), min_size=1, max_size=4)
+    )
+    devices = tuple(Device(kind="nvidia", id=str(i), memory=m) for i, m in enumerate(sizes))
+    return Inventory(devices, source="static")
+
+
+@st.composite
+def memory_specs(draw: st.DrawFn) -> dict[str, Any]:
+    devices: dict[str, Any] = {"count": draw(st.integers(1, 2)), "kind": "nvidia"}
+    if draw(st.integers(0, 3)):  # mostly memory requests, some whole or unified leases
+        devices["memory"] = draw(st.sampled_from(SIZES))
+    else:
+        devices["shareable"] = draw(st.booleans())
+    return {"devices": devices, "priority": draw(st.integers(-1, 2))}
+
+
+@st.composite
+def memory_scenarios(draw: st.DrawFn) -> Scenario:
+    """Our deployments, some running where a random earlier plan put them."""
+    inv = draw(memory_inventories())
+    declared = draw(st.lists(names, unique=True, min_size=1, max_size=6))
+    entries = [entry(n, **draw(memory_specs())) for n in declared]
+    keys = [d.key for d in inv.devices]
+    views = []
+    for e in entries:
+        if not draw(st.booleans()):
+            continue  # new: no record yet
+        want = e.deployment.spec.devices
+        held = draw(st.lists(st.sampled_from(keys), unique=True, min_size=1, max_size=want.count))
+        rec = record(
+            e.name,
+            spec=e,
+            phase=draw(st.sampled_from([Phase.READY, Phase.STARTING, Phase.BACKOFF])),
+            devices=tuple(held),
+            memory=want.memory,
+            priority=e.deployment.spec.priority,
+            started_at=NOW - timedelta(seconds=draw(st.integers(1, 999))),
+            port=9000 + len(views),
+        )
+        views.append(view(rec, alive=True))
+    return Scenario(desired(*entries), observed(*views), inv)

@@ -36,7 +36,7 @@ def _common(suppress: bool) -> Parser:
         "--devices",
         metavar="LIST",
         default=d,
-        help="static inventory, e.g. nvidia:0,nvidia:1 ($RECONCILE_DEVICES)",
+        help="static inventory, e.g. nvidia:0=80Gi,nvidia:1=24Gi ($RECONCILE_DEVICES)",
     )
     p.add_argument("--node", metavar="NAME", default=d, help="node name ($RECONCILE_NODE)")
     p.add_argument("--owner", metavar="NAME", default=d, help="owner of the records this set makes")
@@ -175,11 +175,29 @@ def _check_durations(parser: Parser, args: argparse.Namespace) -> None:
                 parser.error(f"--{flag.replace('_', '-')}: {exc}")
 
 
+def _check_devices(parser: Parser, args: argparse.Namespace) -> None:
+    """A malformed static inventory (``nvidia:0=80Gx``) is a usage error (64), named."""
+    import os
+
+    from controller.core.inventory import parse_static
+    from controller.errors import ConfigError
+
+    flag = getattr(args, "devices", None)
+    text = flag if flag is not None else os.environ.get("RECONCILE_DEVICES")
+    if text is None:
+        return
+    try:
+        parse_static(text)
+    except ConfigError as exc:
+        parser.error(f"{'--devices' if flag is not None else 'RECONCILE_DEVICES'}: {exc}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = _fix_follow(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args = parser.parse_args(args_list)
     _check_durations(parser, args)
+    _check_devices(parser, args)
     from controller import logsetup as logs
     from controller.cli.verbs import dispatch
     from controller.errors import ConfigError, LockTimeout, RecordError

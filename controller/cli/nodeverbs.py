@@ -17,6 +17,7 @@ from controller.cli.common import config, output_format, reconciler
 from controller.cli.exitcodes import EXIT_OK, EXIT_USAGE
 from controller.cli.views import FORMATS, dump, table
 from controller.core.durations import format_age, parse_duration
+from controller.core.quantity import format_bytes
 from controller.core.state import Phase, Record
 from controller.errors import ConfigError
 from controller.store.node import Config, read_drain
@@ -35,9 +36,11 @@ def cmd_devices(args: argparse.Namespace) -> int:
     inventory = devices.resolve(cfg.devices)
     records = sorted(RecordStore(cfg.state_dir).load().records.values(), key=lambda r: r.name)
     holders: dict[str, list[str]] = {}
+    allocated: dict[str, int] = {}
     for rec in records:
         for key in rec.devices if rec.holds else ():
             holders.setdefault(key, []).append(rec.name)
+            allocated[key] = allocated.get(key, 0) + (rec.memory or 0)
     items = [
         {
             "device": d.key,
@@ -47,7 +50,11 @@ def cmd_devices(args: argparse.Namespace) -> int:
             "name": d.name,
             "memory_total_mb": d.memory_total_mb,
             "memory_free_mb": d.memory_free_mb,
+            # Bytes: the device's memory, what memory requests hold of it, what is left.
+            "memory": d.memory,
+            "memory_allocated": allocated.get(d.key, 0),
             "held_by": holders.get(d.key, []),
+            "holders": _holders(records, d.key),
         }
         for d in inventory.devices
     ]
@@ -70,11 +77,10 @@ def _devices_text(
 ) -> str:
     out = [f"Node {cfg.node}: {len(items)} device(s), inventory: {source}"]
     if items:
-        rows = [["DEVICE", "KIND", "ID", "UUID", "NAME", "MEMORY", "HELD BY"]]
+        rows = [["DEVICE", "KIND", "ID", "UUID", "NAME", "MEMORY", "ALLOCATED", "FREE", "HELD BY"]]
         for d in items:
-            mem = f"{d['memory_total_mb']} MiB" if d["memory_total_mb"] else "-"
-            cells = [d["device"], d["kind"], d["id"], d["uuid"], d["name"], mem]
-            rows.append([str(c or "-") for c in cells] + [",".join(d["held_by"]) or "-"])
+            cells = [d["device"], d["kind"], d["id"], d["uuid"], d["name"], *_memory_cells(d)]
+            rows.append([str(c or "-") for c in cells] + [_held(d["holders"])])
         out += ["", table(rows)]
     if ports:
         rows = [["PORT", "HELD BY", "PHASE"]]
@@ -83,6 +89,33 @@ def _devices_text(
     if cfg.limits.max_instances is not None or cfg.limits.per_kind:
         out += ["", f"Limits: maxInstances {cfg.limits.describe()}"]
     return "\n".join(out)
+
+
+def _holders(records: list[Record], key: str) -> list[dict[str, Any]]:
+    """Who holds the device and how much of it (memory None: the whole device)."""
+    return [
+        {"name": r.name, "memory": r.memory, "phase": str(r.phase)}
+        for r in records
+        if r.holds and key in r.devices
+    ]
+
+
+def _memory_cells(item: dict[str, Any]) -> list[str]:
+    total, used = item["memory"], item["memory_allocated"]
+    if total is None:
+        return ["-", format_bytes(used) if used else "-", "-"]
+    if any(h["memory"] is None for h in item["holders"]):
+        free = "0 (whole lease)"  # a whole-device lease leaves nothing to share
+    else:
+        free = format_bytes(total - used) if total > used else "0"
+    return [format_bytes(total), format_bytes(used) if used else "0", free]
+
+
+def _held(holders: list[dict[str, Any]]) -> str:
+    shown = [
+        h["name"] + (f" ({format_bytes(h['memory'])})" if h["memory"] else "") for h in holders
+    ]
+    return ", ".join(shown) or "-"
 
 
 # -- drain / uncordon ------------------------------------------------------------

@@ -22,6 +22,7 @@ from controller.core.actions import (
     MarkReady,
     MarkSpec,
     Park,
+    Preempt,
     Reap,
     Release,
     Replace,
@@ -43,6 +44,7 @@ CLASS: dict[type[Action], str] = {
     Replace: "replace",
     Stop: "destroy",
     Park: "destroy",  # OnDemand: the engine goes, an Idle record stays
+    Preempt: "destroy",
     Release: "destroy",
     Reap: "destroy",
     Restart: "restart",

@@ -49,12 +49,16 @@ DOCS: dict[str, dict[str, str]] = {
         "(30s, 10m, 1h; default 10m).",
         "aliases": "More model names the gateway routes here, besides metadata.name and "
         "spec.model; a name claimed twice is an error.",
+        "priority": "When devices run short, a deployment stops (preempts) those of strictly "
+        "lower priority (default 0, from -1000000000 to 1000000000). Changing it needs no restart.",
     },
     "Devices": {
         "count": "Devices needed; 0 = none (the engine then sees CUDA_VISIBLE_DEVICES='').",
         "kind": "nvidia, amd, apple, cpu, or any (default any).",
         "candidates": "Only these device ids (e.g. ['0', '1']).",
         "shareable": "Unified-memory devices stack instead of leasing exclusively.",
+        "memory": "Memory needed on EACH device, e.g. 20Gi (Ki, Mi, Gi, Ti; k, M, G, T): "
+        "devices are then shared and packed by memory. Unset: whole devices.",
     },
     "Readiness": {
         "httpGet": "Ready when GET path answers 2xx.",

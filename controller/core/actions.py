@@ -77,6 +77,19 @@ class Update(Action):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Preempt(Action):
+    """Stop a running engine so a deployment of higher priority fits; keep it Pending.
+
+    The planner chose it (fewest, lowest, most recently started); the record stays,
+    holding nothing, and a later pass starts it again when room returns.
+    """
+
+    verb = "preempt"
+    by: str
+    priority: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class Fail(Action):
     """Kill what is left of the instance and record the outcome.
 
@@ -156,6 +169,7 @@ AnyAction = (
     | Replace
     | Stop
     | Park
+    | Preempt
     | Update
     | Fail
     | MarkReady

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from controller.core.quantity import format_bytes, parse_quantity
 from controller.errors import ConfigError
 
 KINDS = ("nvidia", "amd", "apple", "cpu")
@@ -24,10 +25,25 @@ class Device:
     name: str | None = None
     memory_total_mb: int | None = None
     memory_free_mb: int | None = None
+    # Total memory in bytes: declared (--devices nvidia:0=80Gi) or read from NVML.
+    # None: unknown, and then the device takes no memory request.
+    memory: int | None = None
 
     @property
     def key(self) -> str:
         return f"{self.kind}:{self.id}"
+
+    def describe_memory(self) -> str:
+        return "unknown" if self.memory is None else format_bytes(self.memory)
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """What NVML says of one GPU at one moment: free bytes and who holds memory on it."""
+
+    uuid: str
+    free: int
+    processes: tuple[tuple[int, int], ...] = ()  # (pid, bytes used)
 
 
 @dataclass(frozen=True)
@@ -43,25 +59,39 @@ class Inventory:
 
 
 def parse_static(text: str) -> Inventory:
-    """Parse ``nvidia:0,nvidia:1`` (also ``none`` or an empty string for no devices)."""
+    """Parse ``nvidia:0,nvidia:1`` (also ``none`` or an empty string for no devices).
+
+    An entry may declare its memory: ``nvidia:0=80Gi`` (memory requests need it).
+    """
     text = text.strip()
     if text in ("", "none"):
         return Inventory((), source="static")
     devices: list[Device] = []
     seen: set[str] = set()
     for item in (part.strip() for part in text.split(",")):
+        item, has_size, size = item.partition("=")
+        item = item.strip()
         kind, sep, ident = item.partition(":")
         if not sep or not ident or kind not in KINDS:
             raise ConfigError(
                 f"device inventory entry {item!r} is not KIND:ID with KIND one of "
                 f"{', '.join(KINDS)} (example: --devices nvidia:0,nvidia:1)"
             )
-        device = Device(kind=kind, id=ident)
+        device = Device(kind=kind, id=ident, memory=_size(item, size) if has_size else None)
         if device.key in seen:
             raise ConfigError(f"device {device.key} is listed twice in the inventory")
         seen.add(device.key)
         devices.append(device)
     return Inventory(tuple(devices), source="static")
+
+
+def _size(item: str, size: str) -> int:
+    try:
+        return parse_quantity(size.strip())
+    except ValueError as exc:
+        raise ConfigError(
+            f"device inventory entry {item}={size}: {exc} (example: --devices nvidia:0=80Gi)"
+        ) from None
 
 
 def visibility_env(devices: Iterable[Device]) -> dict[str, str]:

@@ -8,7 +8,7 @@ diff). Each action carries the reason `reconcile plan` prints.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from controller.core import limits as limits_mod
@@ -22,6 +22,7 @@ from controller.core.actions import (
     MarkReady,
     MarkSpec,
     Park,
+    Preempt,
     Reap,
     Reject,
     Release,
@@ -31,9 +32,11 @@ from controller.core.actions import (
     Stop,
     Update,
 )
+from controller.core.engines.share import user_share
 from controller.core.inventory import Inventory
 from controller.core.limits import Limits
-from controller.core.placement import Placed, Unplaced, ledger_for, place
+from controller.core.placement import Placed, Unplaced, ledger_for, place, place_devices
+from controller.core.preempt import Candidate, choose_victims
 from controller.core.specs import Entry, changed_fields, spec_document
 from controller.core.state import Activation, MarkedProcess, Observed, Phase, Record, RecordView
 
@@ -41,7 +44,9 @@ BACKOFF_FIRST = 10.0
 BACKOFF_MAX = 300.0
 BACKOFF_RESET = 600.0  # seconds Ready after which a crash counts as the first again
 # Spec fields a running engine never sees: a change to only these updates the record.
-IN_PLACE = ("readiness", "restartPolicy", "stopGracePeriodSeconds")
+IN_PLACE = ("readiness", "restartPolicy", "stopGracePeriodSeconds", "priority")
+PREEMPTED = "preempted by "  # a Pending record's message: it keeps saying why while it waits
+PREEMPTIBLE = (Phase.STARTING, Phase.READY, Phase.BACKOFF)
 
 ORDER: tuple[type[Action], ...] = (
     Reap,
@@ -49,6 +54,7 @@ ORDER: tuple[type[Action], ...] = (
     Adopt,
     Replace,
     Stop,
+    Preempt,
     Park,
     Fail,
     MarkSpec,
@@ -91,7 +97,7 @@ def plan(
     limits: Limits | None = None,
 ) -> list[AnyAction]:
     planner = _Planner(desired, observed, inventory, now, extra_ports or {}, limits or Limits())
-    actions = list(planner.run())
+    actions = planner.actions()
     return sorted(actions, key=lambda a: (ORDER.index(type(a)), a.name))
 
 
@@ -119,6 +125,17 @@ class _Planner:
         }
         drain = observed.drain
         self.drain = drain if drain is not None and drain.active(now) else None
+        # Starts wait until every record has been judged, then go highest priority first.
+        self.wanted: list[tuple[Entry, str]] = []
+        self.preempted: set[str] = set()
+        self.candidates: list[Candidate] = []
+
+    def actions(self) -> list[AnyAction]:
+        found = list(self.run())
+        leaving = frozenset(a.name for a in found if _frees(a))
+        found += self._placements(leaving)
+        # A preempted record's own action (ready, restart...) gives way to its preemption.
+        return [a for a in found if a.name not in self.preempted or isinstance(a, Preempt | Reap)]
 
     def run(self) -> Iterator[AnyAction]:
         yield from self._orphans()
@@ -132,7 +149,7 @@ class _Planner:
                 if entry is not None and self._parked(entry, None):
                     yield Park(name=name, reason="OnDemand: idle until a request", entry=entry)
                 elif entry is not None:
-                    yield from self._start(entry, "new deployment")
+                    self.wanted.append((entry, "new deployment"))
                 else:  # every deployment a pass has seen gets a record, so status shows it
                     error = self.desired.invalid[name]
                     yield Reject(name=name, reason=f"spec invalid (not started): {error}")
@@ -177,7 +194,7 @@ class _Planner:
                 yield Park(name=rec.name, reason=self._idle_reason(entry, rec), entry=entry)
             return
         if rec.phase is Phase.IDLE:
-            yield from self._start(entry, "requested through the gateway")
+            self.wanted.append((entry, "requested through the gateway"))
             return
         if rec.spec_hash != entry.hash:
             yield self._changed(view, entry)
@@ -226,7 +243,7 @@ class _Planner:
     def _lifecycle(self, view: RecordView, entry: Entry) -> Iterator[AnyAction]:
         rec = view.record
         if rec.phase is Phase.PENDING:
-            yield from self._start(entry, "retrying placement")
+            self.wanted.append((entry, "retrying placement"))
         elif rec.phase in (Phase.FAILED, Phase.SUCCEEDED):
             return  # terminal until the spec changes
         elif view.alive:
@@ -324,6 +341,42 @@ class _Planner:
 
     # -- placement ---------------------------------------------------------------------
 
+    def _start(self, entry: Entry, why: str) -> AnyAction:
+        spec = entry.deployment.spec
+        if self.drain is not None:
+            return Hold(name=entry.name, reason=self._drain_text(), entry=entry)
+        want = spec.devices
+        room = limits_mod.room(
+            count=want.count,
+            kind=want.kind,
+            inventory=self.inventory,
+            instances=self.instances,
+            limits=self.limits,
+        )
+        if isinstance(room, str):
+            return Hold(name=entry.name, reason=room, entry=entry)
+        placed = place(spec, room, self.ledger, self.extra_ports.get(spec.engine, 0))
+        if isinstance(placed, Unplaced):
+            reason = limits_mod.explain(placed.reason, self.inventory, room, self.limits)
+            if placed.field is not None:  # no pass can place it: point at the manifest
+                reason = f"{entry.source}:{entry.line}: {reason}"
+            return Hold(name=entry.name, reason=reason, entry=entry)
+        self.ledger.take(
+            entry.name, placed.devices, placed.ports, spec.devices.shareable, spec.devices.memory
+        )
+        self.instances[entry.name] = limits_mod.kinds_of(placed.devices)
+        where = ",".join(placed.devices) or "no devices"
+        keyed = self.inventory.by_key()
+        note = user_share(spec, tuple(keyed[d] for d in placed.devices if d in keyed))
+        return Start(
+            name=entry.name,
+            reason=f"{why}: {where}, port {placed.port}{note}",
+            entry=entry,
+            devices=placed.devices,
+            port=placed.port,
+            extra_ports=placed.extra_ports,
+        )
+
     # -- OnDemand (the gateway) --------------------------------------------------------
 
     def _parked(self, entry: Entry, rec: Record | None) -> bool:
@@ -356,10 +409,36 @@ class _Planner:
         act = self.desired.activations.get(name)
         return act.last_request_at.timestamp() if act is not None else 0.0
 
-    def _swap(self, entry: Entry, room: Inventory) -> list[str]:
-        """Idle OnDemand engines of no higher priority whose stop makes room, LRU first."""
+    def _swap(self, entry: Entry) -> list[AnyAction]:
+        """Park idle OnDemand engines of no higher priority, LRU first, to make room.
+
+        Empty when no such set makes room; else the Parks and a Hold that the next
+        round (the room freed) turns into the Start.
+        """
         spec = entry.deployment.spec
-        mine = _priority(entry)
+        room = limits_mod.room(
+            count=spec.devices.count,
+            kind=spec.devices.kind,
+            inventory=self.inventory,
+            instances=self.instances,
+            limits=self.limits,
+        )
+        if isinstance(room, str) or self.drain is not None:
+            return []
+        victims = self._swap_victims(entry, room)
+        if not victims:
+            return []
+        reason = f"swapped out for {entry.name} (idle OnDemand, least recently used)"
+        parks: list[AnyAction] = [
+            Park(name=v, reason=reason, entry=self.desired.entries[v]) for v in victims
+        ]
+        hold = Hold(
+            name=entry.name, reason=f"making room: stopping idle {', '.join(victims)}", entry=entry
+        )
+        return [*parks, hold]
+
+    def _swap_victims(self, entry: Entry, room: Inventory) -> list[str]:
+        spec = entry.deployment.spec
         candidates = []
         for name, view in self.observed.records.items():
             other = self.desired.entries.get(name)
@@ -368,7 +447,7 @@ class _Planner:
                 continue
             if other.deployment.spec.activation != "OnDemand" or rec.phase is not Phase.READY:
                 continue
-            if _priority(other) <= mine and not self._busy(name):
+            if other.deployment.spec.priority <= spec.priority and not self._busy(name):
                 candidates.append(name)
         candidates.sort(key=self._last_request)
         extra = self.extra_ports.get(spec.engine, 0)
@@ -379,57 +458,85 @@ class _Planner:
                 return chosen
         return []
 
-    # -- placement (continued) ---------------------------------------------------------
+    # -- priority and preemption ---------------------------------------------------------
 
-    def _start(self, entry: Entry, why: str) -> Iterator[AnyAction]:
-        placed = self._place(entry, why)
-        if isinstance(placed, Hold) and entry.deployment.spec.activation == "OnDemand":
-            room = limits_mod.room(
-                count=entry.deployment.spec.devices.count,
-                kind=entry.deployment.spec.devices.kind,
-                inventory=self.inventory,
-                instances=self.instances,
-                limits=self.limits,
-            )
-            victims = [] if isinstance(room, str) else self._swap(entry, room)
-            for victim in victims:
-                reason = f"swapped out for {entry.name} (idle OnDemand, least recently used)"
-                yield Park(name=victim, reason=reason, entry=self.desired.entries[victim])
-            if victims:
-                reason = f"making room: stopping idle {', '.join(victims)}"
-                yield Hold(name=entry.name, reason=reason, entry=entry)
-                return
-        yield placed
+    def _placements(self, leaving: frozenset[str]) -> list[AnyAction]:
+        out: list[AnyAction] = []
+        self.candidates = self._candidates(leaving)  # once: a big plan stays linear
+        for entry, why in sorted(self.wanted, key=_by_priority):
+            action = self._start(entry, why)
+            if not isinstance(action, Hold):
+                out.append(action)
+            elif entry.deployment.spec.activation == "OnDemand" and (swap := self._swap(entry)):
+                out += swap
+            else:
+                out += self._preempt(entry, why, action, leaving)
+        return out
 
-    def _place(self, entry: Entry, why: str) -> AnyAction:
+    def _preempt(
+        self, entry: Entry, why: str, hold: Hold, leaving: frozenset[str]
+    ) -> list[AnyAction]:
+        """Start ``entry`` by stopping lower priorities, or keep it waiting (one Hold)."""
         spec = entry.deployment.spec
-        if self.drain is not None:
-            return Hold(name=entry.name, reason=self._drain_text(), entry=entry)
-        want = spec.devices
-        room = limits_mod.room(
-            count=want.count,
-            kind=want.kind,
-            inventory=self.inventory,
-            instances=self.instances,
-            limits=self.limits,
-        )
-        if isinstance(room, str):
-            return Hold(name=entry.name, reason=room, entry=entry)
-        placed = place(spec, room, self.ledger, self.extra_ports.get(spec.engine, 0))
-        if isinstance(placed, Unplaced):
-            reason = limits_mod.explain(placed.reason, self.inventory, room, self.limits)
-            return Hold(name=entry.name, reason=reason, entry=entry)
-        self.ledger.take(entry.name, placed.devices, placed.ports, spec.devices.shareable)
-        self.instances[entry.name] = limits_mod.kinds_of(placed.devices)
-        where = ",".join(placed.devices) or "no devices"
-        return Start(
-            name=entry.name,
-            reason=f"{why}: {where}, port {placed.port}",
-            entry=entry,
-            devices=placed.devices,
-            port=placed.port,
-            extra_ports=placed.extra_ports,
-        )
+        lower = [
+            c
+            for c in self.candidates
+            if c.priority < spec.priority and c.name not in self.preempted
+        ]
+        if not lower or spec.devices.count == 0 or self.drain is not None:
+            return [self._waiting(entry, hold)]
+        soon = self.ledger.copy() if leaving else self.ledger
+        for name in leaving:
+            soon.release(name)
+        if not isinstance(place_devices(spec, self.inventory, soon), Unplaced):
+            return [hold]  # this round's teardowns make room: wait, preempt nobody
+        victims = choose_victims(spec, self.inventory, self.ledger, lower)
+        if not victims:
+            return [self._waiting(entry, hold)]
+        saved, instances = self.ledger.copy(), dict(self.instances)
+        for name in victims:
+            self.ledger.release(name)
+            self.instances.pop(name, None)
+        start = self._start(entry, why)
+        if not isinstance(start, Start):  # a port or a limit still refuses: stop nobody
+            self.ledger, self.instances = saved, instances
+            return [self._waiting(entry, hold)]
+        self.preempted.update(victims)
+        reason = f"{PREEMPTED}{entry.name} (priority {spec.priority})"
+        stops: list[AnyAction] = [
+            Preempt(name=v, reason=reason, by=entry.name, priority=spec.priority) for v in victims
+        ]
+        return [replace(start, reason=f"{start.reason}; preempting {', '.join(victims)}"), *stops]
+
+    def _candidates(self, leaving: frozenset[str]) -> list[Candidate]:
+        """Our running deployments with a valid manifest that no other action moves."""
+        out = []
+        for name, view in self.observed.records.items():
+            rec, entry = view.record, self.desired.entries.get(name)
+            if (
+                entry is None
+                or rec.owner != self.desired.owner
+                or rec.phase not in PREEMPTIBLE
+                or not rec.spec_valid
+                or rec.spec_hash != entry.hash
+                or name in leaving
+            ):
+                continue
+            out.append(Candidate(name, entry.deployment.spec.priority, rec.started_at))
+        return out
+
+    def _waiting(self, entry: Entry, hold: Hold) -> Hold:
+        """A preempted deployment's Pending message keeps saying who displaced it."""
+        view = self.observed.records.get(entry.name)
+        message = view.record.message if view is not None else ""
+        if (
+            view is None
+            or view.record.phase is not Phase.PENDING
+            or not message.startswith(PREEMPTED)
+        ):
+            return hold
+        first = message.split("; waiting for room: ")[0]
+        return replace(hold, reason=f"{first}; waiting for room: {hold.reason}")
 
     def _drain_text(self) -> str:
         drain = self.drain
@@ -438,6 +545,17 @@ class _Planner:
         why = f" ({drain.reason})" if drain.reason else ""
         until = drain.until.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
         return f"node drained{by} until {until}{why}: run `reconcile uncordon` or wait"
+
+
+def _by_priority(wanted: tuple[Entry, str]) -> tuple[int, str]:
+    return (-wanted[0].deployment.spec.priority, wanted[0].name)
+
+
+def _frees(action: AnyAction) -> bool:
+    """This round's action gives up the record's devices (its teardown runs before starts)."""
+    if isinstance(action, Fail):
+        return not action.phase.holds_resources
+    return isinstance(action, Stop | Release | Park)
 
 
 def _engine_state(view: RecordView) -> str:
@@ -451,11 +569,6 @@ def _leader(markers: tuple[MarkedProcess, ...]) -> MarkedProcess | None:
     pids = {m.ref.pid for m in markers}
     roots = sorted((m for m in markers if m.ppid not in pids), key=lambda m: m.ref.start_time)
     return roots[0] if roots else None
-
-
-def _priority(entry: Entry) -> int:
-    """``spec.priority`` where the spec has one (the priority work adds it), else 0."""
-    return int(getattr(entry.deployment.spec, "priority", 0))
 
 
 def _pid(rec: Record) -> str:

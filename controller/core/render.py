@@ -54,6 +54,7 @@ def render(
         args=tuple(expand(a, values) for a in spec.args),
         command=tuple(expand(a, values) for a in spec.command or ()),
         runtime_dir=runtime_dir,
+        memory=spec.devices.memory,
     )
     launch = recipe_for(spec.engine).launch(ctx)
     env = {**launch.env, **spec.env, **visibility_env(devices)}

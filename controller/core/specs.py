@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from controller.core.quantity import parse_quantity
+
 DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
@@ -60,6 +62,9 @@ def _duration(value: Any) -> Any:
 Arg = Annotated[str, BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 Seconds = Annotated[float, BeforeValidator(_duration, json_schema_input_type=str | float)]
+# Kubernetes-style quantity (`20Gi`) kept as whole bytes; the schema shows what users write.
+Memory = Annotated[int, BeforeValidator(parse_quantity, json_schema_input_type=str | int)]
+PRIORITY_LIMIT = 1_000_000_000  # Kubernetes' user PriorityClass range, both ways
 
 
 class Model(BaseModel):
@@ -95,6 +100,17 @@ class Devices(Model):
     kind: DeviceKind = "any"
     candidates: tuple[Arg, ...] | None = None
     shareable: bool = False
+    # Memory on EACH of the `count` devices; set, devices are shared and packed by memory.
+    memory: Memory | None = None
+
+    @model_validator(mode="after")
+    def _memory_needs_devices(self) -> Devices:
+        if self.memory is not None and self.count == 0:
+            raise ValueError(
+                "devices.memory is the share of each device, but devices.count is 0: "
+                "set devices.count (at least 1) or drop devices.memory"
+            )
+        return self
 
 
 class HttpGet(Model):
@@ -146,6 +162,8 @@ class DeploymentSpec(Model):
     aliases: tuple[str, ...] = ()
     # Export only (`reconcile export`): the container image; local and Ray backends ignore it.
     image: str | None = Field(default=None, min_length=1)
+    # Higher preempts strictly lower when devices run short (DESIGN: Memory and priority).
+    priority: int = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT, strict=True)
 
     @model_validator(mode="after")
     def _coherent(self) -> DeploymentSpec:
@@ -192,8 +210,17 @@ class Entry:
 
 
 def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
-    """The spec as the manifest spells it (camelCase), defaults included."""
-    return spec.model_dump(mode="json", by_alias=True)
+    """The spec as the manifest spells it (camelCase), defaults included.
+
+    Fields added after release are left out while at their default, so upgrading
+    reconcile changes no spec hash and restarts no engine.
+    """
+    doc = spec.model_dump(mode="json", by_alias=True)
+    if doc.get("priority") == 0:
+        del doc["priority"]
+    if doc["devices"].get("memory") is None:
+        del doc["devices"]["memory"]
+    return doc
 
 
 def routable_names(name: str, spec: DeploymentSpec | dict[str, Any]) -> tuple[str, ...]:

@@ -102,6 +102,10 @@ class Record(Frozen):
     devices: tuple[str, ...] = ()
     shareable: bool = False
     device_uuids: tuple[str | None, ...] = ()
+    # Bytes held on EACH device (spec.devices.memory); None: whole devices. The ledger
+    # counts it, so the record alone is the memory lease (no other registry).
+    memory: int | None = None
+    priority: int = 0  # spec.priority when placed: who may preempt it
     phase: Phase = Phase.PENDING
     probe: ProbeConfig = ProbeConfig()
     stop_signal: int = 15

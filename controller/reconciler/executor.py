@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, assert_never
 
@@ -23,6 +23,7 @@ from controller.core.actions import (
     MarkReady,
     MarkSpec,
     Park,
+    Preempt,
     Reap,
     Reject,
     Release,
@@ -38,6 +39,7 @@ from controller.core.state import Phase, Record
 from controller.errors import SpawnError
 from controller.logsetup import get_logger
 from controller.reconciler.leases import RecordMaker
+from controller.reconciler.memwait import MemoryGate
 from controller.redact import redact_args
 from controller.store import logfiles
 from controller.store.events import Journal
@@ -58,6 +60,10 @@ class Executor:
     records: RecordMaker  # builds the records this executor writes
     log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
     log_keep: int = logfiles.DEFAULT_KEEP
+    memory: MemoryGate = field(default_factory=MemoryGate)  # NVML's word before a start
+
+    def __post_init__(self) -> None:
+        self.memory.owner_of = self._owner_of
 
     # -- the one entry point ------------------------------------------------------
 
@@ -72,6 +78,8 @@ class Executor:
                 return self._stop(action)
             case Park():
                 return self._park(action)
+            case Preempt():
+                return self._preempt(action)
             case Update():
                 return self._update(action)
             case Fail():
@@ -115,6 +123,9 @@ class Executor:
             log_path,
             f"{verb} {entry.name} instance {record.nonce}: {' '.join(redact_args(rendered.argv))}",
         )
+        short = self.memory.wait(record, lambda why: self.event(entry.name, verb, why, "waiting"))
+        if short is not None:
+            return self._no_memory(record, entry, verb, short)
         failpoints.hit("executor.spawn.before_exec")
         try:
             ref = self.backend.spawn(
@@ -154,6 +165,33 @@ class Executor:
             entry.name, verb, f"devices {devices} port {record.port}", f"spawned pid {ref.pid}"
         )
         return True
+
+    def _no_memory(self, record: Record, entry: Entry, verb: str, why: str) -> bool:
+        """The GPU never freed the memory: back off (keeping the lease), never over-commit."""
+        delay = backoff(max(record.restarts, 1))
+        message = (
+            f"GPU memory not free after {self.memory.timeout:g}s: {why}: "
+            "stop the process holding it or lower spec.devices.memory"
+        )
+        update = {
+            "phase": Phase.BACKOFF,
+            "backoff_until": self.now() + timedelta(seconds=delay),
+            "message": message,
+        }
+        self.store.write(record.model_copy(update=update))
+        self.event(entry.name, verb, "gpu memory", "not started", error=message)
+        return True
+
+    def _owner_of(self, pid: int) -> str | None:
+        """The deployment whose engine (process group) ``pid`` belongs to, if any."""
+        try:
+            group = os.getpgid(pid)
+        except OSError:
+            group = pid
+        for rec in self.store.load().records.values():
+            if rec.ref is not None and rec.ref.pid in (pid, group):
+                return rec.name
+        return None
 
     # -- handlers, one per action type ------------------------------------------------
 
@@ -203,6 +241,34 @@ class Executor:
         self.event(action.name, action.verb, action.reason, "idle: holds nothing")
         return rec is None or rec.phase is not Phase.IDLE or rec.spec_hash != action.entry.hash
 
+    def _preempt(self, action: Preempt) -> bool:
+        """Stop the engine; the record stays Pending, holding nothing, saying who won."""
+        rec = self.store.read(action.name)
+        if rec is None:
+            return False
+        self.backend.teardown(rec)
+        pending = rec.model_copy(
+            update={
+                "phase": Phase.PENDING,
+                "ref": None,
+                "nonce": None,
+                "reserved_by": None,
+                "devices": (),
+                "device_uuids": (),
+                "memory": None,
+                "port": None,
+                "extra_ports": (),
+                "started_at": None,
+                "ready_at": None,
+                "ready_deadline_at": None,
+                "backoff_until": None,
+                "message": action.reason,
+            }
+        )
+        self.store.write(pending)
+        self.event(action.name, action.verb, action.reason, "stopped; Pending until room returns")
+        return True
+
     def _fail(self, action: Fail) -> bool:
         rec = self.store.read(action.name)
         if rec is None:
@@ -244,6 +310,7 @@ class Executor:
             "spec_hash": action.entry.hash,
             "source": action.entry.source,
             "restart_policy": spec.restart_policy,
+            "priority": spec.priority,
             "probe": rendered.probe,
             "grace_seconds": rendered.grace_seconds,
             "revision": self.records.revision,

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 from controller import failpoints
 from controller.backends.base import Backend
+from controller.backends.local.devices import gpu_memory
 from controller.backends.local.runtime import identity
 from controller.core.actions import (
     Action,
@@ -26,6 +27,7 @@ from controller.core.actions import (
     Fail,
     Hold,
     Park,
+    Preempt,
     Replace,
     Start,
     Stop,
@@ -39,6 +41,7 @@ from controller.core.state import Observed, Phase, ProcessRef, Record
 from controller.logsetup import get_logger
 from controller.reconciler.executor import Executor
 from controller.reconciler.leases import RecordMaker
+from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
 from controller.store import activation, gitrev, logfiles
 from controller.store.events import Journal
@@ -51,7 +54,7 @@ log = get_logger("reconcile")
 
 MAX_ROUNDS = 5
 # Actions that may wait out a grace period: run them concurrently.
-TEARDOWN = (Stop, Replace, Fail, Park)
+TEARDOWN = (Stop, Replace, Fail, Park, Preempt)
 
 
 @dataclass
@@ -164,6 +167,7 @@ class Reconciler(Preview):
             records=self.records,
             log_max_bytes=config.log_max_bytes,
             log_keep=config.log_keep,
+            memory=MemoryGate(read=gpu_memory),
         )
         # Called after every pass with its result and how long it held the pass lock.
         self.after_pass = list(after_pass)
@@ -245,10 +249,13 @@ class Reconciler(Preview):
     def _reserve(self, starts: Sequence[Start], observed: Observed) -> list[tuple[Start, Record]]:
         """Under the placement lock: re-read records, re-place, write the reservations."""
         out = []
+        # The planner's order (highest priority first): re-placing in it under the lock
+        # reproduces the plan's fits, so a tight best-fit packing cannot come out short.
+        ordered = sorted(starts, key=lambda s: (-s.entry.deployment.spec.priority, s.name))
         with self.placement_lock.hold(self.config.lock_timeout):
             fresh = self.store.load()
             ledger = ledger_for(fresh.records.values(), observed)
-            for start in starts:
+            for start in ordered:
                 current = fresh.records.get(start.name)
                 if current is not None and current.phase not in (Phase.PENDING, Phase.IDLE):
                     continue  # another pass placed it meanwhile
@@ -278,7 +285,7 @@ class Reconciler(Preview):
             )
         except RecipeError as exc:  # the recipe refuses this spec: say so, go on
             return self.records.pending(start.entry, str(exc)), True
-        ledger.take(start.name, placed.devices, placed.ports, record.shareable)
+        ledger.take(start.name, placed.devices, placed.ports, record.shareable, record.memory)
         return record, False
 
     def _place(self, start: Start, ledger: Ledger) -> Placed | Unplaced:

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from controller.core.inventory import Device, Inventory, parse_static
+from controller.core.inventory import Device, GpuMemory, Inventory, parse_static
 
 TOOL_TIMEOUT = 5.0
 
@@ -74,6 +74,7 @@ def _nvml(nvml: Any = None) -> list[Device]:
                     name=_text(nvml.nvmlDeviceGetName(handle)),
                     memory_total_mb=int(memory.total) // (1 << 20),
                     memory_free_mb=int(memory.free) // (1 << 20),
+                    memory=int(memory.total),
                 )
             )
         return out
@@ -113,6 +114,7 @@ def parse_nvidia_smi(text: str) -> list[Device]:
                 name=name,
                 memory_total_mb=int(total) if total.isdigit() else None,
                 memory_free_mb=int(free) if free.isdigit() else None,
+                memory=int(total) << 20 if total.isdigit() else None,  # nounits: MiB
             )
         )
     return out
@@ -172,3 +174,30 @@ def wait_gpu_release(uuids: tuple[str, ...], pids: set[int], timeout: float = 15
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
+
+
+def gpu_memory(uuids: tuple[str, ...]) -> dict[str, GpuMemory] | None:
+    """Free memory and holders of these GPUs (NVML), or None where NVML is missing."""
+    try:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        out = {}
+        for uuid in uuids:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+            info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            procs = tuple(
+                (int(p.pid), int(p.usedGpuMemory or 0))
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            )
+            out[uuid] = GpuMemory(uuid, int(info.free), procs)
+        return out
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()

@@ -49,6 +49,8 @@ class RenderContext:
     # The user's spec.args and spec.command, placeholders already expanded.
     args: tuple[str, ...] = ()
     command: tuple[str, ...] = ()
+    # spec.devices.memory: bytes on each device (engines that pre-allocate get it as a share).
+    memory: int | None = None
     # A private scratch folder for this instance (unix sockets, caches) inside the state dir.
     runtime_dir: str = "/tmp"
 

@@ -23,6 +23,7 @@ Checked against SGLang's "Server Arguments" docs and ``python/sglang/srt/server_
 from __future__ import annotations
 
 from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+from controller.core.engines.share import share_args
 
 # `reconcile export`'s default image (Docker Hub lmsysorg/sglang). SGLang's install docs
 # name v0.5.19-cu129 as the last CUDA 12 tag; newer tags need a CUDA 13 driver.
@@ -56,6 +57,7 @@ class SglangRecipe:
         ]
         if len(ctx.devices) > 1:
             argv += ["--tp-size", str(len(ctx.devices))]
+        argv += share_args(self.engine, ctx.memory, ctx.devices, ctx.args)
         argv += ctx.args
         return Launch(
             argv=tuple(argv),

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+from controller.core.engines.share import share_args
 
 # `reconcile export`'s default image: vLLM's own OpenAI-server image (Docker Hub
 # vllm/vllm-openai; the vLLM docs' "Using Docker" page builds on this tag). A CUDA build.
@@ -65,6 +66,7 @@ class VllmRecipe:
         ]
         if len(ctx.devices) > 1:
             argv += ["--tensor-parallel-size", str(len(ctx.devices))]
+        argv += share_args(self.engine, ctx.memory, ctx.devices, ctx.args)
         argv += ctx.args
         checks = [HttpCheck("/health")]
         if not _has_flag(ctx.args, "--api-key"):

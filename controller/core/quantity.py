@@ -1,0 +1,64 @@
+"""Kubernetes-style memory quantities (``20Gi``, ``512Mi``, ``80G``) as whole bytes. Pure.
+
+One parser for the manifest (``spec.devices.memory``) and the static inventory
+(``--devices nvidia:0=80Gi``), so both spell sizes the same way and a typo gets the
+same message in both places.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+# Binary suffixes first: Kubernetes' own set (Ki, Mi, Gi, Ti) plus its decimal ones.
+UNITS: dict[str, int] = {
+    "Ki": 1 << 10,
+    "Mi": 1 << 20,
+    "Gi": 1 << 30,
+    "Ti": 1 << 40,
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "": 1,
+}
+_QUANTITY = re.compile(r"^\s*([+-]?[0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+EXAMPLE = "e.g. 20Gi, 512Mi or 80G (units Ki, Mi, Gi, Ti; k, M, G, T; none: bytes)"
+
+
+def parse_quantity(text: str | int) -> int:
+    """Bytes in a quantity; ValueError saying what is wrong (unknown unit, zero, negative)."""
+    if isinstance(text, bool):  # YAML `true` is not a size
+        raise ValueError(f"memory {text!r} is not a quantity ({EXAMPLE})")
+    if isinstance(text, int):
+        return _positive(Decimal(text), str(text))
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise ValueError(f"memory {text!r} is not a quantity ({EXAMPLE})")
+    number, unit = match.groups()
+    if unit not in UNITS:
+        raise ValueError(f"memory {text!r} has an unknown unit {unit!r} ({EXAMPLE})")
+    try:
+        value = Decimal(number) * UNITS[unit]
+    except InvalidOperation:  # pragma: no cover - the pattern admits only numbers
+        raise ValueError(f"memory {text!r} is not a quantity ({EXAMPLE})") from None
+    return _positive(value, text)
+
+
+def _positive(value: Decimal, text: str) -> int:
+    if value < 0:
+        raise ValueError(f"memory {text!r} is negative: a request is a size, at least 1 byte")
+    if int(value) == 0:  # a zero request would share a device for free
+        raise ValueError(f"memory {text!r} is zero: omit devices.memory for a whole device")
+    return int(value)  # a fraction of a byte rounds down
+
+
+def format_bytes(size: int) -> str:
+    """The shortest exact binary spelling (``20Gi``), else one decimal (``1.5Gi``)."""
+    for unit in ("Ti", "Gi", "Mi", "Ki"):
+        scale = UNITS[unit]
+        if size >= scale:
+            whole, rest = divmod(size, scale)
+            return f"{whole}{unit}" if rest == 0 else f"{size / scale:.1f}{unit}"
+    return f"{size}B"

@@ -1,0 +1,149 @@
+"""Memory requests and priorities through the real CLI, with real engine processes.
+
+A static inventory declares the memory (``--devices nvidia:0=80Gi,...``), so this runs on
+any machine: the engines are the demo engine (or a fake ``vllm`` that records its argv)
+and see ``CUDA_VISIBLE_DEVICES`` as they would on a GPU box.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+GI = 1 << 30
+
+# A stand-in `vllm serve MODEL --port P ...`: records its argv, serves /health and /v1/models.
+FAKE_VLLM = """#!{python}
+import http.server, json, os, sys
+with open(os.environ["ARGV_FILE"], "w") as f:
+    json.dump(sys.argv, f)
+model = sys.argv[2]
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({{"data": [{{"id": model}}]}}).encode()
+        self.send_response(200); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def mem(size: str, priority: int = 0) -> dict[str, Any]:
+    return {"devices": {"count": 1, "kind": "nvidia", "memory": size}, "priority": priority}
+
+
+def devices_of(reconcile: Any) -> dict[str, list[str]]:
+    held: dict[str, list[str]] = {}
+    for name, item in reconcile.status().items():
+        for key in item["devices"]:
+            held.setdefault(key, []).append(name)
+    return {k: sorted(v) for k, v in sorted(held.items())}
+
+
+def test_four_40Gi_pack_two_per_80Gi_device_and_never_mix_with_a_whole_lease(
+    reconcile: Any,
+) -> None:
+    reconcile.devices = "nvidia:0=80Gi,nvidia:1=80Gi"
+    for name in ("a", "b", "c", "d"):
+        reconcile.write(name, **mem("40Gi"))
+    reconcile.converge()
+    assert devices_of(reconcile) == {"nvidia:0": ["a", "b"], "nvidia:1": ["c", "d"]}
+    for name in ("a", "b"):  # the engine sees the device it was given
+        pid = reconcile.status()[name]["pid"]
+        assert reconcile.environ(pid)["CUDA_VISIBLE_DEVICES"] == "0"
+
+    reconcile.write("e", **mem("40Gi"))
+    reconcile.write("w", devices={"count": 1, "kind": "nvidia"})  # a whole lease
+    reconcile.once(check=1)  # Pending is a failure for cron
+    status = reconcile.status()
+    assert status["e"]["phase"] == "Pending" and "no capacity" in status["e"]["message"]
+    assert status["w"]["phase"] == "Pending" and "no capacity" in status["w"]["message"]
+
+    shown = reconcile("devices", "-o", "json", check=0).json()["devices"]
+    assert [(d["device"], d["memory"], d["memory_allocated"]) for d in shown] == [
+        ("nvidia:0", 80 * GI, 80 * GI),
+        ("nvidia:1", 80 * GI, 80 * GI),
+    ]
+    table = reconcile("devices", check=0).out
+    assert "a (40Gi), b (40Gi)" in table
+
+    # Room returns on nvidia:1: the whole lease takes it, never beside e on a shared card.
+    (reconcile.manifests / "e.yaml").unlink()
+    (reconcile.manifests / "c.yaml").unlink()
+    (reconcile.manifests / "d.yaml").unlink()
+    reconcile.converge()
+    assert devices_of(reconcile) == {"nvidia:0": ["a", "b"], "nvidia:1": ["w"]}
+    reconcile.down()
+
+
+def test_priority_preempts_one_of_two_and_it_returns_when_the_winner_goes(
+    reconcile: Any,
+) -> None:
+    reconcile.devices = "nvidia:0=80Gi"
+    reconcile.write("low-a", **mem("40Gi"))
+    reconcile.converge()
+    reconcile.write("low-b", **mem("40Gi"))  # started last: the one to go
+    reconcile.converge()
+
+    reconcile.write("high", **mem("40Gi", priority=10))
+    plan = reconcile("plan", check=2).out
+    assert "- low-b" in plan and "preempted by high (priority 10)" in plan, plan
+    assert "+ high" in plan and "preempting low-b" in plan, plan
+
+    reconcile.once(check=1)  # low-b is Pending now
+    status = reconcile.status()
+    assert status["high"]["phase"] in ("Starting", "Ready")
+    assert status["low-a"]["phase"] == "Ready"
+    assert status["low-b"]["phase"] == "Pending"
+    assert status["low-b"]["message"].startswith("preempted by high (priority 10)")
+    assert not reconcile.pids("low-b")
+
+    reconcile.once(check=1)  # no flap: low-b waits, high and low-a keep running
+    again = reconcile.status()
+    assert again["low-b"]["phase"] == "Pending" and again["high"]["pid"] == status["high"]["pid"]
+
+    (reconcile.manifests / "high.yaml").unlink()
+    reconcile.converge()
+    back = reconcile.status()
+    assert set(back) == {"low-a", "low-b"}
+    assert back["low-b"]["phase"] == "Ready" and back["low-a"]["pid"] == status["low-a"]["pid"]
+    reconcile.down()
+
+
+def test_vllm_gets_its_share_as_gpu_memory_utilization(reconcile: Any, tmp_path: Path) -> None:
+    reconcile.devices = "nvidia:0=80Gi"
+    fake = tmp_path / "vllm"
+    fake.write_text(FAKE_VLLM.format(python=sys.executable))
+    fake.chmod(0o755)
+    argv_file = tmp_path / "argv.json"
+    spec = {
+        "engine": "vllm",
+        "model": "tiny",
+        "executable": str(fake),
+        "command": None,
+        "env": {"ARGV_FILE": str(argv_file)},
+        **mem("20Gi"),
+    }
+    reconcile.write("v", **spec)
+    reconcile.converge()
+    argv = json.loads(argv_file.read_text())
+    at = argv.index("--gpu-memory-utilization")
+    assert argv[at + 1] == "0.25", argv
+
+    # The user's own flag wins, and `plan` says so before anything restarts.
+    reconcile.write("v", **{**spec, "args": ["--gpu-memory-utilization", "0.5"]})
+    plan = reconcile("plan", check=2).out
+    assert "replace" in plan
+    reconcile.converge()
+    argv = json.loads(argv_file.read_text())
+    assert argv.count("--gpu-memory-utilization") == 1
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.5"
+    reconcile.down()
+    plan = reconcile("plan", check=2).out  # from scratch: a create, with the note
+    assert (
+        "spec.args sets --gpu-memory-utilization: the user's value wins over the computed 0.25"
+        in plan
+    ), plan
