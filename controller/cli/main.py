@@ -10,7 +10,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_USAGE
+from controller import __version__
+from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 
 
 class Parser(argparse.ArgumentParser):
@@ -72,6 +73,7 @@ def build_parser() -> Parser:
         parents=[_common(False)],
         description="Keep local inference engines running as YAML specs say.",
     )
+    parser.add_argument("--version", action="version", version=f"reconcile {__version__}")
     parser.add_argument("--once", action="store_true", help="run one pass and exit")
     parser.add_argument("--wait", action="store_true", help="with --once: pass until all Ready")
     parser.add_argument("--timeout", default="10m", help="--wait limit (30s, 5m, 1h30m)")
@@ -117,6 +119,8 @@ def build_parser() -> Parser:
     sub.add_parser("uncordon", parents=[common], help="end a drain")
     p = sub.add_parser("down", parents=[common], help="tear down everything this set owns")
     p.add_argument("--allow-empty", action="store_true")
+    p = sub.add_parser("completion", help="a shell completion script (bash, zsh, fish)")
+    p.add_argument("shell", choices=("bash", "zsh", "fish"))
     return parser
 
 
@@ -146,6 +150,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(args_list)
     _check_durations(parser, args)
+    if args.verb == "completion":  # needs the parser itself, not the verb table
+        from controller.cli.completion import script
+
+        print(script(parser, args.shell), end="")
+        return EXIT_OK
     from controller import logsetup as logs
     from controller.cli.verbs import dispatch
     from controller.errors import ConfigError, LockTimeout, RecordError
