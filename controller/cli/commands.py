@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controller.cli.common import config, metrics_listen
+from controller.cli.common import config, metrics_listen, selected
 from controller.cli.common import reconciler as build
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.core.durations import parse_duration
@@ -34,11 +34,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.once:
         from controller.daemon.loop import run_daemon
 
-        if args.metrics_port:
-            from controller.daemon.metrics import serve
-
-            serve(*metrics_listen(args))
-        return run_daemon(cfg, resync=parse_duration(args.resync), reload=lambda: config(args))
+        listen = metrics_listen(args) if args.metrics_port else None  # bound after the lock
+        return run_daemon(
+            cfg, resync=parse_duration(args.resync), reload=lambda: config(args), listen=listen
+        )
     reconciler = build(cfg)
     if args.wait:
         from controller.cli.waiting import wait_until_ready
@@ -81,9 +80,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     reconciler = build(config(args))
-    for name in reconciler.down():
+    for name in reconciler.down(lambda r: selected(r.labels, args)):
         print(f"stopped {name}")
-    others = reconciler.elsewhere()
+    others = [r for r in reconciler.elsewhere() if selected(r.labels, args)]
     for rec in others:
         print(
             f"reconcile: {rec.name} runs on node {rec.node}: run `reconcile down` there",

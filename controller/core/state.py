@@ -115,6 +115,7 @@ class Record(Frozen):
     last_exit: ExitInfo | None = None
     revision: str | None = None
     message: str = ""
+    labels: dict[str, str] = {}  # the manifest's metadata.labels: `-l key=value` selects on them
 
     @property
     def holds(self) -> bool:

@@ -27,7 +27,7 @@ from controller.core.actions import Conflict, Hold
 from controller.core.state import Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import FolderWatch
-from controller.daemon.metrics import exporters
+from controller.daemon.metrics import exporters, serve
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import Timers, debounce_until
 from controller.errors import ConfigError, LockTimeout, ReconcileError
@@ -285,8 +285,18 @@ def build_reconciler(config: Config, backend: Backend) -> Reconciler:
     return Reconciler(config, backend, inventory, exporters(config, inventory))
 
 
-def run_daemon(config: Config, *, resync: float = 5.0, reload: Reload | None = None) -> int:
-    """Run the loop until SIGTERM/SIGINT; ``reload`` re-reads the configuration on SIGHUP."""
+def run_daemon(
+    config: Config,
+    *,
+    resync: float = 5.0,
+    reload: Reload | None = None,
+    listen: tuple[str, int] | None = None,
+) -> int:
+    """Run the loop until SIGTERM/SIGINT; ``reload`` re-reads the configuration on SIGHUP.
+
+    ``listen`` (host, port) serves ``/metrics``, bound only once the daemon lock is
+    ours: a second daemon must say "another daemon runs", not "port in use".
+    """
     if resync <= 0:
         raise ConfigError(f"--resync must be more than 0 seconds, not {resync:g}")
     RecordStore(config.state_dir).ensure()
@@ -299,6 +309,11 @@ def run_daemon(config: Config, *, resync: float = 5.0, reload: Reload | None = N
             "or give this one another --state-dir"
         )
     try:
-        return Daemon(config, resync=resync, reload=reload).run()
+        server = serve(*listen) if listen else None
+        try:
+            return Daemon(config, resync=resync, reload=reload).run()
+        finally:
+            if server is not None:
+                server.shutdown()
     finally:
         lock.release()

@@ -10,6 +10,7 @@ written here (a dozen gauges need no client library); tests read it back with
 
 from __future__ import annotations
 
+import errno
 import re
 import threading
 import time
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from controller.core.inventory import Inventory
 from controller.core.state import Phase, Record
+from controller.errors import ConfigError
 from controller.logsetup import get_logger
 from controller.store.node import Config, read_drain
 from controller.store.records import write_atomic
@@ -240,9 +242,24 @@ def parse_listen(text: str) -> tuple[str, int]:
     return (host.strip("[]") if sep and host else "127.0.0.1"), int(port)
 
 
+def _bind_error(host: str, port: int, exc: OSError) -> str:
+    where = f"--metrics-port {host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{where}: the address is already in use by another process "
+            f"(see `ss -ltnp 'sport = :{port}'`): pick another port or stop that process"
+        )
+    if exc.errno == errno.EACCES:
+        return f"{where}: permission denied (ports below 1024 need root): pick a port above 1024"
+    return f"{where}: cannot listen there: {exc.strerror or exc}"
+
+
 def serve(host: str, port: int) -> ThreadingHTTPServer:
     """Serve ``/metrics`` from a daemon thread; the caller may ``shutdown()`` it."""
-    server = ThreadingHTTPServer((host, port), _Handler)
+    try:
+        server = ThreadingHTTPServer((host, port), _Handler)
+    except OSError as exc:  # not the disk: say which address, and what to do
+        raise ConfigError(_bind_error(host, port, exc)) from exc
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
     thread.start()

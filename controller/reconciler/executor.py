@@ -231,6 +231,7 @@ class Executor:
             "probe": rendered.probe,
             "grace_seconds": rendered.grace_seconds,
             "revision": self.records.revision,
+            "labels": dict(action.entry.deployment.metadata.labels),
         }
         if rec.started_at is not None:
             deadline = rec.started_at + timedelta(seconds=rendered.deadline_seconds)

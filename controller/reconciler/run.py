@@ -283,9 +283,11 @@ class Reconciler(Preview):
 
     # -- teardown of a whole manifest set ---------------------------------------------------
 
-    def down(self) -> list[str]:
-        """Stop every deployment this manifest set owns on this node (``reconcile down``)."""
-        return self.stop_where(lambda r: r.owner == self.config.owner, "reconcile down")
+    def down(self, which: Callable[[Record], bool] = lambda _: True) -> list[str]:
+        """Stop every deployment this manifest set owns on this node (``reconcile down``),
+        or those of them ``which`` selects (``-l``)."""
+        owner = self.config.owner
+        return self.stop_where(lambda r: r.owner == owner and which(r), "reconcile down")
 
     def elsewhere(self) -> list[Record]:
         """This set's records that another node made: `down` there must stop them."""
