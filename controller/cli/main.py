@@ -73,6 +73,12 @@ def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")
         "-q", "--quiet", action="store_true", default=argparse.SUPPRESS if suppress else False
     )
     p.add_argument(
+        "--no-color",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="no ANSI colours (also: NO_COLOR set, or TERM=dumb)",
+    )
+    p.add_argument(
         "--insecure-manifests",
         action="store_true",
         default=argparse.SUPPRESS if suppress else False,
@@ -222,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from controller.cli.verbs import dispatch
     from controller.errors import ConfigError, LockTimeout, RecordError
 
-    logs.configure(-1 if args.quiet else args.verbose)
+    logs.configure(-1 if args.quiet else args.verbose, colour=not args.no_color)
     try:
         return dispatch(args)
     except (ConfigError, LockTimeout, RecordError) as exc:

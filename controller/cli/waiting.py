@@ -18,7 +18,7 @@ import structlog
 from controller.core.durations import format_age
 from controller.core.state import Phase, Record
 from controller.logsetup import apply as apply_log_setup
-from controller.logsetup import get_logger
+from controller.logsetup import get_logger, terminal
 from controller.reconciler.run import PassResult, Reconciler
 
 log = get_logger("reconcile")
@@ -29,7 +29,8 @@ TICK = 0.25  # seconds between redraws on a terminal
 
 def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | None = None) -> bool:
     stream = stream or sys.stderr
-    display: Display = Live(stream) if stream.isatty() else Lines()
+    # TERM=dumb (an editor's shell, a CI log) cannot move the cursor: log lines there.
+    display: Display = Live(stream) if terminal(stream).fancy else Lines()
     try:
         return _loop(reconciler, timeout, display)
     finally:
