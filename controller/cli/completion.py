@@ -55,6 +55,11 @@ def _positional_choices(parser: argparse.ArgumentParser) -> tuple[str, ...]:
     return ()
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    print(script(args.parser, args.shell), end="")
+    return 0
+
+
 def script(parser: argparse.ArgumentParser, shell: str) -> str:
     render = {"bash": _bash, "zsh": _zsh, "fish": _fish}[shell]
     return render(parser)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from controller import __version__
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.exitcodes import EXIT_FAIL, EXIT_USAGE
 from controller.cli.helptext import epilog
 
 
@@ -161,6 +161,7 @@ def build_parser() -> Parser:
     _selector(p)
     p = verb("completion", "a shell completion script (bash, zsh, fish)", [])
     p.add_argument("shell", choices=("bash", "zsh", "fish"))
+    p.set_defaults(parser=parser)  # the script is generated from the whole parser
     return parser
 
 
@@ -219,11 +220,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     _check_durations(parser, args)
     _check_output(parser, args)
-    if args.verb == "completion":  # needs the parser itself, not the verb table
-        from controller.cli.completion import script
-
-        print(script(parser, args.shell), end="")
-        return EXIT_OK
     from controller import logsetup as logs
     from controller.cli.verbs import dispatch
     from controller.errors import ConfigError, LockTimeout, RecordError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Mapping
 
-from controller.cli import commands, nodeverbs, opverbs
+from controller.cli import commands, completion, nodeverbs, opverbs
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -22,6 +22,7 @@ HANDLERS: Mapping[str, Handler] = {
     "devices": nodeverbs.cmd_devices,
     "drain": nodeverbs.cmd_drain,
     "uncordon": nodeverbs.cmd_uncordon,
+    "completion": completion.cmd_completion,
 }
 
 
