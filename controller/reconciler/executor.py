@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, assert_never
 
@@ -57,6 +59,8 @@ class Executor:
     records: RecordMaker  # builds the records this executor writes
     log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
     log_keep: int = logfiles.DEFAULT_KEEP
+    _tally: Counter[tuple[str, str]] = field(default_factory=Counter)
+    _tally_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- the one entry point ------------------------------------------------------
 
@@ -98,6 +102,14 @@ class Executor:
     def event(self, name: str, action: str, reason: str, outcome: str, **extra: Any) -> None:
         log.info("action", deployment=name, action=action, reason=reason, outcome=outcome, **extra)
         self.journal.append(name, action, reason, outcome, **extra)
+        with self._tally_lock:  # teardowns report from their own threads
+            self._tally[(action, "failed" if outcome == "failed" else "ok")] += 1
+
+    def take_tally(self) -> dict[tuple[str, str], int]:
+        """(action, outcome) -> how many since the last call: reconcile_actions_total."""
+        with self._tally_lock:
+            tally, self._tally = dict(self._tally), Counter()
+        return tally
 
     # -- spawning -----------------------------------------------------------------
 

@@ -54,6 +54,7 @@ class PassResult:
     names: set[str] = field(default_factory=set)  # deployments the manifests declare
     prune_blocked: str | None = None
     probes: dict[str, str] = field(default_factory=dict)  # name -> last probe answer
+    outcomes: dict[tuple[str, str], int] = field(default_factory=dict)  # (action, outcome) -> n
 
     node: str | None = None  # records of other nodes are theirs to judge, not this pass's
 
@@ -168,7 +169,9 @@ class Reconciler(Preview):
             # must not act on what the folder held before it waited.
             loaded = load(self.config.manifests, insecure=self.config.insecure_manifests)
             self.records.revision = gitrev.revision_of(self.config.manifests)
+            self.executor.take_tally()  # `down` and drains between passes are not this pass's
             result = self._rounds(loaded)
+            result.outcomes = self.executor.take_tally()
             logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
             seconds = time.monotonic() - started
         for hook in self.after_pass:
