@@ -13,8 +13,6 @@ import os
 import sys
 from collections.abc import Iterator
 
-import psutil
-
 from controller.errors import ConfigError
 
 CHOICES = ("", "proc", "psutil")  # "": /proc where it exists, else psutil
@@ -22,7 +20,8 @@ _choice = os.environ.get("RECONCILE_PROCFS", "")
 ACTIVE = _choice == "psutil" or (_choice == "" and not os.path.exists("/proc/self/stat"))
 
 # psutil's status words -> the one letter /proc/<pid>/stat gives
-_STATES = {psutil.STATUS_ZOMBIE: "Z", psutil.STATUS_RUNNING: "R", psutil.STATUS_STOPPED: "T"}
+_STATES = {"zombie": "Z", "running": "R", "stopped": "T"}
+# psutil is imported inside the functions below: the /proc path never pays for it.
 
 
 def check_supported() -> None:
@@ -31,6 +30,8 @@ def check_supported() -> None:
         raise ConfigError(f"RECONCILE_PROCFS={_choice!r}: expected 'proc', 'psutil' or unset")
     if not ACTIVE:
         return
+    import psutil
+
     try:
         me = psutil.Process(os.getpid())
         me.create_time()
@@ -45,6 +46,8 @@ def check_supported() -> None:
 
 def stat(pid: int) -> tuple[float, int, str] | None:
     """(start time, parent pid, state letter); None when the process is gone."""
+    import psutil
+
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
@@ -56,6 +59,8 @@ def stat(pid: int) -> tuple[float, int, str] | None:
 
 def environ(pid: int) -> bytes | None:
     """The environment as ``/proc/<pid>/environ`` spells it; None if unreadable."""
+    import psutil
+
     try:
         env = psutil.Process(pid).environ()
     except (psutil.Error, OSError):
@@ -66,6 +71,8 @@ def environ(pid: int) -> bytes | None:
 def scan(needle: bytes) -> Iterator[tuple[int, bytes]]:
     """``(pid, environ)`` of every other process whose environment holds ``needle``."""
     me = os.getpid()
+    import psutil
+
     for pid in psutil.pids():
         if pid == me:
             continue
