@@ -84,3 +84,22 @@ def test_status_imports_no_pydantic() -> None:
     with tempfile.TemporaryDirectory() as state:
         out = subprocess.run([sys.executable, "-c", code, state], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("argv", [["--once", "-q"], ["--once", "--wait", "-q"]])
+def test_quiet_passes_import_no_structlog(argv: list[str]) -> None:
+    import subprocess
+    import sys
+    import tempfile
+
+    code = (
+        "import sys; from controller.cli.main import main; "
+        "rc = main(sys.argv[1:]); "
+        "sys.exit(('structlog imported' if 'structlog' in sys.modules else rc))"
+    )
+    with tempfile.TemporaryDirectory() as root:
+        common = ["--allow-empty", "-f", f"{root}/m", "--state-dir", f"{root}/s", "--node", "q"]
+        out = subprocess.run(
+            [sys.executable, "-c", code, *argv, *common], capture_output=True, text=True
+        )
+    assert out.returncode == 0, out.stderr

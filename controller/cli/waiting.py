@@ -13,8 +13,6 @@ import time
 from datetime import UTC, datetime
 from typing import TextIO
 
-import structlog
-
 from controller.core.durations import format_age
 from controller.core.state import Phase, Record
 from controller.logsetup import apply as apply_log_setup
@@ -136,6 +134,8 @@ class Live(Display):
         self.result: PassResult | None = None
         self.closed = False
         self.partial = ""
+        import structlog  # here, not at the top: `--wait -q` off a terminal never logs
+
         apply_log_setup()  # the CLI's set-up first (it waits for a first log line), ours on top
         structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=self))  # type: ignore[arg-type]
 
@@ -167,6 +167,8 @@ class Live(Display):
         if not self.closed:
             self.tick()
             self.closed = True
+            import structlog
+
             structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=self.stream))
 
     def _lines(self) -> list[str]:
