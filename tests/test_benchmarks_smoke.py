@@ -20,6 +20,7 @@ SECTIONS = (
     "4. event → exec",
     "5. memory",
     "6. cold start",
+    "7. read verbs",
 )
 
 
