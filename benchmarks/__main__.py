@@ -25,11 +25,11 @@ from benchmarks import common
 from benchmarks.common import HERE, Row, engine_startup_ms
 from benchmarks.report import machine, render_table, write_results
 
-SECTIONS = ("startup", "steady", "lock", "watch", "cold", "placement")
+SECTIONS = ("startup", "steady", "lock", "watch", "cold", "placement", "verbs")
 
 
 def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
-    from benchmarks import coldstart, lockbench, placement, startup, steady, watch
+    from benchmarks import coldstart, lockbench, placement, readverbs, startup, steady, watch
 
     if quick:
         return {
@@ -39,6 +39,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             "watch": lambda: watch.bench(1, engine_startup_ms(2)),
             "cold": lambda: coldstart.bench(1, 1),
             "placement": lambda: placement.bench(100, trials=1, orders=5),
+            "verbs": lambda: readverbs.bench(2),
         }
     return {
         "startup": lambda: startup.bench(30),
@@ -47,6 +48,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "watch": lambda: watch.bench(20, engine_startup_ms(10)),
         "cold": lambda: coldstart.bench(20, 5),
         "placement": lambda: placement.bench(1000),
+        "verbs": lambda: readverbs.bench(15),
     }
 
 

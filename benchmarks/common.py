@@ -138,7 +138,11 @@ class Workspace:
         ]
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RECONCILE_")}
+        # Bytecode allowed: an installed package has its .pyc files; measuring with
+        # PYTHONDONTWRITEBYTECODE=1 (as a dev shell may set) recompiles every module
+        # on every run and inflated the start-up figures.
+        skip = ("RECONCILE_", "PYTHONDONTWRITEBYTECODE")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(skip)}
         env["BENCH_EXEC_LOG"] = str(self.exec_log)
         return env
 

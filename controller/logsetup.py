@@ -1,5 +1,11 @@
 """structlog set-up: a human console on a terminal, JSON lines otherwise.
 
+Colours follow no-color.org (``NO_COLOR`` set and not empty, or ``--no-color``) and
+``TERM=dumb``. Under systemd (``JOURNAL_STREAM`` names our stderr) each line starts
+with its syslog priority (``<4>``), so ``journalctl -p warning`` filters. Lines of
+other libraries (stdlib ``logging``) and a thread's uncaught exception are logged
+through structlog too, so a traceback never breaks the JSON-lines stream.
+
 structlog (with the asyncio it imports) costs a pass that logs nothing ~25 ms of
 start-up, so it is imported with the first log line: modules take their logger from
 :func:`get_logger`, a stand-in that applies the configuration and binds the real
@@ -10,23 +16,85 @@ logger when first used. Code that calls ``structlog.configure`` itself calls
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 if TYPE_CHECKING:
-    from structlog.typing import FilteringBoundLogger
+    from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
 
-_pending: tuple[int, bool | None] | None = None
+_pending: tuple[int, bool | None, bool] | None = None
 _lock = threading.Lock()
+# sd-daemon(3) priorities: what `journalctl -p` filters on.
+PRIORITY = {"critical": 2, "exception": 3, "error": 3, "warning": 4, "info": 6, "debug": 7}
 
 
-def configure(verbosity: int = 0, *, json: bool | None = None) -> None:
+@dataclass(frozen=True)
+class Terminal:
+    colour: bool  # ANSI colours
+    fancy: bool  # cursor movement and marks like ✔/✘ (a redrawn block)
+
+
+def terminal(stream: TextIO, *, colour: bool = True) -> Terminal:
+    """What ``stream`` can show: no-color.org's ``NO_COLOR``, ``TERM=dumb``, a pipe."""
+    tty = stream.isatty()
+    dumb = os.environ.get("TERM") == "dumb"
+    no_color = bool(os.environ.get("NO_COLOR"))  # any value but the empty string
+    return Terminal(colour=tty and not dumb and not no_color and colour, fancy=tty and not dumb)
+
+
+def under_journald(stream: TextIO) -> bool:
+    """True when ``stream`` is the journal's: ``JOURNAL_STREAM`` is its ``dev:inode``."""
+    expected = os.environ.get("JOURNAL_STREAM", "")
+    dev, _, ino = expected.partition(":")
+    if not (dev.isdigit() and ino.isdigit()):
+        return False
+    try:
+        info = os.fstat(stream.fileno())
+    except (OSError, ValueError):
+        return False
+    return (info.st_dev, info.st_ino) == (int(dev), int(ino))
+
+
+def configure(verbosity: int = 0, *, json: bool | None = None, colour: bool = True) -> None:
     """Set the level and the renderer; structlog is configured when first needed."""
     global _pending
-    _pending = (verbosity, json)
+    _pending = (verbosity, json, colour)
+    _route_foreign(verbosity)
     if "structlog" in sys.modules:  # already paid for: no reason to wait
         apply()
+
+
+def _route_foreign(verbosity: int) -> None:
+    """Other libraries' log records and dying threads go through our (lazy) logger."""
+    root = logging.getLogger()
+    root.handlers[:] = [_Forward()]
+    root.setLevel(logging.WARNING if verbosity < 2 else logging.DEBUG)
+    threading.excepthook = _thread_died
+
+
+class _Forward(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        log = get_logger(record.name)
+        fields: dict[str, Any] = {"logger": record.name}
+        if record.exc_info:
+            fields["exc_info"] = record.exc_info
+        log.log(record.levelno, record.getMessage(), **fields)
+
+
+def _thread_died(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit or args.exc_value is None:
+        return
+    exc_info: tuple[type[BaseException], BaseException, TracebackType | None] = (
+        args.exc_type,
+        args.exc_value,
+        args.exc_traceback,
+    )
+    name = args.thread.name if args.thread else "?"
+    get_logger("reconcile").error("thread died", thread=name, exc_info=exc_info)
 
 
 def apply() -> None:
@@ -43,27 +111,43 @@ def apply() -> None:
             _pending = None
 
 
-def _configure(verbosity: int, json: bool | None) -> None:
+def _configure(verbosity: int, json: bool | None, colour: bool) -> None:
     import structlog
 
     level = logging.INFO - 10 * verbosity
     level = max(level, logging.DEBUG)
     as_json = not sys.stderr.isatty() if json is None else json
-    renderer: structlog.typing.Processor = (
+    shown = terminal(sys.stderr, colour=colour)
+    renderer: Processor = (
         structlog.processors.JSONRenderer()
         if as_json
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        else structlog.dev.ConsoleRenderer(colors=shown.colour)
     )
+    if under_journald(sys.stderr):
+        renderer = _with_priority(renderer)
+    # a traceback as one JSON string, not lines of its own (the console prints it whole)
+    tracebacks = [structlog.processors.format_exc_info] if as_json else []
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *tracebacks,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+def _with_priority(renderer: Processor) -> Processor:
+    def render(logger: WrappedLogger, method: str, event: EventDict) -> str:
+        priority = PRIORITY.get(str(event.get("level", method)), 6)
+        text = renderer(logger, method, event)
+        shown = text.decode() if isinstance(text, bytes) else str(text)
+        return f"<{priority}>{shown}"
+
+    return render
 
 
 class _Lazy:

@@ -21,6 +21,7 @@ SECTIONS = (
     "5. memory",
     "6. cold start",
     "7. placement",
+    "8. read verbs",
 )
 
 

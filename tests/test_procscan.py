@@ -34,13 +34,13 @@ def _sleeper(procs: list[subprocess.Popen[bytes]], **env: str) -> int:
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Every pid whose environment the scanner reads."""
     seen: list[int] = []
-    real = procscan._environ
+    real = procscan.environ
 
     def counting(pid: int) -> bytes | None:
         seen.append(pid)
         return real(pid)
 
-    monkeypatch.setattr(procscan, "_environ", counting)
+    monkeypatch.setattr(procscan, "environ", counting)
     return seen
 
 

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from controller.cli.common import config, metrics_listen
+from controller.cli.common import config, metrics_listen, selected
 from controller.cli.common import reconciler as build
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.core.durations import parse_duration
@@ -51,12 +51,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             if isinstance(made, int):
                 return made
             front = made
-        if args.metrics_port:
-            from controller.daemon.metrics import serve
-
-            serve(*metrics_listen(args))
+        metrics_at = metrics_listen(args) if args.metrics_port else None  # bound after the lock
         return run_daemon(
-            cfg, resync=parse_duration(args.resync), reload=lambda: config(args), front=front
+            cfg,
+            resync=parse_duration(args.resync),
+            reload=lambda: config(args),
+            front=front,
+            metrics_at=metrics_at,
         )
     reconciler = build(cfg)
     if args.wait:
@@ -100,9 +101,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     reconciler = build(config(args))
-    for name in reconciler.down():
+    for name in reconciler.down(lambda r: selected(r.labels, args)):
         print(f"stopped {name}")
-    others = reconciler.elsewhere()
+    others = [r for r in reconciler.elsewhere() if selected(r.labels, args)]
     for rec in others:
         print(
             f"reconcile: {rec.name} runs on node {rec.node}: run `reconcile down` there",

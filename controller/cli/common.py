@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from controller.core.durations import parse_duration
@@ -46,6 +47,11 @@ def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ..
         print(f"reconcile: unknown output format {fmt!r} ({', '.join(allowed)})", file=sys.stderr)
         return None
     return fmt
+
+
+def selected(labels: Mapping[str, str], args: argparse.Namespace) -> bool:
+    """``-l key=value`` (repeatable): every pair must match, as kubectl's equality selectors."""
+    return all(labels.get(key) == value for key, value in getattr(args, "selector", ()))
 
 
 def reconciler(cfg: Config) -> Reconciler:

@@ -8,6 +8,7 @@ failure's cause survives any number of restarts and log rotations.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,16 @@ EVENTS = 20
 INDENT = "  "
 
 
-def describe(state_dir: Path, name: str, now: datetime | None = None) -> str | None:
+def describe(
+    state_dir: Path,
+    name: str,
+    now: datetime | None = None,
+    selector: Callable[[Record], bool] = lambda _: True,
+) -> str | None:
+    """None when there is no such record, or the selector leaves it out."""
     store = RecordStore(state_dir)
     rec = store.read(name)
-    if rec is None:
+    if rec is None or not selector(rec):
         return None
     now = now or datetime.now(UTC)
     events = Journal(state_dir).read(name, last=EVENTS)

@@ -10,7 +10,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from controller import __version__
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_USAGE
+from controller.cli.helptext import epilog
 
 
 class Parser(argparse.ArgumentParser):
@@ -19,13 +21,20 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _common(suppress: bool) -> Parser:
-    """Options accepted before or after the verb (the verb's copy must not reset them)."""
+# `-o` means something for these verbs only (`--dry-run` is `plan`); elsewhere a usage error.
+OUTPUT_VERBS = ("status", "get", "devices", "plan", "export")
+
+
+def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")) -> Parser:
+    """Options accepted before or after the verb (the verb's copy must not reset them).
+
+    ``logs`` takes ``--manifests`` alone: its ``-f`` is ``--follow`` (kubectl).
+    """
     d = argparse.SUPPRESS if suppress else None
     p = Parser(add_help=False)
     p.add_argument(
-        "-f",
-        "--manifests",
+        *folder_flag,
+        dest="manifests",
         action="append",
         metavar="DIR",
         default=d,
@@ -52,10 +61,22 @@ def _common(suppress: bool) -> Parser:
         default=d,
         help="node config file ($RECONCILE_NODE_CONFIG; default <state-dir>/node.yaml)",
     )
-    p.add_argument("-o", "--output", metavar="FORMAT", default=d, help="output format")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FORMAT",
+        default=d,
+        help="output format (status, get, devices, plan only; see each verb's --help)",
+    )
     p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS if suppress else 0)
     p.add_argument(
         "-q", "--quiet", action="store_true", default=argparse.SUPPRESS if suppress else False
+    )
+    p.add_argument(
+        "--no-color",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="no ANSI colours (also: NO_COLOR set, or TERM=dumb)",
     )
     p.add_argument(
         "--insecure-manifests",
@@ -71,7 +92,10 @@ def build_parser() -> Parser:
         prog="reconcile",
         parents=[_common(False)],
         description="Keep local inference engines running as YAML specs say.",
+        epilog=epilog("reconcile"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"reconcile {__version__}")
     parser.add_argument("--once", action="store_true", help="run one pass and exit")
     parser.add_argument("--wait", action="store_true", help="with --once: pass until all Ready")
     parser.add_argument("--timeout", default="10m", help="--wait limit (30s, 5m, 1h30m)")
@@ -94,37 +118,58 @@ def build_parser() -> Parser:
     _gateway_flags(parser)
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     common = _common(True)
-    p = sub.add_parser("plan", parents=[common], help="show what a pass would do (exit 2: changes)")
+
+    def verb(name: str, help_text: str, parents: list[Parser] | None = None) -> Parser:
+        p: Parser = sub.add_parser(
+            name,
+            parents=[common] if parents is None else parents,
+            help=help_text,
+            description=help_text[0].upper() + help_text[1:] + ".",
+            epilog=epilog(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        return p
+
+    p = verb("plan", "show what a pass would do (exit 2: changes)")
     p.add_argument("--allow-empty", action="store_true")
-    for verb in ("status", "get"):
-        p = sub.add_parser(verb, parents=[common], help="deployments and their phases")
+    _selector(p)
+    for name in ("status", "get"):
+        p = verb(name, "deployments and their phases")
         p.add_argument("name", nargs="?")
-    p = sub.add_parser("describe", parents=[common], help="spec, record, events, last log lines")
+        _selector(p)
+    p = verb("describe", "spec, record, events, last log lines")
+    p.add_argument("name", nargs="?", help="the deployment (or select with -l)")
+    _selector(p)
+    p = verb("logs", "the engine's log", [_common(True, ("--manifests",))])
     p.add_argument("name")
-    p = sub.add_parser("logs", parents=[common], help="the engine's log")
-    p.add_argument("name")
-    p.add_argument("-F", "--follow", dest="follow", action="store_true")
+    p.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing until the deployment goes"
+    )
     p.add_argument("--tail", type=int, default=None, metavar="N", help="the last N lines")
     p.add_argument("-p", "--previous", action="store_true", help="the run before the last restart")
-    sub.add_parser("validate", parents=[common], help="check manifests (exit 1 if any invalid)")
-    sub.add_parser("schema", parents=[common], help="the JSON Schema of a manifest")
-    sub.add_parser("devices", parents=[common], help="the inventory and who holds what")
-    p = sub.add_parser("drain", parents=[common], help="start nothing new until uncordoned")
+    verb("validate", "check manifests (exit 1 if any invalid)")
+    verb("schema", "the JSON Schema of a manifest")
+    verb("devices", "the inventory and who holds what")
+    p = verb("drain", "start nothing new until uncordoned")
     p.add_argument(
         "--ttl", default="1h", help="the drain ends by itself after this (renew: drain again)"
     )
     p.add_argument("--reason", default="", help="why: shown in every denial and in status")
     p.add_argument("--evict", action="store_true", help="also stop running engines")
-    sub.add_parser("uncordon", parents=[common], help="end a drain")
-    p = sub.add_parser("down", parents=[common], help="tear down everything this set owns")
+    verb("uncordon", "end a drain")
+    p = verb("down", "tear down everything this set owns")
     p.add_argument("--allow-empty", action="store_true")
-    p = sub.add_parser("export", parents=[common], help="the manifests as Kubernetes objects")
+    _selector(p)
+    p = verb("export", "the manifests as Kubernetes objects")
     p.add_argument(
         "--lossy",
         action="store_true",
         help="drop fields Kubernetes cannot express (candidates, shareable...) with a warning",
     )
     p.add_argument("--namespace", metavar="NS", help="set metadata.namespace on every object")
+    p = verb("completion", "a shell completion script (bash, zsh, fish)", [])
+    p.add_argument("shell", choices=("bash", "zsh", "fish"))
+    p.set_defaults(parser=parser)  # the script is generated from the whole parser
     return parser
 
 
@@ -154,12 +199,41 @@ def _gateway_flags(parser: Parser) -> None:
     )
 
 
-def _fix_follow(argv: list[str]) -> list[str]:
-    # `logs NAME -f` means follow (kubectl), while `-f DIR` elsewhere is a folder.
-    if argv and "logs" in argv:
-        i = argv.index("logs")
-        argv = argv[:i] + [("-F" if a == "-f" else a) for a in argv[i:]]
-    return argv
+def _selector(p: Parser) -> None:
+    p.add_argument(
+        "-l",
+        "--selector",
+        action="append",
+        type=_label,
+        default=[],
+        metavar="KEY=VALUE",
+        help="only deployments with this label (repeatable: all must match)",
+    )
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (example: -l team=search)")
+    return key, value
+
+
+def _check_output(parser: Parser, args: argparse.Namespace) -> None:
+    """`-o` where it means nothing is a usage error: silently ignoring it misleads scripts."""
+    if getattr(args, "output", None) is None:
+        return
+    verb = "plan" if args.verb is None and args.dry_run else args.verb
+    if verb not in OUTPUT_VERBS:
+        what = f"`{verb}`" if verb else "the daemon or --once"
+        known = [v for v in OUTPUT_VERBS if v in _verbs(parser)]
+        parser.error(f"-o/--output means nothing for {what}: only for {', '.join(known)}")
+
+
+def _verbs(parser: Parser) -> Sequence[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
 
 
 def _check_durations(parser: Parser, args: argparse.Namespace) -> None:
@@ -193,16 +267,16 @@ def _check_devices(parser: Parser, args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = _fix_follow(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
-    args = parser.parse_args(args_list)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     _check_durations(parser, args)
     _check_devices(parser, args)
+    _check_output(parser, args)
     from controller import logsetup as logs
     from controller.cli.verbs import dispatch
     from controller.errors import ConfigError, LockTimeout, RecordError
 
-    logs.configure(-1 if args.quiet else args.verbose)
+    logs.configure(-1 if args.quiet else args.verbose, colour=not args.no_color)
     try:
         return dispatch(args)
     except (ConfigError, LockTimeout, RecordError) as exc:

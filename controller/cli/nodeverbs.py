@@ -64,6 +64,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
         if rec.holds
         for port in ((rec.port,) if rec.port else ()) + rec.extra_ports
     ]
+    if fmt == "name":
+        print("".join(f"{d['device']}\n" for d in items), end="")
+        return EXIT_OK
     if fmt in ("json", "yaml"):
         doc = {"node": cfg.node, "source": inventory.source, "devices": items, "ports": ports}
         print(dump(doc, fmt))

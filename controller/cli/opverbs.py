@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from controller.cli.common import config, output_format, preview
+from controller.cli.common import config, output_format, preview, selected
 from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import FORMATS, dump
 from controller.core.state import Drain
@@ -45,8 +45,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.name and not records:
         print(f"reconcile: no deployment named {args.name!r} in {cfg.state_dir}", file=sys.stderr)
         return EXIT_FAIL
+    records = [r for r in records if selected(r.labels, args)]
     if fmt in ("json", "yaml"):
         print(dump([status_item(r) for r in records], fmt))
+    elif fmt == "name":
+        print("\n".join(r.name for r in records), end="\n" if records else "")
     else:
         banner = drain_line(cfg.node, _drain_or_none(cfg), datetime.now(UTC))
         if banner:
@@ -67,11 +70,18 @@ def _drain_or_none(cfg: Config) -> Drain | None:
 def cmd_describe(args: argparse.Namespace) -> int:
     from controller.cli.describe import describe
 
-    text = describe(config(args).state_dir, args.name)
-    if text is None:
-        print(f"reconcile: no deployment named {args.name!r}", file=sys.stderr)
+    if args.name is None and not args.selector:
+        print("reconcile: describe needs a NAME or -l KEY=VALUE", file=sys.stderr)
+        return EXIT_USAGE
+    state_dir = config(args).state_dir
+    names = [args.name] if args.name else sorted(RecordStore(state_dir).load().records)
+    texts = [describe(state_dir, n, selector=lambda r: selected(r.labels, args)) for n in names]
+    found = [t for t in texts if t is not None]
+    if not found:
+        which = f"named {args.name!r}" if args.name else "matches the selector"
+        print(f"reconcile: no deployment {which}", file=sys.stderr)
         return EXIT_FAIL
-    print(text)
+    print("\n\n".join(found))
     return EXIT_OK
 
 
@@ -136,7 +146,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from controller.cli import planview
     from controller.store.manifests import load
 
-    fmt = output_format(args, "text", ("text", "json"))
+    fmt = output_format(args, "text", ("text", "json", "name"))
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args)
@@ -145,9 +155,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     observed, problems = view.observe()
     desired = view.desired(loaded)
     found = planview.changes(view.plan(desired, observed), desired, observed)
+    if getattr(args, "selector", None):  # the manifest's labels, else the record's
+        labels = {n: v.record.labels for n, v in observed.records.items()}
+        labels |= {n: e.deployment.metadata.labels for n, e in desired.entries.items()}
+        found = [c for c in found if selected(labels.get(c.name, {}), args)]
     errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
     pending = planview.pending(found)
-    if fmt == "json":
+    if fmt == "name":
+        print("".join(f"{c.name}\n" for c in found if c.kind != "unchanged"), end="")
+    elif fmt == "json":
         doc = {
             "node": cfg.node,
             "in_sync": not pending,

@@ -48,7 +48,13 @@ def _export() -> Mapping[str, Handler]:
     return {"export": exportverb.cmd_export}
 
 
-GROUPS: tuple[Group, ...] = (_commands, _operator, _node, _export)
+def _completion() -> Mapping[str, Handler]:
+    from controller.cli import completion
+
+    return {"completion": completion.cmd_completion}
+
+
+GROUPS: tuple[Group, ...] = (_commands, _operator, _node, _export, _completion)
 # verb -> its group; "run" is no verb: the control loop, or --once
 VERBS: Mapping[str, Group] = {
     "run": _commands,
@@ -64,6 +70,7 @@ VERBS: Mapping[str, Group] = {
     "drain": _node,
     "uncordon": _node,
     "export": _export,
+    "completion": _completion,
 }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from controller.core.durations import format_age
 from controller.core.state import Drain, Phase, Record
 
-FORMATS = ("table", "wide", "json", "yaml")
+FORMATS = ("table", "wide", "json", "yaml", "name")
 
 
 # -- times ------------------------------------------------------------------------------------
@@ -81,6 +81,7 @@ def status_item(rec: Record) -> dict[str, Any]:
         "ready_at": iso(rec.ready_at),
         "next_retry_at": iso(next_retry(rec)),
         "last_exit": exit_info,
+        "labels": dict(rec.labels),
     }
 
 

@@ -13,12 +13,10 @@ import time
 from datetime import UTC, datetime
 from typing import TextIO
 
-import structlog
-
 from controller.core.durations import format_age
 from controller.core.state import Phase, Record
 from controller.logsetup import apply as apply_log_setup
-from controller.logsetup import get_logger
+from controller.logsetup import get_logger, terminal
 from controller.reconciler.run import PassResult, Reconciler
 
 log = get_logger("reconcile")
@@ -30,7 +28,8 @@ TICK = 0.25  # seconds between redraws on a terminal
 
 def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | None = None) -> bool:
     stream = stream or sys.stderr
-    display: Display = Live(stream) if stream.isatty() else Lines()
+    # TERM=dumb (an editor's shell, a CI log) cannot move the cursor: log lines there.
+    display: Display = Live(stream) if terminal(stream).fancy else Lines()
     try:
         return _loop(reconciler, timeout, display)
     finally:
@@ -148,6 +147,8 @@ class Live(Display):
         self.result: PassResult | None = None
         self.closed = False
         self.partial = ""
+        import structlog  # here, not at the top: `--wait -q` off a terminal never logs
+
         apply_log_setup()  # the CLI's set-up first (it waits for a first log line), ours on top
         structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=self))  # type: ignore[arg-type]
 
@@ -179,6 +180,8 @@ class Live(Display):
         if not self.closed:
             self.tick()
             self.closed = True
+            import structlog
+
             structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=self.stream))
 
     def _lines(self) -> list[str]:

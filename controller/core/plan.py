@@ -199,6 +199,9 @@ class _Planner:
         if rec.spec_hash != entry.hash:
             yield self._changed(view, entry)
             return
+        labels = entry.deployment.metadata.labels
+        if view.alive and rec.port is not None and rec.labels != labels:  # no restart: no spec
+            yield Update(name=rec.name, reason="metadata.labels changed", entry=entry)
         yield from self._lifecycle(view, entry)
 
     def _undeclared(self, view: RecordView) -> Iterator[AnyAction]:

@@ -15,15 +15,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+# re-exported: their home is core.names, which records import without pydantic
+from controller.core.names import DNS1123 as DNS1123
+from controller.core.names import is_dns1123 as is_dns1123
 from controller.core.quantity import parse_quantity
-
-DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-
-
-def is_dns1123(name: object) -> bool:
-    """A DNS-1123 label: the only names that ever become file names (invariant 9)."""
-    return isinstance(name, str) and len(name) <= 63 and DNS1123.fullmatch(name) is not None
-
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices)\}")

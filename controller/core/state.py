@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from controller.core.values import Value, ValueInvalid
 
 VERSION = 1
 START_TIME_TOLERANCE = 0.05  # seconds; a start time is exact to a clock tick
@@ -35,22 +35,27 @@ class Phase(StrEnum):
         return self not in (Phase.PENDING, Phase.FAILED, Phase.SUCCEEDED, Phase.IDLE)
 
 
-class Frozen(BaseModel):
-    # defer_build: validators are built on first use, not at import (start-up time).
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+# Records and their parts are internal values (plain frozen dataclasses that check
+# their own JSON, see core/values.py): every verb reads records, and none should pay
+# for pydantic, which stays for the manifests.
 
 
-class ProcessRef(Frozen):
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProcessRef(Value):
     """A process identity: pid alone lies after pid reuse, (pid, start time) does not."""
 
     # 0 (our own group to killpg), negatives and past Linux's PID_MAX_LIMIT are no process:
     # a record holding one is quarantined, never signalled.
-    pid: int = Field(gt=0, le=PID_MAX)
+    pid: int
     start_time: float
     # Ticks after boot (and which boot): unlike start_time, unmoved when NTP steps the
     # clock, so a clock step never makes every engine look dead.
     start_ticks: int | None = None
     boot_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.pid <= PID_MAX:
+            raise ValueInvalid(("pid",), f"must be in 1..{PID_MAX}, not {self.pid}")
 
     def same_process(self, other: ProcessRef) -> bool:
         if self.pid != other.pid:
@@ -60,7 +65,8 @@ class ProcessRef(Frozen):
         return abs(self.start_time - other.start_time) <= START_TIME_TOLERANCE
 
 
-class ExitInfo(Frozen):
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExitInfo(Value):
     code: int | None = None
     signal: int | None = None
     at: datetime
@@ -74,7 +80,8 @@ class ExitInfo(Frozen):
         return "exited (code unknown: not our child)"
 
 
-class ProbeConfig(Frozen):
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProbeConfig(Value):
     """The readiness checks, kept in the record so any later pass can probe."""
 
     http: tuple[tuple[str, str | None], ...] = ()  # (path, body must contain)
@@ -82,13 +89,14 @@ class ProbeConfig(Frozen):
     period_seconds: float = 2.0
 
 
-class Record(Frozen):
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Record(Value):
     version: int = VERSION
     name: str
     owner: str
     source: str = ""
     spec_hash: str = ""
-    spec: dict[str, Any] = {}
+    spec: dict[str, Any] = field(default_factory=dict)
     spec_valid: bool = True
     node: str
     backend: str = "local"  # where the engine runs: "local" (a process on `node`) or "ray"
@@ -107,7 +115,7 @@ class Record(Frozen):
     memory: int | None = None
     priority: int = 0  # spec.priority when placed: who may preempt it
     phase: Phase = Phase.PENDING
-    probe: ProbeConfig = ProbeConfig()
+    probe: ProbeConfig = field(default_factory=lambda: ProbeConfig())
     stop_signal: int = 15
     grace_seconds: float = 30.0
     restart_policy: str = "Always"
@@ -121,6 +129,8 @@ class Record(Frozen):
     revision: str | None = None
     message: str = ""
     idle_since: datetime | None = None  # Idle: parked then; a request after it starts it
+    # the manifest's metadata.labels: `-l key=value` selects on them
+    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def holds(self) -> bool:

@@ -5,7 +5,9 @@ but cheap: a ``*.yaml``/``*.yml`` file that is not hidden was created, written,
 deleted or moved (an editor's atomic save is a rename onto the name), or the
 folder itself (or a folder above it) came or went. The parent's watch sees a
 folder that disappears and comes back; ``rearm()`` before each pass moves the
-folder's own watch onto whatever directory now has its path.
+folder's own watch onto whatever directory now has its path, and restarts the
+observer if its thread died (watchdog 3 died on the first event without a
+``dest_path``; any bug there would otherwise leave only the resync, silently).
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import ObservedWatch
 
+from controller.logsetup import get_logger
 from controller.store.manifests import SUFFIXES
+
+log = get_logger("reconcile")
 
 CHANGES = frozenset({"created", "modified", "deleted", "moved", "closed"})
 COMINGS_AND_GOINGS = frozenset({"created", "deleted", "moved"})
@@ -53,14 +58,33 @@ class FolderWatch:
         self._observer.daemon = True
         self._watches: dict[Path, tuple[tuple[int, int], ObservedWatch]] = {}
         self._handler = _Handler(self)
+        self._started = False
+        self.restarts = 0  # observer threads found dead and replaced
 
     def start(self) -> None:
         self._observer.start()
+        self._started = True
         self.rearm()
 
     def stop(self) -> None:
+        self._started = False
         self._observer.stop()
         self._observer.join(timeout=5)
+
+    def revive(self) -> bool:
+        """Replace a dead observer thread (True if it was dead): events flow again."""
+        if not self._started or self._observer.is_alive():
+            return False
+        self.restarts += 1
+        log.error(
+            "folder watch thread died: restarting it (passes ran on the resync meanwhile)",
+            restarts=self.restarts,
+        )
+        self._observer = Observer()
+        self._observer.daemon = True
+        self._watches.clear()  # they belonged to the dead observer
+        self._observer.start()
+        return True
 
     def relevant(self, event: FileSystemEvent) -> bool:
         if event.event_type not in CHANGES:
@@ -78,6 +102,7 @@ class FolderWatch:
 
     def rearm(self) -> None:
         """Watch each folder that exists (by identity) and the nearest directory above it."""
+        self.revive()
         wanted: dict[Path, tuple[int, int]] = {}
         for folder in self.folders:
             for path in (folder, *folder.parents):

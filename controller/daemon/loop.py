@@ -28,7 +28,7 @@ from controller.core.actions import Conflict, Hold
 from controller.core.state import Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import FolderWatch
-from controller.daemon.metrics import exporters
+from controller.daemon.metrics import exporters, serve
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import Timers, debounce_until
 from controller.errors import ConfigError, LockTimeout, ReconcileError
@@ -358,8 +358,13 @@ def run_daemon(
     resync: float = 5.0,
     reload: Reload | None = None,
     front: FrontDoor | None = None,
+    metrics_at: tuple[str, int] | None = None,
 ) -> int:
-    """Run the loop until SIGTERM/SIGINT; ``reload`` re-reads the configuration on SIGHUP."""
+    """Run the loop until SIGTERM/SIGINT; ``reload`` re-reads the configuration on SIGHUP.
+
+    ``metrics_at`` (host, port) serves ``/metrics``, bound only once the daemon lock is
+    ours: a second daemon must say "another daemon runs", not "port in use".
+    """
     if resync <= 0:
         raise ConfigError(f"--resync must be more than 0 seconds, not {resync:g}")
     RecordStore(config.state_dir).ensure()
@@ -372,6 +377,11 @@ def run_daemon(
             "or give this one another --state-dir"
         )
     try:
-        return Daemon(config, resync=resync, reload=reload, front=front).run()
+        server = serve(*metrics_at) if metrics_at else None
+        try:
+            return Daemon(config, resync=resync, reload=reload, front=front).run()
+        finally:
+            if server is not None:
+                server.shutdown()
     finally:
         lock.release()

@@ -10,15 +10,19 @@ written here (a dozen gauges need no client library); tests read it back with
 
 from __future__ import annotations
 
+import errno
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
+from controller import __version__
 from controller.core.inventory import Inventory
 from controller.core.state import Phase, Record
+from controller.errors import ConfigError
 from controller.logsetup import get_logger
 from controller.store.node import Config, read_drain
 from controller.store.records import write_atomic
@@ -30,6 +34,12 @@ log = get_logger("reconcile")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LAST_OK = "reconcile_last_successful_pass_timestamp_seconds"
+PASSES = "reconcile_passes_total"
+ACTIONS = "reconcile_actions_total"
+PASSES_HELP = "Passes this process (with --metrics-file: the file) counted."
+_ACTION_LINE = re.compile(rf'^{ACTIONS}{{action="([^"]*)",outcome="([^"]*)"}} (\S+)$', re.M)
+
+Tally = Mapping[tuple[str, str], int]  # (action, outcome) -> count
 
 
 class _Latest:
@@ -37,7 +47,7 @@ class _Latest:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.text = "# no pass has finished yet\n"
+        self.text: str | None = None  # before the first pass: _before_first_pass()
 
     def set(self, text: str) -> None:
         with self.lock:
@@ -45,7 +55,7 @@ class _Latest:
 
     def get(self) -> str:
         with self.lock:
-            return self.text
+            return self.text if self.text is not None else _before_first_pass()
 
 
 LATEST = _Latest()
@@ -73,13 +83,18 @@ class Exporter:
     def __init__(self, config: Config, inventory: Inventory) -> None:
         self.config = config
         self.inventory = inventory
-        self.last_ok: float | None = _previous_last_ok(config)
+        # A cron pass is a new process: counters and the last success carry over the file.
+        self.last_ok, self.passes, self.actions = _previous(config)
 
     def __call__(self, result: PassResult, seconds: float) -> None:
         now = time.time()
         if result.ok:
             self.last_ok = now
+        self.passes += 1
+        self.actions.update(result.outcomes)
         text = exposition(
+            passes=self.passes,
+            actions=self.actions,
             records=result.records.values(),
             inventory=self.inventory,
             node=self.config.node,
@@ -101,19 +116,30 @@ class Exporter:
                 )
 
 
-def _previous_last_ok(config: Config) -> float | None:
-    """A cron pass is a new process: carry the last success over from the file."""
+def _previous(config: Config) -> tuple[float, int, Counter[tuple[str, str]]]:
+    """The last success and the counters the metrics file holds (0s without one)."""
+    actions: Counter[tuple[str, str]] = Counter()
     if config.metrics_file is None:
-        return None
+        return 0.0, 0, actions
     try:
         text = config.metrics_file.read_text()
     except (OSError, UnicodeDecodeError):
-        return None
-    match = re.search(rf"^{LAST_OK} (\S+)$", text, re.MULTILINE)
+        return 0.0, 0, actions
+    for action, outcome, count in _ACTION_LINE.findall(text):
+        actions[(action, outcome)] = int(_float(count))
+    return _float(_single(text, LAST_OK)), int(_float(_single(text, PASSES))), actions
+
+
+def _single(text: str, name: str) -> str:
+    match = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+    return match.group(1) if match else "0"
+
+
+def _float(text: str) -> float:
     try:
-        return float(match.group(1)) if match else None
-    except ValueError:
-        return None
+        return float(text)
+    except ValueError:  # a hand-edited or torn file: start the count again
+        return 0.0
 
 
 def _drained(config: Config) -> bool:
@@ -154,6 +180,24 @@ class _Text:
         )
 
 
+def _before_first_pass() -> str:
+    """What ``/metrics`` says before the first pass ends: alerts need no ``absent()``."""
+    out = _Text()
+    _build_info(out)
+    out.family(
+        PASSES, "Passes this process (or, with --metrics-file, the file) counted.", "counter"
+    )
+    out.sample(PASSES, 0)
+    out.family(LAST_OK, "When a pass last converged (Unix time; 0: not yet).")
+    out.sample(LAST_OK, 0)
+    return "\n".join(out.lines) + "\n"
+
+
+def _build_info(out: _Text) -> None:
+    out.family("reconcile_build_info", "The running reconcile's version (always 1).")
+    out.sample("reconcile_build_info", 1, version=__version__)
+
+
 def exposition(
     *,
     records: Iterable[Record],
@@ -166,9 +210,12 @@ def exposition(
     last_ok: float | None,
     manifest_errors: int,
     drained: bool,
+    passes: int = 1,
+    actions: Tally | None = None,
 ) -> str:
     recs = sorted(records, key=lambda r: r.name)
     out = _Text()
+    _build_info(out)
     out.family("reconcile_info", "This node and the manifests revision its records came from.")
     out.sample("reconcile_info", 1, node=node, revision=revision)
     out.family("reconcile_deployments", "Deployments on this node by phase.")
@@ -186,15 +233,20 @@ def exposition(
     out.family("reconcile_deployment_ready", "1 when the deployment's engine is Ready.")
     for rec in recs:
         out.sample("reconcile_deployment_ready", int(rec.phase is Phase.READY), deployment=rec.name)
-    out.family(
-        "reconcile_deployment_restarts",
-        "Restarts of each deployment's engine (its record's count).",
-    )
+    restarts = "reconcile_deployment_restarts_total"
+    out.family(restarts, "Restarts of each deployment's engine (its record's count).", "counter")
     for rec in recs:
-        out.sample("reconcile_deployment_restarts", rec.restarts, deployment=rec.name)
+        out.sample(restarts, rec.restarts, deployment=rec.name)
     _devices(out, recs, inventory)
-    out.family("reconcile_pass_duration_seconds", "How long the last pass took.")
-    out.sample("reconcile_pass_duration_seconds", round(seconds, 6))
+    out.family("reconcile_last_pass_duration_seconds", "How long the last pass took.")
+    out.sample("reconcile_last_pass_duration_seconds", round(seconds, 6))
+    out.family(
+        PASSES, "Passes this process (or, with --metrics-file, the file) counted.", "counter"
+    )
+    out.sample(PASSES, passes)
+    out.family(ACTIONS, "Actions applied, by action and outcome (ok, failed).", "counter")
+    for (action, outcome), count in sorted((actions or {}).items()):
+        out.sample(ACTIONS, count, action=action, outcome=outcome)
     out.family(
         "reconcile_last_pass_ok",
         "1 when the last pass converged: valid manifests, nothing Pending or Failed.",
@@ -202,9 +254,8 @@ def exposition(
     out.sample("reconcile_last_pass_ok", int(ok))
     out.family("reconcile_last_pass_timestamp_seconds", "When the last pass ended (Unix time).")
     out.sample("reconcile_last_pass_timestamp_seconds", round(now, 3))
-    if last_ok is not None:
-        out.family(LAST_OK, "When a pass last converged (Unix time).")
-        out.sample(LAST_OK, round(last_ok, 3))
+    out.family(LAST_OK, "When a pass last converged (Unix time; 0: not yet).")
+    out.sample(LAST_OK, round(last_ok or 0, 3))
     out.family("reconcile_manifest_errors", "Manifest errors the last pass found.")
     out.sample("reconcile_manifest_errors", manifest_errors)
     out.family("reconcile_node_drained", "1 while the node is drained.")
@@ -227,17 +278,24 @@ def _devices(out: _Text, recs: list[Record], inventory: Inventory) -> None:
 
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        if self.path.split("?", 1)[0] != "/metrics":
-            self._send(404, "text/plain; charset=utf-8", b"see /metrics\n")
-            return
-        self._send(200, CONTENT_TYPE, current().encode())
+        self._answer(body=True)
 
-    def _send(self, code: int, kind: str, body: bytes) -> None:
+    def do_HEAD(self) -> None:  # load balancers and `curl -I` check with HEAD
+        self._answer(body=False)
+
+    def _answer(self, body: bool) -> None:
+        if self.path.split("?", 1)[0] != "/metrics":
+            self._send(404, "text/plain; charset=utf-8", b"see /metrics\n", body)
+            return
+        self._send(200, CONTENT_TYPE, current().encode(), body)
+
+    def _send(self, code: int, kind: str, data: bytes, body: bool) -> None:
         self.send_response(code)
         self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(body)
+        if body:
+            self.wfile.write(data)
 
     def log_message(self, format: str, *args: object) -> None:
         pass  # scrapes every 15 s would drown the reconciler's own log
@@ -251,9 +309,24 @@ def parse_listen(text: str) -> tuple[str, int]:
     return (host.strip("[]") if sep and host else "127.0.0.1"), int(port)
 
 
+def _bind_error(host: str, port: int, exc: OSError) -> str:
+    where = f"--metrics-port {host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{where}: the address is already in use by another process "
+            f"(see `ss -ltnp 'sport = :{port}'`): pick another port or stop that process"
+        )
+    if exc.errno == errno.EACCES:
+        return f"{where}: permission denied (ports below 1024 need root): pick a port above 1024"
+    return f"{where}: cannot listen there: {exc.strerror or exc}"
+
+
 def serve(host: str, port: int) -> ThreadingHTTPServer:
     """Serve ``/metrics`` from a daemon thread; the caller may ``shutdown()`` it."""
-    server = ThreadingHTTPServer((host, port), _Handler)
+    try:
+        server = ThreadingHTTPServer((host, port), _Handler)
+    except OSError as exc:  # not the disk: say which address, and what to do
+        raise ConfigError(_bind_error(host, port, exc)) from exc
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
     thread.start()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, assert_never
@@ -65,6 +67,9 @@ class Executor:
     def __post_init__(self) -> None:
         self.memory.owner_of = self._owner_of
 
+    _tally: Counter[tuple[str, str]] = field(default_factory=Counter)
+    _tally_lock: threading.Lock = field(default_factory=threading.Lock)
+
     # -- the one entry point ------------------------------------------------------
 
     def apply(self, action: AnyAction) -> bool:
@@ -109,6 +114,14 @@ class Executor:
     def event(self, name: str, action: str, reason: str, outcome: str, **extra: Any) -> None:
         log.info("action", deployment=name, action=action, reason=reason, outcome=outcome, **extra)
         self.journal.append(name, action, reason, outcome, **extra)
+        with self._tally_lock:  # teardowns report from their own threads
+            self._tally[(action, "failed" if outcome == "failed" else "ok")] += 1
+
+    def take_tally(self) -> dict[tuple[str, str], int]:
+        """(action, outcome) -> how many since the last call: reconcile_actions_total."""
+        with self._tally_lock:
+            tally, self._tally = dict(self._tally), Counter()
+        return tally
 
     # -- spawning -----------------------------------------------------------------
 
@@ -314,6 +327,7 @@ class Executor:
             "probe": rendered.probe,
             "grace_seconds": rendered.grace_seconds,
             "revision": self.records.revision,
+            "labels": dict(action.entry.deployment.metadata.labels),
         }
         if rec.started_at is not None:
             deadline = rec.started_at + timedelta(seconds=rendered.deadline_seconds)

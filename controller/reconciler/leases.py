@@ -69,6 +69,7 @@ class RecordMaker:
             ready_deadline_at=now + timedelta(seconds=rendered.deadline_seconds),
             restarts=restarts,
             revision=self.revision,
+            labels=dict(entry.deployment.metadata.labels),
         )
 
     def pending(self, entry: Entry, reason: str) -> Record:
@@ -85,6 +86,7 @@ class RecordMaker:
             phase=Phase.PENDING,
             message=reason,
             revision=self.revision,
+            labels=dict(entry.deployment.metadata.labels),
         )
 
     def idle(self, entry: Entry, reason: str) -> Record:

@@ -67,6 +67,7 @@ class PassResult:
     names: set[str] = field(default_factory=set)  # deployments the manifests declare
     prune_blocked: str | None = None
     probes: dict[str, str] = field(default_factory=dict)  # name -> last probe answer
+    outcomes: dict[tuple[str, str], int] = field(default_factory=dict)  # (action, outcome) -> n
 
     node: str | None = None  # records of other nodes are theirs to judge, not this pass's
 
@@ -184,7 +185,9 @@ class Reconciler(Preview):
             # must not act on what the folder held before it waited.
             loaded = load(self.config.manifests, insecure=self.config.insecure_manifests)
             self.records.revision = gitrev.revision_of(self.config.manifests)
+            self.executor.take_tally()  # `down` and drains between passes are not this pass's
             result = self._rounds(loaded)
+            result.outcomes = self.executor.take_tally()
             logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
             seconds = time.monotonic() - started
         for hook in self.after_pass:
@@ -302,9 +305,11 @@ class Reconciler(Preview):
 
     # -- teardown of a whole manifest set ---------------------------------------------------
 
-    def down(self) -> list[str]:
-        """Stop every deployment this manifest set owns on this node (``reconcile down``)."""
-        return self.stop_where(lambda r: r.owner == self.config.owner, "reconcile down")
+    def down(self, which: Callable[[Record], bool] = lambda _: True) -> list[str]:
+        """Stop every deployment this manifest set owns on this node (``reconcile down``),
+        or those of them ``which`` selects (``-l``)."""
+        owner = self.config.owner
+        return self.stop_where(lambda r: r.owner == owner and which(r), "reconcile down")
 
     def elsewhere(self) -> list[Record]:
         """This set's records that another node made: `down` there must stop them."""

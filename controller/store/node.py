@@ -63,10 +63,14 @@ def resolve(
         raise ConfigError(f"node name {node_name!r} may not contain '/'")
     state = state_dir or env.get("RECONCILE_STATE_DIR")
     state_path = Path(state).expanduser().absolute() if state else default_state_dir()
-    from controller.store.nodeconfig import read_node_file
+    limits, log_max_bytes, log_keep = Limits(), logfiles.DEFAULT_MAX_BYTES, logfiles.DEFAULT_KEEP
+    explicit = node_config or env.get("RECONCILE_NODE_CONFIG")
+    if explicit or (state_path / "node.yaml").exists():  # pydantic and yaml only then
+        from controller.store.nodeconfig import read_node_file
 
-    node_file = read_node_file(node_config or env.get("RECONCILE_NODE_CONFIG"), state_path)
-    limits = node_file.limits
+        node_file = read_node_file(explicit, state_path)
+        limits, log_max_bytes = node_file.limits, node_file.log_max_bytes
+        log_keep = node_file.log_max_files
     flag = max_instances if max_instances is not None else env.get("RECONCILE_MAX_INSTANCES")
     if flag:
         try:
@@ -83,8 +87,8 @@ def resolve(
         lock_timeout=lock_timeout,
         insecure_manifests=insecure_manifests,
         limits=limits,
-        log_max_bytes=node_file.log_max_bytes,
-        log_keep=node_file.log_max_files,
+        log_max_bytes=log_max_bytes,
+        log_keep=log_keep,
         metrics_file=Path(metrics_file).expanduser().absolute() if metrics_file else None,
         metrics_port=metrics_port,
     )

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from controller import failpoints
-from controller.core.specs import is_dns1123
+from controller.core.names import is_dns1123
 from controller.core.state import VERSION, Record
+from controller.core.values import ValueInvalid
 from controller.errors import RecordError
 from controller.store import security
 
@@ -165,10 +164,8 @@ class RecordStore:
             return
         try:
             record = Record.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            self._quarantine(path, snap, f"not a valid record: {where}: {first['msg']}")
+        except ValueInvalid as exc:
+            self._quarantine(path, snap, f"not a valid record: {exc}")
             return
         if record.name != name:
             self._quarantine(path, snap, f"holds name {record.name!r}, file says {name!r}")

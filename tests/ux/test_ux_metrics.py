@@ -42,13 +42,16 @@ def test_metrics_file_after_each_pass(reconcile: Any) -> None:
     assert value(found, "reconcile_deployments", phase="Pending") == 1
     assert sum(value(found, "reconcile_deployments", phase=str(p)) for p in Phase) == 2
     assert value(found, "reconcile_deployment_phase", deployment="huge", phase="Pending") == 1
-    assert value(found, "reconcile_deployment_restarts", deployment="web") == 0
+    assert value(found, "reconcile_deployment_restarts_total", deployment="web") == 0
     assert value(found, "reconcile_devices", kind="nvidia", state="held") == 1
     assert value(found, "reconcile_devices", kind="nvidia", state="free") == 1
     assert value(found, "reconcile_last_pass_ok") == 0
-    assert value(found, "reconcile_pass_duration_seconds") > 0
+    assert value(found, "reconcile_last_pass_duration_seconds") > 0
+    assert value(found, "reconcile_passes_total") == 1
+    assert value(found, "reconcile_actions_total", action="start", outcome="ok") == 1
+    assert value(found, "reconcile_actions_total", action="pending", outcome="ok") >= 1
     assert value(found, "reconcile_last_pass_timestamp_seconds") >= before - 1
-    assert ("reconcile_last_successful_pass_timestamp_seconds", ()) not in found  # never yet
+    assert value(found, "reconcile_last_successful_pass_timestamp_seconds") == 0  # never yet
     assert value(found, "reconcile_info", node=rc.node, revision="") == 1
     assert oct(prom.stat().st_mode & 0o777) == "0o644"  # node_exporter runs as another user
     assert [p.name for p in prom.parent.iterdir()] == ["reconcile.prom"]  # no temp files left
@@ -66,6 +69,8 @@ def test_metrics_file_after_each_pass(reconcile: Any) -> None:
         and value(found, "reconcile_last_pass_ok") == 0
     )
     assert value(found, "reconcile_last_successful_pass_timestamp_seconds") == ok_at
+    assert value(found, "reconcile_passes_total") >= 3  # carried over the file: cron passes
+    assert value(found, "reconcile_actions_total", action="start", outcome="ok") == 1
     assert value(found, "reconcile_deployment_ready", deployment="web") == 1
     rc.down()
 
@@ -80,7 +85,7 @@ def test_daemon_serves_metrics(reconcile: Any) -> None:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
                 assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
                 body: str = r.read().decode()
-                return body if "reconcile_pass_duration_seconds" in body else None
+                return body if "reconcile_last_pass_duration_seconds" in body else None
         except OSError:
             return None
 

@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from controller.backends.local import procpsutil
+
 SETTLE = 1.0  # seconds: far longer than any fork -> exec
 
 
@@ -40,6 +42,9 @@ class EnvironScan:
 
     def __call__(self, needle: bytes) -> Iterator[tuple[int, bytes]]:
         """``(pid, environ)`` of every other process whose environment holds ``needle``."""
+        if procpsutil.ACTIVE:  # no inode to remember processes by: read them all
+            yield from procpsutil.scan(needle)
+            return
         known = self._unmarked if needle == self._needle else {}
         now = time.monotonic()
         me = os.getpid()
@@ -54,7 +59,7 @@ class EnvironScan:
             if seen is not None and seen.settled:
                 unmarked[pid] = seen
                 continue
-            data = _environ(pid)
+            data = environ(pid)
             if data is None:
                 continue
             if needle in data:
@@ -65,7 +70,10 @@ class EnvironScan:
         self._needle, self._unmarked = needle, unmarked
 
 
-def _environ(pid: int) -> bytes | None:
+def environ(pid: int) -> bytes | None:
+    """A process's environment (``K=V\\0``...), None when gone or not ours to read."""
+    if procpsutil.ACTIVE:
+        return procpsutil.environ(pid)
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             return f.read()

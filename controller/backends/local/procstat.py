@@ -14,6 +14,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from controller.backends.local import procpsutil
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BOOT_TIME_TTL = 1.0  # seconds
 
@@ -25,11 +27,15 @@ class Stat:
     start_time: float  # seconds since the epoch, as psutil.Process.create_time()
     ppid: int
     state: str  # one letter: R, S, D, Z (zombie), T, ...
-    start_ticks: int = 0  # clock ticks after boot: unmoved when the wall clock is stepped
+    # clock ticks after boot: unmoved when the wall clock is stepped (None: psutil's path)
+    start_ticks: int | None = None
 
 
 def stat(pid: int) -> Stat | None:
     """None when the process is gone (or its stat file cannot be read)."""
+    if procpsutil.ACTIVE:
+        facts = procpsutil.stat(pid)
+        return None if facts is None else Stat(*facts)
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -56,6 +62,8 @@ def boot_time() -> float:
 @functools.cache
 def boot_id() -> str | None:
     """This boot's id: ticks after boot identify a process only within one boot."""
+    if procpsutil.ACTIVE:
+        return None  # no ticks to pair it with: identities compare start times
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return f.read().strip() or None

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from controller import failpoints
 from controller.backends.base import ExitStatus
-from controller.backends.local import procstat
+from controller.backends.local import procpsutil, procscan, procstat
 from controller.backends.local.devices import wait_gpu_release
 from controller.backends.local.procscan import EnvironScan
 from controller.core.state import MarkedProcess, ProcessRef, Record
@@ -55,15 +55,15 @@ def process_alive(ref: ProcessRef | None) -> bool:
 
 
 def _ref(pid: int, st: procstat.Stat) -> ProcessRef:
-    return ProcessRef(
-        pid=pid, start_time=st.start_time, start_ticks=st.start_ticks, boot_id=procstat.boot_id()
-    )
+    boot = procstat.boot_id() if st.start_ticks is not None else None
+    return ProcessRef(pid=pid, start_time=st.start_time, start_ticks=st.start_ticks, boot_id=boot)
 
 
 class LocalBackend:
     name = "local"
 
     def __init__(self, state_dir: Path, node: str) -> None:
+        procpsutil.check_supported()  # on a host with neither /proc nor psutil: say so now
         self.store = RecordStore(state_dir)  # where the engines' log files live
         self.state_dir = str(state_dir.resolve())
         self.node = node
@@ -227,11 +227,10 @@ class LocalBackend:
         # once exec has begun, before the kernel lays out the new environment.
         deadline = time.monotonic() + ENVIRON_WAIT
         while True:
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    data = f.read()
-            except OSError:
+            found = procscan.environ(pid)
+            if found is None:
                 return False
+            data = found
             if data or time.monotonic() >= deadline:
                 break
             time.sleep(POLL)

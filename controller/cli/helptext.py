@@ -1,0 +1,83 @@
+"""The examples and exit codes under each verb's ``--help`` (plain strings: start-up stays fast)."""
+
+from __future__ import annotations
+
+_EXAMPLES: dict[str, tuple[str, ...]] = {
+    "reconcile": (
+        "reconcile -f /etc/reconcile/manifests            # the daemon: watch, keep running",
+        "reconcile --once                                 # one pass (cron, git hooks)",
+        "reconcile --once --wait --timeout 10m            # pass until every deployment is Ready",
+        "reconcile --dry-run -o json                      # what a pass would do, as JSON",
+    ),
+    "plan": (
+        "reconcile plan                                   # terraform-style changes",
+        "reconcile plan -o json | jq .summary",
+        "reconcile plan -o name                           # the deployments that would change",
+        "reconcile plan -l team=search",
+    ),
+    "status": (
+        "reconcile status                                 # a table, like kubectl get",
+        "reconcile status web -o json                     # a JSON list (fields: README)",
+        "reconcile status -l team=search -o name          # names, one a line",
+        "reconcile status -o wide                         # also PID, SOURCE, REVISION",
+    ),
+    "describe": (
+        "reconcile describe web",
+        "reconcile describe -l team=search                # every deployment with that label",
+    ),
+    "logs": (
+        "reconcile logs web --tail 50",
+        "reconcile logs web -f                            # follow until the deployment goes",
+        "reconcile logs web --previous                    # the run before the last restart",
+        "reconcile --manifests DIR logs web               # -f after `logs` is --follow",
+    ),
+    "validate": ("reconcile validate -f manifests/              # in CI, before a merge",),
+    "schema": ("reconcile schema > deployment.schema.json       # for editors",),
+    "devices": (
+        "reconcile devices",
+        "reconcile devices -o json | jq '.devices[] | select(.held_by == [])'",
+        "reconcile devices -o name                        # device keys, one a line",
+    ),
+    "drain": (
+        "reconcile drain --ttl 2h --reason 'driver upgrade'",
+        "reconcile drain --evict                          # also stop what runs",
+    ),
+    "uncordon": ("reconcile uncordon",),
+    "down": (
+        "reconcile down                                   # stop everything this set owns",
+        "reconcile down -l team=search                    # only those (their manifests stay)",
+    ),
+    "export": (
+        "reconcile export -f manifests | kubectl apply -f -",
+        "reconcile export -o json --namespace ml          # one v1 List",
+        "reconcile export --lossy                         # drop what Kubernetes cannot express",
+    ),
+    "completion": (
+        "reconcile completion bash > /etc/bash_completion.d/reconcile",
+        "reconcile completion zsh > ~/.zsh/reconcile.zsh   # source it after compinit",
+        "reconcile completion fish > ~/.config/fish/completions/reconcile.fish",
+    ),
+}
+
+_EXIT_CODES: dict[str, tuple[str, ...]] = {
+    "reconcile": (
+        "0   --once: in sync, everything placed; the daemon: stopped by SIGTERM/SIGINT",
+        "1   --once: an invalid manifest, a Pending or Failed deployment, or an error",
+    ),
+    "plan": ("0   in sync", "1   invalid manifests or records", "2   changes pending"),
+    "status": ("0   shown (even with no deployments)", "1   no deployment has that NAME"),
+    "describe": ("0   shown", "1   no such deployment (or none matches -l)"),
+    "logs": ("0   printed (or followed to the end)", "1   no log: never started?"),
+    "validate": ("0   every manifest is valid", "1   one or more invalid"),
+    "down": ("0   stopped", "1   some of this set runs on another node: run down there"),
+    "export": ("0   every deployment converted", "1   an invalid manifest or a field with no form"),
+}
+_USAGE = "64  bad flags or arguments"
+
+
+def epilog(verb: str) -> str:
+    verb = "status" if verb == "get" else verb  # kubectl's alias
+    examples = "\n".join(f"  {line}" for line in _EXAMPLES.get(verb, ()))
+    codes = _EXIT_CODES.get(verb, ("0   done", "1   failed (the message says why)"))
+    exits = "\n".join(f"  {line}" for line in (*codes, _USAGE))
+    return f"examples:\n{examples}\n\nexit codes:\n{exits}"

@@ -1,0 +1,45 @@
+"""A dead watchdog observer thread is noticed, logged and replaced (not a silent resync)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from watchdog.events import FileSystemEvent
+
+from controller.daemon.folders import FolderWatch
+
+
+def _until(check: object, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dead_observer_is_restarted_and_events_flow_again(tmp_path: Path) -> None:
+    seen: list[bool] = []
+    watch = FolderWatch([tmp_path], seen.append)
+    real = watch.relevant
+
+    def broken(event: FileSystemEvent) -> bool:
+        raise AttributeError("'FileModifiedEvent' object has no attribute 'dest_path'")
+
+    watch.relevant = broken  # type: ignore[method-assign]
+    watch.start()
+    try:
+        assert watch.revive() is False  # alive: nothing to do
+        (tmp_path / "a.yaml").write_text("x")
+        _until(lambda: not watch._observer.is_alive(), "the observer thread to die")
+
+        watch.relevant = real  # type: ignore[method-assign]
+        watch.rearm()  # what the loop calls before each pass
+        assert watch.restarts == 1 and watch._observer.is_alive()
+        assert watch.watched == [tmp_path.parent, tmp_path]
+        (tmp_path / "b.yaml").write_text("y")
+        _until(lambda: seen, "an event from the new observer")
+    finally:
+        watch.stop()

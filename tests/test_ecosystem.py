@@ -1,0 +1,80 @@
+"""Fitting the ecosystem: the distribution's identity, --version, shell completion."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from controller import __version__
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "controller", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_distribution_is_not_the_strangers_reconcile() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert project["project"]["name"] == "reconcile-engines"
+    assert project["project"]["scripts"] == {"reconcile": "controller.cli.main:entry"}
+    assert project["project"]["dynamic"] == ["version"]  # one source: controller.__version__
+    assert "setuptools>=77" in project["build-system"]["requires"]
+    assert "watchdog>=4" in project["project"]["dependencies"]
+    assert "Apache License" in (REPO / "LICENSE").read_text()
+
+
+def test_no_example_installs_the_strangers_package() -> None:
+    for path in [REPO / "README.md", *REPO.glob("examples/**/*"), *REPO.glob("docs/*.md")]:
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert "pip install reconcile\n" not in text and "pip install reconcile " not in text
+            assert "RECONCILE_PACKAGE: reconcile " not in text, path
+
+
+def test_version_exits_0() -> None:
+    result = cli("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"reconcile {__version__}"
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_scripts_parse(shell: str) -> None:
+    result = cli("completion", shell)
+    assert result.returncode == 0, result.stderr
+    assert "status" in result.stdout
+    checker = shutil.which(shell)
+    if checker is None:
+        if shell == "bash":
+            pytest.fail("bash is needed to check the bash completion")
+        pytest.skip(f"{shell} is not installed here")
+    check = subprocess.run([checker, "-n"], input=result.stdout, text=True, capture_output=True)
+    assert check.returncode == 0, check.stderr
+
+
+def test_bash_completion_completes_verbs_and_their_flags() -> None:
+    script = cli("completion", "bash").stdout
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(["reconcile", *words])
+        driver = (
+            f"{script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words)}; _reconcile; "
+            'printf "%s\\n" "${COMPREPLY[@]}"'
+        )
+        out = subprocess.run(["bash", "-c", driver], capture_output=True, text=True, check=True)
+        return out.stdout.split()
+
+    assert {"status", "statu"} & set(complete("statu")) == {"status"}
+    assert "--follow" in complete("logs", "web", "--fol")
+    assert complete("completion", "")[:3] == ["bash", "zsh", "fish"]
+
+
+def test_completion_for_an_unknown_shell_is_a_usage_error() -> None:
+    assert cli("completion", "tcsh").returncode == 64

@@ -1,0 +1,143 @@
+"""Terminal and journald manners: NO_COLOR, TERM=dumb, --no-color, <N> priorities, and
+other libraries' lines and dying threads inside the JSON-lines stream."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from controller import logsetup
+from controller.cli import waiting
+from controller.core.state import Phase, Record
+from controller.reconciler.run import PassResult
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in ("NO_COLOR", "TERM", "JOURNAL_STREAM"):
+        monkeypatch.delenv(name, raising=False)
+    yield
+    structlog.reset_defaults()
+
+
+@pytest.mark.parametrize(
+    ("env", "flag", "colour", "fancy"),
+    [
+        ({}, True, True, True),
+        ({"NO_COLOR": "1"}, True, False, True),
+        ({"NO_COLOR": "0"}, True, False, True),  # any non-empty value
+        ({"NO_COLOR": ""}, True, True, True),  # empty: as if unset (no-color.org)
+        ({"TERM": "dumb"}, True, False, False),
+        ({}, False, False, True),  # --no-color
+    ],
+)
+def test_what_a_terminal_can_show(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], flag: bool, colour: bool, fancy: bool
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert logsetup.terminal(Tty(), colour=flag) == logsetup.Terminal(colour, fancy)
+    assert logsetup.terminal(io.StringIO()) == logsetup.Terminal(False, False)  # a pipe
+
+
+@pytest.mark.parametrize("env", [{}, {"NO_COLOR": "1"}, {"TERM": "dumb"}])
+def test_the_console_log_has_colours_only_where_allowed(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    err = Tty()
+    monkeypatch.setattr(sys, "stderr", err)
+    logsetup.configure(0, json=False)
+    logsetup.apply()
+    logsetup.get_logger("t").warning("hello", deployment="web")
+    assert "hello" in err.getvalue()
+    assert ("\x1b[" in err.getvalue()) is (not env)
+
+
+class _Ready:
+    def run_pass(self) -> PassResult:
+        rec = Record(name="web", owner="o", node="n", phase=Phase.READY)
+        return PassResult(records={"web": rec}, owner="o", names={"web"}, node="n")
+
+
+@pytest.mark.parametrize(("term", "fancy"), [("xterm", True), ("dumb", False)])
+def test_wait_redraws_in_place_only_on_a_capable_terminal(
+    monkeypatch: pytest.MonkeyPatch, term: str, fancy: bool
+) -> None:
+    monkeypatch.setenv("TERM", term)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # Lines logs here
+    screen = Tty()
+    assert waiting.wait_until_ready(_Ready(), 1.0, stream=screen) is True  # type: ignore[arg-type]
+    shown = screen.getvalue()
+    assert ("✔" in shown) is fancy and ("\x1b[" in shown) is fancy
+
+
+SCRIPT = """
+import logging, threading
+from controller import logsetup
+logsetup.configure(0)
+log = logsetup.get_logger("reconcile")
+log.info("pass done")
+log.warning("slow probe")
+log.error("spawn failed")
+logging.getLogger("watchdog.observers").warning("inotify watch limit reached")
+def boom():
+    raise RuntimeError("observer died")
+t = threading.Thread(target=boom, name="watchdog-observer")
+t.start(); t.join()
+"""
+
+
+@pytest.mark.parametrize("journal", [True, False], ids=["journald", "plain-file"])
+def test_log_lines_for_journald_and_json(tmp_path: Path, journal: bool) -> None:
+    out = tmp_path / "stderr"
+    with open(out, "wb") as err:
+        info = os.fstat(err.fileno())
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        if journal:
+            env["JOURNAL_STREAM"] = f"{info.st_dev}:{info.st_ino}"
+        else:
+            env["JOURNAL_STREAM"] = "1:2"  # another stream's: not ours, no prefixes
+        subprocess.run([sys.executable, "-c", SCRIPT], stderr=err, env=env, check=True)
+    lines = out.read_text().splitlines()
+    assert len(lines) == 5, lines  # one line each: no traceback lines of their own
+    prefixes = [line[: line.index("{")] for line in lines]
+    if journal:
+        assert prefixes == ["<6>", "<4>", "<3>", "<4>", "<3>"]
+    else:
+        assert prefixes == [""] * 5
+    docs: list[dict[str, Any]] = [json.loads(line[line.index("{") :]) for line in lines]
+    assert docs[3]["event"] == "inotify watch limit reached"
+    assert docs[3]["logger"] == "watchdog.observers"
+    assert docs[4]["event"] == "thread died" and docs[4]["thread"] == "watchdog-observer"
+    assert "RuntimeError: observer died" in docs[4]["exception"]
+
+
+def test_the_unit_points_at_the_docs() -> None:
+    unit = (REPO / "examples/systemd/reconcile.service").read_text()
+    assert "Documentation=https://pypi.org/project/reconcile-engines/" in unit
+
+
+def test_no_color_is_a_flag_before_or_after_the_verb(tmp_path: Path) -> None:
+    for argv in (["--no-color", "status"], ["status", "--no-color"]):
+        cmd = [sys.executable, "-m", "controller", *argv, "--state-dir", str(tmp_path)]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "No deployments.\n"

@@ -1,0 +1,105 @@
+"""Records as plain frozen dataclasses: their JSON round-trips and the schema is checked."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from controller.core.state import ExitInfo, Phase, ProbeConfig, ProcessRef, Record
+from controller.core.values import ValueInvalid
+
+NOW = datetime(2026, 12, 1, 11, 0, 0, 123456, tzinfo=UTC)
+
+
+def full() -> Record:
+    return Record(
+        name="web",
+        owner="o",
+        node="n",
+        spec={"engine": "command", "args": ["a", 1]},
+        ref=ProcessRef(pid=42, start_time=1.5, start_ticks=7, boot_id="b"),
+        extra_ports=(8001, 8002),
+        devices=("nvidia:0",),
+        device_uuids=("GPU-1", None),
+        phase=Phase.BACKOFF,
+        probe=ProbeConfig(http=(("/health", None), ("/v1/models", "ok")), period_seconds=0.5),
+        started_at=NOW,
+        last_exit=ExitInfo(code=3, at=NOW, reason="boom"),
+        labels={"team": "search"},
+    )
+
+
+def test_round_trip_through_json() -> None:
+    rec = full()
+    again = Record.model_validate_json(rec.model_dump_json(indent=1))
+    assert again == rec and again.probe.http[1] == ("/v1/models", "ok")
+    assert isinstance(again.extra_ports, tuple) and again.phase is Phase.BACKOFF
+    assert rec.model_copy(update={"restarts": 2}).restarts == 2 and rec.restarts == 0
+
+
+def test_reads_what_the_pydantic_records_wrote() -> None:
+    """Records on disk from before: datetimes with a Z, every field spelled out."""
+    old = json.loads(full().model_dump_json())
+    old["started_at"] = "2026-12-01T11:00:00.123456Z"
+    assert Record.model_validate(old).started_at == NOW
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        ({"restarts": "2"}, "restarts: expected int"),
+        ({"restarts": True}, "restarts: expected int"),
+        ({"phase": "Running"}, "phase: expected one of"),
+        ({"surprise": 1}, "surprise: extra fields not permitted"),
+        ({"ref": {"pid": 42}}, "ref.start_time: field required"),
+        ({"ref": {"pid": 0, "start_time": 1.0}}, "pid: must be in 1.."),
+        ({"devices": "nvidia:0"}, "devices: expected a list"),
+        ({"started_at": "yesterday"}, "started_at: expected an ISO 8601 time"),
+        ({"probe": {"http": [["/health"]]}}, "probe.http.0: expected 2 items"),
+        ({"labels": {"team": 1}}, "labels.team: expected str"),
+    ],
+)
+def test_the_schema_is_checked(change: dict[str, Any], where: str) -> None:
+    doc = {**json.loads(full().model_dump_json()), **change}
+    with pytest.raises(ValueInvalid) as caught:
+        Record.model_validate(doc)
+    assert where in str(caught.value)
+
+
+def test_status_imports_no_pydantic() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from controller.cli.main import main; "
+        "main(['status', '--state-dir', sys.argv[1]]); "
+        "bad = [m for m in ('pydantic', 'yaml', 'structlog', 'psutil') if m in sys.modules]; "
+        "sys.exit(f'imported: {bad}' if bad else 0)"
+    )
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as state:
+        out = subprocess.run([sys.executable, "-c", code, state], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("argv", [["--once", "-q"], ["--once", "--wait", "-q"]])
+def test_quiet_passes_import_no_structlog(argv: list[str]) -> None:
+    import subprocess
+    import sys
+    import tempfile
+
+    code = (
+        "import sys; from controller.cli.main import main; "
+        "rc = main(sys.argv[1:]); "
+        "sys.exit(('structlog imported' if 'structlog' in sys.modules else rc))"
+    )
+    with tempfile.TemporaryDirectory() as root:
+        common = ["--allow-empty", "-f", f"{root}/m", "--state-dir", f"{root}/s", "--node", "q"]
+        out = subprocess.run(
+            [sys.executable, "-c", code, *argv, *common], capture_output=True, text=True
+        )
+    assert out.returncode == 0, out.stderr

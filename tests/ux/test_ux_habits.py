@@ -1,0 +1,147 @@
+"""kubectl/systemctl habits: -o only where it means something, -o name, -l selectors,
+logs -f, examples and exit codes in every --help, a busy --metrics-port said plainly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.cli.main import build_parser
+from controller.store.lock import FileLock
+
+REPO = Path(__file__).resolve().parents[2]
+TYPES = {"string": str, "bool": bool, "int": int, "null": type(None), "object": dict, "list": list}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["validate", "-o", "json"],
+        ["describe", "web", "-o", "json"],
+        ["schema", "-o", "yaml"],
+        ["drain", "-o", "json"],
+        ["--once", "-o", "json"],
+        ["-o", "json", "down"],
+    ],
+    ids=["validate", "describe", "schema", "drain", "once", "before-down"],
+)
+def test_output_where_it_means_nothing_is_a_usage_error(reconcile: Any, args: list[str]) -> None:
+    result = reconcile(*args, check=64)
+    assert "-o/--output means nothing" in result.err
+    assert "status, get, devices, plan" in result.err
+
+
+def test_every_verb_has_examples_and_exit_codes() -> None:
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in [("reconcile", parser), *subs.choices.items()]:
+        text = sub.format_help()
+        assert "examples:\n  reconcile" in text, name
+        assert "exit codes:\n  0 " in text and "64  bad flags" in text, name
+
+
+def test_labels_select_status_describe_plan_and_down(reconcile: Any) -> None:
+    rc = reconcile
+    _write_labelled(rc, "web", {"team": "search", "tier": "prod"})
+    _write_labelled(rc, "db", {"team": "infra"})
+    rc.converge()
+    assert rc("status", "-l", "team=search", "-o", "name", check=0).out == "web\n"
+    assert rc("status", "-l", "team=search", "-l", "tier=dev", "-o", "name", check=0).out == ""
+    assert rc("get", "-o", "name", check=0).out == "db\nweb\n"
+    items = {i["name"]: i for i in rc("status", "-o", "json", check=0).json()}
+    assert items["web"]["labels"] == {"team": "search", "tier": "prod"}
+    described = rc("describe", "-l", "team=infra", check=0).out
+    assert described.startswith("Name:") and "db" in described and "web" not in described.split()
+    assert rc("describe", "-l", "team=none", check=1).err.startswith("reconcile: no deployment")
+    assert rc("describe", check=64).code == 64
+    assert rc("status", "-l", "team", check=64).err.count("is not KEY=VALUE") == 1
+
+    # A label change is no spec change: the record follows, the engine keeps running.
+    pid = rc.record("db")["ref"]["pid"]
+    _write_labelled(rc, "db", {"team": "infra", "tier": "prod"})
+    assert rc("plan", "-l", "team=infra", "-o", "name", check=2).out == "db\n"
+    assert rc("plan", "-l", "team=search", "-o", "name", check=0).out == ""
+    rc.once()
+    assert rc.record("db")["labels"] == {"team": "infra", "tier": "prod"}
+    assert rc.record("db")["ref"]["pid"] == pid
+
+    assert rc("down", "-l", "team=infra", check=0).out == "stopped db\n"
+    assert rc.status()["web"]["phase"] == "Ready"
+    rc.down()
+
+
+def _write_labelled(rc: Any, name: str, labels: dict[str, str]) -> None:
+    from conftest import deployment, dump_yaml
+
+    doc = deployment(name, basePort=rc.port)
+    doc["metadata"]["labels"] = labels
+    rc.write_text(f"{name}.yaml", dump_yaml(doc))
+
+
+def test_status_json_fields_are_the_documented_ones(reconcile: Any) -> None:
+    """The README's table is the contract: every field there, with its type, and no other."""
+    documented = _readme_fields()
+    reconcile.write("web")
+    reconcile.write("crashy", command=["/bin/false"], readiness=None, restartPolicy="Never")
+    reconcile.once(check=None)
+    items = reconcile("status", "-o", "json", check=0).json()
+    assert isinstance(items, list) and [i["name"] for i in items] == ["crashy", "web"]
+    for item in items:
+        assert list(item) == [f for f in documented if f in item]  # no undocumented field
+        assert set(item) == set(documented)
+        for field, value in item.items():
+            allowed = documented[field]
+            assert type(value) in allowed, (field, value, allowed)
+    reconcile.down()
+
+
+def _readme_fields() -> dict[str, tuple[type, ...]]:
+    text = (REPO / "README.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]+(?:\\\|[^|]+)*) \|", text, re.MULTILINE)
+    fields: dict[str, tuple[type, ...]] = {}
+    for name, kind in rows:
+        top = re.sub(r"\[[^\]]*\]|\([^)]*\)", "", kind)  # list[...]: the list is the type
+        words = [w.strip().split(" ")[0] for w in top.split("\\|")]
+        fields[name] = tuple(TYPES[w] for w in words)
+    assert "name" in fields and "labels" in fields, "the README's status table is gone"
+    return fields
+
+
+def test_logs_follow_is_a_real_option_and_f_dir_still_works_elsewhere(reconcile: Any) -> None:
+    rc = reconcile
+    folder = str(rc.manifests)
+    # `-f DIR` after another verb is a folder, even when a deployment is named "logs".
+    assert rc("describe", "logs", "-f", folder, check=1).err.startswith("reconcile: no deploy")
+    assert rc("-f", folder, "logs", "web", check=1).err.startswith("reconcile: no log")
+    assert rc("logs", "web", "--manifests", folder, check=1).err.startswith("reconcile: no log")
+    assert rc("logs", "web", "-f", folder, check=64).code == 64  # -f takes no value there
+    help_text = rc("logs", "--help", check=0).out
+    assert "-f, --follow" in help_text
+
+
+def test_a_busy_metrics_port_says_so_after_the_lock(reconcile: Any, tmp_path: Path) -> None:
+    rc = reconcile
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        result = rc("--metrics-port", port, check=1)
+        assert "already in use" in result.err and "I/O error" not in result.err, str(result)
+
+        (rc.state / "instances").mkdir(parents=True, exist_ok=True)
+        lock = FileLock(rc.state / "daemon.lock", what="daemon lock")
+        assert lock.try_acquire()
+        try:
+            started = time.monotonic()
+            held = rc("--metrics-port", port, check=1)
+            assert "another reconcile daemon" in held.err and "in use" not in held.err
+            assert time.monotonic() - started < 30
+        finally:
+            lock.release()

@@ -1,0 +1,107 @@
+"""Prometheus naming and manners: counters end in _total, build info, a last success
+present from the start (0), HEAD /metrics, and promtool's lint where it is installed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from controller import __version__
+from controller.core.inventory import Inventory
+from controller.core.state import Phase, Record
+from controller.daemon import metrics
+
+RECORDS = [
+    Record(name="web", owner="o", node="n", phase=Phase.READY, restarts=2),
+    Record(name="job", owner="o", node="n", phase=Phase.BACKOFF, restarts=1),
+]
+
+
+def _text() -> str:
+    return metrics.exposition(
+        records=RECORDS,
+        inventory=Inventory(),
+        node="n",
+        revision="",
+        seconds=0.25,
+        ok=False,
+        now=1000.0,
+        last_ok=None,
+        manifest_errors=0,
+        drained=False,
+        passes=7,
+        actions={("start", "ok"): 3, ("start", "failed"): 1, ("stop", "ok"): 2},
+    )
+
+
+def _families(text: str) -> dict[str, object]:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_names_types_and_values() -> None:
+    families = _families(_text())
+    types = {name: f.type for name, f in families.items()}  # type: ignore[attr-defined]
+    # the parser names a counter's family without _total
+    assert types["reconcile_deployment_restarts"] == "counter"
+    assert types["reconcile_passes"] == "counter"
+    assert types["reconcile_actions"] == "counter"
+    assert types["reconcile_last_pass_duration_seconds"] == "gauge"
+    assert types["reconcile_build_info"] == "gauge"
+    assert "reconcile_pass_duration_seconds" not in types  # renamed
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in families.values()
+        for s in f.samples  # type: ignore[attr-defined]
+    }
+    assert samples[("reconcile_build_info", (("version", __version__),))] == 1
+    assert samples[("reconcile_passes_total", ())] == 7
+    failed = ("reconcile_actions_total", (("action", "start"), ("outcome", "failed")))
+    assert samples[failed] == 1
+    web = ("reconcile_deployment_restarts_total", (("deployment", "web"),))
+    assert samples[web] == 2
+    assert samples[("reconcile_last_successful_pass_timestamp_seconds", ())] == 0
+
+
+def test_before_the_first_pass_the_alerting_series_exist() -> None:
+    families = _families(metrics._before_first_pass())
+    assert {"reconcile_build_info", "reconcile_passes"} <= set(families)
+    assert "reconcile_last_successful_pass_timestamp_seconds" in families
+
+
+PROMTOOL = os.environ.get("PROMTOOL") or shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt: prometheus)")
+@pytest.mark.parametrize("which", ["after-a-pass", "before-the-first"])
+def test_promtool_check_metrics_is_clean(which: str) -> None:
+    assert PROMTOOL is not None
+    text = _text() if which == "after-a-pass" else metrics._before_first_pass()
+    check = subprocess.run(
+        [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode == 0 and not check.stdout.strip(), check.stdout + check.stderr
+
+
+@pytest.fixture
+def server() -> Iterator[int]:
+    srv = metrics.serve("127.0.0.1", 0)
+    try:
+        yield srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_head_metrics_answers_without_a_body(server: int) -> None:
+    url = f"http://127.0.0.1:{server}/metrics"
+    with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=5) as r:
+        assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
+        assert int(r.headers["Content-Length"]) > 0 and r.read() == b""
+    with urllib.request.urlopen(url, timeout=5) as r:
+        assert b"reconcile_build_info" in r.read()
