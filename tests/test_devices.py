@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -158,3 +159,38 @@ def test_nvidia_smi_output_is_parsed(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 
 def test_gpu_release_wait_is_immediate_without_nvml() -> None:
     assert devices.wait_gpu_release(("GPU-x",), {os.getpid()}, timeout=5) is True
+
+
+def test_gpu_memory_and_pids_read_nvml_per_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The NVML readers on a fake pynvml: free memory and holders per GPU, shut down after."""
+    import types
+
+    calls: list[str] = []
+
+    class NVMLError(Exception):
+        pass
+
+    proc = types.SimpleNamespace
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError,
+        nvmlInit=lambda: calls.append("init"),
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetHandleByUUID=lambda uuid: uuid,
+        nvmlDeviceGetMemoryInfo=lambda h: proc(free=5 << 30 if h == "GPU-a" else 0),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: (
+            [proc(pid=7, usedGpuMemory=1 << 30)] if h == "GPU-a" else []
+        ),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    memory = devices.gpu_memory(("GPU-a", "GPU-b"))
+    assert memory is not None
+    assert (memory["GPU-a"].free, memory["GPU-a"].processes) == (5 << 30, ((7, 1 << 30),))
+    assert memory["GPU-b"].free == 0 and memory["GPU-b"].processes == ()
+    assert devices.gpu_pids(("GPU-a", "GPU-b")) == {7}
+    assert calls == ["init", "shutdown", "init", "shutdown"]
+
+    def broken(uuid: str) -> str:
+        raise NVMLError("gone")
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetHandleByUUID", broken)
+    assert devices.gpu_memory(("GPU-a",)) is None and calls[-1] == "shutdown"

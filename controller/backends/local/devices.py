@@ -133,8 +133,8 @@ def _amd_smi() -> list[Device]:
     return out
 
 
-def gpu_pids(uuids: tuple[str, ...]) -> set[int] | None:
-    """Pids holding memory on these NVIDIA GPUs (NVML), or None where NVML is missing."""
+def _per_gpu(uuids: tuple[str, ...], read: Callable[[Any, Any], Any]) -> dict[str, Any] | None:
+    """``read(pynvml, handle)`` for each GPU by UUID, or None where NVML is missing/fails."""
     try:
         import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
@@ -144,16 +144,19 @@ def gpu_pids(uuids: tuple[str, ...]) -> set[int] | None:
     except pynvml.NVMLError:
         return None
     try:
-        pids: set[int] = set()
-        for uuid in uuids:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                pids.add(int(proc.pid))
-        return pids
+        return {u: read(pynvml, pynvml.nvmlDeviceGetHandleByUUID(u)) for u in uuids}
     except pynvml.NVMLError:
         return None
     finally:
         pynvml.nvmlShutdown()
+
+
+def gpu_pids(uuids: tuple[str, ...]) -> set[int] | None:
+    """Pids holding memory on these NVIDIA GPUs (NVML), or None where NVML is missing."""
+    found = _per_gpu(uuids, lambda nv, h: nv.nvmlDeviceGetComputeRunningProcesses(h))
+    if found is None:
+        return None
+    return {int(proc.pid) for procs in found.values() for proc in procs}
 
 
 def wait_gpu_release(uuids: tuple[str, ...], pids: set[int], timeout: float = 15.0) -> bool:
@@ -178,26 +181,13 @@ def wait_gpu_release(uuids: tuple[str, ...], pids: set[int], timeout: float = 15
 
 def gpu_memory(uuids: tuple[str, ...]) -> dict[str, GpuMemory] | None:
     """Free memory and holders of these GPUs (NVML), or None where NVML is missing."""
-    try:
-        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    except ImportError:
+
+    def read(nv: Any, handle: Any) -> tuple[int, tuple[tuple[int, int], ...]]:
+        procs = nv.nvmlDeviceGetComputeRunningProcesses(handle)
+        free = int(nv.nvmlDeviceGetMemoryInfo(handle).free)
+        return free, tuple((int(p.pid), int(p.usedGpuMemory or 0)) for p in procs)
+
+    found = _per_gpu(uuids, read)
+    if found is None:
         return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
-        out = {}
-        for uuid in uuids:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-            info = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            procs = tuple(
-                (int(p.pid), int(p.usedGpuMemory or 0))
-                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            )
-            out[uuid] = GpuMemory(uuid, int(info.free), procs)
-        return out
-    except pynvml.NVMLError:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
+    return {uuid: GpuMemory(uuid, free, procs) for uuid, (free, procs) in found.items()}
