@@ -140,7 +140,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args)
-    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests)
+    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend)
     view = preview(cfg)
     observed, problems = view.observe()
     desired = view.desired(loaded)

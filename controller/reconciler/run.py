@@ -136,6 +136,7 @@ class Reconciler(Preview):
             owner=config.owner,
             node=config.node,
             me=identity_of_self(),
+            backend=backend.name,
         )
         self.executor = Executor(
             store=self.store,
@@ -158,7 +159,11 @@ class Reconciler(Preview):
             failpoints.hit("reconciler.pass.locked")
             # Read the manifests once the lock is ours: a pass that waited for another
             # must not act on what the folder held before it waited.
-            loaded = load(self.config.manifests, insecure=self.config.insecure_manifests)
+            loaded = load(
+                self.config.manifests,
+                insecure=self.config.insecure_manifests,
+                backend=self.config.backend,
+            )
             self.records.revision = gitrev.revision_of(self.config.manifests)
             result = self._rounds(loaded)
             logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
@@ -244,6 +249,9 @@ class Reconciler(Preview):
 
         The flag is True when the recipe refused the spec (no placement can help).
         """
+        short = self.backend.unplaceable(start.entry.deployment.spec)
+        if short is not None:  # the cluster has no room: same as a recipe refusal, no rounds
+            return self.records.pending(start.entry, short), True
         placed = self._place(start, ledger)
         if isinstance(placed, Unplaced):
             return self.records.pending(start.entry, placed.reason), False

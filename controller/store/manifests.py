@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from controller.core.cluster import cluster_refusals
 from controller.core.specs import Deployment, Entry, is_dns1123, spec_hash
 from controller.store import security, yamlread
 from controller.store.yamlread import Path_
@@ -48,6 +49,7 @@ class LoadResult:
     missing_folders: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     documents: int = 0  # non-empty YAML documents read, valid or not
+    backend: str = "local"  # the backend the specs are for: a cluster refuses some fields
 
     @property
     def ok(self) -> bool:
@@ -149,6 +151,14 @@ def _load_document(
         result.errors.append(error)
         result.invalid_names.setdefault(deployment.name, str(error))
         return
+    refusals = cluster_refusals(deployment.spec, result.backend)
+    if refusals:  # fields the cluster backend cannot honour: invalid there, named
+        for path, why in refusals:
+            loc = tuple(path.split("."))
+            error = ManifestError(file, yamlread.line_for(lines, loc), path, why, deployment.name)
+            result.errors.append(error)
+        result.invalid_names.setdefault(deployment.name, str(result.errors[-len(refusals)]))
+        return
     _add(result, Entry(deployment, file, line, spec_hash(deployment.spec)))
 
 
@@ -191,9 +201,9 @@ def manifest_files(folder: Path) -> list[Path]:
     return out
 
 
-def load(folders: Iterable[Path], *, insecure: bool = False) -> LoadResult:
+def load(folders: Iterable[Path], *, insecure: bool = False, backend: str = "local") -> LoadResult:
     """Every manifest of ``folders``; as root, only files and folders root alone can write."""
-    result = LoadResult()
+    result = LoadResult(backend=backend)
     strict = security.strict(insecure)
     for folder in folders:
         try:
