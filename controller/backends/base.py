@@ -9,7 +9,7 @@ it). A backend runs one engine instance per record and answers for it by
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -69,18 +69,6 @@ class Backend(Protocol):
         """Why the backend cannot place ``spec`` now (a cluster short of GPUs), else None."""
         ...
 
-    def spawn(
-        self,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        *,
-        name: str,
-        nonce: str,
-        log_path: Path,
-    ) -> ProcessRef:
-        """Start one engine instance carrying the marker ``<node>/<name>/<nonce>``."""
-        ...
-
     def alive(self, ref: ProcessRef | None) -> bool:
         """Invariant 6: True only for the very process the ref names."""
         ...
@@ -107,6 +95,10 @@ class Backend(Protocol):
 
     def port_bindable(self, port: int) -> bool:
         """A bind probe: False when a socket (maybe not yet listening) holds the port."""
+        ...
+
+    def log_since(self, rec: Record, offset: int) -> tuple[bytes, int] | None:
+        """The engine's log from byte ``offset`` and the next offset (None: no log found)."""
         ...
 
     def log_tail(self, name: str, count: int) -> list[str]:

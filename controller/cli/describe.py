@@ -8,6 +8,7 @@ failure's cause survives any number of restarts and log rotations.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,13 @@ EVENTS = 20
 INDENT = "  "
 
 
-def describe(state_dir: Path, name: str, now: datetime | None = None) -> str | None:
+def describe(
+    state_dir: Path,
+    name: str,
+    now: datetime | None = None,
+    remote_log: Callable[[Record], list[str]] | None = None,
+) -> str | None:
+    """``remote_log``: the last lines of an engine whose log lives on another node (Ray)."""
     store = RecordStore(state_dir)
     rec = store.read(name)
     if rec is None:
@@ -38,8 +45,12 @@ def describe(state_dir: Path, name: str, now: datetime | None = None) -> str | N
     out += ["Spec:", *_indent(yaml.safe_dump(redact_spec(rec.spec), sort_keys=False).rstrip())]
     out += ["Events:", *_indent(_events(events, now))]
     log_path = store.log_path(name)
-    out.append(f"Log (last {LOG_LINES} lines of {log_path}):")
-    lines = logfiles.tail_lines(log_path, LOG_LINES)
+    if rec.backend != "local" and remote_log is not None:
+        out.append(f"Log (last {LOG_LINES} lines, on node {rec.node[:8]} {rec.host}):")
+        lines = [line.encode() for line in remote_log(rec)]
+    else:
+        out.append(f"Log (last {LOG_LINES} lines of {log_path}):")
+        lines = logfiles.tail_lines(log_path, LOG_LINES)
     out += [INDENT + line.decode("utf-8", "replace").rstrip("\n") for line in lines] or [
         INDENT + "<none>"
     ]

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import BinaryIO
 from controller.cli.common import config, output_format, preview
 from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import FORMATS, dump
-from controller.core.state import Drain
+from controller.core.state import Drain, Record
 from controller.errors import ConfigError
 from controller.store import logfiles
 from controller.store.node import Config, read_drain
@@ -67,7 +68,8 @@ def _drain_or_none(cfg: Config) -> Drain | None:
 def cmd_describe(args: argparse.Namespace) -> int:
     from controller.cli.describe import describe
 
-    text = describe(config(args).state_dir, args.name)
+    cfg = config(args)
+    text = describe(cfg.state_dir, args.name, remote_log=_remote_tail(cfg))
     if text is None:
         print(f"reconcile: no deployment named {args.name!r}", file=sys.stderr)
         return EXIT_FAIL
@@ -82,7 +84,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.previous and args.follow:
         print("reconcile: --previous cannot be followed (that run is over)", file=sys.stderr)
         return EXIT_USAGE
-    store = RecordStore(config(args).state_dir)
+    cfg = config(args)
+    store = RecordStore(cfg.state_dir)
+    rec = store.read(args.name)
+    if rec is not None and rec.backend != "local":
+        return _remote_logs(args, cfg, rec)
     path = store.log_path(args.name)
     if not logfiles.stream_files(path):
         print(f"reconcile: no log for {args.name!r} at {path} (never started?)", file=sys.stderr)
@@ -101,6 +107,55 @@ def cmd_logs(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `reconcile logs x | head`
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK
+
+
+def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
+    """describe's log lines of an engine on a cluster node, read through its backend."""
+    if cfg.backend == "local":
+        return None
+    from controller.backends.choose import open_backend
+
+    backend = open_backend(cfg)
+
+    def tail(rec: Record) -> list[str]:
+        got = backend.log_since(rec, 0)
+        return [] if got is None else got[0].decode("utf-8", "replace").splitlines()[-20:]
+
+    return tail
+
+
+def _remote_logs(args: argparse.Namespace, cfg: Config, rec: Record) -> int:
+    """`logs` of an engine on a cluster node: its actor reads the file there."""
+    if cfg.backend != rec.backend:
+        print(
+            f"reconcile: {rec.name} runs on the {rec.backend} backend: pass --backend"
+            f" {rec.backend} (and its address), or set RECONCILE_BACKEND",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.previous:
+        print("reconcile: --previous is not kept for engines on a cluster", file=sys.stderr)
+        return EXIT_USAGE
+    from controller.backends.choose import open_backend
+
+    backend = open_backend(cfg)
+    got = backend.log_since(rec, 0)
+    if got is None:
+        print(f"reconcile: no log for {rec.name!r} (its actor is gone)", file=sys.stderr)
+        return EXIT_FAIL
+    data, offset = got
+    lines = data.splitlines(keepends=True)
+    out = sys.stdout.buffer
+    out.write(b"".join(lines[-args.tail :] if args.tail is not None else lines))
+    out.flush()
+    while args.follow and got is not None:
+        time.sleep(0.5)
+        got = backend.log_since(rec, offset)
+        if got is not None:
+            out.write(got[0])
+            out.flush()
+            offset = got[1]
     return EXIT_OK
 
 
