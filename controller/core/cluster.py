@@ -30,8 +30,8 @@ def cluster_refusals(spec: DeploymentSpec, backend: str) -> list[tuple[str, str]
         out.append(
             (
                 "spec.port",
-                "an exact port cannot be promised on a cluster node: use spec.basePort"
-                " (the engine gets the first free port from there on its node)",
+                "an exact port cannot be promised on a node the ray backend chooses: use"
+                " spec.basePort (the engine gets the first free port from there on its node)",
             )
         )
     if spec.devices.count > 0 and spec.devices.kind not in CLUSTER_KINDS:
