@@ -24,11 +24,11 @@ from benchmarks import common
 from benchmarks.common import HERE, Row, engine_startup_ms
 from benchmarks.report import machine, render_table, write_results
 
-SECTIONS = ("startup", "steady", "lock", "watch", "cold")
+SECTIONS = ("startup", "steady", "lock", "watch", "cold", "ray")
 
 
 def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
-    from benchmarks import coldstart, lockbench, startup, steady, watch
+    from benchmarks import coldstart, lockbench, raybench, startup, steady, watch
 
     if quick:
         return {
@@ -37,6 +37,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             "lock": lambda: lockbench.bench(2, 10, 1),
             "watch": lambda: watch.bench(1, engine_startup_ms(2)),
             "cold": lambda: coldstart.bench(1, 1),
+            "ray": lambda: raybench.bench(2, 3),
         }
     return {
         "startup": lambda: startup.bench(30),
