@@ -45,6 +45,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "lock": lambda: lockbench.bench(8, 500, 1),
         "watch": lambda: watch.bench(20, engine_startup_ms(10)),
         "cold": lambda: coldstart.bench(20, 5),
+        "ray": lambda: raybench.bench(20, 9),  # needs pip install -e '.[ray]'
     }
 
 
