@@ -3,6 +3,7 @@
     python -m benchmarks            # the full run (under 10 minutes on 2 cores)
     python -m benchmarks --quick    # tiny N, few trials: checks that it all runs
     python -m benchmarks --only startup,steady
+    python -m benchmarks --only ray     # the ray backend next to the local one (pip: .[ray])
 
 Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
 run also rewrites ``benchmarks/RESULTS.md`` (date, machine, the table).
@@ -25,6 +26,9 @@ from benchmarks.common import HERE, Row, engine_startup_ms
 from benchmarks.report import machine, render_table, write_results
 
 SECTIONS = ("startup", "steady", "lock", "watch", "cold", "ray")
+# Run unless --only says otherwise; "ray" needs `pip install -e '.[ray]'` and starts a local
+# Ray cluster (~2 minutes more): run it with `--only ray`.
+DEFAULT = ("startup", "steady", "lock", "watch", "cold")
 
 
 def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
@@ -52,7 +56,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny N and few trials")
-    parser.add_argument("--only", default=",".join(SECTIONS), help=f"some of {SECTIONS}")
+    parser.add_argument("--only", default=",".join(DEFAULT), help=f"some of {SECTIONS}")
     parser.add_argument("--out", type=Path, default=HERE / "out", help="raw output folder")
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -78,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     print(f"\n{total:.0f} s in all; raw output in {out}", file=sys.stderr)
     (out / "table.md").write_text(table + "\n")
-    if not args.quick and only == list(SECTIONS):
+    if not args.quick and only == list(DEFAULT):
         write_results(HERE / "RESULTS.md", table, total, stamp)
     return 0
 
