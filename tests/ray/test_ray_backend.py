@@ -114,3 +114,19 @@ def test_node_loss_moves_the_deployment(rc: Reconcile, cluster: Any) -> None:
     assert got["m"]["restarts"] >= 1 and answers(got["m"])
     wait_for(lambda: not alive(before["pid"]), timeout=10, what="the old engine gone")
     print(f"node loss -> Ready elsewhere in {took:.1f}s")
+
+
+def test_the_daemon_runs_ray_deployments(rc: Reconcile) -> None:
+    rc.write("w", command=ENGINE, devices=GPU)
+    daemon = rc.popen("--resync", "1s")
+    got = wait_for(
+        lambda: (rc.status().get("w") or {}).get("phase") == "Ready" and rc.status(),
+        timeout=90,
+        what="w Ready under the daemon",
+    )
+    assert got["w"]["backend"] == "ray" and answers(got["w"])
+    (rc.manifests / "w.yaml").unlink()
+    wait_for(lambda: "w" not in rc.status(), timeout=60, what="w stopped by the daemon")
+    wait_for(lambda: not ours(), timeout=30, what="w's actor gone")
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0
