@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from controller.core.inventory import Inventory
 from controller.core.render import Rendered
 from controller.core.specs import DeploymentSpec, Entry
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
@@ -52,6 +53,13 @@ class ExitStatus:
 
 class Backend(Protocol):
     name: str  # "local" or "ray": written into records and shown by status
+    # How many launches a pass may run at once: a cluster's (placing an actor, starting its
+    # worker) take seconds each; a local spawn is a fork and exec.
+    launch_concurrency: int
+
+    def devices(self) -> Inventory | None:
+        """The devices as they are now (a cluster's nodes come and go); None: configured."""
+        ...
 
     def launch(self, launch: Launch) -> Instance:
         """Start the instance; where it runs (a cluster may choose node, port, devices)."""

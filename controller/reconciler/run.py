@@ -97,6 +97,9 @@ class Preview:
         )
 
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
+        live = self.backend.devices()
+        if live is not None:  # a cluster: plan against the nodes that are there now
+            self.inventory = live
         snapshot = self.store.load()
         observed = observe(
             snapshot, self.backend, drain=read_drain(self.config.state_dir), probe=probe
@@ -148,6 +151,11 @@ class Reconciler(Preview):
         )
         # Called after every pass with its result and how long it held the pass lock.
         self.after_pass = list(after_pass)
+
+    def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
+        seen = super().observe(probe=probe)
+        self.records.inventory = self.inventory  # moved with a cluster's nodes (Preview.observe)
+        return seen
 
     # -- a pass ---------------------------------------------------------------------------
 
@@ -219,10 +227,16 @@ class Reconciler(Preview):
 
     def _start(self, starts: Sequence[Start], observed: Observed, result: PassResult) -> bool:
         reserved = self._reserve(starts, observed)
-        for start, record in reserved:
+        for start, _ in reserved:
             _note(result, start)
-            if record.phase is Phase.RESERVED:
-                self.executor.spawn(record, start.entry)
+        spawns = [(r, s.entry) for s, r in reserved if r.phase is Phase.RESERVED]
+        workers = min(self.backend.launch_concurrency, len(spawns))
+        if workers <= 1:
+            for record, entry in spawns:
+                self.executor.spawn(record, entry)
+        else:  # each launch touches only its own record, log and journal
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(lambda pair: self.executor.spawn(*pair), spawns))
         return bool(reserved)
 
     def _reserve(self, starts: Sequence[Start], observed: Observed) -> list[tuple[Start, Record]]:

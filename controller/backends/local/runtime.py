@@ -26,6 +26,7 @@ from controller.backends.base import ExitStatus, Launch, engine_env
 from controller.backends.local import procstat
 from controller.backends.local.devices import wait_gpu_release
 from controller.backends.local.procscan import EnvironScan
+from controller.core.inventory import Inventory
 from controller.core.specs import DeploymentSpec
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import SpawnError
@@ -63,6 +64,10 @@ def _ref(pid: int, st: procstat.Stat) -> ProcessRef:
 
 class LocalBackend:
     name = "local"
+    launch_concurrency = 1  # a fork and exec: nothing to overlap
+
+    def devices(self) -> Inventory | None:
+        return None  # this node's inventory, resolved once from flags or discovery
 
     def __init__(self, state_dir: Path, node: str) -> None:
         self.store = RecordStore(state_dir)  # where the engines' log files live

@@ -19,6 +19,7 @@ from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 from controller.backends.base import ExitStatus, Launch
 from controller.backends.ray import cluster, naming
 from controller.backends.ray.actor import EngineHost, HostStatus, Job
+from controller.core.inventory import Inventory
 from controller.core.specs import DeploymentSpec
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import SpawnError, Unplaceable
@@ -46,6 +47,7 @@ class Seen:
 
 class RayBackend:
     name = "ray"
+    launch_concurrency = 16  # each launch waits seconds for Ray to place and start a worker
 
     def __init__(self, address: str, state_dir: str, owner: str) -> None:
         cluster.connect(address)
@@ -58,6 +60,10 @@ class RayBackend:
         self._by_ref: dict[tuple[int, float], Seen] = {}
 
     # -- placement -----------------------------------------------------------------------
+
+    def devices(self) -> Inventory | None:
+        """The live nodes' GPUs, read at every pass: nodes join and leave a cluster."""
+        return cluster.inventory()
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         return cluster.unfit(spec.devices.count)
