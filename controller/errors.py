@@ -21,6 +21,8 @@ from __future__ import annotations
 class ReconcileError(Exception):
     """Base of every error this package raises on purpose."""
 
+    retryable = False  # True: the same call may succeed later (kopf's TemporaryError)
+
 
 class ConfigError(ReconcileError, ValueError):
     """A flag, environment variable or node setting is wrong."""
@@ -33,6 +35,8 @@ class RecordError(ReconcileError, ValueError):
 class LockTimeout(ReconcileError, TimeoutError):
     """A lock was not acquired in time; the holder is named in the message."""
 
+    retryable = True
+
 
 class SpawnError(ReconcileError, OSError):
     """The engine could not be exec'd (missing program, permissions)."""
@@ -41,9 +45,13 @@ class SpawnError(ReconcileError, OSError):
 class Unplaceable(SpawnError):
     """The cluster cannot place the engine now; the message names what is missing."""
 
+    retryable = True
+
 
 class BackendUnavailable(ReconcileError, ConnectionError):
     """The backend's cluster cannot be reached; nothing was changed, a retry may help."""
+
+    retryable = True
 
 
 class RecipeError(ReconcileError, ValueError):

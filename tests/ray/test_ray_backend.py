@@ -59,6 +59,16 @@ def test_deployments_land_on_distinct_gpus_then_crash_pending_and_removal(rc: Re
     assert all(len(i["node"]) == 56 for i in items.values()), "the full Ray node id"
     table = rc("status", check=0).out
     assert items["a"]["node"][:8] in table
+    assert rc("plan", check=0).code == 0  # in sync, seen through Ray
+
+    # An actor of ours with no record (a record lost by hand) is reaped like a marker process.
+    b_pid = items["b"]["pid"]
+    rc.record_path("b").unlink()
+    rc.once(check=0)
+    wait_for(lambda: not alive(b_pid), timeout=15, what="b's orphaned engine gone")
+    assert len([x for x in ours() if x["name"].startswith("b.")]) == 1, "only the new b"
+    once_until(rc, "a new b Ready", lambda s: s["b"]["phase"] == "Ready")
+    assert any(e["action"] == "reap" for e in rc.events("b")), rc.events("b")
 
     # A 4th does not fit: Pending, saying what is missing; nothing hangs.
     rc.write("d", command=ENGINE, devices=GPU)
