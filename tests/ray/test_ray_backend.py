@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from procs import alive, wait_for
-from rayhelp import ours, ray_engines
+from rayhelp import ours, ray, ray_engines
 
 GPU = {"count": 1, "kind": "nvidia"}
 ENGINE = [sys.executable, "-m", "controller.demo.engine", "--port", "{port}", "--host", "{host}"]
@@ -88,6 +88,19 @@ def test_deployments_land_on_distinct_gpus_then_crash_pending_and_removal(rc: Re
         lambda s: s["a"]["phase"] == "Ready" and s["a"]["pid"] != old,
     )
     assert got["a"]["restarts"] >= 1 and answers(got["a"])
+
+    # An actor killed outright takes its engine with it (PDEATHSIG); the next passes start
+    # a new instance (a new actor) and count the restart.
+    a_now = rc.status()["a"]
+    (actor,) = [x for x in ours() if x["name"].startswith("a.")]
+    ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
+    wait_for(lambda: not alive(a_now["pid"]), timeout=15, what="a's engine dies with its actor")
+    got = once_until(
+        rc,
+        "a back in a new actor",
+        lambda s: s["a"]["phase"] == "Ready" and s["a"]["pid"] != a_now["pid"],
+    )
+    assert got["a"]["restarts"] > a_now["restarts"] and answers(got["a"])
 
     # logs and describe read through the actor
     assert "demo engine" in rc("logs", "a", check=0).out
