@@ -4,6 +4,7 @@
     python -m benchmarks --quick    # tiny N, few trials: checks that it all runs
     python -m benchmarks --only startup,steady
     python -m benchmarks --only placement   # memory packing and plan time (pure, ~1 min)
+    python -m benchmarks --only ray     # the ray backend next to the local one (pip: .[ray])
 
 Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
 run also rewrites ``benchmarks/RESULTS.md`` (date, machine, the table).
@@ -25,11 +26,23 @@ from benchmarks import common
 from benchmarks.common import HERE, Row, engine_startup_ms
 from benchmarks.report import machine, render_table, write_results
 
-SECTIONS = ("startup", "steady", "lock", "watch", "cold", "placement", "verbs")
+SECTIONS = ("startup", "steady", "lock", "watch", "cold", "placement", "verbs", "ray")
+# Run unless --only says otherwise; "ray" needs `pip install -e '.[ray]'` and starts a local
+# Ray cluster (~2 minutes more): run it with `--only ray`.
+DEFAULT = ("startup", "steady", "lock", "watch", "cold", "placement", "verbs")
 
 
 def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
-    from benchmarks import coldstart, lockbench, placement, readverbs, startup, steady, watch
+    from benchmarks import (
+        coldstart,
+        lockbench,
+        placement,
+        raybench,
+        readverbs,
+        startup,
+        steady,
+        watch,
+    )
 
     if quick:
         return {
@@ -40,6 +53,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             "cold": lambda: coldstart.bench(1, 1),
             "placement": lambda: placement.bench(100, trials=1, orders=5),
             "verbs": lambda: readverbs.bench(2),
+            "ray": lambda: raybench.bench(2, 3),
         }
     return {
         "startup": lambda: startup.bench(30),
@@ -49,13 +63,14 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "cold": lambda: coldstart.bench(20, 5),
         "placement": lambda: placement.bench(1000),
         "verbs": lambda: readverbs.bench(15),
+        "ray": lambda: raybench.bench(20, 9),  # needs pip install -e '.[ray]'
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny N and few trials")
-    parser.add_argument("--only", default=",".join(SECTIONS), help=f"some of {SECTIONS}")
+    parser.add_argument("--only", default=",".join(DEFAULT), help=f"some of {SECTIONS}")
     parser.add_argument("--out", type=Path, default=HERE / "out", help="raw output folder")
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -81,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     print(f"\n{total:.0f} s in all; raw output in {out}", file=sys.stderr)
     (out / "table.md").write_text(table + "\n")
-    if not args.quick and only == list(SECTIONS):
+    if not args.quick and only == list(DEFAULT):
         write_results(HERE / "RESULTS.md", table, total, stamp)
     return 0
 

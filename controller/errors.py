@@ -6,7 +6,9 @@ ReconcileError
 ├── RecipeError(ValueError)        the spec lacks what its engine needs (a model...)
 ├── InsecureManifest(OSError)      a manifest root must not trust (as root)
 ├── LockTimeout(TimeoutError)      another pass holds a lock (the holder is named)
+├── BackendUnavailable(ConnectionError)  the cluster backend cannot be reached (retry may help)
 └── SpawnError(OSError)            the engine could not be exec'd
+    └── Unplaceable                the cluster has no room for it now (the record goes Pending)
 
 An invalid manifest, a placement that cannot be made and a failing probe are not
 errors but values (``manifests.ManifestError``, ``placement.Unplaced``,
@@ -34,6 +36,14 @@ class LockTimeout(ReconcileError, TimeoutError):
 
 class SpawnError(ReconcileError, OSError):
     """The engine could not be exec'd (missing program, permissions)."""
+
+
+class Unplaceable(SpawnError):
+    """The cluster cannot place the engine now; the message names what is missing."""
+
+
+class BackendUnavailable(ReconcileError, ConnectionError):
+    """The backend's cluster cannot be reached; nothing was changed, a retry may help."""
 
 
 class RecipeError(ReconcileError, ValueError):

@@ -8,12 +8,39 @@ it). A backend runs one engine instance per record and answers for it by
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from controller.core.state import MarkedProcess, ProcessRef, Record
+from controller.core.inventory import Inventory
+from controller.core.render import Rendered
+from controller.core.specs import DeploymentSpec, Entry
+from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
+
+# Inherited variables an engine must never see: they would undo the device fence
+# or make it look like another instance.
+SCRUBBED = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def engine_env(rendered: Mapping[str, str]) -> dict[str, str]:
+    """The environment an engine runs with: ours, scrubbed, then the rendered one on top."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("RECONCILE_") and k not in SCRUBBED
+    }
+    env.update(rendered)
+    return env
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """Everything a backend needs to start one instance of a reservation."""
+
+    entry: Entry
+    record: Record  # the reservation: name, nonce, devices, port, extra ports
+    rendered: Rendered  # rendered for the reservation's devices and port
+    log_path: Path  # on this host; a cluster backend keeps the log on the engine's node
 
 
 @dataclass(frozen=True)
@@ -26,17 +53,28 @@ class ExitStatus:
 
 class Backend(Protocol):
     name: str  # "local" or "ray": written into records and shown by status
+    # How many launches a pass may run at once: a cluster's (placing an actor, starting its
+    # worker) take seconds each; a local spawn is a fork and exec.
+    launch_concurrency: int
 
-    def spawn(
-        self,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        *,
-        name: str,
-        nonce: str,
-        log_path: Path,
-    ) -> ProcessRef:
-        """Start one engine instance carrying the marker ``<node>/<name>/<nonce>``."""
+    def devices(self) -> Inventory | None:
+        """The devices as they are now (a cluster's nodes come and go); None: configured."""
+        ...
+
+    def launch(self, launch: Launch) -> Instance:
+        """Start the instance; where it runs (a cluster may choose node, port, devices)."""
+        ...
+
+    def refresh(self, records: Iterable[Record]) -> None:
+        """Look at every record's instance at once, before a pass judges them (batched)."""
+        ...
+
+    def instance_of(self, rec: Record) -> Instance | None:
+        """Where the backend runs ``rec``'s instance now, if it places engines itself."""
+        ...
+
+    def unplaceable(self, spec: DeploymentSpec) -> str | None:
+        """Why the backend cannot place ``spec`` now (a cluster short of GPUs), else None."""
         ...
 
     def alive(self, ref: ProcessRef | None) -> bool:
@@ -65,6 +103,10 @@ class Backend(Protocol):
 
     def port_bindable(self, port: int) -> bool:
         """A bind probe: False when a socket (maybe not yet listening) holds the port."""
+        ...
+
+    def log_since(self, rec: Record, offset: int) -> tuple[bytes, int] | None:
+        """The engine's log from byte ``offset`` and the next offset (None: no log found)."""
         ...
 
     def log_tail(self, name: str, count: int) -> list[str]:

@@ -1,7 +1,8 @@
 """Which backend and which device inventory a configuration asks for.
 
 The only place that names a concrete backend: the CLI and the daemon call it and
-hand the result to the reconciler, which sees only the ``Backend`` protocol.
+hand the result to the reconciler, which sees only the ``Backend`` protocol. The
+ray backend (and ``ray`` itself) is imported only when it is chosen.
 """
 
 from __future__ import annotations
@@ -12,12 +13,25 @@ from controller.store.node import Config
 
 
 def open_backend(config: Config) -> Backend:
+    if config.backend == "ray":
+        from controller.backends.ray.backend import RayBackend
+
+        assert config.ray_address is not None  # resolve() insists
+        state = str(config.state_dir.resolve())
+        return RayBackend(config.ray_address, state, config.owner)
     from controller.backends.local.runtime import LocalBackend
 
     return LocalBackend(config.state_dir, config.node)
 
 
 def inventory_for(config: Config) -> Inventory:
+    """The devices engines may use: this node's, or (ray) every live node's GPUs."""
+    if config.backend == "ray":
+        from controller.backends.ray import cluster
+
+        assert config.ray_address is not None
+        cluster.connect(config.ray_address)
+        return cluster.inventory()
     from controller.backends.local import devices
 
     return devices.resolve(config.devices)

@@ -90,7 +90,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from controller.store.manifests import load
 
     cfg = config(args)
-    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests)
+    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend)
     _print_errors(list(loaded.errors))
     for folder in loaded.missing_folders:
         print(f"warning: manifests folder {folder} does not exist", file=sys.stderr)

@@ -28,6 +28,8 @@ def config(args: argparse.Namespace) -> Config:
         node_config=getattr(args, "node_config", None),
         metrics_file=getattr(args, "metrics_file", None),
         metrics_port=metrics_listen(args)[1] if getattr(args, "metrics_port", None) else None,
+        backend=getattr(args, "backend", None),
+        ray_address=getattr(args, "ray_address", None),
     )
 
 

@@ -32,8 +32,12 @@ def describe(
     name: str,
     now: datetime | None = None,
     selector: Callable[[Record], bool] = lambda _: True,
+    remote_log: Callable[[Record], list[str]] | None = None,
 ) -> str | None:
-    """None when there is no such record, or the selector leaves it out."""
+    """None when there is no such record, or the selector leaves it out.
+
+    ``remote_log``: the last lines of an engine whose log lives on another node (Ray).
+    """
     store = RecordStore(state_dir)
     rec = store.read(name)
     if rec is None or not selector(rec):
@@ -45,8 +49,12 @@ def describe(
     out += ["Spec:", *_indent(yaml.safe_dump(redact_spec(rec.spec), sort_keys=False).rstrip())]
     out += ["Events:", *_indent(_events(events, now))]
     log_path = store.log_path(name)
-    out.append(f"Log (last {LOG_LINES} lines of {log_path}):")
-    lines = logfiles.tail_lines(log_path, LOG_LINES)
+    if rec.backend != "local" and remote_log is not None:
+        out.append(f"Log (last {LOG_LINES} lines, on node {rec.node[:8]} {rec.host}):")
+        lines = [line.encode() for line in remote_log(rec)]
+    else:
+        out.append(f"Log (last {LOG_LINES} lines of {log_path}):")
+        lines = logfiles.tail_lines(log_path, LOG_LINES)
     out += [INDENT + line.decode("utf-8", "replace").rstrip("\n") for line in lines] or [
         INDENT + "<none>"
     ]

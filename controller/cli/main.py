@@ -62,6 +62,19 @@ def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")
         help="node config file ($RECONCILE_NODE_CONFIG; default <state-dir>/node.yaml)",
     )
     p.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default=d,
+        help="where engines run: local (this node) or ray ($RECONCILE_BACKEND; default local)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        default=d,
+        help="Ray cluster (head) address, needed with --backend ray"
+        " ($RECONCILE_RAY_ADDRESS, then $RAY_ADDRESS)",
+    )
+    p.add_argument(
         "-o",
         "--output",
         metavar="FORMAT",
@@ -266,20 +279,32 @@ def _check_devices(parser: Parser, args: argparse.Namespace) -> None:
         parser.error(f"{'--devices' if flag is not None else 'RECONCILE_DEVICES'}: {exc}")
 
 
+def _check_backend(parser: Parser, args: argparse.Namespace) -> None:
+    """A bad backend, or ray without an address, is a usage error (64) naming the flag."""
+    from controller.errors import ConfigError
+    from controller.store.node import resolve_backend
+
+    try:
+        resolve_backend(getattr(args, "backend", None), getattr(args, "ray_address", None))
+    except ConfigError as exc:
+        parser.error(str(exc))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     _check_durations(parser, args)
     _check_devices(parser, args)
     _check_output(parser, args)
+    _check_backend(parser, args)
     from controller import logsetup as logs
     from controller.cli.verbs import dispatch
-    from controller.errors import ConfigError, LockTimeout, RecordError
+    from controller.errors import BackendUnavailable, ConfigError, LockTimeout, RecordError
 
     logs.configure(-1 if args.quiet else args.verbose, colour=not args.no_color)
     try:
         return dispatch(args)
-    except (ConfigError, LockTimeout, RecordError) as exc:
+    except (ConfigError, LockTimeout, RecordError, BackendUnavailable) as exc:
         print(f"reconcile: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import BinaryIO
 from controller.cli.common import config, output_format, preview, selected
 from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import FORMATS, dump
-from controller.core.state import Drain
+from controller.core.state import Drain, Record
 from controller.errors import ConfigError
 from controller.store import logfiles
 from controller.store.node import Config, read_drain
@@ -73,9 +74,13 @@ def cmd_describe(args: argparse.Namespace) -> int:
     if args.name is None and not args.selector:
         print("reconcile: describe needs a NAME or -l KEY=VALUE", file=sys.stderr)
         return EXIT_USAGE
-    state_dir = config(args).state_dir
+    cfg = config(args)
+    state_dir, remote = cfg.state_dir, _remote_tail(cfg)
     names = [args.name] if args.name else sorted(RecordStore(state_dir).load().records)
-    texts = [describe(state_dir, n, selector=lambda r: selected(r.labels, args)) for n in names]
+    texts = [
+        describe(state_dir, n, selector=lambda r: selected(r.labels, args), remote_log=remote)
+        for n in names
+    ]
     found = [t for t in texts if t is not None]
     if not found:
         which = f"named {args.name!r}" if args.name else "matches the selector"
@@ -92,7 +97,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.previous and args.follow:
         print("reconcile: --previous cannot be followed (that run is over)", file=sys.stderr)
         return EXIT_USAGE
-    store = RecordStore(config(args).state_dir)
+    cfg = config(args)
+    store = RecordStore(cfg.state_dir)
+    rec = store.read(args.name)
+    if rec is not None and rec.backend != "local":
+        return _remote_logs(args, cfg, rec)
     path = store.log_path(args.name)
     if not logfiles.stream_files(path):
         print(f"reconcile: no log for {args.name!r} at {path} (never started?)", file=sys.stderr)
@@ -111,6 +120,55 @@ def cmd_logs(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `reconcile logs x | head`
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK
+
+
+def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
+    """describe's log lines of an engine on a cluster node, read through its backend."""
+    if cfg.backend == "local":
+        return None
+    from controller.backends.choose import open_backend
+
+    backend = open_backend(cfg)
+
+    def tail(rec: Record) -> list[str]:
+        got = backend.log_since(rec, 0)
+        return [] if got is None else got[0].decode("utf-8", "replace").splitlines()[-20:]
+
+    return tail
+
+
+def _remote_logs(args: argparse.Namespace, cfg: Config, rec: Record) -> int:
+    """`logs` of an engine on a cluster node: its actor reads the file there."""
+    if cfg.backend != rec.backend:
+        print(
+            f"reconcile: {rec.name} runs on the {rec.backend} backend: pass --backend"
+            f" {rec.backend} (and its address), or set RECONCILE_BACKEND",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.previous:
+        print("reconcile: --previous is not kept for engines on a cluster", file=sys.stderr)
+        return EXIT_USAGE
+    from controller.backends.choose import open_backend
+
+    backend = open_backend(cfg)
+    got = backend.log_since(rec, 0)
+    if got is None:
+        print(f"reconcile: no log for {rec.name!r} (its actor is gone)", file=sys.stderr)
+        return EXIT_FAIL
+    data, offset = got
+    lines = data.splitlines(keepends=True)
+    out = sys.stdout.buffer
+    out.write(b"".join(lines[-args.tail :] if args.tail is not None else lines))
+    out.flush()
+    while args.follow and got is not None:
+        time.sleep(0.5)
+        got = backend.log_since(rec, offset)
+        if got is not None:
+            out.write(got[0])
+            out.flush()
+            offset = got[1]
     return EXIT_OK
 
 
@@ -150,7 +208,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args)
-    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests)
+    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend)
     view = preview(cfg)
     observed, problems = view.observe()
     desired = view.desired(loaded)

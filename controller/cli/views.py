@@ -68,6 +68,7 @@ def status_item(rec: Record) -> dict[str, Any]:
         "message": rec.message,
         "engine": rec.engine,
         "node": rec.node,
+        "backend": rec.backend,
         "owner": rec.owner,
         "source": rec.source,
         "revision": rec.revision,
@@ -98,6 +99,11 @@ def _devices(rec: Record) -> str:
     return ",".join(d.partition(":")[2] or d for d in rec.devices) or "-"
 
 
+def _node(rec: Record) -> str:
+    """A Ray node id is 56 hex digits: its first 8 name it (`-o json` has all of it)."""
+    return rec.node[:8] if rec.backend == "ray" else rec.node
+
+
 def _restarts(rec: Record, now: datetime) -> str:
     if rec.restarts and rec.last_exit is not None:
         return f"{rec.restarts} ({age(rec.last_exit.at, now)} ago)"
@@ -120,7 +126,7 @@ def status_table(records: Iterable[Record], now: datetime | None = None, wide: b
         row = [
             rec.name,
             rec.engine,
-            rec.node,
+            _node(rec),
             _devices(rec),
             str(rec.port) if rec.port else "-",
             _phase(rec),

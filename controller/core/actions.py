@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import ClassVar
 
 from controller.core.specs import Entry
-from controller.core.state import ExitInfo, MarkedProcess, Phase, ProcessRef
+from controller.core.state import ExitInfo, Instance, MarkedProcess, Phase, ProcessRef
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +117,16 @@ class Adopt(Action):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Resync(Action):
+    """The backend moved or restarted the engine on its own (Ray after a node loss or a
+    crash): write where it runs now; a new engine counts a restart and is probed again."""
+
+    verb = "resync"
+    instance: Instance
+    restarted: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class Release(Action):
     """Drop a record that holds no process (dead reservation, removed Pending, ...)."""
 
@@ -174,6 +184,7 @@ AnyAction = (
     | Fail
     | MarkReady
     | Adopt
+    | Resync
     | Release
     | Reap
     | Hold

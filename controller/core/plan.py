@@ -28,6 +28,7 @@ from controller.core.actions import (
     Release,
     Replace,
     Restart,
+    Resync,
     Start,
     Stop,
     Update,
@@ -52,6 +53,7 @@ ORDER: tuple[type[Action], ...] = (
     Reap,
     Release,
     Adopt,
+    Resync,
     Replace,
     Stop,
     Preempt,
@@ -249,6 +251,8 @@ class _Planner:
             self.wanted.append((entry, "retrying placement"))
         elif rec.phase in (Phase.FAILED, Phase.SUCCEEDED):
             return  # terminal until the spec changes
+        elif view.alive and _moved(view):
+            yield _resync(view)
         elif view.alive:
             yield from self._running(view)
         elif rec.phase is Phase.BACKOFF:
@@ -559,6 +563,33 @@ def _frees(action: AnyAction) -> bool:
     if isinstance(action, Fail):
         return not action.phase.holds_resources
     return isinstance(action, Stop | Release | Park)
+
+
+def _moved(view: RecordView) -> bool:
+    """The backend reports the instance elsewhere (node, host, port, devices, engine)."""
+    now, rec = view.instance, view.record
+    if now is None:
+        return False
+    if now.ref is None:  # being brought (back) up: say so once
+        return rec.phase is not Phase.STARTING or rec.message != now.message
+    where = (rec.node, rec.host, rec.port, rec.devices)
+    return where != (now.node, now.host, now.port, now.devices) or rec.ref != now.ref
+
+
+def _resync(view: RecordView) -> Resync:
+    now, rec = view.instance, view.record
+    assert now is not None
+    # Counted when the new engine shows up; while it comes back the record keeps the old ref.
+    restarted = rec.ref is not None and now.ref is not None and now.ref != rec.ref
+    if now.ref is None:
+        reason = now.message or "the backend is restarting the engine"
+    elif rec.node != now.node:
+        reason = f"the backend moved it to node {now.node[:12]} ({now.host}:{now.port})"
+    elif restarted:
+        reason = f"the backend restarted the engine (pid {now.ref.pid})"
+    else:
+        reason = f"the engine runs at {now.host}:{now.port}"
+    return Resync(name=rec.name, reason=reason, instance=now, restarted=restarted)
 
 
 def _engine_state(view: RecordView) -> str:

@@ -98,8 +98,8 @@ class Record(Value):
     spec_hash: str = ""
     spec: dict[str, Any] = field(default_factory=dict)
     spec_valid: bool = True
-    node: str
-    backend: str = "local"  # where the engine runs: "local" (a process on `node`) or "ray"
+    node: str  # local: the node name; ray: the Ray node id (full hex)
+    backend: str = "local"  # "local" or "ray": which backend judges this record
     engine: str = ""
     nonce: str | None = None
     ref: ProcessRef | None = None
@@ -163,6 +163,23 @@ class MarkedProcess:
 
 
 @dataclass(frozen=True)
+class Instance:
+    """Where a backend that places engines itself (Ray) says an instance runs now.
+
+    The planner compares it with the record, as opaque values: a difference means the
+    backend moved or restarted the engine on its own, and the record must say so.
+    ``ref`` is None while the backend is bringing the engine (back) up.
+    """
+
+    ref: ProcessRef | None
+    node: str
+    host: str
+    port: int | None
+    devices: tuple[str, ...]
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class RecordView:
     """A record plus what this pass saw of its processes."""
 
@@ -172,6 +189,7 @@ class RecordView:
     exit: ExitInfo | None = None  # how the engine ended, when it was our child
     probe: ProbeResult | None = None
     markers: tuple[MarkedProcess, ...] = ()  # live processes carrying this record's nonce
+    instance: Instance | None = None  # what a placing backend reports (None: local)
 
 
 @dataclass(frozen=True)

@@ -249,7 +249,14 @@ class Daemon:
         self._report(result)
         self.timers.after("resync", self.resync, "resync")
         self._arm_records(result.ours())
-        self.exits.sync({r.name: r.ref for r in result.ours() if r.ref and r.phase in WATCHED})
+        # pidfds watch local engines only: a cluster engine's pid is on another machine (its
+        # actor restarts it there; the resync timer's pass records what happened).
+        watched = {
+            r.name: r.ref
+            for r in result.ours()
+            if r.ref and r.phase in WATCHED and r.backend == "local"
+        }
+        self.exits.sync(watched)
         self._arm_liveness()
         ready = sum(r.phase is Phase.READY for r in result.ours())
         status = f"STATUS=pass {self.passes}: {ready}/{len(result.ours())} ready"

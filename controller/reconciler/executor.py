@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, assert_never
 
 from controller import failpoints
-from controller.backends.base import Backend
+from controller.backends.base import Backend, Launch
 from controller.core.actions import (
     Adopt,
     AnyAction,
@@ -30,15 +30,15 @@ from controller.core.actions import (
     Reject,
     Release,
     Restart,
+    Resync,
     Start,
     Stop,
     Update,
 )
 from controller.core.plan import backoff
-from controller.core.render import Rendered
 from controller.core.specs import Entry, spec_document
 from controller.core.state import Phase, Record
-from controller.errors import SpawnError
+from controller.errors import SpawnError, Unplaceable
 from controller.logsetup import get_logger
 from controller.reconciler.leases import RecordMaker
 from controller.reconciler.memwait import MemoryGate
@@ -48,10 +48,6 @@ from controller.store.events import Journal
 from controller.store.records import RecordStore
 
 log = get_logger("reconcile")
-
-# Inherited variables an engine must never see: they would undo the device fence
-# or make it look like another instance.
-SCRUBBED = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 
 @dataclass(kw_only=True)
@@ -93,6 +89,8 @@ class Executor:
                 return self._markready(action)
             case Adopt():
                 return self._adopt(action)
+            case Resync():
+                return self._resync(action)
             case Release():
                 return self._release(action)
             case Reap():
@@ -140,14 +138,13 @@ class Executor:
         if short is not None:
             return self._no_memory(record, entry, verb, short)
         failpoints.hit("executor.spawn.before_exec")
+        launch = Launch(entry=entry, record=record, rendered=rendered, log_path=log_path)
         try:
-            ref = self.backend.spawn(
-                rendered.argv,
-                _engine_env(rendered),
-                name=entry.name,
-                nonce=record.nonce,
-                log_path=log_path,
-            )
+            where = self.backend.launch(launch)
+        except Unplaceable as exc:  # the cluster has no room now: Pending, nothing held
+            self.store.write(self.records.pending(entry, str(exc)))
+            self.event(entry.name, verb, "placement", "pending", error=str(exc))
+            return True
         except SpawnError as exc:
             delay = backoff(max(record.restarts, 1))
             failed = record.model_copy(
@@ -162,9 +159,15 @@ class Executor:
             return True
         failpoints.hit("executor.spawn.before_record")
         now = self.now()
+        ref = where.ref
+        assert ref is not None
         started = record.model_copy(
             update={
                 "ref": ref,
+                "node": where.node,
+                "host": where.host,
+                "port": where.port,
+                "devices": where.devices,
                 "phase": Phase.STARTING,
                 "started_at": now,
                 "ready_deadline_at": now + timedelta(seconds=rendered.deadline_seconds),
@@ -173,10 +176,11 @@ class Executor:
         )
         self.store.write(started)
         failpoints.hit("executor.spawn.after_record")
-        devices = ",".join(record.devices) or "none"
-        self.event(
-            entry.name, verb, f"devices {devices} port {record.port}", f"spawned pid {ref.pid}"
-        )
+        devices = ",".join(where.devices) or "none"
+        place = f"devices {devices} port {where.port}"
+        if self.backend.name != "local":
+            place = f"node {where.node[:12]} ({where.host}) {place}"
+        self.event(entry.name, verb, place, f"spawned pid {ref.pid}")
         return True
 
     def _no_memory(self, record: Record, entry: Entry, verb: str, why: str) -> bool:
@@ -370,6 +374,32 @@ class Executor:
         self.event(action.name, action.verb, action.reason, f"adopted pid {action.ref.pid}")
         return True
 
+    def _resync(self, action: Resync) -> bool:
+        """Write where the backend runs the instance now; a new engine is probed again."""
+        rec = self.store.read(action.name)
+        if rec is None:
+            return False
+        now, at = action.instance, self.now()
+        update: dict[str, Any] = {
+            "node": now.node,
+            "host": now.host,
+            "port": now.port,
+            "devices": now.devices,
+            "message": now.message,
+        }
+        if now.ref is None or action.restarted:
+            update.update(phase=Phase.STARTING, ready_at=None)
+        if now.ref is not None:
+            update["ref"] = now.ref
+        if action.restarted:
+            window = _deadline_window(rec)
+            update.update(restarts=rec.restarts + 1, started_at=at)
+            update["ready_deadline_at"] = at + window if window is not None else None
+        self.store.write(rec.model_copy(update=update))
+        restarts = update.get("restarts", rec.restarts)
+        self.event(action.name, action.verb, action.reason, f"restarts {restarts}")
+        return True
+
     def _release(self, action: Release) -> bool:
         self.backend.sweep(action.nonce)
         failpoints.hit("executor.release.before_delete")
@@ -412,9 +442,8 @@ def _same_pending(a: Record, b: Record) -> bool:
     return all(getattr(a, k) == getattr(b, k) for k in keys)
 
 
-def _engine_env(rendered: Rendered) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("RECONCILE_") and k not in SCRUBBED
-    }
-    env.update(rendered.env)
-    return env
+def _deadline_window(rec: Record) -> timedelta | None:
+    """The readiness window the record was given (deadline - start), for a new engine."""
+    if rec.ready_deadline_at is None or rec.started_at is None:
+        return None
+    return rec.ready_deadline_at - rec.started_at

@@ -25,6 +25,7 @@ class RecordMaker:
     node: str
     me: ProcessRef  # the reservations' maker: this process
     revision: str | None = None  # the manifests' git commit, when they are in a work tree
+    backend: str = "local"  # the backend that judges the records made here
 
     def now(self) -> datetime:
         return datetime.now(UTC)
@@ -49,6 +50,7 @@ class RecordMaker:
             spec_hash=entry.hash,
             spec=spec_document(entry.deployment.spec),
             node=self.node,
+            backend=self.backend,
             engine=entry.deployment.spec.engine,
             nonce=secrets.token_hex(8),
             reserved_by=self.me,
@@ -80,6 +82,7 @@ class RecordMaker:
             spec_hash=entry.hash,
             spec=spec_document(entry.deployment.spec),
             node=self.node,
+            backend=self.backend,
             engine=entry.deployment.spec.engine,
             restart_policy=entry.deployment.spec.restart_policy,
             priority=entry.deployment.spec.priority,
@@ -115,6 +118,7 @@ class RecordMaker:
             name=name,
             owner=self.owner,
             node=self.node,
+            backend=self.backend,
             phase=Phase.PENDING,
             spec_valid=False,
             message=reason,

@@ -30,6 +30,7 @@ def observe(
     probe: bool = True,
     node: str | None = None,
 ) -> Observed:
+    backend.refresh(snapshot.records.values())  # one batched look (a cluster: one round trip)
     markers = backend.scan()
     by_nonce: dict[str, list[MarkedProcess]] = {}
     for marked in markers:  # indexed once: a per-record filter of every marker is N^2
@@ -88,6 +89,7 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
         maker_alive=rec.ref is None and process_alive(rec.reserved_by),  # a local process
         exit=exit_info,
         markers=tuple(by_nonce.get(rec.nonce, ())) if rec.nonce else (),
+        instance=backend.instance_of(rec) if alive else None,
     )
 
 

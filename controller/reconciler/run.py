@@ -117,6 +117,9 @@ class Preview:
         )
 
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
+        live = self.backend.devices()
+        if live is not None:  # a cluster: plan against the nodes that are there now
+            self.inventory = live
         snapshot = self.store.load()
         observed = observe(
             snapshot,
@@ -160,6 +163,7 @@ class Reconciler(Preview):
             owner=config.owner,
             node=config.node,
             me=identity_of_self(),
+            backend=backend.name,
         )
         self.executor = Executor(
             store=self.store,
@@ -173,6 +177,11 @@ class Reconciler(Preview):
         # Called after every pass with its result and how long it held the pass lock.
         self.after_pass = list(after_pass)
 
+    def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
+        seen = super().observe(probe=probe)
+        self.records.inventory = self.inventory  # moved with a cluster's nodes (Preview.observe)
+        return seen
+
     # -- a pass ---------------------------------------------------------------------------
 
     def run_pass(self, *, lock_timeout: float | None = None) -> PassResult:
@@ -183,7 +192,11 @@ class Reconciler(Preview):
             failpoints.hit("reconciler.pass.locked")
             # Read the manifests once the lock is ours: a pass that waited for another
             # must not act on what the folder held before it waited.
-            loaded = load(self.config.manifests, insecure=self.config.insecure_manifests)
+            loaded = load(
+                self.config.manifests,
+                insecure=self.config.insecure_manifests,
+                backend=self.config.backend,
+            )
             self.records.revision = gitrev.revision_of(self.config.manifests)
             self.executor.take_tally()  # `down` and drains between passes are not this pass's
             result = self._rounds(loaded)
@@ -243,10 +256,16 @@ class Reconciler(Preview):
 
     def _start(self, starts: Sequence[Start], observed: Observed, result: PassResult) -> bool:
         reserved = self._reserve(starts, observed)
-        for start, record in reserved:
+        for start, _ in reserved:
             _note(result, start)
-            if record.phase is Phase.RESERVED:
-                self.executor.spawn(record, start.entry)
+        spawns = [(r, s.entry) for s, r in reserved if r.phase is Phase.RESERVED]
+        workers = min(self.backend.launch_concurrency, len(spawns))
+        if workers <= 1:
+            for record, entry in spawns:
+                self.executor.spawn(record, entry)
+        else:  # each launch touches only its own record, log and journal
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(lambda pair: self.executor.spawn(*pair), spawns))
         return bool(reserved)
 
     def _reserve(self, starts: Sequence[Start], observed: Observed) -> list[tuple[Start, Record]]:
@@ -276,6 +295,9 @@ class Reconciler(Preview):
 
         The flag is True when the recipe refused the spec (no placement can help).
         """
+        short = self.backend.unplaceable(start.entry.deployment.spec)
+        if short is not None:  # the cluster has no room: same as a recipe refusal, no rounds
+            return self.records.pending(start.entry, short), True
         placed = self._place(start, ledger)
         if isinstance(placed, Unplaced):
             return self.records.pending(start.entry, placed.reason), False

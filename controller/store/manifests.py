@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from controller.core.cluster import cluster_refusals
 from controller.core.specs import Deployment, Entry, is_dns1123, routable_names, spec_hash
 from controller.store import security, yamlread
 from controller.store.yamlread import Path_
@@ -55,6 +56,8 @@ class LoadResult:
     def line_of(self, entry: Entry, loc: Sequence[str | int]) -> int | None:
         lines = self.field_lines.get((entry.source, entry.line))
         return entry.line if lines is None else yamlread.line_for(lines, loc)
+
+    backend: str = "local"  # the backend the specs are for: a cluster refuses some fields
 
     @property
     def ok(self) -> bool:
@@ -157,6 +160,14 @@ def _load_document(
         result.invalid_names.setdefault(deployment.name, str(error))
         return
     result.field_lines[(file, line)] = lines
+    refusals = cluster_refusals(deployment.spec, result.backend)
+    if refusals:  # fields the cluster backend cannot honour: invalid there, named
+        for path, why in refusals:
+            loc = tuple(path.split("."))
+            error = ManifestError(file, yamlread.line_for(lines, loc), path, why, deployment.name)
+            result.errors.append(error)
+        result.invalid_names.setdefault(deployment.name, str(result.errors[-len(refusals)]))
+        return
     _add(result, Entry(deployment, file, line, spec_hash(deployment.spec)))
 
 
@@ -199,9 +210,9 @@ def manifest_files(folder: Path) -> list[Path]:
     return out
 
 
-def load(folders: Iterable[Path], *, insecure: bool = False) -> LoadResult:
+def load(folders: Iterable[Path], *, insecure: bool = False, backend: str = "local") -> LoadResult:
     """Every manifest of ``folders``; as root, only files and folders root alone can write."""
-    result = LoadResult()
+    result = LoadResult(backend=backend)
     strict = security.strict(insecure)
     for folder in folders:
         try:

@@ -31,6 +31,11 @@ class Config:
     log_keep: int = logfiles.DEFAULT_KEEP
     metrics_file: Path | None = None  # a Prometheus textfile written after each pass
     metrics_port: int | None = None  # the daemon serves /metrics here
+    backend: str = "local"  # where engines run: "local" (this node) or "ray" (a Ray cluster)
+    ray_address: str | None = None  # the Ray cluster (GCS host:port or "auto"), with "ray"
+
+
+BACKENDS = ("local", "ray")
 
 
 def default_state_dir() -> Path:
@@ -54,6 +59,8 @@ def resolve(
     node_config: str | None = None,
     metrics_file: str | None = None,
     metrics_port: int | None = None,
+    backend: str | None = None,
+    ray_address: str | None = None,
 ) -> Config:
     env = os.environ
     folders = manifests or _split(env.get("RECONCILE_MANIFESTS")) or ["./manifests"]
@@ -77,6 +84,7 @@ def resolve(
             limits = limits.merged(parse_limits(flag))
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
+    chosen, address = resolve_backend(backend, ray_address)
     return Config(
         manifests=paths,
         state_dir=state_path,
@@ -91,7 +99,26 @@ def resolve(
         log_keep=log_keep,
         metrics_file=Path(metrics_file).expanduser().absolute() if metrics_file else None,
         metrics_port=metrics_port,
+        backend=chosen,
+        ray_address=address,
     )
+
+
+def resolve_backend(backend: str | None, ray_address: str | None) -> tuple[str, str | None]:
+    """The backend and its cluster address: flag > RECONCILE_* > (address only) RAY_ADDRESS."""
+    env = os.environ
+    chosen = backend or env.get("RECONCILE_BACKEND") or "local"
+    if chosen not in BACKENDS:
+        raise ConfigError(f"--backend {chosen!r}: expected one of {', '.join(BACKENDS)}")
+    if chosen != "ray":
+        return chosen, None
+    address = ray_address or env.get("RECONCILE_RAY_ADDRESS") or env.get("RAY_ADDRESS")
+    if not address:
+        raise ConfigError(
+            "--ray-address is required with --backend ray (or set RECONCILE_RAY_ADDRESS or"
+            " RAY_ADDRESS): the head's GCS address, e.g. 10.0.0.1:6379"
+        )
+    return chosen, address
 
 
 def _split(value: str | None) -> list[str]:

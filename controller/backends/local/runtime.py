@@ -18,15 +18,17 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from controller import failpoints
-from controller.backends.base import ExitStatus
+from controller.backends.base import ExitStatus, Launch, engine_env
 from controller.backends.local import procpsutil, procscan, procstat
 from controller.backends.local.devices import wait_gpu_release
 from controller.backends.local.procscan import EnvironScan
-from controller.core.state import MarkedProcess, ProcessRef, Record
+from controller.core.inventory import Inventory
+from controller.core.specs import DeploymentSpec
+from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import SpawnError
 from controller.logsetup import get_logger
 from controller.store import logfiles
@@ -61,6 +63,10 @@ def _ref(pid: int, st: procstat.Stat) -> ProcessRef:
 
 class LocalBackend:
     name = "local"
+    launch_concurrency = 1  # a fork and exec: nothing to overlap
+
+    def devices(self) -> Inventory | None:
+        return None  # this node's inventory, resolved once from flags or discovery
 
     def __init__(self, state_dir: Path, node: str) -> None:
         procpsutil.check_supported()  # on a host with neither /proc nor psutil: say so now
@@ -97,6 +103,28 @@ class LocalBackend:
     def marker(self, name: str, nonce: str) -> str:
         return f"{self.node}/{name}/{nonce}"
 
+    def launch(self, launch: Launch) -> Instance:
+        """Spawn on this node, exactly where the reservation says (devices, port)."""
+        rec = launch.record
+        assert rec.nonce is not None
+        ref = self.spawn(
+            launch.rendered.argv,
+            engine_env(launch.rendered.env),
+            name=rec.name,
+            nonce=rec.nonce,
+            log_path=launch.log_path,
+        )
+        return Instance(ref=ref, node=rec.node, host=rec.host, port=rec.port, devices=rec.devices)
+
+    def refresh(self, records: Iterable[Record]) -> None:
+        """Nothing to batch: each liveness check is one read of /proc."""
+
+    def instance_of(self, rec: Record) -> Instance | None:
+        return None  # engines stay where the reservation put them
+
+    def unplaceable(self, spec: DeploymentSpec) -> str | None:
+        return None  # the planner's ledger of this node's devices already decided
+
     def spawn(
         self,
         argv: Sequence[str],
@@ -105,7 +133,9 @@ class LocalBackend:
         name: str,
         nonce: str,
         log_path: Path,
+        preexec: Callable[[], None] | None = None,
     ) -> ProcessRef:
+        """Exec ``argv`` in a new session; ``preexec`` runs in the child before exec."""
         full_env = dict(env)
         full_env[MARKER] = self.marker(name, nonce)
         full_env[STATE_MARKER] = self.state_dir
@@ -120,6 +150,7 @@ class LocalBackend:
                 env=full_env,
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=preexec,
             )
         except OSError as exc:
             raise SpawnError(f"cannot exec {argv[0]!r}: {exc.strerror or exc}") from exc
@@ -200,6 +231,15 @@ class LocalBackend:
 
     def port_bindable(self, port: int) -> bool:
         return port_bindable(port)
+
+    def log_since(self, rec: Record, offset: int) -> tuple[bytes, int] | None:
+        try:
+            with open(self.store.log_path(rec.name), "rb") as f:
+                f.seek(offset)
+                data = f.read()
+                return data, f.tell()
+        except FileNotFoundError:
+            return None
 
     def log_tail(self, name: str, count: int) -> list[str]:
         return logfiles.current_run_tail(self.store.log_path(name), count)

@@ -1,0 +1,7 @@
+"""The ray backend: each Deployment is one named, detached Ray actor that runs its engine.
+
+Imported only when ``--backend ray`` is chosen (``controller.backends.choose``), so
+``ray`` is never loaded on the local backend. Modules: ``naming`` (namespaces and actor
+names), ``cluster`` (the connection, the GPU inventory, why a spec does not fit),
+``actor`` (the process on the engine's node), ``backend`` (the ``Backend`` protocol).
+"""

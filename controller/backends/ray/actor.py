@@ -1,0 +1,262 @@
+"""The actor: one per deployment instance, on the node Ray chose; it owns the engine there.
+
+It runs the engine the way the local backend does (a new session, argv only, the
+``RECONCILE_INSTANCE`` marker, the log file), with what only the node knows: the GPUs
+Ray assigned (``CUDA_VISIBLE_DEVICES`` from ``ray.get_gpu_ids()``) and a port that a
+bind probe found free there. A crashed engine is restarted with our back-off.
+
+An engine never outlives its actor: it is spawned with ``PR_SET_PDEATHSIG`` (SIGKILL
+when the thread that forked it ends, and that thread lives as long as the actor), and
+an actor that starts (again) first kills any engine of its deployment still carrying
+our marker on this node, left by an earlier incarnation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+
+from controller.backends.base import engine_env
+from controller.backends.local.procscan import EnvironScan
+from controller.backends.local.runtime import (
+    MARKER,
+    STATE_MARKER,
+    LocalBackend,
+    listening_ports,
+    port_bindable,
+)
+from controller.backends.ray.naming import device_key
+from controller.core.inventory import Device
+from controller.core.plan import BACKOFF_RESET, backoff
+from controller.core.render import render
+from controller.core.specs import Entry
+from controller.core.state import ProcessRef
+from controller.errors import SpawnError
+from controller.store import logfiles
+
+PORT_SCAN = 1000  # ports tried upward from the planner's
+FIRST_SPAWN_WAIT = 15.0  # seconds __init__ waits for the first engine (status then has it)
+POLL = 0.1
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the driver sends: picklable values only (the actor may restart anywhere)."""
+
+    entry: Entry
+    nonce: str
+    state_key: str  # our namespace: separates owners' engines and logs on a node
+    base_port: int  # the planner's port: tried first
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """One actor's answer: where its engine runs, or why it does not."""
+
+    node_id: str
+    host: str
+    devices: tuple[str, ...]
+    port: int | None
+    ref: ProcessRef | None  # the engine now; None while it is (re)started
+    message: str
+    ended: tuple[int | None, int | None] | None  # (code, signal) when it will not restart
+
+
+class EngineHost:
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        self.gpus = tuple(str(int(g)) for g in ray.get_gpu_ids())
+        self.root = Path(tempfile.gettempdir()) / "reconcile-ray" / job.state_key
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.log_path = self.root / f"{job.entry.name}.log"
+        self.local = LocalBackend(self.root, self.node_id)  # marker: <node id>/<name>/<nonce>
+        sweep_leftovers(str(self.root.resolve()), job.entry.name)
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.ref: ProcessRef | None = None
+        self.port: int | None = None
+        self.message = "starting the engine"
+        self.ended: tuple[int | None, int | None] | None = None
+        self.first = threading.Event()
+        self.thread = threading.Thread(target=self._supervise, name="engine", daemon=True)
+        self.thread.start()
+        self.first.wait(FIRST_SPAWN_WAIT)
+
+    # -- what the driver calls ------------------------------------------------------
+
+    def status(self) -> HostStatus:
+        with self.lock:
+            return HostStatus(
+                node_id=self.node_id,
+                host=self.address,
+                devices=tuple(device_key(self.node_id, g) for g in self.gpus),
+                port=self.port,
+                ref=self.ref,
+                message=self.message,
+                ended=self.ended,
+            )
+
+    def log_tail(self, count: int) -> list[str]:
+        return logfiles.current_run_tail(self.log_path, count)
+
+    def log_since(self, offset: int) -> tuple[bytes, int]:
+        """The log from ``offset`` on (all of it from 0), and the offset to ask next."""
+        try:
+            with open(self.log_path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                f.seek(offset if offset <= size else 0)  # rotated: from the start
+                data = f.read()
+                return data, f.tell()
+        except FileNotFoundError:
+            return b"", 0
+
+    def stop(self, sig: int, grace: float) -> None:
+        """Stop supervising, then the engine: the stop signal, grace, SIGKILL, sweep."""
+        self.stopping.set()
+        with self.lock:
+            ref = self.ref
+        self.local.stop(ref, self.job.nonce, sig, grace)
+        self.thread.join(grace + 5)
+
+    # -- the engine's life on this node -----------------------------------------------
+
+    def _supervise(self) -> None:
+        crashes = 0
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            ref = self._spawn()
+            self.first.set()
+            if ref is None:
+                code: int | None = None
+                sig: int | None = None
+            else:
+                code, sig = self._wait(ref)
+                if self.stopping.is_set():
+                    return
+                if not self._restarts(code):
+                    with self.lock:
+                        self.ref, self.ended = None, (code, sig)
+                        self.message = f"engine {_exit_text(code, sig)}; not restarted (policy)"
+                    return
+            if time.monotonic() - started >= BACKOFF_RESET:
+                crashes = 0  # ran fine for 10 minutes: this crash counts as the first
+            delay = backoff(crashes)
+            crashes += 1
+            with self.lock:
+                self.ref = None
+                what = "could not start" if ref is None else _exit_text(code, sig)
+                self.message = f"engine {what}; the actor restarts it in {delay:g}s"
+            if self.stopping.wait(delay):
+                return
+
+    def _spawn(self) -> ProcessRef | None:
+        entry = _bind_all(self.job.entry)
+        port = self._free_port(self.job.base_port)
+        devices = tuple(Device(kind="nvidia", id=g) for g in self.gpus)
+        rendered = render(entry, devices=devices, port=port, runtime_dir=str(self.root))
+        argv = " ".join(rendered.argv)
+        logfiles.write_marker(
+            self.log_path, f"start {entry.name} instance {self.job.nonce}: {argv}"
+        )
+        try:
+            ref = self.local.spawn(
+                rendered.argv,
+                engine_env(rendered.env),
+                name=entry.name,
+                nonce=self.job.nonce,
+                log_path=self.log_path,
+                preexec=die_with_parent(os.getpid()),
+            )
+        except SpawnError as exc:
+            with self.lock:
+                self.message = str(exc)
+            return None
+        with self.lock:
+            self.ref, self.port, self.message = ref, port, ""
+        return ref
+
+    def _wait(self, ref: ProcessRef) -> tuple[int | None, int | None]:
+        while not self.stopping.is_set():
+            status = self.local.exit_of(ref)
+            if status is not None:
+                return status.code, status.signal
+            if not self.local.alive(ref):
+                return None, None
+            time.sleep(POLL)
+        return None, None
+
+    def _restarts(self, code: int | None) -> bool:
+        policy = self.job.entry.deployment.spec.restart_policy
+        return policy == "Always" or (policy == "OnFailure" and code != 0)
+
+    def _free_port(self, first: int) -> int:
+        """A bind probe on this node, upward from the planner's port."""
+        taken = listening_ports()
+        for port in range(first, min(first + PORT_SCAN, 65536)):
+            if port not in taken and port_bindable(port):
+                return port
+        raise SpawnError(f"no free port in {first}-{first + PORT_SCAN - 1} on this node")
+
+
+def _bind_all(entry: Entry) -> Entry:
+    """A loopback ``spec.host`` would make the engine unreachable from other nodes."""
+    spec = entry.deployment.spec
+    if spec.host not in LOOPBACK:
+        return entry
+    deployment = entry.deployment.model_copy(
+        update={"spec": spec.model_copy(update={"host": "0.0.0.0"})}
+    )
+    return dataclasses.replace(entry, deployment=deployment)
+
+
+def _exit_text(code: int | None, sig: int | None) -> str:
+    if sig is not None:
+        return f"killed by signal {sig}"
+    return f"exited with code {code}" if code is not None else "exited"
+
+
+def die_with_parent(parent: int) -> Callable[[], None] | None:
+    """A preexec for the engine: SIGKILL it when the thread that forked it ends (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork, not in the child
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before prctl: nobody will signal us
+            os._exit(1)
+
+    return preexec
+
+
+def sweep_leftovers(state: str, name: str) -> int:
+    """SIGKILL every engine of ``name`` in our namespace on this node (an earlier actor's)."""
+    needle = f"{STATE_MARKER}={state}".encode()
+    killed = 0
+    for pid, env in EnvironScan()(f"{MARKER}=".encode()):
+        items = env.split(b"\0")
+        if needle not in items:
+            continue
+        marker = next((i for i in items if i.startswith(f"{MARKER}=".encode())), b"")
+        parts = marker.decode(errors="replace").partition("=")[2].split("/")
+        if len(parts) == 3 and parts[1] == name:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed

@@ -1,0 +1,311 @@
+"""The ray :class:`~controller.backends.base.Backend`: a Deployment is one detached actor.
+
+Ray places the actor (``num_gpus = devices.count``), restarts it when its node is lost
+(``max_restarts=-1``) and kills it on ``ray.kill``; the actor (``actor.EngineHost``)
+runs the engine on its node. The record stays in our state dir: this class answers for
+it through the actor, in one batched round of calls per observation (``refresh``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
+
+from controller.backends.base import ExitStatus, Launch
+from controller.backends.ray import cluster, naming
+from controller.backends.ray.actor import EngineHost, HostStatus, Job
+from controller.core.inventory import Inventory
+from controller.core.specs import DeploymentSpec
+from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
+from controller.errors import SpawnError, Unplaceable
+from controller.logsetup import get_logger
+
+log = get_logger("reconcile")
+
+STATUS_TIMEOUT = 2.0  # one round of status calls: an actor slower than this is restarting
+PLACE_TIMEOUT = 60.0  # a new actor placed and its engine spawned (worker start, imports)
+GONE_TIMEOUT = 15.0  # a killed actor leaves the name registry
+NO_REF = ProcessRef(pid=1, start_time=0.0)  # an actor whose engine we have not seen (yet)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One actor as the last refresh found it."""
+
+    namespace: str
+    actor: str
+    name: str
+    nonce: str
+    status: HostStatus | None  # None: it did not answer in time (Ray is restarting it)
+    dead: bool = False
+
+
+class RayBackend:
+    name = "ray"
+    launch_concurrency = 16  # each launch waits seconds for Ray to place and start a worker
+
+    def __init__(self, address: str, state_dir: str, owner: str) -> None:
+        cluster.connect(address)
+        self.state_dir = state_dir
+        self.owner = owner
+        self.namespace = naming.namespace(state_dir, owner)
+        self._seen: dict[tuple[str, str], Seen] = {}  # (namespace, nonce) -> actor
+        self._handles: dict[tuple[str, str], Any] = {}  # (namespace, actor name) -> handle
+        self._ns_of: set[str] = {self.namespace}
+        self._by_ref: dict[tuple[int, float], Seen] = {}
+
+    # -- placement -----------------------------------------------------------------------
+
+    def devices(self) -> Inventory | None:
+        """The live nodes' GPUs, read at every pass: nodes join and leave a cluster."""
+        return cluster.inventory()
+
+    def unplaceable(self, spec: DeploymentSpec) -> str | None:
+        return cluster.unfit(spec.devices.count)
+
+    # -- launch ------------------------------------------------------------------------
+
+    def launch(self, launch: Launch) -> Instance:
+        rec, spec = launch.record, launch.entry.deployment.spec
+        assert rec.nonce is not None and rec.port is not None
+        short = cluster.unfit(spec.devices.count)
+        if short is not None:
+            raise Unplaceable(short)
+        ns = naming.namespace(self.state_dir, rec.owner)
+        job = Job(entry=launch.entry, nonce=rec.nonce, state_key=ns, base_port=rec.port)
+        handle: Any = (
+            ray.remote(EngineHost)
+            .options(
+                name=naming.actor_name(rec.name, rec.nonce),
+                namespace=ns,
+                lifetime="detached",  # engines outlive a cron pass, as local ones do
+                num_gpus=spec.devices.count,
+                num_cpus=0,  # the engine's CPU use is not Ray's to ration
+                max_restarts=-1,  # a lost node: Ray brings it back where there is room
+                max_concurrency=4,  # status and logs answer while a stop waits
+            )
+            .remote(job)
+        )
+        self._handles[(ns, naming.actor_name(rec.name, rec.nonce))] = handle
+        try:
+            status: HostStatus = ray.get(handle.status.remote(), timeout=PLACE_TIMEOUT)
+        except (GetTimeoutError, RayActorError) as exc:
+            self._kill(handle)
+            why = cluster.unfit(spec.devices.count)
+            if why is not None:
+                raise Unplaceable(why) from exc
+            raise SpawnError(f"Ray did not start the actor in {PLACE_TIMEOUT:g}s: {exc}") from exc
+        if status.ref is None:  # the engine could not be exec'd there: say why, stop
+            self._kill(handle)
+            raise SpawnError(status.message)
+        return _instance(status)
+
+    # -- observing: one batched round -----------------------------------------------------
+
+    def refresh(self, records: Iterable[Record]) -> None:
+        """List our actors and ask each for its status, all at once (one ``ray.wait``)."""
+        records = list(records)
+        self._ns_of = {self.namespace} | {
+            naming.namespace(self.state_dir, r.owner) for r in records if r.backend == "ray"
+        }
+        listed = [
+            (a["namespace"], a["name"])
+            for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["namespace"] in self._ns_of
+        ]
+        calls: dict[Any, tuple[str, str]] = {}
+        for ns, actor in listed:
+            handle = self._handle(ns, actor)
+            if handle is not None:
+                calls[handle.status.remote()] = (ns, actor)
+        ready, _ = ray.wait(list(calls), num_returns=len(calls), timeout=STATUS_TIMEOUT)
+        answers = {calls[ref]: ref for ref in ready}
+        seen: dict[tuple[str, str], Seen] = {}
+        for ns, actor in listed:
+            parsed = naming.parse(actor)
+            if parsed is None:
+                continue
+            status, dead = None, False
+            if (ns, actor) in answers:
+                try:
+                    status = ray.get(answers[(ns, actor)])
+                except ActorDiedError:
+                    dead = True
+                except RayActorError:
+                    pass  # unavailable for now: being restarted
+            seen[(ns, parsed[1])] = Seen(ns, actor, parsed[0], parsed[1], status, dead)
+        self._seen = seen
+        self._by_ref = {  # the records' refs: how alive() and exit_of() find their actor
+            _key(r.ref): self._seen[k]
+            for r in records
+            if r.backend == "ray" and r.ref is not None and r.nonce is not None
+            for k in [(naming.namespace(self.state_dir, r.owner), r.nonce)]
+            if k in self._seen
+        }
+
+    def _handle(self, ns: str, actor: str) -> Any:
+        key = (ns, actor)
+        if key not in self._handles:
+            try:
+                self._handles[key] = ray.get_actor(actor, namespace=ns)
+            except ValueError:
+                return None  # gone between the listing and now
+        return self._handles[key]
+
+    def _of(self, rec: Record) -> Seen | None:
+        if rec.nonce is None:
+            return None
+        return self._seen.get((naming.namespace(self.state_dir, rec.owner), rec.nonce))
+
+    def instance_of(self, rec: Record) -> Instance | None:
+        seen = self._of(rec)
+        if seen is None or seen.dead:
+            return None
+        if seen.status is None:
+            need = int(rec.spec.get("devices", {}).get("count", 0) or 0)
+            why = cluster.unfit(need)
+            message = "Ray is restarting its actor (node lost?)"
+            return Instance(
+                ref=None,
+                node=rec.node,
+                host=rec.host,
+                port=rec.port,
+                devices=rec.devices,
+                message=f"{message}: {why}" if why else message,
+            )
+        if seen.status.ended is not None:
+            return None
+        return _instance(seen.status)
+
+    def alive(self, ref: ProcessRef | None) -> bool:
+        """The record's instance lives: its actor is up (or being restarted by Ray)."""
+        seen = self._by_ref.get(_key(ref)) if ref is not None else None
+        if seen is None or seen.dead:
+            return False
+        return seen.status is None or seen.status.ended is None
+
+    def exit_of(self, ref: ProcessRef) -> ExitStatus | None:
+        """How the engine ended when its policy said not to restart it (the actor knows)."""
+        seen = self._by_ref.get(_key(ref))
+        if seen is None or seen.status is None or seen.status.ended is None:
+            return None
+        return ExitStatus(*seen.status.ended)
+
+    def scan(self) -> list[MarkedProcess]:
+        """Our actors as marked processes: the planner adopts or reaps them by nonce."""
+        out = []
+        for seen in self._seen.values():
+            if seen.dead or seen.namespace not in self._ns_of:
+                continue
+            ref = seen.status.ref if seen.status and seen.status.ref else NO_REF
+            out.append(MarkedProcess(ref=ref, name=seen.name, nonce=seen.nonce, ppid=0))
+        return out
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def teardown(self, rec: Record) -> None:
+        """The engine stopped by its actor (signal, grace, SIGKILL), then the actor killed."""
+        if rec.nonce is None:
+            return
+        ns = naming.namespace(self.state_dir, rec.owner)
+        handle = self._handle(ns, naming.actor_name(rec.name, rec.nonce))
+        if handle is None:
+            return
+        try:
+            ray.get(
+                handle.stop.remote(rec.stop_signal, rec.grace_seconds),
+                timeout=rec.grace_seconds + 10,
+            )
+        except (GetTimeoutError, RayActorError) as exc:
+            log.warning("actor did not stop its engine", deployment=rec.name, error=str(exc))
+        self._kill(handle, ns, naming.actor_name(rec.name, rec.nonce))
+
+    def sweep(self, nonce: str | None, ref: ProcessRef | None = None) -> int:
+        """Kill the actor(s) of ``nonce`` in our namespaces (its engine dies with it)."""
+        if nonce is None:
+            return 0
+        killed = 0
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            ns, actor = a["namespace"], a["name"]
+            parsed = naming.parse(actor)
+            if ns in self._ns_of and parsed is not None and parsed[1] == nonce:
+                handle = self._handle(ns, actor)
+                if handle is not None:
+                    self._kill(handle, ns, actor)
+                    killed += 1
+        return killed
+
+    def kill(self, ref: ProcessRef) -> None:
+        for seen in self._seen.values():
+            if seen.status is not None and _same(seen.status.ref, ref):
+                self.sweep(seen.nonce)
+
+    def _kill(self, handle: Any, ns: str | None = None, actor: str | None = None) -> None:
+        ray.kill(handle, no_restart=True)
+        if ns is None or actor is None:
+            return
+        self._handles.pop((ns, actor), None)
+        deadline = time.monotonic() + GONE_TIMEOUT
+        while time.monotonic() < deadline:  # the name is free (and the GPU) once it is gone
+            try:
+                ray.get_actor(actor, namespace=ns)
+            except ValueError:
+                return
+            time.sleep(0.05)
+
+    # -- where engines run ----------------------------------------------------------------
+
+    def listening_ports(self) -> frozenset[int]:
+        return frozenset()  # each actor probes its own node's ports
+
+    def port_bindable(self, port: int) -> bool:
+        return True  # the actor binds on its node; the planner's port is where it starts
+
+    def log_tail(self, name: str, count: int) -> list[str]:
+        for seen in self._seen.values():
+            if seen.name == name and not seen.dead:
+                handle = self._handle(seen.namespace, seen.actor)
+                try:
+                    lines: list[str] = ray.get(handle.log_tail.remote(count), timeout=5)
+                    return lines
+                except (GetTimeoutError, RayActorError):
+                    return []
+        return []
+
+    def log_since(self, rec: Record, offset: int) -> tuple[bytes, int] | None:
+        """The engine's log from ``offset`` (``reconcile logs``), read through its actor."""
+        if rec.nonce is None:
+            return None
+        ns = naming.namespace(self.state_dir, rec.owner)
+        handle = self._handle(ns, naming.actor_name(rec.name, rec.nonce))
+        if handle is None:
+            return None
+        try:
+            chunk: tuple[bytes, int] = ray.get(handle.log_since.remote(offset), timeout=10)
+        except (GetTimeoutError, RayActorError):
+            return None
+        return chunk
+
+
+def _instance(status: HostStatus) -> Instance:
+    return Instance(
+        ref=status.ref,
+        node=status.node_id,
+        host=status.host,
+        port=status.port,
+        devices=status.devices,
+        message=status.message,
+    )
+
+
+def _key(ref: ProcessRef) -> tuple[int, float]:
+    return ref.pid, ref.start_time
+
+
+def _same(a: ProcessRef | None, b: ProcessRef) -> bool:
+    return a is not None and a.same_process(b)

@@ -1,0 +1,129 @@
+"""The connection to a Ray cluster, its GPUs as an inventory, and why a spec does not fit.
+
+Every ``ray`` call that asks the cluster about itself is here, behind typed functions:
+``ray`` ships partial type information, so its values are narrowed once, here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from controller.backends.ray.naming import device_key
+from controller.core.inventory import Device, Inventory
+from controller.errors import BackendUnavailable
+
+CONNECT_TIMEOUT = 5.0  # seconds for the TCP check of the head's address
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: str
+    address: str
+    gpus: int  # total
+    free_gpus: float  # available now
+
+
+def connect(address: str) -> None:
+    """Join the cluster as a driver, once per process; unreachable → BackendUnavailable."""
+    if ray.is_initialized():
+        return
+    _reachable(address)
+    try:
+        ray.init(
+            address=address,
+            log_to_driver=False,  # engines' output goes to their log, not our terminal
+            logging_level=logging.WARNING,
+            configure_logging=False,
+        )
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+        raise BackendUnavailable(f"cannot join the Ray cluster at {address}: {exc}") from exc
+
+
+def _reachable(address: str) -> None:
+    """A plain TCP connect first: ray.init retries an unreachable GCS for a minute."""
+    if address == "auto" or address.startswith("ray://"):
+        return  # "auto" reads the local session file; ray:// is Ray Client (own errors)
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), CONNECT_TIMEOUT):
+            pass
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise BackendUnavailable(
+            f"cannot reach the Ray cluster at {address}: {reason}. Is `ray start --head`"
+            " running there, and is --ray-address (RECONCILE_RAY_ADDRESS) its GCS host:port?"
+            " Nothing was changed"
+        ) from exc
+
+
+def nodes() -> list[Node]:
+    """The live nodes, each with its GPUs and how many are free now."""
+    free = _free_per_node()
+    out = []
+    for raw in ray.nodes():  # type: ignore[no-untyped-call]
+        info: dict[str, Any] = dict(raw)
+        if not info.get("Alive"):
+            continue
+        node_id = str(info["NodeID"])
+        total = float(dict(info.get("Resources") or {}).get("GPU", 0.0))
+        out.append(
+            Node(
+                node_id=node_id,
+                address=str(info.get("NodeManagerAddress", "")),
+                gpus=int(total),
+                free_gpus=free.get(node_id, 0.0),
+            )
+        )
+    return out
+
+
+def _free_per_node() -> dict[str, float]:
+    # Ray's public API gives cluster-wide availability only; the per-node table is what
+    # `ray status` reads. Should it move, we fall back to "unknown" (0 free, no refusal).
+    with contextlib.suppress(ImportError, AttributeError):
+        from ray._private import state
+
+        table: dict[str, dict[str, float]] = state.available_resources_per_node()  # type: ignore[no-untyped-call]
+        return {node: float(res.get("GPU", 0.0)) for node, res in table.items()}
+    return {}
+
+
+def inventory() -> Inventory:
+    """Every GPU of the live nodes, keyed ``nvidia:<node>/<gpu>`` (the planner's capacity)."""
+    devices = [
+        Device(kind="nvidia", id=device_key(n.node_id, str(i)).partition(":")[2])
+        for n in nodes()
+        for i in range(n.gpus)
+    ]
+    return Inventory(tuple(devices), source="ray")
+
+
+def unfit(count: int) -> str | None:
+    """Why no node can take ``count`` GPUs now, naming what is missing; None if one can."""
+    if count <= 0:
+        return None
+    live = nodes()
+    if not _free_per_node():
+        return None  # availability unknown: let Ray try (the launch has a timeout)
+    if any(n.free_gpus >= count for n in live):
+        return None
+    free = sum(n.free_gpus for n in live)
+    plural = "s" if count != 1 else ""
+    return (
+        f"no Ray node has {count} free GPU{plural}; cluster: {len(live)} node"
+        f"{'s' if len(live) != 1 else ''}, {free:g} GPU{'s' if free != 1 else ''} free"
+        " (add a node, or stop a deployment)"
+    )
+
+
+def node_address(node_id: str) -> str:
+    for n in nodes():
+        if n.node_id == node_id:
+            return n.address
+    return ""

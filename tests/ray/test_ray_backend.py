@@ -1,0 +1,155 @@
+"""The ray backend against a real local cluster (three one-GPU nodes): no mocks of Ray."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from procs import alive, wait_for
+from rayhelp import ours, ray, ray_engines
+
+GPU = {"count": 1, "kind": "nvidia"}
+ENGINE = [sys.executable, "-m", "controller.demo.engine", "--port", "{port}", "--host", "{host}"]
+Reconcile = Any  # the `reconcile` fixture of tests/conftest.py
+
+
+@pytest.fixture
+def rc(cluster: Any, reconcile: Reconcile) -> Iterator[Reconcile]:
+    """The real CLI on the ray backend (status and records as on one node)."""
+    r = reconcile
+    r.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address)
+    yield r
+    r("down", check=None)
+    wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+    wait_for(lambda: not ray_engines(), timeout=15, what="our engines gone")
+
+
+def answers(item: dict[str, Any]) -> bool:
+    url = f"http://{item['host']}:{item['port']}/health"
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        return bool(resp.status == 200)
+
+
+def once_until(rc: Reconcile, what: str, pred: Any, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        rc("--once", check=None)
+        got = rc.status()
+        if pred(got):
+            return got
+        assert time.monotonic() < deadline, f"{what}: {got}"
+        time.sleep(0.5)
+
+
+def test_deployments_land_on_distinct_gpus_then_crash_pending_and_removal(rc: Reconcile) -> None:
+    for name in ("a", "b", "c"):
+        rc.write(name, command=ENGINE, devices=GPU)
+    rc.converge(timeout="120s")
+    items = rc.status()
+    assert {i["backend"] for i in items.values()} == {"ray"}
+    pairs = {(i["node"], tuple(i["devices"])) for i in items.values()}
+    assert len({p[0] for p in pairs}) == 3, f"one node each: {items}"
+    assert all(answers(i) for i in items.values())
+    assert all(len(i["node"]) == 56 for i in items.values()), "the full Ray node id"
+    table = rc("status", check=0).out
+    assert items["a"]["node"][:8] in table
+    assert rc("plan", check=0).code == 0  # in sync, seen through Ray
+
+    # An actor of ours with no record (a record lost by hand) is reaped like a marker process.
+    b_pid = items["b"]["pid"]
+    rc.record_path("b").unlink()
+    rc.once(check=0)
+    wait_for(lambda: not alive(b_pid), timeout=15, what="b's orphaned engine gone")
+    assert len([x for x in ours() if x["name"].startswith("b.")]) == 1, "only the new b"
+    once_until(rc, "a new b Ready", lambda s: s["b"]["phase"] == "Ready")
+    assert any(e["action"] == "reap" for e in rc.events("b")), rc.events("b")
+
+    # A 4th does not fit: Pending, saying what is missing; nothing hangs.
+    rc.write("d", command=ENGINE, devices=GPU)
+    started = time.monotonic()
+    rc.once(check=1)
+    assert time.monotonic() - started < 30
+    d = rc.status()["d"]
+    assert d["phase"] == "Pending"
+    assert "no capacity" in d["message"] or "no Ray node" in d["message"], d
+
+    # kill -9 of an engine: its actor restarts it; the next pass records it and counts it.
+    old = items["a"]["pid"]
+    os.kill(old, signal.SIGKILL)
+    got = once_until(
+        rc,
+        "a restarted by its actor",
+        lambda s: s["a"]["phase"] == "Ready" and s["a"]["pid"] != old,
+    )
+    assert got["a"]["restarts"] >= 1 and answers(got["a"])
+
+    # An actor killed outright takes its engine with it (PDEATHSIG); the next passes start
+    # a new instance (a new actor) and count the restart.
+    a_now = rc.status()["a"]
+    (actor,) = [x for x in ours() if x["name"].startswith("a.")]
+    ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
+    wait_for(lambda: not alive(a_now["pid"]), timeout=15, what="a's engine dies with its actor")
+    got = once_until(
+        rc,
+        "a back in a new actor",
+        lambda s: s["a"]["phase"] == "Ready" and s["a"]["pid"] != a_now["pid"],
+    )
+    assert got["a"]["restarts"] > a_now["restarts"] and answers(got["a"])
+
+    # logs and describe read through the actor
+    assert "demo engine" in rc("logs", "a", check=0).out
+    assert "demo engine" in rc("describe", "a", check=0).out
+
+    # manifest removed: actor and engine gone, record dropped
+    c_pid = items["c"]["pid"]
+    (rc.manifests / "c.yaml").unlink()
+    (rc.manifests / "d.yaml").unlink()
+    rc.once(check=0)
+    assert "c" not in rc.status()
+    wait_for(lambda: not alive(c_pid), timeout=10, what="c's engine gone")
+    assert not [x for x in ours() if x["name"].startswith("c.")]
+
+    rc.down()
+    assert not ours(), "down leaves no named actor of ours"
+
+
+def test_node_loss_moves_the_deployment(rc: Reconcile, cluster: Any) -> None:
+    rc.write("m", command=ENGINE, devices=GPU)
+    rc.converge(timeout="120s")
+    before = rc.status()["m"]
+    node = next(n for n in cluster.worker_nodes if n.node_id == before["node"])
+    started = time.monotonic()
+    cluster.remove_node(node)
+    got = once_until(
+        rc,
+        "m Ready on another node",
+        lambda s: s["m"]["phase"] == "Ready" and s["m"]["node"] != before["node"],
+        timeout=90,
+    )
+    took = time.monotonic() - started
+    assert took < 60, f"moved in {took:.0f}s"
+    assert got["m"]["restarts"] >= 1 and answers(got["m"])
+    wait_for(lambda: not alive(before["pid"]), timeout=10, what="the old engine gone")
+    print(f"node loss -> Ready elsewhere in {took:.1f}s")
+
+
+def test_the_daemon_runs_ray_deployments(rc: Reconcile) -> None:
+    rc.write("w", command=ENGINE, devices=GPU)
+    daemon = rc.popen("--resync", "1s", "--allow-empty")  # its folder empties below
+    got = wait_for(
+        lambda: (rc.status().get("w") or {}).get("phase") == "Ready" and rc.status(),
+        timeout=90,
+        what="w Ready under the daemon",
+    )
+    assert got["w"]["backend"] == "ray" and answers(got["w"])
+    (rc.manifests / "w.yaml").unlink()
+    wait_for(lambda: "w" not in rc.status(), timeout=60, what="w stopped by the daemon")
+    wait_for(lambda: not ours(), timeout=30, what="w's actor gone")
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0

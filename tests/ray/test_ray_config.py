@@ -1,0 +1,60 @@
+"""The ray backend's configuration and refusals: no cluster needed (or an unreachable one)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+GPU = {"count": 1, "kind": "nvidia"}
+
+
+def test_ray_without_an_address_is_a_usage_error(reconcile: Any) -> None:
+    reconcile.env.pop("RAY_ADDRESS", None)
+    got = reconcile("--once", "--backend", "ray", check=64)
+    assert "--ray-address" in got.err
+
+
+def test_unreachable_cluster_exits_1_and_touches_no_record(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile.converge()  # a local record exists
+    before = reconcile.record_path("web").read_bytes()
+    got = reconcile("--once", "--backend", "ray", "--ray-address", "127.0.0.1:9", check=1)
+    assert "cannot reach the Ray cluster at 127.0.0.1:9" in got.err
+    assert reconcile.record_path("web").read_bytes() == before
+    reconcile.down()
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"devices": {**GPU, "candidates": ["0"]}}, "spec.devices.candidates"),
+        ({"port": 18080, "basePort": None}, "spec.port"),
+        ({"devices": {"count": 1, "kind": "amd"}}, "spec.devices.kind"),
+    ],
+    ids=["candidates", "exact-port", "amd"],
+)
+def test_fields_without_cluster_meaning_are_refused(
+    reconcile: Any, spec: dict[str, Any], field: str
+) -> None:
+    path = reconcile.write("web", **spec)
+    if spec.get("basePort", 1) is None:  # an exact port instead of the fixture's basePort
+        path.write_text(path.read_text().replace("basePort: null\n", ""))
+    ray_flags = ("--backend", "ray", "--ray-address", "127.0.0.1:9")
+    got = reconcile("validate", *ray_flags, check=1)
+    assert field in got.err and "ray" in got.err
+    reconcile("validate", check=0)  # the local backend takes it
+
+
+def test_the_local_backend_never_imports_ray(reconcile: Any) -> None:
+    reconcile.write("web")
+    code = (
+        "import sys; from controller.cli.main import main; rc = main(sys.argv[1:]);"
+        " assert 'ray' not in sys.modules, 'ray imported'; sys.exit(rc)"
+    )
+    argv = [sys.executable, "-c", code, *reconcile.argv("--once")[3:]]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=reconcile.env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    reconcile.down()
