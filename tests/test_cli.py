@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -320,3 +321,24 @@ def test_every_verb_has_a_handler_and_every_handler_a_verb() -> None:
     assert set(sub.choices) | {"run"} == set(VERBS)
     assert all(callable(handler(verb)) for verb in VERBS)  # each group knows its verbs
     assert sorted(v for group in GROUPS for v in group()) == sorted(VERBS)
+
+
+def test_the_ray_backend_without_ray_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A machine without the `ray` extra gets the next move, not an ImportError."""
+    import importlib.util
+
+    from controller.cli.main import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
+    argv = ["--once", "--backend", "ray", "--ray-address", "127.0.0.1:1", "-f", str(tmp_path)]
+    code = main([*argv, "--state-dir", str(tmp_path / "s"), "-q"])
+    err = capsys.readouterr().err
+    assert code == 1 and "pip install 'reconcile-engines[ray]'" in err, err
+    assert not (tmp_path / "s" / "instances").exists() or not any(
+        (tmp_path / "s" / "instances").glob("*.json")
+    )

@@ -9,11 +9,23 @@ from __future__ import annotations
 
 from controller.backends.base import Backend
 from controller.core.inventory import Inventory
+from controller.errors import ConfigError
 from controller.store.node import Config
+
+
+def _need_ray() -> None:
+    """Ray is an optional extra: say how to get it, never a traceback."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError(
+            "--backend ray needs Ray on this machine: pip install 'reconcile-engines[ray]'"
+        )
 
 
 def open_backend(config: Config) -> Backend:
     if config.backend == "ray":
+        _need_ray()
         from controller.backends.ray.backend import RayBackend
 
         assert config.ray_address is not None  # resolve() insists
@@ -27,6 +39,7 @@ def open_backend(config: Config) -> Backend:
 def inventory_for(config: Config) -> Inventory:
     """The devices engines may use: this node's, or (ray) every live node's GPUs."""
     if config.backend == "ray":
+        _need_ray()
         from controller.backends.ray import cluster
 
         assert config.ray_address is not None
