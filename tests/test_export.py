@@ -32,9 +32,14 @@ STAND_IN_IMAGE = "registry.example/reconcile-demo:1"
 
 
 def shipped() -> list[Deployment]:
-    loaded = load(FOLDERS)
-    assert not loaded.errors, loaded.errors
-    return [e.deployment for _, e in sorted(loaded.entries.items())]
+    """Every shipped deployment; each folder is a manifest set of its own (model names may
+    repeat across examples, never within one)."""
+    out = []
+    for folder in FOLDERS:
+        loaded = load([folder])
+        assert not loaded.errors, loaded.errors
+        out += [e.deployment for _, e in sorted(loaded.entries.items())]
+    return out
 
 
 SHIPPED = shipped()
