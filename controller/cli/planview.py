@@ -22,6 +22,7 @@ from controller.core.actions import (
     MarkReady,
     MarkSpec,
     Park,
+    Promote,
     Reap,
     Release,
     Replace,
@@ -41,6 +42,7 @@ CLASS: dict[type[Action], str] = {
     MarkSpec: "in-place",
     Adopt: "in-place",
     Replace: "replace",
+    Promote: "replace",  # RollingUpdate: the new instance takes over, the old one goes
     Stop: "destroy",
     Park: "destroy",  # OnDemand: the engine goes, an Idle record stays
     Release: "destroy",

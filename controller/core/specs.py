@@ -23,6 +23,32 @@ def is_dns1123(name: object) -> bool:
     return isinstance(name, str) and len(name) <= 63 and DNS1123.fullmatch(name) is not None
 
 
+# A RollingUpdate's new instance runs under a second record, ``<name>--next``, beside
+# the old one until it is Ready. The suffix is reserved (no manifest may use it), so that
+# record never collides with a user's deployment; it is not a DNS-1123 label's length
+# limit that matters for it but its base name's (``record_name_ok``).
+NEXT_SUFFIX = "--next"
+
+
+def next_name(name: str) -> str:
+    """The record a RollingUpdate of ``name`` starts its new instance under."""
+    return f"{name}{NEXT_SUFFIX}"
+
+
+def is_next(name: str) -> bool:
+    return name.endswith(NEXT_SUFFIX)
+
+
+def base_name(name: str) -> str:
+    """The deployment a record belongs to: ``foo`` for ``foo`` and ``foo--next``."""
+    return name.removesuffix(NEXT_SUFFIX)
+
+
+def record_name_ok(name: object) -> bool:
+    """A deployment name, or one with the reserved suffix: safe as a file name (inv. 9)."""
+    return isinstance(name, str) and is_dns1123(base_name(name))
+
+
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices)\}")
 
@@ -86,6 +112,11 @@ class Metadata(Model):
             raise ValueError(
                 f"name {name!r} is not a DNS-1123 label: lower-case letters, digits "
                 "and '-', starting and ending with a letter or digit, at most 63 characters"
+            )
+        if is_next(name):
+            raise ValueError(
+                f"name {name!r} ends with {NEXT_SUFFIX!r}, which reconcile reserves for the "
+                "new instance of a RollingUpdate: choose another name"
             )
         return name
 
