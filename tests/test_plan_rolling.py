@@ -123,6 +123,18 @@ CASES = [
         Case(
             desired(new),
             observed(
+                view(record("a", spec=old, devices=("nvidia:0",), phase=Phase.TERMINATING)),
+                view(next_rec(Phase.READY), alive=True),
+            ),
+            expect=((Stop, "a", "finishing an interrupted teardown"),),
+            inv=TWO,
+        ),
+        id="promote-interrupted-in-teardown-finishes-the-stop-first",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
                 running_old(),
                 view(next_rec(), alive=False, exit=exited(code=3)),
             ),

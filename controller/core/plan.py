@@ -270,6 +270,8 @@ class _Planner:
         elif old is None or old.record.nonce == rec.nonce:
             # The old record is gone (stopped, or a promote interrupted after its rename).
             yield Promote(name=base, reason=f"{rec.name} takes the name {base}")
+        elif old.record.phase is Phase.TERMINATING:
+            return  # the old one's teardown is finished first (its Stop); then the rename
         elif view.alive and rec.phase is Phase.READY:
             yield Promote(name=base, reason=f"rolling update: {rec.name} is Ready; old drains")
         elif rec.phase in (Phase.PENDING, Phase.IDLE):
