@@ -27,11 +27,12 @@ from pathlib import Path
 
 import aiohttp
 
-from benchmarks.gateway_baselines import litellm, nginx
+from benchmarks.gateway_baselines import KEY, litellm, nginx
 
 PY = sys.executable
 COLD = 5  # OnDemand deployments, each started once by a request
 LITELLM = "/tmp/litellm-venv/bin/litellm"
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 def _manifest(folder: Path, base: int) -> None:
@@ -65,7 +66,7 @@ def _pct(xs: list[float], q: float) -> float:
 async def _one(session: aiohttp.ClientSession, url: str, stream: bool) -> float:
     body = {"model": "hot", "messages": [], "stream": stream}
     t = time.perf_counter()
-    async with session.post(url, json=body) as resp:
+    async with session.post(url, json=body, headers=AUTH) as resp:
         if stream:
             await resp.content.readany()
             first = time.perf_counter() - t

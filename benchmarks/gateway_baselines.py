@@ -18,6 +18,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+# LiteLLM refuses to start without a master key; the load generator sends it to every
+# proxy (the others pass it on or ignore it), so each request is the same bytes.
+KEY = "sk-gwbench-0123456789abcdef0123456789abcdef"
+
 NGINX_CONF = """
 worker_processes 1;
 error_log {tmp}/error.log warn;
@@ -44,6 +48,8 @@ http {{
 """
 
 LITELLM_CONF = """
+general_settings:
+  master_key: {key}
 model_list:
   - model_name: hot
     litellm_params:
@@ -76,7 +82,7 @@ def litellm(tmp: Path, exe: str | None, upstream: int, port: int) -> Iterator[st
         yield None
         return
     conf = tmp / "litellm.yaml"
-    conf.write_text(LITELLM_CONF.format(upstream=upstream))
+    conf.write_text(LITELLM_CONF.format(upstream=upstream, key=KEY))
     argv = [exe, "--config", str(conf), "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--num_workers", "1"]
     with _running(argv, tmp / "litellm.log") as proc:
