@@ -23,7 +23,7 @@ from pathlib import Path
 
 from controller import failpoints
 from controller.backends.base import ExitStatus
-from controller.backends.local import procstat
+from controller.backends.local import procstat, sockdiag
 from controller.backends.local.devices import wait_gpu_release
 from controller.backends.local.procscan import EnvironScan
 from controller.core.state import MarkedProcess, ProcessRef, Record
@@ -284,7 +284,14 @@ def _parse(pid: int, env: bytes, prefix: bytes) -> MarkedProcess | None:
 
 
 def listening_ports() -> frozenset[int]:
-    """TCP ports some process listens on, from /proc/net (one read, no bind probes)."""
+    """TCP ports some process listens on: netlink's answer, else /proc/net (no bind probes)."""
+    try:
+        return sockdiag.listening()
+    except OSError:
+        return _proc_net_listening()
+
+
+def _proc_net_listening() -> frozenset[int]:
     ports: set[int] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError), open(table) as f:
