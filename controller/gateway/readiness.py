@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Callable
 
 import aiohttp
 
 from controller.core.state import Record
 
 POLL = 0.01  # seconds between probes while a request waits (loopback: cheap)
+FAST_FOR = 5.0  # seconds of POLL; then SLOW_POLL (most engines start within that or take minutes)
+SLOW_POLL = 0.1
 TIMEOUT = aiohttp.ClientTimeout(total=1.0)
 
 
@@ -41,7 +45,13 @@ async def passes(session: aiohttp.ClientSession, rec: Record) -> bool:
     return True
 
 
-async def watch(session: aiohttp.ClientSession, rec: Record) -> None:
-    """Return once ``rec``'s engine passes its probe (the caller bounds the wait)."""
-    while not await passes(session, rec):
-        await asyncio.sleep(POLL)
+async def watch(session: aiohttp.ClientSession, rec: Record, wanted: Callable[[], bool]) -> bool:
+    """True once ``rec``'s engine passes its probe; False when no longer ``wanted`` (the
+    daemon judged it first, or no request waits). The caller bounds the wait."""
+    started = time.monotonic()
+    while wanted():
+        if await passes(session, rec):
+            return True
+        # An engine that loads for minutes is not asked 100 times a second all along.
+        await asyncio.sleep(POLL if time.monotonic() - started < FAST_FOR else SLOW_POLL)
+    return False

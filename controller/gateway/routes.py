@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,7 @@ class Front:
     session: aiohttp.ClientSession | None = None
     # deployment -> (the Starting engine's nonce, the gateway's probe of it)
     watching: dict[str, tuple[str | None, asyncio.Task[None]]] = field(default_factory=dict)
+    waiting: Counter[str] = field(default_factory=Counter)  # deployment -> requests waiting
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body)
@@ -162,7 +164,11 @@ class Front:
 
     async def _wait(self, name: str) -> Target | None:
         deadline = self.table.deadline(name)
-        return await self.table.wait_target(name, deadline, lambda: self._watch(name, deadline))
+        self.waiting[name] += 1
+        try:
+            return await self.table.wait_target(name, deadline, lambda: self._watch(name, deadline))
+        finally:
+            self.waiting[name] -= 1
 
     def _watch(self, name: str, deadline: float) -> None:
         """Probe a Starting engine ourselves while requests wait (readiness.py says why)."""
@@ -177,8 +183,14 @@ class Front:
 
     async def _probe(self, name: str, rec: Record, deadline: float) -> None:
         assert self.session is not None
+
+        def wanted() -> bool:
+            current = self.table.starting(name)
+            return current is not None and current.nonce == rec.nonce and self.waiting[name] > 0
+
         try:
-            await asyncio.wait_for(readiness.watch(self.session, rec), deadline)
+            if not await asyncio.wait_for(readiness.watch(self.session, rec, wanted), deadline):
+                return
         except TimeoutError:
             return
         self.table.probed_ready(name, rec.nonce)
