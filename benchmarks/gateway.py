@@ -1,12 +1,13 @@
-"""The gateway's added latency over a direct connection, and on-demand start cost.
+"""The gateway's added latency against a direct connection and other proxies; on-demand cost.
 
-    python -m benchmarks.gateway [--n 400]
+    python -m benchmarks.gateway [--n 400] [--litellm /tmp/litellm-venv/bin/litellm]
 
-Same fake engine (the demo engine), same load generator (aiohttp), one run:
-p50/p99 per request for 1 client and 32 clients, non-streaming and streaming
-time-to-first-chunk, direct vs through ``reconcile --listen``; throughput at 32
-clients; an OnDemand request from Idle: request -> answer vs the engine's own
-start (spawn -> Ready in its record). nginx/LiteLLM are not run here (see RESULTS.md).
+Same fake engine (the demo engine), same load generator (aiohttp), one run: p50/p99
+per request for 1 and 32 clients, non-streaming and streaming time-to-first-chunk,
+direct vs through ``reconcile --listen``, nginx (if installed) and LiteLLM's proxy (if
+given); throughput at 32 clients. Then OnDemand requests from Idle (``COLD``
+deployments, one request each): request -> answer against the engine's own start
+(spawn -> the first 200 of /health, polled every 2 ms by the benchmark itself).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,13 +27,19 @@ from pathlib import Path
 
 import aiohttp
 
+from benchmarks.gateway_baselines import KEY, litellm, nginx
+
 PY = sys.executable
+COLD = 5  # OnDemand deployments, each started once by a request
+LITELLM = "/tmp/litellm-venv/bin/litellm"
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 def _manifest(folder: Path, base: int) -> None:
     engine = [PY, "-m", "controller.demo.engine", "--port", "{port}", "--model", "{name}"]
     docs = []
-    for name, extra in (("hot", {}), ("cold", {"activation": "OnDemand", "idleTimeout": "10m"})):
+    cold = {"activation": "OnDemand", "idleTimeout": "10m"}
+    for name, extra in (("hot", {}), *((f"cold{i}", cold) for i in range(COLD))):
         docs.append(
             {
                 "apiVersion": "reconcile/v1",
@@ -58,7 +66,7 @@ def _pct(xs: list[float], q: float) -> float:
 async def _one(session: aiohttp.ClientSession, url: str, stream: bool) -> float:
     body = {"model": "hot", "messages": [], "stream": stream}
     t = time.perf_counter()
-    async with session.post(url, json=body) as resp:
+    async with session.post(url, json=body, headers=AUTH) as resp:
         if stream:
             await resp.content.readany()
             first = time.perf_counter() - t
@@ -87,6 +95,7 @@ async def _load(url: str, clients: int, n: int, stream: bool) -> tuple[list[floa
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=400)
+    parser.add_argument("--litellm", default=LITELLM, help="LiteLLM's CLI (skipped if absent)")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="gwbench-"))
     (tmp / "m").mkdir()
@@ -100,38 +109,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         hot = _wait_ready(tmp, "hot")
-        rows = []
-        for stream in (False, True):
-            for clients in (1, 32):
-                direct, d_rps = asyncio.run(
-                    _load(f"http://127.0.0.1:{hot}/v1/chat/completions", clients, args.n, stream)
-                )
-                via, g_rps = asyncio.run(
-                    _load(f"http://127.0.0.1:{listen}/v1/chat/completions", clients, args.n, stream)
-                )
-                rows.append(
-                    f"| {'stream TTFB' if stream else 'request'} | {clients} "
-                    f"| {_pct(direct, 0.5):.2f} / {_pct(direct, 0.99):.2f} "
-                    f"| {_pct(via, 0.5):.2f} / {_pct(via, 0.99):.2f} "
-                    f"| {_pct(via, 0.5) - _pct(direct, 0.5):+.2f} "
-                    f"| {g_rps / d_rps:.2f} |"
-                )
-        t = time.perf_counter()
-        out = asyncio.run(_cold(listen))
-        total = (time.perf_counter() - t) * 1000
-        rec = json.loads((tmp / "st" / "instances" / "cold.json").read_text())
-        start = datetime.fromisoformat(rec["started_at"])
-        ready = datetime.fromisoformat(rec["ready_at"])
-        engine_ms = (ready - start).total_seconds() * 1000
+        with (
+            nginx(tmp, hot, listen - 1) as ng,
+            litellm(tmp, args.litellm, hot, listen - 2) as ll,
+        ):
+            proxies = {"reconcile": f"http://127.0.0.1:{listen}", "nginx": ng, "litellm": ll}
+            rows = _table(f"http://127.0.0.1:{hot}", proxies, args.n)
         print(
-            "| kind | clients | direct p50/p99 ms | gateway p50/p99 ms | added p50 ms | rps ratio |"
+            "| kind | clients | proxy | direct p50/p99 ms | proxied p50/p99 ms "
+            "| added p50/p99 ms | rps ratio |"
         )
-        print("|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|")
         print("\n".join(rows))
-        print(
-            f"\non-demand from Idle: request -> answer {total:.0f} ms; engine spawn -> Ready "
-            f"{engine_ms:.0f} ms; overhead {total - engine_ms:.0f} ms (status {out})"
-        )
+        skipped = [name for name, url in proxies.items() if url is None]
+        if skipped:
+            print(f"not run (not installed or did not start): {', '.join(skipped)}")
+        print(_cold_report(tmp, listen))
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
@@ -139,15 +132,82 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-async def _cold(listen: int) -> int:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            f"http://127.0.0.1:{listen}/v1/chat/completions", json={"model": "cold"}
-        ) as resp,
-    ):
-        await resp.read()
-        return resp.status
+def _table(direct_url: str, proxies: dict[str, str | None], n: int) -> list[str]:
+    rows = []
+    path = "/v1/chat/completions"
+    for stream in (False, True):
+        for clients in (1, 32):
+            direct, d_rps = asyncio.run(_load(direct_url + path, clients, n, stream))
+            for name, url in proxies.items():
+                if url is None:
+                    continue
+                via, rps = asyncio.run(_load(url + path, clients, n, stream))
+                rows.append(
+                    f"| {'stream TTFB' if stream else 'request'} | {clients} | {name} "
+                    f"| {_pct(direct, 0.5):.2f} / {_pct(direct, 0.99):.2f} "
+                    f"| {_pct(via, 0.5):.2f} / {_pct(via, 0.99):.2f} "
+                    f"| {_pct(via, 0.5) - _pct(direct, 0.5):+.2f} / "
+                    f"{_pct(via, 0.99) - _pct(direct, 0.99):+.2f} "
+                    f"| {rps / d_rps:.2f} |"
+                )
+    return rows
+
+
+def _cold_report(tmp: Path, listen: int) -> str:
+    samples = [asyncio.run(_cold(tmp, listen, f"cold{i}")) for i in range(COLD)]
+    med = statistics.median
+    return "\n".join(
+        [
+            f"on-demand from Idle ({len(samples)} deployments, one request each; median ms):",
+            f"  request -> answer {med(s[0] for s in samples):.0f}; "
+            f"engine spawn -> /health 200 {med(s[1] for s in samples):.0f}; "
+            f"overhead {med(s[0] - s[1] for s in samples):.0f} "
+            f"(request -> spawn {med(s[2] for s in samples):.0f}, "
+            f"engine ready -> answer {med(s[3] for s in samples):.0f})",
+            "  each overhead: " + ", ".join(f"{s[0] - s[1]:.0f}" for s in samples),
+        ]
+    )
+
+
+async def _cold(tmp: Path, listen: int, name: str) -> tuple[float, float, float, float]:
+    """(request -> answer, spawn -> ready, request -> spawn, ready -> answer), in ms."""
+    url = f"http://127.0.0.1:{listen}/v1/chat/completions"
+    record = tmp / "st" / "instances" / f"{name}.json"
+    async with aiohttp.ClientSession() as session:
+        t0 = time.time()
+        watch = asyncio.create_task(_first_ready(session, record))
+        async with session.post(url, json={"model": name}) as resp:
+            await resp.read()
+            done = time.time()
+            assert resp.status == 200, resp.status
+        started, ready = await watch
+    ms = 1000.0
+    return (done - t0) * ms, (ready - started) * ms, (started - t0) * ms, (done - ready) * ms
+
+
+async def _first_ready(session: aiohttp.ClientSession, path: Path) -> tuple[float, float]:
+    """(the engine's spawn, the first 200 of its /health), wall clock."""
+    while (found := _starting(path)) is None:
+        await asyncio.sleep(0.002)
+    port, started = found
+    while True:
+        try:
+            async with session.get(f"http://127.0.0.1:{port}/health") as resp:
+                if resp.status == 200:
+                    return started, time.time()
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.002)
+
+
+def _starting(path: Path) -> tuple[int, float] | None:
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if rec.get("started_at") is None or rec.get("port") is None:
+        return None
+    return int(rec["port"]), datetime.fromisoformat(rec["started_at"]).timestamp()
 
 
 def _wait_ready(tmp: Path, name: str) -> int:

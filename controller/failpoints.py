@@ -45,6 +45,13 @@ POINTS = {
     "events.append.before_write": "an event is about to be appended to the journal",
 }
 
+# Reached only by a RollingUpdate (full_churn never makes one): tests/gateway/test_rolling.py
+# SIGKILLs the daemon at each of them and checks the next pass converges with no leak.
+ROLLING_POINTS = {
+    "executor.promote.after_terminating": "the old record says Terminating, no signal sent",
+    "executor.promote.after_rename": "the new record holds the name, `--next` not deleted",
+}
+
 
 def _parse(value: str) -> dict[str, tuple[str, int]]:
     armed: dict[str, tuple[str, int]] = {}

@@ -22,6 +22,8 @@ import yaml
 from procs import alive, environ, kill_marked, marked_pids, wait_for, wait_gone
 
 from controller.backends.choose import inventory_for, open_backend
+from controller.backends.local import runtime as runtime_mod
+from controller.backends.local import sockdiag
 from controller.backends.local.runtime import (
     MARKER,
     STATE_MARKER,
@@ -279,6 +281,23 @@ def test_listening_ports_and_bind_probe(host: str) -> None:
         assert port in listening_ports()
         assert not port_bindable(port)
     assert port_bindable(port)
+
+
+@pytest.mark.parametrize("family", [socket.AF_INET, socket.AF_INET6])
+def test_netlink_and_proc_net_see_the_same_listeners(family: socket.AddressFamily) -> None:
+    """sock_diag (the fast path) answers exactly what /proc/net lists in LISTEN."""
+    try:
+        sock = socket.socket(family)
+    except OSError:
+        pytest.skip("no IPv6 on this host")
+    with sock:
+        sock.bind(("::1" if family == socket.AF_INET6 else "127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert port in sockdiag.listening()
+        # Other processes open and close listeners meanwhile: agreeing once is the test.
+        pairs = [(sockdiag.listening(), runtime_mod._proc_net_listening()) for _ in range(5)]
+        assert any(fast == slow for fast, slow in pairs), pairs[-1]
 
 
 def test_placement_never_hands_out_a_port_a_socket_of_ours_holds(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from controller.core.actions import (
     MarkSpec,
     Park,
     Preempt,
+    Promote,
     Reap,
     Release,
     Replace,
@@ -42,6 +43,7 @@ CLASS: dict[type[Action], str] = {
     MarkSpec: "in-place",
     Adopt: "in-place",
     Replace: "replace",
+    Promote: "replace",  # RollingUpdate: the new instance takes over, the old one goes
     Stop: "destroy",
     Park: "destroy",  # OnDemand: the engine goes, an Idle record stays
     Preempt: "destroy",

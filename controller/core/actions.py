@@ -59,6 +59,15 @@ class Replace(Stop):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Promote(Action):
+    """RollingUpdate: ``<name>--next`` is Ready (or ``name``'s record is gone): the gateway
+    moves to it, the old instance drains its in-flight requests and stops, and the new
+    record takes the deployment's name. Each step is safe to repeat after a crash."""
+
+    verb = "promote"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Park(Action):
     """OnDemand: tear down whatever runs (idle, or swapped out) and record it ``Idle``."""
 
@@ -178,6 +187,7 @@ AnyAction = (
     | Restart
     | Replace
     | Stop
+    | Promote
     | Park
     | Preempt
     | Update

@@ -23,6 +23,7 @@ from controller.core.actions import (
     MarkSpec,
     Park,
     Preempt,
+    Promote,
     Reap,
     Reject,
     Release,
@@ -38,7 +39,14 @@ from controller.core.inventory import Inventory
 from controller.core.limits import Limits
 from controller.core.placement import Placed, Unplaced, ledger_for, place, place_devices
 from controller.core.preempt import Candidate, choose_victims
-from controller.core.specs import Entry, changed_fields, spec_document
+from controller.core.specs import (
+    Entry,
+    base_name,
+    changed_fields,
+    is_next,
+    next_name,
+    spec_document,
+)
 from controller.core.state import Activation, MarkedProcess, Observed, Phase, Record, RecordView
 
 BACKOFF_FIRST = 10.0
@@ -55,6 +63,7 @@ ORDER: tuple[type[Action], ...] = (
     Adopt,
     Resync,
     Replace,
+    Promote,
     Stop,
     Preempt,
     Park,
@@ -145,9 +154,11 @@ class _Planner:
         for name in sorted(names):
             entry = self.desired.entries.get(name)
             view = self.observed.records.get(name)
-            if view is None:
-                if name in self.observed.unreadable:
-                    continue  # never over an unknown version
+            if view is not None and is_next(name):
+                yield from self._next(view)
+            elif view is None:
+                if name in self.observed.unreadable or next_name(name) in self.observed.records:
+                    continue  # never over an unknown version; a `--next` takes the name
                 if entry is not None and self._parked(entry, None):
                     yield Park(name=name, reason="OnDemand: idle until a request", entry=entry)
                 elif entry is not None:
@@ -199,7 +210,7 @@ class _Planner:
             self.wanted.append((entry, "requested through the gateway"))
             return
         if rec.spec_hash != entry.hash:
-            yield self._changed(view, entry)
+            yield from self._changed(view, entry)
             return
         labels = entry.deployment.metadata.labels
         if view.alive and rec.port is not None and rec.labels != labels:  # no restart: no spec
@@ -235,15 +246,78 @@ class _Planner:
         else:
             yield Release(name=rec.name, reason="manifest removed", nonce=rec.nonce)
 
-    def _changed(self, view: RecordView, entry: Entry) -> AnyAction:
+    def _changed(self, view: RecordView, entry: Entry) -> Iterator[AnyAction]:
         rec = view.record
         fields = tuple(changed_fields(rec.spec, spec_document(entry.deployment.spec)))
         shown = ", ".join(f"spec.{f}" for f in fields) or "spec"
         if view.alive and fields and all(f.split(".")[0] in IN_PLACE for f in fields):
-            return Update(name=rec.name, reason=f"{shown} changed", entry=entry, fields=fields)
+            yield Update(name=rec.name, reason=f"{shown} changed", entry=entry, fields=fields)
+        elif view.alive and next_name(rec.name) in self.observed.records:
+            yield from self._running(view)  # rolling: the old one serves until the new is Ready
+        elif _rolling(entry) and view.alive and rec.phase is Phase.READY:
+            yield self._roll(entry, f"{shown} changed", fields)
+        elif view.alive or view.markers or rec.holds:
+            yield Replace(name=rec.name, reason=f"{shown} changed", fields=fields)
+        else:
+            yield Release(name=rec.name, reason=f"{shown} changed", nonce=rec.nonce)
+
+    # -- RollingUpdate: the new instance beside the old ------------------------------------
+
+    def _roll(self, entry: Entry, why: str, fields: tuple[str, ...]) -> AnyAction:
+        """Start ``<name>--next`` beside the Ready old instance, or recreate if no room."""
+        nxt = next_name(entry.name)
+        placed = self._start(entry, f"rolling update ({why}): {nxt} beside the old", record=nxt)
+        if isinstance(placed, Start):
+            return placed
+        reason = f"{why}; no room for both: recreating ({placed.reason})"
+        return Replace(name=entry.name, reason=reason, fields=fields)
+
+    def _next(self, view: RecordView) -> Iterator[AnyAction]:
+        """A RollingUpdate's new instance: its own lifecycle until Ready, then promoted."""
+        rec = view.record
+        if rec.elsewhere(self.observed.node):
+            return
+        if rec.phase is Phase.RESERVED or rec.owner != self.desired.owner:
+            if rec.phase is Phase.RESERVED and not view.maker_alive:
+                yield self._resolve_reservation(view)  # invariant 3: adopted or released
+            return
+        if rec.phase is Phase.TERMINATING:
+            yield Stop(name=rec.name, reason="finishing an interrupted teardown")
+            return
+        base = base_name(rec.name)
+        entry = self.desired.entries.get(base)
+        old = self.observed.records.get(base)
+        if entry is None or not _rolling(entry) or rec.spec_hash != entry.hash:
+            yield from self._abandon(view, entry)
+        elif old is None or old.record.nonce == rec.nonce:
+            # The old record is gone (stopped, or a promote interrupted after its rename).
+            yield Promote(name=base, reason=f"{rec.name} takes the name {base}")
+        elif old.record.phase is Phase.TERMINATING:
+            return  # the old one's teardown is finished first (its Stop); then the rename
+        elif view.alive and rec.phase is Phase.READY:
+            yield Promote(name=base, reason=f"rolling update: {rec.name} is Ready; old drains")
+        elif rec.phase in (Phase.PENDING, Phase.IDLE):
+            yield Release(name=rec.name, reason="not a rolling update's state", nonce=rec.nonce)
+        else:  # Starting, crashed, backing off, failed: the old instance keeps serving
+            yield from self._lifecycle(view, entry)
+
+    def _abandon(self, view: RecordView, entry: Entry | None) -> Iterator[AnyAction]:
+        """The new instance is no longer wanted: stop it (the old one is untouched)."""
+        rec = view.record
+        base = base_name(rec.name)
+        if entry is None:
+            broken = base in self.desired.invalid or rec.source in self.desired.broken_sources
+            if broken or not self.desired.prune:
+                return  # invariants 4 and 5: a broken or missing manifest stops nothing
+            why = "manifest removed"
+        elif not _rolling(entry):
+            why = "strategy is no longer RollingUpdate"
+        else:
+            why = "the spec changed again: a fresh rolling update follows"
         if view.alive or view.markers or rec.holds:
-            return Replace(name=rec.name, reason=f"{shown} changed", fields=fields)
-        return Release(name=rec.name, reason=f"{shown} changed", nonce=rec.nonce)
+            yield Stop(name=rec.name, reason=f"rolling update abandoned: {why}")
+        else:
+            yield Release(name=rec.name, reason=f"rolling update abandoned: {why}", nonce=rec.nonce)
 
     def _lifecycle(self, view: RecordView, entry: Entry) -> Iterator[AnyAction]:
         rec = view.record
@@ -348,7 +422,9 @@ class _Planner:
 
     # -- placement ---------------------------------------------------------------------
 
-    def _start(self, entry: Entry, why: str) -> AnyAction:
+    def _start(self, entry: Entry, why: str, *, record: str | None = None) -> Start | Hold:
+        """Start ``entry`` as record ``record`` (default: its own name), or Hold saying why."""
+        name = record or entry.name
         spec = entry.deployment.spec
         if self.drain is not None:
             return Hold(name=entry.name, reason=self._drain_text(), entry=entry)
@@ -369,14 +445,14 @@ class _Planner:
                 reason = f"{entry.source}:{entry.line}: {reason}"
             return Hold(name=entry.name, reason=reason, entry=entry)
         self.ledger.take(
-            entry.name, placed.devices, placed.ports, spec.devices.shareable, spec.devices.memory
+            name, placed.devices, placed.ports, spec.devices.shareable, spec.devices.memory
         )
-        self.instances[entry.name] = limits_mod.kinds_of(placed.devices)
+        self.instances[name] = limits_mod.kinds_of(placed.devices)
         where = ",".join(placed.devices) or "no devices"
         keyed = self.inventory.by_key()
         note = user_share(spec, tuple(keyed[d] for d in placed.devices if d in keyed))
         return Start(
-            name=entry.name,
+            name=name,
             reason=f"{why}: {where}, port {placed.port}{note}",
             entry=entry,
             devices=placed.devices,
@@ -603,6 +679,10 @@ def _leader(markers: tuple[MarkedProcess, ...]) -> MarkedProcess | None:
     pids = {m.ref.pid for m in markers}
     roots = sorted((m for m in markers if m.ppid not in pids), key=lambda m: m.ref.start_time)
     return roots[0] if roots else None
+
+
+def _rolling(entry: Entry) -> bool:
+    return entry.deployment.spec.strategy == "RollingUpdate"
 
 
 def _pid(rec: Record) -> str:

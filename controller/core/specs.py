@@ -17,7 +17,12 @@ from pydantic.alias_generators import to_camel
 
 # re-exported: their home is core.names, which records import without pydantic
 from controller.core.names import DNS1123 as DNS1123
+from controller.core.names import NEXT_SUFFIX as NEXT_SUFFIX
+from controller.core.names import base_name as base_name
 from controller.core.names import is_dns1123 as is_dns1123
+from controller.core.names import is_next as is_next
+from controller.core.names import next_name as next_name
+from controller.core.names import record_name_ok as record_name_ok
 from controller.core.quantity import parse_quantity
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -86,6 +91,11 @@ class Metadata(Model):
             raise ValueError(
                 f"name {name!r} is not a DNS-1123 label: lower-case letters, digits "
                 "and '-', starting and ending with a letter or digit, at most 63 characters"
+            )
+        if is_next(name):
+            raise ValueError(
+                f"name {name!r} ends with {NEXT_SUFFIX!r}, which reconcile reserves for the "
+                "new instance of a RollingUpdate: choose another name"
             )
         return name
 

@@ -20,11 +20,12 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import FrameType
-from typing import Protocol
+from typing import ParamSpec, Protocol
 
 from controller.backends.base import Backend
 from controller.backends.choose import inventory_for, open_backend
 from controller.core.actions import Conflict, Hold
+from controller.core.specs import base_name
 from controller.core.state import Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import FolderWatch
@@ -33,7 +34,7 @@ from controller.daemon.notify import Notifier
 from controller.daemon.timers import Timers, debounce_until
 from controller.errors import ConfigError, LockTimeout, ReconcileError
 from controller.logsetup import get_logger
-from controller.reconciler.run import AfterPass, PassResult, Reconciler
+from controller.reconciler.run import PassResult, Reconciler
 from controller.store import activation
 from controller.store.lock import FileLock
 from controller.store.node import Config
@@ -51,6 +52,7 @@ WATCHED = (Phase.STARTING, Phase.READY)
 TIMED = frozenset({"resync", "probe due"})
 
 Reload = Callable[[], Config]
+P = ParamSpec("P")
 
 
 class FrontDoor(Protocol):
@@ -58,6 +60,7 @@ class FrontDoor(Protocol):
 
     def start(self, request_pass: Callable[[], None]) -> None: ...
     def after_pass(self, result: PassResult, seconds: float) -> None: ...
+    def drain(self, old: Record, new: Record | None) -> None: ...
     def reload(self) -> None: ...
     def stop(self) -> None: ...
 
@@ -148,6 +151,7 @@ class Daemon:
     def _hook_front(self, reconciler: Reconciler) -> None:
         if self.front is not None:
             reconciler.after_pass.append(_guarded(self.front.after_pass))
+            reconciler.executor.drain = _guarded(self.front.drain)
 
     def _poke(self) -> None:
         with contextlib.suppress(BlockingIOError):  # full: the loop is awake anyway
@@ -330,7 +334,7 @@ def _idle_due(
     if rec.spec.get("activation") != "OnDemand" or not rec.holds:
         return None
     idle = rec.spec.get("idleTimeout")
-    act = demand.get(rec.name)
+    act = demand.get(base_name(rec.name))  # a rolling `--next` is asked for by its name
     if not isinstance(idle, int | float):
         return None
     if act is None:
@@ -338,14 +342,14 @@ def _idle_due(
     return ("idle timeout", _until(act.last_request_at + timedelta(seconds=idle), now))
 
 
-def _guarded(hook: AfterPass) -> AfterPass:
-    """A gateway fault never stops a pass."""
+def _guarded(hook: Callable[P, None]) -> Callable[P, None]:
+    """A gateway fault never stops a pass (nor a teardown: an undrained stop still stops)."""
 
-    def call(result: PassResult, seconds: float) -> None:
+    def call(*args: P.args, **kwargs: P.kwargs) -> None:
         try:
-            hook(result, seconds)
+            hook(*args, **kwargs)
         except Exception as exc:
-            log.error("gateway hook failed", error=str(exc))
+            log.error("gateway hook failed", error=str(exc) or type(exc).__name__)
 
     return call
 

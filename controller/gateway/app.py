@@ -28,6 +28,7 @@ from controller.gateway.settings import Settings
 from controller.logsetup import get_logger
 
 if TYPE_CHECKING:
+    from controller.core.state import Record
     from controller.reconciler.run import PassResult
 
 log = get_logger("reconcile")
@@ -72,6 +73,17 @@ class Gateway:
         front = self.front
         if front is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(front.table.update, records)
+
+    def drain(self, old: Record, new: Record | None) -> None:
+        """The daemon's teardown thread, before it stops ``old``: route nothing more to it
+        (to ``new`` if given: a RollingUpdate) and return once its requests ended, or
+        after its grace period (then the teardown's signal cuts them off)."""
+        front = self.front
+        if front is None or self.loop.is_closed():
+            return
+        grace = old.grace_seconds
+        done = asyncio.run_coroutine_threadsafe(front.table.retire(old, new, grace), self.loop)
+        done.result(timeout=grace + START_WAIT)
 
     def reload(self) -> None:
         """SIGHUP: re-read the key file; a bad one keeps the keys in force."""
@@ -144,7 +156,8 @@ class Gateway:
         self._tasks.append(asyncio.create_task(demand.run()))
 
     async def _close(self) -> None:
-        for task in self._tasks:
+        watching = [task for _, task in self.front.watching.values()] if self.front else []
+        for task in [*self._tasks, *watching]:
             task.cancel()
         if self._runner is not None:
             await self._runner.cleanup()

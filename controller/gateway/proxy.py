@@ -1,5 +1,6 @@
 """Forwarding: the request as it came (method, path, query, headers, body), the answer
-streamed back chunk by chunk as the engine sends it. A client that goes away cancels
+streamed back chunk by chunk as the engine sends it (a small answer with a
+Content-Length, which the engine sends whole anyway, in one write). A client that goes away cancels
 the handler, which closes the upstream connection: the engine stops generating.
 """
 
@@ -26,6 +27,7 @@ HOP_BY_HOP = frozenset(
         "content-length",
     }
 )
+WHOLE_MAX = 256 * 1024  # bytes: a sized answer up to this is passed on in one write
 KEY_HEADERS = frozenset({"authorization", "x-api-key"})  # the gateway's keys stay here
 
 
@@ -67,10 +69,18 @@ async def forward(
     except aiohttp.ClientConnectorError as exc:
         raise UpstreamDown(str(exc)) from exc
     async with upstream:
+        length = upstream.content_length
+        if length is not None and length <= WHOLE_MAX:
+            # A sized answer (not a stream) is complete when the engine sends it: passing it
+            # on as one write (headers and body together) saves a send per request.
+            body = await upstream.read()
+            whole = web.Response(status=upstream.status, reason=upstream.reason, body=body)
+            whole.headers.extend(_headers(upstream.headers))
+            return whole
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         response.headers.extend(_headers(upstream.headers))
-        if upstream.headers.get("Content-Length") is not None:
-            response.content_length = int(upstream.headers["Content-Length"])
+        if length is not None:
+            response.content_length = length
         await response.prepare(request)
         async for chunk in upstream.content.iter_any():
             await response.write(chunk)

@@ -6,21 +6,25 @@ answers is passed through untouched.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from controller.core.state import Record
+from controller.gateway import readiness
 from controller.gateway.activation import Demand
 from controller.gateway.answers import error
 from controller.gateway.keys import Keys, presented
 from controller.gateway.limits import Limiter
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.proxy import UpstreamDown, forward
-from controller.gateway.routing import Table
+from controller.gateway.routing import Table, Target
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -39,6 +43,9 @@ class Front:
     max_body: int
     keys: Keys | None = None
     session: aiohttp.ClientSession | None = None
+    # deployment -> (the Starting engine's nonce, the gateway's probe of it)
+    watching: dict[str, tuple[str | None, asyncio.Task[None]]] = field(default_factory=dict)
+    waiting: Counter[str] = field(default_factory=Counter)  # deployment -> requests waiting
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body)
@@ -123,17 +130,14 @@ class Front:
             for _ in range(CONNECT_RETRIES):
                 if on_demand and self.table.target(name) is None:
                     await self.demand.activate(name)
-                target = await self.table.wait_target(name, self.table.deadline(name))
+                target = await self._wait(name)
                 if target is None:
                     rec = self.table.records.get(name)
                     phase = rec.phase.value if rec is not None else "gone"
                     why = f"deployment {name!r} is not Ready ({phase}); retry later"
                     return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
-                assert self.session is not None
                 try:
-                    return await forward(
-                        self.session, request, body, target, strip_keys=self.keys is not None
-                    )
+                    return await self._send(request, body, target)
                 except UpstreamDown as exc:
                     log.warning("engine refused the connection", deployment=name, error=str(exc))
                     self.table.mark_down(name, target)
@@ -143,6 +147,54 @@ class Front:
             self.metrics.end(name)
             if on_demand:
                 self.demand.end(name)
+
+    async def _send(self, request: web.Request, body: bytes, target: Target) -> web.StreamResponse:
+        """Forward, counted per engine: a retiring instance is stopped only once it is 0."""
+        assert self.session is not None
+        # No await between the table's answer and this count: retire() sees every request.
+        self.table.inflight[target.nonce] += 1
+        try:
+            return await forward(
+                self.session, request, body, target, strip_keys=self.keys is not None
+            )
+        finally:
+            self.table.inflight[target.nonce] -= 1
+            if self.table.inflight[target.nonce] <= 0:
+                del self.table.inflight[target.nonce]
+
+    async def _wait(self, name: str) -> Target | None:
+        deadline = self.table.deadline(name)
+        self.waiting[name] += 1
+        try:
+            return await self.table.wait_target(name, deadline, lambda: self._watch(name, deadline))
+        finally:
+            self.waiting[name] -= 1
+
+    def _watch(self, name: str, deadline: float) -> None:
+        """Probe a Starting engine ourselves while requests wait (readiness.py says why)."""
+        rec = self.table.starting(name)
+        if rec is None or self.session is None:
+            return
+        running = self.watching.get(name)
+        if running is not None and running[0] == rec.nonce and not running[1].done():
+            return
+        task = asyncio.get_running_loop().create_task(self._probe(name, rec, deadline))
+        self.watching[name] = (rec.nonce, task)
+
+    async def _probe(self, name: str, rec: Record, deadline: float) -> None:
+        assert self.session is not None
+
+        def wanted() -> bool:
+            current = self.table.starting(name)
+            return current is not None and current.nonce == rec.nonce and self.waiting[name] > 0
+
+        try:
+            if not await asyncio.wait_for(readiness.watch(self.session, rec, wanted), deadline):
+                return
+        except TimeoutError:
+            return
+        self.table.probed_ready(name, rec.nonce)
+        self.demand.request_pass()  # the daemon records it Ready by the same probe
 
     async def _body(self, request: web.Request) -> bytes | web.Response:
         if request.content_length is not None and request.content_length > self.max_body:

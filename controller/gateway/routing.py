@@ -3,6 +3,11 @@
 Records give each engine's host and port, so routing works on any backend. The
 daemon hands every pass's records over (``update``, on the gateway's loop);
 requests waiting for a deployment wake on each update.
+
+RollingUpdate: while ``<name>--next`` exists, the table prefers it once it is Ready.
+The daemon's executor calls ``retire`` (through the gateway) before it stops an old
+instance: from then on nothing new goes to that instance, and ``retire`` returns when
+its in-flight requests have ended (or its grace period ran out).
 """
 
 from __future__ import annotations
@@ -10,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from controller.core.specs import routable_names
+from controller.core.specs import is_next, next_name, routable_names
 from controller.core.state import Phase, Record
 
 DEFAULT_DEADLINE = 600.0  # the readiness deadline a spec without one gets
+DRAIN_POLL = 0.01  # seconds between looks at a retiring instance's in-flight count
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,9 @@ class Table:
         self._changed = asyncio.Event()
         self._down: dict[str, str | None] = {}  # deployment -> nonce that refused us
         self.loaded = asyncio.Event()  # set by the first pass's records
+        self.inflight: Counter[str | None] = Counter()  # engine nonce -> requests in flight
+        self._retired: set[str | None] = set()  # nonces of instances being stopped
+        self._probed: dict[str, str | None] = {}  # deployment -> Starting nonce we saw ready
 
     async def first_pass(self, timeout: float) -> None:
         """Before the first pass there is nothing to route by: wait for it (bounded)."""
@@ -49,13 +59,36 @@ class Table:
         self.records = {r.name: r for r in records}
         names: dict[str, str] = {}
         for rec in sorted(self.records.values(), key=lambda r: r.name):
+            if is_next(rec.name):
+                continue  # a rolling update's new instance: routed as its deployment
             for name in routable_names(rec.name, rec.spec):
                 names.setdefault(name, rec.name)  # duplicates are manifest errors already
         self.names = names
         self._down.clear()
+        live = {r.nonce for r in self.records.values()}
+        self._retired &= live  # an instance still on record stays retired until it is gone
+        self._probed = {n: v for n, v in self._probed.items() if v in live}
         self.loaded.set()
+        self._wake()
+
+    def _wake(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+
+    def probed_ready(self, name: str, nonce: str | None) -> None:
+        """The gateway's own probe passed for a Starting engine: route to it already."""
+        self._probed[name] = nonce
+        self._wake()
+
+    async def retire(self, old: Record, new: Record | None, timeout: float) -> None:
+        """Send nothing more to ``old`` (to ``new`` instead, if given); wait out its requests."""
+        if new is not None:
+            self.records[new.name] = new
+        self._retired.add(old.nonce)
+        self._wake()
+        end = time.monotonic() + timeout
+        while self.inflight[old.nonce] > 0 and time.monotonic() < end:
+            await asyncio.sleep(DRAIN_POLL)
 
     def deployment(self, model: str) -> str | None:
         return self.names.get(model)
@@ -65,14 +98,29 @@ class Table:
         return rec is not None and rec.spec.get("activation") == "OnDemand"
 
     def target(self, name: str) -> Target | None:
+        """Where a request for deployment ``name`` goes now: the new instance first."""
+        return self._target(name, self.records.get(next_name(name))) or self._target(
+            name, self.records.get(name)
+        )
+
+    def starting(self, name: str) -> Record | None:
+        """The record of ``name`` whose engine is starting (what the gateway may probe)."""
         rec = self.records.get(name)
-        if rec is None or rec.phase is not Phase.READY or rec.port is None:
+        if rec is None or rec.phase is not Phase.STARTING or rec.port is None:
             return None
-        if name in self._down and self._down[name] == rec.nonce:
+        return rec
+
+    def _target(self, name: str, rec: Record | None) -> Target | None:
+        if rec is None or rec.port is None or rec.nonce in self._retired:
+            return None
+        probed = rec.phase is Phase.STARTING and self._probed.get(name) == rec.nonce
+        if rec.phase is not Phase.READY and not probed:
+            return None
+        if self._down.get(name, "-") == rec.nonce:
             return None
         host = "127.0.0.1" if rec.host in ("0.0.0.0", "") else rec.host
         host = "::1" if host == "::" else host
-        return Target(rec.name, host, rec.port, rec.nonce)
+        return Target(name, host, rec.port, rec.nonce)
 
     def deadline(self, name: str) -> float:
         """How long a request may wait for ``name`` to be Ready: its readiness deadline."""
@@ -81,14 +129,20 @@ class Table:
         seconds = readiness.get("deadlineSeconds") if isinstance(readiness, dict) else None
         return float(seconds) if isinstance(seconds, int | float) else DEFAULT_DEADLINE
 
-    async def wait_target(self, name: str, timeout: float) -> Target | None:
-        """The Ready engine of ``name``, waiting up to ``timeout`` for one."""
+    async def wait_target(
+        self, name: str, timeout: float, on_wait: Callable[[], None] = lambda: None
+    ) -> Target | None:
+        """The Ready engine of ``name``, waiting up to ``timeout`` for one.
+
+        ``on_wait`` runs before each wait (the gateway starts its own probe there).
+        """
         end = time.monotonic() + timeout
         while True:
             found = self.target(name)
             left = end - time.monotonic()
             if found is not None or left <= 0 or name not in self.records:
                 return found
+            on_wait()
             try:
                 await asyncio.wait_for(self._changed.wait(), left)
             except TimeoutError:

@@ -10,6 +10,7 @@ import os
 import secrets
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, assert_never
@@ -26,9 +27,11 @@ from controller.core.actions import (
     MarkSpec,
     Park,
     Preempt,
+    Promote,
     Reap,
     Reject,
     Release,
+    Replace,
     Restart,
     Resync,
     Start,
@@ -36,7 +39,7 @@ from controller.core.actions import (
     Update,
 )
 from controller.core.plan import backoff
-from controller.core.specs import Entry, spec_document
+from controller.core.specs import Entry, base_name, next_name, spec_document
 from controller.core.state import Phase, Record
 from controller.errors import SpawnError, Unplaceable
 from controller.logsetup import get_logger
@@ -49,6 +52,15 @@ from controller.store.records import RecordStore
 
 log = get_logger("reconcile")
 
+# Before a RollingUpdate stops the old instance: (old, new) -> returns once the front door
+# sends nothing more to the old one and its in-flight requests ended (bounded by the
+# old one's grace period). The daemon injects the gateway's; without one, nothing waits.
+Drain = Callable[[Record, Record | None], None]
+
+
+def _no_drain(old: Record, new: Record | None) -> None:
+    return None
+
 
 @dataclass(kw_only=True)
 class Executor:
@@ -59,12 +71,12 @@ class Executor:
     log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
     log_keep: int = logfiles.DEFAULT_KEEP
     memory: MemoryGate = field(default_factory=MemoryGate)  # NVML's word before a start
+    drain: Drain = _no_drain
+    _tally: Counter[tuple[str, str]] = field(default_factory=Counter)
+    _tally_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.memory.owner_of = self._owner_of
-
-    _tally: Counter[tuple[str, str]] = field(default_factory=Counter)
-    _tally_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- the one entry point ------------------------------------------------------
 
@@ -77,6 +89,8 @@ class Executor:
                 return self._restart(action)
             case Stop():  # and Replace: the old instance goes, the next round starts the new
                 return self._stop(action)
+            case Promote():
+                return self._promote(action)
             case Park():
                 return self._park(action)
             case Preempt():
@@ -110,6 +124,10 @@ class Executor:
         return self.records.now()
 
     def event(self, name: str, action: str, reason: str, outcome: str, **extra: Any) -> None:
+        """Journal under the deployment's name: a `--next` record's steps are its too."""
+        if name != base_name(name):
+            extra["instance"] = name
+        name = base_name(name)
         log.info("action", deployment=name, action=action, reason=reason, outcome=outcome, **extra)
         self.journal.append(name, action, reason, outcome, **extra)
         with self._tally_lock:  # teardowns report from their own threads
@@ -236,6 +254,8 @@ class Executor:
         rec = self.store.read(action.name)
         if rec is None:
             return False
+        if isinstance(action, Replace) and rec.holds:
+            self.drain(rec, None)  # a recreate: requests in flight end first, new ones wait
         terminating = rec.model_copy(update={"phase": Phase.TERMINATING, "message": action.reason})
         self.store.write(terminating)
         failpoints.hit("executor.stop.after_terminating")
@@ -243,6 +263,33 @@ class Executor:
         self.store.delete(action.name)
         failpoints.hit("executor.stop.after_delete")
         self.event(action.name, action.verb, action.reason, "stopped; record dropped")
+        return True
+
+    def _promote(self, action: Promote) -> bool:
+        """Drain and stop the old instance, then rename ``<name>--next`` to ``<name>``.
+
+        Crash-safe in every step: the old record goes Terminating before its teardown
+        (a later pass finishes it), the rename is one atomic write of the new record
+        under the old name (the same nonce in both tells a later pass to finish), and
+        only then is ``--next`` deleted.
+        """
+        new = self.store.read(next_name(action.name))
+        if new is None:
+            return False
+        old = self.store.read(action.name)
+        if old is not None and old.nonce != new.nonce:
+            self.drain(old, new)
+            terminating = old.model_copy(
+                update={"phase": Phase.TERMINATING, "message": action.reason}
+            )
+            self.store.write(terminating)
+            failpoints.hit("executor.promote.after_terminating")
+            self.backend.teardown(old)
+        self.store.write(new.model_copy(update={"name": action.name}))
+        failpoints.hit("executor.promote.after_rename")
+        self.store.delete(new.name)
+        pid = new.ref.pid if new.ref else "none"
+        self.event(action.name, action.verb, action.reason, f"serving from pid {pid}")
         return True
 
     def _park(self, action: Park) -> bool:
@@ -313,7 +360,7 @@ class Executor:
             extra.update(exit_code=action.exit.code, signal=action.exit.signal)
         if action.retry_at is not None:
             extra["retry_in"] = round(max((action.retry_at - self.now()).total_seconds(), 0), 1)
-        extra["log_tail"] = self.backend.log_tail(action.name, 10)
+        extra["log_tail"] = self.backend.log_tail(base_name(action.name), 10)
         return extra
 
     def _update(self, action: Update) -> bool:

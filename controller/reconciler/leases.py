@@ -38,13 +38,17 @@ class RecordMaker:
         port: int,
         extra_ports: tuple[int, ...],
         restarts: int = 0,
+        name: str | None = None,
     ) -> Record:
-        """A record that leases devices and ports before anything is spawned."""
+        """A record that leases devices and ports before anything is spawned.
+
+        ``name``: the record's, when not the deployment's (a RollingUpdate's ``--next``).
+        """
         now = self.now()
         rendered = self.render(entry, devices, port, extra_ports)
         keyed = self.inventory.by_key()
         return Record(
-            name=entry.name,
+            name=name or entry.name,
             owner=self.owner,
             source=entry.source,
             spec_hash=entry.hash,

@@ -28,6 +28,7 @@ from controller.core.actions import (
     Hold,
     Park,
     Preempt,
+    Promote,
     Replace,
     Start,
     Stop,
@@ -54,7 +55,7 @@ log = get_logger("reconcile")
 
 MAX_ROUNDS = 5
 # Actions that may wait out a grace period: run them concurrently.
-TEARDOWN = (Stop, Replace, Fail, Park, Preempt)
+TEARDOWN = (Stop, Replace, Fail, Park, Preempt, Promote)
 
 
 @dataclass
@@ -282,6 +283,8 @@ class Reconciler(Preview):
                 if current is not None and current.phase not in (Phase.PENDING, Phase.IDLE):
                     continue  # another pass placed it meanwhile
                 record, refused = self._lease(start, ledger)
+                if start.name != start.entry.name and record.phase is not Phase.RESERVED:
+                    continue  # a rolling `--next` that cannot start: no Pending over the old
                 if refused and current is not None and current.message == record.message:
                     continue  # the recipe's refusal is on record already: no further round
                 self.store.write(record)
@@ -304,6 +307,7 @@ class Reconciler(Preview):
         try:
             record = self.records.reservation(
                 start.entry,
+                name=start.name,
                 devices=placed.devices,
                 port=placed.port,
                 extra_ports=placed.extra_ports,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import failpoints
-from controller.core.names import is_dns1123
+from controller.core.names import record_name_ok
 from controller.core.state import VERSION, Record
 from controller.core.values import ValueInvalid
 from controller.errors import RecordError
@@ -44,8 +44,8 @@ class Snapshot:
 
 
 def check_name(name: str) -> str:
-    """Invariant 9: only DNS-1123 labels ever become file names in the state dir."""
-    if not is_dns1123(name):
+    """Invariant 9: only DNS-1123 labels (plus the reserved ``--next``) become file names."""
+    if not record_name_ok(name):
         raise RecordError(f"refusing unsafe deployment name {name!r}")
     return name
 

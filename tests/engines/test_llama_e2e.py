@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -242,3 +243,58 @@ def test_llama_cpp_lifecycle(llama_server: Path, node: str, tmp_path: Path) -> N
     cli.ok("down", "-f", str(manifests))
     assert cli.status() == {}
     assert marked_pids(f"{node}/") == set()
+
+
+def chat(port: int, model: str) -> tuple[int, dict[str, Any]]:
+    """One OpenAI chat completion through the gateway on ``port``."""
+    body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        reply: dict[str, Any] = json.loads(resp.read())
+        return resp.status, reply
+
+
+def test_llama_cpp_through_the_gateway(llama_server: Path, node: str, tmp_path: Path) -> None:
+    """The daemon with --listen: one chat completion by model name, no port known."""
+    model = write_tiny_llama_gguf(tmp_path / "models" / "tiny.gguf")
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "tiny.yaml").write_text(
+        MANIFEST.format(name="tiny", model=model, binary=llama_server, base_port=free_port())
+    )
+    cli = Cli(manifests, tmp_path / "state", node)
+    listen = free_port()
+    argv = [sys.executable, "-m", "controller", "-f", str(manifests), "--listen", str(listen)]
+    with open(tmp_path / "daemon.log", "wb") as log:
+        daemon = subprocess.Popen([*argv, *cli.common], stderr=log, cwd=REPO)
+    try:
+        # The gateway holds the request until the engine is Ready (its readiness deadline).
+        status, reply = _first_chat(daemon, listen, "tiny")
+        assert status == 200, reply
+        content = reply["choices"][0]["message"]["content"]
+        assert isinstance(content, str), reply
+        assert reply["usage"]["completion_tokens"] > 0, reply
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+        cli.ok("down", "-f", str(manifests))
+    assert marked_pids(f"{node}/") == set()
+
+
+def _first_chat(daemon: subprocess.Popen[bytes], port: int, model: str) -> tuple[int, Any]:
+    deadline = time.monotonic() + CLI_TIMEOUT
+    while True:  # until the gateway listens: then one request, held until Ready
+        assert daemon.poll() is None, f"daemon exited {daemon.returncode}"
+        try:
+            return chat(port, model)
+        except urllib.error.HTTPError:
+            raise  # the gateway answered: an error is the test's failure
+        except urllib.error.URLError:  # not listening yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

@@ -96,12 +96,26 @@ class Gateways:
         self.rc = rc
         self.started: list[Gateway] = []
 
-    def __call__(self, *args: str, port: int | None = None, wait: bool = True) -> Gateway:
+    def __call__(
+        self,
+        *args: str,
+        port: int | None = None,
+        wait: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> Gateway:
         port = port or self.rc.port + 15
         log = self.rc.tmp / f"daemon-{len(self.started)}.log"
         listen = [] if any(a.startswith("--listen") for a in args) else ["--listen", str(port)]
         with open(log, "wb") as err:
-            proc = self.rc.popen("-v", "--resync", "1h", *listen, *args, stderr=err)
+            proc = self.rc.popen(
+                "-v",
+                "--resync",
+                "1h",
+                *listen,
+                *args,
+                stderr=err,
+                env={**self.rc.env, **(env or {})},
+            )
         g = Gateway(self.rc, proc, log, port)
         self.started.append(g)
         if wait:

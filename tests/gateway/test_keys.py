@@ -86,7 +86,14 @@ def test_429_when_inflight_and_queue_are_full(reconcile: Any, gateway: Any) -> N
     reconcile.write("busy", command=reconcile.demo_command(chunks="40", chunk_delay="0.3"))
     g = gateway("--max-inflight", "1", "--max-queue", "0")
     g.wait_phase("busy", "Ready")
-    t = threading.Thread(target=lambda: g.post("busy", stream=True))
+
+    def stream() -> None:
+        # Until the stream holds the one slot: a quick request of the loop below may have
+        # held it first (then the stream got the 429).
+        while g.post("busy", stream=True).status == 429:
+            pass
+
+    t = threading.Thread(target=stream)
     t.start()
     reconcile.wait_for(
         lambda: (a := g.post("busy")).status == 429 and "Retry-After" in a.headers,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from controller.cli.main import build_parser
 from controller.store.lock import FileLock
@@ -78,11 +79,12 @@ def test_labels_select_status_describe_plan_and_down(reconcile: Any) -> None:
 
 
 def _write_labelled(rc: Any, name: str, labels: dict[str, str]) -> None:
-    from conftest import deployment, dump_yaml
-
-    doc = deployment(name, basePort=rc.port)
+    # Through the fixture, not `from conftest import`: another folder's conftest.py
+    # (tests/ray, tests/daemon) may be the module named `conftest` by then.
+    path = rc.write(name)
+    doc = yaml.safe_load(path.read_text())
     doc["metadata"]["labels"] = labels
-    rc.write_text(f"{name}.yaml", dump_yaml(doc))
+    path.write_text(yaml.safe_dump(doc))
 
 
 def test_status_json_fields_are_the_documented_ones(reconcile: Any) -> None:

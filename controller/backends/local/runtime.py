@@ -23,7 +23,7 @@ from pathlib import Path
 
 from controller import failpoints
 from controller.backends.base import ExitStatus, Launch, engine_env
-from controller.backends.local import procpsutil, procscan, procstat
+from controller.backends.local import procpsutil, procscan, procstat, sockdiag
 from controller.backends.local.devices import wait_gpu_release
 from controller.backends.local.procscan import EnvironScan
 from controller.core.inventory import Inventory
@@ -110,7 +110,7 @@ class LocalBackend:
         ref = self.spawn(
             launch.rendered.argv,
             engine_env(launch.rendered.env),
-            name=rec.name,
+            name=launch.entry.name,  # a RollingUpdate's `--next` runs under the deployment's name
             nonce=rec.nonce,
             log_path=launch.log_path,
         )
@@ -323,7 +323,14 @@ def _parse(pid: int, env: bytes, prefix: bytes) -> MarkedProcess | None:
 
 
 def listening_ports() -> frozenset[int]:
-    """TCP ports some process listens on, from /proc/net (one read, no bind probes)."""
+    """TCP ports some process listens on: netlink's answer, else /proc/net (no bind probes)."""
+    try:
+        return sockdiag.listening()
+    except OSError:
+        return _proc_net_listening()
+
+
+def _proc_net_listening() -> frozenset[int]:
     ports: set[int] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError), open(table) as f:

@@ -1,0 +1,137 @@
+"""RollingUpdate through the gateway: a request loop runs for the whole update and
+none of its requests fails; once the new instance answers, the old one never does
+again. With room for one only, the update recreates and the journal says why. A
+daemon SIGKILLed mid-promotion leaves records the next daemon finishes, no engine leaked.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+GPU = {"count": 1, "kind": "nvidia"}
+WAIT = 40.0
+
+
+@dataclass
+class Loop:
+    """A client sending requests back to back through the gateway until stopped."""
+
+    g: Any
+    answers: list[tuple[int, str]] = field(default_factory=list)  # (status, engine pid)
+    errors: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                answer = self.g.post("roll")
+            except OSError as exc:  # a reset connection is a failed request too
+                self.errors.append(repr(exc))
+                continue
+            fingerprint = (
+                answer.json().get("system_fingerprint", "") if answer.status == 200 else ""
+            )
+            self.answers.append((answer.status, fingerprint))
+
+    def __enter__(self) -> Loop:
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=WAIT)
+
+
+def roll(reconcile: Any, version: str) -> None:
+    """The deployment; ``version`` changes its argv (so its hash): an update to roll out."""
+    command = reconcile.demo_command(load_seconds="1", chunks=version)
+    reconcile.write("roll", devices=GPU, strategy="RollingUpdate", command=command)
+
+
+def new_engine_ready(reconcile: Any, old_pid: int) -> int:
+    """Wait for ``roll`` to be Ready on a new engine with no ``--next`` left; its pid."""
+
+    def done() -> int | None:
+        status = reconcile.status()
+        item = status.get("roll", {})
+        settled = item.get("phase") == "Ready" and "roll--next" not in status
+        return item["pid"] if settled and item.get("pid") not in (None, old_pid) else None
+
+    pid: int = reconcile.wait_for(done, timeout=WAIT, what="roll Ready on a new engine")
+    return pid
+
+
+def served(loop: Loop, old: str, new: str) -> None:
+    """Every request answered 200; after the first from ``new``, none from ``old``."""
+    assert not loop.errors, loop.errors[:5]
+    bad = [a for a in loop.answers if a[0] != 200]
+    assert not bad, bad[:5]
+    pids = [pid for _, pid in loop.answers]
+    assert old in pids and new in pids, sorted(set(pids))
+    first_new = pids.index(new)
+    assert old not in pids[first_new:], "the old version answered after the switch"
+
+
+def test_rolling_update_fails_no_request(reconcile: Any, gateway: Any) -> None:
+    roll(reconcile, "3")
+    g = gateway()
+    old_pid = g.wait_phase("roll", "Ready")["pid"]
+    with Loop(g) as loop:
+        time.sleep(0.5)
+        roll(reconcile, "4")
+        g.wait_phase("roll--next", "Starting")  # beside the old one, which still serves
+        assert reconcile.alive(old_pid)
+        new_pid = new_engine_ready(reconcile, old_pid)
+        time.sleep(0.5)
+    served(loop, f"pid-{old_pid}", f"pid-{new_pid}")
+    reconcile.wait_gone(old_pid)
+    assert reconcile.pids() == {new_pid} or new_pid in reconcile.pids()
+    record = reconcile.record("roll")
+    assert record is not None and record["devices"] == ["nvidia:1"]  # its own device
+    actions = [e["action"] for e in reconcile.events("roll")]
+    assert "promote" in actions, actions
+    g.finish()
+
+
+def test_no_room_for_both_recreates_and_says_so(reconcile: Any, gateway: Any) -> None:
+    reconcile.devices = "nvidia:0"
+    roll(reconcile, "3")
+    g = gateway()
+    old_pid = g.wait_phase("roll", "Ready")["pid"]
+    with Loop(g) as loop:
+        time.sleep(0.5)
+        roll(reconcile, "4")
+        new_pid = new_engine_ready(reconcile, old_pid)
+        time.sleep(0.5)
+    # Through the gateway even a recreate loses nothing: in-flight requests end before
+    # the stop, new ones wait for the new engine.
+    served(loop, f"pid-{old_pid}", f"pid-{new_pid}")
+    reasons = [e.get("reason", "") for e in reconcile.events("roll")]
+    assert any("no room for both: recreating" in r for r in reasons), reasons
+    g.finish()
+
+
+@pytest.mark.parametrize(
+    "point", ["executor.promote.after_terminating", "executor.promote.after_rename"]
+)
+def test_sigkill_mid_promotion_converges(reconcile: Any, gateway: Any, point: str) -> None:
+    roll(reconcile, "3")
+    reconcile.converge()
+    old_pid = reconcile.status("roll")["roll"]["pid"]
+    roll(reconcile, "4")
+    g = gateway(env={"RECONCILE_FAILPOINTS": f"{point}=kill"})
+    assert g.proc.wait(timeout=WAIT) < 0  # killed at the point
+    assert reconcile.record("roll--next") is not None
+    g2 = gateway()
+    new_pid = new_engine_ready(reconcile, old_pid)
+    reconcile.wait_gone(old_pid)
+    assert reconcile.pids("roll") == {new_pid}  # no leaked engine, nothing killed twice
+    answer = g2.post("roll")
+    assert answer.status == 200 and answer.json()["system_fingerprint"] == f"pid-{new_pid}"
+    g2.finish()

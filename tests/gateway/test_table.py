@@ -1,0 +1,81 @@
+"""The routing table alone (no daemon): a Ready ``--next`` wins, a retired engine gets
+nothing new, ``retire`` waits for its in-flight requests, ``--next`` is no model name."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from controller.core.state import Phase, Record
+from controller.gateway.routing import Table
+
+
+def rec(name: str, nonce: str, port: int, phase: Phase = Phase.READY) -> Record:
+    return Record(name=name, owner="o", node="n", nonce=nonce, port=port, phase=phase)
+
+
+OLD = rec("m", "old", 8000)
+NEXT_STARTING = rec("m--next", "new", 8001, Phase.STARTING)
+NEXT_READY = rec("m--next", "new", 8001)
+
+
+def test_a_ready_next_wins_a_starting_one_does_not() -> None:
+    async def check() -> None:
+        table = Table()
+        table.update([OLD, NEXT_STARTING])
+        assert table.names == {"m": "m"}  # `m--next` is no routable name
+        assert (found := table.target("m")) is not None and found.port == 8000
+        table.update([OLD, NEXT_READY])
+        assert (found := table.target("m")) is not None and found.port == 8001
+        assert found.deployment == "m"  # metrics and limits count the deployment
+
+    asyncio.run(check())
+
+
+def test_retire_switches_at_once_and_waits_for_in_flight_requests() -> None:
+    async def check() -> None:
+        table = Table()
+        table.update([OLD, NEXT_STARTING])
+        table.inflight["old"] = 1  # a request the old engine is answering
+
+        async def finish() -> None:
+            await asyncio.sleep(0.2)
+            table.inflight["old"] -= 1
+
+        ending = asyncio.create_task(finish())
+        started = time.monotonic()
+        retiring = asyncio.create_task(table.retire(OLD, NEXT_READY, timeout=10))
+        await asyncio.sleep(0)
+        assert (found := table.target("m")) is not None and found.port == 8001  # new ones
+        await retiring
+        assert time.monotonic() - started >= 0.2  # it waited for the request in flight
+        await ending
+
+    asyncio.run(check())
+
+
+def test_retire_gives_up_after_the_grace_period() -> None:
+    async def check() -> None:
+        table = Table()
+        table.update([OLD])
+        table.inflight["old"] = 1  # never ends
+        started = time.monotonic()
+        await table.retire(OLD, None, timeout=0.1)
+        assert 0.1 <= time.monotonic() - started < 5
+        assert table.target("m") is None  # a recreate: new requests wait for the new engine
+
+    asyncio.run(check())
+
+
+def test_a_probed_starting_engine_is_routed_to_for_its_nonce_only() -> None:
+    async def check() -> None:
+        table = Table()
+        starting = rec("m", "a", 8000, Phase.STARTING)
+        table.update([starting])
+        assert table.target("m") is None
+        table.probed_ready("m", "a")
+        assert table.target("m") is not None
+        table.update([rec("m", "b", 8000, Phase.STARTING)])  # restarted meanwhile
+        assert table.target("m") is None
+
+    asyncio.run(check())
