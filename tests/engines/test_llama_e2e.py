@@ -197,8 +197,12 @@ def test_llama_cpp_lifecycle(llama_server: Path, node: str, tmp_path: Path) -> N
     state = tmp_path / "state"
     base_port = free_port()
     for name in ("tiny-a", "tiny-b"):
+        # One model path per deployment: the gateway routes by spec.model, and a model
+        # name claimed by two deployments is a validation error (DESIGN: the gateway).
+        mine = model.with_name(f"{name}.gguf")
+        os.link(model, mine)
         (manifests / f"{name}.yaml").write_text(
-            MANIFEST.format(name=name, model=model, binary=llama_server, base_port=base_port)
+            MANIFEST.format(name=name, model=mine, binary=llama_server, base_port=base_port)
         )
     cli = Cli(manifests, state, node)
 
