@@ -47,35 +47,27 @@ class RecordMaker:
         now = self.now()
         rendered = self.render(entry, devices, port, extra_ports)
         keyed = self.inventory.by_key()
-        return Record(
-            name=name or entry.name,
-            owner=self.owner,
-            source=entry.source,
-            spec_hash=entry.hash,
-            spec=spec_document(entry.deployment.spec),
-            node=self.node,
-            backend=self.backend,
-            engine=entry.deployment.spec.engine,
-            nonce=secrets.token_hex(8),
-            reserved_by=self.me,
-            host=entry.deployment.spec.host,
-            port=port,
-            extra_ports=extra_ports,
-            devices=devices,
-            shareable=entry.deployment.spec.devices.shareable,
-            device_uuids=tuple(keyed[d].uuid if d in keyed else None for d in devices),
-            memory=entry.deployment.spec.devices.memory if devices else None,
-            priority=entry.deployment.spec.priority,
-            phase=Phase.RESERVED,
-            probe=rendered.probe,
-            stop_signal=rendered.stop_signal,
-            grace_seconds=rendered.grace_seconds,
-            restart_policy=entry.deployment.spec.restart_policy,
-            reserved_at=now,
-            ready_deadline_at=now + timedelta(seconds=rendered.deadline_seconds),
-            restarts=restarts,
-            revision=self.revision,
-            labels=dict(entry.deployment.metadata.labels),
+        spec = entry.deployment.spec
+        return self.pending(entry, "").model_copy(  # the fields every record of it shares
+            update={
+                "name": name or entry.name,
+                "nonce": secrets.token_hex(8),
+                "reserved_by": self.me,
+                "host": spec.host,
+                "port": port,
+                "extra_ports": extra_ports,
+                "devices": devices,
+                "shareable": spec.devices.shareable,
+                "device_uuids": tuple(keyed[d].uuid if d in keyed else None for d in devices),
+                "memory": spec.devices.memory if devices else None,
+                "phase": Phase.RESERVED,
+                "probe": rendered.probe,
+                "stop_signal": rendered.stop_signal,
+                "grace_seconds": rendered.grace_seconds,
+                "reserved_at": now,
+                "ready_deadline_at": now + timedelta(seconds=rendered.deadline_seconds),
+                "restarts": restarts,
+            }
         )
 
     def pending(self, entry: Entry, reason: str) -> Record:
