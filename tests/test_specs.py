@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 from strategies import deployment, spec_body
 
 from controller.core.specs import (
@@ -16,6 +16,7 @@ from controller.core.specs import (
     spec_document,
     spec_hash,
 )
+from controller.core.values import ValueInvalid
 
 
 def doc(name: str = "web", **spec: Any) -> dict[str, Any]:
@@ -28,7 +29,7 @@ def doc(name: str = "web", **spec: Any) -> dict[str, Any]:
 
 
 def error_of(data: dict[str, Any]) -> str:
-    with pytest.raises(ValidationError) as info:
+    with pytest.raises(ValueInvalid) as info:
         Deployment.model_validate(data)
     return str(info.value)
 
@@ -121,7 +122,7 @@ def test_numbers_in_argv_and_env_become_strings() -> None:
 
 def test_models_are_frozen() -> None:
     spec = deployment("web").spec
-    with pytest.raises(ValidationError):
+    with pytest.raises(FrozenInstanceError):
         spec.port = 1  # type: ignore[misc]
 
 
@@ -203,3 +204,95 @@ def test_json_schema_forbids_unknown_fields() -> None:
     spec = schema["$defs"]["DeploymentSpec"]
     assert spec["additionalProperties"] is False
     assert "basePort" in spec["properties"]
+
+
+# Hashes written by the pydantic models of 0.1 (2026-12-01): the checker that replaced
+# them must hash every spec the same, or an upgrade would restart every engine.
+PINNED = [
+    (
+        {"engine": "command", "command": ["serve", "{port}"]},
+        "sha256:414aa77d210d427a70464617f1bd09a8d21b59743c9509f3d4dbbd4a421513f0",
+    ),
+    (
+        {
+            "engine": "vllm",
+            "model": "meta/llama",
+            "args": ["--max-model-len", 8192, 0.5],
+            "env": {"A": 1, "B": "x"},
+            "devices": {
+                "count": 2,
+                "kind": "nvidia",
+                "candidates": [0, "1"],
+                "shareable": True,
+                "memory": "20Gi",
+            },
+            "host": "0.0.0.0",
+            "basePort": 9000,
+            "readiness": {
+                "httpGet": {"path": "/v1/models"},
+                "deadlineSeconds": 600,
+                "periodSeconds": 1,
+            },
+            "restartPolicy": "OnFailure",
+            "stopGracePeriodSeconds": 5,
+            "activation": "OnDemand",
+            "idleTimeout": "10m",
+            "strategy": "RollingUpdate",
+            "aliases": ["a"],
+            "image": "img",
+            "priority": 5,
+        },
+        "sha256:e96a18f5fe85f4c835809fc4ae7f0a4ab08021d53ad09946495bbd7042da494c",
+    ),
+    (
+        {
+            "engine": "llama-cpp",
+            "model": "/m.gguf",
+            "executable": "/bin/llama-server",
+            "port": 8080,
+            "readiness": {"tcpSocket": {}},
+        },
+        "sha256:c8150a9dd63f772c5dd3c2ed258ab829f0b3a4bc611c49f817141a292fd4060d",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "pinned"), PINNED, ids=["command", "every-field", "tcp"])
+def test_hashes_match_the_pydantic_releases(spec: dict[str, Any], pinned: str) -> None:
+    data = {**doc(), "spec": spec}
+    data["metadata"]["labels"] = {"a": "b"}
+    assert spec_hash(Deployment.model_validate(data).spec) == pinned
+
+
+def test_every_problem_of_a_document_is_reported_with_its_path() -> None:
+    data = doc("Web", port=0, devices={"count": -1, "kind": "tpu"}, surprise=1)
+    with pytest.raises(ValueInvalid) as info:
+        Deployment.model_validate({**data, "apiVersion": "v1"})
+    where = {".".join(map(str, loc)): msg for loc, msg in info.value.errors}
+    assert where == {
+        "apiVersion": "Input should be 'reconcile/v1'",
+        "metadata.name": where["metadata.name"],
+        "spec.surprise": "Extra inputs are not permitted",
+        "spec.devices.count": "Input should be greater than or equal to 0",
+        "spec.devices.kind": "Input should be 'nvidia', 'amd', 'apple', 'cpu' or 'any'",
+        "spec.port": "Input should be greater than or equal to 1",
+    }
+    assert "is not a DNS-1123 label" in where["metadata.name"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "value"),
+    [
+        ({"port": "8080"}, "port", 8080),  # numbers as strings, as pydantic's lax mode took
+        ({"stopGracePeriodSeconds": "2.5"}, "stop_grace_period_seconds", 2.5),
+        ({"devices": {"count": 1.0}}, "devices", 1),
+        ({"idleTimeout": "90s"}, "idle_timeout", 90.0),
+    ],
+)
+def test_lax_numbers(spec: dict[str, Any], field: str, value: object) -> None:
+    got = getattr(deployment("web", **spec).spec, field)
+    assert (got.count if field == "devices" else got) == value
+
+
+def test_priority_takes_no_string() -> None:
+    assert "valid integer" in error_of(doc(priority="5"))

@@ -1,7 +1,8 @@
-"""The Deployment manifest as frozen pydantic models (no I/O).
+"""The Deployment manifest as frozen values (no I/O), checked by core/values.py.
 
-The manifest uses Kubernetes' camelCase; Python code uses snake_case through
-aliases. Unknown fields are errors everywhere (``extra="forbid"``).
+The manifest uses Kubernetes' camelCase; Python code uses snake_case (``CAMEL``).
+Unknown fields are errors everywhere. Numbers written as strings are taken, as
+they always were (``LAX``).
 """
 
 from __future__ import annotations
@@ -9,13 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
-from pydantic.alias_generators import to_camel
-
-# re-exported: their home is core.names, which records import without pydantic
+# re-exported: their home is core.names, which records import without the specs
 from controller.core.names import DNS1123 as DNS1123
 from controller.core.names import NEXT_SUFFIX as NEXT_SUFFIX
 from controller.core.names import base_name as base_name
@@ -24,6 +22,7 @@ from controller.core.names import is_next as is_next
 from controller.core.names import next_name as next_name
 from controller.core.names import record_name_ok as record_name_ok
 from controller.core.quantity import parse_quantity
+from controller.core.values import Rule, Value, ValueInvalid
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices)\}")
@@ -58,137 +57,144 @@ def _duration(value: Any) -> Any:
     return value
 
 
+def _dns1123(name: str) -> str:
+    if not is_dns1123(name):
+        raise ValueError(
+            f"name {name!r} is not a DNS-1123 label: lower-case letters, digits "
+            "and '-', starting and ending with a letter or digit, at most 63 characters"
+        )
+    if is_next(name):
+        raise ValueError(
+            f"name {name!r} ends with {NEXT_SUFFIX!r}, which reconcile reserves for the "
+            "new instance of a RollingUpdate: choose another name"
+        )
+    return name
+
+
+def _absolute(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError(f"httpGet.path {path!r} must start with '/'")
+    return path
+
+
+def _env_names(env: dict[str, str]) -> dict[str, str]:
+    for key in env:
+        if not ENV_NAME.match(key):
+            raise ValueError(f"env name {key!r} is not a valid environment variable name")
+    return env
+
+
+NUMBER_OR_STRING = {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "number"}]}
 # The schema says what the loader takes: numbers too (YAML reads `8192` as an int).
-Arg = Annotated[str, BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float)]
-Port = Annotated[int, Field(ge=1, le=65535)]
-Seconds = Annotated[float, BeforeValidator(_duration, json_schema_input_type=str | float)]
+Arg = Annotated[str, Rule(before=_scalar_to_str, accepts=NUMBER_OR_STRING)]
+Port = Annotated[int, Rule(ge=1, le=65535)]
+Seconds = Annotated[
+    float,
+    Rule(
+        before=_duration,
+        gt=0,
+        le=30 * 86400,
+        accepts={"anyOf": [{"type": "string"}, {"type": "number"}]},
+    ),
+]
 # Kubernetes-style quantity (`20Gi`) kept as whole bytes; the schema shows what users write.
-Memory = Annotated[int, BeforeValidator(parse_quantity, json_schema_input_type=str | int)]
+Memory = Annotated[
+    int, Rule(before=parse_quantity, accepts={"anyOf": [{"type": "string"}, {"type": "integer"}]})
+]
 PRIORITY_LIMIT = 1_000_000_000  # Kubernetes' user PriorityClass range, both ways
 
 
-class Model(BaseModel):
-    model_config = ConfigDict(
-        frozen=True,
-        extra="forbid",
-        alias_generator=to_camel,
-        populate_by_name=True,
-        strict=False,
-        # Validators are built on first use: a pass with no manifest never pays for them.
-        defer_build=True,
-    )
+class Model(Value):
+    __slots__ = ()
+    CAMEL: ClassVar[bool] = True
+    LAX: ClassVar[bool] = True
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Metadata(Model):
-    name: str = Field(max_length=63)
-    labels: dict[str, str] = Field(default_factory=dict)
-
-    # Field validators (not model validators) so an error's path names the field.
-    @field_validator("name")
-    @classmethod
-    def _dns1123(cls, name: str) -> str:
-        if not is_dns1123(name):
-            raise ValueError(
-                f"name {name!r} is not a DNS-1123 label: lower-case letters, digits "
-                "and '-', starting and ending with a letter or digit, at most 63 characters"
-            )
-        if is_next(name):
-            raise ValueError(
-                f"name {name!r} ends with {NEXT_SUFFIX!r}, which reconcile reserves for the "
-                "new instance of a RollingUpdate: choose another name"
-            )
-        return name
+    name: Annotated[str, Rule(max_length=63, check=_dns1123)]
+    labels: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Devices(Model):
-    count: int = Field(default=0, ge=0, le=64)
+    count: Annotated[int, Rule(ge=0, le=64)] = 0
     kind: DeviceKind = "any"
     candidates: tuple[Arg, ...] | None = None
     shareable: bool = False
     # Memory on EACH of the `count` devices; set, devices are shared and packed by memory.
     memory: Memory | None = None
 
-    @model_validator(mode="after")
-    def _memory_needs_devices(self) -> Devices:
+    def __post_init__(self) -> None:
         if self.memory is not None and self.count == 0:
-            raise ValueError(
+            raise ValueInvalid(
+                (),
                 "devices.memory is the share of each device, but devices.count is 0: "
-                "set devices.count (at least 1) or drop devices.memory"
+                "set devices.count (at least 1) or drop devices.memory",
             )
-        return self
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class HttpGet(Model):
-    path: str = "/health"
-
-    @field_validator("path")
-    @classmethod
-    def _absolute(cls, path: str) -> str:
-        if not path.startswith("/"):
-            raise ValueError(f"httpGet.path {path!r} must start with '/'")
-        return path
+    path: Annotated[str, Rule(check=_absolute)] = "/health"
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class TcpSocket(Model):
     pass
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Readiness(Model):
     http_get: HttpGet | None = None
     tcp_socket: TcpSocket | None = None
-    deadline_seconds: float | None = Field(default=None, gt=0, le=7 * 86400)
-    period_seconds: float = Field(default=2.0, ge=0.1, le=3600)
+    deadline_seconds: Annotated[float, Rule(gt=0, le=7 * 86400)] | None = None
+    period_seconds: Annotated[float, Rule(ge=0.1, le=3600)] = 2.0
 
-    @model_validator(mode="after")
-    def _one_probe(self) -> Readiness:
+    def __post_init__(self) -> None:
         if self.http_get is not None and self.tcp_socket is not None:
-            raise ValueError("readiness takes httpGet or tcpSocket, not both")
-        return self
+            raise ValueInvalid((), "readiness takes httpGet or tcpSocket, not both")
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class DeploymentSpec(Model):
     engine: Engine
     model: str | None = None
     executable: str | None = None
     command: tuple[Arg, ...] | None = None
     args: tuple[Arg, ...] = ()
-    env: dict[str, Arg] = Field(default_factory=dict)
+    env: Annotated[dict[str, Arg], Rule(check=_env_names)] = field(default_factory=dict)
     devices: Devices = Devices()
     host: str = "127.0.0.1"
     port: Port | None = None
     base_port: Port | None = None
     readiness: Readiness | None = None
     restart_policy: RestartPolicy = "Always"
-    stop_grace_period_seconds: float = Field(default=30.0, ge=0, le=3600)
+    stop_grace_period_seconds: Annotated[float, Rule(ge=0, le=3600)] = 30.0
     # The gateway (docs/design.md "The gateway"): started on the first request, stopped idle.
     activation: Activation = "Always"
-    idle_timeout: Seconds = Field(default=DEFAULT_IDLE_TIMEOUT, gt=0, le=30 * 86400)
+    idle_timeout: Seconds = DEFAULT_IDLE_TIMEOUT
     strategy: Strategy = "Recreate"
     aliases: tuple[str, ...] = ()
     # Export only (`reconcile export`): the container image; local and Ray backends ignore it.
-    image: str | None = Field(default=None, min_length=1)
+    image: Annotated[str, Rule(min_length=1)] | None = None
     # Higher preempts strictly lower when devices run short (DESIGN: Memory and priority).
-    priority: int = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT, strict=True)
+    priority: Annotated[int, Rule(ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT, strict=True)] = 0
 
-    @model_validator(mode="after")
-    def _coherent(self) -> DeploymentSpec:
+    def __post_init__(self) -> None:
         if self.port is not None and self.base_port is not None:
-            raise ValueError("set port (exact) or basePort (scan upward), not both")
+            raise ValueInvalid((), "set port (exact) or basePort (scan upward), not both")
         if self.engine == "command" and not self.command:
-            raise ValueError("engine 'command' needs spec.command: an argv list, never a shell")
+            raise ValueInvalid(
+                (), "engine 'command' needs spec.command: an argv list, never a shell"
+            )
         if self.engine != "command" and self.command:
-            raise ValueError(f"spec.command is only for engine 'command', not {self.engine!r}")
-        return self
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
-        for key in env:
-            if not ENV_NAME.match(key):
-                raise ValueError(f"env name {key!r} is not a valid environment variable name")
-        return env
+            raise ValueInvalid(
+                (), f"spec.command is only for engine 'command', not {self.engine!r}"
+            )
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Deployment(Model):
     api_version: Literal["reconcile/v1"]
     kind: Literal["Deployment"]
@@ -220,7 +226,7 @@ def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
     Fields added after release are left out while at their default, so upgrading
     reconcile changes no spec hash and restarts no engine.
     """
-    doc = spec.model_dump(mode="json", by_alias=True)
+    doc = spec.model_dump(by_alias=True)
     if doc.get("priority") == 0:
         del doc["priority"]
     if doc["devices"].get("memory") is None:
@@ -266,7 +272,9 @@ def expand(template: str, values: dict[str, str]) -> str:
 
 
 def json_schema() -> dict[str, Any]:
-    schema = Deployment.model_json_schema(by_alias=True)
+    from controller.core.valueschema import schema_of
+
+    schema = schema_of(Deployment)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "reconcile Deployment"
     return schema

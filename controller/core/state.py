@@ -37,7 +37,7 @@ class Phase(StrEnum):
 
 # Records and their parts are internal values (plain frozen dataclasses that check
 # their own JSON, see core/values.py): every verb reads records, and none should pay
-# for pydantic, which stays for the manifests.
+# for pydantic.
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

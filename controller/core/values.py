@@ -1,46 +1,80 @@
 """Frozen dataclasses that read and write their own JSON, checked against their fields.
 
-Records are internal values, not manifests: pydantic (~100 ms to import) stays for
-the manifests and the schema, and a read verb (``status``) never pays for it. The
-checks are the record schema's: each field's type (``int``, ``float``, ``str``,
-``bool``, ``None``, ``datetime`` as ISO 8601, a ``StrEnum``, ``tuple[...]``,
-``dict[str, ...]``, a nested value), no unknown fields, no missing required ones.
+Records and manifests alike: pydantic (~100 ms to import, ~10 MB resident) would cost
+every pass and the daemon more than the manifests it checks. The checks are a schema's:
+each field's type (``int``, ``float``, ``str``, ``bool``, ``None``, ``datetime`` as
+ISO 8601, a ``StrEnum``, a ``Literal``, ``tuple[...]``, ``dict[K, V]``, a nested value),
+no unknown fields, no missing required ones, and the bounds a :class:`Rule` puts on a
+type (``Annotated[int, Rule(ge=1)]``). Every error is reported with its path, in
+pydantic's words (users and tests know them). A class sets ``CAMEL`` to read and write
+camelCase keys (``basePort``), and ``LAX`` to take numbers written as strings, as the
+manifests always have.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
+import operator
 import types
 import typing
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from enum import Enum
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 Loc = tuple[str | int, ...]
+Problem = tuple[Loc, str]
 
 
 class ValueInvalid(ValueError):
-    """A document that does not fit a value's fields: where (a path) and what."""
+    """A document that does not fit a value's fields: where (a path) and what, each."""
 
-    def __init__(self, loc: Loc, msg: str) -> None:
-        super().__init__(f"{'.'.join(str(p) for p in loc) or '(top)'}: {msg}")
+    def __init__(self, loc: Loc, msg: str, more: Iterable[Problem] = ()) -> None:
+        self.errors: list[Problem] = [(loc, msg), *more]
+        super().__init__("; ".join(f"{dotted(p) or '(top)'}: {m}" for p, m in self.errors))
         self.loc = loc
         self.msg = msg
 
+    @classmethod
+    def of(cls, problems: list[Problem]) -> ValueInvalid:
+        return cls(*problems[0], problems[1:])
+
+
+def dotted(loc: Loc) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+# eq=False: hashed by identity (typing hashes Annotated metadata; `accepts` is a dict)
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class Rule:
+    """What a field takes beyond its type: ``Annotated[int, Rule(ge=0, le=64)]``."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    strict: bool = False  # numbers: no strings, even in a LAX value
+    before: Callable[[Any], Any] | None = None  # on the raw input: YAML's 8192 -> "8192"
+    check: Callable[[Any], Any] | None = None  # on the typed value; ValueError = invalid
+    accepts: dict[str, Any] | None = None  # the JSON Schema of what `before` takes
+
 
 class Value:
-    """The base of the frozen dataclasses below: pydantic's few methods we use."""
+    """The base of the frozen dataclasses: pydantic's few methods we use."""
 
     __slots__ = ()
+    CAMEL: ClassVar[bool] = False  # keys are camelCase in documents
+    LAX: ClassVar[bool] = False  # "8080" is a valid int (pydantic's lax mode)
 
     def model_copy(self, *, update: dict[str, Any] | None = None) -> Self:
         """A copy with ``update`` applied (not checked, as pydantic's is not)."""
         return dataclasses.replace(self, **(update or {}))  # type: ignore[type-var]
 
-    def model_dump(self) -> dict[str, Any]:
-        dumped = _dump(self)
+    def model_dump(self, *, by_alias: bool = False) -> dict[str, Any]:
+        dumped = _dump(self, by_alias)
         assert isinstance(dumped, dict)
         return dumped
 
@@ -49,20 +83,8 @@ class Value:
 
     @classmethod
     def model_validate(cls, data: object, loc: Loc = ()) -> Self:
-        if not isinstance(data, dict):
-            raise ValueInvalid(loc, f"expected an object, got {type(data).__name__}")
-        hints = _hints(cls)  # type: ignore[arg-type]
-        unknown = sorted(set(data) - set(hints))
-        if unknown:
-            raise ValueInvalid((*loc, str(unknown[0])), "extra fields not permitted")
-        for name in _required(cls):  # type: ignore[arg-type]
-            if name not in data:
-                raise ValueInvalid((*loc, name), "field required")
-        values = {k: _convert(hints[k], v, (*loc, k)) for k, v in data.items()}
-        try:
-            return cls(**values)
-        except ValueInvalid as exc:  # a value's own check (__post_init__): where it sits
-            raise ValueInvalid((*loc, *exc.loc), exc.msg) from None
+        made: Self = _Reader(cls.LAX).value(cls, data, loc)
+        return made
 
     @classmethod
     def model_validate_json(cls, raw: str | bytes) -> Self:
@@ -73,111 +95,260 @@ class Value:
         return cls.model_validate(data)
 
 
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in typing.get_type_hints(cls).items() if k in names}
+def to_camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
-@functools.cache
-def _required(cls: type) -> tuple[str, ...]:
-    missing = dataclasses.MISSING
-    return tuple(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is missing and f.default_factory is missing
-    )
+FieldTable = dict[str, tuple[str, Any, "dataclasses.Field[Any]"]]
+_tables: dict[type, FieldTable] = {}
 
 
-def _dump(value: object) -> object:
+def fields_of(cls: type[Value]) -> FieldTable:
+    """key in documents -> (attribute, type with its Annotated rules, the field)."""
+    table = _tables.get(cls)
+    if table is None:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        table = {
+            (to_camel(f.name) if cls.CAMEL else f.name): (f.name, hints[f.name], f)
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        }
+        _tables[cls] = table
+    return table
+
+
+def required(f: dataclasses.Field[Any]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _dump(value: object, by_alias: bool) -> object:
     if isinstance(value, Value):
-        return {f.name: _dump(getattr(value, f.name)) for f in dataclasses.fields(value)}  # type: ignore[arg-type]
+        return {
+            key if by_alias else name: _dump(getattr(value, name), by_alias)
+            for key, (name, _, _) in fields_of(type(value)).items()
+        }
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, tuple | list):
-        return [_dump(v) for v in value]
+        return [_dump(v, by_alias) for v in value]
     if isinstance(value, dict):
-        return {k: _dump(v) for k, v in value.items()}
+        return {k: _dump(v, by_alias) for k, v in value.items()}
     return value
 
 
-def _convert(kind: Any, value: object, loc: Loc) -> Any:
-    origin = typing.get_origin(kind)
-    if origin in (types.UnionType, typing.Union):
-        return _union(typing.get_args(kind), value, loc)
-    if origin is tuple:
-        return _tuple(typing.get_args(kind), value, loc)
-    if origin is dict:
-        return _dict(typing.get_args(kind)[1], value, loc)
-    if kind is Any:
-        return value
-    if isinstance(kind, type) and issubclass(kind, Value):
-        return kind.model_validate(value, loc)
-    return _scalar(kind, value, loc)
+class _Reader:
+    """One document's check: converts what fits, raises every problem at once."""
 
+    def __init__(self, lax: bool) -> None:
+        self.lax = lax
 
-def _union(options: tuple[Any, ...], value: object, loc: Loc) -> Any:
-    if value is None and type(None) in options:
-        return None
-    errors: list[ValueInvalid] = []
-    for option in options:
-        if option is type(None):
-            continue
+    def value(self, cls: type[Any], data: object, loc: Loc) -> Any:
+        if not isinstance(data, dict):
+            raise ValueInvalid(
+                loc, f"Input should be an object (a mapping of fields), not {_kind(data)}"
+            )
+        table = fields_of(cls)
+        problems: list[Problem] = [
+            ((*loc, str(key)), "Extra inputs are not permitted") for key in data if key not in table
+        ]
+        values: dict[str, Any] = {}
+        for key, (name, kind, f) in table.items():
+            if key not in data:
+                if required(f):
+                    problems.append(((*loc, key), "Field required"))
+                continue
+            try:
+                values[name] = self.convert(kind, data[key], (*loc, key))
+            except ValueInvalid as exc:
+                problems.extend(exc.errors)
+        if problems:
+            raise ValueInvalid.of(problems)
         try:
-            return _convert(option, value, loc)
-        except ValueInvalid as exc:
-            errors.append(exc)
-    if len(errors) == 1:  # `X | None`: X's own error says where
-        raise errors[0]
-    raise ValueInvalid(loc, " or ".join(e.msg for e in errors))
+            return cls(**values)
+        except ValueInvalid as exc:  # a value's own check (__post_init__): where it sits
+            raise ValueInvalid.of([((*loc, *p), m) for p, m in exc.errors]) from None
+
+    def convert(self, kind: Any, value: object, loc: Loc) -> Any:
+        origin = typing.get_origin(kind)
+        if origin is typing.Annotated:
+            base, *extras = typing.get_args(kind)
+            rules = [r for r in extras if isinstance(r, Rule)]
+            return self.ruled(base, rules, value, loc)
+        if origin in (types.UnionType, typing.Union):
+            return self.union(typing.get_args(kind), value, loc)
+        if origin is typing.Literal:
+            return _literal(typing.get_args(kind), value, loc)
+        if origin is tuple:
+            return self.sequence(typing.get_args(kind), value, loc)
+        if origin is dict:
+            key, item = typing.get_args(kind)
+            return self.mapping(key, item, value, loc)
+        if kind is Any:
+            return value
+        if isinstance(kind, type) and issubclass(kind, Value):
+            return self.value(kind, value, loc)
+        return _scalar(kind, value, loc, self.lax)
+
+    def ruled(self, base: Any, rules: list[Rule], value: object, loc: Loc) -> Any:
+        for rule in rules:
+            if rule.before is not None:
+                try:
+                    value = rule.before(value)
+                except ValueError as exc:
+                    raise ValueInvalid(loc, str(exc)) from None
+        strict = any(r.strict for r in rules)
+        converted = _Reader(self.lax and not strict).convert(base, value, loc)
+        for rule in rules:
+            _bounds(rule, converted, loc)
+            if rule.check is not None:
+                try:
+                    converted = rule.check(converted)
+                except ValueError as exc:
+                    raise ValueInvalid(loc, str(exc)) from None
+        return converted
+
+    def union(self, options: tuple[Any, ...], value: object, loc: Loc) -> Any:
+        if value is None and type(None) in options:
+            return None
+        errors: list[ValueInvalid] = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return self.convert(option, value, loc)
+            except ValueInvalid as exc:
+                errors.append(exc)
+        if len(errors) == 1:  # `X | None`: X's own error says where
+            raise errors[0]
+        raise ValueInvalid(loc, " or ".join(e.msg for e in errors))
+
+    def sequence(self, args: tuple[Any, ...], value: object, loc: Loc) -> tuple[Any, ...]:
+        if not isinstance(value, list | tuple):
+            raise ValueInvalid(loc, f"Input should be a valid list, not {_kind(value)}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            args = (args[0],) * len(value)
+        elif len(value) != len(args):
+            raise ValueInvalid(loc, f"Input should have {len(args)} items, not {len(value)}")
+        out: list[Any] = []
+        problems: list[Problem] = []
+        for i, (a, v) in enumerate(zip(args, value, strict=True)):
+            try:
+                out.append(self.convert(a, v, (*loc, i)))
+            except ValueInvalid as exc:
+                problems.extend(exc.errors)
+        if problems:
+            raise ValueInvalid.of(problems)
+        return tuple(out)
+
+    def mapping(self, key: Any, item: Any, value: object, loc: Loc) -> dict[Any, Any]:
+        if not isinstance(value, dict):
+            raise ValueInvalid(loc, f"Input should be a valid dictionary, not {_kind(value)}")
+        out: dict[Any, Any] = {}
+        problems: list[Problem] = []
+        for k, v in value.items():
+            where = (*loc, str(k))
+            try:
+                out[self.convert(key, k, where)] = self.convert(item, v, where)
+            except ValueInvalid as exc:
+                problems.extend(exc.errors)
+        if problems:
+            raise ValueInvalid.of(problems)
+        return out
 
 
-def _tuple(args: tuple[Any, ...], value: object, loc: Loc) -> tuple[Any, ...]:
-    if not isinstance(value, list | tuple):
-        raise ValueInvalid(loc, f"expected a list, got {type(value).__name__}")
-    if len(args) == 2 and args[1] is Ellipsis:
-        return tuple(_convert(args[0], v, (*loc, i)) for i, v in enumerate(value))
-    if len(value) != len(args):
-        raise ValueInvalid(loc, f"expected {len(args)} items, got {len(value)}")
-    return tuple(
-        _convert(a, v, (*loc, i)) for i, (a, v) in enumerate(zip(args, value, strict=True))
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _number(n: float) -> str:
+    return str(int(n)) if float(n).is_integer() else str(n)
+
+
+def _bounds(rule: Rule, value: Any, loc: Loc) -> None:
+    if value is None:
+        return
+    checks = (
+        (rule.ge, operator.ge, "greater than or equal to"),
+        (rule.gt, operator.gt, "greater than"),
+        (rule.le, operator.le, "less than or equal to"),
+        (rule.lt, operator.lt, "less than"),
     )
+    for bound, holds, words in checks:
+        if bound is not None and not holds(value, bound):
+            raise ValueInvalid(loc, f"Input should be {words} {_number(bound)}")
+    if rule.max_length is not None and len(value) > rule.max_length:
+        raise ValueInvalid(loc, f"String should have at most {rule.max_length} characters")
+    if rule.min_length is not None and len(value) < rule.min_length:
+        s = "" if rule.min_length == 1 else "s"
+        raise ValueInvalid(loc, f"String should have at least {rule.min_length} character{s}")
 
 
-def _dict(item: Any, value: object, loc: Loc) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueInvalid(loc, f"expected an object, got {type(value).__name__}")
-    return {str(k): _convert(item, v, (*loc, str(k))) for k, v in value.items()}
+def _literal(allowed: tuple[Any, ...], value: object, loc: Loc) -> Any:
+    if any(value == a and type(value) is type(a) for a in allowed):
+        return value
+    raise ValueInvalid(loc, f"Input should be {_choices(allowed)}")
 
 
-def _scalar(kind: Any, value: object, loc: Loc) -> Any:
+def _choices(allowed: Iterable[object]) -> str:
+    words = [repr(a) for a in allowed]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+TRUE = frozenset({"true", "yes", "on", "1", "t", "y"})
+FALSE = frozenset({"false", "no", "off", "0", "f", "n"})
+
+
+def _scalar(kind: Any, value: object, loc: Loc, lax: bool) -> Any:
     if kind is bool:
         if isinstance(value, bool):
             return value
-    elif kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif kind is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif kind is str:
+        if lax and isinstance(value, str) and value.lower() in TRUE | FALSE:
+            return value.lower() in TRUE
+        raise ValueInvalid(loc, "Input should be a valid boolean")
+    if kind is int:
+        return _int(value, loc, lax)
+    if kind is float:
+        return _float(value, loc, lax)
+    if kind is str:
         if isinstance(value, str):
             return value
-    elif kind is datetime:
+        raise ValueInvalid(loc, "Input should be a valid string")
+    if kind is datetime:
         if isinstance(value, str):
             try:
                 return datetime.fromisoformat(value)
             except ValueError:
                 pass
-        raise ValueInvalid(loc, f"expected an ISO 8601 time, got {value!r}")
-    elif isinstance(kind, type) and issubclass(kind, Enum):
+        raise ValueInvalid(loc, f"Input should be an ISO 8601 time, not {value!r}")
+    if isinstance(kind, type) and issubclass(kind, Enum):
         try:
             return kind(value)
         except ValueError:
-            allowed = ", ".join(repr(m.value) for m in kind)
-            raise ValueInvalid(loc, f"expected one of {allowed}, got {value!r}") from None
-    else:
-        raise TypeError(f"no JSON rule for {kind!r}")
-    raise ValueInvalid(loc, f"expected {kind.__name__}, got {type(value).__name__}")
+            raise ValueInvalid(loc, f"Input should be {_choices(m.value for m in kind)}") from None
+    raise TypeError(f"no JSON rule for {kind!r}")
+
+
+def _int(value: object, loc: Loc, lax: bool) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if lax and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if lax and isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise ValueInvalid(loc, "Input should be a valid integer")
+
+
+def _float(value: object, loc: Loc, lax: bool) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if lax and isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            pass
+    raise ValueInvalid(loc, "Input should be a valid number")

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
 from controller.core.cluster import cluster_refusals
 from controller.core.specs import Deployment, Entry, is_dns1123, routable_names, spec_hash
+from controller.core.values import ValueInvalid
 from controller.store import security, yamlread
 from controller.store.yamlread import Path_
 
@@ -75,14 +75,11 @@ class LoadResult:
 
 
 def _validation_errors(
-    exc: ValidationError, file: str, lines: dict[Path_, int], name: str | None
+    exc: ValueInvalid, file: str, lines: dict[Path_, int], name: str | None
 ) -> list[ManifestError]:
     out = []
-    for err in exc.errors():
-        # Drop pydantic's internal step names ('function-after[...]') from the path.
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]
-        message = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
+    for loc, message in exc.errors:
+        if message == "Extra inputs are not permitted":
             message = "unknown field (check the spelling; `reconcile schema` lists fields)"
         out.append(
             ManifestError(
@@ -141,7 +138,7 @@ def _load_document(
     name = raw_name if is_dns1123(raw_name) else None
     try:
         deployment = Deployment.model_validate(value)
-    except ValidationError as exc:
+    except ValueInvalid as exc:
         errors = _validation_errors(exc, file, lines, name)
         result.errors.extend(errors)
         if name is None:

@@ -72,7 +72,7 @@ def resolve(
     state_path = Path(state).expanduser().absolute() if state else default_state_dir()
     limits, log_max_bytes, log_keep = Limits(), logfiles.DEFAULT_MAX_BYTES, logfiles.DEFAULT_KEEP
     explicit = node_config or env.get("RECONCILE_NODE_CONFIG")
-    if explicit or (state_path / "node.yaml").exists():  # pydantic and yaml only then
+    if explicit or (state_path / "node.yaml").exists():  # yaml only then
         from controller.store.nodeconfig import read_node_file
 
         node_file = read_node_file(explicit, state_path)

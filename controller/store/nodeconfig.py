@@ -13,13 +13,12 @@ Flags win over the file (``--max-instances 8,nvidia=2``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.alias_generators import to_camel
+from typing import Annotated, ClassVar, Literal
 
 from controller.core.limits import Limits
+from controller.core.values import Rule, Value, ValueInvalid
 from controller.errors import ConfigError
 from controller.store import logfiles
 from controller.store.yamlread import field_path, line_for, load_mapping
@@ -27,13 +26,15 @@ from controller.store.yamlread import field_path, line_for, load_mapping
 Kind = Literal["nvidia", "amd", "apple", "cpu"]
 
 
-class NodeFile(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeFile(Value):
+    CAMEL: ClassVar[bool] = True
+    LAX: ClassVar[bool] = True
 
-    max_instances: int | None = Field(default=None, ge=0)
-    max_instances_per_kind: dict[Kind, int] = Field(default_factory=dict)
-    log_max_bytes: int = Field(default=logfiles.DEFAULT_MAX_BYTES, ge=1024)
-    log_max_files: int = Field(default=logfiles.DEFAULT_KEEP, ge=0, le=100)
+    max_instances: Annotated[int, Rule(ge=0)] | None = None
+    max_instances_per_kind: dict[Kind, int] = field(default_factory=dict)
+    log_max_bytes: Annotated[int, Rule(ge=1024)] = logfiles.DEFAULT_MAX_BYTES
+    log_max_files: Annotated[int, Rule(ge=0, le=100)] = logfiles.DEFAULT_KEEP
 
     @property
     def limits(self) -> Limits:
@@ -53,13 +54,11 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
         raise ConfigError(str(exc)) from exc
     try:
         return NodeFile.model_validate(value)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = list(err["loc"])
+    except ValueInvalid as exc:
+        loc, message = exc.loc, exc.msg
         line = line_for(lines, loc)
         where = f"{path}:{line}" if line else str(path)
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
+        if message == "Extra inputs are not permitted":
             message = (
                 "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles)"
             )

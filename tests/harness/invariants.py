@@ -22,8 +22,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from controller.core.state import Phase, ProcessRef, Record
 
 from .cluster import Cluster, Marked, alive, marked, start_time
@@ -44,7 +42,7 @@ def read_records(state: Path) -> tuple[dict[str, Record], list[str]]:
                 rec = Record.model_validate_json(path.read_bytes())
             except FileNotFoundError:
                 continue
-            except (ValidationError, ValueError) as exc:
+            except ValueError as exc:  # ValueInvalid included
                 problems.append(f"corrupt record {path.name}: {str(exc)[:200]}")
                 continue
             records[rec.name] = rec
