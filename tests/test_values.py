@@ -128,3 +128,31 @@ def test_a_pass_over_manifests_imports_no_pydantic(tmp_path: Path) -> None:
         [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
+
+
+def test_frozen_behaves_as_a_frozen_dataclass() -> None:
+    """@frozen shares eq/hash/repr across classes; what users of the class see is the same."""
+    import dataclasses
+
+    from controller.core.frozen import frozen
+
+    @frozen(kw_only=True, slots=True)
+    class Ours:
+        a: int
+        b: tuple[str, ...] = ()
+        hidden: int = dataclasses.field(default=0, compare=False, repr=False)
+
+    @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+    class Theirs:
+        a: int
+        b: tuple[str, ...] = ()
+        hidden: int = dataclasses.field(default=0, compare=False, repr=False)
+
+    one, same, other = Ours(a=1, b=("x",)), Ours(a=1, b=("x",), hidden=9), Ours(a=2)
+    assert one == same and hash(one) == hash(same) and one != other
+    assert hash(one) == hash(Theirs(a=1, b=("x",)))
+    assert repr(one).replace("Ours", "Theirs") == repr(Theirs(a=1, b=("x",)))
+    assert one != Theirs(a=1, b=("x",))  # another class is never equal, as dataclasses say
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        one.a = 3  # type: ignore[misc]
+    assert dataclasses.replace(one, a=5).a == 5

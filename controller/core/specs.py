@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Annotated, Any, ClassVar, Literal
+
+from controller.core.frozen import frozen
 
 # re-exported: their home is core.names, which records import without the specs
 from controller.core.names import DNS1123 as DNS1123
@@ -110,13 +112,13 @@ class Model(Value):
     LAX: ClassVar[bool] = True
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(kw_only=True, slots=True)
 class Metadata(Model):
     name: Annotated[str, Rule(max_length=63, check=_dns1123)]
     labels: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(kw_only=True, slots=True)
 class Devices(Model):
     count: Annotated[int, Rule(ge=0, le=64)] = 0
     kind: DeviceKind = "any"
@@ -134,17 +136,17 @@ class Devices(Model):
             )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(kw_only=True, slots=True)
 class HttpGet(Model):
     path: Annotated[str, Rule(check=_absolute)] = "/health"
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(kw_only=True, slots=True)
 class TcpSocket(Model):
     pass
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(kw_only=True, slots=True)
 class Readiness(Model):
     http_get: HttpGet | None = None
     tcp_socket: TcpSocket | None = None
@@ -156,7 +158,7 @@ class Readiness(Model):
             raise ValueInvalid((), "readiness takes httpGet or tcpSocket, not both")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(kw_only=True, slots=True)
 class DeploymentSpec(Model):
     engine: Engine
     model: str | None = None
@@ -194,7 +196,7 @@ class DeploymentSpec(Model):
             )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(kw_only=True, slots=True)
 class Deployment(Model):
     api_version: Literal["reconcile/v1"]
     kind: Literal["Deployment"]
@@ -206,7 +208,7 @@ class Deployment(Model):
         return self.metadata.name
 
 
-@dataclass(frozen=True)
+@frozen
 class Entry:
     """A valid deployment as loaded: where it came from and its spec hash."""
 

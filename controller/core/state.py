@@ -6,11 +6,12 @@ No I/O here: the planner imports these. The record store lives in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from controller.core.frozen import frozen
 from controller.core.values import Value, ValueInvalid
 
 VERSION = 1
@@ -40,7 +41,7 @@ class Phase(StrEnum):
 # for pydantic.
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(kw_only=True, slots=True)
 class ProcessRef(Value):
     """A process identity: pid alone lies after pid reuse, (pid, start time) does not."""
 
@@ -65,7 +66,7 @@ class ProcessRef(Value):
         return abs(self.start_time - other.start_time) <= START_TIME_TOLERANCE
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(kw_only=True, slots=True)
 class ExitInfo(Value):
     code: int | None = None
     signal: int | None = None
@@ -80,7 +81,7 @@ class ExitInfo(Value):
         return "exited (code unknown: not our child)"
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(kw_only=True, slots=True)
 class ProbeConfig(Value):
     """The readiness checks, kept in the record so any later pass can probe."""
 
@@ -89,7 +90,7 @@ class ProbeConfig(Value):
     period_seconds: float = 2.0
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(kw_only=True, slots=True)
 class Record(Value):
     version: int = VERSION
     name: str
@@ -146,13 +147,13 @@ class Record(Value):
         return self.extra_ports if self.port is None else (self.port, *self.extra_ports)
 
 
-@dataclass(frozen=True)
+@frozen
 class ProbeResult:
     ready: bool
     detail: str
 
 
-@dataclass(frozen=True)
+@frozen
 class MarkedProcess:
     """A live process carrying an instance marker ``<node>/<name>/<nonce>``."""
 
@@ -162,7 +163,7 @@ class MarkedProcess:
     ppid: int
 
 
-@dataclass(frozen=True)
+@frozen
 class Instance:
     """Where a backend that places engines itself (Ray) says an instance runs now.
 
@@ -179,7 +180,7 @@ class Instance:
     message: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class RecordView:
     """A record plus what this pass saw of its processes."""
 
@@ -192,7 +193,7 @@ class RecordView:
     instance: Instance | None = None  # what a placing backend reports (None: local)
 
 
-@dataclass(frozen=True)
+@frozen
 class Activation:
     """The gateway's demand for an OnDemand deployment (``<state>/activation/<name>.json``).
 
@@ -203,7 +204,7 @@ class Activation:
     inflight: int = 0
 
 
-@dataclass(frozen=True)
+@frozen
 class Drain:
     until: datetime
     reason: str = ""
@@ -214,7 +215,7 @@ class Drain:
         return now < self.until
 
 
-@dataclass(frozen=True)
+@frozen
 class Observed:
     records: dict[str, RecordView] = field(default_factory=dict)
     # Devices and ports held by records this reconcile cannot read (unknown version).

@@ -10,9 +10,9 @@ import hashlib
 import hmac
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
+from controller.core.frozen import frozen
 from controller.errors import ConfigError
 
 
@@ -24,7 +24,7 @@ def label(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
-@dataclass(frozen=True)
+@frozen
 class Keys:
     path: Path
     digests: tuple[tuple[bytes, str], ...]  # (sha256 of the key, its label)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 from pathlib import Path
 
+from controller.core.frozen import frozen
 from controller.errors import ConfigError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -19,7 +19,7 @@ class ListenRefused(ConfigError):
     """A non-loopback bind without keys, or a bad ``--listen``: exit 64."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class Settings:
     host: str
     port: int

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from controller.core.cluster import cluster_refusals
+from controller.core.frozen import frozen
 from controller.core.specs import Deployment, Entry, is_dns1123, routable_names, spec_hash
 from controller.core.values import ValueInvalid
 from controller.store import security, yamlread
@@ -24,7 +25,7 @@ from controller.store.yamlread import Path_
 SUFFIXES = (".yaml", ".yml")
 
 
-@dataclass(frozen=True)
+@frozen
 class ManifestError:
     file: str
     line: int | None

@@ -13,10 +13,11 @@ Flags win over the file (``--max-instances 8,nvidia=2``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
+from controller.core.frozen import frozen
 from controller.core.limits import Limits
 from controller.core.values import Rule, Value, ValueInvalid
 from controller.errors import ConfigError
@@ -26,7 +27,7 @@ from controller.store.yamlread import field_path, line_for, load_mapping
 Kind = Literal["nvidia", "amd", "apple", "cpu"]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(kw_only=True, slots=True)
 class NodeFile(Value):
     CAMEL: ClassVar[bool] = True
     LAX: ClassVar[bool] = True

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import failpoints
+from controller.core.frozen import frozen
 from controller.core.names import record_name_ok
 from controller.core.state import VERSION, Record
 from controller.core.values import ValueInvalid
@@ -23,7 +24,7 @@ from controller.errors import RecordError
 from controller.store import security
 
 
-@dataclass(frozen=True)
+@frozen
 class RecordProblem:
     path: str
     message: str

@@ -8,14 +8,14 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
+from controller.core.frozen import frozen
 from controller.core.state import ProbeConfig, ProbeResult
 
 TIMEOUT = 1.0
 
 
-@dataclass(frozen=True)
+@frozen
 class Target:
     host: str
     port: int

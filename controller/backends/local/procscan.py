@@ -21,14 +21,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from controller.backends.local import procpsutil
+from controller.core.frozen import frozen
 
 SETTLE = 1.0  # seconds: far longer than any fork -> exec
 
 
-@dataclass(frozen=True)
+@frozen
 class _Unmarked:
     inode: int
     first_seen: float

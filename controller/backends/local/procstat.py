@@ -12,9 +12,9 @@ from __future__ import annotations
 import functools
 import os
 import time
-from dataclasses import dataclass
 
 from controller.backends.local import procpsutil
+from controller.core.frozen import frozen
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BOOT_TIME_TTL = 1.0  # seconds
@@ -22,7 +22,7 @@ BOOT_TIME_TTL = 1.0  # seconds
 _boot: tuple[float, float] | None = None  # (monotonic when read, boot time)
 
 
-@dataclass(frozen=True)
+@frozen
 class Stat:
     start_time: float  # seconds since the epoch, as psutil.Process.create_time()
     ppid: int

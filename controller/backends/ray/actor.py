@@ -23,7 +23,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import ray
@@ -38,6 +37,7 @@ from controller.backends.local.runtime import (
     port_bindable,
 )
 from controller.backends.ray.naming import device_key
+from controller.core.frozen import frozen
 from controller.core.inventory import Device
 from controller.core.plan import BACKOFF_RESET, backoff
 from controller.core.render import render
@@ -53,7 +53,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 PR_SET_PDEATHSIG = 1
 
 
-@dataclass(frozen=True)
+@frozen
 class Job:
     """What the driver sends: picklable values only (the actor may restart anywhere)."""
 
@@ -63,7 +63,7 @@ class Job:
     base_port: int  # the planner's port: tried first
 
 
-@dataclass(frozen=True)
+@frozen
 class HostStatus:
     """One actor's answer: where its engine runs, or why it does not."""
 

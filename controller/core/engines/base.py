@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Protocol
 
+from controller.core.frozen import frozen
 from controller.core.inventory import Device
 from controller.errors import RecipeError as RecipeError  # re-exported: the recipes raise it
 
 
-@dataclass(frozen=True)
+@frozen
 class HttpCheck:
     """GET ``path``; ready when the status is 2xx and, if set, the body contains ``contains``."""
 
@@ -24,7 +25,7 @@ class HttpCheck:
     contains: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Readiness:
     """All ``http`` checks must pass; else a TCP connect if ``tcp``; else ready once running."""
 
@@ -36,7 +37,7 @@ class Readiness:
         return "http" if self.http else "tcp" if self.tcp else "exec"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class RenderContext:
     name: str
     model: str | None
@@ -55,7 +56,7 @@ class RenderContext:
     runtime_dir: str = "/tmp"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class Launch:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
