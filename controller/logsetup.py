@@ -11,6 +11,8 @@ start-up, so it is imported with the first log line: modules take their logger f
 :func:`get_logger`, a stand-in that applies the configuration and binds the real
 logger when first used. Code that calls ``structlog.configure`` itself calls
 :func:`apply` first, so the configuration here never lands on top of its own.
+
+structlog is imported through :func:`structlog_module` only: without rich (see there).
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 if TYPE_CHECKING:
     from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
 
 _pending: tuple[int, bool | None, bool] | None = None
-_lock = threading.Lock()
+_lock = threading.RLock()  # apply() holds it while _configure imports structlog
+# Modules structlog imports when installed, to render tracebacks (see structlog_module).
+_UNWANTED = ("rich", "better_exceptions")
 # sd-daemon(3) priorities: what `journalctl -p` filters on.
 PRIORITY = {"critical": 2, "exception": 3, "error": 3, "warning": 4, "info": 6, "debug": 7}
 
@@ -111,8 +115,36 @@ def apply() -> None:
             _pending = None
 
 
+def structlog_module() -> ModuleType:
+    """structlog, imported (on the first call) with rich and better-exceptions blocked.
+
+    Memory: structlog's ``dev`` and ``tracebacks`` modules import rich whenever it is
+    installed (import-linter brings it, vLLM does in users' venvs), ~12 MB of RSS for
+    the daemon's whole life, and we never render with it: JSON lines or a plain
+    console, whose tracebacks are plain too (``plain_traceback`` below). So for this
+    one import only, ``sys.modules[name] = None`` makes ``import rich`` (and
+    better_exceptions) raise ImportError, structlog's "not installed" branch; the
+    previous entries are back afterwards, so a later ``import rich`` works.
+    """
+    with _lock:
+        if "structlog" in sys.modules:  # imported: by us, or before us (then as it was)
+            import structlog
+
+            return structlog
+        saved = {name: sys.modules[name] for name in _UNWANTED if name in sys.modules}
+        blocked: dict[str, Any] = dict.fromkeys(_UNWANTED)  # None: "import rich" fails
+        sys.modules.update(blocked)
+        try:
+            import structlog
+        finally:
+            for name in _UNWANTED:
+                sys.modules.pop(name, None)
+            sys.modules.update(saved)
+    return structlog
+
+
 def _configure(verbosity: int, json: bool | None, colour: bool) -> None:
-    import structlog
+    structlog = structlog_module()
 
     level = logging.INFO - 10 * verbosity
     level = max(level, logging.DEBUG)
@@ -121,7 +153,9 @@ def _configure(verbosity: int, json: bool | None, colour: bool) -> None:
     renderer: Processor = (
         structlog.processors.JSONRenderer()
         if as_json
-        else structlog.dev.ConsoleRenderer(colors=shown.colour)
+        else structlog.dev.ConsoleRenderer(
+            colors=shown.colour, exception_formatter=structlog.dev.plain_traceback
+        )
     )
     if under_journald(sys.stderr):
         renderer = _with_priority(renderer)
@@ -159,9 +193,7 @@ class _Lazy:
         real = self._real
         if real is None:
             apply()
-            import structlog
-
-            real = self._real = structlog.get_logger(self._name)
+            real = self._real = structlog_module().get_logger(self._name)
         return getattr(real, attr)
 
 

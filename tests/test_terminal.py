@@ -141,3 +141,62 @@ def test_no_color_is_a_flag_before_or_after_the_verb(tmp_path: Path) -> None:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
         assert result.stdout == "No deployments.\n"
+
+
+# rich (~12 MB of RSS) stays out of the process: structlog is imported with it blocked.
+# FALLBACK goes last on sys.path: stand-ins for rich and better_exceptions where they
+# are not installed, so structlog would import them either way were they not blocked.
+LOG_A_LINE = """
+import sys
+sys.path.append(sys.argv[1])
+{before}
+from controller import logsetup
+logsetup.configure(0, json={json})
+log = logsetup.get_logger("t")
+log.info("hello")
+try:
+    1 / 0
+except ZeroDivisionError:
+    log.exception("boom")
+assert "structlog" in sys.modules
+{after}
+"""
+
+
+def _run(tmp_path: Path, script: str) -> str:
+    fallback = tmp_path / "fallback"
+    (fallback / "rich").mkdir(parents=True)
+    (fallback / "rich/__init__.py").write_text("STAND_IN = True\n")
+    (fallback / "better_exceptions.py").write_text("STAND_IN = True\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-c", script, str(fallback)]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stderr
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "console"])
+def test_logging_does_not_load_rich(tmp_path: Path, as_json: bool) -> None:
+    after = """
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("rich", "better_exceptions"))
+assert not loaded, loaded
+"""
+    err = _run(tmp_path, LOG_A_LINE.format(before="", json=as_json, after=after))
+    assert "hello" in err
+    # a plain traceback, whole: Python's own lines
+    assert "Traceback (most recent call last):" in err
+    assert "ZeroDivisionError: division by zero" in err
+
+
+@pytest.mark.parametrize("when", ["after", "before"])
+def test_rich_still_imports_after_logging(tmp_path: Path, when: str) -> None:
+    """The block is lifted after structlog's import; a rich loaded before stays loaded."""
+    load = "import rich, better_exceptions\nfirst = sys.modules['rich']"
+    check = """
+import rich, better_exceptions
+assert sys.modules["rich"] is rich and sys.modules["better_exceptions"] is better_exceptions
+"""
+    if when == "before":
+        check += "assert rich is first\n"
+    before = load if when == "before" else ""
+    _run(tmp_path, LOG_A_LINE.format(before=before, json=True, after=check))

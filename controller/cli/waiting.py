@@ -16,7 +16,7 @@ from typing import TextIO
 from controller.core.durations import format_age
 from controller.core.state import Phase, Record
 from controller.logsetup import apply as apply_log_setup
-from controller.logsetup import get_logger, terminal
+from controller.logsetup import get_logger, structlog_module, terminal
 from controller.reconciler.run import PassResult, Reconciler
 
 log = get_logger("reconcile")
@@ -147,10 +147,10 @@ class Live(Display):
         self.result: PassResult | None = None
         self.closed = False
         self.partial = ""
-        import structlog  # here, not at the top: `--wait -q` off a terminal never logs
+        structlog = structlog_module()  # not at the top: `--wait -q` off a terminal never logs
 
         apply_log_setup()  # the CLI's set-up first (it waits for a first log line), ours on top
-        structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=self))  # type: ignore[arg-type]
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=self))
 
     # structlog's PrintLogger prints here: whole lines go above the block
     def write(self, text: str) -> int:
@@ -180,8 +180,7 @@ class Live(Display):
         if not self.closed:
             self.tick()
             self.closed = True
-            import structlog
-
+            structlog = structlog_module()
             structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=self.stream))
 
     def _lines(self) -> list[str]:
