@@ -29,7 +29,7 @@ from controller.core.specs import base_name
 from controller.core.state import Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import FolderWatch
-from controller.daemon.metrics import exporters, serve
+from controller.daemon.metrics import exporters
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import Timers, debounce_until
 from controller.errors import ConfigError, LockTimeout, ReconcileError
@@ -388,7 +388,11 @@ def run_daemon(
             "or give this one another --state-dir"
         )
     try:
-        server = serve(*metrics_at) if metrics_at else None
+        server = None
+        if metrics_at:
+            from controller.daemon.metricsserver import serve  # http.server: only then
+
+            server = serve(*metrics_at)
         try:
             return Daemon(config, resync=resync, reload=reload, front=front).run()
         finally:

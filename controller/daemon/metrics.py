@@ -10,19 +10,16 @@ written here (a dozen gauges need no client library); tests read it back with
 
 from __future__ import annotations
 
-import errno
 import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
 from controller import __version__
 from controller.core.inventory import Inventory
 from controller.core.state import Phase, Record
-from controller.errors import ConfigError
 from controller.logsetup import get_logger
 from controller.store.node import Config, read_drain
 from controller.store.records import write_atomic
@@ -276,59 +273,9 @@ def _devices(out: _Text, recs: list[Record], inventory: Inventory) -> None:
 # -- /metrics -----------------------------------------------------------------------------------
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self._answer(body=True)
-
-    def do_HEAD(self) -> None:  # load balancers and `curl -I` check with HEAD
-        self._answer(body=False)
-
-    def _answer(self, body: bool) -> None:
-        if self.path.split("?", 1)[0] != "/metrics":
-            self._send(404, "text/plain; charset=utf-8", b"see /metrics\n", body)
-            return
-        self._send(200, CONTENT_TYPE, current().encode(), body)
-
-    def _send(self, code: int, kind: str, data: bytes, body: bool) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if body:
-            self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # scrapes every 15 s would drown the reconciler's own log
-
-
 def parse_listen(text: str) -> tuple[str, int]:
     """``9101`` or ``HOST:9101`` -> (host, port); ValueError with an example otherwise."""
     host, sep, port = text.rpartition(":")
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"--metrics-port {text!r} is not PORT or HOST:PORT (example: 9101)")
     return (host.strip("[]") if sep and host else "127.0.0.1"), int(port)
-
-
-def _bind_error(host: str, port: int, exc: OSError) -> str:
-    where = f"--metrics-port {host}:{port}"
-    if exc.errno == errno.EADDRINUSE:
-        return (
-            f"{where}: the address is already in use by another process "
-            f"(see `ss -ltnp 'sport = :{port}'`): pick another port or stop that process"
-        )
-    if exc.errno == errno.EACCES:
-        return f"{where}: permission denied (ports below 1024 need root): pick a port above 1024"
-    return f"{where}: cannot listen there: {exc.strerror or exc}"
-
-
-def serve(host: str, port: int) -> ThreadingHTTPServer:
-    """Serve ``/metrics`` from a daemon thread; the caller may ``shutdown()`` it."""
-    try:
-        server = ThreadingHTTPServer((host, port), _Handler)
-    except OSError as exc:  # not the disk: say which address, and what to do
-        raise ConfigError(_bind_error(host, port, exc)) from exc
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
-    thread.start()
-    log.info("serving metrics", address=f"http://{host}:{port}/metrics")
-    return server

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller import __version__
 from controller.core.inventory import Inventory
 from controller.core.state import Phase, Record
-from controller.daemon import metrics
+from controller.daemon import metrics, metricsserver
 
 RECORDS = [
     Record(name="web", owner="o", node="n", phase=Phase.READY, restarts=2),
@@ -90,7 +90,7 @@ def test_promtool_check_metrics_is_clean(which: str) -> None:
 
 @pytest.fixture
 def server() -> Iterator[int]:
-    srv = metrics.serve("127.0.0.1", 0)
+    srv = metricsserver.serve("127.0.0.1", 0)
     try:
         yield srv.server_address[1]
     finally:
