@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import pickle
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from controller.core.frozen import frozen
 from controller.core.state import ExitInfo, Phase, ProbeConfig, ProcessRef, Record
 from controller.core.values import ValueInvalid
 
@@ -130,29 +134,63 @@ def test_a_pass_over_manifests_imports_no_pydantic(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
 
 
+@frozen(kw_only=True, slots=True)
+class Ours:
+    a: int
+    b: tuple[str, ...] = ()
+    hidden: int = dataclasses.field(default=0, compare=False, repr=False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Theirs:
+    a: int
+    b: tuple[str, ...] = ()
+    hidden: int = dataclasses.field(default=0, compare=False, repr=False)
+
+
 def test_frozen_behaves_as_a_frozen_dataclass() -> None:
-    """@frozen shares eq/hash/repr across classes; what users of the class see is the same."""
-    import dataclasses
-
-    from controller.core.frozen import frozen
-
-    @frozen(kw_only=True, slots=True)
-    class Ours:
-        a: int
-        b: tuple[str, ...] = ()
-        hidden: int = dataclasses.field(default=0, compare=False, repr=False)
-
-    @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-    class Theirs:
-        a: int
-        b: tuple[str, ...] = ()
-        hidden: int = dataclasses.field(default=0, compare=False, repr=False)
-
+    """@frozen shares its methods across classes; what users of a class see is the same."""
     one, same, other = Ours(a=1, b=("x",)), Ours(a=1, b=("x",), hidden=9), Ours(a=2)
     assert one == same and hash(one) == hash(same) and one != other
     assert hash(one) == hash(Theirs(a=1, b=("x",)))
     assert repr(one).replace("Ours", "Theirs") == repr(Theirs(a=1, b=("x",)))
-    assert one != Theirs(a=1, b=("x",))  # another class is never equal, as dataclasses say
+    assert one != Theirs(a=1, b=("x",))  # another class is never equal, as dataclasses say  # type: ignore[comparison-overlap]
     with pytest.raises(dataclasses.FrozenInstanceError):
         one.a = 3  # type: ignore[misc]
     assert dataclasses.replace(one, a=5).a == 5
+    assert pickle.loads(pickle.dumps(one)) == one and copy.deepcopy(one) == one
+    with pytest.raises(TypeError, match="missing required argument: 'a'"):
+        Ours()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'c'"):
+        Ours(a=1, c=2)  # type: ignore[call-arg]
+    match one:
+        case Ours(a=1, b=("x",)):
+            pass
+        case _:
+            raise AssertionError("match on fields")
+
+
+def test_frozen_positional_fields_factories_and_post_init() -> None:
+    seen: list[int] = []
+
+    @frozen
+    class Point:
+        x: int
+        y: int = 0
+        tags: list[str] = dataclasses.field(default_factory=list)
+
+        def __post_init__(self) -> None:
+            seen.append(self.x)
+
+    p = Point(1, 2)
+    assert (p.x, p.y, p.tags) == (1, 2, []) and seen == [1]
+    assert Point(3).tags is not Point(3).tags  # a fresh list each time
+    assert dataclasses.fields(Point)[0].name == "x" and Point.__match_args__ == ("x", "y", "tags")
+    with pytest.raises(TypeError, match="multiple values for argument 'x'"):
+        Point(1, x=2)  # type: ignore[misc]
+    with pytest.raises(TypeError, match="takes 3 positional arguments"):
+        Point(1, 2, [], 4)  # type: ignore[call-arg]
+    assert (
+        repr(Point(1))
+        == "test_frozen_positional_fields_factories_and_post_init.<locals>.Point(x=1, y=0, tags=[])"
+    )
