@@ -197,6 +197,7 @@ class Reconciler(Preview):
                 self.config.manifests,
                 insecure=self.config.insecure_manifests,
                 backend=self.config.backend,
+                cache_file=self.config.state_dir / "cache" / "manifests.json",
             )
             self.records.revision = gitrev.revision_of(self.config.manifests)
             self.executor.take_tally()  # `down` and drains between passes are not this pass's

@@ -3,6 +3,8 @@
 Each file is bounded (size, node count, depth) so a hostile or broken file costs
 little, and a broken file never hides the deployments it declared before: its
 path is reported in ``broken_sources`` and the pass leaves those records alone.
+A pass's files already parsed come from the parse cache (store/parsecache.py);
+yaml is imported only for one that is not.
 """
 
 from __future__ import annotations
@@ -13,14 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from controller.core.cluster import cluster_refusals
 from controller.core.frozen import frozen
 from controller.core.specs import Deployment, Entry, is_dns1123, routable_names, spec_hash
 from controller.core.values import ValueInvalid
-from controller.store import security, yamlread
-from controller.store.yamlread import Path_
+from controller.store import bounded, security
+from controller.store.bounded import Document, Path_
+from controller.store.parsecache import ParseCache
 
 SUFFIXES = (".yaml", ".yml")
 
@@ -56,7 +57,7 @@ class LoadResult:
 
     def line_of(self, entry: Entry, loc: Sequence[str | int]) -> int | None:
         lines = self.field_lines.get((entry.source, entry.line))
-        return entry.line if lines is None else yamlread.line_for(lines, loc)
+        return entry.line if lines is None else bounded.line_for(lines, loc)
 
     backend: str = "local"  # the backend the specs are for: a cluster refuses some fields
 
@@ -84,16 +85,19 @@ def _validation_errors(
             message = "unknown field (check the spelling; `reconcile schema` lists fields)"
         out.append(
             ManifestError(
-                file, yamlread.line_for(lines, loc), yamlread.field_path(loc), message, name
+                file, bounded.line_for(lines, loc), bounded.field_path(loc), message, name
             )
         )
     return out
 
 
-def load_file(path: Path, result: LoadResult, strict: bool = False) -> None:
+def load_file(
+    path: Path, result: LoadResult, strict: bool = False, cache: ParseCache | None = None
+) -> None:
     file = str(path)
     try:
-        text = yamlread.read_bounded(path, strict).decode("utf-8")
+        raw = bounded.read_bounded(path, strict)
+        text = raw.decode("utf-8")
     except security.InsecureManifest as exc:
         _broken(result, ManifestError(file, None, None, str(exc)))
         return
@@ -101,21 +105,34 @@ def load_file(path: Path, result: LoadResult, strict: bool = False) -> None:
         reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
         _broken(result, ManifestError(file, None, None, f"cannot read: {reason}"))
         return
-    try:
-        values = yamlread.documents(text)
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else None
-        _broken(result, ManifestError(file, line, None, f"invalid YAML: {exc.problem}"))
-        return
-    except yaml.reader.ReaderError as exc:  # a character YAML refuses (NUL, ...): say where
-        _broken(result, ManifestError(file, *_none_field(yamlread.reader_error_line(text, exc))))
-        return
-    except (yaml.YAMLError, RecursionError, ValueError) as exc:
-        _broken(result, ManifestError(file, None, None, f"invalid YAML: {exc}"))
-        return
+    values = cache.get(raw) if cache is not None else None
+    if values is None:
+        values = _parse(text, file, result)
+        if values is None:
+            return
+        if cache is not None:
+            cache.put(raw, values)
     result.documents += len(values)
     for value, lines, line in values:
         _load_document(value, lines, line, file, result)
+
+
+def _parse(text: str, file: str, result: LoadResult) -> list[Document] | None:
+    """The file's documents, or None with the file marked broken (where, and why)."""
+    import yaml
+
+    from controller.store import yamlread
+
+    try:
+        return yamlread.documents(text)
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else None
+        _broken(result, ManifestError(file, line, None, f"invalid YAML: {exc.problem}"))
+    except yaml.reader.ReaderError as exc:  # a character YAML refuses (NUL, ...): say where
+        _broken(result, ManifestError(file, *_none_field(yamlread.reader_error_line(text, exc))))
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+        _broken(result, ManifestError(file, None, None, f"invalid YAML: {exc}"))
+    return None
 
 
 def _none_field(where: tuple[int, str]) -> tuple[int, None, str]:
@@ -152,7 +169,7 @@ def _load_document(
         field_ = re.search(r"\bspec\.\w+", problem)
         loc = tuple(field_.group().split(".")) if field_ else ("spec",)
         error = ManifestError(
-            file, yamlread.line_for(lines, loc), ".".join(loc), problem, deployment.name
+            file, bounded.line_for(lines, loc), ".".join(loc), problem, deployment.name
         )
         result.errors.append(error)
         result.invalid_names.setdefault(deployment.name, str(error))
@@ -162,7 +179,7 @@ def _load_document(
     if refusals:  # fields the cluster backend cannot honour: invalid there, named
         for path, why in refusals:
             loc = tuple(path.split("."))
-            error = ManifestError(file, yamlread.line_for(lines, loc), path, why, deployment.name)
+            error = ManifestError(file, bounded.line_for(lines, loc), path, why, deployment.name)
             result.errors.append(error)
         result.invalid_names.setdefault(deployment.name, str(result.errors[-len(refusals)]))
         return
@@ -208,9 +225,19 @@ def manifest_files(folder: Path) -> list[Path]:
     return out
 
 
-def load(folders: Iterable[Path], *, insecure: bool = False, backend: str = "local") -> LoadResult:
-    """Every manifest of ``folders``; as root, only files and folders root alone can write."""
+def load(
+    folders: Iterable[Path],
+    *,
+    insecure: bool = False,
+    backend: str = "local",
+    cache_file: Path | None = None,
+) -> LoadResult:
+    """Every manifest of ``folders``; as root, only files and folders root alone can write.
+
+    ``cache_file``: the parse cache (a pass under the lock passes it; read verbs do not).
+    """
     result = LoadResult(backend=backend)
+    cache = ParseCache(cache_file) if cache_file is not None else None
     strict = security.strict(insecure)
     for folder in folders:
         try:
@@ -230,7 +257,9 @@ def load(folders: Iterable[Path], *, insecure: bool = False, backend: str = "loc
             continue
         for path in files:
             result.files.append(str(path))
-            load_file(path, result, strict)
+            load_file(path, result, strict, cache)
+    if cache is not None and not result.missing_folders:  # a missing folder: keep its files'
+        cache.save()
     _check_model_names(result)
     return result
 

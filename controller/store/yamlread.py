@@ -7,10 +7,6 @@ back with a map from their path to their line, so errors can say where.
 
 from __future__ import annotations
 
-import errno
-import os
-import stat
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,14 +15,17 @@ from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
-from controller.store import security
+# yaml-free helpers live in store/bounded.py (a pass whose manifests are all in the
+# parse cache never imports yaml); re-exported here for the node config reader.
+from controller.store.bounded import MAX_FILE_BYTES as MAX_FILE_BYTES
+from controller.store.bounded import Document as Document
+from controller.store.bounded import Path_ as Path_
+from controller.store.bounded import field_path as field_path
+from controller.store.bounded import line_for as line_for
+from controller.store.bounded import read_bounded as read_bounded
 
-MAX_FILE_BYTES = 1 << 20  # 1 MiB: a manifest is a few hundred bytes
 MAX_NODES = 20_000  # alias expansion counts: a YAML "billion laughs" stops here
 MAX_DEPTH = 64
-
-Path_ = tuple[str | int, ...]
-Document = tuple[Any, dict[Path_, int], int]  # (value, line of each path, first line)
 
 
 if TYPE_CHECKING:
@@ -118,51 +117,6 @@ class _Converter:
                 raise _fail(key_node, f"duplicate key {key!r}")
             out[key] = self.convert(value_node, (*path, key), depth + 1)
         return out
-
-
-def field_path(loc: Sequence[str | int]) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        else:
-            parts.append(("." if parts else "") + item)
-    return "".join(parts)
-
-
-def line_for(lines: dict[Path_, int], loc: Sequence[str | int]) -> int | None:
-    # Pydantic reports paths like ('spec', 'devices', 'count'); fall back to the
-    # nearest ancestor that exists in the YAML (a missing field points at its parent).
-    probe = tuple(loc)
-    while probe:
-        if probe in lines:
-            return lines[probe]
-        probe = probe[:-1]
-    return lines.get(())
-
-
-def read_bounded(path: Path, strict: bool = False) -> bytes:
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            raise
-        fd = os.open(path.resolve(), flags)  # resolve(): a symlink to a file is fine
-    try:
-        info = os.fstat(fd)
-        if strict:  # as root: the file we opened, not a path someone could swap
-            security.check_manifest(info)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"not a regular file (mode {stat.filemode(info.st_mode)})")
-        if info.st_size > MAX_FILE_BYTES:
-            raise OSError(f"{info.st_size} bytes is over the {MAX_FILE_BYTES}-byte limit")
-        data = os.read(fd, MAX_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_FILE_BYTES:
-        raise OSError(f"over the {MAX_FILE_BYTES}-byte limit")
-    return data
 
 
 def documents(text: str) -> list[Document]:
