@@ -320,4 +320,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    from controller import collector
+
+    collector.starting()
+    code = main()
+    collector.exiting()
+    sys.exit(code)

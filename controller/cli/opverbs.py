@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from controller import collector
 from controller.cli.common import config, output_format, preview, selected
 from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import FORMATS, dump
@@ -116,6 +117,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             logfiles.copy_stream(path, out)
         out.flush()
         if args.follow:
+            collector.settled()
             logfiles.follow(path, _flushing(out), lambda: store.read(args.name) is not None)
     except BrokenPipeError:  # `reconcile logs x | head`
         with contextlib.suppress(OSError):
@@ -162,6 +164,8 @@ def _remote_logs(args: argparse.Namespace, cfg: Config, rec: Record) -> int:
     out = sys.stdout.buffer
     out.write(b"".join(lines[-args.tail :] if args.tail is not None else lines))
     out.flush()
+    if args.follow:
+        collector.settled()
     while args.follow and got is not None:
         time.sleep(0.5)
         got = backend.log_since(rec, offset)

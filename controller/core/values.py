@@ -83,7 +83,7 @@ class Value:
 
     @classmethod
     def model_validate(cls, data: object, loc: Loc = ()) -> Self:
-        made: Self = _Reader(cls.LAX).value(cls, data, loc)
+        made: Self = read(cls, data, loc, cls.LAX)
         return made
 
     @classmethod
@@ -138,68 +138,88 @@ def _dump(value: object, by_alias: bool) -> object:
     return value
 
 
-class _Reader:
-    """One document's check: converts what fits, raises every problem at once."""
+Convert = Callable[[object, Loc], Any]
+_converters: dict[tuple[Any, bool], Convert] = {}
+_plans: dict[tuple[type, bool], list[tuple[str, str, Convert, bool]]] = {}
 
-    def __init__(self, lax: bool) -> None:
-        self.lax = lax
 
-    def value(self, cls: type[Any], data: object, loc: Loc) -> Any:
-        if not isinstance(data, dict):
-            raise ValueInvalid(
-                loc, f"Input should be an object (a mapping of fields), not {_kind(data)}"
-            )
-        table = fields_of(cls)
-        problems: list[Problem] = [
-            ((*loc, str(key)), "Extra inputs are not permitted") for key in data if key not in table
+def converter(kind: Any, lax: bool) -> Convert:
+    """The check of one type, worked out once per (type, lax) and reused by every document."""
+    made = _converters.get((kind, lax))
+    if made is None:
+        made = _converters[(kind, lax)] = _compile(kind, lax)
+    return made
+
+
+def _compile(kind: Any, lax: bool) -> Convert:
+    origin = typing.get_origin(kind)
+    args = typing.get_args(kind)
+    if origin is typing.Annotated:
+        return _ruled(args[0], [r for r in args[1:] if isinstance(r, Rule)], lax)
+    if origin in (types.UnionType, typing.Union):
+        return _union(args, lax)
+    if origin is typing.Literal:
+        return lambda value, loc: _literal(args, value, loc)
+    if origin is tuple:
+        return _sequence(args, lax)
+    if origin is dict:
+        return _mapping(converter(args[0], lax), converter(args[1], lax))
+    if kind is Any:
+        return lambda value, loc: value
+    if isinstance(kind, type) and issubclass(kind, Value):
+        return lambda value, loc: read(kind, value, loc, lax)
+    if kind in (bool, int, float, str, datetime) or (
+        isinstance(kind, type) and issubclass(kind, Enum)
+    ):
+        return lambda value, loc: _scalar(kind, value, loc, lax)
+    raise TypeError(f"no JSON rule for {kind!r}")
+
+
+def read(cls: type[Any], data: object, loc: Loc, lax: bool) -> Any:
+    """A value of ``cls`` from a document, or ValueInvalid listing every problem."""
+    if not isinstance(data, dict):
+        raise ValueInvalid(
+            loc, f"Input should be an object (a mapping of fields), not {_kind(data)}"
+        )
+    plan = _plans.get((cls, lax))
+    if plan is None:
+        plan = _plans[(cls, lax)] = [
+            (key, name, converter(kind, lax), required(f))
+            for key, (name, kind, f) in fields_of(cls).items()
         ]
-        values: dict[str, Any] = {}
-        for key, (name, kind, f) in table.items():
-            if key not in data:
-                if required(f):
-                    problems.append(((*loc, key), "Field required"))
-                continue
-            try:
-                values[name] = self.convert(kind, data[key], (*loc, key))
-            except ValueInvalid as exc:
-                problems.extend(exc.errors)
-        if problems:
-            raise ValueInvalid.of(problems)
+    table = fields_of(cls)
+    problems: list[Problem] = [
+        ((*loc, str(k)), "Extra inputs are not permitted") for k in data if k not in table
+    ]
+    values: dict[str, Any] = {}
+    for key, name, convert, needed in plan:
+        if key not in data:
+            if needed:
+                problems.append(((*loc, key), "Field required"))
+            continue
         try:
-            return cls(**values)
-        except ValueInvalid as exc:  # a value's own check (__post_init__): where it sits
-            raise ValueInvalid.of([((*loc, *p), m) for p, m in exc.errors]) from None
+            values[name] = convert(data[key], (*loc, key))
+        except ValueInvalid as exc:
+            problems.extend(exc.errors)
+    if problems:
+        raise ValueInvalid.of(problems)
+    try:
+        return cls(**values)
+    except ValueInvalid as exc:  # a value's own check (__post_init__): where it sits
+        raise ValueInvalid.of([((*loc, *p), m) for p, m in exc.errors]) from None
 
-    def convert(self, kind: Any, value: object, loc: Loc) -> Any:
-        origin = typing.get_origin(kind)
-        if origin is typing.Annotated:
-            base, *extras = typing.get_args(kind)
-            rules = [r for r in extras if isinstance(r, Rule)]
-            return self.ruled(base, rules, value, loc)
-        if origin in (types.UnionType, typing.Union):
-            return self.union(typing.get_args(kind), value, loc)
-        if origin is typing.Literal:
-            return _literal(typing.get_args(kind), value, loc)
-        if origin is tuple:
-            return self.sequence(typing.get_args(kind), value, loc)
-        if origin is dict:
-            key, item = typing.get_args(kind)
-            return self.mapping(key, item, value, loc)
-        if kind is Any:
-            return value
-        if isinstance(kind, type) and issubclass(kind, Value):
-            return self.value(kind, value, loc)
-        return _scalar(kind, value, loc, self.lax)
 
-    def ruled(self, base: Any, rules: list[Rule], value: object, loc: Loc) -> Any:
-        for rule in rules:
-            if rule.before is not None:
-                try:
-                    value = rule.before(value)
-                except ValueError as exc:
-                    raise ValueInvalid(loc, str(exc)) from None
-        strict = any(r.strict for r in rules)
-        converted = _Reader(self.lax and not strict).convert(base, value, loc)
+def _ruled(base: Any, rules: list[Rule], lax: bool) -> Convert:
+    convert = converter(base, lax and not any(r.strict for r in rules))
+    befores = [r.before for r in rules if r.before is not None]
+
+    def check(value: object, loc: Loc) -> Any:
+        for before in befores:
+            try:
+                value = before(value)
+            except ValueError as exc:
+                raise ValueInvalid(loc, str(exc)) from None
+        converted = convert(value, loc)
         for rule in rules:
             _bounds(rule, converted, loc)
             if rule.check is not None:
@@ -209,40 +229,55 @@ class _Reader:
                     raise ValueInvalid(loc, str(exc)) from None
         return converted
 
-    def union(self, options: tuple[Any, ...], value: object, loc: Loc) -> Any:
-        if value is None and type(None) in options:
+    return check
+
+
+def _union(options: tuple[Any, ...], lax: bool) -> Convert:
+    takes_none = type(None) in options
+    converts = [converter(o, lax) for o in options if o is not type(None)]
+
+    def check(value: object, loc: Loc) -> Any:
+        if value is None and takes_none:
             return None
         errors: list[ValueInvalid] = []
-        for option in options:
-            if option is type(None):
-                continue
+        for convert in converts:
             try:
-                return self.convert(option, value, loc)
+                return convert(value, loc)
             except ValueInvalid as exc:
                 errors.append(exc)
         if len(errors) == 1:  # `X | None`: X's own error says where
             raise errors[0]
         raise ValueInvalid(loc, " or ".join(e.msg for e in errors))
 
-    def sequence(self, args: tuple[Any, ...], value: object, loc: Loc) -> tuple[Any, ...]:
+    return check
+
+
+def _sequence(args: tuple[Any, ...], lax: bool) -> Convert:
+    each = converter(args[0], lax) if len(args) == 2 and args[1] is Ellipsis else None
+    fixed = [converter(a, lax) for a in args] if each is None else []
+
+    def check(value: object, loc: Loc) -> tuple[Any, ...]:
         if not isinstance(value, list | tuple):
             raise ValueInvalid(loc, f"Input should be a valid list, not {_kind(value)}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            args = (args[0],) * len(value)
-        elif len(value) != len(args):
-            raise ValueInvalid(loc, f"Input should have {len(args)} items, not {len(value)}")
+        if each is None and len(value) != len(fixed):
+            raise ValueInvalid(loc, f"Input should have {len(fixed)} items, not {len(value)}")
+        converts = [each] * len(value) if each is not None else fixed
         out: list[Any] = []
         problems: list[Problem] = []
-        for i, (a, v) in enumerate(zip(args, value, strict=True)):
+        for i, (convert, item) in enumerate(zip(converts, value, strict=True)):
             try:
-                out.append(self.convert(a, v, (*loc, i)))
+                out.append(convert(item, (*loc, i)))
             except ValueInvalid as exc:
                 problems.extend(exc.errors)
         if problems:
             raise ValueInvalid.of(problems)
         return tuple(out)
 
-    def mapping(self, key: Any, item: Any, value: object, loc: Loc) -> dict[Any, Any]:
+    return check
+
+
+def _mapping(key: Convert, item: Convert) -> Convert:
+    def check(value: object, loc: Loc) -> dict[Any, Any]:
         if not isinstance(value, dict):
             raise ValueInvalid(loc, f"Input should be a valid dictionary, not {_kind(value)}")
         out: dict[Any, Any] = {}
@@ -250,12 +285,14 @@ class _Reader:
         for k, v in value.items():
             where = (*loc, str(k))
             try:
-                out[self.convert(key, k, where)] = self.convert(item, v, where)
+                out[key(k, where)] = item(v, where)
             except ValueInvalid as exc:
                 problems.extend(exc.errors)
         if problems:
             raise ValueInvalid.of(problems)
         return out
+
+    return check
 
 
 def _kind(value: object) -> str:
