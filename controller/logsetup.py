@@ -32,6 +32,9 @@ _pending: tuple[int, bool | None, bool] | None = None
 _lock = threading.RLock()  # apply() holds it while _configure imports structlog
 # Modules structlog imports when installed, to render tracebacks (see structlog_module).
 _UNWANTED = ("rich", "better_exceptions")
+# Imported by structlog at the top but called only by its async methods (`ainfo`...), which
+# we never use: asyncio brings ssl and OpenSSL, ~3.5 MB of the daemon's resident memory.
+_DEFERRED = ("asyncio",)
 # sd-daemon(3) priorities: what `journalctl -p` filters on.
 PRIORITY = {"critical": 2, "exception": 3, "error": 3, "warning": 4, "info": 6, "debug": 7}
 
@@ -116,31 +119,46 @@ def apply() -> None:
 
 
 def structlog_module() -> ModuleType:
-    """structlog, imported (on the first call) with rich and better-exceptions blocked.
+    """structlog, imported (on the first call) without what it imports and we never use.
 
     Memory: structlog's ``dev`` and ``tracebacks`` modules import rich whenever it is
     installed (import-linter brings it, vLLM does in users' venvs), ~12 MB of RSS for
     the daemon's whole life, and we never render with it: JSON lines or a plain
     console, whose tracebacks are plain too (``plain_traceback`` below). So for this
     one import only, ``sys.modules[name] = None`` makes ``import rich`` (and
-    better_exceptions) raise ImportError, structlog's "not installed" branch; the
-    previous entries are back afterwards, so a later ``import rich`` works.
+    better_exceptions) raise ImportError, structlog's "not installed" branch; and
+    asyncio is a stand-in that imports the real one when structlog first uses it.
+    The previous entries are back afterwards, so a later import gets the real modules.
     """
     with _lock:
         if "structlog" in sys.modules:  # imported: by us, or before us (then as it was)
             import structlog
 
             return structlog
-        saved = {name: sys.modules[name] for name in _UNWANTED if name in sys.modules}
-        blocked: dict[str, Any] = dict.fromkeys(_UNWANTED)  # None: "import rich" fails
-        sys.modules.update(blocked)
+        names = (*_UNWANTED, *_DEFERRED)
+        saved = {name: sys.modules[name] for name in names if name in sys.modules}
+        stand_ins: dict[str, Any] = dict.fromkeys(_UNWANTED)  # None: "import rich" fails
+        stand_ins.update({n: _Deferred(n) for n in _DEFERRED if n not in sys.modules})
+        sys.modules.update(stand_ins)
         try:
             import structlog
         finally:
-            for name in _UNWANTED:
-                sys.modules.pop(name, None)
+            for name in names:
+                if sys.modules.get(name) is stand_ins.get(name, False):
+                    del sys.modules[name]
             sys.modules.update(saved)
     return structlog
+
+
+class _Deferred(ModuleType):
+    """A module that is imported for real when an attribute of it is first read."""
+
+    def __getattr__(self, attr: str) -> Any:
+        if sys.modules.get(self.__name__) is self:  # read while structlog still imports
+            del sys.modules[self.__name__]
+        import importlib
+
+        return getattr(importlib.import_module(self.__name__), attr)
 
 
 def _configure(verbosity: int, json: bool | None, colour: bool) -> None:

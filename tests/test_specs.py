@@ -296,3 +296,13 @@ def test_lax_numbers(spec: dict[str, Any], field: str, value: object) -> None:
 
 def test_priority_takes_no_string() -> None:
     assert "valid integer" in error_of(doc(priority="5"))
+
+
+def test_the_builtin_sha256_is_hashlib_s() -> None:
+    import hashlib
+
+    from controller.core.digest import sha256_bytes, sha256_hex
+
+    for data in (b"", b"abc", bytes(range(256)) * 100):
+        assert sha256_hex(data) == hashlib.sha256(data).hexdigest()
+        assert sha256_bytes(data) == hashlib.sha256(data).digest()

@@ -178,7 +178,8 @@ def _run(tmp_path: Path, script: str) -> str:
 @pytest.mark.parametrize("as_json", [True, False], ids=["json", "console"])
 def test_logging_does_not_load_rich(tmp_path: Path, as_json: bool) -> None:
     after = """
-loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("rich", "better_exceptions"))
+unwanted = ("rich", "better_exceptions", "asyncio", "ssl")
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in unwanted)
 assert not loaded, loaded
 """
     err = _run(tmp_path, LOG_A_LINE.format(before="", json=as_json, after=after))
@@ -200,3 +201,21 @@ assert sys.modules["rich"] is rich and sys.modules["better_exceptions"] is bette
         check += "assert rich is first\n"
     before = load if when == "before" else ""
     _run(tmp_path, LOG_A_LINE.format(before=before, json=True, after=check))
+
+
+@pytest.mark.parametrize("when", ["after", "before"])
+def test_asyncio_is_real_for_everyone_and_for_structlog_s_async_methods(
+    tmp_path: Path, when: str
+) -> None:
+    """asyncio is deferred for structlog alone: anyone's import gets the real module, and
+    structlog's async methods (which import it through the stand-in) log."""
+    check = """
+import asyncio, types
+assert type(sys.modules["asyncio"]) is types.ModuleType and asyncio.run is not None
+async def main():
+    await logsetup.structlog_module().get_logger().ainfo("async line")
+asyncio.run(main())
+"""
+    before = "import asyncio" if when == "before" else ""
+    err = _run(tmp_path, LOG_A_LINE.format(before=before, json=True, after=check))
+    assert "async line" in err

@@ -7,12 +7,12 @@ they always were (``LAX``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import field
 from typing import Annotated, Any, ClassVar, Literal
 
+from controller.core.digest import sha256_hex
 from controller.core.frozen import frozen
 
 # re-exported: their home is core.names, which records import without the specs
@@ -250,7 +250,7 @@ def spec_hash(spec: DeploymentSpec) -> str:
     """Identity of what runs: labels, metadata and the NOT_HASHED fields never restart."""
     document = {k: v for k, v in spec_document(spec).items() if k not in NOT_HASHED}
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    return "sha256:" + sha256_hex(canonical.encode())
 
 
 def changed_fields(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:

@@ -7,7 +7,6 @@ Every action appends an event to the deployment's journal and logs one line
 from __future__ import annotations
 
 import os
-import secrets
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -238,7 +237,7 @@ class Executor:
         failpoints.hit("executor.restart.after_sweep")
         fresh = rec.model_copy(
             update={
-                "nonce": secrets.token_hex(8),
+                "nonce": os.urandom(8).hex(),  # secrets.token_hex, without hmac + hashlib
                 "ref": None,
                 "reserved_by": self.records.me,
                 "phase": Phase.RESERVED,

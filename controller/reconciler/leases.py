@@ -6,7 +6,7 @@ run, whose probe, deadline and grace the record keeps) lives here.
 
 from __future__ import annotations
 
-import secrets
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -51,7 +51,7 @@ class RecordMaker:
         return self.pending(entry, "").model_copy(  # the fields every record of it shares
             update={
                 "name": name or entry.name,
-                "nonce": secrets.token_hex(8),
+                "nonce": os.urandom(8).hex(),  # secrets.token_hex, without hmac + hashlib
                 "reserved_by": self.me,
                 "host": spec.host,
                 "port": port,

@@ -16,13 +16,13 @@ dropped at the next write, and a pass that parses nothing new writes nothing.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from controller import __version__
+from controller.core.digest import sha256_hex
 from controller.store.bounded import Document
 
 FORMAT = 1  # bump when what yamlread returns changes shape or meaning
@@ -46,7 +46,7 @@ class ParseCache:
         return docs if isinstance(docs, dict) else {}
 
     def get(self, raw: bytes) -> list[Document] | None:
-        digest = hashlib.sha256(raw).hexdigest()
+        digest = sha256_hex(raw)
         entry = self._stored.get(digest)
         if entry is None:
             return None
@@ -67,7 +67,7 @@ class ParseCache:
             [value, [[list(p), line] for p, line in lines.items()], first]
             for value, lines, first in docs
         ]
-        self._used[hashlib.sha256(raw).hexdigest()] = entry
+        self._used[sha256_hex(raw)] = entry
         self._added = True
 
     def save(self) -> None:
