@@ -28,11 +28,10 @@ log = get_logger("reconcile")
 
 CHANGES = frozenset({"created", "modified", "deleted", "moved", "closed"})
 COMINGS_AND_GOINGS = frozenset({"created", "deleted", "moved"})
-# After these a file is whole (written and closed, or renamed into place): the loop
-# need not wait out the full debounce for more writes to it. A deletion waits the full
-# debounce: it is what stops engines, and `git checkout` or an editor deletes a file
-# just before writing it again.
-SETTLED = frozenset({"closed", "moved"})
+# What each event says of its file (see timers.Settling): closed after a write, or renamed
+# into place, it is whole; created or modified, still being written; deleted (or renamed
+# away), gone. A folder itself coming or going waits like a deletion.
+KIND = {"closed": "settled", "moved": "settled", "created": "writing", "modified": "writing"}
 
 
 def is_manifest_name(name: str) -> bool:
@@ -45,12 +44,12 @@ class _Handler(FileSystemEventHandler):
         self.watch = watch
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if self.watch.relevant(event):
-            self.watch.on_change(event.event_type in SETTLED)
+        for kind, path in self.watch.changes(event):
+            self.watch.on_change(kind, path)
 
 
 class FolderWatch:
-    def __init__(self, folders: Iterable[Path], on_change: Callable[[bool], None]) -> None:
+    def __init__(self, folders: Iterable[Path], on_change: Callable[[str, str], None]) -> None:
         self.folders = tuple(folders)
         self.on_change = on_change
         self._above = {a for f in self.folders for a in f.parents} | set(self.folders)
@@ -87,18 +86,26 @@ class FolderWatch:
         return True
 
     def relevant(self, event: FileSystemEvent) -> bool:
+        return bool(self.changes(event))
+
+    def changes(self, event: FileSystemEvent) -> list[tuple[str, str]]:
+        """(kind, path) for each manifest or watched folder the event concerns."""
         if event.event_type not in CHANGES:
-            return False  # opened / closed_no_write: our own passes read the files
-        for raw in (event.src_path, event.dest_path):
+            return []  # opened / closed_no_write: our own passes read the files
+        out: list[tuple[str, str]] = []
+        for side, raw in (("src", event.src_path), ("dest", event.dest_path)):
             path = Path(os.fsdecode(raw)) if raw else None
             if path is None:
                 continue
             if path in self._above:
                 if event.event_type in COMINGS_AND_GOINGS:
-                    return True
+                    out.append(("deleted", str(path)))  # a folder came or went: wait it out
             elif path.parent in self.folders and is_manifest_name(path.name):
-                return True
-        return False
+                gone = event.event_type == "deleted" or (
+                    event.event_type == "moved" and side == "src"
+                )
+                out.append(("deleted" if gone else KIND[event.event_type], str(path)))
+        return out
 
     def rearm(self) -> None:
         """Watch each folder that exists (by identity) and the nearest directory above it."""

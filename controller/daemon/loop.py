@@ -32,7 +32,7 @@ from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import FolderWatch
 from controller.daemon.metrics import exporters
 from controller.daemon.notify import Notifier
-from controller.daemon.timers import Timers, debounce_until
+from controller.daemon.timers import Settling, Timers, debounce_until
 from controller.errors import ConfigError, LockTimeout, ReconcileError
 from controller.logsetup import get_logger
 from controller.reconciler.run import PassResult, Reconciler
@@ -96,7 +96,8 @@ class Daemon:
         self._debounce_since: float | None = None
         self._said: dict[str, str] = {}
         self._events = threading.Lock()
-        self._folder_event: float | None = None  # the quiet the latest folder event asks for
+        self._folder_event = False  # a folder event since the loop last woke
+        self._settling = Settling()  # what those events left in motion (the watchdog thread's)
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
 
@@ -167,25 +168,30 @@ class Daemon:
             except BlockingIOError:
                 break
         with self._events:
-            delay, self._folder_event = self._folder_event, None
+            changed, self._folder_event = self._folder_event, False
+            whole = self._settling.whole
             asked, self._asked = self._asked, False
         if asked:
             self.triggers.add("gateway")
-        if delay is not None:
-            self._debounce(delay)
+        if changed:
+            self._debounce(whole)
 
-    def _folder_changed(self, settled: bool) -> None:  # the watchdog thread
-        with self._events:  # events between two wake-ups: the longest wait wins
-            delay = SETTLE if settled else DEBOUNCE
-            self._folder_event = max(self._folder_event or 0.0, delay)
+    def _folder_changed(self, kind: str, path: str) -> None:  # the watchdog thread
+        with self._events:
+            self._settling.note(kind, path)
+            self._folder_event = True
         self._poke()
 
-    def _debounce(self, delay: float) -> None:
+    def _debounce(self, whole: bool) -> None:
+        """The pass after SETTLE once every changed file is whole, else after DEBOUNCE of quiet."""
         now = time.monotonic()
         if self._debounce_since is None:
             self._debounce_since = now
-        pending = self.timers.when("debounce")
-        when = debounce_until(now, delay, pending, self._debounce_since, DEBOUNCE_MAX)
+        if whole:  # pulls in an earlier, longer wait: the files it waited for are whole now
+            when = min(now + SETTLE, self._debounce_since + DEBOUNCE_MAX)
+        else:
+            pending = self.timers.when("debounce")
+            when = debounce_until(now, DEBOUNCE, pending, self._debounce_since, DEBOUNCE_MAX)
         self.timers.set("debounce", when, "folder")
 
     def _exited(self, name: str, ref: ProcessRef) -> None:
@@ -229,6 +235,8 @@ class Daemon:
         self.triggers.clear()
         self.timers.cancel("debounce")
         self._debounce_since = None
+        with self._events:  # the pass reads the folders as they are now
+            self._settling = Settling()
         self.folders.rearm()  # before the pass reads the folders: no event falls in between
         started = time.monotonic()
         try:

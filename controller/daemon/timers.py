@@ -75,3 +75,31 @@ def debounce_until(
     steady stream of events still gets a pass ``cap`` seconds after the first one.
     """
     return min(max(now + delay, pending or 0.0), since + cap)
+
+
+class Settling:
+    """Which folder changes are still in motion, between two passes.
+
+    A file written and not yet closed (or renamed into place) is in motion; once every
+    such file is whole, the pass may run at once. A deletion, or a folder coming and
+    going, waits out the full debounce whatever follows: ``git checkout`` and some
+    editors delete a file just before writing it again, and a deletion stops engines.
+    Kinds, from daemon/folders.py: ``writing``, ``settled``, ``deleted``.
+    """
+
+    def __init__(self) -> None:
+        self.writing: set[str] = set()
+        self.waiting = False
+
+    def note(self, kind: str, path: str) -> None:
+        if kind == "settled":
+            self.writing.discard(path)
+        elif kind == "writing":
+            self.writing.add(path)
+        else:
+            self.waiting = True
+
+    @property
+    def whole(self) -> bool:
+        """Nothing in motion and no deletion waiting: the pass need not wait."""
+        return not self.writing and not self.waiting

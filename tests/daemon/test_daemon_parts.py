@@ -33,7 +33,7 @@ from controller.core.state import ProcessRef
 from controller.daemon.engine_exits import ExitWatch
 from controller.daemon.folders import FolderWatch, _Handler
 from controller.daemon.notify import Notifier
-from controller.daemon.timers import Timers, debounce_until
+from controller.daemon.timers import Settling, Timers, debounce_until
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "examples" / "systemd" / "reconcile.service"
@@ -208,26 +208,67 @@ def test_debounces_only_move_later(
     ],
 )
 def test_which_folder_events_wake_the_loop(event: Any, relevant: bool) -> None:
-    watch = FolderWatch([Path("/m")], lambda: None)
+    watch = FolderWatch([Path("/m")], lambda kind, path: None)
     assert watch.relevant(event) is relevant
 
 
 @pytest.mark.parametrize(
-    ("event", "settled"),
+    ("event", "kinds"),
     [
-        pytest.param(FileClosedEvent("/m/a.yaml"), True, id="closed-after-write"),
-        pytest.param(FileMovedEvent("/m/.a.tmp", "/m/a.yaml"), True, id="renamed-into-place"),
+        pytest.param(
+            FileClosedEvent("/m/a.yaml"), [("settled", "/m/a.yaml")], id="closed-after-write"
+        ),
+        pytest.param(
+            FileMovedEvent("/m/.a.tmp", "/m/a.yaml"),
+            [("settled", "/m/a.yaml")],
+            id="renamed-into-place",
+        ),
         # git checkout and some editors delete a file just before writing it again: a
         # deletion (what stops engines) waits out the full debounce.
-        pytest.param(FileDeletedEvent("/m/a.yaml"), False, id="deleted-waits"),
-        pytest.param(FileModifiedEvent("/m/a.yaml"), False, id="still-being-written"),
+        pytest.param(FileDeletedEvent("/m/a.yaml"), [("deleted", "/m/a.yaml")], id="deleted-waits"),
+        pytest.param(
+            FileMovedEvent("/m/a.yaml", "/m/a.yaml.bak"),
+            [("deleted", "/m/a.yaml")],
+            id="moved-away",
+        ),
+        pytest.param(
+            FileMovedEvent("/m/a.yaml", "/m/b.yaml"),
+            [("deleted", "/m/a.yaml"), ("settled", "/m/b.yaml")],
+            id="renamed",
+        ),
+        pytest.param(
+            FileModifiedEvent("/m/a.yaml"), [("writing", "/m/a.yaml")], id="being-written"
+        ),
+        pytest.param(DirCreatedEvent("/m"), [("deleted", "/m")], id="folder-returns-waits"),
     ],
 )
-def test_which_events_pass_early(event: Any, settled: bool) -> None:
-    seen: list[bool] = []
-    watch = FolderWatch([Path("/m")], seen.append)
+def test_what_each_event_says_of_its_file(event: Any, kinds: list[tuple[str, str]]) -> None:
+    seen: list[tuple[str, str]] = []
+    watch = FolderWatch([Path("/m")], lambda kind, path: seen.append((kind, path)))
     _Handler(watch).on_any_event(event)
-    assert seen == [settled]
+    assert seen == kinds
+
+
+@pytest.mark.parametrize(
+    ("events", "whole"),
+    [
+        pytest.param([("writing", "a"), ("settled", "a")], True, id="written-then-closed"),
+        pytest.param([("settled", "a")], True, id="renamed-into-place"),
+        pytest.param([("writing", "a")], False, id="still-being-written"),
+        pytest.param(
+            [("writing", "a"), ("writing", "b"), ("settled", "a")], False, id="b-still-open"
+        ),
+        pytest.param([("deleted", "a"), ("writing", "a"), ("settled", "a")], False, id="checkout"),
+        pytest.param([("settled", "b"), ("deleted", "a")], False, id="a-deletion-waits"),
+    ],
+)
+def test_a_pass_runs_early_only_once_every_change_is_whole(
+    events: list[tuple[str, str]], whole: bool
+) -> None:
+    settling = Settling()
+    for kind, path in events:
+        settling.note(kind, path)
+    assert settling.whole is whole
 
 
 # -- engine exits -----------------------------------------------------------------------------

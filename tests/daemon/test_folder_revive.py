@@ -21,21 +21,21 @@ def _until(check: object, what: str, timeout: float = 10.0) -> None:
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_dead_observer_is_restarted_and_events_flow_again(tmp_path: Path) -> None:
-    seen: list[bool] = []
-    watch = FolderWatch([tmp_path], seen.append)
-    real = watch.relevant
+    seen: list[tuple[str, str]] = []
+    watch = FolderWatch([tmp_path], lambda kind, path: seen.append((kind, path)))
+    real = watch.changes
 
-    def broken(event: FileSystemEvent) -> bool:
+    def broken(event: FileSystemEvent) -> list[tuple[str, str]]:
         raise AttributeError("'FileModifiedEvent' object has no attribute 'dest_path'")
 
-    watch.relevant = broken  # type: ignore[method-assign]
+    watch.changes = broken  # type: ignore[method-assign]
     watch.start()
     try:
         assert watch.revive() is False  # alive: nothing to do
         (tmp_path / "a.yaml").write_text("x")
         _until(lambda: not watch._observer.is_alive(), "the observer thread to die")
 
-        watch.relevant = real  # type: ignore[method-assign]
+        watch.changes = real  # type: ignore[method-assign]
         watch.rearm()  # what the loop calls before each pass
         assert watch.restarts == 1 and watch._observer.is_alive()
         assert watch.watched == [tmp_path.parent, tmp_path]
