@@ -21,9 +21,10 @@ import typing
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from enum import Enum
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 Loc = tuple[str | int, ...]
+N = TypeVar("N", int, float)
 Problem = tuple[Loc, str]
 
 
@@ -372,20 +373,26 @@ def _int(value: object, loc: Loc, lax: bool) -> int:
         return value
     if lax and isinstance(value, float) and value.is_integer():
         return int(value)
-    if lax and isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    raise ValueInvalid(loc, "Input should be a valid integer")
+    number = _from_text(int, value, lax)
+    if number is None:
+        raise ValueInvalid(loc, "Input should be a valid integer")
+    return number
 
 
 def _float(value: object, loc: Loc, lax: bool) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
+    number = _from_text(float, value, lax)
+    if number is None:
+        raise ValueInvalid(loc, "Input should be a valid number")
+    return number
+
+
+def _from_text(parse: Callable[[str], N], value: object, lax: bool) -> N | None:
+    """A number written as a string ("8080"), taken in a LAX value; None if not one."""
     if lax and isinstance(value, str):
         try:
-            return float(value.strip())
+            return parse(value.strip())
         except ValueError:
-            pass
-    raise ValueInvalid(loc, "Input should be a valid number")
+            return None
+    return None
