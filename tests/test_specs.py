@@ -287,11 +287,15 @@ def test_every_problem_of_a_document_is_reported_with_its_path() -> None:
         ({"stopGracePeriodSeconds": "2.5"}, "stop_grace_period_seconds", 2.5),
         ({"devices": {"count": 1.0}}, "devices", 1),
         ({"idleTimeout": "90s"}, "idle_timeout", 90.0),
+        ({"devices": {"count": 1, "shareable": 1}}, "devices", 1),
+        ({"devices": {"count": 1, "shareable": "yes"}}, "devices", 1),
     ],
 )
 def test_lax_numbers(spec: dict[str, Any], field: str, value: object) -> None:
     got = getattr(deployment("web", **spec).spec, field)
     assert (got.count if field == "devices" else got) == value
+    if "shareable" in spec.get("devices", {}):
+        assert got.shareable is True
 
 
 def test_priority_takes_no_string() -> None:
@@ -306,3 +310,7 @@ def test_the_builtin_sha256_is_hashlib_s() -> None:
     for data in (b"", b"abc", bytes(range(256)) * 100):
         assert sha256_hex(data) == hashlib.sha256(data).hexdigest()
         assert sha256_bytes(data) == hashlib.sha256(data).digest()
+
+
+def test_a_boolean_is_not_any_number() -> None:
+    assert "valid boolean" in error_of(doc(devices={"count": 1, "shareable": 2}))

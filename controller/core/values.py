@@ -344,6 +344,8 @@ def _scalar(kind: Any, value: object, loc: Loc, lax: bool) -> Any:
             return value
         if lax and isinstance(value, str) and value.lower() in TRUE | FALSE:
             return value.lower() in TRUE
+        if lax and type(value) is int and value in (0, 1):  # pydantic's lax mode took them
+            return bool(value)
         raise ValueInvalid(loc, "Input should be a valid boolean")
     if kind is int:
         return _int(value, loc, lax)

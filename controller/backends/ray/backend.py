@@ -246,17 +246,32 @@ class RayBackend:
                 self.sweep(seen.nonce)
 
     def _kill(self, handle: Any, ns: str | None = None, actor: str | None = None) -> None:
+        held = self._held(ns, actor)
+        before = cluster.free_gpus(held[0]) if held else None
         ray.kill(handle, no_restart=True)
         if ns is None or actor is None:
             return
         self._handles.pop((ns, actor), None)
         deadline = time.monotonic() + GONE_TIMEOUT
-        while time.monotonic() < deadline:  # the name is free (and the GPU) once it is gone
+        while time.monotonic() < deadline:  # the name is free once it is gone
             try:
                 ray.get_actor(actor, namespace=ns)
             except ValueError:
+                break
+            time.sleep(0.05)
+        # ... and its GPUs a moment later: a pass placing right after must see them free.
+        while held and before is not None and time.monotonic() < deadline:
+            now = cluster.free_gpus(held[0])
+            if now is None or now >= before + held[1]:
                 return
             time.sleep(0.05)
+
+    def _held(self, ns: str | None, actor: str | None) -> tuple[str, int] | None:
+        """(node, GPUs) the actor held when last seen; None if it held none or is unknown."""
+        for seen in self._seen.values():
+            if (seen.namespace, seen.actor) == (ns, actor) and seen.status and seen.status.devices:
+                return seen.status.node_id, len(seen.status.devices)
+        return None
 
     # -- where engines run ----------------------------------------------------------------
 

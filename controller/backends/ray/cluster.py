@@ -94,6 +94,12 @@ def _free_per_node() -> dict[str, float]:
     return {}
 
 
+def free_gpus(node_id: str) -> float | None:
+    """The GPUs free on one node now; None when Ray does not say."""
+    free = _free_per_node()
+    return free.get(node_id, 0.0) if free else None
+
+
 def inventory() -> Inventory:
     """Every GPU of the live nodes, keyed ``nvidia:<node>/<gpu>`` (the planner's capacity)."""
     devices = [
