@@ -7,7 +7,8 @@ once, over the field names a class lists, so a class costs what ``dataclasses`` 
 reading its fields. Same behaviour as ``@dataclass(frozen=True)`` for what this project
 uses (keyword-only or positional fields, defaults and factories, ``__post_init__``,
 ``slots``, ``replace``, pickling, ``match``); no ``order``, no ``InitVar``. A test pins
-it against a real frozen dataclass.
+it against a real frozen dataclass. ``__init__`` alone is written per class, and only
+when the class is first instantiated (:func:`_init`).
 """
 
 from __future__ import annotations
@@ -54,31 +55,42 @@ def frozen(
 
 
 def _init(self: Any, *args: Any, **kwargs: Any) -> None:
+    """The first instance of a class writes the class's own ``__init__``, then uses it.
+
+    Most classes a command imports are never instantiated, so none pays up front; the
+    ones that are (records, specs: thousands per pass) get one as fast as a dataclass's.
+    """
     cls = self.__class__
-    positional: tuple[str, ...] = cls._positional
-    if len(args) > len(positional):
-        raise TypeError(f"{cls.__name__}() takes {len(positional)} positional arguments")
-    for name, value in zip(positional, args, strict=False):
-        if name in kwargs:
-            raise TypeError(f"{cls.__name__}() got multiple values for argument {name!r}")
-        kwargs[name] = value
-    for name, default, factory in cls._defaults:
-        if name in kwargs:
-            value = kwargs.pop(name)
-        elif factory is not MISSING:
-            value = factory()
-        elif default is not MISSING:
-            value = default
+    if cls.__init__ is _init:  # not yet written for this class (a subclass inherits _init)
+        cls.__init__ = _written_init(cls)
+    cls.__init__(self, *args, **kwargs)
+
+
+def _written_init(cls: type) -> Callable[..., None]:
+    names: dict[str, Any] = {"_set": object.__setattr__, "_MISSING": MISSING}
+    positional: list[str] = []
+    keyword: list[str] = []
+    body: list[str] = []
+    for f in dataclasses.fields(cls):
+        if f.default_factory is not MISSING:
+            names[f"_factory_{f.name}"] = f.default_factory
+            param = f"{f.name}=_MISSING"
+            body.append(f"  if {f.name} is _MISSING: {f.name} = _factory_{f.name}()")
+        elif f.default is not MISSING:
+            names[f"_default_{f.name}"] = f.default
+            param = f"{f.name}=_default_{f.name}"
         else:
-            raise TypeError(f"{cls.__name__}() missing required argument: {name!r}")
-        object.__setattr__(self, name, value)
-    if kwargs:
-        raise TypeError(
-            f"{cls.__name__}() got an unexpected keyword argument {next(iter(kwargs))!r}"
-        )
-    post = getattr(self, "__post_init__", None)
-    if post is not None:
-        post()
+            param = f.name
+        (keyword if f.kw_only else positional).append(param)
+        body.append(f"  _set(self, {f.name!r}, {f.name})")
+    if hasattr(cls, "__post_init__"):
+        body.append("  self.__post_init__()")
+    params = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
+    source = f"def __init__({params}):\n" + "\n".join(body or ["  pass"])
+    exec(source, names)  # the one piece of generated code: per class, on first use
+    init: Callable[..., None] = names["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return init
 
 
 def _setattr(self: Any, name: str, value: Any) -> None:

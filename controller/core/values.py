@@ -169,9 +169,11 @@ def _compile(kind: Any, lax: bool) -> Convert:
         return lambda value, loc: value
     if isinstance(kind, type) and issubclass(kind, Value):
         return lambda value, loc: read(kind, value, loc, lax)
-    if kind in (bool, int, float, str, datetime) or (
-        isinstance(kind, type) and issubclass(kind, Enum)
-    ):
+    if kind is str:  # the most common by far: checked without a call to _scalar
+        return lambda value, loc: value if type(value) is str else _scalar(str, value, loc, lax)
+    if kind in (int, float):  # an exact int (or float) as it is; the rest by the rules
+        return lambda value, loc: value if type(value) is kind else _scalar(kind, value, loc, lax)
+    if kind in (bool, datetime) or (isinstance(kind, type) and issubclass(kind, Enum)):
         return lambda value, loc: _scalar(kind, value, loc, lax)
     raise TypeError(f"no JSON rule for {kind!r}")
 
