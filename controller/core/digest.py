@@ -24,7 +24,3 @@ _sha256 = _builtin()
 
 def sha256_hex(data: bytes) -> str:
     return str(_sha256(data).hexdigest())
-
-
-def sha256_bytes(data: bytes) -> bytes:
-    return bytes(_sha256(data).digest())

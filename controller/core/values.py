@@ -75,7 +75,7 @@ class Value:
         return dataclasses.replace(self, **(update or {}))  # type: ignore[type-var]
 
     def model_dump(self, *, by_alias: bool = False) -> dict[str, Any]:
-        dumped = _dump(self, by_alias)
+        dumped = dump(self, by_alias)
         assert isinstance(dumped, dict)
         return dumped
 
@@ -122,10 +122,11 @@ def required(f: dataclasses.Field[Any]) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
-def _dump(value: object, by_alias: bool) -> object:
+def dump(value: object, by_alias: bool) -> object:
+    """A value (or a default: a tuple, a dict...) as JSON types, keys camelCase if asked."""
     if isinstance(value, Value):
         return {
-            key if by_alias else name: _dump(getattr(value, name), by_alias)
+            key if by_alias else name: dump(getattr(value, name), by_alias)
             for key, (name, _, _) in fields_of(type(value)).items()
         }
     if isinstance(value, Enum):
@@ -133,9 +134,9 @@ def _dump(value: object, by_alias: bool) -> object:
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, tuple | list):
-        return [_dump(v, by_alias) for v in value]
+        return [dump(v, by_alias) for v in value]
     if isinstance(value, dict):
-        return {k: _dump(v, by_alias) for k, v in value.items()}
+        return {k: dump(v, by_alias) for k, v in value.items()}
     return value
 
 

@@ -10,7 +10,7 @@ import types
 import typing
 from typing import Any
 
-from controller.core.values import Rule, Value, _dump, fields_of, required
+from controller.core.values import Rule, Value, dump, fields_of, required
 
 BOUNDS = {
     "ge": "minimum",
@@ -40,7 +40,7 @@ def _object(cls: type[Value], defs: dict[str, dict[str, Any]]) -> dict[str, Any]
             needed.append(key)
         else:
             default = f.default_factory() if callable(f.default_factory) else f.default
-            prop = {**prop, "default": _dump(default, True)}
+            prop = {**prop, "default": dump(default, True)}
         properties[key] = {**prop, "title": key[:1].upper() + key[1:].lower()}
     out: dict[str, Any] = {"additionalProperties": False, "properties": properties}
     if needed:
