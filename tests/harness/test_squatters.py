@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 
 from .churn import crash
 from .cluster import Cluster, alive, start_time
-from .invariants import describe, read_records, violations
+from .invariants import TOLERANCE, describe, read_records, violations
 
 LISTENER = (
     "import socket,sys,time\n"
@@ -74,7 +75,12 @@ def clean(run: Any) -> None:
 def test_pid_reuse_never_signals_the_new_owner(cluster: Cluster) -> None:
     rec = running(cluster)
     crash(cluster, "a0")
+    # A pid is reused by a process started later: later than the start-time tolerance, or
+    # the record's (pid, start time) would name the squatter exactly (a fast pass can
+    # start the engine and the squatter within those 50 ms).
+    time.sleep(max(0.0, rec["ref"]["start_time"] + 4 * TOLERANCE - time.time()))
     squatter = foreign(cluster)  # took the dead engine's place in the pid table
+    assert start_time(squatter.pid) - rec["ref"]["start_time"] > TOLERANCE
     edit(cluster, "a0", ref={"pid": squatter.pid, "start_time": rec["ref"]["start_time"]})
     healed = cluster.once()
     assert healed.code == 0, str(healed)
