@@ -43,6 +43,27 @@ def foreign(cluster: Cluster, port: int | None = None) -> subprocess.Popen[bytes
     return proc
 
 
+def later_foreign(cluster: Cluster, after: float) -> subprocess.Popen[bytes]:
+    """A foreign process whose start time is past `after` by more than the tolerance.
+
+    A pid is reused by a process started later; within the tolerance the record's
+    (pid, start time) would name it exactly (a fast pass starts engine and squatter
+    within those 50 ms). Start times come from the kernel's clock (boot time plus
+    ticks), which can sit some way off `time.time()`, so the squatter's own start
+    time is read and it is started again until it is late enough.
+    """
+    deadline = time.monotonic() + 10
+    while True:
+        proc = foreign(cluster)
+        started = start_time(proc.pid)
+        if started is not None and started - after > 2 * TOLERANCE:
+            return proc
+        proc.kill()
+        proc.wait()
+        assert time.monotonic() < deadline, "no process started past the tolerance in 10 s"
+        time.sleep(TOLERANCE)
+
+
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
@@ -75,12 +96,7 @@ def clean(run: Any) -> None:
 def test_pid_reuse_never_signals_the_new_owner(cluster: Cluster) -> None:
     rec = running(cluster)
     crash(cluster, "a0")
-    # A pid is reused by a process started later: later than the start-time tolerance, or
-    # the record's (pid, start time) would name the squatter exactly (a fast pass can
-    # start the engine and the squatter within those 50 ms).
-    time.sleep(max(0.0, rec["ref"]["start_time"] + 4 * TOLERANCE - time.time()))
-    squatter = foreign(cluster)  # took the dead engine's place in the pid table
-    assert start_time(squatter.pid) - rec["ref"]["start_time"] > TOLERANCE
+    squatter = later_foreign(cluster, rec["ref"]["start_time"])  # took the engine's pid
     edit(cluster, "a0", ref={"pid": squatter.pid, "start_time": rec["ref"]["start_time"]})
     healed = cluster.once()
     assert healed.code == 0, str(healed)
