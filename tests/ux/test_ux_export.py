@@ -5,31 +5,14 @@ stdout (nothing unless everything converted), stderr (file:line: field: message)
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
+from repocli import cli
 
-REPO = Path(__file__).resolve().parents[2]
 HEADER = "apiVersion: reconcile/v1\nkind: Deployment\n"
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RECONCILE_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "controller", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=REPO,
-    )
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
 
 
 def write(folder: Path, name: str, body: str) -> Path:

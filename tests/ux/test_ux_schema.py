@@ -5,18 +5,15 @@ relative path) and passes it, and every example folder passes `reconcile validat
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
+from repocli import REPO, cli
 
-REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "schema" / "deployment.schema.json"
 SCHEMA_LINE = re.compile(r"^# yaml-language-server: \$schema=(\S+)$")
 YAML_FILES = sorted(
@@ -38,20 +35,8 @@ def _is_manifest(path: Path) -> bool:
 MANIFESTS = [p for p in YAML_FILES if _is_manifest(p)]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RECONCILE_")}
-    return subprocess.run(
-        [sys.executable, "-m", "controller", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=REPO,
-    )
-
-
 def test_the_shipped_schema_is_what_reconcile_schema_prints() -> None:
-    printed = _cli("schema")
+    printed = cli("schema")
     assert printed.returncode == 0, printed.stderr
     stale = "stale: run `reconcile schema > schema/deployment.schema.json`"
     assert printed.stdout == SCHEMA.read_text(), stale
@@ -86,7 +71,7 @@ def test_every_manifest_folder_passes_validate() -> None:
     """Each folder is a manifest set of its own (a model may be served in two examples)."""
     folders = sorted({p.parent for p in MANIFESTS})
     for folder in folders:
-        result = _cli("validate", "-f", str(folder))
+        result = cli("validate", "-f", str(folder))
         assert result.returncode == 0, result.stdout + result.stderr
         files = sum(1 for p in MANIFESTS if p.parent == folder)
         assert f"{files} file(s): valid" in result.stdout, result.stdout
