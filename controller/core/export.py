@@ -101,8 +101,7 @@ def problems_of(spec: DeploymentSpec) -> list[Problem]:
         out.append(_drop((*devices, "candidates"), WHY_CANDIDATES))
     if spec.devices.shareable:
         out.append(_drop((*devices, "shareable"), WHY_SHAREABLE))
-    # `devices.memory` arrives with memory-aware placement; refused here once it exists.
-    if getattr(spec.devices, "memory", None) is not None:
+    if spec.devices.memory is not None:
         out.append(_drop((*devices, "memory"), WHY_MEMORY))
     if spec.devices.kind == "apple" and spec.devices.count:
         out.append(_drop((*devices, "kind"), WHY_APPLE))
@@ -137,7 +136,8 @@ def _for_pod(deployment: Deployment) -> Deployment:
     if devices.kind == "apple":
         devices = Devices(count=0)
     else:
-        devices = devices.model_copy(update={"candidates": None, "shareable": False})
+        dropped = {"candidates": None, "shareable": False, "memory": None}
+        devices = devices.model_copy(update=dropped)
     update: dict[str, Any] = {"host": POD_HOST, "devices": devices}
     if spec.image is None:
         # The pinned image's own program: spec.executable names a path on the host.

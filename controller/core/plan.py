@@ -41,6 +41,7 @@ from controller.core.limits import Limits
 from controller.core.placement import Placed, Unplaced, ledger_for, place, place_devices
 from controller.core.preempt import Candidate, choose_victims
 from controller.core.specs import (
+    DeploymentSpec,
     Entry,
     base_name,
     changed_fields,
@@ -155,9 +156,7 @@ class _Planner:
         for name in sorted(names):
             entry = self.desired.entries.get(name)
             view = self.observed.records.get(name)
-            if view is not None and is_next(name):
-                yield from self._next(view)
-            elif view is None:
+            if view is None:
                 if name in self.observed.unreadable or next_name(name) in self.observed.records:
                     continue  # never over an unknown version; a `--next` takes the name
                 if entry is not None and self._parked(entry, None):
@@ -197,6 +196,9 @@ class _Planner:
             return
         if rec.phase is Phase.TERMINATING:
             yield Stop(name=rec.name, reason="finishing an interrupted teardown")
+            return
+        if is_next(rec.name):
+            yield from self._next(view)
             return
         if entry is None:
             yield from self._undeclared(view)
@@ -275,16 +277,7 @@ class _Planner:
 
     def _next(self, view: RecordView) -> Iterator[AnyAction]:
         """A RollingUpdate's new instance: its own lifecycle until Ready, then promoted."""
-        rec = view.record
-        if rec.elsewhere(self.observed.node):
-            return
-        if rec.phase is Phase.RESERVED or rec.owner != self.desired.owner:
-            if rec.phase is Phase.RESERVED and not view.maker_alive:
-                yield self._resolve_reservation(view)  # invariant 3: adopted or released
-            return
-        if rec.phase is Phase.TERMINATING:
-            yield Stop(name=rec.name, reason="finishing an interrupted teardown")
-            return
+        rec = view.record  # ours, neither Reserved nor Terminating: `_own` saw to those
         base = base_name(rec.name)
         entry = self.desired.entries.get(base)
         old = self.observed.records.get(base)
@@ -429,14 +422,7 @@ class _Planner:
         spec = entry.deployment.spec
         if self.drain is not None:
             return Hold(name=entry.name, reason=self._drain_text(), entry=entry)
-        want = spec.devices
-        room = limits_mod.room(
-            count=want.count,
-            kind=want.kind,
-            inventory=self.inventory,
-            instances=self.instances,
-            limits=self.limits,
-        )
+        room = self._room(spec)
         if isinstance(room, str):
             return Hold(name=entry.name, reason=room, entry=entry)
         placed = place(spec, room, self.ledger, self.extra_ports.get(spec.engine, 0))
@@ -459,6 +445,16 @@ class _Planner:
             devices=placed.devices,
             port=placed.port,
             extra_ports=placed.extra_ports,
+        )
+
+    def _room(self, spec: DeploymentSpec) -> Inventory | str:
+        """The devices ``spec`` may use under the node's limits, or why none."""
+        return limits_mod.room(
+            count=spec.devices.count,
+            kind=spec.devices.kind,
+            inventory=self.inventory,
+            instances=self.instances,
+            limits=self.limits,
         )
 
     # -- OnDemand (the gateway) --------------------------------------------------------
@@ -499,15 +495,10 @@ class _Planner:
         Empty when no such set makes room; else the Parks and a Hold that the next
         round (the room freed) turns into the Start.
         """
-        spec = entry.deployment.spec
-        room = limits_mod.room(
-            count=spec.devices.count,
-            kind=spec.devices.kind,
-            inventory=self.inventory,
-            instances=self.instances,
-            limits=self.limits,
-        )
-        if isinstance(room, str) or self.drain is not None:
+        if self.drain is not None:
+            return []
+        room = self._room(entry.deployment.spec)
+        if isinstance(room, str):
             return []
         victims = self._swap_victims(entry, room)
         if not victims:
@@ -569,9 +560,7 @@ class _Planner:
         ]
         if not lower or spec.devices.count == 0 or self.drain is not None:
             return [self._waiting(entry, hold)]
-        soon = self.ledger.copy() if leaving else self.ledger
-        for name in leaving:
-            soon.release(name)
+        soon = self.ledger.without(leaving) if leaving else self.ledger
         if not isinstance(place_devices(spec, self.inventory, soon), Unplaced):
             return [hold]  # this round's teardowns make room: wait, preempt nobody
         victims = choose_victims(spec, self.inventory, self.ledger, lower)

@@ -64,7 +64,4 @@ def choose_victims(
 
 
 def _fits(spec: DeploymentSpec, inventory: Inventory, ledger: Ledger, gone: Sequence[str]) -> bool:
-    trial = ledger.copy()
-    for name in gone:
-        trial.release(name)
-    return not isinstance(place_devices(spec, inventory, trial), Unplaced)
+    return not isinstance(place_devices(spec, inventory, ledger.without(gone)), Unplaced)

@@ -22,7 +22,6 @@ from controller.core.names import base_name as base_name
 from controller.core.names import is_dns1123 as is_dns1123
 from controller.core.names import is_next as is_next
 from controller.core.names import next_name as next_name
-from controller.core.names import record_name_ok as record_name_ok
 from controller.core.quantity import parse_quantity
 from controller.core.values import Rule, Value, ValueInvalid
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
-from controller.core.engines.share import share_args
+from controller.core.engines.share import has_flag, share_args
 
 # `reconcile export`'s default image: vLLM's own OpenAI-server image (Docker Hub
 # vllm/vllm-openai; the vLLM docs' "Using Docker" page builds on this tag). A CUDA build.
@@ -38,10 +38,6 @@ def served_model_name(model: str, args: Sequence[str]) -> str:
         if arg.startswith("--served-model-name="):
             return arg.split("=", 1)[1]
     return model
-
-
-def _has_flag(args: Sequence[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 class VllmRecipe:
@@ -69,7 +65,7 @@ class VllmRecipe:
         argv += share_args(self.engine, ctx.memory, ctx.devices, ctx.args)
         argv += ctx.args
         checks = [HttpCheck("/health")]
-        if not _has_flag(ctx.args, "--api-key"):
+        if not has_flag(ctx.args, "--api-key"):
             name = served_model_name(ctx.model, ctx.args)
             checks.append(HttpCheck("/v1/models", contains=f'"{name}"'))
         return Launch(
