@@ -93,6 +93,11 @@ class Desired:
     activations: Mapping[str, Activation] = field(default_factory=dict)
 
 
+def restarts_after(policy: str, code: int | None) -> bool:
+    """Whether ``restartPolicy`` restarts an engine that exited with ``code`` (None: unknown)."""
+    return policy == "Always" or (policy == "OnFailure" and code != 0)
+
+
 def backoff(restarts: int) -> float:
     """Delay before restart number ``restarts + 1``: 0, 10, 20, 40 ... 300 s."""
     if restarts <= 0:
@@ -361,7 +366,7 @@ class _Planner:
         rec = view.record
         exit_text = str(view.exit) if view.exit else "exited"
         code = view.exit.code if view.exit else None
-        if rec.restart_policy == "Never" or (rec.restart_policy == "OnFailure" and code == 0):
+        if not restarts_after(rec.restart_policy, code):
             phase = Phase.SUCCEEDED if code == 0 else Phase.FAILED
             reason = f"engine {exit_text}; restartPolicy {rec.restart_policy}"
             return Fail(name=rec.name, reason=reason, phase=phase, exit=view.exit)

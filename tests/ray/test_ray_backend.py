@@ -16,6 +16,7 @@ from rayhelp import ours, ray, ray_engines
 
 GPU = {"count": 1, "kind": "nvidia"}
 ENGINE = [sys.executable, "-m", "controller.demo.engine", "--port", "{port}", "--host", "{host}"]
+SECRET_MODEL = "https://user:s3cr3t@models.example/m"  # a URL password: redacted when we print it
 Reconcile = Any  # the `reconcile` fixture of tests/conftest.py
 
 
@@ -48,8 +49,9 @@ def once_until(rc: Reconcile, what: str, pred: Any, timeout: float = 60) -> dict
 
 
 def test_deployments_land_on_distinct_gpus_then_crash_pending_and_removal(rc: Reconcile) -> None:
-    for name in ("a", "b", "c"):
+    for name in ("a", "b"):
         rc.write(name, command=ENGINE, devices=GPU)
+    rc.write("c", command=[*ENGINE, "--model", SECRET_MODEL], devices=GPU)
     rc.converge(timeout="120s")
     items = rc.status()
     assert {i["backend"] for i in items.values()} == {"ray"}
@@ -102,9 +104,12 @@ def test_deployments_land_on_distinct_gpus_then_crash_pending_and_removal(rc: Re
     )
     assert got["a"]["restarts"] > a_now["restarts"] and answers(got["a"])
 
-    # logs and describe read through the actor
+    # logs and describe read through the actor; the actor's start line hides a secret argument
     assert "demo engine" in rc("logs", "a", check=0).out
     assert "demo engine" in rc("describe", "a", check=0).out
+    started = [line for line in rc("logs", "c", check=0).out.splitlines() if " reconcile: " in line]
+    assert started and all("models.example" in line for line in started), started
+    assert not [line for line in started if "s3cr3t" in line], started
 
     # manifest removed: actor and engine gone, record dropped
     c_pid = items["c"]["pid"]

@@ -39,11 +39,12 @@ from controller.backends.local.runtime import (
 from controller.backends.ray.naming import device_key
 from controller.core.frozen import frozen
 from controller.core.inventory import Device
-from controller.core.plan import BACKOFF_RESET, backoff
+from controller.core.plan import BACKOFF_RESET, backoff, restarts_after
 from controller.core.render import render
 from controller.core.specs import Entry
 from controller.core.state import ProcessRef
 from controller.errors import SpawnError
+from controller.redact import redact_args
 from controller.store import logfiles
 
 PORT_SCAN = 1000  # ports tried upward from the planner's
@@ -149,7 +150,7 @@ class EngineHost:
                 code, sig = self._wait(ref)
                 if self.stopping.is_set():
                     return
-                if not self._restarts(code):
+                if not restarts_after(self.job.entry.deployment.spec.restart_policy, code):
                     with self.lock:
                         self.ref, self.ended = None, (code, sig)
                         self.message = f"engine {_exit_text(code, sig)}; not restarted (policy)"
@@ -170,7 +171,7 @@ class EngineHost:
         port = self._free_port(self.job.base_port)
         devices = tuple(Device(kind="nvidia", id=g) for g in self.gpus)
         rendered = render(entry, devices=devices, port=port, runtime_dir=str(self.root))
-        argv = " ".join(rendered.argv)
+        argv = " ".join(redact_args(rendered.argv))  # as the local executor writes it
         logfiles.write_marker(
             self.log_path, f"start {entry.name} instance {self.job.nonce}: {argv}"
         )
@@ -200,10 +201,6 @@ class EngineHost:
                 return None, None
             time.sleep(POLL)
         return None, None
-
-    def _restarts(self, code: int | None) -> bool:
-        policy = self.job.entry.deployment.spec.restart_policy
-        return policy == "Always" or (policy == "OnFailure" and code != 0)
 
     def _free_port(self, first: int) -> int:
         """A bind probe on this node, upward from the planner's port."""
