@@ -85,9 +85,6 @@ class FolderWatch:
         self._observer.start()
         return True
 
-    def relevant(self, event: FileSystemEvent) -> bool:
-        return bool(self.changes(event))
-
     def changes(self, event: FileSystemEvent) -> list[tuple[str, str]]:
         """(kind, path) for each manifest or watched folder the event concerns."""
         if event.event_type not in CHANGES:

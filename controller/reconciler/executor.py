@@ -163,15 +163,7 @@ class Executor:
             self.event(entry.name, verb, "placement", "pending", error=str(exc))
             return True
         except SpawnError as exc:
-            delay = backoff(max(record.restarts, 1))
-            failed = record.model_copy(
-                update={
-                    "phase": Phase.BACKOFF,
-                    "backoff_until": self.now() + timedelta(seconds=delay),
-                    "message": f"{exc}: install the engine or set spec.executable",
-                }
-            )
-            self.store.write(failed)
+            self._back_off(record, f"{exc}: install the engine or set spec.executable")
             self.event(entry.name, verb, "spawn", "failed", error=str(exc))
             return True
         failpoints.hit("executor.spawn.before_record")
@@ -202,19 +194,27 @@ class Executor:
 
     def _no_memory(self, record: Record, entry: Entry, verb: str, why: str) -> bool:
         """The GPU never freed the memory: back off (keeping the lease), never over-commit."""
-        delay = backoff(max(record.restarts, 1))
         message = (
             f"GPU memory not free after {self.memory.timeout:g}s: {why}: "
             "stop the process holding it or lower spec.devices.memory"
         )
-        update = {
-            "phase": Phase.BACKOFF,
-            "backoff_until": self.now() + timedelta(seconds=delay),
-            "message": message,
-        }
-        self.store.write(record.model_copy(update=update))
+        self._back_off(record, message)
         self.event(entry.name, verb, "gpu memory", "not started", error=message)
         return True
+
+    def _back_off(self, record: Record, message: str) -> None:
+        """Not started: BackOff until the next restart's delay is over, saying why."""
+        delay = backoff(max(record.restarts, 1))
+        until = self.now() + timedelta(seconds=delay)
+        update = {"phase": Phase.BACKOFF, "backoff_until": until, "message": message}
+        self.store.write(record.model_copy(update=update))
+
+    def _terminate(self, rec: Record, reason: str, point: str | None = None) -> None:
+        """Record Terminating, then tear down: a crash between them is finished by a later pass."""
+        self.store.write(rec.model_copy(update={"phase": Phase.TERMINATING, "message": reason}))
+        if point is not None:
+            failpoints.hit(point)
+        self.backend.teardown(rec)
 
     def _owner_of(self, pid: int) -> str | None:
         """The deployment whose engine (process group) ``pid`` belongs to, if any."""
@@ -255,10 +255,7 @@ class Executor:
             return False
         if isinstance(action, Replace) and rec.holds:
             self.drain(rec, None)  # a recreate: requests in flight end first, new ones wait
-        terminating = rec.model_copy(update={"phase": Phase.TERMINATING, "message": action.reason})
-        self.store.write(terminating)
-        failpoints.hit("executor.stop.after_terminating")
-        self.backend.teardown(rec)
+        self._terminate(rec, action.reason, "executor.stop.after_terminating")
         self.store.delete(action.name)
         failpoints.hit("executor.stop.after_delete")
         self.event(action.name, action.verb, action.reason, "stopped; record dropped")
@@ -278,12 +275,7 @@ class Executor:
         old = self.store.read(action.name)
         if old is not None and old.nonce != new.nonce:
             self.drain(old, new)
-            terminating = old.model_copy(
-                update={"phase": Phase.TERMINATING, "message": action.reason}
-            )
-            self.store.write(terminating)
-            failpoints.hit("executor.promote.after_terminating")
-            self.backend.teardown(old)
+            self._terminate(old, action.reason, "executor.promote.after_terminating")
         self.store.write(new.model_copy(update={"name": action.name}))
         failpoints.hit("executor.promote.after_rename")
         self.store.delete(new.name)
@@ -295,11 +287,7 @@ class Executor:
         """Tear down what runs (if anything), then record the deployment Idle."""
         rec = self.store.read(action.name)
         if rec is not None and (rec.holds or rec.ref is not None):
-            terminating = rec.model_copy(
-                update={"phase": Phase.TERMINATING, "message": action.reason}
-            )
-            self.store.write(terminating)
-            self.backend.teardown(rec)
+            self._terminate(rec, action.reason)
         self.store.write(self.records.idle(action.entry, action.reason))
         self.event(action.name, action.verb, action.reason, "idle: holds nothing")
         return rec is None or rec.phase is not Phase.IDLE or rec.spec_hash != action.entry.hash

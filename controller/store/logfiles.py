@@ -166,6 +166,18 @@ def previous_run(path: Path) -> tuple[list[bytes], bool] | None:
     return run, is_marker(run[0])
 
 
+def read_from(path: Path, offset: int) -> tuple[bytes, int] | None:
+    """The log from ``offset`` on (all of it if the file is now shorter: rotated), and the
+    offset to ask next; None if there is no log."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(offset if offset <= size else 0)
+            return f.read(), f.tell()
+    except FileNotFoundError:
+        return None
+
+
 def current_run_tail(path: Path, count: int) -> list[str]:
     """The last ``count`` lines of the current run (after its marker), as text."""
     lines = tail_lines(path, count + 1)

@@ -29,14 +29,13 @@ FORMAT = 1  # bump when what yamlread returns changes shape or meaning
 
 
 class ParseCache:
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self._stored: dict[str, Any] = self._read() if path is not None else {}
+        self._stored: dict[str, Any] = self._read()
         self._used: dict[str, Any] = {}
         self._added = False
 
     def _read(self) -> dict[str, Any]:
-        assert self.path is not None
         try:
             data = json.loads(self.path.read_bytes())
         except (OSError, ValueError):
@@ -61,7 +60,7 @@ class ParseCache:
         return docs
 
     def put(self, raw: bytes, docs: list[Document]) -> None:
-        if self.path is None or not all(_plain(value) for value, _, _ in docs):
+        if not all(_plain(value) for value, _, _ in docs):
             return
         entry = [
             [value, [[list(p), line] for p, line in lines.items()], first]
@@ -72,7 +71,7 @@ class ParseCache:
 
     def save(self) -> None:
         """Write what this load used, if it parsed something new or dropped an entry."""
-        if self.path is None or not (self._added or set(self._stored) - set(self._used)):
+        if not (self._added or set(self._stored) - set(self._used)):
             return
         data = json.dumps({"key": _key(), "docs": self._used}, separators=(",", ":")).encode()
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from controller.failpoints import ROLLING_POINTS
+
 GPU = {"count": 1, "kind": "nvidia"}
 WAIT = 40.0
 
@@ -117,9 +119,7 @@ def test_no_room_for_both_recreates_and_says_so(reconcile: Any, gateway: Any) ->
     g.finish()
 
 
-@pytest.mark.parametrize(
-    "point", ["executor.promote.after_terminating", "executor.promote.after_rename"]
-)
+@pytest.mark.parametrize("point", sorted(ROLLING_POINTS))
 def test_sigkill_mid_promotion_converges(reconcile: Any, gateway: Any, point: str) -> None:
     roll(reconcile, "3")
     reconcile.converge()

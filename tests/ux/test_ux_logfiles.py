@@ -176,3 +176,15 @@ def test_a_chatty_engine_is_rotated_by_the_pass(reconcile: Any) -> None:
     numbers = [int(line.split()[1]) for line in first if line.startswith("chatty ")]
     assert numbers == sorted(numbers)  # backups, oldest first, then the current file
     rc.down()
+
+
+def test_read_from_picks_up_where_it_left_and_restarts_after_a_rotation(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    assert logfiles.read_from(log, 0) is None  # no log yet
+    log.write_bytes(b"one\ntwo\n")
+    assert logfiles.read_from(log, 0) == (b"one\ntwo\n", 8)
+    with open(log, "ab") as f:
+        f.write(b"three\n")
+    assert logfiles.read_from(log, 8) == (b"three\n", 14)
+    log.write_bytes(b"new\n")  # rotated: shorter than the offset held
+    assert logfiles.read_from(log, 14) == (b"new\n", 4)

@@ -233,13 +233,7 @@ class LocalBackend:
         return port_bindable(port)
 
     def log_since(self, rec: Record, offset: int) -> tuple[bytes, int] | None:
-        try:
-            with open(self.store.log_path(rec.name), "rb") as f:
-                f.seek(offset)
-                data = f.read()
-                return data, f.tell()
-        except FileNotFoundError:
-            return None
+        return logfiles.read_from(self.store.log_path(rec.name), offset)
 
     def log_tail(self, name: str, count: int) -> list[str]:
         return logfiles.current_run_tail(self.store.log_path(name), count)

@@ -118,14 +118,7 @@ class EngineHost:
 
     def log_since(self, offset: int) -> tuple[bytes, int]:
         """The log from ``offset`` on (all of it from 0), and the offset to ask next."""
-        try:
-            with open(self.log_path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                f.seek(offset if offset <= size else 0)  # rotated: from the start
-                data = f.read()
-                return data, f.tell()
-        except FileNotFoundError:
-            return b"", 0
+        return logfiles.read_from(self.log_path, offset) or (b"", 0)
 
     def stop(self, sig: int, grace: float) -> None:
         """Stop supervising, then the engine: the stop signal, grace, SIGKILL, sweep."""

@@ -200,7 +200,7 @@ class RayBackend:
         """Our actors as marked processes: the planner adopts or reaps them by nonce."""
         out = []
         for seen in self._seen.values():
-            if seen.dead or seen.namespace not in self._ns_of:
+            if seen.dead:  # `refresh` lists only our namespaces
                 continue
             ref = seen.status.ref if seen.status and seen.status.ref else NO_REF
             out.append(MarkedProcess(ref=ref, name=seen.name, nonce=seen.nonce, ppid=0))

@@ -62,9 +62,9 @@ def _reachable(address: str) -> None:
         ) from exc
 
 
-def nodes() -> list[Node]:
-    """The live nodes, each with its GPUs and how many are free now."""
-    free = _free_per_node()
+def nodes(free: dict[str, float] | None = None) -> list[Node]:
+    """The live nodes, each with its GPUs and how many are free now (``free``: read already)."""
+    free = _free_per_node() if free is None else free
     out = []
     for raw in ray.nodes():  # type: ignore[no-untyped-call]
         info: dict[str, Any] = dict(raw)
@@ -114,9 +114,10 @@ def unfit(count: int) -> str | None:
     """Why no node can take ``count`` GPUs now, naming what is missing; None if one can."""
     if count <= 0:
         return None
-    live = nodes()
-    if not _free_per_node():
+    free_now = _free_per_node()
+    if not free_now:
         return None  # availability unknown: let Ray try (the launch has a timeout)
+    live = nodes(free_now)
     if any(n.free_gpus >= count for n in live):
         return None
     free = sum(n.free_gpus for n in live)
@@ -126,10 +127,3 @@ def unfit(count: int) -> str | None:
         f"{'s' if len(live) != 1 else ''}, {free:g} GPU{'s' if free != 1 else ''} free"
         " (add a node, or stop a deployment)"
     )
-
-
-def node_address(node_id: str) -> str:
-    for n in nodes():
-        if n.node_id == node_id:
-            return n.address
-    return ""

@@ -7,14 +7,13 @@ instance's nonce, like the ``RECONCILE_INSTANCE`` marker of a local engine.
 
 from __future__ import annotations
 
-import hashlib
+from controller.core.digest import sha256_hex
 
 PREFIX = "reconcile-"
 
 
 def namespace(state_dir: str, owner: str) -> str:
-    digest = hashlib.sha256(f"{state_dir}\0{owner}".encode()).hexdigest()[:16]
-    return PREFIX + digest
+    return PREFIX + sha256_hex(f"{state_dir}\0{owner}".encode())[:16]
 
 
 def actor_name(name: str, nonce: str) -> str:
