@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -127,8 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         print(_cold_report(tmp, listen))
     finally:
         daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=30)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # stuck: killed, or it would start what down stops
+            daemon.kill()
+            daemon.wait()
         subprocess.run([*cli, "down"], capture_output=True, timeout=60)
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

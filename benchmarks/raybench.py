@@ -54,7 +54,11 @@ def _reconciler(root: Path, backend: str, address: str | None, names: list[str],
     return Reconciler(cfg, open_backend(cfg), inventory_for(cfg))
 
 
-def _until_ready(rec: Any, timeout: float = 180) -> float:
+SECTION = "9. ray backend"
+READY_TIMEOUT = 180.0
+
+
+def _until_ready(rec: Any, timeout: float = READY_TIMEOUT) -> float:
     started = time.monotonic()
     while not rec.run_pass().all_ready:
         if time.monotonic() - started > timeout:
@@ -73,6 +77,7 @@ def bench(n: int, passes: int) -> list[Row]:
     cluster = Cluster(initialize_head=True, head_node_args=head)
     root = Path(tempfile.mkdtemp(prefix="raybench-"))
     rows: list[Row] = []
+    started: list[Any] = []  # reconcilers whose engines are up: taken down even on failure
     try:
         per_node = -(-n // NODES)  # a raylet per node is heavy on 2 cores: few, wide nodes
         for _ in range(NODES + 1):  # one node spare: room for the node-loss move
@@ -84,10 +89,11 @@ def bench(n: int, passes: int) -> list[Row]:
             tag = root / str(count)
             ray_rec = _reconciler(tag, "ray", cluster.address, names, 1)
             local_rec = _reconciler(tag, "local", None, names, 1)
+            started += [ray_rec, local_rec]
             ours, theirs = [_until_ready(ray_rec)], [_until_ready(local_rec)]
             rows.append(
                 Row(
-                    section="9. ray backend",
+                    section=SECTION,
                     metric=f"manifest -> {count} engine(s) answering",
                     unit="s",
                     ours=ours,
@@ -102,7 +108,7 @@ def bench(n: int, passes: int) -> list[Row]:
                 local_ms = [_timed(local_rec.run_pass) for _ in range(passes)]
                 rows.append(
                     Row(
-                        section="9. ray backend",
+                        section=SECTION,
                         metric=f"no-op pass, {n} Ready deployments",
                         unit="ms",
                         ours=ray_ms,
@@ -113,9 +119,11 @@ def bench(n: int, passes: int) -> list[Row]:
                     )
                 )
             rows += _node_loss(cluster, ray_rec) if count == 1 else []
-            ray_rec.down()
-            local_rec.down()
+            while started:  # the next count starts on free GPUs
+                started.pop().down()
     finally:
+        for rec in started:  # engines and actors go before their state folder does
+            rec.down()
         ray.shutdown()
         cluster.shutdown()
         shutil.rmtree(root, ignore_errors=True)
@@ -132,11 +140,13 @@ def _node_loss(cluster: Any, rec: Any) -> list[Row]:
         now = rec.store.read("d0")
         if now.node != before.node and str(now.phase) == "Ready":
             break
+        if time.monotonic() - started > READY_TIMEOUT:
+            raise TimeoutError("d0 not Ready on another node")
         time.sleep(0.2)
     took = time.monotonic() - started
     return [
         Row(
-            section="9. ray backend",
+            section=SECTION,
             metric="node lost -> Ready on another node",
             unit="s",
             ours=[took],

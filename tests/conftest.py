@@ -40,6 +40,7 @@ from procs import (
 )
 
 from controller.cli.views import status_item
+from controller.core.durations import parse_duration
 from controller.store.records import RecordStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,7 +172,9 @@ class Reconcile:
         return self("--once", *args, check=check)
 
     def converge(self, *args: str, timeout: str = "30s") -> Result:
-        return self("--once", "--wait", "--timeout", timeout, *args, check=0)
+        """``--once --wait``; the process gets the wait's ``timeout`` and then some."""
+        limit = max(CLI_TIMEOUT, parse_duration(timeout) + 30)
+        return self("--once", "--wait", "--timeout", timeout, *args, check=0, timeout=limit)
 
     def down(self, *args: str) -> Result:
         return self("down", *args, check=0)

@@ -285,7 +285,11 @@ def test_llama_cpp_through_the_gateway(llama_server: Path, node: str, tmp_path: 
         assert reply["usage"]["completion_tokens"] > 0, reply
     finally:
         daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=30)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # stuck: killed, or it would start what down stops
+            daemon.kill()
+            daemon.wait()
         cli.ok("down", "-f", str(manifests))
     assert marked_pids(f"{node}/") == set()
 

@@ -7,7 +7,6 @@ daemon SIGKILLed mid-promotion leaves records the next daemon finishes, no engin
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +38,11 @@ class Loop:
                 answer.json().get("system_fingerprint", "") if answer.status == 200 else ""
             )
             self.answers.append((answer.status, fingerprint))
+
+    def answered_by(self, reconcile: Any, pid: int) -> None:
+        """Wait until the engine ``pid`` has answered one of the loop's requests."""
+        got = (200, f"pid-{pid}")
+        reconcile.wait_for(lambda: got in self.answers, timeout=WAIT, what=f"an answer from {pid}")
 
     def __enter__(self) -> Loop:
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -85,15 +89,15 @@ def test_rolling_update_fails_no_request(reconcile: Any, gateway: Any) -> None:
     g = gateway()
     old_pid = g.wait_phase("roll", "Ready")["pid"]
     with Loop(g) as loop:
-        time.sleep(0.5)
+        loop.answered_by(reconcile, old_pid)
         roll(reconcile, "4")
         g.wait_phase("roll--next", "Starting")  # beside the old one, which still serves
         assert reconcile.alive(old_pid)
         new_pid = new_engine_ready(reconcile, old_pid)
-        time.sleep(0.5)
+        loop.answered_by(reconcile, new_pid)
     served(loop, f"pid-{old_pid}", f"pid-{new_pid}")
     reconcile.wait_gone(old_pid)
-    assert reconcile.pids() == {new_pid} or new_pid in reconcile.pids()
+    assert reconcile.pids() == {new_pid}  # no old engine left, no stray `--next`
     record = reconcile.record("roll")
     assert record is not None and record["devices"] == ["nvidia:1"]  # its own device
     actions = [e["action"] for e in reconcile.events("roll")]
@@ -107,10 +111,10 @@ def test_no_room_for_both_recreates_and_says_so(reconcile: Any, gateway: Any) ->
     g = gateway()
     old_pid = g.wait_phase("roll", "Ready")["pid"]
     with Loop(g) as loop:
-        time.sleep(0.5)
+        loop.answered_by(reconcile, old_pid)
         roll(reconcile, "4")
         new_pid = new_engine_ready(reconcile, old_pid)
-        time.sleep(0.5)
+        loop.answered_by(reconcile, new_pid)
     # Through the gateway even a recreate loses nothing: in-flight requests end before
     # the stop, new ones wait for the new engine.
     served(loop, f"pid-{old_pid}", f"pid-{new_pid}")

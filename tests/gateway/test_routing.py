@@ -88,15 +88,14 @@ def test_client_disconnect_cancels_upstream(reconcile: Any, gateway: Any) -> Non
     reconcile.write("talker", command=reconcile.demo_command(chunks="50", chunk_delay="0.2"))
     g = gateway()
     g.wait_phase("talker", "Ready")
-    sock = socket.create_connection(("127.0.0.1", g.port))
     body = json.dumps({"model": "talker", "stream": True}).encode()
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
-    sock.sendall(head + body)
-    assert b"chunk 0" in sock.recv(65536) or b"chunk" in sock.recv(65536)
-    sock.close()
+    with socket.create_connection(("127.0.0.1", g.port), timeout=10) as sock:
+        sock.sendall(head + body)
+        assert b"chunk 0" in sock.recv(65536) or b"chunk" in sock.recv(65536)
     log = reconcile.state / "instances" / "logs" / "talker.log"
     # The engine's write fails once the gateway closed upstream: far before 50 x 0.2 s.
     reconcile.wait_for(
