@@ -70,6 +70,19 @@ def test_wait_brings_up_what_it_can_beside_a_broken_manifest_then_names_it(
     rc.down()
 
 
+def test_wait_counts_an_idle_on_demand_deployment_as_settled(reconcile: Any) -> None:
+    # Idle until a request is where an OnDemand deployment belongs: beside a broken file
+    # the wait ends at once naming the file, not when --timeout runs out.
+    rc = reconcile
+    rc.write("lazy", activation="OnDemand")
+    rc.write_text("broken.yaml", "apiVersion: reconcile/v1\nkind: Deployment\nspec: [")
+    result = rc("--once", "--wait", "--timeout", "45s", check=1)
+    assert "broken.yaml" in result.err and "timed out" not in result.err, str(result)
+    assert rc.status("lazy", cli=True)["lazy"]["phase"] == "Idle"
+    (rc.manifests / "broken.yaml").unlink()
+    rc.down()
+
+
 def test_once_is_ready_in_the_same_pass_when_the_engine_is_quick(reconcile: Any) -> None:
     reconcile.write("web")
     reconcile.converge()

@@ -196,9 +196,11 @@ def test_tmp_files_of_dead_writers_are_swept_live_ones_kept(tmp_path: Path) -> N
         instances / f".web.json.{dead.pid}.tmp",
         state / f".node.yaml.{dead.pid}.tmp",
         events / f".web.jsonl.{dead.pid}.tmp",
+        instances / f".web.json.{threading.get_ident()}.{dead.pid}.tmp",  # write_atomic's
     ]
     kept = [
         instances / f".api.json.{os.getpid()}.tmp",  # a live writer's
+        instances / f".api.json.{threading.get_ident()}.{os.getpid()}.tmp",
         instances / f"web.json.{dead.pid}.tmp",  # not hidden: not one of ours
         instances / ".web.json.notapid.tmp",
         instances / "web.json",
@@ -210,6 +212,30 @@ def test_tmp_files_of_dead_writers_are_swept_live_ones_kept(tmp_path: Path) -> N
         assert not path.exists(), f"{path.name} of a dead writer was left behind"
     for path in kept:
         assert path.exists(), f"{path.name} was removed"
+
+
+def test_threads_writing_one_file_at_once_never_collide(tmp_path: Path) -> None:
+    """The gateway writes activations from a thread pool: each writer its own tmp file."""
+    path = tmp_path / "a.json"
+    errors: list[BaseException] = []
+    seen: list[object] = []
+
+    def writer(n: int) -> None:
+        for i in range(200):
+            try:
+                write_atomic(path, json.dumps({"writer": n, "i": i}).encode())
+                seen.append(json.loads(path.read_bytes()))
+            except (OSError, ValueError) as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(seen) == 600 and all(isinstance(v, dict) and "writer" in v for v in seen)
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]  # no tmp file left
 
 
 @pytest.mark.parametrize(

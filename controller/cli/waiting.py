@@ -23,7 +23,8 @@ from controller.reconciler.run import PassResult, Reconciler
 log = get_logger("reconcile")
 
 STUCK = (Phase.PENDING, Phase.FAILED)
-SETTLED = (Phase.READY, Phase.SUCCEEDED, *STUCK)  # nothing more happens without the user
+# Nothing more happens without the user (Idle: an OnDemand deployment until a request).
+SETTLED = (Phase.READY, Phase.SUCCEEDED, Phase.IDLE, *STUCK)
 TICK = 0.25  # seconds between redraws on a terminal
 
 
@@ -59,7 +60,7 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
             return False
         if time.monotonic() >= deadline:
             display.close()
-            waiting = [r.name for r in result.ours() if r.phase is not Phase.READY]
+            waiting = [r.name for r in result.ours() if r.phase not in (Phase.READY, Phase.IDLE)]
             print(f"reconcile: timed out waiting for {', '.join(waiting)}", file=sys.stderr)
             if stuck:
                 print(f"reconcile: cannot progress without you: {stuck}", file=sys.stderr)

@@ -32,6 +32,9 @@ class Demand:
         self.last: dict[str, float] = {}
         self.dirty: set[str] = set()
         self._pending: set[asyncio.Task[None]] = set()
+        # One write at a time, each reading the counts when its turn comes: an older
+        # heartbeat landing after end()'s write would leave "in flight" on disk for good.
+        self._writing = asyncio.Lock()
 
     def begin(self, name: str) -> None:
         self.inflight[name] += 1
@@ -67,12 +70,13 @@ class Demand:
                 await self._write(name)
 
     async def _write(self, name: str) -> None:
-        self.dirty.discard(name)
-        when = datetime.fromtimestamp(self.last.get(name, time.time()), UTC)
-        act = Activation(last_request_at=when, inflight=max(self.inflight[name], 0))
-        try:
-            await asyncio.get_running_loop().run_in_executor(
-                None, store.write, self.state_dir, name, act
-            )
-        except (OSError, ValueError) as exc:
-            log.error("activation not written", deployment=name, error=str(exc))
+        async with self._writing:
+            self.dirty.discard(name)
+            when = datetime.fromtimestamp(self.last.get(name, time.time()), UTC)
+            act = Activation(last_request_at=when, inflight=max(self.inflight[name], 0))
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    None, store.write, self.state_dir, name, act
+                )
+            except (OSError, ValueError) as exc:
+                log.error("activation not written", deployment=name, error=str(exc))

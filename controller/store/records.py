@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +53,9 @@ def check_name(name: str) -> str:
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # Unique per writer thread too (the gateway writes from a pool); the pid stays the
+    # last field before ".tmp": sweep_tmp reads it to find a dead writer's leftovers.
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         os.write(fd, data)
