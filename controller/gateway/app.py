@@ -161,5 +161,5 @@ class Gateway:
             task.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
-        if self.front is not None and self.front.session is not None:
+        if self.front is not None:
             await self.front.session.close()

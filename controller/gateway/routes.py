@@ -41,8 +41,8 @@ class Front:
     limiter: Limiter
     metrics: GatewayMetrics
     max_body: int
+    session: aiohttp.ClientSession
     keys: Keys | None = None
-    session: aiohttp.ClientSession | None = None
     # deployment -> (the Starting engine's nonce, the gateway's probe of it)
     watching: dict[str, tuple[str | None, asyncio.Task[None]]] = field(default_factory=dict)
     waiting: Counter[str] = field(default_factory=Counter)  # deployment -> requests waiting
@@ -150,7 +150,6 @@ class Front:
 
     async def _send(self, request: web.Request, body: bytes, target: Target) -> web.StreamResponse:
         """Forward, counted per engine: a retiring instance is stopped only once it is 0."""
-        assert self.session is not None
         # No await between the table's answer and this count: retire() sees every request.
         self.table.inflight[target.nonce] += 1
         try:
@@ -173,7 +172,7 @@ class Front:
     def _watch(self, name: str, deadline: float) -> None:
         """Probe a Starting engine ourselves while requests wait (readiness.py says why)."""
         rec = self.table.starting(name)
-        if rec is None or self.session is None:
+        if rec is None:
             return
         running = self.watching.get(name)
         if running is not None and running[0] == rec.nonce and not running[1].done():
@@ -182,14 +181,12 @@ class Front:
         self.watching[name] = (rec.nonce, task)
 
     async def _probe(self, name: str, rec: Record, deadline: float) -> None:
-        assert self.session is not None
-
         def wanted() -> bool:
             current = self.table.starting(name)
             return current is not None and current.nonce == rec.nonce and self.waiting[name] > 0
 
         try:
-            if not await asyncio.wait_for(readiness.watch(self.session, rec, wanted), deadline):
+            if not await asyncio.wait_for(readiness.watch(rec, wanted), deadline):
                 return
         except TimeoutError:
             return

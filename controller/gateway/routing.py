@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
+from controller.backends.local.probes import connect_host
 from controller.core.frozen import frozen
 from controller.core.specs import is_next, next_name, routable_names
 from controller.core.state import Phase, Record
@@ -118,9 +119,7 @@ class Table:
             return None
         if self._down.get(name, "-") == rec.nonce:
             return None
-        host = "127.0.0.1" if rec.host in ("0.0.0.0", "") else rec.host
-        host = "::1" if host == "::" else host
-        return Target(name, host, rec.port, rec.nonce)
+        return Target(name, connect_host(rec.host), rec.port, rec.nonce)
 
     def deadline(self, name: str) -> float:
         """How long a request may wait for ``name`` to be Ready: its readiness deadline."""

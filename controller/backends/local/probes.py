@@ -23,13 +23,13 @@ class Target:
     config: ProbeConfig
 
 
-def _connect_host(host: str) -> str:
+def connect_host(host: str) -> str:
     # An engine bound to every address is reached on loopback.
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
 
 
 def probe(target: Target, timeout: float = TIMEOUT) -> ProbeResult:
-    host = _connect_host(target.host)
+    host = connect_host(target.host)
     try:
         if target.config.http:
             return _http(host, target.port, target.config.http, timeout)
