@@ -35,12 +35,12 @@ def cmd_devices(args: argparse.Namespace) -> int:
     cfg = config(args)
     inventory = devices.resolve(cfg.devices)
     records = sorted(RecordStore(cfg.state_dir).load().records.values(), key=lambda r: r.name)
-    holders: dict[str, list[str]] = {}
-    allocated: dict[str, int] = {}
+    # Who holds each device and how much of it (memory None: the whole device).
+    holding: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
         for key in rec.devices if rec.holds else ():
-            holders.setdefault(key, []).append(rec.name)
-            allocated[key] = allocated.get(key, 0) + (rec.memory or 0)
+            held = {"name": rec.name, "memory": rec.memory, "phase": str(rec.phase)}
+            holding.setdefault(key, []).append(held)
     items = [
         {
             "device": d.key,
@@ -52,11 +52,12 @@ def cmd_devices(args: argparse.Namespace) -> int:
             "memory_free_mb": d.memory_free_mb,
             # Bytes: the device's memory, what memory requests hold of it, what is left.
             "memory": d.memory,
-            "memory_allocated": allocated.get(d.key, 0),
-            "held_by": holders.get(d.key, []),
-            "holders": _holders(records, d.key),
+            "memory_allocated": sum(h["memory"] or 0 for h in hs),
+            "held_by": [h["name"] for h in hs],
+            "holders": hs,
         }
         for d in inventory.devices
+        for hs in [holding.get(d.key, [])]
     ]
     ports = [
         {"port": port, "held_by": rec.name, "phase": str(rec.phase)}
@@ -92,15 +93,6 @@ def _devices_text(
     if cfg.limits.max_instances is not None or cfg.limits.per_kind:
         out += ["", f"Limits: maxInstances {cfg.limits.describe()}"]
     return "\n".join(out)
-
-
-def _holders(records: list[Record], key: str) -> list[dict[str, Any]]:
-    """Who holds the device and how much of it (memory None: the whole device)."""
-    return [
-        {"name": r.name, "memory": r.memory, "phase": str(r.phase)}
-        for r in records
-        if r.holds and key in r.devices
-    ]
 
 
 def _memory_cells(item: dict[str, Any]) -> list[str]:

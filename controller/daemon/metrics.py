@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from controller import __version__
 from controller.core.inventory import Inventory
+from controller.core.listen import split_listen
 from controller.core.state import Phase, Record
 from controller.logsetup import get_logger
 from controller.store.node import Config, read_drain
@@ -275,7 +276,7 @@ def _devices(out: _Text, recs: list[Record], inventory: Inventory) -> None:
 
 def parse_listen(text: str) -> tuple[str, int]:
     """``9101`` or ``HOST:9101`` -> (host, port); ValueError with an example otherwise."""
-    host, sep, port = text.rpartition(":")
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    found = split_listen(text)
+    if found is None:
         raise ValueError(f"--metrics-port {text!r} is not PORT or HOST:PORT (example: 9101)")
-    return (host.strip("[]") if sep and host else "127.0.0.1"), int(port)
+    return found

@@ -6,9 +6,10 @@ import ipaddress
 from pathlib import Path
 
 from controller.core.frozen import frozen
+from controller.core.listen import LOOPBACK, split_listen
 from controller.errors import ConfigError
 
-DEFAULT_HOST = "127.0.0.1"
+DEFAULT_HOST = LOOPBACK
 DEFAULT_MAX_BODY = 32 * 1024 * 1024  # long prompts and base64 images fit; a flood does not
 DEFAULT_MAX_INFLIGHT = 128  # per deployment: engines batch; a bigger box raises it
 DEFAULT_MAX_QUEUE = 256
@@ -38,13 +39,10 @@ class Settings:
 
 def parse_listen(text: str) -> tuple[str, int]:
     """``PORT``, ``HOST:PORT`` or ``[V6]:PORT``; the host defaults to loopback."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = DEFAULT_HOST, text
-    host = host.strip("[]") or DEFAULT_HOST
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    found = split_listen(text)
+    if found is None:
         raise ListenRefused(f"--listen {text!r}: expected [HOST:]PORT, e.g. 8080 or 0.0.0.0:8080")
-    return host, int(port)
+    return found
 
 
 def is_loopback(host: str) -> bool:
