@@ -266,13 +266,13 @@ def _check_devices(parser: Parser, args: argparse.Namespace) -> None:
     """A malformed static inventory (``nvidia:0=80Gx``) is a usage error (64), named."""
     import os
 
-    from controller.core.inventory import parse_static
-    from controller.errors import ConfigError
-
     flag = getattr(args, "devices", None)
     text = flag if flag is not None else os.environ.get("RECONCILE_DEVICES")
     if text is None:
         return
+    from controller.core.inventory import parse_static
+    from controller.errors import ConfigError
+
     try:
         parse_static(text)
     except ConfigError as exc:
@@ -281,6 +281,8 @@ def _check_devices(parser: Parser, args: argparse.Namespace) -> None:
 
 def _check_backend(parser: Parser, args: argparse.Namespace) -> None:
     """A bad backend, or ray without an address, is a usage error (64) naming the flag."""
+    if args.verb == "completion":  # prints a script; runs at every shell start
+        return
     from controller.errors import ConfigError
     from controller.store.node import resolve_backend
 

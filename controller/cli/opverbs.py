@@ -130,12 +130,13 @@ def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
     if cfg.backend == "local":
         return None
     from controller.backends.choose import open_backend
+    from controller.cli.describe import LOG_LINES
 
     backend = open_backend(cfg)
 
     def tail(rec: Record) -> list[str]:
         got = backend.log_since(rec, 0)
-        return [] if got is None else got[0].decode("utf-8", "replace").splitlines()[-20:]
+        return [] if got is None else got[0].decode("utf-8", "replace").splitlines()[-LOG_LINES:]
 
     return tail
 
@@ -162,7 +163,9 @@ def _remote_logs(args: argparse.Namespace, cfg: Config, rec: Record) -> int:
     data, offset = got
     lines = data.splitlines(keepends=True)
     out = sys.stdout.buffer
-    out.write(b"".join(lines[-args.tail :] if args.tail is not None else lines))
+    if args.tail is not None:  # as tail_lines counts them: --tail 0 shows none
+        lines = lines[-args.tail :] if args.tail else []
+    out.write(b"".join(lines))
     out.flush()
     if args.follow:
         collector.settled()

@@ -127,7 +127,7 @@ class Gateway:
 
     async def _open(self, request_pass: Callable[[], None]) -> None:
         s = self.settings
-        demand = Demand(s.state_dir, lambda: request_pass())
+        demand = Demand(s.state_dir, request_pass)
         limiter = Limiter(
             max_inflight=s.max_inflight, max_queue=s.max_queue, queue_wait=s.queue_wait
         )

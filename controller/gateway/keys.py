@@ -20,14 +20,9 @@ class KeyFileError(ConfigError):
     """The key file is missing, empty or readable by others: refused at start (exit 64)."""
 
 
-def label(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()[:8]
-
-
 @frozen
 class Keys:
-    path: Path
-    digests: tuple[tuple[bytes, str], ...]  # (sha256 of the key, its label)
+    digests: tuple[tuple[bytes, str], ...]  # (sha256 of the key, its label: the hex's head)
 
     def match(self, presented: str | None) -> str | None:
         """The label of the key presented, or None. Every key is compared (no early exit)."""
@@ -59,8 +54,8 @@ def load(path: Path) -> Keys:
     keys = [k for k in keys if k and not k.startswith("#")]
     if not keys:
         raise KeyFileError(f"--api-keys {path} holds no key (one per line, # for comments)")
-    digests = tuple((hashlib.sha256(k.encode()).digest(), label(k)) for k in keys)
-    return Keys(path=path, digests=digests)
+    hashed = [hashlib.sha256(k.encode()).digest() for k in keys]
+    return Keys(digests=tuple((digest, digest.hex()[:8]) for digest in hashed))
 
 
 def presented(authorization: str | None, x_api_key: str | None) -> str | None:
