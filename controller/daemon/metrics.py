@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from controller import __version__
 from controller.core.inventory import Inventory
 from controller.core.listen import split_listen
+from controller.core.promtext import PromText
 from controller.core.state import Phase, Record
 from controller.logsetup import get_logger
 from controller.store.node import Config, read_drain
@@ -156,31 +157,9 @@ def _revision(records: Iterable[Record]) -> str:
 # -- the text format ---------------------------------------------------------------------------
 
 
-def escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _number(value: float) -> str:
-    return str(value) if isinstance(value, int) else repr(float(value))
-
-
-class _Text:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def family(self, name: str, help_text: str, kind: str = "gauge") -> None:
-        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-
-    def sample(self, name: str, value: float, **labels: str) -> None:
-        shown = ",".join(f'{k}="{escape(v)}"' for k, v in labels.items())
-        self.lines.append(
-            f"{name}{{{shown}}} {_number(value)}" if shown else f"{name} {_number(value)}"
-        )
-
-
 def _before_first_pass() -> str:
     """What ``/metrics`` says before the first pass ends: alerts need no ``absent()``."""
-    out = _Text()
+    out = PromText()
     _build_info(out)
     out.family(
         PASSES, "Passes this process (or, with --metrics-file, the file) counted.", "counter"
@@ -191,7 +170,7 @@ def _before_first_pass() -> str:
     return "\n".join(out.lines) + "\n"
 
 
-def _build_info(out: _Text) -> None:
+def _build_info(out: PromText) -> None:
     out.family("reconcile_build_info", "The running reconcile's version (always 1).")
     out.sample("reconcile_build_info", 1, version=__version__)
 
@@ -212,7 +191,7 @@ def exposition(
     actions: Tally | None = None,
 ) -> str:
     recs = sorted(records, key=lambda r: r.name)
-    out = _Text()
+    out = PromText()
     _build_info(out)
     out.family("reconcile_info", "This node and the manifests revision its records came from.")
     out.sample("reconcile_info", 1, node=node, revision=revision)
@@ -261,7 +240,7 @@ def exposition(
     return "\n".join(out.lines) + "\n"
 
 
-def _devices(out: _Text, recs: list[Record], inventory: Inventory) -> None:
+def _devices(out: PromText, recs: list[Record], inventory: Inventory) -> None:
     held = {d for r in recs if r.holds for d in r.devices}
     out.family("reconcile_devices", "Devices of the inventory, free or held, by kind.")
     for kind in sorted({d.kind for d in inventory.devices}):

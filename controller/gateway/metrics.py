@@ -10,6 +10,9 @@ import bisect
 import threading
 from collections import defaultdict
 
+from controller.core.promtext import PromText
+
+PREFIX = "reconcile_gateway_"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 Labels = tuple[str, str]  # (deployment, key label)
 
@@ -54,45 +57,29 @@ class GatewayMetrics:
             hist.observe(seconds)
 
     def render(self) -> str:
-        out: list[str] = []
+        out = PromText()
         with self._lock:
-            _family(out, "requests_total", "Requests through the gateway.", "counter")
+            out.family(f"{PREFIX}requests_total", "Requests through the gateway.", "counter")
             for (dep, key), n in sorted(self.requests.items()):
-                out.append(f"reconcile_gateway_requests_total{_labels(dep, key)} {n}")
-            _family(out, "errors_total", "Answers with status 4xx or 5xx, by class.", "counter")
+                out.sample(f"{PREFIX}requests_total", n, deployment=dep, key=key)
+            errors = "Answers with status 4xx or 5xx, by class."
+            out.family(f"{PREFIX}errors_total", errors, "counter")
             for (dep, key, cls), n in sorted(self.errors.items()):
-                out.append(f"reconcile_gateway_errors_total{_labels(dep, key, cls)} {n}")
-            _family(out, "inflight", "Requests being forwarded now.", "gauge")
+                out.sample(f"{PREFIX}errors_total", n, deployment=dep, key=key, **{"class": cls})
+            out.family(f"{PREFIX}inflight", "Requests being forwarded now.", "gauge")
             for dep, n in sorted(self.inflight.items()):
-                out.append(f'reconcile_gateway_inflight{{deployment="{_esc(dep)}"}} {n}')
-            _family(out, "request_seconds", "Time to the end of the answer.", "histogram")
+                out.sample(f"{PREFIX}inflight", n, deployment=dep)
+            out.family(f"{PREFIX}request_seconds", "Time to the end of the answer.", "histogram")
             for (dep, key), hist in sorted(self.latency.items()):
-                out.extend(_histogram(dep, key, hist))
-        return "\n".join(out) + "\n"
+                _histogram(out, dep, key, hist)
+        return "\n".join(out.lines) + "\n"
 
 
-def _family(out: list[str], name: str, help_text: str, kind: str) -> None:
-    out.append(f"# HELP reconcile_gateway_{name} {help_text}")
-    out.append(f"# TYPE reconcile_gateway_{name} {kind}")
-
-
-def _esc(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(dep: str, key: str, cls: str | None = None) -> str:
-    extra = f',class="{cls}"' if cls else ""
-    return f'{{deployment="{_esc(dep)}",key="{_esc(key)}"{extra}}}'
-
-
-def _histogram(dep: str, key: str, hist: _Histogram) -> list[str]:
-    name = "reconcile_gateway_request_seconds"
-    base = f'deployment="{_esc(dep)}",key="{_esc(key)}"'
-    out = []
+def _histogram(out: PromText, dep: str, key: str, hist: _Histogram) -> None:
+    name = f"{PREFIX}request_seconds"
     running = 0
     for bound, count in zip((*map(str, BUCKETS), "+Inf"), hist.counts, strict=True):
         running += count
-        out.append(f'{name}_bucket{{{base},le="{bound}"}} {running}')
-    out.append(f"{name}_sum{{{base}}} {hist.total}")
-    out.append(f"{name}_count{{{base}}} {hist.n}")
-    return out
+        out.sample(f"{name}_bucket", running, deployment=dep, key=key, le=bound)
+    out.sample(f"{name}_sum", hist.total, deployment=dep, key=key)
+    out.sample(f"{name}_count", hist.n, deployment=dep, key=key)

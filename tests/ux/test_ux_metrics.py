@@ -14,8 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.core.inventory import Inventory
+from controller.core.promtext import escape
 from controller.core.state import Phase, Record
-from controller.daemon.metrics import escape, exposition
+from controller.daemon.metrics import exposition
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
