@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import aiohttp
 
+from benchmarks.common import stop
 from benchmarks.gateway_baselines import KEY, litellm, nginx
 
 PY = sys.executable
@@ -127,12 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"not run (not installed or did not start): {', '.join(skipped)}")
         print(_cold_report(tmp, listen))
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # stuck: killed, or it would start what down stops
-            daemon.kill()
-            daemon.wait()
+        stop(daemon, timeout=30)  # SIGTERM; a stuck one is killed before `down`
         subprocess.run([*cli, "down"], capture_output=True, timeout=60)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
