@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from controller.backends.local import devices
 from controller.core.inventory import Device, parse_static, visibility_env
 from controller.errors import ConfigError
+from controller.host import devices
 
 
 @pytest.mark.parametrize(

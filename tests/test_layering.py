@@ -116,7 +116,7 @@ def test_the_checker_catches_an_io_import() -> None:
     runtime = "controller.backends.local.runtime"
     offenders = {i.split(".")[0] for m in closure(runtime) for i in imports_of(m)}
     assert {"os", "subprocess"} <= offenders
-    assert "controller.backends.local.procstat" in closure(runtime)
+    assert "controller.host.procstat" in closure(runtime)
     assert clock_reads(runtime)
 
 
@@ -133,7 +133,7 @@ def test_the_daemon_carries_no_http_client_and_no_ssl() -> None:
     import sys
 
     code = (
-        "import sys; import controller.daemon.loop, controller.backends.local.probes; "
+        "import sys; import controller.daemon.loop, controller.host.probes; "
         "import controller.cli.main; "
         "bad = [m for m in ('http.client', 'ssl', 'email', 'pydantic', 'rich', '_hashlib') "
         "if m in sys.modules]; sys.exit(f'imported: {bad}' if bad else 0)"

@@ -27,7 +27,6 @@ from strategies import (
     view,
 )
 
-from controller.backends.local import devices
 from controller.cli.planview import CLASS
 from controller.core.actions import Action, Hold, MarkReady, Preempt, Start, Stop, Update
 from controller.core.engines.share import fraction, share_args
@@ -39,6 +38,7 @@ from controller.core.quantity import format_bytes, parse_quantity
 from controller.core.specs import Entry, spec_document
 from controller.core.state import Observed, Phase, RecordView
 from controller.errors import ConfigError
+from controller.host import devices
 from controller.reconciler.memwait import MemoryGate
 from controller.store.manifests import load
 

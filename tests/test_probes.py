@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from controller.backends.local.probes import Target, http_get, probe
 from controller.core.state import ProbeConfig
+from controller.host.probes import Target, http_get, probe
 
 
 def _serve(answer: Callable[[socket.socket], None]) -> Iterator[int]:

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from controller.backends.local import procpsutil, procscan, procstat
-from controller.backends.local.procscan import EnvironScan
 from controller.errors import ConfigError
+from controller.host import procpsutil, procscan, procstat
+from controller.host.procscan import EnvironScan
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from controller.backends.local import procscan
-from controller.backends.local.procscan import EnvironScan
+from controller.host import procscan
+from controller.host.procscan import EnvironScan
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from controller.backends.local import procstat
+from controller.host import procstat
 
 
 def test_start_time_and_parent_match_psutil() -> None:

@@ -22,18 +22,12 @@ import yaml
 from procs import alive, environ, kill_marked, marked_pids, wait_for, wait_gone
 
 from controller.backends.choose import inventory_for, open_backend
-from controller.backends.local import runtime as runtime_mod
-from controller.backends.local import sockdiag
-from controller.backends.local.runtime import (
-    MARKER,
-    STATE_MARKER,
-    LocalBackend,
-    identity,
-    listening_ports,
-    port_bindable,
-)
+from controller.backends.local.runtime import MARKER, STATE_MARKER, LocalBackend
 from controller.core.state import ProcessRef
 from controller.errors import SpawnError
+from controller.host import ports, sockdiag
+from controller.host.ports import listening_ports, port_bindable
+from controller.host.procs import identity
 from controller.reconciler.run import Reconciler
 from controller.store.node import Config
 
@@ -296,7 +290,7 @@ def test_netlink_and_proc_net_see_the_same_listeners(family: socket.AddressFamil
         port = sock.getsockname()[1]
         assert port in sockdiag.listening()
         # Other processes open and close listeners meanwhile: agreeing once is the test.
-        pairs = [(sockdiag.listening(), runtime_mod._proc_net_listening()) for _ in range(5)]
+        pairs = [(sockdiag.listening(), ports._proc_net_listening()) for _ in range(5)]
         assert any(fast == slow for fast, slow in pairs), pairs[-1]
 
 

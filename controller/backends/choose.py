@@ -45,6 +45,6 @@ def inventory_for(config: Config) -> Inventory:
         assert config.ray_address is not None
         cluster.connect(config.ray_address)
         return cluster.inventory()
-    from controller.backends.local import devices
+    from controller.host import devices
 
     return devices.resolve(config.devices)

@@ -27,7 +27,7 @@ from controller.store.records import RecordStore
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from controller.backends.local import devices
+    from controller.host import devices
 
     fmt = output_format(args, "table", FORMATS)
     if fmt is None:

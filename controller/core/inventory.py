@@ -1,6 +1,6 @@
 """The node's device inventory as plain values (pure: no discovery, no I/O).
 
-Discovery lives in :mod:`controller.backends.local.devices`; the planner and the recipes only
+Discovery lives in :mod:`controller.host.devices`; the planner and the recipes only
 ever see these frozen values.
 """
 

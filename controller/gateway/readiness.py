@@ -13,8 +13,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from controller.backends.local import probes
 from controller.core.state import Record
+from controller.host import probes
 
 POLL = 0.01  # seconds between probes while a request waits (loopback: cheap)
 FAST_FOR = 5.0  # seconds of POLL; then SLOW_POLL (most engines start within that or take minutes)

@@ -18,10 +18,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from controller.backends.local.probes import connect_host
 from controller.core.frozen import frozen
 from controller.core.specs import is_next, next_name, routable_names
 from controller.core.state import Phase, Record
+from controller.host.probes import connect_host
 
 DEFAULT_DEADLINE = 600.0  # the readiness deadline a spec without one gets
 DRAIN_POLL = 0.01  # seconds between looks at a retiring instance's in-flight count

@@ -7,8 +7,6 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from controller.backends.base import Backend
-from controller.backends.local.probes import Target, probe_many
-from controller.backends.local.runtime import process_alive
 from controller.core.state import (
     Drain,
     ExitInfo,
@@ -19,6 +17,8 @@ from controller.core.state import (
     Record,
     RecordView,
 )
+from controller.host.probes import Target, probe_many
+from controller.host.procs import process_alive
 from controller.store.records import Snapshot
 
 

@@ -18,8 +18,6 @@ from datetime import UTC, datetime
 
 from controller import failpoints
 from controller.backends.base import Backend
-from controller.backends.local.devices import gpu_memory
-from controller.backends.local.runtime import identity
 from controller.core.actions import (
     Action,
     AnyAction,
@@ -39,6 +37,8 @@ from controller.core.limits import kinds_of, only_kinds
 from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.plan import Desired, plan
 from controller.core.state import Observed, Phase, ProcessRef, Record
+from controller.host.devices import gpu_memory
+from controller.host.procs import identity
 from controller.logsetup import get_logger
 from controller.reconciler.executor import Executor
 from controller.reconciler.leases import RecordMaker

@@ -28,12 +28,13 @@ from watchdog.events import (
     FileOpenedEvent,
 )
 
-from controller.backends.local.runtime import LocalBackend, identity
+from controller.backends.local.runtime import LocalBackend
 from controller.core.state import ProcessRef
 from controller.daemon.engine_exits import ExitWatch
 from controller.daemon.folders import FolderWatch, _Handler
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import Settling, Timers, debounce_until
+from controller.host.procs import identity
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "examples" / "systemd" / "reconcile.service"

@@ -15,7 +15,6 @@ import contextlib
 import errno
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,13 +22,14 @@ from pathlib import Path
 
 from controller import failpoints
 from controller.backends.base import ExitStatus, Launch, engine_env
-from controller.backends.local import procpsutil, procscan, procstat, sockdiag
-from controller.backends.local.devices import wait_gpu_release
-from controller.backends.local.procscan import EnvironScan
 from controller.core.inventory import Inventory
 from controller.core.specs import DeploymentSpec
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import SpawnError
+from controller.host import ports, procpsutil, procscan, procstat
+from controller.host.devices import wait_gpu_release
+from controller.host.procs import identity, process_alive, ref_of
+from controller.host.procscan import EnvironScan
 from controller.logsetup import get_logger
 from controller.store import logfiles
 from controller.store.records import RecordStore
@@ -41,24 +41,6 @@ STATE_MARKER = "RECONCILE_STATE"
 SWEEP_TIMEOUT = 5.0
 POLL = 0.01
 ENVIRON_WAIT = 0.5  # seconds an empty /proc/<pid>/environ may mean "still exec'ing"
-
-
-def identity(pid: int) -> ProcessRef | None:
-    st = procstat.stat(pid)
-    return None if st is None else _ref(pid, st)
-
-
-def process_alive(ref: ProcessRef | None) -> bool:
-    """Invariant 6 for any local process (e.g. a reservation's maker), engine or not."""
-    if ref is None:
-        return False
-    st = procstat.stat(ref.pid)
-    return st is not None and st.state != "Z" and ref.same_process(_ref(ref.pid, st))
-
-
-def _ref(pid: int, st: procstat.Stat) -> ProcessRef:
-    boot = procstat.boot_id() if st.start_ticks is not None else None
-    return ProcessRef(pid=pid, start_time=st.start_time, start_ticks=st.start_ticks, boot_id=boot)
 
 
 class LocalBackend:
@@ -227,10 +209,10 @@ class LocalBackend:
             log.warning("gpu memory still held", deployment=rec.name, devices=list(rec.devices))
 
     def listening_ports(self) -> frozenset[int]:
-        return listening_ports()
+        return ports.listening_ports()
 
     def port_bindable(self, port: int) -> bool:
-        return port_bindable(port)
+        return ports.port_bindable(port)
 
     def log_since(self, rec: Record, offset: int) -> tuple[bytes, int] | None:
         return logfiles.read_from(self.store.log_path(rec.name), offset)
@@ -312,49 +294,5 @@ def _parse(pid: int, env: bytes, prefix: bytes) -> MarkedProcess | None:
             st = procstat.stat(pid)
             if st is None or not nonce:
                 return None
-            return MarkedProcess(_ref(pid, st), name, nonce, st.ppid)
+            return MarkedProcess(ref_of(pid, st), name, nonce, st.ppid)
     return None
-
-
-def listening_ports() -> frozenset[int]:
-    """TCP ports some process listens on: netlink's answer, else /proc/net (no bind probes)."""
-    try:
-        return sockdiag.listening()
-    except OSError:
-        return _proc_net_listening()
-
-
-def _proc_net_listening() -> frozenset[int]:
-    ports: set[int] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(OSError), open(table) as f:
-            next(f, None)
-            for line in f:
-                fields = line.split()
-                if len(fields) > 3 and fields[3] == "0A":  # LISTEN
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return frozenset(ports)
-
-
-def port_bindable(port: int) -> bool:
-    """A bind probe on 127.0.0.1 and 0.0.0.0 (and :: where IPv6 exists)."""
-    addresses: list[tuple[socket.AddressFamily, str]] = [
-        (socket.AF_INET, "127.0.0.1"),
-        (socket.AF_INET, "0.0.0.0"),
-    ]
-    if socket.has_ipv6:
-        addresses.append((socket.AF_INET6, "::"))
-    for family, host in addresses:
-        try:
-            sock = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            continue  # no IPv6 on this host
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return False
-        finally:
-            sock.close()
-    return True

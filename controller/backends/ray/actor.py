@@ -28,14 +28,7 @@ from pathlib import Path
 import ray
 
 from controller.backends.base import engine_env
-from controller.backends.local.procscan import EnvironScan
-from controller.backends.local.runtime import (
-    MARKER,
-    STATE_MARKER,
-    LocalBackend,
-    listening_ports,
-    port_bindable,
-)
+from controller.backends.local.runtime import MARKER, STATE_MARKER, LocalBackend
 from controller.backends.ray.naming import device_key
 from controller.core.frozen import frozen
 from controller.core.inventory import Device
@@ -44,6 +37,8 @@ from controller.core.render import render
 from controller.core.specs import Entry
 from controller.core.state import ProcessRef
 from controller.errors import SpawnError
+from controller.host.ports import listening_ports, port_bindable
+from controller.host.procscan import EnvironScan
 from controller.redact import redact_args
 from controller.store import logfiles
 

@@ -13,8 +13,8 @@ import functools
 import os
 import time
 
-from controller.backends.local import procpsutil
 from controller.core.frozen import frozen
+from controller.host import procpsutil
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BOOT_TIME_TTL = 1.0  # seconds

@@ -22,8 +22,8 @@ import os
 import time
 from collections.abc import Iterator
 
-from controller.backends.local import procpsutil
 from controller.core.frozen import frozen
+from controller.host import procpsutil
 
 SETTLE = 1.0  # seconds: far longer than any fork -> exec
 

@@ -1,0 +1,26 @@
+"""Process identity and liveness on this node: a pid plus its start time (and boot id),
+so a reused pid is never taken for the process a record names (invariant 6)."""
+
+from __future__ import annotations
+
+from controller.core.state import ProcessRef
+from controller.host import procstat
+
+
+def identity(pid: int) -> ProcessRef | None:
+    st = procstat.stat(pid)
+    return None if st is None else ref_of(pid, st)
+
+
+def process_alive(ref: ProcessRef | None) -> bool:
+    """Invariant 6 for any local process (e.g. a reservation's maker), engine or not."""
+    if ref is None:
+        return False
+    st = procstat.stat(ref.pid)
+    return st is not None and st.state != "Z" and ref.same_process(ref_of(ref.pid, st))
+
+
+def ref_of(pid: int, st: procstat.Stat) -> ProcessRef:
+    """The identity of ``pid`` from a stat already read (one read, no race with a second)."""
+    boot = procstat.boot_id() if st.start_ticks is not None else None
+    return ProcessRef(pid=pid, start_time=st.start_time, start_ticks=st.start_ticks, boot_id=boot)
