@@ -193,12 +193,79 @@ def test_unreadable_files(tmp_path: Path, kind: str) -> None:
     assert "good" in result.entries
 
 
-def test_symlink_to_a_manifest_is_followed(tmp_path: Path) -> None:
-    (tmp_path / "real").mkdir()
+def test_symlink_within_the_folder_is_followed(tmp_path: Path) -> None:
+    """A Kubernetes ConfigMap mount: x.yaml -> ..data/x.yaml -> ..2026_12_01/x.yaml."""
+    folder = tmp_path / "m"
+    (folder / "..2026_12_01").mkdir(parents=True)
+    write(folder / "..2026_12_01", "web.yaml", GOOD.format(name="web"))
+    (folder / "..data").symlink_to("..2026_12_01")
+    (folder / "web.yaml").symlink_to("..data/web.yaml")
+    assert list(load([folder]).entries) == ["web"]
+
+
+def test_a_symlinked_folder_is_followed(tmp_path: Path) -> None:
+    write(tmp_path, "web.yaml", GOOD.format(name="web"))
+    (tmp_path / "link").symlink_to(tmp_path)
+    assert list(load([tmp_path / "link"]).entries) == ["web"]
+
+
+def test_symlink_out_of_the_folder_is_refused_unread(tmp_path: Path) -> None:
+    """`ln -s /etc/shadow m/x.yaml`: refused by name, and not one byte of it is quoted."""
     (tmp_path / "m").mkdir()
-    target = write(tmp_path / "real", "web.yaml", GOOD.format(name="web"))
-    (tmp_path / "m" / "web.yaml").symlink_to(target)
-    assert list(load([tmp_path / "m"]).entries) == ["web"]
+    secret = tmp_path / "secret"
+    secret.write_text("root:$6$s3cr3t-h4sh:20228:0:99999:7:::\nweb: {x: 1}\n")
+    link = tmp_path / "m" / "x.yaml"
+    link.symlink_to(secret)
+    result = load([tmp_path / "m"])
+    message = only_error(result)
+    assert message.startswith(f"{link}: cannot read: a symlink to"), message
+    assert "outside the manifests folder" in message
+    assert "s3cr3t" not in message and "root:" not in message
+    assert str(link) in result.broken_sources  # what it declared before is left alone
+
+
+@pytest.mark.parametrize("value", ["1.5", "20.0", ".inf", "[]", "{}", "[20Gi]", "{a: 1}"])
+def test_memory_of_any_wrong_type_is_an_error_not_a_crash(tmp_path: Path, value: str) -> None:
+    """`devices.memory: 1.5` raised TypeError and ended every command and the daemon."""
+    spec = f"  devices: {{count: 1, kind: nvidia, memory: {value}}}\n"
+    write(tmp_path, "m.yaml", GOOD.format(name="m") + spec)
+    write(tmp_path, "ok.yaml", GOOD.format(name="ok"))
+    result = load([tmp_path])
+    message = only_error(result)
+    assert message.startswith(f"{tmp_path / 'm.yaml'}:8: spec.devices.memory: "), message
+    assert list(result.entries) == ["ok"] and "m" in result.invalid_names
+
+
+def test_an_unexpected_error_in_one_file_is_that_files_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last guard (invariant 11): a bug met while checking one manifest never ends
+    the load, and so never a pass or the daemon; the other files load as usual."""
+    from controller.store import manifests
+
+    real = manifests.load_file
+
+    def planted(path: Path, *args: object, **kwargs: object) -> None:
+        real(path, *args, **kwargs)  # type: ignore[arg-type]
+        if path.name == "bad.yaml":
+            raise TypeError("expected string or bytes-like object, got 'float'")
+
+    monkeypatch.setattr(manifests, "load_file", planted)
+    write(tmp_path, "bad.yaml", GOOD.format(name="bad"))
+    write(tmp_path, "ok.yaml", GOOD.format(name="ok"))
+    result = load([tmp_path])
+    message = only_error(result)
+    assert message.startswith(f"{tmp_path / 'bad.yaml'}: could not be checked"), message
+    assert "TypeError" in message
+    assert list(result.entries) == ["ok"]  # half a file is not the file
+    assert str(tmp_path / "bad.yaml") in result.broken_sources
+
+
+def test_a_long_unknown_key_is_quoted_short(tmp_path: Path) -> None:
+    key = "k" * 500 + "\\x00"
+    write(tmp_path, "m.yaml", GOOD.format(name="m") + f'  "{key}": 1\n')
+    message = only_error(load([tmp_path]))
+    assert "unknown field" in message and len(message) < 300, message
 
 
 # -- invariant 5: what may prune ------------------------------------------------------------

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from controller.core.excerpt import short
+
 # Binary suffixes first: Kubernetes' own set (Ki, Mi, Gi, Ti) plus its decimal ones.
 UNITS: dict[str, int] = {
     "Ki": 1 << 10,
@@ -27,30 +29,35 @@ _QUANTITY = re.compile(r"^\s*([+-]?[0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 EXAMPLE = "e.g. 20Gi, 512Mi or 80G (units Ki, Mi, Gi, Ti; k, M, G, T; none: bytes)"
 
 
-def parse_quantity(text: str | int) -> int:
-    """Bytes in a quantity; ValueError saying what is wrong (unknown unit, zero, negative)."""
-    if isinstance(text, bool):  # YAML `true` is not a size
-        raise ValueError(f"memory {text!r} is not a quantity ({EXAMPLE})")
-    if isinstance(text, int):
+def parse_quantity(text: object) -> int:
+    """Bytes in a quantity; ValueError saying what is wrong (unknown unit, zero, negative).
+
+    Takes whatever YAML gave: a float (``1.5``, ``.inf``), a list or a map is refused
+    with a message like any other bad size, never a TypeError (a TypeError here once
+    ended every command and the daemon's passes).
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
         return _positive(Decimal(text), str(text))
+    if not isinstance(text, str):  # YAML `true`, 1.5, [], {}: not a size
+        raise ValueError(f"memory {short(text)} is not a quantity ({EXAMPLE})")
     match = _QUANTITY.match(text)
     if match is None:
-        raise ValueError(f"memory {text!r} is not a quantity ({EXAMPLE})")
+        raise ValueError(f"memory {short(text)} is not a quantity ({EXAMPLE})")
     number, unit = match.groups()
     if unit not in UNITS:
-        raise ValueError(f"memory {text!r} has an unknown unit {unit!r} ({EXAMPLE})")
+        raise ValueError(f"memory {short(text)} has an unknown unit {short(unit)} ({EXAMPLE})")
     try:
         value = Decimal(number) * UNITS[unit]
     except InvalidOperation:  # pragma: no cover - the pattern admits only numbers
-        raise ValueError(f"memory {text!r} is not a quantity ({EXAMPLE})") from None
+        raise ValueError(f"memory {short(text)} is not a quantity ({EXAMPLE})") from None
     return _positive(value, text)
 
 
 def _positive(value: Decimal, text: str) -> int:
     if value < 0:
-        raise ValueError(f"memory {text!r} is negative: a request is a size, at least 1 byte")
+        raise ValueError(f"memory {short(text)} is negative: a request is a size, at least 1 byte")
     if int(value) == 0:  # a zero request would share a device for free
-        raise ValueError(f"memory {text!r} is zero: omit devices.memory for a whole device")
+        raise ValueError(f"memory {short(text)} is zero: omit devices.memory for a whole device")
     return int(value)  # a fraction of a byte rounds down
 
 

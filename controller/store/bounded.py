@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from controller.core import excerpt
 from controller.store import security
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a manifest is a few hundred bytes
@@ -27,7 +28,7 @@ def field_path(loc: Sequence[str | int]) -> str:
         if isinstance(item, int):
             parts.append(f"[{item}]")
         else:
-            parts.append(("." if parts else "") + item)
+            parts.append(("." if parts else "") + excerpt.key(item))
     return "".join(parts)
 
 
@@ -42,6 +43,22 @@ def line_for(lines: dict[Path_, int], loc: Sequence[str | int]) -> int | None:
     return lines.get(())
 
 
+def _inside_folder(path: Path) -> Path:
+    """The target of a symlinked manifest, if it stays in the manifest's folder.
+
+    A symlink within the folder is fine (a Kubernetes ConfigMap mount is made of
+    them); one that leaves it is refused unread, so no error message can ever quote
+    a file the folder does not own (``ln -s /etc/shadow m/x.yaml``).
+    """
+    target = path.resolve()
+    if not target.is_relative_to(path.parent.resolve()):
+        raise OSError(
+            f"a symlink to {excerpt.short(str(target), 80)}, outside the manifests folder: "
+            "refused unread (put the file itself in the folder)"
+        )
+    return target
+
+
 def read_bounded(path: Path, strict: bool = False) -> bytes:
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     try:
@@ -49,7 +66,7 @@ def read_bounded(path: Path, strict: bool = False) -> bytes:
     except OSError as exc:
         if exc.errno != errno.ELOOP:
             raise
-        fd = os.open(path.resolve(), flags)  # resolve(): a symlink to a file is fine
+        fd = os.open(_inside_folder(path), flags)
     try:
         info = os.fstat(fd)
         if strict:  # as root: the file we opened, not a path someone could swap

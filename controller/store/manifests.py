@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.core.cluster import cluster_refusals
+from controller.core.excerpt import short
 from controller.core.frozen import frozen
 from controller.core.specs import Deployment, Entry, is_dns1123, routable_names, spec_hash
 from controller.core.values import ValueInvalid
@@ -257,11 +258,32 @@ def load(
             continue
         for path in files:
             result.files.append(str(path))
-            load_file(path, result, strict, cache)
+            _load_guarded(path, result, strict, cache)
     if cache is not None and not result.missing_folders:  # a missing folder: keep its files'
         cache.save()
     _check_model_names(result)
     return result
+
+
+def _load_guarded(path: Path, result: LoadResult, strict: bool, cache: ParseCache | None) -> None:
+    """``load_file``, whose unexpected error becomes that file's error (invariant 11).
+
+    The last guard: a bug in checking one manifest (a type no check expected) must
+    never end a pass or the daemon; the file is broken, so what it declared before
+    is left alone, and every other file loads as usual.
+    """
+    try:
+        load_file(path, result, strict, cache)
+    except Exception as exc:
+        file = str(path)
+        for name in [n for n, e in result.entries.items() if e.source == file]:
+            del result.entries[name]  # half a file is not the file
+        why = f"{type(exc).__name__}: {short(str(exc), 120)}"
+        message = (
+            f"could not be checked (an internal error, {why}); what it declared is left "
+            "as it was. Please report this with the file."
+        )
+        _broken(result, ManifestError(file, None, None, message))
 
 
 def _check_model_names(result: LoadResult) -> None:

@@ -257,3 +257,23 @@ def test_a_folder_that_disappears_prunes_nothing_and_is_watched_again(
     d.wait(lambda: ready_pid(rc, "newcomer"), "newcomer Ready")
     assert ready_pid(rc, "survivor") == pid
     finish(d)
+
+
+def test_a_manifest_of_a_wrong_type_never_ends_the_daemon(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """`devices.memory: 1.5` once raised TypeError in every pass: the daemon exited 1 and
+    again on every restart. Now it is that file's error; the daemon and its engines go on."""
+    rc = reconcile
+    d = started(rc, daemon, "keeper")
+    pid = ready_pid(rc, "keeper")
+    bad = sleeper()
+    bad["devices"] = {"count": 1, "kind": "nvidia", "memory": 1.5}
+    rc.write("floaty", **bad)
+    d.wait(lambda: (rc.record("floaty") or {}).get("spec_valid") is False, "floaty invalid")
+    rc.write("after", **sleeper())
+    d.wait(lambda: ready_pid(rc, "after"), "a later manifest Ready")
+    d.check_running()
+    assert ready_pid(rc, "keeper") == pid
+    assert not any("Traceback" in str(line) for line in d.lines())
+    finish(d)

@@ -78,6 +78,16 @@ MAKERS: dict[str, Callable[[Path], None]] = {
         VALID_HEAD.replace("cut", "huge") + f"  engine: ollama\n  port: {10**100}\n"
     ),
     "scalar.yaml": _text("just a string\n"),
+    "memory-float.yaml": _text(
+        VALID_HEAD.replace("cut", "floaty")
+        + "  engine: command\n  command: [sleep, '9']\n"
+        + "  devices: {count: 1, kind: nvidia, memory: 1.5}\n"
+    ),
+    "memory-map.yaml": _text(
+        VALID_HEAD.replace("cut", "mappy")
+        + "  engine: command\n  command: [sleep, '9']\n  devices: {memory: {a: .inf}}\n"
+    ),
+    "link-out-of-folder.yaml": lambda p: p.symlink_to("/etc/passwd"),
     "a-directory.yaml": lambda p: p.mkdir(),
     "a-fifo.yaml": lambda p: os.mkfifo(p),
     "a-socket.yaml": _socket,
