@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -24,31 +27,31 @@ BASE: dict[str, Any] = {
     },
 }
 
-PATHS: tuple[tuple[str, ...], ...] = (
-    ("apiVersion",),
-    ("kind",),
-    ("metadata",),
-    ("metadata", "name"),
-    ("metadata", "labels"),
-    ("spec",),
-    ("spec", "engine"),
-    ("spec", "command"),
-    ("spec", "args"),
-    ("spec", "env"),
-    ("spec", "devices"),
-    ("spec", "devices", "count"),
-    ("spec", "devices", "kind"),
-    ("spec", "devices", "candidates"),
-    ("spec", "devices", "shareable"),
-    ("spec", "port"),
-    ("spec", "basePort"),
-    ("spec", "host"),
-    ("spec", "readiness"),
-    ("spec", "readiness", "deadlineSeconds"),
-    ("spec", "readiness", "httpGet"),
-    ("spec", "stopGracePeriodSeconds"),
-    ("spec", "restartPolicy"),
-)
+SCHEMA = Path(__file__).parents[2] / "schema" / "deployment.schema.json"
+
+
+def _walk(
+    node: dict[str, Any], defs: dict[str, Any], path: tuple[str, ...]
+) -> Iterator[tuple[str, ...]]:
+    """Every field path under ``node`` (``$ref``s and ``anyOf`` branches followed)."""
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        node = defs[ref.rsplit("/", 1)[-1]]
+    for branch in node.get("anyOf", ()):
+        yield from _walk(branch, defs, path)
+    for key, sub in node.get("properties", {}).items():
+        yield (*path, key)
+        yield from _walk(sub, defs, (*path, key))
+
+
+def schema_paths() -> tuple[tuple[str, ...], ...]:
+    """Every field of the manifest's schema: a field added later is fuzzed too (the
+    hand-kept list this replaced missed ``devices.memory``, whose float crashed passes)."""
+    schema = json.loads(SCHEMA.read_text())
+    return tuple(dict.fromkeys(_walk(schema, schema.get("$defs", {}), ())))
+
+
+PATHS = schema_paths()
 
 huge = st.sampled_from([2**63, -(2**63) - 1, 10**100, 1e308, float("inf"), float("-inf")])
 unicode_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=80)
@@ -70,7 +73,7 @@ values = st.recursive(
 )
 
 
-def _set(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+def set_path(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     node: Any = doc
     for key in path[:-1]:
         if not isinstance(node.get(key), dict):
@@ -96,13 +99,13 @@ def documents(draw: st.DrawFn) -> dict[str, Any]:
         path = draw(st.sampled_from(PATHS))
         kind = draw(st.sampled_from(("set", "unknown", "drop")))
         if kind == "set":
-            _set(doc, path, draw(values))
+            set_path(doc, path, draw(values))
         elif kind == "unknown":
-            _set(doc, (*path[:-1], draw(unicode_text.filter(bool))), draw(values))
+            set_path(doc, (*path[:-1], draw(unicode_text.filter(bool))), draw(values))
         else:
             _drop(doc, path)
     if draw(st.booleans()):
-        _set(doc, ("metadata", "name"), draw(unicode_text))
+        set_path(doc, ("metadata", "name"), draw(unicode_text))
     return doc
 
 
