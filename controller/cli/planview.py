@@ -24,9 +24,11 @@ from controller.core.actions import (
     Preempt,
     Promote,
     Reap,
+    Reject,
     Release,
     Replace,
     Restart,
+    Resync,
     Start,
     Stop,
     Update,
@@ -42,6 +44,7 @@ CLASS: dict[type[Action], str] = {
     MarkReady: "in-place",
     MarkSpec: "in-place",
     Adopt: "in-place",
+    Resync: "in-place",  # the record takes what the backend reports (node, port)
     Replace: "replace",
     Promote: "replace",  # RollingUpdate: the new instance takes over, the old one goes
     Stop: "destroy",
@@ -52,6 +55,7 @@ CLASS: dict[type[Action], str] = {
     Restart: "restart",
     Hold: "wait",
     Conflict: "wait",
+    Reject: "wait",  # a new deployment whose spec is invalid: it cannot start, and why
 }
 SYMBOL = {
     "create": "+",
@@ -96,10 +100,10 @@ def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> 
 
 
 def _change(action: Action, observed: Observed) -> Change:
-    kind = CLASS.get(type(action), "in-place")
+    kind = CLASS[type(action)]
     fields = action.fields if isinstance(action, Replace | Update) else ()
     pending = True
-    if isinstance(action, Hold):
+    if isinstance(action, Hold | Reject):
         view = observed.records.get(action.name)
         rec = view.record if view else None
         pending = rec is None or rec.phase is not Phase.PENDING or rec.message != action.reason

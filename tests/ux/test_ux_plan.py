@@ -77,3 +77,28 @@ def test_plan_classifies_every_change_and_the_pass_does_exactly_that(reconcile: 
 
 
 SYMBOLS = {"+", "~", "-/+", "-", "!", "↻"}
+
+
+def test_a_new_invalid_deployment_is_a_wait_not_an_update(reconcile: Any) -> None:
+    """It cannot start (`!`, with the error), and is never counted as an in-place update."""
+    rc = reconcile
+    rc.write("broken", stopGracePeriodSeconds="soon")
+    doc = rc("plan", "-o", "json", check=1).json()
+    (change,) = doc["changes"]
+    assert change["name"] == "broken" and change["change"] == "wait", change
+    assert "spec invalid" in change["reason"] and "stopGracePeriodSeconds" in change["reason"]
+    assert doc["summary"]["in-place"] == 0 and doc["summary"]["wait"] == 1
+    text = rc("plan", check=1).out
+    assert "! broken" in text and "0 to update in place" in text and "1 waiting" in text, text
+
+
+def test_every_action_has_a_plan_class() -> None:
+    """A new action must say how `plan` shows it (the fallback once called Reject an update)."""
+    from controller.cli.planview import CLASS
+    from controller.core import actions
+
+    kinds = {
+        v for v in vars(actions).values() if isinstance(v, type) and issubclass(v, actions.Action)
+    }
+    missing = sorted(k.__name__ for k in kinds - {actions.Action} - set(CLASS))
+    assert not missing, missing
