@@ -52,10 +52,17 @@ class ExitStatus:
 
 
 class Backend(Protocol):
-    name: str  # "local" or "ray": written into records and shown by status
+    name: str  # a core.backendnames name: written into records and shown by status
     # How many launches a pass may run at once: a cluster's (placing an actor, starting its
     # worker) take seconds each; a local spawn is a fork and exec.
     launch_concurrency: int
+    # What differs between backends is asked by property, never by comparing names.
+    # True: the backend picks node, port and devices itself (a cluster), so an event says
+    # where; False: the planner's exact devices and port are where the engine runs.
+    places_engines: bool
+    # True: engines are this node's child processes, so a pidfd wakes the daemon the moment
+    # one exits; False: they run elsewhere and a resync pass sees what happened.
+    exits_watchable: bool
 
     def devices(self) -> Inventory | None:
         """The devices as they are now (a cluster's nodes come and go); None: configured."""

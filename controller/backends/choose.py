@@ -8,6 +8,7 @@ ray backend (and ``ray`` itself) is imported only when it is chosen.
 from __future__ import annotations
 
 from controller.backends.base import Backend
+from controller.core.backendnames import RAY
 from controller.core.inventory import Inventory
 from controller.errors import ConfigError
 from controller.store.node import Config
@@ -24,7 +25,7 @@ def _need_ray() -> None:
 
 
 def open_backend(config: Config) -> Backend:
-    if config.backend == "ray":
+    if config.backend == RAY:
         _need_ray()
         from controller.backends.ray.backend import RayBackend
 
@@ -38,7 +39,7 @@ def open_backend(config: Config) -> Backend:
 
 def inventory_for(config: Config) -> Inventory:
     """The devices engines may use: this node's, or (ray) every live node's GPUs."""
-    if config.backend == "ray":
+    if config.backend == RAY:
         _need_ray()
         from controller.backends.ray import cluster
 

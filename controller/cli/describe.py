@@ -49,7 +49,7 @@ def describe(
     out += ["Spec:", *_indent(yaml.safe_dump(redact_spec(rec.spec), sort_keys=False).rstrip())]
     out += ["Events:", *_indent(_events(events, now))]
     log_path = store.log_path(name)
-    if rec.backend != "local" and remote_log is not None:
+    if rec.on_cluster and remote_log is not None:
         out.append(f"Log (last {LOG_LINES} lines, on node {rec.node[:8]} {rec.host}):")
         lines = [line.encode() for line in remote_log(rec)]
     else:

@@ -13,6 +13,7 @@ from typing import NoReturn
 from controller import __version__
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_USAGE
 from controller.cli.helptext import epilog
+from controller.core import backendnames
 
 
 class Parser(argparse.ArgumentParser):
@@ -63,7 +64,7 @@ def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")
     )
     p.add_argument(
         "--backend",
-        choices=("local", "ray"),
+        choices=backendnames.NAMES,
         default=d,
         help="where engines run: local (this node) or ray ($RECONCILE_BACKEND; default local)",
     )

@@ -20,6 +20,7 @@ from controller import collector
 from controller.cli.common import config, output_format, preview, selected
 from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import FORMATS, dump
+from controller.core.backendnames import on_cluster
 from controller.core.state import Drain, Record
 from controller.errors import ConfigError
 from controller.store import logfiles
@@ -101,7 +102,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     cfg = config(args)
     store = RecordStore(cfg.state_dir)
     rec = store.read(args.name)
-    if rec is not None and rec.backend != "local":
+    if rec is not None and rec.on_cluster:
         return _remote_logs(args, cfg, rec)
     path = store.log_path(args.name)
     if not logfiles.stream_files(path):
@@ -127,7 +128,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
     """describe's log lines of an engine on a cluster node, read through its backend."""
-    if cfg.backend == "local":
+    if not on_cluster(cfg.backend):
         return None
     from controller.backends.choose import open_backend
     from controller.cli.describe import LOG_LINES

@@ -100,8 +100,8 @@ def _devices(rec: Record) -> str:
 
 
 def _node(rec: Record) -> str:
-    """A Ray node id is 56 hex digits: its first 8 name it (`-o json` has all of it)."""
-    return rec.node[:8] if rec.backend == "ray" else rec.node
+    """A cluster node id (Ray: 56 hex digits): its first 8 name it (`-o json` has all of it)."""
+    return rec.node[:8] if rec.on_cluster else rec.node
 
 
 def _restarts(rec: Record, now: datetime) -> str:

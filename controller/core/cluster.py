@@ -7,6 +7,7 @@ meaning there and are refused (by `validate` and `plan`) instead of ignored.
 
 from __future__ import annotations
 
+from controller.core.backendnames import on_cluster
 from controller.core.specs import DeploymentSpec
 
 # Device kinds a cluster backend can ask for: Ray's GPU resource is the NVIDIA (CUDA) one.
@@ -15,7 +16,7 @@ CLUSTER_KINDS = ("nvidia", "any")
 
 def cluster_refusals(spec: DeploymentSpec, backend: str) -> list[tuple[str, str]]:
     """(field path, why) for each field the backend cannot honour; empty on one node."""
-    if backend != "ray":
+    if not on_cluster(backend):
         return []
     out = []
     if spec.devices.candidates is not None:

@@ -11,6 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from controller.core import backendnames
 from controller.core.frozen import frozen
 from controller.core.values import Value, ValueInvalid
 
@@ -100,7 +101,7 @@ class Record(Value):
     spec: dict[str, Any] = field(default_factory=dict)
     spec_valid: bool = True
     node: str  # local: the node name; ray: the Ray node id (full hex)
-    backend: str = "local"  # "local" or "ray": which backend judges this record
+    backend: str = backendnames.LOCAL  # which backend judges this record (a name)
     engine: str = ""
     nonce: str | None = None
     ref: ProcessRef | None = None
@@ -137,9 +138,15 @@ class Record(Value):
     def holds(self) -> bool:
         return self.phase.holds_resources
 
+    @property
+    def on_cluster(self) -> bool:
+        """A cluster backend's record: ``node`` is the cluster's node id, the pid and the
+        log live on that node, and any node's backend judges it."""
+        return backendnames.on_cluster(self.backend)
+
     def elsewhere(self, node: str | None) -> bool:
         """A local record another node made: never judged here (its pids are not ours)."""
-        return node is not None and self.backend == "local" and self.node != node
+        return node is not None and not self.on_cluster and self.node != node
 
     @property
     def ports(self) -> tuple[int, ...]:

@@ -265,10 +265,11 @@ class Daemon:
         self._arm_records(result.ours())
         # pidfds watch local engines only: a cluster engine's pid is on another machine (its
         # actor restarts it there; the resync timer's pass records what happened).
+        watchable = self.reconciler.backend.exits_watchable
         watched = {
             r.name: r.ref
             for r in result.ours()
-            if r.ref and r.phase in WATCHED and r.backend == "local"
+            if watchable and r.ref and r.phase in WATCHED and not r.on_cluster
         }
         self.exits.sync(watched)
         self._arm_liveness()
@@ -344,7 +345,7 @@ def _idle_due(
     if rec.spec.get("activation") != "OnDemand" or not rec.holds:
         return None
     idle = rec.spec.get("idleTimeout")
-    act = demand.get(base_name(rec.name))  # a rolling `--next` is asked for by its name
+    act = demand.get(base_name(rec.name))  # a rolling `@next` is asked for by its name
     if not isinstance(idle, int | float):
         return None
     if act is None:

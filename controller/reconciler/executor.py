@@ -187,7 +187,7 @@ class Executor:
         failpoints.hit("executor.spawn.after_record")
         devices = ",".join(where.devices) or "none"
         place = f"devices {devices} port {where.port}"
-        if self.backend.name != "local":
+        if self.backend.places_engines:
             place = f"node {where.node[:12]} ({where.host}) {place}"
         self.event(entry.name, verb, place, f"spawned pid {ref.pid}")
         return True

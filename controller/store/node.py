@@ -9,6 +9,7 @@ from dataclasses import field
 from datetime import datetime
 from pathlib import Path
 
+from controller.core import backendnames
 from controller.core.frozen import frozen
 from controller.core.limits import Limits, parse_limits
 from controller.core.state import Drain
@@ -36,7 +37,7 @@ class Config:
     ray_address: str | None = None  # the Ray cluster (GCS host:port or "auto"), with "ray"
 
 
-BACKENDS = ("local", "ray")
+BACKENDS = backendnames.NAMES
 
 
 def default_state_dir() -> Path:
@@ -108,10 +109,10 @@ def resolve(
 def resolve_backend(backend: str | None, ray_address: str | None) -> tuple[str, str | None]:
     """The backend and its cluster address: flag > RECONCILE_* > (address only) RAY_ADDRESS."""
     env = os.environ
-    chosen = backend or env.get("RECONCILE_BACKEND") or "local"
+    chosen = backend or env.get("RECONCILE_BACKEND") or backendnames.LOCAL
     if chosen not in BACKENDS:
         raise ConfigError(f"--backend {chosen!r}: expected one of {', '.join(BACKENDS)}")
-    if chosen != "ray":
+    if not backendnames.on_cluster(chosen):  # only a cluster has an address
         return chosen, None
     address = ray_address or env.get("RECONCILE_RAY_ADDRESS") or env.get("RAY_ADDRESS")
     if not address:

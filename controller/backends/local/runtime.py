@@ -22,6 +22,7 @@ from pathlib import Path
 
 from controller import failpoints
 from controller.backends.base import ExitStatus, Launch, engine_env
+from controller.core import backendnames
 from controller.core.inventory import Inventory
 from controller.core.specs import DeploymentSpec
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
@@ -44,8 +45,10 @@ ENVIRON_WAIT = 0.5  # seconds an empty /proc/<pid>/environ may mean "still exec'
 
 
 class LocalBackend:
-    name = "local"
+    name = backendnames.LOCAL
     launch_concurrency = 1  # a fork and exec: nothing to overlap
+    places_engines = False  # the planner chose the devices and the port
+    exits_watchable = True  # our children: a pidfd (or a liveness check) sees them end
 
     def devices(self) -> Inventory | None:
         return None  # this node's inventory, resolved once from flags or discovery

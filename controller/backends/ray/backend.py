@@ -18,6 +18,7 @@ from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 from controller.backends.base import ExitStatus, Launch
 from controller.backends.ray import cluster, naming
 from controller.backends.ray.actor import EngineHost, HostStatus, Job
+from controller.core import backendnames
 from controller.core.frozen import frozen
 from controller.core.inventory import Inventory
 from controller.core.specs import DeploymentSpec
@@ -46,8 +47,10 @@ class Seen:
 
 
 class RayBackend:
-    name = "ray"
+    name = backendnames.RAY
     launch_concurrency = 16  # each launch waits seconds for Ray to place and start a worker
+    places_engines = True  # Ray picks the node and its GPUs; the actor picks the port there
+    exits_watchable = False  # the pid is on another machine; the actor restarts it there
 
     def __init__(self, address: str, state_dir: str, owner: str) -> None:
         cluster.connect(address)
@@ -111,7 +114,7 @@ class RayBackend:
         """List our actors and ask each for its status, all at once (one ``ray.wait``)."""
         records = list(records)
         self._ns_of = {self.namespace} | {
-            naming.namespace(self.state_dir, r.owner) for r in records if r.backend == "ray"
+            naming.namespace(self.state_dir, r.owner) for r in records if r.backend == self.name
         }
         listed = [
             (a["namespace"], a["name"])
@@ -143,7 +146,7 @@ class RayBackend:
         self._by_ref = {  # the records' refs: how alive() and exit_of() find their actor
             _key(r.ref): self._seen[k]
             for r in records
-            if r.backend == "ray" and r.ref is not None and r.nonce is not None
+            if r.backend == self.name and r.ref is not None and r.nonce is not None
             for k in [(naming.namespace(self.state_dir, r.owner), r.nonce)]
             if k in self._seen
         }
