@@ -10,18 +10,19 @@ TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "invalid_request_error",
+    405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     502: "api_error",
     503: "api_error",
 }
 
 
-def error(
-    status: int, message: str, code: str, *, retry_after: float | None = None
-) -> web.Response:
-    """``{"error": {"message", "type", "param", "code"}}`` with ``Retry-After`` when given."""
-    body = {
+def body(status: int, message: str, code: str) -> dict[str, dict[str, str | None]]:
+    """``{"error": {"message", "type", "param", "code"}}``: also a stream's last event."""
+    return {
         "error": {
             "message": message,
             "type": TYPES.get(status, "api_error"),
@@ -29,10 +30,25 @@ def error(
             "code": code,
         }
     }
-    headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after is not None else None
+
+
+def error(
+    status: int,
+    message: str,
+    code: str,
+    *,
+    retry_after: float | None = None,
+    allow: tuple[str, ...] = (),
+) -> web.Response:
+    """The error body, with ``Retry-After`` (a 503 or 429) or ``Allow`` (a 405) when given."""
+    headers: dict[str, str] = {}
+    if retry_after is not None:
+        headers["Retry-After"] = str(max(1, round(retry_after)))
+    if allow:
+        headers["Allow"] = ", ".join(allow)
     return web.Response(
         status=status,
-        body=json.dumps(body).encode(),
+        body=json.dumps(body(status, message, code)).encode(),
         content_type="application/json",
-        headers=headers,
+        headers=headers or None,
     )

@@ -22,8 +22,10 @@ from controller.gateway import keys as keys_mod
 from controller.gateway.activation import Demand
 from controller.gateway.limits import Limiter
 from controller.gateway.metrics import GatewayMetrics
+from controller.gateway.quiet import Throttle, install
 from controller.gateway.routes import Front
 from controller.gateway.routing import Table
+from controller.gateway.server import Connections, connection_cap, exception_handler, factory
 from controller.gateway.settings import Settings
 from controller.logsetup import get_logger
 
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 log = get_logger("reconcile")
 
 START_WAIT = 10.0
+BACKLOG = 128  # aiohttp's default
 
 
 class Gateway:
@@ -47,6 +50,7 @@ class Gateway:
         self._started = threading.Event()
         self._failed: BaseException | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- the daemon's side (its thread) -------------------------------------------------
@@ -131,7 +135,11 @@ class Gateway:
         limiter = Limiter(
             max_inflight=s.max_inflight, max_queue=s.max_queue, queue_wait=s.queue_wait
         )
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        install()  # before the first connection: no line of the HTTP library unfiltered
+        self.loop.set_exception_handler(exception_handler(Throttle()))
+        connections = Connections(connection_cap())
+        # As many engine connections as client ones: together they stay under the fd limit.
+        connector = aiohttp.TCPConnector(limit=connections.cap, ttl_dns_cache=300)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
         session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
         self.front = Front(
@@ -146,9 +154,12 @@ class Gateway:
         # handler_cancellation: a client that goes away cancels its handler (and upstream).
         self._runner = web.AppRunner(self.front.app(), handler_cancellation=True, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, s.host, s.port, reuse_address=True)
+        assert self._runner.server is not None
+        protocols = factory(self._runner.server, self.loop, connections)
         try:
-            await site.start()
+            self._listener = await self.loop.create_server(
+                protocols, s.host, s.port, reuse_address=True, backlog=BACKLOG
+            )
         except BaseException:
             await self._runner.cleanup()
             await session.close()
@@ -159,6 +170,8 @@ class Gateway:
         watching = [task for _, task in self.front.watching.values()] if self.front else []
         for task in [*self._tasks, *watching]:
             task.cancel()
+        if self._listener is not None:
+            self._listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
         if self.front is not None:

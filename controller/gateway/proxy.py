@@ -1,16 +1,31 @@
-"""Forwarding: the request as it came (method, path, query, headers, body), the answer
-streamed back chunk by chunk as the engine sends it (a small answer with a
-Content-Length, which the engine sends whole anyway, in one write). A client that goes away cancels
-the handler, which closes the upstream connection: the engine stops generating.
+"""Forwarding: the request as it came (method, normalised path, query, headers, plain
+body), the answer streamed back chunk by chunk as the engine sends it (a small answer
+with a Content-Length, which the engine sends whole anyway, in one write). A client that
+goes away cancels the handler, which closes the upstream connection: the engine stops
+generating.
+
+An engine that fails mid-way: before any byte of its answer, :class:`UpstreamFailed`
+(the caller answers 502, or retries elsewhere when ``retry`` says it may); once the
+answer has begun reaching the client, a server-sent stream ends with an error event
+the client can read, any other answer is cut off (an incomplete body, never a
+complete-looking one).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
+
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
+from controller.gateway.answers import body as error_body
 from controller.gateway.routing import Target
+from controller.logsetup import get_logger
+
+log = get_logger("reconcile")
 
 # RFC 9110 §7.6.1 hop-by-hop fields, plus what aiohttp sets for the new connection.
 HOP_BY_HOP = frozenset(
@@ -29,10 +44,23 @@ HOP_BY_HOP = frozenset(
 )
 WHOLE_MAX = 256 * 1024  # bytes: a sized answer up to this is passed on in one write
 KEY_HEADERS = frozenset({"authorization", "x-api-key"})  # the gateway's keys stay here
+DECODED = frozenset({"content-encoding"})  # the body goes on plain (encoding.py)
 
 
 class UpstreamDown(Exception):
     """The engine refused the connection before anything was sent: safe to retry."""
+
+
+class UpstreamFailed(Exception):
+    """The engine's connection failed before the client got a byte of the answer.
+
+    ``retry``: it closed or reset the connection before sending any byte of its
+    answer, so the request may go to another instance; not once its answer had begun.
+    """
+
+    def __init__(self, message: str, *, retry: bool) -> None:
+        super().__init__(message)
+        self.retry = retry
 
 
 def _headers(
@@ -52,11 +80,23 @@ async def forward(
     request: web.Request,
     body: bytes,
     target: Target,
+    path: str,
+    query: str,
     *,
     strip_keys: bool,
 ) -> web.StreamResponse:
-    url = f"http://{_host(target.host)}:{target.port}{request.rel_url}"
-    headers = _headers(request.headers, KEY_HEADERS if strip_keys else frozenset())
+    """``path``: the normalised path and query (paths.py), the only one sent on."""
+    # encoded=True: the path is sent as normalised, never re-normalised or re-quoted.
+    url = URL.build(
+        scheme="http",
+        host=_host(target.host),
+        port=target.port,
+        path=path,
+        query_string=query,
+        encoded=True,
+    )
+    drop = DECODED | KEY_HEADERS if strip_keys else DECODED
+    headers = _headers(request.headers, drop)
     try:
         upstream = await session.request(
             request.method,
@@ -68,24 +108,82 @@ async def forward(
         )
     except aiohttp.ClientConnectorError as exc:
         raise UpstreamDown(str(exc)) from exc
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        raise UpstreamFailed(_said(exc), retry=True) from exc
+    except aiohttp.ClientError as exc:  # a malformed answer: the engine did answer
+        raise UpstreamFailed(_said(exc), retry=False) from exc
     async with upstream:
         length = upstream.content_length
         if length is not None and length <= WHOLE_MAX:
             # A sized answer (not a stream) is complete when the engine sends it: passing it
             # on as one write (headers and body together) saves a send per request.
-            body = await upstream.read()
-            whole = web.Response(status=upstream.status, reason=upstream.reason, body=body)
+            try:
+                data = await upstream.read()
+            except aiohttp.ClientError as exc:
+                raise UpstreamFailed(_said(exc), retry=False) from exc
+            whole = web.Response(status=upstream.status, reason=upstream.reason, body=data)
             whole.headers.extend(_headers(upstream.headers))
             return whole
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        response.headers.extend(_headers(upstream.headers))
-        if length is not None:
-            response.content_length = length
+        return await _stream(request, upstream, target)
+
+
+async def _stream(
+    request: web.Request, upstream: aiohttp.ClientResponse, target: Target
+) -> web.StreamResponse:
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+    response.headers.extend(_headers(upstream.headers))
+    if upstream.content_length is not None:
+        response.content_length = upstream.content_length
+    try:
         await response.prepare(request)
-        async for chunk in upstream.content.iter_any():
+        async for chunk in _chunks(upstream):
             await response.write(chunk)
         await response.write_eof()
-        return response
+    except _Cut as cut:
+        await _cut(request, response, upstream, target, cut.__cause__ or cut)
+    except ConnectionError:  # the client hung up (often right after `data: [DONE]`)
+        log.info("client went away mid-answer", deployment=target.deployment)
+    return response
+
+
+class _Cut(Exception):
+    """The engine's side of a stream failed (not the client's)."""
+
+
+async def _chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in upstream.content.iter_any():
+            yield chunk
+    except aiohttp.ClientError as exc:
+        raise _Cut from exc
+
+
+async def _cut(
+    request: web.Request,
+    response: web.StreamResponse,
+    upstream: aiohttp.ClientResponse,
+    target: Target,
+    exc: BaseException,
+) -> None:
+    """The engine failed mid-answer: an SSE stream's last event says so; other answers
+    are cut off (the client sees an incomplete body, not a complete-looking one)."""
+    log.info("engine connection lost mid-answer", deployment=target.deployment, error=_said(exc))
+    sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
+    try:
+        if sse and response.prepared:
+            why = f"the engine of {target.deployment!r} closed the connection mid-stream"
+            event = json.dumps(error_body(502, why, "upstream_error"))
+            await response.write(f"data: {event}\n\n".encode())
+            await response.write_eof()
+            return
+    except ConnectionError:
+        return
+    if request.protocol is not None:
+        request.protocol.force_close()
+
+
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _host(host: str) -> str:

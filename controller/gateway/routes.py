@@ -1,7 +1,8 @@
 """The gateway's HTTP surface: ``/healthz``, ``/v1/models`` and every other ``/v1/...``.
 
 Each answer the gateway makes itself is an OpenAI error body; what the engine
-answers is passed through untouched.
+answers is passed through untouched. Every path is routed in its normal form
+(paths.py) and only that form is forwarded: one that leaves ``/v1/`` is refused.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from controller.core.state import Record
-from controller.gateway import readiness
+from controller.gateway import encoding, paths, readiness
 from controller.gateway.activation import Demand
 from controller.gateway.answers import error
 from controller.gateway.keys import Keys, presented
 from controller.gateway.limits import Limiter
 from controller.gateway.metrics import GatewayMetrics
-from controller.gateway.proxy import UpstreamDown, forward
+from controller.gateway.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.routing import Table, Target
 from controller.logsetup import get_logger
 
@@ -32,6 +34,10 @@ log = get_logger("reconcile")
 RETRY_AFTER = 5.0  # seconds a 503 or 429 asks the client to wait
 FIRST_PASS_WAIT = 30.0  # a daemon just started: its first pass says what exists
 CONNECT_RETRIES = 3  # an engine that refuses the connection: wait for a Ready one again
+BODY_TIMEOUT = 120.0  # seconds a client may take to send its body (a slow one holds a slot)
+ROUTED = "/v1/"  # what is forwarded lies under this
+OWN_METHODS = ("GET", "HEAD")  # /healthz and /v1/models
+PROXIED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")  # the OpenAI API's
 
 
 @dataclass
@@ -48,11 +54,31 @@ class Front:
     waiting: Counter[str] = field(default_factory=Counter)  # deployment -> requests waiting
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_body)
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_route("*", "/v1/{tail:.*}", self.proxied)
+        app = web.Application(client_max_size=self.max_body, middlewares=[_openai_errors])
+        # One route: the path is normalised first, then routed here (never by its raw form).
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
         return app
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        raw, query = paths.split(request.raw_path)
+        path = paths.normalise(raw)
+        if path is None:
+            why = "the request path is not a plain absolute path (encoded slash, backslash, NUL)"
+            return error(400, why, "invalid_path")
+        if raw.startswith(ROUTED) and not paths.within(path, ROUTED):
+            why = f"the request path leaves {ROUTED} once its dot segments are resolved"
+            return error(400, why, "invalid_path")
+        own = {"/healthz": self.healthz, "/v1/models": self.models}.get(path)
+        if own is not None:
+            if request.method not in OWN_METHODS:
+                return _not_allowed(request.method, path, OWN_METHODS)
+            return await own(request)
+        if not paths.within(path, ROUTED):
+            why = f"no route for {path!r}: the gateway serves /healthz and {ROUTED}..."
+            return error(404, why, "not_found")
+        if request.method not in PROXIED_METHODS:
+            return _not_allowed(request.method, path, PROXIED_METHODS)
+        return await self.proxied(request, path, query)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -83,7 +109,7 @@ class Front:
         ]
         return web.json_response({"object": "list", "data": data})
 
-    async def proxied(self, request: web.Request) -> web.StreamResponse:
+    async def proxied(self, request: web.Request, path: str, query: str) -> web.StreamResponse:
         started = time.monotonic()
         key = self._key(request)
         if isinstance(key, web.Response):
@@ -92,15 +118,15 @@ class Front:
         deployment = "-"
         status = 500
         try:
-            answer = await self._route(request, key)
+            answer = await self._route(Incoming(request, path, query), key)
             deployment, response = answer
             status = response.status
             return response
         finally:
             self.metrics.done(deployment, key, status, time.monotonic() - started)
 
-    async def _route(self, request: web.Request, key: str) -> tuple[str, web.StreamResponse]:
-        body = await self._body(request)
+    async def _route(self, incoming: Incoming, key: str) -> tuple[str, web.StreamResponse]:
+        body = await self._body(incoming.request)
         if isinstance(body, web.Response):
             return "-", body
         model = _model(body)
@@ -117,11 +143,11 @@ class Front:
             why = f"deployment {name!r} is at its limit of concurrent requests; retry later"
             return name, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
         try:
-            return name, await self._forward(request, body, name)
+            return name, await self._forward(incoming, body, name)
         finally:
             self.limiter.release(name)
 
-    async def _forward(self, request: web.Request, body: bytes, name: str) -> web.StreamResponse:
+    async def _forward(self, incoming: Incoming, body: bytes, name: str) -> web.StreamResponse:
         on_demand = self.table.on_demand(name)
         if on_demand:
             self.demand.begin(name)
@@ -137,9 +163,9 @@ class Front:
                     why = f"deployment {name!r} is not Ready ({phase}); retry later"
                     return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
                 try:
-                    return await self._send(request, body, target)
+                    return await self._send_once_more(incoming, body, target)
                 except UpstreamDown as exc:
-                    log.warning("engine refused the connection", deployment=name, error=str(exc))
+                    log.info("engine refused the connection", deployment=name, error=str(exc))
                     self.table.mark_down(name, target)
             why = f"deployment {name!r}: its engine refused the connection; retry later"
             return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
@@ -148,13 +174,42 @@ class Front:
             if on_demand:
                 self.demand.end(name)
 
-    async def _send(self, request: web.Request, body: bytes, target: Target) -> web.StreamResponse:
+    async def _send_once_more(
+        self, incoming: Incoming, body: bytes, target: Target
+    ) -> web.StreamResponse:
+        """Send; an engine that dropped the connection before any byte of its answer gets
+        the request once more, on another Ready instance if there is one; else a 502."""
+        try:
+            return await self._send(incoming, body, target)
+        except UpstreamFailed as exc:
+            other = self.table.target(target.deployment, avoid=target.nonce) if exc.retry else None
+            log.info(
+                "engine connection lost before its answer",
+                deployment=target.deployment,
+                error=str(exc),
+                retried=str(other is not None).lower(),
+            )
+            if other is None:
+                return _upstream_error(target.deployment)
+        try:
+            return await self._send(incoming, body, other)
+        except UpstreamFailed as exc:
+            log.info("engine connection lost again", deployment=other.deployment, error=str(exc))
+            return _upstream_error(other.deployment)
+
+    async def _send(self, incoming: Incoming, body: bytes, target: Target) -> web.StreamResponse:
         """Forward, counted per engine: a retiring instance is stopped only once it is 0."""
         # No await between the table's answer and this count: retire() sees every request.
         self.table.inflight[target.nonce] += 1
         try:
             return await forward(
-                self.session, request, body, target, strip_keys=self.keys is not None
+                self.session,
+                incoming.request,
+                body,
+                target,
+                incoming.path,
+                incoming.query,
+                strip_keys=self.keys is not None,
             )
         finally:
             self.table.inflight[target.nonce] -= 1
@@ -194,12 +249,57 @@ class Front:
         self.demand.request_pass()  # the daemon records it Ready by the same probe
 
     async def _body(self, request: web.Request) -> bytes | web.Response:
+        """The plain body (Content-Encoding undone, encoding.py), or the error to answer."""
         if request.content_length is not None and request.content_length > self.max_body:
             return _too_large(self.max_body)
         try:
-            return await request.read()
+            async with asyncio.timeout(BODY_TIMEOUT):
+                raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _too_large(self.max_body)
+        except TimeoutError:
+            why = f"the request body did not arrive within {BODY_TIMEOUT:g} seconds"
+            return _closing(error(408, why, "request_timeout"))
+        plain = encoding.decode(raw, request.headers.get("Content-Encoding"), self.max_body)
+        if isinstance(plain, encoding.Refused):
+            return error(plain.status, plain.message, plain.code)
+        return plain
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A request to forward and the one path (normalised) and query it goes on with."""
+
+    request: web.Request
+    path: str
+    query: str
+
+
+@web.middleware
+async def _openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """What aiohttp would answer in plain text itself (a target no route takes, such
+    as ``*``) as an OpenAI error body."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error(exc.status, exc.reason, "invalid_request")
+
+
+def _not_allowed(method: str, path: str, allowed: tuple[str, ...]) -> web.Response:
+    why = f"method {method} is not allowed on {path} (allowed: {', '.join(allowed)})"
+    return error(405, why, "method_not_allowed", allow=allowed)
+
+
+def _upstream_error(name: str) -> web.Response:
+    why = f"the engine of {name!r} closed the connection before answering; retry later"
+    return error(502, why, "upstream_error")
+
+
+def _closing(answer: web.Response) -> web.Response:
+    answer.force_close()  # what is left of the body is not read
+    return answer
 
 
 def _too_large(limit: int) -> web.Response:

@@ -98,11 +98,14 @@ class Table:
         rec = self.records.get(name)
         return rec is not None and rec.spec.get("activation") == "OnDemand"
 
-    def target(self, name: str) -> Target | None:
-        """Where a request for deployment ``name`` goes now: the new instance first."""
-        return self._target(name, self.records.get(next_name(name))) or self._target(
-            name, self.records.get(name)
-        )
+    def target(self, name: str, avoid: str | None = "-") -> Target | None:
+        """Where a request for deployment ``name`` goes now: the new instance first; never
+        the instance whose nonce is ``avoid`` (it just dropped a request)."""
+        for rec in (self.records.get(next_name(name)), self.records.get(name)):
+            found = self._target(name, rec)
+            if found is not None and found.nonce != avoid:
+                return found
+        return None
 
     def starting(self, name: str) -> Record | None:
         """The record of ``name`` whose engine is starting (what the gateway may probe)."""

@@ -1,0 +1,46 @@
+"""Request paths made safe to route and to forward.
+
+A path is routed and forwarded in one normal form, so what the gateway checks is
+what the engine gets: percent-encoded dots decoded, dot segments removed (RFC 3986
+§5.2.4), repeated slashes collapsed. An encoded slash or backslash, a backslash, NUL
+or a path that is not absolute has no one meaning across servers (an engine may
+decode ``%2f`` and route on it): refused, never guessed at.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DOT = re.compile("%2e", re.IGNORECASE)
+_AMBIGUOUS = re.compile(r"%2f|%5c|%00|\\|\x00", re.IGNORECASE)
+_SLASHES = re.compile("/{2,}")
+
+
+def split(raw: str) -> tuple[str, str]:
+    """``/a/b?x=1`` -> (``/a/b``, ``x=1``); a fragment never reaches a server's request."""
+    path, _, query = raw.partition("?")
+    return path.partition("#")[0], query
+
+
+def normalise(path: str) -> str | None:
+    """The normal form of an origin-form path (no query), or None when it has none."""
+    if not path.startswith("/") or _AMBIGUOUS.search(path):
+        return None
+    out: list[str] = []
+    segments = _SLASHES.sub("/", _DOT.sub(".", path)).split("/")[1:]
+    for i, segment in enumerate(segments):
+        last = i == len(segments) - 1
+        if segment == "..":
+            if out:
+                out.pop()
+        elif segment != ".":
+            out.append(segment)
+            continue
+        if last:
+            out.append("")  # `/v1/a/..` names the folder `/v1/`, as a browser reads it
+    return "/" + "/".join(out)
+
+
+def within(path: str, prefix: str) -> bool:
+    """True if the normalised ``path`` lies under ``prefix`` (which ends with ``/``)."""
+    return path.startswith(prefix) and len(path) > len(prefix)
