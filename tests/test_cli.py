@@ -352,6 +352,7 @@ def test_the_ray_backend_without_ray_says_how_to_install_it(
     code = main([*argv, "--state-dir", str(tmp_path / "s"), "-q"])
     err = capsys.readouterr().err
     assert code == 1 and "pip install 'reconcile-engines[ray]'" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err  # one line
     assert not (tmp_path / "s" / "instances").exists() or not any(
         (tmp_path / "s" / "instances").glob("*.json")
     )

@@ -8,7 +8,7 @@ its memory, a whole lease never shares) and that preemption only ever goes down.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -646,5 +646,5 @@ def test_gate_gives_up_naming_a_process_that_is_not_ours() -> None:
 def test_gate_is_silent_without_nvml_or_uuids() -> None:
     g = MemoryGate(read=lambda uuids: None)
     assert g.wait(GPU_REC, lambda why: None) is None
-    no_uuid = GPU_REC.model_copy(update={"device_uuids": (None,)})
+    no_uuid = replace(GPU_REC, device_uuids=(None,))
     assert MemoryGate(read=lambda u: pytest.fail("no NVML read")).wait(no_uuid, print) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -172,7 +173,7 @@ def test_ledger_for_counts_unreadable_records_as_exclusive() -> None:
         extra_ports=(8001,),
         shareable=True,
     )
-    gone = held.model_copy(update={"name": "b", "phase": Phase.FAILED, "port": 8500})
+    gone = replace(held, name="b", phase=Phase.FAILED, port=8500)
     observed = Observed(
         foreign_devices={"nvidia:1": "old (unreadable record)"},
         foreign_ports={9000: "old (unreadable record)"},

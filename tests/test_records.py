@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from strategies import record
 
-from controller.core.state import VERSION, Phase
+from controller.core.state import VERSION, ExitInfo, Phase, ProbeConfig, ProcessRef, Record
 from controller.errors import RecordError
+from controller.store.recordjson import RecordInvalid, from_json, to_json
 from controller.store.records import RecordStore, check_name, write_atomic
 
 
@@ -108,7 +113,7 @@ def test_each_fsync_sees_the_step_before_it_done(
         else:
             assert target.parent == store.instances and target != final
             written = json.loads(target.read_bytes())  # a partial write is not valid JSON
-            assert written == json.loads(new.model_dump_json()), "synced before fully written"
+            assert written == json.loads(to_json(new)), "synced before fully written"
             assert store.read("web") == old, "the record was replaced before its data was synced"
             seen.append("file")
         real_fsync(fd)
@@ -328,3 +333,82 @@ def test_pending_record_holds_nothing() -> None:
     assert not record("web", phase=Phase.FAILED).holds
     assert record("web", phase=Phase.RESERVED).holds
     assert record("web", phase=Phase.TERMINATING).holds
+
+
+NOW = datetime(2026, 12, 1, 11, 0, 0, 123456, tzinfo=UTC)
+
+
+def full_record() -> Record:
+    """A record with every kind of field set: nested values, tuples, datetimes, None."""
+    return Record(
+        name="web",
+        owner="o",
+        node="n",
+        spec={"engine": "command", "args": ["a", 1]},
+        ref=ProcessRef(pid=42, start_time=1.5, start_ticks=7, boot_id="b"),
+        extra_ports=(8001, 8002),
+        devices=("nvidia:0",),
+        device_uuids=("GPU-1", None),
+        phase=Phase.BACKOFF,
+        probe=ProbeConfig(http=(("/health", None), ("/v1/models", "ok")), period_seconds=0.5),
+        started_at=NOW,
+        last_exit=ExitInfo(code=3, at=NOW, reason="boom"),
+        labels={"team": "search"},
+    )
+
+
+def test_a_record_round_trips_through_json() -> None:
+    rec = full_record()
+    again = from_json(to_json(rec))
+    assert again == rec and again.probe.http[1] == ("/v1/models", "ok")
+    assert isinstance(again.extra_ports, tuple) and again.phase is Phase.BACKOFF
+    assert list(json.loads(to_json(rec))) == [f.name for f in dataclasses.fields(Record)]
+
+
+def test_reads_what_earlier_releases_wrote() -> None:
+    """Datetimes with a Z (pydantic wrote them so), integral floats as ints, and fields
+    added later missing: those take the dataclass's default."""
+    old = json.loads(to_json(full_record()))
+    old["started_at"] = "2026-12-01T11:00:00.123456Z"
+    old["grace_seconds"] = 30
+    for later in ("priority", "memory", "labels", "idle_since", "device_uuids"):
+        del old[later]
+    rec = from_json(json.dumps(old))
+    assert rec.started_at == NOW and rec.grace_seconds == 30.0
+    assert (rec.priority, rec.memory, rec.labels, rec.device_uuids) == (0, None, {}, ())
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        ({"restarts": "2"}, "restarts: should be int, not str"),
+        ({"restarts": True}, "restarts: should be int, not bool"),
+        ({"phase": "Running"}, "phase: 'Running' is not one of Pending, "),
+        ({"surprise": 1}, "surprise: unknown field"),
+        ({"ref": {"pid": 42}}, "ref.start_time: field required"),
+        ({"ref": {"pid": 42, "start_time": 1.0, "x": 1}}, "ref.x: unknown field"),
+        ({"ref": {"pid": 0, "start_time": 1.0}}, "ref: pid must be in 1.."),
+        ({"ref": [42]}, "ref: should be an object, not list"),
+        ({"devices": "nvidia:0"}, "devices: should be a list, not str"),
+        ({"devices": ["nvidia:0", 1]}, "devices.1: should be str, not int"),
+        ({"started_at": "yesterday"}, "started_at: not an ISO 8601 time"),
+        ({"probe": {"http": [["/health"]]}}, "probe.http.0: should be [path, contains]"),
+        ({"last_exit": {"code": 1}}, "last_exit.at: field required"),
+        ({"labels": {"team": 1}}, "labels.team: should be str, not int"),
+        ({"owner": None}, "owner: should be str, not null"),
+    ],
+)
+def test_every_field_is_checked_and_the_problem_named(change: dict[str, Any], where: str) -> None:
+    doc = {**json.loads(to_json(full_record())), **change}
+    with pytest.raises(RecordInvalid) as caught:
+        from_json(json.dumps(doc))
+    assert where in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [(b"[]", "version: None is not one of [1]"), (b"{", "not valid JSON")],
+)
+def test_from_json_refuses_what_is_no_record(raw: bytes, why: str) -> None:
+    with pytest.raises(RecordInvalid, match=re.escape(why)):
+        from_json(raw)

@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -160,11 +161,11 @@ def test_identity_survives_a_clock_step(
     # live engine look dead (its deployment would be restarted for nothing).
     real = identity(bystander.pid)
     assert real is not None and real.start_ticks is not None and real.boot_id
-    stepped = real.model_copy(update={"start_time": real.start_time + 3600})
+    stepped = replace(real, start_time=real.start_time + 3600)
     assert rt.alive(stepped)
-    other_process = real.model_copy(update={"start_ticks": real.start_ticks - 100})
+    other_process = replace(real, start_ticks=real.start_ticks - 100)
     assert not rt.alive(other_process)
-    other_boot = real.model_copy(update={"boot_id": "another-boot"})
+    other_boot = replace(real, boot_id="another-boot")
     assert not rt.alive(other_boot)
 
 

@@ -8,15 +8,14 @@ nothing: the script is static and the shell completes without running us.
 from __future__ import annotations
 
 import argparse
-
-from controller.core.frozen import frozen
+from dataclasses import dataclass
 
 SHELLS = ("bash", "zsh", "fish")
 # Options whose value is a folder or a file: the shell completes paths for them.
 PATH_DESTS = frozenset({"manifests", "state_dir", "node_config", "metrics_file"})
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Option:
     flags: tuple[str, ...]
     takes_value: bool

@@ -323,9 +323,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    from controller import collector
-
-    collector.starting()
-    code = main()
-    collector.exiting()
-    sys.exit(code)
+    sys.exit(main())

@@ -13,7 +13,6 @@ import time
 from datetime import UTC, datetime
 from typing import TextIO
 
-from controller import collector
 from controller.core.durations import format_age
 from controller.core.state import Phase, Record
 from controller.logsetup import apply as apply_log_setup
@@ -32,7 +31,6 @@ def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | No
     stream = stream or sys.stderr
     # TERM=dumb (an editor's shell, a CI log) cannot move the cursor: log lines there.
     display: Display = Live(stream) if terminal(stream).fancy else Lines()
-    collector.settled()  # passes every second or so, maybe for minutes
     try:
         return _loop(reconciler, timeout, display)
     finally:

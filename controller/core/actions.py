@@ -5,15 +5,15 @@ The planner returns them; the executor applies them and decides nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
-from controller.core.frozen import frozen
 from controller.core.specs import Entry
 from controller.core.state import ExitInfo, Instance, MarkedProcess, Phase, ProcessRef
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Action:
     verb: ClassVar[str] = "action"
     name: str
@@ -23,7 +23,7 @@ class Action:
         return f"{self.verb} {self.name}: {self.reason}"
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Start(Action):
     """Reserve devices and a port, then spawn (a new or Pending deployment)."""
 
@@ -34,7 +34,7 @@ class Start(Action):
     extra_ports: tuple[int, ...] = ()
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Restart(Action):
     """Respawn in place: same devices and port, new nonce (after a crash or back-off)."""
 
@@ -43,14 +43,14 @@ class Restart(Action):
     restarts: int
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Stop(Action):
     """Tear the instance down completely, then drop its record."""
 
     verb = "stop"
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Replace(Stop):
     """The spec changed: tear down now, a later round starts the new one."""
 
@@ -58,7 +58,7 @@ class Replace(Stop):
     fields: tuple[str, ...] = ()
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Promote(Action):
     """RollingUpdate: ``<name>--next`` is Ready (or ``name``'s record is gone): the gateway
     moves to it, the old instance drains its in-flight requests and stops, and the new
@@ -67,7 +67,7 @@ class Promote(Action):
     verb = "promote"
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Park(Action):
     """OnDemand: tear down whatever runs (idle, or swapped out) and record it ``Idle``."""
 
@@ -75,7 +75,7 @@ class Park(Action):
     entry: Entry
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Update(Action):
     """Only fields the running engine never sees changed (readiness, restartPolicy,
     stopGracePeriodSeconds): rewrite the record in place, no restart."""
@@ -85,7 +85,7 @@ class Update(Action):
     fields: tuple[str, ...] = ()
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Preempt(Action):
     """Stop a running engine so a deployment of higher priority fits; keep it Pending.
 
@@ -98,7 +98,7 @@ class Preempt(Action):
     priority: int
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Fail(Action):
     """Kill what is left of the instance and record the outcome.
 
@@ -112,12 +112,12 @@ class Fail(Action):
     exit: ExitInfo | None = None
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class MarkReady(Action):
     verb = "ready"
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Adopt(Action):
     """A reservation whose maker died: its engine is running, take it over."""
 
@@ -125,7 +125,7 @@ class Adopt(Action):
     ref: ProcessRef
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Resync(Action):
     """The backend moved or restarted the engine on its own (Ray after a node loss or a
     crash): write where it runs now; a new engine counts a restart and is probed again."""
@@ -135,7 +135,7 @@ class Resync(Action):
     restarted: bool
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Release(Action):
     """Drop a record that holds no process (dead reservation, removed Pending, ...)."""
 
@@ -143,7 +143,7 @@ class Release(Action):
     nonce: str | None = None
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Reap(Action):
     """Kill marker processes no record accounts for (invariant 3)."""
 
@@ -151,7 +151,7 @@ class Reap(Action):
     processes: tuple[MarkedProcess, ...]
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Hold(Action):
     """Record a deployment that cannot start now as Pending, saying why."""
 
@@ -159,14 +159,14 @@ class Hold(Action):
     entry: Entry
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Reject(Action):
     """A deployment whose manifest was invalid from the start: a Pending record says why."""
 
     verb = "reject"
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class MarkSpec(Action):
     """Flag a running deployment whose manifest broke (or was fixed)."""
 
@@ -174,7 +174,7 @@ class MarkSpec(Action):
     valid: bool
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Conflict(Action):
     """The name belongs to another manifest set: report, touch nothing."""
 

@@ -13,10 +13,10 @@ A spec field that Kubernetes cannot express is a :class:`Problem`. Some can be d
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from controller.core.engines import llama_cpp, ollama, recipe_for, sglang, tgi, vllm
-from controller.core.frozen import frozen
 from controller.core.inventory import Device
 from controller.core.render import Rendered, render
 from controller.core.specs import Deployment, DeploymentSpec, Devices, Entry
@@ -49,7 +49,7 @@ DEFAULT_IMAGES = {
 Object = dict[str, Any]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Problem:
     """A spec field with no faithful Kubernetes form, and what the user can do about it."""
 
@@ -66,7 +66,7 @@ class ExportError(ValueError):
         self.problems = problems
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Exported:
     objects: tuple[Object, ...]
     dropped: tuple[Problem, ...]  # what --lossy left out (the caller warns)

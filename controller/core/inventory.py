@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controller.core.frozen import frozen
 from controller.core.quantity import format_bytes, parse_quantity
 from controller.errors import ConfigError
 
@@ -38,7 +37,7 @@ class Device:
         return "unknown" if self.memory is None else format_bytes(self.memory)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class GpuMemory:
     """What NVML says of one GPU at one moment: free bytes and who holds memory on it."""
 
@@ -47,7 +46,7 @@ class GpuMemory:
     processes: tuple[tuple[int, int], ...] = ()  # (pid, bytes used)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Inventory:
     devices: tuple[Device, ...] = ()
     source: str = "none"

@@ -10,15 +10,14 @@ a clock, a file or the environment.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from controller.core.frozen import frozen
 from controller.core.inventory import KINDS, Inventory
 
 FLAG_HELP = "--max-instances / RECONCILE_MAX_INSTANCES / maxInstances in the node config"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Limits:
     max_instances: int | None = None  # None: no node-wide limit
     per_kind: Mapping[str, int] = field(default_factory=dict)

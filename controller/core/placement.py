@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from controller.core.frozen import frozen
 from controller.core.inventory import KINDS, Device, Inventory
 from controller.core.quantity import format_bytes
 from controller.core.specs import DeploymentSpec
@@ -22,7 +21,7 @@ INTERNAL_BASE = 40000  # engines' internal ports (VLLM_PORT, TGI's master port..
 INTERNAL_BLOCK = 8
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Placed:
     devices: tuple[str, ...]
     port: int
@@ -33,7 +32,7 @@ class Placed:
         return (self.port, *self.extra_ports)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Unplaced:
     reason: str
     field: str | None = None  # the spec field at fault when no pass can ever place it

@@ -8,7 +8,7 @@ diff). Each action carries the reason `reconcile plan` prints.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from controller.core import limits as limits_mod
@@ -35,7 +35,6 @@ from controller.core.actions import (
     Update,
 )
 from controller.core.engines.share import user_share
-from controller.core.frozen import frozen
 from controller.core.inventory import Inventory
 from controller.core.limits import Limits
 from controller.core.placement import Placed, Unplaced, ledger_for, place, place_devices
@@ -81,7 +80,7 @@ ORDER: tuple[type[Action], ...] = (
 )
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Desired:
     owner: str
     entries: Mapping[str, Entry] = field(default_factory=dict)

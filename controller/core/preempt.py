@@ -9,15 +9,15 @@ the deployment that displaced it (that one's priority is higher): no flapping.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from controller.core.frozen import frozen
 from controller.core.inventory import Inventory
 from controller.core.placement import Ledger, Unplaced, place_devices
 from controller.core.specs import DeploymentSpec
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Candidate:
     """A running deployment that may be stopped for a higher priority one."""
 

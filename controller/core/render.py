@@ -7,8 +7,9 @@ spec can undo the device fence.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from controller.core.engines import Launch, RenderContext, recipe_for
-from controller.core.frozen import frozen
 from controller.core.inventory import Device, visibility_env
 from controller.core.specs import Entry, expand
 from controller.core.state import ProbeConfig
@@ -16,7 +17,7 @@ from controller.core.state import ProbeConfig
 DEFAULT_DEADLINE = 600.0
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Rendered:
     argv: tuple[str, ...]
     env: dict[str, str]

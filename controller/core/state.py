@@ -6,14 +6,12 @@ No I/O here: the planner imports these. The record store lives in
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from controller.core import backendnames
-from controller.core.frozen import frozen
-from controller.core.values import Value, ValueInvalid
 
 VERSION = 1
 START_TIME_TOLERANCE = 0.05  # seconds; a start time is exact to a clock tick
@@ -37,13 +35,12 @@ class Phase(StrEnum):
         return self not in (Phase.PENDING, Phase.FAILED, Phase.SUCCEEDED, Phase.IDLE)
 
 
-# Records and their parts are internal values (plain frozen dataclasses that check
-# their own JSON, see core/values.py): every verb reads records, and none should pay
-# for pydantic.
+# Records and their parts are plain values: the store reads and writes their JSON
+# (store/recordjson.py), and no verb that reads records needs pydantic.
 
 
-@frozen(kw_only=True, slots=True)
-class ProcessRef(Value):
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProcessRef:
     """A process identity: pid alone lies after pid reuse, (pid, start time) does not."""
 
     # 0 (our own group to killpg), negatives and past Linux's PID_MAX_LIMIT are no process:
@@ -57,7 +54,7 @@ class ProcessRef(Value):
 
     def __post_init__(self) -> None:
         if not 0 < self.pid <= PID_MAX:
-            raise ValueInvalid(("pid",), f"must be in 1..{PID_MAX}, not {self.pid}")
+            raise ValueError(f"pid must be in 1..{PID_MAX}, not {self.pid}")
 
     def same_process(self, other: ProcessRef) -> bool:
         if self.pid != other.pid:
@@ -67,8 +64,8 @@ class ProcessRef(Value):
         return abs(self.start_time - other.start_time) <= START_TIME_TOLERANCE
 
 
-@frozen(kw_only=True, slots=True)
-class ExitInfo(Value):
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExitInfo:
     code: int | None = None
     signal: int | None = None
     at: datetime
@@ -82,8 +79,8 @@ class ExitInfo(Value):
         return "exited (code unknown: not our child)"
 
 
-@frozen(kw_only=True, slots=True)
-class ProbeConfig(Value):
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProbeConfig:
     """The readiness checks, kept in the record so any later pass can probe."""
 
     http: tuple[tuple[str, str | None], ...] = ()  # (path, body must contain)
@@ -91,8 +88,8 @@ class ProbeConfig(Value):
     period_seconds: float = 2.0
 
 
-@frozen(kw_only=True, slots=True)
-class Record(Value):
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Record:
     version: int = VERSION
     name: str
     owner: str
@@ -117,7 +114,7 @@ class Record(Value):
     memory: int | None = None
     priority: int = 0  # spec.priority when placed: who may preempt it
     phase: Phase = Phase.PENDING
-    probe: ProbeConfig = field(default_factory=lambda: ProbeConfig())
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
     stop_signal: int = 15
     grace_seconds: float = 30.0
     restart_policy: str = "Always"
@@ -154,13 +151,13 @@ class Record(Value):
         return self.extra_ports if self.port is None else (self.port, *self.extra_ports)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ProbeResult:
     ready: bool
     detail: str
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class MarkedProcess:
     """A live process carrying an instance marker ``<node>/<name>/<nonce>``."""
 
@@ -170,7 +167,7 @@ class MarkedProcess:
     ppid: int
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Instance:
     """Where a backend that places engines itself (Ray) says an instance runs now.
 
@@ -187,7 +184,7 @@ class Instance:
     message: str = ""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RecordView:
     """A record plus what this pass saw of its processes."""
 
@@ -200,7 +197,7 @@ class RecordView:
     instance: Instance | None = None  # what a placing backend reports (None: local)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Activation:
     """The gateway's demand for an OnDemand deployment (``<state>/activation/<name>.json``).
 
@@ -211,7 +208,7 @@ class Activation:
     inflight: int = 0
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Drain:
     until: datetime
     reason: str = ""
@@ -222,7 +219,7 @@ class Drain:
         return now < self.until
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Observed:
     records: dict[str, RecordView] = field(default_factory=dict)
     # Devices and ports held by records this reconcile cannot read (unknown version).

@@ -22,7 +22,6 @@ from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import ParamSpec, Protocol
 
-from controller import collector
 from controller.backends.base import Backend
 from controller.backends.choose import inventory_for, open_backend
 from controller.core.actions import Conflict, Hold
@@ -111,7 +110,6 @@ class Daemon:
         if self.front is not None:
             self.front.start(self.request_pass)
         self.triggers.add("start")
-        collector.settled()  # set up: what start-up made is frozen out of every collection
         if self.notifier.ping_interval:
             self.timers.after("watchdog", 0)
         log.info("daemon started", pid=os.getpid(), folders=[str(f) for f in self.folders.folders])

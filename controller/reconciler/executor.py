@@ -10,7 +10,7 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, assert_never
 
@@ -170,18 +170,17 @@ class Executor:
         now = self.now()
         ref = where.ref
         assert ref is not None
-        started = record.model_copy(
-            update={
-                "ref": ref,
-                "node": where.node,
-                "host": where.host,
-                "port": where.port,
-                "devices": where.devices,
-                "phase": Phase.STARTING,
-                "started_at": now,
-                "ready_deadline_at": now + timedelta(seconds=rendered.deadline_seconds),
-                "message": "",
-            }
+        started = replace(
+            record,
+            ref=ref,
+            node=where.node,
+            host=where.host,
+            port=where.port,
+            devices=where.devices,
+            phase=Phase.STARTING,
+            started_at=now,
+            ready_deadline_at=now + timedelta(seconds=rendered.deadline_seconds),
+            message="",
         )
         self.store.write(started)
         failpoints.hit("executor.spawn.after_record")
@@ -206,12 +205,11 @@ class Executor:
         """Not started: BackOff until the next restart's delay is over, saying why."""
         delay = backoff(max(record.restarts, 1))
         until = self.now() + timedelta(seconds=delay)
-        update = {"phase": Phase.BACKOFF, "backoff_until": until, "message": message}
-        self.store.write(record.model_copy(update=update))
+        self.store.write(replace(record, phase=Phase.BACKOFF, backoff_until=until, message=message))
 
     def _terminate(self, rec: Record, reason: str, point: str | None = None) -> None:
         """Record Terminating, then tear down: a crash between them is finished by a later pass."""
-        self.store.write(rec.model_copy(update={"phase": Phase.TERMINATING, "message": reason}))
+        self.store.write(replace(rec, phase=Phase.TERMINATING, message=reason))
         if point is not None:
             failpoints.hit(point)
         self.backend.teardown(rec)
@@ -235,16 +233,15 @@ class Executor:
             return False
         self.backend.sweep(rec.nonce, rec.ref if rec.ref else None)
         failpoints.hit("executor.restart.after_sweep")
-        fresh = rec.model_copy(
-            update={
-                "nonce": os.urandom(8).hex(),  # secrets.token_hex, without hmac + hashlib
-                "ref": None,
-                "reserved_by": self.records.me,
-                "phase": Phase.RESERVED,
-                "restarts": action.restarts,
-                "backoff_until": None,
-                "ready_at": None,
-            }
+        fresh = replace(
+            rec,
+            nonce=os.urandom(8).hex(),  # secrets.token_hex, without hmac + hashlib
+            ref=None,
+            reserved_by=self.records.me,
+            phase=Phase.RESERVED,
+            restarts=action.restarts,
+            backoff_until=None,
+            ready_at=None,
         )
         self.store.write(fresh)
         return self.spawn(fresh, action.entry, verb="restart")
@@ -276,7 +273,7 @@ class Executor:
         if old is not None and old.nonce != new.nonce:
             self.drain(old, new)
             self._terminate(old, action.reason, "executor.promote.after_terminating")
-        self.store.write(new.model_copy(update={"name": action.name}))
+        self.store.write(replace(new, name=action.name))
         failpoints.hit("executor.promote.after_rename")
         self.store.delete(new.name)
         pid = new.ref.pid if new.ref else "none"
@@ -298,23 +295,22 @@ class Executor:
         if rec is None:
             return False
         self.backend.teardown(rec)
-        pending = rec.model_copy(
-            update={
-                "phase": Phase.PENDING,
-                "ref": None,
-                "nonce": None,
-                "reserved_by": None,
-                "devices": (),
-                "device_uuids": (),
-                "memory": None,
-                "port": None,
-                "extra_ports": (),
-                "started_at": None,
-                "ready_at": None,
-                "ready_deadline_at": None,
-                "backoff_until": None,
-                "message": action.reason,
-            }
+        pending = replace(
+            rec,
+            phase=Phase.PENDING,
+            ref=None,
+            nonce=None,
+            reserved_by=None,
+            devices=(),
+            device_uuids=(),
+            memory=None,
+            port=None,
+            extra_ports=(),
+            started_at=None,
+            ready_at=None,
+            ready_deadline_at=None,
+            backoff_until=None,
+            message=action.reason,
         )
         self.store.write(pending)
         self.event(action.name, action.verb, action.reason, "stopped; Pending until room returns")
@@ -325,18 +321,18 @@ class Executor:
         if rec is None:
             return False
         self.backend.teardown(rec)
-        update: dict[str, Any] = {
-            "phase": action.phase,
-            "backoff_until": action.retry_at,
-            "restarts": action.restarts,
-            "message": action.reason,
-        }
-        if action.exit is not None:
-            update["last_exit"] = action.exit
+        failed = replace(
+            rec,
+            phase=action.phase,
+            backoff_until=action.retry_at,
+            restarts=action.restarts,
+            message=action.reason,
+            last_exit=rec.last_exit if action.exit is None else action.exit,
+        )
         if not action.phase.holds_resources:  # Failed/Succeeded release their lease
-            update.update(devices=(), device_uuids=(), port=None, extra_ports=())
+            failed = replace(failed, devices=(), device_uuids=(), port=None, extra_ports=())
         failpoints.hit("executor.fail.before_write")
-        self.store.write(rec.model_copy(update=update))
+        self.store.write(failed)
         self.event(action.name, action.verb, action.reason, str(action.phase), **self._why(action))
         return True
 
@@ -356,21 +352,24 @@ class Executor:
             return False
         rendered = self.records.render(action.entry, rec.devices, rec.port, rec.extra_ports)
         spec = action.entry.deployment.spec
-        update: dict[str, Any] = {
-            "spec": spec_document(spec),
-            "spec_hash": action.entry.hash,
-            "source": action.entry.source,
-            "restart_policy": spec.restart_policy,
-            "priority": spec.priority,
-            "probe": rendered.probe,
-            "grace_seconds": rendered.grace_seconds,
-            "revision": self.records.revision,
-            "labels": dict(action.entry.deployment.metadata.labels),
-        }
-        if rec.started_at is not None:
-            deadline = rec.started_at + timedelta(seconds=rendered.deadline_seconds)
-            update["ready_deadline_at"] = deadline
-        self.store.write(rec.model_copy(update=update))
+        started = rec.started_at
+        self.store.write(
+            replace(
+                rec,
+                spec=spec_document(spec),
+                spec_hash=action.entry.hash,
+                source=action.entry.source,
+                restart_policy=spec.restart_policy,
+                priority=spec.priority,
+                probe=rendered.probe,
+                grace_seconds=rendered.grace_seconds,
+                revision=self.records.revision,
+                labels=dict(action.entry.deployment.metadata.labels),
+                ready_deadline_at=rec.ready_deadline_at
+                if started is None
+                else started + timedelta(seconds=rendered.deadline_seconds),
+            )
+        )
         self.event(action.name, action.verb, action.reason, "updated in place (no restart)")
         return True
 
@@ -380,8 +379,7 @@ class Executor:
             return False
         started = rec.started_at or self.now()
         took = (self.now() - started).total_seconds()
-        update = {"phase": Phase.READY, "ready_at": self.now(), "message": ""}
-        self.store.write(rec.model_copy(update=update))
+        self.store.write(replace(rec, phase=Phase.READY, ready_at=self.now(), message=""))
         self.event(action.name, "ready", action.reason, f"ready after {took:.1f}s")
         return True
 
@@ -390,7 +388,7 @@ class Executor:
         if rec is None:
             return False
         message = "" if action.valid else action.reason
-        self.store.write(rec.model_copy(update={"spec_valid": action.valid, "message": message}))
+        self.store.write(replace(rec, spec_valid=action.valid, message=message))
         self.event(action.name, action.verb, action.reason, "valid" if action.valid else "invalid")
         return True
 
@@ -398,13 +396,10 @@ class Executor:
         rec = self.store.read(action.name)
         if rec is None:
             return False
-        update = {
-            "ref": action.ref,
-            "phase": Phase.STARTING,
-            "started_at": rec.started_at or self.now(),
-        }
+        started = rec.started_at or self.now()
+        adopted = replace(rec, ref=action.ref, phase=Phase.STARTING, started_at=started)
         failpoints.hit("executor.adopt.before_write")
-        self.store.write(rec.model_copy(update=update))
+        self.store.write(adopted)
         self.event(action.name, action.verb, action.reason, f"adopted pid {action.ref.pid}")
         return True
 
@@ -414,24 +409,25 @@ class Executor:
         if rec is None:
             return False
         now, at = action.instance, self.now()
-        update: dict[str, Any] = {
-            "node": now.node,
-            "host": now.host,
-            "port": now.port,
-            "devices": now.devices,
-            "message": now.message,
-        }
+        moved = replace(
+            rec,
+            node=now.node,
+            host=now.host,
+            port=now.port,
+            devices=now.devices,
+            message=now.message,
+            ref=rec.ref if now.ref is None else now.ref,
+        )
         if now.ref is None or action.restarted:
-            update.update(phase=Phase.STARTING, ready_at=None)
-        if now.ref is not None:
-            update["ref"] = now.ref
+            moved = replace(moved, phase=Phase.STARTING, ready_at=None)
         if action.restarted:
             window = _deadline_window(rec)
-            update.update(restarts=rec.restarts + 1, started_at=at)
-            update["ready_deadline_at"] = at + window if window is not None else None
-        self.store.write(rec.model_copy(update=update))
-        restarts = update.get("restarts", rec.restarts)
-        self.event(action.name, action.verb, action.reason, f"restarts {restarts}")
+            deadline = at + window if window is not None else None
+            moved = replace(
+                moved, restarts=rec.restarts + 1, started_at=at, ready_deadline_at=deadline
+            )
+        self.store.write(moved)
+        self.event(action.name, action.verb, action.reason, f"restarts {moved.restarts}")
         return True
 
     def _release(self, action: Release) -> bool:

@@ -7,7 +7,7 @@ run, whose probe, deadline and grace the record keeps) lives here.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from controller.core.inventory import Device, Inventory
@@ -48,26 +48,25 @@ class RecordMaker:
         rendered = self.render(entry, devices, port, extra_ports)
         keyed = self.inventory.by_key()
         spec = entry.deployment.spec
-        return self.pending(entry, "").model_copy(  # the fields every record of it shares
-            update={
-                "name": name or entry.name,
-                "nonce": os.urandom(8).hex(),  # secrets.token_hex, without hmac + hashlib
-                "reserved_by": self.me,
-                "host": spec.host,
-                "port": port,
-                "extra_ports": extra_ports,
-                "devices": devices,
-                "shareable": spec.devices.shareable,
-                "device_uuids": tuple(keyed[d].uuid if d in keyed else None for d in devices),
-                "memory": spec.devices.memory if devices else None,
-                "phase": Phase.RESERVED,
-                "probe": rendered.probe,
-                "stop_signal": rendered.stop_signal,
-                "grace_seconds": rendered.grace_seconds,
-                "reserved_at": now,
-                "ready_deadline_at": now + timedelta(seconds=rendered.deadline_seconds),
-                "restarts": restarts,
-            }
+        return replace(
+            self.pending(entry, ""),  # the fields every record of it shares
+            name=name or entry.name,
+            nonce=os.urandom(8).hex(),  # secrets.token_hex, without hmac + hashlib
+            reserved_by=self.me,
+            host=spec.host,
+            port=port,
+            extra_ports=extra_ports,
+            devices=devices,
+            shareable=spec.devices.shareable,
+            device_uuids=tuple(keyed[d].uuid if d in keyed else None for d in devices),
+            memory=spec.devices.memory if devices else None,
+            phase=Phase.RESERVED,
+            probe=rendered.probe,
+            stop_signal=rendered.stop_signal,
+            grace_seconds=rendered.grace_seconds,
+            reserved_at=now,
+            ready_deadline_at=now + timedelta(seconds=rendered.deadline_seconds),
+            restarts=restarts,
         )
 
     def pending(self, entry: Entry, reason: str) -> Record:
@@ -90,9 +89,7 @@ class RecordMaker:
 
     def idle(self, entry: Entry, reason: str) -> Record:
         """An OnDemand deployment parked: no engine, no device, no port (phase Idle)."""
-        return self.pending(entry, reason).model_copy(
-            update={"phase": Phase.IDLE, "idle_since": self.now()}
-        )
+        return replace(self.pending(entry, reason), phase=Phase.IDLE, idle_since=self.now())
 
     def render(
         self, entry: Entry, devices: tuple[str, ...], port: int, extra_ports: tuple[int, ...]

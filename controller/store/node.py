@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from controller.core import backendnames
-from controller.core.frozen import frozen
 from controller.core.limits import Limits, parse_limits
 from controller.core.state import Drain
 from controller.errors import ConfigError
@@ -18,7 +17,7 @@ from controller.store import logfiles
 from controller.store.records import write_atomic
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Config:
     manifests: tuple[Path, ...]
     state_dir: Path

@@ -17,15 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from controller import failpoints
-from controller.core.frozen import frozen
 from controller.core.names import record_name_ok
 from controller.core.state import VERSION, Record
-from controller.core.values import ValueInvalid
 from controller.errors import RecordError
 from controller.store import security
+from controller.store.recordjson import READERS, RecordInvalid, to_json
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RecordProblem:
     path: str
     message: str
@@ -126,8 +125,7 @@ class RecordStore:
         return self.logs / f"{check_name(name)}.log"
 
     def write(self, record: Record) -> None:
-        data = record.model_dump_json(indent=1).encode() + b"\n"
-        write_atomic(self.path(record.name), data)
+        write_atomic(self.path(record.name), to_json(record))
 
     def delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -163,12 +161,15 @@ class RecordStore:
         except ValueError as exc:
             self._quarantine(path, snap, f"not valid JSON: {exc}")
             return
-        if isinstance(data, dict) and data.get("version") != VERSION:
+        # Not an object at all: no version to respect, so a corrupt record of ours.
+        version = data.get("version") if isinstance(data, dict) else VERSION
+        reader = READERS.get(version) if isinstance(version, int) else None
+        if reader is None:
             snap.problems.append(_unknown_version(path, name, data))
             return
         try:
-            record = Record.model_validate(data)
-        except ValueInvalid as exc:
+            record = reader(data)
+        except RecordInvalid as exc:
             self._quarantine(path, snap, f"not a valid record: {exc}")
             return
         if record.name != name:

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from controller.core.state import Phase, ProcessRef, Record
+from controller.store.recordjson import from_json, to_json
 
 from .cluster import Cluster, Marked, alive, marked, start_time
 
@@ -39,10 +40,10 @@ def read_records(state: Path) -> tuple[dict[str, Record], list[str]]:
             if path.name.startswith(".") or not path.name.endswith(".json"):
                 continue
             try:
-                rec = Record.model_validate_json(path.read_bytes())
+                rec = from_json(path.read_bytes())
             except FileNotFoundError:
                 continue
-            except ValueError as exc:  # ValueInvalid included
+            except ValueError as exc:  # RecordInvalid included
                 problems.append(f"corrupt record {path.name}: {str(exc)[:200]}")
                 continue
             records[rec.name] = rec
@@ -151,7 +152,7 @@ def describe(cluster: Cluster) -> str:
     """What a failing assertion shows: the records and the marker processes."""
     records, _ = read_records(cluster.state)
     shown = {
-        n: {k: v for k, v in json.loads(r.model_dump_json()).items() if k != "spec"}
+        n: {k: v for k, v in json.loads(to_json(r)).items() if k != "spec"}
         for n, r in records.items()
     }
     procs = [(p.pid, p.name, p.nonce) for p in marked(cluster.node)]

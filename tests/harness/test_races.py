@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from controller.core.state import Record
+from controller.store.recordjson import from_json
 
 from .churn import pool, random_churn
 from .cluster import Cluster
@@ -45,7 +46,7 @@ def sample(state: Path) -> list[str]:
         for path in (state / "instances").glob("*.json"):
             with contextlib.suppress(FileNotFoundError, ValueError), open(path, "rb") as f:
                 info = os.fstat(f.fileno())
-                rec = Record.model_validate_json(f.read())
+                rec = from_json(f.read())
                 seen[rec.name] = ((info.st_ino, info.st_mtime_ns, info.st_size), rec)
     found = double_bookings({n: r for n, (_, r) in seen.items()})
     if not found:

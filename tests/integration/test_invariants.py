@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -298,9 +299,7 @@ def test_6_pid_reuse_never_makes_a_dead_engine_look_alive(reconcile: Any) -> Non
     real = identity(reuser.pid)
     assert real is not None
     # the dead engine's pid, now a live process that started later
-    store.write(
-        rec.model_copy(update={"ref": ProcessRef(pid=reuser.pid, start_time=real.start_time - 60)})
-    )
+    store.write(replace(rec, ref=ProcessRef(pid=reuser.pid, start_time=real.start_time - 60)))
     reconcile.converge()
     again = reconcile.status()["web"]
     assert again["restarts"] == 1 and again["pid"] != reuser.pid

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from dataclasses import replace
 from typing import Any
 
 from procs import alive, environ, wait_for, wait_gone
@@ -145,14 +146,14 @@ def test_a_recorded_pid_now_held_by_an_unrelated_process(reconcile: Any) -> None
     os.kill(web["pid"], signal.SIGKILL)  # the engine died ...
     wait_gone(web["pid"])
     fake = ProcessRef(pid=stranger.pid, start_time=rec.ref.start_time)  # ... its pid "reused"
-    store.write(rec.model_copy(update={"ref": fake}))
+    store.write(replace(rec, ref=fake))
 
     reconcile.converge()  # dead (start time differs): restarted, never signalled
     assert stranger.poll() is None
     restarted = reconcile.status()["web"]
     assert restarted["pid"] not in (stranger.pid, web["pid"]) and restarted["restarts"] == 1
 
-    store.write(store.read("web").model_copy(update={"ref": fake}))
+    store.write(replace(store.read("web"), ref=fake))
     reconcile.down()  # teardown of that record: still never the stranger
     assert stranger.poll() is None and alive(stranger.pid)
     wait_gone(restarted["pid"])  # the real engine, found by its marker, is gone

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from controller.core.frozen import frozen
 from controller.core.inventory import Device
 from controller.errors import RecipeError as RecipeError  # re-exported: the recipes raise it
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class HttpCheck:
     """GET ``path``; ready when the status is 2xx and, if set, the body contains ``contains``."""
 
@@ -25,7 +24,7 @@ class HttpCheck:
     contains: str | None = None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Readiness:
     """All ``http`` checks must pass; else a TCP connect if ``tcp``; else ready once running."""
 
@@ -37,7 +36,7 @@ class Readiness:
         return "http" if self.http else "tcp" if self.tcp else "exec"
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RenderContext:
     name: str
     model: str | None
@@ -56,7 +55,7 @@ class RenderContext:
     runtime_dir: str = "/tmp"
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Launch:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)

@@ -1,0 +1,246 @@
+"""A record's JSON: written with ``asdict``, read back field by field, one reader per version.
+
+A record file may be truncated, hand-edited or written by another reconcile, so every
+field is read with its type checked, unknown fields are refused, and the first problem
+is reported with its path (``ref.pid: ...``): the store quarantines the file with it.
+Defaults are the dataclasses' own (``_BLANK``), so a field added later reads from an
+older file as the code's default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from controller.core.state import VERSION, ExitInfo, Phase, ProbeConfig, ProcessRef, Record
+
+T = TypeVar("T")
+_BLANK = Record(name="", owner="", node="")
+_PROBE = ProbeConfig()
+_REQUIRED: Any = object()  # the default of a field a record must have
+
+
+class RecordInvalid(ValueError):
+    """A record document that does not fit the record: where (a dotted path) and what."""
+
+
+def to_json(record: Record) -> bytes:
+    data = json.dumps(dataclasses.asdict(record), indent=1, default=_iso)
+    return data.encode() + b"\n"
+
+
+def _iso(value: object) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def from_json(raw: bytes | str) -> Record:
+    """A record from its file's bytes; RecordInvalid (a ValueError) if it is none."""
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise RecordInvalid(f"not valid JSON: {exc}") from exc
+    version = data.get("version") if isinstance(data, dict) else None
+    reader = READERS.get(version) if isinstance(version, int) else None
+    if reader is None:
+        raise RecordInvalid(f"version: {version!r} is not one of {sorted(READERS)}")
+    return reader(data)
+
+
+class Fields:
+    """One JSON object, its fields taken one at a time, each checked for its type."""
+
+    def __init__(self, data: object, where: str = "") -> None:
+        if not isinstance(data, dict):
+            raise RecordInvalid(f"{where or '(top)'}: should be an object, not {_kind(data)}")
+        self.data: dict[str, Any] = data
+        self.where = where
+        self.seen: set[str] = set()
+
+    def path(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def raw(self, key: str, default: Any) -> Any:
+        self.seen.add(key)
+        if key in self.data:
+            return self.data[key]
+        if default is _REQUIRED:
+            raise RecordInvalid(f"{self.path(key)}: field required")
+        return default
+
+    def take(self, key: str, kind: type[T], default: T = _REQUIRED) -> T:
+        return _typed(self.raw(key, default), kind, self.path(key))
+
+    def maybe(self, key: str, kind: type[T]) -> T | None:
+        value = self.raw(key, None)
+        return None if value is None else _typed(value, kind, self.path(key))
+
+    def items(self, key: str, kind: type[T], default: tuple[T, ...] = ()) -> tuple[T, ...]:
+        value = self.raw(key, default)
+        if not isinstance(value, list | tuple):
+            raise RecordInvalid(f"{self.path(key)}: should be a list, not {_kind(value)}")
+        return tuple(_typed(v, kind, f"{self.path(key)}.{i}") for i, v in enumerate(value))
+
+    def time(self, key: str) -> datetime | None:
+        value = self.maybe(key, str)
+        try:
+            return None if value is None else datetime.fromisoformat(value)
+        except ValueError:
+            raise RecordInvalid(f"{self.path(key)}: not an ISO 8601 time: {value!r}") from None
+
+    def nested(self, key: str, read: Callable[[Fields], T]) -> T | None:
+        value = self.raw(key, None)
+        return None if value is None else read(Fields(value, self.path(key)))
+
+    def build(self, make: Callable[[], T]) -> T:
+        """``make()`` reads the fields and builds the value; then no key may be left unread."""
+        try:
+            made = make()
+        except RecordInvalid:
+            raise
+        except ValueError as exc:  # the value's own check (a pid's range), named where it sits
+            raise RecordInvalid(f"{self.where or '(top)'}: {exc}") from None
+        extra = sorted(set(self.data) - self.seen)
+        if extra:
+            raise RecordInvalid(f"{self.path(extra[0])}: unknown field")
+        return made
+
+
+def _typed(value: object, kind: type[T], where: str) -> T:
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)  # JSON writes 2.0 as 2.0, but a hand-edited 2 is a float too
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise RecordInvalid(f"{where}: should be {kind.__name__}, not {_kind(value)}")
+    return value
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _strings(fields: Fields, key: str) -> dict[str, str]:
+    value = fields.take(key, dict, {})
+    for k, v in value.items():
+        _typed(v, str, f"{fields.path(key)}.{k}")
+    return dict(value)
+
+
+def _process_ref(f: Fields) -> ProcessRef:
+    return f.build(
+        lambda: ProcessRef(
+            pid=f.take("pid", int),
+            start_time=f.take("start_time", float),
+            start_ticks=f.maybe("start_ticks", int),
+            boot_id=f.maybe("boot_id", str),
+        )
+    )
+
+
+def _exit_info(f: Fields) -> ExitInfo:
+    return f.build(
+        lambda: ExitInfo(
+            code=f.maybe("code", int),
+            signal=f.maybe("signal", int),
+            at=_required(f.time("at"), f.path("at")),
+            reason=f.take("reason", str, ""),
+        )
+    )
+
+
+def _required(value: T | None, where: str) -> T:
+    if value is None:
+        raise RecordInvalid(f"{where}: field required")
+    return value
+
+
+def _probe(f: Fields) -> ProbeConfig:
+    return f.build(
+        lambda: ProbeConfig(
+            http=_checks(f),
+            tcp=f.take("tcp", bool, _PROBE.tcp),
+            period_seconds=f.take("period_seconds", float, _PROBE.period_seconds),
+        )
+    )
+
+
+def _checks(f: Fields) -> tuple[tuple[str, str | None], ...]:
+    """``[[path, contains-or-null], ...]``."""
+    out: list[tuple[str, str | None]] = []
+    for i, check in enumerate(f.items("http", list)):
+        where = f"{f.path('http')}.{i}"
+        if len(check) != 2:
+            raise RecordInvalid(f"{where}: should be [path, contains], not {len(check)} items")
+        contains = None if check[1] is None else _typed(check[1], str, f"{where}.1")
+        out.append((_typed(check[0], str, f"{where}.0"), contains))
+    return tuple(out)
+
+
+def _phase(f: Fields) -> Phase:
+    value = f.take("phase", str, _BLANK.phase)
+    try:
+        return Phase(value)
+    except ValueError:
+        choices = ", ".join(p.value for p in Phase)
+        raise RecordInvalid(f"{f.path('phase')}: {value!r} is not one of {choices}") from None
+
+
+def _device_uuids(f: Fields) -> tuple[str | None, ...]:
+    uuids = f.items("device_uuids", object)
+    for i, uuid in enumerate(uuids):
+        if uuid is not None:
+            _typed(uuid, str, f"{f.path('device_uuids')}.{i}")
+    return tuple(u if isinstance(u, str) else None for u in uuids)
+
+
+def record_v1(data: object) -> Record:
+    """Version 1: every field of :class:`Record` as ``to_json`` writes it."""
+    f, b = Fields(data), _BLANK
+    return f.build(
+        lambda: Record(
+            version=f.take("version", int),
+            name=f.take("name", str),
+            owner=f.take("owner", str),
+            source=f.take("source", str, b.source),
+            spec_hash=f.take("spec_hash", str, b.spec_hash),
+            spec=dict(f.take("spec", dict, {})),
+            spec_valid=f.take("spec_valid", bool, b.spec_valid),
+            node=f.take("node", str),
+            backend=f.take("backend", str, b.backend),
+            engine=f.take("engine", str, b.engine),
+            nonce=f.maybe("nonce", str),
+            ref=f.nested("ref", _process_ref),
+            reserved_by=f.nested("reserved_by", _process_ref),
+            host=f.take("host", str, b.host),
+            port=f.maybe("port", int),
+            extra_ports=f.items("extra_ports", int),
+            devices=f.items("devices", str),
+            shareable=f.take("shareable", bool, b.shareable),
+            device_uuids=_device_uuids(f),
+            memory=f.maybe("memory", int),
+            priority=f.take("priority", int, b.priority),
+            phase=_phase(f),
+            probe=f.nested("probe", _probe) or _PROBE,
+            stop_signal=f.take("stop_signal", int, b.stop_signal),
+            grace_seconds=f.take("grace_seconds", float, b.grace_seconds),
+            restart_policy=f.take("restart_policy", str, b.restart_policy),
+            reserved_at=f.time("reserved_at"),
+            started_at=f.time("started_at"),
+            ready_deadline_at=f.time("ready_deadline_at"),
+            ready_at=f.time("ready_at"),
+            restarts=f.take("restarts", int, b.restarts),
+            backoff_until=f.time("backoff_until"),
+            last_exit=f.nested("last_exit", _exit_info),
+            revision=f.maybe("revision", str),
+            message=f.take("message", str, b.message),
+            idle_since=f.time("idle_since"),
+            labels=_strings(f, "labels"),
+        )
+    )
+
+
+# The record versions this reconcile reads; a file of another is left in place (records.py).
+READERS: dict[int, Callable[[object], Record]] = {VERSION: record_v1}
