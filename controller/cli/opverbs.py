@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from controller import collector
 from controller.cli.common import config, output_format, preview, selected
 from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import FORMATS, dump
@@ -118,7 +117,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
             logfiles.copy_stream(path, out)
         out.flush()
         if args.follow:
-            collector.settled()
             logfiles.follow(path, _flushing(out), lambda: store.read(args.name) is not None)
     except BrokenPipeError:  # `reconcile logs x | head`
         with contextlib.suppress(OSError):
@@ -168,8 +166,6 @@ def _remote_logs(args: argparse.Namespace, cfg: Config, rec: Record) -> int:
         lines = lines[-args.tail :] if args.tail else []
     out.write(b"".join(lines))
     out.flush()
-    if args.follow:
-        collector.settled()
     while args.follow and got is not None:
         time.sleep(0.5)
         got = backend.log_since(rec, offset)
@@ -249,7 +245,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from controller.cli.schemadoc import documented_schema
+    from controller.core.specs import json_schema
 
-    print(json.dumps(documented_schema(), indent=2))
+    print(json.dumps(json_schema(), indent=2))
     return EXIT_OK

@@ -1,19 +1,21 @@
-"""The Deployment manifest as frozen values (no I/O), checked by core/values.py.
+"""The Deployment manifest as frozen pydantic models (no I/O).
 
-The manifest uses Kubernetes' camelCase; Python code uses snake_case (``CAMEL``).
-Unknown fields are errors everywhere. Numbers written as strings are taken, as
-they always were (``LAX``).
+The manifest uses Kubernetes' camelCase; Python code uses snake_case through
+aliases. Unknown fields are errors everywhere (``extra="forbid"``). Numbers written
+as strings are taken (pydantic's lax mode), as they always were; booleans are not.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import field
-from typing import Annotated, Any, ClassVar, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
 
 from controller.core.digest import sha256_hex
-from controller.core.frozen import frozen
 
 # re-exported: their home is core.names, which records import without the specs
 from controller.core.names import DNS1123 as DNS1123
@@ -23,7 +25,6 @@ from controller.core.names import is_dns1123 as is_dns1123
 from controller.core.names import is_next as is_next
 from controller.core.names import next_name as next_name
 from controller.core.quantity import parse_quantity
-from controller.core.values import Rule, Value, ValueInvalid
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices)\}")
@@ -51,6 +52,7 @@ def _scalar_to_str(value: Any) -> Any:
 
 def _duration(value: Any) -> Any:
     """``idleTimeout: 10m`` (or plain seconds) -> seconds."""
+    value = _not_bool(value)
     if isinstance(value, str):
         from controller.core.durations import parse_duration
 
@@ -85,129 +87,221 @@ def _env_names(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-NUMBER_OR_STRING = {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "number"}]}
+def _not_bool(value: Any) -> Any:
+    """pydantic's lax mode reads True as 1, but YAML reads `on`, `yes`, `true` as True:
+    a typo there must not become one device or port 1."""
+    if isinstance(value, bool):
+        raise ValueError(
+            f"Input should be a number, not {str(value).lower()} "
+            "(YAML reads yes/no/on/off/true/false as booleans)"
+        )
+    return value
+
+
+# Numbers as the manifests always took them: 8080 or "8080", never a boolean. Bounds go
+# before it in an Annotated (``Annotated[int, Field(ge=0), NOT_BOOL]``): so they reach the
+# JSON Schema as minimum/maximum.
+NOT_BOOL = BeforeValidator(_not_bool)
 # The schema says what the loader takes: numbers too (YAML reads `8192` as an int).
-Arg = Annotated[str, Rule(before=_scalar_to_str, accepts=NUMBER_OR_STRING)]
-Port = Annotated[int, Rule(ge=1, le=65535)]
+Arg = Annotated[str, BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float)]
+Port = Annotated[int, Field(ge=1, le=65535), NOT_BOOL]
 Seconds = Annotated[
     float,
-    Rule(
-        before=_duration,
-        gt=0,
-        le=30 * 86400,
-        accepts={"anyOf": [{"type": "string"}, {"type": "number"}]},
-    ),
+    Field(gt=0, le=30 * 86400),
+    BeforeValidator(_duration, json_schema_input_type=str | float),
 ]
 # Kubernetes-style quantity (`20Gi`) kept as whole bytes; the schema shows what users write.
-Memory = Annotated[
-    int, Rule(before=parse_quantity, accepts={"anyOf": [{"type": "string"}, {"type": "integer"}]})
-]
+Memory = Annotated[int, BeforeValidator(parse_quantity, json_schema_input_type=str | int)]
 PRIORITY_LIMIT = 1_000_000_000  # Kubernetes' user PriorityClass range, both ways
 
 
-class Model(Value):
-    __slots__ = ()
-    CAMEL: ClassVar[bool] = True
-    LAX: ClassVar[bool] = True
+class Model(BaseModel):
+    """camelCase in manifests (``basePort``), snake_case in Python; no unknown field."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
 
 
-@frozen(kw_only=True, slots=True)
 class Metadata(Model):
-    name: Annotated[str, Rule(max_length=63, check=_dns1123)]
-    labels: dict[str, str] = field(default_factory=dict)
+    name: Annotated[str, AfterValidator(_dns1123)] = Field(
+        max_length=63,
+        description="DNS-1123 label: lower-case letters, digits and '-', at most 63 characters.",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Free-form string labels; changing them never restarts the engine.",
+    )
 
 
-@frozen(kw_only=True, slots=True)
 class Devices(Model):
-    count: Annotated[int, Rule(ge=0, le=64)] = 0
-    kind: DeviceKind = "any"
-    candidates: tuple[Arg, ...] | None = None
-    shareable: bool = False
+    count: Annotated[int, Field(ge=0, le=64), NOT_BOOL] = Field(
+        default=0,
+        description="Devices needed; 0 = none (the engine then sees CUDA_VISIBLE_DEVICES='').",
+    )
+    kind: DeviceKind = Field(
+        default="any", description="nvidia, amd, apple, cpu, or any (default any)."
+    )
+    candidates: tuple[Arg, ...] | None = Field(
+        default=None, description="Only these device ids (e.g. ['0', '1'])."
+    )
+    shareable: bool = Field(
+        default=False, description="Unified-memory devices stack instead of leasing exclusively."
+    )
     # Memory on EACH of the `count` devices; set, devices are shared and packed by memory.
-    memory: Memory | None = None
+    memory: Memory | None = Field(
+        default=None,
+        description="Memory needed on EACH device, e.g. 20Gi (Ki, Mi, Gi, Ti; k, M, G, T): "
+        "devices are then shared and packed by memory. Unset: whole devices.",
+    )
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _memory_needs_devices(self) -> Self:
         if self.memory is not None and self.count == 0:
-            raise ValueInvalid(
-                (),
+            raise ValueError(
                 "devices.memory is the share of each device, but devices.count is 0: "
-                "set devices.count (at least 1) or drop devices.memory",
+                "set devices.count (at least 1) or drop devices.memory"
             )
+        return self
 
 
-@frozen(kw_only=True, slots=True)
 class HttpGet(Model):
-    path: Annotated[str, Rule(check=_absolute)] = "/health"
+    path: Annotated[str, AfterValidator(_absolute)] = Field(
+        default="/health", description="The path to GET, starting with '/' (default /health)."
+    )
 
 
-@frozen(kw_only=True, slots=True)
 class TcpSocket(Model):
     pass
 
 
-@frozen(kw_only=True, slots=True)
 class Readiness(Model):
-    http_get: HttpGet | None = None
-    tcp_socket: TcpSocket | None = None
-    deadline_seconds: Annotated[float, Rule(gt=0, le=7 * 86400)] | None = None
-    period_seconds: Annotated[float, Rule(ge=0.1, le=3600)] = 2.0
+    http_get: HttpGet | None = Field(default=None, description="Ready when GET path answers 2xx.")
+    tcp_socket: TcpSocket | None = Field(
+        default=None, description="Ready when the port accepts a connection."
+    )
+    deadline_seconds: Annotated[float, Field(gt=0, le=7 * 86400), NOT_BOOL] | None = Field(
+        default=None,
+        description="Not ready by then: killed and retried with back-off (default 600).",
+    )
+    period_seconds: Annotated[float, Field(ge=0.1, le=3600), NOT_BOOL] = Field(
+        default=2.0, description="Seconds between probes (default 2)."
+    )
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _one_probe(self) -> Self:
         if self.http_get is not None and self.tcp_socket is not None:
-            raise ValueInvalid((), "readiness takes httpGet or tcpSocket, not both")
+            raise ValueError("readiness takes httpGet or tcpSocket, not both")
+        return self
 
 
-@frozen(kw_only=True, slots=True)
 class DeploymentSpec(Model):
-    engine: Engine
-    model: str | None = None
-    executable: str | None = None
-    command: tuple[Arg, ...] | None = None
-    args: tuple[Arg, ...] = ()
-    env: Annotated[dict[str, Arg], Rule(check=_env_names)] = field(default_factory=dict)
-    devices: Devices = Devices()
-    host: str = "127.0.0.1"
-    port: Port | None = None
-    base_port: Port | None = None
-    readiness: Readiness | None = None
-    restart_policy: RestartPolicy = "Always"
-    stop_grace_period_seconds: Annotated[float, Rule(ge=0, le=3600)] = 30.0
+    engine: Engine = Field(
+        description="The recipe: vllm, llama-cpp, sglang, tgi, ollama, or command (any argv)."
+    )
+    model: str | None = Field(
+        default=None, description="For engine recipes: a hub id or a local path."
+    )
+    executable: str | None = Field(
+        default=None, description="The recipe's program; else it is found on PATH."
+    )
+    command: tuple[Arg, ...] | None = Field(
+        default=None,
+        description="engine: command only: the argv, never run through a shell. "
+        "Placeholders: {port} {host} {name} {model} {devices}.",
+    )
+    args: tuple[Arg, ...] = Field(
+        default=(), description="Appended to the recipe's argv (placeholders allowed)."
+    )
+    env: Annotated[dict[str, Arg], AfterValidator(_env_names)] = Field(
+        default_factory=dict, description="Extra environment variables for the engine."
+    )
+    devices: Devices = Field(
+        default=Devices(), description="The devices (GPUs) to lease for this engine."
+    )
+    host: str = Field(
+        default="127.0.0.1", description="The address the engine binds (default 127.0.0.1)."
+    )
+    port: Port | None = Field(
+        default=None,
+        description="An exact port: the deployment waits, saying why, if anything holds it.",
+    )
+    base_port: Port | None = Field(
+        default=None, description="The first port to try, scanning upward (default 8000)."
+    )
+    readiness: Readiness | None = Field(
+        default=None, description="How and how long to wait for the engine to be ready."
+    )
+    restart_policy: RestartPolicy = Field(
+        default="Always", description="Always, OnFailure or Never (default Always)."
+    )
+    stop_grace_period_seconds: Annotated[float, Field(ge=0, le=3600), NOT_BOOL] = Field(
+        default=30.0,
+        description="SIGTERM, then this long, then SIGKILL (default 30). "
+        "Changing it needs no restart.",
+    )
     # The gateway (docs/design.md "The gateway"): started on the first request, stopped idle.
-    activation: Activation = "Always"
-    idle_timeout: Seconds = DEFAULT_IDLE_TIMEOUT
-    strategy: Strategy = "Recreate"
-    aliases: tuple[str, ...] = ()
+    activation: Activation = Field(
+        default="Always",
+        description="Always (default), or OnDemand: Idle (nothing held) until the gateway "
+        "gets a request for it, stopped again after idleTimeout without one.",
+    )
+    idle_timeout: Seconds = Field(
+        default=DEFAULT_IDLE_TIMEOUT,
+        description="OnDemand only: stopped (Idle) after this long without a request "
+        "(30s, 10m, 1h; default 10m).",
+    )
+    strategy: Strategy = Field(
+        default="Recreate",
+        description="Recreate or RollingUpdate (default Recreate): how `reconcile export` "
+        "rolls out a change (the local backend ignores it today); never restarts the engine.",
+    )
+    aliases: tuple[str, ...] = Field(
+        default=(),
+        description="More model names the gateway routes here, besides metadata.name and "
+        "spec.model; a name claimed twice is an error.",
+    )
     # Export only (`reconcile export`): the container image; local and Ray backends ignore it.
-    image: Annotated[str, Rule(min_length=1)] | None = None
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        description="`reconcile export` only: the container image (default: the recipe's "
+        "pinned image; required for engine: command). Never restarts the engine.",
+    )
     # Higher preempts strictly lower when devices run short (DESIGN: Memory and priority).
-    priority: Annotated[int, Rule(ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT, strict=True)] = 0
+    priority: int = Field(
+        default=0,
+        ge=-PRIORITY_LIMIT,
+        le=PRIORITY_LIMIT,
+        strict=True,
+        description="When devices run short, a deployment stops (preempts) those of strictly "
+        "lower priority (default 0, from -1000000000 to 1000000000). "
+        "Changing it needs no restart.",
+    )
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
         if self.port is not None and self.base_port is not None:
-            raise ValueInvalid((), "set port (exact) or basePort (scan upward), not both")
+            raise ValueError("set port (exact) or basePort (scan upward), not both")
         if self.engine == "command" and not self.command:
-            raise ValueInvalid(
-                (), "engine 'command' needs spec.command: an argv list, never a shell"
-            )
+            raise ValueError("engine 'command' needs spec.command: an argv list, never a shell")
         if self.engine != "command" and self.command:
-            raise ValueInvalid(
-                (), f"spec.command is only for engine 'command', not {self.engine!r}"
-            )
+            raise ValueError(f"spec.command is only for engine 'command', not {self.engine!r}")
+        return self
 
 
-@frozen(kw_only=True, slots=True)
 class Deployment(Model):
-    api_version: Literal["reconcile/v1"]
-    kind: Literal["Deployment"]
-    metadata: Metadata
-    spec: DeploymentSpec
+    api_version: Literal["reconcile/v1"] = Field(description="Always reconcile/v1.")
+    kind: Literal["Deployment"] = Field(description="Always Deployment.")
+    metadata: Metadata = Field(description="The deployment's name and labels.")
+    spec: DeploymentSpec = Field(description="The desired state of one engine instance.")
 
     @property
     def name(self) -> str:
         return self.metadata.name
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Entry:
     """A valid deployment as loaded: where it came from and its spec hash."""
 
@@ -227,7 +321,7 @@ def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
     Fields added after release are left out while at their default, so upgrading
     reconcile changes no spec hash and restarts no engine.
     """
-    doc = spec.model_dump(by_alias=True)
+    doc = spec.model_dump(mode="json", by_alias=True)
     if doc.get("priority") == 0:
         del doc["priority"]
     if doc["devices"].get("memory") is None:
@@ -273,9 +367,14 @@ def expand(template: str, values: dict[str, str]) -> str:
 
 
 def json_schema() -> dict[str, Any]:
-    from controller.core.valueschema import schema_of
+    """The models' own JSON Schema, each field's description included (editors' hover help).
 
-    schema = schema_of(Deployment)
+    ``reconcile schema`` prints it; ``schema/deployment.schema.json`` is the same text
+    (a test keeps them equal), referenced from each manifest's first line::
+
+        # yaml-language-server: $schema=../schema/deployment.schema.json
+    """
+    schema = Deployment.model_json_schema(by_alias=True)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "reconcile Deployment"
     return schema

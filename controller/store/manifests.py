@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from controller.core.cluster import cluster_refusals
 from controller.core.excerpt import short
-from controller.core.frozen import frozen
+from controller.core.specerrors import problems
 from controller.core.specs import Deployment, Entry, is_dns1123, routable_names, spec_hash
-from controller.core.values import ValueInvalid
 from controller.store import bounded, security
 from controller.store.bounded import Document, Path_
 from controller.store.parsecache import ParseCache
@@ -27,7 +28,7 @@ from controller.store.parsecache import ParseCache
 SUFFIXES = (".yaml", ".yml")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ManifestError:
     file: str
     line: int | None
@@ -78,12 +79,14 @@ class LoadResult:
 
 
 def _validation_errors(
-    exc: ValueInvalid, file: str, lines: dict[Path_, int], name: str | None
+    exc: ValidationError, value: Any, file: str, lines: dict[Path_, int], name: str | None
 ) -> list[ManifestError]:
     out = []
-    for loc, message in exc.errors:
-        if message == "Extra inputs are not permitted":
+    for problem in problems(exc, value):
+        message = problem.message
+        if problem.unknown:
             message = "unknown field (check the spelling; `reconcile schema` lists fields)"
+        loc = problem.loc
         out.append(
             ManifestError(
                 file, bounded.line_for(lines, loc), bounded.field_path(loc), message, name
@@ -157,8 +160,8 @@ def _load_document(
     name = raw_name if is_dns1123(raw_name) else None
     try:
         deployment = Deployment.model_validate(value)
-    except ValueInvalid as exc:
-        errors = _validation_errors(exc, file, lines, name)
+    except ValidationError as exc:
+        errors = _validation_errors(exc, value, file, lines, name)
         result.errors.extend(errors)
         if name is None:
             result.broken_sources.add(file)  # which deployment it was is unknown

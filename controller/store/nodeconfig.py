@@ -13,29 +13,34 @@ Flags win over the file (``--max-instances 8,nvidia=2``).
 
 from __future__ import annotations
 
-from dataclasses import field
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Literal
 
-from controller.core.frozen import frozen
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
 from controller.core.limits import Limits
-from controller.core.values import Rule, Value, ValueInvalid
+from controller.core.specerrors import problems
+from controller.core.specs import NOT_BOOL
 from controller.errors import ConfigError
 from controller.store import logfiles
 from controller.store.yamlread import field_path, line_for, load_mapping
 
 Kind = Literal["nvidia", "amd", "apple", "cpu"]
+Int = Annotated[int, NOT_BOOL]  # 8 or "8", never `yes`
 
 
-@frozen(kw_only=True, slots=True)
-class NodeFile(Value):
-    CAMEL: ClassVar[bool] = True
-    LAX: ClassVar[bool] = True
+class NodeFile(BaseModel):
+    """``node.yaml``: camelCase keys, no unknown setting, numbers as the manifests take them."""
 
-    max_instances: Annotated[int, Rule(ge=0)] | None = None
-    max_instances_per_kind: dict[Kind, int] = field(default_factory=dict)
-    log_max_bytes: Annotated[int, Rule(ge=1024)] = logfiles.DEFAULT_MAX_BYTES
-    log_max_files: Annotated[int, Rule(ge=0, le=100)] = logfiles.DEFAULT_KEEP
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    max_instances: Int | None = Field(default=None, ge=0)
+    max_instances_per_kind: dict[Kind, Int] = Field(default_factory=dict)
+    log_max_bytes: Int = Field(default=logfiles.DEFAULT_MAX_BYTES, ge=1024)
+    log_max_files: Int = Field(default=logfiles.DEFAULT_KEEP, ge=0, le=100)
 
     @property
     def limits(self) -> Limits:
@@ -55,11 +60,12 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
         raise ConfigError(str(exc)) from exc
     try:
         return NodeFile.model_validate(value)
-    except ValueInvalid as exc:
-        loc, message = exc.loc, exc.msg
+    except ValidationError as exc:
+        first = problems(exc, value)[0]
+        loc, message = first.loc, first.message
         line = line_for(lines, loc)
         where = f"{path}:{line}" if line else str(path)
-        if message == "Extra inputs are not permitted":
+        if first.unknown:
             message = (
                 "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles)"
             )
