@@ -279,6 +279,8 @@ class Incoming:
 async def _openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """What aiohttp would answer in plain text itself (a target no route takes, such
     as ``*``) as an OpenAI error body."""
+    if request.method == "CONNECT":  # its target is host:port, which no route matches
+        return _not_allowed(request.method, request.raw_path, PROXIED_METHODS)
     try:
         return await handler(request)
     except web.HTTPException as exc:
