@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from controller.core.frozen import frozen
 from controller.core.inventory import Inventory
 from controller.core.render import Rendered
 from controller.core.specs import DeploymentSpec, Entry
@@ -33,7 +33,7 @@ def engine_env(rendered: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Launch:
     """Everything a backend needs to start one instance of a reservation."""
 
@@ -43,7 +43,7 @@ class Launch:
     log_path: Path  # on this host; a cluster backend keeps the log on the engine's node
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ExitStatus:
     """How an engine ended, when the backend saw it end (else unknown: None)."""
 

@@ -10,6 +10,7 @@ cannot start now, and why), or ``unchanged``. Only the first five are changes
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from controller.core.actions import (
@@ -33,7 +34,6 @@ from controller.core.actions import (
     Stop,
     Update,
 )
-from controller.core.frozen import frozen
 from controller.core.plan import Desired
 from controller.core.state import Observed, Phase
 
@@ -69,7 +69,7 @@ SYMBOL = {
 CHANGES = ("create", "in-place", "replace", "destroy", "restart")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Change:
     name: str
     kind: str  # one of SYMBOL's keys

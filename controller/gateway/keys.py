@@ -10,9 +10,9 @@ import hashlib
 import hmac
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
-from controller.core.frozen import frozen
 from controller.errors import ConfigError
 
 
@@ -20,7 +20,7 @@ class KeyFileError(ConfigError):
     """The key file is missing, empty or readable by others: refused at start (exit 64)."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Keys:
     digests: tuple[tuple[bytes, str], ...]  # (sha256 of the key, its label: the hex's head)
 

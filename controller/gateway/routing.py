@@ -17,8 +17,8 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from controller.core.frozen import frozen
 from controller.core.specs import is_next, next_name, routable_names
 from controller.core.state import Phase, Record
 from controller.host.probes import connect_host
@@ -27,7 +27,7 @@ DEFAULT_DEADLINE = 600.0  # the readiness deadline a spec without one gets
 DRAIN_POLL = 0.01  # seconds between looks at a retiring instance's in-flight count
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Target:
     deployment: str
     host: str

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from pathlib import Path
 
-from controller.core.frozen import frozen
 from controller.core.listen import LOOPBACK, split_listen
 from controller.errors import ConfigError
 
@@ -20,7 +20,7 @@ class ListenRefused(ConfigError):
     """A non-loopback bind without keys, or a bad ``--listen``: exit 64."""
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
     host: str
     port: int

@@ -8,15 +8,15 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
-from controller.core.frozen import frozen
 from controller.core.state import ProbeConfig, ProbeResult
 
 TIMEOUT = 1.0
 LIMIT = 1 << 20  # bytes of an answer read: a probe needs a status and a short body
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Target:
     host: str
     port: int

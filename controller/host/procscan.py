@@ -21,14 +21,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from controller.core.frozen import frozen
 from controller.host import procpsutil
 
 SETTLE = 1.0  # seconds: far longer than any fork -> exec
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Unmarked:
     inode: int
     first_seen: float

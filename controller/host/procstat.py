@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 import os
 import time
+from dataclasses import dataclass
 
-from controller.core.frozen import frozen
 from controller.host import procpsutil
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -22,7 +22,7 @@ BOOT_TIME_TTL = 1.0  # seconds
 _boot: tuple[float, float] | None = None  # (monotonic when read, boot time)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Stat:
     start_time: float  # seconds since the epoch, as psutil.Process.create_time()
     ppid: int

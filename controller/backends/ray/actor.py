@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import ray
@@ -30,7 +31,6 @@ import ray
 from controller.backends.base import engine_env
 from controller.backends.local.runtime import MARKER, STATE_MARKER, LocalBackend
 from controller.backends.ray.naming import device_key
-from controller.core.frozen import frozen
 from controller.core.inventory import Device
 from controller.core.plan import BACKOFF_RESET, backoff, restarts_after
 from controller.core.render import render
@@ -49,7 +49,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 PR_SET_PDEATHSIG = 1
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Job:
     """What the driver sends: picklable values only (the actor may restart anywhere)."""
 
@@ -59,7 +59,7 @@ class Job:
     base_port: int  # the planner's port: tried first
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class HostStatus:
     """One actor's answer: where its engine runs, or why it does not."""
 

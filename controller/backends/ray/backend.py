@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -19,7 +20,6 @@ from controller.backends.base import ExitStatus, Launch
 from controller.backends.ray import cluster, naming
 from controller.backends.ray.actor import EngineHost, HostStatus, Job
 from controller.core import backendnames
-from controller.core.frozen import frozen
 from controller.core.inventory import Inventory
 from controller.core.specs import DeploymentSpec
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
@@ -34,7 +34,7 @@ GONE_TIMEOUT = 15.0  # a killed actor leaves the name registry
 NO_REF = ProcessRef(pid=1, start_time=0.0)  # an actor whose engine we have not seen (yet)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Seen:
     """One actor as the last refresh found it."""
 

@@ -9,19 +9,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
 from controller.backends.ray.naming import device_key
-from controller.core.frozen import frozen
 from controller.core.inventory import Device, Inventory
 from controller.errors import BackendUnavailable
 
 CONNECT_TIMEOUT = 5.0  # seconds for the TCP check of the head's address
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Node:
     node_id: str
     address: str
