@@ -1,0 +1,86 @@
+"""An engine that drops its connections, each way an engine can (for the gateway's tests).
+
+    python rude_engine.py --port N [--always MODE]
+
+``GET /health`` answers 200. A POST does what its path's last segment says (or
+``--always``): ``close`` closes before answering, ``reset`` resets (RST), ``half`` sends
+headers and part of a sized body, ``sse`` sends one chunked server-sent event and
+closes mid-stream; anything else (``--always ok``) is a whole JSON answer naming this
+pid. Each request is one stdout line (``POST /v1/x``): a test counts what reached it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+
+MODES = ("close", "reset", "half", "sse")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--always", choices=(*MODES, "ok"))
+    args = parser.parse_args()
+    server = socket.create_server(("127.0.0.1", args.port), reuse_port=False)
+    while True:
+        conn, _ = server.accept()
+        threading.Thread(target=serve, args=(conn, args.always), daemon=True).start()
+
+
+def serve(conn: socket.socket, always: str | None) -> None:
+    with conn:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            head += chunk
+        head, _, body = head.partition(b"\r\n\r\n")
+        length = next(
+            (
+                int(v)
+                for k, _, v in (h.partition(b":") for h in head.split(b"\r\n"))
+                if k.strip().lower() == b"content-length"
+            ),
+            0,
+        )
+        while len(body) < length:  # read it all: a close with unread bytes would be a reset
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            body += chunk
+        line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        method, path = line.split(" ")[:2]
+        print(f"{method} {path}", flush=True)
+        if method == "GET" and path == "/health":
+            answer(conn, b'{"status": "ok"}')
+            return
+        mode = always or path.rstrip("/").rsplit("/", 1)[-1]
+        if mode == "reset":  # SO_LINGER 0: close() sends RST, not FIN
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        elif mode == "half":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b'{"partial": ')
+        elif mode == "sse":
+            event = b'data: {"choices": [{"delta": {"content": "one"}}]}\n\n'
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(event), event)
+            )
+        elif mode != "close":
+            answer(conn, json.dumps({"object": "ok", "system_fingerprint": f"pid-{os.getpid()}"}))
+
+
+def answer(conn: socket.socket, body: bytes | str) -> None:
+    data = body.encode() if isinstance(body, str) else body
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+    conn.sendall(head.encode() + b"Connection: close\r\n\r\n" + data)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Engines that drop the connection (issue 28: 6): a 502 with an OpenAI body, never a bare
+500 and a traceback; one retry on another Ready instance when the engine sent no byte
+of its answer; a stream cut mid-way ends with an error event the client reads."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness.rawhttp import exchange, openai_error, request
+from procs import free_ports
+
+from controller.core.names import next_name
+from controller.core.state import Phase, Record
+from controller.gateway.app import Gateway
+from controller.gateway.settings import Settings
+
+RUDE = Path(__file__).with_name("rude_engine.py")
+BODY = json.dumps({"model": "m", "prompt": "hi"}).encode()
+
+
+def rude_command(*extra: str) -> list[str]:
+    return [sys.executable, str(RUDE), "--port", "{port}", *extra]
+
+
+def upstream_error(answer: Any) -> None:
+    assert answer.status == 502, answer
+    error = openai_error(answer)
+    assert error is not None and error["code"] == "upstream_error", answer
+
+
+def test_an_engine_that_drops_the_connection_is_a_502(reconcile: Any, gateway: Any) -> None:
+    reconcile.write("m", command=rude_command())
+    g = gateway()
+    g.wait_phase("m", "Ready")
+    for mode in ("close", "reset", "half"):
+        upstream_error(exchange(g.port, request("POST", f"/v1/{mode}", BODY)))
+    stream = json.dumps({"model": "m", "stream": True}).encode()
+    cut = exchange(g.port, request("POST", "/v1/sse", stream))
+    assert cut.status == 200 and cut.body.startswith(b"data: {"), cut
+    last = cut.body.strip().split(b"\n\n")[-1]
+    assert last.startswith(b"data: "), cut
+    assert json.loads(last[len(b"data: ") :])["error"]["code"] == "upstream_error", cut
+    assert g.request("POST", "/v1/fine", BODY).status == 200
+    g.finish()
+    text = g.text()
+    assert "Traceback" not in text and '"level": "error"' not in text, text[-3000:]
+    lost = [line for line in text.splitlines() if "engine connection lost" in line]
+    assert len(lost) == 4 and all('"level": "info"' in line for line in lost), lost
+    seen = (reconcile.state / "instances" / "logs" / "m.log").read_text()
+    for mode in ("close", "reset", "half", "sse"):
+        # One instance: nothing to retry on; the same engine is not asked twice.
+        assert seen.count(f"POST /v1/{mode}") == 1, seen
+
+
+# -- two instances, in process: the retry ---------------------------------------------------
+
+
+class Rude:
+    """A rude engine on a free port; its stdout (one line per request) in ``log``."""
+
+    def __init__(self, reconcile: Any, name: str, *extra: str) -> None:
+        self.port = free_ports(1)
+        self.log = reconcile.tmp / f"{name}.out"
+        argv = [a.replace("{port}", str(self.port)) for a in rude_command(*extra)]
+        with open(self.log, "wb") as out:
+            reconcile.spawn(argv, stdout=out)
+        reconcile.wait_for(lambda: "GET /health" in self._health(), what=f"{name} up")
+
+    def _health(self) -> str:
+        try:
+            exchange(self.port, request("GET", "/health"), timeout=1)
+        except OSError:
+            return ""
+        return self.log.read_text()
+
+    def hits(self, path: str) -> int:
+        return self.log.read_text().count(f"POST {path}")
+
+
+@pytest.fixture
+def inproc(reconcile: Any) -> Iterator[Gateway]:
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    gateway = Gateway(Settings(host="127.0.0.1", port=free_ports(1), state_dir=reconcile.state))
+    gateway.start(lambda: None)
+    yield gateway
+    gateway.stop()
+
+
+def route(gateway: Gateway, *records: Record) -> None:
+    assert gateway.front is not None
+    gateway.loop.call_soon_threadsafe(gateway.front.table.update, list(records))
+    deadline = time.monotonic() + 10
+    while gateway.front.table.target("m") is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def ready(name: str, nonce: str, port: int) -> Record:
+    return Record(name=name, owner="o", node="n", nonce=nonce, port=port, phase=Phase.READY)
+
+
+def test_a_drop_before_any_answer_byte_is_retried_once_elsewhere(
+    reconcile: Any, inproc: Gateway
+) -> None:
+    rude = Rude(reconcile, "rude")
+    good = Rude(reconcile, "good", "--always", "ok")
+    # A rolling update's two Ready instances: the new one (preferred) is the rude one.
+    both = (ready("m", "old", good.port), ready(next_name("m"), "new", rude.port))
+    route(inproc, *both)
+    answer = exchange(inproc.settings.port, request("POST", "/v1/reset", BODY))
+    assert answer.status == 200 and answer.json()["object"] == "ok", answer
+    assert rude.hits("/v1/reset") == 1 and good.hits("/v1/reset") == 1
+    answer = exchange(inproc.settings.port, request("POST", "/v1/close", BODY))
+    assert answer.status == 200 and good.hits("/v1/close") == 1, answer
+    # An answer that had begun (headers, part of its body) is never asked for twice.
+    upstream_error(exchange(inproc.settings.port, request("POST", "/v1/half", BODY)))
+    assert rude.hits("/v1/half") == 1 and good.hits("/v1/half") == 0
+    # Both drop: one retry, then the 502.
+    route(inproc, ready("m", "old", rude.port), ready(next_name("m"), "new", rude.port))
+    upstream_error(exchange(inproc.settings.port, request("POST", "/v1/reset", BODY)))
+    assert rude.hits("/v1/reset") == 3
