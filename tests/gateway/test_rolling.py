@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from controller.core.names import next_name
 from controller.failpoints import ROLLING_POINTS
 
 GPU = {"count": 1, "kind": "nvidia"}
@@ -139,3 +140,33 @@ def test_sigkill_mid_promotion_converges(reconcile: Any, gateway: Any, point: st
     answer = g2.post("roll")
     assert answer.status == 200 and answer.json()["system_fingerprint"] == f"pid-{new_pid}"
     g2.finish()
+
+
+def test_a_young_gateway_sends_nothing_to_a_starting_next(reconcile: Any, gateway: Any) -> None:
+    # The daemon probes every 5 s, the gateway's own look every 10 ms: a request waiting
+    # at start makes the gateway see the first engine Ready before the daemon does.
+    probe = {"httpGet": {"path": "/health"}, "deadlineSeconds": 60, "periodSeconds": 5}
+
+    def write(load: str, version: str) -> None:
+        command = reconcile.demo_command(load_seconds=load, chunks=version)
+        reconcile.write(
+            "roll", devices=GPU, strategy="RollingUpdate", command=command, readiness=probe
+        )
+
+    write("1", "3")
+    g = gateway()
+    first = g.post("roll")  # waits while the engine loads: the gateway probes it itself
+    assert first.status == 200, first
+    old = first.json()["system_fingerprint"]
+    write("600", "4")  # the new instance stays Starting for the rest of the test
+    port = g.wait_phase(next_name("roll"), "Starting")["port"]
+    # Once the new engine listens and a pass came after (a refused connection would have
+    # kept it out of routing until then), the table alone decides where requests go.
+    reconcile.wait_for(lambda: not reconcile.bindable(port), what="the new engine listening")
+    passes = g.text().count('"event": "pass"')
+    reconcile.wait_for(lambda: g.text().count('"event": "pass"') > passes, what="a pass")
+    for _ in range(5):  # the demo engine answers while loading: the pid says who did
+        answer = g.post("roll")
+        assert answer.status == 200 and answer.json()["system_fingerprint"] == old, answer
+    assert reconcile.status()[next_name("roll")]["phase"] == "Starting"
+    g.finish()

@@ -79,3 +79,30 @@ def test_a_probed_starting_engine_is_routed_to_for_its_nonce_only() -> None:
         assert table.target("m") is None
 
     asyncio.run(check())
+
+
+def test_an_old_instance_probed_at_start_does_not_make_a_starting_next_routable() -> None:
+    # The gateway probed the old instance while it was Starting (a young gateway), then
+    # the deployment rolls: the `next` instance, still Starting, must get nothing yet.
+    async def check() -> None:
+        table = Table()
+        table.update([rec("m", "old", 8000, Phase.STARTING)])
+        table.probed_ready("m", "old")
+        table.update([OLD, NEXT_STARTING])
+        assert (found := table.target("m")) is not None and found.port == 8000
+        table.probed_ready("m", "new")  # now its own probe passed
+        assert (found := table.target("m")) is not None and found.port == 8001
+
+    asyncio.run(check())
+
+
+def test_avoid_skips_the_instance_that_dropped_a_request() -> None:
+    async def check() -> None:
+        table = Table()
+        table.update([OLD, NEXT_READY])
+        assert (found := table.target("m", avoid="new")) is not None and found.port == 8000
+        assert table.target("m", avoid="old") == table.target("m")
+        table.update([OLD])
+        assert table.target("m", avoid="old") is None
+
+    asyncio.run(check())
