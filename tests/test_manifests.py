@@ -336,3 +336,44 @@ def test_a_spec_its_recipe_refuses_is_invalid_at_load(tmp_path: Path) -> None:
     message = only_error(result)
     assert message.startswith(f"{tmp_path / 'llm.yaml'}:5: spec.model: engine 'vllm' needs")
     assert "llm" in result.invalid_names and not result.entries
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        pytest.param(
+            "  devices:\n    count: on\n",
+            "bad.yaml:9: spec.devices.count: Input should be a number, not true (YAML reads",
+            id="yaml-boolean-is-no-count",
+        ),
+        pytest.param(
+            "  args: [--x, true]\n",
+            "bad.yaml:8: spec.args[1]: Input should be a valid string",
+            id="list-index-in-the-path",
+        ),
+        pytest.param(
+            "  readiness: probe\n",
+            "bad.yaml:8: spec.readiness: Input should be a mapping of fields, not str",
+            id="not-a-mapping-in-our-words",
+        ),
+        pytest.param(
+            "  env: {BAD-NAME: x}\n",
+            "bad.yaml:8: spec.env: env name 'BAD-NAME' is not a valid environment variable name",
+            id="validator-message-without-pydantic-prefix",
+        ),
+        pytest.param(
+            "  readiness:\n    httpGet: {}\n    tcpSocket: {}\n",
+            "bad.yaml:9: spec.readiness: readiness takes httpGet or tcpSocket, not both",
+            id="a-model-check-points-at-its-mapping",
+        ),
+    ],
+)
+def test_validation_errors_name_the_path_as_written(
+    tmp_path: Path, extra: str, expected: str
+) -> None:
+    """pydantic's loc holds its own step names and snake_case: the user sees camelCase keys,
+    list indexes and the line, as they wrote them."""
+    write(tmp_path, "bad.yaml", GOOD.format(name="a") + extra)
+    message = only_error(load([tmp_path]))
+    assert message.startswith(str(tmp_path / expected.split(":")[0]))
+    assert expected in message, message

@@ -316,3 +316,22 @@ def test_the_builtin_sha256_is_hashlib_s() -> None:
 
 def test_a_boolean_is_not_any_number() -> None:
     assert "valid boolean" in error_of(doc(devices={"count": 1, "shareable": 2}))
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"devices": {"count": True}}, "spec.devices.count"),
+        ({"port": True}, "spec.port"),
+        ({"readiness": {"periodSeconds": False}}, "spec.readiness.periodSeconds"),
+        ({"idleTimeout": True}, "spec.idleTimeout"),
+    ],
+)
+def test_a_yaml_boolean_is_no_number(spec: dict[str, Any], field: str) -> None:
+    """pydantic's lax mode reads True as 1; YAML reads `on`/`yes` as True: refused."""
+    assert f"{field}: Input should be a number, not " in error_of(doc(**spec))
+
+
+def test_a_wrong_shape_is_said_in_the_manifest_s_words() -> None:
+    message = error_of(doc(devices="two"))
+    assert message == "spec.devices: Input should be a mapping of fields, not str"
