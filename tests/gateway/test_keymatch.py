@@ -1,0 +1,78 @@
+"""Key matching alone (issue 28: 11): only the exact key gets in. A near miss, a prefix,
+and a key whose SHA-256 shares its first 6 bytes with a known key's all fail, so a
+comparison cut short (of the text or of the digest) cannot pass unnoticed."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+from harness.rawhttp import fragments
+
+from controller.gateway.keys import Keys, load, presented
+
+KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"
+OTHER = "sk-Vb8NcXeRwTqPoIuYtLk2"
+# Found by a birthday search: different keys, SHA-256 digests equal in the first 6 bytes.
+TWIN, TWIN_OF = "sk-near-3cf370", "sk-near-167464b"
+
+
+def keys(tmp_path: Path, *lines: str) -> Keys:
+    path = tmp_path / "keys.txt"
+    path.write_text("\n".join(lines) + "\n")
+    os.chmod(path, 0o600)
+    return load(path)
+
+
+def test_the_twins_really_share_a_digest_prefix() -> None:
+    a, b = (hashlib.sha256(k.encode()).digest() for k in (TWIN, TWIN_OF))
+    assert a[:6] == b[:6] and a != b
+
+
+def test_each_exact_key_gets_its_own_label(tmp_path: Path) -> None:
+    known = keys(tmp_path, "# comment", KEY, "", OTHER, TWIN)
+    labels = {k: known.match(k) for k in (KEY, OTHER, TWIN)}
+    assert None not in labels.values() and len(set(labels.values())) == 3, labels
+
+
+@pytest.mark.parametrize(
+    "near",
+    [
+        KEY[:-1],  # a prefix
+        KEY[:4],
+        KEY + "x",  # a longer key
+        KEY[:-1] + "4",  # the last character off
+        "t" + KEY[1:],  # the first character off
+        KEY[:10] + KEY[11:],  # one character gone from the middle
+        KEY.upper(),
+        KEY.lower(),
+        f" {KEY}",  # match() compares what it is given; presented() strips
+        TWIN_OF,  # a digest equal in its first 6 bytes
+        "",
+        "sk-",
+    ],
+)
+def test_a_near_miss_does_not_match(tmp_path: Path, near: str) -> None:
+    assert keys(tmp_path, KEY, OTHER, TWIN).match(near) is None
+
+
+def test_none_presented_matches_nothing(tmp_path: Path) -> None:
+    assert keys(tmp_path, KEY).match(None) is None
+
+
+def test_what_a_request_presents() -> None:
+    assert presented(f"Bearer {KEY}", None) == KEY
+    assert presented(f"bearer   {KEY}  ", None) == KEY
+    assert presented(f"Basic {KEY}", None) is None
+    assert presented(None, f" {KEY} ") == KEY
+    assert presented("Bearer ", None) is None
+
+
+def test_a_label_holds_no_run_of_its_key(tmp_path: Path) -> None:
+    known = keys(tmp_path, KEY, OTHER)
+    for key in (KEY, OTHER):
+        label = known.match(key)
+        assert label is not None
+        assert not any(run in label for run in fragments(key, 4)), (key, label)
