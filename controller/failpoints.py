@@ -49,7 +49,7 @@ POINTS = {
 # SIGKILLs the daemon at each of them and checks the next pass converges with no leak.
 ROLLING_POINTS = {
     "executor.promote.after_terminating": "the old record says Terminating, no signal sent",
-    "executor.promote.after_rename": "the new record holds the name, `--next` not deleted",
+    "executor.promote.after_rename": "the new record holds the name, `@next` not deleted",
 }
 
 

@@ -1,4 +1,4 @@
-"""The planner's RollingUpdate, table-driven: the new instance as ``<name>--next`` beside
+"""The planner's RollingUpdate, table-driven: the new instance as ``<name>@next`` beside
 the old one when there is room, promoted once Ready; a recreate (saying so) when there is
 none; the old one serving on while the new one fails. Pure: no process, no file."""
 
@@ -11,7 +11,7 @@ from strategies import NOW, desired, entry, inventory, observed, probe, record, 
 from test_plan import Case, exited, run, starting
 
 from controller.core.actions import Fail, MarkReady, Promote, Release, Replace, Start, Stop
-from controller.core.specs import is_next, next_name
+from controller.core.specs import is_dns1123, is_next, next_name
 from controller.core.state import Phase, Record, RecordView
 
 GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}
@@ -39,7 +39,7 @@ CASES = [
         Case(
             desired(new),
             observed(running_old()),
-            expect=((Start, NEXT, "rolling update (spec.args changed): a--next beside the old"),),
+            expect=((Start, NEXT, "rolling update (spec.args changed): a@next beside the old"),),
             inv=TWO,
         ),
         id="room-for-both-starts-next",
@@ -93,7 +93,7 @@ CASES = [
                 running_old(),
                 view(next_rec(Phase.READY), alive=True),
             ),
-            expect=((Promote, "a", "rolling update: a--next is Ready; old drains"),),
+            expect=((Promote, "a", "rolling update: a@next is Ready; old drains"),),
             inv=TWO,
         ),
         id="next-ready-promoted-old-stops",
@@ -102,7 +102,7 @@ CASES = [
         Case(
             desired(new),
             observed(view(next_rec(Phase.READY), alive=True)),
-            expect=((Promote, "a", "a--next takes the name a"),),
+            expect=((Promote, "a", "a@next takes the name a"),),
             inv=TWO,
         ),
         id="old-record-gone-next-takes-the-name-no-start",
@@ -114,7 +114,7 @@ CASES = [
                 view(record("a", spec=new, nonce="nonce-next", devices=("nvidia:1",)), alive=True),
                 view(next_rec(Phase.READY), alive=True),
             ),
-            expect=((Promote, "a", "a--next takes the name a"),),
+            expect=((Promote, "a", "a@next takes the name a"),),
             inv=TWO,
         ),
         id="promote-interrupted-after-rename-finishes",
@@ -240,10 +240,18 @@ def test_next_start_holds_its_own_device_and_port() -> None:
     assert start.entry.name == "a"  # the engine is the deployment's: its name, log, journal
 
 
-def test_the_reserved_suffix_is_refused_in_a_manifest() -> None:
-    with pytest.raises(ValueError, match="reserves for the new instance of a RollingUpdate"):
-        entry("x--next")
-    assert is_next(NEXT) and not is_next("a")
+def test_no_manifest_name_can_be_a_rolling_instance() -> None:
+    """``web--next`` once stopped the engine of ``web`` on every pass: the instance's
+    separator is no DNS-1123 character, so every valid name is a deployment's own."""
+    assert is_next(NEXT) and not is_next("a") and not is_next("a--next")
+    assert not is_dns1123(NEXT)
+    assert entry("a--next").name == "a--next"
+
+
+def test_a_deployment_named_like_the_old_suffix_leaves_the_other_alone() -> None:
+    """``web`` Ready and a new ``web--next``: one start for the newcomer, nothing for web."""
+    actions = run(Case(desired(old, entry("a--next")), observed(running_old()), inv=TWO))
+    assert [(type(a), a.name) for a in actions] == [(Start, "a--next")]
 
 
 def test_an_old_instance_starting_is_replaced_not_rolled() -> None:

@@ -60,7 +60,7 @@ class Replace(Stop):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Promote(Action):
-    """RollingUpdate: ``<name>--next`` is Ready (or ``name``'s record is gone): the gateway
+    """RollingUpdate: ``<name>@next`` is Ready (or ``name``'s record is gone): the gateway
     moves to it, the old instance drains its in-flight requests and stops, and the new
     record takes the deployment's name. Each step is safe to repeat after a crash."""
 

@@ -12,11 +12,11 @@ def is_dns1123(name: object) -> bool:
     return isinstance(name, str) and len(name) <= 63 and DNS1123.fullmatch(name) is not None
 
 
-# A RollingUpdate's new instance runs under a second record, ``<name>--next``, beside
-# the old one until it is Ready. The suffix is reserved (no manifest may use it), so that
-# record never collides with a user's deployment; it is not a DNS-1123 label's length
-# limit that matters for it but its base name's (``record_name_ok``).
-NEXT_SUFFIX = "--next"
+# A RollingUpdate's new instance runs under a second record, ``<name>@next``, beside
+# the old one until it is Ready. ``@`` is no DNS-1123 character, so no deployment a user
+# can name ever collides with such a record (``web--next`` is a name like any other);
+# as a file name it is safe because its base name is a DNS-1123 label (``record_name_ok``).
+NEXT_SUFFIX = "@next"
 
 
 def next_name(name: str) -> str:
@@ -29,7 +29,7 @@ def is_next(name: str) -> bool:
 
 
 def base_name(name: str) -> str:
-    """The deployment a record belongs to: ``foo`` for ``foo`` and ``foo--next``."""
+    """The deployment a record belongs to: ``foo`` for ``foo`` and ``foo@next``."""
     return name.removesuffix(NEXT_SUFFIX)
 
 

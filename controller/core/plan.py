@@ -162,7 +162,7 @@ class _Planner:
             view = self.observed.records.get(name)
             if view is None:
                 if name in self.observed.unreadable or next_name(name) in self.observed.records:
-                    continue  # never over an unknown version; a `--next` takes the name
+                    continue  # never over an unknown version; a `@next` takes the name
                 if entry is not None and self._parked(entry, None):
                     yield Park(name=name, reason="OnDemand: idle until a request", entry=entry)
                 elif entry is not None:
@@ -271,7 +271,7 @@ class _Planner:
     # -- RollingUpdate: the new instance beside the old ------------------------------------
 
     def _roll(self, entry: Entry, why: str, fields: tuple[str, ...]) -> AnyAction:
-        """Start ``<name>--next`` beside the Ready old instance, or recreate if no room."""
+        """Start ``<name>@next`` beside the Ready old instance, or recreate if no room."""
         nxt = next_name(entry.name)
         placed = self._start(entry, f"rolling update ({why}): {nxt} beside the old", record=nxt)
         if isinstance(placed, Start):

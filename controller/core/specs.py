@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic.alias_generators import to_camel
 
 from controller.core.digest import sha256_hex
+from controller.core.excerpt import short
 
 # re-exported: their home is core.names, which records import without the specs
 from controller.core.names import DNS1123 as DNS1123
@@ -63,13 +64,8 @@ def _duration(value: Any) -> Any:
 def _dns1123(name: str) -> str:
     if not is_dns1123(name):
         raise ValueError(
-            f"name {name!r} is not a DNS-1123 label: lower-case letters, digits "
+            f"name {short(name)} is not a DNS-1123 label: lower-case letters, digits "
             "and '-', starting and ending with a letter or digit, at most 63 characters"
-        )
-    if is_next(name):
-        raise ValueError(
-            f"name {name!r} ends with {NEXT_SUFFIX!r}, which reconcile reserves for the "
-            "new instance of a RollingUpdate: choose another name"
         )
     return name
 

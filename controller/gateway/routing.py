@@ -4,7 +4,7 @@ Records give each engine's host and port, so routing works on any backend. The
 daemon hands every pass's records over (``update``, on the gateway's loop);
 requests waiting for a deployment wake on each update.
 
-RollingUpdate: while ``<name>--next`` exists, the table prefers it once it is Ready.
+RollingUpdate: while ``<name>@next`` exists, the table prefers it once it is Ready.
 The daemon's executor calls ``retire`` (through the gateway) before it stops an old
 instance: from then on nothing new goes to that instance, and ``retire`` returns when
 its in-flight requests have ended (or its grace period ran out).

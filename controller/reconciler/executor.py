@@ -123,7 +123,7 @@ class Executor:
         return self.records.now()
 
     def event(self, name: str, action: str, reason: str, outcome: str, **extra: Any) -> None:
-        """Journal under the deployment's name: a `--next` record's steps are its too."""
+        """Journal under the deployment's name: a `@next` record's steps are its too."""
         if name != base_name(name):
             extra["instance"] = name
         name = base_name(name)
@@ -259,12 +259,12 @@ class Executor:
         return True
 
     def _promote(self, action: Promote) -> bool:
-        """Drain and stop the old instance, then rename ``<name>--next`` to ``<name>``.
+        """Drain and stop the old instance, then rename ``<name>@next`` to ``<name>``.
 
         Crash-safe in every step: the old record goes Terminating before its teardown
         (a later pass finishes it), the rename is one atomic write of the new record
         under the old name (the same nonce in both tells a later pass to finish), and
-        only then is ``--next`` deleted.
+        only then is ``@next`` deleted.
         """
         new = self.store.read(next_name(action.name))
         if new is None:

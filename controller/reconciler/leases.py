@@ -42,7 +42,7 @@ class RecordMaker:
     ) -> Record:
         """A record that leases devices and ports before anything is spawned.
 
-        ``name``: the record's, when not the deployment's (a RollingUpdate's ``--next``).
+        ``name``: the record's, when not the deployment's (a RollingUpdate's ``@next``).
         """
         now = self.now()
         rendered = self.render(entry, devices, port, extra_ports)

@@ -285,7 +285,7 @@ class Reconciler(Preview):
                     continue  # another pass placed it meanwhile
                 record, refused = self._lease(start, ledger)
                 if start.name != start.entry.name and record.phase is not Phase.RESERVED:
-                    continue  # a rolling `--next` that cannot start: no Pending over the old
+                    continue  # a rolling `@next` that cannot start: no Pending over the old
                 if refused and current is not None and current.message == record.message:
                     continue  # the recipe's refusal is on record already: no further round
                 self.store.write(record)

@@ -45,7 +45,7 @@ class Snapshot:
 
 
 def check_name(name: str) -> str:
-    """Invariant 9: only DNS-1123 labels (plus the reserved ``--next``) become file names."""
+    """Invariant 9: only DNS-1123 labels (plus the reserved ``@next``) become file names."""
     if not record_name_ok(name):
         raise RecordError(f"refusing unsafe deployment name {name!r}")
     return name

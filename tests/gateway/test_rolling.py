@@ -62,12 +62,12 @@ def roll(reconcile: Any, version: str) -> None:
 
 
 def new_engine_ready(reconcile: Any, old_pid: int) -> int:
-    """Wait for ``roll`` to be Ready on a new engine with no ``--next`` left; its pid."""
+    """Wait for ``roll`` to be Ready on a new engine with no ``@next`` left; its pid."""
 
     def done() -> int | None:
         status = reconcile.status()
         item = status.get("roll", {})
-        settled = item.get("phase") == "Ready" and "roll--next" not in status
+        settled = item.get("phase") == "Ready" and "roll@next" not in status
         return item["pid"] if settled and item.get("pid") not in (None, old_pid) else None
 
     pid: int = reconcile.wait_for(done, timeout=WAIT, what="roll Ready on a new engine")
@@ -92,13 +92,13 @@ def test_rolling_update_fails_no_request(reconcile: Any, gateway: Any) -> None:
     with Loop(g) as loop:
         loop.answered_by(reconcile, old_pid)
         roll(reconcile, "4")
-        g.wait_phase("roll--next", "Starting")  # beside the old one, which still serves
+        g.wait_phase("roll@next", "Starting")  # beside the old one, which still serves
         assert reconcile.alive(old_pid)
         new_pid = new_engine_ready(reconcile, old_pid)
         loop.answered_by(reconcile, new_pid)
     served(loop, f"pid-{old_pid}", f"pid-{new_pid}")
     reconcile.wait_gone(old_pid)
-    assert reconcile.pids() == {new_pid}  # no old engine left, no stray `--next`
+    assert reconcile.pids() == {new_pid}  # no old engine left, no stray `@next`
     record = reconcile.record("roll")
     assert record is not None and record["devices"] == ["nvidia:1"]  # its own device
     actions = [e["action"] for e in reconcile.events("roll")]
@@ -132,7 +132,7 @@ def test_sigkill_mid_promotion_converges(reconcile: Any, gateway: Any, point: st
     roll(reconcile, "4")
     g = gateway(env={"RECONCILE_FAILPOINTS": f"{point}=kill"})
     assert g.proc.wait(timeout=WAIT) < 0  # killed at the point
-    assert reconcile.record("roll--next") is not None
+    assert reconcile.record("roll@next") is not None
     g2 = gateway()
     new_pid = new_engine_ready(reconcile, old_pid)
     reconcile.wait_gone(old_pid)

@@ -1,5 +1,5 @@
-"""The routing table alone (no daemon): a Ready ``--next`` wins, a retired engine gets
-nothing new, ``retire`` waits for its in-flight requests, ``--next`` is no model name."""
+"""The routing table alone (no daemon): a Ready ``@next`` wins, a retired engine gets
+nothing new, ``retire`` waits for its in-flight requests, ``@next`` is no model name."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ def rec(name: str, nonce: str, port: int, phase: Phase = Phase.READY) -> Record:
 
 
 OLD = rec("m", "old", 8000)
-NEXT_STARTING = rec("m--next", "new", 8001, Phase.STARTING)
-NEXT_READY = rec("m--next", "new", 8001)
+NEXT_STARTING = rec("m@next", "new", 8001, Phase.STARTING)
+NEXT_READY = rec("m@next", "new", 8001)
 
 
 def test_a_ready_next_wins_a_starting_one_does_not() -> None:
     async def check() -> None:
         table = Table()
         table.update([OLD, NEXT_STARTING])
-        assert table.names == {"m": "m"}  # `m--next` is no routable name
+        assert table.names == {"m": "m"}  # `m@next` is no routable name
         assert (found := table.target("m")) is not None and found.port == 8000
         table.update([OLD, NEXT_READY])
         assert (found := table.target("m")) is not None and found.port == 8001

@@ -95,7 +95,7 @@ class LocalBackend:
         ref = self.spawn(
             launch.rendered.argv,
             engine_env(launch.rendered.env),
-            name=launch.entry.name,  # a RollingUpdate's `--next` runs under the deployment's name
+            name=launch.entry.name,  # a RollingUpdate's `@next` runs under the deployment's name
             nonce=rec.nonce,
             log_path=launch.log_path,
         )
