@@ -43,6 +43,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.once:
         from controller.daemon.loop import run_daemon
 
+        raise_fd_limit()
         front: FrontDoor | None = None
         if listen:  # aiohttp is imported only here: --once start-up does not pay for it
             from controller.cli.gatewayflags import front_door
@@ -67,6 +68,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = reconciler.run_pass()
     report(result)
     return EXIT_OK if result.ok else EXIT_FAIL
+
+
+def raise_fd_limit() -> None:
+    """The daemon's soft RLIMIT_NOFILE up to its hard limit: the gateway holds an fd per
+    client and per engine connection, on top of what passes use (the soft 1024 or less a
+    service gets by default ran out under load: passes failed with EMFILE)."""
+    import contextlib
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # "unlimited" is above what the kernel allows (fs.nr_open): ask for its default.
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft < target:
+        with contextlib.suppress(ValueError, OSError):  # not allowed: the limit stays
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def report(result: object) -> None:

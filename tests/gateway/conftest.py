@@ -11,7 +11,7 @@ import http.client
 import json
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,20 +102,15 @@ class Gateways:
         port: int | None = None,
         wait: bool = True,
         env: dict[str, str] | None = None,
+        prefix: Sequence[str] = (),
     ) -> Gateway:
+        """``prefix``: a wrapper that execs the daemon (``prlimit --nofile=256``)."""
         port = port or self.rc.port + 15
         log = self.rc.tmp / f"daemon-{len(self.started)}.log"
         listen = [] if any(a.startswith("--listen") for a in args) else ["--listen", str(port)]
+        argv = self.rc.argv("-v", "--resync", "1h", *listen, *args)
         with open(log, "wb") as err:
-            proc = self.rc.popen(
-                "-v",
-                "--resync",
-                "1h",
-                *listen,
-                *args,
-                stderr=err,
-                env={**self.rc.env, **(env or {})},
-            )
+            proc = self.rc.spawn([*prefix, *argv], stderr=err, env={**self.rc.env, **(env or {})})
         g = Gateway(self.rc, proc, log, port)
         self.started.append(g)
         if wait:
