@@ -22,7 +22,6 @@ from benchmarks.common import (
     engine_argv,
     free_port_block,
     manifest,
-    median,
     reconcile_argv,
     run,
     wait_for,
@@ -102,7 +101,6 @@ def _once(trials: int) -> Row:
         ours=ours,
         theirs=theirs,
         alt="`python -c 'import pydantic, yaml'`",
-        goal="≤ 1.5x",
+        # No goal since issue 20: a pass imports pydantic, as DESIGN.md asks; shown for scale.
     )
-    row.met = median(ours) <= 1.5 * median(theirs)
     return row

@@ -186,9 +186,9 @@ def bench(trials: int, startup: list[float]) -> list[Row]:
         Row(section, "(c) engine killed → new engine exec'd", "ms", ours["respawn"],
             theirs["respawn"], alt),
         Row(section, "stand-in engine start-up (taken off the exec figures)", "ms", startup),
+        # No goal since issue 20 (the daemon holds pydantic's models); shown for scale.
         Row("5. memory", f"daemon RSS with {trials} engines", "MB", ours["rss"], theirs["rss"],
-            alt, "≤ 1.2x supervisord",
-            bool(theirs["rss"]) and median(ours["rss"]) <= 1.2 * median(theirs["rss"])),
+            alt),
     ]  # fmt: skip
     return rows
 
