@@ -356,3 +356,23 @@ def test_the_ray_backend_without_ray_says_how_to_install_it(
     assert not (tmp_path / "s" / "instances").exists() or not any(
         (tmp_path / "s" / "instances").glob("*.json")
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (("--once", "--wait", "--timeout", "0"), "--timeout"),
+        (("--once", "--wait", "--timeout", "-5"), "--timeout"),
+        (("--resync", "0s"), "--resync"),
+        (("drain", "--ttl", "0"), "--ttl"),
+        (("--once", "--lock-timeout", "-1"), "--lock-timeout"),
+    ],
+    ids=["timeout-0", "timeout-negative", "resync-0", "ttl-0", "lock-negative"],
+)
+def test_durations_that_cannot_mean_anything_are_usage_errors(
+    reconcile: Any, flags: tuple[str, ...], named: str
+) -> None:
+    """Parsed once, by the parser: `drain --ttl 0` was accepted (a drain that ends as it
+    begins) and a zero `--timeout` waited no time at all."""
+    result = reconcile(*flags, check=64)
+    assert named in result.err and "Traceback" not in result.err, result.err

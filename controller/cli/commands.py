@@ -7,10 +7,9 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from controller.cli.common import config, metrics_listen, selected
+from controller.cli.common import config, selected
 from controller.cli.common import reconciler as build
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
-from controller.core.durations import parse_duration
 
 if TYPE_CHECKING:
     from controller.daemon.loop import FrontDoor
@@ -52,10 +51,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             if isinstance(made, int):
                 return made
             front = made
-        metrics_at = metrics_listen(args) if args.metrics_port else None  # bound after the lock
+        metrics_at = args.metrics_port  # (host, port), bound after the lock
         return run_daemon(
             cfg,
-            resync=parse_duration(args.resync),
+            resync=args.resync,
             reload=lambda: config(args),
             front=front,
             metrics_at=metrics_at,
@@ -64,7 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.wait:
         from controller.cli.waiting import wait_until_ready
 
-        return EXIT_OK if wait_until_ready(reconciler, parse_duration(args.timeout)) else EXIT_FAIL
+        return EXIT_OK if wait_until_ready(reconciler, args.timeout) else EXIT_FAIL
     result = reconciler.run_pass()
     report(result)
     return EXIT_OK if result.ok else EXIT_FAIL

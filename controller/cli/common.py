@@ -7,7 +7,6 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from controller.core.durations import parse_duration
 from controller.store.node import Config, resolve
 
 if TYPE_CHECKING:
@@ -15,32 +14,24 @@ if TYPE_CHECKING:
 
 
 def config(args: argparse.Namespace) -> Config:
+    """The node configuration: flags (parsed once, by the parser's types) > environment >
+    node.yaml > defaults, resolved in ``store.node.resolve`` alone."""
     return resolve(
         manifests=args.manifests,
         state_dir=args.state_dir,
         node=args.node,
         devices=args.devices,
         owner=args.owner,
-        allow_empty=getattr(args, "allow_empty", False),
-        lock_timeout=parse_duration(getattr(args, "lock_timeout", "60s")),
-        insecure_manifests=getattr(args, "insecure_manifests", False),
-        max_instances=getattr(args, "max_instances", None),
-        node_config=getattr(args, "node_config", None),
-        metrics_file=getattr(args, "metrics_file", None),
-        metrics_port=metrics_listen(args)[1] if getattr(args, "metrics_port", None) else None,
-        backend=getattr(args, "backend", None),
-        ray_address=getattr(args, "ray_address", None),
+        allow_empty=args.allow_empty,
+        lock_timeout=args.lock_timeout,
+        insecure_manifests=args.insecure_manifests,
+        max_instances=args.max_instances,
+        node_config=args.node_config,
+        metrics_file=args.metrics_file,
+        metrics_port=args.metrics_port[1] if args.metrics_port else None,
+        backend=args.backend,
+        ray_address=args.ray_address,
     )
-
-
-def metrics_listen(args: argparse.Namespace) -> tuple[str, int]:
-    from controller.daemon.metrics import parse_listen
-    from controller.errors import ConfigError
-
-    try:
-        return parse_listen(args.metrics_port)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
 
 
 def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ...]) -> str | None:
@@ -53,7 +44,7 @@ def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ..
 
 def selected(labels: Mapping[str, str], args: argparse.Namespace) -> bool:
     """``-l key=value`` (repeatable): every pair must match, as kubectl's equality selectors."""
-    return all(labels.get(key) == value for key, value in getattr(args, "selector", ()))
+    return all(labels.get(key) == value for key, value in args.selector)
 
 
 def reconciler(cfg: Config) -> Reconciler:

@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from controller import __version__
+from controller.cli import flagtypes
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_USAGE
 from controller.cli.helptext import epilog
 from controller.core import backendnames
+from controller.store.node import DEFAULT_LOCK_TIMEOUT
 
 
 class Parser(argparse.ArgumentParser):
@@ -112,24 +114,41 @@ def build_parser() -> Parser:
     parser.add_argument("--version", action="version", version=f"reconcile {__version__}")
     parser.add_argument("--once", action="store_true", help="run one pass and exit")
     parser.add_argument("--wait", action="store_true", help="with --once: pass until all Ready")
-    parser.add_argument("--timeout", default="10m", help="--wait limit (30s, 5m, 1h30m)")
+    parser.add_argument(
+        "--timeout",
+        type=flagtypes.positive_duration,
+        default="10m",
+        help="--wait limit (30s, 5m, 1h30m; default 10m)",
+    )
     parser.add_argument(
         "--allow-empty",
         action="store_true",
         help="let a missing or empty manifests folder prune everything",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    parser.add_argument("--resync", default="5s", help="daemon: full pass interval")
-    parser.add_argument("--lock-timeout", default="60s", help="wait this long for another pass")
+    parser.add_argument(
+        "--resync",
+        type=flagtypes.positive_duration,
+        default="5s",
+        help="daemon: full pass interval (default 5s)",
+    )
+    parser.add_argument(
+        "--lock-timeout",
+        type=flagtypes.duration,
+        default=DEFAULT_LOCK_TIMEOUT,
+        help=f"wait this long for another pass (default {DEFAULT_LOCK_TIMEOUT:g}s)",
+    )
     parser.add_argument(
         "--metrics-file", metavar="PATH", help="write Prometheus metrics here after each pass"
     )
     parser.add_argument(
         "--metrics-port",
+        type=flagtypes.listen_address("9101"),
         metavar="[HOST:]PORT",
         help="daemon: serve /metrics (default host 127.0.0.1)",
     )
     _gateway_flags(parser)
+    parser.set_defaults(selector=[])  # every verb's namespace has it: `-l` or not
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     common = _common(True)
 
@@ -166,7 +185,10 @@ def build_parser() -> Parser:
     verb("devices", "the inventory and who holds what")
     p = verb("drain", "start nothing new until uncordoned")
     p.add_argument(
-        "--ttl", default="1h", help="the drain ends by itself after this (renew: drain again)"
+        "--ttl",
+        type=flagtypes.positive_duration,
+        default="1h",
+        help="the drain ends by itself after this (default 1h; renew: drain again)",
     )
     p.add_argument("--reason", default="", help="why: shown in every denial and in status")
     p.add_argument("--evict", action="store_true", help="also stop running engines")
@@ -234,7 +256,7 @@ def _label(text: str) -> tuple[str, str]:
 
 def _check_output(parser: Parser, args: argparse.Namespace) -> None:
     """`-o` where it means nothing is a usage error: silently ignoring it misleads scripts."""
-    if getattr(args, "output", None) is None:
+    if args.output is None:
         return
     verb = "plan" if args.verb is None and args.dry_run else args.verb
     if verb not in OUTPUT_VERBS:
@@ -250,24 +272,11 @@ def _verbs(parser: Parser) -> Sequence[str]:
     return []
 
 
-def _check_durations(parser: Parser, args: argparse.Namespace) -> None:
-    """A malformed duration flag is a usage error (64), caught before anything runs."""
-    from controller.core.durations import parse_duration
-
-    for flag in ("timeout", "resync", "lock_timeout", "ttl"):
-        value = getattr(args, flag, None)
-        if value is not None:
-            try:
-                parse_duration(value)
-            except ValueError as exc:
-                parser.error(f"--{flag.replace('_', '-')}: {exc}")
-
-
 def _check_devices(parser: Parser, args: argparse.Namespace) -> None:
     """A malformed static inventory (``nvidia:0=80Gx``) is a usage error (64), named."""
     import os
 
-    flag = getattr(args, "devices", None)
+    flag = args.devices
     text = flag if flag is not None else os.environ.get("RECONCILE_DEVICES")
     if text is None:
         return
@@ -288,7 +297,7 @@ def _check_backend(parser: Parser, args: argparse.Namespace) -> None:
     from controller.store.node import resolve_backend
 
     try:
-        resolve_backend(getattr(args, "backend", None), getattr(args, "ray_address", None))
+        resolve_backend(args.backend, args.ray_address)
     except ConfigError as exc:
         parser.error(str(exc))
 
@@ -296,7 +305,6 @@ def _check_backend(parser: Parser, args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    _check_durations(parser, args)
     _check_devices(parser, args)
     _check_output(parser, args)
     _check_backend(parser, args)

@@ -217,7 +217,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     observed, problems = view.observe()
     desired = view.desired(loaded)
     found = planview.changes(view.plan(desired, observed), desired, observed)
-    if getattr(args, "selector", None):  # the manifest's labels, else the record's
+    if args.selector:  # the manifest's labels, else the record's
         labels = {n: v.record.labels for n, v in observed.records.items()}
         labels |= {n: e.deployment.metadata.labels for n, e in desired.entries.items()}
         found = [c for c in found if selected(labels.get(c.name, {}), args)]

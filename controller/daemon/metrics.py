@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from controller import __version__
 from controller.core.inventory import Inventory
-from controller.core.listen import split_listen
 from controller.core.promtext import PromText
 from controller.core.state import Phase, Record
 from controller.logsetup import get_logger
@@ -251,11 +250,3 @@ def _devices(out: PromText, recs: list[Record], inventory: Inventory) -> None:
 
 
 # -- /metrics -----------------------------------------------------------------------------------
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``9101`` or ``HOST:9101`` -> (host, port); ValueError with an example otherwise."""
-    found = split_listen(text)
-    if found is None:
-        raise ValueError(f"--metrics-port {text!r} is not PORT or HOST:PORT (example: 9101)")
-    return found

@@ -16,6 +16,8 @@ from controller.errors import ConfigError
 from controller.store import logfiles
 from controller.store.records import write_atomic
 
+DEFAULT_LOCK_TIMEOUT = 60.0  # seconds a pass waits for another's lock
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Config:
@@ -25,7 +27,7 @@ class Config:
     devices: str | None  # a static inventory, or None to discover
     owner: str
     allow_empty: bool = False
-    lock_timeout: float = 60.0
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     insecure_manifests: bool = False  # as root, load manifests others can write (security.py)
     limits: Limits = field(default_factory=Limits)
     log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
@@ -54,7 +56,7 @@ def resolve(
     devices: str | None = None,
     owner: str | None = None,
     allow_empty: bool = False,
-    lock_timeout: float = 60.0,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     insecure_manifests: bool = False,
     max_instances: str | None = None,
     node_config: str | None = None,
