@@ -59,7 +59,11 @@ def parse(data: bytes) -> Raw:
     for line in lines[1:]:
         name, _, value = line.partition(b":")
         headers[name.decode("latin-1").strip().lower()] = value.decode("latin-1").strip()
-    body = _dechunk(rest) if "chunked" in headers.get("transfer-encoding", "") else rest
+    length = headers.get("content-length", "")
+    if "chunked" in headers.get("transfer-encoding", ""):
+        body = _dechunk(rest)
+    else:  # what follows a sized body is a further answer (a pipelined request's)
+        body = rest[: int(length)] if length.isdigit() else rest
     return Raw(data, int(parts[1]), headers, body)
 
 
