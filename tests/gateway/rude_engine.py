@@ -16,7 +16,6 @@ import json
 import os
 import socket
 import struct
-import sys
 import threading
 
 MODES = ("close", "reset", "half", "sse")
@@ -83,4 +82,4 @@ def answer(conn: socket.socket, body: bytes | str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -66,7 +66,7 @@ class Rude:
 
     def __init__(self, reconcile: Any, name: str, *extra: str) -> None:
         self.port = free_ports(1)
-        self.log = reconcile.tmp / f"{name}.out"
+        self.log: Path = reconcile.tmp / f"{name}.out"
         argv = [a.replace("{port}", str(self.port)) for a in rude_command(*extra)]
         with open(self.log, "wb") as out:
             reconcile.spawn(argv, stdout=out)
