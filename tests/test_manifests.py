@@ -377,3 +377,38 @@ def test_validation_errors_name_the_path_as_written(
     message = only_error(load([tmp_path]))
     assert message.startswith(str(tmp_path / expected.split(":")[0]))
     assert expected in message, message
+
+
+def _with(name: str, extra: str) -> str:
+    return GOOD.format(name=name) + extra
+
+
+def test_one_model_in_two_deployments_is_a_pool(tmp_path: Path) -> None:
+    """Two llama-servers of one model (one per GPU, as users ran them by hand) both load."""
+    write(tmp_path, "a.yaml", _with("llm-a", "  model: /m/tiny.gguf\n"))
+    write(tmp_path, "b.yaml", _with("llm-b", "  model: /m/tiny.gguf\n  aliases: [tiny]\n"))
+    write(tmp_path, "c.yaml", _with("llm-c", "  aliases: [/m/tiny.gguf]\n"))  # joins the pool
+    result = load([tmp_path])
+    assert result.ok, [str(e) for e in result.errors]
+    assert sorted(result.entries) == ["llm-a", "llm-b", "llm-c"]
+
+
+@pytest.mark.parametrize(
+    ("b_extra", "field", "why"),
+    [
+        ("  aliases: [shared]\n", "spec.aliases", "an alias of two deployments"),
+        ("  model: llm-a\n", "spec.model", "metadata.name and another's model or alias"),
+        ("  aliases: [llm-a]\n", "spec.aliases", "metadata.name and another's model or alias"),
+    ],
+    ids=["alias-twice", "model-is-a-name", "alias-is-a-name"],
+)
+def test_real_ambiguity_is_an_error_naming_both_files(
+    tmp_path: Path, b_extra: str, field: str, why: str
+) -> None:
+    a = write(tmp_path, "a.yaml", _with("llm-a", "  aliases: [shared]\n"))
+    b = write(tmp_path, "b.yaml", _with("llm-b", b_extra))
+    result = load([tmp_path])
+    assert not result.entries and set(result.invalid_names) == {"llm-a", "llm-b"}
+    messages = [str(e) for e in result.errors]
+    assert any(m.startswith(f"{b}:1: {field}: ") and why in m and str(a) in m for m in messages)
+    assert any(m.startswith(f"{a}:1: ") and str(b) in m for m in messages), messages

@@ -91,7 +91,20 @@ def test_unsafe_names_rejected(name: str) -> None:
         ({"readiness": {"deadlineSeconds": 0}}, "greater than 0"),
         ({"stopGracePeriodSeconds": -1}, "greater than or equal to 0"),
         ({"args": [True]}, "valid string"),
-        ({"replicas": 2}, "replicas"),
+        ({"replicas": -1}, "greater than or equal to 0"),
+        ({"replicas": 2, "port": 8000}, "exact spec.port holds one engine"),
+        ({"replicas": 2, "activation": "OnDemand"}, "use autoscale with min: 0"),
+        ({"autoscale": {"max": 3}, "activation": "OnDemand"}, "without OnDemand"),
+        ({"autoscale": {"min": 3, "max": 2}}, "autoscale.min (3) is above autoscale.max (2)"),
+        ({"autoscale": {"max": 3}, "replicas": 5}, "outside autoscale's min..max (1..3)"),
+        ({"autoscale": {"min": 1}}, "max"),
+        ({"rollingUpdate": {"maxSurge": 1}}, "needs strategy: RollingUpdate"),
+        (
+            {"strategy": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "0%"}},
+            "cannot both be 0",
+        ),
+        ({"strategy": "RollingUpdate", "rollingUpdate": {"maxSurge": "150%"}}, "percentage"),
+        ({"affinity": "sticky"}, "'none' or 'session'"),
         ({"devices": {"count": 1, "gpus": 2}}, "gpus"),
         ({"readiness": {"httpGet": {"path": "/", "port": 1}}}, "port"),
     ],
@@ -335,3 +348,36 @@ def test_a_yaml_boolean_is_no_number(spec: dict[str, Any], field: str) -> None:
 def test_a_wrong_shape_is_said_in_the_manifest_s_words() -> None:
     message = error_of(doc(devices="two"))
     assert message == "spec.devices: Input should be a mapping of fields, not str"
+
+
+def test_replica_fields_and_their_defaults() -> None:
+    spec = deployment("a").spec
+    assert (spec.replicas, spec.autoscale, spec.affinity, spec.rolling_update) == (
+        1,
+        None,
+        "none",
+        None,
+    )
+    scaled = deployment(
+        "a",
+        autoscale={"min": 0, "max": 4, "targetInflight": "2", "scaleDownDelay": "1m"},
+        affinity="session",
+        strategy="RollingUpdate",
+        rollingUpdate={"maxSurge": "25%", "maxUnavailable": 1},
+    ).spec
+    assert scaled.autoscale is not None and scaled.autoscale.scale_down_delay == 60
+    assert scaled.autoscale.target_inflight == 2 and scaled.initial_replicas == 0
+    assert scaled.rolling_update is not None and scaled.rolling_update.max_surge == "25%"
+    assert deployment("a", replicas=3, autoscale={"max": 4}).spec.initial_replicas == 3
+
+
+def test_replica_fields_never_change_the_spec_hash() -> None:
+    """Scaling, affinity and the update's pace never restart an engine."""
+    base = spec_hash(deployment("a").spec)
+    for extra in (
+        {"replicas": 3},
+        {"autoscale": {"max": 4}},
+        {"affinity": "session"},
+        {"strategy": "RollingUpdate", "rollingUpdate": {"maxSurge": 2}},
+    ):
+        assert spec_hash(deployment("a", **extra).spec) == base, extra

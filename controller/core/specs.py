@@ -41,7 +41,23 @@ DEFAULT_IDLE_TIMEOUT = 600.0
 # alone; `activation`, `idleTimeout`, `strategy` and `aliases` by the gateway and the
 # planner (when and how, not what). They stay out of the spec hash, so setting them (or
 # upgrading to a version that knows them) never restarts an engine.
-NOT_HASHED = frozenset({"image", "activation", "idleTimeout", "strategy", "aliases"})
+# `replicas`, `autoscale`, `affinity` and `rollingUpdate` say how many engines and how
+# traffic and updates reach them, never what one engine runs.
+NOT_HASHED = frozenset(
+    {
+        "image",
+        "activation",
+        "idleTimeout",
+        "strategy",
+        "aliases",
+        "replicas",
+        "autoscale",
+        "affinity",
+        "rollingUpdate",
+    }
+)
+MAX_REPLICAS = 64
+Affinity = Literal["none", "session"]
 
 
 def _scalar_to_str(value: Any) -> Any:
@@ -191,6 +207,58 @@ class Readiness(Model):
         return self
 
 
+Replicas = Annotated[int, Field(ge=0, le=MAX_REPLICAS), NOT_BOOL]
+
+
+def _surge(value: Any) -> Any:
+    """``1`` or ``"25%"`` (Kubernetes' IntOrString); the percentage is checked here."""
+    if isinstance(value, str) and value.endswith("%"):
+        number = value[:-1]
+        if not number.isdigit() or int(number) > 100:
+            raise ValueError(f"{short(value)} is not a percentage from 0% to 100%")
+        return value
+    return _not_bool(value)
+
+
+Surge = Annotated[int | str, BeforeValidator(_surge)]
+
+
+class Autoscale(Model):
+    min: Replicas = Field(
+        default=1, description="The fewest replicas (0: scale to zero, Idle until a request)."
+    )
+    max: Annotated[int, Field(ge=1, le=MAX_REPLICAS), NOT_BOOL] = Field(
+        description="The most replicas the autoscaler starts."
+    )
+    target_inflight: Annotated[float, Field(gt=0, le=100_000), NOT_BOOL] = Field(
+        default=4.0,
+        description="Requests in flight per Ready replica it aims for (default 4).",
+    )
+    scale_down_delay: Seconds = Field(
+        default=300.0,
+        description="Load must stay low this long before a replica goes (default 5m).",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.min > self.max:
+            raise ValueError(f"autoscale.min ({self.min}) is above autoscale.max ({self.max})")
+        return self
+
+
+class RollingUpdate(Model):
+    max_surge: Surge = Field(
+        default=1,
+        description="Replicas started beyond the desired count during an update (a number "
+        "or a percentage; default 1).",
+    )
+    max_unavailable: Surge = Field(
+        default=0,
+        description="Replicas that may be down during an update (a number or a percentage; "
+        "default 0).",
+    )
+
+
 class DeploymentSpec(Model):
     engine: Engine = Field(
         description="The recipe: vllm, llama-cpp, sglang, tgi, ollama, or command (any argv)."
@@ -249,13 +317,14 @@ class DeploymentSpec(Model):
     )
     strategy: Strategy = Field(
         default="Recreate",
-        description="Recreate or RollingUpdate (default Recreate): how `reconcile export` "
-        "rolls out a change (the local backend ignores it today); never restarts the engine.",
+        description="Recreate or RollingUpdate (default Recreate): how a spec change "
+        "reaches the engines (RollingUpdate: the new one Ready before the old one stops).",
     )
     aliases: tuple[str, ...] = Field(
         default=(),
         description="More model names the gateway routes here, besides metadata.name and "
-        "spec.model; a name claimed twice is an error.",
+        "spec.model; an alias listed twice, or equal to another deployment's name, is an "
+        "error (a spec.model or alias shared with another deployment's spec.model is a pool).",
     )
     # Export only (`reconcile export`): the container image; local and Ray backends ignore it.
     image: str | None = Field(
@@ -275,8 +344,29 @@ class DeploymentSpec(Model):
         "Changing it needs no restart.",
     )
 
+    replicas: Replicas = Field(
+        default=1,
+        description="How many engines run this spec, each its own lease (default 1; 0 keeps "
+        "it declared with nothing running). With autoscale: the count to start from.",
+    )
+    autoscale: Autoscale | None = Field(
+        default=None,
+        description="The daemon picks the replica count between min and max from the "
+        "gateway's requests in flight.",
+    )
+    affinity: Affinity = Field(
+        default="none",
+        description="none (default) or session: requests with one session key (x-session-id, "
+        "else the OpenAI user field) stay on one replica.",
+    )
+    rolling_update: RollingUpdate | None = Field(
+        default=None,
+        description="With strategy RollingUpdate: maxSurge and maxUnavailable, as in Kubernetes.",
+    )
+
     @model_validator(mode="after")
     def _coherent(self) -> Self:
+        self._replicas_coherent()
         if self.port is not None and self.base_port is not None:
             raise ValueError("set port (exact) or basePort (scan upward), not both")
         if self.engine == "command" and not self.command:
@@ -284,6 +374,54 @@ class DeploymentSpec(Model):
         if self.engine != "command" and self.command:
             raise ValueError(f"spec.command is only for engine 'command', not {self.engine!r}")
         return self
+
+    def _replicas_coherent(self) -> None:
+        problem = self._scale_problem() or self._rolling_problem()
+        if problem:
+            raise ValueError(problem)
+
+    def _scale_problem(self) -> str | None:
+        many = self.replicas > 1 or self.autoscale is not None
+        if many and self.port is not None:
+            return "an exact spec.port holds one engine: use basePort with replicas or autoscale"
+        if self.activation == "OnDemand" and (many or self.replicas == 0):
+            return (
+                "activation: OnDemand starts one engine on demand: for more (or none), use "
+                "autoscale with min: 0 and max: the most replicas, without OnDemand"
+            )
+        scale = self.autoscale
+        explicit = "replicas" in self.model_fields_set
+        if scale is not None and explicit and not scale.min <= self.replicas <= scale.max:
+            return (
+                f"replicas ({self.replicas}) is outside autoscale's min..max "
+                f"({scale.min}..{scale.max}): with autoscale it is the count to start from"
+            )
+        return None
+
+    def _rolling_problem(self) -> str | None:
+        rolling = self.rolling_update
+        if rolling is None:
+            return None
+        if self.strategy != "RollingUpdate":
+            return "spec.rollingUpdate needs strategy: RollingUpdate"
+        if _is_zero(rolling.max_surge) and _is_zero(rolling.max_unavailable):
+            return (
+                "rollingUpdate: maxSurge and maxUnavailable cannot both be 0 "
+                "(no replica could ever be replaced)"
+            )
+        return None
+
+    @property
+    def initial_replicas(self) -> int:
+        """The count before any autoscaling: ``replicas``, or autoscale's min when unset."""
+        scale = self.autoscale
+        if scale is not None and "replicas" not in self.model_fields_set:
+            return scale.min
+        return self.replicas
+
+
+def _is_zero(value: int | str) -> bool:
+    return value in (0, "0%")
 
 
 class Deployment(Model):

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from controller.core.cluster import cluster_refusals
 from controller.core.excerpt import short
 from controller.core.specerrors import problems
-from controller.core.specs import Deployment, Entry, is_dns1123, routable_names, spec_hash
+from controller.core.specs import Deployment, Entry, is_dns1123, spec_hash
 from controller.store import bounded, security
 from controller.store.bounded import Document, Path_
 from controller.store.parsecache import ParseCache
@@ -290,24 +290,44 @@ def _load_guarded(path: Path, result: LoadResult, strict: bool, cache: ParseCach
 
 
 def _check_model_names(result: LoadResult) -> None:
-    """A model name the gateway routes (name, spec.model, spec.aliases) claimed twice."""
-    claimed: dict[str, Entry] = {}
+    """Model names only the gateway could not route (DESIGN "The gateway").
+
+    A ``spec.model`` (or an alias equal to one) shared by several deployments is a
+    pool the gateway balances over; what stays an error is real ambiguity: an alias
+    listed by two deployments, or a model or alias equal to another deployment's
+    ``metadata.name`` (which must reach that deployment alone).
+    """
+    entries = list(result.entries.values())
+    named = {e.name: e for e in entries}
+    aliased: dict[str, Entry] = {}
     clashes: dict[str, str] = {}
-    for entry in result.entries.values():
-        for model in routable_names(entry.name, entry.deployment.spec):
-            first = claimed.setdefault(model, entry)
-            if first is entry:
-                continue
-            for mine, other in ((entry, first), (first, entry)):
-                message = (
-                    f"model name {model!r} is claimed by deployment {mine.name!r} and by "
-                    f"{other.name!r} ({other.source}:{other.line}): the gateway could not "
-                    "route it; rename one or drop the alias"
-                )
-                result.errors.append(
-                    ManifestError(mine.source, mine.line, "spec.aliases", message, mine.name)
-                )
-                clashes.setdefault(mine.name, str(result.errors[-1]))
+    for entry in entries:
+        spec = entry.deployment.spec
+        for model in (*([spec.model] if spec.model else []), *spec.aliases):
+            owner = named.get(model)
+            if owner is not None and owner is not entry:
+                why = "one deployment's metadata.name and another's model or alias"
+                _clash(result, clashes, entry, owner, model, why)
+        for alias in spec.aliases:
+            first = aliased.setdefault(alias, entry)
+            if first is not entry:
+                _clash(result, clashes, entry, first, alias, "an alias of two deployments")
     for name, message in clashes.items():
         del result.entries[name]
         result.invalid_names[name] = message
+
+
+def _clash(
+    result: LoadResult, clashes: dict[str, str], mine: Entry, other: Entry, model: str, why: str
+) -> None:
+    """Both deployments are invalid, each error naming the other's file and line."""
+    for a, b in ((mine, other), (other, mine)):
+        message = (
+            f"model name {model!r} is {why} (also {b.name!r}, {b.source}:{b.line}): the "
+            "gateway could not tell where it goes; rename one or drop the alias"
+        )
+        field_ = "spec.aliases" if model in a.deployment.spec.aliases else "spec.model"
+        if model == a.name:
+            field_ = "metadata.name"
+        result.errors.append(ManifestError(a.source, a.line, field_, message, a.name))
+        clashes.setdefault(a.name, str(result.errors[-1]))

@@ -197,8 +197,8 @@ def test_llama_cpp_lifecycle(llama_server: Path, node: str, tmp_path: Path) -> N
     state = tmp_path / "state"
     base_port = free_port()
     for name in ("tiny-a", "tiny-b"):
-        # One model path per deployment: the gateway routes by spec.model, and a model
-        # name claimed by two deployments is a validation error (DESIGN: the gateway).
+        # One model path per deployment: each spec.model reaches its own engine here (a
+        # shared one would be a pool the gateway balances over; DESIGN: the gateway).
         mine = model.with_name(f"{name}.gguf")
         os.link(model, mine)
         (manifests / f"{name}.yaml").write_text(
