@@ -27,7 +27,6 @@ from strategies import (
     view,
 )
 
-from controller.cli.planview import CLASS
 from controller.core.actions import Action, Hold, MarkReady, Preempt, Start, Stop, Update
 from controller.core.engines.share import fraction, share_args
 from controller.core.inventory import Device, GpuMemory, Inventory, parse_static
@@ -336,7 +335,7 @@ def test_foreign_and_invalid_records_are_never_preempted() -> None:
 
 
 def test_plan_shows_a_preemption_as_a_destroy() -> None:
-    assert CLASS[Preempt] == "destroy"
+    assert Preempt.plan_class == "destroy"
 
 
 def test_user_share_flag_wins_and_plan_says_so() -> None:

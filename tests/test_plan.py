@@ -48,7 +48,7 @@ from controller.core.actions import (
     Update,
 )
 from controller.core.inventory import Inventory
-from controller.core.plan import BACKOFF_RESET, ORDER, Desired, backoff, plan
+from controller.core.plan import BACKOFF_RESET, Desired, backoff, plan
 from controller.core.state import Drain, ExitInfo, Observed, Phase
 from controller.reconciler.executor import Executor
 from controller.reconciler.leases import RecordMaker
@@ -767,7 +767,7 @@ def test_plan_is_sorted_by_kind_then_name() -> None:
     want = desired(entry("z"), entry("b"), entry("a", args=["--x"]))
     seen = observed(view(record("a"), alive=True), view(record("old"), alive=True))
     actions = run(Case(want, seen))
-    keys = [(ORDER.index(type(a)), a.name) for a in actions]
+    keys = [(a.order, a.name) for a in actions]
     assert keys == sorted(keys)
     assert [type(a) for a in actions] == [Replace, Stop, Start, Start]
 

@@ -11,53 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from controller.core.actions import (
-    Action,
-    Adopt,
-    Conflict,
-    Fail,
-    Hold,
-    MarkReady,
-    MarkSpec,
-    Park,
-    Preempt,
-    Promote,
-    Reap,
-    Reject,
-    Release,
-    Replace,
-    Restart,
-    Resync,
-    Start,
-    Stop,
-    Update,
-)
+from controller.core.actions import Action, Conflict, Hold, PlanClass, Reject, Replace, Update
 from controller.core.plan import Desired
 from controller.core.state import Observed, Phase
 
-CLASS: dict[type[Action], str] = {
-    Start: "create",
-    Update: "in-place",
-    Fail: "in-place",
-    MarkReady: "in-place",
-    MarkSpec: "in-place",
-    Adopt: "in-place",
-    Resync: "in-place",  # the record takes what the backend reports (node, port)
-    Replace: "replace",
-    Promote: "replace",  # RollingUpdate: the new instance takes over, the old one goes
-    Stop: "destroy",
-    Park: "destroy",  # OnDemand: the engine goes, an Idle record stays
-    Preempt: "destroy",
-    Release: "destroy",
-    Reap: "destroy",
-    Restart: "restart",
-    Hold: "wait",
-    Conflict: "wait",
-    Reject: "wait",  # a new deployment whose spec is invalid: it cannot start, and why
-}
-SYMBOL = {
+# Each action's class is its `plan_class`; "unchanged" is a deployment no action touches.
+Kind = PlanClass | Literal["unchanged"]
+SYMBOL: dict[Kind, str] = {
     "create": "+",
     "in-place": "~",
     "replace": "-/+",
@@ -66,13 +28,13 @@ SYMBOL = {
     "wait": "!",
     "unchanged": " ",
 }
-CHANGES = ("create", "in-place", "replace", "destroy", "restart")
+CHANGES: tuple[Kind, ...] = ("create", "in-place", "replace", "destroy", "restart")
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
     name: str
-    kind: str  # one of SYMBOL's keys
+    kind: Kind
     action: str  # the planner's verb
     reason: str
     fields: tuple[str, ...] = ()
@@ -100,7 +62,7 @@ def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> 
 
 
 def _change(action: Action, observed: Observed) -> Change:
-    kind = CLASS[type(action)]
+    kind = action.plan_class
     fields = action.fields if isinstance(action, Replace | Update) else ()
     pending = True
     if isinstance(action, Hold | Reject):
@@ -117,7 +79,7 @@ def pending(found: Sequence[Change]) -> list[Change]:
     return [c for c in found if c.pending and c.kind in (*CHANGES, "wait")]
 
 
-def summary(found: Sequence[Change]) -> dict[str, int]:
+def summary(found: Sequence[Change]) -> dict[Kind, int]:
     counts = dict.fromkeys(SYMBOL, 0)
     for change in found:
         counts[change.kind] += 1

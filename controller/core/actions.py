@@ -1,26 +1,56 @@
 """What a pass will do: frozen actions, each with a human ``reason``.
 
-The planner returns them; the executor applies them and decides nothing.
+The planner returns them; the executor applies them and decides nothing. What holds
+for every action of a kind is stated on its class, once (kubelet's podActions carry
+their own facts), never in tables keyed by the class elsewhere:
+
+``verb``
+    The word logs, events and ``reconcile plan`` use.
+``order``
+    Where a plan sorts it (lowest first): reaping and releasing before teardowns,
+    teardowns before starts (which need what they free), waits last.
+``tears_down``
+    It may wait out an engine's grace period: a pass runs these concurrently.
+``frees``
+    It can give up the record's devices and port this round, so a start or
+    preemption weighed in the same plan may count on them (see :meth:`Action.frees_now`).
+``plan_class``
+    How ``reconcile plan`` shows it (terraform-style, see ``cli/planview.py``).
+
+``Action`` itself states none of them (it is abstract by design): every concrete
+class states all of them in its own body, so a subclass such as :class:`Replace`
+never inherits its parent's by accident (tests/test_actions.py checks).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from controller.core.specs import Entry
 from controller.core.state import ExitInfo, Instance, MarkedProcess, Phase, ProcessRef
 
+# `reconcile plan`'s classes of change (a deployment no action touches is "unchanged").
+PlanClass = Literal["create", "in-place", "replace", "destroy", "restart", "wait"]
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Action:
-    verb: ClassVar[str] = "action"
+    verb: ClassVar[str]
+    order: ClassVar[int]
+    tears_down: ClassVar[bool]
+    frees: ClassVar[bool]
+    plan_class: ClassVar[PlanClass]
     name: str
     reason: str
 
     def describe(self) -> str:
         return f"{self.verb} {self.name}: {self.reason}"
+
+    def frees_now(self) -> bool:
+        """This action gives up the record's devices this round (its teardown runs first)."""
+        return self.frees
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -28,6 +58,10 @@ class Start(Action):
     """Reserve devices and a port, then spawn (a new or Pending deployment)."""
 
     verb = "start"
+    order = 14
+    tears_down = False
+    frees = False
+    plan_class = "create"
     entry: Entry
     devices: tuple[str, ...]
     port: int
@@ -39,6 +73,10 @@ class Restart(Action):
     """Respawn in place: same devices and port, new nonce (after a crash or back-off)."""
 
     verb = "restart"
+    order = 13
+    tears_down = False
+    frees = False
+    plan_class = "restart"
     entry: Entry
     restarts: int
 
@@ -48,6 +86,11 @@ class Stop(Action):
     """Tear the instance down completely, then drop its record."""
 
     verb = "stop"
+    order = 6
+    tears_down = True
+    frees = True
+    # Annotated: unannotated, mypy would take "destroy" as the type Replace must keep.
+    plan_class: ClassVar[PlanClass] = "destroy"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,6 +98,10 @@ class Replace(Stop):
     """The spec changed: tear down now, a later round starts the new one."""
 
     verb = "replace"
+    order = 4
+    tears_down = True
+    frees = True
+    plan_class = "replace"
     fields: tuple[str, ...] = ()
 
 
@@ -65,6 +112,10 @@ class Promote(Action):
     record takes the deployment's name. Each step is safe to repeat after a crash."""
 
     verb = "promote"
+    order = 5
+    tears_down = True
+    frees = False  # the name goes on holding (what `<name>@next` was given): nothing to count on
+    plan_class = "replace"  # the new instance takes over, the old one goes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -72,6 +123,10 @@ class Park(Action):
     """OnDemand: tear down whatever runs (idle, or swapped out) and record it ``Idle``."""
 
     verb = "park"
+    order = 8
+    tears_down = True
+    frees = True
+    plan_class = "destroy"  # the engine goes, an Idle record stays
     entry: Entry
 
 
@@ -81,6 +136,10 @@ class Update(Action):
     stopGracePeriodSeconds): rewrite the record in place, no restart."""
 
     verb = "update"
+    order = 11
+    tears_down = False
+    frees = False
+    plan_class = "in-place"
     entry: Entry
     fields: tuple[str, ...] = ()
 
@@ -94,6 +153,10 @@ class Preempt(Action):
     """
 
     verb = "preempt"
+    order = 7
+    tears_down = True
+    frees = True  # the planner releases its devices where it decides it, before the start
+    plan_class = "destroy"
     by: str
     priority: int
 
@@ -106,15 +169,29 @@ class Fail(Action):
     """
 
     verb = "fail"
+    order = 9
+    tears_down = True
+    frees = True  # when its phase holds nothing: see frees_now
+    plan_class = "in-place"
     phase: Phase
     retry_at: datetime | None = None
     restarts: int = 0
     exit: ExitInfo | None = None
 
+    def frees_now(self) -> bool:
+        """Failed and Succeeded give the devices up; BackOff keeps them for the restart."""
+        return not self.phase.holds_resources
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MarkReady(Action):
+    """The readiness probe passed: the engine serves (the gateway routes to it)."""
+
     verb = "ready"
+    order = 12
+    tears_down = False
+    frees = False
+    plan_class = "in-place"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,6 +199,10 @@ class Adopt(Action):
     """A reservation whose maker died: its engine is running, take it over."""
 
     verb = "adopt"
+    order = 2
+    tears_down = False
+    frees = False
+    plan_class = "in-place"
     ref: ProcessRef
 
 
@@ -131,6 +212,10 @@ class Resync(Action):
     crash): write where it runs now; a new engine counts a restart and is probed again."""
 
     verb = "resync"
+    order = 3
+    tears_down = False
+    frees = False
+    plan_class = "in-place"  # the record takes what the backend reports (node, port)
     instance: Instance
     restarted: bool
 
@@ -140,6 +225,10 @@ class Release(Action):
     """Drop a record that holds no process (dead reservation, removed Pending, ...)."""
 
     verb = "release"
+    order = 1
+    tears_down = False
+    frees = True
+    plan_class = "destroy"
     nonce: str | None = None
 
 
@@ -148,6 +237,10 @@ class Reap(Action):
     """Kill marker processes no record accounts for (invariant 3)."""
 
     verb = "reap"
+    order = 0
+    tears_down = False  # a kill with no grace period to wait out
+    frees = False  # its processes hold nothing any record (or the ledger) counts
+    plan_class = "destroy"
     processes: tuple[MarkedProcess, ...]
 
 
@@ -156,6 +249,10 @@ class Hold(Action):
     """Record a deployment that cannot start now as Pending, saying why."""
 
     verb = "pending"
+    order = 15
+    tears_down = False
+    frees = False
+    plan_class = "wait"
     entry: Entry
 
 
@@ -164,6 +261,10 @@ class Reject(Action):
     """A deployment whose manifest was invalid from the start: a Pending record says why."""
 
     verb = "reject"
+    order = 16
+    tears_down = False
+    frees = False
+    plan_class = "wait"  # a new deployment whose spec is invalid: it cannot start, and why
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -171,6 +272,10 @@ class MarkSpec(Action):
     """Flag a running deployment whose manifest broke (or was fixed)."""
 
     verb = "mark-spec"
+    order = 10
+    tears_down = False
+    frees = False
+    plan_class = "in-place"
     valid: bool
 
 
@@ -179,6 +284,10 @@ class Conflict(Action):
     """The name belongs to another manifest set: report, touch nothing."""
 
     verb = "conflict"
+    order = 17
+    tears_down = False
+    frees = False
+    plan_class = "wait"
 
 
 # Every concrete action: what the executor must handle (mypy checks each `match` is whole).

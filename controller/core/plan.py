@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 
 from controller.core import limits as limits_mod
 from controller.core.actions import (
-    Action,
     Adopt,
     AnyAction,
     Conflict,
@@ -58,27 +57,6 @@ IN_PLACE = ("readiness", "restartPolicy", "stopGracePeriodSeconds", "priority")
 PREEMPTED = "preempted by "  # a Pending record's message: it keeps saying why while it waits
 PREEMPTIBLE = (Phase.STARTING, Phase.READY, Phase.BACKOFF)
 
-ORDER: tuple[type[Action], ...] = (
-    Reap,
-    Release,
-    Adopt,
-    Resync,
-    Replace,
-    Promote,
-    Stop,
-    Preempt,
-    Park,
-    Fail,
-    MarkSpec,
-    Update,
-    MarkReady,
-    Restart,
-    Start,
-    Hold,
-    Reject,
-    Conflict,
-)
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Desired:
@@ -115,7 +93,7 @@ def plan(
 ) -> list[AnyAction]:
     planner = _Planner(desired, observed, inventory, now, extra_ports or {}, limits or Limits())
     actions = planner.actions()
-    return sorted(actions, key=lambda a: (ORDER.index(type(a)), a.name))
+    return sorted(actions, key=lambda a: (a.order, a.name))
 
 
 class _Planner:
@@ -149,7 +127,7 @@ class _Planner:
 
     def actions(self) -> list[AnyAction]:
         found = list(self.run())
-        leaving = frozenset(a.name for a in found if _frees(a))
+        leaving = frozenset(a.name for a in found if a.frees_now())
         found += self._placements(leaving)
         # A preempted record's own action (ready, restart...) gives way to its preemption.
         return [a for a in found if a.name not in self.preempted or isinstance(a, Preempt | Reap)]
@@ -626,13 +604,6 @@ class _Planner:
 
 def _by_priority(wanted: tuple[Entry, str]) -> tuple[int, str]:
     return (-wanted[0].deployment.spec.priority, wanted[0].name)
-
-
-def _frees(action: AnyAction) -> bool:
-    """This round's action gives up the record's devices (its teardown runs before starts)."""
-    if isinstance(action, Fail):
-        return not action.phase.holds_resources
-    return isinstance(action, Stop | Release | Park)
 
 
 def _moved(view: RecordView) -> bool:

@@ -18,19 +18,7 @@ from datetime import UTC, datetime
 
 from controller import failpoints
 from controller.backends.base import Backend
-from controller.core.actions import (
-    Action,
-    AnyAction,
-    Conflict,
-    Fail,
-    Hold,
-    Park,
-    Preempt,
-    Promote,
-    Replace,
-    Start,
-    Stop,
-)
+from controller.core.actions import Action, AnyAction, Conflict, Hold, Start, Stop
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.inventory import Inventory
 from controller.core.limits import kinds_of, only_kinds
@@ -54,8 +42,6 @@ from controller.store.records import RecordProblem, RecordStore
 log = get_logger("reconcile")
 
 MAX_ROUNDS = 5
-# Actions that may wait out a grace period: run them concurrently.
-TEARDOWN = (Stop, Replace, Fail, Park, Preempt, Promote)
 
 
 @dataclass
@@ -242,9 +228,10 @@ class Reconciler(Preview):
     ) -> bool:
         """Apply one round's actions; True when anything changed (plan again)."""
         changed = False
-        teardowns = [a for a in actions if isinstance(a, TEARDOWN)]
+        # Teardowns may each wait out a grace period: they run concurrently.
+        teardowns = [a for a in actions if a.tears_down]
         starts = [a for a in actions if isinstance(a, Start)]
-        rest = [a for a in actions if not isinstance(a, (*TEARDOWN, Start))]
+        rest = [a for a in actions if not a.tears_down and not isinstance(a, Start)]
         for action in rest:
             changed |= self.executor.apply(action)
             _note(result, action)
