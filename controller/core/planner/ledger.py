@@ -1,0 +1,119 @@
+"""The planning ledger: what this plan has handed out, and the one way to hand out more.
+
+It starts from what the node holds (:func:`placement.ledger_for`) and what counts
+against maxInstances; each :meth:`PlanLedger.start` that succeeds takes its devices
+and ports at once, so one plan never hands a thing out twice. Questions about what
+*would* fit if some deployments left are asked of copies; the ledger itself changes
+only by a start, or by a preemption's start (which releases its victims with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from controller.core import limits
+from controller.core.actions import Hold, Start
+from controller.core.engines.share import user_share
+from controller.core.inventory import Inventory
+from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place, place_devices
+from controller.core.planner.context import Context
+from controller.core.preempt import Candidate, choose_victims
+from controller.core.specs import DeploymentSpec, Entry
+
+
+class PlanLedger:
+    def __init__(self, ctx: Context, held: Ledger, instances: dict[str, frozenset[str]]) -> None:
+        self._ctx = ctx
+        self._held = held
+        self._instances = instances  # what counts against maxInstances: name -> device kinds
+
+    @classmethod
+    def of(cls, ctx: Context) -> PlanLedger:
+        observed = ctx.observed
+        records = [v.record for v in observed.records.values()]
+        instances = {
+            rec.name: limits.kinds_of(rec.devices)
+            for rec in records
+            if rec.holds and not rec.elsewhere(observed.node)
+        }
+        return cls(ctx, ledger_for(records, observed), instances)
+
+    def start(self, entry: Entry, why: str, *, record: str | None = None) -> Start | Hold:
+        """Start ``entry`` as record ``record`` (default: its own name), or Hold saying why.
+
+        A Start takes its devices and ports in this ledger; a Hold takes nothing.
+        """
+        if self._ctx.drain is not None:
+            return Hold(name=entry.name, reason=self._ctx.drain_text(), entry=entry)
+        spec = entry.deployment.spec
+        room = self.room(spec)
+        if isinstance(room, str):
+            return Hold(name=entry.name, reason=room, entry=entry)
+        placed = place(spec, room, self._held, self._ctx.extra_ports.get(spec.engine, 0))
+        if isinstance(placed, Unplaced):
+            return Hold(name=entry.name, reason=self._unplaced(entry, placed, room), entry=entry)
+        name = record or entry.name
+        self._held.take(
+            name, placed.devices, placed.ports, spec.devices.shareable, spec.devices.memory
+        )
+        self._instances[name] = limits.kinds_of(placed.devices)
+        return self._started(entry, why, name, placed)
+
+    def start_instead_of(self, entry: Entry, why: str, victims: Sequence[str]) -> Start | Hold:
+        """Start ``entry`` in the room ``victims`` leave; the ledger changes only on a Start."""
+        trial = self._without(victims)
+        outcome = trial.start(entry, why)
+        if isinstance(outcome, Start):
+            self._held, self._instances = trial._held, trial._instances
+        return outcome
+
+    def room(self, spec: DeploymentSpec) -> Inventory | str:
+        """The devices ``spec`` may use under the node's limits, or why none."""
+        return limits.room(
+            count=spec.devices.count,
+            kind=spec.devices.kind,
+            inventory=self._ctx.inventory,
+            instances=self._instances,
+            limits=self._ctx.limits,
+        )
+
+    def places_without(self, spec: DeploymentSpec, room: Inventory, gone: Iterable[str]) -> bool:
+        """``spec`` (devices and ports) fits in ``room`` once ``gone`` let go."""
+        extra = self._ctx.extra_ports.get(spec.engine, 0)
+        return isinstance(place(spec, room, self._held.without(gone), extra), Placed)
+
+    def devices_free_without(self, spec: DeploymentSpec, gone: frozenset[str]) -> bool:
+        """``spec``'s devices are free once ``gone`` let go (this round's teardowns)."""
+        held = self._held.without(gone) if gone else self._held
+        return not isinstance(place_devices(spec, self._ctx.inventory, held), Unplaced)
+
+    def victims(
+        self, spec: DeploymentSpec, candidates: Sequence[Candidate]
+    ) -> tuple[str, ...] | None:
+        """The fewest, cheapest ``candidates`` whose leaving gives ``spec`` its devices."""
+        return choose_victims(spec, self._ctx.inventory, self._held, candidates)
+
+    def _without(self, names: Iterable[str]) -> PlanLedger:
+        gone = set(names)
+        kept = {n: kinds for n, kinds in self._instances.items() if n not in gone}
+        return PlanLedger(self._ctx, self._held.without(gone), kept)
+
+    def _unplaced(self, entry: Entry, placed: Unplaced, room: Inventory) -> str:
+        reason = limits.explain(placed.reason, self._ctx.inventory, room, self._ctx.limits)
+        if placed.field is not None:  # no pass can place it: point at the manifest
+            reason = f"{entry.source}:{entry.line}: {reason}"
+        return reason
+
+    def _started(self, entry: Entry, why: str, name: str, placed: Placed) -> Start:
+        where = ",".join(placed.devices) or "no devices"
+        keyed = self._ctx.inventory.by_key()
+        spec = entry.deployment.spec
+        note = user_share(spec, tuple(keyed[d] for d in placed.devices if d in keyed))
+        return Start(
+            name=name,
+            reason=f"{why}: {where}, port {placed.port}{note}",
+            entry=entry,
+            devices=placed.devices,
+            port=placed.port,
+            extra_ports=placed.extra_ports,
+        )

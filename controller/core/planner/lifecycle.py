@@ -1,0 +1,137 @@
+"""A record's life once it has run: readiness, crash, back-off, restart, resync.
+
+Each function judges one of our records whose manifest is valid and unchanged and
+returns what it needs (a Pending one asks to be placed again: a :class:`Want`).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from controller.core.actions import AnyAction, Fail, MarkReady, Release, Restart, Resync, Stop
+from controller.core.planner.context import Context, Judged, Want
+from controller.core.specs import Entry
+from controller.core.state import Phase, Record, RecordView
+
+BACKOFF_FIRST = 10.0
+BACKOFF_MAX = 300.0
+BACKOFF_RESET = 600.0  # seconds Ready after which a crash counts as the first again
+
+
+def restarts_after(policy: str, code: int | None) -> bool:
+    """Whether ``restartPolicy`` restarts an engine that exited with ``code`` (None: unknown)."""
+    return policy == "Always" or (policy == "OnFailure" and code != 0)
+
+
+def backoff(restarts: int) -> float:
+    """Delay before restart number ``restarts + 1``: 0, 10, 20, 40 ... 300 s."""
+    if restarts <= 0:
+        return 0.0
+    return float(min(BACKOFF_FIRST * 2.0 ** (restarts - 1), BACKOFF_MAX))
+
+
+def lifecycle(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
+    rec = view.record
+    if rec.phase is Phase.PENDING:
+        return [Want(entry, "retrying placement")]
+    if rec.phase in (Phase.FAILED, Phase.SUCCEEDED):
+        return []  # terminal until the spec changes
+    if view.alive and _moved(view):
+        return [_resync(view)]
+    if view.alive:
+        return list(running(ctx, view))
+    if rec.phase is Phase.BACKOFF:
+        return list(_backoff_due(ctx, view, entry))
+    return [_exited(ctx, view)]
+
+
+def running(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
+    """A live engine: evicted by a drain, Ready once probed, retried past its deadline."""
+    rec = view.record
+    if ctx.drain is not None and ctx.drain.evict:
+        return (Stop(name=rec.name, reason=f"evicted: {ctx.drain_text()}"),)
+    if rec.phase is not Phase.STARTING:
+        return ()
+    if view.probe is not None and view.probe.ready:
+        return (MarkReady(name=rec.name, reason=view.probe.detail),)
+    if rec.ready_deadline_at is not None and ctx.now >= rec.ready_deadline_at:
+        last = f" (last probe: {view.probe.detail})" if view.probe else ""
+        return (retry(ctx, rec, f"not ready by its readiness deadline{last}"),)
+    return ()
+
+
+def retry(ctx: Context, rec: Record, why: str, view: RecordView | None = None) -> Fail:
+    """BackOff until the next restart is due (or Failed under restartPolicy Never)."""
+    restarts = rec.restarts
+    if rec.ready_at is not None and (ctx.now - rec.ready_at).total_seconds() >= BACKOFF_RESET:
+        restarts = 0  # it ran fine for 10 minutes: this crash counts as the first
+    if rec.restart_policy == "Never":
+        return Fail(name=rec.name, reason=f"{why}; restartPolicy Never", phase=Phase.FAILED)
+    delay = backoff(restarts)
+    when = "now" if delay == 0 else f"in {delay:g}s"
+    return Fail(
+        name=rec.name,
+        reason=f"{why}; restart {when}",
+        phase=Phase.BACKOFF,
+        retry_at=ctx.now + timedelta(seconds=delay),
+        restarts=restarts,
+        exit=view.exit if view else None,
+    )
+
+
+def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[AnyAction, ...]:
+    rec = view.record
+    if rec.backoff_until is not None and ctx.now < rec.backoff_until:
+        return ()
+    if ctx.drain is not None:
+        return ()  # nothing restarts while the node is drained
+    taken = [p for p in rec.ports if p in ctx.observed.listening]
+    if taken:  # a restart there would only crash-loop: release, place afresh next round
+        reason = f"port {taken[0]} was taken by another process while the engine was down"
+        return (Release(name=rec.name, reason=reason, nonce=rec.nonce),)
+    return (
+        Restart(
+            name=rec.name,
+            reason=f"back-off over (restart {rec.restarts + 1})",
+            entry=entry,
+            restarts=rec.restarts + 1,
+        ),
+    )
+
+
+def _exited(ctx: Context, view: RecordView) -> Fail:
+    rec = view.record
+    exit_text = str(view.exit) if view.exit else "exited"
+    code = view.exit.code if view.exit else None
+    if not restarts_after(rec.restart_policy, code):
+        phase = Phase.SUCCEEDED if code == 0 else Phase.FAILED
+        reason = f"engine {exit_text}; restartPolicy {rec.restart_policy}"
+        return Fail(name=rec.name, reason=reason, phase=phase, exit=view.exit)
+    return retry(ctx, rec, f"engine {exit_text}", view)
+
+
+def _moved(view: RecordView) -> bool:
+    """The backend reports the instance elsewhere (node, host, port, devices, engine)."""
+    now, rec = view.instance, view.record
+    if now is None:
+        return False
+    if now.ref is None:  # being brought (back) up: say so once
+        return rec.phase is not Phase.STARTING or rec.message != now.message
+    where = (rec.node, rec.host, rec.port, rec.devices)
+    return where != (now.node, now.host, now.port, now.devices) or rec.ref != now.ref
+
+
+def _resync(view: RecordView) -> Resync:
+    now, rec = view.instance, view.record
+    assert now is not None
+    # Counted when the new engine shows up; while it comes back the record keeps the old ref.
+    restarted = rec.ref is not None and now.ref is not None and now.ref != rec.ref
+    if now.ref is None:
+        reason = now.message or "the backend is restarting the engine"
+    elif rec.node != now.node:
+        reason = f"the backend moved it to node {now.node[:12]} ({now.host}:{now.port})"
+    elif restarted:
+        reason = f"the backend restarted the engine (pid {now.ref.pid})"
+    else:
+        reason = f"the engine runs at {now.host}:{now.port}"
+    return Resync(name=rec.name, reason=reason, instance=now, restarted=restarted)

@@ -1,0 +1,93 @@
+"""OnDemand (the gateway): an engine runs while requests come, parks when idle, and
+idle engines of no higher priority are swapped out, least recently used first.
+"""
+
+from __future__ import annotations
+
+from controller.core.actions import AnyAction, Hold, Park
+from controller.core.inventory import Inventory
+from controller.core.planner.context import Context
+from controller.core.planner.ledger import PlanLedger
+from controller.core.specs import Entry
+from controller.core.state import Phase, Record
+
+
+def parked(ctx: Context, entry: Entry, rec: Record | None) -> bool:
+    """An OnDemand deployment nobody asked for within its idleTimeout stays Idle.
+
+    The gateway refreshes ``last_request_at`` while requests are in flight, so a
+    stale activation (a crashed daemon's) expires by itself.
+    """
+    spec = entry.deployment.spec
+    if spec.activation != "OnDemand":
+        return False
+    act = ctx.desired.activations.get(entry.name)
+    if act is None:
+        return True
+    since = rec.idle_since if rec is not None and rec.phase is Phase.IDLE else None
+    if since is not None and act.last_request_at <= since:
+        return True  # parked (idle or swapped out) after its last request
+    return (ctx.now - act.last_request_at).total_seconds() >= spec.idle_timeout
+
+
+def idle_reason(entry: Entry, rec: Record) -> str:
+    if rec.phase in (Phase.PENDING, Phase.IDLE) or not rec.holds:
+        return "OnDemand: idle until a request"
+    return f"idle: no request for {entry.deployment.spec.idle_timeout:g}s (idleTimeout)"
+
+
+def swap(ctx: Context, ledger: PlanLedger, entry: Entry) -> list[AnyAction]:
+    """Park idle OnDemand engines of no higher priority, LRU first, to make room.
+
+    Empty when no such set makes room; else the Parks and a Hold that the next
+    round (the room freed) turns into the Start.
+    """
+    if ctx.drain is not None:
+        return []
+    room = ledger.room(entry.deployment.spec)
+    if isinstance(room, str):
+        return []
+    victims = _victims(ctx, ledger, entry, room)
+    if not victims:
+        return []
+    reason = f"swapped out for {entry.name} (idle OnDemand, least recently used)"
+    parks: list[AnyAction] = [
+        Park(name=v, reason=reason, entry=ctx.desired.entries[v]) for v in victims
+    ]
+    why = f"making room: stopping idle {', '.join(victims)}"
+    return [*parks, Hold(name=entry.name, reason=why, entry=entry)]
+
+
+def _victims(ctx: Context, ledger: PlanLedger, entry: Entry, room: Inventory) -> list[str]:
+    """The shortest LRU-first run of idle engines whose parking lets ``entry`` fit."""
+    spec = entry.deployment.spec
+    candidates = sorted(_swappable(ctx, entry), key=lambda name: _last_request(ctx, name))
+    for n in range(1, len(candidates) + 1):
+        if ledger.places_without(spec, room, candidates[:n]):
+            return candidates[:n]
+    return []
+
+
+def _swappable(ctx: Context, entry: Entry) -> list[str]:
+    """Our Ready OnDemand engines of no higher priority with no request in flight."""
+    out = []
+    for name, view in ctx.observed.records.items():
+        other = ctx.desired.entries.get(name)
+        if name == entry.name or other is None or not ctx.ours(view.record):
+            continue
+        spec = other.deployment.spec
+        if spec.activation != "OnDemand" or view.record.phase is not Phase.READY:
+            continue
+        if spec.priority <= entry.deployment.spec.priority and not _busy(ctx, name):
+            out.append(name)
+    return out
+
+
+def _busy(ctx: Context, name: str) -> bool:
+    act = ctx.desired.activations.get(name)
+    return act is not None and act.inflight > 0
+
+
+def _last_request(ctx: Context, name: str) -> float:
+    act = ctx.desired.activations.get(name)
+    return act.last_request_at.timestamp() if act is not None else 0.0

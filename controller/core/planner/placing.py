@@ -1,0 +1,53 @@
+"""The starts of one plan, highest priority first: each wanted deployment gets a Start,
+an OnDemand swap (Parks and a Hold), a preemption (a Start and Preempts), or a Hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from controller.core.actions import AnyAction, Hold, Preempt
+from controller.core.planner.context import Context, Want
+from controller.core.planner.ledger import PlanLedger
+from controller.core.planner.ondemand import swap
+from controller.core.planner.preemption import candidates, preempt
+from controller.core.preempt import Candidate
+
+
+def place_wanted(
+    ctx: Context, ledger: PlanLedger, wants: Sequence[Want], leaving: frozenset[str]
+) -> list[AnyAction]:
+    """Actions for every Want; ``leaving``: names this round's other actions free."""
+    running = candidates(ctx, leaving)  # once: a big plan stays linear
+    preempted: set[str] = set()  # a deployment is preempted once per plan
+    out: list[AnyAction] = []
+    for want in sorted(wants, key=_by_priority):
+        step = _place(ctx, ledger, want, running=running, preempted=preempted, leaving=leaving)
+        preempted.update(a.name for a in step if isinstance(a, Preempt))
+        out += step
+    return out
+
+
+def _place(
+    ctx: Context,
+    ledger: PlanLedger,
+    want: Want,
+    *,
+    running: Sequence[Candidate],
+    preempted: set[str],
+    leaving: frozenset[str],
+) -> list[AnyAction]:
+    entry = want.entry
+    start = ledger.start(entry, want.why)
+    if not isinstance(start, Hold):
+        return [start]
+    if entry.deployment.spec.activation == "OnDemand" and (swapped := swap(ctx, ledger, entry)):
+        return swapped
+    # Only now, for a deployment that waits: a big plan with room stays linear.
+    priority = entry.deployment.spec.priority
+    lower = [c for c in running if c.priority < priority and c.name not in preempted]
+    return preempt(ctx, ledger, start, why=want.why, lower=lower, leaving=leaving)
+
+
+def _by_priority(want: Want) -> tuple[int, str]:
+    return (-want.entry.deployment.spec.priority, want.entry.name)

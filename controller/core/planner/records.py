@@ -1,0 +1,206 @@
+"""Judge every name the plan sees: a new deployment, one of ours, another manifest
+set's, a reservation whose maker died, and engine processes no record accounts for.
+
+Every function returns what it found (:data:`Judged`); nothing here places a start.
+"""
+
+from __future__ import annotations
+
+from controller.core.actions import (
+    Adopt,
+    AnyAction,
+    Conflict,
+    Fail,
+    MarkSpec,
+    Park,
+    Reap,
+    Reject,
+    Release,
+    Replace,
+    Stop,
+    Update,
+)
+from controller.core.planner.context import Context, Judged, Roll, Want
+from controller.core.planner.lifecycle import lifecycle, running
+from controller.core.planner.ondemand import idle_reason, parked
+from controller.core.planner.rolling import judge_next, rolling
+from controller.core.specs import Entry, changed_fields, is_next, next_name, spec_document
+from controller.core.state import MarkedProcess, Phase, Record, RecordView
+
+# Spec fields a running engine never sees: a change to only these updates the record.
+IN_PLACE = ("readiness", "restartPolicy", "stopGracePeriodSeconds", "priority")
+
+
+def judge(ctx: Context) -> list[Judged]:
+    found: list[Judged] = [*_orphans(ctx)]
+    desired, observed = ctx.desired, ctx.observed
+    for name in sorted(set(desired.entries) | set(observed.records) | set(desired.invalid)):
+        found += _judge(ctx, name)
+    return found
+
+
+def _judge(ctx: Context, name: str) -> list[Judged]:
+    entry = ctx.desired.entries.get(name)
+    view = ctx.observed.records.get(name)
+    if view is None:
+        return _unrecorded(ctx, name, entry)
+    if view.record.elsewhere(ctx.observed.node):
+        return []  # another node's record: only that node may act on it
+    if not ctx.ours(view.record):
+        return _foreign(view, entry)
+    return _own(ctx, view, entry)
+
+
+def _unrecorded(ctx: Context, name: str, entry: Entry | None) -> list[Judged]:
+    if name in ctx.observed.unreadable or next_name(name) in ctx.observed.records:
+        return []  # never over an unknown version; a `@next` takes the name
+    if entry is None:  # every deployment a pass has seen gets a record, so status shows it
+        error = ctx.desired.invalid[name]
+        return [Reject(name=name, reason=f"spec invalid (not started): {error}")]
+    if parked(ctx, entry, None):
+        return [Park(name=name, reason="OnDemand: idle until a request", entry=entry)]
+    return [Want(entry, "new deployment")]
+
+
+def _foreign(view: RecordView, entry: Entry | None) -> list[Judged]:
+    """Another manifest set's record: only a dead reservation is ours to resolve."""
+    rec = view.record
+    if rec.phase is Phase.RESERVED and not view.maker_alive:
+        return [_resolve_reservation(view)]  # invariant 3 binds every pass
+    if entry is None:
+        return []
+    reason = (
+        f"name {rec.name!r} is owned by another manifest set ({rec.owner}, "
+        f"from {rec.source}): rename one of them"
+    )
+    return [Conflict(name=rec.name, reason=reason)]
+
+
+def _own(ctx: Context, view: RecordView, entry: Entry | None) -> list[Judged]:
+    rec = view.record
+    if rec.phase is Phase.RESERVED:
+        return [] if view.maker_alive else [_resolve_reservation(view)]
+    if rec.phase is Phase.TERMINATING:
+        return [Stop(name=rec.name, reason="finishing an interrupted teardown")]
+    if is_next(rec.name):
+        return judge_next(ctx, view)
+    if entry is None:
+        return list(_undeclared(ctx, view))
+    marked: list[Judged] = []
+    if not rec.spec_valid:
+        marked.append(MarkSpec(name=rec.name, reason="manifest is valid again", valid=True))
+    return marked + _declared(ctx, view, entry)
+
+
+def _declared(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
+    """Our record of a valid manifest: parked, wanted, changed, or living its life."""
+    rec = view.record
+    if parked(ctx, entry, rec):
+        if rec.phase is not Phase.IDLE or rec.spec_hash != entry.hash:
+            return [Park(name=rec.name, reason=idle_reason(entry, rec), entry=entry)]
+        return []
+    if rec.phase is Phase.IDLE:
+        return [Want(entry, "requested through the gateway")]
+    if rec.spec_hash != entry.hash:
+        return _changed(ctx, view, entry)
+    labels = entry.deployment.metadata.labels
+    relabel: list[Judged] = []
+    if view.alive and rec.port is not None and rec.labels != labels:  # no restart: no spec
+        relabel.append(Update(name=rec.name, reason="metadata.labels changed", entry=entry))
+    return relabel + lifecycle(ctx, view, entry)
+
+
+def _undeclared(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
+    """Our record whose manifest is gone, or broken (invariant 4: keep it running)."""
+    rec = view.record
+    error = ctx.desired.invalid.get(rec.name)
+    if error is None and rec.source in ctx.desired.broken_sources:
+        error = ctx.desired.source_errors.get(rec.source, f"{rec.source} could not be loaded")
+    if error is not None:
+        return _broken(view, error)
+    if not ctx.desired.prune:
+        return ()  # invariant 5: an empty or missing folder prunes nothing
+    if view.alive or view.markers or rec.holds:
+        return (Stop(name=rec.name, reason=f"manifest removed (was {rec.source})"),)
+    return (Release(name=rec.name, reason="manifest removed", nonce=rec.nonce),)
+
+
+def _broken(view: RecordView, error: str) -> tuple[AnyAction, ...]:
+    rec = view.record
+    if rec.phase in (Phase.STARTING, Phase.READY) and not view.alive:
+        # Its engine died meanwhile: record that (no restart without a valid spec).
+        exit_text = str(view.exit) if view.exit else "exited"
+        reason = f"engine {exit_text}; no restart until its manifest is valid"
+        return (
+            Fail(
+                name=rec.name,
+                reason=reason,
+                phase=Phase.BACKOFF,
+                restarts=rec.restarts,
+                exit=view.exit,
+            ),
+        )
+    message = f"spec invalid ({_engine_state(view)}): {error}"
+    if rec.spec_valid or rec.message != message:
+        return (MarkSpec(name=rec.name, reason=message, valid=False),)
+    return ()
+
+
+def _changed(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
+    rec = view.record
+    fields = tuple(changed_fields(rec.spec, spec_document(entry.deployment.spec)))
+    shown = ", ".join(f"spec.{f}" for f in fields) or "spec"
+    if view.alive and fields and all(f.split(".")[0] in IN_PLACE for f in fields):
+        return [Update(name=rec.name, reason=f"{shown} changed", entry=entry, fields=fields)]
+    if view.alive and next_name(rec.name) in ctx.observed.records:
+        return list(running(ctx, view))  # rolling: the old one serves until the new is Ready
+    if rolling(entry) and view.alive and rec.phase is Phase.READY:
+        return [Roll(entry, f"{shown} changed", fields)]
+    if view.alive or view.markers or rec.holds:
+        return [Replace(name=rec.name, reason=f"{shown} changed", fields=fields)]
+    return [Release(name=rec.name, reason=f"{shown} changed", nonce=rec.nonce)]
+
+
+def _resolve_reservation(view: RecordView) -> Adopt | Release:
+    rec = view.record
+    leader = _leader(view.markers)
+    if leader is not None:
+        return Adopt(
+            name=rec.name,
+            reason=f"its maker (pid {_pid(rec)}) is gone; engine pid {leader.ref.pid} runs",
+            ref=leader.ref,
+        )
+    return Release(
+        name=rec.name,
+        reason=f"reservation's maker (pid {_pid(rec)}) is gone and no engine was spawned",
+        nonce=rec.nonce,
+    )
+
+
+def _orphans(ctx: Context) -> list[Reap]:
+    by_nonce: dict[str, list[MarkedProcess]] = {}
+    for proc in ctx.observed.orphans:
+        by_nonce.setdefault(proc.nonce, []).append(proc)
+    reaps = []
+    for nonce, procs in sorted(by_nonce.items()):
+        pids = ", ".join(str(p.ref.pid) for p in procs)
+        reason = f"engine processes ({pids}) of instance {nonce} have no record"
+        reaps.append(Reap(name=procs[0].name, reason=reason, processes=tuple(procs)))
+    return reaps
+
+
+def _engine_state(view: RecordView) -> str:
+    if view.alive:
+        return "engine left running"
+    return "not started" if view.record.phase is Phase.PENDING else "engine not running"
+
+
+def _leader(markers: tuple[MarkedProcess, ...]) -> MarkedProcess | None:
+    """The engine itself: the marker process whose parent is not one of them."""
+    pids = {m.ref.pid for m in markers}
+    roots = sorted((m for m in markers if m.ppid not in pids), key=lambda m: m.ref.start_time)
+    return roots[0] if roots else None
+
+
+def _pid(rec: Record) -> str:
+    return str(rec.reserved_by.pid) if rec.reserved_by else "?"
