@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from controller.core.inventory import KINDS, Device, Inventory
 from controller.core.plan import Desired
-from controller.core.specs import Deployment, Entry, spec_document, spec_hash
+from controller.core.render import deadline_of
+from controller.core.specs import Deployment, Entry, routable_names, spec_document, spec_hash
 from controller.core.state import (
     MarkedProcess,
     Observed,
@@ -84,7 +85,12 @@ def record(
         "owner": owner,
         "source": e.source,
         "spec_hash": e.hash,
-        "spec": spec_document(e.deployment.spec),
+        "stored_spec": spec_document(e.deployment.spec),
+        "activation": e.deployment.spec.activation,
+        "idle_timeout": e.deployment.spec.idle_timeout,
+        "ready_deadline_seconds": deadline_of(e.deployment.spec),
+        "models": routable_names(name, e.deployment.spec),
+        "device_count": e.deployment.spec.devices.count,
         "node": NODE,
         "engine": e.deployment.spec.engine,
         "nonce": f"nonce-{name}",

@@ -280,7 +280,7 @@ def test_unknown_version_is_an_error_that_says_how_to_recover(store: RecordStore
     snap = store.load()
     assert "web" not in snap.records
     (problem,) = snap.problems
-    assert "has version 99; this reconcile understands version 1" in problem.message
+    assert "has version 99; this reconcile understands versions 1, 2" in problem.message
     assert "Run the reconcile that wrote it, or stop its engine and move the file away" in (
         problem.message
     )
@@ -344,7 +344,12 @@ def full_record() -> Record:
         name="web",
         owner="o",
         node="n",
-        spec={"engine": "command", "args": ["a", 1]},
+        stored_spec={"engine": "command", "args": ["a", 1]},
+        activation="OnDemand",
+        idle_timeout=30.0,
+        ready_deadline_seconds=120.0,
+        models=("web", "org/web-7b"),
+        device_count=1,
         ref=ProcessRef(pid=42, start_time=1.5, start_ticks=7, boot_id="b"),
         extra_ports=(8001, 8002),
         devices=("nvidia:0",),
@@ -407,8 +412,129 @@ def test_every_field_is_checked_and_the_problem_named(change: dict[str, Any], wh
 
 @pytest.mark.parametrize(
     ("raw", "why"),
-    [(b"[]", "version: None is not one of [1]"), (b"{", "not valid JSON")],
+    [(b"[]", "version: None is not one of [1, 2]"), (b"{", "not valid JSON")],
 )
 def test_from_json_refuses_what_is_no_record(raw: bytes, why: str) -> None:
     with pytest.raises(RecordInvalid, match=re.escape(why)):
         from_json(raw)
+
+
+# -- version 1: the spec's facts only inside the spec document ------------------------------
+
+# A record as the previous release (version 1) wrote it: an OnDemand Ollama deployment,
+# Ready, whose spec sets no readiness (so its deadline is the recipe's 120 s).
+V1_SPEC: dict[str, Any] = {
+    "engine": "ollama",
+    "model": "llama3",
+    "executable": None,
+    "command": None,
+    "args": [],
+    "env": {},
+    "devices": {"count": 1, "kind": "nvidia", "candidates": None, "shareable": False},
+    "host": "127.0.0.1",
+    "port": None,
+    "basePort": None,
+    "readiness": None,
+    "restartPolicy": "Always",
+    "stopGracePeriodSeconds": 30.0,
+    "activation": "OnDemand",
+    "idleTimeout": 45,
+    "strategy": "Recreate",
+    "aliases": ["chat-small"],
+    "image": None,
+}
+V1_RECORD: dict[str, Any] = {
+    "version": 1,
+    "name": "chat",
+    "owner": "/srv/manifests",
+    "source": "/srv/manifests/chat.yaml",
+    "spec_hash": "sha256:0f",
+    "spec": V1_SPEC,
+    "spec_valid": True,
+    "node": "gpu-a",
+    "backend": "local",
+    "engine": "ollama",
+    "nonce": "ab12",
+    "ref": {"pid": 4242, "start_time": 1764490000.12, "start_ticks": 99, "boot_id": "b"},
+    "reserved_by": {"pid": 999, "start_time": 1764489990.5, "start_ticks": 9, "boot_id": "b"},
+    "host": "127.0.0.1",
+    "port": 8000,
+    "extra_ports": [],
+    "devices": ["nvidia:0"],
+    "shareable": False,
+    "device_uuids": [None],
+    "memory": None,
+    "priority": 0,
+    "phase": "Ready",
+    "probe": {"http": [["/", "Ollama is running"]], "tcp": False, "period_seconds": 2.0},
+    "stop_signal": 15,
+    "grace_seconds": 30.0,
+    "restart_policy": "Always",
+    "reserved_at": "2026-12-01T11:00:00+00:00",
+    "started_at": "2026-12-01T11:00:00.500000+00:00",
+    "ready_deadline_at": "2026-12-01T11:02:00.500000+00:00",
+    "ready_at": "2026-12-01T11:00:03+00:00",
+    "restarts": 0,
+    "backoff_until": None,
+    "last_exit": None,
+    "revision": None,
+    "message": "",
+    "idle_since": None,
+    "labels": {},
+}
+
+
+def test_a_version_1_record_gets_its_facts_from_its_stored_spec(store: RecordStore) -> None:
+    store.path("chat").write_text(json.dumps(V1_RECORD))
+    snap = store.load()
+    assert not snap.problems
+    rec = snap.records["chat"]
+    assert rec.on_demand and rec.idle_timeout == 45.0
+    assert rec.ready_deadline_seconds == 120.0  # the Ollama recipe's, as the engine got it
+    assert rec.ready_deadline_at is not None and rec.started_at is not None
+    assert (rec.ready_deadline_at - rec.started_at).total_seconds() == rec.ready_deadline_seconds
+    assert rec.models == ("chat", "llama3", "chat-small")
+    assert rec.device_count == 1 and rec.stored_spec == V1_SPEC
+    # Written back, it is a current record that reads back the same.
+    store.write(rec)
+    written = json.loads(store.path("chat").read_text())
+    assert written["version"] == VERSION and "spec" not in written
+    assert store.read("chat") == rec
+
+
+@pytest.mark.parametrize(
+    ("spec", "facts"),
+    [
+        (
+            {**V1_SPEC, "readiness": {"deadlineSeconds": 7, "periodSeconds": 0.5}},
+            {"ready_deadline_seconds": 7.0},
+        ),
+        (
+            {"engine": "command", "command": ["serve"], "activation": "Always"},
+            {"ready_deadline_seconds": 600.0, "activation": "Always", "idle_timeout": None},
+        ),
+        ({}, {"ready_deadline_seconds": None, "models": ("chat",), "device_count": 0}),
+    ],
+    ids=["spec-deadline", "older-spec-without-gateway-fields", "rejected-manifest"],
+)
+def test_version_1_facts_follow_what_its_spec_says(
+    spec: dict[str, Any], facts: dict[str, Any]
+) -> None:
+    rec = from_json(json.dumps({**V1_RECORD, "spec": spec}))
+    assert {k: getattr(rec, k) for k in facts} == facts
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        ({"spec": {**V1_SPEC, "engine": "mystery"}}, "spec.engine: unknown engine 'mystery'"),
+        ({"spec": {**V1_SPEC, "activation": "Sometimes"}}, "spec.activation: 'Sometimes'"),
+        ({"spec": {**V1_SPEC, "aliases": [1]}}, "spec.aliases.0: should be str, not int"),
+        ({"spec": "ollama"}, "spec: should be dict, not str"),
+        ({"models": ["chat"]}, "models: unknown field"),  # version 2's, in a version 1 file
+    ],
+)
+def test_a_version_1_record_is_checked_like_any_other(change: dict[str, Any], where: str) -> None:
+    with pytest.raises(RecordInvalid) as caught:
+        from_json(json.dumps({**V1_RECORD, **change}))
+    assert where in str(caught.value)

@@ -46,7 +46,10 @@ def describe(
     events = Journal(state_dir).read(name, last=EVENTS)
     out = [f"{k + ':':<14}{v}" for k, v in _fields(rec, now)]
     out += _last_exit(rec, events, now)
-    out += ["Spec:", *_indent(yaml.safe_dump(redact_spec(rec.spec), sort_keys=False).rstrip())]
+    out += [
+        "Spec:",
+        *_indent(yaml.safe_dump(redact_spec(rec.stored_spec), sort_keys=False).rstrip()),
+    ]
     out += ["Events:", *_indent(_events(events, now))]
     log_path = store.log_path(name)
     if rec.on_cluster and remote_log is not None:

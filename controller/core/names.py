@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
@@ -36,3 +37,9 @@ def base_name(name: str) -> str:
 def record_name_ok(name: object) -> bool:
     """A deployment name, or one with the reserved suffix: safe as a file name (inv. 9)."""
     return isinstance(name, str) and is_dns1123(base_name(name))
+
+
+def model_names(name: str, model: str | None, aliases: Iterable[str]) -> tuple[str, ...]:
+    """The model names the gateway routes to a deployment: its name, model and aliases
+    (in that order, each once). Set on the record when it is made (``Record.models``)."""
+    return tuple(dict.fromkeys([name, *([model] if model else []), *aliases]))

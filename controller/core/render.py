@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.core.engines import Launch, RenderContext, recipe_for
+from controller.core.engines import Launch, RenderContext, readiness_deadline, recipe_for
 from controller.core.inventory import Device, visibility_env
-from controller.core.specs import Entry, expand
+from controller.core.specs import DeploymentSpec, Entry, expand
 from controller.core.state import ProbeConfig
-
-DEFAULT_DEADLINE = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +62,7 @@ def render(
         argv=launch.argv,
         env=env,
         probe=_probe(entry, launch),
-        deadline_seconds=_deadline(entry, launch),
+        deadline_seconds=deadline_of(spec),
         stop_signal=launch.stop_signal,
         grace_seconds=spec.stop_grace_period_seconds,
     )
@@ -81,8 +79,8 @@ def _probe(entry: Entry, launch: Launch) -> ProbeConfig:
     return ProbeConfig(http=checks, tcp=launch.readiness.tcp, period_seconds=period)
 
 
-def _deadline(entry: Entry, launch: Launch) -> float:
-    readiness = entry.deployment.spec.readiness
-    if readiness is not None and readiness.deadline_seconds is not None:
-        return readiness.deadline_seconds
-    return launch.deadline_seconds or DEFAULT_DEADLINE
+def deadline_of(spec: DeploymentSpec) -> float:
+    """The readiness deadline an engine of ``spec`` gets (no placement needed: a
+    Pending or Idle record states it too)."""
+    readiness = spec.readiness
+    return readiness_deadline(spec.engine, readiness.deadline_seconds if readiness else None)

@@ -24,6 +24,7 @@ from controller.core.names import NEXT_SUFFIX as NEXT_SUFFIX
 from controller.core.names import base_name as base_name
 from controller.core.names import is_dns1123 as is_dns1123
 from controller.core.names import is_next as is_next
+from controller.core.names import model_names
 from controller.core.names import next_name as next_name
 from controller.core.quantity import parse_quantity
 
@@ -463,14 +464,9 @@ def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
     return doc
 
 
-def routable_names(name: str, spec: DeploymentSpec | dict[str, Any]) -> tuple[str, ...]:
+def routable_names(name: str, spec: DeploymentSpec) -> tuple[str, ...]:
     """The model names the gateway routes to a deployment: its name, model and aliases."""
-    if isinstance(spec, DeploymentSpec):
-        model, aliases = spec.model, list(spec.aliases)
-    else:
-        model, aliases = spec.get("model"), list(spec.get("aliases") or ())
-    out = [name, *([model] if isinstance(model, str) else []), *map(str, aliases)]
-    return tuple(dict.fromkeys(out))
+    return model_names(name, spec.model, spec.aliases)
 
 
 def spec_hash(spec: DeploymentSpec) -> str:

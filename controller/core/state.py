@@ -9,11 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from controller.core import backendnames
 
-VERSION = 1
+# 2: the rendered facts (activation, idle_timeout, ready_deadline_seconds, models,
+# device_count) are fields, and the spec document is ``stored_spec``. Version 1 files are
+# still read: their facts are derived from their spec (store/recordjson.py).
+VERSION = 2
 START_TIME_TOLERANCE = 0.05  # seconds; a start time is exact to a clock tick
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT
 
@@ -95,8 +98,20 @@ class Record:
     owner: str
     source: str = ""
     spec_hash: str = ""
-    spec: dict[str, Any] = field(default_factory=dict)
+    # The spec document as the manifest spelled it: the store's, for the planner's diff
+    # (which fields changed) and `describe`. Every other reader takes the typed facts
+    # below, rendered once when the record is made, so the gateway and the daemon can
+    # never read a field two ways (the gateway once waited 600 s for an engine the
+    # daemon killed at its recipe's 120 s).
+    stored_spec: dict[str, Any] = field(default_factory=dict)
     spec_valid: bool = True
+    activation: Literal["Always", "OnDemand"] = "Always"
+    idle_timeout: float | None = None  # seconds without a request before an OnDemand stops
+    # Seconds an engine has to get Ready (spec, else recipe): the daemon kills at it, the
+    # gateway holds a request for it. None: no valid spec (a rejected manifest).
+    ready_deadline_seconds: float | None = None
+    models: tuple[str, ...] = ()  # routable model names: metadata.name, spec.model, aliases
+    device_count: int = 0  # spec.devices.count: what a placing backend must find again
     node: str  # local: the node name; ray: the Ray node id (full hex)
     backend: str = backendnames.LOCAL  # which backend judges this record (a name)
     engine: str = ""
@@ -134,6 +149,11 @@ class Record:
     @property
     def holds(self) -> bool:
         return self.phase.holds_resources
+
+    @property
+    def on_demand(self) -> bool:
+        """Started by the gateway on a request, stopped after ``idle_timeout`` without one."""
+        return self.activation == "OnDemand"
 
     @property
     def on_cluster(self) -> bool:

@@ -340,12 +340,10 @@ def _idle_due(
     rec: Record, demand: dict[str, Activation], now: datetime
 ) -> tuple[str, float] | None:
     """An OnDemand engine: a pass when its idleTimeout would run out (level-triggered)."""
-    if rec.spec.get("activation") != "OnDemand" or not rec.holds:
+    idle = rec.idle_timeout
+    if not rec.on_demand or not rec.holds or idle is None:
         return None
-    idle = rec.spec.get("idleTimeout")
     act = demand.get(base_name(rec.name))  # a rolling `@next` is asked for by its name
-    if not isinstance(idle, int | float):
-        return None
     if act is None:
         return ("idle timeout", 0.0)
     return ("idle timeout", _until(act.last_request_at + timedelta(seconds=idle), now))

@@ -160,7 +160,11 @@ class Front:
                 if target is None:
                     rec = self.table.records.get(name)
                     phase = rec.phase.value if rec is not None else "gone"
-                    why = f"deployment {name!r} is not Ready ({phase}); retry later"
+                    waited = self.table.deadline(name)  # the record's: the daemon's deadline
+                    why = (
+                        f"deployment {name!r} is not Ready ({phase}) within its readiness "
+                        f"deadline ({waited:g}s); retry later"
+                    )
                     return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
                 try:
                     return await self._send_once_more(incoming, body, target)

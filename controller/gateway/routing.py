@@ -19,11 +19,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from controller.core.specs import is_next, next_name, routable_names
+from controller.core.names import is_next, next_name
 from controller.core.state import Phase, Record
 from controller.host.probes import connect_host
 
-DEFAULT_DEADLINE = 600.0  # the readiness deadline a spec without one gets
 DRAIN_POLL = 0.01  # seconds between looks at a retiring instance's in-flight count
 
 
@@ -62,7 +61,7 @@ class Table:
         for rec in sorted(self.records.values(), key=lambda r: r.name):
             if is_next(rec.name):
                 continue  # a rolling update's new instance: routed as its deployment
-            for name in routable_names(rec.name, rec.spec):
+            for name in rec.models:
                 names.setdefault(name, rec.name)  # duplicates are manifest errors already
         self.names = names
         self._down.clear()
@@ -96,7 +95,7 @@ class Table:
 
     def on_demand(self, name: str) -> bool:
         rec = self.records.get(name)
-        return rec is not None and rec.spec.get("activation") == "OnDemand"
+        return rec is not None and rec.on_demand
 
     def target(self, name: str, avoid: str | None = "-") -> Target | None:
         """Where a request for deployment ``name`` goes now: the new instance first; never
@@ -125,11 +124,11 @@ class Table:
         return Target(name, connect_host(rec.host), rec.port, rec.nonce)
 
     def deadline(self, name: str) -> float:
-        """How long a request may wait for ``name`` to be Ready: its readiness deadline."""
+        """How long a request may wait for ``name`` to be Ready: the record's readiness
+        deadline, the very one the daemon fails the engine at (0: no valid spec, nothing
+        will start it)."""
         rec = self.records.get(name)
-        readiness = rec.spec.get("readiness") if rec is not None else None
-        seconds = readiness.get("deadlineSeconds") if isinstance(readiness, dict) else None
-        return float(seconds) if isinstance(seconds, int | float) else DEFAULT_DEADLINE
+        return (rec.ready_deadline_seconds or 0.0) if rec is not None else 0.0
 
     async def wait_target(
         self, name: str, timeout: float, on_wait: Callable[[], None] = lambda: None

@@ -38,7 +38,7 @@ from controller.core.actions import (
     Update,
 )
 from controller.core.plan import backoff
-from controller.core.specs import Entry, base_name, next_name, spec_document
+from controller.core.specs import Entry, base_name, next_name
 from controller.core.state import Phase, Record
 from controller.errors import SpawnError, Unplaceable
 from controller.logsetup import get_logger
@@ -351,20 +351,12 @@ class Executor:
         if rec is None or rec.port is None:
             return False
         rendered = self.records.render(action.entry, rec.devices, rec.port, rec.extra_ports)
-        spec = action.entry.deployment.spec
         started = rec.started_at
         self.store.write(
             replace(
-                rec,
-                spec=spec_document(spec),
-                spec_hash=action.entry.hash,
-                source=action.entry.source,
-                restart_policy=spec.restart_policy,
-                priority=spec.priority,
+                self.records.described(rec, action.entry),
                 probe=rendered.probe,
                 grace_seconds=rendered.grace_seconds,
-                revision=self.records.revision,
-                labels=dict(action.entry.deployment.metadata.labels),
                 ready_deadline_at=rec.ready_deadline_at
                 if started is None
                 else started + timedelta(seconds=rendered.deadline_seconds),

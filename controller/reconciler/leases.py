@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from controller.core.inventory import Device, Inventory
-from controller.core.render import Rendered, render
-from controller.core.specs import Entry, spec_document
+from controller.core.render import Rendered, deadline_of, render
+from controller.core.specs import Entry, routable_names, spec_document
 from controller.core.state import Phase, ProcessRef, Record
 from controller.store.records import RecordStore
 
@@ -70,19 +70,34 @@ class RecordMaker:
         )
 
     def pending(self, entry: Entry, reason: str) -> Record:
-        return Record(
+        blank = Record(
             name=entry.name,
             owner=self.owner,
-            source=entry.source,
-            spec_hash=entry.hash,
-            spec=spec_document(entry.deployment.spec),
             node=self.node,
             backend=self.backend,
-            engine=entry.deployment.spec.engine,
-            restart_policy=entry.deployment.spec.restart_policy,
-            priority=entry.deployment.spec.priority,
             phase=Phase.PENDING,
             message=reason,
+        )
+        return self.described(blank, entry)
+
+    def described(self, rec: Record, entry: Entry) -> Record:
+        """``rec`` stating ``entry``: its spec document and hash, and every fact a reader
+        takes from the spec, typed (the gateway and the daemon read these, never the
+        document, so both see one activation, one idle timeout, one deadline)."""
+        spec = entry.deployment.spec
+        return replace(
+            rec,
+            source=entry.source,
+            spec_hash=entry.hash,
+            stored_spec=spec_document(spec),
+            engine=spec.engine,
+            restart_policy=spec.restart_policy,
+            priority=spec.priority,
+            activation=spec.activation,
+            idle_timeout=spec.idle_timeout,
+            ready_deadline_seconds=deadline_of(spec),
+            models=routable_names(entry.name, spec),
+            device_count=spec.devices.count,
             revision=self.revision,
             labels=dict(entry.deployment.metadata.labels),
         )
@@ -106,7 +121,11 @@ class RecordMaker:
         )
 
     def rejected(self, name: str, reason: str) -> Record:
-        """A deployment whose manifest never validated: seen, so recorded, holding nothing."""
+        """A deployment whose manifest never validated: seen, so recorded, holding nothing.
+
+        Its name stays routable (the gateway answers "not Ready", not "no such model"),
+        with no deadline: nothing will start it until the manifest is fixed.
+        """
         return Record(
             name=name,
             owner=self.owner,
@@ -114,6 +133,7 @@ class RecordMaker:
             backend=self.backend,
             phase=Phase.PENDING,
             spec_valid=False,
+            models=(name,),
             message=reason,
             revision=self.revision,
         )

@@ -4,7 +4,9 @@ A record file may be truncated, hand-edited or written by another reconcile, so 
 field is read with its type checked, unknown fields are refused, and the first problem
 is reported with its path (``ref.pid: ...``): the store quarantines the file with it.
 Defaults are the dataclasses' own (``_BLANK``), so a field added later reads from an
-older file as the code's default.
+older file as the code's default. A fact that an older version kept only inside the spec
+document is derived from it by that version's reader (``record_v1``), never left at a
+default that would disagree with the engine already running.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import dataclasses
 import json
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
+from controller.core.engines import RecipeError, readiness_deadline
+from controller.core.names import model_names
 from controller.core.state import VERSION, ExitInfo, Phase, ProbeConfig, ProcessRef, Record
 
 T = TypeVar("T")
@@ -196,18 +200,23 @@ def _device_uuids(f: Fields) -> tuple[str | None, ...]:
     return tuple(u if isinstance(u, str) else None for u in uuids)
 
 
-def record_v1(data: object) -> Record:
-    """Version 1: every field of :class:`Record` as ``to_json`` writes it."""
+def record_v2(data: object) -> Record:
+    """Version 2: every field of :class:`Record` as ``to_json`` writes it."""
     f, b = Fields(data), _BLANK
     return f.build(
         lambda: Record(
-            version=f.take("version", int),
+            version=_version(f),
             name=f.take("name", str),
             owner=f.take("owner", str),
             source=f.take("source", str, b.source),
             spec_hash=f.take("spec_hash", str, b.spec_hash),
-            spec=dict(f.take("spec", dict, {})),
+            stored_spec=dict(f.take("stored_spec", dict, {})),
             spec_valid=f.take("spec_valid", bool, b.spec_valid),
+            activation=_activation(f.take("activation", str, b.activation), "activation"),
+            idle_timeout=f.maybe("idle_timeout", float),
+            ready_deadline_seconds=f.maybe("ready_deadline_seconds", float),
+            models=f.items("models", str),
+            device_count=f.take("device_count", int, b.device_count),
             node=f.take("node", str),
             backend=f.take("backend", str, b.backend),
             engine=f.take("engine", str, b.engine),
@@ -242,5 +251,72 @@ def record_v1(data: object) -> Record:
     )
 
 
+def _version(f: Fields) -> int:
+    """Whichever version's reader read it, the record in memory is a current one (and is
+    written back as such)."""
+    f.take("version", int)
+    return VERSION
+
+
+def _activation(value: str, where: str) -> Literal["Always", "OnDemand"]:
+    if value == "Always":
+        return "Always"
+    if value == "OnDemand":
+        return "OnDemand"
+    raise RecordInvalid(f"{where}: {value!r} is not one of Always, OnDemand")
+
+
+# Fields version 2 added: a version-1 file holding one was not written by version 1.
+_ADDED_IN_V2 = (
+    "stored_spec",
+    "activation",
+    "idle_timeout",
+    "ready_deadline_seconds",
+    "models",
+    "device_count",
+)
+
+
+def record_v1(data: object) -> Record:
+    """Version 1: the spec's facts lived in the ``spec`` document alone.
+
+    Derived here, once, as ``RecordMaker.described`` renders them for a new record
+    (``readiness_deadline`` is the very function render uses), then read as version 2.
+    """
+    f = Fields(data)
+    for key in _ADDED_IN_V2:
+        if key in f.data:
+            raise RecordInvalid(f"{key}: unknown field")
+    upgraded = {k: v for k, v in f.data.items() if k != "spec"}
+    spec = f.take("spec", dict, {})
+    name = f.data.get("name")
+    upgraded.update(stored_spec=spec, **_facts(spec, name if isinstance(name, str) else ""))
+    return record_v2(upgraded)
+
+
+def _facts(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    """The typed facts of a version-1 spec document (camelCase, as the manifest)."""
+    doc = Fields(spec, "spec")
+    activation = _activation(doc.take("activation", str, "Always"), "spec.activation")
+    idle = doc.maybe("idleTimeout", float)
+    model = doc.maybe("model", str)
+    devices = doc.nested("devices", lambda d: d.data.get("count", 0))
+    readiness = doc.nested("readiness", lambda r: r.maybe("deadlineSeconds", float))
+    engine = doc.maybe("engine", str)
+    deadline = None
+    if engine is not None:  # a rejected manifest's record has no spec: nothing to wait for
+        try:
+            deadline = readiness_deadline(engine, readiness)
+        except RecipeError as exc:
+            raise RecordInvalid(f"spec.engine: {exc}") from None
+    return {
+        "activation": activation,
+        "idle_timeout": idle,
+        "ready_deadline_seconds": deadline,
+        "models": list(model_names(name, model, doc.items("aliases", str))),
+        "device_count": _typed(devices or 0, int, "spec.devices.count"),
+    }
+
+
 # The record versions this reconcile reads; a file of another is left in place (records.py).
-READERS: dict[int, Callable[[object], Record]] = {VERSION: record_v1}
+READERS: dict[int, Callable[[object], Record]] = {1: record_v1, VERSION: record_v2}

@@ -198,8 +198,9 @@ def _unknown_version(path: Path, name: str, data: Any) -> RecordProblem:
     devices = data.get("devices") if isinstance(data, dict) else None
     port = data.get("port") if isinstance(data, dict) else None
     message = (
-        f"record {path} has version {version!r}; this reconcile understands version "
-        f"{VERSION}. Run the reconcile that wrote it, or stop its engine and move the file away"
+        f"record {path} has version {version!r}; this reconcile understands versions "
+        f"{', '.join(map(str, sorted(READERS)))}. Run the reconcile that wrote it, or stop "
+        "its engine and move the file away"
     )
     held = tuple(d for d in devices if isinstance(d, str)) if isinstance(devices, list) else ()
     ports = (port,) if isinstance(port, int) else ()

@@ -268,7 +268,7 @@ def test_rendered_launch(case: Case) -> None:
     assert launch.readiness.http == case.http
     assert launch.stop_signal == signal.SIGTERM
     if case.engine != "command":
-        assert launch.deadline_seconds == case.deadline
+        assert recipe_for(case.engine).deadline_seconds == case.deadline
         assert launch.readiness.kind == "http"
     else:
         assert launch.readiness == Readiness()

@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import time
 
+from controller.core.names import base_name
 from controller.core.state import Phase, Record
 from controller.gateway.routing import Table
 
 
 def rec(name: str, nonce: str, port: int, phase: Phase = Phase.READY) -> Record:
-    return Record(name=name, owner="o", node="n", nonce=nonce, port=port, phase=phase)
+    models = (base_name(name),)  # a `@next` record names its deployment's models
+    return Record(
+        name=name, owner="o", node="n", nonce=nonce, port=port, phase=phase, models=models
+    )
 
 
 OLD = rec("m", "old", 8000)

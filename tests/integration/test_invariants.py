@@ -73,7 +73,9 @@ def reservation(reconcile: Any, name: str, *, nonce: str, port: int, **fields: A
         "owner": str(reconcile.manifests),
         "source": entry.source,
         "spec_hash": entry.hash,
-        "spec": spec_document(entry.deployment.spec),
+        "stored_spec": spec_document(entry.deployment.spec),
+        "ready_deadline_seconds": 30.0,
+        "models": (name,),
         "node": reconcile.node,
         "engine": "command",
         "nonce": nonce,
@@ -220,7 +222,7 @@ def test_3_sigkill_at_any_instant_then_the_next_pass_converges(reconcile: Any) -
         for name, item in status.items():
             engines = {p for p in reconcile.pids(name) if os.getpgid(p) == p}
             assert engines == {item["pid"]}, (name, engines, item)
-            assert reconcile.record(name)["spec"]["args"] == ["--model", f"v{round_}"]
+            assert reconcile.record(name)["stored_spec"]["args"] == ["--model", f"v{round_}"]
     reconcile.down()
 
 

@@ -170,8 +170,7 @@ class RayBackend:
         if seen is None or seen.dead:
             return None
         if seen.status is None:
-            need = int(rec.spec.get("devices", {}).get("count", 0) or 0)
-            why = cluster.unfit(need)
+            why = cluster.unfit(rec.device_count)
             message = "Ray is restarting its actor (node lost?)"
             return Instance(
                 ref=None,

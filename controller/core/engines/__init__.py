@@ -32,6 +32,7 @@ __all__ = [
     "Recipe",
     "RecipeError",
     "RenderContext",
+    "readiness_deadline",
     "recipe_for",
 ]
 
@@ -43,3 +44,10 @@ def recipe_for(engine: str) -> Recipe:
         raise RecipeError(f"unknown engine {engine!r}; known: {', '.join(MODULES)}") from None
     recipe: Recipe = module.RECIPE
     return recipe
+
+
+def readiness_deadline(engine: str, spec_seconds: float | None) -> float:
+    """Seconds an engine may take to get Ready: ``readiness.deadlineSeconds`` when the
+    spec sets it, else its recipe's. The daemon kills at it and the gateway waits for it,
+    both through the record (``Record.ready_deadline_seconds``), so they cannot drift."""
+    return recipe_for(engine).deadline_seconds if spec_seconds is None else spec_seconds

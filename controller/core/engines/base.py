@@ -1,8 +1,10 @@
 """The recipe interface: how one engine is launched, probed and stopped.
 
 A recipe is pure: it turns a :class:`RenderContext` into a :class:`Launch`
-(argv, extra environment, readiness checks, deadline, stop signal). It never
-looks at the machine; the runtime execs what it returns.
+(argv, extra environment, readiness checks, stop signal). It never looks at the
+machine; the runtime execs what it returns. Its readiness deadline is a fact of the
+recipe itself, not of one launch: a record that was never rendered (Pending, Idle)
+states the same deadline as the engine will get.
 """
 
 from __future__ import annotations
@@ -60,14 +62,15 @@ class Launch:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     readiness: Readiness = Readiness()
-    deadline_seconds: float = 600.0
     stop_signal: int = signal.SIGTERM
 
 
 class Recipe(Protocol):
-    """One engine. ``extra_ports`` internal ports are reserved beside the main one."""
+    """One engine. ``extra_ports`` internal ports are reserved beside the main one;
+    ``deadline_seconds``: how long its engine may take to get Ready unless the spec says."""
 
     engine: str
     extra_ports: int
+    deadline_seconds: float
 
     def launch(self, ctx: RenderContext) -> Launch: ...

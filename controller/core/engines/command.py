@@ -8,6 +8,7 @@ from controller.core.engines.base import Launch, Readiness, RecipeError, RenderC
 class CommandRecipe:
     engine = "command"
     extra_ports = 0
+    deadline_seconds = 600.0  # the user's program: no recipe knows better
 
     def launch(self, ctx: RenderContext) -> Launch:
         if not ctx.command:

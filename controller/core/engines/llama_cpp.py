@@ -29,6 +29,7 @@ IMAGE_EXECUTABLE = "/app/llama-server"
 class LlamaCppRecipe:
     engine = "llama-cpp"
     extra_ports = 0
+    deadline_seconds = 600.0  # loading weights may take minutes
 
     def launch(self, ctx: RenderContext) -> Launch:
         if not ctx.model:
@@ -49,7 +50,6 @@ class LlamaCppRecipe:
         return Launch(
             argv=argv,
             readiness=Readiness(http=(HttpCheck("/health"),)),
-            deadline_seconds=600.0,
         )
 
 

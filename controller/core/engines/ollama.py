@@ -38,6 +38,7 @@ def model_tag(model: str) -> str:
 class OllamaRecipe:
     engine = "ollama"
     extra_ports = 0
+    deadline_seconds = 120.0  # `serve` loads no weights at start
 
     def launch(self, ctx: RenderContext) -> Launch:
         checks = [HttpCheck("/", contains="Ollama is running")]
@@ -48,7 +49,6 @@ class OllamaRecipe:
             argv=(ctx.executable or "ollama", "serve", *ctx.args),
             env={"OLLAMA_HOST": ollama_host(ctx.host, ctx.port)},
             readiness=Readiness(http=tuple(checks)),
-            deadline_seconds=120.0,
         )
 
 

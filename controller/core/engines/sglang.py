@@ -33,6 +33,7 @@ IMAGE = "lmsysorg/sglang:v0.5.19-cu129"
 class SglangRecipe:
     engine = "sglang"
     extra_ports = 1  # --nccl-port
+    deadline_seconds = 600.0  # loading weights may take minutes
 
     def launch(self, ctx: RenderContext) -> Launch:
         if not ctx.model:
@@ -62,7 +63,6 @@ class SglangRecipe:
         return Launch(
             argv=tuple(argv),
             readiness=Readiness(http=(HttpCheck("/health"),)),
-            deadline_seconds=600.0,
         )
 
 

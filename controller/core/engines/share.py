@@ -11,9 +11,12 @@ docs/engines.md): their memory request is a placement promise only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from controller.core.inventory import Device
-from controller.core.specs import DeploymentSpec
+
+if TYPE_CHECKING:  # a recipe (vllm, sglang) is imported by verbs that never load pydantic
+    from controller.core.specs import DeploymentSpec
 
 FLAGS: dict[str, str] = {
     "vllm": "--gpu-memory-utilization",

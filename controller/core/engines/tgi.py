@@ -34,6 +34,7 @@ def shard_uds_path(runtime_dir: str) -> str:
 class TgiRecipe:
     engine = "tgi"
     extra_ports = 1  # --master-port
+    deadline_seconds = 600.0  # loading weights may take minutes
 
     def launch(self, ctx: RenderContext) -> Launch:
         if not ctx.model:
@@ -69,7 +70,6 @@ class TgiRecipe:
         return Launch(
             argv=tuple(argv),
             readiness=Readiness(http=(HttpCheck("/health"),)),
-            deadline_seconds=600.0,
         )
 
 

@@ -43,6 +43,7 @@ def served_model_name(model: str, args: Sequence[str]) -> str:
 class VllmRecipe:
     engine = "vllm"
     extra_ports = 1  # VLLM_PORT: torch.distributed's rendezvous port
+    deadline_seconds = 600.0  # loading weights may take minutes
 
     def launch(self, ctx: RenderContext) -> Launch:
         if not ctx.model:
@@ -72,7 +73,6 @@ class VllmRecipe:
             argv=tuple(argv),
             env={"VLLM_PORT": str(ctx.extra_ports[0])},
             readiness=Readiness(http=tuple(checks)),
-            deadline_seconds=600.0,
         )
 
 

@@ -148,7 +148,7 @@ def _broken(view: RecordView, error: str) -> tuple[AnyAction, ...]:
 
 def _changed(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
     rec = view.record
-    fields = tuple(changed_fields(rec.spec, spec_document(entry.deployment.spec)))
+    fields = tuple(changed_fields(rec.stored_spec, spec_document(entry.deployment.spec)))
     shown = ", ".join(f"spec.{f}" for f in fields) or "spec"
     if view.alive and fields and all(f.split(".")[0] in IN_PLACE for f in fields):
         return [Update(name=rec.name, reason=f"{shown} changed", entry=entry, fields=fields)]
