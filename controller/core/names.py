@@ -13,30 +13,60 @@ def is_dns1123(name: object) -> bool:
     return isinstance(name, str) and len(name) <= 63 and DNS1123.fullmatch(name) is not None
 
 
-# A RollingUpdate's new instance runs under a second record, ``<name>@next``, beside
-# the old one until it is Ready. ``@`` is no DNS-1123 character, so no deployment a user
-# can name ever collides with such a record (``web--next`` is a name like any other);
-# as a file name it is safe because its base name is a DNS-1123 label (``record_name_ok``).
+# A deployment with ``replicas: N`` runs N records: replica 0 keeps the plain name (one
+# replica changes nothing for existing records) and replica i >= 1 is ``<name>@<i>``.
+# A RollingUpdate's new instance of any of them runs under a second record,
+# ``<instance>@next`` (``web@next``, ``web@2@next``), beside the old one until it is
+# Ready. ``@`` is no DNS-1123 character, so no deployment a user can name ever collides
+# with such a record (``web--next`` is a name like any other); as a file name it is safe
+# because it is a DNS-1123 label plus digits and ``next`` (``record_name_ok``).
+SEPARATOR = "@"
 NEXT_SUFFIX = "@next"
+RECORD_NAME = re.compile(r"(?P<base>[^@]+)(?:@(?P<replica>[1-9][0-9]*))?(?:@next)?")
 
 
-def next_name(name: str) -> str:
-    """The record a RollingUpdate of ``name`` starts its new instance under."""
-    return f"{name}{NEXT_SUFFIX}"
+def replica_name(name: str, replica: int) -> str:
+    """The record of replica ``replica`` of deployment ``name``: ``web``, ``web@1``, …"""
+    if replica < 0:
+        raise ValueError(f"a replica index is never negative (got {replica})")
+    return name if replica == 0 else f"{name}{SEPARATOR}{replica}"
+
+
+def replica_of(name: str) -> int:
+    """The replica index a record holds: 0 for ``web`` and ``web@next``, 2 for ``web@2``
+    and ``web@2@next``."""
+    match = RECORD_NAME.fullmatch(name)
+    replica = match.group("replica") if match else None
+    return int(replica) if replica else 0
+
+
+def next_name(instance: str) -> str:
+    """The record a RollingUpdate of ``instance`` starts its new instance under."""
+    return f"{instance}{NEXT_SUFFIX}"
 
 
 def is_next(name: str) -> bool:
     return name.endswith(NEXT_SUFFIX)
 
 
-def base_name(name: str) -> str:
-    """The deployment a record belongs to: ``foo`` for ``foo`` and ``foo@next``."""
+def instance_of(name: str) -> str:
+    """The instance a rolling ``@next`` record replaces: ``web@2`` for ``web@2@next``;
+    any other record is its own instance."""
     return name.removesuffix(NEXT_SUFFIX)
 
 
+def base_name(name: str) -> str:
+    """The deployment a record belongs to: ``web`` for ``web``, ``web@2`` and ``web@next``."""
+    return name.split(SEPARATOR, 1)[0]
+
+
 def record_name_ok(name: object) -> bool:
-    """A deployment name, or one with the reserved suffix: safe as a file name (inv. 9)."""
-    return isinstance(name, str) and is_dns1123(base_name(name))
+    """A deployment name, optionally ``@<i>`` (i >= 1, no leading zero), optionally
+    ``@next``: exactly the names safe as a file name (invariant 9)."""
+    if not isinstance(name, str):
+        return False
+    match = RECORD_NAME.fullmatch(name)
+    return match is not None and is_dns1123(match.group("base"))
 
 
 def model_names(name: str, model: str | None, aliases: Iterable[str]) -> tuple[str, ...]:
