@@ -12,6 +12,7 @@ from controller.core.backendnames import RAY
 from controller.core.inventory import Inventory
 from controller.errors import ConfigError
 from controller.store.node import Config
+from controller.store.records import RecordStore
 
 
 def _need_ray() -> None:
@@ -24,7 +25,9 @@ def _need_ray() -> None:
         )
 
 
-def open_backend(config: Config) -> Backend:
+def open_backend(config: Config, store: RecordStore | None = None) -> Backend:
+    """``store``: the state dir's record store, when the caller has one (one per state dir:
+    the local backend keeps the engines' log files in it)."""
     if config.backend == RAY:
         _need_ray()
         from controller.backends.ray.backend import RayBackend
@@ -34,7 +37,7 @@ def open_backend(config: Config) -> Backend:
         return RayBackend(config.ray_address, state, config.owner)
     from controller.backends.local.runtime import LocalBackend
 
-    return LocalBackend(config.state_dir, config.node)
+    return LocalBackend(config.state_dir, config.node, store=store)
 
 
 def inventory_for(config: Config) -> Inventory:

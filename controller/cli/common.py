@@ -51,6 +51,7 @@ def reconciler(cfg: Config) -> Reconciler:
     """A reconciler on the configured backend, with the after-pass hooks the flags ask for."""
     from controller.backends.choose import inventory_for, open_backend
     from controller.reconciler.run import Reconciler
+    from controller.store.records import RecordStore
 
     inventory = inventory_for(cfg)
     hooks = []
@@ -58,12 +59,15 @@ def reconciler(cfg: Config) -> Reconciler:
         from controller.daemon.metrics import exporters
 
         hooks = exporters(cfg, inventory)
-    return Reconciler(cfg, open_backend(cfg), inventory, hooks)
+    store = RecordStore(cfg.state_dir)  # one for the state dir: the backend's is the pass's
+    return Reconciler(cfg, open_backend(cfg, store), inventory, hooks, store)
 
 
 def preview(cfg: Config) -> Preview:
     """The read-only observer and planner (``reconcile plan``): no executor, no locks."""
     from controller.backends.choose import inventory_for, open_backend
     from controller.reconciler.run import Preview
+    from controller.store.records import RecordStore
 
-    return Preview(cfg, open_backend(cfg), inventory_for(cfg))
+    store = RecordStore(cfg.state_dir)
+    return Preview(cfg, open_backend(cfg, store), inventory_for(cfg), store)

@@ -73,12 +73,15 @@ class Daemon:
         resync: float = 5.0,
         reload: Reload | None = None,
         front: FrontDoor | None = None,
+        store: RecordStore | None = None,
     ) -> None:
         self.config = config
         self.resync = resync
         self.reload_config = reload or (lambda: self.config)
         self.front = front
-        self.reconciler = build_reconciler(config, open_backend(config))
+        # The one record store of the state dir: the reconciler and the backend share it.
+        self.store = store if store is not None else RecordStore(config.state_dir)
+        self.reconciler = build_reconciler(config, open_backend(config, self.store), self.store)
         self._hook_front(self.reconciler)
         self._asked = False  # the gateway asked for a pass (set from its thread)
         self.reconciler.interrupted = lambda: self.stopping
@@ -213,7 +216,7 @@ class Daemon:
         try:
             # New flags, node file and device inventory; the same backend: it holds the
             # engines we spawned (to reap them and know their exit codes).
-            fresh = build_reconciler(self.reload_config(), self.reconciler.backend)
+            fresh = build_reconciler(self.reload_config(), self.reconciler.backend, self.store)
         except ReconcileError as exc:
             log.error("reload failed; keeping the old configuration", error=str(exc))
         else:
@@ -365,9 +368,9 @@ def _until(when: datetime, now: datetime) -> float:
     return max((when - now).total_seconds(), 0.0) + SLACK
 
 
-def build_reconciler(config: Config, backend: Backend) -> Reconciler:
+def build_reconciler(config: Config, backend: Backend, store: RecordStore) -> Reconciler:
     inventory = inventory_for(config)
-    return Reconciler(config, backend, inventory, exporters(config, inventory))
+    return Reconciler(config, backend, inventory, exporters(config, inventory), store)
 
 
 def run_daemon(
@@ -385,7 +388,8 @@ def run_daemon(
     """
     if resync <= 0:
         raise ConfigError(f"--resync must be more than 0 seconds, not {resync:g}")
-    RecordStore(config.state_dir).ensure()
+    store = RecordStore(config.state_dir)
+    store.ensure()
     lock = FileLock(config.state_dir / "daemon.lock", what="daemon lock")
     if not lock.try_acquire():
         pid = lock.holder()
@@ -401,7 +405,7 @@ def run_daemon(
 
             server = serve(*metrics_at)
         try:
-            return Daemon(config, resync=resync, reload=reload, front=front).run()
+            return Daemon(config, resync=resync, reload=reload, front=front, store=store).run()
         finally:
             if server is not None:
                 server.shutdown()

@@ -42,7 +42,7 @@ from controller.core.specs import Entry, base_name, next_name
 from controller.core.state import Phase, Record
 from controller.errors import SpawnError, Unplaceable
 from controller.logsetup import get_logger
-from controller.reconciler.leases import RecordMaker
+from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
 from controller.redact import redact_args
 from controller.store import logfiles
@@ -140,11 +140,12 @@ class Executor:
 
     # -- spawning -----------------------------------------------------------------
 
-    def spawn(self, record: Record, entry: Entry, verb: str = "start") -> bool:
-        """Exec the engine of a reservation record and record its identity."""
+    def spawn(self, lease: Lease, entry: Entry, verb: str = "start") -> bool:
+        """Exec the engine of a reservation record and record its identity; what it runs
+        was rendered once, when the lease was taken."""
+        record, rendered = lease.record, lease.rendered
         assert record.port is not None and record.nonce is not None
-        rendered = self.records.render(entry, record.devices, record.port, record.extra_ports)
-        (self.store.state_dir / "run" / entry.name).mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.store.runtime_dir(entry.name).mkdir(mode=0o700, parents=True, exist_ok=True)
         log_path = self.store.log_path(entry.name)
         logfiles.rotate(log_path, self.log_max_bytes, self.log_keep)
         logfiles.write_marker(
@@ -244,7 +245,9 @@ class Executor:
             ready_at=None,
         )
         self.store.write(fresh)
-        return self.spawn(fresh, action.entry, verb="restart")
+        assert fresh.port is not None  # a Restart is planned only for a record holding its lease
+        rendered = self.records.render(action.entry, fresh.devices, fresh.port, fresh.extra_ports)
+        return self.spawn(Lease(fresh, rendered), action.entry, verb="restart")
 
     def _stop(self, action: Stop) -> bool:
         rec = self.store.read(action.name)

@@ -17,6 +17,15 @@ from controller.core.state import Phase, ProcessRef, Record
 from controller.store.records import RecordStore
 
 
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A reservation record and what its engine will run: rendered once, for both (the
+    record keeps the probe, deadline and grace; the spawn execs the argv and env)."""
+
+    record: Record
+    rendered: Rendered
+
+
 @dataclass(kw_only=True)
 class RecordMaker:
     store: RecordStore
@@ -39,7 +48,7 @@ class RecordMaker:
         extra_ports: tuple[int, ...],
         restarts: int = 0,
         name: str | None = None,
-    ) -> Record:
+    ) -> Lease:
         """A record that leases devices and ports before anything is spawned.
 
         ``name``: the record's, when not the deployment's (a RollingUpdate's ``@next``).
@@ -48,7 +57,7 @@ class RecordMaker:
         rendered = self.render(entry, devices, port, extra_ports)
         keyed = self.inventory.by_key()
         spec = entry.deployment.spec
-        return replace(
+        record = replace(
             self.pending(entry, ""),  # the fields every record of it shares
             name=name or entry.name,
             nonce=os.urandom(8).hex(),  # secrets.token_hex, without hmac + hashlib
@@ -68,6 +77,7 @@ class RecordMaker:
             ready_deadline_at=now + timedelta(seconds=rendered.deadline_seconds),
             restarts=restarts,
         )
+        return Lease(record, rendered)
 
     def pending(self, entry: Entry, reason: str) -> Record:
         blank = Record(
@@ -111,7 +121,7 @@ class RecordMaker:
     ) -> Rendered:
         keyed = self.inventory.by_key()
         chosen = tuple(keyed.get(d) or _device(d) for d in devices)
-        runtime_dir = self.store.state_dir / "run" / entry.name
+        runtime_dir = self.store.runtime_dir(entry.name)
         return render(
             entry,
             devices=chosen,

@@ -29,7 +29,7 @@ from controller.host.devices import gpu_memory
 from controller.host.procs import identity
 from controller.logsetup import get_logger
 from controller.reconciler.executor import Executor
-from controller.reconciler.leases import RecordMaker
+from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
 from controller.store import activation, gitrev, logfiles
@@ -86,9 +86,16 @@ class Preview:
     ``reconcile plan`` uses it alone; the :class:`Reconciler` adds the executor.
     """
 
-    def __init__(self, config: Config, backend: Backend, inventory: Inventory) -> None:
+    def __init__(
+        self,
+        config: Config,
+        backend: Backend,
+        inventory: Inventory,
+        store: RecordStore | None = None,
+    ) -> None:
         self.config = config
-        self.store = RecordStore(config.state_dir)
+        # One store per state dir: the daemon hands its own (the backend holds it too).
+        self.store = store if store is not None else RecordStore(config.state_dir)
         self.backend = backend
         self.inventory = inventory
 
@@ -137,8 +144,9 @@ class Reconciler(Preview):
         backend: Backend,
         inventory: Inventory,
         after_pass: Sequence[AfterPass] = (),
+        store: RecordStore | None = None,
     ) -> None:
-        super().__init__(config, backend, inventory)
+        super().__init__(config, backend, inventory, store)
         self.pass_lock = FileLock(config.state_dir / "pass.lock", what="pass lock")
         self.placement_lock = FileLock(config.state_dir / "placement.lock", what="placement lock")
         # The daemon's stop flag: checked between rounds, so a pass ends after the round
@@ -247,7 +255,7 @@ class Reconciler(Preview):
         reserved = self._reserve(starts, observed)
         for start, _ in reserved:
             _note(result, start)
-        spawns = [(r, s.entry) for s, r in reserved if r.phase is Phase.RESERVED]
+        spawns = [(r, s.entry) for s, r in reserved if isinstance(r, Lease)]
         workers = min(self.backend.launch_concurrency, len(spawns))
         if workers <= 1:
             for record, entry in spawns:
@@ -257,9 +265,12 @@ class Reconciler(Preview):
                 list(pool.map(lambda pair: self.executor.spawn(*pair), spawns))
         return bool(reserved)
 
-    def _reserve(self, starts: Sequence[Start], observed: Observed) -> list[tuple[Start, Record]]:
-        """Under the placement lock: re-read records, re-place, write the reservations."""
-        out = []
+    def _reserve(
+        self, starts: Sequence[Start], observed: Observed
+    ) -> list[tuple[Start, Lease | Record]]:
+        """Under the placement lock: re-read records, re-place, write the reservations
+        (a Lease: the record and its rendering) or the Pending records saying why not."""
+        out: list[tuple[Start, Lease | Record]] = []
         # The planner's order (highest priority first): re-placing in it under the lock
         # reproduces the plan's fits, so a tight best-fit packing cannot come out short.
         ordered = sorted(starts, key=lambda s: (-s.entry.deployment.spec.priority, s.name))
@@ -270,18 +281,19 @@ class Reconciler(Preview):
                 current = fresh.records.get(start.name)
                 if current is not None and current.phase not in (Phase.PENDING, Phase.IDLE):
                     continue  # another pass placed it meanwhile
-                record, refused = self._lease(start, ledger)
-                if start.name != start.entry.name and record.phase is not Phase.RESERVED:
+                taken, refused = self._lease(start, ledger)
+                record = taken.record if isinstance(taken, Lease) else taken
+                if start.name != start.entry.name and not isinstance(taken, Lease):
                     continue  # a rolling `@next` that cannot start: no Pending over the old
                 if refused and current is not None and current.message == record.message:
                     continue  # the recipe's refusal is on record already: no further round
                 self.store.write(record)
                 failpoints.hit("reconciler.reserve.after_write")
-                out.append((start, record))
+                out.append((start, taken))
             failpoints.hit("reconciler.reserve.before_release")
         return out
 
-    def _lease(self, start: Start, ledger: Ledger) -> tuple[Record, bool]:
+    def _lease(self, start: Start, ledger: Ledger) -> tuple[Lease | Record, bool]:
         """A reservation taken in ``ledger``, or a Pending record saying why not.
 
         The flag is True when the recipe refused the spec (no placement can help).
@@ -293,7 +305,7 @@ class Reconciler(Preview):
         if isinstance(placed, Unplaced):
             return self.records.pending(start.entry, placed.reason), False
         try:
-            record = self.records.reservation(
+            lease = self.records.reservation(
                 start.entry,
                 name=start.name,
                 devices=placed.devices,
@@ -302,8 +314,9 @@ class Reconciler(Preview):
             )
         except RecipeError as exc:  # the recipe refuses this spec: say so, go on
             return self.records.pending(start.entry, str(exc)), True
+        record = lease.record
         ledger.take(start.name, placed.devices, placed.ports, record.shareable, record.memory)
-        return record, False
+        return lease, False
 
     def _place(self, start: Start, ledger: Ledger) -> Placed | Unplaced:
         spec = start.entry.deployment.spec

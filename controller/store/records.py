@@ -106,13 +106,14 @@ class RecordStore:
         self.instances = state_dir / "instances"
         self.logs = self.instances / "logs"
         self.quarantine_dir = state_dir / "quarantine"
+        self.runs = state_dir / "run"  # engines' runtime dirs (runtime_dir)
 
     def ensure(self) -> None:
         events = self.state_dir / "events"
         # Before creating anything in them: root must not write where another user can.
         security.check_state_dir((self.state_dir, self.instances, self.logs, events))
-        run = self.state_dir / "run"  # engines' runtime dirs: mkdir(parents=True) would use 0777
-        for folder in (self.state_dir, self.instances, self.logs, self.quarantine_dir, run):
+        # The runtime dirs' parent too: mkdir(parents=True) under it would use 0777.
+        for folder in (self.state_dir, self.instances, self.logs, self.quarantine_dir, self.runs):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o700)
         for folder in (self.state_dir, self.instances, events):
@@ -120,6 +121,10 @@ class RecordStore:
 
     def path(self, name: str) -> Path:
         return self.instances / f"{check_name(name)}.json"
+
+    def runtime_dir(self, name: str) -> Path:
+        """An instance's private scratch folder (unix sockets, caches), given to its recipe."""
+        return self.runs / check_name(name)
 
     def log_path(self, name: str) -> Path:
         return self.logs / f"{check_name(name)}.log"

@@ -34,7 +34,7 @@ def test_the_gateway_waits_the_deadline_the_daemon_kills_at(tmp_path: Path) -> N
     maker = RecordMaker(
         store=RecordStore(tmp_path), inventory=Inventory(), owner=OWNER, node=NODE, me=ref(1)
     )
-    reserved = maker.reservation(e, devices=(), port=8000, extra_ports=())
+    reserved = maker.reservation(e, devices=(), port=8000, extra_ports=()).record
     assert reserved.ready_deadline_at is not None and reserved.reserved_at is not None
     daemon = (reserved.ready_deadline_at - reserved.reserved_at).total_seconds()
 

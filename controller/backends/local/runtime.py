@@ -53,9 +53,10 @@ class LocalBackend:
     def devices(self) -> Inventory | None:
         return None  # this node's inventory, resolved once from flags or discovery
 
-    def __init__(self, state_dir: Path, node: str) -> None:
+    def __init__(self, state_dir: Path, node: str, *, store: RecordStore | None = None) -> None:
         procpsutil.check_supported()  # on a host with neither /proc nor psutil: say so now
-        self.store = RecordStore(state_dir)  # where the engines' log files live
+        # Where the engines' log files live: the caller's store of this state dir, if any.
+        self.store = store if store is not None else RecordStore(state_dir)
         self.state_dir = str(state_dir.resolve())
         self.node = node
         self._children: dict[int, subprocess.Popen[bytes]] = {}
