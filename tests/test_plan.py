@@ -721,7 +721,7 @@ def test_mark_spec_invalid_is_not_repeated_once_recorded(tmp_path: Path) -> None
         store=store,
         backend=LocalBackend(tmp_path, "gpu-a"),
         journal=Journal(tmp_path),
-        records=RecordMaker(
+        maker=RecordMaker(
             store=store, inventory=GPUS, owner="/srv/manifests", node="gpu-a", me=ref(1)
         ),
     )

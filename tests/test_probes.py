@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from controller.core.state import ProbeConfig
-from controller.host.probes import Target, http_get, probe
+from controller.host.probes import ProbeTarget, http_get, probe
 
 
 def _serve(answer: Callable[[socket.socket], None]) -> Iterator[int]:
@@ -76,7 +76,7 @@ def test_http_get_reads_status_and_body(server: int, status: int, body: str) -> 
 @pytest.mark.parametrize("server", [_fixed(b"SSH-2.0-OpenSSH_9.6\r\n")], indirect=True)
 def test_a_server_that_is_not_http_fails_the_probe(server: int) -> None:
     config = ProbeConfig(http=(("/health", None),))
-    result = probe(Target("127.0.0.1", server, config), timeout=2.0)
+    result = probe(ProbeTarget("127.0.0.1", server, config), timeout=2.0)
     assert not result.ready and "not an HTTP answer" in result.detail
 
 
@@ -84,8 +84,8 @@ def test_a_server_that_is_not_http_fails_the_probe(server: int) -> None:
 def test_the_probe_checks_what_the_body_lists(server: int) -> None:
     ready = ProbeConfig(http=(("/v1/models", '"m"'),))
     waiting = ProbeConfig(http=(("/v1/models", "other-model"),))
-    assert probe(Target("0.0.0.0", server, ready)).ready
-    result = probe(Target("127.0.0.1", server, waiting))
+    assert probe(ProbeTarget("0.0.0.0", server, ready)).ready
+    result = probe(ProbeTarget("127.0.0.1", server, waiting))
     assert not result.ready and "does not list 'other-model' yet" in result.detail
 
 
@@ -94,5 +94,5 @@ def test_a_closed_port_fails_the_probe() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     config = ProbeConfig(http=(("/health", None),))
-    result = probe(Target("127.0.0.1", port, config))
+    result = probe(ProbeTarget("127.0.0.1", port, config))
     assert not result.ready and "ConnectionRefusedError" in result.detail

@@ -34,7 +34,7 @@ def engine_env(rendered: Mapping[str, str]) -> dict[str, str]:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Launch:
+class StartRequest:
     """Everything a backend needs to start one instance of a reservation."""
 
     entry: Entry
@@ -68,7 +68,7 @@ class Backend(Protocol):
         """The devices as they are now (a cluster's nodes come and go); None: configured."""
         ...
 
-    def launch(self, launch: Launch) -> Instance:
+    def launch(self, launch: StartRequest) -> Instance:
         """Start the instance; where it runs (a cluster may choose node, port, devices)."""
         ...
 

@@ -1,6 +1,6 @@
 """The node's verbs: devices (who holds what), drain / uncordon (cordon with a TTL).
 
-Each only wires the configuration to a view and prints; exit codes come from cli.py.
+Each only wires the configuration to a view and prints; exit codes come from cli/exitcodes.py.
 """
 
 from __future__ import annotations

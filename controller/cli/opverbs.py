@@ -1,6 +1,6 @@
 """The operator's verbs: status, describe, logs, plan, schema (devices, drain: nodeverbs).
 
-Each only wires the configuration to a view and prints; exit codes come from cli.py.
+Each only wires the configuration to a view and prints; exit codes come from cli/exitcodes.py.
 """
 
 from __future__ import annotations

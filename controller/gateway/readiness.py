@@ -24,7 +24,7 @@ SLOW_POLL = 0.1
 async def passes(rec: Record) -> bool:
     """The record's readiness probe, once: the daemon's own (same checks, same verdict)."""
     assert rec.port is not None
-    target = probes.Target(host=rec.host, port=rec.port, config=rec.probe)
+    target = probes.ProbeTarget(host=rec.host, port=rec.port, config=rec.probe)
     return (await asyncio.to_thread(probes.probe, target)).ready
 
 

@@ -17,7 +17,7 @@ LIMIT = 1 << 20  # bytes of an answer read: a probe needs a status and a short b
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class ProbeTarget:
     host: str
     port: int
     config: ProbeConfig
@@ -28,7 +28,7 @@ def connect_host(host: str) -> str:
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
 
 
-def probe(target: Target, timeout: float = TIMEOUT) -> ProbeResult:
+def probe(target: ProbeTarget, timeout: float = TIMEOUT) -> ProbeResult:
     host = connect_host(target.host)
     try:
         if target.config.http:
@@ -88,7 +88,9 @@ def _complete(data: bytearray) -> bool:
     return False
 
 
-def probe_many(targets: Mapping[str, Target], timeout: float = TIMEOUT) -> dict[str, ProbeResult]:
+def probe_many(
+    targets: Mapping[str, ProbeTarget], timeout: float = TIMEOUT
+) -> dict[str, ProbeResult]:
     if not targets:
         return {}
     if len(targets) == 1:

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, assert_never
 
 from controller import failpoints
-from controller.backends.base import Backend, Launch
+from controller.backends.base import Backend, StartRequest
 from controller.core.actions import (
     Adopt,
     AnyAction,
@@ -66,7 +66,7 @@ class Executor:
     store: RecordStore
     backend: Backend
     journal: Journal
-    records: RecordMaker  # builds the records this executor writes
+    maker: RecordMaker  # builds the records this executor writes
     log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
     log_keep: int = logfiles.DEFAULT_KEEP
     memory: MemoryGate = field(default_factory=MemoryGate)  # NVML's word before a start
@@ -120,7 +120,7 @@ class Executor:
                 assert_never(action)
 
     def now(self) -> datetime:
-        return self.records.now()
+        return self.maker.now()
 
     def event(self, name: str, action: str, reason: str, outcome: str, **extra: Any) -> None:
         """Journal under the deployment's name: a `@next` record's steps are its too."""
@@ -156,11 +156,11 @@ class Executor:
         if short is not None:
             return self._no_memory(record, entry, verb, short)
         failpoints.hit("executor.spawn.before_exec")
-        launch = Launch(entry=entry, record=record, rendered=rendered, log_path=log_path)
+        launch = StartRequest(entry=entry, record=record, rendered=rendered, log_path=log_path)
         try:
             where = self.backend.launch(launch)
         except Unplaceable as exc:  # the cluster has no room now: Pending, nothing held
-            self.store.write(self.records.pending(entry, str(exc)))
+            self.store.write(self.maker.pending(entry, str(exc)))
             self.event(entry.name, verb, "placement", "pending", error=str(exc))
             return True
         except SpawnError as exc:
@@ -238,7 +238,7 @@ class Executor:
             rec,
             nonce=os.urandom(8).hex(),  # secrets.token_hex, without hmac + hashlib
             ref=None,
-            reserved_by=self.records.me,
+            reserved_by=self.maker.me,
             phase=Phase.RESERVED,
             restarts=action.restarts,
             backoff_until=None,
@@ -246,7 +246,7 @@ class Executor:
         )
         self.store.write(fresh)
         assert fresh.port is not None  # a Restart is planned only for a record holding its lease
-        rendered = self.records.render(action.entry, fresh.devices, fresh.port, fresh.extra_ports)
+        rendered = self.maker.render(action.entry, fresh.devices, fresh.port, fresh.extra_ports)
         return self.spawn(Lease(fresh, rendered), action.entry, verb="restart")
 
     def _stop(self, action: Stop) -> bool:
@@ -288,7 +288,7 @@ class Executor:
         rec = self.store.read(action.name)
         if rec is not None and (rec.holds or rec.ref is not None):
             self._terminate(rec, action.reason)
-        self.store.write(self.records.idle(action.entry, action.reason))
+        self.store.write(self.maker.idle(action.entry, action.reason))
         self.event(action.name, action.verb, action.reason, "idle: holds nothing")
         return rec is None or rec.phase is not Phase.IDLE or rec.spec_hash != action.entry.hash
 
@@ -353,11 +353,11 @@ class Executor:
         rec = self.store.read(action.name)
         if rec is None or rec.port is None:
             return False
-        rendered = self.records.render(action.entry, rec.devices, rec.port, rec.extra_ports)
+        rendered = self.maker.render(action.entry, rec.devices, rec.port, rec.extra_ports)
         started = rec.started_at
         self.store.write(
             replace(
-                self.records.described(rec, action.entry),
+                self.maker.described(rec, action.entry),
                 probe=rendered.probe,
                 grace_seconds=rendered.grace_seconds,
                 ready_deadline_at=rec.ready_deadline_at
@@ -443,7 +443,7 @@ class Executor:
 
     def _hold(self, action: Hold) -> bool:
         current = self.store.read(action.name)
-        record = self.records.pending(action.entry, action.reason)
+        record = self.maker.pending(action.entry, action.reason)
         if current is not None and _same_pending(current, record):
             return False
         self.store.write(record)
@@ -453,7 +453,7 @@ class Executor:
     def _reject(self, action: Reject) -> bool:
         if self.store.read(action.name) is not None:
             return False
-        self.store.write(self.records.rejected(action.name, action.reason))
+        self.store.write(self.maker.rejected(action.name, action.reason))
         self.event(action.name, action.verb, action.reason, "pending")
         return True
 

@@ -17,7 +17,7 @@ from controller.core.state import (
     Record,
     RecordView,
 )
-from controller.host.probes import Target, probe_many
+from controller.host.probes import ProbeTarget, probe_many
 from controller.host.procs import process_alive
 from controller.store.records import Snapshot
 
@@ -93,12 +93,12 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
     )
 
 
-def _targets(views: Iterable[RecordView]) -> dict[str, Target]:
+def _targets(views: Iterable[RecordView]) -> dict[str, ProbeTarget]:
     targets = {}
     for view in views:
         rec = view.record
         if view.alive and rec.phase is Phase.STARTING and rec.port is not None:
-            targets[rec.name] = Target(rec.host, rec.port, rec.probe)
+            targets[rec.name] = ProbeTarget(rec.host, rec.port, rec.probe)
     return targets
 
 

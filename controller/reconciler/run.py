@@ -152,7 +152,7 @@ class Reconciler(Preview):
         # The daemon's stop flag: checked between rounds, so a pass ends after the round
         # in flight (SIGTERM finishes what it started, then exits).
         self.interrupted: Callable[[], bool] = lambda: False
-        self.records = RecordMaker(
+        self.maker = RecordMaker(
             store=self.store,
             inventory=inventory,
             owner=config.owner,
@@ -164,7 +164,7 @@ class Reconciler(Preview):
             store=self.store,
             backend=backend,
             journal=Journal(config.state_dir),
-            records=self.records,
+            maker=self.maker,
             log_max_bytes=config.log_max_bytes,
             log_keep=config.log_keep,
             memory=MemoryGate(read=gpu_memory),
@@ -174,7 +174,7 @@ class Reconciler(Preview):
 
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
         seen = super().observe(probe=probe)
-        self.records.inventory = self.inventory  # moved with a cluster's nodes (Preview.observe)
+        self.maker.inventory = self.inventory  # moved with a cluster's nodes (Preview.observe)
         return seen
 
     # -- a pass ---------------------------------------------------------------------------
@@ -193,7 +193,7 @@ class Reconciler(Preview):
                 backend=self.config.backend,
                 cache_file=self.config.state_dir / "cache" / "manifests.json",
             )
-            self.records.revision = gitrev.revision_of(self.config.manifests)
+            self.maker.revision = gitrev.revision_of(self.config.manifests)
             self.executor.take_tally()  # `down` and drains between passes are not this pass's
             result = self._rounds(loaded)
             result.outcomes = self.executor.take_tally()
@@ -300,12 +300,12 @@ class Reconciler(Preview):
         """
         short = self.backend.unplaceable(start.entry.deployment.spec)
         if short is not None:  # the cluster has no room: same as a recipe refusal, no rounds
-            return self.records.pending(start.entry, short), True
+            return self.maker.pending(start.entry, short), True
         placed = self._place(start, ledger)
         if isinstance(placed, Unplaced):
-            return self.records.pending(start.entry, placed.reason), False
+            return self.maker.pending(start.entry, placed.reason), False
         try:
-            lease = self.records.reservation(
+            lease = self.maker.reservation(
                 start.entry,
                 name=start.name,
                 devices=placed.devices,
@@ -313,7 +313,7 @@ class Reconciler(Preview):
                 extra_ports=placed.extra_ports,
             )
         except RecipeError as exc:  # the recipe refuses this spec: say so, go on
-            return self.records.pending(start.entry, str(exc)), True
+            return self.maker.pending(start.entry, str(exc)), True
         record = lease.record
         ledger.take(start.name, placed.devices, placed.ports, record.shareable, record.memory)
         return lease, False

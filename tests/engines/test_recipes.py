@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from controller.core.engines import MODULES, HttpCheck, RecipeError, RenderContext, recipe_for
-from controller.core.engines.base import Readiness
+from controller.core.engines.base import ReadinessChecks
 from controller.core.inventory import Device
 
 GPU0 = Device(kind="nvidia", id="0")
@@ -271,7 +271,7 @@ def test_rendered_launch(case: Case) -> None:
         assert recipe_for(case.engine).deadline_seconds == case.deadline
         assert launch.readiness.kind == "http"
     else:
-        assert launch.readiness == Readiness()
+        assert launch.readiness == ReadinessChecks()
 
 
 def test_every_engine_has_a_recipe_with_matching_name() -> None:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from controller import failpoints
-from controller.backends.base import ExitStatus, Launch, engine_env
+from controller.backends.base import ExitStatus, StartRequest, engine_env
 from controller.core import backendnames
 from controller.core.inventory import Inventory
 from controller.core.specs import DeploymentSpec
@@ -89,7 +89,7 @@ class LocalBackend:
     def marker(self, name: str, nonce: str) -> str:
         return f"{self.node}/{name}/{nonce}"
 
-    def launch(self, launch: Launch) -> Instance:
+    def launch(self, launch: StartRequest) -> Instance:
         """Spawn on this node, exactly where the reservation says (devices, port)."""
         rec = launch.record
         assert rec.nonce is not None

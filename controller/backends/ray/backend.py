@@ -16,7 +16,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 
-from controller.backends.base import ExitStatus, Launch
+from controller.backends.base import ExitStatus, StartRequest
 from controller.backends.ray import cluster, naming
 from controller.backends.ray.actor import EngineHost, HostStatus, Job
 from controller.core import backendnames
@@ -73,7 +73,7 @@ class RayBackend:
 
     # -- launch ------------------------------------------------------------------------
 
-    def launch(self, launch: Launch) -> Instance:
+    def launch(self, launch: StartRequest) -> Instance:
         rec, spec = launch.record, launch.entry.deployment.spec
         assert rec.nonce is not None and rec.port is not None
         short = cluster.unfit(spec.devices.count)

@@ -7,7 +7,7 @@ import importlib
 from controller.core.engines.base import (
     HttpCheck,
     Launch,
-    Readiness,
+    ReadinessChecks,
     Recipe,
     RecipeError,
     RenderContext,
@@ -28,7 +28,7 @@ __all__ = [
     "MODULES",
     "HttpCheck",
     "Launch",
-    "Readiness",
+    "ReadinessChecks",
     "Recipe",
     "RecipeError",
     "RenderContext",

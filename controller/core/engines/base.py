@@ -27,7 +27,7 @@ class HttpCheck:
 
 
 @dataclass(frozen=True, slots=True)
-class Readiness:
+class ReadinessChecks:
     """All ``http`` checks must pass; else a TCP connect if ``tcp``; else ready once running."""
 
     http: tuple[HttpCheck, ...] = ()
@@ -61,7 +61,7 @@ class RenderContext:
 class Launch:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
-    readiness: Readiness = Readiness()
+    readiness: ReadinessChecks = ReadinessChecks()
     stop_signal: int = signal.SIGTERM
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.core.engines.base import Launch, Readiness, RecipeError, RenderContext
+from controller.core.engines.base import Launch, ReadinessChecks, RecipeError, RenderContext
 
 
 class CommandRecipe:
@@ -17,7 +17,7 @@ class CommandRecipe:
         if ctx.executable:
             argv = (ctx.executable, *argv[1:])
         # No built-in probe: without spec.readiness the engine is ready once it runs.
-        return Launch(argv=argv, readiness=Readiness())
+        return Launch(argv=argv, readiness=ReadinessChecks())
 
 
 RECIPE = CommandRecipe()

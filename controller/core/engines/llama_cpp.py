@@ -13,7 +13,13 @@ llama-cpp-python 0.3.36, which ``scripts/build-llama-server`` builds):
 
 from __future__ import annotations
 
-from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+from controller.core.engines.base import (
+    HttpCheck,
+    Launch,
+    ReadinessChecks,
+    RecipeError,
+    RenderContext,
+)
 
 # Device kinds that llama.cpp can offload layers to (CUDA, ROCm/HIP, Metal).
 GPU_KINDS = frozenset({"nvidia", "amd", "apple"})
@@ -49,7 +55,7 @@ class LlamaCppRecipe:
         )
         return Launch(
             argv=argv,
-            readiness=Readiness(http=(HttpCheck("/health"),)),
+            readiness=ReadinessChecks(http=(HttpCheck("/health"),)),
         )
 
 

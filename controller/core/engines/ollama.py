@@ -18,7 +18,7 @@ and server code:
 
 from __future__ import annotations
 
-from controller.core.engines.base import HttpCheck, Launch, Readiness, RenderContext
+from controller.core.engines.base import HttpCheck, Launch, ReadinessChecks, RenderContext
 
 # `reconcile export`'s default image (Docker Hub ollama/ollama: CPU and NVIDIA; AMD
 # needs the `-rocm` variant, which the user names in spec.image).
@@ -48,7 +48,7 @@ class OllamaRecipe:
         return Launch(
             argv=(ctx.executable or "ollama", "serve", *ctx.args),
             env={"OLLAMA_HOST": ollama_host(ctx.host, ctx.port)},
-            readiness=Readiness(http=tuple(checks)),
+            readiness=ReadinessChecks(http=tuple(checks)),
         )
 
 

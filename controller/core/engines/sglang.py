@@ -22,7 +22,13 @@ Checked against SGLang's "Server Arguments" docs and ``python/sglang/srt/server_
 
 from __future__ import annotations
 
-from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+from controller.core.engines.base import (
+    HttpCheck,
+    Launch,
+    ReadinessChecks,
+    RecipeError,
+    RenderContext,
+)
 from controller.core.engines.share import share_args
 
 # `reconcile export`'s default image (Docker Hub lmsysorg/sglang). SGLang's install docs
@@ -62,7 +68,7 @@ class SglangRecipe:
         argv += ctx.args
         return Launch(
             argv=tuple(argv),
-            readiness=Readiness(http=(HttpCheck("/health"),)),
+            readiness=ReadinessChecks(http=(HttpCheck("/health"),)),
         )
 
 

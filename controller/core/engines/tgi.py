@@ -18,7 +18,13 @@ Checked against TGI's launcher reference (``docs/source/reference/launcher.md``)
 
 from __future__ import annotations
 
-from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+from controller.core.engines.base import (
+    HttpCheck,
+    Launch,
+    ReadinessChecks,
+    RecipeError,
+    RenderContext,
+)
 
 # `reconcile export`'s default image: the one TGI's README runs (a CUDA build).
 IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.5"
@@ -69,7 +75,7 @@ class TgiRecipe:
         argv += ctx.args
         return Launch(
             argv=tuple(argv),
-            readiness=Readiness(http=(HttpCheck("/health"),)),
+            readiness=ReadinessChecks(http=(HttpCheck("/health"),)),
         )
 
 

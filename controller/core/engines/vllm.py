@@ -22,7 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controller.core.engines.base import HttpCheck, Launch, Readiness, RecipeError, RenderContext
+from controller.core.engines.base import (
+    HttpCheck,
+    Launch,
+    ReadinessChecks,
+    RecipeError,
+    RenderContext,
+)
 from controller.core.engines.share import has_flag, share_args
 
 # `reconcile export`'s default image: vLLM's own OpenAI-server image (Docker Hub
@@ -72,7 +78,7 @@ class VllmRecipe:
         return Launch(
             argv=tuple(argv),
             env={"VLLM_PORT": str(ctx.extra_ports[0])},
-            readiness=Readiness(http=tuple(checks)),
+            readiness=ReadinessChecks(http=tuple(checks)),
         )
 
 
