@@ -169,10 +169,10 @@ def test_status_of_nothing(reconcile: Any) -> None:
 def test_validate(reconcile: Any) -> None:
     reconcile.write("web")
     assert "1 deployment(s) in 1 file(s): valid" in reconcile("validate", check=0).out
-    reconcile.write_text("bad.yaml", reconcile.dump_yaml(reconcile.deployment("x", replicas=2)))
+    reconcile.write_text("bad.yaml", reconcile.dump_yaml(reconcile.deployment("x", replica=2)))
     result = reconcile("validate", check=1)
     assert f"{reconcile.manifests / 'bad.yaml'}:" in result.err
-    assert "spec.replicas: unknown field" in result.err
+    assert "spec.replica: unknown field" in result.err
     assert reconcile.pids() == set() and not (reconcile.state / "instances").exists()
 
 

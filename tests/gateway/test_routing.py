@@ -106,12 +106,19 @@ def test_client_disconnect_cancels_upstream(reconcile: Any, gateway: Any) -> Non
     g.finish()
 
 
-def test_duplicate_model_name_is_a_validation_error(reconcile: Any) -> None:
+def test_an_ambiguous_model_name_is_a_validation_error(reconcile: Any) -> None:
+    """An alias that is another deployment's own name: the gateway could not tell which."""
     reconcile.write("one", model="shared/model")
-    reconcile.write("two", aliases=["shared/model"])
+    reconcile.write("two", aliases=["one"])
     result = reconcile("validate", check=1)
     assert "one.yaml" in result.err and "two.yaml" in result.err
-    assert "shared/model" in result.err
+    assert "'one'" in result.err and "metadata.name" in result.err
+
+
+def test_a_model_shared_by_two_deployments_is_valid(reconcile: Any) -> None:
+    reconcile.write("one", model="shared/model")
+    reconcile.write("two", aliases=["shared/model"])
+    assert "2 deployment(s) in 2 file(s): valid" in reconcile("validate", check=0).out
 
 
 def test_once_does_not_import_aiohttp(reconcile: Any) -> None:

@@ -42,9 +42,10 @@ def test_root_refuses_manifests_others_can_write(
     path = cluster.write("a0")
     folder = cluster.sets["a"]
     if what == "symlink-target":
-        target = cluster.tmp / "elsewhere.yaml"
+        # Inside the folder (a ConfigMap-style link): one that leaves it is refused unread.
+        target = folder / ".a0-target.yaml"
         path.rename(target)
-        path.symlink_to(target)
+        path.symlink_to(target.name)
         path = target
     victim = folder if what == "folder" else path
     victim.chmod(mode)

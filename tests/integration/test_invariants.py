@@ -445,7 +445,7 @@ def test_11_bad_input_gets_a_clear_error_and_disturbs_nothing(reconcile: Any) ->
     reconcile.write_text("malformed.yaml", "apiVersion: reconcile/v1\nkind: [Deployment\n")
     typed = reconcile.deployment("typed", devices={"count": "two"})
     reconcile.write_text("typed.yaml", reconcile.dump_yaml(typed))
-    unknown = reconcile.deployment("unknown", replicas=3)
+    unknown = reconcile.deployment("unknown", replica=3)
     reconcile.write_text("unknown.yaml", reconcile.dump_yaml(unknown))
     reconcile.write("dup", basePort=reconcile.port + 5)
     reconcile.write_text("dup2.yaml", (m / "dup.yaml").read_text())
@@ -463,7 +463,7 @@ def test_11_bad_input_gets_a_clear_error_and_disturbs_nothing(reconcile: Any) ->
         f"{m / 'typed.yaml'}:" in errors
         and "spec.devices.count: Input should be a valid integer" in errors
     )
-    assert "spec.replicas: unknown field" in errors
+    assert "spec.replica: unknown field" in errors
     assert f"{m / 'dup.yaml'}:1: metadata.name: duplicate deployment name 'dup'" in errors
     assert f"{m / 'dup2.yaml'}:1: metadata.name: duplicate" in errors
     assert f"{m / 'unreadable.yaml'}: cannot read: not a regular file" in errors
