@@ -66,7 +66,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK if wait_until_ready(reconciler, args.timeout) else EXIT_FAIL
     result = reconciler.run_pass()
     report(result)
-    return EXIT_OK if result.ok else EXIT_FAIL
+    failing = result.failing()
+    for why in failing:
+        print(f"error: {why}", file=sys.stderr)
+    return EXIT_OK if result.ok and not failing else EXIT_FAIL
 
 
 def raise_fd_limit() -> None:
@@ -107,11 +110,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     cfg = config(args)
     loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend)
     _print_errors(list(loaded.errors))
-    for folder in loaded.missing_folders:
-        print(f"warning: manifests folder {folder} does not exist", file=sys.stderr)
-    if not loaded.errors:
-        print(f"{len(loaded.entries)} deployment(s) in {len(loaded.files)} file(s): valid")
-    return EXIT_FAIL if loaded.errors else EXIT_OK
+    for folder in loaded.missing_folders:  # a mistyped CI or cron path must not go green
+        print(f"error: manifests folder {folder} does not exist", file=sys.stderr)
+    if loaded.errors or loaded.missing_folders:
+        return EXIT_FAIL
+    print(f"{len(loaded.entries)} deployment(s) in {len(loaded.files)} file(s): valid")
+    return EXIT_OK
 
 
 def cmd_down(args: argparse.Namespace) -> int:

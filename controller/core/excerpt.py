@@ -25,3 +25,10 @@ def key(text: str, limit: int = LIMIT) -> str:
     if len(text) <= limit and text.isprintable() and " " not in text:
         return text
     return short(text, limit)
+
+
+def clip(text: str, limit: int = LIMIT) -> str:
+    """``text`` itself when short and printable, else ``short(text)``: quoted, escaped, cut."""
+    if len(text) <= limit and text.isprintable():
+        return text
+    return short(text, limit)

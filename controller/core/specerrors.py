@@ -7,10 +7,14 @@ make the path, so the store can find the line each one is on.
 
 from __future__ import annotations
 
+import json
+import shlex
 from dataclasses import dataclass
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
+
+from controller.core.excerpt import clip
 
 Loc = tuple[str | int, ...]
 _MISSING = object()
@@ -36,7 +40,22 @@ def _problem(err: ErrorDetails, document: object) -> Problem:
     message = err["msg"].removeprefix("Value error, ")  # a validator's own ValueError
     if err["type"] == "model_type":  # not "...or instance of DeploymentSpec": Python's words
         message = f"Input should be a mapping of fields, not {_kind(err['input'])}"
+    elif err["type"] in ("tuple_type", "list_type"):  # YAML has lists, not tuples
+        message = _list_message(err["loc"], err["input"])
     return Problem(_path(err["loc"], document), message, err["type"] == "extra_forbidden")
+
+
+def _list_message(loc: tuple[str | int, ...], value: object) -> str:
+    """A list was wanted; for an argv written as one shell line, the list it should be."""
+    field = next((part for part in reversed(loc) if part in ("command", "args")), None)
+    if field is None or not isinstance(value, str):
+        return f"Input should be a list, not {_kind(value)}"
+    try:
+        words = shlex.split(value)
+    except ValueError:  # unbalanced quotes: show the words split on spaces
+        words = value.split()
+    example = clip(json.dumps(words), 120)
+    return f"an argv list, never a shell line (no shell runs it): write {field}: {example}"
 
 
 def _kind(value: object) -> str:

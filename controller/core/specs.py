@@ -7,6 +7,7 @@ as strings are taken (pydantic's lax mode), as they always were; booleans are no
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -508,3 +509,34 @@ def json_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "reconcile Deployment"
     return schema
+
+
+def fields_at(path: tuple[str | int, ...]) -> tuple[str, ...]:
+    """The field names (as the manifest spells them) a mapping at ``path`` may hold.
+
+    ``("spec", "readiness")`` -> ``("httpGet", "tcpSocket", ...)``; an unknown path, a
+    list or a free-form mapping (``env``, ``labels``) holds no known names: ``()``.
+    """
+    schema = _schema()
+    node: dict[str, Any] = schema
+    for part in path:
+        if isinstance(part, int):
+            return ()
+        node = _resolve(schema, node).get("properties", {}).get(part, {})
+    return tuple(_resolve(schema, node).get("properties", {}))
+
+
+def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """Follow a ``$ref`` and the one object branch of an ``anyOf`` (an optional field)."""
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        node = schema["$defs"][ref.rsplit("/", 1)[-1]]
+    for branch in node.get("anyOf", ()):
+        if "$ref" in branch or "properties" in branch:
+            return _resolve(schema, branch)
+    return node
+
+
+@functools.cache
+def _schema() -> dict[str, Any]:
+    return json_schema()  # built on the first unknown field only: errors are rare

@@ -22,7 +22,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import ObservedWatch
 
 from controller.logsetup import get_logger
-from controller.store.manifests import SUFFIXES
+from controller.store.manifests import SUFFIXES, is_single_file
 
 log = get_logger("reconcile")
 
@@ -52,6 +52,8 @@ class FolderWatch:
     def __init__(self, folders: Iterable[Path], on_change: Callable[[str, str], None]) -> None:
         self.folders = tuple(folders)
         self.on_change = on_change
+        # `-f FILE`: a manifest named itself; its folder is watched for it alone.
+        self._files = {f for f in self.folders if is_single_file(f)}
         self._above = {a for f in self.folders for a in f.parents} | set(self.folders)
         self._observer = Observer()
         self._observer.daemon = True
@@ -94,14 +96,14 @@ class FolderWatch:
             path = Path(os.fsdecode(raw)) if raw else None
             if path is None:
                 continue
-            if path in self._above:
-                if event.event_type in COMINGS_AND_GOINGS:
-                    out.append(("deleted", str(path)))  # a folder came or went: wait it out
-            elif path.parent in self.folders and is_manifest_name(path.name):
+            named = path in self._files  # `-f FILE`
+            if named or (path.parent in self.folders and is_manifest_name(path.name)):
                 gone = event.event_type == "deleted" or (
                     event.event_type == "moved" and side == "src"
                 )
                 out.append(("deleted" if gone else KIND[event.event_type], str(path)))
+            elif path in self._above and event.event_type in COMINGS_AND_GOINGS:
+                out.append(("deleted", str(path)))  # a folder came or went: wait it out
         return out
 
     def rearm(self) -> None:

@@ -53,6 +53,7 @@ class PassResult:
     owner: str = ""
     names: set[str] = field(default_factory=set)  # deployments the manifests declare
     prune_blocked: str | None = None
+    missing_folders: list[str] = field(default_factory=list)
     probes: dict[str, str] = field(default_factory=dict)  # name -> last probe answer
     outcomes: dict[tuple[str, str], int] = field(default_factory=dict)  # (action, outcome) -> n
 
@@ -69,6 +70,19 @@ class PassResult:
         if self.errors or self.problems or any(isinstance(a, Conflict) for a in self.actions):
             return False
         return not any(r.phase in (Phase.PENDING, Phase.FAILED) for r in self.ours())
+
+    def failing(self) -> list[str]:
+        """Why ``--once`` exits 1 though the pass itself went through (cron mails on it):
+        a manifests folder missing or empty (nothing pruned), a deployment crash-looping."""
+        out = [f"manifests folder {f} does not exist" for f in self.missing_folders]
+        if self.prune_blocked and not self.missing_folders:
+            out.append("the manifests folder holds no manifest: nothing pruned")
+        out += [
+            f"{r.name} is crash-looping ({r.message or 'BackOff'})"
+            for r in self.ours()
+            if r.phase is Phase.BACKOFF and r.restarts > 0
+        ]
+        return out
 
     @property
     def all_ready(self) -> bool:
@@ -210,6 +224,7 @@ class Reconciler(Preview):
         )
         result.names = set(loaded.entries)
         result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
+        result.missing_folders = list(loaded.missing_folders)
         settled: Observed | None = None  # the last round's view, when it changed nothing
         for _ in range(MAX_ROUNDS):
             if self.interrupted():

@@ -18,9 +18,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from controller.core.cluster import cluster_refusals
-from controller.core.excerpt import short
+from controller.core.excerpt import clip, short
 from controller.core.specerrors import problems
-from controller.core.specs import Deployment, Entry, is_dns1123, spec_hash
+from controller.core.specs import Deployment, Entry, fields_at, is_dns1123, spec_hash
+from controller.core.suggest import did_you_mean
 from controller.store import bounded, security
 from controller.store.bounded import Document, Path_
 from controller.store.parsecache import ParseCache
@@ -85,7 +86,7 @@ def _validation_errors(
     for problem in problems(exc, value):
         message = problem.message
         if problem.unknown:
-            message = "unknown field (check the spelling; `reconcile schema` lists fields)"
+            message = _unknown_field(problem.loc)
         loc = problem.loc
         out.append(
             ManifestError(
@@ -93,6 +94,15 @@ def _validation_errors(
             )
         )
     return out
+
+
+def _unknown_field(loc: Sequence[str | int]) -> str:
+    """An unknown field's message, with the known field it is one slip away from."""
+    known = fields_at(tuple(loc[:-1]))
+    meant = did_you_mean(str(loc[-1]), known) if loc else None
+    if meant is not None:
+        return f"unknown field: did you mean `{meant}`?"
+    return "unknown field (check the spelling; `reconcile schema` lists fields)"
 
 
 def load_file(
@@ -155,6 +165,11 @@ def _load_document(
         result.errors.append(ManifestError(file, line, None, "a document must be a mapping"))
         result.broken_sources.add(file)
         return
+    foreign = _foreign_kind(value)
+    if foreign is not None:  # a Kubernetes object (or other tool's file) in the folder
+        result.errors.append(ManifestError(file, line, "apiVersion", foreign))
+        result.broken_sources.add(file)
+        return
     meta = value.get("metadata")
     raw_name = meta.get("name") if isinstance(meta, dict) else None
     name = raw_name if is_dns1123(raw_name) else None
@@ -190,6 +205,23 @@ def _load_document(
     _add(result, Entry(deployment, file, line, spec_hash(deployment.spec)))
 
 
+def _foreign_kind(value: dict[Any, Any]) -> str | None:
+    """Why a document that names another apiVersion is not ours (None: it may be ours).
+
+    ``kubectl``'s ``apps/v1`` Deployment in the folder is not a reconcile manifest with
+    errors: it gets no record (nothing to show as Pending), only this message.
+    """
+    api, kind = value.get("apiVersion"), value.get("kind")
+    if not isinstance(api, str) or api == "reconcile/v1" or not api:
+        return None
+    what = f"{clip(api)} {clip(kind)}" if isinstance(kind, str) else clip(api)
+    return (
+        f"not a reconcile manifest ({what}): reconcile reads apiVersion reconcile/v1, kind "
+        "Deployment; keep Kubernetes objects out of the manifests folder (`reconcile export` "
+        "makes them from it)"
+    )
+
+
 def _recipe_problem(deployment: Deployment) -> str | None:
     """Render the spec once with stand-in ports: what the recipe refuses, before any pass."""
     from controller.core.engines import RecipeError, recipe_for
@@ -219,6 +251,23 @@ def _add(result: LoadResult, entry: Entry) -> None:
     result.invalid_names[name] = message
 
 
+def is_single_file(path: Path) -> bool:
+    """``-f web.yaml`` (kubectl's habit): a manifest named itself, not a folder."""
+    return path.name.endswith(SUFFIXES) and not path.is_dir()
+
+
+def _listing(folder: Path, strict: bool) -> list[Path]:
+    """The manifest files ``-f`` names: a folder's, or one file's (missing: FileNotFoundError)."""
+    single = is_single_file(folder)
+    if strict:
+        security.check_folder(folder.parent if single else folder)
+    if not single:
+        return manifest_files(folder)
+    if not folder.exists() and not folder.is_symlink():
+        raise FileNotFoundError(folder)
+    return [folder]
+
+
 def manifest_files(folder: Path) -> list[Path]:
     """``*.yaml``/``*.yml`` in one folder (not recursive), skipping hidden and editor temp files."""
     out = []
@@ -245,9 +294,7 @@ def load(
     strict = security.strict(insecure)
     for folder in folders:
         try:
-            if strict:
-                security.check_folder(folder)
-            files = manifest_files(folder)
+            files = _listing(folder, strict)
         except FileNotFoundError:
             result.missing_folders.append(str(folder))
             continue

@@ -1,0 +1,87 @@
+"""What a kubectl, compose or cron user trips over in the first hour (issue 25), through
+the real CLI: exit codes cron and CI can trust, `-f FILE`, and errors that say what to write.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def test_a_missing_folder_fails_validate_and_once_and_prunes_nothing(reconcile: Any) -> None:
+    """A mistyped cron or CI path (`-f manfests`) must not go green."""
+    rc = reconcile
+    rc.write("web")
+    rc.converge()
+    pid = rc.status()["web"]["pid"]
+    typo = rc.tmp / "manfests"
+    checked = rc("validate", "-f", str(typo), check=1)
+    assert f"manifests folder {typo} does not exist" in checked.err
+    assert "valid" not in checked.out
+    once = rc("--once", "-f", str(typo), "--owner", str(rc.manifests), check=1)
+    assert f"manifests folder {typo} does not exist" in once.err
+    assert rc.status()["web"]["pid"] == pid  # invariant 5: nothing pruned
+    rc.down()
+
+
+def test_an_emptied_folder_fails_once_with_the_way_out(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write("web")
+    rc.converge()
+    (rc.manifests / "web.yaml").unlink()
+    once = rc.once(check=1)
+    assert "holds no manifest: nothing pruned" in once.err and "--allow-empty" in once.err
+    assert rc.status()["web"]["phase"] == "Ready"
+    rc.once("--allow-empty", check=0)
+    assert rc.status() == {}
+
+
+def test_once_fails_while_a_deployment_crash_loops(reconcile: Any) -> None:
+    """BackOff after a failed restart is exit 1, naming it: cron mails."""
+    rc = reconcile
+    rc.write("crashy", command=["sh", "-c", "exit 3"], readiness={"periodSeconds": 0.2})
+    rc.write("fine")
+    deadline = time.monotonic() + 60
+    while True:
+        result = rc.once(check=None)
+        phase = rc.status()["crashy"]["phase"]
+        if phase == "BackOff" or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert phase == "BackOff", rc.status()
+    assert result.code == 1 and "crashy is crash-looping" in result.err, str(result)
+    errors = [line for line in result.err.splitlines() if line.startswith("error:")]
+    assert errors and all("crashy" in line for line in errors), errors
+    rc.down()
+
+
+def test_f_takes_a_single_manifest_file(reconcile: Any) -> None:
+    """kubectl's habit: `-f web.yaml` (one clear message if it is not there)."""
+    rc = reconcile
+    path = rc.write("web")
+    assert "1 deployment(s) in 1 file(s): valid" in rc("validate", "-f", str(path), check=0).out
+    gone = rc("validate", "-f", str(path.with_name("nope.yaml")), check=1).err
+    assert "does not exist" in gone and "Not a directory" not in gone
+    rc("--once", "-f", str(path), check=0)
+    assert rc.status()["web"]["phase"] in ("Starting", "Ready")
+    rc("down", "-f", str(path), check=0)
+
+
+def test_errors_say_what_to_write(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write_text(
+        "m.yaml",
+        "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: m}\nspec:\n"
+        "  engine: command\n  command: python3 -m http.server {port}\n"
+        "  readiness: {periodSecond: 2}\n",
+    )
+    rc.write_text(
+        "k8s.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: k8s}\nspec: {replicas: 1}\n",
+    )
+    err = rc("validate", check=1).err
+    assert 'write command: ["python3", "-m", "http.server", "{port}"]' in err
+    assert "spec.readiness.periodSecond: unknown field: did you mean `periodSeconds`?" in err
+    assert "k8s.yaml:1: apiVersion: not a reconcile manifest (apps/v1 Deployment)" in err
+    rc.once(check=1)
+    assert "k8s" not in rc.status(), "a Kubernetes object gets no record"
