@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from controller.cli.common import config, output_format, preview, selected
 from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
@@ -25,6 +25,9 @@ from controller.errors import ConfigError
 from controller.store import logfiles
 from controller.store.node import Config, read_drain
 from controller.store.records import RecordStore
+
+if TYPE_CHECKING:  # the loader brings pydantic: status, describe and logs never load it
+    from controller.store.manifests import LoadResult
 
 
 def _problems(problems: list[object]) -> None:
@@ -222,13 +225,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         labels |= {n: e.deployment.metadata.labels for n, e in desired.entries.items()}
         found = [c for c in found if selected(labels.get(c.name, {}), args)]
     errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
+    errors += _prune_errors(loaded, cfg.allow_empty)
     pending = planview.pending(found)
+    blocked = planview.blocked(found)
     if fmt == "name":
         print("".join(f"{c.name}\n" for c in found if c.kind != "unchanged"), end="")
     elif fmt == "json":
         doc = {
             "node": cfg.node,
-            "in_sync": not pending,
+            "in_sync": not pending and not blocked and not errors,
             "changes": [c.as_json() for c in found if c.kind != "unchanged"],
             "unchanged": [
                 {"name": c.name, "phase": c.reason} for c in found if c.kind == "unchanged"
@@ -239,9 +244,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print(planview.text(found, errors))
-    if errors:
+    if errors or blocked:  # what would make `--once` exit 1
         return EXIT_FAIL
     return EXIT_CHANGES if pending else EXIT_OK
+
+
+def _prune_errors(loaded: LoadResult, allow_empty: bool) -> list[str]:
+    """The folder problems that make `--once` exit 1 (and prune nothing)."""
+    out = [f"manifests folder {f} does not exist" for f in loaded.missing_folders]
+    if not out and not loaded.prune_safe and not allow_empty:
+        out.append("the manifests folder holds no manifest: nothing pruned (--allow-empty)")
+    return out
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

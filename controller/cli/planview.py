@@ -13,7 +13,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from controller.core.actions import Action, Conflict, Hold, PlanClass, Reject, Replace, Update
+from controller.core.actions import (
+    Action,
+    Conflict,
+    Hold,
+    MarkReady,
+    PlanClass,
+    Reject,
+    Replace,
+    Update,
+)
 from controller.core.plan import Desired
 from controller.core.state import Observed, Phase
 
@@ -62,6 +71,8 @@ def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> 
 
 
 def _change(action: Action, observed: Observed) -> Change:
+    if isinstance(action, MarkReady):  # an observation (the probe passed), not a change
+        return Change(action.name, "unchanged", action.verb, action.reason, pending=False)
     kind = action.plan_class
     fields = action.fields if isinstance(action, Replace | Update) else ()
     pending = True
@@ -77,6 +88,12 @@ def _change(action: Action, observed: Observed) -> Change:
 def pending(found: Sequence[Change]) -> list[Change]:
     """What a pass would actually change (exit 2 when any)."""
     return [c for c in found if c.pending and c.kind in (*CHANGES, "wait")]
+
+
+def blocked(found: Sequence[Change]) -> list[Change]:
+    """What cannot start now (a name owned elsewhere, no room, drained, invalid): a pass
+    would leave it Pending and `--once` exit 1, so `plan` exits 1 too."""
+    return [c for c in found if c.kind == "wait"]
 
 
 def summary(found: Sequence[Change]) -> dict[Kind, int]:
@@ -101,6 +118,8 @@ def text(found: Sequence[Change], errors: Sequence[str]) -> str:
         f"{n['replace']} to replace, {n['destroy']} to destroy, {n['restart']} to restart, "
         f"{n['wait']} waiting; {n['unchanged']} unchanged."
     )
-    if not pending(found):
+    if blocked(found) or errors:
+        lines.append("Not in sync: what waits or is invalid needs you (a pass exits 1).")
+    elif not pending(found):
         lines.append("In sync: a pass would change nothing.")
     return "\n".join(lines)

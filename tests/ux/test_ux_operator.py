@@ -85,3 +85,25 @@ def test_errors_say_what_to_write(reconcile: Any) -> None:
     assert "k8s.yaml:1: apiVersion: not a reconcile manifest (apps/v1 Deployment)" in err
     rc.once(check=1)
     assert "k8s" not in rc.status(), "a Kubernetes object gets no record"
+
+
+def test_plan_fails_whenever_once_would(reconcile: Any, tmp_path: Any) -> None:
+    """The GitOps job runs `plan`: a name another set owns (`! wait`) or a missing folder
+    is exit 1 as `--once` would be, never 'In sync'; a probe passing is no update."""
+    rc = reconcile
+    rc.write("chat")
+    rc.converge()
+    other = tmp_path / "other"
+    other.mkdir()
+    rc.write("chat", folder=other)
+    planned = rc("plan", "-f", str(other), check=1)
+    assert "! chat" in planned.out and "In sync" not in planned.out, planned.out
+    assert rc("--once", "-f", str(other), check=1).code == 1
+    missing = rc("plan", "-f", str(tmp_path / "nope"), check=1)
+    assert "does not exist" in missing.out + missing.err
+    rc.write("slow", command=rc.demo_command(load_seconds="1"))
+    rc.once()  # slow is Starting; its probe will pass before the next pass
+    time.sleep(1.5)
+    doc = rc("plan", "-o", "json", check=None).json()
+    assert doc["summary"]["in-place"] == 0, doc
+    rc.down()
