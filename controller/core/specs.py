@@ -28,6 +28,7 @@ from controller.core.names import is_next as is_next
 from controller.core.names import model_names
 from controller.core.names import next_name as next_name
 from controller.core.quantity import parse_quantity
+from controller.core.sources import Source
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices)\}")
@@ -346,6 +347,13 @@ class DeploymentSpec(Model):
         "Changing it needs no restart.",
     )
 
+    # Model files pulled into the cache before the engine starts (DESIGN.md "Model files").
+    source: Source | None = Field(
+        default=None,
+        description="Model files to pull before the engine starts: huggingFace {repo, "
+        "revision, files} or url with sha256. {model} then names the local file or folder.",
+    )
+
     replicas: Replicas = Field(
         default=1,
         description="How many engines run this spec, each its own lease (default 1; 0 keeps "
@@ -462,6 +470,8 @@ def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
         del doc["priority"]
     if doc["devices"].get("memory") is None:
         del doc["devices"]["memory"]
+    if doc.get("source") is None:
+        del doc["source"]
     return doc
 
 
