@@ -165,7 +165,9 @@ def _rendered(deployment: Deployment) -> Rendered:
     port = _port(spec)
     extra = _internal_ports(port, recipe_for(spec.engine).extra_ports)
     entry = Entry(deployment, "", 0, "")
-    return render(entry, devices=_stand_ins(spec.devices), port=port, extra_ports=extra)
+    devices = _stand_ins(spec.devices)
+    # `{python}` is this host's interpreter; in the image it is the image's own python3.
+    return render(entry, devices=devices, port=port, extra_ports=extra, python="python3")
 
 
 def image_of(spec: DeploymentSpec) -> str:

@@ -7,6 +7,7 @@ spec can undo the device fence.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from controller.core.engines import Launch, RenderContext, readiness_deadline, recipe_for
@@ -32,7 +33,9 @@ def render(
     port: int,
     extra_ports: tuple[int, ...] = (),
     runtime_dir: str = "/tmp",
+    python: str = sys.executable,
 ) -> Rendered:
+    """``python``: what ``{python}`` names (export passes the container's ``python3``)."""
     spec = entry.deployment.spec
     values = {
         "port": str(port),
@@ -40,6 +43,10 @@ def render(
         "name": entry.name,
         "model": spec.model or "",
         "devices": ",".join(d.id for d in devices),
+        # The interpreter reconcile runs under (the default): a command of reconcile's own
+        # package (the demo) then works from cron, systemd or another user's shell, where a
+        # bare `python3` is not the venv's.
+        "python": python,
     }
     ctx = RenderContext(
         name=entry.name,

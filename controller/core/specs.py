@@ -31,7 +31,7 @@ from controller.core.quantity import parse_quantity
 from controller.core.sources import Source
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices)\}")
+PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices|python)\}")
 
 Engine = Literal["vllm", "llama-cpp", "sglang", "tgi", "ollama", "command"]
 DeviceKind = Literal["nvidia", "amd", "apple", "cpu", "any"]
@@ -275,7 +275,8 @@ class DeploymentSpec(Model):
     command: tuple[Arg, ...] | None = Field(
         default=None,
         description="engine: command only: the argv, never run through a shell. "
-        "Placeholders: {port} {host} {name} {model} {devices}.",
+        "Placeholders: {port} {host} {name} {model} {devices}, and {python}: the "
+        "interpreter reconcile runs under (its venv, from cron or systemd too).",
     )
     args: tuple[Arg, ...] = Field(
         default=(), description="Appended to the recipe's argv (placeholders allowed)."

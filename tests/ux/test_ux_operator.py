@@ -5,6 +5,7 @@ the real CLI: exit codes cron and CI can trust, `-f FILE`, and errors that say w
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -106,4 +107,17 @@ def test_plan_fails_whenever_once_would(reconcile: Any, tmp_path: Any) -> None:
     time.sleep(1.5)
     doc = rc("plan", "-o", "json", check=None).json()
     assert doc["summary"]["in-place"] == 0, doc
+    rc.down()
+
+
+def test_the_shipped_demo_runs_from_a_cron_like_environment(reconcile: Any) -> None:
+    """cron, systemd and other users have a PATH whose `python3` is not reconcile's venv:
+    the demo names `{python}`, the interpreter reconcile runs under, and comes up."""
+    rc = reconcile
+    shipped = Path(__file__).parents[2] / "manifests" / "demo.yaml"
+    text = shipped.read_text().replace("basePort: 8000", f"basePort: {rc.port}")
+    rc.write_text("demo.yaml", text)
+    rc("--once", "--wait", "--timeout", "60s", env={"PATH": "/usr/bin:/bin"}, check=0)
+    rec = rc.record("demo")
+    assert rec["phase"] == "Ready", rec
     rc.down()
