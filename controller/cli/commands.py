@@ -128,4 +128,9 @@ def cmd_down(args: argparse.Namespace) -> int:
             f"reconcile: {rec.name} runs on node {rec.node}: run `reconcile down` there",
             file=sys.stderr,
         )
+    if args.gateway:  # the gateway serves the state dir, not a set: only when asked
+        from controller.cli.gatewayverbs import stop_gateways
+
+        for info in stop_gateways(reconciler.config.state_dir.absolute()):
+            print(f"stopped gateway pid {info.ref.pid} ({info.address})")
     return EXIT_FAIL if others else EXIT_OK

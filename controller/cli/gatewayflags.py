@@ -1,4 +1,5 @@
-"""``--listen`` and its companions -> a started-later :class:`Gateway`, or exit 64."""
+"""``--listen`` and its companions -> the daemon's :class:`Keeper` of the gateway process
+(started, or adopted, once the daemon holds its lock), or exit 64."""
 
 from __future__ import annotations
 
@@ -8,14 +9,15 @@ import sys
 from pathlib import Path
 
 from controller.cli.exitcodes import EXIT_USAGE
+from controller.gateway import keys as keys_mod
 from controller.gateway import settings as gw
-from controller.gateway.app import Gateway
+from controller.gateway.keeper import Keeper
 from controller.gateway.keys import KeyFileError
 from controller.logsetup import get_logger
 from controller.store.node import Config
 
 
-def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Gateway | int:
+def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | int:
     """The gateway the flags ask for; a refusal is printed and returns exit 64."""
     keys = args.api_keys or os.environ.get("RECONCILE_API_KEYS")
     try:
@@ -23,15 +25,20 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Gateway | 
         settings = gw.Settings(
             host=host,
             port=port,
-            state_dir=cfg.state_dir,
+            state_dir=cfg.state_dir.absolute(),  # the gateway process runs in /
             api_keys=Path(keys).expanduser().absolute() if keys else None,
             insecure=args.insecure_listen,
             max_body=_positive(args.max_body, "--max-body", gw.DEFAULT_MAX_BODY),
             max_inflight=_positive(args.max_inflight, "--max-inflight", gw.DEFAULT_MAX_INFLIGHT),
             max_queue=_positive(args.max_queue, "--max-queue", gw.DEFAULT_MAX_QUEUE, zero=True),
+            owner=cfg.owner,
+            node=cfg.node,
+            verbosity=-1 if args.quiet else args.verbose,
         )
         warning = gw.check_exposure(settings)
-        gateway = Gateway(settings)
+        if settings.api_keys is not None:
+            keys_mod.load(settings.api_keys)  # refused here (64), not by the gateway process
+        gateway = Keeper(settings)
     except (gw.ListenRefused, KeyFileError) as exc:
         print(f"reconcile: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -46,6 +46,12 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
     "down": (
         "reconcile down                                   # stop everything this set owns",
         "reconcile down -l team=search                    # only those (their manifests stay)",
+        "reconcile down --gateway                         # and the gateway process too",
+    ),
+    "gateway": (
+        "reconcile gateway                                # which gateway serves, since when",
+        "reconcile gateway restart                        # a fresh one takes the port over",
+        "reconcile gateway stop                           # finish its requests, exit",
     ),
     "export": (
         "reconcile export -f manifests | kubectl apply -f -",
@@ -70,6 +76,7 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
     "logs": ("0   printed (or followed to the end)", "1   no log: never started?"),
     "validate": ("0   every manifest is valid", "1   one or more invalid"),
     "down": ("0   stopped", "1   some of this set runs on another node: run down there"),
+    "gateway": ("0   done", "1   no gateway runs (status, restart) or it did not start"),
     "export": ("0   every deployment converted", "1   an invalid manifest or a field with no form"),
 }
 _USAGE = "64  bad flags or arguments"

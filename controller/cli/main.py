@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from controller import __version__
 from controller.cli import flagtypes
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_USAGE
+from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.helptext import epilog
 from controller.core import backendnames
 from controller.store.node import DEFAULT_LOCK_TIMEOUT
@@ -20,8 +20,8 @@ from controller.store.node import DEFAULT_LOCK_TIMEOUT
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        """One line, and where to look: the whole usage block buried the mistake."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 # `-o` means something for these verbs only (`--dry-run` is `plan`); elsewhere a usage error.
@@ -149,7 +149,8 @@ def build_parser() -> Parser:
     )
     _gateway_flags(parser)
     parser.set_defaults(selector=[])  # every verb's namespace has it: `-l` or not
-    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
+    # `[VERB]`: with none, reconcile runs the control loop (the usage said VERB was required)
+    sub = parser.add_subparsers(dest="verb", metavar="[VERB]", parser_class=Parser)
     common = _common(True)
 
     def verb(name: str, help_text: str, parents: list[Parser] | None = None) -> Parser:
@@ -195,7 +196,14 @@ def build_parser() -> Parser:
     verb("uncordon", "end a drain")
     p = verb("down", "tear down everything this set owns")
     p.add_argument("--allow-empty", action="store_true")
+    p.add_argument(
+        "--gateway",
+        action="store_true",
+        help="also stop the state dir's gateway process (left running otherwise)",
+    )
     _selector(p)
+    p = verb("gateway", "the gateway process: status, stop, or restart (take the port over)")
+    p.add_argument("action", nargs="?", default="status", choices=("status", "stop", "restart"))
     p = verb("export", "the manifests as Kubernetes objects")
     p.add_argument(
         "--lossy",
@@ -242,16 +250,19 @@ def _selector(p: Parser) -> None:
         action="append",
         type=_label,
         default=[],
-        metavar="KEY=VALUE",
-        help="only deployments with this label (repeatable: all must match)",
+        metavar="KEY[=VALUE]",
+        help="only deployments with this label (or this label set; repeatable: all must match)",
     )
 
 
-def _label(text: str) -> tuple[str, str]:
+def _label(text: str) -> tuple[str, str | None]:
+    """``key=value`` (equal), or ``key`` alone (the label exists), as kubectl's selectors."""
     key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (example: -l team=search)")
-    return key, value
+    if not key:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not KEY or KEY=VALUE (examples: -l team=search, -l team)"
+        )
+    return key, (value if sep else None)
 
 
 def _check_output(parser: Parser, args: argparse.Namespace) -> None:
@@ -318,6 +329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, LockTimeout, RecordError, BackendUnavailable) as exc:
         print(f"reconcile: {exc}", file=sys.stderr)
         return EXIT_FAIL
+    except BrokenPipeError:  # `status -o json | head -1`: the reader has what it wanted
+        _quiet_stdout()
+        return EXIT_OK
     except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there
         where = f": {exc.filename}" if exc.filename else ""
         print(
@@ -328,6 +342,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAIL
     except KeyboardInterrupt:
         return 130
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush must not fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def entry() -> None:

@@ -48,13 +48,19 @@ def _export() -> Mapping[str, Handler]:
     return {"export": exportverb.cmd_export}
 
 
+def _gateway() -> Mapping[str, Handler]:
+    from controller.cli import gatewayverbs
+
+    return {"gateway": gatewayverbs.cmd_gateway}
+
+
 def _completion() -> Mapping[str, Handler]:
     from controller.cli import completion
 
     return {"completion": completion.cmd_completion}
 
 
-GROUPS: tuple[Group, ...] = (_commands, _operator, _node, _export, _completion)
+GROUPS: tuple[Group, ...] = (_commands, _operator, _node, _export, _gateway, _completion)
 # verb -> its group; "run" is no verb: the control loop, or --once
 VERBS: Mapping[str, Group] = {
     "run": _commands,
@@ -70,6 +76,7 @@ VERBS: Mapping[str, Group] = {
     "drain": _node,
     "uncordon": _node,
     "export": _export,
+    "gateway": _gateway,
     "completion": _completion,
 }
 

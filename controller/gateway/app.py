@@ -1,18 +1,21 @@
-"""The gateway: an aiohttp server on its own thread and event loop, beside the daemon.
+"""The gateway: an aiohttp server on its own thread and event loop.
 
-The daemon wires it by injection (it never imports this package): ``start`` with a
-callback that asks for a pass, ``after_pass`` after every pass (the records to
-route by), ``reload`` on SIGHUP (the key file), ``stop`` at the end. A gateway
-fault never stops a pass (``after_pass`` only schedules), and a pass never blocks
-the gateway (its loop runs on its own thread).
+It runs in a gateway process of its own (``process.py``: records from the state dir,
+the listening socket handed over between processes) and, for tests, in process:
+``start`` with a callback that asks for a pass (and, in the process, the listening
+socket to serve on), ``after_pass`` with a pass's records, ``reload`` on SIGHUP
+(the key file), ``stop_accepting`` then ``stop(grace)``: requests in flight finish
+first. A pass never blocks the gateway (its loop runs on its own thread).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -20,6 +23,7 @@ from aiohttp import web
 from controller.errors import ConfigError
 from controller.gateway import keys as keys_mod
 from controller.gateway.activation import Demand
+from controller.gateway.handover import bind
 from controller.gateway.limits import Limiter
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.quiet import Throttle, install
@@ -55,10 +59,11 @@ class Gateway:
 
     # -- the daemon's side (its thread) -------------------------------------------------
 
-    def start(self, request_pass: Callable[[], None]) -> None:
-        """Bind and serve on a thread of its own; a bind failure is a ConfigError here."""
+    def start(self, request_pass: Callable[[], None], sock: socket.socket | None = None) -> None:
+        """Serve on a thread of its own, on ``sock`` (a listening socket handed over) or a
+        socket bound here; a bind failure is a ConfigError here."""
         self._thread = threading.Thread(
-            target=self._run, args=(request_pass,), name="gateway", daemon=True
+            target=self._run, args=(request_pass, sock), name="gateway", daemon=True
         )
         self._thread.start()
         if not self._started.wait(START_WAIT):
@@ -66,11 +71,6 @@ class Gateway:
         if self._failed is not None:
             where = f"{self.settings.host}:{self.settings.port}"
             raise ConfigError(f"--listen {where}: cannot serve: {self._failed}")
-        log.info(
-            "gateway listening",
-            address=f"{self.settings.host}:{self.settings.port}",
-            api_keys=len(self.keys.digests) if self.keys else 0,
-        )
 
     def after_pass(self, result: PassResult, seconds: float) -> None:
         records = result.ours()
@@ -103,22 +103,49 @@ class Gateway:
             self.front.keys = fresh
         log.info("API keys reloaded", keys=len(fresh.digests))
 
-    def stop(self) -> None:
+    def listener_fd(self) -> int | None:
+        """The listening socket's descriptor (to hand over), None once it is closed."""
+        listener = self._listener
+        if listener is None or not listener.sockets:
+            return None
+        fd = listener.sockets[0].fileno()
+        return fd if fd >= 0 else None
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` on the gateway's loop until ``stop`` (the records watch...)."""
+
+        def create() -> None:
+            self._tasks.append(self.loop.create_task(work))
+
+        self.loop.call_soon_threadsafe(create)
+
+    def stop_accepting(self) -> None:
+        """Close our listening descriptor: no new connection here (a successor holding the
+        same socket keeps accepting); connections already open are served on."""
         if self._thread is None or self.loop.is_closed():
             return
-        asyncio.run_coroutine_threadsafe(self._close(), self.loop).result(timeout=10)
+        done = asyncio.run_coroutine_threadsafe(self._stop_listening(), self.loop)
+        done.result(timeout=START_WAIT)
+
+    def stop(self) -> None:
+        """Stop accepting, let requests in flight finish (up to the settings' drain grace
+        period), end."""
+        if self._thread is None or self.loop.is_closed():
+            return
+        done = asyncio.run_coroutine_threadsafe(self._close(), self.loop)
+        done.result(timeout=self.settings.drain_grace + START_WAIT)
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=START_WAIT)
 
     def metrics_text(self) -> str:
         return self.metrics.render()
 
     # -- the gateway's thread -------------------------------------------------------------
 
-    def _run(self, request_pass: Callable[[], None]) -> None:
+    def _run(self, request_pass: Callable[[], None], sock: socket.socket | None) -> None:
         asyncio.set_event_loop(self.loop)
         try:
-            self.loop.run_until_complete(self._open(request_pass))
+            self.loop.run_until_complete(self._open(request_pass, sock))
         except BaseException as exc:
             self._failed = exc
             self._started.set()
@@ -129,7 +156,7 @@ class Gateway:
         finally:
             self.loop.close()
 
-    async def _open(self, request_pass: Callable[[], None]) -> None:
+    async def _open(self, request_pass: Callable[[], None], sock: socket.socket | None) -> None:
         s = self.settings
         demand = Demand(s.state_dir, request_pass)
         limiter = Limiter(
@@ -152,27 +179,40 @@ class Gateway:
             session=session,
         )
         # handler_cancellation: a client that goes away cancels its handler (and upstream).
-        self._runner = web.AppRunner(self.front.app(), handler_cancellation=True, access_log=None)
+        self._runner = web.AppRunner(
+            self.front.app(),
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=s.drain_grace,
+        )
         await self._runner.setup()
         assert self._runner.server is not None
         protocols = factory(self._runner.server, self.loop, connections)
         try:
-            self._listener = await self.loop.create_server(
-                protocols, s.host, s.port, reuse_address=True, backlog=BACKLOG
-            )
+            listening = sock if sock is not None else bind(s.host, s.port, BACKLOG)
+            self._listener = await self.loop.create_server(protocols, sock=listening)
         except BaseException:
             await self._runner.cleanup()
             await session.close()
             raise
         self._tasks.append(asyncio.create_task(demand.run()))
 
+    async def _stop_listening(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+
     async def _close(self) -> None:
+        await self._stop_listening()
+        if self._runner is not None:
+            # Idle connections close now; each busy one after its answer ends (Connection:
+            # close), or is cut after the drain grace. The heartbeat and the records watch
+            # run on meanwhile: an OnDemand request in flight stays wanted, a drain is heard.
+            await self._runner.cleanup()
         watching = [task for _, task in self.front.watching.values()] if self.front else []
         for task in [*self._tasks, *watching]:
             task.cancel()
-        if self._listener is not None:
-            self._listener.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        for task in [*self._tasks, *watching]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         if self.front is not None:
             await self.front.session.close()

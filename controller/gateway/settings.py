@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from controller.core.listen import LOOPBACK, split_listen
 from controller.errors import ConfigError
@@ -14,6 +15,8 @@ DEFAULT_MAX_BODY = 32 * 1024 * 1024  # long prompts and base64 images fit; a flo
 DEFAULT_MAX_INFLIGHT = 128  # per deployment: engines batch; a bigger box raises it
 DEFAULT_MAX_QUEUE = 256
 QUEUE_WAIT = 30.0  # seconds a queued request waits for a slot before its 429
+# Seconds a stopping or handed-over gateway lets its requests (streams included) finish.
+DRAIN_GRACE = 120.0
 
 
 class ListenRefused(ConfigError):
@@ -31,6 +34,11 @@ class Settings:
     max_inflight: int = DEFAULT_MAX_INFLIGHT
     max_queue: int = DEFAULT_MAX_QUEUE
     queue_wait: float = QUEUE_WAIT
+    drain_grace: float = DRAIN_GRACE
+    # The records it routes (the daemon's owner and node: a pass's ``ours()``).
+    owner: str = ""
+    node: str = ""
+    verbosity: int = 0  # the daemon's -v, for the gateway process's own log lines
 
     @property
     def loopback(self) -> bool:
@@ -68,3 +76,18 @@ def check_exposure(settings: Settings) -> str | None:
         f"the gateway on {settings.host}:{settings.port} has no API keys (--insecure-listen): "
         "anyone who reaches it can run every model"
     )
+
+
+def settings_to_json(settings: Settings) -> dict[str, Any]:
+    data = asdict(settings)
+    data["state_dir"] = str(settings.state_dir)
+    data["api_keys"] = str(settings.api_keys) if settings.api_keys else None
+    return data
+
+
+def settings_from_json(data: dict[str, Any]) -> Settings:
+    fields = dict(data)
+    fields["state_dir"] = Path(fields["state_dir"])
+    keys = fields.get("api_keys")
+    fields["api_keys"] = Path(keys) if keys else None
+    return Settings(**fields)

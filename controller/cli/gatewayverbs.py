@@ -1,0 +1,91 @@
+"""``reconcile gateway status|stop|restart``: the gateway process of a state dir.
+
+The gateway outlives the daemon (README "The gateway"), so it has verbs of its own:
+``stop`` drains and ends it (a daemon watching it then leaves it stopped: a clean
+exit is no crash), ``restart`` starts a fresh one that takes the port over with no
+failed request (what an upgrade does), ``status`` says which one serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
+from controller.errors import ConfigError
+from controller.gateway import registry
+from controller.gateway.settings import DRAIN_GRACE, settings_from_json
+
+
+def state_dir_of(args: argparse.Namespace) -> Path:
+    from controller.cli.common import config
+
+    return config(args).state_dir.absolute()
+
+
+def stop_gateways(state_dir: Path) -> list[registry.GatewayInfo]:
+    """SIGTERM every gateway of the state dir and wait for each to finish its requests."""
+    found = registry.live(state_dir)
+    grace = max((float(i.settings.get("drain_grace", DRAIN_GRACE)) for i in found), default=0)
+    return registry.stop_all(state_dir, grace)
+
+
+def cmd_gateway(args: argparse.Namespace) -> int:
+    state_dir = state_dir_of(args)
+    if args.action == "stop":
+        stopped = stop_gateways(state_dir)
+        for info in stopped:
+            print(f"stopped gateway pid {info.ref.pid} ({info.address})")
+        if not stopped:
+            print(f"no gateway runs for state dir {state_dir}")
+        return EXIT_OK
+    if args.action == "restart":
+        return _restart(state_dir)
+    return _status(state_dir)
+
+
+def _restart(state_dir: Path) -> int:
+    from controller.gateway.keeper import start_process
+
+    current = registry.current_live(state_dir)
+    if current is None:
+        print(
+            f"reconcile: no gateway runs for state dir {state_dir}: start the daemon with "
+            "--listen (or SIGHUP it, if its gateway was stopped)",
+            file=sys.stderr,
+        )
+        return EXIT_FAIL
+    log_path = registry.log_path(state_dir)
+    try:
+        proc, info = start_process(settings_from_json(current.settings), log_path)
+    except ConfigError as exc:
+        print(f"reconcile: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    print(
+        f"gateway pid {proc.pid} serves {info.address} (took it over from pid "
+        f"{current.ref.pid}, which finishes its requests and exits); its log: {log_path}"
+    )
+    return EXIT_OK
+
+
+def _status(state_dir: Path) -> int:
+    current = registry.current_live(state_dir)
+    found = registry.live(state_dir)
+    if not found:
+        print(f"no gateway runs for state dir {state_dir}")
+        return EXIT_FAIL
+    print(f"{'PID':<8} {'ADDRESS':<22} {'VERSION':<10} {'AGE':<8} ROLE")
+    for info in found:
+        role = "serving" if current is not None and info.nonce == current.nonce else "draining"
+        age = _age(time.time() - info.started_at)
+        print(f"{info.ref.pid:<8} {info.address:<22} {info.version:<10} {age:<8} {role}")
+    return EXIT_OK
+
+
+def _age(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f}m" if seconds < 7200 else f"{seconds / 3600:.0f}h"

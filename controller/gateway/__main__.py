@@ -1,0 +1,7 @@
+"""``python -m controller.gateway``: the gateway process (see ``process.py``)."""
+
+import sys
+
+from controller.gateway.process import main
+
+sys.exit(main())

@@ -1,0 +1,84 @@
+"""The gateway process's view of the records: ``<state>/instances/``, re-read on change.
+
+Every ``POLL`` seconds one ``scandir`` of the folder (names and inode numbers, no
+stat, no read): records are written tmp + rename, so every new version of a record
+is a new inode, and a change is seen even within one tick of the directory's mtime.
+Only then are the records read (in a thread), so a request never touches the disk.
+
+Read-only: a record this gateway cannot parse (torn, foreign, or written by a newer
+reconcile during an upgrade) keeps its last good reading and is never quarantined
+(that is the daemon's call). Records are those of the daemon's owner and node, as a
+pass's ``ours()`` gives them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+from controller.core.state import Record
+from controller.store.recordjson import READERS, RecordInvalid
+
+POLL = 0.1  # seconds between looks at the folder
+
+Stamp = frozenset[tuple[str, int]]
+
+
+class RecordsWatch:
+    def __init__(self, state_dir: Path, owner: str, node: str) -> None:
+        self.instances = state_dir / "instances"
+        self.owner = owner
+        self.node = node
+        self.seen: Stamp | None = None
+        self._good: dict[str, Record] = {}  # name -> its last good reading
+
+    def stamp(self) -> Stamp | None:
+        """What the folder holds now (name, inode); None when it is gone."""
+        try:
+            with os.scandir(self.instances) as entries:
+                return frozenset(
+                    (e.name, e.inode())
+                    for e in entries
+                    if e.name.endswith(".json") and not e.name.startswith(".")
+                )
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return self.seen  # unreadable for a moment: keep what we know
+
+    def changed(self) -> Stamp | None:
+        """The new stamp if the folder changed since the last ``read``, else None."""
+        now = self.stamp()
+        return now if now is not None and now != self.seen else None
+
+    def read(self, stamp: Stamp) -> list[Record]:
+        """Every record of ours in the folder (call it off the event loop)."""
+        names = {name.removesuffix(".json") for name, _ in stamp}
+        fresh: dict[str, Record] = {}
+        for name in sorted(names):
+            rec = self._read_one(name)
+            if rec is not None:
+                fresh[name] = rec
+        self._good = fresh
+        self.seen = stamp
+        return [r for r in fresh.values() if r.owner == self.owner and not r.elsewhere(self.node)]
+
+    def record(self, name: str) -> Record | None:
+        return self._good.get(name)
+
+    def _read_one(self, name: str) -> Record | None:
+        try:
+            raw = (self.instances / f"{name}.json").read_bytes()
+        except OSError:
+            return None  # gone since the scandir: the next look says so
+        with contextlib.suppress(ValueError, RecordInvalid, TypeError, AttributeError):
+            data = json.loads(raw)
+            version = data.get("version") if isinstance(data, dict) else None
+            reader = READERS.get(version) if isinstance(version, int) else None
+            if reader is not None:
+                rec = reader(data)
+                if rec.name == name:
+                    return rec
+        return self._good.get(name)

@@ -1,0 +1,375 @@
+"""The gateway process's files in the state dir: who serves, how to reach it, what it owes.
+
+Stdlib, store and host only (no aiohttp): the daemon's keeper and the CLI verbs read
+these without paying for the HTTP stack.
+
+```
+<state>/gateway/gw-<nonce>.json     one per live gateway process: its identity, address,
+                                    settings; removed by a clean exit, left by a crash
+<state>/gateway/current.json        the gateway that holds the port now (its nonce...)
+<state>/gateway/retire/<n>.json     the daemon asks every gateway to route nothing more to
+                                    the engine of nonce <n> and to finish its requests
+<state>/gateway/retire/<n>.<g>.done gateway <g> has (or its grace period ran out)
+<state>/gateway/passed              touched by the daemon after its first pass
+<state>/gateway/metrics.prom        the current gateway's Prometheus text
+```
+
+A gateway is known by its pid *and* start time (invariant 6), never by a pid alone,
+and carries ``RECONCILE_GATEWAY=<node>/<nonce>`` in its environment (what a sweep
+looks for, like an engine's ``RECONCILE_INSTANCE``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controller.core.state import ProcessRef
+from controller.host.procs import process_alive
+from controller.store.records import write_atomic
+
+FOLDER = "gateway"
+CURRENT = "current.json"
+MARKER = "RECONCILE_GATEWAY"
+READY_FD = "RECONCILE_GATEWAY_READY_FD"  # the pipe a starting gateway says "ready" on
+VERSION = 1
+# sun_path holds 108 bytes on Linux (104 on macOS): a longer path goes to the abstract
+# namespace (Linux), where the control socket checks its caller's uid instead.
+SUN_PATH_MAX = 100
+
+
+def folder(state_dir: Path) -> Path:
+    return state_dir / FOLDER
+
+
+def ensure(state_dir: Path) -> Path:
+    where = folder(state_dir)
+    (where / "retire").mkdir(mode=0o700, parents=True, exist_ok=True)
+    return where
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayInfo:
+    """What a gateway process writes about itself (``gw-<nonce>.json``)."""
+
+    nonce: str
+    ref: ProcessRef
+    host: str
+    port: int
+    version: str  # reconcile's version
+    fingerprint: str  # version + settings: a daemon adopts only an equal one
+    settings: dict[str, Any]  # what started it (restart starts the same)
+    started_at: float
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def alive(self) -> bool:
+        return process_alive(self.ref)
+
+
+def fingerprint(settings: dict[str, Any], version: str) -> str:
+    text = json.dumps({"settings": settings, "version": version}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _to_json(info: GatewayInfo) -> bytes:
+    ref = info.ref
+    data = {
+        "version": VERSION,
+        "nonce": info.nonce,
+        "ref": {
+            "pid": ref.pid,
+            "start_time": ref.start_time,
+            "start_ticks": ref.start_ticks,
+            "boot_id": ref.boot_id,
+        },
+        "host": info.host,
+        "port": info.port,
+        "reconcile_version": info.version,
+        "fingerprint": info.fingerprint,
+        "settings": info.settings,
+        "started_at": info.started_at,
+    }
+    return json.dumps(data, sort_keys=True).encode()
+
+
+def _from_json(raw: bytes) -> GatewayInfo | None:
+    """A gateway file, or None when torn, foreign or of another version (not ours to use)."""
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            return None
+        ref = data["ref"]
+        ticks = ref.get("start_ticks")
+        boot = ref.get("boot_id")
+        return GatewayInfo(
+            nonce=str(data["nonce"]),
+            ref=ProcessRef(
+                pid=int(ref["pid"]),
+                start_time=float(ref["start_time"]),
+                start_ticks=int(ticks) if ticks is not None else None,
+                boot_id=str(boot) if boot is not None else None,
+            ),
+            host=str(data["host"]),
+            port=int(data["port"]),
+            version=str(data["reconcile_version"]),
+            fingerprint=str(data["fingerprint"]),
+            settings=dict(data["settings"]),
+            started_at=float(data["started_at"]),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _read(path: Path) -> GatewayInfo | None:
+    try:
+        return _from_json(path.read_bytes())
+    except OSError:
+        return None
+
+
+def member_path(state_dir: Path, nonce: str) -> Path:
+    return folder(state_dir) / f"gw-{nonce}.json"
+
+
+def register(state_dir: Path, info: GatewayInfo) -> None:
+    write_atomic(member_path(state_dir, info.nonce), _to_json(info))
+
+
+def unregister(state_dir: Path, nonce: str) -> None:
+    """A clean exit: the member file goes (a crash leaves it: that is how one is told)."""
+    with contextlib.suppress(FileNotFoundError):
+        member_path(state_dir, nonce).unlink()
+    current = read_current(state_dir)
+    if current is not None and current.nonce == nonce:
+        with contextlib.suppress(FileNotFoundError):
+            (folder(state_dir) / CURRENT).unlink()
+
+
+def crashed(state_dir: Path, nonce: str) -> bool:
+    """A gateway that is gone but left its member file ended without cleaning up."""
+    return member_path(state_dir, nonce).exists()
+
+
+def forget(state_dir: Path, nonce: str) -> None:
+    """What a crashed gateway left: its member file and its control socket's path."""
+    with contextlib.suppress(FileNotFoundError):
+        member_path(state_dir, nonce).unlink()
+    unlink_address(control_address(state_dir, nonce))
+
+
+def members(state_dir: Path) -> list[GatewayInfo]:
+    """Every gateway file, live or not, oldest first."""
+    try:
+        paths = sorted(folder(state_dir).glob("gw-*.json"))
+    except OSError:
+        return []
+    found = [info for info in map(_read, paths) if info is not None]
+    return sorted(found, key=lambda i: i.started_at)
+
+
+def live(state_dir: Path) -> list[GatewayInfo]:
+    return [info for info in members(state_dir) if info.alive()]
+
+
+def make_current(state_dir: Path, info: GatewayInfo) -> None:
+    write_atomic(folder(state_dir) / CURRENT, _to_json(info))
+
+
+def read_current(state_dir: Path) -> GatewayInfo | None:
+    return _read(folder(state_dir) / CURRENT)
+
+
+def current_live(state_dir: Path) -> GatewayInfo | None:
+    info = read_current(state_dir)
+    return info if info is not None and info.alive() else None
+
+
+# -- signalling a gateway (by identity) ------------------------------------------------
+
+
+def signal_gateway(info: GatewayInfo, sig: int) -> bool:
+    """Signal the gateway ``info`` names, only if that very process still runs."""
+    if not info.alive():
+        return False
+    try:
+        os.kill(info.ref.pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_all(state_dir: Path, grace: float) -> list[GatewayInfo]:
+    """SIGTERM every live gateway of this state dir (each drains, then exits); SIGKILL
+    what is left after ``grace`` and a few seconds more. Returns those stopped."""
+    found = live(state_dir)
+    for info in found:
+        signal_gateway(info, signal.SIGTERM)
+    deadline = time.monotonic() + grace + 5.0
+    while any(i.alive() for i in found) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for info in found:
+        if signal_gateway(info, signal.SIGKILL):
+            forget(state_dir, info.nonce)
+    return found
+
+
+# -- retiring an engine (the daemon's drain) ---------------------------------------------
+
+
+def retire_folder(state_dir: Path) -> Path:
+    return folder(state_dir) / "retire"
+
+
+def ask_retire(state_dir: Path, nonce: str, name: str, new: str | None, grace: float) -> None:
+    data = {"nonce": nonce, "name": name, "new": new, "grace": grace}
+    write_atomic(retire_folder(state_dir) / f"{nonce}.json", json.dumps(data).encode())
+
+
+@dataclass(frozen=True, slots=True)
+class RetireAsk:
+    nonce: str
+    name: str  # the old instance's record
+    new: str | None  # the record that takes its requests (a RollingUpdate's @next)
+    grace: float
+
+
+def retire_asks(state_dir: Path) -> list[RetireAsk]:
+    out: list[RetireAsk] = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(retire_folder(state_dir)):
+            if not entry.name.endswith(".json") or entry.name.startswith("."):
+                continue
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                data = json.loads(Path(entry.path).read_bytes())
+                new = data.get("new")
+                out.append(
+                    RetireAsk(
+                        nonce=str(data["nonce"]),
+                        name=str(data["name"]),
+                        new=str(new) if new is not None else None,
+                        grace=float(data["grace"]),
+                    )
+                )
+    return out
+
+
+def ack_path(state_dir: Path, nonce: str, gateway: str) -> Path:
+    return retire_folder(state_dir) / f"{nonce}.{gateway}.done"
+
+
+def ack_retire(state_dir: Path, nonce: str, gateway: str) -> None:
+    write_atomic(ack_path(state_dir, nonce, gateway), b"")
+
+
+def drop_retire(state_dir: Path, nonce: str) -> None:
+    """The request and every answer to it (the daemon's, once its drain is over)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(retire_folder(state_dir)):
+            if entry.name.startswith(f"{nonce}."):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+
+def clear_retires(state_dir: Path) -> None:
+    """A daemon starting: no drain of an earlier one is still waiting (one daemon per
+    state dir, the lock says so), so what such a drain asked is void."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(retire_folder(state_dir)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+
+
+# -- the daemon's first pass, the metrics text -------------------------------------------
+
+
+def passed_path(state_dir: Path) -> Path:
+    return folder(state_dir) / "passed"
+
+
+def mark_passed(state_dir: Path) -> None:
+    write_atomic(passed_path(state_dir), str(os.getpid()).encode())
+
+
+def passed_since(state_dir: Path, since: float) -> bool:
+    try:
+        return passed_path(state_dir).stat().st_mtime >= since
+    except OSError:
+        return False
+
+
+def log_path(state_dir: Path) -> Path:
+    """Where a gateway started by ``reconcile gateway restart`` writes its log lines."""
+    return folder(state_dir) / "gateway.log"
+
+
+def metrics_path(state_dir: Path) -> Path:
+    return folder(state_dir) / "metrics.prom"
+
+
+def metrics_text(state_dir: Path) -> str:
+    """The current gateway's metrics, for the daemon's /metrics and textfile ("" before
+    the gateway's first write)."""
+    try:
+        text = metrics_path(state_dir).read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return text if text.endswith("\n") else ""  # never half a line (writes are atomic)
+
+
+# -- the sockets: the daemon's wake-up, each gateway's control ---------------------------
+
+
+def unix_address(state_dir: Path, name: str) -> str:
+    """``<state>/gateway/<name>`` when it fits in sun_path, else an abstract name made
+    from the state dir (Linux; a leading NUL)."""
+    path = folder(state_dir) / name
+    if len(os.fsencode(path)) <= SUN_PATH_MAX or not sys.platform.startswith("linux"):
+        return str(path)
+    digest = hashlib.sha256(os.fsencode(state_dir.absolute())).hexdigest()[:24]
+    return f"\0reconcile-{digest}-{name}"
+
+
+def wake_address(state_dir: Path) -> str:
+    return unix_address(state_dir, "daemon.sock")
+
+
+def control_address(state_dir: Path, nonce: str) -> str:
+    return unix_address(state_dir, f"ctl-{nonce}.sock")
+
+
+def unlink_address(address: str) -> None:
+    if not address.startswith("\0"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(address)
+
+
+def wake_daemon(sock: socket.socket, address: str) -> None:
+    """Ask the daemon for a pass; nobody listening (no daemon now) is fine: the next
+    daemon's first pass reads what the gateway wrote."""
+    with contextlib.suppress(OSError):
+        sock.sendto(b"!", address)
+
+
+def same_user(conn: socket.socket) -> bool:
+    """The peer of a unix connection runs as our uid (Linux SO_PEERCRED; elsewhere the
+    socket's 0700 folder is the check)."""
+    opt = getattr(socket, "SO_PEERCRED", None)
+    if opt is None:
+        return True
+    import struct
+
+    creds = conn.getsockopt(socket.SOL_SOCKET, opt, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return bool(uid == os.getuid())
