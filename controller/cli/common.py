@@ -43,8 +43,11 @@ def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ..
 
 
 def selected(labels: Mapping[str, str], args: argparse.Namespace) -> bool:
-    """``-l key=value`` (repeatable): every pair must match, as kubectl's equality selectors."""
-    return all(labels.get(key) == value for key, value in args.selector)
+    """``-l key=value`` / ``-l key`` (repeatable): all must hold, as kubectl's selectors."""
+    return all(
+        key in labels if value is None else labels.get(key) == value
+        for key, value in args.selector
+    )
 
 
 def reconciler(cfg: Config) -> Reconciler:

@@ -62,7 +62,11 @@ def test_labels_select_status_describe_plan_and_down(reconcile: Any) -> None:
     assert described.startswith("Name:") and "db" in described and "web" not in described.split()
     assert rc("describe", "-l", "team=none", check=1).err.startswith("reconcile: no deployment")
     assert rc("describe", check=64).code == 64
-    assert rc("status", "-l", "team", check=64).err.count("is not KEY=VALUE") == 1
+    # `-l key`: the label exists (kubectl's habit); `-l =x` is one line of usage error
+    assert rc("status", "-l", "tier", "-o", "name", check=0).out == "web\n"
+    assert rc("get", "-l", "team", "-o", "name", check=0).out == "db\nweb\n"
+    bad = rc("status", "-l", "=x", check=64).err
+    assert bad.count("is not KEY or KEY=VALUE") == 1 and len(bad.splitlines()) == 1, bad
 
     # A label change is no spec change: the record follows, the engine keeps running.
     pid = rc.record("db")["ref"]["pid"]

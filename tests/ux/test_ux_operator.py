@@ -121,3 +121,28 @@ def test_the_shipped_demo_runs_from_a_cron_like_environment(reconcile: Any) -> N
     rec = rc.record("demo")
     assert rec["phase"] == "Ready", rec
     rc.down()
+
+
+def test_a_closed_pipe_is_no_disk_error(reconcile: Any) -> None:
+    """`reconcile schema | head -c 300`: quiet, exit 0, not 'I/O error: fix the disk'."""
+    import subprocess
+
+    rc = reconcile
+    for name in ("a", "b", "c"):
+        rc.write(name)
+    rc.once()
+    for verb in (["schema"], ["status", "-o", "json"]):
+        argv = rc.argv(*verb)
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            proc.stdout.close()  # the reader is gone before a byte is written, as `head`'s
+            err = proc.stderr.read().decode()
+            code = proc.wait(timeout=30)
+        assert code == 0 and err == "", (verb, err)
+    rc.down()
+
+
+def test_usage_errors_are_one_line_and_verb_is_optional(reconcile: Any) -> None:
+    bad = reconcile("--timeout", "soon", "--once", check=64).err
+    assert len(bad.splitlines()) == 1 and "--timeout" in bad and "--help" in bad, bad
+    assert "[VERB]" in reconcile("--help", check=0).out
