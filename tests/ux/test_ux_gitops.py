@@ -188,3 +188,22 @@ def test_the_ci_job_validates_and_plans_a_pull_request(tmp_path: Path) -> None:
         ["bash", "-eo", "pipefail", "-c", runs["validate"]], cwd=checkout, env=env, timeout=60
     )
     assert failed.returncode == 1  # a broken manifest fails the pull request's check
+
+
+def test_a_ci_checkout_plans_against_the_node_with_the_nodes_owner(
+    reconcile: Any, tmp_path: Path
+) -> None:
+    """The documented recipe: the node applies with `--owner gitops`; a CI checkout of the
+    same manifests elsewhere plans with the same `--owner` and sees the real diff (none)."""
+    import shutil
+
+    rc = reconcile
+    rc.write("chat")
+    rc("--once", "--wait", "--timeout", "60s", "--owner", "gitops", check=0)
+    checkout = tmp_path / "ci-checkout" / "manifests"
+    shutil.copytree(rc.manifests, checkout)
+    in_sync = rc("plan", "-f", str(checkout), "--owner", "gitops", check=0)
+    assert "In sync" in in_sync.out, in_sync.out
+    blind = rc("plan", "-f", str(checkout), check=1)  # without it: another set's name
+    assert "owned by another manifest set" in blind.out, blind.out
+    rc("down", "--owner", "gitops", check=0)
