@@ -25,6 +25,9 @@ STUCK = (Phase.PENDING, Phase.FAILED)
 # Nothing more happens without the user (Idle: an OnDemand deployment until a request).
 SETTLED = (Phase.READY, Phase.SUCCEEDED, Phase.IDLE, *STUCK)
 TICK = 0.25  # seconds between redraws on a terminal
+# Restarts a deployment may add during one wait before it counts as crash-looping: the
+# back-off would go on for good, so the wait ends (exit 1) with its last exit instead.
+CRASH_BOUND = 2
 
 
 def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | None = None) -> bool:
@@ -42,17 +45,19 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
     # A quarantined record is reported by the one pass that moved it aside: remember it,
     # so a later pass that is all Ready still ends in failure, naming it.
     quarantined: list[str] = []
+    restarts: dict[str, int] = {}  # each deployment's restarts when the wait first saw it
     while True:
         result = reconciler.run_pass()
         display.update(result)
         quarantined += [p.message for p in result.problems if p.message not in quarantined]
         if result.all_ready and not quarantined:
             return True
-        stuck = _stuck(result, quarantined)
+        looping = _looping(result, restarts)
+        stuck = "; ".join([*filter(None, [_stuck(result, quarantined)]), *looping.values()])
         # What needs the user (a broken manifest, no capacity) ends the wait only once
         # everything else has got as far as it can: the valid deployments beside a broken
         # file still come up, then the exit status says what is broken.
-        if stuck and not _progressing(result):
+        if stuck and not _progressing(result, set(looping)):
             display.close()
             print(f"reconcile: cannot progress without you: {stuck}", file=sys.stderr)
             return False
@@ -69,9 +74,10 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
             display.tick()
 
 
-def _progressing(result: PassResult) -> bool:
-    """Some deployment of ours is on its way (starting, backing off, stopping) by itself."""
-    return any(r.phase not in SETTLED for r in result.ours())
+def _progressing(result: PassResult, looping: set[str]) -> bool:
+    """Some deployment of ours is on its way (starting, backing off, stopping) by itself;
+    one crash-looping past the bound is going nowhere."""
+    return any(r.phase not in SETTLED and r.name not in looping for r in result.ours())
 
 
 def _stuck(result: PassResult, quarantined: list[str]) -> str:
@@ -79,6 +85,17 @@ def _stuck(result: PassResult, quarantined: list[str]) -> str:
     reasons = [str(e) for e in result.errors] + quarantined
     reasons += [f"{r.name} {r.phase}: {r.message}" for r in result.ours() if r.phase in STUCK]
     return "; ".join(reasons)
+
+
+def _looping(result: PassResult, restarts: dict[str, int]) -> dict[str, str]:
+    """Deployments whose restarts rose past CRASH_BOUND during this wait: name -> why."""
+    out = {}
+    for rec in result.ours():
+        first = restarts.setdefault(rec.name, rec.restarts)
+        if rec.phase is Phase.BACKOFF and rec.restarts - first >= CRASH_BOUND:
+            why = str(rec.last_exit) if rec.last_exit else rec.message
+            out[rec.name] = f"{rec.name} keeps failing ({rec.restarts} restarts; last: {why})"
+    return out
 
 
 def _period(result: PassResult) -> float:

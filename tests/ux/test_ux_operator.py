@@ -146,3 +146,13 @@ def test_usage_errors_are_one_line_and_verb_is_optional(reconcile: Any) -> None:
     bad = reconcile("--timeout", "soon", "--once", check=64).err
     assert len(bad.splitlines()) == 1 and "--timeout" in bad and "--help" in bad, bad
     assert "[VERB]" in reconcile("--help", check=0).out
+
+
+def test_wait_ends_on_a_crash_loop_with_its_last_exit(reconcile: Any) -> None:
+    """`--wait` used to wait a crash loop out to --timeout (10 minutes by default)."""
+    rc = reconcile
+    rc.write("crashy", command=["sh", "-c", "exit 7"], readiness={"periodSeconds": 0.2})
+    result = rc("--once", "--wait", "--timeout", "5m", check=1, timeout=200)
+    assert "crashy keeps failing" in result.err and "7" in result.err, result.err
+    assert "timed out" not in result.err
+    rc.down()
