@@ -45,8 +45,7 @@ def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ..
 def selected(labels: Mapping[str, str], args: argparse.Namespace) -> bool:
     """``-l key=value`` / ``-l key`` (repeatable): all must hold, as kubectl's selectors."""
     return all(
-        key in labels if value is None else labels.get(key) == value
-        for key, value in args.selector
+        key in labels if value is None else labels.get(key) == value for key, value in args.selector
     )
 
 
