@@ -27,6 +27,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, settings
 from procs import (
+    GATEWAY_MARKER,
     alive,
     bindable,
     cmdline,
@@ -266,6 +267,8 @@ class Reconcile:
     # -- teardown -----------------------------------------------------------------
 
     def _teardown(self) -> dict[int, str]:
+        # A daemon's gateway process outlives it by design (tests/gateway checks they end).
+        kill_marked(f"{self.node}/", marker=GATEWAY_MARKER)
         leftovers = kill_marked(f"{self.node}/")
         for proc in self._helpers:
             if proc.poll() is None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 MARKER = "RECONCILE_INSTANCE"
+GATEWAY_MARKER = "RECONCILE_GATEWAY"  # a gateway process: <node>/<nonce>
 
 
 def proc_state(pid: int) -> str | None:
@@ -42,9 +43,9 @@ def environ(pid: int) -> dict[str, str]:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
-def marked_pids(prefix: str) -> set[int]:
-    """Live processes whose RECONCILE_INSTANCE starts with ``prefix`` (``<node>/...``)."""
-    needle = f"{MARKER}={prefix}".encode()
+def marked_pids(prefix: str, marker: str = MARKER) -> set[int]:
+    """Live processes whose ``marker`` (RECONCILE_INSTANCE) starts with ``prefix``."""
+    needle = f"{marker}={prefix}".encode()
     found: set[int] = set()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -65,12 +66,12 @@ def cmdline(pid: int) -> str:
         return "?"
 
 
-def kill_marked(prefix: str, timeout: float = 10.0) -> dict[int, str]:
+def kill_marked(prefix: str, timeout: float = 10.0, marker: str = MARKER) -> dict[int, str]:
     """SIGKILL every process marked ``prefix`` until none is left; returns what was found."""
     found: dict[int, str] = {}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pids = marked_pids(prefix)
+        pids = marked_pids(prefix, marker)
         if not pids:
             break
         for pid in pids:

@@ -14,7 +14,9 @@ one line per command:
 - ``handover`` -> ``ok`` with the listening socket's fd attached; then the successor,
   once it serves, sends ``stop`` -> ``bye``, and the old gateway stops accepting and
   drains. A successor that hangs up before ``stop`` (it died) changes nothing.
-- ``stop`` -> ``bye``: stop accepting and drain (what ``SIGTERM`` does).
+- ``stop`` -> ``bye``: stop accepting and drain (what ``SIGTERM`` does);
+- ``metrics`` -> the Prometheus text, then EOF (the daemon's ``/metrics`` asks at each
+  scrape, so it is never staler than the request that just ended).
 
 Sockets are bound with ``SO_REUSEPORT`` too, so a gateway that cannot hand over (an
 older one, one that does not answer) can still be replaced: bind beside it, then
@@ -53,11 +55,16 @@ class Control:
     """The old gateway's side: a thread answering on its control socket."""
 
     def __init__(
-        self, address: str, listener_fd: Callable[[], int | None], stop: Callable[[str], None]
+        self,
+        address: str,
+        listener_fd: Callable[[], int | None],
+        stop: Callable[[str], None],
+        metrics: Callable[[], str],
     ) -> None:
         self.address = address
         self._listener_fd = listener_fd
         self._stop = stop
+        self._metrics = metrics
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         registry.unlink_address(address)  # a crashed namesake's leftover
         self._sock.bind(address)
@@ -79,11 +86,15 @@ class Control:
                 conn, _ = self._sock.accept()
             except OSError:
                 return  # closed: the gateway is ending
-            with conn:
-                try:
-                    self._talk(conn)
-                except OSError as exc:
-                    log.info("gateway control connection failed", error=str(exc))
+            # A thread each: a hand-over waits for its "stop", a scrape must not wait on it.
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                self._talk(conn)
+            except OSError as exc:
+                log.info("gateway control connection failed", error=str(exc))
 
     def _talk(self, conn: socket.socket) -> None:
         conn.settimeout(TALK_TIMEOUT)
@@ -91,7 +102,9 @@ class Control:
             log.warning("gateway control: a caller of another user was refused")
             return
         command = _line(conn)
-        if command == b"stop":
+        if command == b"metrics":
+            conn.sendall(self._metrics().encode())
+        elif command == b"stop":
             conn.sendall(b"bye\n")
             self._stop("asked to stop")
         elif command == b"handover":
@@ -130,6 +143,24 @@ class Taken:
     def abandon(self) -> None:
         self.sock.close()
         self.conn.close()
+
+
+def ask_metrics(address: str) -> str | None:
+    """The gateway's metrics text, asked now; None when it does not answer."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(TALK_TIMEOUT)
+    chunks: list[bytes] = []
+    try:
+        conn.connect(address)
+        conn.sendall(b"metrics\n")
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        conn.close()
+    text = b"".join(chunks).decode(errors="replace")
+    return text if text.endswith("\n") else None
 
 
 def bind(host: str, port: int, backlog: int) -> socket.socket:

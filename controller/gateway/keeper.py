@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 from controller import __version__
 from controller.errors import ConfigError
 from controller.gateway import registry
+from controller.gateway.handover import ask_metrics
 from controller.gateway.settings import Settings, settings_to_json
 from controller.logsetup import get_logger
 
@@ -149,6 +150,13 @@ class Keeper:
             log.info("gateway left running", pid=watched.ref.pid, address=watched.address)
 
     def metrics_text(self) -> str:
+        """The serving gateway's metrics, asked now; its file (at most half a second old)
+        when it does not answer (starting, handing over)."""
+        current = self._watched
+        if current is not None:
+            text = ask_metrics(registry.control_address(self.state_dir, current.nonce))
+            if text is not None:
+                return text
         return registry.metrics_text(self.state_dir)
 
     # -- starting one ---------------------------------------------------------------------

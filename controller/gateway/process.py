@@ -45,7 +45,7 @@ from controller.store.records import write_atomic
 log = get_logger("reconcile")
 
 FIRST_PASS_WAIT = 30.0  # no record of ours yet: the daemon's first pass says what exists
-METRICS_EVERY = 10  # polls between looks at the metrics text (about a second)
+METRICS_EVERY = 5  # polls between looks at the metrics text for the file (half a second)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -98,7 +98,9 @@ class GatewayProcess:
         )
         registry.register(self.state_dir, info)
         address = registry.control_address(self.state_dir, self.nonce)
-        self.control = handover.Control(address, self.gateway.listener_fd, self.ask_stop)
+        self.control = handover.Control(
+            address, self.gateway.listener_fd, self.ask_stop, self.gateway.metrics_text
+        )
         self.control.start()
         registry.make_current(self.state_dir, info)
         self.gateway.spawn(self.poll())

@@ -290,7 +290,7 @@ def test_llama_cpp_through_the_gateway(llama_server: Path, node: str, tmp_path: 
         except subprocess.TimeoutExpired:  # stuck: killed, or it would start what down stops
             daemon.kill()
             daemon.wait()
-        cli.ok("down", "-f", str(manifests))
+        cli.ok("down", "--gateway", "-f", str(manifests))  # the gateway outlives the daemon
     assert marked_pids(f"{node}/") == set()
 
 

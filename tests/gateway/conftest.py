@@ -1,8 +1,11 @@
 """The gateway under test: the real daemon with ``--listen``, real engines, real sockets.
 
 ``gateway(...)`` starts ``reconcile --listen`` on the test's node (a port from its
-block) and waits for ``/healthz``; teardown SIGKILLs any daemon still running, then
-the ``reconcile`` fixture sweeps the node's engines. Tests end with ``g.finish()``.
+block) and waits for ``/healthz``; the daemon starts (or adopts) the gateway process,
+which outlives it. Tests end with ``g.finish()``: SIGTERM the daemon, then
+``reconcile down --gateway`` (engines and the gateway process). Teardown SIGKILLs any
+daemon still running, then every gateway process of the node (marked
+``RECONCILE_GATEWAY=<node>/...``), then the ``reconcile`` fixture sweeps the engines.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from procs import GATEWAY_MARKER, kill_marked, marked_pids
+
+from controller.gateway import registry
 
 WAIT = 30.0
 
@@ -88,7 +94,14 @@ class Gateway:
     def finish(self) -> None:
         code = self.stop()
         assert code == 0, f"daemon exited {code}:\n{self.text()[-3000:]}"
-        self.rc.down()
+        self.rc.down("--gateway")
+        assert gateway_pids(self.rc) == set(), "reconcile down --gateway left a gateway"
+
+    def serving(self) -> registry.GatewayInfo:
+        """The gateway process that holds the port now."""
+        info = registry.current_live(self.rc.state)
+        assert info is not None, f"no live gateway:\n{self.text()[-3000:]}"
+        return info
 
 
 class Gateways:
@@ -122,6 +135,13 @@ class Gateways:
             if g.proc.poll() is None:
                 g.proc.kill()
                 g.proc.wait(timeout=WAIT)
+        # Daemons first (one would restart its gateway), then what outlives them.
+        kill_marked(f"{self.rc.node}/", marker=GATEWAY_MARKER)
+
+
+def gateway_pids(rc: Any) -> set[int]:
+    """Live gateway processes of the test's node."""
+    return marked_pids(f"{rc.node}/", GATEWAY_MARKER)
 
 
 def _up(g: Gateway) -> bool:

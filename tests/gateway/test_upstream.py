@@ -101,7 +101,10 @@ def route(gateway: Gateway, *records: Record) -> None:
 
 
 def ready(name: str, nonce: str, port: int) -> Record:
-    return Record(name=name, owner="o", node="n", nonce=nonce, port=port, phase=Phase.READY)
+    # A record states its routable names (the typed record); "m" for both instances.
+    return Record(
+        name=name, owner="o", node="n", nonce=nonce, port=port, phase=Phase.READY, models=("m",)
+    )
 
 
 def test_a_drop_before_any_answer_byte_is_retried_once_elsewhere(

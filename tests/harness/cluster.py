@@ -248,4 +248,6 @@ class Cluster:
         for set_ in self.sets:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.run("down", set_=set_)
+        # A daemon's gateway process outlives it by design: this cluster's go with it.
+        procs.kill_marked(f"{self.node}/", marker=procs.GATEWAY_MARKER)
         return kill_marked(self.node)
