@@ -1,0 +1,113 @@
+"""What a pass knows of a model pull, and how it reads to a person. Pure.
+
+The pull process writes these as JSON in its cache entry (``store/modelcache.py``);
+the planner reads them as observations (:class:`PullView`, keyed by cache key), and
+``status`` shows :func:`progress_text`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+# why a pull failed: disk space waits (Pending), the others back off and retry
+FailureKind = Literal["disk", "checksum", "http", "stall", "error"]
+KINDS: tuple[FailureKind, ...] = ("disk", "checksum", "http", "stall", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class PullProgress:
+    bytes_done: int
+    bytes_total: int | None
+    rate: float  # bytes per second, over the last few seconds
+    started_at: datetime
+    pid: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "bytes_done": self.bytes_done,
+            "bytes_total": self.bytes_total,
+            "rate": round(self.rate, 1),
+            "started_at": self.started_at.isoformat(),
+            "pid": self.pid,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PullProgress | None:
+        try:
+            total = data.get("bytes_total")
+            return cls(
+                bytes_done=int(data["bytes_done"]),
+                bytes_total=None if total is None else int(total),
+                rate=float(data.get("rate") or 0.0),
+                started_at=datetime.fromisoformat(str(data["started_at"])),
+                pid=int(data["pid"]) if data.get("pid") else None,
+            )
+        except (KeyError, TypeError, ValueError):
+            return None  # torn or foreign: shown as no progress, never fatal
+
+
+@dataclass(frozen=True, slots=True)
+class PullFailure:
+    kind: FailureKind
+    message: str
+    at: datetime
+    attempts: int  # failures in a row: the back-off's count
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PullFailure | None:
+        kind = data.get("kind")
+        try:
+            return cls(
+                kind=kind if kind in KINDS else "error",
+                message=str(data.get("message", "")),
+                at=datetime.fromisoformat(str(data["at"])),
+                attempts=max(int(data.get("attempts", 1)), 1),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class PullView:
+    """One cache key as a pass saw it: cached, being pulled, failed, or not yet there."""
+
+    key: str
+    cached: bool = False
+    running: bool = False
+    progress: PullProgress | None = None
+    failure: PullFailure | None = None
+
+
+def size_text(n: float) -> str:
+    """Decimal units, as download tools print them: 1.2 GB, 35 MB."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def eta_text(seconds: float) -> str:
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def progress_text(progress: PullProgress | None) -> str:
+    """``Pulling 1.2/4.1 GB 35.0 MB/s ETA 1m23s`` (what is known of it)."""
+    if progress is None:
+        return "Pulling"
+    done, total, rate = progress.bytes_done, progress.bytes_total, progress.rate
+    if total is None:
+        return f"Pulling {size_text(done)} {size_text(rate)}/s"
+    unit = size_text(total).split()[1]
+    scale = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[unit]
+    amount = f"{done / scale:.1f}/{total / scale:.1f} {unit}"
+    if rate <= 0 or done >= total:
+        return f"Pulling {amount}"
+    return f"Pulling {amount} {size_text(rate)}/s ETA {eta_text((total - done) / rate)}"

@@ -1,0 +1,119 @@
+"""Files from the Hugging Face hub, through ``huggingface_hub`` as its docs show.
+
+``snapshot_download`` into the entry's ``files/`` (its ``local_dir`` mode): the library
+resumes its own ``.incomplete`` files, checks what it downloads and reads
+``HF_ENDPOINT``/``HF_TOKEN`` as usual. A dry run first gives the sizes for the disk
+check and the progress total; progress is the bytes under ``files/`` as they grow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from controller.core.sources import HuggingFace
+from controller.pull.failures import PullError, no_space, stalled
+from controller.pull.meter import EVERY, Meter
+from controller.store.modelcache import CacheEntry
+
+
+def fetch_hub(hub: HuggingFace, entry: CacheEntry, *, stall: float, meter: Meter) -> dict[str, Any]:
+    # Its read timeout is our stall limit; no tqdm bars in a log file.
+    os.environ["HF_HUB_DOWNLOAD_TIMEOUT"] = f"{stall:g}"
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    local = entry.folder / "files"
+    try:
+        return _download(hub, local, entry, stall=stall, meter=meter)
+    except PullError:
+        raise
+    except Exception as exc:  # the library's error tree, said for people
+        raise _explain(hub, exc, stall) from None
+
+
+def _download(
+    hub: HuggingFace, local: Path, entry: CacheEntry, *, stall: float, meter: Meter
+) -> dict[str, Any]:
+    from huggingface_hub import snapshot_download
+
+    patterns = list(hub.files) or None
+    listing: list[Any] = snapshot_download(
+        hub.repo, revision=hub.revision, allow_patterns=patterns, local_dir=local, dry_run=True
+    )
+    if not listing:
+        raise PullError(
+            "http", f"{hub.repo}@{hub.revision}: no file matches {hub.files}: check source.files"
+        )
+    total = sum(f.file_size or 0 for f in listing)
+    todo = sum(f.file_size or 0 for f in listing if f.will_download)
+    local.mkdir(parents=True, exist_ok=True)
+    _check_space(local, todo - _bytes_under(local / ".cache"))
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(local, meter, total, done), daemon=True)
+    watcher.start()
+    try:
+        snapshot_download(hub.repo, revision=hub.revision, allow_patterns=patterns, local_dir=local)
+    finally:
+        done.set()
+        watcher.join()
+    meter.set(total, total)
+    meter.flush(force=True)
+    return _result([str(f.filename) for f in listing], local, total)
+
+
+def _result(files: list[str], local: Path, total: int) -> dict[str, Any]:
+    """One file: ``{model}`` names it (and its sha256 is recorded); more: the folder."""
+    if len(files) == 1:
+        path = local / files[0]
+        return {"path": f"files/{files[0]}", "sha256": _digest(path), "bytes": total}
+    return {"path": "files", "sha256": None, "bytes": total}
+
+
+def _watch(local: Path, meter: Meter, total: int, done: threading.Event) -> None:
+    while not done.wait(EVERY):
+        meter.set(min(_bytes_under(local), total), total)
+
+
+def _bytes_under(folder: Path) -> int:
+    if not folder.exists():
+        return 0
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _check_space(folder: Path, remaining: int) -> None:
+    free = shutil.disk_usage(folder).free
+    if free < remaining:
+        raise no_space(str(folder), remaining, free)
+
+
+def _digest(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _explain(hub: HuggingFace, exc: Exception, stall: float) -> PullError:
+    from huggingface_hub import errors
+
+    where = f"{hub.repo}@{hub.revision}"
+    if isinstance(exc, errors.GatedRepoError):
+        why = "is gated: accept its terms on the hub, then set HF_TOKEN"
+    elif isinstance(exc, errors.RepositoryNotFoundError):
+        why = "was not found (or is private: set HF_TOKEN); check source.huggingFace.repo"
+    elif isinstance(exc, errors.RevisionNotFoundError):
+        why = "has no such revision: check source.huggingFace.revision"
+    elif isinstance(exc, errors.EntryNotFoundError):
+        why = "lacks a listed file: check source.huggingFace.files"
+    elif "timed out" in str(exc).lower() or "timeout" in type(exc).__name__.lower():
+        return stalled(where, stall)
+    else:
+        why = f"could not be pulled ({type(exc).__name__}: {_first_line(exc)}); retried"
+    return PullError("http", f"{where} {why}")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "no detail"

@@ -1,0 +1,59 @@
+"""Starting pull processes and finding the running ones by their marker.
+
+A pull gets its own session (a pass ending, or the daemon stopping, leaves it
+running), stdin from /dev/null and its output in the entry's ``pull.log``; its
+environment carries ``RECONCILE_PULL=<entry folder>``, which is how a later pass (any
+process) knows the pull is there, as engines are known by ``RECONCILE_INSTANCE``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from controller.host.procscan import EnvironScan
+from controller.pull.job import Job
+from controller.store.modelcache import CacheEntry
+
+MARKER = "RECONCILE_PULL"
+# Children this process started: polled so none stays a zombie while the daemon runs.
+_children: list[subprocess.Popen[bytes]] = []
+
+
+def spawn(job: Job) -> int:
+    """Start the pull of ``job``; its pid."""
+    _reap()
+    entry = CacheEntry.of(job.cache, job.source.key)
+    entry.ensure()
+    env = {**os.environ, MARKER: str(entry.folder), "RECONCILE_STATE": str(job.state_dir)}
+    with (entry.folder / "pull.log").open("ab") as log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "controller.pull", job.to_json()],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    _children.append(child)
+    return child.pid
+
+
+def running(root: Path, scan: EnvironScan | None = None) -> dict[str, int]:
+    """Cache key -> pid of each live pull process of the cache at ``root``."""
+    _reap()
+    prefix = f"{MARKER}=".encode()
+    found: dict[str, int] = {}
+    for pid, environ in (scan or EnvironScan())(prefix):
+        for item in environ.split(b"\0"):
+            if item.startswith(prefix):
+                folder = Path(os.fsdecode(item[len(prefix) :]))
+                if folder.parent == root:
+                    found[folder.name] = pid
+    return found
+
+
+def _reap() -> None:
+    _children[:] = [c for c in _children if c.poll() is None]

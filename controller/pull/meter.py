@@ -1,0 +1,61 @@
+"""Progress of one pull: bytes done and total, a recent rate, written to progress.json.
+
+Written at most every ``EVERY`` seconds (and at the end), so a fast download spends
+its time on bytes, not on rewriting a file ``status`` reads.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+
+from controller.core.pulls import PullProgress
+from controller.store.modelcache import CacheEntry, utcnow
+
+EVERY = 0.5  # seconds between progress writes
+WINDOW = 5.0  # seconds the rate is measured over
+
+
+class Meter:
+    def __init__(self, entry: CacheEntry) -> None:
+        self.entry = entry
+        self.done = 0
+        self.total: int | None = None
+        self.started_at = utcnow()
+        self._samples: deque[tuple[float, int]] = deque()
+        self._written = 0.0
+
+    def set(self, done: int, total: int | None = None) -> None:
+        """The bytes there now (and the whole size, once known)."""
+        self.done = done
+        known = total is not None and total != self.total
+        if total is not None:
+            self.total = total
+        self.flush(force=known)  # the first sight of the total is shown at once
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        self.flush()
+
+    def flush(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._written < EVERY:
+            return
+        self._samples.append((now, self.done))
+        while len(self._samples) > 2 and now - self._samples[0][0] > WINDOW:
+            self._samples.popleft()
+        self._written = now
+        self.entry.write_progress(
+            PullProgress(
+                bytes_done=self.done,
+                bytes_total=self.total,
+                rate=self._rate(),
+                started_at=self.started_at,
+                pid=os.getpid(),
+            )
+        )
+
+    def _rate(self) -> float:
+        (t0, b0), (t1, b1) = self._samples[0], self._samples[-1]
+        return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0

@@ -1,0 +1,152 @@
+"""One file over HTTP(S), resumed with ``Range``, checked by sha256 before it is used.
+
+urllib from the standard library, not httpx: one streamed GET with a Range header is
+all a pull needs, and the pull process then imports nothing beyond the stdlib for it.
+The socket timeout is the stall limit: a read that waits that long for a byte fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import urllib.error
+import urllib.request
+from http.client import HTTPResponse
+from pathlib import Path
+from typing import Any
+
+from controller.pull.failures import PullError, no_space, stalled
+from controller.pull.meter import Meter
+from controller.store.modelcache import CacheEntry, file_name
+
+CHUNK = 1 << 20
+CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+HINTS = {
+    401: "the server wants credentials: use a URL that needs none",
+    403: "the server refuses it: check the URL and its access rights",
+    404: "nothing there: check source.url",
+}
+
+
+def fetch_url(
+    url: str, sha256: str, entry: CacheEntry, *, stall: float, meter: Meter
+) -> dict[str, Any]:
+    """Download into ``<file>.partial`` (resuming what is there), check, rename."""
+    name = file_name(url)
+    final = entry.folder / name
+    partial = entry.folder / f"{name}.partial"
+    have = partial.stat().st_size if partial.exists() else 0
+    response = _open(url, have, stall)
+    if response is not None and response.status != 206:
+        have = 0  # a whole answer (the server ignored Range): start over
+    hasher = hashlib.sha256()
+    if have:
+        _hash_into(hasher, partial)
+    if response is not None:
+        with response:
+            have = _receive(response, partial, have, entry, stall=stall, meter=meter, h=hasher)
+    digest = str(hasher.hexdigest())
+    if digest != sha256:
+        partial.unlink(missing_ok=True)
+        raise PullError(
+            "checksum",
+            f"{url}: the file's sha256 is {digest}, source.sha256 says {sha256}: the "
+            "download was discarded; check source.sha256 or the URL",
+        )
+    _commit(partial, final)
+    return {"path": name, "sha256": digest, "bytes": have}
+
+
+def _open(url: str, have: int, stall: float) -> HTTPResponse | None:
+    """The response to read; None when the partial file is already whole (416)."""
+    headers = {"User-Agent": "reconcile", "Accept-Encoding": "identity"}
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        response: HTTPResponse = urllib.request.urlopen(request, timeout=stall)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and have:
+            return None  # nothing left past the partial's end: the digest decides
+        hint = HINTS.get(exc.code, "retried with back-off")
+        raise PullError("http", f"{url}: HTTP {exc.code} {exc.reason}: {hint}") from None
+    except TimeoutError:
+        raise stalled(url, stall) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError):
+            raise stalled(url, stall) from None
+        raise PullError("http", f"{url}: {reason}: retried with back-off") from None
+    return response
+
+
+def _receive(
+    response: HTTPResponse,
+    partial: Path,
+    have: int,
+    entry: CacheEntry,
+    *,
+    stall: float,
+    meter: Meter,
+    h: Any,
+) -> int:
+    offset = have
+    total = _total(response, offset)
+    if total is not None:
+        _check_space(entry, total - offset)
+    meter.set(offset, total)
+    with partial.open("ab" if offset else "wb") as out:
+        while chunk := _read(response, stall, response.url or "the server"):
+            out.write(chunk)
+            h.update(chunk)
+            offset += len(chunk)
+            meter.advance(len(chunk))
+        out.flush()
+        os.fsync(out.fileno())
+    meter.flush(force=True)
+    if total is not None and offset != total:
+        raise PullError(
+            "http", f"{response.url}: the connection ended at {offset} of {total} bytes: resumed"
+        )
+    return offset
+
+
+def _read(response: HTTPResponse, stall: float, url: str) -> bytes:
+    try:
+        return response.read1(CHUNK)  # what has arrived: progress and stalls see each byte
+    except TimeoutError:
+        raise stalled(url, stall) from None
+    except OSError as exc:  # reset, cut: what arrived stays in .partial for the next try
+        raise PullError("http", f"{url}: {exc}: resumed with back-off") from None
+
+
+def _total(response: HTTPResponse, offset: int) -> int | None:
+    ranged = CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
+    if ranged and ranged.group(3) != "*":
+        return int(ranged.group(3))
+    length = response.headers.get("Content-Length")
+    return offset + int(length) if length and length.isdigit() else None
+
+
+def _check_space(entry: CacheEntry, remaining: int) -> None:
+    free = shutil.disk_usage(entry.folder).free
+    if free < remaining:
+        raise no_space(str(entry.folder), remaining, free)
+
+
+def _hash_into(hasher: Any, path: Path) -> None:
+    with path.open("rb") as f:
+        while block := f.read(CHUNK):
+            hasher.update(block)
+
+
+def _commit(partial: Path, final: Path) -> None:
+    """The checked file takes its name in one rename (and the rename is made durable)."""
+    os.replace(partial, final)
+    fd = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,83 @@
+"""One pull, start to end: lock the cache entry, fetch, write the result, journal it.
+
+The entry's flock is held for the whole pull, so a second pull of the same content
+waits here and then finds it done (two deployments of one file download it once).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from controller.core.pulls import FailureKind
+from controller.pull.failures import PullError
+from controller.pull.hubfetch import fetch_hub
+from controller.pull.job import Job
+from controller.pull.meter import Meter
+from controller.pull.urlfetch import fetch_url
+from controller.store.events import Journal
+from controller.store.modelcache import CacheEntry, utcnow
+
+
+def run(job: Job) -> int:
+    """0 when the files are in the cache, 1 when this pull failed (its result says why)."""
+    entry = CacheEntry.of(job.cache, job.source.key)
+    entry.ensure()
+    with entry.lock.hold(timeout=None):
+        if entry.model_path() is not None:
+            return 0  # a pull we waited for finished it
+        return _pull(job, entry)
+
+
+def _pull(job: Job, entry: CacheEntry) -> int:
+    attempts = _failures_so_far(entry)
+    entry.clear_result()
+    meter = Meter(entry)
+    meter.flush(force=True)
+    started = time.monotonic()
+    try:
+        done = _fetch(job, entry, meter)
+    except PullError as exc:
+        _failed(job, entry, exc.kind, str(exc), attempts + 1)
+        return 1
+    except Exception as exc:  # never a traceback for a person: what, and where it went
+        _failed(job, entry, "error", f"{type(exc).__name__}: {exc}", attempts + 1)
+        return 1
+    seconds = round(time.monotonic() - started, 1)
+    entry.write_result({"status": "done", **done, "seconds": seconds, "at": _now()})
+    _journal(job, "pull", job.source.describe(), "done", sha256=done["sha256"], seconds=seconds)
+    return 0
+
+
+def _fetch(job: Job, entry: CacheEntry, meter: Meter) -> dict[str, Any]:
+    source = job.source
+    if source.url is not None and source.sha256 is not None:
+        return fetch_url(source.url, source.sha256, entry, stall=job.stall_seconds, meter=meter)
+    assert source.hugging_face is not None
+    return fetch_hub(source.hugging_face, entry, stall=job.stall_seconds, meter=meter)
+
+
+def _failed(job: Job, entry: CacheEntry, kind: FailureKind, message: str, attempts: int) -> None:
+    result = {"status": "failed", "kind": kind, "message": message, "at": _now()}
+    entry.write_result({**result, "attempts": attempts})
+    print(f"pull failed: {message}", file=sys.stderr, flush=True)
+    _journal(job, "pull", job.source.describe(), "failed", error=message, attempts=attempts)
+
+
+def _failures_so_far(entry: CacheEntry) -> int:
+    previous = entry.result()
+    if previous is None or previous.get("status") != "failed":
+        return 0
+    attempts = previous.get("attempts", 1)
+    return attempts if isinstance(attempts, int) else 1
+
+
+def _journal(job: Job, action: str, reason: str, outcome: str, **extra: Any) -> None:
+    journal = Journal(job.state_dir)
+    for name in job.deployments:
+        journal.append(name, action, reason, outcome, **extra)
+
+
+def _now() -> str:
+    return utcnow().isoformat()

@@ -1,0 +1,166 @@
+"""The shared model cache: one folder per content key (DESIGN.md "Model files").
+
+```
+<cache>/<key>/lock            flock held by the pull process for its whole life
+<cache>/<key>/progress.json   bytes done/total, rate, started_at (rewritten as it goes)
+<cache>/<key>/result.json     {"status": "done", "path", "sha256", ...} or "failed"
+<cache>/<key>/used.json       deployment -> when an engine last started with it
+<cache>/<key>/<file>.partial  a URL download in progress: kept for resume, never used
+<cache>/<key>/<file>          the checked file (renamed from .partial after sha256)
+<cache>/<key>/files/          a hub snapshot (huggingface_hub's local_dir)
+```
+
+``<key>`` is :attr:`controller.core.sources.Source.key`: hex and a prefix only, so no
+user text names a path here (invariant 9); the file name of a URL is reduced to a
+safe basename (:func:`file_name`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from controller.core.pulls import PullFailure, PullProgress, PullView
+from controller.store.lock import FileLock
+from controller.store.records import write_atomic
+
+ENV = "RECONCILE_MODEL_CACHE"
+KEY = re.compile(r"^(sha256-[0-9a-f]{64}|hf-[0-9a-f]{40})$")
+SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+def cache_root(state_dir: Path) -> Path:
+    """``RECONCILE_MODEL_CACHE``, else ``<state>/models``: shared by every deployment."""
+    configured = os.environ.get(ENV)
+    return Path(configured).expanduser() if configured else state_dir / "models"
+
+
+def file_name(url: str) -> str:
+    """The URL's last path segment when it is a plain file name, else ``model``."""
+    last = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    return last if SAFE_FILE.match(last) and not last.endswith(".partial") else "model"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEntry:
+    """One key's folder and the files in it."""
+
+    folder: Path
+
+    @classmethod
+    def of(cls, root: Path, key: str) -> CacheEntry:
+        if not KEY.match(key):
+            raise ValueError(f"not a model cache key: {key!r}")
+        return cls(root / key)
+
+    @property
+    def key(self) -> str:
+        return self.folder.name
+
+    @property
+    def lock(self) -> FileLock:
+        return FileLock(self.folder / "lock", what=f"model cache entry {self.key}")
+
+    def ensure(self) -> None:
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def busy(self) -> bool:
+        """A pull holds the entry's lock now (the kernel drops it when the pull dies)."""
+        if not (self.folder / "lock").exists():
+            return False
+        lock = self.lock
+        if lock.try_acquire():
+            lock.release()
+            return False
+        return True
+
+    # -- the files a pull writes ---------------------------------------------------------
+
+    def write_progress(self, progress: PullProgress) -> None:
+        """Often rewritten and only read for show: a rename, no fsync."""
+        tmp = self.folder / "progress.json.tmp"
+        tmp.write_text(json.dumps(progress.as_json()))
+        os.replace(tmp, self.folder / "progress.json")
+
+    def progress(self) -> PullProgress | None:
+        data = _read_json(self.folder / "progress.json")
+        return PullProgress.from_json(data) if data is not None else None
+
+    def write_result(self, result: dict[str, Any]) -> None:
+        write_atomic(self.folder / "result.json", json.dumps(result).encode(), 0o644)
+
+    def result(self) -> dict[str, Any] | None:
+        return _read_json(self.folder / "result.json")
+
+    def clear_result(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.folder / "result.json").unlink()
+
+    def model_path(self) -> Path | None:
+        """What ``{model}`` names: the done file or snapshot folder, if it is there."""
+        result = self.result()
+        if result is None or result.get("status") != "done":
+            return None
+        path = self.folder / str(result.get("path", ""))
+        inside = path.resolve().is_relative_to(self.folder.resolve())
+        return path if inside and path.exists() else None
+
+    # -- who uses it ---------------------------------------------------------------------
+
+    def mark_used(self, deployment: str, at: datetime) -> None:
+        used = self.used()
+        used[deployment] = at.isoformat()
+        write_atomic(self.folder / "used.json", json.dumps(used, sort_keys=True).encode(), 0o644)
+
+    def used(self) -> dict[str, str]:
+        data = _read_json(self.folder / "used.json")
+        return {str(k): str(v) for k, v in data.items()} if data else {}
+
+    def size(self) -> int:
+        return sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file())
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def entries(root: Path) -> list[CacheEntry]:
+    """Every entry of the cache, by key (anything else in the folder is not ours)."""
+    if not root.is_dir():
+        return []
+    return [CacheEntry(p) for p in sorted(root.iterdir()) if p.is_dir() and KEY.match(p.name)]
+
+
+def look(entry: CacheEntry, running: bool) -> PullView:
+    """What a pass needs to know of one key; ``running``: a pull process was seen."""
+    if entry.model_path() is not None:
+        return PullView(key=entry.key, cached=True)
+    if running or entry.busy():
+        return PullView(key=entry.key, running=True, progress=entry.progress())
+    result = entry.result()
+    failure = PullFailure.from_json(result) if result and result.get("status") == "failed" else None
+    return PullView(key=entry.key, progress=entry.progress(), failure=failure)
+
+
+def look_all(root: Path, running: frozenset[str]) -> dict[str, PullView]:
+    return {e.key: look(e, e.key in running) for e in entries(root)}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """A small JSON object, or None when absent or torn (never fatal: it is re-observed)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

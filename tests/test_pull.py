@@ -1,0 +1,192 @@
+"""The pull machinery against real local servers: Range resume, sha256, the hub client,
+the entry lock, and a pull process killed with SIGKILL mid-way."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import threading
+from collections import namedtuple
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from modelservers import HubServer, serving
+from procs import alive, kill_marked, wait_for, wait_gone
+
+from controller.core.sources import Source
+from controller.pull import launch, worker
+from controller.pull.job import Job
+from controller.store import modelcache
+from controller.store.events import Journal
+from controller.store.modelcache import CacheEntry
+
+MB = 1 << 20
+DATA = os.urandom(3 * MB + 12345)
+DIGEST = hashlib.sha256(DATA).hexdigest()
+
+
+def url_job(tmp_path: Path, url: str, digest: str = DIGEST, **extra: object) -> Job:
+    source = Source.model_validate({"url": url, "sha256": digest})
+    return Job(
+        source=source,
+        cache=tmp_path / "models",
+        state_dir=tmp_path,
+        deployments=("web",),
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def entry_of(job: Job) -> CacheEntry:
+    return CacheEntry.of(job.cache, job.source.key)
+
+
+def test_a_url_is_pulled_checked_and_named_by_its_file(tmp_path: Path) -> None:
+    with serving({"tiny.gguf": DATA}) as server:
+        job = url_job(tmp_path, server.url("tiny.gguf"))
+        assert worker.run(job) == 0
+    entry = entry_of(job)
+    assert entry.model_path() == entry.folder / "tiny.gguf"
+    assert (entry.folder / "tiny.gguf").read_bytes() == DATA
+    assert not list(entry.folder.glob("*.partial"))
+    progress = entry.progress()
+    assert progress is not None and progress.bytes_done == progress.bytes_total == len(DATA)
+    done = [e for e in Journal(tmp_path).read("web") if e.get("outcome") == "done"]
+    assert done and done[-1]["sha256"] == DIGEST
+
+
+def test_a_wrong_sha256_leaves_nothing_to_use(tmp_path: Path) -> None:
+    with serving({"tiny.gguf": DATA}) as server:
+        job = url_job(tmp_path, server.url("tiny.gguf"), digest="0" * 64)
+        assert worker.run(job) == 1
+    entry = entry_of(job)
+    assert entry.model_path() is None
+    assert not list(entry.folder.glob("tiny.gguf*"))  # neither the file nor the partial
+    result = entry.result()
+    assert result is not None and result["kind"] == "checksum"
+    assert DIGEST in result["message"] and "0" * 64 in result["message"]
+    view = modelcache.look(entry, running=False)
+    assert view.failure is not None and view.failure.attempts == 1
+
+
+def test_a_cut_connection_resumes_with_a_range_request(tmp_path: Path) -> None:
+    with serving({"tiny.gguf": DATA}, cut_after=MB) as server:
+        job = url_job(tmp_path, server.url("tiny.gguf"))
+        assert worker.run(job) == 1  # the cut: an error that keeps the partial file
+        entry = entry_of(job)
+        assert (entry.folder / "tiny.gguf.partial").stat().st_size >= MB
+        assert worker.run(job) == 0
+        assert server.ranges and server.ranges[-1].startswith("bytes=")
+        resent = server.sent - len(DATA)
+    assert resent <= MB  # only what the cut lost (nothing, here) is sent again
+    assert entry.model_path() is not None
+
+
+def test_missing_file_says_what_to_check(tmp_path: Path) -> None:
+    with serving({}) as server:
+        job = url_job(tmp_path, server.url("gone.gguf"))
+        assert worker.run(job) == 1
+    result = entry_of(job).result()
+    assert result is not None and "HTTP 404" in result["message"]
+    assert "check source.url" in result["message"]
+
+
+def test_a_stall_is_an_error_naming_the_wait(tmp_path: Path) -> None:
+    with serving({"tiny.gguf": DATA}, hold=MB) as server:
+        job = url_job(tmp_path, server.url("tiny.gguf"), stall_seconds=0.5)
+        assert worker.run(job) == 1
+    result = entry_of(job).result()
+    assert result is not None and result["kind"] == "stall"
+    assert "no byte from" in result["message"] and "0.5s" in result["message"]
+
+
+def test_too_little_disk_names_the_path_and_both_sizes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A full disk is not something a test box can be made into: the free figure is faked.
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr("shutil.disk_usage", lambda _: usage(10 * MB, 10 * MB - 1000, 1000))
+    with serving({"tiny.gguf": DATA}) as server:
+        job = url_job(tmp_path, server.url("tiny.gguf"))
+        assert worker.run(job) == 1
+    result = entry_of(job).result()
+    assert result is not None and result["kind"] == "disk"
+    assert str(entry_of(job).folder) in result["message"]
+    assert "3.2 MB still to download, 1.0 kB free" in result["message"]
+
+
+def test_a_second_pull_of_one_file_waits_and_downloads_nothing(tmp_path: Path) -> None:
+    with serving({"tiny.gguf": DATA}, hold=MB) as server:
+        job = url_job(tmp_path, server.url("tiny.gguf"))
+        first = threading.Thread(target=worker.run, args=(job,))
+        first.start()
+        wait_for(lambda: server.sent >= MB, what="the first pull under way")
+        second = threading.Thread(target=worker.run, args=(job,))
+        second.start()  # blocks on the entry's lock
+        server.release()
+        first.join()
+        second.join()
+        assert server.requests == 1
+    assert entry_of(job).model_path() is not None
+
+
+@pytest.fixture
+def pulls(tmp_path: Path) -> Iterator[Path]:
+    """The cache root; any pull process left at the end is killed (and fails the test)."""
+    root = tmp_path / "models"
+    yield root
+    left = kill_marked(str(root), marker=launch.MARKER)
+    assert not left, f"pull processes left running: {left}"
+
+
+def test_kill_9_mid_way_then_a_new_pull_resumes(tmp_path: Path, pulls: Path) -> None:
+    with serving({"tiny.gguf": DATA}, hold=MB) as server:
+        job = url_job(tmp_path, server.url("tiny.gguf"))
+        pid = launch.spawn(job)
+        entry = entry_of(job)
+        assert wait_for(lambda: launch.running(pulls).get(entry.key) == pid, what="marker")
+        wait_for(lambda: server.sent >= MB, what="a first MB sent")
+        wait_for(lambda: (p := entry.progress()) and p.bytes_total == len(DATA), what="progress")
+        assert modelcache.look(entry, running=False).running  # its lock says so, too
+        os.kill(pid, signal.SIGKILL)
+        wait_gone(pid)
+        assert not modelcache.look(entry, running=False).running
+        server.release()
+        again = launch.spawn(job)
+        wait_for(lambda: entry.model_path() is not None, what="the resumed pull")
+        wait_for(lambda: not alive(again), what="the pull process to exit")
+        assert server.ranges, "the second pull did not resume with Range"
+    assert (entry.folder / "tiny.gguf").read_bytes() == DATA
+
+
+def test_the_hub_client_pulls_a_glob_through_hf_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = {"model-q4_k_m.gguf": os.urandom(MB), "model-f16.gguf": b"x" * 10, "README.md": b"#"}
+    with HubServer("acme/tiny", files) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        source = Source.model_validate(
+            {"huggingFace": {"repo": "acme/tiny", "files": ["*q4_k_m.gguf"]}}
+        )
+        job = Job(source=source, cache=tmp_path / "models", state_dir=tmp_path, deployments=())
+        assert worker.run(job) == 0
+        assert hub.downloads == ["model-q4_k_m.gguf"]
+    path = entry_of(job).model_path()
+    assert path is not None and path.name == "model-q4_k_m.gguf"
+    assert path.read_bytes() == files["model-q4_k_m.gguf"]
+
+
+def test_a_missing_hub_repo_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with HubServer("acme/tiny", {}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        source = Source.model_validate({"huggingFace": {"repo": "acme/other"}})
+        job = Job(source=source, cache=tmp_path / "models", state_dir=tmp_path, deployments=())
+        assert worker.run(job) == 1
+    result = entry_of(job).result()
+    assert result is not None and "acme/other@main" in result["message"]
+    assert "HF_TOKEN" in result["message"] or "check" in result["message"]
