@@ -1,7 +1,8 @@
-"""Verb -> handler, as a typed table: mypy checks every handler's signature.
+"""Verb -> handler: one typed table, each verb named once (main.py's parser defines its
+arguments; a test checks the two agree).
 
-Each verb group's module is imported only when one of its verbs runs, so `--once`
-and `status` do not pay for `export`'s converter or the node verbs.
+Each handler imports its module only when its verb runs, so `--once` and `status` do
+not pay for `export`'s converter or the node verbs.
 """
 
 from __future__ import annotations
@@ -10,71 +11,106 @@ import argparse
 from collections.abc import Callable, Mapping
 
 Handler = Callable[[argparse.Namespace], int]
-Group = Callable[[], Mapping[str, Handler]]
 
 
-def _commands() -> Mapping[str, Handler]:
-    from controller.cli import commands
+def _run(args: argparse.Namespace) -> int:
+    from controller.cli.commands import cmd_run
 
-    return {"run": commands.cmd_run, "validate": commands.cmd_validate, "down": commands.cmd_down}
-
-
-def _operator() -> Mapping[str, Handler]:
-    from controller.cli import opverbs
-
-    return {
-        "plan": opverbs.cmd_plan,
-        "status": opverbs.cmd_status,
-        "get": opverbs.cmd_status,
-        "describe": opverbs.cmd_describe,
-        "logs": opverbs.cmd_logs,
-        "schema": opverbs.cmd_schema,
-    }
+    return cmd_run(args)
 
 
-def _node() -> Mapping[str, Handler]:
-    from controller.cli import nodeverbs
+def _validate(args: argparse.Namespace) -> int:
+    from controller.cli.commands import cmd_validate
 
-    return {
-        "devices": nodeverbs.cmd_devices,
-        "drain": nodeverbs.cmd_drain,
-        "uncordon": nodeverbs.cmd_uncordon,
-    }
+    return cmd_validate(args)
 
 
-def _export() -> Mapping[str, Handler]:
-    from controller.cli import exportverb
+def _down(args: argparse.Namespace) -> int:
+    from controller.cli.commands import cmd_down
 
-    return {"export": exportverb.cmd_export}
-
-
-def _gateway() -> Mapping[str, Handler]:
-    from controller.cli import gatewayverbs
-
-    return {"gateway": gatewayverbs.cmd_gateway}
+    return cmd_down(args)
 
 
-def _completion() -> Mapping[str, Handler]:
-    from controller.cli import completion
+def _plan(args: argparse.Namespace) -> int:
+    from controller.cli.opverbs import cmd_plan
 
-    return {"completion": completion.cmd_completion}
+    return cmd_plan(args)
 
 
-GROUPS: tuple[Group, ...] = (_commands, _operator, _node, _export, _gateway, _completion)
-# verb -> its group; "run" is no verb: the control loop, or --once
-VERBS: Mapping[str, Group] = {
-    "run": _commands,
-    "validate": _commands,
-    "down": _commands,
-    "plan": _operator,
-    "status": _operator,
-    "get": _operator,
-    "describe": _operator,
-    "logs": _operator,
-    "schema": _operator,
-    "devices": _node,
-    "drain": _node,
-    "uncordon": _node,
+def _status(args: argparse.Namespace) -> int:
+    from controller.cli.opverbs import cmd_status
+
+    return cmd_status(args)
+
+
+def _describe(args: argparse.Namespace) -> int:
+    from controller.cli.opverbs import cmd_describe
+
+    return cmd_describe(args)
+
+
+def _logs(args: argparse.Namespace) -> int:
+    from controller.cli.opverbs import cmd_logs
+
+    return cmd_logs(args)
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from controller.cli.opverbs import cmd_schema
+
+    return cmd_schema(args)
+
+
+def _devices(args: argparse.Namespace) -> int:
+    from controller.cli.nodeverbs import cmd_devices
+
+    return cmd_devices(args)
+
+
+def _drain(args: argparse.Namespace) -> int:
+    from controller.cli.nodeverbs import cmd_drain
+
+    return cmd_drain(args)
+
+
+def _uncordon(args: argparse.Namespace) -> int:
+    from controller.cli.nodeverbs import cmd_uncordon
+
+    return cmd_uncordon(args)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from controller.cli.exportverb import cmd_export
+
+    return cmd_export(args)
+
+
+def _gateway(args: argparse.Namespace) -> int:
+    from controller.cli.gatewayverbs import cmd_gateway
+
+    return cmd_gateway(args)
+
+
+def _completion(args: argparse.Namespace) -> int:
+    from controller.cli.completion import cmd_completion
+
+    return cmd_completion(args)
+
+
+# "run" is no verb: the control loop, or --once; "get" is kubectl's name for status.
+VERBS: Mapping[str, Handler] = {
+    "run": _run,
+    "validate": _validate,
+    "down": _down,
+    "plan": _plan,
+    "status": _status,
+    "get": _status,
+    "describe": _describe,
+    "logs": _logs,
+    "schema": _schema,
+    "devices": _devices,
+    "drain": _drain,
+    "uncordon": _uncordon,
     "export": _export,
     "gateway": _gateway,
     "completion": _completion,
@@ -82,7 +118,7 @@ VERBS: Mapping[str, Group] = {
 
 
 def handler(verb: str) -> Handler:
-    return VERBS[verb]()[verb]
+    return VERBS[verb]
 
 
 def dispatch(args: argparse.Namespace) -> int:
