@@ -245,11 +245,32 @@ class Reap(Action):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Pull(Action):
+    """The deployment's model files are not in the cache: pull them before placement.
+
+    It holds no device and no port. ``spawn``: no pull of ``key`` runs and none waits out
+    a back-off, so start one (once per key in a plan). ``record``: write the deployment's
+    ``Pulling`` record; a rolling update's pull writes none (the old instance serves on).
+    """
+
+    verb = "pull"
+    order = 15
+    tears_down = False
+    frees = False
+    plan_class = "create"
+    entry: Entry
+    key: str
+    spawn: bool
+    record: bool = True
+    waiting: tuple[str, ...] = ()  # every deployment of this plan that waits for the key
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Hold(Action):
     """Record a deployment that cannot start now as Pending, saying why."""
 
     verb = "pending"
-    order = 15
+    order = 16
     tears_down = False
     frees = False
     plan_class = "wait"
@@ -261,7 +282,7 @@ class Reject(Action):
     """A deployment whose manifest was invalid from the start: a Pending record says why."""
 
     verb = "reject"
-    order = 16
+    order = 17
     tears_down = False
     frees = False
     plan_class = "wait"  # a new deployment whose spec is invalid: it cannot start, and why
@@ -284,7 +305,7 @@ class Conflict(Action):
     """The name belongs to another manifest set: report, touch nothing."""
 
     verb = "conflict"
-    order = 17
+    order = 18
     tears_down = False
     frees = False
     plan_class = "wait"
@@ -306,6 +327,7 @@ AnyAction = (
     | Resync
     | Release
     | Reap
+    | Pull
     | Hold
     | Reject
     | MarkSpec

@@ -29,6 +29,7 @@ from controller.core.planner.lifecycle import (
 )
 from controller.core.planner.placing import place_wanted
 from controller.core.planner.preemption import PREEMPTED, PREEMPTIBLE
+from controller.core.planner.pulling import gate
 from controller.core.planner.records import IN_PLACE, judge
 from controller.core.planner.rolling import roll
 from controller.core.state import Observed
@@ -60,7 +61,7 @@ def plan(
         desired, observed, inventory, now, extra_ports=extra_ports or {}, limits=limits or Limits()
     )
     ledger = PlanLedger.of(ctx)
-    judged = judge(ctx)
+    judged = gate(ctx, judge(ctx))  # a start whose model files are not cached pulls first
     found = [a for a in judged if not isinstance(a, Want | Roll)]
     # Rolls place before every Want, in name order: a Ready old instance's successor
     # goes first, and a recreate it falls back to frees its room for this round's starts.

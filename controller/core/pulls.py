@@ -7,13 +7,40 @@ the planner reads them as observations (:class:`PullView`, keyed by cache key), 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from controller.core.digest import sha256_hex
+
 # why a pull failed: disk space waits (Pending), the others back off and retry
 FailureKind = Literal["disk", "checksum", "http", "stall", "error"]
 KINDS: tuple[FailureKind, ...] = ("disk", "checksum", "http", "stall", "error")
+
+
+def url_key(sha256: str) -> str:
+    """A URL's cache key: the content's own digest (two URLs of one file share it)."""
+    return f"sha256-{sha256.lower()}"
+
+
+def hub_key(repo: str, revision: str, files: Iterable[str]) -> str:
+    """A hub source's cache key: hex of repo@revision and its globs, never their text."""
+    what = "\n".join([f"{repo}@{revision}", *sorted(files)])
+    return "hf-" + sha256_hex(what.encode())[:40]
+
+
+def key_of_document(spec: dict[str, Any]) -> str | None:
+    """The cache key of a stored spec document's ``source`` (no pydantic: status reads it)."""
+    source = spec.get("source")
+    if not isinstance(source, dict):
+        return None
+    if isinstance(source.get("sha256"), str):
+        return url_key(source["sha256"])
+    hub = source.get("huggingFace")
+    if isinstance(hub, dict) and isinstance(hub.get("repo"), str):
+        return hub_key(hub["repo"], str(hub.get("revision", "main")), hub.get("files") or ())
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,14 +34,18 @@ def render(
     extra_ports: tuple[int, ...] = (),
     runtime_dir: str = "/tmp",
     python: str = sys.executable,
+    model_path: str | None = None,
 ) -> Rendered:
-    """``python``: what ``{python}`` names (export passes the container's ``python3``)."""
+    """``python``: what ``{python}`` names (export passes the container's ``python3``).
+    ``model_path``: the pulled files of ``spec.source``; ``{model}`` and the recipe's model
+    then name them instead of ``spec.model``."""
     spec = entry.deployment.spec
+    model = model_path or spec.model
     values = {
         "port": str(port),
         "host": spec.host,
         "name": entry.name,
-        "model": spec.model or "",
+        "model": model or "",
         "devices": ",".join(d.id for d in devices),
         # The interpreter reconcile runs under (the default): a command of reconcile's own
         # package (the demo) then works from cron, systemd or another user's shell, where a
@@ -50,7 +54,7 @@ def render(
     }
     ctx = RenderContext(
         name=entry.name,
-        model=spec.model,
+        model=model,
         executable=spec.executable,
         host=spec.host,
         port=port,

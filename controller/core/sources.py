@@ -14,7 +14,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from controller.core.digest import sha256_hex
+from controller.core.pulls import hub_key, url_key
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # owner/name as the hub spells repo ids (no '..', no leading '/': a key, never a path)
@@ -82,11 +82,10 @@ class Source(_Model):
     def key(self) -> str:
         """The cache entry's name: hex and a prefix only, never a user's text."""
         if self.sha256 is not None:
-            return f"sha256-{self.sha256}"
+            return url_key(self.sha256)
         hub = self.hugging_face
         assert hub is not None
-        what = "\n".join([f"{hub.repo}@{hub.revision}", *sorted(hub.files)])
-        return "hf-" + sha256_hex(what.encode())[:40]
+        return hub_key(hub.repo, hub.revision, hub.files)
 
     def describe(self) -> str:
         """One line for messages and events: the URL, or repo@revision [files]."""

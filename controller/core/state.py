@@ -6,12 +6,14 @@ No I/O here: the planner imports these. The record store lives in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
 from controller.core import backendnames
+from controller.core.pulls import PullView
 
 # 2: the rendered facts (activation, idle_timeout, ready_deadline_seconds, models,
 # device_count) are fields, and the spec document is ``stored_spec``. Version 1 files are
@@ -31,11 +33,19 @@ class Phase(StrEnum):
     SUCCEEDED = "Succeeded"
     TERMINATING = "Terminating"
     IDLE = "Idle"  # an OnDemand deployment with no engine, waiting for a request
+    PULLING = "Pulling"  # its model files are being pulled into the cache, before placement
 
     @property
     def holds_resources(self) -> bool:
-        """Pending, Failed, Succeeded and Idle records hold no device and no port."""
-        return self not in (Phase.PENDING, Phase.FAILED, Phase.SUCCEEDED, Phase.IDLE)
+        """Pending, Failed, Succeeded, Idle and Pulling records hold no device and no port
+        (a 40 GB download must not keep a GPU idle)."""
+        return self not in (
+            Phase.PENDING,
+            Phase.FAILED,
+            Phase.SUCCEEDED,
+            Phase.IDLE,
+            Phase.PULLING,
+        )
 
 
 # Records and their parts are plain values: the store reads and writes their JSON
@@ -251,3 +261,4 @@ class Observed:
     # The node this pass runs on; records of other nodes are shown, never judged.
     node: str | None = None
     unreadable: frozenset[str] = frozenset()  # names whose record has an unknown version
+    pulls: Mapping[str, PullView] = field(default_factory=dict)  # model cache key -> its pull

@@ -27,6 +27,7 @@ from controller.core.actions import (
     Park,
     Preempt,
     Promote,
+    Pull,
     Reap,
     Reject,
     Release,
@@ -44,6 +45,7 @@ from controller.errors import SpawnError, Unplaceable
 from controller.logsetup import get_logger
 from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
+from controller.reconciler.pulling import Puller
 from controller.redact import redact_args
 from controller.store import logfiles
 from controller.store.events import Journal
@@ -71,6 +73,7 @@ class Executor:
     log_keep: int = logfiles.DEFAULT_KEEP
     memory: MemoryGate = field(default_factory=MemoryGate)  # NVML's word before a start
     drain: Drain = _no_drain
+    puller: Puller | None = None  # model pulls (spec.source); None: none are started
     _tally: Counter[tuple[str, str]] = field(default_factory=Counter)
     _tally_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -108,6 +111,8 @@ class Executor:
                 return self._release(action)
             case Reap():
                 return self._reap(action)
+            case Pull():
+                return self._pull(action)
             case Hold():
                 return self._hold(action)
             case Reject():
@@ -185,6 +190,8 @@ class Executor:
         )
         self.store.write(started)
         failpoints.hit("executor.spawn.after_record")
+        if self.puller is not None:
+            self.puller.used(entry, now)
         devices = ",".join(where.devices) or "none"
         place = f"devices {devices} port {where.port}"
         if self.backend.places_engines:
@@ -440,6 +447,28 @@ class Executor:
         pids = ",".join(str(p.ref.pid) for p in action.processes)
         self.event(action.name, action.verb, action.reason, f"killed {pids}")
         return True
+
+    def _pull(self, action: Pull) -> bool:
+        """Start the pull the plan asks for; record the deployment Pulling (holding nothing).
+
+        A new progress figure alone is written but changes nothing the planner acts on,
+        so it ends the pass's rounds (a pull never keeps a pass busy).
+        """
+        changed = False
+        if action.spawn and self.puller is not None:
+            pid = self.puller.start(action.entry, action.waiting)
+            self.event(action.name, action.verb, action.reason, f"started pid {pid}")
+            changed = True
+        current = self.store.read(action.name)
+        if not action.record or (current is not None and current.holds):
+            return changed  # a rolling update's pull: the serving record stays as it is
+        record = replace(self.maker.pending(action.entry, action.reason), phase=Phase.PULLING)
+        if current is not None and _same_pending(current, record):
+            return changed
+        self.store.write(record)
+        if current is None or current.phase is not Phase.PULLING:
+            return True
+        return changed or current.spec_hash != record.spec_hash
 
     def _hold(self, action: Hold) -> bool:
         current = self.store.read(action.name)

@@ -7,6 +7,7 @@ run, whose probe, deadline and grace the record keeps) lives here.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -35,6 +36,8 @@ class RecordMaker:
     me: ProcessRef  # the reservations' maker: this process
     revision: str | None = None  # the manifests' git commit, when they are in a work tree
     backend: str = "local"  # the backend that judges the records made here
+    # `{model}` of a spec with a source: its pulled files (None: no model cache here)
+    model_path: Callable[[Entry], str | None] = lambda _entry: None
 
     def now(self) -> datetime:
         return datetime.now(UTC)
@@ -128,6 +131,7 @@ class RecordMaker:
             port=port,
             extra_ports=extra_ports,
             runtime_dir=str(runtime_dir),
+            model_path=self.model_path(entry),
         )
 
     def rejected(self, name: str, reason: str) -> Record:

@@ -8,6 +8,7 @@ for reading and writing records (invariant 7), never across a spawn or a wait.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
@@ -32,6 +33,7 @@ from controller.reconciler.executor import Executor
 from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
+from controller.reconciler.pulling import Puller
 from controller.store import activation, gitrev, logfiles
 from controller.store.events import Journal
 from controller.store.lock import FileLock
@@ -112,6 +114,7 @@ class Preview:
         self.store = store if store is not None else RecordStore(config.state_dir)
         self.backend = backend
         self.inventory = inventory
+        self.puller = Puller.of(config.state_dir)  # the model cache, for spec.source
 
     def desired(self, loaded: LoadResult) -> Desired:
         return Desired(
@@ -136,6 +139,7 @@ class Preview:
             probe=probe,
             node=self.config.node,
         )
+        observed = dataclasses.replace(observed, pulls=self.puller.observe())
         return observed, snapshot.problems
 
     def plan(self, desired: Desired, observed: Observed) -> list[AnyAction]:
@@ -173,6 +177,7 @@ class Reconciler(Preview):
             node=config.node,
             me=identity_of_self(),
             backend=backend.name,
+            model_path=self.puller.model_path,
         )
         self.executor = Executor(
             store=self.store,
@@ -182,6 +187,7 @@ class Reconciler(Preview):
             log_max_bytes=config.log_max_bytes,
             log_keep=config.log_keep,
             memory=MemoryGate(read=gpu_memory),
+            puller=self.puller,
         )
         # Called after every pass with its result and how long it held the pass lock.
         self.after_pass = list(after_pass)
@@ -294,7 +300,8 @@ class Reconciler(Preview):
             ledger = ledger_for(fresh.records.values(), observed)
             for start in ordered:
                 current = fresh.records.get(start.name)
-                if current is not None and current.phase not in (Phase.PENDING, Phase.IDLE):
+                waits = (Phase.PENDING, Phase.IDLE, Phase.PULLING)
+                if current is not None and current.phase not in waits:
                     continue  # another pass placed it meanwhile
                 taken, refused = self._lease(start, ledger)
                 record = taken.record if isinstance(taken, Lease) else taken

@@ -13,4 +13,5 @@ later one:
 ``placing``    the starts, highest priority first, each a Start, a swap, a preemption
                or a Hold
 ``records``    judge every name: new, ours, another set's, reservations, orphans
+``pulling``    model files first: a start whose source is not cached becomes a Pull
 """

@@ -1,0 +1,97 @@
+"""Model files before placement: a start whose source is not in the cache pulls first.
+
+Runs between judging and placing: each :class:`Want` (and :class:`Roll`) whose spec has a
+``source`` not yet cached becomes a :class:`Pull` (phase Pulling: no device, no port),
+or a :class:`Hold` (Pending) when the last pull found too little disk. A failed pull
+waits out the usual back-off (``backoff(attempts)``: 10 s, 20 s ... 300 s); a dead one
+(its process gone, no result) is resumed at once, as a first restart is.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from controller.core.actions import Hold, Pull
+from controller.core.planner.context import Context, Judged, Roll, Want
+from controller.core.planner.lifecycle import backoff
+from controller.core.pulls import PullView, progress_text, size_text
+from controller.core.specs import Entry, next_name
+
+
+def gate(ctx: Context, judged: list[Judged]) -> list[Judged]:
+    """``judged`` with every start that needs a pull turned into one."""
+    waiting = _waiting(judged)
+    spawned: set[str] = set()  # one pull process per key and plan
+    out: list[Judged] = []
+    for item in judged:
+        source = item.entry.deployment.spec.source if isinstance(item, Want | Roll) else None
+        view = ctx.observed.pulls.get(source.key) if source is not None else None
+        if source is None or (view is not None and view.cached):
+            out.append(item)
+            continue
+        assert isinstance(item, Want | Roll)
+        out.append(_pull(ctx, item, view or PullView(key=source.key), spawned, waiting))
+    return out
+
+
+def _pull(
+    ctx: Context,
+    item: Want | Roll,
+    view: PullView,
+    spawned: set[str],
+    waiting: dict[str, tuple[str, ...]],
+) -> Pull | Hold:
+    entry = item.entry
+    name = entry.name if isinstance(item, Want) else next_name(entry.name)
+    failure = view.failure
+    due = failure is None or ctx.now >= failure.at + timedelta(seconds=backoff(failure.attempts))
+    if failure is not None and not due and not view.running:
+        retry_at = failure.at + timedelta(seconds=backoff(failure.attempts))
+        why = f"pull failed: {failure.message}; retry at {retry_at:%H:%M:%S}"
+        if failure.kind == "disk" and isinstance(item, Want):
+            return Hold(name=name, reason=why, entry=entry)  # Pending: it needs the user
+        return _action(item, name, why, view.key, spawn=False)
+    spawn = not view.running and view.key not in spawned
+    if spawn:
+        spawned.add(view.key)
+    return _action(item, name, _reason(entry, view), view.key, spawn=spawn, waiting=waiting)
+
+
+def _action(
+    item: Want | Roll,
+    name: str,
+    reason: str,
+    key: str,
+    *,
+    spawn: bool,
+    waiting: dict[str, tuple[str, ...]] | None = None,
+) -> Pull:
+    return Pull(
+        name=name,
+        reason=reason,
+        entry=item.entry,
+        key=key,
+        spawn=spawn,
+        record=isinstance(item, Want),
+        waiting=(waiting or {}).get(key, (item.entry.name,)),
+    )
+
+
+def _reason(entry: Entry, view: PullView) -> str:
+    source = entry.deployment.spec.source
+    assert source is not None
+    if view.running:
+        return f"{progress_text(view.progress)} ({source.describe()})"
+    progress = view.progress
+    if progress is not None and progress.bytes_done:
+        return f"resuming the pull of {source.describe()} from {size_text(progress.bytes_done)}"
+    return f"pulling {source.describe()}"
+
+
+def _waiting(judged: list[Judged]) -> dict[str, tuple[str, ...]]:
+    """Cache key -> every deployment this plan starts from it (their journals hear of it)."""
+    out: dict[str, list[str]] = {}
+    for item in judged:
+        if isinstance(item, Want | Roll) and (source := item.entry.deployment.spec.source):
+            out.setdefault(source.key, []).append(item.entry.name)
+    return {key: tuple(sorted(names)) for key, names in out.items()}

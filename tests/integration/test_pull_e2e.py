@@ -1,0 +1,120 @@
+"""spec.source end to end, through the real CLI: Pulling before placement, one download
+for two deployments, ``{model}`` naming the cached file, a bad digest that never reaches
+an engine, a pull that holds no device, and a pull killed with SIGKILL resumed by the
+next pass."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from modelservers import FileServer, serving
+from procs import kill_marked
+
+from controller.pull import launch
+from controller.store.modelcache import CacheEntry
+
+MB = 1 << 20
+DATA = os.urandom(2 * MB + 777)
+DIGEST = hashlib.sha256(DATA).hexdigest()
+KEY = f"sha256-{DIGEST}"
+
+
+@pytest.fixture
+def cache(reconcile: Any) -> Iterator[Path]:
+    """The state dir's model cache; a pull process left at the end fails the test."""
+    root = reconcile.state / "models"
+    yield root
+    left = kill_marked(str(root), marker=launch.MARKER)
+    assert not left, f"pull processes left running: {left}"
+
+
+def model_command(reconcile: Any) -> list[str]:
+    """The demo engine told ``--model {model}``: its argv shows what {model} named."""
+    argv: list[str] = reconcile.demo_command()
+    return [*argv[:-1], "{model}"]
+
+
+def write(reconcile: Any, name: str, server: FileServer, digest: str = DIGEST, **spec: Any) -> None:
+    source = {"url": server.url("tiny.gguf"), "sha256": digest}
+    reconcile.write(name, command=model_command(reconcile), source=source, **spec)
+
+
+def test_two_deployments_pull_once_and_model_names_the_cached_file(
+    reconcile: Any, cache: Path
+) -> None:
+    with serving({"tiny.gguf": DATA}, hold=MB) as server:
+        write(reconcile, "a", server)
+        write(reconcile, "b", server)
+        reconcile.once()  # Pulling is progress: exit 0, and no engine yet
+        status = reconcile.status()
+        assert {s["phase"] for s in status.values()} == {"Pulling"}
+        assert all(s["devices"] == [] and s["port"] is None for s in status.values())
+        assert list(launch.running(cache)) == [KEY]  # one pull for both
+        server.release()
+        entry = CacheEntry.of(cache, KEY)
+        reconcile.wait_for(lambda: entry.model_path() is not None, what="the pull")
+        reconcile.converge()
+        assert server.requests == 1
+    path = str(cache / KEY / "tiny.gguf")
+    for name in ("a", "b"):
+        (pid,) = reconcile.pids(name)
+        assert reconcile.cmdline(pid).endswith(f"--model {path}")
+    done = [e for e in reconcile.events("a") if e["action"] == "pull" and e["outcome"] == "done"]
+    assert done and done[0]["sha256"] == DIGEST
+    assert set(entry.used()) == {"a", "b"}
+    reconcile.down()
+
+
+def test_a_wrong_sha256_never_reaches_the_engine(reconcile: Any, cache: Path) -> None:
+    with serving({"tiny.gguf": DATA}) as server:
+        write(reconcile, "web", server, digest="0" * 64)
+        reconcile.once()
+        entry = CacheEntry.of(cache, f"sha256-{'0' * 64}")
+        reconcile.wait_for(lambda: entry.result(), what="the pull's result")
+        reconcile.once()
+    record = reconcile.status()["web"]
+    assert record["phase"] == "Pulling" and not reconcile.pids("web")
+    assert "pull failed" in record["message"] and DIGEST in record["message"]
+    assert not list((cache / entry.key).glob("tiny.gguf*"))
+    failed = [e for e in reconcile.events("web") if e.get("outcome") == "failed"]
+    assert failed and "0" * 64 in failed[0]["error"]
+    reconcile.down()
+
+
+def test_a_pull_holds_no_device(reconcile: Any, cache: Path) -> None:
+    reconcile.devices = "nvidia:0,nvidia:1,nvidia:2,nvidia:3"
+    with serving({"tiny.gguf": DATA}, hold=MB) as server:
+        write(reconcile, "big", server, devices={"count": 4})
+        reconcile.write("small", devices={"count": 1})
+        reconcile.once()
+        status = reconcile.status()
+        assert status["big"]["phase"] == "Pulling" and status["big"]["devices"] == []
+        assert len(status["small"]["devices"]) == 1
+        server.release()
+        reconcile.wait_for(lambda: CacheEntry.of(cache, KEY).model_path(), what="the pull")
+        reconcile.once(check=1)  # now big waits for the device small holds: Pending
+        assert "nvidia" in reconcile.status()["big"]["message"]
+    reconcile.down()
+
+
+def test_a_pull_killed_mid_way_is_resumed_by_the_next_pass(reconcile: Any, cache: Path) -> None:
+    with serving({"tiny.gguf": DATA}, hold=MB) as server:
+        write(reconcile, "web", server)
+        reconcile.once()
+        pid = reconcile.wait_for(lambda: launch.running(cache).get(KEY), what="the pull")
+        reconcile.wait_for(lambda: server.sent >= MB, what="a first MB")
+        os.kill(pid, signal.SIGKILL)
+        reconcile.wait_gone(pid)
+        server.release()
+        reconcile.once()  # finds no pull and no result: resumes it
+        reconcile.wait_for(lambda: CacheEntry.of(cache, KEY).model_path(), what="the resume")
+        assert server.ranges and server.ranges[0].startswith("bytes=")
+        reconcile.converge()
+    assert reconcile.status()["web"]["phase"] == "Ready"
+    reconcile.down()
