@@ -31,6 +31,11 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
         "reconcile logs web --previous                    # the run before the last restart",
         "reconcile --manifests DIR logs web               # -f after `logs` is --follow",
     ),
+    "events": (
+        "reconcile events                                 # every deployment's, newest last",
+        "reconcile events web -w                          # follow one deployment's",
+        "reconcile events -o json | jq .outcome           # JSON lines",
+    ),
     "validate": ("reconcile validate -f manifests/              # in CI, before a merge",),
     "schema": ("reconcile schema > deployment.schema.json       # for editors",),
     "devices": (
@@ -75,6 +80,7 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
     "describe": ("0   shown", "1   no such deployment (or none matches -l)"),
     "logs": ("0   printed (or followed to the end)", "1   no log: never started?"),
     "validate": ("0   every manifest is valid", "1   one or more invalid"),
+    "events": ("0   printed (or followed until interrupted)", "1   no such deployment here"),
     "down": ("0   stopped", "1   some of this set runs on another node: run down there"),
     "gateway": ("0   done", "1   no gateway runs (status, restart) or it did not start"),
     "export": ("0   every deployment converted", "1   an invalid manifest or a field with no form"),

@@ -25,7 +25,7 @@ class Parser(argparse.ArgumentParser):
 
 
 # `-o` means something for these verbs only (`--dry-run` is `plan`); elsewhere a usage error.
-OUTPUT_VERBS = ("status", "get", "devices", "plan", "export")
+OUTPUT_VERBS = ("status", "get", "devices", "plan", "export", "events")
 
 
 def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")) -> Parser:
@@ -181,6 +181,9 @@ def build_parser() -> Parser:
     )
     p.add_argument("--tail", type=int, default=None, metavar="N", help="the last N lines")
     p.add_argument("-p", "--previous", action="store_true", help="the run before the last restart")
+    p = verb("events", "the event journal, newest last")
+    p.add_argument("name", nargs="?", help="one deployment's events (default: all)")
+    p.add_argument("-w", "--watch", action="store_true", help="keep printing new events")
     verb("validate", "check manifests (exit 1 if any invalid)")
     verb("schema", "the JSON Schema of a manifest")
     verb("devices", "the inventory and who holds what")

@@ -19,6 +19,12 @@ def _run(args: argparse.Namespace) -> int:
     return cmd_run(args)
 
 
+def _events(args: argparse.Namespace) -> int:
+    from controller.cli.eventsverb import cmd_events
+
+    return cmd_events(args)
+
+
 def _validate(args: argparse.Namespace) -> int:
     from controller.cli.commands import cmd_validate
 
@@ -100,6 +106,7 @@ def _completion(args: argparse.Namespace) -> int:
 # "run" is no verb: the control loop, or --once; "get" is kubectl's name for status.
 VERBS: Mapping[str, Handler] = {
     "run": _run,
+    "events": _events,
     "validate": _validate,
     "down": _down,
     "plan": _plan,

@@ -156,3 +156,32 @@ def test_wait_ends_on_a_crash_loop_with_its_last_exit(reconcile: Any) -> None:
     assert "crashy keeps failing" in result.err and "7" in result.err, result.err
     assert "timed out" not in result.err
     rc.down()
+
+
+def test_events_lists_every_journal_and_follows(reconcile: Any) -> None:
+    """kubectl's `get events` (and `-w`): newest last, every deployment, JSON lines too."""
+    import json
+    import subprocess
+
+    rc = reconcile
+    rc.write("alpha")
+    rc.write("beta")
+    rc.converge()
+    text = rc("events", check=0).out
+    lines = text.splitlines()
+    assert lines[0].split() == ["AGE", "DEPLOYMENT", "ACTION", "OUTCOME", "REASON"]
+    assert any(" alpha " in f" {line} " for line in lines[1:])
+    assert any(" beta " in f" {line} " for line in lines[1:])
+    only = rc("events", "alpha", "-o", "json", check=0).out.splitlines()
+    assert only and all(json.loads(line)["deployment"] == "alpha" for line in only)
+    assert "no events for 'nope'" in rc("events", "nope", check=1).err
+    with subprocess.Popen(rc.argv("events", "-w", "-o", "json"), stdout=subprocess.PIPE) as w:
+        assert w.stdout is not None
+        before = [w.stdout.readline() for _ in only]  # what exists is printed first
+        rc.write("gamma")
+        rc.once()
+        fresh = json.loads(next(line for line in w.stdout if b'"gamma"' in line))
+        w.terminate()
+        w.stdout.close()
+    assert before and fresh["deployment"] == "gamma"
+    rc.down()

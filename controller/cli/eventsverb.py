@@ -1,0 +1,104 @@
+"""`reconcile events [NAME] [-w]`: the event journal, newest last (kubectl get events).
+
+Every deployment's journal (``<state>/events/<name>.jsonl``) merged by time; ``-w``
+follows them, printing each event once as it is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from controller.cli.common import config, output_format
+from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.views import age, table
+from controller.store.events import Journal
+from controller.store.records import check_name
+
+FOLLOW_PERIOD = 0.5  # seconds between looks at the journals while following
+Event = dict[str, Any]
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    fmt = output_format(args, "text", ("text", "json"))
+    if fmt is None:
+        return EXIT_USAGE
+    journal = Journal(config(args).state_dir)
+    if args.name is not None and not journal.path(args.name).exists():
+        print(f"reconcile: no events for {args.name!r} (no such deployment here)", file=sys.stderr)
+        return EXIT_FAIL
+    seen: set[str] = set()
+    _show(_new(_gather(journal, args.name), seen), fmt, header=True)
+    while args.watch:
+        time.sleep(FOLLOW_PERIOD)
+        _show(_new(_gather(journal, args.name), seen), fmt, header=False)
+    return EXIT_OK
+
+
+def _gather(journal: Journal, name: str | None) -> list[Event]:
+    names = [name] if name is not None else _journals(journal.folder)
+    out = [{"deployment": n, **e} for n in names for e in journal.read(n)]
+    return sorted(out, key=lambda e: str(e.get("time", "")))
+
+
+def _journals(folder: Path) -> list[str]:
+    try:
+        files = sorted(folder.glob("*.jsonl"))
+    except OSError:
+        return []
+    out = []
+    for path in files:
+        try:
+            out.append(check_name(path.stem))
+        except ValueError:
+            continue  # not a journal this tool wrote: never read by a name it did not give
+    return out
+
+
+def _new(events: Iterable[Event], seen: set[str]) -> list[Event]:
+    """Events not printed yet (a journal is rewritten when trimmed: keyed by content)."""
+    fresh = []
+    for event in events:
+        key = json.dumps(event, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            fresh.append(event)
+    return fresh
+
+
+def _show(events: list[Event], fmt: str, *, header: bool) -> None:
+    if fmt == "json":
+        for event in events:  # JSON lines: one event each, as `-w` prints them
+            print(json.dumps(event, default=str), flush=True)
+        return
+    if not events and not header:
+        return
+    if not events:
+        print("No events.")
+        return
+    now = datetime.now(UTC)
+    rows = [[_age(e, now), str(e["deployment"]), *_fields(e)] for e in events]
+    if header:
+        rows.insert(0, ["AGE", "DEPLOYMENT", "ACTION", "OUTCOME", "REASON"])
+    print(table(rows), flush=True)
+
+
+def _fields(event: Event) -> list[str]:
+    action = str(event.get("action", "?"))
+    instance = event.get("instance")
+    if instance and instance != event["deployment"]:
+        action += f" ({instance})"
+    return [action, str(event.get("outcome", "")), str(event.get("reason", ""))]
+
+
+def _age(event: Event, now: datetime) -> str:
+    try:
+        return age(datetime.fromisoformat(str(event.get("time"))), now)
+    except ValueError:
+        return "?"
