@@ -1,0 +1,241 @@
+"""The gateway process outlives the daemon (issue 22): real daemons, gateway processes,
+engines and sockets.
+
+- the daemon SIGKILLed and restarted 5 times under 8 client loops (half streaming):
+  no failed request, no cut stream, the same gateway process adopted each time, and
+  nothing left running once ``down --gateway`` ran;
+- an OnDemand request that arrives with no daemon waits for the next one;
+- a second gateway process takes the port over under load (``reconcile gateway
+  restart``): no failed request; the daemon follows the successor (SIGHUP's key reload
+  reaches it, its crash is restarted);
+- a gateway crash (SIGKILL) is restarted by the daemon at once; ``reconcile gateway
+  stop`` is no crash (left stopped until SIGHUP); SIGTERM of the daemon leaves it serving.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from procs import GATEWAY_MARKER, marked_pids
+
+WAIT = 40.0
+KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"  # no hex, no word (see test_keys.py)
+OTHER = "sk-Vb8NcXeRwTqPoIuYtLk2"
+
+
+@dataclass
+class Loop:
+    """A client sending requests back to back (a new connection each, as curl does);
+    ``stream``: each answer must end with ``data: [DONE]``, else it was cut."""
+
+    port: int
+    model: str
+    stream: bool
+    headers: dict[str, str] = field(default_factory=dict)
+    ok: int = 0
+    failed: list[str] = field(default_factory=list)
+    cut: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def once(self) -> None:
+        body = {"model": self.model, "messages": [{"role": "user", "content": "hi"}]}
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT)
+        try:
+            conn.request(
+                "POST",
+                "/v1/chat/completions",
+                json.dumps({**body, "stream": self.stream}),
+                self.headers,
+            )
+            resp = conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as exc:  # reset, refused, cut short
+            self.failed.append(repr(exc))
+            return
+        finally:
+            conn.close()
+        if resp.status != 200:
+            self.failed.append(f"{resp.status} {data[:200]!r}")
+        elif self.stream and b"data: [DONE]" not in data:
+            self.cut.append(repr(data[-200:]))
+        else:
+            self.ok += 1
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.once()
+
+
+class Load:
+    """``n`` loops at once, half of them streaming."""
+
+    def __init__(self, port: int, model: str, n: int, headers: dict[str, str] | None = None):
+        self.loops = [Loop(port, model, i % 2 == 0, dict(headers or {})) for i in range(n)]
+        self.threads = [threading.Thread(target=lp.run, daemon=True) for lp in self.loops]
+
+    @property
+    def ok(self) -> int:
+        return sum(lp.ok for lp in self.loops)
+
+    def more(self, rc: Any, n: int, what: str) -> None:
+        """Wait until ``n`` more requests succeeded (the gateway serves meanwhile)."""
+        target = self.ok + n
+        rc.wait_for(lambda: self.ok >= target, timeout=WAIT, what=what)
+
+    def __enter__(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for lp in self.loops:
+            lp.stop.set()
+        for t in self.threads:
+            t.join(timeout=WAIT)
+
+    def check(self) -> None:
+        failed = [f for lp in self.loops for f in lp.failed]
+        cut = [c for lp in self.loops for c in lp.cut]
+        assert (failed, cut) == ([], []), (
+            f"{len(failed)} failed, {len(cut)} cut: {failed[:5]} {cut[:3]}"
+        )
+        assert self.ok > 0
+
+
+def gateway_pids(rc: Any) -> set[int]:
+    return marked_pids(f"{rc.node}/", GATEWAY_MARKER)
+
+
+def streaming(rc: Any, name: str, **spec: Any) -> None:
+    """A demo deployment whose streams last a while (5 chunks, 20 ms apart): killing
+    anything mid-stream would cut some."""
+    rc.write(name, command=rc.demo_command(chunks="5", chunk_delay="0.02"), **spec)
+
+
+def said(g: Any, event: str) -> int:
+    return sum(f'"event": "{event}' in line for line in g.text().splitlines())
+
+
+def test_daemon_sigkilled_and_restarted_five_times_under_load(reconcile: Any, gateway: Any) -> None:
+    streaming(reconcile, "alpha")
+    g = gateway()
+    g.wait_phase("alpha", "Ready")
+    serving = g.serving()
+    with Load(g.port, "alpha", 8) as load:
+        load.more(reconcile, 16, "answers with the first daemon")
+        for round_ in range(5):
+            assert g.stop(signal.SIGKILL) == -signal.SIGKILL
+            # No daemon at all now: the gateway serves Ready engines on.
+            load.more(reconcile, 16, f"answers with no daemon (round {round_})")
+            g = gateway(port=g.port)
+            adopted = lambda d=g: said(d, "gateway adopted")  # noqa: E731
+            reconcile.wait_for(adopted, timeout=WAIT, what="adopted")
+            load.more(reconcile, 16, f"answers after restart {round_}")
+    load.check()
+    # Adopted every time: the very process the first daemon started.
+    assert g.serving().ref == serving.ref
+    assert said(g, "gateway started") == 0
+    g.finish()
+    assert reconcile.pids() == set() and gateway_pids(reconcile) == set()
+
+
+def test_ondemand_request_waits_for_the_next_daemon(reconcile: Any, gateway: Any) -> None:
+    reconcile.write("lazy", activation="OnDemand", idleTimeout="10m")
+    g = gateway()
+    g.wait_phase("lazy", "Idle")
+    g.stop(signal.SIGKILL)
+    answers: list[Any] = []
+    asking = threading.Thread(target=lambda: answers.append(g.post("lazy")), daemon=True)
+    asking.start()
+    # The gateway wrote the demand; nobody passes until a daemon comes back.
+    activation = Path(reconcile.state, "activation", "lazy.json")
+    reconcile.wait_for(activation.exists, timeout=WAIT, what="the activation")
+    assert answers == [] and reconcile.status("lazy")["lazy"]["phase"] == "Idle"
+    g = gateway(port=g.port)
+    asking.join(timeout=WAIT)
+    assert answers and answers[0].status == 200, answers
+    g.finish()
+
+
+def _keyfile(reconcile: Any, *keys: str) -> Path:
+    path: Path = reconcile.tmp / "keys.txt"
+    path.write_text("\n".join(keys) + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def test_a_second_gateway_takes_the_port_over_under_load(reconcile: Any, gateway: Any) -> None:
+    streaming(reconcile, "alpha")
+    keys = _keyfile(reconcile, KEY)
+    g = gateway("--api-keys", str(keys))
+    g.wait_phase("alpha", "Ready")
+    old = g.serving()
+    with Load(g.port, "alpha", 6, {"x-api-key": KEY}) as load:
+        load.more(reconcile, 16, "answers from the first gateway")
+        took = reconcile("gateway", "restart", check=0)
+        assert f"took it over from pid {old.ref.pid}" in took.out, took
+        new = g.serving()
+        assert new.ref != old.ref
+        # The old one finishes what it holds and exits (it handed its socket over).
+        reconcile.wait_for(lambda: not old.alive(), timeout=WAIT, what="the old gateway gone")
+        load.more(reconcile, 16, "answers from the new gateway alone")
+    load.check()
+    reconcile.wait_for(lambda: said(g, "gateway handed over"), timeout=WAIT, what="followed")
+    log = (reconcile.state / "gateway" / "gateway.log").read_text()
+    assert '"handed_over": true' in log, log[-2000:]
+    # The daemon follows the successor: SIGHUP reaches it (keys re-read)...
+    _keyfile(reconcile, OTHER)
+    g.proc.send_signal(signal.SIGHUP)
+    reconcile.wait_for(
+        lambda: g.post("alpha", {"x-api-key": OTHER}).status == 200, what="the new key"
+    )
+    assert g.post("alpha", {"x-api-key": KEY}).status == 401
+    # ... and its crash is restarted.
+    os.kill(new.ref.pid, signal.SIGKILL)
+    reconcile.wait_for(
+        lambda: (i := g.serving_or_none()) is not None and i.ref != new.ref,
+        timeout=WAIT,
+        what="a restarted gateway",
+    )
+    assert g.post("alpha", {"x-api-key": OTHER}).status == 200
+    g.finish()
+    assert gateway_pids(reconcile) == set()
+
+
+def test_gateway_crash_restarted_stop_is_no_crash_sigterm_leaves_it(
+    reconcile: Any, gateway: Any
+) -> None:
+    reconcile.write("alpha")
+    g = gateway()
+    g.wait_phase("alpha", "Ready")
+    first = g.serving()
+    os.kill(first.ref.pid, signal.SIGKILL)
+    reconcile.wait_for(
+        lambda: (i := g.serving_or_none()) is not None and i.ref != first.ref,
+        timeout=WAIT,
+        what="the gateway restarted",
+    )
+    assert said(g, "gateway exited unexpectedly") == 1
+    assert g.post("alpha").status == 200
+    # A deliberate stop is no crash: it stays stopped...
+    stopped = reconcile("gateway", "stop", check=0)
+    assert "stopped gateway pid" in stopped.out, stopped
+    reconcile.wait_for(lambda: said(g, "gateway stopped (not a crash)"), timeout=WAIT, what="seen")
+    assert g.serving_or_none() is None and gateway_pids(reconcile) == set()
+    # ... until SIGHUP asks for it again.
+    g.proc.send_signal(signal.SIGHUP)
+    reconcile.wait_for(g.serving_or_none, timeout=WAIT, what="the gateway started on SIGHUP")
+    assert g.post("alpha").status == 200
+    # SIGTERM of the daemon stops the daemon alone: the gateway serves on.
+    assert g.stop() == 0
+    assert g.post("alpha").status == 200
+    assert reconcile("gateway", check=0).code == 0
+    reconcile.down("--gateway")
+    assert gateway_pids(reconcile) == set()
