@@ -177,7 +177,7 @@ def test_an_unknown_version_is_never_reset(cluster: Cluster) -> None:
     assert run.code == 1 and "version 99" in run.err and "Traceback" not in run.err, str(run)
     assert path.read_bytes() == before
     assert alive(rec["ref"]["pid"]), "the engine of an unknown-version record was killed"
-    edit(cluster, "a0", version=1)  # the reconcile that wrote it is back: it takes over again
+    edit(cluster, "a0", version=rec["version"])  # its writer is back: it takes over
     assert cluster.once().code == 0
     assert violations(cluster) == [], describe(cluster)
     assert alive(rec["ref"]["pid"])
