@@ -82,7 +82,9 @@ class PassResult:
         out += [
             f"{r.name} is crash-looping ({r.message or 'BackOff'})"
             for r in self.ours()
-            if r.phase is Phase.BACKOFF and r.restarts > 0
+            # a restart that never came up (a run that was Ready and then died is a crash
+            # the restart may well cure: not yet a loop)
+            if r.phase is Phase.BACKOFF and r.restarts > 0 and r.ready_at is None
         ]
         return out
 
