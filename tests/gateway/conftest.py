@@ -99,9 +99,12 @@ class Gateway:
 
     def serving(self) -> registry.GatewayInfo:
         """The gateway process that holds the port now."""
-        info = registry.current_live(self.rc.state)
+        info = self.serving_or_none()
         assert info is not None, f"no live gateway:\n{self.text()[-3000:]}"
         return info
+
+    def serving_or_none(self) -> registry.GatewayInfo | None:
+        return registry.current_live(self.rc.state)
 
 
 class Gateways:
