@@ -56,7 +56,10 @@ P = ParamSpec("P")
 
 
 class FrontDoor(Protocol):
-    """What the daemon needs of the gateway (injected by the CLI; never imported here)."""
+    """What the daemon needs of the gateway (injected by the CLI; never imported here).
+
+    The gateway itself is a process that outlives the daemon: ``start`` adopts or starts
+    it (and watches it: a crash is restarted at once), ``stop`` leaves it serving."""
 
     def start(self, request_pass: Callable[[], None]) -> None: ...
     def after_pass(self, result: PassResult, seconds: float) -> None: ...

@@ -57,7 +57,12 @@ DRAIN_SLACK = 2.0  # seconds past the grace period for the gateways' answers (a 
 DRAIN_POLL = 0.01
 QUICK_DEATH = 10.0  # a gateway that dies this soon after its start backs off before the next
 BACKOFF_MAX = 30.0
-ENGINE_MARKER = "RECONCILE_INSTANCE"  # an engine's marker never goes to the gateway
+# Never passed to the gateway: an engine's marker (a sweep would take it for an engine) and
+# the service's notify and watchdog variables (it is not the unit's main process).
+NOT_INHERITED = frozenset(
+    {"RECONCILE_INSTANCE", "NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC", "LISTEN_PID",
+     "LISTEN_FDS", "LISTEN_FDNAMES"}
+)  # fmt: skip
 
 
 class Keeper:
@@ -286,7 +291,7 @@ def start_process(
     is gone when the verb exits)."""
     nonce = os.urandom(8).hex()
     ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
-    env = {k: v for k, v in os.environ.items() if k != ENGINE_MARKER}
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     env[registry.MARKER] = f"{settings.node}/{nonce}"
     env[registry.READY_FD] = str(ready_w)
     data = json.dumps(settings_to_json(settings))
