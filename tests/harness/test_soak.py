@@ -19,7 +19,7 @@ from collections import Counter
 import pytest
 
 from .churn import pool, random_churn
-from .cluster import Cluster
+from .cluster import Cluster, Run
 from .invariants import describe, violations
 
 TRIALS = 50
@@ -47,6 +47,14 @@ def _daemon_trial(cluster: Cluster, rng: random.Random) -> bool:
     return _kill_at_random(cluster, proc, rng.uniform(0.0, 0.8))
 
 
+def _recovered(run: Run) -> bool:
+    """Exit 0, or 1 for nothing but a deployment the churn crashed right after its restart
+    (BackOff: `--once` says "crash-looping" so cron mails; the invariants still hold)."""
+    errors = [line for line in run.err.splitlines() if line.startswith("error:")]
+    looping = bool(errors) and all("is crash-looping" in line for line in errors)
+    return run.code == 0 or (run.code == 1 and looping)
+
+
 def soak(cluster: Cluster, trials: int, seed: int) -> Counter[str]:
     rng = random.Random(seed)
     took = [0.6]
@@ -62,7 +70,7 @@ def soak(cluster: Cluster, trials: int, seed: int) -> Counter[str]:
         recovery = cluster.once()
         took.append(recovery.seconds)
         context = f"trial {trial} (seed {seed}) after {done}"
-        assert recovery.code == 0, f"{context}\n{recovery}"
+        assert _recovered(recovery), f"{context}\n{recovery}"
         found = violations(cluster)
         assert found == [], f"{context}: {found}\n{describe(cluster)}"
         stats["trials"] += 1
