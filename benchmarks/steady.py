@@ -54,7 +54,7 @@ def bench(sizes: list[int], trials: int) -> tuple[list[Row], dict[int, list[Pair
         base_port = free_port_block(max(sizes) + 50, 20000)
         have = 0
         argv = [*reconcile_argv(), "--once", *ws.common()]
-        ref = [*reconcile_argv(), "--once", *empty.common()]
+        ref = [*reconcile_argv(), "--once", "--allow-empty", *empty.common()]  # empty is meant
         run(ref, env=empty.env())  # warm, and make its state dir
         for n in sizes:
             _grow(ws, have, n, base_port)
