@@ -53,7 +53,7 @@ def bench(sizes: list[int], trials: int) -> tuple[list[Row], dict[int, list[Pair
         ws.devices = empty.devices = "nvidia:0"
         base_port = free_port_block(max(sizes) + 50, 20000)
         have = 0
-        argv = [*reconcile_argv(), "--once", *ws.common()]
+        argv = [*reconcile_argv(), "--once", "--allow-empty", *ws.common()]  # N=0 is empty
         ref = [*reconcile_argv(), "--once", "--allow-empty", *empty.common()]  # empty is meant
         run(ref, env=empty.env())  # warm, and make its state dir
         for n in sizes:
