@@ -63,6 +63,11 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
         "reconcile export -o json --namespace ml          # one v1 List",
         "reconcile export --lossy                         # drop what Kubernetes cannot express",
     ),
+    "models": (
+        "reconcile models                                 # cached files, sizes, who uses them",
+        "reconcile models prune --dry-run                 # what no manifest names",
+        "reconcile models prune                           # remove it",
+    ),
     "completion": (
         "reconcile completion bash > /etc/bash_completion.d/reconcile",
         "reconcile completion zsh > ~/.zsh/reconcile.zsh   # source it after compinit",

@@ -214,6 +214,11 @@ def build_parser() -> Parser:
         help="drop fields Kubernetes cannot express (candidates, shareable...) with a warning",
     )
     p.add_argument("--namespace", metavar="NS", help="set metadata.namespace on every object")
+    p = verb("models", "the model cache: files, sizes, users; prune what no manifest names")
+    p.add_argument("action", nargs="?", default="list", choices=("list", "prune"))
+    p.add_argument(
+        "--dry-run", action="store_true", help="prune: say what would go, remove nothing"
+    )
     p = verb("completion", "a shell completion script (bash, zsh, fish)", [])
     p.add_argument("shell", choices=("bash", "zsh", "fish"))
     p.set_defaults(parser=parser)  # the script is generated from the whole parser

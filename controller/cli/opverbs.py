@@ -39,6 +39,7 @@ def _problems(problems: list[object]) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from controller.cli import pullview
     from controller.cli.views import drain_line, status_item, status_table
 
     fmt = output_format(args, "table", FORMATS)
@@ -51,8 +52,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"reconcile: no deployment named {args.name!r} in {cfg.state_dir}", file=sys.stderr)
         return EXIT_FAIL
     records = [r for r in records if selected(r.labels, args)]
+    records, pulls = pullview.live(records, cfg.state_dir)  # Pulling: progress now
     if fmt in ("json", "yaml"):
-        print(dump([status_item(r) for r in records], fmt))
+        print(
+            dump([{**status_item(r), **pullview.pull_field(r.name, pulls)} for r in records], fmt)
+        )
     elif fmt == "name":
         print("\n".join(r.name for r in records), end="\n" if records else "")
     else:

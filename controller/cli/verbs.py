@@ -97,6 +97,12 @@ def _gateway(args: argparse.Namespace) -> int:
     return cmd_gateway(args)
 
 
+def _models(args: argparse.Namespace) -> int:
+    from controller.cli.modelsverb import cmd_models
+
+    return cmd_models(args)
+
+
 def _completion(args: argparse.Namespace) -> int:
     from controller.cli.completion import cmd_completion
 
@@ -120,6 +126,7 @@ VERBS: Mapping[str, Handler] = {
     "uncordon": _uncordon,
     "export": _export,
     "gateway": _gateway,
+    "models": _models,
     "completion": _completion,
 }
 

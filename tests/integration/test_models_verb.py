@@ -1,0 +1,88 @@
+"""What a person sees of pulls: status's progress (text and JSON), ``reconcile models``
+and ``models prune``, which keeps what any manifest names and, with an empty or broken
+manifests folder, removes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from modelservers import serving
+from procs import kill_marked
+
+from controller.pull import launch
+from controller.store.modelcache import CacheEntry
+
+MB = 1 << 20
+KEPT, GONE = os.urandom(MB), os.urandom(MB // 2)
+
+
+def key(data: bytes) -> str:
+    return f"sha256-{hashlib.sha256(data).hexdigest()}"
+
+
+@pytest.fixture
+def cache(reconcile: Any) -> Iterator[Path]:
+    root = reconcile.state / "models"
+    yield root
+    left = kill_marked(str(root), marker=launch.MARKER)
+    assert not left, f"pull processes left running: {left}"
+
+
+def source(server: Any, name: str, data: bytes) -> dict[str, str]:
+    return {"url": server.url(name), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def test_status_shows_the_pull_as_it_goes(reconcile: Any, cache: Path) -> None:
+    with serving({"kept.gguf": KEPT}, hold=MB // 2) as server:
+        reconcile.write("web", source=source(server, "kept.gguf", KEPT))
+        reconcile.once()
+        entry = CacheEntry.of(cache, key(KEPT))
+        reconcile.wait_for(lambda: (p := entry.progress()) and p.bytes_total, what="progress")
+        (item,) = reconcile("status", "-o", "json", check=0).json()
+        assert item["phase"] == "Pulling" and item["devices"] == [] and item["port"] is None
+        assert item["pull"]["bytes_total"] == MB
+        assert set(item["pull"]) == {"bytes_done", "bytes_total", "rate"}
+        table = reconcile("status", check=0).out
+        assert "Pulling" in table and "/1.0 MB" in table
+        server.release()
+        reconcile.wait_for(lambda: entry.model_path(), what="the pull")
+    reconcile.down()
+
+
+def test_models_lists_and_prune_keeps_what_a_manifest_names(reconcile: Any, cache: Path) -> None:
+    with serving({"kept.gguf": KEPT, "gone.gguf": GONE}) as server:
+        reconcile.write("keep", source=source(server, "kept.gguf", KEPT))
+        reconcile.write("drop", source=source(server, "gone.gguf", GONE))
+        reconcile.converge()
+    listing = reconcile("models", check=0).out
+    assert "kept.gguf" in listing and "gone.gguf" in listing and "keep" in listing
+    reconcile.down()  # no record names either file now; the manifests still do
+    (reconcile.manifests / "drop.yaml").unlink()
+
+    dry = reconcile("models", "prune", "--dry-run", check=0).out
+    assert key(GONE) in dry and key(KEPT) not in dry
+    assert (cache / key(GONE)).exists()  # a dry run removes nothing
+
+    reconcile("models", "prune", check=0)
+    assert (cache / key(KEPT)).exists() and not (cache / key(GONE)).exists()
+
+
+@pytest.mark.parametrize("folder", ["empty", "broken"])
+def test_prune_removes_nothing_without_a_sound_manifest_folder(
+    reconcile: Any, cache: Path, folder: str
+) -> None:
+    with serving({"kept.gguf": KEPT}) as server:
+        reconcile.write("web", source=source(server, "kept.gguf", KEPT))
+        reconcile.converge()
+    reconcile.down()
+    (reconcile.manifests / "web.yaml").unlink()
+    if folder == "broken":
+        reconcile.write_text("bad.yaml", "apiVersion: reconcile/v1\nkind: [")
+    result = reconcile("models", "prune", check=1)
+    assert "nothing removed" in result.err
+    assert (cache / key(KEPT)).exists()
