@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from controller import __version__
 from controller.cli import flagtypes
@@ -23,6 +23,8 @@ class Parser(argparse.ArgumentParser):
         """One line, and where to look: the whole usage block buried the mistake."""
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
+
+VerbMaker = Callable[..., Parser]  # verb(name, help, parents=None) -> its parser
 
 # `-o` means something for these verbs only (`--dry-run` is `plan`); elsewhere a usage error.
 OUTPUT_VERBS = ("status", "get", "devices", "plan", "export", "events")
@@ -111,6 +113,38 @@ def build_parser() -> Parser:
         epilog=epilog("reconcile"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _run_flags(parser)
+    _gateway_flags(parser)
+    parser.set_defaults(selector=[])  # every verb's namespace has it: `-l` or not
+    # `[VERB]`: with none, reconcile runs the control loop (the usage said VERB was required)
+    sub = parser.add_subparsers(dest="verb", metavar="[VERB]", parser_class=Parser)
+    verb = _verb_maker(sub, _common(True))
+    _view_verbs(verb)
+    _node_verbs(verb)
+    _set_verbs(verb)
+    p = verb("completion", "a shell completion script (bash, zsh, fish)", [])
+    p.add_argument("shell", choices=("bash", "zsh", "fish"))
+    p.set_defaults(parser=parser)  # the script is generated from the whole parser
+    return parser
+
+
+def _verb_maker(sub: Any, common: Parser) -> VerbMaker:
+    def verb(name: str, help_text: str, parents: list[Parser] | None = None) -> Parser:
+        p: Parser = sub.add_parser(
+            name,
+            parents=[common] if parents is None else parents,
+            help=help_text,
+            description=help_text[0].upper() + help_text[1:] + ".",
+            epilog=epilog(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        return p
+
+    return verb
+
+
+def _run_flags(parser: Parser) -> None:
+    """The control loop's and --once's own flags (before any verb)."""
     parser.add_argument("--version", action="version", version=f"reconcile {__version__}")
     parser.add_argument("--once", action="store_true", help="run one pass and exit")
     parser.add_argument("--wait", action="store_true", help="with --once: pass until all Ready")
@@ -147,23 +181,10 @@ def build_parser() -> Parser:
         metavar="[HOST:]PORT",
         help="daemon: serve /metrics (default host 127.0.0.1)",
     )
-    _gateway_flags(parser)
-    parser.set_defaults(selector=[])  # every verb's namespace has it: `-l` or not
-    # `[VERB]`: with none, reconcile runs the control loop (the usage said VERB was required)
-    sub = parser.add_subparsers(dest="verb", metavar="[VERB]", parser_class=Parser)
-    common = _common(True)
 
-    def verb(name: str, help_text: str, parents: list[Parser] | None = None) -> Parser:
-        p: Parser = sub.add_parser(
-            name,
-            parents=[common] if parents is None else parents,
-            help=help_text,
-            description=help_text[0].upper() + help_text[1:] + ".",
-            epilog=epilog(name),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        return p
 
+def _view_verbs(verb: VerbMaker) -> None:
+    """Verbs that look: plan, status/get, describe, logs, events, validate, schema."""
     p = verb("plan", "show what a pass would do (exit 2: changes)")
     p.add_argument("--allow-empty", action="store_true")
     _selector(p)
@@ -186,6 +207,10 @@ def build_parser() -> Parser:
     p.add_argument("-w", "--watch", action="store_true", help="keep printing new events")
     verb("validate", "check manifests (exit 1 if any invalid)")
     verb("schema", "the JSON Schema of a manifest")
+
+
+def _node_verbs(verb: VerbMaker) -> None:
+    """Verbs about this node: devices, drain, uncordon."""
     verb("devices", "the inventory and who holds what")
     p = verb("drain", "start nothing new until uncordoned")
     p.add_argument(
@@ -197,6 +222,10 @@ def build_parser() -> Parser:
     p.add_argument("--reason", default="", help="why: shown in every denial and in status")
     p.add_argument("--evict", action="store_true", help="also stop running engines")
     verb("uncordon", "end a drain")
+
+
+def _set_verbs(verb: VerbMaker) -> None:
+    """Verbs that act on a manifest set or its state: down, gateway, export, models."""
     p = verb("down", "tear down everything this set owns")
     p.add_argument("--allow-empty", action="store_true")
     p.add_argument(
@@ -219,10 +248,6 @@ def build_parser() -> Parser:
     p.add_argument(
         "--dry-run", action="store_true", help="prune: say what would go, remove nothing"
     )
-    p = verb("completion", "a shell completion script (bash, zsh, fish)", [])
-    p.add_argument("shell", choices=("bash", "zsh", "fish"))
-    p.set_defaults(parser=parser)  # the script is generated from the whole parser
-    return parser
 
 
 def _gateway_flags(parser: Parser) -> None:
