@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from controller.core.inventory import KINDS, Device, Inventory
+from controller.core.names import base_name, next_name, replica_name
 from controller.core.plan import Desired
 from controller.core.render import deadline_of
 from controller.core.specs import Deployment, Entry, routable_names, spec_document, spec_hash
@@ -175,7 +176,7 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
 def records(draw: st.DrawFn, name: str, inv: Inventory) -> RecordView:
     """A view of a random record named ``name``, holding devices of ``inv`` (or others)."""
     owner = draw(owners)
-    e = entry(name, **draw(specs()))
+    e = entry(base_name(name), **draw(specs()))  # a replica's record states its deployment
     phase = draw(st.sampled_from(list(Phase)))
     keys = [d.key for d in inv.devices] + ["nvidia:9"]
     fields: dict[str, Any] = {}
@@ -228,6 +229,47 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         marked(900 + i, n, f"orphan-{i}") for i, n in enumerate(draw(st.lists(names, max_size=2)))
     )
     return Scenario(want, observed(*views, listening=listening, orphans=orphans), inv)
+
+
+# -- replicas ----------------------------------------------------------------------------
+
+
+@st.composite
+def replicated_specs(draw: st.DrawFn) -> dict[str, Any]:
+    """A spec body with ``replicas`` (0-3), sometimes rolling with maxSurge/maxUnavailable."""
+    body = draw(specs())
+    body.pop("port", None)  # an exact port holds one engine: replicas need basePort
+    body["replicas"] = draw(st.integers(0, 3))
+    if draw(st.booleans()):
+        body["strategy"] = "RollingUpdate"
+        surge, unavailable = draw(
+            st.sampled_from([(1, 0), (0, 1), (2, 0), ("50%", "50%"), (0, "34%")])
+        )
+        body["rollingUpdate"] = {"maxSurge": surge, "maxUnavailable": unavailable}
+    return body
+
+
+@st.composite
+def replica_records(draw: st.DrawFn, name: str) -> list[str]:
+    """Record names of deployment ``name``: some of its replicas (some beyond its count),
+    some with a rolling ``@next``."""
+    indexes = draw(st.lists(st.integers(0, 4), unique=True, max_size=4))
+    out = [replica_name(name, i) for i in indexes]
+    return out + [next_name(n) for n in out if draw(st.booleans())]
+
+
+@st.composite
+def replicated_scenarios(draw: st.DrawFn) -> Scenario:
+    """Replicated deployments, their replicas' records (random phases, holders, specs)."""
+    inv = draw(inventories())
+    declared = draw(st.lists(st.sampled_from(["r0", "r1", "r2"]), unique=True, max_size=3))
+    entries = [entry(n, **draw(replicated_specs())) for n in declared]
+    named = [r for n in ["r0", "r1", "r2"] for r in draw(replica_records(n))]
+    views = [draw(records(n, inv)) for n in named]
+    listening = frozenset(draw(st.lists(ports, max_size=2)))
+    counts = {n: draw(st.integers(0, 3)) for n in declared if draw(st.booleans())}
+    want = desired(*entries, prune=draw(st.booleans()), replicas=counts)
+    return Scenario(want, observed(*views, listening=listening), inv)
 
 
 # -- memory and priority -------------------------------------------------------------------

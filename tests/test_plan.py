@@ -25,6 +25,7 @@ from strategies import (
     probe,
     record,
     ref,
+    replicated_scenarios,
     scenarios,
     view,
 )
@@ -48,6 +49,7 @@ from controller.core.actions import (
     Update,
 )
 from controller.core.inventory import Inventory
+from controller.core.names import base_name
 from controller.core.plan import BACKOFF_RESET, Desired, backoff, plan
 from controller.core.state import Drain, ExitInfo, Observed, Phase
 from controller.reconciler.executor import Executor
@@ -787,7 +789,7 @@ def _holders_of(scenario: Scenario, actions: list[Action]) -> dict[str, list[tup
     return out
 
 
-@given(scenarios())
+@given(scenarios() | replicated_scenarios())  # replicas: each its own lease
 def test_property_no_device_to_two_exclusive_holders(scenario: Scenario) -> None:
     actions = plan(scenario.desired, scenario.observed, scenario.inventory, NOW)
     starts = [a for a in actions if isinstance(a, Start)]
@@ -799,7 +801,7 @@ def test_property_no_device_to_two_exclusive_holders(scenario: Scenario) -> None
             assert all(shareable for _, shareable in holders), (key, holders)
 
 
-@given(scenarios())
+@given(scenarios() | replicated_scenarios())  # replicas: each its own lease
 def test_property_no_port_handed_out_twice(scenario: Scenario) -> None:
     actions = plan(scenario.desired, scenario.observed, scenario.inventory, NOW)
     held = {
@@ -817,7 +819,7 @@ def test_property_no_port_handed_out_twice(scenario: Scenario) -> None:
     assert not set(given_out) & scenario.observed.listening
 
 
-@given(scenarios())
+@given(scenarios() | replicated_scenarios())  # replicas: each its own lease
 def test_property_prunes_only_what_it_owns(scenario: Scenario) -> None:
     """Stop/Replace/Release touch only our records (or a reservation whose maker died),
     and with prune=False nothing undeclared is stopped (invariants 5 and 8)."""
@@ -830,12 +832,12 @@ def test_property_prunes_only_what_it_owns(scenario: Scenario) -> None:
         assert v is not None, a.describe()
         dead_reservation = v.record.phase is Phase.RESERVED and not v.maker_alive
         assert v.record.owner == want.owner or dead_reservation, a.describe()
-        pruning = a.name not in want.entries and not dead_reservation
+        pruning = base_name(a.name) not in want.entries and not dead_reservation
         if pruning and not want.prune:
             assert v.record.phase is Phase.TERMINATING, a.describe()
 
 
-@given(scenarios())
+@given(scenarios() | replicated_scenarios())  # replicas: each its own lease
 def test_property_plan_is_deterministic(scenario: Scenario) -> None:
     first = plan(scenario.desired, scenario.observed, scenario.inventory, NOW)
     again = plan(scenario.desired, scenario.observed, scenario.inventory, NOW)

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from controller.core.inventory import KINDS, Device, Inventory
+from controller.core.names import base_name
 from controller.core.quantity import format_bytes
 from controller.core.specs import DeploymentSpec
 from controller.core.state import Observed, Record
@@ -103,6 +104,10 @@ class Ledger:
         # and never on a device whose memory is handed out by request.
         return not holders or (shareable and all(s for _, s in holders) and not self.sized(key))
 
+    def held_by(self, key: str, deployment: str) -> bool:
+        """A record of ``deployment`` (a replica, a ``@next``) holds the device."""
+        return any(base_name(holder) == deployment for holder, _ in self.devices.get(key, []))
+
     def sized(self, key: str) -> dict[str, int]:
         return self.memory.get(key, {})
 
@@ -150,8 +155,11 @@ def _device_order(device: Device) -> tuple[int, int, str]:
 
 
 def place_devices(
-    spec: DeploymentSpec, inventory: Inventory, ledger: Ledger
+    spec: DeploymentSpec, inventory: Inventory, ledger: Ledger, spread: str | None = None
 ) -> tuple[str, ...] | Unplaced:
+    """``spread``: the deployment whose replicas this one avoids sharing a device with
+    while another device fits (they then survive one device's failure, and do not
+    compete for one device's compute)."""
     want = spec.devices
     if want.count == 0:
         return ()
@@ -161,7 +169,7 @@ def place_devices(
         key=_device_order,
     )
     for kind in kinds:
-        chosen = _choose([d for d in usable if d.kind == kind], spec, ledger)
+        chosen = _choose([d for d in usable if d.kind == kind], spec, ledger, spread)
         if chosen is not None:
             return chosen
     if want.memory is not None:
@@ -169,16 +177,27 @@ def place_devices(
     return Unplaced(_no_capacity(spec, usable, ledger))
 
 
-def _choose(devices: list[Device], spec: DeploymentSpec, ledger: Ledger) -> tuple[str, ...] | None:
-    """``count`` devices of one kind for the spec, in device order, or None."""
+def _choose(
+    devices: list[Device], spec: DeploymentSpec, ledger: Ledger, spread: str | None
+) -> tuple[str, ...] | None:
+    """``count`` devices of one kind for the spec, in device order, or None.
+
+    Devices a sibling replica holds come last, so replicas share one only when no
+    other fits (a shareable or memory-packed lease could stack on it).
+    """
     want = spec.devices
+
+    def sibling(d: Device) -> bool:
+        return spread is not None and ledger.held_by(d.key, spread)
+
     if want.memory is None:
         free = [d for d in devices if ledger.free_for(d.key, want.shareable)]
+        free.sort(key=lambda d: (sibling(d), _device_order(d)))
     else:
         fitting = [d for d in devices if ledger.fits(d, want.memory)]
         # Best fit: the tightest devices first, so empty devices and big gaps stay for
         # whole leases and large requests (first fit strands room on every card).
-        free = sorted(fitting, key=lambda d: (ledger.room(d), _device_order(d)))
+        free = sorted(fitting, key=lambda d: (sibling(d), ledger.room(d), _device_order(d)))
     if len(free) < want.count:
         return None
     return tuple(d.key for d in sorted(free[: want.count], key=_device_order))
@@ -303,9 +322,15 @@ def _internal_ports(extra: int, ledger: Ledger) -> tuple[int, ...] | Unplaced:
 
 
 def place(
-    spec: DeploymentSpec, inventory: Inventory, ledger: Ledger, extra_ports: int = 0
+    spec: DeploymentSpec,
+    inventory: Inventory,
+    ledger: Ledger,
+    extra_ports: int = 0,
+    *,
+    spread: str | None = None,
 ) -> Placed | Unplaced:
-    devices = place_devices(spec, inventory, ledger)
+    """Devices and ports for ``spec``; ``spread``: see :func:`place_devices`."""
+    devices = place_devices(spec, inventory, ledger, spread)
     if isinstance(devices, Unplaced):
         return devices
     ports = place_ports(spec, extra_ports, ledger)

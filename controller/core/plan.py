@@ -31,7 +31,7 @@ from controller.core.planner.placing import place_wanted
 from controller.core.planner.preemption import PREEMPTED, PREEMPTIBLE
 from controller.core.planner.pulling import gate
 from controller.core.planner.records import IN_PLACE, judge
-from controller.core.planner.rolling import roll
+from controller.core.planner.rolling import rolls
 from controller.core.state import Observed
 
 __all__ = [
@@ -65,7 +65,7 @@ def plan(
     found = [a for a in judged if not isinstance(a, Want | Roll)]
     # Rolls place before every Want, in name order: a Ready old instance's successor
     # goes first, and a recreate it falls back to frees its room for this round's starts.
-    found += [roll(ledger, r) for r in judged if isinstance(r, Roll)]
+    found += rolls(ctx, ledger, [r for r in judged if isinstance(r, Roll)])
     leaving = frozenset(a.name for a in found if a.frees_now())
     found += place_wanted(ctx, ledger, [w for w in judged if isinstance(w, Want)], leaving)
     preempted = {a.name for a in found if isinstance(a, Preempt)}

@@ -24,12 +24,14 @@ class Candidate:
     name: str
     priority: int
     started_at: datetime | None = None
+    surplus: bool = False  # a replica above its autoscale.min: the deployment can spare it
 
 
-def cheapest_first(candidate: Candidate) -> tuple[int, float, str]:
-    """Lowest priority first; among equals the most recently started (least work lost)."""
+def cheapest_first(candidate: Candidate) -> tuple[int, bool, float, str]:
+    """Lowest priority first; among equals a replica above autoscale.min (its deployment
+    keeps its floor), then the most recently started (least work lost)."""
     started = candidate.started_at.timestamp() if candidate.started_at else float("inf")
-    return (candidate.priority, -started, candidate.name)
+    return (candidate.priority, not candidate.surplus, -started, candidate.name)
 
 
 def choose_victims(

@@ -150,14 +150,15 @@ class Executor:
         was rendered once, when the lease was taken."""
         record, rendered = lease.record, lease.rendered
         assert record.port is not None and record.nonce is not None
-        self.store.runtime_dir(entry.name).mkdir(mode=0o700, parents=True, exist_ok=True)
-        log_path = self.store.log_path(entry.name)
+        name = record.name  # each replica (and `@next`) has its own runtime dir and log
+        self.store.runtime_dir(name).mkdir(mode=0o700, parents=True, exist_ok=True)
+        log_path = self.store.log_path(name)
         logfiles.rotate(log_path, self.log_max_bytes, self.log_keep)
         logfiles.write_marker(
             log_path,
-            f"{verb} {entry.name} instance {record.nonce}: {' '.join(redact_args(rendered.argv))}",
+            f"{verb} {name} instance {record.nonce}: {' '.join(redact_args(rendered.argv))}",
         )
-        short = self.memory.wait(record, lambda why: self.event(entry.name, verb, why, "waiting"))
+        short = self.memory.wait(record, lambda why: self.event(name, verb, why, "waiting"))
         if short is not None:
             return self._no_memory(record, entry, verb, short)
         failpoints.hit("executor.spawn.before_exec")
@@ -165,12 +166,12 @@ class Executor:
         try:
             where = self.backend.launch(launch)
         except Unplaceable as exc:  # the cluster has no room now: Pending, nothing held
-            self.store.write(self.maker.pending(entry, str(exc)))
-            self.event(entry.name, verb, "placement", "pending", error=str(exc))
+            self.store.write(self.maker.pending(entry, str(exc), name=name))
+            self.event(name, verb, "placement", "pending", error=str(exc))
             return True
         except SpawnError as exc:
             self._back_off(record, f"{exc}: install the engine or set spec.executable")
-            self.event(entry.name, verb, "spawn", "failed", error=str(exc))
+            self.event(name, verb, "spawn", "failed", error=str(exc))
             return True
         failpoints.hit("executor.spawn.before_record")
         now = self.now()
@@ -196,7 +197,7 @@ class Executor:
         place = f"devices {devices} port {where.port}"
         if self.backend.places_engines:
             place = f"node {where.node[:12]} ({where.host}) {place}"
-        self.event(entry.name, verb, place, f"spawned pid {ref.pid}")
+        self.event(name, verb, place, f"spawned pid {ref.pid}")
         return True
 
     def _no_memory(self, record: Record, entry: Entry, verb: str, why: str) -> bool:
@@ -206,7 +207,7 @@ class Executor:
             "stop the process holding it or lower spec.devices.memory"
         )
         self._back_off(record, message)
-        self.event(entry.name, verb, "gpu memory", "not started", error=message)
+        self.event(record.name, verb, "gpu memory", "not started", error=message)
         return True
 
     def _back_off(self, record: Record, message: str) -> None:
@@ -253,7 +254,9 @@ class Executor:
         )
         self.store.write(fresh)
         assert fresh.port is not None  # a Restart is planned only for a record holding its lease
-        rendered = self.maker.render(action.entry, fresh.devices, fresh.port, fresh.extra_ports)
+        rendered = self.maker.render(
+            action.entry, fresh.devices, fresh.port, fresh.extra_ports, name=fresh.name
+        )
         return self.spawn(Lease(fresh, rendered), action.entry, verb="restart")
 
     def _stop(self, action: Stop) -> bool:
@@ -295,7 +298,7 @@ class Executor:
         rec = self.store.read(action.name)
         if rec is not None and (rec.holds or rec.ref is not None):
             self._terminate(rec, action.reason)
-        self.store.write(self.maker.idle(action.entry, action.reason))
+        self.store.write(self.maker.idle(action.entry, action.reason, name=action.name))
         self.event(action.name, action.verb, action.reason, "idle: holds nothing")
         return rec is None or rec.phase is not Phase.IDLE or rec.spec_hash != action.entry.hash
 
@@ -353,14 +356,16 @@ class Executor:
             extra.update(exit_code=action.exit.code, signal=action.exit.signal)
         if action.retry_at is not None:
             extra["retry_in"] = round(max((action.retry_at - self.now()).total_seconds(), 0), 1)
-        extra["log_tail"] = self.backend.log_tail(base_name(action.name), 10)
+        extra["log_tail"] = self.backend.log_tail(action.name, 10)
         return extra
 
     def _update(self, action: Update) -> bool:
         rec = self.store.read(action.name)
         if rec is None or rec.port is None:
             return False
-        rendered = self.maker.render(action.entry, rec.devices, rec.port, rec.extra_ports)
+        rendered = self.maker.render(
+            action.entry, rec.devices, rec.port, rec.extra_ports, name=rec.name
+        )
         started = rec.started_at
         self.store.write(
             replace(
@@ -462,7 +467,8 @@ class Executor:
         current = self.store.read(action.name)
         if not action.record or (current is not None and current.holds):
             return changed  # a rolling update's pull: the serving record stays as it is
-        record = replace(self.maker.pending(action.entry, action.reason), phase=Phase.PULLING)
+        pending = self.maker.pending(action.entry, action.reason, name=action.name)
+        record = replace(pending, phase=Phase.PULLING)
         if current is not None and _same_pending(current, record):
             return changed
         self.store.write(record)
@@ -472,7 +478,7 @@ class Executor:
 
     def _hold(self, action: Hold) -> bool:
         current = self.store.read(action.name)
-        record = self.maker.pending(action.entry, action.reason)
+        record = self.maker.pending(action.entry, action.reason, name=action.name)
         if current is not None and _same_pending(current, record):
             return False
         self.store.write(record)

@@ -57,7 +57,7 @@ class RecordMaker:
         ``name``: the record's, when not the deployment's (a RollingUpdate's ``@next``).
         """
         now = self.now()
-        rendered = self.render(entry, devices, port, extra_ports)
+        rendered = self.render(entry, devices, port, extra_ports, name=name)
         keyed = self.inventory.by_key()
         spec = entry.deployment.spec
         record = replace(
@@ -82,9 +82,10 @@ class RecordMaker:
         )
         return Lease(record, rendered)
 
-    def pending(self, entry: Entry, reason: str) -> Record:
+    def pending(self, entry: Entry, reason: str, *, name: str | None = None) -> Record:
+        """``name``: the record's, when not the deployment's (a replica, a ``@next``)."""
         blank = Record(
-            name=entry.name,
+            name=name or entry.name,
             owner=self.owner,
             node=self.node,
             backend=self.backend,
@@ -115,16 +116,25 @@ class RecordMaker:
             labels=dict(entry.deployment.metadata.labels),
         )
 
-    def idle(self, entry: Entry, reason: str) -> Record:
-        """An OnDemand deployment parked: no engine, no device, no port (phase Idle)."""
-        return replace(self.pending(entry, reason), phase=Phase.IDLE, idle_since=self.now())
+    def idle(self, entry: Entry, reason: str, *, name: str | None = None) -> Record:
+        """Parked (OnDemand, or scaled to 0): no engine, no device, no port (phase Idle)."""
+        pending = self.pending(entry, reason, name=name)
+        return replace(pending, phase=Phase.IDLE, idle_since=self.now())
 
     def render(
-        self, entry: Entry, devices: tuple[str, ...], port: int, extra_ports: tuple[int, ...]
+        self,
+        entry: Entry,
+        devices: tuple[str, ...],
+        port: int,
+        extra_ports: tuple[int, ...],
+        *,
+        name: str | None = None,
     ) -> Rendered:
+        """What the engine of record ``name`` (default: the deployment's) runs; each
+        replica has its own runtime dir, while ``{name}`` stays the deployment's."""
         keyed = self.inventory.by_key()
         chosen = tuple(keyed.get(d) or _device(d) for d in devices)
-        runtime_dir = self.store.runtime_dir(entry.name)
+        runtime_dir = self.store.runtime_dir(name or entry.name)
         return render(
             entry,
             devices=chosen,

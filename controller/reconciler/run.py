@@ -23,6 +23,7 @@ from controller.core.actions import Action, AnyAction, Conflict, Hold, Start, St
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.inventory import Inventory
 from controller.core.limits import kinds_of, only_kinds
+from controller.core.names import is_next
 from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.plan import Desired, plan
 from controller.core.state import Observed, Phase, ProcessRef, Record
@@ -307,7 +308,7 @@ class Reconciler(Preview):
                     continue  # another pass placed it meanwhile
                 taken, refused = self._lease(start, ledger)
                 record = taken.record if isinstance(taken, Lease) else taken
-                if start.name != start.entry.name and not isinstance(taken, Lease):
+                if is_next(start.name) and not isinstance(taken, Lease):
                     continue  # a rolling `@next` that cannot start: no Pending over the old
                 if refused and current is not None and current.message == record.message:
                     continue  # the recipe's refusal is on record already: no further round
@@ -324,10 +325,10 @@ class Reconciler(Preview):
         """
         short = self.backend.unplaceable(start.entry.deployment.spec)
         if short is not None:  # the cluster has no room: same as a recipe refusal, no rounds
-            return self.maker.pending(start.entry, short), True
+            return self.maker.pending(start.entry, short, name=start.name), True
         placed = self._place(start, ledger)
         if isinstance(placed, Unplaced):
-            return self.maker.pending(start.entry, placed.reason), False
+            return self.maker.pending(start.entry, placed.reason, name=start.name), False
         try:
             lease = self.maker.reservation(
                 start.entry,
@@ -337,7 +338,7 @@ class Reconciler(Preview):
                 extra_ports=placed.extra_ports,
             )
         except RecipeError as exc:  # the recipe refuses this spec: say so, go on
-            return self.maker.pending(start.entry, str(exc)), True
+            return self.maker.pending(start.entry, str(exc), name=start.name), True
         record = lease.record
         ledger.take(start.name, placed.devices, placed.ports, record.shareable, record.memory)
         return lease, False
@@ -346,12 +347,13 @@ class Reconciler(Preview):
         spec = start.entry.deployment.spec
         inventory = only_kinds(self.inventory, kinds_of(start.devices))  # the plan's kinds
         extra = extra_ports().get(spec.engine, 0)
-        placed = place(spec, inventory, ledger, extra)
+        spread = start.entry.name  # as the planner placed it: replicas apart
+        placed = place(spec, inventory, ledger, extra, spread=spread)
         bindable = self.backend.port_bindable
         while isinstance(placed, Placed) and not all(map(bindable, placed.ports)):
             # /proc/net missed a bound (not yet listening) socket: skip that port.
             ledger.listening = ledger.listening | {p for p in placed.ports if not bindable(p)}
-            placed = place(spec, inventory, ledger, extra)
+            placed = place(spec, inventory, ledger, extra, spread=spread)
         return placed
 
     # -- teardown of a whole manifest set ---------------------------------------------------

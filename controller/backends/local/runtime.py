@@ -96,7 +96,7 @@ class LocalBackend:
         ref = self.spawn(
             launch.rendered.argv,
             engine_env(launch.rendered.env),
-            name=launch.entry.name,  # a RollingUpdate's `@next` runs under the deployment's name
+            name=rec.name,  # the record (a replica, a `@next`): an orphan maps back to it
             nonce=rec.nonce,
             log_path=launch.log_path,
         )

@@ -14,6 +14,7 @@ from datetime import datetime
 from controller.core.actions import AnyAction
 from controller.core.inventory import Inventory
 from controller.core.limits import Limits
+from controller.core.names import base_name, instance_of, replica_name
 from controller.core.specs import Entry
 from controller.core.state import Activation, Drain, Observed, Record
 
@@ -28,6 +29,28 @@ class Desired:
     prune: bool = True  # False: a folder is missing or empty (invariant 5)
     # OnDemand deployments the gateway asked for: name -> last request (and in flight).
     activations: Mapping[str, Activation] = field(default_factory=dict)
+    # Desired replica count per deployment (the autoscaler's, where it runs); a name
+    # missing here gets its spec's ``initial_replicas``.
+    replicas: Mapping[str, int] = field(default_factory=dict)
+
+    def count(self, name: str) -> int:
+        """How many replicas of deployment ``name`` should run."""
+        entry = self.entries.get(name)
+        if name in self.replicas:
+            return max(0, self.replicas[name])
+        return entry.deployment.spec.initial_replicas if entry is not None else 0
+
+    def instances(self) -> dict[str, Entry]:
+        """Record name -> its deployment's entry, for every replica that should exist.
+
+        Replica 0 is always there, even at ``replicas: 0``: its record (Idle, holding
+        nothing) is how status keeps showing a deployment scaled to zero.
+        """
+        out: dict[str, Entry] = {}
+        for name, entry in self.entries.items():
+            for i in range(max(1, self.count(name))):
+                out[replica_name(name, i)] = entry
+        return out
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,6 +64,20 @@ class Context:
     extra_ports: Mapping[str, int]
     limits: Limits
     drain: Drain | None
+    instances: Mapping[str, Entry]  # record name -> entry: every replica desired
+
+    def entry(self, record: str) -> Entry | None:
+        """The entry a record of that name runs, while that replica is desired."""
+        return self.instances.get(instance_of(record))
+
+    def scaled_away(self, record: str) -> bool:
+        """A replica of a valid deployment beyond its desired count."""
+        return instance_of(record) not in self.instances and base_name(record) in (
+            self.desired.entries
+        )
+
+    def scaled_to_zero(self, record: str) -> bool:
+        return instance_of(record) in self.instances and self.desired.count(base_name(record)) == 0
 
     @classmethod
     def of(
@@ -62,6 +99,7 @@ class Context:
             extra_ports=extra_ports,
             limits=limits,
             drain=drain if drain is not None and drain.active(now) else None,
+            instances=desired.instances(),
         )
 
     def ours(self, rec: Record) -> bool:
@@ -78,19 +116,31 @@ class Context:
 
 @dataclass(frozen=True, slots=True)
 class Want:
-    """Start ``entry``: placed once every record is judged, highest priority first."""
+    """Start ``entry`` as record ``name`` (default: the deployment's own name, replica 0):
+    placed once every record is judged, highest priority first."""
 
     entry: Entry
     why: str
+    name: str | None = None
+
+    @property
+    def record(self) -> str:
+        return self.name or self.entry.name
 
 
 @dataclass(frozen=True, slots=True)
 class Roll:
-    """RollingUpdate: start ``<name>@next`` beside the Ready old instance, or recreate."""
+    """RollingUpdate: start ``<instance>@next`` beside the Ready old instance ``name``
+    (default: replica 0), or recreate it when the deployment's maxUnavailable allows."""
 
     entry: Entry
     why: str
     fields: tuple[str, ...]
+    name: str | None = None
+
+    @property
+    def record(self) -> str:
+        return self.name or self.entry.name
 
 
 # What judging one record gives: actions, and requests for the placing step.

@@ -41,28 +41,33 @@ class PlanLedger:
     def start(self, entry: Entry, why: str, *, record: str | None = None) -> Start | Hold:
         """Start ``entry`` as record ``record`` (default: its own name), or Hold saying why.
 
-        A Start takes its devices and ports in this ledger; a Hold takes nothing.
+        A Start takes its devices and ports in this ledger; a Hold takes nothing. Replicas
+        of one deployment are placed apart while the node allows (``spread``).
         """
+        name = record or entry.name
         if self._ctx.drain is not None:
-            return Hold(name=entry.name, reason=self._ctx.drain_text(), entry=entry)
+            return Hold(name=name, reason=self._ctx.drain_text(), entry=entry)
         spec = entry.deployment.spec
         room = self.room(spec)
         if isinstance(room, str):
-            return Hold(name=entry.name, reason=room, entry=entry)
-        placed = place(spec, room, self._held, self._ctx.extra_ports.get(spec.engine, 0))
+            return Hold(name=name, reason=room, entry=entry)
+        extra = self._ctx.extra_ports.get(spec.engine, 0)
+        placed = place(spec, room, self._held, extra, spread=entry.name)
         if isinstance(placed, Unplaced):
-            return Hold(name=entry.name, reason=self._unplaced(entry, placed, room), entry=entry)
-        name = record or entry.name
+            return Hold(name=name, reason=self._unplaced(entry, placed, room), entry=entry)
         self._held.take(
             name, placed.devices, placed.ports, spec.devices.shareable, spec.devices.memory
         )
         self._instances[name] = limits.kinds_of(placed.devices)
         return self._started(entry, why, name, placed)
 
-    def start_instead_of(self, entry: Entry, why: str, victims: Sequence[str]) -> Start | Hold:
-        """Start ``entry`` in the room ``victims`` leave; the ledger changes only on a Start."""
+    def start_instead_of(
+        self, entry: Entry, why: str, victims: Sequence[str], *, record: str | None = None
+    ) -> Start | Hold:
+        """Start ``entry`` as ``record`` in the room ``victims`` leave; the ledger changes
+        only on a Start."""
         trial = self._without(victims)
-        outcome = trial.start(entry, why)
+        outcome = trial.start(entry, why, record=record)
         if isinstance(outcome, Start):
             self._held, self._instances = trial._held, trial._instances
         return outcome

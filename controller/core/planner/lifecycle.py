@@ -33,9 +33,9 @@ def backoff(restarts: int) -> float:
 def lifecycle(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
     rec = view.record
     if rec.phase is Phase.PENDING:
-        return [Want(entry, "retrying placement")]
+        return [Want(entry, "retrying placement", rec.name)]
     if rec.phase is Phase.PULLING:  # placed once its files are in the cache (planner/pulling)
-        return [Want(entry, "model files in the cache")]
+        return [Want(entry, "model files in the cache", rec.name)]
     if rec.phase in (Phase.FAILED, Phase.SUCCEEDED):
         return []  # terminal until the spec changes
     if view.alive and _moved(view):

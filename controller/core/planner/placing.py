@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from controller.core.actions import AnyAction, Hold, Preempt
+from controller.core.names import replica_of
 from controller.core.planner.context import Context, Want
 from controller.core.planner.ledger import PlanLedger
 from controller.core.planner.ondemand import swap
@@ -38,7 +39,7 @@ def _place(
     leaving: frozenset[str],
 ) -> list[AnyAction]:
     entry = want.entry
-    start = ledger.start(entry, want.why)
+    start = ledger.start(entry, want.why, record=want.record)
     if not isinstance(start, Hold):
         return [start]
     if entry.deployment.spec.activation == "OnDemand" and (swapped := swap(ctx, ledger, entry)):
@@ -49,5 +50,6 @@ def _place(
     return preempt(ctx, ledger, start, why=want.why, lower=lower, leaving=leaving)
 
 
-def _by_priority(want: Want) -> tuple[int, str]:
-    return (-want.entry.deployment.spec.priority, want.entry.name)
+def _by_priority(want: Want) -> tuple[int, str, int]:
+    """Highest priority first; a deployment's replicas in index order (0 first)."""
+    return (-want.entry.deployment.spec.priority, want.entry.name, replica_of(want.record))

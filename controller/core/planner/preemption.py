@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from controller.core.actions import AnyAction, Hold, Preempt, Start
+from controller.core.names import replica_of
 from controller.core.planner.context import Context
 from controller.core.planner.ledger import PlanLedger
 from controller.core.preempt import Candidate
@@ -22,7 +23,7 @@ def candidates(ctx: Context, leaving: frozenset[str]) -> list[Candidate]:
     """Our running deployments with a valid manifest that no other action moves."""
     out = []
     for name, view in ctx.observed.records.items():
-        rec, entry = view.record, ctx.desired.entries.get(name)
+        rec, entry = view.record, ctx.instances.get(name)
         if (
             entry is None
             or not ctx.ours(rec)
@@ -32,7 +33,9 @@ def candidates(ctx: Context, leaving: frozenset[str]) -> list[Candidate]:
             or name in leaving
         ):
             continue
-        out.append(Candidate(name, entry.deployment.spec.priority, rec.started_at))
+        spec = entry.deployment.spec
+        surplus = spec.autoscale is not None and replica_of(name) >= spec.autoscale.min
+        out.append(Candidate(name, spec.priority, rec.started_at, surplus=surplus))
     return out
 
 
@@ -58,7 +61,7 @@ def preempt(
     victims = ledger.victims(spec, lower)
     if not victims:
         return [waiting(ctx, hold)]
-    start = ledger.start_instead_of(entry, why, victims)
+    start = ledger.start_instead_of(entry, why, victims, record=hold.name)
     if not isinstance(start, Start):  # a port or a limit still refuses: stop nobody
         return [waiting(ctx, hold)]
     return [_preempting(start, victims), *_stops(entry, victims)]

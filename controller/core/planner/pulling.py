@@ -42,7 +42,7 @@ def _pull(
     waiting: dict[str, tuple[str, ...]],
 ) -> Pull | Hold:
     entry = item.entry
-    name = entry.name if isinstance(item, Want) else next_name(entry.name)
+    name = item.record if isinstance(item, Want) else next_name(item.record)
     failure = view.failure
     due = failure is None or ctx.now >= failure.at + timedelta(seconds=backoff(failure.attempts))
     if failure is not None and not due and not view.running:
@@ -94,4 +94,4 @@ def _waiting(judged: list[Judged]) -> dict[str, tuple[str, ...]]:
     for item in judged:
         if isinstance(item, Want | Roll) and (source := item.entry.deployment.spec.source):
             out.setdefault(source.key, []).append(item.entry.name)
-    return {key: tuple(sorted(names)) for key, names in out.items()}
+    return {key: tuple(sorted(set(names))) for key, names in out.items()}  # replicas: once

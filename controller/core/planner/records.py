@@ -20,27 +20,35 @@ from controller.core.actions import (
     Stop,
     Update,
 )
-from controller.core.planner.context import Context, Judged, Roll, Want
+from controller.core.planner.context import Context, Judged, Want
 from controller.core.planner.lifecycle import lifecycle, running
 from controller.core.planner.ondemand import idle_reason, parked
-from controller.core.planner.rolling import judge_next, rolling
-from controller.core.specs import Entry, changed_fields, is_next, next_name, spec_document
+from controller.core.planner.rolling import judge_next, rolling, rollout
+from controller.core.specs import (
+    Entry,
+    base_name,
+    changed_fields,
+    is_next,
+    next_name,
+    spec_document,
+)
 from controller.core.state import MarkedProcess, Phase, Record, RecordView
 
 # Spec fields a running engine never sees: a change to only these updates the record.
 IN_PLACE = ("readiness", "restartPolicy", "stopGracePeriodSeconds", "priority")
+SCALED_TO_ZERO = "scaled to 0: declared, nothing running"
 
 
 def judge(ctx: Context) -> list[Judged]:
     found: list[Judged] = [*_orphans(ctx)]
     desired, observed = ctx.desired, ctx.observed
-    for name in sorted(set(desired.entries) | set(observed.records) | set(desired.invalid)):
+    for name in sorted(set(ctx.instances) | set(observed.records) | set(desired.invalid)):
         found += _judge(ctx, name)
     return found
 
 
 def _judge(ctx: Context, name: str) -> list[Judged]:
-    entry = ctx.desired.entries.get(name)
+    entry = ctx.instances.get(name)
     view = ctx.observed.records.get(name)
     if view is None:
         return _unrecorded(ctx, name, entry)
@@ -57,8 +65,12 @@ def _unrecorded(ctx: Context, name: str, entry: Entry | None) -> list[Judged]:
     if entry is None:  # every deployment a pass has seen gets a record, so status shows it
         error = ctx.desired.invalid[name]
         return [Reject(name=name, reason=f"spec invalid (not started): {error}")]
+    if ctx.scaled_to_zero(name):
+        return [Park(name=name, reason=SCALED_TO_ZERO, entry=entry)]
     if parked(ctx, entry, None):
         return [Park(name=name, reason="OnDemand: idle until a request", entry=entry)]
+    if name != entry.name:
+        return [Want(entry, f"new replica (replicas: {ctx.desired.count(entry.name)})", name)]
     return [Want(entry, "new deployment")]
 
 
@@ -84,6 +96,8 @@ def _own(ctx: Context, view: RecordView, entry: Entry | None) -> list[Judged]:
         return [Stop(name=rec.name, reason="finishing an interrupted teardown")]
     if is_next(rec.name):
         return judge_next(ctx, view)
+    if entry is None and ctx.scaled_away(rec.name):
+        return list(_scaled_down(ctx, view))
     if entry is None:
         return list(_undeclared(ctx, view))
     marked: list[Judged] = []
@@ -95,10 +109,16 @@ def _own(ctx: Context, view: RecordView, entry: Entry | None) -> list[Judged]:
 def _declared(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
     """Our record of a valid manifest: parked, wanted, changed, or living its life."""
     rec = view.record
+    if ctx.scaled_to_zero(rec.name):
+        if rec.phase is not Phase.IDLE or rec.spec_hash != entry.hash:
+            return [Park(name=rec.name, reason=SCALED_TO_ZERO, entry=entry)]
+        return []
     if parked(ctx, entry, rec):
         if rec.phase is not Phase.IDLE or rec.spec_hash != entry.hash:
             return [Park(name=rec.name, reason=idle_reason(entry, rec), entry=entry)]
         return []
+    if rec.phase is Phase.IDLE and rec.message == SCALED_TO_ZERO:
+        return [Want(entry, f"scaled up to {ctx.desired.count(entry.name)}", rec.name)]
     if rec.phase is Phase.IDLE:
         return [Want(entry, "requested through the gateway")]
     if rec.spec_hash != entry.hash:
@@ -113,7 +133,7 @@ def _declared(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
 def _undeclared(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
     """Our record whose manifest is gone, or broken (invariant 4: keep it running)."""
     rec = view.record
-    error = ctx.desired.invalid.get(rec.name)
+    error = ctx.desired.invalid.get(base_name(rec.name))
     if error is None and rec.source in ctx.desired.broken_sources:
         error = ctx.desired.source_errors.get(rec.source, f"{rec.source} could not be loaded")
     if error is not None:
@@ -123,6 +143,15 @@ def _undeclared(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
     if view.alive or view.markers or rec.holds:
         return (Stop(name=rec.name, reason=f"manifest removed (was {rec.source})"),)
     return (Release(name=rec.name, reason="manifest removed", nonce=rec.nonce),)
+
+
+def _scaled_down(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
+    """A replica beyond the desired count: the highest-numbered go, the rest stay."""
+    rec = view.record
+    reason = f"scaled down to {ctx.desired.count(base_name(rec.name))}"
+    if view.alive or view.markers or rec.holds:
+        return (Stop(name=rec.name, reason=reason),)
+    return (Release(name=rec.name, reason=reason, nonce=rec.nonce),)
 
 
 def _broken(view: RecordView, error: str) -> tuple[AnyAction, ...]:
@@ -155,7 +184,7 @@ def _changed(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
     if view.alive and next_name(rec.name) in ctx.observed.records:
         return list(running(ctx, view))  # rolling: the old one serves until the new is Ready
     if rolling(entry) and view.alive and rec.phase is Phase.READY:
-        return [Roll(entry, f"{shown} changed", fields)]
+        return rollout(ctx, view, entry, f"{shown} changed", fields)
     if view.alive or view.markers or rec.holds:
         return [Replace(name=rec.name, reason=f"{shown} changed", fields=fields)]
     return [Release(name=rec.name, reason=f"{shown} changed", nonce=rec.nonce)]

@@ -1,13 +1,23 @@
-"""RollingUpdate: the new instance ``<name>@next`` starts beside the Ready old one,
+"""RollingUpdate: the new instance ``<instance>@next`` starts beside the Ready old one,
 runs its own lifecycle until Ready, then is promoted (the old one drains and stops).
+
+With replicas, ``rollingUpdate`` bounds it as Kubernetes does: at most ``maxSurge``
+``@next`` instances at once (surge); where no surge fits, old replicas are replaced in
+place (stop, then start), never more than ``max(1, maxUnavailable)`` down at once, so
+the others serve throughout. One replica is the special case: surge, else recreate.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from controller.core.actions import AnyAction, Promote, Release, Replace, Start, Stop
+from controller.core.names import instance_of, replica_name
 from controller.core.planner.context import Context, Judged, Roll
 from controller.core.planner.ledger import PlanLedger
-from controller.core.planner.lifecycle import lifecycle
+from controller.core.planner.lifecycle import lifecycle, running
 from controller.core.specs import Entry, base_name, next_name
 from controller.core.state import Phase, RecordView
 
@@ -16,22 +26,118 @@ def rolling(entry: Entry) -> bool:
     return entry.deployment.spec.strategy == "RollingUpdate"
 
 
-def roll(ledger: PlanLedger, request: Roll) -> Start | Replace:
-    """Start ``<name>@next`` beside the Ready old instance, or recreate if no room."""
-    entry, why = request.entry, request.why
-    nxt = next_name(entry.name)
-    placed = ledger.start(entry, f"rolling update ({why}): {nxt} beside the old", record=nxt)
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One deployment's room to roll right now (Kubernetes' maxSurge/maxUnavailable)."""
+
+    replicas: int
+    surge: int  # maxSurge as a count (a percentage rounds up)
+    unavailable: int  # max(1, maxUnavailable as a count; a percentage rounds down)
+    surging: int  # `@next` instances that exist
+    down: int  # replicas not serving: missing, or not alive and Ready
+    waiting: tuple[str, ...]  # Ready old replicas with no `@next` yet, in index order
+
+    @classmethod
+    def of(cls, ctx: Context, entry: Entry) -> Budget:
+        n = ctx.desired.count(entry.name)
+        rolling_update = entry.deployment.spec.rolling_update
+        surge = rolling_update.max_surge if rolling_update else 1
+        unavailable = rolling_update.max_unavailable if rolling_update else 0
+        names = [replica_name(entry.name, i) for i in range(n)]
+        records = ctx.observed.records
+        views = [records.get(name) for name in names]
+        return cls(
+            replicas=n,
+            surge=_count(surge, n, up=True),
+            unavailable=max(1, _count(unavailable, n, up=False)),
+            surging=sum(next_name(name) in records for name in names),
+            down=sum(not _serving(v) for v in views),
+            waiting=tuple(
+                v.record.name
+                for v in views
+                if v is not None
+                and _serving(v)
+                and v.record.spec_hash != entry.hash
+                and next_name(v.record.name) not in records
+            ),
+        )
+
+    def path(self) -> str:
+        """What ``plan`` says of the path a replicated rollout takes."""
+        if self.surge:
+            return f"surge: up to {self.surge} new beside the old (maxSurge)"
+        return f"no surge: one at a time in place, at most {self.unavailable} down"
+
+
+def _count(value: int | str, replicas: int, *, up: bool) -> int:
+    """An IntOrString as a replica count: a percentage of ``replicas`` rounded ``up``
+    (maxSurge) or down (maxUnavailable), as Kubernetes rounds them."""
+    if isinstance(value, str):
+        share = replicas * int(value.removesuffix("%")) / 100
+        return math.ceil(share) if up else math.floor(share)
+    return max(0, value)
+
+
+def _serving(view: RecordView | None) -> bool:
+    return view is not None and view.alive and view.record.phase is Phase.READY
+
+
+def rollout(
+    ctx: Context, view: RecordView, entry: Entry, why: str, fields: tuple[str, ...]
+) -> list[Judged]:
+    """A Ready old replica of a changed spec: its turn to surge, to be replaced in place,
+    or to keep serving until the replicas before it are done."""
+    rec = view.record
+    budget = Budget.of(ctx, entry)
+    turn = budget.waiting.index(rec.name) if rec.name in budget.waiting else len(budget.waiting)
+    if budget.surge:
+        if turn < budget.surge - budget.surging:
+            return [Roll(entry, why, fields, rec.name)]
+        return list(running(ctx, view))
+    if turn < budget.unavailable - budget.down:
+        reason = f"{why}; rolling update ({budget.path()}): replacing {rec.name}"
+        return [Replace(name=rec.name, reason=reason, fields=fields)]
+    return list(running(ctx, view))
+
+
+def rolls(ctx: Context, ledger: PlanLedger, requests: Sequence[Roll]) -> list[AnyAction]:
+    """Start each ``@next`` beside its Ready old instance; where no room is left, recreate
+    old ones instead while the deployment's maxUnavailable allows (others keep serving)."""
+    out: list[AnyAction] = []
+    down_left: dict[str, int] = {}
+    for request in requests:
+        entry = request.entry
+        if entry.name not in down_left:
+            budget = Budget.of(ctx, entry)
+            down_left[entry.name] = budget.unavailable - budget.down
+        placed = roll(ctx, ledger, request)
+        if isinstance(placed, Start):
+            out.append(placed)
+        elif down_left[entry.name] > 0:
+            down_left[entry.name] -= 1
+            out.append(placed)
+    return out
+
+
+def roll(ctx: Context, ledger: PlanLedger, request: Roll) -> Start | Replace:
+    """Start ``<instance>@next`` beside the Ready old instance, or recreate if no room."""
+    entry, why, old = request.entry, request.why, request.record
+    nxt = next_name(old)
+    many = ctx.desired.count(entry.name) > 1
+    path = f" ({Budget.of(ctx, entry).path()})" if many else ""
+    placed = ledger.start(entry, f"rolling update ({why}){path}: {nxt} beside the old", record=nxt)
     if isinstance(placed, Start):
         return placed
-    reason = f"{why}; no room for both: recreating ({placed.reason})"
-    return Replace(name=entry.name, reason=reason, fields=request.fields)
+    one = "; no room for a surge: replacing one replica at a time" if many else ""
+    reason = f"{why}; no room for both: recreating ({placed.reason}){one}"
+    return Replace(name=old, reason=reason, fields=request.fields)
 
 
 def judge_next(ctx: Context, view: RecordView) -> list[Judged]:
     """A RollingUpdate's new instance: its own lifecycle until Ready, then promoted."""
     rec = view.record  # ours, neither Reserved nor Terminating: the caller saw to those
-    base = base_name(rec.name)
-    entry = ctx.desired.entries.get(base)
+    base = instance_of(rec.name)  # the instance it replaces: `web@2` for `web@2@next`
+    entry = ctx.entry(rec.name)  # None once the deployment, or this replica, is gone
     old = ctx.observed.records.get(base)
     if entry is None or not rolling(entry) or rec.spec_hash != entry.hash:
         return list(_abandon(ctx, view, entry))
@@ -50,7 +156,9 @@ def judge_next(ctx: Context, view: RecordView) -> list[Judged]:
 def _abandon(ctx: Context, view: RecordView, entry: Entry | None) -> tuple[AnyAction, ...]:
     """The new instance is no longer wanted: stop it (the old one is untouched)."""
     rec = view.record
-    if entry is None:
+    if entry is None and ctx.scaled_away(rec.name):
+        why = f"scaled down to {ctx.desired.count(base_name(rec.name))}"
+    elif entry is None:
         broken = base_name(rec.name) in ctx.desired.invalid
         if broken or rec.source in ctx.desired.broken_sources or not ctx.desired.prune:
             return ()  # invariants 4 and 5: a broken or missing manifest stops nothing
