@@ -54,7 +54,7 @@ class PassResult:
     problems: list[RecordProblem] = field(default_factory=list)
     records: dict[str, Record] = field(default_factory=dict)
     owner: str = ""
-    names: set[str] = field(default_factory=set)  # deployments the manifests declare
+    names: set[str] = field(default_factory=set)  # records the manifests want: every replica
     prune_blocked: str | None = None
     missing_folders: list[str] = field(default_factory=list)
     probes: dict[str, str] = field(default_factory=dict)  # name -> last probe answer
@@ -231,7 +231,7 @@ class Reconciler(Preview):
         result = PassResult(
             errors=list(loaded.errors), owner=self.config.owner, node=self.config.node
         )
-        result.names = set(loaded.entries)
+        result.names = set(desired.instances())
         result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
         result.missing_folders = list(loaded.missing_folders)
         settled: Observed | None = None  # the last round's view, when it changed nothing
