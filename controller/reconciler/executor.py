@@ -38,6 +38,7 @@ from controller.core.actions import (
     Stop,
     Update,
 )
+from controller.core.names import instance_of
 from controller.core.plan import backoff
 from controller.core.specs import Entry, base_name, next_name
 from controller.core.state import Phase, Record
@@ -150,9 +151,11 @@ class Executor:
         was rendered once, when the lease was taken."""
         record, rendered = lease.record, lease.rendered
         assert record.port is not None and record.nonce is not None
-        name = record.name  # each replica (and `@next`) has its own runtime dir and log
+        name = record.name  # each replica (and `@next`) has its own runtime dir
         self.store.runtime_dir(name).mkdir(mode=0o700, parents=True, exist_ok=True)
-        log_path = self.store.log_path(name)
+        # Each replica its own log; a `@next` appends to its instance's (its runs begin
+        # with a marker line naming it), so the log follows the name through a promotion.
+        log_path = self.store.log_path(instance_of(name))
         logfiles.rotate(log_path, self.log_max_bytes, self.log_keep)
         logfiles.write_marker(
             log_path,
@@ -356,7 +359,7 @@ class Executor:
             extra.update(exit_code=action.exit.code, signal=action.exit.signal)
         if action.retry_at is not None:
             extra["retry_in"] = round(max((action.retry_at - self.now()).total_seconds(), 0), 1)
-        extra["log_tail"] = self.backend.log_tail(action.name, 10)
+        extra["log_tail"] = self.backend.log_tail(action.name, 10)  # its instance's log
         return extra
 
     def _update(self, action: Update) -> bool:

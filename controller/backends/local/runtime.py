@@ -24,6 +24,7 @@ from controller import failpoints
 from controller.backends.base import ExitStatus, StartRequest, engine_env
 from controller.core import backendnames
 from controller.core.inventory import Inventory
+from controller.core.names import instance_of
 from controller.core.specs import DeploymentSpec
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import SpawnError
@@ -96,7 +97,7 @@ class LocalBackend:
         ref = self.spawn(
             launch.rendered.argv,
             engine_env(launch.rendered.env),
-            name=rec.name,  # the record (a replica, a `@next`): an orphan maps back to it
+            name=instance_of(rec.name),  # the replica (`@next` is its future): orphans map back
             nonce=rec.nonce,
             log_path=launch.log_path,
         )
@@ -218,11 +219,12 @@ class LocalBackend:
     def port_bindable(self, port: int) -> bool:
         return ports.port_bindable(port)
 
+    # A replica's log is `logs/<instance>.log`; a `@next` writes into its instance's.
     def log_since(self, rec: Record, offset: int) -> tuple[bytes, int] | None:
-        return logfiles.read_from(self.store.log_path(rec.name), offset)
+        return logfiles.read_from(self.store.log_path(instance_of(rec.name)), offset)
 
     def log_tail(self, name: str, count: int) -> list[str]:
-        return logfiles.current_run_tail(self.store.log_path(name), count)
+        return logfiles.current_run_tail(self.store.log_path(instance_of(name)), count)
 
     def _instance_alive(self, ref: ProcessRef, nonce: str | None) -> bool:
         if self.alive(ref):
