@@ -57,6 +57,14 @@ class Job:
     nonce: str
     state_key: str  # our namespace: separates owners' engines and logs on a node
     base_port: int  # the planner's port: tried first
+    # The record it runs (a replica `web@1`, a `@next`): its log, marker and sweep are
+    # this record's, so two replicas (or an update's old and new) on one node never
+    # share a log or kill each other's engine as a leftover.
+    record: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.record or self.entry.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +88,9 @@ class EngineHost:
         self.gpus = tuple(str(int(g)) for g in ray.get_gpu_ids())
         self.root = Path(tempfile.gettempdir()) / "reconcile-ray" / job.state_key
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.log_path = self.root / f"{job.entry.name}.log"
-        self.local = LocalBackend(self.root, self.node_id)  # marker: <node id>/<name>/<nonce>
-        sweep_leftovers(str(self.root.resolve()), job.entry.name)
+        self.log_path = self.root / f"{job.name}.log"
+        self.local = LocalBackend(self.root, self.node_id)  # marker: <node id>/<record>/<nonce>
+        sweep_leftovers(str(self.root.resolve()), job.name)
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.ref: ProcessRef | None = None
@@ -161,13 +169,13 @@ class EngineHost:
         rendered = render(entry, devices=devices, port=port, runtime_dir=str(self.root))
         argv = " ".join(redact_args(rendered.argv))  # as the local executor writes it
         logfiles.write_marker(
-            self.log_path, f"start {entry.name} instance {self.job.nonce}: {argv}"
+            self.log_path, f"start {self.job.name} instance {self.job.nonce}: {argv}"
         )
         try:
             ref = self.local.spawn(
                 rendered.argv,
                 engine_env(rendered.env),
-                name=entry.name,
+                name=self.job.name,
                 nonce=self.job.nonce,
                 log_path=self.log_path,
                 preexec=die_with_parent(os.getpid()),

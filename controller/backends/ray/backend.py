@@ -80,7 +80,9 @@ class RayBackend:
         if short is not None:
             raise Unplaceable(short)
         ns = naming.namespace(self.state_dir, rec.owner)
-        job = Job(entry=launch.entry, nonce=rec.nonce, state_key=ns, base_port=rec.port)
+        job = Job(
+            entry=launch.entry, nonce=rec.nonce, state_key=ns, base_port=rec.port, record=rec.name
+        )
         handle: Any = (
             ray.remote(EngineHost)
             .options(
@@ -91,6 +93,7 @@ class RayBackend:
                 num_cpus=0,  # the engine's CPU use is not Ray's to ration
                 max_restarts=-1,  # a lost node: Ray brings it back where there is room
                 max_concurrency=4,  # status and logs answer while a stop waits
+                scheduling_strategy=_strategy(spec),
             )
             .remote(job)
         )
@@ -326,3 +329,10 @@ def _key(ref: ProcessRef) -> tuple[int, float]:
 
 def _same(a: ProcessRef | None, b: ProcessRef) -> bool:
     return a is not None and a.same_process(b)
+
+
+def _strategy(spec: DeploymentSpec) -> str:
+    """SPREAD for a replicated deployment: its actors over different nodes while the
+    cluster allows (Ray's best effort); Ray's default packing otherwise."""
+    many = spec.replicas > 1 or spec.autoscale is not None
+    return "SPREAD" if many else "DEFAULT"
