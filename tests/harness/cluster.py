@@ -145,6 +145,11 @@ class Cluster:
     def remove(self, name: str, set_: str = "a") -> None:
         (self.sets[set_] / f"{name}.yaml").unlink()
 
+    def replicas(self, name: str, set_: str = "a") -> int:
+        """The ``spec.replicas`` a set's manifest of ``name`` declares (default 1)."""
+        doc = yaml.safe_load((self.sets[set_] / f"{name}.yaml").read_text())
+        return int(doc["spec"].get("replicas", 1))
+
     def declared(self) -> dict[str, set[str]]:
         """The names each set's folder declares (one deployment per file, named by it)."""
         return {s: {p.stem for p in folder.glob("*.yaml")} for s, folder in self.sets.items()}

@@ -4,9 +4,9 @@
 
 - no record is corrupt (each file parses as a Record; nothing was quarantined);
 - no stale tmp file of a dead writer is left in ``instances/``;
-- each declared deployment has exactly one engine: one live marker process whose
-  nonce and pid are its record's, listening on its record's port, seeing only its
-  record's devices;
+- each declared deployment has exactly one engine per replica (``spec.replicas``,
+  records ``name``, ``name@1``, ...): one live marker process whose nonce and pid are
+  the replica's record's, listening on its port, seeing only its devices;
 - no device and no port is held by two live records (invariants 1 and 2);
 - no reservation outlives its maker (invariant 3);
 - no marker process lacks a record (invariant 3);
@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
+from controller.core.names import replica_name
 from controller.core.state import Phase, ProcessRef, Record
 from controller.store.recordjson import from_json, to_json
 
@@ -138,7 +139,12 @@ def violations(
             continue  # a live maker's reservation is its own business
         if rec.phase is Phase.RESERVED:
             out.append(f"{rec.name}: reservation outlived its maker {rec.reserved_by}")
-    wanted = {(cluster.owner(s), n) for s, names in declared.items() for n in names}
+    wanted = {
+        (cluster.owner(s), replica_name(n, i))
+        for s, names in declared.items()
+        for n in names
+        for i in range(cluster.replicas(n, s))
+    }
     for rec in records.values():
         if (rec.owner, rec.name) not in wanted:
             out.append(f"{rec.name}: record left for an undeclared deployment ({rec.phase})")

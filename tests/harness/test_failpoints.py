@@ -50,8 +50,8 @@ def _cases(slow: bool) -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     cluster = Cluster(Path(tmp_path_factory.mktemp("failpoints")))
-    for name in pool()[:3]:
-        cluster.write(name)
+    for i, name in enumerate(pool()[:3]):
+        cluster.write(name, replicas=2 if i == 0 else 1)  # 4 devices: a0, a0@1, a1, a2
     first = cluster.once()
     assert first.code == 0, str(first)
     yield cluster

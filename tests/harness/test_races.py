@@ -23,7 +23,7 @@ from pathlib import Path
 from controller.core.state import Record
 from controller.store.recordjson import from_json
 
-from .churn import pool, random_churn
+from .churn import load, pool, random_churn
 from .cluster import Cluster
 from .invariants import describe, double_bookings, violations
 
@@ -107,20 +107,20 @@ def _threads(targets: list[Callable[[], None]]) -> list[threading.Thread]:
 
 
 def _settle(cluster: Cluster) -> None:
-    """Within capacity: two deployments per set (4 devices)."""
+    """Within capacity: two devices' worth of replicas per set (4 devices)."""
     for set_ in ("a", "b"):
         present = sorted(cluster.declared()[set_])
-        for name in present[2:]:
-            cluster.remove(name, set_)
+        while load(cluster, set_, present) > 2:
+            cluster.remove(present.pop(), set_)
         for name in pool(set_)[: max(0, 1 - len(present))]:
             cluster.write(name, set_)
 
 
 def test_eight_reconcilers_never_double_book(two_sets: Cluster) -> None:
     cluster = two_sets
-    for set_ in ("a", "b"):
-        for name in pool(set_)[:2]:
-            cluster.write(name, set_)
+    cluster.write("a0", "a", replicas=2)  # a replicated deployment races too
+    for name in pool("b")[:2]:
+        cluster.write(name, "b")
     race = Race(cluster, RACE_SECONDS)
     daemon = cluster.start("--resync", "1s", set_="b")
     loops: list[Callable[[], None]] = [
