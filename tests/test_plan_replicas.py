@@ -8,6 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from strategies import GI, NOW, desired, entry, inventory, observed, record, ref, view
 
 from controller.core.actions import (
@@ -20,6 +22,7 @@ from controller.core.actions import (
     Stop,
 )
 from controller.core.inventory import Device, Inventory
+from controller.core.names import replica_name, replica_of
 from controller.core.plan import Desired, plan
 from controller.core.state import Observed, Phase, RecordView
 
@@ -335,3 +338,34 @@ def test_an_unchanged_replicated_deployment_plans_nothing(replicas: int) -> None
     web = entry("web", replicas=replicas, **GPU1)
     seen = _three(web) if replicas == 3 else observed(ready("web", web, "nvidia:0", 8000))
     assert run(desired(web), seen) == []
+
+
+# -- properties --------------------------------------------------------------------------
+
+
+@given(
+    replicas=st.integers(1, 5),
+    devices=st.integers(1, 4),
+    shareable=st.booleans(),
+    held=st.integers(0, 2),
+)
+def test_property_replicas_share_a_device_only_when_no_other_fits(
+    replicas: int, devices: int, shareable: bool, held: int
+) -> None:
+    """Starting replicas beside ``held`` running siblings: every new one takes a device
+    no sibling holds while there is one; only a shareable lease ever stacks."""
+    inv = inventory(*(f"nvidia:{i}" for i in range(devices)))
+    web = entry("web", replicas=replicas, devices={"count": 1, "shareable": shareable})
+    running = [
+        ready(replica_name("web", i), web, f"nvidia:{i}", 8000 + i)
+        for i in range(min(held, replicas, devices))
+    ]
+    actions = run(desired(web), observed(*running), inv)
+    taken = [v.record.devices[0] for v in running]
+    for start in sorted(starts(actions).values(), key=lambda s: replica_of(s.name)):
+        (device,) = start.devices
+        assert device not in taken or len(set(taken)) == devices, (taken, start)
+        assert shareable or device not in taken
+        taken.append(device)
+    ports = [a.port for a in actions if isinstance(a, Start)]
+    assert len(ports) == len(set(ports))
