@@ -293,7 +293,8 @@ def test_rolling_without_surge_room_replaces_one_replica_at_a_time() -> None:
     old = entry("web", replicas=3, strategy="RollingUpdate", **GPU1)
     actions = run(desired(_rolling()), _three(old), GPU3)
     assert shape(actions) == [("Replace", "web")]  # web@1 and web@2 serve
-    assert "no room for a surge: replacing one replica at a time" in actions[0].reason
+    assert "no room for a surge (no capacity" in actions[0].reason
+    assert "replacing one replica at a time in place, at most 1 down" in actions[0].reason
 
 
 def test_rolling_in_place_waits_for_the_replaced_replica() -> None:

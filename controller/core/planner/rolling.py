@@ -128,8 +128,13 @@ def roll(ctx: Context, ledger: PlanLedger, request: Roll) -> Start | Replace:
     placed = ledger.start(entry, f"rolling update ({why}){path}: {nxt} beside the old", record=nxt)
     if isinstance(placed, Start):
         return placed
-    one = "; no room for a surge: replacing one replica at a time" if many else ""
-    reason = f"{why}; no room for both: recreating ({placed.reason}){one}"
+    reason = f"{why}; no room for both: recreating ({placed.reason})"
+    if many:  # the path plan names: in place, one replica at a time, the others serve
+        down = Budget.of(ctx, entry).unavailable
+        reason = (
+            f"{why}; no room for a surge ({placed.reason}): replacing one replica at a "
+            f"time in place, at most {down} down"
+        )
     return Replace(name=old, reason=reason, fields=request.fields)
 
 
