@@ -122,6 +122,8 @@ class Record:
     ready_deadline_seconds: float | None = None
     models: tuple[str, ...] = ()  # routable model names: metadata.name, spec.model, aliases
     device_count: int = 0  # spec.devices.count: what a placing backend must find again
+    # spec.affinity: session keeps a session key's requests on one replica (the gateway)
+    affinity: Literal["none", "session"] = "none"
     node: str  # local: the node name; ray: the Ray node id (full hex)
     backend: str = backendnames.LOCAL  # which backend judges this record (a name)
     engine: str = ""

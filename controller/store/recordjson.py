@@ -217,6 +217,7 @@ def record_v2(data: object) -> Record:
             ready_deadline_seconds=f.maybe("ready_deadline_seconds", float),
             models=f.items("models", str),
             device_count=f.take("device_count", int, b.device_count),
+            affinity=_affinity(f.take("affinity", str, b.affinity), "affinity"),
             node=f.take("node", str),
             backend=f.take("backend", str, b.backend),
             engine=f.take("engine", str, b.engine),
@@ -264,6 +265,14 @@ def _activation(value: str, where: str) -> Literal["Always", "OnDemand"]:
     if value == "OnDemand":
         return "OnDemand"
     raise RecordInvalid(f"{where}: {value!r} is not one of Always, OnDemand")
+
+
+def _affinity(value: str, where: str) -> Literal["none", "session"]:
+    if value == "none":
+        return "none"
+    if value == "session":
+        return "session"
+    raise RecordInvalid(f"{where}: {value!r} is not one of none, session")
 
 
 # Fields version 2 added: a version-1 file holding one was not written by version 1.
@@ -315,6 +324,7 @@ def _facts(spec: dict[str, Any], name: str) -> dict[str, Any]:
         "ready_deadline_seconds": deadline,
         "models": list(model_names(name, model, doc.items("aliases", str))),
         "device_count": _typed(devices or 0, int, "spec.devices.count"),
+        "affinity": _affinity(doc.take("affinity", str, "none"), "spec.affinity"),
     }
 
 
