@@ -112,6 +112,7 @@ class RecordMaker:
             ready_deadline_seconds=deadline_of(spec),
             models=routable_names(entry.name, spec),
             device_count=spec.devices.count,
+            affinity=spec.affinity,
             revision=self.revision,
             labels=dict(entry.deployment.metadata.labels),
         )
