@@ -15,6 +15,7 @@ from controller.core.promtext import PromText
 PREFIX = "reconcile_gateway_"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 Labels = tuple[str, str]  # (deployment, key label)
+Instance = tuple[str, str]  # (deployment, instance: its record's name)
 
 
 class _Histogram:
@@ -34,16 +35,19 @@ class GatewayMetrics:
         self._lock = threading.Lock()
         self.requests: defaultdict[Labels, int] = defaultdict(int)
         self.errors: defaultdict[tuple[str, str, str], int] = defaultdict(int)
-        self.inflight: defaultdict[str, int] = defaultdict(int)
+        self.inflight: defaultdict[Instance, int] = defaultdict(int)
         self.latency: dict[Labels, _Histogram] = {}
 
-    def begin(self, deployment: str) -> None:
+    def begin(self, deployment: str, instance: str) -> None:
+        """A request forwarded to ``instance`` (``web@1``) of ``deployment``."""
         with self._lock:
-            self.inflight[deployment] += 1
+            self.inflight[(deployment, instance)] += 1
 
-    def end(self, deployment: str) -> None:
+    def end(self, deployment: str, instance: str) -> None:
         with self._lock:
-            self.inflight[deployment] -= 1
+            self.inflight[(deployment, instance)] -= 1
+            if self.inflight[(deployment, instance)] <= 0:  # a gone replica leaves no series
+                del self.inflight[(deployment, instance)]
 
     def done(self, deployment: str, key: str, status: int, seconds: float) -> None:
         """One finished request (``deployment`` is ``-`` when no deployment was found)."""
@@ -66,9 +70,9 @@ class GatewayMetrics:
             out.family(f"{PREFIX}errors_total", errors, "counter")
             for (dep, key, cls), n in sorted(self.errors.items()):
                 out.sample(f"{PREFIX}errors_total", n, deployment=dep, key=key, **{"class": cls})
-            out.family(f"{PREFIX}inflight", "Requests being forwarded now.", "gauge")
-            for dep, n in sorted(self.inflight.items()):
-                out.sample(f"{PREFIX}inflight", n, deployment=dep)
+            out.family(f"{PREFIX}inflight", "Requests being forwarded now, per instance.", "gauge")
+            for (dep, instance), n in sorted(self.inflight.items()):
+                out.sample(f"{PREFIX}inflight", n, deployment=dep, instance=instance)
             out.family(f"{PREFIX}request_seconds", "Time to the end of the answer.", "histogram")
             for (dep, key), hist in sorted(self.latency.items()):
                 _histogram(out, dep, key, hist)

@@ -8,9 +8,11 @@ answers is passed through untouched. Every path is routed in its normal form
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,12 +20,13 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from controller.core.state import Record
+from controller.core.state import Phase, Record
 from controller.gateway import encoding, paths, readiness
 from controller.gateway.activation import Demand
 from controller.gateway.answers import error
 from controller.gateway.keys import Keys, presented
 from controller.gateway.limits import Limiter
+from controller.gateway.load import Load, LoadWriter
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.routing import Table, Target
@@ -38,6 +41,8 @@ BODY_TIMEOUT = 120.0  # seconds a client may take to send its body (a slow one h
 ROUTED = "/v1/"  # what is forwarded lies under this
 OWN_METHODS = ("GET", "HEAD")  # /healthz and /v1/models
 PROXIED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")  # the OpenAI API's
+SESSION_HEADER = "x-session-id"  # affinity's key; else the OpenAI body's `user`
+SESSION_MAX = 1024  # characters of a session key (it is hashed, never stored)
 
 
 @dataclass
@@ -49,15 +54,26 @@ class Front:
     max_body: int
     session: aiohttp.ClientSession
     keys: Keys | None = None
-    # deployment -> (the Starting engine's nonce, the gateway's probe of it)
+    # record name -> (its Starting engine's nonce, the gateway's probe of it)
     watching: dict[str, tuple[str | None, asyncio.Task[None]]] = field(default_factory=dict)
-    waiting: Counter[str] = field(default_factory=Counter)  # deployment -> requests waiting
+    waiting: Counter[str] = field(default_factory=Counter)  # pool name -> requests waiting
+    load: Load = field(default_factory=Load)  # per deployment, for the autoscaler
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body, middlewares=[_openai_errors])
         # One route: the path is normalised first, then routed here (never by its raw form).
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        app.cleanup_ctx.append(self._writing_load)
         return app
+
+    async def _writing_load(self, app: web.Application) -> AsyncIterator[None]:
+        """The in-flight figures' writer, from start-up until the server is shut down
+        (after the requests in flight have drained)."""
+        task = asyncio.create_task(LoadWriter(self.demand.state_dir, self.load).run())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         raw, query = paths.split(request.raw_path)
@@ -103,9 +119,10 @@ class Front:
         if isinstance(key, web.Response):
             return key
         await self.table.first_pass(FIRST_PASS_WAIT)
+        # Each name once, a pool's too (owned by all its deployments).
         data = [
-            {"id": name, "object": "model", "created": 0, "owned_by": deployment}
-            for name, deployment in sorted(self.table.names.items())
+            {"id": name, "object": "model", "created": 0, "owned_by": ",".join(pool)}
+            for name, pool in sorted(self.table.pools.items())
         ]
         return web.json_response({"object": "list", "data": data})
 
@@ -134,59 +151,73 @@ class Front:
             why = "the request body must be a JSON object with a string field `model`"
             return "-", error(400, why, "invalid_request")
         await self.table.first_pass(FIRST_PASS_WAIT)
-        name = self.table.deployment(model)
-        if name is None:
-            known = ", ".join(sorted(self.table.names)[:20]) or "none"
+        if model not in self.table.pools:
+            known = ", ".join(sorted(self.table.pools)[:20]) or "none"
             why = f"the model {model!r} does not exist (routable names: {known})"
             return "-", error(404, why, "model_not_found")
-        if not await self.limiter.acquire(name):
-            why = f"deployment {name!r} is at its limit of concurrent requests; retry later"
-            return name, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
+        label = self.table.label(model)
+        if not await self.limiter.acquire(label):
+            why = f"deployment {label!r} is at its limit of concurrent requests; retry later"
+            return label, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
         try:
-            return name, await self._forward(incoming, body, name)
+            want = Want(model, label, _session(incoming.request, body))
+            return await self._forward(incoming, body, want)
         finally:
-            self.limiter.release(name)
+            self.limiter.release(label)
 
-    async def _forward(self, incoming: Incoming, body: bytes, name: str) -> web.StreamResponse:
-        on_demand = self.table.on_demand(name)
-        if on_demand:
+    async def _forward(
+        self, incoming: Incoming, body: bytes, want: Want
+    ) -> tuple[str, web.StreamResponse]:
+        """The deployment that answered (or the pool's label) and its answer."""
+        sleepers = self.table.on_demand(want.pool)  # a request for the pool wants them all
+        for name in sleepers:
             self.demand.begin(name)
-        self.metrics.begin(name)
         try:
             for _ in range(CONNECT_RETRIES):
-                if on_demand and self.table.target(name) is None:
-                    await self.demand.activate(name)
-                target = await self._wait(name)
+                if sleepers and not self.table.candidates(want.pool):
+                    for name in sleepers:
+                        await self.demand.activate(name)
+                target = await self._wait(want)
                 if target is None:
-                    rec = self.table.records.get(name)
-                    phase = rec.phase.value if rec is not None else "gone"
-                    waited = self.table.deadline(name)  # the record's: the daemon's deadline
-                    why = (
-                        f"deployment {name!r} is not Ready ({phase}) within its readiness "
-                        f"deadline ({waited:g}s); retry later"
-                    )
-                    return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
+                    return want.label, self._not_ready(want)
                 try:
-                    return await self._send_once_more(incoming, body, target)
+                    answer = await self._send_once_more(incoming, body, want, target)
+                    return target.deployment, answer
                 except UpstreamDown as exc:
-                    log.info("engine refused the connection", deployment=name, error=str(exc))
-                    self.table.mark_down(name, target)
-            why = f"deployment {name!r}: its engine refused the connection; retry later"
-            return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
+                    why = str(exc)
+                    log.info(
+                        "engine refused the connection", deployment=target.deployment, error=why
+                    )
+                    self.table.mark_down(target)
+            why = f"deployment {want.label!r}: its engine refused the connection; retry later"
+            return want.label, error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
         finally:
-            self.metrics.end(name)
-            if on_demand:
+            for name in sleepers:
                 self.demand.end(name)
 
+    def _not_ready(self, want: Want) -> web.Response:
+        phase = self.table.phases(want.pool)
+        waited = self.table.deadline(want.pool)  # the records': the daemon's deadline
+        why = (
+            f"deployment {want.label!r} is not Ready ({phase}) within its readiness "
+            f"deadline ({waited:g}s); retry later"
+        )
+        return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
+
     async def _send_once_more(
-        self, incoming: Incoming, body: bytes, target: Target
+        self, incoming: Incoming, body: bytes, want: Want, target: Target
     ) -> web.StreamResponse:
         """Send; an engine that dropped the connection before any byte of its answer gets
-        the request once more, on another Ready instance if there is one; else a 502."""
+        the request once more, on another Ready instance of the pool if there is one;
+        else a 502."""
         try:
             return await self._send(incoming, body, target)
         except UpstreamFailed as exc:
-            other = self.table.target(target.deployment, avoid=target.nonce) if exc.retry else None
+            other = (
+                self.table.target(want.pool, avoid=target.nonce, session=want.session)
+                if exc.retry
+                else None
+            )
             log.info(
                 "engine connection lost before its answer",
                 deployment=target.deployment,
@@ -202,9 +233,14 @@ class Front:
             return _upstream_error(other.deployment)
 
     async def _send(self, incoming: Incoming, body: bytes, target: Target) -> web.StreamResponse:
-        """Forward, counted per engine: a retiring instance is stopped only once it is 0."""
-        # No await between the table's answer and this count: retire() sees every request.
+        """Forward, counted per engine: a retiring instance is stopped only once it is 0,
+        and the balancer sends the next request to the least loaded."""
+        # No await between the table's answer and this count: retire() sees every request,
+        # and concurrent requests see each other's.
         self.table.inflight[target.nonce] += 1
+        self.table.served[target.nonce] += 1
+        self.load.add(target.deployment, 1)
+        self.metrics.begin(target.deployment, target.instance)
         try:
             return await forward(
                 self.session,
@@ -216,40 +252,48 @@ class Front:
                 strip_keys=self.keys is not None,
             )
         finally:
+            self.metrics.end(target.deployment, target.instance)
+            self.load.add(target.deployment, -1)
             self.table.inflight[target.nonce] -= 1
             if self.table.inflight[target.nonce] <= 0:
                 del self.table.inflight[target.nonce]
 
-    async def _wait(self, name: str) -> Target | None:
-        deadline = self.table.deadline(name)
-        self.waiting[name] += 1
+    async def _wait(self, want: Want) -> Target | None:
+        pool = want.pool
+        deadline = self.table.deadline(pool)
+        self.waiting[pool] += 1
         try:
-            return await self.table.wait_target(name, deadline, lambda: self._watch(name, deadline))
+            return await self.table.wait_target(
+                pool, deadline, lambda: self._watch(pool, deadline), want.session
+            )
         finally:
-            self.waiting[name] -= 1
+            self.waiting[pool] -= 1
+            if self.waiting[pool] <= 0:
+                del self.waiting[pool]
 
-    def _watch(self, name: str, deadline: float) -> None:
-        """Probe a Starting engine ourselves while requests wait (readiness.py says why)."""
-        rec = self.table.starting(name)
-        if rec is None:
-            return
-        running = self.watching.get(name)
-        if running is not None and running[0] == rec.nonce and not running[1].done():
-            return
-        task = asyncio.get_running_loop().create_task(self._probe(name, rec, deadline))
-        self.watching[name] = (rec.nonce, task)
+    def _watch(self, pool: str, deadline: float) -> None:
+        """Probe the pool's Starting engines ourselves while requests wait (readiness.py
+        says why)."""
+        for rec in self.table.starting(pool):
+            running = self.watching.get(rec.name)
+            if running is not None and running[0] == rec.nonce and not running[1].done():
+                continue
+            task = asyncio.get_running_loop().create_task(self._probe(pool, rec, deadline))
+            self.watching[rec.name] = (rec.nonce, task)
 
-    async def _probe(self, name: str, rec: Record, deadline: float) -> None:
+    async def _probe(self, pool: str, rec: Record, deadline: float) -> None:
         def wanted() -> bool:
-            current = self.table.starting(name)
-            return current is not None and current.nonce == rec.nonce and self.waiting[name] > 0
+            current = self.table.records.get(rec.name)
+            if current is None or current.phase is not Phase.STARTING:
+                return False
+            return current.nonce == rec.nonce and self.waiting[pool] > 0
 
         try:
             if not await asyncio.wait_for(readiness.watch(rec, wanted), deadline):
                 return
         except TimeoutError:
             return
-        self.table.probed_ready(name, rec.nonce)
+        self.table.probed_ready(rec.nonce)
         self.demand.request_pass()  # the daemon records it Ready by the same probe
 
     async def _body(self, request: web.Request) -> bytes | web.Response:
@@ -268,6 +312,16 @@ class Front:
         if isinstance(plain, encoding.Refused):
             return error(plain.status, plain.message, plain.code)
         return plain
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    """What a request asks for: a pool (its routable name), the label limits and metrics
+    count it under, and its session key (affinity), if any."""
+
+    pool: str
+    label: str
+    session: str | None
 
 
 @dataclass(frozen=True)
@@ -311,6 +365,19 @@ def _closing(answer: web.Response) -> web.Response:
 def _too_large(limit: int) -> web.Response:
     why = f"the request body is larger than the gateway's limit of {limit} bytes (--max-body)"
     return error(413, why, "request_too_large")
+
+
+def _session(request: web.Request, body: bytes) -> str | None:
+    """The session key: the ``x-session-id`` header, else the OpenAI ``user`` field."""
+    header = request.headers.get(SESSION_HEADER)
+    if header:
+        return header[:SESSION_MAX]
+    try:
+        value: Any = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    user = value.get("user") if isinstance(value, dict) else None
+    return user[:SESSION_MAX] if isinstance(user, str) and user else None
 
 
 def _model(body: bytes) -> str | None:

@@ -1,10 +1,16 @@
-"""The routing table: model name -> deployment -> its Ready engine, from the records.
+"""The routing table: model name -> its pool -> the Ready engine a request goes to.
 
-Records give each engine's host and port, so routing works on any backend. The
-daemon hands every pass's records over (``update``, on the gateway's loop);
-requests waiting for a deployment wake on each update.
+A routable name's pool is every instance (each replica, ``web``, ``web@1``...) of every
+deployment that serves the name: a ``spec.model`` shared by several deployments is
+balanced over all of them, while each ``metadata.name`` reaches its own deployment's
+instances only. ``target`` picks one: least requests in flight, ties broken by two
+random choices (balance.py); with ``affinity: session`` a session key's instance
+(affinity.py). Records give each engine's host and port, so routing works on any
+backend. The daemon hands every pass's records over (``update``, on the gateway's
+loop); requests waiting for a pool wake on each update.
 
-RollingUpdate: while ``<name>@next`` exists, the table prefers it once it is Ready.
+RollingUpdate: while ``<instance>@next`` exists, it takes its instance's place in the
+pool once it is Ready.
 The daemon's executor calls ``retire`` (through the gateway) before it stops an old
 instance: from then on nothing new goes to that instance, and ``retire`` returns when
 its in-flight requests have ended (or its grace period ran out).
@@ -14,13 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from controller.core.names import is_next, next_name
+from controller.core.names import base_name, instance_of, is_next, next_name, replica_of
 from controller.core.state import Phase, Record
+from controller.gateway import balance
+from controller.gateway.affinity import Sessions
 from controller.host.probes import connect_host
 
 DRAIN_POLL = 0.01  # seconds between looks at a retiring instance's in-flight count
@@ -32,18 +41,23 @@ class Target:
     host: str
     port: int
     nonce: str | None
+    instance: str = ""  # the instance it serves as (``web@1``; a ``@next``: the one it replaces)
 
 
 class Table:
-    def __init__(self) -> None:
-        self.names: dict[str, str] = {}  # routable name -> deployment
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self.pools: dict[str, tuple[str, ...]] = {}  # routable name -> its deployments
+        self.instances: dict[str, tuple[str, ...]] = {}  # deployment -> its instances
         self.records: dict[str, Record] = {}
         self._changed = asyncio.Event()
-        self._down: dict[str, str | None] = {}  # deployment -> nonce that refused us
+        self._down: set[str | None] = set()  # nonces of engines that refused us
         self.loaded = asyncio.Event()  # set by the first pass's records
         self.inflight: Counter[str | None] = Counter()  # engine nonce -> requests in flight
+        self.served: Counter[str | None] = Counter()  # engine nonce -> requests sent so far
         self._retired: set[str | None] = set()  # nonces of instances being stopped
-        self._probed: dict[str, str | None] = {}  # deployment -> Starting nonce we saw ready
+        self._probed: set[str | None] = set()  # Starting nonces our own probe saw ready
+        self._sessions: defaultdict[str, Sessions] = defaultdict(Sessions)  # per pool
+        self._rng = rng or random.Random()
 
     async def first_pass(self, timeout: float) -> None:
         """Before the first pass there is nothing to route by: wait for it (bounded)."""
@@ -51,23 +65,29 @@ class Table:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.loaded.wait(), timeout)
 
-    def mark_down(self, name: str, target: Target) -> None:
+    def mark_down(self, target: Target) -> None:
         """Route nothing more to that engine until the next pass says otherwise."""
-        self._down[name] = target.nonce
+        self._down.add(target.nonce)
 
     def update(self, records: Iterable[Record]) -> None:
         self.records = {r.name: r for r in records}
-        names: dict[str, str] = {}
-        for rec in sorted(self.records.values(), key=lambda r: r.name):
+        pools: defaultdict[str, set[str]] = defaultdict(set)
+        instances: defaultdict[str, set[str]] = defaultdict(set)
+        for rec in self.records.values():
+            deployment = base_name(rec.name)
+            instances[deployment].add(instance_of(rec.name))
             if is_next(rec.name):
-                continue  # a rolling update's new instance: routed as its deployment
+                continue  # a rolling update's new instance: routed as the one it replaces
             for name in rec.models:
-                names.setdefault(name, rec.name)  # duplicates are manifest errors already
-        self.names = names
-        self._down.clear()
+                pools[name].add(deployment)
+        self.pools = {name: tuple(sorted(found)) for name, found in sorted(pools.items())}
+        self.instances = {d: tuple(sorted(found, key=replica_of)) for d, found in instances.items()}
         live = {r.nonce for r in self.records.values()}
+        self._down.clear()
         self._retired &= live  # an instance still on record stays retired until it is gone
-        self._probed = {n: v for n, v in self._probed.items() if v in live}
+        self._probed &= live
+        for gone in [n for n in self.served if n not in live]:
+            del self.served[gone]  # only the tie-break reads it: a gone engine's is moot
         self.loaded.set()
         self._wake()
 
@@ -75,10 +95,11 @@ class Table:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    def probed_ready(self, name: str, nonce: str | None) -> None:
+    def probed_ready(self, nonce: str | None) -> None:
         """The gateway's own probe passed for a Starting engine: route to it already."""
-        self._probed[name] = nonce
-        self._wake()
+        if nonce is not None:
+            self._probed.add(nonce)
+            self._wake()
 
     async def retire(self, old: Record, new: Record | None, timeout: float) -> None:
         """Send nothing more to ``old`` (to ``new`` instead, if given); wait out its requests."""
@@ -90,61 +111,116 @@ class Table:
         while self.inflight[old.nonce] > 0 and time.monotonic() < end:
             await asyncio.sleep(DRAIN_POLL)
 
-    def deployment(self, model: str) -> str | None:
-        return self.names.get(model)
+    def label(self, name: str) -> str:
+        """What limits and metrics count a pool's requests under: its deployment when it
+        has one, else the model name itself."""
+        pool = self.pools.get(name, ())
+        return pool[0] if len(pool) == 1 else name
 
-    def on_demand(self, name: str) -> bool:
-        rec = self.records.get(name)
-        return rec is not None and rec.on_demand
+    def on_demand(self, name: str) -> tuple[str, ...]:
+        """The OnDemand deployments of pool ``name`` (a request for the pool wants them)."""
+        return tuple(d for d in self.pools.get(name, ()) if self._first(d).on_demand)
 
-    def target(self, name: str, avoid: str | None = "-") -> Target | None:
-        """Where a request for deployment ``name`` goes now: the new instance first; never
-        the instance whose nonce is ``avoid`` (it just dropped a request)."""
-        for rec in (self.records.get(next_name(name)), self.records.get(name)):
-            found = self._target(name, rec)
-            if found is not None and found.nonce != avoid:
-                return found
-        return None
-
-    def starting(self, name: str) -> Record | None:
-        """The record of ``name`` whose engine is starting (what the gateway may probe)."""
-        rec = self.records.get(name)
-        if rec is None or rec.phase is not Phase.STARTING or rec.port is None:
+    def target(
+        self, name: str, avoid: str | None = "-", session: str | None = None
+    ) -> Target | None:
+        """Where a request for pool ``name`` goes now, never to the engine whose nonce is
+        ``avoid`` (it just dropped a request): ``session``'s instance under affinity,
+        else the least loaded."""
+        found = self.candidates(name, avoid)
+        if not found:
             return None
-        return rec
+        if session is not None and self._affine(name):
+            by_instance = {t.instance: t for t in found}
+            return by_instance[self._sessions[name].place(session, by_instance)]
+        return balance.pick(found, self.inflight, self.served, self._rng)
 
-    def _target(self, name: str, rec: Record | None) -> Target | None:
+    def candidates(self, name: str, avoid: str | None = "-") -> list[Target]:
+        """Every instance of pool ``name`` that may take a request now: a Ready ``@next``
+        in its instance's place, else the instance itself."""
+        out: list[Target] = []
+        for deployment in self.pools.get(name, ()):
+            for instance in self.instances.get(deployment, ()):
+                for rec in (self.records.get(next_name(instance)), self.records.get(instance)):
+                    found = self._target(instance, rec)
+                    if found is not None and found.nonce != avoid:
+                        out.append(found)
+                        break
+        return out
+
+    def starting(self, name: str) -> list[Record]:
+        """The records of pool ``name`` whose engines are starting (what the gateway may
+        probe)."""
+        return [
+            rec
+            for deployment in self.pools.get(name, ())
+            for instance in self.instances.get(deployment, ())
+            for rec in (self.records.get(instance), self.records.get(next_name(instance)))
+            if rec is not None and rec.phase is Phase.STARTING and rec.port is not None
+        ]
+
+    def _target(self, instance: str, rec: Record | None) -> Target | None:
         if rec is None or rec.port is None or rec.nonce in self._retired:
             return None
-        probed = rec.phase is Phase.STARTING and self._probed.get(name) == rec.nonce
+        probed = rec.phase is Phase.STARTING and rec.nonce in self._probed
         if rec.phase is not Phase.READY and not probed:
             return None
-        if self._down.get(name, "-") == rec.nonce:
+        if rec.nonce in self._down:
             return None
-        return Target(name, connect_host(rec.host), rec.port, rec.nonce)
+        return Target(base_name(rec.name), connect_host(rec.host), rec.port, rec.nonce, instance)
+
+    def _first(self, deployment: str) -> Record:
+        """Replica 0's record (the deployment's facts are the same on every replica)."""
+        instances = self.instances.get(deployment, ())
+        rec = self.records.get(instances[0]) if instances else None
+        return rec or Record(name=deployment, owner="", node="")
+
+    def _affine(self, name: str) -> bool:
+        return any(self._first(d).affinity == "session" for d in self.pools.get(name, ()))
 
     def deadline(self, name: str) -> float:
-        """How long a request may wait for ``name`` to be Ready: the record's readiness
-        deadline, the very one the daemon fails the engine at (0: no valid spec, nothing
-        will start it)."""
-        rec = self.records.get(name)
-        return (rec.ready_deadline_seconds or 0.0) if rec is not None else 0.0
+        """How long a request may wait for pool ``name`` to have a Ready instance: the
+        longest readiness deadline of its records, the very ones the daemon fails engines
+        at (0: no valid spec, nothing will start it)."""
+        return max(
+            (
+                rec.ready_deadline_seconds or 0.0
+                for deployment in self.pools.get(name, ())
+                for instance in self.instances.get(deployment, ())
+                if (rec := self.records.get(instance)) is not None
+            ),
+            default=0.0,
+        )
+
+    def phases(self, name: str) -> str:
+        """The phases of pool ``name``'s instances, for a 503's message."""
+        found = [
+            rec.phase.value
+            for deployment in self.pools.get(name, ())
+            for instance in self.instances.get(deployment, ())
+            if (rec := self.records.get(instance)) is not None
+        ]
+        return ", ".join(sorted(set(found))) or "gone"
 
     async def wait_target(
-        self, name: str, timeout: float, on_wait: Callable[[], None] = lambda: None
+        self,
+        name: str,
+        timeout: float,
+        on_wait: Callable[[], None] = lambda: None,
+        session: str | None = None,
     ) -> Target | None:
-        """The Ready engine of ``name``, waiting up to ``timeout`` for one.
+        """A Ready engine of pool ``name``, waiting up to ``timeout`` for one.
 
-        ``on_wait`` runs before each wait (the gateway starts its own probe there).
+        ``on_wait`` runs before each wait (the gateway starts its own probes there).
         """
         end = time.monotonic() + timeout
         while True:
-            found = self.target(name)
+            found = self.target(name, session=session)
             left = end - time.monotonic()
-            if found is not None or left <= 0 or name not in self.records:
+            if found is not None or left <= 0 or name not in self.pools:
                 return found
             on_wait()
             try:
                 await asyncio.wait_for(self._changed.wait(), left)
             except TimeoutError:
-                return self.target(name)
+                return self.target(name, session=session)

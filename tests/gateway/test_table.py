@@ -27,7 +27,7 @@ def test_a_ready_next_wins_a_starting_one_does_not() -> None:
     async def check() -> None:
         table = Table()
         table.update([OLD, NEXT_STARTING])
-        assert table.names == {"m": "m"}  # `m@next` is no routable name
+        assert table.pools == {"m": ("m",)}  # `m@next` is no routable name
         assert (found := table.target("m")) is not None and found.port == 8000
         table.update([OLD, NEXT_READY])
         assert (found := table.target("m")) is not None and found.port == 8001
@@ -77,7 +77,7 @@ def test_a_probed_starting_engine_is_routed_to_for_its_nonce_only() -> None:
         starting = rec("m", "a", 8000, Phase.STARTING)
         table.update([starting])
         assert table.target("m") is None
-        table.probed_ready("m", "a")
+        table.probed_ready("a")
         assert table.target("m") is not None
         table.update([rec("m", "b", 8000, Phase.STARTING)])  # restarted meanwhile
         assert table.target("m") is None
@@ -91,10 +91,10 @@ def test_an_old_instance_probed_at_start_does_not_make_a_starting_next_routable(
     async def check() -> None:
         table = Table()
         table.update([rec("m", "old", 8000, Phase.STARTING)])
-        table.probed_ready("m", "old")
+        table.probed_ready("old")
         table.update([OLD, NEXT_STARTING])
         assert (found := table.target("m")) is not None and found.port == 8000
-        table.probed_ready("m", "new")  # now its own probe passed
+        table.probed_ready("new")  # now its own probe passed
         assert (found := table.target("m")) is not None and found.port == 8001
 
     asyncio.run(check())

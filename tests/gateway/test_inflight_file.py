@@ -1,0 +1,138 @@
+"""The in-flight figures the autoscaler reads: ``<state>/inflight/<deployment>.<writer>.json``
+(store/inflight.py), their window average (core/inflight.py), and the gateway's side:
+time-weighted counts (Load) written once a second per busy deployment (LoadWriter)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from controller.core.inflight import Inflight, Sample, average, peak
+from controller.gateway.load import Load, LoadWriter
+from controller.store import inflight as store
+
+WEB = Inflight("web", "101", (Sample(100.0, 1.0, 2.0, 3), Sample(101.0, 1.0, 4.0, 6)))
+
+
+def test_written_then_read_back(tmp_path: Path) -> None:
+    store.write(tmp_path, WEB)
+    store.write(tmp_path, Inflight("chat", "202", (Sample(101.0, 1.0, 0.5, 1),)))
+    assert store.read_all(tmp_path) == [Inflight("chat", "202", (Sample(101.0, 1.0, 0.5, 1),)), WEB]
+    path = tmp_path / "inflight" / "web.101.json"
+    assert json.loads(path.read_text())["samples"][1] == {
+        "at": 101.0,
+        "seconds": 1.0,
+        "mean": 4.0,
+        "peak": 6,
+    }
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(
+    ("file", "text"),
+    [
+        ("web.101.json", "{not json"),
+        ("web.101.json", '{"version": 9, "deployment": "web", "writer": "101", "samples": []}'),
+        (
+            "other.101.json",
+            json.dumps({"version": 1, "deployment": "web", "writer": "101", "samples": []}),
+        ),
+        (
+            "web.101.json",
+            '{"version": 1, "deployment": "web", "writer": "101", "samples": [{"at": 1}]}',
+        ),
+    ],
+)
+def test_a_torn_foreign_or_misnamed_file_is_no_load(tmp_path: Path, file: str, text: str) -> None:
+    (tmp_path / "inflight").mkdir()
+    (tmp_path / "inflight" / file).write_text(text)
+    assert store.read_all(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("deployment", "writer"), [("../x", "1"), ("web@1", "1"), ("web", "a.b"), ("web", "")]
+)
+def test_only_deployment_names_and_tokens_make_file_names(deployment: str, writer: str) -> None:
+    with pytest.raises(ValueError, match="not a"):
+        store.path_of(Path("/nowhere"), deployment, writer)
+
+
+def test_forget_and_prune(tmp_path: Path) -> None:
+    store.write(tmp_path, WEB)
+    store.write(tmp_path, Inflight("web", "202", (Sample(5000.0, 1.0, 1.0, 1),)))
+    store.prune(tmp_path, now=5001.0, older_than=3600.0)  # 101's newest ended 4900 s ago
+    assert [f.writer for f in store.read_all(tmp_path)] == ["202"]
+    store.forget(tmp_path, "202")
+    assert store.read_all(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("now", "window", "expected"),
+    [
+        (101.0, 2.0, 3.0),  # both samples: (2 + 4) / 2
+        (101.0, 1.0, 4.0),  # the last one only
+        (101.5, 1.0, 2.0),  # half of the window after the last sample: none in flight
+        (110.0, 10.0, 0.4),  # the last sample's second and 9 idle ones
+        (200.0, 10.0, 0.0),
+    ],
+)
+def test_the_window_average(now: float, window: float, expected: float) -> None:
+    other = Inflight("web", "202", (Sample(101.0, 2.0, 1.0, 2),))
+    figures = [WEB, Inflight("chat", "101", (Sample(101.0, 1.0, 50.0, 50),))]
+    assert average(figures, "web", now, window) == pytest.approx(expected)
+    # A second gateway's figures add up (a handover: both serve for a while).
+    assert average([*figures, other], "web", 101.0, 2.0) == pytest.approx(4.0)
+    assert peak([*figures, other], "web", 101.0, 2.0) == 8
+
+
+def test_adding_keeps_the_last_samples() -> None:
+    figure = Inflight("web", "1")
+    for i in range(40):
+        figure = figure.adding(Sample(float(i), 1.0, 0.0, 0), kept=30)
+    assert len(figure.samples) == 30 and figure.samples[0].at == 10.0
+
+
+def test_load_is_time_weighted_and_forgets_idle_deployments() -> None:
+    now = [0.0]
+    load = Load(clock=lambda: now[0])
+    load.add("web", 1)  # one request for the whole second
+    now[0] = 0.5
+    load.add("web", 1)  # a second one for its second half
+    load.add("web", 1)
+    load.add("web", -1)
+    now[0] = 1.0
+    [(name, sample)] = load.take(wall=1000.0)
+    assert name == "web" and sample == Sample(1000.0, 1.0, 1.5, 3)
+    load.add("web", -2)
+    now[0] = 2.0
+    assert load.take(wall=1001.0) == [("web", Sample(1001.0, 1.0, 0.0, 2))]  # its peak
+    now[0] = 3.0
+    assert load.take(wall=1002.0) == []  # idle all along: nothing to write
+    assert load.now("web") == 0
+
+
+def test_the_writer_writes_busy_deployments_only_and_removes_its_files(tmp_path: Path) -> None:
+    async def check() -> None:
+        load = Load()
+        writer = LoadWriter(tmp_path, load, writer="77")
+        load.add("web", 2)
+        await writer.flush()
+        await writer.flush()
+        [figure] = store.read_all(tmp_path)
+        assert (figure.deployment, figure.writer, len(figure.samples)) == ("web", "77", 2)
+        assert figure.samples[-1].peak == 2 and figure.samples[-1].mean > 0
+        load.add("web", -2)
+        await writer.flush()  # the last sample: its peak was 2
+        await writer.flush()  # idle now: not written again
+        assert len(store.read_all(tmp_path)[0].samples) == 3
+        running = asyncio.create_task(writer.run())
+        await asyncio.sleep(0.05)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert store.read_all(tmp_path) == []
+
+    asyncio.run(check())
