@@ -1,0 +1,197 @@
+"""Pools through the real daemon and gateway (issue 21): several deployments of one
+``spec.model`` all run and share its name, balanced over every instance; each
+``metadata.name`` reaches its own engine only; session affinity; an engine killed under
+load costs no request; the in-flight figures land in the state dir and the metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import urllib.request
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+WAIT = 40.0
+
+
+def pool(reconcile: Any, names: list[str], model: str, **spec: Any) -> None:
+    """Deployments of one ``model``: a pool of ``len(names)`` instances."""
+    for name in names:
+        reconcile.write(name, model=model, **spec)
+
+
+def ready(g: Any, names: list[str]) -> dict[str, int]:
+    """Wait for each deployment to be Ready; its engine's pid."""
+    return {name: g.wait_phase(name, "Ready", timeout=WAIT)["pid"] for name in names}
+
+
+def served_by(answer: Any) -> str:
+    """The deployment whose engine answered (the demo engine is named after it)."""
+    assert answer.status == 200, answer
+    model: str = answer.json()["model"]
+    return model
+
+
+def spread(send: Callable[[int], Any], n: int, clients: int) -> list[Any]:
+    """``n`` requests from ``clients`` threads at once (so in-flight counts differ)."""
+    with ThreadPoolExecutor(clients) as workers:
+        return list(workers.map(send, range(n)))
+
+
+def test_two_deployments_of_one_model_both_start_and_serve_it(reconcile: Any, gateway: Any) -> None:
+    names = ["left", "right"]
+    pool(reconcile, names, "org/shared-7b")
+    g = gateway()
+    pids = ready(g, names)
+    ids = [m["id"] for m in g.request("GET", "/v1/models").json()["data"]]
+    assert sorted(ids) == ["left", "org/shared-7b", "right"]  # each name once
+    answers = spread(lambda _: g.post("org/shared-7b"), 40, 4)
+    by = Counter(served_by(a) for a in answers)
+    assert set(by) == set(names), by  # the model name is served by both
+    # Each metadata.name reaches its own deployment's engine, never the other's.
+    for name in names:
+        for answer in [g.post(name) for _ in range(10)]:
+            assert served_by(answer) == name
+            assert answer.json()["system_fingerprint"] == f"pid-{pids[name]}"
+    g.finish()
+
+
+def test_60_requests_over_3_instances_each_get_some(reconcile: Any, gateway: Any) -> None:
+    names = ["one", "two", "three"]
+    pool(reconcile, names, "trio")
+    g = gateway()
+    ready(g, names)
+    by = Counter(served_by(a) for a in spread(lambda _: g.post("trio"), 60, 4))
+    assert set(by) == set(names) and min(by.values()) >= 8, by
+    g.finish()
+
+
+def test_session_affinity_100_sessions_over_4_instances(reconcile: Any, gateway: Any) -> None:
+    names = ["s0", "s1", "s2", "s3"]
+    pool(reconcile, names, "chat", affinity="session")
+    g = gateway()
+    ready(g, names)
+
+    def send(i: int) -> tuple[int, str]:
+        # Half the sessions by the header, half by the OpenAI `user` field.
+        session = i % 100
+        if session % 2:
+            answer = g.post("chat", {"x-session-id": f"conv-{session}"})
+        else:
+            answer = g.post("chat", user=f"user-{session}")
+        return session, served_by(answer)
+
+    where: defaultdict[int, set[str]] = defaultdict(set)
+    for session, name in spread(send, 300, 4):  # 3 requests per session
+        where[session].add(name)
+    assert all(len(found) == 1 for found in where.values()), where
+    load = Counter(next(iter(found)) for found in where.values())
+    assert set(load) == set(names) and max(load.values()) <= 1.25 * 100 / 4, load
+    g.finish()
+
+
+@dataclass
+class Loops:
+    """Clients sending requests back to back through the gateway until stopped."""
+
+    g: Any
+    model: str
+    answers: list[tuple[int, str]] = field(default_factory=list)  # (status, engine pid)
+    errors: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                answer = self.g.post(self.model)
+            except OSError as exc:  # a reset connection is a failed request too
+                self.errors.append(repr(exc))
+                continue
+            body = answer.json() if answer.status == 200 else {}
+            self.answers.append((answer.status, body.get("system_fingerprint", "")))
+
+    @contextmanager
+    def running(self, clients: int) -> Iterator[Loops]:
+        threads = [threading.Thread(target=self.run, daemon=True) for _ in range(clients)]
+        for thread in threads:
+            thread.start()
+        try:
+            yield self
+        finally:
+            self.stop.set()
+            for thread in threads:
+                thread.join(timeout=WAIT)
+
+
+def test_an_engine_killed_under_4_client_loops_costs_no_request(
+    reconcile: Any, gateway: Any
+) -> None:
+    names = ["k0", "k1", "k2"]
+    pool(reconcile, names, "sturdy")
+    g = gateway()
+    pids = ready(g, names)
+    victim = pids["k1"]
+    with Loops(g, "sturdy").running(4) as loops:
+        reconcile.wait_for(
+            lambda: (200, f"pid-{victim}") in loops.answers, timeout=WAIT, what="k1 serving"
+        )
+        os.kill(victim, signal.SIGKILL)
+        reconcile.wait_gone(victim)
+        seen = len(loops.answers)
+        # The restarted engine takes requests again; the others served meanwhile.
+        restarted = reconcile.wait_for(
+            lambda: _new_pid(reconcile, "k1", victim), timeout=WAIT, what="k1 restarted"
+        )
+        reconcile.wait_for(
+            lambda: (200, f"pid-{restarted}") in loops.answers[seen:],
+            timeout=WAIT,
+            what="the restarted k1 serving",
+        )
+    assert not loops.errors, loops.errors[:5]
+    bad = [a for a in loops.answers if a[0] != 200]
+    assert not bad, bad[:5]
+    assert len(loops.answers) > seen
+    g.finish()
+
+
+def _new_pid(reconcile: Any, name: str, old: int) -> int | None:
+    item = reconcile.status(name).get(name, {})
+    pid = item.get("pid")
+    return pid if item.get("phase") == "Ready" and pid not in (None, old) else None
+
+
+def test_in_flight_figures_reach_the_state_dir_and_the_metrics(
+    reconcile: Any, gateway: Any
+) -> None:
+    # Streams that take a few seconds hold requests in flight to one instance.
+    reconcile.write("slow", command=reconcile.demo_command(chunks="20", chunk_delay="0.5"))
+    metrics_port = reconcile.port + 14
+    g = gateway("--metrics-port", str(metrics_port))
+    ready(g, ["slow"])
+    folder = reconcile.state / "inflight"
+
+    def busy_sample() -> bool:
+        for path in folder.glob("slow.*.json"):
+            samples = json.loads(path.read_text())["samples"]
+            if any(s["peak"] >= 2 and s["mean"] > 0 for s in samples):
+                return True
+        return False
+
+    def gauge() -> bool:
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        line = 'reconcile_gateway_inflight{deployment="slow",instance="slow"} 2'
+        return line in text.splitlines()
+
+    with ThreadPoolExecutor(2) as streams:
+        done = [streams.submit(g.post, "slow", stream=True) for _ in range(2)]
+        reconcile.wait_for(busy_sample, timeout=WAIT, what="an in-flight sample on disk")
+        reconcile.wait_for(gauge, timeout=WAIT, what="the per-instance gauge")
+        assert all(f.result().status == 200 for f in done)
+    g.finish()
