@@ -31,6 +31,18 @@ def ready(g: Any, names: list[str]) -> dict[str, int]:
     return {name: g.wait_phase(name, "Ready", timeout=WAIT)["pid"] for name in names}
 
 
+def replicas(name: str, n: int) -> list[str]:
+    """The record names of ``n`` replicas: ``web``, ``web@1``, ..."""
+    return [name, *(f"{name}@{i}" for i in range(1, n))]
+
+
+def engine_of(answer: Any) -> str:
+    """Which engine process answered (the demo engine's pid)."""
+    assert answer.status == 200, answer
+    fingerprint: str = answer.json()["system_fingerprint"]
+    return fingerprint
+
+
 def served_by(answer: Any) -> str:
     """The deployment whose engine answered (the demo engine is named after it)."""
     assert answer.status == 200, answer
@@ -62,7 +74,18 @@ def test_two_deployments_of_one_model_both_start_and_serve_it(reconcile: Any, ga
     g.finish()
 
 
-def test_60_requests_over_3_instances_each_get_some(reconcile: Any, gateway: Any) -> None:
+def test_60_requests_over_3_replicas_each_get_some(reconcile: Any, gateway: Any) -> None:
+    reconcile.write("trio", replicas=3)
+    g = gateway()
+    pids = ready(g, replicas("trio", 3))
+    by = Counter(engine_of(a) for a in spread(lambda _: g.post("trio"), 60, 4))
+    assert set(by) == {f"pid-{p}" for p in pids.values()} and min(by.values()) >= 8, by
+    g.finish()
+
+
+def test_60_requests_over_3_deployments_of_one_model_each_get_some(
+    reconcile: Any, gateway: Any
+) -> None:
     names = ["one", "two", "three"]
     pool(reconcile, names, "trio")
     g = gateway()
@@ -72,11 +95,10 @@ def test_60_requests_over_3_instances_each_get_some(reconcile: Any, gateway: Any
     g.finish()
 
 
-def test_session_affinity_100_sessions_over_4_instances(reconcile: Any, gateway: Any) -> None:
-    names = ["s0", "s1", "s2", "s3"]
-    pool(reconcile, names, "chat", affinity="session")
+def test_session_affinity_100_sessions_over_4_replicas(reconcile: Any, gateway: Any) -> None:
+    reconcile.write("chat", replicas=4, affinity="session")
     g = gateway()
-    ready(g, names)
+    names = {f"pid-{pid}" for pid in ready(g, replicas("chat", 4)).values()}
 
     def send(i: int) -> tuple[int, str]:
         # Half the sessions by the header, half by the OpenAI `user` field.
@@ -85,7 +107,7 @@ def test_session_affinity_100_sessions_over_4_instances(reconcile: Any, gateway:
             answer = g.post("chat", {"x-session-id": f"conv-{session}"})
         else:
             answer = g.post("chat", user=f"user-{session}")
-        return session, served_by(answer)
+        return session, engine_of(answer)
 
     where: defaultdict[int, set[str]] = defaultdict(set)
     for session, name in spread(send, 300, 4):  # 3 requests per session
@@ -132,32 +154,37 @@ class Loops:
 def test_an_engine_killed_under_4_client_loops_costs_no_request(
     reconcile: Any, gateway: Any
 ) -> None:
-    names = ["k0", "k1", "k2"]
-    pool(reconcile, names, "sturdy")
+    reconcile.write("sturdy", replicas=3)
     g = gateway()
-    pids = ready(g, names)
-    victim = pids["k1"]
+    pids = ready(g, replicas("sturdy", 3))
+    victim = pids["sturdy@1"]
     with Loops(g, "sturdy").running(4) as loops:
         reconcile.wait_for(
-            lambda: (200, f"pid-{victim}") in loops.answers, timeout=WAIT, what="k1 serving"
+            lambda: (200, f"pid-{victim}") in loops.answers, timeout=WAIT, what="@1 serving"
         )
         os.kill(victim, signal.SIGKILL)
         reconcile.wait_gone(victim)
         seen = len(loops.answers)
         # The restarted engine takes requests again; the others served meanwhile.
         restarted = reconcile.wait_for(
-            lambda: _new_pid(reconcile, "k1", victim), timeout=WAIT, what="k1 restarted"
+            lambda: _new_pid(reconcile, "sturdy@1", victim), timeout=WAIT, what="@1 restarted"
         )
         reconcile.wait_for(
             lambda: (200, f"pid-{restarted}") in loops.answers[seen:],
             timeout=WAIT,
-            what="the restarted k1 serving",
+            what="the restarted @1 serving",
         )
     assert not loops.errors, loops.errors[:5]
     bad = [a for a in loops.answers if a[0] != 200]
     assert not bad, bad[:5]
     assert len(loops.answers) > seen
+    assert {p for p in pids.values() if p != victim} <= set(_pids(reconcile, "sturdy", 3))
     g.finish()
+
+
+def _pids(reconcile: Any, name: str, n: int) -> list[int]:
+    status = reconcile.status()
+    return [status[record]["pid"] for record in replicas(name, n)]
 
 
 def _new_pid(reconcile: Any, name: str, old: int) -> int | None:
