@@ -4,6 +4,7 @@
     python -m benchmarks --quick    # tiny N, few trials: checks that it all runs
     python -m benchmarks --only startup,steady
     python -m benchmarks --only placement   # memory packing and plan time (pure, ~1 min)
+    python -m benchmarks --only replicas    # pools through the gateway: scaling, p99, affinity
     python -m benchmarks --only ray     # the ray backend next to the local one (pip: .[ray])
 
 Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
@@ -26,10 +27,10 @@ from benchmarks import common
 from benchmarks.common import HERE, Row, engine_startup_ms
 from benchmarks.report import machine, render_table, write_results
 
-SECTIONS = ("startup", "steady", "lock", "watch", "cold", "placement", "verbs", "ray")
+SECTIONS = ("startup", "steady", "lock", "watch", "cold", "placement", "verbs", "replicas", "ray")
 # Run unless --only says otherwise; "ray" needs `pip install -e '.[ray]'` and starts a local
 # Ray cluster (~2 minutes more): run it with `--only ray`.
-DEFAULT = ("startup", "steady", "lock", "watch", "cold", "placement", "verbs")
+DEFAULT = ("startup", "steady", "lock", "watch", "cold", "placement", "verbs", "replicas")
 
 
 def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
@@ -39,6 +40,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         placement,
         raybench,
         readverbs,
+        replicas,
         startup,
         steady,
         watch,
@@ -53,6 +55,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             "cold": lambda: coldstart.bench(1, 1),
             "placement": lambda: placement.bench(100, trials=1, orders=5),
             "verbs": lambda: readverbs.bench(2),
+            "replicas": lambda: replicas.bench(200, 1),
             "ray": lambda: raybench.bench(2, 3),
         }
     return {
@@ -63,6 +66,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "cold": lambda: coldstart.bench(20, 5),
         "placement": lambda: placement.bench(1000),
         "verbs": lambda: readverbs.bench(15),
+        "replicas": lambda: replicas.bench(1600, 3),
         "ray": lambda: raybench.bench(20, 9),  # needs pip install -e '.[ray]'
     }
 

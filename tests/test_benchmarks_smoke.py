@@ -22,6 +22,7 @@ SECTIONS = (
     "6. cold start",
     "7. placement",
     "8. read verbs",
+    "9. replicas",
 )
 
 
