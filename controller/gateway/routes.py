@@ -146,7 +146,8 @@ class Front:
         body = await self._body(incoming.request)
         if isinstance(body, web.Response):
             return "-", body
-        model = _model(body)
+        fields = _fields(body)  # parsed once: the model, and the session's `user`
+        model = _model(fields)
         if model is None:
             why = "the request body must be a JSON object with a string field `model`"
             return "-", error(400, why, "invalid_request")
@@ -160,7 +161,7 @@ class Front:
             why = f"deployment {label!r} is at its limit of concurrent requests; retry later"
             return label, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
         try:
-            want = Want(model, label, _session(incoming.request, body))
+            want = Want(model, label, _session(incoming.request, fields))
             return await self._forward(incoming, body, want)
         finally:
             self.limiter.release(label)
@@ -367,23 +368,24 @@ def _too_large(limit: int) -> web.Response:
     return error(413, why, "request_too_large")
 
 
-def _session(request: web.Request, body: bytes) -> str | None:
+def _fields(body: bytes) -> dict[str, Any]:
+    """The body's JSON object ({} for anything else: no model, so a 400)."""
+    try:
+        value: Any = json.loads(body)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _session(request: web.Request, fields: dict[str, Any]) -> str | None:
     """The session key: the ``x-session-id`` header, else the OpenAI ``user`` field."""
     header = request.headers.get(SESSION_HEADER)
     if header:
         return header[:SESSION_MAX]
-    try:
-        value: Any = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    user = value.get("user") if isinstance(value, dict) else None
+    user = fields.get("user")
     return user[:SESSION_MAX] if isinstance(user, str) and user else None
 
 
-def _model(body: bytes) -> str | None:
-    try:
-        value: Any = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    model = value.get("model") if isinstance(value, dict) else None
+def _model(fields: dict[str, Any]) -> str | None:
+    model = fields.get("model")
     return model if isinstance(model, str) and model else None
