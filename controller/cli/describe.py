@@ -16,6 +16,8 @@ from typing import Any
 import yaml
 
 from controller.cli.views import age, iso, table, until
+from controller.core.names import base_name, instance_of
+from controller.core.replicaset import ReplicaSet
 from controller.core.state import Phase, Record
 from controller.redact import redact_spec
 from controller.store import logfiles
@@ -27,23 +29,50 @@ EVENTS = 20
 INDENT = "  "
 
 
+def describe_deployment(
+    state_dir: Path,
+    rs: ReplicaSet,
+    now: datetime | None = None,
+    selector: Callable[[Record], bool] = lambda _: True,
+    remote_log: Callable[[Record], list[str]] | None = None,
+) -> str | None:
+    """A deployment: its one record as ever, or the counts, then a section per instance
+    (each replica, each rolling ``@next``) with that instance's events and log."""
+    if not selector(rs.first):
+        return None
+    alone = len(rs.records) == 1
+    sections = [
+        describe(state_dir, r.name, now, remote_log=remote_log, alone=alone) for r in rs.records
+    ]
+    text = "\n\n".join(s for s in sections if s is not None)
+    if alone:
+        return text or None
+    head = [
+        f"{'Deployment:':<14}{rs.name}",
+        f"{'Replicas:':<14}{rs.desired} desired, {rs.ready} ready",
+    ]
+    return "\n".join(head) + "\n\n" + text
+
+
 def describe(
     state_dir: Path,
     name: str,
     now: datetime | None = None,
     selector: Callable[[Record], bool] = lambda _: True,
     remote_log: Callable[[Record], list[str]] | None = None,
+    alone: bool = True,
 ) -> str | None:
     """None when there is no such record, or the selector leaves it out.
 
     ``remote_log``: the last lines of an engine whose log lives on another node (Ray).
+    ``alone``: the deployment's only record, so every event of its journal is its own.
     """
     store = RecordStore(state_dir)
     rec = store.read(name)
     if rec is None or not selector(rec):
         return None
     now = now or datetime.now(UTC)
-    events = Journal(state_dir).read(name, last=EVENTS)
+    events = _journal(state_dir, name, alone)
     out = [f"{k + ':':<14}{v}" for k, v in _fields(rec, now)]
     out += _last_exit(rec, events, now)
     out += [
@@ -51,7 +80,7 @@ def describe(
         *_indent(yaml.safe_dump(redact_spec(rec.stored_spec), sort_keys=False).rstrip()),
     ]
     out += ["Events:", *_indent(_events(events, now))]
-    log_path = store.log_path(name)
+    log_path = store.log_path(instance_of(name))  # a rolling @next writes its instance's
     if rec.on_cluster and remote_log is not None:
         out.append(f"Log (last {LOG_LINES} lines, on node {rec.node[:8]} {rec.host}):")
         lines = [line.encode() for line in remote_log(rec)]
@@ -62,6 +91,17 @@ def describe(
         INDENT + "<none>"
     ]
     return "\n".join(out)
+
+
+def _journal(state_dir: Path, name: str, alone: bool) -> list[dict[str, Any]]:
+    """The events of record ``name``: the deployment's journal holds every replica's, each
+    step of one beside replica 0 naming its ``instance``."""
+    deployment = base_name(name)
+    events = Journal(state_dir).read(deployment)
+    if not alone:
+        mine = instance_of(name)
+        events = [e for e in events if instance_of(str(e.get("instance", deployment))) == mine]
+    return events[-EVENTS:]
 
 
 def _fields(rec: Record, now: datetime) -> list[tuple[str, str]]:

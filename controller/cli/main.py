@@ -202,6 +202,12 @@ def _view_verbs(verb: VerbMaker) -> None:
     )
     p.add_argument("--tail", type=int, default=None, metavar="N", help="the last N lines")
     p.add_argument("-p", "--previous", action="store_true", help="the run before the last restart")
+    p.add_argument(
+        "--replica",
+        type=int,
+        metavar="I",
+        help="one replica's log (default: every replica's, each line behind its name)",
+    )
     p = verb("events", "the event journal, newest last")
     p.add_argument("name", nargs="?", help="one deployment's events (default: all)")
     p.add_argument("-w", "--watch", action="store_true", help="keep printing new events")

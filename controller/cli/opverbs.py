@@ -40,25 +40,26 @@ def _problems(problems: list[object]) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from controller.cli import pullview
-    from controller.cli.views import drain_line, status_item, status_table
+    from controller.cli.views import deployment_item, drain_line, status_table
+    from controller.core.replicaset import group, selects
 
     fmt = output_format(args, "table", FORMATS)
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args)
     snap = RecordStore(cfg.state_dir).load()
-    records = [r for n, r in sorted(snap.records.items()) if args.name in (None, n)]
+    records = [r for _, r in sorted(snap.records.items()) if not args.name or selects(args.name, r)]
     if args.name and not records:
         print(f"reconcile: no deployment named {args.name!r} in {cfg.state_dir}", file=sys.stderr)
         return EXIT_FAIL
     records = [r for r in records if selected(r.labels, args)]
     records, pulls = pullview.live(records, cfg.state_dir)  # Pulling: progress now
+    sets = group(records)  # a deployment per item or row, its replicas within
     if fmt in ("json", "yaml"):
-        print(
-            dump([{**status_item(r), **pullview.pull_field(r.name, pulls)} for r in records], fmt)
-        )
+        items = [{**deployment_item(s), **pullview.pull_field(s.first.name, pulls)} for s in sets]
+        print(dump(items, fmt))
     elif fmt == "name":
-        print("\n".join(r.name for r in records), end="\n" if records else "")
+        print("".join(f"{s.name}\n" for s in sets), end="")
     else:
         banner = drain_line(cfg.node, _drain_or_none(cfg), datetime.now(UTC))
         if banner:
@@ -77,17 +78,21 @@ def _drain_or_none(cfg: Config) -> Drain | None:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from controller.cli.describe import describe
+    from controller.cli.describe import describe_deployment
+    from controller.core.replicaset import group, selects
 
     if args.name is None and not args.selector:
         print("reconcile: describe needs a NAME or -l KEY=VALUE", file=sys.stderr)
         return EXIT_USAGE
     cfg = config(args)
     state_dir, remote = cfg.state_dir, _remote_tail(cfg)
-    names = [args.name] if args.name else sorted(RecordStore(state_dir).load().records)
+    records = RecordStore(state_dir).load().records.values()
+    sets = group(r for r in records if not args.name or selects(args.name, r))
     texts = [
-        describe(state_dir, n, selector=lambda r: selected(r.labels, args), remote_log=remote)
-        for n in names
+        describe_deployment(
+            state_dir, rs, selector=lambda r: selected(r.labels, args), remote_log=remote
+        )
+        for rs in sets
     ]
     found = [t for t in texts if t is not None]
     if not found:
@@ -105,30 +110,49 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.previous and args.follow:
         print("reconcile: --previous cannot be followed (that run is over)", file=sys.stderr)
         return EXIT_USAGE
+    if args.replica is not None and args.replica < 0:
+        print("reconcile: --replica takes 0, 1, ... (replica 0 is NAME itself)", file=sys.stderr)
+        return EXIT_USAGE
+    from controller.cli import replicalogs
+
     cfg = config(args)
     store = RecordStore(cfg.state_dir)
-    rec = store.read(args.name)
+    names = replicalogs.instances(store, args.name, args.replica)
+    if len(names) > 1:  # every replica, each line behind its instance's name
+        return _quiet_pipe(lambda: replicalogs.show(args, store, names))
+    name = names[0]
+    rec = store.read(name)
     if rec is not None and rec.on_cluster:
         return _remote_logs(args, cfg, rec)
-    path = store.log_path(args.name)
+    path = store.log_path(name)
     if not logfiles.stream_files(path):
-        print(f"reconcile: no log for {args.name!r} at {path} (never started?)", file=sys.stderr)
+        print(f"reconcile: no log for {name!r} at {path} (never started?)", file=sys.stderr)
         return EXIT_FAIL
     out = sys.stdout.buffer
     try:
         if args.previous:
-            return _previous(path, args.name, args.tail, out.write)
+            return _previous(path, name, args.tail, out.write)
         if args.tail is not None:
             out.write(b"".join(logfiles.tail_lines(path, args.tail)))
         else:
             logfiles.copy_stream(path, out)
         out.flush()
         if args.follow:
-            logfiles.follow(path, _flushing(out), lambda: store.read(args.name) is not None)
+            logfiles.follow(path, _flushing(out), lambda: store.read(name) is not None)
     except BrokenPipeError:  # `reconcile logs x | head`
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK
+
+
+def _quiet_pipe(show: Callable[[], int]) -> int:
+    """``show()``, ending quietly when the reader goes (`reconcile logs x | head`)."""
+    try:
+        return show()
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from controller.core.durations import format_age
+from controller.core.replicaset import ReplicaSet, group
 from controller.core.state import Drain, Phase, Record
 
 FORMATS = ("table", "wide", "json", "yaml", "name")
@@ -86,17 +87,47 @@ def status_item(rec: Record) -> dict[str, Any]:
     }
 
 
+def deployment_item(rs: ReplicaSet) -> dict[str, Any]:
+    """One deployment for ``status -o json|yaml``: replica 0's fields, as a deployment of
+    one replica always had them, plus the counts and every instance."""
+    return {
+        **status_item(rs.first),
+        "name": rs.name,
+        "replicas": rs.desired,
+        "ready_replicas": rs.ready,
+        "instances": [instance_item(r.index, one) for r in rs.replicas for one in r.records],
+    }
+
+
+def instance_item(replica: int, rec: Record) -> dict[str, Any]:
+    """A replica (or its rolling ``@next``, under the same index) in ``instances``."""
+    return {
+        "replica": replica,
+        "name": rec.name,
+        "phase": str(rec.phase),
+        "ready": rec.phase is Phase.READY,
+        "pid": rec.ref.pid if rec.ref else None,
+        "port": rec.port,
+        "host": rec.host,
+        "node": rec.node,
+        "devices": list(rec.devices),
+        "restarts": rec.restarts,
+        "message": rec.message,
+    }
+
+
 def table(rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return "\n".join(lines)
 
 
-def _devices(rec: Record) -> str:
-    kinds = {d.partition(":")[0] for d in rec.devices}
+def _devices(recs: Sequence[Record]) -> str:
+    devices = [d for r in recs for d in r.devices]
+    kinds = {d.partition(":")[0] for d in devices}
     if len(kinds) > 1:
-        return ",".join(rec.devices)
-    return ",".join(d.partition(":")[2] or d for d in rec.devices) or "-"
+        return ",".join(devices)
+    return ",".join(d.partition(":")[2] or d for d in devices) or "-"
 
 
 def _node(rec: Record) -> str:
@@ -104,40 +135,70 @@ def _node(rec: Record) -> str:
     return rec.node[:8] if rec.on_cluster else rec.node
 
 
-def _restarts(rec: Record, now: datetime) -> str:
-    if rec.restarts and rec.last_exit is not None:
-        return f"{rec.restarts} ({age(rec.last_exit.at, now)} ago)"
-    return str(rec.restarts)
+def _restarts(recs: Sequence[Record], now: datetime) -> str:
+    count = sum(r.restarts for r in recs)
+    exits = [r.last_exit.at for r in recs if r.restarts and r.last_exit is not None]
+    if count and exits:
+        return f"{count} ({age(max(exits), now)} ago)"
+    return str(count)
 
 
 def _phase(rec: Record) -> str:
     return str(rec.phase) + ("" if rec.spec_valid else " (spec invalid)")
 
 
+def _joined(values: Iterable[str]) -> str:
+    """Each value once, in order: a deployment's replicas on one node show it once."""
+    return ",".join(dict.fromkeys(values)) or "-"
+
+
+def _message(recs: Sequence[Record]) -> str:
+    """The first replica's message, else the first one any replica has (named)."""
+    if recs[0].message or len(recs) == 1:
+        return recs[0].message
+    said = next((r for r in recs if r.message), None)
+    return f"{said.name}: {said.message}" if said else ""
+
+
 def status_table(records: Iterable[Record], now: datetime | None = None, wide: bool = False) -> str:
+    """A row per deployment, READY as ready/desired; ``wide`` adds a row per instance
+    (each replica, each ``@next``) under a deployment that has more than one."""
     now = now or datetime.now(UTC)
-    recs = list(records)
-    show_rev = wide or any(r.revision for r in recs)
+    sets = group(records)
+    show_rev = wide or any(r.revision for rs in sets for r in rs.records)
     head = ["NAME", "ENGINE", "NODE", "DEVICES", "PORT", "PHASE", "READY", "RESTARTS", "AGE"]
     head += ["PID", "SOURCE"] if wide else []
     head += ["REVISION"] if show_rev else []
     rows = [[*head, "MESSAGE"]]
-    for rec in recs:
-        row = [
-            rec.name,
-            rec.engine,
-            _node(rec),
-            _devices(rec),
-            str(rec.port) if rec.port else "-",
-            _phase(rec),
-            "1/1" if rec.phase is Phase.READY else "0/1",
-            _restarts(rec, now),
-            age(rec.reserved_at or rec.started_at, now),
-        ]
-        row += [str(rec.ref.pid) if rec.ref else "-", rec.source or "-"] if wide else []
-        row += [short_rev(rec.revision)] if show_rev else []
-        rows.append([*row, rec.message])
+    for rs in sets:
+        ready = f"{rs.ready}/{rs.desired}"
+        rows.append(_row(rs.name, rs.records, ready, now, wide=wide, show_rev=show_rev))
+        if wide and len(rs.records) > 1:
+            for rec in rs.records:
+                one = "1/1" if rec.phase is Phase.READY else "0/1"
+                rows.append(_row(f"  {rec.name}", (rec,), one, now, wide=True, show_rev=show_rev))
     return table(rows)
+
+
+def _row(
+    name: str, recs: Sequence[Record], ready: str, now: datetime, *, wide: bool, show_rev: bool
+) -> list[str]:
+    """One line of the table over ``recs``: a deployment's records, or one of them."""
+    first = recs[0]
+    row = [
+        name,
+        first.engine,
+        _joined(_node(r) for r in recs),
+        _devices(recs),
+        _joined(str(r.port) for r in recs if r.port),
+        _joined(_phase(r) for r in recs),
+        ready,
+        _restarts(recs, now),
+        age(first.reserved_at or first.started_at, now),
+    ]
+    row += [_joined(str(r.ref.pid) for r in recs if r.ref), first.source or "-"] if wide else []
+    row += [short_rev(first.revision)] if show_rev else []
+    return [*row, _message(recs)]
 
 
 def drain_line(node: str, drain: Drain | None, now: datetime) -> str | None:

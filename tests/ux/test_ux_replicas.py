@@ -1,0 +1,177 @@
+"""status, logs and describe of a replicated deployment, through the real CLI (issue 21).
+
+``web`` runs 3 replicas of the demo engine (one GPU each, nvidia:0-2) beside ``solo``, a
+deployment of one replica whose output must read exactly as before replicas existed.
+Forged records (written by the store, read by the CLI) cover what a pass takes long to
+reach: a replica with no room, a deployment scaled to 0, a rolling ``@next``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+from strategies import entry, record
+
+from controller.core.state import Phase
+
+NEW_KEYS = {"replicas", "ready_replicas", "instances"}
+INSTANCE_KEYS = {"replica", "phase", "pid", "port", "host", "node", "devices", "restarts"}
+INSTANCE_KEYS |= {"message"}
+NAMES = ["web", "web@1", "web@2"]
+
+
+@pytest.fixture
+def replicated(reconcile: Any) -> Any:
+    rc = reconcile
+    rc.devices = "nvidia:0,nvidia:1,nvidia:2"
+    rc.write("web", replicas=3, devices={"count": 1, "kind": "nvidia"})
+    rc.write("solo", basePort=rc.port + 10)
+    rc.converge()
+    yield rc
+    rc.down()
+
+
+def _rows(out: str) -> list[list[str]]:
+    return [line.split() for line in out.splitlines()[1:]]
+
+
+def test_status_shows_one_row_per_deployment_ready_of_desired(replicated: Any) -> None:
+    rc = replicated
+    records = rc.status()  # the records, in-process: one per replica
+    assert sorted(records) == ["solo", *NAMES]
+    rows = {r[0]: r for r in _rows(rc("status", check=0).out)}
+    assert sorted(rows) == ["solo", "web"]  # replicas are no deployments of their own
+    ports = ",".join(str(records[n]["port"]) for n in NAMES)
+    assert rows["web"][1:8] == ["command", rc.node, "0,1,2", ports, "Ready", "3/3", "0"]
+    assert rows["solo"][5:7] == ["Ready", "1/1"]
+
+    wide = _rows(rc("status", "-o", "wide", check=0).out)
+    assert [r[0] for r in wide] == ["solo", "web", *NAMES]  # the deployment, then each replica
+    for name, row in zip(NAMES, wide[2:], strict=True):
+        assert row[5:7] == ["Ready", "1/1"] and str(records[name]["pid"]) in row
+    assert rc("status", "-o", "name", check=0).out == "solo\nweb\n"
+
+
+def test_status_json_is_one_item_per_deployment_with_its_instances(replicated: Any) -> None:
+    rc = replicated
+    records = rc.status()
+    items = {i["name"]: i for i in rc("status", "-o", "json", check=0).json()}
+    assert sorted(items) == ["solo", "web"]
+    web = items["web"]
+    assert web["replicas"] == 3 and web["ready_replicas"] == 3
+    assert [i["replica"] for i in web["instances"]] == [0, 1, 2]
+    for inst, name in zip(web["instances"], NAMES, strict=True):
+        assert set(inst) >= INSTANCE_KEYS
+        assert inst["name"] == name and inst["phase"] == "Ready"
+        assert inst["pid"] == records[name]["pid"] and inst["port"] == records[name]["port"]
+        assert inst["devices"] == records[name]["devices"]
+    for key in ("pid", "port", "host", "devices"):  # the top level is replica 0's
+        assert web[key] == records["web"][key]
+    # One replica: every field exactly as the record's view always was, plus the new ones.
+    solo = items["solo"]
+    assert {k: v for k, v in solo.items() if k not in NEW_KEYS} == records["solo"]
+    assert solo["replicas"] == 1 and solo["ready_replicas"] == 1
+    assert [i["replica"] for i in solo["instances"]] == [0]
+    assert rc("status", "web", "-o", "json", check=0).json() == [web]
+    assert rc("status", "web@1", "-o", "json", check=0).json() == [web]  # its deployment
+
+
+def test_logs_of_every_replica_prefixed_or_one_with_replica(replicated: Any) -> None:
+    rc = replicated
+    lines = rc("logs", "web", check=0).out.splitlines()
+    for name in NAMES:
+        mine = [line for line in lines if line.startswith(f"{name:<5} | ")]
+        assert any(f"reconcile: start {name} instance" in line for line in mine), lines
+    assert all(line[:8] in {"web   | ", "web@1 | ", "web@2 | "} for line in lines), lines
+    one = rc("logs", "web", "--replica", "1", check=0).out
+    assert "reconcile: start web@1 instance" in one and " | " not in one.splitlines()[0]
+    assert rc("logs", "web", "--tail", "1", check=0).out.count("\n") == 3  # a line each
+    solo = rc("logs", "solo", check=0).out  # one replica: as before, no prefix
+    assert solo.startswith("--- ") and "solo | " not in solo
+    assert rc("logs", "web", "--replica", "7", check=1).err.startswith("reconcile: no log for")
+    assert rc("logs", "web", "--replica", "-1", check=64).code == 64
+
+
+def test_logs_follow_reaches_every_replica(replicated: Any) -> None:
+    rc = replicated
+    follow = rc.spawn(rc.argv("logs", "web", "-f"), stdout=subprocess.PIPE)
+    time.sleep(1)  # let it reach the end of each file
+    for name in NAMES:
+        port = rc.record(name)["port"]
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5).read()
+    rc.down()  # every record goes: -f ends by itself
+    out, _ = follow.communicate(timeout=30)
+    assert follow.returncode == 0
+    for name in NAMES:
+        assert any(
+            line.startswith(f"{name:<5} | ".encode()) and b"GET /v1/models" in line
+            for line in out.splitlines()
+        ), out
+
+
+def test_describe_shows_a_section_per_replica(replicated: Any) -> None:
+    rc = replicated
+    text = rc("describe", "web", check=0).out
+    names = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Name:")]
+    assert names == NAMES
+    assert "Replicas:     3 desired, 3 ready" in text
+    solo = rc("describe", "solo", check=0).out
+    assert "Replicas:" not in solo  # one replica: as before
+
+
+# -- forged records: what a pass takes long to reach ---------------------------------------
+
+
+def _forge(rc: Any, *records: Any) -> None:
+    store = rc.store()
+    for rec in records:
+        store.write(rec)
+
+
+def test_a_replica_with_no_room_counts_as_desired_not_ready(reconcile: Any) -> None:
+    rc = reconcile
+    spec = entry("web", replicas=3)
+    no_room = "no free device (nvidia: 2 of 2 held)"
+    _forge(
+        rc,
+        record("web", spec=spec, devices=("nvidia:0",)),
+        record("web@1", spec=spec, devices=("nvidia:1",), port=8001),
+        record("web@2", spec=spec, phase=Phase.PENDING, port=None, message=no_room),
+    )
+    (row,) = _rows(rc("status", check=0).out)
+    assert row[0] == "web" and row[3:7] == ["0,1", "8000,8001", "Ready,Pending", "2/3"]
+    assert rc("status", check=0).out.rstrip().endswith(f"web@2: {no_room}")
+    (item,) = rc("status", "-o", "json", check=0).json()
+    assert (item["replicas"], item["ready_replicas"]) == (3, 2)
+    assert item["instances"][2]["phase"] == "Pending" and item["instances"][2]["port"] is None
+
+
+def test_scaled_to_zero_is_zero_of_zero(reconcile: Any) -> None:
+    rc = reconcile
+    idle = record("web", spec=entry("web", replicas=0), phase=Phase.IDLE, port=None)
+    _forge(rc, idle)
+    (row,) = _rows(rc("status", check=0).out)
+    assert row[5:7] == ["Idle", "0/0"]
+    (item,) = rc("status", "-o", "json", check=0).json()
+    assert (item["replicas"], item["ready_replicas"]) == (0, 0)
+
+
+def test_a_rolling_next_shows_under_its_replica(reconcile: Any) -> None:
+    rc = reconcile
+    spec = entry("web", replicas=2, strategy="RollingUpdate")
+    _forge(
+        rc,
+        record("web", spec=spec, devices=("nvidia:0",)),
+        record("web@1", spec=spec, devices=("nvidia:1",), port=8001),
+        record("web@1@next", spec=spec, phase=Phase.STARTING, port=8002),
+    )
+    wide = _rows(rc("status", "-o", "wide", check=0).out)
+    assert [r[0] for r in wide] == ["web", "web", "web@1", "web@1@next"]
+    assert wide[0][6] == "2/2"  # the replica serves while its new instance starts
+    (item,) = rc("status", "-o", "json", check=0).json()
+    shown = [(i["replica"], i["name"], i["phase"]) for i in item["instances"]]
+    assert shown == [(0, "web", "Ready"), (1, "web@1", "Ready"), (1, "web@1@next", "Starting")]
