@@ -116,7 +116,9 @@ def test_logs_follow_reaches_every_replica(replicated: Any) -> None:
 def test_describe_shows_a_section_per_replica(replicated: Any) -> None:
     rc = replicated
     text = rc("describe", "web", check=0).out
-    names = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Name:")]
+    names = [
+        line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Name:")
+    ]
     assert names == NAMES
     assert "Replicas:     3 desired, 3 ready" in text
     solo = rc("describe", "solo", check=0).out
