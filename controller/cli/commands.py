@@ -12,6 +12,7 @@ from controller.cli.common import reconciler as build
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
+    from controller.core.state import Record
     from controller.daemon.loop import FrontDoor
 
 
@@ -119,10 +120,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    from controller.core.names import base_name
+
+    def chosen(rec: Record) -> bool:  # a NAME is a deployment: each of its replicas goes
+        return selected(rec.labels, args) and (not args.names or base_name(rec.name) in args.names)
+
     reconciler = build(config(args))
-    for name in reconciler.down(lambda r: selected(r.labels, args)):
+    stopped = reconciler.down(chosen)
+    for name in stopped:
         print(f"stopped {name}")
-    others = [r for r in reconciler.elsewhere() if selected(r.labels, args)]
+    others = [r for r in reconciler.elsewhere() if chosen(r)]
+    found = {base_name(n) for n in stopped} | {base_name(r.name) for r in others}
+    missing = set(args.names) - found
+    for name in sorted(missing):
+        print(f"reconcile: this set runs no deployment named {name!r} here", file=sys.stderr)
     for rec in others:
         print(
             f"reconcile: {rec.name} runs on node {rec.node}: run `reconcile down` there",
@@ -133,4 +144,4 @@ def cmd_down(args: argparse.Namespace) -> int:
 
         for info in stop_gateways(reconciler.config.state_dir.absolute()):
             print(f"stopped gateway pid {info.ref.pid} ({info.address})")
-    return EXIT_FAIL if others else EXIT_OK
+    return EXIT_FAIL if others or missing else EXIT_OK

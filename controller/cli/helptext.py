@@ -19,7 +19,7 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
         "reconcile status                                 # a table, like kubectl get",
         "reconcile status web -o json                     # a JSON list (fields: README)",
         "reconcile status -l team=search -o name          # names, one a line",
-        "reconcile status -o wide                         # also PID, SOURCE, REVISION",
+        "reconcile status -o wide                         # PID, SOURCE, REVISION; each replica",
     ),
     "describe": (
         "reconcile describe web",
@@ -29,6 +29,7 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
         "reconcile logs web --tail 50",
         "reconcile logs web -f                            # follow until the deployment goes",
         "reconcile logs web --previous                    # the run before the last restart",
+        "reconcile logs web --replica 1                   # one replica (default: all, prefixed)",
         "reconcile --manifests DIR logs web               # -f after `logs` is --follow",
     ),
     "events": (
@@ -51,6 +52,7 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
     "down": (
         "reconcile down                                   # stop everything this set owns",
         "reconcile down -l team=search                    # only those (their manifests stay)",
+        "reconcile down web                               # one deployment, every replica",
         "reconcile down --gateway                         # and the gateway process too",
     ),
     "gateway": (
@@ -86,7 +88,10 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
     "logs": ("0   printed (or followed to the end)", "1   no log: never started?"),
     "validate": ("0   every manifest is valid", "1   one or more invalid"),
     "events": ("0   printed (or followed until interrupted)", "1   no such deployment here"),
-    "down": ("0   stopped", "1   some of this set runs on another node: run down there"),
+    "down": (
+        "0   stopped",
+        "1   some of this set runs on another node (run down there), or no such NAME",
+    ),
     "gateway": ("0   done", "1   no gateway runs (status, restart) or it did not start"),
     "export": ("0   every deployment converted", "1   an invalid manifest or a field with no form"),
 }

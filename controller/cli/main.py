@@ -233,6 +233,9 @@ def _node_verbs(verb: VerbMaker) -> None:
 def _set_verbs(verb: VerbMaker) -> None:
     """Verbs that act on a manifest set or its state: down, gateway, export, models."""
     p = verb("down", "tear down everything this set owns")
+    p.add_argument(
+        "names", nargs="*", metavar="NAME", help="only these deployments (each with every replica)"
+    )
     p.add_argument("--allow-empty", action="store_true")
     p.add_argument(
         "--gateway",

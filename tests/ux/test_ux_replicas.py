@@ -125,6 +125,25 @@ def test_describe_shows_a_section_per_replica(replicated: Any) -> None:
     assert "Replicas:" not in solo  # one replica: as before
 
 
+def test_down_name_and_drain_evict_reach_every_replica(replicated: Any) -> None:
+    rc = replicated
+    pids = {n: rc.record(n)["ref"]["pid"] for n in NAMES}
+    stopped = rc("down", "web", check=0).out.splitlines()
+    assert sorted(stopped) == [f"stopped {n}" for n in NAMES]
+    for name in NAMES:
+        rc.wait_gone(pids[name])
+        assert rc.record(name) is None
+    assert rc.status()["solo"]["phase"] == "Ready"  # another deployment: untouched
+    missing = rc("down", "web", "nope", check=1).err
+    assert "no deployment named 'nope'" in missing and "'web'" in missing  # gone already
+
+    rc.converge()  # its manifest still declares it: the next pass starts it again
+    said = rc("drain", "--evict", "--reason", "test", check=0).out.splitlines()
+    evicted = sorted(line for line in said if line.startswith("evicted "))
+    assert evicted == sorted(f"evicted {n}" for n in ["solo", *NAMES])
+    rc("uncordon", check=0)
+
+
 # -- forged records: what a pass takes long to reach ---------------------------------------
 
 
