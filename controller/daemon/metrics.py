@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 
 from controller import __version__
 from controller.core.inventory import Inventory
+from controller.core.names import base_name
 from controller.core.promtext import PromText
+from controller.core.replicaset import group
 from controller.core.state import Phase, Record
 from controller.logsetup import get_logger
 from controller.store.node import Config, read_drain
@@ -194,25 +196,8 @@ def exposition(
     _build_info(out)
     out.family("reconcile_info", "This node and the manifests revision its records came from.")
     out.sample("reconcile_info", 1, node=node, revision=revision)
-    out.family("reconcile_deployments", "Deployments on this node by phase.")
-    for phase in Phase:
-        out.sample("reconcile_deployments", sum(r.phase is phase for r in recs), phase=str(phase))
-    out.family("reconcile_deployment_phase", "1 for the phase each deployment is in.")
-    for rec in recs:
-        for phase in Phase:
-            out.sample(
-                "reconcile_deployment_phase",
-                int(rec.phase is phase),
-                deployment=rec.name,
-                phase=str(phase),
-            )
-    out.family("reconcile_deployment_ready", "1 when the deployment's engine is Ready.")
-    for rec in recs:
-        out.sample("reconcile_deployment_ready", int(rec.phase is Phase.READY), deployment=rec.name)
-    restarts = "reconcile_deployment_restarts_total"
-    out.family(restarts, "Restarts of each deployment's engine (its record's count).", "counter")
-    for rec in recs:
-        out.sample(restarts, rec.restarts, deployment=rec.name)
+    _instances(out, recs)
+    _replicas(out, recs)
     _devices(out, recs, inventory)
     out.family("reconcile_last_pass_duration_seconds", "How long the last pass took.")
     out.sample("reconcile_last_pass_duration_seconds", round(seconds, 6))
@@ -237,6 +222,46 @@ def exposition(
     out.family("reconcile_node_drained", "1 while the node is drained.")
     out.sample("reconcile_node_drained", int(drained))
     return "\n".join(out.lines) + "\n"
+
+
+def _instances(out: PromText, recs: list[Record]) -> None:
+    """The series of each record: every replica (and rolling ``@next``) is an ``instance``
+    of its ``deployment``, so ``sum by (deployment)`` adds its replicas up."""
+    out.family("reconcile_deployments", "Deployment instances (replicas) on this node by phase.")
+    for phase in Phase:
+        out.sample("reconcile_deployments", sum(r.phase is phase for r in recs), phase=str(phase))
+    out.family("reconcile_deployment_phase", "1 for the phase each instance is in.")
+    for rec in recs:
+        for phase in Phase:
+            out.sample(
+                "reconcile_deployment_phase",
+                int(rec.phase is phase),
+                **_instance(rec),
+                phase=str(phase),
+            )
+    out.family("reconcile_deployment_ready", "1 when the instance's engine is Ready.")
+    for rec in recs:
+        out.sample("reconcile_deployment_ready", int(rec.phase is Phase.READY), **_instance(rec))
+    restarts = "reconcile_deployment_restarts_total"
+    out.family(restarts, "Restarts of each instance's engine (its record's count).", "counter")
+    for rec in recs:
+        out.sample(restarts, rec.restarts, **_instance(rec))
+
+
+def _instance(rec: Record) -> dict[str, str]:
+    return {"deployment": base_name(rec.name), "instance": rec.name}
+
+
+def _replicas(out: PromText, recs: list[Record]) -> None:
+    """Per deployment, as kube-state-metrics has them: desired and Ready replicas."""
+    sets = group(recs)
+    out.family("reconcile_deployment_replicas", "Replicas each deployment should run.")
+    for rs in sets:
+        out.sample("reconcile_deployment_replicas", rs.desired, deployment=rs.name)
+    ready = "reconcile_deployment_ready_replicas"
+    out.family(ready, "Replicas of each deployment with a Ready instance.")
+    for rs in sets:
+        out.sample(ready, rs.ready, deployment=rs.name)
 
 
 def _devices(out: PromText, recs: list[Record], inventory: Inventory) -> None:

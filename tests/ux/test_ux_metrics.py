@@ -31,6 +31,11 @@ def value(found: dict[Any, float], name: str, **labels: str) -> float:
     return found[(name, tuple(sorted(labels.items())))]
 
 
+def of(instance: str, deployment: str | None = None) -> dict[str, str]:
+    """The labels of a per-instance series: a replica names its deployment and itself."""
+    return {"deployment": deployment or instance, "instance": instance}
+
+
 def test_metrics_file_after_each_pass(reconcile: Any) -> None:
     rc = reconcile
     prom = rc.tmp / "textfile" / "reconcile.prom"
@@ -42,8 +47,8 @@ def test_metrics_file_after_each_pass(reconcile: Any) -> None:
     found = samples(prom.read_text())
     assert value(found, "reconcile_deployments", phase="Pending") == 1
     assert sum(value(found, "reconcile_deployments", phase=str(p)) for p in Phase) == 2
-    assert value(found, "reconcile_deployment_phase", deployment="huge", phase="Pending") == 1
-    assert value(found, "reconcile_deployment_restarts_total", deployment="web") == 0
+    assert value(found, "reconcile_deployment_phase", **of("huge"), phase="Pending") == 1
+    assert value(found, "reconcile_deployment_restarts_total", **of("web")) == 0
     assert value(found, "reconcile_devices", kind="nvidia", state="held") == 1
     assert value(found, "reconcile_devices", kind="nvidia", state="free") == 1
     assert value(found, "reconcile_last_pass_ok") == 0
@@ -72,7 +77,7 @@ def test_metrics_file_after_each_pass(reconcile: Any) -> None:
     assert value(found, "reconcile_last_successful_pass_timestamp_seconds") == ok_at
     assert value(found, "reconcile_passes_total") >= 3  # carried over the file: cron passes
     assert value(found, "reconcile_actions_total", action="start", outcome="ok") == 1
-    assert value(found, "reconcile_deployment_ready", deployment="web") == 1
+    assert value(found, "reconcile_deployment_ready", **of("web")) == 1
     rc.down()
 
 
@@ -126,3 +131,37 @@ def test_label_values_are_escaped_for_the_parser(tmp_path: Path) -> None:
     found = samples(text)
     assert value(found, "reconcile_info", node='odd "node"\\with\nnewline', revision="abc") == 1
     assert escape('a"b') == 'a\\"b'
+
+
+def test_replicas_are_instances_of_their_deployment() -> None:
+    """Each record its own series (instance), each deployment its replica counts."""
+    recs = [
+        Record(name="web", owner="o", node="n", phase=Phase.READY, restarts=1),
+        Record(name="web@1", owner="o", node="n", phase=Phase.READY),
+        Record(name="web@2", owner="o", node="n", phase=Phase.PENDING),
+        Record(name="solo", owner="o", node="n", phase=Phase.STARTING),
+        Record(name="zero", owner="o", node="n", phase=Phase.IDLE),  # replicas: 0
+    ]
+    text = exposition(
+        records=recs,
+        inventory=Inventory(),
+        node="n",
+        revision="",
+        seconds=0.1,
+        ok=True,
+        now=1.0,
+        last_ok=1.0,
+        manifest_errors=0,
+        drained=False,
+    )
+    found = samples(text)
+    desired = {"web": 3, "solo": 1, "zero": 0}
+    ready = {"web": 2, "solo": 0, "zero": 0}
+    for name in desired:
+        assert value(found, "reconcile_deployment_replicas", deployment=name) == desired[name]
+        assert value(found, "reconcile_deployment_ready_replicas", deployment=name) == ready[name]
+    assert value(found, "reconcile_deployment_ready", **of("web@1", "web")) == 1
+    assert value(found, "reconcile_deployment_ready", **of("web@2", "web")) == 0
+    assert value(found, "reconcile_deployment_phase", **of("web@2", "web"), phase="Pending") == 1
+    assert value(found, "reconcile_deployment_restarts_total", **of("web")) == 1
+    assert value(found, "reconcile_deployments", phase="Ready") == 2  # instances, not sets
