@@ -270,3 +270,116 @@ def test_amd_without_an_image_is_refused() -> None:
 
 def test_a_faithful_spec_has_no_problems() -> None:
     assert problems_of(deployment("ok", image=STAND_IN_IMAGE, devices={"count": 1}).spec) == []
+
+
+# -- replicas, autoscale, affinity, rollingUpdate (issue 21) -----------------------------
+
+SCALED = {
+    "engine": "vllm",
+    "command": None,
+    "model": "org/m",
+    "devices": {"count": 1, "kind": "nvidia"},
+    "basePort": 8000,
+    "strategy": "RollingUpdate",
+    "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1},
+}
+AUTOSCALE = {"min": 2, "max": 6, "targetInflight": 2.5, "scaleDownDelay": "10m"}
+
+
+def _valid_everywhere(exported: Exported) -> None:
+    for version in VERSIONS:
+        for obj in exported.objects:
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_replicas_and_rolling_update_land_on_the_deployment() -> None:
+    exported = export(deployment("llm", replicas=3, **SCALED))
+    _valid_everywhere(exported)
+    spec = by_kind(exported)["Deployment"]["spec"]
+    assert spec["replicas"] == 3
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1},
+    }
+    assert [o["kind"] for o in exported.objects] == ["Deployment", "Service"]
+    assert exported.notes == ()  # no autoscaler: nothing more to say
+    zero = by_kind(export(deployment("llm", replicas=0, **SCALED)))["Deployment"]
+    assert zero["spec"]["replicas"] == 0  # declared, nothing running: as here
+
+
+def test_a_replicated_job_runs_its_pods_in_parallel() -> None:
+    exported = export(deployment("batch", image=STAND_IN_IMAGE, restartPolicy="Never", replicas=3))
+    job = by_kind(exported)["Job"]["spec"]
+    assert (job["parallelism"], job["completions"]) == (3, 3)
+    _valid_everywhere(exported)
+
+
+def test_autoscale_becomes_a_horizontal_pod_autoscaler_on_inflight() -> None:
+    exported = export(deployment("llm", autoscale=AUTOSCALE, **SCALED), namespace="ml")
+    _valid_everywhere(exported)
+    kinds = [o["kind"] for o in exported.objects]
+    assert kinds == ["Deployment", "HorizontalPodAutoscaler", "Service"]
+    workload, hpa = by_kind(exported)["Deployment"], by_kind(exported)["HorizontalPodAutoscaler"]
+    assert "replicas" not in workload["spec"]  # the HPA owns the count; apply must not reset it
+    assert hpa["apiVersion"] == "autoscaling/v2" and hpa["metadata"]["namespace"] == "ml"
+    spec = hpa["spec"]
+    assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"}
+    assert (spec["minReplicas"], spec["maxReplicas"]) == (2, 6)
+    (metric,) = spec["metrics"]
+    assert metric == {
+        "type": "Pods",
+        "pods": {
+            "metric": {"name": "reconcile_gateway_inflight"},
+            "target": {"type": "AverageValue", "averageValue": "2500m"},
+        },
+    }
+    assert spec["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 600}}
+    (note,) = exported.notes
+    assert note.field == ("spec", "autoscale") and "metrics adapter" in note.message
+
+
+def test_autoscale_to_zero_is_refused_unless_lossy_which_exports_min_one() -> None:
+    dep = deployment("llm", autoscale={**AUTOSCALE, "min": 0}, **SCALED)
+    with pytest.raises(ExportError) as refused:
+        export(dep)
+    (problem,) = refused.value.problems
+    assert problem.field == ("spec", "autoscale", "min") and problem.droppable
+    assert "never scales below 1" in problem.message
+    exported = export(dep, lossy=True)
+    assert by_kind(exported)["HorizontalPodAutoscaler"]["spec"]["minReplicas"] == 1
+    assert [p.field for p in exported.dropped] == [("spec", "autoscale", "min")]
+    _valid_everywhere(exported)
+
+
+def test_a_scale_down_delay_past_an_hour_is_refused_unless_lossy() -> None:
+    dep = deployment("llm", autoscale={**AUTOSCALE, "scaleDownDelay": "2h"}, **SCALED)
+    assert [p.field[-1] for p in problems_of(dep.spec)] == ["scaleDownDelay"]
+    hpa = by_kind(export(dep, lossy=True))["HorizontalPodAutoscaler"]
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 3600
+
+
+def test_a_job_has_no_autoscaler() -> None:
+    dep = deployment("batch", image=STAND_IN_IMAGE, restartPolicy="OnFailure", autoscale=AUTOSCALE)
+    assert [p.field for p in problems_of(dep.spec)] == [("spec", "autoscale")]
+    assert [o["kind"] for o in export(dep, lossy=True).objects] == ["Job", "Service"]
+
+
+def test_session_affinity_has_no_faithful_form() -> None:
+    """Kubernetes' only Service affinity is ClientIP: behind an ingress one address for all."""
+    dep = deployment("llm", replicas=2, affinity="session", **SCALED)
+    with pytest.raises(ExportError) as refused:
+        export(dep)
+    assert [p.field for p in refused.value.problems] == [("spec", "affinity")]
+    assert "x-session-id" in refused.value.problems[0].message
+    service = by_kind(export(dep, lossy=True))["Service"]
+    assert "sessionAffinity" not in service["spec"]
+
+
+def test_golden_autoscaled() -> None:
+    """A replicated, autoscaled vLLM as the cluster gets it (regenerate as test_golden)."""
+    dep = deployment("llm", autoscale=AUTOSCALE, **SCALED)
+    text = yaml.safe_dump_all(export(dep).objects, sort_keys=False)
+    golden = GOLDEN / "autoscaled.yaml"
+    if os.environ.get("RECONCILE_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()

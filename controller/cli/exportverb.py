@@ -64,16 +64,18 @@ def convert(loaded: LoadResult, *, lossy: bool, namespace: str | None) -> Outcom
             continue
         outcome.objects.extend(exported.objects)
         outcome.warnings.extend(_located(loaded, entry, p, DROPPED) for p in exported.dropped)
+        outcome.warnings.extend(_located(loaded, entry, p, DROPPED) for p in exported.notes)
     return outcome
 
 
-ERROR_MOVE = "; remove it, or pass --lossy to drop it"
-DROPPED = "; dropped (--lossy)"
+ERROR_MOVE = "; {fix}, or pass --lossy to {lossy}"
+DROPPED = "; {done} (--lossy)"
 
 
 def _located(loaded: LoadResult, entry: Entry, problem: Problem, move: str) -> ManifestError:
     """The problem where `validate` would put it: file, line, field path."""
-    message = problem.message + (move if problem.droppable else "")
+    said = move.format(fix=problem.fix, lossy=problem.lossy, done=problem.done)
+    message = problem.message + (said if problem.droppable else "")
     line = loaded.line_of(entry, problem.field)
     return ManifestError(entry.source, line, ".".join(problem.field), message, entry.name)
 

@@ -56,6 +56,10 @@ class Problem:
     field: tuple[str, ...]  # the manifest path, e.g. ("spec", "devices", "candidates")
     message: str
     droppable: bool  # --lossy may drop it (else the user must change the manifest)
+    # What the user may do instead, what --lossy does about it, and what it then did.
+    fix: str = "remove it"
+    lossy: str = "drop it"
+    done: str = "dropped"
 
 
 class ExportError(ValueError):
@@ -70,6 +74,7 @@ class ExportError(ValueError):
 class Exported:
     objects: tuple[Object, ...]
     dropped: tuple[Problem, ...]  # what --lossy left out (the caller warns)
+    notes: tuple[Problem, ...] = ()  # exported, but a cluster needs more (the caller warns)
 
 
 def export(
@@ -81,8 +86,11 @@ def export(
     if refused:
         raise ExportError(refused)
     pod_deployment = _for_pod(deployment)
-    objects = (_workload(pod_deployment, namespace), _service(pod_deployment, namespace))
-    return Exported(objects=objects, dropped=problems)
+    workload = _workload(pod_deployment, namespace)
+    scaler = _autoscaler(pod_deployment, namespace) if workload["kind"] == "Deployment" else None
+    objects = (workload, *([scaler] if scaler else []), _service(pod_deployment, namespace))
+    notes = (_HPA_NOTE,) if scaler else ()
+    return Exported(objects=objects, dropped=problems, notes=notes)
 
 
 # Why each droppable field has no Kubernetes form (the message then says what to do).
@@ -92,6 +100,25 @@ WHY_CANDIDATES = (
 WHY_SHAREABLE = "a GPU limit leases whole devices; there is no shared lease"
 WHY_MEMORY = "a GPU limit leases whole devices; there is no per-device memory request"
 WHY_APPLE = "no Apple GPU runs in a pod (set devices.kind to nvidia, amd or cpu)"
+# Kubernetes' only Service affinity is by client address: behind an ingress or a load
+# balancer every client is one address, so it would pin all traffic to one pod. reconcile
+# keys on x-session-id or the OpenAI `user` field: hash on that at the ingress instead.
+WHY_AFFINITY = (
+    "a Service's sessionAffinity is ClientIP only, which behind an ingress puts every "
+    "client on one pod (hash on the x-session-id header at your ingress instead, e.g. "
+    "ingress-nginx's upstream-hash-by)"
+)
+WHY_MIN_ZERO = "a HorizontalPodAutoscaler never scales below 1 (scale to zero needs KEDA)"
+WHY_JOB_SCALE = "a Job has no scale subresource: no HorizontalPodAutoscaler can scale it"
+MAX_WINDOW = 3600  # seconds: the HPA's longest scale-down stabilization window
+WHY_WINDOW = "a HorizontalPodAutoscaler's scale-down window is at most 1h"
+METRIC = "reconcile_gateway_inflight"  # requests in flight per pod, as the gateway counts
+_HPA_NOTE = Problem(
+    ("spec", "autoscale"),
+    f"exported as an autoscaling/v2 HorizontalPodAutoscaler on the per-pod metric {METRIC}: "
+    "it needs a metrics adapter (prometheus-adapter) serving that metric for each pod",
+    droppable=False,
+)
 
 
 def problems_of(spec: DeploymentSpec) -> list[Problem]:
@@ -107,6 +134,30 @@ def problems_of(spec: DeploymentSpec) -> list[Problem]:
         out.append(_drop((*devices, "kind"), WHY_APPLE))
     if spec.image is None:
         out.extend(_image_problems(spec))
+    if spec.affinity == "session":
+        out.append(_drop(("spec", "affinity"), WHY_AFFINITY))
+    out.extend(_scale_problems(spec))
+    return out
+
+
+def _scale_problems(spec: DeploymentSpec) -> list[Problem]:
+    scale = spec.autoscale
+    if scale is None:
+        return []
+    autoscale = ("spec", "autoscale")
+    if spec.restart_policy != "Always":  # a Job
+        return [_drop(autoscale, WHY_JOB_SCALE)]
+    out = []
+    if scale.min == 0:
+        message = f"no Kubernetes form: {WHY_MIN_ZERO}"
+        fix, lossy = "set it to 1", "export minReplicas: 1"
+        out.append(Problem((*autoscale, "min"), message, True, fix, lossy, "exported as 1"))
+    if scale.scale_down_delay > MAX_WINDOW:
+        message = f"no Kubernetes form: {WHY_WINDOW}"
+        fix, lossy = "set it to 1h or less", "export 1h"
+        out.append(
+            Problem((*autoscale, "scaleDownDelay"), message, True, fix, lossy, "exported as 1h")
+        )
     return out
 
 
@@ -210,13 +261,13 @@ def _workload(deployment: Deployment, namespace: str | None) -> Object:
             "kind": "Deployment",
             "metadata": _metadata(deployment, namespace),
             "spec": {
-                "replicas": 1,
+                **_replicas(spec),
                 "selector": {"matchLabels": _selector(deployment)},
                 "strategy": _strategy(spec),
                 "template": template,
             },
         }
-    job_spec: Object = {"template": template}
+    job_spec: Object = {**_parallel(spec.replicas), "template": template}
     if spec.restart_policy == "Never":
         job_spec = {"backoffLimit": 0, **job_spec}  # Never: one run, no second pod
     return {
@@ -227,11 +278,58 @@ def _workload(deployment: Deployment, namespace: str | None) -> Object:
     }
 
 
+def _replicas(spec: DeploymentSpec) -> Object:
+    """``replicas``; none with an autoscaler: the HPA owns the count, and a ``replicas`` in
+    the applied manifest would reset it at every ``kubectl apply`` (Kubernetes' advice)."""
+    return {} if spec.autoscale is not None else {"replicas": spec.replicas}
+
+
+def _parallel(replicas: int) -> Object:
+    """A Job of N replicas: N pods at once, each to run to completion (0: none)."""
+    if replicas == 1:
+        return {}
+    return {"parallelism": replicas, "completions": replicas} if replicas else {"parallelism": 0}
+
+
 def _strategy(spec: DeploymentSpec) -> Object:
     if spec.strategy == "Recreate":
         return {"type": "Recreate"}
+    rolling = spec.rolling_update
+    if rolling is not None:  # IntOrString both: Kubernetes' own meaning
+        bounds = {"maxSurge": rolling.max_surge, "maxUnavailable": rolling.max_unavailable}
+        return {"type": "RollingUpdate", "rollingUpdate": bounds}
     # The new pod Ready before the old one stops, never two old ones gone: reconcile's rule.
     return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+
+def _autoscaler(deployment: Deployment, namespace: str | None) -> Object | None:
+    """``autoscale`` as an HPA aiming at ``targetInflight`` requests in flight per pod."""
+    scale = deployment.spec.autoscale
+    if scale is None:
+        return None
+    window = min(math.ceil(scale.scale_down_delay), MAX_WINDOW)
+    target = {"type": "AverageValue", "averageValue": _quantity(scale.target_inflight)}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _metadata(deployment, namespace),
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": deployment.name,
+            },
+            "minReplicas": max(1, scale.min),  # 0 only with --lossy: refused otherwise
+            "maxReplicas": scale.max,
+            "metrics": [{"type": "Pods", "pods": {"metric": {"name": METRIC}, "target": target}}],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": window}},
+        },
+    }
+
+
+def _quantity(value: float) -> str:
+    """A Kubernetes quantity: whole numbers as such, else in thousandths (``2500m``)."""
+    return str(int(value)) if value == int(value) else f"{max(1, round(value * 1000))}m"
 
 
 def _pod(deployment: Deployment) -> Object:

@@ -95,3 +95,38 @@ def test_usage_errors_exit_64(tmp_path: Path, args: tuple[str, ...]) -> None:
     write(tmp_path, "llm", GOOD)
     done = cli("export", "-f", str(tmp_path), *args)
     assert done.returncode == 64 and done.stdout == ""
+
+
+SCALED = (
+    "spec:\n  engine: vllm\n  model: org/m\n  devices: {count: 1, kind: nvidia}\n"
+    "  basePort: 8000\n  replicas: 2\n"
+    "  autoscale:\n    min: {min}\n    max: 4\n    targetInflight: 4\n"
+)
+
+
+def test_autoscale_exports_an_hpa_and_warns_it_needs_a_metrics_adapter(tmp_path: Path) -> None:
+    path = write(tmp_path, "llm", SCALED.replace("{min}", "1"))
+    done = cli("export", "-f", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    objects = list(yaml.safe_load_all(done.stdout))
+    assert [o["kind"] for o in objects] == ["Deployment", "HorizontalPodAutoscaler", "Service"]
+    for obj in objects:
+        kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
+    assert objects[1]["spec"]["minReplicas"] == 1 and objects[1]["spec"]["maxReplicas"] == 4
+    warning = f"warning: {path}:12: spec.autoscale: exported as an autoscaling/v2"
+    assert warning in done.stderr and "prometheus-adapter" in done.stderr
+
+
+def test_autoscale_min_zero_is_refused_and_lossy_exports_min_one(tmp_path: Path) -> None:
+    path = write(tmp_path, "llm", SCALED.replace("{min}", "0"))
+    done = cli("export", "-f", str(tmp_path))
+    assert done.returncode == 1 and done.stdout == ""
+    error = f"error: {path}:12: spec.autoscale.min: no Kubernetes form"
+    assert error in done.stderr, done.stderr
+    assert "set it to 1, or pass --lossy to export minReplicas: 1" in done.stderr
+    lossy = cli("export", "-f", str(tmp_path), "--lossy")
+    assert lossy.returncode == 0, lossy.stderr
+    hpa = list(yaml.safe_load_all(lossy.stdout))[1]
+    assert hpa["spec"]["minReplicas"] == 1
+    assert f"warning: {path}:12: spec.autoscale.min" in lossy.stderr
+    assert "exported as 1 (--lossy)" in lossy.stderr
