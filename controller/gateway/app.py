@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 log = get_logger("reconcile")
 
 START_WAIT = 10.0
+ACCEPTED_LINGER = 0.5  # seconds between closing the listener and closing idle connections
 BACKLOG = 128  # aiohttp's default
 
 
@@ -203,6 +204,11 @@ class Gateway:
 
     async def _close(self) -> None:
         await self._stop_listening()
+        # A connection accepted just before the listener closed has sent its request but
+        # not had it read: the runner would count it idle and close it (the client sees a
+        # reset, before any answer byte). A moment lets those requests begin: then they are
+        # busy, and are answered before their connection closes.
+        await asyncio.sleep(ACCEPTED_LINGER)
         if self._runner is not None:
             # Idle connections close now; each busy one after its answer ends (Connection:
             # close), or is cut after the drain grace. The heartbeat and the records watch
