@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from controller.cli.views import age, iso, table, until
+from controller.cli.views import age, deployment_item, iso, table, until
 from controller.core.names import base_name, instance_of
 from controller.core.replicaset import ReplicaSet
 from controller.core.state import Phase, Record
@@ -52,6 +52,34 @@ def describe_deployment(
         f"{'Replicas:':<14}{rs.desired} desired, {rs.ready} ready",
     ]
     return "\n".join(head) + "\n\n" + text
+
+
+def describe_document(
+    state_dir: Path,
+    rs: ReplicaSet,
+    selector: Callable[[Record], bool] = lambda _: True,
+    remote_log: Callable[[Record], list[str]] | None = None,
+) -> dict[str, Any] | None:
+    """``describe -o json|yaml``: the status item, the spec (redacted), and per instance
+    its events and last log lines."""
+    if not selector(rs.first):
+        return None
+    doc = deployment_item(rs)
+    doc["spec"] = redact_spec(rs.first.stored_spec)
+    alone = len(rs.records) == 1
+    for shown, rec in zip(doc["instances"], rs.records, strict=True):
+        shown["events"] = _journal(state_dir, rec.name, alone)
+        shown["log"] = _log_lines(state_dir, rec, remote_log)
+    return doc
+
+
+def _log_lines(
+    state_dir: Path, rec: Record, remote_log: Callable[[Record], list[str]] | None
+) -> list[str]:
+    if rec.on_cluster and remote_log is not None:
+        return remote_log(rec)
+    path = RecordStore(state_dir).log_path(instance_of(rec.name))
+    return [b.decode("utf-8", "replace").rstrip("\n") for b in logfiles.tail_lines(path, LOG_LINES)]
 
 
 def describe(

@@ -24,6 +24,7 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
     "describe": (
         "reconcile describe web",
         "reconcile describe -l team=search                # every deployment with that label",
+        "reconcile describe web -o yaml                   # the same, per replica, for scripts",
     ),
     "logs": (
         "reconcile logs web --tail 50",

@@ -27,7 +27,7 @@ class Parser(argparse.ArgumentParser):
 VerbMaker = Callable[..., Parser]  # verb(name, help, parents=None) -> its parser
 
 # `-o` means something for these verbs only (`--dry-run` is `plan`); elsewhere a usage error.
-OUTPUT_VERBS = ("status", "get", "devices", "plan", "export", "events")
+OUTPUT_VERBS = ("status", "get", "devices", "plan", "export", "events", "describe")
 
 
 def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")) -> Parser:

@@ -78,29 +78,42 @@ def _drain_or_none(cfg: Config) -> Drain | None:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from controller.cli.describe import describe_deployment
+    from controller.cli.describe import describe_deployment, describe_document
     from controller.core.replicaset import group, selects
 
     if args.name is None and not args.selector:
         print("reconcile: describe needs a NAME or -l KEY=VALUE", file=sys.stderr)
         return EXIT_USAGE
+    fmt = output_format(args, "text", ("text", "json", "yaml"))
+    if fmt is None:
+        return EXIT_USAGE
     cfg = config(args)
     state_dir, remote = cfg.state_dir, _remote_tail(cfg)
     records = RecordStore(state_dir).load().records.values()
     sets = group(r for r in records if not args.name or selects(args.name, r))
-    texts = [
-        describe_deployment(
-            state_dir, rs, selector=lambda r: selected(r.labels, args), remote_log=remote
-        )
-        for rs in sets
-    ]
+
+    def pick(rec: Record) -> bool:
+        return selected(rec.labels, args)
+
+    if fmt != "text":  # a list, as status -o json: one document per deployment
+        chosen = [describe_document(state_dir, rs, pick, remote) for rs in sets]
+        docs = [d for d in chosen if d is not None]
+        if not docs:
+            return _none_described(args)
+        print(dump(docs, fmt))
+        return EXIT_OK
+    texts = [describe_deployment(state_dir, rs, selector=pick, remote_log=remote) for rs in sets]
     found = [t for t in texts if t is not None]
     if not found:
-        which = f"named {args.name!r}" if args.name else "matches the selector"
-        print(f"reconcile: no deployment {which}", file=sys.stderr)
-        return EXIT_FAIL
+        return _none_described(args)
     print("\n\n".join(found))
     return EXIT_OK
+
+
+def _none_described(args: argparse.Namespace) -> int:
+    which = f"named {args.name!r}" if args.name else "matches the selector"
+    print(f"reconcile: no deployment {which}", file=sys.stderr)
+    return EXIT_FAIL
 
 
 # -- logs ------------------------------------------------------------

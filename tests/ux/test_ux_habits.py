@@ -25,13 +25,12 @@ TYPES = {"string": str, "bool": bool, "int": int, "null": type(None), "object": 
     "args",
     [
         ["validate", "-o", "json"],
-        ["describe", "web", "-o", "json"],
         ["schema", "-o", "yaml"],
         ["drain", "-o", "json"],
         ["--once", "-o", "json"],
         ["-o", "json", "down"],
     ],
-    ids=["validate", "describe", "schema", "drain", "once", "before-down"],
+    ids=["validate", "schema", "drain", "once", "before-down"],
 )
 def test_output_where_it_means_nothing_is_a_usage_error(reconcile: Any, args: list[str]) -> None:
     result = reconcile(*args, check=64)

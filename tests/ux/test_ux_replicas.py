@@ -14,6 +14,7 @@ import urllib.request
 from typing import Any
 
 import pytest
+import yaml
 from strategies import entry, record
 
 from controller.core.state import Phase
@@ -196,3 +197,16 @@ def test_a_rolling_next_shows_under_its_replica(reconcile: Any) -> None:
     (item,) = rc("status", "-o", "json", check=0).json()
     shown = [(i["replica"], i["name"], i["phase"]) for i in item["instances"]]
     assert shown == [(0, "web", "Ready"), (1, "web@1", "Ready"), (1, "web@1@next", "Starting")]
+
+
+def test_describe_as_json_and_yaml(replicated: Any) -> None:
+    rc = replicated
+    (doc,) = rc("describe", "web", "-o", "json", check=0).json()
+    assert doc["name"] == "web" and doc["replicas"] == 3 and doc["spec"]["replicas"] == 3
+    for inst, name in zip(doc["instances"], NAMES, strict=True):
+        assert inst["name"] == name
+        assert any(e.get("action") == "start" for e in inst["events"]), inst["events"]
+        assert any(f"reconcile: start {name} instance" in line for line in inst["log"])
+    assert yaml.safe_load(rc("describe", "web", "-o", "yaml", check=0).out) == [doc]
+    assert rc("describe", "nope", "-o", "json", check=1).err.startswith("reconcile: no deploy")
+    assert rc("describe", "web", "-o", "xml", check=64).code == 64
