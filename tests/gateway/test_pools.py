@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import urllib.request
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
+
+from clients import Loop
 
 WAIT = 40.0
 
@@ -118,39 +117,6 @@ def test_session_affinity_100_sessions_over_4_replicas(reconcile: Any, gateway: 
     g.finish()
 
 
-@dataclass
-class Loops:
-    """Clients sending requests back to back through the gateway until stopped."""
-
-    g: Any
-    model: str
-    answers: list[tuple[int, str]] = field(default_factory=list)  # (status, engine pid)
-    errors: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                answer = self.g.post(self.model)
-            except OSError as exc:  # a reset connection is a failed request too
-                self.errors.append(repr(exc))
-                continue
-            body = answer.json() if answer.status == 200 else {}
-            self.answers.append((answer.status, body.get("system_fingerprint", "")))
-
-    @contextmanager
-    def running(self, clients: int) -> Iterator[Loops]:
-        threads = [threading.Thread(target=self.run, daemon=True) for _ in range(clients)]
-        for thread in threads:
-            thread.start()
-        try:
-            yield self
-        finally:
-            self.stop.set()
-            for thread in threads:
-                thread.join(timeout=WAIT)
-
-
 def test_an_engine_killed_under_4_client_loops_costs_no_request(
     reconcile: Any, gateway: Any
 ) -> None:
@@ -158,7 +124,7 @@ def test_an_engine_killed_under_4_client_loops_costs_no_request(
     g = gateway()
     pids = ready(g, replicas("sturdy", 3))
     victim = pids["sturdy@1"]
-    with Loops(g, "sturdy").running(4) as loops:
+    with Loop(g, "sturdy").running(4) as loops:
         reconcile.wait_for(
             lambda: (200, f"pid-{victim}") in loops.answers, timeout=WAIT, what="@1 serving"
         )

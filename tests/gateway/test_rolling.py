@@ -6,53 +6,16 @@ daemon SIGKILLed mid-promotion leaves records the next daemon finishes, no engin
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from clients import Loop
 
 from controller.core.names import next_name
 from controller.failpoints import ROLLING_POINTS
 
 GPU = {"count": 1, "kind": "nvidia"}
 WAIT = 40.0
-
-
-@dataclass
-class Loop:
-    """A client sending requests back to back through the gateway until stopped."""
-
-    g: Any
-    answers: list[tuple[int, str]] = field(default_factory=list)  # (status, engine pid)
-    errors: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                answer = self.g.post("roll")
-            except OSError as exc:  # a reset connection is a failed request too
-                self.errors.append(repr(exc))
-                continue
-            fingerprint = (
-                answer.json().get("system_fingerprint", "") if answer.status == 200 else ""
-            )
-            self.answers.append((answer.status, fingerprint))
-
-    def answered_by(self, reconcile: Any, pid: int) -> None:
-        """Wait until the engine ``pid`` has answered one of the loop's requests."""
-        got = (200, f"pid-{pid}")
-        reconcile.wait_for(lambda: got in self.answers, timeout=WAIT, what=f"an answer from {pid}")
-
-    def __enter__(self) -> Loop:
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=WAIT)
 
 
 def roll(reconcile: Any, version: str) -> None:
@@ -89,7 +52,7 @@ def test_rolling_update_fails_no_request(reconcile: Any, gateway: Any) -> None:
     roll(reconcile, "3")
     g = gateway()
     old_pid = g.wait_phase("roll", "Ready")["pid"]
-    with Loop(g) as loop:
+    with Loop(g, "roll").running() as loop:
         loop.answered_by(reconcile, old_pid)
         roll(reconcile, "4")
         g.wait_phase("roll@next", "Starting")  # beside the old one, which still serves
@@ -111,7 +74,7 @@ def test_no_room_for_both_recreates_and_says_so(reconcile: Any, gateway: Any) ->
     roll(reconcile, "3")
     g = gateway()
     old_pid = g.wait_phase("roll", "Ready")["pid"]
-    with Loop(g) as loop:
+    with Loop(g, "roll").running() as loop:
         loop.answered_by(reconcile, old_pid)
         roll(reconcile, "4")
         new_pid = new_engine_ready(reconcile, old_pid)

@@ -1,0 +1,53 @@
+"""Client loops for the gateway tests: requests back to back until stopped, each answer
+kept as (status, the engine's pid fingerprint), each failure kept apart."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+WAIT = 40.0
+
+
+@dataclass
+class Loop:
+    """A client sending requests for ``model`` back to back through the gateway."""
+
+    g: Any
+    model: str
+    answers: list[tuple[int, str]] = field(default_factory=list)  # (status, engine pid)
+    errors: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                answer = self.g.post(self.model)
+            except OSError as exc:  # a reset connection is a failed request too
+                self.errors.append(repr(exc))
+                continue
+            fingerprint = (
+                answer.json().get("system_fingerprint", "") if answer.status == 200 else ""
+            )
+            self.answers.append((answer.status, fingerprint))
+
+    def answered_by(self, reconcile: Any, pid: int) -> None:
+        """Wait until the engine ``pid`` has answered one of the loop's requests."""
+        got = (200, f"pid-{pid}")
+        reconcile.wait_for(lambda: got in self.answers, timeout=WAIT, what=f"an answer from {pid}")
+
+    @contextmanager
+    def running(self, clients: int = 1) -> Iterator[Loop]:
+        """``clients`` threads of this loop, sharing its answers, until the block ends."""
+        threads = [threading.Thread(target=self.run, daemon=True) for _ in range(clients)]
+        for thread in threads:
+            thread.start()
+        try:
+            yield self
+        finally:
+            self.stop.set()
+            for thread in threads:
+                thread.join(timeout=WAIT)
