@@ -49,6 +49,18 @@ def served_by(answer: Any) -> str:
     return model
 
 
+def routed(g: Any, model: str, expected: set[str], who: Callable[[Any], str]) -> None:
+    """Wait until the gateway has every instance in its table (it re-reads the records
+    every 100 ms: Ready in a record may come a moment before the gateway routes to it)."""
+    seen: set[str] = set()
+
+    def all_seen() -> bool:
+        seen.add(who(g.post(model)))
+        return seen >= expected
+
+    g.rc.wait_for(all_seen, timeout=WAIT, what=f"the gateway routing {model} to {expected}")
+
+
 def spread(send: Callable[[int], Any], n: int, clients: int) -> list[Any]:
     """``n`` requests from ``clients`` threads at once (so in-flight counts differ)."""
     with ThreadPoolExecutor(clients) as workers:
@@ -77,6 +89,7 @@ def test_60_requests_over_3_replicas_each_get_some(reconcile: Any, gateway: Any)
     reconcile.write("trio", replicas=3)
     g = gateway()
     pids = ready(g, replicas("trio", 3))
+    routed(g, "trio", {f"pid-{p}" for p in pids.values()}, engine_of)
     by = Counter(engine_of(a) for a in spread(lambda _: g.post("trio"), 60, 4))
     assert set(by) == {f"pid-{p}" for p in pids.values()} and min(by.values()) >= 8, by
     g.finish()
@@ -89,6 +102,7 @@ def test_60_requests_over_3_deployments_of_one_model_each_get_some(
     pool(reconcile, names, "trio")
     g = gateway()
     ready(g, names)
+    routed(g, "trio", set(names), served_by)
     by = Counter(served_by(a) for a in spread(lambda _: g.post("trio"), 60, 4))
     assert set(by) == set(names) and min(by.values()) >= 8, by
     g.finish()
