@@ -24,7 +24,7 @@ from controller.core.state import Drain, Record
 from controller.errors import ConfigError
 from controller.store import logfiles
 from controller.store.node import Config, read_drain
-from controller.store.records import RecordStore
+from controller.store.records import RecordStore, check_name
 
 if TYPE_CHECKING:  # the loader brings pydantic: status, describe and logs never load it
     from controller.store.manifests import LoadResult
@@ -84,6 +84,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
     if args.name is None and not args.selector:
         print("reconcile: describe needs a NAME or -l KEY=VALUE", file=sys.stderr)
         return EXIT_USAGE
+    if args.name is not None:
+        check_name(args.name)  # invariant 9: said so, before any lookup
     fmt = output_format(args, "text", ("text", "json", "yaml"))
     if fmt is None:
         return EXIT_USAGE
@@ -128,6 +130,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     from controller.cli import replicalogs
 
+    check_name(args.name)  # invariant 9: said so, before any lookup
     cfg = config(args)
     store = RecordStore(cfg.state_dir)
     names = replicalogs.instances(store, args.name, args.replica)
