@@ -112,6 +112,7 @@ def test_session_affinity_100_sessions_over_4_replicas(reconcile: Any, gateway: 
     reconcile.write("chat", replicas=4, affinity="session")
     g = gateway()
     names = {f"pid-{pid}" for pid in ready(g, replicas("chat", 4)).values()}
+    routed(g, "chat", names, engine_of)  # the pool whole in the gateway's table first
 
     def send(i: int) -> tuple[int, str]:
         # Half the sessions by the header, half by the OpenAI `user` field.
