@@ -39,9 +39,10 @@ def _problems(problems: list[object]) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from controller.cli import pullview
-    from controller.cli.views import deployment_item, drain_line, status_table
+    from controller.cli.views import drain_line, status_table
     from controller.core.replicaset import group, selects
+    from controller.core.statusjson import deployment_items
+    from controller.store import pullstatus
 
     fmt = output_format(args, "table", FORMATS)
     if fmt is None:
@@ -53,11 +54,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"reconcile: no deployment named {args.name!r} in {cfg.state_dir}", file=sys.stderr)
         return EXIT_FAIL
     records = [r for r in records if selected(r.labels, args)]
-    records, pulls = pullview.live(records, cfg.state_dir)  # Pulling: progress now
+    records, pulls = pullstatus.live(records, cfg.state_dir)  # Pulling: progress now
     sets = group(records)  # a deployment per item or row, its replicas within
     if fmt in ("json", "yaml"):
-        items = [{**deployment_item(s), **pullview.pull_field(s.first.name, pulls)} for s in sets]
-        print(dump(items, fmt))
+        print(dump(deployment_items(records, pulls), fmt))  # the web page's items too
     elif fmt == "name":
         print("".join(f"{s.name}\n" for s in sets), end="")
     else:
@@ -272,6 +272,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     errors += _prune_errors(loaded, cfg.allow_empty)
     pending = planview.pending(found)
     blocked = planview.blocked(found)
+    counts = planview.replicas(desired, view.autoscaler.notes)
     if fmt == "name":
         print("".join(f"{c.name}\n" for c in found if c.kind != "unchanged"), end="")
     elif fmt == "json":
@@ -283,11 +284,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 {"name": c.name, "phase": c.reason} for c in found if c.kind == "unchanged"
             ],
             "summary": planview.summary(found),
+            "replicas": counts,
             "errors": errors,
         }
         print(json.dumps(doc, indent=2))
     else:
-        print(planview.text(found, errors))
+        print("\n".join([planview.text(found, errors), *planview.replicas_text(counts)]))
     if errors or blocked:  # what would make `--once` exit 1
         return EXIT_FAIL
     return EXIT_CHANGES if pending else EXIT_OK

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from controller.core.pulls import PullProgress, key_of_document, progress_text
 from controller.core.state import Phase, Record
@@ -28,15 +27,6 @@ def live(
                 rec = replace(rec, message=progress_text(progress))
         out.append(rec)
     return out, found
-
-
-def pull_field(name: str, found: dict[str, PullProgress]) -> dict[str, Any]:
-    """``pull: {bytes_done, bytes_total, rate}`` for ``status -o json`` (Pulling only)."""
-    progress = found.get(name)
-    if progress is None:
-        return {}
-    fields = ("bytes_done", "bytes_total", "rate")
-    return {"pull": {k: v for k, v in progress.as_json().items() if k in fields}}
 
 
 def _progress(rec: Record, root: Path) -> PullProgress | None:

@@ -1,0 +1,112 @@
+"""The deployment items of ``status -o json``: one builder for the CLI and the web page.
+
+Pure (records in, plain dicts out): ``reconcile status -o json|yaml`` and the gateway's
+``GET /ui/api/state`` give the same item for the same records. Machine output spells
+every time in ISO 8601 (UTC) and never an age.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from controller.core.pulls import PullProgress
+from controller.core.replicaset import ReplicaSet, group
+from controller.core.state import Phase, Record
+
+PULL_FIELDS = ("bytes_done", "bytes_total", "rate")
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).isoformat() if value else None
+
+
+def next_retry(rec: Record) -> datetime | None:
+    return rec.backoff_until if rec.phase is Phase.BACKOFF else None
+
+
+def status_item(rec: Record) -> dict[str, Any]:
+    """One deployment for ``status -o json|yaml`` (DESIGN.md's fields, then more)."""
+    exit_info = None
+    if rec.last_exit is not None:
+        exit_info = {
+            "code": rec.last_exit.code,
+            "signal": rec.last_exit.signal,
+            "at": iso(rec.last_exit.at),
+            "reason": rec.last_exit.reason,
+            "text": str(rec.last_exit),
+        }
+    return {
+        "name": rec.name,
+        "phase": str(rec.phase),
+        "ready": rec.phase is Phase.READY,
+        "pid": rec.ref.pid if rec.ref else None,
+        "port": rec.port,
+        "devices": list(rec.devices),
+        "restarts": rec.restarts,
+        "spec_valid": rec.spec_valid,
+        "message": rec.message,
+        "engine": rec.engine,
+        "node": rec.node,
+        "backend": rec.backend,
+        "owner": rec.owner,
+        "source": rec.source,
+        "revision": rec.revision,
+        "host": rec.host,
+        "extra_ports": list(rec.extra_ports),
+        "device_uuids": list(rec.device_uuids),
+        "spec_hash": rec.spec_hash,
+        "reserved_at": iso(rec.reserved_at),
+        "started_at": iso(rec.started_at),
+        "ready_deadline_at": iso(rec.ready_deadline_at),
+        "ready_at": iso(rec.ready_at),
+        "next_retry_at": iso(next_retry(rec)),
+        "last_exit": exit_info,
+        "labels": dict(rec.labels),
+    }
+
+
+def deployment_item(rs: ReplicaSet) -> dict[str, Any]:
+    """One deployment for ``status -o json|yaml``: replica 0's fields, as a deployment of
+    one replica always had them, plus the counts and every instance."""
+    return {
+        **status_item(rs.first),
+        "name": rs.name,
+        "replicas": rs.desired,
+        "ready_replicas": rs.ready,
+        "instances": [instance_item(r.index, one) for r in rs.replicas for one in r.records],
+    }
+
+
+def instance_item(replica: int, rec: Record) -> dict[str, Any]:
+    """A replica (or its rolling ``@next``, under the same index) in ``instances``."""
+    return {
+        "replica": replica,
+        "name": rec.name,
+        "phase": str(rec.phase),
+        "ready": rec.phase is Phase.READY,
+        "pid": rec.ref.pid if rec.ref else None,
+        "port": rec.port,
+        "host": rec.host,
+        "node": rec.node,
+        "devices": list(rec.devices),
+        "restarts": rec.restarts,
+        "message": rec.message,
+    }
+
+
+def pull_field(name: str, found: Mapping[str, PullProgress]) -> dict[str, Any]:
+    """``pull: {bytes_done, bytes_total, rate}`` for ``status -o json`` (Pulling only)."""
+    progress = found.get(name)
+    if progress is None:
+        return {}
+    return {"pull": {k: v for k, v in progress.as_json().items() if k in PULL_FIELDS}}
+
+
+def deployment_items(
+    records: list[Record], pulls: Mapping[str, PullProgress]
+) -> list[dict[str, Any]]:
+    """``status -o json``'s list: a deployment per item, its replicas within, a Pulling
+    one with its pull's progress."""
+    return [{**deployment_item(s), **pull_field(s.first.name, pulls)} for s in group(records)]
