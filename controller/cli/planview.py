@@ -9,7 +9,7 @@ cannot start now, and why), or ``unchanged``. Only the first five are changes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -123,3 +123,31 @@ def text(found: Sequence[Change], errors: Sequence[str]) -> str:
     elif not pending(found):
         lines.append("In sync: a pass would change nothing.")
     return "\n".join(lines)
+
+
+def replicas(desired: Desired, notes: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """The desired count of every deployment that has more than one replica or an
+    autoscaler: the autoscaler's current count (and why), or the spec's."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, entry in sorted(desired.entries.items()):
+        spec = entry.deployment.spec
+        scale = spec.autoscale
+        if scale is None and spec.replicas == 1:
+            continue
+        item: dict[str, Any] = {"desired": desired.count(name)}
+        if scale is not None:
+            item["autoscale"] = {"min": scale.min, "max": scale.max}
+            item["reason"] = notes.get(name, "") or "the spec's count (no load seen yet)"
+        out[name] = item
+    return out
+
+
+def replicas_text(counts: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    lines = []
+    for name, item in counts.items():
+        scale = item.get("autoscale")
+        line = f"    {name}: {item['desired']} desired"
+        if scale is not None:
+            line += f" (autoscale {scale['min']}..{scale['max']}: {item['reason']})"
+        lines.append(line)
+    return ["Replicas:", *lines] if lines else []

@@ -61,3 +61,22 @@ def peak(figures: Iterable[Inflight], deployment: str, now: float, window: float
         for f in figures
         if f.deployment == deployment
     )
+
+
+def recent(figures: Iterable[Inflight], deployment: str, now: float, window: float) -> float:
+    """Requests in flight to ``deployment`` over the time in the last ``window`` seconds
+    that each gateway's samples cover, summed over the gateways: the quick look at a load
+    step, which a mean over a longer window (idle time counting 0) is slow to show."""
+    start = now - window
+    total = 0.0
+    for figure in figures:
+        if figure.deployment != deployment:
+            continue
+        area = covered = 0.0
+        for sample in figure.samples:
+            span = min(sample.at, now) - max(sample.at - sample.seconds, start)
+            if span > 0 and sample.seconds > 0:
+                area += sample.mean * span
+                covered += span
+        total += area / covered if covered > 0 else 0.0
+    return total

@@ -94,11 +94,26 @@ class ExitInfo:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ProbeConfig:
-    """The readiness checks, kept in the record so any later pass can probe."""
+    """A readiness or liveness check, kept in the record so any later pass can probe."""
 
     http: tuple[tuple[str, str | None], ...] = ()  # (path, body must contain)
     tcp: bool = False
     period_seconds: float = 2.0
+    # `completion: {}`: POST a one-token request to this path (the recipe's
+    # /v1/chat/completions or /v1/completions) for `model`; healthy on a 200 with a choice.
+    completion: str | None = None
+    model: str = ""
+    timeout_seconds: float = 1.0
+    failure_threshold: int = 1  # liveness: failures in a row that restart the engine
+
+    @property
+    def kind(self) -> str:
+        """What `describe` and events call it: `GET /health`, `tcp`, `completion ...`."""
+        if self.completion:
+            return f"completion (POST {self.completion})"
+        if self.http:
+            return f"GET {self.http[-1][0]}"
+        return "tcp" if self.tcp else "exec"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,6 +139,8 @@ class Record:
     device_count: int = 0  # spec.devices.count: what a placing backend must find again
     # spec.affinity: session keeps a session key's requests on one replica (the gateway)
     affinity: Literal["none", "session"] = "none"
+    # spec.autoscale.min is 0: at zero replicas the gateway wakes it with a request
+    scale_to_zero: bool = False
     node: str  # local: the node name; ray: the Ray node id (full hex)
     backend: str = backendnames.LOCAL  # which backend judges this record (a name)
     engine: str = ""
@@ -142,6 +159,10 @@ class Record:
     priority: int = 0  # spec.priority when placed: who may preempt it
     phase: Phase = Phase.PENDING
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    # The liveness probe (spec.livenessProbe, else the recipe's; None: none) and the
+    # failures in a row it has counted since the engine was last Ready and answering.
+    liveness: ProbeConfig | None = None
+    liveness_failures: int = 0
     stop_signal: int = 15
     grace_seconds: float = 30.0
     restart_policy: str = "Always"
@@ -225,6 +246,8 @@ class RecordView:
     maker_alive: bool = False  # the reservation's maker still runs
     exit: ExitInfo | None = None  # how the engine ended, when it was our child
     probe: ProbeResult | None = None
+    # A liveness answer this pass has not counted yet (None: no probe finished since).
+    liveness: ProbeResult | None = None
     markers: tuple[MarkedProcess, ...] = ()  # live processes carrying this record's nonce
     instance: Instance | None = None  # what a placing backend reports (None: local)
 

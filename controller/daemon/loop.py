@@ -50,6 +50,7 @@ LOCK_RETRY = 0.2
 SLACK = 0.005  # fire just after a record's due time, never just before
 WATCHED = (Phase.STARTING, Phase.READY)
 TIMED = frozenset({"resync", "probe due"})
+AUTOSCALE_PERIOD = 0.5  # seconds between looks at the load of autoscaled deployments
 
 Reload = Callable[[], Config]
 P = ParamSpec("P")
@@ -144,6 +145,8 @@ class Daemon:
         elif key == "liveness":
             self.exits.check()
             self._arm_liveness()
+        elif key == "autoscale":
+            self._autoscale()
         else:
             self.triggers.add(label)
 
@@ -277,6 +280,10 @@ class Daemon:
         }
         self.exits.sync(watched)
         self._arm_liveness()
+        if self.reconciler.autoscaler.policies:
+            self.timers.after("autoscale", AUTOSCALE_PERIOD)
+        else:
+            self.timers.cancel("autoscale")
         ready = sum(r.phase is Phase.READY for r in result.ours())
         status = f"STATUS=pass {self.passes}: {ready}/{len(result.ours())} ready"
         if not self._ready_sent:
@@ -293,6 +300,18 @@ class Daemon:
             due = _next_due(rec, now_wall) or _idle_due(rec, demand, now_wall)
             if due is not None:
                 self.timers.after(f"record:{rec.name}", due[1], due[0])
+
+    def _autoscale(self) -> None:
+        """Between passes: a pass as soon as the load changes an autoscaled count."""
+        try:
+            due = self.reconciler.autoscaler.due(self.store.load().records.values(), time.time())
+        except (OSError, ReconcileError) as exc:
+            log.error("autoscaler check failed", error=str(exc))
+            due = False
+        if due:
+            self.triggers.add("autoscale")
+        else:
+            self.timers.after("autoscale", AUTOSCALE_PERIOD)
 
     def _arm_liveness(self) -> None:
         if self.exits.polling and not self.timers.armed("liveness"):

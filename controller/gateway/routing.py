@@ -118,8 +118,9 @@ class Table:
         return pool[0] if len(pool) == 1 else name
 
     def on_demand(self, name: str) -> tuple[str, ...]:
-        """The OnDemand deployments of pool ``name`` (a request for the pool wants them)."""
-        return tuple(d for d in self.pools.get(name, ()) if self._first(d).on_demand)
+        """The deployments of pool ``name`` a request wakes: OnDemand ones, and autoscaled
+        ones scaled to zero (a request for the pool wants them all)."""
+        return tuple(d for d in self.pools.get(name, ()) if _wakes(self._first(d)))
 
     def target(
         self, name: str, avoid: str | None = "-", session: str | None = None
@@ -224,3 +225,7 @@ class Table:
                 await asyncio.wait_for(self._changed.wait(), left)
             except TimeoutError:
                 return self.target(name, session=session)
+
+
+def _wakes(first: Record) -> bool:
+    return first.on_demand or (first.scale_to_zero and first.phase is Phase.IDLE)

@@ -113,6 +113,7 @@ class RecordMaker:
             models=routable_names(entry.name, spec),
             device_count=spec.devices.count,
             affinity=spec.affinity,
+            scale_to_zero=spec.autoscale is not None and spec.autoscale.min == 0,
             revision=self.revision,
             labels=dict(entry.deployment.metadata.labels),
         )

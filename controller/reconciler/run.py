@@ -30,6 +30,7 @@ from controller.core.state import Observed, Phase, ProcessRef, Record
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity
 from controller.logsetup import get_logger
+from controller.reconciler.autoscaling import Autoscaler
 from controller.reconciler.executor import Executor
 from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
@@ -118,6 +119,8 @@ class Preview:
         self.backend = backend
         self.inventory = inventory
         self.puller = Puller.of(config.state_dir)  # the model cache, for spec.source
+        self.autoscaler = Autoscaler(config.state_dir, Journal(config.state_dir))
+        self.scale_writes = False  # `plan` shows the autoscaler's counts, keeps none
 
     def desired(self, loaded: LoadResult) -> Desired:
         return Desired(
@@ -128,6 +131,12 @@ class Preview:
             source_errors=_source_errors(loaded),
             prune=loaded.prune_safe or self.config.allow_empty,
             activations=activation.read_all(self.config.state_dir),
+            replicas=self.autoscaler.counts(
+                loaded.entries,
+                lambda: self.store.load().records.values(),
+                time.time(),
+                write=self.scale_writes,
+            ),
         )
 
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
@@ -168,6 +177,7 @@ class Reconciler(Preview):
         store: RecordStore | None = None,
     ) -> None:
         super().__init__(config, backend, inventory, store)
+        self.scale_writes = True  # under the pass lock: a changed count is kept, with its event
         self.pass_lock = FileLock(config.state_dir / "pass.lock", what="pass lock")
         self.placement_lock = FileLock(config.state_dir / "placement.lock", what="placement lock")
         # The daemon's stop flag: checked between rounds, so a pass ends after the round

@@ -167,6 +167,10 @@ def _probe(f: Fields) -> ProbeConfig:
             http=_checks(f),
             tcp=f.take("tcp", bool, _PROBE.tcp),
             period_seconds=f.take("period_seconds", float, _PROBE.period_seconds),
+            completion=f.maybe("completion", str),
+            model=f.take("model", str, _PROBE.model),
+            timeout_seconds=f.take("timeout_seconds", float, _PROBE.timeout_seconds),
+            failure_threshold=f.take("failure_threshold", int, _PROBE.failure_threshold),
         )
     )
 
@@ -218,6 +222,7 @@ def record_v2(data: object) -> Record:
             models=f.items("models", str),
             device_count=f.take("device_count", int, b.device_count),
             affinity=_affinity(f.take("affinity", str, b.affinity), "affinity"),
+            scale_to_zero=f.take("scale_to_zero", bool, b.scale_to_zero),
             node=f.take("node", str),
             backend=f.take("backend", str, b.backend),
             engine=f.take("engine", str, b.engine),
@@ -234,6 +239,8 @@ def record_v2(data: object) -> Record:
             priority=f.take("priority", int, b.priority),
             phase=_phase(f),
             probe=f.nested("probe", _probe) or _PROBE,
+            liveness=f.nested("liveness", _probe),
+            liveness_failures=f.take("liveness_failures", int, b.liveness_failures),
             stop_signal=f.take("stop_signal", int, b.stop_signal),
             grace_seconds=f.take("grace_seconds", float, b.grace_seconds),
             restart_policy=f.take("restart_policy", str, b.restart_policy),

@@ -1,0 +1,106 @@
+"""The autoscaler's edge: reads the load, decides (``core/autoscale.py``), keeps the counts.
+
+Each pass asks :meth:`Autoscaler.counts` for the desired count of every autoscaled
+deployment: the gateways' in-flight files and the activations are read, the pure rule
+decides, and a changed count is written to ``<state>/scale/`` with an event saying why.
+``reconcile plan`` asks too, with ``write=False``: it shows the count a pass would use
+and changes nothing. Between passes the daemon asks :meth:`Autoscaler.due` (cheap: no
+manifests, no probes) whether a pass would change a count, and runs one if so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.core import inflight as rule_inflight
+from controller.core.autoscale import PANIC_WINDOW, WINDOW, Load, Scale, decide
+from controller.core.replicaset import group
+from controller.core.specs import Autoscale, Entry
+from controller.core.state import Activation, Record
+from controller.store import activation, inflight, scale
+from controller.store.events import Journal
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    autoscale: Autoscale
+    initial: int  # the spec's count, before the autoscaler ever decided
+
+
+class Autoscaler:
+    def __init__(self, state_dir: Path, journal: Journal) -> None:
+        self.state_dir = state_dir
+        self.journal = journal
+        self.policies: dict[str, Policy] = {}  # the last pass's autoscaled deployments
+        # The last call's word per deployment: the change it made (or a pass would
+        # make), else the stored reason of the count as it stands.
+        self.notes: dict[str, str] = {}
+
+    def counts(
+        self,
+        entries: Mapping[str, Entry],
+        records: Callable[[], Iterable[Record]],
+        now: float,
+        *,
+        write: bool,
+    ) -> dict[str, int]:
+        """Deployment -> its desired count, for every autoscaled deployment in ``entries``
+        (``records`` is called only when there is one: most passes have none)."""
+        self.policies = {
+            name: Policy(spec.autoscale, spec.initial_replicas)
+            for name, entry in entries.items()
+            if (spec := entry.deployment.spec).autoscale is not None
+        }
+        stored = scale.read_all(self.state_dir)
+        if write:
+            for gone in set(stored) - set(self.policies):
+                scale.forget(self.state_dir, gone)
+        if not self.policies:
+            return {}
+        decided = self._decide(stored, records(), now)
+        self.notes = {name: change or after.reason for name, (_, after, change) in decided.items()}
+        if write:
+            for name, (before, after, change) in decided.items():
+                if after != before:
+                    scale.write(self.state_dir, name, after)
+                if change is not None:
+                    self.journal.append(name, "Scale", change, f"{after.count} replicas")
+        return {name: after.count for name, (_, after, _) in decided.items()}
+
+    def due(self, records: Iterable[Record], now: float) -> bool:
+        """Would a pass now change a count (or note the start of a lower load)?"""
+        if not self.policies:
+            return False
+        stored = scale.read_all(self.state_dir)
+        return any(
+            after != before for before, after, _ in self._decide(stored, records, now).values()
+        )
+
+    def _decide(
+        self, stored: Mapping[str, Scale], records: Iterable[Record], now: float
+    ) -> dict[str, tuple[Scale, Scale, str | None]]:
+        figures = inflight.read_all(self.state_dir)
+        demand = activation.read_all(self.state_dir)
+        ready = {rs.name: rs.ready for rs in group(records)}
+        out: dict[str, tuple[Scale, Scale, str | None]] = {}
+        for name, policy in self.policies.items():
+            before = stored.get(name) or Scale(count=policy.initial)
+            load = Load(
+                average=rule_inflight.average(figures, name, now, WINDOW),
+                recent=rule_inflight.recent(figures, name, now, PANIC_WINDOW),
+                waiting=before.count == 0 and _waits(demand.get(name), before, now),
+            )
+            decision = decide(policy.autoscale, before, load, ready.get(name, 0), now)
+            out[name] = (before, decision.scale, decision.change)
+        return out
+
+
+def _waits(act: Activation | None, at_zero: Scale, now: float) -> bool:
+    """A request came for a deployment scaled to zero: one in flight now, or one since it
+    went to zero within the last window (an activation left from long ago wakes nothing)."""
+    if act is None:
+        return False
+    last = act.last_request_at.timestamp()
+    return act.inflight > 0 or (last > at_zero.changed_at and now - last < WINDOW)

@@ -1,0 +1,78 @@
+"""The autoscaler's counts: ``<state>/scale/<deployment>.json``.
+
+Observed state beside ``activation/`` and ``inflight/``, never written into the manifest
+(the folder stays the user's). Written by the pass that decides (under the pass lock) and
+read by every pass and by ``reconcile plan``; a torn or foreign file counts as none (the
+deployment starts again from its spec's count).
+
+```json
+{"version": 1, "count": 3, "low_since": null, "low_wants": 0,
+ "changed_at": 1764490000.5, "reason": "scaled 1→3: 11.2 in flight on 1 Ready replica, target 4"}
+```
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+from controller.core.autoscale import Scale
+from controller.core.names import is_dns1123
+from controller.store.records import write_atomic
+
+FOLDER = "scale"
+VERSION = 1
+
+
+def folder(state_dir: Path) -> Path:
+    return state_dir / FOLDER
+
+
+def _path(state_dir: Path, name: str) -> Path:
+    if not is_dns1123(name):  # invariant 9: only deployment names become file names
+        raise ValueError(f"not a deployment name: {name!r}")
+    return folder(state_dir) / f"{name}.json"
+
+
+def write(state_dir: Path, name: str, scale: Scale) -> None:
+    path = _path(state_dir, name)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    data = {
+        "version": VERSION,
+        "count": scale.count,
+        "low_since": scale.low_since,
+        "low_wants": scale.low_wants,
+        "changed_at": scale.changed_at,
+        "reason": scale.reason,
+    }
+    write_atomic(path, json.dumps(data).encode())
+
+
+def read_all(state_dir: Path) -> dict[str, Scale]:
+    out: dict[str, Scale] = {}
+    try:
+        files = sorted(folder(state_dir).glob("*.json"))
+    except OSError:
+        return out
+    for path in files:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            data = json.loads(path.read_text())
+            if data["version"] != VERSION or not is_dns1123(path.stem):
+                continue
+            since = data.get("low_since")
+            out[path.stem] = Scale(
+                count=max(0, int(data["count"])),
+                low_since=None if since is None else float(since),
+                low_wants=int(data.get("low_wants", 0)),
+                changed_at=float(data.get("changed_at", 0.0)),
+                reason=str(data.get("reason", "")),
+            )
+    return out
+
+
+def forget(state_dir: Path, name: str) -> None:
+    """The deployment is gone, or no longer autoscaled: its count is no one's."""
+    if is_dns1123(name):
+        with contextlib.suppress(FileNotFoundError):
+            _path(state_dir, name).unlink()
