@@ -18,6 +18,7 @@ from controller.cli.views import FORMATS, dump, table
 from controller.core.durations import format_age
 from controller.core.quantity import format_bytes
 from controller.core.state import Phase, Record
+from controller.core.statusjson import device_items
 from controller.errors import ConfigError
 from controller.store.node import Config, read_drain
 from controller.store.records import RecordStore
@@ -34,30 +35,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     cfg = config(args)
     inventory = devices.resolve(cfg.devices)
     records = sorted(RecordStore(cfg.state_dir).load().records.values(), key=lambda r: r.name)
-    # Who holds each device and how much of it (memory None: the whole device).
-    holding: dict[str, list[dict[str, Any]]] = {}
-    for rec in records:
-        for key in rec.devices if rec.holds else ():
-            held = {"name": rec.name, "memory": rec.memory, "phase": str(rec.phase)}
-            holding.setdefault(key, []).append(held)
-    items = [
-        {
-            "device": d.key,
-            "kind": d.kind,
-            "id": d.id,
-            "uuid": d.uuid,
-            "name": d.name,
-            "memory_total_mb": d.memory_total_mb,
-            "memory_free_mb": d.memory_free_mb,
-            # Bytes: the device's memory, what memory requests hold of it, what is left.
-            "memory": d.memory,
-            "memory_allocated": sum(h["memory"] or 0 for h in hs),
-            "held_by": [h["name"] for h in hs],
-            "holders": hs,
-        }
-        for d in inventory.devices
-        for hs in [holding.get(d.key, [])]
-    ]
+    items = device_items(inventory.devices, records)  # the web page's too
     ports = [
         {"port": port, "held_by": rec.name, "phase": str(rec.phase)}
         for rec in records

@@ -7,10 +7,11 @@ every time in ISO 8601 (UTC) and never an age.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from controller.core.inventory import Device
 from controller.core.pulls import PullProgress
 from controller.core.replicaset import ReplicaSet, group
 from controller.core.state import Phase, Record
@@ -110,3 +111,31 @@ def deployment_items(
     """``status -o json``'s list: a deployment per item, its replicas within, a Pulling
     one with its pull's progress."""
     return [{**deployment_item(s), **pull_field(s.first.name, pulls)} for s in group(records)]
+
+
+def device_items(devices: Iterable[Device], records: Iterable[Record]) -> list[dict[str, Any]]:
+    """``devices -o json``'s devices: each with who holds it and how much of it (bytes;
+    a holder's memory None: the whole device)."""
+    holding: dict[str, list[dict[str, Any]]] = {}
+    for rec in sorted(records, key=lambda r: r.name):
+        for key in rec.devices if rec.holds else ():
+            held = {"name": rec.name, "memory": rec.memory, "phase": str(rec.phase)}
+            holding.setdefault(key, []).append(held)
+    return [
+        {
+            "device": d.key,
+            "kind": d.kind,
+            "id": d.id,
+            "uuid": d.uuid,
+            "name": d.name,
+            "memory_total_mb": d.memory_total_mb,
+            "memory_free_mb": d.memory_free_mb,
+            # Bytes: the device's memory, what memory requests hold of it, what is left.
+            "memory": d.memory,
+            "memory_allocated": sum(h["memory"] or 0 for h in hs),
+            "held_by": [h["name"] for h in hs],
+            "holders": hs,
+        }
+        for d in devices
+        for hs in [holding.get(d.key, [])]
+    ]
