@@ -8,8 +8,9 @@ The load is the gateway's requests in flight (``core/inflight.py``). The count:
   seconds' load is at least twice what the current count is meant for: Knative's
   "panic" window, so a load step is answered in about a second rather than after
   the several seconds a 10-s mean takes to cross the target;
-- falls only after ``scaleDownDelay`` of lower load, to the most replicas that load
-  asked for meanwhile (Kubernetes' HPA stabilisation window), never below ``min``;
+- falls only after ``scaleDownDelay`` of lower load (by the mean and the last seconds
+  both), to the most replicas that load asked for meanwhile (Kubernetes' HPA
+  stabilisation window), never below ``min``;
 - from 0 (``min: 0``, scale to zero), rises to 1 when a request waits: the gateway's
   activation, as for an OnDemand deployment.
 
@@ -77,9 +78,12 @@ def decide(policy: Autoscale, scale: Scale, load: Load, ready: int, now: float) 
     if up > count:
         figure = max(load.average, load.recent)
         return _changed(scale, up, _why(figure, ready, policy), now)
-    if up == count:
+    # Lower only when the last seconds agree with the mean: after a quick rise the 10-s
+    # mean lags behind the load for the rest of its window.
+    down = wanted(policy, max(load.average, load.recent))
+    if down >= count:
         return Decision(replace(scale, low_since=None, low_wants=0))
-    return _lower(policy, scale, up, load, now)
+    return _lower(policy, scale, down, load, now)
 
 
 def _lower(policy: Autoscale, scale: Scale, wants: int, load: Load, now: float) -> Decision:

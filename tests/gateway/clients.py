@@ -21,17 +21,17 @@ class Loop:
     answers: list[tuple[int, str]] = field(default_factory=list)  # (status, engine pid)
     errors: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    extra: dict[str, Any] = field(default_factory=dict)  # more body fields: stream=True
 
     def run(self) -> None:
         while not self.stop.is_set():
             try:
-                answer = self.g.post(self.model)
+                answer = self.g.post(self.model, **self.extra)
             except OSError as exc:  # a reset connection is a failed request too
                 self.errors.append(repr(exc))
                 continue
-            fingerprint = (
-                answer.json().get("system_fingerprint", "") if answer.status == 200 else ""
-            )
+            whole = answer.status == 200 and not self.extra.get("stream")
+            fingerprint = answer.json().get("system_fingerprint", "") if whole else ""
             self.answers.append((answer.status, fingerprint))
 
     def answered_by(self, reconcile: Any, pid: int) -> None:

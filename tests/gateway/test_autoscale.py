@@ -1,0 +1,67 @@
+"""The autoscaler through the real daemon, gateway and engines (issue 21): 1→3 under 12
+concurrent slow requests and back to 1 after ``scaleDownDelay``; scale to zero and woken
+by a request; the count is state-dir state with an event per change, never the manifest."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from clients import Loop
+
+WAIT = 60.0
+SLOW = {"chunks": "10", "chunk_delay": "0.3"}  # a streamed answer takes ~3 s
+
+
+def scales(rc: Any, name: str) -> list[str]:
+    return [e["reason"] for e in rc.events(name) if e["action"] == "Scale"]
+
+
+def test_one_to_three_under_load_and_back_to_one(reconcile: Any, gateway: Any) -> None:
+    scale = {"min": 1, "max": 3, "targetInflight": 4, "scaleDownDelay": "2s"}
+    manifest = reconcile.write("web", autoscale=scale, command=reconcile.demo_command(**SLOW))
+    before = manifest.read_text()
+    g = gateway()
+    first = g.wait_phase("web", "Ready")["pid"]
+    assert set(reconcile.status()) == {"web"}  # min 1: one replica until there is load
+    with Loop(g, "web", extra={"stream": True}).running(clients=12) as clients:
+        for name in ("web@1", "web@2"):
+            g.wait_phase(name, "Ready", timeout=WAIT)
+        plan = reconcile("plan", check=None)
+        assert "web: 3 desired (autoscale 1..3: " in plan.out, plan
+    assert clients.answers and not clients.errors, clients.errors
+    assert {status for status, _ in clients.answers} == {200}, clients.answers
+    ups = scales(reconcile, "web")
+    assert ups and ups[0].startswith("scaled 1→"), ups
+    assert "in flight on 1 Ready replica, target 4" in ups[0], ups
+    stored = json.loads((reconcile.state / "scale" / "web.json").read_text())
+    assert stored["count"] == 3
+    # No load: after the 10-s window empties and scaleDownDelay passes, back to min.
+    reconcile.wait_for(
+        lambda: set(reconcile.status()) == {"web"}, timeout=WAIT, what="scaled back to 1"
+    )
+    assert reconcile.status()["web"]["pid"] == first  # replica 0 untouched
+    downs = scales(reconcile, "web")[1:]  # step by step as the 10-s mean decays
+    assert downs and downs[-1].split(":")[0].endswith("→1"), downs
+    assert all("(scaleDownDelay)" in d for d in downs), downs
+    assert manifest.read_text() == before  # the count is never written into the manifest
+    g.finish()
+
+
+def test_scale_to_zero_and_a_request_wakes_it(reconcile: Any, gateway: Any) -> None:
+    scale = {"min": 0, "max": 2, "scaleDownDelay": "1s"}
+    reconcile.write("nap", autoscale=scale)
+    g = gateway()
+    g.wait_phase("nap", "Idle")
+    assert not reconcile.pids("nap")  # min 0 and no load: nothing runs
+    listed = reconcile("status", check=0)
+    assert "0/0" in listed.out, listed
+    answer = g.post("nap")
+    assert answer.status == 200, answer
+    assert scales(reconcile, "nap")[0] == "scaled 0→1: a request waits for it"
+    g.wait_phase("nap", "Ready", timeout=10)
+    # The request's load leaves the 10-s window, then 1 s of none: back to zero.
+    g.wait_phase("nap", "Idle", timeout=WAIT)
+    reconcile.wait_for(lambda: not reconcile.pids("nap"), timeout=10, what="engine gone")
+    assert scales(reconcile, "nap")[-1].startswith("scaled 1→0: "), scales(reconcile, "nap")
+    g.finish()
