@@ -5,6 +5,7 @@
     python -m benchmarks --only startup,steady
     python -m benchmarks --only placement   # memory packing and plan time (pure, ~1 min)
     python -m benchmarks --only replicas    # pools through the gateway: scaling, p99, affinity
+    python -m benchmarks --only autoscale   # load step to the new replica Ready
     python -m benchmarks --only ray     # the ray backend next to the local one (pip: .[ray])
 
 Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
@@ -27,14 +28,36 @@ from benchmarks import common
 from benchmarks.common import HERE, Row, engine_startup_ms
 from benchmarks.report import machine, render_table, write_results
 
-SECTIONS = ("startup", "steady", "lock", "watch", "cold", "placement", "verbs", "replicas", "ray")
+SECTIONS = (
+    "startup",
+    "steady",
+    "lock",
+    "watch",
+    "cold",
+    "placement",
+    "verbs",
+    "replicas",
+    "autoscale",
+    "ray",
+)
 # Run unless --only says otherwise; "ray" needs `pip install -e '.[ray]'` and starts a local
 # Ray cluster (~2 minutes more): run it with `--only ray`.
-DEFAULT = ("startup", "steady", "lock", "watch", "cold", "placement", "verbs", "replicas")
+DEFAULT = (
+    "startup",
+    "steady",
+    "lock",
+    "watch",
+    "cold",
+    "placement",
+    "verbs",
+    "replicas",
+    "autoscale",
+)
 
 
 def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
     from benchmarks import (
+        autoscaling,
         coldstart,
         lockbench,
         placement,
@@ -56,6 +79,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             "placement": lambda: placement.bench(100, trials=1, orders=5),
             "verbs": lambda: readverbs.bench(2),
             "replicas": lambda: replicas.bench(200, 1),
+            "autoscale": lambda: autoscaling.bench(1),
             "ray": lambda: raybench.bench(2, 3),
         }
     return {
@@ -67,6 +91,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "placement": lambda: placement.bench(1000),
         "verbs": lambda: readverbs.bench(15),
         "replicas": lambda: replicas.bench(1600, 3),
+        "autoscale": lambda: autoscaling.bench(3),
         "ray": lambda: raybench.bench(20, 9),  # needs pip install -e '.[ray]'
     }
 

@@ -1,0 +1,143 @@
+"""The autoscaler's reaction time (issue 21), through the real daemon, gateway and engines.
+
+    python -m benchmarks --only autoscale
+
+One deployment of the demo engine (a streamed answer takes 2 s) with ``autoscale: {min:
+1, max: 2, targetInflight: 2}`` behind ``reconcile --listen``. At the load step 8
+clients start streaming; the figure is the time from the step to the second replica
+Ready, minus that replica's own start (its record's ``started_at`` to ``ready_at``):
+what the autoscaler adds (the gateway's once-a-second figures, the daemon's look every
+0.5 s, the pass). Goal: at most 2 s. A fresh daemon and state dir per trial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+
+from benchmarks.common import (
+    HTTP_READY,
+    PYTHON,
+    Row,
+    Workspace,
+    free_port_block,
+    median,
+    reconcile_argv,
+    run,
+    stop,
+    wait_for,
+    workspace,
+)
+
+SECTION = "9. replicas"
+CLIENTS = 8
+WAIT = 60.0
+GOAL_S = 2.0
+
+
+def _manifest(base_port: int) -> str:
+    engine = [PYTHON, "-m", "controller.demo.engine", "--port", "{port}"]
+    doc = {
+        "apiVersion": "reconcile/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "engine": "command",
+            "command": [*engine, "--chunks", "20", "--chunk-delay", "0.1"],
+            "basePort": base_port,
+            "readiness": HTTP_READY,
+            "stopGracePeriodSeconds": 2,
+            "autoscale": {"min": 1, "max": 2, "targetInflight": 2, "scaleDownDelay": "1h"},
+        },
+    }
+    return json.dumps(doc)
+
+
+def _record(ws: Workspace, name: str) -> dict[str, object] | None:
+    with contextlib.suppress(OSError, ValueError):
+        data: dict[str, object] = json.loads((ws.state / "instances" / f"{name}.json").read_text())
+        return data
+    return None
+
+
+def _ready(ws: Workspace, name: str) -> dict[str, object] | None:
+    rec = _record(ws, name)
+    return rec if rec is not None and rec.get("phase") == "Ready" else None
+
+
+def _stream(port: int, stopping: threading.Event) -> None:
+    body = json.dumps({"model": "web", "stream": True, "messages": []})
+    while not stopping.is_set():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT)
+        try:
+            conn.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+            conn.getresponse().read()
+        except OSError:
+            time.sleep(0.05)
+        finally:
+            conn.close()
+
+
+@contextlib.contextmanager
+def _load(port: int) -> Iterator[float]:
+    stopping = threading.Event()
+    threads = [
+        threading.Thread(target=_stream, args=(port, stopping), daemon=True) for _ in range(CLIENTS)
+    ]
+    step = time.time()
+    for thread in threads:
+        thread.start()
+    try:
+        yield step
+    finally:
+        stopping.set()
+        for thread in threads:
+            thread.join(timeout=WAIT)
+
+
+def _seconds(rec: dict[str, object], field: str) -> float:
+    return datetime.fromisoformat(str(rec[field])).timestamp()
+
+
+def _trial() -> float:
+    with workspace("autoscale") as ws:
+        base = free_port_block(8, start=24500)
+        (ws.manifests / "web.yaml").write_text(_manifest(base + 1))
+        argv = [*reconcile_argv(), "--listen", str(base), "--resync", "1h", *ws.common()]
+        with open(ws.root / "daemon.log", "wb") as log:  # its lines: not the table's
+            daemon = subprocess.Popen(argv, env=ws.env(), stdin=subprocess.DEVNULL, stderr=log)
+        try:
+            wait_for(lambda: _ready(ws, "web"), WAIT, "replica 0 Ready", poll=0.05)
+            with _load(base) as step:
+                second = wait_for(lambda: _ready(ws, "web@1"), WAIT, "replica 1", poll=0.02)
+            own = _seconds(second, "ready_at") - _seconds(second, "started_at")
+            return _seconds(second, "ready_at") - step - own
+        finally:
+            stop(daemon)
+            run([*reconcile_argv(), "down", "--gateway", *ws.common()], env=ws.env())
+
+
+def bench(trials: int = 3) -> list[Row]:
+    took = [_trial() for _ in range(trials)]
+    return [
+        Row(
+            SECTION,
+            f"autoscaler reaction: load step ({CLIENTS} streams, target 2) to the new "
+            "replica Ready, minus that replica's own start",
+            "s",
+            took,
+            goal=f"≤ {GOAL_S:g} s",
+            met=median(took) <= GOAL_S,
+        )
+    ]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    for row in bench():
+        print(row)
