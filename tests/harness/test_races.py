@@ -1,11 +1,12 @@
-"""Races: 8 reconcilers on one state dir, two owners, one GPU pool, churn, for a bounded time.
+"""Races: reconcilers on one state dir, two owners, one GPU pool, churn, for a bounded time.
 
-Racers: three `--once` loops per manifest set (cron gone wild), the daemon on set
-"b", and a `down -f a` loop. Meanwhile both folders churn and a sampler reads the
-records continuously: a device or port held by two live records is a double
-booking, confirmed by re-reading (a file unchanged since it was read existed the
-whole time, so two confirmed files held the thing at once). Then the racers stop,
-the folders settle within capacity, and two passes per set must converge.
+Racers (8 by default): `--once` loops on both manifest sets (cron gone wild), the
+daemon on set "b", a `down -f a` loop and a `drain --evict` / `uncordon` loop.
+Meanwhile both folders churn and a sampler reads the records continuously: a device
+or port held by two live records is a double booking, confirmed by re-reading (a
+file unchanged since it was read existed the whole time, so two confirmed files held
+the thing at once). Then the racers stop, the folders settle within capacity, and
+two passes per set must converge. CI races 12 s; the soak 10 minutes.
 """
 
 from __future__ import annotations
@@ -20,15 +21,21 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from controller.core.state import Record
 from controller.store.recordjson import from_json
 
+from . import figures
 from .churn import load, pool, random_churn
 from .cluster import Cluster
 from .invariants import describe, double_bookings, violations
 
 RACE_SECONDS = 12.0
-ONCE_LOOPS_PER_SET = 3
+RACERS = 8  # the `--once` loops are what is left after the daemon, `down` and drain
+# The soak's size (scripts/soak): 10 minutes, 8 racers unless told otherwise.
+SOAK_SECONDS = float(os.environ.get("HARNESS_RACE_SECONDS", "600"))
+SOAK_RACERS = int(os.environ.get("HARNESS_RACERS", "8"))
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:
@@ -82,6 +89,15 @@ class Race:
             self.note(f"{args[0]} -f {set_}", str(run) if bad else None)
             time.sleep(pause)
 
+    def drain(self) -> None:
+        """Drain with eviction, hold it a moment, uncordon: the other racers meet both."""
+        while self.running():
+            for verb in (("drain", "--evict", "--ttl", "30s"), ("uncordon",)):
+                run = self.cluster.run(*verb, set_="a", timeout=120)
+                bad = run.code not in (0, 1) or "Traceback" in run.err
+                self.note(verb[0], str(run) if bad else None)
+                time.sleep(1.0)
+
     def churn(self, seed: int) -> None:
         rng = random.Random(seed)
         while self.running():
@@ -116,25 +132,27 @@ def _settle(cluster: Cluster) -> None:
             cluster.write(name, set_)
 
 
-def test_eight_reconcilers_never_double_book(two_sets: Cluster) -> None:
-    cluster = two_sets
+def race(cluster: Cluster, seconds: float, racers: int) -> Counter[str]:
+    """``racers`` reconcilers for ``seconds``; then settle and converge, or fail."""
     cluster.write("a0", "a", replicas=2)  # a replicated deployment races too
     for name in pool("b")[:2]:
         cluster.write(name, "b")
-    race = Race(cluster, RACE_SECONDS)
+    race = Race(cluster, seconds)
     daemon = cluster.start("--resync", "1s", set_="b")
+    onces = max(2, racers - 3)  # the daemon, `down` and drain are the other three
     loops: list[Callable[[], None]] = [
-        lambda s=s: race.loop("--once", set_=s) for s in ("a", "b") for _ in range(3)
-    ]
-    loops.append(lambda: race.loop("down", set_="a", pause=1.5))
+        lambda s=s: race.loop("--once", set_=s) for s in ("a", "b") * onces
+    ][:onces]
+    loops += [lambda: race.loop("down", set_="a", pause=1.5), race.drain]
     threads = _threads([*loops, lambda: race.churn(random.randrange(1 << 30)), race.sampler])
     for t in threads:
-        t.join(timeout=RACE_SECONDS + 180)
+        t.join(timeout=seconds + 180)
     daemon.send_signal(signal.SIGTERM)
     assert daemon.wait(timeout=60) == 0, cluster.stderr(daemon)
     assert "Traceback" not in cluster.stderr(daemon), cluster.stderr(daemon)
     assert not race.failures, race.failures[0]
     assert race.bookings == [], race.bookings[:5]
+    assert cluster.run("uncordon").code == 0  # the drain loop may have stopped mid-drain
     _settle(cluster)
     # An engine the churn killed while it started is in BackOff, which `--once` reports
     # (exit 1, "crash-looping"): converge through the back-off, as an operator would.
@@ -145,4 +163,29 @@ def test_eight_reconcilers_never_double_book(two_sets: Cluster) -> None:
     finals += [cluster.once(s) for s in ("a", "b")]
     assert [r.code for r in finals[-2:]] == [0, 0], "\n".join(map(str, finals))
     assert violations(cluster) == [], describe(cluster)
-    print(f"\nraces: {dict(race.stats)}; double bookings: 0")
+    return race.stats
+
+
+def test_eight_reconcilers_never_double_book(two_sets: Cluster) -> None:
+    stats = race(two_sets, RACE_SECONDS, RACERS)
+    print(f"\nraces: {dict(stats)}; double bookings: 0")
+
+
+@pytest.mark.slow
+def test_races_soak(two_sets: Cluster) -> None:
+    """scripts/soak: 10 minutes of 8 racers (HARNESS_RACE_SECONDS, HARNESS_RACERS)."""
+    began = time.monotonic()
+    stats = race(two_sets, SOAK_SECONDS, SOAK_RACERS)
+    passes = sum(v for k, v in stats.items() if k.startswith("--once"))
+    figures.report(
+        "races",
+        seconds=round(time.monotonic() - began),
+        racers=SOAK_RACERS,
+        once_passes=passes,
+        downs=stats["down"],
+        drains=stats["drain"],
+        churns=stats["churn"],
+        samples=stats["samples"],
+        double_bookings=0,
+        orphans=0,
+    )
