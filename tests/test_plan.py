@@ -358,7 +358,9 @@ CASES = [
     pytest.param(
         Case(
             desired(entry("a")),
-            observed(view(record("a", phase=Phase.BACKOFF, backoff_until=NOW + timedelta(1)))),
+            observed(
+                view(record("a", phase=Phase.BACKOFF, backoff_until=NOW + timedelta(seconds=5)))
+            ),
         ),
         id="back-off-not-over-waits",
     ),

@@ -250,6 +250,9 @@ class RecordView:
     liveness: ProbeResult | None = None
     markers: tuple[MarkedProcess, ...] = ()  # live processes carrying this record's nonce
     instance: Instance | None = None  # what a placing backend reports (None: local)
+    # Seconds the engine has run by the boot clock (None: unknown, e.g. another host's):
+    # a wall-clock step never moves it, so deadlines judge by it (docs/design.md).
+    age: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from typing import ParamSpec, Protocol
 from controller.backends.base import Backend
 from controller.backends.choose import inventory_for, open_backend
 from controller.core.actions import Conflict, Hold
+from controller.core.plan import backoff
 from controller.core.specs import base_name
 from controller.core.state import Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
@@ -350,12 +351,16 @@ class Daemon:
 def _next_due(rec: Record, now: datetime) -> tuple[str, float] | None:
     """Why and in how many seconds a record needs the next pass (None: only on events)."""
     if rec.phase is Phase.BACKOFF and rec.backoff_until is not None:
-        return ("back-off over", _until(rec.backoff_until, now))
+        # never past the back-off's length from now: the wall clock may have stepped back
+        longest = backoff(max(rec.restarts, 1)) + SLACK
+        return ("back-off over", min(_until(rec.backoff_until, now), longest))
     if rec.phase is Phase.STARTING and rec.ref is not None:
         period = rec.probe.period_seconds
         if rec.ready_deadline_at is not None:
             left = _until(rec.ready_deadline_at, now)
-            if left < period:
+            # Past by the wall clock yet still Starting: the clock stepped forward and the
+            # engine's age decides (planner); the probe period paces, not a busy loop.
+            if SLACK < left < period:
                 return ("readiness deadline", left)
         return ("probe due", period)
     return None

@@ -24,3 +24,14 @@ def ref_of(pid: int, st: procstat.Stat) -> ProcessRef:
     """The identity of ``pid`` from a stat already read (one read, no race with a second)."""
     boot = procstat.boot_id() if st.start_ticks is not None else None
     return ProcessRef(pid=pid, start_time=st.start_time, start_ticks=st.start_ticks, boot_id=boot)
+
+
+def age(ref: ProcessRef | None) -> float | None:
+    """Seconds ``ref`` has run by the boot clock, unmoved by wall-clock steps; None when
+    unknown (no ticks, or another boot: an engine on another host)."""
+    if ref is None or ref.start_ticks is None or ref.boot_id is None:
+        return None
+    if ref.boot_id != procstat.boot_id():
+        return None
+    up = procstat.uptime()
+    return None if up is None else max(0.0, up - ref.start_ticks / procstat.CLOCK_TICKS)

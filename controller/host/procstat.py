@@ -71,6 +71,16 @@ def boot_id() -> str | None:
         return None
 
 
+def uptime() -> float | None:
+    """Seconds since boot by the kernel's boot clock, the clock of ``start_ticks``: a
+    wall-clock step moves neither (nor does libfaketime, which fakes the calls, not /proc)."""
+    try:
+        with open("/proc/uptime", "rb") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _read_boot_time() -> float:
     with open("/proc/stat", "rb") as f:
         for line in f:

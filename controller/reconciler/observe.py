@@ -18,7 +18,7 @@ from controller.core.state import (
     RecordView,
 )
 from controller.host.probes import ProbeTarget, probe_many
-from controller.host.procs import process_alive
+from controller.host.procs import age, process_alive
 from controller.store.records import Snapshot
 
 
@@ -90,6 +90,7 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
         exit=exit_info,
         markers=tuple(by_nonce.get(rec.nonce, ())) if rec.nonce else (),
         instance=backend.instance_of(rec) if alive else None,
+        age=age(rec.ref) if alive else None,
     )
 
 

@@ -16,6 +16,7 @@ from controller.core.state import Phase, Record, RecordView
 BACKOFF_FIRST = 10.0
 BACKOFF_MAX = 300.0
 BACKOFF_RESET = 600.0  # seconds Ready after which a crash counts as the first again
+CLOCK_SLACK = 1.0  # seconds a back-off may seem longer than its length (rounding, writes)
 
 
 def restarts_after(policy: str, code: int | None) -> bool:
@@ -56,7 +57,7 @@ def running(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
         return ()
     if view.probe is not None and view.probe.ready:
         return (MarkReady(name=rec.name, reason=view.probe.detail),)
-    if rec.ready_deadline_at is not None and ctx.now >= rec.ready_deadline_at:
+    if past_deadline(ctx, view):
         last = f" (last probe: {view.probe.detail})" if view.probe else ""
         return (retry(ctx, rec, f"not ready by its readiness deadline{last}"),)
     return ()
@@ -81,9 +82,29 @@ def retry(ctx: Context, rec: Record, why: str, view: RecordView | None = None) -
     )
 
 
+def past_deadline(ctx: Context, view: RecordView) -> bool:
+    """Starting for longer than its readiness deadline. The engine's age by the boot clock
+    decides where it is known, so a wall-clock step either way neither kills an engine
+    early nor lets one start for an extra hour; else the recorded wall-clock deadline."""
+    rec = view.record
+    if view.age is not None and rec.ready_deadline_seconds is not None:
+        return view.age >= rec.ready_deadline_seconds
+    return rec.ready_deadline_at is not None and ctx.now >= rec.ready_deadline_at
+
+
+def backoff_waits(ctx: Context, rec: Record) -> bool:
+    """The back-off is not over. No back-off is longer than ``backoff(restarts)`` (at
+    least the first's), so one due further from now than that was set by a clock since
+    stepped back: it is over (it never waits longer than its configured length from now)."""
+    if rec.backoff_until is None or ctx.now >= rec.backoff_until:
+        return False
+    left = (rec.backoff_until - ctx.now).total_seconds()
+    return left <= backoff(max(rec.restarts, 1)) + CLOCK_SLACK
+
+
 def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[AnyAction, ...]:
     rec = view.record
-    if rec.backoff_until is not None and ctx.now < rec.backoff_until:
+    if backoff_waits(ctx, rec):
         return ()
     if ctx.drain is not None:
         return ()  # nothing restarts while the node is drained
