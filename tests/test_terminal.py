@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -72,6 +73,8 @@ def test_the_console_log_has_colours_only_where_allowed(
 
 
 class _Ready:
+    config = SimpleNamespace(state_dir=Path("/nonexistent"))  # no pull to look for
+
     def run_pass(self) -> PassResult:
         rec = Record(name="web", owner="o", node="n", phase=Phase.READY)
         return PassResult(records={"web": rec}, owner="o", names={"web"}, node="n")

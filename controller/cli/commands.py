@@ -67,7 +67,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK if wait_until_ready(reconciler, args.timeout) else EXIT_FAIL
     result = reconciler.run_pass()
     report(result)
-    failing = result.failing()
+    from controller.reconciler import pulling
+
+    failing = result.failing() + list(pulling.failing(result.ours(), cfg.state_dir).values())
     for why in failing:
         print(f"error: {why}", file=sys.stderr)
     return EXIT_OK if result.ok and not failing else EXIT_FAIL

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from controller.cli import pullshow
 from controller.cli.views import age, deployment_item, iso, table, until
 from controller.core.names import base_name, instance_of
 from controller.core.replicaset import ReplicaSet
@@ -101,7 +102,8 @@ def describe(
         return None
     now = now or datetime.now(UTC)
     events = _journal(state_dir, name, alone)
-    out = [f"{k + ':':<14}{v}" for k, v in _fields(rec, now)]
+    fields = _fields(rec, now) + pullshow.describe_lines(rec, state_dir, now)  # Pulling
+    out = [f"{k + ':':<14}{v}" for k, v in fields]
     out += _last_exit(rec, events, now)
     out += [
         "Spec:",

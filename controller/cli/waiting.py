@@ -1,8 +1,10 @@
 """`--once --wait`: keep passing until every deployment is Ready, stuck, or out of time.
 
 On a terminal the progress of each deployment (phase, elapsed against its readiness
-deadline, the probe's last answer, or the back-off) is redrawn in place below the
-log lines, like ``docker compose up``; anywhere else each change is one log line.
+deadline, the probe's last answer, the back-off, or a pull's bar) is redrawn in place
+below the log lines, like ``docker compose up``; anywhere else each change is one log
+line, and a pull one line per tenth of its bytes (a 40 GB pull is ten lines, not one a
+pass).
 """
 
 from __future__ import annotations
@@ -11,12 +13,16 @@ import shutil
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TextIO
 
+from controller.cli import pullshow
 from controller.core.durations import format_age
+from controller.core.pulls import progress_text
 from controller.core.state import Phase, Record
 from controller.logsetup import apply as apply_log_setup
 from controller.logsetup import get_logger, structlog_module, terminal
+from controller.reconciler import pulling
 from controller.reconciler.run import PassResult, Reconciler
 
 log = get_logger("reconcile")
@@ -33,7 +39,8 @@ CRASH_BOUND = 2
 def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | None = None) -> bool:
     stream = stream or sys.stderr
     # TERM=dumb (an editor's shell, a CI log) cannot move the cursor: log lines there.
-    display: Display = Live(stream) if terminal(stream).fancy else Lines()
+    state_dir = reconciler.config.state_dir
+    display: Display = Live(stream, state_dir) if terminal(stream).fancy else Lines(state_dir)
     try:
         return _loop(reconciler, timeout, display)
     finally:
@@ -52,7 +59,10 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
         quarantined += [p.message for p in result.problems if p.message not in quarantined]
         if result.all_ready and not quarantined:
             return True
-        looping = _looping(result, restarts)
+        # A crash loop, or a pull failing again and again, goes on by itself for good.
+        looping = _looping(result, restarts) | pulling.failing(
+            result.ours(), reconciler.config.state_dir
+        )
         stuck = "; ".join([*filter(None, [_stuck(result, quarantined)]), *looping.values()])
         # What needs the user (a broken manifest, no capacity) ends the wait only once
         # everything else has got as far as it can: the valid deployments beside a broken
@@ -106,8 +116,12 @@ def _period(result: PassResult) -> float:
 # -- what one deployment is doing ------------------------------------------------------------
 
 
-def progress(rec: Record, probe: str | None, now: datetime) -> str:
-    """``Starting  12s/600s  GET /health -> 503`` and the like."""
+def progress(rec: Record, probe: str | None, now: datetime, state_dir: Path) -> str:
+    """``Starting  12s/600s  GET /health -> 503``, a pull's bar, and the like."""
+    if rec.phase is Phase.PULLING and not rec.message.startswith("pull failed"):
+        pulled = pullshow.progress_of(rec, state_dir)
+        if pulled is not None:
+            return pullshow.bar(pulled)
     if rec.phase is Phase.STARTING and rec.started_at:
         elapsed = format_age((now - rec.started_at).total_seconds())
         limit = "?"
@@ -136,21 +150,34 @@ class Display:
 
 
 class Lines(Display):
-    """Off a terminal: one log line per change of phase, message or probe answer."""
+    """Off a terminal: one log line per change of phase, message or probe answer; a pull
+    one per tenth of its bytes (its message, a live figure, changes every pass)."""
 
-    def __init__(self) -> None:
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
         self.shown: dict[str, tuple[str, str, str]] = {}
 
     def update(self, result: PassResult) -> None:
         for rec in sorted(result.ours(), key=lambda r: r.name):
             probe = result.probes.get(rec.name, "") if rec.phase is Phase.STARTING else ""
-            key = (str(rec.phase), rec.message, probe)
+            message, news = self._pull_line(rec) or (rec.message, rec.message)
+            key = (str(rec.phase), news, probe)
             if self.shown.get(rec.name) != key:
                 self.shown[rec.name] = key
-                fields = {"phase": str(rec.phase), "message": rec.message or None}
+                fields = {"phase": str(rec.phase), "message": message or None}
                 if probe:
                     fields["probe"] = probe
                 log.info("progress", deployment=rec.name, **fields)
+
+    def _pull_line(self, rec: Record) -> tuple[str, str] | None:
+        """A running pull's (message, what makes it news): its tenth of the bytes."""
+        if rec.message.startswith("pull failed"):
+            return None
+        pulled = pullshow.progress_of(rec, self.state_dir)
+        if pulled is None:
+            return None
+        tenth = pullshow.decile(pulled)
+        return progress_text(pulled), "pull" if tenth is None else f"pull {tenth}/10"
 
 
 class Live(Display):
@@ -159,8 +186,9 @@ class Live(Display):
     Log lines written meanwhile (structlog prints to this object) go above it.
     """
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, state_dir: Path) -> None:
         self.stream = stream
+        self.state_dir = state_dir
         self.height = 0
         self.result: PassResult | None = None
         self.closed = False
@@ -211,7 +239,7 @@ class Live(Display):
         out = []
         for rec in recs:
             mark = "✔" if rec.phase is Phase.READY else ("✘" if rec.phase in STUCK else "…")
-            detail = progress(rec, self.result.probes.get(rec.name), now)
+            detail = progress(rec, self.result.probes.get(rec.name), now, self.state_dir)
             line = f"{mark} {rec.name:<{width}}  {rec.phase!s:<11} {detail}"
             out.append(line[: cols - 1])
         return out

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from controller.core import exportpull
 from controller.core.engines import llama_cpp, ollama, recipe_for, sglang, tgi, vllm
 from controller.core.inventory import Device
 from controller.core.render import Rendered, render
@@ -89,7 +90,7 @@ def export(
     workload = _workload(pod_deployment, namespace)
     scaler = _autoscaler(pod_deployment, namespace) if workload["kind"] == "Deployment" else None
     objects = (workload, *([scaler] if scaler else []), _service(pod_deployment, namespace))
-    notes = (_HPA_NOTE,) if scaler else ()
+    notes = ((_HPA_NOTE,) if scaler else ()) + _source_notes(deployment.spec)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
 
@@ -119,6 +120,23 @@ _HPA_NOTE = Problem(
     "it needs a metrics adapter (prometheus-adapter) serving that metric for each pod",
     droppable=False,
 )
+
+
+def _source_notes(spec: DeploymentSpec) -> tuple[Problem, ...]:
+    source = spec.source
+    if source is None:
+        return ()
+    text = (
+        f"exported as the initContainer {exportpull.CONTAINER}, which downloads into an "
+        f"emptyDir volume at {exportpull.MOUNT}: each pod pulls its own copy (mount a "
+        f"shared volume named {exportpull.VOLUME} instead to pull once)"
+    )
+    if source.hugging_face is not None and "HF_TOKEN" not in spec.env:
+        text += (
+            f"; HF_TOKEN comes from the Secret {exportpull.TOKEN_SECRET} (key token) if it "
+            "exists: create it for a gated or private repo"
+        )
+    return (Problem(("spec", "source"), text, droppable=False),)
 
 
 def problems_of(spec: DeploymentSpec) -> list[Problem]:
@@ -218,7 +236,11 @@ def _rendered(deployment: Deployment) -> Rendered:
     entry = Entry(deployment, "", 0, "")
     devices = _stand_ins(spec.devices)
     # `{python}` is this host's interpreter; in the image it is the image's own python3.
-    return render(entry, devices=devices, port=port, extra_ports=extra, python="python3")
+    # `{model}` of a spec.source: the file its initContainer pulls into the shared volume.
+    model = exportpull.model_path(spec.source) if spec.source is not None else None
+    return render(
+        entry, devices=devices, port=port, extra_ports=extra, python="python3", model_path=model
+    )
 
 
 def image_of(spec: DeploymentSpec) -> str:
@@ -339,9 +361,15 @@ def _pod(deployment: Deployment) -> Object:
         "terminationGracePeriodSeconds": math.ceil(spec.stop_grace_period_seconds),
         "containers": [_container(deployment)],
     }
+    volumes: list[Object] = []
     if spec.devices.count and _gpu_resource(spec.devices):
         # Engines that shard over GPUs talk through /dev/shm, which a pod caps at 64 MiB.
-        pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+    if spec.source is not None:  # the model, pulled before the engine starts
+        pod["initContainers"] = [exportpull.init_container(spec.source, spec.env)]
+        volumes.append(exportpull.volume())
+    if volumes:
+        pod["volumes"] = volumes
     return pod
 
 
@@ -357,9 +385,14 @@ def _container(deployment: Deployment) -> Object:
         "ports": [{"name": PORT_NAME, "containerPort": _port(spec), "protocol": "TCP"}],
     }
     resource = _gpu_resource(spec.devices)
+    mounts: list[Object] = []
     if resource is not None:
         container["resources"] = {"limits": {resource: spec.devices.count}}
-        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    if spec.source is not None:
+        mounts.append(exportpull.volume_mount())
+    if mounts:
+        container["volumeMounts"] = mounts
     container.update(_probes(rendered))
     return container
 

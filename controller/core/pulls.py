@@ -7,16 +7,19 @@ the planner reads them as observations (:class:`PullView`, keyed by cache key), 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
 
 from controller.core.digest import sha256_hex
 
 # why a pull failed: disk space waits (Pending), the others back off and retry
 FailureKind = Literal["disk", "checksum", "http", "stall", "error"]
 KINDS: tuple[FailureKind, ...] = ("disk", "checksum", "http", "stall", "error")
+SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
 def url_key(sha256: str) -> str:
@@ -28,6 +31,13 @@ def hub_key(repo: str, revision: str, files: Iterable[str]) -> str:
     """A hub source's cache key: hex of repo@revision and its globs, never their text."""
     what = "\n".join([f"{repo}@{revision}", *sorted(files)])
     return "hf-" + sha256_hex(what.encode())[:40]
+
+
+def file_name(url: str) -> str:
+    """What a URL's file is called in the cache (and in a pod's volume): the URL's last
+    path segment when it is a plain file name, else ``model`` (never a path)."""
+    last = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    return last if SAFE_FILE.match(last) and not last.endswith(".partial") else "model"
 
 
 def key_of_document(spec: dict[str, Any]) -> str | None:

@@ -1,14 +1,19 @@
 """Progress of one pull: bytes done and total, a recent rate, written to progress.json.
 
 Written at most every ``EVERY`` seconds (and at the end), so a fast download spends
-its time on bytes, not on rewriting a file ``status`` reads.
+its time on bytes, not on rewriting a file ``status`` reads; while :meth:`Meter.ticking`
+a thread writes the last figure too, so a download that stalls mid-way shows where it
+stands (and its rate falling) instead of the figure of its last fast read.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from controller.core.pulls import PullProgress
 from controller.store.modelcache import CacheEntry, utcnow
@@ -25,6 +30,7 @@ class Meter:
         self.started_at = utcnow()
         self._samples: deque[tuple[float, int]] = deque()
         self._written = 0.0
+        self._lock = threading.Lock()  # the fetch and the ticker both write
 
     def set(self, done: int, total: int | None = None) -> None:
         """The bytes there now (and the whole size, once known)."""
@@ -38,7 +44,28 @@ class Meter:
         self.done += n
         self.flush()
 
+    @contextmanager
+    def ticking(self) -> Iterator[None]:
+        """While the block runs, the figure is written every EVERY seconds regardless."""
+        stop = threading.Event()
+
+        def tick() -> None:
+            while not stop.wait(EVERY):
+                self.flush()
+
+        ticker = threading.Thread(target=tick, name="pull-meter", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
+
     def flush(self, *, force: bool = False) -> None:
+        with self._lock:
+            self._flush(force)
+
+    def _flush(self, force: bool) -> None:
         now = time.monotonic()
         if not force and now - self._written < EVERY:
             return

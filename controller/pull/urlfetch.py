@@ -17,9 +17,10 @@ from http.client import HTTPResponse
 from pathlib import Path
 from typing import Any
 
+from controller.core.pulls import file_name
 from controller.pull.failures import PullError, no_space, stalled
 from controller.pull.meter import Meter
-from controller.store.modelcache import CacheEntry, file_name
+from controller.store.modelcache import CacheEntry
 
 CHUNK = 1 << 20
 CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")

@@ -31,13 +31,15 @@ def run(job: Job) -> int:
 
 
 def _pull(job: Job, entry: CacheEntry) -> int:
+    # A failed result stays until this attempt's own outcome replaces it: the pass that
+    # started the retry still sees how many failed before (``--once`` exits 1 on a loop).
     attempts = _failures_so_far(entry)
-    entry.clear_result()
     meter = Meter(entry)
     meter.flush(force=True)
     started = time.monotonic()
     try:
-        done = _fetch(job, entry, meter)
+        with meter.ticking():
+            done = _fetch(job, entry, meter)
     except PullError as exc:
         _failed(job, entry, exc.kind, str(exc), attempts + 1)
         return 1

@@ -9,12 +9,14 @@ next pass (of any process) adopts it instead of starting another.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from controller.core.pulls import PullView
+from controller.core.pulls import PullFailure, PullView, key_of_document
 from controller.core.specs import Entry
+from controller.core.state import Phase, Record
 from controller.pull import launch
 from controller.pull.job import Job
 from controller.store import modelcache
@@ -22,6 +24,10 @@ from controller.store.modelcache import CacheEntry
 
 STALL_ENV = "RECONCILE_PULL_STALL"  # seconds without a byte before a pull fails (tests: less)
 DEFAULT_STALL = 60.0
+# Failures in a row after which a pull counts as failing (``--once`` exits 1, ``--wait``
+# stops): the first failure is retried at once, as a first restart is; one that fails
+# again is backing off, as a crash-looping engine is.
+FAILING_AFTER = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,3 +70,31 @@ class Puller:
         source = entry.deployment.spec.source
         if source is not None:
             CacheEntry.of(self.cache, source.key).mark_used(entry.name, at)
+
+
+def failing(records: Iterable[Record], state_dir: Path) -> dict[str, str]:
+    """Pulling deployments whose pull failed FAILING_AFTER times in a row: name -> why.
+
+    Read from each entry's result, which a retry leaves in place until its own outcome
+    replaces it, so a pass that has just restarted the pull still sees the failures.
+    """
+    root = modelcache.cache_root(state_dir)
+    out: dict[str, str] = {}
+    for rec in records:
+        failure = _failure(rec, root) if rec.phase is Phase.PULLING else None
+        if failure is not None and failure.attempts >= FAILING_AFTER:
+            out[rec.name] = (
+                f"{rec.name}: its pull keeps failing ({failure.attempts} attempts in a row; "
+                f"last: {failure.message})"
+            )
+    return out
+
+
+def _failure(rec: Record, root: Path) -> PullFailure | None:
+    key = key_of_document(rec.stored_spec)
+    if key is None or not modelcache.KEY.match(key):
+        return None
+    result = CacheEntry.of(root, key).result()
+    if result is None or result.get("status") != "failed":
+        return None
+    return PullFailure.from_json(result)

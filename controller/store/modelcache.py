@@ -12,12 +12,11 @@
 
 ``<key>`` is :attr:`controller.core.sources.Source.key`: hex and a prefix only, so no
 user text names a path here (invariant 9); the file name of a URL is reduced to a
-safe basename (:func:`file_name`).
+safe basename (:func:`controller.core.pulls.file_name`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -26,7 +25,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from controller.core.pulls import PullFailure, PullProgress, PullView
 from controller.store.lock import FileLock
@@ -34,19 +32,12 @@ from controller.store.records import write_atomic
 
 ENV = "RECONCILE_MODEL_CACHE"
 KEY = re.compile(r"^(sha256-[0-9a-f]{64}|hf-[0-9a-f]{40})$")
-SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
 def cache_root(state_dir: Path) -> Path:
     """``RECONCILE_MODEL_CACHE``, else ``<state>/models``: shared by every deployment."""
     configured = os.environ.get(ENV)
     return Path(configured).expanduser() if configured else state_dir / "models"
-
-
-def file_name(url: str) -> str:
-    """The URL's last path segment when it is a plain file name, else ``model``."""
-    last = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
-    return last if SAFE_FILE.match(last) and not last.endswith(".partial") else "model"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +91,6 @@ class CacheEntry:
     def result(self) -> dict[str, Any] | None:
         return _read_json(self.folder / "result.json")
 
-    def clear_result(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            (self.folder / "result.json").unlink()
-
     def model_path(self) -> Path | None:
         """What ``{model}`` names: the done file or snapshot folder, if it is there."""
         result = self.result()
@@ -142,10 +129,10 @@ def look(entry: CacheEntry, running: bool) -> PullView:
     """What a pass needs to know of one key; ``running``: a pull process was seen."""
     if entry.model_path() is not None:
         return PullView(key=entry.key, cached=True)
-    if running or entry.busy():
-        return PullView(key=entry.key, running=True, progress=entry.progress())
     result = entry.result()
     failure = PullFailure.from_json(result) if result and result.get("status") == "failed" else None
+    if running or entry.busy():  # a retry: the failures before it still count
+        return PullView(key=entry.key, running=True, progress=entry.progress(), failure=failure)
     return PullView(key=entry.key, progress=entry.progress(), failure=failure)
 
 

@@ -1,0 +1,131 @@
+"""A pull under ``--once`` and ``--once --wait``: a bar on a terminal, a line per tenth in a
+pipe, and a pull that fails again and again ends both with exit 1 naming it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from modelservers import FileServer, serving
+from procs import kill_marked
+
+from controller.core.sources import Source
+from controller.pull import launch
+from controller.pull.job import Job
+from controller.store.modelcache import CacheEntry
+
+MB = 1 << 20
+DATA = os.urandom(4 * MB)
+DIGEST = hashlib.sha256(DATA).hexdigest()
+WRONG = "0" * 64
+
+
+@pytest.fixture
+def cache(reconcile: Any) -> Iterator[Path]:
+    root = reconcile.state / "models"
+    yield root
+    left = kill_marked(str(root), marker=launch.MARKER)
+    assert not left, f"pull processes left running: {left}"
+
+
+def write(reconcile: Any, server: FileServer, digest: str = DIGEST) -> None:
+    source = {"url": server.url("tiny.gguf"), "sha256": digest}
+    reconcile.write("web", source=source)
+
+
+def failures(entry: CacheEntry) -> int:
+    result = entry.result() or {}
+    return int(result.get("attempts", 0)) if result.get("status") == "failed" else 0
+
+
+def test_a_pull_failing_again_and_again_makes_once_exit_1(reconcile: Any, cache: Path) -> None:
+    with serving({"tiny.gguf": DATA}) as server:
+        write(reconcile, server, digest=WRONG)
+        first = reconcile.once()  # starts the pull: Pulling is progress
+        assert "keeps failing" not in first.err
+        entry = CacheEntry.of(cache, f"sha256-{WRONG}")
+        reconcile.wait_for(lambda: failures(entry) == 1, what="the first failure")
+        reconcile.once()  # one failure: retried after its back-off, still progress
+        # The retry a later pass makes once the back-off is over (10 s): started as a
+        # pass starts it, so the test does not sleep through the back-off.
+        source = Source.model_validate({"url": server.url("tiny.gguf"), "sha256": WRONG})
+        job = Job(source=source, cache=cache, state_dir=reconcile.state, deployments=("web",))
+        launch.spawn(job)
+        reconcile.wait_for(lambda: failures(entry) == 2, what="the second failure")
+        again = reconcile.once(check=1)
+        assert "web: its pull keeps failing (2 attempts in a row" in again.err
+        assert DIGEST in again.err and WRONG in again.err  # the last failure: both digests
+        plan = reconcile("plan", check=1)  # plan exits non-zero whenever --once would exit 1
+        assert "pull failed" in plan.out
+        waited = reconcile("--once", "--wait", "--timeout", "60s", check=1, timeout=90)
+        assert "cannot progress without you" in waited.err and "keeps failing" in waited.err
+        assert "timed out" not in waited.err
+    assert not reconcile.pids("web")
+    reconcile.down()
+
+
+def test_wait_logs_a_pull_once_per_tenth_in_a_pipe(reconcile: Any, cache: Path) -> None:
+    with serving({"tiny.gguf": DATA}, hold=2 * MB) as server:
+        write(reconcile, server)
+        proc = reconcile.spawn(
+            reconcile.argv("--once", "--wait", "--timeout", "60s"),
+            stderr=subprocess.PIPE,
+        )
+        entry = CacheEntry.of(cache, f"sha256-{DIGEST}")
+        reconcile.wait_for(lambda: (p := entry.progress()) and p.bytes_done >= 2 * MB)
+        reconcile.wait_for(lambda: server.sent >= 2 * MB, what="half the file sent")
+        threading.Timer(2.0, server.release).start()  # a few passes see it held at half
+        _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err.decode()
+    lines = [line for line in err.decode().splitlines() if "Pulling" in line]
+    tenths = [m.group(1) for line in lines if (m := re.search(r"(\d+\.\d)/4\.2 MB", line))]
+    assert lines and len(lines) <= 11, lines  # a line per tenth at most, not one per pass
+    assert len(tenths) == len(set(tenths)), lines  # the held half was said once
+    assert reconcile.status()["web"]["phase"] == "Ready"
+    reconcile.down()
+
+
+def read_all(fd: int, into: list[bytes]) -> None:
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the terminal's other end closed
+            return
+        if not chunk:
+            return
+        into.append(chunk)
+
+
+def test_wait_draws_a_progress_bar_on_a_terminal(reconcile: Any, cache: Path) -> None:
+    with serving({"tiny.gguf": DATA}, hold=2 * MB) as server:
+        write(reconcile, server)
+        main, side = os.openpty()
+        env = {**reconcile.env, "TERM": "xterm", "COLUMNS": "150"}
+        proc = reconcile.spawn(
+            reconcile.argv("--once", "--wait", "--timeout", "60s"),
+            stdout=side,
+            stderr=side,
+            env=env,
+        )
+        os.close(side)
+        shown: list[bytes] = []
+        reader = threading.Thread(target=read_all, args=(main, shown), daemon=True)
+        reader.start()
+        half = "[############------------]  50%"
+        reconcile.wait_for(lambda: half in b"".join(shown).decode(errors="replace"), what=half)
+        server.release()
+        assert proc.wait(timeout=90) == 0
+        reader.join(timeout=10)
+        os.close(main)
+    screen = b"".join(shown).decode(errors="replace")
+    assert "\x1b[" in screen  # redrawn in place
+    assert re.search(r"\[#{12}-{12}\]  50%  2\.1/4\.2 MB", screen), screen[-2000:]
+    assert "✔ web" in screen  # and then Ready
+    reconcile.down()
