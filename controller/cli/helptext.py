@@ -56,6 +56,10 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
         "reconcile down web                               # one deployment, every replica",
         "reconcile down --gateway                         # and the gateway process too",
     ),
+    "restart": (
+        "reconcile restart web                            # new instances; waits until Ready",
+        "reconcile restart web chat --no-wait             # ask; the daemon's next pass acts",
+    ),
     "gateway": (
         "reconcile gateway                                # which gateway serves, since when",
         "reconcile gateway restart                        # a fresh one takes the port over",
@@ -92,6 +96,10 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
     "down": (
         "0   stopped",
         "1   some of this set runs on another node (run down there), or no such NAME",
+    ),
+    "restart": (
+        "0   every instance is new and Ready (--no-wait: the restart is asked)",
+        "1   no such deployment, or a new instance cannot come up, or --timeout",
     ),
     "gateway": ("0   done", "1   no gateway runs (status, restart) or it did not start"),
     "export": ("0   every deployment converted", "1   an invalid manifest or a field with no form"),

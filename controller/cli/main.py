@@ -243,6 +243,17 @@ def _set_verbs(verb: VerbMaker) -> None:
         help="also stop the state dir's gateway process (left running otherwise)",
     )
     _selector(p)
+    p = verb("restart", "a new instance of each replica (rolling when the strategy says so)")
+    p.add_argument("names", nargs="+", metavar="NAME", help="the deployments to restart")
+    p.add_argument(
+        "--timeout",
+        dest="restart_timeout",
+        metavar="S",
+        type=flagtypes.positive_duration,
+        default="10m",
+        help="wait this long for the new instances to be Ready (default 10m)",
+    )
+    p.add_argument("--no-wait", action="store_true", help="ask for the restart and return at once")
     p = verb("gateway", "the gateway process: status, stop, or restart (take the port over)")
     p.add_argument("action", nargs="?", default="status", choices=("status", "stop", "restart"))
     p = verb("export", "the manifests as Kubernetes objects")

@@ -71,7 +71,9 @@ def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> 
 
 
 def _change(action: Action, observed: Observed) -> Change:
-    if isinstance(action, MarkReady):  # an observation (the probe passed), not a change
+    # An observation (the probe passed), or bookkeeping (the manifests' commit moved with
+    # no spec change: a CI checkout's plan is in sync though its HEAD is the PR's)
+    if isinstance(action, MarkReady) or (isinstance(action, Update) and action.revision_only):
         return Change(action.name, "unchanged", action.verb, action.reason, pending=False)
     kind = action.plan_class
     fields = action.fields if isinstance(action, Replace | Update) else ()

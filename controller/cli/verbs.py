@@ -37,6 +37,12 @@ def _down(args: argparse.Namespace) -> int:
     return cmd_down(args)
 
 
+def _restart(args: argparse.Namespace) -> int:
+    from controller.cli.restartverb import cmd_restart
+
+    return cmd_restart(args)
+
+
 def _plan(args: argparse.Namespace) -> int:
     from controller.cli.opverbs import cmd_plan
 
@@ -115,6 +121,7 @@ VERBS: Mapping[str, Handler] = {
     "events": _events,
     "validate": _validate,
     "down": _down,
+    "restart": _restart,
     "plan": _plan,
     "status": _status,
     "get": _status,

@@ -132,8 +132,9 @@ class Park(Action):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Update(Action):
-    """Only fields the running engine never sees changed (readiness, restartPolicy,
-    stopGracePeriodSeconds): rewrite the record in place, no restart."""
+    """Only what the running engine never sees changed (readiness, restartPolicy,
+    stopGracePeriodSeconds; labels, aliases, idleTimeout and the other facts a spec's
+    hash leaves out; the manifests' commit): rewrite the record in place, no restart."""
 
     verb = "update"
     order = 11
@@ -142,6 +143,8 @@ class Update(Action):
     plan_class = "in-place"
     entry: Entry
     fields: tuple[str, ...] = ()
+    # Only the manifests' commit moved: the pass records it; `plan` counts no change.
+    revision_only: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

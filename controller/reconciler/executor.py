@@ -364,12 +364,16 @@ class Executor:
 
     def _update(self, action: Update) -> bool:
         rec = self.store.read(action.name)
-        if rec is None or rec.port is None:
+        if rec is None:
             return False
         rendered = self.maker.render(
             action.entry, rec.devices, rec.port, rec.extra_ports, name=rec.name
         )
         started = rec.started_at
+        if rec.port is None:  # Idle: nothing rendered to redo, only the facts it states
+            self.store.write(self.maker.described(rec, action.entry))
+            self.event(action.name, action.verb, action.reason, "updated in place (idle)")
+            return True
         self.store.write(
             replace(
                 self.maker.described(rec, action.entry),

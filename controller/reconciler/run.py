@@ -36,7 +36,7 @@ from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
 from controller.reconciler.pulling import Puller
-from controller.store import activation, gitrev, logfiles
+from controller.store import activation, gitrev, logfiles, restart
 from controller.store.events import Journal
 from controller.store.lock import FileLock
 from controller.store.manifests import LoadResult, ManifestError, load
@@ -133,6 +133,8 @@ class Preview:
             activations=activation.read_all(self.config.state_dir),
             replicas=self.autoscaler.counts(
                 loaded.entries,
+            restarts=restart.read_all(self.config.state_dir),
+            revision=gitrev.revision_of(self.config.manifests),
                 lambda: self.store.load().records.values(),
                 time.time(),
                 write=self.scale_writes,
@@ -226,7 +228,6 @@ class Reconciler(Preview):
                 backend=self.config.backend,
                 cache_file=self.config.state_dir / "cache" / "manifests.json",
             )
-            self.maker.revision = gitrev.revision_of(self.config.manifests)
             self.executor.take_tally()  # `down` and drains between passes are not this pass's
             result = self._rounds(loaded)
             result.outcomes = self.executor.take_tally()
@@ -246,6 +247,7 @@ class Reconciler(Preview):
         result.missing_folders = list(loaded.missing_folders)
         settled: Observed | None = None  # the last round's view, when it changed nothing
         for _ in range(MAX_ROUNDS):
+        self.maker.revision = desired.revision  # what the records state (and Update compares)
             if self.interrupted():
                 break  # the daemon is stopping: the round in flight was finished
             observed, problems = self.observe()
@@ -287,7 +289,7 @@ class Reconciler(Preview):
 
     def _start(self, starts: Sequence[Start], observed: Observed, result: PassResult) -> bool:
         reserved = self._reserve(starts, observed)
-        for start, _ in reserved:
+        for start, taken in reserved:
             _note(result, start)
         spawns = [(r, s.entry) for s, r in reserved if isinstance(r, Lease)]
         workers = min(self.backend.launch_concurrency, len(spawns))
@@ -297,6 +299,8 @@ class Reconciler(Preview):
         else:  # each launch touches only its own record, log and journal
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 list(pool.map(lambda pair: self.executor.spawn(*pair), spawns))
+            if is_next(start.name) and isinstance(taken, Lease):  # why a second one starts
+                self.executor.event(start.name, "roll", start.reason, "new instance beside the old")
         return bool(reserved)
 
     def _reserve(

@@ -32,6 +32,19 @@ class Desired:
     # Desired replica count per deployment (the autoscaler's, where it runs); a name
     # missing here gets its spec's ``initial_replicas``.
     replicas: Mapping[str, int] = field(default_factory=dict)
+    # `reconcile restart NAME`: name -> when it was asked; an instance started before
+    # that is restarted (rolling where the strategy says so), one started since is not.
+    restarts: Mapping[str, datetime] = field(default_factory=dict)
+    revision: str | None = None  # the manifests' git commit, stated on every record
+
+    def restart_due(self, rec: Record) -> bool:
+        """A restart was asked for ``rec``'s deployment after its engine started."""
+        asked = self.restarts.get(base_name(rec.name))
+        return asked is not None and rec.started_at is not None and rec.started_at < asked
+
+    def stale(self, rec: Record, entry: Entry) -> bool:
+        """The instance must give way to a new one: another spec, or a restart asked."""
+        return rec.spec_hash != entry.hash or self.restart_due(rec)
 
     def count(self, name: str) -> int:
         """How many replicas of deployment ``name`` should run."""

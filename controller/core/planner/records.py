@@ -25,6 +25,7 @@ from controller.core.planner.lifecycle import lifecycle, running
 from controller.core.planner.ondemand import idle_reason, parked
 from controller.core.planner.rolling import judge_next, rolling, rollout
 from controller.core.specs import (
+    NOT_HASHED,
     Entry,
     base_name,
     changed_fields,
@@ -37,6 +38,7 @@ from controller.core.state import MarkedProcess, Phase, Record, RecordView
 # Spec fields a running engine never sees: a change to only these updates the record.
 IN_PLACE = ("readiness", "restartPolicy", "stopGracePeriodSeconds", "priority")
 SCALED_TO_ZERO = "scaled to 0: declared, nothing running"
+RESTARTED = "restarted by `reconcile restart`"
 
 
 def judge(ctx: Context) -> list[Judged]:
@@ -112,22 +114,40 @@ def _declared(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
     if ctx.scaled_to_zero(rec.name):
         if rec.phase is not Phase.IDLE or rec.spec_hash != entry.hash:
             return [Park(name=rec.name, reason=SCALED_TO_ZERO, entry=entry)]
-        return []
+        return list(_restated(ctx, rec, entry))  # an alias routes to it, idle or not
     if parked(ctx, entry, rec):
         if rec.phase is not Phase.IDLE or rec.spec_hash != entry.hash:
             return [Park(name=rec.name, reason=idle_reason(entry, rec), entry=entry)]
-        return []
+        return list(_restated(ctx, rec, entry))
     if rec.phase is Phase.IDLE and rec.message == SCALED_TO_ZERO:
         return [Want(entry, f"scaled up to {ctx.desired.count(entry.name)}", rec.name)]
     if rec.phase is Phase.IDLE:
         return [Want(entry, "requested through the gateway")]
     if rec.spec_hash != entry.hash:
         return _changed(ctx, view, entry)
-    labels = entry.deployment.metadata.labels
-    relabel: list[Judged] = []
-    if view.alive and rec.port is not None and rec.labels != labels:  # no restart: no spec
-        relabel.append(Update(name=rec.name, reason="metadata.labels changed", entry=entry))
-    return relabel + lifecycle(ctx, view, entry)
+    if ctx.desired.restart_due(rec):
+        return _changed(ctx, view, entry, why=RESTARTED)
+    restated: list[Judged] = [*_restated(ctx, rec, entry)] if view.alive and rec.port else []
+    return restated + lifecycle(ctx, view, entry)
+
+
+def _restated(ctx: Context, rec: Record, entry: Entry) -> tuple[Update, ...]:
+    """Facts that change nothing that runs (labels, the NOT_HASHED fields, the manifests'
+    commit) differ from the record's: it is rewritten in place, the engine keeps running."""
+    old, new = rec.stored_spec, spec_document(entry.deployment.spec)
+    stale = [f"spec.{k}" for k in sorted(NOT_HASHED) if old.get(k) != new.get(k)]
+    if rec.labels != entry.deployment.metadata.labels:
+        stale.insert(0, "metadata.labels")
+    if stale:
+        return (Update(name=rec.name, reason=f"{', '.join(stale)} changed", entry=entry),)
+    if rec.revision != ctx.desired.revision:
+        reason = f"manifests now at commit {_short(ctx.desired.revision)} (no spec change)"
+        return (Update(name=rec.name, reason=reason, entry=entry, revision_only=True),)
+    return ()
+
+
+def _short(revision: str | None) -> str:
+    return ",".join(r[:12] for r in revision.split(",")) if revision else "none"
 
 
 def _undeclared(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
@@ -175,19 +195,23 @@ def _broken(view: RecordView, error: str) -> tuple[AnyAction, ...]:
     return ()
 
 
-def _changed(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
+def _changed(
+    ctx: Context, view: RecordView, entry: Entry, *, why: str | None = None
+) -> list[Judged]:
+    """The instance gives way to a new one (``why``: not a spec change, a restart asked)."""
     rec = view.record
-    fields = tuple(changed_fields(rec.stored_spec, spec_document(entry.deployment.spec)))
-    shown = ", ".join(f"spec.{f}" for f in fields) or "spec"
+    declared = spec_document(entry.deployment.spec)
+    fields = () if why else tuple(changed_fields(rec.stored_spec, declared))
+    shown = why or (", ".join(f"spec.{f}" for f in fields) or "spec") + " changed"
     if view.alive and fields and all(f.split(".")[0] in IN_PLACE for f in fields):
-        return [Update(name=rec.name, reason=f"{shown} changed", entry=entry, fields=fields)]
+        return [Update(name=rec.name, reason=shown, entry=entry, fields=fields)]
     if view.alive and next_name(rec.name) in ctx.observed.records:
         return list(running(ctx, view))  # rolling: the old one serves until the new is Ready
     if rolling(entry) and view.alive and rec.phase is Phase.READY:
-        return rollout(ctx, view, entry, f"{shown} changed", fields)
+        return rollout(ctx, view, entry, shown, fields)
     if view.alive or view.markers or rec.holds:
-        return [Replace(name=rec.name, reason=f"{shown} changed", fields=fields)]
-    return [Release(name=rec.name, reason=f"{shown} changed", nonce=rec.nonce)]
+        return [Replace(name=rec.name, reason=shown, fields=fields)]
+    return [Release(name=rec.name, reason=shown, nonce=rec.nonce)]
 
 
 def _resolve_reservation(view: RecordView) -> Adopt | Release:

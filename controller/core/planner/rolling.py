@@ -57,7 +57,7 @@ class Budget:
                 for v in views
                 if v is not None
                 and _serving(v)
-                and v.record.spec_hash != entry.hash
+                and ctx.desired.stale(v.record, entry)
                 and next_name(v.record.name) not in records
             ),
         )

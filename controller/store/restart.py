@@ -1,0 +1,52 @@
+"""`reconcile restart NAME`: ``<state>/restart/<name>.json``, when a restart was asked.
+
+Desired state on disk, as the gateway's activations are: the request is a time, and
+every pass (and `reconcile plan`) reads it as input. An instance that started before
+it is replaced (rolling where the strategy says so); one started since is not, so the
+file needs no clean-up and a crash halfway through a rollout resumes where it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from datetime import datetime
+from pathlib import Path
+
+from controller.core.names import is_dns1123
+from controller.store.records import write_atomic
+
+FOLDER = "restart"
+
+
+def folder(state_dir: Path) -> Path:
+    return state_dir / FOLDER
+
+
+def request(state_dir: Path, name: str, at: datetime) -> None:
+    """Ask for a new instance of every replica of deployment ``name`` started before ``at``
+    (an aware time). Later requests replace earlier ones."""
+    if not is_dns1123(name):  # invariant 9: only deployment names become file names
+        raise ValueError(f"not a deployment name: {name!r}")
+    if at.tzinfo is None:
+        raise ValueError("a restart request needs an aware time (UTC)")
+    where = folder(state_dir)
+    where.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_atomic(where / f"{name}.json", json.dumps({"requested_at": at.isoformat()}).encode())
+
+
+def read_all(state_dir: Path) -> dict[str, datetime]:
+    """Every readable request: deployment name -> when; a torn or foreign file is none."""
+    out: dict[str, datetime] = {}
+    try:
+        files = sorted(folder(state_dir).glob("*.json"))
+    except OSError:
+        return out
+    for path in files:
+        if not is_dns1123(path.stem):
+            continue  # not a file this tool wrote: never read by a name it did not give
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            at = datetime.fromisoformat(json.loads(path.read_text())["requested_at"])
+            if at.tzinfo is not None:  # a naive time cannot be compared with records'
+                out[path.stem] = at
+    return out

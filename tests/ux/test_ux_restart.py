@@ -1,0 +1,93 @@
+"""`reconcile restart NAME...` (kubectl's `rollout restart`) through the real CLI (issue 25).
+
+Without a daemon the command runs the passes itself and returns once every replica is
+a new, Ready instance; with one, it asks (``<state>/restart/<name>.json``) and watches
+the daemon's passes do it. Rolling where the strategy is RollingUpdate, recreate
+otherwise; an unknown name is exit 1 with a suggestion.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.store import restart
+
+RESTARTED = "restarted by `reconcile restart`"
+
+
+def _pid(rc: Any, name: str) -> int:
+    rec = rc.record(name)
+    assert rec is not None and rec["ref"], rec
+    return int(rec["ref"]["pid"])
+
+
+def _ready_pid(rc: Any, name: str) -> int | None:
+    rec = rc.record(name) or {}
+    return rec["ref"]["pid"] if rec.get("phase") == "Ready" and rec.get("ref") else None
+
+
+def test_restart_recreates_and_waits_until_ready(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write("web")
+    rc.write("other", basePort=rc.port + 5)
+    rc.converge()
+    before, untouched = _pid(rc, "web"), _pid(rc, "other")
+    done = rc("restart", "web", check=0)
+    assert "restart of web requested (1 replica, recreate)" in done.out, done
+    assert "restarted web (pid " in done.out, done
+    assert rc.status()["web"]["phase"] == "Ready"
+    assert _pid(rc, "web") != before and not rc.alive(before)
+    assert _pid(rc, "other") == untouched  # another deployment: left alone
+    assert any(RESTARTED in e.get("reason", "") for e in rc.events("web")), rc.events("web")
+    assert set(restart.read_all(rc.state)) == {"web"}  # desired state, like an activation
+    now = _pid(rc, "web")
+    rc.once()  # the request is met: the next pass changes nothing
+    assert _pid(rc, "web") == now
+    rc.down()
+
+
+def test_a_rolling_restart_replaces_each_replica_beside_the_old(reconcile: Any) -> None:
+    rc = reconcile
+    rc.devices = "nvidia:0,nvidia:1,nvidia:2"
+    spec = {"strategy": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}
+    rc.write("web", replicas=2, devices={"count": 1, "kind": "nvidia"}, **spec)
+    rc.converge()
+    before = {n: _pid(rc, n) for n in ("web", "web@1")}
+    done = rc("restart", "web", check=0, timeout=120)
+    assert "(2 replicas, rolling: RollingUpdate)" in done.out, done
+    after = {n: _pid(rc, n) for n in ("web", "web@1")}
+    assert all(after[n] != before[n] for n in after), (before, after)
+    assert {r["phase"] for r in rc.status().values()} == {"Ready"}
+    reasons = [e.get("reason", "") for e in rc.events("web")]
+    assert any(f"rolling update ({RESTARTED})" in r for r in reasons), reasons
+    assert any(e.get("action") == "promote" for e in rc.events("web")), rc.events("web")
+    rc.down()
+
+
+def test_an_unknown_name_says_which_is_meant(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write("web")
+    rc.converge()
+    wrong = rc("restart", "wbe", check=1)
+    assert "no deployment named 'wbe'" in wrong.err and "did you mean 'web'?" in wrong.err
+    assert restart.read_all(rc.state) == {}  # nothing asked
+    assert rc("restart", "../etc", check=64).err.startswith("reconcile: refusing unsafe")
+    rc.down()
+
+
+def test_the_daemon_does_the_restart_the_cli_asked_for(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write("web")
+    daemon = rc.popen("--resync", "1s")
+    rc.wait_for(lambda: (rc.record("web") or {}).get("phase") == "Ready", timeout=60)
+    before = _pid(rc, "web")
+    done = rc("restart", "web", check=0, timeout=120)
+    assert "the daemon (pid " in done.err, done
+    assert _pid(rc, "web") != before and rc.record("web")["phase"] == "Ready"
+    second = _pid(rc, "web")
+    asked = rc("restart", "web", "--no-wait", check=0)  # asks and returns
+    assert "restart of web requested" in asked.out and "restarted" not in asked.out
+    rc.wait_for(lambda: _ready_pid(rc, "web") not in (None, second), timeout=60)
+    daemon.terminate()
+    daemon.wait(timeout=30)
+    rc.down()
