@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 log = get_logger("reconcile")
 
 START_WAIT = 10.0
-ACCEPTED_LINGER = 0.5  # seconds between closing the listener and closing idle connections
+CUT_WAIT = 1.0  # seconds the runner's shutdown gives what is left once the drain is over
 BACKLOG = 128  # aiohttp's default
 
 
@@ -57,6 +57,7 @@ class Gateway:
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._connections: Connections | None = None
 
     # -- the daemon's side (its thread) -------------------------------------------------
 
@@ -165,7 +166,7 @@ class Gateway:
         )
         install()  # before the first connection: no line of the HTTP library unfiltered
         self.loop.set_exception_handler(exception_handler(Throttle()))
-        connections = Connections(connection_cap())
+        connections = self._connections = Connections(connection_cap())
         # As many engine connections as client ones: together they stay under the fd limit.
         connector = aiohttp.TCPConnector(limit=connections.cap, ttl_dns_cache=300)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
@@ -184,7 +185,7 @@ class Gateway:
             self.front.app(),
             handler_cancellation=True,
             access_log=None,
-            shutdown_timeout=s.drain_grace,
+            shutdown_timeout=CUT_WAIT,  # the drain (_close) waited for the requests first
         )
         await self._runner.setup()
         assert self._runner.server is not None
@@ -204,16 +205,16 @@ class Gateway:
 
     async def _close(self) -> None:
         await self._stop_listening()
-        # A connection accepted just before the listener closed has sent its request but
-        # not had it read: the runner would count it idle and close it (the client sees a
-        # reset, before any answer byte). A moment lets those requests begin: then they are
-        # busy, and are answered before their connection closes.
-        await asyncio.sleep(ACCEPTED_LINGER)
+        if self.front is not None:
+            self.front.draining = True  # each answer from now on says Connection: close
+        # Connections end between requests only (server.Connections.drain): closing one the
+        # kernel accepted whose request is not read yet would reset that request. The
+        # heartbeat and the records watch run on meanwhile: an OnDemand request in flight
+        # stays wanted, a drain is heard.
+        if self._connections is not None:
+            await self._connections.drain(self.settings.drain_grace)
         if self._runner is not None:
-            # Idle connections close now; each busy one after its answer ends (Connection:
-            # close), or is cut after the drain grace. The heartbeat and the records watch
-            # run on meanwhile: an OnDemand request in flight stays wanted, a drain is heard.
-            await self._runner.cleanup()
+            await self._runner.cleanup()  # what is left past the grace is cut
         watching = [task for _, task in self.front.watching.values()] if self.front else []
         for task in [*self._tasks, *watching]:
             task.cancel()

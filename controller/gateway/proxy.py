@@ -23,6 +23,7 @@ from yarl import URL
 
 from controller.gateway.answers import body as error_body
 from controller.gateway.routing import Target
+from controller.gateway.upload import TooLarge, Upload
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -45,6 +46,8 @@ HOP_BY_HOP = frozenset(
 WHOLE_MAX = 256 * 1024  # bytes: a sized answer up to this is passed on in one write
 KEY_HEADERS = frozenset({"authorization", "x-api-key"})  # the gateway's keys stay here
 DECODED = frozenset({"content-encoding"})  # the body goes on plain (encoding.py)
+# The gateway answered a client's `Expect: 100-continue` itself: the engine gets the body.
+ANSWERED = frozenset({"expect"})
 
 
 class UpstreamDown(Exception):
@@ -78,7 +81,7 @@ def _headers(
 async def forward(
     session: aiohttp.ClientSession,
     request: web.Request,
-    body: bytes,
+    body: bytes | Upload,
     target: Target,
     path: str,
     query: str,
@@ -95,17 +98,22 @@ async def forward(
         query_string=query,
         encoded=True,
     )
-    drop = DECODED | KEY_HEADERS if strip_keys else DECODED
+    drop = DECODED | ANSWERED | KEY_HEADERS if strip_keys else DECODED | ANSWERED
     headers = _headers(request.headers, drop)
+    data: bytes | AsyncIterator[bytes] = body if isinstance(body, bytes) else body.chunks()
+    if isinstance(body, Upload) and body.length is not None:
+        headers["Content-Length"] = str(body.length)  # a sized body, as the client sent it
     try:
         upstream = await session.request(
             request.method,
             url,
             headers=headers,
-            data=body,
+            data=data,
             allow_redirects=False,
             auto_decompress=False,
         )
+    except TooLarge as exc:
+        raise UpstreamFailed(str(exc), retry=False) from exc
     except aiohttp.ClientConnectorError as exc:
         raise UpstreamDown(str(exc)) from exc
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:

@@ -21,7 +21,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from controller.core.state import Phase, Record
-from controller.gateway import encoding, paths, readiness
+from controller.gateway import encoding, paths, readiness, upload
 from controller.gateway.activation import Demand
 from controller.gateway.answers import error
 from controller.gateway.keys import Keys, presented
@@ -30,6 +30,7 @@ from controller.gateway.load import Load, LoadWriter
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.routing import Table, Target
+from controller.gateway.upload import Upload
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -38,7 +39,9 @@ RETRY_AFTER = 5.0  # seconds a 503 or 429 asks the client to wait
 FIRST_PASS_WAIT = 30.0  # a daemon just started: its first pass says what exists
 CONNECT_RETRIES = 3  # an engine that refuses the connection: wait for a Ready one again
 BODY_TIMEOUT = 120.0  # seconds a client may take to send its body (a slow one holds a slot)
-ROUTED = "/v1/"  # what is forwarded lies under this
+ROUTED = "/v1/"  # what is forwarded lies under this...
+ROUTED_ALSO = frozenset({"/rerank"})  # ... and these (Jina/TEI/llama.cpp's rerank path)
+MODELS = "/v1/models/"  # GET /v1/models/{id}: the openai client's models.retrieve
 OWN_METHODS = ("GET", "HEAD")  # /healthz and /v1/models
 PROXIED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")  # the OpenAI API's
 SESSION_HEADER = "x-session-id"  # affinity's key; else the OpenAI body's `user`
@@ -58,13 +61,24 @@ class Front:
     watching: dict[str, tuple[str | None, asyncio.Task[None]]] = field(default_factory=dict)
     waiting: Counter[str] = field(default_factory=Counter)  # pool name -> requests waiting
     load: Load = field(default_factory=Load)  # per deployment, for the autoscaler
+    draining: bool = False  # the listener is closed: each answer ends its connection
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body, middlewares=[_openai_errors])
         # One route: the path is normalised first, then routed here (never by its raw form).
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         app.cleanup_ctx.append(self._writing_load)
+        app.on_response_prepare.append(self._closing_when_draining)
         return app
+
+    async def _closing_when_draining(
+        self, request: web.Request, answer: web.StreamResponse
+    ) -> None:
+        """A draining gateway's answers say ``Connection: close``: a kept-alive client
+        opens its next connection to the successor instead of racing our close."""
+        if self.draining:
+            answer.force_close()
+            answer.headers["Connection"] = "close"
 
     async def _writing_load(self, app: web.Application) -> AsyncIterator[None]:
         """The in-flight figures' writer, from start-up until the server is shut down
@@ -85,12 +99,15 @@ class Front:
             why = f"the request path leaves {ROUTED} once its dot segments are resolved"
             return error(400, why, "invalid_path")
         own = {"/healthz": self.healthz, "/v1/models": self.models}.get(path)
+        if own is None and paths.within(path, MODELS):
+            own = self.model
         if own is not None:
             if request.method not in OWN_METHODS:
                 return _not_allowed(request.method, path, OWN_METHODS)
             return await own(request)
-        if not paths.within(path, ROUTED):
-            why = f"no route for {path!r}: the gateway serves /healthz and {ROUTED}..."
+        if not paths.within(path, ROUTED) and path not in ROUTED_ALSO:
+            also = ", ".join(sorted(ROUTED_ALSO))
+            why = f"no route for {path!r}: the gateway serves /healthz, {ROUTED}... and {also}"
             return error(404, why, "not_found")
         if request.method not in PROXIED_METHODS:
             return _not_allowed(request.method, path, PROXIED_METHODS)
@@ -126,6 +143,22 @@ class Front:
         ]
         return web.json_response({"object": "list", "data": data})
 
+    async def model(self, request: web.Request) -> web.Response:
+        """One model as ``/v1/models`` lists it, or a 404 naming what exists."""
+        key = self._key(request)
+        if isinstance(key, web.Response):
+            return key
+        name = paths.normalise(paths.split(request.raw_path)[0]) or ""
+        name = name[len(MODELS) :]
+        await self.table.first_pass(FIRST_PASS_WAIT)
+        pool = self.table.pools.get(name)
+        if pool is None:
+            known = ", ".join(sorted(self.table.pools)[:20]) or "none"
+            why = f"the model {name!r} does not exist (routable names: {known})"
+            return error(404, why, "model_not_found")
+        owner = ",".join(pool)
+        return web.json_response({"id": name, "object": "model", "created": 0, "owned_by": owner})
+
     async def proxied(self, request: web.Request, path: str, query: str) -> web.StreamResponse:
         started = time.monotonic()
         key = self._key(request)
@@ -143,11 +176,10 @@ class Front:
             self.metrics.done(deployment, key, status, time.monotonic() - started)
 
     async def _route(self, incoming: Incoming, key: str) -> tuple[str, web.StreamResponse]:
-        body = await self._body(incoming.request)
-        if isinstance(body, web.Response):
-            return "-", body
-        fields = _fields(body)  # parsed once: the model, and the session's `user`
-        model = _model(fields)
+        parsed = await self._parsed(incoming.request)
+        if isinstance(parsed, web.Response):
+            return "-", parsed
+        body, fields, model = parsed
         if model is None:
             why = "the request body must be a JSON object with a string field `model`"
             return "-", error(400, why, "invalid_request")
@@ -167,7 +199,7 @@ class Front:
             self.limiter.release(label)
 
     async def _forward(
-        self, incoming: Incoming, body: bytes, want: Want
+        self, incoming: Incoming, body: bytes | Upload, want: Want
     ) -> tuple[str, web.StreamResponse]:
         """The deployment that answered (or the pool's label) and its answer."""
         sleepers = self.table.on_demand(want.pool)  # a request for the pool wants them all
@@ -206,7 +238,7 @@ class Front:
         return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
 
     async def _send_once_more(
-        self, incoming: Incoming, body: bytes, want: Want, target: Target
+        self, incoming: Incoming, body: bytes | Upload, want: Want, target: Target
     ) -> web.StreamResponse:
         """Send; an engine that dropped the connection before any byte of its answer gets
         the request once more, on another Ready instance of the pool if there is one;
@@ -214,9 +246,11 @@ class Front:
         try:
             return await self._send(incoming, body, target)
         except UpstreamFailed as exc:
+            # A streamed upload the engine has begun to read cannot be sent again.
+            again = exc.retry and not (isinstance(body, Upload) and body.started)
             other = (
                 self.table.target(want.pool, avoid=target.nonce, session=want.session)
-                if exc.retry
+                if again
                 else None
             )
             log.info(
@@ -233,7 +267,9 @@ class Front:
             log.info("engine connection lost again", deployment=other.deployment, error=str(exc))
             return _upstream_error(other.deployment)
 
-    async def _send(self, incoming: Incoming, body: bytes, target: Target) -> web.StreamResponse:
+    async def _send(
+        self, incoming: Incoming, body: bytes | Upload, target: Target
+    ) -> web.StreamResponse:
         """Forward, counted per engine: a retiring instance is stopped only once it is 0,
         and the balancer sends the next request to the least loaded."""
         # No await between the table's answer and this count: retire() sees every request,
@@ -296,6 +332,44 @@ class Front:
             return
         self.table.probed_ready(rec.nonce)
         self.demand.request_pass()  # the daemon records it Ready by the same probe
+
+    async def _parsed(
+        self, request: web.Request
+    ) -> tuple[bytes | Upload, dict[str, Any], str | None] | web.Response:
+        """The body (bytes, or a multipart upload to stream), its JSON fields and its model."""
+        mark = upload.boundary(request.headers.get("Content-Type", ""))
+        if mark is not None:
+            return await self._upload(request, mark)
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        fields = _fields(body)  # parsed once: the model, and the session's `user`
+        return body, fields, _model(fields)
+
+    async def _upload(
+        self, request: web.Request, mark: bytes
+    ) -> tuple[Upload, dict[str, Any], str] | web.Response:
+        """A multipart form: read up to its ``model`` field, the rest is streamed on."""
+        if request.content_length is not None and request.content_length > self.max_body:
+            return _too_large(self.max_body)
+        coding = request.headers.get("Content-Encoding", "").strip().lower()
+        if coding not in ("", "identity"):
+            why = "a multipart upload is streamed as sent: send it without Content-Encoding"
+            return error(415, why, "unsupported_content_encoding")
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                head, found = await upload.read_head(request.content, mark)
+        except TimeoutError:
+            why = f"the request body did not arrive within {BODY_TIMEOUT:g} seconds"
+            return _closing(error(408, why, "request_timeout"))
+        if found.model is None:
+            why = (
+                "the multipart form must have a field `model` before the file "
+                f"(within its first {upload.SCAN_MAX} bytes)"
+            )
+            return _closing(error(400, why, "invalid_request"))
+        body = Upload(head, request.content, request.content_length, self.max_body)
+        return body, {}, found.model
 
     async def _body(self, request: web.Request) -> bytes | web.Response:
         """The plain body (Content-Encoding undone, encoding.py), or the error to answer."""

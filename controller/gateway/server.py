@@ -32,6 +32,9 @@ from controller.logsetup import get_logger
 log = get_logger("reconcile")
 
 HEADER_TIMEOUT = 10.0  # seconds from a request's first byte to its last header
+KEEPALIVE_LINGER = 1.0  # seconds a draining gateway waits for a kept-alive client's next request
+FRESH_WAIT = 10.0  # seconds a draining gateway waits for a new connection's first request
+DRAIN_TICK = 0.05  # seconds between looks at the connections while draining
 IDLE_TIMEOUT = 60.0  # seconds a connection may sit with no request (keep-alive included)
 FD_RESERVE = 64  # fds always left to the daemon (engines' pipes and logs, records, probes)
 
@@ -75,6 +78,31 @@ class Connections:
     def drop(self, conn: Protocol) -> None:
         self._open.pop(conn, None)
 
+    async def drain(self, grace: float) -> None:
+        """The listener is closed: end every connection between requests, none mid-way.
+
+        A connection whose request is in progress ends after its answer (which says
+        ``Connection: close``: the caller's ``on_response_prepare``). One accepted but
+        with no request read yet is waited for: its client sent (or is sending) a request
+        and closing it would reset that request, however long the kernel or the client
+        took (``FRESH_WAIT``). One kept alive after an answer gets ``KEEPALIVE_LINGER`` for
+        its client's next request (answered with ``Connection: close``), then closes while
+        idle. Past ``grace`` the rest are left to the caller (cut).
+        """
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        while self._open and loop.time() - began < grace:
+            waited = loop.time() - began
+            for conn in list(self._open):
+                if not conn.idle():
+                    conn.close()  # after this answer: no next request read here
+                elif waited >= FRESH_WAIT or (
+                    conn.between_requests() and waited >= KEEPALIVE_LINGER
+                ):
+                    self._open.pop(conn, None)
+                    conn.force_close()
+            await asyncio.sleep(DRAIN_TICK)
+
     def __len__(self) -> int:
         return len(self._open)
 
@@ -101,10 +129,17 @@ class Protocol(RequestHandler):
         self._connections = connections
         self._throttle = throttle
         self._header_timer: asyncio.TimerHandle | None = None
+        self._heard = False  # a byte of a request arrived on it
 
     def idle(self) -> bool:
         """No request in progress: closing it loses nothing but a half-sent request."""
         return not self._request_in_progress and not self._messages
+
+    def between_requests(self) -> bool:
+        """Idle after a request, none begun since: closing it now is what keep-alive
+        allows. A new connection is not (its first request may be on its way), nor one
+        with part of a request read (its header timer runs)."""
+        return self._heard and self._header_timer is None and self.idle()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -116,6 +151,7 @@ class Protocol(RequestHandler):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self._heard = True
         if self._header_timer is None and self.idle():
             self._header_timer = self._loop.call_later(HEADER_TIMEOUT, self._headers_late)
         super().data_received(data)
