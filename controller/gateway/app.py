@@ -23,7 +23,9 @@ from aiohttp import web
 from controller.errors import ConfigError
 from controller.gateway import keys as keys_mod
 from controller.gateway.activation import Demand
+from controller.gateway.ejections import recorder
 from controller.gateway.handover import bind
+from controller.gateway.health import Health
 from controller.gateway.limits import Limiter
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.quiet import Throttle, install
@@ -172,7 +174,7 @@ class Gateway:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
         session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
         self.front = Front(
-            table=Table(),
+            table=Table(health=Health(notify=recorder(s.state_dir, self.metrics))),
             demand=demand,
             limiter=limiter,
             metrics=self.metrics,

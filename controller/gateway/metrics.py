@@ -37,6 +37,7 @@ class GatewayMetrics:
         self.errors: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self.inflight: defaultdict[Instance, int] = defaultdict(int)
         self.latency: dict[Labels, _Histogram] = {}
+        self.ejections: defaultdict[Instance, int] = defaultdict(int)  # passive health
 
     def begin(self, deployment: str, instance: str) -> None:
         """A request forwarded to ``instance`` (``web@1``) of ``deployment``."""
@@ -60,6 +61,11 @@ class GatewayMetrics:
                 hist = self.latency[(deployment, key)] = _Histogram()
             hist.observe(seconds)
 
+    def ejected(self, deployment: str, instance: str) -> None:
+        """Passive health took ``instance`` out of the rotation (gateway/health.py)."""
+        with self._lock:
+            self.ejections[(deployment, instance)] += 1
+
     def render(self) -> str:
         out = PromText()
         with self._lock:
@@ -70,6 +76,10 @@ class GatewayMetrics:
             out.family(f"{PREFIX}errors_total", errors, "counter")
             for (dep, key, cls), n in sorted(self.errors.items()):
                 out.sample(f"{PREFIX}errors_total", n, deployment=dep, key=key, **{"class": cls})
+            ejections = "Times passive health ejected an instance (failures in a row)."
+            out.family(f"{PREFIX}ejections_total", ejections, "counter")
+            for (dep, instance), n in sorted(self.ejections.items()):
+                out.sample(f"{PREFIX}ejections_total", n, deployment=dep, instance=instance)
             out.family(f"{PREFIX}inflight", "Requests being forwarded now, per instance.", "gauge")
             for (dep, instance), n in sorted(self.inflight.items()):
                 out.sample(f"{PREFIX}inflight", n, deployment=dep, instance=instance)

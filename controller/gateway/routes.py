@@ -229,6 +229,13 @@ class Front:
                 self.demand.end(name)
 
     def _not_ready(self, want: Want) -> web.Response:
+        ejected = self.table.ejected(want.pool)
+        if ejected is not None:
+            why = (
+                f"every instance of {want.label!r} is ejected after failing requests in a "
+                f"row; the next trial in {max(1, round(ejected))}s"
+            )
+            return error(503, why, "model_not_ready", retry_after=ejected)
         phase = self.table.phases(want.pool)
         waited = self.table.deadline(want.pool)  # the records': the daemon's deadline
         why = (
@@ -278,8 +285,10 @@ class Front:
         self.table.served[target.nonce] += 1
         self.load.add(target.deployment, 1)
         self.metrics.begin(target.deployment, target.instance)
+        trial = self.table.health.sent(target.nonce)
+        outcome: int | str | None = None  # passive health (health.py); None: no verdict
         try:
-            return await forward(
+            answer = await forward(
                 self.session,
                 incoming.request,
                 body,
@@ -288,7 +297,13 @@ class Front:
                 incoming.query,
                 strip_keys=self.keys is not None,
             )
+            outcome = answer.status
+            return answer
+        except (UpstreamDown, UpstreamFailed) as exc:
+            outcome = str(exc) or type(exc).__name__
+            raise
         finally:
+            self.table.health.report(target, trial, outcome)
             self.metrics.end(target.deployment, target.instance)
             self.load.add(target.deployment, -1)
             self.table.inflight[target.nonce] -= 1

@@ -30,6 +30,7 @@ from controller.core.names import base_name, instance_of, is_next, next_name, re
 from controller.core.state import Phase, Record
 from controller.gateway import balance
 from controller.gateway.affinity import Sessions
+from controller.gateway.health import Health
 from controller.host.probes import connect_host
 
 DRAIN_POLL = 0.01  # seconds between looks at a retiring instance's in-flight count
@@ -45,7 +46,7 @@ class Target:
 
 
 class Table:
-    def __init__(self, rng: random.Random | None = None) -> None:
+    def __init__(self, rng: random.Random | None = None, health: Health | None = None) -> None:
         self.pools: dict[str, tuple[str, ...]] = {}  # routable name -> its deployments
         self.instances: dict[str, tuple[str, ...]] = {}  # deployment -> its instances
         self.records: dict[str, Record] = {}
@@ -58,6 +59,7 @@ class Table:
         self._probed: set[str | None] = set()  # Starting nonces our own probe saw ready
         self._sessions: defaultdict[str, Sessions] = defaultdict(Sessions)  # per pool
         self._rng = rng or random.Random()
+        self.health = health or Health()  # passive health: engines failing in a row
 
     async def first_pass(self, timeout: float) -> None:
         """Before the first pass there is nothing to route by: wait for it (bounded)."""
@@ -86,6 +88,7 @@ class Table:
         self._down.clear()
         self._retired &= live  # an instance still on record stays retired until it is gone
         self._probed &= live
+        self.health.forget(live)
         for gone in [n for n in self.served if n not in live]:
             del self.served[gone]  # only the tie-break reads it: a gone engine's is moot
         self.loaded.set()
@@ -136,18 +139,26 @@ class Table:
             return by_instance[self._sessions[name].place(session, by_instance)]
         return balance.pick(found, self.inflight, self.served, self._rng)
 
-    def candidates(self, name: str, avoid: str | None = "-") -> list[Target]:
+    def candidates(
+        self, name: str, avoid: str | None = "-", *, healthy: bool = True
+    ) -> list[Target]:
         """Every instance of pool ``name`` that may take a request now: a Ready ``@next``
-        in its instance's place, else the instance itself."""
+        in its instance's place, else the instance itself (``healthy``: not ejected)."""
         out: list[Target] = []
         for deployment in self.pools.get(name, ()):
             for instance in self.instances.get(deployment, ()):
                 for rec in (self.records.get(next_name(instance)), self.records.get(instance)):
                     found = self._target(instance, rec)
                     if found is not None and found.nonce != avoid:
-                        out.append(found)
+                        if not healthy or self.health.admits(found.nonce):
+                            out.append(found)
                         break
         return out
+
+    def ejected(self, name: str) -> float | None:
+        """Seconds until the next trial when every routable instance of pool ``name`` is
+        ejected (health.py); None when one is not (or none is routable at all)."""
+        return self.health.ejected(t.nonce for t in self.candidates(name, healthy=False))
 
     def starting(self, name: str) -> list[Record]:
         """The records of pool ``name`` whose engines are starting (what the gateway may
@@ -220,6 +231,8 @@ class Table:
             left = end - time.monotonic()
             if found is not None or left <= 0 or name not in self.pools:
                 return found
+            if self.ejected(name) is not None:
+                return None  # every instance is ejected: the 503 says when to retry
             on_wait()
             try:
                 await asyncio.wait_for(self._changed.wait(), left)

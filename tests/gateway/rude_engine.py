@@ -1,12 +1,14 @@
 """An engine that drops its connections, each way an engine can (for the gateway's tests).
 
-    python rude_engine.py --port N [--always MODE]
+    python rude_engine.py --port N [--always MODE] [--fail-while FILE]
 
 ``GET /health`` answers 200. A POST does what its path's last segment says (or
 ``--always``): ``close`` closes before answering, ``reset`` resets (RST), ``half`` sends
 headers and part of a sized body, ``sse`` sends one chunked server-sent event and
 closes mid-stream; anything else (``--always ok``) is a whole JSON answer naming this
-pid. Each request is one stdout line (``POST /v1/x``): a test counts what reached it.
+pid. While ``--fail-while FILE`` exists, every POST is a 500 (a sick engine that
+still answers ``/health``: passive health's case). Each request is one stdout line
+(``POST /v1/x``): a test counts what reached it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import socket
 import struct
 import threading
+from pathlib import Path
 
 MODES = ("close", "reset", "half", "sse")
 
@@ -25,14 +28,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--always", choices=(*MODES, "ok"))
+    parser.add_argument("--fail-while", type=Path)
     args = parser.parse_args()
     server = socket.create_server(("127.0.0.1", args.port), reuse_port=False)
     while True:
         conn, _ = server.accept()
-        threading.Thread(target=serve, args=(conn, args.always), daemon=True).start()
+        work = (conn, args.always, args.fail_while)
+        threading.Thread(target=serve, args=work, daemon=True).start()
 
 
-def serve(conn: socket.socket, always: str | None) -> None:
+def serve(conn: socket.socket, always: str | None, fail_while: Path | None = None) -> None:
     with conn:
         head = b""
         while b"\r\n\r\n" not in head:
@@ -60,6 +65,9 @@ def serve(conn: socket.socket, always: str | None) -> None:
         if method == "GET" and path == "/health":
             answer(conn, b'{"status": "ok"}')
             return
+        if fail_while is not None and fail_while.exists():
+            answer(conn, b'{"error": "sick"}', status="500 Internal Server Error")
+            return
         mode = always or path.rstrip("/").rsplit("/", 1)[-1]
         if mode == "reset":  # SO_LINGER 0: close() sends RST, not FIN
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -75,9 +83,9 @@ def serve(conn: socket.socket, always: str | None) -> None:
             answer(conn, json.dumps({"object": "ok", "system_fingerprint": f"pid-{os.getpid()}"}))
 
 
-def answer(conn: socket.socket, body: bytes | str) -> None:
+def answer(conn: socket.socket, body: bytes | str, status: str = "200 OK") -> None:
     data = body.encode() if isinstance(body, str) else body
-    head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+    head = f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
     conn.sendall(head.encode() + b"Connection: close\r\n\r\n" + data)
 
 

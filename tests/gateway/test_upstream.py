@@ -40,6 +40,8 @@ def test_an_engine_that_drops_the_connection_is_a_502(reconcile: Any, gateway: A
     g.wait_phase("m", "Ready")
     for mode in ("close", "reset", "half"):
         upstream_error(exchange(g.port, request("POST", f"/v1/{mode}", BODY)))
+        # A good answer between failures: three in a row would eject the engine (health.py).
+        assert g.request("POST", "/v1/fine", BODY).status == 200
     stream = json.dumps({"model": "m", "stream": True}).encode()
     cut = exchange(g.port, request("POST", "/v1/sse", stream))
     assert cut.status == 200 and cut.body.startswith(b"data: {"), cut
@@ -123,7 +125,8 @@ def test_a_drop_before_any_answer_byte_is_retried_once_elsewhere(
     # An answer that had begun (headers, part of its body) is never asked for twice.
     upstream_error(exchange(inproc.settings.port, request("POST", "/v1/half", BODY)))
     assert rude.hits("/v1/half") == 1 and good.hits("/v1/half") == 0
-    # Both drop: one retry, then the 502.
-    route(inproc, ready("m", "old", rude.port), ready(next_name("m"), "new", rude.port))
+    # Both drop: one retry, then the 502. (Fresh engines: three failures in a row ejected
+    # the rude one above, health.py.)
+    route(inproc, ready("m", "old2", rude.port), ready(next_name("m"), "new2", rude.port))
     upstream_error(exchange(inproc.settings.port, request("POST", "/v1/reset", BODY)))
     assert rude.hits("/v1/reset") == 3

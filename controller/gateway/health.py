@@ -1,0 +1,153 @@
+"""Passive health: an instance that fails requests in a row is sent nothing for a while.
+
+Three connection failures or 5xx answers in a row from one engine (by nonce) eject it
+for 30 s: the balancer skips it, so with replicas the requests go to the others. When
+the 30 s are over, one request (the trial) may go to it while the others still skip
+it: a good answer takes it back, a failure ejects it for another 30 s. Each change is
+handed to ``notify`` (the gateway journals it and counts it in its metrics).
+
+The counts live in plain dicts changed on the gateway's event loop: no lock, no disk
+I/O, and a healthy engine's good answer costs one dict lookup. A request that ends
+with no verdict (the client went away) changes nothing but a trial's slot. Answers of
+requests sent before an ejection (stragglers) change nothing either: only the trial
+decides when an ejected engine comes back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+FAILURES = 3  # in a row
+EJECT_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """An engine left the rotation (``ejected``) or came back into it."""
+
+    deployment: str
+    instance: str
+    nonce: str | None
+    ejected: bool
+    reason: str
+
+
+class Engine(Protocol):
+    """What a report names (the routing table's ``Target``)."""
+
+    @property
+    def deployment(self) -> str: ...
+    @property
+    def instance(self) -> str: ...
+    @property
+    def nonce(self) -> str | None: ...
+
+
+# How a request ended: the engine's status, a connection failure's text, or None (no
+# verdict: the client went away).
+Outcome = int | str | None
+
+
+@dataclass(slots=True)
+class _State:
+    failures: int = 0  # in a row, while in the rotation
+    until: float | None = None  # ejected until (monotonic); None: in the rotation
+    trial: bool = False  # the one trial request is in flight
+    last: str = ""  # what the last failure was
+
+
+class Health:
+    def __init__(
+        self,
+        *,
+        failures: int = FAILURES,
+        window: float = EJECT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        notify: Callable[[Change], None] = lambda change: None,
+    ) -> None:
+        self.failures = failures
+        self.window = window
+        self.notify = notify
+        self._clock = clock
+        self._states: dict[str | None, _State] = {}  # only engines that failed lately
+
+    def admits(self, nonce: str | None) -> bool:
+        """May a new request go to this engine now?"""
+        state = self._states.get(nonce)
+        if state is None or state.until is None:
+            return True
+        return not state.trial and self._clock() >= state.until
+
+    def sent(self, nonce: str | None) -> bool:
+        """A request goes to the engine now; True when it is the ejected engine's trial."""
+        state = self._states.get(nonce)
+        if state is None or state.until is None or state.trial:
+            return False
+        state.trial = True
+        return True
+
+    def report(self, engine: Engine, trial: bool, outcome: Outcome) -> None:
+        """A request's end (``outcome``: see :data:`Outcome`); ``trial`` as :meth:`sent`
+        said."""
+        ok = None if outcome is None else isinstance(outcome, int) and outcome < 500
+        state = self._states.get(engine.nonce)
+        if state is None:
+            if ok is not False:
+                return  # the common case: a healthy engine answered
+            state = self._states[engine.nonce] = _State()
+        if state.until is not None:
+            if trial:
+                self._trial_ended(engine, state, outcome)
+            return  # a straggler sent before the ejection decides nothing
+        if ok is None:
+            return
+        if ok:
+            del self._states[engine.nonce]
+            return
+        state.failures += 1
+        state.last = _said(outcome)
+        if state.failures >= self.failures:
+            why = f"{state.failures} connection failures or 5xx answers in a row"
+            self._eject(engine, state, why)
+
+    def _trial_ended(self, engine: Engine, state: _State, outcome: Outcome) -> None:
+        state.trial = False
+        if outcome is None:
+            return  # no verdict: the next request is the trial
+        if isinstance(outcome, int) and outcome < 500:
+            del self._states[engine.nonce]
+            why = f"its trial request after the ejection succeeded ({outcome})"
+            self.notify(Change(engine.deployment, engine.instance, engine.nonce, False, why))
+            return
+        state.last = _said(outcome)
+        self._eject(engine, state, "its trial request failed")
+
+    def _eject(self, engine: Engine, state: _State, why: str) -> None:
+        state.until = self._clock() + self.window
+        state.failures = 0
+        reason = f"{why} (last: {state.last}): no new requests for {self.window:g}s, then one trial"
+        self.notify(Change(engine.deployment, engine.instance, engine.nonce, True, reason))
+
+    def ejected(self, nonces: Iterable[str | None]) -> float | None:
+        """Seconds until the first of these ejected engines may take its trial (0: one
+        may now, or has its trial in flight); None when one of them is in the rotation."""
+        waits: list[float] = []
+        now = self._clock()
+        for nonce in nonces:
+            state = self._states.get(nonce)
+            if state is None or state.until is None:
+                return None
+            waits.append(max(0.0, state.until - now))
+        return min(waits) if waits else None
+
+    def forget(self, live: set[str | None]) -> None:
+        """Drop what is known of engines no record names any more."""
+        for gone in [n for n in self._states if n not in live]:
+            del self._states[gone]
+
+
+def _said(outcome: Outcome) -> str:
+    return f"status {outcome}" if isinstance(outcome, int) else str(outcome)

@@ -1,0 +1,111 @@
+"""Passive health through the real gateway (in process) and real engine processes: an
+engine that answers 500 is ejected after three in a row, its replica takes every request
+meanwhile, one trial per window decides, and it is taken back once it recovers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness.rawhttp import exchange, openai_error, request
+from procs import free_ports
+from test_upstream import Rude, ready, route
+
+from controller.gateway.app import Gateway
+from controller.gateway.settings import Settings
+
+BODY = json.dumps({"model": "m", "prompt": "hi"}).encode()
+WINDOW = 2.0  # seconds an ejection lasts here (30 s in production)
+
+
+@pytest.fixture
+def gateway_in_process(reconcile: Any) -> Iterator[Gateway]:
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    gateway = Gateway(Settings(host="127.0.0.1", port=free_ports(1), state_dir=reconcile.state))
+    gateway.start(lambda: None)
+    yield gateway
+    gateway.stop()
+
+
+def post(gateway: Gateway) -> int:
+    status: int = exchange(gateway.settings.port, request("POST", "/v1/x", BODY)).status
+    return status
+
+
+def events(reconcile: Any, action: str) -> list[dict[str, Any]]:
+    return [e for e in reconcile.events("m") if e["action"] == action]
+
+
+def ejections(gateway: Gateway) -> int:
+    """The gateway's count of ejections of instance ``m`` (its metrics)."""
+    series = 'reconcile_gateway_ejections_total{deployment="m",instance="m"} '
+    found = [line for line in gateway.metrics_text().splitlines() if line.startswith(series)]
+    return int(found[0].split()[-1]) if found else 0
+
+
+def shorten_window(gateway: Gateway) -> None:
+    assert gateway.front is not None
+    health = gateway.front.table.health
+    gateway.loop.call_soon_threadsafe(setattr, health, "window", WINDOW)
+
+
+def test_an_engine_answering_500_is_ejected_and_taken_back_after_it_recovers(
+    reconcile: Any, gateway_in_process: Gateway
+) -> None:
+    g = gateway_in_process
+    flag: Path = reconcile.tmp / "sick"
+    sick = Rude(reconcile, "sick", "--always", "ok", "--fail-while", str(flag))
+    good = Rude(reconcile, "good", "--always", "ok")
+    shorten_window(g)
+    route(g, ready("m", "sick-nonce", sick.port), ready("m@1", "good-nonce", good.port))
+    flag.touch()
+    first = [post(g) for _ in range(20)]
+    # The first three failures reach the client; then only a trial (once per window) may,
+    # and each failed trial is one more ejection (counted before its answer goes out).
+    assert first.count(500) == sick.hits("/v1/x") == 3 + ejections(g) - 1, first
+    assert first.count(200) == good.hits("/v1/x") == 20 - first.count(500), first
+    ejected = reconcile.wait_for(lambda: events(reconcile, "eject"), what="the eject event")
+    assert ejected[0]["instance"] == "m" and "3 connection failures" in ejected[0]["reason"]
+
+    # Still sick: the window's trial fails and ejects it again; the replica serves meanwhile.
+    before, seen = ejections(g), []
+    reconcile.wait_for(
+        lambda: seen.append(post(g)) or ejections(g) > before, timeout=30, what="a failed trial"
+    )
+    assert seen.count(500) == 1 and seen[-1] == 500, seen
+    assert sick.hits("/v1/x") == 3 + ejections(g) - 1
+    again = reconcile.wait_for(lambda: events(reconcile, "eject")[1:], what="the second event")
+    assert "trial request failed" in again[0]["reason"]
+
+    # Recovered: the next trial succeeds, it is back, and gets its share again.
+    flag.unlink()
+    after: list[int] = []
+    reconcile.wait_for(
+        lambda: after.append(post(g)) or bool(events(reconcile, "readmit")),
+        timeout=30,
+        what="the readmit event",
+    )
+    assert set(after) == {200}, after
+    before = sick.hits("/v1/x")
+    assert {post(g) for _ in range(20)} == {200}
+    assert sick.hits("/v1/x") > before
+    assert len(events(reconcile, "eject")) == ejections(g)
+
+
+def test_a_pool_whose_every_instance_is_ejected_answers_503_at_once_with_retry_after(
+    reconcile: Any, gateway_in_process: Gateway
+) -> None:
+    g = gateway_in_process
+    flag: Path = reconcile.tmp / "sick"
+    flag.touch()
+    sick = Rude(reconcile, "sick", "--always", "ok", "--fail-while", str(flag))
+    route(g, ready("m", "sick-nonce", sick.port))
+    assert [post(g) for _ in range(3)] == [500, 500, 500]
+    answer = exchange(g.settings.port, request("POST", "/v1/x", BODY))
+    assert answer.status == 503 and 1 <= int(answer.headers["retry-after"]) <= 30, answer
+    error = openai_error(answer)
+    assert error is not None and "ejected" in error["message"], answer
+    assert sick.hits("/v1/x") == 3
