@@ -91,13 +91,15 @@ CASES = [
     pytest.param(
         Case(desired(a40, b40, c40, d40, e40)),
         (
+            # One start at a time per shared device (tests/test_plan_health.py plays the
+            # passes on to a, b on nvidia:0, c, d on nvidia:1 and e without capacity).
             (Start, "a", "nvidia:0,"),
-            (Start, "b", "nvidia:0,"),
-            (Start, "c", "nvidia:1,"),
-            (Start, "d", "nvidia:1,"),
-            (Hold, "e", "no capacity: needs 40Gi on each of 1 nvidia device(s)"),
+            (Hold, "b", "waiting for a to be Ready on nvidia:0"),
+            (Hold, "c", "waiting for a to be Ready on nvidia:0"),
+            (Hold, "d", "waiting for a to be Ready on nvidia:0"),
+            (Hold, "e", "waiting for a to be Ready on nvidia:0"),
         ),
-        id="four-40Gi-pack-two-per-80Gi-device-fifth-pending",
+        id="four-40Gi-pack-two-per-80Gi-device-start-in-turn",
     ),
     pytest.param(
         Case(
@@ -261,9 +263,9 @@ CASES = [
                 entry("b", **mem("40Gi", 1)),
                 entry("c", **mem("40Gi", 2)),
             ),
-            inv=ONE_80,
+            inv=parse_static("nvidia:0=40Gi,nvidia:1=40Gi"),  # unpacked: no start waits its turn
         ),
-        ((Start, "a", "nvidia:0"), (Start, "c", "nvidia:0"), (Hold, "b", "no capacity")),
+        ((Start, "a", "nvidia:0"), (Start, "c", "nvidia:1"), (Hold, "b", "no capacity")),
         id="new-deployments-are-placed-highest-priority-first",
     ),
 ]

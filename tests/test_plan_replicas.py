@@ -96,9 +96,11 @@ def test_memory_packed_replicas_prefer_distinct_devices() -> None:
     devices = tuple(Device(kind="nvidia", id=str(i), memory=80 * GI) for i in range(2))
     web = entry("web", replicas=2, devices={"count": 1, "kind": "nvidia", "memory": "10Gi"})
     other = entry("other", devices={"count": 1, "kind": "nvidia", "memory": "10Gi"})
-    placed = starts(run(desired(web, other), inv=Inventory(devices, source="static")))
-    assert placed["web"].devices != placed["web@1"].devices  # best fit alone packs both on 0
-    assert placed["other"].devices == ("nvidia:0",)  # others still pack best fit
+    # `other` is Ready on nvidia:0 (a start beside a starting one would wait its turn)
+    seen = observed(ready("other", other, "nvidia:0", 8100, memory=10 * GI, ref=ref(100)))
+    placed = starts(run(desired(web, other), seen, inv=Inventory(devices, source="static")))
+    assert placed["web"].devices == ("nvidia:0",)  # packs best fit beside another deployment
+    assert placed["web@1"].devices == ("nvidia:1",)  # best fit alone packs both on 0
 
 
 # -- scaling -------------------------------------------------------------------------------

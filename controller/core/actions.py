@@ -314,6 +314,19 @@ class Conflict(Action):
     plan_class = "wait"
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Probed(Action):
+    """A Ready engine's liveness count moved (a failure under the threshold, or an
+    answer after failures): the record keeps ``failures`` in a row, no restart yet."""
+
+    verb = "liveness"
+    order = 19  # a record write that waits for nothing and nothing waits for
+    tears_down = False
+    frees = False
+    plan_class = "in-place"
+    failures: int
+
+
 # Every concrete action: what the executor must handle (mypy checks each `match` is whole).
 AnyAction = (
     Start
@@ -335,4 +348,5 @@ AnyAction = (
     | Reject
     | MarkSpec
     | Conflict
+    | Probed
 )

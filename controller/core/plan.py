@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from controller.core.actions import AnyAction, Preempt, Reap
+from controller.core.actions import AnyAction, Preempt, Reap, Restart
 from controller.core.inventory import Inventory
 from controller.core.limits import Limits
 from controller.core.planner.context import Context, Desired, Roll, Want
@@ -63,6 +63,7 @@ def plan(
     ledger = PlanLedger.of(ctx)
     judged = gate(ctx, judge(ctx))  # a start whose model files are not cached pulls first
     found = [a for a in judged if not isinstance(a, Want | Roll)]
+    ledger.starting_too(a.name for a in found if isinstance(a, Restart))  # one per device
     # Rolls place before every Want, in name order: a Ready old instance's successor
     # goes first, and a recreate it falls back to frees its room for this round's starts.
     found += rolls(ctx, ledger, [r for r in judged if isinstance(r, Roll)])

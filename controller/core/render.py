@@ -8,12 +8,21 @@ spec can undo the device fence.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from controller.core.engines import Launch, RenderContext, readiness_deadline, recipe_for
+from controller.core.engines import (
+    Launch,
+    ReadinessChecks,
+    RecipeError,
+    RenderContext,
+    readiness_deadline,
+    recipe_for,
+)
 from controller.core.inventory import Device, visibility_env
-from controller.core.specs import DeploymentSpec, Entry, expand
+from controller.core.specs import DeploymentSpec, Entry, LivenessProbe, Readiness, expand
 from controller.core.state import ProbeConfig
+
+COMPLETION_TIMEOUT = 5.0  # seconds: a first completion may be slower than a GET
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +30,7 @@ class Rendered:
     argv: tuple[str, ...]
     env: dict[str, str]
     probe: ProbeConfig
+    liveness: ProbeConfig | None
     deadline_seconds: float
     stop_signal: int
     grace_seconds: float
@@ -73,6 +83,7 @@ def render(
         argv=launch.argv,
         env=env,
         probe=_probe(entry, launch),
+        liveness=liveness_of(entry, launch),
         deadline_seconds=deadline_of(spec),
         stop_signal=launch.stop_signal,
         grace_seconds=spec.stop_grace_period_seconds,
@@ -82,12 +93,56 @@ def render(
 def _probe(entry: Entry, launch: Launch) -> ProbeConfig:
     readiness = entry.deployment.spec.readiness
     period = readiness.period_seconds if readiness else 2.0
-    if readiness is not None and readiness.http_get is not None:
-        return ProbeConfig(http=((readiness.http_get.path, None),), period_seconds=period)
-    if readiness is not None and readiness.tcp_socket is not None:
+    if readiness is not None:
+        named = _named(readiness, launch, period)
+        if named is not None:
+            return named
+    return _checks(launch.readiness, period)
+
+
+def liveness_of(entry: Entry, launch: Launch) -> ProbeConfig | None:
+    """spec.livenessProbe (its kind, else the recipe's health check), else the recipe's
+    default (period 10 s, timeout 5 s, 3 failures); None where there is none."""
+    asked = entry.deployment.spec.liveness_probe
+    spec = LivenessProbe() if asked is None else asked
+    if not spec.enabled:
+        return None
+    check = _named(spec, launch, spec.period_seconds)
+    if check is None and launch.liveness is not None:
+        check = _checks(launch.liveness, spec.period_seconds)
+    if check is None and asked is None:
+        return None  # engine: command, no livenessProbe: nothing checks it once Ready
+    if check is None:
+        raise RecipeError(
+            f"spec.livenessProbe of {entry.name!r} names no check and engine "
+            f"{entry.deployment.spec.engine!r} has no health path: add httpGet, tcpSocket "
+            "or completion"
+        )
+    return replace(
+        check, timeout_seconds=spec.timeout_seconds, failure_threshold=spec.failure_threshold
+    )
+
+
+def _named(probe: Readiness | LivenessProbe, launch: Launch, period: float) -> ProbeConfig | None:
+    """The check a probe of the spec names itself (None: it names none)."""
+    if probe.http_get is not None:
+        return ProbeConfig(http=((probe.http_get.path, None),), period_seconds=period)
+    if probe.tcp_socket is not None:
         return ProbeConfig(tcp=True, period_seconds=period)
-    checks = tuple((c.path, c.contains) for c in launch.readiness.http)
-    return ProbeConfig(http=checks, tcp=launch.readiness.tcp, period_seconds=period)
+    if probe.completion is not None:
+        target = launch.completion
+        return ProbeConfig(
+            completion=target.path,
+            model=target.model,
+            period_seconds=period,
+            timeout_seconds=COMPLETION_TIMEOUT,  # a readiness answer (liveness sets its own)
+        )
+    return None
+
+
+def _checks(checks: ReadinessChecks, period: float) -> ProbeConfig:
+    http = tuple((c.path, c.contains) for c in checks.http)
+    return ProbeConfig(http=http, tcp=checks.tcp, period_seconds=period)
 
 
 def deadline_of(spec: DeploymentSpec) -> float:

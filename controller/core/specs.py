@@ -190,11 +190,23 @@ class TcpSocket(Model):
     pass
 
 
+class Completion(Model):
+    """A one-token completion for the spec's model (the recipe's chat or completions path)."""
+
+
+COMPLETION_HELP = (
+    "Healthy when a completion for spec.model (POST /v1/chat/completions or /v1/completions, "
+    "as the recipe knows; max_tokens 16) answers 200 with a choice: for engines whose "
+    "/health answers while the GPU is gone."
+)
+
+
 class Readiness(Model):
     http_get: HttpGet | None = Field(default=None, description="Ready when GET path answers 2xx.")
     tcp_socket: TcpSocket | None = Field(
         default=None, description="Ready when the port accepts a connection."
     )
+    completion: Completion | None = Field(default=None, description=COMPLETION_HELP)
     deadline_seconds: Annotated[float, Field(gt=0, le=7 * 86400), NOT_BOOL] | None = Field(
         default=None,
         description="Not ready by then: killed and retried with back-off (default 600).",
@@ -205,8 +217,48 @@ class Readiness(Model):
 
     @model_validator(mode="after")
     def _one_probe(self) -> Self:
-        if self.http_get is not None and self.tcp_socket is not None:
-            raise ValueError("readiness takes httpGet or tcpSocket, not both")
+        _one_kind("readiness", self)
+        return self
+
+
+def _one_kind(where: str, probe: Readiness | LivenessProbe) -> None:
+    named: dict[str, Model | None] = {
+        "httpGet": probe.http_get,
+        "tcpSocket": probe.tcp_socket,
+        "completion": probe.completion,
+    }
+    given = [k for k, v in named.items() if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"{where} takes {' or '.join(given)}, not both")
+
+
+class LivenessProbe(Model):
+    """Kubernetes' livenessProbe: once Ready, failureThreshold failures in a row restart."""
+
+    http_get: HttpGet | None = Field(default=None, description="Alive while GET path answers 2xx.")
+    tcp_socket: TcpSocket | None = Field(
+        default=None, description="Alive while the port accepts a connection."
+    )
+    completion: Completion | None = Field(default=None, description=COMPLETION_HELP)
+    period_seconds: Annotated[float, Field(ge=0.1, le=3600), NOT_BOOL] = Field(
+        default=10.0, description="Seconds between probes once Ready (default 10)."
+    )
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600), NOT_BOOL] = Field(
+        default=5.0, description="A probe with no answer by then fails (default 5)."
+    )
+    failure_threshold: Annotated[int, Field(ge=1, le=1000), NOT_BOOL] = Field(
+        default=3,
+        description="Failures in a row that restart the engine (default 3): a restart "
+        "like a crash's, with the usual back-off.",
+    )
+    enabled: bool = Field(
+        default=True,
+        description="false: no liveness probe, not even the recipe's default.",
+    )
+
+    @model_validator(mode="after")
+    def _one_probe(self) -> Self:
+        _one_kind("livenessProbe", self)
         return self
 
 
@@ -299,6 +351,13 @@ class DeploymentSpec(Model):
     )
     readiness: Readiness | None = Field(
         default=None, description="How and how long to wait for the engine to be ready."
+    )
+    liveness_probe: LivenessProbe | None = Field(
+        default=None,
+        description="Once Ready, restart the engine when this fails failureThreshold times "
+        "in a row (a hung engine: process alive, nothing answered). Unset: the recipe's "
+        "(GET /health for vllm, sglang, tgi, llama-cpp; GET / for ollama; none for command). "
+        "Changing it needs no restart.",
     )
     restart_policy: RestartPolicy = Field(
         default="Always", description="Always, OnFailure or Never (default Always)."
@@ -473,6 +532,10 @@ def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
         del doc["devices"]["memory"]
     if doc.get("source") is None:
         del doc["source"]
+    if doc.get("livenessProbe") is None:
+        del doc["livenessProbe"]
+    if isinstance(doc.get("readiness"), dict) and doc["readiness"].get("completion") is None:
+        del doc["readiness"]["completion"]
     return doc
 
 

@@ -35,6 +35,7 @@ from controller.daemon.notify import Notifier
 from controller.daemon.timers import Settling, Timers, debounce_until
 from controller.errors import ConfigError, LockTimeout, ReconcileError
 from controller.logsetup import get_logger
+from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.run import PassResult, Reconciler
 from controller.store import activation
 from controller.store.lock import FileLock
@@ -50,7 +51,8 @@ LOCK_WAIT = 1.0  # per try: the loop stays responsive while a cron pass holds th
 LOCK_RETRY = 0.2
 SLACK = 0.005  # fire just after a record's due time, never just before
 WATCHED = (Phase.STARTING, Phase.READY)
-TIMED = frozenset({"resync", "probe due"})
+TIMED = frozenset({"resync", "probe due", "liveness"})
+PROBES = "liveness probes"  # the timer that starts the liveness probes due (no pass)
 AUTOSCALE_PERIOD = 0.5  # seconds between looks at the load of autoscaled deployments
 
 Reload = Callable[[], Config]
@@ -87,6 +89,11 @@ class Daemon:
         # The one record store of the state dir: the reconciler and the backend share it.
         self.store = store if store is not None else RecordStore(config.state_dir)
         self.reconciler = build_reconciler(config, open_backend(config, self.store), self.store)
+        # Liveness probes run on worker threads at their own periods; an answer that
+        # matters (a failure, a recovery) asks for a pass, which counts it.
+        self.liveness = LivenessProber(background=True, on_answer=self._liveness_answered)
+        self.reconciler.liveness = self.liveness
+        self._probe_news = self._probes_moved = False  # set from the probes' threads
         self._hook_front(self.reconciler)
         self._asked = False  # the gateway asked for a pass (set from its thread)
         self.reconciler.interrupted = lambda: self.stopping
@@ -146,6 +153,9 @@ class Daemon:
         elif key == "liveness":
             self.exits.check()
             self._arm_liveness()
+        elif key == PROBES:
+            self.liveness.start_due()
+            self._arm_probes()
         elif key == "autoscale":
             self._autoscale()
         else:
@@ -164,6 +174,20 @@ class Daemon:
             reconciler.after_pass.append(_guarded(self.front.after_pass))
             reconciler.executor.drain = _guarded(self.front.drain)
 
+    def _liveness_answered(self, news: bool) -> None:  # a probe's worker thread
+        with self._events:
+            self._probe_news |= news
+            self._probes_moved = True
+        self._poke()
+
+    def _arm_probes(self) -> None:
+        """The timer that starts the next liveness probes (a probe running re-arms it)."""
+        due = self.liveness.next_due()
+        if due is None:
+            self.timers.cancel(PROBES)
+        else:
+            self.timers.after(PROBES, due + SLACK)
+
     def _poke(self) -> None:
         with contextlib.suppress(BlockingIOError):  # full: the loop is awake anyway
             os.write(self._wake_w, b"!")
@@ -179,6 +203,12 @@ class Daemon:
             changed, self._folder_event = self._folder_event, False
             whole = self._settling.whole
             asked, self._asked = self._asked, False
+            news, self._probe_news = self._probe_news, False
+            moved, self._probes_moved = self._probes_moved, False
+        if news:
+            self.triggers.add("liveness")
+        if moved:
+            self._arm_probes()
         if asked:
             self.triggers.add("gateway")
         if changed:
@@ -228,6 +258,7 @@ class Daemon:
             log.error("reload failed; keeping the old configuration", error=str(exc))
         else:
             fresh.interrupted = self.reconciler.interrupted
+            fresh.liveness = self.liveness
             self._hook_front(fresh)
             self.reconciler, self.config = fresh, fresh.config
             log.info("configuration reloaded", devices=[d.key for d in fresh.inventory.devices])
@@ -281,6 +312,7 @@ class Daemon:
         }
         self.exits.sync(watched)
         self._arm_liveness()
+        self._arm_probes()
         if self.reconciler.autoscaler.policies:
             self.timers.after("autoscale", AUTOSCALE_PERIOD)
         else:
@@ -342,6 +374,7 @@ class Daemon:
             self.front.stop()
         self.folders.stop()
         self.exits.close()
+        self.liveness.close()
         self.selector.close()
         os.close(self._wake_r)
         os.close(self._wake_w)

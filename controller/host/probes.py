@@ -1,11 +1,14 @@
-"""Readiness probes (HTTP GET, TCP connect), each with a short timeout.
+"""Readiness and liveness probes (HTTP GET, TCP connect, a one-token completion), each
+bounded by its timeout as a whole (connect, send and every read), not per step.
 
 ``probe_many`` runs them concurrently so one hung engine cannot stall a pass.
 """
 
 from __future__ import annotations
 
+import json
 import socket
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -14,6 +17,11 @@ from controller.core.state import ProbeConfig, ProbeResult
 
 TIMEOUT = 1.0
 LIMIT = 1 << 20  # bytes of an answer read: a probe needs a status and a short body
+# A completion probe's budget: 16 tokens, not 1. A reasoning model's server may refuse a
+# max_tokens too small for it (LiteLLM's max_tokens=1 probe did), and one that spends all
+# 16 thinking still answers 200 with a choice (finish_reason "length"): healthy.
+MAX_TOKENS = 16
+PROMPT = "Say OK."
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,17 +36,43 @@ def connect_host(host: str) -> str:
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
 
 
-def probe(target: ProbeTarget, timeout: float = TIMEOUT) -> ProbeResult:
+def probe(target: ProbeTarget, timeout: float | None = None) -> ProbeResult:
+    """One verdict; ``timeout`` (default: the probe's own ``timeout_seconds``) bounds it all."""
     host = connect_host(target.host)
+    config = target.config
+    limit = config.timeout_seconds if timeout is None else timeout
     try:
-        if target.config.http:
-            return _http(host, target.port, target.config.http, timeout)
-        if target.config.tcp:
-            with socket.create_connection((host, target.port), timeout=timeout):
+        if config.completion:
+            return _completion(host, target.port, config, limit)
+        if config.http:
+            return _http(host, target.port, config.http, limit)
+        if config.tcp:
+            with socket.create_connection((host, target.port), timeout=limit):
                 return ProbeResult(True, f"tcp {target.port} accepts")
+    except TimeoutError:
+        return ProbeResult(False, f"{config.kind}: no answer within {limit:g}s")
     except OSError as exc:
-        return ProbeResult(False, f"{type(exc).__name__}: {exc}")
+        return ProbeResult(False, f"{config.kind}: {type(exc).__name__}: {exc}")
     return ProbeResult(True, "running (no readiness probe)")
+
+
+def _completion(host: str, port: int, config: ProbeConfig, timeout: float) -> ProbeResult:
+    path = config.completion or ""
+    body: dict[str, object] = {"model": config.model, "max_tokens": MAX_TOKENS}
+    if path.endswith("/chat/completions"):
+        body["messages"] = [{"role": "user", "content": PROMPT}]
+    else:
+        body["prompt"] = PROMPT
+    status, text = request(host, port, "POST", path, timeout, json.dumps(body).encode())
+    if status != 200:
+        return ProbeResult(False, f"POST {path} -> {status}: {text[:120].strip()}")
+    try:
+        choices = json.loads(text).get("choices")
+    except (ValueError, AttributeError):
+        choices = None
+    if not isinstance(choices, list) or not choices:
+        return ProbeResult(False, f"POST {path} -> 200 without a choice: {text[:120].strip()}")
+    return ProbeResult(True, f"POST {path} -> 200 with a choice")
 
 
 def _http(
@@ -54,26 +88,44 @@ def _http(
 
 
 def http_get(host: str, port: int, path: str, timeout: float) -> tuple[int, str]:
-    """One HTTP/1.0 GET over a plain socket: the status and up to 1 MiB of the body.
+    return request(host, port, "GET", path, timeout)
+
+
+def request(
+    host: str, port: int, method: str, path: str, timeout: float, body: bytes = b""
+) -> tuple[int, str]:
+    """One HTTP/1.0 request over a plain socket: the status and up to 1 MiB of the body,
+    all within ``timeout`` seconds (a stopped engine accepts, then never answers).
 
     Not http.client: it imports ssl and email (~6 MB resident in a daemon that only
     asks an engine for a status line). HTTP/1.0 with ``Connection: close`` is never
     chunked; the body ends at its Content-Length, or when the engine closes.
     """
-    request = f"GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
+    head = f"{method} {path} HTTP/1.0\r\nHost: {host}:{port}\r\nConnection: close\r\n"
+    if body:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    deadline = time.monotonic() + timeout
     data = bytearray()
     with socket.create_connection((host, port), timeout=timeout) as conn:
-        conn.sendall(request.encode("latin-1"))
+        conn.sendall(head.encode("latin-1") + b"\r\n" + body)
         while len(data) <= LIMIT and not _complete(data):
+            conn.settimeout(_left(deadline))
             chunk = conn.recv(65536)
             if not chunk:
                 break
             data += chunk
-    head, _, body = bytes(data).partition(b"\r\n\r\n")
-    parts = head.split(b"\r\n", 1)[0].split()
+    top, _, rest = bytes(data).partition(b"\r\n\r\n")
+    parts = top.split(b"\r\n", 1)[0].split()
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
-        raise ConnectionError(f"not an HTTP answer: {bytes(head[:60])!r}")
-    return int(parts[1]), body[:LIMIT].decode("utf-8", "replace")
+        raise ConnectionError(f"not an HTTP answer: {bytes(top[:60])!r}")
+    return int(parts[1]), rest[:LIMIT].decode("utf-8", "replace")
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    return left
 
 
 def _complete(data: bytearray) -> bool:
@@ -89,7 +141,7 @@ def _complete(data: bytearray) -> bool:
 
 
 def probe_many(
-    targets: Mapping[str, ProbeTarget], timeout: float = TIMEOUT
+    targets: Mapping[str, ProbeTarget], timeout: float | None = None
 ) -> dict[str, ProbeResult]:
     if not targets:
         return {}

@@ -26,6 +26,7 @@ from controller.core.actions import (
     MarkSpec,
     Park,
     Preempt,
+    Probed,
     Promote,
     Pull,
     Reap,
@@ -122,6 +123,8 @@ class Executor:
                 return self._markspec(action)
             case Conflict():
                 return self._conflict(action)
+            case Probed():
+                return self._probed(action)
             case _:
                 assert_never(action)
 
@@ -254,6 +257,7 @@ class Executor:
             restarts=action.restarts,
             backoff_until=None,
             ready_at=None,
+            liveness_failures=0,
         )
         self.store.write(fresh)
         assert fresh.port is not None  # a Restart is planned only for a record holding its lease
@@ -366,18 +370,19 @@ class Executor:
         rec = self.store.read(action.name)
         if rec is None:
             return False
-        rendered = self.maker.render(
-            action.entry, rec.devices, rec.port, rec.extra_ports, name=rec.name
-        )
-        started = rec.started_at
         if rec.port is None:  # Idle: nothing rendered to redo, only the facts it states
             self.store.write(self.maker.described(rec, action.entry))
             self.event(action.name, action.verb, action.reason, "updated in place (idle)")
             return True
+        rendered = self.maker.render(
+            action.entry, rec.devices, rec.port, rec.extra_ports, name=rec.name
+        )
+        started = rec.started_at
         self.store.write(
             replace(
                 self.maker.described(rec, action.entry),
                 probe=rendered.probe,
+                liveness=rendered.liveness,
                 grace_seconds=rendered.grace_seconds,
                 ready_deadline_at=rec.ready_deadline_at
                 if started is None
@@ -433,7 +438,7 @@ class Executor:
             ref=rec.ref if now.ref is None else now.ref,
         )
         if now.ref is None or action.restarted:
-            moved = replace(moved, phase=Phase.STARTING, ready_at=None)
+            moved = replace(moved, phase=Phase.STARTING, ready_at=None, liveness_failures=0)
         if action.restarted:
             window = _deadline_window(rec)
             deadline = at + window if window is not None else None
@@ -497,6 +502,17 @@ class Executor:
             return False
         self.store.write(self.maker.rejected(action.name, action.reason))
         self.event(action.name, action.verb, action.reason, "pending")
+        return True
+
+    def _probed(self, action: Probed) -> bool:
+        """Count the liveness failures in a row; the message says so while any are counted."""
+        rec = self.store.read(action.name)
+        if rec is None or rec.phase is not Phase.READY:
+            return False
+        message = action.reason if action.failures else ""
+        self.store.write(replace(rec, liveness_failures=action.failures, message=message))
+        outcome = f"{action.failures} failures in a row" if action.failures else "answering"
+        self.event(action.name, action.verb, action.reason, outcome)
         return True
 
     def _conflict(self, action: Conflict) -> bool:

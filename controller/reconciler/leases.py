@@ -74,6 +74,7 @@ class RecordMaker:
             memory=spec.devices.memory if devices else None,
             phase=Phase.RESERVED,
             probe=rendered.probe,
+            liveness=rendered.liveness,
             stop_signal=rendered.stop_signal,
             grace_seconds=rendered.grace_seconds,
             reserved_at=now,

@@ -1,4 +1,5 @@
-"""Records + liveness by (pid, start time) + marker scan + probes -> one ``Observed``."""
+"""Records + liveness by (pid, start time) + marker scan + probes (readiness, and the
+liveness answers of Ready engines) -> one ``Observed``."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from controller.core.state import (
 )
 from controller.host.probes import ProbeTarget, probe_many
 from controller.host.procs import age, process_alive
+from controller.reconciler.liveness import LivenessProber
 from controller.store.records import Snapshot
 
 
@@ -29,7 +31,9 @@ def observe(
     drain: Drain | None = None,
     probe: bool = True,
     node: str | None = None,
+    liveness: LivenessProber | None = None,
 ) -> Observed:
+    """``liveness``: the prober whose answers this observation takes (None: no liveness)."""
     backend.refresh(snapshot.records.values())  # one batched look (a cluster: one round trip)
     markers = backend.scan()
     by_nonce: dict[str, list[MarkedProcess]] = {}
@@ -44,6 +48,9 @@ def observe(
         results = probe_many(_targets(views.values()))
         for name, result in results.items():
             views[name] = _with_probe(views[name], result)
+    if liveness is not None:
+        for name, result in liveness.take(views).items():
+            views[name] = dataclasses.replace(views[name], liveness=result)
     nonces = {rec.nonce for rec in snapshot.records.values() if rec.nonce}
     nonces |= {p.nonce for p in snapshot.problems if p.nonce}  # unknown version: not ours to reap
     foreign_devices: dict[str, str] = {}

@@ -33,6 +33,7 @@ from controller.logsetup import get_logger
 from controller.reconciler.autoscaling import Autoscaler
 from controller.reconciler.executor import Executor
 from controller.reconciler.leases import Lease, RecordMaker
+from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
 from controller.reconciler.pulling import Puller
@@ -121,6 +122,7 @@ class Preview:
         self.puller = Puller.of(config.state_dir)  # the model cache, for spec.source
         self.autoscaler = Autoscaler(config.state_dir, Journal(config.state_dir))
         self.scale_writes = False  # `plan` shows the autoscaler's counts, keeps none
+        self.liveness: LivenessProber | None = None  # `plan` probes no liveness
 
     def desired(self, loaded: LoadResult) -> Desired:
         return Desired(
@@ -131,10 +133,10 @@ class Preview:
             source_errors=_source_errors(loaded),
             prune=loaded.prune_safe or self.config.allow_empty,
             activations=activation.read_all(self.config.state_dir),
-            replicas=self.autoscaler.counts(
-                loaded.entries,
             restarts=restart.read_all(self.config.state_dir),
             revision=gitrev.revision_of(self.config.manifests),
+            replicas=self.autoscaler.counts(
+                loaded.entries,
                 lambda: self.store.load().records.values(),
                 time.time(),
                 write=self.scale_writes,
@@ -152,6 +154,7 @@ class Preview:
             drain=read_drain(self.config.state_dir),
             probe=probe,
             node=self.config.node,
+            liveness=self.liveness if probe else None,
         )
         observed = dataclasses.replace(observed, pulls=self.puller.observe())
         return observed, snapshot.problems
@@ -180,6 +183,9 @@ class Reconciler(Preview):
     ) -> None:
         super().__init__(config, backend, inventory, store)
         self.scale_writes = True  # under the pass lock: a changed count is kept, with its event
+        # --once: each Ready engine's liveness probed once per pass (the daemon hands in
+        # its background prober instead).
+        self.liveness = LivenessProber()
         self.pass_lock = FileLock(config.state_dir / "pass.lock", what="pass lock")
         self.placement_lock = FileLock(config.state_dir / "placement.lock", what="placement lock")
         # The daemon's stop flag: checked between rounds, so a pass ends after the round
@@ -229,6 +235,8 @@ class Reconciler(Preview):
                 cache_file=self.config.state_dir / "cache" / "manifests.json",
             )
             self.executor.take_tally()  # `down` and drains between passes are not this pass's
+            if self.liveness is not None:
+                self.liveness.begin_pass()
             result = self._rounds(loaded)
             result.outcomes = self.executor.take_tally()
             logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
@@ -239,6 +247,7 @@ class Reconciler(Preview):
 
     def _rounds(self, loaded: LoadResult) -> PassResult:
         desired = self.desired(loaded)
+        self.maker.revision = desired.revision  # what the records state (and Update compares)
         result = PassResult(
             errors=list(loaded.errors), owner=self.config.owner, node=self.config.node
         )
@@ -247,7 +256,6 @@ class Reconciler(Preview):
         result.missing_folders = list(loaded.missing_folders)
         settled: Observed | None = None  # the last round's view, when it changed nothing
         for _ in range(MAX_ROUNDS):
-        self.maker.revision = desired.revision  # what the records state (and Update compares)
             if self.interrupted():
                 break  # the daemon is stopping: the round in flight was finished
             observed, problems = self.observe()
@@ -291,6 +299,8 @@ class Reconciler(Preview):
         reserved = self._reserve(starts, observed)
         for start, taken in reserved:
             _note(result, start)
+            if is_next(start.name) and isinstance(taken, Lease):  # why a second one starts
+                self.executor.event(start.name, "roll", start.reason, "new instance beside the old")
         spawns = [(r, s.entry) for s, r in reserved if isinstance(r, Lease)]
         workers = min(self.backend.launch_concurrency, len(spawns))
         if workers <= 1:
@@ -299,8 +309,6 @@ class Reconciler(Preview):
         else:  # each launch touches only its own record, log and journal
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 list(pool.map(lambda pair: self.executor.spawn(*pair), spawns))
-            if is_next(start.name) and isinstance(taken, Lease):  # why a second one starts
-                self.executor.event(start.name, "roll", start.reason, "new instance beside the old")
         return bool(reserved)
 
     def _reserve(

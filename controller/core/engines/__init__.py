@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 from controller.core.engines.base import (
+    CompletionTarget,
     HttpCheck,
     Launch,
     ReadinessChecks,
@@ -26,6 +27,7 @@ MODULES: dict[str, str] = {
 
 __all__ = [
     "MODULES",
+    "CompletionTarget",
     "HttpCheck",
     "Launch",
     "ReadinessChecks",

@@ -57,11 +57,28 @@ class RenderContext:
     runtime_dir: str = "/tmp"
 
 
+# The health checks a recipe's liveness probe uses where the spec names none.
+HEALTH = ReadinessChecks(http=(HttpCheck("/health"),))
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionTarget:
+    """Where a ``completion: {}`` probe POSTs and the model id it asks for."""
+
+    path: str = CHAT
+    model: str = ""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Launch:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     readiness: ReadinessChecks = ReadinessChecks()
+    # The engine's own health check for a default livenessProbe (None: it has none).
+    liveness: ReadinessChecks | None = None
+    completion: CompletionTarget = CompletionTarget()
     stop_signal: int = signal.SIGTERM
 
 

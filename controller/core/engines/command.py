@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from controller.core.engines.base import Launch, ReadinessChecks, RecipeError, RenderContext
+from controller.core.engines.base import (
+    CompletionTarget,
+    Launch,
+    ReadinessChecks,
+    RecipeError,
+    RenderContext,
+)
 
 
 class CommandRecipe:
@@ -16,8 +22,14 @@ class CommandRecipe:
         argv = ctx.command + ctx.args
         if ctx.executable:
             argv = (ctx.executable, *argv[1:])
-        # No built-in probe: without spec.readiness the engine is ready once it runs.
-        return Launch(argv=argv, readiness=ReadinessChecks())
+        # No built-in probe: without spec.readiness the engine is ready once it runs, and
+        # without spec.livenessProbe nothing checks it once Ready. A `completion` probe
+        # asks the OpenAI chat path for spec.model, else the deployment's name.
+        return Launch(
+            argv=argv,
+            readiness=ReadinessChecks(),
+            completion=CompletionTarget(model=ctx.model or ctx.name),
+        )
 
 
 RECIPE = CommandRecipe()

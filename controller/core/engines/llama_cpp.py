@@ -8,12 +8,17 @@ llama-cpp-python 0.3.36, which ``scripts/build-llama-server`` builds):
   ``auto``; we pin it: 999 (every layer) when the instance holds a GPU, 0 when it holds
   none, so a CPU-only instance never touches a GPU whatever the build.
 * ``GET /health``: 503 ``{"error": {"message": "Loading model"}}`` while the model
-  loads, 200 ``{"status": "ok"}`` once it can serve.
+  loads, 200 ``{"status": "ok"}`` once it can serve. The default liveness probe too.
+* ``POST /v1/completions``: a ``completion`` probe's path (no chat template needed; the
+  one model it serves answers whatever ``model`` says).
 """
 
 from __future__ import annotations
 
 from controller.core.engines.base import (
+    COMPLETIONS,
+    HEALTH,
+    CompletionTarget,
     HttpCheck,
     Launch,
     ReadinessChecks,
@@ -56,6 +61,8 @@ class LlamaCppRecipe:
         return Launch(
             argv=argv,
             readiness=ReadinessChecks(http=(HttpCheck("/health"),)),
+            liveness=HEALTH,
+            completion=CompletionTarget(COMPLETIONS, ctx.model),
         )
 
 

@@ -14,11 +14,20 @@ and server code:
   readiness deadline with a probe message instead of looking healthy. Without
   ``spec.model`` only the server is checked. ``serve`` loads no weights at start, so the
   default deadline is short (120 s).
+* Liveness (default): ``GET /`` (``Ollama is running``); a ``completion`` probe POSTs
+  ``/v1/chat/completions`` for ``spec.model`` (Ollama's OpenAI-compatible API).
 """
 
 from __future__ import annotations
 
-from controller.core.engines.base import HttpCheck, Launch, ReadinessChecks, RenderContext
+from controller.core.engines.base import (
+    CHAT,
+    CompletionTarget,
+    HttpCheck,
+    Launch,
+    ReadinessChecks,
+    RenderContext,
+)
 
 # `reconcile export`'s default image (Docker Hub ollama/ollama: CPU and NVIDIA; AMD
 # needs the `-rocm` variant, which the user names in spec.image).
@@ -41,7 +50,8 @@ class OllamaRecipe:
     deadline_seconds = 120.0  # `serve` loads no weights at start
 
     def launch(self, ctx: RenderContext) -> Launch:
-        checks = [HttpCheck("/", contains="Ollama is running")]
+        running = HttpCheck("/", contains="Ollama is running")
+        checks = [running]
         if ctx.model:
             # /api/tags is compact JSON: {"models":[{"name":"llama3:latest",...}]}
             checks.append(HttpCheck("/api/tags", contains=f'"{model_tag(ctx.model)}"'))
@@ -49,6 +59,8 @@ class OllamaRecipe:
             argv=(ctx.executable or "ollama", "serve", *ctx.args),
             env={"OLLAMA_HOST": ollama_host(ctx.host, ctx.port)},
             readiness=ReadinessChecks(http=tuple(checks)),
+            liveness=ReadinessChecks(http=(running,)),
+            completion=CompletionTarget(CHAT, model_tag(ctx.model) if ctx.model else ""),
         )
 
 

@@ -18,11 +18,16 @@ Checked against SGLang's "Server Arguments" docs and ``python/sglang/srt/server_
   forces that generation, even when the operator turned it off to keep probes cheap, so
   ``/health`` is the right readiness gate: same answer by default, and it follows the
   operator's choice.
+* Liveness (default): the same ``/health``; a ``completion`` probe POSTs
+  ``/v1/completions`` for ``--served-model-name`` (else the model path).
 """
 
 from __future__ import annotations
 
 from controller.core.engines.base import (
+    COMPLETIONS,
+    HEALTH,
+    CompletionTarget,
     HttpCheck,
     Launch,
     ReadinessChecks,
@@ -30,6 +35,7 @@ from controller.core.engines.base import (
     RenderContext,
 )
 from controller.core.engines.share import share_args
+from controller.core.engines.vllm import served_model_name
 
 # `reconcile export`'s default image (Docker Hub lmsysorg/sglang). SGLang's install docs
 # name v0.5.19-cu129 as the last CUDA 12 tag; newer tags need a CUDA 13 driver.
@@ -69,6 +75,8 @@ class SglangRecipe:
         return Launch(
             argv=tuple(argv),
             readiness=ReadinessChecks(http=(HttpCheck("/health"),)),
+            liveness=HEALTH,
+            completion=CompletionTarget(COMPLETIONS, served_model_name(ctx.model, ctx.args)),
         )
 
 

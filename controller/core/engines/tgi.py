@@ -14,11 +14,16 @@ Checked against TGI's launcher reference (``docs/source/reference/launcher.md``)
   master port is a reserved per-instance port.
 * Readiness: the router serves ``GET /health`` only after every shard is ready, and
   answers 200 while the model is healthy.
+* Liveness (default): the same ``/health``; a ``completion`` probe POSTs the router's
+  OpenAI ``/v1/completions`` (TGI serves one model: its id there is ``tgi``).
 """
 
 from __future__ import annotations
 
 from controller.core.engines.base import (
+    COMPLETIONS,
+    HEALTH,
+    CompletionTarget,
     HttpCheck,
     Launch,
     ReadinessChecks,
@@ -76,6 +81,8 @@ class TgiRecipe:
         return Launch(
             argv=tuple(argv),
             readiness=ReadinessChecks(http=(HttpCheck("/health"),)),
+            liveness=HEALTH,
+            completion=CompletionTarget(COMPLETIONS, "tgi"),
         )
 
 

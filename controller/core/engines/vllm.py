@@ -16,6 +16,8 @@ source (``vllm/envs.py``, ``get_open_port`` in ``vllm/utils``):
   (``--served-model-name`` if the user gave one, else the model argument). With
   ``--api-key`` in the args the ``/v1`` routes answer 401 to an anonymous probe, so
   only ``/health`` (never behind the key) is checked.
+* Liveness (default): ``/health``; a ``completion`` probe POSTs ``/v1/completions`` for
+  the served model id (no chat template needed, which base models lack).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from controller.core.engines.base import (
+    COMPLETIONS,
+    HEALTH,
+    CompletionTarget,
     HttpCheck,
     Launch,
     ReadinessChecks,
@@ -72,13 +77,15 @@ class VllmRecipe:
         argv += share_args(self.engine, ctx.memory, ctx.devices, ctx.args)
         argv += ctx.args
         checks = [HttpCheck("/health")]
+        name = served_model_name(ctx.model, ctx.args)
         if not has_flag(ctx.args, "--api-key"):
-            name = served_model_name(ctx.model, ctx.args)
             checks.append(HttpCheck("/v1/models", contains=f'"{name}"'))
         return Launch(
             argv=tuple(argv),
             env={"VLLM_PORT": str(ctx.extra_ports[0])},
             readiness=ReadinessChecks(http=tuple(checks)),
+            liveness=HEALTH,
+            completion=CompletionTarget(COMPLETIONS, name),
         )
 
 

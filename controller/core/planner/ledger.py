@@ -17,15 +17,25 @@ from controller.core.engines.share import user_share
 from controller.core.inventory import Inventory
 from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place, place_devices
 from controller.core.planner.context import Context
+from controller.core.planner.turns import starting_on, turn_taken
 from controller.core.preempt import Candidate, choose_victims
 from controller.core.specs import DeploymentSpec, Entry
 
 
 class PlanLedger:
-    def __init__(self, ctx: Context, held: Ledger, instances: dict[str, frozenset[str]]) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        held: Ledger,
+        instances: dict[str, frozenset[str]],
+        starting: dict[str, str] | None = None,
+    ) -> None:
         self._ctx = ctx
         self._held = held
         self._instances = instances  # what counts against maxInstances: name -> device kinds
+        # device -> the memory-packed record starting on it (planner/turns.py)
+        self._starting = starting if starting is not None else starting_on(ctx.observed)
+        self.waiting_turn: set[str] = set()  # held only because another starts first
 
     @classmethod
     def of(cls, ctx: Context) -> PlanLedger:
@@ -38,11 +48,14 @@ class PlanLedger:
         }
         return cls(ctx, ledger_for(records, observed), instances)
 
-    def start(self, entry: Entry, why: str, *, record: str | None = None) -> Start | Hold:
+    def start(
+        self, entry: Entry, why: str, *, record: str | None = None, in_turn: bool = False
+    ) -> Start | Hold:
         """Start ``entry`` as record ``record`` (default: its own name), or Hold saying why.
 
         A Start takes its devices and ports in this ledger; a Hold takes nothing. Replicas
-        of one deployment are placed apart while the node allows (``spread``).
+        of one deployment are placed apart while the node allows (``spread``). ``in_turn``:
+        a memory-packed start waits while another starts on its device (``waiting_turn``).
         """
         name = record or entry.name
         if self._ctx.drain is not None:
@@ -55,11 +68,27 @@ class PlanLedger:
         placed = place(spec, room, self._held, extra, spread=entry.name)
         if isinstance(placed, Unplaced):
             return Hold(name=name, reason=self._unplaced(entry, placed, room), entry=entry)
+        memory = spec.devices.memory
+        wait = turn_taken(self._starting, placed.devices, name) if memory else None
+        if in_turn and wait is not None:
+            self.waiting_turn.add(name)
+            return Hold(name=name, reason=wait, entry=entry)
+        if memory is not None:
+            for device in placed.devices:
+                self._starting.setdefault(device, name)
         self._held.take(
             name, placed.devices, placed.ports, spec.devices.shareable, spec.devices.memory
         )
         self._instances[name] = limits.kinds_of(placed.devices)
         return self._started(entry, why, name, placed)
+
+    def starting_too(self, names: Iterable[str]) -> None:
+        """Records this plan restarts start on their devices too (a packed start waits)."""
+        for name in names:
+            view = self._ctx.observed.records.get(name)
+            if view is not None and view.record.memory is not None:
+                for device in view.record.devices:
+                    self._starting.setdefault(device, name)
 
     def start_instead_of(
         self, entry: Entry, why: str, victims: Sequence[str], *, record: str | None = None
@@ -70,6 +99,7 @@ class PlanLedger:
         outcome = trial.start(entry, why, record=record)
         if isinstance(outcome, Start):
             self._held, self._instances = trial._held, trial._instances
+            self._starting = trial._starting
         return outcome
 
     def room(self, spec: DeploymentSpec) -> Inventory | str:
@@ -101,7 +131,7 @@ class PlanLedger:
     def _without(self, names: Iterable[str]) -> PlanLedger:
         gone = set(names)
         kept = {n: kinds for n, kinds in self._instances.items() if n not in gone}
-        return PlanLedger(self._ctx, self._held.without(gone), kept)
+        return PlanLedger(self._ctx, self._held.without(gone), kept, dict(self._starting))
 
     def _unplaced(self, entry: Entry, placed: Unplaced, room: Inventory) -> str:
         reason = limits.explain(placed.reason, self._ctx.inventory, room, self._ctx.limits)

@@ -1,4 +1,4 @@
-"""A record's life once it has run: readiness, crash, back-off, restart, resync.
+"""A record's life once it has run: readiness, liveness, crash, back-off, restart, resync.
 
 Each function judges one of our records whose manifest is valid and unchanged and
 returns what it needs (a Pending one asks to be placed again: a :class:`Want`).
@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from controller.core.actions import AnyAction, Fail, MarkReady, Release, Restart, Resync, Stop
+from controller.core.actions import (
+    AnyAction,
+    Fail,
+    MarkReady,
+    Probed,
+    Release,
+    Restart,
+    Resync,
+    Stop,
+)
 from controller.core.planner.context import Context, Judged, Want
 from controller.core.specs import Entry
 from controller.core.state import Phase, Record, RecordView
@@ -53,6 +62,8 @@ def running(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
     rec = view.record
     if ctx.drain is not None and ctx.drain.evict:
         return (Stop(name=rec.name, reason=f"evicted: {ctx.drain_text()}"),)
+    if rec.phase is Phase.READY:
+        return liveness(ctx, view)
     if rec.phase is not Phase.STARTING:
         return ()
     if view.probe is not None and view.probe.ready:
@@ -61,6 +72,26 @@ def running(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
         last = f" (last probe: {view.probe.detail})" if view.probe else ""
         return (retry(ctx, rec, f"not ready by its readiness deadline{last}"),)
     return ()
+
+
+def liveness(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
+    """A Ready engine's liveness answer (one not counted before): failureThreshold failures
+    in a row restart it like a crash (back-off and all); fewer are counted in the record."""
+    rec, answer, probe = view.record, view.liveness, view.record.liveness
+    if answer is None or probe is None:
+        return ()
+    if answer.ready:
+        if rec.liveness_failures == 0:
+            return ()
+        why = f"liveness probe passes again: {answer.detail}"
+        return (Probed(name=rec.name, reason=why, failures=0),)
+    failures = rec.liveness_failures + 1
+    threshold = probe.failure_threshold
+    if failures < threshold:
+        why = f"liveness probe failed ({failures} of {threshold} in a row): {answer.detail}"
+        return (Probed(name=rec.name, reason=why, failures=failures),)
+    why = f"liveness probe {probe.kind} failed {failures} times in a row (last: {answer.detail})"
+    return (retry(ctx, rec, why),)
 
 
 def retry(ctx: Context, rec: Record, why: str, view: RecordView | None = None) -> Fail:

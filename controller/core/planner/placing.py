@@ -1,5 +1,6 @@
 """The starts of one plan, highest priority first: each wanted deployment gets a Start,
-an OnDemand swap (Parks and a Hold), a preemption (a Start and Preempts), or a Hold.
+an OnDemand swap (Parks and a Hold), a preemption (a Start and Preempts), or a Hold
+(memory-packed engines also wait their turn on a shared device: ``planner/turns.py``).
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ def _place(
     leaving: frozenset[str],
 ) -> list[AnyAction]:
     entry = want.entry
-    start = ledger.start(entry, want.why, record=want.record)
-    if not isinstance(start, Hold):
-        return [start]
+    start = ledger.start(entry, want.why, record=want.record, in_turn=True)
+    if not isinstance(start, Hold) or start.name in ledger.waiting_turn:
+        return [start]  # a start that waits its turn on a device preempts nobody
     if entry.deployment.spec.activation == "OnDemand" and (swapped := swap(ctx, ledger, entry)):
         return swapped
     # Only now, for a deployment that waits: a big plan with room stays linear.

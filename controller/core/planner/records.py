@@ -36,7 +36,7 @@ from controller.core.specs import (
 from controller.core.state import MarkedProcess, Phase, Record, RecordView
 
 # Spec fields a running engine never sees: a change to only these updates the record.
-IN_PLACE = ("readiness", "restartPolicy", "stopGracePeriodSeconds", "priority")
+IN_PLACE = ("readiness", "livenessProbe", "restartPolicy", "stopGracePeriodSeconds", "priority")
 SCALED_TO_ZERO = "scaled to 0: declared, nothing running"
 RESTARTED = "restarted by `reconcile restart`"
 

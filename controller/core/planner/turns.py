@@ -1,0 +1,41 @@
+"""One start at a time per shared device: engines packed on a GPU by memory start in turn.
+
+Concurrent CUDA initialisation on one GPU fails where sequential succeeds (vLLM #9198,
+#10533, #14376). So a memory-packed start waits while another memory-packed engine on
+one of its devices is still starting (Reserved, or Starting and alive), whoever owns
+it, until that one is Ready or gone; the waiting record is Pending and says for whom.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from controller.core.state import Observed, Phase, RecordView
+
+TURN = "one start at a time per device"
+
+
+def starting_on(observed: Observed) -> dict[str, str]:
+    """Device -> the memory-packed record starting on it now (the first by name)."""
+    out: dict[str, str] = {}
+    for name, view in sorted(observed.records.items()):
+        if _starting(view) and not view.record.elsewhere(observed.node):
+            for device in view.record.devices:
+                out.setdefault(device, name)
+    return out
+
+
+def turn_taken(starting: Mapping[str, str], devices: Iterable[str], name: str) -> str | None:
+    """Why ``name`` waits to start on ``devices`` (None: its turn)."""
+    for device in devices:
+        other = starting.get(device)
+        if other is not None and other != name:
+            return f"waiting for {other} to be Ready on {device} ({TURN})"
+    return None
+
+
+def _starting(view: RecordView) -> bool:
+    rec = view.record
+    if rec.memory is None or not rec.devices:
+        return False
+    return rec.phase is Phase.RESERVED or (rec.phase is Phase.STARTING and view.alive)

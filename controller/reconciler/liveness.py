@@ -1,0 +1,155 @@
+"""Liveness probes of Ready engines, each answer handed to exactly one pass.
+
+A hung engine (its process alive, every request stuck) is the case to catch, so no
+probe may hold up a pass. The daemon's prober (``background=True``) runs each probe
+on a worker thread when its period comes round (the daemon's timer calls
+:meth:`LivenessProber.start_due`) and says when an answer is news (a failure, or a
+success after failures), so the daemon runs a pass for it. ``--once``'s prober probes
+each Ready engine once per pass and waits for the answers, concurrently, each bounded
+by its ``timeoutSeconds``. Either way :meth:`take` gives each answer to one
+observation, and the planner counts failures in a row in the record (no clock, no I/O).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from controller.core.state import Phase, ProbeResult, RecordView
+from controller.host.probes import ProbeTarget, probe, probe_many
+
+WORKERS = 16
+News = Callable[[bool], None]  # called from a worker: True when a pass should count it
+
+
+@dataclass
+class _Slot:
+    """One Ready engine (by nonce) the prober watches."""
+
+    nonce: str
+    target: ProbeTarget
+    due: float  # monotonic: when the next probe starts
+    failing: bool = False  # the record counts failures: a success is news too
+    running: bool = False
+    answer: ProbeResult | None = None  # not yet taken by a pass
+
+
+class LivenessProber:
+    def __init__(
+        self,
+        *,
+        background: bool = False,
+        on_answer: News | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.background = background
+        self.on_answer = on_answer
+        self.clock = clock
+        self._slots: dict[str, _Slot] = {}
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._probed: set[str] = set()  # --once: probed in this pass (nonces)
+
+    def begin_pass(self) -> None:
+        """A new pass: ``--once``'s prober probes every Ready engine again (once)."""
+        self._probed.clear()
+
+    def take(self, views: Mapping[str, RecordView]) -> dict[str, ProbeResult]:
+        """The answers no pass has counted yet, by record name (for this observation)."""
+        with self._lock:
+            self._watch(views)
+        if self.background:
+            self.start_due()
+        else:
+            self._probe_now()
+        with self._lock:
+            out = {n: s.answer for n, s in self._slots.items() if s.answer is not None}
+            for name in out:
+                self._slots[name].answer = None
+        return out
+
+    def start_due(self) -> None:
+        """Start every probe whose period came round (the daemon's timer; never waits)."""
+        now = self.clock()
+        with self._lock:
+            due = [(n, s) for n, s in self._slots.items() if not s.running and s.due <= now]
+            for _, slot in due:
+                slot.running = True
+                slot.due = now + slot.target.config.period_seconds
+        for name, slot in due:
+            future = self._workers().submit(probe, slot.target)
+            future.add_done_callback(functools.partial(self._answered, name, slot))
+
+    def next_due(self) -> float | None:
+        """Seconds until the next probe starts (None: nothing to probe, or all running)."""
+        with self._lock:
+            waiting = [s.due for s in self._slots.values() if not s.running]
+        return None if not waiting else max(min(waiting) - self.clock(), 0.0)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- inside ---------------------------------------------------------------------
+
+    def _watch(self, views: Mapping[str, RecordView]) -> None:
+        """Slots for the Ready engines with a liveness probe; a new nonce starts afresh."""
+        now = self.clock()
+        wanted: dict[str, RecordView] = {n: v for n, v in views.items() if _probed(v)}
+        for name in list(self._slots):
+            view = wanted.get(name)
+            if view is None or view.record.nonce != self._slots[name].nonce:
+                del self._slots[name]  # an answer about an engine that is gone: dropped
+        for name, view in wanted.items():
+            rec = view.record
+            assert rec.liveness is not None and rec.port is not None and rec.nonce is not None
+            slot = self._slots.get(name)
+            if slot is None:
+                target = ProbeTarget(rec.host, rec.port, rec.liveness)
+                slot = _Slot(rec.nonce, target, due=now + rec.liveness.period_seconds)
+                self._slots[name] = slot
+            slot.target = ProbeTarget(rec.host, rec.port, rec.liveness)  # an in-place update
+            slot.failing = rec.liveness_failures > 0
+
+    def _probe_now(self) -> None:
+        with self._lock:
+            todo = {n: s for n, s in self._slots.items() if s.nonce not in self._probed}
+        answers = probe_many({n: s.target for n, s in todo.items()})
+        with self._lock:
+            for name, answer in answers.items():
+                self._probed.add(todo[name].nonce)
+                todo[name].answer = answer
+
+    def _answered(self, name: str, slot: _Slot, future: Future[ProbeResult]) -> None:
+        try:
+            answer = future.result()
+        except Exception as exc:  # a probe bug must not end the watch of the engine
+            answer = ProbeResult(False, f"probe failed: {exc}")
+        with self._lock:
+            slot.running = False
+            current = self._slots.get(name) is slot
+            news = current and (not answer.ready or slot.failing)
+            if news:
+                slot.answer = answer
+        if self.on_answer is not None:
+            self.on_answer(news)
+
+    def _workers(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="liveness")
+        return self._pool
+
+
+def _probed(view: RecordView) -> bool:
+    rec = view.record
+    return (
+        view.alive
+        and rec.phase is Phase.READY
+        and rec.liveness is not None
+        and rec.port is not None
+        and rec.nonce is not None
+    )
