@@ -7,12 +7,11 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from controller.cli.common import config, selected
+from controller.cli.common import config
 from controller.cli.common import reconciler as build
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
-    from controller.core.state import Record
     from controller.daemon.loop import FrontDoor
 
 
@@ -119,31 +118,3 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     print(f"{len(loaded.entries)} deployment(s) in {len(loaded.files)} file(s): valid")
     return EXIT_OK
-
-
-def cmd_down(args: argparse.Namespace) -> int:
-    from controller.core.names import base_name
-
-    def chosen(rec: Record) -> bool:  # a NAME is a deployment: each of its replicas goes
-        return selected(rec.labels, args) and (not args.names or base_name(rec.name) in args.names)
-
-    reconciler = build(config(args))
-    stopped = reconciler.down(chosen)
-    for name in stopped:
-        print(f"stopped {name}")
-    others = [r for r in reconciler.elsewhere() if chosen(r)]
-    found = {base_name(n) for n in stopped} | {base_name(r.name) for r in others}
-    missing = set(args.names) - found
-    for name in sorted(missing):
-        print(f"reconcile: this set runs no deployment named {name!r} here", file=sys.stderr)
-    for rec in others:
-        print(
-            f"reconcile: {rec.name} runs on node {rec.node}: run `reconcile down` there",
-            file=sys.stderr,
-        )
-    if args.gateway:  # the gateway serves the state dir, not a set: only when asked
-        from controller.cli.gatewayverbs import stop_gateways
-
-        for info in stop_gateways(reconciler.config.state_dir.absolute()):
-            print(f"stopped gateway pid {info.ref.pid} ({info.address})")
-    return EXIT_FAIL if others or missing else EXIT_OK

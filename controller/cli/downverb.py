@@ -1,0 +1,76 @@
+"""`reconcile down [NAME...]`: stop what this manifest set owns on this node.
+
+Each record is named as what happened to it: ``stopped`` for an engine that ran,
+``removed`` for a record that never ran one (Pending, Idle, a rejected manifest). A
+`down` that stops nothing says which manifest set it looked for, and which sets own
+the records that are there: run from another folder it must not look like success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+
+from controller.cli.common import config, selected
+from controller.cli.common import reconciler as build
+from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
+from controller.core.names import base_name
+from controller.core.state import Record
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    def chosen(rec: Record) -> bool:  # a NAME is a deployment: each of its replicas goes
+        return selected(rec.labels, args) and (not args.names or base_name(rec.name) in args.names)
+
+    reconciler = build(config(args))
+    before = reconciler.store.load().records  # to say what each one was
+    stopped = reconciler.down(chosen)
+    for name in stopped:
+        rec = before.get(name)
+        print(f"{_what(rec)} {name}" + (f" ({rec.phase}: never ran)" if not _ran(rec) else ""))
+    others = [r for r in reconciler.elsewhere() if chosen(r)]
+    found = {base_name(n) for n in stopped} | {base_name(r.name) for r in others}
+    missing = set(args.names) - found
+    for name in sorted(missing):
+        print(f"reconcile: this set runs no deployment named {name!r} here", file=sys.stderr)
+    for rec in others:
+        print(
+            f"reconcile: {rec.name} runs on node {rec.node}: run `reconcile down` there",
+            file=sys.stderr,
+        )
+    if not stopped and not others:
+        _nothing(reconciler.config.owner, [r for r in before.values() if chosen(r)])
+    if args.gateway:  # the gateway serves the state dir, not a set: only when asked
+        from controller.cli.gatewayverbs import stop_gateways
+
+        for info in stop_gateways(reconciler.config.state_dir.absolute()):
+            print(f"stopped gateway pid {info.ref.pid} ({info.address})")
+    return EXIT_FAIL if others or missing else EXIT_OK
+
+
+def _ran(rec: Record | None) -> bool:
+    return rec is None or rec.ref is not None or rec.holds
+
+
+def _what(rec: Record | None) -> str:
+    return "stopped" if _ran(rec) else "removed"
+
+
+def _nothing(owner: str, records: list[Record]) -> None:
+    """Nothing of this set was here: say which set that is, and whose records are."""
+    print(
+        f"reconcile: nothing to stop: manifest set {owner!r} owns no deployment here "
+        "(a set is named by its -f folders' absolute paths, or --owner)",
+        file=sys.stderr,
+    )
+    sets: defaultdict[str, set[str]] = defaultdict(set)
+    for rec in records:
+        if rec.owner != owner:
+            sets[rec.owner].add(base_name(rec.name))
+    for other, names in sorted(sets.items()):
+        print(
+            f"reconcile: records of manifest set {other!r} are here ({', '.join(sorted(names))}):"
+            f" run `reconcile down` from that folder, or add --owner {other!r}",
+            file=sys.stderr,
+        )

@@ -1,0 +1,32 @@
+"""`reconcile down` says what it did to each record and whose records it left (issue 25)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def test_down_says_removed_for_what_never_ran(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write("web")
+    rc.write("huge", basePort=rc.port + 5, devices={"count": 5, "kind": "nvidia"})
+    rc.once(check=1)  # huge is Pending: no room
+    assert rc.record("huge")["phase"] == "Pending"
+    down = rc("down", check=0)
+    assert sorted(down.out.splitlines()) == ["removed huge (Pending: never ran)", "stopped web"]
+    assert rc.record("huge") is None and rc.record("web") is None
+
+
+def test_down_from_another_folder_names_the_sets_it_found(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write("web")
+    rc.converge()
+    elsewhere = rc.tmp / "elsewhere"
+    elsewhere.mkdir()
+    owner = str(rc.manifests.absolute())
+    down = rc("down", "-f", str(elsewhere), check=0)
+    assert down.out == "", down  # nothing of that set here: nothing stopped
+    assert f"manifest set {str(elsewhere.absolute())!r} owns no deployment here" in down.err
+    assert f"records of manifest set {owner!r} are here (web)" in down.err, down
+    assert f"--owner {owner!r}" in down.err
+    assert rc.record("web")["phase"] == "Ready"  # left alone
+    assert rc("down", "-f", str(elsewhere), "--owner", owner, check=0).out == "stopped web\n"
