@@ -34,6 +34,7 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
             owner=cfg.owner,
             node=cfg.node,
             verbosity=-1 if args.quiet else args.verbose,
+            devices=cfg.devices,
         )
         warning = gw.check_exposure(settings)
         if settings.api_keys is not None:

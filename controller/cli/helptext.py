@@ -65,6 +65,10 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
         "reconcile gateway restart                        # a fresh one takes the port over",
         "reconcile gateway stop                           # finish its requests, exit",
     ),
+    "ui": (
+        "reconcile ui                                     # the page's URL (the gateway's bind)",
+        "reconcile ui --open                              # and open it in a browser",
+    ),
     "export": (
         "reconcile export -f manifests | kubectl apply -f -",
         "reconcile export -o json --namespace ml          # one v1 List",
@@ -102,6 +106,7 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
         "1   no such deployment, or a new instance cannot come up, or --timeout",
     ),
     "gateway": ("0   done", "1   no gateway runs (status, restart) or it did not start"),
+    "ui": ("0   printed (and opened)", "1   no gateway runs (no --listen), or no browser"),
     "export": ("0   every deployment converted", "1   an invalid manifest or a field with no form"),
 }
 _USAGE = "64  bad flags or arguments"

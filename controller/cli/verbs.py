@@ -103,6 +103,12 @@ def _gateway(args: argparse.Namespace) -> int:
     return cmd_gateway(args)
 
 
+def _ui(args: argparse.Namespace) -> int:
+    from controller.cli.uiverb import cmd_ui
+
+    return cmd_ui(args)
+
+
 def _models(args: argparse.Namespace) -> int:
     from controller.cli.modelsverb import cmd_models
 
@@ -133,6 +139,7 @@ VERBS: Mapping[str, Handler] = {
     "uncordon": _uncordon,
     "export": _export,
     "gateway": _gateway,
+    "ui": _ui,
     "models": _models,
     "completion": _completion,
 }

@@ -264,6 +264,8 @@ class Activation:
 
     last_request_at: datetime
     inflight: int = 0
+    # Unloaded (the web page): parked now; the next request writes an activation anew.
+    released: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from controller.gateway.routes import Front
 from controller.gateway.routing import Table
 from controller.gateway.server import Connections, connection_cap, exception_handler, factory
 from controller.gateway.settings import Settings
+from controller.gateway.ui.pages import Page
 from controller.logsetup import get_logger
 
 if TYPE_CHECKING:
@@ -183,8 +184,10 @@ class Gateway:
             session=session,
         )
         # handler_cancellation: a client that goes away cancels its handler (and upstream).
+        app = self.front.app()
+        Page(s, self.metrics, lambda: self.keys, request_pass).install(app)  # GET /ui
         self._runner = web.AppRunner(
-            self.front.app(),
+            app,
             handler_cancellation=True,
             access_log=None,
             shutdown_timeout=CUT_WAIT,  # the drain (_close) waited for the requests first

@@ -68,6 +68,11 @@ class RecordsWatch:
     def record(self, name: str) -> Record | None:
         return self._good.get(name)
 
+    def everything(self) -> list[Record]:
+        """Every record of the last ``read``, whoever owns it (the web page shows them
+        all, as ``status`` does)."""
+        return list(self._good.values())
+
     def _read_one(self, name: str) -> Record | None:
         try:
             raw = (self.instances / f"{name}.json").read_bytes()

@@ -39,6 +39,7 @@ class Settings:
     owner: str = ""
     node: str = ""
     verbosity: int = 0  # the daemon's -v, for the gateway process's own log lines
+    devices: str | None = None  # the daemon's static inventory (--devices): the web page's
 
     @property
     def loopback(self) -> bool:

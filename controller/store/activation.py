@@ -32,6 +32,7 @@ def write(state_dir: Path, name: str, activation: Activation) -> None:
     data = {
         "last_request_at": activation.last_request_at.isoformat(),
         "inflight": activation.inflight,
+        "released": activation.released,
     }
     write_atomic(where / f"{name}.json", json.dumps(data).encode())
 
@@ -49,6 +50,7 @@ def read_all(state_dir: Path) -> dict[str, Activation]:
             out[path.stem] = Activation(
                 last_request_at=datetime.fromisoformat(data["last_request_at"]),
                 inflight=int(data.get("inflight", 0)),
+                released=data.get("released") is True,
             )
     return out
 

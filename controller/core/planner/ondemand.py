@@ -9,7 +9,7 @@ from controller.core.inventory import Inventory
 from controller.core.planner.context import Context
 from controller.core.planner.ledger import PlanLedger
 from controller.core.specs import Entry
-from controller.core.state import Phase, Record
+from controller.core.state import Activation, Phase, Record
 
 
 def parked(ctx: Context, entry: Entry, rec: Record | None) -> bool:
@@ -22,7 +22,7 @@ def parked(ctx: Context, entry: Entry, rec: Record | None) -> bool:
     if spec.activation != "OnDemand":
         return False
     act = ctx.desired.activations.get(entry.name)
-    if act is None:
+    if act is None or act.released:  # released: unloaded, until the next request
         return True
     since = rec.idle_since if rec is not None and rec.phase is Phase.IDLE else None
     if since is not None and act.last_request_at <= since:
@@ -30,7 +30,9 @@ def parked(ctx: Context, entry: Entry, rec: Record | None) -> bool:
     return (ctx.now - act.last_request_at).total_seconds() >= spec.idle_timeout
 
 
-def idle_reason(entry: Entry, rec: Record) -> str:
+def idle_reason(entry: Entry, rec: Record, act: Activation | None = None) -> str:
+    if act is not None and act.released and rec.holds:
+        return "unloaded (the web page): idle until a request"
     if rec.phase in (Phase.PENDING, Phase.IDLE) or not rec.holds:
         return "OnDemand: idle until a request"
     return f"idle: no request for {entry.deployment.spec.idle_timeout:g}s (idleTimeout)"

@@ -1,0 +1,206 @@
+"""``/ui``: the page's files, its JSON (``/ui/api/state``, ``/ui/api/logs/NAME``) and its
+actions (``POST /ui/api/ACTION``), on the gateway's own bind.
+
+Who may use them: with API keys, the JSON and the actions want a key as the OpenAI
+paths do (``Authorization: Bearer``; the page keeps it in the tab's session storage);
+the files themselves hold no data and are served to anyone (the sign-in is in them).
+Without keys (a loopback bind) a request must name a loopback host, so a web site
+whose name is made to resolve to 127.0.0.1 (DNS rebinding) reads nothing; an action
+must be a JSON POST from the page's own origin, so another site's form cannot post one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from controller.gateway.answers import error
+from controller.gateway.keys import Keys, presented
+from controller.gateway.metrics import GatewayMetrics
+from controller.gateway.settings import Settings, is_loopback
+from controller.gateway.ui import actions
+from controller.gateway.ui.snapshot import Reader
+from controller.gateway.ui.traffic import Traffic
+from controller.logsetup import get_logger
+from controller.store import logfiles
+from controller.store.records import RecordStore, check_name
+
+log = get_logger("reconcile")
+
+STATIC = Path(__file__).parent / "static"
+FILES = {
+    "index.html": "text/html",
+    "app.js": "text/javascript",
+    "style.css": "text/css",
+}
+LOG_LINES = 200  # lines of a log tail, at most
+HEADERS = {
+    # Everything comes from the gateway itself: no inline script, no other origin.
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass
+class Page:
+    settings: Settings
+    metrics: GatewayMetrics
+    keys: Callable[[], Keys | None]  # the keys in force (SIGHUP reloads them)
+    request_pass: Callable[[], None]
+    reader: Reader = field(init=False)
+    traffic: Traffic = field(init=False)
+    _reading: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    _files: dict[str, bytes] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.reader = Reader(s.state_dir, s.node, s.devices)
+        self.traffic = Traffic(self.metrics)
+        self._files = {name: (STATIC / name).read_bytes() for name in FILES}
+
+    def install(self, app: web.Application) -> None:
+        """The routes (found before the gateway's catch-all: aiohttp tries the longest
+        path prefix first) and the traffic sampler, for the app's lifetime."""
+        app.router.add_get("/ui", self.index)
+        app.router.add_get("/ui/", self.index)
+        app.router.add_get("/ui/{file:app\\.js|style\\.css}", self.file)
+        app.router.add_get("/ui/api/state", self.state)
+        app.router.add_get("/ui/api/logs/{name}", self.logs)
+        app.router.add_post("/ui/api/{action}", self.act)
+        app.cleanup_ctx.append(self._sampling)
+
+    async def _sampling(self, app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(self.traffic.run())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    # -- the files ------------------------------------------------------------------
+
+    async def index(self, request: web.Request) -> web.Response:
+        return self._file("index.html")
+
+    async def file(self, request: web.Request) -> web.Response:
+        return self._file(request.match_info["file"])
+
+    def _file(self, name: str) -> web.Response:
+        return web.Response(body=self._files[name], content_type=FILES[name], headers=HEADERS)
+
+    # -- the JSON --------------------------------------------------------------------
+
+    async def state(self, request: web.Request) -> web.Response:
+        key = self._caller(request)
+        if isinstance(key, web.Response):
+            return key
+        only = request.query.get("events") or None
+        doc = await self._read(lambda: self.reader.state(only))
+        doc["keys"] = self.keys() is not None
+        doc["traffic"] = self.traffic.as_json()
+        return web.json_response(doc, headers=HEADERS)
+
+    async def logs(self, request: web.Request) -> web.Response:
+        key = self._caller(request)
+        if isinstance(key, web.Response):
+            return key
+        name = request.match_info["name"]
+        try:
+            path = RecordStore(self.settings.state_dir).log_path(check_name(name))
+        except ValueError:
+            return error(400, f"not a deployment or instance name: {name!r}", "invalid_request")
+        lines = await self._read(lambda: _tail(path, LOG_LINES))
+        return web.json_response({"name": name, "lines": lines}, headers=HEADERS)
+
+    async def _read(self, work: Callable[[], Any]) -> Any:
+        """Disk reads off the loop, one at a time (the reader keeps what it read)."""
+        async with self._reading:
+            return await asyncio.get_running_loop().run_in_executor(None, work)
+
+    # -- the actions -------------------------------------------------------------------
+
+    async def act(self, request: web.Request) -> web.Response:
+        key = self._caller(request)
+        if isinstance(key, web.Response):
+            return key
+        refused = _foreign_post(request)
+        if refused is not None:
+            return error(403, refused, "forbidden")
+        try:
+            body = json.loads(await request.read() or b"{}")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return error(400, "the body must be a JSON object", "invalid_request")
+        asked = actions.Asked(
+            action=request.match_info["action"],
+            name=str(body.get("name", "")),
+            key=key,
+            reason=str(body.get("reason", ""))[:200],
+        )
+        try:
+            said = await self._read(lambda: self._run(asked))
+        except actions.Refused as exc:
+            return error(exc.status, str(exc), "invalid_request")
+        except (OSError, ValueError) as exc:
+            log.error("web page action failed", action=asked.action, error=str(exc))
+            return error(500, f"{asked.action} failed: {exc}", "internal_error")
+        log.info("web page action", action=asked.action, deployment=asked.name, key=key)
+        self.request_pass()  # the daemon acts on it now, not at its next resync
+        return web.json_response({"message": said}, headers=HEADERS)
+
+    def _run(self, asked: actions.Asked) -> str:
+        return actions.run(self.settings.state_dir, self.reader.records(), asked)
+
+    # -- who asks ------------------------------------------------------------------------
+
+    def _caller(self, request: web.Request) -> str | web.Response:
+        """The key's label ("-" without keys), or the answer that refuses."""
+        keys = self.keys()
+        if keys is None:
+            host = urlsplit(f"//{request.host}").hostname or ""
+            if self.settings.loopback and not is_loopback(host):
+                why = (
+                    f"the gateway has no API keys, so its page answers only a loopback host "
+                    f"name (127.0.0.1, localhost), not {host!r}"
+                )
+                return error(403, why, "forbidden")
+            return "-"
+        found = keys.match(
+            presented(request.headers.get("Authorization"), request.headers.get("x-api-key"))
+        )
+        if found is None:
+            return error(
+                401,
+                "missing or invalid API key: sign in on the page, or send "
+                "`Authorization: Bearer <key>`",
+                "invalid_api_key",
+            )
+        return found
+
+
+def _foreign_post(request: web.Request) -> str | None:
+    """Why an action is refused as not the page's own (None: it is)."""
+    if request.content_type != "application/json":
+        return "an action is a POST with Content-Type: application/json (the page sends one)"
+    origin = request.headers.get("Origin")
+    if origin is not None and urlsplit(origin).netloc != request.host:
+        return f"an action from another origin ({origin}) is refused"
+    return None
+
+
+def _tail(path: Path, count: int) -> list[str]:
+    lines = logfiles.tail_lines(path, count)
+    return [line.decode("utf-8", "replace").rstrip("\n") for line in lines]

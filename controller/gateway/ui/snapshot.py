@@ -1,0 +1,129 @@
+"""What the page shows, read from the state dir (call it off the gateway's loop).
+
+The deployments are ``status -o json``'s items and the devices ``devices -o json``'s,
+built by the same code (``core/statusjson.py``) from every record of the state dir; the
+events are every deployment's journal merged, newest first. Read-only: a record the
+gateway cannot parse keeps its last good reading (``records_watch.py``), nothing is
+quarantined or rewritten from here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from controller import __version__
+from controller.core.inventory import Inventory
+from controller.core.state import Record
+from controller.core.statusjson import deployment_items, device_items, iso
+from controller.errors import ConfigError
+from controller.gateway.records_watch import RecordsWatch
+from controller.host import devices
+from controller.store import pullstatus
+from controller.store.events import Journal
+from controller.store.node import read_drain
+from controller.store.records import check_name
+
+EVENTS = 200  # the newest events the page gets
+INVENTORY_TTL = 5.0  # seconds a discovered inventory is reused (NVML is not free)
+
+
+@dataclass
+class Reader:
+    state_dir: Path
+    node: str
+    devices: str | None  # the daemon's static inventory (--devices), else discovery
+    watch: RecordsWatch = field(init=False)
+    _inventory: tuple[float, Inventory] | None = None
+    _seen: frozenset[tuple[str, int, int, int]] | None = None
+
+    def __post_init__(self) -> None:
+        self.watch = RecordsWatch(self.state_dir, owner="", node="")
+
+    def records(self) -> list[Record]:
+        """Every record of the state dir (re-read only when the folder changed)."""
+        look = self._look()
+        stamp = self.watch.stamp()
+        if stamp is not None and (look != self._seen or look is None):
+            self.watch.read(stamp)
+            self._seen = look
+        return self.watch.everything()
+
+    def _look(self) -> frozenset[tuple[str, int, int, int]] | None:
+        """Each record file's name, inode, mtime and size: two writes between two looks
+        may leave a record at the inode it had (tmp + rename frees one, the next tmp can
+        take it), so the inode alone can miss a change."""
+        try:
+            with os.scandir(self.watch.instances) as entries:
+                return frozenset(
+                    (e.name, e.inode(), (st := e.stat()).st_mtime_ns, st.st_size)
+                    for e in entries
+                    if e.name.endswith(".json") and not e.name.startswith(".")
+                )
+        except OSError:
+            return None
+
+    def inventory(self) -> Inventory:
+        now = time.monotonic()
+        if self._inventory is None or now - self._inventory[0] > INVENTORY_TTL:
+            self._inventory = (now, devices.resolve(self.devices))
+        return self._inventory[1]
+
+    def state(self, events_of: str | None) -> dict[str, Any]:
+        records = sorted(self.records(), key=lambda r: r.name)
+        shown, pulls = pullstatus.live(records, self.state_dir)
+        return {
+            "node": self.node,
+            "version": __version__,
+            "now": iso(datetime.now(UTC)),
+            "drain": self.drain(),
+            "deployments": deployment_items(shown, pulls),
+            "facts": {r.name: facts(r) for r in records},
+            "devices": device_items(self.inventory().devices, records),
+            "events": self.events(events_of),
+        }
+
+    def drain(self) -> dict[str, Any] | None:
+        try:
+            found = read_drain(self.state_dir)
+        except ConfigError as exc:
+            return {"active": True, "until": None, "by": "", "reason": str(exc)}
+        if found is None or not found.active(datetime.now(UTC)):
+            return None
+        return {"active": True, "until": iso(found.until), "by": found.by, "reason": found.reason}
+
+    def events(self, only: str | None) -> list[dict[str, Any]]:
+        """The newest events, newest first; ``only``: one deployment's (its replicas')."""
+        journal = Journal(self.state_dir)
+        out = [
+            {"deployment": name, **event}
+            for name in journals(journal.folder)
+            if only is None or name == only or name.partition("@")[0] == only
+            for event in journal.read(name, last=EVENTS)
+        ]
+        out.sort(key=lambda e: str(e.get("time", "")), reverse=True)
+        return out[:EVENTS]
+
+
+def facts(rec: Record) -> dict[str, Any]:
+    """What the page needs beyond the status item: the model names and activation."""
+    return {"models": list(rec.models), "on_demand": rec.on_demand}
+
+
+def journals(folder: Path) -> list[str]:
+    """The deployments that have a journal (only names this tool could have given)."""
+    try:
+        files = sorted(folder.glob("*.jsonl"))
+    except OSError:
+        return []
+    out = []
+    for path in files:
+        try:
+            out.append(check_name(path.stem))
+        except ValueError:  # not a journal this tool wrote: never read by that name
+            continue
+    return out
