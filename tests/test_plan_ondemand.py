@@ -61,3 +61,23 @@ def test_an_idle_deployment_stays_idle_without_a_new_request() -> None:
     rec = record("a", spec=SERVING, phase=Phase.IDLE, idle_since=NOW - timedelta(seconds=10))
     want = desired(SERVING, activations={"a": ago(20)})
     assert plan(want, observed(view(rec)), inventory(), NOW) == []
+
+
+def test_a_released_activation_parks_a_ready_engine_at_once() -> None:
+    """Unload (the web page): a fresh activation marked released parks it, saying why."""
+    rec = record("a", spec=SERVING, phase=Phase.READY)
+    released = Activation(last_request_at=NOW, released=True)
+    actions = plan(
+        desired(SERVING, activations={"a": released}), observed(view(rec)), inventory(), NOW
+    )
+    assert [type(a) for a in actions] == [Park]
+    assert actions[0].reason.startswith("unloaded")
+
+
+def test_an_unloaded_idle_deployment_stays_idle() -> None:
+    """Released after it parked: nothing to do (a later request, not released, starts it,
+    as test_an_idle_deployment_starts_on_a_request_after_it_parked shows)."""
+    rec = record("a", spec=SERVING, phase=Phase.IDLE, idle_since=NOW - timedelta(seconds=10))
+    released = Activation(last_request_at=NOW - timedelta(seconds=1), released=True)
+    want = desired(SERVING, activations={"a": released})
+    assert plan(want, observed(view(rec)), inventory(), NOW) == []

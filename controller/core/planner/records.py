@@ -117,7 +117,8 @@ def _declared(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
         return list(_restated(ctx, rec, entry))  # an alias routes to it, idle or not
     if parked(ctx, entry, rec):
         if rec.phase is not Phase.IDLE or rec.spec_hash != entry.hash:
-            return [Park(name=rec.name, reason=idle_reason(entry, rec), entry=entry)]
+            act = ctx.desired.activations.get(entry.name)
+            return [Park(name=rec.name, reason=idle_reason(entry, rec, act), entry=entry)]
         return list(_restated(ctx, rec, entry))
     if rec.phase is Phase.IDLE and rec.message == SCALED_TO_ZERO:
         return [Want(entry, f"scaled up to {ctx.desired.count(entry.name)}", rec.name)]
