@@ -158,3 +158,19 @@ def test_the_daemon_runs_ray_deployments(rc: Reconcile) -> None:
     wait_for(lambda: not ours(), timeout=30, what="w's actor gone")
     daemon.send_signal(signal.SIGTERM)
     assert daemon.wait(30) == 0
+
+
+def test_replicas_spread_over_the_nodes_and_each_writes_its_log(rc: Reconcile) -> None:
+    # No devices asked: only the backend's choice of node keeps the three replicas apart.
+    rc.write("web", command=ENGINE, replicas=3)
+    rc.converge(timeout="120s")
+    items = rc.status("web", cli=True)["web"]
+    assert items["ready_replicas"] == 3, items
+    nodes = {i["node"] for i in items["instances"]}
+    assert len(nodes) == 3, f"three nodes: {items['instances']}"
+    assert all(answers(i) for i in items["instances"])
+    # Each replica's log is its own, on its own node (read through its actor).
+    pids = {i["replica"]: i["pid"] for i in items["instances"]}
+    for replica, pid in pids.items():
+        text = rc("logs", "web", "--replica", str(replica), check=0).out
+        assert f"pid {pid}" in text or str(pid) in text, text

@@ -8,19 +8,23 @@ it through the actor, in one batched round of calls per observation (``refresh``
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from controller.backends.base import ExitStatus, StartRequest
 from controller.backends.ray import cluster, naming
 from controller.backends.ray.actor import EngineHost, HostStatus, Job
 from controller.core import backendnames
 from controller.core.inventory import Inventory
+from controller.core.names import base_name
 from controller.core.specs import DeploymentSpec
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import SpawnError, Unplaceable
@@ -32,6 +36,7 @@ STATUS_TIMEOUT = 2.0  # one round of status calls: an actor slower than this is 
 PLACE_TIMEOUT = 60.0  # a new actor placed and its engine spawned (worker start, imports)
 GONE_TIMEOUT = 15.0  # a killed actor leaves the name registry
 NO_REF = ProcessRef(pid=1, start_time=0.0)  # an actor whose engine we have not seen (yet)
+TOKEN_CPU = 0.001  # what a replica with no GPU asks for, so its node affinity holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,10 @@ class RayBackend:
         self._handles: dict[tuple[str, str], Any] = {}  # (namespace, actor name) -> handle
         self._ns_of: set[str] = {self.namespace}
         self._by_ref: dict[tuple[int, float], Seen] = {}
+        # Record name -> the node its actor runs on (the last refresh, then each launch):
+        # a replica's launch avoids its siblings' nodes.
+        self._nodes: dict[str, str] = {}
+        self._placing = threading.Lock()  # one pass launches replicas concurrently
 
     # -- placement -----------------------------------------------------------------------
 
@@ -80,6 +89,7 @@ class RayBackend:
         if short is not None:
             raise Unplaceable(short)
         ns = naming.namespace(self.state_dir, rec.owner)
+        strategy = self._strategy(rec.name, spec)
         job = Job(
             entry=launch.entry, nonce=rec.nonce, state_key=ns, base_port=rec.port, record=rec.name
         )
@@ -90,10 +100,14 @@ class RayBackend:
                 namespace=ns,
                 lifetime="detached",  # engines outlive a cron pass, as local ones do
                 num_gpus=spec.devices.count,
-                num_cpus=0,  # the engine's CPU use is not Ray's to ration
+                # The engine's CPU use is not Ray's to ration; but Ray places a request
+                # for no resource at all on a random node whatever its (soft) node
+                # affinity says (ray-project/ray#25360 fixed that for hard affinity
+                # only), so a replica asking for no GPU asks for a token of CPU.
+                num_cpus=TOKEN_CPU if spec.devices.count == 0 and strategy != "DEFAULT" else 0,
                 max_restarts=-1,  # a lost node: Ray brings it back where there is room
                 max_concurrency=4,  # status and logs answer while a stop waits
-                scheduling_strategy=_strategy(spec),
+                scheduling_strategy=strategy,
             )
             .remote(job)
         )
@@ -109,7 +123,32 @@ class RayBackend:
         if status.ref is None:  # the engine could not be exec'd there: say why, stop
             self._kill(handle)
             raise SpawnError(status.message)
+        with self._placing:
+            self._nodes[rec.name] = status.node_id
         return _instance(status)
+
+    def _strategy(self, name: str, spec: DeploymentSpec) -> Any:
+        """Where Ray should put the actor of record ``name``.
+
+        A replica goes to a node none of its siblings is on, where one has room: Ray's
+        SPREAD alone is per driver, and every pass is a new one, so three replicas
+        launched by two passes landed on two nodes. ``soft``: if that node cannot take
+        it after all, Ray places it anywhere. One replica: Ray's default packing."""
+        if spec.replicas <= 1 and spec.autoscale is None:
+            return "DEFAULT"
+        deployment = base_name(name)
+        with self._placing:
+            taken = Counter(
+                node
+                for other, node in self._nodes.items()
+                if base_name(other) == deployment and other != name
+            )
+            fits = [n for n in cluster.nodes() if n.free_gpus >= spec.devices.count]
+            if not fits:
+                return "SPREAD"
+            node = min(fits, key=lambda n: (taken[n.node_id], -n.free_gpus, n.node_id)).node_id
+            self._nodes[name] = node  # claimed now: a concurrent sibling's launch sees it
+        return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
 
     # -- observing: one batched round -----------------------------------------------------
 
@@ -146,6 +185,10 @@ class RayBackend:
                     pass  # unavailable for now: being restarted
             seen[(ns, parsed[1])] = Seen(ns, actor, parsed[0], parsed[1], status, dead)
         self._seen = seen
+        with self._placing:
+            self._nodes = {
+                s.name: s.status.node_id for s in seen.values() if s.status and not s.dead
+            }
         self._by_ref = {  # the records' refs: how alive() and exit_of() find their actor
             _key(r.ref): self._seen[k]
             for r in records
@@ -329,10 +372,3 @@ def _key(ref: ProcessRef) -> tuple[int, float]:
 
 def _same(a: ProcessRef | None, b: ProcessRef) -> bool:
     return a is not None and a.same_process(b)
-
-
-def _strategy(spec: DeploymentSpec) -> str:
-    """SPREAD for a replicated deployment: its actors over different nodes while the
-    cluster allows (Ray's best effort); Ray's default packing otherwise."""
-    many = spec.replicas > 1 or spec.autoscale is not None
-    return "SPREAD" if many else "DEFAULT"
