@@ -3,13 +3,19 @@ each case is (policy, stored state, load, now) -> the next state and its event."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import entry, record
 
 from controller.core.autoscale import Decision, Load, Scale, decide, wanted
 from controller.core.inflight import Inflight, Sample, average, recent
 from controller.core.specs import Autoscale
+from controller.reconciler.autoscaling import Autoscaler
+from controller.store import inflight, scale
+from controller.store.events import Journal
 
 POLICY = Autoscale(min=1, max=4, targetInflight=4, scaleDownDelay=60)
 ZERO = Autoscale(min=0, max=3, targetInflight=4, scaleDownDelay=30)
@@ -125,3 +131,37 @@ def test_the_quick_look_counts_only_covered_time_and_sums_gateways() -> None:
     old = _figure("c", (T - 5.0, 1.0, 50.0))  # outside the quick window
     assert recent([old], "web", T, 2.0) == 0.0
     assert recent([one], "other", T, 2.0) == 0.0
+
+
+# -- the edge: counts kept in <state>/scale/ ------------------------------------------------
+
+
+def _scaler(tmp_path: Path) -> Autoscaler:
+    return Autoscaler(tmp_path, Journal(tmp_path))
+
+
+def test_a_decided_count_is_kept_with_its_event_and_plan_writes_nothing(tmp_path: Path) -> None:
+    web = entry("web", autoscale={"min": 1, "max": 3})
+    inflight.write(tmp_path, Inflight("web", "g1", (Sample(T - 0.5, 1.0, 12.0, 12),)))
+    seen = [record("web", spec=web)]
+    assert _scaler(tmp_path).counts({"web": web}, lambda: seen, T, write=False) == {"web": 3}
+    assert scale.read_all(tmp_path) == {}  # `plan`: nothing kept
+    assert Journal(tmp_path).read("web") == []
+    assert _scaler(tmp_path).counts({"web": web}, lambda: seen, T, write=True) == {"web": 3}
+    assert scale.read_all(tmp_path)["web"].count == 3
+    (event,) = Journal(tmp_path).read("web")
+    assert event["action"] == "Scale" and event["reason"].startswith("scaled 1→3: 12.0")
+
+
+def test_a_broken_manifest_keeps_its_count_a_gone_deployment_loses_it(tmp_path: Path) -> None:
+    web = entry("web", autoscale={"min": 1, "max": 3})
+    scale.write(tmp_path, "web", Scale(count=3))
+    running = [record("web", spec=web), record("web@1", spec=web)]
+    _scaler(tmp_path).counts({}, lambda: running, T, write=True)  # its file fails to load
+    assert scale.read_all(tmp_path)["web"].count == 3
+    plain = entry("web")  # autoscale taken out of a valid manifest: the count is no one's
+    _scaler(tmp_path).counts({"web": plain}, lambda: running, T, write=True)
+    assert scale.read_all(tmp_path) == {}
+    scale.write(tmp_path, "web", Scale(count=3))
+    _scaler(tmp_path).counts({}, lambda: [], T, write=True)  # deleted, its records gone
+    assert scale.read_all(tmp_path) == {}

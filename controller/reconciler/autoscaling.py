@@ -16,6 +16,7 @@ from pathlib import Path
 
 from controller.core import inflight as rule_inflight
 from controller.core.autoscale import PANIC_WINDOW, WINDOW, Load, Scale, decide
+from controller.core.names import base_name
 from controller.core.replicaset import group
 from controller.core.specs import Autoscale, Entry
 from controller.core.state import Activation, Record
@@ -54,9 +55,8 @@ class Autoscaler:
             if (spec := entry.deployment.spec).autoscale is not None
         }
         stored = scale.read_all(self.state_dir)
-        if write:
-            for gone in set(stored) - set(self.policies):
-                scale.forget(self.state_dir, gone)
+        if write and set(stored) - set(self.policies):
+            self._forget(stored, entries, records())
         if not self.policies:
             return {}
         decided = self._decide(stored, records(), now)
@@ -68,6 +68,17 @@ class Autoscaler:
                 if change is not None:
                     self.journal.append(name, "Scale", change, f"{after.count} replicas")
         return {name: after.count for name, (_, after, _) in decided.items()}
+
+    def _forget(
+        self, stored: Mapping[str, Scale], entries: Mapping[str, Entry], records: Iterable[Record]
+    ) -> None:
+        """Drop the counts no one will read: a deployment no longer autoscaled, or gone
+        with its records. A manifest that is broken for now keeps its count (invariant 4:
+        its engines run on, and fixing a typo must not scale them back to the spec's)."""
+        running = {base_name(r.name) for r in records}
+        for name in set(stored) - set(self.policies):
+            if name in entries or name not in running:
+                scale.forget(self.state_dir, name)
 
     def due(self, records: Iterable[Record], now: float) -> bool:
         """Would a pass now change a count (or note the start of a lower load)?"""
