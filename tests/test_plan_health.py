@@ -32,8 +32,11 @@ def ready(failures: int = 0, **fields: Any) -> Record:
     return record("web", spec=WEB, liveness=LIVE, liveness_failures=failures, **fields)
 
 
-def judged(rec: Record, answer: ProbeResult | None, **seen: Any) -> list[AnyAction]:
-    views = observed(view(rec, alive=rec.phase is not Phase.BACKOFF, liveness=answer), **seen)
+def judged(
+    rec: Record, answer: ProbeResult | tuple[ProbeResult, ...] | None, **seen: Any
+) -> list[AnyAction]:
+    answers = answer if isinstance(answer, tuple) else () if answer is None else (answer,)
+    views = observed(view(rec, alive=rec.phase is not Phase.BACKOFF, liveness=answers), **seen)
     return list(plan(desired(WEB), views, inventory(), NOW))
 
 
@@ -89,6 +92,30 @@ def shape(actions: list[AnyAction]) -> list[tuple[str, str]]:
         ),
         pytest.param(ready(0), PASSED, [], id="an-answer-with-no-failures-writes-nothing"),
         pytest.param(ready(2), None, [], id="no-new-answer-nothing-is-counted-twice"),
+        pytest.param(
+            ready(0),
+            (FAILED, FAILED, FAILED),
+            [
+                (
+                    "Fail",
+                    "liveness probe GET /health failed 3 times in a row (last: GET /health: "
+                    "no answer within 5s); restart now",
+                )
+            ],
+            id="answers-piled-up-between-passes-count-each",
+        ),
+        pytest.param(ready(0), (FAILED, PASSED), [], id="a-failure-then-an-answer-is-no-run"),
+        pytest.param(
+            ready(2),
+            (PASSED, FAILED),
+            [
+                (
+                    "Probed",
+                    "liveness probe failed (1 of 3 in a row): GET /health: no answer within 5s",
+                )
+            ],
+            id="an-answer-breaks-the-run-the-next-failure-counts-from-one",
+        ),
         pytest.param(
             replace(ready(2), restarts=1),
             FAILED,

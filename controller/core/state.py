@@ -246,8 +246,8 @@ class RecordView:
     maker_alive: bool = False  # the reservation's maker still runs
     exit: ExitInfo | None = None  # how the engine ended, when it was our child
     probe: ProbeResult | None = None
-    # A liveness answer this pass has not counted yet (None: no probe finished since).
-    liveness: ProbeResult | None = None
+    # The liveness answers no pass has counted yet, oldest first.
+    liveness: tuple[ProbeResult, ...] = ()
     markers: tuple[MarkedProcess, ...] = ()  # live processes carrying this record's nonce
     instance: Instance | None = None  # what a placing backend reports (None: local)
     # Seconds the engine has run by the boot clock (None: unknown, e.g. another host's):

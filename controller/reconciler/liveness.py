@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.core.state import Phase, ProbeResult, RecordView
 from controller.host.probes import ProbeTarget, probe, probe_many
@@ -35,7 +35,7 @@ class _Slot:
     due: float  # monotonic: when the next probe starts
     failing: bool = False  # the record counts failures: a success is news too
     running: bool = False
-    answer: ProbeResult | None = None  # not yet taken by a pass
+    answers: list[ProbeResult] = field(default_factory=list)  # not yet taken by a pass
 
 
 class LivenessProber:
@@ -58,7 +58,7 @@ class LivenessProber:
         """A new pass: ``--once``'s prober probes every Ready engine again (once)."""
         self._probed.clear()
 
-    def take(self, views: Mapping[str, RecordView]) -> dict[str, ProbeResult]:
+    def take(self, views: Mapping[str, RecordView]) -> dict[str, tuple[ProbeResult, ...]]:
         """The answers no pass has counted yet, by record name (for this observation)."""
         with self._lock:
             self._watch(views)
@@ -67,9 +67,9 @@ class LivenessProber:
         else:
             self._probe_now()
         with self._lock:
-            out = {n: s.answer for n, s in self._slots.items() if s.answer is not None}
+            out = {n: tuple(s.answers) for n, s in self._slots.items() if s.answers}
             for name in out:
-                self._slots[name].answer = None
+                self._slots[name].answers.clear()
         return out
 
     def start_due(self) -> None:
@@ -78,11 +78,17 @@ class LivenessProber:
         with self._lock:
             due = [(n, s) for n, s in self._slots.items() if not s.running and s.due <= now]
             for _, slot in due:
-                slot.running = True
-                slot.due = now + slot.target.config.period_seconds
+                self._claim(slot, now)
         for name, slot in due:
-            future = self._workers().submit(probe, slot.target)
-            future.add_done_callback(functools.partial(self._answered, name, slot))
+            self._submit(name, slot)
+
+    def _claim(self, slot: _Slot, now: float) -> None:
+        slot.running = True
+        slot.due = now + slot.target.config.period_seconds
+
+    def _submit(self, name: str, slot: _Slot) -> None:
+        future = self._workers().submit(probe, slot.target)
+        future.add_done_callback(functools.partial(self._answered, name, slot))
 
     def next_due(self) -> float | None:
         """Seconds until the next probe starts (None: nothing to probe, or all running)."""
@@ -122,19 +128,25 @@ class LivenessProber:
         with self._lock:
             for name, answer in answers.items():
                 self._probed.add(todo[name].nonce)
-                todo[name].answer = answer
+                todo[name].answers.append(answer)
 
     def _answered(self, name: str, slot: _Slot, future: Future[ProbeResult]) -> None:
         try:
             answer = future.result()
         except Exception as exc:  # a probe bug must not end the watch of the engine
             answer = ProbeResult(False, f"probe failed: {exc}")
+        now = self.clock()
         with self._lock:
             slot.running = False
             current = self._slots.get(name) is slot
-            news = current and (not answer.ready or slot.failing)
-            if news:
-                slot.answer = answer
+            news = current and (not answer.ready or slot.failing or _after_failure(slot))
+            if current:
+                _keep(slot, answer)
+            again = current and slot.due <= now  # a probe that took its whole period
+            if again:
+                self._claim(slot, now)
+        if again:  # next one now, from here: a pass in progress delays no probe
+            self._submit(name, slot)
         if self.on_answer is not None:
             self.on_answer(news)
 
@@ -142,6 +154,19 @@ class LivenessProber:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="liveness")
         return self._pool
+
+
+def _after_failure(slot: _Slot) -> bool:
+    return bool(slot.answers) and not slot.answers[-1].ready
+
+
+def _keep(slot: _Slot, answer: ProbeResult) -> None:
+    """Every answer is kept for the next pass, a run of successes as its last one (so a
+    daemon that passes rarely keeps little); a failure asks for a pass at once."""
+    if answer.ready and slot.answers and slot.answers[-1].ready:
+        slot.answers[-1] = answer
+    else:
+        slot.answers.append(answer)
 
 
 def _probed(view: RecordView) -> bool:

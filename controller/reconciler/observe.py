@@ -49,8 +49,8 @@ def observe(
         for name, result in results.items():
             views[name] = _with_probe(views[name], result)
     if liveness is not None:
-        for name, result in liveness.take(views).items():
-            views[name] = dataclasses.replace(views[name], liveness=result)
+        for name, answers in liveness.take(views).items():
+            views[name] = dataclasses.replace(views[name], liveness=answers)
     nonces = {rec.nonce for rec in snapshot.records.values() if rec.nonce}
     nonces |= {p.nonce for p in snapshot.problems if p.nonce}  # unknown version: not ours to reap
     foreign_devices: dict[str, str] = {}

@@ -75,23 +75,26 @@ def running(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
 
 
 def liveness(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
-    """A Ready engine's liveness answer (one not counted before): failureThreshold failures
-    in a row restart it like a crash (back-off and all); fewer are counted in the record."""
-    rec, answer, probe = view.record, view.liveness, view.record.liveness
-    if answer is None or probe is None:
+    """A Ready engine's liveness answers (none counted before, oldest first):
+    failureThreshold failures in a row restart it like a crash (back-off and all); fewer
+    are counted in the record, and an answer after failures sets the count back to 0."""
+    rec, probe = view.record, view.record.liveness
+    if probe is None:
         return ()
-    if answer.ready:
-        if rec.liveness_failures == 0:
-            return ()
-        why = f"liveness probe passes again: {answer.detail}"
-        return (Probed(name=rec.name, reason=why, failures=0),)
-    failures = rec.liveness_failures + 1
-    threshold = probe.failure_threshold
-    if failures < threshold:
-        why = f"liveness probe failed ({failures} of {threshold} in a row): {answer.detail}"
-        return (Probed(name=rec.name, reason=why, failures=failures),)
-    why = f"liveness probe {probe.kind} failed {failures} times in a row (last: {answer.detail})"
-    return (retry(ctx, rec, why),)
+    failures, threshold = rec.liveness_failures, probe.failure_threshold
+    for answer in view.liveness:
+        failures = 0 if answer.ready else failures + 1
+        if failures >= threshold:
+            why = f"liveness probe {probe.kind} failed {failures} times in a row"
+            return (retry(ctx, rec, f"{why} (last: {answer.detail})"),)
+    if not view.liveness or failures == rec.liveness_failures:
+        return ()
+    last = view.liveness[-1]
+    if failures == 0:
+        why = f"liveness probe passes again: {last.detail}"
+    else:
+        why = f"liveness probe failed ({failures} of {threshold} in a row): {last.detail}"
+    return (Probed(name=rec.name, reason=why, failures=failures),)
 
 
 def retry(ctx: Context, rec: Record, why: str, view: RecordView | None = None) -> Fail:

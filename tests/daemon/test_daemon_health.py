@@ -1,0 +1,176 @@
+"""Health end to end: a real daemon, real engines, real signals.
+
+A hung engine (SIGSTOP: the process alive, every request stuck) is restarted by its
+liveness probe; a second hang backs off and restarts once; `--once` counts failures
+across passes; two memory-packed engines on one device start one after the other.
+The daemons run with ``--resync 1h``: what happens is the work of the probe timers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from datetime import UTC, datetime
+from typing import Any
+
+from test_daemon_loop import ready_pid, spawns
+
+PERIOD, TIMEOUT, THRESHOLD, GRACE = 0.5, 0.5, 3, 1.0
+LIVENESS = {
+    "httpGet": {"path": "/health"},
+    "periodSeconds": PERIOD,
+    "timeoutSeconds": TIMEOUT,
+    "failureThreshold": THRESHOLD,
+}
+
+
+def _write_live(rc: Any, name: str) -> None:
+    rc.write(name, livenessProbe=LIVENESS, stopGracePeriodSeconds=GRACE)
+
+
+def _at(event: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(event["time"])
+
+
+def _liveness_fails(rc: Any, name: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in rc.events(name)
+        if e["action"] == "fail" and "liveness probe" in str(e.get("reason", ""))
+    ]
+
+
+def _resume(pid: int) -> None:
+    """A stopped engine the test left behind gets SIGCONT, so any teardown reaches it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_hung_engine_is_restarted_by_its_liveness_probe(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    _write_live(rc, "hangs")
+    d = daemon()
+    first = d.wait(lambda: ready_pid(rc, "hangs"), "hangs Ready")
+    os.kill(first, signal.SIGSTOP)  # alive, listening, answering nothing
+    stopped_at = datetime.now(UTC)
+    try:
+        second = d.wait(
+            lambda: (ready_pid(rc, "hangs") or first) != first and ready_pid(rc, "hangs"),
+            "a new engine after the liveness restart",
+        )
+    finally:
+        _resume(first)
+    assert not rc.alive(first), "the hung engine was killed (SIGTERM, grace, SIGKILL)"
+    events = rc.events("hangs")
+    counted = [e["reason"] for e in events if e["action"] == "liveness"]
+    assert counted[:2] == [
+        f"liveness probe failed (1 of 3 in a row): GET /health: no answer within {TIMEOUT:g}s",
+        f"liveness probe failed (2 of 3 in a row): GET /health: no answer within {TIMEOUT:g}s",
+    ], counted
+    (fail,) = _liveness_fails(rc, "hangs")
+    assert fail["reason"].startswith("liveness probe GET /health failed 3 times in a row"), fail
+    assert fail["outcome"] == "BackOff", fail
+    rec = rc.record("hangs")
+    assert rec["restarts"] == 1 and rec["liveness_failures"] == 0, rec
+    assert rec["ref"]["pid"] == second
+    # The event and describe name the probe and the last failure.
+    described = rc("describe", "hangs", check=0).out
+    assert "liveness probe GET /health failed 3 times in a row" in described, described
+    took = (_at(spawns(rc, "hangs")[-1]) - stopped_at).total_seconds()
+    print(  # the figure, not asserted (speed belongs in benchmarks)
+        f"liveness restart: SIGSTOP -> new engine spawned {took:.2f}s "
+        f"(failureThreshold x periodSeconds + grace = {THRESHOLD * PERIOD + GRACE:g}s)"
+    )
+    finish(d)
+
+
+def test_a_second_hang_backs_off_and_restarts_once(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """The second liveness restart waits out the 10 s back-off; the probe of the old
+    engine answering (failing) meanwhile restarts nothing more."""
+    rc = reconcile
+    _write_live(rc, "again")
+    d = daemon()
+    stopped: list[int] = []
+    try:
+        for round_ in (1, 2):
+            pid = d.wait(
+                lambda: (ready_pid(rc, "again") not in (None, *stopped)) and ready_pid(rc, "again"),
+                f"engine {round_} Ready",
+            )
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+            d.wait(
+                lambda r=round_: len(_liveness_fails(rc, "again")) == r, f"liveness fail {round_}"
+            )
+        backing = d.wait(
+            lambda: (rc.record("again") or {}).get("phase") == "BackOff" and rc.record("again"),
+            "BackOff after the second hang",
+        )
+        assert "restart in 10s" in backing["message"], backing
+        d.wait(lambda: ready_pid(rc, "again") not in (None, *stopped), "the third engine Ready")
+    finally:
+        for pid in stopped:
+            _resume(pid)
+    restarts = [e for e in rc.events("again") if e["action"] == "restart"]
+    fails = _liveness_fails(rc, "again")
+    assert len(fails) == 2 and len(restarts) == 2, (fails, restarts)
+    # one restart per liveness failure, the second only once its back-off was over
+    assert _at(fails[0]) < _at(restarts[0]) < _at(fails[1]) < _at(restarts[1])
+    assert rc.record("again")["restarts"] == 2
+    finish(d)
+
+
+def test_once_counts_liveness_failures_across_passes(reconcile: Any) -> None:
+    """cron's --once probes each Ready engine once per pass; the record keeps the count."""
+    rc = reconcile
+    rc.write(
+        "cron",
+        livenessProbe={**LIVENESS, "failureThreshold": 2},
+        stopGracePeriodSeconds=GRACE,
+    )
+    rc.converge()
+    pid = ready_pid(rc, "cron")
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        rc.once()
+        rec = rc.record("cron")
+        assert (rec["phase"], rec["liveness_failures"]) == ("Ready", 1), rec
+        assert rec["ref"]["pid"] == pid
+        rc.converge()  # the second failure in a row: restarted, then Ready again
+    finally:
+        _resume(pid)
+    rec = rc.record("cron")
+    assert rec["phase"] == "Ready" and rec["restarts"] == 1 and rec["ref"]["pid"] != pid, rec
+    assert not rc.alive(pid)
+    rc.down()
+
+
+def test_packed_engines_on_one_device_start_one_after_the_other(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    rc = reconcile
+    rc.devices = "nvidia:0=80Gi"
+    packed = {"count": 1, "kind": "nvidia", "memory": "20Gi"}
+    slow = rc.demo_command(load_seconds="1")  # /health 503 for a second: Starting a while
+    for name in ("llm-a", "llm-b"):
+        rc.write(name, command=slow, devices=packed)
+    d = daemon()
+    d.wait(lambda: ready_pid(rc, "llm-a") and ready_pid(rc, "llm-b"), "both Ready")
+    a_ready = next(e for e in rc.events("llm-a") if e["action"] == "ready")
+    (b_spawn,) = spawns(rc, "llm-b")
+    assert _at(b_spawn) >= _at(a_ready), (
+        a_ready,
+        b_spawn,
+    )  # the second's exec after the first's Ready
+    waited = [e for e in rc.events("llm-b") if e["action"] == "pending"]
+    assert waited and waited[0]["reason"] == (
+        "waiting for llm-a to be Ready on nvidia:0 (one start at a time per device)"
+    ), rc.events("llm-b")
+    assert rc.record("llm-a")["devices"] == rc.record("llm-b")["devices"] == ["nvidia:0"]
+    finish(d)
