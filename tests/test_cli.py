@@ -297,7 +297,7 @@ def test_environment_configures_the_node(reconcile: Any) -> None:
         ["--no-such-option"],
         ["status", "a", "b"],
         ["describe"],
-        ["logs"],
+        ["logs", "--tail", "many"],  # `logs` alone is every deployment's (issue 25)
         ["--wait"],
         ["status", "-o", "xml"],
         ["--once", "--resync", "5x"],

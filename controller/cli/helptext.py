@@ -28,6 +28,8 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "logs": (
         "reconcile logs web --tail 50",
+        "reconcile logs                                   # every deployment's, prefixed",
+        "reconcile logs web chat -f                       # both, each line behind its name",
         "reconcile logs web -f                            # follow until the deployment goes",
         "reconcile logs web --previous                    # the run before the last restart",
         "reconcile logs web --replica 1                   # one replica (default: all, prefixed)",

@@ -195,8 +195,13 @@ def _view_verbs(verb: VerbMaker) -> None:
     p = verb("describe", "spec, record, events, last log lines")
     p.add_argument("name", nargs="?", help="the deployment (or select with -l)")
     _selector(p)
-    p = verb("logs", "the engine's log", [_common(True, ("--manifests",))])
-    p.add_argument("name")
+    p = verb("logs", "the engines' logs", [_common(True, ("--manifests",))])
+    p.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="the deployments (default: every one; several: each line behind its name)",
+    )
     p.add_argument(
         "-f", "--follow", action="store_true", help="keep printing until the deployment goes"
     )

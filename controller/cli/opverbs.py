@@ -130,12 +130,18 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     from controller.cli import replicalogs
 
-    check_name(args.name)  # invariant 9: said so, before any lookup
+    for asked in args.names:
+        check_name(asked)  # invariant 9: said so, before any lookup
     cfg = config(args)
     store = RecordStore(cfg.state_dir)
-    names = replicalogs.instances(store, args.name, args.replica)
-    if len(names) > 1:  # every replica, each line behind its instance's name
-        return _quiet_pipe(lambda: replicalogs.show(args, store, names))
+    wanted = list(dict.fromkeys(args.names)) or replicalogs.deployments(store)
+    if not wanted:
+        print(f"reconcile: no deployment has a log in {cfg.state_dir}", file=sys.stderr)
+        return EXIT_FAIL
+    names = [i for d in wanted for i in replicalogs.instances(store, d, args.replica)]
+    if len(names) > 1:  # every instance, each line behind its name (docker compose logs)
+        label = " ".join(wanted) if args.names else "any deployment"
+        return _quiet_pipe(lambda: replicalogs.show(args, store, names, label))
     name = names[0]
     rec = store.read(name)
     if rec is not None and rec.on_cluster:

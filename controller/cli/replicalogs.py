@@ -1,6 +1,7 @@
-"""`reconcile logs NAME` over a deployment's replicas: every replica's log, each line behind
-its instance's name (``web@1 | ...``, as docker compose prints services); ``--replica I``
-shows one, unprefixed. ``-f`` follows them all at once.
+"""`reconcile logs [NAME...]` over deployments and their replicas: every instance's log,
+each line behind its instance's name (``web@1 | ...``, as docker compose prints services);
+no NAME is every deployment's; ``--replica I`` shows that replica of each. ``-f`` follows
+them all at once.
 
 A rolling ``@next`` writes into its instance's log (behind its marker line), so the
 instances here are replicas only: ``web``, ``web@1``, ...
@@ -37,25 +38,33 @@ def instances(store: RecordStore, name: str, replica: int | None) -> list[str]:
     return sorted(found | {name}, key=index_of) if found else [name]
 
 
-def show(args: argparse.Namespace, store: RecordStore, names: list[str]) -> int:
-    """Several replicas' logs, prefixed; ``-f`` then follows each of them."""
+def deployments(store: RecordStore) -> list[str]:
+    """``logs`` with no NAME: every deployment with a record or a log (``down`` keeps logs)."""
+    found = {base_name(n) for n in store.load().records}
+    found |= {p.name.removesuffix(".log") for p in store.logs.glob("*.log")}
+    return sorted(base_name(n) for n in found if record_name_ok(n))
+
+
+def show(args: argparse.Namespace, store: RecordStore, names: list[str], label: str) -> int:
+    """Several instances' logs (one deployment's replicas, or several deployments'),
+    prefixed; ``-f`` then follows each of them. ``label`` names them in messages."""
     records = [store.read(n) for n in names]
     if any(r is not None and r.on_cluster for r in records):
         print(
-            f"reconcile: {args.name}'s replicas run on a cluster: one log at a time there "
-            f"(--replica 0 .. --replica {len(names) - 1})",
+            f"reconcile: {label} run on a cluster: one log at a time there "
+            "(one NAME, and --replica I for one replica)",
             file=sys.stderr,
         )
         return EXIT_USAGE
     present = [n for n in names if logfiles.stream_files(store.log_path(n))]
     if not present:
-        print(f"reconcile: no replica of {args.name!r} has a log (never started?)", file=sys.stderr)
+        print(f"reconcile: no replica of {label} has a log (never started?)", file=sys.stderr)
         return EXIT_FAIL
     width = max(len(n) for n in present)
     prefixes = {n: f"{n:<{width}} | ".encode() for n in present}
     out = sys.stdout.buffer
     if args.previous:
-        return _previous(store, prefixes, args, out)
+        return _previous(store, prefixes, args, out, label)
     for name, prefix in prefixes.items():
         lines = _lines(store.log_path(name), args.tail)
         out.write(b"".join(prefix + _ended(line) for line in lines))
@@ -91,7 +100,11 @@ def _ended(line: bytes) -> bytes:
 
 
 def _previous(
-    store: RecordStore, prefixes: dict[str, bytes], args: argparse.Namespace, out: BinaryIO
+    store: RecordStore,
+    prefixes: dict[str, bytes],
+    args: argparse.Namespace,
+    out: BinaryIO,
+    label: str,
 ) -> int:
     shown = False
     for name, prefix in prefixes.items():
@@ -103,7 +116,7 @@ def _previous(
         shown = True
     out.flush()
     if not shown:
-        print(f"reconcile: no replica of {args.name} has a previous run", file=sys.stderr)
+        print(f"reconcile: no replica of {label} has a previous run", file=sys.stderr)
         return EXIT_FAIL
     return EXIT_OK
 

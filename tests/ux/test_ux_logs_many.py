@@ -1,0 +1,59 @@
+"""`reconcile logs` of several deployments, or of all of them, through the real CLI
+(issue 25): each line behind its instance's name, as `docker compose logs` prints them;
+one deployment of one replica stays unprefixed, as before."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+def two(reconcile: Any) -> Any:
+    rc = reconcile
+    rc.write("web")
+    rc.write("chat", basePort=rc.port + 5)
+    rc.converge()
+    yield rc
+    rc.down()
+
+
+def test_logs_with_no_name_is_every_deployment_prefixed(two: Any) -> None:
+    rc = two
+    lines = rc("logs", check=0).out.splitlines()
+    for name in ("chat", "web"):
+        mine = [line for line in lines if line.startswith(f"{name:<4} | ")]
+        assert any(f"reconcile: start {name} instance" in line for line in mine), lines
+    assert all(line[:7] in {"chat | ", "web  | "} for line in lines), lines
+    assert rc("logs", "web", "chat", "--tail", "1", check=0).out.count("\n") == 2  # one each
+    alone = rc("logs", "web", check=0).out  # one deployment, one replica: unprefixed
+    assert alone.startswith("--- ") and "web  | " not in alone
+    assert rc("logs", "web", "--replica", "0", check=0).out == alone
+
+
+def test_logs_follow_of_two_deployments(two: Any) -> None:
+    rc = two
+    follow = rc.spawn(rc.argv("logs", "web", "chat", "-f"), stdout=subprocess.PIPE)
+    time.sleep(1)  # let it reach the end of each file
+    for name in ("web", "chat"):
+        port = rc.record(name)["port"]
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5).read()
+    rc.down()  # every record goes: -f ends by itself
+    out, _ = follow.communicate(timeout=30)
+    assert follow.returncode == 0
+    for name in ("web", "chat"):
+        assert any(
+            line.startswith(f"{name:<4} | ".encode()) and b"GET /v1/models" in line
+            for line in out.splitlines()
+        ), out
+
+
+def test_logs_of_an_unknown_name_or_an_empty_state_dir(reconcile: Any) -> None:
+    rc = reconcile
+    assert "no deployment has a log" in rc("logs", check=1).err
+    assert "no log for 'nope'" in rc("logs", "nope", check=1).err
+    assert rc("logs", "../x", check=1).err.startswith("reconcile: refusing unsafe")
