@@ -1,0 +1,95 @@
+"""Completion probes against the real llama.cpp server (marker: ``llama``).
+
+An ``engine: llama-cpp`` deployment of the tiny random-weight GGUF whose readiness and
+liveness are both ``completion: {}``: it comes up Ready by a real one-token-budget
+completion (``POST /v1/completions``, the recipe's path), the chat path answers too,
+and a stopped server (SIGSTOP: alive, answering nothing) is restarted by ``--once``
+after ``failureThreshold`` passes. The binary is ``scripts/build-llama-server``'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from controller.core.state import ProbeConfig
+from controller.host.probes import ProbeTarget, probe
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # plain `pytest` puts only this folder on sys.path
+    sys.path.insert(0, str(ROOT))
+
+from tests.engines.test_llama_e2e import (  # noqa: E402, F401 (fixtures)
+    Cli,
+    free_port,
+    llama_server,
+    node,
+)
+from tests.fixtures.tiny_gguf import write_tiny_llama_gguf  # noqa: E402
+
+pytestmark = pytest.mark.llama
+
+MANIFEST = """\
+apiVersion: reconcile/v1
+kind: Deployment
+metadata:
+  name: probed
+spec:
+  engine: llama-cpp
+  model: {model}
+  executable: {binary}
+  args: ["--threads", "1", "--ctx-size", "256", "--parallel", "1"]
+  devices:
+    count: 0
+  basePort: {base_port}
+  readiness:
+    completion: {{}}
+    deadlineSeconds: 60
+    periodSeconds: 1
+  livenessProbe:
+    completion: {{}}
+    periodSeconds: 1
+    timeoutSeconds: 2
+    failureThreshold: 2
+  stopGracePeriodSeconds: 2
+"""
+
+
+def test_completion_probes_against_llama_server(
+    llama_server: Path,  # noqa: F811
+    node: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    model = write_tiny_llama_gguf(tmp_path / "models" / "tiny.gguf")
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    text = MANIFEST.format(model=model, binary=llama_server, base_port=free_port())
+    (manifests / "probed.yaml").write_text(text)
+    cli = Cli(manifests, tmp_path / "state", node)
+
+    cli.converge()  # Ready only once a completion answered 200 with a choice
+    item = cli.status()["probed"]
+    assert item["phase"] == "Ready", item
+    port, pid = item["port"], item["pid"]
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        config = ProbeConfig(completion=path, model=str(model), timeout_seconds=30)
+        result = probe(ProbeTarget("127.0.0.1", port, config))
+        assert result.ready, result
+        assert result.detail == f"POST {path} -> 200 with a choice"
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        cli.ok("-f", str(manifests), "--once")  # the first failure: counted
+        assert cli.status()["probed"]["pid"] == pid
+        cli.converge()  # the second in a row: restarted, Ready by a completion again
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    item = cli.status()["probed"]
+    assert item["phase"] == "Ready" and item["pid"] != pid and item["restarts"] == 1, item
+    cli.ok("down", "-f", str(manifests))
