@@ -152,6 +152,7 @@ def _fields(rec: Record, now: datetime) -> list[tuple[str, str]]:
         ("Devices", _devices(rec)),
         ("Restarts", str(rec.restarts)),
         ("Readiness", _readiness(rec, now)),
+        ("Liveness", _liveness(rec)),
     ]
     return fields
 
@@ -190,6 +191,7 @@ def _readiness(rec: Record, now: datetime) -> str:
         return "-"  # decided when it is placed (the recipe's probe, or the spec's)
     probe = rec.probe
     checks = [f"GET {path}" for path, _ in probe.http] or (["tcp connect"] if probe.tcp else [])
+    checks = [probe.kind] if probe.completion else checks
     text = (
         " then ".join(checks) or "none (ready once running)"
     ) + f" every {probe.period_seconds:g}s"
@@ -241,3 +243,18 @@ def _event_age(stamp: Any, now: datetime) -> str:
 
 def _indent(text: str) -> list[str]:
     return [INDENT + line for line in text.splitlines()]
+
+
+def _liveness(rec: Record) -> str:
+    """The liveness probe and, while any are counted, the failures in a row."""
+    probe = rec.liveness
+    if probe is None:
+        return "-" if rec.phase is Phase.PENDING else "none"
+    kind = "tcp connect" if probe.kind == "tcp" else probe.kind
+    text = (
+        f"{kind} every {probe.period_seconds:g}s, timeout {probe.timeout_seconds:g}s, "
+        f"restart after {probe.failure_threshold} failures in a row"
+    )
+    if rec.liveness_failures:
+        text += f" ({rec.liveness_failures} so far: {rec.message})"
+    return text

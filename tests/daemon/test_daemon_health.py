@@ -79,6 +79,7 @@ def test_a_hung_engine_is_restarted_by_its_liveness_probe(
     # The event and describe name the probe and the last failure.
     described = rc("describe", "hangs", check=0).out
     assert "liveness probe GET /health failed 3 times in a row" in described, described
+    assert "GET /health every 0.5s, timeout 0.5s, restart after 3 failures in a row" in described
     took = (_at(spawns(rc, "hangs")[-1]) - stopped_at).total_seconds()
     print(  # the figure, not asserted (speed belongs in benchmarks)
         f"liveness restart: SIGSTOP -> new engine spawned {took:.2f}s "
