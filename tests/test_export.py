@@ -251,6 +251,28 @@ def test_no_faithful_form_is_refused_unless_lossy(case: str) -> None:
     assert limits == ({} if case == "apple" else {"nvidia.com/gpu": 1})
 
 
+def test_a_liveness_probe_is_exported_as_kubernetes_means_it() -> None:
+    live = {"httpGet": {"path": "/live"}, "periodSeconds": 2.5, "timeoutSeconds": 0.5}
+    probe = container(export(deployment("alive", image=STAND_IN_IMAGE, livenessProbe=live)))
+    assert probe["livenessProbe"] == {
+        "httpGet": {"path": "/live", "port": "http"},
+        "periodSeconds": 3,
+        "timeoutSeconds": 1,
+        "failureThreshold": 3,
+    }
+
+
+@pytest.mark.parametrize("where", ["readiness", "livenessProbe"])
+def test_a_completion_probe_is_refused_unless_lossy(where: str) -> None:
+    dep = deployment("asks", image=STAND_IN_IMAGE, **{where: {"completion": {}}})
+    with pytest.raises(ExportError) as info:
+        export(dep)
+    (problem,) = info.value.problems
+    assert problem.field == ("spec", where, "completion") and "cannot POST" in problem.message
+    c = container(export(dep, lossy=True))
+    assert "readinessProbe" not in c and "livenessProbe" not in c
+
+
 def test_command_without_image_is_refused_even_when_lossy() -> None:
     dep = deployment("cmd")
     for lossy in (False, True):

@@ -21,6 +21,7 @@ from controller.core.engines import llama_cpp, ollama, recipe_for, sglang, tgi, 
 from controller.core.inventory import Device
 from controller.core.render import Rendered, render
 from controller.core.specs import Deployment, DeploymentSpec, Devices, Entry
+from controller.core.state import ProbeConfig
 
 POD_HOST = "0.0.0.0"
 DEFAULT_PORT = 8000  # the manifest's default basePort: a pod's port is always free
@@ -109,6 +110,10 @@ WHY_AFFINITY = (
     "client on one pod (hash on the x-session-id header at your ingress instead, e.g. "
     "ingress-nginx's upstream-hash-by)"
 )
+WHY_COMPLETION = (
+    "a pod's probes cannot POST a completion (httpGet only GETs; an exec probe would need "
+    "curl in the image): use httpGet"
+)
 WHY_MIN_ZERO = "a HorizontalPodAutoscaler never scales below 1 (scale to zero needs KEDA)"
 WHY_JOB_SCALE = "a Job has no scale subresource: no HorizontalPodAutoscaler can scale it"
 MAX_WINDOW = 3600  # seconds: the HPA's longest scale-down stabilization window
@@ -154,6 +159,10 @@ def problems_of(spec: DeploymentSpec) -> list[Problem]:
         out.extend(_image_problems(spec))
     if spec.affinity == "session":
         out.append(_drop(("spec", "affinity"), WHY_AFFINITY))
+    if spec.readiness is not None and spec.readiness.completion is not None:
+        out.append(_drop(("spec", "readiness", "completion"), WHY_COMPLETION))
+    if spec.liveness_probe is not None and spec.liveness_probe.completion is not None:
+        out.append(_drop(("spec", "livenessProbe", "completion"), WHY_COMPLETION))
     out.extend(_scale_problems(spec))
     return out
 
@@ -404,22 +413,39 @@ def _env(spec: DeploymentSpec, rendered: Rendered) -> dict[str, str]:
 
 
 def _probes(rendered: Rendered) -> Object:
-    """readinessProbe, and a startupProbe: failureThreshold * periodSeconds >= the deadline."""
+    """readinessProbe, and a startupProbe: failureThreshold * periodSeconds >= the deadline;
+    the livenessProbe as it is (Kubernetes' meaning is ours)."""
     period = max(1, math.ceil(rendered.probe.period_seconds))  # Kubernetes counts whole seconds
     failures = max(1, math.ceil(rendered.deadline_seconds / period))
-    readiness = _probe(rendered, periodSeconds=period)
-    startup = _probe(rendered, periodSeconds=period, failureThreshold=failures)
-    if readiness is None or startup is None:
-        return {}  # no probe: ready once it runs, as on the local backend
-    return {"readinessProbe": readiness, "startupProbe": startup}
+    readiness = _probe(rendered.probe, periodSeconds=period)
+    startup = _probe(rendered.probe, periodSeconds=period, failureThreshold=failures)
+    out: Object = {}
+    if readiness is not None and startup is not None:  # none: ready once it runs
+        out = {"readinessProbe": readiness, "startupProbe": startup}
+    live = rendered.liveness
+    liveness = (
+        None
+        if live is None
+        else _probe(
+            live,
+            periodSeconds=max(1, math.ceil(live.period_seconds)),
+            timeoutSeconds=max(1, math.ceil(live.timeout_seconds)),
+            failureThreshold=live.failure_threshold,
+        )
+    )
+    if liveness is not None:
+        out["livenessProbe"] = liveness
+    return out
 
 
-def _probe(rendered: Rendered, **settings: int) -> Object | None:
-    """The recipe's first HTTP check (a pod cannot match a body), else TCP, else none.
+def _probe(probe: ProbeConfig, **settings: int) -> Object | None:
+    """The first HTTP check (a pod cannot match a body), else TCP, else none (a completion
+    has no pod form: refused unless --lossy, see problems_of).
 
     Built afresh for each probe: shared dicts would print as YAML anchors.
     """
-    probe = rendered.probe
+    if probe.completion:
+        return None
     if probe.http:
         return {"httpGet": {"path": probe.http[0][0], "port": PORT_NAME}, **settings}
     if probe.tcp:
