@@ -14,13 +14,28 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import GI, NOW, OTHER, desired, entry, inventory, observed, record, ref, view
+from strategies import (
+    GI,
+    NOW,
+    OTHER,
+    Scenario,
+    desired,
+    entry,
+    inventory,
+    memory_scenarios,
+    observed,
+    record,
+    ref,
+    view,
+)
 
 from controller.core.actions import AnyAction, Fail, Hold, Probed, Restart, Start, Stop
 from controller.core.inventory import parse_static
 from controller.core.plan import plan
+from controller.core.render import render
 from controller.core.specs import Entry
 from controller.core.state import Drain, Phase, ProbeConfig, ProbeResult, Record, RecordView
+from controller.errors import RecipeError
 
 LIVE = ProbeConfig(http=(("/health", None),), period_seconds=1, failure_threshold=3)
 FAILED = ProbeResult(False, "GET /health: no answer within 5s")
@@ -338,3 +353,100 @@ def _started(start: Start) -> Record:
         port=start.port,
         ref=ref(300 + len(start.name)),
     )
+
+
+@given(memory_scenarios())
+def test_no_two_packed_engines_start_on_one_device_at_once(s: Scenario) -> None:
+    """Whatever runs where: a plan's memory-packed starts (preemptions aside) never land on
+    a device where one is starting, restarting or starting in the same plan."""
+    actions = plan(s.desired, s.observed, s.inventory, NOW)
+    views = s.observed.records
+    busy = {
+        d
+        for v in views.values()
+        if v.record.memory is not None and v.record.phase is Phase.STARTING
+        for d in v.record.devices
+    }
+    busy |= {
+        d
+        for a in actions
+        if isinstance(a, Restart) and views[a.name].record.memory is not None
+        for d in views[a.name].record.devices
+    }
+    packed = [a for a in actions if isinstance(a, Start) and a.entry.deployment.spec.devices.memory]
+    busy |= {d for a in packed if "preempting" in a.reason for d in a.devices}
+    mine = [d for a in packed if "preempting" not in a.reason for d in a.devices]
+    assert not busy & set(mine), actions
+    assert len(mine) == len(set(mine)), actions
+
+
+def test_a_liveness_probe_change_updates_in_place() -> None:
+    live = entry("web", livenessProbe={"httpGet": {"path": "/live"}, "failureThreshold": 5})
+    rec = record("web", spec=WEB, liveness=LIVE)  # made before the manifest set one
+    actions = plan(desired(live), observed(view(rec, alive=True)), inventory(), NOW)
+    assert [(type(a).__name__, a.reason) for a in actions] == [
+        ("Update", "spec.livenessProbe changed")
+    ], actions
+
+
+# -- what the record is given ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "expect"),
+    [
+        pytest.param({}, None, id="command-has-no-default"),
+        pytest.param(
+            {"livenessProbe": {"tcpSocket": {}, "periodSeconds": 3}},
+            ProbeConfig(tcp=True, period_seconds=3, timeout_seconds=5, failure_threshold=3),
+            id="the-specs-own-check",
+        ),
+        pytest.param(
+            {"livenessProbe": {"completion": {}, "timeoutSeconds": 20}, "model": "m"},
+            ProbeConfig(
+                completion="/v1/chat/completions",
+                model="m",
+                period_seconds=10,
+                timeout_seconds=20,
+                failure_threshold=3,
+            ),
+            id="a-completion-for-the-specs-model",
+        ),
+        pytest.param(
+            {"engine": "llama-cpp", "model": "/m.gguf", "command": None},
+            ProbeConfig(
+                http=(("/health", None),), period_seconds=10, timeout_seconds=5, failure_threshold=3
+            ),
+            id="the-recipes-health-path-by-default",
+        ),
+        pytest.param(
+            {
+                "engine": "llama-cpp",
+                "model": "/m.gguf",
+                "command": None,
+                "livenessProbe": {"failureThreshold": 1},
+            },
+            ProbeConfig(
+                http=(("/health", None),), period_seconds=10, timeout_seconds=5, failure_threshold=1
+            ),
+            id="timing-alone-keeps-the-recipes-check",
+        ),
+        pytest.param(
+            {
+                "engine": "llama-cpp",
+                "model": "/m.gguf",
+                "command": None,
+                "livenessProbe": {"enabled": False},
+            },
+            None,
+            id="enabled-false-turns-it-off",
+        ),
+    ],
+)
+def test_the_rendered_liveness_probe(spec: dict[str, Any], expect: ProbeConfig | None) -> None:
+    assert render(entry("web", **spec), devices=(), port=9000).liveness == expect
+
+
+def test_a_command_liveness_probe_naming_no_check_is_an_error() -> None:
+    with pytest.raises(RecipeError, match="names no check and engine 'command' has no health"):
+        render(entry("web", livenessProbe={"periodSeconds": 5}), devices=(), port=9000)

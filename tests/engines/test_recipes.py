@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from controller.core.engines import MODULES, HttpCheck, RecipeError, RenderContext, recipe_for
+from controller.core.engines import (
+    MODULES,
+    CompletionTarget,
+    HttpCheck,
+    RecipeError,
+    RenderContext,
+    recipe_for,
+)
 from controller.core.engines.base import ReadinessChecks
 from controller.core.inventory import Device
 
@@ -287,6 +294,35 @@ EXTRA_PORTS = {"vllm": 1, "llama-cpp": 0, "sglang": 1, "tgi": 1, "ollama": 0, "c
 @pytest.mark.parametrize("engine", sorted(EXTRA_PORTS))
 def test_extra_ports_declared(engine: str) -> None:
     assert recipe_for(engine).extra_ports == EXTRA_PORTS[engine]
+
+
+HEALTH = ReadinessChecks(http=(HttpCheck("/health"),))
+HEALTH_OF = {
+    "vllm": (HEALTH, CompletionTarget("/v1/completions", HF)),
+    "sglang": (HEALTH, CompletionTarget("/v1/completions", HF)),
+    "tgi": (HEALTH, CompletionTarget("/v1/completions", "tgi")),
+    "llama-cpp": (HEALTH, CompletionTarget("/v1/completions", GGUF)),
+    "ollama": (
+        ReadinessChecks(http=(HttpCheck("/", contains="Ollama is running"),)),
+        CompletionTarget("/v1/chat/completions", "llama3:latest"),
+    ),
+    "command": (None, CompletionTarget("/v1/chat/completions", "llm")),
+}
+
+
+@pytest.mark.parametrize("engine", sorted(HEALTH_OF))
+def test_each_recipe_states_its_liveness_check_and_completion_path(engine: str) -> None:
+    """The default livenessProbe is the engine's own health path (none for a command);
+    a `completion: {}` probe asks the recipe's path for the id the engine serves."""
+    model = {"llama-cpp": GGUF, "ollama": "llama3", "command": None}.get(engine, HF)
+    launch = recipe_for(engine).launch(ctx(model=model, command=("serve",)))
+    assert (launch.liveness, launch.completion) == HEALTH_OF[engine]
+
+
+def test_a_served_model_name_is_what_a_completion_asks_for() -> None:
+    args = ("--served-model-name", "chat")
+    for engine in ("vllm", "sglang"):
+        assert recipe_for(engine).launch(ctx(args=args)).completion.model == "chat"
 
 
 @pytest.mark.parametrize("engine", ["vllm", "llama-cpp", "sglang", "tgi"])
