@@ -26,6 +26,7 @@ from controller.core.limits import kinds_of, only_kinds
 from controller.core.names import is_next
 from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.plan import Desired, plan
+from controller.core.planner.turns import waits_turn
 from controller.core.state import Observed, Phase, ProcessRef, Record
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity
@@ -74,7 +75,10 @@ class PassResult:
         """--once's exit status: every manifest valid, nothing Pending or Failed."""
         if self.errors or self.problems or any(isinstance(a, Conflict) for a in self.actions):
             return False
-        return not any(r.phase in (Phase.PENDING, Phase.FAILED) for r in self.ours())
+        # Waiting for its turn on a shared device is no failure: the next pass starts it.
+        return not any(
+            r.phase in (Phase.PENDING, Phase.FAILED) and not waits_turn(r) for r in self.ours()
+        )
 
     def failing(self) -> list[str]:
         """Why ``--once`` exits 1 though the pass itself went through (cron mails on it):

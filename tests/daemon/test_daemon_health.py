@@ -175,3 +175,18 @@ def test_packed_engines_on_one_device_start_one_after_the_other(
     ), rc.events("llm-b")
     assert rc.record("llm-a")["devices"] == rc.record("llm-b")["devices"] == ["nvidia:0"]
     finish(d)
+
+
+def test_once_exits_0_while_a_packed_engine_waits_its_turn(reconcile: Any) -> None:
+    """cron's --once: the second packed engine waiting for the first is no failure."""
+    rc = reconcile
+    rc.devices = "nvidia:0=80Gi"
+    packed = {"count": 1, "kind": "nvidia", "memory": "20Gi"}
+    for name in ("llm-a", "llm-b"):
+        rc.write(name, command=rc.demo_command(load_seconds="3"), devices=packed)
+    rc.once()  # exit 0
+    b = rc.status("llm-b")["llm-b"]
+    assert b["phase"] == "Pending" and b["message"].startswith("waiting for llm-a"), b
+    rc.converge()
+    assert {n: i["phase"] for n, i in rc.status().items()} == {"llm-a": "Ready", "llm-b": "Ready"}
+    rc.down()

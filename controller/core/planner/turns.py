@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from controller.core.state import Observed, Phase, RecordView
+from controller.core.state import Observed, Phase, Record, RecordView
 
 TURN = "one start at a time per device"
 
@@ -32,6 +32,11 @@ def turn_taken(starting: Mapping[str, str], devices: Iterable[str], name: str) -
         if other is not None and other != name:
             return f"waiting for {other} to be Ready on {device} ({TURN})"
     return None
+
+
+def waits_turn(rec: Record) -> bool:
+    """A Pending record that only waits for another start on its device (not stuck)."""
+    return rec.phase is Phase.PENDING and rec.message.endswith(f"({TURN})")
 
 
 def _starting(view: RecordView) -> bool:
