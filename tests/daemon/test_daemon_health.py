@@ -190,3 +190,27 @@ def test_once_exits_0_while_a_packed_engine_waits_its_turn(reconcile: Any) -> No
     rc.converge()
     assert {n: i["phase"] for n, i in rc.status().items()} == {"llm-a": "Ready", "llm-b": "Ready"}
     rc.down()
+
+
+def test_a_hung_probe_never_holds_up_a_pass(reconcile: Any, daemon: Any, finish: Any) -> None:
+    """A liveness probe stuck for its whole minute-long timeout on a stopped engine: a
+    manifest dropped meanwhile is started and probed Ready by passes that go on."""
+    rc = reconcile
+    rc.write(
+        "stuck",
+        livenessProbe={**LIVENESS, "timeoutSeconds": 60},
+        stopGracePeriodSeconds=GRACE,
+    )
+    d = daemon()
+    pid = d.wait(lambda: ready_pid(rc, "stuck"), "stuck Ready")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        rc.write("fresh", command=rc.demo_command(load_seconds="0.3"))
+        d.wait(lambda: ready_pid(rc, "fresh"), "fresh Ready while a probe hangs")
+        assert not [e for e in rc.events("stuck") if e["action"] == "liveness"], (
+            "no answer from the stopped engine yet: its probe is still waiting"
+        )
+        assert rc.record("stuck")["ref"]["pid"] == pid
+    finally:
+        _resume(pid)
+    finish(d)
