@@ -222,7 +222,13 @@ def _view_verbs(verb: VerbMaker) -> None:
 
 def _node_verbs(verb: VerbMaker) -> None:
     """Verbs about this node: devices, drain, uncordon."""
-    verb("devices", "the inventory and who holds what")
+    p = verb("devices", "the inventory, who holds what, each device's health")
+    p.add_argument(
+        "--clear",
+        action="append",
+        metavar="DEVICE",
+        help="return an Unhealthy device (kind:id, e.g. nvidia:1) to placement; repeatable",
+    )
     p = verb("drain", "start nothing new until uncordoned")
     p.add_argument(
         "--ttl",

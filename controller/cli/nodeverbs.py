@@ -10,16 +10,19 @@ import getpass
 import os
 import socket
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from controller.cli.common import config, output_format, reconciler
 from controller.cli.exitcodes import EXIT_OK, EXIT_USAGE
 from controller.cli.views import FORMATS, dump, table
+from controller.core.devicefaults import DeviceHealth
 from controller.core.durations import format_age
 from controller.core.quantity import format_bytes
 from controller.core.state import Phase, Record
 from controller.core.statusjson import device_items
 from controller.errors import ConfigError
+from controller.store import devicehealth
 from controller.store.node import Config, read_drain
 from controller.store.records import RecordStore
 
@@ -34,8 +37,11 @@ def cmd_devices(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cfg = config(args)
     inventory = devices.resolve(cfg.devices)
+    if args.clear:
+        return _clear(cfg, inventory.keys(), args.clear)
     records = sorted(RecordStore(cfg.state_dir).load().records.values(), key=lambda r: r.name)
-    items = device_items(inventory.devices, records)  # the web page's too
+    faults = devicehealth.read(cfg.state_dir).faults
+    items = device_items(inventory.devices, records, faults)  # the web page's too
     ports = [
         {"port": port, "held_by": rec.name, "phase": str(rec.phase)}
         for rec in records
@@ -58,11 +64,18 @@ def _devices_text(
 ) -> str:
     out = [f"Node {cfg.node}: {len(items)} device(s), inventory: {source}"]
     if items:
-        rows = [["DEVICE", "KIND", "ID", "UUID", "NAME", "MEMORY", "ALLOCATED", "FREE", "HELD BY"]]
+        head = ["DEVICE", "KIND", "ID", "UUID", "NAME", "MEMORY", "ALLOCATED", "FREE", "HEALTH"]
+        rows = [[*head, "HELD BY"]]
         for d in items:
             cells = [d["device"], d["kind"], d["id"], d["uuid"], d["name"], *_memory_cells(d)]
-            rows.append([str(c or "-") for c in cells] + [_held(d["holders"])])
+            rows.append([str(c or "-") for c in cells] + [d["health"], _held(d["holders"])])
         out += ["", table(rows)]
+        out += [
+            f"{d['device']} Unhealthy since {d['unhealthy_since']}: {d['health_reason']}; "
+            f"nothing new is placed on it (`reconcile devices --clear {d['device']}` returns it)"
+            for d in items
+            if d["health"] == "Unhealthy"
+        ]
     if ports:
         rows = [["PORT", "HELD BY", "PHASE"]]
         rows += [[str(p["port"]), str(p["held_by"]), str(p["phase"])] for p in ports]
@@ -70,6 +83,29 @@ def _devices_text(
     if cfg.limits.max_instances is not None or cfg.limits.per_kind:
         out += ["", f"Limits: maxInstances {cfg.limits.describe()}"]
     return "\n".join(out)
+
+
+def _clear(cfg: Config, known: tuple[str, ...], names: list[str]) -> int:
+    """``devices --clear``: the devices are healthy again (their next reading is new)."""
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        shown = ", ".join(known) or "none"
+        print(f"no device {', '.join(unknown)} on node {cfg.node} (its devices: {shown})")
+        return EXIT_USAGE
+    RecordStore(cfg.state_dir).ensure()
+    now = datetime.now(UTC)
+    for name in names:
+        before = devicehealth.read(cfg.state_dir).faults.get(name)
+        devicehealth.update(cfg.state_dir, partial(DeviceHealth.cleared_now, device=name, now=now))
+        if before is None:
+            print(f"{name} was not Unhealthy")
+            continue
+        since = before.since.isoformat(timespec="seconds")
+        print(
+            f"{name} cleared (Unhealthy since {since}: {before.reason}); "
+            "engines may be placed on it from the next pass"
+        )
+    return EXIT_OK
 
 
 def _memory_cells(item: dict[str, Any]) -> list[str]:

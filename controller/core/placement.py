@@ -340,7 +340,8 @@ def place(
 
 
 def ledger_for(records: Iterable[Record], observed: Observed) -> Ledger:
-    """The one ledger: what live records hold, unreadable records, foreign listeners.
+    """The one ledger: what live records hold, unreadable records, foreign listeners,
+    Unhealthy devices.
 
     Records of another node hold that node's devices and ports, not ours: skipped.
     """
@@ -352,4 +353,6 @@ def ledger_for(records: Iterable[Record], observed: Observed) -> Ledger:
         ledger.take(holder, (key,), (), False)
     for port, holder in observed.foreign_ports.items():
         ledger.take(holder, (), (port,), False)
+    for key, fault in observed.unhealthy.items():  # a whole lease no one can preempt
+        ledger.take(f"Unhealthy ({fault.reason})", (key,), (), False)
     return ledger

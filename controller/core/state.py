@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from controller.core import backendnames
+from controller.core.devicefaults import DeviceFault
 from controller.core.pulls import PullView
 
 # 2: the rendered facts (activation, idle_timeout, ready_deadline_seconds, models,
@@ -292,3 +293,6 @@ class Observed:
     node: str | None = None
     unreadable: frozenset[str] = frozenset()  # names whose record has an unknown version
     pulls: Mapping[str, PullView] = field(default_factory=dict)  # model cache key -> its pull
+    # Devices NVML reported a critical fault on (devicefaults.py): nothing is placed there
+    # and what holds one is moved, until `reconcile devices --clear`.
+    unhealthy: Mapping[str, DeviceFault] = field(default_factory=dict)

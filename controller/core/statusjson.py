@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from controller.core.devicefaults import DeviceFault, health_fields
 from controller.core.inventory import Device
 from controller.core.pulls import PullProgress
 from controller.core.replicaset import ReplicaSet, group
@@ -113,9 +114,14 @@ def deployment_items(
     return [{**deployment_item(s), **pull_field(s.first.name, pulls)} for s in group(records)]
 
 
-def device_items(devices: Iterable[Device], records: Iterable[Record]) -> list[dict[str, Any]]:
+def device_items(
+    devices: Iterable[Device],
+    records: Iterable[Record],
+    faults: Mapping[str, DeviceFault] | None = None,
+) -> list[dict[str, Any]]:
     """``devices -o json``'s devices: each with who holds it and how much of it (bytes;
-    a holder's memory None: the whole device)."""
+    a holder's memory None: the whole device), and its health (``faults``: the
+    Unhealthy ones)."""
     holding: dict[str, list[dict[str, Any]]] = {}
     for rec in sorted(records, key=lambda r: r.name):
         for key in rec.devices if rec.holds else ():
@@ -135,6 +141,7 @@ def device_items(devices: Iterable[Device], records: Iterable[Record]) -> list[d
             "memory_allocated": sum(h["memory"] or 0 for h in hs),
             "held_by": [h["name"] for h in hs],
             "holders": hs,
+            **health_fields((faults or {}).get(d.key)),
         }
         for d in devices
         for hs in [holding.get(d.key, [])]

@@ -28,17 +28,19 @@ from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, plac
 from controller.core.plan import Desired, plan
 from controller.core.planner.turns import waits_turn
 from controller.core.state import Observed, Phase, ProcessRef, Record
+from controller.host import gpuhealth
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity
 from controller.logsetup import get_logger
 from controller.reconciler.autoscaling import Autoscaler
 from controller.reconciler.executor import Executor
+from controller.reconciler.gpuwatch import DeviceWatch
 from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
 from controller.reconciler.pulling import Puller
-from controller.store import activation, gitrev, logfiles, restart
+from controller.store import activation, devicehealth, gitrev, logfiles, restart
 from controller.store.events import Journal
 from controller.store.lock import FileLock
 from controller.store.manifests import LoadResult, ManifestError, load
@@ -160,7 +162,11 @@ class Preview:
             node=self.config.node,
             liveness=self.liveness if probe else None,
         )
-        observed = dataclasses.replace(observed, pulls=self.puller.observe())
+        observed = dataclasses.replace(
+            observed,
+            pulls=self.puller.observe(),
+            unhealthy=devicehealth.read(self.config.state_dir).faults,
+        )
         return observed, snapshot.problems
 
     def plan(self, desired: Desired, observed: Observed) -> list[AnyAction]:
@@ -216,8 +222,10 @@ class Reconciler(Preview):
         )
         # Called after every pass with its result and how long it held the pass lock.
         self.after_pass = list(after_pass)
+        self.device_watch = DeviceWatch(config.state_dir, gpuhealth.choose(inventory))
 
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
+        self.device_watch.look()  # before the records: a fault seen now moves them now
         seen = super().observe(probe=probe)
         self.maker.inventory = self.inventory  # moved with a cluster's nodes (Preview.observe)
         return seen

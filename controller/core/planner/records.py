@@ -24,6 +24,7 @@ from controller.core.planner.context import Context, Judged, Want
 from controller.core.planner.lifecycle import lifecycle, running
 from controller.core.planner.ondemand import idle_reason, parked
 from controller.core.planner.rolling import judge_next, rolling, rollout
+from controller.core.planner.unhealthy import move_off_unhealthy
 from controller.core.specs import (
     NOT_HASHED,
     Entry,
@@ -96,6 +97,8 @@ def _own(ctx: Context, view: RecordView, entry: Entry | None) -> list[Judged]:
         return [] if view.maker_alive else [_resolve_reservation(view)]
     if rec.phase is Phase.TERMINATING:
         return [Stop(name=rec.name, reason="finishing an interrupted teardown")]
+    if moved := move_off_unhealthy(ctx, view):
+        return list(moved)
     if is_next(rec.name):
         return judge_next(ctx, view)
     if entry is None and ctx.scaled_away(rec.name):

@@ -1,0 +1,175 @@
+"""What the GPUs report, read through NVML: critical Xid events, uncorrectable ECC counts
+and each process's GPU memory (one :class:`Reading` per look).
+
+The source is injectable: ``RECONCILE_FAKE_NVML=FILE`` names a JSON-lines file read in
+place of NVML (tests, and machines without a GPU), one fact per line::
+
+    {"device": "nvidia:1", "xid": 79, "time": "2026-01-01T00:00:00+00:00"}
+    {"device": "nvidia:1", "ecc_uncorrected": 2}
+    {"pid": 4242, "used": 21474836480}
+
+An Xid line is an event at its ``time``; an ECC line is the count now (the last line of
+a device wins); a ``pid`` line is that process's GPU memory now, in bytes.
+
+NVML delivers Xid events only to an event set registered before they happen, so the
+daemon, whose source lives as long as it does, sees them; a ``--once`` pass registers
+its set when it starts and reads the ECC counts, which NVML keeps. Without pynvml or a
+driver every look is empty: nothing is ever marked Unhealthy by a missing library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from controller.core.devicefaults import Reading, XidEvent
+from controller.core.inventory import Inventory
+from controller.errors import ConfigError
+
+FAKE_ENV = "RECONCILE_FAKE_NVML"
+
+
+class Source(Protocol):
+    def read(self) -> Reading: ...
+
+
+class NoSource:
+    def read(self) -> Reading:
+        return Reading()
+
+
+def choose(inventory: Inventory, environ: Mapping[str, str] = os.environ) -> Source:
+    """The fake file when ``RECONCILE_FAKE_NVML`` names one, else NVML for NVIDIA devices."""
+    fake = environ.get(FAKE_ENV)
+    if fake:
+        return FileSource(Path(fake))
+    keys = {d.key: d.uuid for d in inventory.devices if d.kind == "nvidia"}
+    return NvmlSource(keys) if keys else NoSource()
+
+
+class FileSource:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> Reading:
+        try:
+            lines = self.path.read_text().splitlines()
+        except FileNotFoundError:
+            return Reading()
+        xids: list[XidEvent] = []
+        ecc: dict[str, int] = {}
+        memory: dict[int, int] = {}
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                _fact(json.loads(line), xids, ecc, memory, f"{self.path}:{number}")
+        return Reading(tuple(xids), ecc, memory)
+
+
+def _fact(
+    fact: Any, xids: list[XidEvent], ecc: dict[str, int], memory: dict[int, int], where: str
+) -> None:
+    try:
+        if "xid" in fact:
+            when = datetime.fromisoformat(fact["time"])
+            xids.append(XidEvent(str(fact["device"]), int(fact["xid"]), when))
+        elif "ecc_uncorrected" in fact:
+            ecc[str(fact["device"])] = int(fact["ecc_uncorrected"])
+        elif "pid" in fact:
+            memory[int(fact["pid"])] = int(fact["used"])
+        else:
+            raise KeyError("xid, ecc_uncorrected or pid")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: not a fake NVML fact ({exc}); see host/gpuhealth.py") from exc
+
+
+class NvmlSource:
+    """NVML itself: initialised once, its Xid event set registered on the first look."""
+
+    def __init__(self, devices: Mapping[str, str | None], nvml: Any = None) -> None:
+        self.devices = dict(devices)  # kind:id -> UUID (None: look it up by index)
+        self._nvml = nvml
+        self._events: Any = None
+        self._handles: dict[str, Any] = {}
+
+    def read(self) -> Reading:
+        nv = self._open()
+        if nv is None:
+            return Reading()
+        return Reading(self._xids(nv), self._ecc(nv), self._memory(nv))
+
+    def _open(self) -> Any:
+        if self._handles:
+            return self._nvml
+        try:
+            if self._nvml is None:
+                import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+                self._nvml = pynvml
+            nv = self._nvml
+            nv.nvmlInit()  # kept: NVML counts inits, another caller's shutdown leaves ours
+            for key, uuid in self.devices.items():
+                index = int(key.partition(":")[2])
+                by_uuid = uuid is not None and not uuid.isdigit()
+                handle = (
+                    nv.nvmlDeviceGetHandleByUUID(uuid)
+                    if by_uuid
+                    else nv.nvmlDeviceGetHandleByIndex(index)
+                )
+                self._handles[key] = handle
+            self._events = nv.nvmlEventSetCreate()
+            for handle in self._handles.values():
+                self._register(nv, handle)
+        except Exception:  # no library, no driver, a broken GPU: no reading, never a crash
+            self._handles.clear()
+            return None
+        return nv
+
+    def _register(self, nv: Any, handle: Any) -> None:
+        # A GPU that delivers no events (NotSupported): its ECC count still counts.
+        with contextlib.suppress(nv.NVMLError):
+            nv.nvmlDeviceRegisterEvents(handle, nv.nvmlEventTypeXidCriticalError, self._events)
+
+    def _xids(self, nv: Any) -> tuple[XidEvent, ...]:
+        by_uuid = {_text(nv.nvmlDeviceGetUUID(h)): k for k, h in self._handles.items()}
+        found: list[XidEvent] = []
+        while True:
+            try:
+                event = nv.nvmlEventSetWait(self._events, 0)  # 0 ms: only what is there
+            except nv.NVMLError:
+                return tuple(found)  # Timeout: nothing more (or events unsupported)
+            key = by_uuid.get(_text(nv.nvmlDeviceGetUUID(event.device)))
+            if key is not None:
+                found.append(XidEvent(key, int(event.eventData), datetime.now(UTC)))
+
+    def _ecc(self, nv: Any) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for key, handle in self._handles.items():
+            try:
+                counts[key] = int(
+                    nv.nvmlDeviceGetTotalEccErrors(
+                        handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
+                    )
+                )
+            except nv.NVMLError:
+                continue  # no ECC on this GPU (or it is off): nothing to compare
+        return counts
+
+    def _memory(self, nv: Any) -> dict[int, int]:
+        used: dict[int, int] = {}
+        for handle in self._handles.values():
+            try:
+                procs = nv.nvmlDeviceGetComputeRunningProcesses(handle)
+            except nv.NVMLError:
+                continue
+            for proc in procs:
+                used[int(proc.pid)] = used.get(int(proc.pid), 0) + int(proc.usedGpuMemory or 0)
+        return used
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
