@@ -26,6 +26,7 @@ def test_the_public_names_are_pinned() -> None:
         "backoff",
         "plan",
         "restarts_after",
+        "waits_turn",
     ]
     assert all(hasattr(plan, name) for name in plan.__all__)
 

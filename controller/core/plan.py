@@ -32,6 +32,7 @@ from controller.core.planner.preemption import PREEMPTED, PREEMPTIBLE
 from controller.core.planner.pulling import gate
 from controller.core.planner.records import IN_PLACE, judge
 from controller.core.planner.rolling import rolls
+from controller.core.planner.turns import waits_turn
 from controller.core.state import Observed
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "backoff",
     "plan",
     "restarts_after",
+    "waits_turn",
 ]
 
 

@@ -25,8 +25,7 @@ from controller.core.inventory import Inventory
 from controller.core.limits import kinds_of, only_kinds
 from controller.core.names import is_next
 from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place
-from controller.core.plan import Desired, plan
-from controller.core.planner.turns import waits_turn
+from controller.core.plan import Desired, plan, waits_turn
 from controller.core.state import Observed, Phase, ProcessRef, Record
 from controller.host import gpuhealth
 from controller.host.devices import gpu_memory
