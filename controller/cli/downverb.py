@@ -28,7 +28,8 @@ def cmd_down(args: argparse.Namespace) -> int:
     stopped = reconciler.down(chosen)
     for name in stopped:
         rec = before.get(name)
-        print(f"{_what(rec)} {name}" + (f" ({rec.phase}: never ran)" if not _ran(rec) else ""))
+        never = rec is not None and not _ran(rec)
+        print(f"removed {name} ({rec.phase}: never ran)" if never and rec else f"stopped {name}")
     others = [r for r in reconciler.elsewhere() if chosen(r)]
     found = {base_name(n) for n in stopped} | {base_name(r.name) for r in others}
     missing = set(args.names) - found
@@ -51,10 +52,6 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def _ran(rec: Record | None) -> bool:
     return rec is None or rec.ref is not None or rec.holds
-
-
-def _what(rec: Record | None) -> str:
-    return "stopped" if _ran(rec) else "removed"
 
 
 def _nothing(owner: str, records: list[Record]) -> None:

@@ -192,6 +192,12 @@ def _view_verbs(verb: VerbMaker) -> None:
         p = verb(name, "deployments and their phases")
         p.add_argument("name", nargs="?")
         _selector(p)
+        p.add_argument("-w", "--watch", action="store_true", help="print each change as it happens")
+        p.add_argument(
+            "--refresh",
+            action="store_true",
+            help="look now (liveness, probes) instead of the last pass's view; acts on nothing",
+        )
     p = verb("describe", "spec, record, events, last log lines")
     p.add_argument("name", nargs="?", help="the deployment (or select with -l)")
     _selector(p)

@@ -1,4 +1,5 @@
-"""The operator's verbs: status, describe, logs, plan, schema (devices, drain: nodeverbs).
+"""The operator's verbs: describe, logs, plan, schema (status: statusverb; devices, drain:
+nodeverbs).
 
 Each only wires the configuration to a view and prints; exit codes come from cli/exitcodes.py.
 """
@@ -12,18 +13,16 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from controller.cli.common import config, output_format, preview, selected
 from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
-from controller.cli.views import FORMATS, dump
+from controller.cli.views import dump
 from controller.core.backendnames import on_cluster
-from controller.core.state import Drain, Record
-from controller.errors import ConfigError
+from controller.core.state import Record
 from controller.store import logfiles
-from controller.store.node import Config, read_drain
+from controller.store.node import Config
 from controller.store.records import RecordStore, check_name
 
 if TYPE_CHECKING:  # the loader brings pydantic: status, describe and logs never load it
@@ -36,45 +35,6 @@ def _problems(problems: list[object]) -> None:
 
 
 # -- status / describe ------------------------------------------------------------
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    from controller.cli.views import drain_line, status_table
-    from controller.core.replicaset import group, selects
-    from controller.core.statusjson import deployment_items
-    from controller.store import pullstatus
-
-    fmt = output_format(args, "table", FORMATS)
-    if fmt is None:
-        return EXIT_USAGE
-    cfg = config(args)
-    snap = RecordStore(cfg.state_dir).load()
-    records = [r for _, r in sorted(snap.records.items()) if not args.name or selects(args.name, r)]
-    if args.name and not records:
-        print(f"reconcile: no deployment named {args.name!r} in {cfg.state_dir}", file=sys.stderr)
-        return EXIT_FAIL
-    records = [r for r in records if selected(r.labels, args)]
-    records, pulls = pullstatus.live(records, cfg.state_dir)  # Pulling: progress now
-    sets = group(records)  # a deployment per item or row, its replicas within
-    if fmt in ("json", "yaml"):
-        print(dump(deployment_items(records, pulls), fmt))  # the web page's items too
-    elif fmt == "name":
-        print("".join(f"{s.name}\n" for s in sets), end="")
-    else:
-        banner = drain_line(cfg.node, _drain_or_none(cfg), datetime.now(UTC))
-        if banner:
-            print(banner, file=sys.stderr)
-        print(status_table(records, wide=fmt == "wide") if records else "No deployments.")
-    _problems(list(snap.problems))
-    return EXIT_OK
-
-
-def _drain_or_none(cfg: Config) -> Drain | None:
-    try:
-        return read_drain(cfg.state_dir)
-    except ConfigError as exc:  # status still shows the deployments
-        print(f"warning: {exc}", file=sys.stderr)
-        return None
 
 
 def cmd_describe(args: argparse.Namespace) -> int:

@@ -50,7 +50,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from controller.cli.opverbs import cmd_status
+    from controller.cli.statusverb import cmd_status
 
     return cmd_status(args)
 

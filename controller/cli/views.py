@@ -7,7 +7,8 @@ ages (``41s``, ``5m``, ``3h12m``) the way kubectl does.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -90,29 +91,44 @@ def _message(recs: Sequence[Record]) -> str:
     return f"{said.name}: {said.message}" if said else ""
 
 
-def status_table(records: Iterable[Record], now: datetime | None = None, wide: bool = False) -> str:
+def status_table(
+    records: Iterable[Record],
+    now: datetime | None = None,
+    wide: bool = False,
+    seen: Mapping[str, datetime] | None = None,
+) -> str:
     """A row per deployment, READY as ready/desired; ``wide`` adds a row per instance
-    (each replica, each ``@next``) under a deployment that has more than one."""
+    (each replica, each ``@next``) under a deployment that has more than one. ``seen``
+    (record name -> when a pass last observed it) adds SEEN: how old the view is."""
     now = now or datetime.now(UTC)
     sets = group(records)
     show_rev = wide or any(r.revision for rs in sets for r in rs.records)
     head = ["NAME", "ENGINE", "NODE", "DEVICES", "PORT", "PHASE", "READY", "RESTARTS", "AGE"]
+    head += ["SEEN"] if seen is not None else []
     head += ["PID", "SOURCE"] if wide else []
     head += ["REVISION"] if show_rev else []
     rows = [[*head, "MESSAGE"]]
     for rs in sets:
         ready = f"{rs.ready}/{rs.desired}"
-        rows.append(_row(rs.name, rs.records, ready, now, wide=wide, show_rev=show_rev))
+        cols = _Columns(wide=wide, show_rev=show_rev, seen=seen)
+        rows.append(_row(rs.name, rs.records, ready, now, cols))
         if wide and len(rs.records) > 1:
             for rec in rs.records:
                 one = "1/1" if rec.phase is Phase.READY else "0/1"
-                rows.append(_row(f"  {rec.name}", (rec,), one, now, wide=True, show_rev=show_rev))
+                rows.append(_row(f"  {rec.name}", (rec,), one, now, cols))
     return table(rows)
 
 
-def _row(
-    name: str, recs: Sequence[Record], ready: str, now: datetime, *, wide: bool, show_rev: bool
-) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """The optional columns a table shows."""
+
+    wide: bool
+    show_rev: bool
+    seen: Mapping[str, datetime] | None
+
+
+def _row(name: str, recs: Sequence[Record], ready: str, now: datetime, cols: _Columns) -> list[str]:
     """One line of the table over ``recs``: a deployment's records, or one of them."""
     first = recs[0]
     row = [
@@ -126,8 +142,12 @@ def _row(
         _restarts(recs, now),
         age(first.reserved_at or first.started_at, now),
     ]
+    if cols.seen is not None:  # the oldest view of them: what the row can vouch for
+        times = [cols.seen[r.name] for r in recs if r.name in cols.seen]
+        row.append(age(min(times), now) if times else "-")
+    wide = cols.wide
     row += [_joined(str(r.ref.pid) for r in recs if r.ref), first.source or "-"] if wide else []
-    row += [short_rev(first.revision)] if show_rev else []
+    row += [short_rev(first.revision)] if cols.show_rev else []
     return [*row, _message(recs)]
 
 

@@ -44,6 +44,8 @@ from controller.store.events import Journal
 from controller.store.lock import FileLock
 from controller.store.manifests import LoadResult, ManifestError, load
 from controller.store.node import Config, read_drain
+from controller.store.observed import Seen
+from controller.store.observed import note as note_seen
 from controller.store.records import RecordProblem, RecordStore
 
 log = get_logger("reconcile")
@@ -247,9 +249,11 @@ class Reconciler(Preview):
             )
             self.executor.take_tally()  # `down` and drains between passes are not this pass's
             if self.liveness is not None:
-                self.liveness.begin_pass()
+                self.liveness.begin_pass(self.config.owner)
+            seen_at = datetime.now(UTC)  # what `status` says its view's age is from
             result = self._rounds(loaded)
             result.outcomes = self.executor.take_tally()
+            note_seen(self.config.state_dir, _seen(result, self.config.node, seen_at))
             logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
             seconds = time.monotonic() - started
         for hook in self.after_pass:
@@ -460,6 +464,18 @@ def _note(result: PassResult, action: Action) -> None:
     ):
         return
     result.actions.append(action)
+
+
+def _seen(result: PassResult, node: str, at: datetime) -> Seen:
+    """This pass's note for `status`: when it looked, and the condition of a set whose
+    folders held no manifest (its deployments run on, unpruned: invariant 5)."""
+    blocked = None
+    if result.prune_blocked:
+        missing = ", ".join(result.missing_folders)
+        why = f"manifests folder {missing} does not exist" if missing else ""
+        why = why or "manifest folder is empty"
+        blocked = f"{why}: nothing pruned; `--allow-empty` to prune"
+    return Seen(node=node, owner=result.owner, at=at, prune_blocked=blocked)
 
 
 def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:

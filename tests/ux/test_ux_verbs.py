@@ -18,7 +18,7 @@ import yaml
 # DESIGN.md's documented fields of `status -o json`, plus the ones issue 6 adds.
 FIELDS = {"name", "phase", "pid", "port", "devices", "restarts", "ready", "spec_valid", "message"}
 FIELDS |= {"last_exit", "next_retry_at", "source", "revision", "engine", "node", "started_at"}
-HEADER = ["NAME", "ENGINE", "NODE", "DEVICES", "PORT", "PHASE", "READY", "RESTARTS", "AGE"]
+HEADER = ["NAME", "ENGINE", "NODE", "DEVICES", "PORT", "PHASE", "READY", "RESTARTS", "AGE", "SEEN"]
 CRASH = "import sys; print('boom: CUDA out of memory', flush=True); sys.exit(3)"
 
 

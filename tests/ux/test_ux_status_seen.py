@@ -1,0 +1,108 @@
+"""`status` says how old its view is, looks now on request, shows an emptied folder's
+condition, and follows changes with `-w`, through the real CLI (issue 25)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import IO, Any
+
+EMPTY = "manifest folder is empty: nothing pruned; `--allow-empty` to prune"
+
+
+def _item(rc: Any, *args: str) -> dict[str, Any]:
+    (item,) = rc("status", *args, "-o", "json", check=0).json()
+    assert isinstance(item, dict)
+    return item
+
+
+def test_status_says_when_it_was_observed_and_refresh_looks_now(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write("web")
+    rc.converge()
+    item = _item(rc)
+    seen = datetime.fromisoformat(item["observed_at"])
+    assert timedelta(0) <= datetime.now(UTC) - seen < timedelta(minutes=5)
+    assert rc("status", check=0).out.splitlines()[0].split()[9] == "SEEN"
+
+    pid = item["pid"]
+    os.kill(pid, signal.SIGKILL)  # no pass is looking: the last view still says Ready
+    rc.wait_gone(pid)
+    record = rc.record_path("web").read_bytes()
+    assert _item(rc)["phase"] == "Ready"
+    now = _item(rc, "--refresh")
+    assert now["phase"] == "BackOff" and now["ready"] is False, now
+    assert (
+        "engine exited" in now["message"] and "status --refresh" in now["message"]
+    )  # not its child
+    assert datetime.fromisoformat(now["observed_at"]) > seen
+    assert "BackOff" in rc("status", "--refresh", check=0).out
+    assert rc.record_path("web").read_bytes() == record  # it looked; it wrote nothing
+    rc.down()
+
+
+def test_an_emptied_folder_is_a_condition_on_its_deployments(reconcile: Any) -> None:
+    rc = reconcile
+    path = rc.write("web")
+    rc.converge()
+    assert _item(rc)["conditions"] == []
+    path.unlink()  # the last manifest: invariant 5 prunes nothing
+    rc.once(check=1)
+    item = _item(rc)
+    assert item["phase"] == "Ready" and item["conditions"] == [EMPTY], item
+    assert EMPTY in rc("status", check=0).out
+    rc.write("web")
+    rc.once()
+    assert _item(rc)["conditions"] == []
+    rc.down()
+
+
+class _Lines:
+    """A process's stdout, read line by line on a thread (no read blocks the test)."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[bytes]) -> None:
+        for line in stream:
+            self.lines.append(line.decode())
+
+    def has(self, *words: str) -> bool:
+        return any(all(w in line for w in words) for line in self.lines)
+
+
+def test_watch_prints_each_change_and_ends_quietly(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write("web")
+    rc.converge()
+    watcher = rc.spawn(rc.argv("status", "-w"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = _Lines(watcher.stdout)  # type: ignore[arg-type]
+    rc.wait_for(lambda: out.has("web", "Ready"), timeout=30)
+    assert out.lines[0].split()[0] == "NAME"
+    rc.write("chat", basePort=rc.port + 5)
+    rc.converge()
+    rc.wait_for(lambda: out.has("chat", "Ready"), timeout=30)
+    assert sum(line.split()[0] == "NAME" for line in out.lines) == 1  # one header
+    (rc.manifests / "chat.yaml").unlink()
+    rc.once()
+    rc.wait_for(lambda: out.has("chat", "(gone)"), timeout=30)
+    watcher.send_signal(signal.SIGINT)  # Ctrl-C
+    _, err = watcher.communicate(timeout=30)
+    assert b"Traceback" not in err and watcher.returncode == 130, err
+
+    piped = subprocess.run(  # the reader goes after one line: the watch ends by itself
+        ["bash", "-c", " ".join([*rc.argv("status", "-w", "-o", "json"), "| head -1"])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=rc.env,
+        cwd=rc.tmp,
+    )
+    assert piped.returncode == 0 and '"name": "web"' in piped.stdout, piped
+    assert "Traceback" not in piped.stderr and "Broken pipe" not in piped.stderr, piped
+    rc.down()
