@@ -53,10 +53,12 @@ class LivenessProber:
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._probed: set[str] = set()  # --once: probed in this pass (nonces)
+        self.owner: str | None = None  # whose records it probes (another set's: not ours)
 
-    def begin_pass(self) -> None:
-        """A new pass: ``--once``'s prober probes every Ready engine again (once)."""
+    def begin_pass(self, owner: str | None = None) -> None:
+        """A new pass of ``owner``'s: ``--once``'s prober probes each Ready engine again."""
         self._probed.clear()
+        self.owner = owner
 
     def take(self, views: Mapping[str, RecordView]) -> dict[str, tuple[ProbeResult, ...]]:
         """The answers no pass has counted yet, by record name (for this observation)."""
@@ -105,7 +107,7 @@ class LivenessProber:
     def _watch(self, views: Mapping[str, RecordView]) -> None:
         """Slots for the Ready engines with a liveness probe; a new nonce starts afresh."""
         now = self.clock()
-        wanted: dict[str, RecordView] = {n: v for n, v in views.items() if _probed(v)}
+        wanted = {n: v for n, v in views.items() if _probed(v, self.owner)}
         for name in list(self._slots):
             view = wanted.get(name)
             if view is None or view.record.nonce != self._slots[name].nonce:
@@ -169,10 +171,11 @@ def _keep(slot: _Slot, answer: ProbeResult) -> None:
         slot.answers.append(answer)
 
 
-def _probed(view: RecordView) -> bool:
+def _probed(view: RecordView, owner: str | None) -> bool:
     rec = view.record
     return (
         view.alive
+        and owner in (None, rec.owner)  # another manifest set's engines are its own to judge
         and rec.phase is Phase.READY
         and rec.liveness is not None
         and rec.port is not None
