@@ -2,8 +2,9 @@
 replica, rolling where the deployment's strategy is RollingUpdate, recreated otherwise.
 
 The request is desired state (``<state>/restart/<name>.json``, store/restart.py); the
-planner replaces every instance started before it. With a daemon on the state dir, the
-daemon's next pass acts and this command watches the records; without one (cron), it
+planner replaces every instance started before it. With a daemon on the state dir, it
+is woken (the gateway's wake-up datagram, where the daemon serves one; else its resync
+pass reads the request) and this command watches the records; without one (cron), it
 runs the passes itself, as ``--once --wait`` does. Either way it returns once every
 instance is new and Ready (exit 0), or one cannot come up (exit 1), or ``--timeout``.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -50,7 +52,8 @@ def cmd_restart(args: argparse.Namespace) -> int:
         print(f"restart of {name} requested ({_how(_instances(records.values(), name))})")
     daemon = daemon_pid(cfg.state_dir)
     if daemon is not None:
-        print(f"the daemon (pid {daemon}) restarts it at its next pass", file=sys.stderr)
+        when = "now" if _wake(cfg.state_dir) else "at its next resync"
+        print(f"the daemon (pid {daemon}) restarts it {when}", file=sys.stderr)
         if args.no_wait:
             return EXIT_OK
         return _watch(cfg, _expected(records, names), at, args.restart_timeout, lambda: None)
@@ -122,6 +125,20 @@ def daemon_pid(state_dir: Path) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def _wake(state_dir: Path) -> bool:
+    """Ask the daemon for a pass now, as the gateway does for an OnDemand request (its
+    wake-up datagram); False when nothing listens (a daemon without --listen): then its
+    resync timer's pass reads the request."""
+    from controller.gateway import registry
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.sendto(b"!", registry.wake_address(state_dir))
+        except OSError:
+            return False
+    return True
 
 
 def _watch(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from controller.store import restart
 
 RESTARTED = "restarted by `reconcile restart`"
@@ -75,14 +77,19 @@ def test_an_unknown_name_says_which_is_meant(reconcile: Any) -> None:
     rc.down()
 
 
-def test_the_daemon_does_the_restart_the_cli_asked_for(reconcile: Any) -> None:
+@pytest.mark.parametrize("gateway", [True, False], ids=["woken", "resync"])
+def test_the_daemon_does_the_restart_the_cli_asked_for(reconcile: Any, gateway: bool) -> None:
+    """A daemon with a gateway is woken as an OnDemand request wakes it: its resync (an
+    hour here) never comes, yet the restart is done; one without reads it at its resync."""
     rc = reconcile
     rc.write("web")
-    daemon = rc.popen("--resync", "1s")
+    flags = ["--resync", "1h", "--listen", f"127.0.0.1:{rc.port + 15}"] if gateway else []
+    daemon = rc.popen(*(flags or ["--resync", "1s"]))
     rc.wait_for(lambda: (rc.record("web") or {}).get("phase") == "Ready", timeout=60)
     before = _pid(rc, "web")
     done = rc("restart", "web", check=0, timeout=120)
-    assert "the daemon (pid " in done.err, done
+    when = "now" if gateway else "at its next resync"
+    assert f"the daemon (pid {daemon.pid}) restarts it {when}" in done.err, done
     assert _pid(rc, "web") != before and rc.record("web")["phase"] == "Ready"
     second = _pid(rc, "web")
     asked = rc("restart", "web", "--no-wait", check=0)  # asks and returns
@@ -90,4 +97,4 @@ def test_the_daemon_does_the_restart_the_cli_asked_for(reconcile: Any) -> None:
     rc.wait_for(lambda: _ready_pid(rc, "web") not in (None, second), timeout=60)
     daemon.terminate()
     daemon.wait(timeout=30)
-    rc.down()
+    rc.down("--gateway")
