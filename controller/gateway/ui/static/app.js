@@ -298,6 +298,10 @@ function spark(values, label, format) {
     points.push(`${x.toFixed(1)},${(hgt - 2 - ((hgt - 4) * v) / max).toFixed(1)}`);
   });
   box.append(svg("polyline", { points: points.join(" "), fill: "none" }));
+  if (points.length) {  // the newest sample as a dot: one sample draws no line
+    const [x, y] = points[points.length - 1].split(",");
+    box.append(svg("circle", { cx: Math.min(Number(x), w - 2), cy: y, r: 2 }));
+  }
   const last = [...nums].reverse().find((v) => v !== null);
   return h("div", { class: "metric", "data-metric": label },
     h("span", { class: "metric-label" }, label),

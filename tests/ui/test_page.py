@@ -1,0 +1,173 @@
+"""The node's page (GET /ui) in a real headless Chromium, against the real daemon, its
+gateway process and real engines: what it shows, that it follows the state dir live,
+who may see it, and that its buttons act."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from uipage import Page
+
+KEY = "sk-Ui7WvKpLmRtYuXnJhGd3"
+LABEL = hashlib.sha256(KEY.encode()).hexdigest()[:8]  # what events and logs call the key
+MEMORY = {"count": 1, "kind": "nvidia", "memory": "20Gi"}
+
+
+def _url(reconcile: Any) -> str:
+    """The page's URL as `reconcile ui` prints it."""
+    out = reconcile("ui", check=0).out
+    return str(out.strip())
+
+
+def _keyfile(reconcile: Any) -> Path:
+    path = reconcile.tmp / "keys.txt"
+    path.write_text(KEY + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def _sign_in(page: Page) -> None:
+    page.wait(lambda: page.shown("signin"), "the sign-in form")
+    page.run("document.getElementById('key').value = arguments[0];", KEY)
+    page.click("#signin button[type=submit]")
+
+
+def test_the_page_shows_the_node_live_without_console_errors(
+    reconcile: Any, gateway: Any, page: Page
+) -> None:
+    reconcile.devices = "nvidia:0=80Gi,nvidia:1=80Gi"
+    reconcile.write("web", devices=MEMORY)
+    g = gateway()
+    g.wait_phase("web", "Ready")
+    url = _url(reconcile)
+    assert url == f"http://127.0.0.1:{g.port}/ui"
+    page.open(url)
+    page.run("window.notReloaded = true;")  # gone if the page ever reloads
+    row = page.wait(lambda: page.rows().get("web"), "web's row")
+    assert row["phase"] == "Ready" and row["ready"] == "1/1", row
+    assert row["port"] == str(reconcile.status("web")["web"]["port"]), row
+    # A manifest added to the folder: the daemon's pass, then the page's next poll.
+    written = time.monotonic()
+    reconcile.write("chat")
+    page.wait(lambda: page.rows().get("chat"), "the new manifest's row")
+    seen = time.monotonic() - written
+    page.wait(lambda: page.rows()["chat"]["phase"] == "Ready", "chat Ready")
+    assert page.run("return window.notReloaded === true;"), "the page reloaded"
+    # Traffic: requests through the gateway show in web's sparklines.
+    for _ in range(10):  # spread over a few samples: the sparklines draw a line
+        assert g.post("web").status == 200
+        time.sleep(0.3)
+    traffic = page.wait(lambda: page.traffic().get("web"), "web's traffic")
+    assert set(traffic) == {"requests", "errors", "p50", "p99"}, traffic
+    page.wait(lambda: page.traffic()["web"]["p50"].endswith(" ms"), "web's p50")
+    # A click on a row shows that deployment's log and its events only.
+    page.click("#deployments tr[data-name=web] td.name")
+    log = page.wait(lambda: "demo engine web" in page.text("log") and page.text("log"), "the log")
+    assert "demo engine chat" not in log
+    page.wait(lambda: {e["deployment"] for e in page.events()} == {"web"}, "web's events only")
+    assert page.console_errors() == []
+    shot = page.screenshot("ui.png")
+    if os.environ.get("RECONCILE_UI_SCREENSHOT"):  # how docs/ui.png is made
+        Path(os.environ["RECONCILE_UI_SCREENSHOT"]).write_bytes(shot.read_bytes())
+    print(f"manifest written -> row on the page: {seen:.2f}s; screenshot {shot}")
+    g.finish()
+
+
+def test_a_killed_engine_shows_its_restart(reconcile: Any, gateway: Any, page: Page) -> None:
+    reconcile.write("web")
+    g = gateway()
+    pid = g.wait_phase("web", "Ready")["pid"]
+    page.open(_url(reconcile))
+    page.wait(lambda: page.rows().get("web", {}).get("phase") == "Ready", "web Ready")
+    os.kill(pid, signal.SIGKILL)
+    row = page.wait(
+        lambda: (r := page.rows()["web"])["restarts"] == "1" and r["phase"] == "Ready" and r,
+        "web restarted once and Ready again",
+    )
+    assert reconcile.status("web")["web"]["pid"] != pid, row
+    assert row["last_exit"] == "last exit: killed by signal 9", row
+    events = page.events()
+    assert any(e["deployment"] == "web" and e["action"] == "restart" for e in events), events
+    assert page.console_errors() == []
+    g.finish()
+
+
+def test_the_device_bars_match_devices_json(reconcile: Any, gateway: Any, page: Page) -> None:
+    reconcile.devices = "nvidia:0=80Gi,nvidia:1=40Gi"
+    reconcile.write("small", devices=MEMORY)
+    reconcile.write("whole", devices={"count": 1, "kind": "nvidia"})
+    g = gateway()
+    g.wait_phase("small", "Ready")
+    g.wait_phase("whole", "Ready")
+    page.open(_url(reconcile))
+    bars = page.wait(lambda: (d := page.devices()) and all(x["holders"] for x in d) and d, "bars")
+    listed = reconcile("devices", "-o", "json", check=0).json()["devices"]
+    assert [b["device"] for b in bars] == [d["device"] for d in listed]
+    for bar, item in zip(bars, listed, strict=True):
+        assert bar["total"] == item["memory"], (bar, item)
+        assert bar["requested"] == item["memory_allocated"], (bar, item)
+        assert bar["holders"] == item["held_by"], (bar, item)
+        whole = any(h["memory"] is None for h in item["holders"])
+        assert bar["free"] == (0 if whole else item["memory"] - item["memory_allocated"]), bar
+    g.finish()
+
+
+def test_with_keys_the_page_shows_a_sign_in_and_no_data(
+    reconcile: Any, gateway: Any, page: Page
+) -> None:
+    reconcile.write("web")
+    g = gateway("--api-keys", str(_keyfile(reconcile)))
+    g.wait_phase("web", "Ready")
+    answer = g.request("GET", "/ui/api/state")
+    assert answer.status == 401, answer
+    assert answer.json()["error"]["code"] == "invalid_api_key"
+    assert b"web" not in answer.body
+    assert g.request("GET", "/ui/api/logs/web").status == 401
+    json_body = {"Content-Type": "application/json"}
+    restart = g.request("POST", "/ui/api/restart", {"name": "web"}, json_body)
+    assert restart.status == 401, restart
+    page.open(_url(reconcile))
+    page.wait(lambda: page.shown("signin"), "the sign-in form")
+    assert not page.shown("data")
+    assert page.rows() == {} and page.devices() == [] and page.events() == []
+    assert "web" not in page.run("return document.body.innerText;")
+    authorized = {"Authorization": f"Bearer {KEY}"}
+    assert g.request("GET", "/ui/api/state", headers=authorized).status == 200
+    _sign_in(page)
+    page.wait(lambda: page.rows().get("web"), "web's row once signed in")
+    assert not page.shown("signin")
+    assert page.run("return sessionStorage.getItem('reconcile.apiKey');") == KEY
+    g.finish()
+
+
+def test_the_unload_button_stops_an_on_demand_engine(
+    reconcile: Any, gateway: Any, page: Page
+) -> None:
+    reconcile.write("lazy", activation="OnDemand", idleTimeout="10m")
+    g = gateway("--api-keys", str(_keyfile(reconcile)))
+    g.wait_phase("lazy", "Idle")
+    page.open(_url(reconcile))
+    _sign_in(page)
+    page.wait(lambda: "load" in page.rows().get("lazy", {}).get("buttons", []), "a Load button")
+    page.click("#deployments button[data-action=load][data-name=lazy]")
+    g.wait_phase("lazy", "Ready")
+    assert reconcile.pids("lazy")
+    page.wait(lambda: page.rows()["lazy"]["phase"] == "Ready", "lazy Ready on the page")
+    page.click("#deployments button[data-action=unload][data-name=lazy]")
+    reconcile.wait_for(lambda: not reconcile.pids("lazy"), timeout=30, what="lazy's engine gone")
+    g.wait_phase("lazy", "Idle")
+    page.wait(lambda: page.rows()["lazy"]["phase"] == "Idle", "lazy Idle on the page")
+    asked = [e for e in reconcile.events("lazy") if e["action"] in ("load", "unload")]
+    assert [(e["action"], e["key"]) for e in asked] == [("load", LABEL), ("unload", LABEL)]
+    assert LABEL in asked[-1]["reason"] and KEY not in json.dumps(asked)
+    parked = [e for e in reconcile.events("lazy") if e["action"] == "park"]
+    assert parked[-1]["reason"].startswith("unloaded"), parked
+    # A request after the unload starts it again, as any request to an Idle one does.
+    assert g.post("lazy", {"Authorization": f"Bearer {KEY}"}).status == 200
+    g.finish()
