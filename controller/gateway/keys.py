@@ -1,5 +1,12 @@
 """API keys: one per line, ``#`` comments; compared in constant time, never logged.
 
+A key may be followed by its limits, whitespace apart: ``rpm=N`` (requests a minute),
+``tpm=N`` (tokens a minute, prompt and completion, as the engines' ``usage`` says)::
+
+    sk-team-a-...   rpm=60 tpm=100000
+    sk-batch-...    tpm=2000000
+    sk-admin-...
+
 A key is known to logs and metrics only by its label: the first 8 hex characters of
 its SHA-256 (short, not reversible).
 """
@@ -10,7 +17,7 @@ import hashlib
 import hmac
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.errors import ConfigError
@@ -20,9 +27,21 @@ class KeyFileError(ConfigError):
     """The key file is missing, empty or readable by others: refused at start (exit 64)."""
 
 
+LIMIT_NAMES = ("rpm", "tpm")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLimits:
+    """Per minute, None for no limit."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Keys:
     digests: tuple[tuple[bytes, str], ...]  # (sha256 of the key, its label: the hex's head)
+    limits: dict[str, KeyLimits] = field(default_factory=dict)  # label -> its limits, if any
 
     def match(self, presented: str | None) -> str | None:
         """The label of the key presented, or None. Every key is compared (no early exit)."""
@@ -50,12 +69,39 @@ def load(path: Path) -> Keys:
             f"--api-keys {path} has mode {mode:04o}: group and others must have no access "
             f"(run: chmod 600 {path})"
         )
-    keys = [line.strip() for line in text.splitlines()]
-    keys = [k for k in keys if k and not k.startswith("#")]
-    if not keys:
+    digests: list[tuple[bytes, str]] = []
+    limits: dict[str, KeyLimits] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        key, *fields = parts
+        digest = hashlib.sha256(key.encode()).digest()
+        label = digest.hex()[:8]
+        digests.append((digest, label))
+        if fields:
+            limits[label] = _limits(fields, f"--api-keys {path} line {number}")
+    if not digests:
         raise KeyFileError(f"--api-keys {path} holds no key (one per line, # for comments)")
-    hashed = [hashlib.sha256(k.encode()).digest() for k in keys]
-    return Keys(digests=tuple((digest, digest.hex()[:8]) for digest in hashed))
+    return Keys(digests=tuple(digests), limits=limits)
+
+
+def _limits(fields: list[str], where: str) -> KeyLimits:
+    """``rpm=N tpm=N`` after a key (the key itself is never quoted in an error)."""
+    found: dict[str, int] = {}
+    for text in fields:
+        if text.startswith("#"):
+            break  # a comment after the limits
+        name, _, value = text.partition("=")
+        if name not in LIMIT_NAMES or not value.isdigit() or int(value) <= 0:
+            # Never quoted: a key pasted with a space in it would be echoed in the log.
+            what = f"{name}=" if name in LIMIT_NAMES else "the text"
+            raise KeyFileError(
+                f"{where}: {what} after the key is not a limit "
+                "(expected rpm=N and/or tpm=N, whole numbers above 0)"
+            )
+        found[name] = int(value)
+    return KeyLimits(rpm=found.get("rpm"), tpm=found.get("tpm"))
 
 
 def presented(authorization: str | None, x_api_key: str | None) -> str | None:

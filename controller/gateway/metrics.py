@@ -37,6 +37,8 @@ class GatewayMetrics:
         self.errors: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self.inflight: defaultdict[Instance, int] = defaultdict(int)
         self.latency: dict[Labels, _Histogram] = {}
+        self.tokens: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # + kind
+        self.first_token: dict[str, _Histogram] = {}  # per deployment
         self.ejections: defaultdict[Instance, int] = defaultdict(int)  # passive health
 
     def begin(self, deployment: str, instance: str) -> None:
@@ -66,6 +68,22 @@ class GatewayMetrics:
         with self._lock:
             self.ejections[(deployment, instance)] += 1
 
+    def answered(
+        self, deployment: str, key: str, first: float | None, prompt: int, completion: int
+    ) -> None:
+        """A forwarded answer's figures: seconds to its first byte, the tokens its
+        ``usage`` counted (usage.py)."""
+        with self._lock:
+            if first is not None:
+                hist = self.first_token.get(deployment)
+                if hist is None:
+                    hist = self.first_token[deployment] = _Histogram()
+                hist.observe(first)
+            if prompt:
+                self.tokens[(deployment, key, "prompt")] += prompt
+            if completion:
+                self.tokens[(deployment, key, "completion")] += completion
+
     def render(self) -> str:
         out = PromText()
         with self._lock:
@@ -85,15 +103,23 @@ class GatewayMetrics:
                 out.sample(f"{PREFIX}inflight", n, deployment=dep, instance=instance)
             out.family(f"{PREFIX}request_seconds", "Time to the end of the answer.", "histogram")
             for (dep, key), hist in sorted(self.latency.items()):
-                _histogram(out, dep, key, hist)
+                _histogram(out, f"{PREFIX}request_seconds", hist, deployment=dep, key=key)
+            tokens = "Tokens the engines' usage counted, by kind (prompt, completion)."
+            out.family(f"{PREFIX}tokens_total", tokens, "counter")
+            for (dep, key, kind), n in sorted(self.tokens.items()):
+                out.sample(f"{PREFIX}tokens_total", n, deployment=dep, key=key, kind=kind)
+            first = "Time to the first byte of the answer (a stream's first token)."
+            name = f"{PREFIX}time_to_first_token_seconds"
+            out.family(name, first, "histogram")
+            for dep, hist in sorted(self.first_token.items()):
+                _histogram(out, name, hist, deployment=dep)
         return "\n".join(out.lines) + "\n"
 
 
-def _histogram(out: PromText, dep: str, key: str, hist: _Histogram) -> None:
-    name = f"{PREFIX}request_seconds"
+def _histogram(out: PromText, name: str, hist: _Histogram, **labels: str) -> None:
     running = 0
     for bound, count in zip((*map(str, BUCKETS), "+Inf"), hist.counts, strict=True):
         running += count
-        out.sample(f"{name}_bucket", running, deployment=dep, key=key, le=bound)
-    out.sample(f"{name}_sum", hist.total, deployment=dep, key=key)
-    out.sample(f"{name}_count", hist.n, deployment=dep, key=key)
+        out.sample(f"{name}_bucket", running, **labels, le=bound)
+    out.sample(f"{name}_sum", hist.total, **labels)
+    out.sample(f"{name}_count", hist.n, **labels)

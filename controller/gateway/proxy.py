@@ -24,6 +24,7 @@ from yarl import URL
 from controller.gateway.answers import body as error_body
 from controller.gateway.routing import Target
 from controller.gateway.upload import TooLarge, Upload
+from controller.gateway.usage import Meter, StreamUsage, from_json
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -44,6 +45,7 @@ HOP_BY_HOP = frozenset(
     }
 )
 WHOLE_MAX = 256 * 1024  # bytes: a sized answer up to this is passed on in one write
+TAIL_MAX = 64 * 1024  # bytes of a long JSON answer's end kept to read its usage
 KEY_HEADERS = frozenset({"authorization", "x-api-key"})  # the gateway's keys stay here
 DECODED = frozenset({"content-encoding"})  # the body goes on plain (encoding.py)
 # The gateway answered a client's `Expect: 100-continue` itself: the engine gets the body.
@@ -85,6 +87,7 @@ async def forward(
     target: Target,
     path: str,
     query: str,
+    meter: Meter,
     *,
     strip_keys: bool,
 ) -> web.StreamResponse:
@@ -129,23 +132,38 @@ async def forward(
                 data = await upstream.read()
             except aiohttp.ClientError as exc:
                 raise UpstreamFailed(_said(exc), retry=False) from exc
+            meter.answered()
+            if upstream.status < 300:
+                from_json(data, meter)
             whole = web.Response(status=upstream.status, reason=upstream.reason, body=data)
             whole.headers.extend(_headers(upstream.headers))
             return whole
-        return await _stream(request, upstream, target)
+        return await _stream(request, upstream, target, meter)
 
 
 async def _stream(
-    request: web.Request, upstream: aiohttp.ClientResponse, target: Target
+    request: web.Request, upstream: aiohttp.ClientResponse, target: Target, meter: Meter
 ) -> web.StreamResponse:
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
     response.headers.extend(_headers(upstream.headers))
-    if upstream.content_length is not None:
+    kind = upstream.headers.get("Content-Type", "")
+    sse = StreamUsage(meter) if kind.startswith("text/event-stream") else None
+    json_tail = b"" if sse is None and "json" in kind and upstream.status < 300 else None
+    if upstream.content_length is not None and not (sse and meter.strip):
         response.content_length = upstream.content_length
     try:
         await response.prepare(request)
         async for chunk in _chunks(upstream):
-            await response.write(chunk)
+            out = sse.feed(chunk) if sse is not None else chunk
+            if json_tail is not None:
+                json_tail = (json_tail + chunk)[-TAIL_MAX:]
+            if out:
+                meter.answered()
+                await response.write(out)
+        if sse is not None and (rest := sse.flush()):
+            await response.write(rest)
+        if json_tail:
+            from_json(json_tail, meter)
         await response.write_eof()
     except _Cut as cut:
         await _cut(request, response, upstream, target, cut.__cause__ or cut)

@@ -21,7 +21,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from controller.core.state import Phase, Record
-from controller.gateway import encoding, paths, readiness, upload
+from controller.gateway import encoding, paths, readiness, upload, usage
 from controller.gateway.activation import Demand
 from controller.gateway.answers import error
 from controller.gateway.keys import Keys, presented
@@ -29,8 +29,10 @@ from controller.gateway.limits import Limiter
 from controller.gateway.load import Load, LoadWriter
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.proxy import UpstreamDown, UpstreamFailed, forward
+from controller.gateway.quota import Quota
 from controller.gateway.routing import Table, Target
 from controller.gateway.upload import Upload
+from controller.gateway.usage import Meter
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -62,6 +64,7 @@ class Front:
     waiting: Counter[str] = field(default_factory=Counter)  # pool name -> requests waiting
     load: Load = field(default_factory=Load)  # per deployment, for the autoscaler
     draining: bool = False  # the listener is closed: each answer ends its connection
+    _quota: Quota | None = None  # the key file's limits (rpm=, tpm=), built on first use
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body, middlewares=[_openai_errors])
@@ -160,26 +163,56 @@ class Front:
         return web.json_response({"id": name, "object": "model", "created": 0, "owned_by": owner})
 
     async def proxied(self, request: web.Request, path: str, query: str) -> web.StreamResponse:
-        started = time.monotonic()
+        meter = Meter()
         key = self._key(request)
         if isinstance(key, web.Response):
-            self.metrics.done("-", "-", key.status, time.monotonic() - started)
+            self.metrics.done("-", "-", key.status, time.monotonic() - meter.started)
             return key
+        over = self._over(key)
+        if over is not None:
+            self.metrics.done("-", key, over.status, time.monotonic() - meter.started)
+            return over
         deployment = "-"
         status = 500
         try:
-            answer = await self._route(Incoming(request, path, query), key)
+            answer = await self._route(Incoming(request, path, query, meter), key)
             deployment, response = answer
             status = response.status
             return response
         finally:
-            self.metrics.done(deployment, key, status, time.monotonic() - started)
+            self._count(deployment, key, status, meter)
+
+    def _over(self, key: str) -> web.Response | None:
+        """The 429 of a key past its limits in the key file (quota.py), else None."""
+        if self.keys is None or not self.keys.limits:
+            return None
+        if self._quota is None or self._quota.keys is not self.keys:
+            self._quota = Quota(self.keys)  # the key file was reloaded: its limits afresh
+        refused = self._quota.admit(key)
+        if refused is None:
+            return None
+        why = f"API key {key} is {refused.why}; retry in {max(1, round(refused.retry_after))}s"
+        return error(429, why, "rate_limit_exceeded", retry_after=refused.retry_after)
+
+    def _count(self, deployment: str, key: str, status: int, meter: Meter) -> None:
+        now = time.monotonic()
+        self.metrics.done(deployment, key, status, now - meter.started)
+        used = meter.usage
+        first = meter.first - meter.started if meter.first is not None else None
+        if first is None and used is None:
+            return
+        prompt, completion = (used.prompt, used.completion) if used else (0, 0)
+        self.metrics.answered(deployment, key, first, prompt, completion)
+        if used is not None and self._quota is not None:
+            self._quota.spend(key, used.total)
 
     async def _route(self, incoming: Incoming, key: str) -> tuple[str, web.StreamResponse]:
         parsed = await self._parsed(incoming.request)
         if isinstance(parsed, web.Response):
             return "-", parsed
         body, fields, model = parsed
+        if isinstance(body, bytes):
+            body, incoming.meter.strip = usage.ask(body, fields, incoming.path)
         if model is None:
             why = "the request body must be a JSON object with a string field `model`"
             return "-", error(400, why, "invalid_request")
@@ -295,6 +328,7 @@ class Front:
                 target,
                 incoming.path,
                 incoming.query,
+                incoming.meter,
                 strip_keys=self.keys is not None,
             )
             outcome = answer.status
@@ -421,6 +455,7 @@ class Incoming:
     request: web.Request
     path: str
     query: str
+    meter: Meter  # its timings and token counts (usage.py)
 
 
 @web.middleware
