@@ -113,6 +113,7 @@ def test_the_device_bars_match_devices_json(reconcile: Any, gateway: Any, page: 
         assert bar["total"] == item["memory"], (bar, item)
         assert bar["requested"] == item["memory_allocated"], (bar, item)
         assert bar["holders"] == item["held_by"], (bar, item)
+        assert bar["health"] == item["health"], (bar, item)
         whole = any(h["memory"] is None for h in item["holders"])
         assert bar["free"] == (0 if whole else item["memory"] - item["memory_allocated"]), bar
     g.finish()

@@ -27,7 +27,8 @@ DEVICES = """
 return [...document.querySelectorAll('#devices .device')].map((d) => {
   const bar = d.querySelector('.bar');
   const num = (k) => bar.dataset[k] === 'null' ? null : Number(bar.dataset[k]);
-  return {device: d.dataset.device, total: num('total'), requested: num('requested'),
+  return {device: d.dataset.device, health: d.dataset.health,
+          total: num('total'), requested: num('requested'),
           free: num('free'),
           holders: [...bar.querySelectorAll('.holder')].map((h) => h.textContent)};
 });

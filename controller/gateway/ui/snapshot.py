@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from controller import __version__
+from controller.core.devicefaults import DeviceFault
 from controller.core.inventory import Inventory
 from controller.core.state import Record
 from controller.core.statusjson import deployment_items, device_items, iso
 from controller.errors import ConfigError
 from controller.gateway.records_watch import RecordsWatch
 from controller.host import devices
-from controller.store import pullstatus
+from controller.store import devicehealth, pullstatus
 from controller.store.events import Journal
 from controller.store.node import read_drain
 from controller.store.records import check_name
@@ -83,9 +85,15 @@ class Reader:
             "drain": self.drain(),
             "deployments": deployment_items(shown, pulls),
             "facts": {r.name: facts(r) for r in records},
-            "devices": device_items(self.inventory().devices, records),
+            "devices": device_items(self.inventory().devices, records, self.faults()),
             "events": self.events(events_of),
         }
+
+    def faults(self) -> Mapping[str, DeviceFault]:
+        try:
+            return devicehealth.read(self.state_dir).faults
+        except ConfigError:  # unreadable: the daemon says so; the bars still show
+            return {}
 
     def drain(self) -> dict[str, Any] | None:
         try:

@@ -275,10 +275,12 @@ function deviceBar(d) {
     ? `memory unknown · held by ${d.held_by.join(", ") || "nobody"}`
     : `requested ${bytes(requested)}${whole ? " (a whole-device lease)" : ""} · measured ` +
       `${measured === null ? "-" : bytes(measured)} · free ${bytes(free)} of ${bytes(total)}`;
-  return h("div", { class: "device", "data-device": d.device },
+  return h("div", { class: "device", "data-device": d.device, "data-health": d.health || "" },
     h("div", { class: "device-head" },
       h("strong", {}, d.device), " ", d.name || "", " ",
-      h("span", { class: "holders" }, d.held_by.length ? `held by ${d.held_by.join(", ")}` : "free")),
+      h("span", { class: "holders" }, d.held_by.length ? `held by ${d.held_by.join(", ")}` : "free"),
+      d.health === "Unhealthy"
+        ? h("span", { class: "badge failed", title: d.health_reason || "" }, "Unhealthy") : null),
     bar,
     h("div", { class: "figures" }, figures));
 }
