@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from controller.cli import pullshow
+from controller.cli.memoryshow import memory_line
 from controller.cli.views import age, deployment_item, iso, table, until
 from controller.core.names import base_name, instance_of
 from controller.core.replicaset import ReplicaSet
@@ -102,7 +103,8 @@ def describe(
         return None
     now = now or datetime.now(UTC)
     events = _journal(state_dir, name, alone)
-    fields = _fields(rec, now) + pullshow.describe_lines(rec, state_dir, now)  # Pulling
+    fields = [*_fields(rec, now), ("Memory", memory_line(rec, state_dir))]
+    fields += pullshow.describe_lines(rec, state_dir, now)  # Pulling
     out = [f"{k + ':':<14}{v}" for k, v in fields]
     out += _last_exit(rec, events, now)
     out += [

@@ -42,6 +42,16 @@ class DeviceFault:
 
 
 @dataclass(frozen=True, slots=True)
+class Measured:
+    """An engine's peak GPU memory on each of its devices (bytes), as of ``at``
+    (``devices.memory: auto`` leases it + 10%: core/measured.py)."""
+
+    peak: int
+    at: datetime
+    name: str = ""  # the record it was measured on
+
+
+@dataclass(frozen=True, slots=True)
 class XidEvent:
     device: str
     xid: int

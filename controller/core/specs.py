@@ -13,7 +13,16 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from controller.core.digest import sha256_hex
@@ -127,6 +136,7 @@ Seconds = Annotated[
 ]
 # Kubernetes-style quantity (`20Gi`) kept as whole bytes; the schema shows what users write.
 Memory = Annotated[int, BeforeValidator(parse_quantity, json_schema_input_type=str | int)]
+AUTO = "auto"  # devices.memory: the last measurement + 10%
 PRIORITY_LIMIT = 1_000_000_000  # Kubernetes' user PriorityClass range, both ways
 
 
@@ -167,12 +177,28 @@ class Devices(Model):
     memory: Memory | None = Field(
         default=None,
         description="Memory needed on EACH device, e.g. 20Gi (Ki, Mi, Gi, Ti; k, M, G, T): "
-        "devices are then shared and packed by memory. Unset: whole devices.",
+        "devices are then shared and packed by memory. Unset: whole devices. auto: the "
+        "engine's last measured peak + 10% (NVML hosts), whole devices until measured.",
     )
+    # `memory: auto`: `memory` stays None (a whole lease) until the planner resolves it
+    # from a measurement (core/measured.py); private, so no manifest can spell it.
+    _auto: bool = PrivateAttr(default=False)
+
+    @property
+    def memory_auto(self) -> bool:
+        return self._auto
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _memory_auto(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        auto = isinstance(data, dict) and data.get("memory") == AUTO
+        devices = handler({**data, "memory": None} if auto else data)
+        devices._auto = auto or devices._auto
+        return devices
 
     @model_validator(mode="after")
     def _memory_needs_devices(self) -> Self:
-        if self.memory is not None and self.count == 0:
+        if (self.memory is not None or self._auto) and self.count == 0:
             raise ValueError(
                 "devices.memory is the share of each device, but devices.count is 0: "
                 "set devices.count (at least 1) or drop devices.memory"
@@ -528,7 +554,9 @@ def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
     doc = spec.model_dump(mode="json", by_alias=True)
     if doc.get("priority") == 0:
         del doc["priority"]
-    if doc["devices"].get("memory") is None:
+    if spec.devices.memory_auto:
+        doc["devices"]["memory"] = AUTO  # resolved or not, the spec says auto
+    elif doc["devices"].get("memory") is None:
         del doc["devices"]["memory"]
     if doc.get("source") is None:
         del doc["source"]

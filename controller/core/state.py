@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from controller.core import backendnames
-from controller.core.devicefaults import DeviceFault
+from controller.core.devicefaults import DeviceFault, Measured
 from controller.core.pulls import PullView
 
 # 2: the rendered facts (activation, idle_timeout, ready_deadline_seconds, models,
@@ -296,3 +296,5 @@ class Observed:
     # Devices NVML reported a critical fault on (devicefaults.py): nothing is placed there
     # and what holds one is moved, until `reconcile devices --clear`.
     unhealthy: Mapping[str, DeviceFault] = field(default_factory=dict)
+    # spec hash -> the engine's measured peak GPU memory per device (store/measured.py)
+    measured: Mapping[str, Measured] = field(default_factory=dict)

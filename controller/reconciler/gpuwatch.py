@@ -9,14 +9,16 @@ must not stop a pass.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from controller.core.devicefaults import DeviceHealth, Reading, describe, observe
+from controller.core.devicefaults import DeviceHealth, Measured, Reading, describe, observe
+from controller.core.state import Observed
 from controller.errors import ConfigError
 from controller.host.gpuhealth import Source
 from controller.logsetup import get_logger
-from controller.store import devicehealth
+from controller.store import devicehealth, measured
 
 log = get_logger("reconcile")
 
@@ -45,3 +47,29 @@ class DeviceWatch:
         after = devicehealth.update(self.state_dir, judged).faults
         for key in sorted(set(after) - set(before)):
             log.warning("device unhealthy", device=key, reason=describe(after[key]))
+
+    def measure(self, observed: Observed, node: str | None) -> None:
+        """Record the peak GPU memory of each live engine (the last look's processes)."""
+        if self.last.memory:
+            measured.note(self.state_dir, engine_peaks(observed, self.last.memory, node))
+
+
+def engine_peaks(
+    observed: Observed, used: Mapping[int, int], node: str | None
+) -> dict[str, Measured]:
+    """Spec hash -> what each live engine of ours on this node holds per device now:
+    its processes' GPU memory (the engine and every process carrying its marker)."""
+    now = datetime.now(UTC)
+    seen: dict[str, Measured] = {}
+    for view in observed.records.values():
+        rec = view.record
+        if not view.alive or not rec.devices or rec.ref is None or rec.elsewhere(node):
+            continue
+        pids = {rec.ref.pid} | {m.ref.pid for m in view.markers}
+        total = sum(used.get(pid, 0) for pid in pids)
+        if total > 0 and rec.spec_hash:
+            per_device = -(-total // len(rec.devices))
+            best = seen.get(rec.spec_hash)
+            if best is None or per_device > best.peak:
+                seen[rec.spec_hash] = Measured(per_device, now, rec.name)
+    return seen

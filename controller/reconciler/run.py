@@ -39,7 +39,7 @@ from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
 from controller.reconciler.pulling import Puller
-from controller.store import activation, devicehealth, gitrev, logfiles, restart
+from controller.store import activation, devicehealth, gitrev, logfiles, measured, restart
 from controller.store.events import Journal
 from controller.store.lock import FileLock
 from controller.store.manifests import LoadResult, ManifestError, load
@@ -167,6 +167,7 @@ class Preview:
             observed,
             pulls=self.puller.observe(),
             unhealthy=devicehealth.read(self.config.state_dir).faults,
+            measured=measured.read(self.config.state_dir),
         )
         return observed, snapshot.problems
 
@@ -228,6 +229,7 @@ class Reconciler(Preview):
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
         self.device_watch.look()  # before the records: a fault seen now moves them now
         seen = super().observe(probe=probe)
+        self.device_watch.measure(seen[0], self.config.node)  # the next round plans with it
         self.maker.inventory = self.inventory  # moved with a cluster's nodes (Preview.observe)
         return seen
 

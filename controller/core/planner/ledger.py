@@ -15,6 +15,7 @@ from controller.core import limits
 from controller.core.actions import Hold, Start
 from controller.core.engines.share import user_share
 from controller.core.inventory import Inventory
+from controller.core.measured import resolve
 from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place, place_devices
 from controller.core.planner.context import Context
 from controller.core.planner.turns import starting_on, turn_taken
@@ -60,6 +61,7 @@ class PlanLedger:
         name = record or entry.name
         if self._ctx.drain is not None:
             return Hold(name=name, reason=self._ctx.drain_text(), entry=entry)
+        entry, measured = resolve(entry, self._ctx.observed.measured)  # memory: auto
         spec = entry.deployment.spec
         room = self.room(spec)
         if isinstance(room, str):
@@ -80,7 +82,7 @@ class PlanLedger:
             name, placed.devices, placed.ports, spec.devices.shareable, spec.devices.memory
         )
         self._instances[name] = limits.kinds_of(placed.devices)
-        return self._started(entry, why, name, placed)
+        return self._started(entry, why + measured, name, placed)
 
     def starting_too(self, names: Iterable[str]) -> None:
         """Records this plan restarts start on their devices too (a packed start waits)."""
