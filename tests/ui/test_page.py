@@ -172,3 +172,55 @@ def test_the_unload_button_stops_an_on_demand_engine(
     # A request after the unload starts it again, as any request to an Idle one does.
     assert g.post("lazy", {"Authorization": f"Bearer {KEY}"}).status == 200
     g.finish()
+
+
+def test_restart_drain_and_uncordon_buttons(reconcile: Any, gateway: Any, page: Page) -> None:
+    reconcile.write("web")
+    g = gateway()
+    pid = g.wait_phase("web", "Ready")["pid"]
+    page.open(_url(reconcile))
+    page.wait(lambda: page.rows().get("web", {}).get("phase") == "Ready", "web Ready")
+    page.click("#deployments button[data-action=restart][data-name=web]")
+    reconcile.wait_for(
+        lambda: (
+            (s := reconcile.status("web")["web"])["pid"] not in (None, pid)
+            and s["phase"] == "Ready"
+        ),
+        timeout=30,
+        what="a new Ready instance of web",
+    )
+    assert [e["key"] for e in reconcile.events("web") if e["action"] == "restart"][:1] == ["-"]
+    # Drain asks why in a prompt; the banner then says who drained it.
+    page.driver.find_element("id", "drain").click()
+    prompt = page.driver.switch_to.alert
+    prompt.send_keys("swap the fans")
+    prompt.accept()
+    banner = page.wait(lambda: page.shown("banner") and page.text("banner"), "the drain banner")
+    assert "swap the fans" in banner and "the web page" in banner, banner
+    drained = reconcile("status", check=0)
+    assert "is drained by the web page (no API keys) (swap the fans)" in drained.err, drained
+    page.click("#uncordon")
+    page.wait(lambda: not page.shown("banner"), "the banner gone")
+    assert (reconcile.state / "drain.json").exists() is False
+    assert [e["action"] for e in reconcile.events("web")][-2:] == ["drain", "uncordon"]
+    assert page.console_errors() == []
+    g.finish()
+
+
+def test_a_phone_sized_dark_page_fits_its_width(reconcile: Any, gateway: Any, page: Page) -> None:
+    reconcile.write("web", devices=MEMORY)
+    reconcile.devices = "nvidia:0=80Gi"
+    g = gateway()
+    g.wait_phase("web", "Ready")
+    page.driver.set_window_size(390, 844)
+    dark = [{"name": "prefers-color-scheme", "value": "dark"}]
+    page.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": dark})
+    page.open(_url(reconcile))
+    page.wait(lambda: page.rows().get("web"), "web's row")
+    # Wide tables scroll inside their card; the page itself never scrolls sideways.
+    width = page.run("return [document.documentElement.scrollWidth, window.innerWidth];")
+    assert width[0] <= width[1], width
+    background = page.run("return getComputedStyle(document.body).backgroundColor;")
+    assert background == "rgb(17, 20, 24)", background  # the dark theme's --bg
+    page.screenshot("ui-phone-dark.png")
+    g.finish()
