@@ -95,6 +95,7 @@ class NvmlSource:
         self._nvml = nvml
         self._events: Any = None
         self._handles: dict[str, Any] = {}
+        self._failed = False  # no library or driver: not asked again by this source
 
     def read(self) -> Reading:
         nv = self._open()
@@ -103,8 +104,8 @@ class NvmlSource:
         return Reading(self._xids(nv), self._ecc(nv), self._memory(nv))
 
     def _open(self) -> Any:
-        if self._handles:
-            return self._nvml
+        if self._handles or self._failed:
+            return self._nvml if self._handles else None
         try:
             if self._nvml is None:
                 import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
@@ -126,6 +127,7 @@ class NvmlSource:
                 self._register(nv, handle)
         except Exception:  # no library, no driver, a broken GPU: no reading, never a crash
             self._handles.clear()
+            self._failed = True
             return None
         return nv
 
