@@ -7,6 +7,7 @@
     python -m benchmarks --only replicas    # pools through the gateway: scaling, p99, affinity
     python -m benchmarks --only autoscale   # load step to the new replica Ready
     python -m benchmarks --only ray     # the ray backend next to the local one (pip: .[ray])
+    python -m benchmarks --only pull    # model pulls: vs curl, resume cost, Ready from cache
 
 Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
 run also rewrites ``benchmarks/RESULTS.md`` (date, machine, the table).
@@ -38,6 +39,7 @@ SECTIONS = (
     "verbs",
     "replicas",
     "autoscale",
+    "pull",
     "ray",
 )
 # Run unless --only says otherwise; "ray" needs `pip install -e '.[ray]'` and starts a local
@@ -52,6 +54,7 @@ DEFAULT = (
     "verbs",
     "replicas",
     "autoscale",
+    "pull",
 )
 
 
@@ -61,6 +64,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         coldstart,
         lockbench,
         placement,
+        pullbench,
         raybench,
         readverbs,
         replicas,
@@ -80,6 +84,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             "verbs": lambda: readverbs.bench(2),
             "replicas": lambda: replicas.bench(200, 1),
             "autoscale": lambda: autoscaling.bench(1),
+            "pull": lambda: pullbench.bench(8, 1),
             "ray": lambda: raybench.bench(2, 3),
         }
     return {
@@ -92,6 +97,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "verbs": lambda: readverbs.bench(15),
         "replicas": lambda: replicas.bench(1600, 3),
         "autoscale": lambda: autoscaling.bench(3),
+        "pull": lambda: pullbench.bench(200, 5),
         "ray": lambda: raybench.bench(20, 9),  # needs pip install -e '.[ray]'
     }
 

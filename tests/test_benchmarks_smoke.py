@@ -23,6 +23,7 @@ SECTIONS = (
     "7. placement",
     "8. read verbs",
     "9. replicas",
+    "10. model pull",
 )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ from strategies import deployment, spec_body
 
 from controller.core.specerrors import problems
 from controller.core.specs import Deployment, json_schema, spec_document, spec_hash
+from controller.store.manifests import load
 
 DIGEST = "ab" * 32
 URL = {"url": "https://models.example.org/tiny.gguf", "sha256": DIGEST}
@@ -90,3 +93,20 @@ def test_the_schema_describes_every_source_field() -> None:
         for name, field in defs[model]["properties"].items():
             assert field.get("description"), f"{model}.{name}"
     assert "source" in defs["DeploymentSpec"]["properties"]
+
+
+@pytest.mark.parametrize("source", [URL, HUB], ids=["url", "hub"])
+def test_a_source_is_the_model_a_recipe_needs(tmp_path: Path, source: dict[str, Any]) -> None:
+    """engine llama-cpp with a source and no spec.model loads: the pull names the file."""
+    doc = {"engine": "llama-cpp", "source": source}
+    text = json.dumps({"apiVersion": "reconcile/v1", "kind": "Deployment",
+                       "metadata": {"name": "tiny"}, "spec": doc})  # fmt: skip
+    (tmp_path / "tiny.yaml").write_text(text)
+    loaded = load([tmp_path])
+    assert not loaded.errors, loaded.errors
+    assert set(loaded.entries) == {"tiny"}
+    bare = json.loads(text)
+    del bare["spec"]["source"]
+    (tmp_path / "tiny.yaml").write_text(json.dumps(bare))
+    (error,) = load([tmp_path]).errors  # without it the recipe still wants spec.model
+    assert "needs spec.model" in str(error)

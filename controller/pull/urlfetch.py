@@ -7,7 +7,6 @@ The socket timeout is the stall limit: a read that waits that long for a byte fa
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -19,6 +18,7 @@ from typing import Any
 
 from controller.core.pulls import file_name
 from controller.pull.failures import PullError, no_space, stalled
+from controller.pull.hashing import Hasher
 from controller.pull.meter import Meter
 from controller.store.modelcache import CacheEntry
 
@@ -42,13 +42,16 @@ def fetch_url(
     response = _open(url, have, stall)
     if response is not None and response.status != 206:
         have = 0  # a whole answer (the server ignored Range): start over
-    hasher = hashlib.sha256()
-    if have:
-        _hash_into(hasher, partial)
-    if response is not None:
-        with response:
-            have = _receive(response, partial, have, entry, stall=stall, meter=meter, h=hasher)
-    digest = str(hasher.hexdigest())
+    hasher = Hasher()
+    try:
+        if have:
+            hasher.feed_file(partial)
+        if response is not None:
+            with response:
+                have = _receive(response, partial, have, entry, stall=stall, meter=meter, h=hasher)
+    finally:
+        hasher.close()
+    digest = hasher.hexdigest()
     if digest != sha256:
         partial.unlink(missing_ok=True)
         raise PullError(
@@ -91,7 +94,7 @@ def _receive(
     *,
     stall: float,
     meter: Meter,
-    h: Any,
+    h: Hasher,
 ) -> int:
     offset = have
     total = _total(response, offset)
@@ -101,7 +104,7 @@ def _receive(
     with partial.open("ab" if offset else "wb") as out:
         while chunk := _read(response, stall, response.url or "the server"):
             out.write(chunk)
-            h.update(chunk)
+            h.feed(chunk)
             offset += len(chunk)
             meter.advance(len(chunk))
         out.flush()
@@ -135,12 +138,6 @@ def _check_space(entry: CacheEntry, remaining: int) -> None:
     free = shutil.disk_usage(entry.folder).free
     if free < remaining:
         raise no_space(str(entry.folder), remaining, free)
-
-
-def _hash_into(hasher: Any, path: Path) -> None:
-    with path.open("rb") as f:
-        while block := f.read(CHUNK):
-            hasher.update(block)
 
 
 def _commit(partial: Path, final: Path) -> None:

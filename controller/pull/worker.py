@@ -46,7 +46,7 @@ def _pull(job: Job, entry: CacheEntry) -> int:
     except Exception as exc:  # never a traceback for a person: what, and where it went
         _failed(job, entry, "error", f"{type(exc).__name__}: {exc}", attempts + 1)
         return 1
-    seconds = round(time.monotonic() - started, 1)
+    seconds = round(time.monotonic() - started, 3)
     entry.write_result({"status": "done", **done, "seconds": seconds, "at": _now()})
     _journal(job, "pull", job.source.describe(), "done", sha256=done["sha256"], seconds=seconds)
     return 0

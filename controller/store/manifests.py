@@ -228,8 +228,11 @@ def _recipe_problem(deployment: Deployment) -> str | None:
     from controller.core.render import render
 
     extra = tuple(range(2, 2 + recipe_for(deployment.spec.engine).extra_ports))
+    # A spec.source gives the recipe its model: the file a pull will put in the cache.
+    pulled = "/stand-in/pulled-model" if deployment.spec.source is not None else None
+    entry = Entry(deployment, "", 0, "")
     try:
-        render(Entry(deployment, "", 0, ""), devices=(), port=1, extra_ports=extra)
+        render(entry, devices=(), port=1, extra_ports=extra, model_path=pulled)
     except RecipeError as exc:
         return str(exc)
     return None
