@@ -1,6 +1,7 @@
 """Passive health through the real gateway (in process) and real engine processes: an
 engine that answers 500 is ejected after three in a row, its replica takes every request
-meanwhile, one trial per window decides, and it is taken back once it recovers."""
+meanwhile, one trial per window decides, and it is taken back once it recovers; through
+the daemon's own gateway process the ejection lands in the deployment's journal."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from harness.rawhttp import exchange, openai_error, request
 from procs import free_ports
-from test_upstream import Rude, ready, route
+from test_upstream import Rude, ready, route, rude_command
 
 from controller.gateway.app import Gateway
 from controller.gateway.settings import Settings
@@ -109,3 +110,22 @@ def test_a_pool_whose_every_instance_is_ejected_answers_503_at_once_with_retry_a
     error = openai_error(answer)
     assert error is not None and "ejected" in error["message"], answer
     assert sick.hits("/v1/x") == 3
+
+
+def test_through_the_daemon_an_ejection_is_in_the_deployments_journal(
+    reconcile: Any, gateway: Any
+) -> None:
+    flag: Path = reconcile.tmp / "sick"
+    flag.touch()
+    reconcile.write("m", command=rude_command("--always", "ok", "--fail-while", str(flag)))
+    g = gateway()
+    g.wait_phase("m", "Ready")
+    assert [g.request("POST", "/v1/x", BODY).status for _ in range(3)] == [500, 500, 500]
+    refused = g.request("POST", "/v1/x", BODY)
+    assert refused.status == 503 and "ejected" in refused.body.decode(), refused
+    shown = reconcile.wait_for(
+        lambda: [e for e in reconcile.events("m") if e["action"] == "eject"], what="the event"
+    )
+    assert shown[0]["instance"] == "m" and "status 500" in shown[0]["reason"], shown
+    assert "eject" in reconcile("events", "m", check=0).out
+    g.finish()
