@@ -12,10 +12,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from modelservers import serving
+from procs import kill_marked
 from uipage import Page
+
+from controller.pull import launch
+from controller.store.modelcache import CacheEntry
 
 KEY = "sk-Ui7WvKpLmRtYuXnJhGd3"
 LABEL = hashlib.sha256(KEY.encode()).hexdigest()[:8]  # what events and logs call the key
+MB = 1 << 20
 MEMORY = {"count": 1, "kind": "nvidia", "memory": "20Gi"}
 
 
@@ -224,3 +230,32 @@ def test_a_phone_sized_dark_page_fits_its_width(reconcile: Any, gateway: Any, pa
     assert background == "rgb(17, 20, 24)", background  # the dark theme's --bg
     page.screenshot("ui-phone-dark.png")
     g.finish()
+
+
+def test_a_pull_shows_its_progress_bar(reconcile: Any, gateway: Any, page: Page) -> None:
+    data = os.urandom(2 * MB + 777)
+    source = {"url": "", "sha256": hashlib.sha256(data).hexdigest()}
+    argv = reconcile.demo_command()
+    try:
+        with serving({"tiny.gguf": data}, hold=MB) as server:  # stops sending at 1 MB
+            source["url"] = server.url("tiny.gguf")
+            reconcile.write("pulled", command=[*argv[:-1], "{model}"], source=source)
+            # The daemon places a finished pull at its next resync (5 s by default; the
+            # fixture's is 1 h): a short one, so the test sees it placed.
+            g = gateway("--resync", "2s")
+            page.open(_url(reconcile))
+            bar = page.wait(
+                lambda: (b := page.pull_bar("pulled")) and b["done"] >= MB and b, "the pull bar"
+            )
+            assert bar["total"] == len(data), bar
+            assert page.rows()["pulled"]["phase"] == "Pulling"
+            server.release()
+            entry = CacheEntry.of(reconcile.state / "models", f"sha256-{source['sha256']}")
+            reconcile.wait_for(lambda: entry.model_path(), timeout=30, what="the file pulled")
+            g.wait_phase("pulled", "Ready")
+            page.wait(lambda: page.pull_bar("pulled") is None, "the bar gone once pulled")
+            assert page.console_errors() == []
+            g.finish()
+    finally:
+        left = kill_marked(str(reconcile.state / "models"), marker=launch.MARKER)
+        assert not left, f"pull processes left running: {left}"

@@ -69,6 +69,16 @@ class Page:
     def traffic(self) -> dict[str, dict[str, str]]:
         return dict(self.run(TRAFFIC))
 
+    def pull_bar(self, name: str) -> dict[str, int] | None:
+        """A Pulling deployment's bar: bytes done and total (None: no bar)."""
+        found = self.run(
+            "const b = document.querySelector(`#deployments tr[data-name='${arguments[0]}'] "
+            ".bar.pull`);"
+            "return b && {done: Number(b.dataset.done), total: Number(b.dataset.total)};",
+            name,
+        )
+        return dict(found) if found else None
+
     def shown(self, element_id: str) -> bool:
         return bool(self.run(f"return !document.getElementById('{element_id}').hidden;"))
 
