@@ -5,11 +5,26 @@ pure step from NVML's facts to device health: which Xids count, ECC rises, --cle
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from strategies import NOW, OWNER, desired, entry, inventory, observed, record, view
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import (
+    NOW,
+    OWNER,
+    Scenario,
+    desired,
+    entry,
+    inventory,
+    memory_scenarios,
+    observed,
+    record,
+    scenarios,
+    view,
+)
 
 from controller.core.actions import AnyAction, Hold, Replace, Start, Stop
 from controller.core.devicefaults import DeviceFault, DeviceHealth, Reading, XidEvent, observe
@@ -158,3 +173,26 @@ def test_clear_returns_a_device_and_its_old_xid_is_not_held_against_it_again() -
     assert observe(cleared, xid, LATER).faults == {}  # the same event, from before the clear
     again = Reading(xids=(XidEvent("nvidia:1", 79, LATER + timedelta(seconds=1)),))
     assert "nvidia:1" in observe(cleared, again, LATER).faults
+
+
+# -- properties over random plans --------------------------------------------------------
+
+
+@given(st.one_of(scenarios(), memory_scenarios()), st.data())
+def test_property_nothing_starts_on_an_unhealthy_device_and_ours_on_one_move(
+    scenario: Scenario, data: st.DataObject
+) -> None:
+    keys = [d.key for d in scenario.inventory.devices]
+    sick = data.draw(st.lists(st.sampled_from(keys), unique=True) if keys else st.just([]))
+    faults = {k: DeviceFault(k, "Xid 79 (GPU has fallen off the bus)", NOW) for k in sick}
+    seen = dataclasses.replace(scenario.observed, unhealthy=faults)
+    actions = plan(scenario.desired, seen, scenario.inventory, NOW)
+    for action in actions:
+        if isinstance(action, Start):
+            assert not set(action.devices) & set(sick), action
+    moved = {a.name for a in actions if isinstance(a, Stop)}  # Replace is a Stop
+    for name, rec in scenario.holders():
+        on_sick = rec.holds and set(rec.devices) & set(sick)
+        settled = rec.phase not in (Phase.RESERVED, Phase.TERMINATING)
+        if on_sick and settled and rec.owner == OWNER and not rec.elsewhere(seen.node):
+            assert name in moved, (name, rec.phase, actions)
