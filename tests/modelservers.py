@@ -4,10 +4,10 @@ Both are real HTTP servers on 127.0.0.1 in a thread of the test process (started
 stopped by the ``with`` block): the pull process talks to them over sockets as it
 would to a mirror or to huggingface.co.
 
-``FileServer`` serves named byte strings with ``Range`` (206, Content-Range), counts
-the bytes it sent and the Range headers it saw; ``cut_after`` makes it drop the first
-connection after that many bytes, ``hold`` makes it stop sending after that many bytes
-until released (a pull that is mid-way for as long as the test wants).
+``FileServer`` serves named byte strings with ``Range`` (206, Content-Range) and
+``HEAD``, counts the bytes it sent and the Range headers it saw; ``cut_after`` makes it
+drop the first connection after that many bytes, ``hold`` makes it stop sending after
+that many bytes until released (a pull that is mid-way for as long as the test wants).
 
 ``HubServer`` answers what ``huggingface_hub``'s ``snapshot_download`` asks, with
 ``HF_ENDPOINT`` pointed at it: ``GET /api/models/{repo}/revision/{rev}`` (the commit),
@@ -66,7 +66,21 @@ class FileServer:
             def do_GET(self) -> None:
                 server._serve(self)
 
+            def do_HEAD(self) -> None:
+                server._head(self)
+
         return Handler
+
+    def _head(self, handler: BaseHTTPRequestHandler) -> None:
+        """What ``plan`` asks before a pull: the size, no body (and no request counted)."""
+        data = self.files.get(handler.path.lstrip("/"))
+        if data is None:
+            handler.send_error(404)
+            return
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.send_header("Accept-Ranges", "bytes")
+        handler.end_headers()
 
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
         data = self.files.get(handler.path.lstrip("/"))

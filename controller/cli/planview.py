@@ -19,6 +19,7 @@ from controller.core.actions import (
     Hold,
     MarkReady,
     PlanClass,
+    Pull,
     Reject,
     Replace,
     Update,
@@ -48,15 +49,17 @@ class Change:
     reason: str
     fields: tuple[str, ...] = ()
     pending: bool = True  # False: a wait that is already recorded as such
+    download: dict[str, Any] | None = None  # a Pull: {"bytes": n or null} still to download
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "name": self.name,
             "change": self.kind,
             "action": self.action,
             "reason": self.reason,
             "fields": [f"spec.{f}" for f in self.fields],
         }
+        return doc if self.download is None else {**doc, "download": self.download}
 
 
 def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> list[Change]:
@@ -71,6 +74,8 @@ def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> 
 
 
 def _change(action: Action, observed: Observed) -> Change:
+    if isinstance(action, Pull):
+        return _pull(action, observed)
     # An observation (the probe passed), or bookkeeping (the manifests' commit moved with
     # no spec change: a CI checkout's plan is in sync though its HEAD is the PR's)
     if isinstance(action, MarkReady) or (isinstance(action, Update) and action.revision_only):
@@ -85,6 +90,16 @@ def _change(action: Action, observed: Observed) -> Change:
     elif isinstance(action, Conflict):
         pending = False
     return Change(action.name, kind, action.verb, action.reason, fields, pending)
+
+
+def _pull(action: Pull, observed: Observed) -> Change:
+    """A Pull with the bytes it will download; one that keeps failing waits for you."""
+    from controller.cli.pullplan import plan_note
+
+    note = plan_note(action, observed)
+    kind: Kind = "wait" if note.failing else action.plan_class
+    reason = f"{action.reason} ({note.text})"
+    return Change(action.name, kind, action.verb, reason, download={"bytes": note.bytes})
 
 
 def pending(found: Sequence[Change]) -> list[Change]:
