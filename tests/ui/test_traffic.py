@@ -1,0 +1,61 @@
+"""The page's sparkline figures from the gateway's own counters (no browser needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.gateway.metrics import BUCKETS, GatewayMetrics
+from controller.gateway.ui.traffic import Totals, Traffic, quantile, totals
+
+
+def counts(**at: int) -> tuple[int, ...]:
+    """Per-bucket counts: ``b0=3`` puts 3 in the first bucket (up to 5 ms)."""
+    out = [0] * (len(BUCKETS) + 1)
+    for name, n in at.items():
+        out[int(name[1:])] = n
+    return tuple(out)
+
+
+@pytest.mark.parametrize(
+    ("q", "buckets", "expected"),
+    [
+        (0.5, counts(b0=10), 0.0025),  # halfway into 0..5 ms
+        (0.99, counts(b0=10), 0.00495),
+        (0.5, counts(b0=5, b2=5), 0.005),  # the median at the first bucket's top
+        (0.99, counts(b0=50, b4=50), 0.099),  # 98% of the way through 50..100 ms
+        (0.5, counts(b14=4), BUCKETS[-1]),  # past the last bound: that bound
+        (0.5, counts(), None),  # no request: no figure
+    ],
+    ids=["p50-one-bucket", "p99-one-bucket", "p50-edge", "p99-second", "overflow", "empty"],
+)
+def test_quantile_interpolates_within_buckets(
+    q: float, buckets: tuple[int, ...], expected: float | None
+) -> None:
+    found = quantile(q, buckets)
+    assert found == (None if expected is None else pytest.approx(expected))
+
+
+def test_totals_sum_keys_and_leave_out_requests_with_no_deployment() -> None:
+    metrics = GatewayMetrics()
+    metrics.done("web", "k1", 200, 0.003)
+    metrics.done("web", "k2", 503, 0.2)
+    metrics.done("-", "-", 401, 0.001)
+    found = totals(metrics)
+    assert set(found) == {"web"}
+    assert (found["web"].requests, found["web"].errors) == (2, 1)
+    assert sum(found["web"].buckets) == 2
+
+
+def test_a_sample_is_the_change_since_the_last_one() -> None:
+    metrics = GatewayMetrics()
+    traffic = Traffic(metrics)
+    for _ in range(4):
+        metrics.done("web", "-", 200, 0.003)
+    traffic.sample()
+    metrics.done("web", "-", 500, 0.003)
+    traffic.sample()
+    series = traffic.as_json()["web"]
+    assert series["errors"][0] == 0 and series["errors"][1] > 0
+    assert series["rps"][0] > series["rps"][1] > 0
+    assert series["p50"][-1] == pytest.approx(0.0025)
+    assert Totals(5, 1).minus(Totals(4, 1)).requests == 1
