@@ -46,7 +46,11 @@ class Demand:
         self.last[name] = time.time()
         self.dirty.add(name)
         if self.inflight[name] <= 0:  # now idle: a swap may pick it, say so at once
-            self._pending.add(asyncio.get_running_loop().create_task(self._write(name)))
+            # Another OnDemand engine may be waiting for this one's room: a pass now swaps
+            # (passes come on events, and this is the event).
+            waiting = any(n != name and c > 0 for n, c in self.inflight.items())
+            write = self._write_then_pass(name) if waiting else self._write(name)
+            self._pending.add(asyncio.get_running_loop().create_task(write))
             for task in [t for t in self._pending if t.done()]:
                 self._pending.discard(task)
 
@@ -68,6 +72,10 @@ class Demand:
                     self.dirty.add(name)
             for name in sorted(self.dirty):
                 await self._write(name)
+
+    async def _write_then_pass(self, name: str) -> None:
+        await self._write(name)
+        self.request_pass()
 
     async def _write(self, name: str) -> None:
         async with self._writing:

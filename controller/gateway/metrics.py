@@ -39,6 +39,7 @@ class GatewayMetrics:
         self.latency: dict[Labels, _Histogram] = {}
         self.tokens: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # + kind
         self.first_token: dict[str, _Histogram] = {}  # per deployment
+        self.swaps_avoided: defaultdict[str, int] = defaultdict(int)  # turns.py
         self.ejections: defaultdict[Instance, int] = defaultdict(int)  # passive health
 
     def begin(self, deployment: str, instance: str) -> None:
@@ -84,6 +85,11 @@ class GatewayMetrics:
             if completion:
                 self.tokens[(deployment, key, "completion")] += completion
 
+    def swap_avoided(self, deployment: str) -> None:
+        """Requests for ``deployment`` waited behind a rival's queue (turns.py)."""
+        with self._lock:
+            self.swaps_avoided[deployment] += 1
+
     def render(self) -> str:
         out = PromText()
         with self._lock:
@@ -113,6 +119,10 @@ class GatewayMetrics:
             out.family(name, first, "histogram")
             for dep, hist in sorted(self.first_token.items()):
                 _histogram(out, name, hist, deployment=dep)
+            avoided = "Times OnDemand requests waited for a rival's queue instead of a swap."
+            out.family(f"{PREFIX}swaps_avoided_total", avoided, "counter")
+            for dep, n in sorted(self.swaps_avoided.items()):
+                out.sample(f"{PREFIX}swaps_avoided_total", n, deployment=dep)
         return "\n".join(out.lines) + "\n"
 
 

@@ -31,6 +31,7 @@ from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.quota import Quota
 from controller.gateway.routing import Table, Target
+from controller.gateway.turns import Turns
 from controller.gateway.upload import Upload
 from controller.gateway.usage import Meter
 from controller.logsetup import get_logger
@@ -65,6 +66,11 @@ class Front:
     load: Load = field(default_factory=Load)  # per deployment, for the autoscaler
     draining: bool = False  # the listener is closed: each answer ends its connection
     _quota: Quota | None = None  # the key file's limits (rpm=, tpm=), built on first use
+    turns: Turns | None = None  # OnDemand rivals take turns (turns.py)
+
+    def __post_init__(self) -> None:
+        if self.turns is None:
+            self.turns = Turns(self.metrics.swap_avoided)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body, middlewares=[_openai_errors])
@@ -236,6 +242,11 @@ class Front:
     ) -> tuple[str, web.StreamResponse]:
         """The deployment that answered (or the pool's label) and its answer."""
         sleepers = self.table.on_demand(want.pool)  # a request for the pool wants them all
+        turns = self.turns
+        aged = False
+        if sleepers and turns is not None:
+            turns.learn(self.table.records)
+            aged = await turns.enter(sleepers, lambda: bool(self.table.candidates(want.pool)))
         for name in sleepers:
             self.demand.begin(name)
         try:
@@ -260,6 +271,8 @@ class Front:
         finally:
             for name in sleepers:
                 self.demand.end(name)
+            if sleepers and turns is not None:
+                turns.leave(sleepers, aged)
 
     def _not_ready(self, want: Want) -> web.Response:
         ejected = self.table.ejected(want.pool)
