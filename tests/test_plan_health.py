@@ -35,6 +35,7 @@ from controller.core.plan import plan
 from controller.core.render import render
 from controller.core.specs import Entry
 from controller.core.state import Drain, Phase, ProbeConfig, ProbeResult, Record, RecordView
+from controller.daemon.loop import _next_due
 from controller.errors import RecipeError
 
 LIVE = ProbeConfig(http=(("/health", None),), period_seconds=1, failure_threshold=3)
@@ -450,3 +451,27 @@ def test_the_rendered_liveness_probe(spec: dict[str, Any], expect: ProbeConfig |
 def test_a_command_liveness_probe_naming_no_check_is_an_error() -> None:
     with pytest.raises(RecipeError, match="names no check and engine 'command' has no health"):
         render(entry("web", livenessProbe={"periodSeconds": 5}), devices=(), port=9000)
+
+
+def test_a_packed_restart_waits_while_another_starts_on_its_device() -> None:
+    seen = observed(
+        on_device(A, Phase.BACKOFF, alive=False, backoff_until=NOW),
+        on_device(B, Phase.STARTING),
+    )
+    assert plan(desired(A, B), seen, ONE, NOW) == []
+
+
+def test_of_two_packed_restarts_due_on_one_device_one_goes() -> None:
+    seen = observed(
+        on_device(A, Phase.BACKOFF, alive=False, backoff_until=NOW),
+        on_device(B, Phase.BACKOFF, alive=False, backoff_until=NOW),
+    )
+    actions = plan(desired(A, B), seen, ONE, NOW)
+    assert [(type(a), a.name) for a in actions] == [(Restart, "llm-a")], actions
+
+
+def test_the_daemon_looks_again_each_second_at_a_back_off_held_over() -> None:
+    held = on_device(A, Phase.BACKOFF, alive=False, backoff_until=NOW - timedelta(seconds=3))
+    assert _next_due(held.record, NOW) == ("back-off held", 1.0)
+    due = on_device(A, Phase.BACKOFF, alive=False, restarts=1, backoff_until=NOW + timedelta(5))
+    assert _next_due(due.record, NOW) == ("back-off over", 10.005)

@@ -32,7 +32,7 @@ from controller.core.planner.preemption import PREEMPTED, PREEMPTIBLE
 from controller.core.planner.pulling import gate
 from controller.core.planner.records import IN_PLACE, judge
 from controller.core.planner.rolling import rolls
-from controller.core.planner.turns import waits_turn
+from controller.core.planner.turns import restarts_in_turn, waits_turn
 from controller.core.state import Observed
 
 __all__ = [
@@ -64,7 +64,7 @@ def plan(
     )
     ledger = PlanLedger.of(ctx)
     judged = gate(ctx, judge(ctx))  # a start whose model files are not cached pulls first
-    found = [a for a in judged if not isinstance(a, Want | Roll)]
+    found = restarts_in_turn([a for a in judged if not isinstance(a, Want | Roll)], observed)
     ledger.starting_too(a.name for a in found if isinstance(a, Restart))  # one per device
     # Rolls place before every Want, in name order: a Ready old instance's successor
     # goes first, and a recreate it falls back to frees its room for this round's starts.

@@ -50,8 +50,9 @@ DEBOUNCE_MAX = 1.0  # a steady stream of events still gets a pass this often
 LOCK_WAIT = 1.0  # per try: the loop stays responsive while a cron pass holds the lock
 LOCK_RETRY = 0.2
 SLACK = 0.005  # fire just after a record's due time, never just before
+HELD_RECHECK = 1.0  # seconds: a back-off that is over but held (drained, waiting its turn)
 WATCHED = (Phase.STARTING, Phase.READY)
-TIMED = frozenset({"resync", "probe due", "liveness"})
+TIMED = frozenset({"resync", "probe due", "liveness", "back-off held"})
 PROBES = "liveness probes"  # the timer that starts the liveness probes due (no pass)
 AUTOSCALE_PERIOD = 0.5  # seconds between looks at the load of autoscaled deployments
 
@@ -386,7 +387,10 @@ def _next_due(rec: Record, now: datetime) -> tuple[str, float] | None:
     if rec.phase is Phase.BACKOFF and rec.backoff_until is not None:
         # never past the back-off's length from now: the wall clock may have stepped back
         longest = backoff(max(rec.restarts, 1)) + SLACK
-        return ("back-off over", min(_until(rec.backoff_until, now), longest))
+        left = min(_until(rec.backoff_until, now), longest)
+        if left <= SLACK:  # over, yet a pass left it backing off: held (drain, a device's
+            return ("back-off held", HELD_RECHECK)  # turn); a look each second, no spin
+        return ("back-off over", left)
     if rec.phase is Phase.STARTING and rec.ref is not None:
         period = rec.probe.period_seconds
         if rec.ready_deadline_at is not None:

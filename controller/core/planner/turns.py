@@ -8,8 +8,9 @@ it, until that one is Ready or gone; the waiting record is Pending and says for 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
+from controller.core.actions import AnyAction, Restart
 from controller.core.state import Observed, Phase, Record, RecordView
 
 TURN = "one start at a time per device"
@@ -32,6 +33,23 @@ def turn_taken(starting: Mapping[str, str], devices: Iterable[str], name: str) -
         if other is not None and other != name:
             return f"waiting for {other} to be Ready on {device} ({TURN})"
     return None
+
+
+def restarts_in_turn(actions: Sequence[AnyAction], observed: Observed) -> list[AnyAction]:
+    """A memory-packed Restart (its back-off over) waits while another engine starts on its
+    device, and of two due on one device the first (by name) goes: the other stays BackOff
+    until a later pass (the daemon looks again each second, see daemon/loop.py)."""
+    starting = starting_on(observed)
+    kept: list[AnyAction] = []
+    for action in actions:
+        view = observed.records.get(action.name) if isinstance(action, Restart) else None
+        if view is not None and view.record.memory is not None:
+            if turn_taken(starting, view.record.devices, action.name) is not None:
+                continue
+            for device in view.record.devices:
+                starting.setdefault(device, action.name)
+        kept.append(action)
+    return kept
 
 
 def waits_turn(rec: Record) -> bool:
