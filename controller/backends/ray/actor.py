@@ -61,6 +61,10 @@ class Job:
     # this record's, so two replicas (or an update's old and new) on one node never
     # share a log or kill each other's engine as a leftover.
     record: str = ""
+    # ``{model}`` of a spec.source: the file the pass pulled into the model cache of the
+    # host that runs reconcile. Ray nodes see it only where that cache is on a filesystem
+    # every node mounts at the same path (RECONCILE_MODEL_CACHE); the spawn checks.
+    model_path: str | None = None
 
     @property
     def name(self) -> str:
@@ -166,7 +170,18 @@ class EngineHost:
         entry = _bind_all(self.job.entry)
         port = self._free_port(self.job.base_port)
         devices = tuple(Device(kind="nvidia", id=g) for g in self.gpus)
-        rendered = render(entry, devices=devices, port=port, runtime_dir=str(self.root))
+        missing = self._missing_model()
+        if missing is not None:
+            with self.lock:
+                self.message = missing
+            return None
+        rendered = render(
+            entry,
+            devices=devices,
+            port=port,
+            runtime_dir=str(self.root),
+            model_path=self.job.model_path,
+        )
         argv = " ".join(redact_args(rendered.argv))  # as the local executor writes it
         logfiles.write_marker(
             self.log_path, f"start {self.job.name} instance {self.job.nonce}: {argv}"
@@ -187,6 +202,17 @@ class EngineHost:
         with self.lock:
             self.ref, self.port, self.message = ref, port, ""
         return ref
+
+    def _missing_model(self) -> str | None:
+        """Why the pulled model cannot be read on this node, if it cannot."""
+        path = self.job.model_path
+        if path is None or os.path.exists(path):
+            return None
+        return (
+            f"the model file {path} (pulled by reconcile into its host's model cache) is "
+            f"not on Ray node {self.node_id[:8]} ({self.address}): on a cluster, point "
+            "RECONCILE_MODEL_CACHE at a filesystem every node mounts at the same path"
+        )
 
     def _wait(self, ref: ProcessRef) -> tuple[int | None, int | None]:
         while not self.stopping.is_set():

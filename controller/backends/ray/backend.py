@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -25,10 +26,11 @@ from controller.backends.ray.actor import EngineHost, HostStatus, Job
 from controller.core import backendnames
 from controller.core.inventory import Inventory
 from controller.core.names import base_name
-from controller.core.specs import DeploymentSpec
+from controller.core.specs import DeploymentSpec, Entry
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import SpawnError, Unplaceable
 from controller.logsetup import get_logger
+from controller.store import modelcache
 
 log = get_logger("reconcile")
 
@@ -91,7 +93,12 @@ class RayBackend:
         ns = naming.namespace(self.state_dir, rec.owner)
         strategy = self._strategy(rec.name, spec)
         job = Job(
-            entry=launch.entry, nonce=rec.nonce, state_key=ns, base_port=rec.port, record=rec.name
+            entry=launch.entry,
+            nonce=rec.nonce,
+            state_key=ns,
+            base_port=rec.port,
+            record=rec.name,
+            model_path=self._model_path(launch.entry),
         )
         handle: Any = (
             ray.remote(EngineHost)
@@ -126,6 +133,15 @@ class RayBackend:
         with self._placing:
             self._nodes[rec.name] = status.node_id
         return _instance(status)
+
+    def _model_path(self, entry: Entry) -> str | None:
+        """The pulled file or folder of ``entry``'s source, in this host's model cache."""
+        source = entry.deployment.spec.source
+        if source is None:
+            return None
+        root = modelcache.cache_root(Path(self.state_dir))
+        path = modelcache.CacheEntry.of(root, source.key).model_path()
+        return str(path) if path is not None else None
 
     def _strategy(self, name: str, spec: DeploymentSpec) -> Any:
         """Where Ray should put the actor of record ``name``.
