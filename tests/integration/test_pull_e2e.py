@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,4 +118,40 @@ def test_a_pull_killed_mid_way_is_resumed_by_the_next_pass(reconcile: Any, cache
         assert server.ranges and server.ranges[0].startswith("bytes=")
         reconcile.converge()
     assert reconcile.status()["web"]["phase"] == "Ready"
+    reconcile.down()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MB tmpfs: a real full disk for the pull (mounting needs CAP_SYS_ADMIN)."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        kill_marked(str(folder), marker=launch.MARKER)
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def test_a_full_disk_is_pending_naming_the_path_and_both_sizes(
+    reconcile: Any, small_disk: Path
+) -> None:
+    reconcile.env["RECONCILE_MODEL_CACHE"] = str(small_disk)
+    with serving({"tiny.gguf": DATA}) as server:
+        write(reconcile, "web", server)
+        reconcile.once()  # starts the pull, which finds 2.1 MB will not fit
+        entry = CacheEntry.of(small_disk, KEY)
+        reconcile.wait_for(lambda: entry.result(), what="the pull's result")
+        again = reconcile.once(check=1)  # Pending needs the user: cron hears of it
+    assert not list(entry.folder.glob("tiny.gguf*"))  # nothing written to a disk too small
+    record = reconcile.status()["web"]
+    assert record["phase"] == "Pending" and record["devices"] == []
+    assert f"not enough disk space in {entry.folder}" in record["message"]
+    assert "2.1 MB still to download, 1.0 MB free" in record["message"]
+    assert "RECONCILE_MODEL_CACHE" in record["message"] and "web" in again.err
     reconcile.down()
