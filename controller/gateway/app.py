@@ -24,6 +24,7 @@ from controller.errors import ConfigError
 from controller.gateway import keys as keys_mod
 from controller.gateway.activation import Demand
 from controller.gateway.ejections import recorder
+from controller.gateway.fastloop import new_loop
 from controller.gateway.handover import bind
 from controller.gateway.health import Health
 from controller.gateway.limits import Limiter
@@ -52,7 +53,7 @@ class Gateway:
         self.settings = settings
         self.keys = keys_mod.load(settings.api_keys) if settings.api_keys else None
         self.metrics = GatewayMetrics()
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_loop()  # uvloop's when installed (fastloop.py)
         self.front: Front | None = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()

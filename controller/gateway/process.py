@@ -34,7 +34,7 @@ import time
 
 from controller import __version__, logsetup
 from controller.errors import ConfigError
-from controller.gateway import handover, registry
+from controller.gateway import fastloop, handover, registry
 from controller.gateway.app import Gateway
 from controller.gateway.records_watch import POLL, RecordsWatch
 from controller.gateway.settings import Settings, settings_from_json, settings_to_json
@@ -116,6 +116,7 @@ class GatewayProcess:
             api_keys=len(self.gateway.keys.digests) if self.gateway.keys else 0,
             took_over=old.ref.pid if old is not None else None,
             handed_over=taken is not None,
+            loop=fastloop.name(self.gateway.loop),
         )
 
     def wake_daemon(self) -> None:
