@@ -72,10 +72,14 @@ def cmd_restart(args: argparse.Namespace) -> int:
     return _watch(cfg, _expected(records, mine), at, args.restart_timeout, passes.run_pass)
 
 
-def _expected(records: dict[str, Record], names: Sequence[str]) -> dict[str, set[str]]:
+Expected = dict[str, dict[str, str | None]]  # deployment -> its instances' nonces when asked
+
+
+def _expected(records: dict[str, Record], names: Sequence[str]) -> Expected:
     """Each deployment's instances when the restart was asked: each must come back new."""
     return {
-        n: {r.name for r in _instances(records.values(), n) if not is_next(r.name)} for n in names
+        n: {r.name: r.nonce for r in _instances(records.values(), n) if not is_next(r.name)}
+        for n in names
     }
 
 
@@ -143,7 +147,7 @@ def _wake(state_dir: Path) -> bool:
 
 def _watch(
     cfg: Config,
-    expected: dict[str, set[str]],
+    expected: Expected,
     at: datetime,
     timeout: float,
     step: Callable[[], object],
@@ -178,24 +182,27 @@ def _watch(
         time.sleep(POLL)
 
 
-def _left(instances: list[Record], expected: set[str], at: datetime) -> str:
+def _left(instances: list[Record], expected: dict[str, str | None], at: datetime) -> str:
     """What keeps one deployment's restart from being done ("" when done); "cannot ..."
-    when it will not get there by itself."""
-    missing = sorted(expected - {r.name for r in instances})
+    when a new instance will not get there by itself (the old ones are the pass's to
+    replace, however they are doing)."""
+    missing = sorted(set(expected) - {r.name for r in instances})
     if missing:  # between the old one's stop and the new one's reservation
         return f"replacing {', '.join(missing)}"
     for rec in instances:
         if is_next(rec.name):
             return f"rolling: {rec.name} {rec.phase}"
+        started = rec.started_at is not None and rec.started_at >= at
+        if not started and rec.nonce == expected.get(rec.name):  # still the old one
+            if rec.phase is Phase.IDLE:
+                continue  # nothing runs: the next start is a fresh one anyway
+            if rec.phase is not Phase.PENDING:  # Pending: no room now, a restart or not
+                return f"waiting to replace {rec.name} ({rec.phase})"
         if rec.phase in STUCK:
             return f"cannot start {rec.name} ({rec.phase}): {rec.message}"
         if rec.phase is Phase.BACKOFF and rec.restarts > 0 and rec.ready_at is None:
             why = str(rec.last_exit) if rec.last_exit else rec.message
             return f"cannot bring {rec.name} up: crash-looping ({why})"
-        if rec.phase in (Phase.IDLE, Phase.SUCCEEDED):
-            continue  # nothing runs: the next start is a fresh one anyway
-        if rec.started_at is None or rec.started_at < at:
-            return f"waiting to replace {rec.name} ({rec.phase})"
-        if rec.phase is not Phase.READY:
+        if rec.phase not in (Phase.READY, Phase.SUCCEEDED):  # a Job's new run may be done
             return f"{rec.name} {rec.phase}"
     return ""

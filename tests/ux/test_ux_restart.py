@@ -98,3 +98,12 @@ def test_the_daemon_does_the_restart_the_cli_asked_for(reconcile: Any, gateway: 
     daemon.terminate()
     daemon.wait(timeout=30)
     rc.down("--gateway")
+
+
+def test_a_restart_that_cannot_progress_says_why(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write("huge", devices={"count": 5, "kind": "nvidia"})
+    rc.once(check=1)  # Pending: the node has 2
+    stuck = rc("restart", "huge", check=1)
+    assert "restart cannot progress: huge: cannot start huge (Pending)" in stuck.err, stuck
+    rc.down()
