@@ -34,6 +34,10 @@ def test_restart_recreates_and_waits_until_ready(reconcile: Any) -> None:
     rc.write("other", basePort=rc.port + 5)
     rc.converge()
     before, untouched = _pid(rc, "web"), _pid(rc, "other")
+    asked = rc("restart", "web", "--no-wait", check=0)  # no daemon: asks, does nothing
+    assert "restart of web requested" in asked.out and _pid(rc, "web") == before
+    plan = rc("plan", check=2)  # desired state: plan shows what a pass will do
+    assert "replace" in plan.out and RESTARTED in plan.out, plan
     done = rc("restart", "web", check=0)
     assert "restart of web requested (1 replica, recreate)" in done.out, done
     assert "restarted web (pid " in done.out, done
