@@ -189,13 +189,15 @@ def test_restart_drain_and_uncordon_buttons(reconcile: Any, gateway: Any, page: 
     page.click("#deployments button[data-action=restart][data-name=web]")
     reconcile.wait_for(
         lambda: (
-            (s := reconcile.status("web")["web"])["pid"] not in (None, pid)
+            # The record may be gone for a moment while its instance is replaced.
+            (s := reconcile.status("web").get("web", {})).get("pid") not in (None, pid)
             and s["phase"] == "Ready"
         ),
         timeout=30,
         what="a new Ready instance of web",
     )
-    assert [e["key"] for e in reconcile.events("web") if e["action"] == "restart"][:1] == ["-"]
+    asked = [e for e in reconcile.events("web") if e["action"] == "restart" and "key" in e]
+    assert [e["key"] for e in asked] == ["-"], asked  # the page's: no keys, no label
     # Drain asks why in a prompt; the banner then says who drained it.
     page.driver.find_element("id", "drain").click()
     prompt = page.driver.switch_to.alert
