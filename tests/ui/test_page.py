@@ -129,8 +129,17 @@ def test_with_keys_the_page_shows_a_sign_in_and_no_data(
     reconcile: Any, gateway: Any, page: Page
 ) -> None:
     reconcile.write("web")
+    assert "no gateway runs" in reconcile("ui", check=1).err
     g = gateway("--api-keys", str(_keyfile(reconcile)))
     g.wait_phase("web", "Ready")
+    # --open: a browser from $BROWSER (Python's webbrowser), here a script noting the URL.
+    opened = reconcile.tmp / "opened.txt"
+    browser = reconcile.tmp / "browser.sh"
+    browser.write_text(f'#!/bin/sh\necho "$1" > {opened}\n')
+    browser.chmod(0o755)
+    told = reconcile("ui", "--open", check=0, env={"BROWSER": f"{browser} %s"})
+    assert "the page asks for one" in told.err, told
+    assert opened.read_text().strip() == told.out.strip() == f"http://127.0.0.1:{g.port}/ui"
     answer = g.request("GET", "/ui/api/state")
     assert answer.status == 401, answer
     assert answer.json()["error"]["code"] == "invalid_api_key"
