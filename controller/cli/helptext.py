@@ -20,6 +20,8 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
         "reconcile status web -o json                     # a JSON list (fields: README)",
         "reconcile status -l team=search -o name          # names, one a line",
         "reconcile status -o wide                         # PID, SOURCE, REVISION; each replica",
+        "reconcile status -w                              # print each change as it happens",
+        "reconcile status --refresh                       # look now, not at the last pass's view",
     ),
     "describe": (
         "reconcile describe web",
