@@ -8,6 +8,7 @@
     python -m benchmarks --only autoscale   # load step to the new replica Ready
     python -m benchmarks --only ray     # the ray backend next to the local one (pip: .[ray])
     python -m benchmarks --only pull    # model pulls: vs curl, resume cost, Ready from cache
+    python -m benchmarks --only health  # a hung engine (SIGSTOP) to its replacement
 
 Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
 run also rewrites ``benchmarks/RESULTS.md`` (date, machine, the table).
@@ -40,6 +41,7 @@ SECTIONS = (
     "replicas",
     "autoscale",
     "pull",
+    "health",
     "ray",
 )
 # Run unless --only says otherwise; "ray" needs `pip install -e '.[ray]'` and starts a local
@@ -55,6 +57,7 @@ DEFAULT = (
     "replicas",
     "autoscale",
     "pull",
+    "health",
 )
 
 
@@ -62,6 +65,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
     from benchmarks import (
         autoscaling,
         coldstart,
+        liveness,
         lockbench,
         placement,
         pullbench,
@@ -85,6 +89,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             "replicas": lambda: replicas.bench(200, 1),
             "autoscale": lambda: autoscaling.bench(1),
             "pull": lambda: pullbench.bench(8, 1),
+            "health": lambda: liveness.bench(1),
             "ray": lambda: raybench.bench(2, 3),
         }
     return {
@@ -98,6 +103,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "replicas": lambda: replicas.bench(1600, 3),
         "autoscale": lambda: autoscaling.bench(3),
         "pull": lambda: pullbench.bench(200, 5),
+        "health": lambda: liveness.bench(3),
         "ray": lambda: raybench.bench(20, 9),  # needs pip install -e '.[ray]'
     }
 

@@ -24,6 +24,7 @@ SECTIONS = (
     "8. read verbs",
     "9. replicas",
     "10. model pull",
+    "11. health",
 )
 
 
