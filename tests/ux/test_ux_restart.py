@@ -8,6 +8,8 @@ otherwise; an unknown name is exit 1 with a suggestion.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,3 +113,19 @@ def test_a_restart_that_cannot_progress_says_why(reconcile: Any) -> None:
     stuck = rc("restart", "huge", check=1)
     assert "restart cannot progress: huge: cannot start huge (Pending)" in stuck.err, stuck
     rc.down()
+
+
+def test_the_request_file_names_only_deployments_and_a_torn_one_is_none(tmp_path: Path) -> None:
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    restart.request(tmp_path, "web", at)
+    assert restart.read_all(tmp_path) == {"web": at}
+    for bad in ("../web", "Web", "web@1", ""):
+        with pytest.raises(ValueError):
+            restart.request(tmp_path, bad, at)  # invariant 9: never a path
+    with pytest.raises(ValueError):
+        restart.request(tmp_path, "web", datetime(2026, 1, 2))  # naive: not comparable
+    (tmp_path / "restart" / "torn.json").write_text('{"requested_at": "2026-01-')
+    (tmp_path / "restart" / "naive.json").write_text('{"requested_at": "2026-01-02T03:04:05"}')
+    (tmp_path / "restart" / "Not-DNS.json").write_text('{"requested_at": "2026-01-02T03:04:05Z"}')
+    assert restart.read_all(tmp_path) == {"web": at}  # the others count as no request
+    assert list((tmp_path / "restart").glob("*.tmp")) == []
