@@ -9,11 +9,13 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
+from . import figures
 from .cluster import Cluster
 from .gatewayfuzz import MAX_BODY, Case, cases
 from .rawhttp import Raw, exchange, leaked, openai_error, request
@@ -72,7 +74,7 @@ def _list(answer: Raw) -> bool:
     return isinstance(value, dict) and value.get("object") == "list"
 
 
-def run(cluster: Cluster, count: int) -> None:
+def run(cluster: Cluster, count: int) -> Counter[str]:
     proc, port = start(cluster)
 
     def one(case: Case) -> tuple[Case, Raw, str | None]:
@@ -93,6 +95,7 @@ def run(cluster: Cluster, count: int) -> None:
     assert "Traceback" not in log and "Error handling request" not in log, log[-3000:]
     assert '"level": "error"' not in log and '"level": "critical"' not in log, log[-3000:]
     assert not leaked(log, [KEY]), leaked(log, [KEY])
+    return Counter(str(a.status) for _, a, _ in results)
 
 
 def test_gateway_fuzz_sample(cluster: Cluster) -> None:
@@ -101,4 +104,13 @@ def test_gateway_fuzz_sample(cluster: Cluster) -> None:
 
 @pytest.mark.slow
 def test_gateway_fuzz_full(cluster: Cluster) -> None:
-    run(cluster, FULL)
+    began = time.monotonic()
+    statuses = run(cluster, FULL)
+    figures.report(
+        "gateway_fuzz",
+        requests=FULL,
+        seconds=round(time.monotonic() - began),
+        answered=FULL - statuses["None"],
+        gateway_5xx=0,
+        statuses=dict(sorted(statuses.items())),
+    )

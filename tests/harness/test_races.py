@@ -182,7 +182,7 @@ def test_races_soak(two_sets: Cluster) -> None:
         seconds=round(time.monotonic() - began),
         racers=SOAK_RACERS,
         once_passes=passes,
-        downs=stats["down"],
+        downs=stats["down -f a"],
         drains=stats["drain"],
         churns=stats["churn"],
         samples=stats["samples"],

@@ -1,0 +1,105 @@
+"""A Ray node on each host of a :class:`Net`: the head (GCS, no GPU) and workers with
+one fake GPU each, started by ``ray start`` inside their namespaces. Stopped by killing
+the namespace's processes: ``ray stop`` would stop every Ray node on the machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .netns import Net
+
+RAY = str(Path(sys.executable).with_name("ray"))
+GCS_PORT = 6380
+MB = 1 << 20
+START_TIMEOUT = 120.0
+# A lost node is noticed in ~3 s instead of ~30 s (as tests/ray do): Ray reads RAY_<name>.
+FAST_HEALTH = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+# On 2 busy cores a raylet takes longer to register than Ray's 30 s default allows.
+SLOW_BOX = {"RAY_raylet_start_wait_time_s": "120"}
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RECONCILE_", "RAY_"))}
+    return {**env, **FAST_HEALTH, **SLOW_BOX, "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+class RayHosts:
+    def __init__(self, net: Net, head: str, workers: Sequence[str], logs: Path) -> None:
+        self.net, self.head, self.workers, self.logs = net, head, list(workers), logs
+        self.address = f"{net.hosts[head].address}:{GCS_PORT}"
+        self.temp = net.hosts[head].tmp / "ray"  # short: Ray's socket paths are bounded
+
+    def start(self) -> None:
+        head = self.net.hosts[self.head]
+        self._ray(
+            self.head,
+            "--head",
+            f"--port={GCS_PORT}",
+            f"--node-ip-address={head.address}",
+            "--num-cpus=1",
+            "--num-gpus=0",
+            f"--object-store-memory={80 * MB}",
+            "--include-dashboard=false",
+            f"--temp-dir={self.temp}",
+        ).wait(START_TIMEOUT)
+        for worker in self.workers:  # one at a time: parallel starts contend for Ray's locks
+            self.start_worker(worker).wait(START_TIMEOUT)
+        self.wait_nodes(len(self.workers) + 1)
+
+    def start_worker(self, name: str) -> subprocess.Popen[bytes]:
+        host = self.net.hosts[name]
+        return self._ray(
+            name,
+            f"--address={self.address}",
+            f"--node-ip-address={host.address}",
+            "--num-cpus=1",
+            "--num-gpus=1",
+            f"--object-store-memory={80 * MB}",
+        )
+
+    def _ray(self, host: str, *args: str) -> subprocess.Popen[bytes]:
+        return self.net.popen(
+            host,
+            [RAY, "start", "--disable-usage-stats", *args],
+            env=base_env(),
+            log=self.logs / f"ray-{host}.log",
+        )
+
+    def alive(self) -> dict[str, bool]:
+        """Node address -> alive, as the GCS says (asked from the head's host)."""
+        code = (
+            "import json, ray, logging\n"
+            f"ray.init(address={self.address!r}, logging_level=logging.ERROR,"
+            " log_to_driver=False, configure_logging=False)\n"
+            "print(json.dumps({n['NodeManagerAddress']: n['Alive'] for n in ray.nodes()"
+            " if n['Alive'] or n['NodeManagerAddress'] not in []}))\n"
+        )
+        host = self.net.hosts[self.head]
+        out = subprocess.run(
+            ["ip", "netns", "exec", host.name, sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**base_env(), "TMPDIR": str(host.tmp)},
+        )
+        if out.returncode != 0:
+            return {}
+        nodes: dict[str, bool] = {}
+        for address, alive in json.loads(out.stdout.strip().splitlines()[-1]).items():
+            nodes[address] = nodes.get(address, False) or alive  # a node restarted: any alive
+        return nodes
+
+    def wait_nodes(self, count: int) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if sum(self.alive().values()) >= count:
+                return
+            time.sleep(1.0)
+        logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in self.logs.glob("ray-*"))
+        raise AssertionError(f"the Ray cluster never had {count} live nodes:\n{logs}")
