@@ -1,13 +1,14 @@
 """``devices.memory: auto`` (core/measured.py): whole devices until the engine was
 measured, then its peak + 10%; the spec says auto in its document and hash either way;
-a spec with a request of its own shows requested beside measured."""
+a spec with a request of its own shows requested beside measured; what an engine uses is
+its processes summed, per device."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
 import pytest
-from strategies import NOW, desired, entry, observed
+from strategies import NOW, desired, entry, marked, observed, record, ref, view
 
 from controller.core.actions import Start
 from controller.core.devicefaults import Measured
@@ -15,6 +16,7 @@ from controller.core.inventory import Device, Inventory
 from controller.core.measured import resolve, with_headroom
 from controller.core.plan import plan
 from controller.core.specs import Devices, Entry, spec_document, spec_hash
+from controller.reconciler.gpuwatch import engine_peaks
 
 GI = 1 << 30
 AUTO = {"devices": {"count": 1, "kind": "nvidia", "memory": "auto"}}
@@ -65,3 +67,17 @@ def test_auto_needs_devices_and_other_words_are_refused() -> None:
         Devices.model_validate({"count": 0, "memory": "auto"})
     with pytest.raises(ValueError, match="not a quantity"):
         Devices.model_validate({"count": 1, "memory": "automatic"})
+
+
+def test_an_engines_use_is_its_processes_summed_per_device_and_dead_ones_count_nothing() -> None:
+    web = entry("web", devices={"count": 2, "kind": "nvidia"})
+    two = record("web", spec=web, devices=("nvidia:0", "nvidia:1"), port=8000, ref=ref(10))
+    gone = record("old", devices=("nvidia:0",), port=8001, ref=ref(20), spec_hash="h-old")
+    seen = observed(
+        view(two, alive=True, markers=(marked(11, "web", "n"), marked(12, "web", "n"))),
+        view(gone, alive=False),
+    )
+    used = {10: 2 * GI, 11: 3 * GI, 12: 1 * GI + 1, 20: 9 * GI, 99: 50 * GI}
+    peaks = engine_peaks(seen, used, None)
+    assert list(peaks) == [web.hash] and peaks[web.hash].name == "web"
+    assert peaks[web.hash].peak == 3 * GI + 1  # 6Gi + 1 over 2 devices, rounded up
