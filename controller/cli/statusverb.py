@@ -74,8 +74,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def look(args: argparse.Namespace, cfg: Config) -> Look | None:
-    """The records ``args`` select, as on disk or (``--refresh``) as seen now."""
+def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | None:
+    """The records ``args`` select, as on disk or (``--refresh``) as seen now; None (said
+    on stderr unless not ``say``) when NAME matches none."""
     if args.refresh:
         records, problems = refreshed(cfg)
         now = datetime.now(UTC)
@@ -89,7 +90,8 @@ def look(args: argparse.Namespace, cfg: Config) -> Look | None:
         records = [r for r in records if selects(args.name, r)]
         if not records:
             where = cfg.state_dir
-            print(f"reconcile: no deployment named {args.name!r} in {where}", file=sys.stderr)
+            if say:
+                print(f"reconcile: no deployment named {args.name!r} in {where}", file=sys.stderr)
             return None
     chosen = [r for r in records if selected(r.labels, args)]
     records, pulls = pullstatus.live(chosen, cfg.state_dir)  # Pulling: progress now
@@ -181,7 +183,7 @@ def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
     shown: dict[str, str] = {}
     first = True
     while True:
-        seen = look(args, cfg)
+        seen = look(args, cfg, say=first)  # NAME gone later: shown as gone, said once
         if seen is None and first:
             return EXIT_FAIL
         seen = seen or Look([])
