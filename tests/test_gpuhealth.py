@@ -124,3 +124,5 @@ def test_which_source_an_inventory_gets() -> None:
     assert isinstance(gpuhealth.choose(gpus, {}), gpuhealth.NvmlSource)
     cpu_only = Inventory((Device(kind="amd", id="0"),))
     assert isinstance(gpuhealth.choose(cpu_only, {}), gpuhealth.NoSource)
+    static = Inventory((Device(kind="nvidia", id="0", memory=80 << 30),))  # --devices
+    assert isinstance(gpuhealth.choose(static, {}), gpuhealth.NoSource)

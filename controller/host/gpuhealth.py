@@ -44,11 +44,13 @@ class NoSource:
 
 
 def choose(inventory: Inventory, environ: Mapping[str, str] = os.environ) -> Source:
-    """The fake file when ``RECONCILE_FAKE_NVML`` names one, else NVML for NVIDIA devices."""
+    """The fake file when ``RECONCILE_FAKE_NVML`` names one, else NVML for the NVIDIA
+    devices discovery found (by UUID, as the memory gate reads them); a static inventory
+    (``--devices``) names no UUID, so nothing loads NVML for it."""
     fake = environ.get(FAKE_ENV)
     if fake:
         return FileSource(Path(fake))
-    keys = {d.key: d.uuid for d in inventory.devices if d.kind == "nvidia"}
+    keys = {d.key: d.uuid for d in inventory.devices if d.kind == "nvidia" and d.uuid}
     return NvmlSource(keys) if keys else NoSource()
 
 
@@ -90,8 +92,8 @@ def _fact(
 class NvmlSource:
     """NVML itself: initialised once, its Xid event set registered on the first look."""
 
-    def __init__(self, devices: Mapping[str, str | None], nvml: Any = None) -> None:
-        self.devices = dict(devices)  # kind:id -> UUID (None: look it up by index)
+    def __init__(self, devices: Mapping[str, str], nvml: Any = None) -> None:
+        self.devices = dict(devices)  # kind:id -> GPU UUID
         self._nvml = nvml
         self._events: Any = None
         self._handles: dict[str, Any] = {}
@@ -114,14 +116,7 @@ class NvmlSource:
             nv = self._nvml
             nv.nvmlInit()  # kept: NVML counts inits, another caller's shutdown leaves ours
             for key, uuid in self.devices.items():
-                index = int(key.partition(":")[2])
-                by_uuid = uuid is not None and not uuid.isdigit()
-                handle = (
-                    nv.nvmlDeviceGetHandleByUUID(uuid)
-                    if by_uuid
-                    else nv.nvmlDeviceGetHandleByIndex(index)
-                )
-                self._handles[key] = handle
+                self._handles[key] = nv.nvmlDeviceGetHandleByUUID(uuid)
             self._events = nv.nvmlEventSetCreate()
             for handle in self._handles.values():
                 self._register(nv, handle)
