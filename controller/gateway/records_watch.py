@@ -1,9 +1,11 @@
 """The gateway process's view of the records: ``<state>/instances/``, re-read on change.
 
-Every ``POLL`` seconds one ``scandir`` of the folder (names and inode numbers, no
-stat, no read): records are written tmp + rename, so every new version of a record
-is a new inode, and a change is seen even within one tick of the directory's mtime.
-Only then are the records read (in a thread), so a request never touches the disk.
+Every ``POLL`` seconds one ``scandir`` of the folder and a stat of each record (name,
+inode, mtime in ns, size; no read). Records are written tmp + rename, so a new version
+is a new inode, but two writes between looks can hand the record its old inode back
+(the first rename freed it, the second tmp file took it): the page once missed an engine
+going Idle that way, so the mtime and size count too. Only on a change are the records
+read (in a thread), so a request never touches the disk.
 
 Read-only: a record this gateway cannot parse (torn, foreign, or written by a newer
 reconcile during an upgrade) keeps its last good reading and is never quarantined
@@ -23,7 +25,7 @@ from controller.store.recordjson import READERS, RecordInvalid
 
 POLL = 0.1  # seconds between looks at the folder
 
-Stamp = frozenset[tuple[str, int]]
+Stamp = frozenset[tuple[str, int, int, int]]
 
 
 class RecordsWatch:
@@ -35,11 +37,11 @@ class RecordsWatch:
         self._good: dict[str, Record] = {}  # name -> its last good reading
 
     def stamp(self) -> Stamp | None:
-        """What the folder holds now (name, inode); None when it is gone."""
+        """What the folder holds now (name, inode, mtime, size); None when it is gone."""
         try:
             with os.scandir(self.instances) as entries:
                 return frozenset(
-                    (e.name, e.inode())
+                    _version(e)
                     for e in entries
                     if e.name.endswith(".json") and not e.name.startswith(".")
                 )
@@ -55,7 +57,7 @@ class RecordsWatch:
 
     def read(self, stamp: Stamp) -> list[Record]:
         """Every record of ours in the folder (call it off the event loop)."""
-        names = {name.removesuffix(".json") for name, _ in stamp}
+        names = {name.removesuffix(".json") for name, *_ in stamp}
         fresh: dict[str, Record] = {}
         for name in sorted(names):
             rec = self._read_one(name)
@@ -87,3 +89,11 @@ class RecordsWatch:
                 if rec.name == name:
                     return rec
         return self._good.get(name)
+
+
+def _version(entry: os.DirEntry[str]) -> tuple[str, int, int, int]:
+    try:
+        st = entry.stat()
+    except FileNotFoundError:  # renamed over or removed since the scandir: next look
+        return (entry.name, entry.inode(), 0, -1)
+    return (entry.name, st.st_ino, st.st_mtime_ns, st.st_size)

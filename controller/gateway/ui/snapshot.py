@@ -9,7 +9,6 @@ quarantined or rewritten from here.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,33 +40,16 @@ class Reader:
     devices: str | None  # the daemon's static inventory (--devices), else discovery
     watch: RecordsWatch = field(init=False)
     _inventory: tuple[float, Inventory] | None = None
-    _seen: frozenset[tuple[str, int, int, int]] | None = None
 
     def __post_init__(self) -> None:
         self.watch = RecordsWatch(self.state_dir, owner="", node="")
 
     def records(self) -> list[Record]:
         """Every record of the state dir (re-read only when the folder changed)."""
-        look = self._look()
-        stamp = self.watch.stamp()
-        if stamp is not None and (look != self._seen or look is None):
+        stamp = self.watch.changed()
+        if stamp is not None:
             self.watch.read(stamp)
-            self._seen = look
         return self.watch.everything()
-
-    def _look(self) -> frozenset[tuple[str, int, int, int]] | None:
-        """Each record file's name, inode, mtime and size: two writes between two looks
-        may leave a record at the inode it had (tmp + rename frees one, the next tmp can
-        take it), so the inode alone can miss a change."""
-        try:
-            with os.scandir(self.watch.instances) as entries:
-                return frozenset(
-                    (e.name, e.inode(), (st := e.stat()).st_mtime_ns, st.st_size)
-                    for e in entries
-                    if e.name.endswith(".json") and not e.name.startswith(".")
-                )
-        except OSError:
-            return None
 
     def inventory(self) -> Inventory:
         now = time.monotonic()
