@@ -101,6 +101,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     names = [i for d in wanted for i in replicalogs.instances(store, d, args.replica)]
     if len(names) > 1:  # every instance, each line behind its name (docker compose logs)
         label = " ".join(wanted) if args.names else "any deployment"
+        records = [r for r in map(store.read, names) if r is not None]
+        if any(r.on_cluster for r in records):
+            from controller.cli import remotelogs
+
+            return _quiet_pipe(lambda: remotelogs.show(args, cfg, records, label))
         return _quiet_pipe(lambda: replicalogs.show(args, store, names, label))
     name = names[0]
     rec = store.read(name)

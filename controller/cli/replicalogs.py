@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
 from controller.core.names import base_name, instance_of, is_next, record_name_ok, replica_name
 from controller.core.names import replica_of as index_of
 from controller.store import logfiles
@@ -48,14 +48,6 @@ def deployments(store: RecordStore) -> list[str]:
 def show(args: argparse.Namespace, store: RecordStore, names: list[str], label: str) -> int:
     """Several instances' logs (one deployment's replicas, or several deployments'),
     prefixed; ``-f`` then follows each of them. ``label`` names them in messages."""
-    records = [store.read(n) for n in names]
-    if any(r is not None and r.on_cluster for r in records):
-        print(
-            f"reconcile: {label} run on a cluster: one log at a time there "
-            "(one NAME, and --replica I for one replica)",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
     present = [n for n in names if logfiles.stream_files(store.log_path(n))]
     if not present:
         print(f"reconcile: no replica of {label} has a log (never started?)", file=sys.stderr)

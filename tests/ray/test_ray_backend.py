@@ -175,7 +175,11 @@ def test_replicas_spread_over_the_nodes_and_each_writes_its_log(rc: Reconcile) -
     pids = {i["replica"]: i["pid"] for i in items["instances"]}
     for replica, pid in pids.items():
         text = rc("logs", "web", "--replica", str(replica), check=0).out
-        assert f"pid {pid}" in text or str(pid) in text, text
+        assert str(pid) in text, text
+    every = rc("logs", "web", check=0).out.splitlines()  # all of them, each line prefixed
+    for replica, name in enumerate(("web", "web@1", "web@2")):
+        mine = [line for line in every if line.startswith(f"{name:<5} | ")]
+        assert mine and any(str(pids[replica]) in line for line in mine), every
 
 
 def test_a_source_is_pulled_once_and_the_actor_runs_the_cached_file(rc: Reconcile) -> None:
