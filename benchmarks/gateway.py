@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             litellm(tmp, args.litellm, hot, listen - 2) as ll,
         ):
             proxies = {"reconcile": f"http://127.0.0.1:{listen}", "nginx": ng, "litellm": ll}
-            rows = _table(f"http://127.0.0.1:{hot}", proxies, args.n)
+            rows, figures = _table(f"http://127.0.0.1:{hot}", proxies, args.n)
         print(
             "| kind | clients | proxy | direct p50/p99 ms | proxied p50/p99 ms "
             "| added p50/p99 ms | rps ratio |"
@@ -125,24 +125,34 @@ def main(argv: list[str] | None = None) -> int:
         skipped = [name for name, url in proxies.items() if url is None]
         if skipped:
             print(f"not run (not installed or did not start): {', '.join(skipped)}")
+        print("\n".join(_goals(figures)))
         print(_cold_report(tmp, listen))
     finally:
         stop(daemon, timeout=30)  # SIGTERM; a stuck one is killed before `down`
-        subprocess.run([*cli, "down"], capture_output=True, timeout=60)
+        # --gateway: a gateway left behind would share the port with the next run's.
+        subprocess.run([*cli, "down", "--gateway"], capture_output=True, timeout=60)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
-def _table(direct_url: str, proxies: dict[str, str | None], n: int) -> list[str]:
+Figures = dict[tuple[bool, int, str], tuple[float, float]]  # (stream, clients, proxy)
+
+
+def _table(direct_url: str, proxies: dict[str, str | None], n: int) -> tuple[list[str], Figures]:
+    """The table's rows, and per (stream, clients, proxy) its p50 ms and requests/s
+    (``direct`` among them)."""
     rows = []
+    figures: Figures = {}
     path = "/v1/chat/completions"
     for stream in (False, True):
         for clients in (1, 32):
             direct, d_rps = asyncio.run(_load(direct_url + path, clients, n, stream))
+            figures[(stream, clients, "direct")] = (_pct(direct, 0.5), d_rps)
             for name, url in proxies.items():
                 if url is None:
                     continue
                 via, rps = asyncio.run(_load(url + path, clients, n, stream))
+                figures[(stream, clients, name)] = (_pct(via, 0.5), rps)
                 rows.append(
                     f"| {'stream TTFB' if stream else 'request'} | {clients} | {name} "
                     f"| {_pct(direct, 0.5):.2f} / {_pct(direct, 0.99):.2f} "
@@ -151,7 +161,34 @@ def _table(direct_url: str, proxies: dict[str, str | None], n: int) -> list[str]
                     f"{_pct(via, 0.99) - _pct(direct, 0.99):+.2f} "
                     f"| {rps / d_rps:.2f} |"
                 )
-    return rows
+    return rows, figures
+
+
+def _goals(figures: Figures) -> list[str]:
+    """The gateway's goals against nginx and LiteLLM (issue 22), each met or not."""
+    ours = "reconcile"
+    out = ["goals (reconcile against the others, this run):"]
+    if (False, 1, "nginx") not in figures:
+        return [*out, "  nginx not run (apt-get install nginx): its three goals not measured"]
+
+    def said(what: str, value: float, goal: str, met: bool) -> str:
+        return f"  {what}: {value:.2f} (goal {goal}) {'met' if met else 'NOT met'}"
+
+    p50 = figures[(False, 1, ours)][0] / figures[(False, 1, "nginx")][0]
+    rps = figures[(False, 32, ours)][1] / figures[(False, 32, "nginx")][1]
+    first = figures[(True, 1, ours)][0] - figures[(True, 1, "nginx")][0]
+    out.append(said("p50 at 1 client, x nginx's", p50, "<= 1.30", p50 <= 1.3))
+    out.append(said("requests/s at 32 clients, x nginx's", rps, ">= 0.90", rps >= 0.9))
+    out.append(said("stream first chunk p50, ms past nginx's", first, "<= 1.00", first <= 1.0))
+    if (False, 1, "litellm") in figures:
+        direct = figures[(False, 1, "direct")][0]
+        added = (figures[(False, 1, ours)][0] - direct) / (
+            figures[(False, 1, "litellm")][0] - direct
+        )
+        out.append(said("added p50 at 1 client, x LiteLLM's", added, "<= 0.25", added <= 0.25))
+    else:
+        out.append("  LiteLLM not run (--litellm PATH/bin/litellm): its goal not measured")
+    return out
 
 
 def _cold_report(tmp: Path, listen: int) -> str:
@@ -178,9 +215,9 @@ async def _cold(tmp: Path, listen: int, name: str) -> tuple[float, float, float,
         t0 = time.time()
         watch = asyncio.create_task(_first_ready(session, record))
         async with session.post(url, json={"model": name}) as resp:
-            await resp.read()
+            said = await resp.read()
             done = time.time()
-            assert resp.status == 200, resp.status
+            assert resp.status == 200, (resp.status, said[:300])
         started, ready = await watch
     ms = 1000.0
     return (done - t0) * ms, (ready - started) * ms, (started - t0) * ms, (done - ready) * ms

@@ -140,7 +140,10 @@ class GatewayProcess:
         last_metrics = ""
         while True:
             stamp = self.watch.stamp()
-            if stamp is None and not self.state_dir.exists():
+            # Looked at every turn, not only when the listing fails: a listing that fails
+            # otherwise keeps its last stamp (a gateway of a removed state dir once served
+            # on, beside its successor on the port, with an empty table).
+            if not self.state_dir.exists():
                 log.warning("state dir gone: the gateway stops", state_dir=str(self.state_dir))
                 self.ask_stop("state dir gone")
                 return
