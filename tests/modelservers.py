@@ -147,11 +147,13 @@ def _range_start(handler: BaseHTTPRequestHandler, data: bytes, seen: list[str]) 
 
 
 class HubServer:
-    """One repo (``repo``) at one commit, holding ``files``."""
+    """One repo (``repo``) at one commit, holding ``files``; ``gated``: a request without
+    a token gets the hub's 401 with ``X-Error-Code: GatedRepo``."""
 
-    def __init__(self, repo: str, files: dict[str, bytes]) -> None:
+    def __init__(self, repo: str, files: dict[str, bytes], *, gated: bool = False) -> None:
         self.repo = repo
         self.files = files
+        self.gated = gated
         self.downloads: list[str] = []  # file names GET /resolve sent in full or in part
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -174,6 +176,12 @@ class HubServer:
 
     def _route(self, handler: BaseHTTPRequestHandler, *, body: bool) -> None:
         path = handler.path.split("?", 1)[0]
+        if self.gated and not handler.headers.get("Authorization"):
+            handler.send_response(401)
+            handler.send_header("X-Error-Code", "GatedRepo")
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
         api = f"/api/models/{self.repo}/"
         if path.startswith(api + "revision/"):
             self._json(handler, {"id": self.repo, "sha": COMMIT, "siblings": self._siblings()})

@@ -190,5 +190,26 @@ def test_a_missing_hub_repo_says_what_to_do(
         job = Job(source=source, cache=tmp_path / "models", state_dir=tmp_path, deployments=())
         assert worker.run(job) == 1
     result = entry_of(job).result()
-    assert result is not None and "acme/other@main" in result["message"]
-    assert "HF_TOKEN" in result["message"] or "check" in result["message"]
+    assert result is not None and "acme/other@main was not found" in result["message"]
+    assert "set HF_TOKEN" in result["message"]
+    assert "check source.huggingFace.repo" in result["message"]
+
+
+def test_a_gated_hub_repo_says_to_set_hf_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = {"model-q4_k_m.gguf": os.urandom(MB // 4)}
+    with HubServer("acme/gated", files, gated=True) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        source = Source.model_validate({"huggingFace": {"repo": "acme/gated"}})
+        job = Job(source=source, cache=tmp_path / "models", state_dir=tmp_path, deployments=())
+        assert worker.run(job) == 1
+        result = entry_of(job).result()
+        assert result is not None and result["kind"] == "http"
+        assert "acme/gated@main is gated" in result["message"]
+        assert "set HF_TOKEN" in result["message"]
+        monkeypatch.setenv("HF_TOKEN", "hf_test_token")  # the next move the message names
+        assert worker.run(job) == 0
+        assert hub.downloads == ["model-q4_k_m.gguf"]

@@ -41,8 +41,15 @@ def _download(
     from huggingface_hub import snapshot_download
 
     patterns = list(hub.files) or None
+    # HF_ENDPOINT read now, not when the library was first imported (it caches it then).
+    where: dict[str, Any] = {"endpoint": os.environ.get("HF_ENDPOINT") or None}
     listing: list[Any] = snapshot_download(
-        hub.repo, revision=hub.revision, allow_patterns=patterns, local_dir=local, dry_run=True
+        hub.repo,
+        revision=hub.revision,
+        allow_patterns=patterns,
+        local_dir=local,
+        dry_run=True,
+        **where,
     )
     if not listing:
         raise PullError(
@@ -56,7 +63,9 @@ def _download(
     watcher = threading.Thread(target=_watch, args=(local, meter, total, done), daemon=True)
     watcher.start()
     try:
-        snapshot_download(hub.repo, revision=hub.revision, allow_patterns=patterns, local_dir=local)
+        snapshot_download(
+            hub.repo, revision=hub.revision, allow_patterns=patterns, local_dir=local, **where
+        )
     finally:
         done.set()
         watcher.join()
@@ -98,11 +107,18 @@ def _digest(path: Path) -> str:
 def _explain(hub: HuggingFace, exc: Exception, stall: float) -> PullError:
     from huggingface_hub import errors
 
+    # The dry run that sizes the pull wraps what the hub said (a 401 of a gated repo, a
+    # 404, no connection) in a DryRunError: the cause is what the user must hear.
+    while isinstance(exc, errors.DryRunError) and isinstance(exc.__cause__, Exception):
+        exc = exc.__cause__
     where = f"{hub.repo}@{hub.revision}"
+    status = _status(exc)  # a mirror may answer without the hub's X-Error-Code
     if isinstance(exc, errors.GatedRepoError):
         why = "is gated: accept its terms on the hub, then set HF_TOKEN"
-    elif isinstance(exc, errors.RepositoryNotFoundError):
+    elif isinstance(exc, errors.RepositoryNotFoundError) or status == 404:
         why = "was not found (or is private: set HF_TOKEN); check source.huggingFace.repo"
+    elif status in (401, 403):
+        why = f"was refused (HTTP {status}): set HF_TOKEN to a token that may read it"
     elif isinstance(exc, errors.RevisionNotFoundError):
         why = "has no such revision: check source.huggingFace.revision"
     elif isinstance(exc, errors.EntryNotFoundError):
@@ -112,6 +128,12 @@ def _explain(hub: HuggingFace, exc: Exception, stall: float) -> PullError:
     else:
         why = f"could not be pulled ({type(exc).__name__}: {_first_line(exc)}); retried"
     return PullError("http", f"{where} {why}")
+
+
+def _status(exc: Exception) -> int | None:
+    response = getattr(exc, "response", None)
+    code = getattr(response, "status_code", None)
+    return code if isinstance(code, int) else None
 
 
 def _first_line(exc: Exception) -> str:

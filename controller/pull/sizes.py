@@ -47,6 +47,7 @@ def _hub(hub: HuggingFace, timeout: float) -> int | None:
             allow_patterns=list(hub.files) or None,
             etag_timeout=timeout,
             dry_run=True,
+            endpoint=os.environ.get("HF_ENDPOINT") or None,
         )
     except Exception:  # the library's error tree: for `plan`, the size is just not known
         return None
