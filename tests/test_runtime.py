@@ -241,6 +241,17 @@ def test_stop_returns_as_soon_as_the_engine_exits(rt: LocalBackend, tmp_path: Pa
     assert rt.exit_of(ref) is not None and rt.exit_of(ref).signal == signal.SIGTERM  # type: ignore[union-attr]
 
 
+def test_a_stopped_engine_is_continued_so_its_stop_signal_ends_it(
+    rt: LocalBackend, tmp_path: Path
+) -> None:
+    ref = spawn(rt, SLEEP, tmp_path)
+    os.kill(ref.pid, signal.SIGSTOP)  # hung: SIGTERM stays pending while it is stopped
+    rt.stop(ref, "n1", signal.SIGTERM, grace=30)
+    wait_gone(ref.pid, timeout=1)
+    exit_ = rt.exit_of(ref)  # by SIGTERM, not by the SIGKILL at the end of the grace
+    assert exit_ is not None and exit_.signal == signal.SIGTERM, exit_
+
+
 def test_sweep_kills_marker_processes_of_a_dead_engine(rt: LocalBackend, tmp_path: Path) -> None:
     ref = spawn(rt, [sys.executable, "-c", FAMILY], tmp_path)
     family = family_of(rt)

@@ -171,6 +171,10 @@ class LocalBackend:
         deadline = time.monotonic() + grace
         if ref is not None and self.alive(ref):
             self._signal_group(ref, sig, nonce=nonce)
+            # A stopped (SIGSTOP'd, hung in a debugger) engine cannot act on its stop
+            # signal until it runs again: continue it, as systemd does after the kill
+            # signal, so it gets its grace period to exit instead of waiting it out.
+            self._signal_group(ref, signal.SIGCONT, nonce=nonce)
             failpoints.hit("runtime.stop.after_signal")
             while self._instance_alive(ref, nonce) and time.monotonic() < deadline:
                 time.sleep(POLL)
