@@ -22,6 +22,10 @@ from typing import Protocol
 
 FAILURES = 3  # in a row
 EJECT_SECONDS = 30.0
+# 5xx answers about the request, not the engine: a method or HTTP version it does not
+# implement. Counted as failures, three such requests from any client ejected a healthy
+# engine and the gateway answered everyone 503 for 30 s (the fuzz soak found it).
+ABOUT_THE_REQUEST = frozenset({501, 505})
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +96,7 @@ class Health:
     def report(self, engine: Engine, trial: bool, outcome: Outcome) -> None:
         """A request's end (``outcome``: see :data:`Outcome`); ``trial`` as :meth:`sent`
         said."""
-        ok = None if outcome is None else isinstance(outcome, int) and outcome < 500
+        ok = None if outcome is None else _healthy(outcome)
         state = self._states.get(engine.nonce)
         if state is None:
             if ok is not False:
@@ -117,7 +121,7 @@ class Health:
         state.trial = False
         if outcome is None:
             return  # no verdict: the next request is the trial
-        if isinstance(outcome, int) and outcome < 500:
+        if _healthy(outcome):
             del self._states[engine.nonce]
             why = f"its trial request after the ejection succeeded ({outcome})"
             self.notify(Change(engine.deployment, engine.instance, engine.nonce, False, why))
@@ -147,6 +151,11 @@ class Health:
         """Drop what is known of engines no record names any more."""
         for gone in [n for n in self._states if n not in live]:
             del self._states[gone]
+
+
+def _healthy(outcome: int | str) -> bool:
+    """An answer that says the engine works: below 500, or a 5xx about the request."""
+    return isinstance(outcome, int) and (outcome < 500 or outcome in ABOUT_THE_REQUEST)
 
 
 def _said(outcome: Outcome) -> str:

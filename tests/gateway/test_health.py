@@ -46,6 +46,8 @@ def send(h: Health, outcome: Outcome) -> None:
         pytest.param([500, 500, None, 500], True, id="no-verdict-keeps-the-count"),
         pytest.param([404, 429, 400, 499], False, id="4xx-is-the-client's"),
         pytest.param([503, 503], False, id="two-are-not-enough"),
+        pytest.param([501, 505, 501, 501], False, id="501-505-are-about-the-request"),
+        pytest.param([500, 501, 500, 500], False, id="a-501-answer-resets-the-count"),
     ],
 )
 def test_failures_in_a_row_eject(outcomes: list[Outcome], ejected: bool) -> None:

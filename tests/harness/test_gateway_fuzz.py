@@ -57,8 +57,8 @@ def check(case: Case, answer: Raw) -> str | None:
     if answer.status is None:
         return None  # closed without an answer (a half-sent request, or garbage)
     engine = answer.headers.get("server", "").startswith("BaseHTTP")
-    if answer.status == 500 and not engine:
-        return "the gateway answered 500"
+    if answer.status >= 500 and not engine:  # every case is the client's error
+        return f"the gateway answered {answer.status}"
     shown = answer.is_json() and answer.body  # HEAD: headers only
     if case.v1 and shown and not engine and openai_error(answer) is None and not _list(answer):
         return "a JSON answer that is not an OpenAI error"
