@@ -149,6 +149,8 @@ def test_kill_9_mid_way_then_a_new_pull_resumes(tmp_path: Path, pulls: Path) -> 
         wait_for(lambda: server.sent >= MB, what="a first MB sent")
         wait_for(lambda: (p := entry.progress()) and p.bytes_total == len(DATA), what="progress")
         assert modelcache.look(entry, running=False).running  # its lock says so, too
+        partial = entry.folder / "tiny.gguf.partial"  # bytes on disk: what a resume asks past
+        wait_for(lambda: partial.exists() and partial.stat().st_size > 0, what="a partial file")
         os.kill(pid, signal.SIGKILL)
         wait_gone(pid)
         # The kernel drops the lock once the last of its threads (the meter's) has gone,

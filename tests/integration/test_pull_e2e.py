@@ -110,6 +110,8 @@ def test_a_pull_killed_mid_way_is_resumed_by_the_next_pass(reconcile: Any, cache
         reconcile.once()
         pid = reconcile.wait_for(lambda: launch.running(cache).get(KEY), what="the pull")
         reconcile.wait_for(lambda: server.sent >= MB, what="a first MB")
+        partial = cache / KEY / "tiny.gguf.partial"  # on disk: what the resume asks past
+        reconcile.wait_for(lambda: partial.exists() and partial.stat().st_size, what="bytes")
         os.kill(pid, signal.SIGKILL)
         reconcile.wait_gone(pid)
         server.release()
