@@ -215,3 +215,21 @@ def test_a_gated_hub_repo_says_to_set_hf_token(
         monkeypatch.setenv("HF_TOKEN", "hf_test_token")  # the next move the message names
         assert worker.run(job) == 0
         assert hub.downloads == ["model-q4_k_m.gguf"]
+
+
+def test_several_hub_files_make_model_the_snapshot_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = {"config.json": b"{}", "model.safetensors": os.urandom(MB // 2), "README.md": b"#"}
+    with HubServer("acme/st", files) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        globs = ["*.json", "*.safetensors"]
+        source = Source.model_validate({"huggingFace": {"repo": "acme/st", "files": globs}})
+        job = Job(source=source, cache=tmp_path / "models", state_dir=tmp_path, deployments=())
+        assert worker.run(job) == 0
+        assert sorted(hub.downloads) == ["config.json", "model.safetensors"]
+    path = entry_of(job).model_path()
+    assert path == entry_of(job).folder / "files"  # {model}: the folder, as vLLM takes it
+    assert (path / "model.safetensors").read_bytes() == files["model.safetensors"]
+    assert not (path / "README.md").exists()
