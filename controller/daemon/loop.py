@@ -52,8 +52,9 @@ LOCK_RETRY = 0.2
 SLACK = 0.005  # fire just after a record's due time, never just before
 HELD_RECHECK = 1.0  # seconds: a back-off that is over but held (drained, waiting its turn)
 WATCHED = (Phase.STARTING, Phase.READY)
-TIMED = frozenset({"resync", "probe due", "liveness", "back-off held"})
+TIMED = frozenset({"resync", "probe due", "liveness", "back-off held", "pull progress"})
 PROBES = "liveness probes"  # the timer that starts the liveness probes due (no pass)
+PULL_RECHECK = 1.0  # seconds between passes while a model is pulled (its end starts it)
 AUTOSCALE_PERIOD = 0.5  # seconds between looks at the load of autoscaled deployments
 
 Reload = Callable[[], Config]
@@ -400,6 +401,8 @@ def _next_due(rec: Record, now: datetime) -> tuple[str, float] | None:
             if SLACK < left < period:
                 return ("readiness deadline", left)
         return ("probe due", period)
+    if rec.phase is Phase.PULLING:  # the pull's worker outlives passes: look for its end
+        return ("pull progress", PULL_RECHECK)
     return None
 
 

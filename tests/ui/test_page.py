@@ -251,9 +251,8 @@ def test_a_pull_shows_its_progress_bar(reconcile: Any, gateway: Any, page: Page)
         with serving({"tiny.gguf": data}, hold=MB) as server:  # stops sending at 1 MB
             source["url"] = server.url("tiny.gguf")
             reconcile.write("pulled", command=[*argv[:-1], "{model}"], source=source)
-            # The daemon places a finished pull at its next resync (5 s by default; the
-            # fixture's is 1 h): a short one, so the test sees it placed.
-            g = gateway("--resync", "2s")
+            # The fixture's resync is 1 h: the daemon looks each second while a pull runs.
+            g = gateway()
             page.open(_url(reconcile))
             bar = page.wait(
                 lambda: (b := page.pull_bar("pulled")) and b["done"] >= MB and b, "the pull bar"
