@@ -24,6 +24,7 @@ from controller.errors import ConfigError
 from controller.gateway import keys as keys_mod
 from controller.gateway.activation import Demand
 from controller.gateway.ejections import recorder
+from controller.gateway.enginesock import engine_socket
 from controller.gateway.fastloop import new_loop
 from controller.gateway.handover import bind
 from controller.gateway.health import Health
@@ -172,7 +173,9 @@ class Gateway:
         self.loop.set_exception_handler(exception_handler(Throttle()))
         connections = self._connections = Connections(connection_cap())
         # As many engine connections as client ones: together they stay under the fd limit.
-        connector = aiohttp.TCPConnector(limit=connections.cap, ttl_dns_cache=300)
+        connector = aiohttp.TCPConnector(
+            limit=connections.cap, ttl_dns_cache=300, socket_factory=engine_socket
+        )
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
         session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
         self.front = Front(

@@ -127,8 +127,9 @@ def _pipelined(port: int) -> list[int | None]:
     one = _post(b'{"model": "m"}').replace(b"Connection: close", b"Connection: keep-alive")
     last = _post(b'{"model": "m"}')
     answer = exchange(port, one + one + last, timeout=30)
-    statuses = [
-        int(line.split()[1]) for line in answer.data.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")
+    lines = answer.data.split(b"\r\n")
+    statuses: list[int | None] = [
+        int(line.split()[1]) for line in lines if line.startswith(b"HTTP/1.1 ")
     ]
     return statuses or [answer.status]
 
