@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
+import signal
 import socket
 import sys
 import time
@@ -52,7 +53,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
         print(f"restart of {name} requested ({_how(_instances(records.values(), name))})")
     daemon = daemon_pid(cfg.state_dir)
     if daemon is not None:
-        when = "now" if _wake(cfg.state_dir) else "at its next resync"
+        when = "now" if _wake(cfg.state_dir, daemon) else "at its next resync"
         print(f"the daemon (pid {daemon}) restarts it {when}", file=sys.stderr)
         if args.no_wait:
             return EXIT_OK
@@ -131,17 +132,22 @@ def daemon_pid(state_dir: Path) -> int | None:
         os.close(fd)
 
 
-def _wake(state_dir: Path) -> bool:
-    """Ask the daemon for a pass now, as the gateway does for an OnDemand request (its
-    wake-up datagram); False when nothing listens (a daemon without --listen): then its
-    resync timer's pass reads the request."""
+def _wake(state_dir: Path, daemon: int) -> bool:
+    """Ask the daemon for a pass now: the gateway's wake-up datagram where it serves one,
+    else SIGUSR1 to the pid that holds the daemon lock right now. False if neither
+    reached it: then its resync timer's pass reads the request."""
     from controller.gateway import registry
 
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         try:
             sock.sendto(b"!", registry.wake_address(state_dir))
+            return True
         except OSError:
-            return False
+            pass
+    try:
+        os.kill(daemon, signal.SIGUSR1)
+    except OSError:
+        return False
     return True
 
 

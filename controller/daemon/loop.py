@@ -98,6 +98,7 @@ class Daemon:
         self._probe_news = self._probes_moved = False  # set from the probes' threads
         self._hook_front(self.reconciler)
         self._asked = False  # the gateway asked for a pass (set from its thread)
+        self._signalled = False  # SIGUSR1 asked for one
         self.reconciler.interrupted = lambda: self.stopping
         self.notifier = Notifier.from_environ()
         self.selector = selectors.DefaultSelector()
@@ -123,6 +124,7 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
+        signal.signal(signal.SIGUSR1, self._on_usr1)
         self.folders.start()
         if self.front is not None:
             self.front.start(self.request_pass)
@@ -213,6 +215,9 @@ class Daemon:
             self._arm_probes()
         if asked:
             self.triggers.add("gateway")
+        if self._signalled:
+            self._signalled = False
+            self.triggers.add("SIGUSR1")
         if changed:
             self._debounce(whole)
 
@@ -243,6 +248,12 @@ class Daemon:
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
+        self._poke()
+
+    def _on_usr1(self, signum: int, frame: FrameType | None) -> None:
+        """ "Pass now": what `reconcile restart` sends a daemon that serves no gateway (no
+        lock taken in a handler: the loop may hold it; the wake-up pipe carries it)."""
+        self._signalled = True
         self._poke()
 
     def _on_hup(self, signum: int, frame: FrameType | None) -> None:
