@@ -12,14 +12,12 @@ import sys
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from controller.cli.common import config, output_format
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import age, table
 from controller.store.events import Journal
-from controller.store.records import check_name
 
 FOLLOW_PERIOD = 0.5  # seconds between looks at the journals while following
 Event = dict[str, Any]
@@ -42,23 +40,9 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def _gather(journal: Journal, name: str | None) -> list[Event]:
-    names = [name] if name is not None else _journals(journal.folder)
+    names = [name] if name is not None else journal.names()
     out = [{"deployment": n, **e} for n in names for e in journal.read(n)]
     return sorted(out, key=lambda e: str(e.get("time", "")))
-
-
-def _journals(folder: Path) -> list[str]:
-    try:
-        files = sorted(folder.glob("*.jsonl"))
-    except OSError:
-        return []
-    out = []
-    for path in files:
-        try:
-            out.append(check_name(path.stem))
-        except ValueError:
-            continue  # not a journal this tool wrote: never read by a name it did not give
-    return out
 
 
 def _new(events: Iterable[Event], seen: set[str]) -> list[Event]:

@@ -71,6 +71,21 @@ class Journal:
             keep = keep[keep.find(b"\n") + 1 :]  # start on a whole line
         write_atomic(path, keep)
 
+    def names(self) -> list[str]:
+        """The deployments that have a journal (only names this tool could have given:
+        a file it did not write is never read by a name it did not give)."""
+        try:
+            files = sorted(self.folder.glob("*.jsonl"))
+        except OSError:
+            return []
+        out = []
+        for path in files:
+            try:
+                out.append(check_name(path.stem))
+            except ValueError:
+                continue
+        return out
+
     def read(self, name: str, last: int | None = None) -> list[dict[str, Any]]:
         """The events, oldest first (the newest ``last`` of them when given)."""
         try:

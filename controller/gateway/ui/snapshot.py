@@ -27,7 +27,6 @@ from controller.host import devices
 from controller.store import devicehealth, pullstatus
 from controller.store.events import Journal
 from controller.store.node import read_drain
-from controller.store.records import check_name
 
 EVENTS = 200  # the newest events the page gets
 INVENTORY_TTL = 5.0  # seconds a discovered inventory is reused (NVML is not free)
@@ -91,7 +90,7 @@ class Reader:
         journal = Journal(self.state_dir)
         out = [
             {"deployment": name, **event}
-            for name in journals(journal.folder)
+            for name in journal.names()
             if only is None or name == only or name.partition("@")[0] == only
             for event in journal.read(name, last=EVENTS)
         ]
@@ -102,18 +101,3 @@ class Reader:
 def facts(rec: Record) -> dict[str, Any]:
     """What the page needs beyond the status item: the model names and activation."""
     return {"models": list(rec.models), "on_demand": rec.on_demand}
-
-
-def journals(folder: Path) -> list[str]:
-    """The deployments that have a journal (only names this tool could have given)."""
-    try:
-        files = sorted(folder.glob("*.jsonl"))
-    except OSError:
-        return []
-    out = []
-    for path in files:
-        try:
-            out.append(check_name(path.stem))
-        except ValueError:  # not a journal this tool wrote: never read by that name
-            continue
-    return out
