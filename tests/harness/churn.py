@@ -83,12 +83,17 @@ def full_churn(cluster: Cluster, rng: random.Random, set_: str = "a") -> dict[st
 
 
 def random_churn(
-    cluster: Cluster, rng: random.Random, set_: str = "a", most: int = MAX_PRESENT
+    cluster: Cluster,
+    rng: random.Random,
+    set_: str = "a",
+    most: int = MAX_PRESENT,
+    keep: frozenset[str] = frozenset(),
 ) -> list[str]:
-    """A few random edits to one set's folder (and sometimes a crashed engine)."""
+    """A few random edits to one set's folder (and sometimes a crashed engine); the
+    deployments in ``keep`` are never touched."""
     done = []
     for _ in range(rng.randint(1, 3)):
-        present = sorted(cluster.declared()[set_])
+        present = sorted(cluster.declared()[set_] - keep)
         absent = [n for n in pool(set_) if n not in present]
         op = rng.choice(("add", "edit", "scale", "remove", "crash"))
         room = most - load(cluster, set_, present)

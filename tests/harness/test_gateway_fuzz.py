@@ -26,10 +26,12 @@ FULL = 10_000
 THREADS = 8
 
 
-def start(cluster: Cluster) -> tuple[Any, int]:
+def start(cluster: Cluster, replicas: int = 1) -> tuple[Any, int]:
     command = [sys.executable, "-m", "controller.demo.engine", "--port", "{port}"]
     readiness = {"httpGet": {"path": "/health"}, "deadlineSeconds": 30, "periodSeconds": 0.2}
-    cluster.write("m", command=[*command, "--model", "{name}"], readiness=readiness)
+    cluster.write(
+        "m", command=[*command, "--model", "{name}"], readiness=readiness, replicas=replicas
+    )
     keys = cluster.tmp / "keys.txt"
     keys.write_text(KEY + "\n")
     os.chmod(keys, 0o600)
