@@ -63,6 +63,14 @@ class RayHosts:
             f"--object-store-memory={80 * MB}",
         )
 
+    def revive(self, name: str) -> None:
+        """A worker whose node Ray declared dead (cut off, or killed) back as a new node:
+        its leftovers killed, ``ray start`` again. The next test has every host."""
+        self.net.heal(name)
+        self.net.kill(name)
+        self.start_worker(name).wait(START_TIMEOUT)
+        self.wait_nodes(len(self.workers) + 1)
+
     def _ray(self, host: str, *args: str) -> subprocess.Popen[bytes]:
         return self.net.popen(
             host,
@@ -98,7 +106,7 @@ class RayHosts:
     def wait_nodes(self, count: int) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
-            if sum(self.alive().values()) >= count:
+            if sum(self.alive().values()) >= count:  # by address: a revived node counts once
                 return
             time.sleep(1.0)
         logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in self.logs.glob("ray-*"))

@@ -33,6 +33,18 @@ def move(head: Head, replicas: int, fault: str, *, restart_daemon: bool = False)
     load = Load(head.address, "web")
     threads = load.start(CLIENTS)
     head.wait("a request served", lambda _: load.ok > 0)
+    try:
+        _fault(head, lost, load, fault, restart_daemon=restart_daemon, replicas=replicas)
+    finally:
+        load.finish(threads)
+        head.hosts.revive(lost)  # the next test has every host again
+
+
+def _fault(
+    head: Head, lost: str, load: Load, fault: str, *, restart_daemon: bool, replicas: int
+) -> None:
+    names = ["web"] + [f"web@{i}" for i in range(1, replicas)]
+    lost_address = head.net.hosts[lost].address
     began = time.monotonic()
     if fault == "partition":
         head.net.partition(lost)
@@ -47,7 +59,7 @@ def move(head: Head, replicas: int, fault: str, *, restart_daemon: bool = False)
     time.sleep(SETTLE)
     served_after = load.ok
     head.wait("served after the move", lambda _: load.ok > served_after)
-    load.finish(threads)
+    load.stop.set()
     if fault == "partition":
         head.net.heal(lost)
         head.wait("the lost host's engine gone", lambda _: not head.engines(lost))

@@ -201,3 +201,14 @@ def test_a_source_is_pulled_once_and_the_actor_runs_the_cached_file(rc: Reconcil
     assert item["backend"] == "ray" and answers(item)
     argv = rc.cmdline(item["pid"])
     assert argv.endswith(f"--model {cached}"), argv
+
+
+def test_the_log_of_an_actor_gone_since_the_last_look_is_empty(cluster: Any, tmp_path: Any) -> None:
+    """An actor whose node was lost between a pass's look and its Fail's event (which
+    asks for the log tail): no log, no AttributeError. The namespace cluster found it: a
+    killed host's actor took the daemon down with a traceback."""
+    from controller.backends.ray.backend import RayBackend, Seen
+
+    backend = RayBackend(cluster.address, str(tmp_path), "owner")
+    backend._seen = {("nowhere", "n1"): Seen("nowhere", "web.n1", "web", "n1", None)}
+    assert backend.log_tail("web", 10) == []

@@ -349,6 +349,8 @@ class RayBackend:
         for seen in self._seen.values():
             if seen.name == name and not seen.dead:
                 handle = self._handle(seen.namespace, seen.actor)
+                if handle is None:  # gone since the last refresh (its node was lost)
+                    return []
                 try:
                     lines: list[str] = ray.get(handle.log_tail.remote(count), timeout=5)
                     return lines
