@@ -32,6 +32,7 @@ from strategies import (
 from controller.core.actions import AnyAction, Fail, Hold, Probed, Restart, Start, Stop
 from controller.core.inventory import parse_static
 from controller.core.plan import plan
+from controller.core.planner.turns import TURN
 from controller.core.render import render
 from controller.core.specs import Entry
 from controller.core.state import Drain, Phase, ProbeConfig, ProbeResult, Record, RecordView
@@ -354,6 +355,23 @@ def _started(start: Start) -> Record:
         port=start.port,
         ref=ref(300 + len(start.name)),
     )
+
+
+def test_a_preempting_start_waits_its_turn_and_stops_nobody_meanwhile() -> None:
+    """Found by the property below: two priority-1 engines on one 24Gi device, one fits
+    beside a Ready priority-0 engine, the other needs it gone. The first starts; the second
+    waits its turn without stopping the low one yet (it would start beside the first)."""
+    gpu = parse_static("nvidia:0=24Gi")
+
+    def packed(name: str, size: str, priority: int) -> Entry:
+        devices = {"count": 1, "kind": "nvidia", "memory": size}
+        return entry(name, devices=devices, priority=priority)
+
+    low, first, big = packed("low", "8Gi", 0), packed("able", "8Gi", 1), packed("big", "16Gi", 1)
+    held = record("low", spec=low, devices=("nvidia:0",), memory=8 * GI, port=9000, ref=ref(100))
+    actions = plan(desired(low, first, big), observed(view(held, alive=True)), gpu, NOW)
+    assert [(type(a).__name__, a.name) for a in actions] == [("Start", "able"), ("Hold", "big")]
+    assert actions[1].reason == "waiting for able to be Ready on nvidia:0 (" + TURN + ")"
 
 
 @given(memory_scenarios())

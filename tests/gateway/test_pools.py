@@ -74,6 +74,7 @@ def test_two_deployments_of_one_model_both_start_and_serve_it(reconcile: Any, ga
     pids = ready(g, names)
     ids = [m["id"] for m in g.request("GET", "/v1/models").json()["data"]]
     assert sorted(ids) == ["left", "org/shared-7b", "right"]  # each name once
+    routed(g, "org/shared-7b", set(names), served_by)  # both in the gateway's table first
     answers = spread(lambda _: g.post("org/shared-7b"), 40, 4)
     by = Counter(served_by(a) for a in answers)
     assert set(by) == set(names), by  # the model name is served by both

@@ -96,9 +96,11 @@ class PlanLedger:
         self, entry: Entry, why: str, victims: Sequence[str], *, record: str | None = None
     ) -> Start | Hold:
         """Start ``entry`` as ``record`` in the room ``victims`` leave; the ledger changes
-        only on a Start."""
+        only on a Start. A memory-packed start waits its turn here too (a Hold that stops
+        nobody: the victims run on until the device's other start is Ready)."""
         trial = self._without(victims)
-        outcome = trial.start(entry, why, record=record)
+        outcome = trial.start(entry, why, record=record, in_turn=True)
+        self.waiting_turn |= trial.waiting_turn
         if isinstance(outcome, Start):
             self._held, self._instances = trial._held, trial._instances
             self._starting = trial._starting
@@ -133,7 +135,10 @@ class PlanLedger:
     def _without(self, names: Iterable[str]) -> PlanLedger:
         gone = set(names)
         kept = {n: kinds for n, kinds in self._instances.items() if n not in gone}
-        return PlanLedger(self._ctx, self._held.without(gone), kept, dict(self._starting))
+        starting = {
+            d: n for d, n in self._starting.items() if n not in gone
+        }  # a victim's turn ends
+        return PlanLedger(self._ctx, self._held.without(gone), kept, starting)
 
     def _unplaced(self, entry: Entry, placed: Unplaced, room: Inventory) -> str:
         reason = limits.explain(placed.reason, self._ctx.inventory, room, self._ctx.limits)

@@ -62,6 +62,8 @@ def preempt(
     if not victims:
         return [waiting(ctx, hold)]
     start = ledger.start_instead_of(entry, why, victims, record=hold.name)
+    if isinstance(start, Hold) and start.name in ledger.waiting_turn:
+        return [start]  # another start on that device goes first: stop nobody yet
     if not isinstance(start, Start):  # a port or a limit still refuses: stop nobody
         return [waiting(ctx, hold)]
     return [_preempting(start, victims), *_stops(entry, victims)]
