@@ -6,9 +6,9 @@ One demo engine with ``livenessProbe: {httpGet: /health, periodSeconds: 0.5,
 timeoutSeconds: 0.5, failureThreshold: 3}`` and a 1 s grace period. Once it is Ready
 it is SIGSTOPped (alive, listening, answering nothing); the figure is the time from the
 SIGSTOP to the replacement's spawn (its journal event). Kubernetes' rule of thumb is
-failureThreshold x periodSeconds + grace (2.5 s here); the goal allows one period more
-(the first failing probe may start up to a period after the hang) and the pass that
-counts the last failure. A fresh daemon and state dir per trial.
+failureThreshold x periodSeconds + grace (2.5 s here): the goal. Teardown continues a
+stopped engine after its stop signal, so the grace is rarely waited out whole (2.1 s
+measured). A fresh daemon and state dir per trial.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from benchmarks.common import (
 
 SECTION = "11. health"
 PERIOD, TIMEOUT, THRESHOLD, GRACE = 0.5, 0.5, 3, 1.0
-GOAL_S = (THRESHOLD + 1) * PERIOD + GRACE + 0.5  # + one period of phase, + a pass
+GOAL_S = THRESHOLD * PERIOD + GRACE  # Kubernetes' rule of thumb, the issue's bound
 WAIT = 60.0
 
 
