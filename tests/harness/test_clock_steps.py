@@ -67,7 +67,8 @@ def test_a_stepped_wall_clock_neither_kills_nor_strands(cluster: Cluster, preloa
     cluster.env.update(
         LD_PRELOAD=preload,
         FAKETIME_TIMESTAMP_FILE=str(clock),
-        FAKETIME_CACHE_DURATION="1",  # the file is re-read once a second
+        FAKETIME_NO_CACHE="1",  # the file is re-read at every call (a cache timed on the
+        # faked clock outlives a step back: the next step was never read)
         FAKETIME_DONT_FAKE_MONOTONIC="1",  # timers keep real time: only the wall clock steps
         NO_FAKE_STAT="1",  # file times stay real
     )
