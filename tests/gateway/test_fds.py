@@ -44,7 +44,11 @@ def test_half_open_connections_exhaust_nothing(reconcile: Any, gateway: Any) -> 
             sock.close()
     g.finish()
     text = g.text()
-    assert "Too many open files" not in text and "Traceback" not in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    # The gateway's own accept may still meet EMFILE at the limit (the kernel hands it the
+    # connection before the cap can refuse it): a rate-limited warning, and only that.
+    emfile = [line for line in text.splitlines() if "Too many open files" in line]
+    assert all("gateway cannot accept connections" in line for line in emfile), emfile
     assert text.count("out of system resource") + text.count("out of file descriptors") <= 5
 
 
