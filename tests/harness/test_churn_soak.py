@@ -95,6 +95,7 @@ def churn(cluster: Cluster, seconds: float) -> dict[str, object]:
     return {"requests_ok": clients.stats["ok"], "requests_failed": 0, **done}
 
 
+@pytest.mark.slow  # ~30 s: the default run's budget (15 min); the soak is its long form
 def test_churn_under_load_sample(cluster: Cluster) -> None:
     churn(cluster, SAMPLE_SECONDS)
 

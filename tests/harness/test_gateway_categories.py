@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import procs
+import pytest
 
 from .cluster import Cluster
 from .gatewayfuzz import MAX_BODY
@@ -176,6 +177,7 @@ def _settled(pid: int, before: tuple[int, int]) -> tuple[int, int]:
     return now
 
 
+@pytest.mark.slow  # ~55 s: the default run's budget (15 min) keeps the 200-request fuzz
 def test_every_category_of_abuse(cluster: Cluster) -> None:
     daemon, port = start(cluster)
     gateways = procs.marked_pids(f"{cluster.node}/", marker=procs.GATEWAY_MARKER)
