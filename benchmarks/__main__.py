@@ -46,19 +46,7 @@ SECTIONS = (
 )
 # Run unless --only says otherwise; "ray" needs `pip install -e '.[ray]'` and starts a local
 # Ray cluster (~2 minutes more): run it with `--only ray`.
-DEFAULT = (
-    "startup",
-    "steady",
-    "lock",
-    "watch",
-    "cold",
-    "placement",
-    "verbs",
-    "replicas",
-    "autoscale",
-    "pull",
-    "health",
-)
+DEFAULT = tuple(s for s in SECTIONS if s != "ray")
 
 
 def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:

@@ -10,6 +10,7 @@ manifests, no probes) whether a pass would change a count, and runs one if so.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,11 +56,12 @@ class Autoscaler:
             if (spec := entry.deployment.spec).autoscale is not None
         }
         stored = scale.read_all(self.state_dir)
+        once = functools.cache(lambda: list(records()))  # the store read at most once
         if write and set(stored) - set(self.policies):
-            self._forget(stored, entries, records())
+            self._forget(stored, entries, once())
         if not self.policies:
             return {}
-        decided = self._decide(stored, records(), now)
+        decided = self._decide(stored, once(), now)
         self.notes = {name: change or after.reason for name, (_, after, change) in decided.items()}
         if write:
             for name, (before, after, change) in decided.items():
