@@ -43,6 +43,13 @@ def environ(pid: int) -> dict[str, str]:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
+def execed(pid: int, timeout: float = 10.0) -> int:
+    """``pid`` once its exec is complete. ``Popen`` returns as the exec closes its pipe,
+    an instant before the kernel fills ``/proc/<pid>/environ`` (empty until then)."""
+    wait_for(lambda: environ(pid), timeout=timeout, what=f"pid {pid}'s exec")
+    return pid
+
+
 def marked_pids(prefix: str, marker: str = MARKER) -> set[int]:
     """Live processes whose ``marker`` (RECONCILE_INSTANCE) starts with ``prefix``."""
     needle = f"{marker}={prefix}".encode()

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+from procs import execed, proc_state, wait_for
 
 from controller.errors import ConfigError
 from controller.host import procpsutil, procscan, procstat
@@ -22,7 +23,8 @@ def child() -> Iterator[subprocess.Popen[bytes]]:
     key, _, value = marker.partition("=")
     proc = subprocess.Popen(["sleep", "600"], env={**os.environ, key: value})
     proc.marker = marker.encode()  # type: ignore[attr-defined]
-    time.sleep(0.1)  # past exec: the environment is the new one
+    execed(proc.pid)  # the environment is the new one
+    wait_for(lambda: proc_state(proc.pid) == "S", what="sleep asleep")  # past its loader
     yield proc
     proc.kill()
     proc.wait(timeout=10)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from procs import execed
 
 from controller.host import procscan
 from controller.host.procscan import EnvironScan
@@ -27,7 +28,7 @@ def children() -> Iterator[list[subprocess.Popen[bytes]]]:
 def _sleeper(procs: list[subprocess.Popen[bytes]], **env: str) -> int:
     proc = subprocess.Popen(["sleep", "600"], env={**os.environ, **env})
     procs.append(proc)
-    return proc.pid
+    return execed(proc.pid)
 
 
 @pytest.fixture
