@@ -35,6 +35,7 @@ HEADER_TIMEOUT = 10.0  # seconds from a request's first byte to its last header
 KEEPALIVE_LINGER = 1.0  # seconds a draining gateway waits for a kept-alive client's next request
 FRESH_WAIT = 10.0  # seconds a draining gateway waits for a new connection's first request
 DRAIN_TICK = 0.05  # seconds between looks at the connections while draining
+SETTLE_LOOKS = 2  # looks in a row that must agree before the drain acts (Connections.drain)
 IDLE_TIMEOUT = 60.0  # seconds a connection may sit with no request (keep-alive included)
 FD_RESERVE = 64  # fds always left to the daemon (engines' pipes and logs, records, probes)
 
@@ -81,30 +82,43 @@ class Connections:
     async def drain(self, grace: float) -> None:
         """The listener is closed: end every connection between requests, none mid-way.
 
-        A connection whose request is in progress ends after its answer (which says
-        ``Connection: close``: the caller's ``on_response_prepare``). One accepted but
-        with no request read yet is waited for: its client sent (or is sending) a request
-        and closing it would reset that request, however long the kernel or the client
-        took (``FRESH_WAIT``). One kept alive after an answer gets ``KEEPALIVE_LINGER`` for
-        its client's next request (answered with ``Connection: close``), then closes while
-        idle. Past ``grace`` the rest are left to the caller (cut).
+        A connection whose request is in progress is left alone: its answer says
+        ``Connection: close`` (the caller's ``on_response_prepare``), and it ends after
+        it. (aiohttp's own ``close()`` is no way to say so: from then on it drops every
+        byte that arrives, so a request whose body was still on its way never ended.)
+        One accepted but with no request read yet is waited for: its client sent (or is
+        sending) a request and closing it would reset that request, however long the
+        kernel or the client took (``FRESH_WAIT``). One kept alive after an answer gets
+        ``KEEPALIVE_LINGER`` for its client's next request, then closes while idle.
+
+        A connection is closed only once two looks in a row found it closable: between
+        taking a request off its queue and starting its handler aiohttp shows it idle for
+        one turn of the loop, and closing it then would reset that request. For the same
+        reason the drain ends only after two looks found nothing open: a connection the
+        loop accepted as the listener closed is admitted a turn or two later. Past
+        ``grace`` the rest are left to the caller (cut).
         """
         loop = asyncio.get_running_loop()
         began = loop.time()
-        while self._open and loop.time() - began < grace:
+        closable: set[Protocol] = set()  # closable at the last look
+        empty_looks = 0
+        while empty_looks < SETTLE_LOOKS and loop.time() - began < grace:
             waited = loop.time() - began
-            for conn in list(self._open):
-                if not conn.idle():
-                    conn.close()  # after this answer: no next request read here
-                elif waited >= FRESH_WAIT or (
-                    conn.between_requests() and waited >= KEEPALIVE_LINGER
-                ):
-                    self._open.pop(conn, None)
-                    conn.force_close()
+            empty_looks = empty_looks + 1 if not self._open else 0
+            now = {c for c in self._open if c.idle() and _closable(c, waited)}
+            for conn in now & closable:
+                self._open.pop(conn, None)
+                conn.force_close()
+            closable = now - closable
             await asyncio.sleep(DRAIN_TICK)
 
     def __len__(self) -> int:
         return len(self._open)
+
+
+def _closable(conn: Protocol, waited: float) -> bool:
+    """Idle ``conn`` may be closed ``waited`` s into a drain (Connections.drain)."""
+    return waited >= FRESH_WAIT or (conn.between_requests() and waited >= KEEPALIVE_LINGER)
 
 
 class Protocol(RequestHandler):
