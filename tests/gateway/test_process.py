@@ -299,7 +299,7 @@ def _take_over_under_load(reconcile: Any, g: Any, old: Any) -> None:
 
 @pytest.mark.slow
 def test_twelve_hand_overs_in_a_row_under_load(reconcile: Any, gateway: Any) -> None:
-    """The soak that found the drain's stall (about one hand-over in 20 held a request
+    """The soak that found the drain's stall (about one hand-over in 30 held a request
     until its client gave up, on a loaded box): 12 loops, 12 hand-overs, none failed."""
     streaming(reconcile, "alpha")
     keys = _keyfile(reconcile, KEY)
