@@ -124,6 +124,12 @@ def streaming(rc: Any, name: str, **spec: Any) -> None:
     rc.write(name, command=rc.demo_command(chunks="5", chunk_delay="0.02"), **spec)
 
 
+def hand_over(rc: Any, old: Any) -> None:
+    """``reconcile gateway restart``: a new gateway takes the port over from ``old``."""
+    took = rc("gateway", "restart", check=0)
+    assert f"took it over from pid {old.ref.pid}" in took.out, took
+
+
 def said(g: Any, event: str) -> int:
     return sum(f'"event": "{event}' in line for line in g.text().splitlines())
 
@@ -190,8 +196,7 @@ def test_a_connection_the_old_gateway_accepted_is_answered_after_the_hand_over(
     early.connect()  # only the old gateway holds the socket: it accepts this one
     try:
         reconcile.wait_for(lambda: _accepted_by(old.ref.pid, early), timeout=WAIT, what="accepted")
-        took = reconcile("gateway", "restart", check=0)
-        assert f"took it over from pid {old.ref.pid}" in took.out, took
+        hand_over(reconcile, old)
         time.sleep(2.0)
         body = {"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}
         early.request("POST", "/v1/chat/completions", json.dumps(body))
@@ -239,8 +244,7 @@ def test_a_request_whose_body_comes_after_the_hand_over_is_answered(
     try:
         early.sendall(head.encode())
         reconcile.wait_for(lambda: _holds(old.ref.pid, early), timeout=WAIT, what="accepted")
-        took = reconcile("gateway", "restart", check=0)
-        assert f"took it over from pid {old.ref.pid}" in took.out, took
+        hand_over(reconcile, old)
         time.sleep(2.0)
         early.sendall(body.encode())
         answer = http.client.HTTPResponse(early)
@@ -269,8 +273,7 @@ def test_a_second_gateway_takes_the_port_over_under_load(reconcile: Any, gateway
 def _take_over_under_load(reconcile: Any, g: Any, old: Any) -> None:
     with Load(g.port, "alpha", 6, {"x-api-key": KEY}) as load:
         load.more(reconcile, 16, "answers from the first gateway")
-        took = reconcile("gateway", "restart", check=0)
-        assert f"took it over from pid {old.ref.pid}" in took.out, took
+        hand_over(reconcile, old)
         new = g.serving()
         assert new.ref != old.ref
         # The old one finishes what it holds and exits (it handed its socket over).
@@ -310,8 +313,7 @@ def test_twelve_hand_overs_in_a_row_under_load(reconcile: Any, gateway: Any) -> 
             for i in range(12):
                 old = g.serving()
                 load.more(reconcile, 8, f"answers before hand-over {i + 1}")
-                took = reconcile("gateway", "restart", check=0)
-                assert f"took it over from pid {old.ref.pid}" in took.out, took
+                hand_over(reconcile, old)
                 reconcile.wait_for(
                     lambda old=old: not old.alive(), timeout=WAIT, what=f"old gateway {i}"
                 )

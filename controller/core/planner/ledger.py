@@ -135,9 +135,7 @@ class PlanLedger:
     def _without(self, names: Iterable[str]) -> PlanLedger:
         gone = set(names)
         kept = {n: kinds for n, kinds in self._instances.items() if n not in gone}
-        starting = {
-            d: n for d, n in self._starting.items() if n not in gone
-        }  # a victim's turn ends
+        starting = {d: n for d, n in self._starting.items() if n not in gone}  # victims: turn over
         return PlanLedger(self._ctx, self._held.without(gone), kept, starting)
 
     def _unplaced(self, entry: Entry, placed: Unplaced, room: Inventory) -> str:
