@@ -78,8 +78,11 @@ class Table:
         for rec in self.records.values():
             deployment = base_name(rec.name)
             instances[deployment].add(instance_of(rec.name))
-            if is_next(rec.name):
-                continue  # a rolling update's new instance: routed as the one it replaces
+            if is_next(rec.name) and instance_of(rec.name) in self.records:
+                # A rolling update's new instance: routed as the one it replaces. Alone
+                # (a restarted daemon finished the old one's stop before the promotion),
+                # it is that instance already: its names route to it.
+                continue
             for name in rec.models:
                 pools[name].add(deployment)
         self.pools = {name: tuple(sorted(found)) for name, found in sorted(pools.items())}

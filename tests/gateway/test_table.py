@@ -110,3 +110,19 @@ def test_avoid_skips_the_instance_that_dropped_a_request() -> None:
         assert table.target("m", avoid="old") is None
 
     asyncio.run(check())
+
+
+def test_a_next_left_alone_routes_as_its_instance() -> None:
+    # A daemon killed mid-promotion: the next one finishes the old engine's stop (its
+    # record goes) a pass before the rename. The Ready `@next` serves the names meanwhile;
+    # a 404 "routable names: none" once answered in that window.
+    async def check() -> None:
+        table = Table()
+        table.update([NEXT_READY])
+        assert table.pools == {"m": ("m",)}
+        assert (found := table.target("m")) is not None and found.port == 8001
+        assert found.deployment == "m" and found.instance == "m"
+        table.update([NEXT_STARTING])
+        assert table.target("m") is None  # still nothing before it is Ready
+
+    asyncio.run(check())
