@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
 from controller.core.inventory import Inventory
+from controller.core.pulls import PullView
 from controller.core.render import Rendered
 from controller.core.specs import DeploymentSpec, Entry
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
@@ -51,6 +53,30 @@ class ExitStatus:
     signal: int | None
 
 
+class Puller(Protocol):
+    """Where a spec.source is pulled, as the pass sees it (DESIGN.md "Model files").
+
+    A pull holds no device and no port; it outlives the pass that started it, and the
+    next pass finds it again by cache key. The planner reads only :meth:`observe`.
+    """
+
+    def observe(self) -> dict[str, PullView]:
+        """Each cache key known here: cached, being pulled (with progress), failed."""
+        ...
+
+    def start(self, entry: Entry, waiting: tuple[str, ...]) -> str:
+        """Start (or resume) the pull of ``entry``'s source; where it runs, for the journal."""
+        ...
+
+    def model_path(self, entry: Entry) -> str | None:
+        """What ``{model}`` names for ``entry`` (None: no source, or not pulled yet)."""
+        ...
+
+    def used(self, entry: Entry, at: datetime) -> None:
+        """An engine started on the entry's files (``reconcile models`` shows it)."""
+        ...
+
+
 class Backend(Protocol):
     name: str  # a core.backendnames name: written into records and shown by status
     # How many launches a pass may run at once: a cluster's (placing an actor, starting its
@@ -63,6 +89,10 @@ class Backend(Protocol):
     # True: engines are this node's child processes, so a pidfd wakes the daemon the moment
     # one exits; False: they run elsewhere and a resync pass sees what happened.
     exits_watchable: bool
+
+    def puller(self, state_dir: Path, stall_seconds: float) -> Puller:
+        """Where this backend's engines get their model files (see :class:`Puller`)."""
+        ...
 
     def devices(self) -> Inventory | None:
         """The devices as they are now (a cluster's nodes come and go); None: configured."""

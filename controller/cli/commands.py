@@ -68,7 +68,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     report(result)
     from controller.reconciler import pulling
 
-    failing = result.failing() + list(pulling.failing(result.ours(), cfg.state_dir).values())
+    failing = result.failing() + list(pulling.failing(result.ours(), result.pulls).values())
     for why in failing:
         print(f"error: {why}", file=sys.stderr)
     return EXIT_OK if result.ok and not failing else EXIT_FAIL

@@ -46,7 +46,7 @@ def _list(cfg: Config) -> int:
             [
                 entry.key[:19],
                 _file(entry),
-                size_text(entry.size()),
+                size_text(_size(entry)),
                 f"{age(last, now)} ago" if last else "never",
                 ",".join(names) or "-",
             ]
@@ -59,8 +59,27 @@ def _file(entry: CacheEntry) -> str:
     path = entry.model_path()
     if path is not None:
         return str(path.relative_to(entry.folder))
+    copies = _on_nodes(entry)
+    if copies:
+        return copies
     result = entry.result()
     return "(failed)" if result and result.get("status") == "failed" else "(partial)"
+
+
+def _on_nodes(entry: CacheEntry) -> str:
+    """A cluster's pull: the file is in the caches of the nodes that pulled it (this
+    host keeps the note of where); their own disks are not read from here."""
+    held = entry.nodes().get("held") or {}
+    names = sorted({str(c.get("path", "")).rpartition("/")[2] for c in held.values()})
+    nodes = ",".join(sorted(str(n)[:8] for n in held))
+    return f"{'/'.join(names)} (on node {nodes})" if held else ""
+
+
+def _size(entry: CacheEntry) -> int:
+    """Bytes here, or (a cluster's pull) the file's size on the nodes."""
+    held = entry.nodes().get("held") or {}
+    sizes = [c.get("bytes") for c in held.values() if isinstance(c.get("bytes"), int)]
+    return max(sizes) if sizes and entry.model_path() is None else entry.size()
 
 
 def _prune(cfg: Config, *, dry_run: bool) -> int:

@@ -60,9 +60,7 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
         if result.all_ready and not quarantined:
             return True
         # A crash loop, or a pull failing again and again, goes on by itself for good.
-        looping = _looping(result, restarts) | pulling.failing(
-            result.ours(), reconciler.config.state_dir
-        )
+        looping = _looping(result, restarts) | pulling.failing(result.ours(), result.pulls)
         stuck = "; ".join([*filter(None, [_stuck(result, quarantined)]), *looping.values()])
         # What needs the user (a broken manifest, no capacity) ends the wait only once
         # everything else has got as far as it can: the valid deployments beside a broken

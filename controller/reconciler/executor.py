@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, assert_never
 
 from controller import failpoints
-from controller.backends.base import Backend, StartRequest
+from controller.backends.base import Backend, Puller, StartRequest
 from controller.core.actions import (
     Adopt,
     AnyAction,
@@ -47,7 +47,6 @@ from controller.errors import SpawnError, Unplaceable
 from controller.logsetup import get_logger
 from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
-from controller.reconciler.pulling import Puller
 from controller.redact import redact_args
 from controller.store import logfiles
 from controller.store.events import Journal
@@ -473,8 +472,8 @@ class Executor:
         """
         changed = False
         if action.spawn and self.puller is not None:
-            pid = self.puller.start(action.entry, action.waiting)
-            self.event(action.name, action.verb, action.reason, f"started pid {pid}")
+            where = self.puller.start(action.entry, action.waiting)
+            self.event(action.name, action.verb, action.reason, f"started {where}")
             changed = True
         current = self.store.read(action.name)
         if not action.record or (current is not None and current.holds):

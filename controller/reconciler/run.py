@@ -26,6 +26,7 @@ from controller.core.limits import kinds_of, only_kinds
 from controller.core.names import is_next
 from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.plan import Desired, plan, waits_turn
+from controller.core.pulls import PullView
 from controller.core.state import Observed, Phase, ProcessRef, Record
 from controller.host import gpuhealth
 from controller.host.devices import gpu_memory
@@ -38,7 +39,7 @@ from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
-from controller.reconciler.pulling import Puller
+from controller.reconciler.pulling import puller_of
 from controller.store import activation, devicehealth, gitrev, logfiles, measured, restart
 from controller.store.events import Journal
 from controller.store.lock import FileLock
@@ -65,6 +66,7 @@ class PassResult:
     missing_folders: list[str] = field(default_factory=list)
     probes: dict[str, str] = field(default_factory=dict)  # name -> last probe answer
     outcomes: dict[tuple[str, str], int] = field(default_factory=dict)  # (action, outcome) -> n
+    pulls: dict[str, PullView] = field(default_factory=dict)  # the last round's model pulls
 
     node: str | None = None  # records of other nodes are theirs to judge, not this pass's
 
@@ -126,7 +128,7 @@ class Preview:
         self.store = store if store is not None else RecordStore(config.state_dir)
         self.backend = backend
         self.inventory = inventory
-        self.puller = Puller.of(config.state_dir)  # the model cache, for spec.source
+        self.puller = puller_of(backend, config.state_dir)  # spec.source: the backend's pulls
         self.autoscaler = Autoscaler(config.state_dir, Journal(config.state_dir))
         self.scale_writes = False  # `plan` shows the autoscaler's counts, keeps none
         self.liveness: LivenessProber | None = None  # `plan` probes no liveness
@@ -277,6 +279,7 @@ class Reconciler(Preview):
                 break  # the daemon is stopping: the round in flight was finished
             observed, problems = self.observe()
             _add_problems(result, problems)  # a quarantine is seen by one round only
+            result.pulls = dict(observed.pulls)
             result.probes.update(
                 {n: v.probe.detail for n, v in observed.records.items() if v.probe}
             )

@@ -8,7 +8,13 @@
 <cache>/<key>/<file>.partial  a URL download in progress: kept for resume, never used
 <cache>/<key>/<file>          the checked file (renamed from .partial after sha256)
 <cache>/<key>/files/          a hub snapshot (huggingface_hub's local_dir)
+<cache>/<key>/nodes.json      a cluster's pull: which nodes hold the files, and where
 ```
+
+On a cluster the files are pulled on the node that runs the engine, into that node's
+cache (the same layout); this host's entry then keeps ``nodes.json`` (the backend's
+note of where copies are), ``progress.json`` (the node's last figure, for ``status``)
+and ``used.json``.
 
 ``<key>`` is :attr:`controller.core.sources.Source.key`: hex and a prefix only, so no
 user text names a path here (invariant 9); the file name of a URL is reduced to a
@@ -110,6 +116,15 @@ class CacheEntry:
     def used(self) -> dict[str, str]:
         data = _read_json(self.folder / "used.json")
         return {str(k): str(v) for k, v in data.items()} if data else {}
+
+    # -- copies on cluster nodes (the note a cluster backend keeps here) ------------------
+
+    def nodes(self) -> dict[str, Any]:
+        return _read_json(self.folder / "nodes.json") or {}
+
+    def write_nodes(self, note: dict[str, Any]) -> None:
+        self.ensure()
+        write_atomic(self.folder / "nodes.json", json.dumps(note, sort_keys=True).encode(), 0o644)
 
     def size(self) -> int:
         return sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import sys
@@ -12,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from modelservers import serving
 from procs import alive, wait_for
 from rayhelp import ours, ray, ray_engines
 
@@ -180,27 +178,6 @@ def test_replicas_spread_over_the_nodes_and_each_writes_its_log(rc: Reconcile) -
     for replica, name in enumerate(("web", "web@1", "web@2")):
         mine = [line for line in every if line.startswith(f"{name:<5} | ")]
         assert mine and any(str(pids[replica]) in line for line in mine), every
-
-
-def test_a_source_is_pulled_once_and_the_actor_runs_the_cached_file(rc: Reconcile) -> None:
-    """The pass pulls into the model cache of the host running reconcile; the actor's
-    engine gets that file as {model} (the nodes of this one-box cluster share the path,
-    as a cluster's nodes do when RECONCILE_MODEL_CACHE is on a shared filesystem)."""
-    data = os.urandom(1 << 20)
-    digest = hashlib.sha256(data).hexdigest()
-    with serving({"tiny.gguf": data}) as server:
-        source = {"url": server.url("tiny.gguf"), "sha256": digest}
-        rc.write("m", command=[*ENGINE, "--model", "{model}"], devices=GPU, source=source)
-        rc.once(check=0)  # Pulling: no actor yet, nothing held
-        assert rc.status()["m"]["phase"] == "Pulling" and not ours()
-        cached = rc.state / "models" / f"sha256-{digest}" / "tiny.gguf"
-        wait_for(cached.exists, timeout=30, what="the pull")
-        rc.converge(timeout="120s")
-        assert server.requests == 1
-    item = rc.status()["m"]
-    assert item["backend"] == "ray" and answers(item)
-    argv = rc.cmdline(item["pid"])
-    assert argv.endswith(f"--model {cached}"), argv
 
 
 def test_the_log_of_an_actor_gone_since_the_last_look_is_empty(cluster: Any, tmp_path: Any) -> None:

@@ -33,7 +33,8 @@ from controller.host.devices import wait_gpu_release
 from controller.host.procs import identity, process_alive, ref_of
 from controller.host.procscan import EnvironScan
 from controller.logsetup import get_logger
-from controller.store import logfiles
+from controller.pull.host import HostPuller
+from controller.store import logfiles, modelcache
 from controller.store.records import RecordStore
 
 log = get_logger("reconcile")
@@ -53,6 +54,10 @@ class LocalBackend:
 
     def devices(self) -> Inventory | None:
         return None  # this node's inventory, resolved once from flags or discovery
+
+    def puller(self, state_dir: Path, stall_seconds: float) -> HostPuller:
+        """Pull processes on this host, into its model cache (engines run here too)."""
+        return HostPuller(modelcache.cache_root(state_dir), state_dir, stall_seconds)
 
     def __init__(self, state_dir: Path, node: str, *, store: RecordStore | None = None) -> None:
         procpsutil.check_supported()  # on a host with neither /proc nor psutil: say so now

@@ -47,6 +47,7 @@ FIRST_SPAWN_WAIT = 15.0  # seconds __init__ waits for the first engine (status t
 POLL = 0.1
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 PR_SET_PDEATHSIG = 1
+MISSING_MODEL = "the model files"  # how a status says the node lacks them (the driver forgets it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +62,8 @@ class Job:
     # this record's, so two replicas (or an update's old and new) on one node never
     # share a log or kill each other's engine as a leftover.
     record: str = ""
-    # ``{model}`` of a spec.source: the file the pass pulled into the model cache of the
-    # host that runs reconcile. Ray nodes see it only where that cache is on a filesystem
-    # every node mounts at the same path (RECONCILE_MODEL_CACHE); the spawn checks.
+    # ``{model}`` of a spec.source: the file a pull actor pulled into this node's model
+    # cache (the launch pins the actor to a node that holds it); the spawn checks.
     model_path: str | None = None
 
     @property
@@ -209,9 +209,8 @@ class EngineHost:
         if path is None or os.path.exists(path):
             return None
         return (
-            f"the model file {path} (pulled by reconcile into its host's model cache) is "
-            f"not on Ray node {self.node_id[:8]} ({self.address}): on a cluster, point "
-            "RECONCILE_MODEL_CACHE at a filesystem every node mounts at the same path"
+            f"{MISSING_MODEL} {path} are no longer on Ray node {self.node_id[:8]} "
+            f"({self.address}) (removed from its cache?): the next pass pulls them again"
         )
 
     def _wait(self, ref: ProcessRef) -> tuple[int | None, int | None]:

@@ -22,7 +22,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from controller.backends.base import ExitStatus, StartRequest
 from controller.backends.ray import cluster, naming
-from controller.backends.ray.actor import EngineHost, HostStatus, Job
+from controller.backends.ray.actor import MISSING_MODEL, EngineHost, HostStatus, Job
+from controller.backends.ray.pulls import RayPuller
 from controller.core import backendnames
 from controller.core.inventory import Inventory
 from controller.core.names import base_name
@@ -30,7 +31,6 @@ from controller.core.specs import DeploymentSpec, Entry
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import SpawnError, Unplaceable
 from controller.logsetup import get_logger
-from controller.store import modelcache
 
 log = get_logger("reconcile")
 
@@ -72,6 +72,12 @@ class RayBackend:
         # a replica's launch avoids its siblings' nodes.
         self._nodes: dict[str, str] = {}
         self._placing = threading.Lock()  # one pass launches replicas concurrently
+        self._puller: RayPuller | None = None  # made by puller(): the pass's model pulls
+
+    def puller(self, state_dir: Path, stall_seconds: float) -> RayPuller:
+        """Pulls on the node that will run the engine, into that node's model cache."""
+        self._puller = RayPuller(self.namespace, state_dir, stall_seconds)
+        return self._puller
 
     # -- placement -----------------------------------------------------------------------
 
@@ -91,14 +97,15 @@ class RayBackend:
         if short is not None:
             raise Unplaceable(short)
         ns = naming.namespace(self.state_dir, rec.owner)
-        strategy = self._strategy(rec.name, spec)
+        model = self._model_node(rec.name, launch.entry)
+        strategy = model[1] if model is not None else self._strategy(rec.name, spec)
         job = Job(
             entry=launch.entry,
             nonce=rec.nonce,
             state_key=ns,
             base_port=rec.port,
             record=rec.name,
-            model_path=self._model_path(launch.entry),
+            model_path=model[0] if model is not None else None,
         )
         handle: Any = (
             ray.remote(EngineHost)
@@ -129,19 +136,64 @@ class RayBackend:
             raise SpawnError(f"Ray did not start the actor in {PLACE_TIMEOUT:g}s: {exc}") from exc
         if status.ref is None:  # the engine could not be exec'd there: say why, stop
             self._kill(handle)
+            source = spec.source
+            if source is not None and self._puller and status.message.startswith(MISSING_MODEL):
+                self._puller.forget(source.key, status.node_id)  # the next pass pulls again
             raise SpawnError(status.message)
         with self._placing:
             self._nodes[rec.name] = status.node_id
         return _instance(status)
 
-    def _model_path(self, entry: Entry) -> str | None:
-        """The pulled file or folder of ``entry``'s source, in this host's model cache."""
+    def _model_node(self, name: str, entry: Entry) -> tuple[str, Any] | None:
+        """Where ``entry``'s pulled files are: (their path there, a hard pin to that node).
+
+        The files are on the nodes that pulled them, so the actor must go to one of them
+        (soft affinity is not enough). Of those with room, a replica takes the one with
+        the fewest of its siblings. None: no source. No holder with room: a pull to a
+        node that has room starts (or goes on), and the start waits (Pending)."""
         source = entry.deployment.spec.source
-        if source is None:
+        if source is None or self._puller is None:
             return None
-        root = modelcache.cache_root(Path(self.state_dir))
-        path = modelcache.CacheEntry.of(root, source.key).model_path()
-        return str(path) if path is not None else None
+        count = entry.deployment.spec.devices.count
+        holders = self._puller.holders(source.key)
+        if not holders:
+            raise Unplaceable(f"the model files of {name} are on no live Ray node: pulled again")
+        deployment = base_name(name)
+        with self._placing:
+            taken = Counter(
+                node
+                for other, node in self._nodes.items()
+                if base_name(other) == deployment and other != name
+            )
+            live = cluster.nodes()
+            fits = [n for n in live if n.node_id in holders and n.free_gpus >= count]
+            if fits:
+                node = min(fits, key=lambda n: (taken[n.node_id], -n.free_gpus, n.node_id))
+                self._nodes[name] = node.node_id
+                pin = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
+                return holders[node.node_id], pin
+        raise Unplaceable(self._pull_elsewhere(entry, live, holders, count))
+
+    def _pull_elsewhere(
+        self, entry: Entry, live: list[cluster.Node], holders: dict[str, str], count: int
+    ) -> str:
+        """No node holding the files has room: pull them to one that has (once)."""
+        assert self._puller is not None and entry.deployment.spec.source is not None
+        on = ", ".join(naming.short(n) for n in sorted(holders))
+        room = [n for n in live if n.free_gpus >= count]
+        if not room:
+            why = cluster.unfit(count) or "no Ray node has room for it"
+            return f"{why} (its model files are on node {on})"
+        key = entry.deployment.spec.source.key
+        pulling = self._puller.pulling_on(key)
+        node = next((n for n in room if n.node_id == pulling), None)
+        if node is None:
+            node = min(room, key=lambda n: (-n.free_gpus, n.node_id))
+            self._puller.start_on(entry, (entry.name,), node)
+        return (
+            f"its model files are on node {on}, which has no room for it: pulling them to "
+            f"node {naming.short(node.node_id)}"
+        )
 
     def _strategy(self, name: str, spec: DeploymentSpec) -> Any:
         """Where Ray should put the actor of record ``name``.

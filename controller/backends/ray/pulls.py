@@ -1,0 +1,242 @@
+"""The ray backend's pull edge: a model is pulled on the node that will run the engine.
+
+:meth:`RayPuller.start` places a :class:`~controller.backends.ray.pullactor.ModelPull`
+actor on the node the engine will most likely go to (the most free GPUs among those
+that fit it; the node of an earlier, broken attempt first, so its ``.partial`` file is
+resumed). :meth:`RayPuller.observe` asks every pull actor of our namespace how it goes,
+in one round, and turns the answers into the planner's :class:`PullView` s: cached (on
+a live node that holds it), pulling (with the node's progress), failed, or absent.
+
+This host's cache entry keeps the note of where copies are (``nodes.json``: node ->
+path), the node's last progress figure (what ``status``, ``describe`` and ``--wait``
+read) and ``used.json``; a done actor is ended once its copy is noted. The launch then
+pins the engine's actor to a node in the note (:meth:`RayPuller.holders`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from controller.backends.ray import cluster
+from controller.backends.ray.pullactor import ModelPull, PullAnswer
+from controller.core.pulls import PullView
+from controller.core.specs import Entry
+from controller.logsetup import get_logger
+from controller.pull.job import Job
+from controller.store import modelcache
+from controller.store.events import Journal
+from controller.store.modelcache import CacheEntry, utcnow
+
+log = get_logger("reconcile")
+
+SUFFIX = "-pulls"  # the pull actors' namespace: the engine actors' one, apart
+TOKEN_CPU = 0.001  # Ray places a request for no resource anywhere, affinity or not
+LOOK_TIMEOUT = 2.0  # one round of look calls: an actor slower than this is restarting
+
+
+class RayPuller:
+    def __init__(self, namespace: str, state_dir: Path, stall_seconds: float) -> None:
+        self.namespace = namespace + SUFFIX
+        self.cache = modelcache.cache_root(state_dir)
+        self.state_dir = state_dir
+        self.stall_seconds = stall_seconds
+        self.journal = Journal(state_dir)
+
+    # -- the planner's view ---------------------------------------------------------------
+
+    def observe(self) -> dict[str, PullView]:
+        live = {n.node_id for n in cluster.nodes()}
+        answers, silent = self._ask()
+        views: dict[str, PullView] = {}
+        for key, (actor, answer) in answers.items():
+            entry = CacheEntry.of(self.cache, key)
+            if answer.path is not None:
+                self._noted(entry, answer)
+                ray.kill(actor, no_restart=True)  # its copy is noted: the actor's work is done
+                continue
+            self._failed(entry, answer)
+            if answer.view.progress is not None:  # for status, describe and --wait's bar
+                entry.ensure()
+                entry.write_progress(answer.view.progress)
+            views[key] = answer.view
+        for entry in modelcache.entries(self.cache):
+            key = entry.key
+            if _held(entry, live):
+                views[key] = PullView(key=key, cached=True)
+            elif key in silent:  # Ray is restarting its actor (killed, its node busy)
+                views[key] = PullView(key=key, running=True, progress=entry.progress())
+            elif key not in views and entry.nodes().get("pulling"):
+                views[key] = PullView(key=key, progress=entry.progress())  # gone: resumed
+        return views
+
+    def _ask(self) -> tuple[dict[str, tuple[Any, PullAnswer]], set[str]]:
+        """Each key's pull actor and its answer; the keys whose actor did not answer."""
+        actors: dict[str, Any] = {}
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            if a["namespace"] == self.namespace and modelcache.KEY.match(_key(a["name"])):
+                with contextlib.suppress(ValueError):  # gone between the listing and now
+                    actors[a["name"]] = ray.get_actor(a["name"], namespace=self.namespace)
+        calls: dict[Any, tuple[str, Any]] = {
+            handle.look.remote(): (name, handle) for name, handle in actors.items()
+        }
+        ready, _ = ray.wait(list(calls), num_returns=len(calls), timeout=LOOK_TIMEOUT)
+        answers: dict[str, tuple[Any, PullAnswer]] = {}
+        silent = {_key(name) for name in actors}
+        for ref in ready:
+            name, handle = calls[ref]
+            try:
+                answer: PullAnswer = ray.get(ref)
+            except ActorDiedError:
+                silent.discard(_key(name))
+                continue
+            except RayActorError:
+                continue  # being restarted
+            answers[_key(name)] = (handle, answer)
+            silent.discard(_key(name))
+        return answers, silent
+
+    def _noted(self, entry: CacheEntry, answer: PullAnswer) -> None:
+        note = entry.nodes()
+        held: dict[str, Any] = note.get("held") or {}
+        first = answer.node_id not in held
+        held[answer.node_id] = {
+            "path": answer.path,
+            "host": answer.host,
+            "sha256": answer.sha256,
+            "bytes": answer.bytes,
+            "at": utcnow().isoformat(),
+        }
+        entry.write_nodes({**note, "held": held, "pulling": None})
+        if first:
+            for name in answer.deployments:
+                self.journal.append(
+                    name, "pull", f"on node {answer.node_id[:12]}", "done", sha256=answer.sha256
+                )
+
+    def _failed(self, entry: CacheEntry, answer: PullAnswer) -> None:
+        """A failure the journal has not heard of yet (each attempt's once)."""
+        failure = answer.view.failure
+        if failure is None or answer.view.running:
+            return
+        note = entry.nodes()
+        at = failure.at.isoformat()
+        if note.get("failed_at") == at:
+            return
+        entry.write_nodes({**note, "failed_at": at})
+        for name in answer.deployments:
+            self.journal.append(
+                name,
+                "pull",
+                f"on node {answer.node_id[:12]}",
+                "failed",
+                error=failure.message,
+                attempts=failure.attempts,
+            )
+
+    # -- starting a pull --------------------------------------------------------------------
+
+    def start(self, entry: Entry, waiting: tuple[str, ...]) -> str:
+        count = entry.deployment.spec.devices.count
+        source = entry.deployment.spec.source
+        assert source is not None
+        node = self._node_for(source.key, count)
+        return self.start_on(entry, waiting, node)
+
+    def start_on(self, entry: Entry, waiting: tuple[str, ...], node: cluster.Node) -> str:
+        """A pull actor on ``node`` (one before it for the key, a failed one, is ended)."""
+        source = entry.deployment.spec.source
+        assert source is not None
+        self._end(source.key)
+        job = Job(
+            source=source,
+            cache=self.cache,  # the actor puts its node's own cache here
+            state_dir=self.state_dir,
+            deployments=waiting or (entry.name,),
+            stall_seconds=self.stall_seconds,
+        )
+        ray.remote(ModelPull).options(
+            name=f"{source.key}.{uuid.uuid4().hex[:8]}",
+            namespace=self.namespace,
+            lifetime="detached",  # outlives the pass, as a local pull process does
+            num_gpus=0,
+            num_cpus=TOKEN_CPU,
+            max_restarts=-1,  # a killed actor comes back on its node and resumes
+            # Hard: the .partial file of a resumed pull is on that node alone.
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False),
+        ).remote(job, self.namespace.removesuffix(SUFFIX))
+        target = CacheEntry.of(self.cache, source.key)
+        target.write_nodes({**target.nodes(), "pulling": node.node_id})
+        return f"on node {node.node_id[:12]} ({node.address})"
+
+    def pulling_on(self, key: str) -> str | None:
+        """The node the key's pull was last started on (None: no pull under way)."""
+        note = CacheEntry.of(self.cache, key).nodes()
+        node = note.get("pulling")
+        return node if isinstance(node, str) else None
+
+    def _node_for(self, key: str, count: int) -> cluster.Node:
+        """Where the engine will most likely go: the earlier attempt's node if it still
+        fits (its partial file is there), else the most free GPUs of the nodes that fit."""
+        live = cluster.nodes()
+        fits = [n for n in live if n.free_gpus >= count] or live
+        if not fits:
+            raise RuntimeError("the Ray cluster has no live node")
+        earlier = self.pulling_on(key)
+        for n in fits:
+            if n.node_id == earlier:
+                return n
+        return min(fits, key=lambda n: (-n.free_gpus, n.node_id))
+
+    def _end(self, key: str) -> None:
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            if a["namespace"] == self.namespace and _key(a["name"]) == key:
+                with contextlib.suppress(ValueError):  # gone meanwhile
+                    ray.kill(ray.get_actor(a["name"], namespace=self.namespace), no_restart=True)
+
+    # -- the launch's side -----------------------------------------------------------------
+
+    def holders(self, key: str) -> dict[str, str]:
+        """Live node id -> the path of the key's files there."""
+        live = {n.node_id for n in cluster.nodes()}
+        entry = CacheEntry.of(self.cache, key)
+        return _held(entry, live)
+
+    def forget(self, key: str, node_id: str) -> None:
+        """The node no longer holds the files (its actor found them gone): pull again."""
+        entry = CacheEntry.of(self.cache, key)
+        note = entry.nodes()
+        held = {k: v for k, v in (note.get("held") or {}).items() if k != node_id}
+        entry.write_nodes({**note, "held": held})
+
+    def model_path(self, entry: Entry) -> str | None:
+        source = entry.deployment.spec.source
+        if source is None:
+            return None
+        paths = sorted(self.holders(source.key).items())
+        return paths[0][1] if paths else None
+
+    def used(self, entry: Entry, at: datetime) -> None:
+        source = entry.deployment.spec.source
+        if source is not None:
+            CacheEntry.of(self.cache, source.key).mark_used(entry.name, at)
+
+
+def _key(actor: str) -> str:
+    return actor.partition(".")[0]
+
+
+def _held(entry: CacheEntry, live: set[str]) -> dict[str, str]:
+    held = entry.nodes().get("held") or {}
+    return {
+        node: str(copy["path"])
+        for node, copy in held.items()
+        if node in live and isinstance(copy, dict) and copy.get("path")
+    }

@@ -1,0 +1,143 @@
+"""Model pulls on Ray: the file is pulled on the node that runs the engine, into that
+node's cache, by a pull actor that holds no GPU (a real local cluster, a real file
+server with Range)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from modelservers import FileServer, serving
+from procs import alive, wait_for
+from rayhelp import ours, ray, ray_engines
+
+GPU = {"count": 1, "kind": "nvidia"}
+ENGINE = [sys.executable, "-m", "controller.demo.engine", "--port", "{port}", "--host", "{host}"]
+MODEL = [*ENGINE, "--model", "{model}"]
+MiB = 1 << 20
+SLACK = 64 * 1024  # what a process killed mid-write may not have written yet
+Reconcile = Any  # the `reconcile` fixture of tests/conftest.py
+
+
+def pull_actors() -> list[dict[str, str]]:
+    return [a for a in ours() if a["namespace"].endswith("-pulls")]
+
+
+@pytest.fixture
+def rc(cluster: Any, reconcile: Reconcile) -> Iterator[Reconcile]:
+    """The real CLI on the ray backend; at the end nothing of ours is left on the cluster."""
+    r = reconcile
+    r.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address)
+    try:
+        yield r
+    finally:
+        r("down", check=None)
+        left = pull_actors()
+        for a in left:  # a failed test's: ended, so the next test starts clean
+            ray.kill(ray.get_actor(a["name"], namespace=a["namespace"]), no_restart=True)
+        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+        wait_for(lambda: not ray_engines(), timeout=15, what="our engines gone")
+    assert not left, f"pull actors outlived their pulls: {left}"
+
+
+def pulled(rc: Reconcile, name: str, at_least: int) -> dict[str, Any]:
+    """Passes until ``status`` shows the pull of ``name`` past ``at_least`` bytes."""
+
+    def look() -> dict[str, Any] | None:
+        rc.once(check=0)  # Pulling is progress: exit 0
+        item = rc.status(name, cli=True)[name]
+        assert item["phase"] == "Pulling", item
+        pull = item.get("pull") or {}
+        return item if pull.get("bytes_done", 0) >= at_least else None
+
+    found: dict[str, Any] = wait_for(look, timeout=60, what=f"{name}'s pull past {at_least}")
+    return found
+
+
+def the_pull() -> tuple[Any, Any]:
+    """The one pull actor and its answer."""
+    (actor,) = pull_actors()
+    handle = ray.get_actor(actor["name"], namespace=actor["namespace"])
+    return handle, ray.get(handle.look.remote(), timeout=30)
+
+
+def model_arg(rc: Reconcile, pid: int) -> Path:
+    argv = rc.cmdline(pid)
+    return Path(argv.rpartition("--model ")[2])
+
+
+def test_the_node_pulls_once_into_its_own_cache_holding_no_gpu(rc: Reconcile) -> None:
+    data = os.urandom(4 * MiB)
+    digest = hashlib.sha256(data).hexdigest()
+    with serving({"tiny.gguf": data}, hold=MiB) as server:
+        source = {"url": server.url("tiny.gguf"), "sha256": digest}
+        rc.write("g", command=MODEL, devices=GPU, source=source)  # one GPU
+        rc.write("r", command=MODEL, replicas=2, source=source)  # no GPU: two replicas
+        item = pulled(rc, "g", MiB)  # the server holds the rest: mid-way
+        assert item["pull"]["bytes_total"] == 4 * MiB, item
+        assert rc.status("r", cli=True)["r"]["phase"] == "Pulling"
+        # Only the pull actor is on the cluster, and it holds no GPU: all three are free.
+        assert len(pull_actors()) == 1 and len(ours()) == 1, ours()
+        assert ray.available_resources().get("GPU") == 3
+        _, answer = the_pull()
+        assert answer.view.running and answer.path is None
+        server.release()
+        rc.converge(timeout="120s")
+        assert server.requests == 1, "one download for the three engines"
+    g = rc.status("g")["g"]
+    replicas = rc.status("r", cli=True)["r"]["instances"]
+    assert g["phase"] == "Ready" and len(replicas) == 2
+    # All three run on the node that pulled it, from that node's cache, not this host's.
+    assert {i["node"] for i in replicas} == {g["node"]} == {answer.node_id}
+    key = f"sha256-{digest}"
+    for pid in [g["pid"], *(i["pid"] for i in replicas)]:
+        path = model_arg(rc, pid)
+        assert path.parent.name == key and path.name == "tiny.gguf", path
+        assert not path.is_relative_to(rc.state), path
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    assert not (rc.state / "models" / key / "tiny.gguf").exists()
+    assert not pull_actors(), "a done pull's actor is ended once its copy is noted"
+    listing = rc("models", check=0).out  # the host's note says where the file is
+    assert "tiny.gguf" in listing and answer.node_id[:8] in listing, listing
+    events = rc("events", "g", check=0).out
+    assert "pull" in events and "done" in events, events
+
+
+def test_a_killed_pull_is_resumed_where_it_stopped(rc: Reconcile) -> None:
+    data = os.urandom(4 * MiB)
+    digest = hashlib.sha256(data).hexdigest()
+    server: FileServer
+    with serving({"tiny.gguf": data}, hold=MiB) as server:
+        source = {"url": server.url("tiny.gguf"), "sha256": digest}
+        rc.write("k", command=MODEL, devices=GPU, source=source)
+        pulled(rc, "k", MiB)  # the server holds after 1 MiB (and 1 MiB into each resume)
+        # kill -9 of the pull's process: Ray brings the actor back on its node, which
+        # resumes the partial file with a Range request.
+        _, answer = the_pull()
+        pid = answer.view.progress.pid
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not alive(pid), what="the pull actor's process gone")
+        pulled(rc, "k", 2 * MiB - SLACK)
+        # The actor ended for good: the next pass starts another on that node, resuming.
+        ray.kill(the_pull()[0], no_restart=True)
+        wait_for(lambda: not pull_actors(), what="the pull actor gone")
+        pulled(rc, "k", 3 * MiB - 2 * SLACK)
+        server.release()
+        rc.converge(timeout="120s")
+        starts = [int(r.removeprefix("bytes=").rstrip("-")) for r in server.ranges]
+    # Each resume asked for what the partial file held (less what a kill -9 left in a
+    # write buffer): nothing was downloaded twice beyond that.
+    assert len(starts) == 2, server.ranges
+    assert MiB - SLACK <= starts[0] <= MiB, starts
+    assert starts[0] + MiB - SLACK <= starts[1] <= starts[0] + MiB, starts
+    item = rc.status("k")["k"]
+    assert item["phase"] == "Ready" and item["node"] == answer.node_id
+    path = model_arg(rc, item["pid"])
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    assert not pull_actors()
