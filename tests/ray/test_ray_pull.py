@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from modelservers import FileServer, serving
+from modelservers import FileServer, HubServer, serving
 from procs import alive, wait_for
 from rayhelp import ours, ray, ray_engines
 
@@ -140,4 +140,21 @@ def test_a_killed_pull_is_resumed_where_it_stopped(rc: Reconcile) -> None:
     assert item["phase"] == "Ready" and item["node"] == answer.node_id
     path = model_arg(rc, item["pid"])
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    assert not pull_actors()
+
+
+def test_a_hub_source_is_pulled_on_the_node_with_this_hosts_endpoint(rc: Reconcile) -> None:
+    """HF_ENDPOINT set where reconcile runs reaches the node's pull (the nodes of this
+    cluster were started without it)."""
+    data = os.urandom(MiB)
+    with HubServer("acme/tiny", {"tiny.gguf": data, "README.md": b"hi"}) as hub:
+        rc.env["HF_ENDPOINT"] = hub.endpoint
+        source = {"huggingFace": {"repo": "acme/tiny", "files": ["*.gguf"]}}
+        rc.write("h", command=MODEL, devices=GPU, source=source)
+        rc.converge(timeout="120s")
+        assert hub.downloads == ["tiny.gguf"], hub.downloads
+    item = rc.status("h")["h"]
+    path = model_arg(rc, item["pid"])
+    assert path.name == "tiny.gguf" and not path.is_relative_to(rc.state), path
+    assert path.read_bytes() == data
     assert not pull_actors()

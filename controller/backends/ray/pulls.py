@@ -16,6 +16,7 @@ pins the engine's actor to a node in the note (:meth:`RayPuller.holders`).
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -40,6 +41,9 @@ log = get_logger("reconcile")
 SUFFIX = "-pulls"  # the pull actors' namespace: the engine actors' one, apart
 TOKEN_CPU = 0.001  # Ray places a request for no resource anywhere, affinity or not
 LOOK_TIMEOUT = 2.0  # one round of look calls: an actor slower than this is restarting
+# The hub's endpoint and token as this host has them (where the user set them), for the
+# node's pull; unset here, the node's own apply.
+HUB_ENV = ("HF_ENDPOINT", "HF_TOKEN")
 
 
 class RayPuller:
@@ -171,6 +175,7 @@ class RayPuller:
             max_restarts=-1,  # a killed actor comes back on its node and resumes
             # Hard: the .partial file of a resumed pull is on that node alone.
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False),
+            runtime_env=_hub_env(),
         ).remote(job, self.namespace.removesuffix(SUFFIX))
         target = CacheEntry.of(self.cache, source.key)
         target.write_nodes({**target.nodes(), "pulling": node.node_id})
@@ -227,6 +232,11 @@ class RayPuller:
         source = entry.deployment.spec.source
         if source is not None:
             CacheEntry.of(self.cache, source.key).mark_used(entry.name, at)
+
+
+def _hub_env() -> dict[str, Any] | None:
+    env = {k: v for k in HUB_ENV if (v := os.environ.get(k))}
+    return {"env_vars": env} if env else None
 
 
 def _key(actor: str) -> str:
