@@ -4,6 +4,8 @@ Ray places the actor (``num_gpus = devices.count``), restarts it when its node i
 (``max_restarts=-1``) and kills it on ``ray.kill``; the actor (``actor.EngineHost``)
 runs the engine on its node. The record stays in our state dir: this class answers for
 it through the actor, in one batched round of calls per observation (``refresh``).
+A ``spec.source`` is pulled on a node first (``pulls.RayPuller``, the pass's puller);
+the launch pins the actor to a node that holds the file.
 """
 
 from __future__ import annotations
