@@ -9,7 +9,7 @@ import argparse
 import getpass
 import os
 import socket
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -131,19 +131,21 @@ def _held(holders: list[dict[str, Any]]) -> str:
 
 def cmd_drain(args: argparse.Namespace) -> int:
     from controller.core.state import Drain
+    from controller.host import bootclock
     from controller.store.node import write_drain
 
     ttl: float = args.ttl  # seconds, more than 0 (the parser's type)
     cfg = config(args)
     RecordStore(cfg.state_dir).ensure()
     before = read_drain(cfg.state_dir)
-    now = datetime.now(UTC)
-    until = now + timedelta(seconds=ttl)
-    drain = Drain(until=until, reason=args.reason, by=_who(), evict=args.evict)
+    now, boot = datetime.now(UTC), bootclock.read()
+    # The boot clock's reading beside the wall clock's: the ttl runs on it (a clock step
+    # neither keeps the node drained longer nor ends it early; docs/design.md).
+    drain = Drain.asked(now, ttl, boot, reason=args.reason, by=_who(), evict=args.evict)
     write_drain(cfg.state_dir, drain)
-    verb = "renewed" if before is not None and before.active(now) else "drained"
+    verb = "renewed" if before is not None and before.active(now, boot) else "drained"
     print(
-        f"node {cfg.node} {verb} until {until.isoformat(timespec='seconds')} "
+        f"node {cfg.node} {verb} until {drain.until.isoformat(timespec='seconds')} "
         f"({format_age(ttl)}) by {drain.by}" + (f" ({args.reason})" if args.reason else "")
     )
     print("nothing new starts or restarts; `reconcile uncordon` ends it, or it expires")

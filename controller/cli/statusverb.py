@@ -26,6 +26,7 @@ from controller.core.names import base_name
 from controller.core.replicaset import ReplicaSet, group, selects
 from controller.core.state import Drain, Phase, Record, RecordView
 from controller.errors import ConfigError
+from controller.host import bootclock
 from controller.store import pullstatus
 from controller.store.node import Config, read_drain
 from controller.store.observed import read_all as read_seen
@@ -65,7 +66,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     elif fmt == "name":
         print("".join(f"{s.name}\n" for s in group(seen.records)), end="")
     else:
-        banner = drain_line(cfg.node, _drain_or_none(cfg), datetime.now(UTC))
+        banner = drain_line(cfg.node, _drain_or_none(cfg), datetime.now(UTC), bootclock.read())
         if banner:
             print(banner, file=sys.stderr)
         print(_table(seen, wide=fmt == "wide") if seen.records else "No deployments.")

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from controller.core.durations import format_age
+from controller.core.elapsed import BootClock
 from controller.core.replicaset import group
 from controller.core.state import Drain, Phase, Record
 
@@ -151,16 +152,20 @@ def _row(name: str, recs: Sequence[Record], ready: str, now: datetime, cols: _Co
     return [*row, _message(recs)]
 
 
-def drain_line(node: str, drain: Drain | None, now: datetime) -> str | None:
-    """The banner above a table while the node is drained."""
-    if drain is None or not drain.active(now):
+def drain_line(
+    node: str, drain: Drain | None, now: datetime, clock: BootClock | None = None
+) -> str | None:
+    """The banner above a table while the node is drained (``clock``: the boot clock now,
+    which its ttl runs on)."""
+    if drain is None or not drain.active(now, clock):
         return None
+    ends = drain.ends(now, clock)
     by = f" by {drain.by}" if drain.by else ""
     why = f" ({drain.reason})" if drain.reason else ""
     evict = ", evicting" if drain.evict else ""
-    stamp = drain.until.astimezone(UTC).strftime("%H:%M:%S UTC")
+    stamp = ends.astimezone(UTC).strftime("%H:%M:%S UTC")
     return (
-        f"node {node} is drained{by}{why}{evict} until {stamp} ({until(drain.until, now)}): "
+        f"node {node} is drained{by}{why}{evict} until {stamp} ({until(ends, now)}): "
         "nothing new starts or restarts; `reconcile uncordon` ends it"
     )
 

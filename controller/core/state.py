@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
 from controller.core import backendnames
 from controller.core.devicefaults import DeviceFault, Measured
+from controller.core.elapsed import BootClock, elapsed
 from controller.core.pulls import PullView
 
 # 2: the rendered facts (activation, idle_timeout, ready_deadline_seconds, models,
@@ -267,17 +268,45 @@ class Activation:
     inflight: int = 0
     # Unloaded (the web page): parked now; the next request writes an activation anew.
     released: bool = False
+    # The boot clock at ``last_request_at`` (None: an old file, or no boot clock): the
+    # idle time is judged on it, so a wall-clock step parks nothing early or late.
+    boot: BootClock | None = None
+
+    def idle_for(self, now: datetime, clock: BootClock | None) -> float:
+        """Seconds since the last request (``clock``: the boot clock now)."""
+        return elapsed(now, self.last_request_at, clock, self.boot)
 
 
 @dataclass(frozen=True, slots=True)
 class Drain:
-    until: datetime
+    until: datetime  # on the wall clock when it was asked: what people read
     reason: str = ""
     by: str = ""
     evict: bool = False
+    # The ttl asked and the boot clock then (None: a file from before they were kept,
+    # judged by ``until`` alone): the same boot, a drain ends ``ttl`` later by the boot
+    # clock whatever the wall clock does; never later than ``ttl`` from now.
+    ttl: float | None = None
+    boot: BootClock | None = None
 
-    def active(self, now: datetime) -> bool:
-        return now < self.until
+    @classmethod
+    def asked(cls, now: datetime, ttl: float, boot: BootClock | None, **why: Any) -> Drain:
+        """A drain asked now for ``ttl`` seconds (``why``: reason, by, evict)."""
+        return cls(until=now + timedelta(seconds=ttl), ttl=ttl, boot=boot, **why)
+
+    def remaining(self, now: datetime, clock: BootClock | None = None) -> float:
+        """Seconds left (0 or less: over); ``clock``: the boot clock now."""
+        if self.ttl is None:
+            return (self.until - now).total_seconds()
+        asked = self.until - timedelta(seconds=self.ttl)
+        return self.ttl - elapsed(now, asked, clock, self.boot)
+
+    def active(self, now: datetime, clock: BootClock | None = None) -> bool:
+        return self.remaining(now, clock) > 0
+
+    def ends(self, now: datetime, clock: BootClock | None = None) -> datetime:
+        """When it ends on today's wall clock (``until`` moved by any step since)."""
+        return now + timedelta(seconds=self.remaining(now, clock))
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +318,9 @@ class Observed:
     orphans: tuple[MarkedProcess, ...] = ()  # marker processes matching no record
     listening: frozenset[int] = frozenset()  # ports foreign processes listen on
     drain: Drain | None = None
+    # The kernel's boot clock as this pass began (None: none here): what a drain's ttl
+    # and an idleTimeout count on, unmoved by wall-clock steps (core/elapsed.py).
+    boot: BootClock | None = None
     # The node this pass runs on; records of other nodes are shown, never judged.
     node: str | None = None
     unreadable: frozenset[str] = frozenset()  # names whose record has an unknown version

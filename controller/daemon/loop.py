@@ -18,13 +18,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from types import FrameType
 from typing import ParamSpec, Protocol
 
 from controller.backends.base import Backend
 from controller.backends.choose import inventory_for, open_backend
 from controller.core.actions import Conflict, Hold
+from controller.core.elapsed import BootClock
 from controller.core.plan import backoff
 from controller.core.specs import base_name
 from controller.core.state import Activation, Phase, ProcessRef, Record
@@ -34,6 +35,7 @@ from controller.daemon.metrics import exporters
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import Settling, Timers, debounce_until
 from controller.errors import ConfigError, LockTimeout, ReconcileError
+from controller.host import bootclock
 from controller.logsetup import get_logger
 from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.run import PassResult, Reconciler
@@ -340,10 +342,10 @@ class Daemon:
     def _arm_records(self, records: list[Record]) -> None:
         """A pass when the next probe is due, a deadline passes or a back-off ends."""
         self.timers.cancel_prefix("record:")
-        now_wall = datetime.now(UTC)
+        now_wall, clock = datetime.now(UTC), bootclock.read()
         demand = activation.read_all(self.config.state_dir)
         for rec in records:
-            due = _next_due(rec, now_wall) or _idle_due(rec, demand, now_wall)
+            due = _next_due(rec, now_wall) or _idle_due(rec, demand, now_wall, clock)
             if due is not None:
                 self.timers.after(f"record:{rec.name}", due[1], due[0])
 
@@ -418,16 +420,17 @@ def _next_due(rec: Record, now: datetime) -> tuple[str, float] | None:
 
 
 def _idle_due(
-    rec: Record, demand: dict[str, Activation], now: datetime
+    rec: Record, demand: dict[str, Activation], now: datetime, clock: BootClock | None
 ) -> tuple[str, float] | None:
-    """An OnDemand engine: a pass when its idleTimeout would run out (level-triggered)."""
+    """An OnDemand engine: a pass when its idleTimeout would run out (level-triggered),
+    counted as the planner counts it (the boot clock where the gateway stamped it)."""
     idle = rec.idle_timeout
     if not rec.on_demand or not rec.holds or idle is None:
         return None
     act = demand.get(base_name(rec.name))  # a rolling `@next` is asked for by its name
     if act is None:
         return ("idle timeout", 0.0)
-    return ("idle timeout", _until(act.last_request_at + timedelta(seconds=idle), now))
+    return ("idle timeout", max(idle - act.idle_for(now, clock), 0.0) + SLACK)
 
 
 def _guarded(hook: Callable[P, None]) -> Callable[P, None]:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from controller import __version__
@@ -23,6 +24,7 @@ from controller.core.names import base_name
 from controller.core.promtext import PromText
 from controller.core.replicaset import group
 from controller.core.state import Phase, Record
+from controller.host import bootclock
 from controller.logsetup import get_logger
 from controller.store.node import Config, read_drain
 from controller.store.records import write_atomic
@@ -147,7 +149,7 @@ def _drained(config: Config) -> bool:
         drain = read_drain(config.state_dir)
     except Exception:  # an unreadable drain file is reported by the pass, not here
         return False
-    return drain is not None and drain.until.timestamp() > time.time()
+    return drain is not None and drain.active(datetime.now(UTC), bootclock.read())
 
 
 def _revision(records: Iterable[Record]) -> str:

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from controller.core.elapsed import BootClock
 from controller.core.state import Activation
+from controller.host import bootclock
 from controller.logsetup import get_logger
 from controller.store import activation as store
 
@@ -29,7 +31,9 @@ class Demand:
         self.state_dir = state_dir
         self.request_pass = request_pass
         self.inflight: defaultdict[str, int] = defaultdict(int)
-        self.last: dict[str, float] = {}
+        # name -> the last request's wall-clock time and boot-clock reading (the planner
+        # counts idleTimeout on the latter: a wall-clock step parks nothing)
+        self.last: dict[str, tuple[float, BootClock | None]] = {}
         self.dirty: set[str] = set()
         self._pending: set[asyncio.Task[None]] = set()
         # One write at a time, each reading the counts when its turn comes: an older
@@ -38,12 +42,12 @@ class Demand:
 
     def begin(self, name: str) -> None:
         self.inflight[name] += 1
-        self.last[name] = time.time()
+        self.last[name] = _stamp()
         self.dirty.add(name)
 
     def end(self, name: str) -> None:
         self.inflight[name] -= 1
-        self.last[name] = time.time()
+        self.last[name] = _stamp()
         self.dirty.add(name)
         if self.inflight[name] <= 0:  # now idle: a swap may pick it, say so at once
             # Another OnDemand engine may be waiting for this one's room: a pass now swaps
@@ -65,7 +69,7 @@ class Demand:
         """The heartbeat: refresh in-flight deployments, write what changed."""
         while True:
             await asyncio.sleep(FLUSH)
-            now = time.time()
+            now = _stamp()
             for name, count in self.inflight.items():
                 if count > 0:
                     self.last[name] = now
@@ -80,11 +84,16 @@ class Demand:
     async def _write(self, name: str) -> None:
         async with self._writing:
             self.dirty.discard(name)
-            when = datetime.fromtimestamp(self.last.get(name, time.time()), UTC)
-            act = Activation(last_request_at=when, inflight=max(self.inflight[name], 0))
+            at, boot = self.last.get(name) or _stamp()
+            when = datetime.fromtimestamp(at, UTC)
+            act = Activation(last_request_at=when, inflight=max(self.inflight[name], 0), boot=boot)
             try:
                 await asyncio.get_running_loop().run_in_executor(
                     None, store.write, self.state_dir, name, act
                 )
             except (OSError, ValueError) as exc:
                 log.error("activation not written", deployment=name, error=str(exc))
+
+
+def _stamp() -> tuple[float, BootClock | None]:
+    return time.time(), bootclock.read()

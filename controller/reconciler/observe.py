@@ -18,6 +18,7 @@ from controller.core.state import (
     Record,
     RecordView,
 )
+from controller.host import bootclock
 from controller.host.probes import ProbeTarget, probe_many
 from controller.host.procs import age, process_alive
 from controller.reconciler.liveness import LivenessProber
@@ -74,6 +75,7 @@ def observe(
         orphans=tuple(m for m in markers if m.nonce not in nonces),
         listening=backend.listening_ports() - own_ports,
         drain=drain,
+        boot=bootclock.read(),  # last: the plan's `now` is taken right after
         node=node,
         unreadable=frozenset(p.name for p in snapshot.problems if p.name and p.kept),
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from controller.core.specs import is_dns1123
 from controller.core.state import Activation
+from controller.store import bootstamp
 from controller.store.records import write_atomic
 
 FOLDER = "activation"
@@ -33,6 +34,7 @@ def write(state_dir: Path, name: str, activation: Activation) -> None:
         "last_request_at": activation.last_request_at.isoformat(),
         "inflight": activation.inflight,
         "released": activation.released,
+        **bootstamp.fields(activation.boot),
     }
     write_atomic(where / f"{name}.json", json.dumps(data).encode())
 
@@ -51,6 +53,7 @@ def read_all(state_dir: Path) -> dict[str, Activation]:
                 last_request_at=datetime.fromisoformat(data["last_request_at"]),
                 inflight=int(data.get("inflight", 0)),
                 released=data.get("released") is True,
+                boot=bootstamp.read(data),
             )
     return out
 

@@ -13,7 +13,7 @@ from controller.core import backendnames
 from controller.core.limits import Limits, parse_limits
 from controller.core.state import Drain
 from controller.errors import ConfigError
-from controller.store import logfiles
+from controller.store import bootstamp, logfiles
 from controller.store.records import write_atomic
 
 DEFAULT_LOCK_TIMEOUT = 60.0  # seconds a pass waits for another's lock
@@ -140,6 +140,8 @@ def read_drain(state_dir: Path) -> Drain | None:
             reason=str(data.get("reason", "")),
             by=str(data.get("by", "")),
             evict=bool(data.get("evict", False)),
+            ttl=_ttl(data.get("ttl")),
+            boot=bootstamp.read(data),
         )
     except FileNotFoundError:
         return None
@@ -149,12 +151,21 @@ def read_drain(state_dir: Path) -> Drain | None:
         ) from exc
 
 
+def _ttl(value: object) -> float | None:
+    """The ttl asked (None: a file from before it was kept, or not a positive number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value)
+
+
 def write_drain(state_dir: Path, drain: Drain) -> None:
     data = {
         "until": drain.until.isoformat(),
         "reason": drain.reason,
         "by": drain.by,
         "evict": drain.evict,
+        **({} if drain.ttl is None else {"ttl": drain.ttl}),
+        **bootstamp.fields(drain.boot),
     }
     write_atomic(drain_path(state_dir), json.dumps(data).encode())
 

@@ -111,7 +111,7 @@ class Context:
             now=now,
             extra_ports=extra_ports,
             limits=limits,
-            drain=drain if drain is not None and drain.active(now) else None,
+            drain=drain if drain is not None and drain.active(now, observed.boot) else None,
             instances=desired.instances(),
         )
 
@@ -123,7 +123,7 @@ class Context:
         assert drain is not None
         by = f" by {drain.by}" if drain.by else ""
         why = f" ({drain.reason})" if drain.reason else ""
-        until = drain.until.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+        until = drain.ends(self.now, self.observed.boot).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
         return f"node drained{by} until {until}{why}: run `reconcile uncordon` or wait"
 
 

@@ -27,7 +27,8 @@ def parked(ctx: Context, entry: Entry, rec: Record | None) -> bool:
     since = rec.idle_since if rec is not None and rec.phase is Phase.IDLE else None
     if since is not None and act.last_request_at <= since:
         return True  # parked (idle or swapped out) after its last request
-    return (ctx.now - act.last_request_at).total_seconds() >= spec.idle_timeout
+    # On the boot clock where the gateway stamped it: a wall-clock step parks nothing.
+    return act.idle_for(ctx.now, ctx.observed.boot) >= spec.idle_timeout
 
 
 def idle_reason(entry: Entry, rec: Record, act: Activation | None = None) -> str:
@@ -63,7 +64,7 @@ def swap(ctx: Context, ledger: PlanLedger, entry: Entry) -> list[AnyAction]:
 def _victims(ctx: Context, ledger: PlanLedger, entry: Entry, room: Inventory) -> list[str]:
     """The shortest LRU-first run of idle engines whose parking lets ``entry`` fit."""
     spec = entry.deployment.spec
-    candidates = sorted(_swappable(ctx, entry), key=lambda name: _last_request(ctx, name))
+    candidates = sorted(_swappable(ctx, entry), key=lambda name: -_idle_for(ctx, name))
     for n in range(1, len(candidates) + 1):
         if ledger.places_without(spec, room, candidates[:n]):
             return candidates[:n]
@@ -90,6 +91,7 @@ def _busy(ctx: Context, name: str) -> bool:
     return act is not None and act.inflight > 0
 
 
-def _last_request(ctx: Context, name: str) -> float:
+def _idle_for(ctx: Context, name: str) -> float:
+    """Seconds since its last request (the boot clock's where known): LRU order."""
     act = ctx.desired.activations.get(name)
-    return act.last_request_at.timestamp() if act is not None else 0.0
+    return act.idle_for(ctx.now, ctx.observed.boot) if act is not None else float("inf")

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from controller.core.replicaset import group
 from controller.core.state import Activation, Drain, Record
+from controller.host import bootclock
 from controller.store import activation, restart
 from controller.store.events import Journal
 from controller.store.node import clear_drain, write_drain
@@ -71,7 +72,8 @@ def run(state_dir: Path, records: Sequence[Record], asked: Asked) -> str:
                 "says so; load and unload are for OnDemand deployments",
             )
         released = asked.action == "unload"
-        activation.write(state_dir, rs.name, Activation(last_request_at=now, released=released))
+        act = Activation(last_request_at=now, released=released, boot=bootclock.read())
+        activation.write(state_dir, rs.name, act)
         said = f"{asked.action} of {rs.name} asked by {who(asked.key)}"
     Journal(state_dir).append(rs.name, asked.action, said, "requested", key=asked.key)
     return said
@@ -79,9 +81,11 @@ def run(state_dir: Path, records: Sequence[Record], asked: Asked) -> str:
 
 def _node(state_dir: Path, records: Sequence[Record], asked: Asked) -> str:
     if asked.action == "drain":
-        until = datetime.now(UTC) + timedelta(seconds=DRAIN_TTL)
-        write_drain(state_dir, Drain(until=until, reason=asked.reason, by=who(asked.key)))
-        said = f"node drained by {who(asked.key)} until {until.isoformat(timespec='seconds')}"
+        now, boot = datetime.now(UTC), bootclock.read()
+        drain = Drain.asked(now, DRAIN_TTL, boot, reason=asked.reason, by=who(asked.key))
+        write_drain(state_dir, drain)
+        until = drain.until.isoformat(timespec="seconds")
+        said = f"node drained by {who(asked.key)} until {until}"
     elif clear_drain(state_dir):
         said = f"node uncordoned by {who(asked.key)}"
     else:

@@ -23,7 +23,7 @@ from controller.core.state import Record
 from controller.core.statusjson import deployment_items, device_items, iso
 from controller.errors import ConfigError
 from controller.gateway.records_watch import RecordsWatch
-from controller.host import devices
+from controller.host import bootclock, devices
 from controller.store import devicehealth, pullstatus
 from controller.store.events import Journal
 from controller.store.node import read_drain
@@ -81,9 +81,11 @@ class Reader:
             found = read_drain(self.state_dir)
         except ConfigError as exc:
             return {"active": True, "until": None, "by": "", "reason": str(exc)}
-        if found is None or not found.active(datetime.now(UTC)):
+        now, clock = datetime.now(UTC), bootclock.read()  # its ttl runs on the boot clock
+        if found is None or not found.active(now, clock):
             return None
-        return {"active": True, "until": iso(found.until), "by": found.by, "reason": found.reason}
+        until = iso(found.ends(now, clock))
+        return {"active": True, "until": until, "by": found.by, "reason": found.reason}
 
     def events(self, only: str | None) -> list[dict[str, Any]]:
         """The newest events, newest first; ``only``: one deployment's (its replicas')."""
