@@ -90,7 +90,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "verbs": lambda: readverbs.bench(15),
         "replicas": lambda: replicas.bench(1600, 3),
         "autoscale": lambda: autoscaling.bench(3),
-        "pull": lambda: pullbench.bench(200, 5),
+        "pull": lambda: pullbench.bench(200, 9),
         "health": lambda: liveness.bench(3),
         "ray": lambda: raybench.bench(20, 9),  # needs pip install -e '.[ray]'
     }

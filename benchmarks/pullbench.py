@@ -4,8 +4,9 @@ A local HTTP server (a thread here, ``sendfile`` from a file on disk, ``Range`` 
 hands out one random file. Ours is the real pull process (``python -m controller.pull
 JOB``, as a pass starts it: interpreter start, Range-capable GET, sha256 on the way,
 fsync, rename); the baseline is ``curl -s -o FILE URL`` of the same file from the same
-server. Trials alternate. Throughput is the transfer by each tool's own clock (ours: the
-worker's ``seconds`` in result.json; curl's ``time_total``); then exec to exit, where our
+server. Trials alternate, after one uncounted warm-up of each. Throughput is the
+transfer by each tool's own clock (ours: the worker's ``seconds`` in result.json; curl's
+``time_total``); then exec to exit, where our
 interpreter's start counts; then the same next to ``curl -o`` followed by ``sha256sum``
 (the check ours makes). Then the server cuts the first connection at half the file and
 the pull is run twice: the bytes the server sends past the file's size are what the
@@ -178,6 +179,9 @@ def throughput(size: int, trials: int) -> list[Row]:
     checked: list[float] = []  # curl -o, then sha256sum of the file: the same work as ours
     mb = size / MB
     with served_file(size) as (path, digest), FileServer(path) as server:
+        with tempfile.TemporaryDirectory() as tmp:  # a warm-up of each, not counted:
+            _pull(server.url, digest, Path(tmp))  # the first run of either is the slowest
+            _curl(server.url, Path(tmp) / "warm.bin")
         for _ in range(trials):
             with tempfile.TemporaryDirectory() as tmp:
                 pulled = _pull(server.url, digest, Path(tmp))

@@ -20,6 +20,7 @@ from controller.core.pulls import file_name
 from controller.pull.failures import PullError, no_space, stalled
 from controller.pull.hashing import Hasher
 from controller.pull.meter import Meter
+from controller.pull.writeback import Writeback
 from controller.store.modelcache import CacheEntry
 
 CHUNK = 1 << 20
@@ -102,12 +103,17 @@ def _receive(
         _check_space(entry, total - offset)
     meter.set(offset, total)
     with partial.open("ab" if offset else "wb") as out:
-        while chunk := _read(response, stall, response.url or "the server"):
-            out.write(chunk)
-            h.feed(chunk)
-            offset += len(chunk)
-            meter.advance(len(chunk))
-        out.flush()
+        synced = Writeback(out.fileno())
+        try:
+            while chunk := _read(response, stall, response.url or "the server"):
+                out.write(chunk)
+                h.feed(chunk)
+                synced.wrote(len(chunk))
+                offset += len(chunk)
+                meter.advance(len(chunk))
+            out.flush()
+        finally:
+            synced.close()
         os.fsync(out.fileno())
     meter.flush(force=True)
     if total is not None and offset != total:
