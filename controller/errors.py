@@ -9,6 +9,7 @@ ReconcileError
 ├── BackendUnavailable(ConnectionError)  the cluster backend cannot be reached (retry may help)
 └── SpawnError(OSError)            the engine could not be exec'd
     └── Unplaceable                the cluster has no room for it now (the record goes Pending)
+        └── PullingFirst           its model files are pulled to a node with room (Pulling)
 
 An invalid manifest, a placement that cannot be made and a failing probe are not
 errors but values (``manifests.ManifestError``, ``placement.Unplaced``,
@@ -40,6 +41,11 @@ class SpawnError(ReconcileError, OSError):
 
 class Unplaceable(SpawnError):
     """The cluster cannot place the engine now; the message names what is missing."""
+
+
+class PullingFirst(Unplaceable):
+    """The nodes that hold the model files have no room: they are pulled to one that has,
+    and the start waits for it holding nothing (the record is Pulling, not Pending)."""
 
 
 class BackendUnavailable(ReconcileError, ConnectionError):

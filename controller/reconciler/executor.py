@@ -43,7 +43,7 @@ from controller.core.names import instance_of
 from controller.core.plan import backoff
 from controller.core.specs import Entry, base_name, next_name
 from controller.core.state import Phase, Record
-from controller.errors import SpawnError, Unplaceable
+from controller.errors import PullingFirst, SpawnError, Unplaceable
 from controller.logsetup import get_logger
 from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
@@ -171,8 +171,12 @@ class Executor:
         try:
             where = self.backend.launch(launch)
         except Unplaceable as exc:  # the cluster has no room now: Pending, nothing held
-            self.store.write(self.maker.pending(entry, str(exc), name=name))
-            self.event(name, verb, "placement", "pending", error=str(exc))
+            pending = self.maker.pending(entry, str(exc), name=name)
+            outcome = "pending"
+            if isinstance(exc, PullingFirst):  # on its way by itself: not the user's to fix
+                pending, outcome = replace(pending, phase=Phase.PULLING), "pulling"
+            self.store.write(pending)
+            self.event(name, verb, "placement", outcome, error=str(exc))
             return True
         except SpawnError as exc:
             self._back_off(record, f"{exc}: install the engine or set spec.executable")

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,8 @@ import pytest
 from modelservers import FileServer, HubServer, serving
 from procs import alive, wait_for
 from rayhelp import ours, ray, ray_engines
+
+from controller.store import modelcache
 
 GPU = {"count": 1, "kind": "nvidia"}
 ENGINE = [sys.executable, "-m", "controller.demo.engine", "--port", "{port}", "--host", "{host}"]
@@ -34,10 +38,13 @@ def rc(cluster: Any, reconcile: Reconcile) -> Iterator[Reconcile]:
     """The real CLI on the ray backend; at the end nothing of ours is left on the cluster."""
     r = reconcile
     r.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address)
+    r.node_entries = set()  # the node cache entries the test's engines ran from
     try:
         yield r
     finally:
         r("down", check=None)
+        for folder in r.node_entries:  # the nodes' caches are outside the test's tmp
+            shutil.rmtree(folder, ignore_errors=True)
         left = pull_actors()
         for a in left:  # a failed test's: ended, so the next test starts clean
             ray.kill(ray.get_actor(a["name"], namespace=a["namespace"]), no_restart=True)
@@ -68,8 +75,11 @@ def the_pull() -> tuple[Any, Any]:
 
 
 def model_arg(rc: Reconcile, pid: int) -> Path:
-    argv = rc.cmdline(pid)
-    return Path(argv.rpartition("--model ")[2])
+    """The engine's ``{model}``; its cache entry is removed at the end of the test."""
+    path = Path(rc.cmdline(pid).rpartition("--model ")[2])
+    entry = next(p for p in path.parents if modelcache.KEY.match(p.name))
+    rc.node_entries.add(entry)
+    return path
 
 
 def test_the_node_pulls_once_into_its_own_cache_holding_no_gpu(rc: Reconcile) -> None:
@@ -147,9 +157,10 @@ def test_a_hub_source_is_pulled_on_the_node_with_this_hosts_endpoint(rc: Reconci
     """HF_ENDPOINT set where reconcile runs reaches the node's pull (the nodes of this
     cluster were started without it)."""
     data = os.urandom(MiB)
-    with HubServer("acme/tiny", {"tiny.gguf": data, "README.md": b"hi"}) as hub:
+    repo = f"acme/tiny-{uuid.uuid4().hex[:8]}"  # a key of its own: no earlier run's copy
+    with HubServer(repo, {"tiny.gguf": data, "README.md": b"hi"}) as hub:
         rc.env["HF_ENDPOINT"] = hub.endpoint
-        source = {"huggingFace": {"repo": "acme/tiny", "files": ["*.gguf"]}}
+        source = {"huggingFace": {"repo": repo, "files": ["*.gguf"]}}
         rc.write("h", command=MODEL, devices=GPU, source=source)
         rc.converge(timeout="120s")
         assert hub.downloads == ["tiny.gguf"], hub.downloads
@@ -157,4 +168,33 @@ def test_a_hub_source_is_pulled_on_the_node_with_this_hosts_endpoint(rc: Reconci
     path = model_arg(rc, item["pid"])
     assert path.name == "tiny.gguf" and not path.is_relative_to(rc.state), path
     assert path.read_bytes() == data
+    assert not pull_actors()
+
+
+def test_a_start_the_holding_node_has_no_room_for_pulls_to_a_node_that_has(
+    rc: Reconcile,
+) -> None:
+    """The file is on the node whose one GPU "a" holds: "b" (one GPU, the same file) is
+    Pulling (not Pending: the wait goes on) while a node with room gets it, then runs
+    there."""
+    data = os.urandom(MiB)
+    digest = hashlib.sha256(data).hexdigest()
+    with serving({"tiny.gguf": data}) as server:
+        source = {"url": server.url("tiny.gguf"), "sha256": digest}
+        rc.write("a", command=MODEL, devices=GPU, source=source)
+        rc.converge(timeout="120s")
+        rc.write("b", command=MODEL, devices=GPU, source=source)
+        rc.converge(timeout="120s")
+        # The nodes of this one-box cluster share /tmp, so the node cache too: the second
+        # node's pull finds the file there and is done without a download (as on a cache
+        # every node mounts).
+        assert server.requests == 1
+    a, b = rc.status("a")["a"], rc.status("b")["b"]
+    assert a["phase"] == b["phase"] == "Ready" and a["node"] != b["node"], (a, b)
+    paths = {model_arg(rc, a["pid"]), model_arg(rc, b["pid"])}
+    assert all(p.read_bytes() == data for p in paths)
+    events = rc.events("b")
+    waited = [e for e in events if e["outcome"] == "pulling"]
+    assert waited and "pulling them to node" in waited[0]["error"], events
+    assert any(e["action"] == "pull" and e["outcome"] == "done" for e in events), events
     assert not pull_actors()

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import ray
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
@@ -31,7 +31,7 @@ from controller.core.inventory import Inventory
 from controller.core.names import base_name
 from controller.core.specs import DeploymentSpec, Entry
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
-from controller.errors import SpawnError, Unplaceable
+from controller.errors import PullingFirst, SpawnError, Unplaceable
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -174,25 +174,26 @@ class RayBackend:
                 self._nodes[name] = node.node_id
                 pin = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
                 return holders[node.node_id], pin
-        raise Unplaceable(self._pull_elsewhere(entry, live, holders, count))
+            # Under the lock: two replicas' launches start one pull, not one each.
+            self._pull_elsewhere(entry, live, holders, count)
 
     def _pull_elsewhere(
         self, entry: Entry, live: list[cluster.Node], holders: dict[str, str], count: int
-    ) -> str:
+    ) -> NoReturn:
         """No node holding the files has room: pull them to one that has (once)."""
         assert self._puller is not None and entry.deployment.spec.source is not None
         on = ", ".join(naming.short(n) for n in sorted(holders))
         room = [n for n in live if n.free_gpus >= count]
         if not room:
             why = cluster.unfit(count) or "no Ray node has room for it"
-            return f"{why} (its model files are on node {on})"
+            raise Unplaceable(f"{why} (its model files are on node {on})")
         key = entry.deployment.spec.source.key
         pulling = self._puller.pulling_on(key)
         node = next((n for n in room if n.node_id == pulling), None)
         if node is None:
             node = min(room, key=lambda n: (-n.free_gpus, n.node_id))
             self._puller.start_on(entry, (entry.name,), node)
-        return (
+        raise PullingFirst(
             f"its model files are on node {on}, which has no room for it: pulling them to "
             f"node {naming.short(node.node_id)}"
         )
