@@ -94,7 +94,8 @@ class RayHosts:
             f"ray.init(address={self.address!r}, logging_level=logging.ERROR,"
             " log_to_driver=False, configure_logging=False)\n"
             # pairs, not a dict: a revived node's address is also its dead one's
-            "print(json.dumps([[n['NodeManagerAddress'], n['Alive']] for n in ray.nodes()]))\n"
+            "nodes = [[n['NodeManagerAddress'], n['Alive']] for n in ray.nodes()]\n"
+            "print('NODES', json.dumps(nodes))\n"
         )
         host = self.net.hosts[self.head]
         out = subprocess.run(
@@ -104,10 +105,12 @@ class RayHosts:
             timeout=60,
             env={**base_env(), "TMPDIR": str(host.tmp)},
         )
-        if out.returncode != 0:
+        # Ray's own log lines may come on stdout too, after ours (seen while a link is cut)
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("NODES ")]
+        if out.returncode != 0 or not lines:
             return {}
         nodes: dict[str, bool] = {}
-        for address, alive in json.loads(out.stdout.strip().splitlines()[-1]):
+        for address, alive in json.loads(lines[-1].removeprefix("NODES ")):
             nodes[address] = nodes.get(address, False) or alive  # a node restarted: any alive
         return nodes
 
