@@ -198,3 +198,25 @@ def test_a_start_the_holding_node_has_no_room_for_pulls_to_a_node_that_has(
     assert waited and "pulling them to node" in waited[0]["error"], events
     assert any(e["action"] == "pull" and e["outcome"] == "done" for e in events), events
     assert not pull_actors()
+
+
+def test_a_model_file_gone_from_its_node_is_pulled_again(rc: Reconcile) -> None:
+    data = os.urandom(MiB)
+    digest = hashlib.sha256(data).hexdigest()
+    with serving({"tiny.gguf": data}) as server:
+        rc.write(
+            "v",
+            command=MODEL,
+            devices=GPU,
+            source={"url": server.url("tiny.gguf"), "sha256": digest},
+        )
+        rc.converge(timeout="120s")
+        path = model_arg(rc, rc.status("v")["v"]["pid"])
+        rc.down()
+        path.unlink()  # removed from the node's cache behind reconcile's back
+        rc.converge(timeout="120s")
+        assert server.requests == 2, "pulled again"
+    item = rc.status("v")["v"]
+    assert item["phase"] == "Ready", item
+    assert model_arg(rc, item["pid"]).read_bytes() == data
+    assert not pull_actors()

@@ -142,6 +142,9 @@ class EngineHost:
         while not self.stopping.is_set():
             started = time.monotonic()
             ref = self._spawn()
+            if ref is None and self.message.startswith(MISSING_MODEL):
+                self.first.set()  # the status says so (a restart would overwrite it)
+                return  # no restart brings them back: the driver forgets the node, pulls again
             self.first.set()
             if ref is None:
                 code: int | None = None
