@@ -1,55 +1,33 @@
 """A real daemon whose wall clock is stepped (libfaketime): an hour back while an engine
-waits out its back-off, an hour forward while one is Starting (docs/design.md, "Clock
-steps"). The back-off ends at once instead of an hour later; the Starting engine is not
-killed for a deadline it has not had. The kernel's clocks are left alone: only the
-daemon's (and its children's) view of the wall clock moves.
+waits out its back-off, an hour forward while one is Starting, an hour back during a
+`reconcile drain --ttl` (docs/design.md, "Clock steps"). The back-off ends at once instead
+of an hour later; the Starting engine is not killed for a deadline it has not had; the
+drain ends its ttl later by the boot clock. The kernel's clocks are left alone: only the
+daemon's (and its children's, and the CLI's) view of the wall clock moves.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 
+import faketime
 import pytest
 
 from controller.core.state import Phase, Record
+from controller.store.node import read_drain
 
 from .cluster import PYTHON, Cluster
 from .invariants import read_records
 
-FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 WAIT = 90.0  # seconds any one step may take on a loaded box: far below the hour stepped
-# libfaketime 0.9.10 answers EINVAL to clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME),
-# which Python 3.11's time.sleep calls: this shim, preloaded first, makes the real call
-# (the monotonic clock is not faked here).
-SHIM = r"""
-#define _GNU_SOURCE
-#include <errno.h>
-#include <time.h>
-#include <unistd.h>
-#include <sys/syscall.h>
-int clock_nanosleep(clockid_t c, int flags, const struct timespec *t, struct timespec *r) {
-    return syscall(SYS_clock_nanosleep, c, flags, t, r) == 0 ? 0 : errno;
-}
-"""
+DRAIN_TTL = 4.0  # seconds: `reconcile drain --ttl 4s`, stepped an hour back at once
 
 
 @pytest.fixture(scope="module")
 def preload(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if not FAKETIME.exists():
-        pytest.skip(f"libfaketime is not installed ({FAKETIME}): apt-get install libfaketime")
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler for the clock_nanosleep shim libfaketime needs here")
-    folder = tmp_path_factory.mktemp("faketime")
-    (folder / "shim.c").write_text(SHIM)
-    shim = folder / "shim.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(shim), str(folder / "shim.c")], check=True)
-    return f"{shim}:{FAKETIME}"
+    return faketime.preload(tmp_path_factory.mktemp("faketime"))
 
 
 def _until(what: str, cluster: Cluster, check: Callable[[dict[str, Record]], bool]) -> None:
@@ -63,15 +41,7 @@ def _until(what: str, cluster: Cluster, check: Callable[[dict[str, Record]], boo
 
 def test_a_stepped_wall_clock_neither_kills_nor_strands(cluster: Cluster, preload: str) -> None:
     clock = cluster.tmp / "clock"
-    clock.write_text("+0\n")
-    cluster.env.update(
-        LD_PRELOAD=preload,
-        FAKETIME_TIMESTAMP_FILE=str(clock),
-        FAKETIME_NO_CACHE="1",  # the file is re-read at every call (a cache timed on the
-        # faked clock outlives a step back: the next step was never read)
-        FAKETIME_DONT_FAKE_MONOTONIC="1",  # timers keep real time: only the wall clock steps
-        NO_FAKE_STAT="1",  # file times stay real
-    )
+    cluster.env.update(faketime.env(preload, clock))
     crash = [PYTHON, "-S", "-I", "-c", "raise SystemExit(3)"]
     cluster.write("crash", command=crash)
     cluster.write("slow", readiness={"httpGet": {}, "deadlineSeconds": 60, "periodSeconds": 0.2})
@@ -100,6 +70,31 @@ def test_a_stepped_wall_clock_neither_kills_nor_strands(cluster: Cluster, preloa
     assert witness.started_at - slow.started_at > timedelta(minutes=50)  # the step took
     assert now_slow.phase is Phase.STARTING, now_slow
     assert now_slow.ref == slow.ref and now_slow.restarts == slow.restarts, now_slow
+    assert daemon.poll() is None, cluster.stderr(daemon)[-3000:]
+    assert "Traceback" not in cluster.stderr(daemon)
+
+
+def test_a_drain_ends_its_ttl_later_by_the_boot_clock_though_the_clock_went_back(
+    cluster: Cluster, preload: str
+) -> None:
+    """`reconcile drain --ttl 4s`, then the wall clock an hour back: the node is drained
+    4 s by the boot clock, not an hour and 4 s."""
+    clock = cluster.tmp / "clock"
+    cluster.env.update(faketime.env(preload, clock))
+    daemon = cluster.start("--resync", "1s")
+    asked = time.monotonic()
+    drained = cluster.run("drain", "--ttl", f"{DRAIN_TTL:g}s", "--reason", "clock test")
+    assert drained.code == 0, drained
+    clock.write_text("-1h\n")
+    assert time.monotonic() - asked < DRAIN_TTL  # stepped while drained
+    cluster.write("late")  # held back while drained, started once the drain ends
+    _until("late ready", cluster, lambda r: _ready(r.get("late")))
+    took = time.monotonic() - asked
+    assert took >= DRAIN_TTL, took  # the drain held it for its whole ttl ...
+    assert took < DRAIN_TTL + 30, took  # ... and no longer (an hour, on the wall clock)
+    drain, late = read_drain(cluster.state), read_records(cluster.state)[0]["late"]
+    assert drain is not None and late.started_at is not None
+    assert late.started_at + timedelta(minutes=50) < drain.until  # the step took
     assert daemon.poll() is None, cluster.stderr(daemon)[-3000:]
     assert "Traceback" not in cluster.stderr(daemon)
 

@@ -1,0 +1,53 @@
+"""An OnDemand engine's idleTimeout counts on the boot clock: a real daemon and gateway
+whose wall clock steps an hour forward (libfaketime) right after a request park nothing
+early; the engine parks its idleTimeout after that request, as it would unstepped
+(docs/design.md, "Clock steps")."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+import faketime
+import pytest
+
+IDLE = 15.0  # seconds: the engine's idleTimeout
+
+
+@pytest.fixture(scope="module")
+def preload(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return faketime.preload(tmp_path_factory.mktemp("faketime"))
+
+
+def test_a_forward_step_parks_no_on_demand_engine(
+    reconcile: Any, gateway: Any, preload: str
+) -> None:
+    clock = reconcile.tmp / "clock"
+    reconcile.env.update(faketime.env(preload, clock))  # the daemon, its gateway, the CLI
+    reconcile.write("lazy", activation="OnDemand", idleTimeout=f"{IDLE:g}s")
+    g = gateway()
+    g.wait_phase("lazy", "Idle")
+    assert g.post("lazy").status == 200
+    answered = time.monotonic()
+    g.wait_phase("lazy", "Ready", timeout=10)
+    before = reconcile.record("lazy")
+    clock.write_text("+1h\n")
+    reconcile.write("witness")  # Ready once the daemon has run passes on the new clock
+    g.wait_phase("witness", "Ready")
+    assert time.monotonic() - answered < IDLE  # the passes came within its idleTimeout
+    lazy, witness = reconcile.record("lazy"), reconcile.record("witness")
+    assert lazy is not None and witness is not None and before is not None
+    assert lazy["phase"] == "Ready", lazy
+    assert lazy["ref"] == before["ref"], (lazy, before)  # the same engine, never parked
+    stepped = _at(witness["started_at"]) - _at(lazy["started_at"])
+    assert stepped > timedelta(minutes=50), stepped  # the step took
+
+    # Parked its idleTimeout after the request by the boot clock: the daemon's timer too.
+    g.wait_phase("lazy", "Idle", timeout=IDLE + 30)
+    assert time.monotonic() - answered >= IDLE - 1  # the request ended just before `answered`
+    g.finish()
+
+
+def _at(value: str) -> datetime:
+    return datetime.fromisoformat(value)
