@@ -57,11 +57,16 @@ class Puller(Protocol):
     """Where a spec.source is pulled, as the pass sees it (DESIGN.md "Model files").
 
     A pull holds no device and no port; it outlives the pass that started it, and the
-    next pass finds it again by cache key. The planner reads only :meth:`observe`.
+    next pass finds it again by cache key. The planner reads only :meth:`observe`, a
+    pure read (``reconcile plan``); the pass then calls :meth:`settle` to keep what it saw.
     """
 
     def observe(self) -> dict[str, PullView]:
         """Each cache key known here: cached, being pulled (with progress), failed."""
+        ...
+
+    def settle(self) -> None:
+        """Write down what the last :meth:`observe` saw (a pass's act side, never plan)."""
         ...
 
     def start(self, entry: Entry, waiting: tuple[str, ...]) -> str:

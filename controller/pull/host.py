@@ -30,6 +30,9 @@ class HostPuller:
         running = frozenset(launch.running(self.cache))
         return modelcache.look_all(self.cache, running)
 
+    def settle(self) -> None:
+        """Nothing to keep: the pull processes write their own results here."""
+
     def start(self, entry: Entry, waiting: tuple[str, ...]) -> str:
         source = entry.deployment.spec.source
         assert source is not None

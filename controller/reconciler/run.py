@@ -231,6 +231,7 @@ class Reconciler(Preview):
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
         self.device_watch.look()  # before the records: a fault seen now moves them now
         seen = super().observe(probe=probe)
+        self.puller.settle()  # what plan only reads: noted under the pass lock
         self.device_watch.measure(seen[0], self.config.node)  # the next round plans with it
         self.maker.inventory = self.inventory  # moved with a cluster's nodes (Preview.observe)
         return seen

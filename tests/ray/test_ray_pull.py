@@ -19,6 +19,7 @@ from modelservers import FileServer, HubServer, serving
 from procs import alive, wait_for
 from rayhelp import ours, ray, ray_engines
 
+from controller.backends.ray import pullactor
 from controller.store import modelcache
 
 GPU = {"count": 1, "kind": "nvidia"}
@@ -198,6 +199,62 @@ def test_a_start_the_holding_node_has_no_room_for_pulls_to_a_node_that_has(
     assert waited and "pulling them to node" in waited[0]["error"], events
     assert any(e["action"] == "pull" and e["outcome"] == "done" for e in events), events
     assert not pull_actors()
+
+
+def node_entry(actor: dict[str, str], key: str) -> Path:
+    """The key's entry in the node's cache (the nodes of this cluster share /tmp)."""
+    return pullactor.node_cache(actor["namespace"].removesuffix("-pulls")) / key
+
+
+def test_plan_leaves_a_done_pull_as_it_was_and_the_next_pass_settles_it(rc: Reconcile) -> None:
+    data = os.urandom(MiB)
+    digest = hashlib.sha256(data).hexdigest()
+    key = f"sha256-{digest}"
+    with serving({"tiny.gguf": data}) as server:
+        rc.write(
+            "p",
+            command=MODEL,
+            devices=GPU,
+            source={"url": server.url("tiny.gguf"), "sha256": digest},
+        )
+        rc.once()  # starts the pull
+        (actor,) = pull_actors()
+        rc.node_entries.add(node_entry(actor, key))
+        wait_for(lambda: the_pull()[1].path is not None, timeout=60, what="the pull done")
+        note = modelcache.cache_root(rc.state) / key / "nodes.json"
+        before = note.read_bytes()
+        rc("plan", check=2)  # 2: a change to make; plan computes it and writes nothing
+        assert note.read_bytes() == before
+        assert pull_actors() == [actor], "plan ends no actor"
+        rc.converge(timeout="120s")  # the next pass notes the copy and ends the actor
+    assert rc.status("p")["p"]["phase"] == "Ready"
+    assert note.read_bytes() != before and not pull_actors()
+
+
+def test_a_pull_failing_again_on_ray_makes_once_exit_1(rc: Reconcile) -> None:
+    """The count of failures in a row is this host's: the retry's actor (here with a
+    cache that lost the last result, as another node's has none) goes on from it."""
+    data = os.urandom(MiB)
+    right, wrong = hashlib.sha256(data).hexdigest(), "0" * 64
+    with serving({"tiny.gguf": data}) as server:
+        rc.write(
+            "w",
+            command=MODEL,
+            devices=GPU,
+            source={"url": server.url("tiny.gguf"), "sha256": wrong},
+        )
+        rc.once()  # starts the pull
+        (actor,) = pull_actors()
+        entry = node_entry(actor, f"sha256-{wrong}")
+        rc.node_entries.add(entry)
+        wait_for(lambda: the_pull()[1].view.failure is not None, timeout=60, what="a failure")
+        rc.once()  # one failure: noted, retried after its back-off (exit 0)
+        (entry / "result.json").unlink()  # the retry's cache knows of no failure before
+        again = wait_for(
+            lambda: (r := rc.once(check=None)).code == 1 and r, timeout=90, what="exit 1"
+        )
+    assert "w: its pull keeps failing (2 attempts in a row" in again.err, again.err
+    assert right in again.err and wrong in again.err, again.err
 
 
 def test_a_model_file_gone_from_its_node_is_pulled_again(rc: Reconcile) -> None:

@@ -16,6 +16,7 @@ pins the engine's actor to a node in the note (:meth:`RayPuller.holders`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import uuid
 from datetime import datetime
@@ -28,7 +29,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from controller.backends.ray import cluster
 from controller.backends.ray.pullactor import ModelPull, PullAnswer
-from controller.core.pulls import PullView
+from controller.core.pulls import PullFailure, PullView
 from controller.core.specs import Entry
 from controller.logsetup import get_logger
 from controller.pull.job import Job
@@ -53,33 +54,75 @@ class RayPuller:
         self.state_dir = state_dir
         self.stall_seconds = stall_seconds
         self.journal = Journal(state_dir)
+        # The last observe's answers (key -> actor, answer), for settle.
+        self._answers: dict[str, tuple[Any, PullAnswer]] = {}
 
     # -- the planner's view ---------------------------------------------------------------
 
     def observe(self) -> dict[str, PullView]:
+        """A pure read (``reconcile plan`` writes nothing): the actors' answers are kept
+        for :meth:`settle`, which the pass calls on its act side."""
         live = {n.node_id for n in cluster.nodes()}
         answers, silent = self._ask()
+        self._answers = answers
         views: dict[str, PullView] = {}
+        for key, (_, answer) in answers.items():
+            if answer.path is not None:
+                if answer.node_id in live:  # done: the note will say so (settle)
+                    views[key] = PullView(key=key, cached=True)
+                continue
+            views[key] = self._counted(CacheEntry.of(self.cache, key).nodes(), answer.view)
+        for entry in modelcache.entries(self.cache):
+            key = entry.key
+            if key in views:
+                continue
+            note = entry.nodes()
+            if _held(entry, live):
+                views[key] = PullView(key=key, cached=True)
+            elif key in silent:  # Ray is restarting its actor (killed, its node busy)
+                seen = PullView(key=key, running=True, progress=entry.progress())
+                views[key] = self._counted(note, seen)
+            elif note.get("pulling") or note.get("failure"):  # gone: resumed; failed: ended
+                views[key] = self._counted(note, PullView(key=key, progress=entry.progress()))
+        return views
+
+    def settle(self) -> None:
+        """The act side of :meth:`observe`: a done pull's copy is noted and its actor
+        ended; a failure is journalled (and counted); the node's progress kept here."""
+        answers, self._answers = self._answers, {}
         for key, (actor, answer) in answers.items():
             entry = CacheEntry.of(self.cache, key)
             if answer.path is not None:
                 self._noted(entry, answer)
                 ray.kill(actor, no_restart=True)  # its copy is noted: the actor's work is done
                 continue
-            self._failed(entry, answer)
             if answer.view.progress is not None:  # for status, describe and --wait's bar
                 entry.ensure()
                 entry.write_progress(answer.view.progress)
-            views[key] = answer.view
-        for entry in modelcache.entries(self.cache):
-            key = entry.key
-            if _held(entry, live):
-                views[key] = PullView(key=key, cached=True)
-            elif key in silent:  # Ray is restarting its actor (killed, its node busy)
-                views[key] = PullView(key=key, running=True, progress=entry.progress())
-            elif key not in views and entry.nodes().get("pulling"):
-                views[key] = PullView(key=key, progress=entry.progress())  # gone: resumed
-        return views
+            if self._failed(entry, answer):
+                ray.kill(actor, no_restart=True)  # its failure is noted: the retry's is new
+
+    def _counted(self, note: dict[str, Any], view: PullView) -> PullView:
+        """The view with the failures in a row as this host counts them (the note keeps
+        the last one, as a local pull's ``result.json`` does): an ended failed actor's
+        failure stays the key's until a retry's own outcome replaces it, and a retry's
+        actor that knows of none before (another node's cache) goes on from the count."""
+        kept = note.get("failure")
+        noted = PullFailure.from_json(kept) if isinstance(kept, dict) else None
+        failure = view.failure
+        if view.cached or noted is None:
+            return view
+        if failure is None or failure.at < noted.at:  # a retry under way, the actor ended
+            return dataclasses.replace(view, failure=noted)
+        if failure.at == noted.at:
+            attempts = max(failure.attempts, noted.attempts)
+        elif failure.attempts > noted.attempts:  # counted on its node, from its last result
+            return view
+        else:  # a failure not counted yet: the one after those noted
+            attempts = noted.attempts + 1
+        if attempts == failure.attempts:
+            return view
+        return dataclasses.replace(view, failure=dataclasses.replace(failure, attempts=attempts))
 
     def _ask(self) -> tuple[dict[str, tuple[Any, PullAnswer]], set[str]]:
         """Each key's pull actor and its answer; the keys whose actor did not answer."""
@@ -118,23 +161,26 @@ class RayPuller:
             "bytes": answer.bytes,
             "at": utcnow().isoformat(),
         }
-        entry.write_nodes({**note, "held": held, "pulling": None})
+        entry.write_nodes({**note, "held": held, "pulling": None, "failure": None})
         if first:
             for name in answer.deployments:
                 self.journal.append(
                     name, "pull", f"on node {answer.node_id[:12]}", "done", sha256=answer.sha256
                 )
 
-    def _failed(self, entry: CacheEntry, answer: PullAnswer) -> None:
-        """A failure the journal has not heard of yet (each attempt's once)."""
-        failure = answer.view.failure
-        if failure is None or answer.view.running:
-            return
+    def _failed(self, entry: CacheEntry, answer: PullAnswer) -> bool:
+        """Note a failed pull (its failure and the count in a row) and journal it (each
+        attempt's once); True: it failed and is noted, its actor may end."""
+        if answer.view.running or answer.view.failure is None:
+            return False
         note = entry.nodes()
-        at = failure.at.isoformat()
-        if note.get("failed_at") == at:
-            return
-        entry.write_nodes({**note, "failed_at": at})
+        failure = self._counted(note, answer.view).failure
+        assert failure is not None
+        kept = note.get("failure")
+        if isinstance(kept, dict) and kept.get("at") == failure.at.isoformat():
+            return True
+        entry.ensure()
+        entry.write_nodes({**note, "failure": _failure_json(failure)})
         for name in answer.deployments:
             self.journal.append(
                 name,
@@ -144,6 +190,7 @@ class RayPuller:
                 error=failure.message,
                 attempts=failure.attempts,
             )
+        return True
 
     # -- starting a pull --------------------------------------------------------------------
 
@@ -237,6 +284,15 @@ class RayPuller:
 def _hub_env() -> dict[str, Any] | None:
     env = {k: v for k in HUB_ENV if (v := os.environ.get(k))}
     return {"env_vars": env} if env else None
+
+
+def _failure_json(failure: PullFailure) -> dict[str, Any]:
+    return {
+        "kind": failure.kind,
+        "message": failure.message,
+        "at": failure.at.isoformat(),
+        "attempts": failure.attempts,
+    }
 
 
 def _key(actor: str) -> str:
