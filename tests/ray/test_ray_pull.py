@@ -154,6 +154,7 @@ def test_a_killed_pull_is_resumed_where_it_stopped(rc: Reconcile) -> None:
     assert not pull_actors()
 
 
+@pytest.mark.slow  # ~20 s on Ray: the default run's budget
 def test_a_hub_source_is_pulled_on_the_node_with_this_hosts_endpoint(rc: Reconcile) -> None:
     """HF_ENDPOINT set where reconcile runs reaches the node's pull (the nodes of this
     cluster were started without it)."""
@@ -172,6 +173,7 @@ def test_a_hub_source_is_pulled_on_the_node_with_this_hosts_endpoint(rc: Reconci
     assert not pull_actors()
 
 
+@pytest.mark.slow  # ~20 s on Ray: the default run's budget
 def test_a_start_the_holding_node_has_no_room_for_pulls_to_a_node_that_has(
     rc: Reconcile,
 ) -> None:
@@ -257,6 +259,7 @@ def test_a_pull_failing_again_on_ray_makes_once_exit_1(rc: Reconcile) -> None:
     assert right in again.err and wrong in again.err, again.err
 
 
+@pytest.mark.slow  # ~20 s on Ray: the default run's budget
 def test_a_model_file_gone_from_its_node_is_pulled_again(rc: Reconcile) -> None:
     data = os.urandom(MiB)
     digest = hashlib.sha256(data).hexdigest()
