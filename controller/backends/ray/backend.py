@@ -160,13 +160,8 @@ class RayBackend:
         holders = self._puller.holders(source.key)
         if not holders:
             raise Unplaceable(f"the model files of {name} are on no live Ray node: pulled again")
-        deployment = base_name(name)
         with self._placing:
-            taken = Counter(
-                node
-                for other, node in self._nodes.items()
-                if base_name(other) == deployment and other != name
-            )
+            taken = self._siblings(name)
             live = cluster.nodes()
             fits = [n for n in live if n.node_id in holders and n.free_gpus >= count]
             if fits:
@@ -198,6 +193,16 @@ class RayBackend:
             f"node {naming.short(node.node_id)}"
         )
 
+    def _siblings(self, name: str) -> Counter[str]:
+        """Node id -> how many other instances of ``name``'s deployment it runs (call
+        under ``_placing``)."""
+        deployment = base_name(name)
+        return Counter(
+            node
+            for other, node in self._nodes.items()
+            if base_name(other) == deployment and other != name
+        )
+
     def _strategy(self, name: str, spec: DeploymentSpec) -> Any:
         """Where Ray should put the actor of record ``name``.
 
@@ -207,13 +212,8 @@ class RayBackend:
         it after all, Ray places it anywhere. One replica: Ray's default packing."""
         if spec.replicas <= 1 and spec.autoscale is None:
             return "DEFAULT"
-        deployment = base_name(name)
         with self._placing:
-            taken = Counter(
-                node
-                for other, node in self._nodes.items()
-                if base_name(other) == deployment and other != name
-            )
+            taken = self._siblings(name)
             fits = [n for n in cluster.nodes() if n.free_gpus >= spec.devices.count]
             if not fits:
                 return "SPREAD"
