@@ -12,7 +12,7 @@ from typing import Any
 import faketime
 import pytest
 
-IDLE = 15.0  # seconds: the engine's idleTimeout
+IDLE = 30.0  # seconds: the engine's idleTimeout (room for the passes below on a loaded box)
 
 
 @pytest.fixture(scope="module")
