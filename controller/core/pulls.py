@@ -92,6 +92,14 @@ class PullFailure:
     at: datetime
     attempts: int  # failures in a row: the back-off's count
 
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "at": self.at.isoformat(),
+            "attempts": self.attempts,
+        }
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PullFailure | None:
         kind = data.get("kind")

@@ -180,7 +180,7 @@ class RayPuller:
         if isinstance(kept, dict) and kept.get("at") == failure.at.isoformat():
             return True
         entry.ensure()
-        entry.write_nodes({**note, "failure": _failure_json(failure)})
+        entry.write_nodes({**note, "failure": failure.as_json()})
         for name in answer.deployments:
             self.journal.append(
                 name,
@@ -284,15 +284,6 @@ class RayPuller:
 def _hub_env() -> dict[str, Any] | None:
     env = {k: v for k in HUB_ENV if (v := os.environ.get(k))}
     return {"env_vars": env} if env else None
-
-
-def _failure_json(failure: PullFailure) -> dict[str, Any]:
-    return {
-        "kind": failure.kind,
-        "message": failure.message,
-        "at": failure.at.isoformat(),
-        "attempts": failure.attempts,
-    }
 
 
 def _key(actor: str) -> str:
