@@ -280,7 +280,7 @@ def test_unknown_version_is_an_error_that_says_how_to_recover(store: RecordStore
     snap = store.load()
     assert "web" not in snap.records
     (problem,) = snap.problems
-    assert "has version 99; this reconcile understands versions 1, 2" in problem.message
+    assert "has version 99; this reconcile understands versions 1, 2, 3" in problem.message
     assert "Run the reconcile that wrote it, or stop its engine and move the file away" in (
         problem.message
     )
@@ -412,7 +412,7 @@ def test_every_field_is_checked_and_the_problem_named(change: dict[str, Any], wh
 
 @pytest.mark.parametrize(
     ("raw", "why"),
-    [(b"[]", "version: None is not one of [1, 2]"), (b"{", "not valid JSON")],
+    [(b"[]", "version: None is not one of [1, 2, 3]"), (b"{", "not valid JSON")],
 )
 def test_from_json_refuses_what_is_no_record(raw: bytes, why: str) -> None:
     with pytest.raises(RecordInvalid, match=re.escape(why)):

@@ -88,9 +88,11 @@ def decide(policy: Autoscale, scale: Scale, load: Load, ready: int, now: float) 
 
 def _lower(policy: Autoscale, scale: Scale, wants: int, load: Load, now: float) -> Decision:
     """Fewer replicas would do: only after ``scaleDownDelay`` of it."""
-    if scale.low_since is None:
-        return Decision(replace(scale, low_since=now, low_wants=wants))
-    most = max(scale.low_wants, wants)
+    most = wants if scale.low_since is None else max(scale.low_wants, wants)
+    if scale.low_since is None or scale.low_since > now:
+        # It starts now; or it started "in the future", so the wall clock has gone back
+        # since: the delay starts again from now, never an hour longer.
+        return Decision(replace(scale, low_since=now, low_wants=most))
     if now - scale.low_since < policy.scale_down_delay:
         return Decision(replace(scale, low_wants=most))
     delay = f"{policy.scale_down_delay:g}s"

@@ -38,3 +38,26 @@ def elapsed(now: datetime, at: datetime, clock: BootClock | None, stamp: BootClo
     if stamp.boot_id == clock.boot_id:
         return max(0.0, clock.seconds - stamp.seconds)
     return max(wall, clock.seconds)
+
+
+def later(
+    at: datetime,
+    stamp: BootClock | None,
+    than: datetime,
+    than_stamp: BootClock | None,
+    clock: BootClock | None,
+) -> bool:
+    """Did the event at ``at`` (``stamp``) come after the one at ``than`` (``than_stamp``)?
+
+    * both stamped in one boot: their boot-clock readings, whatever the wall clock did
+      between them (an hour's step back does not put a request before the park it
+      follows);
+    * stamped in two boots, one of them this boot (``clock``): that one is the later;
+    * else the wall clock.
+    """
+    if stamp is not None and than_stamp is not None:
+        if stamp.boot_id == than_stamp.boot_id:
+            return stamp.seconds > than_stamp.seconds
+        if clock is not None and clock.boot_id in (stamp.boot_id, than_stamp.boot_id):
+            return stamp.boot_id == clock.boot_id
+    return at > than

@@ -20,7 +20,10 @@ from controller.core.pulls import PullView
 # 2: the rendered facts (activation, idle_timeout, ready_deadline_seconds, models,
 # device_count) are fields, and the spec document is ``stored_spec``. Version 1 files are
 # still read: their facts are derived from their spec (store/recordjson.py).
-VERSION = 2
+# 3: ``ready_boot`` and ``idle_boot``, the boot clock beside ``ready_at`` and ``idle_since``,
+# so a wall-clock step neither delays a wake nor skips the back-off's reset (docs/design.md,
+# "Clock steps"). Version 2 files are still read (without them: the wall clock decides).
+VERSION = 3
 START_TIME_TOLERANCE = 0.05  # seconds; a start time is exact to a clock tick
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT
 
@@ -172,12 +175,14 @@ class Record:
     started_at: datetime | None = None
     ready_deadline_at: datetime | None = None
     ready_at: datetime | None = None
+    ready_boot: BootClock | None = None  # the boot clock at ``ready_at`` (None: unknown)
     restarts: int = 0
     backoff_until: datetime | None = None
     last_exit: ExitInfo | None = None
     revision: str | None = None
     message: str = ""
     idle_since: datetime | None = None  # Idle: parked then; a request after it starts it
+    idle_boot: BootClock | None = None  # the boot clock at ``idle_since`` (None: unknown)
     # the manifest's metadata.labels: `-l key=value` selects on them
     labels: dict[str, str] = field(default_factory=dict)
 

@@ -115,5 +115,11 @@ def _waits(act: Activation | None, at_zero: Scale, now: float) -> bool:
     went to zero within the last window (an activation left from long ago wakes nothing)."""
     if act is None:
         return False
+    if act.inflight > 0:
+        return True
     last = act.last_request_at.timestamp()
-    return act.inflight > 0 or (last > at_zero.changed_at and now - last < WINDOW)
+    # A change "in the future" is one the wall clock has since gone back past: the wall
+    # cannot order it against a request, so a request of the last window wakes it (one
+    # from before the step lies in the future too, and is no request of the window).
+    since = last > at_zero.changed_at or at_zero.changed_at > now
+    return since and abs(now - last) < WINDOW  # either side: a gateway stamps after `now`

@@ -260,6 +260,7 @@ class Executor:
             restarts=action.restarts,
             backoff_until=None,
             ready_at=None,
+            ready_boot=None,
             liveness_failures=0,
         )
         self.store.write(fresh)
@@ -331,6 +332,7 @@ class Executor:
             extra_ports=(),
             started_at=None,
             ready_at=None,
+            ready_boot=None,
             ready_deadline_at=None,
             backoff_until=None,
             message=action.reason,
@@ -401,7 +403,8 @@ class Executor:
             return False
         started = rec.started_at or self.now()
         took = (self.now() - started).total_seconds()
-        self.store.write(replace(rec, phase=Phase.READY, ready_at=self.now(), message=""))
+        at, boot = self.now(), self.maker.boot()
+        self.store.write(replace(rec, phase=Phase.READY, ready_at=at, ready_boot=boot, message=""))
         self.event(action.name, "ready", action.reason, f"ready after {took:.1f}s")
         return True
 
@@ -441,7 +444,9 @@ class Executor:
             ref=rec.ref if now.ref is None else now.ref,
         )
         if now.ref is None or action.restarted:
-            moved = replace(moved, phase=Phase.STARTING, ready_at=None, liveness_failures=0)
+            moved = replace(
+                moved, phase=Phase.STARTING, ready_at=None, ready_boot=None, liveness_failures=0
+            )
         if action.restarted:
             window = _deadline_window(rec)
             deadline = at + window if window is not None else None

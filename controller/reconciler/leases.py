@@ -11,10 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from controller.core.elapsed import BootClock
 from controller.core.inventory import Device, Inventory
 from controller.core.render import Rendered, deadline_of, render
 from controller.core.specs import Entry, routable_names, spec_document
 from controller.core.state import Phase, ProcessRef, Record
+from controller.host import bootclock
 from controller.store.records import RecordStore
 
 
@@ -41,6 +43,11 @@ class RecordMaker:
 
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+    def boot(self) -> BootClock | None:
+        """The boot clock, stamped beside a wall-clock time a later pass compares (a step
+        of the wall clock does not move it: core/elapsed.py)."""
+        return bootclock.read()
 
     def reservation(
         self,
@@ -122,7 +129,7 @@ class RecordMaker:
     def idle(self, entry: Entry, reason: str, *, name: str | None = None) -> Record:
         """Parked (OnDemand, or scaled to 0): no engine, no device, no port (phase Idle)."""
         pending = self.pending(entry, reason, name=name)
-        return replace(pending, phase=Phase.IDLE, idle_since=self.now())
+        return replace(pending, phase=Phase.IDLE, idle_since=self.now(), idle_boot=self.boot())
 
     def render(
         self,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
+from controller.core.elapsed import BootClock
 from controller.core.engines import RecipeError, readiness_deadline
 from controller.core.names import model_names
 from controller.core.state import VERSION, ExitInfo, Phase, ProbeConfig, ProcessRef, Record
@@ -204,8 +205,8 @@ def _device_uuids(f: Fields) -> tuple[str | None, ...]:
     return tuple(u if isinstance(u, str) else None for u in uuids)
 
 
-def record_v2(data: object) -> Record:
-    """Version 2: every field of :class:`Record` as ``to_json`` writes it."""
+def record_v3(data: object) -> Record:
+    """Version 3: every field of :class:`Record` as ``to_json`` writes it."""
     f, b = Fields(data), _BLANK
     return f.build(
         lambda: Record(
@@ -248,15 +249,40 @@ def record_v2(data: object) -> Record:
             started_at=f.time("started_at"),
             ready_deadline_at=f.time("ready_deadline_at"),
             ready_at=f.time("ready_at"),
+            ready_boot=f.nested("ready_boot", _boot_clock),
             restarts=f.take("restarts", int, b.restarts),
             backoff_until=f.time("backoff_until"),
             last_exit=f.nested("last_exit", _exit_info),
             revision=f.maybe("revision", str),
             message=f.take("message", str, b.message),
             idle_since=f.time("idle_since"),
+            idle_boot=f.nested("idle_boot", _boot_clock),
             labels=_strings(f, "labels"),
         )
     )
+
+
+def _boot_clock(f: Fields) -> BootClock:
+    return f.build(
+        lambda: BootClock(boot_id=f.take("boot_id", str), seconds=f.take("seconds", float))
+    )
+
+
+# Fields version 3 added: a version-2 file holding one was not written by version 2.
+_ADDED_IN_V3 = ("ready_boot", "idle_boot")
+
+
+def record_v2(data: object) -> Record:
+    """Version 2: version 3 without the boot clock beside ``ready_at`` and ``idle_since``
+    (the wall clock judges them, as version 2 did)."""
+    _refuse(Fields(data), _ADDED_IN_V3)
+    return record_v3(data)
+
+
+def _refuse(f: Fields, added: tuple[str, ...]) -> None:
+    for key in added:
+        if key in f.data:
+            raise RecordInvalid(f"{key}: unknown field")
 
 
 def _version(f: Fields) -> int:
@@ -300,9 +326,7 @@ def record_v1(data: object) -> Record:
     (``readiness_deadline`` is the very function render uses), then read as version 2.
     """
     f = Fields(data)
-    for key in _ADDED_IN_V2:
-        if key in f.data:
-            raise RecordInvalid(f"{key}: unknown field")
+    _refuse(f, _ADDED_IN_V2 + _ADDED_IN_V3)
     upgraded = {k: v for k, v in f.data.items() if k != "spec"}
     spec = f.take("spec", dict, {})
     name = f.data.get("name")
@@ -336,4 +360,4 @@ def _facts(spec: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 # The record versions this reconcile reads; a file of another is left in place (records.py).
-READERS: dict[int, Callable[[object], Record]] = {1: record_v1, VERSION: record_v2}
+READERS: dict[int, Callable[[object], Record]] = {1: record_v1, 2: record_v2, VERSION: record_v3}

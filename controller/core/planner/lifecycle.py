@@ -18,6 +18,7 @@ from controller.core.actions import (
     Resync,
     Stop,
 )
+from controller.core.elapsed import elapsed
 from controller.core.planner.context import Context, Judged, Want
 from controller.core.specs import Entry
 from controller.core.state import Phase, Record, RecordView
@@ -100,7 +101,7 @@ def liveness(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
 def retry(ctx: Context, rec: Record, why: str, view: RecordView | None = None) -> Fail:
     """BackOff until the next restart is due (or Failed under restartPolicy Never)."""
     restarts = rec.restarts
-    if rec.ready_at is not None and (ctx.now - rec.ready_at).total_seconds() >= BACKOFF_RESET:
+    if _ready_for(ctx, rec) >= BACKOFF_RESET:
         restarts = 0  # it ran fine for 10 minutes: this crash counts as the first
     if rec.restart_policy == "Never":
         return Fail(name=rec.name, reason=f"{why}; restartPolicy Never", phase=Phase.FAILED)
@@ -114,6 +115,14 @@ def retry(ctx: Context, rec: Record, why: str, view: RecordView | None = None) -
         restarts=restarts,
         exit=view.exit if view else None,
     )
+
+
+def _ready_for(ctx: Context, rec: Record) -> float:
+    """Seconds since it was last Ready (0: not Ready since its start), on the boot clock
+    where the record has it: an hour's step back does not keep a crash counting on."""
+    if rec.ready_at is None:
+        return 0.0
+    return elapsed(ctx.now, rec.ready_at, ctx.observed.boot, rec.ready_boot)
 
 
 def past_deadline(ctx: Context, view: RecordView) -> bool:

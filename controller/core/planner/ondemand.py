@@ -5,6 +5,7 @@ idle engines of no higher priority are swapped out, least recently used first.
 from __future__ import annotations
 
 from controller.core.actions import AnyAction, Hold, Park
+from controller.core.elapsed import later
 from controller.core.inventory import Inventory
 from controller.core.planner.context import Context
 from controller.core.planner.ledger import PlanLedger
@@ -24,9 +25,12 @@ def parked(ctx: Context, entry: Entry, rec: Record | None) -> bool:
     act = ctx.desired.activations.get(entry.name)
     if act is None or act.released:  # released: unloaded, until the next request
         return True
-    since = rec.idle_since if rec is not None and rec.phase is Phase.IDLE else None
-    if since is not None and act.last_request_at <= since:
-        return True  # parked (idle or swapped out) after its last request
+    if rec is not None and rec.phase is Phase.IDLE and rec.idle_since is not None:
+        # The boot clock orders the two where both have it: after a step back a new
+        # request's wall time can be before the park's.
+        asked = (act.last_request_at, act.boot)
+        if not later(*asked, rec.idle_since, rec.idle_boot, ctx.observed.boot):
+            return True  # parked (idle or swapped out) after its last request
     # On the boot clock where the gateway stamped it: a wall-clock step parks nothing.
     return act.idle_for(ctx.now, ctx.observed.boot) >= spec.idle_timeout
 
