@@ -1,7 +1,8 @@
 """An OnDemand engine's idleTimeout counts on the boot clock: a real daemon and gateway
 whose wall clock steps an hour forward (libfaketime) right after a request park nothing
-early; the engine parks its idleTimeout after that request, as it would unstepped
-(docs/design.md, "Clock steps")."""
+early; the engine parks its idleTimeout after that request, as it would unstepped. And a
+step back after the park does not keep the next request from waking it, though that
+request's wall time is before the park's (docs/design.md, "Clock steps")."""
 
 from __future__ import annotations
 
@@ -46,6 +47,29 @@ def test_a_forward_step_parks_no_on_demand_engine(
     # Parked its idleTimeout after the request by the boot clock: the daemon's timer too.
     g.wait_phase("lazy", "Idle", timeout=IDLE + 30)
     assert time.monotonic() - answered >= IDLE - 1  # the request ended just before `answered`
+    g.finish()
+
+
+def test_a_request_after_a_step_back_wakes_a_parked_engine(
+    reconcile: Any, gateway: Any, preload: str
+) -> None:
+    clock = reconcile.tmp / "clock"
+    reconcile.env.update(faketime.env(preload, clock))
+    reconcile.write("lazy", activation="OnDemand", idleTimeout="2s")
+    g = gateway()
+    g.wait_phase("lazy", "Idle")
+    assert g.post("lazy").status == 200
+    g.wait_phase("lazy", "Ready", timeout=10)
+    g.wait_phase("lazy", "Idle", timeout=30)  # parked 2 s after the request
+    parked = reconcile.record("lazy")
+    assert parked is not None and parked["idle_boot"] is not None, parked
+    clock.write_text("-1h\n")
+    # Its wall time is an hour before the park's: by the boot clock it came after.
+    assert g.post("lazy").status == 200
+    g.wait_phase("lazy", "Ready", timeout=10)
+    woken = reconcile.record("lazy")
+    assert woken is not None, woken
+    assert _at(woken["started_at"]) < _at(parked["idle_since"]), (woken, parked)  # the step
     g.finish()
 
 
