@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from clients import Loop
+from procs import wait_for
 
 from controller.core.names import next_name
 from controller.failpoints import ROLLING_POINTS
@@ -64,8 +65,12 @@ def test_rolling_update_fails_no_request(reconcile: Any, gateway: Any) -> None:
     assert reconcile.pids() == {new_pid}  # no old engine left, no stray `@next`
     record = reconcile.record("roll")
     assert record is not None and record["devices"] == ["nvidia:1"]  # its own device
-    actions = [e["action"] for e in reconcile.events("roll")]
-    assert "promote" in actions, actions
+
+    # The promotion's event follows its rename: the old engine can be gone just before.
+    def promoted() -> bool:
+        return "promote" in [e["action"] for e in reconcile.events("roll")]
+
+    wait_for(promoted, what="the promote event")
     g.finish()
 
 
