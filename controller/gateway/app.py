@@ -21,10 +21,10 @@ import aiohttp
 from aiohttp import web
 
 from controller.errors import ConfigError
+from controller.gateway import enginesock
 from controller.gateway import keys as keys_mod
 from controller.gateway.activation import Demand
 from controller.gateway.ejections import recorder
-from controller.gateway.enginesock import engine_socket
 from controller.gateway.fastloop import new_loop
 from controller.gateway.handover import bind
 from controller.gateway.health import Health
@@ -174,9 +174,9 @@ class Gateway:
         connections = self._connections = Connections(connection_cap())
         # As many engine connections as client ones: together they stay under the fd limit.
         connector = aiohttp.TCPConnector(
-            limit=connections.cap, ttl_dns_cache=300, socket_factory=engine_socket
+            limit=connections.cap, ttl_dns_cache=300, socket_factory=enginesock.engine_socket
         )
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=enginesock.CONNECT_TIMEOUT)
         session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
         self.front = Front(
             table=Table(health=Health(notify=recorder(s.state_dir, self.metrics))),

@@ -21,6 +21,9 @@ IDLE = 3  # seconds without traffic before the first probe
 INTERVAL = 1
 COUNT = 3
 USER_TIMEOUT_MS = 6000  # data unacknowledged this long: the host is gone
+# A new connection's SYN unanswered this long: the host is gone (proxy.py: UpstreamDown,
+# the request goes to another instance).
+CONNECT_TIMEOUT = 5.0
 
 
 def engine_socket(addr_info: tuple[Any, ...]) -> socket.socket:

@@ -53,7 +53,8 @@ ANSWERED = frozenset({"expect"})
 
 
 class UpstreamDown(Exception):
-    """The engine refused the connection before anything was sent: safe to retry."""
+    """The engine was not reached (refused, unreachable, or the connect timed out): nothing
+    was sent, so the request may go to another instance."""
 
 
 class UpstreamFailed(Exception):
@@ -119,6 +120,11 @@ async def forward(
         raise UpstreamFailed(str(exc), retry=False) from exc
     except aiohttp.ClientConnectorError as exc:
         raise UpstreamDown(str(exc)) from exc
+    except aiohttp.ServerTimeoutError as exc:
+        # The gateway's only timeout is the connect's (app.py: no read or total timeout),
+        # so this one is a host that never answered the SYN (a cut link): nothing was sent.
+        # Taken for a malformed answer below, it was a 502 with the other replica Ready.
+        raise UpstreamDown(_said(exc)) from exc
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
         raise UpstreamFailed(_said(exc), retry=True) from exc
     except aiohttp.ClientError as exc:  # a malformed answer: the engine did answer

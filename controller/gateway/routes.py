@@ -40,7 +40,7 @@ log = get_logger("reconcile")
 
 RETRY_AFTER = 5.0  # seconds a 503 or 429 asks the client to wait
 FIRST_PASS_WAIT = 30.0  # a daemon just started: its first pass says what exists
-CONNECT_RETRIES = 3  # an engine that refuses the connection: wait for a Ready one again
+CONNECT_RETRIES = 3  # an engine not reached (refused, connect timed out): wait for a Ready one
 BODY_TIMEOUT = 120.0  # seconds a client may take to send its body (a slow one holds a slot)
 ROUTED = "/v1/"  # what is forwarded lies under this...
 ROUTED_ALSO = frozenset({"/rerank"})  # ... and these (Jina/TEI/llama.cpp's rerank path)
@@ -262,11 +262,9 @@ class Front:
                     return target.deployment, answer
                 except UpstreamDown as exc:
                     why = str(exc)
-                    log.info(
-                        "engine refused the connection", deployment=target.deployment, error=why
-                    )
+                    log.info("engine not reached", deployment=target.deployment, error=why)
                     self.table.mark_down(target)
-            why = f"deployment {want.label!r}: its engine refused the connection; retry later"
+            why = f"deployment {want.label!r}: its engine could not be reached; retry later"
             return want.label, error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
         finally:
             for name in sleepers:

@@ -90,7 +90,11 @@ class Table:
         live = {r.nonce for r in self.records.values()}
         self._down.clear()
         self._retired &= live  # an instance still on record stays retired until it is gone
-        self._probed &= live
+        # A probe vouches for a Starting engine until the daemon has its say: once its
+        # record is in another phase it is dropped, so an engine that goes back to
+        # Starting (Ray restarting its actor on a lost node, same nonce, old address) is
+        # not routed to on the strength of a probe from before it was Ready.
+        self._probed &= {r.nonce for r in self.records.values() if r.phase is Phase.STARTING}
         self.health.forget(live)
         for gone in [n for n in self.served if n not in live]:
             del self.served[gone]  # only the tie-break reads it: a gone engine's is moot

@@ -85,6 +85,25 @@ def test_a_probed_starting_engine_is_routed_to_for_its_nonce_only() -> None:
     asyncio.run(check())
 
 
+def test_a_probe_from_before_ready_does_not_route_to_an_engine_back_to_starting() -> None:
+    # The namespace cluster's partition (tests/cluster): the gateway probed the engine while
+    # it started, the daemon recorded it Ready, then its host was cut and Ray restarted its
+    # actor: the record is Starting again, same nonce, the lost address. Routed there on
+    # the old probe, requests timed out connecting to the cut host (one was a 502).
+    async def check() -> None:
+        table = Table()
+        table.update([rec("m", "a", 8000, Phase.STARTING)])
+        table.probed_ready("a")
+        table.update([rec("m", "a", 8000)])
+        assert table.target("m") is not None
+        table.update([rec("m", "a", 8000, Phase.STARTING)])  # the backend restarting it
+        assert table.target("m") is None
+        table.probed_ready("a")  # a probe of the engine as it is now counts again
+        assert table.target("m") is not None
+
+    asyncio.run(check())
+
+
 def test_an_old_instance_probed_at_start_does_not_make_a_starting_next_routable() -> None:
     # The gateway probed the old instance while it was Starting (a young gateway), then
     # the deployment rolls: the `next` instance, still Starting, must get nothing yet.

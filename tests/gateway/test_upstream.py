@@ -5,6 +5,7 @@ of its answer; a stream cut mid-way ends with an error event the client reads.""
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from procs import free_ports
 
 from controller.core.names import next_name
 from controller.core.state import Phase, Record
+from controller.gateway import enginesock
 from controller.gateway.app import Gateway
 from controller.gateway.settings import Settings
 
@@ -130,3 +132,52 @@ def test_a_drop_before_any_answer_byte_is_retried_once_elsewhere(
     route(inproc, ready("m", "old2", rude.port), ready(next_name("m"), "new2", rude.port))
     upstream_error(exchange(inproc.settings.port, request("POST", "/v1/reset", BODY)))
     assert rude.hits("/v1/reset") == 3
+
+
+# -- a lost host: the connect is never answered ----------------------------------------------
+
+
+@pytest.fixture
+def black_hole() -> Iterator[int]:
+    """A port whose connects are never answered, as a host cut off: a listener that
+    accepts nothing, its queue full, so the kernel drops every further SYN."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    held = [listener, socket.create_connection(("127.0.0.1", port), timeout=1)]
+    try:
+        try:
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=0.3))
+        except TimeoutError:
+            pass  # the black hole: what the test needs
+        else:
+            pytest.skip("this kernel answers a connect to a full listen queue")
+        yield port
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_connect_that_times_out_is_retried_elsewhere(
+    reconcile: Any, black_hole: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cluster's partition (tests/cluster): a request that opens a new connection to
+    # the cut host's engine times out connecting. Nothing was sent, so it goes to the
+    # other Ready instance; it was answered 502 (a connect timeout is not a refusal to
+    # aiohttp, and was taken for an engine that had answered).
+    monkeypatch.setattr(enginesock, "CONNECT_TIMEOUT", 1.0)
+    good = Rude(reconcile, "good", "--always", "ok")
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    gateway = Gateway(Settings(host="127.0.0.1", port=free_ports(1), state_dir=reconcile.state))
+    gateway.start(lambda: None)
+    try:
+        # The lost one is the rolling update's new instance: the one a request goes to.
+        route(gateway, ready("m", "good", good.port), ready(next_name("m"), "lost", black_hole))
+        began = time.monotonic()
+        answer = exchange(gateway.settings.port, request("POST", "/v1/x", BODY), timeout=10)
+        assert answer.status == 200 and answer.json()["object"] == "ok", answer
+        assert good.hits("/v1/x") == 1
+        assert time.monotonic() - began >= 1.0  # it did wait for the lost one's connect
+    finally:
+        gateway.stop()
