@@ -53,6 +53,21 @@ NO_MANIFESTS = frozenset(
 )
 TIMING = bool(os.environ.get("RECONCILE_TEST_TIMING"))  # print each CLI call's duration (-s)
 
+# `scripts/test` runs the suite on two workers (pytest-xdist, `--dist loadgroup`; most
+# tests wait on processes, not the CPU). A file stays on one worker, so its module
+# fixtures are built once. The Ray tests and the namespace cluster share one worker, one
+# after the other: each checks at teardown that no Ray engine outlived its cluster, and
+# the namespace cluster holds fixed namespace names and ports.
+ONE_WORKER = {"ray": "ray", "cluster": "ray"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        top = item.path.relative_to(REPO / "tests").parts[0]
+        group = ONE_WORKER.get(top, item.nodeid.split("::")[0])
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 # The machine is noisy (2 cores, other suites running): no per-example deadlines.
 settings.register_profile("reconcile", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reconcile"))
