@@ -29,6 +29,7 @@ from controller.gateway.fastloop import new_loop
 from controller.gateway.handover import bind
 from controller.gateway.health import Health
 from controller.gateway.limits import Limiter
+from controller.gateway.listener import close_listener
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.quiet import Throttle, install
 from controller.gateway.routes import Front
@@ -210,7 +211,7 @@ class Gateway:
 
     async def _stop_listening(self) -> None:
         if self._listener is not None:
-            self._listener.close()
+            await close_listener(self._listener)
 
     async def _close(self) -> None:
         await self._stop_listening()
