@@ -18,7 +18,18 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.api import ObservedWatch
 
@@ -45,6 +56,21 @@ COMINGS_AND_GOINGS = frozenset({"created", "deleted", "moved"})
 # into place, it is whole; created or modified, still being written; deleted (or renamed
 # away), gone. A folder itself coming or going waits like a deletion.
 KIND = {"closed": "settled", "moved": "settled", "created": "writing", "modified": "writing"}
+# What the kernel is asked for (the inotify mask): the events above and no others. A read
+# of any file in a watched folder, or in the folder above, is an open and a close
+# without a write: every one of them would wake the watch thread for nothing, and a
+# folder above that is read all the time (a home directory; a clock file libfaketime
+# re-reads at every call) overflowed the kernel's queue and starved the daemon.
+WATCHED_EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+]
 
 
 def is_manifest_name(name: str) -> bool:
@@ -138,7 +164,9 @@ class FolderWatch:
         for path, ident in wanted.items():
             if path not in self._watches:
                 with contextlib.suppress(OSError):  # gone again meanwhile: next rearm
-                    watch = self._observer.schedule(self._handler, str(path), recursive=False)
+                    watch = self._observer.schedule(
+                        self._handler, str(path), recursive=False, event_filter=WATCHED_EVENTS
+                    )
                     self._watches[path] = (ident, watch)
 
     @property

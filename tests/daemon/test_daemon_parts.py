@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from procs import wait_for
 from watchdog.events import (
     DirCreatedEvent,
     DirModifiedEvent,
@@ -26,6 +27,7 @@ from watchdog.events import (
     FileModifiedEvent,
     FileMovedEvent,
     FileOpenedEvent,
+    FileSystemEvent,
 )
 
 from controller.backends.local.runtime import LocalBackend
@@ -248,6 +250,40 @@ def test_what_each_event_says_of_its_file(event: Any, kinds: list[tuple[str, str
     watch = FolderWatch([Path("/m")], lambda kind, path: seen.append((kind, path)))
     _Handler(watch).on_any_event(event)
     assert seen == kinds
+
+
+class _Counting(FolderWatch):
+    """A real watch that keeps every event the kernel woke its thread for."""
+
+    def __init__(self, folders: list[Path]) -> None:
+        super().__init__(folders, lambda kind, path: None)
+        self.woken: list[str] = []
+
+    def changes(self, event: FileSystemEvent) -> list[tuple[str, str]]:
+        self.woken.append(os.fsdecode(event.src_path))
+        return super().changes(event)
+
+
+def test_reads_beside_the_folder_never_wake_the_watch(tmp_path: Path) -> None:
+    """Reads in the folder or the folder above (the parent is watched for the folder's
+    comings and goings) are asked of nobody: libfaketime re-reading a clock file there at
+    every call overflowed the kernel's queue and starved the daemon."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    beside, inside = tmp_path / "clock", folder / "a.yaml"
+    beside.write_text("+0\n")
+    inside.write_text("kind: Deployment\n")
+    watch = _Counting([folder])
+    watch.start()
+    try:
+        for _ in range(200):
+            beside.read_text()
+            inside.read_text()
+        (folder / "b.yaml").write_text("kind: Deployment\n")  # the kernel queues in order
+        wait_for(lambda: str(folder / "b.yaml") in watch.woken, what="b.yaml's events")
+    finally:
+        watch.stop()
+    assert set(watch.woken) == {str(folder / "b.yaml")}, watch.woken[:5]
 
 
 @pytest.mark.parametrize(
