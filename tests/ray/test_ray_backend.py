@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from procs import alive, wait_for
-from rayhelp import ours, ray, ray_engines
+from rayhelp import engines_gone, ours, ray
 
 GPU = {"count": 1, "kind": "nvidia"}
 ENGINE = [sys.executable, "-m", "controller.demo.engine", "--port", "{port}", "--host", "{host}"]
@@ -28,7 +28,7 @@ def rc(cluster: Any, reconcile: Reconcile) -> Iterator[Reconcile]:
     yield r
     r("down", check=None)
     wait_for(lambda: not ours(), timeout=30, what="our actors gone")
-    wait_for(lambda: not ray_engines(), timeout=15, what="our engines gone")
+    engines_gone()
 
 
 def answers(item: dict[str, Any]) -> bool:

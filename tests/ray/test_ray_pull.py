@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from modelservers import FileServer, HubServer, serving
 from procs import alive, wait_for
-from rayhelp import ours, ray, ray_engines
+from rayhelp import engines_gone, ours, ray
 
 from controller.backends.ray import pullactor
 from controller.store import modelcache
@@ -50,7 +50,7 @@ def rc(cluster: Any, reconcile: Reconcile) -> Iterator[Reconcile]:
         for a in left:  # a failed test's: ended, so the next test starts clean
             ray.kill(ray.get_actor(a["name"], namespace=a["namespace"]), no_restart=True)
         wait_for(lambda: not ours(), timeout=30, what="our actors gone")
-        wait_for(lambda: not ray_engines(), timeout=15, what="our engines gone")
+        engines_gone()
     assert not left, f"pull actors outlived their pulls: {left}"
 
 
