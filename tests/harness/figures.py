@@ -2,7 +2,9 @@
 
 ``scripts/soak`` runs the soaks; ``scripts/soak --summary`` turns the results file
 (``HARNESS_FIGURES``, default ``.soak/figures.jsonl`` at the repository root) into the
-table of docs/harness.md, the newest run of each soak winning.
+table of docs/harness.md, the newest run of each soak winning. The results file is this
+checkout's (ignored by git): a soak it has no run of keeps the row the table already has,
+so a fresh clone that reruns one soak does not wipe the others' figures.
 """
 
 from __future__ import annotations
@@ -63,26 +65,36 @@ def latest(path: Path) -> dict[str, dict[str, object]]:
     return rows
 
 
-def table(rows: dict[str, dict[str, object]]) -> str:
-    lines = ["| soak | when (UTC) | commit | figures |", "|---|---|---|---|"]
-    for name, row in sorted(rows.items()):
+def table(rows: dict[str, dict[str, object]], kept: dict[str, str] | None = None) -> str:
+    """The table of ``rows``, and of ``kept`` (name -> a row line) for soaks not in it."""
+    lines = dict(kept or {})
+    for name, row in rows.items():
         figures = row.get("figures")
         pairs = figures.items() if isinstance(figures, dict) else []
         text = ", ".join(f"{k} {v}" for k, v in pairs)
-        lines.append(f"| {name} | {row.get('at', '?')} | {row.get('commit', '?')} | {text} |")
-    return "\n".join(lines)
+        lines[name] = f"| {name} | {row.get('at', '?')} | {row.get('commit', '?')} | {text} |"
+    head = ["| soak | when (UTC) | commit | figures |", "|---|---|---|---|"]
+    return "\n".join(head + [lines[name] for name in sorted(lines)])
+
+
+def rows_of(block: str) -> dict[str, str]:
+    """The row lines of a table :func:`table` wrote, by soak name (its header left out)."""
+    out = {}
+    for line in block.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and cells[0] not in ("soak", "---") and len(cells) >= 4:
+            out[cells[0]] = line
+    return out
 
 
 def write_summary(doc: Path, path: Path) -> str:
     """Replace the block between the markers in ``doc`` (appended if absent)."""
-    block = f"{BEGIN}\n{table(latest(path))}\n{END}"
     text = doc.read_text(encoding="utf-8")
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    head, marked, rest = text.partition(BEGIN)
+    old, ended, tail = rest.partition(END)
+    whole = bool(marked and ended)  # else: no table yet, it goes at the end
+    block = f"{BEGIN}\n{table(latest(path), rows_of(old) if whole else {})}\n{END}"
+    text = head + block + tail if whole else text.rstrip("\n") + "\n\n" + block + "\n"
     doc.write_text(text, encoding="utf-8")
     return block
 
