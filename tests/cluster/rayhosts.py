@@ -22,8 +22,9 @@ START_TIMEOUT = 120.0
 # row, one per `period` after the last answer; a killed raylet refuses at once, but a
 # check to a cut-off one fails only when it times out (10 s by default): 3 x (10 + 1) s
 # = 33 s of a ~35 s move. With a 1 s timeout a cut link is noticed in ~6 s, as a kill,
-# but in one CI run of that faster move a request with 2 replicas got a 502 (open:
-# docs/harness.md), so the tests keep Ray's timeout until that is understood.
+# and the 502 one CI run of that faster move got is understood and fixed (docs/harness.md).
+# The tests keep Ray's timeout: beside another worker on 2 cores, a 1 s deadline can
+# declare a busy raylet dead with no fault at all.
 FAST_HEALTH = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
 # On 2 busy cores a raylet takes longer to register than Ray's 30 s default allows.
 SLOW_BOX = {"RAY_raylet_start_wait_time_s": "120"}
