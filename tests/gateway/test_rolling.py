@@ -126,6 +126,10 @@ def test_a_young_gateway_sends_nothing_to_a_starting_next(reconcile: Any, gatewa
     first = g.post("roll")  # waits while the engine loads: the gateway probes it itself
     assert first.status == 200, first
     old = first.json()["system_fingerprint"]
+    # The daemon's record Ready first (the gateway asked for that pass): a spec changed
+    # while the old one is still Starting on record is a Replace, not a roll (CI once
+    # wrote the new spec before that pass ran).
+    g.wait_phase("roll", "Ready")
     write("600", "4")  # the new instance stays Starting for the rest of the test
     port = g.wait_phase(next_name("roll"), "Starting")["port"]
     # Once the new engine listens and a pass came after (a refused connection would have
