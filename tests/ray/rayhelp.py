@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import ray
 from procs import cmdline
 
 ACTOR_STATE = "RECONCILE_STATE=/tmp/reconcile-ray/"  # the actors' engines carry this
+MARKS = (b"RECONCILE_STATE=", b"RECONCILE_INSTANCE=")  # whose engine it is
 
 
 def ray_engines() -> set[int]:
@@ -29,30 +32,45 @@ def ray_engines() -> set[int]:
     return found
 
 
-def engines_gone(timeout: float = 60.0) -> None:
-    """Wait for every actor's engine to be gone; else fail naming each one left.
+def engines_gone(timeout: float = 60.0, *, kill: bool = False) -> None:
+    """Wait for every actor's engine to be gone; else fail naming each one left (and
+    SIGKILL them first with ``kill``: the cluster's teardown leaves nothing behind).
 
     An engine dies with its actor's process (``PR_SET_PDEATHSIG``), and Ray drops a
-    killed actor's name before that process has exited: on a loaded box the wait is
-    seconds. A generous cap, and what was left if it is ever reached.
+    killed actor's name, or returns from a cluster's shutdown, before that process has
+    exited: on a loaded box the wait is seconds. A generous cap, and what was left if it
+    is ever reached.
     """
     deadline = time.monotonic() + timeout
     while left := ray_engines():
         if time.monotonic() > deadline:
-            raise AssertionError(f"engines outlived their actors: {describe(left)}")
+            shown = describe(left)
+            for pid in left if kill else ():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            raise AssertionError(f"engines outlived their actors after {timeout:g}s: {shown}")
         time.sleep(0.05)
 
 
 def describe(pids: set[int]) -> list[str]:
-    """Each process as ``pid (parent PPID: its command line): its command line``."""
+    """Each process: its pid, marker, age, command line, and its parent's."""
     out = []
     for pid in sorted(pids):
         try:
-            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            ppid = 0
-        out.append(f"{pid} (parent {ppid}: {cmdline(ppid)}): {cmdline(pid)}")
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            out.append(f"{pid} (gone)")
+            continue
+        ppid, ticks = int(stat[1]), int(stat[19])
+        age = _uptime() - ticks / os.sysconf("SC_CLK_TCK")
+        marks = [i.decode(errors="replace") for i in env if i.startswith(MARKS)]
+        out.append(f"{pid} {marks} {age:.0f}s old: {cmdline(pid)} (parent {ppid}: {cmdline(ppid)})")
     return out
+
+
+def _uptime() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
 
 
 def ours(namespace_prefix: str = "reconcile-") -> list[dict[str, str]]:
