@@ -64,6 +64,8 @@ class GatewayProcess:
         self._main = threading.main_thread().ident
         self._why = "SIGTERM"
         self._retiring: set[str] = set()  # nonces whose drain runs or ran here
+        self._looking = asyncio.Lock()  # one read of the records at a time (look())
+        self._routed = False  # the table has had its first records
 
     # -- start --------------------------------------------------------------------
 
@@ -132,14 +134,12 @@ class GatewayProcess:
 
     async def poll(self) -> None:
         """Records, drains and metrics, every POLL seconds, on the gateway's loop."""
-        loop = asyncio.get_running_loop()
         front = self.gateway.front
         assert front is not None
-        routed = False
+        front.table.catch_up = self.look  # a name it lacks: a record written since?
         turns = 0
         last_metrics = ""
         while True:
-            stamp = self.watch.stamp()
             # Looked at every turn, not only when the listing fails: a listing that fails
             # otherwise keeps its last stamp (a gateway of a removed state dir once served
             # on, beside its successor on the port, with an empty table).
@@ -147,25 +147,37 @@ class GatewayProcess:
                 log.warning("state dir gone: the gateway stops", state_dir=str(self.state_dir))
                 self.ask_stop("state dir gone")
                 return
-            if stamp is not None and (stamp != self.watch.seen or not routed):
-                records = await loop.run_in_executor(None, self.watch.read, stamp)
-                # Before the first pass a fresh state dir holds no record of ours: wait for
-                # the daemon's (bounded) instead of answering 404 for what it has not read.
-                if (
-                    routed
-                    or records
-                    or registry.passed_since(self.state_dir, self.started)
-                    or time.time() - self.started > FIRST_PASS_WAIT
-                ):
-                    front.table.update(records)
-                    routed = True
-                else:
-                    self.watch.seen = None  # look again next turn
+            await self.look()
             self._retire_asked()
             turns += 1
             if turns % METRICS_EVERY == 0:
                 last_metrics = await self._write_metrics(last_metrics)
             await asyncio.sleep(POLL)
+
+    async def look(self) -> None:
+        """The records into the table if the folder changed since the last look: each
+        poll's turn, and a request for a name the table lacks (``status`` may show a
+        record the last turn came too early for). One look at a time, in order."""
+        front = self.gateway.front
+        assert front is not None
+        async with self._looking:
+            stamp = self.watch.stamp()
+            if stamp is None or (stamp == self.watch.seen and self._routed):
+                return
+            loop = asyncio.get_running_loop()
+            records = await loop.run_in_executor(None, self.watch.read, stamp)
+            # Before the first pass a fresh state dir holds no record of ours: wait for
+            # the daemon's (bounded) instead of answering 404 for what it has not read.
+            if (
+                self._routed
+                or records
+                or registry.passed_since(self.state_dir, self.started)
+                or time.time() - self.started > FIRST_PASS_WAIT
+            ):
+                front.table.update(records)
+                self._routed = True
+            else:
+                self.watch.seen = None  # look again next turn
 
     def _retire_asked(self) -> None:
         asks = registry.retire_asks(self.state_dir)

@@ -160,7 +160,7 @@ class Front:
         name = paths.normalise(paths.split(request.raw_path)[0]) or ""
         name = name[len(MODELS) :]
         await self.table.first_pass(FIRST_PASS_WAIT)
-        pool = self.table.pools.get(name)
+        pool = self.table.pools.get(name) if await self.table.known(name) else None
         if pool is None:
             known = ", ".join(sorted(self.table.pools)[:20]) or "none"
             why = f"the model {name!r} does not exist (routable names: {known})"
@@ -223,7 +223,7 @@ class Front:
             why = "the request body must be a JSON object with a string field `model`"
             return "-", error(400, why, "invalid_request")
         await self.table.first_pass(FIRST_PASS_WAIT)
-        if model not in self.table.pools:
+        if not await self.table.known(model):
             known = ", ".join(sorted(self.table.pools)[:20]) or "none"
             why = f"the model {model!r} does not exist (routable names: {known})"
             return "-", error(404, why, "model_not_found")

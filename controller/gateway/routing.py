@@ -23,7 +23,7 @@ import contextlib
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from controller.core.names import base_name, instance_of, is_next, next_name, replica_of
@@ -60,6 +60,17 @@ class Table:
         self._sessions: defaultdict[str, Sessions] = defaultdict(Sessions)  # per pool
         self._rng = rng or random.Random()
         self.health = health or Health()  # passive health: engines failing in a row
+        # Reads the records now if they changed (the gateway process's look); None where
+        # the records come pushed (the tests' tables).
+        self.catch_up: Callable[[], Awaitable[None]] | None = None
+
+    async def known(self, name: str) -> bool:
+        """Is ``name`` routable? One the table lacks is looked for once more in the
+        records as they are now (``catch_up``): a deployment written since the last look,
+        which ``status`` may already show, is not answered 404."""
+        if name not in self.pools and self.catch_up is not None:
+            await self.catch_up()
+        return name in self.pools
 
     async def first_pass(self, timeout: float) -> None:
         """Before the first pass there is nothing to route by: wait for it (bounded)."""
