@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import GATEWAY_MARKER, kill_marked, marked_pids
+from procs import GATEWAY_MARKER, free_ports, kill_marked, marked_pids
 
 from controller.gateway import registry
+from controller.gateway.app import Gateway as InProcess
+from controller.gateway.settings import Settings
 
 WAIT = 30.0
 
@@ -161,3 +163,14 @@ def gateway(reconcile: Any) -> Iterator[Gateways]:
     gateways = Gateways(reconcile)
     yield gateways
     gateways.kill_all()
+
+
+@pytest.fixture
+def inproc(reconcile: Any) -> Iterator[InProcess]:
+    """A gateway in this process (no daemon): its table is the test's to fill."""
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    settings = Settings(host="127.0.0.1", port=free_ports(1), state_dir=reconcile.state)
+    gateway = InProcess(settings)
+    gateway.start(lambda: None)
+    yield gateway
+    gateway.stop()

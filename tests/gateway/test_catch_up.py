@@ -8,25 +8,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from harness.rawhttp import exchange, openai_error, request
 from procs import free_ports
 
 from controller.core.state import Phase, Record
 from controller.gateway.app import Gateway
-from controller.gateway.settings import Settings
-
-
-@pytest.fixture
-def inproc(reconcile: Any) -> Iterator[Gateway]:
-    reconcile.state.mkdir(parents=True, exist_ok=True)
-    gateway = Gateway(Settings(host="127.0.0.1", port=free_ports(1), state_dir=reconcile.state))
-    gateway.start(lambda: None)
-    yield gateway
-    gateway.stop()
 
 
 def body(model: str) -> bytes:

@@ -6,29 +6,16 @@ the daemon's own gateway process the ejection lands in the deployment's journal.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from harness.rawhttp import exchange, openai_error, request
-from procs import free_ports
 from test_upstream import Rude, ready, route, rude_command
 
 from controller.gateway.app import Gateway
-from controller.gateway.settings import Settings
 
 BODY = json.dumps({"model": "m", "prompt": "hi"}).encode()
 WINDOW = 2.0  # seconds an ejection lasts here (30 s in production)
-
-
-@pytest.fixture
-def gateway_in_process(reconcile: Any) -> Iterator[Gateway]:
-    reconcile.state.mkdir(parents=True, exist_ok=True)
-    gateway = Gateway(Settings(host="127.0.0.1", port=free_ports(1), state_dir=reconcile.state))
-    gateway.start(lambda: None)
-    yield gateway
-    gateway.stop()
 
 
 def post(gateway: Gateway) -> int:
@@ -54,9 +41,9 @@ def shorten_window(gateway: Gateway) -> None:
 
 
 def test_an_engine_answering_500_is_ejected_and_taken_back_after_it_recovers(
-    reconcile: Any, gateway_in_process: Gateway
+    reconcile: Any, inproc: Gateway
 ) -> None:
-    g = gateway_in_process
+    g = inproc
     flag: Path = reconcile.tmp / "sick"
     sick = Rude(reconcile, "sick", "--always", "ok", "--fail-while", str(flag))
     good = Rude(reconcile, "good", "--always", "ok")
@@ -97,9 +84,9 @@ def test_an_engine_answering_500_is_ejected_and_taken_back_after_it_recovers(
 
 
 def test_a_pool_whose_every_instance_is_ejected_answers_503_at_once_with_retry_after(
-    reconcile: Any, gateway_in_process: Gateway
+    reconcile: Any, inproc: Gateway
 ) -> None:
-    g = gateway_in_process
+    g = inproc
     flag: Path = reconcile.tmp / "sick"
     flag.touch()
     sick = Rude(reconcile, "sick", "--always", "ok", "--fail-while", str(flag))

@@ -87,15 +87,6 @@ class Rude:
         return self.log.read_text().count(f"POST {path}")
 
 
-@pytest.fixture
-def inproc(reconcile: Any) -> Iterator[Gateway]:
-    reconcile.state.mkdir(parents=True, exist_ok=True)
-    gateway = Gateway(Settings(host="127.0.0.1", port=free_ports(1), state_dir=reconcile.state))
-    gateway.start(lambda: None)
-    yield gateway
-    gateway.stop()
-
-
 def route(gateway: Gateway, *records: Record) -> None:
     assert gateway.front is not None
     gateway.loop.call_soon_threadsafe(gateway.front.table.update, list(records))
