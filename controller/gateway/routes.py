@@ -160,12 +160,11 @@ class Front:
         name = paths.normalise(paths.split(request.raw_path)[0]) or ""
         name = name[len(MODELS) :]
         await self.table.first_pass(FIRST_PASS_WAIT)
-        pool = self.table.pools.get(name) if await self.table.known(name) else None
-        if pool is None:
+        if not await self.table.known(name):
             known = ", ".join(sorted(self.table.pools)[:20]) or "none"
             why = f"the model {name!r} does not exist (routable names: {known})"
             return error(404, why, "model_not_found")
-        owner = ",".join(pool)
+        owner = ",".join(self.table.pools[name])
         return web.json_response({"id": name, "object": "model", "created": 0, "owned_by": owner})
 
     async def proxied(self, request: web.Request, path: str, query: str) -> web.StreamResponse:
