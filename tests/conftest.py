@@ -61,8 +61,15 @@ TIMING = bool(os.environ.get("RECONCILE_TEST_TIMING"))  # print each CLI call's 
 ONE_WORKER = {"ray": "ray", "cluster": "ray"}
 
 
+# A soak runs for about ten minutes by design (scripts/soak): it gets an hour, not the
+# default run's five minutes (pyproject's `timeout`), unless it names its own.
+SOAK_TIMEOUT = 3600
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SOAK_TIMEOUT))
         top = item.path.relative_to(REPO / "tests").parts[0]
         group = ONE_WORKER.get(top, item.nodeid.split("::")[0])
         item.add_marker(pytest.mark.xdist_group(group))

@@ -1,0 +1,99 @@
+"""The suite's net and alarm (issue 40): ``scripts/rerun-failed`` runs a failed test once
+more, alone, and says so; pyproject's per-test timeout fails a hung test with every
+thread's stack and goes on to the next test. Real pytest runs on small generated suites."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Fails the first time it runs (its mark file is not there yet), passes the second.
+FLAKY = """
+from pathlib import Path
+MARK = Path(__file__).with_suffix(".ran")
+
+def test_flaky():
+    first = not MARK.exists()
+    MARK.touch()
+    assert not first, "the first run fails"
+
+def test_steady():
+    pass
+"""
+
+BROKEN = """
+def test_broken():
+    assert 1 == 2, "always"
+"""
+
+HUNG = """
+import threading, time
+import pytest
+
+def _helper_loop():
+    while True:
+        time.sleep(0.05)
+
+@pytest.mark.timeout(2)
+def test_hangs():
+    threading.Thread(target=_helper_loop, name="helper-loop", daemon=True).start()
+    time.sleep(600)
+
+def test_after():
+    pass
+"""
+
+
+def _run(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+    )
+
+
+def _rerun(suite: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, str(REPO / "scripts/rerun-failed"), "-p", "no:cacheprovider", "."]
+    return _run(argv, suite, **env)
+
+
+def test_a_test_that_passes_alone_is_flaky_and_counted(tmp_path: Path) -> None:
+    (tmp_path / "test_suite.py").write_text(FLAKY)
+    log = tmp_path / "flaky.log"
+    done = _rerun(tmp_path, RECONCILE_FLAKY_LOG=str(log))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    flaky = [line for line in lines if line.startswith("FLAKY: ")]
+    assert flaky == [
+        "FLAKY: test_suite.py::test_flaky (first run, call: AssertionError: the first run fails)"
+    ], done.stdout
+    assert lines[-1] == "rerun-failed: 1 flaky (passed alone), 0 failed twice"
+    assert log.read_text() == "test_suite.py::test_flaky\n"
+
+
+def test_a_test_that_fails_twice_fails_the_run(tmp_path: Path) -> None:
+    (tmp_path / "test_suite.py").write_text(BROKEN)
+    done = _rerun(tmp_path)
+    assert done.returncode == 1
+    assert "FAILED TWICE: test_suite.py::test_broken" in done.stdout
+    assert not [line for line in done.stdout.splitlines() if line.startswith("FLAKY")]
+    assert done.stdout.splitlines()[-1] == "rerun-failed: 0 flaky (passed alone), 1 failed twice"
+
+
+def test_a_run_pytest_could_not_finish_is_not_rerun(tmp_path: Path) -> None:
+    (tmp_path / "test_suite.py").write_text("import no_such_module_here\n")
+    done = _rerun(tmp_path)
+    assert done.returncode == 2  # a collection error: pytest's "interrupted"
+    assert "nothing rerun (pytest exit 2" in done.stdout
+
+
+def test_a_hung_test_fails_with_every_threads_stack_and_the_run_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "test_hung.py").write_text(HUNG)
+    argv = [sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml")]
+    done = _run([*argv, "--rootdir", str(tmp_path), "-p", "no:cacheprovider", "."], tmp_path)
+    assert done.returncode == 1
+    assert "Failed: Timeout (>2.0s) from pytest-timeout" in done.stdout, done.stdout
+    assert "helper-loop" in done.stdout  # the other thread's stack is printed too
+    assert "1 failed, 1 passed" in done.stdout  # test_after still ran
