@@ -20,18 +20,25 @@ one line per command:
 
 Sockets are bound with ``SO_REUSEPORT`` too, so a gateway that cannot hand over (an
 older one, one that does not answer) can still be replaced: bind beside it, then
-``SIGTERM`` it (the queue caveat above applies to that path only).
+``SIGTERM`` it (the queue caveat above applies to that path only). Beside a gateway of
+the same state dir only (``bind_alone``): the kernel lets any process of our uid join,
+and a gateway of another state dir there answered half the requests with 404.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from controller.errors import ConfigError
 from controller.gateway import registry
+from controller.host import ports
+from controller.host.sockdiag import Listener
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -166,6 +173,59 @@ def ask_metrics(address: str) -> str | None:
 def bind(host: str, port: int, backlog: int) -> socket.socket:
     """One listening socket for ``host:port`` (its first address), with ``SO_REUSEPORT``
     so a successor that cannot take this one over can still bind beside it."""
+    sock = _bound(host, port)
+    return _listening(sock, backlog)
+
+
+def bind_alone(host: str, port: int, backlog: int, state_dir: Path) -> socket.socket:
+    """``bind``, refused (ConfigError) when anything but a gateway of ``state_dir``
+    listens where connections to ``host:port`` could go: ``SO_REUSEPORT`` lets any
+    process of our uid join the port, and the kernel would give it half of them.
+
+    Looked at after the bind and before the listen: a bound socket that does not
+    listen gets no connection, so closing it on a refusal loses none of the other's."""
+    sock = _bound(host, port)
+    try:
+        address = sock.getsockname()[0]
+        for one in ports.listeners_on(port):
+            if one.overlaps(address):
+                _alone(one, state_dir, f"--listen {host}:{port}")
+    except BaseException:
+        sock.close()
+        raise
+    return _listening(sock, backlog)
+
+
+def _alone(one: Listener, state_dir: Path, where: str) -> None:
+    """Nothing when the listener ``one`` is a gateway's of ``state_dir``; else the
+    ConfigError that names who serves there."""
+    pids = ports.socket_holders(one.inode)
+    dirs = {pid: registry.gateway_state_dir(pid) for pid in pids}
+    if pids and all(d is not None and _same_dir(d, state_dir) for d in dirs.values()):
+        return  # our own gateway (one that would not hand over): bind beside it
+    for pid, other in dirs.items():
+        if other is not None and not _same_dir(other, state_dir):
+            raise ConfigError(
+                f"{where}: the port is served by the reconcile gateway of state dir "
+                f"{other} (pid {pid}); two gateways on one port would each answer half "
+                f"the requests: give this daemon another --listen port, or stop that "
+                f"gateway (reconcile --state-dir {other} gateway stop)"
+            )
+    who = f"pid {pids[0]}" if pids else f"uid {one.uid}"
+    raise ConfigError(
+        f"{where}: the address is already in use by another process ({who}; see "
+        f"`ss -ltnp 'sport = :{one.port}'`): pick another port or stop that process"
+    )
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.absolute() == b.absolute()
+
+
+def _bound(host: str, port: int) -> socket.socket:
     family, kind, proto, _, addr = socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )[0]
@@ -175,6 +235,14 @@ def bind(host: str, port: int, backlog: int) -> socket.socket:
         if hasattr(socket, "SO_REUSEPORT"):  # Linux: only sockets of our own uid may join
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(addr)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _listening(sock: socket.socket, backlog: int) -> socket.socket:
+    try:
         sock.listen(backlog)
     except BaseException:
         sock.close()

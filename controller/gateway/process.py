@@ -4,7 +4,8 @@ Started by the daemon's keeper (``keeper.py``) or ``reconcile gateway restart``,
 session of its own, so it outlives the daemon as engines do. It
 
 1. takes the listening socket over from the gateway now current in the state dir
-   (``handover.py``), or binds one (``SO_REUSEPORT``);
+   (``handover.py``), or binds one (``SO_REUSEPORT``), refused when anything but a
+   gateway of its own state dir listens on that port (``handover.bind_alone``);
 2. serves (``app.Gateway``) with the records it reads from ``instances/``
    (``records_watch.py``), writes OnDemand activations as before and wakes the daemon
    for a pass through its datagram socket (nobody there: the next daemon's pass reads
@@ -35,7 +36,8 @@ import time
 from controller import __version__, logsetup
 from controller.errors import ConfigError
 from controller.gateway import fastloop, handover, registry
-from controller.gateway.app import Gateway
+from controller.gateway.app import BACKLOG, Gateway
+from controller.gateway.handover import bind_alone
 from controller.gateway.records_watch import POLL, RecordsWatch
 from controller.gateway.settings import Settings, settings_from_json, settings_to_json
 from controller.host.procs import identity
@@ -77,12 +79,15 @@ class GatewayProcess:
         taken = None
         if old is not None and old.nonce != self.nonce and old.port == s.port:
             taken = handover.take(registry.control_address(self.state_dir, old.nonce), s.port)
-        sock = taken.sock if taken is not None else None
+        # Nothing handed over: bind here, refused where anyone else serves the port.
+        sock = taken.sock if taken is not None else bind_alone(s.host, s.port, BACKLOG, s.state_dir)
         try:
             self.gateway.start(self.wake_daemon, sock)
         except ConfigError:
             if taken is not None:
                 taken.abandon()  # the old one serves on
+            else:
+                sock.close()
             raise
         ref = identity(os.getpid())
         if ref is None:

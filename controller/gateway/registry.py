@@ -196,6 +196,23 @@ def current_live(state_dir: Path) -> GatewayInfo | None:
     return info if info is not None and info.alive() else None
 
 
+def gateway_state_dir(pid: int) -> Path | None:
+    """The state dir of the gateway process ``pid`` (its ``--settings``, as the keeper
+    starts it), None when ``pid`` is no gateway or is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    if "controller.gateway" not in argv or "--settings" not in argv[:-1]:
+        return None
+    try:
+        where = json.loads(argv[argv.index("--settings") + 1])["state_dir"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return Path(where) if isinstance(where, str) else None
+
+
 # -- signalling a gateway (by identity) ------------------------------------------------
 
 
