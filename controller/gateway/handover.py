@@ -8,8 +8,8 @@ listener every connection still in *its* accept queue is reset (unless
 moment; the old one then closes its descriptor (the socket lives on in the new one),
 finishes the requests it holds and exits. Nothing queued is ever dropped.
 
-The control channel is a unix stream socket per gateway (``registry.control_address``),
-one line per command:
+The control channel is a unix stream socket per gateway (``registry.control_of``), one
+line per command; each end checks that the other runs as our uid or root:
 
 - ``handover`` -> ``ok`` with the listening socket's fd attached; then the successor,
   once it serves, sends ``stop`` -> ``bye``, and the old gateway stops accepting and
@@ -105,7 +105,7 @@ class Control:
 
     def _talk(self, conn: socket.socket) -> None:
         conn.settimeout(TALK_TIMEOUT)
-        if not registry.same_user(conn):
+        if not registry.trusted_peer(conn):
             log.warning("gateway control: a caller of another user was refused")
             return
         command = _line(conn)
@@ -158,7 +158,7 @@ def ask_metrics(address: str) -> str | None:
     conn.settimeout(TALK_TIMEOUT)
     chunks: list[bytes] = []
     try:
-        conn.connect(address)
+        _connect(conn, address)
         conn.sendall(b"metrics\n")
         while chunk := conn.recv(65536):
             chunks.append(chunk)
@@ -168,6 +168,14 @@ def ask_metrics(address: str) -> str | None:
         conn.close()
     text = b"".join(chunks).decode(errors="replace")
     return text if text.endswith("\n") else None
+
+
+def _connect(conn: socket.socket, address: str) -> None:
+    """Connect to a gateway's control socket; OSError unless it runs as our uid or root
+    (an abstract name of a gateway gone may have been taken by anyone)."""
+    conn.connect(address)
+    if not registry.trusted_peer(conn):
+        raise PermissionError(f"the control socket {address!r} is another user's")
 
 
 def bind(host: str, port: int, backlog: int) -> socket.socket:
@@ -257,7 +265,7 @@ def take(address: str, port: int) -> Taken | None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(TALK_TIMEOUT)
     try:
-        conn.connect(address)
+        _connect(conn, address)
         conn.sendall(b"handover\n")
         msg, fds, _flags, _addr = socket.recv_fds(conn, LINE_MAX, 1)
     except OSError as exc:

@@ -62,7 +62,6 @@ class GatewayProcess:
         self.control: handover.Control | None = None
         self._wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._wake.setblocking(False)
-        self._wake_at = registry.wake_address(self.state_dir)
         self._main = threading.main_thread().ident
         self._why = "SIGTERM"
         self._retiring: set[str] = set()  # nonces whose drain runs or ran here
@@ -78,7 +77,7 @@ class GatewayProcess:
         old = registry.current_live(self.state_dir)
         taken = None
         if old is not None and old.nonce != self.nonce and old.port == s.port:
-            taken = handover.take(registry.control_address(self.state_dir, old.nonce), s.port)
+            taken = handover.take(registry.control_of(self.state_dir, old), s.port)
         # Nothing handed over: bind here, refused where anyone else serves the port.
         sock = taken.sock if taken is not None else bind_alone(s.host, s.port, BACKLOG, s.state_dir)
         try:
@@ -93,6 +92,7 @@ class GatewayProcess:
         if ref is None:
             raise ConfigError("the gateway cannot read its own process identity")
         data = settings_to_json(s)
+        address = registry.fresh_address(self.state_dir, f"ctl-{self.nonce}.sock")
         info = registry.GatewayInfo(
             nonce=self.nonce,
             ref=ref,
@@ -102,9 +102,9 @@ class GatewayProcess:
             fingerprint=registry.fingerprint(data, __version__),
             settings=data,
             started_at=self.started,
+            control=address,
         )
         registry.register(self.state_dir, info)
-        address = registry.control_address(self.state_dir, self.nonce)
         self.control = handover.Control(
             address, self.gateway.listener_fd, self.ask_stop, self.gateway.metrics_text
         )
@@ -127,7 +127,8 @@ class GatewayProcess:
         )
 
     def wake_daemon(self) -> None:
-        registry.wake_daemon(self._wake, self._wake_at)
+        # Looked up each time: a daemon whose path is too long binds a new name at start.
+        registry.wake_daemon(self._wake, registry.wake_address(self.state_dir))
 
     def ask_stop(self, why: str) -> None:
         """Any thread: end the main thread's wait (it runs the graceful stop)."""
