@@ -194,36 +194,63 @@ def bind_alone(host: str, port: int, backlog: int, state_dir: Path) -> socket.so
     listen gets no connection, so closing it on a refusal loses none of the other's."""
     sock = _bound(host, port)
     try:
-        address = sock.getsockname()[0]
-        for one in ports.listeners_on(port):
-            if one.overlaps(address):
-                _alone(one, state_dir, f"--listen {host}:{port}")
+        found = strangers(state_dir, sock.getsockname()[0], port)
+        if found:
+            raise ConfigError(found[0].refusal(f"--listen {host}:{port}"))
     except BaseException:
         sock.close()
         raise
     return _listening(sock, backlog)
 
 
-def _alone(one: Listener, state_dir: Path, where: str) -> None:
-    """Nothing when the listener ``one`` is a gateway's of ``state_dir``; else the
-    ConfigError that names who serves there."""
+@dataclass(frozen=True, slots=True)
+class Stranger:
+    """A socket listening on the gateway's port that is no gateway's of its state dir."""
+
+    who: str  # "the reconcile gateway of state dir S (pid N)", "another process (pid N)"
+    port: int
+    state_dir: Path | None  # the other gateway's, when it is one
+
+    def refusal(self, where: str) -> str:
+        if self.state_dir is not None:
+            return (
+                f"{where}: the port is served by {self.who}; two gateways on one port "
+                f"would each answer half the requests: give this daemon another --listen "
+                f"port, or stop that gateway (reconcile --state-dir {self.state_dir} "
+                f"gateway stop)"
+            )
+        return (
+            f"{where}: the address is already in use by {self.who} (see `ss -ltnp "
+            f"'sport = :{self.port}'`): pick another port or stop that process"
+        )
+
+
+def strangers(
+    state_dir: Path, address: str, port: int, known: frozenset[int] = frozenset()
+) -> list[Stranger]:
+    """Who else listens where connections to ``address:port`` could go: every socket
+    there but those of ``known`` inodes and those held by gateways of ``state_dir``."""
+    found: list[Stranger] = []
+    for one in ports.listeners_on(port):
+        if one.inode not in known and one.overlaps(address):
+            stranger = _stranger(one, state_dir)
+            if stranger is not None:
+                found.append(stranger)
+    return found
+
+
+def _stranger(one: Listener, state_dir: Path) -> Stranger | None:
+    """None when the listener ``one`` is held by gateways of ``state_dir`` alone."""
     pids = ports.socket_holders(one.inode)
     dirs = {pid: registry.gateway_state_dir(pid) for pid in pids}
     if pids and all(d is not None and _same_dir(d, state_dir) for d in dirs.values()):
-        return  # our own gateway (one that would not hand over): bind beside it
+        return None  # our own gateway (one that would not hand over): beside it is fine
     for pid, other in dirs.items():
         if other is not None and not _same_dir(other, state_dir):
-            raise ConfigError(
-                f"{where}: the port is served by the reconcile gateway of state dir "
-                f"{other} (pid {pid}); two gateways on one port would each answer half "
-                f"the requests: give this daemon another --listen port, or stop that "
-                f"gateway (reconcile --state-dir {other} gateway stop)"
-            )
-    who = f"pid {pids[0]}" if pids else f"uid {one.uid}"
-    raise ConfigError(
-        f"{where}: the address is already in use by another process ({who}; see "
-        f"`ss -ltnp 'sport = :{one.port}'`): pick another port or stop that process"
-    )
+            who = f"the reconcile gateway of state dir {other} (pid {pid})"
+            return Stranger(who, one.port, other)
+    who = f"another process (pid {pids[0]})" if pids else f"another process (uid {one.uid})"
+    return Stranger(who, one.port, None)
 
 
 def _same_dir(a: Path, b: Path) -> bool:

@@ -48,6 +48,7 @@ log = get_logger("reconcile")
 
 FIRST_PASS_WAIT = 30.0  # no record of ours yet: the daemon's first pass says what exists
 METRICS_EVERY = 5  # polls between looks at the metrics text for the file (half a second)
+GUARD_EVERY = 50  # polls between looks at who else listens on the port (five seconds)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -67,6 +68,8 @@ class GatewayProcess:
         self._retiring: set[str] = set()  # nonces whose drain runs or ran here
         self._looking = asyncio.Lock()  # one read of the records at a time (look())
         self._routed = False  # the table has had its first records
+        self._listening: tuple[str, frozenset[int]] = ("", frozenset())  # address, inode
+        self._strangers: set[str] = set()  # listeners beside us on the port, named once
 
     # -- start --------------------------------------------------------------------
 
@@ -80,6 +83,7 @@ class GatewayProcess:
             taken = handover.take(registry.control_of(self.state_dir, old), s.port)
         # Nothing handed over: bind here, refused where anyone else serves the port.
         sock = taken.sock if taken is not None else bind_alone(s.host, s.port, BACKLOG, s.state_dir)
+        self._listening = (sock.getsockname()[0], frozenset({os.fstat(sock.fileno()).st_ino}))
         try:
             self.gateway.start(self.wake_daemon, sock)
         except ConfigError:
@@ -158,6 +162,8 @@ class GatewayProcess:
             turns += 1
             if turns % METRICS_EVERY == 0:
                 last_metrics = await self._write_metrics(last_metrics)
+            if turns % GUARD_EVERY == 0:
+                await self._guard_port()
             await asyncio.sleep(POLL)
 
     async def look(self) -> None:
@@ -184,6 +190,29 @@ class GatewayProcess:
                 self._routed = True
             else:
                 self.watch.seen = None  # look again next turn
+
+    async def _guard_port(self) -> None:
+        """Name (once each) whoever joined the port since we bound it: ``SO_REUSEPORT``
+        lets any process of our uid, and the kernel gives it a share of the connections,
+        which no gateway can take back. Our own socket (by inode) is not looked into."""
+        address, inodes = self._listening
+        port = self.settings.port
+        loop = asyncio.get_running_loop()
+        try:
+            found = await loop.run_in_executor(
+                None, handover.strangers, self.state_dir, address, port, inodes
+            )
+        except OSError:
+            return
+        for one in found:
+            if one.who not in self._strangers:
+                self._strangers.add(one.who)
+                log.error(
+                    "another listener shares the gateway's port and is given a share of "
+                    "its connections: stop it",
+                    address=f"{address}:{port}",
+                    who=one.who,
+                )
 
     def _retire_asked(self) -> None:
         asks = registry.retire_asks(self.state_dir)

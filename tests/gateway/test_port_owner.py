@@ -8,13 +8,15 @@ processes, engines and sockets:
 
 - two state dirs on one port: the second daemon is refused (exit 1, the port and the
   first state dir named) and 0 of 400 requests to the first are lost;
-- a foreign listener bound with ``SO_REUSEPORT`` on the port refuses the start too.
+- a foreign listener bound with ``SO_REUSEPORT`` on the port refuses the start too;
+- one that joins the port later (the kernel lets it) is named in the gateway's log.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -104,3 +106,19 @@ def test_a_foreign_reuseport_listener_refuses_the_start(reconcile: Any, gateway:
         assert f"--listen 127.0.0.1:{port}" in text and "another process" in text, text[-3000:]
         assert "Traceback" not in text, text[-3000:]
     assert registry.live(rc.state) == []
+
+
+def test_a_listener_that_joins_later_is_named_in_the_log(reconcile: Any, gateway: Any) -> None:
+    """The kernel lets a process of our uid join the port after the gateway bound it (a
+    root one beside a root gateway): the gateway cannot refuse it, so it says so."""
+    rc = reconcile
+    g = gateway()
+    try:
+        with socket.socket() as joiner:
+            joiner.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            joiner.bind(("127.0.0.1", g.port))
+            joiner.listen()
+            said = f"another process (pid {os.getpid()})"
+            rc.wait_for(lambda: said in g.text(), timeout=WAIT, what="the joiner named")
+    finally:
+        g.finish()
