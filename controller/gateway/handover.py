@@ -28,12 +28,14 @@ and a gateway of another state dir there answered half the requests with 404.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from controller.errors import ConfigError
 from controller.gateway import registry
@@ -192,15 +194,33 @@ def bind_alone(host: str, port: int, backlog: int, state_dir: Path) -> socket.so
 
     Looked at after the bind and before the listen: a bound socket that does not
     listen gets no connection, so closing it on a refusal loses none of the other's."""
-    sock = _bound(host, port)
+    where = f"--listen {host}:{port}"
+    try:
+        sock = _bound(host, port)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise ConfigError(_in_use(where, state_dir, _address(host, port)[3][0], port)) from exc
     try:
         found = strangers(state_dir, sock.getsockname()[0], port)
         if found:
-            raise ConfigError(found[0].refusal(f"--listen {host}:{port}"))
+            raise ConfigError(found[0].refusal(where))
     except BaseException:
         sock.close()
         raise
     return _listening(sock, backlog)
+
+
+def _in_use(where: str, state_dir: Path, address: str, port: int) -> str:
+    """The bind was refused: who holds the port, when we may know."""
+    with contextlib.suppress(OSError):
+        found = strangers(state_dir, address, port)
+        if found:
+            return found[0].refusal(where)
+    return (
+        f"{where}: the address is already in use by another process (see `ss -ltnp "
+        f"'sport = :{port}'`): pick another port or stop that process"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,10 +280,16 @@ def _same_dir(a: Path, b: Path) -> bool:
         return a.absolute() == b.absolute()
 
 
-def _bound(host: str, port: int) -> socket.socket:
+def _address(host: str, port: int) -> tuple[int, int, int, Any]:
+    """``host:port``'s first address: family, type, protocol, sockaddr."""
     family, kind, proto, _, addr = socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )[0]
+    return family, kind, proto, addr
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    family, kind, proto, addr = _address(host, port)
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -22,6 +22,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from controller.gateway import registry
 
 WAIT = 40.0
@@ -91,11 +93,16 @@ def test_a_daemon_of_another_state_dir_on_the_port_is_refused(
         g.finish()
 
 
-def test_a_foreign_reuseport_listener_refuses_the_start(reconcile: Any, gateway: Any) -> None:
+@pytest.mark.parametrize("reuseport", [True, False], ids=["reuseport", "plain"])
+def test_a_foreign_listener_refuses_the_start(
+    reconcile: Any, gateway: Any, reuseport: bool
+) -> None:
+    """Bound with ``SO_REUSEPORT`` (the kernel would share the port) or without (the
+    bind fails): either way the process is named."""
     rc = reconcile
     port = rc.port + 15
     with socket.socket() as foreign:
-        foreign.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        foreign.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, int(reuseport))
         foreign.bind(("127.0.0.1", port))
         foreign.listen()
         g = gateway("--listen", f"127.0.0.1:{port}", port=port, wait=False)
@@ -103,7 +110,8 @@ def test_a_foreign_reuseport_listener_refuses_the_start(reconcile: Any, gateway:
         code = g.proc.wait(timeout=WAIT)
         text = g.text()
         assert code == 1, text[-3000:]
-        assert f"--listen 127.0.0.1:{port}" in text and "another process" in text, text[-3000:]
+        assert f"--listen 127.0.0.1:{port}: the address is already in use" in text, text[-3000:]
+        assert f"another process (pid {os.getpid()})" in text, text[-3000:]
         assert "Traceback" not in text, text[-3000:]
     assert registry.live(rc.state) == []
 
