@@ -18,29 +18,20 @@ line per command; each end checks that the other runs as our uid or root:
 - ``metrics`` -> the Prometheus text, then EOF (the daemon's ``/metrics`` asks at each
   scrape, so it is never staler than the request that just ended).
 
-Sockets are bound with ``SO_REUSEPORT`` too, so a gateway that cannot hand over (an
-older one, one that does not answer) can still be replaced: bind beside it, then
-``SIGTERM`` it (the queue caveat above applies to that path only). Beside a gateway of
-the same state dir only (``bind_alone``): the kernel lets any process of our uid join,
-and a gateway of another state dir there answered half the requests with 404.
+Sockets are bound with ``SO_REUSEPORT`` too (``listener.py``), so a gateway that cannot
+hand over (an older one, one that does not answer) can still be replaced: bind beside
+it, then ``SIGTERM`` it (the queue caveat above applies to that path only).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import os
 import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from controller.errors import ConfigError
 from controller.gateway import registry
-from controller.host import ports
-from controller.host.sockdiag import Listener
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -178,138 +169,6 @@ def _connect(conn: socket.socket, address: str) -> None:
     conn.connect(address)
     if not registry.trusted_peer(conn):
         raise PermissionError(f"the control socket {address!r} is another user's")
-
-
-def bind(host: str, port: int, backlog: int) -> socket.socket:
-    """One listening socket for ``host:port`` (its first address), with ``SO_REUSEPORT``
-    so a successor that cannot take this one over can still bind beside it."""
-    sock = _bound(host, port)
-    return _listening(sock, backlog)
-
-
-def bind_alone(host: str, port: int, backlog: int, state_dir: Path) -> socket.socket:
-    """``bind``, refused (ConfigError) when anything but a gateway of ``state_dir``
-    listens where connections to ``host:port`` could go: ``SO_REUSEPORT`` lets any
-    process of our uid join the port, and the kernel would give it half of them.
-
-    Looked at after the bind and before the listen: a bound socket that does not
-    listen gets no connection, so closing it on a refusal loses none of the other's."""
-    where = f"--listen {host}:{port}"
-    try:
-        sock = _bound(host, port)
-    except OSError as exc:
-        if exc.errno != errno.EADDRINUSE:
-            raise
-        raise ConfigError(_in_use(where, state_dir, _address(host, port)[3][0], port)) from exc
-    try:
-        found = strangers(state_dir, sock.getsockname()[0], port)
-        if found:
-            raise ConfigError(found[0].refusal(where))
-    except BaseException:
-        sock.close()
-        raise
-    return _listening(sock, backlog)
-
-
-def _in_use(where: str, state_dir: Path, address: str, port: int) -> str:
-    """The bind was refused: who holds the port, when we may know."""
-    with contextlib.suppress(OSError):
-        found = strangers(state_dir, address, port)
-        if found:
-            return found[0].refusal(where)
-    return (
-        f"{where}: the address is already in use by another process (see `ss -ltnp "
-        f"'sport = :{port}'`): pick another port or stop that process"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Stranger:
-    """A socket listening on the gateway's port that is no gateway's of its state dir."""
-
-    who: str  # "the reconcile gateway of state dir S (pid N)", "another process (pid N)"
-    port: int
-    state_dir: Path | None  # the other gateway's, when it is one
-
-    def refusal(self, where: str) -> str:
-        if self.state_dir is not None:
-            return (
-                f"{where}: the port is served by {self.who}; two gateways on one port "
-                f"would each answer half the requests: give this daemon another --listen "
-                f"port, or stop that gateway (reconcile --state-dir {self.state_dir} "
-                f"gateway stop)"
-            )
-        return (
-            f"{where}: the address is already in use by {self.who} (see `ss -ltnp "
-            f"'sport = :{self.port}'`): pick another port or stop that process"
-        )
-
-
-def strangers(
-    state_dir: Path, address: str, port: int, known: frozenset[int] = frozenset()
-) -> list[Stranger]:
-    """Who else listens where connections to ``address:port`` could go: every socket
-    there but those of ``known`` inodes and those held by gateways of ``state_dir``."""
-    found: list[Stranger] = []
-    for one in ports.listeners_on(port):
-        if one.inode not in known and one.overlaps(address):
-            stranger = _stranger(one, state_dir)
-            if stranger is not None:
-                found.append(stranger)
-    return found
-
-
-def _stranger(one: Listener, state_dir: Path) -> Stranger | None:
-    """None when the listener ``one`` is held by gateways of ``state_dir`` alone."""
-    pids = ports.socket_holders(one.inode)
-    dirs = {pid: registry.gateway_state_dir(pid) for pid in pids}
-    if pids and all(d is not None and _same_dir(d, state_dir) for d in dirs.values()):
-        return None  # our own gateway (one that would not hand over): beside it is fine
-    for pid, other in dirs.items():
-        if other is not None and not _same_dir(other, state_dir):
-            who = f"the reconcile gateway of state dir {other} (pid {pid})"
-            return Stranger(who, one.port, other)
-    who = f"another process (pid {pids[0]})" if pids else f"another process (uid {one.uid})"
-    return Stranger(who, one.port, None)
-
-
-def _same_dir(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return a.absolute() == b.absolute()
-
-
-def _address(host: str, port: int) -> tuple[int, int, int, Any]:
-    """``host:port``'s first address: family, type, protocol, sockaddr."""
-    family, kind, proto, _, addr = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    return family, kind, proto, addr
-
-
-def _bound(host: str, port: int) -> socket.socket:
-    family, kind, proto, addr = _address(host, port)
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if hasattr(socket, "SO_REUSEPORT"):  # Linux: only sockets of our own uid may join
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(addr)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _listening(sock: socket.socket, backlog: int) -> socket.socket:
-    try:
-        sock.listen(backlog)
-    except BaseException:
-        sock.close()
-        raise
-    sock.setblocking(False)
-    return sock
 
 
 def take(address: str, port: int) -> Taken | None:

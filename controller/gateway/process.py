@@ -5,7 +5,7 @@ session of its own, so it outlives the daemon as engines do. It
 
 1. takes the listening socket over from the gateway now current in the state dir
    (``handover.py``), or binds one (``SO_REUSEPORT``), refused when anything but a
-   gateway of its own state dir listens on that port (``handover.bind_alone``);
+   gateway of its own state dir listens on that port (``listener.bind_alone``);
 2. serves (``app.Gateway``) with the records it reads from ``instances/``
    (``records_watch.py``), writes OnDemand activations as before and wakes the daemon
    for a pass through its datagram socket (nobody there: the next daemon's pass reads
@@ -35,9 +35,8 @@ import time
 
 from controller import __version__, logsetup
 from controller.errors import ConfigError
-from controller.gateway import fastloop, handover, registry
+from controller.gateway import fastloop, handover, listener, registry
 from controller.gateway.app import BACKLOG, Gateway
-from controller.gateway.handover import bind_alone
 from controller.gateway.records_watch import POLL, RecordsWatch
 from controller.gateway.settings import Settings, settings_from_json, settings_to_json
 from controller.host.procs import identity
@@ -82,7 +81,11 @@ class GatewayProcess:
         if old is not None and old.nonce != self.nonce and old.port == s.port:
             taken = handover.take(registry.control_of(self.state_dir, old), s.port)
         # Nothing handed over: bind here, refused where anyone else serves the port.
-        sock = taken.sock if taken is not None else bind_alone(s.host, s.port, BACKLOG, s.state_dir)
+        sock = (
+            taken.sock
+            if taken is not None
+            else listener.bind_alone(s.host, s.port, BACKLOG, s.state_dir)
+        )
         self._listening = (sock.getsockname()[0], frozenset({os.fstat(sock.fileno()).st_ino}))
         try:
             self.gateway.start(self.wake_daemon, sock)
@@ -200,7 +203,7 @@ class GatewayProcess:
         loop = asyncio.get_running_loop()
         try:
             found = await loop.run_in_executor(
-                None, handover.strangers, self.state_dir, address, port, inodes
+                None, listener.strangers, self.state_dir, address, port, inodes
             )
         except OSError:
             return
