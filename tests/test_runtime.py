@@ -304,6 +304,11 @@ def test_netlink_and_proc_net_see_the_same_listeners(family: socket.AddressFamil
         # Other processes open and close listeners meanwhile: agreeing once is the test.
         pairs = [(sockdiag.listening(), ports._proc_net_listening()) for _ in range(5)]
         assert any(fast == slow for fast, slow in pairs), pairs[-1]
+        # Each listener's address, uid and inode too (who holds a port: issue 34 item 1).
+        ours = sockdiag.listeners(port)
+        assert [(one.address, one.uid) for one in ours] == [(sock.getsockname()[0], os.getuid())]
+        assert ours == [one for one in ports._proc_net_listeners() if one.port == port]
+        assert ports.socket_holders(ours[0].inode) == [os.getpid()]
 
 
 def test_placement_never_hands_out_a_port_a_socket_of_ours_holds(tmp_path: Path) -> None:

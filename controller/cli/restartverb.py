@@ -138,10 +138,12 @@ def _wake(state_dir: Path, daemon: int) -> bool:
     reached it: then its resync timer's pass reads the request."""
     from controller.gateway import registry
 
+    address = registry.wake_address(state_dir)
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         try:
-            sock.sendto(b"!", registry.wake_address(state_dir))
-            return True
+            if address is not None:
+                sock.sendto(b"!", address)
+                return True
         except OSError:
             pass
     try:

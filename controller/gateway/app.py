@@ -26,10 +26,9 @@ from controller.gateway import keys as keys_mod
 from controller.gateway.activation import Demand
 from controller.gateway.ejections import recorder
 from controller.gateway.fastloop import new_loop
-from controller.gateway.handover import bind
 from controller.gateway.health import Health
 from controller.gateway.limits import Limiter
-from controller.gateway.listener import close_listener
+from controller.gateway.listener import bind, close_listener
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.quiet import Throttle, install
 from controller.gateway.routes import Front

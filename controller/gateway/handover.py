@@ -8,8 +8,8 @@ listener every connection still in *its* accept queue is reset (unless
 moment; the old one then closes its descriptor (the socket lives on in the new one),
 finishes the requests it holds and exits. Nothing queued is ever dropped.
 
-The control channel is a unix stream socket per gateway (``registry.control_address``),
-one line per command:
+The control channel is a unix stream socket per gateway (``registry.control_of``), one
+line per command; each end checks that the other runs as our uid or root:
 
 - ``handover`` -> ``ok`` with the listening socket's fd attached; then the successor,
   once it serves, sends ``stop`` -> ``bye``, and the old gateway stops accepting and
@@ -18,9 +18,9 @@ one line per command:
 - ``metrics`` -> the Prometheus text, then EOF (the daemon's ``/metrics`` asks at each
   scrape, so it is never staler than the request that just ended).
 
-Sockets are bound with ``SO_REUSEPORT`` too, so a gateway that cannot hand over (an
-older one, one that does not answer) can still be replaced: bind beside it, then
-``SIGTERM`` it (the queue caveat above applies to that path only).
+Sockets are bound with ``SO_REUSEPORT`` too (``listener.py``), so a gateway that cannot
+hand over (an older one, one that does not answer) can still be replaced: bind beside
+it, then ``SIGTERM`` it (the queue caveat above applies to that path only).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class Control:
 
     def _talk(self, conn: socket.socket) -> None:
         conn.settimeout(TALK_TIMEOUT)
-        if not registry.same_user(conn):
+        if not registry.trusted_peer(conn):
             log.warning("gateway control: a caller of another user was refused")
             return
         command = _line(conn)
@@ -151,7 +151,7 @@ def ask_metrics(address: str) -> str | None:
     conn.settimeout(TALK_TIMEOUT)
     chunks: list[bytes] = []
     try:
-        conn.connect(address)
+        _connect(conn, address)
         conn.sendall(b"metrics\n")
         while chunk := conn.recv(65536):
             chunks.append(chunk)
@@ -163,24 +163,12 @@ def ask_metrics(address: str) -> str | None:
     return text if text.endswith("\n") else None
 
 
-def bind(host: str, port: int, backlog: int) -> socket.socket:
-    """One listening socket for ``host:port`` (its first address), with ``SO_REUSEPORT``
-    so a successor that cannot take this one over can still bind beside it."""
-    family, kind, proto, _, addr = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if hasattr(socket, "SO_REUSEPORT"):  # Linux: only sockets of our own uid may join
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(addr)
-        sock.listen(backlog)
-    except BaseException:
-        sock.close()
-        raise
-    sock.setblocking(False)
-    return sock
+def _connect(conn: socket.socket, address: str) -> None:
+    """Connect to a gateway's control socket; OSError unless it runs as our uid or root
+    (an abstract name of a gateway gone may have been taken by anyone)."""
+    conn.connect(address)
+    if not registry.trusted_peer(conn):
+        raise PermissionError(f"the control socket {address!r} is another user's")
 
 
 def take(address: str, port: int) -> Taken | None:
@@ -189,7 +177,7 @@ def take(address: str, port: int) -> Taken | None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(TALK_TIMEOUT)
     try:
-        conn.connect(address)
+        _connect(conn, address)
         conn.sendall(b"handover\n")
         msg, fds, _flags, _addr = socket.recv_fds(conn, LINE_MAX, 1)
     except OSError as exc:

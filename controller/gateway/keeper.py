@@ -74,7 +74,8 @@ class Keeper:
         self._watched: registry.GatewayInfo | None = None
         self._children: list[subprocess.Popen[bytes]] = []
         self._wake: socket.socket | None = None
-        self._wake_at = registry.wake_address(self.state_dir)
+        self._wake_at = ""
+        self._refused: set[int | None] = set()  # uids whose wake-ups were ignored (said once)
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._poke_r, self._poke_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -150,6 +151,7 @@ class Keeper:
         if self._wake is not None:
             self._wake.close()
             registry.unlink_address(self._wake_at)
+            registry.unpublish_wake(self.state_dir, self._wake_at)
         watched = self._watched
         if watched is not None:
             log.info("gateway left running", pid=watched.ref.pid, address=watched.address)
@@ -159,7 +161,7 @@ class Keeper:
         when it does not answer (starting, handing over)."""
         current = self._watched
         if current is not None:
-            text = ask_metrics(registry.control_address(self.state_dir, current.nonce))
+            text = ask_metrics(registry.control_of(self.state_dir, current))
             if text is not None:
                 return text
         return registry.metrics_text(self.state_dir)
@@ -180,15 +182,20 @@ class Keeper:
         return info
 
     def _bind_wake(self) -> None:
+        """The wake-up socket: its path, or a random abstract name written down in the
+        state dir (a name derived from the path could be taken first by anyone)."""
+        address = registry.fresh_address(self.state_dir, "daemon.sock")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        registry.unlink_address(self._wake_at)  # an earlier daemon's (we hold the lock now)
+        registry.unlink_address(address)  # an earlier daemon's (we hold the lock now)
         try:
-            sock.bind(self._wake_at)
+            registry.pass_credentials(sock)
+            sock.bind(address)
+            registry.publish_wake(self.state_dir, address)
         except OSError as exc:
             sock.close()
-            raise ConfigError(f"gateway wake-up socket {self._wake_at!r}: {exc}") from exc
+            raise ConfigError(f"gateway wake-up socket {address!r}: {exc}") from exc
         sock.setblocking(False)
-        self._wake = sock
+        self._wake, self._wake_at = sock, address
 
     # -- the thread -------------------------------------------------------------------------
 
@@ -208,8 +215,7 @@ class Keeper:
                 period = WATCH_PERIOD if pidfd is not None or watched is None else NO_PIDFD_PERIOD
                 ready, _, _ = select.select(fds, [], [], period)
                 self._drain_pokes()
-                if self._wake is not None and self._wake.fileno() in ready:
-                    self._drain_wakes()
+                if self._wake is not None and self._wake.fileno() in ready and self._drain_wakes():
                     self._request_pass()
                 self._reap()
                 if self._stopping.is_set():
@@ -274,11 +280,20 @@ class Keeper:
             while os.read(self._poke_r, 4096):
                 pass
 
-    def _drain_wakes(self) -> None:
+    def _drain_wakes(self) -> bool:
+        """Read every wake-up waiting; True if one came from our uid or root (anyone
+        may send to an abstract name: another user's flood asks for no pass)."""
         assert self._wake is not None
+        asked = False
         with contextlib.suppress(BlockingIOError, OSError):
             while True:
-                self._wake.recv(64)
+                uid = registry.receive(self._wake)
+                if registry.trusted(uid):
+                    asked = True
+                elif uid not in self._refused:
+                    self._refused.add(uid)
+                    log.warning("gateway wake-up from another user ignored", uid=uid)
+        return asked
 
 
 def start_process(

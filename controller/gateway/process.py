@@ -4,7 +4,8 @@ Started by the daemon's keeper (``keeper.py``) or ``reconcile gateway restart``,
 session of its own, so it outlives the daemon as engines do. It
 
 1. takes the listening socket over from the gateway now current in the state dir
-   (``handover.py``), or binds one (``SO_REUSEPORT``);
+   (``handover.py``), or binds one (``SO_REUSEPORT``), refused when anything but a
+   gateway of its own state dir listens on that port (``listener.bind_alone``);
 2. serves (``app.Gateway``) with the records it reads from ``instances/``
    (``records_watch.py``), writes OnDemand activations as before and wakes the daemon
    for a pass through its datagram socket (nobody there: the next daemon's pass reads
@@ -34,8 +35,8 @@ import time
 
 from controller import __version__, logsetup
 from controller.errors import ConfigError
-from controller.gateway import fastloop, handover, registry
-from controller.gateway.app import Gateway
+from controller.gateway import fastloop, handover, listener, registry
+from controller.gateway.app import BACKLOG, Gateway
 from controller.gateway.records_watch import POLL, RecordsWatch
 from controller.gateway.settings import Settings, settings_from_json, settings_to_json
 from controller.host.procs import identity
@@ -46,6 +47,7 @@ log = get_logger("reconcile")
 
 FIRST_PASS_WAIT = 30.0  # no record of ours yet: the daemon's first pass says what exists
 METRICS_EVERY = 5  # polls between looks at the metrics text for the file (half a second)
+GUARD_EVERY = 50  # polls between looks at who else listens on the port (five seconds)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -60,12 +62,13 @@ class GatewayProcess:
         self.control: handover.Control | None = None
         self._wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._wake.setblocking(False)
-        self._wake_at = registry.wake_address(self.state_dir)
         self._main = threading.main_thread().ident
         self._why = "SIGTERM"
         self._retiring: set[str] = set()  # nonces whose drain runs or ran here
         self._looking = asyncio.Lock()  # one read of the records at a time (look())
         self._routed = False  # the table has had its first records
+        self._listening: tuple[str, frozenset[int]] = ("", frozenset())  # address, inode
+        self._strangers: set[str] = set()  # listeners beside us on the port, named once
 
     # -- start --------------------------------------------------------------------
 
@@ -76,18 +79,27 @@ class GatewayProcess:
         old = registry.current_live(self.state_dir)
         taken = None
         if old is not None and old.nonce != self.nonce and old.port == s.port:
-            taken = handover.take(registry.control_address(self.state_dir, old.nonce), s.port)
-        sock = taken.sock if taken is not None else None
+            taken = handover.take(registry.control_of(self.state_dir, old), s.port)
+        # Nothing handed over: bind here, refused where anyone else serves the port.
+        sock = (
+            taken.sock
+            if taken is not None
+            else listener.bind_alone(s.host, s.port, BACKLOG, s.state_dir)
+        )
+        self._listening = (sock.getsockname()[0], frozenset({os.fstat(sock.fileno()).st_ino}))
         try:
             self.gateway.start(self.wake_daemon, sock)
         except ConfigError:
             if taken is not None:
                 taken.abandon()  # the old one serves on
+            else:
+                sock.close()
             raise
         ref = identity(os.getpid())
         if ref is None:
             raise ConfigError("the gateway cannot read its own process identity")
         data = settings_to_json(s)
+        address = registry.fresh_address(self.state_dir, f"ctl-{self.nonce}.sock")
         info = registry.GatewayInfo(
             nonce=self.nonce,
             ref=ref,
@@ -97,9 +109,9 @@ class GatewayProcess:
             fingerprint=registry.fingerprint(data, __version__),
             settings=data,
             started_at=self.started,
+            control=address,
         )
         registry.register(self.state_dir, info)
-        address = registry.control_address(self.state_dir, self.nonce)
         self.control = handover.Control(
             address, self.gateway.listener_fd, self.ask_stop, self.gateway.metrics_text
         )
@@ -122,7 +134,8 @@ class GatewayProcess:
         )
 
     def wake_daemon(self) -> None:
-        registry.wake_daemon(self._wake, self._wake_at)
+        # Looked up each time: a daemon whose path is too long binds a new name at start.
+        registry.wake_daemon(self._wake, registry.wake_address(self.state_dir))
 
     def ask_stop(self, why: str) -> None:
         """Any thread: end the main thread's wait (it runs the graceful stop)."""
@@ -152,6 +165,8 @@ class GatewayProcess:
             turns += 1
             if turns % METRICS_EVERY == 0:
                 last_metrics = await self._write_metrics(last_metrics)
+            if turns % GUARD_EVERY == 0:
+                await self._guard_port()
             await asyncio.sleep(POLL)
 
     async def look(self) -> None:
@@ -178,6 +193,29 @@ class GatewayProcess:
                 self._routed = True
             else:
                 self.watch.seen = None  # look again next turn
+
+    async def _guard_port(self) -> None:
+        """Name (once each) whoever joined the port since we bound it: ``SO_REUSEPORT``
+        lets any process of our uid, and the kernel gives it a share of the connections,
+        which no gateway can take back. Our own socket (by inode) is not looked into."""
+        address, inodes = self._listening
+        port = self.settings.port
+        loop = asyncio.get_running_loop()
+        try:
+            found = await loop.run_in_executor(
+                None, listener.strangers, self.state_dir, address, port, inodes
+            )
+        except OSError:
+            return
+        for one in found:
+            if one.who not in self._strangers:
+                self._strangers.add(one.who)
+                log.error(
+                    "another listener shares the gateway's port and is given a share of "
+                    "its connections: stop it",
+                    address=f"{address}:{port}",
+                    who=one.who,
+                )
 
     def _retire_asked(self) -> None:
         asks = registry.retire_asks(self.state_dir)

@@ -12,6 +12,8 @@ these without paying for the HTTP stack.
 <state>/gateway/retire/<n>.<g>.done gateway <g> has (or its grace period ran out)
 <state>/gateway/passed              touched by the daemon after its first pass
 <state>/gateway/metrics.prom        the current gateway's Prometheus text
+<state>/gateway/daemon.sock         the daemon's wake-up socket, or, when the path is too
+<state>/gateway/daemon.addr         long for sun_path, the abstract name it bound instead
 ```
 
 A gateway is known by its pid *and* start time (invariant 6), never by a pid alone,
@@ -27,6 +29,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -43,8 +46,10 @@ MARKER = "RECONCILE_GATEWAY"
 READY_FD = "RECONCILE_GATEWAY_READY_FD"  # the pipe a starting gateway says "ready" on
 VERSION = 1
 # sun_path holds 108 bytes on Linux (104 on macOS): a longer path goes to the abstract
-# namespace (Linux), where the control socket checks its caller's uid instead.
+# namespace (Linux), where no file permission protects a name: see "the sockets" below.
 SUN_PATH_MAX = 100
+WAKE_FILE = "daemon.addr"
+CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 def folder(state_dir: Path) -> Path:
@@ -69,6 +74,7 @@ class GatewayInfo:
     fingerprint: str  # version + settings: a daemon adopts only an equal one
     settings: dict[str, Any]  # what started it (restart starts the same)
     started_at: float
+    control: str = ""  # its control socket's address ("": derived from the nonce, as before)
 
     @property
     def address(self) -> str:
@@ -100,6 +106,7 @@ def _to_json(info: GatewayInfo) -> bytes:
         "fingerprint": info.fingerprint,
         "settings": info.settings,
         "started_at": info.started_at,
+        "control": info.control,
     }
     return json.dumps(data, sort_keys=True).encode()
 
@@ -127,6 +134,7 @@ def _from_json(raw: bytes) -> GatewayInfo | None:
             fingerprint=str(data["fingerprint"]),
             settings=dict(data["settings"]),
             started_at=float(data["started_at"]),
+            control=str(data.get("control") or ""),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -194,6 +202,23 @@ def read_current(state_dir: Path) -> GatewayInfo | None:
 def current_live(state_dir: Path) -> GatewayInfo | None:
     info = read_current(state_dir)
     return info if info is not None and info.alive() else None
+
+
+def gateway_state_dir(pid: int) -> Path | None:
+    """The state dir of the gateway process ``pid`` (its ``--settings``, as the keeper
+    starts it), None when ``pid`` is no gateway or is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    if "controller.gateway" not in argv or "--settings" not in argv[:-1]:
+        return None
+    try:
+        where = json.loads(argv[argv.index("--settings") + 1])["state_dir"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return Path(where) if isinstance(where, str) else None
 
 
 # -- signalling a gateway (by identity) ------------------------------------------------
@@ -329,24 +354,67 @@ def metrics_text(state_dir: Path) -> str:
 
 
 # -- the sockets: the daemon's wake-up, each gateway's control ---------------------------
+#
+# A socket's path in the state dir is as private as the state dir. A path too long for
+# sun_path goes to Linux's abstract namespace instead, where any user may bind a name
+# or send to one. So such a name is drawn at random when it is bound (nobody can take
+# it first: nobody knows it before) and written down in the state dir (the daemon's in
+# ``daemon.addr``, a gateway's in its member file); and every end checks the other's
+# credentials: only our uid or root may wake the daemon, talk to a gateway, or answer
+# as one.
 
 
 def unix_address(state_dir: Path, name: str) -> str:
-    """``<state>/gateway/<name>`` when it fits in sun_path, else an abstract name made
-    from the state dir (Linux; a leading NUL)."""
+    """``<state>/gateway/<name>`` when it fits in sun_path, else the abstract name the
+    state dir once derived (Linux; a leading NUL): where a gateway that wrote no
+    ``control`` address listens."""
     path = folder(state_dir) / name
-    if len(os.fsencode(path)) <= SUN_PATH_MAX or not sys.platform.startswith("linux"):
+    if _fits(path):
         return str(path)
     digest = hashlib.sha256(os.fsencode(state_dir.absolute())).hexdigest()[:24]
     return f"\0reconcile-{digest}-{name}"
 
 
-def wake_address(state_dir: Path) -> str:
-    return unix_address(state_dir, "daemon.sock")
+def fresh_address(state_dir: Path, name: str) -> str:
+    """Where to bind socket ``name`` now: its path when it fits in sun_path, else an
+    abstract name drawn at random (one derived from the path could be squatted)."""
+    path = folder(state_dir) / name
+    return str(path) if _fits(path) else f"\0reconcile-{os.urandom(16).hex()}-{name}"
+
+
+def _fits(path: Path) -> bool:
+    return len(os.fsencode(path)) <= SUN_PATH_MAX or not sys.platform.startswith("linux")
+
+
+def wake_address(state_dir: Path) -> str | None:
+    """The daemon's wake-up socket: the abstract name it wrote down, else its path;
+    None when its path does not fit and no daemon wrote a name (nobody to wake)."""
+    try:
+        return "\0" + (folder(state_dir) / WAKE_FILE).read_text().removeprefix("@")
+    except (OSError, UnicodeDecodeError):
+        path = folder(state_dir) / "daemon.sock"
+        return str(path) if _fits(path) else None
+
+
+def publish_wake(state_dir: Path, address: str) -> None:
+    """Write down the daemon's abstract wake-up name (a path needs no note)."""
+    if address.startswith("\0"):
+        write_atomic(folder(state_dir) / WAKE_FILE, ("@" + address[1:]).encode())
+
+
+def unpublish_wake(state_dir: Path, address: str) -> None:
+    if wake_address(state_dir) == address:
+        with contextlib.suppress(FileNotFoundError):
+            (folder(state_dir) / WAKE_FILE).unlink()
 
 
 def control_address(state_dir: Path, nonce: str) -> str:
     return unix_address(state_dir, f"ctl-{nonce}.sock")
+
+
+def control_of(state_dir: Path, info: GatewayInfo) -> str:
+    """Where gateway ``info`` answers: the address it wrote down, else the derived one."""
+    return info.control or control_address(state_dir, info.nonce)
 
 
 def unlink_address(address: str) -> None:
@@ -355,21 +423,43 @@ def unlink_address(address: str) -> None:
             os.unlink(address)
 
 
-def wake_daemon(sock: socket.socket, address: str) -> None:
+def wake_daemon(sock: socket.socket, address: str | None) -> None:
     """Ask the daemon for a pass; nobody listening (no daemon now) is fine: the next
     daemon's first pass reads what the gateway wrote."""
-    with contextlib.suppress(OSError):
-        sock.sendto(b"!", address)
+    if address is not None:
+        with contextlib.suppress(OSError):
+            sock.sendto(b"!", address)
 
 
-def same_user(conn: socket.socket) -> bool:
-    """The peer of a unix connection runs as our uid (Linux SO_PEERCRED; elsewhere the
-    socket's 0700 folder is the check)."""
+def trusted(uid: int | None) -> bool:
+    """A peer we take orders from (or answers of): our own uid or root. ``None`` (no
+    credentials on this system) is trusted: there the socket's 0700 folder is the check."""
+    return uid is None or uid in (0, os.getuid())
+
+
+def trusted_peer(conn: socket.socket) -> bool:
+    """The peer of a unix stream connection is trusted (Linux ``SO_PEERCRED``)."""
     opt = getattr(socket, "SO_PEERCRED", None)
     if opt is None:
         return True
-    import struct
+    _pid, uid, _gid = CREDS.unpack(conn.getsockopt(socket.SOL_SOCKET, opt, CREDS.size))
+    return trusted(uid)
 
-    creds = conn.getsockopt(socket.SOL_SOCKET, opt, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return bool(uid == os.getuid())
+
+def pass_credentials(sock: socket.socket) -> None:
+    """Have the kernel attach each datagram's sender (``sender_uid``) where it can."""
+    if hasattr(socket, "SO_PASSCRED"):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+
+
+def receive(sock: socket.socket) -> int | None:
+    """One datagram off ``sock`` (``BlockingIOError`` when none): its sender's uid, or
+    None when the system gives no credentials."""
+    if not hasattr(socket, "SCM_CREDENTIALS"):
+        sock.recv(64)
+        return None
+    _data, ancillary, _flags, _addr = sock.recvmsg(64, socket.CMSG_SPACE(CREDS.size))
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            return int(CREDS.unpack(data[: CREDS.size])[1])
+    return -1  # credentials asked for and missing: not ours to trust

@@ -1,12 +1,16 @@
-"""Ports on this node: which TCP ports something listens on, and whether one can be bound."""
+"""Ports on this node: which TCP ports something listens on, whose listening sockets
+they are, and whether one can be bound."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import socket
+import sys
 
 from controller.host import sockdiag
+from controller.host.sockdiag import Listener
 
 
 def listening_ports() -> frozenset[int]:
@@ -27,6 +31,60 @@ def _proc_net_listening() -> frozenset[int]:
                 if len(fields) > 3 and fields[3] == "0A":  # LISTEN
                     ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return frozenset(ports)
+
+
+def listeners_on(port: int) -> list[Listener]:
+    """The sockets listening on TCP ``port`` (netlink's answer, else /proc/net)."""
+    try:
+        return sockdiag.listeners(port)
+    except OSError:
+        return [one for one in _proc_net_listeners() if one.port == port]
+
+
+def _proc_net_listeners() -> list[Listener]:
+    found: list[Listener] = []
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        with contextlib.suppress(OSError), open(table) as f:
+            next(f, None)
+            for line in f:
+                fields = line.split()
+                if len(fields) > 9 and fields[3] == "0A":  # LISTEN
+                    address, port = fields[1].rsplit(":", 1)
+                    where = _proc_net_address(family, address)
+                    found.append(
+                        Listener(family, where, int(port, 16), int(fields[7]), int(fields[9]))
+                    )
+    return found
+
+
+def _proc_net_address(family: int, text: str) -> str:
+    """/proc/net's address: each 32-bit word of it printed as a number (host order)."""
+    words = (int(text[i : i + 8], 16) for i in range(0, len(text), 8))
+    return socket.inet_ntop(family, b"".join(w.to_bytes(4, sys.byteorder) for w in words))
+
+
+def socket_holders(inode: int) -> list[int]:
+    """The processes holding socket ``inode`` open, among those whose fds we may read
+    (our uid's; every process's for root)."""
+    link = f"socket:[{inode}]"
+    with os.scandir("/proc") as procs:
+        pids = [int(entry.name) for entry in procs if entry.name.isdigit()]
+    return [pid for pid in pids if _holds(pid, link)]
+
+
+def _holds(pid: int, link: str) -> bool:
+    try:
+        with os.scandir(f"/proc/{pid}/fd") as fds:
+            return any(_link(fd.path) == link for fd in fds)
+    except OSError:
+        return False  # gone, or not ours to read
+
+
+def _link(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None  # that fd closed meanwhile
 
 
 def port_bindable(port: int) -> bool:

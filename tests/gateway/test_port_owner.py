@@ -1,0 +1,132 @@
+"""The gateway shares its port with a gateway of its own state dir only (issue 34, item 1).
+
+A listening socket is bound with ``SO_REUSEPORT`` so a successor can bind beside a
+gateway that will not hand over; with that alone, a daemon of another state dir (or any
+process of the same uid) given the same ``--listen`` joined the port silently and took
+half the requests, answering 404 for models it does not route. Real daemons, gateway
+processes, engines and sockets:
+
+- two state dirs on one port: the second daemon is refused (exit 1, the port and the
+  first state dir named) and 0 of 400 requests to the first are lost;
+- a foreign listener bound with ``SO_REUSEPORT`` on the port refuses the start too;
+- one that joins the port later (the kernel lets it) is named in the gateway's log.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.gateway import registry
+
+WAIT = 40.0
+REQUESTS = 400
+
+
+def _serving_or_exited(state: Path, proc: subprocess.Popen[bytes]) -> bool:
+    """The daemon's gateway serves (it joined the port) or the daemon ended."""
+    return proc.poll() is not None or registry.current_live(state) is not None
+
+
+def _lost(port: int, model: str, count: int) -> list[str]:
+    """Send ``count`` requests (a connection each); what did not come back 200."""
+    lost: list[str] = []
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    for _ in range(count):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT)
+        try:
+            conn.request("POST", "/v1/chat/completions", body)
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status != 200:
+                lost.append(f"{resp.status} {data[:120]!r}")
+        except (OSError, http.client.HTTPException) as exc:
+            lost.append(repr(exc))
+        finally:
+            conn.close()
+    return lost
+
+
+def test_a_daemon_of_another_state_dir_on_the_port_is_refused(
+    reconcile: Any, gateway: Any, tmp_path: Path
+) -> None:
+    rc = reconcile
+    rc.write("alpha")
+    g = gateway()
+    g.wait_phase("alpha", "Ready")
+    other, empty = tmp_path / "state2", tmp_path / "manifests2"
+    empty.mkdir()
+    log = tmp_path / "second.log"
+    argv = rc.argv(
+        *("-v", "--resync", "1h", "--listen", f"127.0.0.1:{g.port}"),
+        *("--state-dir", str(other), "--node", rc.node, "--devices", rc.devices),
+        *("-f", str(empty)),
+        common=False,
+    )
+    with open(log, "wb") as err:
+        second = rc.spawn(argv, stderr=err)
+    try:
+        rc.wait_for(
+            lambda: _serving_or_exited(other, second), timeout=WAIT, what="the second daemon"
+        )
+        lost = _lost(g.port, "alpha", REQUESTS)
+        assert lost == [], f"{len(lost)} of {REQUESTS} lost: {lost[:5]}"
+        code = second.wait(timeout=WAIT)
+        text = log.read_text()
+        assert code == 1, text[-3000:]
+        assert f"--listen 127.0.0.1:{g.port}" in text, text[-3000:]
+        assert f"state dir {rc.state}" in text, text[-3000:]
+        assert "Traceback" not in text, text[-3000:]
+        assert registry.live(other) == []
+    finally:  # on a failed check, what the second daemon started goes first
+        if second.poll() is None:
+            second.kill()
+            second.wait(timeout=WAIT)
+        registry.stop_all(other, grace=1.0)
+        g.finish()
+
+
+@pytest.mark.parametrize("reuseport", [True, False], ids=["reuseport", "plain"])
+def test_a_foreign_listener_refuses_the_start(
+    reconcile: Any, gateway: Any, reuseport: bool
+) -> None:
+    """Bound with ``SO_REUSEPORT`` (the kernel would share the port) or without (the
+    bind fails): either way the process is named."""
+    rc = reconcile
+    port = rc.port + 15
+    with socket.socket() as foreign:
+        foreign.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, int(reuseport))
+        foreign.bind(("127.0.0.1", port))
+        foreign.listen()
+        g = gateway("--listen", f"127.0.0.1:{port}", port=port, wait=False)
+        rc.wait_for(lambda: _serving_or_exited(rc.state, g.proc), timeout=WAIT, what="daemon")
+        code = g.proc.wait(timeout=WAIT)
+        text = g.text()
+        assert code == 1, text[-3000:]
+        assert f"--listen 127.0.0.1:{port}: the address is already in use" in text, text[-3000:]
+        assert f"another process (pid {os.getpid()})" in text, text[-3000:]
+        assert "Traceback" not in text, text[-3000:]
+    assert registry.live(rc.state) == []
+
+
+def test_a_listener_that_joins_later_is_named_in_the_log(reconcile: Any, gateway: Any) -> None:
+    """The kernel lets a process of our uid join the port after the gateway bound it (a
+    root one beside a root gateway): the gateway cannot refuse it, so it says so."""
+    rc = reconcile
+    g = gateway()
+    try:
+        with socket.socket() as joiner:
+            joiner.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            joiner.bind(("127.0.0.1", g.port))
+            joiner.listen()
+            said = f"another process (pid {os.getpid()})"
+            rc.wait_for(lambda: said in g.text(), timeout=WAIT, what="the joiner named")
+    finally:
+        g.finish()
