@@ -7,7 +7,7 @@ Who may read it: the metrics name every deployment, its phase and its traffic, w
 the state dir keeps 0600, so a scrape wants the state dir's access token
 (``store/accesstoken.py``), as ``Authorization: Bearer <token>`` (Prometheus'
 ``authorization: {credentials_file: ...}``) or ``?token=<token>`` (its ``params``);
-else 401.
+else 401. Bound to loopback, it answers only a loopback ``Host`` (DNS rebinding: 403).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from controller.core.listen import host_refusal, is_loopback
 from controller.daemon.metrics import CONTENT_TYPE, current
 from controller.errors import ConfigError
 from controller.logsetup import get_logger
@@ -35,6 +36,7 @@ REFUSED = (
 
 class _Server(ThreadingHTTPServer):
     token: Token
+    loopback: bool
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -47,6 +49,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(body=False)
 
     def _answer(self, body: bool) -> None:
+        refused = host_refusal(self.headers.get("Host")) if self.server.loopback else None
+        if refused is not None:
+            self._send(403, TEXT, f"{refused}\n".encode(), body)
+            return
         where = urlsplit(self.path)
         if where.path != "/metrics":
             self._send(404, TEXT, b"see /metrics\n", body)
@@ -101,6 +107,7 @@ def serve(host: str, port: int, state_dir: Path) -> ThreadingHTTPServer:
     except OSError as exc:  # not the disk: say which address, and what to do
         raise ConfigError(_bind_error(host, port, exc)) from exc
     server.token = token
+    server.loopback = is_loopback(host)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
     thread.start()

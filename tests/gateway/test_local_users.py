@@ -1,6 +1,7 @@
-"""Another local user of the machine, at a keyless gateway on loopback (issue 34, item
-2): every path of the page's API and the daemon's /metrics wants the state dir's access
-token (a 0600 file only its owner reads)."""
+"""Another local user of the machine, at a keyless gateway on loopback (issue 34, items 2
+and 5): every path of the page's API and the daemon's /metrics wants the state dir's
+access token (a 0600 file only its owner reads), and a rebound host name gets 403 on
+every path, the OpenAI ones included."""
 
 from __future__ import annotations
 
@@ -120,3 +121,53 @@ def test_an_unsafe_token_file_is_refused_at_start(reconcile: Any) -> None:
     result = reconcile("--listen", str(reconcile.port + 15), check=1)
     assert str(token_file) in result.err and "0644" in result.err, result
     assert "readable-by-all" not in result.err + result.out
+
+
+def test_a_rebound_host_name_gets_403_on_every_path(reconcile: Any, gateway: Any) -> None:
+    reconcile.write("lazy", activation="OnDemand", idleTimeout="10m")
+    metrics = reconcile.port + METRICS
+    g = gateway("--metrics-port", str(metrics))
+    g.wait_phase("lazy", "Idle")
+    token = accesstoken.read(reconcile.state)
+    evil = {"Host": "evil.example", "Content-Type": "text/plain"}
+    chat = b'{"model": "lazy", "messages": [{"role": "user", "content": "hi"}]}'
+    asks = [
+        ("POST", "/v1/chat/completions", chat),
+        ("GET", "/v1/models", b""),
+        ("GET", "/v1/models/lazy", b""),
+        ("GET", "/healthz", b""),
+        ("GET", "/ui", b""),
+        ("GET", f"/ui/api/state?token={token}", b""),
+        ("POST", f"/ui/api/load?token={token}", b'{"name": "lazy"}'),
+    ]
+    for method, path, body in asks:
+        for host in ("evil.example", "evil.example:80", f"127.0.0.1.nip.io:{g.port}"):
+            answer = _request(g.port, method, path, {**evil, "Host": host}, body)
+            assert answer.status == 403, (method, path, host, answer)
+            assert answer.json()["error"]["code"] == "forbidden", answer
+            assert b"lazy" not in answer.body
+    answer = _request(metrics, "GET", f"/metrics?token={token}", evil)
+    assert answer.status == 403 and b"lazy" not in answer.body, answer
+    # Nothing started, nothing asked; a loopback name still gets in.
+    assert reconcile.status("lazy")["lazy"]["phase"] == "Idle" and not reconcile.pids("lazy")
+    assert not list((reconcile.state / "activation").glob("lazy*"))
+    for host in (f"127.0.0.1:{g.port}", f"localhost:{g.port}", "[::1]"):
+        assert _request(g.port, "GET", "/v1/models", {"Host": host}).status == 200, host
+    assert _request(metrics, "GET", f"/metrics?token={token}").status == 200
+    g.finish()
+
+
+def test_with_keys_a_key_gets_in_whatever_the_host(reconcile: Any, gateway: Any) -> None:
+    key = "sk-Hq4ZxWcVbNmLkJpOiUyT"
+    keys = reconcile.tmp / "keys.txt"
+    keys.write_text(key + "\n")
+    keys.chmod(0o600)
+    reconcile.write("web")
+    g = gateway("--api-keys", str(keys))
+    g.wait_phase("web", "Ready")
+    named = {"Host": "gpu-box.lan", "Authorization": f"Bearer {key}"}
+    assert _request(g.port, "GET", "/v1/models", named).status == 200
+    assert _request(g.port, "GET", "/ui/api/state", named).status == 200
+    token = accesstoken.read(reconcile.state)  # not a key: with keys the page wants one
+    assert g.request("GET", f"/ui/api/state?token={token}").status == 401
+    g.finish()

@@ -7,10 +7,10 @@ Without keys they want the state dir's access token (``store/accesstoken.py``: a
 file only its owner reads, so another local user of the machine reads and does
 nothing), as ``?token=`` on any page or API path or as ``Authorization: Bearer``;
 ``reconcile ui`` prints the URL with it and the page keeps it as it keeps a key. The
-files themselves hold no data and are served to anyone (the sign-in is in them).
-Without keys (a loopback bind) a request must name a loopback host, so a web site
-whose name is made to resolve to 127.0.0.1 (DNS rebinding) reads nothing; an action
-must be a JSON POST from the page's own origin, so another site's form cannot post one.
+files themselves hold no data and are served to anyone (the sign-in is in them). A
+keyless loopback gateway answers only a loopback ``Host`` on every path (``routes.py``:
+DNS rebinding reads nothing); an action must be a JSON POST from the page's own origin,
+so another site's form cannot post one.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from aiohttp import web
 from controller.gateway.answers import error
 from controller.gateway.keys import Keys, presented
 from controller.gateway.metrics import GatewayMetrics
-from controller.gateway.settings import Settings, is_loopback
+from controller.gateway.settings import Settings
 from controller.gateway.ui import actions
 from controller.gateway.ui.snapshot import Reader
 from controller.gateway.ui.traffic import Traffic
@@ -179,13 +179,6 @@ class Page:
         keys = self.keys()
         given = presented(request.headers.get("Authorization"), request.headers.get("x-api-key"))
         if keys is None:
-            host = urlsplit(f"//{request.host}").hostname or ""
-            if self.settings.loopback and not is_loopback(host):
-                why = (
-                    f"the gateway has no API keys, so its page answers only a loopback host "
-                    f"name (127.0.0.1, localhost), not {host!r}"
-                )
-                return error(403, why, "forbidden")
             if self.token.accepts(request.query.get(QUERY) or given):
                 return "-"
             return error(
