@@ -202,13 +202,14 @@ function deploymentRow(item, facts) {
   buttons.append(actionButton("restart", item.name, "Restart"));
   const row = h("tr", { "data-name": item.name, class: "clickable", title: "show its log" },
     h("td", { class: "name" }, item.name),
-    h("td", { class: "phase" }, h("span", { class: `badge ${item.phase.toLowerCase()}` }, item.phase)),
+    // The deployment's worst replica and every instance's restarts, as `status` shows them.
+    h("td", { class: "phase" }, h("span", { class: `badge ${item.worst_phase.toLowerCase()}` }, item.worst_phase)),
     h("td", { class: "ready" }, `${item.ready_replicas}/${item.replicas}`),
     h("td", { class: "model" }, model(item, facts)),
     h("td", { class: "backend" }, item.backend || item.engine),
     h("td", { class: "where" }, where || "-"),
     h("td", { class: "port" }, ports || "-"),
-    h("td", { class: "restarts", title: lastExit.slice(3) || null }, String(item.restarts)),
+    h("td", { class: "restarts", title: lastExit.slice(3) || null }, String(item.restarts_total)),
     h("td", { class: "age", "data-since": item.reserved_at || item.started_at || "" }, ""),
     message,
     buttons);
