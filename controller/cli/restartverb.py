@@ -29,6 +29,7 @@ from controller.core.names import base_name, is_next
 from controller.core.state import Phase, Record
 from controller.core.suggest import did_you_mean
 from controller.errors import RecordError
+from controller.host import bootclock
 from controller.store import restart
 from controller.store.node import Config
 from controller.store.records import RecordStore, check_name
@@ -48,6 +49,13 @@ def cmd_restart(args: argparse.Namespace) -> int:
     if not _known(names, records, cfg.state_dir):
         return EXIT_FAIL
     at = datetime.now(UTC)
+    refused = [
+        why for n in names if (why := restart.refusal(cfg.state_dir, n, at, bootclock.read()))
+    ]
+    if refused:  # nothing asked: a drained node would only stop them
+        for why in refused:
+            print(f"reconcile: restart refused: {why}", file=sys.stderr)
+        return EXIT_FAIL
     for name in names:
         restart.request(cfg.state_dir, name, at)
         print(f"restart of {name} requested ({_how(_instances(records.values(), name))})")

@@ -2,30 +2,53 @@
 
 The URL comes from the state dir's gateway registry (``reconcile gateway status`` reads
 the same): the address it listens on, a wildcard bind as loopback (the page is opened
-from this machine).
+from this machine). A gateway without API keys wants the state dir's access token for
+the page's data: the URL carries it (``?token=``), so only the state dir's owner, who
+can read the token file, gets a URL that works.
 """
 
 from __future__ import annotations
 
 import argparse
+import html
 import ipaddress
 import sys
+from pathlib import Path
 
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
 from controller.cli.gatewayverbs import state_dir_of
+from controller.errors import ConfigError
 from controller.gateway import registry
+from controller.store import accesstoken
+from controller.store.records import write_atomic
 
+OPENER = "ui-open.html"  # in the state dir: `--open`'s way to the page, token unseen
 WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 
-def page_url(host: str, port: int) -> str:
-    """``http://HOST:PORT/ui``; an IPv6 host in brackets."""
+def page_url(host: str, port: int, token: str | None = None) -> str:
+    """``http://HOST:PORT/ui`` (``?token=T`` given one); an IPv6 host in brackets."""
     host = WILDCARDS.get(host, host)
     try:
         bracketed = ipaddress.ip_address(host).version == 6
     except ValueError:
         bracketed = False
-    return f"http://{f'[{host}]' if bracketed else host}:{port}/ui"
+    query = f"?{accesstoken.QUERY}={token}" if token else ""
+    return f"http://{f'[{host}]' if bracketed else host}:{port}/ui{query}"
+
+
+def _opener(state_dir: Path, url: str) -> str:
+    """A ``file://`` page (0600) that sends the browser on to ``url``: a URL with the
+    token on a browser's command line would show in every local user's ``ps`` (Jupyter
+    opens such a file for the same reason)."""
+    path = state_dir / OPENER
+    link = html.escape(url, quote=True)
+    page = (
+        f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={link}">'
+        f'<title>reconcile</title><a href="{link}">open the page of the node</a>\n'
+    )
+    write_atomic(path, page.encode())
+    return path.resolve().as_uri()
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -38,14 +61,21 @@ def cmd_ui(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAIL
-    url = page_url(current.host, current.port)
+    keys = bool(current.settings.get("api_keys"))
+    try:
+        token = None if keys else accesstoken.ensure(state_dir)
+    except (OSError, ConfigError) as exc:
+        why = exc if isinstance(exc, ConfigError) else f"{accesstoken.path(state_dir)}: {exc}"
+        print(f"reconcile: the page's access token: {why}", file=sys.stderr)
+        return EXIT_FAIL
+    url = page_url(current.host, current.port, token)
     print(url)
-    if current.settings.get("api_keys"):
+    if keys:
         print("the gateway has API keys: the page asks for one", file=sys.stderr)
     if args.open:
         import webbrowser
 
-        if not webbrowser.open(url):
+        if not webbrowser.open(_opener(state_dir, url) if token else url):
             print("reconcile: no browser found here: open the URL above", file=sys.stderr)
             return EXIT_FAIL
     return EXIT_OK

@@ -14,7 +14,7 @@ from typing import Any
 
 from controller.core.durations import format_age
 from controller.core.elapsed import BootClock
-from controller.core.replicaset import group
+from controller.core.replicaset import group, total_restarts
 from controller.core.state import Drain, Phase, Record
 
 # The machine items live in core (the gateway's web page builds the same ones); the
@@ -68,7 +68,7 @@ def _node(rec: Record) -> str:
 
 
 def _restarts(recs: Sequence[Record], now: datetime) -> str:
-    count = sum(r.restarts for r in recs)
+    count = total_restarts(recs)
     exits = [r.last_exit.at for r in recs if r.restarts and r.last_exit is not None]
     if count and exits:
         return f"{count} ({age(max(exits), now)} ago)"

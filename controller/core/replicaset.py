@@ -19,6 +19,20 @@ from dataclasses import dataclass
 from controller.core.names import base_name, is_next, replica_of
 from controller.core.state import Phase, Record
 
+# A deployment's phase is its worst replica's: the one that needs a look first.
+WORST_FIRST = (
+    Phase.FAILED,
+    Phase.BACKOFF,
+    Phase.PENDING,
+    Phase.TERMINATING,
+    Phase.PULLING,
+    Phase.RESERVED,
+    Phase.STARTING,
+    Phase.IDLE,
+    Phase.SUCCEEDED,
+    Phase.READY,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Replica:
@@ -36,6 +50,12 @@ class Replica:
     def ready(self) -> bool:
         """Serving: the old instance or its new one is Ready (each replica counts once)."""
         return any(r.phase is Phase.READY for r in self.records)
+
+    @property
+    def phase(self) -> Phase:
+        """Ready while it serves (a rolling ``@next`` still Starting is no fault), else
+        its record's phase."""
+        return Phase.READY if self.ready else self.record.phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +83,20 @@ class ReplicaSet:
     @property
     def ready(self) -> int:
         return sum(r.ready for r in self.replicas)
+
+    @property
+    def restarts(self) -> int:
+        """Every instance's restarts: what the status table and the page show."""
+        return total_restarts(self.records)
+
+    @property
+    def worst_phase(self) -> Phase:
+        """The phase of the replica that needs a look first (``WORST_FIRST``)."""
+        return min((r.phase for r in self.replicas), key=WORST_FIRST.index)
+
+
+def total_restarts(records: Iterable[Record]) -> int:
+    return sum(r.restarts for r in records)
 
 
 def scaled_to_zero(rec: Record) -> bool:

@@ -71,12 +71,15 @@ def status_item(rec: Record) -> dict[str, Any]:
 
 def deployment_item(rs: ReplicaSet) -> dict[str, Any]:
     """One deployment for ``status -o json|yaml``: replica 0's fields, as a deployment of
-    one replica always had them, plus the counts and every instance."""
+    one replica always had them, plus the counts, the whole deployment's restarts and
+    worst phase (what the table and the page show), and every instance."""
     return {
         **status_item(rs.first),
         "name": rs.name,
         "replicas": rs.desired,
         "ready_replicas": rs.ready,
+        "restarts_total": rs.restarts,
+        "worst_phase": str(rs.worst_phase),
         "instances": [instance_item(r.index, one) for r in rs.replicas for one in r.records],
     }
 

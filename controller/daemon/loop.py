@@ -39,7 +39,7 @@ from controller.host import bootclock
 from controller.logsetup import get_logger
 from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.run import PassResult, Reconciler
-from controller.store import activation
+from controller.store import accesstoken, activation
 from controller.store.lock import FileLock
 from controller.store.node import Config
 from controller.store.records import RecordStore
@@ -480,11 +480,12 @@ def run_daemon(
             "or give this one another --state-dir"
         )
     try:
+        accesstoken.ensure(config.state_dir)  # the page's and /metrics': `reconcile ui` reads it
         server = None
         if metrics_at:
             from controller.daemon.metricsserver import serve  # http.server: only then
 
-            server = serve(*metrics_at)
+            server = serve(*metrics_at, config.state_dir)
         try:
             return Daemon(config, resync=resync, reload=reload, front=front, store=store).run()
         finally:

@@ -2,6 +2,12 @@
 
 Its own module because ``http.server`` brings ``http.client``, ``ssl`` and ``email``
 (~6 MB resident), which a daemon without ``--metrics-port`` should not carry.
+
+Who may read it: the metrics name every deployment, its phase and its traffic, which
+the state dir keeps 0600, so a scrape wants the state dir's access token
+(``store/accesstoken.py``), as ``Authorization: Bearer <token>`` (Prometheus'
+``authorization: {credentials_file: ...}``) or ``?token=<token>`` (its ``params``);
+else 401. Bound to loopback, it answers only a loopback ``Host`` (DNS rebinding: 403).
 """
 
 from __future__ import annotations
@@ -9,15 +15,33 @@ from __future__ import annotations
 import errno
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
+from controller.core.listen import host_refusal, is_loopback
 from controller.daemon.metrics import CONTENT_TYPE, current
 from controller.errors import ConfigError
 from controller.logsetup import get_logger
+from controller.store.accesstoken import QUERY, Token
 
 log = get_logger("reconcile")
 
 
+TEXT = "text/plain; charset=utf-8"
+REFUSED = (
+    "/metrics wants the state dir's access token (<state-dir>/access-token, readable by "
+    "its owner only): send `Authorization: Bearer <token>` or ?token=<token>\n"
+)
+
+
+class _Server(ThreadingHTTPServer):
+    token: Token
+    loopback: bool
+
+
 class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
     def do_GET(self) -> None:
         self._answer(body=True)
 
@@ -25,13 +49,32 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(body=False)
 
     def _answer(self, body: bool) -> None:
-        if self.path.split("?", 1)[0] != "/metrics":
-            self._send(404, "text/plain; charset=utf-8", b"see /metrics\n", body)
+        refused = host_refusal(self.headers.get("Host")) if self.server.loopback else None
+        if refused is not None:
+            self._send(403, TEXT, f"{refused}\n".encode(), body)
+            return
+        where = urlsplit(self.path)
+        if where.path != "/metrics":
+            self._send(404, TEXT, b"see /metrics\n", body)
+            return
+        if not self.server.token.accepts(self._presented(where.query)):
+            self._send(401, TEXT, REFUSED.encode(), body, {"WWW-Authenticate": "Bearer"})
             return
         self._send(200, CONTENT_TYPE, current().encode(), body)
 
-    def _send(self, code: int, kind: str, data: bytes, body: bool) -> None:
+    def _presented(self, query: str) -> str | None:
+        given = parse_qs(query).get(QUERY)
+        if given:
+            return given[0]
+        scheme, _, value = (self.headers.get("Authorization") or "").partition(" ")
+        return value.strip() if scheme.lower() == "bearer" else None
+
+    def _send(
+        self, code: int, kind: str, data: bytes, body: bool, extra: dict[str, str] | None = None
+    ) -> None:
         self.send_response(code)
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -54,12 +97,17 @@ def _bind_error(host: str, port: int, exc: OSError) -> str:
     return f"{where}: cannot listen there: {exc.strerror or exc}"
 
 
-def serve(host: str, port: int) -> ThreadingHTTPServer:
-    """Serve ``/metrics`` from a daemon thread; the caller may ``shutdown()`` it."""
+def serve(host: str, port: int, state_dir: Path) -> ThreadingHTTPServer:
+    """Serve ``/metrics`` from a daemon thread, to those who hold ``state_dir``'s access
+    token; the caller may ``shutdown()`` it."""
+    token = Token(state_dir)
+    token.current()  # made now when missing (an unsafe one is refused before the bind)
     try:
-        server = ThreadingHTTPServer((host, port), _Handler)
+        server = _Server((host, port), _Handler)
     except OSError as exc:  # not the disk: say which address, and what to do
         raise ConfigError(_bind_error(host, port, exc)) from exc
+    server.token = token
+    server.loopback = is_loopback(host)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
     thread.start()

@@ -185,6 +185,7 @@ class Gateway:
             metrics=self.metrics,
             max_body=s.max_body,
             keys=self.keys,
+            loopback_only=s.loopback,
             session=session,
         )
         # handler_cancellation: a client that goes away cancels its handler (and upstream).

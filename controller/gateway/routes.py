@@ -20,6 +20,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from controller.core.listen import host_refusal
 from controller.core.state import Phase, Record
 from controller.gateway import encoding, paths, readiness, upload, usage
 from controller.gateway.activation import Demand
@@ -60,6 +61,8 @@ class Front:
     max_body: int
     session: aiohttp.ClientSession
     keys: Keys | None = None
+    # Bound to loopback: without keys, only a loopback Host is answered (DNS rebinding).
+    loopback_only: bool = False
     # record name -> (its Starting engine's nonce, the gateway's probe of it)
     watching: dict[str, tuple[str | None, asyncio.Task[None]]] = field(default_factory=dict)
     waiting: Counter[str] = field(default_factory=Counter)  # pool name -> requests waiting
@@ -73,12 +76,29 @@ class Front:
             self.turns = Turns(self.metrics.swap_avoided)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_body, middlewares=[_openai_errors])
+        @web.middleware
+        async def loopback_host_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+            return await self._loopback_host_only(request, handler)
+
+        middlewares = [_openai_errors, loopback_host_only]
+        app = web.Application(client_max_size=self.max_body, middlewares=middlewares)
         # One route: the path is normalised first, then routed here (never by its raw form).
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         app.cleanup_ctx.append(self._writing_load)
         app.on_response_prepare.append(self._closing_when_draining)
         return app
+
+    async def _loopback_host_only(
+        self, request: web.Request, handler: Handler
+    ) -> web.StreamResponse:
+        """A keyless gateway on loopback answers a loopback ``Host`` only, on every path:
+        a web page whose name was rebound to 127.0.0.1 neither reads a model list nor
+        starts an engine (the page's routes are on this app too)."""
+        if self.keys is None and self.loopback_only:
+            refused = host_refusal(request.headers.get("Host"))
+            if refused is not None:
+                return error(403, refused, "forbidden")
+        return await handler(request)
 
     async def _closing_when_draining(
         self, request: web.Request, answer: web.StreamResponse

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from controller.core.listen import LOOPBACK, split_listen
+from controller.core.listen import is_loopback as is_loopback  # re-exported
 from controller.errors import ConfigError
 
 DEFAULT_HOST = LOOPBACK
@@ -52,15 +52,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     if found is None:
         raise ListenRefused(f"--listen {text!r}: expected [HOST:]PORT, e.g. 8080 or 0.0.0.0:8080")
     return found
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve to anything
 
 
 def check_exposure(settings: Settings) -> str | None:

@@ -4,6 +4,10 @@ Desired state on disk, as the gateway's activations are: the request is a time, 
 every pass (and `reconcile plan`) reads it as input. An instance that started before
 it is replaced (rolling where the strategy says so); one started since is not, so the
 file needs no clean-up and a crash halfway through a rollout resumes where it was.
+
+While the node is drained nothing new starts, so a restart would only stop the engine
+and leave it Pending until the drain ends: ``refusal`` says so, and `reconcile restart`
+and the page's button refuse with it instead of asking.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+from controller.core.elapsed import BootClock
 from controller.core.names import is_dns1123
+from controller.store.node import read_drain
 from controller.store.records import write_atomic
 
 FOLDER = "restart"
@@ -33,6 +39,23 @@ def request(state_dir: Path, name: str, at: datetime) -> None:
     where = folder(state_dir)
     where.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_atomic(where / f"{name}.json", json.dumps({"requested_at": at.isoformat()}).encode())
+
+
+def refusal(state_dir: Path, name: str, now: datetime, clock: BootClock | None) -> str | None:
+    """Why a restart of ``name`` is refused now (None: it is not): the node is drained
+    (``clock``: the boot clock now, which the drain's ttl runs on). An unreadable drain
+    file raises ConfigError, as every reader of it does."""
+    drain = read_drain(state_dir)
+    if drain is None or not drain.active(now, clock):
+        return None
+    by = f" by {drain.by}" if drain.by else ""
+    why = f" ({drain.reason})" if drain.reason else ""
+    until = drain.ends(now, clock).isoformat(timespec="seconds")
+    return (
+        f"the node is drained{by}{why} until {until}: nothing new starts, so restarting "
+        f"{name} would stop its engine and leave it Pending until the drain ends. Run "
+        f"`reconcile uncordon` first, then restart it"
+    )
 
 
 def read_all(state_dir: Path) -> dict[str, datetime]:

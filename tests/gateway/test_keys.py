@@ -47,7 +47,11 @@ def test_keys_required_both_forms_healthz_open_and_sighup(reconcile: Any, gatewa
     assert g.post("alpha", {"x-api-key": KEY}).status == 401
     import urllib.request
 
-    metrics = urllib.request.urlopen(f"http://127.0.0.1:{reconcile.port + 14}/metrics").read()
+    from controller.store import accesstoken
+
+    token = accesstoken.read(reconcile.state)  # /metrics wants the state dir's token
+    url = f"http://127.0.0.1:{reconcile.port + 14}/metrics?token={token}"
+    metrics = urllib.request.urlopen(url).read()
     text = metrics.decode()
     assert "reconcile_gateway_requests_total" in text
     assert 'reconcile_gateway_request_seconds_bucket{deployment="alpha"' in text

@@ -16,6 +16,8 @@ from typing import Any
 
 from clients import Loop
 
+from controller.store import accesstoken
+
 WAIT = 40.0
 
 
@@ -193,7 +195,8 @@ def test_in_flight_figures_reach_the_state_dir_and_the_metrics(
         return False
 
     def gauge() -> bool:
-        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        token = accesstoken.read(reconcile.state)  # /metrics wants the state dir's token
+        url = f"http://127.0.0.1:{metrics_port}/metrics?token={token}"
         text = urllib.request.urlopen(url, timeout=10).read().decode()
         line = 'reconcile_gateway_inflight{deployment="slow",instance="slow"} 2'
         return line in text.splitlines()

@@ -237,7 +237,7 @@ def test_a_request_whose_body_comes_after_the_hand_over_is_answered(
     old = g.serving()
     body = json.dumps({"model": "alpha", "messages": [{"role": "user", "content": "hi"}]})
     head = (
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\n"
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     early = socket.create_connection(("127.0.0.1", g.port), timeout=WAIT)

@@ -90,7 +90,8 @@ def test_client_disconnect_cancels_upstream(reconcile: Any, gateway: Any) -> Non
     g.wait_phase("talker", "Ready")
     body = json.dumps({"model": "talker", "stream": True}).encode()
     head = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
     with socket.create_connection(("127.0.0.1", g.port), timeout=10) as sock:

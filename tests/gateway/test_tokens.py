@@ -22,6 +22,8 @@ from typing import Any
 from echo_engine import COMPLETION_TOKENS, PROMPT_TOKENS
 from prometheus_client.parser import text_string_to_metric_families
 
+from controller.store import accesstoken
+
 ECHO = Path(__file__).with_name("echo_engine.py")
 KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"  # no hex, no word (see test_keys.py)
 OTHER = "sk-Vb8NcXeRwTqPoIuYtLk2"
@@ -57,8 +59,9 @@ def events(data: bytes) -> list[Any]:
     return out
 
 
-def samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+def samples(port: int, state: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    token = accesstoken.read(state)  # /metrics wants the state dir's token
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics?token={token}").read().decode()
     found = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -92,7 +95,7 @@ def test_token_counters_equal_the_engines_usage(reconcile: Any, gateway: Any) ->
     )
     assert embedded.status == 200, embedded
     counted = 2 + 2 + 1 + 1  # answers whose usage the engine sent
-    found = samples(reconcile.port + 14)
+    found = samples(reconcile.port + 14, reconcile.state)
     who = (("deployment", "alpha"), ("key", label(KEY)))
     prompt = found[("reconcile_gateway_tokens_total", (*who, ("kind", "prompt")))]
     completion = found[("reconcile_gateway_tokens_total", (*who, ("kind", "completion")))]

@@ -88,7 +88,8 @@ def request(
     headers: dict[str, str] | None = None,
 ) -> bytes:
     """A well-formed HTTP/1.1 request (``Connection: close``) with ``Content-Length``."""
-    fields = {"Host": "gateway", "Connection": "close", **(headers or {})}
+    # A loopback name: a keyless gateway on loopback refuses any other (DNS rebinding).
+    fields = {"Host": "127.0.0.1", "Connection": "close", **(headers or {})}
     if body or method in ("POST", "PUT", "PATCH"):
         fields.setdefault("Content-Length", str(len(body)))
     head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())

@@ -17,6 +17,7 @@ from procs import kill_marked
 from uipage import Page
 
 from controller.pull import launch
+from controller.store import accesstoken
 from controller.store.modelcache import CacheEntry
 
 KEY = "sk-Ui7WvKpLmRtYuXnJhGd3"
@@ -52,10 +53,14 @@ def test_the_page_shows_the_node_live_without_console_errors(
     g = gateway()
     g.wait_phase("web", "Ready")
     url = _url(reconcile)
-    assert url == f"http://127.0.0.1:{g.port}/ui"
+    token = accesstoken.read(reconcile.state)
+    assert url == f"http://127.0.0.1:{g.port}/ui?token={token}"
     page.open(url)
     page.run("window.notReloaded = true;")  # gone if the page ever reloads
     row = page.wait(lambda: page.rows().get("web"), "web's row")
+    # The token is kept for the tab's calls and gone from the address bar (and history).
+    assert page.driver.current_url == f"http://127.0.0.1:{g.port}/ui"
+    assert page.run("return sessionStorage.getItem('reconcile.apiKey');") == token
     assert row["phase"] == "Ready" and row["ready"] == "1/1", row
     assert row["port"] == str(reconcile.status("web")["web"]["port"]), row
     # A manifest added to the folder: the daemon's pass, then the page's next poll.
@@ -125,6 +130,31 @@ def test_the_device_bars_match_devices_json(reconcile: Any, gateway: Any, page: 
     g.finish()
 
 
+def test_without_the_token_the_page_shows_nothing_and_says_how(
+    reconcile: Any, gateway: Any, page: Page
+) -> None:
+    reconcile.write("web")
+    g = gateway()
+    g.wait_phase("web", "Ready")
+    page.open(f"http://127.0.0.1:{g.port}/ui")  # as another local user would: no token
+    page.wait(lambda: page.shown("signin"), "the sign-in form")
+    assert page.shown("signin-token") and not page.shown("signin-keys")
+    assert "reconcile ui" in page.text("signin-token")
+    assert not page.shown("data") and page.rows() == {} and page.devices() == []
+    assert "web" not in page.run("return document.body.innerText;")
+    # A wrong token is said to be wrong; the right one, given in the form, opens it.
+    page.run("document.getElementById('key').value = 'not-the-token';")
+    page.click("#signin button[type=submit]")
+    page.wait(lambda: page.shown("signin-error"), "the refusal")
+    assert "token was not accepted" in page.text("signin-error")
+    page.run(
+        "document.getElementById('key').value = arguments[0];", accesstoken.read(reconcile.state)
+    )
+    page.click("#signin button[type=submit]")
+    page.wait(lambda: page.rows().get("web"), "web's row with the token")
+    g.finish()
+
+
 def test_with_keys_the_page_shows_a_sign_in_and_no_data(
     reconcile: Any, gateway: Any, page: Page
 ) -> None:
@@ -150,6 +180,7 @@ def test_with_keys_the_page_shows_a_sign_in_and_no_data(
     assert restart.status == 401, restart
     page.open(_url(reconcile))
     page.wait(lambda: page.shown("signin"), "the sign-in form")
+    assert page.shown("signin-keys") and not page.shown("signin-token")
     assert not page.shown("data")
     assert page.rows() == {} and page.devices() == [] and page.events() == []
     assert "web" not in page.run("return document.body.innerText;")

@@ -17,6 +17,7 @@ from controller.core.inventory import Inventory
 from controller.core.promtext import escape
 from controller.core.state import Phase, Record
 from controller.daemon.metrics import exposition
+from controller.store import accesstoken
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -88,18 +89,20 @@ def test_daemon_serves_metrics(reconcile: Any) -> None:
 
     def scrape() -> str | None:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            token = accesstoken.read(rc.state)  # /metrics wants the state dir's token
+            with urllib.request.urlopen(f"{base}/metrics?token={token}", timeout=2) as r:
                 assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
                 body: str = r.read().decode()
                 return body if "reconcile_last_pass_duration_seconds" in body else None
-        except OSError:
+        except OSError:  # FileNotFoundError too: no token before the daemon's start
             return None
 
+    base = f"http://127.0.0.1:{port}"
     text = rc.wait_for(scrape, timeout=30, what="/metrics")
     assert value(samples(text), "reconcile_deployments", phase="Ready") == 0
     assert daemon.poll() is None
     with pytest.raises(urllib.error.HTTPError) as other:  # a 2xx would slip past a bare try
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=2)
+        urllib.request.urlopen(f"{base}/other", timeout=2)
     other.value.close()
     assert other.value.code == 404
     daemon.terminate()

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -16,6 +17,7 @@ from controller import __version__
 from controller.core.inventory import Inventory
 from controller.core.state import Phase, Record
 from controller.daemon import metrics, metricsserver
+from controller.store import accesstoken
 
 RECORDS = [
     Record(name="web", owner="o", node="n", phase=Phase.READY, restarts=2),
@@ -89,17 +91,19 @@ def test_promtool_check_metrics_is_clean(which: str) -> None:
 
 
 @pytest.fixture
-def server() -> Iterator[int]:
-    srv = metricsserver.serve("127.0.0.1", 0)
+def server(tmp_path: Path) -> Iterator[tuple[int, str]]:
+    """The metrics server on a free port, and the token its state dir made."""
+    srv = metricsserver.serve("127.0.0.1", 0, tmp_path)
     try:
-        yield srv.server_address[1]
+        yield srv.server_address[1], accesstoken.read(tmp_path)
     finally:
         srv.shutdown()
         srv.server_close()
 
 
-def test_head_metrics_answers_without_a_body(server: int) -> None:
-    url = f"http://127.0.0.1:{server}/metrics"
+def test_head_metrics_answers_without_a_body(server: tuple[int, str]) -> None:
+    port, token = server
+    url = f"http://127.0.0.1:{port}/metrics?token={token}"
     with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=5) as r:
         assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
         assert int(r.headers["Content-Length"]) > 0 and r.read() == b""

@@ -4,7 +4,8 @@ manifest: the folder stays the truth), each with an event naming the key that as
 - load: an activation, as a request writes it (an OnDemand deployment starts);
 - unload: an activation marked released (the planner parks it; the next request's
   activation, not released, starts it again);
-- restart: a restart request (``store/restart.py``, as ``reconcile restart`` writes);
+- restart: a restart request (``store/restart.py``, as ``reconcile restart`` writes),
+  refused (409) while the node is drained, as ``reconcile restart`` refuses it;
 - drain / uncordon: the node's drain file, as ``reconcile drain`` / ``uncordon`` do.
 
 Call them off the gateway's loop (they write files).
@@ -62,6 +63,9 @@ def run(state_dir: Path, records: Sequence[Record], asked: Asked) -> str:
         raise Refused(404, f"no deployment named {asked.name!r} in {state_dir}")
     now = datetime.now(UTC)
     if asked.action == "restart":
+        refused = restart.refusal(state_dir, rs.name, now, bootclock.read())
+        if refused is not None:
+            raise Refused(409, refused)
         restart.request(state_dir, rs.name, now)
         said = f"restart of {rs.name} asked by {who(asked.key)}"
     else:

@@ -2,11 +2,15 @@
 actions (``POST /ui/api/ACTION``), on the gateway's own bind.
 
 Who may use them: with API keys, the JSON and the actions want a key as the OpenAI
-paths do (``Authorization: Bearer``; the page keeps it in the tab's session storage);
-the files themselves hold no data and are served to anyone (the sign-in is in them).
-Without keys (a loopback bind) a request must name a loopback host, so a web site
-whose name is made to resolve to 127.0.0.1 (DNS rebinding) reads nothing; an action
-must be a JSON POST from the page's own origin, so another site's form cannot post one.
+paths do (``Authorization: Bearer``; the page keeps it in the tab's session storage).
+Without keys they want the state dir's access token (``store/accesstoken.py``: a 0600
+file only its owner reads, so another local user of the machine reads and does
+nothing), as ``?token=`` on any page or API path or as ``Authorization: Bearer``;
+``reconcile ui`` prints the URL with it and the page keeps it as it keeps a key. The
+files themselves hold no data and are served to anyone (the sign-in is in them). A
+keyless loopback gateway answers only a loopback ``Host`` on every path (``routes.py``:
+DNS rebinding reads nothing); an action must be a JSON POST from the page's own origin,
+so another site's form cannot post one.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ from aiohttp import web
 from controller.gateway.answers import error
 from controller.gateway.keys import Keys, presented
 from controller.gateway.metrics import GatewayMetrics
-from controller.gateway.settings import Settings, is_loopback
+from controller.gateway.settings import Settings
 from controller.gateway.ui import actions
 from controller.gateway.ui.snapshot import Reader
 from controller.gateway.ui.traffic import Traffic
 from controller.logsetup import get_logger
 from controller.store import logfiles
+from controller.store.accesstoken import QUERY, Token
 from controller.store.records import RecordStore, check_name
 
 log = get_logger("reconcile")
@@ -64,10 +69,13 @@ class Page:
     traffic: Traffic = field(init=False)
     _reading: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
     _files: dict[str, bytes] = field(init=False, default_factory=dict)
+    token: Token = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
         self.reader = Reader(s.state_dir, s.node, s.devices)
+        self.token = Token(s.state_dir)
+        self.token.current()  # made now when missing: `reconcile ui` finds it
         self.traffic = Traffic(self.metrics)
         self._files = {name: (STATIC / name).read_bytes() for name in FILES}
 
@@ -167,20 +175,20 @@ class Page:
     # -- who asks ------------------------------------------------------------------------
 
     def _caller(self, request: web.Request) -> str | web.Response:
-        """The key's label ("-" without keys), or the answer that refuses."""
+        """The key's label ("-" without keys, for the token), or the 401 that refuses."""
         keys = self.keys()
+        given = presented(request.headers.get("Authorization"), request.headers.get("x-api-key"))
         if keys is None:
-            host = urlsplit(f"//{request.host}").hostname or ""
-            if self.settings.loopback and not is_loopback(host):
-                why = (
-                    f"the gateway has no API keys, so its page answers only a loopback host "
-                    f"name (127.0.0.1, localhost), not {host!r}"
-                )
-                return error(403, why, "forbidden")
-            return "-"
-        found = keys.match(
-            presented(request.headers.get("Authorization"), request.headers.get("x-api-key"))
-        )
+            if self.token.accepts(request.query.get(QUERY) or given):
+                return "-"
+            return error(
+                401,
+                "this page wants the node's access token: open the URL `reconcile ui` "
+                "prints (run it as the state dir's owner), or send `Authorization: Bearer "
+                "<token>`",
+                "invalid_token",
+            )
+        found = keys.match(given)
         if found is None:
             return error(
                 401,

@@ -5,7 +5,7 @@
 
 const POLL_MS = 1000;
 const LOG_POLL_MS = 2000;
-const KEY_SLOT = "reconcile.apiKey";
+const KEY_SLOT = "reconcile.apiKey";  // an API key, or (a gateway without keys) the token
 const GiB = 1024 ** 3;
 
 const $ = (id) => document.getElementById(id);
@@ -80,7 +80,7 @@ async function poll() {
   try {
     const q = state.filter ? `?events=${encodeURIComponent(state.filter)}` : "";
     const resp = await api(`/ui/api/state${q}`);
-    if (resp.status === 401) return signIn(key() ? "that key was not accepted" : "");
+    if (resp.status === 401) return refused(resp);
     if (!resp.ok) throw new Error(`the gateway answered ${resp.status}`);
     const doc = await resp.json();
     signedIn(doc);
@@ -95,7 +95,29 @@ async function poll() {
   }
 }
 
-function signIn(why) {
+async function refused(resp) {
+  const doc = await resp.json().catch(() => ({}));
+  const code = (doc.error && doc.error.code) || "";
+  const token = code === "invalid_token";
+  const why = key() ? `that ${token ? "token" : "key"} was not accepted` : "";
+  return signIn(why, token);
+}
+
+// The token of `reconcile ui`'s URL (?token=): kept for this tab's calls, then taken out
+// of the address bar and the history.
+function keepToken() {
+  const params = new URLSearchParams(window.location.search);
+  const token = params.get("token");
+  if (!token) return;
+  sessionStorage.setItem(KEY_SLOT, token);
+  params.delete("token");
+  const rest = params.toString();
+  history.replaceState(null, "", window.location.pathname + (rest ? `?${rest}` : ""));
+}
+
+function signIn(why, token) {
+  $("signin-keys").hidden = !!token;
+  $("signin-token").hidden = !token;
   state.doc = null;
   state.drawn = {};
   $("data").hidden = true;
@@ -180,13 +202,14 @@ function deploymentRow(item, facts) {
   buttons.append(actionButton("restart", item.name, "Restart"));
   const row = h("tr", { "data-name": item.name, class: "clickable", title: "show its log" },
     h("td", { class: "name" }, item.name),
-    h("td", { class: "phase" }, h("span", { class: `badge ${item.phase.toLowerCase()}` }, item.phase)),
+    // The deployment's worst replica and every instance's restarts, as `status` shows them.
+    h("td", { class: "phase" }, h("span", { class: `badge ${item.worst_phase.toLowerCase()}` }, item.worst_phase)),
     h("td", { class: "ready" }, `${item.ready_replicas}/${item.replicas}`),
     h("td", { class: "model" }, model(item, facts)),
     h("td", { class: "backend" }, item.backend || item.engine),
     h("td", { class: "where" }, where || "-"),
     h("td", { class: "port" }, ports || "-"),
-    h("td", { class: "restarts", title: lastExit.slice(3) || null }, String(item.restarts)),
+    h("td", { class: "restarts", title: lastExit.slice(3) || null }, String(item.restarts_total)),
     h("td", { class: "age", "data-since": item.reserved_at || item.started_at || "" }, ""),
     message,
     buttons);
@@ -229,7 +252,7 @@ async function act(action, body) {
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body),
     });
-    if (resp.status === 401) return signIn("sign in again: the key was not accepted");
+    if (resp.status === 401) return refused(resp);
     const doc = await resp.json().catch(() => ({}));
     if (!resp.ok) return notice((doc.error && doc.error.message) || `${action}: ${resp.status}`, true);
     notice(doc.message || `${action} asked`);
@@ -393,6 +416,7 @@ function closeLog() {
 // -- wiring ----------------------------------------------------------------------------
 
 function start() {
+  keepToken();
   $("signin").addEventListener("submit", (ev) => {
     ev.preventDefault();
     sessionStorage.setItem(KEY_SLOT, $("key").value.trim());

@@ -1,0 +1,75 @@
+"""The page's API and the CLI on what a drained node and replicas make of them (issue
+34, items 8 and 21): a restart a drain would leave down is refused with the way out, and
+a replicated deployment shows its worst replica and every replica's restarts."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from controller.store import accesstoken
+
+JSON = {"Content-Type": "application/json"}
+
+
+def _state(g: Any, token: str) -> dict[str, dict[str, Any]]:
+    answer = g.request("GET", f"/ui/api/state?token={token}")
+    assert answer.status == 200, answer
+    return {item["name"]: item for item in answer.json()["deployments"]}
+
+
+def _still_running(reconcile: Any, pid: int) -> None:
+    """Nothing was asked: the engine runs on, Ready, with its pid."""
+    assert not list((reconcile.state / "restart").glob("web*"))
+    item = reconcile.status("web")["web"]
+    assert (item["phase"], item["pid"]) == ("Ready", pid) and reconcile.alive(pid), item
+
+
+def test_restart_on_a_drained_node_is_refused_with_the_way_out(
+    reconcile: Any, gateway: Any
+) -> None:
+    reconcile.write("web")
+    g = gateway()
+    pid = g.wait_phase("web", "Ready")["pid"]
+    token = accesstoken.read(reconcile.state)
+    reconcile("drain", "--reason", "swap the fans", check=0)
+    refused = reconcile("restart", "web", check=1)
+    said = refused.err
+    assert "restart refused" in said and "swap the fans" in said, said
+    assert "`reconcile uncordon` first" in said, said
+    _still_running(reconcile, pid)
+    answer = g.request("POST", f"/ui/api/restart?token={token}", {"name": "web"}, JSON)
+    assert answer.status == 409, answer
+    message = answer.json()["error"]["message"]
+    assert "drained" in message and "`reconcile uncordon`" in message, message
+    _still_running(reconcile, pid)
+    reconcile("uncordon", check=0)
+    assert reconcile("restart", "web", check=0).code == 0
+    assert reconcile.status("web")["web"]["pid"] != pid
+    g.finish()
+
+
+def test_a_replicated_deployment_shows_its_worst_phase_and_every_restart(
+    reconcile: Any, gateway: Any
+) -> None:
+    reconcile.devices = "nvidia:0,nvidia:1"  # room for two of the three replicas
+    reconcile.write("web", replicas=3, devices={"count": 1, "kind": "nvidia"})
+    g = gateway()
+    g.wait_phase("web@2", "Pending")
+    pid = g.wait_phase("web@1", "Ready")["pid"]
+    os.kill(pid, signal.SIGKILL)
+    reconcile.wait_for(
+        lambda: (
+            (s := reconcile.status("web@1")["web@1"])["restarts"] == 1 and s["phase"] == "Ready"
+        ),
+        timeout=30,
+        what="web@1 restarted and Ready",
+    )
+    token = accesstoken.read(reconcile.state)
+    web = _state(g, token)["web"]
+    assert (web["worst_phase"], web["restarts_total"]) == ("Pending", 1), web
+    assert (web["phase"], web["restarts"]) == ("Ready", 0), web  # replica 0's, as before
+    cli = reconcile("status", "web", "-o", "json", check=0).json()[0]
+    assert (cli["worst_phase"], cli["restarts_total"]) == ("Pending", 1), cli
+    g.finish()
