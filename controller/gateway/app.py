@@ -226,6 +226,7 @@ class Gateway:
         if self._runner is not None:
             await self._runner.cleanup()  # what is left past the grace is cut
         watching = [task for _, task in self.front.watching.values()] if self.front else []
+        watching += list(self.front.judging.values()) if self.front else []
         for task in [*self._tasks, *watching]:
             task.cancel()
         for task in [*self._tasks, *watching]:

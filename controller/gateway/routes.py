@@ -63,6 +63,8 @@ class Front:
     # record name -> (its Starting engine's nonce, the gateway's probe of it)
     watching: dict[str, tuple[str | None, asyncio.Task[None]]] = field(default_factory=dict)
     waiting: Counter[str] = field(default_factory=Counter)  # pool name -> requests waiting
+    # engine nonce -> the look at a silent engine (Front._judge_silence)
+    judging: dict[str | None, asyncio.Task[None]] = field(default_factory=dict)
     load: Load = field(default_factory=Load)  # per deployment, for the autoscaler
     draining: bool = False  # the listener is closed: each answer ends its connection
     _quota: Quota | None = None  # the key file's limits (rpm=, tpm=), built on first use
@@ -330,6 +332,7 @@ class Front:
         self.metrics.begin(target.deployment, target.instance)
         trial = self.table.health.sent(target.nonce)
         outcome: int | str | None = None  # passive health (health.py); None: no verdict
+        silent = False  # the client gave up before a byte of the engine's answer
         try:
             answer = await forward(
                 self.session,
@@ -346,13 +349,39 @@ class Front:
         except (UpstreamDown, UpstreamFailed) as exc:
             outcome = str(exc) or type(exc).__name__
             raise
+        except asyncio.CancelledError:
+            silent = incoming.meter.first is None
+            raise
         finally:
-            self.table.health.report(target, trial, outcome)
+            if silent:
+                self._judge_silence(target, trial)
+            else:
+                self.table.health.report(target, trial, outcome)
             self.metrics.end(target.deployment, target.instance)
             self.load.add(target.deployment, -1)
             self.table.inflight[target.nonce] -= 1
             if self.table.inflight[target.nonce] <= 0:
                 del self.table.inflight[target.nonce]
+
+    def _judge_silence(self, target: Target, trial: bool) -> None:
+        """A client gave up on an engine that had sent nothing: an upstream timeout for
+        passive health when the engine answers no other request either (hung), no verdict
+        when it does (a slow answer). One look per engine at a time."""
+        health = self.table.health
+        if target.nonce in self.judging:
+            health.report(target, trial, None)
+            return
+        rec = next((r for r in self.table.records.values() if r.nonce == target.nonce), None)
+
+        async def judge() -> None:
+            why = None
+            try:
+                why = await readiness.silent(target.host, target.port, rec)
+            finally:
+                self.judging.pop(target.nonce, None)
+                health.report(target, trial, why)
+
+        self.judging[target.nonce] = asyncio.get_running_loop().create_task(judge())
 
     async def _wait(self, want: Want) -> Target | None:
         pool = want.pool
