@@ -28,7 +28,7 @@ from controller.gateway.ejections import recorder
 from controller.gateway.fastloop import new_loop
 from controller.gateway.handover import bind
 from controller.gateway.health import Health
-from controller.gateway.limits import Limiter
+from controller.gateway.limits import Bodies, Limiter
 from controller.gateway.listener import close_listener
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.quiet import Throttle, install
@@ -185,6 +185,7 @@ class Gateway:
             limiter=limiter,
             metrics=self.metrics,
             max_body=s.max_body,
+            bodies=Bodies(total=max(s.max_body_total, s.max_body), wait=s.queue_wait),
             keys=self.keys,
             session=session,
         )

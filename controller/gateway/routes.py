@@ -25,7 +25,7 @@ from controller.gateway import encoding, paths, readiness, upload, usage
 from controller.gateway.activation import Demand
 from controller.gateway.answers import error
 from controller.gateway.keys import Keys, presented
-from controller.gateway.limits import Limiter
+from controller.gateway.limits import Bodies, Limiter
 from controller.gateway.load import Load, LoadWriter
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.proxy import UpstreamDown, UpstreamFailed, forward
@@ -59,6 +59,7 @@ class Front:
     metrics: GatewayMetrics
     max_body: int
     session: aiohttp.ClientSession
+    bodies: Bodies
     keys: Keys | None = None
     # record name -> (its Starting engine's nonce, the gateway's probe of it)
     watching: dict[str, tuple[str | None, asyncio.Task[None]]] = field(default_factory=dict)
@@ -214,6 +215,33 @@ class Front:
             self._quota.spend(key, used.total)
 
     async def _route(self, incoming: Incoming, key: str) -> tuple[str, web.StreamResponse]:
+        # The body's bytes are reserved before any is read, and held until the answer ends.
+        size = self._held(incoming.request)
+        if not await self.bodies.take(size):
+            why = (
+                f"the gateway holds {self.bodies.total} bytes of request bodies at once "
+                "(--max-body-total) and none were freed in time; retry later"
+            )
+            return "-", error(503, why, "server_busy", retry_after=RETRY_AFTER)
+        try:
+            return await self._route_held(incoming, key)
+        finally:
+            self.bodies.give(size)
+
+    def _held(self, request: web.Request) -> int:
+        """The bytes a request's body may take while it is held: its length, else (chunked,
+        encoded) as much as --max-body lets it grow; a multipart upload's scanned head."""
+        if not request.body_exists:
+            return 0
+        if upload.boundary(request.headers.get("Content-Type", "")) is not None:
+            return upload.SCAN_MAX
+        coding = request.headers.get("Content-Encoding", "").strip().lower()
+        length = request.content_length
+        if length is None or coding not in ("", "identity"):
+            return self.max_body
+        return min(length, self.max_body)
+
+    async def _route_held(self, incoming: Incoming, key: str) -> tuple[str, web.StreamResponse]:
         parsed = await self._parsed(incoming.request)
         if isinstance(parsed, web.Response):
             return "-", parsed
