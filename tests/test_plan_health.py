@@ -416,6 +416,26 @@ def test_a_liveness_probe_change_updates_in_place() -> None:
     [
         pytest.param({}, None, id="command-has-no-default"),
         pytest.param(
+            {"readiness": {"httpGet": {"path": "/ready"}}},
+            ProbeConfig(
+                http=(("/ready", None),), period_seconds=10, timeout_seconds=5, failure_threshold=3
+            ),
+            id="command-lives-by-its-readiness-get",
+        ),
+        pytest.param(
+            {"readiness": {"httpGet": {"path": "/ready"}}, "livenessProbe": {"periodSeconds": 4}},
+            ProbeConfig(
+                http=(("/ready", None),), period_seconds=4, timeout_seconds=5, failure_threshold=3
+            ),
+            id="command-timing-alone-keeps-its-readiness-get",
+        ),
+        pytest.param(
+            {"readiness": {"httpGet": {"path": "/ready"}}, "livenessProbe": {"enabled": False}},
+            None,
+            id="command-readiness-get-but-liveness-off",
+        ),
+        pytest.param({"readiness": {"tcpSocket": {}}}, None, id="command-tcp-readiness-no-default"),
+        pytest.param(
             {"livenessProbe": {"tcpSocket": {}, "periodSeconds": 3}},
             ProbeConfig(tcp=True, period_seconds=3, timeout_seconds=5, failure_threshold=3),
             id="the-specs-own-check",

@@ -96,3 +96,24 @@ def test_a_closed_port_fails_the_probe() -> None:
     config = ProbeConfig(http=(("/health", None),))
     result = probe(ProbeTarget("127.0.0.1", port, config))
     assert not result.ready and "ConnectionRefusedError" in result.detail
+
+
+REDIRECT = (
+    b"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:1/\r\nContent-Length: 0\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize("server", [_fixed(REDIRECT)], indirect=True)
+def test_a_redirect_passes_the_probe_unfollowed(server: int) -> None:
+    """Kubernetes counts 200-399 as success and never follows the Location (here a
+    closed port: followed, the probe would fail)."""
+    result = probe(ProbeTarget("127.0.0.1", server, ProbeConfig(http=(("/health", None),))))
+    assert result.ready and "307" in result.detail
+
+
+@pytest.mark.parametrize(
+    "server", [_fixed(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")], indirect=True
+)
+def test_a_4xx_fails_the_probe(server: int) -> None:
+    result = probe(ProbeTarget("127.0.0.1", server, ProbeConfig(http=(("/health", None),))))
+    assert not result.ready and "-> 400" in result.detail

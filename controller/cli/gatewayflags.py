@@ -29,6 +29,7 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
             api_keys=Path(keys).expanduser().absolute() if keys else None,
             insecure=args.insecure_listen,
             max_body=_positive(args.max_body, "--max-body", gw.DEFAULT_MAX_BODY),
+            max_body_total=_total(args),
             max_inflight=_positive(args.max_inflight, "--max-inflight", gw.DEFAULT_MAX_INFLIGHT),
             max_queue=_positive(args.max_queue, "--max-queue", gw.DEFAULT_MAX_QUEUE, zero=True),
             owner=cfg.owner,
@@ -50,6 +51,20 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
 
         add_source(gateway.metrics_text)
     return gateway
+
+
+def _total(args: argparse.Namespace) -> int:
+    """--max-body-total: unset, the default or --max-body if larger; set, at least that."""
+    largest = _positive(args.max_body, "--max-body", gw.DEFAULT_MAX_BODY)
+    total = _positive(args.max_body_total, "--max-body-total", gw.DEFAULT_MAX_BODY_TOTAL)
+    if args.max_body_total is None:
+        return max(total, largest)
+    if total < largest:
+        raise gw.ListenRefused(
+            f"--max-body-total {total} is below --max-body {largest}: a body that large "
+            "could never be held; raise --max-body-total or lower --max-body"
+        )
+    return total
 
 
 def _positive(value: int | None, flag: str, default: int, zero: bool = False) -> int:

@@ -308,6 +308,12 @@ def _gateway_flags(parser: Parser) -> None:
     )
     g.add_argument("--max-body", type=int, metavar="BYTES", help="largest request body (32 MiB)")
     g.add_argument(
+        "--max-body-total",
+        type=int,
+        metavar="BYTES",
+        help="request bodies held at once, all together (128 MiB); past it wait, then 503",
+    )
+    g.add_argument(
         "--max-inflight", type=int, metavar="N", help="concurrent requests per deployment (128)"
     )
     g.add_argument(

@@ -101,8 +101,9 @@ def _probe(entry: Entry, launch: Launch) -> ProbeConfig:
 
 
 def liveness_of(entry: Entry, launch: Launch) -> ProbeConfig | None:
-    """spec.livenessProbe (its kind, else the recipe's health check), else the recipe's
-    default (period 10 s, timeout 5 s, 3 failures); None where there is none."""
+    """spec.livenessProbe (its kind, else the recipe's health check, else the readiness
+    probe's httpGet), else the same default (period 10 s, timeout 5 s, 3 failures); None
+    where there is none."""
     asked = entry.deployment.spec.liveness_probe
     spec = LivenessProbe() if asked is None else asked
     if not spec.enabled:
@@ -110,8 +111,15 @@ def liveness_of(entry: Entry, launch: Launch) -> ProbeConfig | None:
     check = _named(spec, launch, spec.period_seconds)
     if check is None and launch.liveness is not None:
         check = _checks(launch.liveness, spec.period_seconds)
+    readiness = entry.deployment.spec.readiness
+    if check is None and readiness is not None and readiness.http_get is not None:
+        # engine: command whose readiness is a GET: the same GET keeps checking it once
+        # Ready. Without it a SIGSTOP'd replica kept its place behind the gateway for good.
+        check = ProbeConfig(
+            http=((readiness.http_get.path, None),), period_seconds=spec.period_seconds
+        )
     if check is None and asked is None:
-        return None  # engine: command, no livenessProbe: nothing checks it once Ready
+        return None  # engine: command, no GET readiness, no livenessProbe: nothing checks
     if check is None:
         raise RecipeError(
             f"spec.livenessProbe of {entry.name!r} names no check and engine "

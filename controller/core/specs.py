@@ -228,7 +228,9 @@ COMPLETION_HELP = (
 
 
 class Readiness(Model):
-    http_get: HttpGet | None = Field(default=None, description="Ready when GET path answers 2xx.")
+    http_get: HttpGet | None = Field(
+        default=None, description="Ready when GET path answers 200-399 (redirects not followed)."
+    )
     tcp_socket: TcpSocket | None = Field(
         default=None, description="Ready when the port accepts a connection."
     )
@@ -261,7 +263,9 @@ def _one_kind(where: str, probe: Readiness | LivenessProbe) -> None:
 class LivenessProbe(Model):
     """Kubernetes' livenessProbe: once Ready, failureThreshold failures in a row restart."""
 
-    http_get: HttpGet | None = Field(default=None, description="Alive while GET path answers 2xx.")
+    http_get: HttpGet | None = Field(
+        default=None, description="Alive while GET path answers 200-399 (redirects not followed)."
+    )
     tcp_socket: TcpSocket | None = Field(
         default=None, description="Alive while the port accepts a connection."
     )

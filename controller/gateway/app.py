@@ -27,7 +27,7 @@ from controller.gateway.activation import Demand
 from controller.gateway.ejections import recorder
 from controller.gateway.fastloop import new_loop
 from controller.gateway.health import Health
-from controller.gateway.limits import Limiter
+from controller.gateway.limits import Bodies, Limiter
 from controller.gateway.listener import bind, close_listener
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.quiet import Throttle, install
@@ -184,6 +184,7 @@ class Gateway:
             limiter=limiter,
             metrics=self.metrics,
             max_body=s.max_body,
+            bodies=Bodies(total=max(s.max_body_total, s.max_body), wait=s.queue_wait),
             keys=self.keys,
             loopback_only=s.loopback,
             session=session,
@@ -226,6 +227,7 @@ class Gateway:
         if self._runner is not None:
             await self._runner.cleanup()  # what is left past the grace is cut
         watching = [task for _, task in self.front.watching.values()] if self.front else []
+        watching += list(self.front.judging.values()) if self.front else []
         for task in [*self._tasks, *watching]:
             task.cancel()
         for task in [*self._tasks, *watching]:

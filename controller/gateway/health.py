@@ -1,14 +1,17 @@
 """Passive health: an instance that fails requests in a row is sent nothing for a while.
 
-Three connection failures or 5xx answers in a row from one engine (by nonce) eject it
-for 30 s: the balancer skips it, so with replicas the requests go to the others. When
-the 30 s are over, one request (the trial) may go to it while the others still skip
+Three failures in a row from one engine (by nonce) eject it for 30 s, each a connection
+failure, a 5xx answer other than 501 and 505 (``ABOUT_THE_REQUEST``), or a timeout (the
+client gave up on an engine that then answered no GET either: ``Front._judge_silence``):
+the balancer skips it, so with replicas the requests go to the others. When the 30 s
+are over, one request (the trial) may go to it while the others still skip
 it: a good answer takes it back, a failure ejects it for another 30 s. Each change is
 handed to ``notify`` (the gateway journals it and counts it in its metrics).
 
 The counts live in plain dicts changed on the gateway's event loop: no lock, no disk
 I/O, and a healthy engine's good answer costs one dict lookup. A request that ends
-with no verdict (the client went away) changes nothing but a trial's slot. Answers of
+with no verdict (the client went away mid-answer, or before it from an engine that
+still answers a GET) changes nothing but a trial's slot. Answers of
 requests sent before an ejection (stragglers) change nothing either: only the trial
 decides when an ejected engine comes back.
 """
@@ -114,7 +117,7 @@ class Health:
         state.failures += 1
         state.last = _said(outcome)
         if state.failures >= self.failures:
-            why = f"{state.failures} connection failures or 5xx answers in a row"
+            why = f"{state.failures} connection failures, timeouts or 5xx answers in a row"
             self._eject(engine, state, why)
 
     def _trial_ended(self, engine: Engine, state: _State, outcome: Outcome) -> None:

@@ -1,4 +1,5 @@
-"""Per-deployment concurrency: at most ``max_inflight`` forwarded, a bounded queue, then 429."""
+"""Per-deployment concurrency: at most ``max_inflight`` forwarded, a bounded queue, then 429;
+and the bytes of request bodies held at once, all deployments together (``Bodies``)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,39 @@ class Limiter:
 
     def release(self, name: str) -> None:
         self._slots[name].release()
+
+
+class Bodies:
+    """The bytes of request bodies the gateway holds at once, all requests together.
+
+    A request reserves its body's size before a byte of it is read (its Content-Length;
+    ``--max-body`` when it may grow past that: chunked, or encoded) and gives it back when
+    it ends: the body is kept until then, for a retry on another instance. Past ``total``
+    a request waits up to ``wait`` seconds for others to end, then is refused (503): 20
+    clients sending 30 MB each at once drove the gateway to 1.9 GB before any limit.
+    """
+
+    def __init__(self, *, total: int, wait: float) -> None:
+        self.total = total
+        self.wait = wait
+        self.held = 0
+        self._freed = asyncio.Event()
+
+    async def take(self, size: int) -> bool:
+        """Reserve ``size`` bytes (at most ``total``); False when the wait ran out."""
+        size = min(size, self.total)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait
+        while self.held + size > self.total:
+            try:
+                await asyncio.wait_for(self._freed.wait(), deadline - loop.time())
+            except TimeoutError:
+                return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.held -= min(size, self.total)
+        # Every waiter looks again (each sees what is free now); the next ones wait anew.
+        self._freed.set()
+        self._freed = asyncio.Event()

@@ -1,6 +1,7 @@
 """Forwarding: the request as it came (method, normalised path, query, headers, plain
-body), the answer streamed back chunk by chunk as the engine sends it (a small answer
-with a Content-Length, which the engine sends whole anyway, in one write). A client that
+body; none on GET or HEAD), the answer streamed back chunk by chunk as the engine sends
+it (a small answer with a Content-Length, which the engine sends whole anyway, in one
+write). A client that
 goes away cancels the handler, which closes the upstream connection: the engine stops
 generating.
 
@@ -50,6 +51,10 @@ KEY_HEADERS = frozenset({"authorization", "x-api-key"})  # the gateway's keys st
 DECODED = frozenset({"content-encoding"})  # the body goes on plain (encoding.py)
 # The gateway answered a client's `Expect: 100-continue` itself: the engine gets the body.
 ANSWERED = frozenset({"expect"})
+# Methods whose body is never sent on (it routed the request: its `model`). An engine on
+# http.server does not read a GET's body: left on the kept-alive connection, it was parsed
+# as the next request, and another client's POST got a 400.
+BODILESS = frozenset({"GET", "HEAD"})
 
 
 class UpstreamDown(Exception):
@@ -104,9 +109,11 @@ async def forward(
     )
     drop = DECODED | ANSWERED | KEY_HEADERS if strip_keys else DECODED | ANSWERED
     headers = _headers(request.headers, drop)
-    data: bytes | AsyncIterator[bytes] = body if isinstance(body, bytes) else body.chunks()
-    if isinstance(body, Upload) and body.length is not None:
-        headers["Content-Length"] = str(body.length)  # a sized body, as the client sent it
+    data: bytes | AsyncIterator[bytes] | None = None
+    if request.method not in BODILESS:
+        data = body if isinstance(body, bytes) else body.chunks()
+        if isinstance(body, Upload) and body.length is not None:
+            headers["Content-Length"] = str(body.length)  # a sized body, as the client sent it
     try:
         upstream = await session.request(
             request.method,

@@ -26,7 +26,7 @@ from controller.gateway import encoding, paths, readiness, upload, usage
 from controller.gateway.activation import Demand
 from controller.gateway.answers import error
 from controller.gateway.keys import Keys, presented
-from controller.gateway.limits import Limiter
+from controller.gateway.limits import Bodies, Limiter
 from controller.gateway.load import Load, LoadWriter
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.proxy import UpstreamDown, UpstreamFailed, forward
@@ -60,12 +60,15 @@ class Front:
     metrics: GatewayMetrics
     max_body: int
     session: aiohttp.ClientSession
+    bodies: Bodies
     keys: Keys | None = None
     # Bound to loopback: without keys, only a loopback Host is answered (DNS rebinding).
     loopback_only: bool = False
     # record name -> (its Starting engine's nonce, the gateway's probe of it)
     watching: dict[str, tuple[str | None, asyncio.Task[None]]] = field(default_factory=dict)
     waiting: Counter[str] = field(default_factory=Counter)  # pool name -> requests waiting
+    # engine nonce -> the look at a silent engine (Front._judge_silence)
+    judging: dict[str | None, asyncio.Task[None]] = field(default_factory=dict)
     load: Load = field(default_factory=Load)  # per deployment, for the autoscaler
     draining: bool = False  # the listener is closed: each answer ends its connection
     _quota: Quota | None = None  # the key file's limits (rpm=, tpm=), built on first use
@@ -232,6 +235,33 @@ class Front:
             self._quota.spend(key, used.total)
 
     async def _route(self, incoming: Incoming, key: str) -> tuple[str, web.StreamResponse]:
+        # The body's bytes are reserved before any is read, and held until the answer ends.
+        size = self._held(incoming.request)
+        if not await self.bodies.take(size):
+            why = (
+                f"the gateway holds {self.bodies.total} bytes of request bodies at once "
+                "(--max-body-total) and none were freed in time; retry later"
+            )
+            return "-", error(503, why, "server_busy", retry_after=RETRY_AFTER)
+        try:
+            return await self._route_held(incoming, key)
+        finally:
+            self.bodies.give(size)
+
+    def _held(self, request: web.Request) -> int:
+        """The bytes a request's body may take while it is held: its length, else (chunked,
+        encoded) as much as --max-body lets it grow; a multipart upload's scanned head."""
+        if not request.body_exists:
+            return 0
+        if upload.boundary(request.headers.get("Content-Type", "")) is not None:
+            return upload.SCAN_MAX
+        coding = request.headers.get("Content-Encoding", "").strip().lower()
+        length = request.content_length
+        if length is None or coding not in ("", "identity"):
+            return self.max_body
+        return min(length, self.max_body)
+
+    async def _route_held(self, incoming: Incoming, key: str) -> tuple[str, web.StreamResponse]:
         parsed = await self._parsed(incoming.request)
         if isinstance(parsed, web.Response):
             return "-", parsed
@@ -350,6 +380,7 @@ class Front:
         self.metrics.begin(target.deployment, target.instance)
         trial = self.table.health.sent(target.nonce)
         outcome: int | str | None = None  # passive health (health.py); None: no verdict
+        silent = False  # the client gave up before a byte of the engine's answer
         try:
             answer = await forward(
                 self.session,
@@ -366,13 +397,39 @@ class Front:
         except (UpstreamDown, UpstreamFailed) as exc:
             outcome = str(exc) or type(exc).__name__
             raise
+        except asyncio.CancelledError:
+            silent = incoming.meter.first is None
+            raise
         finally:
-            self.table.health.report(target, trial, outcome)
+            if silent:
+                self._judge_silence(target, trial)
+            else:
+                self.table.health.report(target, trial, outcome)
             self.metrics.end(target.deployment, target.instance)
             self.load.add(target.deployment, -1)
             self.table.inflight[target.nonce] -= 1
             if self.table.inflight[target.nonce] <= 0:
                 del self.table.inflight[target.nonce]
+
+    def _judge_silence(self, target: Target, trial: bool) -> None:
+        """A client gave up on an engine that had sent nothing: an upstream timeout for
+        passive health when the engine answers no other request either (hung), no verdict
+        when it does (a slow answer). One look per engine at a time."""
+        health = self.table.health
+        if target.nonce in self.judging:
+            health.report(target, trial, None)
+            return
+        rec = next((r for r in self.table.records.values() if r.nonce == target.nonce), None)
+
+        async def judge() -> None:
+            why = None
+            try:
+                why = await readiness.silent(target.host, target.port, rec)
+            finally:
+                self.judging.pop(target.nonce, None)
+                health.report(target, trial, why)
+
+        self.judging[target.nonce] = asyncio.get_running_loop().create_task(judge())
 
     async def _wait(self, want: Want) -> Target | None:
         pool = want.pool

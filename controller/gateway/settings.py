@@ -12,6 +12,10 @@ from controller.errors import ConfigError
 
 DEFAULT_HOST = LOOPBACK
 DEFAULT_MAX_BODY = 32 * 1024 * 1024  # long prompts and base64 images fit; a flood does not
+# Bytes of request bodies held at once, all requests together: 4 bodies of --max-body, or
+# a thousand long prompts. A body is in memory up to ~6 times over while it is read,
+# parsed and sent on, so this bounds the gateway's RSS to well under a GB.
+DEFAULT_MAX_BODY_TOTAL = 128 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 128  # per deployment: engines batch; a bigger box raises it
 DEFAULT_MAX_QUEUE = 256
 QUEUE_WAIT = 30.0  # seconds a queued request waits for a slot before its 429
@@ -31,6 +35,7 @@ class Settings:
     api_keys: Path | None = None
     insecure: bool = False
     max_body: int = DEFAULT_MAX_BODY
+    max_body_total: int = DEFAULT_MAX_BODY_TOTAL  # never below max_body (app.py)
     max_inflight: int = DEFAULT_MAX_INFLIGHT
     max_queue: int = DEFAULT_MAX_QUEUE
     queue_wait: float = QUEUE_WAIT

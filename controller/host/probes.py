@@ -80,11 +80,13 @@ def _http(
 ) -> ProbeResult:
     for path, contains in checks:
         status, body = http_get(host, port, path, timeout)
-        if not 200 <= status < 300:
+        # Kubernetes' httpGet: 200-399 passes, and a redirect is not followed (an engine
+        # that sends /health to /health/ is up, and its Location may name another host).
+        if not 200 <= status < 400:
             return ProbeResult(False, f"GET {path} -> {status}")
         if contains and contains not in body:
             return ProbeResult(False, f"GET {path} does not list {contains!r} yet")
-    return ProbeResult(True, f"GET {checks[-1][0]} -> 2xx")
+    return ProbeResult(True, f"GET {checks[-1][0]} -> {status}")
 
 
 def http_get(host: str, port: int, path: str, timeout: float) -> tuple[int, str]:

@@ -214,3 +214,28 @@ def test_a_hung_probe_never_holds_up_a_pass(reconcile: Any, daemon: Any, finish:
     finally:
         _resume(pid)
     finish(d)
+
+
+def test_a_command_engine_lives_by_its_readiness_get_by_default(reconcile: Any) -> None:
+    """`engine: command` whose readiness is a GET and which sets no livenessProbe: that GET
+    is its liveness probe (timeout 5 s, 3 failures), so a hung one is restarted."""
+    rc = reconcile
+    rc.write("own", readiness={"httpGet": {"path": "/health"}}, stopGracePeriodSeconds=GRACE)
+    rc.converge()
+    described = rc("describe", "own", check=0).out
+    assert "GET /health every 10s, timeout 5s, restart after 3 failures in a row" in described
+    pid = ready_pid(rc, "own")
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for failures in (1, 2):
+            rc.once()
+            rec = rc.record("own")
+            assert (rec["phase"], rec["liveness_failures"]) == ("Ready", failures), rec
+        rc.converge()  # the third failure in a row: restarted, then Ready again
+    finally:
+        _resume(pid)
+    rec = rc.record("own")
+    assert rec["phase"] == "Ready" and rec["restarts"] == 1 and rec["ref"]["pid"] != pid, rec
+    assert not rc.alive(pid)
+    rc.down()

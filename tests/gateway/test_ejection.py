@@ -5,13 +5,21 @@ the daemon's own gateway process the ejection lands in the deployment's journal.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
+import os
+import signal
+import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness.rawhttp import exchange, openai_error, request
+from procs import free_ports
 from test_upstream import Rude, ready, route, rude_command
 
+from controller.core.state import ProbeConfig
 from controller.gateway.app import Gateway
 
 BODY = json.dumps({"model": "m", "prompt": "hi"}).encode()
@@ -116,3 +124,60 @@ def test_through_the_daemon_an_ejection_is_in_the_deployments_journal(
     assert shown[0]["instance"] == "m" and "status 500" in shown[0]["reason"], shown
     assert "eject" in reconcile("events", "m", check=0).out
     g.finish()
+
+
+def test_a_hung_replica_is_ejected_after_its_timeouts_and_the_others_serve(
+    reconcile: Any, inproc: Gateway
+) -> None:
+    """A SIGSTOP'd replica accepts (the kernel does) and never answers: each client that
+    gives up on it is a timeout once it answers no other GET either, and three in a row
+    eject it; every request after that goes to the other two."""
+    g = inproc
+    health = ProbeConfig(http=(("/health", None),))
+    engines = [_demo(reconcile) for _ in range(3)]
+    names = ("m", "m@1", "m@2")
+    records = [
+        replace(ready(n, f"n{i}", p), probe=health)
+        for i, (n, (_, p)) in enumerate(zip(names, engines, strict=True))
+    ]
+    route(g, *records)
+    hung = engines[0][0]
+    os.kill(hung.pid, signal.SIGSTOP)
+    try:
+        gave_up: list[int] = []
+        reconcile.wait_for(
+            lambda: gave_up.append(_chat(g.settings.port)) or ejections(g) > 0,
+            timeout=60,
+            what="the hung replica's ejection",
+        )
+        assert gave_up.count(0) >= 3, gave_up  # 0: the client gave up (its timeout)
+        assert [_chat(g.settings.port, timeout=30) for _ in range(30)] == [200] * 30
+        (ejected,) = reconcile.wait_for(lambda: events(reconcile, "eject"), what="the event")
+        assert ejected["instance"] == "m" and "no answer within" in ejected["reason"], ejected
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(hung.pid, signal.SIGCONT)
+
+
+def _demo(reconcile: Any) -> tuple[Any, int]:
+    """The demo engine (http.server) on a free port, answering."""
+    port = free_ports(1)
+    argv = [sys.executable, "-m", "controller.demo.engine", "--port", str(port), "--model", "m"]
+    proc = reconcile.spawn(argv)
+    reconcile.wait_for(lambda: _chat(port, path="/health") == 200, what="the demo engine")
+    return proc, port
+
+
+def _chat(port: int, *, timeout: float = 1.0, path: str = "/v1/chat/completions") -> int:
+    """The status of one request, or 0 when the client gave up (its timeout)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    try:
+        conn.request("POST" if path.startswith("/v1") else "GET", path, body=body)
+        return conn.getresponse().status
+    except TimeoutError:
+        return 0
+    except OSError:
+        return -1
+    finally:
+        conn.close()

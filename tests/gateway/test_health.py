@@ -62,7 +62,7 @@ def test_nothing_in_the_window_then_one_trial_whose_success_takes_it_back() -> N
     h, clock, changes = health()
     for _ in range(3):
         send(h, 500)
-    assert changes[0].ejected and "3 connection failures or 5xx" in changes[0].reason
+    assert changes[0].ejected and "3 connection failures, timeouts or 5xx" in changes[0].reason
     assert "status 500" in changes[0].reason and changes[0].instance == "web@1"
     clock.now += 29.9
     assert not h.admits(E.nonce) and h.ejected([E.nonce]) == pytest.approx(0.1)

@@ -172,3 +172,37 @@ def test_a_connect_that_times_out_is_retried_elsewhere(
         assert time.monotonic() - began >= 1.0  # it did wait for the lost one's connect
     finally:
         gateway.stop()
+
+
+# -- a GET with a body and an http.server engine ---------------------------------------------
+
+
+def test_a_get_body_is_not_sent_on_to_an_engine_that_never_reads_it(
+    reconcile: Any, inproc: Gateway
+) -> None:
+    """http.server leaves a GET's body unread on the kept-alive connection: sent on, it
+    was parsed as the next request, and the next client's POST got a 400."""
+    port = free_ports(1)
+    engine = [sys.executable, "-m", "controller.demo.engine", "--port", str(port), "--model", "m"]
+    reconcile.spawn(engine)
+    reconcile.wait_for(lambda: _answers(port), what="the demo engine up")
+    route(inproc, ready("m", "demo", port))
+    chat = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    for method in ("GET", "HEAD"):
+        # The body's `model` routes it; the engine answers a GET it has no path for.
+        exchange(inproc.settings.port, request(method, "/v1/chat/completions", chat.encode()))
+        for _ in range(3):  # on the gateway's kept-alive connection to the engine
+            answer = exchange(
+                inproc.settings.port, request("POST", "/v1/chat/completions", chat.encode())
+            )
+            assert answer.status == 200 and answer.json()["object"] == "chat.completion", (
+                method,
+                answer,
+            )
+
+
+def _answers(port: int) -> bool:
+    try:
+        return exchange(port, request("GET", "/health"), timeout=1).status == 200
+    except OSError:
+        return False

@@ -20,7 +20,8 @@ from controller.errors import RecipeError as RecipeError  # re-exported: the rec
 
 @dataclass(frozen=True, slots=True)
 class HttpCheck:
-    """GET ``path``; ready when the status is 2xx and, if set, the body contains ``contains``."""
+    """GET ``path``; ready when the status is 200-399 (a redirect is not followed) and,
+    if set, the body contains ``contains``."""
 
     path: str
     contains: str | None = None
