@@ -183,6 +183,16 @@ class RecordStore:
         snap.records[name] = record
         snap.stamps[name] = (info.st_mtime_ns, info.st_size)
 
+    def quarantined_at(self, name: str) -> float | None:
+        """When ``name``'s record was last quarantined (its reason file's mtime), or None."""
+        stamps = []
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.quarantine_dir):
+                if entry.name.startswith(f"{name}.json.") and entry.name.endswith(".reason"):
+                    with contextlib.suppress(FileNotFoundError):
+                        stamps.append(entry.stat().st_mtime)
+        return max(stamps, default=None)
+
     def _quarantine(self, path: Path, snap: Snapshot, reason: str) -> None:
         """Move a record we cannot trust aside (with the reason beside it), never guess."""
         self.quarantine_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
