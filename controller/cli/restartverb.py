@@ -32,6 +32,7 @@ from controller.errors import RecordError
 from controller.store import restart
 from controller.store.node import Config
 from controller.store.records import RecordStore, check_name
+from controller.store.sidefiles import SideFileError
 
 POLL = 0.5  # seconds between looks at the records while the daemon restarts them
 STUCK = (Phase.PENDING, Phase.FAILED)
@@ -49,7 +50,11 @@ def cmd_restart(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     at = datetime.now(UTC)
     for name in names:
-        restart.request(cfg.state_dir, name, at)
+        try:
+            restart.request(cfg.state_dir, name, at)
+        except SideFileError as exc:  # say which file, at once: no pass could see it
+            print(f"reconcile: {exc}", file=sys.stderr)
+            return EXIT_FAIL
         print(f"restart of {name} requested ({_how(_instances(records.values(), name))})")
     daemon = daemon_pid(cfg.state_dir)
     if daemon is not None:

@@ -73,8 +73,9 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
 
 
 def sweep_tmp(folder: Path) -> None:
-    """Remove the tmp files of writers that died between write and rename (SIGKILL)."""
-    with contextlib.suppress(FileNotFoundError):
+    """Remove the tmp files of writers that died between write and rename (SIGKILL).
+    A folder that is a file has none (events/: the journal names it when it writes)."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for entry in os.scandir(folder):
             pid = entry.name.rsplit(".", 2)[-2] if entry.name.endswith(".tmp") else ""
             if entry.name.startswith(".") and pid.isdigit() and not _pid_alive(int(pid)):
