@@ -6,10 +6,14 @@ port); a hand-deleted record's engine is reaped, and the daemon collects its chi
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import urllib.request
 from typing import Any
 
+from controller.host.procs import identity
 from tests.daemon.test_daemon_loop import proc_state, ready_pid
+from tests.integration.test_invariants import reservation
 
 
 def test_a_torn_record_keeps_its_engine(reconcile: Any, daemon: Any, finish: Any) -> None:
@@ -45,3 +49,37 @@ def test_a_reaped_orphan_is_no_zombie(reconcile: Any, daemon: Any, finish: Any) 
     reap = [e for e in rc.events("web") if e["action"] == "reap"]
     assert reap and str(first) in reap[0]["outcome"], reap
     finish(d)
+
+
+def test_a_record_torn_between_passes_is_rebuilt_by_the_next(reconcile: Any) -> None:
+    """No daemon: `status` quarantines the record, a later cron pass adopts its engine."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1})
+    rc.converge()
+    before = rc.record("web")
+    rc.record_path("web").write_text("{")
+    assert "not valid JSON" in rc("status", check=None).err  # the read verb moved it aside
+    rc.converge()
+    after = rc.record("web")
+    assert after["ref"] == before["ref"] and after["devices"] == before["devices"], after
+    assert rc.pids("web") == {before["ref"]["pid"]}
+    rc.down()
+
+
+def test_a_torn_records_engine_never_double_books_its_device(reconcile: Any) -> None:
+    rc = reconcile
+    rc.devices = "nvidia:0"
+    rc.write("web", devices={"count": 1})
+    rc.converge()
+    pid = rc.record("web")["ref"]["pid"]
+    rc.record_path("web").write_text("{")
+    rc.write("other", basePort=rc.port + 5, devices={"count": 1})
+    me = identity(os.getpid())  # a live maker: its reservation is left alone
+    held = reservation(rc, "other", nonce="n-other", port=rc.port + 5, devices=("nvidia:0",))
+    rc.store().write(dataclasses.replace(held, reserved_by=me))
+    result = rc.once(check=None)
+    assert "its device nvidia:0 is held by other" in result.err, result.err
+    rc.wait_gone(pid)  # ours (its marker) and holding what another record holds: reaped
+    assert rc.record("web")["phase"] == "Pending" and not rc.record("web")["devices"]
+    rc.record_path("other").unlink()  # the test is its maker: it lets go
+    rc.down()
