@@ -13,10 +13,13 @@ if TYPE_CHECKING:
     from controller.reconciler.run import Preview, Reconciler
 
 
-def config(args: argparse.Namespace) -> Config:
+def config(args: argparse.Namespace, *, lenient: bool = False) -> Config:
     """The node configuration: flags (parsed once, by the parser's types) > environment >
-    node.yaml > defaults, resolved in ``store.node.resolve`` alone."""
-    return resolve(
+    node.yaml > defaults, resolved in ``store.node.resolve`` alone.
+
+    ``lenient``: a read verb (or `down`, which needs no limit to stop engines): a broken
+    node config is a warning naming its file and line, and the verb goes on."""
+    cfg = resolve(
         manifests=args.manifests,
         state_dir=args.state_dir,
         node=args.node,
@@ -31,7 +34,11 @@ def config(args: argparse.Namespace) -> Config:
         metrics_port=args.metrics_port[1] if args.metrics_port else None,
         backend=args.backend,
         ray_address=args.ray_address,
+        lenient=lenient,
     )
+    for warning in cfg.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return cfg
 
 
 def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ...]) -> str | None:

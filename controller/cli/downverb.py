@@ -23,7 +23,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     def chosen(rec: Record) -> bool:  # a NAME is a deployment: each of its replicas goes
         return selected(rec.labels, args) and (not args.names or base_name(rec.name) in args.names)
 
-    reconciler = build(config(args))
+    reconciler = build(config(args, lenient=True))
     before = reconciler.store.load().records  # to say what each one was
     stopped = reconciler.down(chosen)
     for name in stopped:

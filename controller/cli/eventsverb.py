@@ -27,7 +27,11 @@ def cmd_events(args: argparse.Namespace) -> int:
     fmt = output_format(args, "text", ("text", "json"))
     if fmt is None:
         return EXIT_USAGE
-    journal = Journal(config(args).state_dir)
+    journal = Journal(config(args, lenient=True).state_dir)
+    problem = journal.problem()
+    if problem is not None:
+        print(f"reconcile: {problem}", file=sys.stderr)
+        return EXIT_FAIL
     if args.name is not None and not journal.path(args.name).exists():
         print(f"reconcile: no events for {args.name!r} (no such deployment here)", file=sys.stderr)
         return EXIT_FAIL

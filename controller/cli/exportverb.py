@@ -35,7 +35,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.namespace is not None and not is_dns1123(args.namespace):
         print(f"reconcile: --namespace {args.namespace!r} is not a DNS-1123 label", file=sys.stderr)
         return EXIT_USAGE
-    cfg = config(args)
+    cfg = config(args, lenient=True)
     loaded = load(cfg.manifests, insecure=cfg.insecure_manifests)
     for folder in loaded.missing_folders:
         print(f"warning: manifests folder {folder} does not exist", file=sys.stderr)

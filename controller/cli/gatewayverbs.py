@@ -22,7 +22,7 @@ from controller.gateway.settings import DRAIN_GRACE, settings_from_json
 def state_dir_of(args: argparse.Namespace) -> Path:
     from controller.cli.common import config
 
-    return config(args).state_dir.absolute()
+    return config(args, lenient=True).state_dir.absolute()
 
 
 def stop_gateways(state_dir: Path) -> list[registry.GatewayInfo]:

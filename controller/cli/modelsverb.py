@@ -22,7 +22,7 @@ from controller.store.records import RecordStore
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    cfg = config(args)
+    cfg = config(args, lenient=args.action != "prune")
     if args.action == "prune":
         return _prune(cfg, dry_run=args.dry_run)
     return _list(cfg)

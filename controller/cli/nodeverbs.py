@@ -35,7 +35,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     fmt = output_format(args, "table", FORMATS)
     if fmt is None:
         return EXIT_USAGE
-    cfg = config(args)
+    cfg = config(args, lenient=True)
     inventory = devices.resolve(cfg.devices)
     if args.clear:
         return _clear(cfg, inventory.keys(), args.clear)

@@ -49,7 +49,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     fmt = output_format(args, "text", ("text", "json", "yaml"))
     if fmt is None:
         return EXIT_USAGE
-    cfg = config(args)
+    cfg = config(args, lenient=True)
     state_dir, remote = cfg.state_dir, _remote_tail(cfg)
     records = RecordStore(state_dir).load().records.values()
     sets = group(r for r in records if not args.name or selects(args.name, r))
@@ -92,7 +92,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     for asked in args.names:
         check_name(asked)  # invariant 9: said so, before any lookup
-    cfg = config(args)
+    cfg = config(args, lenient=True)
     store = RecordStore(cfg.state_dir)
     wanted = list(dict.fromkeys(args.names)) or replicalogs.deployments(store)
     if not wanted:
@@ -229,7 +229,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     fmt = output_format(args, "text", ("text", "json", "name"))
     if fmt is None:
         return EXIT_USAGE
-    cfg = config(args)
+    cfg = config(args, lenient=True)
     loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend)
     view = preview(cfg)
     observed, problems = view.observe()

@@ -33,6 +33,7 @@ from controller.host import bootclock
 from controller.store import restart
 from controller.store.node import Config
 from controller.store.records import RecordStore, check_name
+from controller.store.sidefiles import SideFileError
 
 POLL = 0.5  # seconds between looks at the records while the daemon restarts them
 STUCK = (Phase.PENDING, Phase.FAILED)
@@ -57,7 +58,11 @@ def cmd_restart(args: argparse.Namespace) -> int:
             print(f"reconcile: restart refused: {why}", file=sys.stderr)
         return EXIT_FAIL
     for name in names:
-        restart.request(cfg.state_dir, name, at)
+        try:
+            restart.request(cfg.state_dir, name, at)
+        except SideFileError as exc:  # say which file, at once: no pass could see it
+            print(f"reconcile: {exc}", file=sys.stderr)
+            return EXIT_FAIL
         print(f"restart of {name} requested ({_how(_instances(records.values(), name))})")
     daemon = daemon_pid(cfg.state_dir)
     if daemon is not None:

@@ -52,7 +52,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     fmt = output_format(args, "table", FORMATS)
     if fmt is None:
         return EXIT_USAGE
-    cfg = config(args)
+    cfg = config(args, lenient=True)
     if args.watch:
         if fmt not in WATCH_FORMATS:
             print(f"reconcile: status -w prints {', '.join(WATCH_FORMATS)}", file=sys.stderr)

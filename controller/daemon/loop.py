@@ -368,6 +368,9 @@ class Daemon:
     def _report(self, result: PassResult) -> None:
         errors = "; ".join(str(e) for e in result.errors)
         self._say("errors", "manifests invalid", errors=errors)
+        # A quarantined record names where it went; an unknown version, how to recover.
+        problems = "; ".join(p.message for p in result.problems)
+        self._say("records", "records unreadable", problems=problems)
         self._say(
             "prune",
             "pruning nothing (use --allow-empty to prune)",

@@ -35,7 +35,7 @@ class Demand:
         # counts idleTimeout on the latter: a wall-clock step parks nothing)
         self.last: dict[str, tuple[float, BootClock | None]] = {}
         self.dirty: set[str] = set()
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending: set[asyncio.Task[str | None]] = set()
         # One write at a time, each reading the counts when its turn comes: an older
         # heartbeat landing after end()'s write would leave "in flight" on disk for good.
         self._writing = asyncio.Lock()
@@ -58,12 +58,18 @@ class Demand:
             for task in [t for t in self._pending if t.done()]:
                 self._pending.discard(task)
 
-    async def activate(self, name: str) -> None:
-        """Write the demand now (and every other change) and ask for a pass: it starts."""
+    async def activate(self, name: str) -> str | None:
+        """Write the demand now (and every other change) and ask for a pass: it starts.
+
+        Returns why the demand could not be written (the request cannot wake anything:
+        it is answered at once, not after the readiness deadline), or None."""
         self.dirty.add(name)
+        problem = None
         for other in sorted(self.dirty):
-            await self._write(other)
+            failed = await self._write(other)
+            problem = failed if other == name else problem
         self.request_pass()
+        return problem
 
     async def run(self) -> None:
         """The heartbeat: refresh in-flight deployments, write what changed."""
@@ -77,11 +83,12 @@ class Demand:
             for name in sorted(self.dirty):
                 await self._write(name)
 
-    async def _write_then_pass(self, name: str) -> None:
-        await self._write(name)
+    async def _write_then_pass(self, name: str) -> str | None:
+        problem = await self._write(name)
         self.request_pass()
+        return problem
 
-    async def _write(self, name: str) -> None:
+    async def _write(self, name: str) -> str | None:
         async with self._writing:
             self.dirty.discard(name)
             at, boot = self.last.get(name) or _stamp()
@@ -93,6 +100,8 @@ class Demand:
                 )
             except (OSError, ValueError) as exc:
                 log.error("activation not written", deployment=name, error=str(exc))
+                return str(exc)
+            return None
 
 
 def _stamp() -> tuple[float, BootClock | None]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.errors import ConfigError
+from controller.store import security
 
 
 class KeyFileError(ConfigError):
@@ -63,6 +64,12 @@ def load(path: Path) -> Keys:
         raise KeyFileError(f"--api-keys {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise KeyFileError(f"--api-keys {path}: cannot read: {exc}") from None
+    owner = security.path_problem(path) if security.strict() else None
+    if owner is not None:  # the manifests' rule: as root, only root decides who gets in
+        raise KeyFileError(
+            f"--api-keys {path} is {owner}: whoever owns it decides who may use this "
+            f"gateway (run: chown root {path})"
+        )
     mode = stat.S_IMODE(info.st_mode)
     if mode & 0o077:
         raise KeyFileError(

@@ -302,7 +302,13 @@ class Front:
             for _ in range(CONNECT_RETRIES):
                 if sleepers and not self.table.candidates(want.pool):
                     for name in sleepers:
-                        await self.demand.activate(name)
+                        problem = await self.demand.activate(name)
+                        if problem is not None:  # nothing can wake it: say so now
+                            why = (
+                                f"deployment {want.label!r} cannot be started: its demand "
+                                "could not be written (the gateway's log names the file)"
+                            )
+                            return want.label, error(503, why, "model_not_ready")
                 target = await self._wait(want)
                 if target is None:
                     return want.label, self._not_ready(want)

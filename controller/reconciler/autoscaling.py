@@ -21,7 +21,7 @@ from controller.core.names import base_name
 from controller.core.replicaset import group
 from controller.core.specs import Autoscale, Entry
 from controller.core.state import Activation, Record
-from controller.store import activation, inflight, scale
+from controller.store import activation, inflight, scale, sidefiles
 from controller.store.events import Journal
 
 
@@ -66,10 +66,16 @@ class Autoscaler:
         if write:
             for name, (before, after, change) in decided.items():
                 if after != before:
-                    scale.write(self.state_dir, name, after)
+                    self._keep(name, after)
                 if change is not None:
                     self.journal.append(name, "Scale", change, f"{after.count} replicas")
         return {name: after.count for name, (_, after, _) in decided.items()}
+
+    def _keep(self, name: str, after: Scale) -> None:
+        try:
+            scale.write(self.state_dir, name, after)
+        except OSError as exc:  # not kept: this pass still uses the count, the next decides again
+            sidefiles.warn(scale.folder(self.state_dir), f"count of {name} not kept: {exc}")
 
     def _forget(
         self, stored: Mapping[str, Scale], entries: Mapping[str, Entry], records: Iterable[Record]

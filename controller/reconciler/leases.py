@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from controller.core.elapsed import BootClock
 from controller.core.inventory import Device, Inventory
+from controller.core.placement import Ledger
 from controller.core.render import Rendered, deadline_of, render
 from controller.core.specs import Entry, routable_names, spec_document
 from controller.core.state import Phase, ProcessRef, Record
@@ -154,6 +155,23 @@ class RecordMaker:
             model_path=self.model_path(entry),
         )
 
+    def rebuilt(self, entry: Entry, found: Found, *, name: str, nonce: str) -> Record:
+        """The record of a running engine whose record was quarantined: its manifest's
+        facts, the devices and port its environment names, its marker's nonce, Starting
+        (its readiness is probed again). Raises RecipeError as a reservation would."""
+        lease = self.reservation(
+            entry, devices=found.devices, port=found.port, extra_ports=(), name=name
+        )
+        started = datetime.fromtimestamp(found.ref.start_time, UTC)
+        return replace(
+            lease.record,
+            nonce=nonce,
+            ref=found.ref,
+            phase=Phase.STARTING,
+            started_at=started,
+            message="record rebuilt from its engine's marker (the old one was quarantined)",
+        )
+
     def rejected(self, name: str, reason: str) -> Record:
         """A deployment whose manifest never validated: seen, so recorded, holding nothing.
 
@@ -171,6 +189,49 @@ class RecordMaker:
             message=reason,
             revision=self.revision,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a running engine's environment says it was given: the lease it holds."""
+
+    ref: ProcessRef
+    devices: tuple[str, ...]
+    port: int
+
+
+def found_in(ref: ProcessRef, environ: bytes, inventory: Inventory) -> Found | str:
+    """The devices (its visibility variables, UUIDs mapped back) and port (``PORT``) an
+    engine was started with, or why they cannot be told."""
+    env = dict(item.partition("=")[::2] for item in environ.decode(errors="replace").split("\0"))
+    port = env.get("PORT", "")
+    if not port.isdigit():
+        return "its environment has no PORT"
+    by_uuid = {d.uuid: d.key for d in inventory.devices if d.uuid}
+    nvidia = [by_uuid.get(i, f"nvidia:{i}") for i in env.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    amd = [f"amd:{i}" for i in env.get("HIP_VISIBLE_DEVICES", "").split(",")]
+    devices = tuple(d for d in (*nvidia, *amd) if not d.endswith(":"))
+    return Found(ref, devices, int(port))
+
+
+def conflict(found: Found, entry: Entry, ledger: Ledger, inventory: Inventory) -> str | None:
+    """Why the engine cannot keep what it holds (None: it can): adopting it must never
+    double-book a device or a port, nor hold what the manifest does not ask for."""
+    spec = entry.deployment.spec
+    if found.port in ledger.ports:
+        return f"its port {found.port} is held by {ledger.ports[found.port]}"
+    if len(found.devices) != spec.devices.count:
+        return f"it has {len(found.devices)} devices, the manifest asks for {spec.devices.count}"
+    keyed = inventory.by_key()
+    for key in found.devices:
+        if key not in keyed:
+            return f"its device {key} is not in this node's inventory"
+        memory = spec.devices.memory
+        sized = memory is not None and ledger.fits(keyed[key], memory)
+        if not (ledger.free_for(key, spec.devices.shareable) or sized):
+            holders = ", ".join(h for h, _ in ledger.devices.get(key, []))
+            return f"its device {key} is held by {holders}"
+    return None
 
 
 def _device(key: str) -> Device:

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 from controller import failpoints
 from controller.backends.base import Backend
+from controller.core import backendnames
 from controller.core.actions import Action, AnyAction, Conflict, Hold, Start, Stop
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.inventory import Inventory
@@ -26,16 +27,18 @@ from controller.core.limits import kinds_of, only_kinds
 from controller.core.names import is_next
 from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.plan import Desired, plan, waits_turn
+from controller.core.planner.records import leader_of
 from controller.core.pulls import PullView
-from controller.core.state import Observed, Phase, ProcessRef, Record
-from controller.host import gpuhealth
+from controller.core.specs import Entry
+from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
+from controller.host import gpuhealth, procscan
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity
 from controller.logsetup import get_logger
 from controller.reconciler.autoscaling import Autoscaler
 from controller.reconciler.executor import Executor
 from controller.reconciler.gpuwatch import DeviceWatch
-from controller.reconciler.leases import Lease, RecordMaker
+from controller.reconciler.leases import Found, Lease, RecordMaker, conflict, found_in
 from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
@@ -279,6 +282,9 @@ class Reconciler(Preview):
             if self.interrupted():
                 break  # the daemon is stopping: the round in flight was finished
             observed, problems = self.observe()
+            if observed.orphans and self._rebuild(desired, observed):
+                observed, more = self.observe()  # the adopted engine has a record now
+                problems = [*problems, *more]
             _add_problems(result, problems)  # a quarantine is seen by one round only
             result.pulls = dict(observed.pulls)
             result.probes.update(
@@ -398,6 +404,56 @@ class Reconciler(Preview):
             ledger.listening = ledger.listening | {p for p in placed.ports if not bindable(p)}
             placed = place(spec, inventory, ledger, extra, spread=spread)
         return placed
+
+    # -- an engine whose record was quarantined ---------------------------------------------
+
+    def _rebuild(self, desired: Desired, observed: Observed) -> bool:
+        """Adopt each orphan engine whose record was quarantined after it started and whose
+        manifest still declares it (its marker names the instance exactly); the rest are
+        reaped by the plan. True when a record was written."""
+        if self.backend.name != backendnames.LOCAL:
+            return False  # its environment is on another machine
+        by_nonce: dict[str, list[MarkedProcess]] = {}
+        for marked in observed.orphans:
+            by_nonce.setdefault(marked.nonce, []).append(marked)
+        wanted = desired.instances()
+        adopted = False
+        for _, procs in sorted(by_nonce.items()):
+            leader = leader_of(procs)
+            entry = wanted.get(leader.name) if leader else None
+            since = self.store.quarantined_at(leader.name) if leader and entry else None
+            if leader and entry and since is not None and since >= leader.ref.start_time:
+                adopted |= self._rebuild_one(entry, leader, observed)
+        return adopted
+
+    def _rebuild_one(self, entry: Entry, leader: MarkedProcess, observed: Observed) -> bool:
+        name, pid = leader.name, leader.ref.pid
+        found = found_in(leader.ref, procscan.environ(pid) or b"", self.inventory)
+        with self.placement_lock.hold(self.config.lock_timeout):
+            fresh = self.store.load()
+            if name in fresh.records:
+                return False  # another pass made one meanwhile: the plan judges the engine
+            ledger = ledger_for(fresh.records.values(), observed)
+            why = found if isinstance(found, str) else self._refusal(entry, found, ledger)
+            if why is None and isinstance(found, Found):
+                try:
+                    rebuilt = self.maker.rebuilt(entry, found, name=name, nonce=leader.nonce)
+                    self.store.write(rebuilt)
+                except RecipeError as exc:
+                    why = str(exc)
+        if why is not None:
+            log.warning("engine of a quarantined record not adopted", deployment=name, pid=pid,
+                        reason=why)  # fmt: skip
+            return False
+        reason = "its record was quarantined; its marker names this instance"
+        log.warning("engine of a quarantined record adopted", deployment=name, pid=pid)
+        self.executor.event(name, "adopt", reason, f"adopted pid {pid}")
+        return True
+
+    def _refusal(self, entry: Entry, found: Found, ledger: Ledger) -> str | None:
+        if extra_ports().get(entry.deployment.spec.engine, 0):
+            return "its engine's extra ports are not in its environment"
+        return conflict(found, entry, ledger, self.inventory)
 
     # -- teardown of a whole manifest set ---------------------------------------------------
 

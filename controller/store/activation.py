@@ -15,7 +15,7 @@ from pathlib import Path
 
 from controller.core.specs import is_dns1123
 from controller.core.state import Activation
-from controller.store import bootstamp
+from controller.store import bootstamp, sidefiles
 from controller.store.records import write_atomic
 
 FOLDER = "activation"
@@ -28,8 +28,7 @@ def folder(state_dir: Path) -> Path:
 def write(state_dir: Path, name: str, activation: Activation) -> None:
     if not is_dns1123(name):  # invariant 9: only deployment names become file names
         raise ValueError(f"not a deployment name: {name!r}")
-    where = folder(state_dir)
-    where.mkdir(mode=0o700, exist_ok=True)
+    where = sidefiles.folder_for_write(folder(state_dir))
     data = {
         "last_request_at": activation.last_request_at.isoformat(),
         "inflight": activation.inflight,
@@ -40,14 +39,10 @@ def write(state_dir: Path, name: str, activation: Activation) -> None:
 
 
 def read_all(state_dir: Path) -> dict[str, Activation]:
-    """Every readable activation; a torn or foreign file counts as no demand."""
+    """Every readable activation; a torn or foreign file counts as no demand (named)."""
     out: dict[str, Activation] = {}
-    try:
-        files = sorted(folder(state_dir).glob("*.json"))
-    except OSError:
-        return out
-    for path in files:
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+    for path in sidefiles.listed(folder(state_dir), "*.json"):
+        try:
             data = json.loads(path.read_text())
             out[path.stem] = Activation(
                 last_request_at=datetime.fromisoformat(data["last_request_at"]),
@@ -55,6 +50,8 @@ def read_all(state_dir: Path) -> dict[str, Activation]:
                 released=data.get("released") is True,
                 boot=bootstamp.read(data),
             )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            sidefiles.skipped(path, exc)
     return out
 
 

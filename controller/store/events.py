@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import failpoints
+from controller.store import sidefiles
 from controller.store.records import check_name, write_atomic
 
 MAX_BYTES = 64 * 1024  # past this the oldest lines are dropped, down to half
@@ -41,6 +42,19 @@ class Journal:
         return self.folder / f"{check_name(name)}.jsonl"
 
     def append(self, name: str, action: str, reason: str, outcome: str, **extra: Any) -> None:
+        """Journal one event; a journal that cannot be written is named at warning level
+        and the action goes on (the journal is its history, never its condition)."""
+        try:
+            self._append(name, action, reason, outcome, **extra)
+        except OSError as exc:
+            sidefiles.warn(self.path(name), f"events not journaled: {exc}")
+
+    def problem(self) -> str | None:
+        """Why the journals cannot be read at all (the folder is a file), or None."""
+        folder = self.folder
+        return sidefiles.not_a_folder(folder) if folder.exists() and not folder.is_dir() else None
+
+    def _append(self, name: str, action: str, reason: str, outcome: str, **extra: Any) -> None:
         event = {
             "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "action": action,
@@ -50,7 +64,7 @@ class Journal:
         }
         line = (json.dumps({k: _clip(v) for k, v in event.items()}, default=str) + "\n").encode()
         failpoints.hit("events.append.before_write")
-        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        sidefiles.folder_for_write(self.folder)
         path = self.path(name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         try:
@@ -74,12 +88,8 @@ class Journal:
     def names(self) -> list[str]:
         """The deployments that have a journal (only names this tool could have given:
         a file it did not write is never read by a name it did not give)."""
-        try:
-            files = sorted(self.folder.glob("*.jsonl"))
-        except OSError:
-            return []
         out = []
-        for path in files:
+        for path in sidefiles.listed(self.folder, "*.jsonl"):
             try:
                 out.append(check_name(path.stem))
             except ValueError:
@@ -91,6 +101,9 @@ class Journal:
         try:
             data = self.path(name).read_bytes()
         except FileNotFoundError:
+            return []
+        except OSError as exc:  # the folder is a file, the journal unreadable: none, named
+            sidefiles.skipped(self.path(name), exc)
             return []
         events = []
         for line in data.split(b"\n")[:-1]:  # the part after the last \n is torn

@@ -36,6 +36,8 @@ class Config:
     metrics_port: int | None = None  # the daemon serves /metrics here
     backend: str = "local"  # where engines run: "local" (this node) or "ray" (a Ray cluster)
     ray_address: str | None = None  # the Ray cluster (GCS host:port or "auto"), with "ray"
+    # What a lenient resolve (a read verb) passed over: each names the file, line, problem.
+    warnings: tuple[str, ...] = ()
 
 
 BACKENDS = backendnames.NAMES
@@ -64,7 +66,10 @@ def resolve(
     metrics_port: int | None = None,
     backend: str | None = None,
     ray_address: str | None = None,
+    lenient: bool = False,
 ) -> Config:
+    """``lenient``: a node config file that cannot be read is a warning (its settings
+    are left at their defaults), not an error: a read verb must still show the node."""
     env = os.environ
     folders = manifests or _split(env.get("RECONCILE_MANIFESTS")) or ["./manifests"]
     paths = tuple(Path(f).expanduser().absolute() for f in folders)
@@ -74,13 +79,20 @@ def resolve(
     state = state_dir or env.get("RECONCILE_STATE_DIR")
     state_path = Path(state).expanduser().absolute() if state else default_state_dir()
     limits, log_max_bytes, log_keep = Limits(), logfiles.DEFAULT_MAX_BYTES, logfiles.DEFAULT_KEEP
+    warnings: list[str] = []
     explicit = node_config or env.get("RECONCILE_NODE_CONFIG")
     if explicit or (state_path / "node.yaml").exists():  # yaml only then
         from controller.store.nodeconfig import read_node_file
 
-        node_file = read_node_file(explicit, state_path)
-        limits, log_max_bytes = node_file.limits, node_file.log_max_bytes
-        log_keep = node_file.log_max_files
+        try:
+            node_file = read_node_file(explicit, state_path)
+        except ConfigError as exc:
+            if not lenient:
+                raise
+            warnings.append(f"{exc} (the node config's settings are ignored here)")
+        else:
+            limits, log_max_bytes = node_file.limits, node_file.log_max_bytes
+            log_keep = node_file.log_max_files
     flag = max_instances if max_instances is not None else env.get("RECONCILE_MAX_INSTANCES")
     if flag:
         try:
@@ -104,6 +116,7 @@ def resolve(
         metrics_port=metrics_port,
         backend=chosen,
         ray_address=address,
+        warnings=tuple(warnings),
     )
 
 

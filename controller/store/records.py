@@ -73,8 +73,9 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
 
 
 def sweep_tmp(folder: Path) -> None:
-    """Remove the tmp files of writers that died between write and rename (SIGKILL)."""
-    with contextlib.suppress(FileNotFoundError):
+    """Remove the tmp files of writers that died between write and rename (SIGKILL).
+    A folder that is a file has none (events/: the journal names it when it writes)."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for entry in os.scandir(folder):
             pid = entry.name.rsplit(".", 2)[-2] if entry.name.endswith(".tmp") else ""
             if entry.name.startswith(".") and pid.isdigit() and not _pid_alive(int(pid)):
@@ -182,6 +183,16 @@ class RecordStore:
             return
         snap.records[name] = record
         snap.stamps[name] = (info.st_mtime_ns, info.st_size)
+
+    def quarantined_at(self, name: str) -> float | None:
+        """When ``name``'s record was last quarantined (its reason file's mtime), or None."""
+        stamps = []
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.quarantine_dir):
+                if entry.name.startswith(f"{name}.json.") and entry.name.endswith(".reason"):
+                    with contextlib.suppress(FileNotFoundError):
+                        stamps.append(entry.stat().st_mtime)
+        return max(stamps, default=None)
 
     def _quarantine(self, path: Path, snap: Snapshot, reason: str) -> None:
         """Move a record we cannot trust aside (with the reason beside it), never guess."""

@@ -12,13 +12,13 @@ and the page's button refuse with it instead of asking.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from datetime import datetime
 from pathlib import Path
 
 from controller.core.elapsed import BootClock
 from controller.core.names import is_dns1123
+from controller.store import sidefiles
 from controller.store.node import read_drain
 from controller.store.records import write_atomic
 
@@ -36,8 +36,7 @@ def request(state_dir: Path, name: str, at: datetime) -> None:
         raise ValueError(f"not a deployment name: {name!r}")
     if at.tzinfo is None:
         raise ValueError("a restart request needs an aware time (UTC)")
-    where = folder(state_dir)
-    where.mkdir(mode=0o700, parents=True, exist_ok=True)
+    where = sidefiles.folder_for_write(folder(state_dir))
     write_atomic(where / f"{name}.json", json.dumps({"requested_at": at.isoformat()}).encode())
 
 
@@ -59,17 +58,19 @@ def refusal(state_dir: Path, name: str, now: datetime, clock: BootClock | None) 
 
 
 def read_all(state_dir: Path) -> dict[str, datetime]:
-    """Every readable request: deployment name -> when; a torn or foreign file is none."""
+    """Every readable request: deployment name -> when; a torn or foreign file is none
+    (named at warning level)."""
     out: dict[str, datetime] = {}
-    try:
-        files = sorted(folder(state_dir).glob("*.json"))
-    except OSError:
-        return out
-    for path in files:
+    for path in sidefiles.listed(folder(state_dir), "*.json"):
         if not is_dns1123(path.stem):
             continue  # not a file this tool wrote: never read by a name it did not give
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        try:
             at = datetime.fromisoformat(json.loads(path.read_text())["requested_at"])
-            if at.tzinfo is not None:  # a naive time cannot be compared with records'
-                out[path.stem] = at
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            sidefiles.skipped(path, exc)
+            continue
+        if at.tzinfo is not None:  # a naive time cannot be compared with records'
+            out[path.stem] = at
+        else:
+            sidefiles.warn(path, "requested_at has no time zone; ignored")
     return out

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from controller.core.autoscale import Scale
 from controller.core.names import is_dns1123
+from controller.store import sidefiles
 from controller.store.records import write_atomic
 
 FOLDER = "scale"
@@ -37,7 +38,7 @@ def _path(state_dir: Path, name: str) -> Path:
 
 def write(state_dir: Path, name: str, scale: Scale) -> None:
     path = _path(state_dir, name)
-    path.parent.mkdir(mode=0o700, exist_ok=True)
+    sidefiles.folder_for_write(path.parent)
     data = {
         "version": VERSION,
         "count": scale.count,
@@ -50,16 +51,15 @@ def write(state_dir: Path, name: str, scale: Scale) -> None:
 
 
 def read_all(state_dir: Path) -> dict[str, Scale]:
+    """Every readable count; a torn or foreign file is none (named at warning level)."""
     out: dict[str, Scale] = {}
-    try:
-        files = sorted(folder(state_dir).glob("*.json"))
-    except OSError:
-        return out
-    for path in files:
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+    for path in sidefiles.listed(folder(state_dir), "*.json"):
+        if not is_dns1123(path.stem):
+            continue  # not a file this tool wrote: never read by a name it did not give
+        try:
             data = json.loads(path.read_text())
-            if data["version"] != VERSION or not is_dns1123(path.stem):
-                continue
+            if data["version"] != VERSION:
+                raise ValueError(f"version {data['version']!r}, not {VERSION}")
             since = data.get("low_since")
             out[path.stem] = Scale(
                 count=max(0, int(data["count"])),
@@ -68,6 +68,8 @@ def read_all(state_dir: Path) -> dict[str, Scale]:
                 changed_at=float(data.get("changed_at", 0.0)),
                 reason=str(data.get("reason", "")),
             )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            sidefiles.skipped(path, exc)
     return out
 
 

@@ -5,7 +5,9 @@ write a manifest (or its folder) can run any command as root. As root, a manifes
 or a manifests folder that is group- or world-writable, or owned by anyone but
 root, is refused with a message saying how to fix it; ``--insecure-manifests``
 turns the check off. The state dir holds records and logs that root writes, so it
-and its folders must be root's too (no opt-out: ``chown`` it).
+and its folders must be root's too, a symlink among them as well as what it names
+(no opt-out: ``chown`` it). A gateway's API-keys file decides who may use it: as root,
+it must be root's too.
 
 Refusing a manifest never stops its deployments: the file is reported like an
 unreadable one, its engines keep running and ``status`` marks their spec invalid.
@@ -38,6 +40,20 @@ def problem(info: os.stat_result) -> str | None:
     return None
 
 
+def path_problem(path: Path) -> str | None:
+    """Why root must not trust ``path``: the symlink itself (whoever owns a link decides
+    where it points), then what it names. None when it is missing or trusted."""
+    try:
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            if info.st_uid != 0:
+                return f"a symlink owned by uid {info.st_uid}, not root"
+            info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return problem(info)
+
+
 def check_manifest(info: os.stat_result) -> None:
     """Raise :class:`InsecureManifest` for a file (or folder) root must not trust."""
     reason = problem(info)
@@ -62,13 +78,7 @@ def check_state_dir(folders: Iterable[Path]) -> None:
     if os.geteuid() != 0:
         return
     for folder in folders:
-        try:
-            info = os.lstat(folder)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISLNK(info.st_mode):
-            info = os.stat(folder)
-        reason = problem(info)
+        reason = path_problem(folder)
         if reason is not None:
             raise ConfigError(
                 f"state folder {folder} is {reason}: whoever can write it could make "

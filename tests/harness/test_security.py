@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -91,6 +92,34 @@ def test_root_refuses_a_state_dir_another_user_owns(cluster: Cluster) -> None:
     assert run.code == 1 and "Traceback" not in run.err and "chown" in run.err, str(run)
     assert not list(cluster.state.iterdir()), "wrote into a state dir another user owns"
     os.chown(cluster.state, 0, -1)
+
+
+@as_root
+def test_root_refuses_a_state_dir_symlink_another_user_owns(cluster: Cluster) -> None:
+    real = cluster.tmp / "real-state"
+    real.mkdir(mode=0o700)  # root's own folder: only the link is another user's
+    cluster.state.symlink_to(real)
+    os.lchown(cluster.state, NOBODY, -1)
+    cluster.write("a0")
+    run = cluster.once()
+    assert run.code == 1 and "Traceback" not in run.err, str(run)
+    assert f"{cluster.state} is a symlink owned by uid {NOBODY}, not root" in run.err, str(run)
+    assert not list(real.iterdir()), "wrote through a symlink another user owns"
+    os.lchown(cluster.state, 0, -1)
+    assert cluster.once().code == 0  # root's own link is followed
+    assert (real / "instances" / "a0.json").exists()
+
+
+@as_root
+def test_root_refuses_an_api_keys_file_another_user_owns(reconcile: Any) -> None:
+    keys = reconcile.tmp / "keys.txt"
+    keys.write_text("sk-someone-elses-key\n")
+    os.chmod(keys, 0o600)
+    os.chown(keys, NOBODY, -1)
+    listen = str(reconcile.port + 15)
+    result = reconcile("--listen", listen, "--api-keys", str(keys), check=64, timeout=30)
+    assert f"--api-keys {keys} is owned by uid {NOBODY}, not root" in result.err, str(result)
+    assert f"chown root {keys}" in result.err and "sk-someone" not in result.err
 
 
 # -- private state ---------------------------------------------------------------------------

@@ -107,6 +107,30 @@ def test_a_bad_node_config_names_file_line_and_field(reconcile: Any, text: str, 
     assert where in result.err and result.err.startswith("reconcile: ")
 
 
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("maxInstances: [\n", "node.yaml:2: invalid YAML"),
+        ("maxInstanses: 2\n", "node.yaml:1: maxInstanses: unknown setting"),
+    ],
+)
+def test_read_verbs_warn_about_a_bad_node_config_and_go_on(
+    reconcile: Any, text: str, where: str
+) -> None:
+    reconcile.write("web")
+    reconcile.once()
+    (reconcile.state / "node.yaml").write_text(text)
+    for verb in (("status",), ("describe", "web"), ("plan",), ("events", "web"), ("devices",)):
+        result = reconcile(*verb, check=0)
+        assert result.err.startswith("warning: ") and where in result.err, str(result)
+    assert "web" in reconcile("status", check=0).out
+    gateway = reconcile("gateway", "status", check=None)  # none runs: its own answer, exit 1
+    assert where in gateway.err and "no gateway runs for state dir" in gateway.out, str(gateway)
+    assert reconcile("--once", check=1).err.startswith("reconcile: ")  # a pass still refuses
+    assert where in reconcile.down().err  # stopping needs no limit: it warns and stops
+    assert reconcile.status() == {}
+
+
 def test_a_bad_max_instances_flag_says_how(reconcile: Any) -> None:
     result = reconcile("--once", "--max-instances", "gpu=2", check=1)
     assert "example: 8,nvidia=2" in result.err

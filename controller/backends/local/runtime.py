@@ -83,6 +83,12 @@ class LocalBackend:
         self._reap(ref.pid)
         return self.exits.get(ref.pid)
 
+    def _reap_all(self) -> None:
+        """Collect every child that ended, whatever killed it (a reaped orphan has no
+        record whose liveness check would): no zombie outlives the next observation."""
+        for pid in list(self._children):
+            self._reap(pid)
+
     def _reap(self, pid: int) -> None:
         child = self._children.get(pid)
         if child is not None and child.poll() is not None:
@@ -158,6 +164,7 @@ class LocalBackend:
 
     def scan(self) -> list[MarkedProcess]:
         """Every live process of this node and state dir, found by its marker."""
+        self._reap_all()
         prefix = f"{MARKER}={self.node}/".encode()
         state = f"{STATE_MARKER}={self.state_dir}".encode()
         out = []
@@ -211,6 +218,11 @@ class LocalBackend:
         if self.alive(ref):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(ref.pid, signal.SIGKILL)
+            child = self._children.get(ref.pid)
+            if child is not None:  # ours: collect it now, or it stays a zombie
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(SWEEP_TIMEOUT)
+                self._reap(ref.pid)
 
     def teardown(self, rec: Record) -> None:
         """Stop every process of the instance; on NVML hosts, wait for its GPU memory."""

@@ -6,6 +6,8 @@ Every function returns what it found (:data:`Judged`); nothing here places a sta
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from controller.core.actions import (
     Adopt,
     AnyAction,
@@ -220,7 +222,7 @@ def _changed(
 
 def _resolve_reservation(view: RecordView) -> Adopt | Release:
     rec = view.record
-    leader = _leader(view.markers)
+    leader = leader_of(view.markers)
     if leader is not None:
         return Adopt(
             name=rec.name,
@@ -252,7 +254,7 @@ def _engine_state(view: RecordView) -> str:
     return "not started" if view.record.phase is Phase.PENDING else "engine not running"
 
 
-def _leader(markers: tuple[MarkedProcess, ...]) -> MarkedProcess | None:
+def leader_of(markers: Sequence[MarkedProcess]) -> MarkedProcess | None:
     """The engine itself: the marker process whose parent is not one of them."""
     pids = {m.ref.pid for m in markers}
     roots = sorted((m for m in markers if m.ppid not in pids), key=lambda m: m.ref.start_time)

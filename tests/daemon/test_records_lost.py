@@ -1,0 +1,85 @@
+"""A record lost under a running daemon: quarantined (torn) or deleted by hand.
+
+A torn record's engine is adopted again by its marker (it keeps its pid, devices and
+port); a hand-deleted record's engine is reaped, and the daemon collects its child.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import urllib.request
+from typing import Any
+
+from controller.host.procs import identity
+from tests.daemon.test_daemon_loop import proc_state, ready_pid
+from tests.integration.test_invariants import reservation
+
+
+def test_a_torn_record_keeps_its_engine(reconcile: Any, daemon: Any, finish: Any) -> None:
+    rc = reconcile
+    rc.write("web", devices={"count": 1})
+    d = daemon(resync="0.3s")  # passes come by themselves: a torn record is no event
+    pid = d.wait(lambda: ready_pid(rc, "web"), "web Ready")
+    before = rc.record("web")
+    rc.record_path("web").write_text(rc.record_path("web").read_text()[:40])
+    d.wait(lambda: d.lines("records unreadable"), "the quarantine's warning")
+    after = d.wait(lambda: ready_pid(rc, "web") and rc.record("web"), "web Ready again")
+    assert after["ref"]["pid"] == pid and after["nonce"] == before["nonce"], after
+    assert (after["devices"], after["port"]) == (before["devices"], before["port"])
+    assert rc.pids("web") == {pid}, "no second engine, nothing killed"
+    with urllib.request.urlopen(f"http://127.0.0.1:{after['port']}/health", timeout=10) as r:
+        assert r.status == 200
+    (warning,) = d.lines("records unreadable")
+    assert warning["level"] == "warning" and "not valid JSON" in warning["problems"]
+    adopted = d.lines("engine of a quarantined record adopted")
+    assert adopted and adopted[0]["level"] == "warning" and adopted[0]["pid"] == pid
+    assert [e["action"] for e in rc.events("web")].count("adopt") == 1
+    finish(d)
+
+
+def test_a_reaped_orphan_is_no_zombie(reconcile: Any, daemon: Any, finish: Any) -> None:
+    rc = reconcile
+    rc.write("web")
+    d = daemon(resync="0.3s")
+    first = d.wait(lambda: ready_pid(rc, "web"), "web Ready")
+    rc.record_path("web").unlink()  # by hand: no quarantine, so its engine is an orphan
+    d.wait(lambda: (ready_pid(rc, "web") or first) != first, "a new engine")
+    d.wait(lambda: proc_state(first) is None, "the reaped engine collected by its parent")
+    reap = [e for e in rc.events("web") if e["action"] == "reap"]
+    assert reap and str(first) in reap[0]["outcome"], reap
+    finish(d)
+
+
+def test_a_record_torn_between_passes_is_rebuilt_by_the_next(reconcile: Any) -> None:
+    """No daemon: `status` quarantines the record, a later cron pass adopts its engine."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1})
+    rc.converge()
+    before = rc.record("web")
+    rc.record_path("web").write_text("{")
+    assert "not valid JSON" in rc("status", check=None).err  # the read verb moved it aside
+    rc.converge()
+    after = rc.record("web")
+    assert after["ref"] == before["ref"] and after["devices"] == before["devices"], after
+    assert rc.pids("web") == {before["ref"]["pid"]}
+    rc.down()
+
+
+def test_a_torn_records_engine_never_double_books_its_device(reconcile: Any) -> None:
+    rc = reconcile
+    rc.devices = "nvidia:0"
+    rc.write("web", devices={"count": 1})
+    rc.converge()
+    pid = rc.record("web")["ref"]["pid"]
+    rc.record_path("web").write_text("{")
+    rc.write("other", basePort=rc.port + 5, devices={"count": 1})
+    me = identity(os.getpid())  # a live maker: its reservation is left alone
+    held = reservation(rc, "other", nonce="n-other", port=rc.port + 5, devices=("nvidia:0",))
+    rc.store().write(dataclasses.replace(held, reserved_by=me))
+    result = rc.once(check=None)
+    assert "its device nvidia:0 is held by other" in result.err, result.err
+    rc.wait_gone(pid)  # ours (its marker) and holding what another record holds: reaped
+    assert rc.record("web")["phase"] == "Pending" and not rc.record("web")["devices"]
+    rc.record_path("other").unlink()  # the test is its maker: it lets go
+    rc.down()
