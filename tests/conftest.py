@@ -26,6 +26,9 @@ from typing import Any
 import pytest
 import yaml
 from hypothesis import HealthCheck, settings
+
+# With CI=true a skip for a missing tool fails (tests/missing.py).
+from missing import pytest_runtest_makereport  # noqa: F401
 from procs import (
     GATEWAY_MARKER,
     alive,

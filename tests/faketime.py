@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+import missing
 
 FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 # libfaketime 0.9.10 answers EINVAL to clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME),
@@ -31,10 +31,10 @@ int clock_nanosleep(clockid_t c, int flags, const struct timespec *t, struct tim
 def preload(folder: Path) -> str:
     """``LD_PRELOAD`` for a stepped clock: the shim (built in ``folder``), then libfaketime."""
     if not FAKETIME.exists():
-        pytest.skip(f"libfaketime is not installed ({FAKETIME}): apt-get install libfaketime")
+        missing.skip(f"libfaketime ({FAKETIME})", "apt-get install faketime libfaketime")
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("no C compiler for the clock_nanosleep shim libfaketime needs here")
+        missing.skip("a C compiler for the clock_nanosleep shim", "apt-get install gcc")
     (folder / "shim.c").write_text(SHIM)
     shim = folder / "shim.so"
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(shim), str(folder / "shim.c")], check=True)

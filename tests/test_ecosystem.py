@@ -8,6 +8,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import missing
 import pytest
 
 from controller import __version__
@@ -54,7 +55,7 @@ def test_completion_scripts_parse(shell: str) -> None:
     if checker is None:
         if shell == "bash":
             pytest.fail("bash is needed to check the bash completion")
-        pytest.skip(f"{shell} is not installed here")
+        missing.skip(shell, f"apt-get install {shell}")
     check = subprocess.run([checker, "-n"], input=result.stdout, text=True, capture_output=True)
     assert check.returncode == 0, check.stderr
 

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import missing
 import pytest
 
 from .netns import Net, Unavailable
@@ -23,7 +24,7 @@ WORKERS = ("w1", "w2", "w3")
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[RayHosts]:
     if importlib.util.find_spec("ray") is None:
-        pytest.skip("ray is not installed: pip install -e '.[test,ray]'")
+        missing.skip("ray", "pip install -e '.[test,ray]'")
     # short: Ray's socket paths under it must fit AF_UNIX's 107 bytes
     tmp = Path(tempfile.mkdtemp(prefix="nsc-", dir="/tmp"))
     try:

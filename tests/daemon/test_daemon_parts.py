@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import missing
 import pytest
 from procs import wait_for
 from watchdog.events import (
@@ -116,7 +117,10 @@ def _drain(sock: socket.socket) -> set[bytes]:
 # -- the service files ---------------------------------------------------------------------
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None,
+    reason=missing.reason("systemd-analyze", "apt-get install systemd"),
+)
 def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
     # verify checks that ExecStart exists: point it at this checkout's script.
     script = str(Path(sys.executable).parent / "reconcile")

@@ -97,3 +97,24 @@ def test_a_hung_test_fails_with_every_threads_stack_and_the_run_goes_on(tmp_path
     assert "Failed: Timeout (>2.0s) from pytest-timeout" in done.stdout, done.stdout
     assert "helper-loop" in done.stdout  # the other thread's stack is printed too
     assert "1 failed, 1 passed" in done.stdout  # test_after still ran
+
+
+SKIPS = """
+import missing
+
+def test_needs_a_tool():
+    missing.skip("no-such-tool", "apt-get install no-such-tool")
+"""
+
+
+def test_a_skip_for_a_missing_tool_fails_only_in_ci(tmp_path: Path) -> None:
+    (tmp_path / "test_tools.py").write_text(SKIPS)
+    (tmp_path / "conftest.py").write_text("from missing import pytest_runtest_makereport\n")
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "."]
+    tests = str(REPO / "tests")
+    here = _run(argv, tmp_path, PYTHONPATH=tests, CI="")
+    assert here.returncode == 0 and "1 skipped" in here.stdout, here.stdout
+    assert "install: apt-get install no-such-tool" in here.stdout
+    ci = _run(argv, tmp_path, PYTHONPATH=tests, CI="true")
+    assert ci.returncode == 1 and "1 failed" in ci.stdout, ci.stdout
+    assert "CI=true: a needed tool is missing" in ci.stdout

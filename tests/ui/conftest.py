@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import missing
 import pytest
 from gateway.conftest import Gateways  # the daemon with --listen, as tests/gateway runs it
 from selenium import webdriver
@@ -21,10 +22,6 @@ from uipage import Page
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
-MISSING = (
-    "no chromium / chromedriver on PATH: install them (Debian: apt-get install chromium "
-    "chromium-driver; .ci/run does) to run the web page tests"
-)
 
 
 @pytest.fixture
@@ -39,7 +36,7 @@ def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
     """Headless Chromium, its console kept (``get_log("browser")``); quit at teardown
     (the browser and chromedriver end with it)."""
     if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip(MISSING)
+        missing.skip("chromium and chromedriver", "apt-get install chromium chromium-driver")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (

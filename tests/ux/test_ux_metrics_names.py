@@ -10,6 +10,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import missing
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -79,7 +80,9 @@ def test_before_the_first_pass_the_alerting_series_exist() -> None:
 PROMTOOL = os.environ.get("PROMTOOL") or shutil.which("promtool")
 
 
-@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt: prometheus)")
+@pytest.mark.skipif(
+    PROMTOOL is None, reason=missing.reason("promtool", "apt-get install prometheus")
+)
 @pytest.mark.parametrize("which", ["after-a-pass", "before-the-first"])
 def test_promtool_check_metrics_is_clean(which: str) -> None:
     assert PROMTOOL is not None
