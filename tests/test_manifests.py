@@ -172,6 +172,23 @@ def test_duplicates_across_folders(tmp_path: Path) -> None:
     assert len(result.errors) == 2 and not result.entries
 
 
+@pytest.mark.parametrize("also", ["the folder again", "its file", "the file by a link"])
+def test_one_file_named_twice_is_read_once(tmp_path: Path, also: str) -> None:
+    """`-f m -f m/web.yaml` (or `-f m -f m`): one file, so no duplicate names (issue 34, 16)."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    web = write(folder, "web.yaml", GOOD.format(name="web"))
+    second = {
+        "the folder again": folder,
+        "its file": web,
+        "the file by a link": tmp_path / "l.yaml",
+    }
+    (tmp_path / "l.yaml").symlink_to(web)
+    result = load([folder, second[also]])
+    assert result.ok, [str(e) for e in result.errors]
+    assert list(result.entries) == ["web"] and result.files == [str(web)]
+
+
 @pytest.mark.parametrize("kind", ["directory", "fifo", "not-utf8", "too-big", "dangling-link"])
 def test_unreadable_files(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "bad.yaml"

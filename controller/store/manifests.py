@@ -9,6 +9,7 @@ yaml is imported only for one that is not.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -295,6 +296,7 @@ def load(
     result = LoadResult(backend=backend)
     cache = ParseCache(cache_file) if cache_file is not None else None
     strict = security.strict(insecure)
+    seen: set[str] = set()  # real paths: `-f m -f m/a.yaml` (or one folder twice) reads a.yaml once
     for folder in folders:
         try:
             files = _listing(folder, strict)
@@ -310,6 +312,10 @@ def load(
             result.errors.append(ManifestError(str(folder), None, None, f"cannot list: {exc}"))
             continue
         for path in files:
+            real = os.path.realpath(path)
+            if real in seen:  # the same file again is not a second declaration of its names
+                continue
+            seen.add(real)
             result.files.append(str(path))
             _load_guarded(path, result, strict, cache)
     if cache is not None and not result.missing_folders:  # a missing folder: keep its files'
