@@ -112,6 +112,11 @@ def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
         ),
         pytest.param("[" * 200 + "]" * 200, "nested deeper than", id="deep-nesting-bounded"),
         pytest.param("{1: 2}\n", "mapping key 1 must be a string", id="non-string-key"),
+        pytest.param(
+            GOOD.format(name="web").replace("{port}", "{prot}"),
+            "bad.yaml:7: spec.command[1]: unknown placeholder '{prot}': did you mean {port}?",
+            id="mistyped-placeholder",
+        ),
     ],
 )
 def test_bad_input_names_file_line_and_field(tmp_path: Path, text: str, expected: str) -> None:
