@@ -316,6 +316,28 @@ def test_a_bad_duration_is_not_a_traceback(reconcile: Any) -> None:
     assert "--lock-timeout" in result.err and "soon" in result.err
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        (["--once", "--max-instances", "x=y"], {}, "--max-instances"),
+        (["status", "--max-instances", "nvidia=-1"], {}, "--max-instances"),
+        (["status"], {"RECONCILE_MAX_INSTANCES": "x=y"}, "RECONCILE_MAX_INSTANCES"),
+        (["status", "--node", "a/b"], {}, "--node"),
+        (["status"], {"RECONCILE_NODE": "a/b"}, "RECONCILE_NODE"),
+        (["logs", "--tail", "-5"], {}, "--tail"),
+    ],
+    ids=["max-instances", "max-instances-verb", "max-instances-env", "node", "node-env", "tail"],
+)
+def test_a_bad_flag_or_its_variable_is_a_usage_error(
+    reconcile: Any, args: list[str], env: dict[str, str], named: str
+) -> None:
+    """`--max-instances x=y` exited 1, where README says 64 is always a usage error (issue 34,
+    item 18): each is checked by the parser, as is the variable that stands in for it."""
+    state = ["--state-dir", str(reconcile.state), "-f", str(reconcile.manifests)]
+    result = reconcile(*args, *state, common=False, env=env, check=64)
+    assert named in result.err and len(result.err.strip().splitlines()) == 1, result.err
+
+
 def test_record_model_has_the_documented_fields() -> None:
     documented = {"version", "name", "owner", "source", "spec_hash", "node", "engine", "nonce",
                   "ref", "reserved_by", "port", "devices", "phase", "reserved_at", "started_at",
