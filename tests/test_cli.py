@@ -159,6 +159,19 @@ def test_status_of_an_unknown_name(reconcile: Any) -> None:
     assert "no deployment named 'nope'" in result.err
 
 
+def test_a_mistyped_name_gets_a_did_you_mean_on_every_verb(reconcile: Any) -> None:
+    """Only `restart` offered one (issue 34, item 23); `logs web wbe` showed web and said
+    nothing of wbe. A name with no near one lists the names there are."""
+    reconcile.write("web")
+    reconcile.once()
+    for verb in (["status"], ["describe"], ["events"], ["logs"], ["logs", "web"]):
+        err = reconcile(*verb, "wbe", check=1).err
+        assert "no deployment named 'wbe'" in err and "did you mean 'web'?" in err, (verb, err)
+    far = reconcile("status", "zzzzz", check=1).err
+    assert "no deployment named 'zzzzz'" in far and "(known: web)" in far, far
+    reconcile.down()
+
+
 def test_status_of_nothing(reconcile: Any) -> None:
     assert reconcile("status", "-o", "json", check=0).json() == []
 

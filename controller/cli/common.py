@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from controller.store.node import Config, resolve
@@ -40,6 +40,20 @@ def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ..
         print(f"reconcile: unknown output format {fmt!r} ({', '.join(allowed)})", file=sys.stderr)
         return None
     return fmt
+
+
+def no_such(name: str, known: Iterable[str], where: object) -> str:
+    """The error for a deployment NAME the state dir lacks, with the name it is one slip
+    from (``wbe`` for ``web``), else the names there are: the next move, not a dead end."""
+    from difflib import get_close_matches
+
+    from controller.core.suggest import did_you_mean
+
+    names = sorted(set(known))
+    hint = did_you_mean(name, names) or next(iter(get_close_matches(name, names, 1, 0.6)), None)
+    said = f"; did you mean {hint!r}?" if hint else ""
+    listed = f" (known: {', '.join(names)})" if names and not hint else ""
+    return f"reconcile: no deployment named {name!r} in {where}{said}{listed}"
 
 
 def selected(labels: Mapping[str, str], args: argparse.Namespace) -> bool:

@@ -12,14 +12,15 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from controller.cli.common import config, output_format, preview, selected
+from controller.cli.common import config, no_such, output_format, preview, selected
 from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import dump
 from controller.core.backendnames import on_cluster
+from controller.core.names import base_name
 from controller.core.state import Record
 from controller.store import logfiles
 from controller.store.node import Config
@@ -61,20 +62,25 @@ def cmd_describe(args: argparse.Namespace) -> int:
         chosen = [describe_document(state_dir, rs, pick, remote) for rs in sets]
         docs = [d for d in chosen if d is not None]
         if not docs:
-            return _none_described(args)
+            return _none_described(args, records, state_dir)
         print(dump(docs, fmt))
         return EXIT_OK
     texts = [describe_deployment(state_dir, rs, selector=pick, remote_log=remote) for rs in sets]
     found = [t for t in texts if t is not None]
     if not found:
-        return _none_described(args)
+        return _none_described(args, records, state_dir)
     print("\n\n".join(found))
     return EXIT_OK
 
 
-def _none_described(args: argparse.Namespace) -> int:
-    which = f"named {args.name!r}" if args.name else "matches the selector"
-    print(f"reconcile: no deployment {which}", file=sys.stderr)
+def _none_described(args: argparse.Namespace, records: Iterable[Record], where: Path) -> int:
+    from controller.core.replicaset import selects
+
+    if args.name and not any(selects(args.name, r) for r in records):
+        print(no_such(args.name, (base_name(r.name) for r in records), where), file=sys.stderr)
+    else:
+        which = f"named {args.name!r}" if args.name else "matches the selector"
+        print(f"reconcile: no deployment {which}", file=sys.stderr)
     return EXIT_FAIL
 
 
@@ -94,7 +100,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
         check_name(asked)  # invariant 9: said so, before any lookup
     cfg = config(args)
     store = RecordStore(cfg.state_dir)
-    wanted = list(dict.fromkeys(args.names)) or replicalogs.deployments(store)
+    known = replicalogs.deployments(store)
+    unknown = [n for n in args.names if base_name(n) not in known]
+    for asked in unknown:  # `logs web wbe` showed web and said nothing of wbe
+        print(no_such(asked, known, cfg.state_dir), file=sys.stderr)
+    if unknown:
+        return EXIT_FAIL
+    wanted = list(dict.fromkeys(args.names)) or known
     if not wanted:
         print(f"reconcile: no deployment has a log in {cfg.state_dir}", file=sys.stderr)
         return EXIT_FAIL

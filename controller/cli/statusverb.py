@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.cli.common import config, output_format, preview, selected
+from controller.cli.common import config, no_such, output_format, preview, selected
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import FORMATS, drain_line, dump, iso, status_table
 from controller.core.names import base_name
@@ -88,12 +88,13 @@ def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | N
         seen = {}
     records = sorted(records, key=lambda r: r.name)
     if args.name:
-        records = [r for r in records if selects(args.name, r)]
-        if not records:
-            where = cfg.state_dir
+        named = [r for r in records if selects(args.name, r)]
+        if not named:
             if say:
-                print(f"reconcile: no deployment named {args.name!r} in {where}", file=sys.stderr)
+                known = (base_name(r.name) for r in records)
+                print(no_such(args.name, known, cfg.state_dir), file=sys.stderr)
             return None
+        records = named
     chosen = [r for r in records if selected(r.labels, args)]
     records, pulls = pullstatus.live(chosen, cfg.state_dir)  # Pulling: progress now
     notes = read_seen(cfg.state_dir)

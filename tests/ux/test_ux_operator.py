@@ -174,7 +174,7 @@ def test_events_lists_every_journal_and_follows(reconcile: Any) -> None:
     assert any(" beta " in f" {line} " for line in lines[1:])
     only = rc("events", "alpha", "-o", "json", check=0).out.splitlines()
     assert only and all(json.loads(line)["deployment"] == "alpha" for line in only)
-    assert "no events for 'nope'" in rc("events", "nope", check=1).err
+    assert "no deployment named 'nope'" in rc("events", "nope", check=1).err
     with subprocess.Popen(rc.argv("events", "-w", "-o", "json"), stdout=subprocess.PIPE) as w:
         assert w.stdout is not None
         before = [w.stdout.readline() for _ in only]  # what exists is printed first
