@@ -320,10 +320,17 @@ def test_folder_of_documentless_files_is_not_prune_safe(tmp_path: Path, text: st
 
 
 def test_folder_that_is_a_file(tmp_path: Path) -> None:
+    """`-f /etc/passwd` said the folder "does not exist" (issue 34, item 23): it is there."""
     path = write(tmp_path, "file", "x")
     result = load([path])
     assert not result.prune_safe
-    assert "cannot list" in only_error(result)
+    said = "is not a folder, nor a manifest file (.yaml, .yml)"
+    assert only_error(result) == f"{path}: {said}: -f takes a folder or one manifest file"
+    assert result.folder_problems() == [f"manifests folder {path} {said}"]
+    through = load([path / "x.d"])  # a path through a file is not there at all
+    assert through.ok and through.folder_problems() == [
+        f"manifests folder {path / 'x.d'} does not exist"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -280,7 +280,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _prune_errors(loaded: LoadResult, allow_empty: bool) -> list[str]:
     """The folder problems that make `--once` exit 1 (and prune nothing)."""
-    out = [f"manifests folder {f} does not exist" for f in loaded.missing_folders]
+    out = loaded.folder_problems()
     if not out and not loaded.prune_safe and not allow_empty:
         out.append("the manifests folder holds no manifest: nothing pruned (--allow-empty)")
     return out

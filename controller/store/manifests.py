@@ -53,6 +53,8 @@ class LoadResult:
     # Names declared by documents that failed validation (or duplicates): leave them be.
     invalid_names: dict[str, str] = field(default_factory=dict)
     missing_folders: list[str] = field(default_factory=list)
+    # Of those, the ones that are there but unusable (a file, no permission): why, in words.
+    unusable: dict[str, str] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     documents: int = 0  # non-empty YAML documents read, valid or not
     # (source, first line of the document) -> the line of each path in it, so a later
@@ -64,6 +66,13 @@ class LoadResult:
         return entry.line if lines is None else bounded.line_for(lines, loc)
 
     backend: str = "local"  # the backend the specs are for: a cluster refuses some fields
+
+    def folder_problems(self) -> list[str]:
+        """Each missing folder in words: `-f /etc/passwd` is there, so not "does not exist"."""
+        return [
+            f"manifests folder {f} {self.unusable.get(f, 'does not exist')}"
+            for f in self.missing_folders
+        ]
 
     @property
     def ok(self) -> bool:
@@ -303,13 +312,19 @@ def load(
         except FileNotFoundError:
             result.missing_folders.append(str(folder))
             continue
-        except security.InsecureManifest as exc:  # prunes nothing, like a missing folder
-            result.missing_folders.append(str(folder))
-            result.errors.append(ManifestError(str(folder), None, None, str(exc)))
+        except NotADirectoryError:  # `-f /etc/passwd`: there, but no folder and no manifest
+            if not folder.exists():  # `-f file/x`: a path through a file is not there
+                result.missing_folders.append(str(folder))
+                continue
+            why = f"is not a folder, nor a manifest file ({', '.join(SUFFIXES)})"
+            _unusable(result, str(folder), why, f"{why}: -f takes a folder or one manifest file")
             continue
-        except OSError as exc:  # not a folder, no permission, a symlink loop (ELOOP)...
-            result.missing_folders.append(str(folder))
-            result.errors.append(ManifestError(str(folder), None, None, f"cannot list: {exc}"))
+        except security.InsecureManifest as exc:  # prunes nothing, like a missing folder
+            _unusable(result, str(folder), "is refused (others can write it)", str(exc))
+            continue
+        except OSError as exc:  # no permission, a symlink loop (ELOOP)...
+            why = f"cannot be listed ({exc.strerror or exc})"
+            _unusable(result, str(folder), why, f"cannot list: {exc}")
             continue
         for path in files:
             real = os.path.realpath(path)
@@ -322,6 +337,14 @@ def load(
         cache.save()
     _check_model_names(result)
     return result
+
+
+def _unusable(result: LoadResult, folder: str, why: str, error: str) -> None:
+    """A folder ``-f`` names that is there but gives nothing: it prunes nothing, as a
+    missing one, and the error says what it is instead."""
+    result.missing_folders.append(folder)
+    result.unusable[folder] = why
+    result.errors.append(ManifestError(folder, None, None, error))
 
 
 def _load_guarded(path: Path, result: LoadResult, strict: bool, cache: ParseCache | None) -> None:
