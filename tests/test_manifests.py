@@ -113,6 +113,18 @@ def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
         pytest.param("[" * 200 + "]" * 200, "nested deeper than", id="deep-nesting-bounded"),
         pytest.param("{1: 2}\n", "mapping key 1 must be a string", id="non-string-key"),
         pytest.param(
+            GOOD.format(name="web").replace("  engine", "\tengine"),
+            "bad.yaml:6: invalid YAML: found character that cannot start any token (a tab at "
+            "column 1: YAML indents with spaces only)",
+            id="tab-indent",
+        ),
+        pytest.param(
+            GOOD.format(name="web") + "  \tport: 8000\n",
+            "bad.yaml:8: invalid YAML: found character that cannot start any token (a tab at "
+            "column 3: YAML indents with spaces only)",
+            id="tab-after-spaces",
+        ),
+        pytest.param(
             GOOD.format(name="web").replace("{port}", "{prot}"),
             "bad.yaml:7: spec.command[1]: unknown placeholder '{prot}': did you mean {port}?",
             id="mistyped-placeholder",
