@@ -56,6 +56,17 @@ def no_such(name: str, known: Iterable[str], where: object) -> str:
     return f"reconcile: no deployment named {name!r} in {where}{said}{listed}"
 
 
+def reader_gone() -> bool:
+    """stdout is a pipe whose reader closed (`status -w | head -1` after its line): the
+    kernel flags the write end at once, so a watch ends without waiting for news to write
+    (`events -w | head -2` waited for an event that might never come)."""
+    import select
+
+    poller = select.poll()
+    poller.register(sys.stdout.fileno(), select.POLLERR)
+    return any(event & select.POLLERR for _, event in poller.poll(0))
+
+
 def selected(labels: Mapping[str, str], args: argparse.Namespace) -> bool:
     """``-l key=value`` / ``-l key`` (repeatable): all must hold, as kubectl's selectors."""
     return all(

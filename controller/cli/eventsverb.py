@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.cli.common import config, no_such, output_format
+from controller.cli.common import config, no_such, output_format, reader_gone
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import age, table
 from controller.core.names import base_name
@@ -36,7 +36,7 @@ def cmd_events(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     seen: set[str] = set()
     _show(_new(_gather(journal, args.name), seen), fmt, header=True)
-    while args.watch:
+    while args.watch and not reader_gone():  # `events -w | head -2`: end when head does
         time.sleep(FOLLOW_PERIOD)
         _show(_new(_gather(journal, args.name), seen), fmt, header=False)
     return EXIT_OK

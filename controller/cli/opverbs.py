@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from controller.cli.common import config, no_such, output_format, preview, selected
+from controller.cli.common import config, no_such, output_format, preview, reader_gone, selected
 from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import dump
 from controller.core.backendnames import on_cluster
@@ -137,7 +137,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             logfiles.copy_stream(path, out)
         out.flush()
         if args.follow:
-            logfiles.follow(path, _flushing(out), lambda: store.read(name) is not None)
+            logfiles.follow(path, _flushing(out), lambda: _going(store, name))
     except BrokenPipeError:  # `reconcile logs x | head`
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -152,6 +152,12 @@ def _quiet_pipe(show: Callable[[], int]) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+
+
+def _going(store: RecordStore, name: str) -> bool:
+    """`logs -f` goes on while the deployment does and someone reads: `| head -1` on a
+    quiet log makes no write fail, so the closed pipe is looked at too."""
+    return store.read(name) is not None and not reader_gone()
 
 
 def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from controller.cli.common import reader_gone
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
 from controller.core.names import base_name, instance_of, is_next, record_name_ok, replica_name
 from controller.core.names import replica_of as index_of
@@ -121,6 +122,8 @@ def _follow(store: RecordStore, prefixes: dict[str, bytes], out: BinaryIO) -> No
     for name, prefix in prefixes.items():
 
         def keep_going(name: str = name) -> bool:
+            if reader_gone():  # `logs -f | head -1` on a quiet log: no write would fail
+                broken.set()
             return not broken.is_set() and store.read(name) is not None
 
         writer = _LineWriter(prefix, out, lock, broken)
