@@ -34,6 +34,10 @@ TICK = 0.25  # seconds between redraws on a terminal
 # Restarts a deployment may add during one wait before it counts as crash-looping: the
 # back-off would go on for good, so the wait ends (exit 1) with its last exit instead.
 CRASH_BOUND = 2
+INTERRUPTED = (
+    "reconcile: interrupted: the wait stopped, the engines keep running (they outlive a "
+    "pass); `reconcile status` shows them, `reconcile down` stops them"
+)
 
 
 def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | None = None) -> bool:
@@ -43,6 +47,10 @@ def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | No
     display: Display = Live(stream, state_dir) if terminal(stream).fancy else Lines(state_dir)
     try:
         return _loop(reconciler, timeout, display)
+    except KeyboardInterrupt:  # Ctrl-C ends the wait, not the engines: say so, and what next
+        display.close()
+        print(INTERRUPTED, file=sys.stderr)
+        raise
     finally:
         display.close()
 
