@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from controller.cli.common import config
 from controller.cli.common import reconciler as build
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.redact import printable
 
 if TYPE_CHECKING:
     from controller.daemon.loop import FrontDoor
@@ -103,7 +104,7 @@ def report(result: object) -> None:
         )
     for rec in result.ours():
         if rec.message:
-            print(f"{rec.name}: {rec.phase}: {rec.message}", file=sys.stderr)
+            print(f"{rec.name}: {rec.phase}: {printable(rec.message)}", file=sys.stderr)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

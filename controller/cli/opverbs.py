@@ -16,12 +16,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from controller.cli import replicalogs
 from controller.cli.common import config, no_such, output_format, preview, reader_gone, selected
 from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import dump
 from controller.core.backendnames import on_cluster
 from controller.core.names import base_name
 from controller.core.state import Record
+from controller.redact import printable
 from controller.store import logfiles
 from controller.store.node import Config
 from controller.store.records import RecordStore, check_name
@@ -69,7 +71,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     found = [t for t in texts if t is not None]
     if not found:
         return _none_described(args, records, state_dir)
-    print("\n\n".join(found))
+    print(printable("\n\n".join(found), keep="\n"))  # an engine's words, never acted on
     return EXIT_OK
 
 
@@ -94,8 +96,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.replica is not None and args.replica < 0:
         print("reconcile: --replica takes 0, 1, ... (replica 0 is NAME itself)", file=sys.stderr)
         return EXIT_USAGE
-    from controller.cli import replicalogs
-
     for asked in args.names:
         check_name(asked)  # invariant 9: said so, before any lookup
     cfg = config(args)
@@ -127,10 +127,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if not logfiles.stream_files(path):
         print(f"reconcile: no log for {name!r} at {path} (never started?)", file=sys.stderr)
         return EXIT_FAIL
-    out = sys.stdout.buffer
+    out = replicalogs.log_out()
     try:
         if args.previous:
-            return _previous(path, name, args.tail, out.write)
+            return _previous(path, name, args.tail, _flushing(out))
         if args.tail is not None:
             out.write(b"".join(logfiles.tail_lines(path, args.tail)))
         else:
@@ -197,7 +197,7 @@ def _remote_logs(args: argparse.Namespace, cfg: Config, rec: Record) -> int:
         return EXIT_FAIL
     data, offset = got
     lines = data.splitlines(keepends=True)
-    out = sys.stdout.buffer
+    out = replicalogs.log_out()
     if args.tail is not None:  # as tail_lines counts them: --tail 0 shows none
         lines = lines[-args.tail :] if args.tail else []
     out.write(b"".join(lines))

@@ -27,6 +27,7 @@ from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.core.names import base_name, is_next
 from controller.core.state import Phase, Record
 from controller.errors import RecordError
+from controller.redact import printable
 from controller.store import restart
 from controller.store.node import Config
 from controller.store.records import RecordStore, check_name
@@ -160,11 +161,12 @@ def _watch(
         left = {n: _left(_instances(records, n), expected[n], at) for n in names}
         for name, why in left.items():
             if why and shown.get(name) != why:
-                print(f"{name}: {why}", file=sys.stderr)
+                print(f"{name}: {printable(why)}", file=sys.stderr)
             shown[name] = why
         stuck = [f"{n}: {w}" for n, w in left.items() if w.startswith("cannot")]
         if stuck:
-            print(f"reconcile: restart cannot progress: {'; '.join(stuck)}", file=sys.stderr)
+            said = printable("; ".join(stuck))
+            print(f"reconcile: restart cannot progress: {said}", file=sys.stderr)
             return EXIT_FAIL
         if not any(left.values()):
             for name in names:

@@ -24,6 +24,7 @@ from controller.core.statusjson import instance_item as instance_item
 from controller.core.statusjson import iso as iso
 from controller.core.statusjson import next_retry as next_retry
 from controller.core.statusjson import status_item as status_item
+from controller.redact import printable
 
 FORMATS = ("table", "wide", "json", "yaml", "name")
 
@@ -50,6 +51,7 @@ def short_rev(revision: str | None) -> str:
 
 def table(rows: Sequence[Sequence[str]], widths: Sequence[int] | None = None) -> str:
     """Columns padded to ``widths`` (`status -w`'s, kept from its header), else to fit."""
+    rows = [[printable(c) for c in row] for row in rows]  # an engine's text, never acted on
     widths = widths or widths_of(rows)
     lines = ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return "\n".join(lines)
@@ -179,8 +181,8 @@ def drain_line(
     if drain is None or not drain.active(now, clock):
         return None
     ends = drain.ends(now, clock)
-    by = f" by {drain.by}" if drain.by else ""
-    why = f" ({drain.reason})" if drain.reason else ""
+    by = f" by {printable(drain.by)}" if drain.by else ""
+    why = f" ({printable(drain.reason)})" if drain.reason else ""
     evict = ", evicting" if drain.evict else ""
     stamp = ends.astimezone(UTC).strftime("%H:%M:%S UTC")
     return (
