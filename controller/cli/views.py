@@ -58,8 +58,10 @@ def table(rows: Sequence[Sequence[str]], widths: Sequence[int] | None = None) ->
 
 
 def widths_of(rows: Sequence[Sequence[str]], at_least: Sequence[int] = ()) -> list[int]:
-    """Each column's width: its widest cell, and never less than ``at_least``'s."""
-    return [max([len(r[i]) for r in rows] + list(at_least[i : i + 1])) for i in range(len(rows[0]))]
+    """Each column's width: its widest cell as shown (escaped), never less than
+    ``at_least``'s."""
+    cells = [[len(printable(c)) for c in r] for r in rows]
+    return [max([r[i] for r in cells] + list(at_least[i : i + 1])) for i in range(len(rows[0]))]
 
 
 def _devices(recs: Sequence[Record]) -> str:
