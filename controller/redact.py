@@ -1,7 +1,9 @@
-"""Secrets out of what reconcile itself prints: env values, flag values, URL passwords.
+"""Secrets out of what reconcile itself prints: env values, flag values, URL passwords;
+and control characters out of what reaches a terminal.
 
 Used by `describe` (the spec) and by the log marker line (the argv). What an engine
-prints about itself is its own business and is not rewritten.
+prints about itself is its own business and is not rewritten, but a terminal shows it
+escaped (``printable``).
 """
 
 from __future__ import annotations
@@ -46,3 +48,36 @@ def redact_spec(spec: dict[str, Any]) -> dict[str, Any]:
         if isinstance(out.get(key), list | tuple):
             out[key] = redact_args(out[key])
     return out
+
+
+# What a terminal acts on instead of showing: C0 controls (ESC starts `\x1b[2J`, which
+# clears the screen), DEL, C1 (0x9b is a one-byte CSI), and the bidi overrides that
+# reorder what is shown ("Trojan Source"). A NUL also makes `grep` call the output binary.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with each control character shown as its escape (ESC as ``\\x1b``), but
+    those in ``keep`` (a log's ``"\\n\\t"``): what an engine, an upstream or a drain's
+    reason wrote is shown in a terminal, never acted on."""
+    return CONTROL.sub(lambda m: m.group() if m.group() in keep else _escape(m.group()), text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+# The same characters as UTF-8 bytes, for logs copied as bytes: C0 but tab and newline,
+# DEL, C1 (two bytes), the bidi overrides (three).
+CONTROL_BYTES = re.compile(
+    rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xaa-\xae]|\xe2\x81[\xa6-\xa9]"
+)
+# A chunk that ends inside one of those sequences: held back until the rest comes.
+PARTIAL = (b"\xc2", b"\xe2", b"\xe2\x80", b"\xe2\x81")
+
+
+def printable_bytes(data: bytes) -> bytes:
+    """``printable`` for a log's bytes (tab and newline kept): each control character
+    as its escape, whatever else the bytes are (not UTF-8 is passed as it is)."""
+    return CONTROL_BYTES.sub(lambda m: _escape(m.group().decode()).encode(), data)

@@ -159,6 +159,19 @@ def test_status_of_an_unknown_name(reconcile: Any) -> None:
     assert "no deployment named 'nope'" in result.err
 
 
+def test_a_mistyped_name_gets_a_did_you_mean_on_every_verb(reconcile: Any) -> None:
+    """Only `restart` offered one (issue 34, item 23); `logs web wbe` showed web and said
+    nothing of wbe. A name with no near one lists the names there are."""
+    reconcile.write("web")
+    reconcile.once()
+    for verb in (["status"], ["describe"], ["events"], ["logs"], ["logs", "web"]):
+        err = reconcile(*verb, "wbe", check=1).err
+        assert "no deployment named 'wbe'" in err and "did you mean 'web'?" in err, (verb, err)
+    far = reconcile("status", "zzzzz", check=1).err
+    assert "no deployment named 'zzzzz'" in far and "(known: web)" in far, far
+    reconcile.down()
+
+
 def test_status_of_nothing(reconcile: Any) -> None:
     assert reconcile("status", "-o", "json", check=0).json() == []
 
@@ -314,6 +327,28 @@ def test_usage_errors_exit_64(reconcile: Any, args: list[str]) -> None:
 def test_a_bad_duration_is_not_a_traceback(reconcile: Any) -> None:
     result = reconcile("--once", "--lock-timeout", "soon", check=64)
     assert "--lock-timeout" in result.err and "soon" in result.err
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        (["--once", "--max-instances", "x=y"], {}, "--max-instances"),
+        (["status", "--max-instances", "nvidia=-1"], {}, "--max-instances"),
+        (["status"], {"RECONCILE_MAX_INSTANCES": "x=y"}, "RECONCILE_MAX_INSTANCES"),
+        (["status", "--node", "a/b"], {}, "--node"),
+        (["status"], {"RECONCILE_NODE": "a/b"}, "RECONCILE_NODE"),
+        (["logs", "--tail", "-5"], {}, "--tail"),
+    ],
+    ids=["max-instances", "max-instances-verb", "max-instances-env", "node", "node-env", "tail"],
+)
+def test_a_bad_flag_or_its_variable_is_a_usage_error(
+    reconcile: Any, args: list[str], env: dict[str, str], named: str
+) -> None:
+    """`--max-instances x=y` exited 1, where README says 64 is always a usage error (issue 34,
+    item 18): each is checked by the parser, as is the variable that stands in for it."""
+    state = ["--state-dir", str(reconcile.state), "-f", str(reconcile.manifests)]
+    result = reconcile(*args, *state, common=False, env=env, check=64)
+    assert named in result.err and len(result.err.strip().splitlines()) == 1, result.err
 
 
 def test_record_model_has_the_documented_fields() -> None:

@@ -112,6 +112,23 @@ def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
         ),
         pytest.param("[" * 200 + "]" * 200, "nested deeper than", id="deep-nesting-bounded"),
         pytest.param("{1: 2}\n", "mapping key 1 must be a string", id="non-string-key"),
+        pytest.param(
+            GOOD.format(name="web").replace("  engine", "\tengine"),
+            "bad.yaml:6: invalid YAML: found character that cannot start any token (a tab at "
+            "column 1: YAML indents with spaces only)",
+            id="tab-indent",
+        ),
+        pytest.param(
+            GOOD.format(name="web") + "  \tport: 8000\n",
+            "bad.yaml:8: invalid YAML: found character that cannot start any token (a tab at "
+            "column 3: YAML indents with spaces only)",
+            id="tab-after-spaces",
+        ),
+        pytest.param(
+            GOOD.format(name="web").replace("{port}", "{prot}"),
+            "bad.yaml:7: spec.command[1]: unknown placeholder '{prot}': did you mean {port}?",
+            id="mistyped-placeholder",
+        ),
     ],
 )
 def test_bad_input_names_file_line_and_field(tmp_path: Path, text: str, expected: str) -> None:
@@ -170,6 +187,23 @@ def test_duplicates_across_folders(tmp_path: Path) -> None:
     write(tmp_path / "y", "a.yaml", GOOD.format(name="web"))
     result = load([tmp_path / "x", tmp_path / "y"])
     assert len(result.errors) == 2 and not result.entries
+
+
+@pytest.mark.parametrize("also", ["the folder again", "its file", "the file by a link"])
+def test_one_file_named_twice_is_read_once(tmp_path: Path, also: str) -> None:
+    """`-f m -f m/web.yaml` (or `-f m -f m`): one file, so no duplicate names (issue 34, 16)."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    web = write(folder, "web.yaml", GOOD.format(name="web"))
+    second = {
+        "the folder again": folder,
+        "its file": web,
+        "the file by a link": tmp_path / "l.yaml",
+    }
+    (tmp_path / "l.yaml").symlink_to(web)
+    result = load([folder, second[also]])
+    assert result.ok, [str(e) for e in result.errors]
+    assert list(result.entries) == ["web"] and result.files == [str(web)]
 
 
 @pytest.mark.parametrize("kind", ["directory", "fifo", "not-utf8", "too-big", "dangling-link"])
@@ -298,10 +332,17 @@ def test_folder_of_documentless_files_is_not_prune_safe(tmp_path: Path, text: st
 
 
 def test_folder_that_is_a_file(tmp_path: Path) -> None:
+    """`-f /etc/passwd` said the folder "does not exist" (issue 34, item 23): it is there."""
     path = write(tmp_path, "file", "x")
     result = load([path])
     assert not result.prune_safe
-    assert "cannot list" in only_error(result)
+    said = "is not a folder, nor a manifest file (.yaml, .yml)"
+    assert only_error(result) == f"{path}: {said}: -f takes a folder or one manifest file"
+    assert result.folder_problems() == [f"manifests folder {path} {said}"]
+    through = load([path / "x.d"])  # a path through a file is not there at all
+    assert through.ok and through.folder_problems() == [
+        f"manifests folder {path / 'x.d'} does not exist"
+    ]
 
 
 @pytest.mark.parametrize(

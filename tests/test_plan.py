@@ -500,7 +500,9 @@ CASES = [
         Case(
             desired(entry("a")),
             observed(view(record("a", owner=OTHER), alive=True)),
-            expect=((Conflict, "a", "is owned by another manifest set (/srv/other-manifests"),),
+            expect=(
+                (Conflict, "a", "set is this one under other -f folders, pass `--owner '/srv/"),
+            ),
         ),
         id="conflict-name-owned-by-other-set",
     ),

@@ -211,6 +211,33 @@ def test_expand_placeholders(template: str, expected: str) -> None:
     assert expand(template, values) == expected
 
 
+@pytest.mark.parametrize(
+    ("field", "item", "phrase"),
+    [
+        (
+            "command",
+            "--port={prot}",
+            "spec.command.1: unknown placeholder '{prot}': did you mean {port}?",
+        ),
+        ("args", "{PORT}", "spec.args.0: unknown placeholder '{PORT}': did you mean {port}?"),
+        ("args", "{mdoel}", "did you mean {model}?"),
+        ("args", "{device}", "did you mean {devices}?"),
+        ("args", "{gpu}", "unknown placeholder '{gpu}' (placeholders: {port} {host}"),
+    ],
+)
+def test_an_unknown_placeholder_is_a_validation_error(field: str, item: str, phrase: str) -> None:
+    """`{prot}` passed validate and the engine died of it (issue 34, item 17)."""
+    spec: dict[str, Any] = {"command": ["serve", item]} if field == "command" else {"args": [item]}
+    assert phrase in error_of(doc(**spec))
+
+
+@pytest.mark.parametrize(
+    "item", ['{"json": {port}}', "${HOME}", "{{ messages }}", "{{port}}", "{python}", "{}", "{1}"]
+)
+def test_braces_that_are_no_placeholder_pass(item: str) -> None:
+    assert Deployment.model_validate(doc(args=[item])).spec.args == (item,)
+
+
 def test_json_schema_forbids_unknown_fields() -> None:
     schema = json_schema()
     assert schema["title"] == "reconcile Deployment"

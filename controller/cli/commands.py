@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from controller.cli.common import config
 from controller.cli.common import reconciler as build
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.redact import printable
 
 if TYPE_CHECKING:
     from controller.daemon.loop import FrontDoor
@@ -103,7 +104,7 @@ def report(result: object) -> None:
         )
     for rec in result.ours():
         if rec.message:
-            print(f"{rec.name}: {rec.phase}: {rec.message}", file=sys.stderr)
+            print(f"{rec.name}: {rec.phase}: {printable(rec.message)}", file=sys.stderr)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -113,7 +114,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend)
     _print_errors(list(loaded.errors))
     for folder in loaded.missing_folders:  # a mistyped CI or cron path must not go green
-        print(f"error: manifests folder {folder} does not exist", file=sys.stderr)
+        if folder not in loaded.unusable:  # an unusable one's error said what it is
+            print(f"error: manifests folder {folder} does not exist", file=sys.stderr)
     if loaded.errors or loaded.missing_folders:
         return EXIT_FAIL
     print(f"{len(loaded.entries)} deployment(s) in {len(loaded.files)} file(s): valid")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from controller.store.node import Config, resolve
@@ -47,6 +47,31 @@ def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ..
         print(f"reconcile: unknown output format {fmt!r} ({', '.join(allowed)})", file=sys.stderr)
         return None
     return fmt
+
+
+def no_such(name: str, known: Iterable[str], where: object) -> str:
+    """The error for a deployment NAME the state dir lacks, with the name it is one slip
+    from (``wbe`` for ``web``), else the names there are: the next move, not a dead end."""
+    from difflib import get_close_matches
+
+    from controller.core.suggest import did_you_mean
+
+    names = sorted(set(known))
+    hint = did_you_mean(name, names) or next(iter(get_close_matches(name, names, 1, 0.6)), None)
+    said = f"; did you mean {hint!r}?" if hint else ""
+    listed = f" (known: {', '.join(names)})" if names and not hint else ""
+    return f"reconcile: no deployment named {name!r} in {where}{said}{listed}"
+
+
+def reader_gone() -> bool:
+    """stdout is a pipe whose reader closed (`status -w | head -1` after its line): the
+    kernel flags the write end at once, so a watch ends without waiting for news to write
+    (`events -w | head -2` waited for an event that might never come)."""
+    import select
+
+    poller = select.poll()
+    poller.register(sys.stdout.fileno(), select.POLLERR)
+    return any(event & select.POLLERR for _, event in poller.poll(0))
 
 
 def selected(labels: Mapping[str, str], args: argparse.Namespace) -> bool:

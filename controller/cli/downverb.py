@@ -17,6 +17,7 @@ from controller.cli.common import reconciler as build
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
 from controller.core.names import base_name
 from controller.core.state import Record
+from controller.store.node import Config
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -42,12 +43,37 @@ def cmd_down(args: argparse.Namespace) -> int:
         )
     if not stopped and not others:
         _nothing(reconciler.config.owner, [r for r in before.values() if chosen(r)])
+    _undone_by_daemon(reconciler.config, [before[n] for n in stopped if n in before])
     if args.gateway:  # the gateway serves the state dir, not a set: only when asked
         from controller.cli.gatewayverbs import stop_gateways
 
         for info in stop_gateways(reconciler.config.state_dir.absolute()):
             print(f"stopped gateway pid {info.ref.pid} ({info.address})")
     return EXIT_FAIL if others or missing else EXIT_OK
+
+
+def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
+    """A daemon on the state dir starts what its manifests declare at its next pass: a
+    `down` it undoes seconds later without a word looks like a crash (issue 34)."""
+    from controller.cli.restartverb import daemon_pid
+    from controller.store.manifests import load
+
+    daemon = daemon_pid(cfg.state_dir) if stopped else None
+    if daemon is None:
+        return
+    declared = load(cfg.manifests, insecure=cfg.insecure_manifests).entries
+    sources: dict[str, str] = {}
+    for rec in stopped:
+        entry = declared.get(base_name(rec.name))
+        if entry is not None:
+            sources.setdefault(entry.name, f"{entry.source}:{entry.line}")
+    for name, where in sorted(sources.items()):
+        print(
+            f"reconcile: the daemon (pid {daemon}) on this state dir starts {name} again at its "
+            f"next pass: its manifest ({where}) still declares it. To keep it down, remove "
+            "that manifest (or move it out of the folder), or set `replicas: 0` in it",
+            file=sys.stderr,
+        )
 
 
 def _ran(rec: Record | None) -> bool:

@@ -14,9 +14,10 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.cli.common import config, output_format
+from controller.cli.common import config, no_such, output_format, reader_gone
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import age, table
+from controller.core.names import base_name
 from controller.store.events import Journal
 
 FOLLOW_PERIOD = 0.5  # seconds between looks at the journals while following
@@ -27,17 +28,19 @@ def cmd_events(args: argparse.Namespace) -> int:
     fmt = output_format(args, "text", ("text", "json"))
     if fmt is None:
         return EXIT_USAGE
-    journal = Journal(config(args, lenient=True).state_dir)
+    state_dir = config(args, lenient=True).state_dir
+    journal = Journal(state_dir)
     problem = journal.problem()
     if problem is not None:
         print(f"reconcile: {problem}", file=sys.stderr)
         return EXIT_FAIL
     if args.name is not None and not journal.path(args.name).exists():
-        print(f"reconcile: no events for {args.name!r} (no such deployment here)", file=sys.stderr)
+        known = {base_name(n) for n in journal.names()}
+        print(no_such(args.name, known, state_dir), file=sys.stderr)
         return EXIT_FAIL
     seen: set[str] = set()
     _show(_new(_gather(journal, args.name), seen), fmt, header=True)
-    while args.watch:
+    while args.watch and not reader_gone():  # `events -w | head -2`: end when head does
         time.sleep(FOLLOW_PERIOD)
         _show(_new(_gather(journal, args.name), seen), fmt, header=False)
     return EXIT_OK

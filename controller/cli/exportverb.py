@@ -37,8 +37,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cfg = config(args, lenient=True)
     loaded = load(cfg.manifests, insecure=cfg.insecure_manifests)
-    for folder in loaded.missing_folders:
-        print(f"warning: manifests folder {folder} does not exist", file=sys.stderr)
+    for problem in loaded.folder_problems():
+        print(f"warning: {problem}", file=sys.stderr)
     outcome = Outcome(errors=list(loaded.errors))
     if not loaded.errors:  # invalid input: say so, as `validate` does, and export nothing
         outcome = convert(loaded, lossy=args.lossy, namespace=args.namespace)

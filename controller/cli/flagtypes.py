@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Callable
 
 from controller.core.durations import parse_duration
+from controller.core.limits import parse_limits
 from controller.core.listen import split_listen
 
 
@@ -44,3 +45,30 @@ def listen_address(example: str) -> Callable[[str], tuple[str, int]]:
         return found
 
     return parse
+
+
+def count(text: str) -> int:
+    """A whole number, 0 or more (``--tail -5`` read the whole log as if asked for none)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative: give 0 or more")
+    return value
+
+
+def max_instances(text: str) -> str:
+    """``8``, ``nvidia=2`` or ``8,nvidia=2``, checked here; the text goes on to the config."""
+    try:
+        parse_limits(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def node_name(text: str) -> str:
+    """A node's name names a folder of records: no '/'."""
+    if "/" in text:
+        raise argparse.ArgumentTypeError(f"node name {text!r} may not contain '/'")
+    return text

@@ -52,10 +52,17 @@ def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")
         default=d,
         help="static inventory, e.g. nvidia:0=80Gi,nvidia:1=24Gi ($RECONCILE_DEVICES)",
     )
-    p.add_argument("--node", metavar="NAME", default=d, help="node name ($RECONCILE_NODE)")
+    p.add_argument(
+        "--node",
+        type=flagtypes.node_name,
+        metavar="NAME",
+        default=d,
+        help="node name ($RECONCILE_NODE)",
+    )
     p.add_argument("--owner", metavar="NAME", default=d, help="owner of the records this set makes")
     p.add_argument(
         "--max-instances",
+        type=flagtypes.max_instances,
         metavar="LIMITS",
         default=d,
         help="node capacity, e.g. 8 or 8,nvidia=2 ($RECONCILE_MAX_INSTANCES)",
@@ -211,7 +218,9 @@ def _view_verbs(verb: VerbMaker) -> None:
     p.add_argument(
         "-f", "--follow", action="store_true", help="keep printing until the deployment goes"
     )
-    p.add_argument("--tail", type=int, default=None, metavar="N", help="the last N lines")
+    p.add_argument(
+        "--tail", type=flagtypes.count, default=None, metavar="N", help="the last N lines"
+    )
     p.add_argument("-p", "--previous", action="store_true", help="the run before the last restart")
     p.add_argument(
         "--replica",
@@ -361,21 +370,27 @@ def _verbs(parser: Parser) -> Sequence[str]:
     return []
 
 
-def _check_devices(parser: Parser, args: argparse.Namespace) -> None:
-    """A malformed static inventory (``nvidia:0=80Gx``) is a usage error (64), named."""
+def _check_environment(parser: Parser, args: argparse.Namespace) -> None:
+    """A malformed flag or variable is a usage error (64), named: a flag's type checks
+    its own text; the variable that stands in for it is checked here the same way."""
     import os
 
-    flag = args.devices
-    text = flag if flag is not None else os.environ.get("RECONCILE_DEVICES")
-    if text is None:
-        return
     from controller.core.inventory import parse_static
     from controller.errors import ConfigError
 
-    try:
-        parse_static(text)
-    except ConfigError as exc:
-        parser.error(f"{'--devices' if flag is not None else 'RECONCILE_DEVICES'}: {exc}")
+    checks: tuple[tuple[str | None, str, str, Callable[[str], object]], ...] = (
+        (args.devices, "--devices", "RECONCILE_DEVICES", parse_static),
+        (args.max_instances, "--max-instances", "RECONCILE_MAX_INSTANCES", flagtypes.max_instances),
+        (args.node, "--node", "RECONCILE_NODE", flagtypes.node_name),
+    )
+    for flag, name, variable, check in checks:
+        text = flag if flag is not None else os.environ.get(variable)
+        if not text:
+            continue
+        try:
+            check(text)
+        except (ConfigError, argparse.ArgumentTypeError) as exc:
+            parser.error(f"{name if flag is not None else variable}: {exc}")
 
 
 def _check_backend(parser: Parser, args: argparse.Namespace) -> None:
@@ -394,7 +409,7 @@ def _check_backend(parser: Parser, args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    _check_devices(parser, args)
+    _check_environment(parser, args)
     _check_output(parser, args)
     _check_backend(parser, args)
     from controller import logsetup as logs

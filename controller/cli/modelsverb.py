@@ -104,7 +104,7 @@ def _prune(cfg: Config, *, dry_run: bool) -> int:
 def _unsafe(loaded: LoadResult) -> str | None:
     """Why the manifests cannot say what is unused (then nothing is removed), or None."""
     if loaded.missing_folders:
-        return f"manifests folder {loaded.missing_folders[0]} does not exist"
+        return loaded.folder_problems()[0]
     if loaded.errors or loaded.broken_sources or loaded.invalid_names:
         return "a manifest failed to load: fix it first (`reconcile validate`)"
     if not loaded.entries:

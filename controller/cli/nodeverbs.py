@@ -22,6 +22,7 @@ from controller.core.quantity import format_bytes
 from controller.core.state import Phase, Record
 from controller.core.statusjson import device_items
 from controller.errors import ConfigError
+from controller.redact import printable
 from controller.store import devicehealth
 from controller.store.node import Config, read_drain
 from controller.store.records import RecordStore
@@ -71,7 +72,8 @@ def _devices_text(
             rows.append([str(c or "-") for c in cells] + [d["health"], _held(d["holders"])])
         out += ["", table(rows)]
         out += [
-            f"{d['device']} Unhealthy since {d['unhealthy_since']}: {d['health_reason']}; "
+            f"{d['device']} Unhealthy since {d['unhealthy_since']}: "
+            f"{printable(str(d['health_reason']))}; "
             f"nothing new is placed on it (`reconcile devices --clear {d['device']}` returns it)"
             for d in items
             if d["health"] == "Unhealthy"
@@ -102,7 +104,7 @@ def _clear(cfg: Config, known: tuple[str, ...], names: list[str]) -> int:
             continue
         since = before.since.isoformat(timespec="seconds")
         print(
-            f"{name} cleared (Unhealthy since {since}: {before.reason}); "
+            f"{name} cleared (Unhealthy since {since}: {printable(before.reason)}); "
             "engines may be placed on it from the next pass"
         )
     return EXIT_OK
@@ -146,7 +148,8 @@ def cmd_drain(args: argparse.Namespace) -> int:
     verb = "renewed" if before is not None and before.active(now, boot) else "drained"
     print(
         f"node {cfg.node} {verb} until {drain.until.isoformat(timespec='seconds')} "
-        f"({format_age(ttl)}) by {drain.by}" + (f" ({args.reason})" if args.reason else "")
+        f"({format_age(ttl)}) by {drain.by}"
+        + (f" ({printable(args.reason)})" if args.reason else "")
     )
     print("nothing new starts or restarts; `reconcile uncordon` ends it, or it expires")
     if args.evict:
@@ -183,6 +186,7 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
     if not clear_drain(cfg.state_dir):
         print(f"node {cfg.node} was not drained")
         return EXIT_OK
-    was = f" (drained by {before.by}: {before.reason or 'no reason given'})" if before else ""
+    said = printable(before.reason) if before and before.reason else "no reason given"
+    was = f" (drained by {printable(before.by)}: {said})" if before else ""
     print(f"node {cfg.node} uncordoned{was}; deployments start on the next pass")
     return EXIT_OK

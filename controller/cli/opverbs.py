@@ -12,15 +12,18 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from controller.cli.common import config, output_format, preview, selected
+from controller.cli import replicalogs
+from controller.cli.common import config, no_such, output_format, preview, reader_gone, selected
 from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.views import dump
 from controller.core.backendnames import on_cluster
+from controller.core.names import base_name
 from controller.core.state import Record
+from controller.redact import printable
 from controller.store import logfiles
 from controller.store.node import Config
 from controller.store.records import RecordStore, check_name
@@ -61,20 +64,25 @@ def cmd_describe(args: argparse.Namespace) -> int:
         chosen = [describe_document(state_dir, rs, pick, remote) for rs in sets]
         docs = [d for d in chosen if d is not None]
         if not docs:
-            return _none_described(args)
+            return _none_described(args, records, state_dir)
         print(dump(docs, fmt))
         return EXIT_OK
     texts = [describe_deployment(state_dir, rs, selector=pick, remote_log=remote) for rs in sets]
     found = [t for t in texts if t is not None]
     if not found:
-        return _none_described(args)
-    print("\n\n".join(found))
+        return _none_described(args, records, state_dir)
+    print(printable("\n\n".join(found), keep="\n"))  # an engine's words, never acted on
     return EXIT_OK
 
 
-def _none_described(args: argparse.Namespace) -> int:
-    which = f"named {args.name!r}" if args.name else "matches the selector"
-    print(f"reconcile: no deployment {which}", file=sys.stderr)
+def _none_described(args: argparse.Namespace, records: Iterable[Record], where: Path) -> int:
+    from controller.core.replicaset import selects
+
+    if args.name and not any(selects(args.name, r) for r in records):
+        print(no_such(args.name, (base_name(r.name) for r in records), where), file=sys.stderr)
+    else:
+        which = f"named {args.name!r}" if args.name else "matches the selector"
+        print(f"reconcile: no deployment {which}", file=sys.stderr)
     return EXIT_FAIL
 
 
@@ -88,13 +96,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.replica is not None and args.replica < 0:
         print("reconcile: --replica takes 0, 1, ... (replica 0 is NAME itself)", file=sys.stderr)
         return EXIT_USAGE
-    from controller.cli import replicalogs
-
     for asked in args.names:
         check_name(asked)  # invariant 9: said so, before any lookup
     cfg = config(args, lenient=True)
     store = RecordStore(cfg.state_dir)
-    wanted = list(dict.fromkeys(args.names)) or replicalogs.deployments(store)
+    known = replicalogs.deployments(store)
+    unknown = [n for n in args.names if base_name(n) not in known]
+    for asked in unknown:  # `logs web wbe` showed web and said nothing of wbe
+        print(no_such(asked, known, cfg.state_dir), file=sys.stderr)
+    if unknown:
+        return EXIT_FAIL
+    wanted = list(dict.fromkeys(args.names)) or known
     if not wanted:
         print(f"reconcile: no deployment has a log in {cfg.state_dir}", file=sys.stderr)
         return EXIT_FAIL
@@ -115,17 +127,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if not logfiles.stream_files(path):
         print(f"reconcile: no log for {name!r} at {path} (never started?)", file=sys.stderr)
         return EXIT_FAIL
-    out = sys.stdout.buffer
+    out = replicalogs.log_out()
     try:
         if args.previous:
-            return _previous(path, name, args.tail, out.write)
+            return _previous(path, name, args.tail, _flushing(out))
         if args.tail is not None:
             out.write(b"".join(logfiles.tail_lines(path, args.tail)))
         else:
             logfiles.copy_stream(path, out)
         out.flush()
         if args.follow:
-            logfiles.follow(path, _flushing(out), lambda: store.read(name) is not None)
+            logfiles.follow(path, _flushing(out), lambda: _going(store, name))
     except BrokenPipeError:  # `reconcile logs x | head`
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -140,6 +152,12 @@ def _quiet_pipe(show: Callable[[], int]) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+
+
+def _going(store: RecordStore, name: str) -> bool:
+    """`logs -f` goes on while the deployment does and someone reads: `| head -1` on a
+    quiet log makes no write fail, so the closed pipe is looked at too."""
+    return store.read(name) is not None and not reader_gone()
 
 
 def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
@@ -179,7 +197,7 @@ def _remote_logs(args: argparse.Namespace, cfg: Config, rec: Record) -> int:
         return EXIT_FAIL
     data, offset = got
     lines = data.splitlines(keepends=True)
-    out = sys.stdout.buffer
+    out = replicalogs.log_out()
     if args.tail is not None:  # as tail_lines counts them: --tail 0 shows none
         lines = lines[-args.tail :] if args.tail else []
     out.write(b"".join(lines))
@@ -268,7 +286,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _prune_errors(loaded: LoadResult, allow_empty: bool) -> list[str]:
     """The folder problems that make `--once` exit 1 (and prune nothing)."""
-    out = [f"manifests folder {f} does not exist" for f in loaded.missing_folders]
+    out = loaded.folder_problems()
     if not out and not loaded.prune_safe and not allow_empty:
         out.append("the manifests folder holds no manifest: nothing pruned (--allow-empty)")
     return out

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 
 from controller.backends.base import Backend
+from controller.cli import replicalogs
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.core.state import Record
 from controller.store.node import Config
@@ -34,7 +35,7 @@ def show(args: argparse.Namespace, cfg: Config, records: Sequence[Record], label
     backend = open_backend(cfg)
     width = max(len(r.name) for r in records)
     offsets: dict[str, int] = {}
-    out = sys.stdout.buffer
+    out = replicalogs.log_out()
     for rec in records:
         lines = _read(backend, rec, offsets)
         if args.tail is not None:  # as tail_lines counts them: --tail 0 shows none

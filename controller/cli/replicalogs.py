@@ -10,17 +10,23 @@ instances here are replicas only: ``web``, ``web@1``, ...
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
+from controller.cli.common import reader_gone
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
 from controller.core.names import base_name, instance_of, is_next, record_name_ok, replica_name
 from controller.core.names import replica_of as index_of
+from controller.redact import PARTIAL, printable_bytes
 from controller.store import logfiles
 from controller.store.records import RecordStore
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 POLL = 0.2  # seconds between looks at a quiet log, as `logs -f` of one replica
 
@@ -54,7 +60,7 @@ def show(args: argparse.Namespace, store: RecordStore, names: list[str], label: 
         return EXIT_FAIL
     width = max(len(n) for n in present)
     prefixes = {n: f"{n:<{width}} | ".encode() for n in present}
-    out = sys.stdout.buffer
+    out = log_out()
     if args.previous:
         return _previous(store, prefixes, args, out, label)
     for name, prefix in prefixes.items():
@@ -121,6 +127,8 @@ def _follow(store: RecordStore, prefixes: dict[str, bytes], out: BinaryIO) -> No
     for name, prefix in prefixes.items():
 
         def keep_going(name: str = name) -> bool:
+            if reader_gone():  # `logs -f | head -1` on a quiet log: no write would fail
+                broken.set()
             return not broken.is_set() and store.read(name) is not None
 
         writer = _LineWriter(prefix, out, lock, broken)
@@ -171,3 +179,41 @@ class _LineWriter:
                 self.out.flush()
             except BrokenPipeError:
                 self.broken.set()
+
+
+def log_out() -> BinaryIO:
+    """Where `logs` writes an engine's bytes: as written into a pipe or a file (what the
+    engine wrote, as `kubectl logs` gives it, for grep and tools), but on a terminal with
+    each control character escaped (`\\x1b[2J` must not clear the screen), as journalctl
+    keeps a terminal safe from what a service logged."""
+    out = sys.stdout.buffer
+    return io.BufferedWriter(_Escaping(out)) if out.isatty() else out
+
+
+class _Escaping(io.RawIOBase):
+    """A terminal's side of `logs`: bytes with their control characters escaped; the end
+    of a chunk that may be half of one is held for the next chunk."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out, self.held = out, b""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: ReadableBuffer) -> int:
+        chunk = self.held + bytes(data)
+        cut = next((len(p) for p in PARTIAL[::-1] if chunk.endswith(p)), 0)
+        self.held = chunk[len(chunk) - cut :] if cut else b""
+        self.out.write(printable_bytes(chunk[: len(chunk) - cut]))
+        return len(bytes(data))
+
+    def flush(self) -> None:
+        if not self.closed:
+            self.out.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.out.write(printable_bytes(self.held))  # a log that ends mid-character
+            self.held = b""
+            self.out.flush()
+        super().close()

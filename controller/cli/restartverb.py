@@ -20,16 +20,15 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from difflib import get_close_matches
 from pathlib import Path
 
-from controller.cli.common import config, reconciler
+from controller.cli.common import config, no_such, reconciler
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.core.names import base_name, is_next
 from controller.core.state import Phase, Record
-from controller.core.suggest import did_you_mean
 from controller.errors import RecordError
 from controller.host import bootclock
+from controller.redact import printable
 from controller.store import restart
 from controller.store.node import Config
 from controller.store.records import RecordStore, check_name
@@ -99,19 +98,11 @@ def _expected(records: dict[str, Record], names: Sequence[str]) -> Expected:
 
 def _known(names: Sequence[str], records: dict[str, Record], state_dir: Path) -> bool:
     """Each name is a deployment the state dir has records of; else say which is meant."""
-    known = sorted({base_name(n) for n in records})
-    ok = True
-    for name in names:
-        if name in known:
-            continue
-        ok = False
-        hint = did_you_mean(name, known) or next(iter(get_close_matches(name, known, 1, 0.6)), None)
-        said = f"; did you mean {hint!r}?" if hint else ""
-        listed = f" (known: {', '.join(known)})" if known and not hint else ""
-        print(
-            f"reconcile: no deployment named {name!r} in {state_dir}{said}{listed}", file=sys.stderr
-        )
-    return ok
+    known = {base_name(n) for n in records}
+    unknown = [name for name in names if name not in known]
+    for name in unknown:
+        print(no_such(name, known, state_dir), file=sys.stderr)
+    return not unknown
 
 
 def _instances(records: Iterable[Record], name: str) -> list[Record]:
@@ -185,11 +176,12 @@ def _watch(
         left = {n: _left(_instances(records, n), expected[n], at) for n in names}
         for name, why in left.items():
             if why and shown.get(name) != why:
-                print(f"{name}: {why}", file=sys.stderr)
+                print(f"{name}: {printable(why)}", file=sys.stderr)
             shown[name] = why
         stuck = [f"{n}: {w}" for n, w in left.items() if w.startswith("cannot")]
         if stuck:
-            print(f"reconcile: restart cannot progress: {'; '.join(stuck)}", file=sys.stderr)
+            said = printable("; ".join(stuck))
+            print(f"reconcile: restart cannot progress: {said}", file=sys.stderr)
             return EXIT_FAIL
         if not any(left.values()):
             for name in names:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import select
 import sys
 import time
 from collections.abc import Sequence
@@ -19,9 +18,18 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.cli.common import config, output_format, preview, selected
+from controller.cli.common import config, no_such, output_format, preview, reader_gone, selected
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
-from controller.cli.views import FORMATS, drain_line, dump, iso, status_table
+from controller.cli.views import (
+    FORMATS,
+    drain_line,
+    dump,
+    iso,
+    status_rows,
+    status_table,
+    table,
+    widths_of,
+)
 from controller.core.names import base_name
 from controller.core.replicaset import ReplicaSet, group, selects
 from controller.core.state import Drain, Phase, Record, RecordView
@@ -88,12 +96,13 @@ def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | N
         seen = {}
     records = sorted(records, key=lambda r: r.name)
     if args.name:
-        records = [r for r in records if selects(args.name, r)]
-        if not records:
-            where = cfg.state_dir
+        named = [r for r in records if selects(args.name, r)]
+        if not named:
             if say:
-                print(f"reconcile: no deployment named {args.name!r} in {where}", file=sys.stderr)
+                known = (base_name(r.name) for r in records)
+                print(no_such(args.name, known, cfg.state_dir), file=sys.stderr)
             return None
+        records = named
     chosen = [r for r in records if selected(r.labels, args)]
     records, pulls = pullstatus.live(chosen, cfg.state_dir)  # Pulling: progress now
     notes = read_seen(cfg.state_dir)
@@ -183,6 +192,7 @@ def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
     (Ctrl-C) or the reader goes (a closed pipe ends it quietly, as `head` expects)."""
     shown: dict[str, str] = {}
     first = True
+    layout = Layout()
     while True:
         seen = look(args, cfg, say=first)  # NAME gone later: shown as gone, said once
         if seen is None and first:
@@ -196,23 +206,33 @@ def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
             names = {i["name"] for i in changed}
             part = Look([r for r in seen.records if base_name(r.name) in names], seen.pulls)
             part.seen, part.conditions = seen.seen, seen.conditions
-            lines = _table(part, wide=fmt == "wide").splitlines() if part.records else []
-            print("\n".join(lines if first else lines[1:]) or "No deployments.", flush=True)
+            text = layout.rows(part, wide=fmt == "wide") if part.records else ""
+            print(text or "No deployments.", flush=True)
         for name in gone:
             said = json.dumps({"name": name, "deleted": True}) if fmt == "json" else ""
             print(said or f"{name}   (gone)", flush=True)
         first = False
         time.sleep(WATCH_PERIOD)
-        if _reader_gone():
+        if reader_gone():
             return EXIT_OK
 
 
-def _reader_gone() -> bool:
-    """stdout is a pipe whose reader closed (`status -w | head -1` after its line): the
-    kernel flags the write end at once, so the watch ends without waiting for a change."""
-    poller = select.poll()
-    poller.register(sys.stdout.fileno(), select.POLLERR)
-    return any(event & select.POLLERR for _, event in poller.poll(0))
+@dataclass
+class Layout:
+    """`status -w`'s columns: set by the table it prints first (header included), so each
+    later row lines up under that header (a wider cell widens its column from then on)."""
+
+    widths: list[int] = field(default_factory=list)
+    show_rev: bool | None = None
+
+    def rows(self, seen: Look, *, wide: bool) -> str:
+        shown = [_with_conditions(r, seen.conditions.get(r.name, [])) for r in seen.records]
+        if self.show_rev is None:
+            self.show_rev = wide or any(r.revision for r in shown)
+        rows = status_rows(shown, wide=wide, seen=seen.seen, show_rev=self.show_rev)
+        header = not self.widths
+        self.widths = widths_of(rows, self.widths)
+        return table(rows if header else rows[1:], self.widths)
 
 
 def _changes(seen: Look, shown: dict[str, str]) -> tuple[list[dict[str, Any]], list[str]]:

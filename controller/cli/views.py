@@ -24,6 +24,7 @@ from controller.core.statusjson import instance_item as instance_item
 from controller.core.statusjson import iso as iso
 from controller.core.statusjson import next_retry as next_retry
 from controller.core.statusjson import status_item as status_item
+from controller.redact import printable
 
 FORMATS = ("table", "wide", "json", "yaml", "name")
 
@@ -48,10 +49,19 @@ def short_rev(revision: str | None) -> str:
 # -- status ------------------------------------------------------------------------------------
 
 
-def table(rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+def table(rows: Sequence[Sequence[str]], widths: Sequence[int] | None = None) -> str:
+    """Columns padded to ``widths`` (`status -w`'s, kept from its header), else to fit."""
+    rows = [[printable(c) for c in row] for row in rows]  # an engine's text, never acted on
+    widths = widths or widths_of(rows)
     lines = ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return "\n".join(lines)
+
+
+def widths_of(rows: Sequence[Sequence[str]], at_least: Sequence[int] = ()) -> list[int]:
+    """Each column's width: its widest cell as shown (escaped), never less than
+    ``at_least``'s."""
+    cells = [[len(printable(c)) for c in r] for r in rows]
+    return [max([r[i] for r in cells] + list(at_least[i : i + 1])) for i in range(len(rows[0]))]
 
 
 def _devices(recs: Sequence[Record]) -> str:
@@ -101,9 +111,22 @@ def status_table(
     """A row per deployment, READY as ready/desired; ``wide`` adds a row per instance
     (each replica, each ``@next``) under a deployment that has more than one. ``seen``
     (record name -> when a pass last observed it) adds SEEN: how old the view is."""
+    return table(status_rows(records, now, wide, seen))
+
+
+def status_rows(
+    records: Iterable[Record],
+    now: datetime | None = None,
+    wide: bool = False,
+    seen: Mapping[str, datetime] | None = None,
+    show_rev: bool | None = None,
+) -> list[list[str]]:
+    """``status_table``'s cells, the header first. ``show_rev`` (default: when a record has
+    a revision) is fixed by `status -w`, whose later rows keep the header's columns."""
     now = now or datetime.now(UTC)
     sets = group(records)
-    show_rev = wide or any(r.revision for rs in sets for r in rs.records)
+    if show_rev is None:
+        show_rev = wide or any(r.revision for rs in sets for r in rs.records)
     head = ["NAME", "ENGINE", "NODE", "DEVICES", "PORT", "PHASE", "READY", "RESTARTS", "AGE"]
     head += ["SEEN"] if seen is not None else []
     head += ["PID", "SOURCE"] if wide else []
@@ -117,7 +140,7 @@ def status_table(
             for rec in rs.records:
                 one = "1/1" if rec.phase is Phase.READY else "0/1"
                 rows.append(_row(f"  {rec.name}", (rec,), one, now, cols))
-    return table(rows)
+    return rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +183,8 @@ def drain_line(
     if drain is None or not drain.active(now, clock):
         return None
     ends = drain.ends(now, clock)
-    by = f" by {drain.by}" if drain.by else ""
-    why = f" ({drain.reason})" if drain.reason else ""
+    by = f" by {printable(drain.by)}" if drain.by else ""
+    why = f" ({printable(drain.reason)})" if drain.reason else ""
     evict = ", evicting" if drain.evict else ""
     stamp = ends.astimezone(UTC).strftime("%H:%M:%S UTC")
     return (

@@ -24,6 +24,7 @@ from controller.logsetup import apply as apply_log_setup
 from controller.logsetup import get_logger, structlog_module, terminal
 from controller.reconciler import pulling
 from controller.reconciler.run import PassResult, Reconciler
+from controller.redact import printable
 
 log = get_logger("reconcile")
 
@@ -34,6 +35,10 @@ TICK = 0.25  # seconds between redraws on a terminal
 # Restarts a deployment may add during one wait before it counts as crash-looping: the
 # back-off would go on for good, so the wait ends (exit 1) with its last exit instead.
 CRASH_BOUND = 2
+INTERRUPTED = (
+    "reconcile: interrupted: the wait stopped, the engines keep running (they outlive a "
+    "pass); `reconcile status` shows them, `reconcile down` stops them"
+)
 
 
 def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | None = None) -> bool:
@@ -43,6 +48,10 @@ def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | No
     display: Display = Live(stream, state_dir) if terminal(stream).fancy else Lines(state_dir)
     try:
         return _loop(reconciler, timeout, display)
+    except KeyboardInterrupt:  # Ctrl-C ends the wait, not the engines: say so, and what next
+        display.close()
+        print(INTERRUPTED, file=sys.stderr)
+        raise
     finally:
         display.close()
 
@@ -62,6 +71,7 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
         # A crash loop, or a pull failing again and again, goes on by itself for good.
         looping = _looping(result, restarts) | pulling.failing(result.ours(), result.pulls)
         stuck = "; ".join([*filter(None, [_stuck(result, quarantined)]), *looping.values()])
+        stuck = printable(stuck)  # engines' words: shown in a terminal, never acted on
         # What needs the user (a broken manifest, no capacity) ends the wait only once
         # everything else has got as far as it can: the valid deployments beside a broken
         # file still come up, then the exit status says what is broken.
@@ -74,7 +84,9 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
             waiting = [r.name for r in result.ours() if r.phase not in (Phase.READY, Phase.IDLE)]
             print(f"reconcile: timed out waiting for {', '.join(waiting)}", file=sys.stderr)
             if stuck:
-                print(f"reconcile: cannot progress without you: {stuck}", file=sys.stderr)
+                print(
+                    f"reconcile: cannot progress without you: {printable(stuck)}", file=sys.stderr
+                )
             return False
         next_pass = time.monotonic() + min(_period(result), max(deadline - time.monotonic(), 0))
         while time.monotonic() < next_pass:
@@ -238,7 +250,7 @@ class Live(Display):
         for rec in recs:
             mark = "✔" if rec.phase is Phase.READY else ("✘" if rec.phase in STUCK else "…")
             detail = progress(rec, self.result.probes.get(rec.name), now, self.state_dir)
-            line = f"{mark} {rec.name:<{width}}  {rec.phase!s:<11} {detail}"
+            line = f"{mark} {rec.name:<{width}}  {rec.phase!s:<11} {printable(detail)}"
             out.append(line[: cols - 1])
         return out
 

@@ -38,9 +38,14 @@ from controller.core.names import model_names
 from controller.core.names import next_name as next_name
 from controller.core.quantity import parse_quantity
 from controller.core.sources import Source
+from controller.core.suggest import did_you_mean
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-PLACEHOLDER = re.compile(r"\{(port|host|name|model|devices|python)\}")
+PLACEHOLDER_NAMES = ("port", "host", "name", "model", "devices", "python")
+PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDER_NAMES) + r")\}")
+# What reads as a placeholder: a bare word in single braces. `${HOME}`, a Jinja `{{ x }}`
+# and JSON (`{"a": 1}`) do not, and pass to the engine as written.
+WORD_IN_BRACES = re.compile(r"(?<![{$])\{([A-Za-z_][A-Za-z0-9_-]*)\}(?!\})")
 
 Engine = Literal["vllm", "llama-cpp", "sglang", "tgi", "ollama", "command"]
 DeviceKind = Literal["nvidia", "amd", "apple", "cpu", "any"]
@@ -89,6 +94,20 @@ def _duration(value: Any) -> Any:
     return value
 
 
+def _known_placeholders(template: str) -> str:
+    """An argv item whose every ``{word}`` is a placeholder we expand (JSON braces pass)."""
+    for word in WORD_IN_BRACES.findall(template):
+        if word in PLACEHOLDER_NAMES:
+            continue
+        meant = did_you_mean(word, PLACEHOLDER_NAMES, cutoff=0.7)
+        hint = f": did you mean {{{meant}}}?" if meant else ""
+        known = " ".join(f"{{{n}}}" for n in PLACEHOLDER_NAMES)
+        raise ValueError(
+            f"unknown placeholder {short('{' + word + '}')}{hint} (placeholders: {known})"
+        )
+    return template
+
+
 def _dns1123(name: str) -> str:
     if not is_dns1123(name):
         raise ValueError(
@@ -128,6 +147,9 @@ def _not_bool(value: Any) -> Any:
 NOT_BOOL = BeforeValidator(_not_bool)
 # The schema says what the loader takes: numbers too (YAML reads `8192` as an int).
 Arg = Annotated[str, BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float)]
+# An argv item of `command` or `args`: its placeholders are checked here, at validate, since
+# a mistyped one reaches the engine as written and it dies of it (`invalid int: '{prot}'`).
+Template = Annotated[Arg, AfterValidator(_known_placeholders)]
 Port = Annotated[int, Field(ge=1, le=65535), NOT_BOOL]
 Seconds = Annotated[
     float,
@@ -354,13 +376,13 @@ class DeploymentSpec(Model):
     executable: str | None = Field(
         default=None, description="The recipe's program; else it is found on PATH."
     )
-    command: tuple[Arg, ...] | None = Field(
+    command: tuple[Template, ...] | None = Field(
         default=None,
         description="engine: command only: the argv, never run through a shell. "
         "Placeholders: {port} {host} {name} {model} {devices}, and {python}: the "
         "interpreter reconcile runs under (its venv, from cron or systemd too).",
     )
-    args: tuple[Arg, ...] = Field(
+    args: tuple[Template, ...] = Field(
         default=(), description="Appended to the recipe's argv (placeholders allowed)."
     )
     env: Annotated[dict[str, Arg], AfterValidator(_env_names)] = Field(

@@ -1,25 +1,113 @@
-"""A stand-in inference engine for demos and tests: /health, /v1/models and the OpenAI
-``/v1/completions`` and ``/v1/chat/completions`` (``"stream": true`` too).
+"""A stand-in inference engine for demos and tests, a small but faithful OpenAI server:
+/health, /v1/models, ``/v1/completions``, ``/v1/chat/completions`` (``"stream": true``
+too) and ``/v1/embeddings``, each answer with ``id``, ``object``, ``created``, ``model``
+and ``usage``, so token metrics and every client path can be tried without a model.
 
     python -m controller.demo.engine --port 8000 [--host 127.0.0.1] [--load-seconds 1]
         [--chunks 3] [--chunk-delay 0.05]
 
 It "loads" for ``--load-seconds`` (``/health`` answers 503 meanwhile, like
 llama.cpp), then serves. A streamed answer sends ``--chunks`` server-sent events
-``--chunk-delay`` seconds apart. Every answer says which engine process made it
-(``system_fingerprint``: its pid) so tests can tell instances apart. SIGTERM ends it.
+``--chunk-delay`` seconds apart, the last with ``finish_reason: "stop"``, then (when
+``stream_options.include_usage`` asks, as OpenAI does) a chunk with no choices and the
+usage. A token is a whitespace-separated word. An embedding is a unit vector made from
+the input's SHA-256 (the same input, the same vector; ``dimensions`` sets its length,
+default 16; ``encoding_format: base64`` packs float32, as the ``openai`` client asks).
+Every answer says which engine process made it (``system_fingerprint``: its pid) so
+tests can tell instances apart. Any other POST path gets a completion. SIGTERM ends it.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
+import itertools
 import json
 import os
 import signal
+import struct
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+DIMENSIONS = 16  # an embedding's length unless the request's `dimensions` says otherwise
+Json = dict[str, Any]
+
+
+def tokens(text: str) -> int:
+    """The demo's token count: whitespace-separated words."""
+    return len(text.split())
+
+
+def usage(prompt: int, completion: int | None = None) -> Json:
+    """OpenAI's usage object (an embedding has no completion tokens)."""
+    if completion is None:
+        return {"prompt_tokens": prompt, "total_tokens": prompt}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def prompt_text(request: Json, chat: bool) -> str:
+    """The words a request asks about: its messages' text, or its prompt(s)."""
+    if chat:
+        messages = request.get("messages")
+        parts = [_text(m.get("content")) for m in messages or [] if isinstance(m, dict)]
+        return " ".join(parts)
+    return _text(request.get("prompt"))
+
+
+def _text(value: Any) -> str:
+    """A prompt, a message's content: a string, a list of strings or of content parts."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return " ".join(_text(v.get("text") if isinstance(v, dict) else v) for v in value)
+    return ""
+
+
+def embedding(text: str, dimensions: int) -> list[float]:
+    """A deterministic unit vector for ``text``: SHA-256 blocks read as signed bytes."""
+    digest = b""
+    for block in itertools.count():
+        if len(digest) >= dimensions:
+            break
+        digest += hashlib.sha256(f"{block}:{text}".encode()).digest()
+    values = [(b - 127.5) / 127.5 for b in digest[:dimensions]]
+    norm = sum(v * v for v in values) ** 0.5 or 1.0
+    return [round(v / norm, 6) for v in values]
+
+
+def embeddings_answer(request: Json, model: str) -> Json:
+    """``/v1/embeddings``: one item per input (a string or a list of them)."""
+    raw = request.get("input")
+    inputs = raw if isinstance(raw, list) else [raw]
+    texts = [_input_text(i) for i in inputs]
+    size = request.get("dimensions")
+    size = size if isinstance(size, int) and 0 < size <= 4096 else DIMENSIONS
+    packed = request.get("encoding_format") == "base64"
+    data = []
+    for index, text in enumerate(texts):
+        vector = embedding(text, size)
+        shown: Any = _base64(vector) if packed else vector
+        data.append({"object": "embedding", "index": index, "embedding": shown})
+    used = usage(sum(tokens(t) for t in texts))
+    return {"object": "list", "data": data, "model": model, "usage": used}
+
+
+def _input_text(value: Any) -> str:
+    """An embedding's input: text, or token ids (each id a token here)."""
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return " ".join(str(v) for v in value)
+    return _text(value)
+
+
+def _base64(vector: list[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ready_at = time.monotonic() + args.load_seconds
     me = f"pid-{os.getpid()}"
+    started = int(time.time())
+    serial = itertools.count(1)  # each answer's id is its own, as OpenAI's are
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: the gateway reuses connections
@@ -46,9 +136,14 @@ def main(argv: list[str] | None = None) -> int:
             elif self.path == "/health":
                 self._send(200, {"status": "ok"})
             elif self.path == "/v1/models":
-                self._send(200, {"object": "list", "data": [{"id": args.model}]})
+                self._send(200, {"object": "list", "data": [self._model()]})
+            elif self.path == f"/v1/models/{args.model}":
+                self._send(200, self._model())
             else:
                 self._send(404, {"error": "not found"})
+
+        def _model(self) -> Json:
+            return {"id": args.model, "object": "model", "created": started, "owned_by": "demo"}
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
@@ -57,22 +152,33 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError:
                 request = {}
             request = request if isinstance(request, dict) else {}
+            if self.path.startswith("/v1/embeddings"):
+                self._send(200, embeddings_answer(request, args.model))
+                return
             chat = self.path.startswith("/v1/chat/completions")
+            prompt = tokens(prompt_text(request, chat))
             if request.get("stream"):
-                self._stream(chat)
+                options = request.get("stream_options")
+                counted = isinstance(options, dict) and options.get("include_usage") is True
+                self._stream(chat, prompt, counted)
                 return
             text = f"hello from {args.model}"
-            choice: dict[str, Any] = (
+            choice: Json = (
                 {"index": 0, "message": {"role": "assistant", "content": text}}
                 if chat
                 else {"index": 0, "text": text}
             )
             choice["finish_reason"] = "stop"
-            self._send(200, self._answer(chat, [choice]))
+            answer = self._answer(chat, [choice], self._id(chat))
+            answer["usage"] = usage(prompt, tokens(text))
+            self._send(200, answer)
 
-        def _answer(self, chat: bool, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        def _id(self, chat: bool) -> str:
+            return f"{'chatcmpl' if chat else 'cmpl'}-{me}-{next(serial)}"
+
+        def _answer(self, chat: bool, choices: list[Json], id_: str) -> Json:
             return {
-                "id": f"cmpl-{me}",
+                "id": id_,
                 "object": "chat.completion" if chat else "text_completion",
                 "created": int(time.time()),
                 "model": args.model,
@@ -80,26 +186,43 @@ def main(argv: list[str] | None = None) -> int:
                 "choices": choices,
             }
 
-        def _stream(self, chat: bool) -> None:
+        def _stream(self, chat: bool, prompt: int, counted: bool) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
             self.end_headers()
             self.close_connection = True
+            id_ = self._id(chat)
+            said = 0
             for i in range(args.chunks):
                 piece = f"chunk {i} "
-                delta = {"delta": {"content": piece}} if chat else {"text": piece}
-                body = self._answer(chat, [{"index": 0, **delta, "finish_reason": None}])
-                body["object"] = "chat.completion.chunk" if chat else "text_completion"
-                self.wfile.write(f"data: {json.dumps(body)}\n\n".encode())
-                self.wfile.flush()
+                said += tokens(piece)
+                delta: Json = {"content": piece}
+                if chat and i == 0:
+                    delta = {"role": "assistant", **delta}
+                last = "stop" if i == args.chunks - 1 else None
+                one = {"delta": delta} if chat else {"text": piece}
+                self._event(self._chunk(chat, [{"index": 0, **one, "finish_reason": last}], id_))
                 if args.chunk_delay:
                     time.sleep(args.chunk_delay)
+            if counted:  # OpenAI's last chunk: no choices, the whole answer's usage
+                body = self._chunk(chat, [], id_)
+                body["usage"] = usage(prompt, said)
+                self._event(body)
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
 
-        def _send(self, code: int, body: dict[str, object]) -> None:
+        def _chunk(self, chat: bool, choices: list[Json], id_: str) -> Json:
+            body = self._answer(chat, choices, id_)
+            body["object"] = "chat.completion.chunk" if chat else "text_completion"
+            return body
+
+        def _event(self, body: Json) -> None:
+            self.wfile.write(f"data: {json.dumps(body)}\n\n".encode())
+            self.wfile.flush()
+
+        def _send(self, code: int, body: Json) -> None:
             data = json.dumps(body).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")

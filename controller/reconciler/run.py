@@ -67,6 +67,7 @@ class PassResult:
     names: set[str] = field(default_factory=set)  # records the manifests want: every replica
     prune_blocked: str | None = None
     missing_folders: list[str] = field(default_factory=list)
+    folder_problems: list[str] = field(default_factory=list)  # each missing folder, in words
     probes: dict[str, str] = field(default_factory=dict)  # name -> last probe answer
     outcomes: dict[tuple[str, str], int] = field(default_factory=dict)  # (action, outcome) -> n
     pulls: dict[str, PullView] = field(default_factory=dict)  # the last round's model pulls
@@ -91,7 +92,7 @@ class PassResult:
     def failing(self) -> list[str]:
         """Why ``--once`` exits 1 though the pass itself went through (cron mails on it):
         a manifests folder missing or empty (nothing pruned), a deployment crash-looping."""
-        out = [f"manifests folder {f} does not exist" for f in self.missing_folders]
+        out = list(self.folder_problems)
         if self.prune_blocked and not self.missing_folders:
             out.append("the manifests folder holds no manifest: nothing pruned")
         out += [
@@ -277,6 +278,7 @@ class Reconciler(Preview):
         result.names = set(desired.instances())
         result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
         result.missing_folders = list(loaded.missing_folders)
+        result.folder_problems = loaded.folder_problems()
         settled: Observed | None = None  # the last round's view, when it changed nothing
         for _ in range(MAX_ROUNDS):
             if self.interrupted():
@@ -533,8 +535,7 @@ def _seen(result: PassResult, node: str, at: datetime) -> Seen:
     folders held no manifest (its deployments run on, unpruned: invariant 5)."""
     blocked = None
     if result.prune_blocked:
-        missing = ", ".join(result.missing_folders)
-        why = f"manifests folder {missing} does not exist" if missing else ""
+        why = "; ".join(result.folder_problems)
         why = why or "manifest folder is empty"
         blocked = f"{why}: nothing pruned; `--allow-empty` to prune"
     return Seen(node=node, owner=result.owner, at=at, prune_blocked=blocked)
@@ -544,5 +545,5 @@ def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:
     if loaded.prune_safe or allow_empty:
         return None
     if loaded.missing_folders:
-        return f"manifests folder missing: {', '.join(loaded.missing_folders)}"
+        return "; ".join(loaded.folder_problems())
     return "no manifests found"

@@ -9,6 +9,7 @@ yaml is imported only for one that is not.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ class LoadResult:
     # Names declared by documents that failed validation (or duplicates): leave them be.
     invalid_names: dict[str, str] = field(default_factory=dict)
     missing_folders: list[str] = field(default_factory=list)
+    # Of those, the ones that are there but unusable (a file, no permission): why, in words.
+    unusable: dict[str, str] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     documents: int = 0  # non-empty YAML documents read, valid or not
     # (source, first line of the document) -> the line of each path in it, so a later
@@ -63,6 +66,13 @@ class LoadResult:
         return entry.line if lines is None else bounded.line_for(lines, loc)
 
     backend: str = "local"  # the backend the specs are for: a cluster refuses some fields
+
+    def folder_problems(self) -> list[str]:
+        """Each missing folder in words: `-f /etc/passwd` is there, so not "does not exist"."""
+        return [
+            f"manifests folder {f} {self.unusable.get(f, 'does not exist')}"
+            for f in self.missing_folders
+        ]
 
     @property
     def ok(self) -> bool:
@@ -141,12 +151,27 @@ def _parse(text: str, file: str, result: LoadResult) -> list[Document] | None:
         return yamlread.documents(text)
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
-        _broken(result, ManifestError(file, line, None, f"invalid YAML: {exc.problem}"))
+        problem = f"invalid YAML: {exc.problem}{_tab_hint(text, line)}"
+        _broken(result, ManifestError(file, line, None, problem))
     except yaml.reader.ReaderError as exc:  # a character YAML refuses (NUL, ...): say where
         _broken(result, ManifestError(file, *_none_field(yamlread.reader_error_line(text, exc))))
     except (yaml.YAMLError, RecursionError, ValueError) as exc:
         _broken(result, ManifestError(file, None, None, f"invalid YAML: {exc}"))
     return None
+
+
+def _tab_hint(text: str, line: int | None) -> str:
+    """PyYAML's words for a tab ("found character that cannot start any token") never say
+    tab: name it, and where, when the line the error is on indents with one."""
+    lines = text.splitlines()
+    if line is None or not 0 < line <= len(lines):
+        return ""
+    row = lines[line - 1]
+    indent = row[: len(row) - len(row.lstrip(" \t"))]
+    if "\t" not in indent:
+        return ""
+    column = indent.index("\t") + 1
+    return f" (a tab at column {column}: YAML indents with spaces only)"
 
 
 def _none_field(where: tuple[int, str]) -> tuple[int, None, str]:
@@ -295,27 +320,46 @@ def load(
     result = LoadResult(backend=backend)
     cache = ParseCache(cache_file) if cache_file is not None else None
     strict = security.strict(insecure)
+    seen: set[str] = set()  # real paths: `-f m -f m/a.yaml` (or one folder twice) reads a.yaml once
     for folder in folders:
         try:
             files = _listing(folder, strict)
         except FileNotFoundError:
             result.missing_folders.append(str(folder))
             continue
-        except security.InsecureManifest as exc:  # prunes nothing, like a missing folder
-            result.missing_folders.append(str(folder))
-            result.errors.append(ManifestError(str(folder), None, None, str(exc)))
+        except NotADirectoryError:  # `-f /etc/passwd`: there, but no folder and no manifest
+            if not folder.exists():  # `-f file/x`: a path through a file is not there
+                result.missing_folders.append(str(folder))
+                continue
+            why = f"is not a folder, nor a manifest file ({', '.join(SUFFIXES)})"
+            _unusable(result, str(folder), why, f"{why}: -f takes a folder or one manifest file")
             continue
-        except OSError as exc:  # not a folder, no permission, a symlink loop (ELOOP)...
-            result.missing_folders.append(str(folder))
-            result.errors.append(ManifestError(str(folder), None, None, f"cannot list: {exc}"))
+        except security.InsecureManifest as exc:  # prunes nothing, like a missing folder
+            _unusable(result, str(folder), "is refused (others can write it)", str(exc))
+            continue
+        except OSError as exc:  # no permission, a symlink loop (ELOOP)...
+            why = f"cannot be listed ({exc.strerror or exc})"
+            _unusable(result, str(folder), why, f"cannot list: {exc}")
             continue
         for path in files:
+            real = os.path.realpath(path)
+            if real in seen:  # the same file again is not a second declaration of its names
+                continue
+            seen.add(real)
             result.files.append(str(path))
             _load_guarded(path, result, strict, cache)
     if cache is not None and not result.missing_folders:  # a missing folder: keep its files'
         cache.save()
     _check_model_names(result)
     return result
+
+
+def _unusable(result: LoadResult, folder: str, why: str, error: str) -> None:
+    """A folder ``-f`` names that is there but gives nothing: it prunes nothing, as a
+    missing one, and the error says what it is instead."""
+    result.missing_folders.append(folder)
+    result.unusable[folder] = why
+    result.errors.append(ManifestError(folder, None, None, error))
 
 
 def _load_guarded(path: Path, result: LoadResult, strict: bool, cache: ParseCache | None) -> None:

@@ -274,7 +274,7 @@ def test_5_a_missing_or_empty_folder_prunes_nothing(reconcile: Any) -> None:
     moved = reconcile.tmp / "unmounted"
     reconcile.manifests.rename(moved)
     result = reconcile.once(check=None)
-    assert "manifests folder missing" in result.err and "pruning nothing" in result.err
+    assert f"manifests folder {reconcile.manifests} does not exist: pruning nothing" in result.err
     reconcile.manifests.mkdir()  # a half-done checkout: the folder, no manifests
     (reconcile.manifests / "web.yaml").write_text("")
     result = reconcile.once(check=None)
@@ -375,6 +375,8 @@ def test_8_a_pass_prunes_only_what_it_owns(reconcile: Any) -> None:
     reconcile.write("a1", folder=team_b, basePort=reconcile.port + 10)  # B claims A's name
     conflict = reconcile.once("-f", str(team_b), check=1)
     assert "is owned by another manifest set" in conflict.err + conflict.out
+    said = f"pass `--owner {status['a1']['owner']!r}`"  # the fix, not a rename (issue 34, 23)
+    assert said in conflict.err + conflict.out, conflict
     (team_b / "a1.yaml").unlink()
     assert reconcile.status()["a1"]["pid"] == status["a1"]["pid"]
 

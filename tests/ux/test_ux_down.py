@@ -30,3 +30,21 @@ def test_down_from_another_folder_names_the_sets_it_found(reconcile: Any) -> Non
     assert f"--owner {owner!r}" in down.err
     assert rc.record("web")["phase"] == "Ready"  # left alone
     assert rc("down", "-f", str(elsewhere), "--owner", owner, check=0).out == "stopped web\n"
+
+
+def test_down_under_a_daemon_says_it_is_undone_and_how_to_keep_it_down(reconcile: Any) -> None:
+    """`down web` while a daemon watches the folder was undone at its next pass without a
+    word (issue 34, item 22): it says so, and names the manifest to remove or scale to 0."""
+    rc = reconcile
+    path = rc.write("web")
+    daemon = rc.popen("--resync", "1h")
+    rc.wait_for(lambda: (rc.record("web") or {}).get("phase") == "Ready", timeout=60)
+    down = rc("down", "web", check=0)
+    assert down.out == "stopped web\n", down
+    assert f"the daemon (pid {daemon.pid}) on this state dir starts web again" in down.err, down
+    assert f"({path}:1)" in down.err and "`replicas: 0`" in down.err, down
+    daemon.terminate()
+    daemon.wait(timeout=30)
+    rc.once()
+    alone = rc("down", check=0)  # no daemon: nothing undoes this down, so nothing is said
+    assert alone.out == "stopped web\n" and "daemon" not in alone.err, alone

@@ -132,5 +132,5 @@ def test_read_verbs_warn_about_a_bad_node_config_and_go_on(
 
 
 def test_a_bad_max_instances_flag_says_how(reconcile: Any) -> None:
-    result = reconcile("--once", "--max-instances", "gpu=2", check=1)
+    result = reconcile("--once", "--max-instances", "gpu=2", check=64)  # usage (issue 34, 18)
     assert "example: 8,nvidia=2" in result.err

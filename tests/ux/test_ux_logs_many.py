@@ -55,5 +55,5 @@ def test_logs_follow_of_two_deployments(two: Any) -> None:
 def test_logs_of_an_unknown_name_or_an_empty_state_dir(reconcile: Any) -> None:
     rc = reconcile
     assert "no deployment has a log" in rc("logs", check=1).err
-    assert "no log for 'nope'" in rc("logs", "nope", check=1).err
+    assert "no deployment named 'nope'" in rc("logs", "nope", check=1).err
     assert rc("logs", "../x", check=1).err.startswith("reconcile: refusing unsafe")

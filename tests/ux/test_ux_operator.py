@@ -63,6 +63,11 @@ def test_f_takes_a_single_manifest_file(reconcile: Any) -> None:
     assert "1 deployment(s) in 1 file(s): valid" in rc("validate", "-f", str(path), check=0).out
     gone = rc("validate", "-f", str(path.with_name("nope.yaml")), check=1).err
     assert "does not exist" in gone and "Not a directory" not in gone
+    other = rc.write_text("passwd", "root:x:0:0::/root:/bin/sh\n", folder=rc.tmp)
+    for verb in (["validate"], ["--once"]):  # said "does not exist" (issue 34, item 23)
+        err = rc(*verb, "-f", str(other), check=1).err
+        assert "is not a folder, nor a manifest file (.yaml, .yml)" in err, err
+        assert "does not exist" not in err and "manifests folder missing" not in err, err
     rc("--once", "-f", str(path), check=0)
     assert rc.status()["web"]["phase"] in ("Starting", "Ready")
     rc("down", "-f", str(path), check=0)
@@ -174,7 +179,7 @@ def test_events_lists_every_journal_and_follows(reconcile: Any) -> None:
     assert any(" beta " in f" {line} " for line in lines[1:])
     only = rc("events", "alpha", "-o", "json", check=0).out.splitlines()
     assert only and all(json.loads(line)["deployment"] == "alpha" for line in only)
-    assert "no events for 'nope'" in rc("events", "nope", check=1).err
+    assert "no deployment named 'nope'" in rc("events", "nope", check=1).err
     with subprocess.Popen(rc.argv("events", "-w", "-o", "json"), stdout=subprocess.PIPE) as w:
         assert w.stdout is not None
         before = [w.stdout.readline() for _ in only]  # what exists is printed first

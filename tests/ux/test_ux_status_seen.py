@@ -10,6 +10,8 @@ import threading
 from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
+import pytest
+
 EMPTY = "manifest folder is empty: nothing pruned; `--allow-empty` to prune"
 
 
@@ -105,4 +107,46 @@ def test_watch_prints_each_change_and_ends_quietly(reconcile: Any) -> None:
     )
     assert piped.returncode == 0 and '"name": "web"' in piped.stdout, piped
     assert "Traceback" not in piped.stderr and "Broken pipe" not in piped.stderr, piped
+    rc.down()
+
+
+def test_watch_rows_keep_the_header_s_columns(reconcile: Any) -> None:
+    """Each later row was laid out on its own: under a long first name it drifted left
+    of the header's columns (issue 34, item 23)."""
+    rc = reconcile
+    rc.write("a-rather-long-deployment-name")
+    rc.converge()
+    watcher = rc.spawn(rc.argv("status", "-w"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = _Lines(watcher.stdout)  # type: ignore[arg-type]
+    rc.wait_for(lambda: out.has("a-rather-long-deployment-name", "Ready"), timeout=30)
+    rc.write("b", basePort=rc.port + 5)
+    rc.converge()
+    rc.wait_for(lambda: out.has("b ", "Ready"), timeout=30)
+    header = out.lines[0]
+    rows = [line for line in out.lines if line.startswith("b ")]
+    for column, value in (("ENGINE", "command"), ("PHASE", "")):
+        at = header.index(column)
+        assert all(row[at - 1] == " " and row[at] != " " for row in rows), (header, rows)
+        assert all(row[at:].startswith(value) for row in rows), (header, rows)
+    watcher.send_signal(signal.SIGINT)
+    watcher.communicate(timeout=30)
+    rc.down()
+
+
+@pytest.mark.parametrize("verb", [["events", "-w"], ["logs", "-f", "web"], ["logs", "-f"]])
+def test_a_follower_ends_when_its_reader_does(reconcile: Any, verb: list[str]) -> None:
+    """`events -w | head -2` (and `logs -f | head -1`) hung until killed when nothing new
+    came, where `status -w | head` ends (issue 34, item 23): each ends with the reader."""
+    rc = reconcile
+    rc.write("web")
+    rc.converge()
+    follower = rc.spawn(rc.argv(*verb), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert follower.stdout is not None and follower.stderr is not None
+    lines = [follower.stdout.readline() for _ in range(2)]  # `| head -2`, then it goes
+    follower.stdout.close()
+    code = follower.wait(timeout=30)  # the old code never ended: killed at teardown
+    with follower.stderr:
+        err = follower.stderr.read().decode()
+    assert code == 0 and all(lines), (lines, err)
+    assert "Traceback" not in err and "Broken pipe" not in err, err
     rc.down()

@@ -123,7 +123,7 @@ def test_logs_tail_previous_and_follow(running: Any) -> None:
     assert f"reconcile: {verb} crashy" in previous[0]
     assert previous[1:] == ["boom: CUDA out of memory"]
     assert rc("logs", "web", "--previous", check=1).err.startswith("reconcile: web has no previous")
-    assert rc("logs", "nope", check=1).err.startswith("reconcile: no log for 'nope'")
+    assert rc("logs", "nope", check=1).err.startswith("reconcile: no deployment named 'nope'")
     assert rc("logs", "web", "-f", "--previous", check=64).code == 64
 
     follow = rc.spawn(rc.argv("logs", "web", "-f"), stdout=subprocess.PIPE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import signal
 import subprocess
 import time
 import uuid
@@ -67,3 +68,21 @@ def test_off_a_terminal_each_change_is_one_log_line(reconcile: Any) -> None:
 def _tmux_present() -> None:
     if subprocess.run(["tmux", "-V"], capture_output=True).returncode != 0:  # pragma: no cover
         pytest.fail("tmux is required for the terminal display test")
+
+
+def test_ctrl_c_during_the_wait_says_the_engines_keep_running(reconcile: Any) -> None:
+    """Ctrl-C during `--wait` ended it without a word (issue 34, item 23): the engine it
+    started runs on, and the user is told so and what to run next."""
+    rc = reconcile
+    slow = ["python3", "-c", "import time; time.sleep(600)"]  # never Ready
+    rc.write("slow", command=slow, readiness={"tcpSocket": {}, "deadlineSeconds": 600})
+    waiting = rc.popen("--once", "--wait", stderr=subprocess.PIPE)
+    rc.wait_for(lambda: (rc.record("slow") or {}).get("phase") == "Starting", timeout=60)
+    waiting.send_signal(signal.SIGINT)
+    _, err = waiting.communicate(timeout=30)
+    said = err.decode()
+    assert waiting.returncode == 130 and "Traceback" not in said, said
+    assert "interrupted: the wait stopped, the engines keep running" in said, said
+    assert "`reconcile down` stops them" in said
+    assert rc.alive(rc.status()["slow"]["pid"])  # as said
+    rc.down()

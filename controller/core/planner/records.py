@@ -86,9 +86,13 @@ def _foreign(view: RecordView, entry: Entry | None) -> list[Judged]:
         return [_resolve_reservation(view)]  # invariant 3 binds every pass
     if entry is None:
         return []
+    # Most often the same set run with other -f folders (its owner is their paths): the
+    # fix is its old name, not a rename.
     reason = (
         f"name {rec.name!r} is owned by another manifest set ({rec.owner}, "
-        f"from {rec.source}): rename one of them"
+        f"from {rec.source}): if that set is this one under other -f folders, pass "
+        f"`--owner {rec.owner!r}` (every run of a set must give it one name); else rename "
+        "one of the two deployments"
     )
     return [Conflict(name=rec.name, reason=reason)]
 

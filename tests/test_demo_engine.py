@@ -1,0 +1,98 @@
+"""The shipped demo engine is a small but faithful OpenAI server (issue 34, item 24): the
+official `openai` client's every path against the real process (embeddings, usage,
+streamed usage, ids), so token metrics and clients can be tried without a model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+
+import openai
+import pytest
+from procs import free_ports, wait_for
+
+
+def _up(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def client() -> Iterator[openai.OpenAI]:
+    port = free_ports(1)
+    argv = [sys.executable, "-m", "controller.demo.engine", "--port", str(port), "--model", "m"]
+    engine = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _up(port), timeout=30, what="the demo engine")
+        with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none") as made:
+            yield made
+    finally:
+        engine.terminate()
+        engine.wait(timeout=30)
+
+
+def test_embeddings_are_deterministic_vectors_with_usage(client: openai.OpenAI) -> None:
+    """It answered /v1/embeddings with a completion: the client could not parse it."""
+    got = client.embeddings.create(model="m", input=["one two", "three"])  # base64, by default
+    assert [d.index for d in got.data] == [0, 1] and got.model == "m"
+    first = got.data[0].embedding
+    assert len(first) == 16 and abs(sum(v * v for v in first) - 1) < 1e-3
+    assert got.usage.prompt_tokens == 3 and got.usage.total_tokens == 3
+    again = client.embeddings.create(model="m", input="one two", encoding_format="float")
+    assert again.data[0].embedding == pytest.approx(first, abs=1e-6)  # same text, same vector
+    sized = client.embeddings.create(model="m", input="x", dimensions=5)
+    assert len(sized.data[0].embedding) == 5
+
+
+def test_completions_and_chat_say_their_usage(client: openai.OpenAI) -> None:
+    chat = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "say hello please"}]
+    )
+    assert chat.object == "chat.completion" and chat.id.startswith("chatcmpl-") and chat.created
+    assert chat.choices[0].message.content == "hello from m"
+    assert chat.usage is not None and chat.usage.prompt_tokens == 3
+    assert chat.usage.completion_tokens == 3 and chat.usage.total_tokens == 6
+    text = client.completions.create(model="m", prompt="a b")
+    assert text.object == "text_completion" and text.id.startswith("cmpl-")
+    assert text.usage is not None and text.usage.prompt_tokens == 2
+    assert text.id != client.completions.create(model="m", prompt="a").id  # each its own
+
+
+@pytest.mark.parametrize("chat", [True, False], ids=["chat", "completions"])
+def test_a_stream_ends_with_its_usage_when_asked(client: openai.OpenAI, chat: bool) -> None:
+    options = {"include_usage": True}
+    if chat:
+        stream = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
+            stream_options=options,
+        )  # fmt: skip
+        chunks = list(stream)
+        said = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert chunks[0].choices[0].delta.role == "assistant"
+    else:
+        text_stream = client.completions.create(
+            model="m", prompt="hi", stream=True, stream_options=options
+        )
+        chunks = list(text_stream)  # type: ignore[arg-type]
+        said = "".join(c.choices[0].text for c in chunks if c.choices)  # type: ignore[union-attr]
+    assert said == "chunk 0 chunk 1 chunk 2 "
+    *body, last = chunks
+    assert last.choices == [] and last.usage is not None, last
+    assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (1, 6)
+    assert all(c.usage is None for c in body) and body[-1].choices[0].finish_reason == "stop"
+    assert len({c.id for c in chunks}) == 1 and all(c.created for c in chunks)
+    plain = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    assert all(c.usage is None for c in plain)  # not asked: no usage chunk
+
+
+def test_models_are_listed_as_openai_lists_them(client: openai.OpenAI) -> None:
+    (model,) = client.models.list().data
+    assert (model.id, model.object, model.owned_by) == ("m", "model", "demo") and model.created
+    assert client.models.retrieve("m").id == "m"
