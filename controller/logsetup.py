@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
+from controller.redact import printable
+
 if TYPE_CHECKING:
     from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
 
@@ -179,17 +181,31 @@ def _configure(verbosity: int, json: bool | None, colour: bool) -> None:
         renderer = _with_priority(renderer)
     # a traceback as one JSON string, not lines of its own (the console prints it whole)
     tracebacks = [structlog.processors.format_exc_info] if as_json else []
+    # JSON escapes control characters itself; the console must, or an engine's text clears
+    # the operator's screen
+    shielded = [] if as_json else [_printable_values]
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             *tracebacks,
+            *shielded,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+def _printable_values(logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
+    """Every string value with its control characters escaped (ESC as ``\\x1b``): what an
+    engine, an upstream or a drain's reason wrote is shown, never acted on. A traceback
+    (exc_info, rendered later) keeps its lines."""
+    for key, value in event.items():
+        if isinstance(value, str):
+            event[key] = printable(value)
+    return event
 
 
 def _with_priority(renderer: Processor) -> Processor:

@@ -72,6 +72,18 @@ def test_the_console_log_has_colours_only_where_allowed(
     assert ("\x1b[" in err.getvalue()) is (not env)
 
 
+def test_the_console_log_escapes_what_an_engine_wrote(monkeypatch: pytest.MonkeyPatch) -> None:
+    err = Tty()
+    monkeypatch.setattr(sys, "stderr", err)
+    logsetup.configure(0, json=False, colour=False)
+    logsetup.apply()
+    logsetup.get_logger("t").warning("engine said \x1b[2J", line="a\x00b\u202eevil\nforged")
+    shown = err.getvalue()
+    assert "\x1b" not in shown and "\x00" not in shown and "\u202e" not in shown
+    assert "engine said \\x1b[2J" in shown and "a\\x00b\\u202eevil\\x0aforged" in shown
+    assert shown.count("\n") == 1  # one line: no forged second line
+
+
 class _Ready:
     config = SimpleNamespace(state_dir=Path("/nonexistent"))  # no pull to look for
 
