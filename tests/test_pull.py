@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import threading
 from collections import namedtuple
@@ -12,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from modelservers import HubServer, serving
+from disks import tmpfs
+from modelservers import HostileServer, HubServer, serving
 from procs import alive, kill_marked, wait_for, wait_gone
 
 from controller.core.sources import Source
@@ -233,3 +235,37 @@ def test_several_hub_files_make_model_the_snapshot_folder(
     assert path == entry_of(job).folder / "files"  # {model}: the folder, as vLLM takes it
     assert (path / "model.safetensors").read_bytes() == files["model.safetensors"]
     assert not (path / "README.md").exists()
+
+
+def test_a_stream_of_unannounced_size_stops_at_the_most_a_pull_may_take(
+    tmp_path: Path,
+) -> None:
+    with HostileServer("endless") as server:
+        url = server.url()
+        job = url_job(tmp_path, url, max_bytes=2 * MB)
+        assert worker.run(job) == 1
+    result = entry_of(job).result()
+    assert result is not None and result["kind"] == "http"
+    assert url in result["message"] and "RECONCILE_PULL_MAX_BYTES" in result["message"]
+    assert "more than 2.1 MB" in result["message"]
+    assert not list(entry_of(job).folder.glob("*.partial"))  # dropped, not kept to resume
+
+
+@pytest.mark.parametrize("reserve", [8 * MB, 0], ids=["stops-at-the-reserve", "enospc"])
+def test_a_stream_that_fills_the_disk_drops_its_partial_and_says_where(
+    tmp_path: Path, reserve: int
+) -> None:
+    with tmpfs(tmp_path / "small", "20m") as small, HostileServer("endless") as server:
+        url = server.url()
+        job = url_job(small, url, reserve_bytes=reserve)
+        assert worker.run(job) == 1
+        result = entry_of(job).result()
+        assert result is not None and result["kind"] == "disk", result
+        partial = entry_of(job).folder / "tiny.gguf.partial"
+        assert not partial.exists()
+        free = shutil.disk_usage(small).free
+        assert free > 15 * MB  # what the download took is given back
+    message = result["message"]
+    assert url in message and str(partial) in message and "filled up after" in message
+    assert "MB free" in message or "kB free" in message or "B free" in message
+    assert "RECONCILE_DISK_RESERVE" in message

@@ -12,18 +12,22 @@ import re
 import shutil
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from http.client import HTTPResponse
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, NoReturn
 
 from controller.core.pulls import file_name
-from controller.pull.failures import PullError, no_space, stalled
+from controller.pull.failures import PullError, disk_filled, no_space, stalled, too_big
 from controller.pull.hashing import Hasher
+from controller.pull.job import Bounds
 from controller.pull.meter import Meter
 from controller.pull.writeback import Writeback
+from controller.store import diskspace
 from controller.store.modelcache import CacheEntry
 
 CHUNK = 1 << 20
+SPACE_EVERY = 4 << 20  # bytes written between looks at the free space
 CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 HINTS = {
     401: "the server wants credentials: use a URL that needs none",
@@ -33,14 +37,14 @@ HINTS = {
 
 
 def fetch_url(
-    url: str, sha256: str, entry: CacheEntry, *, stall: float, meter: Meter
+    url: str, sha256: str, entry: CacheEntry, *, bounds: Bounds, meter: Meter
 ) -> dict[str, Any]:
     """Download into ``<file>.partial`` (resuming what is there), check, rename."""
     name = file_name(url)
     final = entry.folder / name
     partial = entry.folder / f"{name}.partial"
     have = partial.stat().st_size if partial.exists() else 0
-    response = _open(url, have, stall)
+    response = _open(url, have, bounds.stall)
     if response is not None and response.status != 206:
         have = 0  # a whole answer (the server ignored Range): start over
     hasher = Hasher()
@@ -49,7 +53,8 @@ def fetch_url(
             hasher.feed_file(partial)
         if response is not None:
             with response:
-                have = _receive(response, partial, have, entry, stall=stall, meter=meter, h=hasher)
+                sink = Sink(url, partial, entry, bounds)
+                have = _receive(response, sink, have, meter=meter, h=hasher)
     finally:
         hasher.close()
     digest = hasher.hexdigest()
@@ -87,40 +92,95 @@ def _open(url: str, have: int, stall: float) -> HTTPResponse | None:
     return response
 
 
-def _receive(
-    response: HTTPResponse,
-    partial: Path,
-    have: int,
-    entry: CacheEntry,
-    *,
-    stall: float,
-    meter: Meter,
-    h: Hasher,
-) -> int:
-    offset = have
+@dataclass(slots=True)
+class Sink:
+    """Where the bytes go and how many may: a bound, a reserve, and what to say."""
+
+    url: str
+    partial: Path
+    entry: CacheEntry
+    bounds: Bounds
+    offset: int = 0  # the partial file's size as written so far
+
+    def check_space(self, remaining: int) -> None:
+        """Before the body: the rest of a sized download must fit above the reserve."""
+        free = shutil.disk_usage(self.entry.folder).free
+        if free - self.bounds.reserve < remaining:
+            raise no_space(str(self.entry.folder), remaining, free, self.bounds.reserve)
+
+    def check(self, offset: int, bound: int, why: str, *, disk: bool) -> None:
+        """During the body: past the bound, or below the reserve, the partial goes."""
+        if offset > bound:
+            self.partial.unlink(missing_ok=True)
+            raise too_big(self.url, offset, bound, why)
+        free = shutil.disk_usage(self.entry.folder).free if disk else self.bounds.reserve
+        if free < self.bounds.reserve:
+            self.filled(offset, free)
+
+    def filled(self, offset: int, free: int | None = None) -> NoReturn:
+        free = shutil.disk_usage(self.entry.folder).free if free is None else free
+        self.partial.unlink(missing_ok=True)
+        raise disk_filled(self.url, str(self.partial), offset, free, self.bounds.reserve)
+
+
+def _receive(response: HTTPResponse, sink: Sink, have: int, *, meter: Meter, h: Hasher) -> int:
+    offset = sink.offset = have
     total = _total(response, offset)
     if total is not None:
-        _check_space(entry, total - offset)
+        sink.check_space(total - offset)
+    bound, why = _bound(total, sink.bounds)
     meter.set(offset, total)
-    with partial.open("ab" if offset else "wb") as out:
-        synced = Writeback(out.fileno())
-        try:
-            while chunk := _read(response, stall, response.url or "the server"):
-                out.write(chunk)
-                h.feed(chunk)
-                synced.wrote(len(chunk))
-                offset += len(chunk)
-                meter.advance(len(chunk))
-            out.flush()
-        finally:
-            synced.close()
-        os.fsync(out.fileno())
+    try:
+        with sink.partial.open("ab" if offset else "wb") as out:
+            offset = _copy(response, out, offset, sink, bound, why, meter=meter, h=h)
+    except OSError as exc:
+        if diskspace.full(exc):  # the reserve was not enough (another writer): drop it
+            sink.filled(sink.offset)
+        raise
     meter.flush(force=True)
     if total is not None and offset != total:
         raise PullError(
-            "http", f"{response.url}: the connection ended at {offset} of {total} bytes: resumed"
+            "http", f"{sink.url}: the connection ended at {offset} of {total} bytes: resumed"
         )
     return offset
+
+
+def _copy(
+    response: HTTPResponse,
+    out: BinaryIO,
+    offset: int,
+    sink: Sink,
+    bound: int,
+    why: str,
+    *,
+    meter: Meter,
+    h: Hasher,
+) -> int:
+    synced = Writeback(out.fileno())
+    look_at = offset  # the free space is looked at every SPACE_EVERY bytes
+    try:
+        while chunk := _read(response, sink.bounds.stall, sink.url):
+            out.write(chunk)
+            h.feed(chunk)
+            synced.wrote(len(chunk))
+            offset += len(chunk)
+            sink.offset = offset
+            meter.advance(len(chunk))
+            disk = offset >= look_at
+            look_at = offset + SPACE_EVERY if disk else look_at
+            sink.check(offset, bound, why, disk=disk)
+        out.flush()
+    finally:
+        synced.close()
+    os.fsync(out.fileno())
+    return offset
+
+
+def _bound(total: int | None, bounds: Bounds) -> tuple[int, str]:
+    """The most bytes the file may have, and where that figure comes from."""
+    if total is not None:
+        return total, "the size the server announced"
+    return bounds.max_bytes, "RECONCILE_PULL_MAX_BYTES, for a download of unannounced size"
 
 
 def _read(response: HTTPResponse, stall: float, url: str) -> bytes:
@@ -138,12 +198,6 @@ def _total(response: HTTPResponse, offset: int) -> int | None:
         return int(ranged.group(3))
     length = response.headers.get("Content-Length")
     return offset + int(length) if length and length.isdigit() else None
-
-
-def _check_space(entry: CacheEntry, remaining: int) -> None:
-    free = shutil.disk_usage(entry.folder).free
-    if free < remaining:
-        raise no_space(str(entry.folder), remaining, free)
 
 
 def _commit(partial: Path, final: Path) -> None:

@@ -55,9 +55,9 @@ def _pull(job: Job, entry: CacheEntry) -> int:
 def _fetch(job: Job, entry: CacheEntry, meter: Meter) -> dict[str, Any]:
     source = job.source
     if source.url is not None and source.sha256 is not None:
-        return fetch_url(source.url, source.sha256, entry, stall=job.stall_seconds, meter=meter)
+        return fetch_url(source.url, source.sha256, entry, bounds=job.bounds, meter=meter)
     assert source.hugging_face is not None
-    return fetch_hub(source.hugging_face, entry, stall=job.stall_seconds, meter=meter)
+    return fetch_hub(source.hugging_face, entry, bounds=job.bounds, meter=meter)
 
 
 def _failed(job: Job, entry: CacheEntry, kind: FailureKind, message: str, attempts: int) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import failpoints
+from controller.store import diskspace
 from controller.store.records import check_name, write_atomic
 
 MAX_BYTES = 64 * 1024  # past this the oldest lines are dropped, down to half
@@ -50,8 +51,17 @@ class Journal:
         }
         line = (json.dumps({k: _clip(v) for k, v in event.items()}, default=str) + "\n").encode()
         failpoints.hit("events.append.before_write")
+        try:
+            self._append(self.path(name), line)
+        except OSError as exc:
+            if not diskspace.full(exc):
+                raise
+            # An event is history, not state: on a full disk it is dropped so the pass
+            # that writes the records (a restart, a stop) goes on.
+            diskspace.dropped(self.path(name))
+
+    def _append(self, path: Path, line: bytes) -> None:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = self.path(name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             size = os.fstat(fd).st_size
