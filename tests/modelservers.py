@@ -251,7 +251,8 @@ class HostileServer:
     ``trickle``: 200 with a Content-Length, then one byte every ``every`` seconds;
     ``ftp``: a 302 to an ``ftp://`` URL; ``bad-range``: a ranged request answered 206
     with a Content-Range (and body) that starts at half the byte asked for;
-    anything else: ``data`` whole. ``sent`` counts the body bytes written.
+    ``range-from-zero``: 206 with the whole of ``data`` whatever was asked; ``missing``:
+    404; anything else: ``data`` whole. ``sent`` counts the body bytes written.
     """
 
     def __init__(self, mode: str, data: bytes = b"", *, every: float = 0.2) -> None:
@@ -311,6 +312,16 @@ class HostileServer:
         handler.send_header("Location", "ftp://127.0.0.1:1/tiny.gguf")
         handler.send_header("Content-Length", "0")
         handler.end_headers()
+
+    def _missing(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_error(404)
+
+    def _range_from_zero(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(206)
+        handler.send_header("Content-Range", f"bytes 0-{len(self.data) - 1}/{len(self.data)}")
+        handler.send_header("Content-Length", str(len(self.data)))
+        handler.end_headers()
+        self._write(handler, self.data)
 
     def _bad_range(self, handler: BaseHTTPRequestHandler) -> None:
         match = RANGE.match(handler.headers.get("Range", ""))

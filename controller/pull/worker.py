@@ -16,6 +16,7 @@ from controller.pull.hubfetch import fetch_hub
 from controller.pull.job import Job
 from controller.pull.meter import Meter
 from controller.pull.urlfetch import fetch_url
+from controller.redact import redact_url
 from controller.store.events import Journal
 from controller.store.modelcache import CacheEntry, utcnow
 
@@ -61,10 +62,20 @@ def _fetch(job: Job, entry: CacheEntry, meter: Meter) -> dict[str, Any]:
 
 
 def _failed(job: Job, entry: CacheEntry, kind: FailureKind, message: str, attempts: int) -> None:
+    message = _named(job, message)
     result = {"status": "failed", "kind": kind, "message": message, "at": _now()}
     entry.write_result({**result, "attempts": attempts})
     print(f"pull failed: {message}", file=sys.stderr, flush=True)
     _journal(job, "pull", job.source.describe(), "failed", error=message, attempts=attempts)
+
+
+def _named(job: Job, message: str) -> str:
+    """Every failure names what was pulled (the URL, or repo@revision), and no secret
+    (a URL's password or ``?token=``, which a library's own text may carry)."""
+    message = redact_url(message)
+    hub = job.source.hugging_face
+    named = f"{hub.repo}@{hub.revision}" if hub is not None else job.source.describe()
+    return message if named in message else f"{job.source.describe()}: {message}"
 
 
 def _failures_so_far(entry: CacheEntry) -> int:
