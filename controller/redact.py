@@ -14,7 +14,8 @@ SECRET = re.compile(r"TOKEN|SECRET|KEY|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@/\s]+@")
 # A query parameter that carries a secret: ?token=, ?api_key=, a pre-signed URL's signature.
 URL_SECRET = re.compile(
-    r"([?&][^=&#\s]*(?:TOKEN|SECRET|KEY|PASSW|CREDENTIAL|AUTH|SIGNATURE|SIG)[^=&#\s]*=)[^&#\s]*",
+    r"([?&][^=&#\s]*(?:TOKEN|SECRET|KEY|PASSW|CREDENTIAL|AUTH|SIGNATURE|SIG)[^=&#\s]*=)"
+    r"(?!<redacted>)[^&#\s\"'<>]*",  # once: a message is redacted again as a whole
     re.IGNORECASE,
 )
 REDACTED = "<redacted>"

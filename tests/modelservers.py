@@ -73,7 +73,7 @@ class FileServer:
 
     def _head(self, handler: BaseHTTPRequestHandler) -> None:
         """What ``plan`` asks before a pull: the size, no body (and no request counted)."""
-        data = self.files.get(handler.path.lstrip("/"))
+        data = self.files.get(handler.path.split("?")[0].lstrip("/"))
         if data is None:
             handler.send_error(404)
             return
@@ -83,7 +83,7 @@ class FileServer:
         handler.end_headers()
 
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
-        data = self.files.get(handler.path.lstrip("/"))
+        data = self.files.get(handler.path.split("?")[0].lstrip("/"))
         with self._lock:
             self.requests += 1
             first = self.requests == 1

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from disks import tmpfs
 from modelservers import HostileServer, HubServer, serving
-from procs import alive, kill_marked, wait_for, wait_gone
+from procs import alive, cmdline, kill_marked, wait_for, wait_gone
 
 from controller.core.sources import Source
 from controller.pull import launch, worker
@@ -343,7 +343,7 @@ def test_every_pull_error_names_the_url_and_never_its_token(
     secret = "s3cret-Value"
     data = b"x" * 200 if mode == "trickle" else DATA  # a trickle of 3 MB: a day
     with HostileServer(mode, data, every=0.05) as server:
-        url = f"{server.url()}?token={secret}&v=1"
+        url = f"{server.url()}?v=1&token={secret}"
         digest = extra.pop("digest", DIGEST)
         job = url_job(tmp_path, url, digest, **extra)
         if mode == "bad-range":
@@ -352,8 +352,21 @@ def test_every_pull_error_names_the_url_and_never_its_token(
         assert worker.run(job) == 1
     result = entry_of(job).result()
     assert result is not None
-    assert f"{server.url()}?token=<redacted>&v=1" in result["message"], result
+    assert f"{server.url()}?v=1&token=<redacted>: " in result["message"], result
     journal = (tmp_path / "events" / "web.jsonl").read_text()
     shown = capfd.readouterr()
     for text in (json.dumps(result), journal, shown.out, shown.err):
         assert secret not in text
+
+
+def test_a_pull_process_shows_no_token_in_its_command_line(tmp_path: Path, pulls: Path) -> None:
+    secret = "s3cret-Value"
+    with serving({"tiny.gguf": DATA}, hold=MB) as server:
+        job = url_job(tmp_path, f"{server.url('tiny.gguf')}?token={secret}")
+        pid = launch.spawn(job)
+        wait_for(lambda: server.sent >= MB, what="the pull under way")  # it has its job
+        assert "controller.pull" in cmdline(pid)  # what `ps` shows every local user
+        assert secret not in cmdline(pid)
+        server.release()
+        wait_for(lambda: entry_of(job).model_path() is not None, what="the pull")
+        wait_for(lambda: not alive(pid), what="the pull process to exit")

@@ -11,6 +11,7 @@ from typing import Any
 from controller.core.sources import Source
 from controller.store import diskspace
 
+JOB_ENV = "RECONCILE_PULL_JOB"  # how launch.py hands a pull process its job
 MAX_ENV = "RECONCILE_PULL_MAX_BYTES"
 # A download whose size neither the server nor the hub says stops here: past the largest
 # file the hub holds (50 GB), so only a server that streams without end meets it.
