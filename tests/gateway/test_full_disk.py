@@ -15,7 +15,7 @@ from typing import Any
 
 from disks import fill, tmpfs
 from modelservers import HostileServer
-from procs import kill_marked
+from procs import GATEWAY_MARKER, kill_marked, marked_pids
 
 from controller.pull import launch
 from controller.store.modelcache import CacheEntry
@@ -52,3 +52,19 @@ def test_a_full_state_disk_still_restarts_a_killed_engine_and_down_stops_all(
             assert not reconcile.pids()
         finally:
             kill_marked(str(cache), marker=launch.MARKER)
+
+
+def test_down_stops_all_on_a_full_disk_whose_ballast_is_spent(reconcile: Any, gateway: Any) -> None:
+    with tmpfs(reconcile.state, "20m"):
+        reconcile.write("web")
+        reconcile.write("api", basePort=reconcile.port + 5)
+        g = gateway()
+        g.wait_phase("web", "Ready")
+        g.wait_phase("api", "Ready")
+        assert g.stop() == 0  # the daemon; its engines and its gateway stay up
+        (reconcile.state / "instances" / ".reserve").unlink()  # spent on an earlier fill
+        fill(reconcile.state)
+        reconcile.down("--gateway")  # exit 0: the Terminating notes are skipped, not the stops
+        assert not reconcile.pids()
+        assert not marked_pids(f"{reconcile.node}/", GATEWAY_MARKER)  # the gateway too
+        assert reconcile.status() == {}
