@@ -14,6 +14,12 @@ from typing import Any
 
 SECRET = re.compile(r"TOKEN|SECRET|KEY|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@/\s]+@")
+# A query parameter that carries a secret: ?token=, ?api_key=, a pre-signed URL's signature.
+URL_SECRET = re.compile(
+    r"([?&][^=&#\s]*(?:TOKEN|SECRET|KEY|PASSW|CREDENTIAL|AUTH|SIGNATURE|SIG)[^=&#\s]*=)"
+    r"(?!<redacted>)[^&#\s\"'<>]*",  # once: a message is redacted again as a whole
+    re.IGNORECASE,
+)
 REDACTED = "<redacted>"
 
 
@@ -38,6 +44,11 @@ def redact_args(args: Sequence[Any]) -> list[str]:
             continue
         out.append(URL_PASSWORD.sub(rf"\1{REDACTED}@", text))
     return out
+
+
+def redact_url(url: str) -> str:
+    """A URL fit to print: no password, no secret query value (``?token=<redacted>``)."""
+    return URL_SECRET.sub(rf"\1{REDACTED}", URL_PASSWORD.sub(rf"\1{REDACTED}@", url))
 
 
 def redact_spec(spec: dict[str, Any]) -> dict[str, Any]:

@@ -73,7 +73,7 @@ class FileServer:
 
     def _head(self, handler: BaseHTTPRequestHandler) -> None:
         """What ``plan`` asks before a pull: the size, no body (and no request counted)."""
-        data = self.files.get(handler.path.lstrip("/"))
+        data = self.files.get(handler.path.split("?")[0].lstrip("/"))
         if data is None:
             handler.send_error(404)
             return
@@ -83,7 +83,7 @@ class FileServer:
         handler.end_headers()
 
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
-        data = self.files.get(handler.path.lstrip("/"))
+        data = self.files.get(handler.path.split("?")[0].lstrip("/"))
         with self._lock:
             self.requests += 1
             first = self.requests == 1
@@ -242,6 +242,108 @@ class HubServer:
 
 def _git_oid(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+class HostileServer:
+    """One URL, answered the way a broken or hostile server would (``mode``):
+
+    ``endless``: 200 with no Content-Length, then bytes until the client goes away;
+    ``trickle``: 200 with a Content-Length, then one byte every ``every`` seconds;
+    ``ftp``: a 302 to an ``ftp://`` URL; ``bad-range``: a ranged request answered 206
+    with a Content-Range (and body) that starts at half the byte asked for;
+    ``range-from-zero``: 206 with the whole of ``data`` whatever was asked; ``missing``:
+    404; anything else: ``data`` whole. ``sent`` counts the body bytes written.
+    """
+
+    def __init__(self, mode: str, data: bytes = b"", *, every: float = 0.2) -> None:
+        self.mode = mode
+        self.data = data
+        self.every = every
+        self.sent = 0
+        self.stop = threading.Event()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+
+    def url(self, name: str = "tiny.gguf") -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/{name}"
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(_Quiet):
+            def do_GET(self) -> None:
+                try:
+                    getattr(server, "_" + server.mode.replace("-", "_"), server._whole)(self)
+                except OSError:
+                    return  # the client went away: what a pull that gives up does
+
+        return Handler
+
+    def _write(self, handler: BaseHTTPRequestHandler, chunk: bytes) -> None:
+        handler.wfile.write(chunk)
+        handler.wfile.flush()
+        self.sent += len(chunk)
+
+    def _whole(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(self.data)))
+        handler.end_headers()
+        self._write(handler, self.data)
+
+    def _endless(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Connection", "close")  # no length: the body ends with it
+        handler.end_headers()
+        handler.close_connection = True
+        while not self.stop.is_set():
+            self._write(handler, b"x" * (256 * 1024))
+
+    def _trickle(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(self.data)))
+        handler.end_headers()
+        for byte in self.data:
+            if self.stop.wait(self.every):
+                return
+            self._write(handler, bytes([byte]))
+
+    def _ftp(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(302)
+        handler.send_header("Location", "ftp://127.0.0.1:1/tiny.gguf")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    def _missing(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_error(404)
+
+    def _range_from_zero(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(206)
+        handler.send_header("Content-Range", f"bytes 0-{len(self.data) - 1}/{len(self.data)}")
+        handler.send_header("Content-Length", str(len(self.data)))
+        handler.end_headers()
+        self._write(handler, self.data)
+
+    def _bad_range(self, handler: BaseHTTPRequestHandler) -> None:
+        match = RANGE.match(handler.headers.get("Range", ""))
+        if match is None:
+            self._whole(handler)
+            return
+        wrong = int(match.group(1)) // 2  # not the byte asked for, and says so
+        body = self.data[wrong:]
+        handler.send_response(206)
+        handler.send_header("Content-Range", f"bytes {wrong}-{len(self.data) - 1}/{len(self.data)}")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        self._write(handler, body)
+
+    def __enter__(self) -> HostileServer:
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self._server.shutdown()
+        self._server.server_close()
 
 
 @contextmanager

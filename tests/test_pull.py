@@ -4,16 +4,20 @@ the entry lock, and a pull process killed with SIGKILL mid-way."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import signal
 import threading
 from collections import namedtuple
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from modelservers import HubServer, serving
-from procs import alive, kill_marked, wait_for, wait_gone
+from disks import tmpfs
+from modelservers import HostileServer, HubServer, serving
+from procs import alive, cmdline, kill_marked, wait_for, wait_gone
 
 from controller.core.sources import Source
 from controller.pull import launch, worker
@@ -233,3 +237,136 @@ def test_several_hub_files_make_model_the_snapshot_folder(
     assert path == entry_of(job).folder / "files"  # {model}: the folder, as vLLM takes it
     assert (path / "model.safetensors").read_bytes() == files["model.safetensors"]
     assert not (path / "README.md").exists()
+
+
+def test_a_stream_of_unannounced_size_stops_at_the_most_a_pull_may_take(
+    tmp_path: Path,
+) -> None:
+    with HostileServer("endless") as server:
+        url = server.url()
+        job = url_job(tmp_path, url, max_bytes=2 * MB)
+        assert worker.run(job) == 1
+    result = entry_of(job).result()
+    assert result is not None and result["kind"] == "http"
+    assert url in result["message"] and "RECONCILE_PULL_MAX_BYTES" in result["message"]
+    assert "more than 2.1 MB" in result["message"]
+    assert not list(entry_of(job).folder.glob("*.partial"))  # dropped, not kept to resume
+
+
+@pytest.mark.parametrize("reserve", [8 * MB, 0], ids=["stops-at-the-reserve", "enospc"])
+def test_a_stream_that_fills_the_disk_drops_its_partial_and_says_where(
+    tmp_path: Path, reserve: int
+) -> None:
+    with tmpfs(tmp_path / "small", "20m") as small, HostileServer("endless") as server:
+        url = server.url()
+        job = url_job(small, url, reserve_bytes=reserve)
+        assert worker.run(job) == 1
+        result = entry_of(job).result()
+        assert result is not None and result["kind"] == "disk", result
+        partial = entry_of(job).folder / "tiny.gguf.partial"
+        assert not partial.exists()
+        free = shutil.disk_usage(small).free
+        assert free > 15 * MB  # what the download took is given back
+    message = result["message"]
+    assert url in message and str(partial) in message and "filled up after" in message
+    assert "MB free" in message or "kB free" in message or "B free" in message
+    assert "RECONCILE_DISK_RESERVE" in message
+
+
+def test_a_trickle_under_the_minimum_rate_is_a_stall(tmp_path: Path) -> None:
+    data = b"x" * 200  # 20 bytes/s: each read beats the socket's timeout, the pull never ends
+    with HostileServer("trickle", data, every=0.05) as server:
+        url = server.url()
+        job = url_job(tmp_path, url, hashlib.sha256(data).hexdigest(), stall_seconds=0.5)
+        assert worker.run(job) == 1
+    result = entry_of(job).result()
+    assert result is not None and result["kind"] == "stall", result
+    assert url in result["message"] and "under 1000 bytes/s" in result["message"]
+
+
+def test_a_redirect_to_another_scheme_is_refused(tmp_path: Path) -> None:
+    with HostileServer("ftp") as server:
+        url = server.url()
+        job = url_job(tmp_path, url)
+        assert worker.run(job) == 1
+    result = entry_of(job).result()
+    assert result is not None and result["kind"] == "http"
+    assert f"{url}: the server redirects to ftp://127.0.0.1:1/tiny.gguf" in result["message"]
+    assert "follows http and https only" in result["message"]
+
+
+def test_a_range_answer_from_another_byte_is_dropped_not_appended(tmp_path: Path) -> None:
+    with HostileServer("bad-range", DATA) as server:
+        job = url_job(tmp_path, server.url())
+        entry = entry_of(job)
+        entry.ensure()
+        partial = entry.folder / "tiny.gguf.partial"
+        partial.write_bytes(DATA[:MB])  # a pull cut after its first MB
+        assert worker.run(job) == 1
+        result = entry.result()
+        assert result is not None and result["kind"] == "http", result
+        assert (
+            f"asked for the bytes from {MB}, the server sent bytes from {MB // 2}"
+            in (result["message"])
+        )
+        assert not partial.exists()
+        assert worker.run(job) == 0  # from zero: a whole answer
+    assert (entry.folder / "tiny.gguf").read_bytes() == DATA
+
+
+def test_a_range_answer_from_byte_zero_is_the_whole_file(tmp_path: Path) -> None:
+    with HostileServer("range-from-zero", DATA) as server:
+        job = url_job(tmp_path, server.url())
+        entry = entry_of(job)
+        entry.ensure()
+        (entry.folder / "tiny.gguf.partial").write_bytes(DATA[:MB])
+        assert worker.run(job) == 0
+    assert (entry.folder / "tiny.gguf").read_bytes() == DATA
+
+
+@pytest.mark.parametrize(
+    ("mode", "extra"),
+    [
+        ("missing", {}),
+        ("ftp", {}),
+        ("endless", {"max_bytes": MB}),
+        ("trickle", {"stall_seconds": 0.5}),
+        ("bad-range", {}),
+        ("whole", {"reserve_bytes": 1 << 60}),  # no room: refused before the body
+        ("whole", {"digest": "0" * 64}),
+    ],
+    ids=["404", "ftp", "endless", "trickle", "bad-range", "no-room", "checksum"],
+)
+def test_every_pull_error_names_the_url_and_never_its_token(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], mode: str, extra: dict[str, Any]
+) -> None:
+    secret = "s3cret-Value"
+    data = b"x" * 200 if mode == "trickle" else DATA  # a trickle of 3 MB: a day
+    with HostileServer(mode, data, every=0.05) as server:
+        url = f"{server.url()}?v=1&token={secret}"
+        digest = extra.pop("digest", DIGEST)
+        job = url_job(tmp_path, url, digest, **extra)
+        if mode == "bad-range":
+            entry_of(job).ensure()
+            (entry_of(job).folder / "tiny.gguf.partial").write_bytes(DATA[:MB])
+        assert worker.run(job) == 1
+    result = entry_of(job).result()
+    assert result is not None
+    assert f"{server.url()}?v=1&token=<redacted>: " in result["message"], result
+    journal = (tmp_path / "events" / "web.jsonl").read_text()
+    shown = capfd.readouterr()
+    for text in (json.dumps(result), journal, shown.out, shown.err):
+        assert secret not in text
+
+
+def test_a_pull_process_shows_no_token_in_its_command_line(tmp_path: Path, pulls: Path) -> None:
+    secret = "s3cret-Value"
+    with serving({"tiny.gguf": DATA}, hold=MB) as server:
+        job = url_job(tmp_path, f"{server.url('tiny.gguf')}?token={secret}")
+        pid = launch.spawn(job)
+        wait_for(lambda: server.sent >= MB, what="the pull under way")  # it has its job
+        assert "controller.pull" in cmdline(pid)  # what `ps` shows every local user
+        assert secret not in cmdline(pid)
+        server.release()
+        wait_for(lambda: entry_of(job).model_path() is not None, what="the pull")
+        wait_for(lambda: not alive(pid), what="the pull process to exit")

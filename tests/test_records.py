@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from disks import fill, tmpfs
 from strategies import record
 
 from controller.core.state import VERSION, ExitInfo, Phase, ProbeConfig, ProcessRef, Record
 from controller.errors import RecordError
+from controller.store import diskspace
 from controller.store.recordjson import RecordInvalid, from_json, to_json
 from controller.store.records import RecordStore, check_name, write_atomic
 
@@ -154,7 +156,8 @@ def test_failed_rename_keeps_the_old_record_and_no_tmp(
         store.write(record("web", restarts=2))
     monkeypatch.undo()
     assert store.read("web") == old
-    assert sorted(p.name for p in store.instances.iterdir() if p.is_file()) == ["web.json"]
+    files = sorted(p.name for p in store.instances.iterdir() if p.is_file())
+    assert files == [".reserve", "web.json"]  # the full-disk ballast, and no tmp file
 
 
 def test_readers_never_see_a_torn_record(store: RecordStore) -> None:
@@ -538,3 +541,25 @@ def test_a_version_1_record_is_checked_like_any_other(change: dict[str, Any], wh
     with pytest.raises(RecordInvalid) as caught:
         from_json(json.dumps({**V1_RECORD, **change}))
     assert where in str(caught.value)
+
+
+def test_a_full_disk_gives_up_the_ballast_for_a_record_then_fails_leaving_no_tmp(
+    tmp_path: Path,
+) -> None:
+    with tmpfs(tmp_path / "state", "16m") as state:
+        store = RecordStore(state)
+        store.ensure()
+        assert (store.instances / ".reserve").stat().st_size == 1 << 20
+        fill(state)
+        store.write(record("web", restarts=3))  # the ballast's room
+        assert store.read("web") == record("web", restarts=3)
+        assert not (store.instances / ".reserve").exists()
+        (note,) = diskspace.notes()
+        assert f"the disk of {store.instances} is full" in note
+        fill(state)
+        with pytest.raises(OSError):  # no ballast left: the error, as it is
+            store.write(record("web", restarts=4, message="x" * 8192))
+        assert sorted(p.name for p in store.instances.iterdir() if p.is_file()) == ["web.json"]
+        (state / "filler").unlink()
+        store.ensure()  # room again: the ballast is taken back
+        assert (store.instances / ".reserve").exists()

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from controller.core.pulls import hub_key, url_key
+from controller.redact import redact_url
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # owner/name as the hub spells repo ids (no '..', no leading '/': a key, never a path)
@@ -88,9 +89,10 @@ class Source(_Model):
         return hub_key(hub.repo, hub.revision, hub.files)
 
     def describe(self) -> str:
-        """One line for messages and events: the URL, or repo@revision [files]."""
+        """One line for messages and events: the URL (no secret in it), or repo@revision
+        [files]."""
         if self.url is not None:
-            return self.url
+            return redact_url(self.url)
         hub = self.hugging_face
         assert hub is not None
         files = f" [{', '.join(hub.files)}]" if hub.files else ""

@@ -1,18 +1,27 @@
-"""``python -m controller.pull JOB``: the pull process a pass starts (see worker.py)."""
+"""``python -m controller.pull``: the pull process a pass starts (see worker.py).
+
+The job comes in ``RECONCILE_PULL_JOB`` (launch.py), not the argv: a URL's token must
+not show in `ps`. A JSON argument is still read (by hand, for a look at one pull).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
-from controller.pull.job import Job
+from controller.pull.job import JOB_ENV, Job
 from controller.pull.worker import run
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m controller.pull JOB_JSON (started by reconcile)", file=sys.stderr)
+    text = argv[0] if len(argv) == 1 else os.environ.get(JOB_ENV) if not argv else None
+    if not text:
+        print(
+            f"usage: {JOB_ENV}=JOB_JSON python -m controller.pull (started by reconcile)",
+            file=sys.stderr,
+        )
         return 64
-    return run(Job.from_json(argv[0]))
+    return run(Job.from_json(text))
 
 
 if __name__ == "__main__":

@@ -17,18 +17,22 @@ from typing import Any
 
 from controller.core.sources import HuggingFace
 from controller.pull.failures import PullError, no_space, stalled
+from controller.pull.job import Bounds
 from controller.pull.meter import EVERY, Meter
 from controller.store.modelcache import CacheEntry
 
 
-def fetch_hub(hub: HuggingFace, entry: CacheEntry, *, stall: float, meter: Meter) -> dict[str, Any]:
+def fetch_hub(
+    hub: HuggingFace, entry: CacheEntry, *, bounds: Bounds, meter: Meter
+) -> dict[str, Any]:
     # Its read timeout is our stall limit; no tqdm bars in a log file.
+    stall = bounds.stall
     os.environ["HF_HUB_DOWNLOAD_TIMEOUT"] = f"{stall:g}"
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     local = entry.folder / "files"
     try:
-        return _download(hub, local, entry, stall=stall, meter=meter)
+        return _download(hub, local, entry, reserve=bounds.reserve, meter=meter)
     except PullError:
         raise
     except Exception as exc:  # the library's error tree, said for people
@@ -36,7 +40,7 @@ def fetch_hub(hub: HuggingFace, entry: CacheEntry, *, stall: float, meter: Meter
 
 
 def _download(
-    hub: HuggingFace, local: Path, entry: CacheEntry, *, stall: float, meter: Meter
+    hub: HuggingFace, local: Path, entry: CacheEntry, *, reserve: int, meter: Meter
 ) -> dict[str, Any]:
     from huggingface_hub import snapshot_download
 
@@ -58,7 +62,7 @@ def _download(
     total = sum(f.file_size or 0 for f in listing)
     todo = sum(f.file_size or 0 for f in listing if f.will_download)
     local.mkdir(parents=True, exist_ok=True)
-    _check_space(local, todo - _bytes_under(local / ".cache"))
+    _check_space(local, todo - _bytes_under(local / ".cache"), reserve)
     done = threading.Event()
     watcher = threading.Thread(target=_watch, args=(local, meter, total, done), daemon=True)
     watcher.start()
@@ -93,10 +97,10 @@ def _bytes_under(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def _check_space(folder: Path, remaining: int) -> None:
+def _check_space(folder: Path, remaining: int, reserve: int) -> None:
     free = shutil.disk_usage(folder).free
-    if free < remaining:
-        raise no_space(str(folder), remaining, free)
+    if free - reserve < remaining:
+        raise no_space(str(folder), remaining, free, reserve)
 
 
 def _digest(path: Path) -> str:

@@ -3,7 +3,8 @@
 A pull gets its own session (a pass ending, or the daemon stopping, leaves it
 running), stdin from /dev/null and its output in the entry's ``pull.log``; its
 environment carries ``RECONCILE_PULL=<entry folder>``, which is how a later pass (any
-process) knows the pull is there, as engines are known by ``RECONCILE_INSTANCE``.
+process) knows the pull is there, as engines are known by ``RECONCILE_INSTANCE``, and
+the job itself (``RECONCILE_PULL_JOB``: never the argv, which `ps` shows to all).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 from controller.host.procscan import EnvironScan
-from controller.pull.job import Job
+from controller.pull.job import JOB_ENV, Job
 from controller.store.modelcache import CacheEntry
 
 MARKER = "RECONCILE_PULL"
@@ -28,9 +29,12 @@ def spawn(job: Job) -> int:
     entry = CacheEntry.of(job.cache, job.source.key)
     entry.ensure()
     env = {**os.environ, MARKER: str(entry.folder), "RECONCILE_STATE": str(job.state_dir)}
+    # The job (its URL, a ?token= with it) in the environment, which only its owner may
+    # read: an argv is shown to every local user by `ps`.
+    env[JOB_ENV] = job.to_json()
     with (entry.folder / "pull.log").open("ab") as log:
         child = subprocess.Popen(
-            [sys.executable, "-m", "controller.pull", job.to_json()],
+            [sys.executable, "-m", "controller.pull"],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -16,6 +16,7 @@ from controller.pull.hubfetch import fetch_hub
 from controller.pull.job import Job
 from controller.pull.meter import Meter
 from controller.pull.urlfetch import fetch_url
+from controller.redact import redact_url
 from controller.store.events import Journal
 from controller.store.modelcache import CacheEntry, utcnow
 
@@ -55,16 +56,26 @@ def _pull(job: Job, entry: CacheEntry) -> int:
 def _fetch(job: Job, entry: CacheEntry, meter: Meter) -> dict[str, Any]:
     source = job.source
     if source.url is not None and source.sha256 is not None:
-        return fetch_url(source.url, source.sha256, entry, stall=job.stall_seconds, meter=meter)
+        return fetch_url(source.url, source.sha256, entry, bounds=job.bounds, meter=meter)
     assert source.hugging_face is not None
-    return fetch_hub(source.hugging_face, entry, stall=job.stall_seconds, meter=meter)
+    return fetch_hub(source.hugging_face, entry, bounds=job.bounds, meter=meter)
 
 
 def _failed(job: Job, entry: CacheEntry, kind: FailureKind, message: str, attempts: int) -> None:
+    message = _named(job, message)
     result = {"status": "failed", "kind": kind, "message": message, "at": _now()}
     entry.write_result({**result, "attempts": attempts})
     print(f"pull failed: {message}", file=sys.stderr, flush=True)
     _journal(job, "pull", job.source.describe(), "failed", error=message, attempts=attempts)
+
+
+def _named(job: Job, message: str) -> str:
+    """Every failure names what was pulled (the URL, or repo@revision), and no secret
+    (a URL's password or ``?token=``, which a library's own text may carry)."""
+    message = redact_url(message)
+    hub = job.source.hugging_face
+    named = f"{hub.repo}@{hub.revision}" if hub is not None else job.source.describe()
+    return message if named in message else f"{job.source.describe()}: {message}"
 
 
 def _failures_so_far(entry: CacheEntry) -> int:

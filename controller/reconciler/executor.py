@@ -48,7 +48,7 @@ from controller.logsetup import get_logger
 from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
 from controller.redact import redact_args
-from controller.store import logfiles
+from controller.store import diskspace, logfiles
 from controller.store.events import Journal
 from controller.store.records import RecordStore
 
@@ -227,7 +227,14 @@ class Executor:
 
     def _terminate(self, rec: Record, reason: str, point: str | None = None) -> None:
         """Record Terminating, then tear down: a crash between them is finished by a later pass."""
-        self.store.write(replace(rec, phase=Phase.TERMINATING, message=reason))
+        try:
+            self.store.write(replace(rec, phase=Phase.TERMINATING, message=reason))
+        except OSError as exc:
+            if not diskspace.full(exc):
+                raise
+            # A full disk, its ballast spent: the stop matters more than the note of it
+            # (a crash before the record goes leaves a dead engine's record: a later
+            # pass handles that as any other).
         if point is not None:
             failpoints.hit(point)
         self.backend.teardown(rec)

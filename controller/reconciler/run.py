@@ -43,7 +43,15 @@ from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
 from controller.reconciler.pulling import puller_of
-from controller.store import activation, devicehealth, gitrev, logfiles, measured, restart
+from controller.store import (
+    activation,
+    devicehealth,
+    diskspace,
+    gitrev,
+    logfiles,
+    measured,
+    restart,
+)
 from controller.store.events import Journal
 from controller.store.lock import FileLock
 from controller.store.manifests import LoadResult, ManifestError, load
@@ -265,6 +273,8 @@ class Reconciler(Preview):
             note_seen(self.config.state_dir, _seen(result, self.config.node, seen_at))
             logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
             seconds = time.monotonic() - started
+        for note in diskspace.notes():  # a full disk: the pass went on, but say so
+            log.warning("disk full", detail=note)
         for hook in self.after_pass:
             hook(result, seconds)
         return result

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import failpoints
-from controller.store import sidefiles
+from controller.store import diskspace, sidefiles
 from controller.store.records import check_name, write_atomic
 
 MAX_BYTES = 64 * 1024  # past this the oldest lines are dropped, down to half
@@ -47,7 +47,11 @@ class Journal:
         try:
             self._append(name, action, reason, outcome, **extra)
         except OSError as exc:
-            sidefiles.warn(self.path(name), f"events not journaled: {exc}")
+            if diskspace.full(exc):
+                # dropped on a full disk so that the pass writing the records goes on
+                diskspace.dropped(self.path(name))
+            else:
+                sidefiles.warn(self.path(name), f"events not journaled: {exc}")
 
     def problem(self) -> str | None:
         """Why the journals cannot be read at all (the folder is a file), or None."""
@@ -64,8 +68,10 @@ class Journal:
         }
         line = (json.dumps({k: _clip(v) for k, v in event.items()}, default=str) + "\n").encode()
         failpoints.hit("events.append.before_write")
+        self._write(self.path(name), line)
+
+    def _write(self, path: Path, line: bytes) -> None:
         sidefiles.folder_for_write(self.folder)
-        path = self.path(name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             size = os.fstat(fd).st_size

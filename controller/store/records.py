@@ -20,7 +20,7 @@ from controller import failpoints
 from controller.core.names import record_name_ok
 from controller.core.state import VERSION, Record
 from controller.errors import RecordError
-from controller.store import security
+from controller.store import diskspace, security
 from controller.store.recordjson import READERS, RecordInvalid, to_json
 
 
@@ -55,12 +55,12 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     # Unique per writer thread too (the gateway writes from a pool); the pid stays the
     # last field before ".tmp": sweep_tmp reads it to find a dead writer's leftovers.
     tmp = path.with_name(f".{path.name}.{threading.get_ident()}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        _write_tmp(tmp, data, mode)
+    except OSError as exc:  # a full disk: the ballast's room, then once more
+        if not diskspace.full(exc) or not diskspace.release_for(path):
+            raise
+        _write_tmp(tmp, data, mode)
     try:
         failpoints.hit("records.write.before_rename")
         os.replace(tmp, path)
@@ -70,6 +70,22 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
         raise
     failpoints.hit("records.write.before_dir_fsync")
     fsync_dir(path.parent)
+
+
+def _write_tmp(tmp: Path, data: bytes, mode: int) -> None:
+    """The whole of ``data`` in ``tmp``, synced; on failure no tmp file is left."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        view = memoryview(data)
+        while view:  # a short write is what a nearly full disk gives
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    os.close(fd)
 
 
 def sweep_tmp(folder: Path) -> None:
@@ -119,6 +135,7 @@ class RecordStore:
         os.chmod(self.state_dir, 0o700)
         for folder in (self.state_dir, self.instances, events):
             sweep_tmp(folder)
+        diskspace.Ballast(self.instances).keep()
 
     def path(self, name: str) -> Path:
         return self.instances / f"{check_name(name)}.json"
