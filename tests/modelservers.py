@@ -18,6 +18,7 @@ that many bytes until released (a pull that is mid-way for as long as the test w
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -148,12 +149,19 @@ def _range_start(handler: BaseHTTPRequestHandler, data: bytes, seen: list[str]) 
 
 class HubServer:
     """One repo (``repo``) at one commit, holding ``files``; ``gated``: a request without
-    a token gets the hub's 401 with ``X-Error-Code: GatedRepo``."""
+    a token gets the hub's 401 with ``X-Error-Code: GatedRepo``; ``endless``: a file's GET
+    streams its bytes over and over, with no Content-Length, until the client goes (a
+    mirror that sends more than its listing says)."""
 
-    def __init__(self, repo: str, files: dict[str, bytes], *, gated: bool = False) -> None:
+    def __init__(
+        self, repo: str, files: dict[str, bytes], *, gated: bool = False, endless: bool = False
+    ) -> None:
         self.repo = repo
         self.files = files
         self.gated = gated
+        self.endless = endless
+        self.streamed = 0  # bytes an endless GET sent
+        self._closing = threading.Event()
         self.downloads: list[str] = []  # file names GET /resolve sent in full or in part
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -225,17 +233,29 @@ class HubServer:
             handler.send_response(200)
         handler.send_header("X-Repo-Commit", COMMIT)
         handler.send_header("ETag", f'"{_git_oid(data)}"')
+        if body and self.endless:
+            handler.end_headers()  # HTTP/1.0 without a length: the body ends at the close
+            self.downloads.append(name)
+            self._stream(handler, data)
+            return
         handler.send_header("Content-Length", str(len(data) - start))
         handler.end_headers()
         if body:
             self.downloads.append(name)
             handler.wfile.write(data[start:])
 
+    def _stream(self, handler: BaseHTTPRequestHandler, data: bytes) -> None:
+        with contextlib.suppress(OSError):
+            while not self._closing.is_set():
+                handler.wfile.write(data)
+                self.streamed += len(data)
+
     def __enter__(self) -> HubServer:
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()
 

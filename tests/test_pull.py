@@ -186,6 +186,27 @@ def test_the_hub_client_pulls_a_glob_through_hf_endpoint(
     assert path.read_bytes() == files["model-q4_k_m.gguf"]
 
 
+def test_a_hub_file_longer_than_listed_is_cut_off_and_its_partial_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pulls: Path
+) -> None:
+    files = {"model-q4_k_m.gguf": os.urandom(MB)}  # listed at 1 MiB, streamed for ever
+    with HubServer("acme/tiny", files, endless=True) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        source = Source.model_validate({"huggingFace": {"repo": "acme/tiny"}})
+        job = Job(source=source, cache=pulls, state_dir=tmp_path, deployments=())
+        pid = launch.spawn(job)
+        # without the guard it streams until the client's stall limit, which never comes
+        wait_for(lambda: not alive(pid), what="the pull process to stop", timeout=120)
+        assert hub.streamed > MB  # it did send more than it listed
+    result = entry_of(job).result()
+    assert result is not None and result["status"] == "failed", result
+    assert result["message"].startswith("acme/tiny@main: the server sent more than"), result
+    assert "the size the hub listed" in result["message"]
+    left = entry_of(job).folder / "files"
+    assert not list(left.rglob("*.incomplete")), "the partial was kept"
+
+
 def test_a_missing_hub_repo_says_what_to_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

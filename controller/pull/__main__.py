@@ -25,4 +25,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    # At once: a hub download stopped by its guard (hubfetch.Guard) may leave the
+    # library's download threads running, which a normal exit would wait for.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

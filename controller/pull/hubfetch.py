@@ -4,6 +4,13 @@
 resumes its own ``.incomplete`` files, checks what it downloads and reads
 ``HF_ENDPOINT``/``HF_TOKEN`` as usual. A dry run first gives the sizes for the disk
 check and the progress total; progress is the bytes under ``files/`` as they grow.
+
+The library checks a file's size only once it has it all, so a server (a mirror in
+HF_ENDPOINT) that streams more than the hub's listing said could fill the disk. The
+watcher that meters progress also guards it: past the listed size (plus a slack), or
+below the free-space reserve, it drops the partial files and signals the main thread,
+which raises the reason (the pull process then exits at once, the library's download
+threads with it: ``python -m controller.pull`` ends with ``os._exit``).
 """
 
 from __future__ import annotations
@@ -11,12 +18,16 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from controller.core.sources import HuggingFace
-from controller.pull.failures import PullError, no_space, stalled
+from controller.pull.failures import PullError, disk_filled, no_space, stalled, too_big
 from controller.pull.job import Bounds
 from controller.pull.meter import EVERY, Meter
 from controller.store.modelcache import CacheEntry
@@ -63,16 +74,11 @@ def _download(
     todo = sum(f.file_size or 0 for f in listing if f.will_download)
     local.mkdir(parents=True, exist_ok=True)
     _check_space(local, todo - _bytes_under(local / ".cache"), reserve)
-    done = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(local, meter, total, done), daemon=True)
-    watcher.start()
-    try:
+    guard = Guard(f"{hub.repo}@{hub.revision}", local, total, reserve)
+    with guard.watching(meter):
         snapshot_download(
             hub.repo, revision=hub.revision, allow_patterns=patterns, local_dir=local, **where
         )
-    finally:
-        done.set()
-        watcher.join()
     meter.set(total, total)
     meter.flush(force=True)
     return _result([str(f.filename) for f in listing], local, total)
@@ -86,9 +92,69 @@ def _result(files: list[str], local: Path, total: int) -> dict[str, Any]:
     return {"path": "files", "sha256": None, "bytes": total}
 
 
-def _watch(local: Path, meter: Meter, total: int, done: threading.Event) -> None:
-    while not done.wait(EVERY):
-        meter.set(min(_bytes_under(local), total), total)
+SLACK = 1 << 20  # the library's own small files beside the listed ones
+ABORT = signal.SIGUSR1  # the watcher's word to the main thread
+
+
+@dataclass
+class Guard:
+    """Meters a hub download and stops it past its listed size or the disk's reserve."""
+
+    what: str  # repo@revision, for the message
+    local: Path
+    total: int  # the listed size of every file
+    reserve: int
+    reason: PullError | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @contextmanager
+    def watching(self, meter: Meter) -> Iterator[None]:
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(ABORT, self._raise) if main else None
+        watcher = threading.Thread(target=self._watch, args=(meter, main), daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            self.done.set()
+            watcher.join()
+            if previous is not None:
+                signal.signal(ABORT, previous)
+        if self.reason is not None:  # the library finished before the signal landed
+            raise self.reason
+
+    def _watch(self, meter: Meter, main: bool) -> None:
+        while not self.done.wait(EVERY):
+            if self.reason is None:
+                under = _bytes_under(self.local)
+                meter.set(min(under, self.total), self.total)
+                self.reason = self._check(under)
+                if self.reason is None:
+                    continue
+                _drop_partials(self.local)
+            # Each turn until the main thread is out: the library's thread pool waits for
+            # its download threads on the way out, and only another signal breaks that.
+            if main:
+                signal.pthread_kill(threading.main_thread().ident or 0, ABORT)
+
+    def _check(self, under: int) -> PullError | None:
+        bound = self.total + SLACK
+        if under > bound:
+            return too_big(self.what, under, bound, "the size the hub listed")
+        free = shutil.disk_usage(self.local).free
+        if free < self.reserve:
+            partial = str(self.local / ".cache")
+            return disk_filled(self.what, partial, under, free, self.reserve)
+        return None
+
+    def _raise(self, signum: int, frame: object) -> None:
+        if self.reason is not None and not self.done.is_set():
+            raise self.reason
+
+
+def _drop_partials(local: Path) -> None:
+    for partial in local.rglob("*.incomplete"):
+        partial.unlink(missing_ok=True)
 
 
 def _bytes_under(folder: Path) -> int:
