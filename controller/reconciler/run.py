@@ -26,8 +26,7 @@ from controller.core.inventory import Inventory
 from controller.core.limits import kinds_of, only_kinds
 from controller.core.names import is_next
 from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place
-from controller.core.plan import Desired, plan, waits_turn
-from controller.core.planner.records import leader_of
+from controller.core.plan import Desired, leader_of, plan, waits_turn
 from controller.core.pulls import PullView
 from controller.core.specs import Entry
 from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
