@@ -7,7 +7,7 @@ No I/O here: the planner imports these. The record store lives in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
@@ -209,6 +209,12 @@ class Record:
     def ports(self) -> tuple[int, ...]:
         """Every port the record leases: the engine's, then its internal ones."""
         return self.extra_ports if self.port is None else (self.port, *self.extra_ports)
+
+    def released(self) -> Record:
+        """This record giving its lease back: no device, no memory on one, no port. The
+        one way to do it, so no path frees the devices and forgets the memory (a Failed
+        record once kept ``memory`` with no device to hold it on)."""
+        return replace(self, devices=(), device_uuids=(), memory=None, port=None, extra_ports=())
 
 
 @dataclass(frozen=True, slots=True)
