@@ -53,6 +53,11 @@ class Phase(StrEnum):
         )
 
 
+# Phases nothing moves a record out of without the user (a change, room, a fix): a wait
+# (`up --wait`, `restart`) that sees one says so and ends instead of waiting on.
+STUCK = (Phase.PENDING, Phase.FAILED)
+
+
 # Records and their parts are plain values: the store reads and writes their JSON
 # (store/recordjson.py), and no verb that reads records needs pydantic.
 
