@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from controller.core.durations import format_age
 from controller.core.state import Record
+from controller.gateway import registry
+from controller.host.procs import identity
 
 STATUS_FIELDS = {"name", "phase", "pid", "port", "devices", "restarts", "ready", "spec_valid",
                  "message"}  # fmt: skip
@@ -410,3 +415,51 @@ def test_durations_that_cannot_mean_anything_are_usage_errors(
     begins) and a zero `--timeout` waited no time at all."""
     result = reconcile(*flags, check=64)
     assert named in result.err and "Traceback" not in result.err, result.err
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (-3, "0s"),  # a clock step back: never a negative age
+        (59, "59s"),
+        (60, "60s"),  # seconds up to two minutes, as kubectl
+        (119, "119s"),
+        (120, "2m"),
+        (3599, "59m"),
+        (3600, "1h"),
+        (7199, "1h59m"),  # floored: not rounded up to "120m" or "2h"
+        (36000, "10h"),  # from ten hours on, whole hours
+        (86399, "23h"),
+        (2 * 86400, "2d"),
+    ],
+)
+def test_ages_read_as_kubectl_get_shows_them(seconds: float, shown: str) -> None:
+    assert format_age(seconds) == shown
+
+
+def test_gateway_status_shows_ages_as_every_other_verb(reconcile: Any) -> None:
+    """`gateway status` had its own formatter: a gateway up 1h59m showed "119m" (and at
+    7,199 s "120m") while `status` said "1h59m". The gateway here is a process the test
+    starts and registers; the verb only reads the registry."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        ref = identity(holder.pid)
+        assert ref is not None
+        registry.ensure(reconcile.state)
+        info = registry.GatewayInfo(
+            nonce="a1b2c3d4",
+            ref=ref,
+            host="127.0.0.1",
+            port=reconcile.port,
+            version="test",
+            fingerprint="test",
+            settings={},
+            started_at=time.time() - 7150,  # 1h59m10s: far from both edges
+        )
+        registry.register(reconcile.state, info)
+        result = reconcile("gateway", "status", check=0)
+        row = next(line for line in result.out.splitlines() if line.startswith(str(holder.pid)))
+        assert row.split()[3] == "1h59m", result.out
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)

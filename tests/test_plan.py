@@ -39,6 +39,7 @@ from controller.core.actions import (
     Hold,
     MarkReady,
     MarkSpec,
+    Preempt,
     Reap,
     Reject,
     Release,
@@ -723,7 +724,15 @@ def test_mark_spec_invalid_is_not_repeated_once_recorded(tmp_path: Path) -> None
     store.write(record("a"))
     (mark,) = run(Case(want, observed(view(record("a"), alive=True))))
     assert isinstance(mark, MarkSpec) and not mark.valid
-    executor = Executor(
+    assert _executor(tmp_path, store).apply(mark)
+    marked_rec = store.read("a")
+    assert marked_rec is not None and not marked_rec.spec_valid
+    assert "models.yaml:7: spec.port: bad" in marked_rec.message
+    assert run(Case(want, observed(view(marked_rec, alive=True)))) == []
+
+
+def _executor(tmp_path: Path, store: RecordStore) -> Executor:
+    return Executor(
         store=store,
         backend=LocalBackend(tmp_path, "gpu-a"),
         journal=Journal(tmp_path),
@@ -731,11 +740,40 @@ def test_mark_spec_invalid_is_not_repeated_once_recorded(tmp_path: Path) -> None
             store=store, inventory=GPUS, owner="/srv/manifests", node="gpu-a", me=ref(1)
         ),
     )
-    assert executor.apply(mark)
-    marked_rec = store.read("a")
-    assert marked_rec is not None and not marked_rec.spec_valid
-    assert "models.yaml:7: spec.port: bad" in marked_rec.message
-    assert run(Case(want, observed(view(marked_rec, alive=True)))) == []
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        Fail(name="a", reason="exited 1; restartPolicy Never", phase=Phase.FAILED),
+        Preempt(name="a", reason="preempted by b (priority 9)", by="b", priority=9),
+    ],
+    ids=["failed", "preempted"],
+)
+def test_an_engine_that_stops_holding_gives_its_whole_lease_back(
+    tmp_path: Path, action: Action
+) -> None:
+    """Fail and Preempt give back the same lease: devices, the memory packed on them, the
+    ports (Record.released). A Failed record once kept its memory with no device left."""
+    packed = entry("a", devices={"count": 1, "kind": "nvidia", "memory": "20Gi"})
+    store = RecordStore(tmp_path)
+    store.ensure()
+    held = record(
+        "a",
+        spec=packed,
+        ref=None,  # nothing runs: teardown signals no one
+        devices=("nvidia:0",),
+        device_uuids=(None,),
+        memory=20 * 2**30,
+        extra_ports=(8001,),
+    )
+    store.write(held)
+    assert _executor(tmp_path, store).apply(action)
+    after = store.read("a")
+    assert after is not None and not after.holds
+    lease = (after.devices, after.device_uuids, after.memory, after.port, after.extra_ports)
+    assert lease == ((), (), None, None, ()), lease
+    assert after.message == action.reason
 
 
 # -- properties -----------------------------------------------------------------------------

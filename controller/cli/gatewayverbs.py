@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
+from controller.core.durations import format_age
 from controller.errors import ConfigError
 from controller.gateway import registry
 from controller.gateway.settings import DRAIN_GRACE, settings_from_json
@@ -79,13 +80,6 @@ def _status(state_dir: Path) -> int:
     print(f"{'PID':<8} {'ADDRESS':<22} {'VERSION':<10} {'AGE':<8} ROLE")
     for info in found:
         role = "serving" if current is not None and info.nonce == current.nonce else "draining"
-        age = _age(time.time() - info.started_at)
+        age = format_age(time.time() - info.started_at)  # as status shows ages
         print(f"{info.ref.pid:<8} {info.address:<22} {info.version:<10} {age:<8} {role}")
     return EXIT_OK
-
-
-def _age(seconds: float) -> str:
-    seconds = max(seconds, 0.0)
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    return f"{seconds / 60:.0f}m" if seconds < 7200 else f"{seconds / 3600:.0f}h"

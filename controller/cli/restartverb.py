@@ -25,7 +25,7 @@ from pathlib import Path
 from controller.cli.common import config, no_such, reconciler
 from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.core.names import base_name, is_next
-from controller.core.state import Phase, Record
+from controller.core.state import STUCK, Phase, Record
 from controller.errors import RecordError
 from controller.host import bootclock
 from controller.redact import printable
@@ -35,7 +35,6 @@ from controller.store.records import RecordStore, check_name
 from controller.store.sidefiles import SideFileError
 
 POLL = 0.5  # seconds between looks at the records while the daemon restarts them
-STUCK = (Phase.PENDING, Phase.FAILED)
 
 
 def cmd_restart(args: argparse.Namespace) -> int:

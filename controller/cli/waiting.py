@@ -19,7 +19,7 @@ from typing import TextIO
 from controller.cli import pullshow
 from controller.core.durations import format_age
 from controller.core.pulls import progress_text
-from controller.core.state import Phase, Record
+from controller.core.state import STUCK, Phase, Record
 from controller.logsetup import apply as apply_log_setup
 from controller.logsetup import get_logger, structlog_module, terminal
 from controller.reconciler import pulling
@@ -28,7 +28,6 @@ from controller.redact import printable
 
 log = get_logger("reconcile")
 
-STUCK = (Phase.PENDING, Phase.FAILED)
 # Nothing more happens without the user (Idle: an OnDemand deployment until a request).
 SETTLED = (Phase.READY, Phase.SUCCEEDED, Phase.IDLE, *STUCK)
 TICK = 0.25  # seconds between redraws on a terminal

@@ -7,7 +7,7 @@ No I/O here: the planner imports these. The record store lives in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
@@ -51,6 +51,11 @@ class Phase(StrEnum):
             Phase.IDLE,
             Phase.PULLING,
         )
+
+
+# Phases nothing moves a record out of without the user (a change, room, a fix): a wait
+# (`up --wait`, `restart`) that sees one says so and ends instead of waiting on.
+STUCK = (Phase.PENDING, Phase.FAILED)
 
 
 # Records and their parts are plain values: the store reads and writes their JSON
@@ -209,6 +214,12 @@ class Record:
     def ports(self) -> tuple[int, ...]:
         """Every port the record leases: the engine's, then its internal ones."""
         return self.extra_ports if self.port is None else (self.port, *self.extra_ports)
+
+    def released(self) -> Record:
+        """This record giving its lease back: no device, no memory on one, no port. The
+        one way to do it, so no path frees the devices and forgets the memory (a Failed
+        record once kept ``memory`` with no device to hold it on)."""
+        return replace(self, devices=(), device_uuids=(), memory=None, port=None, extra_ports=())
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from controller.errors import ConfigError
 from controller.gateway import fastloop, handover, listener, registry
 from controller.gateway.app import BACKLOG, Gateway
 from controller.gateway.records_watch import POLL, RecordsWatch
+from controller.gateway.routing import FIRST_PASS_WAIT
 from controller.gateway.settings import Settings, settings_from_json, settings_to_json
 from controller.host.procs import identity
 from controller.logsetup import get_logger
@@ -45,7 +46,6 @@ from controller.store.records import write_atomic
 
 log = get_logger("reconcile")
 
-FIRST_PASS_WAIT = 30.0  # no record of ours yet: the daemon's first pass says what exists
 METRICS_EVERY = 5  # polls between looks at the metrics text for the file (half a second)
 GUARD_EVERY = 50  # polls between looks at who else listens on the port (five seconds)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)

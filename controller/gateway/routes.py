@@ -31,7 +31,7 @@ from controller.gateway.load import Load, LoadWriter
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.quota import Quota
-from controller.gateway.routing import Table, Target
+from controller.gateway.routing import FIRST_PASS_WAIT, Table, Target
 from controller.gateway.turns import Turns
 from controller.gateway.upload import Upload
 from controller.gateway.usage import Meter
@@ -40,7 +40,6 @@ from controller.logsetup import get_logger
 log = get_logger("reconcile")
 
 RETRY_AFTER = 5.0  # seconds a 503 or 429 asks the client to wait
-FIRST_PASS_WAIT = 30.0  # a daemon just started: its first pass says what exists
 CONNECT_RETRIES = 3  # an engine not reached (refused, connect timed out): wait for a Ready one
 BODY_TIMEOUT = 120.0  # seconds a client may take to send its body (a slow one holds a slot)
 ROUTED = "/v1/"  # what is forwarded lies under this...

@@ -34,6 +34,9 @@ from controller.gateway.health import Health
 from controller.host.probes import connect_host
 
 DRAIN_POLL = 0.01  # seconds between looks at a retiring instance's in-flight count
+# Seconds a fresh gateway waits for the daemon's first pass (no record of ours yet) before
+# routing by what the records say: the first pass says what exists (no 404 before it).
+FIRST_PASS_WAIT = 30.0
 
 
 @dataclass(frozen=True, slots=True)

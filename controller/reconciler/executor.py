@@ -327,16 +327,11 @@ class Executor:
             return False
         self.backend.teardown(rec)
         pending = replace(
-            rec,
+            rec.released(),
             phase=Phase.PENDING,
-            ref=None,
+            ref=None,  # the run ends with its lease: a later start is a fresh one
             nonce=None,
             reserved_by=None,
-            devices=(),
-            device_uuids=(),
-            memory=None,
-            port=None,
-            extra_ports=(),
             started_at=None,
             ready_at=None,
             ready_boot=None,
@@ -362,7 +357,7 @@ class Executor:
             last_exit=rec.last_exit if action.exit is None else action.exit,
         )
         if not action.phase.holds_resources:  # Failed/Succeeded release their lease
-            failed = replace(failed, devices=(), device_uuids=(), port=None, extra_ports=())
+            failed = failed.released()
         failpoints.hit("executor.fail.before_write")
         self.store.write(failed)
         self.event(action.name, action.verb, action.reason, str(action.phase), **self._why(action))

@@ -40,7 +40,6 @@ STATUS_TIMEOUT = 2.0  # one round of status calls: an actor slower than this is 
 PLACE_TIMEOUT = 60.0  # a new actor placed and its engine spawned (worker start, imports)
 GONE_TIMEOUT = 15.0  # a killed actor leaves the name registry
 NO_REF = ProcessRef(pid=1, start_time=0.0)  # an actor whose engine we have not seen (yet)
-TOKEN_CPU = 0.001  # what a replica with no GPU asks for, so its node affinity holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +115,11 @@ class RayBackend:
                 namespace=ns,
                 lifetime="detached",  # engines outlive a cron pass, as local ones do
                 num_gpus=spec.devices.count,
-                # The engine's CPU use is not Ray's to ration; but Ray places a request
-                # for no resource at all on a random node whatever its (soft) node
-                # affinity says (ray-project/ray#25360 fixed that for hard affinity
-                # only), so a replica asking for no GPU asks for a token of CPU.
-                num_cpus=TOKEN_CPU if spec.devices.count == 0 and strategy != "DEFAULT" else 0,
+                # The engine's CPU use is not Ray's to ration; a replica asking for no
+                # GPU asks for a token of CPU so its node affinity holds (cluster.py).
+                num_cpus=cluster.TOKEN_CPU
+                if spec.devices.count == 0 and strategy != "DEFAULT"
+                else 0,
                 max_restarts=-1,  # a lost node: Ray brings it back where there is room
                 max_concurrency=4,  # status and logs answer while a stop waits
                 scheduling_strategy=strategy,

@@ -19,6 +19,10 @@ from controller.core.inventory import Device, Inventory
 from controller.errors import BackendUnavailable
 
 CONNECT_TIMEOUT = 5.0  # seconds for the TCP check of the head's address
+# Ray places a request for no resource at all on any node, whatever its node affinity
+# says (ray-project/ray#25360 fixed that for hard affinity only): an actor that needs no
+# GPU (a CPU replica, a model pull) asks for this token of CPU so its affinity holds.
+TOKEN_CPU = 0.001
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,6 @@ from controller.store.modelcache import CacheEntry, utcnow
 log = get_logger("reconcile")
 
 SUFFIX = "-pulls"  # the pull actors' namespace: the engine actors' one, apart
-TOKEN_CPU = 0.001  # Ray places a request for no resource anywhere, affinity or not
 LOOK_TIMEOUT = 2.0  # one round of look calls: an actor slower than this is restarting
 # The hub's endpoint and token as this host has them (where the user set them), for the
 # node's pull; unset here, the node's own apply.
@@ -218,7 +217,7 @@ class RayPuller:
             namespace=self.namespace,
             lifetime="detached",  # outlives the pass, as a local pull process does
             num_gpus=0,
-            num_cpus=TOKEN_CPU,
+            num_cpus=cluster.TOKEN_CPU,
             max_restarts=-1,  # a killed actor comes back on its node and resumes
             # Hard: the .partial file of a resumed pull is on that node alone.
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False),
