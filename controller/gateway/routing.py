@@ -61,7 +61,7 @@ class Table:
         self._rng = rng or random.Random()
         self.health = health or Health()  # passive health: engines failing in a row
         # Reads the records now if they changed (the gateway process's look); None where
-        # the records are pushed after each pass (``Gateway.after_pass``, in process).
+        # the records are pushed (``update``: a test's gateway in process).
         self.catch_up: Callable[[], Awaitable[None]] | None = None
 
     async def known(self, name: str) -> bool:
