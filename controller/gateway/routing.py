@@ -122,6 +122,18 @@ class Table:
             self._probed.add(nonce)
             self._wake()
 
+    def request_began(self, nonce: str | None) -> None:
+        """A request went to engine ``nonce``: in flight (least requests, retire's wait)
+        and served (the balancer's tie-break)."""
+        self.inflight[nonce] += 1
+        self.served[nonce] += 1
+
+    def request_ended(self, nonce: str | None) -> None:
+        """A request to ``nonce`` ended, however (answered, failed, cancelled)."""
+        self.inflight[nonce] -= 1
+        if self.inflight[nonce] <= 0:
+            del self.inflight[nonce]  # an idle engine leaves no entry behind
+
     async def retire(self, old: Record, new: Record | None, timeout: float) -> None:
         """Send nothing more to ``old`` (to ``new`` instead, if given); wait out its requests."""
         if new is not None:
