@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import missing
 import pytest
+from packaging.requirements import Requirement
 
 from controller import __version__
 
@@ -30,6 +32,18 @@ def test_the_distribution_is_not_the_strangers_reconcile() -> None:
     assert "setuptools>=77" in project["build-system"]["requires"]
     assert "watchdog>=4" in project["project"]["dependencies"]
     assert "Apache License" in (REPO / "LICENSE").read_text()
+
+
+@pytest.mark.parametrize("name", ["aiohttp", "huggingface_hub"])
+def test_a_library_we_reach_deep_into_is_capped_and_installed_within_it(name: str) -> None:
+    """The gateway subclasses aiohttp's private handler (gateway/aiohttp_internals.py); the
+    pull leans on huggingface_hub's dry run and error classes, which a major release may
+    remove (2.0 did remove APIs): an install must not pick a release nobody has run."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    wanted = [Requirement(d) for d in project["project"]["dependencies"]]
+    req = next(r for r in wanted if r.name == name)
+    assert any(spec.operator in ("<", "<=", "~=", "==") for spec in req.specifier), req
+    assert req.specifier.contains(importlib.metadata.version(name)), req
 
 
 def test_no_example_installs_the_strangers_package() -> None:

@@ -3,9 +3,10 @@
 It runs in a gateway process of its own (``process.py``: records from the state dir,
 the listening socket handed over between processes) and, for tests, in process:
 ``start`` with a callback that asks for a pass (and, in the process, the listening
-socket to serve on), ``after_pass`` with a pass's records, ``reload`` on SIGHUP
-(the key file), ``stop_accepting`` then ``stop(grace)``: requests in flight finish
-first. A pass never blocks the gateway (its loop runs on its own thread).
+socket to serve on), ``reload`` on SIGHUP (the key file), ``stop_accepting`` then
+``stop(grace)``: requests in flight finish first. Its owner gives ``front.table`` the
+records and the drains (on this loop: the process's records watch and retire asks).
+A pass never blocks the gateway (its loop runs on its own thread).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -37,10 +38,6 @@ from controller.gateway.server import Connections, connection_cap, exception_han
 from controller.gateway.settings import Settings
 from controller.gateway.ui.pages import Page
 from controller.logsetup import get_logger
-
-if TYPE_CHECKING:
-    from controller.core.state import Record
-    from controller.reconciler.run import PassResult
 
 log = get_logger("reconcile")
 
@@ -78,23 +75,6 @@ class Gateway:
         if self._failed is not None:
             where = f"{self.settings.host}:{self.settings.port}"
             raise ConfigError(f"--listen {where}: cannot serve: {self._failed}")
-
-    def after_pass(self, result: PassResult, seconds: float) -> None:
-        records = result.ours()
-        front = self.front
-        if front is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(front.table.update, records)
-
-    def drain(self, old: Record, new: Record | None) -> None:
-        """The daemon's teardown thread, before it stops ``old``: route nothing more to it
-        (to ``new`` if given: a RollingUpdate) and return once its requests ended, or
-        after its grace period (then the teardown's signal cuts them off)."""
-        front = self.front
-        if front is None or self.loop.is_closed():
-            return
-        grace = old.grace_seconds
-        done = asyncio.run_coroutine_threadsafe(front.table.retire(old, new, grace), self.loop)
-        done.result(timeout=grace + START_WAIT)
 
     def reload(self) -> None:
         """SIGHUP: re-read the key file; a bad one keeps the keys in force."""

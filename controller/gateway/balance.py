@@ -1,11 +1,12 @@
 """Which instance of a pool takes the next request: least requests in flight, ties broken
 by two random choices.
 
-The counts are the gateway's own (``Table.inflight``, per engine nonce, changed on the
-event loop with no lock and no disk I/O). Among the instances with the fewest requests
-in flight, two are drawn at random and the one that was sent fewer requests so far
-wins: a burst that arrives while every instance is idle (all at 0) still spreads evenly,
-where one random draw would pile up by chance (Mitzenmacher's power of two choices).
+The counts are the gateway's own (``Table.inflight``, per engine nonce, kept by
+``Table.request_began``/``request_ended`` on the event loop with no lock and no disk
+I/O). Among the instances with the fewest requests in flight, two are drawn at random
+and the one that was sent fewer requests so far wins: a burst that arrives while every
+instance is idle (all at 0) still spreads evenly, where one random draw would pile up by
+chance (Mitzenmacher's power of two choices).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from controller.gateway.aiohttp_internals import close_connection
 from controller.gateway.answers import body as error_body
 from controller.gateway.routing import Target
 from controller.gateway.upload import TooLarge, Upload
@@ -217,8 +218,7 @@ async def _cut(
             return
     except ConnectionError:
         return
-    if request.protocol is not None:
-        request.protocol.force_close()
+    close_connection(request)
 
 
 def _said(exc: BaseException) -> str:

@@ -379,8 +379,7 @@ class Front:
         and the balancer sends the next request to the least loaded."""
         # No await between the table's answer and this count: retire() sees every request,
         # and concurrent requests see each other's.
-        self.table.inflight[target.nonce] += 1
-        self.table.served[target.nonce] += 1
+        self.table.request_began(target.nonce)
         self.load.add(target.deployment, 1)
         self.metrics.begin(target.deployment, target.instance)
         trial = self.table.health.sent(target.nonce)
@@ -412,9 +411,7 @@ class Front:
                 self.table.health.report(target, trial, outcome)
             self.metrics.end(target.deployment, target.instance)
             self.load.add(target.deployment, -1)
-            self.table.inflight[target.nonce] -= 1
-            if self.table.inflight[target.nonce] <= 0:
-                del self.table.inflight[target.nonce]
+            self.table.request_ended(target.nonce)
 
     def _judge_silence(self, target: Target, trial: bool) -> None:
         """A client gave up on an engine that had sent nothing: an upstream timeout for

@@ -64,7 +64,7 @@ class Table:
         self._rng = rng or random.Random()
         self.health = health or Health()  # passive health: engines failing in a row
         # Reads the records now if they changed (the gateway process's look); None where
-        # the records are pushed after each pass (``Gateway.after_pass``, in process).
+        # the records are pushed (``update``: a test's gateway in process).
         self.catch_up: Callable[[], Awaitable[None]] | None = None
 
     async def known(self, name: str) -> bool:
@@ -124,6 +124,18 @@ class Table:
         if nonce is not None:
             self._probed.add(nonce)
             self._wake()
+
+    def request_began(self, nonce: str | None) -> None:
+        """A request went to engine ``nonce``: in flight (least requests, retire's wait)
+        and served (the balancer's tie-break)."""
+        self.inflight[nonce] += 1
+        self.served[nonce] += 1
+
+    def request_ended(self, nonce: str | None) -> None:
+        """A request to ``nonce`` ended, however (answered, failed, cancelled)."""
+        self.inflight[nonce] -= 1
+        if self.inflight[nonce] <= 0:
+            del self.inflight[nonce]  # an idle engine leaves no entry behind
 
     async def retire(self, old: Record, new: Record | None, timeout: float) -> None:
         """Send nothing more to ``old`` (to ``new`` instead, if given); wait out its requests."""

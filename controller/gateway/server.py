@@ -16,15 +16,14 @@ what a request the HTTP parser cannot read gets back.
 from __future__ import annotations
 
 import asyncio
-import logging
 import resource
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-from aiohttp import http_exceptions as hx
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
+from controller.gateway.aiohttp_internals import Handler, answer_begun
+from controller.gateway.aiohttp_internals import parse_errors as hx
 from controller.gateway.answers import error
 from controller.gateway.quiet import Throttle
 from controller.logsetup import get_logger
@@ -121,7 +120,7 @@ def _closable(conn: Protocol, waited: float) -> bool:
     return waited >= FRESH_WAIT or (conn.between_requests() and waited >= KEEPALIVE_LINGER)
 
 
-class Protocol(RequestHandler):
+class Protocol(Handler):
     """aiohttp's connection handler with the timeouts, the cap and the quiet errors."""
 
     def __init__(
@@ -132,22 +131,11 @@ class Protocol(RequestHandler):
         connections: Connections,
         throttle: Throttle,
     ) -> None:
-        super().__init__(
-            manager,
-            loop=loop,
-            keepalive_timeout=IDLE_TIMEOUT,
-            # None: no access log (aiohttp takes it though its annotation says Logger).
-            access_log=cast(logging.Logger, None),
-            auto_decompress=False,  # the gateway decodes bodies itself (encoding.py)
-        )
+        super().__init__(manager, loop=loop, idle=IDLE_TIMEOUT)
         self._connections = connections
         self._throttle = throttle
         self._header_timer: asyncio.TimerHandle | None = None
         self._heard = False  # a byte of a request arrived on it
-
-    def idle(self) -> bool:
-        """No request in progress: closing it loses nothing but a half-sent request."""
-        return not self._request_in_progress and not self._messages
 
     def between_requests(self) -> bool:
         """Idle after a request, none begun since: closing it now is what keep-alive
@@ -167,9 +155,9 @@ class Protocol(RequestHandler):
     def data_received(self, data: bytes) -> None:
         self._heard = True
         if self._header_timer is None and self.idle():
-            self._header_timer = self._loop.call_later(HEADER_TIMEOUT, self._headers_late)
+            self._header_timer = self.call_later(HEADER_TIMEOUT, self._headers_late)
         super().data_received(data)
-        if self._messages:
+        if self.parsed():
             self._stop_header_timer()
 
     def _stop_header_timer(self) -> None:
@@ -200,7 +188,7 @@ class Protocol(RequestHandler):
         else:
             why, code = _problem(exc), "malformed_request"
             quiet(f"malformed request: {why}", self._throttle, peer=str(request.remote))
-        if request.writer.output_size > 0:
+        if answer_begun(request):
             raise ConnectionError("the answer had begun: no error answer can follow")
         answer = error(status, why, code)
         answer.force_close()

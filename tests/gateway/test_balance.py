@@ -98,8 +98,16 @@ def ports(table: Table, name: str, n: int = 60, **kw: str) -> Counter[int]:
         target = table.target(name, **kw)
         assert target is not None
         out[target.port] += 1
-        table.served[target.nonce] += 1  # as the gateway's _send counts it
+        table.request_began(target.nonce)  # as the gateway's _send counts it
+        table.request_ended(target.nonce)
     return out
+
+
+def busy(table: Table, requests: dict[str, int]) -> None:
+    """Requests in flight on these engines (begun, not ended)."""
+    for nonce, n in requests.items():
+        for _ in range(n):
+            table.request_began(nonce)
 
 
 POOL = (rec("a", "a0", 8000), rec("a@1", "a1", 8001), rec("b", "b0", 8002, model="m"))
@@ -158,9 +166,9 @@ def test_who_is_in_the_pool(change: str, expected: set[int]) -> None:
 def test_least_in_flight_across_the_pool() -> None:
     async def check() -> None:
         table = table_of(*POOL)
-        table.inflight.update({"a0": 2, "a1": 1, "b0": 3})
+        busy(table, {"a0": 2, "a1": 1, "b0": 3})
         assert {ports(table, "m", 20).most_common(1)[0][0]} == {8001}
-        table.inflight["a1"] = 5
+        busy(table, {"a1": 4})  # 5 in flight
         assert set(ports(table, "m", 20)) == {8000}
 
     asyncio.run(check())

@@ -36,15 +36,30 @@ def test_a_ready_next_wins_a_starting_one_does_not() -> None:
     asyncio.run(check())
 
 
+def test_the_table_counts_each_request_from_its_start_to_its_end() -> None:
+    """Front._send tells the table; the balancer and retire read its counts."""
+    table = Table()
+    table.update([OLD])
+    table.request_began("old")
+    table.request_began("old")
+    assert (table.inflight["old"], table.served["old"]) == (2, 2)
+    table.request_ended("old")
+    table.request_ended("old")
+    assert "old" not in table.inflight  # an idle engine leaves no entry behind
+    assert table.served["old"] == 2  # the tie-break remembers what each engine was sent
+    table.update([NEXT_READY])
+    assert "old" not in table.served  # a gone engine's count goes with it
+
+
 def test_retire_switches_at_once_and_waits_for_in_flight_requests() -> None:
     async def check() -> None:
         table = Table()
         table.update([OLD, NEXT_STARTING])
-        table.inflight["old"] = 1  # a request the old engine is answering
+        table.request_began("old")  # a request the old engine is answering
 
         async def finish() -> None:
             await asyncio.sleep(0.2)
-            table.inflight["old"] -= 1
+            table.request_ended("old")
 
         ending = asyncio.create_task(finish())
         started = time.monotonic()
@@ -62,7 +77,7 @@ def test_retire_gives_up_after_the_grace_period() -> None:
     async def check() -> None:
         table = Table()
         table.update([OLD])
-        table.inflight["old"] = 1  # never ends
+        table.request_began("old")  # never ends
         started = time.monotonic()
         await table.retire(OLD, None, timeout=0.1)
         assert 0.1 <= time.monotonic() - started < 5
