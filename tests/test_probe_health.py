@@ -212,7 +212,7 @@ def test_once_probes_each_ready_engine_once_per_pass(engine: Any) -> None:
     prober = LivenessProber()
     prober.begin_pass()
     views = _ready(engine)
-    assert prober.take(views) == {"web": (ProbeResult(True, "GET /health -> 2xx"),)}
+    assert prober.take(views) == {"web": (ProbeResult(True, "GET /health -> 200"),)}
     assert prober.take(views) == {}  # the pass's later rounds probe nothing again
     prober.begin_pass()
     assert list(prober.take(views)) == ["web"]

@@ -345,7 +345,8 @@ def load(
             real = os.path.realpath(path)
             if real in seen:  # the same file again is not a second declaration of its names
                 continue
-            seen.add(real)
+            if os.path.isfile(real):  # links to one device are each refused and named
+                seen.add(real)
             result.files.append(str(path))
             _load_guarded(path, result, strict, cache)
     if cache is not None and not result.missing_folders:  # a missing folder: keep its files'

@@ -40,6 +40,11 @@ IO_ERRORS_IN_CI = (
 )
 
 
+# An event is history, never the action's condition: an I/O error there is named and the
+# pass goes on (issue 34, item 12; a full disk drops the event, store/diskspace.py).
+HISTORY = {"events.append.before_write"}
+
+
 def _cases(slow: bool) -> list[tuple[str, str]]:
     if slow:
         return [(p, a) for p in sorted(POINTS) for a in ("kill", "enospc", "eio")]
@@ -69,6 +74,11 @@ def check_fault(node: Cluster, point: str, action: str) -> None:
     assert f"{point} {action}" in node.fired()[seen:], f"never reached {point}: {churn}\n{armed}"
     if action == "kill":
         assert armed.code == -signal.SIGKILL, str(armed)
+    elif point in HISTORY:
+        assert armed.code == 0, str(armed)
+        assert "Traceback" not in armed.err, str(armed)
+        named = ("events not journaled", "events are not being recorded")
+        assert any(why in armed.err for why in named), str(armed)
     else:
         assert armed.code == 1, str(armed)
         assert "Traceback" not in armed.err, str(armed)

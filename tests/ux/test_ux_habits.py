@@ -124,8 +124,9 @@ def test_logs_follow_is_a_real_option_and_f_dir_still_works_elsewhere(reconcile:
     folder = str(rc.manifests)
     # `-f DIR` after another verb is a folder, even when a deployment is named "logs".
     assert rc("describe", "logs", "-f", folder, check=1).err.startswith("reconcile: no deploy")
-    assert rc("-f", folder, "logs", "web", check=1).err.startswith("reconcile: no log")
-    assert rc("logs", "web", "--manifests", folder, check=1).err.startswith("reconcile: no log")
+    unknown = "reconcile: no deployment named 'web'"  # nothing declares web: said, not followed
+    assert rc("-f", folder, "logs", "web", check=1).err.startswith(unknown)
+    assert rc("logs", "web", "--manifests", folder, check=1).err.startswith(unknown)
     assert rc("logs", "web", "-f", folder, check=64).code == 64  # -f takes no value there
     help_text = rc("logs", "--help", check=0).out
     assert "-f, --follow" in help_text
