@@ -81,7 +81,10 @@ def test_ctrl_c_during_the_wait_says_the_engines_keep_running(reconcile: Any) ->
     waiting.send_signal(signal.SIGINT)
     _, err = waiting.communicate(timeout=30)
     said = err.decode()
-    assert waiting.returncode == 130 and "Traceback" not in said, (waiting.returncode, said)
+    # 130, or death by SIGINT, which a shell shows as the same 130: CI once saw the
+    # latter (the interrupt met at the interpreter's exit; not reproduced in 6 runs here)
+    assert waiting.returncode in (130, -signal.SIGINT), (waiting.returncode, said)
+    assert "Traceback" not in said, said
     assert "interrupted: the wait stopped, the engines keep running" in said, said
     assert "`reconcile down` stops them" in said
     assert rc.alive(rc.status()["slow"]["pid"])  # as said
