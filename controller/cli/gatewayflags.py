@@ -11,6 +11,7 @@ from pathlib import Path
 from controller.cli.exitcodes import EXIT_USAGE
 from controller.gateway import keys as keys_mod
 from controller.gateway import settings as gw
+from controller.gateway import tls
 from controller.gateway.keeper import Keeper
 from controller.gateway.keys import KeyFileError
 from controller.logsetup import get_logger
@@ -22,6 +23,7 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
     keys = args.api_keys or os.environ.get("RECONCILE_API_KEYS")
     try:
         host, port = gw.parse_listen(listen)
+        cert, key = _tls_pair(args, cfg)
         settings = gw.Settings(
             host=host,
             port=port,
@@ -36,21 +38,45 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
             node=cfg.node,
             verbosity=-1 if args.quiet else args.verbose,
             devices=cfg.devices,
+            tls_cert=cert,
+            tls_key=key,
         )
         warning = gw.check_exposure(settings)
         if settings.api_keys is not None:
             keys_mod.load(settings.api_keys)  # refused here (64), not by the gateway process
+        if cert is not None and key is not None:
+            tls.server_context(cert, key)  # likewise
         gateway = Keeper(settings)
-    except (gw.ListenRefused, KeyFileError) as exc:
+    except (gw.ListenRefused, KeyFileError, tls.TlsError) as exc:
         print(f"reconcile: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if warning:
         get_logger("reconcile").warning("insecure gateway", detail=warning)
+    plain = tls.plain_warning(host, port, settings.loopback, settings.tls)
+    if plain:
+        get_logger("reconcile").warning("gateway without TLS", detail=plain)
     if cfg.metrics_file or cfg.metrics_port:
         from controller.daemon.metrics import add_source
 
         add_source(gateway.metrics_text)
     return gateway
+
+
+def _tls_pair(args: argparse.Namespace, cfg: Config) -> tuple[Path | None, Path | None]:
+    """--tls-cert/--tls-key, else RECONCILE_TLS_*, else node.yaml's: both or neither."""
+    env = os.environ
+    cert = _path(args.tls_cert or env.get("RECONCILE_TLS_CERT")) or cfg.tls_cert
+    key = _path(args.tls_key or env.get("RECONCILE_TLS_KEY")) or cfg.tls_key
+    if (cert is None) != (key is None):
+        given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
+        raise gw.ListenRefused(
+            f"{given} without {missing}: HTTPS needs both the certificate and its private key"
+        )
+    return cert, key
+
+
+def _path(text: str | None) -> Path | None:
+    return Path(text).expanduser().absolute() if text else None
 
 
 def _total(args: argparse.Namespace) -> int:

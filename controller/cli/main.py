@@ -315,6 +315,16 @@ def _gateway_flags(parser: Parser) -> None:
         action="store_true",
         help="allow a non-loopback --listen without --api-keys (warns at every start)",
     )
+    g.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="serve HTTPS (TLS 1.2+) with this PEM certificate chain ($RECONCILE_TLS_CERT)",
+    )
+    g.add_argument(
+        "--tls-key",
+        metavar="FILE",
+        help="the certificate's private key (chmod 600; $RECONCILE_TLS_KEY); SIGHUP reloads both",
+    )
     g.add_argument("--max-body", type=int, metavar="BYTES", help="largest request body (32 MiB)")
     g.add_argument(
         "--max-body-total",

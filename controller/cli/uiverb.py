@@ -1,10 +1,11 @@
 """``reconcile ui [--open]``: the web page of the node, on the gateway that serves now.
 
 The URL comes from the state dir's gateway registry (``reconcile gateway status`` reads
-the same): the address it listens on, a wildcard bind as loopback (the page is opened
-from this machine). A gateway without API keys wants the state dir's access token for
-the page's data: the URL carries it (``?token=``), so only the state dir's owner, who
-can read the token file, gets a URL that works.
+the same): the address it listens on (``https://`` when it has ``--tls-cert``), a
+wildcard bind as loopback (the page is opened from this machine). A gateway without API
+keys wants the state dir's access token for the page's data: the URL carries it
+(``?token=``), so only the state dir's owner, who can read the token file, gets a URL
+that works.
 """
 
 from __future__ import annotations
@@ -26,15 +27,16 @@ OPENER = "ui-open.html"  # in the state dir: `--open`'s way to the page, token u
 WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 
-def page_url(host: str, port: int, token: str | None = None) -> str:
-    """``http://HOST:PORT/ui`` (``?token=T`` given one); an IPv6 host in brackets."""
+def page_url(host: str, port: int, token: str | None = None, tls: bool = False) -> str:
+    """``http(s)://HOST:PORT/ui`` (``?token=T`` given one); an IPv6 host in brackets."""
     host = WILDCARDS.get(host, host)
     try:
         bracketed = ipaddress.ip_address(host).version == 6
     except ValueError:
         bracketed = False
     query = f"?{accesstoken.QUERY}={token}" if token else ""
-    return f"http://{f'[{host}]' if bracketed else host}:{port}/ui{query}"
+    scheme = "https" if tls else "http"
+    return f"{scheme}://{f'[{host}]' if bracketed else host}:{port}/ui{query}"
 
 
 def _opener(state_dir: Path, url: str) -> str:
@@ -68,7 +70,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         why = exc if isinstance(exc, ConfigError) else f"{accesstoken.path(state_dir)}: {exc}"
         print(f"reconcile: the page's access token: {why}", file=sys.stderr)
         return EXIT_FAIL
-    url = page_url(current.host, current.port, token)
+    url = page_url(current.host, current.port, token, tls=bool(current.settings.get("tls_cert")))
     print(url)
     if keys:
         print("the gateway has API keys: the page asks for one", file=sys.stderr)

@@ -36,6 +36,7 @@ from controller.gateway.routes import Front
 from controller.gateway.routing import Table
 from controller.gateway.server import Connections, connection_cap, exception_handler, factory
 from controller.gateway.settings import Settings
+from controller.gateway.tls import Tls, TlsError
 from controller.gateway.ui.pages import Page
 from controller.logsetup import get_logger
 
@@ -50,6 +51,7 @@ class Gateway:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.keys = keys_mod.load(settings.api_keys) if settings.api_keys else None
+        self.tls = _tls(settings)
         self.metrics = GatewayMetrics()
         self.loop = new_loop()  # uvloop's when installed (fastloop.py)
         self.front: Front | None = None
@@ -77,7 +79,9 @@ class Gateway:
             raise ConfigError(f"--listen {where}: cannot serve: {self._failed}")
 
     def reload(self) -> None:
-        """SIGHUP: re-read the key file; a bad one keeps the keys in force."""
+        """SIGHUP: re-read the key file and the TLS pair; a bad one keeps what is in force."""
+        if self.tls is not None and self._thread is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._reload_tls)  # handshakes read it there
         if self.settings.api_keys is None:
             return
         try:
@@ -89,6 +93,15 @@ class Gateway:
         if self.front is not None:
             self.front.keys = fresh
         log.info("API keys reloaded", keys=len(fresh.digests))
+
+    def _reload_tls(self) -> None:
+        assert self.tls is not None
+        try:
+            self.tls.reload()
+        except TlsError as exc:
+            log.error("TLS certificate not reloaded; keeping the one in force", error=str(exc))
+            return
+        log.info("TLS certificate reloaded", cert=str(self.tls.cert))
 
     def listener_fd(self) -> int | None:
         """The listening socket's descriptor (to hand over), None once it is closed."""
@@ -183,7 +196,8 @@ class Gateway:
         protocols = factory(self._runner.server, self.loop, connections)
         try:
             listening = sock if sock is not None else bind(s.host, s.port, BACKLOG)
-            self._listener = await self.loop.create_server(protocols, sock=listening)
+            context = self.tls.context if self.tls is not None else None
+            self._listener = await self.loop.create_server(protocols, sock=listening, ssl=context)
         except BaseException:
             await self._runner.cleanup()
             await session.close()
@@ -215,3 +229,10 @@ class Gateway:
                 await task
         if self.front is not None:
             await self.front.session.close()
+
+
+def _tls(settings: Settings) -> Tls | None:
+    """The TLS pair the settings name (checked: TlsError), or None for plain HTTP."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    return Tls(settings.tls_cert, settings.tls_key)

@@ -13,7 +13,7 @@ session of its own, so it outlives the daemon as engines do. It
 3. registers itself (``registry``: ``gw-<nonce>.json``, then ``current.json``), tells
    the old gateway to stop accepting, and says ``ready`` on the pipe its starter gave;
 4. honours the daemon's drains (``retire/``), writes its metrics text for the daemon's
-   exporter, re-reads the key file on SIGHUP;
+   exporter, re-reads the key file and the TLS pair on SIGHUP (``tls.py``);
 5. on SIGTERM or a successor's ``stop``: closes its listener, finishes what it holds
    (up to the drain grace), removes its files and exits 0. A crash leaves its member
    file behind, which is how the keeper tells a crash (restart it) from a stop.
@@ -130,6 +130,7 @@ class GatewayProcess:
             api_keys=len(self.gateway.keys.digests) if self.gateway.keys else 0,
             took_over=old.ref.pid if old is not None else None,
             handed_over=taken is not None,
+            tls=s.tls,
             loop=fastloop.name(self.gateway.loop),
         )
 
@@ -299,8 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     ready_fd = int(ready) if ready and ready.isdigit() else None
     # Before any thread starts (they inherit the mask): signals wait for sigwait().
     signal.pthread_sigmask(signal.SIG_BLOCK, {*STOP_SIGNALS, signal.SIGHUP})
-    proc = GatewayProcess(settings, args.nonce)
     try:
+        # The key file and the TLS pair are read here: a bad one is an error, not a trace.
+        proc = GatewayProcess(settings, args.nonce)
         proc.open()
     except (ConfigError, OSError) as exc:
         where = f"{settings.host}:{settings.port}"

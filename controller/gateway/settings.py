@@ -45,10 +45,16 @@ class Settings:
     node: str = ""
     verbosity: int = 0  # the daemon's -v, for the gateway process's own log lines
     devices: str | None = None  # the daemon's static inventory (--devices): the web page's
+    tls_cert: Path | None = None  # HTTPS only when set, with tls_key (tls.py)
+    tls_key: Path | None = None
 
     @property
     def loopback(self) -> bool:
         return is_loopback(self.host)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -75,16 +81,22 @@ def check_exposure(settings: Settings) -> str | None:
     )
 
 
+PATHS = ("api_keys", "tls_cert", "tls_key")  # optional paths, as strings in JSON
+
+
 def settings_to_json(settings: Settings) -> dict[str, Any]:
     data = asdict(settings)
     data["state_dir"] = str(settings.state_dir)
-    data["api_keys"] = str(settings.api_keys) if settings.api_keys else None
+    for name in PATHS:
+        value = getattr(settings, name)
+        data[name] = str(value) if value else None
     return data
 
 
 def settings_from_json(data: dict[str, Any]) -> Settings:
     fields = dict(data)
     fields["state_dir"] = Path(fields["state_dir"])
-    keys = fields.get("api_keys")
-    fields["api_keys"] = Path(keys) if keys else None
+    for name in PATHS:
+        value = fields.get(name)
+        fields[name] = Path(value) if value else None
     return Settings(**fields)

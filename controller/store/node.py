@@ -36,6 +36,8 @@ class Config:
     metrics_port: int | None = None  # the daemon serves /metrics here
     backend: str = "local"  # where engines run: "local" (this node) or "ray" (a Ray cluster)
     ray_address: str | None = None  # the Ray cluster (GCS host:port or "auto"), with "ray"
+    tls_cert: Path | None = None  # node.yaml's tlsCert (the flag and environment win)
+    tls_key: Path | None = None
     # What a lenient resolve (a read verb) passed over: each names the file, line, problem.
     warnings: tuple[str, ...] = ()
 
@@ -80,6 +82,7 @@ def resolve(
     state_path = Path(state).expanduser().absolute() if state else default_state_dir()
     limits, log_max_bytes, log_keep = Limits(), logfiles.DEFAULT_MAX_BYTES, logfiles.DEFAULT_KEEP
     warnings: list[str] = []
+    tls: tuple[Path | None, Path | None] = (None, None)
     explicit = node_config or env.get("RECONCILE_NODE_CONFIG")
     if explicit or (state_path / "node.yaml").exists():  # yaml only then
         from controller.store.nodeconfig import read_node_file
@@ -93,6 +96,7 @@ def resolve(
         else:
             limits, log_max_bytes = node_file.limits, node_file.log_max_bytes
             log_keep = node_file.log_max_files
+            tls = node_file.tls_path("tls_cert"), node_file.tls_path("tls_key")
     flag = max_instances if max_instances is not None else env.get("RECONCILE_MAX_INSTANCES")
     if flag:
         try:
@@ -117,6 +121,8 @@ def resolve(
         backend=chosen,
         ray_address=address,
         warnings=tuple(warnings),
+        tls_cert=tls[0],
+        tls_key=tls[1],
     )
 
 

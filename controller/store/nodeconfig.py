@@ -7,8 +7,10 @@ when it exists::
     maxInstancesPerKind: {nvidia: 2}  # instances holding devices of that kind
     logMaxBytes: 10485760            # rotate an engine's log past this size
     logMaxFiles: 3                   # backups kept (<name>.log.1 ... .3)
+    tlsCert: /etc/reconcile/cert.pem  # the gateway's HTTPS pair (--tls-cert, --tls-key);
+    tlsKey: /etc/reconcile/key.pem    #   a relative path is from this file's folder
 
-Flags win over the file (``--max-instances 8,nvidia=2``).
+Flags win over the file (``--max-instances 8,nvidia=2``), then the environment.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from pydantic.alias_generators import to_camel
 
 from controller.core.limits import Limits
@@ -41,6 +43,13 @@ class NodeFile(BaseModel):
     max_instances_per_kind: dict[Kind, Int] = Field(default_factory=dict)
     log_max_bytes: Int = Field(default=logfiles.DEFAULT_MAX_BYTES, ge=1024)
     log_max_files: Int = Field(default=logfiles.DEFAULT_KEEP, ge=0, le=100)
+    tls_cert: str | None = Field(default=None, min_length=1)
+    tls_key: str | None = Field(default=None, min_length=1)
+    _folder: Path = PrivateAttr(default=Path("."))  # the file's: relative paths start there
+
+    def tls_path(self, name: str) -> Path | None:
+        value: str | None = getattr(self, name)
+        return (self._folder / Path(value).expanduser()).absolute() if value else None
 
     @property
     def limits(self) -> Limits:
@@ -59,7 +68,7 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     try:
-        return NodeFile.model_validate(value)
+        found = NodeFile.model_validate(value)
     except ValidationError as exc:
         first = problems(exc, value)[0]
         loc, message = first.loc, first.message
@@ -67,6 +76,9 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
         where = f"{path}:{line}" if line else str(path)
         if first.unknown:
             message = (
-                "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles)"
+                "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles, "
+                "tlsCert, tlsKey)"
             )
         raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc
+    found._folder = path.parent.absolute()
+    return found

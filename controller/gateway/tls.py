@@ -1,0 +1,104 @@
+"""TLS on the gateway: ``--tls-cert FILE --tls-key FILE`` (issue 39).
+
+The gateway then speaks HTTPS only, TLS 1.2 at least. The key file is held to the key
+file's rule (``keys.py``): group and others have no access, and as root root owns it.
+Both files are loaded and checked by the daemon before it starts (exit 64 with what is
+wrong), and again by each gateway process.
+
+**Reload (SIGHUP).** The server's ``SSLContext`` is the one asyncio captured when it
+began to accept, and every handshake makes its ``SSL`` object from it, so a reload
+loads the new pair into that same context (``load_cert_chain`` on a live context
+applies to the handshakes that come after; connections open keep the certificate they
+began with). The new pair is first loaded into a fresh context: a bad pair (a key of
+another certificate, a half-written file) is refused there and the pair in force
+stays. The listening socket handed to a successor (``handover.py``) is a plain TCP
+socket: the successor wraps it with its own context from the same settings.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import stat
+from pathlib import Path
+
+from controller.errors import ConfigError
+from controller.store import security
+
+
+class TlsError(ConfigError):
+    """A certificate or key that cannot serve: refused at start (exit 64)."""
+
+
+def check_key_mode(key: Path) -> None:
+    """The key file's rule, as the API keys file's: no access for group or others."""
+    try:
+        info = os.stat(key)
+    except FileNotFoundError:
+        raise TlsError(f"--tls-key {key}: no such file") from None
+    except OSError as exc:
+        raise TlsError(f"--tls-key {key}: cannot read: {exc.strerror}") from None
+    owner = security.path_problem(key) if security.strict() else None
+    if owner is not None:
+        raise TlsError(
+            f"--tls-key {key} is {owner}: whoever owns it can impersonate this gateway "
+            f"(run: chown root {key})"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise TlsError(
+            f"--tls-key {key} has mode {mode:04o}: group and others must have no access "
+            f"(run: chmod 600 {key})"
+        )
+
+
+def server_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """A server context holding ``cert`` and ``key``, TLS 1.2 at least; TlsError when
+    either cannot be read or they are no pair."""
+    check_key_mode(key)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    _load(context, cert, key)
+    return context
+
+
+def _load(context: ssl.SSLContext, cert: Path, key: Path) -> None:
+    if not cert.is_file():
+        raise TlsError(f"--tls-cert {cert}: no such file")
+    try:
+        context.load_cert_chain(certfile=cert, keyfile=key)
+    except ssl.SSLError as exc:
+        raise TlsError(
+            f"--tls-cert {cert} / --tls-key {key}: not a PEM certificate and its private key "
+            f"({exc.reason or exc.strerror}); the key must be unencrypted and belong to the "
+            "certificate"
+        ) from None
+    except OSError as exc:
+        where = f"--tls-cert {cert} / --tls-key {key}"
+        raise TlsError(f"{where}: cannot read: {exc.strerror}") from None
+
+
+class Tls:
+    """The gateway's live context and its reload."""
+
+    def __init__(self, cert: Path, key: Path) -> None:
+        self.cert = cert
+        self.key = key
+        self.context = server_context(cert, key)
+
+    def reload(self) -> None:
+        """The pair on disk now, for the handshakes from now on; TlsError (and the pair
+        in force kept) when it cannot serve. Call on the loop's thread: handshakes
+        read the context there."""
+        server_context(self.cert, self.key)  # refused here, before the live one is touched
+        _load(self.context, self.cert, self.key)
+
+
+def plain_warning(host: str, port: int, loopback: bool, tls: bool) -> str | None:
+    """The warning for a gateway reachable from other machines in clear text."""
+    if loopback or tls:
+        return None
+    return (
+        f"the gateway on {host}:{port} speaks plain HTTP to other machines: API keys and "
+        "prompts cross the network in clear text; give --tls-cert FILE --tls-key FILE"
+    )

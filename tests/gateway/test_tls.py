@@ -1,0 +1,428 @@
+"""The gateway over TLS (issue 39): certificates made here with ``openssl`` (a CA, server
+certificates for 127.0.0.1 and localhost), a real daemon, gateway process and engine.
+
+- the official ``openai`` client, trusting the CA, gets a chat completion; the page
+  answers over HTTPS and ``reconcile ui`` prints the https URL;
+- plain HTTP to the TLS port gets no answer; a TLS 1.1 client is refused;
+- a key file readable by others, a missing half of the pair, or a key of another
+  certificate is refused before the daemon starts (exit 64, naming the file);
+- SIGHUP under load: the new certificate is served to new connections (its serial),
+  no request failed; a hand-over (``reconcile gateway restart``) under load over TLS:
+  no request failed, and the successor speaks TLS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import threading
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+
+from controller.gateway import registry
+
+WAIT = 40.0
+KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"  # no hex, no word (see test_keys.py)
+
+
+# -- certificates ---------------------------------------------------------------------------
+
+
+def _openssl(*args: str | Path, cwd: Path) -> None:
+    subprocess.run(["openssl", *map(str, args)], cwd=cwd, check=True, capture_output=True)
+
+
+@dataclass
+class Pki:
+    """A CA of the test's own and the server pairs it signed."""
+
+    folder: Path
+
+    @property
+    def ca(self) -> Path:
+        return self.folder / "ca.pem"
+
+    def make_ca(self) -> None:
+        _openssl(
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=reconcile test CA",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            cwd=self.folder,
+        )  # fmt: skip
+
+    def server(self, serial: int, cert: Path, key: Path) -> None:
+        """A server pair for 127.0.0.1 and localhost with ``serial``, at cert and key (0600)."""
+        ext = self.folder / "server.ext"
+        ext.write_text(
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+            "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature\n"
+            "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
+        )
+        fresh_key = self.folder / f"fresh-{serial}.key"
+        _openssl(
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", fresh_key, "-out", "server.csr", "-subj", "/CN=localhost",
+            cwd=self.folder,
+        )  # fmt: skip
+        _openssl(
+            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-set_serial", str(serial), "-days", "2", "-extfile", ext,
+            "-out", f"fresh-{serial}.pem",
+            cwd=self.folder,
+        )  # fmt: skip
+        os.chmod(fresh_key, 0o600)
+        # Each file replaced whole (rename): a reload never reads half of one.
+        os.replace(self.folder / f"fresh-{serial}.pem", cert)
+        os.replace(fresh_key, key)
+
+    def client(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.ca)
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    folder = tmp_path / "pki"
+    folder.mkdir()
+    made = Pki(folder)
+    made.make_ca()
+    return made
+
+
+def _pair(pki: Pki, serial: int = 1) -> tuple[Path, Path]:
+    cert, key = pki.folder / "cert.pem", pki.folder / "key.pem"
+    pki.server(serial, cert, key)
+    return cert, key
+
+
+# -- clients --------------------------------------------------------------------------------
+
+
+def _https(
+    port: int, ctx: ssl.SSLContext, method: str, path: str, body: Any = None
+) -> tuple[int, bytes, int]:
+    """One request on a new connection: status, body and the server certificate's serial."""
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=WAIT, context=ctx)
+    try:
+        conn.connect()  # the certificate is read now: an answer that says close drops sock
+        assert isinstance(conn.sock, ssl.SSLSocket)
+        cert = conn.sock.getpeercert()
+        assert cert is not None
+        data = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, body=data, headers={"x-api-key": KEY})
+        resp = conn.getresponse()
+        return resp.status, resp.read(), int(str(cert["serialNumber"]), 16)
+    finally:
+        conn.close()
+
+
+def _chat(model: str, word: str = "hi", stream: bool = False) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": word}], "stream": stream}
+
+
+@dataclass
+class Loop:
+    """A client over HTTPS, a new connection (a new handshake) per request."""
+
+    port: int
+    ctx: ssl.SSLContext
+    stream: bool
+    ok: int = 0
+    serials: set[int] = field(default_factory=set)
+    failed: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                status, body, serial = _https(
+                    self.port,
+                    self.ctx,
+                    "POST",
+                    "/v1/chat/completions",
+                    _chat("alpha", stream=self.stream),
+                )
+            except (OSError, http.client.HTTPException) as exc:
+                self.failed.append(repr(exc))
+                continue
+            if status != 200 or (self.stream and b"data: [DONE]" not in body):
+                self.failed.append(f"{status} {body[-200:]!r}")
+            else:
+                self.ok += 1
+                self.serials.add(serial)
+
+
+class Load:
+    def __init__(self, port: int, ctx: ssl.SSLContext, n: int) -> None:
+        self.loops = [Loop(port, ctx, i % 2 == 0) for i in range(n)]
+        self.threads = [threading.Thread(target=lp.run, daemon=True) for lp in self.loops]
+
+    @property
+    def ok(self) -> int:
+        return sum(lp.ok for lp in self.loops)
+
+    def more(self, rc: Any, n: int, what: str) -> None:
+        target = self.ok + n
+        rc.wait_for(lambda: self.ok >= target, timeout=WAIT, what=what)
+
+    def __enter__(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for lp in self.loops:
+            lp.stop.set()
+        for t in self.threads:
+            t.join(timeout=WAIT)
+
+    def check(self) -> None:
+        failed = [f for lp in self.loops for f in lp.failed]
+        assert failed == [], f"{len(failed)} failed: {failed[:5]}"
+        assert self.ok > 0
+
+
+# -- the gateway ----------------------------------------------------------------------------
+
+
+def _keyfile(rc: Any) -> Path:
+    path = rc.tmp / "keys.txt"
+    path.write_text(KEY + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def _tls_gateway(rc: Any, gateway: Any, pki: Pki, cert: Path, key: Path, *extra: str) -> Any:
+    """The daemon with --listen over TLS, once /healthz answers over HTTPS."""
+    rc.write("alpha", command=rc.demo_command(chunks="3", chunk_delay="0.01"))
+    flags = ["--tls-cert", str(cert), "--tls-key", str(key), "--api-keys", str(_keyfile(rc))]
+    g = gateway(*flags, *extra, wait=False)
+    ctx = pki.client()
+
+    def up() -> bool:
+        if g.proc.poll() is not None:
+            raise AssertionError(f"daemon exited {g.proc.returncode}:\n{g.text()[-3000:]}")
+        try:
+            return _https(g.port, ctx, "GET", "/healthz")[0] == 200
+        except OSError:
+            return False
+
+    rc.wait_for(up, timeout=WAIT, what="gateway /healthz over HTTPS")
+    g.wait_phase("alpha", "Ready")
+    return g
+
+
+def test_openai_client_page_and_ui_url_over_tls(reconcile: Any, gateway: Any, pki: Pki) -> None:
+    cert, key = _pair(pki)
+    g = _tls_gateway(reconcile, gateway, pki, cert, key)
+    try:
+        client = openai.OpenAI(
+            base_url=f"https://localhost:{g.port}/v1",
+            api_key=KEY,
+            http_client=httpx2.Client(verify=pki.client()),
+            max_retries=0,
+        )
+        answer = client.chat.completions.create(
+            model="alpha", messages=[{"role": "user", "content": "hello"}]
+        )
+        assert answer.choices[0].message.content, answer
+        assert answer.usage is not None and answer.usage.total_tokens > 0
+        client.close()
+        # The page and its data, with a key, over HTTPS.
+        url = reconcile("ui").out.strip()
+        assert url == f"https://127.0.0.1:{g.port}/ui", url
+        status, body, _ = _https(g.port, pki.client(), "GET", "/ui")
+        assert status == 200 and b"<html" in body.lower(), body[:300]
+        status, body, _ = _https(g.port, pki.client(), "GET", "/ui/api/state")
+        assert status == 200, body[:300]
+        assert '"tls": true' in g.text()  # the gateway's own lines go to the daemon's stderr
+    finally:
+        g.finish()
+
+
+def test_plain_http_and_tls_1_1_are_refused(reconcile: Any, gateway: Any, pki: Pki) -> None:
+    cert, key = _pair(pki)
+    g = _tls_gateway(reconcile, gateway, pki, cert, key)
+    try:
+        plain = http.client.HTTPConnection("127.0.0.1", g.port, timeout=WAIT)
+        try:
+            plain.request("GET", "/healthz")
+            with pytest.raises((OSError, http.client.HTTPException)):  # closed, no answer
+                plain.getresponse()
+        finally:
+            plain.close()
+        old = _tls_1_1_client(pki)
+        with (
+            socket.create_connection(("127.0.0.1", g.port), timeout=WAIT) as raw,
+            pytest.raises(ssl.SSLError) as refused,
+        ):
+            old.wrap_socket(raw, server_hostname="localhost")
+        # Refused by the gateway (an alert, or asyncio's close without one), not by the
+        # client: the same client completes its handshake with a server that allows 1.1.
+        assert isinstance(refused.value, ssl.SSLEOFError) or "PROTOCOL_VERSION" in str(
+            refused.value
+        ), refused.value
+        assert _lenient_handshake(old, cert, key) == "TLSv1.1"
+        # The gateway serves on.
+        assert _https(g.port, pki.client(), "GET", "/healthz")[0] == 200
+    finally:
+        g.finish()
+
+
+def _tls_1_1_client(pki: Pki) -> ssl.SSLContext:
+    """A client that offers TLS 1.1 alone (its own security level lowered so that it
+    would): the server's refusal is what the test sees."""
+    old = pki.client()
+    with warnings.catch_warnings():  # the version is deprecated: that is the point
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old.minimum_version = ssl.TLSVersion.TLSv1_1
+        old.maximum_version = ssl.TLSVersion.TLSv1_1
+    old.set_ciphers("DEFAULT:@SECLEVEL=0")
+    return old
+
+
+def _lenient_handshake(client: ssl.SSLContext, cert: Path, key: Path) -> str | None:
+    """The version ``client`` gets from a server of the pair that allows TLS 1.1."""
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        server.minimum_version = ssl.TLSVersion.TLSv1_1
+    server.set_ciphers("DEFAULT:@SECLEVEL=0")
+    server.load_cert_chain(cert, key)
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+
+        def serve() -> None:
+            conn, _ = listening.accept()
+            with contextlib.suppress(OSError), server.wrap_socket(conn, server_side=True):
+                pass
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=WAIT) as raw,
+            client.wrap_socket(raw, server_hostname="localhost") as tls,
+        ):
+            version = tls.version()
+        thread.join(timeout=WAIT)
+    return version
+
+
+def test_bad_pairs_are_refused_before_the_daemon_starts(
+    reconcile: Any, gateway: Any, pki: Pki
+) -> None:
+    cert, key = _pair(pki)
+    key.chmod(0o644)
+    g = gateway("--tls-cert", str(cert), "--tls-key", str(key), wait=False)
+    assert g.proc.wait(timeout=WAIT) == 64, g.text()
+    assert f"--tls-key {key} has mode 0644" in g.text() and f"chmod 600 {key}" in g.text()
+    key.chmod(0o600)
+    g = gateway("--tls-cert", str(cert), wait=False)
+    assert g.proc.wait(timeout=WAIT) == 64, g.text()
+    assert "--tls-cert without --tls-key" in g.text()
+    other = pki.folder / "other.pem"
+    pki.server(7, other, pki.folder / "other.key")  # a certificate of another key
+    g = gateway("--tls-cert", str(other), "--tls-key", str(key), wait=False)
+    assert g.proc.wait(timeout=WAIT) == 64, g.text()
+    assert f"--tls-cert {other} / --tls-key {key}" in g.text() and "Traceback" not in g.text()
+    assert registry.current_live(reconcile.state) is None
+
+
+def test_node_yaml_and_environment_forms(reconcile: Any, gateway: Any, pki: Pki) -> None:
+    """node.yaml's tlsCert/tlsKey (relative to its folder), RECONCILE_TLS_KEY over it."""
+    _, key = _pair(pki)
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    node = pki.folder / "node.yaml"
+    node.write_text("tlsCert: cert.pem\ntlsKey: missing.pem\n")
+    env = {"RECONCILE_TLS_KEY": str(key)}
+    g = gateway("--node-config", str(node), wait=False, env=env)
+    ctx = pki.client()
+    reconcile.wait_for(
+        lambda: _alive_https(g, ctx), timeout=WAIT, what="gateway /healthz over HTTPS"
+    )
+    g.finish()
+
+
+def _alive_https(g: Any, ctx: ssl.SSLContext) -> bool:
+    if g.proc.poll() is not None:
+        raise AssertionError(f"daemon exited {g.proc.returncode}:\n{g.text()[-3000:]}")
+    try:
+        return _https(g.port, ctx, "GET", "/healthz")[0] == 200
+    except OSError:
+        return False
+
+
+def test_sighup_reloads_the_certificate_under_load(reconcile: Any, gateway: Any, pki: Pki) -> None:
+    cert, key = _pair(pki, serial=1)
+    g = _tls_gateway(reconcile, gateway, pki, cert, key)
+    try:
+        with Load(g.port, pki.client(), 6) as load:
+            load.more(reconcile, 16, "answers with the first certificate")
+            pki.server(2, cert, key)
+            g.proc.send_signal(signal.SIGHUP)  # the daemon forwards it to its gateway
+            reconcile.wait_for(
+                lambda: _https(g.port, pki.client(), "GET", "/healthz")[2] == 2,
+                timeout=WAIT,
+                what="the new certificate served",
+            )
+            load.more(reconcile, 16, "answers with the new certificate")
+        load.check()
+        assert {s for lp in load.loops for s in lp.serials} == {1, 2}
+        # A bad pair on SIGHUP keeps the one in force.
+        key.write_text("not a key\n")
+        g.proc.send_signal(signal.SIGHUP)
+        reconcile.wait_for(
+            lambda: "TLS certificate not reloaded" in g.text(), timeout=WAIT, what="refusal"
+        )
+        assert _https(g.port, pki.client(), "GET", "/healthz")[2] == 2
+    finally:
+        g.finish()
+
+
+def test_hand_over_under_load_keeps_tls(reconcile: Any, gateway: Any, pki: Pki) -> None:
+    cert, key = _pair(pki)
+    g = _tls_gateway(reconcile, gateway, pki, cert, key)
+    old = g.serving()
+    try:
+        with Load(g.port, pki.client(), 6) as load:
+            load.more(reconcile, 16, "answers from the first gateway")
+            took = reconcile("gateway", "restart", check=0)
+            assert f"took it over from pid {old.ref.pid}" in took.out, took
+            reconcile.wait_for(lambda: not old.alive(), timeout=WAIT, what="the old gateway gone")
+            load.more(reconcile, 16, "answers from the new gateway alone")
+        load.check()
+        assert g.serving().ref != old.ref
+        assert g.serving().settings["tls_cert"] == str(cert)
+    finally:
+        g.finish()
+
+
+def test_a_plain_bind_beyond_loopback_warns_once(reconcile: Any, gateway: Any, pki: Pki) -> None:
+    port = reconcile.port + 15
+    keys = str(_keyfile(reconcile))
+    g = gateway("--listen", f"0.0.0.0:{port}", "--api-keys", keys)
+    try:
+        assert g.text().count("gateway without TLS") == 1, g.text()[-3000:]
+        assert "--tls-cert FILE --tls-key FILE" in g.text()
+    finally:
+        g.finish()
+    cert, key = _pair(pki)
+    flags = ["--tls-cert", str(cert), "--tls-key", str(key), "--api-keys", keys]
+    g = gateway("--listen", f"0.0.0.0:{port}", *flags, wait=False)
+    try:
+        reconcile.wait_for(lambda: _alive_https(g, pki.client()), timeout=WAIT, what="HTTPS")
+        assert "gateway without TLS" not in g.text()
+    finally:
+        g.finish()
