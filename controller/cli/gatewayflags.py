@@ -40,6 +40,8 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
             devices=cfg.devices,
             tls_cert=cert,
             tls_key=key,
+            log_max_bytes=cfg.log_max_bytes,
+            log_keep=cfg.log_keep,
         )
         warning = gw.check_exposure(settings)
         if settings.api_keys is not None:

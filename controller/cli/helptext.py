@@ -36,6 +36,8 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
         "reconcile logs web --previous                    # the run before the last restart",
         "reconcile logs web --replica 1                   # one replica (default: all, prefixed)",
         "reconcile --manifests DIR logs web               # -f after `logs` is --follow",
+        "reconcile logs --requests -f                     # the gateway's request log",
+        "reconcile logs --requests -o json --tail 100     # its last lines, as JSON",
     ),
     "events": (
         "reconcile events                                 # every deployment's, newest last",

@@ -223,6 +223,11 @@ def _view_verbs(verb: VerbMaker) -> None:
     )
     p.add_argument("-p", "--previous", action="store_true", help="the run before the last restart")
     p.add_argument(
+        "--requests",
+        action="store_true",
+        help="the gateway's request log instead (who called what, status, timings; -o json)",
+    )
+    p.add_argument(
         "--replica",
         type=int,
         metavar="I",
@@ -367,6 +372,8 @@ def _check_output(parser: Parser, args: argparse.Namespace) -> None:
     if args.output is None:
         return
     verb = "plan" if args.verb is None and args.dry_run else args.verb
+    if verb == "logs" and args.requests:
+        return  # logs --requests -o json (requestsverb.py checks the format)
     if verb not in OUTPUT_VERBS:
         what = f"`{verb}`" if verb else "the daemon or --once"
         known = [v for v in OUTPUT_VERBS if v in _verbs(parser)]

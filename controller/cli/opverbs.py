@@ -90,6 +90,10 @@ def _none_described(args: argparse.Namespace, records: Iterable[Record], where: 
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    if args.requests:
+        from controller.cli.requestsverb import cmd_requests
+
+        return _quiet_pipe(lambda: cmd_requests(args))
     if args.previous and args.follow:
         print("reconcile: --previous cannot be followed (that run is over)", file=sys.stderr)
         return EXIT_USAGE

@@ -22,7 +22,7 @@ import aiohttp
 from aiohttp import web
 
 from controller.errors import ConfigError
-from controller.gateway import enginesock
+from controller.gateway import enginesock, requestlog
 from controller.gateway import keys as keys_mod
 from controller.gateway.activation import Demand
 from controller.gateway.ejections import recorder
@@ -32,6 +32,7 @@ from controller.gateway.limits import Bodies, Limiter
 from controller.gateway.listener import bind, close_listener
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.quiet import Throttle, install
+from controller.gateway.requestlog import RequestLog
 from controller.gateway.routes import Front
 from controller.gateway.routing import Table
 from controller.gateway.server import Connections, connection_cap, exception_handler, factory
@@ -53,6 +54,12 @@ class Gateway:
         self.keys = keys_mod.load(settings.api_keys) if settings.api_keys else None
         self.tls = _tls(settings)
         self.metrics = GatewayMetrics()
+        self.requests = RequestLog(
+            requestlog.path_in(settings.state_dir),
+            settings.log_max_bytes,
+            settings.log_keep,
+            self.metrics.dropped,
+        )
         self.loop = new_loop()  # uvloop's when installed (fastloop.py)
         self.front: Front | None = None
         self._thread: threading.Thread | None = None
@@ -136,6 +143,7 @@ class Gateway:
         done.result(timeout=self.settings.drain_grace + START_WAIT)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=START_WAIT)
+        self.requests.close()  # after the last request: its line is written too
 
     def metrics_text(self) -> str:
         return self.metrics.render()
@@ -144,6 +152,7 @@ class Gateway:
 
     def _run(self, request_pass: Callable[[], None], sock: socket.socket | None) -> None:
         asyncio.set_event_loop(self.loop)
+        self.requests.start()
         try:
             self.loop.run_until_complete(self._open(request_pass, sock))
         except BaseException as exc:
@@ -181,6 +190,7 @@ class Gateway:
             keys=self.keys,
             loopback_only=s.loopback,
             session=session,
+            requests=self.requests,
         )
         # handler_cancellation: a client that goes away cancels its handler (and upstream).
         app = self.front.app()

@@ -41,6 +41,7 @@ class GatewayMetrics:
         self.first_token: dict[str, _Histogram] = {}  # per deployment
         self.swaps_avoided: defaultdict[str, int] = defaultdict(int)  # turns.py
         self.ejections: defaultdict[Instance, int] = defaultdict(int)  # passive health
+        self.log_dropped = 0  # request log lines dropped (requestlog.py: queue full, disk)
 
     def begin(self, deployment: str, instance: str) -> None:
         """A request forwarded to ``instance`` (``web@1``) of ``deployment``."""
@@ -80,6 +81,10 @@ class GatewayMetrics:
         if completion:
             self.tokens[(deployment, key, "completion")] += completion
 
+    def dropped(self, lines: int) -> None:
+        """Request log lines not written (any thread: an int's += is one step here)."""
+        self.log_dropped += lines
+
     def swap_avoided(self, deployment: str) -> None:
         """Requests for ``deployment`` waited behind a rival's queue (turns.py)."""
         self.swaps_avoided[deployment] += 1
@@ -116,6 +121,9 @@ class GatewayMetrics:
         out.family(f"{PREFIX}swaps_avoided_total", avoided, "counter")
         for dep, n in sorted(list(self.swaps_avoided.items())):
             out.sample(f"{PREFIX}swaps_avoided_total", n, deployment=dep)
+        dropped = "Request log lines dropped: the writer fell behind or the disk failed."
+        out.family(f"{PREFIX}request_log_dropped_total", dropped, "counter")
+        out.sample(f"{PREFIX}request_log_dropped_total", self.log_dropped)
         return "\n".join(out.lines) + "\n"
 
 

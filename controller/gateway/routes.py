@@ -22,7 +22,7 @@ from aiohttp.typedefs import Handler
 
 from controller.core.listen import host_refusal
 from controller.core.state import Phase, Record
-from controller.gateway import encoding, paths, readiness, upload, usage
+from controller.gateway import encoding, paths, readiness, requestlog, upload, usage
 from controller.gateway.activation import Demand
 from controller.gateway.answers import error
 from controller.gateway.keys import Keys, presented
@@ -31,6 +31,7 @@ from controller.gateway.load import Load, LoadWriter
 from controller.gateway.metrics import GatewayMetrics
 from controller.gateway.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.quota import Quota
+from controller.gateway.requestlog import RequestLog
 from controller.gateway.routing import FIRST_PASS_WAIT, Table, Target
 from controller.gateway.turns import Turns
 from controller.gateway.upload import Upload
@@ -72,6 +73,7 @@ class Front:
     draining: bool = False  # the listener is closed: each answer ends its connection
     _quota: Quota | None = None  # the key file's limits (rpm=, tpm=), built on first use
     turns: Turns | None = None  # OnDemand rivals take turns (turns.py)
+    requests: RequestLog | None = None  # <state>/gateway/requests.jsonl (requestlog.py)
 
     def __post_init__(self) -> None:
         if self.turns is None:
@@ -194,10 +196,12 @@ class Front:
         key = self._key(request)
         if isinstance(key, web.Response):
             self.metrics.done("-", "-", key.status, time.monotonic() - meter.started)
+            self._log("-", "-", key.status, meter)
             return key
         over = self._over(key)
         if over is not None:
             self.metrics.done("-", key, over.status, time.monotonic() - meter.started)
+            self._log(key, "-", over.status, meter)
             return over
         deployment = "-"
         status = 500
@@ -221,7 +225,12 @@ class Front:
         why = f"API key {key} is {refused.why}; retry in {max(1, round(refused.retry_after))}s"
         return error(429, why, "rate_limit_exceeded", retry_after=refused.retry_after)
 
+    def _log(self, key: str, deployment: str, status: int, meter: Meter) -> None:
+        if self.requests is not None:
+            self.requests.write(requestlog.entry(key, deployment, status, meter))
+
     def _count(self, deployment: str, key: str, status: int, meter: Meter) -> None:
+        self._log(key, deployment, status, meter)
         now = time.monotonic()
         self.metrics.done(deployment, key, status, now - meter.started)
         used = meter.usage
@@ -265,6 +274,7 @@ class Front:
         if isinstance(parsed, web.Response):
             return "-", parsed
         body, fields, model = parsed
+        incoming.meter.model = model
         if isinstance(body, bytes):
             body, incoming.meter.strip = usage.ask(body, fields, incoming.path)
         if model is None:
@@ -382,6 +392,7 @@ class Front:
         self.table.request_began(target.nonce)
         self.load.add(target.deployment, 1)
         self.metrics.begin(target.deployment, target.instance)
+        incoming.meter.instance = target.instance
         trial = self.table.health.sent(target.nonce)
         outcome: int | str | None = None  # passive health (health.py); None: no verdict
         silent = False  # the client gave up before a byte of the engine's answer

@@ -9,6 +9,7 @@ from typing import Any
 from controller.core.listen import LOOPBACK, split_listen
 from controller.core.listen import is_loopback as is_loopback  # re-exported
 from controller.errors import ConfigError
+from controller.store import logfiles
 
 DEFAULT_HOST = LOOPBACK
 DEFAULT_MAX_BODY = 32 * 1024 * 1024  # long prompts and base64 images fit; a flood does not
@@ -47,6 +48,9 @@ class Settings:
     devices: str | None = None  # the daemon's static inventory (--devices): the web page's
     tls_cert: Path | None = None  # HTTPS only when set, with tls_key (tls.py)
     tls_key: Path | None = None
+    # The request log's rotation (requestlog.py): node.yaml's logMaxBytes / logMaxFiles.
+    log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
+    log_keep: int = logfiles.DEFAULT_KEEP
 
     @property
     def loopback(self) -> bool:

@@ -54,6 +54,8 @@ class Meter:
     first: float | None = None
     usage: Usage | None = None
     strip: bool = False
+    model: str | None = None  # as the body named it (the request log's)
+    instance: str | None = None  # the engine that answered (``web@1``)
 
     def answered(self) -> None:
         if self.first is None:

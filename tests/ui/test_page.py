@@ -77,6 +77,13 @@ def test_the_page_shows_the_node_live_without_console_errors(
     traffic = page.wait(lambda: page.traffic().get("web"), "web's traffic")
     assert set(traffic) == {"requests", "errors", "p50", "p99"}, traffic
     page.wait(lambda: page.traffic()["web"]["p50"].endswith(" ms"), "web's p50")
+    # The request log's last requests (gateway/requestlog.py), newest first.
+    cells = (
+        "return [...document.querySelectorAll('#requests tbody tr')]"
+        ".map((r) => [...r.cells].map((c) => c.textContent));"
+    )
+    rows = page.wait(lambda: page.run(cells), "the last requests")
+    assert rows[0][1:3] == ["200", "web"] and rows[0][3].startswith("web"), rows
     # A click on a row shows that deployment's log and its events only.
     page.click("#deployments tr[data-name=web] td.name")
     log = page.wait(lambda: "demo engine web" in page.text("log") and page.text("log"), "the log")

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from controller.gateway import requestlog
 from controller.gateway.answers import error
 from controller.gateway.keys import Keys, presented
 from controller.gateway.metrics import GatewayMetrics
@@ -57,6 +58,8 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+
+PAGE_REQUESTS = 20  # the request log's last lines the page shows
 
 
 @dataclass
@@ -118,6 +121,8 @@ class Page:
         doc = await self._read(lambda: self.reader.state(only))
         doc["keys"] = self.keys() is not None
         doc["traffic"] = self.traffic.as_json()
+        log = requestlog.path_in(self.settings.state_dir)
+        doc["requests"] = await self._read(lambda: requestlog.read_lines(log, PAGE_REQUESTS))
         return web.json_response(doc, headers=HEADERS)
 
     async def logs(self, request: web.Request) -> web.Response:

@@ -128,7 +128,7 @@ function signIn(why, token) {
   $("signin-error").textContent = why || "";
   $("live").textContent = "signed out";
   $("live").className = "live";
-  for (const id of ["deployments", "events"]) $(id).tBodies[0].replaceChildren();
+  for (const id of ["deployments", "events", "requests"]) $(id).tBodies[0].replaceChildren();
   for (const id of ["devices", "traffic", "log"]) $(id).replaceChildren();
 }
 
@@ -157,6 +157,23 @@ function draw(doc) {
   if (changed("devices", doc.devices)) drawDevices(doc.devices);
   if (changed("traffic", doc.traffic)) drawTraffic(doc.traffic);
   if (changed("events", [doc.events, doc.deployments.map((d) => d.name)])) drawEvents(doc);
+  if (changed("requests", doc.requests)) drawRequests(doc.requests || []);
+}
+
+// The request log's last lines (reconcile logs --requests), newest first.
+function drawRequests(lines) {
+  const secs = (v) => (typeof v === "number" ? `${v.toFixed(3)} s` : "");
+  const rows = lines.slice().reverse().map((r) => h("tr", {},
+    h("td", { class: "time", title: r.time }, clock(r.time)),
+    h("td", {}, String(r.status)),
+    h("td", {}, r.model || ""),
+    h("td", {}, r.instance || r.deployment || ""),
+    h("td", {}, r.key || ""),
+    h("td", {}, secs(r.ttfb_s)),
+    h("td", {}, secs(r.duration_s)),
+    h("td", {}, `${r.prompt_tokens || 0}+${r.completion_tokens || 0}`)));
+  $("requests").tBodies[0].replaceChildren(...rows);
+  $("no-requests").hidden = rows.length > 0;
 }
 
 function drawDrain(drain) {

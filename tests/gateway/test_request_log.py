@@ -1,0 +1,125 @@
+"""The gateway's request log (issue 39): ``<state>/gateway/requests.jsonl``.
+
+- requests through a real daemon, gateway and engine (plain, streamed, a wrong key, an
+  unknown model) each leave a line with the key's label, model, deployment, instance,
+  status, time to first byte, duration and tokens; neither the key nor a word of the
+  prompt or the answer is anywhere in the files; rotation keeps them bounded;
+  ``reconcile logs --requests`` shows them (``-o json``, ``--tail``), the page too;
+- a writer stuck on its file (a FIFO nobody reads: a disk that does not answer) never
+  makes a request wait: the queue is bounded and what does not fit is dropped and
+  counted, and what was queued is written once the file takes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from controller.gateway.metrics import GatewayMetrics
+from controller.gateway.requestlog import FIELDS, RequestLog, path_in
+
+KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"  # no hex, no word (see test_keys.py)
+WORD = "Zanzibarquokka"  # the prompt's unique word: never in the log
+MAX_BYTES = 1024  # node.yaml's logMaxBytes floor: a few lines a file
+KEEP = 2
+
+
+def _label(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:8]
+
+
+def _files(state: Path) -> list[Path]:
+    folder = path_in(state).parent
+    return sorted(folder.glob("requests.jsonl*"))
+
+
+def _lines(state: Path) -> list[dict[str, Any]]:
+    out = []
+    for one in _files(state):
+        out += [json.loads(raw) for raw in one.read_text().splitlines() if raw]
+    return out
+
+
+def test_requests_are_logged_without_keys_or_bodies(reconcile: Any, gateway: Any) -> None:
+    reconcile.write("alpha", command=reconcile.demo_command(chunks="3", chunk_delay="0.01"))
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(f"logMaxBytes: {MAX_BYTES}\nlogMaxFiles: {KEEP}\n")
+    keys = reconcile.tmp / "keys.txt"
+    keys.write_text(KEY + "\n")
+    keys.chmod(0o600)
+    g = gateway("--api-keys", str(keys))
+    g.wait_phase("alpha", "Ready")
+    auth = {"x-api-key": KEY}
+    try:
+        answer = g.post("alpha", auth, messages=[{"role": "user", "content": f"say {WORD}"}])
+        assert answer.status == 200, answer
+        streamed = g.post("alpha", auth, stream=True)
+        assert streamed.status == 200 and b"[DONE]" in streamed.body, streamed
+        assert g.post("alpha", {"x-api-key": "sk-wrong"}).status == 401
+        assert g.post("nosuch", auth).status == 404
+        reconcile.wait_for(lambda: len(_lines(reconcile.state)) >= 4, what="4 lines logged")
+        first, second, wrong, unknown = _lines(reconcile.state)[:4]
+        for line in (first, second, wrong, unknown):
+            assert tuple(line) == FIELDS, line
+        assert first["key"] == _label(KEY) and first["model"] == "alpha", first
+        assert first["deployment"] == "alpha" and first["instance"].startswith("alpha"), first
+        assert first["status"] == 200 and first["ttfb_s"] > 0 and first["duration_s"] > 0
+        assert first["prompt_tokens"] > 0 and first["completion_tokens"] > 0, first
+        assert second["status"] == 200 and second["completion_tokens"] > 0, second
+        assert (wrong["status"], wrong["key"], wrong["model"]) == (401, "-", None), wrong
+        assert (unknown["status"], unknown["model"], unknown["deployment"]) == (
+            404,
+            "nosuch",
+            "-",
+        )
+        text = b"".join(p.read_bytes() for p in _files(reconcile.state))
+        reply = json.loads(answer.body)["choices"][0]["message"]["content"]
+        assert KEY.encode() not in text and WORD.encode() not in text
+        assert reply.encode() not in text and b"sk-wrong" not in text
+        # The CLI, as JSON and for people.
+        shown = reconcile("logs", "--requests", "-o", "json").out.splitlines()
+        assert [json.loads(s) for s in shown][:4] == [first, second, wrong, unknown]
+        tail = reconcile("logs", "--requests", "--tail", "2").out.splitlines()
+        assert len(tail) == 2 and " 404 " in tail[1] and "nosuch" in tail[1], tail
+        refused = reconcile("logs", "--requests", "-o", "yaml", check=64)
+        assert "only -o json" in refused.err, refused
+        # The page's last requests.
+        state = g.request("GET", "/ui/api/state", headers=auth).json()
+        assert [r["status"] for r in state["requests"]][:4] == [200, 200, 401, 404], state
+        # Rotated and bounded: many more lines, never more than KEEP backups.
+        for _ in range(30):
+            assert g.post("alpha", auth).status == 200
+        reconcile.wait_for(
+            lambda: len(_files(reconcile.state)) == KEEP + 1, what="rotated into backups"
+        )
+        sizes = [p.stat().st_size for p in _files(reconcile.state)]
+        assert len(sizes) == KEEP + 1 and max(sizes) < 2 * MAX_BYTES, sizes
+    finally:
+        g.finish()
+
+
+def test_a_stuck_disk_drops_lines_never_requests(tmp_path: Path) -> None:
+    fifo = tmp_path / "gateway" / "requests.jsonl"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo, 0o600)  # its writer's open() waits for a reader: a disk that hangs
+    metrics = GatewayMetrics()
+    log = RequestLog(fifo, dropped=metrics.dropped, capacity=5)
+    log.start()
+    log.write({"n": 0})
+    wait = threading.Event()
+    while not log.idle():  # the writer took line 0 and hangs on the file
+        wait.wait(0.01)
+    for n in range(1, 9):
+        log.write({"n": n})  # 5 fit in the queue, 3 do not: none of them waits
+    assert metrics.log_dropped == 3
+    assert "reconcile_gateway_request_log_dropped_total 3" in metrics.render()
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()  # the disk answers again: what was queued is written
+    log.close()
+    reader.join(timeout=30)
+    assert [json.loads(s)["n"] for s in got[0].splitlines()] == [0, 1, 2, 3, 4, 5]
