@@ -9,6 +9,7 @@
     python -m benchmarks --only ray     # the ray backend next to the local one (pip: .[ray])
     python -m benchmarks --only pull    # model pulls: vs curl, resume cost, Ready from cache
     python -m benchmarks --only health  # a hung engine (SIGSTOP) to its replacement
+    python -m benchmarks --only tls     # HTTPS vs plain HTTP through the gateway (ratio)
 
 Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
 run also rewrites ``benchmarks/RESULTS.md`` (date, machine, the table).
@@ -43,10 +44,12 @@ SECTIONS = (
     "pull",
     "health",
     "ray",
+    "tls",
 )
 # Run unless --only says otherwise; "ray" needs `pip install -e '.[ray]'` and starts a local
-# Ray cluster (~2 minutes more): run it with `--only ray`.
-DEFAULT = tuple(s for s in SECTIONS if s != "ray")
+# Ray cluster (~2 minutes more): run it with `--only ray`. "tls" (issue 39's figure) runs
+# with `--only tls`.
+DEFAULT = tuple(s for s in SECTIONS if s not in ("ray", "tls"))
 
 
 def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
@@ -62,6 +65,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         replicas,
         startup,
         steady,
+        tlsbench,
         watch,
     )
 
@@ -79,6 +83,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             "pull": lambda: pullbench.bench(8, 1),
             "health": lambda: liveness.bench(1),
             "ray": lambda: raybench.bench(2, 3),
+            "tls": lambda: tlsbench.bench(10),
         }
     return {
         "startup": lambda: startup.bench(30),
@@ -93,6 +98,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "pull": lambda: pullbench.bench(200, 9),
         "health": lambda: liveness.bench(3),
         "ray": lambda: raybench.bench(20, 9),  # needs pip install -e '.[ray]'
+        "tls": lambda: tlsbench.bench(300),
     }
 
 

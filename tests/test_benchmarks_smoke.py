@@ -47,3 +47,20 @@ def test_the_benchmark_command_runs_with_tiny_n(tmp_path: Path) -> None:
     assert {row["section"] for row in data["rows"]} == set(SECTIONS)
     assert all(row["ours"] for row in data["rows"]), data["rows"]
     assert (run / "logs").is_dir()  # the daemon's and supervisord's logs are kept
+
+
+def test_the_tls_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
+    """``--only tls`` (issue 39): HTTPS and plain rows, each with its ratio."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "tls", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (run,) = tmp_path.iterdir()
+    rows = json.loads((run / "results.json").read_text())["rows"]
+    assert [row["section"] for row in rows] == ["12. tls", "12. tls"], rows
+    assert all(row["ours"] and row["theirs"] and row["ratio"] for row in rows), rows
