@@ -1,5 +1,8 @@
 """``reconcile logs --requests [-f] [--tail N] [-o json]``: the gateway's request log
-(``gateway/requestlog.py``): who called what and how it went, one line a request."""
+(``gateway/requestlog.py``): who called what and how it went, one line a request.
+
+``-f`` follows as ``logs -f`` does (``tail -F``): a line written in the instant of a
+rotation may be missed by the follower; it is in the backup (``requests.jsonl.1``)."""
 
 from __future__ import annotations
 

@@ -134,8 +134,12 @@ class RequestLog:
     def _append(self, data: bytes, count: int) -> None:
         try:
             fd = self._open()
+            size = os.fstat(fd).st_size
+            if size and size + len(data) > self.max_bytes:
+                # Before the write, not after: the new lines land in the fresh file, where
+                # a follower (logs --requests -f) finds them once it sees the file shrink.
+                logfiles.rotate(self.path, 0, self.keep)  # copy-truncate: the fd lives on
             os.write(fd, data)  # O_APPEND: at the end, past a successor's lines too
-            logfiles.rotate(self.path, self.max_bytes, self.keep)  # copy-truncate: fd lives
         except OSError as exc:
             self._close_fd()
             self._dropped(count)

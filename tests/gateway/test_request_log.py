@@ -15,8 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import threading
 from pathlib import Path
+from subprocess import PIPE
 from typing import Any
 
 from controller.gateway.metrics import GatewayMetrics
@@ -90,16 +92,39 @@ def test_requests_are_logged_without_keys_or_bodies(reconcile: Any, gateway: Any
         # The page's last requests.
         state = g.request("GET", "/ui/api/state", headers=auth).json()
         assert [r["status"] for r in state["requests"]][:4] == [200, 200, 401, 404], state
-        # Rotated and bounded: many more lines, never more than KEEP backups.
-        for _ in range(30):
-            assert g.post("alpha", auth).status == 200
-        reconcile.wait_for(
-            lambda: len(_files(reconcile.state)) == KEEP + 1, what="rotated into backups"
-        )
-        sizes = [p.stat().st_size for p in _files(reconcile.state)]
-        assert len(sizes) == KEEP + 1 and max(sizes) < 2 * MAX_BYTES, sizes
+        # Followed (-f), across rotations; rotated and bounded: many more lines, never
+        # more than KEEP backups.
+        follower = reconcile.popen("logs", "--requests", "-f", "-o", "json", stdout=PIPE)
+        seen: list[dict[str, Any]] = []
+        reading = threading.Thread(target=_read_into, args=(follower, seen), daemon=True)
+        reading.start()
+        try:
+            reconcile.wait_for(lambda: len(seen) >= 4, what="the log so far, followed")
+            for _ in range(30):
+                assert g.post("alpha", auth).status == 200
+            reconcile.wait_for(
+                lambda: len(_files(reconcile.state)) == KEEP + 1, what="rotated into backups"
+            )
+            sizes = [p.stat().st_size for p in _files(reconcile.state)]
+            assert len(sizes) == KEEP + 1 and max(sizes) <= MAX_BYTES, sizes
+            # The follower goes on past the rotations: a request now is shown.
+            before = len(seen)
+            assert g.post("alpha", auth, user="last-one").status == 200
+            reconcile.wait_for(lambda: len(seen) > before, what="a line after rotations")
+        finally:
+            follower.terminate()
+            follower.wait(timeout=30)
+            reading.join(timeout=30)
+            assert follower.stdout is not None
+            follower.stdout.close()
     finally:
         g.finish()
+
+
+def _read_into(proc: subprocess.Popen[bytes], seen: list[dict[str, Any]]) -> None:
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        seen.append(json.loads(raw))
 
 
 def test_a_stuck_disk_drops_lines_never_requests(tmp_path: Path) -> None:
