@@ -24,6 +24,12 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
     try:
         host, port = gw.parse_listen(listen)
         cert, key = _tls_pair(args, cfg)
+        client_ca = _path(args.tls_client_ca or os.environ.get("RECONCILE_TLS_CLIENT_CA"))
+        if client_ca is not None and cert is None:
+            raise gw.ListenRefused(
+                "--tls-client-ca without --tls-cert/--tls-key: client certificates are "
+                "asked for in the TLS handshake; give the gateway its own pair too"
+            )
         settings = gw.Settings(
             host=host,
             port=port,
@@ -40,6 +46,7 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
             devices=cfg.devices,
             tls_cert=cert,
             tls_key=key,
+            tls_client_ca=client_ca,
             log_max_bytes=cfg.log_max_bytes,
             log_keep=cfg.log_keep,
         )
@@ -47,7 +54,7 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
         if settings.api_keys is not None:
             keys_mod.load(settings.api_keys)  # refused here (64), not by the gateway process
         if cert is not None and key is not None:
-            tls.server_context(cert, key)  # likewise
+            tls.server_context(cert, key, client_ca)  # likewise
         gateway = Keeper(settings)
     except (gw.ListenRefused, KeyFileError, tls.TlsError) as exc:
         print(f"reconcile: {exc}", file=sys.stderr)

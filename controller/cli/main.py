@@ -330,6 +330,11 @@ def _gateway_flags(parser: Parser) -> None:
         metavar="FILE",
         help="the certificate's private key (chmod 600; $RECONCILE_TLS_KEY); SIGHUP reloads both",
     )
+    g.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="require a client certificate this CA signed ($RECONCILE_TLS_CLIENT_CA)",
+    )
     g.add_argument("--max-body", type=int, metavar="BYTES", help="largest request body (32 MiB)")
     g.add_argument(
         "--max-body-total",

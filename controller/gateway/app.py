@@ -245,4 +245,4 @@ def _tls(settings: Settings) -> Tls | None:
     """The TLS pair the settings name (checked: TlsError), or None for plain HTTP."""
     if settings.tls_cert is None or settings.tls_key is None:
         return None
-    return Tls(settings.tls_cert, settings.tls_key)
+    return Tls(settings.tls_cert, settings.tls_key, settings.tls_client_ca)

@@ -48,6 +48,7 @@ class Settings:
     devices: str | None = None  # the daemon's static inventory (--devices): the web page's
     tls_cert: Path | None = None  # HTTPS only when set, with tls_key (tls.py)
     tls_key: Path | None = None
+    tls_client_ca: Path | None = None  # mutual TLS: clients show a certificate it signed
     # The request log's rotation (requestlog.py): node.yaml's logMaxBytes / logMaxFiles.
     log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
     log_keep: int = logfiles.DEFAULT_KEEP
@@ -85,7 +86,7 @@ def check_exposure(settings: Settings) -> str | None:
     )
 
 
-PATHS = ("api_keys", "tls_cert", "tls_key")  # optional paths, as strings in JSON
+PATHS = ("api_keys", "tls_cert", "tls_key", "tls_client_ca")  # optional paths, as strings in JSON
 
 
 def settings_to_json(settings: Settings) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""TLS on the gateway: ``--tls-cert FILE --tls-key FILE`` (issue 39).
+"""TLS on the gateway: ``--tls-cert FILE --tls-key FILE`` (issue 39), and with
+``--tls-client-ca FILE`` a client certificate that CA signed required of every client.
 
 The gateway then speaks HTTPS only, TLS 1.2 at least. The key file is held to the key
 file's rule (``keys.py``): group and others have no access, and as root root owns it.
@@ -52,14 +53,29 @@ def check_key_mode(key: Path) -> None:
         )
 
 
-def server_context(cert: Path, key: Path) -> ssl.SSLContext:
-    """A server context holding ``cert`` and ``key``, TLS 1.2 at least; TlsError when
-    either cannot be read or they are no pair."""
+def server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
+    """A server context holding ``cert`` and ``key``, TLS 1.2 at least, and with
+    ``client_ca`` a client certificate it signed required; TlsError when a file cannot
+    be read or the certificate and key are no pair."""
     check_key_mode(key)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     _load(context, cert, key)
+    if client_ca is not None:
+        _trust(context, client_ca)
     return context
+
+
+def _trust(context: ssl.SSLContext, client_ca: Path) -> None:
+    """Every client must show a certificate ``client_ca`` signed (mutual TLS)."""
+    try:
+        context.load_verify_locations(cafile=client_ca)
+    except FileNotFoundError:
+        raise TlsError(f"--tls-client-ca {client_ca}: no such file") from None
+    except (ssl.SSLError, OSError) as exc:
+        why = exc.reason if isinstance(exc, ssl.SSLError) else exc.strerror
+        raise TlsError(f"--tls-client-ca {client_ca}: not PEM CA certificates ({why})") from None
+    context.verify_mode = ssl.CERT_REQUIRED
 
 
 def _load(context: ssl.SSLContext, cert: Path, key: Path) -> None:
@@ -81,17 +97,22 @@ def _load(context: ssl.SSLContext, cert: Path, key: Path) -> None:
 class Tls:
     """The gateway's live context and its reload."""
 
-    def __init__(self, cert: Path, key: Path) -> None:
+    def __init__(self, cert: Path, key: Path, client_ca: Path | None = None) -> None:
         self.cert = cert
         self.key = key
-        self.context = server_context(cert, key)
+        self.client_ca = client_ca
+        self.context = server_context(cert, key, client_ca)
 
     def reload(self) -> None:
-        """The pair on disk now, for the handshakes from now on; TlsError (and the pair
-        in force kept) when it cannot serve. Call on the loop's thread: handshakes
-        read the context there."""
-        server_context(self.cert, self.key)  # refused here, before the live one is touched
+        """The pair (and client CA) on disk now, for the handshakes from now on;
+        TlsError (and what is in force kept) when it cannot serve. Call on the loop's
+        thread: handshakes read the context there. A CA added to the file is trusted
+        from now on; one removed from it stays trusted until the gateway restarts
+        (OpenSSL's store only grows)."""
+        server_context(self.cert, self.key, self.client_ca)  # refused here, first
         _load(self.context, self.cert, self.key)
+        if self.client_ca is not None:
+            _trust(self.context, self.client_ca)
 
 
 def plain_warning(host: str, port: int, loopback: bool, tls: bool) -> str | None:

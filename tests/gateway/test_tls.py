@@ -63,12 +63,13 @@ class Pki:
             cwd=self.folder,
         )  # fmt: skip
 
-    def server(self, serial: int, cert: Path, key: Path) -> None:
-        """A server pair for 127.0.0.1 and localhost with ``serial``, at cert and key (0600)."""
+    def server(self, serial: int, cert: Path, key: Path, usage: str = "serverAuth") -> None:
+        """A server pair for 127.0.0.1 and localhost with ``serial``, at cert and key (0600);
+        ``usage="clientAuth"``: a client's."""
         ext = self.folder / "server.ext"
         ext.write_text(
             "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
-            "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature\n"
+            f"extendedKeyUsage={usage}\nkeyUsage=digitalSignature\n"
             "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
         )
         fresh_key = self.folder / f"fresh-{serial}.key"
@@ -204,12 +205,20 @@ def _keyfile(rc: Any) -> Path:
     return path
 
 
-def _tls_gateway(rc: Any, gateway: Any, pki: Pki, cert: Path, key: Path, *extra: str) -> Any:
+def _tls_gateway(
+    rc: Any,
+    gateway: Any,
+    pki: Pki,
+    cert: Path,
+    key: Path,
+    *extra: str,
+    client: ssl.SSLContext | None = None,
+) -> Any:
     """The daemon with --listen over TLS, once /healthz answers over HTTPS."""
     rc.write("alpha", command=rc.demo_command(chunks="3", chunk_delay="0.01"))
     flags = ["--tls-cert", str(cert), "--tls-key", str(key), "--api-keys", str(_keyfile(rc))]
     g = gateway(*flags, *extra, wait=False)
-    ctx = pki.client()
+    ctx = client or pki.client()
 
     def up() -> bool:
         if g.proc.poll() is not None:
@@ -424,5 +433,25 @@ def test_a_plain_bind_beyond_loopback_warns_once(reconcile: Any, gateway: Any, p
     try:
         reconcile.wait_for(lambda: _alive_https(g, pki.client()), timeout=WAIT, what="HTTPS")
         assert "gateway without TLS" not in g.text()
+    finally:
+        g.finish()
+
+
+def test_client_certificates_with_tls_client_ca(reconcile: Any, gateway: Any, pki: Pki) -> None:
+    cert, key = _pair(pki)
+    g = gateway("--tls-client-ca", str(pki.ca), wait=False)
+    assert g.proc.wait(timeout=WAIT) == 64, g.text()
+    assert "--tls-client-ca without --tls-cert" in g.text()
+    mine, mine_key = pki.folder / "client.pem", pki.folder / "client.key"
+    pki.server(9, mine, mine_key, usage="clientAuth")
+    ctx = pki.client()
+    ctx.load_cert_chain(mine, mine_key)
+    flags = ("--tls-client-ca", str(pki.ca))
+    g = _tls_gateway(reconcile, gateway, pki, cert, key, *flags, client=ctx)
+    try:
+        with pytest.raises((OSError, http.client.HTTPException)):  # no client certificate
+            _https(g.port, pki.client(), "GET", "/healthz")
+        status, body, _ = _https(g.port, ctx, "POST", "/v1/chat/completions", _chat("alpha"))
+        assert status == 200, body
     finally:
         g.finish()
