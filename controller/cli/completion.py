@@ -12,7 +12,17 @@ from dataclasses import dataclass
 
 SHELLS = ("bash", "zsh", "fish")
 # Options whose value is a folder or a file: the shell completes paths for them.
-PATH_DESTS = frozenset({"manifests", "state_dir", "node_config", "metrics_file"})
+PATH_DESTS = frozenset(
+    {
+        "manifests",
+        "state_dir",
+        "node_config",
+        "metrics_file",
+        "tls_cert",
+        "tls_key",
+        "tls_client_ca",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
