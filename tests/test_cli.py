@@ -18,7 +18,7 @@ import pytest
 
 from controller.core.durations import format_age
 from controller.core.state import Record
-from controller.gateway import registry
+from controller.gateway.lifecycle import registry
 from controller.host.procs import identity
 
 STATUS_FIELDS = {"name", "phase", "pid", "port", "devices", "restarts", "ready", "spec_valid",

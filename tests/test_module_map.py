@@ -154,7 +154,9 @@ def test_the_map_is_read_as_meant() -> None:
     rows = map_rows(DESIGN.read_text())
     folders = {r.folder for r in rows}
     assert {"core", "store", "host", "gateway", ""} <= folders
-    assert is_named(Path("core/limits.py"), rows) and is_named(Path("gateway/limits.py"), rows)
+    assert is_named(Path("core/limits.py"), rows) and is_named(
+        Path("gateway/routing/concurrency.py"), rows
+    )
     assert is_named(Path("core/planner/ledger.py"), rows)
     assert not is_named(Path("store/limits.py"), rows)
     assert not is_named(Path("core/planner/nosuch.py"), rows)

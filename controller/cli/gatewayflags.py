@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from controller.cli.exitcodes import EXIT_USAGE
-from controller.gateway import keys as keys_mod
 from controller.gateway import settings as gw
-from controller.gateway.keeper import Keeper
-from controller.gateway.keys import KeyFileError
+from controller.gateway.accounting import keys as keys_mod
+from controller.gateway.accounting.keys import KeyFileError
+from controller.gateway.lifecycle.keeper import Keeper
 from controller.logsetup import get_logger
 from controller.store.node import Config
 

@@ -139,7 +139,7 @@ def _wake(state_dir: Path, daemon: int) -> bool:
     """Ask the daemon for a pass now: the gateway's wake-up datagram where it serves one,
     else SIGUSR1 to the pid that holds the daemon lock right now. False if neither
     reached it: then its resync timer's pass reads the request."""
-    from controller.gateway import registry
+    from controller.gateway.lifecycle import registry
 
     address = registry.wake_address(state_dir)
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from controller.core.inflight import Inflight, Sample, average, peak
-from controller.gateway.load import Load, LoadWriter
+from controller.gateway.accounting.inflight import Load, LoadWriter
 from controller.store import inflight as store
 
 WEB = Inflight("web", "101", (Sample(100.0, 1.0, 2.0, 3), Sample(101.0, 1.0, 4.0, 6)))

@@ -22,11 +22,11 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from controller.gateway.aiohttp_internals import close_connection
-from controller.gateway.answers import body as error_body
-from controller.gateway.routing import Target
-from controller.gateway.upload import TooLarge, Upload
-from controller.gateway.usage import Meter, StreamUsage, from_json
+from controller.gateway.accounting.usage import Meter, StreamUsage, from_json
+from controller.gateway.routing.table import Target
+from controller.gateway.surface.aiohttp_internals import close_connection
+from controller.gateway.surface.answers import body as error_body
+from controller.gateway.surface.upload import TooLarge, Upload
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")

@@ -22,19 +22,21 @@ from aiohttp.typedefs import Handler
 
 from controller.core.listen import host_refusal
 from controller.core.state import Phase, Record
-from controller.gateway import encoding, paths, readiness, upload, usage
-from controller.gateway.activation import Demand
-from controller.gateway.answers import error
-from controller.gateway.keys import Keys, presented
-from controller.gateway.limits import Bodies, Limiter
-from controller.gateway.load import Load, LoadWriter
-from controller.gateway.metrics import GatewayMetrics
-from controller.gateway.proxy import UpstreamDown, UpstreamFailed, forward
-from controller.gateway.quota import Quota
-from controller.gateway.routing import FIRST_PASS_WAIT, Table, Target
-from controller.gateway.turns import Turns
-from controller.gateway.upload import Upload
-from controller.gateway.usage import Meter
+from controller.gateway.accounting import usage
+from controller.gateway.accounting.inflight import Load, LoadWriter
+from controller.gateway.accounting.keys import Keys, presented
+from controller.gateway.accounting.metrics import GatewayMetrics
+from controller.gateway.accounting.quota import Quota
+from controller.gateway.accounting.usage import Meter
+from controller.gateway.routing import readiness
+from controller.gateway.routing.activation import Demand
+from controller.gateway.routing.concurrency import Bodies, Limiter
+from controller.gateway.routing.swaps import Turns
+from controller.gateway.routing.table import FIRST_PASS_WAIT, Table, Target
+from controller.gateway.surface import encoding, paths, upload
+from controller.gateway.surface.answers import error
+from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forward
+from controller.gateway.surface.upload import Upload
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.errors import ConfigError
-from controller.gateway import registry
+from controller.gateway.lifecycle import registry
 from controller.host import ports
 from controller.host.sockdiag import Listener
 

@@ -35,10 +35,10 @@ import time
 
 from controller import __version__, logsetup
 from controller.errors import ConfigError
-from controller.gateway import fastloop, handover, listener, registry
-from controller.gateway.app import BACKLOG, Gateway
+from controller.gateway.lifecycle import handover, listener, registry
+from controller.gateway.lifecycle.app import BACKLOG, Gateway, loop_name
 from controller.gateway.records_watch import POLL, RecordsWatch
-from controller.gateway.routing import FIRST_PASS_WAIT
+from controller.gateway.routing.table import FIRST_PASS_WAIT
 from controller.gateway.settings import Settings, settings_from_json, settings_to_json
 from controller.host.procs import identity
 from controller.logsetup import get_logger
@@ -130,7 +130,7 @@ class GatewayProcess:
             api_keys=len(self.gateway.keys.digests) if self.gateway.keys else 0,
             took_over=old.ref.pid if old is not None else None,
             handed_over=taken is not None,
-            loop=fastloop.name(self.gateway.loop),
+            loop=loop_name(self.gateway.loop),
         )
 
     def wake_daemon(self) -> None:

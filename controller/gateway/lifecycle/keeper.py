@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING
 
 from controller import __version__
 from controller.errors import ConfigError
-from controller.gateway import registry
-from controller.gateway.handover import ask_metrics
+from controller.gateway.lifecycle import registry
+from controller.gateway.lifecycle.handover import ask_metrics
 from controller.gateway.settings import Settings, settings_to_json
 from controller.logsetup import get_logger
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from controller.gateway.keys import Keys
+from controller.gateway.accounting.keys import Keys
 
 
 class Bucket:

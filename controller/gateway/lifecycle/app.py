@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
+import os
 import socket
 import threading
 from collections.abc import Callable, Coroutine
@@ -22,20 +24,24 @@ import aiohttp
 from aiohttp import web
 
 from controller.errors import ConfigError
-from controller.gateway import enginesock
-from controller.gateway import keys as keys_mod
-from controller.gateway.activation import Demand
-from controller.gateway.ejections import recorder
-from controller.gateway.fastloop import new_loop
-from controller.gateway.health import Health
-from controller.gateway.limits import Bodies, Limiter
-from controller.gateway.listener import bind, close_listener
-from controller.gateway.metrics import GatewayMetrics
-from controller.gateway.quiet import Throttle, install
-from controller.gateway.routes import Front
-from controller.gateway.routing import Table
-from controller.gateway.server import Connections, connection_cap, exception_handler, factory
+from controller.gateway.accounting import keys as keys_mod
+from controller.gateway.accounting.metrics import GatewayMetrics
+from controller.gateway.lifecycle.listener import bind, close_listener
+from controller.gateway.routing.activation import Demand
+from controller.gateway.routing.concurrency import Bodies, Limiter
+from controller.gateway.routing.ejections import recorder
+from controller.gateway.routing.health import Health
+from controller.gateway.routing.table import Table
 from controller.gateway.settings import Settings
+from controller.gateway.surface import enginesock
+from controller.gateway.surface.quiet import Throttle, install
+from controller.gateway.surface.routes import Front
+from controller.gateway.surface.server import (
+    Connections,
+    connection_cap,
+    exception_handler,
+    factory,
+)
 from controller.gateway.ui.pages import Page
 from controller.logsetup import get_logger
 
@@ -44,6 +50,28 @@ log = get_logger("reconcile")
 START_WAIT = 10.0
 CUT_WAIT = 1.0  # seconds the runner's shutdown gives what is left once the drain is over
 BACKLOG = 128  # aiohttp's default
+# The event loop: uvloop's when it is installed (the optional extra ``fast``:
+# ``pip install 'reconcile-engines[fast]'``), asyncio's own otherwise. uvloop (libuv
+# underneath, the loop uvicorn uses) cuts the loop's own cost per request; nothing in the
+# gateway depends on which loop runs. ``RECONCILE_GATEWAY_LOOP=asyncio`` keeps asyncio's.
+LOOP_ENV = "RECONCILE_GATEWAY_LOOP"
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    if os.environ.get(LOOP_ENV, "").strip().lower() != "asyncio":
+        try:
+            uvloop = importlib.import_module("uvloop")
+        except ImportError:
+            pass
+        else:
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+            return loop
+    return asyncio.new_event_loop()
+
+
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """``uvloop`` or ``asyncio``, for the start line."""
+    return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
 
 
 class Gateway:
@@ -51,7 +79,7 @@ class Gateway:
         self.settings = settings
         self.keys = keys_mod.load(settings.api_keys) if settings.api_keys else None
         self.metrics = GatewayMetrics()
-        self.loop = new_loop()  # uvloop's when installed (fastloop.py)
+        self.loop = new_loop()  # uvloop's when installed
         self.front: Front | None = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()

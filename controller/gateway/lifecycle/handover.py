@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from controller.gateway import registry
+from controller.gateway.lifecycle import registry
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")

@@ -62,7 +62,7 @@ class GatewayMetrics:
         hist.observe(seconds)
 
     def ejected(self, deployment: str, instance: str) -> None:
-        """Passive health took ``instance`` out of the rotation (gateway/health.py)."""
+        """Passive health took ``instance`` out of the rotation (gateway/routing/health.py)."""
         self.ejections[(deployment, instance)] += 1
 
     def answered(

@@ -12,8 +12,8 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from controller.gateway.health import Change
-from controller.gateway.metrics import GatewayMetrics
+from controller.gateway.accounting.metrics import GatewayMetrics
+from controller.gateway.routing.health import Change
 from controller.logsetup import get_logger
 from controller.store.events import Journal
 

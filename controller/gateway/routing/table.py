@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from controller.core.names import base_name, instance_of, is_next, next_name, replica_of
 from controller.core.state import Phase, Record
-from controller.gateway import balance
-from controller.gateway.affinity import Sessions
-from controller.gateway.health import Health
+from controller.gateway.routing import balance
+from controller.gateway.routing.affinity import Sessions
+from controller.gateway.routing.health import Health
 from controller.host.probes import connect_host
 
 DRAIN_POLL = 0.01  # seconds between looks at a retiring instance's in-flight count
