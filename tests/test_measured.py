@@ -1,4 +1,4 @@
-"""``devices.memory: auto`` (core/measured.py): whole devices until the engine was
+"""``devices.memory: auto`` (core/planner/ledger.py): whole devices until the engine was
 measured, then its peak + 10%; the spec says auto in its document and hash either way;
 a spec with a request of its own shows requested beside measured; what an engine uses is
 its processes summed, per device."""
@@ -13,8 +13,8 @@ from strategies import NOW, desired, entry, marked, observed, record, ref, view
 from controller.core.actions import Start
 from controller.core.devicefaults import Measured
 from controller.core.inventory import Device, Inventory
-from controller.core.measured import resolve, with_headroom
 from controller.core.plan import plan
+from controller.core.planner.ledger import resolve, with_headroom
 from controller.core.specs import Devices, Entry, spec_document, spec_hash
 from controller.reconciler.gpuwatch import engine_peaks
 

@@ -7,9 +7,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from controller.cli.common import config
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config
 from controller.cli.common import reconciler as build
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.redact import printable
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from controller.cli.exitcodes import EXIT_USAGE
+from controller.cli.common import EXIT_USAGE
 from controller.gateway import settings as gw
 from controller.gateway.accounting import keys as keys_mod
 from controller.gateway.accounting.keys import KeyFileError

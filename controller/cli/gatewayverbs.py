@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
-from controller.core.durations import format_age
+from controller.cli.common import EXIT_FAIL, EXIT_OK
+from controller.core.quantity import format_age
 from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry
 from controller.gateway.settings import DRAIN_GRACE, settings_from_json

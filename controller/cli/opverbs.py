@@ -1,7 +1,7 @@
 """The operator's verbs: describe, logs, plan, schema (status: statusverb; devices, drain:
 nodeverbs).
 
-Each only wires the configuration to a view and prints; exit codes come from cli/exitcodes.py.
+Each only wires the configuration to a view and prints; exit codes come from cli/common.py.
 """
 
 from __future__ import annotations
@@ -17,8 +17,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from controller.cli import replicalogs
-from controller.cli.common import config, no_such, output_format, preview, reader_gone, selected
-from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.common import (
+    EXIT_CHANGES,
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    config,
+    no_such,
+    output_format,
+    preview,
+    reader_gone,
+    selected,
+)
 from controller.cli.views import dump
 from controller.core.backendnames import on_cluster
 from controller.core.names import base_name

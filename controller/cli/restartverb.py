@@ -22,8 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from controller.cli.common import config, no_such, reconciler
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, no_such, reconciler
 from controller.core.names import base_name, is_next
 from controller.core.state import STUCK, Phase, Record
 from controller.errors import RecordError

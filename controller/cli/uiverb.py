@@ -15,7 +15,7 @@ import ipaddress
 import sys
 from pathlib import Path
 
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
+from controller.cli.common import EXIT_FAIL, EXIT_OK
 from controller.cli.gatewayverbs import state_dir_of
 from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry

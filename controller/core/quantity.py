@@ -1,4 +1,5 @@
-"""Kubernetes-style memory quantities (``20Gi``, ``512Mi``, ``80G``) as whole bytes. Pure.
+"""Kubernetes-style memory quantities (``20Gi``, ``512Mi``, ``80G``) as whole bytes, and
+durations (``30s``, ``1h30m``) as seconds and ages (``3h12m``) for people. Pure.
 
 One parser for the manifest (``spec.devices.memory``) and the static inventory
 (``--devices nvidia:0=80Gi``), so both spell sizes the same way and a typo gets the
@@ -11,6 +12,38 @@ import re
 from decimal import Decimal, InvalidOperation
 
 from controller.core.excerpt import short
+from controller.errors import ConfigError
+
+# Durations as people write them: ``30s``, ``5m``, ``1h``, ``1h30m``, or plain seconds.
+SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+
+
+def parse_duration(text: str) -> float:
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        # ConfigError is a ValueError: a bad flag value is an error for people, not a traceback.
+        raise ConfigError(f"{text!r} is not a duration (examples: 30s, 5m, 1h, 1h30m)")
+    return sum(float(n) * SECONDS[u] for n, u in parts)
+
+
+def format_age(seconds: float) -> str:
+    """kubectl-style ages: 42s, 5m, 3h12m, 2d."""
+    s = int(max(seconds, 0))
+    if s < 120:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        h, m = divmod(s // 60, 60)
+        return f"{h}h{m}m" if m and h < 10 else f"{h}h"
+    return f"{s // 86400}d"
+
 
 # Binary suffixes first: Kubernetes' own set (Ki, Mi, Gi, Ti) plus its decimal ones.
 UNITS: dict[str, int] = {

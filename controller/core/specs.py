@@ -26,7 +26,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from controller.core.digest import sha256_hex
-from controller.core.excerpt import short
+from controller.core.excerpt import did_you_mean, short
 
 # re-exported: their home is core.names, which records import without the specs
 from controller.core.names import DNS1123 as DNS1123
@@ -38,7 +38,6 @@ from controller.core.names import model_names
 from controller.core.names import next_name as next_name
 from controller.core.quantity import parse_quantity
 from controller.core.sources import Source
-from controller.core.suggest import did_you_mean
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER_NAMES = ("port", "host", "name", "model", "devices", "python")
@@ -88,7 +87,7 @@ def _duration(value: Any) -> Any:
     """``idleTimeout: 10m`` (or plain seconds) -> seconds."""
     value = _not_bool(value)
     if isinstance(value, str):
-        from controller.core.durations import parse_duration
+        from controller.core.quantity import parse_duration
 
         return parse_duration(value)
     return value
@@ -203,7 +202,7 @@ class Devices(Model):
         "engine's last measured peak + 10% (NVML hosts), whole devices until measured.",
     )
     # `memory: auto`: `memory` stays None (a whole lease) until the planner resolves it
-    # from a measurement (core/measured.py); private, so no manifest can spell it.
+    # from a measurement (core/planner/ledger.py); private, so no manifest can spell it.
     _auto: bool = PrivateAttr(default=False)
 
     @property

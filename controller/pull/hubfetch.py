@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.core.sources import HuggingFace
-from controller.pull.failures import PullError, disk_filled, no_space, stalled, too_big
-from controller.pull.job import Bounds
+from controller.pull.job import Bounds, PullError, disk_filled, no_space, stalled, too_big
 from controller.pull.meter import EVERY, Meter
 from controller.store.modelcache import CacheEntry
 

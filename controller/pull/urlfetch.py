@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
 from controller.core.pulls import file_name
-from controller.pull.failures import PullError, disk_filled, no_space, stalled, too_big
 from controller.pull.hashing import Hasher
 from controller.pull.httpget import open_at, start_of, total_of
-from controller.pull.job import Bounds
+from controller.pull.job import Bounds, PullError, disk_filled, no_space, stalled, too_big
 from controller.pull.meter import Meter
 from controller.pull.writeback import Writeback
 from controller.redact import redact_url

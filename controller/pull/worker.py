@@ -11,9 +11,8 @@ import time
 from typing import Any
 
 from controller.core.pulls import FailureKind
-from controller.pull.failures import PullError
 from controller.pull.hubfetch import fetch_hub
-from controller.pull.job import Job
+from controller.pull.job import Job, PullError
 from controller.pull.meter import Meter
 from controller.pull.urlfetch import fetch_url
 from controller.redact import redact_url
