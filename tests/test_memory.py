@@ -32,10 +32,10 @@ from controller.core.engines.share import fraction, share_args
 from controller.core.inventory import Device, GpuMemory, Inventory, parse_static
 from controller.core.placement import Ledger, place_devices
 from controller.core.plan import Desired, plan
-from controller.core.preempt import Candidate, choose_victims
 from controller.core.quantity import format_bytes, parse_quantity
 from controller.core.specs import Entry, spec_document
 from controller.core.state import Observed, Phase, RecordView
+from controller.core.victims import Victim, choose_victims
 from controller.errors import ConfigError
 from controller.host import devices
 from controller.reconciler.memwait import MemoryGate
@@ -441,7 +441,7 @@ def test_choose_victims_never_takes_equal_or_higher() -> None:
     ledger = Ledger()
     ledger.take("same", ("nvidia:0",), (), False, 40 * GI)
     ledger.take("lower", ("nvidia:0",), (), False, 40 * GI)
-    cands = [Candidate("same", 1), Candidate("lower", 0)]
+    cands = [Victim("same", 1), Victim("lower", 0)]
     assert choose_victims(spec, ONE_80, ledger, cands) is None
     assert place_devices(spec, ONE_80, ledger) != ("nvidia:0",)
 

@@ -14,7 +14,7 @@ from controller import __version__
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.helptext import epilog
 from controller.core import backendnames
-from controller.core.limits import parse_limits
+from controller.core.capacity import parse_limits
 from controller.core.listen import split_listen
 from controller.core.quantity import parse_duration
 from controller.store.node import DEFAULT_LOCK_TIMEOUT

@@ -58,7 +58,7 @@ log = get_logger("reconcile")
 # Before a RollingUpdate stops the old instance: (old, new) -> returns once the front door
 # sends nothing more to the old one and its in-flight requests ended (bounded by the
 # old one's grace period). The daemon injects the gateway's; without one, nothing waits.
-Drain = Callable[[Record, Record | None], None]
+GatewayDrain = Callable[[Record, Record | None], None]
 
 
 def _no_drain(old: Record, new: Record | None) -> None:
@@ -84,7 +84,7 @@ class Executor:
     log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
     log_keep: int = logfiles.DEFAULT_KEEP
     memory: MemoryGate = field(default_factory=MemoryGate)  # NVML's word before a start
-    drain: Drain = _no_drain
+    drain: GatewayDrain = _no_drain
     puller: Puller | None = None  # model pulls (spec.source); None: none are started
     reserve: Reserve = _no_reserve  # how a start takes its devices and port
     _tally: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -321,7 +321,7 @@ class Executor:
         return True
 
     def _promote(self, action: Promote) -> bool:
-        """Drain and stop the old instance, then rename ``<name>@next`` to ``<name>``.
+        """GatewayDrain and stop the old instance, then rename ``<name>@next`` to ``<name>``.
 
         Crash-safe in every step: the old record goes Terminating before its teardown
         (a later pass finishes it), the rename is one atomic write of the new record

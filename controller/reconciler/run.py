@@ -21,9 +21,9 @@ from controller import failpoints
 from controller.backends.base import Backend
 from controller.core import backendnames
 from controller.core.actions import Action, AnyAction, Conflict, Hold, Start, Stop
+from controller.core.capacity import kinds_of, only_kinds
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.inventory import Inventory
-from controller.core.limits import kinds_of, only_kinds
 from controller.core.names import is_next
 from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.plan import Desired, leader_of, plan, waits_turn

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from controller.core import backendnames
-from controller.core.limits import Limits, parse_limits
+from controller.core.capacity import Limits, parse_limits
 from controller.core.state import Drain
 from controller.errors import ConfigError
 from controller.store import bootstamp, logfiles

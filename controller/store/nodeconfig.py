@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from controller.core.limits import Limits
+from controller.core.capacity import Limits
 from controller.core.specerrors import problems
 from controller.core.specs import NOT_BOOL
 from controller.errors import ConfigError

@@ -51,7 +51,7 @@ MISSING_MODEL = "the model files"  # how a status says the node lacks them (the 
 
 
 @dataclass(frozen=True, slots=True)
-class Job:
+class EngineJob:
     """What the driver sends: picklable values only (the actor may restart anywhere)."""
 
     entry: Entry
@@ -85,7 +85,7 @@ class HostStatus:
 
 
 class EngineHost:
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: EngineJob) -> None:
         self.job = job
         self.node_id = ray.get_runtime_context().get_node_id()
         self.address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]

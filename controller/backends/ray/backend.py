@@ -24,7 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from controller.backends.base import ExitStatus, StartRequest
 from controller.backends.ray import cluster, naming
-from controller.backends.ray.actor import MISSING_MODEL, EngineHost, HostStatus, Job
+from controller.backends.ray.actor import MISSING_MODEL, EngineHost, EngineJob, HostStatus
 from controller.backends.ray.pulls import RayPuller
 from controller.core import backendnames
 from controller.core.inventory import Inventory
@@ -100,7 +100,7 @@ class RayBackend:
         ns = naming.namespace(self.state_dir, rec.owner)
         model = self._model_node(rec.name, launch.entry)
         strategy = model[1] if model is not None else self._strategy(rec.name, spec)
-        job = Job(
+        job = EngineJob(
             entry=launch.entry,
             nonce=rec.nonce,
             state_key=ns,

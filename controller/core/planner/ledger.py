@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-from controller.core import limits
+from controller.core import capacity as limits
 from controller.core.actions import Hold, Start
 from controller.core.devicefaults import Measured
 from controller.core.engines.share import user_share
@@ -20,9 +20,9 @@ from controller.core.inventory import Inventory
 from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place, place_devices
 from controller.core.planner.context import Context
 from controller.core.planner.turns import starting_on, turn_taken
-from controller.core.preempt import Candidate, choose_victims
 from controller.core.quantity import format_bytes
 from controller.core.specs import DeploymentSpec, Entry
+from controller.core.victims import Victim, choose_victims
 
 
 # Measured memory: ``devices.memory: auto`` resolved from the engine's last measured peak.
@@ -159,9 +159,7 @@ class PlanLedger:
         held = self._held.without(gone) if gone else self._held
         return not isinstance(place_devices(spec, self._ctx.inventory, held), Unplaced)
 
-    def victims(
-        self, spec: DeploymentSpec, candidates: Sequence[Candidate]
-    ) -> tuple[str, ...] | None:
+    def victims(self, spec: DeploymentSpec, candidates: Sequence[Victim]) -> tuple[str, ...] | None:
         """The fewest, cheapest ``candidates`` whose leaving gives ``spec`` its devices."""
         return choose_victims(spec, self._ctx.inventory, self._held, candidates)
 

@@ -13,7 +13,7 @@ from controller.core.planner.context import Context, Want
 from controller.core.planner.ledger import PlanLedger
 from controller.core.planner.ondemand import swap
 from controller.core.planner.preemption import candidates, preempt
-from controller.core.preempt import Candidate
+from controller.core.victims import Victim
 
 
 def place_wanted(
@@ -35,7 +35,7 @@ def _place(
     ledger: PlanLedger,
     want: Want,
     *,
-    running: Sequence[Candidate],
+    running: Sequence[Victim],
     preempted: set[str],
     leaving: frozenset[str],
 ) -> list[AnyAction]:

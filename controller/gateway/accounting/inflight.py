@@ -1,7 +1,7 @@
 """Requests in flight per deployment, time-weighted, for the autoscaler.
 
-``Load.add`` runs on the event loop for each request an instance takes and gives back
-(a few dict operations: no lock, no disk I/O). ``LoadWriter`` turns the counts into one
+``InflightCounts.add`` runs on the event loop for each request an instance takes and gives back
+(a few dict operations: no lock, no disk I/O). ``InflightWriter`` turns the counts into one
 sample a second per busy deployment and writes it with the last ones
 (``controller/store/inflight.py``, off the loop); an idle deployment gets no write.
 """
@@ -25,7 +25,7 @@ INTERVAL = 1.0  # seconds between samples (and writes) per busy deployment
 PRUNE_AFTER = 3600.0  # a file with no sample this recent is a dead gateway's
 
 
-class Load:
+class InflightCounts:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._count: dict[str, int] = {}
@@ -73,10 +73,10 @@ class Load:
             table.pop(deployment, None)
 
 
-class LoadWriter:
+class InflightWriter:
     """The once-a-second writer of one gateway process's samples (its own files)."""
 
-    def __init__(self, state_dir: Path, load: Load, writer: str | None = None) -> None:
+    def __init__(self, state_dir: Path, load: InflightCounts, writer: str | None = None) -> None:
         self.state_dir = state_dir
         self.load = load
         # pid plus a random part: two gateways of one process (tests) write apart too.

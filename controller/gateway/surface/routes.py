@@ -23,7 +23,7 @@ from aiohttp.typedefs import Handler
 from controller.core.listen import host_refusal
 from controller.core.state import Phase, Record
 from controller.gateway.accounting import usage
-from controller.gateway.accounting.inflight import Load, LoadWriter
+from controller.gateway.accounting.inflight import InflightCounts, InflightWriter
 from controller.gateway.accounting.keys import Keys, presented
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.quota import Quota
@@ -70,7 +70,9 @@ class Front:
     waiting: Counter[str] = field(default_factory=Counter)  # pool name -> requests waiting
     # engine nonce -> the look at a silent engine (Front._judge_silence)
     judging: dict[str | None, asyncio.Task[None]] = field(default_factory=dict)
-    load: Load = field(default_factory=Load)  # per deployment, for the autoscaler
+    load: InflightCounts = field(
+        default_factory=InflightCounts
+    )  # per deployment, for the autoscaler
     draining: bool = False  # the listener is closed: each answer ends its connection
     _quota: Quota | None = None  # the key file's limits (rpm=, tpm=), built on first use
     turns: Turns | None = None  # OnDemand rivals take turns (turns.py)
@@ -116,7 +118,7 @@ class Front:
     async def _writing_load(self, app: web.Application) -> AsyncIterator[None]:
         """The in-flight figures' writer, from start-up until the server is shut down
         (after the requests in flight have drained)."""
-        task = asyncio.create_task(LoadWriter(self.demand.state_dir, self.load).run())
+        task = asyncio.create_task(InflightWriter(self.demand.state_dir, self.load).run())
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -282,13 +284,13 @@ class Front:
             why = f"deployment {label!r} is at its limit of concurrent requests; retry later"
             return label, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
         try:
-            want = Want(model, label, _session(incoming.request, fields))
+            want = Ask(model, label, _session(incoming.request, fields))
             return await self._forward(incoming, body, want)
         finally:
             self.limiter.release(label)
 
     async def _forward(
-        self, incoming: Incoming, body: bytes | Upload, want: Want
+        self, incoming: Incoming, body: bytes | Upload, want: Ask
     ) -> tuple[str, web.StreamResponse]:
         """The deployment that answered (or the pool's label) and its answer."""
         sleepers = self.table.on_demand(want.pool)  # a request for the pool wants them all
@@ -328,7 +330,7 @@ class Front:
             if sleepers and turns is not None:
                 turns.leave(sleepers, aged)
 
-    def _not_ready(self, want: Want) -> web.Response:
+    def _not_ready(self, want: Ask) -> web.Response:
         ejected = self.table.ejected(want.pool)
         if ejected is not None:
             why = (
@@ -345,7 +347,7 @@ class Front:
         return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
 
     async def _send_once_more(
-        self, incoming: Incoming, body: bytes | Upload, want: Want, target: Target
+        self, incoming: Incoming, body: bytes | Upload, want: Ask, target: Target
     ) -> web.StreamResponse:
         """Send; an engine that dropped the connection before any byte of its answer gets
         the request once more, on another Ready instance of the pool if there is one;
@@ -435,7 +437,7 @@ class Front:
 
         self.judging[target.nonce] = asyncio.get_running_loop().create_task(judge())
 
-    async def _wait(self, want: Want) -> Target | None:
+    async def _wait(self, want: Ask) -> Target | None:
         pool = want.pool
         deadline = self.table.deadline(pool)
         self.waiting[pool] += 1
@@ -530,7 +532,7 @@ class Front:
 
 
 @dataclass(frozen=True, slots=True)
-class Want:
+class Ask:
     """What a request asks for: a pool (its routable name), the label limits and metrics
     count it under, and its session key (affinity), if any."""
 

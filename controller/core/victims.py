@@ -18,7 +18,7 @@ from controller.core.specs import DeploymentSpec
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
+class Victim:
     """A running deployment that may be stopped for a higher priority one."""
 
     name: str
@@ -27,7 +27,7 @@ class Candidate:
     surplus: bool = False  # a replica above its autoscale.min: the deployment can spare it
 
 
-def cheapest_first(candidate: Candidate) -> tuple[int, bool, float, str]:
+def cheapest_first(candidate: Victim) -> tuple[int, bool, float, str]:
     """Lowest priority first; among equals a replica above autoscale.min (its deployment
     keeps its floor), then the most recently started (least work lost)."""
     started = candidate.started_at.timestamp() if candidate.started_at else float("inf")
@@ -38,7 +38,7 @@ def choose_victims(
     spec: DeploymentSpec,
     inventory: Inventory,
     ledger: Ledger,
-    candidates: Sequence[Candidate],
+    candidates: Sequence[Victim],
 ) -> tuple[str, ...] | None:
     """Names to stop so ``spec`` gets its devices, or None when stopping them cannot help.
 
