@@ -1,5 +1,6 @@
-"""The autoscaler's rule (core/autoscale.py) and its load figures (core/inflight.py):
-each case is (policy, stored state, load, now) -> the next state and its event."""
+"""The autoscaler's rule (core/scaling/autoscale.py) and its load figures
+(core/scaling/inflight.py): each case is (policy, stored state, load, now) -> the next
+state and its event."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import entry, record
 
-from controller.core.autoscale import Decision, Load, Scale, decide, wanted
-from controller.core.inflight import Inflight, Sample, average, recent
-from controller.core.specs import Autoscale
+from controller.core.manifest.specs import Autoscale
+from controller.core.scaling.autoscale import Decision, Load, Scale, decide, wanted
+from controller.core.scaling.inflight import Inflight, Sample, average, recent
 from controller.reconciler.autoscaling import Autoscaler
 from controller.store import inflight, scale
 from controller.store.events import Journal

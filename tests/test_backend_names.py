@@ -1,6 +1,6 @@
 """What differs between backends is a property, never a comparison of a backend's name.
 
-Outside ``controller/backends/`` and ``core/backendnames.py`` no module compares a string
+Outside ``controller/backends/`` and ``core/manifest/backendnames.py`` no module compares a string
 with "local" or "ray": it asks a ``Backend`` property (``places_engines``,
 ``exits_watchable``), a record's ``on_cluster`` or ``backendnames.on_cluster``. The scan
 reads the code with ``ast`` (nothing runs), so a new comparison fails here, not in review.
@@ -20,8 +20,8 @@ from strategies import entry, record
 
 from controller.backends.choose import inventory_for
 from controller.backends.local.runtime import LocalBackend
-from controller.core import backendnames
-from controller.core.cluster import cluster_refusals
+from controller.core.manifest import backendnames
+from controller.core.manifest.cluster import cluster_refusals
 from controller.reconciler.run import Reconciler
 from controller.store.events import Journal
 from controller.store.node import Config

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from controller.core.quantity import format_age
+from controller.core.manifest.quantity import format_age
 from controller.core.state import Record
 from controller.gateway.lifecycle import registry
 from controller.host.procs import identity

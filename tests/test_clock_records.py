@@ -19,10 +19,10 @@ import pytest
 from strategies import NOW, desired, entry, inventory, observed, record, view
 
 from controller.core.actions import Fail, Start
-from controller.core.autoscale import Load, Scale, decide
 from controller.core.elapsed import BootClock, later
+from controller.core.manifest.specs import Autoscale
 from controller.core.plan import BACKOFF_RESET, plan
-from controller.core.specs import Autoscale
+from controller.core.scaling.autoscale import Load, Scale, decide
 from controller.core.state import Activation, Phase
 from controller.reconciler.autoscaling import _waits
 from controller.store import recordjson

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from controller.core.inventory import Device, parse_static, visibility_env
+from controller.core.devices.inventory import Device, parse_static, visibility_env
 from controller.errors import ConfigError
 from controller.host import devices
 

@@ -17,8 +17,8 @@ from kubernetes_validate import utils as kv_utils
 from strategies import deployment
 
 from controller.core.engines import llama_cpp, ollama, sglang, tgi, vllm
-from controller.core.export import Exported, ExportError, export, problems_of
-from controller.core.specs import Deployment
+from controller.core.kubernetes.export import Exported, ExportError, export, problems_of
+from controller.core.manifest.specs import Deployment
 from controller.store.manifests import load
 
 REPO = Path(__file__).resolve().parents[1]

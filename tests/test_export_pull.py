@@ -18,9 +18,9 @@ from modelservers import HubServer, serving
 from strategies import deployment
 from test_export import VERSIONS, by_kind
 
-from controller.core import exportpull
-from controller.core.export import export
-from controller.core.specs import Deployment
+from controller.core.kubernetes import exportpull
+from controller.core.kubernetes.export import export
+from controller.core.manifest.specs import Deployment
 
 MB = 1 << 20
 DATA = os.urandom(2 * MB + 99)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from controller.core.inventory import Device, Inventory
+from controller.core.devices.inventory import Device, Inventory
 from controller.errors import ConfigError
 from controller.host import gpuhealth
 

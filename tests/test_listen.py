@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.core.listen import split_listen
+from controller.core.manifest.listen import split_listen
 
 
 @pytest.mark.parametrize(

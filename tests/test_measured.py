@@ -12,10 +12,10 @@ from strategies import NOW, desired, entry, marked, observed, record, ref, view
 
 from controller.core.actions import Start
 from controller.core.devicefaults import Measured
-from controller.core.inventory import Device, Inventory
+from controller.core.devices.inventory import Device, Inventory
+from controller.core.manifest.specs import Devices, Entry, spec_document, spec_hash
 from controller.core.plan import plan
 from controller.core.planner.ledger import resolve, with_headroom
-from controller.core.specs import Devices, Entry, spec_document, spec_hash
 from controller.reconciler.gpuwatch import engine_peaks
 
 GI = 1 << 30

@@ -28,14 +28,14 @@ from strategies import (
 )
 
 from controller.core.actions import Action, Hold, MarkReady, Preempt, Start, Stop, Update
+from controller.core.devices.inventory import Device, GpuMemory, Inventory, parse_static
+from controller.core.devices.placement import Ledger, place_devices
+from controller.core.devices.victims import Victim, choose_victims
 from controller.core.engines.share import fraction, share_args
-from controller.core.inventory import Device, GpuMemory, Inventory, parse_static
-from controller.core.placement import Ledger, place_devices
+from controller.core.manifest.quantity import format_bytes, parse_quantity
+from controller.core.manifest.specs import Entry, spec_document
 from controller.core.plan import Desired, plan
-from controller.core.quantity import format_bytes, parse_quantity
-from controller.core.specs import Entry, spec_document
 from controller.core.state import Observed, Phase, RecordView
-from controller.core.victims import Victim, choose_victims
 from controller.errors import ConfigError
 from controller.host import devices
 from controller.reconciler.memwait import MemoryGate

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.core.names import (
+from controller.core.manifest.names import (
     base_name,
     instance_of,
     is_next,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from strategies import deployment, inventory
 
-from controller.core.placement import (
+from controller.core.devices.placement import (
     INTERNAL_BASE,
     INTERNAL_BLOCK,
     MAX_PORT,

@@ -49,8 +49,8 @@ from controller.core.actions import (
     Stop,
     Update,
 )
-from controller.core.inventory import Inventory
-from controller.core.names import base_name
+from controller.core.devices.inventory import Inventory
+from controller.core.manifest.names import base_name
 from controller.core.plan import BACKOFF_RESET, Desired, backoff, plan
 from controller.core.state import Drain, ExitInfo, Observed, Phase
 from controller.reconciler.executor import Executor

@@ -30,11 +30,11 @@ from strategies import (
 )
 
 from controller.core.actions import AnyAction, Fail, Hold, Probed, Restart, Start, Stop
-from controller.core.inventory import parse_static
+from controller.core.devices.inventory import parse_static
+from controller.core.manifest.specs import Entry
 from controller.core.plan import plan
 from controller.core.planner.turns import TURN
 from controller.core.render import render
-from controller.core.specs import Entry
 from controller.core.state import Drain, Phase, ProbeConfig, ProbeResult, Record, RecordView
 from controller.daemon.loop import _next_due
 from controller.errors import RecipeError

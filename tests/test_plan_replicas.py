@@ -21,8 +21,8 @@ from controller.core.actions import (
     Start,
     Stop,
 )
-from controller.core.inventory import Device, Inventory
-from controller.core.names import replica_name, replica_of
+from controller.core.devices.inventory import Device, Inventory
+from controller.core.manifest.names import replica_name, replica_of
 from controller.core.plan import Desired, plan
 from controller.core.state import Observed, Phase, RecordView
 

@@ -15,8 +15,8 @@ from strategies import NOW, desired, entry, inventory, observed, record, view
 from test_plan import Case, run
 
 from controller.core.actions import Replace, Start, Update
-from controller.core.names import replica_name
-from controller.core.specs import Entry, next_name
+from controller.core.manifest.names import replica_name
+from controller.core.manifest.specs import Entry, next_name
 from controller.core.state import Phase, RecordView
 
 GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}

@@ -12,7 +12,7 @@ import pytest
 from strategies import NOW, desired, entry, observed, record, ref, view
 
 from controller.core.actions import MarkReady, Resync
-from controller.core.inventory import Inventory
+from controller.core.devices.inventory import Inventory
 from controller.core.plan import plan
 from controller.core.state import Instance, Phase, ProbeResult
 

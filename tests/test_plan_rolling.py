@@ -11,7 +11,7 @@ from strategies import NOW, desired, entry, inventory, observed, probe, record, 
 from test_plan import Case, exited, run, starting
 
 from controller.core.actions import Fail, MarkReady, Promote, Release, Replace, Start, Stop
-from controller.core.specs import is_dns1123, is_next, next_name
+from controller.core.manifest.specs import is_dns1123, is_next, next_name
 from controller.core.state import Phase, Record, RecordView
 
 GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}

@@ -27,8 +27,14 @@ from strategies import (
 )
 
 from controller.core.actions import AnyAction, Hold, Replace, Start, Stop
-from controller.core.devicefaults import DeviceFault, DeviceHealth, Reading, XidEvent, observe
-from controller.core.inventory import Device, Inventory
+from controller.core.devicefaults import (
+    DeviceFault,
+    DeviceHealth,
+    Reading,
+    XidEvent,
+    observe,
+)
+from controller.core.devices.inventory import Device, Inventory
 from controller.core.plan import plan
 from controller.core.state import Observed, Phase
 

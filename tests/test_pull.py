@@ -19,7 +19,7 @@ from disks import tmpfs
 from modelservers import HostileServer, HubServer, serving
 from procs import alive, cmdline, kill_marked, wait_for, wait_gone
 
-from controller.core.sources import Source
+from controller.core.manifest.sources import Source
 from controller.pull import launch, worker
 from controller.pull.job import Job
 from controller.store import modelcache

@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 from strategies import deployment, spec_body
 
-from controller.core.specerrors import problems
-from controller.core.specs import Deployment, json_schema, spec_document, spec_hash
+from controller.core.manifest.specerrors import problems
+from controller.core.manifest.specs import Deployment, json_schema, spec_document, spec_hash
 from controller.store.manifests import load
 
 DIGEST = "ab" * 32

@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 from strategies import deployment, spec_body
 
-from controller.core.specerrors import problems
-from controller.core.specs import (
+from controller.core.manifest.specerrors import problems
+from controller.core.manifest.specs import (
     Deployment,
     changed_fields,
     expand,

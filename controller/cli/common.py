@@ -61,7 +61,7 @@ def no_such(name: str, known: Iterable[str], where: object) -> str:
     from (``wbe`` for ``web``), else the names there are: the next move, not a dead end."""
     from difflib import get_close_matches
 
-    from controller.core.excerpt import did_you_mean
+    from controller.core.manifest.excerpt import did_you_mean
 
     names = sorted(set(known))
     hint = did_you_mean(name, names) or next(iter(get_close_matches(name, names, 1, 0.6)), None)

@@ -17,8 +17,8 @@ import yaml
 
 from controller.cli import pullshow
 from controller.cli.views import age, deployment_item, iso, table, until
-from controller.core.names import base_name, instance_of
-from controller.core.quantity import format_bytes
+from controller.core.manifest.names import base_name, instance_of
+from controller.core.manifest.quantity import format_bytes
 from controller.core.replicaset import ReplicaSet
 from controller.core.state import Phase, Record
 from controller.redact import redact_spec

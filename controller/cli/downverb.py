@@ -14,7 +14,7 @@ from collections import defaultdict
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, config, selected
 from controller.cli.common import reconciler as build
-from controller.core.names import base_name
+from controller.core.manifest.names import base_name
 from controller.core.state import Record
 from controller.store.node import Config
 

@@ -24,7 +24,7 @@ from controller.cli.common import (
     reader_gone,
 )
 from controller.cli.views import age, table
-from controller.core.names import base_name
+from controller.core.manifest.names import base_name
 from controller.store.events import Journal
 
 FOLLOW_PERIOD = 0.5  # seconds between looks at the journals while following

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, output_format
-from controller.core.export import Exported, ExportError, Object, Problem, export
-from controller.core.specs import Entry, is_dns1123
+from controller.core.kubernetes.export import Exported, ExportError, Object, Problem, export
+from controller.core.manifest.specs import Entry, is_dns1123
 from controller.store.manifests import LoadResult, ManifestError, load
 
 FORMATS = ("yaml", "json")

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK
-from controller.core.quantity import format_age
+from controller.core.manifest.quantity import format_age
 from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry
 from controller.gateway.settings import DRAIN_GRACE, settings_from_json

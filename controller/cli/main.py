@@ -13,10 +13,10 @@ from typing import Any, NoReturn
 from controller import __version__
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.helptext import epilog
-from controller.core import backendnames
-from controller.core.capacity import parse_limits
-from controller.core.listen import split_listen
-from controller.core.quantity import parse_duration
+from controller.core.devices.capacity import parse_limits
+from controller.core.manifest import backendnames
+from controller.core.manifest.listen import split_listen
+from controller.core.manifest.quantity import parse_duration
 from controller.store.node import DEFAULT_LOCK_TIMEOUT
 
 
@@ -439,7 +439,7 @@ def _check_environment(parser: Parser, args: argparse.Namespace) -> None:
     its own text; the variable that stands in for it is checked here the same way."""
     import os
 
-    from controller.core.inventory import parse_static
+    from controller.core.devices.inventory import parse_static
     from controller.errors import ConfigError
 
     checks: tuple[tuple[str | None, str, str, Callable[[str], object]], ...] = (

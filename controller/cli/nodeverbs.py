@@ -16,7 +16,7 @@ from typing import Any
 from controller.cli.common import EXIT_OK, EXIT_USAGE, config, output_format, reconciler
 from controller.cli.views import FORMATS, dump, table
 from controller.core.devicefaults import DeviceHealth
-from controller.core.quantity import format_age, format_bytes
+from controller.core.manifest.quantity import format_age, format_bytes
 from controller.core.state import Phase, Record
 from controller.core.statusjson import device_items
 from controller.errors import ConfigError

@@ -30,8 +30,8 @@ from controller.cli.common import (
     selected,
 )
 from controller.cli.views import dump
-from controller.core.backendnames import on_cluster
-from controller.core.names import base_name
+from controller.core.manifest.backendnames import on_cluster
+from controller.core.manifest.names import base_name
 from controller.core.state import Record
 from controller.redact import printable
 from controller.store import logfiles
@@ -303,7 +303,7 @@ def _prune_errors(loaded: LoadResult, allow_empty: bool) -> list[str]:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from controller.core.specs import json_schema
+    from controller.core.manifest.specs import json_schema
 
     print(json.dumps(json_schema(), indent=2))
     return EXIT_OK

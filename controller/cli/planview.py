@@ -24,9 +24,9 @@ from controller.core.actions import (
     Replace,
     Update,
 )
+from controller.core.manifest.sources import Source
 from controller.core.plan import Desired
 from controller.core.pulls import size_text
-from controller.core.sources import Source
 from controller.core.state import Observed, Phase
 from controller.pull.sizes import remote_size
 from controller.reconciler.pulling import FAILING_AFTER

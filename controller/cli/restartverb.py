@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, no_such, reconciler
-from controller.core.names import base_name, is_next
+from controller.core.manifest.names import base_name, is_next
 from controller.core.state import STUCK, Phase, Record
 from controller.errors import RecordError
 from controller.host import bootclock

@@ -39,7 +39,7 @@ from controller.cli.views import (
     table,
     widths_of,
 )
-from controller.core.names import base_name
+from controller.core.manifest.names import base_name
 from controller.core.replicaset import ReplicaSet, group, selects
 from controller.core.state import Drain, Phase, Record, RecordView
 from controller.errors import ConfigError

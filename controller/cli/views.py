@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from controller.core.elapsed import BootClock
-from controller.core.quantity import format_age
+from controller.core.manifest.quantity import format_age
 from controller.core.replicaset import group, total_restarts
 from controller.core.state import Drain, Phase, Record
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TextIO
 
 from controller.cli import pullshow
+from controller.core.manifest.quantity import format_age
 from controller.core.pulls import progress_text
-from controller.core.quantity import format_age
 from controller.core.state import STUCK, Phase, Record
 from controller.logsetup import apply as apply_log_setup
 from controller.logsetup import get_logger, structlog_module, terminal

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar, Literal
 
-from controller.core.specs import Entry
+from controller.core.manifest.specs import Entry
 from controller.core.state import ExitInfo, Instance, MarkedProcess, Phase, ProcessRef
 
 # `reconcile plan`'s classes of change (a deployment no action touches is "unchanged").

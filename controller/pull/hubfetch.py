@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.core.sources import HuggingFace
+from controller.core.manifest.sources import HuggingFace
 from controller.pull.job import Bounds, PullError, disk_filled, no_space, stalled, too_big
 from controller.pull.meter import EVERY, ProgressMeter
 from controller.store.modelcache import CacheEntry

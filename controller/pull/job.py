@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.core.manifest.sources import Source
 from controller.core.pulls import FailureKind
-from controller.core.sources import Source
 from controller.store import diskspace
 
 

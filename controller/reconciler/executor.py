@@ -40,9 +40,9 @@ from controller.core.actions import (
     Stop,
     Update,
 )
-from controller.core.names import instance_of, is_next
+from controller.core.manifest.names import instance_of, is_next
+from controller.core.manifest.specs import Entry, base_name, next_name
 from controller.core.plan import backoff
-from controller.core.specs import Entry, base_name, next_name
 from controller.core.state import Phase, Record
 from controller.errors import PullingFirst, SpawnError, Unplaceable
 from controller.logsetup import get_logger

@@ -19,16 +19,16 @@ from datetime import UTC, datetime
 
 from controller import failpoints
 from controller.backends.base import Backend
-from controller.core import backendnames
 from controller.core.actions import Action, AnyAction, Conflict, Hold, Start, Stop
-from controller.core.capacity import kinds_of, only_kinds
+from controller.core.devices.capacity import kinds_of, only_kinds
+from controller.core.devices.inventory import Inventory
+from controller.core.devices.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.engines import MODULES, RecipeError, recipe_for
-from controller.core.inventory import Inventory
-from controller.core.names import is_next
-from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place
+from controller.core.manifest import backendnames
+from controller.core.manifest.names import is_next
+from controller.core.manifest.specs import Entry
 from controller.core.plan import Desired, leader_of, plan, waits_turn
 from controller.core.pulls import PullView
-from controller.core.specs import Entry
 from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
 from controller.host import gpuhealth, procscan
 from controller.host.devices import gpu_memory

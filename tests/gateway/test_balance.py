@@ -12,7 +12,7 @@ from typing import Literal
 
 import pytest
 
-from controller.core.names import base_name
+from controller.core.manifest.names import base_name
 from controller.core.state import Phase, Record
 from controller.gateway.routing import balance
 from controller.gateway.routing.table import Table

@@ -1,5 +1,5 @@
 """The in-flight figures the autoscaler reads: ``<state>/inflight/<deployment>.<writer>.json``
-(store/inflight.py), their window average (core/inflight.py), and the gateway's side:
+(store/inflight.py), their window average (core/scaling/inflight.py), and the gateway's side:
 time-weighted counts (InflightCounts) written once a second per busy deployment (InflightWriter)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.core.inflight import Inflight, Sample, average, peak
+from controller.core.scaling.inflight import Inflight, Sample, average, peak
 from controller.gateway.accounting.inflight import InflightCounts, InflightWriter
 from controller.store import inflight as store
 

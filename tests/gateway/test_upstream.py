@@ -16,7 +16,7 @@ import pytest
 from harness.rawhttp import exchange, openai_error, request
 from procs import free_ports
 
-from controller.core.names import next_name
+from controller.core.manifest.names import next_name
 from controller.core.state import Phase, Record
 from controller.gateway.lifecycle.app import Gateway
 from controller.gateway.settings import Settings

@@ -31,10 +31,10 @@ import ray
 from controller.backends.base import engine_env
 from controller.backends.local.runtime import MARKER, STATE_MARKER, LocalBackend
 from controller.backends.ray.naming import device_key
-from controller.core.inventory import Device
+from controller.core.devices.inventory import Device
+from controller.core.manifest.specs import Entry
 from controller.core.plan import BACKOFF_RESET, backoff, restarts_after
 from controller.core.render import render
-from controller.core.specs import Entry
 from controller.core.state import ProcessRef
 from controller.errors import SpawnError
 from controller.host.ports import listening_ports, port_bindable

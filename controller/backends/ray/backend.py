@@ -26,10 +26,10 @@ from controller.backends.base import ExitStatus, StartRequest
 from controller.backends.ray import cluster, naming
 from controller.backends.ray.actor import MISSING_MODEL, EngineHost, EngineJob, HostStatus
 from controller.backends.ray.pulls import RayPuller
-from controller.core import backendnames
-from controller.core.inventory import Inventory
-from controller.core.names import base_name
-from controller.core.specs import DeploymentSpec, Entry
+from controller.core.devices.inventory import Inventory
+from controller.core.manifest import backendnames
+from controller.core.manifest.names import base_name
+from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import PullingFirst, SpawnError, Unplaceable
 from controller.logsetup import get_logger

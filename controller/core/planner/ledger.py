@@ -12,17 +12,24 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-from controller.core import capacity as limits
 from controller.core.actions import Hold, Start
 from controller.core.devicefaults import Measured
+from controller.core.devices import capacity as limits
+from controller.core.devices.inventory import Inventory
+from controller.core.devices.placement import (
+    Ledger,
+    Placed,
+    Unplaced,
+    ledger_for,
+    place,
+    place_devices,
+)
+from controller.core.devices.victims import Victim, choose_victims
 from controller.core.engines.share import user_share
-from controller.core.inventory import Inventory
-from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place, place_devices
+from controller.core.manifest.quantity import format_bytes
+from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.planner.context import Context
 from controller.core.planner.turns import starting_on, turn_taken
-from controller.core.quantity import format_bytes
-from controller.core.specs import DeploymentSpec, Entry
-from controller.core.victims import Victim, choose_victims
 
 
 # Measured memory: ``devices.memory: auto`` resolved from the engine's last measured peak.

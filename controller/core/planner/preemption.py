@@ -1,5 +1,5 @@
 """Priority: a deployment that cannot start stops the fewest, lowest-priority running
-deployments whose leaving lets it fit (whom: ``core/victims.py``), or waits saying who
+deployments whose leaving lets it fit (whom: ``core/devices/victims.py``), or waits saying who
 displaced it. Only strictly lower priorities are candidates, so nothing flaps.
 """
 
@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from controller.core.actions import AnyAction, Hold, Preempt, Start
-from controller.core.names import replica_of
+from controller.core.devices.victims import Victim
+from controller.core.manifest.names import replica_of
+from controller.core.manifest.specs import Entry
 from controller.core.planner.context import Context
 from controller.core.planner.ledger import PlanLedger
-from controller.core.specs import Entry
 from controller.core.state import Phase
-from controller.core.victims import Victim
 
 PREEMPTED = "preempted by "  # a Pending record's message: it keeps saying why while it waits
 PREEMPTIBLE = (Phase.STARTING, Phase.READY, Phase.BACKOFF)

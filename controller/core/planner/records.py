@@ -23,11 +23,7 @@ from controller.core.actions import (
     Update,
 )
 from controller.core.devicefaults import describe
-from controller.core.planner.context import Context, Judged, Want
-from controller.core.planner.lifecycle import lifecycle, running
-from controller.core.planner.ondemand import idle_reason, parked
-from controller.core.planner.rolling import judge_next, rolling, rollout
-from controller.core.specs import (
+from controller.core.manifest.specs import (
     NOT_HASHED,
     Entry,
     base_name,
@@ -36,6 +32,10 @@ from controller.core.specs import (
     next_name,
     spec_document,
 )
+from controller.core.planner.context import Context, Judged, Want
+from controller.core.planner.lifecycle import lifecycle, running
+from controller.core.planner.ondemand import idle_reason, parked
+from controller.core.planner.rolling import judge_next, rolling, rollout
 from controller.core.state import MarkedProcess, Phase, Record, RecordView
 
 

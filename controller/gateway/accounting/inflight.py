@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from controller.core.inflight import Inflight, Sample
+from controller.core.scaling.inflight import Inflight, Sample
 from controller.logsetup import get_logger
 from controller.store import inflight as store
 

@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-from controller.core.names import base_name, instance_of, is_next, next_name, replica_of
+from controller.core.manifest.names import base_name, instance_of, is_next, next_name, replica_of
 from controller.core.state import Phase, Record
 from controller.gateway.routing import balance
 from controller.gateway.routing.affinity import Sessions

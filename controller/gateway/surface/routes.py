@@ -20,7 +20,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from controller.core.listen import host_refusal
+from controller.core.manifest.listen import host_refusal
 from controller.core.state import Phase, Record
 from controller.gateway.accounting import usage
 from controller.gateway.accounting.inflight import InflightCounts, InflightWriter

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from controller.core.excerpt import clip
+from controller.core.manifest.excerpt import clip
 
 Loc = tuple[str | int, ...]
 _MISSING = object()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-from controller.core.excerpt import short
+from controller.core.manifest.excerpt import short
 from controller.errors import ConfigError
 
 # Durations as people write them: ``30s``, ``5m``, ``1h``, ``1h30m``, or plain seconds.

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from controller.core.manifest.sources import Source
 from controller.core.pulls import file_name
-from controller.core.sources import Source
 
 Object = dict[str, Any]
 

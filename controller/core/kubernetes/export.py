@@ -16,11 +16,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from controller.core import exportpull
+from controller.core.devices.inventory import Device
 from controller.core.engines import llama_cpp, ollama, recipe_for, sglang, tgi, vllm
-from controller.core.inventory import Device
+from controller.core.kubernetes import exportpull
+from controller.core.manifest.specs import Deployment, DeploymentSpec, Devices, Entry
 from controller.core.render import Rendered, render
-from controller.core.specs import Deployment, DeploymentSpec, Devices, Entry
 from controller.core.state import ProbeConfig
 
 POD_HOST = "0.0.0.0"

@@ -26,18 +26,18 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from controller.core.digest import sha256_hex
-from controller.core.excerpt import did_you_mean, short
+from controller.core.manifest.excerpt import did_you_mean, short
 
 # re-exported: their home is core.names, which records import without the specs
-from controller.core.names import DNS1123 as DNS1123
-from controller.core.names import NEXT_SUFFIX as NEXT_SUFFIX
-from controller.core.names import base_name as base_name
-from controller.core.names import is_dns1123 as is_dns1123
-from controller.core.names import is_next as is_next
-from controller.core.names import model_names
-from controller.core.names import next_name as next_name
-from controller.core.quantity import parse_quantity
-from controller.core.sources import Source
+from controller.core.manifest.names import DNS1123 as DNS1123
+from controller.core.manifest.names import NEXT_SUFFIX as NEXT_SUFFIX
+from controller.core.manifest.names import base_name as base_name
+from controller.core.manifest.names import is_dns1123 as is_dns1123
+from controller.core.manifest.names import is_next as is_next
+from controller.core.manifest.names import model_names
+from controller.core.manifest.names import next_name as next_name
+from controller.core.manifest.quantity import parse_quantity
+from controller.core.manifest.sources import Source
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDER_NAMES = ("port", "host", "name", "model", "devices", "python")
@@ -87,7 +87,7 @@ def _duration(value: Any) -> Any:
     """``idleTimeout: 10m`` (or plain seconds) -> seconds."""
     value = _not_bool(value)
     if isinstance(value, str):
-        from controller.core.quantity import parse_duration
+        from controller.core.manifest.quantity import parse_duration
 
         return parse_duration(value)
     return value

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from controller.core.inventory import KINDS, Inventory
+from controller.core.devices.inventory import KINDS, Inventory
 
 FLAG_HELP = "--max-instances / RECONCILE_MAX_INSTANCES / maxInstances in the node config"
 

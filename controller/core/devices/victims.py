@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from controller.core.inventory import Inventory
-from controller.core.placement import Ledger, Unplaced, place_devices
-from controller.core.specs import DeploymentSpec
+from controller.core.devices.inventory import Inventory
+from controller.core.devices.placement import Ledger, Unplaced, place_devices
+from controller.core.manifest.specs import DeploymentSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from controller.core.inventory import KINDS, Device, Inventory
-from controller.core.names import base_name
-from controller.core.quantity import format_bytes
-from controller.core.specs import DeploymentSpec
+from controller.core.devices.inventory import KINDS, Device, Inventory
+from controller.core.manifest.names import base_name
+from controller.core.manifest.quantity import format_bytes
+from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Observed, Record
 
 DEFAULT_BASE_PORT = 8000

@@ -7,8 +7,8 @@ meaning there and are refused (by `validate` and `plan`) instead of ignored.
 
 from __future__ import annotations
 
-from controller.core.backendnames import on_cluster
-from controller.core.specs import DeploymentSpec
+from controller.core.manifest.backendnames import on_cluster
+from controller.core.manifest.specs import DeploymentSpec
 
 # Device kinds a cluster backend can ask for: Ray's GPU resource is the NVIDIA (CUDA) one.
 CLUSTER_KINDS = ("nvidia", "any")

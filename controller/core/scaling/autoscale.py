@@ -1,6 +1,6 @@
 """The autoscaler's rule (pure): a deployment's desired replica count from its load.
 
-The load is the gateway's requests in flight (``core/inflight.py``). The count:
+The load is the gateway's requests in flight (``core/scaling/inflight.py``). The count:
 
 - rises as soon as the 10-s in-flight average exceeds ``targetInflight`` per replica
   (to ``ceil(average / target)``, at most ``max``);
@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the policy's type only: status reads Scale without loading pydantic
-    from controller.core.specs import Autoscale
+    from controller.core.manifest.specs import Autoscale
 
 WINDOW = 10.0  # seconds the in-flight average is taken over
 PANIC_WINDOW = 2.0  # seconds of the quick look at a load step

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controller.core.quantity import format_bytes, parse_quantity
+from controller.core.manifest.quantity import format_bytes, parse_quantity
 from controller.errors import ConfigError
 
 KINDS = ("nvidia", "amd", "apple", "cpu")
