@@ -19,7 +19,7 @@ their own facts), never in tables keyed by the class elsewhere:
 
 ``Action`` itself states none of them (it is abstract by design): every concrete
 class states all of them in its own body, so a subclass such as :class:`Replace`
-never inherits its parent's by accident (tests/test_actions.py checks).
+never inherits its parent's by accident (tests/core/test_actions.py checks).
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ CASES = [
     pytest.param(
         Case(desired(a40, b40, c40, d40, e40)),
         (
-            # One start at a time per shared device (tests/test_plan_health.py plays the
+            # One start at a time per shared device (tests/core/test_plan_health.py plays the
             # passes on to a, b on nvidia:0, c, d on nvidia:1 and e without capacity).
             (Start, "a", "nvidia:0,"),
             (Hold, "b", "waiting for a to be Ready on nvidia:0"),

@@ -27,7 +27,7 @@ from controller.store.events import Journal
 from controller.store.node import Config
 from controller.store.records import RecordStore
 
-PACKAGE = Path(__file__).resolve().parents[1] / "controller"
+PACKAGE = Path(__file__).resolve().parents[2] / "controller"
 # The only places that may spell a backend's name in a comparison.
 ALLOWED = (PACKAGE / "backends", PACKAGE / "core" / "backendnames.py")
 NAMES = frozenset(backendnames.NAMES)

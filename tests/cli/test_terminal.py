@@ -21,7 +21,7 @@ from controller.cli import waiting
 from controller.core.state import Phase, Record
 from controller.reconciler.run import PassResult
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Tty(io.StringIO):

@@ -21,8 +21,8 @@ from controller.core.kubernetes.export import Exported, ExportError, export, pro
 from controller.core.manifest.specs import Deployment
 from controller.store.manifests import load
 
-REPO = Path(__file__).resolve().parents[1]
-GOLDEN = Path(__file__).resolve().parent / "golden" / "export"
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "export"
 FOLDERS = sorted(
     {p.parent for top in ("manifests", "examples") for p in (REPO / top).rglob("*.yaml")}
 )
@@ -97,7 +97,8 @@ def test_the_validator_catches_a_broken_object() -> None:
 
 @pytest.mark.parametrize("name", ["vllm", "llama-cpp"])
 def test_golden(name: str) -> None:
-    """Regenerate after an intended change: RECONCILE_UPDATE_GOLDEN=1 pytest tests/test_export.py"""
+    """Regenerate after an intended change:
+    RECONCILE_UPDATE_GOLDEN=1 pytest tests/core/test_export.py"""
     doc = yaml.safe_load((REPO / "examples" / "engines" / f"{name}.yaml").read_text())
     objects = export(Deployment.model_validate(doc)).objects
     text = yaml.safe_dump_all(objects, sort_keys=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from controller.core import plan
 
-PACKAGE = Path(__file__).resolve().parents[1] / "controller"
+PACKAGE = Path(__file__).resolve().parents[2] / "controller"
 
 
 def test_the_public_names_are_pinned() -> None:
