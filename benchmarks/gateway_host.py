@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from controller.core.names import replica_name
+from controller.core.manifest.names import replica_name
 from controller.core.state import Phase, Record
-from controller.gateway import balance
-from controller.gateway.app import Gateway
+from controller.gateway.lifecycle.app import Gateway
+from controller.gateway.routing import balance
 from controller.gateway.settings import Settings
 
 MODEL = "pool"

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from benchmarks.common import Row, median
-from controller.core.inventory import Device, Inventory
-from controller.core.placement import Ledger, _device_order, place_devices
+from controller.core.devices.inventory import Device, Inventory
+from controller.core.devices.placement import Ledger, _device_order, place_devices
+from controller.core.manifest.specs import Deployment, Entry, spec_hash
 from controller.core.plan import Desired, plan
-from controller.core.specs import Deployment, Entry, spec_hash
 from controller.core.state import Observed
 
 SECTION = "7. placement"

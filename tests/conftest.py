@@ -44,7 +44,7 @@ from procs import (
 )
 
 from controller.cli.views import status_item
-from controller.core.durations import parse_duration
+from controller.core.manifest.quantity import parse_duration
 from controller.store.records import RecordStore
 
 REPO = Path(__file__).resolve().parents[1]

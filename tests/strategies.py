@@ -13,11 +13,17 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from controller.core.inventory import KINDS, Device, Inventory
-from controller.core.names import base_name, next_name, replica_name
+from controller.core.devices.inventory import KINDS, Device, Inventory
+from controller.core.manifest.names import base_name, next_name, replica_name
+from controller.core.manifest.specs import (
+    Deployment,
+    Entry,
+    routable_names,
+    spec_document,
+    spec_hash,
+)
 from controller.core.plan import Desired
 from controller.core.render import deadline_of
-from controller.core.specs import Deployment, Entry, routable_names, spec_document, spec_hash
 from controller.core.state import (
     MarkedProcess,
     Observed,

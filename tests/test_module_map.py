@@ -6,7 +6,7 @@ The map is the design page's module tables: the ``| folder | module | owns |`` t
 ``controller/<folder>/`` its section's text names before it (the gateway's).
 
 A module is named when its folder's rows say its file name in their module cell
-(``limits.py`` under ``core/`` and under ``gateway/`` are two modules, each found in its
+(``inflight.py`` under ``core/scaling/`` and under ``store/`` are two modules, each found in its
 own folder's rows). A module of a sub-folder is named by ``sub/name.py`` in the module
 cell, or by ``sub/`` there and ``name.py`` anywhere in that row (the ``planner/`` and
 ``engines/`` rows). Packages are named by their folder: a package's ``__init__.py`` and
@@ -16,7 +16,7 @@ the map's subject and needs no line.
 
 The other way round, every ``.py`` file a row names, and every folder a module cell names,
 must exist: in the row's folder, in a sub-folder its module cell names, or (a pointer
-such as ``core/inflight.py`` from a ``store/`` row) under ``controller/`` or the
+such as ``core/scaling/inflight.py`` from a ``store/`` row) under ``controller/`` or the
 repository (``tests/...``).
 """
 
@@ -154,9 +154,14 @@ def test_the_map_is_read_as_meant() -> None:
     rows = map_rows(DESIGN.read_text())
     folders = {r.folder for r in rows}
     assert {"core", "store", "host", "gateway", ""} <= folders
-    assert is_named(Path("core/limits.py"), rows) and is_named(Path("gateway/limits.py"), rows)
+    for same_name in (
+        "core/scaling/inflight.py",
+        "store/inflight.py",
+        "gateway/accounting/inflight.py",
+    ):
+        assert is_named(Path(same_name), rows), same_name
     assert is_named(Path("core/planner/ledger.py"), rows)
-    assert not is_named(Path("store/limits.py"), rows)
+    assert not is_named(Path("store/capacity.py"), rows)
     assert not is_named(Path("core/planner/nosuch.py"), rows)
-    gone = Row("core", "t", ("nosuch.py", "ghost/"), ("nosuch.py", "ghost/", "inflight.py"))
+    gone = Row("core", "t", ("nosuch.py", "ghost/"), ("nosuch.py", "ghost/", "state.py"))
     assert stale_names([gone]) == [f"`{n}` in `core`'s rows of t" for n in ("nosuch.py", "ghost/")]

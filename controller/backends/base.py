@@ -15,10 +15,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from controller.core.inventory import Inventory
+from controller.core.devices.inventory import Inventory
+from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.pulls import PullView
 from controller.core.render import Rendered
-from controller.core.specs import DeploymentSpec, Entry
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
 
 # Inherited variables an engine must never see: they would undo the device fence

@@ -8,8 +8,8 @@ ray backend (and ``ray`` itself) is imported only when it is chosen.
 from __future__ import annotations
 
 from controller.backends.base import Backend
-from controller.core.backendnames import RAY
-from controller.core.inventory import Inventory
+from controller.core.devices.inventory import Inventory
+from controller.core.manifest.backendnames import RAY
 from controller.errors import ConfigError
 from controller.store.node import Config
 from controller.store.records import RecordStore

@@ -9,6 +9,13 @@ from typing import TYPE_CHECKING
 
 from controller.store.node import Config, resolve
 
+# The exit codes of every verb, in one place (sysexits' 64 for usage errors).
+EXIT_OK = 0  # done; in sync; everything Ready
+EXIT_FAIL = 1  # invalid input, not converged, or failed
+EXIT_CHANGES = 2  # `plan`: changes pending
+EXIT_USAGE = 64  # bad flags or arguments (EX_USAGE)
+
+
 if TYPE_CHECKING:
     from controller.reconciler.run import Preview, Reconciler
 
@@ -54,7 +61,7 @@ def no_such(name: str, known: Iterable[str], where: object) -> str:
     from (``wbe`` for ``web``), else the names there are: the next move, not a dead end."""
     from difflib import get_close_matches
 
-    from controller.core.suggest import did_you_mean
+    from controller.core.manifest.excerpt import did_you_mean
 
     names = sorted(set(known))
     hint = did_you_mean(name, names) or next(iter(get_close_matches(name, names, 1, 0.6)), None)

@@ -16,15 +16,33 @@ from typing import Any
 import yaml
 
 from controller.cli import pullshow
-from controller.cli.memoryshow import memory_line
 from controller.cli.views import age, deployment_item, iso, table, until
-from controller.core.names import base_name, instance_of
+from controller.core.manifest.names import base_name, instance_of
+from controller.core.manifest.quantity import format_bytes
 from controller.core.replicaset import ReplicaSet
 from controller.core.state import Phase, Record
 from controller.redact import redact_spec
-from controller.store import logfiles
+from controller.store import logfiles, measured
 from controller.store.events import Journal
 from controller.store.records import RecordStore
+
+
+# ``describe``'s Memory line: what the record leases on each device beside what its
+# engine was measured to use there (NVML hosts: store/measured.py).
+def memory_line(rec: Record, state_dir: Path) -> str:
+    if not rec.devices:
+        return "-"
+    spec_devices = rec.stored_spec.get("devices")
+    auto = isinstance(spec_devices, dict) and spec_devices.get("memory") == "auto"
+    requested = "whole device" if rec.memory is None else f"{format_bytes(rec.memory)} per device"
+    if auto:
+        requested += " (memory: auto)"
+    peak = measured.read(state_dir).get(rec.spec_hash or "")
+    if peak is None:
+        return f"requested {requested}; not measured"
+    when = peak.at.isoformat(timespec="seconds")
+    return f"requested {requested}; measured peak {format_bytes(peak.peak)} per device ({when})"
+
 
 LOG_LINES = 20
 EVENTS = 20

@@ -12,10 +12,9 @@ import argparse
 import sys
 from collections import defaultdict
 
-from controller.cli.common import config, selected
+from controller.cli.common import EXIT_FAIL, EXIT_OK, config, selected
 from controller.cli.common import reconciler as build
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
-from controller.core.names import base_name
+from controller.core.manifest.names import base_name
 from controller.core.state import Record
 from controller.store.node import Config
 

@@ -14,10 +14,17 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.cli.common import config, no_such, output_format, reader_gone
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    config,
+    no_such,
+    output_format,
+    reader_gone,
+)
 from controller.cli.views import age, table
-from controller.core.names import base_name
+from controller.core.manifest.names import base_name
 from controller.store.events import Journal
 
 FOLLOW_PERIOD = 0.5  # seconds between looks at the journals while following

@@ -12,10 +12,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.cli.common import config, output_format
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
-from controller.core.export import Exported, ExportError, Object, Problem, export
-from controller.core.specs import Entry, is_dns1123
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, output_format
+from controller.core.kubernetes.export import Exported, ExportError, Object, Problem, export
+from controller.core.manifest.specs import Entry, is_dns1123
 from controller.store.manifests import LoadResult, ManifestError, load
 
 FORMATS = ("yaml", "json")

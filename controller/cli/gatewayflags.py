@@ -8,12 +8,12 @@ import os
 import sys
 from pathlib import Path
 
-from controller.cli.exitcodes import EXIT_USAGE
-from controller.gateway import keys as keys_mod
+from controller.cli.common import EXIT_USAGE
 from controller.gateway import settings as gw
-from controller.gateway import tls
-from controller.gateway.keeper import Keeper
-from controller.gateway.keys import KeyFileError
+from controller.gateway.accounting import keys as keys_mod
+from controller.gateway.accounting.keys import KeyFileError
+from controller.gateway.lifecycle import tls
+from controller.gateway.lifecycle.keeper import Keeper
 from controller.logsetup import get_logger
 from controller.store.node import Config
 

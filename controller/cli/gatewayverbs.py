@@ -13,10 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
-from controller.core.durations import format_age
+from controller.cli.common import EXIT_FAIL, EXIT_OK
+from controller.core.manifest.quantity import format_age
 from controller.errors import ConfigError
-from controller.gateway import registry
+from controller.gateway.lifecycle import registry
 from controller.gateway.settings import DRAIN_GRACE, settings_from_json
 
 
@@ -48,7 +48,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
 
 def _restart(state_dir: Path) -> int:
-    from controller.gateway.keeper import start_process
+    from controller.gateway.lifecycle.keeper import start_process
 
     current = registry.current_live(state_dir)
     if current is None:

@@ -1,6 +1,6 @@
 """The `reconcile` command: parse arguments, configure logs, call the reconciler.
 
-Exit codes live in ``exitcodes``; the verb -> handler table in ``verbs``.
+Exit codes live in ``common``; the verb -> handler table in ``verbs``.
 """
 
 from __future__ import annotations
@@ -11,11 +11,77 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from controller import __version__
-from controller.cli import flagtypes
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.helptext import epilog
-from controller.core import backendnames
+from controller.core.devices.capacity import parse_limits
+from controller.core.manifest import backendnames
+from controller.core.manifest.listen import split_listen
+from controller.core.manifest.quantity import parse_duration
 from controller.store.node import DEFAULT_LOCK_TIMEOUT
+
+
+# Flag values parsed once, by argparse itself: a bad one is a one-line usage error (64).
+#
+# Every verb then reads typed values (seconds as floats, ``(host, port)``) from the
+# namespace: nothing downstream parses a flag's text again.
+def duration(text: str) -> float:
+    """``30s``, ``5m``, ``1h30m`` or plain seconds, 0 or more."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative (examples: 30s, 5m, 1h)")
+    return seconds
+
+
+def positive_duration(text: str) -> float:
+    """A duration that must be more than zero (a drain of 0 s would end as it begins)."""
+    seconds = duration(text)
+    if seconds == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is zero: give a length (examples: 30s, 1h)")
+    return seconds
+
+
+def listen_address(example: str) -> Callable[[str], tuple[str, int]]:
+    """``[HOST:]PORT`` -> (host, port), loopback when no host is given."""
+
+    def parse(text: str) -> tuple[str, int]:
+        found = split_listen(text)
+        if found is None:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not PORT or HOST:PORT (example: {example})"
+            )
+        return found
+
+    return parse
+
+
+def count(text: str) -> int:
+    """A whole number, 0 or more (``--tail -5`` read the whole log as if asked for none)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative: give 0 or more")
+    return value
+
+
+def max_instances(text: str) -> str:
+    """``8``, ``nvidia=2`` or ``8,nvidia=2``, checked here; the text goes on to the config."""
+    try:
+        parse_limits(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def node_name(text: str) -> str:
+    """A node's name names a folder of records: no '/'."""
+    if "/" in text:
+        raise argparse.ArgumentTypeError(f"node name {text!r} may not contain '/'")
+    return text
 
 
 class Parser(argparse.ArgumentParser):
@@ -54,7 +120,7 @@ def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")
     )
     p.add_argument(
         "--node",
-        type=flagtypes.node_name,
+        type=node_name,
         metavar="NAME",
         default=d,
         help="node name ($RECONCILE_NODE)",
@@ -62,7 +128,7 @@ def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")
     p.add_argument("--owner", metavar="NAME", default=d, help="owner of the records this set makes")
     p.add_argument(
         "--max-instances",
-        type=flagtypes.max_instances,
+        type=max_instances,
         metavar="LIMITS",
         default=d,
         help="node capacity, e.g. 8 or 8,nvidia=2 ($RECONCILE_MAX_INSTANCES)",
@@ -157,7 +223,7 @@ def _run_flags(parser: Parser) -> None:
     parser.add_argument("--wait", action="store_true", help="with --once: pass until all Ready")
     parser.add_argument(
         "--timeout",
-        type=flagtypes.positive_duration,
+        type=positive_duration,
         default="10m",
         help="--wait limit (30s, 5m, 1h30m; default 10m)",
     )
@@ -169,13 +235,13 @@ def _run_flags(parser: Parser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     parser.add_argument(
         "--resync",
-        type=flagtypes.positive_duration,
+        type=positive_duration,
         default="5s",
         help="daemon: full pass interval (default 5s)",
     )
     parser.add_argument(
         "--lock-timeout",
-        type=flagtypes.duration,
+        type=duration,
         default=DEFAULT_LOCK_TIMEOUT,
         help=f"wait this long for another pass (default {DEFAULT_LOCK_TIMEOUT:g}s)",
     )
@@ -184,7 +250,7 @@ def _run_flags(parser: Parser) -> None:
     )
     parser.add_argument(
         "--metrics-port",
-        type=flagtypes.listen_address("9101"),
+        type=listen_address("9101"),
         metavar="[HOST:]PORT",
         help="daemon: serve /metrics (default host 127.0.0.1)",
     )
@@ -218,9 +284,7 @@ def _view_verbs(verb: VerbMaker) -> None:
     p.add_argument(
         "-f", "--follow", action="store_true", help="keep printing until the deployment goes"
     )
-    p.add_argument(
-        "--tail", type=flagtypes.count, default=None, metavar="N", help="the last N lines"
-    )
+    p.add_argument("--tail", type=count, default=None, metavar="N", help="the last N lines")
     p.add_argument("-p", "--previous", action="store_true", help="the run before the last restart")
     p.add_argument(
         "--requests",
@@ -252,7 +316,7 @@ def _node_verbs(verb: VerbMaker) -> None:
     p = verb("drain", "start nothing new until uncordoned")
     p.add_argument(
         "--ttl",
-        type=flagtypes.positive_duration,
+        type=positive_duration,
         default="1h",
         help="the drain ends by itself after this (default 1h; renew: drain again)",
     )
@@ -280,7 +344,7 @@ def _set_verbs(verb: VerbMaker) -> None:
         "--timeout",
         dest="restart_timeout",
         metavar="S",
-        type=flagtypes.positive_duration,
+        type=positive_duration,
         default="10m",
         help="wait this long for the new instances to be Ready (default 10m)",
     )
@@ -397,13 +461,13 @@ def _check_environment(parser: Parser, args: argparse.Namespace) -> None:
     its own text; the variable that stands in for it is checked here the same way."""
     import os
 
-    from controller.core.inventory import parse_static
+    from controller.core.devices.inventory import parse_static
     from controller.errors import ConfigError
 
     checks: tuple[tuple[str | None, str, str, Callable[[str], object]], ...] = (
         (args.devices, "--devices", "RECONCILE_DEVICES", parse_static),
-        (args.max_instances, "--max-instances", "RECONCILE_MAX_INSTANCES", flagtypes.max_instances),
-        (args.node, "--node", "RECONCILE_NODE", flagtypes.node_name),
+        (args.max_instances, "--max-instances", "RECONCILE_MAX_INSTANCES", max_instances),
+        (args.node, "--node", "RECONCILE_NODE", node_name),
     )
     for flag, name, variable, check in checks:
         text = flag if flag is not None else os.environ.get(variable)

@@ -12,8 +12,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from controller.cli.common import config
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
+from controller.cli.common import EXIT_FAIL, EXIT_OK, config
 from controller.core.pulls import key_of_document, size_text
 from controller.store.manifests import LoadResult, load
 from controller.store.modelcache import CacheEntry, cache_root, entries

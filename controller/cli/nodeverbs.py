@@ -1,6 +1,6 @@
 """The node's verbs: devices (who holds what), drain / uncordon (cordon with a TTL).
 
-Each only wires the configuration to a view and prints; exit codes come from cli/exitcodes.py.
+Each only wires the configuration to a view and prints; exit codes come from cli/common.py.
 """
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from controller.cli.common import config, output_format, reconciler
-from controller.cli.exitcodes import EXIT_OK, EXIT_USAGE
+from controller.cli.common import EXIT_OK, EXIT_USAGE, config, output_format, reconciler
 from controller.cli.views import FORMATS, dump, table
 from controller.core.devicefaults import DeviceHealth
-from controller.core.durations import format_age
-from controller.core.quantity import format_bytes
+from controller.core.manifest.quantity import format_age, format_bytes
 from controller.core.state import Phase, Record
 from controller.core.statusjson import device_items
 from controller.errors import ConfigError

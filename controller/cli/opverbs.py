@@ -1,7 +1,7 @@
 """The operator's verbs: describe, logs, plan, schema (status: statusverb; devices, drain:
 nodeverbs).
 
-Each only wires the configuration to a view and prints; exit codes come from cli/exitcodes.py.
+Each only wires the configuration to a view and prints; exit codes come from cli/common.py.
 """
 
 from __future__ import annotations
@@ -17,11 +17,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from controller.cli import replicalogs
-from controller.cli.common import config, no_such, output_format, preview, reader_gone, selected
-from controller.cli.exitcodes import EXIT_CHANGES, EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.common import (
+    EXIT_CHANGES,
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    config,
+    no_such,
+    output_format,
+    preview,
+    reader_gone,
+    selected,
+)
 from controller.cli.views import dump
-from controller.core.backendnames import on_cluster
-from controller.core.names import base_name
+from controller.core.manifest.backendnames import on_cluster
+from controller.core.manifest.names import base_name
 from controller.core.state import Record
 from controller.redact import printable
 from controller.store import logfiles
@@ -297,7 +307,7 @@ def _prune_errors(loaded: LoadResult, allow_empty: bool) -> list[str]:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from controller.core.specs import json_schema
+    from controller.core.manifest.specs import json_schema
 
     print(json.dumps(json_schema(), indent=2))
     return EXIT_OK

@@ -9,7 +9,7 @@ cannot start now, and why), or ``unchanged``. Only the first five are changes
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -24,8 +24,44 @@ from controller.core.actions import (
     Replace,
     Update,
 )
+from controller.core.manifest.sources import Source
 from controller.core.plan import Desired
+from controller.core.pulls import size_text
 from controller.core.state import Observed, Phase
+from controller.pull.sizes import remote_size
+from controller.reconciler.pulling import FAILING_AFTER
+
+
+# What ``plan`` says of a Pull: the bytes to download (asked of the server when no pull
+# has said yet), and whether the pull keeps failing (then ``--once`` would exit 1).
+@dataclass(frozen=True, slots=True)
+class PlanNote:
+    """What ``plan`` adds to a Pull: the bytes to download, and whether it keeps failing."""
+
+    text: str  # "2.1 GB to download", "1.0 of 2.1 GB left to download", "unknown size"
+    bytes: int | None  # still to download; None: unknown
+    failing: bool  # failed FAILING_AFTER times in a row: `--once` would exit 1
+
+
+def plan_note(
+    action: Pull, observed: Observed, size: Callable[[Source], int | None] = remote_size
+) -> PlanNote:
+    view = observed.pulls.get(action.key)
+    failure = view.failure if view is not None else None
+    failing = failure is not None and failure.attempts >= FAILING_AFTER
+    progress = view.progress if view is not None else None
+    if progress is not None and progress.bytes_total is not None:
+        left = max(progress.bytes_total - progress.bytes_done, 0)
+        if not progress.bytes_done:
+            return PlanNote(f"{size_text(left)} to download", left, failing)
+        whole = size_text(progress.bytes_total)
+        return PlanNote(f"{size_text(left)} of {whole} left to download", left, failing)
+    source = action.entry.deployment.spec.source
+    total = size(source) if source is not None else None
+    if total is None:
+        return PlanNote("unknown size", None, failing)
+    return PlanNote(f"{size_text(total)} to download", total, failing)
+
 
 # Each action's class is its `plan_class`; "unchanged" is a deployment no action touches.
 Kind = PlanClass | Literal["unchanged"]
@@ -94,7 +130,7 @@ def _change(action: Action, observed: Observed) -> Change:
 
 def _pull(action: Pull, observed: Observed) -> Change:
     """A Pull with the bytes it will download; one that keeps failing waits for you."""
-    from controller.cli.pullplan import plan_note
+    from controller.cli.planview import plan_note
 
     note = plan_note(action, observed)
     kind: Kind = "wait" if note.failing else action.plan_class

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from controller.core.durations import format_age
+from controller.core.manifest.quantity import format_age
 from controller.core.pulls import PullProgress, eta_text, key_of_document, progress_text, size_text
 from controller.core.state import Phase, Record
 from controller.store.modelcache import KEY, CacheEntry, cache_root

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from controller.backends.base import Backend
 from controller.cli import replicalogs
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.core.state import Record
 from controller.store.node import Config
 

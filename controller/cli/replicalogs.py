@@ -17,10 +17,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from controller.cli.common import reader_gone
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
-from controller.core.names import base_name, instance_of, is_next, record_name_ok, replica_name
-from controller.core.names import replica_of as index_of
+from controller.cli.common import EXIT_FAIL, EXIT_OK, reader_gone
+from controller.core.manifest.names import (
+    base_name,
+    instance_of,
+    is_next,
+    record_name_ok,
+    replica_name,
+)
+from controller.core.manifest.names import replica_of as index_of
 from controller.redact import PARTIAL, printable_bytes
 from controller.store import logfiles
 from controller.store.records import RecordStore

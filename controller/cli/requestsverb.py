@@ -1,5 +1,5 @@
 """``reconcile logs --requests [-f] [--tail N] [-o json]``: the gateway's request log
-(``gateway/requestlog.py``): who called what and how it went, one line a request.
+(``gateway/accounting/requestlog.py``): who called what and how it went, one line a request.
 
 ``-f`` follows as ``logs -f`` does (``tail -F``): a line written in the instant of a
 rotation may be missed by the follower; it is in the backup (``requests.jsonl.1``)."""
@@ -11,9 +11,9 @@ import json
 import sys
 from collections.abc import Callable
 
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.gatewayverbs import state_dir_of
-from controller.gateway import requestlog
+from controller.gateway.accounting import requestlog
 from controller.store import logfiles
 
 

@@ -22,9 +22,8 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from controller.cli.common import config, no_such, reconciler
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
-from controller.core.names import base_name, is_next
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, no_such, reconciler
+from controller.core.manifest.names import base_name, is_next
 from controller.core.state import STUCK, Phase, Record
 from controller.errors import RecordError
 from controller.host import bootclock
@@ -139,7 +138,7 @@ def _wake(state_dir: Path, daemon: int) -> bool:
     """Ask the daemon for a pass now: the gateway's wake-up datagram where it serves one,
     else SIGUSR1 to the pid that holds the daemon lock right now. False if neither
     reached it: then its resync timer's pass reads the request."""
-    from controller.gateway import registry
+    from controller.gateway.lifecycle import registry
 
     address = registry.wake_address(state_dir)
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:

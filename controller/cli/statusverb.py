@@ -18,8 +18,17 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.cli.common import config, no_such, output_format, preview, reader_gone, selected
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    config,
+    no_such,
+    output_format,
+    preview,
+    reader_gone,
+    selected,
+)
 from controller.cli.views import (
     FORMATS,
     drain_line,
@@ -30,7 +39,7 @@ from controller.cli.views import (
     table,
     widths_of,
 )
-from controller.core.names import base_name
+from controller.core.manifest.names import base_name
 from controller.core.replicaset import ReplicaSet, group, selects
 from controller.core.state import Drain, Phase, Record, RecordView
 from controller.errors import ConfigError

@@ -16,10 +16,10 @@ import ipaddress
 import sys
 from pathlib import Path
 
-from controller.cli.exitcodes import EXIT_FAIL, EXIT_OK
+from controller.cli.common import EXIT_FAIL, EXIT_OK
 from controller.cli.gatewayverbs import state_dir_of
 from controller.errors import ConfigError
-from controller.gateway import registry
+from controller.gateway.lifecycle import registry
 from controller.store import accesstoken
 from controller.store.records import write_atomic
 

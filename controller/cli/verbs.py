@@ -14,7 +14,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from controller.cli.commands import cmd_run
+    from controller.cli.runverb import cmd_run
 
     return cmd_run(args)
 
@@ -26,7 +26,7 @@ def _events(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from controller.cli.commands import cmd_validate
+    from controller.cli.runverb import cmd_validate
 
     return cmd_validate(args)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.core.durations import format_age
 from controller.core.elapsed import BootClock
+from controller.core.manifest.quantity import format_age
 from controller.core.replicaset import group, total_restarts
 from controller.core.state import Drain, Phase, Record
 

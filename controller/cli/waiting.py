@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from controller.cli import pullshow
-from controller.core.durations import format_age
+from controller.core.manifest.quantity import format_age
 from controller.core.pulls import progress_text
 from controller.core.state import STUCK, Phase, Record
 from controller.logsetup import apply as apply_log_setup

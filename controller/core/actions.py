@@ -19,7 +19,7 @@ their own facts), never in tables keyed by the class elsewhere:
 
 ``Action`` itself states none of them (it is abstract by design): every concrete
 class states all of them in its own body, so a subclass such as :class:`Replace`
-never inherits its parent's by accident (tests/test_actions.py checks).
+never inherits its parent's by accident (tests/core/test_actions.py checks).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar, Literal
 
-from controller.core.specs import Entry
+from controller.core.manifest.specs import Entry
 from controller.core.state import ExitInfo, Instance, MarkedProcess, Phase, ProcessRef
 
 # `reconcile plan`'s classes of change (a deployment no action touches is "unchanged").

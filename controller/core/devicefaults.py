@@ -44,7 +44,7 @@ class DeviceFault:
 @dataclass(frozen=True, slots=True)
 class Measured:
     """An engine's peak GPU memory on each of its devices (bytes), as of ``at``
-    (``devices.memory: auto`` leases it + 10%: core/measured.py)."""
+    (``devices.memory: auto`` leases it + 10%: core/planner/ledger.py)."""
 
     peak: int
     at: datetime

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from controller.core.actions import AnyAction, Preempt, Reap, Restart
-from controller.core.inventory import Inventory
-from controller.core.limits import Limits
+from controller.core.devices.capacity import Limits
+from controller.core.devices.inventory import Inventory
 from controller.core.planner.context import Context, Desired, Roll, Want
 from controller.core.planner.ledger import PlanLedger
 from controller.core.planner.lifecycle import (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 
+from controller.core.devices.inventory import Device, visibility_env
 from controller.core.engines import (
     Launch,
     ReadinessChecks,
@@ -18,8 +19,7 @@ from controller.core.engines import (
     readiness_deadline,
     recipe_for,
 )
-from controller.core.inventory import Device, visibility_env
-from controller.core.specs import DeploymentSpec, Entry, LivenessProbe, Readiness, expand
+from controller.core.manifest.specs import DeploymentSpec, Entry, LivenessProbe, Readiness, expand
 from controller.core.state import ProbeConfig
 
 COMPLETION_TIMEOUT = 5.0  # seconds: a first completion may be slower than a GET

@@ -1,7 +1,7 @@
 """A deployment's records seen as one: its replicas and their rolling ``@next`` instances.
 
 ``status``, ``describe``, ``logs`` and the metrics show deployments, while the store
-holds records (``web``, ``web@1``, ``web@next``, ``web@2@next``: core/names.py). This
+holds records (``web``, ``web@1``, ``web@next``, ``web@2@next``: core/manifest/names.py). This
 groups them. Pure: no pydantic either (status never loads it).
 
 The desired count is read from the records themselves: the planner keeps exactly one
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from controller.core.names import base_name, is_next, replica_of
+from controller.core.manifest.names import base_name, is_next, replica_of
 from controller.core.state import Phase, Record
 
 # A deployment's phase is its worst replica's: the one that needs a look first.

@@ -12,9 +12,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
-from controller.core import backendnames
 from controller.core.devicefaults import DeviceFault, Measured
 from controller.core.elapsed import BootClock, elapsed
+from controller.core.manifest import backendnames
 from controller.core.pulls import PullView
 
 # 2: the rendered facts (activation, idle_timeout, ready_deadline_seconds, models,

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from controller.core.devicefaults import DeviceFault, health_fields
-from controller.core.inventory import Device
+from controller.core.devices.inventory import Device
 from controller.core.pulls import PullProgress
 from controller.core.replicaset import ReplicaSet, group
 from controller.core.state import Phase, Record

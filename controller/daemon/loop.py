@@ -26,8 +26,8 @@ from controller.backends.base import Backend
 from controller.backends.choose import inventory_for, open_backend
 from controller.core.actions import Conflict, Hold
 from controller.core.elapsed import BootClock
+from controller.core.manifest.specs import base_name
 from controller.core.plan import backoff
-from controller.core.specs import base_name
 from controller.core.state import Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import FolderWatch

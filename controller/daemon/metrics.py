@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from controller import __version__
-from controller.core.inventory import Inventory
-from controller.core.names import base_name
+from controller.core.devices.inventory import Inventory
+from controller.core.manifest.names import base_name
 from controller.core.promtext import PromText
 from controller.core.replicaset import group
 from controller.core.state import Phase, Record

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from controller.core.listen import host_refusal, is_loopback
+from controller.core.manifest.listen import host_refusal, is_loopback
 from controller.daemon.metrics import CONTENT_TYPE, current
 from controller.errors import ConfigError
 from controller.logsetup import get_logger

@@ -2,6 +2,6 @@
 
 import sys
 
-from controller.gateway.process import main
+from controller.gateway.lifecycle.process import main
 
 sys.exit(main())

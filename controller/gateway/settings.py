@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.core.listen import LOOPBACK, split_listen
-from controller.core.listen import is_loopback as is_loopback  # re-exported
+from controller.core.manifest.listen import LOOPBACK, split_listen
+from controller.core.manifest.listen import is_loopback as is_loopback  # re-exported
 from controller.errors import ConfigError
 from controller.store import logfiles
 

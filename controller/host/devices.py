@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from controller.core.inventory import Device, GpuMemory, Inventory, parse_static
+from controller.core.devices.inventory import Device, GpuMemory, Inventory, parse_static
 
 TOOL_TIMEOUT = 5.0
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from controller.core.devicefaults import Reading, XidEvent
-from controller.core.inventory import Inventory
+from controller.core.devices.inventory import Inventory
 from controller.errors import ConfigError
 
 FAKE_ENV = "RECONCILE_FAKE_NVML"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from controller.core.manifest.specs import Entry
 from controller.core.pulls import PullView
-from controller.core.specs import Entry
 from controller.pull import launch
 from controller.pull.job import Job
 from controller.store import modelcache

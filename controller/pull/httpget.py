@@ -18,7 +18,7 @@ from http.client import HTTPMessage, HTTPResponse
 from typing import IO
 from urllib.parse import urlsplit
 
-from controller.pull.failures import PullError, stalled
+from controller.pull.job import PullError, stalled
 from controller.redact import redact_url
 
 CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")

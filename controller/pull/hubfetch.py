@@ -26,15 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.core.sources import HuggingFace
-from controller.pull.failures import PullError, disk_filled, no_space, stalled, too_big
-from controller.pull.job import Bounds
-from controller.pull.meter import EVERY, Meter
+from controller.core.manifest.sources import HuggingFace
+from controller.pull.job import Bounds, PullError, disk_filled, no_space, stalled, too_big
+from controller.pull.meter import EVERY, ProgressMeter
 from controller.store.modelcache import CacheEntry
 
 
 def fetch_hub(
-    hub: HuggingFace, entry: CacheEntry, *, bounds: Bounds, meter: Meter
+    hub: HuggingFace, entry: CacheEntry, *, bounds: Bounds, meter: ProgressMeter
 ) -> dict[str, Any]:
     # Its read timeout is our stall limit; no tqdm bars in a log file.
     stall = bounds.stall
@@ -51,7 +50,7 @@ def fetch_hub(
 
 
 def _download(
-    hub: HuggingFace, local: Path, entry: CacheEntry, *, reserve: int, meter: Meter
+    hub: HuggingFace, local: Path, entry: CacheEntry, *, reserve: int, meter: ProgressMeter
 ) -> dict[str, Any]:
     from huggingface_hub import snapshot_download
 
@@ -108,7 +107,7 @@ class Guard:
     done: threading.Event = field(default_factory=threading.Event)
 
     @contextmanager
-    def watching(self, meter: Meter) -> Iterator[None]:
+    def watching(self, meter: ProgressMeter) -> Iterator[None]:
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(ABORT, self._raise) if main else None
         watcher = threading.Thread(target=self._watch, args=(meter, main), daemon=True)
@@ -123,7 +122,7 @@ class Guard:
         if self.reason is not None:  # the library finished before the signal landed
             raise self.reason
 
-    def _watch(self, meter: Meter, main: bool) -> None:
+    def _watch(self, meter: ProgressMeter, main: bool) -> None:
         while not self.done.wait(EVERY):
             if self.reason is None:
                 under = _bytes_under(self.local)

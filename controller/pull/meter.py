@@ -1,7 +1,7 @@
 """Progress of one pull: bytes done and total, a recent rate, written to progress.json.
 
 Written at most every ``EVERY`` seconds (and at the end), so a fast download spends
-its time on bytes, not on rewriting a file ``status`` reads; while :meth:`Meter.ticking`
+its time on bytes, not on rewriting a file ``status`` reads; while :meth:`ProgressMeter.ticking`
 a thread writes the last figure too, so a download that stalls mid-way shows where it
 stands (and its rate falling) instead of the figure of its last fast read.
 """
@@ -22,7 +22,7 @@ EVERY = 0.5  # seconds between progress writes
 WINDOW = 5.0  # seconds the rate is measured over
 
 
-class Meter:
+class ProgressMeter:
     def __init__(self, entry: CacheEntry) -> None:
         self.entry = entry
         self.done = 0

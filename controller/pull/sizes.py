@@ -11,7 +11,7 @@ import os
 import urllib.error
 import urllib.request
 
-from controller.core.sources import HuggingFace, Source
+from controller.core.manifest.sources import HuggingFace, Source
 
 TIMEOUT = 5.0  # seconds: `plan` must answer even when the server does not
 

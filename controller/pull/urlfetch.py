@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
 from controller.core.pulls import file_name
-from controller.pull.failures import PullError, disk_filled, no_space, stalled, too_big
 from controller.pull.hashing import Hasher
 from controller.pull.httpget import open_at, start_of, total_of
-from controller.pull.job import Bounds
-from controller.pull.meter import Meter
+from controller.pull.job import Bounds, PullError, disk_filled, no_space, stalled, too_big
+from controller.pull.meter import ProgressMeter
 from controller.pull.writeback import Writeback
 from controller.redact import redact_url
 from controller.store import diskspace
@@ -33,7 +32,7 @@ MIN_RATE = 1000  # bytes/s over the stall window: a trickle below it is a stall
 
 
 def fetch_url(
-    url: str, sha256: str, entry: CacheEntry, *, bounds: Bounds, meter: Meter
+    url: str, sha256: str, entry: CacheEntry, *, bounds: Bounds, meter: ProgressMeter
 ) -> dict[str, Any]:
     """Download into ``<file>.partial`` (resuming what is there), check, rename."""
     name = file_name(url)
@@ -106,7 +105,9 @@ class Sink:
         raise disk_filled(self.url, str(self.partial), offset, free, self.bounds.reserve)
 
 
-def _receive(response: HTTPResponse, sink: Sink, have: int, *, meter: Meter, h: Hasher) -> int:
+def _receive(
+    response: HTTPResponse, sink: Sink, have: int, *, meter: ProgressMeter, h: Hasher
+) -> int:
     offset = sink.offset = have
     total = total_of(response, offset)
     if total is not None:
@@ -136,7 +137,7 @@ def _copy(
     bound: int,
     why: str,
     *,
-    meter: Meter,
+    meter: ProgressMeter,
     h: Hasher,
 ) -> int:
     synced = Writeback(out.fileno())

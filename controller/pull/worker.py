@@ -11,10 +11,9 @@ import time
 from typing import Any
 
 from controller.core.pulls import FailureKind
-from controller.pull.failures import PullError
 from controller.pull.hubfetch import fetch_hub
-from controller.pull.job import Job
-from controller.pull.meter import Meter
+from controller.pull.job import Job, PullError
+from controller.pull.meter import ProgressMeter
 from controller.pull.urlfetch import fetch_url
 from controller.redact import redact_url
 from controller.store.events import Journal
@@ -35,7 +34,7 @@ def _pull(job: Job, entry: CacheEntry) -> int:
     # A failed result stays until this attempt's own outcome replaces it: the pass that
     # started the retry still sees how many failed before (``--once`` exits 1 on a loop).
     attempts = _failures_so_far(entry)
-    meter = Meter(entry)
+    meter = ProgressMeter(entry)
     meter.flush(force=True)
     started = time.monotonic()
     try:
@@ -53,7 +52,7 @@ def _pull(job: Job, entry: CacheEntry) -> int:
     return 0
 
 
-def _fetch(job: Job, entry: CacheEntry, meter: Meter) -> dict[str, Any]:
+def _fetch(job: Job, entry: CacheEntry, meter: ProgressMeter) -> dict[str, Any]:
     source = job.source
     if source.url is not None and source.sha256 is not None:
         return fetch_url(source.url, source.sha256, entry, bounds=job.bounds, meter=meter)

@@ -1,4 +1,4 @@
-"""The autoscaler's edge: reads the load, decides (``core/autoscale.py``), keeps the counts.
+"""The autoscaler's edge: reads the load, decides (``core/scaling/autoscale.py``), keeps the counts.
 
 Each pass asks :meth:`Autoscaler.counts` for the desired count of every autoscaled
 deployment: the gateways' in-flight files and the activations are read, the pure rule
@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.core import inflight as rule_inflight
-from controller.core.autoscale import PANIC_WINDOW, WINDOW, Load, Scale, decide
-from controller.core.names import base_name
+from controller.core.manifest.names import base_name
+from controller.core.manifest.specs import Autoscale, Entry
 from controller.core.replicaset import group
-from controller.core.specs import Autoscale, Entry
+from controller.core.scaling import inflight as rule_inflight
+from controller.core.scaling.autoscale import PANIC_WINDOW, WINDOW, Load, Scale, decide
 from controller.core.state import Activation, Record
 from controller.store import activation, inflight, scale, sidefiles
 from controller.store.events import Journal

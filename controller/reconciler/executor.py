@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, assert_never
@@ -39,9 +40,9 @@ from controller.core.actions import (
     Stop,
     Update,
 )
-from controller.core.names import instance_of
+from controller.core.manifest.names import instance_of, is_next
+from controller.core.manifest.specs import Entry, base_name, next_name
 from controller.core.plan import backoff
-from controller.core.specs import Entry, base_name, next_name
 from controller.core.state import Phase, Record
 from controller.errors import PullingFirst, SpawnError, Unplaceable
 from controller.logsetup import get_logger
@@ -57,11 +58,21 @@ log = get_logger("reconcile")
 # Before a RollingUpdate stops the old instance: (old, new) -> returns once the front door
 # sends nothing more to the old one and its in-flight requests ended (bounded by the
 # old one's grace period). The daemon injects the gateway's; without one, nothing waits.
-Drain = Callable[[Record, Record | None], None]
+GatewayDrain = Callable[[Record, Record | None], None]
 
 
 def _no_drain(old: Record, new: Record | None) -> None:
     return None
+
+
+# A round's starts reserved together under the placement lock, in the plan's order: each
+# with its Lease, or the Pending record written instead (the reconciler's: it holds the
+# lock, the inventory and the round's observations). Reserved starts only are returned.
+Reserve = Callable[[Sequence[Start]], list[tuple[Start, Lease | Record]]]
+
+
+def _no_reserve(starts: Sequence[Start]) -> list[tuple[Start, Lease | Record]]:
+    raise RuntimeError("this executor was built without reservations: it cannot start")
 
 
 @dataclass(kw_only=True)
@@ -73,8 +84,9 @@ class Executor:
     log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
     log_keep: int = logfiles.DEFAULT_KEEP
     memory: MemoryGate = field(default_factory=MemoryGate)  # NVML's word before a start
-    drain: Drain = _no_drain
+    drain: GatewayDrain = _no_drain
     puller: Puller | None = None  # model pulls (spec.source); None: none are started
+    reserve: Reserve = _no_reserve  # how a start takes its devices and port
     _tally: Counter[tuple[str, str]] = field(default_factory=Counter)
     _tally_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -87,7 +99,7 @@ class Executor:
         """Apply one action; True when it changed anything."""
         match action:
             case Start():
-                raise TypeError("starts go through the reservation (Reconciler._start)")
+                return bool(self.start([action]))
             case Restart():
                 return self._restart(action)
             case Stop():  # and Replace: the old instance goes, the next round starts the new
@@ -146,7 +158,26 @@ class Executor:
             tally, self._tally = dict(self._tally), Counter()
         return tally
 
-    # -- spawning -----------------------------------------------------------------
+    # -- starting -----------------------------------------------------------------
+
+    def start(self, starts: Sequence[Start]) -> list[Start]:
+        """Start a round's starts as one batch: reserved together (one placement lock, the
+        plan's order, so the plan's fits are reproduced), then spawned, concurrently up to
+        the backend's launch concurrency. The starts that got a reservation or a Pending
+        record are returned (the rest another pass placed meanwhile)."""
+        reserved = self.reserve(starts)
+        for start, taken in reserved:
+            if is_next(start.name) and isinstance(taken, Lease):  # why a second one starts
+                self.event(start.name, "roll", start.reason, "new instance beside the old")
+        spawns = [(r, s.entry) for s, r in reserved if isinstance(r, Lease)]
+        workers = min(self.backend.launch_concurrency, len(spawns))
+        if workers <= 1:
+            for lease, entry in spawns:
+                self.spawn(lease, entry)
+        else:  # each launch touches only its own record, log and journal
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(lambda pair: self.spawn(*pair), spawns))
+        return [start for start, _ in reserved]
 
     def spawn(self, lease: Lease, entry: Entry, verb: str = "start") -> bool:
         """Exec the engine of a reservation record and record its identity; what it runs
@@ -290,7 +321,7 @@ class Executor:
         return True
 
     def _promote(self, action: Promote) -> bool:
-        """Drain and stop the old instance, then rename ``<name>@next`` to ``<name>``.
+        """GatewayDrain and stop the old instance, then rename ``<name>@next`` to ``<name>``.
 
         Crash-safe in every step: the old record goes Terminating before its teardown
         (a later pass finishes it), the rename is one atomic write of the new record

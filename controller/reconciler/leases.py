@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from controller.core.devices.inventory import Device, Inventory
+from controller.core.devices.placement import Ledger
 from controller.core.elapsed import BootClock
-from controller.core.inventory import Device, Inventory
-from controller.core.placement import Ledger
+from controller.core.manifest.specs import Entry, routable_names, spec_document
 from controller.core.render import Rendered, deadline_of, render
-from controller.core.specs import Entry, routable_names, spec_document
 from controller.core.state import Phase, ProcessRef, Record
 from controller.host import bootclock
 from controller.store.records import RecordStore

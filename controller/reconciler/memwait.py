@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from controller.core.inventory import GpuMemory
-from controller.core.quantity import format_bytes
+from controller.core.devices.inventory import GpuMemory
+from controller.core.manifest.quantity import format_bytes
 from controller.core.state import Record
 
 ReadMemory = Callable[[tuple[str, ...]], Mapping[str, GpuMemory] | None]

@@ -19,16 +19,16 @@ from datetime import UTC, datetime
 
 from controller import failpoints
 from controller.backends.base import Backend
-from controller.core import backendnames
 from controller.core.actions import Action, AnyAction, Conflict, Hold, Start, Stop
+from controller.core.devices.capacity import kinds_of, only_kinds
+from controller.core.devices.inventory import Inventory
+from controller.core.devices.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.engines import MODULES, RecipeError, recipe_for
-from controller.core.inventory import Inventory
-from controller.core.limits import kinds_of, only_kinds
-from controller.core.names import is_next
-from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place
+from controller.core.manifest import backendnames
+from controller.core.manifest.names import is_next
+from controller.core.manifest.specs import Entry
 from controller.core.plan import Desired, leader_of, plan, waits_turn
 from controller.core.pulls import PullView
-from controller.core.specs import Entry
 from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
 from controller.host import gpuhealth, procscan
 from controller.host.devices import gpu_memory
@@ -234,7 +234,9 @@ class Reconciler(Preview):
             log_keep=config.log_keep,
             memory=MemoryGate(read=gpu_memory),
             puller=self.puller,
+            reserve=self._reserve_now,
         )
+        self._observed: Observed | None = None  # the current round's (see _start)
         # Called after every pass with its result and how long it held the pass lock.
         self.after_pass = list(after_pass)
         self.device_watch = DeviceWatch(config.state_dir, gpuhealth.choose(inventory))
@@ -334,20 +336,20 @@ class Reconciler(Preview):
         return changed
 
     def _start(self, starts: Sequence[Start], observed: Observed, result: PassResult) -> bool:
-        reserved = self._reserve(starts, observed)
-        for start, taken in reserved:
+        self._observed = observed  # the round's: what the reservations place against
+        try:
+            started = self.executor.start(starts)
+        finally:
+            self._observed = None
+        for start in started:
             _note(result, start)
-            if is_next(start.name) and isinstance(taken, Lease):  # why a second one starts
-                self.executor.event(start.name, "roll", start.reason, "new instance beside the old")
-        spawns = [(r, s.entry) for s, r in reserved if isinstance(r, Lease)]
-        workers = min(self.backend.launch_concurrency, len(spawns))
-        if workers <= 1:
-            for record, entry in spawns:
-                self.executor.spawn(record, entry)
-        else:  # each launch touches only its own record, log and journal
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                list(pool.map(lambda pair: self.executor.spawn(*pair), spawns))
-        return bool(reserved)
+        return bool(started)
+
+    def _reserve_now(self, starts: Sequence[Start]) -> list[tuple[Start, Lease | Record]]:
+        """The executor's reservations: against the observations of the round that starts
+        them, or (a start applied alone) of a fresh look at the node."""
+        observed = self._observed if self._observed is not None else self.observe()[0]
+        return self._reserve(starts, observed)
 
     def _reserve(
         self, starts: Sequence[Start], observed: Observed

@@ -13,7 +13,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from controller.core.specs import is_dns1123
+from controller.core.manifest.specs import is_dns1123
 from controller.core.state import Activation
 from controller.store import bootstamp, sidefiles
 from controller.store.records import write_atomic

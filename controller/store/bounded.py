@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from controller.core import excerpt
+from controller.core.manifest import excerpt
 from controller.store import security
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a manifest is a few hundred bytes

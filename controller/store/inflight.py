@@ -2,7 +2,7 @@
 
 Beside ``activation/``: observed load, written by each gateway process (``writer``: its
 own token) about once a second for each deployment it has requests for, read by the
-daemon's autoscaler (``controller.core.inflight.average``). One file per writer, so two
+daemon's autoscaler (``controller.core.scaling.inflight.average``). One file per writer, so two
 gateways serving at once (a handover) never overwrite each other's figures; a crashed
 gateway's file simply ages out of every window, and ``prune`` removes it later.
 
@@ -19,8 +19,8 @@ import json
 import re
 from pathlib import Path
 
-from controller.core.inflight import Inflight, Sample
-from controller.core.names import is_dns1123
+from controller.core.manifest.names import is_dns1123
+from controller.core.scaling.inflight import Inflight, Sample
 from controller.store.records import write_atomic
 
 FOLDER = "inflight"

@@ -18,11 +18,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from controller.core.cluster import cluster_refusals
-from controller.core.excerpt import clip, short
-from controller.core.specerrors import problems
-from controller.core.specs import Deployment, Entry, fields_at, is_dns1123, spec_hash
-from controller.core.suggest import did_you_mean
+from controller.core.manifest.cluster import cluster_refusals
+from controller.core.manifest.excerpt import clip, did_you_mean, short
+from controller.core.manifest.specerrors import problems
+from controller.core.manifest.specs import Deployment, Entry, fields_at, is_dns1123, spec_hash
 from controller.store import bounded, security
 from controller.store.bounded import Document, Path_
 from controller.store.parsecache import ParseCache

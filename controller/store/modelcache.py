@@ -16,7 +16,7 @@ cache (the same layout); this host's entry then keeps ``nodes.json`` (the backen
 note of where copies are), ``progress.json`` (the node's last figure, for ``status``)
 and ``used.json``.
 
-``<key>`` is :attr:`controller.core.sources.Source.key`: hex and a prefix only, so no
+``<key>`` is :attr:`controller.core.manifest.sources.Source.key`: hex and a prefix only, so no
 user text names a path here (invariant 9); the file name of a URL is reduced to a
 safe basename (:func:`controller.core.pulls.file_name`).
 """

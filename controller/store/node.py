@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from controller.core import backendnames
-from controller.core.limits import Limits, parse_limits
+from controller.core.devices.capacity import Limits, parse_limits
+from controller.core.manifest import backendnames
 from controller.core.state import Drain
 from controller.errors import ConfigError
 from controller.store import bootstamp, logfiles

@@ -21,9 +21,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from pydantic.alias_generators import to_camel
 
-from controller.core.limits import Limits
-from controller.core.specerrors import problems
-from controller.core.specs import NOT_BOOL
+from controller.core.devices.capacity import Limits
+from controller.core.manifest.specerrors import problems
+from controller.core.manifest.specs import NOT_BOOL
 from controller.errors import ConfigError
 from controller.store import logfiles
 from controller.store.yamlread import field_path, line_for, load_mapping

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 
 from controller.core.elapsed import BootClock
 from controller.core.engines import RecipeError, readiness_deadline
-from controller.core.names import model_names
+from controller.core.manifest.names import model_names
 from controller.core.state import VERSION, ExitInfo, Phase, ProbeConfig, ProcessRef, Record
 
 T = TypeVar("T")

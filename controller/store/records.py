@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import failpoints
-from controller.core.names import record_name_ok
+from controller.core.manifest.names import record_name_ok
 from controller.core.state import VERSION, Record
 from controller.errors import RecordError
 from controller.store import diskspace, security

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from controller.core.elapsed import BootClock
-from controller.core.names import is_dns1123
+from controller.core.manifest.names import is_dns1123
 from controller.store import sidefiles
 from controller.store.node import read_drain
 from controller.store.records import write_atomic

@@ -17,8 +17,8 @@ import contextlib
 import json
 from pathlib import Path
 
-from controller.core.autoscale import Scale
-from controller.core.names import is_dns1123
+from controller.core.manifest.names import is_dns1123
+from controller.core.scaling.autoscale import Scale
 from controller.store import sidefiles
 from controller.store.records import write_atomic
 

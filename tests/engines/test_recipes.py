@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from controller.core.devices.inventory import Device
 from controller.core.engines import (
     MODULES,
     CompletionTarget,
@@ -16,7 +17,6 @@ from controller.core.engines import (
     recipe_for,
 )
 from controller.core.engines.base import ReadinessChecks
-from controller.core.inventory import Device
 
 GPU0 = Device(kind="nvidia", id="0")
 GPU1 = Device(kind="nvidia", id="1")

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from procs import GATEWAY_MARKER, free_ports, kill_marked, marked_pids
 
-from controller.gateway import registry
-from controller.gateway.app import Gateway as InProcess
+from controller.gateway.lifecycle import registry
+from controller.gateway.lifecycle.app import Gateway as InProcess
 from controller.gateway.settings import Settings
 
 WAIT = 30.0

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from controller.gateway.affinity import Ring, Sessions, bound
+from controller.gateway.routing.affinity import Ring, Sessions, bound
 
 FOUR = ("web", "web@1", "web@2", "web@3")
 SESSIONS = [f"session-{i}" for i in range(100)]

@@ -12,10 +12,10 @@ from typing import Literal
 
 import pytest
 
-from controller.core.names import base_name
+from controller.core.manifest.names import base_name
 from controller.core.state import Phase, Record
-from controller.gateway import balance
-from controller.gateway.routing import Table
+from controller.gateway.routing import balance
+from controller.gateway.routing.table import Table
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from harness.rawhttp import exchange, openai_error, request
 from procs import free_ports
 
 from controller.core.state import Phase, Record
-from controller.gateway.app import Gateway
+from controller.gateway.lifecycle.app import Gateway
 
 
 def body(model: str) -> bytes:

@@ -15,9 +15,9 @@ from typing import Any
 
 from strategies import NODE, OWNER, entry, ref
 
-from controller.core.inventory import Inventory
+from controller.core.devices.inventory import Inventory
 from controller.core.state import Phase
-from controller.gateway.routing import Table
+from controller.gateway.routing.table import Table
 from controller.reconciler.leases import RecordMaker
 from controller.store.records import RecordStore
 

@@ -20,7 +20,7 @@ from procs import free_ports
 from test_upstream import Rude, ready, route, rude_command
 
 from controller.core.state import ProbeConfig
-from controller.gateway.app import Gateway
+from controller.gateway.lifecycle.app import Gateway
 
 BODY = json.dumps({"model": "m", "prompt": "hi"}).encode()
 WINDOW = 2.0  # seconds an ejection lasts here (30 s in production)

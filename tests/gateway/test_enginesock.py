@@ -1,4 +1,4 @@
-"""The gateway's engine sockets give up on a lost host (gateway/enginesock.py): keep-alive
+"""The gateway's engine sockets give up on a lost host (gateway/surface/enginesock.py): keep-alive
 probes and TCP_USER_TIMEOUT are set, read back from the kernel. The partition itself is
 tests/cluster/test_partition.py: a cut host's requests go to the other replica."""
 
@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import socket
 
-from controller.gateway.enginesock import COUNT, IDLE, INTERVAL, USER_TIMEOUT_MS, engine_socket
+from controller.gateway.surface.enginesock import (
+    COUNT,
+    IDLE,
+    INTERVAL,
+    USER_TIMEOUT_MS,
+    engine_socket,
+)
 
 
 def test_an_engine_socket_gives_up_on_a_lost_host() -> None:

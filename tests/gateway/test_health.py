@@ -1,4 +1,4 @@
-"""Passive health alone (gateway/health.py), on a clock of its own: three failures in a
+"""Passive health alone (gateway/routing/health.py), on a clock of its own: three failures in a
 row eject an engine, nothing goes to it for the window, then one trial decides."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from controller.gateway.health import Change, Health, Outcome
+from controller.gateway.routing.health import Change, Health, Outcome
 
 
 @dataclass(frozen=True)

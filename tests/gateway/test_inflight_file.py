@@ -1,6 +1,6 @@
 """The in-flight figures the autoscaler reads: ``<state>/inflight/<deployment>.<writer>.json``
-(store/inflight.py), their window average (core/inflight.py), and the gateway's side:
-time-weighted counts (Load) written once a second per busy deployment (LoadWriter)."""
+(store/inflight.py), their window average (core/scaling/inflight.py), and the gateway's side:
+time-weighted counts (InflightCounts) written once a second per busy deployment (InflightWriter)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.core.inflight import Inflight, Sample, average, peak
-from controller.gateway.load import Load, LoadWriter
+from controller.core.scaling.inflight import Inflight, Sample, average, peak
+from controller.gateway.accounting.inflight import InflightCounts, InflightWriter
 from controller.store import inflight as store
 
 WEB = Inflight("web", "101", (Sample(100.0, 1.0, 2.0, 3), Sample(101.0, 1.0, 4.0, 6)))
@@ -97,7 +97,7 @@ def test_adding_keeps_the_last_samples() -> None:
 
 def test_load_is_time_weighted_and_forgets_idle_deployments() -> None:
     now = [0.0]
-    load = Load(clock=lambda: now[0])
+    load = InflightCounts(clock=lambda: now[0])
     load.add("web", 1)  # one request for the whole second
     now[0] = 0.5
     load.add("web", 1)  # a second one for its second half
@@ -116,8 +116,8 @@ def test_load_is_time_weighted_and_forgets_idle_deployments() -> None:
 
 def test_the_writer_writes_busy_deployments_only_and_removes_its_files(tmp_path: Path) -> None:
     async def check() -> None:
-        load = Load()
-        writer = LoadWriter(tmp_path, load, writer="77")
+        load = InflightCounts()
+        writer = InflightWriter(tmp_path, load, writer="77")
         load.add("web", 2)
         await writer.flush()
         await writer.flush()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from harness.rawhttp import fragments
 
-from controller.gateway.keys import Keys, load, presented
+from controller.gateway.accounting.keys import Keys, load, presented
 
 KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"
 OTHER = "sk-Vb8NcXeRwTqPoIuYtLk2"

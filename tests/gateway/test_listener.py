@@ -1,4 +1,4 @@
-"""Closing the listener loses no connection it accepted (controller/gateway/listener.py).
+"""Closing the listener loses no connection it accepted (controller/gateway/lifecycle/listener.py).
 
 As in a hand-over, another descriptor of the listening socket stays open (the successor's),
 so a connection is either attached here (its protocol told ``connection_made``) or still
@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from controller.gateway.listener import close_listener
+from controller.gateway.lifecycle.listener import close_listener
 
 TURNS = range(7)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from controller.gateway import handover, registry
+from controller.gateway.lifecycle import handover, registry
 
 WAIT = 30.0
 FLOOD = 200

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from controller.gateway import registry
+from controller.gateway.lifecycle import registry
 
 WAIT = 40.0
 REQUESTS = 400

@@ -11,9 +11,9 @@ import logging
 import pytest
 from harness.rawhttp import leaked
 
-from controller.gateway import encoding, paths
-from controller.gateway.quiet import LibraryFilter, Throttle, install
-from controller.gateway.server import connection_cap, exception_handler
+from controller.gateway.surface import encoding, paths
+from controller.gateway.surface.quiet import LibraryFilter, Throttle, install
+from controller.gateway.surface.server import connection_cap, exception_handler
 
 KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"
 

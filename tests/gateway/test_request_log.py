@@ -21,8 +21,8 @@ from pathlib import Path
 from subprocess import PIPE
 from typing import Any
 
-from controller.gateway.metrics import GatewayMetrics
-from controller.gateway.requestlog import FIELDS, RequestLog, path_in
+from controller.gateway.accounting.metrics import GatewayMetrics
+from controller.gateway.accounting.requestlog import FIELDS, RequestLog, path_in
 
 KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"  # no hex, no word (see test_keys.py)
 WORD = "Zanzibarquokka"  # the prompt's unique word: never in the log

@@ -12,7 +12,7 @@ import pytest
 from clients import Loop
 from procs import wait_for
 
-from controller.core.names import next_name
+from controller.core.manifest.names import next_name
 from controller.failpoints import ROLLING_POINTS
 
 GPU = {"count": 1, "kind": "nvidia"}

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from controller.core.names import base_name
+from controller.core.manifest.names import base_name
 from controller.core.state import Phase, Record
-from controller.gateway.routing import Table
+from controller.gateway.routing.table import Table
 
 
 def rec(name: str, nonce: str, port: int, phase: Phase = Phase.READY) -> Record:

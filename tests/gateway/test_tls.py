@@ -31,7 +31,7 @@ import httpx2
 import openai
 import pytest
 
-from controller.gateway import registry
+from controller.gateway.lifecycle import registry
 
 WAIT = 40.0
 KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"  # no hex, no word (see test_keys.py)

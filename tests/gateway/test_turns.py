@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from controller.core.state import Phase, Record
-from controller.gateway.turns import Turns
+from controller.gateway.routing.swaps import Turns
 
 A, B = ("first",), ("second",)
 

@@ -16,11 +16,11 @@ import pytest
 from harness.rawhttp import exchange, openai_error, request
 from procs import free_ports
 
-from controller.core.names import next_name
+from controller.core.manifest.names import next_name
 from controller.core.state import Phase, Record
-from controller.gateway import enginesock
-from controller.gateway.app import Gateway
+from controller.gateway.lifecycle.app import Gateway
 from controller.gateway.settings import Settings
+from controller.gateway.surface import enginesock
 
 RUDE = Path(__file__).with_name("rude_engine.py")
 BODY = json.dumps({"model": "m", "prompt": "hi"}).encode()

@@ -15,7 +15,7 @@ import time
 
 import yaml
 
-from controller.core.names import base_name, replica_name
+from controller.core.manifest.names import base_name, replica_name
 
 from .cluster import Cluster, alive, marked
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from controller.core.names import replica_name
+from controller.core.manifest.names import replica_name
 from controller.core.state import Phase, ProcessRef, Record
 from controller.store.recordjson import from_json, to_json
 

@@ -18,7 +18,7 @@ from collections import Counter
 import procs
 import pytest
 
-from controller.core.names import replica_name
+from controller.core.manifest.names import replica_name
 from controller.core.state import Phase
 
 from . import figures

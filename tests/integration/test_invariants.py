@@ -20,7 +20,7 @@ from typing import Any
 
 from procs import alive, environ, wait_for, wait_gone
 
-from controller.core.specs import spec_document
+from controller.core.manifest.specs import spec_document
 from controller.core.state import Phase, ProbeConfig, ProcessRef, Record
 from controller.host.procs import identity
 from controller.store.lock import FileLock

@@ -16,7 +16,7 @@ import pytest
 from modelservers import FileServer, serving
 from procs import kill_marked
 
-from controller.core.sources import Source
+from controller.core.manifest.sources import Source
 from controller.pull import launch
 from controller.pull.job import Job
 from controller.store.modelcache import CacheEntry

@@ -13,7 +13,7 @@ from typing import Any
 
 from procs import wait_gone
 
-from controller.core.names import replica_name
+from controller.core.manifest.names import replica_name
 
 GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}
 NAMES = ["web", "web@1", "web@2"]

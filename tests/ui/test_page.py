@@ -77,7 +77,7 @@ def test_the_page_shows_the_node_live_without_console_errors(
     traffic = page.wait(lambda: page.traffic().get("web"), "web's traffic")
     assert set(traffic) == {"requests", "errors", "p50", "p99"}, traffic
     page.wait(lambda: page.traffic()["web"]["p50"].endswith(" ms"), "web's p50")
-    # The request log's last requests (gateway/requestlog.py), newest first.
+    # The request log's last requests (gateway/accounting/requestlog.py), newest first.
     cells = (
         "return [...document.querySelectorAll('#requests tbody tr')]"
         ".map((r) => [...r.cells].map((c) => c.textContent));"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.gateway.metrics import BUCKETS, GatewayMetrics
+from controller.gateway.accounting.metrics import BUCKETS, GatewayMetrics
 from controller.gateway.ui.traffic import Totals, Traffic, quantile, totals
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from test_ux_gitops import commit_all, git
 
-from controller.gateway.routing import Table
+from controller.gateway.routing.table import Table
 from controller.store.records import RecordStore
 
 

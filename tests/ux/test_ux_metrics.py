@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.core.inventory import Inventory
+from controller.core.devices.inventory import Inventory
 from controller.core.promtext import escape
 from controller.core.state import Phase, Record
 from controller.daemon.metrics import exposition

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller import __version__
-from controller.core.inventory import Inventory
+from controller.core.devices.inventory import Inventory
 from controller.core.state import Phase, Record
 from controller.daemon import metrics, metricsserver
 from controller.store import accesstoken

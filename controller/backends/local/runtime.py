@@ -22,10 +22,10 @@ from pathlib import Path
 
 from controller import failpoints
 from controller.backends.base import ExitStatus, StartRequest, engine_env
-from controller.core import backendnames
-from controller.core.inventory import Inventory
-from controller.core.names import instance_of
-from controller.core.specs import DeploymentSpec
+from controller.core.devices.inventory import Inventory
+from controller.core.manifest import backendnames
+from controller.core.manifest.names import instance_of
+from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import SpawnError
 from controller.host import ports, procpsutil, procscan, procstat

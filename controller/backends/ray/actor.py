@@ -31,10 +31,10 @@ import ray
 from controller.backends.base import engine_env
 from controller.backends.local.runtime import MARKER, STATE_MARKER, LocalBackend
 from controller.backends.ray.naming import device_key
-from controller.core.inventory import Device
+from controller.core.devices.inventory import Device
+from controller.core.manifest.specs import Entry
 from controller.core.plan import BACKOFF_RESET, backoff, restarts_after
 from controller.core.render import render
-from controller.core.specs import Entry
 from controller.core.state import ProcessRef
 from controller.errors import SpawnError
 from controller.host.ports import listening_ports, port_bindable
@@ -51,7 +51,7 @@ MISSING_MODEL = "the model files"  # how a status says the node lacks them (the 
 
 
 @dataclass(frozen=True, slots=True)
-class Job:
+class EngineJob:
     """What the driver sends: picklable values only (the actor may restart anywhere)."""
 
     entry: Entry
@@ -85,7 +85,7 @@ class HostStatus:
 
 
 class EngineHost:
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: EngineJob) -> None:
         self.job = job
         self.node_id = ray.get_runtime_context().get_node_id()
         self.address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]

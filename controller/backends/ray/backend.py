@@ -24,12 +24,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from controller.backends.base import ExitStatus, StartRequest
 from controller.backends.ray import cluster, naming
-from controller.backends.ray.actor import MISSING_MODEL, EngineHost, HostStatus, Job
+from controller.backends.ray.actor import MISSING_MODEL, EngineHost, EngineJob, HostStatus
 from controller.backends.ray.pulls import RayPuller
-from controller.core import backendnames
-from controller.core.inventory import Inventory
-from controller.core.names import base_name
-from controller.core.specs import DeploymentSpec, Entry
+from controller.core.devices.inventory import Inventory
+from controller.core.manifest import backendnames
+from controller.core.manifest.names import base_name
+from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import PullingFirst, SpawnError, Unplaceable
 from controller.logsetup import get_logger
@@ -100,7 +100,7 @@ class RayBackend:
         ns = naming.namespace(self.state_dir, rec.owner)
         model = self._model_node(rec.name, launch.entry)
         strategy = model[1] if model is not None else self._strategy(rec.name, spec)
-        job = Job(
+        job = EngineJob(
             entry=launch.entry,
             nonce=rec.nonce,
             state_key=ns,

@@ -15,7 +15,7 @@ from typing import Any
 import ray
 
 from controller.backends.ray.naming import device_key
-from controller.core.inventory import Device, Inventory
+from controller.core.devices.inventory import Device, Inventory
 from controller.errors import BackendUnavailable
 
 CONNECT_TIMEOUT = 5.0  # seconds for the TCP check of the head's address

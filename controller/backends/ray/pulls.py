@@ -29,8 +29,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from controller.backends.ray import cluster
 from controller.backends.ray.pullactor import ModelPull, PullAnswer
+from controller.core.manifest.specs import Entry
 from controller.core.pulls import PullFailure, PullView
-from controller.core.specs import Entry
 from controller.logsetup import get_logger
 from controller.pull.job import Job
 from controller.store import modelcache

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from controller.core.inventory import Device
+from controller.core.devices.inventory import Device
 from controller.errors import RecipeError as RecipeError  # re-exported: the recipes raise it
 
 

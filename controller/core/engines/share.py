@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from controller.core.inventory import Device
+from controller.core.devices.inventory import Device
 
 if TYPE_CHECKING:  # a recipe (vllm, sglang) is imported by verbs that never load pydantic
-    from controller.core.specs import DeploymentSpec
+    from controller.core.manifest.specs import DeploymentSpec
 
 FLAGS: dict[str, str] = {
     "vllm": "--gpu-memory-utilization",

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from controller.core.actions import AnyAction
-from controller.core.inventory import Inventory
-from controller.core.limits import Limits
-from controller.core.names import base_name, instance_of, replica_name
-from controller.core.specs import Entry
+from controller.core.devices.capacity import Limits
+from controller.core.devices.inventory import Inventory
+from controller.core.manifest.names import base_name, instance_of, replica_name
+from controller.core.manifest.specs import Entry
 from controller.core.state import Activation, Drain, Observed, Record
 
 

@@ -9,18 +9,58 @@ only by a start, or by a preemption's start (which releases its victims with it)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 
-from controller.core import limits
 from controller.core.actions import Hold, Start
+from controller.core.devicefaults import Measured
+from controller.core.devices import capacity as limits
+from controller.core.devices.inventory import Inventory
+from controller.core.devices.placement import (
+    Ledger,
+    Placed,
+    Unplaced,
+    ledger_for,
+    place,
+    place_devices,
+)
+from controller.core.devices.victims import Victim, choose_victims
 from controller.core.engines.share import user_share
-from controller.core.inventory import Inventory
-from controller.core.measured import resolve
-from controller.core.placement import Ledger, Placed, Unplaced, ledger_for, place, place_devices
+from controller.core.manifest.quantity import format_bytes
+from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.planner.context import Context
 from controller.core.planner.turns import starting_on, turn_taken
-from controller.core.preempt import Candidate, choose_victims
-from controller.core.specs import DeploymentSpec, Entry
+
+
+# Measured memory: ``devices.memory: auto`` resolved from the engine's last measured peak.
+#
+# On NVML hosts each pass records the peak GPU memory an engine's processes used, per
+# spec hash and device (``store/measured.py``). A spec that says ``memory: auto`` leases
+# whole devices until there is a measurement, then the peak plus 10%: estimates (weights,
+# KV cache, CUDA graphs) are what every estimator gets wrong, the engine's own use is not.
+def with_headroom(peak: int) -> int:
+    """The peak + 10%, rounded up (never below)."""
+    return peak + (peak + 9) // 10
+
+
+def resolve(entry: Entry, measured: Mapping[str, Measured]) -> tuple[Entry, str]:
+    """``entry`` with an ``auto`` memory request resolved, and what to say about it
+    (the Start's reason); any other entry unchanged, with nothing to say."""
+    devices = entry.deployment.spec.devices
+    found = measured.get(entry.hash)
+    if not devices.memory_auto:
+        if found is None or devices.count == 0:
+            return entry, ""
+        asked = "whole devices" if devices.memory is None else format_bytes(devices.memory)
+        return entry, f" (memory {asked} requested, measured {format_bytes(found.peak)})"
+    if found is None:
+        return entry, " (memory auto: not measured yet, whole devices)"
+    lease = with_headroom(found.peak)
+    spec = entry.deployment.spec
+    resolved = spec.model_copy(update={"devices": devices.model_copy(update={"memory": lease})})
+    deployment = entry.deployment.model_copy(update={"spec": resolved})
+    note = f" (memory auto: measured {format_bytes(found.peak)} + 10% = {format_bytes(lease)})"
+    return dataclasses.replace(entry, deployment=deployment), note
 
 
 class PlanLedger:
@@ -126,9 +166,7 @@ class PlanLedger:
         held = self._held.without(gone) if gone else self._held
         return not isinstance(place_devices(spec, self._ctx.inventory, held), Unplaced)
 
-    def victims(
-        self, spec: DeploymentSpec, candidates: Sequence[Candidate]
-    ) -> tuple[str, ...] | None:
+    def victims(self, spec: DeploymentSpec, candidates: Sequence[Victim]) -> tuple[str, ...] | None:
         """The fewest, cheapest ``candidates`` whose leaving gives ``spec`` its devices."""
         return choose_victims(spec, self._ctx.inventory, self._held, candidates)
 

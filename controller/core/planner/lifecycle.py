@@ -19,8 +19,8 @@ from controller.core.actions import (
     Stop,
 )
 from controller.core.elapsed import elapsed
+from controller.core.manifest.specs import Entry
 from controller.core.planner.context import Context, Judged, Want
-from controller.core.specs import Entry
 from controller.core.state import Phase, Record, RecordView
 
 BACKOFF_FIRST = 10.0

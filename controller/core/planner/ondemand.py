@@ -5,11 +5,11 @@ idle engines of no higher priority are swapped out, least recently used first.
 from __future__ import annotations
 
 from controller.core.actions import AnyAction, Hold, Park
+from controller.core.devices.inventory import Inventory
 from controller.core.elapsed import later
-from controller.core.inventory import Inventory
+from controller.core.manifest.specs import Entry
 from controller.core.planner.context import Context
 from controller.core.planner.ledger import PlanLedger
-from controller.core.specs import Entry
 from controller.core.state import Activation, Phase, Record
 
 

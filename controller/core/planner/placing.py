@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from controller.core.actions import AnyAction, Hold, Preempt
-from controller.core.names import replica_of
+from controller.core.devices.victims import Victim
+from controller.core.manifest.names import replica_of
 from controller.core.planner.context import Context, Want
 from controller.core.planner.ledger import PlanLedger
 from controller.core.planner.ondemand import swap
 from controller.core.planner.preemption import candidates, preempt
-from controller.core.preempt import Candidate
 
 
 def place_wanted(
@@ -35,7 +35,7 @@ def _place(
     ledger: PlanLedger,
     want: Want,
     *,
-    running: Sequence[Candidate],
+    running: Sequence[Victim],
     preempted: set[str],
     leaving: frozenset[str],
 ) -> list[AnyAction]:

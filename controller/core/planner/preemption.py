@@ -1,5 +1,5 @@
 """Priority: a deployment that cannot start stops the fewest, lowest-priority running
-deployments whose leaving lets it fit (whom: ``core/preempt.py``), or waits saying who
+deployments whose leaving lets it fit (whom: ``core/devices/victims.py``), or waits saying who
 displaced it. Only strictly lower priorities are candidates, so nothing flaps.
 """
 
@@ -8,18 +8,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from controller.core.actions import AnyAction, Hold, Preempt, Start
-from controller.core.names import replica_of
+from controller.core.devices.victims import Victim
+from controller.core.manifest.names import replica_of
+from controller.core.manifest.specs import Entry
 from controller.core.planner.context import Context
 from controller.core.planner.ledger import PlanLedger
-from controller.core.preempt import Candidate
-from controller.core.specs import Entry
 from controller.core.state import Phase
 
 PREEMPTED = "preempted by "  # a Pending record's message: it keeps saying why while it waits
 PREEMPTIBLE = (Phase.STARTING, Phase.READY, Phase.BACKOFF)
 
 
-def candidates(ctx: Context, leaving: frozenset[str]) -> list[Candidate]:
+def candidates(ctx: Context, leaving: frozenset[str]) -> list[Victim]:
     """Our running deployments with a valid manifest that no other action moves."""
     out = []
     for name, view in ctx.observed.records.items():
@@ -35,7 +35,7 @@ def candidates(ctx: Context, leaving: frozenset[str]) -> list[Candidate]:
             continue
         spec = entry.deployment.spec
         surplus = spec.autoscale is not None and replica_of(name) >= spec.autoscale.min
-        out.append(Candidate(name, spec.priority, rec.started_at, surplus=surplus))
+        out.append(Victim(name, spec.priority, rec.started_at, surplus=surplus))
     return out
 
 
@@ -45,7 +45,7 @@ def preempt(
     hold: Hold,
     *,
     why: str,
-    lower: list[Candidate],
+    lower: list[Victim],
     leaving: frozenset[str],
 ) -> list[AnyAction]:
     """Start ``hold``'s entry by stopping some of ``lower``, or keep it waiting (one Hold).

@@ -12,10 +12,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from controller.core.actions import Hold, Pull
+from controller.core.manifest.specs import Entry, next_name
 from controller.core.planner.context import Context, Judged, Roll, Want
 from controller.core.planner.lifecycle import backoff
 from controller.core.pulls import PullView, progress_text, size_text
-from controller.core.specs import Entry, next_name
 
 
 def gate(ctx: Context, judged: list[Judged]) -> list[Judged]:

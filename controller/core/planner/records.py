@@ -22,12 +22,8 @@ from controller.core.actions import (
     Stop,
     Update,
 )
-from controller.core.planner.context import Context, Judged, Want
-from controller.core.planner.lifecycle import lifecycle, running
-from controller.core.planner.ondemand import idle_reason, parked
-from controller.core.planner.rolling import judge_next, rolling, rollout
-from controller.core.planner.unhealthy import move_off_unhealthy
-from controller.core.specs import (
+from controller.core.devicefaults import describe
+from controller.core.manifest.specs import (
     NOT_HASHED,
     Entry,
     base_name,
@@ -36,7 +32,29 @@ from controller.core.specs import (
     next_name,
     spec_document,
 )
+from controller.core.planner.context import Context, Judged, Want
+from controller.core.planner.lifecycle import lifecycle, running
+from controller.core.planner.ondemand import idle_reason, parked
+from controller.core.planner.rolling import judge_next, rolling, rollout
 from controller.core.state import MarkedProcess, Phase, Record, RecordView
+
+
+# Records on an Unhealthy device (devicefaults.py) are moved: the instance is stopped
+# and its record dropped (a ``Replace``: ``plan`` shows destroy and create), and the next
+# round places it again like any start, on the devices the ledger still offers (an
+# Unhealthy one is held by its fault, ``placement.ledger_for``).
+def move_off_unhealthy(ctx: Context, view: RecordView) -> list[AnyAction]:
+    """A teardown for our record holding an Unhealthy device; [] otherwise."""
+    rec = view.record
+    faults = ctx.observed.unhealthy
+    bad = [d for d in rec.devices if d in faults] if rec.holds else []
+    if not bad or rec.phase is Phase.RESERVED:
+        return []  # a reservation's maker starts it; the round after moves it
+    why = "; ".join(describe(faults[d]) for d in bad)
+    if ctx.entry(rec.name) is None:
+        return [Stop(name=rec.name, reason=f"{why}: stopping it")]
+    return [Replace(name=rec.name, reason=f"{why}: moving it to a healthy device", fields=())]
+
 
 # Spec fields a running engine never sees: a change to only these updates the record.
 IN_PLACE = ("readiness", "livenessProbe", "restartPolicy", "stopGracePeriodSeconds", "priority")

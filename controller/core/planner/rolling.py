@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller.core.actions import AnyAction, Promote, Release, Replace, Start, Stop
-from controller.core.names import instance_of, replica_name
+from controller.core.manifest.names import instance_of, replica_name
+from controller.core.manifest.specs import Entry, base_name, next_name
 from controller.core.planner.context import Context, Judged, Roll
 from controller.core.planner.ledger import PlanLedger
 from controller.core.planner.lifecycle import lifecycle, running
-from controller.core.specs import Entry, base_name, next_name
 from controller.core.state import Phase, RecordView
 
 

@@ -26,11 +26,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from controller.gateway import requestlog
-from controller.gateway.answers import error
-from controller.gateway.keys import Keys, presented
-from controller.gateway.metrics import GatewayMetrics
+from controller.gateway.accounting import requestlog
+from controller.gateway.accounting.keys import Keys, presented
+from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.settings import Settings
+from controller.gateway.surface.answers import error
 from controller.gateway.ui import actions
 from controller.gateway.ui.snapshot import Reader
 from controller.gateway.ui.traffic import Traffic

@@ -18,7 +18,7 @@ from typing import Any
 
 from controller import __version__
 from controller.core.devicefaults import DeviceFault
-from controller.core.inventory import Inventory
+from controller.core.devices.inventory import Inventory
 from controller.core.state import Record
 from controller.core.statusjson import deployment_items, device_items, iso
 from controller.errors import ConfigError

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.gateway.metrics import BUCKETS, GatewayMetrics
+from controller.gateway.accounting.metrics import BUCKETS, GatewayMetrics
 
 PERIOD = 1.0  # seconds between samples
 KEEP = 120  # samples per deployment (two minutes)

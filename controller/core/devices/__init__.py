@@ -1,0 +1,2 @@
+"""The node's devices as values (pure): the inventory, capacity limits, placement, whom to
+preempt."""

@@ -1,0 +1,358 @@
+"""Pure placement: pick devices and ports from what is free, or say why not.
+
+A :class:`Ledger` is what is held right now (records, reservations, foreign
+listeners); :func:`place` reads it and never mutates it; the planner calls
+:meth:`Ledger.take` for each placement so one plan never hands a thing out twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from controller.core.devices.inventory import KINDS, Device, Inventory
+from controller.core.manifest.names import base_name
+from controller.core.manifest.quantity import format_bytes
+from controller.core.manifest.specs import DeploymentSpec
+from controller.core.state import Observed, Record
+
+DEFAULT_BASE_PORT = 8000
+MAX_PORT = 65535
+INTERNAL_BASE = 40000  # engines' internal ports (VLLM_PORT, TGI's master port...)
+INTERNAL_BLOCK = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    devices: tuple[str, ...]
+    port: int
+    extra_ports: tuple[int, ...] = ()
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return (self.port, *self.extra_ports)
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    reason: str
+    field: str | None = None  # the spec field at fault when no pass can ever place it
+
+
+@dataclass
+class Ledger:
+    # device key -> [(holder, shareable)]
+    devices: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
+    ports: dict[int, str] = field(default_factory=dict)  # port -> holder
+    listening: frozenset[int] = frozenset()  # ports foreign processes listen on
+    # device key -> {holder: bytes}: the memory requests sharing it. A holder listed in
+    # `devices` but not here leases the whole device (or all of its unified memory).
+    memory: dict[str, dict[str, int]] = field(default_factory=dict)
+    # base port -> first port not known taken: port scans stay linear in a big plan.
+    _scan: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+    # device key -> (bytes requested, shared only by requests): a big plan asks per device
+    # per placement, so it is summed once and forgotten when the device's holders change.
+    _sums: dict[str, tuple[int, bool]] = field(default_factory=dict, repr=False, compare=False)
+
+    def take(
+        self,
+        holder: str,
+        devices: Iterable[str],
+        ports: Iterable[int],
+        shareable: bool,
+        memory: int | None = None,
+    ) -> None:
+        for key in devices:
+            self._sums.pop(key, None)
+            self.devices.setdefault(key, []).append((holder, shareable))
+            if memory is not None:
+                self.memory.setdefault(key, {})[holder] = memory
+        for port in ports:
+            self.ports[port] = holder
+
+    def release(self, holder: str) -> None:
+        """Forget what ``holder`` leases (a preemption being weighed or decided)."""
+        for key in list(self.devices):
+            kept = [h for h in self.devices[key] if h[0] != holder]
+            if kept:
+                self.devices[key] = kept
+            else:
+                del self.devices[key]
+            self.memory.get(key, {}).pop(holder, None)
+        self._sums.clear()
+        self.ports = {p: h for p, h in self.ports.items() if h != holder}
+        self._scan.clear()  # ports below a hint may be free again
+
+    def without(self, holders: Iterable[str]) -> Ledger:
+        """A copy as if ``holders`` had let go (what an OnDemand swap would free)."""
+        out = self.copy()
+        for holder in holders:
+            out.release(holder)
+        return out
+
+    def copy(self) -> Ledger:
+        return Ledger(
+            devices={k: list(v) for k, v in self.devices.items()},
+            ports=dict(self.ports),
+            listening=self.listening,
+            memory={k: dict(v) for k, v in self.memory.items()},
+        )
+
+    def free_for(self, key: str, shareable: bool) -> bool:
+        holders = self.devices.get(key, [])
+        # Invariant 1: stacking only when the holder and the newcomer are both shareable,
+        # and never on a device whose memory is handed out by request.
+        return not holders or (shareable and all(s for _, s in holders) and not self.sized(key))
+
+    def held_by(self, key: str, deployment: str) -> bool:
+        """A record of ``deployment`` (a replica, a ``@next``) holds the device."""
+        return any(base_name(holder) == deployment for holder, _ in self.devices.get(key, []))
+
+    def sized(self, key: str) -> dict[str, int]:
+        return self.memory.get(key, {})
+
+    def room(self, device: Device) -> int | None:
+        """Bytes still free for memory requests; None when none may go there."""
+        if device.memory is None:
+            return None  # unknown size: no request can be checked against it
+        used, shared = self._sum(device.key)
+        # a whole or unified lease never shares (invariant 1)
+        return device.memory - used if shared else None
+
+    def _sum(self, key: str) -> tuple[int, bool]:
+        if key not in self._sums:
+            sized = self.sized(key)
+            shared = all(h in sized for h, _ in self.devices.get(key, []))
+            self._sums[key] = (sum(sized.values()), shared)
+        return self._sums[key]
+
+    def fits(self, device: Device, memory: int) -> bool:
+        room = self.room(device)
+        return room is not None and memory <= room
+
+    def port_taken(self, port: int) -> str | None:
+        if port in self.ports:
+            return f"held by deployment {self.ports[port]}"
+        if port in self.listening:
+            return "in use by another process"
+        return None
+
+    def first_free_port(self, start: int) -> int | None:
+        port = max(start, self._scan.get(start, start))
+        while port <= MAX_PORT and self.port_taken(port) is not None:
+            port += 1
+        self._scan[start] = port  # ports are only taken between releases
+        return port if port <= MAX_PORT else None
+
+
+def _matches(device: Device, candidates: tuple[str, ...] | None) -> bool:
+    return candidates is None or device.id in candidates or device.key in candidates
+
+
+def _device_order(device: Device) -> tuple[int, int, str]:
+    ident = int(device.id) if device.id.isdigit() else 1 << 30
+    return (KINDS.index(device.kind), ident, device.id)
+
+
+def place_devices(
+    spec: DeploymentSpec, inventory: Inventory, ledger: Ledger, spread: str | None = None
+) -> tuple[str, ...] | Unplaced:
+    """``spread``: the deployment whose replicas this one avoids sharing a device with
+    while another device fits (they then survive one device's failure, and do not
+    compete for one device's compute)."""
+    want = spec.devices
+    if want.count == 0:
+        return ()
+    kinds = KINDS if want.kind == "any" else (want.kind,)
+    usable = sorted(
+        (d for d in inventory.devices if d.kind in kinds and _matches(d, want.candidates)),
+        key=_device_order,
+    )
+    for kind in kinds:
+        chosen = _choose([d for d in usable if d.kind == kind], spec, ledger, spread)
+        if chosen is not None:
+            return chosen
+    if want.memory is not None:
+        return _no_memory(spec, usable, ledger, want.memory)
+    return Unplaced(_no_capacity(spec, usable, ledger))
+
+
+def _choose(
+    devices: list[Device], spec: DeploymentSpec, ledger: Ledger, spread: str | None
+) -> tuple[str, ...] | None:
+    """``count`` devices of one kind for the spec, in device order, or None.
+
+    Devices a sibling replica holds come last, so replicas share one only when no
+    other fits (a shareable or memory-packed lease could stack on it).
+    """
+    want = spec.devices
+
+    def sibling(d: Device) -> bool:
+        return spread is not None and ledger.held_by(d.key, spread)
+
+    if want.memory is None:
+        free = [d for d in devices if ledger.free_for(d.key, want.shareable)]
+        free.sort(key=lambda d: (sibling(d), _device_order(d)))
+    else:
+        fitting = [d for d in devices if ledger.fits(d, want.memory)]
+        # Best fit: the tightest devices first, so empty devices and big gaps stay for
+        # whole leases and large requests (first fit strands room on every card).
+        free = sorted(fitting, key=lambda d: (sibling(d), ledger.room(d), _device_order(d)))
+    if len(free) < want.count:
+        return None
+    return tuple(d.key for d in sorted(free[: want.count], key=_device_order))
+
+
+def _no_memory(spec: DeploymentSpec, usable: list[Device], ledger: Ledger, memory: int) -> Unplaced:
+    """Why a memory request fits nowhere: unknown sizes, too big for any device, or full."""
+    want = spec.devices
+    kind = "" if want.kind == "any" else f"{want.kind} "
+    need = f"needs {format_bytes(memory)} on each of {want.count} {kind}device(s)"
+    known = [d for d in usable if d.memory is not None]
+    unknown = [d.key for d in usable if d.memory is None]
+    declare = (
+        f"; {', '.join(unknown[:3])} ha{'s' if len(unknown) == 1 else 've'} no declared memory "
+        f"and take no memory request: declare it (--devices {unknown[0]}=80Gi)"
+        if unknown
+        else ""
+    )
+    if not usable:
+        return Unplaced(_no_capacity(spec, usable, ledger))
+    big = [d for d in known if d.memory is not None and d.memory >= memory]
+    if len(big) < want.count:
+        largest = max(known, key=lambda d: d.memory or 0, default=None)
+        most = f"the largest has {largest.describe_memory()} ({largest.key})" if largest else ""
+        return Unplaced(
+            f"spec.devices.memory {format_bytes(memory)} is more than the node's devices "
+            f"have: {need}, {most or 'none has a declared memory'}{declare}: "
+            "lower spec.devices.memory or devices.count",
+            field="spec.devices.memory",
+        )
+    return Unplaced(f"no capacity: {need}, {_most_room(big, ledger)}{declare}: {_MOVES}")
+
+
+_MOVES = "remove a manifest, lower spec.devices.memory, or raise spec.priority"
+
+
+def _most_room(devices: list[Device], ledger: Ledger) -> str:
+    """The roomiest device and a few holders: bounded text, whatever the node's size."""
+    rooms = [(ledger.room(d), d) for d in devices]
+    shared = [(r, d) for r, d in rooms if r is not None]
+    best = max(shared, key=lambda rd: rd[0], default=None)
+    most = f"most free is {format_bytes(best[0])} on {best[1].key}" if best else "none is shared"
+    holders: list[str] = []
+    for d in devices:
+        for holder, _ in ledger.devices.get(d.key, []):
+            if holder not in holders:
+                holders.append(holder)
+        if len(holders) > 5:
+            break
+    shown = ", ".join(holders[:5]) + (" and others" if len(holders) > 5 else "")
+    return f"{most} — held by {shown or 'nobody'}"
+
+
+def _no_capacity(spec: DeploymentSpec, usable: list[Device], ledger: Ledger) -> str:
+    want = spec.devices
+    kind = "" if want.kind == "any" else f"{want.kind} "
+    plural = "device" if want.count == 1 else "devices"
+    free = sum(1 for d in usable if ledger.free_for(d.key, want.shareable))
+    if not usable:
+        where = f" among candidates {list(want.candidates)}" if want.candidates else ""
+        return (
+            f"needs {want.count} {kind}{plural}, the node has none{where}: "
+            "check --devices / RECONCILE_DEVICES or lower devices.count"
+        )
+    if len(usable) < want.count:  # never placeable here, whoever leaves
+        where = f" among candidates {list(want.candidates)}" if want.candidates else ""
+        return (
+            f"needs {want.count} {kind}{plural}, {free} free — the node has only "
+            f"{len(usable)}{where}: "
+            "lower devices.count or add devices (--devices / RECONCILE_DEVICES)"
+        )
+    holders: dict[str, list[str]] = {}
+    for d in usable:
+        for holder, _ in ledger.devices.get(d.key, []):
+            holders.setdefault(holder, []).append(d.key)
+    held = "; ".join(f"{h} [{','.join(keys)}]" for h, keys in sorted(holders.items()))
+    return (
+        f"no capacity: needs {want.count} {kind}{plural}, {free} free — held by {held}: "
+        "remove a manifest or lower devices.count"
+    )
+
+
+def place_ports(spec: DeploymentSpec, extra: int, ledger: Ledger) -> tuple[int, ...] | Unplaced:
+    """The API port (exact, or scanning up from basePort), then ``extra`` internal ports."""
+    if spec.port is not None:
+        why = ledger.port_taken(spec.port)
+        if why:
+            return Unplaced(f"port {spec.port} is {why}: free it or choose another port")
+        main = spec.port
+    else:
+        start = spec.base_port or DEFAULT_BASE_PORT
+        found = ledger.first_free_port(start)
+        if found is None:
+            return Unplaced(
+                f"no free port from {start} to {MAX_PORT}: "
+                "stop what holds them or set a lower basePort"
+            )
+        main = found
+    internal = _internal_ports(extra, ledger)
+    if isinstance(internal, Unplaced):
+        return internal
+    return (main, *internal)
+
+
+def _internal_ports(extra: int, ledger: Ledger) -> tuple[int, ...] | Unplaced:
+    """Engines' internal ports, one aligned block each, away from the API ports.
+
+    Engines scan upward from the port they are given when it is busy (vLLM's
+    VLLM_PORT does), so each gets the first port of a free block of INTERNAL_BLOCK
+    and the whole block is kept clear of foreign listeners and other instances.
+    """
+    chosen: list[int] = []
+    for first in range(INTERNAL_BASE, MAX_PORT - INTERNAL_BLOCK + 2, INTERNAL_BLOCK):
+        if len(chosen) == extra:
+            break
+        block = range(first, first + INTERNAL_BLOCK)
+        if all(ledger.port_taken(p) is None for p in block):
+            chosen.append(first)
+    if len(chosen) < extra:
+        return Unplaced(f"no free internal port block from {INTERNAL_BASE} to {MAX_PORT}")
+    return tuple(chosen)
+
+
+def place(
+    spec: DeploymentSpec,
+    inventory: Inventory,
+    ledger: Ledger,
+    extra_ports: int = 0,
+    *,
+    spread: str | None = None,
+) -> Placed | Unplaced:
+    """Devices and ports for ``spec``; ``spread``: see :func:`place_devices`."""
+    devices = place_devices(spec, inventory, ledger, spread)
+    if isinstance(devices, Unplaced):
+        return devices
+    ports = place_ports(spec, extra_ports, ledger)
+    if isinstance(ports, Unplaced):
+        return ports
+    return Placed(devices, ports[0], ports[1:])
+
+
+def ledger_for(records: Iterable[Record], observed: Observed) -> Ledger:
+    """The one ledger: what live records hold, unreadable records, foreign listeners,
+    Unhealthy devices.
+
+    Records of another node hold that node's devices and ports, not ours: skipped.
+    """
+    ledger = Ledger(listening=observed.listening)
+    for rec in records:
+        if rec.holds and not rec.elsewhere(observed.node):
+            ledger.take(rec.name, rec.devices, rec.ports, rec.shareable, rec.memory)
+    for key, holder in observed.foreign_devices.items():
+        ledger.take(holder, (key,), (), False)
+    for port, holder in observed.foreign_ports.items():
+        ledger.take(holder, (), (port,), False)
+    for key, fault in observed.unhealthy.items():  # a whole lease no one can preempt
+        ledger.take(f"Unhealthy ({fault.reason})", (key,), (), False)
+    return ledger

@@ -1,0 +1,69 @@
+"""Pure choice of whom to preempt: the fewest, lowest-priority deployments whose leaving
+lets a higher-priority one fit (DESIGN: Memory and priority). No clock, no I/O.
+
+Only strictly lower priorities are ever candidates, so two deployments of equal
+priority never preempt each other, and one that was preempted cannot preempt back
+the deployment that displaced it (that one's priority is higher): no flapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from controller.core.devices.inventory import Inventory
+from controller.core.devices.placement import Ledger, Unplaced, place_devices
+from controller.core.manifest.specs import DeploymentSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A running deployment that may be stopped for a higher priority one."""
+
+    name: str
+    priority: int
+    started_at: datetime | None = None
+    surplus: bool = False  # a replica above its autoscale.min: the deployment can spare it
+
+
+def cheapest_first(candidate: Victim) -> tuple[int, bool, float, str]:
+    """Lowest priority first; among equals a replica above autoscale.min (its deployment
+    keeps its floor), then the most recently started (least work lost)."""
+    started = candidate.started_at.timestamp() if candidate.started_at else float("inf")
+    return (candidate.priority, not candidate.surplus, -started, candidate.name)
+
+
+def choose_victims(
+    spec: DeploymentSpec,
+    inventory: Inventory,
+    ledger: Ledger,
+    candidates: Sequence[Victim],
+) -> tuple[str, ...] | None:
+    """Names to stop so ``spec`` gets its devices, or None when stopping them cannot help.
+
+    One victim when one suffices (the cheapest such); otherwise the cheapest prefix
+    that makes room, then every victim that is not needed after all is spared, the
+    most expensive first: the set is minimal and as low as the order allows.
+    """
+    eligible = sorted((c for c in candidates if c.priority < spec.priority), key=cheapest_first)
+    names = [c.name for c in eligible]
+    for name in names:
+        if _fits(spec, inventory, ledger, (name,)):
+            return (name,)
+    chosen: list[str] = []
+    for name in names:
+        chosen.append(name)
+        if _fits(spec, inventory, ledger, chosen):
+            break
+    else:
+        return None
+    for name in reversed(chosen):
+        rest = [n for n in chosen if n != name]
+        if _fits(spec, inventory, ledger, rest):
+            chosen = rest
+    return tuple(chosen)
+
+
+def _fits(spec: DeploymentSpec, inventory: Inventory, ledger: Ledger, gone: Sequence[str]) -> bool:
+    return not isinstance(place_devices(spec, inventory, ledger.without(gone)), Unplaced)

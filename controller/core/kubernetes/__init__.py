@@ -1,0 +1,1 @@
+"""Deployments exported as Kubernetes objects (and their model pull as an initContainer). Pure."""

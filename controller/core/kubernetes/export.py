@@ -1,0 +1,468 @@
+"""Deployments as Kubernetes objects (DESIGN: "Export to Kubernetes"). Pure: plain dicts.
+
+Each deployment becomes an ``apps/v1`` Deployment (``restartPolicy: Always``) or a
+``batch/v1`` Job (``OnFailure``/``Never``), plus a ``v1`` Service for its port. The
+container runs what the local backend would run: the recipe's argv from
+:func:`~controller.core.render.render`, with ``{host}`` = 0.0.0.0 (a pod is reached
+through its own address) and the pod's own ports.
+
+A spec field that Kubernetes cannot express is a :class:`Problem`. Some can be dropped
+(``--lossy``); others need the user (an image for ``engine: command``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from controller.core.devices.inventory import Device
+from controller.core.engines import llama_cpp, ollama, recipe_for, sglang, tgi, vllm
+from controller.core.kubernetes import exportpull
+from controller.core.manifest.specs import Deployment, DeploymentSpec, Devices, Entry
+from controller.core.render import Rendered, render
+from controller.core.state import ProbeConfig
+
+POD_HOST = "0.0.0.0"
+DEFAULT_PORT = 8000  # the manifest's default basePort: a pod's port is always free
+PORT_NAME = "http"
+MANAGED_BY = "reconcile"
+# Internal ports (VLLM_PORT, TGI's master port, SGLang's NCCL port): a pod has its own
+# network namespace, so torch.distributed's customary port is free there.
+INTERNAL_PORT = 29500
+# The device plugins' resource names. `kind: any` asks for the common one.
+GPU_RESOURCES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "any": "nvidia.com/gpu"}
+# In a pod the device plugin decides which GPUs the container sees; only the fence of
+# an instance with no GPU (CUDA_VISIBLE_DEVICES="") still means something there.
+VISIBILITY = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+)
+DEFAULT_IMAGES = {
+    "vllm": vllm.IMAGE,
+    "sglang": sglang.IMAGE,
+    "tgi": tgi.IMAGE,
+    "ollama": ollama.IMAGE,
+    "llama-cpp": llama_cpp.IMAGE,
+}
+
+Object = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A spec field with no faithful Kubernetes form, and what the user can do about it."""
+
+    field: tuple[str, ...]  # the manifest path, e.g. ("spec", "devices", "candidates")
+    message: str
+    droppable: bool  # --lossy may drop it (else the user must change the manifest)
+    # What the user may do instead, what --lossy does about it, and what it then did.
+    fix: str = "remove it"
+    lossy: str = "drop it"
+    done: str = "dropped"
+
+
+class ExportError(ValueError):
+    """The deployment cannot be exported as asked; ``problems`` say where and why."""
+
+    def __init__(self, problems: tuple[Problem, ...]) -> None:
+        super().__init__("; ".join(p.message for p in problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True, slots=True)
+class Exported:
+    objects: tuple[Object, ...]
+    dropped: tuple[Problem, ...]  # what --lossy left out (the caller warns)
+    notes: tuple[Problem, ...] = ()  # exported, but a cluster needs more (the caller warns)
+
+
+def export(
+    deployment: Deployment, *, lossy: bool = False, namespace: str | None = None
+) -> Exported:
+    """The Kubernetes objects of one deployment; raises :class:`ExportError`."""
+    problems = tuple(problems_of(deployment.spec))
+    refused = tuple(p for p in problems if not (lossy and p.droppable))
+    if refused:
+        raise ExportError(refused)
+    pod_deployment = _for_pod(deployment)
+    workload = _workload(pod_deployment, namespace)
+    scaler = _autoscaler(pod_deployment, namespace) if workload["kind"] == "Deployment" else None
+    objects = (workload, *([scaler] if scaler else []), _service(pod_deployment, namespace))
+    notes = ((_HPA_NOTE,) if scaler else ()) + _source_notes(deployment.spec)
+    return Exported(objects=objects, dropped=problems, notes=notes)
+
+
+# Why each droppable field has no Kubernetes form (the message then says what to do).
+WHY_CANDIDATES = (
+    "the scheduler picks a pod's GPUs, not its manifest (pin a node with a nodeSelector)"
+)
+WHY_SHAREABLE = "a GPU limit leases whole devices; there is no shared lease"
+WHY_MEMORY = "a GPU limit leases whole devices; there is no per-device memory request"
+WHY_APPLE = "no Apple GPU runs in a pod (set devices.kind to nvidia, amd or cpu)"
+# Kubernetes' only Service affinity is by client address: behind an ingress or a load
+# balancer every client is one address, so it would pin all traffic to one pod. reconcile
+# keys on x-session-id or the OpenAI `user` field: hash on that at the ingress instead.
+WHY_AFFINITY = (
+    "a Service's sessionAffinity is ClientIP only, which behind an ingress puts every "
+    "client on one pod (hash on the x-session-id header at your ingress instead, e.g. "
+    "ingress-nginx's upstream-hash-by)"
+)
+WHY_COMPLETION = (
+    "a pod's probes cannot POST a completion (httpGet only GETs; an exec probe would need "
+    "curl in the image): use httpGet"
+)
+WHY_MIN_ZERO = "a HorizontalPodAutoscaler never scales below 1 (scale to zero needs KEDA)"
+WHY_JOB_SCALE = "a Job has no scale subresource: no HorizontalPodAutoscaler can scale it"
+MAX_WINDOW = 3600  # seconds: the HPA's longest scale-down stabilization window
+WHY_WINDOW = "a HorizontalPodAutoscaler's scale-down window is at most 1h"
+METRIC = "reconcile_gateway_inflight"  # requests in flight per pod, as the gateway counts
+_HPA_NOTE = Problem(
+    ("spec", "autoscale"),
+    f"exported as an autoscaling/v2 HorizontalPodAutoscaler on the per-pod metric {METRIC}: "
+    "it needs a metrics adapter (prometheus-adapter) serving that metric for each pod",
+    droppable=False,
+)
+
+
+def _source_notes(spec: DeploymentSpec) -> tuple[Problem, ...]:
+    source = spec.source
+    if source is None:
+        return ()
+    text = (
+        f"exported as the initContainer {exportpull.CONTAINER}, which downloads into an "
+        f"emptyDir volume at {exportpull.MOUNT}: each pod pulls its own copy (mount a "
+        f"shared volume named {exportpull.VOLUME} instead to pull once)"
+    )
+    if source.hugging_face is not None and "HF_TOKEN" not in spec.env:
+        text += (
+            f"; HF_TOKEN comes from the Secret {exportpull.TOKEN_SECRET} (key token) if it "
+            "exists: create it for a gated or private repo"
+        )
+    return (Problem(("spec", "source"), text, droppable=False),)
+
+
+def problems_of(spec: DeploymentSpec) -> list[Problem]:
+    devices = ("spec", "devices")
+    out: list[Problem] = []
+    if spec.devices.candidates is not None:
+        out.append(_drop((*devices, "candidates"), WHY_CANDIDATES))
+    if spec.devices.shareable:
+        out.append(_drop((*devices, "shareable"), WHY_SHAREABLE))
+    if spec.devices.memory is not None:
+        out.append(_drop((*devices, "memory"), WHY_MEMORY))
+    if spec.devices.kind == "apple" and spec.devices.count:
+        out.append(_drop((*devices, "kind"), WHY_APPLE))
+    if spec.image is None:
+        out.extend(_image_problems(spec))
+    if spec.affinity == "session":
+        out.append(_drop(("spec", "affinity"), WHY_AFFINITY))
+    if spec.readiness is not None and spec.readiness.completion is not None:
+        out.append(_drop(("spec", "readiness", "completion"), WHY_COMPLETION))
+    if spec.liveness_probe is not None and spec.liveness_probe.completion is not None:
+        out.append(_drop(("spec", "livenessProbe", "completion"), WHY_COMPLETION))
+    out.extend(_scale_problems(spec))
+    return out
+
+
+def _scale_problems(spec: DeploymentSpec) -> list[Problem]:
+    scale = spec.autoscale
+    if scale is None:
+        return []
+    autoscale = ("spec", "autoscale")
+    if spec.restart_policy != "Always":  # a Job
+        return [_drop(autoscale, WHY_JOB_SCALE)]
+    out = []
+    if scale.min == 0:
+        message = f"no Kubernetes form: {WHY_MIN_ZERO}"
+        fix, lossy = "set it to 1", "export minReplicas: 1"
+        out.append(Problem((*autoscale, "min"), message, True, fix, lossy, "exported as 1"))
+    if scale.scale_down_delay > MAX_WINDOW:
+        message = f"no Kubernetes form: {WHY_WINDOW}"
+        fix, lossy = "set it to 1h or less", "export 1h"
+        out.append(
+            Problem((*autoscale, "scaleDownDelay"), message, True, fix, lossy, "exported as 1h")
+        )
+    return out
+
+
+def _drop(field: tuple[str, ...], why: str) -> Problem:
+    # The next move (remove it, or --lossy) is the caller's to say: it knows the flags.
+    return Problem(field, f"no Kubernetes form: {why}", droppable=True)
+
+
+def _image_problems(spec: DeploymentSpec) -> list[Problem]:
+    image = ("spec", "image")
+    if spec.engine == "command":
+        message = "engine 'command' has no default image: set spec.image to an image "
+        return [Problem(image, message + "that holds spec.command[0]", droppable=False)]
+    if spec.devices.kind == "amd" and spec.devices.count:
+        message = f"the pinned image {DEFAULT_IMAGES[spec.engine]} is not a ROCm build: "
+        return [Problem(image, message + "set spec.image to one", droppable=False)]
+    return []
+
+
+# -- the pod's view of the spec ---------------------------------------------------------
+
+
+def _for_pod(deployment: Deployment) -> Deployment:
+    """The spec as it runs in a pod: dropped fields gone, listening on the pod's address."""
+    spec = deployment.spec
+    devices = spec.devices
+    if devices.kind == "apple":
+        devices = Devices(count=0)
+    else:
+        dropped = {"candidates": None, "shareable": False, "memory": None}
+        devices = devices.model_copy(update=dropped)
+    update: dict[str, Any] = {"host": POD_HOST, "devices": devices}
+    if spec.image is None:
+        # The pinned image's own program: spec.executable names a path on the host.
+        update["executable"] = llama_cpp.IMAGE_EXECUTABLE if spec.engine == "llama-cpp" else None
+    return deployment.model_copy(update={"spec": spec.model_copy(update=update)})
+
+
+def _port(spec: DeploymentSpec) -> int:
+    return spec.port or spec.base_port or DEFAULT_PORT
+
+
+def _stand_ins(devices: Devices) -> tuple[Device, ...]:
+    """Devices as the container sees them: the plugin numbers its GPUs from 0."""
+    kind = "nvidia" if devices.kind == "any" else devices.kind
+    return tuple(Device(kind=kind, id=str(i)) for i in range(devices.count))
+
+
+def _internal_ports(port: int, count: int) -> tuple[int, ...]:
+    candidates = (p for p in range(INTERNAL_PORT, INTERNAL_PORT + count + 1) if p != port)
+    return tuple(next(candidates) for _ in range(count))
+
+
+def _rendered(deployment: Deployment) -> Rendered:
+    spec = deployment.spec
+    port = _port(spec)
+    extra = _internal_ports(port, recipe_for(spec.engine).extra_ports)
+    entry = Entry(deployment, "", 0, "")
+    devices = _stand_ins(spec.devices)
+    # `{python}` is this host's interpreter; in the image it is the image's own python3.
+    # `{model}` of a spec.source: the file its initContainer pulls into the shared volume.
+    model = exportpull.model_path(spec.source) if spec.source is not None else None
+    return render(
+        entry, devices=devices, port=port, extra_ports=extra, python="python3", model_path=model
+    )
+
+
+def image_of(spec: DeploymentSpec) -> str:
+    if spec.image is not None:
+        return spec.image
+    if spec.engine == "llama-cpp" and _gpu_resource(spec.devices) is not None:
+        return llama_cpp.IMAGE_CUDA
+    return DEFAULT_IMAGES[spec.engine]
+
+
+def _gpu_resource(devices: Devices) -> str | None:
+    return GPU_RESOURCES.get(devices.kind) if devices.count else None
+
+
+# -- the objects ------------------------------------------------------------------------
+
+
+def _labels(deployment: Deployment) -> dict[str, str]:
+    return {**deployment.metadata.labels, **_selector(deployment)}
+
+
+def _selector(deployment: Deployment) -> dict[str, str]:
+    return {"app.kubernetes.io/name": deployment.name, "app.kubernetes.io/managed-by": MANAGED_BY}
+
+
+def _metadata(deployment: Deployment, namespace: str | None) -> Object:
+    meta: Object = {"name": deployment.name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = _labels(deployment)
+    return meta
+
+
+def _workload(deployment: Deployment, namespace: str | None) -> Object:
+    spec = deployment.spec
+    template = {"metadata": {"labels": _labels(deployment)}, "spec": _pod(deployment)}
+    if spec.restart_policy == "Always":
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _metadata(deployment, namespace),
+            "spec": {
+                **_replicas(spec),
+                "selector": {"matchLabels": _selector(deployment)},
+                "strategy": _strategy(spec),
+                "template": template,
+            },
+        }
+    job_spec: Object = {**_parallel(spec.replicas), "template": template}
+    if spec.restart_policy == "Never":
+        job_spec = {"backoffLimit": 0, **job_spec}  # Never: one run, no second pod
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(deployment, namespace),
+        "spec": job_spec,
+    }
+
+
+def _replicas(spec: DeploymentSpec) -> Object:
+    """``replicas``; none with an autoscaler: the HPA owns the count, and a ``replicas`` in
+    the applied manifest would reset it at every ``kubectl apply`` (Kubernetes' advice)."""
+    return {} if spec.autoscale is not None else {"replicas": spec.replicas}
+
+
+def _parallel(replicas: int) -> Object:
+    """A Job of N replicas: N pods at once, each to run to completion (0: none)."""
+    if replicas == 1:
+        return {}
+    return {"parallelism": replicas, "completions": replicas} if replicas else {"parallelism": 0}
+
+
+def _strategy(spec: DeploymentSpec) -> Object:
+    if spec.strategy == "Recreate":
+        return {"type": "Recreate"}
+    rolling = spec.rolling_update
+    if rolling is not None:  # IntOrString both: Kubernetes' own meaning
+        bounds = {"maxSurge": rolling.max_surge, "maxUnavailable": rolling.max_unavailable}
+        return {"type": "RollingUpdate", "rollingUpdate": bounds}
+    # The new pod Ready before the old one stops, never two old ones gone: reconcile's rule.
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+
+def _autoscaler(deployment: Deployment, namespace: str | None) -> Object | None:
+    """``autoscale`` as an HPA aiming at ``targetInflight`` requests in flight per pod."""
+    scale = deployment.spec.autoscale
+    if scale is None:
+        return None
+    window = min(math.ceil(scale.scale_down_delay), MAX_WINDOW)
+    target = {"type": "AverageValue", "averageValue": _quantity(scale.target_inflight)}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _metadata(deployment, namespace),
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": deployment.name,
+            },
+            "minReplicas": max(1, scale.min),  # 0 only with --lossy: refused otherwise
+            "maxReplicas": scale.max,
+            "metrics": [{"type": "Pods", "pods": {"metric": {"name": METRIC}, "target": target}}],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": window}},
+        },
+    }
+
+
+def _quantity(value: float) -> str:
+    """A Kubernetes quantity: whole numbers as such, else in thousandths (``2500m``)."""
+    return str(int(value)) if value == int(value) else f"{max(1, round(value * 1000))}m"
+
+
+def _pod(deployment: Deployment) -> Object:
+    spec = deployment.spec
+    pod: Object = {
+        "restartPolicy": spec.restart_policy,
+        "terminationGracePeriodSeconds": math.ceil(spec.stop_grace_period_seconds),
+        "containers": [_container(deployment)],
+    }
+    volumes: list[Object] = []
+    if spec.devices.count and _gpu_resource(spec.devices):
+        # Engines that shard over GPUs talk through /dev/shm, which a pod caps at 64 MiB.
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+    if spec.source is not None:  # the model, pulled before the engine starts
+        pod["initContainers"] = [exportpull.init_container(spec.source, spec.env)]
+        volumes.append(exportpull.volume())
+    if volumes:
+        pod["volumes"] = volumes
+    return pod
+
+
+def _container(deployment: Deployment) -> Object:
+    spec = deployment.spec
+    rendered = _rendered(deployment)
+    container: Object = {
+        "name": deployment.name,
+        "image": image_of(spec),
+        "command": [rendered.argv[0]],
+        "args": list(rendered.argv[1:]),
+        "env": [{"name": k, "value": v} for k, v in _env(spec, rendered).items()],
+        "ports": [{"name": PORT_NAME, "containerPort": _port(spec), "protocol": "TCP"}],
+    }
+    resource = _gpu_resource(spec.devices)
+    mounts: list[Object] = []
+    if resource is not None:
+        container["resources"] = {"limits": {resource: spec.devices.count}}
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    if spec.source is not None:
+        mounts.append(exportpull.volume_mount())
+    if mounts:
+        container["volumeMounts"] = mounts
+    container.update(_probes(rendered))
+    return container
+
+
+def _env(spec: DeploymentSpec, rendered: Rendered) -> dict[str, str]:
+    if _gpu_resource(spec.devices) is None:
+        return rendered.env
+    return {k: v for k, v in rendered.env.items() if k not in VISIBILITY}
+
+
+def _probes(rendered: Rendered) -> Object:
+    """readinessProbe, and a startupProbe: failureThreshold * periodSeconds >= the deadline;
+    the livenessProbe as it is (Kubernetes' meaning is ours)."""
+    period = max(1, math.ceil(rendered.probe.period_seconds))  # Kubernetes counts whole seconds
+    failures = max(1, math.ceil(rendered.deadline_seconds / period))
+    readiness = _probe(rendered.probe, periodSeconds=period)
+    startup = _probe(rendered.probe, periodSeconds=period, failureThreshold=failures)
+    out: Object = {}
+    if readiness is not None and startup is not None:  # none: ready once it runs
+        out = {"readinessProbe": readiness, "startupProbe": startup}
+    live = rendered.liveness
+    liveness = (
+        None
+        if live is None
+        else _probe(
+            live,
+            periodSeconds=max(1, math.ceil(live.period_seconds)),
+            timeoutSeconds=max(1, math.ceil(live.timeout_seconds)),
+            failureThreshold=live.failure_threshold,
+        )
+    )
+    if liveness is not None:
+        out["livenessProbe"] = liveness
+    return out
+
+
+def _probe(probe: ProbeConfig, **settings: int) -> Object | None:
+    """The first HTTP check (a pod cannot match a body), else TCP, else none (a completion
+    has no pod form: refused unless --lossy, see problems_of).
+
+    Built afresh for each probe: shared dicts would print as YAML anchors.
+    """
+    if probe.completion:
+        return None
+    if probe.http:
+        return {"httpGet": {"path": probe.http[0][0], "port": PORT_NAME}, **settings}
+    if probe.tcp:
+        return {"tcpSocket": {"port": PORT_NAME}, **settings}
+    return None
+
+
+def _service(deployment: Deployment, namespace: str | None) -> Object:
+    port = _port(deployment.spec)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(deployment, namespace),
+        "spec": {
+            "selector": _selector(deployment),
+            "ports": [
+                {"name": PORT_NAME, "port": port, "targetPort": PORT_NAME, "protocol": "TCP"}
+            ],
+        },
+    }

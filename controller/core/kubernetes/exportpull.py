@@ -1,0 +1,131 @@
+"""``spec.source`` in a pod: an initContainer that downloads the model into a volume the
+engine container shares (DESIGN: "Model files", "Export to Kubernetes"). Pure.
+
+A pod has no model cache of ours, so the pull becomes Kubernetes' own "before the app"
+step: init containers run to completion before the engine container starts, so the
+engine's startupProbe (its readiness deadline) starts after the download, as it does
+here. The volume is an ``emptyDir``: it outlives a restart of either container (a
+crashed engine does not download again, a restarted initContainer resumes its partial
+file), not the pod.
+
+* ``url`` + ``sha256``: curl, resuming a partial file (``--continue-at -``) and retrying
+  (``--retry``), a stall (under 1 B/s for 60 s) counted as an error like ours; then the
+  digest is compared and a mismatch discards the file and fails the initContainer,
+  naming both digests (Kubernetes backs it off). ``{model}`` = ``/models/<file>``.
+* ``huggingFace``: ``huggingface_hub.snapshot_download`` (installed with pip when the
+  image lacks it) into ``/models/files``; ``/models/model`` is then a link to the one
+  file the globs chose, or to the folder when they chose several. ``{model}`` =
+  ``/models/model``. ``HF_TOKEN`` comes from the optional Secret ``hf-token``.
+
+User values reach the scripts as positional arguments, never as script text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.core.manifest.sources import Source
+from controller.core.pulls import file_name
+
+Object = dict[str, Any]
+
+VOLUME = "models"
+MOUNT = "/models"
+CONTAINER = "pull-model"
+# Images: curl's own (Alpine: sh, sha256sum), and Python's slim one for the hub client.
+CURL_IMAGE = "curlimages/curl:8.11.1"
+PYTHON_IMAGE = "python:3.12-slim"
+HUB_CLIENT = "huggingface_hub==2.4.0"  # the version reconcile's own pulls are tested with
+TOKEN_SECRET = "hf-token"  # optional: a gated or private repo needs it
+STALL_SECONDS = 60
+
+URL_SCRIPT = f"""set -eu
+dir=$1 url=$2 file=$3 want=$4
+[ -f "$dir/$file" ] && exit 0
+curl --fail --location --silent --show-error --retry 5 --retry-delay 10 \\
+  --speed-limit 1 --speed-time {STALL_SECONDS} --continue-at - \\
+  --output "$dir/$file.partial" "$url"
+got=$(sha256sum "$dir/$file.partial" | cut -d ' ' -f 1)
+if [ "$got" != "$want" ]; then
+  echo "$url: the file's sha256 is $got, source.sha256 says $want: discarded" >&2
+  rm -f "$dir/$file.partial"
+  exit 1
+fi
+mv "$dir/$file.partial" "$dir/$file"
+echo "pulled $url into $dir/$file (sha256 $got)"
+"""
+
+HUB_SCRIPT = f"""import os, subprocess, sys
+dest, repo, revision, globs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:] or None
+try:
+    import huggingface_hub
+except ImportError:
+    target = "/tmp/hub-client"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--target", target]
+    subprocess.run([*pip, "{HUB_CLIENT}"], check=True)
+    sys.path.insert(0, target)
+from huggingface_hub import snapshot_download
+files = os.path.join(dest, "files")
+listing = snapshot_download(repo, revision=revision, allow_patterns=globs, local_dir=files,
+                            dry_run=True)
+if not listing:
+    sys.exit(f"{{repo}}@{{revision}}: no file matches {{globs}}: check source.files")
+snapshot_download(repo, revision=revision, allow_patterns=globs, local_dir=files)
+names = [str(f.filename) for f in listing]
+target = os.path.join("files", names[0]) if len(names) == 1 else "files"
+link = os.path.join(dest, "model")
+if os.path.lexists(link + ".new"):
+    os.remove(link + ".new")
+os.symlink(target, link + ".new")
+os.replace(link + ".new", link)
+print(f"pulled {{repo}}@{{revision}}: {{', '.join(names)}} into {{files}}")
+"""
+
+
+def model_path(source: Source, mount: str = MOUNT) -> str:
+    """What ``{model}`` names in the engine container."""
+    if source.url is not None:
+        return f"{mount}/{file_name(source.url)}"
+    return f"{mount}/model"
+
+
+def init_container(source: Source, env: dict[str, str], mount: str = MOUNT) -> Object:
+    """The initContainer that fills ``mount`` with ``source``'s files."""
+    container: Object = {"name": CONTAINER, **_program(source, mount)}
+    variables = _env(source, env)
+    if variables:
+        container["env"] = variables
+    container["volumeMounts"] = [volume_mount(mount)]
+    return container
+
+
+def volume() -> Object:
+    return {"name": VOLUME, "emptyDir": {}}
+
+
+def volume_mount(mount: str = MOUNT) -> Object:
+    return {"name": VOLUME, "mountPath": mount}
+
+
+def _program(source: Source, mount: str) -> Object:
+    if source.url is not None:
+        assert source.sha256 is not None
+        name = file_name(source.url)
+        args = [URL_SCRIPT, CONTAINER, mount, source.url, name, source.sha256]
+        return {"image": CURL_IMAGE, "command": ["sh", "-c"], "args": args}
+    hub = source.hugging_face
+    assert hub is not None
+    args = [HUB_SCRIPT, mount, hub.repo, hub.revision, *hub.files]
+    return {"image": PYTHON_IMAGE, "command": ["python3", "-c"], "args": args}
+
+
+def _env(source: Source, spec_env: dict[str, str]) -> list[Object]:
+    """The hub client's settings from ``spec.env`` (HF_ENDPOINT, HF_TOKEN...), and the
+    token from the optional Secret when the spec gives none."""
+    if source.hugging_face is None:
+        return []
+    out: list[Object] = [{"name": k, "value": v} for k, v in spec_env.items() if k[:3] == "HF_"]
+    if "HF_TOKEN" not in spec_env:
+        ref = {"name": TOKEN_SECRET, "key": "token", "optional": True}
+        out.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
+    return out

@@ -1,0 +1,84 @@
+"""pydantic's validation errors as a user reads them: the path they wrote, and what is wrong.
+
+pydantic's ``loc`` mixes the document's keys (camelCase aliases, list indexes) with the
+names of its own steps (``function-after[...]``, ``[key]``); only the document's keys
+make the path, so the store can find the line each one is on.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from controller.core.manifest.excerpt import clip
+
+Loc = tuple[str | int, ...]
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    loc: Loc  # the path in the document, as written: ("spec", "devices", "count")
+    message: str
+    unknown: bool = False  # a field the model does not have (extra="forbid")
+
+    @property
+    def path(self) -> str:
+        return ".".join(map(str, self.loc))
+
+
+def problems(exc: ValidationError, document: object) -> list[Problem]:
+    """Every error of ``exc`` (raised validating ``document``), in the document's terms."""
+    return [_problem(err, document) for err in exc.errors(include_url=False)]
+
+
+def _problem(err: ErrorDetails, document: object) -> Problem:
+    message = err["msg"].removeprefix("Value error, ")  # a validator's own ValueError
+    if err["type"] == "model_type":  # not "...or instance of DeploymentSpec": Python's words
+        message = f"Input should be a mapping of fields, not {_kind(err['input'])}"
+    elif err["type"] in ("tuple_type", "list_type"):  # YAML has lists, not tuples
+        message = _list_message(err["loc"], err["input"])
+    return Problem(_path(err["loc"], document), message, err["type"] == "extra_forbidden")
+
+
+def _list_message(loc: tuple[str | int, ...], value: object) -> str:
+    """A list was wanted; for an argv written as one shell line, the list it should be."""
+    field = next((part for part in reversed(loc) if part in ("command", "args")), None)
+    if field is None or not isinstance(value, str):
+        return f"Input should be a list, not {_kind(value)}"
+    try:
+        words = shlex.split(value)
+    except ValueError:  # unbalanced quotes: show the words split on spaces
+        words = value.split()
+    example = clip(json.dumps(words), 120)
+    return f"an argv list, never a shell line (no shell runs it): write {field}: {example}"
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _path(loc: tuple[str | int, ...], document: object) -> Loc:
+    """The part of ``loc`` that is in ``document``, plus a missing field's name at the end."""
+    out: list[str | int] = []
+    node = document
+    for i, part in enumerate(loc):
+        child = _child(node, part)
+        if child is not _MISSING:
+            out.append(part)
+            node = child
+        elif i == len(loc) - 1 and part != "[key]":  # a required field not written
+            out.append(part)
+    return tuple(out)
+
+
+def _child(node: object, part: str | int) -> object:
+    if isinstance(node, dict) and part in node:
+        return node[part]
+    if isinstance(node, list | tuple) and isinstance(part, int) and 0 <= part < len(node):
+        return node[part]
+    return _MISSING

@@ -1,0 +1,669 @@
+"""The Deployment manifest as frozen pydantic models (no I/O).
+
+The manifest uses Kubernetes' camelCase; Python code uses snake_case through
+aliases. Unknown fields are errors everywhere (``extra="forbid"``). Numbers written
+as strings are taken (pydantic's lax mode), as they always were; booleans are not.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from controller.core.digest import sha256_hex
+from controller.core.manifest.excerpt import did_you_mean, short
+
+# re-exported: their home is core.names, which records import without the specs
+from controller.core.manifest.names import DNS1123 as DNS1123
+from controller.core.manifest.names import NEXT_SUFFIX as NEXT_SUFFIX
+from controller.core.manifest.names import base_name as base_name
+from controller.core.manifest.names import is_dns1123 as is_dns1123
+from controller.core.manifest.names import is_next as is_next
+from controller.core.manifest.names import model_names
+from controller.core.manifest.names import next_name as next_name
+from controller.core.manifest.quantity import parse_quantity
+from controller.core.manifest.sources import Source
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PLACEHOLDER_NAMES = ("port", "host", "name", "model", "devices", "python")
+PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDER_NAMES) + r")\}")
+# What reads as a placeholder: a bare word in single braces. `${HOME}`, a Jinja `{{ x }}`
+# and JSON (`{"a": 1}`) do not, and pass to the engine as written.
+WORD_IN_BRACES = re.compile(r"(?<![{$])\{([A-Za-z_][A-Za-z0-9_-]*)\}(?!\})")
+
+Engine = Literal["vllm", "llama-cpp", "sglang", "tgi", "ollama", "command"]
+DeviceKind = Literal["nvidia", "amd", "apple", "cpu", "any"]
+RestartPolicy = Literal["Always", "OnFailure", "Never"]
+Activation = Literal["Always", "OnDemand"]
+Strategy = Literal["Recreate", "RollingUpdate"]
+DEFAULT_IDLE_TIMEOUT = 600.0
+
+# Fields that never change what runs on this node: `image` is read by `reconcile export`
+# alone; `activation`, `idleTimeout`, `strategy` and `aliases` by the gateway and the
+# planner (when and how, not what). They stay out of the spec hash, so setting them (or
+# upgrading to a version that knows them) never restarts an engine.
+# `replicas`, `autoscale`, `affinity` and `rollingUpdate` say how many engines and how
+# traffic and updates reach them, never what one engine runs.
+NOT_HASHED = frozenset(
+    {
+        "image",
+        "activation",
+        "idleTimeout",
+        "strategy",
+        "aliases",
+        "replicas",
+        "autoscale",
+        "affinity",
+        "rollingUpdate",
+    }
+)
+MAX_REPLICAS = 64
+Affinity = Literal["none", "session"]
+
+
+def _scalar_to_str(value: Any) -> Any:
+    """YAML reads `8192` as an int; argv and env values are strings, so accept numbers."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def _duration(value: Any) -> Any:
+    """``idleTimeout: 10m`` (or plain seconds) -> seconds."""
+    value = _not_bool(value)
+    if isinstance(value, str):
+        from controller.core.manifest.quantity import parse_duration
+
+        return parse_duration(value)
+    return value
+
+
+def _known_placeholders(template: str) -> str:
+    """An argv item whose every ``{word}`` is a placeholder we expand (JSON braces pass)."""
+    for word in WORD_IN_BRACES.findall(template):
+        if word in PLACEHOLDER_NAMES:
+            continue
+        meant = did_you_mean(word, PLACEHOLDER_NAMES, cutoff=0.7)
+        hint = f": did you mean {{{meant}}}?" if meant else ""
+        known = " ".join(f"{{{n}}}" for n in PLACEHOLDER_NAMES)
+        raise ValueError(
+            f"unknown placeholder {short('{' + word + '}')}{hint} (placeholders: {known})"
+        )
+    return template
+
+
+def _dns1123(name: str) -> str:
+    if not is_dns1123(name):
+        raise ValueError(
+            f"name {short(name)} is not a DNS-1123 label: lower-case letters, digits "
+            "and '-', starting and ending with a letter or digit, at most 63 characters"
+        )
+    return name
+
+
+def _absolute(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError(f"httpGet.path {path!r} must start with '/'")
+    return path
+
+
+def _env_names(env: dict[str, str]) -> dict[str, str]:
+    for key in env:
+        if not ENV_NAME.match(key):
+            raise ValueError(f"env name {key!r} is not a valid environment variable name")
+    return env
+
+
+def _not_bool(value: Any) -> Any:
+    """pydantic's lax mode reads True as 1, but YAML reads `on`, `yes`, `true` as True:
+    a typo there must not become one device or port 1."""
+    if isinstance(value, bool):
+        raise ValueError(
+            f"Input should be a number, not {str(value).lower()} "
+            "(YAML reads yes/no/on/off/true/false as booleans)"
+        )
+    return value
+
+
+# Numbers as the manifests always took them: 8080 or "8080", never a boolean. Bounds go
+# before it in an Annotated (``Annotated[int, Field(ge=0), NOT_BOOL]``): so they reach the
+# JSON Schema as minimum/maximum.
+NOT_BOOL = BeforeValidator(_not_bool)
+# The schema says what the loader takes: numbers too (YAML reads `8192` as an int).
+Arg = Annotated[str, BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float)]
+# An argv item of `command` or `args`: its placeholders are checked here, at validate, since
+# a mistyped one reaches the engine as written and it dies of it (`invalid int: '{prot}'`).
+Template = Annotated[Arg, AfterValidator(_known_placeholders)]
+Port = Annotated[int, Field(ge=1, le=65535), NOT_BOOL]
+Seconds = Annotated[
+    float,
+    Field(gt=0, le=30 * 86400),
+    BeforeValidator(_duration, json_schema_input_type=str | float),
+]
+# Kubernetes-style quantity (`20Gi`) kept as whole bytes; the schema shows what users write.
+Memory = Annotated[int, BeforeValidator(parse_quantity, json_schema_input_type=str | int)]
+AUTO = "auto"  # devices.memory: the last measurement + 10%
+PRIORITY_LIMIT = 1_000_000_000  # Kubernetes' user PriorityClass range, both ways
+
+
+class Model(BaseModel):
+    """camelCase in manifests (``basePort``), snake_case in Python; no unknown field."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class Metadata(Model):
+    name: Annotated[str, AfterValidator(_dns1123)] = Field(
+        max_length=63,
+        description="DNS-1123 label: lower-case letters, digits and '-', at most 63 characters.",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Free-form string labels; changing them never restarts the engine.",
+    )
+
+
+class Devices(Model):
+    count: Annotated[int, Field(ge=0, le=64), NOT_BOOL] = Field(
+        default=0,
+        description="Devices needed; 0 = none (the engine then sees CUDA_VISIBLE_DEVICES='').",
+    )
+    kind: DeviceKind = Field(
+        default="any", description="nvidia, amd, apple, cpu, or any (default any)."
+    )
+    candidates: tuple[Arg, ...] | None = Field(
+        default=None, description="Only these device ids (e.g. ['0', '1'])."
+    )
+    shareable: bool = Field(
+        default=False, description="Unified-memory devices stack instead of leasing exclusively."
+    )
+    # Memory on EACH of the `count` devices; set, devices are shared and packed by memory.
+    memory: Memory | None = Field(
+        default=None,
+        description="Memory needed on EACH device, e.g. 20Gi (Ki, Mi, Gi, Ti; k, M, G, T): "
+        "devices are then shared and packed by memory. Unset: whole devices. auto: the "
+        "engine's last measured peak + 10% (NVML hosts), whole devices until measured.",
+    )
+    # `memory: auto`: `memory` stays None (a whole lease) until the planner resolves it
+    # from a measurement (core/planner/ledger.py); private, so no manifest can spell it.
+    _auto: bool = PrivateAttr(default=False)
+
+    @property
+    def memory_auto(self) -> bool:
+        return self._auto
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _memory_auto(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        auto = isinstance(data, dict) and data.get("memory") == AUTO
+        devices = handler({**data, "memory": None} if auto else data)
+        devices._auto = auto or devices._auto
+        return devices
+
+    @model_validator(mode="after")
+    def _memory_needs_devices(self) -> Self:
+        if (self.memory is not None or self._auto) and self.count == 0:
+            raise ValueError(
+                "devices.memory is the share of each device, but devices.count is 0: "
+                "set devices.count (at least 1) or drop devices.memory"
+            )
+        return self
+
+
+class HttpGet(Model):
+    path: Annotated[str, AfterValidator(_absolute)] = Field(
+        default="/health", description="The path to GET, starting with '/' (default /health)."
+    )
+
+
+class TcpSocket(Model):
+    pass
+
+
+class Completion(Model):
+    """A one-token completion for the spec's model (the recipe's chat or completions path)."""
+
+
+COMPLETION_HELP = (
+    "Healthy when a completion for spec.model (POST /v1/chat/completions or /v1/completions, "
+    "as the recipe knows; max_tokens 16) answers 200 with a choice: for engines whose "
+    "/health answers while the GPU is gone."
+)
+
+
+class Readiness(Model):
+    http_get: HttpGet | None = Field(
+        default=None, description="Ready when GET path answers 200-399 (redirects not followed)."
+    )
+    tcp_socket: TcpSocket | None = Field(
+        default=None, description="Ready when the port accepts a connection."
+    )
+    completion: Completion | None = Field(default=None, description=COMPLETION_HELP)
+    deadline_seconds: Annotated[float, Field(gt=0, le=7 * 86400), NOT_BOOL] | None = Field(
+        default=None,
+        description="Not ready by then: killed and retried with back-off (default 600).",
+    )
+    period_seconds: Annotated[float, Field(ge=0.1, le=3600), NOT_BOOL] = Field(
+        default=2.0, description="Seconds between probes (default 2)."
+    )
+
+    @model_validator(mode="after")
+    def _one_probe(self) -> Self:
+        _one_kind("readiness", self)
+        return self
+
+
+def _one_kind(where: str, probe: Readiness | LivenessProbe) -> None:
+    named: dict[str, Model | None] = {
+        "httpGet": probe.http_get,
+        "tcpSocket": probe.tcp_socket,
+        "completion": probe.completion,
+    }
+    given = [k for k, v in named.items() if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"{where} takes {' or '.join(given)}, not both")
+
+
+class LivenessProbe(Model):
+    """Kubernetes' livenessProbe: once Ready, failureThreshold failures in a row restart."""
+
+    http_get: HttpGet | None = Field(
+        default=None, description="Alive while GET path answers 200-399 (redirects not followed)."
+    )
+    tcp_socket: TcpSocket | None = Field(
+        default=None, description="Alive while the port accepts a connection."
+    )
+    completion: Completion | None = Field(default=None, description=COMPLETION_HELP)
+    period_seconds: Annotated[float, Field(ge=0.1, le=3600), NOT_BOOL] = Field(
+        default=10.0, description="Seconds between probes once Ready (default 10)."
+    )
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600), NOT_BOOL] = Field(
+        default=5.0, description="A probe with no answer by then fails (default 5)."
+    )
+    failure_threshold: Annotated[int, Field(ge=1, le=1000), NOT_BOOL] = Field(
+        default=3,
+        description="Failures in a row that restart the engine (default 3): a restart "
+        "like a crash's, with the usual back-off.",
+    )
+    enabled: bool = Field(
+        default=True,
+        description="false: no liveness probe, not even the recipe's default.",
+    )
+
+    @model_validator(mode="after")
+    def _one_probe(self) -> Self:
+        _one_kind("livenessProbe", self)
+        return self
+
+
+Replicas = Annotated[int, Field(ge=0, le=MAX_REPLICAS), NOT_BOOL]
+
+
+def _surge(value: Any) -> Any:
+    """``1`` or ``"25%"`` (Kubernetes' IntOrString); the percentage is checked here."""
+    if isinstance(value, str) and value.endswith("%"):
+        number = value[:-1]
+        if not number.isdigit() or int(number) > 100:
+            raise ValueError(f"{short(value)} is not a percentage from 0% to 100%")
+        return value
+    return _not_bool(value)
+
+
+Surge = Annotated[int | str, BeforeValidator(_surge)]
+
+
+class Autoscale(Model):
+    min: Replicas = Field(
+        default=1, description="The fewest replicas (0: scale to zero, Idle until a request)."
+    )
+    max: Annotated[int, Field(ge=1, le=MAX_REPLICAS), NOT_BOOL] = Field(
+        description="The most replicas the autoscaler starts."
+    )
+    target_inflight: Annotated[float, Field(gt=0, le=100_000), NOT_BOOL] = Field(
+        default=4.0,
+        description="Requests in flight per Ready replica it aims for (default 4).",
+    )
+    scale_down_delay: Seconds = Field(
+        default=300.0,
+        description="Load must stay low this long before a replica goes (default 5m).",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.min > self.max:
+            raise ValueError(f"autoscale.min ({self.min}) is above autoscale.max ({self.max})")
+        return self
+
+
+class RollingUpdate(Model):
+    max_surge: Surge = Field(
+        default=1,
+        description="Replicas started beyond the desired count during an update (a number "
+        "or a percentage; default 1).",
+    )
+    max_unavailable: Surge = Field(
+        default=0,
+        description="Replicas that may be down during an update (a number or a percentage; "
+        "default 0).",
+    )
+
+
+class DeploymentSpec(Model):
+    engine: Engine = Field(
+        description="The recipe: vllm, llama-cpp, sglang, tgi, ollama, or command (any argv)."
+    )
+    model: str | None = Field(
+        default=None, description="For engine recipes: a hub id or a local path."
+    )
+    executable: str | None = Field(
+        default=None, description="The recipe's program; else it is found on PATH."
+    )
+    command: tuple[Template, ...] | None = Field(
+        default=None,
+        description="engine: command only: the argv, never run through a shell. "
+        "Placeholders: {port} {host} {name} {model} {devices}, and {python}: the "
+        "interpreter reconcile runs under (its venv, from cron or systemd too).",
+    )
+    args: tuple[Template, ...] = Field(
+        default=(), description="Appended to the recipe's argv (placeholders allowed)."
+    )
+    env: Annotated[dict[str, Arg], AfterValidator(_env_names)] = Field(
+        default_factory=dict, description="Extra environment variables for the engine."
+    )
+    devices: Devices = Field(
+        default=Devices(), description="The devices (GPUs) to lease for this engine."
+    )
+    host: str = Field(
+        default="127.0.0.1", description="The address the engine binds (default 127.0.0.1)."
+    )
+    port: Port | None = Field(
+        default=None,
+        description="An exact port: the deployment waits, saying why, if anything holds it.",
+    )
+    base_port: Port | None = Field(
+        default=None, description="The first port to try, scanning upward (default 8000)."
+    )
+    readiness: Readiness | None = Field(
+        default=None, description="How and how long to wait for the engine to be ready."
+    )
+    liveness_probe: LivenessProbe | None = Field(
+        default=None,
+        description="Once Ready, restart the engine when this fails failureThreshold times "
+        "in a row (a hung engine: process alive, nothing answered). Unset: the recipe's "
+        "(GET /health for vllm, sglang, tgi, llama-cpp; GET / for ollama; none for command). "
+        "Changing it needs no restart.",
+    )
+    restart_policy: RestartPolicy = Field(
+        default="Always", description="Always, OnFailure or Never (default Always)."
+    )
+    stop_grace_period_seconds: Annotated[float, Field(ge=0, le=3600), NOT_BOOL] = Field(
+        default=30.0,
+        description="SIGTERM, then this long, then SIGKILL (default 30). "
+        "Changing it needs no restart.",
+    )
+    # The gateway (docs/design.md "The gateway"): started on the first request, stopped idle.
+    activation: Activation = Field(
+        default="Always",
+        description="Always (default), or OnDemand: Idle (nothing held) until the gateway "
+        "gets a request for it, stopped again after idleTimeout without one.",
+    )
+    idle_timeout: Seconds = Field(
+        default=DEFAULT_IDLE_TIMEOUT,
+        description="OnDemand only: stopped (Idle) after this long without a request "
+        "(30s, 10m, 1h; default 10m).",
+    )
+    strategy: Strategy = Field(
+        default="Recreate",
+        description="Recreate or RollingUpdate (default Recreate): how a spec change "
+        "reaches the engines (RollingUpdate: the new one Ready before the old one stops).",
+    )
+    aliases: tuple[str, ...] = Field(
+        default=(),
+        description="More model names the gateway routes here, besides metadata.name and "
+        "spec.model; an alias listed twice, or equal to another deployment's name, is an "
+        "error (a spec.model or alias shared with another deployment's spec.model is a pool).",
+    )
+    # Export only (`reconcile export`): the container image; local and Ray backends ignore it.
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        description="`reconcile export` only: the container image (default: the recipe's "
+        "pinned image; required for engine: command). Never restarts the engine.",
+    )
+    # Higher preempts strictly lower when devices run short (DESIGN: Memory and priority).
+    priority: int = Field(
+        default=0,
+        ge=-PRIORITY_LIMIT,
+        le=PRIORITY_LIMIT,
+        strict=True,
+        description="When devices run short, a deployment stops (preempts) those of strictly "
+        "lower priority (default 0, from -1000000000 to 1000000000). "
+        "Changing it needs no restart.",
+    )
+
+    # Model files pulled into the cache before the engine starts (DESIGN.md "Model files").
+    source: Source | None = Field(
+        default=None,
+        description="Model files to pull before the engine starts: huggingFace {repo, "
+        "revision, files} or url with sha256. {model} then names the local file or folder.",
+    )
+
+    replicas: Replicas = Field(
+        default=1,
+        description="How many engines run this spec, each its own lease (default 1; 0 keeps "
+        "it declared with nothing running). With autoscale: the count to start from.",
+    )
+    autoscale: Autoscale | None = Field(
+        default=None,
+        description="The daemon picks the replica count between min and max from the "
+        "gateway's requests in flight.",
+    )
+    affinity: Affinity = Field(
+        default="none",
+        description="none (default) or session: requests with one session key (x-session-id, "
+        "else the OpenAI user field) stay on one replica.",
+    )
+    rolling_update: RollingUpdate | None = Field(
+        default=None,
+        description="With strategy RollingUpdate: maxSurge and maxUnavailable, as in Kubernetes.",
+    )
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        self._replicas_coherent()
+        if self.port is not None and self.base_port is not None:
+            raise ValueError("set port (exact) or basePort (scan upward), not both")
+        if self.engine == "command" and not self.command:
+            raise ValueError("engine 'command' needs spec.command: an argv list, never a shell")
+        if self.engine != "command" and self.command:
+            raise ValueError(f"spec.command is only for engine 'command', not {self.engine!r}")
+        return self
+
+    def _replicas_coherent(self) -> None:
+        problem = self._scale_problem() or self._rolling_problem()
+        if problem:
+            raise ValueError(problem)
+
+    def _scale_problem(self) -> str | None:
+        many = self.replicas > 1 or self.autoscale is not None
+        if many and self.port is not None:
+            return "an exact spec.port holds one engine: use basePort with replicas or autoscale"
+        if self.activation == "OnDemand" and (many or self.replicas == 0):
+            return (
+                "activation: OnDemand starts one engine on demand: for more (or none), use "
+                "autoscale with min: 0 and max: the most replicas, without OnDemand"
+            )
+        scale = self.autoscale
+        explicit = "replicas" in self.model_fields_set
+        if scale is not None and explicit and not scale.min <= self.replicas <= scale.max:
+            return (
+                f"replicas ({self.replicas}) is outside autoscale's min..max "
+                f"({scale.min}..{scale.max}): with autoscale it is the count to start from"
+            )
+        return None
+
+    def _rolling_problem(self) -> str | None:
+        rolling = self.rolling_update
+        if rolling is None:
+            return None
+        if self.strategy != "RollingUpdate":
+            return "spec.rollingUpdate needs strategy: RollingUpdate"
+        if _is_zero(rolling.max_surge) and _is_zero(rolling.max_unavailable):
+            return (
+                "rollingUpdate: maxSurge and maxUnavailable cannot both be 0 "
+                "(no replica could ever be replaced)"
+            )
+        return None
+
+    @property
+    def initial_replicas(self) -> int:
+        """The count before any autoscaling: ``replicas``, or autoscale's min when unset."""
+        scale = self.autoscale
+        if scale is not None and "replicas" not in self.model_fields_set:
+            return scale.min
+        return self.replicas
+
+
+def _is_zero(value: int | str) -> bool:
+    return value in (0, "0%")
+
+
+class Deployment(Model):
+    api_version: Literal["reconcile/v1"] = Field(description="Always reconcile/v1.")
+    kind: Literal["Deployment"] = Field(description="Always Deployment.")
+    metadata: Metadata = Field(description="The deployment's name and labels.")
+    spec: DeploymentSpec = Field(description="The desired state of one engine instance.")
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A valid deployment as loaded: where it came from and its spec hash."""
+
+    deployment: Deployment
+    source: str
+    line: int
+    hash: str
+
+    @property
+    def name(self) -> str:
+        return self.deployment.name
+
+
+def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
+    """The spec as the manifest spells it (camelCase), defaults included.
+
+    Fields added after release are left out while at their default, so upgrading
+    reconcile changes no spec hash and restarts no engine.
+    """
+    doc = spec.model_dump(mode="json", by_alias=True)
+    if doc.get("priority") == 0:
+        del doc["priority"]
+    if spec.devices.memory_auto:
+        doc["devices"]["memory"] = AUTO  # resolved or not, the spec says auto
+    elif doc["devices"].get("memory") is None:
+        del doc["devices"]["memory"]
+    if doc.get("source") is None:
+        del doc["source"]
+    if doc.get("livenessProbe") is None:
+        del doc["livenessProbe"]
+    if isinstance(doc.get("readiness"), dict) and doc["readiness"].get("completion") is None:
+        del doc["readiness"]["completion"]
+    return doc
+
+
+def routable_names(name: str, spec: DeploymentSpec) -> tuple[str, ...]:
+    """The model names the gateway routes to a deployment: its name, model and aliases."""
+    return model_names(name, spec.model, spec.aliases)
+
+
+def spec_hash(spec: DeploymentSpec) -> str:
+    """Identity of what runs: labels, metadata and the NOT_HASHED fields never restart."""
+    document = {k: v for k, v in spec_document(spec).items() if k not in NOT_HASHED}
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + sha256_hex(canonical.encode())
+
+
+def changed_fields(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted paths whose values differ between two spec documents."""
+    out: list[str] = []
+    for key in sorted(set(old) | set(new)):
+        if not prefix and key in NOT_HASHED:
+            continue  # never a reason to touch an engine (see NOT_HASHED)
+        a, b = old.get(key), new.get(key)
+        path = f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.extend(changed_fields(a, b, path + "."))
+        elif a != b:
+            out.append(path)
+    return out
+
+
+def expand(template: str, values: dict[str, str]) -> str:
+    """Replace the known ``{placeholders}``; leave any other braces alone (JSON args)."""
+    return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def json_schema() -> dict[str, Any]:
+    """The models' own JSON Schema, each field's description included (editors' hover help).
+
+    ``reconcile schema`` prints it; ``schema/deployment.schema.json`` is the same text
+    (a test keeps them equal), referenced from each manifest's first line::
+
+        # yaml-language-server: $schema=../schema/deployment.schema.json
+    """
+    schema = Deployment.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "reconcile Deployment"
+    return schema
+
+
+def fields_at(path: tuple[str | int, ...]) -> tuple[str, ...]:
+    """The field names (as the manifest spells them) a mapping at ``path`` may hold.
+
+    ``("spec", "readiness")`` -> ``("httpGet", "tcpSocket", ...)``; an unknown path, a
+    list or a free-form mapping (``env``, ``labels``) holds no known names: ``()``.
+    """
+    schema = _schema()
+    node: dict[str, Any] = schema
+    for part in path:
+        if isinstance(part, int):
+            return ()
+        node = _resolve(schema, node).get("properties", {}).get(part, {})
+    return tuple(_resolve(schema, node).get("properties", {}))
+
+
+def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """Follow a ``$ref`` and the one object branch of an ``anyOf`` (an optional field)."""
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        node = schema["$defs"][ref.rsplit("/", 1)[-1]]
+    for branch in node.get("anyOf", ()):
+        if "$ref" in branch or "properties" in branch:
+            return _resolve(schema, branch)
+    return node
+
+
+@functools.cache
+def _schema() -> dict[str, Any]:
+    return json_schema()  # built on the first unknown field only: errors are rare

@@ -1,0 +1,1 @@
+"""The autoscaler's rule and the gateways' requests in flight it reads. Pure."""

@@ -1,0 +1,109 @@
+"""Requests in flight per deployment, time-weighted, for the autoscaler.
+
+``InflightCounts.add`` runs on the event loop for each request an instance takes and gives back
+(a few dict operations: no lock, no disk I/O). ``InflightWriter`` turns the counts into one
+sample a second per busy deployment and writes it with the last ones
+(``controller/store/inflight.py``, off the loop); an idle deployment gets no write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from controller.core.scaling.inflight import Inflight, Sample
+from controller.logsetup import get_logger
+from controller.store import inflight as store
+
+log = get_logger("reconcile")
+
+INTERVAL = 1.0  # seconds between samples (and writes) per busy deployment
+PRUNE_AFTER = 3600.0  # a file with no sample this recent is a dead gateway's
+
+
+class InflightCounts:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._count: dict[str, int] = {}
+        self._area: dict[str, float] = {}  # request-seconds since the last sample
+        self._since: dict[str, float] = {}  # when the area was last brought up to date
+        self._peak: dict[str, int] = {}
+        self._taken = clock()
+
+    def add(self, deployment: str, delta: int) -> None:
+        """``delta`` requests more (or fewer, if negative) in flight to ``deployment``."""
+        self._settle(deployment, self._clock())
+        count = self._count.get(deployment, 0) + delta
+        self._count[deployment] = count
+        self._peak[deployment] = max(self._peak.get(deployment, 0), count)
+
+    def now(self, deployment: str) -> int:
+        return self._count.get(deployment, 0)
+
+    def take(self, wall: float) -> list[tuple[str, Sample]]:
+        """One sample per deployment that had a request in flight since the last take
+        (``wall``: its end, Unix seconds); a deployment idle all along is forgotten."""
+        now = self._clock()
+        seconds, self._taken = now - self._taken, now
+        out: list[tuple[str, Sample]] = []
+        for deployment in list(self._count):
+            self._settle(deployment, now)
+            area, peak = self._area[deployment], self._peak.get(deployment, 0)
+            if area <= 0 and peak <= 0:
+                self._drop(deployment)
+                continue
+            mean = area / seconds if seconds > 0 else float(self._count[deployment])
+            out.append((deployment, Sample(wall, seconds, mean, peak)))
+            self._area[deployment] = 0.0
+            self._peak[deployment] = self._count[deployment]
+        return out
+
+    def _settle(self, deployment: str, now: float) -> None:
+        since = self._since.get(deployment, now)
+        held = self._count.get(deployment, 0) * (now - since)
+        self._area[deployment] = self._area.get(deployment, 0.0) + held
+        self._since[deployment] = now
+
+    def _drop(self, deployment: str) -> None:
+        for table in (self._count, self._area, self._since, self._peak):
+            table.pop(deployment, None)
+
+
+class InflightWriter:
+    """The once-a-second writer of one gateway process's samples (its own files)."""
+
+    def __init__(self, state_dir: Path, load: InflightCounts, writer: str | None = None) -> None:
+        self.state_dir = state_dir
+        self.load = load
+        # pid plus a random part: two gateways of one process (tests) write apart too.
+        self.writer = writer or f"{os.getpid()}x{secrets.token_hex(3)}"
+        self.figures: dict[str, Inflight] = {}
+        self._failed = False
+
+    async def run(self) -> None:
+        """Until cancelled; then its files go (its requests are no one's load any more)."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, store.prune, self.state_dir, time.time(), PRUNE_AFTER)
+        try:
+            while True:
+                await asyncio.sleep(INTERVAL)
+                await self.flush()
+        finally:
+            store.forget(self.state_dir, self.writer)
+
+    async def flush(self) -> None:
+        loop = asyncio.get_running_loop()
+        for deployment, sample in self.load.take(time.time()):
+            figure = self.figures.get(deployment) or Inflight(deployment, self.writer)
+            figure = self.figures[deployment] = figure.adding(sample)
+            try:
+                await loop.run_in_executor(None, store.write, self.state_dir, figure)
+            except (OSError, ValueError) as exc:
+                if not self._failed:  # said once: a full disk would say it every second
+                    why = str(exc)
+                    log.error("in-flight figures not written", deployment=deployment, error=why)
+                self._failed = True

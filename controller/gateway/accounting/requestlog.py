@@ -1,0 +1,206 @@
+"""The request log: ``<state>/gateway/requests.jsonl``, one JSON line per request (issue 39).
+
+Each line says who called what and how it went: ``time`` (UTC, when the request came),
+``key`` (the key's label, ``-`` without keys; never the key), ``model``, ``deployment``,
+``instance``, ``status``, ``ttfb_s`` (seconds to the answer's first byte), ``duration_s``,
+``prompt_tokens`` and ``completion_tokens`` (the engine's ``usage``, usage.py). Never a
+request or answer body.
+
+Written off the request path: the handler puts its line on a bounded queue and a writer
+thread appends it, so a slow or full disk never slows a request; when the queue is full
+the line is dropped and counted (``reconcile_gateway_request_log_dropped_total``), never
+waited for. The file is rotated by size as the engines' logs are (copy-truncate,
+``store/logfiles.py``: a gateway handing over and its successor both append to it with
+``O_APPEND``), at most ``keep`` backups: bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from controller.gateway.accounting.usage import Meter
+from controller.logsetup import get_logger
+from controller.store import logfiles
+
+log = get_logger("reconcile")
+
+FILE = "requests.jsonl"
+QUEUE_MAX = 10_000  # lines waiting for the writer; past it they are dropped (counted)
+BATCH = 512  # lines written at once, at most
+CLOSE_WAIT = 5.0  # seconds the writer gets to write what is queued when the gateway ends
+FIELDS = (
+    "time",
+    "key",
+    "model",
+    "deployment",
+    "instance",
+    "status",
+    "ttfb_s",
+    "duration_s",
+    "prompt_tokens",
+    "completion_tokens",
+)
+
+
+def path_in(state_dir: Path) -> Path:
+    return state_dir / "gateway" / FILE
+
+
+def entry(key: str, deployment: str, status: int, meter: Meter) -> dict[str, Any]:
+    """The line for a request that ended now: its figures only, no body, no key."""
+    now = time.monotonic()
+    used = meter.usage
+    began = time.time() - (now - meter.started)
+    return {
+        "time": datetime.fromtimestamp(began, UTC).isoformat(timespec="milliseconds"),
+        "key": key,
+        "model": meter.model,
+        "deployment": deployment,
+        "instance": meter.instance,
+        "status": status,
+        "ttfb_s": round(meter.first - meter.started, 4) if meter.first is not None else None,
+        "duration_s": round(now - meter.started, 4),
+        "prompt_tokens": used.prompt if used else None,
+        "completion_tokens": used.completion if used else None,
+    }
+
+
+class RequestLog:
+    """The queue and its writer thread."""
+
+    def __init__(
+        self,
+        path: Path,
+        max_bytes: int = logfiles.DEFAULT_MAX_BYTES,
+        keep: int = logfiles.DEFAULT_KEEP,
+        dropped: Callable[[int], None] = lambda n: None,
+        capacity: int = QUEUE_MAX,
+    ) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self._dropped = dropped
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=capacity)
+        self._thread = threading.Thread(target=self._run, name="request-log", daemon=True)
+        self._failing = False  # a write failed: said once, until one succeeds again
+        self._fd: int | None = None  # kept open between batches (the writer's alone)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def write(self, line: dict[str, Any]) -> None:
+        """Queue ``line``; never waits (a full queue drops it, counted)."""
+        try:
+            self._queue.put_nowait(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+        except queue.Full:
+            self._dropped(1)
+
+    def idle(self) -> bool:
+        """Nothing waits in the queue (the writer may still be writing its batch)."""
+        return self._queue.empty()
+
+    def close(self) -> None:
+        """Write what is queued (up to ``CLOSE_WAIT``), then end the writer."""
+        if not self._thread.is_alive():
+            return
+        with contextlib.suppress(queue.Full):
+            self._queue.put(None, timeout=CLOSE_WAIT)
+        self._thread.join(timeout=CLOSE_WAIT)
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < BATCH and batch[-1] is not None:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            lines = [b for b in batch if b is not None]
+            if lines:
+                self._append(b"".join(lines), len(lines))
+            if batch[-1] is None:
+                self._close_fd()
+                return
+
+    def _append(self, data: bytes, count: int) -> None:
+        try:
+            fd = self._open()
+            size = os.fstat(fd).st_size
+            if size and size + len(data) > self.max_bytes:
+                # Before the write, not after: the new lines land in the fresh file, where
+                # a follower (logs --requests -f) finds them once it sees the file shrink.
+                logfiles.rotate(self.path, 0, self.keep)  # copy-truncate: the fd lives on
+            os.write(fd, data)  # O_APPEND: at the end, past a successor's lines too
+        except OSError as exc:
+            self._close_fd()
+            self._dropped(count)
+            if not self._failing:
+                log.warning("request log not written", path=str(self.path), error=str(exc))
+            self._failing = True
+            return
+        self._failing = False
+
+    def _open(self) -> int:
+        """The file's descriptor, opened again when the file was removed or replaced."""
+        if self._fd is not None:
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return self._fd
+            self._close_fd()
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        return self._fd
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+def read_lines(path: Path, tail: int | None = None) -> list[dict[str, Any]]:
+    """The log's lines (backups first), the last ``tail`` of them when given; a line a
+    rotation cut or a crash left half-written is passed over."""
+    raw = logfiles.tail_lines(path, tail) if tail is not None else _all_lines(path)
+    found = []
+    for one in raw:
+        with contextlib.suppress(ValueError):
+            value = json.loads(one)
+            if isinstance(value, dict):
+                found.append(value)
+    return found
+
+
+def _all_lines(path: Path) -> list[bytes]:
+    lines: list[bytes] = []
+    for part in logfiles.stream_files(path):
+        with contextlib.suppress(OSError):
+            lines += part.read_bytes().splitlines()
+    return lines
+
+
+def text_line(line: dict[str, Any]) -> str:
+    """One line for people: time, status, model -> instance, key, ttfb, duration, tokens."""
+
+    def seconds(value: Any) -> str:
+        return f"{value:.3f}s" if isinstance(value, int | float) else "-"
+
+    tokens = f"{line.get('prompt_tokens') or 0}+{line.get('completion_tokens') or 0}"
+    where = line.get("instance") or line.get("deployment") or "-"
+    return (
+        f"{line.get('time', '-')}  {line.get('status', '-')}  {line.get('model') or '-'} -> "
+        f"{where}  key={line.get('key', '-')}  ttfb={seconds(line.get('ttfb_s'))}  "
+        f"took={seconds(line.get('duration_s'))}  tokens={tokens}"
+    )

@@ -1,0 +1,1 @@
+"""The gateway's process and the daemon's side of it: start, hand-over, listening, its files."""

@@ -1,0 +1,379 @@
+"""The daemon's side of the gateway process: the ``FrontDoor`` the CLI injects.
+
+The gateway is a process of its own (``process.py``) that outlives the daemon, as
+engines do. The keeper, in the daemon:
+
+- ``start``: adopts the live gateway of this state dir when it is ours to the letter
+  (same version and settings: ``registry.fingerprint``), else starts one, which takes
+  the port over from the one before (an upgrade or changed flags fail no request);
+- watches it (a pidfd, on a thread of its own) and restarts it at once when it
+  crashed (it left its member file behind); a gateway that exited cleanly without a
+  successor was stopped on purpose (``reconcile gateway stop``) and stays stopped
+  until SIGHUP or the next daemon; one that handed over is followed to its successor;
+- turns the gateway's wake-ups (a datagram on ``<state>/gateway/daemon.sock``) into
+  ``request_pass``;
+- ``drain``: asks every live gateway to retire an engine (``retire/``) and waits for
+  each one's answer (bounded by the engine's grace period);
+- ``reload`` (SIGHUP): forwards SIGHUP (the gateway re-reads its key file);
+- ``metrics_text``: the gateway's metrics file, for ``/metrics`` and the textfile;
+- ``stop``: leaves the gateway running (SIGTERM of the daemon stops the daemon only).
+
+Stdlib only: the daemon does not load the HTTP stack for this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from controller import __version__
+from controller.errors import ConfigError
+from controller.gateway.lifecycle import registry
+from controller.gateway.lifecycle.handover import ask_metrics
+from controller.gateway.settings import Settings, settings_to_json
+from controller.logsetup import get_logger
+
+if TYPE_CHECKING:
+    from controller.core.state import Record
+    from controller.reconciler.run import PassResult
+
+log = get_logger("reconcile")
+
+START_WAIT = 20.0  # seconds a new gateway process may take to serve (imports, bind)
+WATCH_PERIOD = 1.0  # seconds between the thread's looks without a pidfd event
+NO_PIDFD_PERIOD = 0.1  # ... when the kernel gives no pidfd: liveness by /proc
+DRAIN_SLACK = 2.0  # seconds past the grace period for the gateways' answers (a poll or two)
+DRAIN_POLL = 0.01
+QUICK_DEATH = 10.0  # a gateway that dies this soon after its start backs off before the next
+BACKOFF_MAX = 30.0
+# Never passed to the gateway: an engine's marker (a sweep would take it for an engine) and
+# the service's notify and watchdog variables (it is not the unit's main process).
+NOT_INHERITED = frozenset(
+    {"RECONCILE_INSTANCE", "NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC", "LISTEN_PID",
+     "LISTEN_FDS", "LISTEN_FDNAMES"}
+)  # fmt: skip
+
+
+class Keeper:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.state_dir = settings.state_dir
+        self.fingerprint = registry.fingerprint(settings_to_json(settings), __version__)
+        self._request_pass: Callable[[], None] = lambda: None
+        self._watched: registry.GatewayInfo | None = None
+        self._children: list[subprocess.Popen[bytes]] = []
+        self._wake: socket.socket | None = None
+        self._wake_at = ""
+        self._refused: set[int | None] = set()  # uids whose wake-ups were ignored (said once)
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._poke_r, self._poke_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._want = True  # False once it was stopped on purpose (until SIGHUP)
+        self._retry_at = 0.0
+        self._failures = 0
+        self._mark_pass = False  # a gateway started since the last pass: tell it of the next
+
+    # -- FrontDoor ---------------------------------------------------------------------
+
+    def start(self, request_pass: Callable[[], None]) -> None:
+        """Adopt or start the gateway (a failure to serve is a ConfigError here)."""
+        self._request_pass = request_pass
+        registry.ensure(self.state_dir)
+        registry.clear_retires(self.state_dir)
+        self._bind_wake()
+        found = registry.current_live(self.state_dir)
+        if found is not None and found.fingerprint == self.fingerprint:
+            self._watched = found
+            log.info("gateway adopted", pid=found.ref.pid, address=found.address)
+        else:
+            self._watched = self._spawn(replacing=found)
+        self._thread = threading.Thread(target=self._run, name="gateway-keeper", daemon=True)
+        self._thread.start()
+
+    def after_pass(self, result: PassResult, seconds: float) -> None:
+        if self._mark_pass:
+            self._mark_pass = False
+            registry.mark_passed(self.state_dir)
+
+    def drain(self, old: Record, new: Record | None) -> None:
+        """Every live gateway routes nothing more to ``old`` (``new`` takes its requests)
+        and answers once its requests to it ended, or its grace period ran out."""
+        gateways = registry.live(self.state_dir)
+        if not gateways:
+            return
+        nonce = old.nonce
+        if nonce is None:
+            return
+        grace = old.grace_seconds
+        registry.ask_retire(self.state_dir, nonce, old.name, new.name if new else None, grace)
+        try:
+            deadline = time.monotonic() + grace + DRAIN_SLACK
+            while time.monotonic() < deadline:
+                left = [
+                    g
+                    for g in gateways
+                    if not registry.ack_path(self.state_dir, nonce, g.nonce).exists() and g.alive()
+                ]
+                if not left:
+                    return
+                time.sleep(DRAIN_POLL)
+            log.warning("gateway drain not answered in time", deployment=old.name)
+        finally:
+            registry.drop_retire(self.state_dir, nonce)
+
+    def reload(self) -> None:
+        """SIGHUP: the gateway re-reads its key file; a stopped gateway starts again."""
+        self._want = True
+        watched = self._watched
+        if watched is not None and registry.signal_gateway(watched, signal.SIGHUP):
+            return
+        self._retry_at = 0.0
+        self._poke()
+
+    def stop(self) -> None:
+        """The daemon ends: the gateway serves on (Ready engines; OnDemand requests wait
+        for the next daemon). Only ``reconcile gateway stop`` stops it."""
+        self._stopping.set()
+        self._poke()
+        if self._thread is not None:
+            self._thread.join(timeout=START_WAIT)
+        if self._wake is not None:
+            self._wake.close()
+            registry.unlink_address(self._wake_at)
+            registry.unpublish_wake(self.state_dir, self._wake_at)
+        watched = self._watched
+        if watched is not None:
+            log.info("gateway left running", pid=watched.ref.pid, address=watched.address)
+
+    def metrics_text(self) -> str:
+        """The serving gateway's metrics, asked now; its file (at most half a second old)
+        when it does not answer (starting, handing over)."""
+        current = self._watched
+        if current is not None:
+            text = ask_metrics(registry.control_of(self.state_dir, current))
+            if text is not None:
+                return text
+        return registry.metrics_text(self.state_dir)
+
+    # -- starting one ---------------------------------------------------------------------
+
+    def _spawn(self, replacing: registry.GatewayInfo | None) -> registry.GatewayInfo:
+        """A new gateway process, serving once this returns; it takes the port over."""
+        proc, info = start_process(self.settings)
+        self._children.append(proc)
+        self._mark_pass = True
+        log.info(
+            "gateway started",
+            pid=proc.pid,
+            address=info.address,
+            replaced=replacing.ref.pid if replacing is not None else None,
+        )
+        return info
+
+    def _bind_wake(self) -> None:
+        """The wake-up socket: its path, or a random abstract name written down in the
+        state dir (a name derived from the path could be taken first by anyone)."""
+        address = registry.fresh_address(self.state_dir, "daemon.sock")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        registry.unlink_address(address)  # an earlier daemon's (we hold the lock now)
+        try:
+            registry.pass_credentials(sock)
+            sock.bind(address)
+            registry.publish_wake(self.state_dir, address)
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(f"gateway wake-up socket {address!r}: {exc}") from exc
+        sock.setblocking(False)
+        self._wake, self._wake_at = sock, address
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        pidfd: tuple[str, int] | None = None  # (nonce, fd) of the watched gateway
+        try:
+            while not self._stopping.is_set():
+                watched = self._watched
+                if pidfd is not None and (watched is None or pidfd[0] != watched.nonce):
+                    os.close(pidfd[1])
+                    pidfd = None
+                if watched is not None and pidfd is None:
+                    fd = _pidfd(watched)
+                    pidfd = (watched.nonce, fd) if fd is not None else None
+                fds = [self._poke_r] + ([self._wake.fileno()] if self._wake else [])
+                fds += [pidfd[1]] if pidfd is not None else []
+                period = WATCH_PERIOD if pidfd is not None or watched is None else NO_PIDFD_PERIOD
+                ready, _, _ = select.select(fds, [], [], period)
+                self._drain_pokes()
+                if self._wake is not None and self._wake.fileno() in ready and self._drain_wakes():
+                    self._request_pass()
+                self._reap()
+                if self._stopping.is_set():
+                    break
+                if watched is not None and not watched.alive():
+                    self._gone(watched)
+                elif watched is None:
+                    self._maybe_start()
+        finally:
+            if pidfd is not None:
+                os.close(pidfd[1])
+
+    def _gone(self, info: registry.GatewayInfo) -> None:
+        """The watched gateway ended: follow its successor, restart it, or let it be."""
+        crashed = registry.crashed(self.state_dir, info.nonce)
+        self._reap()
+        successor = registry.current_live(self.state_dir)
+        if successor is not None and successor.nonce != info.nonce:
+            self._watched = successor
+            log.info("gateway handed over", old_pid=info.ref.pid, pid=successor.ref.pid)
+            return
+        self._watched = None
+        if not crashed:
+            self._want = False
+            log.info(
+                "gateway stopped (not a crash): not restarting it; SIGHUP the daemon or "
+                "restart it to start the gateway again",
+                pid=info.ref.pid,
+            )
+            return
+        registry.forget(self.state_dir, info.nonce)
+        quick = time.time() - info.started_at < QUICK_DEATH
+        self._failures = self._failures + 1 if quick else 0
+        delay = min(BACKOFF_MAX, 2.0 ** (self._failures - 1)) if self._failures else 0.0
+        self._retry_at = time.monotonic() + delay
+        log.warning("gateway exited unexpectedly; restarting it", pid=info.ref.pid, after=delay)
+        self._maybe_start()
+
+    def _maybe_start(self) -> None:
+        if not self._want or time.monotonic() < self._retry_at:
+            return
+        try:
+            self._watched = self._spawn(replacing=registry.current_live(self.state_dir))
+        except ConfigError as exc:
+            self._failures += 1
+            delay = min(BACKOFF_MAX, 2.0 ** (self._failures - 1))
+            self._retry_at = time.monotonic() + delay
+            log.error("gateway did not start; trying again", error=str(exc), after=delay)
+            return
+        self._request_pass()  # its first records come with a pass it is told of
+
+    def _reap(self) -> None:
+        """Our gateway children that ended (a handed-over one, a crash): no zombie."""
+        self._children = [p for p in self._children if p.poll() is None]
+
+    def _poke(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._poke_w, b"!")
+
+    def _drain_pokes(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while os.read(self._poke_r, 4096):
+                pass
+
+    def _drain_wakes(self) -> bool:
+        """Read every wake-up waiting; True if one came from our uid or root (anyone
+        may send to an abstract name: another user's flood asks for no pass)."""
+        assert self._wake is not None
+        asked = False
+        with contextlib.suppress(BlockingIOError, OSError):
+            while True:
+                uid = registry.receive(self._wake)
+                if registry.trusted(uid):
+                    asked = True
+                elif uid not in self._refused:
+                    self._refused.add(uid)
+                    log.warning("gateway wake-up from another user ignored", uid=uid)
+        return asked
+
+
+def start_process(
+    settings: Settings, log_path: Path | None = None
+) -> tuple[subprocess.Popen[bytes], registry.GatewayInfo]:
+    """Start a gateway process for ``settings``; it serves (and took the port over from
+    the current one, if any) once this returns. A ConfigError says why it did not.
+
+    Its log lines go to our stderr, or appended to ``log_path`` (a CLI verb's stderr
+    is gone when the verb exits)."""
+    nonce = os.urandom(8).hex()
+    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
+    env[registry.MARKER] = f"{settings.node}/{nonce}"
+    env[registry.READY_FD] = str(ready_w)
+    data = json.dumps(settings_to_json(settings))
+    argv = [sys.executable, "-m", "controller.gateway", "--settings", data, "--nonce", nonce]
+    err = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600) if log_path else None
+    try:
+        # A session of its own: the daemon's group, terminal or unit stop never reaches
+        # it; stderr is the starter's (the journal, a log file): one place for both.
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+            cwd="/",
+            pass_fds=(ready_w,),
+            start_new_session=True,
+        )
+    except OSError as exc:
+        os.close(ready_r)
+        raise ConfigError(f"cannot start the gateway process: {exc}") from exc
+    finally:
+        os.close(ready_w)
+        if err is not None:
+            os.close(err)
+    try:
+        answer = _read_answer(ready_r, START_WAIT)
+    finally:
+        os.close(ready_r)
+    info = registry.read_current(settings.state_dir)
+    if answer != "ready" or info is None or info.nonce != nonce:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        code = proc.wait(timeout=START_WAIT)
+        why = answer.removeprefix("error: ") if answer else f"it exited with code {code}"
+        raise ConfigError(why if why.startswith("--listen") else f"gateway: {why}")
+    return proc, info
+
+
+def _read_answer(fd: int, timeout: float) -> str:
+    """The starting gateway's one line: ``ready`` or ``error: ...`` ("" if it died)."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return "error: the gateway did not start in time"
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace").strip()
+
+
+def _pidfd(info: registry.GatewayInfo) -> int | None:
+    """A pidfd for the gateway, opened before its identity is checked (so it cannot
+    name a reused pid); None without pidfds (then /proc is polled)."""
+    if not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        fd = os.pidfd_open(info.ref.pid)
+    except OSError:
+        return None
+    if not info.alive():
+        os.close(fd)
+        return None
+    return fd

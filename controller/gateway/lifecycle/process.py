@@ -1,0 +1,319 @@
+"""The gateway process: ``python -m controller.gateway --settings JSON --nonce N``.
+
+Started by the daemon's keeper (``keeper.py``) or ``reconcile gateway restart``, in a
+session of its own, so it outlives the daemon as engines do. It
+
+1. takes the listening socket over from the gateway now current in the state dir
+   (``handover.py``), or binds one (``SO_REUSEPORT``), refused when anything but a
+   gateway of its own state dir listens on that port (``listener.bind_alone``);
+2. serves (``app.Gateway``) with the records it reads from ``instances/``
+   (``records_watch.py``), writes OnDemand activations as before and wakes the daemon
+   for a pass through its datagram socket (nobody there: the next daemon's pass reads
+   the activation);
+3. registers itself (``registry``: ``gw-<nonce>.json``, then ``current.json``), tells
+   the old gateway to stop accepting, and says ``ready`` on the pipe its starter gave;
+4. honours the daemon's drains (``retire/``), writes its metrics text for the daemon's
+   exporter, re-reads the key file and the TLS pair on SIGHUP (``tls.py``);
+5. on SIGTERM or a successor's ``stop``: closes its listener, finishes what it holds
+   (up to the drain grace), removes its files and exits 0. A crash leaves its member
+   file behind, which is how the keeper tells a crash (restart it) from a stop.
+
+It ends by itself when its state dir is gone (nothing left to route).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+from controller import __version__, logsetup
+from controller.errors import ConfigError
+from controller.gateway.lifecycle import handover, listener, registry
+from controller.gateway.lifecycle.app import BACKLOG, Gateway, loop_name
+from controller.gateway.records_watch import POLL, RecordsWatch
+from controller.gateway.routing.table import FIRST_PASS_WAIT
+from controller.gateway.settings import Settings, settings_from_json, settings_to_json
+from controller.host.procs import identity
+from controller.logsetup import get_logger
+from controller.store.records import write_atomic
+
+log = get_logger("reconcile")
+
+METRICS_EVERY = 5  # polls between looks at the metrics text for the file (half a second)
+GUARD_EVERY = 50  # polls between looks at who else listens on the port (five seconds)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class GatewayProcess:
+    def __init__(self, settings: Settings, nonce: str) -> None:
+        self.settings = settings
+        self.nonce = nonce
+        self.state_dir = settings.state_dir
+        self.started = time.time()
+        self.gateway = Gateway(settings)
+        self.watch = RecordsWatch(self.state_dir, settings.owner, settings.node)
+        self.control: handover.Control | None = None
+        self._wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._wake.setblocking(False)
+        self._main = threading.main_thread().ident
+        self._why = "SIGTERM"
+        self._retiring: set[str] = set()  # nonces whose drain runs or ran here
+        self._looking = asyncio.Lock()  # one read of the records at a time (look())
+        self._routed = False  # the table has had its first records
+        self._listening: tuple[str, frozenset[int]] = ("", frozenset())  # address, inode
+        self._strangers: set[str] = set()  # listeners beside us on the port, named once
+
+    # -- start --------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Take over (or bind) and serve; register; let the old gateway go."""
+        s = self.settings
+        registry.ensure(self.state_dir)
+        old = registry.current_live(self.state_dir)
+        taken = None
+        if old is not None and old.nonce != self.nonce and old.port == s.port:
+            taken = handover.take(registry.control_of(self.state_dir, old), s.port)
+        # Nothing handed over: bind here, refused where anyone else serves the port.
+        sock = (
+            taken.sock
+            if taken is not None
+            else listener.bind_alone(s.host, s.port, BACKLOG, s.state_dir)
+        )
+        self._listening = (sock.getsockname()[0], frozenset({os.fstat(sock.fileno()).st_ino}))
+        try:
+            self.gateway.start(self.wake_daemon, sock)
+        except ConfigError:
+            if taken is not None:
+                taken.abandon()  # the old one serves on
+            else:
+                sock.close()
+            raise
+        ref = identity(os.getpid())
+        if ref is None:
+            raise ConfigError("the gateway cannot read its own process identity")
+        data = settings_to_json(s)
+        address = registry.fresh_address(self.state_dir, f"ctl-{self.nonce}.sock")
+        info = registry.GatewayInfo(
+            nonce=self.nonce,
+            ref=ref,
+            host=s.host,
+            port=s.port,
+            version=__version__,
+            fingerprint=registry.fingerprint(data, __version__),
+            settings=data,
+            started_at=self.started,
+            control=address,
+        )
+        registry.register(self.state_dir, info)
+        self.control = handover.Control(
+            address, self.gateway.listener_fd, self.ask_stop, self.gateway.metrics_text
+        )
+        self.control.start()
+        registry.make_current(self.state_dir, info)
+        self.gateway.spawn(self.poll())
+        if taken is not None:
+            taken.release()
+        elif old is not None and old.nonce != self.nonce:
+            # It would not hand over (or serves another port): it goes the plain way.
+            registry.signal_gateway(old, signal.SIGTERM)
+        log.info(
+            "gateway listening",
+            address=info.address,
+            pid=os.getpid(),
+            api_keys=len(self.gateway.keys.digests) if self.gateway.keys else 0,
+            took_over=old.ref.pid if old is not None else None,
+            handed_over=taken is not None,
+            tls=s.tls,
+            loop=loop_name(self.gateway.loop),
+        )
+
+    def wake_daemon(self) -> None:
+        # Looked up each time: a daemon whose path is too long binds a new name at start.
+        registry.wake_daemon(self._wake, registry.wake_address(self.state_dir))
+
+    def ask_stop(self, why: str) -> None:
+        """Any thread: end the main thread's wait (it runs the graceful stop)."""
+        self._why = why
+        if self._main is not None:
+            signal.pthread_kill(self._main, signal.SIGTERM)
+
+    # -- the loop's watch ------------------------------------------------------------
+
+    async def poll(self) -> None:
+        """Records, drains and metrics, every POLL seconds, on the gateway's loop."""
+        front = self.gateway.front
+        assert front is not None
+        front.table.catch_up = self.look  # a name it lacks: a record written since?
+        turns = 0
+        last_metrics = ""
+        while True:
+            # Looked at every turn, not only when the listing fails: a listing that fails
+            # otherwise keeps its last stamp (a gateway of a removed state dir once served
+            # on, beside its successor on the port, with an empty table).
+            if not self.state_dir.exists():
+                log.warning("state dir gone: the gateway stops", state_dir=str(self.state_dir))
+                self.ask_stop("state dir gone")
+                return
+            await self.look()
+            self._retire_asked()
+            turns += 1
+            if turns % METRICS_EVERY == 0:
+                last_metrics = await self._write_metrics(last_metrics)
+            if turns % GUARD_EVERY == 0:
+                await self._guard_port()
+            await asyncio.sleep(POLL)
+
+    async def look(self) -> None:
+        """The records into the table if the folder changed since the last look: each
+        poll's turn, and a request for a name the table lacks (``status`` may show a
+        record the last turn came too early for). One look at a time, in order."""
+        front = self.gateway.front
+        assert front is not None
+        async with self._looking:
+            stamp = self.watch.stamp()
+            if stamp is None or (stamp == self.watch.seen and self._routed):
+                return
+            loop = asyncio.get_running_loop()
+            records = await loop.run_in_executor(None, self.watch.read, stamp)
+            # Before the first pass a fresh state dir holds no record of ours: wait for
+            # the daemon's (bounded) instead of answering 404 for what it has not read.
+            if (
+                self._routed
+                or records
+                or registry.passed_since(self.state_dir, self.started)
+                or time.time() - self.started > FIRST_PASS_WAIT
+            ):
+                front.table.update(records)
+                self._routed = True
+            else:
+                self.watch.seen = None  # look again next turn
+
+    async def _guard_port(self) -> None:
+        """Name (once each) whoever joined the port since we bound it: ``SO_REUSEPORT``
+        lets any process of our uid, and the kernel gives it a share of the connections,
+        which no gateway can take back. Our own socket (by inode) is not looked into."""
+        address, inodes = self._listening
+        port = self.settings.port
+        loop = asyncio.get_running_loop()
+        try:
+            found = await loop.run_in_executor(
+                None, listener.strangers, self.state_dir, address, port, inodes
+            )
+        except OSError:
+            return
+        for one in found:
+            if one.who not in self._strangers:
+                self._strangers.add(one.who)
+                log.error(
+                    "another listener shares the gateway's port and is given a share of "
+                    "its connections: stop it",
+                    address=f"{address}:{port}",
+                    who=one.who,
+                )
+
+    def _retire_asked(self) -> None:
+        asks = registry.retire_asks(self.state_dir)
+        self._retiring &= {a.nonce for a in asks}  # a later ask for one is a new one
+        for ask in asks:
+            if ask.nonce not in self._retiring:
+                self._retiring.add(ask.nonce)
+                asyncio.get_running_loop().create_task(self._retire(ask))
+
+    async def _retire(self, ask: registry.RetireAsk) -> None:
+        front = self.gateway.front
+        assert front is not None
+        old = self.watch.record(ask.name)
+        if old is not None and old.nonce == ask.nonce:
+            new = self.watch.record(ask.new) if ask.new else None
+            await front.table.retire(old, new, ask.grace)
+        try:
+            registry.ack_retire(self.state_dir, ask.nonce, self.nonce)
+        except OSError as exc:
+            log.error("drain not acknowledged", deployment=ask.name, error=str(exc))
+
+    async def _write_metrics(self, last: str) -> str:
+        """The metrics text for the daemon's exporter, when it changed (the current
+        gateway alone: a draining one leaves the file to its successor)."""
+        text = self.gateway.metrics_text()
+        if text == last:
+            return last
+        current = registry.read_current(self.state_dir)
+        if current is None or current.nonce != self.nonce:
+            return last
+        path = registry.metrics_path(self.state_dir)
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                None, write_atomic, path, text.encode(), 0o600
+            )
+        except OSError as exc:
+            log.warning("gateway metrics not written", path=str(path), error=str(exc))
+            return last
+        return text
+
+    # -- the main thread ---------------------------------------------------------------
+
+    def serve_until_stopped(self) -> None:
+        """Signals are blocked in every thread (``main`` did it first): wait for them here."""
+        while True:
+            sig = signal.sigwait({*STOP_SIGNALS, signal.SIGHUP})
+            if sig == signal.SIGHUP:
+                self.gateway.reload()
+                continue
+            break
+        log.info("gateway stopping", reason=self._why, grace=self.settings.drain_grace)
+        if self.control is not None:
+            self.control.close()
+        self.gateway.stop_accepting()
+        self.gateway.stop()
+        registry.unregister(self.state_dir, self.nonce)
+        self._wake.close()
+        log.info("gateway stopped", pid=os.getpid())
+
+
+def _say(fd: int | None, text: str) -> None:
+    """Tell the starter how it went (``ready`` or the error); it may be gone (SIGKILLed)."""
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        os.write(fd, text.encode()[:4000] + b"\n")
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m controller.gateway")
+    parser.add_argument("--settings", required=True, help="the gateway's settings as JSON")
+    parser.add_argument("--nonce", required=True)
+    args = parser.parse_args(argv)
+    import json
+
+    settings = settings_from_json(json.loads(args.settings))
+    logsetup.configure(settings.verbosity)
+    ready = os.environ.pop(registry.READY_FD, None)
+    ready_fd = int(ready) if ready and ready.isdigit() else None
+    # Before any thread starts (they inherit the mask): signals wait for sigwait().
+    signal.pthread_sigmask(signal.SIG_BLOCK, {*STOP_SIGNALS, signal.SIGHUP})
+    try:
+        # The key file and the TLS pair are read here: a bad one is an error, not a trace.
+        proc = GatewayProcess(settings, args.nonce)
+        proc.open()
+    except (ConfigError, OSError) as exc:
+        where = f"{settings.host}:{settings.port}"
+        message = str(exc) if isinstance(exc, ConfigError) else f"--listen {where}: {exc}"
+        log.error("gateway did not start", error=message)
+        _say(ready_fd, f"error: {message}")
+        return 1
+    _say(ready_fd, "ready")
+    proc.serve_until_stopped()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

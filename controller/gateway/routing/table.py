@@ -1,0 +1,277 @@
+"""The routing table: model name -> its pool -> the Ready engine a request goes to.
+
+A routable name's pool is every instance (each replica, ``web``, ``web@1``...) of every
+deployment that serves the name: a ``spec.model`` shared by several deployments is
+balanced over all of them, while each ``metadata.name`` reaches its own deployment's
+instances only. ``target`` picks one: least requests in flight, ties broken by two
+random choices (balance.py); with ``affinity: session`` a session key's instance
+(affinity.py). Records give each engine's host and port, so routing works on any
+backend. The daemon hands every pass's records over (``update``, on the gateway's
+loop); requests waiting for a pool wake on each update.
+
+RollingUpdate: while ``<instance>@next`` exists, it takes its instance's place in the
+pool once it is Ready.
+The daemon's executor calls ``retire`` (through the gateway) before it stops an old
+instance: from then on nothing new goes to that instance, and ``retire`` returns when
+its in-flight requests have ended (or its grace period ran out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from controller.core.manifest.names import base_name, instance_of, is_next, next_name, replica_of
+from controller.core.state import Phase, Record
+from controller.gateway.routing import balance
+from controller.gateway.routing.affinity import Sessions
+from controller.gateway.routing.health import Health
+from controller.host.probes import connect_host
+
+DRAIN_POLL = 0.01  # seconds between looks at a retiring instance's in-flight count
+# Seconds a fresh gateway waits for the daemon's first pass (no record of ours yet) before
+# routing by what the records say: the first pass says what exists (no 404 before it).
+FIRST_PASS_WAIT = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    deployment: str
+    host: str
+    port: int
+    nonce: str | None
+    instance: str = ""  # the instance it serves as (``web@1``; a ``@next``: the one it replaces)
+
+
+class Table:
+    def __init__(self, rng: random.Random | None = None, health: Health | None = None) -> None:
+        self.pools: dict[str, tuple[str, ...]] = {}  # routable name -> its deployments
+        self.instances: dict[str, tuple[str, ...]] = {}  # deployment -> its instances
+        self.records: dict[str, Record] = {}
+        self._changed = asyncio.Event()
+        self._down: set[str | None] = set()  # nonces of engines that refused us
+        self.loaded = asyncio.Event()  # set by the first pass's records
+        self.inflight: Counter[str | None] = Counter()  # engine nonce -> requests in flight
+        self.served: Counter[str | None] = Counter()  # engine nonce -> requests sent so far
+        self._retired: set[str | None] = set()  # nonces of instances being stopped
+        self._probed: set[str | None] = set()  # Starting nonces our own probe saw ready
+        self._sessions: defaultdict[str, Sessions] = defaultdict(Sessions)  # per pool
+        self._rng = rng or random.Random()
+        self.health = health or Health()  # passive health: engines failing in a row
+        # Reads the records now if they changed (the gateway process's look); None where
+        # the records are pushed (``update``: a test's gateway in process).
+        self.catch_up: Callable[[], Awaitable[None]] | None = None
+
+    async def known(self, name: str) -> bool:
+        """Is ``name`` routable? One the table lacks is looked for once more in the
+        records as they are now (``catch_up``): a deployment written since the last look,
+        which ``status`` may already show, is not answered 404."""
+        if name not in self.pools and self.catch_up is not None:
+            await self.catch_up()
+        return name in self.pools
+
+    async def first_pass(self, timeout: float) -> None:
+        """Before the first pass there is nothing to route by: wait for it (bounded)."""
+        if not self.loaded.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.loaded.wait(), timeout)
+
+    def mark_down(self, target: Target) -> None:
+        """Route nothing more to that engine until the next pass says otherwise."""
+        self._down.add(target.nonce)
+
+    def update(self, records: Iterable[Record]) -> None:
+        self.records = {r.name: r for r in records}
+        pools: defaultdict[str, set[str]] = defaultdict(set)
+        instances: defaultdict[str, set[str]] = defaultdict(set)
+        for rec in self.records.values():
+            deployment = base_name(rec.name)
+            instances[deployment].add(instance_of(rec.name))
+            if is_next(rec.name) and instance_of(rec.name) in self.records:
+                # A rolling update's new instance: routed as the one it replaces. Alone
+                # (a restarted daemon finished the old one's stop before the promotion),
+                # it is that instance already: its names route to it.
+                continue
+            for name in rec.models:
+                pools[name].add(deployment)
+        self.pools = {name: tuple(sorted(found)) for name, found in sorted(pools.items())}
+        self.instances = {d: tuple(sorted(found, key=replica_of)) for d, found in instances.items()}
+        live = {r.nonce for r in self.records.values()}
+        self._down.clear()
+        self._retired &= live  # an instance still on record stays retired until it is gone
+        # A probe vouches for a Starting engine until the daemon has its say: once its
+        # record is in another phase it is dropped, so an engine that goes back to
+        # Starting (Ray restarting its actor on a lost node, same nonce, old address) is
+        # not routed to on the strength of a probe from before it was Ready.
+        self._probed &= {r.nonce for r in self.records.values() if r.phase is Phase.STARTING}
+        self.health.forget(live)
+        for gone in [n for n in self.served if n not in live]:
+            del self.served[gone]  # only the tie-break reads it: a gone engine's is moot
+        self.loaded.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def probed_ready(self, nonce: str | None) -> None:
+        """The gateway's own probe passed for a Starting engine: route to it already."""
+        if nonce is not None:
+            self._probed.add(nonce)
+            self._wake()
+
+    def request_began(self, nonce: str | None) -> None:
+        """A request went to engine ``nonce``: in flight (least requests, retire's wait)
+        and served (the balancer's tie-break)."""
+        self.inflight[nonce] += 1
+        self.served[nonce] += 1
+
+    def request_ended(self, nonce: str | None) -> None:
+        """A request to ``nonce`` ended, however (answered, failed, cancelled)."""
+        self.inflight[nonce] -= 1
+        if self.inflight[nonce] <= 0:
+            del self.inflight[nonce]  # an idle engine leaves no entry behind
+
+    async def retire(self, old: Record, new: Record | None, timeout: float) -> None:
+        """Send nothing more to ``old`` (to ``new`` instead, if given); wait out its requests."""
+        if new is not None:
+            self.records[new.name] = new
+        self._retired.add(old.nonce)
+        self._wake()
+        end = time.monotonic() + timeout
+        while self.inflight[old.nonce] > 0 and time.monotonic() < end:
+            await asyncio.sleep(DRAIN_POLL)
+
+    def label(self, name: str) -> str:
+        """What limits and metrics count a pool's requests under: its deployment when it
+        has one, else the model name itself."""
+        pool = self.pools.get(name, ())
+        return pool[0] if len(pool) == 1 else name
+
+    def on_demand(self, name: str) -> tuple[str, ...]:
+        """The deployments of pool ``name`` a request wakes: OnDemand ones, and autoscaled
+        ones scaled to zero (a request for the pool wants them all)."""
+        return tuple(d for d in self.pools.get(name, ()) if _wakes(self._first(d)))
+
+    def target(
+        self, name: str, avoid: str | None = "-", session: str | None = None
+    ) -> Target | None:
+        """Where a request for pool ``name`` goes now, never to the engine whose nonce is
+        ``avoid`` (it just dropped a request): ``session``'s instance under affinity,
+        else the least loaded."""
+        found = self.candidates(name, avoid)
+        if not found:
+            return None
+        if session is not None and self._affine(name):
+            by_instance = {t.instance: t for t in found}
+            return by_instance[self._sessions[name].place(session, by_instance)]
+        return balance.pick(found, self.inflight, self.served, self._rng)
+
+    def candidates(
+        self, name: str, avoid: str | None = "-", *, healthy: bool = True
+    ) -> list[Target]:
+        """Every instance of pool ``name`` that may take a request now: a Ready ``@next``
+        in its instance's place, else the instance itself (``healthy``: not ejected)."""
+        out: list[Target] = []
+        for deployment in self.pools.get(name, ()):
+            for instance in self.instances.get(deployment, ()):
+                for rec in (self.records.get(next_name(instance)), self.records.get(instance)):
+                    found = self._target(instance, rec)
+                    if found is not None and found.nonce != avoid:
+                        if not healthy or self.health.admits(found.nonce):
+                            out.append(found)
+                        break
+        return out
+
+    def ejected(self, name: str) -> float | None:
+        """Seconds until the next trial when every routable instance of pool ``name`` is
+        ejected (health.py); None when one is not (or none is routable at all)."""
+        return self.health.ejected(t.nonce for t in self.candidates(name, healthy=False))
+
+    def starting(self, name: str) -> list[Record]:
+        """The records of pool ``name`` whose engines are starting (what the gateway may
+        probe)."""
+        return [
+            rec
+            for deployment in self.pools.get(name, ())
+            for instance in self.instances.get(deployment, ())
+            for rec in (self.records.get(instance), self.records.get(next_name(instance)))
+            if rec is not None and rec.phase is Phase.STARTING and rec.port is not None
+        ]
+
+    def _target(self, instance: str, rec: Record | None) -> Target | None:
+        if rec is None or rec.port is None or rec.nonce in self._retired:
+            return None
+        probed = rec.phase is Phase.STARTING and rec.nonce in self._probed
+        if rec.phase is not Phase.READY and not probed:
+            return None
+        if rec.nonce in self._down:
+            return None
+        return Target(base_name(rec.name), connect_host(rec.host), rec.port, rec.nonce, instance)
+
+    def _first(self, deployment: str) -> Record:
+        """Replica 0's record (the deployment's facts are the same on every replica)."""
+        instances = self.instances.get(deployment, ())
+        rec = self.records.get(instances[0]) if instances else None
+        return rec or Record(name=deployment, owner="", node="")
+
+    def _affine(self, name: str) -> bool:
+        return any(self._first(d).affinity == "session" for d in self.pools.get(name, ()))
+
+    def deadline(self, name: str) -> float:
+        """How long a request may wait for pool ``name`` to have a Ready instance: the
+        longest readiness deadline of its records, the very ones the daemon fails engines
+        at (0: no valid spec, nothing will start it)."""
+        return max(
+            (
+                rec.ready_deadline_seconds or 0.0
+                for deployment in self.pools.get(name, ())
+                for instance in self.instances.get(deployment, ())
+                if (rec := self.records.get(instance)) is not None
+            ),
+            default=0.0,
+        )
+
+    def phases(self, name: str) -> str:
+        """The phases of pool ``name``'s instances, for a 503's message."""
+        found = [
+            rec.phase.value
+            for deployment in self.pools.get(name, ())
+            for instance in self.instances.get(deployment, ())
+            if (rec := self.records.get(instance)) is not None
+        ]
+        return ", ".join(sorted(set(found))) or "gone"
+
+    async def wait_target(
+        self,
+        name: str,
+        timeout: float,
+        on_wait: Callable[[], None] = lambda: None,
+        session: str | None = None,
+    ) -> Target | None:
+        """A Ready engine of pool ``name``, waiting up to ``timeout`` for one.
+
+        ``on_wait`` runs before each wait (the gateway starts its own probes there).
+        """
+        end = time.monotonic() + timeout
+        while True:
+            found = self.target(name, session=session)
+            left = end - time.monotonic()
+            if found is not None or left <= 0 or name not in self.pools:
+                return found
+            if self.ejected(name) is not None:
+                return None  # every instance is ejected: the 503 says when to retry
+            on_wait()
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except TimeoutError:
+                return self.target(name, session=session)
+
+
+def _wakes(first: Record) -> bool:
+    return first.on_demand or (first.scale_to_zero and first.phase is Phase.IDLE)

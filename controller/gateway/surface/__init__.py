@@ -1,0 +1,1 @@
+"""The gateway's HTTP surface: routes, client connections, forwarding, request bodies."""

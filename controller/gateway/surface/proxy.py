@@ -1,0 +1,229 @@
+"""Forwarding: the request as it came (method, normalised path, query, headers, plain
+body; none on GET or HEAD), the answer streamed back chunk by chunk as the engine sends
+it (a small answer with a Content-Length, which the engine sends whole anyway, in one
+write). A client that
+goes away cancels the handler, which closes the upstream connection: the engine stops
+generating.
+
+An engine that fails mid-way: before any byte of its answer, :class:`UpstreamFailed`
+(the caller answers 502, or retries elsewhere when ``retry`` says it may); once the
+answer has begun reaching the client, a server-sent stream ends with an error event
+the client can read, any other answer is cut off (an incomplete body, never a
+complete-looking one).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from controller.gateway.accounting.usage import Meter, StreamUsage, from_json
+from controller.gateway.routing.table import Target
+from controller.gateway.surface.aiohttp_internals import close_connection
+from controller.gateway.surface.answers import body as error_body
+from controller.gateway.surface.upload import TooLarge, Upload
+from controller.logsetup import get_logger
+
+log = get_logger("reconcile")
+
+# RFC 9110 §7.6.1 hop-by-hop fields, plus what aiohttp sets for the new connection.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+WHOLE_MAX = 256 * 1024  # bytes: a sized answer up to this is passed on in one write
+TAIL_MAX = 64 * 1024  # bytes of a long JSON answer's end kept to read its usage
+KEY_HEADERS = frozenset({"authorization", "x-api-key"})  # the gateway's keys stay here
+DECODED = frozenset({"content-encoding"})  # the body goes on plain (encoding.py)
+# The gateway answered a client's `Expect: 100-continue` itself: the engine gets the body.
+ANSWERED = frozenset({"expect"})
+# Methods whose body is never sent on (it routed the request: its `model`). An engine on
+# http.server does not read a GET's body: left on the kept-alive connection, it was parsed
+# as the next request, and another client's POST got a 400.
+BODILESS = frozenset({"GET", "HEAD"})
+
+
+class UpstreamDown(Exception):
+    """The engine was not reached (refused, unreachable, or the connect timed out): nothing
+    was sent, so the request may go to another instance."""
+
+
+class UpstreamFailed(Exception):
+    """The engine's connection failed before the client got a byte of the answer.
+
+    ``retry``: it closed or reset the connection before sending any byte of its
+    answer, so the request may go to another instance; not once its answer had begun.
+    """
+
+    def __init__(self, message: str, *, retry: bool) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+def _headers(
+    headers: CIMultiDictProxy[str], drop: frozenset[str] = frozenset()
+) -> CIMultiDict[str]:
+    out: CIMultiDict[str] = CIMultiDict()
+    connection = {h.strip().lower() for h in headers.get("Connection", "").split(",")}
+    for key, value in headers.items():
+        low = key.lower()
+        if low not in HOP_BY_HOP and low not in connection and low not in drop:
+            out.add(key, value)
+    return out
+
+
+async def forward(
+    session: aiohttp.ClientSession,
+    request: web.Request,
+    body: bytes | Upload,
+    target: Target,
+    path: str,
+    query: str,
+    meter: Meter,
+    *,
+    strip_keys: bool,
+) -> web.StreamResponse:
+    """``path``: the normalised path and query (paths.py), the only one sent on."""
+    # encoded=True: the path is sent as normalised, never re-normalised or re-quoted.
+    url = URL.build(
+        scheme="http",
+        host=_host(target.host),
+        port=target.port,
+        path=path,
+        query_string=query,
+        encoded=True,
+    )
+    drop = DECODED | ANSWERED | KEY_HEADERS if strip_keys else DECODED | ANSWERED
+    headers = _headers(request.headers, drop)
+    data: bytes | AsyncIterator[bytes] | None = None
+    if request.method not in BODILESS:
+        data = body if isinstance(body, bytes) else body.chunks()
+        if isinstance(body, Upload) and body.length is not None:
+            headers["Content-Length"] = str(body.length)  # a sized body, as the client sent it
+    try:
+        upstream = await session.request(
+            request.method,
+            url,
+            headers=headers,
+            data=data,
+            allow_redirects=False,
+            auto_decompress=False,
+        )
+    except TooLarge as exc:
+        raise UpstreamFailed(str(exc), retry=False) from exc
+    except aiohttp.ClientConnectorError as exc:
+        raise UpstreamDown(str(exc)) from exc
+    except aiohttp.ServerTimeoutError as exc:
+        # The gateway's only timeout is the connect's (app.py: no read or total timeout),
+        # so this one is a host that never answered the SYN (a cut link): nothing was sent.
+        # Taken for a malformed answer below, it was a 502 with the other replica Ready.
+        raise UpstreamDown(_said(exc)) from exc
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        raise UpstreamFailed(_said(exc), retry=True) from exc
+    except aiohttp.ClientError as exc:  # a malformed answer: the engine did answer
+        raise UpstreamFailed(_said(exc), retry=False) from exc
+    async with upstream:
+        length = upstream.content_length
+        if length is not None and length <= WHOLE_MAX:
+            # A sized answer (not a stream) is complete when the engine sends it: passing it
+            # on as one write (headers and body together) saves a send per request.
+            try:
+                data = await upstream.read()
+            except aiohttp.ClientError as exc:
+                raise UpstreamFailed(_said(exc), retry=False) from exc
+            meter.answered()
+            if upstream.status < 300:
+                from_json(data, meter)
+            whole = web.Response(status=upstream.status, reason=upstream.reason, body=data)
+            whole.headers.extend(_headers(upstream.headers))
+            return whole
+        return await _stream(request, upstream, target, meter)
+
+
+async def _stream(
+    request: web.Request, upstream: aiohttp.ClientResponse, target: Target, meter: Meter
+) -> web.StreamResponse:
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+    response.headers.extend(_headers(upstream.headers))
+    kind = upstream.headers.get("Content-Type", "")
+    sse = StreamUsage(meter) if kind.startswith("text/event-stream") else None
+    json_tail = b"" if sse is None and "json" in kind and upstream.status < 300 else None
+    if upstream.content_length is not None and not (sse and meter.strip):
+        response.content_length = upstream.content_length
+    try:
+        await response.prepare(request)
+        async for chunk in _chunks(upstream):
+            out = sse.feed(chunk) if sse is not None else chunk
+            if json_tail is not None:
+                json_tail = (json_tail + chunk)[-TAIL_MAX:]
+            if out:
+                meter.answered()
+                await response.write(out)
+        if sse is not None and (rest := sse.flush()):
+            await response.write(rest)
+        if json_tail:
+            from_json(json_tail, meter)
+        await response.write_eof()
+    except _Cut as cut:
+        await _cut(request, response, upstream, target, cut.__cause__ or cut)
+    except ConnectionError:  # the client hung up (often right after `data: [DONE]`)
+        log.info("client went away mid-answer", deployment=target.deployment)
+    return response
+
+
+class _Cut(Exception):
+    """The engine's side of a stream failed (not the client's)."""
+
+
+async def _chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in upstream.content.iter_any():
+            yield chunk
+    except aiohttp.ClientError as exc:
+        raise _Cut from exc
+
+
+async def _cut(
+    request: web.Request,
+    response: web.StreamResponse,
+    upstream: aiohttp.ClientResponse,
+    target: Target,
+    exc: BaseException,
+) -> None:
+    """The engine failed mid-answer: an SSE stream's last event says so; other answers
+    are cut off (the client sees an incomplete body, not a complete-looking one)."""
+    log.info("engine connection lost mid-answer", deployment=target.deployment, error=_said(exc))
+    sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
+    try:
+        if sse and response.prepared:
+            why = f"the engine of {target.deployment!r} closed the connection mid-stream"
+            event = json.dumps(error_body(502, why, "upstream_error"))
+            await response.write(f"data: {event}\n\n".encode())
+            await response.write_eof()
+            return
+    except ConnectionError:
+        return
+    close_connection(request)
+
+
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,465 @@
+"""The command's contract: exit codes, output shapes, options anywhere, usage errors.
+
+Every call runs the real CLI in a subprocess (the ``reconcile`` fixture); none may
+print a traceback (the fixture checks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.core.manifest.quantity import format_age
+from controller.core.state import Record
+from controller.gateway.lifecycle import registry
+from controller.host.procs import identity
+
+STATUS_FIELDS = {"name", "phase", "pid", "port", "devices", "restarts", "ready", "spec_valid",
+                 "message"}  # fmt: skip
+
+
+# -- --once ------------------------------------------------------------------------------
+
+
+def test_once_exit_0_when_all_valid_and_placed(reconcile: Any) -> None:
+    reconcile.write("web")
+    result = reconcile.once()
+    assert result.code == 0
+    assert reconcile.status()["web"]["phase"] in ("Starting", "Ready")
+    reconcile.down()
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["invalid-manifest", "pending-no-capacity", "failed-never"],
+)
+def test_once_exit_1(reconcile: Any, why: str) -> None:
+    reconcile.write("good")
+    if why == "invalid-manifest":
+        reconcile.write_text("bad.yaml", "apiVersion: reconcile/v1\nkind: Deployment\nspec: [")
+    elif why == "pending-no-capacity":
+        reconcile.write("big", devices={"count": 5})
+    else:
+        reconcile.write("job", command=["/bin/false"], readiness=None, restartPolicy="Never")
+    result = reconcile.once(check=None)
+    if why == "failed-never" and result.code == 0:  # it may exit after the pass: look again
+        reconcile.wait_for(lambda: not reconcile.pids("job"), what="the job to exit")
+        result = reconcile.once(check=None)
+    assert result.code == 1, str(result)
+    assert reconcile.status()["good"]["phase"] in ("Starting", "Ready")  # the rest ran
+    reconcile.down()
+
+
+def test_wait_brings_up_what_it_can_beside_a_broken_manifest_then_names_it(
+    reconcile: Any,
+) -> None:
+    # A new user's first try: one good engine that takes a moment to load, one typo'd file.
+    # --wait must not give up while the good one is still Starting: it waits it out to
+    # Ready, then exits 1 naming the broken file (not by running out of time).
+    rc = reconcile
+    rc.write("web", command=rc.demo_command(load_seconds="1.5"))
+    rc.write_text("broken.yaml", "apiVersion: reconcile/v1\nkind: Deployment\nspec: [")
+    result = rc("--once", "--wait", "--timeout", "60s", check=1)
+    assert "broken.yaml" in result.err, str(result)
+    assert "timed out" not in result.err, str(result)
+    web = rc.status("web", cli=True)["web"]
+    assert web["phase"] == "Ready" and web["ready"] is True, web
+    (rc.manifests / "broken.yaml").unlink()
+    rc.down()
+
+
+def test_wait_counts_an_idle_on_demand_deployment_as_settled(reconcile: Any) -> None:
+    # Idle until a request is where an OnDemand deployment belongs: beside a broken file
+    # the wait ends at once naming the file, not when --timeout runs out.
+    rc = reconcile
+    rc.write("lazy", activation="OnDemand")
+    rc.write_text("broken.yaml", "apiVersion: reconcile/v1\nkind: Deployment\nspec: [")
+    result = rc("--once", "--wait", "--timeout", "45s", check=1)
+    assert "broken.yaml" in result.err and "timed out" not in result.err, str(result)
+    assert rc.status("lazy", cli=True)["lazy"]["phase"] == "Idle"
+    (rc.manifests / "broken.yaml").unlink()
+    rc.down()
+
+
+def test_once_is_ready_in_the_same_pass_when_the_engine_is_quick(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile.converge()
+    assert reconcile.status()["web"]["ready"] is True
+    reconcile.down()
+
+
+# -- plan ----------------------------------------------------------------------------------
+
+
+def test_plan_exit_codes_2_then_0_and_changes_nothing(reconcile: Any) -> None:
+    reconcile.write("web")
+    pending = reconcile("plan", check=2)
+    assert "web" in pending.out and "start" in pending.out
+    assert not (reconcile.state / "instances").exists() or reconcile.status() == {}
+    assert reconcile.pids() == set()
+
+    as_json = reconcile("plan", "-o", "json", check=2).json()
+    (change,) = as_json["changes"]
+    assert change["name"] == "web" and change["action"] == "start"
+    assert change["change"] == "create" and "new deployment" in change["reason"]
+    assert as_json["errors"] == []
+
+    reconcile.converge()
+    in_sync = reconcile("plan", check=0)
+    assert "in sync" in in_sync.out.lower()
+    reconcile.down()
+
+
+def test_plan_exit_1_on_invalid_input(reconcile: Any) -> None:
+    reconcile.write_text("bad.yaml", "apiVersion: reconcile/v1\nkind: Deployment\nspec: [")
+    result = reconcile("plan", check=1)
+    assert f"{reconcile.manifests / 'bad.yaml'}:4: invalid YAML" in result.err + result.out
+
+
+def test_dry_run_is_plan(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile("--dry-run", check=2)
+    assert reconcile.pids() == set()
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+def test_status_json_fields(reconcile: Any) -> None:
+    reconcile.write("web", devices={"count": 1})
+    reconcile.converge()
+    (item,) = reconcile("status", "-o", "json", check=0).json()
+    assert set(item) >= STATUS_FIELDS
+    assert item["name"] == "web" and item["phase"] == "Ready" and item["ready"] is True
+    assert isinstance(item["pid"], int) and item["pid"] in reconcile.pids("web")
+    assert isinstance(item["port"], int) and item["devices"] == ["nvidia:0"]
+    assert item["restarts"] == 0 and item["spec_valid"] is True and item["message"] == ""
+    assert reconcile("get", "web", "-o", "json", check=0).json() == [item]  # alias, by name
+    yaml_out = reconcile("status", "-o", "yaml", check=0).out
+    assert "name: web" in yaml_out
+    table = reconcile("status", check=0).out
+    assert table.splitlines()[0].split()[:2] == ["NAME", "ENGINE"] and "web" in table
+    reconcile.down()
+
+
+def test_status_needs_no_manifests(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile.converge()
+    (item,) = reconcile(
+        "status", "-o", "json", "-f", str(reconcile.tmp / "nowhere"), check=0
+    ).json()
+    assert item["name"] == "web"
+    reconcile.down()
+
+
+def test_status_of_an_unknown_name(reconcile: Any) -> None:
+    result = reconcile("status", "nope", check=1)
+    assert "no deployment named 'nope'" in result.err
+
+
+def test_a_mistyped_name_gets_a_did_you_mean_on_every_verb(reconcile: Any) -> None:
+    """Only `restart` offered one (issue 34, item 23); `logs web wbe` showed web and said
+    nothing of wbe. A name with no near one lists the names there are."""
+    reconcile.write("web")
+    reconcile.once()
+    for verb in (["status"], ["describe"], ["events"], ["logs"], ["logs", "web"]):
+        err = reconcile(*verb, "wbe", check=1).err
+        assert "no deployment named 'wbe'" in err and "did you mean 'web'?" in err, (verb, err)
+    far = reconcile("status", "zzzzz", check=1).err
+    assert "no deployment named 'zzzzz'" in far and "(known: web)" in far, far
+    reconcile.down()
+
+
+def test_status_of_nothing(reconcile: Any) -> None:
+    assert reconcile("status", "-o", "json", check=0).json() == []
+
+
+# -- validate, schema, down ----------------------------------------------------------------
+
+
+def test_validate(reconcile: Any) -> None:
+    reconcile.write("web")
+    assert "1 deployment(s) in 1 file(s): valid" in reconcile("validate", check=0).out
+    reconcile.write_text("bad.yaml", reconcile.dump_yaml(reconcile.deployment("x", replica=2)))
+    result = reconcile("validate", check=1)
+    assert f"{reconcile.manifests / 'bad.yaml'}:" in result.err
+    assert "spec.replica: unknown field" in result.err
+    assert reconcile.pids() == set() and not (reconcile.state / "instances").exists()
+
+
+def test_schema_is_json_schema(reconcile: Any) -> None:
+    schema = reconcile("schema", check=0).json()
+    assert schema["title"] == "reconcile Deployment"
+    assert "spec" in schema["properties"]
+
+
+def test_down_stops_everything_of_this_set(reconcile: Any) -> None:
+    reconcile.write("a")
+    reconcile.write("b", devices={"count": 1})
+    reconcile.converge()
+    pids = reconcile.pids()
+    assert len(pids) == 2
+    result = reconcile.down()
+    lines = sorted(line for line in result.out.splitlines() if line)
+    assert lines == ["stopped a", "stopped b"], "stdout is for results; logs go to stderr"
+    for pid in pids:
+        assert not reconcile.alive(pid)
+    assert reconcile.status() == {}
+    assert reconcile.down().out.strip() == ""  # again: nothing to do, still exit 0
+
+
+# -- records the CLI cannot use -------------------------------------------------------------
+
+
+def test_a_corrupt_record_is_quarantined_with_a_reason(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile.store()
+    reconcile.record_path("web").write_text('{"version": 1, "name": "web", "ow')
+    result = reconcile.once(check=1)  # cron hears about it
+    assert "record moved to" in result.err and "not valid JSON" in result.err
+    quarantined = list((reconcile.state / "quarantine").iterdir())
+    reason = next(p for p in quarantined if p.name.endswith(".reason"))
+    assert "not valid JSON" in reason.read_text()
+    assert reconcile.status()["web"]["phase"] in ("Starting", "Ready")  # a fresh record
+    reconcile.down()
+
+
+def test_an_unknown_record_version_says_how_to_recover(reconcile: Any) -> None:
+    reconcile.devices = "nvidia:0,nvidia:1"
+    reconcile.store()
+    future = {"version": 7, "name": "old", "devices": ["nvidia:0"], "port": reconcile.port,
+              "nonce": "n-old"}  # fmt: skip
+    reconcile.record_path("old").write_text(json.dumps(future))
+    its_engine = reconcile.spawn(  # the engine that newer reconcile runs: not ours to reap
+        [sys.executable, "-c", "import time; time.sleep(300)"],
+        env={**reconcile.env, "RECONCILE_INSTANCE": f"{reconcile.node}/old/n-old",
+             "RECONCILE_STATE": str(reconcile.state.resolve())},
+    )  # fmt: skip
+    reconcile.wait_for(lambda: reconcile.pids("old"), what="the newer engine's marker")
+    reconcile.write("web", devices={"count": 1})
+    result = reconcile.once(check=1)
+    hint = "understands versions 1, 2, 3. Run the reconcile that wrote it, or stop its engine"
+    assert "has version 7" in result.err and hint in result.err
+    web = reconcile.status()["web"]
+    assert web["devices"] == ["nvidia:1"]  # what the unreadable record holds stays held
+    assert web["port"] != reconcile.port
+    assert json.loads(reconcile.record_path("old").read_text()) == future  # never reset
+    assert "has version 7" in reconcile("status", check=0).err
+    assert reconcile("plan", check=1).code == 1
+    reconcile.down()
+    assert its_engine.poll() is None  # neither a pass nor down touched it
+    its_engine.kill()
+    its_engine.wait()
+    reconcile.record_path("old").unlink()
+
+
+def test_a_spec_the_recipe_refuses_at_placement_is_pending_not_a_crash(reconcile: Any) -> None:
+    """TGI's socket path depends on the state dir: only the pass can see it is too long."""
+    reconcile.state = reconcile.tmp / ("s" * 100)
+    reconcile.write("tgi", engine="tgi", model="m", command=None, readiness=None)
+    reconcile.write("web", basePort=reconcile.port + 5)
+    result = reconcile.once(check=1)
+    status = reconcile.status()
+    assert (
+        status["tgi"]["phase"] == "Pending"
+        and "use a shorter --state-dir" in (status["tgi"]["message"])
+    )
+    assert status["tgi"]["port"] is None and status["tgi"]["devices"] == []
+    assert status["web"]["phase"] in ("Starting", "Ready")  # the rest of the pass went on
+    assert "tgi: Pending: TGI's shard socket path" in result.err
+    reconcile.down()
+
+
+# -- arguments ------------------------------------------------------------------------------
+
+
+def test_options_before_or_after_the_verb(reconcile: Any) -> None:
+    reconcile.write("web")
+    reconcile.once()
+    reconcile.wait_for(lambda: reconcile.status()["web"]["pid"], what="the engine")
+    common = ["--state-dir", str(reconcile.state), "--node", reconcile.node,
+              "--devices", reconcile.devices, "-f", str(reconcile.manifests)]  # fmt: skip
+    after = reconcile("status", "-o", "json", *common, common=False, check=0).json()
+    before = reconcile(*common, "-o", "json", "status", common=False, check=0).json()
+    mixed = reconcile(*common[:2], "status", *common[2:], "-o", "json", common=False, check=0)
+    assert after == before == mixed.json() and after[0]["name"] == "web"
+    for args in (["plan", *common], [*common, "plan"]):  # its answer may change: not compared
+        assert reconcile(*args, "-o", "json", common=False).code in (0, 2)
+    reconcile.down()
+
+
+def test_environment_configures_the_node(reconcile: Any) -> None:
+    reconcile.write("web")
+    env = {
+        "RECONCILE_STATE_DIR": str(reconcile.state),
+        "RECONCILE_NODE": reconcile.node,
+        "RECONCILE_DEVICES": reconcile.devices,
+        "RECONCILE_MANIFESTS": str(reconcile.manifests),
+    }
+    reconcile("--once", common=False, env=env, check=0)
+    assert reconcile.status()["web"]["node"] == reconcile.node
+    reconcile.down()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["frobnicate"],
+        ["--no-such-option"],
+        ["status", "a", "b"],
+        ["describe"],
+        ["logs", "--tail", "many"],  # `logs` alone is every deployment's (issue 25)
+        ["--wait"],
+        ["status", "-o", "xml"],
+        ["--once", "--resync", "5x"],
+        ["--once", "--wait", "--timeout", "forever"],
+        ["drain", "--ttl", "soon"],
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_usage_errors_exit_64(reconcile: Any, args: list[str]) -> None:
+    result = reconcile(*args, check=64)
+    assert result.err.strip()
+
+
+def test_a_bad_duration_is_not_a_traceback(reconcile: Any) -> None:
+    result = reconcile("--once", "--lock-timeout", "soon", check=64)
+    assert "--lock-timeout" in result.err and "soon" in result.err
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        (["--once", "--max-instances", "x=y"], {}, "--max-instances"),
+        (["status", "--max-instances", "nvidia=-1"], {}, "--max-instances"),
+        (["status"], {"RECONCILE_MAX_INSTANCES": "x=y"}, "RECONCILE_MAX_INSTANCES"),
+        (["status", "--node", "a/b"], {}, "--node"),
+        (["status"], {"RECONCILE_NODE": "a/b"}, "RECONCILE_NODE"),
+        (["logs", "--tail", "-5"], {}, "--tail"),
+    ],
+    ids=["max-instances", "max-instances-verb", "max-instances-env", "node", "node-env", "tail"],
+)
+def test_a_bad_flag_or_its_variable_is_a_usage_error(
+    reconcile: Any, args: list[str], env: dict[str, str], named: str
+) -> None:
+    """`--max-instances x=y` exited 1, where README says 64 is always a usage error (issue 34,
+    item 18): each is checked by the parser, as is the variable that stands in for it."""
+    state = ["--state-dir", str(reconcile.state), "-f", str(reconcile.manifests)]
+    result = reconcile(*args, *state, common=False, env=env, check=64)
+    assert named in result.err and len(result.err.strip().splitlines()) == 1, result.err
+
+
+def test_record_model_has_the_documented_fields() -> None:
+    documented = {"version", "name", "owner", "source", "spec_hash", "node", "engine", "nonce",
+                  "ref", "reserved_by", "port", "devices", "phase", "reserved_at", "started_at",
+                  "ready_deadline_at", "ready_at", "restarts", "backoff_until", "last_exit",
+                  "message"}  # fmt: skip
+    assert documented <= {f.name for f in dataclasses.fields(Record)}
+
+
+def test_every_verb_has_a_handler_and_every_handler_a_verb() -> None:
+    import argparse
+
+    from controller.cli.main import build_parser
+    from controller.cli.verbs import VERBS, handler
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) | {"run"} == set(VERBS)
+    assert all(callable(handler(verb)) for verb in VERBS)
+
+
+def test_the_ray_backend_without_ray_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A machine without the `ray` extra gets the next move, not an ImportError."""
+    import importlib.util
+
+    from controller.cli.main import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
+    argv = ["--once", "--backend", "ray", "--ray-address", "127.0.0.1:1", "-f", str(tmp_path)]
+    code = main([*argv, "--state-dir", str(tmp_path / "s"), "-q"])
+    err = capsys.readouterr().err
+    assert code == 1 and "pip install 'reconcile-engines[ray]'" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err  # one line
+    assert not (tmp_path / "s" / "instances").exists() or not any(
+        (tmp_path / "s" / "instances").glob("*.json")
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (("--once", "--wait", "--timeout", "0"), "--timeout"),
+        (("--once", "--wait", "--timeout", "-5"), "--timeout"),
+        (("--resync", "0s"), "--resync"),
+        (("drain", "--ttl", "0"), "--ttl"),
+        (("--once", "--lock-timeout", "-1"), "--lock-timeout"),
+    ],
+    ids=["timeout-0", "timeout-negative", "resync-0", "ttl-0", "lock-negative"],
+)
+def test_durations_that_cannot_mean_anything_are_usage_errors(
+    reconcile: Any, flags: tuple[str, ...], named: str
+) -> None:
+    """Parsed once, by the parser: `drain --ttl 0` was accepted (a drain that ends as it
+    begins) and a zero `--timeout` waited no time at all."""
+    result = reconcile(*flags, check=64)
+    assert named in result.err and "Traceback" not in result.err, result.err
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (-3, "0s"),  # a clock step back: never a negative age
+        (59, "59s"),
+        (60, "60s"),  # seconds up to two minutes, as kubectl
+        (119, "119s"),
+        (120, "2m"),
+        (3599, "59m"),
+        (3600, "1h"),
+        (7199, "1h59m"),  # floored: not rounded up to "120m" or "2h"
+        (36000, "10h"),  # from ten hours on, whole hours
+        (86399, "23h"),
+        (2 * 86400, "2d"),
+    ],
+)
+def test_ages_read_as_kubectl_get_shows_them(seconds: float, shown: str) -> None:
+    assert format_age(seconds) == shown
+
+
+def test_gateway_status_shows_ages_as_every_other_verb(reconcile: Any) -> None:
+    """`gateway status` had its own formatter: a gateway up 1h59m showed "119m" (and at
+    7,199 s "120m") while `status` said "1h59m". The gateway here is a process the test
+    starts and registers; the verb only reads the registry."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        ref = identity(holder.pid)
+        assert ref is not None
+        registry.ensure(reconcile.state)
+        info = registry.GatewayInfo(
+            nonce="a1b2c3d4",
+            ref=ref,
+            host="127.0.0.1",
+            port=reconcile.port,
+            version="test",
+            fingerprint="test",
+            settings={},
+            started_at=time.time() - 7150,  # 1h59m10s: far from both edges
+        )
+        registry.register(reconcile.state, info)
+        result = reconcile("gateway", "status", check=0)
+        row = next(line for line in result.out.splitlines() if line.startswith(str(holder.pid)))
+        assert row.split()[3] == "1h59m", result.out
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)

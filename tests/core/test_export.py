@@ -1,0 +1,408 @@
+"""`reconcile export`'s pure conversion: every shipped example becomes objects that the
+Kubernetes OpenAPI schema accepts (strict: no unknown field), goldens pin two recipes,
+and specs with no faithful form are refused (or dropped with --lossy).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate import utils as kv_utils
+from strategies import deployment
+
+from controller.core.engines import llama_cpp, ollama, sglang, tgi, vllm
+from controller.core.kubernetes.export import Exported, ExportError, export, problems_of
+from controller.core.manifest.specs import Deployment
+from controller.store.manifests import load
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "export"
+FOLDERS = sorted(
+    {p.parent for top in ("manifests", "examples") for p in (REPO / top).rglob("*.yaml")}
+)
+# The oldest and newest Kubernetes the installed kubernetes-validate knows, read at run time.
+VERSIONS = sorted({kv_utils.all_versions()[0], kv_utils.all_versions()[-1]}, key=kv_utils.Version)
+STAND_IN_IMAGE = "registry.example/reconcile-demo:1"
+
+
+def shipped() -> list[Deployment]:
+    """Every shipped deployment; each folder is a manifest set of its own (model names may
+    repeat across examples, never within one)."""
+    out = []
+    for folder in FOLDERS:
+        loaded = load([folder])
+        assert not loaded.errors, loaded.errors
+        out += [e.deployment for _, e in sorted(loaded.entries.items())]
+    return out
+
+
+SHIPPED = shipped()
+
+
+def with_image(dep: Deployment) -> Deployment:
+    """The demos run `python3 -m controller.demo.engine`: no public image holds it."""
+    if dep.spec.image is not None or dep.spec.engine != "command":
+        return dep
+    return dep.model_copy(update={"spec": dep.spec.model_copy(update={"image": STAND_IN_IMAGE})})
+
+
+def by_kind(exported: Exported) -> dict[str, dict[str, Any]]:
+    return {obj["kind"]: obj for obj in exported.objects}
+
+
+def container(exported: Exported) -> dict[str, Any]:
+    workload = by_kind(exported).get("Deployment") or by_kind(exported)["Job"]
+    containers: list[dict[str, Any]] = workload["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def test_there_is_something_to_export() -> None:
+    engines = {d.spec.engine for d in SHIPPED}
+    assert engines == {"vllm", "llama-cpp", "sglang", "tgi", "ollama", "command"}
+    assert len(VERSIONS) == 2, VERSIONS  # an oldest and a newest, not one version twice
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("dep", SHIPPED, ids=lambda d: d.name)
+def test_every_shipped_example_exports_to_valid_kubernetes(dep: Deployment, version: str) -> None:
+    exported = export(with_image(dep), lossy=True, namespace="inference")
+    assert [o["kind"] for o in exported.objects][-1] == "Service"
+    for obj in exported.objects:
+        # strict: an unknown or misspelt field fails, as `kubectl apply --validate=strict` would
+        kubernetes_validate.validate(obj, version, strict=True)
+        assert obj["metadata"]["namespace"] == "inference"
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == dep.name
+        assert labels["app.kubernetes.io/managed-by"] == "reconcile"
+        assert dep.metadata.labels.items() <= labels.items()
+
+
+def test_the_validator_catches_a_broken_object() -> None:
+    """Guard against a validator that accepts anything: the test above would mean nothing."""
+    obj = by_kind(export(deployment("web", image=STAND_IN_IMAGE)))["Deployment"]
+    obj["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(obj, VERSIONS[-1], strict=True)
+
+
+# -- goldens ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["vllm", "llama-cpp"])
+def test_golden(name: str) -> None:
+    """Regenerate after an intended change:
+    RECONCILE_UPDATE_GOLDEN=1 pytest tests/core/test_export.py"""
+    doc = yaml.safe_load((REPO / "examples" / "engines" / f"{name}.yaml").read_text())
+    objects = export(Deployment.model_validate(doc)).objects
+    text = yaml.safe_dump_all(objects, sort_keys=False)
+    golden = GOLDEN / f"{name}.yaml"
+    if os.environ.get("RECONCILE_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+# -- the mapping, field by field --------------------------------------------------------
+
+
+def test_a_vllm_deployment_maps_its_fields() -> None:
+    dep = deployment(
+        "llama",
+        engine="vllm",
+        command=None,
+        model="org/model",
+        args=["--max-model-len", "{port}"],
+        env={"HF_HOME": "/data/hf"},
+        devices={"count": 2, "kind": "nvidia"},
+        port=9000,
+        readiness={"deadlineSeconds": 601, "periodSeconds": 0.5},
+        stopGracePeriodSeconds=12.5,
+        strategy="RollingUpdate",
+    )
+    exported = export(dep)
+    workload, service = by_kind(exported)["Deployment"], by_kind(exported)["Service"]
+    assert workload["spec"]["replicas"] == 1
+    assert workload["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert workload["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    pod = workload["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Always"
+    assert pod["terminationGracePeriodSeconds"] == 13  # whole seconds, never shorter
+    c = container(exported)
+    assert c["image"] == vllm.IMAGE
+    assert c["command"] == ["vllm"]
+    assert c["args"][:5] == ["serve", "org/model", "--host", "0.0.0.0", "--port"]
+    assert c["args"][5:] == ["9000", "--tensor-parallel-size", "2", "--max-model-len", "9000"]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["HF_HOME"] == "/data/hf" and env["PORT"] == "9000"
+    assert env["VLLM_PORT"] not in ("9000", "")
+    assert "CUDA_VISIBLE_DEVICES" not in env  # the device plugin decides in a pod
+    assert c["resources"] == {"limits": {"nvidia.com/gpu": 2}}
+    assert c["ports"] == [{"name": "http", "containerPort": 9000, "protocol": "TCP"}]
+    ready, startup = c["readinessProbe"], c["startupProbe"]
+    assert ready["httpGet"] == {"path": "/health", "port": "http"}
+    assert ready["periodSeconds"] == 1 and startup["periodSeconds"] == 1
+    assert startup["failureThreshold"] * startup["periodSeconds"] >= 601
+    assert service["spec"]["ports"][0]["port"] == 9000
+    assert service["spec"]["selector"] == workload["spec"]["selector"]["matchLabels"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "backoff"), [("OnFailure", None), ("Never", 0)], ids=["on-failure", "never"]
+)
+def test_a_run_to_completion_becomes_a_job(policy: str, backoff: int | None) -> None:
+    exported = export(deployment("batch", image=STAND_IN_IMAGE, restartPolicy=policy))
+    job = by_kind(exported)["Job"]
+    assert job["apiVersion"] == "batch/v1" and "Deployment" not in by_kind(exported)
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == policy
+    assert job["spec"].get("backoffLimit") == backoff
+    kubernetes_validate.validate(job, VERSIONS[-1], strict=True)
+
+
+def test_a_command_fills_placeholders_for_the_pod() -> None:
+    dep = deployment(
+        "files",
+        command=["python3", "-m", "http.server", "{port}", "--bind", "{host}", "{name}"],
+        image="python:3.12-slim",
+        readiness={"tcpSocket": {}, "deadlineSeconds": 30, "periodSeconds": 1},
+    )
+    c = container(export(dep))
+    assert c["command"] == ["python3"]
+    assert c["args"] == ["-m", "http.server", "8000", "--bind", "0.0.0.0", "files"]
+    assert c["image"] == "python:3.12-slim"
+    assert c["startupProbe"] == {"tcpSocket": {"port": "http"}, "periodSeconds": 1,
+                                 "failureThreshold": 30}  # fmt: skip
+    # No GPU asked for: the fence that keeps it off any GPU still holds in a pod.
+    assert {"name": "CUDA_VISIBLE_DEVICES", "value": ""} in c["env"]
+    assert "resources" not in c
+
+
+def test_without_a_probe_there_is_none() -> None:
+    c = container(export(deployment("plain", image=STAND_IN_IMAGE)))
+    assert "readinessProbe" not in c and "startupProbe" not in c
+
+
+@pytest.mark.parametrize(
+    ("engine", "image"),
+    [("vllm", vllm.IMAGE), ("sglang", sglang.IMAGE), ("tgi", tgi.IMAGE), ("ollama", ollama.IMAGE)],
+)
+def test_recipes_use_their_pinned_image_unless_the_spec_names_one(engine: str, image: str) -> None:
+    dep = deployment("m", engine=engine, command=None, model="org/m", executable="/opt/x/bin")
+    c = container(export(dep))
+    assert c["image"] == image and ":" in image and not image.endswith(":latest")
+    assert c["command"][0] != "/opt/x/bin"  # a host path means nothing in the image
+    named = deployment("m", engine=engine, command=None, model="org/m", image="acme/e:2")
+    assert container(export(named))["image"] == "acme/e:2"
+
+
+def test_llama_cpp_runs_the_images_server_and_its_cuda_build_on_a_gpu() -> None:
+    cpu = deployment("g", engine="llama-cpp", command=None, model="/m.gguf")
+    gpu = deployment("g", engine="llama-cpp", command=None, model="/m.gguf", devices={"count": 1})
+    assert container(export(cpu))["image"] == llama_cpp.IMAGE
+    assert container(export(cpu))["command"] == [llama_cpp.IMAGE_EXECUTABLE]
+    assert container(export(cpu))["args"][-2:] == ["-ngl", "0"]
+    assert container(export(gpu))["image"] == llama_cpp.IMAGE_CUDA
+    assert container(export(gpu))["args"][-2:] == ["-ngl", "999"]
+    assert container(export(gpu))["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+
+
+def test_amd_gpus_are_asked_for_by_their_resource() -> None:
+    dep = deployment("r", image="rocm/engine:1", devices={"count": 1, "kind": "amd"})
+    assert container(export(dep))["resources"] == {"limits": {"amd.com/gpu": 1}}
+
+
+def test_a_deadline_is_covered_whole() -> None:
+    dep = deployment("slow", image=STAND_IN_IMAGE,
+                     readiness={"httpGet": {"path": "/ready"}, "deadlineSeconds": 1000,
+                                "periodSeconds": 3})  # fmt: skip
+    startup = container(export(dep))["startupProbe"]
+    assert startup["httpGet"]["path"] == "/ready"
+    assert startup["failureThreshold"] == math.ceil(1000 / 3)
+
+
+# -- refusals -----------------------------------------------------------------------------
+
+
+UNFAITHFUL = {
+    "candidates": ({"count": 1, "kind": "nvidia", "candidates": ["1"]}, "spec.devices.candidates"),
+    "shareable": ({"count": 1, "kind": "nvidia", "shareable": True}, "spec.devices.shareable"),
+    "apple": ({"count": 1, "kind": "apple"}, "spec.devices.kind"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNFAITHFUL))
+def test_no_faithful_form_is_refused_unless_lossy(case: str) -> None:
+    devices, field = UNFAITHFUL[case]
+    dep = deployment("gpu", image=STAND_IN_IMAGE, devices=devices)
+    with pytest.raises(ExportError) as info:
+        export(dep)
+    (problem,) = info.value.problems
+    assert ".".join(problem.field) == field and problem.droppable
+    assert "no Kubernetes form" in problem.message
+    lossy = export(dep, lossy=True)
+    assert [".".join(p.field) for p in lossy.dropped] == [field]
+    for obj in lossy.objects:
+        kubernetes_validate.validate(obj, VERSIONS[-1], strict=True)
+    limits = container(lossy).get("resources", {}).get("limits", {})
+    assert limits == ({} if case == "apple" else {"nvidia.com/gpu": 1})
+
+
+def test_a_liveness_probe_is_exported_as_kubernetes_means_it() -> None:
+    live = {"httpGet": {"path": "/live"}, "periodSeconds": 2.5, "timeoutSeconds": 0.5}
+    probe = container(export(deployment("alive", image=STAND_IN_IMAGE, livenessProbe=live)))
+    assert probe["livenessProbe"] == {
+        "httpGet": {"path": "/live", "port": "http"},
+        "periodSeconds": 3,
+        "timeoutSeconds": 1,
+        "failureThreshold": 3,
+    }
+
+
+@pytest.mark.parametrize("where", ["readiness", "livenessProbe"])
+def test_a_completion_probe_is_refused_unless_lossy(where: str) -> None:
+    dep = deployment("asks", image=STAND_IN_IMAGE, **{where: {"completion": {}}})
+    with pytest.raises(ExportError) as info:
+        export(dep)
+    (problem,) = info.value.problems
+    assert problem.field == ("spec", where, "completion") and "cannot POST" in problem.message
+    c = container(export(dep, lossy=True))
+    assert "readinessProbe" not in c and "livenessProbe" not in c
+
+
+def test_command_without_image_is_refused_even_when_lossy() -> None:
+    dep = deployment("cmd")
+    for lossy in (False, True):
+        with pytest.raises(ExportError) as info:
+            export(dep, lossy=lossy)
+        (problem,) = info.value.problems
+        assert problem.field == ("spec", "image") and not problem.droppable
+        assert "set spec.image" in problem.message
+
+
+def test_amd_without_an_image_is_refused() -> None:
+    dep = deployment(
+        "r", engine="vllm", command=None, model="m", devices={"count": 1, "kind": "amd"}
+    )
+    assert [p.field for p in problems_of(dep.spec)] == [("spec", "image")]
+
+
+def test_a_faithful_spec_has_no_problems() -> None:
+    assert problems_of(deployment("ok", image=STAND_IN_IMAGE, devices={"count": 1}).spec) == []
+
+
+# -- replicas, autoscale, affinity, rollingUpdate (issue 21) -----------------------------
+
+SCALED = {
+    "engine": "vllm",
+    "command": None,
+    "model": "org/m",
+    "devices": {"count": 1, "kind": "nvidia"},
+    "basePort": 8000,
+    "strategy": "RollingUpdate",
+    "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1},
+}
+AUTOSCALE = {"min": 2, "max": 6, "targetInflight": 2.5, "scaleDownDelay": "10m"}
+
+
+def _valid_everywhere(exported: Exported) -> None:
+    for version in VERSIONS:
+        for obj in exported.objects:
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_replicas_and_rolling_update_land_on_the_deployment() -> None:
+    exported = export(deployment("llm", replicas=3, **SCALED))
+    _valid_everywhere(exported)
+    spec = by_kind(exported)["Deployment"]["spec"]
+    assert spec["replicas"] == 3
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1},
+    }
+    assert [o["kind"] for o in exported.objects] == ["Deployment", "Service"]
+    assert exported.notes == ()  # no autoscaler: nothing more to say
+    zero = by_kind(export(deployment("llm", replicas=0, **SCALED)))["Deployment"]
+    assert zero["spec"]["replicas"] == 0  # declared, nothing running: as here
+
+
+def test_a_replicated_job_runs_its_pods_in_parallel() -> None:
+    exported = export(deployment("batch", image=STAND_IN_IMAGE, restartPolicy="Never", replicas=3))
+    job = by_kind(exported)["Job"]["spec"]
+    assert (job["parallelism"], job["completions"]) == (3, 3)
+    _valid_everywhere(exported)
+
+
+def test_autoscale_becomes_a_horizontal_pod_autoscaler_on_inflight() -> None:
+    exported = export(deployment("llm", autoscale=AUTOSCALE, **SCALED), namespace="ml")
+    _valid_everywhere(exported)
+    kinds = [o["kind"] for o in exported.objects]
+    assert kinds == ["Deployment", "HorizontalPodAutoscaler", "Service"]
+    workload, hpa = by_kind(exported)["Deployment"], by_kind(exported)["HorizontalPodAutoscaler"]
+    assert "replicas" not in workload["spec"]  # the HPA owns the count; apply must not reset it
+    assert hpa["apiVersion"] == "autoscaling/v2" and hpa["metadata"]["namespace"] == "ml"
+    spec = hpa["spec"]
+    assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"}
+    assert (spec["minReplicas"], spec["maxReplicas"]) == (2, 6)
+    (metric,) = spec["metrics"]
+    assert metric == {
+        "type": "Pods",
+        "pods": {
+            "metric": {"name": "reconcile_gateway_inflight"},
+            "target": {"type": "AverageValue", "averageValue": "2500m"},
+        },
+    }
+    assert spec["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 600}}
+    (note,) = exported.notes
+    assert note.field == ("spec", "autoscale") and "metrics adapter" in note.message
+
+
+def test_autoscale_to_zero_is_refused_unless_lossy_which_exports_min_one() -> None:
+    dep = deployment("llm", autoscale={**AUTOSCALE, "min": 0}, **SCALED)
+    with pytest.raises(ExportError) as refused:
+        export(dep)
+    (problem,) = refused.value.problems
+    assert problem.field == ("spec", "autoscale", "min") and problem.droppable
+    assert "never scales below 1" in problem.message
+    exported = export(dep, lossy=True)
+    assert by_kind(exported)["HorizontalPodAutoscaler"]["spec"]["minReplicas"] == 1
+    assert [p.field for p in exported.dropped] == [("spec", "autoscale", "min")]
+    _valid_everywhere(exported)
+
+
+def test_a_scale_down_delay_past_an_hour_is_refused_unless_lossy() -> None:
+    dep = deployment("llm", autoscale={**AUTOSCALE, "scaleDownDelay": "2h"}, **SCALED)
+    assert [p.field[-1] for p in problems_of(dep.spec)] == ["scaleDownDelay"]
+    hpa = by_kind(export(dep, lossy=True))["HorizontalPodAutoscaler"]
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 3600
+
+
+def test_a_job_has_no_autoscaler() -> None:
+    dep = deployment("batch", image=STAND_IN_IMAGE, restartPolicy="OnFailure", autoscale=AUTOSCALE)
+    assert [p.field for p in problems_of(dep.spec)] == [("spec", "autoscale")]
+    assert [o["kind"] for o in export(dep, lossy=True).objects] == ["Job", "Service"]
+
+
+def test_session_affinity_has_no_faithful_form() -> None:
+    """Kubernetes' only Service affinity is ClientIP: behind an ingress one address for all."""
+    dep = deployment("llm", replicas=2, affinity="session", **SCALED)
+    with pytest.raises(ExportError) as refused:
+        export(dep)
+    assert [p.field for p in refused.value.problems] == [("spec", "affinity")]
+    assert "x-session-id" in refused.value.problems[0].message
+    service = by_kind(export(dep, lossy=True))["Service"]
+    assert "sessionAffinity" not in service["spec"]
+
+
+def test_golden_autoscaled() -> None:
+    """A replicated, autoscaled vLLM as the cluster gets it (regenerate as test_golden)."""
+    dep = deployment("llm", autoscale=AUTOSCALE, **SCALED)
+    text = yaml.safe_dump_all(export(dep).objects, sort_keys=False)
+    golden = GOLDEN / "autoscaled.yaml"
+    if os.environ.get("RECONCILE_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()

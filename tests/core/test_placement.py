@@ -1,0 +1,189 @@
+"""Pure placement: devices and ports from what is free, or a reason that says why not."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from strategies import deployment, inventory
+
+from controller.core.devices.placement import (
+    INTERNAL_BASE,
+    INTERNAL_BLOCK,
+    MAX_PORT,
+    Ledger,
+    Placed,
+    Unplaced,
+    ledger_for,
+    place,
+    place_devices,
+    place_ports,
+)
+from controller.core.state import Observed, Phase, Record
+
+
+def spec(**fields: Any) -> Any:
+    return deployment("web", **fields).spec
+
+
+@pytest.mark.parametrize(
+    ("holders", "shareable", "free"),
+    [
+        ([], False, True),
+        ([], True, True),
+        ([("a", False)], False, False),
+        ([("a", False)], True, False),
+        ([("a", True)], False, False),
+        ([("a", True)], True, True),
+        ([("a", True), ("b", True)], True, True),
+        ([("a", True), ("b", False)], True, False),
+    ],
+    ids=[
+        "free-exclusive",
+        "free-shareable",
+        "exclusive-on-exclusive",
+        "shareable-on-exclusive",
+        "exclusive-on-shareable",
+        "shareable-on-shareable",
+        "shareable-on-two-shareable",
+        "shareable-on-mixed",
+    ],
+)
+def test_invariant_1_stacking_only_when_all_shareable(
+    holders: list[tuple[str, bool]], shareable: bool, free: bool
+) -> None:
+    ledger = Ledger(devices={"nvidia:0": holders} if holders else {})
+    assert ledger.free_for("nvidia:0", shareable) is free
+
+
+def test_no_devices_wanted() -> None:
+    assert place_devices(spec(), inventory("nvidia:0"), Ledger()) == ()
+
+
+def test_devices_in_numeric_order() -> None:
+    inv = inventory("nvidia:10", "nvidia:2", "nvidia:1")
+    assert place_devices(spec(devices={"count": 2}), inv, Ledger()) == ("nvidia:1", "nvidia:2")
+
+
+def test_kind_any_prefers_nvidia_and_never_mixes_kinds() -> None:
+    inv = inventory("amd:0", "amd:1", "nvidia:0")
+    assert place_devices(spec(devices={"count": 1}), inv, Ledger()) == ("nvidia:0",)
+    assert place_devices(spec(devices={"count": 2}), inv, Ledger()) == ("amd:0", "amd:1")
+
+
+def test_candidates_by_id_or_key() -> None:
+    inv = inventory("nvidia:0", "nvidia:1", "amd:1")
+    by_id = spec(devices={"count": 1, "kind": "nvidia", "candidates": ["1"]})
+    by_key = spec(devices={"count": 1, "candidates": ["amd:1"]})
+    assert place_devices(by_id, inv, Ledger()) == ("nvidia:1",)
+    assert place_devices(by_key, inv, Ledger()) == ("amd:1",)
+
+
+def test_skips_held_devices() -> None:
+    ledger = Ledger()
+    ledger.take("a", ["nvidia:0"], [], False)
+    got = place_devices(spec(devices={"count": 1}), inventory("nvidia:0", "nvidia:1"), ledger)
+    assert got == ("nvidia:1",)
+
+
+def test_no_capacity_names_every_holder() -> None:
+    ledger = Ledger()
+    ledger.take("a", ["nvidia:0"], [8000], False)
+    ledger.take("b", ["nvidia:1"], [8001], True)
+    got = place(
+        spec(devices={"count": 1, "kind": "nvidia"}), inventory("nvidia:0", "nvidia:1"), ledger
+    )
+    assert got == Unplaced(
+        "no capacity: needs 1 nvidia device, 0 free — held by a [nvidia:0]; b [nvidia:1]: "
+        "remove a manifest or lower devices.count"
+    )
+
+
+def test_no_device_of_that_kind() -> None:
+    got = place(spec(devices={"count": 2, "kind": "amd"}), inventory("nvidia:0"), Ledger())
+    assert isinstance(got, Unplaced)
+    assert got.reason.startswith("needs 2 amd devices, the node has none")
+
+
+def test_exact_port() -> None:
+    assert place_ports(spec(port=9000), 0, Ledger()) == (9000,)
+
+
+@pytest.mark.parametrize(
+    ("ledger", "why"),
+    [
+        (Ledger(ports={9000: "a"}), "port 9000 is held by deployment a"),
+        (Ledger(listening=frozenset({9000})), "port 9000 is in use by another process"),
+    ],
+    ids=["held-by-deployment", "foreign-listener"],
+)
+def test_exact_port_taken(ledger: Ledger, why: str) -> None:
+    got = place_ports(spec(port=9000), 0, ledger)
+    assert isinstance(got, Unplaced) and got.reason.startswith(why)
+    assert "free it or choose another port" in got.reason
+
+
+def test_base_port_scans_upward() -> None:
+    ledger = Ledger(ports={9000: "a"}, listening=frozenset({9001}))
+    assert place_ports(spec(basePort=9000), 0, ledger) == (9002,)
+
+
+def test_default_base_port_is_8000() -> None:
+    assert place_ports(spec(), 0, Ledger()) == (8000,)
+
+
+def test_extra_ports_are_aligned_blocks_away_from_api_ports() -> None:
+    # Internal ports come from their own range, one block each, so an engine that
+    # scans upward from its internal port never walks into another's API port.
+    ledger = Ledger(ports={9001: "a", INTERNAL_BASE: "b"})
+    first, second = INTERNAL_BASE + INTERNAL_BLOCK, INTERNAL_BASE + 2 * INTERNAL_BLOCK
+    assert place_ports(spec(basePort=9000), 2, ledger) == (9000, first, second)
+    assert place_ports(spec(port=9000), 1, ledger) == (9000, first)
+
+
+def test_a_foreign_listener_anywhere_in_a_block_skips_the_block() -> None:
+    ledger = Ledger(listening=frozenset({INTERNAL_BASE + 5}))
+    assert place_ports(spec(), 1, ledger) == (8000, INTERNAL_BASE + INTERNAL_BLOCK)
+
+
+def test_no_free_port_left() -> None:
+    ledger = Ledger(listening=frozenset({MAX_PORT}))
+    got = place_ports(spec(basePort=MAX_PORT), 0, ledger)
+    assert isinstance(got, Unplaced)
+    assert got.reason.startswith(f"no free port from {MAX_PORT} to {MAX_PORT}: ")
+    assert "basePort" in got.reason  # the next move
+
+
+def test_place_does_not_mutate_the_ledger() -> None:
+    ledger = Ledger()
+    placed = place(spec(devices={"count": 1}), inventory("nvidia:0"), ledger)
+    assert placed == Placed(("nvidia:0",), 8000)
+    assert ledger.devices == {} and ledger.ports == {}
+
+
+def test_ledger_for_counts_unreadable_records_as_exclusive() -> None:
+    held = Record(
+        name="a",
+        owner="o",
+        node="n",
+        phase=Phase.READY,
+        devices=("nvidia:0",),
+        port=8000,
+        extra_ports=(8001,),
+        shareable=True,
+    )
+    gone = replace(held, name="b", phase=Phase.FAILED, port=8500)
+    observed = Observed(
+        foreign_devices={"nvidia:1": "old (unreadable record)"},
+        foreign_ports={9000: "old (unreadable record)"},
+        listening=frozenset({7000}),
+    )
+    ledger = ledger_for([held, gone], observed)
+    assert ledger.devices == {
+        "nvidia:0": [("a", True)],
+        "nvidia:1": [("old (unreadable record)", False)],
+    }
+    assert ledger.ports == {8000: "a", 8001: "a", 9000: "old (unreadable record)"}
+    assert not ledger.free_for("nvidia:1", True)
+    assert ledger.port_taken(7000) == "in use by another process"

@@ -1,0 +1,261 @@
+"""The planner's RollingUpdate, table-driven: the new instance as ``<name>@next`` beside
+the old one when there is room, promoted once Ready; a recreate (saying so) when there is
+none; the old one serving on while the new one fails. Pure: no process, no file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from strategies import NOW, desired, entry, inventory, observed, probe, record, ref, view
+from test_plan import Case, exited, run, starting
+
+from controller.core.actions import Fail, MarkReady, Promote, Release, Replace, Start, Stop
+from controller.core.manifest.specs import is_dns1123, is_next, next_name
+from controller.core.state import Phase, Record, RecordView
+
+GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}
+ROLL = {"strategy": "RollingUpdate", **GPU1}
+old = entry("a", args=["v1"], **ROLL)  # what runs
+new = entry("a", args=["v2"], **ROLL)  # what the manifest now says
+TWO = inventory("nvidia:0", "nvidia:1")
+ONE = inventory("nvidia:0")
+NEXT = next_name("a")
+
+
+def running_old() -> RecordView:
+    return view(record("a", spec=old, devices=("nvidia:0",)), alive=True)
+
+
+def next_rec(phase: Phase = Phase.STARTING, **fields: Any) -> Record:
+    values: dict[str, Any] = {"devices": ("nvidia:1",), "port": 8001, "nonce": "nonce-next"}
+    if phase is Phase.STARTING:
+        values["ready_deadline_at"] = starting["ready_deadline_at"]
+    return record(NEXT, spec=new, phase=phase, **{**values, **fields})
+
+
+CASES = [
+    pytest.param(
+        Case(
+            desired(new),
+            observed(running_old()),
+            expect=((Start, NEXT, "rolling update (spec.args changed): a@next beside the old"),),
+            inv=TWO,
+        ),
+        id="room-for-both-starts-next",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(running_old()),
+            expect=((Replace, "a", "spec.args changed; no room for both: recreating"),),
+            inv=ONE,
+        ),
+        id="no-room-recreates-and-says-so",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a", args=["v2"], **GPU1)),
+            observed(running_old()),
+            expect=((Replace, "a", "spec.args changed"),),
+            inv=TWO,
+        ),
+        id="recreate-strategy-still-replaces",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                running_old(),
+                view(next_rec(), alive=True, probe=probe(False)),
+            ),
+            expect=(),
+            inv=TWO,
+        ),
+        id="next-starting-old-serves",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                running_old(),
+                view(next_rec(), alive=True, probe=probe(True)),
+            ),
+            expect=((MarkReady, NEXT, "GET /health -> 2xx"),),
+            inv=TWO,
+        ),
+        id="next-passes-probe-marked-ready",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                running_old(),
+                view(next_rec(Phase.READY), alive=True),
+            ),
+            expect=((Promote, "a", "rolling update: a@next is Ready; old drains"),),
+            inv=TWO,
+        ),
+        id="next-ready-promoted-old-stops",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(view(next_rec(Phase.READY), alive=True)),
+            expect=((Promote, "a", "a@next takes the name a"),),
+            inv=TWO,
+        ),
+        id="old-record-gone-next-takes-the-name-no-start",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                view(record("a", spec=new, nonce="nonce-next", devices=("nvidia:1",)), alive=True),
+                view(next_rec(Phase.READY), alive=True),
+            ),
+            expect=((Promote, "a", "a@next takes the name a"),),
+            inv=TWO,
+        ),
+        id="promote-interrupted-after-rename-finishes",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                view(record("a", spec=old, devices=("nvidia:0",), phase=Phase.TERMINATING)),
+                view(next_rec(Phase.READY), alive=True),
+            ),
+            expect=((Stop, "a", "finishing an interrupted teardown"),),
+            inv=TWO,
+        ),
+        id="promote-interrupted-in-teardown-finishes-the-stop-first",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                running_old(),
+                view(next_rec(), alive=False, exit=exited(code=3)),
+            ),
+            expect=((Fail, NEXT, "engine exited with code 3; restart now"),),
+            inv=TWO,
+        ),
+        id="next-fails-old-keeps-serving",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                running_old(),
+                view(
+                    next_rec(Phase.STARTING, ready_deadline_at=NOW),
+                    alive=True,
+                    probe=probe(False),
+                ),
+            ),
+            expect=((Fail, NEXT, "not ready by its readiness deadline"),),
+            inv=TWO,
+        ),
+        id="next-misses-deadline-old-keeps-serving",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                running_old(),
+                view(next_rec(Phase.FAILED, port=None, devices=())),
+            ),
+            expect=(),
+            inv=TWO,
+        ),
+        id="next-failed-for-good-old-untouched",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a", args=["v3"], **ROLL)),
+            observed(
+                running_old(),
+                view(next_rec(), alive=True),
+            ),
+            expect=((Stop, NEXT, "the spec changed again"),),
+            inv=TWO,
+        ),
+        id="spec-changes-again-next-stopped",
+    ),
+    pytest.param(
+        Case(
+            desired(),
+            observed(
+                running_old(),
+                view(next_rec(), alive=True),
+            ),
+            expect=((Stop, "a", "manifest removed"), (Stop, NEXT, "manifest removed")),
+            inv=TWO,
+        ),
+        id="manifest-removed-stops-both",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                running_old(),
+                view(next_rec(Phase.RESERVED, ref=None)),
+            ),
+            expect=((Release, NEXT, "reservation's maker (pid 50) is gone"),),
+            inv=TWO,
+        ),
+        id="sigkill-after-next-reservation-released",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                view(record("a", spec=old, devices=("nvidia:0",)), alive=False, exit=exited(1)),
+                view(next_rec(), alive=True),
+            ),
+            expect=((Replace, "a", "spec.args changed"),),
+            inv=TWO,
+        ),
+        id="old-dies-mid-update-dropped-next-goes-on",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_rolling_table(case: Case) -> None:
+    actions = run(case)
+    got = [(type(a), a.name) for a in actions]
+    assert got == [(t, n) for t, n, _ in case.expect], [a.describe() for a in actions]
+    for action, (_, _, phrase) in zip(actions, case.expect, strict=True):
+        assert phrase in action.reason, action.describe()
+
+
+def test_next_start_holds_its_own_device_and_port() -> None:
+    """Invariants 1 and 2: the new instance never shares the old one's device or port."""
+    (start,) = run(Case(desired(new), observed(running_old()), inv=TWO))
+    assert isinstance(start, Start)
+    assert start.devices == ("nvidia:1",)
+    assert start.port != 8000
+    assert start.entry.name == "a"  # the engine is the deployment's: its name, log, journal
+
+
+def test_no_manifest_name_can_be_a_rolling_instance() -> None:
+    """``web--next`` once stopped the engine of ``web`` on every pass: the instance's
+    separator is no DNS-1123 character, so every valid name is a deployment's own."""
+    assert is_next(NEXT) and not is_next("a") and not is_next("a--next")
+    assert not is_dns1123(NEXT)
+    assert entry("a--next").name == "a--next"
+
+
+def test_a_deployment_named_like_the_old_suffix_leaves_the_other_alone() -> None:
+    """``web`` Ready and a new ``web--next``: one start for the newcomer, nothing for web."""
+    actions = run(Case(desired(old, entry("a--next")), observed(running_old()), inv=TWO))
+    assert [(type(a), a.name) for a in actions] == [(Start, "a--next")]
+
+
+def test_an_old_instance_starting_is_replaced_not_rolled() -> None:
+    """Rolling needs a Ready old instance to keep serving; a Starting one is recreated."""
+    rec = record("a", spec=old, devices=("nvidia:0",), ref=ref(100), **starting)
+    actions = run(Case(desired(new), observed(view(rec, alive=True)), inv=TWO))
+    assert [(type(a), a.name) for a in actions] == [(Replace, "a")]
