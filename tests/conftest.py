@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -62,6 +63,16 @@ TIMING = bool(os.environ.get("RECONCILE_TEST_TIMING"))  # print each CLI call's 
 # after the other: each checks at teardown that no Ray engine outlived its cluster, and
 # the namespace cluster holds fixed namespace names and ports.
 ONE_WORKER = {"ray": "ray", "cluster": "ray"}
+
+
+# Bytecode for the processes the tests start (each CLI call, daemon, gateway and demo
+# engine imports `controller`): with PYTHONDONTWRITEBYTECODE=1, as a dev shell may set, each
+# of those thousands of starts compiled ~120 modules again (~0.1 s of CPU a start, a
+# quarter of a `--once`). Such a shell keeps its tree clean: the cache goes to /tmp.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+    os.environ.setdefault(
+        "PYTHONPYCACHEPREFIX", str(Path(tempfile.gettempdir(), f"reconcile-pyc-{os.getuid()}"))
+    )
 
 
 # A soak runs for about ten minutes by design (scripts/soak): it gets an hour, not the
