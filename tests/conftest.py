@@ -323,6 +323,19 @@ def reconcile(tmp_path: Path) -> Iterator[Reconcile]:
     """
     rc = Reconcile(tmp_path)
     yield rc
+    _nothing_left(rc)
+
+
+@pytest.fixture(scope="module")
+def module_reconcile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reconcile]:
+    """``reconcile`` for a whole module: a heavy scenario set up once for the tests that
+    only look at it (they must change nothing). The same check at the module's end."""
+    rc = Reconcile(tmp_path_factory.mktemp("module"))
+    yield rc
+    _nothing_left(rc)
+
+
+def _nothing_left(rc: Reconcile) -> None:
     leftovers = rc._teardown()
     if leftovers:
         shown = "\n".join(f"  pid {pid}: {cmd}" for pid, cmd in sorted(leftovers.items()))
