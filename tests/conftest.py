@@ -8,6 +8,10 @@ if there was any: a test must leave nothing running (end it with ``reconcile.dow
 
 Helper processes a test starts itself (a foreign listener, a daemon) go through
 :meth:`Reconcile.spawn` / :meth:`Reconcile.popen`, which kill them at teardown.
+
+``module_reconcile`` is the same for a whole module: a heavy scenario brought up once
+for the tests that only look at it (tests/ux/test_ux_replicas.py); its check runs at
+the module's end.
 """
 
 from __future__ import annotations
