@@ -8,6 +8,10 @@ if there was any: a test must leave nothing running (end it with ``reconcile.dow
 
 Helper processes a test starts itself (a foreign listener, a daemon) go through
 :meth:`Reconcile.spawn` / :meth:`Reconcile.popen`, which kill them at teardown.
+
+``module_reconcile`` is the same for a whole module: a heavy scenario brought up once
+for the tests that only look at it (tests/ux/test_ux_replicas.py); its check runs at
+the module's end.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -62,6 +67,16 @@ TIMING = bool(os.environ.get("RECONCILE_TEST_TIMING"))  # print each CLI call's 
 # after the other: each checks at teardown that no Ray engine outlived its cluster, and
 # the namespace cluster holds fixed namespace names and ports.
 ONE_WORKER = {"ray": "ray", "cluster": "ray"}
+
+
+# Bytecode for the processes the tests start (each CLI call, daemon, gateway and demo
+# engine imports `controller`): with PYTHONDONTWRITEBYTECODE=1, as a dev shell may set, each
+# of those thousands of starts compiled ~120 modules again (~0.1 s of CPU a start, a
+# quarter of a `--once`). Such a shell keeps its tree clean: the cache goes to /tmp.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+    os.environ.setdefault(
+        "PYTHONPYCACHEPREFIX", str(Path(tempfile.gettempdir(), f"reconcile-pyc-{os.getuid()}"))
+    )
 
 
 # A soak runs for about ten minutes by design (scripts/soak): it gets an hour, not the
@@ -312,6 +327,19 @@ def reconcile(tmp_path: Path) -> Iterator[Reconcile]:
     """
     rc = Reconcile(tmp_path)
     yield rc
+    _nothing_left(rc)
+
+
+@pytest.fixture(scope="module")
+def module_reconcile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reconcile]:
+    """``reconcile`` for a whole module: a heavy scenario set up once for the tests that
+    only look at it (they must change nothing). The same check at the module's end."""
+    rc = Reconcile(tmp_path_factory.mktemp("module"))
+    yield rc
+    _nothing_left(rc)
+
+
+def _nothing_left(rc: Reconcile) -> None:
     leftovers = rc._teardown()
     if leftovers:
         shown = "\n".join(f"  pid {pid}: {cmd}" for pid, cmd in sorted(leftovers.items()))

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from test_daemon_loop import ready_pid, spawns
@@ -216,26 +218,42 @@ def test_a_hung_probe_never_holds_up_a_pass(reconcile: Any, daemon: Any, finish:
     finish(d)
 
 
+# An engine whose GET /health answers 500 once the test writes ``<flag>.<its pid>``: a
+# failure at once, where a stopped engine's is the probe's whole timeout (5 s by default).
+SICKENS = """
+import http.server, os, sys
+flag = f"{sys.argv[2]}.{os.getpid()}"
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(500 if os.path.exists(flag) else 200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+
+
 def test_a_command_engine_lives_by_its_readiness_get_by_default(reconcile: Any) -> None:
     """`engine: command` whose readiness is a GET and which sets no livenessProbe: that GET
-    is its liveness probe (timeout 5 s, 3 failures), so a hung one is restarted."""
+    is its liveness probe (timeout 5 s, 3 failures), so one that fails it is restarted."""
     rc = reconcile
-    rc.write("own", readiness={"httpGet": {"path": "/health"}}, stopGracePeriodSeconds=GRACE)
+    flag = rc.tmp / "sick"
+    command = [sys.executable, "-c", SICKENS, "{port}", str(flag)]
+    rc.write("own", command=command, readiness={"httpGet": {"path": "/health"}})
     rc.converge()
     described = rc("describe", "own", check=0).out
     assert "GET /health every 10s, timeout 5s, restart after 3 failures in a row" in described
     pid = ready_pid(rc, "own")
     assert pid is not None
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        for failures in (1, 2):
-            rc.once()
-            rec = rc.record("own")
-            assert (rec["phase"], rec["liveness_failures"]) == ("Ready", failures), rec
-        rc.converge()  # the third failure in a row: restarted, then Ready again
-    finally:
-        _resume(pid)
+    Path(f"{flag}.{pid}").touch()  # this engine's GET /health answers 500 from now on
+    for failures in (1, 2):
+        rc.once()
+        rec = rc.record("own")
+        assert (rec["phase"], rec["liveness_failures"]) == ("Ready", failures), rec
+    rc.converge()  # the third failure in a row: restarted, then Ready again
     rec = rc.record("own")
     assert rec["phase"] == "Ready" and rec["restarts"] == 1 and rec["ref"]["pid"] != pid, rec
     assert not rc.alive(pid)
+    (fail,) = _liveness_fails(rc, "own")
+    assert fail["reason"].startswith("liveness probe GET /health failed 3 times in a row"), fail
     rc.down()

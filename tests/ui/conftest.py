@@ -22,6 +22,7 @@ from uipage import Page
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
+WIDTH, HEIGHT = 1400, 1000
 
 
 @pytest.fixture
@@ -31,24 +32,26 @@ def gateway(reconcile: Any) -> Iterator[Gateways]:
     gateways.kill_all()
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
-    """Headless Chromium, its console kept (``get_log("browser")``); quit at teardown
-    (the browser and chromedriver end with it)."""
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    """Headless Chromium, its console kept (``get_log("browser")``), shared by a module's
+    tests (a start is seconds on a loaded box; ``page`` gives each test a blank one);
+    quit at teardown (the browser and chromedriver end with it)."""
     if CHROMIUM is None or CHROMEDRIVER is None:
         missing.skip("chromium and chromedriver", "apt-get install chromium chromium-driver")
+    tmp = tmp_path_factory.mktemp("chromium")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (
         "--headless=new",
         "--no-sandbox",  # CI runs as root, where Chromium's sandbox cannot start
         "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-        f"--user-data-dir={tmp_path / 'chromium'}",
+        f"--window-size={WIDTH},{HEIGHT}",
+        f"--user-data-dir={tmp / 'profile'}",
     ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = Service(CHROMEDRIVER, log_output=str(tmp_path / "chromedriver.log"))
+    service = Service(CHROMEDRIVER, log_output=str(tmp / "chromedriver.log"))
     driver = webdriver.Chrome(options=options, service=service)
     try:
         yield driver
@@ -57,5 +60,19 @@ def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
 
 
 @pytest.fixture
-def page(browser: webdriver.Chrome, tmp_path: Path) -> Page:
-    return Page(browser, tmp_path)
+def page(browser: webdriver.Chrome, tmp_path: Path) -> Iterator[Page]:
+    """The shared browser as a fresh one: a new tab (its own sessionStorage) at the
+    default size and colours, its console emptied (an earlier test's page, polling a
+    gateway since gone, may have logged)."""
+    earlier = browser.window_handles
+    browser.switch_to.new_window("tab")
+    fresh = browser.current_window_handle
+    for handle in earlier:
+        browser.switch_to.window(handle)
+        browser.close()
+    browser.switch_to.window(fresh)
+    browser.set_window_size(WIDTH, HEIGHT)
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    browser.get_log("browser")  # read is emptied: console_errors() sees this test's only
+    yield Page(browser, tmp_path)
+    browser.get("about:blank")  # stops this test's polling before its gateway goes

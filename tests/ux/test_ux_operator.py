@@ -5,6 +5,7 @@ the real CLI: exit codes cron and CI can trust, `-f FILE`, and errors that say w
 from __future__ import annotations
 
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,8 @@ def test_plan_fails_whenever_once_would(reconcile: Any, tmp_path: Any) -> None:
     assert "does not exist" in missing.out + missing.err
     rc.write("slow", command=rc.demo_command(load_seconds="1"))
     rc.once()  # slow is Starting; its probe will pass before the next pass
-    time.sleep(1.5)
+    port = rc.record("slow")["port"]
+    rc.wait_for(lambda: _healthy(port), timeout=30, what="slow's /health answering 200")
     doc = rc("plan", "-o", "json", check=None).json()
     assert doc["summary"]["in-place"] == 0, doc
     rc.down()
@@ -190,3 +192,11 @@ def test_events_lists_every_journal_and_follows(reconcile: Any) -> None:
         w.stdout.close()
     assert before and fresh["deployment"] == "gamma"
     rc.down()
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:  # refused, or 503 while it loads (HTTPError is an OSError)
+        return False

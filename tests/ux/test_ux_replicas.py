@@ -26,23 +26,35 @@ INSTANCE_KEYS |= {"message"}
 NAMES = ["web", "web@1", "web@2"]
 
 
-@pytest.fixture
-def replicated(reconcile: Any) -> Any:
-    rc = reconcile
+def _replicate(rc: Any) -> Any:
     rc.devices = "nvidia:0,nvidia:1,nvidia:2"
     rc.write("web", replicas=3, devices={"count": 1, "kind": "nvidia"})
     rc.write("solo", basePort=rc.port + 10)
     rc.converge()
-    yield rc
-    rc.down()
+    return rc
+
+
+@pytest.fixture
+def replicated(reconcile: Any) -> Any:
+    """web and solo for a test that stops or changes them."""
+    yield _replicate(reconcile)
+    reconcile.down()
+
+
+@pytest.fixture(scope="module")
+def up_once(module_reconcile: Any) -> Any:
+    """web and solo, brought up once for the tests that only read status, logs and
+    describe (each bring-up is four engines and a pass)."""
+    yield _replicate(module_reconcile)
+    module_reconcile.down()
 
 
 def _rows(out: str) -> list[list[str]]:
     return [line.split() for line in out.splitlines()[1:]]
 
 
-def test_status_shows_one_row_per_deployment_ready_of_desired(replicated: Any) -> None:
-    rc = replicated
+def test_status_shows_one_row_per_deployment_ready_of_desired(up_once: Any) -> None:
+    rc = up_once
     records = rc.status()  # the records, in-process: one per replica
     assert sorted(records) == ["solo", *NAMES]
     rows = {r[0]: r for r in _rows(rc("status", check=0).out)}
@@ -58,8 +70,8 @@ def test_status_shows_one_row_per_deployment_ready_of_desired(replicated: Any) -
     assert rc("status", "-o", "name", check=0).out == "solo\nweb\n"
 
 
-def test_status_json_is_one_item_per_deployment_with_its_instances(replicated: Any) -> None:
-    rc = replicated
+def test_status_json_is_one_item_per_deployment_with_its_instances(up_once: Any) -> None:
+    rc = up_once
     records = rc.status()
     items = {i["name"]: i for i in rc("status", "-o", "json", check=0).json()}
     assert sorted(items) == ["solo", "web"]
@@ -82,8 +94,8 @@ def test_status_json_is_one_item_per_deployment_with_its_instances(replicated: A
     assert rc("status", "web@1", "-o", "json", check=0).json() == [web]  # its deployment
 
 
-def test_logs_of_every_replica_prefixed_or_one_with_replica(replicated: Any) -> None:
-    rc = replicated
+def test_logs_of_every_replica_prefixed_or_one_with_replica(up_once: Any) -> None:
+    rc = up_once
     lines = rc("logs", "web", check=0).out.splitlines()
     for name in NAMES:
         mine = [line for line in lines if line.startswith(f"{name:<5} | ")]
@@ -115,8 +127,8 @@ def test_logs_follow_reaches_every_replica(replicated: Any) -> None:
         ), out
 
 
-def test_describe_shows_a_section_per_replica(replicated: Any) -> None:
-    rc = replicated
+def test_describe_shows_a_section_per_replica(up_once: Any) -> None:
+    rc = up_once
     text = rc("describe", "web", check=0).out
     names = [
         line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Name:")
@@ -200,8 +212,8 @@ def test_a_rolling_next_shows_under_its_replica(reconcile: Any) -> None:
     assert shown == [(0, "web", "Ready"), (1, "web@1", "Ready"), (1, "web@1@next", "Starting")]
 
 
-def test_describe_as_json_and_yaml(replicated: Any) -> None:
-    rc = replicated
+def test_describe_as_json_and_yaml(up_once: Any) -> None:
+    rc = up_once
     (doc,) = rc("describe", "web", "-o", "json", check=0).json()
     assert doc["name"] == "web" and doc["replicas"] == 3 and doc["spec"]["replicas"] == 3
     for inst, name in zip(doc["instances"], NAMES, strict=True):
