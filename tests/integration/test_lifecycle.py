@@ -274,12 +274,16 @@ def test_readiness_deadline_fails_and_backs_off(reconcile: Any) -> None:
     reconcile.write(
         "slow",
         command=reconcile.demo_command(load_seconds="300"),
-        readiness={"httpGet": {"path": "/health"}, "deadlineSeconds": 0.5, "periodSeconds": 0.1},
+        readiness={"httpGet": {"path": "/health"}, "deadlineSeconds": 3, "periodSeconds": 0.1},
         stopGracePeriodSeconds=1,
     )
     reconcile.once()
     first = reconcile.status()["slow"]
     assert first["phase"] == "Starting"
+    # A pass plans in rounds until nothing changes: on a loaded box its later round may
+    # already see the deadline passed, fail the engine and restart it at once (restart 1
+    # is due now). Then the next fail is the second in a row: a crash loop, exit 1.
+    looped = reconcile.record("slow")["restarts"] > 0
     wait_for(
         lambda: (
             reconcile.record("slow")["ready_deadline_at"]
@@ -287,7 +291,7 @@ def test_readiness_deadline_fails_and_backs_off(reconcile: Any) -> None:
         ),
         what="the deadline",
     )
-    reconcile.once()
+    reconcile.once(check=1 if looped else 0)
     slow = reconcile.status()["slow"]
     assert slow["phase"] in ("BackOff", "Starting"), slow
     events = [e for e in reconcile.events("slow") if e["action"] == "fail"]
