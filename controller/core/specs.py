@@ -74,7 +74,7 @@ NOT_HASHED = frozenset(
     }
 )
 MAX_REPLICAS = 64
-Affinity = Literal["none", "session"]
+Affinity = Literal["none", "session", "prefix"]
 
 
 def _scalar_to_str(value: Any) -> Any:
@@ -476,10 +476,12 @@ class DeploymentSpec(Model):
         description="The daemon picks the replica count between min and max from the "
         "gateway's requests in flight.",
     )
-    affinity: Affinity = Field(
-        default="none",
-        description="none (default) or session: requests with one session key (x-session-id, "
-        "else the OpenAI user field) stay on one replica.",
+    affinity: Affinity | None = Field(
+        default=None,
+        description="none, session or prefix: session keeps requests with one session key "
+        "(x-session-id, else the OpenAI user field) on one replica; prefix sends a prompt "
+        "to the replica that served its beginning (its prefix cache holds it). Default: "
+        "prefix for engines that cache prefixes (vllm, sglang, llama-cpp, tgi), else none.",
     )
     rolling_update: RollingUpdate | None = Field(
         default=None,

@@ -29,6 +29,7 @@ from controller.gateway.keys import Keys, presented
 from controller.gateway.limits import Bodies, Limiter
 from controller.gateway.load import Load, LoadWriter
 from controller.gateway.metrics import GatewayMetrics
+from controller.gateway.prefix import chain, prompt_text
 from controller.gateway.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.quota import Quota
 from controller.gateway.routing import FIRST_PASS_WAIT, Table, Target
@@ -209,6 +210,13 @@ class Front:
         finally:
             self._count(deployment, key, status, meter)
 
+    def _prefix(self, pool: str, fields: dict[str, Any]) -> tuple[bytes, ...]:
+        """The prompt's chained block hashes where the pool routes by prefix (prefix.py)."""
+        if self.table.affinity(pool) != "prefix":
+            return ()
+        text = prompt_text(fields)
+        return chain(text) if text else ()
+
     def _over(self, key: str) -> web.Response | None:
         """The 429 of a key past its limits in the key file (quota.py), else None."""
         if self.keys is None or not self.keys.limits:
@@ -280,7 +288,9 @@ class Front:
             why = f"deployment {label!r} is at its limit of concurrent requests; retry later"
             return label, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
         try:
-            want = Want(model, label, _session(incoming.request, fields))
+            want = Want(
+                model, label, _session(incoming.request, fields), self._prefix(model, fields)
+            )
             return await self._forward(incoming, body, want)
         finally:
             self.limiter.release(label)
@@ -354,7 +364,9 @@ class Front:
             # A streamed upload the engine has begun to read cannot be sent again.
             again = exc.retry and not (isinstance(body, Upload) and body.started)
             other = (
-                self.table.target(want.pool, avoid=target.nonce, session=want.session)
+                self.table.target(
+                    want.pool, avoid=target.nonce, session=want.session, prefix=want.prefix
+                )
                 if again
                 else None
             )
@@ -439,7 +451,7 @@ class Front:
         self.waiting[pool] += 1
         try:
             return await self.table.wait_target(
-                pool, deadline, lambda: self._watch(pool, deadline), want.session
+                pool, deadline, lambda: self._watch(pool, deadline), want.session, want.prefix
             )
         finally:
             self.waiting[pool] -= 1
@@ -530,11 +542,13 @@ class Front:
 @dataclass(frozen=True, slots=True)
 class Want:
     """What a request asks for: a pool (its routable name), the label limits and metrics
-    count it under, and its session key (affinity), if any."""
+    count it under, its session key (affinity), if any, and its prompt's chained block
+    hashes (prefix affinity)."""
 
     pool: str
     label: str
     session: str | None
+    prefix: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from controller.core.elapsed import BootClock
+from controller.core.engines import default_affinity
 from controller.core.inventory import Device, Inventory
 from controller.core.placement import Ledger
 from controller.core.render import Rendered, deadline_of, render
@@ -121,7 +122,7 @@ class RecordMaker:
             ready_deadline_seconds=deadline_of(spec),
             models=routable_names(entry.name, spec),
             device_count=spec.devices.count,
-            affinity=spec.affinity,
+            affinity=spec.affinity or default_affinity(spec.engine),
             scale_to_zero=spec.autoscale is not None and spec.autoscale.min == 0,
             revision=self.revision,
             labels=dict(entry.deployment.metadata.labels),
