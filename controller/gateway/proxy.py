@@ -56,6 +56,8 @@ ANSWERED = frozenset({"expect"})
 # http.server does not read a GET's body: left on the kept-alive connection, it was parsed
 # as the next request, and another client's POST got a 400.
 BODILESS = frozenset({"GET", "HEAD"})
+# Who served it: the deployment whose engine answered (a pool's member, or a fallback's).
+SERVED_BY = "x-reconcile-deployment"
 
 
 class UpstreamDown(Exception):
@@ -151,6 +153,7 @@ async def forward(
                 from_json(data, meter)
             whole = web.Response(status=upstream.status, reason=upstream.reason, body=data)
             whole.headers.extend(_headers(upstream.headers))
+            whole.headers[SERVED_BY] = target.deployment
             return whole
         return await _stream(request, upstream, target, meter)
 
@@ -160,6 +163,7 @@ async def _stream(
 ) -> web.StreamResponse:
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
     response.headers.extend(_headers(upstream.headers))
+    response.headers[SERVED_BY] = target.deployment
     kind = upstream.headers.get("Content-Type", "")
     sse = StreamUsage(meter) if kind.startswith("text/event-stream") else None
     json_tail = b"" if sse is None and "json" in kind and upstream.status < 300 else None

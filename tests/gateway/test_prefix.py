@@ -298,7 +298,11 @@ def test_shared_prefix_requests_land_on_one_engine(reconcile: Any, gateway: Any)
             body = chat(*[f"question {t}" for t in range(turn)], system=f"Family {family}. " * 40)
             answer = g.post("fam", messages=body["messages"])
             assert answer.status == 200, answer
+            assert answer.headers["x-reconcile-deployment"] == "fam"  # who served it
             where[family].add(answer.json()["system_fingerprint"])
     assert all(len(on) == 1 for on in where.values()), where
     assert {next(iter(on)) for on in where.values()} == names
+    streamed = g.post("fam", stream=True)  # a streamed answer says who served it too
+    assert streamed.status == 200 and b"data:" in streamed.body, streamed
+    assert streamed.headers["x-reconcile-deployment"] == "fam"
     g.finish()
