@@ -36,6 +36,7 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
             node=cfg.node,
             verbosity=-1 if args.quiet else args.verbose,
             devices=cfg.devices,
+            waiting_comment=gw.waiting_every_from_env(),
         )
         warning = gw.check_exposure(settings)
         if settings.api_keys is not None:

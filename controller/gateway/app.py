@@ -168,6 +168,7 @@ class Gateway:
             keys=self.keys,
             loopback_only=s.loopback,
             session=session,
+            waiting_every=s.waiting_comment,
         )
         # handler_cancellation: a client that goes away cancels its handler (and upstream).
         app = self.front.app()

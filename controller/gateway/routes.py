@@ -33,9 +33,11 @@ from controller.gateway.prefix import chain, prompt_text
 from controller.gateway.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.quota import Quota
 from controller.gateway.routing import FIRST_PASS_WAIT, Table, Target
+from controller.gateway.settings import WAITING_EVERY
 from controller.gateway.turns import Turns
 from controller.gateway.upload import Upload
 from controller.gateway.usage import Meter
+from controller.gateway.waiting import Waiting, wants_stream
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -73,6 +75,7 @@ class Front:
     draining: bool = False  # the listener is closed: each answer ends its connection
     _quota: Quota | None = None  # the key file's limits (rpm=, tpm=), built on first use
     turns: Turns | None = None  # OnDemand rivals take turns (turns.py)
+    waiting_every: float = WAITING_EVERY  # seconds between a held stream's comments
 
     def __post_init__(self) -> None:
         if self.turns is None:
@@ -291,9 +294,30 @@ class Front:
             want = Want(
                 model, label, _session(incoming.request, fields), self._prefix(model, fields)
             )
-            return await self._forward(incoming, body, want)
+            if not wants_stream(fields):
+                return await self._forward(incoming, body, want)
+            return await self._forward_waiting(incoming, body, want)
         finally:
             self.limiter.release(label)
+
+    async def _forward_waiting(
+        self, incoming: Incoming, body: bytes | Upload, want: Want
+    ) -> tuple[str, web.StreamResponse]:
+        """A streaming request: waiting comments while it is held (waiting.py)."""
+        waiting = Waiting(
+            incoming.request,
+            want.label,
+            lambda: self.table.phases(want.pool),
+            self.waiting_every,
+        )
+        incoming.waiting = waiting
+        answered: web.StreamResponse | None = None
+        try:
+            deployment, answered = await self._forward(incoming, body, want)
+            return deployment, await waiting.answer(answered)
+        finally:
+            if answered is None:
+                await waiting.settle()
 
     async def _forward(
         self, incoming: Incoming, body: bytes | Upload, want: Want
@@ -407,6 +431,7 @@ class Front:
                 incoming.query,
                 incoming.meter,
                 strip_keys=self.keys is not None,
+                settle=incoming.waiting.settle if incoming.waiting is not None else None,
             )
             outcome = answer.status
             return answer
@@ -551,7 +576,7 @@ class Want:
     prefix: tuple[bytes, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass
 class Incoming:
     """A request to forward and the one path (normalised) and query it goes on with."""
 
@@ -559,6 +584,7 @@ class Incoming:
     path: str
     query: str
     meter: Meter  # its timings and token counts (usage.py)
+    waiting: Waiting | None = None  # a held stream's comments (waiting.py)
 
 
 @web.middleware

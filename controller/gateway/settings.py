@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,11 @@ DEFAULT_MAX_QUEUE = 256
 QUEUE_WAIT = 30.0  # seconds a queued request waits for a slot before its 429
 # Seconds a stopping or handed-over gateway lets its requests (streams included) finish.
 DRAIN_GRACE = 120.0
+# Seconds between the SSE comments of a streaming request held while its engine starts
+# (waiting.py; DESIGN "Routing that helps the engine"). WAITING_ENV shortens it (tests, or
+# a proxy in front with an idle timeout under 5 s).
+WAITING_EVERY = 5.0
+WAITING_ENV = "RECONCILE_GATEWAY_WAITING_COMMENT"
 
 
 class ListenRefused(ConfigError):
@@ -45,10 +52,21 @@ class Settings:
     node: str = ""
     verbosity: int = 0  # the daemon's -v, for the gateway process's own log lines
     devices: str | None = None  # the daemon's static inventory (--devices): the web page's
+    waiting_comment: float = WAITING_EVERY  # seconds between a held stream's comments
 
     @property
     def loopback(self) -> bool:
         return is_loopback(self.host)
+
+
+def waiting_every_from_env(environ: Mapping[str, str] | None = None) -> float:
+    """``$RECONCILE_GATEWAY_WAITING_COMMENT`` when a number of seconds in (0, 3600), else 5."""
+    text = (os.environ if environ is None else environ).get(WAITING_ENV, "")
+    try:
+        value = float(text)
+    except ValueError:
+        return WAITING_EVERY
+    return value if 0 < value < 3600 else WAITING_EVERY
 
 
 def parse_listen(text: str) -> tuple[str, int]:
