@@ -1,5 +1,5 @@
-"""The gateway's event loop: uvloop's when it is installed (the optional extra ``fast``:
-``pip install 'reconcile-engines[fast]'``), asyncio's own otherwise.
+"""The gateway's event loop: uvloop's (a plain dependency since issue 41), asyncio's own
+where it cannot be imported (a platform without a wheel, a broken build).
 
 uvloop (libuv underneath, kept by the MagicStack authors, the loop uvicorn uses) cuts
 the loop's own cost per request; nothing in the gateway depends on which loop runs.
