@@ -71,6 +71,8 @@ NOT_HASHED = frozenset(
         "autoscale",
         "affinity",
         "rollingUpdate",
+        "fallbacks",
+        "fallbackAfter",
     }
 )
 MAX_REPLICAS = 64
@@ -482,6 +484,17 @@ class DeploymentSpec(Model):
         "(x-session-id, else the OpenAI user field) on one replica; prefix sends a prompt "
         "to the replica that served its beginning (its prefix cache holds it). Default: "
         "prefix for engines that cache prefixes (vllm, sglang, llama-cpp, tgi), else none.",
+    )
+    fallbacks: list[str] = Field(
+        default_factory=list,
+        description="Model names (of other deployments) a request goes to, the first that "
+        "can take it, when this one cannot: none Ready within fallbackAfter, every instance "
+        "ejected, or its concurrency limit reached.",
+    )
+    fallback_after: Seconds = Field(
+        default=30.0,
+        description="How long a request waits for a Ready instance before it goes to a "
+        "fallback (30s, 1m; default 30s). Only with fallbacks.",
     )
     rolling_update: RollingUpdate | None = Field(
         default=None,

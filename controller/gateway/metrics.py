@@ -41,6 +41,7 @@ class GatewayMetrics:
         self.first_token: dict[str, _Histogram] = {}  # per deployment
         self.swaps_avoided: defaultdict[str, int] = defaultdict(int)  # turns.py
         self.ejections: defaultdict[Instance, int] = defaultdict(int)  # passive health
+        self.fallbacks: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # fallbacks.py
 
     def begin(self, deployment: str, instance: str) -> None:
         """A request forwarded to ``instance`` (``web@1``) of ``deployment``."""
@@ -80,6 +81,10 @@ class GatewayMetrics:
         if completion:
             self.tokens[(deployment, key, "completion")] += completion
 
+    def fell_back(self, model: str, to: str, reason: str) -> None:
+        """A request for ``model`` went to its fallback ``to`` (routes.py)."""
+        self.fallbacks[(model, to, reason)] += 1
+
     def swap_avoided(self, deployment: str) -> None:
         """Requests for ``deployment`` waited behind a rival's queue (turns.py)."""
         self.swaps_avoided[deployment] += 1
@@ -116,6 +121,10 @@ class GatewayMetrics:
         out.family(f"{PREFIX}swaps_avoided_total", avoided, "counter")
         for dep, n in sorted(list(self.swaps_avoided.items())):
             out.sample(f"{PREFIX}swaps_avoided_total", n, deployment=dep)
+        fallbacks = "Requests sent to a fallback model, by why (not_ready, ejected, limit)."
+        out.family(f"{PREFIX}fallbacks_total", fallbacks, "counter")
+        for (model, to, reason), n in sorted(list(self.fallbacks.items())):
+            out.sample(f"{PREFIX}fallbacks_total", n, model=model, to=to, reason=reason)
         return "\n".join(out.lines) + "\n"
 
 

@@ -39,6 +39,7 @@ from controller.gateway.upload import Upload
 from controller.gateway.usage import Meter
 from controller.gateway.waiting import Waiting, wants_stream
 from controller.logsetup import get_logger
+from controller.store.events import Journal
 
 log = get_logger("reconcile")
 
@@ -286,38 +287,81 @@ class Front:
             known = ", ".join(sorted(self.table.pools)[:20]) or "none"
             why = f"the model {model!r} does not exist (routable names: {known})"
             return "-", error(404, why, "model_not_found")
+        if not wants_stream(fields):
+            return await self._serve(incoming, body, fields, (model,))
+        # A streaming request: waiting comments while it is held (waiting.py), through
+        # its fallbacks too; the gateway's own answer then ends the stream begun for them.
         label = self.table.label(model)
-        if not await self.limiter.acquire(label):
-            why = f"deployment {label!r} is at its limit of concurrent requests; retry later"
-            return label, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
-        try:
-            want = Want(
-                model, label, _session(incoming.request, fields), self._prefix(model, fields)
-            )
-            if not wants_stream(fields):
-                return await self._forward(incoming, body, want)
-            return await self._forward_waiting(incoming, body, want)
-        finally:
-            self.limiter.release(label)
-
-    async def _forward_waiting(
-        self, incoming: Incoming, body: bytes | Upload, want: Want
-    ) -> tuple[str, web.StreamResponse]:
-        """A streaming request: waiting comments while it is held (waiting.py)."""
         waiting = Waiting(
-            incoming.request,
-            want.label,
-            lambda: self.table.phases(want.pool),
-            self.waiting_every,
+            incoming.request, label, lambda: self.table.phases(model), self.waiting_every
         )
         incoming.waiting = waiting
         answered: web.StreamResponse | None = None
         try:
-            deployment, answered = await self._forward(incoming, body, want)
+            deployment, answered = await self._serve(incoming, body, fields, (model,))
             return deployment, await waiting.answer(answered)
         finally:
             if answered is None:
                 await waiting.settle()
+
+    async def _serve(
+        self,
+        incoming: Incoming,
+        body: bytes | Upload,
+        fields: dict[str, Any],
+        tried: tuple[str, ...],
+    ) -> tuple[str, web.StreamResponse]:
+        """Serve the request with the last model of ``tried``, else with the first of its
+        fallbacks (none already tried: no loop) that can take it."""
+        model = tried[-1]
+        label = self.table.label(model)
+        onward = [
+            f for f in self.table.fallbacks(model) if f not in tried and f in self.table.pools
+        ]
+        if onward and self.limiter.full(label):
+            return await self._fall_back(incoming, body, fields, tried, onward, "limit")
+        if not await self.limiter.acquire(label):
+            why = f"deployment {label!r} is at its limit of concurrent requests; retry later"
+            return label, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
+        incoming.no_instance = False
+        try:
+            want = Want(
+                model,
+                label,
+                _session(incoming.request, fields),
+                self._prefix(model, fields),
+                self.table.fallback_after(model) if onward else None,
+            )
+            answered = await self._forward(incoming, body, want)
+        finally:
+            self.limiter.release(label)
+        if onward and incoming.no_instance:
+            why = "ejected" if self.table.ejected(model) is not None else "not_ready"
+            return await self._fall_back(incoming, body, fields, tried, onward, why)
+        return answered
+
+    async def _fall_back(
+        self,
+        incoming: Incoming,
+        body: bytes | Upload,
+        fields: dict[str, Any],
+        tried: tuple[str, ...],
+        onward: list[str],
+        why: str,
+    ) -> tuple[str, web.StreamResponse]:
+        """``tried[-1]`` cannot take the request (``why``): its first fallback serves it
+        (or, failing that too, that one's own fallbacks). Each one taken is counted and
+        journalled."""
+        model, to = tried[-1], onward[0]
+        self.metrics.fell_back(model, to, why)
+        log.info("request sent to a fallback", model=model, fallback=to, reason=why)
+        said = {"not_ready": "no instance Ready", "ejected": "every instance ejected"}
+        reason = f"{said.get(why, 'at its concurrency limit')}: a request went to {to!r}"
+        journal = Journal(self.demand.state_dir)
+        for deployment in self.table.pools.get(model, ()):
+            loop = asyncio.get_running_loop()
+            loop.run_in_executor(None, journal.append, deployment, "fallback", reason, "ok")
+        return await self._serve(incoming, body, fields, (*tried, to))
 
     async def _forward(
         self, incoming: Incoming, body: bytes | Upload, want: Want
@@ -344,6 +388,7 @@ class Front:
                             return want.label, error(503, why, "model_not_ready")
                 target = await self._wait(want)
                 if target is None:
+                    incoming.no_instance = True  # a fallback may take it (_serve)
                     return want.label, self._not_ready(want)
                 try:
                     answer = await self._send_once_more(incoming, body, want, target)
@@ -473,6 +518,8 @@ class Front:
     async def _wait(self, want: Want) -> Target | None:
         pool = want.pool
         deadline = self.table.deadline(pool)
+        if want.wait is not None:
+            deadline = min(deadline, want.wait)  # then its fallbacks (fallbackAfter)
         self.waiting[pool] += 1
         try:
             return await self.table.wait_target(
@@ -574,6 +621,7 @@ class Want:
     label: str
     session: str | None
     prefix: tuple[bytes, ...] = ()
+    wait: float | None = None  # the longest wait for a Ready instance (fallbackAfter)
 
 
 @dataclass
@@ -585,6 +633,7 @@ class Incoming:
     query: str
     meter: Meter  # its timings and token counts (usage.py)
     waiting: Waiting | None = None  # a held stream's comments (waiting.py)
+    no_instance: bool = False  # the pool had no instance to take it (a fallback may)
 
 
 @web.middleware

@@ -238,6 +238,19 @@ class Table:
         found = {self._first(d).affinity for d in self.pools.get(name, ())}
         return next((a for a in ("session", "prefix") if a in found), "none")
 
+    def fallbacks(self, name: str) -> tuple[str, ...]:
+        """Pool ``name``'s fallback models, in order (each deployment's, first seen first)."""
+        found: dict[str, None] = {}
+        for deployment in self.pools.get(name, ()):
+            found.update(dict.fromkeys(self._first(deployment).fallbacks))
+        return tuple(found)
+
+    def fallback_after(self, name: str) -> float:
+        """Seconds a request for pool ``name`` waits for a Ready instance before its
+        fallbacks (the shortest of its deployments')."""
+        pool = self.pools.get(name, ())
+        return min((self._first(d).fallback_after for d in pool), default=30.0)
+
     def deadline(self, name: str) -> float:
         """How long a request may wait for pool ``name`` to have a Ready instance: the
         longest readiness deadline of its records, the very ones the daemon fails engines

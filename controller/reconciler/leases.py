@@ -123,6 +123,8 @@ class RecordMaker:
             models=routable_names(entry.name, spec),
             device_count=spec.devices.count,
             affinity=spec.affinity or default_affinity(spec.engine),
+            fallbacks=tuple(spec.fallbacks),
+            fallback_after=spec.fallback_after,
             scale_to_zero=spec.autoscale is not None and spec.autoscale.min == 0,
             revision=self.revision,
             labels=dict(entry.deployment.metadata.labels),

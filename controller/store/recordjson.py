@@ -224,6 +224,8 @@ def record_v3(data: object) -> Record:
             device_count=f.take("device_count", int, b.device_count),
             affinity=_affinity(f.take("affinity", str, b.affinity), "affinity"),
             scale_to_zero=f.take("scale_to_zero", bool, b.scale_to_zero),
+            fallbacks=f.items("fallbacks", str),
+            fallback_after=f.take("fallback_after", float, b.fallback_after),
             node=f.take("node", str),
             backend=f.take("backend", str, b.backend),
             engine=f.take("engine", str, b.engine),
