@@ -12,6 +12,7 @@ import bisect
 from collections import defaultdict
 
 from controller.core.promtext import PromText
+from controller.gateway.enginemetrics import EngineLoad
 
 PREFIX = "reconcile_gateway_"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -41,7 +42,8 @@ class GatewayMetrics:
         self.first_token: dict[str, _Histogram] = {}  # per deployment
         self.swaps_avoided: defaultdict[str, int] = defaultdict(int)  # turns.py
         self.ejections: defaultdict[Instance, int] = defaultdict(int)  # passive health
-        self.fallbacks: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # fallbacks.py
+        self.fallbacks: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # routes.py
+        self.engines: dict[Instance, EngineLoad] = {}  # the engines' own (enginemetrics.py)
 
     def begin(self, deployment: str, instance: str) -> None:
         """A request forwarded to ``instance`` (``web@1``) of ``deployment``."""
@@ -125,7 +127,23 @@ class GatewayMetrics:
         out.family(f"{PREFIX}fallbacks_total", fallbacks, "counter")
         for (model, to, reason), n in sorted(list(self.fallbacks.items())):
             out.sample(f"{PREFIX}fallbacks_total", n, model=model, to=to, reason=reason)
+        self._render_engines(out)
         return "\n".join(out.lines) + "\n"
+
+    def _render_engines(self, out: PromText) -> None:
+        engines = sorted(list(self.engines.items()))
+        waiting = "Requests waiting in the engine's own queue, as its /metrics says."
+        name = "reconcile_engine_requests_waiting"
+        out.family(name, waiting, "gauge")
+        for (dep, instance), load in engines:
+            if load.waiting is not None:
+                out.sample(name, load.waiting, deployment=dep, instance=instance)
+        kv = "The engine's KV cache in use, 0 to 1, as its /metrics says."
+        name = "reconcile_engine_kv_cache_usage_ratio"
+        out.family(name, kv, "gauge")
+        for (dep, instance), load in engines:
+            if load.kv_cache is not None:
+                out.sample(name, load.kv_cache, deployment=dep, instance=instance)
 
 
 def _histogram(out: PromText, name: str, hist: _Histogram, **labels: str) -> None:

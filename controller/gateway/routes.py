@@ -25,6 +25,7 @@ from controller.core.state import Phase, Record
 from controller.gateway import encoding, paths, readiness, upload, usage
 from controller.gateway.activation import Demand
 from controller.gateway.answers import error
+from controller.gateway.enginemetrics import Reader
 from controller.gateway.keys import Keys, presented
 from controller.gateway.limits import Bodies, Limiter
 from controller.gateway.load import Load, LoadWriter
@@ -92,6 +93,7 @@ class Front:
         # One route: the path is normalised first, then routed here (never by its raw form).
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         app.cleanup_ctx.append(self._writing_load)
+        app.cleanup_ctx.append(self._reading_engines)
         app.on_response_prepare.append(self._closing_when_draining)
         return app
 
@@ -120,6 +122,17 @@ class Front:
         """The in-flight figures' writer, from start-up until the server is shut down
         (after the requests in flight have drained)."""
         task = asyncio.create_task(LoadWriter(self.demand.state_dir, self.load).run())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _reading_engines(self, app: web.Application) -> AsyncIterator[None]:
+        """The engines' own /metrics, read every few seconds while the server runs."""
+        reader = Reader(
+            self.session, lambda: list(self.table.records.values()), self.metrics.engines
+        )
+        task = asyncio.create_task(reader.run())
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
