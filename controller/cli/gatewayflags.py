@@ -49,6 +49,7 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
             tls_client_ca=client_ca,
             log_max_bytes=cfg.log_max_bytes,
             log_keep=cfg.log_keep,
+            waiting_comment=gw.waiting_every_from_env(),
         )
         warning = gw.check_exposure(settings)
         if settings.api_keys is not None:

@@ -147,8 +147,13 @@ class Record:
     ready_deadline_seconds: float | None = None
     models: tuple[str, ...] = ()  # routable model names: metadata.name, spec.model, aliases
     device_count: int = 0  # spec.devices.count: what a placing backend must find again
-    # spec.affinity: session keeps a session key's requests on one replica (the gateway)
-    affinity: Literal["none", "session"] = "none"
+    # spec.affinity (else its engine's default): session keeps a session key's requests on
+    # one replica, prefix a prompt's on the replica that served its beginning (the gateway)
+    affinity: Literal["none", "session", "prefix"] = "none"
+    # spec.fallbacks and spec.fallbackAfter (seconds): where the gateway sends a request this
+    # deployment cannot take, and how long it waits for a Ready instance first
+    fallbacks: tuple[str, ...] = ()
+    fallback_after: float = 30.0
     # spec.autoscale.min is 0: at zero replicas the gateway wakes it with a request
     scale_to_zero: bool = False
     node: str  # local: the node name; ray: the Ray node id (full hex)

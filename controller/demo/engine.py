@@ -4,7 +4,7 @@ too) and ``/v1/embeddings``, each answer with ``id``, ``object``, ``created``, `
 and ``usage``, so token metrics and every client path can be tried without a model.
 
     python -m controller.demo.engine --port 8000 [--host 127.0.0.1] [--load-seconds 1]
-        [--chunks 3] [--chunk-delay 0.05]
+        [--chunks 3] [--chunk-delay 0.05] [--metrics-file PATH]
 
 It "loads" for ``--load-seconds`` (``/health`` answers 503 meanwhile, like
 llama.cpp), then serves. A streamed answer sends ``--chunks`` server-sent events
@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load-seconds", type=float, default=0.0)
     parser.add_argument("--chunks", type=int, default=3)
     parser.add_argument("--chunk-delay", type=float, default=0.0)
+    # GET /metrics answers this file's text as it is now (Prometheus text, e.g. vLLM's or
+    # llama.cpp's series, which a test rewrites to move the engine's load)
+    parser.add_argument("--metrics-file", default=None)
     args = parser.parse_args(argv)
     ready_at = time.monotonic() + args.load_seconds
     me = f"pid-{os.getpid()}"
@@ -135,12 +138,26 @@ def main(argv: list[str] | None = None) -> int:
                 self._send(503, {"status": "loading model"})
             elif self.path == "/health":
                 self._send(200, {"status": "ok"})
+            elif self.path == "/metrics" and args.metrics_file:
+                self._metrics(args.metrics_file)
             elif self.path == "/v1/models":
                 self._send(200, {"object": "list", "data": [self._model()]})
             elif self.path == f"/v1/models/{args.model}":
                 self._send(200, self._model())
             else:
                 self._send(404, {"error": "not found"})
+
+        def _metrics(self, path: str) -> None:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError:
+                data = b""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def _model(self) -> Json:
             return {"id": args.model, "object": "model", "created": started, "owned_by": "demo"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,11 @@ DEFAULT_MAX_QUEUE = 256
 QUEUE_WAIT = 30.0  # seconds a queued request waits for a slot before its 429
 # Seconds a stopping or handed-over gateway lets its requests (streams included) finish.
 DRAIN_GRACE = 120.0
+# Seconds between the SSE comments of a streaming request held while its engine starts
+# (waiting.py; DESIGN "Routing that helps the engine"). WAITING_ENV shortens it (tests, or
+# a proxy in front with an idle timeout under 5 s).
+WAITING_EVERY = 5.0
+WAITING_ENV = "RECONCILE_GATEWAY_WAITING_COMMENT"
 
 
 class ListenRefused(ConfigError):
@@ -52,6 +59,7 @@ class Settings:
     # The request log's rotation (requestlog.py): node.yaml's logMaxBytes / logMaxFiles.
     log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
     log_keep: int = logfiles.DEFAULT_KEEP
+    waiting_comment: float = WAITING_EVERY  # seconds between a held stream's comments
 
     @property
     def loopback(self) -> bool:
@@ -60,6 +68,16 @@ class Settings:
     @property
     def tls(self) -> bool:
         return self.tls_cert is not None
+
+
+def waiting_every_from_env(environ: Mapping[str, str] | None = None) -> float:
+    """``$RECONCILE_GATEWAY_WAITING_COMMENT`` when a number of seconds in (0, 3600), else 5."""
+    text = (os.environ if environ is None else environ).get(WAITING_ENV, "")
+    try:
+        value = float(text)
+    except ValueError:
+        return WAITING_EVERY
+    return value if 0 < value < 3600 else WAITING_EVERY
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from controller.core.devices.inventory import Device, Inventory
 from controller.core.devices.placement import Ledger
 from controller.core.elapsed import BootClock
+from controller.core.engines import default_affinity
 from controller.core.manifest.specs import Entry, routable_names, spec_document
 from controller.core.render import Rendered, deadline_of, render
 from controller.core.state import Phase, ProcessRef, Record
@@ -121,7 +122,9 @@ class RecordMaker:
             ready_deadline_seconds=deadline_of(spec),
             models=routable_names(entry.name, spec),
             device_count=spec.devices.count,
-            affinity=spec.affinity,
+            affinity=spec.affinity or default_affinity(spec.engine),
+            fallbacks=tuple(spec.fallbacks),
+            fallback_after=spec.fallback_after,
             scale_to_zero=spec.autoscale is not None and spec.autoscale.min == 0,
             revision=self.revision,
             labels=dict(entry.deployment.metadata.labels),

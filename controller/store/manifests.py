@@ -21,7 +21,14 @@ from pydantic import ValidationError
 from controller.core.manifest.cluster import cluster_refusals
 from controller.core.manifest.excerpt import clip, did_you_mean, short
 from controller.core.manifest.specerrors import problems
-from controller.core.manifest.specs import Deployment, Entry, fields_at, is_dns1123, spec_hash
+from controller.core.manifest.specs import (
+    Deployment,
+    Entry,
+    fields_at,
+    is_dns1123,
+    routable_names,
+    spec_hash,
+)
 from controller.store import bounded, security
 from controller.store.bounded import Document, Path_
 from controller.store.parsecache import ParseCache
@@ -351,6 +358,7 @@ def load(
     if cache is not None and not result.missing_folders:  # a missing folder: keep its files'
         cache.save()
     _check_model_names(result)
+    _check_fallbacks(result)
     return result
 
 
@@ -407,6 +415,32 @@ def _check_model_names(result: LoadResult) -> None:
             if first is not entry:
                 _clash(result, clashes, entry, first, alias, "an alias of two deployments")
     for name, message in clashes.items():
+        del result.entries[name]
+        result.invalid_names[name] = message
+
+
+def _check_fallbacks(result: LoadResult) -> None:
+    """``spec.fallbacks`` names routable models of other deployments (DESIGN "Routing that
+    helps the engine"): a name nothing serves, or one of the deployment's own names, makes
+    it invalid. Two deployments falling back on each other are fine: the gateway never
+    follows a fallback back to a model it already tried."""
+    entries = list(result.entries.values())
+    routable = {n for e in entries for n in routable_names(e.name, e.deployment.spec)}
+    bad: dict[str, str] = {}
+    for entry in entries:
+        own = set(routable_names(entry.name, entry.deployment.spec))
+        for i, name in enumerate(entry.deployment.spec.fallbacks):
+            if name in own:
+                why = f"{name!r} is this deployment's own name: a fallback is another model"
+            elif name not in routable:
+                known = ", ".join(sorted(routable - own)[:20]) or "none"
+                why = f"no deployment serves {name!r} (routable names: {known})"
+            else:
+                continue
+            error = ManifestError(entry.source, entry.line, f"spec.fallbacks[{i}]", why, entry.name)
+            result.errors.append(error)
+            bad.setdefault(entry.name, str(error))
+    for name, message in bad.items():
         del result.entries[name]
         result.invalid_names[name] = message
 

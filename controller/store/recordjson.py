@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from controller.core.elapsed import BootClock
-from controller.core.engines import RecipeError, readiness_deadline
+from controller.core.engines import RecipeError, default_affinity, readiness_deadline
 from controller.core.manifest.names import model_names
 from controller.core.state import VERSION, ExitInfo, Phase, ProbeConfig, ProcessRef, Record
 
@@ -224,6 +224,8 @@ def record_v3(data: object) -> Record:
             device_count=f.take("device_count", int, b.device_count),
             affinity=_affinity(f.take("affinity", str, b.affinity), "affinity"),
             scale_to_zero=f.take("scale_to_zero", bool, b.scale_to_zero),
+            fallbacks=f.items("fallbacks", str),
+            fallback_after=f.take("fallback_after", float, b.fallback_after),
             node=f.take("node", str),
             backend=f.take("backend", str, b.backend),
             engine=f.take("engine", str, b.engine),
@@ -300,12 +302,14 @@ def _activation(value: str, where: str) -> Literal["Always", "OnDemand"]:
     raise RecordInvalid(f"{where}: {value!r} is not one of Always, OnDemand")
 
 
-def _affinity(value: str, where: str) -> Literal["none", "session"]:
-    if value == "none":
-        return "none"
-    if value == "session":
-        return "session"
-    raise RecordInvalid(f"{where}: {value!r} is not one of none, session")
+def _affinity(value: str, where: str) -> Literal["none", "session", "prefix"]:
+    for known in AFFINITIES:
+        if value == known:
+            return known
+    raise RecordInvalid(f"{where}: {value!r} is not one of {', '.join(AFFINITIES)}")
+
+
+AFFINITIES: tuple[Literal["none", "session", "prefix"], ...] = ("none", "session", "prefix")
 
 
 # Fields version 2 added: a version-1 file holding one was not written by version 1.
@@ -355,7 +359,9 @@ def _facts(spec: dict[str, Any], name: str) -> dict[str, Any]:
         "ready_deadline_seconds": deadline,
         "models": list(model_names(name, model, doc.items("aliases", str))),
         "device_count": _typed(devices or 0, int, "spec.devices.count"),
-        "affinity": _affinity(doc.take("affinity", str, "none"), "spec.affinity"),
+        "affinity": _affinity(
+            doc.take("affinity", str, default_affinity(engine or "")), "spec.affinity"
+        ),
     }
 
 

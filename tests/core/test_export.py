@@ -398,6 +398,18 @@ def test_session_affinity_has_no_faithful_form() -> None:
     assert "sessionAffinity" not in service["spec"]
 
 
+def test_prefix_affinity_is_said_when_written_and_silent_as_a_default() -> None:
+    """A Service knows no prompt: a written ``affinity: prefix`` is refused (dropped with
+    --lossy); left to the engine's default it is the gateway's own and exports quietly."""
+    dep = deployment("llm", replicas=2, affinity="prefix", **SCALED)
+    with pytest.raises(ExportError) as refused:
+        export(dep)
+    assert [p.field for p in refused.value.problems] == [("spec", "affinity")]
+    assert "prefix" in refused.value.problems[0].message
+    assert [o["kind"] for o in export(dep, lossy=True).objects] == ["Deployment", "Service"]
+    assert problems_of(deployment("llm", replicas=2, **SCALED).spec) == []
+
+
 def test_golden_autoscaled() -> None:
     """A replicated, autoscaled vLLM as the cluster gets it (regenerate as test_golden)."""
     dep = deployment("llm", autoscale=AUTOSCALE, **SCALED)

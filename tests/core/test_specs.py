@@ -104,7 +104,7 @@ def test_unsafe_names_rejected(name: str) -> None:
             "cannot both be 0",
         ),
         ({"strategy": "RollingUpdate", "rollingUpdate": {"maxSurge": "150%"}}, "percentage"),
-        ({"affinity": "sticky"}, "'none' or 'session'"),
+        ({"affinity": "sticky"}, "'none', 'session' or 'prefix'"),
         ({"devices": {"count": 1, "gpus": 2}}, "gpus"),
         ({"readiness": {"httpGet": {"path": "/", "port": 1}}}, "port"),
     ],
@@ -379,10 +379,11 @@ def test_a_wrong_shape_is_said_in_the_manifest_s_words() -> None:
 
 def test_replica_fields_and_their_defaults() -> None:
     spec = deployment("a").spec
+    # affinity None: the engine's default (prefix for engines that cache prefixes)
     assert (spec.replicas, spec.autoscale, spec.affinity, spec.rolling_update) == (
         1,
         None,
-        "none",
+        None,
         None,
     )
     scaled = deployment(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from typing import Literal
 
 from controller.core.engines.base import (
     CompletionTarget,
@@ -34,6 +35,7 @@ __all__ = [
     "Recipe",
     "RecipeError",
     "RenderContext",
+    "default_affinity",
     "readiness_deadline",
     "recipe_for",
 ]
@@ -53,3 +55,13 @@ def readiness_deadline(engine: str, spec_seconds: float | None) -> float:
     spec sets it, else its recipe's. The daemon kills at it and the gateway waits for it,
     both through the record (``Record.ready_deadline_seconds``), so they cannot drift."""
     return recipe_for(engine).deadline_seconds if spec_seconds is None else spec_seconds
+
+
+def default_affinity(engine: str) -> Literal["none", "prefix"]:
+    """The gateway's affinity for a spec that names none: ``prefix`` for an engine that
+    caches prompt prefixes (sending a prompt where its beginning was served skips that
+    prefill), else ``none``. An unknown engine is judged elsewhere: ``none`` here."""
+    try:
+        return "prefix" if recipe_for(engine).caches_prefixes else "none"
+    except RecipeError:
+        return "none"

@@ -85,10 +85,13 @@ class Launch:
 
 class Recipe(Protocol):
     """One engine. ``extra_ports`` internal ports are reserved beside the main one;
-    ``deadline_seconds``: how long its engine may take to get Ready unless the spec says."""
+    ``deadline_seconds``: how long its engine may take to get Ready unless the spec says;
+    ``caches_prefixes``: it keeps the KV cache of served prompts for the next request that
+    begins the same way (the gateway's ``affinity: prefix`` is then its default)."""
 
     engine: str
     extra_ports: int
     deadline_seconds: float
+    caches_prefixes: bool
 
     def launch(self, ctx: RenderContext) -> Launch: ...

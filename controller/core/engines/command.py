@@ -15,6 +15,7 @@ class CommandRecipe:
     engine = "command"
     extra_ports = 0
     deadline_seconds = 600.0  # the user's program: no recipe knows better
+    caches_prefixes = False  # the user's program: nothing known of its cache
 
     def launch(self, ctx: RenderContext) -> Launch:
         if not ctx.command:

@@ -41,6 +41,7 @@ class LlamaCppRecipe:
     engine = "llama-cpp"
     extra_ports = 0
     deadline_seconds = 600.0  # loading weights may take minutes
+    caches_prefixes = True  # slots keep their prompt's cache (and --cache-ram a pool of them)
 
     def launch(self, ctx: RenderContext) -> Launch:
         if not ctx.model:

@@ -48,6 +48,7 @@ class OllamaRecipe:
     engine = "ollama"
     extra_ports = 0
     deadline_seconds = 120.0  # `serve` loads no weights at start
+    caches_prefixes = False  # one model per request, its own scheduling
 
     def launch(self, ctx: RenderContext) -> Launch:
         running = HttpCheck("/", contains="Ollama is running")

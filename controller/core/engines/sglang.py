@@ -46,6 +46,7 @@ class SglangRecipe:
     engine = "sglang"
     extra_ports = 1  # --nccl-port
     deadline_seconds = 600.0  # loading weights may take minutes
+    caches_prefixes = True  # the radix cache
 
     def launch(self, ctx: RenderContext) -> Launch:
         if not ctx.model:

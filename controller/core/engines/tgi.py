@@ -46,6 +46,7 @@ class TgiRecipe:
     engine = "tgi"
     extra_ports = 1  # --master-port
     deadline_seconds = 600.0  # loading weights may take minutes
+    caches_prefixes = True  # prefix caching (v3)
 
     def launch(self, ctx: RenderContext) -> Launch:
         if not ctx.model:

@@ -55,6 +55,7 @@ class VllmRecipe:
     engine = "vllm"
     extra_ports = 1  # VLLM_PORT: torch.distributed's rendezvous port
     deadline_seconds = 600.0  # loading weights may take minutes
+    caches_prefixes = True  # automatic prefix caching
 
     def launch(self, ctx: RenderContext) -> Launch:
         if not ctx.model:

@@ -110,6 +110,16 @@ WHY_AFFINITY = (
     "client on one pod (hash on the x-session-id header at your ingress instead, e.g. "
     "ingress-nginx's upstream-hash-by)"
 )
+# Left to its default, prefix affinity is the gateway's choice and exports to nothing;
+# asked for by name, its loss is said.
+WHY_PREFIX = (
+    "a Service balances by connection and knows no prompt (the Gateway API Inference "
+    "Extension's prefix-cache scorer routes by prefix on Kubernetes)"
+)
+WHY_FALLBACKS = (
+    "a Service routes to its own pods only (a fallback model is an AI gateway's job: "
+    "route it at your gateway, e.g. LiteLLM's fallbacks)"
+)
 WHY_COMPLETION = (
     "a pod's probes cannot POST a completion (httpGet only GETs; an exec probe would need "
     "curl in the image): use httpGet"
@@ -159,6 +169,10 @@ def problems_of(spec: DeploymentSpec) -> list[Problem]:
         out.extend(_image_problems(spec))
     if spec.affinity == "session":
         out.append(_drop(("spec", "affinity"), WHY_AFFINITY))
+    if spec.affinity == "prefix":
+        out.append(_drop(("spec", "affinity"), WHY_PREFIX))
+    if spec.fallbacks:
+        out.append(_drop(("spec", "fallbacks"), WHY_FALLBACKS))
     if spec.readiness is not None and spec.readiness.completion is not None:
         out.append(_drop(("spec", "readiness", "completion"), WHY_COMPLETION))
     if spec.liveness_probe is not None and spec.liveness_probe.completion is not None:

@@ -70,10 +70,12 @@ NOT_HASHED = frozenset(
         "autoscale",
         "affinity",
         "rollingUpdate",
+        "fallbacks",
+        "fallbackAfter",
     }
 )
 MAX_REPLICAS = 64
-Affinity = Literal["none", "session"]
+Affinity = Literal["none", "session", "prefix"]
 
 
 def _scalar_to_str(value: Any) -> Any:
@@ -475,10 +477,23 @@ class DeploymentSpec(Model):
         description="The daemon picks the replica count between min and max from the "
         "gateway's requests in flight.",
     )
-    affinity: Affinity = Field(
-        default="none",
-        description="none (default) or session: requests with one session key (x-session-id, "
-        "else the OpenAI user field) stay on one replica.",
+    affinity: Affinity | None = Field(
+        default=None,
+        description="none, session or prefix: session keeps requests with one session key "
+        "(x-session-id, else the OpenAI user field) on one replica; prefix sends a prompt "
+        "to the replica that served its beginning (its prefix cache holds it). Default: "
+        "prefix for engines that cache prefixes (vllm, sglang, llama-cpp, tgi), else none.",
+    )
+    fallbacks: list[str] = Field(
+        default_factory=list,
+        description="Model names (of other deployments) a request goes to, the first that "
+        "can take it, when this one cannot: none Ready within fallbackAfter, every instance "
+        "ejected, or its concurrency limit reached.",
+    )
+    fallback_after: Seconds = Field(
+        default=30.0,
+        description="How long a request waits for a Ready instance before it goes to a "
+        "fallback (30s, 1m; default 30s). Only with fallbacks.",
     )
     rolling_update: RollingUpdate | None = Field(
         default=None,

@@ -12,6 +12,7 @@ import bisect
 from collections import defaultdict
 
 from controller.core.promtext import PromText
+from controller.gateway.accounting.enginemetrics import EngineLoad
 
 PREFIX = "reconcile_gateway_"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -42,6 +43,8 @@ class GatewayMetrics:
         self.swaps_avoided: defaultdict[str, int] = defaultdict(int)  # turns.py
         self.ejections: defaultdict[Instance, int] = defaultdict(int)  # passive health
         self.log_dropped = 0  # request log lines dropped (requestlog.py: queue full, disk)
+        self.fallbacks: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # routes.py
+        self.engines: dict[Instance, EngineLoad] = {}  # the engines' own (enginemetrics.py)
 
     def begin(self, deployment: str, instance: str) -> None:
         """A request forwarded to ``instance`` (``web@1``) of ``deployment``."""
@@ -85,6 +88,10 @@ class GatewayMetrics:
         """Request log lines not written (any thread: an int's += is one step here)."""
         self.log_dropped += lines
 
+    def fell_back(self, model: str, to: str, reason: str) -> None:
+        """A request for ``model`` went to its fallback ``to`` (routes.py)."""
+        self.fallbacks[(model, to, reason)] += 1
+
     def swap_avoided(self, deployment: str) -> None:
         """Requests for ``deployment`` waited behind a rival's queue (turns.py)."""
         self.swaps_avoided[deployment] += 1
@@ -124,7 +131,27 @@ class GatewayMetrics:
         dropped = "Request log lines dropped: the writer fell behind or the disk failed."
         out.family(f"{PREFIX}request_log_dropped_total", dropped, "counter")
         out.sample(f"{PREFIX}request_log_dropped_total", self.log_dropped)
+        fallbacks = "Requests sent to a fallback model, by why (not_ready, ejected, limit)."
+        out.family(f"{PREFIX}fallbacks_total", fallbacks, "counter")
+        for (model, to, reason), n in sorted(list(self.fallbacks.items())):
+            out.sample(f"{PREFIX}fallbacks_total", n, model=model, to=to, reason=reason)
+        self._render_engines(out)
         return "\n".join(out.lines) + "\n"
+
+    def _render_engines(self, out: PromText) -> None:
+        engines = sorted(list(self.engines.items()))
+        waiting = "Requests waiting in the engine's own queue, as its /metrics says."
+        name = "reconcile_engine_requests_waiting"
+        out.family(name, waiting, "gauge")
+        for (dep, instance), load in engines:
+            if load.waiting is not None:
+                out.sample(name, load.waiting, deployment=dep, instance=instance)
+        kv = "The engine's KV cache in use, 0 to 1, as its /metrics says."
+        name = "reconcile_engine_kv_cache_usage_ratio"
+        out.family(name, kv, "gauge")
+        for (dep, instance), load in engines:
+            if load.kv_cache is not None:
+                out.sample(name, load.kv_cache, deployment=dep, instance=instance)
 
 
 def _histogram(out: PromText, name: str, hist: _Histogram, **labels: str) -> None:

@@ -53,10 +53,11 @@ log = get_logger("reconcile")
 START_WAIT = 10.0
 CUT_WAIT = 1.0  # seconds the runner's shutdown gives what is left once the drain is over
 BACKLOG = 128  # aiohttp's default
-# The event loop: uvloop's when it is installed (the optional extra ``fast``:
-# ``pip install 'reconcile-engines[fast]'``), asyncio's own otherwise. uvloop (libuv
-# underneath, the loop uvicorn uses) cuts the loop's own cost per request; nothing in the
-# gateway depends on which loop runs. ``RECONCILE_GATEWAY_LOOP=asyncio`` keeps asyncio's.
+# The event loop: uvloop's (a plain dependency since issue 41: asyncio's own loop left the
+# gateway at about half nginx's throughput), asyncio's own where it cannot be imported (a
+# platform without a wheel). uvloop (libuv underneath, the loop uvicorn uses) cuts the
+# loop's own cost per request; nothing in the gateway depends on which loop runs.
+# ``RECONCILE_GATEWAY_LOOP=asyncio`` keeps asyncio's.
 LOOP_ENV = "RECONCILE_GATEWAY_LOOP"
 
 
@@ -220,6 +221,7 @@ class Gateway:
             loopback_only=s.loopback,
             session=session,
             requests=self.requests,
+            waiting_every=s.waiting_comment,
         )
         # handler_cancellation: a client that goes away cancels its handler (and upstream).
         app = self.front.app()

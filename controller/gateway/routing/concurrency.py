@@ -37,6 +37,11 @@ class Limiter:
     def release(self, name: str) -> None:
         self._slots[name].release()
 
+    def full(self, name: str) -> bool:
+        """Every slot of ``name`` is taken (a request would queue)."""
+        slot = self._slots.get(name)
+        return slot is not None and slot.locked()
+
 
 class Bodies:
     """The bytes of request bodies the gateway holds at once, all requests together.

@@ -5,7 +5,8 @@ deployment that serves the name: a ``spec.model`` shared by several deployments 
 balanced over all of them, while each ``metadata.name`` reaches its own deployment's
 instances only. ``target`` picks one: least requests in flight, ties broken by two
 random choices (balance.py); with ``affinity: session`` a session key's instance
-(affinity.py). Records give each engine's host and port, so routing works on any
+(affinity.py); with ``affinity: prefix`` the instance that served the prompt's beginning
+(prefix.py). Records give each engine's host and port, so routing works on any
 backend. The daemon hands every pass's records over (``update``, on the gateway's
 loop); requests waiting for a pool wake on each update.
 
@@ -31,6 +32,7 @@ from controller.core.state import Phase, Record
 from controller.gateway.routing import balance
 from controller.gateway.routing.affinity import Sessions
 from controller.gateway.routing.health import Health
+from controller.gateway.routing.prefix import Prefixes
 from controller.host.probes import connect_host
 
 DRAIN_POLL = 0.01  # seconds between looks at a retiring instance's in-flight count
@@ -61,6 +63,7 @@ class Table:
         self._retired: set[str | None] = set()  # nonces of instances being stopped
         self._probed: set[str | None] = set()  # Starting nonces our own probe saw ready
         self._sessions: defaultdict[str, Sessions] = defaultdict(Sessions)  # per pool
+        self.prefixes = Prefixes()  # per engine: the prompt beginnings it was sent
         self._rng = rng or random.Random()
         self.health = health or Health()  # passive health: engines failing in a row
         # Reads the records now if they changed (the gateway process's look); None where
@@ -110,6 +113,7 @@ class Table:
         # not routed to on the strength of a probe from before it was Ready.
         self._probed &= {r.nonce for r in self.records.values() if r.phase is Phase.STARTING}
         self.health.forget(live)
+        self.prefixes.keep(live)  # an engine that left took its cache with it
         for gone in [n for n in self.served if n not in live]:
             del self.served[gone]  # only the tie-break reads it: a gone engine's is moot
         self.loaded.set()
@@ -159,17 +163,25 @@ class Table:
         return tuple(d for d in self.pools.get(name, ()) if _wakes(self._first(d)))
 
     def target(
-        self, name: str, avoid: str | None = "-", session: str | None = None
+        self,
+        name: str,
+        avoid: str | None = "-",
+        session: str | None = None,
+        prefix: tuple[bytes, ...] = (),
     ) -> Target | None:
         """Where a request for pool ``name`` goes now, never to the engine whose nonce is
-        ``avoid`` (it just dropped a request): ``session``'s instance under affinity,
-        else the least loaded."""
+        ``avoid`` (it just dropped a request): ``session``'s instance under session
+        affinity, the holder of the prompt's beginning (``prefix``: its chained block
+        hashes) under prefix affinity, else the least loaded."""
         found = self.candidates(name, avoid)
         if not found:
             return None
-        if session is not None and self._affine(name):
+        affinity = self.affinity(name)
+        if session is not None and affinity == "session":
             by_instance = {t.instance: t for t in found}
             return by_instance[self._sessions[name].place(session, by_instance)]
+        if affinity == "prefix":
+            return self.prefixes.place(prefix, found, self.inflight, self.served, self._rng)
         return balance.pick(found, self.inflight, self.served, self._rng)
 
     def candidates(
@@ -220,8 +232,24 @@ class Table:
         rec = self.records.get(instances[0]) if instances else None
         return rec or Record(name=deployment, owner="", node="")
 
-    def _affine(self, name: str) -> bool:
-        return any(self._first(d).affinity == "session" for d in self.pools.get(name, ()))
+    def affinity(self, name: str) -> str:
+        """Pool ``name``'s affinity: session if one of its deployments asks for it (a
+        session key is the client's own word), else prefix if one does, else none."""
+        found = {self._first(d).affinity for d in self.pools.get(name, ())}
+        return next((a for a in ("session", "prefix") if a in found), "none")
+
+    def fallbacks(self, name: str) -> tuple[str, ...]:
+        """Pool ``name``'s fallback models, in order (each deployment's, first seen first)."""
+        found: dict[str, None] = {}
+        for deployment in self.pools.get(name, ()):
+            found.update(dict.fromkeys(self._first(deployment).fallbacks))
+        return tuple(found)
+
+    def fallback_after(self, name: str) -> float:
+        """Seconds a request for pool ``name`` waits for a Ready instance before its
+        fallbacks (the shortest of its deployments')."""
+        pool = self.pools.get(name, ())
+        return min((self._first(d).fallback_after for d in pool), default=30.0)
 
     def deadline(self, name: str) -> float:
         """How long a request may wait for pool ``name`` to have a Ready instance: the
@@ -253,6 +281,7 @@ class Table:
         timeout: float,
         on_wait: Callable[[], None] = lambda: None,
         session: str | None = None,
+        prefix: tuple[bytes, ...] = (),
     ) -> Target | None:
         """A Ready engine of pool ``name``, waiting up to ``timeout`` for one.
 
@@ -260,7 +289,7 @@ class Table:
         """
         end = time.monotonic() + timeout
         while True:
-            found = self.target(name, session=session)
+            found = self.target(name, session=session, prefix=prefix)
             left = end - time.monotonic()
             if found is not None or left <= 0 or name not in self.pools:
                 return found
@@ -270,7 +299,7 @@ class Table:
             try:
                 await asyncio.wait_for(self._changed.wait(), left)
             except TimeoutError:
-                return self.target(name, session=session)
+                return self.target(name, session=session, prefix=prefix)
 
 
 def _wakes(first: Record) -> bool:

@@ -14,8 +14,9 @@ complete-looking one).
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -56,6 +57,8 @@ ANSWERED = frozenset({"expect"})
 # http.server does not read a GET's body: left on the kept-alive connection, it was parsed
 # as the next request, and another client's POST got a 400.
 BODILESS = frozenset({"GET", "HEAD"})
+# Who served it: the deployment whose engine answered (a pool's member, or a fallback's).
+SERVED_BY = "x-reconcile-deployment"
 
 
 class UpstreamDown(Exception):
@@ -97,8 +100,13 @@ async def forward(
     meter: Meter,
     *,
     strip_keys: bool,
+    settle: Callable[[], Awaitable[web.StreamResponse | None]] | None = None,
 ) -> web.StreamResponse:
-    """``path``: the normalised path and query (paths.py), the only one sent on."""
+    """``path``: the normalised path and query (paths.py), the only one sent on.
+
+    ``settle``: called once the engine's answer has begun (its head came); it stops the
+    waiting comments (waiting.py) and gives the stream already begun for them, if any,
+    into which the answer then goes."""
     # encoded=True: the path is sent as normalised, never re-normalised or re-quoted.
     url = URL.build(
         scheme="http",
@@ -138,6 +146,9 @@ async def forward(
     except aiohttp.ClientError as exc:  # a malformed answer: the engine did answer
         raise UpstreamFailed(_said(exc), retry=False) from exc
     async with upstream:
+        begun = await settle() if settle is not None else None
+        if begun is not None:
+            return await _into_begun(request, begun, upstream, target, meter)
         length = upstream.content_length
         if length is not None and length <= WHOLE_MAX:
             # A sized answer (not a stream) is complete when the engine sends it: passing it
@@ -151,8 +162,40 @@ async def forward(
                 from_json(data, meter)
             whole = web.Response(status=upstream.status, reason=upstream.reason, body=data)
             whole.headers.extend(_headers(upstream.headers))
+            whole.headers[SERVED_BY] = target.deployment
             return whole
         return await _stream(request, upstream, target, meter)
+
+
+async def _into_begun(
+    request: web.Request,
+    begun: web.StreamResponse,
+    upstream: aiohttp.ClientResponse,
+    target: Target,
+    meter: Meter,
+) -> web.StreamResponse:
+    """The engine's answer into a stream already begun (200, event-stream) for waiting
+    comments: an event stream goes on as it comes; anything else (an engine's error) can no
+    longer be its status, so it becomes the stream's last event, an OpenAI error body."""
+    kind = upstream.headers.get("Content-Type", "")
+    if upstream.status < 300 and kind.startswith("text/event-stream"):
+        return await _pump(request, begun, upstream, target, meter)
+    try:
+        said = (await upstream.content.read(TAIL_MAX)).decode("utf-8", "replace")
+    except aiohttp.ClientError as exc:
+        said = _said(exc)
+    meter.answered()
+    why = f"the engine of {target.deployment!r} answered {upstream.status}: {said[:2000]}"
+    code = "upstream_error" if upstream.status < 400 else "engine_error"
+    await end_with_error(begun, error_body(upstream.status, why, code))
+    return begun
+
+
+async def end_with_error(begun: web.StreamResponse, body: object) -> None:
+    """A begun event stream's last event: an error body (its status is sent already)."""
+    with contextlib.suppress(ConnectionError):
+        await begun.write(f"data: {json.dumps(body)}\n\n".encode())
+        await begun.write_eof()
 
 
 async def _stream(
@@ -160,13 +203,28 @@ async def _stream(
 ) -> web.StreamResponse:
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
     response.headers.extend(_headers(upstream.headers))
+    response.headers[SERVED_BY] = target.deployment
+    kind = upstream.headers.get("Content-Type", "")
+    sse = kind.startswith("text/event-stream")
+    if upstream.content_length is not None and not (sse and meter.strip):
+        response.content_length = upstream.content_length
+    return await _pump(request, response, upstream, target, meter)
+
+
+async def _pump(
+    request: web.Request,
+    response: web.StreamResponse,
+    upstream: aiohttp.ClientResponse,
+    target: Target,
+    meter: Meter,
+) -> web.StreamResponse:
+    """The engine's body into ``response`` (prepared here if it is not yet)."""
     kind = upstream.headers.get("Content-Type", "")
     sse = StreamUsage(meter) if kind.startswith("text/event-stream") else None
     json_tail = b"" if sse is None and "json" in kind and upstream.status < 300 else None
-    if upstream.content_length is not None and not (sse and meter.strip):
-        response.content_length = upstream.content_length
     try:
-        await response.prepare(request)
+        if not response.prepared:
+            await response.prepare(request)
         async for chunk in _chunks(upstream):
             out = sse.feed(chunk) if sse is not None else chunk
             if json_tail is not None:

@@ -23,6 +23,7 @@ from aiohttp.typedefs import Handler
 from controller.core.manifest.listen import host_refusal
 from controller.core.state import Phase, Record
 from controller.gateway.accounting import requestlog, usage
+from controller.gateway.accounting.enginemetrics import Reader
 from controller.gateway.accounting.inflight import InflightCounts, InflightWriter
 from controller.gateway.accounting.keys import Keys, presented
 from controller.gateway.accounting.metrics import GatewayMetrics
@@ -32,13 +33,17 @@ from controller.gateway.accounting.usage import Meter
 from controller.gateway.routing import readiness
 from controller.gateway.routing.activation import Demand
 from controller.gateway.routing.concurrency import Bodies, Limiter
+from controller.gateway.routing.prefix import chain, prompt_text
 from controller.gateway.routing.swaps import Turns
 from controller.gateway.routing.table import FIRST_PASS_WAIT, Table, Target
+from controller.gateway.settings import WAITING_EVERY
 from controller.gateway.surface import encoding, paths, upload
 from controller.gateway.surface.answers import error
 from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.surface.upload import Upload
+from controller.gateway.surface.waiting import Waiting, wants_stream
 from controller.logsetup import get_logger
+from controller.store.events import Journal
 
 log = get_logger("reconcile")
 
@@ -78,6 +83,7 @@ class Front:
     _quota: Quota | None = None  # the key file's limits (rpm=, tpm=), built on first use
     turns: Turns | None = None  # OnDemand rivals take turns (turns.py)
     requests: RequestLog | None = None  # <state>/gateway/requests.jsonl (requestlog.py)
+    waiting_every: float = WAITING_EVERY  # seconds between a held stream's comments
 
     def __post_init__(self) -> None:
         if self.turns is None:
@@ -93,6 +99,7 @@ class Front:
         # One route: the path is normalised first, then routed here (never by its raw form).
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         app.cleanup_ctx.append(self._writing_load)
+        app.cleanup_ctx.append(self._reading_engines)
         app.on_response_prepare.append(self._closing_when_draining)
         return app
 
@@ -121,6 +128,17 @@ class Front:
         """The in-flight figures' writer, from start-up until the server is shut down
         (after the requests in flight have drained)."""
         task = asyncio.create_task(InflightWriter(self.demand.state_dir, self.load).run())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _reading_engines(self, app: web.Application) -> AsyncIterator[None]:
+        """The engines' own /metrics, read every few seconds while the server runs."""
+        reader = Reader(
+            self.session, lambda: list(self.table.records.values()), self.metrics.engines
+        )
+        task = asyncio.create_task(reader.run())
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -217,6 +235,13 @@ class Front:
         finally:
             self._count(deployment, key, status, meter)
 
+    def _prefix(self, pool: str, fields: dict[str, Any]) -> tuple[bytes, ...]:
+        """The prompt's chained block hashes where the pool routes by prefix (prefix.py)."""
+        if self.table.affinity(pool) != "prefix":
+            return ()
+        text = prompt_text(fields)
+        return chain(text) if text else ()
+
     def _over(self, key: str) -> web.Response | None:
         """The 429 of a key past its limits in the key file (quota.py), else None."""
         if self.keys is None or not self.keys.limits:
@@ -289,15 +314,81 @@ class Front:
             known = ", ".join(sorted(self.table.pools)[:20]) or "none"
             why = f"the model {model!r} does not exist (routable names: {known})"
             return "-", error(404, why, "model_not_found")
+        if not wants_stream(fields):
+            return await self._serve(incoming, body, fields, (model,))
+        # A streaming request: waiting comments while it is held (waiting.py), through
+        # its fallbacks too; the gateway's own answer then ends the stream begun for them.
         label = self.table.label(model)
+        waiting = Waiting(
+            incoming.request, label, lambda: self.table.phases(model), self.waiting_every
+        )
+        incoming.waiting = waiting
+        answered: web.StreamResponse | None = None
+        try:
+            deployment, answered = await self._serve(incoming, body, fields, (model,))
+            return deployment, await waiting.answer(answered)
+        finally:
+            if answered is None:
+                await waiting.settle()
+
+    async def _serve(
+        self,
+        incoming: Incoming,
+        body: bytes | Upload,
+        fields: dict[str, Any],
+        tried: tuple[str, ...],
+    ) -> tuple[str, web.StreamResponse]:
+        """Serve the request with the last model of ``tried``, else with the first of its
+        fallbacks (none already tried: no loop) that can take it."""
+        model = tried[-1]
+        label = self.table.label(model)
+        onward = [
+            f for f in self.table.fallbacks(model) if f not in tried and f in self.table.pools
+        ]
+        if onward and self.limiter.full(label):
+            return await self._fall_back(incoming, body, fields, tried, onward, "limit")
         if not await self.limiter.acquire(label):
             why = f"deployment {label!r} is at its limit of concurrent requests; retry later"
             return label, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
+        incoming.no_instance = False
         try:
-            want = Ask(model, label, _session(incoming.request, fields))
-            return await self._forward(incoming, body, want)
+            want = Ask(
+                model,
+                label,
+                _session(incoming.request, fields),
+                self._prefix(model, fields),
+                self.table.fallback_after(model) if onward else None,
+            )
+            answered = await self._forward(incoming, body, want)
         finally:
             self.limiter.release(label)
+        if onward and incoming.no_instance:
+            why = "ejected" if self.table.ejected(model) is not None else "not_ready"
+            return await self._fall_back(incoming, body, fields, tried, onward, why)
+        return answered
+
+    async def _fall_back(
+        self,
+        incoming: Incoming,
+        body: bytes | Upload,
+        fields: dict[str, Any],
+        tried: tuple[str, ...],
+        onward: list[str],
+        why: str,
+    ) -> tuple[str, web.StreamResponse]:
+        """``tried[-1]`` cannot take the request (``why``): its first fallback serves it
+        (or, failing that too, that one's own fallbacks). Each one taken is counted and
+        journalled."""
+        model, to = tried[-1], onward[0]
+        self.metrics.fell_back(model, to, why)
+        log.info("request sent to a fallback", model=model, fallback=to, reason=why)
+        said = {"not_ready": "no instance Ready", "ejected": "every instance ejected"}
+        reason = f"{said.get(why, 'at its concurrency limit')}: a request went to {to!r}"
+        journal = Journal(self.demand.state_dir)
+        for deployment in self.table.pools.get(model, ()):
+            loop = asyncio.get_running_loop()
+            loop.run_in_executor(None, journal.append, deployment, "fallback", reason, "ok")
+        return await self._serve(incoming, body, fields, (*tried, to))
 
     async def _forward(
         self, incoming: Incoming, body: bytes | Upload, want: Ask
@@ -324,6 +415,7 @@ class Front:
                             return want.label, error(503, why, "model_not_ready")
                 target = await self._wait(want)
                 if target is None:
+                    incoming.no_instance = True  # a fallback may take it (_serve)
                     return want.label, self._not_ready(want)
                 try:
                     answer = await self._send_once_more(incoming, body, want, target)
@@ -368,7 +460,9 @@ class Front:
             # A streamed upload the engine has begun to read cannot be sent again.
             again = exc.retry and not (isinstance(body, Upload) and body.started)
             other = (
-                self.table.target(want.pool, avoid=target.nonce, session=want.session)
+                self.table.target(
+                    want.pool, avoid=target.nonce, session=want.session, prefix=want.prefix
+                )
                 if again
                 else None
             )
@@ -410,6 +504,7 @@ class Front:
                 incoming.query,
                 incoming.meter,
                 strip_keys=self.keys is not None,
+                settle=incoming.waiting.settle if incoming.waiting is not None else None,
             )
             outcome = answer.status
             return answer
@@ -451,10 +546,12 @@ class Front:
     async def _wait(self, want: Ask) -> Target | None:
         pool = want.pool
         deadline = self.table.deadline(pool)
+        if want.wait is not None:
+            deadline = min(deadline, want.wait)  # then its fallbacks (fallbackAfter)
         self.waiting[pool] += 1
         try:
             return await self.table.wait_target(
-                pool, deadline, lambda: self._watch(pool, deadline), want.session
+                pool, deadline, lambda: self._watch(pool, deadline), want.session, want.prefix
             )
         finally:
             self.waiting[pool] -= 1
@@ -545,14 +642,17 @@ class Front:
 @dataclass(frozen=True, slots=True)
 class Ask:
     """What a request asks for: a pool (its routable name), the label limits and metrics
-    count it under, and its session key (affinity), if any."""
+    count it under, its session key (affinity), if any, and its prompt's chained block
+    hashes (prefix affinity)."""
 
     pool: str
     label: str
     session: str | None
+    prefix: tuple[bytes, ...] = ()
+    wait: float | None = None  # the longest wait for a Ready instance (fallbackAfter)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Incoming:
     """A request to forward and the one path (normalised) and query it goes on with."""
 
@@ -560,6 +660,8 @@ class Incoming:
     path: str
     query: str
     meter: Meter  # its timings and token counts (usage.py)
+    waiting: Waiting | None = None  # a held stream's comments (waiting.py)
+    no_instance: bool = False  # the pool had no instance to take it (a fallback may)
 
 
 @web.middleware

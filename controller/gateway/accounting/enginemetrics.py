@@ -1,0 +1,151 @@
+"""The engines' own load signals, read from their Prometheus ``/metrics``.
+
+In-flight counts and GPU use are poor signals for an LLM engine (llm-d's autoscaling
+guide): what says an engine is saturated is its own queue (requests waiting for a batch
+slot) and its KV cache's fill. Each engine names them its own way:
+
+=========  ==================================================  ===========================
+engine     waiting                                             KV cache used (0..1)
+=========  ==================================================  ===========================
+vLLM       ``vllm:num_requests_waiting``                       ``vllm:kv_cache_usage_perc``
+                                                               (``gpu_cache_usage_perc``
+                                                               before v0.10; both 0..1)
+SGLang     ``sglang:num_queue_reqs``                           ``sglang:token_usage``
+llama.cpp  ``llamacpp:requests_deferred`` (``--metrics``)      ``llamacpp:kv_cache_usage_ratio``
+TGI        ``tgi_queue_size``                                  (none)
+=========  ==================================================  ===========================
+
+``parse`` is pure: a sample of several label sets (one per model served) sums the
+waiting and takes the fullest cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import aiohttp
+
+from controller.core.manifest.names import base_name, instance_of
+from controller.core.state import Phase, Record
+from controller.host.probes import connect_host
+
+EVERY = 5.0  # seconds between reads of an engine's /metrics
+TIMEOUT = 2.0  # seconds one read may take (an engine busy with a prefill may be slow)
+
+WAITING = (
+    "vllm:num_requests_waiting",
+    "sglang:num_queue_reqs",
+    "llamacpp:requests_deferred",
+    "tgi_queue_size",
+)
+KV_CACHE = (
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+    "sglang:token_usage",
+    "llamacpp:kv_cache_usage_ratio",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    waiting: float | None  # requests the engine holds in its queue (None: it says not)
+    kv_cache: float | None  # its KV cache's fill, 0..1 (None: it says not)
+
+
+def parse(text: str) -> EngineLoad:
+    """The load an engine's Prometheus text states (see the module's docstring)."""
+    waiting: float | None = None
+    kv: float | None = None
+    for line in text.splitlines():
+        found = _sample(line)
+        if found is None:
+            continue
+        name, value = found
+        if name in WAITING:
+            waiting = (waiting or 0.0) + value
+        elif name in KV_CACHE:
+            kv = max(kv or 0.0, min(1.0, max(0.0, value)))
+    return EngineLoad(waiting, kv)
+
+
+def _sample(line: str) -> tuple[str, float] | None:
+    """``name{labels} value [timestamp]`` -> (name, value); None for comments, others."""
+    line = line.strip()
+    if not line or line.startswith("#"):
+        return None
+    brace = line.find("{")
+    if brace >= 0:
+        name, rest = line[:brace], line[line.rfind("}") + 1 :]
+    else:
+        name, _, rest = line.partition(" ")
+    parts = rest.split()
+    if not parts:
+        return None
+    try:
+        value = float(parts[0])
+    except ValueError:
+        return None
+    if not math.isfinite(value):
+        return None
+    return name.strip(), value
+
+
+class Reader:
+    """Reads every Ready engine's ``/metrics`` every ``EVERY`` seconds, off the request
+    path, each read bounded by ``TIMEOUT``; an engine that answers with none of the series
+    above (no metrics, or an engine of another kind) is not asked again until it is
+    another engine (a new nonce), and keeps ``inflight`` as its only signal."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        records: Callable[[], Iterable[Record]],
+        loads: dict[tuple[str, str], EngineLoad],
+    ) -> None:
+        self._session = session
+        self._records = records
+        self.loads = loads  # (deployment, instance) -> its last reading (metrics.py shows it)
+        self._silent: set[str] = set()  # nonces whose engines state neither signal
+
+    async def run(self, every: float = EVERY) -> None:
+        while True:
+            await self.once()
+            await asyncio.sleep(every)
+
+    async def once(self) -> None:
+        ready = [r for r in self._records() if _readable(r) and r.nonce not in self._silent]
+        found = await asyncio.gather(*(self._read(r) for r in ready))
+        live = {r.nonce for r in self._records()}
+        self._silent = {n for n in self._silent if n in live}
+        fresh = {
+            (base_name(r.name), instance_of(r.name)): load
+            for r, load in zip(ready, found, strict=True)
+            if load is not None
+        }
+        self.loads.clear()
+        self.loads.update(fresh)
+
+    async def _read(self, rec: Record) -> EngineLoad | None:
+        url = f"http://{_host(connect_host(rec.host))}:{rec.port}/metrics"
+        try:
+            async with asyncio.timeout(TIMEOUT), self._session.get(url) as answer:
+                text = await answer.text() if answer.status == 200 else ""
+        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+            return None  # a slow or busy engine: no reading this time, asked again
+        load = parse(text)
+        if load.waiting is None and load.kv_cache is None:
+            if rec.nonce is not None:
+                self._silent.add(rec.nonce)
+            return None
+        return load
+
+
+def _readable(rec: Record) -> bool:
+    return rec.phase is Phase.READY and rec.port is not None and rec.nonce is not None
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

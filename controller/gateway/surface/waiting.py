@@ -1,0 +1,81 @@
+"""Waiting comments: a streaming request held while its engine starts gets an SSE comment
+line every few seconds (``: waiting for <name>: <phase> <n>s``) until the engine's answer
+begins, so clients and proxies with idle timeouts do not give up during a cold start.
+
+Nothing is sent while the wait is shorter than one period: a warm engine's stream is
+untouched. Once the first comment is due the answer is begun (200, ``text/event-stream``);
+the engine's stream then goes on in it (proxy.py's ``settle``), and whatever the gateway
+would have answered instead (a 503, a 502) becomes the stream's last event, an OpenAI error
+body, as an engine failing mid-stream does. SSE clients (the ``openai`` client included)
+skip comment lines by the standard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+
+from controller.gateway.surface.answers import body as error_body
+from controller.gateway.surface.proxy import SERVED_BY, end_with_error
+
+
+def wants_stream(fields: dict[str, object]) -> bool:
+    return fields.get("stream") is True
+
+
+class Waiting:
+    """The comments of one request; ``settle`` stops them and gives the begun stream."""
+
+    def __init__(
+        self, request: web.Request, name: str, phase: Callable[[], str], every: float
+    ) -> None:
+        self._request = request
+        self._name = name
+        self._phase = phase
+        self._every = every
+        self._began = time.monotonic()
+        self._stop = asyncio.Event()
+        self.response: web.StreamResponse | None = None
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._every)
+            if self._stop.is_set():
+                return
+            if self.response is None:
+                response = web.StreamResponse(status=200)
+                response.headers["Content-Type"] = "text/event-stream"
+                response.headers["Cache-Control"] = "no-cache"
+                response.headers[SERVED_BY] = self._name
+                self.response = response
+                await response.prepare(self._request)
+            waited = round(time.monotonic() - self._began)
+            line = f": waiting for {self._name}: {self._phase()} {waited}s\n\n"
+            await self.response.write(line.encode())
+
+    async def settle(self) -> web.StreamResponse | None:
+        """No more comments (one being written is finished); the begun stream, if any."""
+        self._stop.set()
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self._task
+        return self.response
+
+    async def answer(self, answer: web.StreamResponse) -> web.StreamResponse:
+        """The request's answer as the client gets it: the gateway's own answer, once a
+        stream was begun for comments, becomes that stream's last event."""
+        begun = await self.settle()
+        if begun is None or answer is begun:
+            return answer
+        said: object = error_body(answer.status, "the gateway could not answer", "api_error")
+        if isinstance(answer, web.Response) and isinstance(answer.body, bytes):
+            with contextlib.suppress(ValueError):
+                said = json.loads(answer.body)
+        await end_with_error(begun, said)
+        return begun

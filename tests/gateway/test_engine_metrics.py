@@ -1,0 +1,109 @@
+"""The engines' own load signals (issue 41): each engine's /metrics parsed (vLLM, SGLang,
+llama.cpp, TGI), and through a real daemon and gateway, a Ready engine's figures exported
+per instance as ``reconcile_engine_requests_waiting`` and
+``reconcile_engine_kv_cache_usage_ratio``, following the engine; an engine with no
+metrics exports none and is served as before."""
+
+from __future__ import annotations
+
+import urllib.request
+from typing import Any
+
+import pytest
+
+from controller.gateway.accounting.enginemetrics import EngineLoad, parse
+from controller.store import accesstoken
+
+VLLM = """\
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="Qwen/Qwen3-8B"} 7.0
+vllm:num_requests_running{engine="0",model_name="Qwen/Qwen3-8B"} 12.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="Qwen/Qwen3-8B"} 0.4375
+"""
+VLLM_OLD = """\
+vllm:num_requests_waiting{model_name="m"} 2.0
+vllm:gpu_cache_usage_perc{model_name="m"} 0.91
+"""
+SGLANG = """\
+sglang:num_queue_reqs{model_name="m",tp_rank="0"} 4.0
+sglang:token_usage{model_name="m",tp_rank="0"} 0.25
+"""
+LLAMA_CPP = """\
+# HELP llamacpp:kv_cache_usage_ratio KV-cache usage. 1 means 100 percent usage.
+# TYPE llamacpp:kv_cache_usage_ratio gauge
+llamacpp:kv_cache_usage_ratio 0.125
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 1
+llamacpp:requests_processing 2
+"""
+TGI = """\
+# TYPE tgi_queue_size gauge
+tgi_queue_size 3
+tgi_batch_current_size 8
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (VLLM, EngineLoad(7.0, 0.4375)),
+        (VLLM_OLD, EngineLoad(2.0, 0.91)),
+        (SGLANG, EngineLoad(4.0, 0.25)),
+        (LLAMA_CPP, EngineLoad(1.0, 0.125)),
+        (TGI, EngineLoad(3.0, None)),
+        ("", EngineLoad(None, None)),
+        ("process_cpu_seconds_total 12.5\nnot a sample\n", EngineLoad(None, None)),
+        # two models in one engine: the waiting summed, the fullest cache
+        (
+            'vllm:num_requests_waiting{model_name="a"} 1\n'
+            'vllm:num_requests_waiting{model_name="b"} 2\n'
+            'vllm:kv_cache_usage_perc{model_name="a"} 0.2\n'
+            'vllm:kv_cache_usage_perc{model_name="b"} 0.6\n',
+            EngineLoad(3.0, 0.6),
+        ),
+        ("vllm:kv_cache_usage_perc 1.7\nvllm:num_requests_waiting NaN\n", EngineLoad(None, 1.0)),
+        ('llamacpp:requests_deferred{a="x} y"} 5 1700000000\n', EngineLoad(5.0, None)),
+    ],
+)
+def test_each_engines_text(text: str, expected: EngineLoad) -> None:
+    assert parse(text) == expected
+
+
+def metrics(reconcile: Any, port: int) -> dict[str, float]:
+    """The daemon's metrics port's ``reconcile_engine_*`` samples: series -> value."""
+    token = accesstoken.read(reconcile.state)
+    url = f"http://127.0.0.1:{port}/metrics?token={token}"
+    lines = urllib.request.urlopen(url, timeout=10).read().decode().splitlines()
+    found = [line.rsplit(" ", 1) for line in lines if line.startswith("reconcile_engine_")]
+    return {series: float(value) for series, value in found}
+
+
+def test_a_ready_engines_own_figures_are_exported_and_follow_it(
+    reconcile: Any, gateway: Any
+) -> None:
+    said = reconcile.tmp / "engine-metrics.txt"
+    said.write_text(LLAMA_CPP)
+    reconcile.write("eng", command=reconcile.demo_command(metrics_file=str(said)))
+    reconcile.write("plain")  # no /metrics: no series, served as ever
+    port = reconcile.port + 14
+    g = gateway("--metrics-port", str(port))
+    g.wait_phase("eng", "Ready")
+    g.wait_phase("plain", "Ready")
+    waiting = 'reconcile_engine_requests_waiting{deployment="eng",instance="eng"}'
+    kv = 'reconcile_engine_kv_cache_usage_ratio{deployment="eng",instance="eng"}'
+
+    def shown(series: str, value: float) -> bool:
+        return metrics(reconcile, port).get(series) == value
+
+    reconcile.wait_for(
+        lambda: shown(waiting, 1) and shown(kv, 0.125),
+        timeout=40,
+        what="the engine's figures in the gateway's metrics",
+    )
+    said.write_text(LLAMA_CPP.replace("requests_deferred 1", "requests_deferred 6"))
+    reconcile.wait_for(lambda: shown(waiting, 6), timeout=40, what="the new figure")
+    assert not [series for series in metrics(reconcile, port) if 'deployment="plain"' in series]
+    assert g.post("plain").status == 200
+    g.finish()

@@ -1,0 +1,154 @@
+"""``fallbacks`` and ``fallbackAfter`` (issue 41): a model with no instance to take a
+request sends it to its first fallback that can, named in ``x-reconcile-deployment``,
+counted in the metrics and journalled; fallbacks never loop; a fallback that names
+nothing, or the deployment itself, is a validation error with its file, line and field."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controller.core.kubernetes.export import problems_of
+from controller.core.manifest.specs import DeploymentSpec
+from controller.core.state import Phase, Record
+from controller.gateway.routing.concurrency import Limiter
+from controller.gateway.routing.table import Table
+from controller.store import accesstoken
+from controller.store.manifests import load
+
+STUCK = {"httpGet": {"path": "/health"}, "deadlineSeconds": 30, "periodSeconds": 0.2}
+
+
+def manifest(folder: Path, docs: list[dict[str, Any]]) -> Path:
+    path = folder / "m.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return path
+
+
+def doc(name: str, **spec: Any) -> dict[str, Any]:
+    body = {"engine": "command", "command": ["/bin/true", "{port}"], **spec}
+    return {
+        "apiVersion": "reconcile/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def test_unknown_and_own_names_are_errors_with_file_line_and_field(tmp_path: Path) -> None:
+    path = manifest(
+        tmp_path,
+        [
+            doc("a", model="org/a", fallbacks=["b", "nope"]),
+            doc("b", model="org/b", fallbacks=["org/b"]),
+            doc("c", fallbacks=["a", "org/b"]),
+            doc("d", fallbacks=["e"]),  # d <-> e is fine: the gateway never loops
+            doc("e", fallbacks=["d"]),
+        ],
+    )
+    result = load([tmp_path])
+    found = {(e.name, e.field): e for e in result.errors}
+    assert set(found) == {("a", "spec.fallbacks[1]"), ("b", "spec.fallbacks[0]")}, found
+    unknown, own = found[("a", "spec.fallbacks[1]")], found[("b", "spec.fallbacks[0]")]
+    assert "no deployment serves 'nope'" in unknown.message and "org/b" in unknown.message
+    assert "own name" in own.message
+    assert unknown.file == str(path) and unknown.line == 1 and own.line is not None
+    assert set(result.entries) == {"c", "d", "e"}
+
+
+def metric(reconcile: Any, port: int, line: str) -> bool:
+    token = accesstoken.read(reconcile.state)
+    url = f"http://127.0.0.1:{port}/metrics?token={token}"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return any(found.startswith(line) for found in text.splitlines())
+
+
+def test_a_model_not_ready_falls_back_and_says_so(reconcile: Any, gateway: Any) -> None:
+    reconcile.write(
+        "big",
+        command=reconcile.demo_command(load_seconds="600"),
+        readiness=STUCK,
+        fallbacks=["small"],
+        fallbackAfter="1s",
+    )
+    reconcile.write("small")
+    metrics_port = reconcile.port + 14
+    g = gateway("--metrics-port", str(metrics_port))
+    g.wait_phase("small", "Ready")
+    g.wait_phase("big", "Starting")
+    answer = g.post("big")
+    assert answer.status == 200, answer
+    assert answer.headers["x-reconcile-deployment"] == "small"
+    assert answer.json()["model"] == "small"  # the demo engine says who it is
+    series = 'reconcile_gateway_fallbacks_total{model="big",to="small",reason="not_ready"} 1'
+    reconcile.wait_for(  # the daemon's metrics port shows the gateway's last figures
+        lambda: metric(reconcile, metrics_port, series), timeout=30, what="the fallback's count"
+    )
+    reconcile.wait_for(
+        lambda: any(e["action"] == "fallback" for e in reconcile.events("big")),
+        timeout=30,
+        what="the fallback's event",
+    )
+    g.finish()
+
+
+def test_fallbacks_never_loop(reconcile: Any, gateway: Any) -> None:
+    """a -> b -> a: each is tried once, then the 503 of the last one."""
+    for name, other in (("a", "b"), ("b", "a")):
+        reconcile.write(
+            name,
+            command=reconcile.demo_command(load_seconds="600"),
+            readiness={**STUCK, "deadlineSeconds": 2},
+            fallbacks=[other],
+            fallbackAfter="0.5s",
+        )
+    g = gateway()
+    g.wait_phase("a", "Starting")
+    answer = g.post("a")
+    assert answer.status == 503 and answer.json()["error"]["code"] == "model_not_ready", answer
+    assert "'b'" in answer.json()["error"]["message"]  # the last one tried says why
+    g.finish()
+
+
+def test_the_tables_fallbacks_and_wait() -> None:
+    def rec(name: str, fallbacks: tuple[str, ...], after: float) -> Record:
+        return Record(
+            name=name,
+            owner="o",
+            node="n",
+            nonce=name,
+            port=1,
+            phase=Phase.READY,
+            models=(name, "pool"),
+            fallbacks=fallbacks,
+            fallback_after=after,
+        )
+
+    table = Table()
+    table.update([rec("x", ("p", "q"), 30.0), rec("y", ("q", "r"), 5.0)])
+    assert table.fallbacks("pool") == ("p", "q", "r") and table.fallback_after("pool") == 5.0
+    assert table.fallbacks("x") == ("p", "q") and table.fallbacks("nope") == ()
+
+
+def test_the_limiter_says_when_it_is_full() -> None:
+    async def check() -> None:
+        limiter = Limiter(max_inflight=1, max_queue=0, queue_wait=1.0)
+        assert not limiter.full("m")
+        assert await limiter.acquire("m")
+        assert limiter.full("m") and not limiter.full("other")
+        limiter.release("m")
+        assert not limiter.full("m")
+
+    asyncio.run(check())
+
+
+def test_fallbacks_have_no_kubernetes_form() -> None:
+    spec = DeploymentSpec.model_validate(
+        {"engine": "vllm", "model": "x", "fallbacks": ["y"], "fallbackAfter": "10s"}
+    )
+    assert spec.fallback_after == 10.0
+    assert [p.field for p in problems_of(spec)] == [("spec", "fallbacks")]

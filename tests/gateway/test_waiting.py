@@ -1,0 +1,94 @@
+"""Waiting comments (issue 41): a streaming request held while its engine starts gets
+``: waiting for <name>: <phase> <n>s`` lines until the engine's answer begins; a raw client
+sees them, the official ``openai`` client skips them; a stream that was begun and then
+cannot be served ends with an OpenAI error event; a non-streaming request gets none."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from typing import Any
+
+import openai
+
+from controller.gateway.settings import WAITING_ENV, WAITING_EVERY, waiting_every_from_env
+
+FAST = {WAITING_ENV: "0.2"}  # a comment every 0.2 s: several during a 1.5 s cold start
+COLD = {"activation": "OnDemand", "idleTimeout": "10m"}
+
+
+def raw_stream(port: int, body: dict[str, Any]) -> tuple[int, dict[str, str], list[str]]:
+    """The answer's status, headers and body lines, read as they come."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("POST", "/v1/chat/completions", json.dumps(body).encode())
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read().decode().splitlines()
+    finally:
+        conn.close()
+
+
+def test_a_cold_start_streams_comments_then_the_answer(reconcile: Any, gateway: Any) -> None:
+    reconcile.write("cold", command=reconcile.demo_command(load_seconds="1.5"), **COLD)
+    g = gateway(env=FAST)
+    body = {"model": "cold", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    status, headers, lines = raw_stream(g.port, body)
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream"), headers
+    comments = [line for line in lines if line.startswith(":")]
+    data = [line for line in lines if line.startswith("data:")]
+    assert len(comments) >= 2, lines
+    assert all(line.startswith(": waiting for cold: ") for line in comments), comments
+    assert lines.index(comments[-1]) < lines.index(data[0])  # none once the answer began
+    phases = {line.split(": ")[2].rsplit(" ", 1)[0] for line in comments}
+    assert phases <= {"Idle", "Pending", "Starting"}, phases
+    assert data[-1] == "data: [DONE]" and "chat.completion.chunk" in data[0], data
+    assert headers["x-reconcile-deployment"] == "cold"
+    g.finish()
+
+
+def test_the_openai_client_streams_through_a_cold_start(reconcile: Any, gateway: Any) -> None:
+    reconcile.write("cold", command=reconcile.demo_command(load_seconds="1.5"), **COLD)
+    g = gateway(env=FAST)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{g.port}/v1", api_key="-", max_retries=0)
+    stream = client.chat.completions.create(
+        model="cold", messages=[{"role": "user", "content": "one two three"}], stream=True
+    )
+    chunks = list(stream)
+    assert chunks and all(c.object == "chat.completion.chunk" for c in chunks), chunks
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    g.finish()
+
+
+def test_a_begun_stream_that_cannot_be_served_ends_with_an_error_event(
+    reconcile: Any, gateway: Any
+) -> None:
+    """An engine that never gets Ready: the comments run until the readiness deadline,
+    then the 503 the gateway would have answered is the stream's last event."""
+    reconcile.write(
+        "stuck",
+        command=reconcile.demo_command(load_seconds="600"),
+        readiness={"httpGet": {"path": "/health"}, "deadlineSeconds": 1.5, "periodSeconds": 0.2},
+        **COLD,
+    )
+    g = gateway(env=FAST)
+    body = {"model": "stuck", "messages": [], "stream": True}
+    status, _, lines = raw_stream(g.port, body)
+    assert status == 200 and any(line.startswith(": waiting for stuck: ") for line in lines)
+    last = json.loads(next(line for line in reversed(lines) if line.startswith("data:"))[5:])
+    assert last["error"]["code"] == "model_not_ready", last
+    g.finish()
+
+
+def test_no_comment_for_a_plain_request(reconcile: Any, gateway: Any) -> None:
+    reconcile.write("cold", command=reconcile.demo_command(load_seconds="1"), **COLD)
+    g = gateway(env=FAST)
+    answer = g.post("cold")
+    assert answer.status == 200 and answer.body.startswith(b"{"), answer
+    g.finish()
+
+
+def test_the_period_setting() -> None:
+    assert waiting_every_from_env({}) == WAITING_EVERY == 5.0
+    assert waiting_every_from_env({WAITING_ENV: "0.25"}) == 0.25
+    for bad in ("0", "-1", "soon", "1e9"):
+        assert waiting_every_from_env({WAITING_ENV: bad}) == WAITING_EVERY
