@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from controller.store.node import Config, resolve
+from controller.store.node import Config, GitFlags, resolve
 
 if TYPE_CHECKING:
     from controller.reconciler.run import Preview, Reconciler
@@ -34,6 +34,13 @@ def config(args: argparse.Namespace, *, lenient: bool = False) -> Config:
         metrics_port=args.metrics_port[1] if args.metrics_port else None,
         backend=args.backend,
         ray_address=args.ray_address,
+        git=GitFlags(
+            url=getattr(args, "git", None),
+            branch=getattr(args, "branch", None),
+            tag=getattr(args, "tag", None),
+            path=getattr(args, "git_path", None),
+            interval=getattr(args, "interval", None),
+        ),
         lenient=lenient,
     )
     for warning in cfg.warnings:

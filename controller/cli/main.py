@@ -27,7 +27,7 @@ class Parser(argparse.ArgumentParser):
 VerbMaker = Callable[..., Parser]  # verb(name, help, parents=None) -> its parser
 
 # `-o` means something for these verbs only (`--dry-run` is `plan`); elsewhere a usage error.
-OUTPUT_VERBS = ("status", "get", "devices", "plan", "export", "events", "describe")
+OUTPUT_VERBS = ("status", "get", "devices", "plan", "export", "events", "describe", "source")
 
 
 def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")) -> Parser:
@@ -121,6 +121,7 @@ def build_parser() -> Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _run_flags(parser)
+    _git_flags(parser)
     _gateway_flags(parser)
     parser.set_defaults(selector=[])  # every verb's namespace has it: `-l` or not
     # `[VERB]`: with none, reconcile runs the control loop (the usage said VERB was required)
@@ -190,6 +191,22 @@ def _run_flags(parser: Parser) -> None:
     )
 
 
+def _git_flags(parser: Parser) -> None:
+    g = parser.add_argument_group('git source (daemon and --once; see README "GitOps")')
+    g.add_argument("--git", metavar="URL", help="follow this repository (instead of -f)")
+    g.add_argument("--branch", metavar="NAME", help="the branch to follow (default main)")
+    g.add_argument("--tag", metavar="NAME", help="follow a tag instead of a branch")
+    g.add_argument(
+        "--git-path", metavar="PATH", help="the manifests folder in the repository (default: top)"
+    )
+    g.add_argument(
+        "--interval",
+        type=flagtypes.positive_duration,
+        metavar="DURATION",
+        help="fetch this often (default 1m; a webhook fetches at once)",
+    )
+
+
 def _view_verbs(verb: VerbMaker) -> None:
     """Verbs that look: plan, status/get, describe, logs, events, validate, schema."""
     p = verb("plan", "show what a pass would do (exit 2: changes)")
@@ -232,6 +249,7 @@ def _view_verbs(verb: VerbMaker) -> None:
     p.add_argument("name", nargs="?", help="one deployment's events (default: all)")
     p.add_argument("-w", "--watch", action="store_true", help="keep printing new events")
     verb("validate", "check manifests (exit 1 if any invalid)")
+    verb("source", "the git source followed: its commits and state (-o json)")
     verb("schema", "the JSON Schema of a manifest")
 
 

@@ -115,6 +115,12 @@ def _models(args: argparse.Namespace) -> int:
     return cmd_models(args)
 
 
+def _source(args: argparse.Namespace) -> int:
+    from controller.cli.sourceverb import cmd_source
+
+    return cmd_source(args)
+
+
 def _completion(args: argparse.Namespace) -> int:
     from controller.cli.completion import cmd_completion
 
@@ -141,6 +147,7 @@ VERBS: Mapping[str, Handler] = {
     "gateway": _gateway,
     "ui": _ui,
     "models": _models,
+    "source": _source,
     "completion": _completion,
 }
 

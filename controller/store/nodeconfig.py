@@ -7,8 +7,15 @@ when it exists::
     maxInstancesPerKind: {nvidia: 2}  # instances holding devices of that kind
     logMaxBytes: 10485760            # rotate an engine's log past this size
     logMaxFiles: 3                   # backups kept (<name>.log.1 ... .3)
+    git:                             # follow a repository (store/gitsource.py)
+      url: https://example.com/ops.git
+      branch: main                   # or tag: v1.2
+      path: manifests
+      interval: 1m
+      webhookSecretFile: /etc/reconcile/hook.secret
 
-Flags win over the file (``--max-instances 8,nvidia=2``).
+Flags win over the file (``--max-instances 8,nvidia=2``; ``--git``, ``--branch``... one
+key at a time).
 """
 
 from __future__ import annotations
@@ -30,6 +37,21 @@ Kind = Literal["nvidia", "amd", "apple", "cpu"]
 Int = Annotated[int, NOT_BOOL]  # 8 or "8", never `yes`
 
 
+class GitFile(BaseModel):
+    """``git:``: the repository this node follows (the flags override each key)."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    url: str | None = None
+    branch: str | None = None
+    tag: str | None = None
+    path: str | None = None
+    interval: str | float | None = None  # 1m, 30s, or seconds
+    webhook_secret_file: str | None = None
+
+
 class NodeFile(BaseModel):
     """``node.yaml``: camelCase keys, no unknown setting, numbers as the manifests take them."""
 
@@ -41,6 +63,7 @@ class NodeFile(BaseModel):
     max_instances_per_kind: dict[Kind, Int] = Field(default_factory=dict)
     log_max_bytes: Int = Field(default=logfiles.DEFAULT_MAX_BYTES, ge=1024)
     log_max_files: Int = Field(default=logfiles.DEFAULT_KEEP, ge=0, le=100)
+    git: GitFile | None = None
 
     @property
     def limits(self) -> Limits:
@@ -67,6 +90,7 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
         where = f"{path}:{line}" if line else str(path)
         if first.unknown:
             message = (
-                "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles)"
+                "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles, git;"
+                " under git: url, branch, tag, path, interval, webhookSecretFile)"
             )
         raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc
