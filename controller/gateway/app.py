@@ -37,6 +37,7 @@ from controller.gateway.routing import Table
 from controller.gateway.server import Connections, connection_cap, exception_handler, factory
 from controller.gateway.settings import Settings
 from controller.gateway.ui.pages import Page
+from controller.gateway.webhook import Hooks
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -172,6 +173,7 @@ class Gateway:
         # handler_cancellation: a client that goes away cancels its handler (and upstream).
         app = self.front.app()
         Page(s, self.metrics, lambda: self.keys, request_pass).install(app)  # GET /ui
+        Hooks(s.state_dir, request_pass).install(app)  # POST /hooks/git
         self._runner = web.AppRunner(
             app,
             handler_cancellation=True,

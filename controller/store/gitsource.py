@@ -171,6 +171,7 @@ class SourceStatus:
     next_fetch_at: float = 0.0  # wall clock (epoch seconds)
     pinned: str | None = None
     by: str = "poll"  # what started the last fetch: poll, webhook, start
+    webhook_secret_file: str | None = None  # a path (never the secret): the gateway reads it
 
     @classmethod
     def fresh(cls, s: GitSettings) -> SourceStatus:
@@ -181,6 +182,7 @@ class SourceStatus:
             path=s.path,
             interval=s.interval,
             owner=s.owner,
+            webhook_secret_file=s.webhook_secret_file,
         )
 
 
@@ -304,7 +306,12 @@ class GitSource:
             fresh.path,
         ):
             return fresh  # another source: its history of fetches is not this one's
-        return replace(old, interval=self.settings.interval, owner=fresh.owner)
+        return replace(
+            old,
+            interval=fresh.interval,
+            owner=fresh.owner,
+            webhook_secret_file=fresh.webhook_secret_file,
+        )
 
     def due_in(self, now: float | None = None) -> float:
         """Seconds until the next fetch is due (0: now)."""

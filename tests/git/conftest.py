@@ -144,3 +144,7 @@ def source(rc: Any) -> dict[str, Any]:
     """``reconcile source -o json`` (exit 0)."""
     item: dict[str, Any] = rc("source", "-o", "json", check=0).json()
     return item
+
+
+# The gateway under test (tests/gateway's fixture): the daemon with --listen.
+from tests.gateway.conftest import gateway  # noqa: E402,F401
