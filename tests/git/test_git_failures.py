@@ -49,13 +49,14 @@ def test_a_remote_gone_for_hours_of_wall_clock_prunes_nothing(
     d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
     pid = reconcile.record("alpha")["ref"]["pid"]
     shutil.move(remote.bare, remote.bare.with_name("gone.git"))
+
     def failures() -> int:
         return len([x for x in d.lines() if x.get("event") == "git fetch failed"])
 
     for hours in range(1, 4):  # each step makes a fetch due; each fails
         clock.write_text(f"+{hours}h\n")
         before = failures()
-        reconcile.wait_for(lambda: failures() > before, 30, f"a failed fetch after {hours}h")
+        reconcile.wait_for(lambda n=before: failures() > n, 30, f"a failed fetch after {hours}h")
     failed = [x for x in d.lines() if x.get("event") == "git fetch failed"]
     assert all("does not appear to be a git repository" in x["error"] for x in failed), failed
     assert reconcile.alive(pid) and reconcile.record("alpha")["ref"]["pid"] == pid
