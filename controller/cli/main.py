@@ -27,7 +27,17 @@ class Parser(argparse.ArgumentParser):
 VerbMaker = Callable[..., Parser]  # verb(name, help, parents=None) -> its parser
 
 # `-o` means something for these verbs only (`--dry-run` is `plan`); elsewhere a usage error.
-OUTPUT_VERBS = ("status", "get", "devices", "plan", "export", "events", "describe", "source")
+OUTPUT_VERBS = (
+    "status",
+    "get",
+    "devices",
+    "plan",
+    "export",
+    "events",
+    "describe",
+    "source",
+    "history",
+)
 
 
 def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")) -> Parser:
@@ -250,6 +260,13 @@ def _view_verbs(verb: VerbMaker) -> None:
     p.add_argument("-w", "--watch", action="store_true", help="keep printing new events")
     verb("validate", "check manifests (exit 1 if any invalid)")
     verb("source", "the git source followed: its commits and state (-o json)")
+    verb("history", "the commits this node applied, newest last (-o json)")
+    p = verb("rollback", "apply an older commit and pin the node there (--resume: follow again)")
+    p.add_argument("rev", nargs="?", help="the commit (default: the last one all Ready)")
+    p.add_argument("--resume", action="store_true", help="follow the branch again")
+    p.add_argument(
+        "--dry-run", action="store_true", help="say what the rollback would change, change nothing"
+    )
     verb("schema", "the JSON Schema of a manifest")
 
 

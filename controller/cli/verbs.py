@@ -121,6 +121,18 @@ def _source(args: argparse.Namespace) -> int:
     return cmd_source(args)
 
 
+def _history(args: argparse.Namespace) -> int:
+    from controller.cli.rollbackverb import cmd_history
+
+    return cmd_history(args)
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    from controller.cli.rollbackverb import cmd_rollback
+
+    return cmd_rollback(args)
+
+
 def _completion(args: argparse.Namespace) -> int:
     from controller.cli.completion import cmd_completion
 
@@ -148,6 +160,8 @@ VERBS: Mapping[str, Handler] = {
     "ui": _ui,
     "models": _models,
     "source": _source,
+    "history": _history,
+    "rollback": _rollback,
     "completion": _completion,
 }
 

@@ -277,6 +277,8 @@ class Reconciler(Preview):
             seen_at = datetime.now(UTC)  # what `status` says its view's age is from
             result = self._rounds(loaded)
             result.git = synced
+            if self.git is not None:  # the history entry follows its deployments
+                self.git.note_outcome([str(r.phase) for r in result.ours()])
             result.outcomes = self.executor.take_tally()
             note_seen(self.config.state_dir, _seen(result, self.config.node, seen_at))
             logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)

@@ -439,6 +439,35 @@ class GitSource:
         st.last_applied_at = now_iso()
         result.moved = True
         result.events.append(f"checked out {target[:12]}")
+        by = "rollback" if st.pinned == target else st.by
+        add_history(self.state_dir, self._entry(target, by))
+
+    def _entry(self, sha: str, by: str) -> dict[str, Any]:
+        try:
+            author, _, subject = git(self.repo, "log", "-1", "--format=%an%x00%s", sha).partition(
+                "\0"
+            )
+        except GitFailed:
+            author, subject = "", ""
+        return {
+            "revision": sha,
+            "author": author,
+            # a start or a --once fetches as the interval's poll does
+            **({"by": "poll"} if by in ("start", "once") else {"by": by}),
+            "subject": subject,
+            "applied_at": now_iso(),
+            "outcome": "Progressing",
+        }
+
+    def note_outcome(self, phases: list[str]) -> None:
+        """The newest history entry follows its deployments as they converge."""
+        entries = read_history(self.state_dir)
+        if not entries or entries[-1]["outcome"] in ("Ready", "RolledBack"):
+            return
+        outcome = outcome_of(phases)
+        if outcome != entries[-1]["outcome"]:
+            entries[-1]["outcome"] = outcome
+            write_history(self.state_dir, entries)
 
 
 def _remove_tree(path: Path) -> None:
@@ -446,6 +475,57 @@ def _remove_tree(path: Path) -> None:
 
     if path.exists():
         shutil.rmtree(path)
+
+
+# -- history: one entry per application of a commit --------------------------------------
+
+HISTORY_KEEP = 200  # entries kept (the oldest go first)
+
+
+def history_path(state_dir: Path) -> Path:
+    return folder(state_dir) / "history.json"
+
+
+def read_history(state_dir: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(history_path(state_dir).read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"{history_path(state_dir)} is unreadable ({exc}): move it aside; the next"
+            " applied commit starts a new history"
+        ) from exc
+    return [e for e in data if isinstance(e, dict) and "revision" in e]
+
+
+def write_history(state_dir: Path, entries: list[dict[str, Any]]) -> None:
+    write_atomic(history_path(state_dir), json.dumps(entries[-HISTORY_KEEP:], indent=1).encode())
+
+
+def add_history(state_dir: Path, entry: dict[str, Any]) -> None:
+    entries = read_history(state_dir)
+    if entries and entries[-1]["outcome"] not in ("Ready",) and entry["by"] == "rollback":
+        entries[-1]["outcome"] = "RolledBack"  # the commit that was left for an older one
+    write_history(state_dir, [*entries, entry])
+
+
+def outcome_of(phases: list[str]) -> str:
+    if any(p == "Failed" for p in phases):
+        return "Failed"
+    if any(p in ("BackOff", "Pending") for p in phases):
+        return "Degraded"
+    if all(p in ("Ready", "Idle") for p in phases):
+        return "Ready"
+    return "Progressing"
+
+
+def last_good(state_dir: Path, but: str | None) -> str | None:
+    """The newest commit whose deployments were all Ready, other than ``but``."""
+    for entry in reversed(read_history(state_dir)):
+        if entry["outcome"] == "Ready" and entry["revision"] != but:
+            return str(entry["revision"])
+    return None
 
 
 # -- the state `reconcile source` shows -------------------------------------------------

@@ -115,6 +115,10 @@ def resolve(
             "-f and --git are one or the other: a node follows a repository or reads"
             " folders; drop one"
         )
+    if not (
+        manifests or env.get("RECONCILE_MANIFESTS") or flags.url or (git_file and git_file.url)
+    ):
+        flags = remembered(state_path, flags)  # the state dir remembers the source it follows
     # -f on the command line wins over node.yaml's git: (a `validate -f` on the node works)
     source = None if manifests else git_source(flags, git_file)
     if source is not None:
@@ -151,6 +155,26 @@ class GitFlags:
     tag: str | None = None
     path: str | None = None
     interval: float | None = None
+
+
+def remembered(state_dir: Path, flags: GitFlags) -> GitFlags:
+    """The git source the state dir followed last (``<state>/git/source.json``), the
+    flags given over it; the flags as they are when it follows none."""
+    from controller.store.gitsource import read_status
+
+    try:
+        st = read_status(state_dir)
+    except ConfigError:
+        return flags  # `reconcile source` says what is wrong with it
+    if st is None:
+        return flags
+    return GitFlags(
+        url=st.url,
+        branch=flags.branch or (None if flags.tag else st.branch),
+        tag=flags.tag or (None if flags.branch else st.tag),
+        path=flags.path if flags.path is not None else st.path,
+        interval=flags.interval or st.interval,
+    )
 
 
 def git_source(flags: GitFlags, file: GitFile | None) -> GitSettings | None:
