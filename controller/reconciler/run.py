@@ -159,7 +159,7 @@ class Preview:
             prune=loaded.prune_safe or self.config.allow_empty,
             activations=activation.read_all(self.config.state_dir),
             restarts=restart.read_all(self.config.state_dir),
-            revision=gitrev.revision_of(self.config.manifests),
+            revision=gitrev.revision_of(self.config.manifests, check_dirty=not self.config.git),
             replicas=self.autoscaler.counts(
                 loaded.entries,
                 lambda: self.store.load().records.values(),
