@@ -65,6 +65,7 @@ class GitSettings:
     path: str = "."
     interval: float = DEFAULT_INTERVAL
     webhook_secret_file: str | None = None
+    allowed_signers: str | None = None  # verify.allowedSigners: only commits signed so apply
 
     @property
     def ref(self) -> str:
@@ -89,6 +90,7 @@ def settings(
     path: str | None,
     interval: float | None,
     webhook_secret_file: str | None = None,
+    allowed_signers: str | None = None,
 ) -> GitSettings:
     """Checked settings; the errors name the flag or key and the next move."""
     if branch and tag:
@@ -105,6 +107,7 @@ def settings(
         path=clean,
         interval=interval or DEFAULT_INTERVAL,
         webhook_secret_file=webhook_secret_file,
+        allowed_signers=str(Path(allowed_signers).expanduser()) if allowed_signers else None,
     )
 
 
@@ -172,6 +175,7 @@ class SourceStatus:
     pinned: str | None = None
     by: str = "poll"  # what started the last fetch: poll, webhook, start
     webhook_secret_file: str | None = None  # a path (never the secret): the gateway reads it
+    unverified: str | None = None  # why the commit to apply was refused (verify.allowedSigners)
 
     @classmethod
     def fresh(cls, s: GitSettings) -> SourceStatus:
@@ -420,8 +424,38 @@ class GitSource:
             return None
         return revision(self.repo)
 
+    def _verified(self, st: SourceStatus, target: str, result: SyncResult) -> bool:
+        """``git verify-commit`` with git's ssh signatures against verify.allowedSigners:
+        an unsigned commit, or one signed by a key not listed, is never applied."""
+        signers = self.settings.allowed_signers
+        if signers is None:
+            st.unverified = None
+            return True
+        try:
+            git(
+                self.repo,
+                "-c",
+                "gpg.format=ssh",
+                "-c",
+                f"gpg.ssh.allowedSignersFile={signers}",
+                "verify-commit",
+                target,
+                timeout=60,
+            )
+        except GitFailed as exc:
+            st.unverified = f"commit {target[:12]} is not signed by a key in {signers}: {exc}"
+            result.error = st.unverified
+            log.warning("git commit not verified; not applied", commit=target, error=str(exc))
+            return False
+        st.unverified = None
+        return True
+
     def _move_to(self, st: SourceStatus, target: str, result: SyncResult) -> None:
         if self._head() == target:
+            if not self.marker.exists():
+                st.unverified = None
+            return
+        if not self._verified(st, target, result):
             return
         try:
             self.marker.write_text(target + "\n")  # a kill from here on: the next sync redoes it
@@ -536,6 +570,9 @@ def state_of(st: SourceStatus, phases: list[str]) -> tuple[str, str]:
     if st.fetch_error:
         since = st.last_fetch_at or "never"
         return PULL_FAILED, f"{st.fetch_error} (last successful fetch: {since})"
+    if st.unverified:
+        running = st.applied[:12] if st.applied else "nothing"
+        return UNVERIFIED, f"{st.unverified} (still running {running})"
     if st.pinned:
         moved = st.fetched and st.fetched != st.pinned
         behind = f"; the branch is at {st.fetched[:12]}" if moved and st.fetched else ""

@@ -201,6 +201,7 @@ def git_source(flags: GitFlags, file: GitFile | None) -> GitSettings | None:
         path=flags.path if flags.path is not None else (file.path if file else None),
         interval=interval,
         webhook_secret_file=file.webhook_secret_file if file else None,
+        allowed_signers=file.verify.allowed_signers if file and file.verify else None,
     )
 
 

@@ -13,6 +13,7 @@ when it exists::
       path: manifests
       interval: 1m
       webhookSecretFile: /etc/reconcile/hook.secret
+      verify: {allowedSigners: /etc/reconcile/allowed_signers}
 
 Flags win over the file (``--max-instances 8,nvidia=2``; ``--git``, ``--branch``... one
 key at a time).
@@ -37,6 +38,16 @@ Kind = Literal["nvidia", "amd", "apple", "cpu"]
 Int = Annotated[int, NOT_BOOL]  # 8 or "8", never `yes`
 
 
+class VerifyFile(BaseModel):
+    """``git.verify``: commits must be signed by a key in git's ssh allowed_signers file."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    allowed_signers: str
+
+
 class GitFile(BaseModel):
     """``git:``: the repository this node follows (the flags override each key)."""
 
@@ -50,6 +61,7 @@ class GitFile(BaseModel):
     path: str | None = None
     interval: str | float | None = None  # 1m, 30s, or seconds
     webhook_secret_file: str | None = None
+    verify: VerifyFile | None = None
 
 
 class NodeFile(BaseModel):
@@ -91,6 +103,6 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
         if first.unknown:
             message = (
                 "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles, git;"
-                " under git: url, branch, tag, path, interval, webhookSecretFile)"
+                " under git: url, branch, tag, path, interval, webhookSecretFile, verify)"
             )
         raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc
