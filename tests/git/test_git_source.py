@@ -114,3 +114,17 @@ def test_node_yaml_git_section_with_a_flag_over_one_key(reconcile: Any, remote: 
     assert seen["branch"] == "prod" and seen["path"] == "manifests", seen
     assert reconcile.record("alpha")["owner"] == remote.owner()
     reconcile("--git", remote.url, "--branch", "prod", "down", check=0)
+
+
+def test_a_metric_per_state(reconcile: Any, remote: Remote) -> None:
+    remote.deploy("alpha")
+    metrics = reconcile.tmp / "metrics.prom"
+    reconcile.converge(*git_args(remote), "--metrics-file", str(metrics))
+    lines = metrics.read_text().splitlines()
+    assert 'reconcile_git_source_state{state="Synced"} 1' in lines, lines
+    for state in ("Progressing", "Degraded", "PullFailed", "Pinned", "Unverified"):
+        assert f'reconcile_git_source_state{{state="{state}"}} 0' in lines, lines
+    shutil.move(remote.bare, remote.bare.with_name("moved.git"))
+    reconcile("--once", *git_args(remote), "--metrics-file", str(metrics), check=1)
+    assert 'reconcile_git_source_state{state="PullFailed"} 1' in metrics.read_text()
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
