@@ -103,7 +103,7 @@ def _pin(cfg: Config, target: str | None) -> None:
     with lock.hold(gitsource.FETCH_TIMEOUT):
         st = gitsource.read_status(cfg.state_dir)
         assert st is not None
-        st.pinned = target
+        st.pinned, st.auto_pinned = target, False
         gitsource.write_status(cfg.state_dir, st)
 
 

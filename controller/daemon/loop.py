@@ -470,10 +470,8 @@ def _until(when: datetime, now: datetime) -> float:
 
 def build_reconciler(config: Config, backend: Backend, store: RecordStore) -> Reconciler:
     inventory = inventory_for(config)
-    made = Reconciler(config, backend, inventory, exporters(config, inventory), store)
-    if made.git is not None:
-        made.git.always_fetch = False  # the daemon fetches every interval, not every pass
-    return made
+    # A git source fetches at its first pass, then when due (gitsource.GitSource.sync).
+    return Reconciler(config, backend, inventory, exporters(config, inventory), store)
 
 
 def run_daemon(

@@ -278,7 +278,7 @@ class Reconciler(Preview):
             result = self._rounds(loaded)
             result.git = synced
             if self.git is not None:  # the history entry follows its deployments
-                self.git.note_outcome([str(r.phase) for r in result.ours()])
+                self._auto_rollback(result)
             result.outcomes = self.executor.take_tally()
             note_seen(self.config.state_dir, _seen(result, self.config.node, seen_at))
             logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
@@ -298,6 +298,15 @@ class Reconciler(Preview):
         for what in synced.events:
             log.info("git source", change=what, url=shown_url(self.git.settings.url))
         return synced
+
+    def _auto_rollback(self, result: PassResult) -> None:
+        assert self.git is not None
+        rolled = self.git.note_outcome([str(r.phase) for r in result.ours()])
+        if rolled is None:
+            return
+        log.warning("git auto-rollback", detail=rolled)
+        for rec in result.ours():
+            self.executor.journal.append(rec.name, "auto-rollback", rolled, "pinned")
 
     def _rounds(self, loaded: LoadResult) -> PassResult:
         desired = self.desired(loaded)

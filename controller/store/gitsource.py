@@ -66,6 +66,7 @@ class GitSettings:
     interval: float = DEFAULT_INTERVAL
     webhook_secret_file: str | None = None
     allowed_signers: str | None = None  # verify.allowedSigners: only commits signed so apply
+    progress_deadline: float | None = None  # autoRollback.progressDeadline, in seconds
 
     @property
     def ref(self) -> str:
@@ -91,6 +92,7 @@ def settings(
     interval: float | None,
     webhook_secret_file: str | None = None,
     allowed_signers: str | None = None,
+    progress_deadline: float | None = None,
 ) -> GitSettings:
     """Checked settings; the errors name the flag or key and the next move."""
     if branch and tag:
@@ -108,6 +110,7 @@ def settings(
         interval=interval or DEFAULT_INTERVAL,
         webhook_secret_file=webhook_secret_file,
         allowed_signers=str(Path(allowed_signers).expanduser()) if allowed_signers else None,
+        progress_deadline=progress_deadline,
     )
 
 
@@ -176,6 +179,7 @@ class SourceStatus:
     by: str = "poll"  # what started the last fetch: poll, webhook, start
     webhook_secret_file: str | None = None  # a path (never the secret): the gateway reads it
     unverified: str | None = None  # why the commit to apply was refused (verify.allowedSigners)
+    auto_pinned: bool = False  # the pin is autoRollback's: a newer commit lifts it
 
     @classmethod
     def fresh(cls, s: GitSettings) -> SourceStatus:
@@ -291,7 +295,9 @@ class GitSource:
     def __init__(self, state_dir: Path, s: GitSettings, *, always_fetch: bool = True) -> None:
         self.state_dir = state_dir
         self.settings = s
-        self.always_fetch = always_fetch  # --once fetches every time; the daemon when due
+        # The first sync of a process fetches (a --once, a daemon's start); later ones when
+        # due (the interval, a retry's back-off, a webhook): never every pass.
+        self.always_fetch = always_fetch
         self.repo = checkout_dir(state_dir)
         self.lock = FileLock(folder(state_dir) / "git.lock", what="git checkout lock")
         self.marker = folder(state_dir) / "moving"
@@ -323,6 +329,8 @@ class GitSource:
         now = time.time() if now is None else now
         if st is None or hook_file(self.state_dir).exists():
             return 0.0
+        if st.pinned and st.applied != st.pinned:  # a rollback asked for: its pass now
+            return 0.0
         return max(st.next_fetch_at - now, 0.0)
 
     def sync(self) -> SyncResult:
@@ -348,8 +356,8 @@ class GitSource:
             with contextlib.suppress(FileNotFoundError):
                 hook.unlink()  # taken before the fetch: a hook during it asks for another
             return "webhook"
-        if self.always_fetch or st.fetched is None:
-            return "start" if st.fetched is None else "once"
+        if self.always_fetch or st.fetched is None:  # this process's first sync
+            return "start"
         return "poll" if time.time() >= st.next_fetch_at else None
 
     def _fetch(self, st: SourceStatus, by: str, result: SyncResult) -> None:
@@ -367,6 +375,9 @@ class GitSource:
             return
         if sha != st.fetched:
             result.events.append(f"fetched {sha[:12]} from {st.url} ({by})")
+            if st.auto_pinned and st.fetched is not None:
+                st.pinned, st.auto_pinned = None, False  # a newer commit lifts autoRollback's pin
+                result.events.append(f"a newer commit ({sha[:12]}): the auto-rollback pin lifted")
         st.fetched, st.fetch_error, st.failures, st.by = sha, None, 0, by
         st.last_fetch_at = st.last_try_at
         st.next_fetch_at = time.time() + self.settings.interval
@@ -473,7 +484,9 @@ class GitSource:
         st.last_applied_at = now_iso()
         result.moved = True
         result.events.append(f"checked out {target[:12]}")
-        by = "rollback" if st.pinned == target else st.by
+        by = st.by
+        if st.pinned == target:
+            by = "auto-rollback" if st.auto_pinned else "rollback"
         add_history(self.state_dir, self._entry(target, by))
 
     def _entry(self, sha: str, by: str) -> dict[str, Any]:
@@ -487,21 +500,50 @@ class GitSource:
             "revision": sha,
             "author": author,
             # a start or a --once fetches as the interval's poll does
-            **({"by": "poll"} if by in ("start", "once") else {"by": by}),
+            **({"by": "poll"} if by == "start" else {"by": by}),
             "subject": subject,
             "applied_at": now_iso(),
             "outcome": "Progressing",
         }
 
-    def note_outcome(self, phases: list[str]) -> None:
-        """The newest history entry follows its deployments as they converge."""
+    def note_outcome(self, phases: list[str]) -> str | None:
+        """The newest history entry follows its deployments as they converge; past
+        autoRollback's progressDeadline not all Ready, the source is pinned to the last good
+        commit (what happened, in words, for the events; None when nothing did)."""
         entries = read_history(self.state_dir)
         if not entries or entries[-1]["outcome"] in ("Ready", "RolledBack"):
-            return
+            return None
+        newest = entries[-1]
         outcome = outcome_of(phases)
-        if outcome != entries[-1]["outcome"]:
-            entries[-1]["outcome"] = outcome
+        if outcome != newest["outcome"]:
+            newest["outcome"] = outcome
             write_history(self.state_dir, entries)
+        return None if outcome == "Ready" else self._auto_rollback(newest)
+
+    def _auto_rollback(self, newest: dict[str, Any]) -> str | None:
+        deadline = self.settings.progress_deadline
+        if deadline is None or newest.get("by") in ("rollback", "auto-rollback"):
+            return None
+        try:
+            since = datetime.fromisoformat(str(newest["applied_at"]))
+        except ValueError:
+            return None
+        if (datetime.now(UTC) - since).total_seconds() < deadline:
+            return None
+        good = last_good(self.state_dir, but=newest["revision"])
+        if good is None:
+            return None
+        with self.lock.hold(FETCH_TIMEOUT):
+            st = self.status()
+            if st.pinned is not None:
+                return None
+            st.pinned, st.auto_pinned = good, True
+            write_status(self.state_dir, st)
+        return (
+            f"commit {newest['revision'][:12]} not Ready within {deadline:g}s"
+            f" (progressDeadline): rolled back to {good[:12]}, pinned until a newer commit"
+            " or reconcile rollback --resume"
+        )
 
 
 def _remove_tree(path: Path) -> None:
@@ -539,7 +581,11 @@ def write_history(state_dir: Path, entries: list[dict[str, Any]]) -> None:
 
 def add_history(state_dir: Path, entry: dict[str, Any]) -> None:
     entries = read_history(state_dir)
-    if entries and entries[-1]["outcome"] not in ("Ready",) and entry["by"] == "rollback":
+    if (
+        entries
+        and entries[-1]["outcome"] not in ("Ready",)
+        and entry["by"] in ("rollback", "auto-rollback")
+    ):
         entries[-1]["outcome"] = "RolledBack"  # the commit that was left for an older one
     write_history(state_dir, [*entries, entry])
 
@@ -575,8 +621,9 @@ def state_of(st: SourceStatus, phases: list[str]) -> tuple[str, str]:
         return UNVERIFIED, f"{st.unverified} (still running {running})"
     if st.pinned:
         moved = st.fetched and st.fetched != st.pinned
+        by = "auto-rollback" if st.auto_pinned else "rollback"
         behind = f"; the branch is at {st.fetched[:12]}" if moved and st.fetched else ""
-        return PINNED, f"pinned at {st.pinned[:12]} (reconcile rollback --resume){behind}"
+        return PINNED, f"pinned at {st.pinned[:12]} by {by} (reconcile rollback --resume){behind}"
     if st.fetched is None:
         return PROGRESSING, "not fetched yet"
     if st.applied != st.fetched:

@@ -177,6 +177,14 @@ def remembered(state_dir: Path, flags: GitFlags) -> GitFlags:
     )
 
 
+def _deadline(file: GitFile | None) -> float | None:
+    from controller.core.durations import parse_duration
+
+    if file is None or file.auto_rollback is None:
+        return None
+    return parse_duration(str(file.auto_rollback.progress_deadline))
+
+
 def git_source(flags: GitFlags, file: GitFile | None) -> GitSettings | None:
     """Flags over node.yaml's ``git:``, key by key; None when neither names a URL."""
     from controller.core.durations import parse_duration
@@ -202,6 +210,7 @@ def git_source(flags: GitFlags, file: GitFile | None) -> GitSettings | None:
         interval=interval,
         webhook_secret_file=file.webhook_secret_file if file else None,
         allowed_signers=file.verify.allowed_signers if file and file.verify else None,
+        progress_deadline=_deadline(file),
     )
 
 

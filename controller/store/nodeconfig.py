@@ -14,6 +14,7 @@ when it exists::
       interval: 1m
       webhookSecretFile: /etc/reconcile/hook.secret
       verify: {allowedSigners: /etc/reconcile/allowed_signers}
+      autoRollback: {progressDeadline: 10m}
 
 Flags win over the file (``--max-instances 8,nvidia=2``; ``--git``, ``--branch``... one
 key at a time).
@@ -48,6 +49,16 @@ class VerifyFile(BaseModel):
     allowed_signers: str
 
 
+class AutoRollbackFile(BaseModel):
+    """``git.autoRollback``: a commit not all Ready by the deadline is rolled back."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    progress_deadline: str | float  # 10m, or seconds
+
+
 class GitFile(BaseModel):
     """``git:``: the repository this node follows (the flags override each key)."""
 
@@ -62,6 +73,7 @@ class GitFile(BaseModel):
     interval: str | float | None = None  # 1m, 30s, or seconds
     webhook_secret_file: str | None = None
     verify: VerifyFile | None = None
+    auto_rollback: AutoRollbackFile | None = None
 
 
 class NodeFile(BaseModel):
@@ -103,6 +115,7 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
         if first.unknown:
             message = (
                 "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles, git;"
-                " under git: url, branch, tag, path, interval, webhookSecretFile, verify)"
+                " under git: url, branch, tag, path, interval, webhookSecretFile, verify,"
+                " autoRollback)"
             )
         raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc

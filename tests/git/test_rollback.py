@@ -60,3 +60,36 @@ def test_rollback_pins_the_last_good_commit_until_resumed(reconcile: Any, remote
 def test_history_and_rollback_without_a_git_source_say_so(reconcile: Any) -> None:
     assert "follows no git source" in reconcile("history", check=1).err
     assert "follows no git source" in reconcile("rollback", check=1).err
+
+
+def test_auto_rollback_to_the_last_good_commit_until_a_newer_one(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(
+        f"git:\n  url: {remote.url}\n  path: manifests\n  autoRollback: {{progressDeadline: 3s}}\n"
+    )
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url)
+    bad = remote.deploy("alpha", command=[sys.executable, "-c", "raise SystemExit(3)"])
+    d = git_daemon("--git", remote.url, "--interval", "1h", "--resync", "1s")
+    d.wait(lambda: source(reconcile)["pinned"] == good, "the auto-rollback's pin")
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("revision") == good, "good applied")
+    d.wait(lambda: reconcile.record("alpha")["phase"] == "Ready", "alpha Ready again")
+    seen = source(reconcile)
+    assert seen["state"] == "Pinned" and "auto-rollback" in seen["message"], seen
+    history = reconcile("history", "-o", "json", check=0).json()
+    assert [(h["revision"], h["outcome"]) for h in history][:2] == [
+        (good, "Ready"),
+        (bad, "RolledBack"),
+    ], history
+    assert history[-1]["revision"] == good and history[-1]["by"] == "auto-rollback", history
+    events = reconcile.events("alpha")
+    assert any(e["action"] == "auto-rollback" and bad[:12] in e["reason"] for e in events)
+    assert d.stop() == 0
+
+    newer = remote.deploy("alpha", command=reconcile.demo_command(load_seconds="0.1"))
+    node_only(reconcile, "--once", "--wait", "--timeout", "30s")  # a newer commit lifts it
+    seen = source(reconcile)
+    assert seen["pinned"] is None and seen["applied"] == newer, seen
+    node_only(reconcile, "down")
