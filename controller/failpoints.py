@@ -52,6 +52,12 @@ ROLLING_POINTS = {
     "executor.promote.after_rename": "the new record holds the name, `@next` not deleted",
 }
 
+# Reached only with a git source (store/gitsource.py): tests/git SIGKILLs the daemon at each.
+GIT_POINTS = {
+    "git.fetch.running": "a git fetch runs (the daemon dies, git finishes or dies alone)",
+    "git.move.after_checkout": "the checkout moved, untracked files not yet cleaned",
+}
+
 
 def _parse(value: str) -> dict[str, tuple[str, int]]:
     armed: dict[str, tuple[str, int]] = {}

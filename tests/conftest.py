@@ -58,6 +58,7 @@ CLI_TIMEOUT = 60.0
 # Verbs that read no manifests (after `logs`, `-f` means follow, as in kubectl).
 NO_MANIFESTS = frozenset(
     {"status", "get", "describe", "logs", "schema", "devices", "drain", "uncordon", "events"}
+    | {"--git", "source", "history", "rollback"}  # a git source names its own folder
 )
 TIMING = bool(os.environ.get("RECONCILE_TEST_TIMING"))  # print each CLI call's duration (-s)
 

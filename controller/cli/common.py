@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from controller.store.node import Config, resolve
+from controller.store.node import Config, GitFlags, resolve
 
 # The exit codes of every verb, in one place (sysexits' 64 for usage errors).
 EXIT_OK = 0  # done; in sync; everything Ready
@@ -41,6 +41,13 @@ def config(args: argparse.Namespace, *, lenient: bool = False) -> Config:
         metrics_port=args.metrics_port[1] if args.metrics_port else None,
         backend=args.backend,
         ray_address=args.ray_address,
+        git=GitFlags(
+            url=getattr(args, "git", None),
+            branch=getattr(args, "branch", None),
+            tag=getattr(args, "tag", None),
+            path=getattr(args, "git_path", None),
+            interval=getattr(args, "interval", None),
+        ),
         lenient=lenient,
     )
     for warning in cfg.warnings:

@@ -93,7 +93,17 @@ class Parser(argparse.ArgumentParser):
 VerbMaker = Callable[..., Parser]  # verb(name, help, parents=None) -> its parser
 
 # `-o` means something for these verbs only (`--dry-run` is `plan`); elsewhere a usage error.
-OUTPUT_VERBS = ("status", "get", "devices", "plan", "export", "events", "describe")
+OUTPUT_VERBS = (
+    "status",
+    "get",
+    "devices",
+    "plan",
+    "export",
+    "events",
+    "describe",
+    "source",
+    "history",
+)
 
 
 def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")) -> Parser:
@@ -187,6 +197,7 @@ def build_parser() -> Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _run_flags(parser)
+    _git_flags(parser)
     _gateway_flags(parser)
     parser.set_defaults(selector=[])  # every verb's namespace has it: `-l` or not
     # `[VERB]`: with none, reconcile runs the control loop (the usage said VERB was required)
@@ -256,6 +267,22 @@ def _run_flags(parser: Parser) -> None:
     )
 
 
+def _git_flags(parser: Parser) -> None:
+    g = parser.add_argument_group('git source (daemon and --once; see README "GitOps")')
+    g.add_argument("--git", metavar="URL", help="follow this repository (instead of -f)")
+    g.add_argument("--branch", metavar="NAME", help="the branch to follow (default main)")
+    g.add_argument("--tag", metavar="NAME", help="follow a tag instead of a branch")
+    g.add_argument(
+        "--git-path", metavar="PATH", help="the manifests folder in the repository (default: top)"
+    )
+    g.add_argument(
+        "--interval",
+        type=positive_duration,
+        metavar="DURATION",
+        help="fetch this often (default 1m; a webhook fetches at once)",
+    )
+
+
 def _view_verbs(verb: VerbMaker) -> None:
     """Verbs that look: plan, status/get, describe, logs, events, validate, schema."""
     p = verb("plan", "show what a pass would do (exit 2: changes)")
@@ -301,6 +328,14 @@ def _view_verbs(verb: VerbMaker) -> None:
     p.add_argument("name", nargs="?", help="one deployment's events (default: all)")
     p.add_argument("-w", "--watch", action="store_true", help="keep printing new events")
     verb("validate", "check manifests (exit 1 if any invalid)")
+    verb("source", "the git source followed: its commits and state (-o json)")
+    verb("history", "the commits this node applied, newest last (-o json)")
+    p = verb("rollback", "apply an older commit and pin the node there (--resume: follow again)")
+    p.add_argument("rev", nargs="?", help="the commit (default: the last one all Ready)")
+    p.add_argument("--resume", action="store_true", help="follow the branch again")
+    p.add_argument(
+        "--dry-run", action="store_true", help="say what the rollback would change, change nothing"
+    )
     verb("schema", "the JSON Schema of a manifest")
 
 

@@ -86,6 +86,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         banner = drain_line(cfg.node, _drain_or_none(cfg), datetime.now(UTC), bootclock.read())
         if banner:
             print(banner, file=sys.stderr)
+        from controller.cli.sourceverb import summary
+
+        line = summary(cfg.state_dir)  # a git source: what it runs, in one line
+        if line:
+            print(line)
         print(_table(seen, wide=fmt == "wide") if seen.records else "No deployments.")
     for problem in seen.problems:
         print(f"error: {problem}", file=sys.stderr)

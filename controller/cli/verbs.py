@@ -115,6 +115,24 @@ def _models(args: argparse.Namespace) -> int:
     return cmd_models(args)
 
 
+def _source(args: argparse.Namespace) -> int:
+    from controller.cli.sourceverb import cmd_source
+
+    return cmd_source(args)
+
+
+def _history(args: argparse.Namespace) -> int:
+    from controller.cli.rollbackverb import cmd_history
+
+    return cmd_history(args)
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    from controller.cli.rollbackverb import cmd_rollback
+
+    return cmd_rollback(args)
+
+
 def _completion(args: argparse.Namespace) -> int:
     from controller.cli.completion import cmd_completion
 
@@ -141,6 +159,9 @@ VERBS: Mapping[str, Handler] = {
     "gateway": _gateway,
     "ui": _ui,
     "models": _models,
+    "source": _source,
+    "history": _history,
+    "rollback": _rollback,
     "completion": _completion,
 }
 

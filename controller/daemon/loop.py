@@ -54,7 +54,8 @@ LOCK_RETRY = 0.2
 SLACK = 0.005  # fire just after a record's due time, never just before
 HELD_RECHECK = 1.0  # seconds: a back-off that is over but held (drained, waiting its turn)
 WATCHED = (Phase.STARTING, Phase.READY)
-TIMED = frozenset({"resync", "probe due", "liveness", "back-off held", "pull progress"})
+GIT_FETCH = "git fetch"  # the git source's own timer: its interval, apart from the resync
+TIMED = frozenset({GIT_FETCH, "resync", "probe due", "liveness", "back-off held", "pull progress"})
 PROBES = "liveness probes"  # the timer that starts the liveness probes due (no pass)
 PULL_RECHECK = 1.0  # seconds between passes while a model is pulled (its end starts it)
 AUTOSCALE_PERIOD = 0.5  # seconds between looks at the load of autoscaled deployments
@@ -317,6 +318,7 @@ class Daemon:
         self._report(result)
         self.timers.after("resync", self.resync, "resync")
         self._arm_records(result.ours())
+        self._arm_git()
         # pidfds watch local engines only: a cluster engine's pid is on another machine (its
         # actor restarts it there; the resync timer's pass records what happened).
         watchable = self.reconciler.backend.exits_watchable
@@ -338,6 +340,20 @@ class Daemon:
             self._ready_sent = self.notifier.send("READY=1", status)
         else:
             self.notifier.send(status)
+
+    def _arm_git(self) -> None:
+        """A pass when the next fetch is due: the interval (or a retry's back-off), not
+        every resync; a webhook's SIGUSR1 brings it forward."""
+        git = self.reconciler.git
+        if git is None:
+            self.timers.cancel(GIT_FETCH)
+            return
+        try:
+            due = git.due_in()
+        except ReconcileError as exc:
+            log.error("git source status unreadable", error=str(exc))
+            due = self.resync
+        self.timers.after(GIT_FETCH, due + SLACK, GIT_FETCH)
 
     def _arm_records(self, records: list[Record]) -> None:
         """A pass when the next probe is due, a deadline passes or a back-off ends."""
@@ -454,6 +470,7 @@ def _until(when: datetime, now: datetime) -> float:
 
 def build_reconciler(config: Config, backend: Backend, store: RecordStore) -> Reconciler:
     inventory = inventory_for(config)
+    # A git source fetches at its first pass, then when due (gitsource.GitSource.sync).
     return Reconciler(config, backend, inventory, exporters(config, inventory), store)
 
 

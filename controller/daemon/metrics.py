@@ -24,8 +24,10 @@ from controller.core.manifest.names import base_name
 from controller.core.promtext import PromText
 from controller.core.replicaset import group
 from controller.core.state import Phase, Record
+from controller.errors import ReconcileError
 from controller.host import bootclock
 from controller.logsetup import get_logger
+from controller.store import gitsource
 from controller.store.node import Config, read_drain
 from controller.store.records import write_atomic
 
@@ -38,6 +40,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LAST_OK = "reconcile_last_successful_pass_timestamp_seconds"
 PASSES = "reconcile_passes_total"
 ACTIONS = "reconcile_actions_total"
+GIT_STATE = "reconcile_git_source_state"  # one series per state of `reconcile source`
 PASSES_HELP = "Passes this process (with --metrics-file: the file) counted."
 _ACTION_LINE = re.compile(rf'^{ACTIONS}{{action="([^"]*)",outcome="([^"]*)"}} (\S+)$', re.M)
 
@@ -107,6 +110,7 @@ class Exporter:
             last_ok=self.last_ok,
             manifest_errors=len(result.errors),
             drained=_drained(self.config),
+            git_state=_git_state(self.config, result),
         )
         LATEST.set(text)
         if self.config.metrics_file is not None:
@@ -192,6 +196,7 @@ def exposition(
     drained: bool,
     passes: int = 1,
     actions: Tally | None = None,
+    git_state: str | None = None,
 ) -> str:
     recs = sorted(records, key=lambda r: r.name)
     out = PromText()
@@ -223,7 +228,24 @@ def exposition(
     out.sample("reconcile_manifest_errors", manifest_errors)
     out.family("reconcile_node_drained", "1 while the node is drained.")
     out.sample("reconcile_node_drained", int(drained))
+    if git_state is not None:
+        out.family(GIT_STATE, "1 for the state the git source is in (reconcile source).")
+        for state in gitsource.STATES:
+            out.sample(GIT_STATE, int(state == git_state), state=state)
     return "\n".join(out.lines) + "\n"
+
+
+def _git_state(config: Config, result: PassResult) -> str | None:
+    """The git source's state after this pass (None: no git source, or its file unreadable)."""
+    if config.git is None:
+        return None
+    try:
+        st = gitsource.read_status(config.state_dir)
+    except ReconcileError:
+        return None
+    if st is None:
+        return None
+    return gitsource.state_of(st, [str(r.phase) for r in result.ours()])[0]
 
 
 def _instances(out: PromText, recs: list[Record]) -> None:

@@ -146,6 +146,8 @@ class Executor:
         """Journal under the deployment's name: a `@next` record's steps are its too."""
         if name != base_name(name):
             extra["instance"] = name
+        if self.maker.revision:  # the commit this action applies (DESIGN: events name it)
+            extra.setdefault("revision", self.maker.revision)
         name = base_name(name)
         log.info("action", deployment=name, action=action, reason=reason, outcome=outcome, **extra)
         self.journal.append(name, action, reason, outcome, **extra)

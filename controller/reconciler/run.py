@@ -52,6 +52,7 @@ from controller.store import (
     restart,
 )
 from controller.store.events import Journal
+from controller.store.gitsource import GitSource, SyncResult, shown_url
 from controller.store.lock import FileLock
 from controller.store.manifests import LoadResult, ManifestError, load
 from controller.store.node import Config, read_drain
@@ -80,6 +81,7 @@ class PassResult:
     pulls: dict[str, PullView] = field(default_factory=dict)  # the last round's model pulls
 
     node: str | None = None  # records of other nodes are theirs to judge, not this pass's
+    git: SyncResult | None = None  # the git source's fetch and move before this pass
 
     def ours(self) -> list[Record]:
         return [
@@ -100,6 +102,9 @@ class PassResult:
         """Why ``--once`` exits 1 though the pass itself went through (cron mails on it):
         a manifests folder missing or empty (nothing pruned), a deployment crash-looping."""
         out = list(self.folder_problems)
+        if self.git is not None and self.git.error:
+            running = self.git.revision[:12] if self.git.revision else "nothing yet"
+            out.append(f"git: {self.git.error} (still running {running}; nothing pruned)")
         if self.prune_blocked and not self.missing_folders:
             out.append("the manifests folder holds no manifest: nothing pruned")
         out += [
@@ -154,7 +159,7 @@ class Preview:
             prune=loaded.prune_safe or self.config.allow_empty,
             activations=activation.read_all(self.config.state_dir),
             restarts=restart.read_all(self.config.state_dir),
-            revision=gitrev.revision_of(self.config.manifests),
+            revision=gitrev.revision_of(self.config.manifests, check_dirty=not self.config.git),
             replicas=self.autoscaler.counts(
                 loaded.entries,
                 lambda: self.store.load().records.values(),
@@ -240,6 +245,8 @@ class Reconciler(Preview):
         # Called after every pass with its result and how long it held the pass lock.
         self.after_pass = list(after_pass)
         self.device_watch = DeviceWatch(config.state_dir, gpuhealth.choose(inventory))
+        # --git: the checkout this reconciler fetches and moves (the daemon fetches when due)
+        self.git = GitSource(config.state_dir, config.git) if config.git else None
 
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
         self.device_watch.look()  # before the records: a fault seen now moves them now
@@ -257,6 +264,7 @@ class Reconciler(Preview):
         with self.pass_lock.hold(timeout):
             started = time.monotonic()
             failpoints.hit("reconciler.pass.locked")
+            synced = self._sync_git()
             # Read the manifests once the lock is ours: a pass that waited for another
             # must not act on what the folder held before it waited.
             loaded = load(
@@ -270,6 +278,9 @@ class Reconciler(Preview):
                 self.liveness.begin_pass(self.config.owner)
             seen_at = datetime.now(UTC)  # what `status` says its view's age is from
             result = self._rounds(loaded)
+            result.git = synced
+            if self.git is not None:  # the history entry follows its deployments
+                self._auto_rollback(result)
             result.outcomes = self.executor.take_tally()
             note_seen(self.config.state_dir, _seen(result, self.config.node, seen_at))
             logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
@@ -279,6 +290,25 @@ class Reconciler(Preview):
         for hook in self.after_pass:
             hook(result, seconds)
         return result
+
+    def _sync_git(self) -> SyncResult | None:
+        """The git source's checkout moved to the commit to apply (fetched when due),
+        under the pass lock: no pass reads a checkout half-moved."""
+        if self.git is None:
+            return None
+        synced = self.git.sync()
+        for what in synced.events:
+            log.info("git source", change=what, url=shown_url(self.git.settings.url))
+        return synced
+
+    def _auto_rollback(self, result: PassResult) -> None:
+        assert self.git is not None
+        rolled = self.git.note_outcome([str(r.phase) for r in result.ours()])
+        if rolled is None:
+            return
+        log.warning("git auto-rollback", detail=rolled)
+        for rec in result.ours():
+            self.executor.journal.append(rec.name, "auto-rollback", rolled, "pinned")
 
     def _rounds(self, loaded: LoadResult) -> PassResult:
         desired = self.desired(loaded)

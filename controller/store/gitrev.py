@@ -1,10 +1,11 @@
 """The git commit a manifests folder is checked out at, read from ``.git`` directly.
 
-A pass runs every few seconds, so this spawns no ``git``: it finds the enclosing
+A pass runs every few seconds, so the commit is read without ``git``: it finds the enclosing
 ``.git`` (a folder, or a ``gitdir:`` file for worktrees and submodules), reads
 ``HEAD``, and resolves a symbolic ref through the loose ref file, then
 ``packed-refs``. Anything unexpected (not a work tree, an unborn branch, an odd
 layout) is "no revision", never an error: the revision is information, not a gate.
+Whether the folder is dirty (``+dirty``) does take one ``git status`` (``dirty``).
 """
 
 from __future__ import annotations
@@ -77,11 +78,35 @@ def revision(folder: Path) -> str | None:
     return resolve_ref(gitdir, common, "HEAD")
 
 
-def revision_of(folders: Iterable[Path]) -> str | None:
-    """One revision for a pass: the folders' commit (distinct ones joined by ',')."""
+def dirty(folder: Path) -> bool:
+    """Whether the folder's files differ from the commit (edited, added, removed).
+
+    The one ``git`` process here: a checkout the user manages (``-f`` on a clone) may hold
+    an edit, and a record must not claim the clean commit for it. Only folders inside a
+    work tree pay for it; no git, or git failing, is "not known dirty"."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=all", "--", "."],
+            capture_output=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and bool(proc.stdout.strip())
+
+
+def revision_of(folders: Iterable[Path], *, check_dirty: bool = True) -> str | None:
+    """One revision for a pass: the folders' commit (distinct ones joined by ','), each
+    with ``+dirty`` when its files differ from that commit (``check_dirty``: not for
+    reconcile's own git checkout, which nothing edits)."""
     found: list[str] = []
     for folder in folders:
         rev = revision(folder)
+        if rev and check_dirty and folder.is_dir() and dirty(folder):
+            rev += "+dirty"
         if rev and rev not in found:
             found.append(rev)
     return ",".join(found) or None

@@ -42,6 +42,12 @@ class FileLock:
             os.close(fd)  # closing drops the flock
 
     @property
+    def fileno(self) -> int | None:
+        """The locked descriptor: a child that inherits it holds the lock until it exits
+        (store/gitsource.py hands it to git, so an orphaned git still holds its checkout)."""
+        return self._fd
+
+    @property
     def held(self) -> bool:
         return self._fd is not None
 

@@ -8,13 +8,18 @@ import socket
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from controller.core.devices.capacity import Limits, parse_limits
 from controller.core.manifest import backendnames
 from controller.core.state import Drain
 from controller.errors import ConfigError
 from controller.store import bootstamp, logfiles
+from controller.store.gitsource import GitSettings
 from controller.store.records import write_atomic
+
+if TYPE_CHECKING:  # pydantic is imported only when a node.yaml is read
+    from controller.store.nodeconfig import GitFile
 
 DEFAULT_LOCK_TIMEOUT = 60.0  # seconds a pass waits for another's lock
 
@@ -38,6 +43,7 @@ class Config:
     ray_address: str | None = None  # the Ray cluster (GCS host:port or "auto"), with "ray"
     tls_cert: Path | None = None  # node.yaml's tlsCert (the flag and environment win)
     tls_key: Path | None = None
+    git: GitSettings | None = None  # --git / node.yaml git: the manifests are its checkout
     # What a lenient resolve (a read verb) passed over: each names the file, line, problem.
     warnings: tuple[str, ...] = ()
 
@@ -68,21 +74,23 @@ def resolve(
     metrics_port: int | None = None,
     backend: str | None = None,
     ray_address: str | None = None,
+    git: GitFlags | None = None,
     lenient: bool = False,
 ) -> Config:
     """``lenient``: a node config file that cannot be read is a warning (its settings
     are left at their defaults), not an error: a read verb must still show the node."""
     env = os.environ
+    state = state_dir or env.get("RECONCILE_STATE_DIR")
+    state_path = Path(state).expanduser().absolute() if state else default_state_dir()
     folders = manifests or _split(env.get("RECONCILE_MANIFESTS")) or ["./manifests"]
     paths = tuple(Path(f).expanduser().absolute() for f in folders)
     node_name = node or env.get("RECONCILE_NODE") or socket.gethostname() or "localhost"
     if "/" in node_name:
         raise ConfigError(f"node name {node_name!r} may not contain '/'")
-    state = state_dir or env.get("RECONCILE_STATE_DIR")
-    state_path = Path(state).expanduser().absolute() if state else default_state_dir()
     limits, log_max_bytes, log_keep = Limits(), logfiles.DEFAULT_MAX_BYTES, logfiles.DEFAULT_KEEP
     warnings: list[str] = []
     tls: tuple[Path | None, Path | None] = (None, None)
+    git_file: GitFile | None = None
     explicit = node_config or env.get("RECONCILE_NODE_CONFIG")
     if explicit or (state_path / "node.yaml").exists():  # yaml only then
         from controller.store.nodeconfig import read_node_file
@@ -97,6 +105,7 @@ def resolve(
             limits, log_max_bytes = node_file.limits, node_file.log_max_bytes
             log_keep = node_file.log_max_files
             tls = node_file.tls_path("tls_cert"), node_file.tls_path("tls_key")
+            git_file = node_file.git
     flag = max_instances if max_instances is not None else env.get("RECONCILE_MAX_INSTANCES")
     if flag:
         try:
@@ -104,12 +113,28 @@ def resolve(
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
     chosen, address = resolve_backend(backend, ray_address)
+    flags = git or GitFlags()
+    if manifests and flags.url:
+        raise ConfigError(
+            "-f and --git are one or the other: a node follows a repository or reads"
+            " folders; drop one"
+        )
+    if not (
+        manifests or env.get("RECONCILE_MANIFESTS") or flags.url or (git_file and git_file.url)
+    ):
+        flags = remembered(state_path, flags)  # the state dir remembers the source it follows
+    # -f on the command line wins over node.yaml's git: (a `validate -f` on the node works)
+    source = None if manifests else git_source(flags, git_file)
+    if source is not None:
+        from controller.store.gitsource import manifests_dir
+
+        paths = (manifests_dir(state_path, source.path),)
     return Config(
         manifests=paths,
         state_dir=state_path,
         node=node_name,
         devices=devices if devices is not None else env.get("RECONCILE_DEVICES"),
-        owner=owner or ",".join(str(p) for p in paths),
+        owner=owner or (source.owner if source else ",".join(str(p) for p in paths)),
         allow_empty=allow_empty,
         lock_timeout=lock_timeout,
         insecure_manifests=insecure_manifests,
@@ -123,6 +148,75 @@ def resolve(
         warnings=tuple(warnings),
         tls_cert=tls[0],
         tls_key=tls[1],
+        git=source,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GitFlags:
+    """The git flags as given (None: not given, node.yaml's key or the default stands)."""
+
+    url: str | None = None
+    branch: str | None = None
+    tag: str | None = None
+    path: str | None = None
+    interval: float | None = None
+
+
+def remembered(state_dir: Path, flags: GitFlags) -> GitFlags:
+    """The git source the state dir followed last (``<state>/git/source.json``), the
+    flags given over it; the flags as they are when it follows none."""
+    from controller.store.gitsource import read_status
+
+    try:
+        st = read_status(state_dir)
+    except ConfigError:
+        return flags  # `reconcile source` says what is wrong with it
+    if st is None:
+        return flags
+    return GitFlags(
+        url=st.url,
+        branch=flags.branch or (None if flags.tag else st.branch),
+        tag=flags.tag or (None if flags.branch else st.tag),
+        path=flags.path if flags.path is not None else st.path,
+        interval=flags.interval or st.interval,
+    )
+
+
+def _deadline(file: GitFile | None) -> float | None:
+    from controller.core.manifest.quantity import parse_duration
+
+    if file is None or file.auto_rollback is None:
+        return None
+    return parse_duration(str(file.auto_rollback.progress_deadline))
+
+
+def git_source(flags: GitFlags, file: GitFile | None) -> GitSettings | None:
+    """Flags over node.yaml's ``git:``, key by key; None when neither names a URL."""
+    from controller.core.manifest.quantity import parse_duration
+    from controller.store.gitsource import settings
+
+    url = flags.url or (file.url if file else None)
+    if not url:
+        if flags.branch or flags.tag or flags.path or flags.interval:
+            raise ConfigError("--branch, --tag, --git-path and --interval need --git URL")
+        return None
+    interval = flags.interval
+    if interval is None and file is not None and file.interval is not None:
+        interval = parse_duration(str(file.interval))
+    # A flag's branch replaces the file's tag and the other way round: the flag is the latest word.
+    branch, tag = flags.branch, flags.tag
+    if branch is None and tag is None and file is not None:
+        branch, tag = file.branch, file.tag
+    return settings(
+        url=url,
+        branch=branch,
+        tag=tag,
+        path=flags.path if flags.path is not None else (file.path if file else None),
+        interval=interval,
+        webhook_secret_file=file.webhook_secret_file if file else None,
+        allowed_signers=file.verify.allowed_signers if file and file.verify else None,
+        progress_deadline=_deadline(file),
     )
 
 

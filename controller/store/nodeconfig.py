@@ -9,8 +9,17 @@ when it exists::
     logMaxFiles: 3                   # backups kept (<name>.log.1 ... .3)
     tlsCert: /etc/reconcile/cert.pem  # the gateway's HTTPS pair (--tls-cert, --tls-key);
     tlsKey: /etc/reconcile/key.pem    #   a relative path is from this file's folder
+    git:                             # follow a repository (store/gitsource.py)
+      url: https://example.com/ops.git
+      branch: main                   # or tag: v1.2
+      path: manifests
+      interval: 1m
+      webhookSecretFile: /etc/reconcile/hook.secret
+      verify: {allowedSigners: /etc/reconcile/allowed_signers}
+      autoRollback: {progressDeadline: 10m}
 
-Flags win over the file (``--max-instances 8,nvidia=2``), then the environment.
+Flags win over the file (``--max-instances 8,nvidia=2``; ``--git``, ``--branch``... one
+key at a time), then the environment.
 """
 
 from __future__ import annotations
@@ -32,6 +41,43 @@ Kind = Literal["nvidia", "amd", "apple", "cpu"]
 Int = Annotated[int, NOT_BOOL]  # 8 or "8", never `yes`
 
 
+class VerifyFile(BaseModel):
+    """``git.verify``: commits must be signed by a key in git's ssh allowed_signers file."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    allowed_signers: str
+
+
+class AutoRollbackFile(BaseModel):
+    """``git.autoRollback``: a commit not all Ready by the deadline is rolled back."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    progress_deadline: str | float  # 10m, or seconds
+
+
+class GitFile(BaseModel):
+    """``git:``: the repository this node follows (the flags override each key)."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    url: str | None = None
+    branch: str | None = None
+    tag: str | None = None
+    path: str | None = None
+    interval: str | float | None = None  # 1m, 30s, or seconds
+    webhook_secret_file: str | None = None
+    verify: VerifyFile | None = None
+    auto_rollback: AutoRollbackFile | None = None
+
+
 class NodeFile(BaseModel):
     """``node.yaml``: camelCase keys, no unknown setting, numbers as the manifests take them."""
 
@@ -50,6 +96,8 @@ class NodeFile(BaseModel):
     def tls_path(self, name: str) -> Path | None:
         value: str | None = getattr(self, name)
         return (self._folder / Path(value).expanduser()).absolute() if value else None
+
+    git: GitFile | None = None
 
     @property
     def limits(self) -> Limits:
@@ -77,7 +125,8 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
         if first.unknown:
             message = (
                 "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles, "
-                "tlsCert, tlsKey)"
+                "tlsCert, tlsKey, git; under git: url, branch, tag, path, interval,"
+                " webhookSecretFile, verify, autoRollback)"
             )
         raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc
     found._folder = path.parent.absolute()

@@ -1,5 +1,6 @@
 """GitOps: the revision read from .git directly (every layout git makes), records and status
-carrying it, the shipped post-merge hook applying a pull, and the shipped CI job's steps.
+carrying it (``+dirty`` for an uncommitted edit), the shipped post-merge hook applying a
+pull, and the shipped CI job's steps.
 """
 
 from __future__ import annotations
@@ -130,28 +131,22 @@ def test_post_merge_hook_applies_a_pull_and_records_the_commit(reconcile: Any) -
     rc("down", "-f", str(node / "manifests"), check=0)
 
 
-def test_pull_and_apply_applies_even_when_the_pull_fails(reconcile: Any) -> None:
+def test_an_uncommitted_edit_is_applied_as_dirty_not_as_the_commit(reconcile: Any) -> None:
+    """-f on a checkout the user manages: an edit is deployed as ``<sha>+dirty``."""
     rc = reconcile
     repo = rc.tmp / "checkout"
     rc.write("app", folder=repo / "manifests")
     git(repo, "init", "-q", "-b", "main")
-    sha = commit_all(repo, "app")  # no remote: the pull fails
-    done = subprocess.run(
-        [str(GITOPS / "pull-and-apply"), str(repo)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={
-            **rc.env,
-            **GIT_ENV,
-            "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
-            "RECONCILE_STATE_DIR": str(rc.state),
-            "RECONCILE_NODE": rc.node,
-            "RECONCILE_DEVICES": rc.devices,
-        },
-    )
-    assert done.returncode == 0, done.stderr
-    assert "git pull failed" in done.stderr and rc.record("app")["revision"] == sha
+    sha = commit_all(repo, "app")
+    rc.once("-f", str(repo / "manifests"))
+    assert rc.record("app")["revision"] == sha
+    rc.write("app", folder=repo / "manifests", args=["--load-seconds", "0"])  # not committed
+    rc.once("-f", str(repo / "manifests"))
+    assert rc.record("app")["revision"] == f"{sha}+dirty"
+    assert f"{sha}+dirty" in rc("describe", "app", check=0).out
+    again = commit_all(repo, "app: args")
+    rc.once("-f", str(repo / "manifests"))
+    assert rc.record("app")["revision"] == again
     rc("down", "-f", str(repo / "manifests"), check=0)
 
 

@@ -45,6 +45,7 @@ from controller.gateway.surface.server import (
     exception_handler,
     factory,
 )
+from controller.gateway.surface.webhook import Hooks
 from controller.gateway.ui.pages import Page
 from controller.logsetup import get_logger
 
@@ -226,6 +227,7 @@ class Gateway:
         # handler_cancellation: a client that goes away cancels its handler (and upstream).
         app = self.front.app()
         Page(s, self.metrics, lambda: self.keys, request_pass).install(app)  # GET /ui
+        Hooks(s.state_dir, request_pass).install(app)  # POST /hooks/git
         self._runner = web.AppRunner(
             app,
             handler_cancellation=True,

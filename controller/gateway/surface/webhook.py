@@ -1,0 +1,107 @@
+"""``POST /hooks/git``: a signed push notification starts the git source's fetch at once.
+
+GitHub, Gitea and Forgejo sign the body (``X-Hub-Signature-256: sha256=<hex hmac>``;
+Gitea's and Forgejo's own ``X-Gitea-Signature`` / ``X-Forgejo-Signature`` carry the
+bare hex); GitLab sends the secret itself (``X-Gitlab-Token``). The secret is the
+git source's ``webhookSecretFile`` (named in ``<state>/git/source.json``, read at each
+hook: a new secret needs no restart), which must not be readable by group or others;
+its trailing newline is no part of it. Comparisons are constant-time. Anything unsigned,
+wrongly signed, or with no usable secret file gets 401 and starts nothing; the hook needs
+no API key (the signature is its key).
+
+How the daemon hears it: the hook writes ``<state>/git/fetch-now`` (the next sync fetches
+whatever else is due), then asks for a pass the way an OnDemand request does (the
+gateway's wake-up to the daemon). The file makes the request durable (a daemon busy or
+restarting still fetches at its next pass) and the wake-up makes it immediate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import stat
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from aiohttp import web
+
+from controller.gateway.surface.answers import error
+from controller.logsetup import get_logger
+from controller.store import gitsource
+from controller.store.records import write_atomic
+
+log = get_logger("reconcile")
+
+PATH = "/hooks/git"
+SIGNED = ("X-Hub-Signature-256", "X-Gitea-Signature", "X-Forgejo-Signature")
+
+
+class Hooks:
+    def __init__(self, state_dir: Path, request_pass: Callable[[], None]) -> None:
+        self.state_dir = state_dir
+        self.request_pass = request_pass
+
+    def install(self, app: web.Application) -> None:
+        """Found before the gateway's catch-all (aiohttp tries the longest prefix first)."""
+        app.router.add_post(PATH, self.hook)
+
+    async def hook(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        secret, why = self._secret()
+        if secret is None:
+            log.warning("git webhook refused", reason=why)
+            return error(401, "the webhook is not accepted here", "unauthorized")
+        if not signed(secret, body, request.headers):
+            log.warning("git webhook refused", reason="missing or wrong signature")
+            return error(401, "the webhook's signature is missing or wrong", "unauthorized")
+        folder = gitsource.folder(self.state_dir)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_atomic(gitsource.hook_file(self.state_dir), b"webhook\n")
+        self.request_pass()
+        log.info("git webhook accepted: fetching now")
+        return web.json_response({"accepted": True, "fetch": "started"}, status=202)
+
+    def _secret(self) -> tuple[bytes | None, str]:
+        """(the secret, "") or (None, why): no git source, no file, a file others read."""
+        try:
+            st = gitsource.read_status(self.state_dir)
+        except Exception as exc:  # an unreadable status file: refuse, say why in the log
+            return None, str(exc)
+        name = st.webhook_secret_file if st is not None else None
+        if not name:
+            return None, "no webhookSecretFile in node.yaml's git: section"
+        return read_secret(Path(name))
+
+
+def read_secret(path: Path) -> tuple[bytes | None, str]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        return None, f"{path}: {exc.strerror}"
+    try:
+        info = os.fstat(fd)
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            return None, f"{path} is readable by group or others: chmod 600 {path}"
+        data = os.read(fd, 64 * 1024)
+    finally:
+        os.close(fd)
+    secret = data.rstrip(b"\r\n")
+    if not secret:
+        return None, f"{path} is empty"
+    return secret, ""
+
+
+def signed(secret: bytes, body: bytes, headers: Mapping[str, str]) -> bool:
+    """Whether one of the forges' signatures (or GitLab's token) matches, constant-time
+    (``headers``: aiohttp's, whose ``get`` ignores case)."""
+    get = headers.get
+    digest = hmac.new(secret, body, hashlib.sha256).hexdigest()
+    for name in SIGNED:
+        value = get(name)
+        if value:
+            given = value.strip().removeprefix("sha256=")
+            if hmac.compare_digest(given.encode(), digest.encode()):
+                return True
+    token = get("X-Gitlab-Token")
+    return token is not None and hmac.compare_digest(token.encode(), secret)

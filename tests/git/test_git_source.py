@@ -1,0 +1,130 @@
+"""The git source with --once: a bare repository over file:// as the remote, the real CLI,
+real engines (the demo engine). DESIGN.md "Following git"."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from tests.git.conftest import Remote, run_git, source
+
+
+def git_args(remote: Remote, *more: str) -> tuple[str, ...]:
+    return ("--git", remote.url, "--git-path", "manifests", *more)
+
+
+def test_a_pushed_commit_is_applied_owned_by_the_source_and_stamped_with_it(
+    reconcile: Any, remote: Remote
+) -> None:
+    first = remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    rec = reconcile.record("alpha")
+    assert rec is not None
+    assert rec["owner"] == remote.owner() and rec["revision"] == first
+    assert all(e.get("revision") == first for e in reconcile.events("alpha")), reconcile.events(
+        "alpha"
+    )
+    seen = source(reconcile)
+    assert seen["state"] == "Synced" and seen["applied"] == seen["fetched"] == first, seen
+    assert seen["branch"] == "main" and seen["path"] == "manifests" and seen["pinned"] is None
+    assert remote.url in reconcile("status", check=0).out.splitlines()[0]
+
+    second = remote.deploy("alpha", command=reconcile.demo_command(load_seconds="0.1"))
+    reconcile.converge(*git_args(remote))
+    rec = reconcile.record("alpha")
+    assert rec is not None and rec["revision"] == second
+    assert source(reconcile)["applied"] == second
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+    assert reconcile.record("alpha") is None
+
+
+def test_a_fetch_that_fails_keeps_the_engine_prunes_nothing_and_exits_1(
+    reconcile: Any, remote: Remote
+) -> None:
+    applied = remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    shutil.move(remote.bare, remote.bare.with_name("moved.git"))  # the remote is gone
+    out = reconcile("--once", *git_args(remote), check=1)
+    assert "git:" in out.err and "still running" in out.err and applied[:12] in out.err, out
+    assert reconcile.record("alpha")["ref"]["pid"] == pid and reconcile.alive(pid)
+    seen = source(reconcile)
+    assert seen["state"] == "PullFailed" and seen["applied"] == applied, seen
+    assert "does not appear to be a git repository" in seen["message"], seen
+    assert seen["last_fetch_at"] in seen["message"], seen  # when it last worked
+    shutil.move(remote.bare.with_name("moved.git"), remote.bare)
+    reconcile.converge(*git_args(remote))
+    assert source(reconcile)["state"] == "Synced"
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
+def test_a_branch_gone_is_pull_failed_not_a_prune(reconcile: Any, remote: Remote) -> None:
+    remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    out = reconcile("--once", *git_args(remote, "--branch", "gone"), check=1)
+    assert "couldn't find remote ref" in out.err, out
+    assert reconcile.record("alpha") is not None
+    assert source(reconcile)["state"] == "PullFailed"
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
+def test_a_path_missing_at_a_commit_prunes_nothing(reconcile: Any, remote: Remote) -> None:
+    remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    gone = remote.commit({"manifests/alpha.yaml": None, "README": "moved away\n"}, "remove all")
+    out = reconcile("--once", *git_args(remote), check=1)
+    assert "nothing pruned" in out.err or "pruning nothing" in out.err, out
+    assert reconcile.alive(pid) and reconcile.record("alpha") is not None
+    assert source(reconcile)["fetched"] == gone
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
+def test_an_edit_in_the_checkout_is_undone_by_the_next_move(reconcile: Any, remote: Remote) -> None:
+    """The checkout is reconcile's: a stray file in it never reaches the next commit."""
+    remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    stray = reconcile.state / "git" / "checkout" / "manifests" / "stray.yaml"
+    stray.write_text(reconcile.dump_yaml(reconcile.deployment("stray")))
+    remote.commit({"README": "next\n"}, "next")
+    reconcile.converge(*git_args(remote))
+    assert not stray.exists() and reconcile.record("stray") is None
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
+def test_source_on_a_state_dir_without_git_says_so(reconcile: Any) -> None:
+    out = reconcile("source", check=1)
+    assert "follows no git source" in out.err, out
+
+
+def test_git_and_f_are_one_or_the_other(reconcile: Any, remote: Remote) -> None:
+    out = reconcile("--once", "--git", remote.url, "-f", str(reconcile.manifests), check=1)
+    assert "one or the other" in out.err, out
+
+
+def test_node_yaml_git_section_with_a_flag_over_one_key(reconcile: Any, remote: Remote) -> None:
+    remote.deploy("alpha")
+    run_git(remote.work, "push", "-q", "origin", "HEAD:refs/heads/prod")
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(
+        f"git:\n  url: {remote.url}\n  branch: nope\n  path: manifests/\n  interval: 1h\n"
+    )
+    reconcile.converge("--git", remote.url, "--branch", "prod")
+    seen = source(reconcile)
+    assert seen["branch"] == "prod" and seen["path"] == "manifests", seen
+    assert reconcile.record("alpha")["owner"] == remote.owner()
+    reconcile("--git", remote.url, "--branch", "prod", "down", check=0)
+
+
+def test_a_metric_per_state(reconcile: Any, remote: Remote) -> None:
+    remote.deploy("alpha")
+    metrics = reconcile.tmp / "metrics.prom"
+    reconcile.converge(*git_args(remote), "--metrics-file", str(metrics))
+    lines = metrics.read_text().splitlines()
+    assert 'reconcile_git_source_state{state="Synced"} 1' in lines, lines
+    for state in ("Progressing", "Degraded", "PullFailed", "Pinned", "Unverified"):
+        assert f'reconcile_git_source_state{{state="{state}"}} 0' in lines, lines
+    shutil.move(remote.bare, remote.bare.with_name("moved.git"))
+    reconcile("--once", *git_args(remote), "--metrics-file", str(metrics), check=1)
+    assert 'reconcile_git_source_state{state="PullFailed"} 1' in metrics.read_text()
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)

@@ -1,0 +1,95 @@
+"""history and rollback on a real bare repository: a bad commit, a rollback to the last
+good one (pinned), a push while pinned (fetched, not applied), --resume."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from tests.git.conftest import Remote, source
+
+GIT = ("--git-path", "manifests")
+
+
+def node_only(rc: Any, *args: str, check: int | None = 0) -> Any:
+    """The CLI with the node's options and no -f: the state dir's remembered source."""
+    mine = ("--state-dir", str(rc.state), "--node", rc.node, "--devices", rc.devices)
+    return rc(*args, *mine, check=check, common=False)
+
+
+def test_rollback_pins_the_last_good_commit_until_resumed(reconcile: Any, remote: Remote) -> None:
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    bad = remote.deploy("alpha", command=[sys.executable, "-c", "raise SystemExit(3)"])
+    reconcile("--once", "--wait", "--timeout", "30s", "--git", remote.url, *GIT, check=1)
+    assert reconcile.record("alpha")["revision"] == bad
+
+    dry = reconcile("rollback", "--dry-run", check=0)
+    assert good[:12] in dry.out and "manifests/alpha.yaml" in dry.out, dry
+    assert source(reconcile)["applied"] == bad  # the dry run changed nothing
+
+    out = reconcile("rollback", check=0)  # no daemon: the command's own pass applies it
+    assert f"rolled back to {good[:12]}" in out.out, out
+    node_only(reconcile, "--once", "--wait", "--timeout", "30s")  # the remembered source
+    assert reconcile.record("alpha")["revision"] == good
+    seen = source(reconcile)
+    assert seen["state"] == "Pinned" and seen["pinned"] == good and seen["applied"] == good, seen
+
+    newer = remote.commit({"README": "newer\n"}, "newer")
+    node_only(reconcile, "--once")  # pinned and Ready: 0; the newer commit is fetched only
+    seen = source(reconcile)
+    assert seen["fetched"] == newer and seen["applied"] == good, seen
+    assert newer[:12] in seen["message"], seen  # how far behind it is
+
+    history = reconcile("history", "-o", "json", check=0).json()
+    assert [h["revision"] for h in history] == [good, bad, good], history
+    assert [h["outcome"] for h in history][:2] == ["Ready", "RolledBack"], history
+    assert history[-1]["by"] == "rollback" and history[0]["by"] == "poll", history
+    assert history[0]["subject"] == "deploy alpha" and history[0]["author"] == "Tess Ter"
+    assert any(e["action"] == "rollback" for e in reconcile.events("alpha"))
+
+    reconcile("rollback", "--resume")  # back to the newest commit (alpha crash-loops there)
+    assert source(reconcile)["pinned"] is None
+    assert reconcile.record("alpha")["revision"] == newer
+    table = reconcile("history", check=0).out
+    assert newer[:12] in table.splitlines()[-1], table
+    node_only(reconcile, "down")
+    assert reconcile.record("alpha") is None
+
+
+def test_history_and_rollback_without_a_git_source_say_so(reconcile: Any) -> None:
+    assert "follows no git source" in reconcile("history", check=1).err
+    assert "follows no git source" in reconcile("rollback", check=1).err
+
+
+def test_auto_rollback_to_the_last_good_commit_until_a_newer_one(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(
+        f"git:\n  url: {remote.url}\n  path: manifests\n  autoRollback: {{progressDeadline: 3s}}\n"
+    )
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url)
+    bad = remote.deploy("alpha", command=[sys.executable, "-c", "raise SystemExit(3)"])
+    d = git_daemon("--git", remote.url, "--interval", "1h", "--resync", "1s")
+    d.wait(lambda: source(reconcile)["pinned"] == good, "the auto-rollback's pin")
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("revision") == good, "good applied")
+    d.wait(lambda: reconcile.record("alpha")["phase"] == "Ready", "alpha Ready again")
+    seen = source(reconcile)
+    assert seen["state"] == "Pinned" and "auto-rollback" in seen["message"], seen
+    history = reconcile("history", "-o", "json", check=0).json()
+    assert [(h["revision"], h["outcome"]) for h in history][:2] == [
+        (good, "Ready"),
+        (bad, "RolledBack"),
+    ], history
+    assert history[-1]["revision"] == good and history[-1]["by"] == "auto-rollback", history
+    events = reconcile.events("alpha")
+    assert any(e["action"] == "auto-rollback" and bad[:12] in e["reason"] for e in events)
+    assert d.stop() == 0
+
+    newer = remote.deploy("alpha", command=reconcile.demo_command(load_seconds="0.1"))
+    node_only(reconcile, "--once", "--wait", "--timeout", "30s")  # a newer commit lifts it
+    seen = source(reconcile)
+    assert seen["pinned"] is None and seen["applied"] == newer, seen
+    node_only(reconcile, "down")
