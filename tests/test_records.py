@@ -21,8 +21,9 @@ from strategies import record
 from controller.core.state import VERSION, ExitInfo, Phase, ProbeConfig, ProcessRef, Record
 from controller.errors import RecordError
 from controller.store import diskspace
+from controller.store.documents import write_atomic
 from controller.store.recordjson import RecordInvalid, from_json, to_json
-from controller.store.records import RecordStore, check_name, write_atomic
+from controller.store.records import RecordStore, check_name
 
 
 @pytest.fixture

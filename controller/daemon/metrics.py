@@ -26,8 +26,8 @@ from controller.core.replicaset import group
 from controller.core.state import Phase, Record
 from controller.host import bootclock
 from controller.logsetup import get_logger
+from controller.store.documents import write_atomic
 from controller.store.node import Config, read_drain
-from controller.store.records import write_atomic
 
 if TYPE_CHECKING:
     from controller.reconciler.run import PassResult

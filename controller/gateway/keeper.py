@@ -43,6 +43,7 @@ from controller.gateway import registry
 from controller.gateway.handover import ask_metrics
 from controller.gateway.settings import Settings, settings_to_json
 from controller.logsetup import get_logger
+from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:
     from controller.core.state import Record
@@ -184,7 +185,9 @@ class Keeper:
     def _bind_wake(self) -> None:
         """The wake-up socket: its path, or a random abstract name written down in the
         state dir (a name derived from the path could be taken first by anyone)."""
-        address = registry.fresh_address(self.state_dir, "daemon.sock")
+        address = registry.fresh_address(
+            self.state_dir, StateDir(self.state_dir).daemon_socket.name
+        )
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         registry.unlink_address(address)  # an earlier daemon's (we hold the lock now)
         try:

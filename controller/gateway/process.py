@@ -42,7 +42,7 @@ from controller.gateway.routing import FIRST_PASS_WAIT
 from controller.gateway.settings import Settings, settings_from_json, settings_to_json
 from controller.host.procs import identity
 from controller.logsetup import get_logger
-from controller.store.records import write_atomic
+from controller.store.documents import write_atomic
 
 log = get_logger("reconcile")
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from controller.core.state import Record
 from controller.store.recordjson import READERS, RecordInvalid
+from controller.store.statedir import StateDir
 
 POLL = 0.1  # seconds between looks at the folder
 
@@ -30,7 +31,7 @@ Stamp = frozenset[tuple[str, int, int, int]]
 
 class RecordsWatch:
     def __init__(self, state_dir: Path, owner: str, node: str) -> None:
-        self.instances = state_dir / "instances"
+        self.instances = StateDir(state_dir).instances
         self.owner = owner
         self.node = node
         self.seen: Stamp | None = None

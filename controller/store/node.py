@@ -14,7 +14,8 @@ from controller.core.limits import Limits, parse_limits
 from controller.core.state import Drain
 from controller.errors import ConfigError
 from controller.store import bootstamp, logfiles
-from controller.store.records import write_atomic
+from controller.store.documents import write_atomic
+from controller.store.statedir import StateDir
 
 DEFAULT_LOCK_TIMEOUT = 60.0  # seconds a pass waits for another's lock
 
@@ -81,7 +82,7 @@ def resolve(
     limits, log_max_bytes, log_keep = Limits(), logfiles.DEFAULT_MAX_BYTES, logfiles.DEFAULT_KEEP
     warnings: list[str] = []
     explicit = node_config or env.get("RECONCILE_NODE_CONFIG")
-    if explicit or (state_path / "node.yaml").exists():  # yaml only then
+    if explicit or StateDir(state_path).node_config.exists():  # yaml only then
         from controller.store.nodeconfig import read_node_file
 
         try:
@@ -142,7 +143,7 @@ def _split(value: str | None) -> list[str]:
 
 
 def drain_path(state_dir: Path) -> Path:
-    return state_dir / "drain.json"
+    return StateDir(state_dir).drain
 
 
 def read_drain(state_dir: Path) -> Drain | None:
