@@ -416,7 +416,7 @@ def test_every_field_is_checked_and_the_problem_named(change: dict[str, Any], wh
 
 @pytest.mark.parametrize(
     ("raw", "why"),
-    [(b"[]", "version: None is not one of [1, 2, 3]"), (b"{", "not valid JSON")],
+    [(b"[]", "(top): should be an object, not list"), (b"{", "not valid JSON")],
 )
 def test_from_json_refuses_what_is_no_record(raw: bytes, why: str) -> None:
     with pytest.raises(RecordInvalid, match=re.escape(why)):

@@ -8,7 +8,6 @@ to ``quarantine/`` with the reason, never guessed at.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,11 +15,18 @@ from typing import Any
 
 from controller import failpoints
 from controller.core.names import record_name_ok
-from controller.core.state import VERSION, Record
+from controller.core.state import Record
 from controller.errors import RecordError
 from controller.store import diskspace, security
 from controller.store.documents import fsync_dir, quarantine, sweep_tmp, write_atomic
-from controller.store.recordjson import READERS, RecordInvalid, to_json
+from controller.store.recordjson import (
+    READERS,
+    NotJSON,
+    RecordInvalid,
+    UnknownVersion,
+    from_json,
+    to_json,
+)
 from controller.store.statedir import StateDir
 
 
@@ -115,18 +121,13 @@ class RecordStore:
             return
         name = path.name.removesuffix(".json")
         try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            self._quarantine(path, snap, f"not valid JSON: {exc}")
+            record = from_json(raw)
+        except UnknownVersion as exc:
+            snap.problems.append(_unknown_version(path, name, exc.data))
             return
-        # Not an object at all: no version to respect, so a corrupt record of ours.
-        version = data.get("version") if isinstance(data, dict) else VERSION
-        reader = READERS.get(version) if isinstance(version, int) else None
-        if reader is None:
-            snap.problems.append(_unknown_version(path, name, data))
+        except NotJSON as exc:
+            self._quarantine(path, snap, str(exc))
             return
-        try:
-            record = reader(data)
         except RecordInvalid as exc:
             self._quarantine(path, snap, f"not a valid record: {exc}")
             return
