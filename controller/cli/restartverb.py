@@ -32,6 +32,7 @@ from controller.store import restart
 from controller.store.node import Config
 from controller.store.records import RecordStore, check_name
 from controller.store.sidefiles import SideFileError
+from controller.store.statedir import StateDir
 
 POLL = 0.5  # seconds between looks at the records while the daemon restarts them
 
@@ -117,7 +118,7 @@ def _how(instances: list[Record]) -> str:
 def daemon_pid(state_dir: Path) -> int | None:
     """The daemon holding ``<state>/daemon.lock``, or None when none runs (a shared
     ``flock`` probe: it conflicts with the daemon's only for its own instant)."""
-    path = state_dir / "daemon.lock"
+    path = StateDir(state_dir).daemon_lock
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

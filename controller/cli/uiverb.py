@@ -21,9 +21,9 @@ from controller.cli.gatewayverbs import state_dir_of
 from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry
 from controller.store import accesstoken
-from controller.store.records import write_atomic
+from controller.store.documents import write_atomic
+from controller.store.statedir import StateDir
 
-OPENER = "ui-open.html"  # in the state dir: `--open`'s way to the page, token unseen
 WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 
@@ -43,7 +43,7 @@ def _opener(state_dir: Path, url: str) -> str:
     """A ``file://`` page (0600) that sends the browser on to ``url``: a URL with the
     token on a browser's command line would show in every local user's ``ps`` (Jupyter
     opens such a file for the same reason)."""
-    path = state_dir / OPENER
+    path = StateDir(state_dir).ui_opener
     link = html.escape(url, quote=True)
     page = (
         f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={link}">'

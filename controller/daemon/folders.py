@@ -13,20 +13,11 @@ observer if its thread died (watchdog 3 died on the first event without a
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from watchdog.events import (
-    DirCreatedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
     FileSystemEvent,
     FileSystemEventHandler,
 )
@@ -36,19 +27,12 @@ from watchdog.observers.api import ObservedWatch
 from controller.logsetup import get_logger
 from controller.store.manifests import SUFFIXES, is_single_file
 
+# The kernel's mask, shared with the gateway's watch; importing it filters watchdog's
+# harmless unschedule-race error line too.
+from controller.store.watch import WATCHED_EVENTS
+
 log = get_logger("reconcile")
 
-
-class _UnscheduleRace(logging.Filter):
-    """watchdog logs an *error* when a watch we unschedule (``rearm`` moving it onto a
-    folder that came back) still had a read in flight: its emitter was already stopped,
-    the event is dropped, nothing is wrong. Not an error line in our log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "called when the thread is inactive" not in record.getMessage()
-
-
-logging.getLogger("watchdog.observers.inotify").addFilter(_UnscheduleRace())
 
 CHANGES = frozenset({"created", "modified", "deleted", "moved", "closed"})
 COMINGS_AND_GOINGS = frozenset({"created", "deleted", "moved"})
@@ -56,21 +40,6 @@ COMINGS_AND_GOINGS = frozenset({"created", "deleted", "moved"})
 # into place, it is whole; created or modified, still being written; deleted (or renamed
 # away), gone. A folder itself coming or going waits like a deletion.
 KIND = {"closed": "settled", "moved": "settled", "created": "writing", "modified": "writing"}
-# What the kernel is asked for (the inotify mask): the events above and no others. A read
-# of any file in a watched folder, or in the folder above, is an open and a close
-# without a write: every one of them would wake the watch thread for nothing, and a
-# folder above that is read all the time (a home directory; a clock file libfaketime
-# re-reads at every call) overflowed the kernel's queue and starved the daemon.
-WATCHED_EVENTS: list[type[FileSystemEvent]] = [
-    FileCreatedEvent,
-    FileModifiedEvent,
-    FileClosedEvent,
-    FileDeletedEvent,
-    FileMovedEvent,
-    DirCreatedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-]
 
 
 def is_manifest_name(name: str) -> bool:

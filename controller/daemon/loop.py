@@ -43,6 +43,7 @@ from controller.store import accesstoken, activation
 from controller.store.lock import FileLock
 from controller.store.node import Config
 from controller.store.records import RecordStore
+from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")
 
@@ -491,7 +492,7 @@ def run_daemon(
         raise ConfigError(f"--resync must be more than 0 seconds, not {resync:g}")
     store = RecordStore(config.state_dir)
     store.ensure()
-    lock = FileLock(config.state_dir / "daemon.lock", what="daemon lock")
+    lock = FileLock(StateDir(config.state_dir).daemon_lock, what="daemon lock")
     if not lock.try_acquire():
         pid = lock.holder()
         raise ConfigError(

@@ -28,8 +28,8 @@ from controller.errors import ReconcileError
 from controller.host import bootclock
 from controller.logsetup import get_logger
 from controller.store import gitsource
+from controller.store.documents import write_atomic
 from controller.store.node import Config, read_drain
-from controller.store.records import write_atomic
 
 if TYPE_CHECKING:
     from controller.reconciler.run import PassResult

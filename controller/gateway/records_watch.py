@@ -1,13 +1,16 @@
 """The gateway process's view of the records: ``<state>/instances/``, re-read on change.
 
-Every ``POLL`` seconds one ``scandir`` of the folder and a stat of each record (name,
-inode, mtime in ns, size; no read). Records are written tmp + rename, so a new version
+A look is one ``scandir`` of the folder and a stat of each record (name, inode, mtime in
+ns, size; no read), taken when the folder's watch (``store/watch.py``, inotify) says it
+changed, on a request for a name the table lacks, and every ``RESYNC`` seconds as the
+safety net (an idle box wakes nothing else). Records are written tmp + rename, so a new version
 is a new inode, but two writes between looks can hand the record its old inode back
 (the first rename freed it, the second tmp file took it): the page once missed an engine
 going Idle that way, so the mtime and size count too. Only on a change are the records
 read (in a thread), so a request never touches the disk.
 
-Read-only: a record this gateway cannot parse (torn, foreign, or written by a newer
+Records are decoded as the store decodes them (``recordjson.from_json``). Read-only: a
+record this gateway cannot parse (torn, foreign, or written by a newer
 reconcile during an upgrade) keeps its last good reading and is never quarantined
 (that is the daemon's call). Records are those of the daemon's owner and node, as a
 pass's ``ours()`` gives them.
@@ -16,21 +19,21 @@ pass's ``ours()`` gives them.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from pathlib import Path
 
 from controller.core.state import Record
-from controller.store.recordjson import READERS, RecordInvalid
+from controller.store.recordjson import RecordInvalid, from_json
+from controller.store.statedir import StateDir
 
-POLL = 0.1  # seconds between looks at the folder
+RESYNC = 2.0  # seconds between looks when no watch event came (the safety net)
 
 Stamp = frozenset[tuple[str, int, int, int]]
 
 
 class RecordsWatch:
     def __init__(self, state_dir: Path, owner: str, node: str) -> None:
-        self.instances = state_dir / "instances"
+        self.instances = StateDir(state_dir).instances
         self.owner = owner
         self.node = node
         self.seen: Stamp | None = None
@@ -80,14 +83,10 @@ class RecordsWatch:
             raw = (self.instances / f"{name}.json").read_bytes()
         except OSError:
             return None  # gone since the scandir: the next look says so
-        with contextlib.suppress(ValueError, RecordInvalid, TypeError, AttributeError):
-            data = json.loads(raw)
-            version = data.get("version") if isinstance(data, dict) else None
-            reader = READERS.get(version) if isinstance(version, int) else None
-            if reader is not None:
-                rec = reader(data)
-                if rec.name == name:
-                    return rec
+        with contextlib.suppress(RecordInvalid, TypeError, AttributeError):
+            rec = from_json(raw)
+            if rec.name == name:
+                return rec
         return self._good.get(name)
 
 

@@ -23,6 +23,7 @@ from controller.core.scaling.autoscale import PANIC_WINDOW, WINDOW, Load, Scale,
 from controller.core.state import Activation, Record
 from controller.store import activation, inflight, scale, sidefiles
 from controller.store.events import Journal
+from controller.store.statedir import StateDir
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +76,7 @@ class Autoscaler:
         try:
             scale.write(self.state_dir, name, after)
         except OSError as exc:  # not kept: this pass still uses the count, the next decides again
-            sidefiles.warn(scale.folder(self.state_dir), f"count of {name} not kept: {exc}")
+            sidefiles.warn(StateDir(self.state_dir).scale, f"count of {name} not kept: {exc}")
 
     def _forget(
         self, stored: Mapping[str, Scale], entries: Mapping[str, Entry], records: Iterable[Record]

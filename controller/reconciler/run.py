@@ -59,6 +59,7 @@ from controller.store.node import Config, read_drain
 from controller.store.observed import Seen
 from controller.store.observed import note as note_seen
 from controller.store.records import RecordProblem, RecordStore
+from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")
 
@@ -216,8 +217,9 @@ class Reconciler(Preview):
         # --once: each Ready engine's liveness probed once per pass (the daemon hands in
         # its background prober instead).
         self.liveness = LivenessProber()
-        self.pass_lock = FileLock(config.state_dir / "pass.lock", what="pass lock")
-        self.placement_lock = FileLock(config.state_dir / "placement.lock", what="placement lock")
+        layout = StateDir(config.state_dir)
+        self.pass_lock = FileLock(layout.pass_lock, what="pass lock")
+        self.placement_lock = FileLock(layout.placement_lock, what="placement lock")
         # The daemon's stop flag: checked between rounds, so a pass ends after the round
         # in flight (SIGTERM finishes what it started, then exits).
         self.interrupted: Callable[[], bool] = lambda: False
@@ -271,7 +273,7 @@ class Reconciler(Preview):
                 self.config.manifests,
                 insecure=self.config.insecure_manifests,
                 backend=self.config.backend,
-                cache_file=self.config.state_dir / "cache" / "manifests.json",
+                cache_file=StateDir(self.config.state_dir).manifest_cache,
             )
             self.executor.take_tally()  # `down` and drains between passes are not this pass's
             if self.liveness is not None:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.errors import ConfigError
-from controller.store.records import fsync_dir
+from controller.store.documents import fsync_dir
+from controller.store.statedir import StateDir
 
-FILE = "access-token"
 QUERY = "token"  # the query parameter that carries it (the page's URL, Prometheus' params)
 
 
@@ -35,7 +35,7 @@ class TokenError(ConfigError):
 
 
 def path(state_dir: Path) -> Path:
-    return state_dir / FILE
+    return StateDir(state_dir).access_token
 
 
 def read(state_dir: Path) -> str:
@@ -64,7 +64,7 @@ def ensure(state_dir: Path) -> str:
     with contextlib.suppress(FileNotFoundError):
         return read(state_dir)
     where = path(state_dir)
-    tmp = where.with_name(f".{FILE}.{os.getpid()}.tmp")
+    tmp = where.with_name(f".{where.name}.{os.getpid()}.tmp")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()  # a writer of this pid that died before its link
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)

@@ -3,59 +3,53 @@
 Desired state on disk, not a side channel: the gateway writes when a request
 arrives (and refreshes while requests are in flight); every pass (and `reconcile
 plan`) reads it as input. A crashed daemon leaves a file whose timestamp simply
-ages past the deployment's ``idleTimeout``: nothing leaks.
+ages past the deployment's ``idleTimeout``: nothing leaks. A torn or foreign file is
+quarantined (``documents.py``) and counts as no demand.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from controller.core.manifest.specs import is_dns1123
 from controller.core.state import Activation
-from controller.store import bootstamp, sidefiles
-from controller.store.records import write_atomic
-
-FOLDER = "activation"
-
-
-def folder(state_dir: Path) -> Path:
-    return state_dir / FOLDER
+from controller.store import bootstamp
+from controller.store.documents import Folder
+from controller.store.statedir import StateDir
 
 
-def write(state_dir: Path, name: str, activation: Activation) -> None:
-    if not is_dns1123(name):  # invariant 9: only deployment names become file names
-        raise ValueError(f"not a deployment name: {name!r}")
-    where = sidefiles.folder_for_write(folder(state_dir))
-    data = {
+def _encode(activation: Activation) -> dict[str, Any]:
+    return {
         "last_request_at": activation.last_request_at.isoformat(),
         "inflight": activation.inflight,
         "released": activation.released,
         **bootstamp.fields(activation.boot),
     }
-    write_atomic(where / f"{name}.json", json.dumps(data).encode())
+
+
+def _decode(data: Any, name: str) -> Activation:
+    return Activation(
+        last_request_at=datetime.fromisoformat(data["last_request_at"]),
+        inflight=int(data.get("inflight", 0)),
+        released=data.get("released") is True,
+        boot=bootstamp.read(data),
+    )
+
+
+def _folder(state_dir: Path) -> Folder[Activation]:
+    state = StateDir(state_dir)
+    return Folder(state, state.activation, _decode, _encode)
+
+
+def write(state_dir: Path, name: str, activation: Activation) -> None:
+    _folder(state_dir).write(name, activation)  # invariant 9: only deployment names
 
 
 def read_all(state_dir: Path) -> dict[str, Activation]:
     """Every readable activation; a torn or foreign file counts as no demand (named)."""
-    out: dict[str, Activation] = {}
-    for path in sidefiles.listed(folder(state_dir), "*.json"):
-        try:
-            data = json.loads(path.read_text())
-            out[path.stem] = Activation(
-                last_request_at=datetime.fromisoformat(data["last_request_at"]),
-                inflight=int(data.get("inflight", 0)),
-                released=data.get("released") is True,
-                boot=bootstamp.read(data),
-            )
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            sidefiles.skipped(path, exc)
-    return out
+    return _folder(state_dir).read_all()
 
 
 def forget(state_dir: Path, name: str) -> None:
-    if is_dns1123(name):
-        with contextlib.suppress(FileNotFoundError):
-            (folder(state_dir) / f"{name}.json").unlink()
+    _folder(state_dir).forget(name)

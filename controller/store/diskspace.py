@@ -24,6 +24,7 @@ import shutil
 from pathlib import Path
 
 from controller.errors import ConfigError
+from controller.store.statedir import ballast
 
 RESERVE_ENV = "RECONCILE_DISK_RESERVE"
 DEFAULT_RESERVE = 1 << 30  # what a pull leaves free: records, journals, logs, the OS
@@ -61,7 +62,7 @@ class Ballast:
     """``<folder>/.reserve``: allocated space to give back when the disk fills up."""
 
     def __init__(self, folder: Path) -> None:
-        self.path = folder / ".reserve"
+        self.path = ballast(folder)
 
     def keep(self) -> None:
         """Take the ballast (back) when the disk has room for it and some more."""
@@ -69,7 +70,7 @@ class Ballast:
             _kept[os.stat(self.path.parent).st_dev] = self.path
             if self.path.exists() or shutil.disk_usage(self.path.parent).free < 8 * BALLAST_BYTES:
                 return
-            tmp = self.path.with_name(".reserve.tmp")
+            tmp = self.path.with_name(self.path.name + ".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 os.posix_fallocate(fd, 0, BALLAST_BYTES)  # real blocks, not a sparse file

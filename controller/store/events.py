@@ -18,7 +18,9 @@ from typing import Any
 
 from controller import failpoints
 from controller.store import diskspace, sidefiles
-from controller.store.records import check_name, write_atomic
+from controller.store.documents import write_atomic
+from controller.store.records import check_name
+from controller.store.statedir import StateDir
 
 MAX_BYTES = 64 * 1024  # past this the oldest lines are dropped, down to half
 MAX_FIELD = 2048  # characters of one string field (an error, a log line...)
@@ -36,7 +38,7 @@ def _clip(value: Any) -> Any:
 
 class Journal:
     def __init__(self, state_dir: Path) -> None:
-        self.folder = state_dir / "events"
+        self.folder = StateDir(state_dir).events
 
     def path(self, name: str) -> Path:
         return self.folder / f"{check_name(name)}.jsonl"

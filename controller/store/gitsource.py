@@ -38,8 +38,8 @@ from urllib.parse import urlsplit, urlunsplit
 from controller import failpoints
 from controller.errors import ConfigError
 from controller.logsetup import get_logger
+from controller.store.documents import write_atomic
 from controller.store.lock import FileLock
-from controller.store.records import write_atomic
 
 log = get_logger("reconcile")
 

@@ -4,7 +4,8 @@ Beside ``activation/``: observed load, written by each gateway process (``writer
 own token) about once a second for each deployment it has requests for, read by the
 daemon's autoscaler (``controller.core.scaling.inflight.average``). One file per writer, so two
 gateways serving at once (a handover) never overwrite each other's figures; a crashed
-gateway's file simply ages out of every window, and ``prune`` removes it later.
+gateway's file simply ages out of every window, and ``prune`` removes it later. A torn,
+foreign or misnamed file is quarantined and counts as no load.
 
 ```json
 {"version": 1, "deployment": "web", "writer": "4242",
@@ -15,36 +16,27 @@ gateway's file simply ages out of every window, and ``prune`` removes it later.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from pathlib import Path
+from typing import Any
 
 from controller.core.manifest.names import is_dns1123
 from controller.core.scaling.inflight import Inflight, Sample
-from controller.store.records import write_atomic
+from controller.store.documents import Folder, check_version
+from controller.store.statedir import StateDir
 
-FOLDER = "inflight"
 VERSION = 1
 WRITER = re.compile(r"[0-9a-z]{1,40}")
 
 
-def folder(state_dir: Path) -> Path:
-    return state_dir / FOLDER
-
-
-def path_of(state_dir: Path, deployment: str, writer: str) -> Path:
+def _file_name_ok(stem: str) -> bool:
     # Invariant 9: only deployment names (and a writer token of [0-9a-z]) make file names.
-    if not is_dns1123(deployment):
-        raise ValueError(f"not a deployment name: {deployment!r}")
-    if WRITER.fullmatch(writer) is None:
-        raise ValueError(f"not a writer token: {writer!r}")
-    return folder(state_dir) / f"{deployment}.{writer}.json"
+    deployment, _, writer = stem.rpartition(".")
+    return is_dns1123(deployment) and WRITER.fullmatch(writer) is not None
 
 
-def write(state_dir: Path, figure: Inflight) -> None:
-    path = path_of(state_dir, figure.deployment, figure.writer)
-    path.parent.mkdir(mode=0o700, exist_ok=True)
-    data = {
+def _encode(figure: Inflight) -> dict[str, Any]:
+    return {
         "version": VERSION,
         "deployment": figure.deployment,
         "writer": figure.writer,
@@ -53,45 +45,50 @@ def write(state_dir: Path, figure: Inflight) -> None:
             for s in figure.samples
         ],
     }
-    write_atomic(path, json.dumps(data).encode())
+
+
+def _decode(data: Any, stem: str) -> Inflight:
+    check_version(data, VERSION)
+    deployment, writer = str(data["deployment"]), str(data["writer"])
+    if stem != f"{deployment}.{writer}":
+        raise ValueError(f"holds {deployment}.{writer}, file says {stem}")
+    samples = tuple(
+        Sample(float(s["at"]), float(s["seconds"]), float(s["mean"]), int(s["peak"]))
+        for s in data["samples"]
+    )
+    return Inflight(deployment, writer, samples)
+
+
+def _folder(state_dir: Path) -> Folder[Inflight]:
+    state = StateDir(state_dir)
+    return Folder(state, state.inflight, _decode, _encode, name_ok=_file_name_ok)
+
+
+def path_of(state_dir: Path, deployment: str, writer: str) -> Path:
+    if not is_dns1123(deployment):
+        raise ValueError(f"not a deployment name: {deployment!r}")
+    if WRITER.fullmatch(writer) is None:
+        raise ValueError(f"not a writer token: {writer!r}")
+    return _folder(state_dir).path(f"{deployment}.{writer}")
+
+
+def write(state_dir: Path, figure: Inflight) -> None:
+    path_of(state_dir, figure.deployment, figure.writer)  # says which of the two is wrong
+    _folder(state_dir).write(f"{figure.deployment}.{figure.writer}", figure)
 
 
 def read_all(state_dir: Path) -> list[Inflight]:
     """Every readable file; a torn, foreign or misnamed one counts as no load."""
-    out: list[Inflight] = []
-    try:
-        files = sorted(folder(state_dir).glob("*.json"))
-    except OSError:
-        return out
-    for path in files:
-        figure = _read(path)
-        if figure is not None:
-            out.append(figure)
-    return out
-
-
-def _read(path: Path) -> Inflight | None:
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        data = json.loads(path.read_text())
-        deployment, writer = str(data["deployment"]), str(data["writer"])
-        if data["version"] != VERSION or path.name != f"{deployment}.{writer}.json":
-            return None
-        samples = tuple(
-            Sample(float(s["at"]), float(s["seconds"]), float(s["mean"]), int(s["peak"]))
-            for s in data["samples"]
-        )
-        return Inflight(deployment, writer, samples)
-    return None
+    return list(_folder(state_dir).read_all().values())
 
 
 def forget(state_dir: Path, writer: str) -> None:
     """A gateway that ends removes its files: its requests are no one's load any more."""
     if WRITER.fullmatch(writer) is None:
         return
-    with contextlib.suppress(OSError):
-        for path in folder(state_dir).glob(f"*.{writer}.json"):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+    for stem, _ in _folder(state_dir).files():
+        if stem.endswith(f".{writer}"):
+            _folder(state_dir).forget(stem)
 
 
 def prune(state_dir: Path, now: float, older_than: float) -> None:

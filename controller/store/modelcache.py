@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from controller.core.pulls import PullFailure, PullProgress, PullView
+from controller.store.documents import write_atomic
 from controller.store.lock import FileLock
-from controller.store.records import write_atomic
+from controller.store.statedir import StateDir
 
 ENV = "RECONCILE_MODEL_CACHE"
 KEY = re.compile(r"^(sha256-[0-9a-f]{64}|hf-[0-9a-f]{40})$")
@@ -43,7 +44,7 @@ KEY = re.compile(r"^(sha256-[0-9a-f]{64}|hf-[0-9a-f]{40})$")
 def cache_root(state_dir: Path) -> Path:
     """``RECONCILE_MODEL_CACHE``, else ``<state>/models``: shared by every deployment."""
     configured = os.environ.get(ENV)
-    return Path(configured).expanduser() if configured else state_dir / "models"
+    return Path(configured).expanduser() if configured else StateDir(state_dir).models
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,9 @@ from controller.core.manifest import backendnames
 from controller.core.state import Drain
 from controller.errors import ConfigError
 from controller.store import bootstamp, logfiles
+from controller.store.documents import write_atomic
 from controller.store.gitsource import GitSettings
-from controller.store.records import write_atomic
+from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:  # pydantic is imported only when a node.yaml is read
     from controller.store.nodeconfig import GitFile
@@ -92,7 +93,7 @@ def resolve(
     tls: tuple[Path | None, Path | None] = (None, None)
     git_file: GitFile | None = None
     explicit = node_config or env.get("RECONCILE_NODE_CONFIG")
-    if explicit or (state_path / "node.yaml").exists():  # yaml only then
+    if explicit or StateDir(state_path).node_config.exists():  # yaml only then
         from controller.store.nodeconfig import read_node_file
 
         try:
@@ -242,7 +243,7 @@ def _split(value: str | None) -> list[str]:
 
 
 def drain_path(state_dir: Path) -> Path:
-    return state_dir / "drain.json"
+    return StateDir(state_dir).drain
 
 
 def read_drain(state_dir: Path) -> Drain | None:

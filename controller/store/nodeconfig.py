@@ -35,6 +35,7 @@ from controller.core.manifest.specerrors import problems
 from controller.core.manifest.specs import NOT_BOOL
 from controller.errors import ConfigError
 from controller.store import logfiles
+from controller.store.statedir import StateDir
 from controller.store.yamlread import field_path, line_for, load_mapping
 
 Kind = Literal["nvidia", "amd", "apple", "cpu"]
@@ -108,7 +109,7 @@ class NodeFile(BaseModel):
 
 def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
     """The node config: the named file (which must exist), the state dir's, or defaults."""
-    path = Path(explicit).expanduser() if explicit else state_dir / "node.yaml"
+    path = Path(explicit).expanduser() if explicit else StateDir(state_dir).node_config
     if not explicit and not path.exists():
         return NodeFile()
     try:

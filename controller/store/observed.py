@@ -4,21 +4,19 @@
 from an hour ago still says Ready over an engine killed since. Each pass notes here when
 it looked (and whether its folders held no manifest, so it pruned nothing), so `status`
 can say how old its view is and why a removed manifest still runs. Written under the
-pass lock; one entry per (node, owner); a torn or foreign file reads as no entries.
+pass lock; one entry per (node, owner); a torn or foreign file is quarantined and reads
+as no entries.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from controller.store.records import write_atomic
-
-FILE = "observed.json"
+from controller.store.documents import Document
+from controller.store.statedir import StateDir
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,34 +27,38 @@ class Seen:
     prune_blocked: str | None = None  # the folders held no manifest: nothing was pruned
 
 
+def _document(state_dir: Path) -> Document[list[Seen]]:
+    state = StateDir(state_dir)
+    return Document(state, state.observed, _decode, lambda seen: [_encode(s) for s in seen])
+
+
 def note(state_dir: Path, seen: Seen) -> None:
     """Record ``seen``, replacing that (node, owner)'s previous entry (pass lock held)."""
     kept = [s for s in read_all(state_dir) if (s.node, s.owner) != (seen.node, seen.owner)]
-    doc = [_doc(s) for s in (*kept, seen)]
-    write_atomic(state_dir / FILE, json.dumps(doc).encode())
+    _document(state_dir).write([*kept, seen])
 
 
 def read_all(state_dir: Path) -> list[Seen]:
-    try:
-        data = json.loads((state_dir / FILE).read_text())
-    except (OSError, ValueError):
-        return []
-    out = []
-    for item in data if isinstance(data, list) else []:
-        with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
-            blocked = item.get("prune_blocked")
-            out.append(
-                Seen(
-                    node=str(item["node"]),
-                    owner=str(item["owner"]),
-                    at=datetime.fromisoformat(item["at"]),
-                    prune_blocked=str(blocked) if blocked else None,
-                )
-            )
-    return out
+    return _document(state_dir).read() or []
 
 
-def _doc(seen: Seen) -> dict[str, Any]:
+def _decode(data: Any) -> list[Seen]:
+    if not isinstance(data, list):
+        raise TypeError(f"a list of entries, not {type(data).__name__}")
+    return [_seen(item) for item in data]
+
+
+def _seen(item: Any) -> Seen:
+    blocked = item.get("prune_blocked")
+    return Seen(
+        node=str(item["node"]),
+        owner=str(item["owner"]),
+        at=datetime.fromisoformat(item["at"]),
+        prune_blocked=str(blocked) if blocked else None,
+    )
+
+
+def _encode(seen: Seen) -> dict[str, Any]:
     return {
         "node": seen.node,
         "owner": seen.owner,

@@ -43,16 +43,31 @@ def _iso(value: object) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
+class NotJSON(RecordInvalid):
+    """A record file that is not JSON at all (torn, or not a record file)."""
+
+
+class UnknownVersion(RecordInvalid):
+    """A record of a version this reconcile has no reader for (``data``: what it holds,
+    for the devices and ports it may still lease)."""
+
+    def __init__(self, data: Any, version: object) -> None:
+        super().__init__(f"version: {version!r} is not one of {sorted(READERS)}")
+        self.data = data
+
+
 def from_json(raw: bytes | str) -> Record:
-    """A record from its file's bytes; RecordInvalid (a ValueError) if it is none."""
+    """A record from its file's bytes: the one decoder (the store, the gateway's watch).
+    NotJSON, UnknownVersion or RecordInvalid (all ValueErrors) if it is none."""
     try:
         data = json.loads(raw)
     except ValueError as exc:
-        raise RecordInvalid(f"not valid JSON: {exc}") from exc
-    version = data.get("version") if isinstance(data, dict) else None
+        raise NotJSON(f"not valid JSON: {exc}") from exc
+    # Not an object at all: no version to respect, so a corrupt record of ours.
+    version = data.get("version") if isinstance(data, dict) else VERSION
     reader = READERS.get(version) if isinstance(version, int) else None
     if reader is None:
-        raise RecordInvalid(f"version: {version!r} is not one of {sorted(READERS)}")
+        raise UnknownVersion(data, version)
     return reader(data)
 
 

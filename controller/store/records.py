@@ -8,20 +8,26 @@ to ``quarantine/`` with the reason, never guessed at.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from controller import failpoints
 from controller.core.manifest.names import record_name_ok
-from controller.core.state import VERSION, Record
+from controller.core.state import Record
 from controller.errors import RecordError
 from controller.store import diskspace, security
-from controller.store.recordjson import READERS, RecordInvalid, to_json
+from controller.store.documents import fsync_dir, quarantine, sweep_tmp, write_atomic
+from controller.store.recordjson import (
+    READERS,
+    NotJSON,
+    RecordInvalid,
+    UnknownVersion,
+    from_json,
+    to_json,
+)
+from controller.store.statedir import StateDir
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,82 +57,17 @@ def check_name(name: str) -> str:
     return name
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    # Unique per writer thread too (the gateway writes from a pool); the pid stays the
-    # last field before ".tmp": sweep_tmp reads it to find a dead writer's leftovers.
-    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.{os.getpid()}.tmp")
-    try:
-        _write_tmp(tmp, data, mode)
-    except OSError as exc:  # a full disk: the ballast's room, then once more
-        if not diskspace.full(exc) or not diskspace.release_for(path):
-            raise
-        _write_tmp(tmp, data, mode)
-    try:
-        failpoints.hit("records.write.before_rename")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    failpoints.hit("records.write.before_dir_fsync")
-    fsync_dir(path.parent)
-
-
-def _write_tmp(tmp: Path, data: bytes, mode: int) -> None:
-    """The whole of ``data`` in ``tmp``, synced; on failure no tmp file is left."""
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        view = memoryview(data)
-        while view:  # a short write is what a nearly full disk gives
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    os.close(fd)
-
-
-def sweep_tmp(folder: Path) -> None:
-    """Remove the tmp files of writers that died between write and rename (SIGKILL).
-    A folder that is a file has none (events/: the journal names it when it writes)."""
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        for entry in os.scandir(folder):
-            pid = entry.name.rsplit(".", 2)[-2] if entry.name.endswith(".tmp") else ""
-            if entry.name.startswith(".") and pid.isdigit() and not _pid_alive(int(pid)):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class RecordStore:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
-        self.instances = state_dir / "instances"
-        self.logs = self.instances / "logs"
-        self.quarantine_dir = state_dir / "quarantine"
-        self.runs = state_dir / "run"  # engines' runtime dirs (runtime_dir)
+        self.layout = StateDir(state_dir)
+        self.instances = self.layout.instances
+        self.logs = self.layout.logs
+        self.quarantine_dir = self.layout.quarantine
+        self.runs = self.layout.runs  # engines' runtime dirs (runtime_dir)
 
     def ensure(self) -> None:
-        events = self.state_dir / "events"
+        events = self.layout.events
         # Before creating anything in them: root must not write where another user can.
         security.check_state_dir((self.state_dir, self.instances, self.logs, events))
         # The runtime dirs' parent too: mkdir(parents=True) under it would use 0777.
@@ -180,18 +121,13 @@ class RecordStore:
             return
         name = path.name.removesuffix(".json")
         try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            self._quarantine(path, snap, f"not valid JSON: {exc}")
+            record = from_json(raw)
+        except UnknownVersion as exc:
+            snap.problems.append(_unknown_version(path, name, exc.data))
             return
-        # Not an object at all: no version to respect, so a corrupt record of ours.
-        version = data.get("version") if isinstance(data, dict) else VERSION
-        reader = READERS.get(version) if isinstance(version, int) else None
-        if reader is None:
-            snap.problems.append(_unknown_version(path, name, data))
+        except NotJSON as exc:
+            self._quarantine(path, snap, str(exc))
             return
-        try:
-            record = reader(data)
         except RecordInvalid as exc:
             self._quarantine(path, snap, f"not a valid record: {exc}")
             return
@@ -213,17 +149,11 @@ class RecordStore:
 
     def _quarantine(self, path: Path, snap: Snapshot, reason: str) -> None:
         """Move a record we cannot trust aside (with the reason beside it), never guess."""
-        self.quarantine_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        target = self.quarantine_dir / f"{path.name}.{stamp}.{os.getpid()}"
-        try:
-            os.replace(path, target)
-            write_atomic(target.with_name(target.name + ".reason"), reason.encode() + b"\n")
-        except FileNotFoundError:
-            return
-        name = path.name.removesuffix(".json")
-        message = f"record moved to {target}: {reason}"
-        snap.problems.append(RecordProblem(str(path), message, name))
+        target = quarantine(self.layout, path, reason)
+        if target is not None:
+            name = path.name.removesuffix(".json")
+            message = f"record moved to {target}: {reason}"
+            snap.problems.append(RecordProblem(str(path), message, name))
 
 
 def _unknown_version(path: Path, name: str, data: Any) -> RecordProblem:

@@ -4,6 +4,7 @@ Desired state on disk, as the gateway's activations are: the request is a time, 
 every pass (and `reconcile plan`) reads it as input. An instance that started before
 it is replaced (rolling where the strategy says so); one started since is not, so the
 file needs no clean-up and a crash halfway through a rollout resumes where it was.
+A torn or foreign file (a naive time among them) is quarantined and is no request.
 
 While the node is drained nothing new starts, so a restart would only stop the engine
 and leave it Pending until the drain ends: ``refusal`` says so, and `reconcile restart`
@@ -12,32 +13,34 @@ and the page's button refuse with it instead of asking.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from controller.core.elapsed import BootClock
-from controller.core.manifest.names import is_dns1123
-from controller.store import sidefiles
+from controller.store.documents import Folder
 from controller.store.node import read_drain
-from controller.store.records import write_atomic
-
-FOLDER = "restart"
+from controller.store.statedir import StateDir
 
 
-def folder(state_dir: Path) -> Path:
-    return state_dir / FOLDER
+def _decode(data: Any, name: str) -> datetime:
+    at = datetime.fromisoformat(data["requested_at"])
+    if at.tzinfo is None:  # a naive time cannot be compared with records'
+        raise ValueError("requested_at has no time zone")
+    return at
+
+
+def _folder(state_dir: Path) -> Folder[datetime]:
+    state = StateDir(state_dir)
+    return Folder(state, state.restart, _decode, lambda at: {"requested_at": at.isoformat()})
 
 
 def request(state_dir: Path, name: str, at: datetime) -> None:
     """Ask for a new instance of every replica of deployment ``name`` started before ``at``
     (an aware time). Later requests replace earlier ones."""
-    if not is_dns1123(name):  # invariant 9: only deployment names become file names
-        raise ValueError(f"not a deployment name: {name!r}")
     if at.tzinfo is None:
         raise ValueError("a restart request needs an aware time (UTC)")
-    where = sidefiles.folder_for_write(folder(state_dir))
-    write_atomic(where / f"{name}.json", json.dumps({"requested_at": at.isoformat()}).encode())
+    _folder(state_dir).write(name, at)  # invariant 9: only deployment names
 
 
 def refusal(state_dir: Path, name: str, now: datetime, clock: BootClock | None) -> str | None:
@@ -58,19 +61,5 @@ def refusal(state_dir: Path, name: str, now: datetime, clock: BootClock | None) 
 
 
 def read_all(state_dir: Path) -> dict[str, datetime]:
-    """Every readable request: deployment name -> when; a torn or foreign file is none
-    (named at warning level)."""
-    out: dict[str, datetime] = {}
-    for path in sidefiles.listed(folder(state_dir), "*.json"):
-        if not is_dns1123(path.stem):
-            continue  # not a file this tool wrote: never read by a name it did not give
-        try:
-            at = datetime.fromisoformat(json.loads(path.read_text())["requested_at"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            sidefiles.skipped(path, exc)
-            continue
-        if at.tzinfo is not None:  # a naive time cannot be compared with records'
-            out[path.stem] = at
-        else:
-            sidefiles.warn(path, "requested_at has no time zone; ignored")
-    return out
+    """Every readable request: deployment name -> when; a torn or foreign file is none."""
+    return _folder(state_dir).read_all()

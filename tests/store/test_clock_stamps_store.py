@@ -14,6 +14,7 @@ from controller.core.state import Activation, Drain
 from controller.host import bootclock, procstat
 from controller.store import activation
 from controller.store.node import drain_path, read_drain, write_drain
+from controller.store.statedir import StateDir
 
 STAMP = BootClock(boot_id="boot-1", seconds=1234.5)
 
@@ -46,9 +47,9 @@ def test_an_activation_keeps_its_boot_clock(tmp_path: Path) -> None:
 
 
 def test_an_activation_from_before_the_stamp_still_reads(tmp_path: Path) -> None:
-    activation.folder(tmp_path).mkdir()
+    StateDir(tmp_path).activation.mkdir()
     old = {"last_request_at": NOW.isoformat(), "inflight": 0, "released": False}
-    (activation.folder(tmp_path) / "a.json").write_text(json.dumps(old))
+    (StateDir(tmp_path).activation / "a.json").write_text(json.dumps(old))
     assert activation.read_all(tmp_path) == {"a": Activation(last_request_at=NOW)}
 
 

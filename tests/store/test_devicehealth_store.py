@@ -1,6 +1,7 @@
 """``<state>/devices/health.json`` (store/devicehealth.py): no file is all healthy, an
 update writes only a change, a clear survives a round trip, and a file that does not
-parse is an error that names it and the way out (the CLI prints it, no traceback)."""
+parse is quarantined and named (what deleting it by hand did: every GPU is read again),
+and the CLI goes on."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from controller.core.devicefaults import DeviceFault, DeviceHealth
-from controller.errors import ConfigError
 from controller.store import devicehealth
+from controller.store.statedir import StateDir
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 SICK = DeviceHealth(faults={"nvidia:1": DeviceFault("nvidia:1", "Xid 79 (lost)", NOW)})
@@ -21,19 +20,26 @@ SICK = DeviceHealth(faults={"nvidia:1": DeviceFault("nvidia:1", "Xid 79 (lost)",
 def test_round_trip_and_only_changes_are_written(tmp_path: Path) -> None:
     assert devicehealth.read(tmp_path) == DeviceHealth()
     devicehealth.update(tmp_path, lambda h: h)
-    assert not devicehealth.path(tmp_path).exists()  # nothing changed: nothing written
+    assert not StateDir(tmp_path).device_health.exists()  # nothing changed: nothing written
     devicehealth.update(tmp_path, lambda h: SICK)
     assert devicehealth.read(tmp_path) == SICK
     cleared = devicehealth.update(tmp_path, lambda h: h.cleared_now("nvidia:1", NOW))
     assert devicehealth.read(tmp_path) == cleared and cleared.cleared == {"nvidia:1": NOW}
 
 
-def test_a_broken_file_names_itself_and_the_way_out(tmp_path: Path, reconcile: Any) -> None:
-    devicehealth.folder(tmp_path).mkdir()
-    devicehealth.path(tmp_path).write_text("{not json")
-    with pytest.raises(ConfigError, match=r"health\.json is unreadable .*delete it"):
-        devicehealth.read(tmp_path)
-    devicehealth.folder(reconcile.state).mkdir(parents=True)
-    devicehealth.path(reconcile.state).write_text('{"version": 9}')
+def test_a_broken_file_is_quarantined_named_and_read_as_all_healthy(
+    tmp_path: Path, reconcile: Any
+) -> None:
+    health = StateDir(tmp_path).device_health
+    health.parent.mkdir()
+    health.write_text("{not json")
+    assert devicehealth.read(tmp_path) == DeviceHealth()
+    assert not health.exists()
+    (aside,) = StateDir(tmp_path).quarantine.glob("documents/devices~health.json.*[0-9]")
+    assert aside.read_text() == "{not json"
+    health = StateDir(reconcile.state).device_health
+    health.parent.mkdir(parents=True)
+    health.write_text('{"version": 1, "unhealthy": []}')
     shown = reconcile("devices")
-    assert shown.code != 0 and "health.json is unreadable" in shown.err, shown
+    assert shown.code == 0 and "state file quarantined" in shown.err, shown
+    assert str(health) in shown.err and "Traceback" not in shown.err

@@ -21,8 +21,9 @@ from strategies import record
 from controller.core.state import VERSION, ExitInfo, Phase, ProbeConfig, ProcessRef, Record
 from controller.errors import RecordError
 from controller.store import diskspace
+from controller.store.documents import write_atomic
 from controller.store.recordjson import RecordInvalid, from_json, to_json
-from controller.store.records import RecordStore, check_name, write_atomic
+from controller.store.records import RecordStore, check_name
 
 
 @pytest.fixture
@@ -415,7 +416,7 @@ def test_every_field_is_checked_and_the_problem_named(change: dict[str, Any], wh
 
 @pytest.mark.parametrize(
     ("raw", "why"),
-    [(b"[]", "version: None is not one of [1, 2, 3]"), (b"{", "not valid JSON")],
+    [(b"[]", "(top): should be an object, not list"), (b"{", "not valid JSON")],
 )
 def test_from_json_refuses_what_is_no_record(raw: bytes, why: str) -> None:
     with pytest.raises(RecordInvalid, match=re.escape(why)):

@@ -1,6 +1,7 @@
 """The state dir's side files (activation/, restart/, scale/, events/) when they are
-torn or a folder is a file: named at warning level and the pass goes on, or the CLI
-fails at once naming the file. Never silence, never a wait, never a false message."""
+torn or a folder is a file: named at warning level (a torn one quarantined, as
+store/documents.py does for every document) and the pass goes on, or the CLI fails at
+once naming the file. Never silence, never a wait, never a false message."""
 
 from __future__ import annotations
 
@@ -12,29 +13,31 @@ import pytest
 AUTOSCALED = {"autoscale": {"min": 1, "max": 3}}
 
 
-def skipped(err: str) -> dict[str, str]:
-    """The 'state file skipped' warnings of a CLI's JSON log lines: file -> problem."""
+def skipped(err: str, event: str = "state file skipped") -> dict[str, str]:
+    """The ``event`` warnings of a CLI's JSON log lines: file -> problem."""
     out = {}
     for line in err.splitlines():
         try:
             item = json.loads(line)
         except ValueError:
             continue
-        if isinstance(item, dict) and item.get("event") == "state file skipped":
+        if isinstance(item, dict) and item.get("event") == event:
             assert item["level"] == "warning", item
             out[item["file"]] = item["problem"]
     return out
 
 
 @pytest.mark.parametrize("folder", ["activation", "restart", "scale"])
-def test_a_torn_side_file_is_named_and_skipped(reconcile: Any, folder: str) -> None:
+def test_a_torn_side_file_is_named_and_quarantined(reconcile: Any, folder: str) -> None:
     reconcile.write("web", **AUTOSCALED)
     reconcile.once()
     torn = reconcile.state / folder / "web.json"
     torn.parent.mkdir(exist_ok=True)
     torn.write_text('{"requested_at": "2026-')
     result = reconcile("plan", check=None)
-    assert "unreadable" in skipped(result.err).get(str(torn), ""), result.err
+    quarantined = skipped(result.err, "state file quarantined")
+    assert "not a valid document" in quarantined.get(str(torn), ""), result.err
+    assert not torn.exists()
     assert reconcile.once().code == 0  # the pass goes on without it
     reconcile.down()
 

@@ -3,7 +3,8 @@
 ``InflightCounts.add`` runs on the event loop for each request an instance takes and gives back
 (a few dict operations: no lock, no disk I/O). ``InflightWriter`` turns the counts into one
 sample a second per busy deployment and writes it with the last ones
-(``controller/store/inflight.py``, off the loop); an idle deployment gets no write.
+(``controller/store/inflight.py``, off the loop); an idle deployment gets no write, and
+with every deployment idle the writer sleeps until a request comes (``Load.on_busy``).
 """
 
 from __future__ import annotations
@@ -33,9 +34,17 @@ class InflightCounts:
         self._since: dict[str, float] = {}  # when the area was last brought up to date
         self._peak: dict[str, int] = {}
         self._taken = clock()
+        self.on_busy: Callable[[], None] = lambda: None  # the first request after idle
+
+    def idle(self) -> bool:
+        """No deployment had a request since it was last forgotten: no sample to take."""
+        return not self._count
 
     def add(self, deployment: str, delta: int) -> None:
         """``delta`` requests more (or fewer, if negative) in flight to ``deployment``."""
+        if not self._count:  # the first since idle: its sample starts now, not at the last
+            self._taken = self._clock()
+            self.on_busy()
         self._settle(deployment, self._clock())
         count = self._count.get(deployment, 0) + delta
         self._count[deployment] = count
@@ -88,8 +97,13 @@ class InflightWriter:
         """Until cancelled; then its files go (its requests are no one's load any more)."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, store.prune, self.state_dir, time.time(), PRUNE_AFTER)
+        busy = asyncio.Event()
+        self.load.on_busy = busy.set
         try:
             while True:
+                if self.load.idle():
+                    busy.clear()
+                    await busy.wait()  # idle: no sample to take until a request comes
                 await asyncio.sleep(INTERVAL)
                 await self.flush()
         finally:

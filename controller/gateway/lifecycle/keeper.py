@@ -13,12 +13,14 @@ engines do. The keeper, in the daemon:
 - turns the gateway's wake-ups (a datagram on ``<state>/gateway/daemon.sock``) into
   ``request_pass``;
 - ``drain``: asks every live gateway to retire an engine (``retire/``) and waits for
-  each one's answer (bounded by the engine's grace period);
+  each one's answer (bounded by the engine's grace period), woken by the watch of
+  ``retire/`` (``store/watch.py``, inotify) or every ``DRAIN_RESYNC`` seconds (a
+  gateway that died meanwhile answers nothing);
 - ``reload`` (SIGHUP): forwards SIGHUP (the gateway re-reads its key file);
 - ``metrics_text``: the gateway's metrics file, for ``/metrics`` and the textfile;
 - ``stop``: leaves the gateway running (SIGTERM of the daemon stops the daemon only).
 
-Stdlib only: the daemon does not load the HTTP stack for this.
+Stdlib and watchdog only (the daemon has it for its folders): no HTTP stack here.
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ from controller.gateway.lifecycle import registry
 from controller.gateway.lifecycle.handover import ask_metrics
 from controller.gateway.settings import Settings, settings_to_json
 from controller.logsetup import get_logger
+from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:
     from controller.core.state import Record
     from controller.reconciler.run import PassResult
+    from controller.store.watch import FolderWatch
 
 log = get_logger("reconcile")
 
@@ -54,7 +58,7 @@ START_WAIT = 20.0  # seconds a new gateway process may take to serve (imports, b
 WATCH_PERIOD = 1.0  # seconds between the thread's looks without a pidfd event
 NO_PIDFD_PERIOD = 0.1  # ... when the kernel gives no pidfd: liveness by /proc
 DRAIN_SLACK = 2.0  # seconds past the grace period for the gateways' answers (a poll or two)
-DRAIN_POLL = 0.01
+DRAIN_RESYNC = 0.5  # seconds between looks at the answers when no watch event came
 QUICK_DEATH = 10.0  # a gateway that dies this soon after its start backs off before the next
 BACKOFF_MAX = 30.0
 # Never passed to the gateway: an engine's marker (a sweep would take it for an engine) and
@@ -83,6 +87,9 @@ class Keeper:
         self._retry_at = 0.0
         self._failures = 0
         self._mark_pass = False  # a gateway started since the last pass: tell it of the next
+        self._answers = threading.Condition()  # retire/'s watch: a gateway answered a drain
+        self._answered = 0  # answers seen by the watch so far (drains wait for a change)
+        self._retire_watch: FolderWatch | None = None
 
     # -- FrontDoor ---------------------------------------------------------------------
 
@@ -91,6 +98,14 @@ class Keeper:
         self._request_pass = request_pass
         registry.ensure(self.state_dir)
         registry.clear_retires(self.state_dir)
+        from controller.store.watch import FolderWatch  # the daemon's, not the CLI's import
+
+        self._retire_watch = FolderWatch(
+            (StateDir(self.state_dir).retire,),
+            self._answer_seen,
+            wanted=lambda path: path.suffix == ".done",
+        )
+        self._retire_watch.start()
         self._bind_wake()
         found = registry.current_live(self.state_dir)
         if found is not None and found.fingerprint == self.fingerprint:
@@ -116,21 +131,38 @@ class Keeper:
         if nonce is None:
             return
         grace = old.grace_seconds
+        if self._retire_watch is not None:
+            self._retire_watch.rearm()  # retire/ made again, or a dead watch thread
+        with self._answers:
+            seen = self._answered  # before asking: an answer given at once still wakes us
         registry.ask_retire(self.state_dir, nonce, old.name, new.name if new else None, grace)
         try:
             deadline = time.monotonic() + grace + DRAIN_SLACK
-            while time.monotonic() < deadline:
-                left = [
-                    g
-                    for g in gateways
-                    if not registry.ack_path(self.state_dir, nonce, g.nonce).exists() and g.alive()
-                ]
-                if not left:
+            while (remaining := deadline - time.monotonic()) > 0:
+                if not self._unanswered(nonce, gateways):
                     return
-                time.sleep(DRAIN_POLL)
+                seen = self._next_answer(seen, min(DRAIN_RESYNC, remaining))
             log.warning("gateway drain not answered in time", deployment=old.name)
         finally:
             registry.drop_retire(self.state_dir, nonce)
+
+    def _unanswered(self, nonce: str, gateways: list[registry.GatewayInfo]) -> bool:
+        return any(
+            not registry.ack_path(self.state_dir, nonce, g.nonce).exists() and g.alive()
+            for g in gateways
+        )
+
+    def _next_answer(self, seen: int, timeout: float) -> int:
+        """Wait until the watch saw an answer after the ``seen``-th (or ``timeout``)."""
+        with self._answers:
+            self._answers.wait_for(lambda: self._answered != seen, timeout)
+            return self._answered
+
+    def _answer_seen(self) -> None:
+        """The watch's thread: an answer came; every waiting drain looks."""
+        with self._answers:
+            self._answered += 1
+            self._answers.notify_all()
 
     def reload(self) -> None:
         """SIGHUP: the gateway re-reads its key file; a stopped gateway starts again."""
@@ -146,6 +178,8 @@ class Keeper:
         for the next daemon). Only ``reconcile gateway stop`` stops it."""
         self._stopping.set()
         self._poke()
+        if self._retire_watch is not None:
+            self._retire_watch.stop()
         if self._thread is not None:
             self._thread.join(timeout=START_WAIT)
         if self._wake is not None:
@@ -184,7 +218,9 @@ class Keeper:
     def _bind_wake(self) -> None:
         """The wake-up socket: its path, or a random abstract name written down in the
         state dir (a name derived from the path could be taken first by anyone)."""
-        address = registry.fresh_address(self.state_dir, "daemon.sock")
+        address = registry.fresh_address(
+            self.state_dir, StateDir(self.state_dir).daemon_socket.name
+        )
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         registry.unlink_address(address)  # an earlier daemon's (we hold the lock now)
         try:

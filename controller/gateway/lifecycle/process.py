@@ -37,17 +37,20 @@ from controller import __version__, logsetup
 from controller.errors import ConfigError
 from controller.gateway.lifecycle import handover, listener, registry
 from controller.gateway.lifecycle.app import BACKLOG, Gateway, loop_name
-from controller.gateway.records_watch import POLL, RecordsWatch
+from controller.gateway.records_watch import RESYNC, RecordsWatch
 from controller.gateway.routing.table import FIRST_PASS_WAIT
 from controller.gateway.settings import Settings, settings_from_json, settings_to_json
 from controller.host.procs import identity
 from controller.logsetup import get_logger
-from controller.store.records import write_atomic
+from controller.store.documents import write_atomic
+from controller.store.statedir import StateDir
+from controller.store.watch import FolderWatch, visible
 
 log = get_logger("reconcile")
 
-METRICS_EVERY = 5  # polls between looks at the metrics text for the file (half a second)
-GUARD_EVERY = 50  # polls between looks at who else listens on the port (five seconds)
+METRICS_PERIOD = 0.5  # seconds: at most this often the metrics text for the file
+GUARD_PERIOD = 5.0  # seconds between looks at who else listens on the port
+SETTLE = 0.1  # seconds from a watch event to the look (see _turns)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -69,6 +72,7 @@ class GatewayProcess:
         self._routed = False  # the table has had its first records
         self._listening: tuple[str, frozenset[int]] = ("", frozenset())  # address, inode
         self._strangers: set[str] = set()  # listeners beside us on the port, named once
+        self._changed = asyncio.Event()  # the folders' watch: look now
 
     # -- start --------------------------------------------------------------------
 
@@ -147,12 +151,32 @@ class GatewayProcess:
     # -- the loop's watch ------------------------------------------------------------
 
     async def poll(self) -> None:
-        """Records, drains and metrics, every POLL seconds, on the gateway's loop."""
+        """Records, drains and metrics, on the gateway's loop: when the watch of
+        ``instances/`` and ``retire/`` says something changed, else every RESYNC seconds
+        (the metrics file then lags the control socket's answer by up to that)."""
         front = self.gateway.front
         assert front is not None
         front.table.catch_up = self.look  # a name it lacks: a record written since?
-        turns = 0
-        last_metrics = ""
+        loop = asyncio.get_running_loop()
+        layout = StateDir(self.state_dir)
+        watch = FolderWatch(
+            (layout.instances, layout.retire),
+            lambda: self._wake_loop(loop),
+            wanted=lambda path: visible(path) and path.suffix == ".json",  # not our acks
+        )
+        watch.start()  # armed before the first look: a record written before it is scanned
+        try:
+            await self._turns(watch)
+        finally:
+            watch.stop()
+
+    def _wake_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The watch's thread: the loop looks now (a closed loop has nothing to look for)."""
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._changed.set)
+
+    async def _turns(self, watch: FolderWatch) -> None:
+        last_metrics, metrics_at, guard_at = "", 0.0, time.monotonic()
         while True:
             # Looked at every turn, not only when the listing fails: a listing that fails
             # otherwise keeps its last stamp (a gateway of a removed state dir once served
@@ -161,14 +185,22 @@ class GatewayProcess:
                 log.warning("state dir gone: the gateway stops", state_dir=str(self.state_dir))
                 self.ask_stop("state dir gone")
                 return
+            self._changed.clear()  # before the look: what changes during it wakes the next
+            watch.rearm()
             await self.look()
             self._retire_asked()
-            turns += 1
-            if turns % METRICS_EVERY == 0:
-                last_metrics = await self._write_metrics(last_metrics)
-            if turns % GUARD_EVERY == 0:
+            now = time.monotonic()
+            if now - metrics_at >= METRICS_PERIOD:
+                metrics_at, last_metrics = now, await self._write_metrics(last_metrics)
+            if now - guard_at >= GUARD_PERIOD:
+                guard_at = now
                 await self._guard_port()
-            await asyncio.sleep(POLL)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), RESYNC)
+                # A pass writes in bursts (many records; a recreate deletes the old record
+                # and a later round writes the new one): one look for the burst, SETTLE
+                # after its first event, never later than the old 100 ms poll looked.
+                await asyncio.sleep(SETTLE)
 
     async def look(self) -> None:
         """The records into the table if the folder changed since the last look: each
@@ -193,7 +225,7 @@ class GatewayProcess:
                 front.table.update(records)
                 self._routed = True
             else:
-                self.watch.seen = None  # look again next turn
+                self.watch.seen = None  # look again next turn (the pass marks `passed`)
 
     async def _guard_port(self) -> None:
         """Name (once each) whoever joined the port since we bound it: ``SO_REUSEPORT``

@@ -38,28 +38,25 @@ from typing import Any
 
 from controller.core.state import ProcessRef
 from controller.host.procs import process_alive
-from controller.store.records import write_atomic
+from controller.store.documents import write_atomic
+from controller.store.statedir import StateDir
 
-FOLDER = "gateway"
-CURRENT = "current.json"
 MARKER = "RECONCILE_GATEWAY"
 READY_FD = "RECONCILE_GATEWAY_READY_FD"  # the pipe a starting gateway says "ready" on
 VERSION = 1
 # sun_path holds 108 bytes on Linux (104 on macOS): a longer path goes to the abstract
 # namespace (Linux), where no file permission protects a name: see "the sockets" below.
 SUN_PATH_MAX = 100
-WAKE_FILE = "daemon.addr"
 CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 def folder(state_dir: Path) -> Path:
-    return state_dir / FOLDER
+    return StateDir(state_dir).gateway
 
 
 def ensure(state_dir: Path) -> Path:
-    where = folder(state_dir)
-    (where / "retire").mkdir(mode=0o700, parents=True, exist_ok=True)
-    return where
+    StateDir(state_dir).retire.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder(state_dir)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +145,7 @@ def _read(path: Path) -> GatewayInfo | None:
 
 
 def member_path(state_dir: Path, nonce: str) -> Path:
-    return folder(state_dir) / f"gw-{nonce}.json"
+    return StateDir(state_dir).gateway_member(nonce)
 
 
 def register(state_dir: Path, info: GatewayInfo) -> None:
@@ -162,7 +159,7 @@ def unregister(state_dir: Path, nonce: str) -> None:
     current = read_current(state_dir)
     if current is not None and current.nonce == nonce:
         with contextlib.suppress(FileNotFoundError):
-            (folder(state_dir) / CURRENT).unlink()
+            StateDir(state_dir).current_gateway.unlink()
 
 
 def crashed(state_dir: Path, nonce: str) -> bool:
@@ -192,11 +189,11 @@ def live(state_dir: Path) -> list[GatewayInfo]:
 
 
 def make_current(state_dir: Path, info: GatewayInfo) -> None:
-    write_atomic(folder(state_dir) / CURRENT, _to_json(info))
+    write_atomic(StateDir(state_dir).current_gateway, _to_json(info))
 
 
 def read_current(state_dir: Path) -> GatewayInfo | None:
-    return _read(folder(state_dir) / CURRENT)
+    return _read(StateDir(state_dir).current_gateway)
 
 
 def current_live(state_dir: Path) -> GatewayInfo | None:
@@ -254,7 +251,7 @@ def stop_all(state_dir: Path, grace: float) -> list[GatewayInfo]:
 
 
 def retire_folder(state_dir: Path) -> Path:
-    return folder(state_dir) / "retire"
+    return StateDir(state_dir).retire
 
 
 def ask_retire(state_dir: Path, nonce: str, name: str, new: str | None, grace: float) -> None:
@@ -320,7 +317,7 @@ def clear_retires(state_dir: Path) -> None:
 
 
 def passed_path(state_dir: Path) -> Path:
-    return folder(state_dir) / "passed"
+    return StateDir(state_dir).passed
 
 
 def mark_passed(state_dir: Path) -> None:
@@ -336,11 +333,11 @@ def passed_since(state_dir: Path, since: float) -> bool:
 
 def log_path(state_dir: Path) -> Path:
     """Where a gateway started by ``reconcile gateway restart`` writes its log lines."""
-    return folder(state_dir) / "gateway.log"
+    return StateDir(state_dir).gateway_log
 
 
 def metrics_path(state_dir: Path) -> Path:
-    return folder(state_dir) / "metrics.prom"
+    return StateDir(state_dir).gateway_metrics
 
 
 def metrics_text(state_dir: Path) -> str:
@@ -390,22 +387,22 @@ def wake_address(state_dir: Path) -> str | None:
     """The daemon's wake-up socket: the abstract name it wrote down, else its path;
     None when its path does not fit and no daemon wrote a name (nobody to wake)."""
     try:
-        return "\0" + (folder(state_dir) / WAKE_FILE).read_text().removeprefix("@")
+        return "\0" + StateDir(state_dir).wake_name.read_text().removeprefix("@")
     except (OSError, UnicodeDecodeError):
-        path = folder(state_dir) / "daemon.sock"
+        path = StateDir(state_dir).daemon_socket
         return str(path) if _fits(path) else None
 
 
 def publish_wake(state_dir: Path, address: str) -> None:
     """Write down the daemon's abstract wake-up name (a path needs no note)."""
     if address.startswith("\0"):
-        write_atomic(folder(state_dir) / WAKE_FILE, ("@" + address[1:]).encode())
+        write_atomic(StateDir(state_dir).wake_name, ("@" + address[1:]).encode())
 
 
 def unpublish_wake(state_dir: Path, address: str) -> None:
     if wake_address(state_dir) == address:
         with contextlib.suppress(FileNotFoundError):
-            (folder(state_dir) / WAKE_FILE).unlink()
+            StateDir(state_dir).wake_name.unlink()
 
 
 def control_address(state_dir: Path, nonce: str) -> str:

@@ -3,7 +3,8 @@
 A request for an OnDemand deployment marks it wanted (written at once when it is
 not Ready, then the daemon is asked for a pass); while requests are in flight the
 timestamp is refreshed every ``FLUSH`` seconds, so the planner's idle timeout
-counts from the last request that ended.
+counts from the last request that ended. With nothing in flight and nothing to write
+the heartbeat sleeps until a request begins: an idle gateway wakes for nothing.
 """
 
 from __future__ import annotations
@@ -39,11 +40,13 @@ class Demand:
         # One write at a time, each reading the counts when its turn comes: an older
         # heartbeat landing after end()'s write would leave "in flight" on disk for good.
         self._writing = asyncio.Lock()
+        self._busy = asyncio.Event()  # a request began: the heartbeat has work again
 
     def begin(self, name: str) -> None:
         self.inflight[name] += 1
         self.last[name] = _stamp()
         self.dirty.add(name)
+        self._busy.set()
 
     def end(self, name: str) -> None:
         self.inflight[name] -= 1
@@ -74,6 +77,9 @@ class Demand:
     async def run(self) -> None:
         """The heartbeat: refresh in-flight deployments, write what changed."""
         while True:
+            if not self.dirty and not any(c > 0 for c in self.inflight.values()):
+                self._busy.clear()
+                await self._busy.wait()  # idle: nothing to refresh until a request begins
             await asyncio.sleep(FLUSH)
             now = _stamp()
             for name, count in self.inflight.items():

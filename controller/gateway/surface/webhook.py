@@ -29,7 +29,7 @@ from aiohttp import web
 from controller.gateway.surface.answers import error
 from controller.logsetup import get_logger
 from controller.store import gitsource
-from controller.store.records import write_atomic
+from controller.store.documents import write_atomic
 
 log = get_logger("reconcile")
 

@@ -1,0 +1,282 @@
+"""The state dir's JSON documents: written atomically, read with one policy for a bad file.
+
+Every file the state dir holds is written tmp -> fsync -> rename -> fsync(dir)
+(:func:`write_atomic`), so a reader sees a whole version or none. A file that still does
+not decode (torn by a disk that lied, hand-edited, written by something else) is moved to
+``quarantine/`` with the reason beside it and named in a warning event, never guessed at,
+and the reader goes on as if it were absent: records (``records.py``) and every side
+document alike. A document of a *newer* version is left in place and named instead (the
+reconcile that wrote it may come back), as a record of an unknown version is.
+
+:class:`Document` is one file (``devices/health.json``, ``observed.json``) with a locked
+read-modify-write; :class:`Folder` is a folder of them, one per name (``activation/``,
+``restart/``, ``scale/``, ``inflight/``). A store is a codec on top: ``decode`` raises
+``ValueError`` (or ``KeyError``, ``TypeError``, ``AttributeError``) for a document that is
+not one, ``OtherVersion`` for one it cannot read yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from controller import failpoints
+from controller.core.manifest.names import is_dns1123
+from controller.logsetup import get_logger
+from controller.store import diskspace, sidefiles
+from controller.store.lock import FileLock
+from controller.store.statedir import StateDir, lock_beside
+
+log = get_logger("reconcile")
+
+T = TypeVar("T")
+LOCK_WAIT = 10.0  # seconds: a locked update is a read and a write
+NOT_OURS = (ValueError, KeyError, TypeError, AttributeError)  # what a bad document raises
+
+
+class OtherVersion(ValueError):
+    """A document of a version this reconcile does not read: left in place, named."""
+
+
+def check_version(data: Any, version: int) -> None:
+    """``data`` is an object of ``version``: a newer one is OtherVersion, anything else
+    ValueError (quarantined)."""
+    found = data.get("version") if isinstance(data, dict) else None
+    if isinstance(found, int) and not isinstance(found, bool) and found > version:
+        raise OtherVersion(f"version {found}; this reconcile reads version {version}")
+    if found != version:
+        raise ValueError(f"version {found!r}, not {version}")
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    # Unique per writer thread too (the gateway writes from a pool); the pid stays the
+    # last field before ".tmp": sweep_tmp reads it to find a dead writer's leftovers.
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.{os.getpid()}.tmp")
+    try:
+        _write_tmp(tmp, data, mode)
+    except OSError as exc:  # a full disk: the ballast's room, then once more
+        if not diskspace.full(exc) or not diskspace.release_for(path):
+            raise
+        _write_tmp(tmp, data, mode)
+    try:
+        failpoints.hit("records.write.before_rename")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    failpoints.hit("records.write.before_dir_fsync")
+    fsync_dir(path.parent)
+
+
+def _write_tmp(tmp: Path, data: bytes, mode: int) -> None:
+    """The whole of ``data`` in ``tmp``, synced; on failure no tmp file is left."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        view = memoryview(data)
+        while view:  # a short write is what a nearly full disk gives
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    os.close(fd)
+
+
+def sweep_tmp(folder: Path) -> None:
+    """Remove the tmp files of writers that died between write and rename (SIGKILL).
+    A folder that is a file has none (events/: the journal names it when it writes)."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in os.scandir(folder):
+            pid = entry.name.rsplit(".", 2)[-2] if entry.name.endswith(".tmp") else ""
+            if entry.name.startswith(".") and pid.isdigit() and not _pid_alive(int(pid)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, value: Any, indent: int | None = None) -> None:
+    write_atomic(path, json.dumps(value, indent=indent).encode())
+
+
+# -- the one policy for a file that is not what it should be -------------------------------
+
+
+def quarantine(state: StateDir, path: Path, reason: str, inode: int | None = None) -> Path | None:
+    """Move ``path`` aside with ``reason`` beside it; None when it is gone (or replaced
+    since it was read: ``inode``, the one read). Records go to ``quarantine/`` by name
+    (``RecordStore.quarantined_at``), other documents to ``quarantine/documents/``."""
+    rel = path.relative_to(state.root) if path.is_relative_to(state.root) else Path(path.name)
+    records = path.parent == state.instances
+    where = state.quarantine if records else state.quarantined_documents
+    where.mkdir(mode=0o700, parents=True, exist_ok=True)
+    base = path.name if records else "~".join(rel.parts)
+    target = where / f"{base}.{time.strftime('%Y%m%dT%H%M%S')}.{os.getpid()}"
+    try:
+        if inode is not None and os.stat(path).st_ino != inode:
+            return None  # a writer replaced it since: the new version is read next time
+        os.replace(path, target)
+        write_atomic(target.with_name(target.name + ".reason"), reason.encode() + b"\n")
+    except FileNotFoundError:
+        return None
+    return target
+
+
+def _set_aside(state: StateDir, path: Path, exc: Exception, inode: int) -> None:
+    """A document that does not decode: quarantined (named), or left if newer (named)."""
+    if isinstance(exc, OtherVersion):
+        sidefiles.warn(path, f"{exc}: left in place and ignored (the newer reconcile reads it)")
+        return
+    detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, KeyError) else str(exc)
+    reason = f"not a valid document: {detail}"
+    target = quarantine(state, path, reason, inode)
+    if target is not None:
+        log.warning("state file quarantined", file=str(path), moved_to=str(target), problem=reason)
+
+
+def read_document(state: StateDir, path: Path, decode: Callable[[Any], T]) -> T | None:
+    """``path`` decoded; None when it is absent, unreadable (named) or set aside."""
+    try:
+        with open(path, "rb") as f:
+            inode = os.fstat(f.fileno()).st_ino
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a folder in its place, no permission: named, never moved
+        sidefiles.skipped(path, exc)
+        return None
+    try:
+        return decode(json.loads(raw))
+    except NOT_OURS as exc:
+        _set_aside(state, path, exc, inode)
+        return None
+
+
+class Document(Generic[T]):
+    """One JSON document of the state dir and its codec."""
+
+    def __init__(
+        self,
+        state: StateDir,
+        path: Path,
+        decode: Callable[[Any], T],
+        encode: Callable[[T], Any],
+        *,
+        indent: int | None = None,
+    ) -> None:
+        self.state = state
+        self.path = path
+        self.decode = decode
+        self.encode = encode
+        self.indent = indent
+
+    def read(self) -> T | None:
+        return read_document(self.state, self.path, self.decode)
+
+    def write(self, value: T) -> None:
+        sidefiles.folder_for_write(self.path.parent)
+        write_json(self.path, self.encode(value), self.indent)
+
+    def update(self, change: Callable[[T], T], empty: T, what: str) -> T:
+        """Read, ``change`` and write back under ``<name>.lock`` (``what`` names it in a
+        timeout), so two writers never lose each other's change; written only when it
+        changed anything (``empty``: the value of no file)."""
+        sidefiles.folder_for_write(self.path.parent)
+        lock = FileLock(lock_beside(self.path), what=what)
+        lock.acquire(LOCK_WAIT)
+        try:
+            before = self.read()
+            before = empty if before is None else before
+            after = change(before)
+            if after != before:
+                self.write(after)
+            return after
+        finally:
+            lock.release()
+
+
+class Folder(Generic[T]):
+    """A folder of JSON documents, one per name (``<folder>/<name>.json``); only names
+    that ``name_ok`` passes become file names (invariant 9) or are read."""
+
+    def __init__(
+        self,
+        state: StateDir,
+        folder: Path,
+        decode: Callable[[Any, str], T],
+        encode: Callable[[T], Any],
+        *,
+        name_ok: Callable[[str], bool] = is_dns1123,
+    ) -> None:
+        self.state = state
+        self.folder = folder
+        self.decode = decode
+        self.encode = encode
+        self.name_ok = name_ok
+
+    def path(self, name: str) -> Path:
+        if not self.name_ok(name):
+            raise ValueError(f"not a deployment name: {name!r}")
+        return self.folder / f"{name}.json"
+
+    def write(self, name: str, value: T) -> None:
+        path = self.path(name)
+        sidefiles.folder_for_write(self.folder)
+        write_json(path, self.encode(value))
+
+    def read(self, name: str) -> T | None:
+        return read_document(self.state, self.path(name), functools.partial(self._decode, name))
+
+    def _decode(self, name: str, data: Any) -> T:
+        return self.decode(data, name)
+
+    def read_all(self) -> dict[str, T]:
+        """Every document that decodes; the others are set aside (named) and absent."""
+        out: dict[str, T] = {}
+        for name, path in self.files():
+            value = read_document(self.state, path, functools.partial(self._decode, name))
+            if value is not None:
+                out[name] = value
+        return out
+
+    def files(self) -> Iterator[tuple[str, Path]]:
+        """(name, path) of each document of ours, sorted; a file whose name this tool
+        never gives (``README.json``, a tmp file) is not read, nor moved."""
+        for path in sidefiles.listed(self.folder, "*.json"):
+            name = path.name.removesuffix(".json")
+            if not path.name.startswith(".") and self.name_ok(name):
+                yield name, path
+
+    def forget(self, name: str) -> None:
+        if self.name_ok(name):
+            with contextlib.suppress(FileNotFoundError):
+                self.path(name).unlink()

@@ -1,0 +1,176 @@
+"""The state dir's layout: every path in it, named once (DESIGN.md "State dir layout").
+
+A module that reads or writes the state dir asks :class:`StateDir` for the path, never
+joins a literal onto the state dir itself, so the layout is read here and nowhere else
+(``grep`` for a file's name finds its one definition). Paths only: what a file holds is
+its store's (``documents.py`` for the JSON documents), and nothing here touches the disk.
+
+```
+instances/<name>.json  instances/logs/<name>.log  instances/.reserve   records, logs, ballast
+events/<name>.jsonl    quarantine/                 run/<name>/         journal, aside, scratch
+activation/ restart/ scale/ inflight/                                  side documents
+devices/health.json  devices/measured.json  (+ .lock)                  observed devices
+observed.json  drain.json  node.yaml  access-token  models/  cache/    the node's own
+ui-open.html  quarantine/documents/
+pass.lock  placement.lock  daemon.lock                                 the locks
+gateway/  (gw-<nonce>.json, current.json, retire/, passed, metrics.prom, gateway.log,
+           daemon.sock, daemon.addr)                                   the gateway's files
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class StateDir:
+    root: Path
+
+    # -- records and what hangs off them --------------------------------------------
+    @property
+    def instances(self) -> Path:
+        return self.root / "instances"
+
+    @property
+    def logs(self) -> Path:
+        return self.instances / "logs"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events"
+
+    @property
+    def quarantine(self) -> Path:
+        return self.root / "quarantine"
+
+    @property
+    def quarantined_documents(self) -> Path:
+        """Side documents set aside (records go to ``quarantine/`` itself, by name)."""
+        return self.quarantine / "documents"
+
+    @property
+    def runs(self) -> Path:
+        """Engines' runtime dirs (``run/<name>/``)."""
+        return self.root / "run"
+
+    # -- side documents: one folder of ``<deployment>.json`` each ----------------------
+    @property
+    def activation(self) -> Path:
+        return self.root / "activation"
+
+    @property
+    def restart(self) -> Path:
+        return self.root / "restart"
+
+    @property
+    def scale(self) -> Path:
+        return self.root / "scale"
+
+    @property
+    def inflight(self) -> Path:
+        return self.root / "inflight"
+
+    # -- observed state of the node ---------------------------------------------------
+    @property
+    def devices(self) -> Path:
+        return self.root / "devices"
+
+    @property
+    def device_health(self) -> Path:
+        return self.devices / "health.json"
+
+    @property
+    def measured(self) -> Path:
+        return self.devices / "measured.json"
+
+    @property
+    def observed(self) -> Path:
+        return self.root / "observed.json"
+
+    @property
+    def drain(self) -> Path:
+        return self.root / "drain.json"
+
+    @property
+    def node_config(self) -> Path:
+        return self.root / "node.yaml"
+
+    @property
+    def access_token(self) -> Path:
+        return self.root / "access-token"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def ui_opener(self) -> Path:
+        """``reconcile ui --open``'s way to the page, the token unseen on a command line."""
+        return self.root / "ui-open.html"
+
+    @property
+    def manifest_cache(self) -> Path:
+        return self.root / "cache" / "manifests.json"
+
+    # -- locks --------------------------------------------------------------------------
+    @property
+    def pass_lock(self) -> Path:
+        return self.root / "pass.lock"
+
+    @property
+    def placement_lock(self) -> Path:
+        return self.root / "placement.lock"
+
+    @property
+    def daemon_lock(self) -> Path:
+        return self.root / "daemon.lock"
+
+    # -- the gateway's files ------------------------------------------------------------
+    @property
+    def gateway(self) -> Path:
+        return self.root / "gateway"
+
+    @property
+    def current_gateway(self) -> Path:
+        return self.gateway / "current.json"
+
+    def gateway_member(self, nonce: str) -> Path:
+        """A live gateway process's own file (left behind by a crash)."""
+        return self.gateway / f"gw-{nonce}.json"
+
+    @property
+    def retire(self) -> Path:
+        return self.gateway / "retire"
+
+    @property
+    def passed(self) -> Path:
+        return self.gateway / "passed"
+
+    @property
+    def gateway_log(self) -> Path:
+        return self.gateway / "gateway.log"
+
+    @property
+    def gateway_metrics(self) -> Path:
+        return self.gateway / "metrics.prom"
+
+    @property
+    def daemon_socket(self) -> Path:
+        return self.gateway / "daemon.sock"
+
+    @property
+    def wake_name(self) -> Path:
+        """The daemon's abstract wake-up name, when its socket's path is too long."""
+        return self.gateway / "daemon.addr"
+
+
+def ballast(folder: Path) -> Path:
+    """``<folder>/.reserve``: space kept to give back when the disk fills up."""
+    return folder / ".reserve"
+
+
+def lock_beside(document: Path) -> Path:
+    """The lock of a document updated in place: ``health.json`` -> ``health.lock``."""
+    return document.with_suffix(".lock")

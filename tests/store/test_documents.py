@@ -1,0 +1,129 @@
+"""The state dir's JSON documents (store/documents.py): one policy for a file that does not
+decode, whichever store it belongs to. A torn or foreign file is moved to
+``quarantine/documents/`` with its reason beside it, named in a warning event, and read
+as absent (the pass goes on); one of a newer version is left in place and named; a
+locked update never loses a writer's change."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.core.devicefaults import Measured
+from controller.store import measured, scale
+from controller.store.statedir import StateDir
+
+TORN = '{"version": 1, "requested_at": "2026-'
+
+# (store, how its reader is called, the file, what the reader makes of no file)
+STORES = [
+    ("activation", "read_all(state)", "activation/web.json", {}),
+    ("restart", "read_all(state)", "restart/web.json", {}),
+    ("scale", "read_all(state)", "scale/web.json", {}),
+    ("inflight", "read_all(state)", "inflight/web.101.json", []),
+    ("observed", "read_all(state)", "observed.json", []),
+    ("measured", "read(state)", "devices/measured.json", {}),
+    ("devicehealth", "read(state) == DeviceHealth()", "devices/health.json", True),
+]
+
+
+def read_in_a_process(state: Path, store: str, call: str) -> tuple[Any, list[dict[str, Any]]]:
+    """What ``store``'s reader returns (as JSON) and the events it logged, read by a
+    reconcile of its own (its log lines are JSON on a pipe)."""
+    code = (
+        "import json, sys; from pathlib import Path; from controller import logsetup; "
+        "logsetup.configure(json=True); "
+        "from controller.core.devicefaults import DeviceHealth; "
+        f"from controller.store import {store}; state = Path(sys.argv[1]); "
+        f"print(json.dumps({store}.{call}, default=str))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(state)], capture_output=True, text=True, check=True
+    )
+    events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    return json.loads(done.stdout), events
+
+
+@pytest.mark.parametrize(("store", "call", "file", "empty"), STORES)
+def test_a_torn_file_of_each_store_is_quarantined_named_and_read_as_absent(
+    tmp_path: Path, store: str, call: str, file: str, empty: Any
+) -> None:
+    torn = tmp_path / file
+    torn.parent.mkdir(parents=True, exist_ok=True)
+    torn.write_text(TORN)
+    value, events = read_in_a_process(tmp_path, store, call)
+    assert value == empty
+    assert not torn.exists()
+    (moved,) = [e for e in events if e["event"] == "state file quarantined"]
+    assert moved["level"] == "warning" and moved["file"] == str(torn), moved
+    aside = Path(moved["moved_to"])
+    assert aside.parent == StateDir(tmp_path).quarantine / "documents"
+    assert aside.name.startswith(file.replace("/", "~") + ".")
+    assert aside.read_text() == TORN
+    reason = aside.with_name(aside.name + ".reason").read_text()
+    assert reason.startswith("not a valid document: ") and moved["problem"] in reason
+    value, events = read_in_a_process(tmp_path, store, call)  # gone: nothing more to say
+    assert value == empty and events == []
+
+
+def test_a_newer_version_is_left_in_place_and_named(tmp_path: Path) -> None:
+    newer = tmp_path / "scale" / "web.json"
+    newer.parent.mkdir()
+    newer.write_text(json.dumps({"version": 2, "count": 3}))
+    value, events = read_in_a_process(tmp_path, "scale", "read_all(state)")
+    assert value == {} and newer.exists()
+    (said,) = [e for e in events if e["event"] == "state file skipped"]
+    assert said["file"] == str(newer) and "version 2" in said["problem"], said
+    assert not StateDir(tmp_path).quarantine.exists()
+
+
+def test_a_file_of_a_name_this_tool_never_gives_is_neither_read_nor_moved(
+    tmp_path: Path,
+) -> None:
+    stranger = tmp_path / "scale" / "README.json"
+    stranger.parent.mkdir()
+    stranger.write_text("not json")
+    assert scale.read_all(tmp_path) == {}
+    assert stranger.exists() and not StateDir(tmp_path).quarantine.exists()
+
+
+def test_a_locked_update_loses_no_writers_change(tmp_path: Path) -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def note(i: int) -> None:
+        measured.note(tmp_path, {f"sha256:{i}": Measured(i + 1, at, f"d{i}")})
+
+    threads = [threading.Thread(target=note, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(measured.read(tmp_path)) == [f"sha256:{i}" for i in range(8)]
+
+
+def test_the_pass_goes_on_over_torn_documents(reconcile: Any) -> None:
+    reconcile.write("web", autoscale={"min": 1, "max": 3})
+    reconcile.once()
+    state = StateDir(reconcile.state)
+    torn = [state.activation / "web.json", state.restart / "web.json", state.scale / "web.json"]
+    torn += [state.inflight / "web.101.json", state.observed]
+    for path in torn:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(TORN)
+    result = reconcile.once()
+    assert result.code == 0, result
+    named = {
+        e["file"]
+        for line in result.err.splitlines()
+        if line.startswith("{") and (e := json.loads(line))["event"] == "state file quarantined"
+    }
+    assert named == {str(p) for p in torn}, result.err
+    assert reconcile.status()["web"]["phase"] in ("Starting", "Ready")
+    reconcile.down()
