@@ -43,7 +43,7 @@ from controller.core.names import instance_of
 from controller.core.plan import backoff
 from controller.core.specs import Entry, base_name, next_name
 from controller.core.state import Phase, Record
-from controller.errors import PullingFirst, SpawnError, Unplaceable
+from controller.errors import ContainerError, PullingFirst, SpawnError, Unplaceable
 from controller.logsetup import get_logger
 from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
@@ -179,7 +179,13 @@ class Executor:
             self.event(name, verb, "placement", outcome, error=str(exc))
             return True
         except SpawnError as exc:
-            self._back_off(record, f"{exc}: install the engine or set spec.executable")
+            # A runtime's refusal says its own next move; a missing program has ours.
+            hint = (
+                ""
+                if isinstance(exc, ContainerError)
+                else ": install the engine or set spec.executable"
+            )
+            self._back_off(record, f"{exc}{hint}")
             self.event(name, verb, "spawn", "failed", error=str(exc))
             return True
         failpoints.hit("executor.spawn.before_record")
@@ -189,6 +195,7 @@ class Executor:
         started = replace(
             record,
             ref=ref,
+            container=where.container,
             node=where.node,
             host=where.host,
             port=where.port,
@@ -262,6 +269,7 @@ class Executor:
             rec,
             nonce=os.urandom(8).hex(),  # secrets.token_hex, without hmac + hashlib
             ref=None,
+            container=None,
             reserved_by=self.maker.me,
             phase=Phase.RESERVED,
             restarts=action.restarts,
@@ -330,6 +338,7 @@ class Executor:
             rec.released(),
             phase=Phase.PENDING,
             ref=None,  # the run ends with its lease: a later start is a fresh one
+            container=None,
             nonce=None,
             reserved_by=None,
             started_at=None,

@@ -36,6 +36,9 @@ class Config:
     metrics_port: int | None = None  # the daemon serves /metrics here
     backend: str = "local"  # where engines run: "local" (this node) or "ray" (a Ray cluster)
     ray_address: str | None = None  # the Ray cluster (GCS host:port or "auto"), with "ray"
+    # node.yaml's containerRuntime: what a spec.container without a runtime runs under
+    # (None: podman if on PATH, else docker).
+    container_runtime: str | None = None
     # What a lenient resolve (a read verb) passed over: each names the file, line, problem.
     warnings: tuple[str, ...] = ()
 
@@ -79,6 +82,7 @@ def resolve(
     state = state_dir or env.get("RECONCILE_STATE_DIR")
     state_path = Path(state).expanduser().absolute() if state else default_state_dir()
     limits, log_max_bytes, log_keep = Limits(), logfiles.DEFAULT_MAX_BYTES, logfiles.DEFAULT_KEEP
+    container_runtime: str | None = None
     warnings: list[str] = []
     explicit = node_config or env.get("RECONCILE_NODE_CONFIG")
     if explicit or (state_path / "node.yaml").exists():  # yaml only then
@@ -93,6 +97,7 @@ def resolve(
         else:
             limits, log_max_bytes = node_file.limits, node_file.log_max_bytes
             log_keep = node_file.log_max_files
+            container_runtime = node_file.container_runtime
     flag = max_instances if max_instances is not None else env.get("RECONCILE_MAX_INSTANCES")
     if flag:
         try:
@@ -116,6 +121,7 @@ def resolve(
         metrics_port=metrics_port,
         backend=chosen,
         ray_address=address,
+        container_runtime=container_runtime,
         warnings=tuple(warnings),
     )
 

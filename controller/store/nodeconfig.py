@@ -7,6 +7,7 @@ when it exists::
     maxInstancesPerKind: {nvidia: 2}  # instances holding devices of that kind
     logMaxBytes: 10485760            # rotate an engine's log past this size
     logMaxFiles: 3                   # backups kept (<name>.log.1 ... .3)
+    containerRuntime: docker         # spec.container's default runtime (else podman if on PATH)
 
 Flags win over the file (``--max-instances 8,nvidia=2``).
 """
@@ -21,7 +22,7 @@ from pydantic.alias_generators import to_camel
 
 from controller.core.limits import Limits
 from controller.core.specerrors import problems
-from controller.core.specs import NOT_BOOL
+from controller.core.specs import NOT_BOOL, ContainerRuntime
 from controller.errors import ConfigError
 from controller.store import logfiles
 from controller.store.yamlread import field_path, line_for, load_mapping
@@ -41,6 +42,7 @@ class NodeFile(BaseModel):
     max_instances_per_kind: dict[Kind, Int] = Field(default_factory=dict)
     log_max_bytes: Int = Field(default=logfiles.DEFAULT_MAX_BYTES, ge=1024)
     log_max_files: Int = Field(default=logfiles.DEFAULT_KEEP, ge=0, le=100)
+    container_runtime: ContainerRuntime | None = None
 
     @property
     def limits(self) -> Limits:
@@ -67,6 +69,7 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
         where = f"{path}:{line}" if line else str(path)
         if first.unknown:
             message = (
-                "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles)"
+                "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles, "
+                "containerRuntime)"
             )
         raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc

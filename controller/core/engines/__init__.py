@@ -34,6 +34,7 @@ __all__ = [
     "Recipe",
     "RecipeError",
     "RenderContext",
+    "image_program",
     "readiness_deadline",
     "recipe_for",
 ]
@@ -53,3 +54,12 @@ def readiness_deadline(engine: str, spec_seconds: float | None) -> float:
     spec sets it, else its recipe's. The daemon kills at it and the gateway waits for it,
     both through the record (``Record.ready_deadline_seconds``), so they cannot drift."""
     return recipe_for(engine).deadline_seconds if spec_seconds is None else spec_seconds
+
+
+def image_program(engine: str) -> str | None:
+    """The program inside the recipe's pinned image where the image's PATH lacks it
+    (``IMAGE_EXECUTABLE`` in its module); None: the recipe's usual program name."""
+    program: str | None = getattr(
+        importlib.import_module(MODULES[engine]), "IMAGE_EXECUTABLE", None
+    )
+    return program

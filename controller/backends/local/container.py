@@ -1,0 +1,222 @@
+"""How an engine is wrapped: in a container, on the node the backend chose.
+
+Not a backend of its own: where an engine runs (this node, a Ray node) and how it is
+wrapped (a process, a container) are separate choices, and the planner knows neither.
+The local backend (and the Ray actor, through it) hands a ``spec.container`` launch here.
+
+The contract is a process's: the host's network and the leased port, the rendered
+environment plus the marker (``RECONCILE_INSTANCE``, ``RECONCILE_STATE``), the recipe's
+argv in place of the image's entrypoint, the model cache read-only at the same path, the
+engine's output in the deployment's log file. The record's ``ref`` is the container's
+main process as this host sees it, so liveness (invariant 6), the marker scan and the
+sweep work on it as on any engine; ``--rm`` makes the runtime remove a container whose
+main process ended, however it ended, so none outlives its engine.
+
+The runtime's ``run`` is started attached, in a session of its own, with its output into
+the log file: it streams the engine's output there for as long as the container runs and
+ends with it. It carries no marker (it is not the engine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from controller import failpoints
+from controller.backends.base import StartRequest
+from controller.core.export import image_of
+from controller.core.names import instance_of
+from controller.core.specs import Container, DeploymentSpec
+from controller.core.state import ContainerRef, ProcessRef
+from controller.errors import ContainerError
+from controller.host import containers
+from controller.host.containers import Runtime
+from controller.host.procs import identity
+from controller.store import logfiles, modelcache
+
+START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating layers)
+POLL = 0.05
+VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def container_name(instance: str, nonce: str) -> str:
+    """``reconcile-pool_1-<nonce>``: a replica's ``@`` is not allowed in a container name."""
+    return f"reconcile-{instance.replace('@', '_')}-{nonce}"
+
+
+class Wrapper:
+    """Runs one engine in a container; what the local backend asks of it."""
+
+    def __init__(self, state_dir: str, node_runtime: str | None, *, static_devices: bool) -> None:
+        self.state_dir = state_dir
+        self.node_runtime = node_runtime
+        # A static inventory (RECONCILE_DEVICES: tests, demos) names no real device.
+        self.static_devices = static_devices
+
+    def runtime_of(self, container: Container) -> Runtime:
+        return Runtime(container.runtime or containers.default_runtime(self.node_runtime))
+
+    def launch(
+        self, launch: StartRequest, marker: str, env: Mapping[str, str]
+    ) -> tuple[ProcessRef, ContainerRef, subprocess.Popen[bytes]]:
+        """Start the container: its main process, what the record keeps of it, and the
+        runtime's client (the caller reaps it when it ends)."""
+        spec = launch.entry.deployment.spec
+        assert spec.container is not None and launch.record.nonce is not None
+        runtime = self.runtime_of(spec.container)
+        image = image_of(spec)
+        digest = self.ensure_image(runtime, image, spec.container)
+        name = container_name(instance_of(launch.record.name), launch.record.nonce)
+        env_file = Path(self.state_dir) / "run" / f"{name}.env"
+        _write_env(env_file, {**env, "RECONCILE_STATE": self.state_dir}, marker)
+        try:
+            argv = self.run_argv(runtime.name, spec, launch, image, name, marker, env_file)
+            offset = _size(launch.log_path)
+            client = _start_client(argv, launch.log_path)
+            failpoints.hit("container.run.before_wait")
+            running = _wait_running(runtime, name, client, launch.log_path, offset)
+            failpoints.hit("container.run.after_start")
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                env_file.unlink()  # the engine has it now; secrets stay off the disk
+        ref = identity(running.pid) or ProcessRef(pid=running.pid, start_time=time.time())
+        kept = ContainerRef(runtime=runtime.name, id=running.id, image=image, digest=digest)
+        return ref, kept, client
+
+    def ensure_image(self, runtime: Runtime, image: str, container: Container) -> str:
+        """The image on this node as pullPolicy says; its digest. The runtime's words on
+        failure (no such image, denied, unreachable)."""
+        policy = container.policy(image)
+        present = runtime.image_id(image) is not None
+        if policy == "Never" and not present:
+            raise ContainerError(
+                f"image {image} is not on this node and pullPolicy is Never: "
+                f"`{runtime.name} pull {image}` (or load it), or set pullPolicy"
+            )
+        if policy == "Always" or not present:
+            runtime.pull(image)
+        return runtime.digest(image)
+
+    def run_argv(
+        self,
+        runtime: str,
+        spec: DeploymentSpec,
+        launch: StartRequest,
+        image: str,
+        name: str,
+        marker: str,
+        env_file: Path,
+    ) -> list[str]:
+        assert spec.container is not None
+        argv = [runtime, "run", "--rm", "--name", name, "--network", "host", "--pull", "never"]
+        argv += ["--label", f"{containers.INSTANCE_LABEL}={marker}"]
+        argv += ["--label", f"{containers.STATE_LABEL}={self.state_dir}"]
+        argv += ["--env-file", str(env_file), "--stop-signal", str(launch.rendered.stop_signal)]
+        if spec.container.shm_size is not None:
+            argv += ["--shm-size", str(spec.container.shm_size)]
+        for volume in (*spec.container.volumes, *self._read_only_mounts(spec)):
+            argv += ["--volume", volume]
+        argv += self._device_flags(runtime, launch)
+        program, *args = launch.rendered.argv
+        return [*argv, "--entrypoint", program, image, *args]
+
+    def _read_only_mounts(self, spec: DeploymentSpec) -> list[str]:
+        """The model cache, and a local spec.model's folder, at the same paths, read-only,
+        unless a volume already covers them (``{model}`` then names the same file)."""
+        assert spec.container is not None
+        wanted = [str(modelcache.cache_root(Path(self.state_dir)).resolve())]
+        if spec.model and spec.model.startswith("/"):
+            model = Path(spec.model)
+            wanted.append(str(model if model.is_dir() else model.parent))
+        covered = [v.split(":")[1] for v in spec.container.volumes]
+        mounts = []
+        for path in wanted:
+            inside = any(path == c or path.startswith(c.rstrip("/") + "/") for c in covered)
+            if not inside and os.path.isdir(path):
+                mounts.append(f"{path}:{path}:ro")
+        return mounts
+
+    def _device_flags(self, runtime: str, launch: StartRequest) -> list[str]:
+        """nvidia through CDI (podman) or --gpus (docker); amd through /dev/kfd and the
+        render nodes; nothing with a static inventory (its ids name no real device)."""
+        env = launch.rendered.env
+        ids = launch.record.devices
+        if self.static_devices or not ids:
+            return []
+        if env.get("HIP_VISIBLE_DEVICES"):
+            return ["--device", "/dev/kfd", "--device", "/dev/dri"]
+        if runtime == "podman":
+            return [arg for i in ids for arg in ("--device", f"nvidia.com/gpu={i}")]
+        return ["--gpus", f'"device={",".join(ids)}"']
+
+
+def container_env(rendered: Mapping[str, str], *, passed_devices: int | None) -> dict[str, str]:
+    """The engine's environment inside: the rendered one only (never the host's PATH or
+    HOME, which would break the image). Devices passed in are numbered from 0 there."""
+    env = dict(rendered)
+    if passed_devices:
+        inside = ",".join(str(i) for i in range(passed_devices))
+        for key in VISIBILITY:
+            if env.get(key):
+                env[key] = inside
+    return env
+
+
+def _write_env(path: Path, env: Mapping[str, str], marker: str) -> None:
+    """KEY=VALUE lines, 0600, read by `run --env-file`: values never reach an argv."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"{k}={v}" for k, v in env.items() if "\n" not in v]
+    lines.append(f"RECONCILE_INSTANCE={marker}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write("\n".join(lines) + "\n")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _start_client(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives this pass, as the engine does
+            close_fds=True,
+        )
+    except OSError as exc:
+        raise ContainerError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(log_fd)
+
+
+def _wait_running(
+    runtime: Runtime,
+    name: str,
+    client: subprocess.Popen[bytes],
+    log_path: Path,
+    offset: int,
+) -> containers.Running:
+    """Until the container's main process runs; the client's words if it ended first."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        running = runtime.inspect(name)
+        if running is not None and running.pid > 0:
+            return running
+        if client.poll() is not None:
+            said = logfiles.read_from(log_path, offset)
+            text = said[0].decode(errors="replace") if said else ""
+            raise ContainerError(f"{runtime.name} run: {containers.words(text)}")
+        time.sleep(POLL)
+    client.kill()
+    raise ContainerError(f"{runtime.name} run: no running container after {START_TIMEOUT:.0f} s")
