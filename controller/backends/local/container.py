@@ -20,6 +20,7 @@ ends with it. It carries no marker (it is not the engine).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import time
@@ -28,11 +29,12 @@ from pathlib import Path
 
 from controller import failpoints
 from controller.backends.base import StartRequest
+from controller.core.digest import sha256_hex
 from controller.core.export import image_of
 from controller.core.names import instance_of
 from controller.core.specs import Container, DeploymentSpec
 from controller.core.state import ContainerRef, ProcessRef
-from controller.errors import ContainerError
+from controller.errors import ContainerError, PullingFirst, Unplaceable
 from controller.host import containers
 from controller.host.containers import Runtime
 from controller.host.procs import identity
@@ -88,18 +90,35 @@ class Wrapper:
         return ref, kept, client
 
     def ensure_image(self, runtime: Runtime, image: str, container: Container) -> str:
-        """The image on this node as pullPolicy says; its digest. The runtime's words on
-        failure (no such image, denied, unreachable)."""
-        policy = container.policy(image)
+        """The image on this node as pullPolicy says, and its digest.
+
+        A pull is a declared step, as a model pull: it runs in a process of its own (the
+        runtime's ``pull``, its output in ``<state>/images/``) and the start waits for it
+        holding nothing (PullingFirst: the record is Pulling, no device, no port); the
+        next pass finds it again by the job file. A pull that ended without the image is
+        a ContainerError in the runtime's own words, retried with the usual back-off.
+        """
+        PULLS[:] = [p for p in PULLS if p.poll() is None]
+        job = PullJob(Path(self.state_dir), runtime.name, image)
+        if job.running():
+            raise PullingFirst(f"pulling image {image} ({runtime.name}): {job.last_line()}")
         present = runtime.image_id(image) is not None
+        if job.exists():  # it ended: with the image, or with the runtime's words
+            said = job.last_line()
+            job.forget()
+            if not present:
+                raise ContainerError(f"cannot pull image {image}: {said}")
+            return runtime.digest(image)
+        policy = container.policy(image)
         if policy == "Never" and not present:
-            raise ContainerError(
+            raise Unplaceable(
                 f"image {image} is not on this node and pullPolicy is Never: "
                 f"`{runtime.name} pull {image}` (or load it), or set pullPolicy"
             )
-        if policy == "Always" or not present:
-            runtime.pull(image)
-        return runtime.digest(image)
+        if present and policy != "Always":
+            return runtime.digest(image)
+        job.start()
+        raise PullingFirst(f"pulling image {image} ({runtime.name})")
 
     def run_argv(
         self,
@@ -220,3 +239,65 @@ def _wait_running(
         time.sleep(POLL)
     client.kill()
     raise ContainerError(f"{runtime.name} run: no running container after {START_TIMEOUT:.0f} s")
+
+
+class PullJob:
+    """One image pull in a process of its own: ``<state>/images/<key>.json`` (its pid
+    and start time) and ``<key>.log`` (the runtime's output: progress, then its words)."""
+
+    def __init__(self, state_dir: Path, runtime: str, image: str) -> None:
+        key = sha256_hex(f"{runtime}\0{image}".encode())[:24]
+        self.folder = state_dir / "images"
+        self.file = self.folder / f"{key}.json"
+        self.log = self.folder / f"{key}.log"
+        self.argv = [runtime, "pull", image]
+
+    def exists(self) -> bool:
+        return self.file.exists()
+
+    def running(self) -> bool:
+        try:
+            data = json.loads(self.file.read_text())
+            ref = ProcessRef(pid=int(data["pid"]), start_time=float(data["start_time"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        current = identity(ref.pid)
+        return current is not None and abs(current.start_time - ref.start_time) < 1.0
+
+    def start(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            child = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # outlives this pass, as a model pull does
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise ContainerError(f"cannot run {self.argv[0]!r}: {exc.strerror or exc}") from exc
+        finally:
+            os.close(log_fd)
+        PULLS.append(child)
+        ref = identity(child.pid) or ProcessRef(pid=child.pid, start_time=time.time())
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": ref.pid, "start_time": ref.start_time}))
+        tmp.replace(self.file)
+
+    def last_line(self) -> str:
+        try:
+            text = self.log.read_text(errors="replace")[-4000:]
+        except OSError:
+            return "starting"
+        return containers.words(text.replace("\r", "\n"))
+
+    def forget(self) -> None:
+        for path in (self.file, self.log):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+# The pulls this process started: polled (reaped) at each look, so none stays a zombie.
+PULLS: list[subprocess.Popen[bytes]] = []
