@@ -169,3 +169,17 @@ def test_a_sigkill_while_starting_leaves_no_container_without_a_record(
     assert engine.inspect(cid)["State"]["Pid"] == record["ref"]["pid"]  # type: ignore[index]
     rc.down()
     assert engine.ours(rc.state) == []
+
+
+@pytest.mark.parametrize("point", ["executor.stop.after_terminating", "executor.stop.after_delete"])
+def test_a_sigkill_while_stopping_leaves_no_container_behind(
+    rc: Reconcile, engine: Engine, point: str
+) -> None:
+    """Invariant 3 for containers, the other way: a `down` killed mid-stop, then again."""
+    write(rc, engine, "going")
+    rc.converge()
+    killed = rc("down", check=None, env={"RECONCILE_FAILPOINTS": f"{point}=kill"})
+    assert killed.code == -signal.SIGKILL, str(killed)
+    rc.down()
+    rc.wait_for(lambda: engine.ours(rc.state) == [], what="no container")
+    assert rc.pids("going") == set()
