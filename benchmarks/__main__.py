@@ -9,6 +9,7 @@
     python -m benchmarks --only ray     # the ray backend next to the local one (pip: .[ray])
     python -m benchmarks --only pull    # model pulls: vs curl, resume cost, Ready from cache
     python -m benchmarks --only health  # a hung engine (SIGSTOP) to its replacement
+    python -m benchmarks --only containers  # an engine in a podman container vs podman run
 
 Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
 run also rewrites ``benchmarks/RESULTS.md`` (date, machine, the table).
@@ -43,16 +44,19 @@ SECTIONS = (
     "pull",
     "health",
     "ray",
+    "containers",
 )
 # Run unless --only says otherwise; "ray" needs `pip install -e '.[ray]'` and starts a local
 # Ray cluster (~2 minutes more): run it with `--only ray`.
-DEFAULT = tuple(s for s in SECTIONS if s != "ray")
+# "containers" needs podman (and imports an image): run it with `--only containers`.
+DEFAULT = tuple(s for s in SECTIONS if s not in ("ray", "containers"))
 
 
 def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
     from benchmarks import (
         autoscaling,
         coldstart,
+        containers,
         liveness,
         lockbench,
         placement,
@@ -79,6 +83,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             "pull": lambda: pullbench.bench(8, 1),
             "health": lambda: liveness.bench(1),
             "ray": lambda: raybench.bench(2, 3),
+            "containers": lambda: containers.bench(1),
         }
     return {
         "startup": lambda: startup.bench(30),
@@ -93,6 +98,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "pull": lambda: pullbench.bench(200, 9),
         "health": lambda: liveness.bench(3),
         "ray": lambda: raybench.bench(20, 9),  # needs pip install -e '.[ray]'
+        "containers": lambda: containers.bench(9),  # needs podman
     }
 
 

@@ -78,23 +78,25 @@ class Runtime:
 
     # -- images ----------------------------------------------------------------------
 
-    def image_id(self, image: str) -> str | None:
-        """The local image's id (None: not on this node)."""
-        done = self.call("image", "inspect", "--format", "{{.Id}}", image)
+    def image(self, image: str) -> tuple[str, str] | None:
+        """The local image's id and digest (None: not on this node). The digest is the
+        registry digest it was pulled by (``sha256:…``), else its local id."""
+        fmt = "{{.Id}}|{{json .RepoDigests}}"
+        done = self.call("image", "inspect", "--format", fmt, image)
         if done.returncode != 0:
             return None
-        return done.stdout.strip() or None
-
-    def digest(self, image: str) -> str:
-        """The registry digest the image was pulled by (``sha256:…``), else its local id."""
-        out = self.checked("image", "inspect", "--format", "{{json .RepoDigests}}|{{.Id}}", image)
-        repo_digests, _, image_id = out.strip().rpartition("|")
-        repo = image.split("@", 1)[0].rsplit(":", 1)[0] if "/" in image else image
+        image_id, _, repo_digests = done.stdout.strip().partition("|")
+        image_id = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
+        if "@" in image:  # pinned: that is the digest it was pulled by
+            return image_id, image.split("@", 1)[1]
+        # One image may carry the digests of several repositories (tagged or pulled under
+        # more than one name): the one of the repository named.
+        repo = _repository(image)
         for item in json.loads(repo_digests or "null") or []:
             name, _, digest = str(item).partition("@")
-            if digest and (name.endswith(repo.split("/", 1)[-1]) or "@" in image):
-                return digest
-        return image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
+            if _repository(name) == repo or name.endswith("/" + repo):
+                return image_id, digest
+        return image_id, image_id
 
     def pull(self, image: str) -> None:
         self.checked("pull", image, timeout=PULL_TIMEOUT)
@@ -138,6 +140,14 @@ class Runtime:
             if time.monotonic() > deadline:
                 raise ContainerError(f"{self.name}: container {name} is still there after rm")
             time.sleep(POLL)
+
+
+def _repository(image: str) -> str:
+    """The repository of a reference: without its digest and tag (a port stays)."""
+    name = image.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    last = last.split(":", 1)[0]
+    return f"{head}/{last}" if head else last
 
 
 def _label(labels: str, key: str) -> str:

@@ -87,14 +87,15 @@ class Engine:
         data: list[dict[str, Any]] = json.loads(self.cli("container", "inspect", cid))
         return data[0]
 
-    def build(self, tag: str) -> str:
-        """``import`` the stand-in's root filesystem as ``tag``; removed at session end."""
-        self.cli("import", "-", tag, input=_rootfs())
+    def build(self, tag: str, *, extra: bytes = b"") -> str:
+        """``import`` the stand-in's root filesystem as ``tag``; removed at session end.
+        ``extra``: a file /extra, so the image is another one (its own id and digest)."""
+        self.cli("import", "-", tag, input=_rootfs(extra))
         self.images.append(tag)
         return tag
 
 
-def _rootfs() -> bytes:
+def _rootfs(extra: bytes = b"") -> bytes:
     """A tar of /bin/busybox (static) and /www (what httpd serves)."""
     busybox = shutil.which("busybox")
     if busybox is None:
@@ -103,6 +104,8 @@ def _rootfs() -> bytes:
     with tarfile.open(fileobj=buf, mode="w") as tar:
         tar.add(busybox, arcname="bin/busybox")
         files = {"www/health": b"ok\n", "www/v1/models": b'{"object":"list","data":[]}\n'}
+        if extra:
+            files["extra"] = extra
         for name, body in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(body)

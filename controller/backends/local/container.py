@@ -24,7 +24,8 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from controller import failpoints
@@ -41,7 +42,7 @@ from controller.host.procs import identity
 from controller.store import logfiles, modelcache
 
 START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating layers)
-POLL = 0.05
+POLL = 0.01  # a look at /proc and one small file
 VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 
@@ -63,10 +64,16 @@ class Wrapper:
         return Runtime(container.runtime or containers.default_runtime(self.node_runtime))
 
     def launch(
-        self, launch: StartRequest, marker: str, env: Mapping[str, str]
+        self,
+        launch: StartRequest,
+        marker: str,
+        env: Mapping[str, str],
+        main_process: Callable[[], ProcessRef | None],
     ) -> tuple[ProcessRef, ContainerRef, subprocess.Popen[bytes]]:
         """Start the container: its main process, what the record keeps of it, and the
-        runtime's client (the caller reaps it when it ends)."""
+        runtime's client (the caller reaps it when it ends). ``main_process``: the
+        marker's leader now (the container's PID 1 carries the marker in its environment,
+        so a look at /proc finds it without asking the runtime again and again)."""
         spec = launch.entry.deployment.spec
         assert spec.container is not None and launch.record.nonce is not None
         runtime = self.runtime_of(spec.container)
@@ -74,19 +81,22 @@ class Wrapper:
         digest = self.ensure_image(runtime, image, spec.container)
         name = container_name(instance_of(launch.record.name), launch.record.nonce)
         env_file = Path(self.state_dir) / "run" / f"{name}.env"
+        cid_file = env_file.with_suffix(".cid")  # `run` writes the container's id there
         _write_env(env_file, {**env, "RECONCILE_STATE": self.state_dir}, marker)
         try:
             argv = self.run_argv(runtime.name, spec, launch, image, name, marker, env_file)
+            argv[2:2] = ["--cidfile", str(cid_file)]
             offset = _size(launch.log_path)
             client = _start_client(argv, launch.log_path)
             failpoints.hit("container.run.before_wait")
-            running = _wait_running(runtime, name, client, launch.log_path, offset)
+            started = Started(runtime.name, client, launch.log_path, offset)
+            ref, cid = started.wait(main_process, cid_file)
             failpoints.hit("container.run.after_start")
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                env_file.unlink()  # the engine has it now; secrets stay off the disk
-        ref = identity(running.pid) or ProcessRef(pid=running.pid, start_time=time.time())
-        kept = ContainerRef(runtime=runtime.name, id=running.id, image=image, digest=digest)
+            for path in (env_file, cid_file):  # the engine has its environment now
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        kept = ContainerRef(runtime=runtime.name, id=cid, image=image, digest=digest)
         return ref, kept, client
 
     def ensure_image(self, runtime: Runtime, image: str, container: Container) -> str:
@@ -102,21 +112,22 @@ class Wrapper:
         job = PullJob(Path(self.state_dir), runtime.name, image)
         if job.running():
             raise PullingFirst(f"pulling image {image} ({runtime.name}): {job.last_line()}")
-        present = runtime.image_id(image) is not None
+        facts = runtime.image(image)  # (id, digest) when on this node
+        present = facts is not None
         if job.exists():  # it ended: with the image, or with the runtime's words
             said = job.last_line()
             job.forget()
-            if not present:
+            if facts is None:
                 raise ContainerError(f"cannot pull image {image}: {said}")
-            return runtime.digest(image)
+            return facts[1]
         policy = container.policy(image)
         if policy == "Never" and not present:
             raise Unplaceable(
                 f"image {image} is not on this node and pullPolicy is Never: "
                 f"`{runtime.name} pull {image}` (or load it), or set pullPolicy"
             )
-        if present and policy != "Always":
-            return runtime.digest(image)
+        if facts is not None and policy != "Always":
+            return facts[1]
         job.start()
         raise PullingFirst(f"pulling image {image} ({runtime.name})")
 
@@ -219,26 +230,41 @@ def _start_client(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         os.close(log_fd)
 
 
-def _wait_running(
-    runtime: Runtime,
-    name: str,
-    client: subprocess.Popen[bytes],
-    log_path: Path,
-    offset: int,
-) -> containers.Running:
-    """Until the container's main process runs; the client's words if it ended first."""
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        running = runtime.inspect(name)
-        if running is not None and running.pid > 0:
-            return running
-        if client.poll() is not None:
-            said = logfiles.read_from(log_path, offset)
-            text = said[0].decode(errors="replace") if said else ""
-            raise ContainerError(f"{runtime.name} run: {containers.words(text)}")
-        time.sleep(POLL)
-    client.kill()
-    raise ContainerError(f"{runtime.name} run: no running container after {START_TIMEOUT:.0f} s")
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A runtime's `run` just started: wait for its container's main process."""
+
+    runtime: str
+    client: subprocess.Popen[bytes]
+    log_path: Path
+    offset: int  # where this run's output begins in the log
+
+    def wait(
+        self, main_process: Callable[[], ProcessRef | None], cid_file: Path
+    ) -> tuple[ProcessRef, str]:
+        """The main process and the container id; the runtime's words if `run` ended."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            ref = main_process()
+            cid = _read(cid_file)
+            if ref is not None and cid:
+                return ref, cid
+            if self.client.poll() is not None:
+                said = logfiles.read_from(self.log_path, self.offset)
+                text = said[0].decode(errors="replace") if said else ""
+                raise ContainerError(f"{self.runtime} run: {containers.words(text)}")
+            time.sleep(POLL)
+        self.client.kill()
+        raise ContainerError(
+            f"{self.runtime} run: no container running after {START_TIMEOUT:.0f} s"
+        )
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
 
 
 class PullJob:

@@ -136,12 +136,21 @@ class LocalBackend:
         marker = self.marker(instance_of(rec.name), rec.nonce)
         passed = None if self.containers.static_devices else len(rec.devices)
         env = container_env(launch.rendered.env, passed_devices=passed)
-        ref, kept, client = self.containers.launch(launch, marker, env)
+        ref, kept, client = self.containers.launch(
+            launch, marker, env, lambda: self._leader(rec.nonce)
+        )
         self._clients.append(client)
         return Instance(
             ref=ref, node=rec.node, host=rec.host, port=rec.port, devices=rec.devices,
             container=kept,
         )  # fmt: skip
+
+    def _leader(self, nonce: str | None) -> ProcessRef | None:
+        """The marker process of ``nonce`` whose parent carries none (the engine)."""
+        marked = [m for m in self.scan() if m.nonce == nonce]
+        pids = {m.ref.pid for m in marked}
+        roots = sorted((m for m in marked if m.ppid not in pids), key=lambda m: m.ref.start_time)
+        return roots[0].ref if roots else None
 
     def refresh(self, records: Iterable[Record]) -> None:
         """Nothing to batch: each liveness check is one read of /proc."""
