@@ -145,7 +145,15 @@ def docker() -> Iterator[Engine]:
         except subprocess.TimeoutExpired:
             daemon.kill()
             daemon.wait(timeout=10)
-        shutil.rmtree(root, ignore_errors=True)
+        _unmount_under(root)  # dockerd leaves its exec root's netns bind-mounted
+        shutil.rmtree(root)
+
+
+def _unmount_under(root: Path) -> None:
+    """Unmount every mount below ``root``, deepest first."""
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for point in sorted((m for m in mounts if m.startswith(f"{root}/")), reverse=True):
+        subprocess.run(["umount", point], capture_output=True, check=False, timeout=30)
 
 
 def _start_dockerd(root: Path) -> subprocess.Popen[bytes]:
