@@ -10,6 +10,7 @@
     python -m benchmarks --only pull    # model pulls: vs curl, resume cost, Ready from cache
     python -m benchmarks --only health  # a hung engine (SIGSTOP) to its replacement
     python -m benchmarks --only tls     # HTTPS vs plain HTTP through the gateway (ratio)
+    python -m benchmarks --only containers  # an engine in a podman container vs podman run
 
 Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
 run also rewrites ``benchmarks/RESULTS.md`` (date, machine, the table).
@@ -45,17 +46,19 @@ SECTIONS = (
     "health",
     "ray",
     "tls",
+    "containers",
 )
 # Run unless --only says otherwise; "ray" needs `pip install -e '.[ray]'` and starts a local
 # Ray cluster (~2 minutes more): run it with `--only ray`. "tls" (issue 39's figure) runs
-# with `--only tls`.
-DEFAULT = tuple(s for s in SECTIONS if s not in ("ray", "tls"))
+# with `--only tls`. "containers" needs podman (and imports an image): `--only containers`.
+DEFAULT = tuple(s for s in SECTIONS if s not in ("ray", "tls", "containers"))
 
 
 def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
     from benchmarks import (
         autoscaling,
         coldstart,
+        containers,
         liveness,
         lockbench,
         placement,
@@ -84,6 +87,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             "health": lambda: liveness.bench(1),
             "ray": lambda: raybench.bench(2, 3),
             "tls": lambda: tlsbench.bench(10),
+            "containers": lambda: containers.bench(1),
         }
     return {
         "startup": lambda: startup.bench(30),
@@ -99,6 +103,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "health": lambda: liveness.bench(3),
         "ray": lambda: raybench.bench(20, 9),  # needs pip install -e '.[ray]'
         "tls": lambda: tlsbench.bench(300),
+        "containers": lambda: containers.bench(9),  # needs podman
     }
 
 

@@ -8,6 +8,7 @@ ReconcileError
 ├── LockTimeout(TimeoutError)      another pass holds a lock (the holder is named)
 ├── BackendUnavailable(ConnectionError)  the cluster backend cannot be reached (retry may help)
 └── SpawnError(OSError)            the engine could not be exec'd
+    ├── ContainerError             its container runtime refused (the runtime's words)
     └── Unplaceable                the cluster has no room for it now (the record goes Pending)
         └── PullingFirst           its model files are pulled to a node with room (Pulling)
 
@@ -37,6 +38,10 @@ class LockTimeout(ReconcileError, TimeoutError):
 
 class SpawnError(ReconcileError, OSError):
     """The engine could not be exec'd (missing program, permissions)."""
+
+
+class ContainerError(SpawnError):
+    """The container runtime refused (no such image, denied, daemon down): its own words."""
 
 
 class Unplaceable(SpawnError):

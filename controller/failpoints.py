@@ -58,6 +58,13 @@ GIT_POINTS = {
     "git.move.after_checkout": "the checkout moved, untracked files not yet cleaned",
 }
 
+# Reached only by a spec.container engine: tests/containers/test_container_lifecycle.py SIGKILLs the
+# pass at each of them (invariant 3 for containers: none left without a record, none doubled).
+CONTAINER_POINTS = {
+    "container.run.before_wait": "the runtime's `run` is started, the container maybe not yet",
+    "container.run.after_start": "the container's main process runs, the pass has not its pid",
+}
+
 
 def _parse(value: str) -> dict[str, tuple[str, int]]:
     armed: dict[str, tuple[str, int]] = {}

@@ -37,7 +37,13 @@ def open_backend(config: Config, store: RecordStore | None = None) -> Backend:
         return RayBackend(config.ray_address, state, config.owner)
     from controller.backends.local.runtime import LocalBackend
 
-    return LocalBackend(config.state_dir, config.node, store=store)
+    return LocalBackend(
+        config.state_dir,
+        config.node,
+        store=store,
+        container_runtime=config.container_runtime,
+        static_devices=config.devices is not None,
+    )
 
 
 def inventory_for(config: Config) -> Inventory:

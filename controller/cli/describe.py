@@ -20,7 +20,7 @@ from controller.cli.views import age, deployment_item, iso, table, until
 from controller.core.manifest.names import base_name, instance_of
 from controller.core.manifest.quantity import format_bytes
 from controller.core.replicaset import ReplicaSet
-from controller.core.state import Phase, Record
+from controller.core.state import ContainerRef, Phase, Record
 from controller.redact import redact_spec
 from controller.store import logfiles, measured
 from controller.store.events import Journal
@@ -174,7 +174,14 @@ def _fields(rec: Record, now: datetime) -> list[tuple[str, str]]:
         ("Readiness", _readiness(rec, now)),
         ("Liveness", _liveness(rec)),
     ]
+    if rec.container is not None:  # after PID: the container that process is the main of
+        fields.insert(11, ("Container", _container(rec.container)))
     return fields
+
+
+def _container(kept: ContainerRef) -> str:
+    """``podman abc123def456, image X (sha256:…)``: runtime, short id, image, digest."""
+    return f"{kept.runtime} {kept.id[:12]}, image {kept.image} ({kept.digest or 'no digest'})"
 
 
 def _address(rec: Record) -> str:

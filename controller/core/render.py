@@ -16,6 +16,7 @@ from controller.core.engines import (
     ReadinessChecks,
     RecipeError,
     RenderContext,
+    image_program,
     readiness_deadline,
     recipe_for,
 )
@@ -65,7 +66,7 @@ def render(
     ctx = RenderContext(
         name=entry.name,
         model=model,
-        executable=spec.executable,
+        executable=spec.executable or _program_in_image(spec),
         host=spec.host,
         port=port,
         extra_ports=extra_ports,
@@ -88,6 +89,13 @@ def render(
         stop_signal=launch.stop_signal,
         grace_seconds=spec.stop_grace_period_seconds,
     )
+
+
+def _program_in_image(spec: DeploymentSpec) -> str | None:
+    """In a container, the recipe's program is the one inside its pinned image."""
+    if spec.container is None or spec.container.image is not None:
+        return None
+    return image_program(spec.engine)
 
 
 def _probe(entry: Entry, launch: Launch) -> ProbeConfig:

@@ -88,6 +88,18 @@ class ProcessRef:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ContainerRef:
+    """The container an engine runs in (DESIGN.md "Engines in containers"): the runtime
+    that runs it, its id, the image as the manifest wrote it and the digest it was pulled
+    by (else the local image id). The record's ``ref`` is its main process as seen here."""
+
+    runtime: str
+    id: str
+    image: str
+    digest: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ExitInfo:
     code: int | None = None
     signal: int | None = None
@@ -161,6 +173,7 @@ class Record:
     engine: str = ""
     nonce: str | None = None
     ref: ProcessRef | None = None
+    container: ContainerRef | None = None  # the engine's container (None: a process)
     reserved_by: ProcessRef | None = None
     host: str = "127.0.0.1"
     port: int | None = None
@@ -258,6 +271,7 @@ class Instance:
     port: int | None
     devices: tuple[str, ...]
     message: str = ""
+    container: ContainerRef | None = None  # the container it runs in (None: a process)
 
 
 @dataclass(frozen=True, slots=True)

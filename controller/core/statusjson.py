@@ -7,6 +7,7 @@ every time in ISO 8601 (UTC) and never an age.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -66,6 +67,8 @@ def status_item(rec: Record) -> dict[str, Any]:
         "next_retry_at": iso(next_retry(rec)),
         "last_exit": exit_info,
         "labels": dict(rec.labels),
+        # DESIGN.md "Engines in containers": null for a process
+        "container": None if rec.container is None else dataclasses.asdict(rec.container),
     }
 
 

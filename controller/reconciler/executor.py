@@ -44,7 +44,7 @@ from controller.core.manifest.names import instance_of, is_next
 from controller.core.manifest.specs import Entry, base_name, next_name
 from controller.core.plan import backoff
 from controller.core.state import Phase, Record
-from controller.errors import PullingFirst, SpawnError, Unplaceable
+from controller.errors import ContainerError, PullingFirst, SpawnError, Unplaceable
 from controller.logsetup import get_logger
 from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
@@ -212,7 +212,13 @@ class Executor:
             self.event(name, verb, "placement", outcome, error=str(exc))
             return True
         except SpawnError as exc:
-            self._back_off(record, f"{exc}: install the engine or set spec.executable")
+            # A runtime's refusal says its own next move; a missing program has ours.
+            hint = (
+                ""
+                if isinstance(exc, ContainerError)
+                else ": install the engine or set spec.executable"
+            )
+            self._back_off(record, f"{exc}{hint}")
             self.event(name, verb, "spawn", "failed", error=str(exc))
             return True
         failpoints.hit("executor.spawn.before_record")
@@ -222,6 +228,7 @@ class Executor:
         started = replace(
             record,
             ref=ref,
+            container=where.container,
             node=where.node,
             host=where.host,
             port=where.port,
@@ -295,6 +302,7 @@ class Executor:
             rec,
             nonce=os.urandom(8).hex(),  # secrets.token_hex, without hmac + hashlib
             ref=None,
+            container=None,
             reserved_by=self.maker.me,
             phase=Phase.RESERVED,
             restarts=action.restarts,
@@ -363,6 +371,7 @@ class Executor:
             rec.released(),
             phase=Phase.PENDING,
             ref=None,  # the run ends with its lease: a later start is a fresh one
+            container=None,
             nonce=None,
             reserved_by=None,
             started_at=None,

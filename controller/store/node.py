@@ -45,6 +45,9 @@ class Config:
     tls_cert: Path | None = None  # node.yaml's tlsCert (the flag and environment win)
     tls_key: Path | None = None
     git: GitSettings | None = None  # --git / node.yaml git: the manifests are its checkout
+    # node.yaml's containerRuntime: what a spec.container without a runtime runs under
+    # (None: podman if on PATH, else docker).
+    container_runtime: str | None = None
     # What a lenient resolve (a read verb) passed over: each names the file, line, problem.
     warnings: tuple[str, ...] = ()
 
@@ -89,6 +92,7 @@ def resolve(
     if "/" in node_name:
         raise ConfigError(f"node name {node_name!r} may not contain '/'")
     limits, log_max_bytes, log_keep = Limits(), logfiles.DEFAULT_MAX_BYTES, logfiles.DEFAULT_KEEP
+    container_runtime: str | None = None
     warnings: list[str] = []
     tls: tuple[Path | None, Path | None] = (None, None)
     git_file: GitFile | None = None
@@ -107,6 +111,7 @@ def resolve(
             log_keep = node_file.log_max_files
             tls = node_file.tls_path("tls_cert"), node_file.tls_path("tls_key")
             git_file = node_file.git
+            container_runtime = node_file.container_runtime
     flag = max_instances if max_instances is not None else env.get("RECONCILE_MAX_INSTANCES")
     if flag:
         try:
@@ -146,6 +151,7 @@ def resolve(
         metrics_port=metrics_port,
         backend=chosen,
         ray_address=address,
+        container_runtime=container_runtime,
         warnings=tuple(warnings),
         tls_cert=tls[0],
         tls_key=tls[1],

@@ -17,6 +17,7 @@ when it exists::
       webhookSecretFile: /etc/reconcile/hook.secret
       verify: {allowedSigners: /etc/reconcile/allowed_signers}
       autoRollback: {progressDeadline: 10m}
+    containerRuntime: docker         # spec.container's default runtime (else podman if on PATH)
 
 Flags win over the file (``--max-instances 8,nvidia=2``; ``--git``, ``--branch``... one
 key at a time), then the environment.
@@ -32,7 +33,7 @@ from pydantic.alias_generators import to_camel
 
 from controller.core.devices.capacity import Limits
 from controller.core.manifest.specerrors import problems
-from controller.core.manifest.specs import NOT_BOOL
+from controller.core.manifest.specs import NOT_BOOL, ContainerRuntime
 from controller.errors import ConfigError
 from controller.store import logfiles
 from controller.store.statedir import StateDir
@@ -99,6 +100,7 @@ class NodeFile(BaseModel):
         return (self._folder / Path(value).expanduser()).absolute() if value else None
 
     git: GitFile | None = None
+    container_runtime: ContainerRuntime | None = None
 
     @property
     def limits(self) -> Limits:
@@ -126,8 +128,8 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
         if first.unknown:
             message = (
                 "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles, "
-                "tlsCert, tlsKey, git; under git: url, branch, tag, path, interval,"
-                " webhookSecretFile, verify, autoRollback)"
+                "tlsCert, tlsKey, containerRuntime, git; under git: url, branch, tag, path,"
+                " interval, webhookSecretFile, verify, autoRollback)"
             )
         raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc
     found._folder = path.parent.absolute()

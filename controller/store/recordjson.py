@@ -20,7 +20,15 @@ from typing import Any, Literal, TypeVar
 from controller.core.elapsed import BootClock
 from controller.core.engines import RecipeError, default_affinity, readiness_deadline
 from controller.core.manifest.names import model_names
-from controller.core.state import VERSION, ExitInfo, Phase, ProbeConfig, ProcessRef, Record
+from controller.core.state import (
+    VERSION,
+    ContainerRef,
+    ExitInfo,
+    Phase,
+    ProbeConfig,
+    ProcessRef,
+    Record,
+)
 
 T = TypeVar("T")
 _BLANK = Record(name="", owner="", node="")
@@ -160,6 +168,17 @@ def _process_ref(f: Fields) -> ProcessRef:
     )
 
 
+def _container(f: Fields) -> ContainerRef:
+    return f.build(
+        lambda: ContainerRef(
+            runtime=f.take("runtime", str),
+            id=f.take("id", str),
+            image=f.take("image", str),
+            digest=f.take("digest", str, ""),
+        )
+    )
+
+
 def _exit_info(f: Fields) -> ExitInfo:
     return f.build(
         lambda: ExitInfo(
@@ -246,6 +265,7 @@ def record_v3(data: object) -> Record:
             engine=f.take("engine", str, b.engine),
             nonce=f.maybe("nonce", str),
             ref=f.nested("ref", _process_ref),
+            container=f.nested("container", _container),
             reserved_by=f.nested("reserved_by", _process_ref),
             host=f.take("host", str, b.host),
             port=f.maybe("port", int),

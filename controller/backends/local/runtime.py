@@ -22,6 +22,7 @@ from pathlib import Path
 
 from controller import failpoints
 from controller.backends.base import ExitStatus, StartRequest, engine_env
+from controller.backends.local.container import Wrapper, container_env
 from controller.core.devices.inventory import Inventory
 from controller.core.manifest import backendnames
 from controller.core.manifest.names import instance_of
@@ -29,6 +30,7 @@ from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import SpawnError
 from controller.host import ports, procpsutil, procscan, procstat
+from controller.host.containers import Runtime
 from controller.host.devices import wait_gpu_release
 from controller.host.procs import identity, process_alive, ref_of
 from controller.host.procscan import EnvironScan
@@ -59,7 +61,15 @@ class LocalBackend:
         """Pull processes on this host, into its model cache (engines run here too)."""
         return HostPuller(modelcache.cache_root(state_dir), state_dir, stall_seconds)
 
-    def __init__(self, state_dir: Path, node: str, *, store: RecordStore | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        node: str,
+        *,
+        store: RecordStore | None = None,
+        container_runtime: str | None = None,
+        static_devices: bool = True,
+    ) -> None:
         procpsutil.check_supported()  # on a host with neither /proc nor psutil: say so now
         # Where the engines' log files live: the caller's store of this state dir, if any.
         self.store = store if store is not None else RecordStore(state_dir)
@@ -68,6 +78,9 @@ class LocalBackend:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self.exits: dict[int, ExitStatus] = {}
         self._environs = EnvironScan()  # remembers unmarked processes between scans
+        # spec.container engines: how they are wrapped (node.yaml's default runtime).
+        self.containers = Wrapper(self.state_dir, container_runtime, static_devices=static_devices)
+        self._clients: list[subprocess.Popen[bytes]] = []  # `podman run`s we reap
 
     # -- identity ------------------------------------------------------------
 
@@ -88,6 +101,7 @@ class LocalBackend:
         record whose liveness check would): no zombie outlives the next observation."""
         for pid in list(self._children):
             self._reap(pid)
+        self._clients = [c for c in self._clients if c.poll() is None]
 
     def _reap(self, pid: int) -> None:
         child = self._children.get(pid)
@@ -105,6 +119,8 @@ class LocalBackend:
         """Spawn on this node, exactly where the reservation says (devices, port)."""
         rec = launch.record
         assert rec.nonce is not None
+        if launch.entry.deployment.spec.container is not None:
+            return self._launch_container(launch)
         ref = self.spawn(
             launch.rendered.argv,
             engine_env(launch.rendered.env),
@@ -113,6 +129,28 @@ class LocalBackend:
             log_path=launch.log_path,
         )
         return Instance(ref=ref, node=rec.node, host=rec.host, port=rec.port, devices=rec.devices)
+
+    def _launch_container(self, launch: StartRequest) -> Instance:
+        rec = launch.record
+        assert rec.nonce is not None
+        marker = self.marker(instance_of(rec.name), rec.nonce)
+        passed = None if self.containers.static_devices else len(rec.devices)
+        env = container_env(launch.rendered.env, passed_devices=passed)
+        ref, kept, client = self.containers.launch(
+            launch, marker, env, lambda: self._leader(rec.nonce)
+        )
+        self._clients.append(client)
+        return Instance(
+            ref=ref, node=rec.node, host=rec.host, port=rec.port, devices=rec.devices,
+            container=kept,
+        )  # fmt: skip
+
+    def _leader(self, nonce: str | None) -> ProcessRef | None:
+        """The marker process of ``nonce`` whose parent carries none (the engine)."""
+        marked = [m for m in self.scan() if m.nonce == nonce]
+        pids = {m.ref.pid for m in marked}
+        roots = sorted((m for m in marked if m.ppid not in pids), key=lambda m: m.ref.start_time)
+        return roots[0].ref if roots else None
 
     def refresh(self, records: Iterable[Record]) -> None:
         """Nothing to batch: each liveness check is one read of /proc."""
@@ -230,6 +268,8 @@ class LocalBackend:
         pids = {m.ref.pid for m in self.scan() if m.nonce == rec.nonce} if uuids else set()
         if rec.ref is not None:
             pids.add(rec.ref.pid)
+        if rec.container is not None:  # the runtime's stop (grace, then kill), then rm
+            Runtime(rec.container.runtime).remove(rec.container.id, rec.grace_seconds)
         self.stop(rec.ref, rec.nonce, rec.stop_signal, rec.grace_seconds)
         if uuids and not wait_gpu_release(uuids, pids):
             log.warning("gpu memory still held", deployment=rec.name, devices=list(rec.devices))

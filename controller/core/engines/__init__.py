@@ -36,6 +36,7 @@ __all__ = [
     "RecipeError",
     "RenderContext",
     "default_affinity",
+    "image_program",
     "readiness_deadline",
     "recipe_for",
 ]
@@ -65,3 +66,12 @@ def default_affinity(engine: str) -> Literal["none", "prefix"]:
         return "prefix" if recipe_for(engine).caches_prefixes else "none"
     except RecipeError:
         return "none"
+
+
+def image_program(engine: str) -> str | None:
+    """The program inside the recipe's pinned image where the image's PATH lacks it
+    (``IMAGE_EXECUTABLE`` in its module); None: the recipe's usual program name."""
+    program: str | None = getattr(
+        importlib.import_module(MODULES[engine]), "IMAGE_EXECUTABLE", None
+    )
+    return program

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.core.devices.inventory import Device
-from controller.core.engines import llama_cpp, ollama, recipe_for, sglang, tgi, vllm
+from controller.core.engines import image_program, llama_cpp, ollama, recipe_for, sglang, tgi, vllm
 from controller.core.kubernetes import exportpull
 from controller.core.manifest.specs import Deployment, DeploymentSpec, Devices, Entry
 from controller.core.render import Rendered, render
@@ -165,7 +165,7 @@ def problems_of(spec: DeploymentSpec) -> list[Problem]:
         out.append(_drop((*devices, "memory"), WHY_MEMORY))
     if spec.devices.kind == "apple" and spec.devices.count:
         out.append(_drop((*devices, "kind"), WHY_APPLE))
-    if spec.image is None:
+    if spec.image is None and (spec.container is None or spec.container.image is None):
         out.extend(_image_problems(spec))
     if spec.affinity == "session":
         out.append(_drop(("spec", "affinity"), WHY_AFFINITY))
@@ -231,9 +231,9 @@ def _for_pod(deployment: Deployment) -> Deployment:
         dropped = {"candidates": None, "shareable": False, "memory": None}
         devices = devices.model_copy(update=dropped)
     update: dict[str, Any] = {"host": POD_HOST, "devices": devices}
-    if spec.image is None:
+    if spec.image is None and (spec.container is None or spec.container.image is None):
         # The pinned image's own program: spec.executable names a path on the host.
-        update["executable"] = llama_cpp.IMAGE_EXECUTABLE if spec.engine == "llama-cpp" else None
+        update["executable"] = image_program(spec.engine)
     return deployment.model_copy(update={"spec": spec.model_copy(update=update)})
 
 
@@ -267,6 +267,10 @@ def _rendered(deployment: Deployment) -> Rendered:
 
 
 def image_of(spec: DeploymentSpec) -> str:
+    """The engine's image: ``spec.container.image``, ``spec.image``, else the recipe's
+    pinned one (the CUDA build of llama.cpp for an instance that holds a GPU)."""
+    if spec.container is not None and spec.container.image is not None:
+        return spec.container.image
     if spec.image is not None:
         return spec.image
     if spec.engine == "llama-cpp" and _gpu_resource(spec.devices) is not None:

@@ -367,6 +367,78 @@ class RollingUpdate(Model):
     )
 
 
+# An image reference as docker and podman take it: [registry[:port]/]path[:tag][@digest].
+IMAGE_REF = re.compile(
+    r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?/)?"  # a registry (or the path's first part)
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@sha256:[a-f0-9]{64})?$"
+)
+PullPolicy = Literal["Always", "IfNotPresent", "Never"]
+ContainerRuntime = Literal["podman", "docker"]
+
+
+def _image_ref(image: str) -> str:
+    if not IMAGE_REF.match(image):
+        raise ValueError(
+            f"image {short(image)} is not an image reference: [registry/]name[:tag][@sha256:"
+            "<64 hex>], lower-case name (e.g. docker.io/vllm/vllm-openai:v0.11.0)"
+        )
+    return image
+
+
+def _volume(volume: str) -> str:
+    parts = volume.split(":")
+    mode_ok = len(parts) == 2 or (len(parts) == 3 and parts[2] in ("ro", "rw"))
+    if not mode_ok or not all(parts[:2]):
+        raise ValueError(f"volume {short(volume)} is not host:container[:ro]")
+    for side, path in zip(("host", "container"), parts[:2], strict=True):
+        if not path.startswith("/"):
+            raise ValueError(f"volume {short(volume)}: the {side} path {path!r} must be absolute")
+    return volume
+
+
+def image_tag(image: str) -> str | None:
+    """The tag of an image reference (None: none, only a digest or nothing)."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else None
+
+
+class Container(Model):
+    """Run the engine in a container (DESIGN.md "Engines in containers")."""
+
+    image: Annotated[str, AfterValidator(_image_ref)] | None = Field(
+        default=None,
+        description="The image (default: the recipe's pinned image); `@sha256:...` pins a digest.",
+    )
+    runtime: ContainerRuntime | None = Field(
+        default=None,
+        description="podman or docker (default: node.yaml's containerRuntime, else podman "
+        "if on PATH, else docker).",
+    )
+    pull_policy: PullPolicy | None = Field(
+        default=None,
+        description="Always, IfNotPresent or Never (default as Kubernetes: Always for "
+        ":latest or no tag, else IfNotPresent).",
+    )
+    volumes: tuple[Annotated[str, AfterValidator(_volume)], ...] = Field(
+        default=(), description="host:container[:ro] bind mounts, both paths absolute."
+    )
+    shm_size: Memory | None = Field(
+        default=None, description="/dev/shm's size (e.g. 16Gi; default the runtime's)."
+    )
+
+    def policy(self, image: str) -> PullPolicy:
+        """``pullPolicy``, else Kubernetes' default for ``image``."""
+        if self.pull_policy is not None:
+            return self.pull_policy
+        if "@" in image:
+            return "IfNotPresent"
+        tag = image_tag(image)
+        return "Always" if tag in (None, "latest") else "IfNotPresent"
+
+
 class DeploymentSpec(Model):
     engine: Engine = Field(
         description="The recipe: vllm, llama-cpp, sglang, tgi, ollama, or command (any argv)."
@@ -448,6 +520,12 @@ class DeploymentSpec(Model):
         min_length=1,
         description="`reconcile export` only: the container image (default: the recipe's "
         "pinned image; required for engine: command). Never restarts the engine.",
+    )
+    # DESIGN.md "Engines in containers": the same engine, lease and contract, in an image.
+    container: Container | None = Field(
+        default=None,
+        description="Run the engine in a container ({} runs the recipe's pinned image): "
+        "image, runtime, pullPolicy, volumes, shmSize.",
     )
     # Higher preempts strictly lower when devices run short (DESIGN: Memory and priority).
     priority: int = Field(
@@ -600,6 +678,8 @@ def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
         del doc["devices"]["memory"]
     if doc.get("source") is None:
         del doc["source"]
+    if doc.get("container") is None:
+        del doc["container"]
     if doc.get("livenessProbe") is None:
         del doc["livenessProbe"]
     if isinstance(doc.get("readiness"), dict) and doc["readiness"].get("completion") is None:

@@ -1,0 +1,142 @@
+"""12. An engine in a container: manifest written → engine answering, next to the same
+``podman run`` typed by hand (``python -m benchmarks --only containers``; needs podman).
+
+Ours: from writing a manifest with ``spec.container`` until the stand-in engine (busybox's
+httpd in an image imported here, never pulled) answers GET /health, through
+``reconcile --once --wait``. By hand: ``podman run -d --rm --network host`` of the same
+image and argv, until the same GET answers. Trials alternate; both are torn down after
+each trial and the image is removed at the end.
+
+The podman configuration is the benchmark's own (``runc``, no default ulimits: what this
+project's sandbox needs, as tests/containers/conftest.py says); both sides use it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from benchmarks.common import (
+    HTTP_READY,
+    Row,
+    free_port_block,
+    reconcile_argv,
+    run,
+    wait_for,
+    workspace,
+)
+
+PODMAN_CONF = '[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\n'
+STANDIN = [
+    "/bin/busybox",
+    "sh",
+    "-c",
+    'trap "exit 0" TERM; /bin/busybox httpd -f -p {port} -h /www & wait',
+]
+
+
+def answers(port: int) -> bool:
+    """GET /health answered 200 (busybox's httpd answers a 1.0 request in HTTP/1.1)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+            head = s.recv(16)
+    except OSError:
+        return False
+    return head.startswith(b"HTTP/1.") and head[8:13] == b" 200 "
+
+
+def _rootfs() -> bytes:
+    busybox = shutil.which("busybox")
+    assert busybox is not None, "the benchmark's image needs a static busybox (busybox-static)"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(busybox, arcname="bin/busybox")
+        info = tarfile.TarInfo("www/health")
+        info.size, info.mode = 3, 0o644
+        tar.addfile(info, io.BytesIO(b"ok\n"))
+    return buf.getvalue()
+
+
+def _ours(image: str, env: dict[str, str]) -> float:
+    with workspace("containers") as ws:
+        port = free_port_block(4, 26000)
+        spec = {
+            "engine": "command",
+            "command": STANDIN,
+            "basePort": port,
+            "readiness": HTTP_READY,
+            "stopGracePeriodSeconds": 2,
+            "container": {"image": image, "runtime": "podman"},
+        }
+        doc = {"apiVersion": "reconcile/v1", "kind": "Deployment", "metadata": {"name": "box"}}
+        text = json.dumps({**doc, "spec": spec}) + "\n"
+        full = {**ws.env(), **env}
+        start = time.perf_counter()
+        (ws.manifests / "box.yaml").write_text(text)
+        argv = [*reconcile_argv(), "--once", "--wait", "--timeout", "60s", *ws.common()]
+        run(argv, env=full, timeout=120)
+        wait_for(lambda: answers(port), 60, "the engine answering", poll=0.005)
+        took = time.perf_counter() - start
+        run([*reconcile_argv(), "down", *ws.common()], env=full, timeout=120)
+    return took * 1000
+
+
+def _by_hand(image: str, env: dict[str, str]) -> float:
+    port = free_port_block(4, 27000)
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    program, *args = [a.replace("{port}", str(port)) for a in STANDIN]
+    argv = ["podman", "run", "-d", "--rm", "--name", name, "--network", "host"]
+    full = {**os.environ, **env}
+    start = time.perf_counter()
+    run([*argv, "--entrypoint", program, image, *args], env=full, timeout=120)
+    wait_for(lambda: answers(port), 60, "the container answering", poll=0.005)
+    took = time.perf_counter() - start
+    subprocess.run(
+        ["podman", "rm", "-f", "-t", "0", name], env=full, capture_output=True, check=False
+    )
+    return took * 1000
+
+
+def bench(trials: int) -> list[Row]:
+    if shutil.which("podman") is None:
+        return [
+            Row("12. containers", "manifest → engine answering (podman not installed)", "ms", [])
+        ]
+    folder = Path(tempfile.mkdtemp(prefix="reconcile-bench-podman-"))
+    (folder / "containers.conf").write_text(PODMAN_CONF)
+    env = {"CONTAINERS_CONF": str(folder / "containers.conf")}
+    image = f"localhost/reconcile-bench/engine:{uuid.uuid4().hex[:8]}"
+    full = {**os.environ, **env}
+    subprocess.run(
+        ["podman", "import", "-", image], input=_rootfs(), env=full, capture_output=True, check=True
+    )
+    ours: list[float] = []
+    theirs: list[float] = []
+    try:
+        for _ in range(trials):
+            ours.append(_ours(image, env))
+            theirs.append(_by_hand(image, env))
+    finally:
+        subprocess.run(["podman", "rmi", "-f", image], env=full, capture_output=True, check=False)
+        shutil.rmtree(folder, ignore_errors=True)
+    row = Row(
+        section="12. containers",
+        metric="manifest written → engine answering (podman)",
+        unit="ms",
+        ours=ours,
+        theirs=theirs,
+        alt="the same `podman run` by hand",
+        goal="≤ 1.2x",
+    )
+    row.met = row.ratio is not None and row.ratio <= 1.2
+    return [row]

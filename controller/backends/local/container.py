@@ -1,0 +1,329 @@
+"""How an engine is wrapped: in a container, on the node the backend chose.
+
+Not a backend of its own: where an engine runs (this node, a Ray node) and how it is
+wrapped (a process, a container) are separate choices, and the planner knows neither.
+The local backend (and the Ray actor, through it) hands a ``spec.container`` launch here.
+
+The contract is a process's: the host's network and the leased port, the rendered
+environment plus the marker (``RECONCILE_INSTANCE``, ``RECONCILE_STATE``), the recipe's
+argv in place of the image's entrypoint, the model cache read-only at the same path, the
+engine's output in the deployment's log file. The record's ``ref`` is the container's
+main process as this host sees it, so liveness (invariant 6), the marker scan and the
+sweep work on it as on any engine; ``--rm`` makes the runtime remove a container whose
+main process ended, however it ended, so none outlives its engine.
+
+The runtime's ``run`` is started attached, in a session of its own, with its output into
+the log file: it streams the engine's output there for as long as the container runs and
+ends with it. It carries no marker (it is not the engine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller import failpoints
+from controller.backends.base import StartRequest
+from controller.core.digest import sha256_hex
+from controller.core.kubernetes.export import image_of
+from controller.core.manifest.names import instance_of
+from controller.core.manifest.specs import Container, DeploymentSpec
+from controller.core.state import ContainerRef, ProcessRef
+from controller.errors import ContainerError, PullingFirst, Unplaceable
+from controller.host import containers
+from controller.host.containers import Runtime
+from controller.host.procs import identity
+from controller.store import logfiles, modelcache
+
+START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating layers)
+POLL = 0.01  # a look at /proc and one small file
+VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def container_name(instance: str, nonce: str) -> str:
+    """``reconcile-pool_1-<nonce>``: a replica's ``@`` is not allowed in a container name."""
+    return f"reconcile-{instance.replace('@', '_')}-{nonce}"
+
+
+class Wrapper:
+    """Runs one engine in a container; what the local backend asks of it."""
+
+    def __init__(self, state_dir: str, node_runtime: str | None, *, static_devices: bool) -> None:
+        self.state_dir = state_dir
+        self.node_runtime = node_runtime
+        # A static inventory (RECONCILE_DEVICES: tests, demos) names no real device.
+        self.static_devices = static_devices
+
+    def runtime_of(self, container: Container) -> Runtime:
+        return Runtime(container.runtime or containers.default_runtime(self.node_runtime))
+
+    def launch(
+        self,
+        launch: StartRequest,
+        marker: str,
+        env: Mapping[str, str],
+        main_process: Callable[[], ProcessRef | None],
+    ) -> tuple[ProcessRef, ContainerRef, subprocess.Popen[bytes]]:
+        """Start the container: its main process, what the record keeps of it, and the
+        runtime's client (the caller reaps it when it ends). ``main_process``: the
+        marker's leader now (the container's PID 1 carries the marker in its environment,
+        so a look at /proc finds it without asking the runtime again and again)."""
+        spec = launch.entry.deployment.spec
+        assert spec.container is not None and launch.record.nonce is not None
+        runtime = self.runtime_of(spec.container)
+        image = image_of(spec)
+        digest = self.ensure_image(runtime, image, spec.container)
+        name = container_name(instance_of(launch.record.name), launch.record.nonce)
+        env_file = Path(self.state_dir) / "run" / f"{name}.env"
+        cid_file = env_file.with_suffix(".cid")  # `run` writes the container's id there
+        _write_env(env_file, {**env, "RECONCILE_STATE": self.state_dir}, marker)
+        try:
+            argv = self.run_argv(runtime.name, spec, launch, image, name, marker, env_file)
+            argv[2:2] = ["--cidfile", str(cid_file)]
+            offset = _size(launch.log_path)
+            client = _start_client(argv, launch.log_path)
+            failpoints.hit("container.run.before_wait")
+            started = Started(runtime.name, client, launch.log_path, offset)
+            ref, cid = started.wait(main_process, cid_file)
+            failpoints.hit("container.run.after_start")
+        finally:
+            for path in (env_file, cid_file):  # the engine has its environment now
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        kept = ContainerRef(runtime=runtime.name, id=cid, image=image, digest=digest)
+        return ref, kept, client
+
+    def ensure_image(self, runtime: Runtime, image: str, container: Container) -> str:
+        """The image on this node as pullPolicy says, and its digest.
+
+        A pull is a declared step, as a model pull: it runs in a process of its own (the
+        runtime's ``pull``, its output in ``<state>/images/``) and the start waits for it
+        holding nothing (PullingFirst: the record is Pulling, no device, no port); the
+        next pass finds it again by the job file. A pull that ended without the image is
+        a ContainerError in the runtime's own words, retried with the usual back-off.
+        """
+        PULLS[:] = [p for p in PULLS if p.poll() is None]
+        job = PullJob(Path(self.state_dir), runtime.name, image)
+        if job.running():
+            raise PullingFirst(f"pulling image {image} ({runtime.name}): {job.last_line()}")
+        facts = runtime.image(image)  # (id, digest) when on this node
+        present = facts is not None
+        if job.exists():  # it ended: with the image, or with the runtime's words
+            said = job.last_line()
+            job.forget()
+            if facts is None:
+                raise ContainerError(f"cannot pull image {image}: {said}")
+            return facts[1]
+        policy = container.policy(image)
+        if policy == "Never" and not present:
+            raise Unplaceable(
+                f"image {image} is not on this node and pullPolicy is Never: "
+                f"`{runtime.name} pull {image}` (or load it), or set pullPolicy"
+            )
+        if facts is not None and policy != "Always":
+            return facts[1]
+        job.start()
+        raise PullingFirst(f"pulling image {image} ({runtime.name})")
+
+    def run_argv(
+        self,
+        runtime: str,
+        spec: DeploymentSpec,
+        launch: StartRequest,
+        image: str,
+        name: str,
+        marker: str,
+        env_file: Path,
+    ) -> list[str]:
+        assert spec.container is not None
+        argv = [runtime, "run", "--rm", "--name", name, "--network", "host", "--pull", "never"]
+        argv += ["--label", f"{containers.INSTANCE_LABEL}={marker}"]
+        argv += ["--label", f"{containers.STATE_LABEL}={self.state_dir}"]
+        argv += ["--env-file", str(env_file), "--stop-signal", str(launch.rendered.stop_signal)]
+        if spec.container.shm_size is not None:
+            argv += ["--shm-size", str(spec.container.shm_size)]
+        for volume in (*spec.container.volumes, *self._read_only_mounts(spec)):
+            argv += ["--volume", volume]
+        argv += self._device_flags(runtime, launch)
+        program, *args = launch.rendered.argv
+        return [*argv, "--entrypoint", program, image, *args]
+
+    def _read_only_mounts(self, spec: DeploymentSpec) -> list[str]:
+        """The model cache, and a local spec.model's folder, at the same paths, read-only,
+        unless a volume already covers them (``{model}`` then names the same file)."""
+        assert spec.container is not None
+        wanted = [str(modelcache.cache_root(Path(self.state_dir)).resolve())]
+        if spec.model and spec.model.startswith("/"):
+            model = Path(spec.model)
+            wanted.append(str(model if model.is_dir() else model.parent))
+        covered = [v.split(":")[1] for v in spec.container.volumes]
+        mounts = []
+        for path in wanted:
+            inside = any(path == c or path.startswith(c.rstrip("/") + "/") for c in covered)
+            if not inside and os.path.isdir(path):
+                mounts.append(f"{path}:{path}:ro")
+        return mounts
+
+    def _device_flags(self, runtime: str, launch: StartRequest) -> list[str]:
+        """nvidia through CDI (podman) or --gpus (docker); amd through /dev/kfd and the
+        render nodes; nothing with a static inventory (its ids name no real device)."""
+        env = launch.rendered.env
+        ids = launch.record.devices
+        if self.static_devices or not ids:
+            return []
+        if env.get("HIP_VISIBLE_DEVICES"):
+            return ["--device", "/dev/kfd", "--device", "/dev/dri"]
+        if runtime == "podman":
+            return [arg for i in ids for arg in ("--device", f"nvidia.com/gpu={i}")]
+        return ["--gpus", f'"device={",".join(ids)}"']
+
+
+def container_env(rendered: Mapping[str, str], *, passed_devices: int | None) -> dict[str, str]:
+    """The engine's environment inside: the rendered one only (never the host's PATH or
+    HOME, which would break the image). Devices passed in are numbered from 0 there."""
+    env = dict(rendered)
+    if passed_devices:
+        inside = ",".join(str(i) for i in range(passed_devices))
+        for key in VISIBILITY:
+            if env.get(key):
+                env[key] = inside
+    return env
+
+
+def _write_env(path: Path, env: Mapping[str, str], marker: str) -> None:
+    """KEY=VALUE lines, 0600, read by `run --env-file`: values never reach an argv."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"{k}={v}" for k, v in env.items() if "\n" not in v]
+    lines.append(f"RECONCILE_INSTANCE={marker}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write("\n".join(lines) + "\n")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _start_client(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives this pass, as the engine does
+            close_fds=True,
+        )
+    except OSError as exc:
+        raise ContainerError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(log_fd)
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A runtime's `run` just started: wait for its container's main process."""
+
+    runtime: str
+    client: subprocess.Popen[bytes]
+    log_path: Path
+    offset: int  # where this run's output begins in the log
+
+    def wait(
+        self, main_process: Callable[[], ProcessRef | None], cid_file: Path
+    ) -> tuple[ProcessRef, str]:
+        """The main process and the container id; the runtime's words if `run` ended."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            ref = main_process()
+            cid = _read(cid_file)
+            if ref is not None and cid:
+                return ref, cid
+            if self.client.poll() is not None:
+                said = logfiles.read_from(self.log_path, self.offset)
+                text = said[0].decode(errors="replace") if said else ""
+                raise ContainerError(f"{self.runtime} run: {containers.words(text)}")
+            time.sleep(POLL)
+        self.client.kill()
+        raise ContainerError(
+            f"{self.runtime} run: no container running after {START_TIMEOUT:.0f} s"
+        )
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+class PullJob:
+    """One image pull in a process of its own: ``<state>/images/<key>.json`` (its pid
+    and start time) and ``<key>.log`` (the runtime's output: progress, then its words)."""
+
+    def __init__(self, state_dir: Path, runtime: str, image: str) -> None:
+        key = sha256_hex(f"{runtime}\0{image}".encode())[:24]
+        self.folder = state_dir / "images"
+        self.file = self.folder / f"{key}.json"
+        self.log = self.folder / f"{key}.log"
+        self.argv = [runtime, "pull", image]
+
+    def exists(self) -> bool:
+        return self.file.exists()
+
+    def running(self) -> bool:
+        try:
+            data = json.loads(self.file.read_text())
+            ref = ProcessRef(pid=int(data["pid"]), start_time=float(data["start_time"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        current = identity(ref.pid)
+        return current is not None and abs(current.start_time - ref.start_time) < 1.0
+
+    def start(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            child = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # outlives this pass, as a model pull does
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise ContainerError(f"cannot run {self.argv[0]!r}: {exc.strerror or exc}") from exc
+        finally:
+            os.close(log_fd)
+        PULLS.append(child)
+        ref = identity(child.pid) or ProcessRef(pid=child.pid, start_time=time.time())
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": ref.pid, "start_time": ref.start_time}))
+        tmp.replace(self.file)
+
+    def last_line(self) -> str:
+        try:
+            text = self.log.read_text(errors="replace")[-4000:]
+        except OSError:
+            return "starting"
+        return containers.words(text.replace("\r", "\n"))
+
+    def forget(self) -> None:
+        for path in (self.file, self.log):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+# The pulls this process started: polled (reaped) at each look, so none stays a zombie.
+PULLS: list[subprocess.Popen[bytes]] = []

@@ -1,0 +1,181 @@
+"""Podman and docker, driven through their command lines (DESIGN.md "Engines in containers").
+
+Why the CLIs and not their APIs: podman needs no daemon at all (its REST service is an
+extra process to run), both take the same ``run`` flags, and an error the user sees is
+the runtime's own words, the ones its docs and forums answer. A call is a fork and exec
+of a Go binary (tens of ms), made only when an engine starts, stops or is looked for.
+
+Every container we run carries the labels ``reconcile.instance`` (the marker) and
+``reconcile.state`` (the state dir's real path): that is how a container is ours.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+
+from controller.errors import ContainerError
+
+RUNTIMES = ("podman", "docker")
+INSTANCE_LABEL = "reconcile.instance"
+STATE_LABEL = "reconcile.state"
+CALL_TIMEOUT = 60.0  # seconds for one CLI call other than a pull (a stop adds its grace)
+PULL_TIMEOUT = 3600.0  # an engine image is gigabytes
+POLL = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """What ``inspect`` says of a container."""
+
+    id: str
+    pid: int  # its main process on this host (0: not running)
+    status: str  # created, running, exited...
+    image_id: str
+
+
+def default_runtime(node_default: str | None) -> str:
+    """node.yaml's containerRuntime, else podman if on PATH, else docker."""
+    if node_default:
+        return node_default
+    return "podman" if shutil.which("podman") else "docker"
+
+
+class Runtime:
+    """One runtime's CLI (``podman`` or ``docker``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def call(self, *args: str, timeout: float = CALL_TIMEOUT) -> subprocess.CompletedProcess[str]:
+        """One CLI call; its output as text. A missing program is a ContainerError."""
+        try:
+            return subprocess.run(
+                [self.name, *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+            )
+        except FileNotFoundError:
+            raise ContainerError(
+                f"{self.name} is not installed on this node: install it, or set "
+                "spec.container.runtime (or node.yaml containerRuntime) to the other one"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise ContainerError(
+                f"`{self.name} {args[0]}` did not answer in {timeout:.0f} s"
+            ) from None
+
+    def checked(self, *args: str, timeout: float = CALL_TIMEOUT) -> str:
+        done = self.call(*args, timeout=timeout)
+        if done.returncode != 0:
+            raise ContainerError(f"{self.name} {args[0]}: {words(done.stderr)}")
+        return done.stdout
+
+    # -- images ----------------------------------------------------------------------
+
+    def image(self, image: str) -> tuple[str, str] | None:
+        """The local image's id and digest (None: not on this node). The digest is the
+        registry digest it was pulled by (``sha256:…``), else its local id."""
+        fmt = "{{.Id}}|{{json .RepoDigests}}"
+        done = self.call("image", "inspect", "--format", fmt, image)
+        if done.returncode != 0:
+            return None
+        image_id, _, repo_digests = done.stdout.strip().partition("|")
+        image_id = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
+        if "@" in image:  # pinned: that is the digest it was pulled by
+            return image_id, image.split("@", 1)[1]
+        # One image may carry the digests of several repositories (tagged or pulled under
+        # more than one name): the one of the repository named.
+        repo = _repository(image)
+        for item in json.loads(repo_digests or "null") or []:
+            name, _, digest = str(item).partition("@")
+            if _repository(name) == repo or name.endswith("/" + repo):
+                return image_id, digest
+        return image_id, image_id
+
+    def pull(self, image: str) -> None:
+        self.checked("pull", image, timeout=PULL_TIMEOUT)
+
+    # -- containers --------------------------------------------------------------------
+
+    def inspect(self, name: str) -> Running | None:
+        """The container named ``name`` (or id), None when there is none."""
+        fmt = "{{.Id}}|{{.State.Pid}}|{{.State.Status}}|{{.Image}}"
+        done = self.call("container", "inspect", "--format", fmt, name)
+        if done.returncode != 0:
+            return None
+        cid, pid, status, image_id = [*done.stdout.strip().split("|"), "", "", ""][:4]
+        return Running(id=cid, pid=int(pid or 0), status=status, image_id=image_id)
+
+    def ours(self, state_dir: str) -> dict[str, str]:
+        """Every container (any state) of this state dir: id -> its instance marker."""
+        fmt = "{{.ID}}|{{.Labels}}" if self.name == "docker" else "{{.ID}}|{{json .Labels}}"
+        done = self.call("ps", "-a", "--no-trunc", "--filter", f"label={STATE_LABEL}={state_dir}",
+                         "--format", fmt)  # fmt: skip
+        if done.returncode != 0:
+            return {}
+        out: dict[str, str] = {}
+        for line in done.stdout.splitlines():
+            cid, _, labels = line.partition("|")
+            if cid:
+                out[cid] = _label(labels, INSTANCE_LABEL)
+        return out
+
+    def remove(self, name: str, grace: float) -> None:
+        """Stop with the grace period, then remove; a container already gone is fine."""
+        seconds = str(max(0, round(grace)))
+        self.call("stop", "-t", seconds, name, timeout=CALL_TIMEOUT + grace)
+        done = self.call("rm", "-f", name)
+        if done.returncode != 0 and not gone(done.stderr):
+            raise ContainerError(f"{self.name} rm {name}: {words(done.stderr)}")
+        # `run --rm`: the runtime may be removing it already (docker then refuses the rm,
+        # "already in progress"), so wait until it is gone: a stop leaves nothing behind.
+        deadline = time.monotonic() + CALL_TIMEOUT
+        while self.inspect(name) is not None:
+            if time.monotonic() > deadline:
+                raise ContainerError(f"{self.name}: container {name} is still there after rm")
+            time.sleep(POLL)
+
+
+def _repository(image: str) -> str:
+    """The repository of a reference: without its digest and tag (a port stays)."""
+    name = image.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    last = last.split(":", 1)[0]
+    return f"{head}/{last}" if head else last
+
+
+def _label(labels: str, key: str) -> str:
+    """A label's value from podman's JSON map or docker's ``k=v,k=v`` list."""
+    text = labels.strip()
+    if text.startswith("{"):
+        value = json.loads(text).get(key, "")
+        return str(value)
+    for item in text.split(","):
+        k, _, v = item.partition("=")
+        if k == key:
+            return v
+    return ""
+
+
+def gone(stderr: str) -> bool:
+    """The runtime says there is no such container, or that it is removing it already."""
+    low = stderr.lower()
+    said = ("no such container", "no container with name or id", "already in progress")
+    return any(s in low for s in said)
+
+
+def words(stderr: str) -> str:
+    """The runtime's own message: its last non-empty line, without the log prefix."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if not lines:
+        return "failed (no message)"
+    last = lines[-1]
+    for prefix in ("Error: ", "Error response from daemon: ", "docker: "):
+        last = last.removeprefix(prefix)
+    return last

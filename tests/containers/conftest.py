@@ -1,0 +1,218 @@
+"""Real podman and docker for the container tests; every test runs on both (``engine``).
+
+Set-up this box needs, kept here and never in the product (a normal host needs none):
+
+- podman: ``CONTAINERS_CONF`` names a file with ``default_ulimits = []`` (the default
+  ulimits cannot be set in this sandbox) and the ``runc`` runtime (crun refuses its
+  cgroup layout). The file is the session's, passed to the CLI through its environment.
+- docker: a daemon. When none answers, the session starts a private ``dockerd`` of its
+  own (its socket, data root and exec root in a tmp folder; no bridge, no iptables: the
+  engines use the host's network) and stops it at the end; ``DOCKER_HOST`` points there.
+
+Images are built here, never pulled: ``import`` of a root filesystem holding a static
+busybox, whose ``httpd`` is the stand-in engine (``/health``, ``/v1/models``). One image
+per runtime per session, removed at the end. A test that leaves a container of its
+state dir behind fails (``leftovers``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from missing import skip
+from procs import wait_for
+
+from controller.host.containers import STATE_LABEL
+
+if TYPE_CHECKING:
+    from conftest import Reconcile
+
+PODMAN_CONF = '[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\n'
+DOCKERD_START = 60.0  # seconds for a fresh dockerd to answer (it starts its containerd)
+CLI_TIMEOUT = 120.0
+# The stand-in engine: busybox's httpd on the leased port, saying who it is first. sh is
+# the container's PID 1, so it traps TERM itself (PID 1 has no default action for it).
+STANDIN = [
+    "/bin/busybox",
+    "sh",
+    "-c",
+    'trap "exit 0" TERM; echo "engine $RECONCILE_NAME on port $PORT"; '
+    "/bin/busybox httpd -f -p {host}:{port} -h /www & wait",
+]
+
+
+@dataclass
+class Engine:
+    """One container runtime as the tests drive it: its CLI, environment and image."""
+
+    name: str
+    env: dict[str, str]
+    image: str = ""
+    images: list[str] = field(default_factory=list)
+
+    def cli(self, *args: str, check: bool = True, input: bytes | None = None) -> str:
+        done = subprocess.run(
+            [self.name, *args],
+            capture_output=True,
+            input=input,
+            timeout=CLI_TIMEOUT,
+            env={**os.environ, **self.env},
+        )
+        if check:
+            assert done.returncode == 0, f"{self.name} {' '.join(args)}: {done.stderr.decode()}"
+        return done.stdout.decode()
+
+    def ours(self, state: Path) -> list[str]:
+        """Every container (any state) labelled with this state dir."""
+        label = f"label={STATE_LABEL}={state.resolve()}"
+        out = self.cli("ps", "-a", "-q", "--no-trunc", "--filter", label)
+        return out.split()
+
+    def inspect(self, cid: str) -> dict[str, Any]:
+        data: list[dict[str, Any]] = json.loads(self.cli("container", "inspect", cid))
+        return data[0]
+
+    def build(self, tag: str, *, extra: bytes = b"") -> str:
+        """``import`` the stand-in's root filesystem as ``tag``; removed at session end.
+        ``extra``: a file /extra, so the image is another one (its own id and digest)."""
+        self.cli("import", "-", tag, input=_rootfs(extra))
+        self.images.append(tag)
+        return tag
+
+
+def _rootfs(extra: bytes = b"") -> bytes:
+    """A tar of /bin/busybox (static) and /www (what httpd serves)."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        skip("a static busybox", "apt-get install busybox-static")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(busybox, arcname="bin/busybox")
+        files = {"www/health": b"ok\n", "www/v1/models": b'{"object":"list","data":[]}\n'}
+        if extra:
+            files["extra"] = extra
+        for name, body in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(body))
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="session")
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    if shutil.which("podman") is None or shutil.which("runc") is None:
+        skip("podman and runc", "apt-get install podman runc")
+    conf = tmp_path_factory.mktemp("podman") / "containers.conf"
+    conf.write_text(PODMAN_CONF)
+    engine = Engine("podman", {"CONTAINERS_CONF": str(conf)})
+    yield from _with_image(engine)
+
+
+@pytest.fixture(scope="session")
+def docker() -> Iterator[Engine]:
+    if shutil.which("docker") is None or shutil.which("dockerd") is None:
+        skip("docker and dockerd", "apt-get install docker.io")
+    probe = subprocess.run(["docker", "info"], capture_output=True, timeout=CLI_TIMEOUT)
+    if probe.returncode == 0:  # a daemon answers (a CI runner's): use it
+        yield from _with_image(Engine("docker", {}))
+        return
+    # A short path: the daemon's sockets live under it (a unix socket path is <108 bytes).
+    root = Path(tempfile.mkdtemp(prefix="rdk", dir="/tmp"))
+    daemon = _start_dockerd(root)
+    try:
+        engine = Engine("docker", {"DOCKER_HOST": f"unix://{root}/docker.sock"})
+        yield from _with_image(engine)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait(timeout=10)
+        _unmount_under(root)  # dockerd leaves its exec root's netns bind-mounted
+        shutil.rmtree(root)
+
+
+def _unmount_under(root: Path) -> None:
+    """Unmount every mount below ``root``, deepest first."""
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for point in sorted((m for m in mounts if m.startswith(f"{root}/")), reverse=True):
+        subprocess.run(["umount", point], capture_output=True, check=False, timeout=30)
+
+
+def _start_dockerd(root: Path) -> subprocess.Popen[bytes]:
+    argv = ["dockerd", "-H", f"unix://{root}/docker.sock", "--data-root", f"{root}/data"]
+    argv += ["--exec-root", f"{root}/exec", "--pidfile", f"{root}/dockerd.pid"]
+    argv += ["--bridge=none", "--iptables=false", "--ip6tables=false"]
+    log = open(root / "dockerd.log", "wb")  # noqa: SIM115 (the daemon writes it)
+    daemon = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    env = {**os.environ, "DOCKER_HOST": f"unix://{root}/docker.sock"}
+    deadline = time.monotonic() + DOCKERD_START
+    while time.monotonic() < deadline:
+        if daemon.poll() is not None:
+            break
+        done = subprocess.run(["docker", "version"], capture_output=True, env=env, timeout=30)
+        if done.returncode == 0:
+            return daemon
+        time.sleep(0.2)  # polling a daemon that is starting: no event to wait on
+    daemon.kill()
+    daemon.wait(timeout=10)
+    said = (root / "dockerd.log").read_text(errors="replace")[-2000:]
+    pytest.fail(f"dockerd did not start:\n{said}")
+
+
+def _with_image(engine: Engine) -> Iterator[Engine]:
+    engine.image = engine.build(f"localhost/reconcile-test/engine:{uuid.uuid4().hex[:10]}")
+    try:
+        yield engine
+    finally:
+        for image in engine.images:
+            engine.cli("rmi", "-f", image, check=False)
+
+
+@pytest.fixture(params=["podman", "docker"])
+def engine(request: pytest.FixtureRequest) -> Engine:
+    """Each test once per runtime."""
+    chosen: Engine = request.getfixturevalue(request.param)
+    return chosen
+
+
+@pytest.fixture
+def rc(reconcile: Reconcile, engine: Engine) -> Iterator[Reconcile]:
+    """The real CLI with the runtime's environment; no container may outlive the test."""
+    reconcile.env.update(engine.env)
+    yield reconcile
+    # `run --rm`: the runtime removes a container whose engine ended (killed by hand, a
+    # restart's sweep) as it notices, so give it that moment.
+    if engine.ours(reconcile.state):
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: not engine.ours(reconcile.state), timeout=20, what="removal")
+    left = engine.ours(reconcile.state)
+    if left:
+        for cid in left:
+            engine.cli("rm", "-f", cid, check=False)
+        pytest.fail(f"{engine.name} containers of {reconcile.state} were left: {left}")
+
+
+def write(rc: Reconcile, engine: Engine, name: str, **spec: Any) -> Path:
+    """A Deployment of the stand-in engine in ``engine``'s image and runtime."""
+    container = {"image": engine.image, "runtime": engine.name, **spec.pop("container", {})}
+    spec.setdefault("command", STANDIN)
+    return rc.write(name, container=container, **spec)

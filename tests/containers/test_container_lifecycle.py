@@ -1,0 +1,185 @@
+"""Engines in containers, on real podman and docker (each test runs on both).
+
+The stand-in engine is busybox's httpd in an image built by the fixtures (conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import urllib.request
+from typing import TYPE_CHECKING
+
+import pytest
+from containers.conftest import Engine, write
+
+from controller.failpoints import CONTAINER_POINTS
+from controller.host.containers import INSTANCE_LABEL, STATE_LABEL
+
+if TYPE_CHECKING:
+    from conftest import Reconcile
+
+
+def health(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:
+        body: str = answer.read().decode()
+        return body
+
+
+def running(rc: Reconcile, name: str) -> dict[str, object]:
+    record = rc.record(name)
+    assert record is not None and record["phase"] == "Ready", record
+    return record
+
+
+def test_an_engine_runs_in_its_container_with_the_lease_and_the_marker(
+    rc: Reconcile, engine: Engine
+) -> None:
+    write(rc, engine, "box")
+    rc.converge()
+    record = running(rc, "box")
+    port, pid = record["port"], record["ref"]["pid"]  # type: ignore[index]
+    assert health(port) == "ok\n"  # type: ignore[arg-type]
+    kept = record["container"]
+    assert kept["runtime"] == engine.name and kept["image"] == engine.image  # type: ignore[index]
+    assert kept["digest"].startswith("sha256:")  # type: ignore[index]
+    # The record's pid is the container's main process, as this host sees it.
+    seen = engine.inspect(kept["id"])  # type: ignore[index]
+    assert seen["State"]["Pid"] == pid
+    marker = f"{rc.node}/box/{record['nonce']}"
+    labels = seen["Config"]["Labels"]
+    assert labels[INSTANCE_LABEL] == marker
+    assert labels[STATE_LABEL] == str(rc.state.resolve())
+    env = rc.environ(pid)  # type: ignore[arg-type]
+    assert env["RECONCILE_INSTANCE"] == marker and env["PORT"] == str(port)
+    assert env["RECONCILE_NAME"] == "box" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert "HOME" not in env or env["HOME"] != os.environ.get("HOME")  # not the host's env
+    # The engine's output is in the deployment's log; status and describe say the container.
+    logs = rc("logs", "box", check=0)
+    assert f"engine box on port {port}" in logs.out, str(logs)
+    item = rc.status("box", cli=True)["box"]
+    assert item["container"] == {
+        "runtime": engine.name,
+        "id": kept["id"],  # type: ignore[index]
+        "image": engine.image,
+        "digest": kept["digest"],  # type: ignore[index]
+    }
+    described = rc("describe", "box", check=0).out
+    for shown in (engine.name, engine.image, kept["id"][:12], kept["digest"]):  # type: ignore[index]
+        assert shown in described, described
+    rc.down()
+    assert engine.ours(rc.state) == []
+    rc.wait_gone(pid)  # type: ignore[arg-type]
+
+
+def test_once_leaves_the_container_running_and_the_next_pass_keeps_it(
+    rc: Reconcile, engine: Engine
+) -> None:
+    write(rc, engine, "kept")
+    rc.converge()
+    first = running(rc, "kept")
+    rc.once()
+    again = running(rc, "kept")
+    assert again["ref"] == first["ref"] and again["container"] == first["container"]
+    assert again["restarts"] == 0
+    assert engine.ours(rc.state) == [first["container"]["id"]]  # type: ignore[index]
+    rc.down()
+
+
+@pytest.mark.parametrize("how", ["rm -f", "kill -9"])
+def test_a_container_removed_or_killed_by_hand_is_restarted(
+    rc: Reconcile, engine: Engine, how: str
+) -> None:
+    write(rc, engine, "hand")
+    rc.converge()
+    first = running(rc, "hand")
+    cid, pid = first["container"]["id"], first["ref"]["pid"]  # type: ignore[index]
+    if how == "rm -f":
+        engine.cli("rm", "-f", cid)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    rc.wait_gone(pid)
+    rc.converge()
+    again = running(rc, "hand")
+    assert again["restarts"] == 1 and again["container"]["id"] != cid  # type: ignore[index]
+    assert health(again["port"]) == "ok\n"  # type: ignore[arg-type]
+    rc.wait_for(lambda: engine.ours(rc.state) == [again["container"]["id"]])  # type: ignore[index]
+    rc.down()
+
+
+def test_replicas_each_get_a_container_and_down_removes_them_all(
+    rc: Reconcile, engine: Engine
+) -> None:
+    write(rc, engine, "pool", replicas=2)
+    rc.converge()
+    records = [running(rc, name) for name in ("pool", "pool@1")]
+    ids = sorted(r["container"]["id"] for r in records)  # type: ignore[index]
+    assert sorted(engine.ours(rc.state)) == ids
+    assert {health(r["port"]) for r in records} == {"ok\n"}  # type: ignore[arg-type]
+    rc.down()
+    assert engine.ours(rc.state) == []
+
+
+def test_a_changed_spec_rolls_to_a_new_container(rc: Reconcile, engine: Engine) -> None:
+    write(rc, engine, "roll", strategy="RollingUpdate")
+    rc.converge()
+    old = running(rc, "roll")
+    write(rc, engine, "roll", strategy="RollingUpdate", env={"WAVE": "2"})
+    rc.converge()
+    new = running(rc, "roll")
+    assert new["container"]["id"] != old["container"]["id"]  # type: ignore[index]
+    assert rc.environ(new["ref"]["pid"])["WAVE"] == "2"  # type: ignore[index]
+    rc.wait_for(lambda: engine.ours(rc.state) == [new["container"]["id"]])  # type: ignore[index]
+    rc.down()
+
+
+def test_pull_policy_never_and_no_image_names_the_image(rc: Reconcile, engine: Engine) -> None:
+    missing = "localhost/reconcile-test/absent:1"
+    write(rc, engine, "never", container={"image": missing, "pullPolicy": "Never"})
+    rc.once(check=None)
+    record = rc.record("never")
+    assert record is not None and record["phase"] != "Ready"
+    assert missing in record["message"] and "pullPolicy is Never" in record["message"]
+    assert engine.ours(rc.state) == []
+    rc.down()
+
+
+KILL_AT = sorted(
+    {
+        "executor.spawn.before_exec",
+        *CONTAINER_POINTS,
+        "executor.spawn.before_record",
+        "executor.spawn.after_record",
+    }
+)
+
+
+@pytest.mark.parametrize("point", KILL_AT)
+def test_a_sigkill_while_starting_leaves_no_container_without_a_record(
+    rc: Reconcile, engine: Engine, point: str
+) -> None:
+    """Invariant 3 for containers: the next pass adopts or removes; never two."""
+    write(rc, engine, "crash")
+    killed = rc("--once", check=None, env={"RECONCILE_FAILPOINTS": f"{point}=kill"})
+    assert killed.code == -signal.SIGKILL, str(killed)
+    rc.converge()
+    record = running(rc, "crash")
+    rc.wait_for(lambda: len(engine.ours(rc.state)) == 1, what="one container")
+    [cid] = engine.ours(rc.state)
+    assert engine.inspect(cid)["State"]["Pid"] == record["ref"]["pid"]  # type: ignore[index]
+    rc.down()
+    assert engine.ours(rc.state) == []
+
+
+@pytest.mark.parametrize("point", ["executor.stop.after_terminating", "executor.stop.after_delete"])
+def test_a_sigkill_while_stopping_leaves_no_container_behind(
+    rc: Reconcile, engine: Engine, point: str
+) -> None:
+    """Invariant 3 for containers, the other way: a `down` killed mid-stop, then again."""
+    write(rc, engine, "going")
+    rc.converge()
+    killed = rc("down", check=None, env={"RECONCILE_FAILPOINTS": f"{point}=kill"})
+    assert killed.code == -signal.SIGKILL, str(killed)
+    rc.down()
+    rc.wait_for(lambda: engine.ours(rc.state) == [], what="no container")
+    assert rc.pids("going") == set()
