@@ -9,6 +9,19 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
         "reconcile --once --wait --timeout 10m            # pass until every deployment is Ready",
         "reconcile --dry-run -o json                      # what a pass would do, as JSON",
     ),
+    "source": (
+        "reconcile source                                 # the git source: commits, state",
+        "reconcile source -o json | jq .state             # Synced, Progressing, PullFailed, ...",
+    ),
+    "history": (
+        "reconcile history                                # the commits this node applied",
+        "reconcile history -o json | jq '.[-1].outcome'",
+    ),
+    "rollback": (
+        "reconcile rollback                               # back to the last all-Ready commit",
+        "reconcile rollback 3f2c1a9 --dry-run             # what going back there would change",
+        "reconcile rollback --resume                      # follow the branch again",
+    ),
     "plan": (
         "reconcile plan                                   # terraform-style changes",
         "reconcile plan -o json | jq .summary",
@@ -113,6 +126,15 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
     ),
     "gateway": ("0   done", "1   no gateway runs (status, restart) or it did not start"),
     "ui": ("0   printed (and opened)", "1   no gateway runs (no --listen), or no browser"),
+    "source": (
+        "0   shown (whatever its state: --once's exit says Synced or not)",
+        "1   no git source",
+    ),
+    "history": ("0   shown", "1   no git source"),
+    "rollback": (
+        "0   applied and pinned (--resume: following again; --dry-run: shown)",
+        "1   no git source, no such commit, or the pass at that commit failed",
+    ),
     "export": ("0   every deployment converted", "1   an invalid manifest or a field with no form"),
 }
 _USAGE = "64  bad flags or arguments"
