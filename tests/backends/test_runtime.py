@@ -78,11 +78,25 @@ def spawn(rt: LocalBackend, argv: list[str], tmp: Path, name: str = "web") -> Pr
 
 
 def family_of(rt: LocalBackend) -> set[int]:
-    """The engine, its child and its grandchild, once all three are up."""
+    """The engine, its child and its grandchild, once all three are up: the grandchild in
+    its own session, its maker gone. (Three marked processes may also be the engine, its
+    child and the maker before its setsid: a group kill then takes the maker, and no
+    grandchild is ever left for a sweep to find.)"""
+
+    def ppid(pid: int) -> int:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[1])
 
     def three() -> set[int] | None:
         pids = marked_pids(f"{rt.node}/")
-        return pids if len(pids) == 3 else None
+        if len(pids) != 3:
+            return None
+        try:
+            sessions = {pid: os.getsid(pid) for pid in pids}
+            apart = [p for p in pids if list(sessions.values()).count(sessions[p]) == 1]
+            return pids if len(apart) == 1 and ppid(apart[0]) not in pids else None
+        except (ProcessLookupError, FileNotFoundError):
+            return None
 
     found: set[int] = wait_for(three, what="the engine's child and grandchild")
     return found
