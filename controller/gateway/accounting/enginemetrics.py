@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import aiohttp
@@ -104,15 +104,19 @@ class Reader:
         session: aiohttp.ClientSession,
         records: Callable[[], Iterable[Record]],
         loads: dict[tuple[str, str], EngineLoad],
+        after: Callable[[dict[tuple[str, str], EngineLoad], float], Awaitable[None]] | None = None,
     ) -> None:
         self._session = session
         self._records = records
         self.loads = loads  # (deployment, instance) -> its last reading (metrics.py shows it)
+        self._after = after  # given each reading and its interval (the autoscaler's samples)
         self._silent: set[str] = set()  # nonces whose engines state neither signal
 
     async def run(self, every: float = EVERY) -> None:
         while True:
             await self.once()
+            if self._after is not None and self.loads:
+                await self._after(dict(self.loads), every)
             await asyncio.sleep(every)
 
     async def once(self) -> None:
