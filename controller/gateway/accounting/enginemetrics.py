@@ -15,6 +15,10 @@ llama.cpp  ``llamacpp:requests_deferred`` (``--metrics``)      ``llamacpp:kv_cac
 TGI        ``tgi_queue_size``                                  (none)
 =========  ==================================================  ===========================
 
+llama.cpp's KV cache series is gone from recent builds (the one ``scripts/build-llama-server``
+pins states none, ``tests/engines/test_llama_health.py``): such an engine states only
+its queue, and ``autoscale.metric: kvCache`` falls back to in flight for it.
+
 ``parse`` is pure: a sample of several label sets (one per model served) sums the
 waiting and takes the fullest cache.
 """
