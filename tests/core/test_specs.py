@@ -100,7 +100,10 @@ def test_unsafe_names_rejected(name: str) -> None:
         ({"autoscale": {"max": 3}, "replicas": 5}, "outside autoscale's min..max (1..3)"),
         ({"autoscale": {"min": 1}}, "max"),
         ({"autoscale": {"max": 3, "metric": "queue"}}, "'inflight', 'waiting' or 'kvCache'"),
-        ({"autoscale": {"max": 3, "metric": "kvCache", "target": 80}}, "0..1 (0.8: 80%)"),
+        (
+            {"autoscale": {"max": 3, "metric": "kvCache", "target": 80}},
+            "autoscale.target: 80 is above 1: with metric kvCache",
+        ),
         ({"autoscale": {"max": 3, "target": 0}}, "greater than 0"),
         (
             {"autoscale": {"max": 3, "metric": "waiting", "targetInflight": 2}},

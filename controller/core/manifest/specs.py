@@ -21,6 +21,8 @@ from pydantic import (
     Field,
     ModelWrapValidatorHandler,
     PrivateAttr,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -361,15 +363,21 @@ class Autoscale(Model):
         "KV cache use 0..1 (default 0.8); for inflight, targetInflight's.",
     )
 
+    @field_validator("target")
+    @classmethod
+    def _ratio(cls, value: float | None, info: ValidationInfo) -> float | None:
+        # A field check (metric comes first), so the error names target's own line.
+        if info.data.get("metric") == "kvCache" and value is not None and value > 1:
+            raise ValueError(
+                f"{value:g} is above 1: with metric kvCache the target is the KV cache's "
+                "fill per replica, 0..1 (0.8: 80%)"
+            )
+        return value
+
     @model_validator(mode="after")
     def _ordered(self) -> Self:
         if self.min > self.max:
             raise ValueError(f"autoscale.min ({self.min}) is above autoscale.max ({self.max})")
-        if self.metric == "kvCache" and self.target is not None and self.target > 1:
-            raise ValueError(
-                f"autoscale.target ({self.target:g}) is above 1: with metric kvCache it is "
-                "the KV cache's fill per replica, 0..1 (0.8: 80%)"
-            )
         if self.metric != "inflight" and "target_inflight" in self.model_fields_set:
             raise ValueError(
                 f"autoscale.targetInflight is inflight's aim, not {self.metric}'s: "

@@ -162,3 +162,8 @@ class EngineFigures:
         """The gateway ends: its readings are no one's any more."""
         for signal in ("waiting", "kvCache"):
             store.forget(self.state_dir, self.writer, signal)
+
+    def prune(self) -> None:
+        """A crashed gateway's files, as ``InflightWriter`` prunes its own kind's."""
+        for signal in ("waiting", "kvCache"):
+            store.prune(self.state_dir, time.time(), PRUNE_AFTER, signal)

@@ -136,6 +136,7 @@ class Front:
     async def _reading_engines(self, app: web.Application) -> AsyncIterator[None]:
         """The engines' own /metrics, read every few seconds while the server runs."""
         figures = EngineFigures(self.demand.state_dir)
+        await asyncio.get_running_loop().run_in_executor(None, figures.prune)
         reader = Reader(
             self.session,
             lambda: list(self.table.records.values()),
