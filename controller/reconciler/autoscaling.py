@@ -1,7 +1,8 @@
 """The autoscaler's edge: reads the load, decides (``core/scaling/autoscale.py``), keeps the counts.
 
 Each pass asks :meth:`Autoscaler.counts` for the desired count of every autoscaled
-deployment: the gateways' in-flight files and the activations are read, the pure rule
+deployment: the gateways' in-flight files (or, for ``autoscale.metric: waiting |
+kvCache``, the engines' figures the gateway wrote) and the activations are read, the pure rule
 decides, and a changed count is written to ``<state>/scale/`` with an event saying why.
 ``reconcile plan`` asks too, with ``write=False``: it shows the count a pass would use
 and changes nothing. Between passes the daemon asks :meth:`Autoscaler.due` (cheap: no
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from controller.core.manifest.names import base_name
@@ -20,6 +21,7 @@ from controller.core.manifest.specs import Autoscale, Entry
 from controller.core.replicaset import group
 from controller.core.scaling import inflight as rule_inflight
 from controller.core.scaling.autoscale import PANIC_WINDOW, WINDOW, Load, Scale, decide
+from controller.core.scaling.inflight import Inflight
 from controller.core.state import Activation, Record
 from controller.store import activation, inflight, scale, sidefiles
 from controller.store.events import Journal
@@ -101,20 +103,45 @@ class Autoscaler:
     def _decide(
         self, stored: Mapping[str, Scale], records: Iterable[Record], now: float
     ) -> dict[str, tuple[Scale, Scale, str | None]]:
-        figures = inflight.read_all(self.state_dir)
+        metrics = {p.autoscale.metric for p in self.policies.values()} | {"inflight"}
+        figures = {metric: inflight.read_all(self.state_dir, metric) for metric in metrics}
         demand = activation.read_all(self.state_dir)
         ready = {rs.name: rs.ready for rs in group(records)}
         out: dict[str, tuple[Scale, Scale, str | None]] = {}
         for name, policy in self.policies.items():
             before = stored.get(name) or Scale(count=policy.initial)
-            load = Load(
-                average=rule_inflight.average(figures, name, now, WINDOW),
-                recent=rule_inflight.recent(figures, name, now, PANIC_WINDOW),
-                waiting=before.count == 0 and _waits(demand.get(name), before, now),
-            )
+            waits = before.count == 0 and _waits(demand.get(name), before, now)
+            metric = policy.autoscale.metric
+            load = _engine_load(figures[metric], name, metric, ready.get(name, 0), now)
+            if load is None:  # inflight, or engines that state nothing: the gateway's count
+                load = Load(
+                    average=rule_inflight.average(figures["inflight"], name, now, WINDOW),
+                    recent=rule_inflight.recent(figures["inflight"], name, now, PANIC_WINDOW),
+                )
+            load = replace(load, waiting=waits)
             decision = decide(policy.autoscale, before, load, ready.get(name, 0), now)
             out[name] = (before, decision.scale, decision.change)
         return out
+
+
+def _engine_load(
+    figures: Iterable[Inflight], name: str, metric: str, ready: int, now: float
+) -> Load | None:
+    """The engines' own figure for ``name`` over the window, summed over its Ready replicas
+    (the gateway wrote the mean per instance); None for inflight, or when no engine of it
+    stated the metric within the window. Their reads come every few seconds, so the mean
+    is over the time samples cover (not with the rest as 0), and two gateways reading the
+    same engines during a handover count once (the larger)."""
+    if metric == "inflight":
+        return None
+    mine = [
+        f for f in figures if f.deployment == name and any(s.at > now - WINDOW for s in f.samples)
+    ]
+    if not mine:
+        return None
+    per_replica = max(rule_inflight.recent([f], name, now, WINDOW) for f in mine)
+    total = per_replica * max(ready, 1)
+    return Load(average=total, recent=total, metric=metric)
 
 
 def _waits(act: Activation | None, at_zero: Scale, now: float) -> bool:

@@ -7,6 +7,10 @@ gateways serving at once (a handover) never overwrite each other's figures; a cr
 gateway's file simply ages out of every window, and ``prune`` removes it later. A torn,
 foreign or misnamed file is quarantined and counts as no load.
 
+The engines' own figures (``autoscale.metric: waiting | kvCache``) are kept the same
+way, one folder per signal: ``<state>/engineload/<signal>/<deployment>.<writer>.json``,
+a sample's ``mean`` being the mean over the deployment's instances the gateway read.
+
 ```json
 {"version": 1, "deployment": "web", "writer": "4242",
  "samples": [{"at": 1764490000.5, "seconds": 1.0, "mean": 3.2, "peak": 5}, ...]}
@@ -27,6 +31,7 @@ from controller.store.statedir import StateDir
 
 VERSION = 1
 WRITER = re.compile(r"[0-9a-z]{1,40}")
+SIGNALS = ("inflight", "waiting", "kvCache")  # fixed folder names, never a user's
 
 
 def _file_name_ok(stem: str) -> bool:
@@ -59,43 +64,47 @@ def _decode(data: Any, stem: str) -> Inflight:
     return Inflight(deployment, writer, samples)
 
 
-def _folder(state_dir: Path) -> Folder[Inflight]:
+def _folder(state_dir: Path, signal: str = "inflight") -> Folder[Inflight]:
+    if signal not in SIGNALS:
+        raise ValueError(f"not a load signal: {signal!r}")
     state = StateDir(state_dir)
-    return Folder(state, state.inflight, _decode, _encode, name_ok=_file_name_ok)
+    where = state.inflight if signal == "inflight" else state.engine_load / signal
+    return Folder(state, where, _decode, _encode, name_ok=_file_name_ok)
 
 
-def path_of(state_dir: Path, deployment: str, writer: str) -> Path:
+def path_of(state_dir: Path, deployment: str, writer: str, signal: str = "inflight") -> Path:
     if not is_dns1123(deployment):
         raise ValueError(f"not a deployment name: {deployment!r}")
     if WRITER.fullmatch(writer) is None:
         raise ValueError(f"not a writer token: {writer!r}")
-    return _folder(state_dir).path(f"{deployment}.{writer}")
+    return _folder(state_dir, signal).path(f"{deployment}.{writer}")
 
 
-def write(state_dir: Path, figure: Inflight) -> None:
-    path_of(state_dir, figure.deployment, figure.writer)  # says which of the two is wrong
-    _folder(state_dir).write(f"{figure.deployment}.{figure.writer}", figure)
+def write(state_dir: Path, figure: Inflight, signal: str = "inflight") -> None:
+    path_of(state_dir, figure.deployment, figure.writer, signal)  # says which one is wrong
+    _folder(state_dir, signal).write(f"{figure.deployment}.{figure.writer}", figure)
 
 
-def read_all(state_dir: Path) -> list[Inflight]:
+def read_all(state_dir: Path, signal: str = "inflight") -> list[Inflight]:
     """Every readable file; a torn, foreign or misnamed one counts as no load."""
-    return list(_folder(state_dir).read_all().values())
+    return list(_folder(state_dir, signal).read_all().values())
 
 
-def forget(state_dir: Path, writer: str) -> None:
+def forget(state_dir: Path, writer: str, signal: str = "inflight") -> None:
     """A gateway that ends removes its files: its requests are no one's load any more."""
     if WRITER.fullmatch(writer) is None:
         return
-    for stem, _ in _folder(state_dir).files():
+    folder = _folder(state_dir, signal)
+    for stem, _ in folder.files():
         if stem.endswith(f".{writer}"):
-            _folder(state_dir).forget(stem)
+            folder.forget(stem)
 
 
-def prune(state_dir: Path, now: float, older_than: float) -> None:
+def prune(state_dir: Path, now: float, older_than: float, signal: str = "inflight") -> None:
     """Remove files whose newest sample ended more than ``older_than`` seconds ago (a
     crashed gateway's): no window reads them, they only take a directory entry."""
-    for figure in read_all(state_dir):
+    for figure in read_all(state_dir, signal):
         newest = max((s.at for s in figure.samples), default=0.0)
         if now - newest > older_than:
             with contextlib.suppress(OSError, ValueError):
-                path_of(state_dir, figure.deployment, figure.writer).unlink()
+                path_of(state_dir, figure.deployment, figure.writer, signal).unlink()

@@ -8,7 +8,7 @@ its store's (``documents.py`` for the JSON documents), and nothing here touches 
 ```
 instances/<name>.json  instances/logs/<name>.log  instances/.reserve   records, logs, ballast
 events/<name>.jsonl    quarantine/                 run/<name>/         journal, aside, scratch
-activation/ restart/ scale/ inflight/                                  side documents
+activation/ restart/ scale/ inflight/ engineload/                      side documents
 devices/health.json  devices/measured.json  (+ .lock)                  observed devices
 observed.json  drain.json  node.yaml  access-token  models/  cache/    the node's own
 ui-open.html  quarantine/documents/
@@ -71,6 +71,11 @@ class StateDir:
     @property
     def inflight(self) -> Path:
         return self.root / "inflight"
+
+    @property
+    def engine_load(self) -> Path:
+        """The engines' own figures, one folder per signal (``waiting/``, ``kvCache/``)."""
+        return self.root / "engineload"
 
     # -- observed state of the node ---------------------------------------------------
     @property

@@ -166,3 +166,81 @@ def test_a_broken_manifest_keeps_its_count_a_gone_deployment_loses_it(tmp_path: 
     scale.write(tmp_path, "web", Scale(count=3))
     _scaler(tmp_path).counts({}, lambda: [], T, write=True)  # deleted, its records gone
     assert scale.read_all(tmp_path) == {}
+
+
+# -- autoscale.metric: the engines' own figures ---------------------------------------------
+
+WAITING = Autoscale(min=1, max=4, metric="waiting", target=2, scaleDownDelay=60)
+KV = Autoscale(min=1, max=4, metric="kvCache", target=0.5, scaleDownDelay=60)
+
+
+@pytest.mark.parametrize(
+    ("policy", "metric", "load", "count", "change"),
+    [
+        # load: the figure summed over the Ready replicas; target: per replica
+        (WAITING, "waiting", 5.0, 3, "scaled 1→3: 5.0 waiting on 1 Ready replica, target 2"),
+        (WAITING, "waiting", 2.0, 1, None),  # at the target
+        (WAITING, "waiting", 100.0, 4, "scaled 1→4: 100.0 waiting on 1 Ready replica, target 2"),
+        (KV, "kvCache", 0.9, 2, "scaled 1→2: KV cache 0.90 used on 1 Ready replica, target 0.5"),
+        (KV, "kvCache", 0.4, 1, None),
+        # engines that state nothing: the edge falls back to in flight, targetInflight's aim
+        (WAITING, "inflight", 5.0, 2, "scaled 1→2: 5.0 in flight on 1 Ready replica, target 4"),
+    ],
+)
+def test_each_metric_is_aimed_at_its_own_target(
+    policy: Autoscale, metric: str, load: float, count: int, change: str | None
+) -> None:
+    got = decide(policy, Scale(count=1), Load(load, load, metric=metric), 1, T)
+    assert (got.scale.count, got.change) == (count, change)
+
+
+def test_an_engine_metric_scales_down_after_the_delay_in_its_words() -> None:
+    scale = Scale(count=3, low_since=T - 61, low_wants=1)
+    got = decide(KV, scale, Load(0.3, 0.3, metric="kvCache"), 3, T)
+    assert got.scale.count == 1
+    assert got.change == (
+        "scaled 3→1: KV cache 0.10 used, fewer than 3 replicas' worth for 60s "
+        "(scaleDownDelay), target 0.5"
+    )
+
+
+@given(
+    count=st.integers(1, 4),
+    figure=st.floats(0, 50, allow_nan=False),
+    metric=st.sampled_from(["inflight", "waiting", "kvCache"]),
+    since=st.one_of(st.none(), st.floats(T - 1000, T)),
+)
+def test_every_metric_keeps_the_bounds_and_the_delay(
+    count: int, figure: float, metric: str, since: float | None
+) -> None:
+    policy = {"inflight": POLICY, "waiting": WAITING, "kvCache": KV}[metric]
+    scale = Scale(count=count, low_since=since, low_wants=1 if since else 0)
+    got = decide(policy, scale, Load(figure, figure, metric=metric), count, T)
+    assert policy.min <= got.scale.count <= policy.max
+    assert (got.change is not None) == (got.scale.count != count)
+    if got.scale.count < count:
+        assert since is not None and T - since >= policy.scale_down_delay
+
+
+def test_the_edge_reads_the_engines_figures_for_their_metric(tmp_path: Path) -> None:
+    web = entry("web", autoscale={"min": 1, "max": 4, "metric": "waiting", "target": 2})
+    seen = [record("web", spec=web), record("web@1", spec=web)]
+    # 6 in flight would ask for 2 (target 4); the engines' 3 waiting each (mean per
+    # instance) on 2 Ready replicas ask for 3. Two gateways read the same engines: once.
+    inflight.write(tmp_path, Inflight("web", "g1", (Sample(T - 0.5, 1.0, 6.0, 6),)))
+    for writer in ("g1", "g2"):
+        figure = Inflight("web", writer, (Sample(T - 1.0, 5.0, 3.0, 3),))
+        inflight.write(tmp_path, figure, "waiting")
+    assert (tmp_path / "engineload" / "waiting" / "web.g1.json").is_file()
+    assert _scaler(tmp_path).counts({"web": web}, lambda: seen, T, write=True) == {"web": 3}
+    (event,) = Journal(tmp_path).read("web")
+    assert event["reason"] == "scaled 1→3: 6.0 waiting on 2 Ready replicas, target 2"
+
+
+def test_engines_that_state_nothing_keep_inflight(tmp_path: Path) -> None:
+    web = entry("web", autoscale={"min": 1, "max": 4, "metric": "kvCache"})
+    inflight.write(tmp_path, Inflight("web", "g1", (Sample(T - 0.5, 1.0, 12.0, 12),)))
+    old = Inflight("web", "g1", (Sample(T - 60, 5.0, 1.0, 1),))  # outside the window
+    inflight.write(tmp_path, old, "kvCache")
+    seen = [record("web", spec=web)]
+    assert _scaler(tmp_path).counts({"web": web}, lambda: seen, T, write=False) == {"web": 3}

@@ -381,6 +381,15 @@ def test_a_scale_down_delay_past_an_hour_is_refused_unless_lossy() -> None:
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 3600
 
 
+def test_an_engine_metric_is_refused_unless_lossy() -> None:
+    spec = {"min": 2, "max": 6, "metric": "waiting", "target": 2}
+    dep = deployment("llm", autoscale=spec, **SCALED)
+    assert [p.field[-1] for p in problems_of(dep.spec)] == ["metric"]
+    exported = export(dep, lossy=True)
+    assert [p.field for p in exported.dropped] == [("spec", "autoscale", "metric")]
+    assert "HorizontalPodAutoscaler" in by_kind(exported)
+
+
 def test_a_job_has_no_autoscaler() -> None:
     dep = deployment("batch", image=STAND_IN_IMAGE, restartPolicy="OnFailure", autoscale=AUTOSCALE)
     assert [p.field for p in problems_of(dep.spec)] == [("spec", "autoscale")]

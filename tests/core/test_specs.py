@@ -10,6 +10,7 @@ from strategies import deployment, spec_body
 
 from controller.core.manifest.specerrors import problems
 from controller.core.manifest.specs import (
+    Autoscale,
     Deployment,
     changed_fields,
     expand,
@@ -98,6 +99,16 @@ def test_unsafe_names_rejected(name: str) -> None:
         ({"autoscale": {"min": 3, "max": 2}}, "autoscale.min (3) is above autoscale.max (2)"),
         ({"autoscale": {"max": 3}, "replicas": 5}, "outside autoscale's min..max (1..3)"),
         ({"autoscale": {"min": 1}}, "max"),
+        ({"autoscale": {"max": 3, "metric": "queue"}}, "'inflight', 'waiting' or 'kvCache'"),
+        (
+            {"autoscale": {"max": 3, "metric": "kvCache", "target": 80}},
+            "autoscale.target: 80 is above 1: with metric kvCache",
+        ),
+        ({"autoscale": {"max": 3, "target": 0}}, "greater than 0"),
+        (
+            {"autoscale": {"max": 3, "metric": "waiting", "targetInflight": 2}},
+            "targetInflight is inflight's aim, not waiting's: use autoscale.target",
+        ),
         ({"rollingUpdate": {"maxSurge": 1}}, "needs strategy: RollingUpdate"),
         (
             {"strategy": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "0%"}},
@@ -397,6 +408,19 @@ def test_replica_fields_and_their_defaults() -> None:
     assert scaled.autoscale.target_inflight == 2 and scaled.initial_replicas == 0
     assert scaled.rolling_update is not None and scaled.rolling_update.max_surge == "25%"
     assert deployment("a", replicas=3, autoscale={"max": 4}).spec.initial_replicas == 3
+
+
+def test_autoscale_metric_and_its_target_per_replica() -> None:
+    plain = Autoscale(max=3)
+    assert (plain.metric, plain.target_of("inflight"), plain.target_of("waiting")) == (
+        "inflight",
+        4.0,
+        2.0,
+    )
+    kv = Autoscale(max=3, metric="kvCache")
+    assert (kv.target_of("kvCache"), kv.target_of("inflight")) == (0.8, 4.0)
+    waiting = Autoscale(max=3, metric="waiting", target=5)
+    assert waiting.target_of("waiting") == 5 and waiting.target_of("inflight") == 4.0
 
 
 def test_replica_fields_never_change_the_spec_hash() -> None:

@@ -13,11 +13,13 @@ import contextlib
 import os
 import signal
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from controller.core.state import ProbeConfig
+from controller.gateway.accounting.enginemetrics import parse
 from controller.host.probes import ProbeTarget, probe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,4 +94,33 @@ def test_completion_probes_against_llama_server(
             os.kill(pid, signal.SIGCONT)
     item = cli.status()["probed"]
     assert item["phase"] == "Ready" and item["pid"] != pid and item["restarts"] == 1, item
+    cli.ok("down", "-f", str(manifests))
+
+
+def test_the_recipe_turns_on_metrics_and_the_gateway_reads_them(
+    llama_server: Path,  # noqa: F811
+    node: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The llama-cpp recipe passes --metrics (the manifest's args do not): the real
+    server's /metrics states its queue, as enginemetrics reads it."""
+    model = write_tiny_llama_gguf(tmp_path / "models" / "tiny.gguf")
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    text = MANIFEST.format(model=model, binary=llama_server, base_port=free_port())
+    (manifests / "probed.yaml").write_text(text)
+    cli = Cli(manifests, tmp_path / "state", node)
+    cli.converge()
+    port = cli.status()["probed"]["port"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+        said = answer.read().decode()
+    assert "llamacpp:requests_deferred" in said, said
+    load = parse(said)
+    assert load.waiting == 0.0, said  # idle: nothing deferred
+    # llama.cpp dropped its KV cache series (the pinned build states none): its kvCache
+    # then falls back to in flight; a build that states it is read as a ratio.
+    if "llamacpp:kv_cache_usage_ratio" in said:
+        assert load.kv_cache is not None and 0.0 <= load.kv_cache <= 1.0, said
+    else:
+        assert load.kv_cache is None, said
     cli.ok("down", "-f", str(manifests))

@@ -83,7 +83,10 @@ TGI_BASE = (
     "--master-port",
     "29500",
 )
-LLAMA_BASE = ("llama-server", "-m", GGUF, "--host", "127.0.0.1", "--port", "8000", "-ngl")
+LLAMA_BASE = (
+    *("llama-server", "-m", GGUF, "--host", "127.0.0.1", "--port", "8000"),
+    *("--metrics", "-ngl"),
+)
 OLLAMA_UP = HttpCheck("/", contains="Ollama is running")
 
 CASES = [

@@ -65,3 +65,30 @@ def test_scale_to_zero_and_a_request_wakes_it(reconcile: Any, gateway: Any) -> N
     reconcile.wait_for(lambda: not reconcile.pids("nap"), timeout=10, what="engine gone")
     assert scales(reconcile, "nap")[-1].startswith("scaled 1→0: "), scales(reconcile, "nap")
     g.finish()
+
+
+def test_scales_on_the_engines_own_requests_waiting(reconcile: Any, gateway: Any) -> None:
+    """autoscale.metric: waiting (issue 41): no request reaches the gateway; the demo
+    engines state 5 requests waiting each in their /metrics, which asks for 3 replicas at
+    target 2; once they state none, back to 1 after scaleDownDelay."""
+    said = reconcile.tmp / "waiting-metrics.txt"
+    said.write_text("vllm:num_requests_waiting 5\n")
+    scale = {"min": 1, "max": 3, "metric": "waiting", "target": 2, "scaleDownDelay": "2s"}
+    command = reconcile.demo_command(metrics_file=str(said))
+    reconcile.write("web", autoscale=scale, command=command)
+    g = gateway()
+    g.wait_phase("web", "Ready")
+    for name in ("web@1", "web@2"):
+        g.wait_phase(name, "Ready", timeout=WAIT)
+    ups = scales(reconcile, "web")
+    assert ups and ups[0] == "scaled 1→3: 5.0 waiting on 1 Ready replica, target 2", ups
+    files = list((reconcile.state / "engineload" / "waiting").glob("web.*.json"))
+    assert files and json.loads(files[0].read_text())["samples"][-1]["mean"] == 5.0
+    said.write_text("vllm:num_requests_waiting 0\n")
+    reconcile.wait_for(
+        lambda: set(reconcile.status()) == {"web"}, timeout=WAIT, what="scaled back to 1"
+    )
+    downs = scales(reconcile, "web")[1:]
+    assert downs and "waiting, fewer than" in downs[0] and "(scaleDownDelay)" in downs[0]
+    g.finish()
+    assert not list((reconcile.state / "engineload" / "waiting").glob("web.*.json"))

@@ -9,6 +9,9 @@ llama-cpp-python 0.3.36, which ``scripts/build-llama-server`` builds):
   none, so a CPU-only instance never touches a GPU whatever the build.
 * ``GET /health``: 503 ``{"error": {"message": "Loading model"}}`` while the model
   loads, 200 ``{"status": "ok"}`` once it can serve. The default liveness probe too.
+* ``--metrics``: ``GET /metrics`` in Prometheus text (``llamacpp:requests_deferred``,
+  ``llamacpp:kv_cache_usage_ratio``), off by default; on, so the gateway reads the
+  engine's own load (``gateway/accounting/enginemetrics.py``, ``autoscale.metric``).
 * ``POST /v1/completions``: a ``completion`` probe's path (no chat template needed; the
   one model it serves answers whatever ``model`` says).
 """
@@ -55,6 +58,7 @@ class LlamaCppRecipe:
             ctx.host,
             "--port",
             str(ctx.port),
+            "--metrics",  # its /metrics: the queue and KV cache the gateway reads
             "-ngl",
             "999" if has_gpu else "0",
             *ctx.args,

@@ -128,6 +128,10 @@ WHY_MIN_ZERO = "a HorizontalPodAutoscaler never scales below 1 (scale to zero ne
 WHY_JOB_SCALE = "a Job has no scale subresource: no HorizontalPodAutoscaler can scale it"
 MAX_WINDOW = 3600  # seconds: the HPA's longest scale-down stabilization window
 WHY_WINDOW = "a HorizontalPodAutoscaler's scale-down window is at most 1h"
+WHY_METRIC = (
+    "the HorizontalPodAutoscaler is exported on the gateway's requests in flight; the "
+    "engines' own figures would need an adapter serving their series per pod"
+)
 METRIC = "reconcile_gateway_inflight"  # requests in flight per pod, as the gateway counts
 _HPA_NOTE = Problem(
     ("spec", "autoscale"),
@@ -193,6 +197,12 @@ def _scale_problems(spec: DeploymentSpec) -> list[Problem]:
         message = f"no Kubernetes form: {WHY_MIN_ZERO}"
         fix, lossy = "set it to 1", "export minReplicas: 1"
         out.append(Problem((*autoscale, "min"), message, True, fix, lossy, "exported as 1"))
+    if scale.metric != "inflight":
+        message = f"no Kubernetes form: {WHY_METRIC}"
+        fix, lossy = "use metric: inflight", "export the autoscaler on requests in flight"
+        out.append(
+            Problem((*autoscale, "metric"), message, True, fix, lossy, "exported as inflight")
+        )
     if scale.scale_down_delay > MAX_WINDOW:
         message = f"no Kubernetes form: {WHY_WINDOW}"
         fix, lossy = "set it to 1h or less", "export 1h"

@@ -21,6 +21,8 @@ from pydantic import (
     Field,
     ModelWrapValidatorHandler,
     PrivateAttr,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -331,6 +333,9 @@ def _surge(value: Any) -> Any:
 Surge = Annotated[int | str, BeforeValidator(_surge)]
 
 
+DEFAULT_TARGETS = {"waiting": 2.0, "kvCache": 0.8}  # per Ready replica
+
+
 class Autoscale(Model):
     min: Replicas = Field(
         default=1, description="The fewest replicas (0: scale to zero, Idle until a request)."
@@ -346,12 +351,47 @@ class Autoscale(Model):
         default=300.0,
         description="Load must stay low this long before a replica goes (default 5m).",
     )
+    metric: Literal["inflight", "waiting", "kvCache"] = Field(
+        default="inflight",
+        description="What it aims at: the gateway's requests in flight (default), the "
+        "engines' own requests waiting, or their KV cache use. An engine without metrics "
+        "keeps inflight.",
+    )
+    target: Annotated[float | None, Field(gt=0, le=100_000), NOT_BOOL] = Field(
+        default=None,
+        description="The metric's aim per Ready replica: requests waiting (default 2), or "
+        "KV cache use 0..1 (default 0.8); for inflight, targetInflight's.",
+    )
+
+    @field_validator("target")
+    @classmethod
+    def _ratio(cls, value: float | None, info: ValidationInfo) -> float | None:
+        # A field check (metric comes first), so the error names target's own line.
+        if info.data.get("metric") == "kvCache" and value is not None and value > 1:
+            raise ValueError(
+                f"{value:g} is above 1: with metric kvCache the target is the KV cache's "
+                "fill per replica, 0..1 (0.8: 80%)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
         if self.min > self.max:
             raise ValueError(f"autoscale.min ({self.min}) is above autoscale.max ({self.max})")
+        if self.metric != "inflight" and "target_inflight" in self.model_fields_set:
+            raise ValueError(
+                f"autoscale.targetInflight is inflight's aim, not {self.metric}'s: "
+                "use autoscale.target"
+            )
         return self
+
+    def target_of(self, metric: str) -> float:
+        """The aim per Ready replica for ``metric`` (the edge may fall back to inflight)."""
+        if metric == self.metric and self.target is not None:
+            return self.target
+        if metric == "inflight":
+            return self.target_inflight
+        return DEFAULT_TARGETS[metric]
 
 
 class RollingUpdate(Model):

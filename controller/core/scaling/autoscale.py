@@ -1,8 +1,12 @@
 """The autoscaler's rule (pure): a deployment's desired replica count from its load.
 
-The load is the gateway's requests in flight (``core/scaling/inflight.py``). The count:
+The load is the figure ``autoscale.metric`` names, summed over the deployment's Ready
+replicas: the gateway's requests in flight (``core/scaling/inflight.py``), or the
+engines' own requests waiting or KV cache use (their mean per instance, as the gateway
+reads them, times the Ready replicas); its target is per replica
+(``Autoscale.target_of``). The count:
 
-- rises as soon as the 10-s in-flight average exceeds ``targetInflight`` per replica
+- rises as soon as the 10-s average exceeds the target per replica
   (to ``ceil(average / target)``, at most ``max``);
 - rises at once, without waiting for the 10-s average to catch up, when the last
   seconds' load is at least twice what the current count is meant for: Knative's
@@ -37,6 +41,7 @@ class Load:
     average: float  # requests in flight over the last WINDOW seconds (idle time counts 0)
     recent: float  # ... over the last PANIC_WINDOW seconds the gateways reported
     waiting: bool = False  # a request waits for the deployment while it runs nothing
+    metric: str = "inflight"  # what average and recent count (inflight, waiting, kvCache)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +61,9 @@ class Decision:
     change: str | None = None  # the event's text when the count changed
 
 
-def wanted(policy: Autoscale, load: float) -> int:
-    """Replicas for ``load`` requests in flight, within min..max."""
-    need = math.ceil(load / policy.target_inflight - 1e-9) if load > 0 else 0
+def wanted(policy: Autoscale, load: float, metric: str = "inflight") -> int:
+    """Replicas for ``load`` (of ``metric``, summed over the replicas), within min..max."""
+    need = math.ceil(load / policy.target_of(metric) - 1e-9) if load > 0 else 0
     return max(policy.min, min(policy.max, need))
 
 
@@ -70,17 +75,18 @@ def decide(policy: Autoscale, scale: Scale, load: Load, ready: int, now: float) 
         new = max(policy.min, min(policy.max, count))
         return _changed(scale, new, f"autoscale is now min {policy.min}, max {policy.max}", now)
     if count == 0 and (load.waiting or load.average > 0 or load.recent > 0):
-        new = max(1, wanted(policy, max(load.average, load.recent)))
+        new = max(1, wanted(policy, max(load.average, load.recent), load.metric))
         return _changed(scale, new, "a request waits for it", now)
-    up = wanted(policy, load.average)
-    if load.recent >= PANIC_FACTOR * policy.target_inflight * max(count, 1):
-        up = max(up, wanted(policy, load.recent))
+    target = policy.target_of(load.metric)
+    up = wanted(policy, load.average, load.metric)
+    if load.recent >= PANIC_FACTOR * target * max(count, 1):
+        up = max(up, wanted(policy, load.recent, load.metric))
     if up > count:
         figure = max(load.average, load.recent)
-        return _changed(scale, up, _why(figure, ready, policy), now)
+        return _changed(scale, up, _why(figure, ready, policy, load.metric), now)
     # Lower only when the last seconds agree with the mean: after a quick rise the 10-s
     # mean lags behind the load for the rest of its window.
-    down = wanted(policy, max(load.average, load.recent))
+    down = wanted(policy, max(load.average, load.recent), load.metric)
     if down >= count:
         return Decision(replace(scale, low_since=None, low_wants=0))
     return _lower(policy, scale, down, load, now)
@@ -97,8 +103,9 @@ def _lower(policy: Autoscale, scale: Scale, wants: int, load: Load, now: float) 
         return Decision(replace(scale, low_wants=most))
     delay = f"{policy.scale_down_delay:g}s"
     why = (
-        f"{load.average:.1f} in flight, fewer than {scale.count} replicas' worth for "
-        f"{delay} (scaleDownDelay), target {policy.target_inflight:g}"
+        f"{_figure(load.average, scale.count, load.metric)}, fewer than {scale.count} "
+        f"replicas' worth for {delay} (scaleDownDelay), "
+        f"target {policy.target_of(load.metric):g}"
     )
     return _changed(scale, most, why, now)
 
@@ -108,6 +115,14 @@ def _changed(scale: Scale, count: int, why: str, now: float) -> Decision:
     return Decision(Scale(count=count, changed_at=now, reason=text), text)
 
 
-def _why(load: float, ready: int, policy: Autoscale) -> str:
+def _why(load: float, ready: int, policy: Autoscale, metric: str) -> str:
     replicas = "replica" if ready == 1 else "replicas"
-    return f"{load:.1f} in flight on {ready} Ready {replicas}, target {policy.target_inflight:g}"
+    aim = policy.target_of(metric)
+    return f"{_figure(load, ready, metric)} on {ready} Ready {replicas}, target {aim:g}"
+
+
+def _figure(load: float, replicas: int, metric: str) -> str:
+    """The load in the metric's words: kvCache's as the fill per replica, as its target."""
+    if metric == "kvCache":
+        return f"KV cache {load / max(replicas, 1):.2f} used"
+    return f"{load:.1f} {'waiting' if metric == 'waiting' else 'in flight'}"

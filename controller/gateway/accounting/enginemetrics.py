@@ -15,6 +15,10 @@ llama.cpp  ``llamacpp:requests_deferred`` (``--metrics``)      ``llamacpp:kv_cac
 TGI        ``tgi_queue_size``                                  (none)
 =========  ==================================================  ===========================
 
+llama.cpp's KV cache series is gone from recent builds (the one ``scripts/build-llama-server``
+pins states none, ``tests/engines/test_llama_health.py``): such an engine states only
+its queue, and ``autoscale.metric: kvCache`` falls back to in flight for it.
+
 ``parse`` is pure: a sample of several label sets (one per model served) sums the
 waiting and takes the fullest cache.
 """
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import aiohttp
@@ -104,15 +108,19 @@ class Reader:
         session: aiohttp.ClientSession,
         records: Callable[[], Iterable[Record]],
         loads: dict[tuple[str, str], EngineLoad],
+        after: Callable[[dict[tuple[str, str], EngineLoad], float], Awaitable[None]] | None = None,
     ) -> None:
         self._session = session
         self._records = records
         self.loads = loads  # (deployment, instance) -> its last reading (metrics.py shows it)
+        self._after = after  # given each reading and its interval (the autoscaler's samples)
         self._silent: set[str] = set()  # nonces whose engines state neither signal
 
     async def run(self, every: float = EVERY) -> None:
         while True:
             await self.once()
+            if self._after is not None and self.loads:
+                await self._after(dict(self.loads), every)
             await asyncio.sleep(every)
 
     async def once(self) -> None:

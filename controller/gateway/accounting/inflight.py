@@ -5,18 +5,24 @@
 sample a second per busy deployment and writes it with the last ones
 (``controller/store/inflight.py``, off the loop); an idle deployment gets no write, and
 with every deployment idle the writer sleeps until a request comes (``Load.on_busy``).
+
+``EngineFigures`` writes the engines' own figures the same way (``autoscale.metric:
+waiting | kvCache``): after each read of their ``/metrics`` (``enginemetrics.Reader``),
+one sample per deployment and signal, the mean over the instances that stated it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from controller.core.scaling.inflight import Inflight, Sample
+from controller.gateway.accounting.enginemetrics import EngineLoad
 from controller.logsetup import get_logger
 from controller.store import inflight as store
 
@@ -121,3 +127,43 @@ class InflightWriter:
                     why = str(exc)
                     log.error("in-flight figures not written", deployment=deployment, error=why)
                 self._failed = True
+
+
+class EngineFigures:
+    """One gateway's writer of the engines' figures: ``write`` after each read."""
+
+    def __init__(self, state_dir: Path, writer: str | None = None) -> None:
+        self.state_dir = state_dir
+        self.writer = writer or f"{os.getpid()}x{secrets.token_hex(3)}"
+        self.figures: dict[tuple[str, str], Inflight] = {}  # (signal, deployment) -> its file
+        self._failed = False
+
+    async def write(self, loads: Mapping[tuple[str, str], EngineLoad], seconds: float) -> None:
+        """One sample per (signal, deployment) the engines read (``loads``: per (deployment,
+        instance)) stated, over the last ``seconds``; an engine saying nothing adds none."""
+        values: dict[tuple[str, str], list[float]] = {}
+        for (deployment, _), load in loads.items():
+            for signal, value in (("waiting", load.waiting), ("kvCache", load.kv_cache)):
+                if value is not None:
+                    values.setdefault((signal, deployment), []).append(value)
+        loop, wall = asyncio.get_running_loop(), time.time()
+        for (signal, deployment), seen in values.items():
+            sample = Sample(wall, seconds, sum(seen) / len(seen), math.ceil(max(seen)))
+            figure = self.figures.get((signal, deployment)) or Inflight(deployment, self.writer)
+            figure = self.figures[signal, deployment] = figure.adding(sample)
+            try:
+                await loop.run_in_executor(None, store.write, self.state_dir, figure, signal)
+            except (OSError, ValueError) as exc:
+                if not self._failed:  # said once, as the in-flight figures
+                    log.error("engine figures not written", deployment=deployment, error=str(exc))
+                self._failed = True
+
+    def forget(self) -> None:
+        """The gateway ends: its readings are no one's any more."""
+        for signal in ("waiting", "kvCache"):
+            store.forget(self.state_dir, self.writer, signal)
+
+    def prune(self) -> None:
+        """A crashed gateway's files, as ``InflightWriter`` prunes its own kind's."""
+        for signal in ("waiting", "kvCache"):
+            store.prune(self.state_dir, time.time(), PRUNE_AFTER, signal)

@@ -24,7 +24,7 @@ from controller.core.manifest.listen import host_refusal
 from controller.core.state import Phase, Record
 from controller.gateway.accounting import requestlog, usage
 from controller.gateway.accounting.enginemetrics import Reader
-from controller.gateway.accounting.inflight import InflightCounts, InflightWriter
+from controller.gateway.accounting.inflight import EngineFigures, InflightCounts, InflightWriter
 from controller.gateway.accounting.keys import Keys, presented
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.quota import Quota
@@ -135,14 +135,20 @@ class Front:
 
     async def _reading_engines(self, app: web.Application) -> AsyncIterator[None]:
         """The engines' own /metrics, read every few seconds while the server runs."""
+        figures = EngineFigures(self.demand.state_dir)
+        await asyncio.get_running_loop().run_in_executor(None, figures.prune)
         reader = Reader(
-            self.session, lambda: list(self.table.records.values()), self.metrics.engines
+            self.session,
+            lambda: list(self.table.records.values()),
+            self.metrics.engines,
+            figures.write,
         )
         task = asyncio.create_task(reader.run())
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        figures.forget()
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         raw, query = paths.split(request.raw_path)
