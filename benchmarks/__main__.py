@@ -11,6 +11,7 @@
     python -m benchmarks --only health  # a hung engine (SIGSTOP) to its replacement
     python -m benchmarks --only tls     # HTTPS vs plain HTTP through the gateway (ratio)
     python -m benchmarks --only containers  # an engine in a podman container vs podman run
+    python -m benchmarks --only git     # a commit pushed to the engine exec'd: webhook, polling
 
 Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
 run also rewrites ``benchmarks/RESULTS.md`` (date, machine, the table).
@@ -47,11 +48,13 @@ SECTIONS = (
     "ray",
     "tls",
     "containers",
+    "git",
 )
 # Run unless --only says otherwise; "ray" needs `pip install -e '.[ray]'` and starts a local
 # Ray cluster (~2 minutes more): run it with `--only ray`. "tls" (issue 39's figure) runs
 # with `--only tls`. "containers" needs podman (and imports an image): `--only containers`.
-DEFAULT = tuple(s for s in SECTIONS if s not in ("ray", "tls", "containers"))
+# "git" (issue 37's figure: ~1.5 minutes for 20 pushes per mode) runs with `--only git`.
+DEFAULT = tuple(s for s in SECTIONS if s not in ("ray", "tls", "containers", "git"))
 
 
 def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
@@ -59,6 +62,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         autoscaling,
         coldstart,
         containers,
+        gitbench,
         liveness,
         lockbench,
         placement,
@@ -88,6 +92,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             "ray": lambda: raybench.bench(2, 3),
             "tls": lambda: tlsbench.bench(10),
             "containers": lambda: containers.bench(1),
+            "git": lambda: gitbench.bench(2),
         }
     return {
         "startup": lambda: startup.bench(30),
@@ -104,6 +109,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "ray": lambda: raybench.bench(20, 9),  # needs pip install -e '.[ray]'
         "tls": lambda: tlsbench.bench(300),
         "containers": lambda: containers.bench(9),  # needs podman
+        "git": lambda: gitbench.bench(20),
     }
 
 

@@ -64,3 +64,21 @@ def test_the_tls_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     rows = json.loads((run / "results.json").read_text())["rows"]
     assert [row["section"] for row in rows] == ["12. tls", "12. tls"], rows
     assert all(row["ours"] and row["theirs"] and row["ratio"] for row in rows), rows
+
+
+def test_the_git_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
+    """``--only git`` (issue 37): push → engine exec'd, by webhook and by polling."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "git", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (run,) = tmp_path.iterdir()
+    rows = json.loads((run / "results.json").read_text())["rows"]
+    assert [row["section"] for row in rows] == ["14. git", "14. git"], rows
+    assert ["webhook" in rows[0]["metric"], "polling" in rows[1]["metric"]] == [True, True]
+    assert all(len(row["ours"]) == 2 and row["goal"] for row in rows), rows

@@ -334,7 +334,9 @@ def _view_verbs(verb: VerbMaker) -> None:
     p.add_argument("rev", nargs="?", help="the commit (default: the last one all Ready)")
     p.add_argument("--resume", action="store_true", help="follow the branch again")
     p.add_argument(
-        "--dry-run", action="store_true", help="say what the rollback would change, change nothing"
+        "--dry-run",
+        action="store_true",
+        help="the plan against the older commit (as `reconcile plan`), change nothing",
     )
     verb("schema", "the JSON Schema of a manifest")
 

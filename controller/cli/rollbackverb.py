@@ -10,9 +10,12 @@ this command's own when no daemon runs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, config, output_format
 from controller.cli.common import reconciler as build
@@ -59,7 +62,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
             return EXIT_FAIL
         target, why = found, f"rolled back to {found[:12]} (from {(st.applied or '-')[:12]})"
         if args.dry_run:
-            return _show_change(source, st, target)
+            return _show_change(cfg, source, st, target)
     _pin(cfg, target)
     _journal(cfg, st.owner, "resume" if target is None else "rollback", why)
     print(why)
@@ -88,13 +91,40 @@ def _target(
         return None
 
 
-def _show_change(source: gitsource.GitSource, st: gitsource.SourceStatus, target: str) -> int:
-    """What the rollback would change in the manifests (applied → target), changing nothing."""
-    path = [] if st.path == "." else ["--", st.path]
-    diff = gitsource.git(source.repo, "diff", "--name-status", st.applied or target, target, *path)
-    print(f"rollback {(st.applied or '-')[:12]} -> {target[:12]} would change:")
-    print(diff or "  no manifest (the commit alone: each record's revision)")
-    return EXIT_OK
+def _show_change(
+    cfg: Config, source: gitsource.GitSource, st: gitsource.SourceStatus, target: str
+) -> int:
+    """The plan a pass would make against ``target``'s manifests (``reconcile plan``'s
+    read-only Preview), changing nothing: the manifests are read from git into a temp dir."""
+    from controller.cli import planview
+    from controller.cli.common import preview
+    from controller.store.manifests import load
+
+    with tempfile.TemporaryDirectory(prefix="reconcile-rollback-") as tmp:
+        folder = _export(source.repo, target, st.path, Path(tmp))
+        loaded = load([folder], insecure=cfg.insecure_manifests, backend=cfg.backend)
+        view = preview(cfg)
+        observed, problems = view.observe()
+        desired = dataclasses.replace(view.desired(loaded), revision=target)
+        found = planview.changes(view.plan(desired, observed), desired, observed)
+    errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
+    print(f"rollback {(st.applied or '-')[:12]} -> {target[:12]} would make this plan:")
+    print(planview.text(found, errors))
+    return EXIT_FAIL if errors else EXIT_OK
+
+
+def _export(repo: Path, commit: str, path: str, into: Path) -> Path:
+    """The manifest folder ``path`` as it is at ``commit``, written under ``into``; a
+    folder missing at the commit comes out empty (the empty-folder guard, as a pass)."""
+    spec = [] if path == "." else ["--", path]
+    names = gitsource.git(repo, "ls-tree", "-r", "-z", "--name-only", commit, *spec)
+    for name in filter(None, names.split("\0")):
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(gitsource.git(repo, "show", f"{commit}:{name}") + "\n")
+    folder = into / path
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _pin(cfg: Config, target: str | None) -> None:

@@ -24,8 +24,11 @@ def test_rollback_pins_the_last_good_commit_until_resumed(reconcile: Any, remote
     reconcile("--once", "--wait", "--timeout", "30s", "--git", remote.url, *GIT, check=1)
     assert reconcile.record("alpha")["revision"] == bad
 
-    dry = reconcile("rollback", "--dry-run", check=0)
-    assert good[:12] in dry.out and "manifests/alpha.yaml" in dry.out, dry
+    dry = reconcile("rollback", "--dry-run", check=0)  # a plan against good's manifests
+    assert good[:12] in dry.out, dry
+    (line,) = [ln for ln in dry.out.splitlines() if " alpha " in ln]
+    assert "replace" in line and "spec.command" in line, dry.out
+    assert "1 to replace" in dry.out and "0 to destroy" in dry.out, dry.out
     assert source(reconcile)["applied"] == bad  # the dry run changed nothing
 
     out = reconcile("rollback", check=0)  # no daemon: the command's own pass applies it
@@ -92,4 +95,23 @@ def test_auto_rollback_to_the_last_good_commit_until_a_newer_one(
     node_only(reconcile, "--once", "--wait", "--timeout", "30s")  # a newer commit lifts it
     seen = source(reconcile)
     assert seen["pinned"] is None and seen["applied"] == newer, seen
+    node_only(reconcile, "down")
+
+
+def test_a_dry_run_is_the_plan_against_the_older_commit(reconcile: Any, remote: Remote) -> None:
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    text = reconcile.dump_yaml(reconcile.deployment("beta", basePort=reconcile.port + 4))
+    bad = remote.commit({"manifests/beta.yaml": text}, "add beta")
+    reconcile.converge("--git", remote.url, *GIT)
+    before = reconcile.pids()
+    assert len(before) == 2, before
+
+    dry = reconcile("rollback", good, "--dry-run", check=0)
+    assert f"{bad[:12]} -> {good[:12]}" in dry.out, dry.out
+    (line,) = [ln for ln in dry.out.splitlines() if " beta " in ln]
+    assert "destroy" in line, dry.out  # beta is not in good's manifests
+    assert "0 to create" in dry.out and "1 to destroy" in dry.out, dry.out
+    assert reconcile.pids() == before  # nothing stopped or started
+    assert source(reconcile)["pinned"] is None and source(reconcile)["applied"] == bad
     node_only(reconcile, "down")
