@@ -18,7 +18,6 @@ from controller.cli.common import EXIT_FAIL, EXIT_OK, config, output_format
 from controller.cli.common import reconciler as build
 from controller.store import gitsource
 from controller.store.events import Journal
-from controller.store.lock import FileLock
 from controller.store.node import Config
 from controller.store.records import RecordStore
 
@@ -98,7 +97,7 @@ def _show_change(source: gitsource.GitSource, st: gitsource.SourceStatus, target
 
 
 def _pin(cfg: Config, target: str | None) -> None:
-    lock = FileLock(gitsource.folder(cfg.state_dir) / "git.lock", what="git checkout lock")
+    lock = gitsource.checkout_lock(cfg.state_dir)
     with lock.hold(gitsource.FETCH_TIMEOUT):
         st = gitsource.read_status(cfg.state_dir)
         assert st is not None
