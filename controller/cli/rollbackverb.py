@@ -14,7 +14,7 @@ import json
 import sys
 import time
 
-from controller.cli.common import EXIT_FAIL, EXIT_OK, config, output_format
+from controller.cli.common import EXIT_FAIL, EXIT_OK, config, looks, output_format
 from controller.cli.common import reconciler as build
 from controller.store import gitsource
 from controller.store.events import Journal
@@ -119,12 +119,10 @@ def _apply(cfg: Config, target: str | None) -> int:
     daemon = daemon_pid(cfg.state_dir)
     if daemon:
         _wake(cfg.state_dir, daemon)
-        deadline = time.monotonic() + APPLY_WAIT
-        while time.monotonic() < deadline:
+        for _ in looks(time.monotonic() + APPLY_WAIT, reader=False):  # a file the daemon writes
             st = gitsource.read_status(cfg.state_dir)
             if st is not None and st.applied == (target or st.fetched):
                 return EXIT_OK
-            time.sleep(0.2)  # polling a file the daemon writes: no event to wait on
         print(f"reconcile: the daemon (pid {daemon}) has not applied it yet", file=sys.stderr)
         return EXIT_FAIL
     result = build(cfg).run_pass()
