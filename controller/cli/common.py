@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from controller.store.node import Config, GitFlags, resolve
@@ -14,6 +15,11 @@ EXIT_OK = 0  # done; in sync; everything Ready
 EXIT_FAIL = 1  # invalid input, not converged, or failed
 EXIT_CHANGES = 2  # `plan`: changes pending
 EXIT_USAGE = 64  # bad flags or arguments (EX_USAGE)
+
+# Seconds between looks of every CLI loop that follows or waits on files the daemon and
+# the gateway write (status -w, events -w, logs -f, requests -f, restart, rollback): a pass
+# writes at most every 0.2 s and a person reads no faster; there is no event to wait on.
+FOLLOW_PERIOD = 0.5
 
 
 if TYPE_CHECKING:
@@ -75,6 +81,22 @@ def no_such(name: str, known: Iterable[str], where: object) -> str:
     said = f"; did you mean {hint!r}?" if hint else ""
     listed = f" (known: {', '.join(names)})" if names and not hint else ""
     return f"reconcile: no deployment named {name!r} in {where}{said}{listed}"
+
+
+def looks(
+    deadline: float | None = None, *, reader: bool = True, now: bool = True
+) -> Iterator[None]:
+    """A follow loop's turns: one now (or, ``now=False``, after the look the caller has
+    just had), then one every FOLLOW_PERIOD until ``deadline`` (``time.monotonic()``) has
+    passed or, for a loop that prints as it goes (``reader``), the reader of stdout is
+    gone (``| head``)."""
+    if now:
+        yield
+    while not (reader and reader_gone()):
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        time.sleep(FOLLOW_PERIOD)
+        yield
 
 
 def reader_gone() -> bool:

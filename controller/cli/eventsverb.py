@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -19,15 +18,14 @@ from controller.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     config,
+    looks,
     no_such,
     output_format,
-    reader_gone,
 )
 from controller.cli.views import age, table
 from controller.core.manifest.names import base_name
 from controller.store.events import Journal
 
-FOLLOW_PERIOD = 0.5  # seconds between looks at the journals while following
 Event = dict[str, Any]
 
 
@@ -47,8 +45,7 @@ def cmd_events(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     seen: set[str] = set()
     _show(_new(_gather(journal, args.name), seen), fmt, header=True)
-    while args.watch and not reader_gone():  # `events -w | head -2`: end when head does
-        time.sleep(FOLLOW_PERIOD)
+    for _ in looks(now=False) if args.watch else ():  # `events -w | head -2`: ends with head
         _show(_new(_gather(journal, args.name), seen), fmt, header=False)
     return EXIT_OK
 

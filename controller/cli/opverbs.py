@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -23,6 +22,7 @@ from controller.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     config,
+    looks,
     no_such,
     output_format,
     preview,
@@ -216,13 +216,13 @@ def _remote_logs(args: argparse.Namespace, cfg: Config, rec: Record) -> int:
         lines = lines[-args.tail :] if args.tail else []
     out.write(b"".join(lines))
     out.flush()
-    while args.follow and got is not None:
-        time.sleep(0.5)
+    for _ in looks(now=False) if args.follow else ():
         got = backend.log_since(rec, offset)
-        if got is not None:
-            out.write(got[0])
-            out.flush()
-            offset = got[1]
+        if got is None:
+            break  # its actor is gone
+        out.write(got[0])
+        out.flush()
+        offset = got[1]
     return EXIT_OK
 
 

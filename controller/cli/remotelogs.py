@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 
 from controller.backends.base import Backend
 from controller.cli import replicalogs
-from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, looks
 from controller.core.state import Record
 from controller.store.node import Config
-
-POLL = 0.5  # seconds between looks at the logs, as `logs -f` of one cluster engine
 
 
 def show(args: argparse.Namespace, cfg: Config, records: Sequence[Record], label: str) -> int:
@@ -45,8 +42,7 @@ def show(args: argparse.Namespace, cfg: Config, records: Sequence[Record], label
     if not offsets:
         print(f"reconcile: no replica of {label} has a log (never started?)", file=sys.stderr)
         return EXIT_FAIL
-    while args.follow:
-        time.sleep(POLL)
+    for _ in looks(now=False) if args.follow else ():
         for rec in records:
             out.write(b"".join(_prefixed(rec.name, width, x) for x in _read(backend, rec, offsets)))
         out.flush()

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from controller.cli.common import EXIT_FAIL, EXIT_OK, reader_gone
+from controller.cli.common import EXIT_FAIL, EXIT_OK, FOLLOW_PERIOD, reader_gone
 from controller.core.manifest.names import (
     base_name,
     instance_of,
@@ -32,8 +32,6 @@ from controller.store.records import RecordStore
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
-
-POLL = 0.2  # seconds between looks at a quiet log, as `logs -f` of one replica
 
 
 def instances(store: RecordStore, name: str, replica: int | None) -> list[str]:
@@ -143,14 +141,14 @@ def _follow(store: RecordStore, prefixes: dict[str, bytes], out: BinaryIO) -> No
         threads.append(thread)
     while any(t.is_alive() for t in threads):  # short joins: Ctrl-C still reaches us
         for thread in threads:
-            thread.join(POLL)
+            thread.join(FOLLOW_PERIOD)
     if broken.is_set():
         raise BrokenPipeError
 
 
 def _follow_one(path: Path, writer: _LineWriter, keep_going: Callable[[], bool]) -> None:
     try:
-        logfiles.follow(path, writer.write, keep_going, poll=POLL)
+        logfiles.follow(path, writer.write, keep_going, poll=FOLLOW_PERIOD)
     except FileNotFoundError:  # its log was never written: nothing to follow
         return
     writer.close()

@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Callable
 
-from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, FOLLOW_PERIOD
 from controller.cli.gatewayverbs import state_dir_of
 from controller.gateway.accounting import requestlog
 from controller.store import logfiles
@@ -42,7 +42,7 @@ def cmd_requests(args: argparse.Namespace) -> int:
     if args.follow:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         path.touch(mode=0o600, exist_ok=True)  # followed from its (empty) start
-        logfiles.follow(path, _lines(show), lambda: True)
+        logfiles.follow(path, _lines(show), lambda: True, poll=FOLLOW_PERIOD)
     return EXIT_OK
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, no_such, reconciler
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, looks, no_such, reconciler
 from controller.core.manifest.names import base_name, is_next
 from controller.core.state import STUCK, Phase, Record
 from controller.errors import RecordError
@@ -33,8 +33,6 @@ from controller.store.node import Config
 from controller.store.records import RecordStore, check_name
 from controller.store.sidefiles import SideFileError
 from controller.store.statedir import StateDir
-
-POLL = 0.5  # seconds between looks at the records while the daemon restarts them
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
@@ -169,7 +167,7 @@ def _watch(
     deadline = time.monotonic() + timeout
     store = RecordStore(cfg.state_dir)
     shown: dict[str, str] = {}
-    while True:
+    for _ in looks(reader=False):  # ends by a return: done, stuck or timed out
         step()
         records = list(store.load().records.values())
         left = {n: _left(_instances(records, n), expected[n], at) for n in names}
@@ -191,7 +189,7 @@ def _watch(
             waiting = ", ".join(n for n, w in left.items() if w)
             print(f"reconcile: timed out waiting for the restart of {waiting}", file=sys.stderr)
             return EXIT_FAIL
-        time.sleep(POLL)
+    return EXIT_FAIL
 
 
 def _left(instances: list[Record], expected: dict[str, str | None], at: datetime) -> str:

@@ -17,11 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.cli.common import EXIT_FAIL, EXIT_OK, config, output_format
+from controller.cli.common import EXIT_FAIL, EXIT_OK, config, looks, output_format
 from controller.cli.common import reconciler as build
 from controller.store import gitsource
 from controller.store.events import Journal
-from controller.store.lock import FileLock
 from controller.store.node import Config
 from controller.store.records import RecordStore
 
@@ -128,7 +127,7 @@ def _export(repo: Path, commit: str, path: str, into: Path) -> Path:
 
 
 def _pin(cfg: Config, target: str | None) -> None:
-    lock = FileLock(gitsource.folder(cfg.state_dir) / "git.lock", what="git checkout lock")
+    lock = gitsource.checkout_lock(cfg.state_dir)
     with lock.hold(gitsource.FETCH_TIMEOUT):
         st = gitsource.read_status(cfg.state_dir)
         assert st is not None
@@ -150,12 +149,10 @@ def _apply(cfg: Config, target: str | None) -> int:
     daemon = daemon_pid(cfg.state_dir)
     if daemon:
         _wake(cfg.state_dir, daemon)
-        deadline = time.monotonic() + APPLY_WAIT
-        while time.monotonic() < deadline:
+        for _ in looks(time.monotonic() + APPLY_WAIT, reader=False):  # a file the daemon writes
             st = gitsource.read_status(cfg.state_dir)
             if st is not None and st.applied == (target or st.fetched):
                 return EXIT_OK
-            time.sleep(0.2)  # polling a file the daemon writes: no event to wait on
         print(f"reconcile: the daemon (pid {daemon}) has not applied it yet", file=sys.stderr)
         return EXIT_FAIL
     result = build(cfg).run_pass()

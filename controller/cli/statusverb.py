@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -23,10 +22,10 @@ from controller.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     config,
+    looks,
     no_such,
     output_format,
     preview,
-    reader_gone,
     selected,
 )
 from controller.cli.views import (
@@ -49,7 +48,6 @@ from controller.store.node import Config, read_drain
 from controller.store.observed import read_all as read_seen
 from controller.store.records import RecordStore
 
-WATCH_PERIOD = 1.0  # seconds between looks while watching (a pass writes at most every 0.2 s)
 WATCH_FORMATS = ("table", "wide", "json")
 REFRESHED = "seen now by `status --refresh`; the next pass records it"
 
@@ -207,7 +205,7 @@ def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
     shown: dict[str, str] = {}
     first = True
     layout = Layout()
-    while True:
+    for _ in looks():
         seen = look(args, cfg, say=first)  # NAME gone later: shown as gone, said once
         if seen is None and first:
             return EXIT_FAIL
@@ -226,9 +224,7 @@ def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
             said = json.dumps({"name": name, "deleted": True}) if fmt == "json" else ""
             print(said or f"{name}   (gone)", flush=True)
         first = False
-        time.sleep(WATCH_PERIOD)
-        if reader_gone():
-            return EXIT_OK
+    return EXIT_OK
 
 
 @dataclass

@@ -24,7 +24,6 @@ from controller.core.manifest.names import base_name
 from controller.core.promtext import PromText
 from controller.core.replicaset import group
 from controller.core.state import Phase, Record
-from controller.errors import ReconcileError
 from controller.host import bootclock
 from controller.logsetup import get_logger
 from controller.store import gitsource
@@ -239,10 +238,7 @@ def _git_state(config: Config, result: PassResult) -> str | None:
     """The git source's state after this pass (None: no git source, or its file unreadable)."""
     if config.git is None:
         return None
-    try:
-        st = gitsource.read_status(config.state_dir)
-    except ReconcileError:
-        return None
+    st = gitsource.read_status(config.state_dir)
     if st is None:
         return None
     return gitsource.state_of(st, [str(r.phase) for r in result.ours()])[0]

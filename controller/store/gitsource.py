@@ -23,7 +23,6 @@ last applied commit keeps running and nothing is pruned.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -38,8 +37,10 @@ from urllib.parse import urlsplit, urlunsplit
 from controller import failpoints
 from controller.errors import ConfigError
 from controller.logsetup import get_logger
-from controller.store.documents import write_atomic
+from controller.store import sidefiles
+from controller.store.documents import Document
 from controller.store.lock import FileLock
+from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")
 
@@ -139,12 +140,8 @@ def shown_url(url: str) -> str:
 # -- the state dir's files ----------------------------------------------------------------
 
 
-def folder(state_dir: Path) -> Path:
-    return state_dir / "git"
-
-
 def checkout_dir(state_dir: Path) -> Path:
-    return folder(state_dir) / "checkout"
+    return StateDir(state_dir).git_checkout
 
 
 def manifests_dir(state_dir: Path, path: str) -> Path:
@@ -152,9 +149,9 @@ def manifests_dir(state_dir: Path, path: str) -> Path:
     return top if path == "." else top / path
 
 
-def hook_file(state_dir: Path) -> Path:
-    """Written by the gateway on a signed webhook: the next sync fetches at once."""
-    return folder(state_dir) / "fetch-now"
+def checkout_lock(state_dir: Path) -> FileLock:
+    """Held while the checkout is fetched or moved, or its pin changed (``rollback``)."""
+    return FileLock(StateDir(state_dir).git_lock, what="git checkout lock")
 
 
 @dataclass(kw_only=True)
@@ -194,31 +191,26 @@ class SourceStatus:
         )
 
 
-def status_path(state_dir: Path) -> Path:
-    return folder(state_dir) / "source.json"
+def _decode_status(data: Any) -> SourceStatus:
+    if not isinstance(data, dict):
+        raise ValueError(f"a {type(data).__name__}, not an object")
+    known = set(SourceStatus.__dataclass_fields__)
+    return SourceStatus(**{k: v for k, v in data.items() if k in known})  # TypeError: set aside
+
+
+def _status(state_dir: Path) -> Document[SourceStatus]:
+    state = StateDir(state_dir)
+    return Document(state, state.git_source, _decode_status, asdict, indent=1)
 
 
 def read_status(state_dir: Path) -> SourceStatus | None:
-    """The remembered source, or None when this state dir follows no git source."""
-    try:
-        data = json.loads(status_path(state_dir).read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(
-            f"{status_path(state_dir)} is unreadable ({exc}): remove it; the daemon writes"
-            " it again at its next fetch"
-        ) from exc
-    known = set(SourceStatus.__dataclass_fields__)
-    try:
-        return SourceStatus(**{k: v for k, v in data.items() if k in known})
-    except TypeError as exc:
-        raise ConfigError(f"{status_path(state_dir)}: {exc}: remove it") from exc
+    """The remembered source, or None when this state dir follows no git source (a torn
+    file is quarantined, named, and read as none: the next sync writes it again)."""
+    return _status(state_dir).read()
 
 
 def write_status(state_dir: Path, status: SourceStatus) -> None:
-    folder(state_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_atomic(status_path(state_dir), json.dumps(asdict(status), indent=1).encode())
+    _status(state_dir).write(status)
 
 
 def now_iso() -> str:
@@ -299,8 +291,8 @@ class GitSource:
         # due (the interval, a retry's back-off, a webhook): never every pass.
         self.always_fetch = always_fetch
         self.repo = checkout_dir(state_dir)
-        self.lock = FileLock(folder(state_dir) / "git.lock", what="git checkout lock")
-        self.marker = folder(state_dir) / "moving"
+        self.lock = checkout_lock(state_dir)
+        self.marker = StateDir(state_dir).git_moving
 
     @property
     def manifests(self) -> Path:
@@ -327,14 +319,14 @@ class GitSource:
         """Seconds until the next fetch is due (0: now)."""
         st = read_status(self.state_dir)
         now = time.time() if now is None else now
-        if st is None or hook_file(self.state_dir).exists():
+        if st is None or StateDir(self.state_dir).git_fetch_now.exists():
             return 0.0
         if st.pinned and st.applied != st.pinned:  # a rollback asked for: its pass now
             return 0.0
         return max(st.next_fetch_at - now, 0.0)
 
     def sync(self) -> SyncResult:
-        folder(self.state_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+        sidefiles.folder_for_write(StateDir(self.state_dir).git)
         with self.lock.hold(FETCH_TIMEOUT):
             st = self.status()
             by = self._fetch_reason(st)
@@ -351,7 +343,7 @@ class GitSource:
             return result
 
     def _fetch_reason(self, st: SourceStatus) -> str | None:
-        hook = hook_file(self.state_dir)
+        hook = StateDir(self.state_dir).git_fetch_now
         if hook.exists():
             with contextlib.suppress(FileNotFoundError):
                 hook.unlink()  # taken before the fetch: a hook during it asks for another
@@ -558,25 +550,25 @@ def _remove_tree(path: Path) -> None:
 HISTORY_KEEP = 200  # entries kept (the oldest go first)
 
 
-def history_path(state_dir: Path) -> Path:
-    return folder(state_dir) / "history.json"
-
-
-def read_history(state_dir: Path) -> list[dict[str, Any]]:
-    try:
-        data = json.loads(history_path(state_dir).read_text())
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError) as exc:
-        raise ConfigError(
-            f"{history_path(state_dir)} is unreadable ({exc}): move it aside; the next"
-            " applied commit starts a new history"
-        ) from exc
+def _decode_history(data: Any) -> list[dict[str, Any]]:
+    if not isinstance(data, list):
+        raise ValueError(f"a {type(data).__name__}, not a list")
     return [e for e in data if isinstance(e, dict) and "revision" in e]
 
 
+def _history(state_dir: Path) -> Document[list[dict[str, Any]]]:
+    state = StateDir(state_dir)
+    keep = lambda entries: entries[-HISTORY_KEEP:]  # noqa: E731
+    return Document(state, state.git_history, _decode_history, keep, indent=1)
+
+
+def read_history(state_dir: Path) -> list[dict[str, Any]]:
+    """The applied commits, oldest first (a torn file: quarantined, a new history)."""
+    return _history(state_dir).read() or []
+
+
 def write_history(state_dir: Path, entries: list[dict[str, Any]]) -> None:
-    write_atomic(history_path(state_dir), json.dumps(entries[-HISTORY_KEEP:], indent=1).encode())
+    _history(state_dir).write(entries)
 
 
 def add_history(state_dir: Path, entry: dict[str, Any]) -> None:

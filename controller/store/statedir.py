@@ -14,7 +14,9 @@ observed.json  drain.json  node.yaml  access-token  models/  cache/    the node'
 ui-open.html  quarantine/documents/
 pass.lock  placement.lock  daemon.lock                                 the locks
 gateway/  (gw-<nonce>.json, current.json, retire/, passed, metrics.prom, gateway.log,
-           daemon.sock, daemon.addr)                                   the gateway's files
+           daemon.sock, daemon.addr, requests.jsonl)                   the gateway's files
+git/  (checkout/, source.json, history.json, git.lock, moving, fetch-now)  the git source
+images/<key>.json  images/<key>.log  run/<name>.env  run/<name>.cid       container images, runs
 ```
 """
 
@@ -169,6 +171,60 @@ class StateDir:
     def wake_name(self) -> Path:
         """The daemon's abstract wake-up name, when its socket's path is too long."""
         return self.gateway / "daemon.addr"
+
+    @property
+    def request_log(self) -> Path:
+        return self.gateway / "requests.jsonl"
+
+    def retire_ask(self, nonce: str) -> Path:
+        """The daemon's ask that the gateways drain an engine (``retire/<nonce>.json``)."""
+        return self.retire / f"{nonce}.json"
+
+    def retire_ack(self, nonce: str, gateway: str) -> Path:
+        """One gateway's answer: drained (``retire/<nonce>.<gateway>.done``)."""
+        return self.retire / f"{nonce}.{gateway}.done"
+
+    # -- the git source (store/gitsource.py) ------------------------------------------
+    @property
+    def git(self) -> Path:
+        return self.root / "git"
+
+    @property
+    def git_checkout(self) -> Path:
+        return self.git / "checkout"
+
+    @property
+    def git_source(self) -> Path:
+        """The source followed and what became of it (``reconcile source``)."""
+        return self.git / "source.json"
+
+    @property
+    def git_history(self) -> Path:
+        return self.git / "history.json"
+
+    @property
+    def git_lock(self) -> Path:
+        return self.git / "git.lock"
+
+    @property
+    def git_moving(self) -> Path:
+        """Written before the checkout moves: still there, the move starts again."""
+        return self.git / "moving"
+
+    @property
+    def git_fetch_now(self) -> Path:
+        """Written by the gateway on a signed webhook: the next sync fetches at once."""
+        return self.git / "fetch-now"
+
+    # -- containers (backends/local/container.py) -------------------------------------
+    @property
+    def images(self) -> Path:
+        """Image pulls in processes of their own: ``<key>.json`` (pid) and ``<key>.log``."""
+        return self.root / "images"
+
+    def container_env(self, name: str) -> Path:
+        """A container's environment file (``run/<name>.env``; its id beside, ``.cid``)."""
+        return self.runs / f"{name}.env"
 
 
 def ballast(folder: Path) -> Path:

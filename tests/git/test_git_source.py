@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
+from controller.store.statedir import StateDir
 from tests.git.conftest import Remote, run_git, source
 
 
@@ -95,6 +96,24 @@ def test_an_edit_in_the_checkout_is_undone_by_the_next_move(reconcile: Any, remo
 def test_source_on_a_state_dir_without_git_says_so(reconcile: Any) -> None:
     out = reconcile("source", check=1)
     assert "follows no git source" in out.err, out
+
+
+def test_a_torn_source_file_is_set_aside_named_and_written_again(
+    reconcile: Any, remote: Remote
+) -> None:
+    first = remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    state = StateDir(reconcile.state)
+    state.git_source.write_text('{"url": "file:')  # torn by a disk that lied
+    out = reconcile("source", check=1)
+    assert "follows no git source" in out.err and "state file quarantined" in out.err, out
+    assert "Traceback" not in out.err and not state.git_source.exists()
+    (aside,) = state.quarantined_documents.glob("git~source.json.*[0-9]")
+    assert aside.read_text() == '{"url": "file:'
+    reconcile.converge(*git_args(remote))  # the next sync writes it again
+    seen = source(reconcile)
+    assert seen["state"] == "Synced" and seen["applied"] == first, seen
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 
 def test_git_and_f_are_one_or_the_other(reconcile: Any, remote: Remote) -> None:

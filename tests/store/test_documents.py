@@ -31,6 +31,8 @@ STORES = [
     ("observed", "read_all(state)", "observed.json", []),
     ("measured", "read(state)", "devices/measured.json", {}),
     ("devicehealth", "read(state) == DeviceHealth()", "devices/health.json", True),
+    ("gitsource", "read_status(state)", "git/source.json", None),
+    ("gitsource", "read_history(state)", "git/history.json", []),
 ]
 
 

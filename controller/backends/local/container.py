@@ -20,13 +20,13 @@ ends with it. It carries no marker (it is not the engine).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from controller import failpoints
 from controller.backends.base import StartRequest
@@ -40,6 +40,8 @@ from controller.host import containers
 from controller.host.containers import Runtime
 from controller.host.procs import identity
 from controller.store import logfiles, modelcache
+from controller.store.documents import Document
+from controller.store.statedir import StateDir
 
 START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating layers)
 POLL = 0.01  # a look at /proc and one small file
@@ -80,7 +82,7 @@ class Wrapper:
         image = image_of(spec)
         digest = self.ensure_image(runtime, image, spec.container)
         name = container_name(instance_of(launch.record.name), launch.record.nonce)
-        env_file = Path(self.state_dir) / "run" / f"{name}.env"
+        env_file = StateDir(Path(self.state_dir)).container_env(name)
         cid_file = env_file.with_suffix(".cid")  # `run` writes the container's id there
         _write_env(env_file, {**env, "RECONCILE_STATE": self.state_dir}, marker)
         try:
@@ -273,8 +275,10 @@ class PullJob:
 
     def __init__(self, state_dir: Path, runtime: str, image: str) -> None:
         key = sha256_hex(f"{runtime}\0{image}".encode())[:24]
-        self.folder = state_dir / "images"
-        self.file = self.folder / f"{key}.json"
+        state = StateDir(state_dir)
+        self.folder = state.images
+        self.doc = Document(state, self.folder / f"{key}.json", _decode_pull, _encode_pull)
+        self.file = self.doc.path
         self.log = self.folder / f"{key}.log"
         self.argv = [runtime, "pull", image]
 
@@ -282,10 +286,8 @@ class PullJob:
         return self.file.exists()
 
     def running(self) -> bool:
-        try:
-            data = json.loads(self.file.read_text())
-            ref = ProcessRef(pid=int(data["pid"]), start_time=float(data["start_time"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        ref = self.doc.read()  # a torn file: set aside (named), the pull is not running
+        if ref is None:
             return False
         current = identity(ref.pid)
         return current is not None and abs(current.start_time - ref.start_time) < 1.0
@@ -308,9 +310,7 @@ class PullJob:
             os.close(log_fd)
         PULLS.append(child)
         ref = identity(child.pid) or ProcessRef(pid=child.pid, start_time=time.time())
-        tmp = self.file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": ref.pid, "start_time": ref.start_time}))
-        tmp.replace(self.file)
+        self.doc.write(ref)
 
     def last_line(self) -> str:
         try:
@@ -323,6 +323,14 @@ class PullJob:
         for path in (self.file, self.log):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+def _decode_pull(data: Any) -> ProcessRef:
+    return ProcessRef(pid=int(data["pid"]), start_time=float(data["start_time"]))
+
+
+def _encode_pull(ref: ProcessRef) -> dict[str, Any]:
+    return {"pid": ref.pid, "start_time": ref.start_time}
 
 
 # The pulls this process started: polled (reaped) at each look, so none stays a zombie.

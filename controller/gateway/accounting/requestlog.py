@@ -30,10 +30,10 @@ from typing import Any
 from controller.gateway.accounting.usage import Meter
 from controller.logsetup import get_logger
 from controller.store import logfiles
+from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")
 
-FILE = "requests.jsonl"
 QUEUE_MAX = 10_000  # lines waiting for the writer; past it they are dropped (counted)
 BATCH = 512  # lines written at once, at most
 CLOSE_WAIT = 5.0  # seconds the writer gets to write what is queued when the gateway ends
@@ -52,7 +52,7 @@ FIELDS = (
 
 
 def path_in(state_dir: Path) -> Path:
-    return state_dir / "gateway" / FILE
+    return StateDir(state_dir).request_log
 
 
 def entry(key: str, deployment: str, status: int, meter: Meter) -> dict[str, Any]:

@@ -256,7 +256,7 @@ def retire_folder(state_dir: Path) -> Path:
 
 def ask_retire(state_dir: Path, nonce: str, name: str, new: str | None, grace: float) -> None:
     data = {"nonce": nonce, "name": name, "new": new, "grace": grace}
-    write_atomic(retire_folder(state_dir) / f"{nonce}.json", json.dumps(data).encode())
+    write_atomic(StateDir(state_dir).retire_ask(nonce), json.dumps(data).encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +288,7 @@ def retire_asks(state_dir: Path) -> list[RetireAsk]:
 
 
 def ack_path(state_dir: Path, nonce: str, gateway: str) -> Path:
-    return retire_folder(state_dir) / f"{nonce}.{gateway}.done"
+    return StateDir(state_dir).retire_ack(nonce, gateway)
 
 
 def ack_retire(state_dir: Path, nonce: str, gateway: str) -> None:

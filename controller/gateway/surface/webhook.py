@@ -28,8 +28,9 @@ from aiohttp import web
 
 from controller.gateway.surface.answers import error
 from controller.logsetup import get_logger
-from controller.store import gitsource
+from controller.store import gitsource, sidefiles
 from controller.store.documents import write_atomic
+from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")
 
@@ -55,19 +56,16 @@ class Hooks:
         if not signed(secret, body, request.headers):
             log.warning("git webhook refused", reason="missing or wrong signature")
             return error(401, "the webhook's signature is missing or wrong", "unauthorized")
-        folder = gitsource.folder(self.state_dir)
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        write_atomic(gitsource.hook_file(self.state_dir), b"webhook\n")
+        state = StateDir(self.state_dir)
+        sidefiles.folder_for_write(state.git)
+        write_atomic(state.git_fetch_now, b"webhook\n")
         self.request_pass()
         log.info("git webhook accepted: fetching now")
         return web.json_response({"accepted": True, "fetch": "started"}, status=202)
 
     def _secret(self) -> tuple[bytes | None, str]:
         """(the secret, "") or (None, why): no git source, no file, a file others read."""
-        try:
-            st = gitsource.read_status(self.state_dir)
-        except Exception as exc:  # an unreadable status file: refuse, say why in the log
-            return None, str(exc)
+        st = gitsource.read_status(self.state_dir)  # a torn file: set aside, read as none
         name = st.webhook_secret_file if st is not None else None
         if not name:
             return None, "no webhookSecretFile in node.yaml's git: section"
