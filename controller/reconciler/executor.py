@@ -466,7 +466,11 @@ class Executor:
         if rec is None:
             return False
         started = rec.started_at or self.now()
-        adopted = replace(rec, ref=action.ref, phase=Phase.STARTING, started_at=started)
+        # Its maker died before writing the container it ran: the runtime's labels say it.
+        container = rec.container or self.backend.container_of(rec)
+        adopted = replace(
+            rec, ref=action.ref, container=container, phase=Phase.STARTING, started_at=started
+        )
         failpoints.hit("executor.adopt.before_write")
         self.store.write(adopted)
         self.event(action.name, action.verb, action.reason, f"adopted pid {action.ref.pid}")

@@ -63,6 +63,10 @@ class Wrapper:
     def runtime_of(self, container: Container) -> Runtime:
         return Runtime(container.runtime or containers.default_runtime(self.node_runtime))
 
+    def found(self, runtime: str | None, marker: str) -> ContainerRef | None:
+        """The container of the instance ``marker`` names, by its labels (None: none)."""
+        return Runtime(containers.default_runtime(runtime or self.node_runtime)).labelled(marker)
+
     def launch(
         self,
         launch: StartRequest,
@@ -85,6 +89,10 @@ class Wrapper:
         _write_env(env_file, {**env, "RECONCILE_STATE": self.state_dir}, marker)
         try:
             argv = self.run_argv(runtime.name, spec, launch, image, name, marker, env_file)
+            # What adopting it after a crash must know again, which `inspect` cannot say
+            # as the manifest wrote it (podman completes an image's name).
+            argv[2:2] = ["--label", f"{containers.IMAGE_LABEL}={image}"]
+            argv[2:2] = ["--label", f"{containers.DIGEST_LABEL}={digest}"]
             argv[2:2] = ["--cidfile", str(cid_file)]
             offset = _size(launch.log_path)
             client = _start_client(argv, launch.log_path)
