@@ -246,6 +246,9 @@ class Executor:
         place = f"devices {devices} port {where.port}"
         if self.backend.places_engines:
             place = f"node {where.node[:12]} ({where.host}) {place}"
+        if where.container is not None and where.message:  # its image's pull ended: the digest
+            kept = where.container
+            self.event(name, "pull", where.message, "pulled", image=kept.image, digest=kept.digest)
         self.event(name, verb, place, f"spawned pid {ref.pid}")
         return True
 

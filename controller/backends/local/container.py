@@ -73,16 +73,17 @@ class Wrapper:
         marker: str,
         env: Mapping[str, str],
         main_process: Callable[[], ProcessRef | None],
-    ) -> tuple[ProcessRef, ContainerRef, subprocess.Popen[bytes]]:
-        """Start the container: its main process, what the record keeps of it, and the
-        runtime's client (the caller reaps it when it ends). ``main_process``: the
+    ) -> tuple[ProcessRef, ContainerRef, subprocess.Popen[bytes], bool]:
+        """Start the container: its main process, what the record keeps of it, the
+        runtime's client (the caller reaps it when it ends) and whether a pull of its image
+        ended just before (its event is the caller's). ``main_process``: the
         marker's leader now (the container's PID 1 carries the marker in its environment,
         so a look at /proc finds it without asking the runtime again and again)."""
         spec = launch.entry.deployment.spec
         assert spec.container is not None and launch.record.nonce is not None
         runtime = self.runtime_of(spec.container)
         image = image_of(spec)
-        digest = self.ensure_image(runtime, image, spec.container)
+        digest, pulled = self.ensure_image(runtime, image, spec.container)
         name = container_name(instance_of(launch.record.name), launch.record.nonce)
         env_file = Path(self.state_dir) / "run" / f"{name}.env"
         cid_file = env_file.with_suffix(".cid")  # `run` writes the container's id there
@@ -105,10 +106,11 @@ class Wrapper:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
         kept = ContainerRef(runtime=runtime.name, id=cid, image=image, digest=digest)
-        return ref, kept, client
+        return ref, kept, client, pulled
 
-    def ensure_image(self, runtime: Runtime, image: str, container: Container) -> str:
-        """The image on this node as pullPolicy says, and its digest.
+    def ensure_image(self, runtime: Runtime, image: str, container: Container) -> tuple[str, bool]:
+        """The image on this node as pullPolicy says, its digest, and whether it was
+        pulled (a pull job of this image ended with it).
 
         A pull is a declared step, as a model pull: it runs in a process of its own (the
         runtime's ``pull``, its output in ``<state>/images/``) and the start waits for it
@@ -127,7 +129,7 @@ class Wrapper:
             job.forget()
             if facts is None:
                 raise ContainerError(f"cannot pull image {image}: {said}")
-            return facts[1]
+            return facts[1], True
         policy = container.policy(image)
         if policy == "Never" and not present:
             raise Unplaceable(
@@ -135,7 +137,7 @@ class Wrapper:
                 f"`{runtime.name} pull {image}` (or load it), or set pullPolicy"
             )
         if facts is not None and policy != "Always":
-            return facts[1]
+            return facts[1], False
         job.start()
         raise PullingFirst(f"pulling image {image} ({runtime.name})")
 

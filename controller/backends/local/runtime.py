@@ -136,13 +136,14 @@ class LocalBackend:
         marker = self.marker(instance_of(rec.name), rec.nonce)
         passed = None if self.containers.static_devices else len(rec.devices)
         env = container_env(launch.rendered.env, passed_devices=passed)
-        ref, kept, client = self.containers.launch(
+        ref, kept, client, pulled = self.containers.launch(
             launch, marker, env, lambda: self._leader(rec.nonce)
         )
         self._clients.append(client)
+        said = f"image {kept.image} pulled: {kept.digest}" if pulled else ""  # the pass's event
         return Instance(
             ref=ref, node=rec.node, host=rec.host, port=rec.port, devices=rec.devices,
-            container=kept,
+            container=kept, message=said,
         )  # fmt: skip
 
     def _leader(self, nonce: str | None) -> ProcessRef | None:
