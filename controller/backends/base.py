@@ -19,7 +19,7 @@ from controller.core.devices.inventory import Inventory
 from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.pulls import PullView
 from controller.core.render import Rendered
-from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
+from controller.core.state import ContainerRef, Instance, MarkedProcess, ProcessRef, Record
 
 # Inherited variables an engine must never see: they would undo the device fence
 # or make it look like another instance.
@@ -113,6 +113,11 @@ class Backend(Protocol):
 
     def instance_of(self, rec: Record) -> Instance | None:
         """Where the backend runs ``rec``'s instance now, if it places engines itself."""
+        ...
+
+    def container_of(self, rec: Record) -> ContainerRef | None:
+        """The container the engine of ``rec`` (its nonce) runs in, as its runtime's labels
+        say (None: a process, or none): what a record made by adopting it must keep."""
         ...
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:

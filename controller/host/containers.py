@@ -17,11 +17,14 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from controller.core.state import ContainerRef
 from controller.errors import ContainerError
 
 RUNTIMES = ("podman", "docker")
 INSTANCE_LABEL = "reconcile.instance"
 STATE_LABEL = "reconcile.state"
+IMAGE_LABEL = "reconcile.image"  # the image as the manifest wrote it
+DIGEST_LABEL = "reconcile.digest"  # the digest it was run from
 CALL_TIMEOUT = 60.0  # seconds for one CLI call other than a pull (a stop adds its grace)
 PULL_TIMEOUT = 3600.0  # an engine image is gigabytes
 POLL = 0.05
@@ -125,6 +128,20 @@ class Runtime:
             if cid:
                 out[cid] = _label(labels, INSTANCE_LABEL)
         return out
+
+    def labelled(self, marker: str) -> ContainerRef | None:
+        """The container (any state) of the instance ``marker`` names, from its labels."""
+        labels_fmt = "{{.Labels}}" if self.name == "docker" else "{{json .Labels}}"
+        done = self.call("ps", "-a", "--no-trunc", "--filter", f"label={INSTANCE_LABEL}={marker}",
+                         "--format", "{{.ID}}|" + labels_fmt)  # fmt: skip
+        if done.returncode != 0:
+            raise ContainerError(f"{self.name} ps: {words(done.stderr)}")
+        for line in done.stdout.splitlines():
+            cid, _, labels = line.partition("|")
+            if cid:
+                image, digest = _label(labels, IMAGE_LABEL), _label(labels, DIGEST_LABEL)
+                return ContainerRef(runtime=self.name, id=cid, image=image, digest=digest)
+        return None
 
     def remove(self, name: str, grace: float) -> None:
         """Stop with the grace period, then remove; a container already gone is fine."""

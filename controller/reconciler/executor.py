@@ -246,6 +246,9 @@ class Executor:
         place = f"devices {devices} port {where.port}"
         if self.backend.places_engines:
             place = f"node {where.node[:12]} ({where.host}) {place}"
+        if where.container is not None and where.message:  # its image's pull ended: the digest
+            kept = where.container
+            self.event(name, "pull", where.message, "pulled", image=kept.image, digest=kept.digest)
         self.event(name, verb, place, f"spawned pid {ref.pid}")
         return True
 
@@ -466,7 +469,11 @@ class Executor:
         if rec is None:
             return False
         started = rec.started_at or self.now()
-        adopted = replace(rec, ref=action.ref, phase=Phase.STARTING, started_at=started)
+        # Its maker died before writing the container it ran: the runtime's labels say it.
+        container = rec.container or self.backend.container_of(rec)
+        adopted = replace(
+            rec, ref=action.ref, container=container, phase=Phase.STARTING, started_at=started
+        )
         failpoints.hit("executor.adopt.before_write")
         self.store.write(adopted)
         self.event(action.name, action.verb, action.reason, f"adopted pid {action.ref.pid}")

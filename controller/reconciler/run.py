@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from controller import failpoints
@@ -483,7 +483,8 @@ class Reconciler(Preview):
             if why is None and isinstance(found, Found):
                 try:
                     rebuilt = self.maker.rebuilt(entry, found, name=name, nonce=leader.nonce)
-                    self.store.write(rebuilt)
+                    container = self.backend.container_of(rebuilt)  # its runtime's labels
+                    self.store.write(replace(rebuilt, container=container))
                 except RecipeError as exc:
                     why = str(exc)
         if why is not None:

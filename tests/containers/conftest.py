@@ -95,8 +95,40 @@ class Engine:
         return tag
 
 
+# The stand-in that answers a POST too (busybox httpd only serves files): ``nc -ll`` runs
+# this script per connection; it reads the request (its body too: closing on unread bytes
+# resets the connection) and answers /health, /v1/models and a chat completion.
+ANSWER = b"""#!/bin/busybox sh
+CR=$(printf '\\r')
+read -r method path rest
+len=0
+while IFS= read -r line; do
+  line=${line%"$CR"}
+  [ -z "$line" ] && break
+  case "$line" in [Cc]ontent-[Ll]ength:*) len=${line#*:}; len=${len# } ;; esac
+done
+[ "$len" -gt 0 ] && /bin/busybox head -c "$len" >/dev/null
+case "$path" in
+  /health) body='ok' ;;
+  /v1/models) body='{"object":"list","data":[]}' ;;
+  /v1/chat/completions) body='{"id":"standin","object":"chat.completion","choices":[{"index":0,\
+"message":{"role":"assistant","content":"hello from a container"},"finish_reason":"stop"}]}' ;;
+  *) printf 'HTTP/1.0 404 Not Found\\r\\nContent-Length: 0\\r\\n\\r\\n'; exit 0 ;;
+esac
+head='HTTP/1.0 200 OK\\r\\nContent-Type: application/json\\r\\n'
+printf "$head"'Content-Length: %s\\r\\n\\r\\n%s' "${#body}" "$body"
+"""
+ANSWERING = [
+    "/bin/busybox",
+    "sh",
+    "-c",
+    'trap "exit 0" TERM; echo "engine $RECONCILE_NAME on port $PORT"; '
+    "/bin/busybox nc -ll -p {port} -e /answer & wait",
+]
+
+
 def _rootfs(extra: bytes = b"") -> bytes:
-    """A tar of /bin/busybox (static) and /www (what httpd serves)."""
+    """A tar of /bin/busybox (static), /www (what httpd serves) and /answer (ANSWERING)."""
     busybox = shutil.which("busybox")
     if busybox is None:
         skip("a static busybox", "apt-get install busybox-static")
@@ -106,10 +138,11 @@ def _rootfs(extra: bytes = b"") -> bytes:
         files = {"www/health": b"ok\n", "www/v1/models": b'{"object":"list","data":[]}\n'}
         if extra:
             files["extra"] = extra
+        files["answer"] = ANSWER
         for name, body in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(body)
-            info.mode = 0o644
+            info.mode = 0o755 if name == "answer" else 0o644
             tar.addfile(info, io.BytesIO(body))
     return buf.getvalue()
 

@@ -166,7 +166,14 @@ def test_a_sigkill_while_starting_leaves_no_container_without_a_record(
     record = running(rc, "crash")
     rc.wait_for(lambda: len(engine.ours(rc.state)) == 1, what="one container")
     [cid] = engine.ours(rc.state)
-    assert engine.inspect(cid)["State"]["Pid"] == record["ref"]["pid"]  # type: ignore[index]
+    seen = engine.inspect(cid)
+    assert seen["State"]["Pid"] == record["ref"]["pid"]  # type: ignore[index]
+    # An adopted container is recorded as one its pass started (its labels say the rest).
+    kept = record["container"]
+    assert kept is not None and kept["id"] == cid, record
+    assert kept["runtime"] == engine.name and kept["image"] == engine.image, kept
+    assert kept["digest"].startswith("sha256:"), kept  # type: ignore[index]
+    assert rc.status("crash", cli=True)["crash"]["container"] == kept
     rc.down()
     assert engine.ours(rc.state) == []
 

@@ -144,8 +144,14 @@ def test_an_image_is_pulled_first_holding_nothing_then_runs(
     assert record is not None and record["phase"] == "Ready", record
     assert record["container"]["image"] == image
     assert record["container"]["digest"] == registry.digest
-    outcomes = [e.get("outcome") for e in rc.events("pulled")]
+    events = rc.events("pulled")
+    outcomes = [e.get("outcome") for e in events]
     assert "pulling" in outcomes, outcomes
+    # The pull's end is an event with the digest, and describe shows it.
+    [done] = [e for e in events if e.get("outcome") == "pulled"]
+    assert done["digest"] == registry.digest and done["image"] == image, done
+    described = rc("describe", "pulled", check=0).out
+    assert f"image {image} pulled: {registry.digest}" in described, described
     rc.down()
 
 

@@ -65,28 +65,37 @@ class Wrapper:
     def runtime_of(self, container: Container) -> Runtime:
         return Runtime(container.runtime or containers.default_runtime(self.node_runtime))
 
+    def found(self, runtime: str | None, marker: str) -> ContainerRef | None:
+        """The container of the instance ``marker`` names, by its labels (None: none)."""
+        return Runtime(containers.default_runtime(runtime or self.node_runtime)).labelled(marker)
+
     def launch(
         self,
         launch: StartRequest,
         marker: str,
         env: Mapping[str, str],
         main_process: Callable[[], ProcessRef | None],
-    ) -> tuple[ProcessRef, ContainerRef, subprocess.Popen[bytes]]:
-        """Start the container: its main process, what the record keeps of it, and the
-        runtime's client (the caller reaps it when it ends). ``main_process``: the
+    ) -> tuple[ProcessRef, ContainerRef, subprocess.Popen[bytes], bool]:
+        """Start the container: its main process, what the record keeps of it, the
+        runtime's client (the caller reaps it when it ends) and whether a pull of its image
+        ended just before (its event is the caller's). ``main_process``: the
         marker's leader now (the container's PID 1 carries the marker in its environment,
         so a look at /proc finds it without asking the runtime again and again)."""
         spec = launch.entry.deployment.spec
         assert spec.container is not None and launch.record.nonce is not None
         runtime = self.runtime_of(spec.container)
         image = image_of(spec)
-        digest = self.ensure_image(runtime, image, spec.container)
+        digest, pulled = self.ensure_image(runtime, image, spec.container)
         name = container_name(instance_of(launch.record.name), launch.record.nonce)
         env_file = StateDir(Path(self.state_dir)).container_env(name)
         cid_file = env_file.with_suffix(".cid")  # `run` writes the container's id there
         _write_env(env_file, {**env, "RECONCILE_STATE": self.state_dir}, marker)
         try:
             argv = self.run_argv(runtime.name, spec, launch, image, name, marker, env_file)
+            # What adopting it after a crash must know again, which `inspect` cannot say
+            # as the manifest wrote it (podman completes an image's name).
+            argv[2:2] = ["--label", f"{containers.IMAGE_LABEL}={image}"]
+            argv[2:2] = ["--label", f"{containers.DIGEST_LABEL}={digest}"]
             argv[2:2] = ["--cidfile", str(cid_file)]
             offset = _size(launch.log_path)
             client = _start_client(argv, launch.log_path)
@@ -99,10 +108,11 @@ class Wrapper:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
         kept = ContainerRef(runtime=runtime.name, id=cid, image=image, digest=digest)
-        return ref, kept, client
+        return ref, kept, client, pulled
 
-    def ensure_image(self, runtime: Runtime, image: str, container: Container) -> str:
-        """The image on this node as pullPolicy says, and its digest.
+    def ensure_image(self, runtime: Runtime, image: str, container: Container) -> tuple[str, bool]:
+        """The image on this node as pullPolicy says, its digest, and whether it was
+        pulled (a pull job of this image ended with it).
 
         A pull is a declared step, as a model pull: it runs in a process of its own (the
         runtime's ``pull``, its output in ``<state>/images/``) and the start waits for it
@@ -121,7 +131,7 @@ class Wrapper:
             job.forget()
             if facts is None:
                 raise ContainerError(f"cannot pull image {image}: {said}")
-            return facts[1]
+            return facts[1], True
         policy = container.policy(image)
         if policy == "Never" and not present:
             raise Unplaceable(
@@ -129,7 +139,7 @@ class Wrapper:
                 f"`{runtime.name} pull {image}` (or load it), or set pullPolicy"
             )
         if facts is not None and policy != "Always":
-            return facts[1]
+            return facts[1], False
         job.start()
         raise PullingFirst(f"pulling image {image} ({runtime.name})")
 

@@ -27,8 +27,8 @@ from controller.core.devices.inventory import Inventory
 from controller.core.manifest import backendnames
 from controller.core.manifest.names import instance_of
 from controller.core.manifest.specs import DeploymentSpec
-from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
-from controller.errors import SpawnError
+from controller.core.state import ContainerRef, Instance, MarkedProcess, ProcessRef, Record
+from controller.errors import ContainerError, SpawnError
 from controller.host import ports, procpsutil, procscan, procstat
 from controller.host.containers import Runtime
 from controller.host.devices import wait_gpu_release
@@ -136,13 +136,14 @@ class LocalBackend:
         marker = self.marker(instance_of(rec.name), rec.nonce)
         passed = None if self.containers.static_devices else len(rec.devices)
         env = container_env(launch.rendered.env, passed_devices=passed)
-        ref, kept, client = self.containers.launch(
+        ref, kept, client, pulled = self.containers.launch(
             launch, marker, env, lambda: self._leader(rec.nonce)
         )
         self._clients.append(client)
+        said = f"image {kept.image} pulled: {kept.digest}" if pulled else ""  # the pass's event
         return Instance(
             ref=ref, node=rec.node, host=rec.host, port=rec.port, devices=rec.devices,
-            container=kept,
+            container=kept, message=said,
         )  # fmt: skip
 
     def _leader(self, nonce: str | None) -> ProcessRef | None:
@@ -157,6 +158,20 @@ class LocalBackend:
 
     def instance_of(self, rec: Record) -> Instance | None:
         return None  # engines stay where the reservation put them
+
+    def container_of(self, rec: Record) -> ContainerRef | None:
+        """Asked of the runtime the spec names only for a spec.container engine, so adopting
+        a process costs no runtime call; a runtime that cannot answer leaves it unknown."""
+        spec = rec.stored_spec.get("container")
+        if not isinstance(spec, dict) or rec.nonce is None:
+            return None
+        marker = self.marker(instance_of(rec.name), rec.nonce)
+        try:
+            return self.containers.found(spec.get("runtime"), marker)
+        except ContainerError as exc:
+            log.warning("container of an adopted engine unknown", deployment=rec.name,
+                        reason=str(exc))  # fmt: skip
+            return None
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         return None  # the planner's ledger of this node's devices already decided

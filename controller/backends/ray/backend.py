@@ -30,7 +30,7 @@ from controller.core.devices.inventory import Inventory
 from controller.core.manifest import backendnames
 from controller.core.manifest.names import base_name
 from controller.core.manifest.specs import DeploymentSpec, Entry
-from controller.core.state import Instance, MarkedProcess, ProcessRef, Record
+from controller.core.state import ContainerRef, Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import PullingFirst, SpawnError, Unplaceable
 from controller.logsetup import get_logger
 
@@ -280,6 +280,9 @@ class RayBackend:
         if rec.nonce is None:
             return None
         return self._seen.get((naming.namespace(self.state_dir, rec.owner), rec.nonce))
+
+    def container_of(self, rec: Record) -> ContainerRef | None:
+        return None  # the actor reports its container with where it runs (instance_of)
 
     def instance_of(self, rec: Record) -> Instance | None:
         seen = self._of(rec)
