@@ -239,6 +239,10 @@ def _changed(
         return rollout(ctx, view, entry, shown, fields)
     if view.alive or view.markers or rec.holds:
         return [Replace(name=rec.name, reason=shown, fields=fields)]
+    if rec.phase is Phase.PENDING:
+        # Waiting for room (a recreate's, a preemption's): placed with the new spec, never
+        # dropped, so the gateway keeps the name and holds its requests meanwhile.
+        return [Want(entry, f"{shown}: placing the new spec", rec.name)]
     return [Release(name=rec.name, reason=shown, nonce=rec.nonce)]
 
 
