@@ -40,9 +40,9 @@ from controller.core.state import MarkedProcess, Phase, Record, RecordView
 
 
 # Records on an Unhealthy device (devicefaults.py) are moved: the instance is stopped
-# and its record dropped (a ``Replace``: ``plan`` shows destroy and create), and the next
-# round places it again like any start, on the devices the ledger still offers (an
-# Unhealthy one is held by its fault, ``placement.ledger_for``).
+# and its record left Pending holding nothing (a ``Replace``: ``plan`` shows destroy and
+# create), and the next round places it again like any start, on the devices the ledger
+# still offers (an Unhealthy one is held by its fault, ``placement.ledger_for``).
 def move_off_unhealthy(ctx: Context, view: RecordView) -> list[AnyAction]:
     """A teardown for our record holding an Unhealthy device; [] otherwise."""
     rec = view.record
