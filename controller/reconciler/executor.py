@@ -381,6 +381,10 @@ class Executor:
     def _park(self, action: Park) -> bool:
         """Tear down what runs (if anything), then record the deployment Idle."""
         rec = self.store.read(action.name)
+        if rec is not None and rec.holds and rec.phase is Phase.READY:
+            # The plan saw no request in flight (planner/ondemand `_busy`), but the gateway
+            # may have sent one since: it ends before the teardown, new ones wake it again.
+            self.drain(rec, None)
         if rec is not None and (rec.holds or rec.ref is not None):
             self._terminate(rec, action.reason)
         self.store.write(self.maker.idle(action.entry, action.reason, name=action.name))
