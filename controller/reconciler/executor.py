@@ -328,10 +328,36 @@ class Executor:
         if isinstance(action, Replace) and rec.holds:
             self.drain(rec, None)  # a recreate: requests in flight end first, new ones wait
         self._terminate(rec, action.reason, "executor.stop.after_terminating")
+        if isinstance(action, Replace):
+            # The deployment stays known between the teardown and the next round's
+            # reservation: a dropped record would make the gateway answer 404 to the
+            # requests that should wait for the new engine. Pending holds nothing, and
+            # the planner places a Pending record of a changed spec (planner/records).
+            self.store.write(self._unplaced(rec, action.reason))
+            self.event(action.name, action.verb, action.reason, "stopped; Pending for the new")
+            return True
         self.store.delete(action.name)
         failpoints.hit("executor.stop.after_delete")
         self.event(action.name, action.verb, action.reason, "stopped; record dropped")
         return True
+
+    @staticmethod
+    def _unplaced(rec: Record, reason: str) -> Record:
+        """``rec`` with its run and lease gone: Pending, no device, no port, no nonce."""
+        return replace(
+            rec.released(),
+            phase=Phase.PENDING,
+            ref=None,  # the run ends with its lease: a later start is a fresh one
+            container=None,
+            nonce=None,
+            reserved_by=None,
+            started_at=None,
+            ready_at=None,
+            ready_boot=None,
+            ready_deadline_at=None,
+            backoff_until=None,
+            message=reason,
+        )
 
     def _promote(self, action: Promote) -> bool:
         """GatewayDrain and stop the old instance, then rename ``<name>@next`` to ``<name>``.
@@ -358,6 +384,10 @@ class Executor:
     def _park(self, action: Park) -> bool:
         """Tear down what runs (if anything), then record the deployment Idle."""
         rec = self.store.read(action.name)
+        if rec is not None and rec.holds and rec.phase is Phase.READY:
+            # The plan saw no request in flight (planner/ondemand `_busy`), but the gateway
+            # may have sent one since: it ends before the teardown, new ones wake it again.
+            self.drain(rec, None)
         if rec is not None and (rec.holds or rec.ref is not None):
             self._terminate(rec, action.reason)
         self.store.write(self.maker.idle(action.entry, action.reason, name=action.name))
@@ -370,21 +400,7 @@ class Executor:
         if rec is None:
             return False
         self.backend.teardown(rec)
-        pending = replace(
-            rec.released(),
-            phase=Phase.PENDING,
-            ref=None,  # the run ends with its lease: a later start is a fresh one
-            container=None,
-            nonce=None,
-            reserved_by=None,
-            started_at=None,
-            ready_at=None,
-            ready_boot=None,
-            ready_deadline_at=None,
-            backoff_until=None,
-            message=action.reason,
-        )
-        self.store.write(pending)
+        self.store.write(self._unplaced(rec, action.reason))
         self.event(action.name, action.verb, action.reason, "stopped; Pending until room returns")
         return True
 

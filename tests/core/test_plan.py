@@ -460,10 +460,12 @@ CASES = [
     pytest.param(
         Case(
             desired(entry("a", args=["--new"])),
-            observed(view(record("a", phase=Phase.PENDING))),
-            expect=((Release, "a", "spec.args changed"),),
+            observed(view(record("a", phase=Phase.PENDING).released())),
+            expect=((Start, "a", "spec.args changed: placing the new spec"),),
         ),
-        id="release-pending-on-spec-change",
+        # A recreate's or a preemption's Pending record is placed with the new spec, not
+        # dropped: the gateway keeps the name (no 404 between teardown and reservation).
+        id="place-pending-on-spec-change",
     ),
     pytest.param(
         Case(

@@ -40,9 +40,9 @@ from controller.core.state import MarkedProcess, Phase, Record, RecordView
 
 
 # Records on an Unhealthy device (devicefaults.py) are moved: the instance is stopped
-# and its record dropped (a ``Replace``: ``plan`` shows destroy and create), and the next
-# round places it again like any start, on the devices the ledger still offers (an
-# Unhealthy one is held by its fault, ``placement.ledger_for``).
+# and its record left Pending holding nothing (a ``Replace``: ``plan`` shows destroy and
+# create), and the next round places it again like any start, on the devices the ledger
+# still offers (an Unhealthy one is held by its fault, ``placement.ledger_for``).
 def move_off_unhealthy(ctx: Context, view: RecordView) -> list[AnyAction]:
     """A teardown for our record holding an Unhealthy device; [] otherwise."""
     rec = view.record
@@ -239,6 +239,10 @@ def _changed(
         return rollout(ctx, view, entry, shown, fields)
     if view.alive or view.markers or rec.holds:
         return [Replace(name=rec.name, reason=shown, fields=fields)]
+    if rec.phase is Phase.PENDING:
+        # Waiting for room (a recreate's, a preemption's): placed with the new spec, never
+        # dropped, so the gateway keeps the name and holds its requests meanwhile.
+        return [Want(entry, f"{shown}: placing the new spec", rec.name)]
     return [Release(name=rec.name, reason=shown, nonce=rec.nonce)]
 
 
