@@ -35,8 +35,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     if gitsource.read_status(cfg.state_dir) is None:
         return _no_source(cfg)
     entries = gitsource.read_history(cfg.state_dir)
-    if fmt == "json":
-        print(json.dumps(entries, indent=2))
+    if fmt == "json":  # the contract's fields; the spec hashes are the node's own memo
+        print(json.dumps([{k: v for k, v in e.items() if k != "specs"} for e in entries], indent=2))
         return EXIT_OK
     print(f"{'REVISION':<13} {'APPLIED AT':<26} {'OUTCOME':<12} {'BY':<14} {'AUTHOR':<16} SUBJECT")
     for e in entries:

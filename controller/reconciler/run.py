@@ -25,7 +25,7 @@ from controller.core.devices.inventory import Inventory
 from controller.core.devices.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.manifest import backendnames
-from controller.core.manifest.names import is_next
+from controller.core.manifest.names import base_name, is_next
 from controller.core.manifest.specs import Entry
 from controller.core.plan import Desired, leader_of, plan, waits_turn
 from controller.core.pulls import PullView
@@ -83,6 +83,7 @@ class PassResult:
 
     node: str | None = None  # records of other nodes are theirs to judge, not this pass's
     git: SyncResult | None = None  # the git source's fetch and move before this pass
+    specs: dict[str, str] = field(default_factory=dict)  # deployment -> its spec's hash
 
     def ours(self) -> list[Record]:
         return [
@@ -305,7 +306,8 @@ class Reconciler(Preview):
 
     def _auto_rollback(self, result: PassResult) -> None:
         assert self.git is not None
-        rolled = self.git.note_outcome([str(r.phase) for r in result.ours()])
+        phases = [(base_name(r.name), str(r.phase)) for r in result.ours()]
+        rolled = self.git.note_outcome(phases, result.specs)
         if rolled is None:
             return
         log.warning("git auto-rollback", detail=rolled)
@@ -319,6 +321,7 @@ class Reconciler(Preview):
             errors=list(loaded.errors), owner=self.config.owner, node=self.config.node
         )
         result.names = set(desired.instances())
+        result.specs = {name: entry.hash for name, entry in desired.entries.items()}
         result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
         result.missing_folders = list(loaded.missing_folders)
         result.folder_problems = loaded.folder_problems()

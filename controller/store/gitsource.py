@@ -498,19 +498,31 @@ class GitSource:
             "outcome": "Progressing",
         }
 
-    def note_outcome(self, phases: list[str]) -> str | None:
-        """The newest history entry follows its deployments as they converge; past
-        autoRollback's progressDeadline not all Ready, the source is pinned to the last good
-        commit (what happened, in words, for the events; None when nothing did)."""
+    def note_outcome(self, phases: list[tuple[str, str]], specs: dict[str, str]) -> str | None:
+        """The newest history entry follows its deployments as they converge (``phases``:
+        deployment, phase per instance); past autoRollback's progressDeadline with the
+        deployments the commit changed not all Ready, the source is pinned to the last good
+        commit (what happened, in words, for the events; None when nothing did).
+
+        The entry keeps its commit's spec hashes (``specs``, from its first pass): what it
+        changed is what differs from the entry before, so a deployment the commit did not
+        touch, failing since an older one, rolls nothing back."""
         entries = read_history(self.state_dir)
         if not entries or entries[-1]["outcome"] in ("Ready", "RolledBack"):
             return None
         newest = entries[-1]
-        outcome = outcome_of(phases)
-        if outcome != newest["outcome"]:
-            newest["outcome"] = outcome
+        outcome = outcome_of([phase for _, phase in phases])
+        changed = "specs" not in newest or outcome != newest["outcome"]
+        newest.setdefault("specs", specs)
+        newest["outcome"] = outcome
+        if changed:
             write_history(self.state_dir, entries)
-        return None if outcome == "Ready" else self._auto_rollback(newest)
+        if outcome == "Ready":
+            return None
+        touched = _changed_by(entries, newest)
+        if outcome_of([phase for name, phase in phases if name in touched]) == "Ready":
+            return None
+        return self._auto_rollback(newest)
 
     def _auto_rollback(self, newest: dict[str, Any]) -> str | None:
         deadline = self.settings.progress_deadline
@@ -580,6 +592,18 @@ def add_history(state_dir: Path, entry: dict[str, Any]) -> None:
     ):
         entries[-1]["outcome"] = "RolledBack"  # the commit that was left for an older one
     write_history(state_dir, [*entries, entry])
+
+
+def _changed_by(entries: list[dict[str, Any]], newest: dict[str, Any]) -> set[str]:
+    """The deployments whose spec ``newest``'s commit changed: added, or another hash than
+    the last earlier entry that knew its specs had (every one when none did)."""
+    specs: dict[str, str] = newest.get("specs") or {}
+    before = next(
+        (e["specs"] for e in reversed(entries[:-1]) if isinstance(e.get("specs"), dict)), None
+    )
+    if before is None:
+        return set(specs)
+    return {name for name, digest in specs.items() if before.get(name) != digest}
 
 
 def outcome_of(phases: list[str]) -> str:

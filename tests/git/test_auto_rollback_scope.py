@@ -1,0 +1,67 @@
+"""autoRollback judges what a commit changed: a deployment it did not touch, failing since
+an older commit, rolls nothing back (in-process: the history and the source file only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.store import gitsource
+
+GOOD, BAD = "a" * 40, "b" * 40
+LONG_AGO = "2026-01-01T00:00:00+00:00"  # past any progressDeadline
+
+
+def _source(state: Path) -> gitsource.GitSource:
+    s = gitsource.settings(
+        url="file:///nowhere.git", branch="main", tag=None, path=None, interval=None,
+        progress_deadline=1.0,
+    )  # fmt: skip
+    source = gitsource.GitSource(state, s, always_fetch=False)
+    source.lock.path.parent.mkdir(parents=True, exist_ok=True)
+    gitsource.write_status(state, source.status())
+    return source
+
+
+def _history(state: Path, newest_specs: dict[str, str] | None = None) -> None:
+    good: dict[str, Any] = {"revision": GOOD, "by": "poll", "applied_at": LONG_AGO}
+    good |= {"outcome": "Ready", "specs": {"web": "h1", "batch": "h2"}}
+    bad: dict[str, Any] = {"revision": BAD, "by": "poll", "applied_at": LONG_AGO}
+    bad |= {"outcome": "Progressing"}
+    if newest_specs is not None:
+        bad["specs"] = newest_specs
+    gitsource.write_history(state, [good, bad])
+
+
+@pytest.mark.parametrize(
+    ("phases", "rolled"),
+    [
+        # the commit changed web only; batch broke on its own (a crash, not this commit)
+        ({"web": "Ready", "batch": "BackOff"}, False),
+        # the commit's own change cannot become Ready: back to the last good commit
+        ({"web": "BackOff", "batch": "Ready"}, True),
+    ],
+    ids=["untouched-failing", "changed-failing"],
+)
+def test_only_what_the_commit_changed_decides(
+    tmp_path: Path, phases: dict[str, str], rolled: bool
+) -> None:
+    source = _source(tmp_path)
+    _history(tmp_path)
+    said = source.note_outcome(list(phases.items()), {"web": "h1-new", "batch": "h2"})
+    assert (said is not None) is rolled, said
+    status = gitsource.read_status(tmp_path)
+    assert status is not None and status.pinned == (GOOD if rolled else None)
+    newest = gitsource.read_history(tmp_path)[-1]
+    assert newest["specs"] == {"web": "h1-new", "batch": "h2"}  # kept from its first pass
+    assert newest["outcome"] == "Degraded"
+
+
+def test_a_commit_that_adds_a_failing_deployment_is_rolled_back(tmp_path: Path) -> None:
+    source = _source(tmp_path)
+    _history(tmp_path)
+    phases = [("web", "Ready"), ("batch", "Ready"), ("new", "BackOff")]
+    said = source.note_outcome(phases, {"web": "h1", "batch": "h2", "new": "h3"})
+    assert said is not None and GOOD[:12] in said, said
