@@ -56,7 +56,14 @@ def test_a_remote_gone_for_hours_of_wall_clock_prunes_nothing(
     for hours in range(1, 4):  # each step makes a fetch due; each fails
         clock.write_text(f"+{hours}h\n")
         before = failures()
-        reconcile.wait_for(lambda n=before: failures() > n, 30, f"a failed fetch after {hours}h")
+        try:
+            reconcile.wait_for(
+                lambda n=before: failures() > n, 30, f"a failed fetch after {hours}h"
+            )
+        except AssertionError as exc:  # seen once in CI (not reproduced): say what it saw
+            raise AssertionError(
+                f"{exc}; source {source(reconcile)}; log {d.lines()[-8:]}"
+            ) from exc
     failed = [x for x in d.lines() if x.get("event") == "git fetch failed"]
     assert all("does not appear to be a git repository" in x["error"] for x in failed), failed
     assert reconcile.alive(pid) and reconcile.record("alpha")["ref"]["pid"] == pid
