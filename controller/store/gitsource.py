@@ -512,10 +512,10 @@ class GitSource:
             return None
         newest = entries[-1]
         outcome = outcome_of([phase for _, phase in phases])
-        changed = "specs" not in newest or outcome != newest["outcome"]
+        news = "specs" not in newest or outcome != newest["outcome"]  # else nothing to write
         newest.setdefault("specs", specs)
         newest["outcome"] = outcome
-        if changed:
+        if news:
             write_history(self.state_dir, entries)
         if outcome == "Ready":
             return None
