@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -123,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(only) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}")
+    # A SIGTERM (`timeout`, a CI's cancel) ends the run as an exception would: each
+    # section's `finally` stops the engines and daemons it started (the default action
+    # left their stand-in engines running).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = args.out / stamp
     out.mkdir(parents=True, exist_ok=True)
