@@ -45,7 +45,9 @@ def test_a_remote_gone_for_hours_of_wall_clock_prunes_nothing(
     applied = remote.deploy("alpha")
     clock = tmp_path / "clock"
     env = faketime.env(faketime.preload(tmp_path), clock)
-    d = git_daemon("--git", remote.url, *GIT, "--interval", "1m", env=env)
+    # The fetch timer is monotonic: after a wall-clock step a fetch comes at the latest one
+    # interval later (a pass between does not fetch); 10s keeps that inside the wait.
+    d = git_daemon("--git", remote.url, *GIT, "--interval", "10s", env=env)
     d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
     pid = reconcile.record("alpha")["ref"]["pid"]
     shutil.move(remote.bare, remote.bare.with_name("gone.git"))
