@@ -7,32 +7,22 @@ folder itself (or a folder above it) came or went. The parent's watch sees a
 folder that disappears and comes back; ``rearm()`` before each pass moves the
 folder's own watch onto whatever directory now has its path, and restarts the
 observer if its thread died (watchdog 3 died on the first event without a
-``dest_path``; any bug there would otherwise leave only the resync, silently).
+``dest_path``; any bug there would otherwise leave only the resync, silently). The
+observer itself is ``store.watch.Watch``; this module only says what an event means.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from watchdog.events import (
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
-from watchdog.observers.api import ObservedWatch
+from watchdog.events import FileSystemEvent
 
-from controller.logsetup import get_logger
 from controller.store.manifests import SUFFIXES, is_single_file
 
-# The kernel's mask, shared with the gateway's watch; importing it filters watchdog's
-# harmless unschedule-race error line too.
-from controller.store.watch import WATCHED_EVENTS
-
-log = get_logger("reconcile")
-
+# The one observer mechanism (and the kernel's mask), shared with the gateway's watch.
+from controller.store.watch import Watch, identity
 
 CHANGES = frozenset({"created", "modified", "deleted", "moved", "closed"})
 COMINGS_AND_GOINGS = frozenset({"created", "deleted", "moved"})
@@ -47,53 +37,20 @@ def is_manifest_name(name: str) -> bool:
     return not name.startswith(".") and name.endswith(SUFFIXES)
 
 
-class _Handler(FileSystemEventHandler):
-    def __init__(self, watch: FolderWatch) -> None:
-        self.watch = watch
+class ManifestWatch(Watch):
+    """``on_change(kind, path)`` (called on watchdog's thread) for each manifest or
+    watched folder an event concerns; the folders' parents are watched too."""
 
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        for kind, path in self.watch.changes(event):
-            self.watch.on_change(kind, path)
-
-
-class FolderWatch:
     def __init__(self, folders: Iterable[Path], on_change: Callable[[str, str], None]) -> None:
-        self.folders = tuple(folders)
+        super().__init__(folders, "manifest folder")
         self.on_change = on_change
         # `-f FILE`: a manifest named itself; its folder is watched for it alone.
         self._files = {f for f in self.folders if is_single_file(f)}
         self._above = {a for f in self.folders for a in f.parents} | set(self.folders)
-        self._observer = Observer()
-        self._observer.daemon = True
-        self._watches: dict[Path, tuple[tuple[int, int], ObservedWatch]] = {}
-        self._handler = _Handler(self)
-        self._started = False
-        self.restarts = 0  # observer threads found dead and replaced
 
-    def start(self) -> None:
-        self._observer.start()
-        self._started = True
-        self.rearm()
-
-    def stop(self) -> None:
-        self._started = False
-        self._observer.stop()
-        self._observer.join(timeout=5)
-
-    def revive(self) -> bool:
-        """Replace a dead observer thread (True if it was dead): events flow again."""
-        if not self._started or self._observer.is_alive():
-            return False
-        self.restarts += 1
-        log.error(
-            "folder watch thread died: restarting it (passes ran on the resync meanwhile)",
-            restarts=self.restarts,
-        )
-        self._observer = Observer()
-        self._observer.daemon = True
-        self._watches.clear()  # they belonged to the dead observer
-        self._observer.start()
-        return True
+    def dispatch(self, event: FileSystemEvent) -> None:
+        for kind, path in self.changes(event):
+            self.on_change(kind, path)
 
     def changes(self, event: FileSystemEvent) -> list[tuple[str, str]]:
         """(kind, path) for each manifest or watched folder the event concerns."""
@@ -114,38 +71,14 @@ class FolderWatch:
                 out.append(("deleted", str(path)))  # a folder came or went: wait it out
         return out
 
-    def rearm(self) -> None:
-        """Watch each folder that exists (by identity) and the nearest directory above it."""
-        self.revive()
+    def directories(self) -> dict[Path, tuple[int, int]]:
+        """Each folder that exists (by identity) and the nearest directory above it."""
         wanted: dict[Path, tuple[int, int]] = {}
         for folder in self.folders:
             for path in (folder, *folder.parents):
-                ident = _identity(path)
+                ident = identity(path)
                 if ident is not None:
                     wanted[path] = ident
                     if path != folder:
                         break  # the nearest directory above that exists
-        for path, (ident, watch) in list(self._watches.items()):
-            if wanted.get(path) != ident:
-                with contextlib.suppress(KeyError):
-                    self._observer.unschedule(watch)
-                del self._watches[path]
-        for path, ident in wanted.items():
-            if path not in self._watches:
-                with contextlib.suppress(OSError):  # gone again meanwhile: next rearm
-                    watch = self._observer.schedule(
-                        self._handler, str(path), recursive=False, event_filter=WATCHED_EVENTS
-                    )
-                    self._watches[path] = (ident, watch)
-
-    @property
-    def watched(self) -> list[Path]:
-        return sorted(self._watches)
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        info = path.stat()
-    except OSError:
-        return None
-    return (info.st_dev, info.st_ino) if os.path.isdir(path) else None
+        return wanted

@@ -30,7 +30,7 @@ from controller.core.manifest.specs import base_name
 from controller.core.plan import backoff
 from controller.core.state import Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
-from controller.daemon.folders import FolderWatch
+from controller.daemon.folders import ManifestWatch
 from controller.daemon.metrics import exporters
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import Settling, Timers, debounce_until
@@ -108,7 +108,7 @@ class Daemon:
         self.selector = selectors.DefaultSelector()
         self.timers = Timers()
         self.exits = ExitWatch(self.selector, self.reconciler.backend, self._exited)
-        self.folders = FolderWatch(config.manifests, self._folder_changed)
+        self.folders = ManifestWatch(config.manifests, self._folder_changed)
         self.triggers: set[str] = set()
         self.passes = 0
         self.stopping = False

@@ -11,7 +11,8 @@ write), never a hidden tmp file. An idle state dir wakes nobody.
 
 Folders that do not exist yet are armed by ``rearm()`` (call it on each resync): by
 identity, so a folder removed and made again is watched again; an observer thread that
-died is replaced.
+died is replaced. ``Watch`` is that mechanism, the one observer code; ``FolderWatch``
+(the state dir's folders) and the daemon's ``ManifestWatch`` only filter its events.
 """
 
 from __future__ import annotations
@@ -75,32 +76,28 @@ def visible(path: Path) -> bool:
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, watch: FolderWatch) -> None:
+    def __init__(self, watch: Watch) -> None:
         self.watch = watch
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if self.watch.concerns(event):
-            self.watch.on_change()
+        self.watch.dispatch(event)
 
 
-class FolderWatch:
-    """``on_change()`` (called on watchdog's thread) whenever a file of ``folders`` that
-    ``wanted`` accepts changed."""
+class Watch:
+    """One watchdog observer over directories, each armed by identity (a folder removed
+    and made again is watched again) and an observer thread that died replaced: the
+    mechanism every watch shares. A subclass says which directories (``directories``) and
+    what an event means to its owner (``dispatch``, called on watchdog's thread)."""
 
-    def __init__(
-        self,
-        folders: Iterable[Path],
-        on_change: Callable[[], None],
-        wanted: Callable[[Path], bool] = visible,
-    ) -> None:
+    def __init__(self, folders: Iterable[Path], what: str) -> None:
         self.folders = tuple(folders)
-        self.on_change = on_change
-        self.wanted = wanted
+        self._what = what  # whose watch, in the log line of a dead thread
         self._observer = Observer()
         self._observer.daemon = True
         self._watches: dict[Path, tuple[tuple[int, int], ObservedWatch]] = {}
         self._handler = _Handler(self)
         self._started = False
+        self.restarts = 0  # observer threads found dead and replaced
 
     def start(self) -> None:
         """Arm the watch (before the owner's first scan)."""
@@ -114,6 +111,69 @@ class FolderWatch:
         with contextlib.suppress(RuntimeError):  # never started
             self._observer.join(timeout=5)
 
+    def dispatch(self, event: FileSystemEvent) -> None:
+        raise NotImplementedError
+
+    def directories(self) -> dict[Path, tuple[int, int]]:
+        """The directories to watch now, with their identity: each folder that exists."""
+        found = {folder: identity(folder) for folder in self.folders}
+        return {path: ident for path, ident in found.items() if ident is not None}
+
+    def revive(self) -> bool:
+        """Replace a dead observer thread (True if it was dead): events flow again."""
+        if not self._started or self._observer.is_alive():
+            return False
+        self.restarts += 1
+        log.error(
+            f"{self._what} watch thread died: restarting it (the resync covered meanwhile)",
+            restarts=self.restarts,
+        )
+        self._observer = Observer()
+        self._observer.daemon = True
+        self._watches.clear()  # they belonged to the dead observer
+        self._observer.start()
+        return True
+
+    def rearm(self) -> None:
+        """Watch what ``directories`` names now, by identity; replace a dead observer."""
+        self.revive()
+        wanted = self.directories()
+        for path, (ident, watch) in list(self._watches.items()):
+            if wanted.get(path) != ident:
+                with contextlib.suppress(KeyError):
+                    self._observer.unschedule(watch)
+                del self._watches[path]
+        for path, ident in wanted.items():
+            if path not in self._watches:
+                with contextlib.suppress(OSError):  # gone again, or no inotify left: resync
+                    watch = self._observer.schedule(
+                        self._handler, str(path), recursive=False, event_filter=WATCHED_EVENTS
+                    )
+                    self._watches[path] = (ident, watch)
+
+    @property
+    def watched(self) -> list[Path]:
+        return sorted(self._watches)
+
+
+class FolderWatch(Watch):
+    """``on_change()`` (called on watchdog's thread) whenever a file of ``folders`` that
+    ``wanted`` accepts changed."""
+
+    def __init__(
+        self,
+        folders: Iterable[Path],
+        on_change: Callable[[], None],
+        wanted: Callable[[Path], bool] = visible,
+    ) -> None:
+        super().__init__(folders, "state dir")
+        self.on_change = on_change
+        self.wanted = wanted
+
+    def dispatch(self, event: FileSystemEvent) -> None:
+        if self.concerns(event):
+            self.on_change()
+
     def concerns(self, event: FileSystemEvent) -> bool:
         for raw in (event.src_path, event.dest_path):
             path = Path(os.fsdecode(raw)) if raw else None
@@ -123,38 +183,9 @@ class FolderWatch:
                 return True
         return False
 
-    def rearm(self) -> None:
-        """Watch each folder that exists now, by identity; replace a dead observer."""
-        self._revive()
-        for folder in self.folders:
-            ident = _identity(folder)
-            held = self._watches.get(folder)
-            if held is not None and held[0] != ident:
-                with contextlib.suppress(KeyError):
-                    self._observer.unschedule(held[1])
-                del self._watches[folder]
-            if ident is not None and folder not in self._watches:
-                with contextlib.suppress(OSError):  # gone again, or no inotify left: resync
-                    watch = self._observer.schedule(
-                        self._handler, str(folder), recursive=False, event_filter=WATCHED_EVENTS
-                    )
-                    self._watches[folder] = (ident, watch)
 
-    @property
-    def watched(self) -> list[Path]:
-        return sorted(self._watches)
-
-    def _revive(self) -> None:
-        if not self._started or self._observer.is_alive():
-            return
-        log.error("state dir watch thread died: restarting it (the resync covered meanwhile)")
-        self._observer = Observer()
-        self._observer.daemon = True
-        self._watches.clear()  # they belonged to the dead observer
-        self._observer.start()
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
+def identity(path: Path) -> tuple[int, int] | None:
+    """A directory's (device, inode), None if it is not one now."""
     try:
         info = path.stat()
     except OSError:

@@ -34,10 +34,11 @@ from watchdog.events import (
 from controller.backends.local.runtime import LocalBackend
 from controller.core.state import ProcessRef
 from controller.daemon.engine_exits import ExitWatch
-from controller.daemon.folders import FolderWatch, _Handler
+from controller.daemon.folders import ManifestWatch
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import Settling, Timers, debounce_until
 from controller.host.procs import identity
+from controller.store.watch import _Handler
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "examples" / "systemd" / "reconcile.service"
@@ -215,7 +216,7 @@ def test_debounces_only_move_later(
     ],
 )
 def test_which_folder_events_wake_the_loop(event: Any, relevant: bool) -> None:
-    watch = FolderWatch([Path("/m")], lambda kind, path: None)
+    watch = ManifestWatch([Path("/m")], lambda kind, path: None)
     assert bool(watch.changes(event)) is relevant
 
 
@@ -251,12 +252,12 @@ def test_which_folder_events_wake_the_loop(event: Any, relevant: bool) -> None:
 )
 def test_what_each_event_says_of_its_file(event: Any, kinds: list[tuple[str, str]]) -> None:
     seen: list[tuple[str, str]] = []
-    watch = FolderWatch([Path("/m")], lambda kind, path: seen.append((kind, path)))
+    watch = ManifestWatch([Path("/m")], lambda kind, path: seen.append((kind, path)))
     _Handler(watch).on_any_event(event)
     assert seen == kinds
 
 
-class _Counting(FolderWatch):
+class _Counting(ManifestWatch):
     """A real watch that keeps every event the kernel woke its thread for."""
 
     def __init__(self, folders: list[Path]) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from watchdog.events import FileSystemEvent
 
-from controller.daemon.folders import FolderWatch
+from controller.daemon.folders import ManifestWatch
 
 
 def _until(check: object, what: str, timeout: float = 10.0) -> None:
@@ -23,7 +23,7 @@ def _until(check: object, what: str, timeout: float = 10.0) -> None:
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_dead_observer_is_restarted_and_events_flow_again(tmp_path: Path) -> None:
     seen: list[tuple[str, str]] = []
-    watch = FolderWatch([tmp_path], lambda kind, path: seen.append((kind, path)))
+    watch = ManifestWatch([tmp_path], lambda kind, path: seen.append((kind, path)))
     real = watch.changes
 
     def broken(event: FileSystemEvent) -> list[tuple[str, str]]:
