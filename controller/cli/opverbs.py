@@ -7,26 +7,21 @@ Each only wires the configuration to a view and prints; exit codes come from cli
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
-from controller.cli import replicalogs
 from controller.cli.common import (
     EXIT_CHANGES,
     EXIT_FAIL,
     EXIT_OK,
     EXIT_USAGE,
     config,
-    looks,
     no_such,
     output_format,
     preview,
-    reader_gone,
     selected,
 )
 from controller.cli.views import dump
@@ -34,7 +29,6 @@ from controller.core.manifest.backendnames import on_cluster
 from controller.core.manifest.names import base_name
 from controller.core.state import Record
 from controller.redact import printable
-from controller.store import logfiles
 from controller.store.node import Config
 from controller.store.records import RecordStore, check_name
 
@@ -99,81 +93,6 @@ def _none_described(args: argparse.Namespace, records: Iterable[Record], where: 
 # -- logs ------------------------------------------------------------
 
 
-def cmd_logs(args: argparse.Namespace) -> int:
-    if args.requests:
-        from controller.cli.requestsverb import cmd_requests
-
-        return _quiet_pipe(lambda: cmd_requests(args))
-    if args.previous and args.follow:
-        print("reconcile: --previous cannot be followed (that run is over)", file=sys.stderr)
-        return EXIT_USAGE
-    if args.replica is not None and args.replica < 0:
-        print("reconcile: --replica takes 0, 1, ... (replica 0 is NAME itself)", file=sys.stderr)
-        return EXIT_USAGE
-    for asked in args.names:
-        check_name(asked)  # invariant 9: said so, before any lookup
-    cfg = config(args, lenient=True)
-    store = RecordStore(cfg.state_dir)
-    known = replicalogs.deployments(store)
-    unknown = [n for n in args.names if base_name(n) not in known]
-    for asked in unknown:  # `logs web wbe` showed web and said nothing of wbe
-        print(no_such(asked, known, cfg.state_dir), file=sys.stderr)
-    if unknown:
-        return EXIT_FAIL
-    wanted = list(dict.fromkeys(args.names)) or known
-    if not wanted:
-        print(f"reconcile: no deployment has a log in {cfg.state_dir}", file=sys.stderr)
-        return EXIT_FAIL
-    names = [i for d in wanted for i in replicalogs.instances(store, d, args.replica)]
-    if len(names) > 1:  # every instance, each line behind its name (docker compose logs)
-        label = " ".join(wanted) if args.names else "any deployment"
-        records = [r for r in map(store.read, names) if r is not None]
-        if any(r.on_cluster for r in records):
-            from controller.cli import remotelogs
-
-            return _quiet_pipe(lambda: remotelogs.show(args, cfg, records, label))
-        return _quiet_pipe(lambda: replicalogs.show(args, store, names, label))
-    name = names[0]
-    rec = store.read(name)
-    if rec is not None and rec.on_cluster:
-        return _remote_logs(args, cfg, rec)
-    path = store.log_path(name)
-    if not logfiles.stream_files(path):
-        print(f"reconcile: no log for {name!r} at {path} (never started?)", file=sys.stderr)
-        return EXIT_FAIL
-    out = replicalogs.log_out()
-    try:
-        if args.previous:
-            return _previous(path, name, args.tail, _flushing(out))
-        if args.tail is not None:
-            out.write(b"".join(logfiles.tail_lines(path, args.tail)))
-        else:
-            logfiles.copy_stream(path, out)
-        out.flush()
-        if args.follow:
-            logfiles.follow(path, _flushing(out), lambda: _going(store, name))
-    except BrokenPipeError:  # `reconcile logs x | head`
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return EXIT_OK
-
-
-def _quiet_pipe(show: Callable[[], int]) -> int:
-    """``show()``, ending quietly when the reader goes (`reconcile logs x | head`)."""
-    try:
-        return show()
-    except BrokenPipeError:
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
-
-
-def _going(store: RecordStore, name: str) -> bool:
-    """`logs -f` goes on while the deployment does and someone reads: `| head -1` on a
-    quiet log makes no write fail, so the closed pipe is looked at too."""
-    return store.read(name) is not None and not reader_gone()
-
-
 def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
     """describe's log lines of an engine on a cluster node, read through its backend."""
     if not on_cluster(cfg.backend):
@@ -188,67 +107,6 @@ def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
         return [] if got is None else got[0].decode("utf-8", "replace").splitlines()[-LOG_LINES:]
 
     return tail
-
-
-def _remote_logs(args: argparse.Namespace, cfg: Config, rec: Record) -> int:
-    """`logs` of an engine on a cluster node: its actor reads the file there."""
-    if cfg.backend != rec.backend:
-        print(
-            f"reconcile: {rec.name} runs on the {rec.backend} backend: pass --backend"
-            f" {rec.backend} (and its address), or set RECONCILE_BACKEND",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    if args.previous:
-        print("reconcile: --previous is not kept for engines on a cluster", file=sys.stderr)
-        return EXIT_USAGE
-    from controller.backends.choose import open_backend
-
-    backend = open_backend(cfg)
-    got = backend.log_since(rec, 0)
-    if got is None:
-        print(f"reconcile: no log for {rec.name!r} (its actor is gone)", file=sys.stderr)
-        return EXIT_FAIL
-    data, offset = got
-    lines = data.splitlines(keepends=True)
-    out = replicalogs.log_out()
-    if args.tail is not None:  # as tail_lines counts them: --tail 0 shows none
-        lines = lines[-args.tail :] if args.tail else []
-    out.write(b"".join(lines))
-    out.flush()
-    for _ in looks(now=False) if args.follow else ():
-        got = backend.log_since(rec, offset)
-        if got is None:
-            break  # its actor is gone
-        out.write(got[0])
-        out.flush()
-        offset = got[1]
-    return EXIT_OK
-
-
-def _previous(path: Path, name: str, tail: int | None, write: Callable[[bytes], object]) -> int:
-    found = logfiles.previous_run(path)
-    if found is None:
-        print(
-            f"reconcile: {name} has no previous run in its log (it has not restarted, "
-            "or rotation dropped that run)",
-            file=sys.stderr,
-        )
-        return EXIT_FAIL
-    lines, intact = found
-    if not intact:
-        print("reconcile: the start of that run was rotated away", file=sys.stderr)
-    write(b"".join(lines[-tail:] if tail is not None and tail > 0 else lines))
-    sys.stdout.flush()
-    return EXIT_OK
-
-
-def _flushing(out: BinaryIO) -> Callable[[bytes], None]:
-    def write(chunk: bytes) -> None:
-        out.write(chunk)
-        out.flush()
-
-    return write
 
 
 # -- plan / schema ------------------------------------------------------------

@@ -62,7 +62,7 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    from controller.cli.opverbs import cmd_logs
+    from controller.cli.replicalogs import cmd_logs
 
     return cmd_logs(args)
 
