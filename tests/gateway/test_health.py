@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from controller.gateway.routing.health import Change, Health, Outcome
+from controller.gateway.routing.health import Health, Outcome, RotationChange
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Clock:
         return self.now
 
 
-def health() -> tuple[Health, Clock, list[Change]]:
+def health() -> tuple[Health, Clock, list[RotationChange]]:
     clock, changes = Clock(), []
     return Health(window=30.0, clock=clock, notify=changes.append), clock, changes
 

@@ -13,18 +13,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from controller.gateway.accounting.metrics import GatewayMetrics
-from controller.gateway.routing.health import Change
+from controller.gateway.routing.health import RotationChange
 from controller.logsetup import get_logger
 from controller.store.events import Journal
 
 log = get_logger("reconcile")
 
 
-def recorder(state_dir: Path, metrics: GatewayMetrics) -> Callable[[Change], None]:
+def recorder(state_dir: Path, metrics: GatewayMetrics) -> Callable[[RotationChange], None]:
     """``Health.notify`` for the gateway: call on its event loop."""
     journal = Journal(state_dir)
 
-    def record(change: Change) -> None:
+    def record(change: RotationChange) -> None:
         action = "eject" if change.ejected else "readmit"
         if change.ejected:
             metrics.ejected(change.deployment, change.instance)
@@ -40,7 +40,7 @@ def recorder(state_dir: Path, metrics: GatewayMetrics) -> Callable[[Change], Non
     return record
 
 
-def _append(journal: Journal, change: Change, action: str) -> None:
+def _append(journal: Journal, change: RotationChange, action: str) -> None:
     try:
         journal.append(
             change.deployment,

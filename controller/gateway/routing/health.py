@@ -32,7 +32,7 @@ ABOUT_THE_REQUEST = frozenset({501, 505})
 
 
 @dataclass(frozen=True, slots=True)
-class Change:
+class RotationChange:
     """An engine left the rotation (``ejected``) or came back into it."""
 
     deployment: str
@@ -73,7 +73,7 @@ class Health:
         failures: int = FAILURES,
         window: float = EJECT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
-        notify: Callable[[Change], None] = lambda change: None,
+        notify: Callable[[RotationChange], None] = lambda change: None,
     ) -> None:
         self.failures = failures
         self.window = window
@@ -127,7 +127,9 @@ class Health:
         if _healthy(outcome):
             del self._states[engine.nonce]
             why = f"its trial request after the ejection succeeded ({outcome})"
-            self.notify(Change(engine.deployment, engine.instance, engine.nonce, False, why))
+            self.notify(
+                RotationChange(engine.deployment, engine.instance, engine.nonce, False, why)
+            )
             return
         state.last = _said(outcome)
         self._eject(engine, state, "its trial request failed")
@@ -136,7 +138,7 @@ class Health:
         state.until = self._clock() + self.window
         state.failures = 0
         reason = f"{why} (last: {state.last}): no new requests for {self.window:g}s, then one trial"
-        self.notify(Change(engine.deployment, engine.instance, engine.nonce, True, reason))
+        self.notify(RotationChange(engine.deployment, engine.instance, engine.nonce, True, reason))
 
     def ejected(self, nonces: Iterable[str | None]) -> float | None:
         """Seconds until the first of these ejected engines may take its trial (0: one
