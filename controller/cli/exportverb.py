@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, output_format
-from controller.core.kubernetes.export import Exported, ExportError, Object, Problem, export
+from controller.core.kubernetes.export import Exported, ExportError, ExportGap, Object, export
 from controller.core.manifest.specs import Entry, is_dns1123
 from controller.store.manifests import LoadResult, ManifestError, load
 
@@ -71,7 +71,7 @@ ERROR_MOVE = "; {fix}, or pass --lossy to {lossy}"
 DROPPED = "; {done} (--lossy)"
 
 
-def _located(loaded: LoadResult, entry: Entry, problem: Problem, move: str) -> ManifestError:
+def _located(loaded: LoadResult, entry: Entry, problem: ExportGap, move: str) -> ManifestError:
     """The problem where `validate` would put it: file, line, field path."""
     said = move.format(fix=problem.fix, lossy=problem.lossy, done=problem.done)
     message = problem.message + (said if problem.droppable else "")

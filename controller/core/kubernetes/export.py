@@ -6,7 +6,7 @@ container runs what the local backend would run: the recipe's argv from
 :func:`~controller.core.render.render`, with ``{host}`` = 0.0.0.0 (a pod is reached
 through its own address) and the pod's own ports.
 
-A spec field that Kubernetes cannot express is a :class:`Problem`. Some can be dropped
+A spec field that Kubernetes cannot express is an :class:`ExportGap`. Some can be dropped
 (``--lossy``); others need the user (an image for ``engine: command``).
 """
 
@@ -52,7 +52,7 @@ Object = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
+class ExportGap:
     """A spec field with no faithful Kubernetes form, and what the user can do about it."""
 
     field: tuple[str, ...]  # the manifest path, e.g. ("spec", "devices", "candidates")
@@ -67,7 +67,7 @@ class Problem:
 class ExportError(ValueError):
     """The deployment cannot be exported as asked; ``problems`` say where and why."""
 
-    def __init__(self, problems: tuple[Problem, ...]) -> None:
+    def __init__(self, problems: tuple[ExportGap, ...]) -> None:
         super().__init__("; ".join(p.message for p in problems))
         self.problems = problems
 
@@ -75,8 +75,8 @@ class ExportError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Exported:
     objects: tuple[Object, ...]
-    dropped: tuple[Problem, ...]  # what --lossy left out (the caller warns)
-    notes: tuple[Problem, ...] = ()  # exported, but a cluster needs more (the caller warns)
+    dropped: tuple[ExportGap, ...]  # what --lossy left out (the caller warns)
+    notes: tuple[ExportGap, ...] = ()  # exported, but a cluster needs more (the caller warns)
 
 
 def export(
@@ -133,7 +133,7 @@ WHY_METRIC = (
     "engines' own figures would need an adapter serving their series per pod"
 )
 METRIC = "reconcile_gateway_inflight"  # requests in flight per pod, as the gateway counts
-_HPA_NOTE = Problem(
+_HPA_NOTE = ExportGap(
     ("spec", "autoscale"),
     f"exported as an autoscaling/v2 HorizontalPodAutoscaler on the per-pod metric {METRIC}: "
     "it needs a metrics adapter (prometheus-adapter) serving that metric for each pod",
@@ -141,7 +141,7 @@ _HPA_NOTE = Problem(
 )
 
 
-def _source_notes(spec: DeploymentSpec) -> tuple[Problem, ...]:
+def _source_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
     source = spec.source
     if source is None:
         return ()
@@ -155,12 +155,12 @@ def _source_notes(spec: DeploymentSpec) -> tuple[Problem, ...]:
             f"; HF_TOKEN comes from the Secret {exportpull.TOKEN_SECRET} (key token) if it "
             "exists: create it for a gated or private repo"
         )
-    return (Problem(("spec", "source"), text, droppable=False),)
+    return (ExportGap(("spec", "source"), text, droppable=False),)
 
 
-def problems_of(spec: DeploymentSpec) -> list[Problem]:
+def problems_of(spec: DeploymentSpec) -> list[ExportGap]:
     devices = ("spec", "devices")
-    out: list[Problem] = []
+    out: list[ExportGap] = []
     if spec.devices.candidates is not None:
         out.append(_drop((*devices, "candidates"), WHY_CANDIDATES))
     if spec.devices.shareable:
@@ -185,7 +185,7 @@ def problems_of(spec: DeploymentSpec) -> list[Problem]:
     return out
 
 
-def _scale_problems(spec: DeploymentSpec) -> list[Problem]:
+def _scale_problems(spec: DeploymentSpec) -> list[ExportGap]:
     scale = spec.autoscale
     if scale is None:
         return []
@@ -196,35 +196,35 @@ def _scale_problems(spec: DeploymentSpec) -> list[Problem]:
     if scale.min == 0:
         message = f"no Kubernetes form: {WHY_MIN_ZERO}"
         fix, lossy = "set it to 1", "export minReplicas: 1"
-        out.append(Problem((*autoscale, "min"), message, True, fix, lossy, "exported as 1"))
+        out.append(ExportGap((*autoscale, "min"), message, True, fix, lossy, "exported as 1"))
     if scale.metric != "inflight":
         message = f"no Kubernetes form: {WHY_METRIC}"
         fix, lossy = "use metric: inflight", "export the autoscaler on requests in flight"
         out.append(
-            Problem((*autoscale, "metric"), message, True, fix, lossy, "exported as inflight")
+            ExportGap((*autoscale, "metric"), message, True, fix, lossy, "exported as inflight")
         )
     if scale.scale_down_delay > MAX_WINDOW:
         message = f"no Kubernetes form: {WHY_WINDOW}"
         fix, lossy = "set it to 1h or less", "export 1h"
         out.append(
-            Problem((*autoscale, "scaleDownDelay"), message, True, fix, lossy, "exported as 1h")
+            ExportGap((*autoscale, "scaleDownDelay"), message, True, fix, lossy, "exported as 1h")
         )
     return out
 
 
-def _drop(field: tuple[str, ...], why: str) -> Problem:
+def _drop(field: tuple[str, ...], why: str) -> ExportGap:
     # The next move (remove it, or --lossy) is the caller's to say: it knows the flags.
-    return Problem(field, f"no Kubernetes form: {why}", droppable=True)
+    return ExportGap(field, f"no Kubernetes form: {why}", droppable=True)
 
 
-def _image_problems(spec: DeploymentSpec) -> list[Problem]:
+def _image_problems(spec: DeploymentSpec) -> list[ExportGap]:
     image = ("spec", "image")
     if spec.engine == "command":
         message = "engine 'command' has no default image: set spec.image to an image "
-        return [Problem(image, message + "that holds spec.command[0]", droppable=False)]
+        return [ExportGap(image, message + "that holds spec.command[0]", droppable=False)]
     if spec.devices.kind == "amd" and spec.devices.count:
         message = f"the pinned image {DEFAULT_IMAGES[spec.engine]} is not a ROCm build: "
-        return [Problem(image, message + "set spec.image to one", droppable=False)]
+        return [ExportGap(image, message + "set spec.image to one", droppable=False)]
     return []
 
 
