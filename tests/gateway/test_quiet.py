@@ -98,8 +98,8 @@ def test_bodies_are_decoded_within_the_limit() -> None:
     assert encoding.decode(gzip.compress(b"abc"), "gzip", 10) == b"abc"
     assert encoding.decode(b"abc", None, 10) == b"abc"
     bomb = encoding.decode(gzip.compress(b" " * 1000), "gzip", 100)
-    assert isinstance(bomb, encoding.Refused) and bomb.status == 413
+    assert isinstance(bomb, encoding.BodyRefused) and bomb.status == 413
     wrong = encoding.decode(b"abc", "gzip", 10)
-    assert isinstance(wrong, encoding.Refused) and wrong.status == 400
+    assert isinstance(wrong, encoding.BodyRefused) and wrong.status == 400
     other = encoding.decode(b"abc", "br", 10)
-    assert isinstance(other, encoding.Refused) and other.status == 415
+    assert isinstance(other, encoding.BodyRefused) and other.status == 415

@@ -19,13 +19,15 @@ CODINGS = {"gzip": (_GZIP,), "x-gzip": (_GZIP,), "deflate": (_ZLIB, _RAW)}
 
 
 @dataclass(frozen=True)
-class Refused:
+class BodyRefused:
+    """A request body the gateway will not decode, and the error it answers with."""
+
     status: int  # 400, 413 or 415
     message: str
     code: str
 
 
-def decode(body: bytes, header: str | None, limit: int) -> bytes | Refused:
+def decode(body: bytes, header: str | None, limit: int) -> bytes | BodyRefused:
     """``body`` undone of every coding ``header`` lists (last applied, first undone)."""
     codings = [c.strip().lower() for c in (header or "").split(",") if c.strip()]
     for coding in reversed(codings):
@@ -34,15 +36,15 @@ def decode(body: bytes, header: str | None, limit: int) -> bytes | Refused:
         wbits = CODINGS.get(coding)
         if wbits is None:
             why = f"Content-Encoding {coding!r} is not supported (use gzip, deflate or none)"
-            return Refused(415, why, "unsupported_content_encoding")
+            return BodyRefused(415, why, "unsupported_content_encoding")
         plain = _inflate(body, wbits, limit)
-        if isinstance(plain, Refused):
+        if isinstance(plain, BodyRefused):
             return plain
         body = plain
     return body
 
 
-def _inflate(body: bytes, tries: tuple[int, ...], limit: int) -> bytes | Refused:
+def _inflate(body: bytes, tries: tuple[int, ...], limit: int) -> bytes | BodyRefused:
     for wbits in tries:
         inflater = zlib.decompressobj(wbits)
         try:
@@ -51,8 +53,8 @@ def _inflate(body: bytes, tries: tuple[int, ...], limit: int) -> bytes | Refused
             continue
         if len(plain) > limit or inflater.unconsumed_tail:
             why = f"the decoded request body is larger than the gateway's limit of {limit} bytes"
-            return Refused(413, why, "request_too_large")
+            return BodyRefused(413, why, "request_too_large")
         if inflater.eof and not inflater.unused_data:
             return plain
     why = "the request body is not encoded as its Content-Encoding says"
-    return Refused(400, why, "invalid_content_encoding")
+    return BodyRefused(400, why, "invalid_content_encoding")

@@ -640,7 +640,7 @@ class Front:
             why = f"the request body did not arrive within {BODY_TIMEOUT:g} seconds"
             return _closing(error(408, why, "request_timeout"))
         plain = encoding.decode(raw, request.headers.get("Content-Encoding"), self.max_body)
-        if isinstance(plain, encoding.Refused):
+        if isinstance(plain, encoding.BodyRefused):
             return error(plain.status, plain.message, plain.code)
         return plain
 
