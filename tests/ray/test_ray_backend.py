@@ -184,8 +184,8 @@ def test_the_log_of_an_actor_gone_since_the_last_look_is_empty(cluster: Any, tmp
     """An actor whose node was lost between a pass's look and its Fail's event (which
     asks for the log tail): no log, no AttributeError. The namespace cluster found it: a
     killed host's actor took the daemon down with a traceback."""
-    from controller.backends.ray.backend import RayBackend, Seen
+    from controller.backends.ray.backend import RayBackend, SeenActor
 
     backend = RayBackend(cluster.address, str(tmp_path), "owner")
-    backend._seen = {("nowhere", "n1"): Seen("nowhere", "web.n1", "web", "n1", None)}
+    backend._seen = {("nowhere", "n1"): SeenActor("nowhere", "web.n1", "web", "n1", None)}
     assert backend.log_tail("web", 10) == []

@@ -43,7 +43,7 @@ NO_REF = ProcessRef(pid=1, start_time=0.0)  # an actor whose engine we have not 
 
 
 @dataclass(frozen=True, slots=True)
-class Seen:
+class SeenActor:
     """One actor as the last refresh found it."""
 
     namespace: str
@@ -65,10 +65,10 @@ class RayBackend:
         self.state_dir = state_dir
         self.owner = owner
         self.namespace = naming.namespace(state_dir, owner)
-        self._seen: dict[tuple[str, str], Seen] = {}  # (namespace, nonce) -> actor
+        self._seen: dict[tuple[str, str], SeenActor] = {}  # (namespace, nonce) -> actor
         self._handles: dict[tuple[str, str], Any] = {}  # (namespace, actor name) -> handle
         self._ns_of: set[str] = {self.namespace}
-        self._by_ref: dict[tuple[int, float], Seen] = {}
+        self._by_ref: dict[tuple[int, float], SeenActor] = {}
         # Record name -> the node its actor runs on (the last refresh, then each launch):
         # a replica's launch avoids its siblings' nodes.
         self._nodes: dict[str, str] = {}
@@ -240,7 +240,7 @@ class RayBackend:
                 calls[handle.status.remote()] = (ns, actor)
         ready, _ = ray.wait(list(calls), num_returns=len(calls), timeout=STATUS_TIMEOUT)
         answers = {calls[ref]: ref for ref in ready}
-        seen: dict[tuple[str, str], Seen] = {}
+        seen: dict[tuple[str, str], SeenActor] = {}
         for ns, actor in listed:
             parsed = naming.parse(actor)
             if parsed is None:
@@ -253,7 +253,7 @@ class RayBackend:
                     dead = True
                 except RayActorError:
                     pass  # unavailable for now: being restarted
-            seen[(ns, parsed[1])] = Seen(ns, actor, parsed[0], parsed[1], status, dead)
+            seen[(ns, parsed[1])] = SeenActor(ns, actor, parsed[0], parsed[1], status, dead)
         self._seen = seen
         with self._placing:
             self._nodes = {
@@ -276,7 +276,7 @@ class RayBackend:
                 return None  # gone between the listing and now
         return self._handles[key]
 
-    def _of(self, rec: Record) -> Seen | None:
+    def _of(self, rec: Record) -> SeenActor | None:
         if rec.nonce is None:
             return None
         return self._seen.get((naming.namespace(self.state_dir, rec.owner), rec.nonce))
