@@ -34,7 +34,9 @@ from controller.errors import ConfigError
 FAKE_ENV = "RECONCILE_FAKE_NVML"
 
 
-class Source(Protocol):
+class HealthSource(Protocol):
+    """Where a pass reads the GPUs' health (Xid, ECC) from: NVML, a fake for tests, none."""
+
     def read(self) -> Reading: ...
 
 
@@ -43,7 +45,7 @@ class NoSource:
         return Reading()
 
 
-def choose(inventory: Inventory, environ: Mapping[str, str] = os.environ) -> Source:
+def choose(inventory: Inventory, environ: Mapping[str, str] = os.environ) -> HealthSource:
     """The fake file when ``RECONCILE_FAKE_NVML`` names one, else NVML for the NVIDIA
     devices discovery found (by UUID, as the memory gate reads them); a static inventory
     (``--devices``) names no UUID, so nothing loads NVML for it."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from controller.core.devicefaults import DeviceHealth, Measured, Reading, describe, observe
 from controller.core.state import Observed
 from controller.errors import ConfigError
-from controller.host.gpuhealth import Source
+from controller.host.gpuhealth import HealthSource
 from controller.logsetup import get_logger
 from controller.store import devicehealth, measured
 
@@ -24,7 +24,7 @@ log = get_logger("reconcile")
 
 
 class DeviceWatch:
-    def __init__(self, state_dir: Path, source: Source) -> None:
+    def __init__(self, state_dir: Path, source: HealthSource) -> None:
         self.state_dir = state_dir
         self.source = source
         self.last = Reading()  # the latest reading (its processes' memory: measured.py)
