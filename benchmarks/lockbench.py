@@ -80,8 +80,8 @@ def worker(kind: str, state_dir: Path, me: int, cycles: int, devices: int) -> in
     bare = kind.endswith("-bare")
     kind = kind.removesuffix("-bare")
     from controller.core.state import Phase, Record
+    from controller.store.instances.records import RecordStore
     from controller.store.lock import FileLock
-    from controller.store.records import RecordStore
 
     store = RecordStore(state_dir)
     flock = FileLock(state_dir / "placement.lock", what="placement lock")
@@ -125,7 +125,7 @@ def worker(kind: str, state_dir: Path, me: int, cycles: int, devices: int) -> in
 def _run(kind: str, workers: int, cycles: int) -> tuple[float, int, list[float]]:
     """Reservations per second, double bookings counted, every wait for the lock (ms)."""
     with tempfile.TemporaryDirectory(prefix=f"reconcile-bench-lock-{kind}-") as tmp:
-        from controller.store.records import RecordStore
+        from controller.store.instances.records import RecordStore
 
         state = Path(tmp)
         RecordStore(state).ensure()

@@ -38,7 +38,7 @@ def _manifest(folder: Path, names: list[str], gpus: int) -> None:
 def _reconciler(root: Path, backend: str, address: str | None, names: list[str], gpus: int) -> Any:
     from controller.backends.choose import inventory_for, open_backend
     from controller.reconciler.run import Reconciler
-    from controller.store.node import resolve
+    from controller.store.config.node import resolve
 
     folder = root / backend / "manifests"
     folder.mkdir(parents=True)

@@ -48,9 +48,9 @@ from procs import (
     wait_gone,
 )
 
-from controller.cli.views import status_item
+from controller.cli.render.views import status_item
 from controller.core.manifest.quantity import parse_duration
-from controller.store.records import RecordStore
+from controller.store.instances.records import RecordStore
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable

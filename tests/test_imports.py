@@ -14,7 +14,7 @@ import pytest
 from strategies import record
 
 from controller.core.state import Phase
-from controller.store.records import RecordStore
+from controller.store.instances.records import RecordStore
 
 # Runs one command in a fresh interpreter, then says which of the heavy modules it imported.
 PROBE = (

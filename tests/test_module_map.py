@@ -156,7 +156,7 @@ def test_the_map_is_read_as_meant() -> None:
     assert {"core", "store", "host", "gateway", ""} <= folders
     for same_name in (
         "core/scaling/inflight.py",
-        "store/inflight.py",
+        "store/side/inflight.py",
         "gateway/accounting/inflight.py",
     ):
         assert is_named(Path(same_name), rows), same_name

@@ -11,8 +11,8 @@ from controller.backends.base import Backend
 from controller.core.devices.inventory import Inventory
 from controller.core.manifest.backendnames import RAY
 from controller.errors import ConfigError
-from controller.store.node import Config
-from controller.store.records import RecordStore
+from controller.store.config.node import Config
+from controller.store.instances.records import RecordStore
 
 
 def _need_ray() -> None:

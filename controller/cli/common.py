@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from controller.store.node import Config, GitFlags, resolve
+from controller.store.config.node import Config, GitFlags, resolve
 
 # The exit codes of every verb, in one place (sysexits' 64 for usage errors).
 EXIT_OK = 0  # done; in sync; everything Ready
@@ -121,7 +121,7 @@ def reconciler(cfg: Config) -> Reconciler:
     """A reconciler on the configured backend, with the after-pass hooks the flags ask for."""
     from controller.backends.choose import inventory_for, open_backend
     from controller.reconciler.run import Reconciler
-    from controller.store.records import RecordStore
+    from controller.store.instances.records import RecordStore
 
     inventory = inventory_for(cfg)
     hooks = []
@@ -137,7 +137,7 @@ def preview(cfg: Config) -> Preview:
     """The read-only observer and planner (``reconcile plan``): no executor, no locks."""
     from controller.backends.choose import inventory_for, open_backend
     from controller.reconciler.run import Preview
-    from controller.store.records import RecordStore
+    from controller.store.instances.records import RecordStore
 
     store = RecordStore(cfg.state_dir)
     return Preview(cfg, open_backend(cfg, store), inventory_for(cfg), store)

@@ -17,7 +17,7 @@ from controller.core.devices.capacity import parse_limits
 from controller.core.manifest import backendnames
 from controller.core.manifest.listen import split_listen
 from controller.core.manifest.quantity import parse_duration
-from controller.store.node import DEFAULT_LOCK_TIMEOUT
+from controller.store.config.node import DEFAULT_LOCK_TIMEOUT
 
 
 # Flag values parsed once, by argparse itself: a bad one is a one-line usage error (64).
@@ -521,7 +521,7 @@ def _check_backend(parser: Parser, args: argparse.Namespace) -> None:
     if args.verb == "completion":  # prints a script; runs at every shell start
         return
     from controller.errors import ConfigError
-    from controller.store.node import resolve_backend
+    from controller.store.config.node import resolve_backend
 
     try:
         resolve_backend(args.backend, args.ray_address)

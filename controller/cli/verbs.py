@@ -14,121 +14,121 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from controller.cli.runverb import cmd_run
+    from controller.cli.operate.runverb import cmd_run
 
     return cmd_run(args)
 
 
 def _events(args: argparse.Namespace) -> int:
-    from controller.cli.eventsverb import cmd_events
+    from controller.cli.look.eventsverb import cmd_events
 
     return cmd_events(args)
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from controller.cli.runverb import cmd_validate
+    from controller.cli.operate.runverb import cmd_validate
 
     return cmd_validate(args)
 
 
 def _down(args: argparse.Namespace) -> int:
-    from controller.cli.downverb import cmd_down
+    from controller.cli.operate.downverb import cmd_down
 
     return cmd_down(args)
 
 
 def _restart(args: argparse.Namespace) -> int:
-    from controller.cli.restartverb import cmd_restart
+    from controller.cli.operate.restartverb import cmd_restart
 
     return cmd_restart(args)
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from controller.cli.opverbs import cmd_plan
+    from controller.cli.look.opverbs import cmd_plan
 
     return cmd_plan(args)
 
 
 def _status(args: argparse.Namespace) -> int:
-    from controller.cli.statusverb import cmd_status
+    from controller.cli.look.statusverb import cmd_status
 
     return cmd_status(args)
 
 
 def _describe(args: argparse.Namespace) -> int:
-    from controller.cli.opverbs import cmd_describe
+    from controller.cli.look.opverbs import cmd_describe
 
     return cmd_describe(args)
 
 
 def _logs(args: argparse.Namespace) -> int:
-    from controller.cli.replicalogs import cmd_logs
+    from controller.cli.look.replicalogs import cmd_logs
 
     return cmd_logs(args)
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from controller.cli.opverbs import cmd_schema
+    from controller.cli.look.opverbs import cmd_schema
 
     return cmd_schema(args)
 
 
 def _devices(args: argparse.Namespace) -> int:
-    from controller.cli.nodeverbs import cmd_devices
+    from controller.cli.operate.nodeverbs import cmd_devices
 
     return cmd_devices(args)
 
 
 def _drain(args: argparse.Namespace) -> int:
-    from controller.cli.nodeverbs import cmd_drain
+    from controller.cli.operate.nodeverbs import cmd_drain
 
     return cmd_drain(args)
 
 
 def _uncordon(args: argparse.Namespace) -> int:
-    from controller.cli.nodeverbs import cmd_uncordon
+    from controller.cli.operate.nodeverbs import cmd_uncordon
 
     return cmd_uncordon(args)
 
 
 def _export(args: argparse.Namespace) -> int:
-    from controller.cli.exportverb import cmd_export
+    from controller.cli.look.exportverb import cmd_export
 
     return cmd_export(args)
 
 
 def _gateway(args: argparse.Namespace) -> int:
-    from controller.cli.gatewayverbs import cmd_gateway
+    from controller.cli.gateway.gatewayverbs import cmd_gateway
 
     return cmd_gateway(args)
 
 
 def _ui(args: argparse.Namespace) -> int:
-    from controller.cli.uiverb import cmd_ui
+    from controller.cli.gateway.uiverb import cmd_ui
 
     return cmd_ui(args)
 
 
 def _models(args: argparse.Namespace) -> int:
-    from controller.cli.modelsverb import cmd_models
+    from controller.cli.operate.modelsverb import cmd_models
 
     return cmd_models(args)
 
 
 def _source(args: argparse.Namespace) -> int:
-    from controller.cli.sourceverb import cmd_source
+    from controller.cli.look.sourceverb import cmd_source
 
     return cmd_source(args)
 
 
 def _history(args: argparse.Namespace) -> int:
-    from controller.cli.rollbackverb import cmd_history
+    from controller.cli.operate.rollbackverb import cmd_history
 
     return cmd_history(args)
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    from controller.cli.rollbackverb import cmd_rollback
+    from controller.cli.operate.rollbackverb import cmd_rollback
 
     return cmd_rollback(args)
 

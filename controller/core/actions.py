@@ -15,7 +15,7 @@ their own facts), never in tables keyed by the class elsewhere:
     It can give up the record's devices and port this round, so a start or
     preemption weighed in the same plan may count on them (see :meth:`Action.frees_now`).
 ``plan_class``
-    How ``reconcile plan`` shows it (terraform-style, see ``cli/planview.py``).
+    How ``reconcile plan`` shows it (terraform-style, see ``cli/render/planview.py``).
 
 ``Action`` itself states none of them (it is abstract by design): every concrete
 class states all of them in its own body, so a subclass such as :class:`Replace`

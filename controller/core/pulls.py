@@ -1,6 +1,6 @@
 """What a pass knows of a model pull, and how it reads to a person. Pure.
 
-The pull process writes these as JSON in its cache entry (``store/modelcache.py``);
+The pull process writes these as JSON in its cache entry (``store/models/modelcache.py``);
 the planner reads them as observations (:class:`PullView`, keyed by cache key), and
 ``status`` shows :func:`progress_text`.
 """

@@ -1,7 +1,7 @@
 """Pure state values: records, process identities, and one pass's observations.
 
 No I/O here: the planner imports these. The record store lives in
-:mod:`controller.store.records`, the observing in :mod:`controller.reconciler.observe`.
+:mod:`controller.store.instances.records`, the observing in :mod:`controller.reconciler.observe`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from controller.core.pulls import PullView
 
 # 2: the rendered facts (activation, idle_timeout, ready_deadline_seconds, models,
 # device_count) are fields, and the spec document is ``stored_spec``. Version 1 files are
-# still read: their facts are derived from their spec (store/recordjson.py).
+# still read: their facts are derived from their spec (store/instances/recordjson.py).
 # 3: ``ready_boot`` and ``idle_boot``, the boot clock beside ``ready_at`` and ``idle_since``,
 # so a wall-clock step neither delays a wake nor skips the back-off's reset (docs/design.md,
 # "Clock steps"). Version 2 files are still read (without them: the wall clock decides).
@@ -59,7 +59,7 @@ STUCK = (Phase.PENDING, Phase.FAILED)
 
 
 # Records and their parts are plain values: the store reads and writes their JSON
-# (store/recordjson.py), and no verb that reads records needs pydantic.
+# (store/instances/recordjson.py), and no verb that reads records needs pydantic.
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -363,5 +363,5 @@ class Observed:
     # Devices NVML reported a critical fault on (devicefaults.py): nothing is placed there
     # and what holds one is moved, until `reconcile devices --clear`.
     unhealthy: Mapping[str, DeviceFault] = field(default_factory=dict)
-    # spec hash -> the engine's measured peak GPU memory per device (store/measured.py)
+    # spec hash -> the engine's measured peak GPU memory per device (store/side/measured.py)
     measured: Mapping[str, Measured] = field(default_factory=dict)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from watchdog.events import FileSystemEvent
 
-from controller.store.manifests import SUFFIXES, is_single_file
+from controller.store.sources.manifests import SUFFIXES, is_single_file
 
 # The one observer mechanism (and the kernel's mask), shared with the gateway's watch.
 from controller.store.watch import Watch, identity
@@ -33,7 +33,8 @@ KIND = {"closed": "settled", "moved": "settled", "created": "writing", "modified
 
 
 def is_manifest_name(name: str) -> bool:
-    """The rule of :func:`controller.store.manifests.manifest_files`: skip hidden, temp files."""
+    """The rule of :func:`controller.store.sources.manifests.manifest_files`: skip hidden,
+    temp files."""
     return not name.startswith(".") and name.endswith(SUFFIXES)
 
 

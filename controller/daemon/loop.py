@@ -39,10 +39,11 @@ from controller.host import bootclock
 from controller.logsetup import get_logger
 from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.run import PassResult, Reconciler
-from controller.store import accesstoken, activation
+from controller.store.config import accesstoken
+from controller.store.config.node import Config
+from controller.store.instances.records import RecordStore
 from controller.store.lock import FileLock
-from controller.store.node import Config
-from controller.store.records import RecordStore
+from controller.store.side import activation
 from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")

@@ -26,9 +26,9 @@ from controller.core.replicaset import group
 from controller.core.state import Phase, Record
 from controller.host import bootclock
 from controller.logsetup import get_logger
-from controller.store import gitsource
+from controller.store.config.node import Config, read_drain
 from controller.store.documents import write_atomic
-from controller.store.node import Config, read_drain
+from controller.store.sources import gitsource
 
 if TYPE_CHECKING:
     from controller.reconciler.run import PassResult

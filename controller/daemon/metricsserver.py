@@ -5,7 +5,7 @@ Its own module because ``http.server`` brings ``http.client``, ``ssl`` and ``ema
 
 Who may read it: the metrics name every deployment, its phase and its traffic, which
 the state dir keeps 0600, so a scrape wants the state dir's access token
-(``store/accesstoken.py``), as ``Authorization: Bearer <token>`` (Prometheus'
+(``store/config/accesstoken.py``), as ``Authorization: Bearer <token>`` (Prometheus'
 ``authorization: {credentials_file: ...}``) or ``?token=<token>`` (its ``params``);
 else 401. Bound to loopback, it answers only a loopback ``Host`` (DNS rebinding: 403).
 """
@@ -22,7 +22,7 @@ from controller.core.manifest.listen import host_refusal, is_loopback
 from controller.daemon.metrics import CONTENT_TYPE, current
 from controller.errors import ConfigError
 from controller.logsetup import get_logger
-from controller.store.accesstoken import QUERY, Token
+from controller.store.config.accesstoken import QUERY, Token
 
 log = get_logger("reconcile")
 

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 from controller.core.state import Record
-from controller.store.recordjson import RecordInvalid, from_json
+from controller.store.instances.recordjson import RecordInvalid, from_json
 from controller.store.statedir import StateDir
 
 RESYNC = 2.0  # seconds between looks when no watch event came (the safety net)

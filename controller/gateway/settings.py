@@ -11,7 +11,7 @@ from typing import Any
 from controller.core.manifest.listen import LOOPBACK, split_listen
 from controller.core.manifest.listen import is_loopback as is_loopback  # re-exported
 from controller.errors import ConfigError
-from controller.store import logfiles
+from controller.store.instances import logfiles
 
 DEFAULT_HOST = LOOPBACK
 DEFAULT_MAX_BODY = 32 * 1024 * 1024  # long prompts and base64 images fit; a flood does not

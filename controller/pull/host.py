@@ -16,8 +16,8 @@ from controller.core.manifest.specs import Entry
 from controller.core.pulls import PullView
 from controller.pull import launch
 from controller.pull.job import Job
-from controller.store import modelcache
-from controller.store.modelcache import CacheEntry
+from controller.store.models import modelcache
+from controller.store.models.modelcache import CacheEntry
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from typing import Any
 from controller.core.manifest.sources import HuggingFace
 from controller.pull.job import Bounds, PullError, disk_filled, no_space, stalled, too_big
 from controller.pull.meter import EVERY, ProgressMeter
-from controller.store.modelcache import CacheEntry
+from controller.store.models.modelcache import CacheEntry
 
 
 def fetch_hub(

@@ -10,10 +10,11 @@ from typing import Any
 
 from controller.core.manifest.sources import Source
 from controller.core.pulls import FailureKind
-from controller.store import diskspace
+from controller.store import (
+    diskspace,  # Why a pull failed, said for people: what happened, where, and the next move.
+)
 
 
-# Why a pull failed, said for people: what happened, where, and the next move.
 class PullError(Exception):
     """A pull that did not finish; ``kind`` tells the planner how to wait (disk: Pending)."""
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from controller.host.procscan import EnvironScan
 from controller.pull.job import JOB_ENV, Job
-from controller.store.modelcache import CacheEntry
+from controller.store.models.modelcache import CacheEntry
 
 MARKER = "RECONCILE_PULL"
 # Children this process started: polled so none stays a zombie while the daemon runs.

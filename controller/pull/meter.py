@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from controller.core.pulls import PullProgress
-from controller.store.modelcache import CacheEntry, utcnow
+from controller.store.models.modelcache import CacheEntry, utcnow
 
 EVERY = 0.5  # seconds between progress writes
 WINDOW = 5.0  # seconds the rate is measured over

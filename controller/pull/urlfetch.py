@@ -24,7 +24,7 @@ from controller.pull.meter import ProgressMeter
 from controller.pull.writeback import Writeback
 from controller.redact import redact_url
 from controller.store import diskspace
-from controller.store.modelcache import CacheEntry
+from controller.store.models.modelcache import CacheEntry
 
 CHUNK = 1 << 20
 SPACE_EVERY = 4 << 20  # bytes written between looks at the free space

@@ -16,8 +16,8 @@ from controller.pull.job import Job, PullError
 from controller.pull.meter import ProgressMeter
 from controller.pull.urlfetch import fetch_url
 from controller.redact import redact_url
-from controller.store.events import Journal
-from controller.store.modelcache import CacheEntry, utcnow
+from controller.store.instances.events import Journal
+from controller.store.models.modelcache import CacheEntry, utcnow
 
 
 def run(job: Job) -> int:

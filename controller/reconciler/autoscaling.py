@@ -23,8 +23,9 @@ from controller.core.scaling import inflight as rule_inflight
 from controller.core.scaling.autoscale import PANIC_WINDOW, WINDOW, Load, Scale, decide
 from controller.core.scaling.inflight import Inflight
 from controller.core.state import Activation, Record
-from controller.store import activation, inflight, scale, sidefiles
-from controller.store.events import Journal
+from controller.store import sidefiles
+from controller.store.instances.events import Journal
+from controller.store.side import activation, inflight, scale
 from controller.store.statedir import StateDir
 
 

@@ -49,9 +49,10 @@ from controller.logsetup import get_logger
 from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
 from controller.redact import redact_args
-from controller.store import diskspace, logfiles
-from controller.store.events import Journal
-from controller.store.records import RecordStore
+from controller.store import diskspace
+from controller.store.instances import logfiles
+from controller.store.instances.events import Journal
+from controller.store.instances.records import RecordStore
 
 log = get_logger("reconcile")
 

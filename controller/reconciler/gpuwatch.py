@@ -1,5 +1,5 @@
 """Each pass's look at the GPUs (host/gpuhealth.py), kept as observed state
-(store/devicehealth.py): a critical Xid or a rise of uncorrectable ECC errors makes a
+(store/side/devicehealth.py): a critical Xid or a rise of uncorrectable ECC errors makes a
 device Unhealthy (core/devicefaults.py decides); the planner then moves what holds it.
 
 The source lives as long as the reconciler (the daemon's: its NVML event set sees every
@@ -18,7 +18,7 @@ from controller.core.state import Observed
 from controller.errors import ConfigError
 from controller.host.gpuhealth import HealthSource
 from controller.logsetup import get_logger
-from controller.store import devicehealth, measured
+from controller.store.side import devicehealth, measured
 
 log = get_logger("reconcile")
 

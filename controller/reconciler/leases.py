@@ -19,7 +19,7 @@ from controller.core.manifest.specs import Entry, routable_names, spec_document
 from controller.core.render import Rendered, deadline_of, render
 from controller.core.state import Phase, ProcessRef, Record
 from controller.host import bootclock
-from controller.store.records import RecordStore
+from controller.store.instances.records import RecordStore
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from controller.host import bootclock
 from controller.host.probes import ProbeTarget, probe_many
 from controller.host.procs import age, process_alive
 from controller.reconciler.liveness import LivenessProber
-from controller.store.records import Snapshot
+from controller.store.instances.records import Snapshot
 
 
 def observe(

@@ -42,23 +42,18 @@ from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
 from controller.reconciler.pulling import puller_of
-from controller.store import (
-    activation,
-    devicehealth,
-    diskspace,
-    gitrev,
-    logfiles,
-    measured,
-    restart,
-)
-from controller.store.events import Journal
-from controller.store.gitsource import GitSource, SyncResult, shown_url
+from controller.store import diskspace
+from controller.store.config.node import Config, read_drain
+from controller.store.instances import logfiles
+from controller.store.instances.events import Journal
+from controller.store.instances.records import RecordProblem, RecordStore
 from controller.store.lock import FileLock
-from controller.store.manifests import LoadResult, ManifestError, load
-from controller.store.node import Config, read_drain
-from controller.store.observed import Seen
-from controller.store.observed import note as note_seen
-from controller.store.records import RecordProblem, RecordStore
+from controller.store.side import activation, devicehealth, measured, restart
+from controller.store.side.observed import Seen
+from controller.store.side.observed import note as note_seen
+from controller.store.sources import gitrev
+from controller.store.sources.gitsource import GitSource, SyncResult, shown_url
+from controller.store.sources.manifests import LoadResult, ManifestError, load
 from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")

@@ -44,7 +44,8 @@ class FileLock:
     @property
     def fileno(self) -> int | None:
         """The locked descriptor: a child that inherits it holds the lock until it exits
-        (store/gitsource.py hands it to git, so an orphaned git still holds its checkout)."""
+        (store/sources/gitsource.py hands it to git, so an orphaned git still holds its
+        checkout)."""
         return self._fd
 
     @property

@@ -184,7 +184,7 @@ class StateDir:
         """One gateway's answer: drained (``retire/<nonce>.<gateway>.done``)."""
         return self.retire / f"{nonce}.{gateway}.done"
 
-    # -- the git source (store/gitsource.py) ------------------------------------------
+    # -- the git source (store/sources/gitsource.py) ------------------------------------------
     @property
     def git(self) -> Path:
         return self.root / "git"

@@ -23,9 +23,9 @@ from controller.backends.local.runtime import LocalBackend
 from controller.core.manifest import backendnames
 from controller.core.manifest.cluster import cluster_refusals
 from controller.reconciler.run import Reconciler
-from controller.store.events import Journal
-from controller.store.node import Config
-from controller.store.records import RecordStore
+from controller.store.config.node import Config
+from controller.store.instances.events import Journal
+from controller.store.instances.records import RecordStore
 
 PACKAGE = Path(__file__).resolve().parents[2] / "controller"
 # The only places that may spell a backend's name in a comparison.

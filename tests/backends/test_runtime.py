@@ -30,7 +30,7 @@ from controller.host import ports, sockdiag
 from controller.host.ports import listening_ports, port_bindable
 from controller.host.procs import identity
 from controller.reconciler.run import Reconciler
-from controller.store.node import Config
+from controller.store.config.node import Config
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 IGNORE_TERM = (

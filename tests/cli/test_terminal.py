@@ -17,7 +17,7 @@ import pytest
 import structlog
 
 from controller import logsetup
-from controller.cli import waiting
+from controller.cli.render import waiting
 from controller.core.state import Phase, Record
 from controller.reconciler.run import PassResult
 

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from controller.core.state import Phase, Record
-from controller.store.recordjson import from_json
+from controller.store.instances.recordjson import from_json
 
 from .rayhosts import RayHosts, base_env
 

@@ -16,8 +16,8 @@ from controller.core.manifest.specs import Container, spec_hash
 from controller.core.render import render
 from controller.errors import ConfigError
 from controller.host.containers import default_runtime
-from controller.store.manifests import load
-from controller.store.nodeconfig import read_node_file
+from controller.store.config.nodeconfig import read_node_file
+from controller.store.sources.manifests import load
 
 MANIFEST = """\
 apiVersion: reconcile/v1

@@ -15,8 +15,8 @@ from controller.core.manifest.specs import Autoscale
 from controller.core.scaling.autoscale import Decision, Load, Scale, decide, wanted
 from controller.core.scaling.inflight import Inflight, Sample, average, recent
 from controller.reconciler.autoscaling import Autoscaler
-from controller.store import inflight, scale
-from controller.store.events import Journal
+from controller.store.instances.events import Journal
+from controller.store.side import inflight, scale
 
 POLICY = Autoscale(min=1, max=4, targetInflight=4, scaleDownDelay=60)
 ZERO = Autoscale(min=0, max=3, targetInflight=4, scaleDownDelay=30)

@@ -25,8 +25,8 @@ from controller.core.plan import BACKOFF_RESET, plan
 from controller.core.scaling.autoscale import Load, Scale, decide
 from controller.core.state import Activation, Phase
 from controller.reconciler.autoscaling import _waits
-from controller.store import recordjson
-from controller.store.records import RecordStore
+from controller.store.instances import recordjson
+from controller.store.instances.records import RecordStore
 
 HOUR = timedelta(hours=1)
 PARKED = 1000.0  # the boot clock (seconds since boot) when the engine parked

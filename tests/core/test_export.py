@@ -19,7 +19,7 @@ from strategies import deployment
 from controller.core.engines import llama_cpp, ollama, sglang, tgi, vllm
 from controller.core.kubernetes.export import Exported, ExportError, export, problems_of
 from controller.core.manifest.specs import Deployment
-from controller.store.manifests import load
+from controller.store.sources.manifests import load
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "export"

@@ -39,7 +39,7 @@ from controller.core.state import Observed, Phase, RecordView
 from controller.errors import ConfigError
 from controller.host import devices
 from controller.reconciler.memwait import MemoryGate
-from controller.store.manifests import load
+from controller.store.sources.manifests import load
 
 TWO_80 = parse_static("nvidia:0=80Gi,nvidia:1=80Gi")
 ONE_80 = parse_static("nvidia:0=80Gi")

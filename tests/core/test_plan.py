@@ -55,8 +55,8 @@ from controller.core.plan import BACKOFF_RESET, Desired, backoff, plan
 from controller.core.state import Drain, ExitInfo, Observed, Phase
 from controller.reconciler.executor import Executor
 from controller.reconciler.leases import RecordMaker
-from controller.store.events import Journal
-from controller.store.records import RecordStore
+from controller.store.instances.events import Journal
+from controller.store.instances.records import RecordStore
 
 GPUS = inventory("nvidia:0", "nvidia:1")
 GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}

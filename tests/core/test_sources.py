@@ -12,7 +12,7 @@ from strategies import deployment, spec_body
 
 from controller.core.manifest.specerrors import problems
 from controller.core.manifest.specs import Deployment, json_schema, spec_document, spec_hash
-from controller.store.manifests import load
+from controller.store.sources.manifests import load
 
 DIGEST = "ab" * 32
 URL = {"url": "https://models.example.org/tiny.gguf", "sha256": DIGEST}

@@ -19,7 +19,7 @@ from controller.core.devices.inventory import Inventory
 from controller.core.state import Phase
 from controller.gateway.routing.table import Table
 from controller.reconciler.leases import RecordMaker
-from controller.store.records import RecordStore
+from controller.store.instances.records import RecordStore
 
 # `ollama serve` that never answers: the engine stays Starting until its deadline.
 NEVER_READY = """#!{python}

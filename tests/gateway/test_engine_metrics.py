@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from controller.gateway.accounting.enginemetrics import EngineLoad, parse
-from controller.store import accesstoken
+from controller.store.config import accesstoken
 
 VLLM = """\
 # HELP vllm:num_requests_waiting Number of requests waiting to be processed.

@@ -17,8 +17,8 @@ from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Phase, Record
 from controller.gateway.routing.concurrency import Limiter
 from controller.gateway.routing.table import Table
-from controller.store import accesstoken
-from controller.store.manifests import load
+from controller.store.config import accesstoken
+from controller.store.sources.manifests import load
 
 STUCK = {"httpGet": {"path": "/health"}, "deadlineSeconds": 30, "periodSeconds": 0.2}
 

@@ -18,7 +18,7 @@ from modelservers import HostileServer
 from procs import GATEWAY_MARKER, kill_marked, marked_pids
 
 from controller.pull import launch
-from controller.store.modelcache import CacheEntry
+from controller.store.models.modelcache import CacheEntry
 
 KEY = f"sha256-{'0' * 64}"
 

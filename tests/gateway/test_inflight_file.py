@@ -1,5 +1,5 @@
 """The in-flight figures the autoscaler reads: ``<state>/inflight/<deployment>.<writer>.json``
-(store/inflight.py), their window average (core/scaling/inflight.py), and the gateway's side:
+(store/side/inflight.py), their window average (core/scaling/inflight.py), and the gateway's side:
 time-weighted counts (InflightCounts) written once a second per busy deployment (InflightWriter)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from controller.core.scaling.inflight import Inflight, Sample, average, peak
 from controller.gateway.accounting.inflight import InflightCounts, InflightWriter
-from controller.store import inflight as store
+from controller.store.side import inflight as store
 
 WEB = Inflight("web", "101", (Sample(100.0, 1.0, 2.0, 3), Sample(101.0, 1.0, 4.0, 6)))
 

@@ -47,7 +47,7 @@ def test_keys_required_both_forms_healthz_open_and_sighup(reconcile: Any, gatewa
     assert g.post("alpha", {"x-api-key": KEY}).status == 401
     import urllib.request
 
-    from controller.store import accesstoken
+    from controller.store.config import accesstoken
 
     token = accesstoken.read(reconcile.state)  # /metrics wants the state dir's token
     url = f"http://127.0.0.1:{reconcile.port + 14}/metrics?token={token}"

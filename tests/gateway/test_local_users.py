@@ -15,7 +15,7 @@ from typing import Any
 from gateway.conftest import Answer
 
 from controller.gateway.ui import actions
-from controller.store import accesstoken
+from controller.store.config import accesstoken
 
 METRICS = 14  # the metrics port: the test's port block + 14 (the gateway's is + 15)
 

@@ -8,7 +8,7 @@ import os
 import signal
 from typing import Any
 
-from controller.store import accesstoken
+from controller.store.config import accesstoken
 
 JSON = {"Content-Type": "application/json"}
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from clients import Loop
 
-from controller.store import accesstoken
+from controller.store.config import accesstoken
 
 WAIT = 40.0
 

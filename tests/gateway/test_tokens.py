@@ -22,7 +22,7 @@ from typing import Any
 from echo_engine import COMPLETION_TOKENS, PROMPT_TOKENS
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.store import accesstoken
+from controller.store.config import accesstoken
 
 ECHO = Path(__file__).with_name("echo_engine.py")
 KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"  # no hex, no word (see test_keys.py)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from controller.store import gitsource
+from controller.store.sources import gitsource
 
 GOOD, BAD = "a" * 40, "b" * 40
 LONG_AGO = "2026-01-01T00:00:00+00:00"  # past any progressDeadline

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from controller.core.manifest.names import replica_name
 from controller.core.state import Phase, ProcessRef, Record
-from controller.store.recordjson import from_json, to_json
+from controller.store.instances.recordjson import from_json, to_json
 
 from .cluster import Cluster, Marked, alive, marked, start_time
 

@@ -22,7 +22,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.store.manifests import LoadResult, load
+from controller.store.sources.manifests import LoadResult, load
 
 from .cluster import Cluster, alive
 from .invariants import read_records

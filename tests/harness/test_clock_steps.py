@@ -16,7 +16,7 @@ import faketime
 import pytest
 
 from controller.core.state import Phase, Record
-from controller.store.node import read_drain
+from controller.store.config.node import read_drain
 
 from .cluster import PYTHON, Cluster
 from .invariants import read_records

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from controller.core.state import Record
-from controller.store.recordjson import from_json
+from controller.store.instances.recordjson import from_json
 
 from . import figures
 from .churn import load, pool, random_churn

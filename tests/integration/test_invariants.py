@@ -24,7 +24,7 @@ from controller.core.manifest.specs import spec_document
 from controller.core.state import Phase, ProbeConfig, ProcessRef, Record
 from controller.host.procs import identity
 from controller.store.lock import FileLock
-from controller.store.manifests import load
+from controller.store.sources.manifests import load
 
 # An engine that ignores SIGTERM (only the SIGKILL after the grace period ends it).
 IGNORE_TERM = """

@@ -15,7 +15,7 @@ from modelservers import serving
 from procs import kill_marked
 
 from controller.pull import launch
-from controller.store.modelcache import CacheEntry
+from controller.store.models.modelcache import CacheEntry
 
 MB = 1 << 20
 KEPT, GONE = os.urandom(MB), os.urandom(MB // 2)

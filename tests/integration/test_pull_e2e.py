@@ -18,7 +18,7 @@ from modelservers import FileServer, serving
 from procs import kill_marked
 
 from controller.pull import launch
-from controller.store.modelcache import CacheEntry
+from controller.store.models.modelcache import CacheEntry
 
 MB = 1 << 20
 DATA = os.urandom(2 * MB + 777)

@@ -15,7 +15,7 @@ from modelservers import HubServer, serving
 from procs import free_ports, kill_marked
 
 from controller.pull import launch
-from controller.store.modelcache import CacheEntry
+from controller.store.models.modelcache import CacheEntry
 
 MB = 1 << 20
 DATA = os.urandom(2 * MB)

@@ -19,7 +19,7 @@ from procs import kill_marked
 from controller.core.manifest.sources import Source
 from controller.pull import launch
 from controller.pull.job import Job
-from controller.store.modelcache import CacheEntry
+from controller.store.models.modelcache import CacheEntry
 
 MB = 1 << 20
 DATA = os.urandom(4 * MB)

@@ -22,9 +22,9 @@ from procs import alive, cmdline, kill_marked, wait_for, wait_gone
 from controller.core.manifest.sources import Source
 from controller.pull import launch, worker
 from controller.pull.job import Job
-from controller.store import modelcache
-from controller.store.events import Journal
-from controller.store.modelcache import CacheEntry
+from controller.store.instances.events import Journal
+from controller.store.models import modelcache
+from controller.store.models.modelcache import CacheEntry
 
 MB = 1 << 20
 DATA = os.urandom(3 * MB + 12345)

@@ -20,7 +20,7 @@ from procs import alive, wait_for
 from rayhelp import engines_gone, ours, ray
 
 from controller.backends.ray import pullactor
-from controller.store import modelcache
+from controller.store.models import modelcache
 
 GPU = {"count": 1, "kind": "nvidia"}
 ENGINE = [sys.executable, "-m", "controller.demo.engine", "--port", "{port}", "--host", "{host}"]

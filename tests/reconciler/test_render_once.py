@@ -20,9 +20,9 @@ from controller.core.actions import Start
 from controller.core.state import Phase
 from controller.reconciler import leases
 from controller.reconciler.run import Reconciler
-from controller.store import records
-from controller.store.manifests import load
-from controller.store.node import Config
+from controller.store.config.node import Config
+from controller.store.instances import records
+from controller.store.sources.manifests import load
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 

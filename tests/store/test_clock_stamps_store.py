@@ -12,8 +12,8 @@ from strategies import NOW
 from controller.core.elapsed import BootClock
 from controller.core.state import Activation, Drain
 from controller.host import bootclock, procstat
-from controller.store import activation
-from controller.store.node import drain_path, read_drain, write_drain
+from controller.store.config.node import drain_path, read_drain, write_drain
+from controller.store.side import activation
 from controller.store.statedir import StateDir
 
 STAMP = BootClock(boot_id="boot-1", seconds=1234.5)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from controller.core.devicefaults import Measured
-from controller.store import measured, scale
+from controller.store.side import measured, scale
 from controller.store.statedir import StateDir
 
 TORN = '{"version": 1, "requested_at": "2026-'
@@ -36,6 +36,9 @@ STORES = [
 ]
 
 
+ROOM = {"gitsource": "sources"}  # each store's folder under controller/store/ (else side/)
+
+
 def read_in_a_process(state: Path, store: str, call: str) -> tuple[Any, list[dict[str, Any]]]:
     """What ``store``'s reader returns (as JSON) and the events it logged, read by a
     reconcile of its own (its log lines are JSON on a pipe)."""
@@ -43,7 +46,8 @@ def read_in_a_process(state: Path, store: str, call: str) -> tuple[Any, list[dic
         "import json, sys; from pathlib import Path; from controller import logsetup; "
         "logsetup.configure(json=True); "
         "from controller.core.devicefaults import DeviceHealth; "
-        f"from controller.store import {store}; state = Path(sys.argv[1]); "
+        f"from controller.store.{ROOM.get(store, 'side')} import {store}; "
+        "state = Path(sys.argv[1]); "
         f"print(json.dumps({store}.{call}, default=str))"
     )
     done = subprocess.run(

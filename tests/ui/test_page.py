@@ -17,8 +17,8 @@ from procs import kill_marked
 from uipage import Page
 
 from controller.pull import launch
-from controller.store import accesstoken
-from controller.store.modelcache import CacheEntry
+from controller.store.config import accesstoken
+from controller.store.models.modelcache import CacheEntry
 
 KEY = "sk-Ui7WvKpLmRtYuXnJhGd3"
 LABEL = hashlib.sha256(KEY.encode()).hexdigest()[:8]  # what events and logs call the key

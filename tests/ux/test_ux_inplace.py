@@ -13,7 +13,7 @@ from typing import Any
 from test_ux_gitops import commit_all, git
 
 from controller.gateway.routing.table import Table
-from controller.store.records import RecordStore
+from controller.store.instances.records import RecordStore
 
 
 def _routed(rc: Any, name: str) -> int | None:

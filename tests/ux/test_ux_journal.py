@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.store import events
-from controller.store.events import Journal
+from controller.store.instances import events
+from controller.store.instances.events import Journal
 
 
 def test_round_trip_in_order_with_extras(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from procs import wait_for
 
-from controller.store import logfiles
+from controller.store.instances import logfiles
 
 WRITER = """
 import sys, time

@@ -17,7 +17,7 @@ from controller.core.devices.inventory import Inventory
 from controller.core.promtext import escape
 from controller.core.state import Phase, Record
 from controller.daemon.metrics import exposition
-from controller.store import accesstoken
+from controller.store.config import accesstoken
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

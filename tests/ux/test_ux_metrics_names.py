@@ -18,7 +18,7 @@ from controller import __version__
 from controller.core.devices.inventory import Inventory
 from controller.core.state import Phase, Record
 from controller.daemon import metrics, metricsserver
-from controller.store import accesstoken
+from controller.store.config import accesstoken
 
 RECORDS = [
     Record(name="web", owner="o", node="n", phase=Phase.READY, restarts=2),

@@ -95,7 +95,7 @@ def test_a_new_invalid_deployment_is_a_wait_not_an_update(reconcile: Any) -> Non
 
 def test_every_action_has_a_plan_class() -> None:
     """A new action must say how `plan` shows it (the fallback once called Reject an update)."""
-    from controller.cli.planview import SYMBOL
+    from controller.cli.render.planview import SYMBOL
     from controller.core import actions
 
     kinds = {

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from controller.store import restart
+from controller.store.side import restart
 
 RESTARTED = "restarted by `reconcile restart`"
 

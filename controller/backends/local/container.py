@@ -39,8 +39,9 @@ from controller.errors import ContainerError, PullingFirst, Unplaceable
 from controller.host import containers
 from controller.host.containers import Runtime
 from controller.host.procs import identity
-from controller.store import logfiles, modelcache
 from controller.store.documents import Document
+from controller.store.instances import logfiles
+from controller.store.models import modelcache
 from controller.store.statedir import StateDir
 
 START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating layers)

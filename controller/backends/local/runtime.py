@@ -36,8 +36,9 @@ from controller.host.procs import identity, process_alive, ref_of
 from controller.host.procscan import EnvironScan
 from controller.logsetup import get_logger
 from controller.pull.host import HostPuller
-from controller.store import logfiles, modelcache
-from controller.store.records import RecordStore
+from controller.store.instances import logfiles
+from controller.store.instances.records import RecordStore
+from controller.store.models import modelcache
 
 log = get_logger("reconcile")
 

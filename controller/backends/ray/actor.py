@@ -40,7 +40,7 @@ from controller.errors import SpawnError
 from controller.host.ports import listening_ports, port_bindable
 from controller.host.procscan import EnvironScan
 from controller.redact import redact_args
-from controller.store import logfiles
+from controller.store.instances import logfiles
 
 PORT_SCAN = 1000  # ports tried upward from the planner's
 FIRST_SPAWN_WAIT = 15.0  # seconds __init__ waits for the first engine (status then has it)

@@ -26,8 +26,8 @@ import ray
 from controller.core.pulls import PullView
 from controller.pull import worker
 from controller.pull.job import Job
-from controller.store import modelcache
-from controller.store.modelcache import CacheEntry
+from controller.store.models import modelcache
+from controller.store.models.modelcache import CacheEntry
 
 
 def node_root(state_key: str) -> Path:

@@ -33,9 +33,9 @@ from controller.core.manifest.specs import Entry
 from controller.core.pulls import PullFailure, PullView
 from controller.logsetup import get_logger
 from controller.pull.job import Job
-from controller.store import modelcache
-from controller.store.events import Journal
-from controller.store.modelcache import CacheEntry, utcnow
+from controller.store.instances.events import Journal
+from controller.store.models import modelcache
+from controller.store.models.modelcache import CacheEntry, utcnow
 
 log = get_logger("reconcile")
 

@@ -35,7 +35,7 @@ from controller.core.planner.turns import starting_on, turn_taken
 # Measured memory: ``devices.memory: auto`` resolved from the engine's last measured peak.
 #
 # On NVML hosts each pass records the peak GPU memory an engine's processes used, per
-# spec hash and device (``store/measured.py``). A spec that says ``memory: auto`` leases
+# spec hash and device (``store/side/measured.py``). A spec that says ``memory: auto`` leases
 # whole devices until there is a measurement, then the peak plus 10%: estimates (weights,
 # KV cache, CUDA graphs) are what every estimator gets wrong, the engine's own use is not.
 def with_headroom(peak: int) -> int:

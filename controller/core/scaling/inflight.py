@@ -1,7 +1,7 @@
 """The gateway's requests in flight per deployment, as the autoscaler reads them (pure).
 
 Each gateway process writes, about once a second per busy deployment, its last samples
-(``controller/store/inflight.py`` keeps them in ``<state>/inflight/``); a sample is the
+(``controller/store/side/inflight.py`` keeps them in ``<state>/inflight/``); a sample is the
 time-weighted mean of the requests it had in flight to the deployment's instances over
 one interval, and the most at once. The daemon sums the gateways' figures: during a
 handover two gateways serve at once, each writes its own file.

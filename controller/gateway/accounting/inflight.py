@@ -3,7 +3,7 @@
 ``InflightCounts.add`` runs on the event loop for each request an instance takes and gives back
 (a few dict operations: no lock, no disk I/O). ``InflightWriter`` turns the counts into one
 sample a second per busy deployment and writes it with the last ones
-(``controller/store/inflight.py``, off the loop); an idle deployment gets no write, and
+(``controller/store/side/inflight.py``, off the loop); an idle deployment gets no write, and
 with every deployment idle the writer sleeps until a request comes (``Load.on_busy``).
 
 ``EngineFigures`` writes the engines' own figures the same way (``autoscale.metric:
@@ -24,7 +24,7 @@ from pathlib import Path
 from controller.core.scaling.inflight import Inflight, Sample
 from controller.gateway.accounting.enginemetrics import EngineLoad
 from controller.logsetup import get_logger
-from controller.store import inflight as store
+from controller.store.side import inflight as store
 
 log = get_logger("reconcile")
 

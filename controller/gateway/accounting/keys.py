@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.errors import ConfigError
-from controller.store import security
+from controller.store.sources import security
 
 
 class KeyFileError(ConfigError):

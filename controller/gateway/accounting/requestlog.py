@@ -10,7 +10,7 @@ Written off the request path: the handler puts its line on a bounded queue and a
 thread appends it, so a slow or full disk never slows a request; when the queue is full
 the line is dropped and counted (``reconcile_gateway_request_log_dropped_total``), never
 waited for. The file is rotated by size as the engines' logs are (copy-truncate,
-``store/logfiles.py``: a gateway handing over and its successor both append to it with
+``store/instances/logfiles.py``: a gateway handing over and its successor both append to it with
 ``O_APPEND``), at most ``keep`` backups: bounded.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from controller.gateway.accounting.usage import Meter
 from controller.logsetup import get_logger
-from controller.store import logfiles
+from controller.store.instances import logfiles
 from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")

@@ -24,7 +24,7 @@ import stat
 from pathlib import Path
 
 from controller.errors import ConfigError
-from controller.store import security
+from controller.store.sources import security
 
 
 class TlsError(ConfigError):

@@ -20,7 +20,7 @@ from controller.core.elapsed import BootClock
 from controller.core.state import Activation
 from controller.host import bootclock
 from controller.logsetup import get_logger
-from controller.store import activation as store
+from controller.store.side import activation as store
 
 log = get_logger("reconcile")
 

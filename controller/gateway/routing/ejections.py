@@ -15,7 +15,7 @@ from pathlib import Path
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.routing.health import RotationChange
 from controller.logsetup import get_logger
-from controller.store.events import Journal
+from controller.store.instances.events import Journal
 
 log = get_logger("reconcile")
 

@@ -43,7 +43,7 @@ from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forwa
 from controller.gateway.surface.upload import Upload
 from controller.gateway.surface.waiting import Waiting, wants_stream
 from controller.logsetup import get_logger
-from controller.store.events import Journal
+from controller.store.instances.events import Journal
 
 log = get_logger("reconcile")
 

@@ -28,8 +28,9 @@ from aiohttp import web
 
 from controller.gateway.surface.answers import error
 from controller.logsetup import get_logger
-from controller.store import gitsource, sidefiles
+from controller.store import sidefiles
 from controller.store.documents import write_atomic
+from controller.store.sources import gitsource
 from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")

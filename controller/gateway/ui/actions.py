@@ -4,7 +4,7 @@ manifest: the folder stays the truth), each with an event naming the key that as
 - load: an activation, as a request writes it (an OnDemand deployment starts);
 - unload: an activation marked released (the planner parks it; the next request's
   activation, not released, starts it again);
-- restart: a restart request (``store/restart.py``, as ``reconcile restart`` writes),
+- restart: a restart request (``store/side/restart.py``, as ``reconcile restart`` writes),
   refused (409) while the node is drained, as ``reconcile restart`` refuses it;
 - drain / uncordon: the node's drain file, as ``reconcile drain`` / ``uncordon`` do.
 
@@ -21,9 +21,9 @@ from pathlib import Path
 from controller.core.replicaset import group
 from controller.core.state import Activation, Drain, Record
 from controller.host import bootclock
-from controller.store import activation, restart
-from controller.store.events import Journal
-from controller.store.node import clear_drain, write_drain
+from controller.store.config.node import clear_drain, write_drain
+from controller.store.instances.events import Journal
+from controller.store.side import activation, restart
 
 DRAIN_TTL = 3600.0  # seconds, as `reconcile drain`'s default --ttl
 NODE_ACTIONS = ("drain", "uncordon")

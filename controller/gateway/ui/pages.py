@@ -3,7 +3,7 @@ actions (``POST /ui/api/ACTION``), on the gateway's own bind.
 
 Who may use them: with API keys, the JSON and the actions want a key as the OpenAI
 paths do (``Authorization: Bearer``; the page keeps it in the tab's session storage).
-Without keys they want the state dir's access token (``store/accesstoken.py``: a 0600
+Without keys they want the state dir's access token (``store/config/accesstoken.py``: a 0600
 file only its owner reads, so another local user of the machine reads and does
 nothing), as ``?token=`` on any page or API path or as ``Authorization: Bearer``;
 ``reconcile ui`` prints the URL with it and the page keeps it as it keeps a key. The
@@ -35,9 +35,9 @@ from controller.gateway.ui import actions
 from controller.gateway.ui.snapshot import Reader
 from controller.gateway.ui.traffic import Traffic
 from controller.logsetup import get_logger
-from controller.store import logfiles
-from controller.store.accesstoken import QUERY, Token
-from controller.store.records import RecordStore, check_name
+from controller.store.config.accesstoken import QUERY, Token
+from controller.store.instances import logfiles
+from controller.store.instances.records import RecordStore, check_name
 
 log = get_logger("reconcile")
 

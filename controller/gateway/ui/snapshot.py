@@ -24,9 +24,10 @@ from controller.core.statusjson import deployment_items, device_items, iso
 from controller.errors import ConfigError
 from controller.gateway.records_watch import RecordsWatch
 from controller.host import bootclock, devices
-from controller.store import devicehealth, pullstatus
-from controller.store.events import Journal
-from controller.store.node import read_drain
+from controller.store.config.node import read_drain
+from controller.store.instances.events import Journal
+from controller.store.models import pullstatus
+from controller.store.side import devicehealth
 
 EVENTS = 200  # the newest events the page gets
 INVENTORY_TTL = 5.0  # seconds a discovered inventory is reused (NVML is not free)

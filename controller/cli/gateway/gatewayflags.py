@@ -1,0 +1,111 @@
+"""``--listen`` and its companions -> the daemon's :class:`Keeper` of the gateway process
+(started, or adopted, once the daemon holds its lock), or exit 64."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from controller.cli.common import EXIT_USAGE
+from controller.gateway import settings as gw
+from controller.gateway.accounting import keys as keys_mod
+from controller.gateway.accounting.keys import KeyFileError
+from controller.gateway.lifecycle import tls
+from controller.gateway.lifecycle.keeper import Keeper
+from controller.logsetup import get_logger
+from controller.store.config.node import Config
+
+
+def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | int:
+    """The gateway the flags ask for; a refusal is printed and returns exit 64."""
+    keys = args.api_keys or os.environ.get("RECONCILE_API_KEYS")
+    try:
+        host, port = gw.parse_listen(listen)
+        cert, key = _tls_pair(args, cfg)
+        client_ca = _path(args.tls_client_ca or os.environ.get("RECONCILE_TLS_CLIENT_CA"))
+        if client_ca is not None and cert is None:
+            raise gw.ListenRefused(
+                "--tls-client-ca without --tls-cert/--tls-key: client certificates are "
+                "asked for in the TLS handshake; give the gateway its own pair too"
+            )
+        settings = gw.Settings(
+            host=host,
+            port=port,
+            state_dir=cfg.state_dir.absolute(),  # the gateway process runs in /
+            api_keys=Path(keys).expanduser().absolute() if keys else None,
+            insecure=args.insecure_listen,
+            max_body=_positive(args.max_body, "--max-body", gw.DEFAULT_MAX_BODY),
+            max_body_total=_total(args),
+            max_inflight=_positive(args.max_inflight, "--max-inflight", gw.DEFAULT_MAX_INFLIGHT),
+            max_queue=_positive(args.max_queue, "--max-queue", gw.DEFAULT_MAX_QUEUE, zero=True),
+            owner=cfg.owner,
+            node=cfg.node,
+            verbosity=-1 if args.quiet else args.verbose,
+            devices=cfg.devices,
+            tls_cert=cert,
+            tls_key=key,
+            tls_client_ca=client_ca,
+            log_max_bytes=cfg.log_max_bytes,
+            log_keep=cfg.log_keep,
+            waiting_comment=gw.waiting_every_from_env(),
+        )
+        warning = gw.check_exposure(settings)
+        if settings.api_keys is not None:
+            keys_mod.load(settings.api_keys)  # refused here (64), not by the gateway process
+        if cert is not None and key is not None:
+            tls.server_context(cert, key, client_ca)  # likewise
+        gateway = Keeper(settings)
+    except (gw.ListenRefused, KeyFileError, tls.TlsError) as exc:
+        print(f"reconcile: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if warning:
+        get_logger("reconcile").warning("insecure gateway", detail=warning)
+    plain = tls.plain_warning(host, port, settings.loopback, settings.tls)
+    if plain:
+        get_logger("reconcile").warning("gateway without TLS", detail=plain)
+    if cfg.metrics_file or cfg.metrics_port:
+        from controller.daemon.metrics import add_source
+
+        add_source(gateway.metrics_text)
+    return gateway
+
+
+def _tls_pair(args: argparse.Namespace, cfg: Config) -> tuple[Path | None, Path | None]:
+    """--tls-cert/--tls-key, else RECONCILE_TLS_*, else node.yaml's: both or neither."""
+    env = os.environ
+    cert = _path(args.tls_cert or env.get("RECONCILE_TLS_CERT")) or cfg.tls_cert
+    key = _path(args.tls_key or env.get("RECONCILE_TLS_KEY")) or cfg.tls_key
+    if (cert is None) != (key is None):
+        given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
+        raise gw.ListenRefused(
+            f"{given} without {missing}: HTTPS needs both the certificate and its private key"
+        )
+    return cert, key
+
+
+def _path(text: str | None) -> Path | None:
+    return Path(text).expanduser().absolute() if text else None
+
+
+def _total(args: argparse.Namespace) -> int:
+    """--max-body-total: unset, the default or --max-body if larger; set, at least that."""
+    largest = _positive(args.max_body, "--max-body", gw.DEFAULT_MAX_BODY)
+    total = _positive(args.max_body_total, "--max-body-total", gw.DEFAULT_MAX_BODY_TOTAL)
+    if args.max_body_total is None:
+        return max(total, largest)
+    if total < largest:
+        raise gw.ListenRefused(
+            f"--max-body-total {total} is below --max-body {largest}: a body that large "
+            "could never be held; raise --max-body-total or lower --max-body"
+        )
+    return total
+
+
+def _positive(value: int | None, flag: str, default: int, zero: bool = False) -> int:
+    if value is None:
+        return default
+    if value < 0 or (value == 0 and not zero):
+        raise gw.ListenRefused(f"{flag} must be {'0 or more' if zero else 'at least 1'}")
+    return value

@@ -1,0 +1,88 @@
+"""`reconcile export`: the manifests as Kubernetes objects, for a move to a cluster.
+
+Everything is built before anything is printed: on any error stdout stays empty, so
+``reconcile export | kubectl apply -f -`` never applies half a set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, output_format
+from controller.core.kubernetes.export import Exported, ExportError, ExportGap, Object, export
+from controller.core.manifest.specs import Entry, is_dns1123
+from controller.store.sources.manifests import LoadResult, ManifestError, load
+
+FORMATS = ("yaml", "json")
+
+
+@dataclass
+class Outcome:
+    objects: list[Object] = field(default_factory=list)
+    errors: list[ManifestError] = field(default_factory=list)
+    warnings: list[ManifestError] = field(default_factory=list)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    fmt = output_format(args, "yaml", FORMATS)
+    if fmt is None:
+        return EXIT_USAGE
+    if args.namespace is not None and not is_dns1123(args.namespace):
+        print(f"reconcile: --namespace {args.namespace!r} is not a DNS-1123 label", file=sys.stderr)
+        return EXIT_USAGE
+    cfg = config(args, lenient=True)
+    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests)
+    for problem in loaded.folder_problems():
+        print(f"warning: {problem}", file=sys.stderr)
+    outcome = Outcome(errors=list(loaded.errors))
+    if not loaded.errors:  # invalid input: say so, as `validate` does, and export nothing
+        outcome = convert(loaded, lossy=args.lossy, namespace=args.namespace)
+    for warning in outcome.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for error in outcome.errors:
+        print(f"error: {error}", file=sys.stderr)
+    if outcome.errors:
+        return EXIT_FAIL
+    if outcome.objects:
+        print(render(outcome.objects, fmt))
+    return EXIT_OK
+
+
+def convert(loaded: LoadResult, *, lossy: bool, namespace: str | None) -> Outcome:
+    """Every valid deployment, by name, with its problems placed at file, line and field."""
+    outcome = Outcome()
+    for _name, entry in sorted(loaded.entries.items()):
+        try:
+            exported: Exported = export(entry.deployment, lossy=lossy, namespace=namespace)
+        except ExportError as exc:
+            outcome.errors.extend(_located(loaded, entry, p, ERROR_MOVE) for p in exc.problems)
+            continue
+        outcome.objects.extend(exported.objects)
+        outcome.warnings.extend(_located(loaded, entry, p, DROPPED) for p in exported.dropped)
+        outcome.warnings.extend(_located(loaded, entry, p, DROPPED) for p in exported.notes)
+    return outcome
+
+
+ERROR_MOVE = "; {fix}, or pass --lossy to {lossy}"
+DROPPED = "; {done} (--lossy)"
+
+
+def _located(loaded: LoadResult, entry: Entry, problem: ExportGap, move: str) -> ManifestError:
+    """The problem where `validate` would put it: file, line, field path."""
+    said = move.format(fix=problem.fix, lossy=problem.lossy, done=problem.done)
+    message = problem.message + (said if problem.droppable else "")
+    line = loaded.line_of(entry, problem.field)
+    return ManifestError(entry.source, line, ".".join(problem.field), message, entry.name)
+
+
+def render(objects: list[Object], fmt: str) -> str:
+    if fmt == "json":  # one document: kubectl applies a v1 List like any object
+        listing: dict[str, Any] = {"apiVersion": "v1", "kind": "List", "items": objects}
+        return json.dumps(listing, indent=2)
+    import yaml
+
+    return yaml.safe_dump_all(objects, sort_keys=False, allow_unicode=True).rstrip()

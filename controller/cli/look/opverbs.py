@@ -1,0 +1,171 @@
+"""The operator's verbs: describe, logs, plan, schema (status: statusverb; devices, drain:
+nodeverbs).
+
+Each only wires the configuration to a view and prints; exit codes come from cli/common.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from controller.cli.common import (
+    EXIT_CHANGES,
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    config,
+    no_such,
+    output_format,
+    preview,
+    selected,
+)
+from controller.cli.render.views import dump
+from controller.core.manifest.backendnames import on_cluster
+from controller.core.manifest.names import base_name
+from controller.core.state import Record
+from controller.redact import printable
+from controller.store.config.node import Config
+from controller.store.instances.records import RecordStore, check_name
+
+if TYPE_CHECKING:  # the loader brings pydantic: status, describe and logs never load it
+    from controller.store.sources.manifests import LoadResult
+
+
+def _problems(problems: list[object]) -> None:
+    for problem in problems:
+        print(f"error: {getattr(problem, 'message', problem)}", file=sys.stderr)
+
+
+# -- status / describe ------------------------------------------------------------
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    from controller.cli.render.describe import describe_deployment, describe_document
+    from controller.core.replicaset import group, selects
+
+    if args.name is None and not args.selector:
+        print("reconcile: describe needs a NAME or -l KEY=VALUE", file=sys.stderr)
+        return EXIT_USAGE
+    if args.name is not None:
+        check_name(args.name)  # invariant 9: said so, before any lookup
+    fmt = output_format(args, "text", ("text", "json", "yaml"))
+    if fmt is None:
+        return EXIT_USAGE
+    cfg = config(args, lenient=True)
+    state_dir, remote = cfg.state_dir, _remote_tail(cfg)
+    records = RecordStore(state_dir).load().records.values()
+    sets = group(r for r in records if not args.name or selects(args.name, r))
+
+    def pick(rec: Record) -> bool:
+        return selected(rec.labels, args)
+
+    if fmt != "text":  # a list, as status -o json: one document per deployment
+        chosen = [describe_document(state_dir, rs, pick, remote) for rs in sets]
+        docs = [d for d in chosen if d is not None]
+        if not docs:
+            return _none_described(args, records, state_dir)
+        print(dump(docs, fmt))
+        return EXIT_OK
+    texts = [describe_deployment(state_dir, rs, selector=pick, remote_log=remote) for rs in sets]
+    found = [t for t in texts if t is not None]
+    if not found:
+        return _none_described(args, records, state_dir)
+    print(printable("\n\n".join(found), keep="\n"))  # an engine's words, never acted on
+    return EXIT_OK
+
+
+def _none_described(args: argparse.Namespace, records: Iterable[Record], where: Path) -> int:
+    from controller.core.replicaset import selects
+
+    if args.name and not any(selects(args.name, r) for r in records):
+        print(no_such(args.name, (base_name(r.name) for r in records), where), file=sys.stderr)
+    else:
+        which = f"named {args.name!r}" if args.name else "matches the selector"
+        print(f"reconcile: no deployment {which}", file=sys.stderr)
+    return EXIT_FAIL
+
+
+# -- logs ------------------------------------------------------------
+
+
+def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
+    """describe's log lines of an engine on a cluster node, read through its backend."""
+    if not on_cluster(cfg.backend):
+        return None
+    from controller.backends.choose import open_backend
+    from controller.cli.render.describe import LOG_LINES
+
+    backend = open_backend(cfg)
+
+    def tail(rec: Record) -> list[str]:
+        got = backend.log_since(rec, 0)
+        return [] if got is None else got[0].decode("utf-8", "replace").splitlines()[-LOG_LINES:]
+
+    return tail
+
+
+# -- plan / schema ------------------------------------------------------------
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from controller.cli.render import planview
+    from controller.store.sources.manifests import load
+
+    fmt = output_format(args, "text", ("text", "json", "name"))
+    if fmt is None:
+        return EXIT_USAGE
+    cfg = config(args, lenient=True)
+    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend)
+    view = preview(cfg)
+    observed, problems = view.observe()
+    desired = view.desired(loaded)
+    found = planview.changes(view.plan(desired, observed), desired, observed)
+    if args.selector:  # the manifest's labels, else the record's
+        labels = {n: v.record.labels for n, v in observed.records.items()}
+        labels |= {n: e.deployment.metadata.labels for n, e in desired.entries.items()}
+        found = [c for c in found if selected(labels.get(c.name, {}), args)]
+    errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
+    errors += _prune_errors(loaded, cfg.allow_empty)
+    pending = planview.pending(found)
+    blocked = planview.blocked(found)
+    counts = planview.replicas(desired, view.autoscaler.notes)
+    if fmt == "name":
+        print("".join(f"{c.name}\n" for c in found if c.kind != "unchanged"), end="")
+    elif fmt == "json":
+        doc = {
+            "node": cfg.node,
+            "in_sync": not pending and not blocked and not errors,
+            "changes": [c.as_json() for c in found if c.kind != "unchanged"],
+            "unchanged": [
+                {"name": c.name, "phase": c.reason} for c in found if c.kind == "unchanged"
+            ],
+            "summary": planview.summary(found),
+            "replicas": counts,
+            "errors": errors,
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        print("\n".join([planview.text(found, errors), *planview.replicas_text(counts)]))
+    if errors or blocked:  # what would make `--once` exit 1
+        return EXIT_FAIL
+    return EXIT_CHANGES if pending else EXIT_OK
+
+
+def _prune_errors(loaded: LoadResult, allow_empty: bool) -> list[str]:
+    """The folder problems that make `--once` exit 1 (and prune nothing)."""
+    out = loaded.folder_problems()
+    if not out and not loaded.prune_safe and not allow_empty:
+        out.append("the manifests folder holds no manifest: nothing pruned (--allow-empty)")
+    return out
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from controller.core.manifest.specs import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
+    return EXIT_OK

@@ -1,0 +1,61 @@
+"""`reconcile source [-o json]`: the git source this state dir follows, and its state.
+
+It needs only the state dir (``<state>/git/source.json`` remembers the source); the
+state is worked out from that file and the phases of the source's records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from controller.cli.common import EXIT_FAIL, EXIT_OK, config, output_format
+from controller.store.instances.records import RecordStore
+from controller.store.sources import gitsource
+
+
+def source_state(state_dir: Path) -> tuple[gitsource.SourceStatus, str, str] | None:
+    """(the status file, state, message), or None when the state dir follows no git source."""
+    st = gitsource.read_status(state_dir)
+    if st is None:
+        return None
+    records = RecordStore(state_dir).load().records.values()
+    phases = [str(r.phase) for r in records if r.owner == st.owner]
+    state, message = gitsource.state_of(st, phases)
+    return st, state, message
+
+
+def summary(state_dir: Path) -> str | None:
+    """The one line `status` prints above its table (None: no git source)."""
+    seen = source_state(state_dir)
+    if seen is None:
+        return None
+    st, state, message = seen
+    ref = f"tag {st.tag}" if st.tag else st.branch
+    at = st.applied[:12] if st.applied else "-"
+    return f"source: {st.url} {ref} path {st.path}: {state} at {at} ({message})"
+
+
+def cmd_source(args: argparse.Namespace) -> int:
+    fmt = output_format(args, "text", ("text", "json"))
+    if fmt is None:
+        return EXIT_FAIL
+    cfg = config(args, lenient=True)
+    seen = source_state(cfg.state_dir)
+    if seen is None:
+        print(
+            f"reconcile: state dir {cfg.state_dir} follows no git source"
+            " (start the daemon with --git URL, or set git.url in node.yaml)",
+            file=sys.stderr,
+        )
+        return EXIT_FAIL
+    st, state, message = seen
+    item = gitsource.as_json(st, state, message)
+    if fmt == "json":
+        print(json.dumps(item, indent=2))
+        return EXIT_OK
+    for key, value in item.items():
+        print(f"{key + ':':<17} {'-' if value is None else value}")
+    return EXIT_OK

@@ -1,0 +1,270 @@
+"""`reconcile status [NAME]` (alias `get`): the deployments, as the last pass saw them.
+
+Records are what passes wrote; ``observed.json`` says when each node's last pass looked,
+so every row has its SEEN age and every JSON item its ``observed_at``, and a set whose
+folders held no manifest shows that condition on its deployments. ``--refresh`` looks
+now (liveness, the readiness probe of what is Starting) without acting: it writes
+nothing. ``-w`` prints each deployment again whenever it changes, like `kubectl get -w`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from controller.cli.common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    config,
+    looks,
+    no_such,
+    output_format,
+    preview,
+    selected,
+)
+from controller.cli.render.views import (
+    FORMATS,
+    drain_line,
+    dump,
+    iso,
+    status_rows,
+    status_table,
+    table,
+    widths_of,
+)
+from controller.core.manifest.names import base_name
+from controller.core.replicaset import ReplicaSet, group, selects
+from controller.core.state import Drain, Phase, Record, RecordView
+from controller.errors import ConfigError
+from controller.host import bootclock
+from controller.store.config.node import Config, read_drain
+from controller.store.instances.records import RecordStore
+from controller.store.models import pullstatus
+from controller.store.side.observed import read_all as read_seen
+
+WATCH_FORMATS = ("table", "wide", "json")
+REFRESHED = "seen now by `status --refresh`; the next pass records it"
+
+
+@dataclass
+class Look:
+    """One look at the state dir: the selected records and what is known about them."""
+
+    records: list[Record]
+    pulls: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    seen: dict[str, datetime] = field(default_factory=dict)  # record -> observed at
+    conditions: dict[str, list[str]] = field(default_factory=dict)  # record -> conditions
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    fmt = output_format(args, "table", FORMATS)
+    if fmt is None:
+        return EXIT_USAGE
+    cfg = config(args, lenient=True)
+    if args.watch:
+        if fmt not in WATCH_FORMATS:
+            print(f"reconcile: status -w prints {', '.join(WATCH_FORMATS)}", file=sys.stderr)
+            return EXIT_USAGE
+        return watch(args, cfg, fmt)
+    seen = look(args, cfg)
+    if seen is None:
+        return EXIT_FAIL
+    if fmt in ("json", "yaml"):
+        print(dump(items(seen), fmt))
+    elif fmt == "name":
+        print("".join(f"{s.name}\n" for s in group(seen.records)), end="")
+    else:
+        banner = drain_line(cfg.node, _drain_or_none(cfg), datetime.now(UTC), bootclock.read())
+        if banner:
+            print(banner, file=sys.stderr)
+        from controller.cli.look.sourceverb import summary
+
+        line = summary(cfg.state_dir)  # a git source: what it runs, in one line
+        if line:
+            print(line)
+        print(_table(seen, wide=fmt == "wide") if seen.records else "No deployments.")
+    for problem in seen.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return EXIT_OK
+
+
+def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | None:
+    """The records ``args`` select, as on disk or (``--refresh``) as seen now; None (said
+    on stderr unless not ``say``) when NAME matches none."""
+    if args.refresh:
+        records, problems = refreshed(cfg)
+        now = datetime.now(UTC)
+        seen = {r.name: now for r in records if not r.elsewhere(cfg.node)}
+    else:
+        snap = RecordStore(cfg.state_dir).load()
+        records, problems = list(snap.records.values()), [p.message for p in snap.problems]
+        seen = {}
+    records = sorted(records, key=lambda r: r.name)
+    if args.name:
+        named = [r for r in records if selects(args.name, r)]
+        if not named:
+            if say:
+                known = (base_name(r.name) for r in records)
+                print(no_such(args.name, known, cfg.state_dir), file=sys.stderr)
+            return None
+        records = named
+    chosen = [r for r in records if selected(r.labels, args)]
+    records, pulls = pullstatus.live(chosen, cfg.state_dir)  # Pulling: progress now
+    notes = read_seen(cfg.state_dir)
+    found = Look(records, dict(pulls), problems)
+    for rec in records:
+        on_node = [n.at for n in notes if n.node == rec.node]  # any set's pass looks at all
+        when = seen.get(rec.name) or (max(on_node) if on_node else None)
+        if when is not None:
+            found.seen[rec.name] = when
+        blocked = [n.prune_blocked for n in notes if (n.node, n.owner) == (rec.node, rec.owner)]
+        found.conditions[rec.name] = [b for b in blocked if b]
+    return found
+
+
+def items(seen: Look) -> list[dict[str, Any]]:
+    """``status -o json``'s list, each item with ``observed_at`` and ``conditions``."""
+    from controller.core.statusjson import deployment_items
+
+    out = []
+    listed = deployment_items(seen.records, seen.pulls)  # the web page's items too
+    for item, rs in zip(listed, group(seen.records), strict=True):
+        times = [seen.seen[r.name] for r in rs.records if r.name in seen.seen]
+        item["observed_at"] = iso(min(times)) if times else None
+        item["conditions"] = _conditions(seen, rs)
+        out.append(item)
+    return out
+
+
+def _conditions(seen: Look, rs: ReplicaSet) -> list[str]:
+    return list(dict.fromkeys(c for r in rs.records for c in seen.conditions.get(r.name, ())))
+
+
+def _table(seen: Look, *, wide: bool, now: datetime | None = None) -> str:
+    """The table, a deployment's conditions leading its MESSAGE."""
+    shown = [_with_conditions(r, seen.conditions.get(r.name, [])) for r in seen.records]
+    return status_table(shown, now=now, wide=wide, seen=seen.seen)
+
+
+def _with_conditions(rec: Record, conditions: Sequence[str]) -> Record:
+    if not conditions:
+        return rec
+    return replace(rec, message="; ".join([*conditions, *([rec.message] if rec.message else [])]))
+
+
+# -- --refresh: look now, act on nothing -------------------------------------------------
+
+
+def refreshed(cfg: Config) -> tuple[list[Record], list[str]]:
+    """Every record as an observation now would judge it (plan's read-only half:
+    liveness by pid and start time, the readiness probe of what is Starting)."""
+    view = preview(cfg)
+    observed, problems = view.observe()
+    records = [as_seen(v, cfg.node) for v in observed.records.values()]
+    return records, [p.message for p in problems]
+
+
+def as_seen(view: RecordView, node: str) -> Record:
+    """``view``'s record with what was just seen: an engine gone, a probe passing."""
+    rec = view.record
+    if rec.elsewhere(node):
+        return rec  # another node's engine: its pid means nothing here
+    if rec.phase in (Phase.STARTING, Phase.READY) and rec.ref is not None and not view.alive:
+        gone = view.exit
+        text = str(gone) if gone else "exited"
+        phase = _after_exit(rec, gone.code if gone else None)
+        message = f"engine {text} ({REFRESHED})"
+        return replace(rec, phase=phase, last_exit=gone or rec.last_exit, message=message)
+    if rec.phase is Phase.STARTING and view.probe is not None and view.probe.ready:
+        return replace(rec, phase=Phase.READY, message=f"{view.probe.detail} ({REFRESHED})")
+    return rec
+
+
+def _after_exit(rec: Record, code: int | None) -> Phase:
+    """The phase an exit leads to under the record's restartPolicy (the planner's rule)."""
+    if rec.restart_policy == "Never":
+        return Phase.FAILED
+    if rec.restart_policy == "OnFailure" and code == 0:
+        return Phase.SUCCEEDED
+    return Phase.BACKOFF
+
+
+# -- -w: print what changes ---------------------------------------------------------------
+
+
+def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
+    """Print every deployment, then each again whenever it changes, until interrupted
+    (Ctrl-C) or the reader goes (a closed pipe ends it quietly, as `head` expects)."""
+    shown: dict[str, str] = {}
+    first = True
+    layout = Layout()
+    for _ in looks():
+        seen = look(args, cfg, say=first)  # NAME gone later: shown as gone, said once
+        if seen is None and first:
+            return EXIT_FAIL
+        seen = seen or Look([])
+        changed, gone = _changes(seen, shown)
+        if fmt == "json":
+            for item in changed:
+                print(json.dumps(item), flush=True)
+        elif changed or first:
+            names = {i["name"] for i in changed}
+            part = Look([r for r in seen.records if base_name(r.name) in names], seen.pulls)
+            part.seen, part.conditions = seen.seen, seen.conditions
+            text = layout.rows(part, wide=fmt == "wide") if part.records else ""
+            print(text or "No deployments.", flush=True)
+        for name in gone:
+            said = json.dumps({"name": name, "deleted": True}) if fmt == "json" else ""
+            print(said or f"{name}   (gone)", flush=True)
+        first = False
+    return EXIT_OK
+
+
+@dataclass
+class Layout:
+    """`status -w`'s columns: set by the table it prints first (header included), so each
+    later row lines up under that header (a wider cell widens its column from then on)."""
+
+    widths: list[int] = field(default_factory=list)
+    show_rev: bool | None = None
+
+    def rows(self, seen: Look, *, wide: bool) -> str:
+        shown = [_with_conditions(r, seen.conditions.get(r.name, [])) for r in seen.records]
+        if self.show_rev is None:
+            self.show_rev = wide or any(r.revision for r in shown)
+        rows = status_rows(shown, wide=wide, seen=seen.seen, show_rev=self.show_rev)
+        header = not self.widths
+        self.widths = widths_of(rows, self.widths)
+        return table(rows if header else rows[1:], self.widths)
+
+
+def _changes(seen: Look, shown: dict[str, str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The items that differ from what was printed (``shown``, updated) and the names gone.
+    ``observed_at`` is left out of the comparison: a pass that changed nothing is no news."""
+    changed = []
+    current = set()
+    for item in items(seen):
+        current.add(item["name"])
+        key = json.dumps({k: v for k, v in item.items() if k != "observed_at"}, sort_keys=True)
+        if shown.get(item["name"]) != key:
+            shown[item["name"]] = key
+            changed.append(item)
+    gone = sorted(set(shown) - current)
+    for name in gone:
+        del shown[name]
+    return changed, gone
+
+
+def _drain_or_none(cfg: Config) -> Drain | None:
+    try:
+        return read_drain(cfg.state_dir)
+    except ConfigError as exc:  # status still shows the deployments
+        print(f"warning: {exc}", file=sys.stderr)
+        return None

@@ -1,0 +1,98 @@
+"""`reconcile down [NAME...]`: stop what this manifest set owns on this node.
+
+Each record is named as what happened to it: ``stopped`` for an engine that ran,
+``removed`` for a record that never ran one (Pending, Idle, a rejected manifest). A
+`down` that stops nothing says which manifest set it looked for, and which sets own
+the records that are there: run from another folder it must not look like success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+
+from controller.cli.common import EXIT_FAIL, EXIT_OK, config, selected
+from controller.cli.common import reconciler as build
+from controller.core.manifest.names import base_name
+from controller.core.state import Record
+from controller.store.config.node import Config
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    def chosen(rec: Record) -> bool:  # a NAME is a deployment: each of its replicas goes
+        return selected(rec.labels, args) and (not args.names or base_name(rec.name) in args.names)
+
+    reconciler = build(config(args, lenient=True))
+    before = reconciler.store.load().records  # to say what each one was
+    stopped = reconciler.down(chosen)
+    for name in stopped:
+        rec = before.get(name)
+        never = rec is not None and not _ran(rec)
+        print(f"removed {name} ({rec.phase}: never ran)" if never and rec else f"stopped {name}")
+    others = [r for r in reconciler.elsewhere() if chosen(r)]
+    found = {base_name(n) for n in stopped} | {base_name(r.name) for r in others}
+    missing = set(args.names) - found
+    for name in sorted(missing):
+        print(f"reconcile: this set runs no deployment named {name!r} here", file=sys.stderr)
+    for rec in others:
+        print(
+            f"reconcile: {rec.name} runs on node {rec.node}: run `reconcile down` there",
+            file=sys.stderr,
+        )
+    if not stopped and not others:
+        _nothing(reconciler.config.owner, [r for r in before.values() if chosen(r)])
+    _undone_by_daemon(reconciler.config, [before[n] for n in stopped if n in before])
+    if args.gateway:  # the gateway serves the state dir, not a set: only when asked
+        from controller.cli.gateway.gatewayverbs import stop_gateways
+
+        for info in stop_gateways(reconciler.config.state_dir.absolute()):
+            print(f"stopped gateway pid {info.ref.pid} ({info.address})")
+    return EXIT_FAIL if others or missing else EXIT_OK
+
+
+def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
+    """A daemon on the state dir starts what its manifests declare at its next pass: a
+    `down` it undoes seconds later without a word looks like a crash (issue 34)."""
+    from controller.cli.operate.restartverb import daemon_pid
+    from controller.store.sources.manifests import load
+
+    daemon = daemon_pid(cfg.state_dir) if stopped else None
+    if daemon is None:
+        return
+    declared = load(cfg.manifests, insecure=cfg.insecure_manifests).entries
+    sources: dict[str, str] = {}
+    for rec in stopped:
+        entry = declared.get(base_name(rec.name))
+        if entry is not None:
+            sources.setdefault(entry.name, f"{entry.source}:{entry.line}")
+    for name, where in sorted(sources.items()):
+        print(
+            f"reconcile: the daemon (pid {daemon}) on this state dir starts {name} again at its "
+            f"next pass: its manifest ({where}) still declares it. To keep it down, remove "
+            "that manifest (or move it out of the folder), or set `replicas: 0` in it",
+            file=sys.stderr,
+        )
+
+
+def _ran(rec: Record | None) -> bool:
+    return rec is None or rec.ref is not None or rec.holds
+
+
+def _nothing(owner: str, records: list[Record]) -> None:
+    """Nothing of this set was here: say which set that is, and whose records are."""
+    print(
+        f"reconcile: nothing to stop: manifest set {owner!r} owns no deployment here "
+        "(a set is named by its -f folders' absolute paths, or --owner)",
+        file=sys.stderr,
+    )
+    sets: defaultdict[str, set[str]] = defaultdict(set)
+    for rec in records:
+        if rec.owner != owner:
+            sets[rec.owner].add(base_name(rec.name))
+    for other, names in sorted(sets.items()):
+        print(
+            f"reconcile: records of manifest set {other!r} are here ({', '.join(sorted(names))}):"
+            f" run `reconcile down` from that folder, or add --owner {other!r}",
+            file=sys.stderr,
+        )

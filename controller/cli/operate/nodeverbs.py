@@ -1,0 +1,190 @@
+"""The node's verbs: devices (who holds what), drain / uncordon (cordon with a TTL).
+
+Each only wires the configuration to a view and prints; exit codes come from cli/common.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import socket
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+from controller.cli.common import EXIT_OK, EXIT_USAGE, config, output_format, reconciler
+from controller.cli.render.views import FORMATS, dump, table
+from controller.core.devicefaults import DeviceHealth
+from controller.core.manifest.quantity import format_age, format_bytes
+from controller.core.state import Phase, Record
+from controller.core.statusjson import device_items
+from controller.errors import ConfigError
+from controller.redact import printable
+from controller.store.config.node import Config, read_drain
+from controller.store.instances.records import RecordStore
+from controller.store.side import devicehealth
+
+# -- devices ------------------------------------------------------------
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from controller.host import devices
+
+    fmt = output_format(args, "table", FORMATS)
+    if fmt is None:
+        return EXIT_USAGE
+    cfg = config(args, lenient=True)
+    inventory = devices.resolve(cfg.devices)
+    if args.clear:
+        return _clear(cfg, inventory.keys(), args.clear)
+    records = sorted(RecordStore(cfg.state_dir).load().records.values(), key=lambda r: r.name)
+    faults = devicehealth.read(cfg.state_dir).faults
+    items = device_items(inventory.devices, records, faults)  # the web page's too
+    ports = [
+        {"port": port, "held_by": rec.name, "phase": str(rec.phase)}
+        for rec in records
+        if rec.holds
+        for port in ((rec.port,) if rec.port else ()) + rec.extra_ports
+    ]
+    if fmt == "name":
+        print("".join(f"{d['device']}\n" for d in items), end="")
+        return EXIT_OK
+    if fmt in ("json", "yaml"):
+        doc = {"node": cfg.node, "source": inventory.source, "devices": items, "ports": ports}
+        print(dump(doc, fmt))
+        return EXIT_OK
+    print(_devices_text(cfg, inventory.source, items, ports))
+    return EXIT_OK
+
+
+def _devices_text(
+    cfg: Config, source: str, items: list[dict[str, Any]], ports: list[dict[str, Any]]
+) -> str:
+    out = [f"Node {cfg.node}: {len(items)} device(s), inventory: {source}"]
+    if items:
+        head = ["DEVICE", "KIND", "ID", "UUID", "NAME", "MEMORY", "ALLOCATED", "FREE", "HEALTH"]
+        rows = [[*head, "HELD BY"]]
+        for d in items:
+            cells = [d["device"], d["kind"], d["id"], d["uuid"], d["name"], *_memory_cells(d)]
+            rows.append([str(c or "-") for c in cells] + [d["health"], _held(d["holders"])])
+        out += ["", table(rows)]
+        out += [
+            f"{d['device']} Unhealthy since {d['unhealthy_since']}: "
+            f"{printable(str(d['health_reason']))}; "
+            f"nothing new is placed on it (`reconcile devices --clear {d['device']}` returns it)"
+            for d in items
+            if d["health"] == "Unhealthy"
+        ]
+    if ports:
+        rows = [["PORT", "HELD BY", "PHASE"]]
+        rows += [[str(p["port"]), str(p["held_by"]), str(p["phase"])] for p in ports]
+        out += ["", table(rows)]
+    if cfg.limits.max_instances is not None or cfg.limits.per_kind:
+        out += ["", f"Limits: maxInstances {cfg.limits.describe()}"]
+    return "\n".join(out)
+
+
+def _clear(cfg: Config, known: tuple[str, ...], names: list[str]) -> int:
+    """``devices --clear``: the devices are healthy again (their next reading is new)."""
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        shown = ", ".join(known) or "none"
+        print(f"no device {', '.join(unknown)} on node {cfg.node} (its devices: {shown})")
+        return EXIT_USAGE
+    RecordStore(cfg.state_dir).ensure()
+    now = datetime.now(UTC)
+    for name in names:
+        before = devicehealth.read(cfg.state_dir).faults.get(name)
+        devicehealth.update(cfg.state_dir, partial(DeviceHealth.cleared_now, device=name, now=now))
+        if before is None:
+            print(f"{name} was not Unhealthy")
+            continue
+        since = before.since.isoformat(timespec="seconds")
+        print(
+            f"{name} cleared (Unhealthy since {since}: {printable(before.reason)}); "
+            "engines may be placed on it from the next pass"
+        )
+    return EXIT_OK
+
+
+def _memory_cells(item: dict[str, Any]) -> list[str]:
+    total, used = item["memory"], item["memory_allocated"]
+    if total is None:
+        return ["-", format_bytes(used) if used else "-", "-"]
+    if any(h["memory"] is None for h in item["holders"]):
+        free = "0 (whole lease)"  # a whole-device lease leaves nothing to share
+    else:
+        free = format_bytes(total - used) if total > used else "0"
+    return [format_bytes(total), format_bytes(used) if used else "0", free]
+
+
+def _held(holders: list[dict[str, Any]]) -> str:
+    shown = [
+        h["name"] + (f" ({format_bytes(h['memory'])})" if h["memory"] else "") for h in holders
+    ]
+    return ", ".join(shown) or "-"
+
+
+# -- drain / uncordon ------------------------------------------------------------
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    from controller.core.state import Drain
+    from controller.host import bootclock
+    from controller.store.config.node import write_drain
+
+    ttl: float = args.ttl  # seconds, more than 0 (the parser's type)
+    cfg = config(args)
+    RecordStore(cfg.state_dir).ensure()
+    before = read_drain(cfg.state_dir)
+    now, boot = datetime.now(UTC), bootclock.read()
+    # The boot clock's reading beside the wall clock's: the ttl runs on it (a clock step
+    # neither keeps the node drained longer nor ends it early; docs/design.md).
+    drain = Drain.asked(now, ttl, boot, reason=args.reason, by=_who(), evict=args.evict)
+    write_drain(cfg.state_dir, drain)
+    verb = "renewed" if before is not None and before.active(now, boot) else "drained"
+    print(
+        f"node {cfg.node} {verb} until {drain.until.isoformat(timespec='seconds')} "
+        f"({format_age(ttl)}) by {drain.by}"
+        + (f" ({printable(args.reason)})" if args.reason else "")
+    )
+    print("nothing new starts or restarts; `reconcile uncordon` ends it, or it expires")
+    if args.evict:
+        for name in _evict(cfg):
+            print(f"evicted {name}")
+    return EXIT_OK
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()} (pid {os.getppid()})"
+
+
+def _evict(cfg: Config) -> list[str]:
+    """Stop every running engine on the node now, whoever owns it (kubectl drain)."""
+    return reconciler(cfg).stop_where(_evictable, "evicted: node drained")
+
+
+def _evictable(rec: Record) -> bool:
+    return rec.holds and rec.phase is not Phase.RESERVED
+
+
+def cmd_uncordon(args: argparse.Namespace) -> int:
+    from controller.store.config.node import clear_drain
+
+    cfg = config(args)
+    try:
+        before = read_drain(cfg.state_dir)
+    except ConfigError:  # an unreadable drain file: uncordon is how it gets cleared
+        before = None
+    if not clear_drain(cfg.state_dir):
+        print(f"node {cfg.node} was not drained")
+        return EXIT_OK
+    said = printable(before.reason) if before and before.reason else "no reason given"
+    was = f" (drained by {printable(before.by)}: {said})" if before else ""
+    print(f"node {cfg.node} uncordoned{was}; deployments start on the next pass")
+    return EXIT_OK

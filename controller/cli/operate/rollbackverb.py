@@ -1,0 +1,164 @@
+"""`reconcile history [-o json]` and `reconcile rollback [REV] | --resume | --dry-run`.
+
+Both need only the state dir: the source is the one it remembers. A rollback pins the
+source at an older commit (``pinned`` in ``<state>/git/source.json``): the node keeps
+fetching (``source`` shows how far behind it is) but applies nothing new until
+``--resume``. The pin is applied by a pass: the running daemon's (woken at once), or
+this command's own when no daemon runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from controller.cli.common import EXIT_FAIL, EXIT_OK, config, looks, output_format
+from controller.cli.common import reconciler as build
+from controller.store.config.node import Config
+from controller.store.instances.events import Journal
+from controller.store.instances.records import RecordStore
+from controller.store.sources import gitsource
+
+APPLY_WAIT = 60.0  # seconds to wait for the daemon's pass to apply the pin
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    fmt = output_format(args, "table", ("table", "json"))
+    if fmt is None:
+        return EXIT_FAIL
+    cfg = config(args, lenient=True)
+    if gitsource.read_status(cfg.state_dir) is None:
+        return _no_source(cfg)
+    entries = gitsource.read_history(cfg.state_dir)
+    if fmt == "json":  # the contract's fields; the spec hashes are the node's own memo
+        print(json.dumps([{k: v for k, v in e.items() if k != "specs"} for e in entries], indent=2))
+        return EXIT_OK
+    print(f"{'REVISION':<13} {'APPLIED AT':<26} {'OUTCOME':<12} {'BY':<14} {'AUTHOR':<16} SUBJECT")
+    for e in entries:
+        print(
+            f"{e['revision'][:12]:<13} {e.get('applied_at', ''):<26} {e.get('outcome', ''):<12}"
+            f" {e.get('by', ''):<14} {e.get('author', '')[:16]:<16} {e.get('subject', '')}"
+        )
+    return EXIT_OK
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    cfg = config(args)
+    st = gitsource.read_status(cfg.state_dir)
+    if st is None or cfg.git is None:
+        return _no_source(cfg)
+    source = gitsource.GitSource(cfg.state_dir, cfg.git, always_fetch=False)
+    if args.resume:
+        target, why = None, f"resumed: following {st.branch or st.tag} again"
+    else:
+        found = _target(cfg, source, st, args.rev)
+        if found is None:
+            return EXIT_FAIL
+        target, why = found, f"rolled back to {found[:12]} (from {(st.applied or '-')[:12]})"
+        if args.dry_run:
+            return _show_change(cfg, source, st, target)
+    _pin(cfg, target)
+    _journal(cfg, st.owner, "resume" if target is None else "rollback", why)
+    print(why)
+    return _apply(cfg, target)
+
+
+def _target(
+    cfg: Config, source: gitsource.GitSource, st: gitsource.SourceStatus, rev: str | None
+) -> str | None:
+    if rev is None:
+        good = gitsource.last_good(cfg.state_dir, but=st.applied)
+        if good is None:
+            print(
+                "reconcile: no earlier commit whose deployments were all Ready: name one"
+                " (reconcile history lists what was applied)",
+                file=sys.stderr,
+            )
+        return good
+    try:
+        return gitsource.git(source.repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    except gitsource.GitFailed:
+        print(
+            f"reconcile: {rev!r} is no commit the node has fetched (see reconcile history)",
+            file=sys.stderr,
+        )
+        return None
+
+
+def _show_change(
+    cfg: Config, source: gitsource.GitSource, st: gitsource.SourceStatus, target: str
+) -> int:
+    """The plan a pass would make against ``target``'s manifests (``reconcile plan``'s
+    read-only Preview), changing nothing: the manifests are read from git into a temp dir."""
+    from controller.cli.common import preview
+    from controller.cli.render import planview
+    from controller.store.sources.manifests import load
+
+    with tempfile.TemporaryDirectory(prefix="reconcile-rollback-") as tmp:
+        folder = _export(source.repo, target, st.path, Path(tmp))
+        loaded = load([folder], insecure=cfg.insecure_manifests, backend=cfg.backend)
+        view = preview(cfg)
+        observed, problems = view.observe()
+        desired = dataclasses.replace(view.desired(loaded), revision=target)
+        found = planview.changes(view.plan(desired, observed), desired, observed)
+    errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
+    print(f"rollback {(st.applied or '-')[:12]} -> {target[:12]} would make this plan:")
+    print(planview.text(found, errors))
+    return EXIT_FAIL if errors else EXIT_OK
+
+
+def _export(repo: Path, commit: str, path: str, into: Path) -> Path:
+    """The manifest folder ``path`` as it is at ``commit``, written under ``into``; a
+    folder missing at the commit comes out empty (the empty-folder guard, as a pass)."""
+    spec = [] if path == "." else ["--", path]
+    names = gitsource.git(repo, "ls-tree", "-r", "-z", "--name-only", commit, *spec)
+    for name in filter(None, names.split("\0")):
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(gitsource.git(repo, "show", f"{commit}:{name}") + "\n")
+    folder = into / path
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _pin(cfg: Config, target: str | None) -> None:
+    lock = gitsource.checkout_lock(cfg.state_dir)
+    with lock.hold(gitsource.FETCH_TIMEOUT):
+        st = gitsource.read_status(cfg.state_dir)
+        assert st is not None
+        st.pinned, st.auto_pinned = target, False
+        gitsource.write_status(cfg.state_dir, st)
+
+
+def _journal(cfg: Config, owner: str, action: str, why: str) -> None:
+    journal = Journal(cfg.state_dir)
+    for rec in RecordStore(cfg.state_dir).load().records.values():
+        if rec.owner == owner:
+            journal.append(rec.name, action, why, "pinned" if action == "rollback" else "resumed")
+
+
+def _apply(cfg: Config, target: str | None) -> int:
+    """The daemon's pass when one runs (woken now), else a pass of our own."""
+    from controller.cli.operate.restartverb import _wake, daemon_pid
+
+    daemon = daemon_pid(cfg.state_dir)
+    if daemon:
+        _wake(cfg.state_dir, daemon)
+        for _ in looks(time.monotonic() + APPLY_WAIT, reader=False):  # a file the daemon writes
+            st = gitsource.read_status(cfg.state_dir)
+            if st is not None and st.applied == (target or st.fetched):
+                return EXIT_OK
+        print(f"reconcile: the daemon (pid {daemon}) has not applied it yet", file=sys.stderr)
+        return EXIT_FAIL
+    result = build(cfg).run_pass()
+    return EXIT_OK if result.ok else EXIT_FAIL
+
+
+def _no_source(cfg: Config) -> int:
+    print(f"reconcile: state dir {cfg.state_dir} follows no git source", file=sys.stderr)
+    return EXIT_FAIL

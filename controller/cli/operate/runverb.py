@@ -1,0 +1,121 @@
+"""One function per verb: wire the configuration to the reconciler and print."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config
+from controller.cli.common import reconciler as build
+from controller.redact import printable
+
+if TYPE_CHECKING:
+    from controller.daemon.loop import FrontDoor
+
+
+def _print_errors(result_errors: list[object]) -> None:
+    for error in result_errors:
+        print(f"error: {error}", file=sys.stderr)
+
+
+# -- the control loop and --once ---------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cfg = config(args)
+    if args.wait and not args.once:
+        print("reconcile: --wait needs --once", file=sys.stderr)
+        return EXIT_USAGE
+    if args.dry_run:
+        from controller.cli.look.opverbs import cmd_plan
+
+        return cmd_plan(args)
+    if args.metrics_port and args.once:
+        print("reconcile: --metrics-port is for the daemon; use --metrics-file", file=sys.stderr)
+        return EXIT_USAGE
+    listen = args.listen or os.environ.get("RECONCILE_LISTEN")
+    if listen and args.once:
+        print("reconcile: --listen is for the daemon (drop --once)", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.once:
+        from controller.daemon.loop import run_daemon
+
+        raise_fd_limit()
+        front: FrontDoor | None = None
+        if listen:  # aiohttp is imported only here: --once start-up does not pay for it
+            from controller.cli.gateway.gatewayflags import front_door
+
+            made = front_door(args, cfg, listen)
+            if isinstance(made, int):
+                return made
+            front = made
+        metrics_at = args.metrics_port  # (host, port), bound after the lock
+        return run_daemon(
+            cfg,
+            resync=args.resync,
+            reload=lambda: config(args),
+            front=front,
+            metrics_at=metrics_at,
+        )
+    reconciler = build(cfg)
+    if args.wait:
+        from controller.cli.render.waiting import wait_until_ready
+
+        return EXIT_OK if wait_until_ready(reconciler, args.timeout) else EXIT_FAIL
+    result = reconciler.run_pass()
+    report(result)
+    from controller.reconciler import pulling
+
+    failing = result.failing() + list(pulling.failing(result.ours(), result.pulls).values())
+    for why in failing:
+        print(f"error: {why}", file=sys.stderr)
+    return EXIT_OK if result.ok and not failing else EXIT_FAIL
+
+
+def raise_fd_limit() -> None:
+    """The daemon's soft RLIMIT_NOFILE up to its hard limit: the gateway holds an fd per
+    client and per engine connection, on top of what passes use (the soft 1024 or less a
+    service gets by default ran out under load: passes failed with EMFILE)."""
+    import contextlib
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # "unlimited" is above what the kernel allows (fs.nr_open): ask for its default.
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft < target:
+        with contextlib.suppress(ValueError, OSError):  # not allowed: the limit stays
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def report(result: object) -> None:
+    from controller.reconciler.run import PassResult
+
+    assert isinstance(result, PassResult)
+    _print_errors(list(result.errors))
+    for problem in result.problems:
+        print(f"error: {problem.message}", file=sys.stderr)
+    if result.prune_blocked:
+        print(
+            f"warning: {result.prune_blocked}: pruning nothing (use --allow-empty to prune)",
+            file=sys.stderr,
+        )
+    for rec in result.ours():
+        if rec.message:
+            print(f"{rec.name}: {rec.phase}: {printable(rec.message)}", file=sys.stderr)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from controller.store.sources.manifests import load
+
+    cfg = config(args)
+    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend)
+    _print_errors(list(loaded.errors))
+    for folder in loaded.missing_folders:  # a mistyped CI or cron path must not go green
+        if folder not in loaded.unusable:  # an unusable one's error said what it is
+            print(f"error: manifests folder {folder} does not exist", file=sys.stderr)
+    if loaded.errors or loaded.missing_folders:
+        return EXIT_FAIL
+    print(f"{len(loaded.entries)} deployment(s) in {len(loaded.files)} file(s): valid")
+    return EXIT_OK

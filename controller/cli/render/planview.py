@@ -1,0 +1,206 @@
+"""`reconcile plan`: the planner's actions as terraform/Nomad-style changes, for people or JSON.
+
+Each deployment gets one class: ``create`` (+), ``in-place`` (~: the record changes,
+the engine keeps running), ``replace`` (-/+, naming the fields that force it),
+``destroy`` (-), ``restart`` (a crashed engine's back-off is over), ``wait`` (!: it
+cannot start now, and why), or ``unchanged``. Only the first five are changes
+(exit 2); a deployment already waiting for the same reason is not one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from controller.core.actions import (
+    Action,
+    Conflict,
+    Hold,
+    MarkReady,
+    PlanClass,
+    Pull,
+    Reject,
+    Replace,
+    Update,
+)
+from controller.core.manifest.sources import Source
+from controller.core.plan import Desired
+from controller.core.pulls import size_text
+from controller.core.state import Observed, Phase
+from controller.pull.sizes import remote_size
+from controller.reconciler.pulling import FAILING_AFTER
+
+
+# What ``plan`` says of a Pull: the bytes to download (asked of the server when no pull
+# has said yet), and whether the pull keeps failing (then ``--once`` would exit 1).
+@dataclass(frozen=True, slots=True)
+class PlanNote:
+    """What ``plan`` adds to a Pull: the bytes to download, and whether it keeps failing."""
+
+    text: str  # "2.1 GB to download", "1.0 of 2.1 GB left to download", "unknown size"
+    bytes: int | None  # still to download; None: unknown
+    failing: bool  # failed FAILING_AFTER times in a row: `--once` would exit 1
+
+
+def plan_note(
+    action: Pull, observed: Observed, size: Callable[[Source], int | None] = remote_size
+) -> PlanNote:
+    view = observed.pulls.get(action.key)
+    failure = view.failure if view is not None else None
+    failing = failure is not None and failure.attempts >= FAILING_AFTER
+    progress = view.progress if view is not None else None
+    if progress is not None and progress.bytes_total is not None:
+        left = max(progress.bytes_total - progress.bytes_done, 0)
+        if not progress.bytes_done:
+            return PlanNote(f"{size_text(left)} to download", left, failing)
+        whole = size_text(progress.bytes_total)
+        return PlanNote(f"{size_text(left)} of {whole} left to download", left, failing)
+    source = action.entry.deployment.spec.source
+    total = size(source) if source is not None else None
+    if total is None:
+        return PlanNote("unknown size", None, failing)
+    return PlanNote(f"{size_text(total)} to download", total, failing)
+
+
+# Each action's class is its `plan_class`; "unchanged" is a deployment no action touches.
+Kind = PlanClass | Literal["unchanged"]
+SYMBOL: dict[Kind, str] = {
+    "create": "+",
+    "in-place": "~",
+    "replace": "-/+",
+    "destroy": "-",
+    "restart": "↻",
+    "wait": "!",
+    "unchanged": " ",
+}
+CHANGES: tuple[Kind, ...] = ("create", "in-place", "replace", "destroy", "restart")
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    name: str
+    kind: Kind
+    action: str  # the planner's verb
+    reason: str
+    fields: tuple[str, ...] = ()
+    pending: bool = True  # False: a wait that is already recorded as such
+    download: dict[str, Any] | None = None  # a Pull: {"bytes": n or null} still to download
+
+    def as_json(self) -> dict[str, Any]:
+        doc = {
+            "name": self.name,
+            "change": self.kind,
+            "action": self.action,
+            "reason": self.reason,
+            "fields": [f"spec.{f}" for f in self.fields],
+        }
+        return doc if self.download is None else {**doc, "download": self.download}
+
+
+def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> list[Change]:
+    out = [_change(a, observed) for a in actions]
+    touched = {a.name for a in actions}
+    ours = {n for n, v in observed.records.items() if v.record.owner == desired.owner}
+    for name in sorted((set(desired.entries) | ours) - touched):
+        view = observed.records.get(name)
+        phase = str(view.record.phase) if view else "not started"
+        out.append(Change(name, "unchanged", "none", phase, pending=False))
+    return out
+
+
+def _change(action: Action, observed: Observed) -> Change:
+    if isinstance(action, Pull):
+        return _pull(action, observed)
+    # An observation (the probe passed), or bookkeeping (the manifests' commit moved with
+    # no spec change: a CI checkout's plan is in sync though its HEAD is the PR's)
+    if isinstance(action, MarkReady) or (isinstance(action, Update) and action.revision_only):
+        return Change(action.name, "unchanged", action.verb, action.reason, pending=False)
+    kind = action.plan_class
+    fields = action.fields if isinstance(action, Replace | Update) else ()
+    pending = True
+    if isinstance(action, Hold | Reject):
+        view = observed.records.get(action.name)
+        rec = view.record if view else None
+        pending = rec is None or rec.phase is not Phase.PENDING or rec.message != action.reason
+    elif isinstance(action, Conflict):
+        pending = False
+    return Change(action.name, kind, action.verb, action.reason, fields, pending)
+
+
+def _pull(action: Pull, observed: Observed) -> Change:
+    """A Pull with the bytes it will download; one that keeps failing waits for you."""
+    from controller.cli.render.planview import plan_note
+
+    note = plan_note(action, observed)
+    kind: Kind = "wait" if note.failing else action.plan_class
+    reason = f"{action.reason} ({note.text})"
+    return Change(action.name, kind, action.verb, reason, download={"bytes": note.bytes})
+
+
+def pending(found: Sequence[Change]) -> list[Change]:
+    """What a pass would actually change (exit 2 when any)."""
+    return [c for c in found if c.pending and c.kind in (*CHANGES, "wait")]
+
+
+def blocked(found: Sequence[Change]) -> list[Change]:
+    """What cannot start now (a name owned elsewhere, no room, drained, invalid): a pass
+    would leave it Pending and `--once` exit 1, so `plan` exits 1 too."""
+    return [c for c in found if c.kind == "wait"]
+
+
+def summary(found: Sequence[Change]) -> dict[Kind, int]:
+    counts = dict.fromkeys(SYMBOL, 0)
+    for change in found:
+        counts[change.kind] += 1
+    return counts
+
+
+def text(found: Sequence[Change], errors: Sequence[str]) -> str:
+    lines = [f"error: {e}" for e in errors]
+    width = max((len(c.name) for c in found), default=0)
+    for c in sorted(found, key=lambda c: (c.kind == "unchanged", c.name)):
+        why = c.reason
+        if c.kind == "replace" and c.fields:
+            why += f" (forces replacement: {', '.join('spec.' + f for f in c.fields)})"
+        lines.append(f"{SYMBOL[c.kind]:>3} {c.name:<{width}}  {c.kind:<9}  {why}")
+    n = summary(found)
+    lines.append("")
+    lines.append(
+        f"Plan: {n['create']} to create, {n['in-place']} to update in place, "
+        f"{n['replace']} to replace, {n['destroy']} to destroy, {n['restart']} to restart, "
+        f"{n['wait']} waiting; {n['unchanged']} unchanged."
+    )
+    if blocked(found) or errors:
+        lines.append("Not in sync: what waits or is invalid needs you (a pass exits 1).")
+    elif not pending(found):
+        lines.append("In sync: a pass would change nothing.")
+    return "\n".join(lines)
+
+
+def replicas(desired: Desired, notes: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """The desired count of every deployment that has more than one replica or an
+    autoscaler: the autoscaler's current count (and why), or the spec's."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, entry in sorted(desired.entries.items()):
+        spec = entry.deployment.spec
+        scale = spec.autoscale
+        if scale is None and spec.replicas == 1:
+            continue
+        item: dict[str, Any] = {"desired": desired.count(name)}
+        if scale is not None:
+            item["autoscale"] = {"min": scale.min, "max": scale.max}
+            item["reason"] = notes.get(name, "") or "the spec's count (no load seen yet)"
+        out[name] = item
+    return out
+
+
+def replicas_text(counts: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    lines = []
+    for name, item in counts.items():
+        scale = item.get("autoscale")
+        line = f"    {name}: {item['desired']} desired"
+        if scale is not None:
+            line += f" (autoscale {scale['min']}..{scale['max']}: {item['reason']})"
+        lines.append(line)
+    return ["Replicas:", *lines] if lines else []

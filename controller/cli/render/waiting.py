@@ -1,0 +1,266 @@
+"""`--once --wait`: keep passing until every deployment is Ready, stuck, or out of time.
+
+On a terminal the progress of each deployment (phase, elapsed against its readiness
+deadline, the probe's last answer, the back-off, or a pull's bar) is redrawn in place
+below the log lines, like ``docker compose up``; anywhere else each change is one log
+line, and a pull one line per tenth of its bytes (a 40 GB pull is ten lines, not one a
+pass).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+from controller.cli.render import pullshow
+from controller.core.manifest.quantity import format_age
+from controller.core.pulls import progress_text
+from controller.core.state import STUCK, Phase, Record
+from controller.logsetup import apply as apply_log_setup
+from controller.logsetup import get_logger, structlog_module, terminal
+from controller.reconciler import pulling
+from controller.reconciler.run import PassResult, Reconciler
+from controller.redact import printable
+
+log = get_logger("reconcile")
+
+# Nothing more happens without the user (Idle: an OnDemand deployment until a request).
+SETTLED = (Phase.READY, Phase.SUCCEEDED, Phase.IDLE, *STUCK)
+TICK = 0.25  # seconds between redraws on a terminal
+# Restarts a deployment may add during one wait before it counts as crash-looping: the
+# back-off would go on for good, so the wait ends (exit 1) with its last exit instead.
+CRASH_BOUND = 2
+INTERRUPTED = (
+    "reconcile: interrupted: the wait stopped, the engines keep running (they outlive a "
+    "pass); `reconcile status` shows them, `reconcile down` stops them"
+)
+
+
+def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | None = None) -> bool:
+    stream = stream or sys.stderr
+    # TERM=dumb (an editor's shell, a CI log) cannot move the cursor: log lines there.
+    state_dir = reconciler.config.state_dir
+    display: Display = Live(stream, state_dir) if terminal(stream).fancy else Lines(state_dir)
+    try:
+        return _loop(reconciler, timeout, display)
+    except KeyboardInterrupt:  # Ctrl-C ends the wait, not the engines: say so, and what next
+        display.close()
+        print(INTERRUPTED, file=sys.stderr)
+        raise
+    finally:
+        display.close()
+
+
+def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
+    deadline = time.monotonic() + timeout
+    # A quarantined record is reported by the one pass that moved it aside: remember it,
+    # so a later pass that is all Ready still ends in failure, naming it.
+    quarantined: list[str] = []
+    restarts: dict[str, int] = {}  # each deployment's restarts when the wait first saw it
+    while True:
+        result = reconciler.run_pass()
+        display.update(result)
+        quarantined += [p.message for p in result.problems if p.message not in quarantined]
+        if result.all_ready and not quarantined:
+            return True
+        # A crash loop, or a pull failing again and again, goes on by itself for good.
+        looping = _looping(result, restarts) | pulling.failing(result.ours(), result.pulls)
+        stuck = "; ".join([*filter(None, [_stuck(result, quarantined)]), *looping.values()])
+        stuck = printable(stuck)  # engines' words: shown in a terminal, never acted on
+        # What needs the user (a broken manifest, no capacity) ends the wait only once
+        # everything else has got as far as it can: the valid deployments beside a broken
+        # file still come up, then the exit status says what is broken.
+        if stuck and not _progressing(result, set(looping)):
+            display.close()
+            print(f"reconcile: cannot progress without you: {stuck}", file=sys.stderr)
+            return False
+        if time.monotonic() >= deadline:
+            display.close()
+            waiting = [r.name for r in result.ours() if r.phase not in (Phase.READY, Phase.IDLE)]
+            print(f"reconcile: timed out waiting for {', '.join(waiting)}", file=sys.stderr)
+            if stuck:
+                print(
+                    f"reconcile: cannot progress without you: {printable(stuck)}", file=sys.stderr
+                )
+            return False
+        next_pass = time.monotonic() + min(_period(result), max(deadline - time.monotonic(), 0))
+        while time.monotonic() < next_pass:
+            time.sleep(min(TICK, max(next_pass - time.monotonic(), 0)))
+            display.tick()
+
+
+def _progressing(result: PassResult, looping: set[str]) -> bool:
+    """Some deployment of ours is on its way (starting, backing off, stopping) by itself;
+    one crash-looping past the bound is going nowhere."""
+    return any(r.phase not in SETTLED and r.name not in looping for r in result.ours())
+
+
+def _stuck(result: PassResult, quarantined: list[str]) -> str:
+    """What cannot progress without the user: bad manifests and records, stuck phases."""
+    reasons = [str(e) for e in result.errors] + quarantined
+    reasons += [f"{r.name} {r.phase}: {r.message}" for r in result.ours() if r.phase in STUCK]
+    return "; ".join(reasons)
+
+
+def _looping(result: PassResult, restarts: dict[str, int]) -> dict[str, str]:
+    """Deployments whose restarts rose past CRASH_BOUND during this wait: name -> why."""
+    out = {}
+    for rec in result.ours():
+        first = restarts.setdefault(rec.name, rec.restarts)
+        if rec.phase is Phase.BACKOFF and rec.restarts - first >= CRASH_BOUND:
+            why = str(rec.last_exit) if rec.last_exit else rec.message
+            out[rec.name] = f"{rec.name} keeps failing ({rec.restarts} restarts; last: {why})"
+    return out
+
+
+def _period(result: PassResult) -> float:
+    periods = [r.probe.period_seconds for r in result.ours() if r.phase is Phase.STARTING]
+    return max(0.2, min(periods, default=1.0))
+
+
+# -- what one deployment is doing ------------------------------------------------------------
+
+
+def progress(rec: Record, probe: str | None, now: datetime, state_dir: Path) -> str:
+    """``Starting  12s/600s  GET /health -> 503``, a pull's bar, and the like."""
+    if rec.phase is Phase.PULLING and not rec.message.startswith("pull failed"):
+        pulled = pullshow.progress_of(rec, state_dir)
+        if pulled is not None:
+            return pullshow.bar(pulled)
+    if rec.phase is Phase.STARTING and rec.started_at:
+        elapsed = format_age((now - rec.started_at).total_seconds())
+        limit = "?"
+        if rec.ready_deadline_at:
+            limit = format_age((rec.ready_deadline_at - rec.started_at).total_seconds())
+        answer = f"  last probe: {probe}" if probe else "  waiting for the first probe"
+        return f"{elapsed}/{limit}{answer}"
+    if rec.phase is Phase.BACKOFF and rec.backoff_until:
+        left = max((rec.backoff_until - now).total_seconds(), 0)
+        why = str(rec.last_exit) if rec.last_exit else rec.message
+        return f"restart in {format_age(left)}" + (f"  ({why})" if why else "")
+    if rec.phase is Phase.READY and rec.ready_at and rec.started_at:
+        return f"ready after {(rec.ready_at - rec.started_at).total_seconds():.1f}s"
+    return rec.message
+
+
+class Display:
+    def update(self, result: PassResult) -> None:
+        raise NotImplementedError
+
+    def tick(self) -> None:
+        """Between passes: a terminal redraws the clocks; a log has nothing new to say."""
+
+    def close(self) -> None:
+        """Leave the last state on screen."""
+
+
+class Lines(Display):
+    """Off a terminal: one log line per change of phase, message or probe answer; a pull
+    one per tenth of its bytes (its message, a live figure, changes every pass)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.shown: dict[str, tuple[str, str, str]] = {}
+
+    def update(self, result: PassResult) -> None:
+        for rec in sorted(result.ours(), key=lambda r: r.name):
+            probe = result.probes.get(rec.name, "") if rec.phase is Phase.STARTING else ""
+            message, news = self._pull_line(rec) or (rec.message, rec.message)
+            key = (str(rec.phase), news, probe)
+            if self.shown.get(rec.name) != key:
+                self.shown[rec.name] = key
+                fields = {"phase": str(rec.phase), "message": message or None}
+                if probe:
+                    fields["probe"] = probe
+                log.info("progress", deployment=rec.name, **fields)
+
+    def _pull_line(self, rec: Record) -> tuple[str, str] | None:
+        """A running pull's (message, what makes it news): its tenth of the bytes."""
+        if rec.message.startswith("pull failed"):
+            return None
+        pulled = pullshow.progress_of(rec, self.state_dir)
+        if pulled is None:
+            return None
+        tenth = pullshow.decile(pulled)
+        return progress_text(pulled), "pull" if tenth is None else f"pull {tenth}/10"
+
+
+class Live(Display):
+    """On a terminal: a block of one line per deployment, redrawn in place.
+
+    Log lines written meanwhile (structlog prints to this object) go above it.
+    """
+
+    def __init__(self, stream: TextIO, state_dir: Path) -> None:
+        self.stream = stream
+        self.state_dir = state_dir
+        self.height = 0
+        self.result: PassResult | None = None
+        self.closed = False
+        self.partial = ""
+        structlog = structlog_module()  # not at the top: `--wait -q` off a terminal never logs
+
+        apply_log_setup()  # the CLI's set-up first (it waits for a first log line), ours on top
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=self))
+
+    # structlog's PrintLogger prints here: whole lines go above the block
+    def write(self, text: str) -> int:
+        if self.closed:
+            return self.stream.write(text)
+        self.partial += text
+        if "\n" in self.partial:
+            done, _, self.partial = self.partial.rpartition("\n")
+            self._clear()
+            self.stream.write(done + "\n")
+            self._draw()
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def update(self, result: PassResult) -> None:
+        self.result = result
+        self.tick()
+
+    def tick(self) -> None:
+        if not self.closed:
+            self._clear()
+            self._draw()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.tick()
+            self.closed = True
+            structlog = structlog_module()
+            structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=self.stream))
+
+    def _lines(self) -> list[str]:
+        if self.result is None:
+            return []
+        now = datetime.now(UTC)
+        recs = sorted(self.result.ours(), key=lambda r: r.name)
+        width = max((len(r.name) for r in recs), default=0)
+        cols = shutil.get_terminal_size((100, 24)).columns
+        out = []
+        for rec in recs:
+            mark = "✔" if rec.phase is Phase.READY else ("✘" if rec.phase in STUCK else "…")
+            detail = progress(rec, self.result.probes.get(rec.name), now, self.state_dir)
+            line = f"{mark} {rec.name:<{width}}  {rec.phase!s:<11} {printable(detail)}"
+            out.append(line[: cols - 1])
+        return out
+
+    def _clear(self) -> None:
+        if self.height:
+            self.stream.write(f"\x1b[{self.height}F\x1b[J")  # up to the block's start, erase
+            self.height = 0
+
+    def _draw(self) -> None:
+        lines = self._lines()
+        for line in lines:
+            self.stream.write(line + "\n")
+        self.height = len(lines)
+        self.stream.flush()

@@ -1,0 +1,299 @@
+"""Node configuration (flags > environment > defaults) and the durable drain flag."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from controller.core.devices.capacity import Limits, parse_limits
+from controller.core.manifest import backendnames
+from controller.core.state import Drain
+from controller.errors import ConfigError
+from controller.store import bootstamp
+from controller.store.documents import write_atomic
+from controller.store.instances import logfiles
+from controller.store.sources.gitsource import GitSettings
+from controller.store.statedir import StateDir
+
+if TYPE_CHECKING:  # pydantic is imported only when a node.yaml is read
+    from controller.store.config.nodeconfig import GitFile
+
+DEFAULT_LOCK_TIMEOUT = 60.0  # seconds a pass waits for another's lock
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Config:
+    manifests: tuple[Path, ...]
+    state_dir: Path
+    node: str
+    devices: str | None  # a static inventory, or None to discover
+    owner: str
+    allow_empty: bool = False
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    insecure_manifests: bool = False  # as root, load manifests others can write (security.py)
+    limits: Limits = field(default_factory=Limits)
+    log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
+    log_keep: int = logfiles.DEFAULT_KEEP
+    metrics_file: Path | None = None  # a Prometheus textfile written after each pass
+    metrics_port: int | None = None  # the daemon serves /metrics here
+    backend: str = "local"  # where engines run: "local" (this node) or "ray" (a Ray cluster)
+    ray_address: str | None = None  # the Ray cluster (GCS host:port or "auto"), with "ray"
+    tls_cert: Path | None = None  # node.yaml's tlsCert (the flag and environment win)
+    tls_key: Path | None = None
+    git: GitSettings | None = None  # --git / node.yaml git: the manifests are its checkout
+    # node.yaml's containerRuntime: what a spec.container without a runtime runs under
+    # (None: podman if on PATH, else docker).
+    container_runtime: str | None = None
+    # What a lenient resolve (a read verb) passed over: each names the file, line, problem.
+    warnings: tuple[str, ...] = ()
+
+
+BACKENDS = backendnames.NAMES
+
+
+def default_state_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/reconcile")
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(base) / "reconcile"
+
+
+def resolve(
+    *,
+    manifests: list[str] | None = None,
+    state_dir: str | None = None,
+    node: str | None = None,
+    devices: str | None = None,
+    owner: str | None = None,
+    allow_empty: bool = False,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    insecure_manifests: bool = False,
+    max_instances: str | None = None,
+    node_config: str | None = None,
+    metrics_file: str | None = None,
+    metrics_port: int | None = None,
+    backend: str | None = None,
+    ray_address: str | None = None,
+    git: GitFlags | None = None,
+    lenient: bool = False,
+) -> Config:
+    """``lenient``: a node config file that cannot be read is a warning (its settings
+    are left at their defaults), not an error: a read verb must still show the node."""
+    env = os.environ
+    state = state_dir or env.get("RECONCILE_STATE_DIR")
+    state_path = Path(state).expanduser().absolute() if state else default_state_dir()
+    folders = manifests or _split(env.get("RECONCILE_MANIFESTS")) or ["./manifests"]
+    paths = tuple(Path(f).expanduser().absolute() for f in folders)
+    node_name = node or env.get("RECONCILE_NODE") or socket.gethostname() or "localhost"
+    if "/" in node_name:
+        raise ConfigError(f"node name {node_name!r} may not contain '/'")
+    limits, log_max_bytes, log_keep = Limits(), logfiles.DEFAULT_MAX_BYTES, logfiles.DEFAULT_KEEP
+    container_runtime: str | None = None
+    warnings: list[str] = []
+    tls: tuple[Path | None, Path | None] = (None, None)
+    git_file: GitFile | None = None
+    explicit = node_config or env.get("RECONCILE_NODE_CONFIG")
+    if explicit or StateDir(state_path).node_config.exists():  # yaml only then
+        from controller.store.config.nodeconfig import read_node_file
+
+        try:
+            node_file = read_node_file(explicit, state_path)
+        except ConfigError as exc:
+            if not lenient:
+                raise
+            warnings.append(f"{exc} (the node config's settings are ignored here)")
+        else:
+            limits, log_max_bytes = node_file.limits, node_file.log_max_bytes
+            log_keep = node_file.log_max_files
+            tls = node_file.tls_path("tls_cert"), node_file.tls_path("tls_key")
+            git_file = node_file.git
+            container_runtime = node_file.container_runtime
+    flag = max_instances if max_instances is not None else env.get("RECONCILE_MAX_INSTANCES")
+    if flag:
+        try:
+            limits = limits.merged(parse_limits(flag))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+    chosen, address = resolve_backend(backend, ray_address)
+    flags = git or GitFlags()
+    if manifests and flags.url:
+        raise ConfigError(
+            "-f and --git are one or the other: a node follows a repository or reads"
+            " folders; drop one"
+        )
+    if not (
+        manifests or env.get("RECONCILE_MANIFESTS") or flags.url or (git_file and git_file.url)
+    ):
+        flags = remembered(state_path, flags)  # the state dir remembers the source it follows
+    # -f on the command line wins over node.yaml's git: (a `validate -f` on the node works)
+    source = None if manifests else git_source(flags, git_file)
+    if source is not None:
+        from controller.store.sources.gitsource import manifests_dir
+
+        paths = (manifests_dir(state_path, source.path),)
+    return Config(
+        manifests=paths,
+        state_dir=state_path,
+        node=node_name,
+        devices=devices if devices is not None else env.get("RECONCILE_DEVICES"),
+        owner=owner or (source.owner if source else ",".join(str(p) for p in paths)),
+        allow_empty=allow_empty,
+        lock_timeout=lock_timeout,
+        insecure_manifests=insecure_manifests,
+        limits=limits,
+        log_max_bytes=log_max_bytes,
+        log_keep=log_keep,
+        metrics_file=Path(metrics_file).expanduser().absolute() if metrics_file else None,
+        metrics_port=metrics_port,
+        backend=chosen,
+        ray_address=address,
+        container_runtime=container_runtime,
+        warnings=tuple(warnings),
+        tls_cert=tls[0],
+        tls_key=tls[1],
+        git=source,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GitFlags:
+    """The git flags as given (None: not given, node.yaml's key or the default stands)."""
+
+    url: str | None = None
+    branch: str | None = None
+    tag: str | None = None
+    path: str | None = None
+    interval: float | None = None
+
+
+def remembered(state_dir: Path, flags: GitFlags) -> GitFlags:
+    """The git source the state dir followed last (``<state>/git/source.json``), the
+    flags given over it; the flags as they are when it follows none."""
+    from controller.store.sources.gitsource import read_status
+
+    try:
+        st = read_status(state_dir)
+    except ConfigError:
+        return flags  # `reconcile source` says what is wrong with it
+    if st is None:
+        return flags
+    return GitFlags(
+        url=st.url,
+        branch=flags.branch or (None if flags.tag else st.branch),
+        tag=flags.tag or (None if flags.branch else st.tag),
+        path=flags.path if flags.path is not None else st.path,
+        interval=flags.interval or st.interval,
+    )
+
+
+def _deadline(file: GitFile | None) -> float | None:
+    from controller.core.manifest.quantity import parse_duration
+
+    if file is None or file.auto_rollback is None:
+        return None
+    return parse_duration(str(file.auto_rollback.progress_deadline))
+
+
+def git_source(flags: GitFlags, file: GitFile | None) -> GitSettings | None:
+    """Flags over node.yaml's ``git:``, key by key; None when neither names a URL."""
+    from controller.core.manifest.quantity import parse_duration
+    from controller.store.sources.gitsource import settings
+
+    url = flags.url or (file.url if file else None)
+    if not url:
+        if flags.branch or flags.tag or flags.path or flags.interval:
+            raise ConfigError("--branch, --tag, --git-path and --interval need --git URL")
+        return None
+    interval = flags.interval
+    if interval is None and file is not None and file.interval is not None:
+        interval = parse_duration(str(file.interval))
+    # A flag's branch replaces the file's tag and the other way round: the flag is the latest word.
+    branch, tag = flags.branch, flags.tag
+    if branch is None and tag is None and file is not None:
+        branch, tag = file.branch, file.tag
+    return settings(
+        url=url,
+        branch=branch,
+        tag=tag,
+        path=flags.path if flags.path is not None else (file.path if file else None),
+        interval=interval,
+        webhook_secret_file=file.webhook_secret_file if file else None,
+        allowed_signers=file.verify.allowed_signers if file and file.verify else None,
+        progress_deadline=_deadline(file),
+    )
+
+
+def resolve_backend(backend: str | None, ray_address: str | None) -> tuple[str, str | None]:
+    """The backend and its cluster address: flag > RECONCILE_* > (address only) RAY_ADDRESS."""
+    env = os.environ
+    chosen = backend or env.get("RECONCILE_BACKEND") or backendnames.LOCAL
+    if chosen not in BACKENDS:
+        raise ConfigError(f"--backend {chosen!r}: expected one of {', '.join(BACKENDS)}")
+    if not backendnames.on_cluster(chosen):  # only a cluster has an address
+        return chosen, None
+    address = ray_address or env.get("RECONCILE_RAY_ADDRESS") or env.get("RAY_ADDRESS")
+    if not address:
+        raise ConfigError(
+            "--ray-address is required with --backend ray (or set RECONCILE_RAY_ADDRESS or"
+            " RAY_ADDRESS): the head's GCS address, e.g. 10.0.0.1:6379"
+        )
+    return chosen, address
+
+
+def _split(value: str | None) -> list[str]:
+    return [p for p in (value or "").split(os.pathsep) if p]
+
+
+def drain_path(state_dir: Path) -> Path:
+    return StateDir(state_dir).drain
+
+
+def read_drain(state_dir: Path) -> Drain | None:
+    try:
+        data = json.loads(drain_path(state_dir).read_text())
+        return Drain(
+            until=datetime.fromisoformat(data["until"]),
+            reason=str(data.get("reason", "")),
+            by=str(data.get("by", "")),
+            evict=bool(data.get("evict", False)),
+            ttl=_ttl(data.get("ttl")),
+            boot=bootstamp.read(data),
+        )
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"{drain_path(state_dir)} is unreadable ({exc}): run `reconcile uncordon` to clear it"
+        ) from exc
+
+
+def _ttl(value: object) -> float | None:
+    """The ttl asked (None: a file from before it was kept, or not a positive number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value)
+
+
+def write_drain(state_dir: Path, drain: Drain) -> None:
+    data = {
+        "until": drain.until.isoformat(),
+        "reason": drain.reason,
+        "by": drain.by,
+        "evict": drain.evict,
+        **({} if drain.ttl is None else {"ttl": drain.ttl}),
+        **bootstamp.fields(drain.boot),
+    }
+    write_atomic(drain_path(state_dir), json.dumps(data).encode())
+
+
+def clear_drain(state_dir: Path) -> bool:
+    try:
+        drain_path(state_dir).unlink()
+    except FileNotFoundError:
+        return False
+    return True

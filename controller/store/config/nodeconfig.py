@@ -1,0 +1,136 @@
+"""The node config file: this machine's limits and log rotation, beside the flags.
+
+``--node-config FILE`` / ``RECONCILE_NODE_CONFIG``, else ``<state-dir>/node.yaml``
+when it exists::
+
+    maxInstances: 8                  # every deployment on this node, whoever owns it
+    maxInstancesPerKind: {nvidia: 2}  # instances holding devices of that kind
+    logMaxBytes: 10485760            # rotate an engine's log past this size
+    logMaxFiles: 3                   # backups kept (<name>.log.1 ... .3)
+    tlsCert: /etc/reconcile/cert.pem  # the gateway's HTTPS pair (--tls-cert, --tls-key);
+    tlsKey: /etc/reconcile/key.pem    #   a relative path is from this file's folder
+    git:                             # follow a repository (store/sources/gitsource.py)
+      url: https://example.com/ops.git
+      branch: main                   # or tag: v1.2
+      path: manifests
+      interval: 1m
+      webhookSecretFile: /etc/reconcile/hook.secret
+      verify: {allowedSigners: /etc/reconcile/allowed_signers}
+      autoRollback: {progressDeadline: 10m}
+    containerRuntime: docker         # spec.container's default runtime (else podman if on PATH)
+
+Flags win over the file (``--max-instances 8,nvidia=2``; ``--git``, ``--branch``... one
+key at a time), then the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic.alias_generators import to_camel
+
+from controller.core.devices.capacity import Limits
+from controller.core.manifest.specerrors import problems
+from controller.core.manifest.specs import NOT_BOOL, ContainerRuntime
+from controller.errors import ConfigError
+from controller.store.instances import logfiles
+from controller.store.sources.yamlread import field_path, line_for, load_mapping
+from controller.store.statedir import StateDir
+
+Kind = Literal["nvidia", "amd", "apple", "cpu"]
+Int = Annotated[int, NOT_BOOL]  # 8 or "8", never `yes`
+
+
+class VerifyFile(BaseModel):
+    """``git.verify``: commits must be signed by a key in git's ssh allowed_signers file."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    allowed_signers: str
+
+
+class AutoRollbackFile(BaseModel):
+    """``git.autoRollback``: a commit not all Ready by the deadline is rolled back."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    progress_deadline: str | float  # 10m, or seconds
+
+
+class GitFile(BaseModel):
+    """``git:``: the repository this node follows (the flags override each key)."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    url: str | None = None
+    branch: str | None = None
+    tag: str | None = None
+    path: str | None = None
+    interval: str | float | None = None  # 1m, 30s, or seconds
+    webhook_secret_file: str | None = None
+    verify: VerifyFile | None = None
+    auto_rollback: AutoRollbackFile | None = None
+
+
+class NodeFile(BaseModel):
+    """``node.yaml``: camelCase keys, no unknown setting, numbers as the manifests take them."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+    )
+
+    max_instances: Int | None = Field(default=None, ge=0)
+    max_instances_per_kind: dict[Kind, Int] = Field(default_factory=dict)
+    log_max_bytes: Int = Field(default=logfiles.DEFAULT_MAX_BYTES, ge=1024)
+    log_max_files: Int = Field(default=logfiles.DEFAULT_KEEP, ge=0, le=100)
+    tls_cert: str | None = Field(default=None, min_length=1)
+    tls_key: str | None = Field(default=None, min_length=1)
+    _folder: Path = PrivateAttr(default=Path("."))  # the file's: relative paths start there
+
+    def tls_path(self, name: str) -> Path | None:
+        value: str | None = getattr(self, name)
+        return (self._folder / Path(value).expanduser()).absolute() if value else None
+
+    git: GitFile | None = None
+    container_runtime: ContainerRuntime | None = None
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            self.max_instances, {str(k): v for k, v in self.max_instances_per_kind.items()}
+        )
+
+
+def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
+    """The node config: the named file (which must exist), the state dir's, or defaults."""
+    path = Path(explicit).expanduser() if explicit else StateDir(state_dir).node_config
+    if not explicit and not path.exists():
+        return NodeFile()
+    try:
+        value, lines = load_mapping(path)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    try:
+        found = NodeFile.model_validate(value)
+    except ValidationError as exc:
+        first = problems(exc, value)[0]
+        loc, message = first.loc, first.message
+        line = line_for(lines, loc)
+        where = f"{path}:{line}" if line else str(path)
+        if first.unknown:
+            message = (
+                "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles, "
+                "tlsCert, tlsKey, containerRuntime, git; under git: url, branch, tag, path,"
+                " interval, webhookSecretFile, verify, autoRollback)"
+            )
+        raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc
+    found._folder = path.parent.absolute()
+    return found

@@ -1,0 +1,173 @@
+"""Records: the observed state of each deployment, one JSON file each, and their store.
+
+Records ARE the lease on devices and ports. Writes are atomic and durable
+(tmp -> fsync -> rename -> fsync(dir)); a record that cannot be parsed is moved
+to ``quarantine/`` with the reason, never guessed at.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller import failpoints
+from controller.core.manifest.names import record_name_ok
+from controller.core.state import Record
+from controller.errors import RecordError
+from controller.store import diskspace
+from controller.store.documents import fsync_dir, quarantine, sweep_tmp, write_atomic
+from controller.store.instances.recordjson import (
+    READERS,
+    NotJSON,
+    RecordInvalid,
+    UnknownVersion,
+    from_json,
+    to_json,
+)
+from controller.store.sources import security
+from controller.store.statedir import StateDir
+
+
+@dataclass(frozen=True, slots=True)
+class RecordProblem:
+    path: str
+    message: str
+    name: str | None = None
+    # Devices and ports a record of an unknown version seems to hold: still leased.
+    devices: tuple[str, ...] = ()
+    ports: tuple[int, ...] = ()
+    nonce: str | None = None  # its engine's marker nonce: that engine is no orphan
+    kept: bool = False  # left in place (unknown version), not quarantined
+
+
+@dataclass
+class Snapshot:
+    records: dict[str, Record] = field(default_factory=dict)
+    problems: list[RecordProblem] = field(default_factory=list)
+    # name -> (mtime_ns, size): cheap change detection for the lock's re-read
+    stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def check_name(name: str) -> str:
+    """Invariant 9: only DNS-1123 labels (plus the reserved ``@next``) become file names."""
+    if not record_name_ok(name):
+        raise RecordError(f"refusing unsafe deployment name {name!r}")
+    return name
+
+
+class RecordStore:
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.layout = StateDir(state_dir)
+        self.instances = self.layout.instances
+        self.logs = self.layout.logs
+        self.quarantine_dir = self.layout.quarantine
+        self.runs = self.layout.runs  # engines' runtime dirs (runtime_dir)
+
+    def ensure(self) -> None:
+        events = self.layout.events
+        # Before creating anything in them: root must not write where another user can.
+        security.check_state_dir((self.state_dir, self.instances, self.logs, events))
+        # The runtime dirs' parent too: mkdir(parents=True) under it would use 0777.
+        for folder in (self.state_dir, self.instances, self.logs, self.quarantine_dir, self.runs):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.state_dir, 0o700)
+        for folder in (self.state_dir, self.instances, events):
+            sweep_tmp(folder)
+        diskspace.Ballast(self.instances).keep()
+
+    def path(self, name: str) -> Path:
+        return self.instances / f"{check_name(name)}.json"
+
+    def runtime_dir(self, name: str) -> Path:
+        """An instance's private scratch folder (unix sockets, caches), given to its recipe."""
+        return self.runs / check_name(name)
+
+    def log_path(self, name: str) -> Path:
+        return self.logs / f"{check_name(name)}.log"
+
+    def write(self, record: Record) -> None:
+        write_atomic(self.path(record.name), to_json(record))
+
+    def delete(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path(name).unlink()
+            failpoints.hit("records.delete.after_unlink")
+            fsync_dir(self.instances)
+
+    def read(self, name: str) -> Record | None:
+        snap = Snapshot()
+        self._read_one(self.path(name), snap)
+        return snap.records.get(name)
+
+    def load(self) -> Snapshot:
+        snap = Snapshot()
+        try:
+            entries = list(os.scandir(self.instances))
+        except FileNotFoundError:
+            return snap
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.name.endswith(".json") and not entry.name.startswith("."):
+                self._read_one(Path(entry.path), snap)
+        return snap
+
+    def _read_one(self, path: Path, snap: Snapshot) -> None:
+        try:
+            info = path.stat()
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return
+        name = path.name.removesuffix(".json")
+        try:
+            record = from_json(raw)
+        except UnknownVersion as exc:
+            snap.problems.append(_unknown_version(path, name, exc.data))
+            return
+        except NotJSON as exc:
+            self._quarantine(path, snap, str(exc))
+            return
+        except RecordInvalid as exc:
+            self._quarantine(path, snap, f"not a valid record: {exc}")
+            return
+        if record.name != name:
+            self._quarantine(path, snap, f"holds name {record.name!r}, file says {name!r}")
+            return
+        snap.records[name] = record
+        snap.stamps[name] = (info.st_mtime_ns, info.st_size)
+
+    def quarantined_at(self, name: str) -> float | None:
+        """When ``name``'s record was last quarantined (its reason file's mtime), or None."""
+        stamps = []
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.quarantine_dir):
+                if entry.name.startswith(f"{name}.json.") and entry.name.endswith(".reason"):
+                    with contextlib.suppress(FileNotFoundError):
+                        stamps.append(entry.stat().st_mtime)
+        return max(stamps, default=None)
+
+    def _quarantine(self, path: Path, snap: Snapshot, reason: str) -> None:
+        """Move a record we cannot trust aside (with the reason beside it), never guess."""
+        target = quarantine(self.layout, path, reason)
+        if target is not None:
+            name = path.name.removesuffix(".json")
+            message = f"record moved to {target}: {reason}"
+            snap.problems.append(RecordProblem(str(path), message, name))
+
+
+def _unknown_version(path: Path, name: str, data: Any) -> RecordProblem:
+    version = data.get("version") if isinstance(data, dict) else None
+    devices = data.get("devices") if isinstance(data, dict) else None
+    port = data.get("port") if isinstance(data, dict) else None
+    message = (
+        f"record {path} has version {version!r}; this reconcile understands versions "
+        f"{', '.join(map(str, sorted(READERS)))}. Run the reconcile that wrote it, or stop "
+        "its engine and move the file away"
+    )
+    held = tuple(d for d in devices if isinstance(d, str)) if isinstance(devices, list) else ()
+    ports = (port,) if isinstance(port, int) else ()
+    nonce = data.get("nonce") if isinstance(data, dict) else None
+    nonce = nonce if isinstance(nonce, str) else None
+    return RecordProblem(str(path), message, name, held, ports, nonce, kept=True)

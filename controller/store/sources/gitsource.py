@@ -1,0 +1,668 @@
+"""The git source: a checkout of a branch (or tag) that reconcile owns under the state dir.
+
+``reconcile --git URL [--branch B | --tag T] [--git-path P] [--interval 1m]`` (or the
+``git:`` section of node.yaml). The pass asks :meth:`GitSource.sync` for the manifests
+folder's commit; the checkout is fetched when due (every ``interval``, at once on a
+webhook, each ``--once``), then moved to the remote's commit.
+
+Why the ``git`` program and not a library (dulwich, pygit2): credentials are git's own
+(credential helpers, ``GIT_SSH_COMMAND``, ``~/.ssh`` keys and ``known_hosts``,
+``insteadOf`` rewrites) and work exactly as they do for the user's own ``git fetch``;
+shallow fetches (``--depth``) of large histories and ``verify-commit`` come with it; and
+it is on every machine that has a repository to follow. A fetch runs every ``interval``,
+not every pass, so the cost of a process is nothing.
+
+Safety: the checkout is never merged into and never edited; a move is ``checkout --force
+--detach SHA`` then ``clean -ffdx``, and a marker file written before it says a move was
+under way: a SIGKILL mid-fetch or mid-move leaves the marker (and maybe git's
+``*.lock`` files, which are ours to remove while we hold ``git.lock``), and the next sync
+moves again from the start. A failed fetch changes nothing on disk but the status: the
+last applied commit keeps running and nothing is pruned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from controller import failpoints
+from controller.errors import ConfigError
+from controller.logsetup import get_logger
+from controller.store import sidefiles
+from controller.store.documents import Document
+from controller.store.lock import FileLock
+from controller.store.statedir import StateDir
+
+log = get_logger("reconcile")
+
+DEFAULT_INTERVAL = 60.0  # seconds between fetches (Flux's GitRepository default is 1m)
+DEPTH = 50  # commits fetched: enough history for `history` and rollbacks, not the whole past
+FETCH_TIMEOUT = 300.0  # seconds one git command may take before it counts as failed
+RETRY_FIRST = 5.0  # seconds before the first retry of a failed fetch, doubling ...
+RETRY_MAX = 300.0  # ... up to this (or the interval, when shorter)
+SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+# States of `reconcile source` (DESIGN.md "Following git").
+SYNCED, PROGRESSING, DEGRADED = "Synced", "Progressing", "Degraded"
+PULL_FAILED, PINNED, UNVERIFIED = "PullFailed", "Pinned", "Unverified"
+STATES = (SYNCED, PROGRESSING, DEGRADED, PULL_FAILED, PINNED, UNVERIFIED)
+FAILING = frozenset({PULL_FAILED, DEGRADED, UNVERIFIED})  # `--once` exits 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GitSettings:
+    url: str
+    branch: str | None = None  # None with a tag; "main" when neither was given
+    tag: str | None = None
+    path: str = "."
+    interval: float = DEFAULT_INTERVAL
+    webhook_secret_file: str | None = None
+    allowed_signers: str | None = None  # verify.allowedSigners: only commits signed so apply
+    progress_deadline: float | None = None  # autoRollback.progressDeadline, in seconds
+
+    @property
+    def ref(self) -> str:
+        """The remote ref fetched, and where it is kept locally."""
+        return f"refs/tags/{self.tag}" if self.tag else f"refs/heads/{self.branch or 'main'}"
+
+    @property
+    def tracking(self) -> str:
+        return f"refs/tags/{self.tag}" if self.tag else f"refs/remotes/origin/{self.branch}"
+
+    @property
+    def owner(self) -> str:
+        """``git:<url>#<path>``: the same whatever the checkout's place or the daemon's pid."""
+        return f"git:{shown_url(self.url)}#{self.path}"
+
+
+def settings(
+    *,
+    url: str,
+    branch: str | None,
+    tag: str | None,
+    path: str | None,
+    interval: float | None,
+    webhook_secret_file: str | None = None,
+    allowed_signers: str | None = None,
+    progress_deadline: float | None = None,
+) -> GitSettings:
+    """Checked settings; the errors name the flag or key and the next move."""
+    if branch and tag:
+        raise ConfigError("git: give a branch or a tag, not both (--branch / --tag)")
+    if not url.strip():
+        raise ConfigError("git: the repository URL is empty (--git URL or git.url)")
+    clean = normal_path(path or ".")
+    if interval is not None and interval <= 0:
+        raise ConfigError(f"git: interval must be more than 0 seconds, not {interval:g}")
+    return GitSettings(
+        url=url.strip(),
+        branch=None if tag else (branch or "main"),
+        tag=tag,
+        path=clean,
+        interval=interval or DEFAULT_INTERVAL,
+        webhook_secret_file=webhook_secret_file,
+        allowed_signers=str(Path(allowed_signers).expanduser()) if allowed_signers else None,
+        progress_deadline=progress_deadline,
+    )
+
+
+def normal_path(path: str) -> str:
+    """``manifests/`` and ``./manifests`` are one path; none may climb out of the checkout."""
+    parts = [p for p in path.strip().split("/") if p not in ("", ".")]
+    if ".." in parts or path.startswith("/"):
+        raise ConfigError(
+            f"git path {path!r} must be relative, inside the repository (e.g. manifests)"
+        )
+    return "/".join(parts) or "."
+
+
+def shown_url(url: str) -> str:
+    """The URL without a user:password (a token in an https URL is never shown or stored)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if not parts.scheme or "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=host))
+
+
+# -- the state dir's files ----------------------------------------------------------------
+
+
+def checkout_dir(state_dir: Path) -> Path:
+    return StateDir(state_dir).git_checkout
+
+
+def manifests_dir(state_dir: Path, path: str) -> Path:
+    top = checkout_dir(state_dir)
+    return top if path == "." else top / path
+
+
+def checkout_lock(state_dir: Path) -> FileLock:
+    """Held while the checkout is fetched or moved, or its pin changed (``rollback``)."""
+    return FileLock(StateDir(state_dir).git_lock, what="git checkout lock")
+
+
+@dataclass(kw_only=True)
+class SourceStatus:
+    """``<state>/git/source.json``: the source followed and what became of it."""
+
+    url: str
+    branch: str | None
+    tag: str | None
+    path: str
+    interval: float
+    owner: str
+    fetched: str | None = None  # the remote's commit at the last successful fetch
+    applied: str | None = None  # the commit the checkout is at (what the node runs)
+    last_fetch_at: str | None = None  # the last fetch that succeeded
+    last_applied_at: str | None = None
+    last_try_at: str | None = None
+    fetch_error: str | None = None  # git's words, when the last fetch failed
+    failures: int = 0  # fetches failed in a row
+    next_fetch_at: float = 0.0  # wall clock (epoch seconds)
+    pinned: str | None = None
+    by: str = "poll"  # what started the last fetch: poll, webhook, start
+    webhook_secret_file: str | None = None  # a path (never the secret): the gateway reads it
+    unverified: str | None = None  # why the commit to apply was refused (verify.allowedSigners)
+    auto_pinned: bool = False  # the pin is autoRollback's: a newer commit lifts it
+
+    @classmethod
+    def fresh(cls, s: GitSettings) -> SourceStatus:
+        return cls(
+            url=shown_url(s.url),
+            branch=s.branch,
+            tag=s.tag,
+            path=s.path,
+            interval=s.interval,
+            owner=s.owner,
+            webhook_secret_file=s.webhook_secret_file,
+        )
+
+
+def _decode_status(data: Any) -> SourceStatus:
+    if not isinstance(data, dict):
+        raise ValueError(f"a {type(data).__name__}, not an object")
+    known = set(SourceStatus.__dataclass_fields__)
+    return SourceStatus(**{k: v for k, v in data.items() if k in known})  # TypeError: set aside
+
+
+def _status(state_dir: Path) -> Document[SourceStatus]:
+    state = StateDir(state_dir)
+    return Document(state, state.git_source, _decode_status, asdict, indent=1)
+
+
+def read_status(state_dir: Path) -> SourceStatus | None:
+    """The remembered source, or None when this state dir follows no git source (a torn
+    file is quarantined, named, and read as none: the next sync writes it again)."""
+    return _status(state_dir).read()
+
+
+def write_status(state_dir: Path, status: SourceStatus) -> None:
+    _status(state_dir).write(status)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+# -- git itself ---------------------------------------------------------------------------
+
+
+class GitFailed(Exception):
+    """A git command failed: ``str()`` is git's own words (one line, no secret)."""
+
+
+def git(repo: Path, *args: str, timeout: float = FETCH_TIMEOUT, hold: int | None = None) -> str:
+    """Run git in ``repo``; never a prompt (a cron or a daemon has no terminal).
+
+    ``hold``: the git.lock descriptor, inherited by git: a git whose parent was killed
+    still holds the checkout until it ends, so the next daemon never runs a second git
+    (or removes a live git's ``index.lock``) beside it."""
+    env = {
+        **os.environ,
+        "GIT_TERMINAL_PROMPT": "0",  # a missing password is a failure, not a hang
+        "LC_ALL": "C",  # git's words, as the user would search for them
+        "GIT_CONFIG_NOSYSTEM": os.environ.get("GIT_CONFIG_NOSYSTEM", "0"),
+    }
+    cmd = ["git", "-C", str(repo), "-c", "gc.auto=0", "-c", "advice.detachedHead=false", *args]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,  # a timeout kills git's helpers (ssh, remote-https) too
+        text=True,
+        errors="replace",
+        pass_fds=() if hold is None else (hold,),
+    )
+    if args[0] == "fetch":
+        failpoints.hit("git.fetch.running")
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise GitFailed(f"git {args[0]} took more than {timeout:g}s (stopped)") from None
+    if proc.returncode != 0:
+        raise GitFailed(_words(err) or f"git {args[0]} exited {proc.returncode}")
+    return out.strip()
+
+
+def _words(stderr: str) -> str:
+    """git's first error lines, joined, with any URL's password taken out."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    text = "; ".join(lines[:4])  # the first is the specific one; then git's advice
+    return re.sub(r"(\w+://)[^/@\s]+@", r"\1", text)
+
+
+# -- the source ---------------------------------------------------------------------------
+
+
+@dataclass
+class SyncResult:
+    revision: str | None  # the commit the manifests folder is at now (None: no checkout yet)
+    fetched: bool = False
+    moved: bool = False
+    error: str | None = None
+    events: list[str] = field(default_factory=list)
+
+
+class GitSource:
+    """Fetch when due, move the checkout to the commit to apply; the pass calls :meth:`sync`."""
+
+    def __init__(self, state_dir: Path, s: GitSettings, *, always_fetch: bool = True) -> None:
+        self.state_dir = state_dir
+        self.settings = s
+        # The first sync of a process fetches (a --once, a daemon's start); later ones when
+        # due (the interval, a retry's back-off, a webhook): never every pass.
+        self.always_fetch = always_fetch
+        self.repo = checkout_dir(state_dir)
+        self.lock = checkout_lock(state_dir)
+        self.marker = StateDir(state_dir).git_moving
+
+    @property
+    def manifests(self) -> Path:
+        return manifests_dir(self.state_dir, self.settings.path)
+
+    def status(self) -> SourceStatus:
+        old = read_status(self.state_dir)
+        fresh = SourceStatus.fresh(self.settings)
+        if old is None or (old.url, old.branch, old.tag, old.path) != (
+            fresh.url,
+            fresh.branch,
+            fresh.tag,
+            fresh.path,
+        ):
+            return fresh  # another source: its history of fetches is not this one's
+        return replace(
+            old,
+            interval=fresh.interval,
+            owner=fresh.owner,
+            webhook_secret_file=fresh.webhook_secret_file,
+        )
+
+    def due_in(self, now: float | None = None) -> float:
+        """Seconds until the next fetch is due (0: now)."""
+        st = read_status(self.state_dir)
+        now = time.time() if now is None else now
+        if st is None or StateDir(self.state_dir).git_fetch_now.exists():
+            return 0.0
+        if st.pinned and st.applied != st.pinned:  # a rollback asked for: its pass now
+            return 0.0
+        return max(st.next_fetch_at - now, 0.0)
+
+    def sync(self) -> SyncResult:
+        sidefiles.folder_for_write(StateDir(self.state_dir).git)
+        with self.lock.hold(FETCH_TIMEOUT):
+            st = self.status()
+            by = self._fetch_reason(st)
+            result = SyncResult(revision=None)
+            if by is not None:
+                self._fetch(st, by, result)
+            target = st.pinned or st.fetched
+            if target is not None:
+                self._move_to(st, target, result)
+            self.always_fetch = False  # --once --wait: one fetch, then passes on that commit
+            st.applied = self._head()
+            write_status(self.state_dir, st)
+            result.revision = st.applied
+            return result
+
+    def _fetch_reason(self, st: SourceStatus) -> str | None:
+        hook = StateDir(self.state_dir).git_fetch_now
+        if hook.exists():
+            with contextlib.suppress(FileNotFoundError):
+                hook.unlink()  # taken before the fetch: a hook during it asks for another
+            return "webhook"
+        if self.always_fetch or st.fetched is None:  # this process's first sync
+            return "start"
+        return "poll" if time.time() >= st.next_fetch_at else None
+
+    def _fetch(self, st: SourceStatus, by: str, result: SyncResult) -> None:
+        st.last_try_at = now_iso()
+        try:
+            self._ensure_repo()
+            sha = self._fetch_ref()
+        except (GitFailed, OSError) as exc:
+            st.failures += 1
+            st.fetch_error = str(exc)
+            wait = min(RETRY_FIRST * 2 ** (st.failures - 1), RETRY_MAX, self.settings.interval)
+            st.next_fetch_at = time.time() + wait
+            result.error = st.fetch_error
+            log.warning("git fetch failed", url=st.url, error=st.fetch_error, retry_in=wait)
+            return
+        if sha != st.fetched:
+            result.events.append(f"fetched {sha[:12]} from {st.url} ({by})")
+            if st.auto_pinned and st.fetched is not None:
+                st.pinned, st.auto_pinned = None, False  # a newer commit lifts autoRollback's pin
+                result.events.append(f"a newer commit ({sha[:12]}): the auto-rollback pin lifted")
+        st.fetched, st.fetch_error, st.failures, st.by = sha, None, 0, by
+        st.last_fetch_at = st.last_try_at
+        st.next_fetch_at = time.time() + self.settings.interval
+        result.fetched = True
+
+    def _ensure_repo(self) -> None:
+        """A repository to fetch into: made once; one git cannot open is made again."""
+        if (self.repo / ".git").is_dir():
+            try:
+                git(self.repo, "rev-parse", "--git-dir", timeout=30)
+                return
+            except GitFailed as exc:
+                log.warning("git checkout unusable; making it again", error=str(exc))
+        _remove_tree(self.repo)
+        self.repo.mkdir(mode=0o700, parents=True)
+        git(self.repo, "init", "--quiet")
+        # The marker makes the next sync check the (new, empty) checkout out again.
+        self.marker.write_text("init\n")
+
+    def _fetch_ref(self) -> str:
+        s = self.settings
+        self._unlock()
+        git(
+            self.repo,
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--force",
+            f"--depth={DEPTH}",
+            s.url,
+            f"+{s.ref}:{s.tracking}",
+            hold=self.lock.fileno,
+        )
+        sha = git(self.repo, "rev-parse", "--verify", "--quiet", f"{s.tracking}^{{commit}}")
+        if not SHA.match(sha):
+            raise GitFailed(f"{s.ref} does not name a commit (got {sha!r})")
+        return sha
+
+    def _unlock(self) -> None:
+        """git's own lock files left by a git we killed: ours to remove under git.lock."""
+        gitdir = self.repo / ".git"
+        for name in ("index.lock", "shallow.lock", "HEAD.lock", "packed-refs.lock"):
+            with contextlib.suppress(FileNotFoundError):
+                (gitdir / name).unlink()
+        refs = gitdir / "refs"
+        if refs.is_dir():
+            for stale in refs.rglob("*.lock"):
+                with contextlib.suppress(FileNotFoundError):
+                    stale.unlink()
+
+    def _head(self) -> str | None:
+        from controller.store.sources.gitrev import revision
+
+        if not (self.repo / ".git").is_dir() or self.marker.exists():
+            return None
+        return revision(self.repo)
+
+    def _verified(self, st: SourceStatus, target: str, result: SyncResult) -> bool:
+        """``git verify-commit`` with git's ssh signatures against verify.allowedSigners:
+        an unsigned commit, or one signed by a key not listed, is never applied."""
+        signers = self.settings.allowed_signers
+        if signers is None:
+            st.unverified = None
+            return True
+        try:
+            git(
+                self.repo,
+                "-c",
+                "gpg.format=ssh",
+                "-c",
+                f"gpg.ssh.allowedSignersFile={signers}",
+                "verify-commit",
+                target,
+                timeout=60,
+            )
+        except GitFailed as exc:
+            st.unverified = f"commit {target[:12]} is not signed by a key in {signers}: {exc}"
+            result.error = st.unverified
+            log.warning("git commit not verified; not applied", commit=target, error=str(exc))
+            return False
+        st.unverified = None
+        return True
+
+    def _move_to(self, st: SourceStatus, target: str, result: SyncResult) -> None:
+        if self._head() == target:
+            if not self.marker.exists():
+                st.unverified = None
+            return
+        if not self._verified(st, target, result):
+            return
+        try:
+            self.marker.write_text(target + "\n")  # a kill from here on: the next sync redoes it
+            self._unlock()
+            hold = self.lock.fileno
+            git(self.repo, "checkout", "-q", "--force", "--detach", target, timeout=600, hold=hold)
+            failpoints.hit("git.move.after_checkout")
+            git(self.repo, "clean", "-ffdxq", timeout=600, hold=hold)
+            self.marker.unlink()
+        except (GitFailed, OSError) as exc:
+            st.fetch_error = f"cannot check out {target[:12]}: {exc}"
+            result.error = st.fetch_error
+            log.warning("git checkout failed", commit=target, error=str(exc))
+            return
+        st.last_applied_at = now_iso()
+        result.moved = True
+        result.events.append(f"checked out {target[:12]}")
+        by = st.by
+        if st.pinned == target:
+            by = "auto-rollback" if st.auto_pinned else "rollback"
+        add_history(self.state_dir, self._entry(target, by))
+
+    def _entry(self, sha: str, by: str) -> dict[str, Any]:
+        try:
+            author, _, subject = git(self.repo, "log", "-1", "--format=%an%x00%s", sha).partition(
+                "\0"
+            )
+        except GitFailed:
+            author, subject = "", ""
+        return {
+            "revision": sha,
+            "author": author,
+            # a start or a --once fetches as the interval's poll does
+            **({"by": "poll"} if by == "start" else {"by": by}),
+            "subject": subject,
+            "applied_at": now_iso(),
+            "outcome": "Progressing",
+        }
+
+    def note_outcome(self, phases: list[tuple[str, str]], specs: dict[str, str]) -> str | None:
+        """The newest history entry follows its deployments as they converge (``phases``:
+        deployment, phase per instance); past autoRollback's progressDeadline with the
+        deployments the commit changed not all Ready, the source is pinned to the last good
+        commit (what happened, in words, for the events; None when nothing did).
+
+        The entry keeps its commit's spec hashes (``specs``, from its first pass): what it
+        changed is what differs from the entry before, so a deployment the commit did not
+        touch, failing since an older one, rolls nothing back."""
+        entries = read_history(self.state_dir)
+        if not entries or entries[-1]["outcome"] in ("Ready", "RolledBack"):
+            return None
+        newest = entries[-1]
+        outcome = outcome_of([phase for _, phase in phases])
+        news = "specs" not in newest or outcome != newest["outcome"]  # else nothing to write
+        newest.setdefault("specs", specs)
+        newest["outcome"] = outcome
+        if news:
+            write_history(self.state_dir, entries)
+        if outcome == "Ready":
+            return None
+        touched = _changed_by(entries, newest)
+        if outcome_of([phase for name, phase in phases if name in touched]) == "Ready":
+            return None
+        return self._auto_rollback(newest)
+
+    def _auto_rollback(self, newest: dict[str, Any]) -> str | None:
+        deadline = self.settings.progress_deadline
+        if deadline is None or newest.get("by") in ("rollback", "auto-rollback"):
+            return None
+        try:
+            since = datetime.fromisoformat(str(newest["applied_at"]))
+        except ValueError:
+            return None
+        if (datetime.now(UTC) - since).total_seconds() < deadline:
+            return None
+        good = last_good(self.state_dir, but=newest["revision"])
+        if good is None:
+            return None
+        with self.lock.hold(FETCH_TIMEOUT):
+            st = self.status()
+            if st.pinned is not None:
+                return None
+            st.pinned, st.auto_pinned = good, True
+            write_status(self.state_dir, st)
+        return (
+            f"commit {newest['revision'][:12]} not Ready within {deadline:g}s"
+            f" (progressDeadline): rolled back to {good[:12]}, pinned until a newer commit"
+            " or reconcile rollback --resume"
+        )
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    if path.exists():
+        shutil.rmtree(path)
+
+
+# -- history: one entry per application of a commit --------------------------------------
+
+HISTORY_KEEP = 200  # entries kept (the oldest go first)
+
+
+def _decode_history(data: Any) -> list[dict[str, Any]]:
+    if not isinstance(data, list):
+        raise ValueError(f"a {type(data).__name__}, not a list")
+    return [e for e in data if isinstance(e, dict) and "revision" in e]
+
+
+def _history(state_dir: Path) -> Document[list[dict[str, Any]]]:
+    state = StateDir(state_dir)
+    keep = lambda entries: entries[-HISTORY_KEEP:]  # noqa: E731
+    return Document(state, state.git_history, _decode_history, keep, indent=1)
+
+
+def read_history(state_dir: Path) -> list[dict[str, Any]]:
+    """The applied commits, oldest first (a torn file: quarantined, a new history)."""
+    return _history(state_dir).read() or []
+
+
+def write_history(state_dir: Path, entries: list[dict[str, Any]]) -> None:
+    _history(state_dir).write(entries)
+
+
+def add_history(state_dir: Path, entry: dict[str, Any]) -> None:
+    entries = read_history(state_dir)
+    if (
+        entries
+        and entries[-1]["outcome"] not in ("Ready",)
+        and entry["by"] in ("rollback", "auto-rollback")
+    ):
+        entries[-1]["outcome"] = "RolledBack"  # the commit that was left for an older one
+    write_history(state_dir, [*entries, entry])
+
+
+def _changed_by(entries: list[dict[str, Any]], newest: dict[str, Any]) -> set[str]:
+    """The deployments whose spec ``newest``'s commit changed: added, or another hash than
+    the last earlier entry that knew its specs had (every one when none did)."""
+    specs: dict[str, str] = newest.get("specs") or {}
+    before = next(
+        (e["specs"] for e in reversed(entries[:-1]) if isinstance(e.get("specs"), dict)), None
+    )
+    if before is None:
+        return set(specs)
+    return {name for name, digest in specs.items() if before.get(name) != digest}
+
+
+def outcome_of(phases: list[str]) -> str:
+    if any(p == "Failed" for p in phases):
+        return "Failed"
+    if any(p in ("BackOff", "Pending") for p in phases):
+        return "Degraded"
+    if all(p in ("Ready", "Idle") for p in phases):
+        return "Ready"
+    return "Progressing"
+
+
+def last_good(state_dir: Path, but: str | None) -> str | None:
+    """The newest commit whose deployments were all Ready, other than ``but``."""
+    for entry in reversed(read_history(state_dir)):
+        if entry["outcome"] == "Ready" and entry["revision"] != but:
+            return str(entry["revision"])
+    return None
+
+
+# -- the state `reconcile source` shows -------------------------------------------------
+
+
+def state_of(st: SourceStatus, phases: list[str]) -> tuple[str, str]:
+    """(state, message) from the status and the phases of the source's records."""
+    if st.fetch_error:
+        since = st.last_fetch_at or "never"
+        return PULL_FAILED, f"{st.fetch_error} (last successful fetch: {since})"
+    if st.unverified:
+        running = st.applied[:12] if st.applied else "nothing"
+        return UNVERIFIED, f"{st.unverified} (still running {running})"
+    if st.pinned:
+        moved = st.fetched and st.fetched != st.pinned
+        by = "auto-rollback" if st.auto_pinned else "rollback"
+        behind = f"; the branch is at {st.fetched[:12]}" if moved and st.fetched else ""
+        return PINNED, f"pinned at {st.pinned[:12]} by {by} (reconcile rollback --resume){behind}"
+    if st.fetched is None:
+        return PROGRESSING, "not fetched yet"
+    if st.applied != st.fetched:
+        return PROGRESSING, f"applying {st.fetched[:12]}"
+    bad = [p for p in phases if p in ("Failed", "BackOff", "Pending")]
+    if bad:
+        return DEGRADED, f"{len(bad)} of {len(phases)} deployment(s) not Ready ({', '.join(bad)})"
+    waiting = [p for p in phases if p not in ("Ready", "Idle")]
+    if waiting:
+        return PROGRESSING, f"{len(phases) - len(waiting)}/{len(phases)} deployment(s) Ready"
+    return SYNCED, f"{len(phases)} deployment(s) Ready at {st.applied[:12]}"
+
+
+def as_json(st: SourceStatus, state: str, message: str) -> dict[str, Any]:
+    return {
+        "url": st.url,
+        **({"tag": st.tag} if st.tag else {"branch": st.branch}),
+        "path": st.path,
+        "fetched": st.fetched,
+        "applied": st.applied,
+        "state": state,
+        "message": message,
+        "last_fetch_at": st.last_fetch_at,
+        "last_applied_at": st.last_applied_at,
+        "pinned": st.pinned,
+    }

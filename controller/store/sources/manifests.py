@@ -1,0 +1,461 @@
+"""The only YAML reader: manifest folders -> (specs, per-file errors with file and line).
+
+Each file is bounded (size, node count, depth) so a hostile or broken file costs
+little, and a broken file never hides the deployments it declared before: its
+path is reported in ``broken_sources`` and the pass leaves those records alone.
+A pass's files already parsed come from the parse cache (store/sources/parsecache.py);
+yaml is imported only for one that is not.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from controller.core.manifest.cluster import cluster_refusals
+from controller.core.manifest.excerpt import clip, did_you_mean, short
+from controller.core.manifest.specerrors import problems
+from controller.core.manifest.specs import (
+    Deployment,
+    Entry,
+    fields_at,
+    is_dns1123,
+    routable_names,
+    spec_hash,
+)
+from controller.store.sources import bounded, security
+from controller.store.sources.bounded import Document, Path_
+from controller.store.sources.parsecache import ParseCache
+
+SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestError:
+    file: str
+    line: int | None
+    field: str | None
+    message: str
+    name: str | None = None  # the deployment it concerns, when known
+
+    def __str__(self) -> str:
+        where = self.file + (f":{self.line}" if self.line else "")
+        what = f"{self.field}: " if self.field else ""
+        return f"{where}: {what}{self.message}"
+
+
+@dataclass
+class LoadResult:
+    entries: dict[str, Entry] = field(default_factory=dict)
+    errors: list[ManifestError] = field(default_factory=list)
+    # Files that could not be read or parsed at all: the names they declare are unknown.
+    broken_sources: set[str] = field(default_factory=set)
+    # Names declared by documents that failed validation (or duplicates): leave them be.
+    invalid_names: dict[str, str] = field(default_factory=dict)
+    missing_folders: list[str] = field(default_factory=list)
+    # Of those, the ones that are there but unusable (a file, no permission): why, in words.
+    unusable: dict[str, str] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+    documents: int = 0  # non-empty YAML documents read, valid or not
+    # (source, first line of the document) -> the line of each path in it, so a later
+    # check of a valid spec (`reconcile export`) can say where, as load errors do.
+    field_lines: dict[tuple[str, int], dict[Path_, int]] = field(default_factory=dict)
+
+    def line_of(self, entry: Entry, loc: Sequence[str | int]) -> int | None:
+        lines = self.field_lines.get((entry.source, entry.line))
+        return entry.line if lines is None else bounded.line_for(lines, loc)
+
+    backend: str = "local"  # the backend the specs are for: a cluster refuses some fields
+
+    def folder_problems(self) -> list[str]:
+        """Each missing folder in words: `-f /etc/passwd` is there, so not "does not exist"."""
+        return [
+            f"manifests folder {f} {self.unusable.get(f, 'does not exist')}"
+            for f in self.missing_folders
+        ]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def prune_safe(self) -> bool:
+        """False when a folder is missing or holds no manifest (invariant 5).
+
+        A file with no document (empty, all comments: a truncated checkout) is no
+        manifest; a file that cannot be parsed may be one, so it counts.
+        """
+        has_manifest = self.documents > 0 or bool(self.broken_sources)
+        return not self.missing_folders and has_manifest
+
+
+def _validation_errors(
+    exc: ValidationError, value: Any, file: str, lines: dict[Path_, int], name: str | None
+) -> list[ManifestError]:
+    out = []
+    for problem in problems(exc, value):
+        message = problem.message
+        if problem.unknown:
+            message = _unknown_field(problem.loc)
+        loc = problem.loc
+        out.append(
+            ManifestError(
+                file, bounded.line_for(lines, loc), bounded.field_path(loc), message, name
+            )
+        )
+    return out
+
+
+def _unknown_field(loc: Sequence[str | int]) -> str:
+    """An unknown field's message, with the known field it is one slip away from."""
+    known = fields_at(tuple(loc[:-1]))
+    meant = did_you_mean(str(loc[-1]), known) if loc else None
+    if meant is not None:
+        return f"unknown field: did you mean `{meant}`?"
+    return "unknown field (check the spelling; `reconcile schema` lists fields)"
+
+
+def load_file(
+    path: Path, result: LoadResult, strict: bool = False, cache: ParseCache | None = None
+) -> None:
+    file = str(path)
+    try:
+        raw = bounded.read_bounded(path, strict)
+        text = raw.decode("utf-8")
+    except security.InsecureManifest as exc:
+        _broken(result, ManifestError(file, None, None, str(exc)))
+        return
+    except (OSError, RuntimeError, UnicodeDecodeError) as exc:
+        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        _broken(result, ManifestError(file, None, None, f"cannot read: {reason}"))
+        return
+    values = cache.get(raw) if cache is not None else None
+    if values is None:
+        values = _parse(text, file, result)
+        if values is None:
+            return
+        if cache is not None:
+            cache.put(raw, values)
+    result.documents += len(values)
+    for value, lines, line in values:
+        _load_document(value, lines, line, file, result)
+
+
+def _parse(text: str, file: str, result: LoadResult) -> list[Document] | None:
+    """The file's documents, or None with the file marked broken (where, and why)."""
+    import yaml
+
+    from controller.store.sources import yamlread
+
+    try:
+        return yamlread.documents(text)
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else None
+        problem = f"invalid YAML: {exc.problem}{_tab_hint(text, line)}"
+        _broken(result, ManifestError(file, line, None, problem))
+    except yaml.reader.ReaderError as exc:  # a character YAML refuses (NUL, ...): say where
+        _broken(result, ManifestError(file, *_none_field(yamlread.reader_error_line(text, exc))))
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+        _broken(result, ManifestError(file, None, None, f"invalid YAML: {exc}"))
+    return None
+
+
+def _tab_hint(text: str, line: int | None) -> str:
+    """PyYAML's words for a tab ("found character that cannot start any token") never say
+    tab: name it, and where, when the line the error is on indents with one."""
+    lines = text.splitlines()
+    if line is None or not 0 < line <= len(lines):
+        return ""
+    row = lines[line - 1]
+    indent = row[: len(row) - len(row.lstrip(" \t"))]
+    if "\t" not in indent:
+        return ""
+    column = indent.index("\t") + 1
+    return f" (a tab at column {column}: YAML indents with spaces only)"
+
+
+def _none_field(where: tuple[int, str]) -> tuple[int, None, str]:
+    return where[0], None, where[1]
+
+
+def _broken(result: LoadResult, error: ManifestError) -> None:
+    result.errors.append(error)
+    result.broken_sources.add(error.file)
+
+
+def _load_document(
+    value: Any, lines: dict[Path_, int], line: int, file: str, result: LoadResult
+) -> None:
+    if not isinstance(value, dict):
+        result.errors.append(ManifestError(file, line, None, "a document must be a mapping"))
+        result.broken_sources.add(file)
+        return
+    foreign = _foreign_kind(value)
+    if foreign is not None:  # a Kubernetes object (or other tool's file) in the folder
+        result.errors.append(ManifestError(file, line, "apiVersion", foreign))
+        result.broken_sources.add(file)
+        return
+    meta = value.get("metadata")
+    raw_name = meta.get("name") if isinstance(meta, dict) else None
+    name = raw_name if is_dns1123(raw_name) else None
+    try:
+        deployment = Deployment.model_validate(value)
+    except ValidationError as exc:
+        errors = _validation_errors(exc, value, file, lines, name)
+        result.errors.extend(errors)
+        if name is None:
+            result.broken_sources.add(file)  # which deployment it was is unknown
+        else:
+            result.invalid_names.setdefault(name, str(errors[0]))
+        return
+    problem = _recipe_problem(deployment)
+    if problem is not None:  # a spec its engine's recipe refuses (no model...): invalid too
+        field_ = re.search(r"\bspec\.\w+", problem)
+        loc = tuple(field_.group().split(".")) if field_ else ("spec",)
+        error = ManifestError(
+            file, bounded.line_for(lines, loc), ".".join(loc), problem, deployment.name
+        )
+        result.errors.append(error)
+        result.invalid_names.setdefault(deployment.name, str(error))
+        return
+    result.field_lines[(file, line)] = lines
+    refusals = cluster_refusals(deployment.spec, result.backend)
+    if refusals:  # fields the cluster backend cannot honour: invalid there, named
+        for path, why in refusals:
+            loc = tuple(path.split("."))
+            error = ManifestError(file, bounded.line_for(lines, loc), path, why, deployment.name)
+            result.errors.append(error)
+        result.invalid_names.setdefault(deployment.name, str(result.errors[-len(refusals)]))
+        return
+    _add(result, Entry(deployment, file, line, spec_hash(deployment.spec)))
+
+
+def _foreign_kind(value: dict[Any, Any]) -> str | None:
+    """Why a document that names another apiVersion is not ours (None: it may be ours).
+
+    ``kubectl``'s ``apps/v1`` Deployment in the folder is not a reconcile manifest with
+    errors: it gets no record (nothing to show as Pending), only this message.
+    """
+    api, kind = value.get("apiVersion"), value.get("kind")
+    if not isinstance(api, str) or api == "reconcile/v1" or not api:
+        return None
+    what = f"{clip(api)} {clip(kind)}" if isinstance(kind, str) else clip(api)
+    return (
+        f"not a reconcile manifest ({what}): reconcile reads apiVersion reconcile/v1, kind "
+        "Deployment; keep Kubernetes objects out of the manifests folder (`reconcile export` "
+        "makes them from it)"
+    )
+
+
+def _recipe_problem(deployment: Deployment) -> str | None:
+    """Render the spec once with stand-in ports: what the recipe refuses, before any pass."""
+    from controller.core.engines import RecipeError, recipe_for
+    from controller.core.render import render
+
+    extra = tuple(range(2, 2 + recipe_for(deployment.spec.engine).extra_ports))
+    # A spec.source gives the recipe its model: the file a pull will put in the cache.
+    pulled = "/stand-in/pulled-model" if deployment.spec.source is not None else None
+    entry = Entry(deployment, "", 0, "")
+    try:
+        render(entry, devices=(), port=1, extra_ports=extra, model_path=pulled)
+    except RecipeError as exc:
+        return str(exc)
+    return None
+
+
+def _add(result: LoadResult, entry: Entry) -> None:
+    name = entry.name
+    first = result.entries.get(name)
+    if first is None and name not in result.invalid_names:
+        result.entries[name] = entry
+        return
+    where = f"{first.source}:{first.line}" if first else "an invalid document"
+    message = f"duplicate deployment name {name!r}: also declared in {where}"
+    result.errors.append(ManifestError(entry.source, entry.line, "metadata.name", message, name))
+    if first is not None:
+        del result.entries[name]
+        other = f"duplicate deployment name {name!r}: also declared in {entry.source}:{entry.line}"
+        result.errors.append(ManifestError(first.source, first.line, "metadata.name", other, name))
+    result.invalid_names[name] = message
+
+
+def is_single_file(path: Path) -> bool:
+    """``-f web.yaml`` (kubectl's habit): a manifest named itself, not a folder."""
+    return path.name.endswith(SUFFIXES) and not path.is_dir()
+
+
+def _listing(folder: Path, strict: bool) -> list[Path]:
+    """The manifest files ``-f`` names: a folder's, or one file's (missing: FileNotFoundError)."""
+    single = is_single_file(folder)
+    if strict:
+        security.check_folder(folder.parent if single else folder)
+    if not single:
+        return manifest_files(folder)
+    if not folder.exists() and not folder.is_symlink():
+        raise FileNotFoundError(folder)
+    return [folder]
+
+
+def manifest_files(folder: Path) -> list[Path]:
+    """``*.yaml``/``*.yml`` in one folder (not recursive), skipping hidden and editor temp files."""
+    out = []
+    for child in sorted(folder.iterdir()):
+        if child.name.startswith(".") or not child.name.endswith(SUFFIXES):
+            continue
+        out.append(child)
+    return out
+
+
+def load(
+    folders: Iterable[Path],
+    *,
+    insecure: bool = False,
+    backend: str = "local",
+    cache_file: Path | None = None,
+) -> LoadResult:
+    """Every manifest of ``folders``; as root, only files and folders root alone can write.
+
+    ``cache_file``: the parse cache (a pass under the lock passes it; read verbs do not).
+    """
+    result = LoadResult(backend=backend)
+    cache = ParseCache(cache_file) if cache_file is not None else None
+    strict = security.strict(insecure)
+    seen: set[str] = set()  # real paths: `-f m -f m/a.yaml` (or one folder twice) reads a.yaml once
+    for folder in folders:
+        try:
+            files = _listing(folder, strict)
+        except FileNotFoundError:
+            result.missing_folders.append(str(folder))
+            continue
+        except NotADirectoryError:  # `-f /etc/passwd`: there, but no folder and no manifest
+            if not folder.exists():  # `-f file/x`: a path through a file is not there
+                result.missing_folders.append(str(folder))
+                continue
+            why = f"is not a folder, nor a manifest file ({', '.join(SUFFIXES)})"
+            _unusable(result, str(folder), why, f"{why}: -f takes a folder or one manifest file")
+            continue
+        except security.InsecureManifest as exc:  # prunes nothing, like a missing folder
+            _unusable(result, str(folder), "is refused (others can write it)", str(exc))
+            continue
+        except OSError as exc:  # no permission, a symlink loop (ELOOP)...
+            why = f"cannot be listed ({exc.strerror or exc})"
+            _unusable(result, str(folder), why, f"cannot list: {exc}")
+            continue
+        for path in files:
+            real = os.path.realpath(path)
+            if real in seen:  # the same file again is not a second declaration of its names
+                continue
+            if os.path.isfile(real):  # links to one device are each refused and named
+                seen.add(real)
+            result.files.append(str(path))
+            _load_guarded(path, result, strict, cache)
+    if cache is not None and not result.missing_folders:  # a missing folder: keep its files'
+        cache.save()
+    _check_model_names(result)
+    _check_fallbacks(result)
+    return result
+
+
+def _unusable(result: LoadResult, folder: str, why: str, error: str) -> None:
+    """A folder ``-f`` names that is there but gives nothing: it prunes nothing, as a
+    missing one, and the error says what it is instead."""
+    result.missing_folders.append(folder)
+    result.unusable[folder] = why
+    result.errors.append(ManifestError(folder, None, None, error))
+
+
+def _load_guarded(path: Path, result: LoadResult, strict: bool, cache: ParseCache | None) -> None:
+    """``load_file``, whose unexpected error becomes that file's error (invariant 11).
+
+    The last guard: a bug in checking one manifest (a type no check expected) must
+    never end a pass or the daemon; the file is broken, so what it declared before
+    is left alone, and every other file loads as usual.
+    """
+    try:
+        load_file(path, result, strict, cache)
+    except Exception as exc:
+        file = str(path)
+        for name in [n for n, e in result.entries.items() if e.source == file]:
+            del result.entries[name]  # half a file is not the file
+        why = f"{type(exc).__name__}: {short(str(exc), 120)}"
+        message = (
+            f"could not be checked (an internal error, {why}); what it declared is left "
+            "as it was. Please report this with the file."
+        )
+        _broken(result, ManifestError(file, None, None, message))
+
+
+def _check_model_names(result: LoadResult) -> None:
+    """Model names only the gateway could not route (DESIGN "The gateway").
+
+    A ``spec.model`` (or an alias equal to one) shared by several deployments is a
+    pool the gateway balances over; what stays an error is real ambiguity: an alias
+    listed by two deployments, or a model or alias equal to another deployment's
+    ``metadata.name`` (which must reach that deployment alone).
+    """
+    entries = list(result.entries.values())
+    named = {e.name: e for e in entries}
+    aliased: dict[str, Entry] = {}
+    clashes: dict[str, str] = {}
+    for entry in entries:
+        spec = entry.deployment.spec
+        for model in (*([spec.model] if spec.model else []), *spec.aliases):
+            owner = named.get(model)
+            if owner is not None and owner is not entry:
+                why = "one deployment's metadata.name and another's model or alias"
+                _clash(result, clashes, entry, owner, model, why)
+        for alias in spec.aliases:
+            first = aliased.setdefault(alias, entry)
+            if first is not entry:
+                _clash(result, clashes, entry, first, alias, "an alias of two deployments")
+    for name, message in clashes.items():
+        del result.entries[name]
+        result.invalid_names[name] = message
+
+
+def _check_fallbacks(result: LoadResult) -> None:
+    """``spec.fallbacks`` names routable models of other deployments (DESIGN "Routing that
+    helps the engine"): a name nothing serves, or one of the deployment's own names, makes
+    it invalid. Two deployments falling back on each other are fine: the gateway never
+    follows a fallback back to a model it already tried."""
+    entries = list(result.entries.values())
+    routable = {n for e in entries for n in routable_names(e.name, e.deployment.spec)}
+    bad: dict[str, str] = {}
+    for entry in entries:
+        own = set(routable_names(entry.name, entry.deployment.spec))
+        for i, name in enumerate(entry.deployment.spec.fallbacks):
+            if name in own:
+                why = f"{name!r} is this deployment's own name: a fallback is another model"
+            elif name not in routable:
+                known = ", ".join(sorted(routable - own)[:20]) or "none"
+                why = f"no deployment serves {name!r} (routable names: {known})"
+            else:
+                continue
+            error = ManifestError(entry.source, entry.line, f"spec.fallbacks[{i}]", why, entry.name)
+            result.errors.append(error)
+            bad.setdefault(entry.name, str(error))
+    for name, message in bad.items():
+        del result.entries[name]
+        result.invalid_names[name] = message
+
+
+def _clash(
+    result: LoadResult, clashes: dict[str, str], mine: Entry, other: Entry, model: str, why: str
+) -> None:
+    """Both deployments are invalid, each error naming the other's file and line."""
+    for a, b in ((mine, other), (other, mine)):
+        message = (
+            f"model name {model!r} is {why} (also {b.name!r}, {b.source}:{b.line}): the "
+            "gateway could not tell where it goes; rename one or drop the alias"
+        )
+        field_ = "spec.aliases" if model in a.deployment.spec.aliases else "spec.model"
+        if model == a.name:
+            field_ = "metadata.name"
+        result.errors.append(ManifestError(a.source, a.line, field_, message, a.name))
+        clashes.setdefault(a.name, str(result.errors[-1]))

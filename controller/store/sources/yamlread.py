@@ -1,0 +1,164 @@
+"""Bounded YAML reading: files, documents and the line of every value.
+
+A file costs at most MAX_FILE_BYTES to read and MAX_NODES nodes, MAX_DEPTH deep,
+to parse, whatever it holds (alias bombs, a megabyte of ``[0,0,...``). Values come
+back with a map from their path to their line, so errors can say where.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.resolver import Resolver
+
+# yaml-free helpers live in store/sources/bounded.py (a pass whose manifests are all in the
+# parse cache never imports yaml); re-exported here for the node config reader.
+from controller.store.sources.bounded import MAX_FILE_BYTES as MAX_FILE_BYTES
+from controller.store.sources.bounded import Document as Document
+from controller.store.sources.bounded import Path_ as Path_
+from controller.store.sources.bounded import field_path as field_path
+from controller.store.sources.bounded import line_for as line_for
+from controller.store.sources.bounded import read_bounded as read_bounded
+
+MAX_NODES = 20_000  # alias expansion counts: a YAML "billion laughs" stops here
+MAX_DEPTH = 64
+
+
+if TYPE_CHECKING:
+    _Base = yaml.SafeLoader
+elif yaml.__with_libyaml__:
+    from yaml._yaml import CParser
+
+    class _Base(Composer, CParser, SafeConstructor, Resolver):
+        """libyaml's scanner and parser (C, ~10x faster), PyYAML's own composer on top.
+
+        The events and marks are those of the pure-Python parser, and composing stays
+        in Python so the bounds below still apply node by node.
+        """
+
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+
+else:  # PyYAML built without libyaml
+    _Base = yaml.SafeLoader
+
+
+class _BoundedLoader(_Base):
+    """Composes at most MAX_NODES nodes per file, MAX_DEPTH deep: a file's cost is bounded.
+
+    The limits bind while the file is parsed, so a megabyte of ``[0,0,0,...`` or of
+    ``---`` stops after MAX_NODES nodes instead of building them all first.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.composed = 0
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self.composed += 1
+        self.depth += 1
+        try:
+            if self.composed > MAX_NODES or self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                if self.composed > MAX_NODES:
+                    raise _at(mark, f"more than {MAX_NODES} YAML nodes")
+                raise _at(mark, f"nested deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _at(mark: yaml.Mark | None, message: str) -> yaml.MarkedYAMLError:
+    return yaml.MarkedYAMLError(problem=message, problem_mark=mark)
+
+
+def _fail(node: yaml.Node, message: str) -> yaml.MarkedYAMLError:
+    return yaml.MarkedYAMLError(problem=message, problem_mark=node.start_mark)
+
+
+class _Converter:
+    """Turn a composed node tree into Python values, remembering each path's line."""
+
+    def __init__(self) -> None:
+        self.lines: dict[Path_, int] = {}
+        self.nodes = 0
+        self._constructor = SafeConstructor()  # scalars only: no stream, no parser
+
+    def convert(self, node: yaml.Node, path: Path_ = (), depth: int = 0) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise _fail(node, f"more than {MAX_NODES} YAML nodes (alias expansion?)")
+        if depth > MAX_DEPTH:
+            raise _fail(node, f"nested deeper than {MAX_DEPTH} levels")
+        self.lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path, depth)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.convert(v, (*path, i), depth + 1) for i, v in enumerate(node.value)]
+        return self._constructor.construct_object(node, deep=True)
+
+    def _mapping(self, node: yaml.MappingNode, path: Path_, depth: int) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise _fail(key_node, "merge keys ('<<') are not supported in manifests")
+            key = self.convert(key_node, path, depth + 1)
+            if not isinstance(key, str):
+                raise _fail(key_node, f"mapping key {key!r} must be a string")
+            if key in out:
+                raise _fail(key_node, f"duplicate key {key!r}")
+            out[key] = self.convert(value_node, (*path, key), depth + 1)
+        return out
+
+
+def documents(text: str) -> list[Document]:
+    """Every non-empty document of a YAML stream, bounded; raises yaml.YAMLError."""
+    out = []
+    for node in yaml.compose_all(text, Loader=_BoundedLoader):
+        if node is not None and not _empty(node):
+            converter = _Converter()
+            out.append((converter.convert(node), converter.lines, node.start_mark.line + 1))
+    return out
+
+
+def _empty(node: yaml.Node) -> bool:
+    """An empty document (a trailing ``---``, a commented-out one): skipped, like kubectl."""
+    return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
+
+
+def load_mapping(path: Path) -> tuple[dict[str, Any], dict[Path_, int]]:
+    """One YAML mapping (the node config file), bounded like a manifest, with its lines.
+
+    Raises ``ValueError`` with a message that names the file and the line.
+    """
+    try:
+        text = read_bounded(path).decode("utf-8")
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        converter = _Converter()
+        value = converter.convert(node) if node is not None else {}
+    except yaml.MarkedYAMLError as exc:
+        line = f":{exc.problem_mark.line + 1}" if exc.problem_mark else ""
+        raise ValueError(f"{path}{line}: invalid YAML: {exc.problem}") from exc
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        raise ValueError(f"{path}: cannot read: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: must be a mapping of settings")
+    return value, converter.lines if node is not None else {}
+
+
+def reader_error_line(text: str, exc: yaml.reader.ReaderError) -> tuple[int, str]:
+    """The line and message of a character YAML refuses (NUL, ...)."""
+    # libyaml counts the offset in UTF-8 bytes, the pure-Python reader in characters.
+    offset = exc.position if isinstance(exc.position, int) else 0
+    before = text.encode()[:offset] if yaml.__with_libyaml__ else text[:offset].encode()
+    char = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+    message = f"invalid YAML: character {char} is not allowed ({exc.reason})"
+    return before.count(b"\n") + 1, message

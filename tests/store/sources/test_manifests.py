@@ -1,0 +1,455 @@
+"""The YAML reader: folders -> specs, and for bad input an error naming file, line and field.
+
+Invariant 11: malformed YAML, wrong types, unknown fields, duplicate names and
+unreadable files each give a clear error; the other manifests still load.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from controller.store.sources.manifests import LoadResult, load
+from controller.store.sources.yamlread import MAX_FILE_BYTES
+
+GOOD = """\
+apiVersion: reconcile/v1
+kind: Deployment
+metadata:
+  name: {name}
+spec:
+  engine: command
+  command: [serve, "{{port}}"]
+"""
+
+
+def write(folder: Path, file: str, text: str) -> Path:
+    path = folder / file
+    path.write_text(text)
+    return path
+
+
+def only_error(result: LoadResult) -> str:
+    assert len(result.errors) == 1, [str(e) for e in result.errors]
+    return str(result.errors[0])
+
+
+def test_loads_each_document_of_each_file(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", GOOD.format(name="a") + "---\n" + GOOD.format(name="b"))
+    write(tmp_path, "c.yml", GOOD.format(name="c"))
+    result = load([tmp_path])
+    assert result.ok and result.prune_safe
+    assert sorted(result.entries) == ["a", "b", "c"]
+    b = result.entries["b"]
+    assert b.source == str(tmp_path / "a.yaml")
+    assert b.line == 9  # the line where its document starts
+    assert b.hash.startswith("sha256:")
+
+
+def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
+    write(tmp_path, ".hidden.yaml", "{broken")
+    write(tmp_path, "notes.txt", "{broken")
+    write(tmp_path, "a.yaml~", "{broken")
+    write(tmp_path, "a.yaml.swp", "{broken")
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub", "deep.yaml", "{broken")
+    write(tmp_path, "a.yaml", GOOD.format(name="a"))
+    result = load([tmp_path])
+    assert result.ok and list(result.entries) == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: a\nspec: {}\n",
+            "bad.yaml:4: invalid YAML",
+            id="malformed-yaml-names-line",
+        ),
+        pytest.param(
+            GOOD.format(name="a") + "  devices:\n    count: many\n",
+            "bad.yaml:9: spec.devices.count: Input should be a valid integer",
+            id="wrong-type-names-line-and-field",
+        ),
+        pytest.param(
+            GOOD.format(name="a") + "  devices:\n    count: 1\n    gpus: 2\n",
+            "bad.yaml:10: spec.devices.gpus: unknown field",
+            id="unknown-field-names-its-line",
+        ),
+        pytest.param(
+            GOOD.format(name="a") + "  port: 1\n  port: 2\n",
+            "bad.yaml:9: invalid YAML: duplicate key 'port'",
+            id="duplicate-key",
+        ),
+        pytest.param(
+            GOOD.format(name="a").replace('  command: [serve, "{port}"]\n', ""),
+            "bad.yaml:6: spec: engine 'command' needs spec.command",
+            id="missing-command-points-at-spec",
+        ),
+        pytest.param(
+            "- just\n- a list\n", "bad.yaml:1: a document must be a mapping", id="not-a-mapping"
+        ),
+        pytest.param(
+            "base: &b {engine: command}\nspec:\n  <<: *b\n",
+            "bad.yaml:3: invalid YAML: merge keys",
+            id="merge-keys-refused",
+        ),
+        pytest.param(
+            GOOD.format(name="Bad_Name"),
+            "bad.yaml:4: metadata.name: name 'Bad_Name' is not a DNS-1123 label",
+            id="bad-name",
+        ),
+        pytest.param(
+            "a: &a [x,x,x,x,x,x,x,x,x,x]\n"
+            + "".join(
+                f"{c}: &{c} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n"
+                for p, c in zip("abcdef", "bcdefg", strict=True)
+            ),
+            "more than 20000 YAML nodes",
+            id="billion-laughs-bounded",
+        ),
+        pytest.param("[" * 200 + "]" * 200, "nested deeper than", id="deep-nesting-bounded"),
+        pytest.param("{1: 2}\n", "mapping key 1 must be a string", id="non-string-key"),
+        pytest.param(
+            GOOD.format(name="web").replace("  engine", "\tengine"),
+            "bad.yaml:6: invalid YAML: found character that cannot start any token (a tab at "
+            "column 1: YAML indents with spaces only)",
+            id="tab-indent",
+        ),
+        pytest.param(
+            GOOD.format(name="web") + "  \tport: 8000\n",
+            "bad.yaml:8: invalid YAML: found character that cannot start any token (a tab at "
+            "column 3: YAML indents with spaces only)",
+            id="tab-after-spaces",
+        ),
+        pytest.param(
+            GOOD.format(name="web").replace("{port}", "{prot}"),
+            "bad.yaml:7: spec.command[1]: unknown placeholder '{prot}': did you mean {port}?",
+            id="mistyped-placeholder",
+        ),
+    ],
+)
+def test_bad_input_names_file_line_and_field(tmp_path: Path, text: str, expected: str) -> None:
+    write(tmp_path, "bad.yaml", text)
+    write(tmp_path, "good.yaml", GOOD.format(name="good"))
+    result = load([tmp_path])
+    message = only_error(result)
+    assert expected in message, message
+    assert message.startswith(str(tmp_path / "bad.yaml"))
+    assert "good" in result.entries  # nothing else is disturbed
+
+
+def test_broken_file_is_a_broken_source(tmp_path: Path) -> None:
+    bad = write(tmp_path, "bad.yaml", "{{{")
+    result = load([tmp_path])
+    assert result.broken_sources == {str(bad)}
+    assert not result.invalid_names
+
+
+def test_invalid_named_document_keeps_its_name(tmp_path: Path) -> None:
+    write(tmp_path, "bad.yaml", GOOD.format(name="a") + "  port: nope\n")
+    result = load([tmp_path])
+    assert "a" in result.invalid_names and "spec.port" in result.invalid_names["a"]
+    assert not result.broken_sources  # other deployments of the file are still known
+
+
+def test_invalid_unnamed_document_breaks_its_file(tmp_path: Path) -> None:
+    bad = write(tmp_path, "bad.yaml", GOOD.format(name="a").replace("name: a", "name: A!"))
+    result = load([tmp_path])
+    assert result.broken_sources == {str(bad)}
+
+
+def test_duplicate_names_across_files_are_both_reported(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", GOOD.format(name="web"))
+    write(tmp_path, "b.yaml", GOOD.format(name="web"))
+    result = load([tmp_path])
+    assert "web" not in result.entries and "web" in result.invalid_names
+    messages = sorted(str(e) for e in result.errors)
+    assert len(messages) == 2
+    assert messages[0].startswith(f"{tmp_path / 'a.yaml'}:1: metadata.name: duplicate")
+    assert f"also declared in {tmp_path / 'b.yaml'}:1" in messages[0]
+    assert f"also declared in {tmp_path / 'a.yaml'}:1" in messages[1]
+
+
+def test_duplicate_of_an_invalid_document(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", GOOD.format(name="web") + "  port: nope\n")
+    write(tmp_path, "b.yaml", GOOD.format(name="web"))
+    result = load([tmp_path])
+    assert "web" not in result.entries
+
+
+def test_duplicates_across_folders(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    write(tmp_path / "x", "a.yaml", GOOD.format(name="web"))
+    write(tmp_path / "y", "a.yaml", GOOD.format(name="web"))
+    result = load([tmp_path / "x", tmp_path / "y"])
+    assert len(result.errors) == 2 and not result.entries
+
+
+@pytest.mark.parametrize("also", ["the folder again", "its file", "the file by a link"])
+def test_one_file_named_twice_is_read_once(tmp_path: Path, also: str) -> None:
+    """`-f m -f m/web.yaml` (or `-f m -f m`): one file, so no duplicate names (issue 34, 16)."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    web = write(folder, "web.yaml", GOOD.format(name="web"))
+    second = {
+        "the folder again": folder,
+        "its file": web,
+        "the file by a link": tmp_path / "l.yaml",
+    }
+    (tmp_path / "l.yaml").symlink_to(web)
+    result = load([folder, second[also]])
+    assert result.ok, [str(e) for e in result.errors]
+    assert list(result.entries) == ["web"] and result.files == [str(web)]
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "not-utf8", "too-big", "dangling-link"])
+def test_unreadable_files(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "bad.yaml"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "not-utf8":
+        path.write_bytes(b"\xff\xfe\x00garbage")
+    elif kind == "too-big":
+        path.write_text("# " + "x" * MAX_FILE_BYTES)
+    else:
+        path.symlink_to(tmp_path / "nowhere.yaml")
+    write(tmp_path, "good.yaml", GOOD.format(name="good"))
+    result = load([tmp_path])
+    message = only_error(result)
+    assert message.startswith(f"{path}: cannot read"), message
+    assert str(path) in result.broken_sources
+    assert "good" in result.entries
+
+
+def test_symlink_within_the_folder_is_followed(tmp_path: Path) -> None:
+    """A Kubernetes ConfigMap mount: x.yaml -> ..data/x.yaml -> ..2026_12_01/x.yaml."""
+    folder = tmp_path / "m"
+    (folder / "..2026_12_01").mkdir(parents=True)
+    write(folder / "..2026_12_01", "web.yaml", GOOD.format(name="web"))
+    (folder / "..data").symlink_to("..2026_12_01")
+    (folder / "web.yaml").symlink_to("..data/web.yaml")
+    assert list(load([folder]).entries) == ["web"]
+
+
+def test_a_symlinked_folder_is_followed(tmp_path: Path) -> None:
+    write(tmp_path, "web.yaml", GOOD.format(name="web"))
+    (tmp_path / "link").symlink_to(tmp_path)
+    assert list(load([tmp_path / "link"]).entries) == ["web"]
+
+
+def test_symlink_out_of_the_folder_is_refused_unread(tmp_path: Path) -> None:
+    """`ln -s /etc/shadow m/x.yaml`: refused by name, and not one byte of it is quoted."""
+    (tmp_path / "m").mkdir()
+    secret = tmp_path / "secret"
+    secret.write_text("root:$6$s3cr3t-h4sh:20228:0:99999:7:::\nweb: {x: 1}\n")
+    link = tmp_path / "m" / "x.yaml"
+    link.symlink_to(secret)
+    result = load([tmp_path / "m"])
+    message = only_error(result)
+    assert message.startswith(f"{link}: cannot read: a symlink to"), message
+    assert "outside the manifests folder" in message
+    assert "s3cr3t" not in message and "root:" not in message
+    assert str(link) in result.broken_sources  # what it declared before is left alone
+
+
+@pytest.mark.parametrize("value", ["1.5", "20.0", ".inf", "[]", "{}", "[20Gi]", "{a: 1}"])
+def test_memory_of_any_wrong_type_is_an_error_not_a_crash(tmp_path: Path, value: str) -> None:
+    """`devices.memory: 1.5` raised TypeError and ended every command and the daemon."""
+    spec = f"  devices: {{count: 1, kind: nvidia, memory: {value}}}\n"
+    write(tmp_path, "m.yaml", GOOD.format(name="m") + spec)
+    write(tmp_path, "ok.yaml", GOOD.format(name="ok"))
+    result = load([tmp_path])
+    message = only_error(result)
+    assert message.startswith(f"{tmp_path / 'm.yaml'}:8: spec.devices.memory: "), message
+    assert list(result.entries) == ["ok"] and "m" in result.invalid_names
+
+
+def test_an_unexpected_error_in_one_file_is_that_files_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last guard (invariant 11): a bug met while checking one manifest never ends
+    the load, and so never a pass or the daemon; the other files load as usual."""
+    from controller.store.sources import manifests
+
+    real = manifests.load_file
+
+    def planted(path: Path, *args: object, **kwargs: object) -> None:
+        real(path, *args, **kwargs)  # type: ignore[arg-type]
+        if path.name == "bad.yaml":
+            raise TypeError("expected string or bytes-like object, got 'float'")
+
+    monkeypatch.setattr(manifests, "load_file", planted)
+    write(tmp_path, "bad.yaml", GOOD.format(name="bad"))
+    write(tmp_path, "ok.yaml", GOOD.format(name="ok"))
+    result = load([tmp_path])
+    message = only_error(result)
+    assert message.startswith(f"{tmp_path / 'bad.yaml'}: could not be checked"), message
+    assert "TypeError" in message
+    assert list(result.entries) == ["ok"]  # half a file is not the file
+    assert str(tmp_path / "bad.yaml") in result.broken_sources
+
+
+def test_a_long_unknown_key_is_quoted_short(tmp_path: Path) -> None:
+    key = "k" * 500 + "\\x00"
+    write(tmp_path, "m.yaml", GOOD.format(name="m") + f'  "{key}": 1\n')
+    message = only_error(load([tmp_path]))
+    assert "unknown field" in message and len(message) < 300, message
+
+
+# -- invariant 5: what may prune ------------------------------------------------------------
+
+
+def test_missing_folder_is_not_prune_safe(tmp_path: Path) -> None:
+    result = load([tmp_path / "gone"])
+    assert result.missing_folders == [str(tmp_path / "gone")]
+    assert not result.prune_safe and result.ok
+
+
+def test_one_missing_folder_of_two_is_not_prune_safe(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", GOOD.format(name="a"))
+    result = load([tmp_path, tmp_path / "gone"])
+    assert "a" in result.entries and not result.prune_safe
+
+
+def test_empty_folder_is_not_prune_safe(tmp_path: Path) -> None:
+    write(tmp_path, "README.md", "no manifests here")
+    assert not load([tmp_path]).prune_safe
+
+
+@pytest.mark.parametrize("text", ["", "# all commented out\n", "---\n...\n"], ids=repr)
+def test_folder_of_documentless_files_is_not_prune_safe(tmp_path: Path, text: str) -> None:
+    """A truncated checkout (files with no document) holds no manifests: prune nothing."""
+    write(tmp_path, "a.yaml", text)
+    result = load([tmp_path])
+    assert result.ok and not result.entries
+    assert not result.prune_safe
+
+
+def test_folder_that_is_a_file(tmp_path: Path) -> None:
+    """`-f /etc/passwd` said the folder "does not exist" (issue 34, item 23): it is there."""
+    path = write(tmp_path, "file", "x")
+    result = load([path])
+    assert not result.prune_safe
+    said = "is not a folder, nor a manifest file (.yaml, .yml)"
+    assert only_error(result) == f"{path}: {said}: -f takes a folder or one manifest file"
+    assert result.folder_problems() == [f"manifests folder {path} {said}"]
+    through = load([path / "x.d"])  # a path through a file is not there at all
+    assert through.ok and through.folder_problems() == [
+        f"manifests folder {path / 'x.d'} does not exist"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("  env:\n    BAD-NAME: x\n", "bad.yaml:9: spec.env: env name 'BAD-NAME'"),
+        (
+            "  readiness:\n    httpGet:\n      path: health\n",
+            "bad.yaml:10: spec.readiness.httpGet.path",
+        ),
+    ],
+    ids=["env-name", "probe-path"],
+)
+def test_validator_errors_name_the_field(tmp_path: Path, extra: str, expected: str) -> None:
+    write(tmp_path, "bad.yaml", GOOD.format(name="a") + extra)
+    assert expected in only_error(load([tmp_path]))
+
+
+def test_trailing_and_empty_documents_are_skipped(tmp_path: Path) -> None:
+    text = "---\n" + GOOD.format(name="a") + "---\n# commented out\n---\n"
+    write(tmp_path, "a.yaml", text)
+    result = load([tmp_path])
+    assert result.ok, [str(e) for e in result.errors]
+    assert list(result.entries) == ["a"] and result.prune_safe
+
+
+def test_a_spec_its_recipe_refuses_is_invalid_at_load(tmp_path: Path) -> None:
+    """Caught by `validate`, and never reaches a pass (where it crashed every start)."""
+    text = "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: llm}\nspec:\n"
+    write(tmp_path, "llm.yaml", text + "  engine: vllm\n  basePort: 9000\n")
+    result = load([tmp_path])
+    message = only_error(result)
+    assert message.startswith(f"{tmp_path / 'llm.yaml'}:5: spec.model: engine 'vllm' needs")
+    assert "llm" in result.invalid_names and not result.entries
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        pytest.param(
+            "  devices:\n    count: on\n",
+            "bad.yaml:9: spec.devices.count: Input should be a number, not true (YAML reads",
+            id="yaml-boolean-is-no-count",
+        ),
+        pytest.param(
+            "  args: [--x, true]\n",
+            "bad.yaml:8: spec.args[1]: Input should be a valid string",
+            id="list-index-in-the-path",
+        ),
+        pytest.param(
+            "  readiness: probe\n",
+            "bad.yaml:8: spec.readiness: Input should be a mapping of fields, not str",
+            id="not-a-mapping-in-our-words",
+        ),
+        pytest.param(
+            "  env: {BAD-NAME: x}\n",
+            "bad.yaml:8: spec.env: env name 'BAD-NAME' is not a valid environment variable name",
+            id="validator-message-without-pydantic-prefix",
+        ),
+        pytest.param(
+            "  readiness:\n    httpGet: {}\n    tcpSocket: {}\n",
+            "bad.yaml:9: spec.readiness: readiness takes httpGet or tcpSocket, not both",
+            id="a-model-check-points-at-its-mapping",
+        ),
+    ],
+)
+def test_validation_errors_name_the_path_as_written(
+    tmp_path: Path, extra: str, expected: str
+) -> None:
+    """pydantic's loc holds its own step names and snake_case: the user sees camelCase keys,
+    list indexes and the line, as they wrote them."""
+    write(tmp_path, "bad.yaml", GOOD.format(name="a") + extra)
+    message = only_error(load([tmp_path]))
+    assert message.startswith(str(tmp_path / expected.split(":")[0]))
+    assert expected in message, message
+
+
+def _with(name: str, extra: str) -> str:
+    return GOOD.format(name=name) + extra
+
+
+def test_one_model_in_two_deployments_is_a_pool(tmp_path: Path) -> None:
+    """Two llama-servers of one model (one per GPU, as users ran them by hand) both load."""
+    write(tmp_path, "a.yaml", _with("llm-a", "  model: /m/tiny.gguf\n"))
+    write(tmp_path, "b.yaml", _with("llm-b", "  model: /m/tiny.gguf\n  aliases: [tiny]\n"))
+    write(tmp_path, "c.yaml", _with("llm-c", "  aliases: [/m/tiny.gguf]\n"))  # joins the pool
+    result = load([tmp_path])
+    assert result.ok, [str(e) for e in result.errors]
+    assert sorted(result.entries) == ["llm-a", "llm-b", "llm-c"]
+
+
+@pytest.mark.parametrize(
+    ("b_extra", "field", "why"),
+    [
+        ("  aliases: [shared]\n", "spec.aliases", "an alias of two deployments"),
+        ("  model: llm-a\n", "spec.model", "metadata.name and another's model or alias"),
+        ("  aliases: [llm-a]\n", "spec.aliases", "metadata.name and another's model or alias"),
+    ],
+    ids=["alias-twice", "model-is-a-name", "alias-is-a-name"],
+)
+def test_real_ambiguity_is_an_error_naming_both_files(
+    tmp_path: Path, b_extra: str, field: str, why: str
+) -> None:
+    a = write(tmp_path, "a.yaml", _with("llm-a", "  aliases: [shared]\n"))
+    b = write(tmp_path, "b.yaml", _with("llm-b", b_extra))
+    result = load([tmp_path])
+    assert not result.entries and set(result.invalid_names) == {"llm-a", "llm-b"}
+    messages = [str(e) for e in result.errors]
+    assert any(m.startswith(f"{b}:1: {field}: ") and why in m and str(a) in m for m in messages)
+    assert any(m.startswith(f"{a}:1: ") and str(b) in m for m in messages), messages
