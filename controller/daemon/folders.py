@@ -22,7 +22,7 @@ from watchdog.events import FileSystemEvent
 from controller.store.sources.manifests import SUFFIXES, is_single_file
 
 # The one observer mechanism (and the kernel's mask), shared with the gateway's watch.
-from controller.store.watch import Watch, identity
+from controller.store.watch import Watch, dir_identity
 
 CHANGES = frozenset({"created", "modified", "deleted", "moved", "closed"})
 COMINGS_AND_GOINGS = frozenset({"created", "deleted", "moved"})
@@ -77,7 +77,7 @@ class ManifestWatch(Watch):
         wanted: dict[Path, tuple[int, int]] = {}
         for folder in self.folders:
             for path in (folder, *folder.parents):
-                ident = identity(path)
+                ident = dir_identity(path)
                 if ident is not None:
                     wanted[path] = ident
                     if path != folder:

@@ -116,7 +116,7 @@ class Watch:
 
     def directories(self) -> dict[Path, tuple[int, int]]:
         """The directories to watch now, with their identity: each folder that exists."""
-        found = {folder: identity(folder) for folder in self.folders}
+        found = {folder: dir_identity(folder) for folder in self.folders}
         return {path: ident for path, ident in found.items() if ident is not None}
 
     def revive(self) -> bool:
@@ -184,7 +184,7 @@ class FolderWatch(Watch):
         return False
 
 
-def identity(path: Path) -> tuple[int, int] | None:
+def dir_identity(path: Path) -> tuple[int, int] | None:
     """A directory's (device, inode), None if it is not one now."""
     try:
         info = path.stat()
