@@ -104,3 +104,26 @@ class _Event:
     def __init__(self, path: Path) -> None:
         self.src_path = str(path)
         self.dest_path = ""
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dead_observer_is_restarted_counted_and_events_flow_again(
+    folder: Path, woken: tuple[FolderWatch, Woken]
+) -> None:
+    """The state dir's watch shares the daemon's observer code (store/watch.py's Watch): a
+    thread a bug killed is replaced at the next rearm, counted, and wakes the owner again."""
+    watch, calls = woken
+    real = watch.concerns
+
+    def broken(event: object) -> bool:
+        raise AttributeError("'FileModifiedEvent' object has no attribute 'dest_path'")
+
+    watch.concerns = broken  # type: ignore[method-assign,assignment]
+    write_atomic(folder / "web.json", b"{}")
+    watch._observer.join(WAIT)  # the event killed it
+    assert not watch._observer.is_alive(), "the observer thread to die"
+    watch.concerns = real  # type: ignore[method-assign]
+    watch.rearm()  # what the owner's resync does
+    assert watch.restarts == 1 and watch.watched == [folder]
+    write_atomic(folder / "api.json", b"{}")
+    calls.next("a write seen by the new observer")
