@@ -223,6 +223,11 @@ def _broken(view: RecordView, error: str) -> tuple[AnyAction, ...]:
     return ()
 
 
+def _unseen(entry: Entry) -> str:
+    """What changed when no field did: only envFrom's values (the hash covers them)."""
+    return "spec.envFrom's values" if entry.deployment.spec.env_from else "spec"
+
+
 def _changed(
     ctx: Context, view: RecordView, entry: Entry, *, why: str | None = None
 ) -> list[Judged]:
@@ -230,7 +235,7 @@ def _changed(
     rec = view.record
     declared = spec_document(entry.deployment.spec)
     fields = () if why else tuple(changed_fields(rec.stored_spec, declared))
-    shown = why or (", ".join(f"spec.{f}" for f in fields) or "spec") + " changed"
+    shown = why or (", ".join(f"spec.{f}" for f in fields) or _unseen(entry)) + " changed"
     if view.alive and fields and all(f.split(".")[0] in IN_PLACE for f in fields):
         return [Update(name=rec.name, reason=shown, entry=entry, fields=fields)]
     if view.alive and next_name(rec.name) in ctx.observed.records:
