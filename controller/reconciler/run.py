@@ -24,11 +24,10 @@ from controller.core.actions import Action, AnyAction, Conflict, Hold, Start, St
 from controller.core.devices.capacity import kinds_of, only_kinds
 from controller.core.devices.inventory import Inventory
 from controller.core.devices.placement import Ledger, Placed, Unplaced, ledger_for, place
-from controller.core.digest import sha256_hex
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.manifest import backendnames
 from controller.core.manifest.names import base_name, is_next
-from controller.core.manifest.specs import Entry
+from controller.core.manifest.specs import Entry, with_secrets
 from controller.core.plan import Desired, leader_of, plan, waits_turn
 from controller.core.pulls import PullView
 from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
@@ -154,7 +153,7 @@ class Preview:
         self.liveness: LivenessProber | None = None  # `plan` probes no liveness
 
     def desired(self, loaded: LoadResult) -> Desired:
-        with_secrets(loaded)  # spec.envFrom read here, at the edge: the planner sees a hash
+        resolve_secrets(loaded)  # spec.envFrom read here, at the edge: the planner sees a hash
         return Desired(
             owner=self.config.owner,
             entries=loaded.entries,
@@ -599,7 +598,7 @@ def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:
     return "no manifests found"
 
 
-def with_secrets(loaded: LoadResult) -> None:
+def resolve_secrets(loaded: LoadResult) -> None:
     """Each entry with spec.envFrom gets its values and a hash that covers them; one whose
     file is missing, too open or undecryptable becomes invalid, naming the file: Pending
     if it never ran, its running engine untouched (the planner's invalid-spec rule)."""
@@ -618,5 +617,7 @@ def with_secrets(loaded: LoadResult) -> None:
             loaded.errors.append(error)
             loaded.invalid_names[name] = str(error)
             continue
-        covered = sha256_hex(f"{entry.hash}|{secrets.digest(env)}".encode())
-        loaded.entries[name] = dataclasses.replace(entry, secret_env=env, hash=f"sha256:{covered}")
+        digest = secrets.digest(env)
+        loaded.entries[name] = dataclasses.replace(
+            entry, secret_env=env, secret_digest=digest, hash=with_secrets(entry.hash, digest)
+        )

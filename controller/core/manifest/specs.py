@@ -749,6 +749,7 @@ class Entry:
     # spec.envFrom's values, resolved on the node (controller/host/secrets.py): they reach
     # the engine's environment alone, so never in repr, equality or any document.
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    secret_digest: str = ""  # their digest, which ``hash`` covers (with_secrets)
 
     @property
     def name(self) -> str:
@@ -788,9 +789,19 @@ def routable_names(name: str, spec: DeploymentSpec) -> tuple[str, ...]:
 
 def spec_hash(spec: DeploymentSpec) -> str:
     """Identity of what runs: labels, metadata and the NOT_HASHED fields never restart."""
-    document = {k: v for k, v in spec_document(spec).items() if k not in NOT_HASHED}
-    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return document_hash(spec_document(spec))
+
+
+def document_hash(document: dict[str, Any]) -> str:
+    """:func:`spec_hash` of a spec document (a record's ``stored_spec``)."""
+    hashed = {k: v for k, v in document.items() if k not in NOT_HASHED}
+    canonical = json.dumps(hashed, sort_keys=True, separators=(",", ":"))
     return "sha256:" + sha256_hex(canonical.encode())
+
+
+def with_secrets(hash_: str, secret_digest: str) -> str:
+    """A spec hash that also covers envFrom's values (their digest, never the values)."""
+    return "sha256:" + sha256_hex(f"{hash_}|{secret_digest}".encode())
 
 
 def changed_fields(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
