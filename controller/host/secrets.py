@@ -51,8 +51,9 @@ class _Stamp:
     key_file: str
 
 
-# Decrypting costs a sops process: a pass reuses the values of an unchanged file.
-_CACHE: dict[_Stamp, dict[str, str]] = {}
+# Decrypting costs a sops process; a daemon passes every few seconds: by path, the stamp
+# the values were read at (one entry per file, replaced when the file changes).
+_CACHE: dict[str, tuple[_Stamp, dict[str, str]]] = {}
 
 
 def resolve(spec: DeploymentSpec, folder: Path) -> dict[str, str]:
@@ -86,11 +87,11 @@ def _cached(path: Path, read: Callable[[], dict[str, str]]) -> dict[str, str]:
     st = path.stat()
     key = os.environ.get("SOPS_AGE_KEY_FILE", "")
     stamp = _Stamp(str(path), st.st_ino, st.st_size, st.st_mtime_ns, key)
-    found = _CACHE.get(stamp)
-    if found is None:
-        found = read()
-        _CACHE.clear()  # only the latest of each file is worth keeping; a few files in all
-        _CACHE[stamp] = found
+    kept = _CACHE.get(stamp.path)
+    if kept is not None and kept[0] == stamp:
+        return dict(kept[1])
+    found = read()
+    _CACHE[stamp.path] = (stamp, found)
     return dict(found)
 
 

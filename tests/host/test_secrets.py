@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from envfrom.agekey import make_key
 
 from controller.core.manifest.specs import DeploymentSpec
 from controller.host import secrets
@@ -88,3 +89,24 @@ def test_a_missing_file_is_named_with_its_item(tmp_path: Path) -> None:
     with pytest.raises(SecretError) as caught:
         secrets.resolve(_spec({"file": str(ok)}, {"file": str(path)}), tmp_path)
     assert caught.value.index == 1 and f"file {path} does not exist" in str(caught.value)
+
+
+def test_unchanged_sops_files_are_not_decrypted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon passes every few seconds: one sops run per version of each file. Proved by
+    taking sops off PATH: the unchanged files still resolve, a rewritten one cannot."""
+    key = make_key(tmp_path / "keys")
+    folder = tmp_path / "m"
+    paths = [key.encrypt(f"{name}=v-{name}\n", folder / "secrets" / f"{name}.env") for name in "AB"]
+    spec = _spec({"sopsFile": "secrets/A.env"}, {"sopsFile": "secrets/B.env"})
+    monkeypatch.setenv("SOPS_AGE_KEY_FILE", str(key.file))
+    first = secrets.resolve(spec, folder)
+    assert first == {"A": "v-A", "B": "v-B"}
+    monkeypatch.setenv("PATH", str(tmp_path / "no-programs"))
+    assert secrets.resolve(spec, folder) == first  # both files kept, neither decrypted again
+    paths[1].write_bytes(paths[1].read_bytes() + b"\n")  # a new version (size and mtime)
+    with pytest.raises(SecretError) as caught:
+        secrets.resolve(spec, folder)
+    assert caught.value.index == 1 and "not on PATH" in str(caught.value)
+    assert f"sopsFile {paths[1]}" in str(caught.value)
