@@ -77,7 +77,8 @@ def render(
         memory=spec.devices.memory,
     )
     launch = recipe_for(spec.engine).launch(ctx)
-    env = {**launch.env, **spec.env, **visibility_env(devices)}
+    # As Kubernetes: spec.env wins over envFrom's secrets, the device fence over both.
+    env = {**launch.env, **entry.secret_env, **spec.env, **visibility_env(devices)}
     env["PORT"] = str(port)
     env["RECONCILE_NAME"] = entry.name
     return Rendered(

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 from controller import failpoints
 from controller.backends.base import Backend
@@ -26,11 +27,11 @@ from controller.core.devices.placement import Ledger, Placed, Unplaced, ledger_f
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.manifest import backendnames
 from controller.core.manifest.names import base_name, is_next
-from controller.core.manifest.specs import Entry
+from controller.core.manifest.specs import Entry, with_secrets
 from controller.core.plan import Desired, leader_of, plan, waits_turn
 from controller.core.pulls import PullView
 from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
-from controller.host import gpuhealth, procscan
+from controller.host import gpuhealth, procscan, secrets
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity
 from controller.logsetup import get_logger
@@ -147,6 +148,7 @@ class Preview:
         self.liveness: LivenessProber | None = None  # `plan` probes no liveness
 
     def desired(self, loaded: LoadResult) -> Desired:
+        resolve_secrets(loaded)  # spec.envFrom read here, at the edge: the planner sees a hash
         return Desired(
             owner=self.config.owner,
             entries=loaded.entries,
@@ -589,3 +591,28 @@ def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:
     if loaded.missing_folders:
         return "; ".join(loaded.folder_problems())
     return "no manifests found"
+
+
+def resolve_secrets(loaded: LoadResult) -> None:
+    """Each entry with spec.envFrom gets its values and a hash that covers them; one whose
+    file is missing, too open or undecryptable becomes invalid, naming the file: Pending
+    if it never ran, its running engine untouched (the planner's invalid-spec rule)."""
+    for name, entry in list(loaded.entries.items()):
+        if not entry.deployment.spec.env_from:
+            continue
+        try:
+            env = secrets.resolve(entry.deployment.spec, Path(entry.source).parent)
+        except secrets.SecretError as exc:
+            loc = ("spec", "envFrom", exc.index)
+            error = ManifestError(
+                entry.source, loaded.line_of(entry, loc), f"spec.envFrom[{exc.index}]",
+                str(exc), name,
+            )  # fmt: skip
+            del loaded.entries[name]
+            loaded.errors.append(error)
+            loaded.invalid_names[name] = str(error)
+            continue
+        digest = secrets.digest(env)
+        loaded.entries[name] = dataclasses.replace(
+            entry, secret_env=env, secret_digest=digest, hash=with_secrets(entry.hash, digest)
+        )

@@ -427,3 +427,24 @@ def test_golden_autoscaled() -> None:
     if os.environ.get("RECONCILE_UPDATE_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_env_from_becomes_a_secret_ref_and_a_note(version: str) -> None:
+    dep = deployment(
+        "web",
+        engine="vllm",
+        command=None,
+        model="org/model",
+        env={"HF_HOME": "/data/hf"},
+        envFrom=[{"file": "/etc/reconcile/hf.env"}, {"sopsFile": "secrets/api.env"}],
+    )
+    exported = export(dep)
+    box = container(exported)
+    assert box["envFrom"] == [{"secretRef": {"name": "web-env"}}]
+    assert all(item["name"] != "HF_TOKEN" for item in box["env"])  # no value leaves the node
+    (note,) = [n for n in exported.notes if n.field == ("spec", "envFrom")]
+    assert "web-env" in note.message and "--from-env-file=/etc/reconcile/hf.env" in note.message
+    assert "sops -d secrets/api.env" in note.message
+    for obj in exported.objects:
+        kubernetes_validate.validate(obj, version, strict=True)

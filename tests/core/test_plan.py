@@ -6,7 +6,7 @@ phrase each reason must contain. ``plan`` is pure: no process or file is involve
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from controller.core.actions import (
 )
 from controller.core.devices.inventory import Inventory
 from controller.core.manifest.names import base_name
+from controller.core.manifest.specs import Entry, with_secrets
 from controller.core.plan import BACKOFF_RESET, Desired, backoff, plan
 from controller.core.state import Drain, ExitInfo, Observed, Phase
 from controller.reconciler.executor import Executor
@@ -77,6 +78,12 @@ def run(case: Case) -> list[Action]:
 
 def exited(code: int | None = None, sig: int | None = None) -> ExitInfo:
     return ExitInfo(code=code, signal=sig, at=NOW)
+
+
+def secret_entry(digest: str, **spec: Any) -> Entry:
+    """Deployment a with a file in envFrom whose values have ``digest`` (the edge's hash)."""
+    plain = entry("a", envFrom=[{"file": "/etc/reconcile/a.env"}], **spec)
+    return replace(plain, secret_digest=digest, hash=with_secrets(plain.hash, digest))
 
 
 a_gpu = entry("a", **GPU1)
@@ -442,6 +449,32 @@ CASES = [
             id=f"replace-{field}-with-args",
         )
         for field, change in IN_PLACE_CHANGES.items()
+    ),
+    # envFrom's values are not in the document: the hash (covering their digest) says a
+    # change, and an in-place field changed beside them must not hide it.
+    pytest.param(
+        Case(
+            desired(secret_entry("b")),
+            observed(view(record("a", spec=secret_entry("a")), alive=True)),
+            expect=((Replace, "a", "spec.envFrom's values changed"),),
+        ),
+        id="replace-on-a-changed-secret",
+    ),
+    pytest.param(
+        Case(
+            desired(secret_entry("b", stopGracePeriodSeconds=7)),
+            observed(view(record("a", spec=secret_entry("a")), alive=True)),
+            expect=((Replace, "a", "spec.stopGracePeriodSeconds, spec.envFrom's values"),),
+        ),
+        id="replace-in-place-field-with-a-changed-secret",
+    ),
+    pytest.param(
+        Case(
+            desired(secret_entry("a", stopGracePeriodSeconds=7)),
+            observed(view(record("a", spec=secret_entry("a")), alive=True)),
+            expect=((Update, "a", "spec.stopGracePeriodSeconds changed"),),
+        ),
+        id="in-place-field-with-the-same-secret",
     ),
     pytest.param(
         Case(

@@ -90,16 +90,20 @@ class Wrapper:
         name = container_name(instance_of(launch.record.name), launch.record.nonce)
         env_file = StateDir(Path(self.state_dir)).container_env(name)
         cid_file = env_file.with_suffix(".cid")  # `run` writes the container's id there
-        _write_env(env_file, {**env, "RECONCILE_STATE": self.state_dir}, marker)
+        hidden = _secret_env(launch, env)  # envFrom's values: never in a file, never in argv
+        shown = {k: v for k, v in env.items() if k not in hidden}
+        _write_env(env_file, {**shown, "RECONCILE_STATE": self.state_dir}, marker)
         try:
             argv = self.run_argv(runtime.name, spec, launch, image, name, marker, env_file)
+            # `--env KEY` alone: the runtime takes KEY's value from its own environment.
+            argv[2:2] = [arg for key in sorted(hidden) for arg in ("--env", key)]
             # What adopting it after a crash must know again, which `inspect` cannot say
             # as the manifest wrote it (podman completes an image's name).
             argv[2:2] = ["--label", f"{containers.IMAGE_LABEL}={image}"]
             argv[2:2] = ["--label", f"{containers.DIGEST_LABEL}={digest}"]
             argv[2:2] = ["--cidfile", str(cid_file)]
             offset = _size(launch.log_path)
-            client = _start_client(argv, launch.log_path)
+            client = _start_client(argv, launch.log_path, hidden)
             failpoints.hit("container.run.before_wait")
             started = Started(runtime.name, client, launch.log_path, offset)
             ref, cid = started.wait(main_process, cid_file)
@@ -219,6 +223,11 @@ def _write_env(path: Path, env: Mapping[str, str], marker: str) -> None:
         out.write("\n".join(lines) + "\n")
 
 
+def _secret_env(launch: StartRequest, env: Mapping[str, str]) -> dict[str, str]:
+    """The variables whose values came from spec.envFrom (spec.env may override one)."""
+    return {k: v for k, v in launch.entry.secret_env.items() if env.get(k) == v}
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -226,7 +235,10 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _start_client(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+def _start_client(
+    argv: list[str], log_path: Path, secret_env: Mapping[str, str]
+) -> subprocess.Popen[bytes]:
+    """The runtime's `run`, with envFrom's values in its own environment (see --env KEY)."""
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         return subprocess.Popen(
@@ -236,6 +248,7 @@ def _start_client(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # outlives this pass, as the engine does
             close_fds=True,
+            env={**os.environ, **secret_env} if secret_env else None,
         )
     except OSError as exc:
         raise ContainerError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from exc

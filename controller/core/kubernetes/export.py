@@ -92,6 +92,7 @@ def export(
     scaler = _autoscaler(pod_deployment, namespace) if workload["kind"] == "Deployment" else None
     objects = (workload, *([scaler] if scaler else []), _service(pod_deployment, namespace))
     notes = ((_HPA_NOTE,) if scaler else ()) + _source_notes(deployment.spec)
+    notes += _secret_notes(deployment)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
 
@@ -156,6 +157,30 @@ def _source_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
             "exists: create it for a gated or private repo"
         )
     return (ExportGap(("spec", "source"), text, droppable=False),)
+
+
+def secret_name(name: str) -> str:
+    """The Secret an exported deployment's envFrom expects: one per deployment."""
+    return f"{name}-env"
+
+
+def _secret_notes(deployment: Deployment) -> tuple[ExportGap, ...]:
+    """envFrom's files stay on the node: the pod reads a Secret the user creates."""
+    items = deployment.spec.env_from
+    if not items:
+        return ()
+    sources = " ".join(
+        f"--from-env-file={item.file}"
+        if item.file
+        else f"--from-env-file=<(sops -d {item.sops_file})"
+        for item in items
+    )
+    text = (
+        f"exported as envFrom: secretRef {secret_name(deployment.name)}, which is not "
+        f"exported (no value leaves the node): create it with `kubectl create secret "
+        f"generic {secret_name(deployment.name)} {sources}`"
+    )
+    return (ExportGap(("spec", "envFrom"), text, droppable=False),)
 
 
 def problems_of(spec: DeploymentSpec) -> list[ExportGap]:
@@ -421,6 +446,8 @@ def _container(deployment: Deployment) -> Object:
         "env": [{"name": k, "value": v} for k, v in _env(spec, rendered).items()],
         "ports": [{"name": PORT_NAME, "containerPort": _port(spec), "protocol": "TCP"}],
     }
+    if spec.env_from:  # the values are the node's: the cluster's come from a Secret
+        container["envFrom"] = [{"secretRef": {"name": secret_name(deployment.name)}}]
     resource = _gpu_resource(spec.devices)
     mounts: list[Object] = []
     if resource is not None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
+import posixpath
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
@@ -479,6 +481,47 @@ class Container(Model):
         return "Always" if tag in (None, "latest") else "IfNotPresent"
 
 
+class EnvFrom(Model):
+    """One source of secret environment variables (DESIGN.md "Secrets"): exactly one key.
+
+    Only the path is in the manifest; the values are read on the node, at the edge
+    (controller/host/secrets.py), and reach the engine's environment alone.
+    """
+
+    file: str | None = Field(
+        default=None,
+        description="An absolute path on the node: KEY=VALUE lines (dotenv quoting), "
+        "mode 0600 (readable by its owner only) or refused.",
+    )
+    sops_file: str | None = Field(
+        default=None,
+        description="A SOPS-encrypted dotenv file (age), relative to the manifest's folder "
+        "and inside it; decrypted on the node by `sops -d` with its SOPS_AGE_KEY_FILE.",
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> Self:
+        if (self.file is None) == (self.sops_file is None):
+            raise ValueError(
+                "give exactly one of file (on the node) or sopsFile (in the repository)"
+            )
+        if self.file is not None and not self.file.startswith("/"):
+            raise ValueError(f"file {short(self.file)} must be an absolute path on the node")
+        if self.sops_file is not None:
+            _inside_folder(self.sops_file)
+        return self
+
+
+def _inside_folder(path: str) -> None:
+    """A sopsFile stays in the manifests folder: the repository is the boundary."""
+    if not path or path.startswith("/"):
+        raise ValueError(
+            f"sopsFile {short(path)} must be relative to the manifest (e.g. secrets/hf.env)"
+        )
+    if posixpath.normpath(path).split("/")[0] == "..":
+        raise ValueError(f"sopsFile {short(path)} leaves the manifests folder (`..`)")
+
+
 class DeploymentSpec(Model):
     engine: Engine = Field(
         description="The recipe: vllm, llama-cpp, sglang, tgi, ollama, or command (any argv)."
@@ -500,6 +543,12 @@ class DeploymentSpec(Model):
     )
     env: Annotated[dict[str, Arg], AfterValidator(_env_names)] = Field(
         default_factory=dict, description="Extra environment variables for the engine."
+    )
+    env_from: tuple[EnvFrom, ...] = Field(
+        default=(),
+        description="Secret environment variables read on the node: {file: /abs/path} "
+        "(0600 dotenv) or {sopsFile: rel/path} (SOPS + age). `env` wins over these; a "
+        "changed value restarts the engine; values never appear in any output.",
     )
     devices: Devices = Field(
         default=Devices(), description="The devices (GPUs) to lease for this engine."
@@ -697,6 +746,10 @@ class Entry:
     source: str
     line: int
     hash: str
+    # spec.envFrom's values, resolved on the node (controller/host/secrets.py): they reach
+    # the engine's environment alone, so never in repr, equality or any document.
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    secret_digest: str = ""  # their digest, which ``hash`` covers (with_secrets)
 
     @property
     def name(self) -> str:
@@ -720,6 +773,8 @@ def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
         del doc["source"]
     if doc.get("container") is None:
         del doc["container"]
+    if not doc.get("envFrom"):
+        del doc["envFrom"]
     if doc.get("livenessProbe") is None:
         del doc["livenessProbe"]
     if isinstance(doc.get("readiness"), dict) and doc["readiness"].get("completion") is None:
@@ -734,9 +789,19 @@ def routable_names(name: str, spec: DeploymentSpec) -> tuple[str, ...]:
 
 def spec_hash(spec: DeploymentSpec) -> str:
     """Identity of what runs: labels, metadata and the NOT_HASHED fields never restart."""
-    document = {k: v for k, v in spec_document(spec).items() if k not in NOT_HASHED}
-    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return document_hash(spec_document(spec))
+
+
+def document_hash(document: dict[str, Any]) -> str:
+    """:func:`spec_hash` of a spec document (a record's ``stored_spec``)."""
+    hashed = {k: v for k, v in document.items() if k not in NOT_HASHED}
+    canonical = json.dumps(hashed, sort_keys=True, separators=(",", ":"))
     return "sha256:" + sha256_hex(canonical.encode())
+
+
+def with_secrets(hash_: str, secret_digest: str) -> str:
+    """A spec hash that also covers envFrom's values (their digest, never the values)."""
+    return "sha256:" + sha256_hex(f"{hash_}|{secret_digest}".encode())
 
 
 def changed_fields(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:

@@ -28,9 +28,11 @@ from controller.core.manifest.specs import (
     Entry,
     base_name,
     changed_fields,
+    document_hash,
     is_next,
     next_name,
     spec_document,
+    with_secrets,
 )
 from controller.core.planner.context import Context, Judged, Want
 from controller.core.planner.lifecycle import lifecycle, running
@@ -223,6 +225,19 @@ def _broken(view: RecordView, error: str) -> tuple[AnyAction, ...]:
     return ()
 
 
+def _secrets_changed(rec: Record, entry: Entry) -> bool:
+    """envFrom's values differ from the record's: its hash is not the stored spec's with
+    these values' digest (an in-place field changed beside them must not hide them)."""
+    if not entry.secret_digest:
+        return False
+    return with_secrets(document_hash(rec.stored_spec), entry.secret_digest) != rec.spec_hash
+
+
+def _unseen(entry: Entry) -> str:
+    """What changed when no field did: only envFrom's values (the hash covers them)."""
+    return "spec.envFrom's values" if entry.deployment.spec.env_from else "spec"
+
+
 def _changed(
     ctx: Context, view: RecordView, entry: Entry, *, why: str | None = None
 ) -> list[Judged]:
@@ -230,8 +245,13 @@ def _changed(
     rec = view.record
     declared = spec_document(entry.deployment.spec)
     fields = () if why else tuple(changed_fields(rec.stored_spec, declared))
-    shown = why or (", ".join(f"spec.{f}" for f in fields) or "spec") + " changed"
-    if view.alive and fields and all(f.split(".")[0] in IN_PLACE for f in fields):
+    named = [f"spec.{f}" for f in fields]
+    secrets_changed = not why and _secrets_changed(rec, entry)
+    if secrets_changed or not named:
+        named.append(_unseen(entry))
+    shown = why or ", ".join(named) + " changed"
+    in_place = fields and all(f.split(".")[0] in IN_PLACE for f in fields)
+    if view.alive and in_place and not secrets_changed:
         return [Update(name=rec.name, reason=shown, entry=entry, fields=fields)]
     if view.alive and next_name(rec.name) in ctx.observed.records:
         return list(running(ctx, view))  # rolling: the old one serves until the new is Ready

@@ -1,0 +1,226 @@
+"""spec.envFrom's values, read on this node (DESIGN.md "Secrets"): never on disk in the
+clear, never in any output.
+
+``file``: KEY=VALUE lines (dotenv quoting), refused unless only its owner can read it.
+``sopsFile``: decrypted by the real ``sops -d`` with the node's ``SOPS_AGE_KEY_FILE``
+(inherited from reconcile's environment), its output read from a pipe, in memory.
+
+A :class:`SecretError` names the file and the ``envFrom`` item, never a value: not even
+sops' own words, which may quote a line of the file. :func:`digest` is what the spec hash
+takes in, so a changed value restarts the engine while the value stays here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.core.digest import sha256_hex
+from controller.core.manifest.specs import DeploymentSpec, EnvFrom
+
+SOPS_TIMEOUT = 30.0  # seconds: a local decryption; a hung sops must not hang a pass
+MAX_BYTES = 1 << 20  # a secrets file is small; a huge one is a mistake, not a secret
+# A dotenv line: [export ]KEY=VALUE, the value bare, 'single' (literal) or "double"
+# (with \n \" \\ escapes), a bare value ending at ' #' (a comment).
+LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+DOUBLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "$": "$"}
+
+
+class SecretError(ValueError):
+    """An envFrom item that cannot be read: which item, the file, why, and what to do."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+@dataclass(frozen=True, slots=True)
+class _Stamp:
+    """What identifies a file's content without reading it: a changed file is re-read."""
+
+    path: str
+    inode: int
+    size: int
+    mtime_ns: int
+    key_file: str
+
+
+# Decrypting costs a sops process; a daemon passes every few seconds: by path, the stamp
+# the values were read at (one entry per file, replaced when the file changes).
+_CACHE: dict[str, tuple[_Stamp, dict[str, str]]] = {}
+
+
+def resolve(spec: DeploymentSpec, folder: Path) -> dict[str, str]:
+    """Every envFrom item's variables, later items winning (``folder``: the manifest's)."""
+    env: dict[str, str] = {}
+    for index, item in enumerate(spec.env_from):
+        try:
+            env.update(_read_item(item, folder))
+        except SecretError as exc:
+            raise SecretError(index, str(exc)) from None
+    return env
+
+
+def digest(env: Mapping[str, str]) -> str:
+    """sha256 over the sorted items: changes with any value, tells nothing of one."""
+    return sha256_hex(json.dumps(sorted(env.items())).encode())
+
+
+def _read_item(item: EnvFrom, folder: Path) -> dict[str, str]:
+    if item.file is not None:
+        path = Path(item.file)
+        _private(path, "file")
+        return _cached(path, lambda: parse_dotenv(_read(path), str(path)))
+    assert item.sops_file is not None
+    path = folder / item.sops_file
+    _stat(path, "sopsFile")
+    return _cached(path, lambda: parse_dotenv(_decrypt(path), str(path)))
+
+
+def _cached(path: Path, read: Callable[[], dict[str, str]]) -> dict[str, str]:
+    st = path.stat()
+    key = os.environ.get("SOPS_AGE_KEY_FILE", "")
+    stamp = _Stamp(str(path), st.st_ino, st.st_size, st.st_mtime_ns, key)
+    kept = _CACHE.get(stamp.path)
+    if kept is not None and kept[0] == stamp:
+        return dict(kept[1])
+    found = read()
+    _CACHE[stamp.path] = (stamp, found)
+    return dict(found)
+
+
+def _stat(path: Path, what: str) -> os.stat_result:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise SecretError(0, f"{what} {path} does not exist on this node") from None
+    except OSError as exc:
+        raise SecretError(0, f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise SecretError(0, f"{what} {path} is not a regular file")
+    return st
+
+
+def _private(path: Path, what: str) -> None:
+    """0600 or refused: a secret others can read is no longer one (ssh refuses keys alike)."""
+    mode = stat.S_IMODE(_stat(path, what).st_mode)
+    if mode & 0o077:
+        raise SecretError(
+            0,
+            f"{what} {path} can be read by others (mode {mode:04o}): `chmod 600 {path}` "
+            "(and rotate what it holds if others could read it)",
+        )
+
+
+def _read(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise SecretError(0, f"file {path} cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_BYTES:
+        raise SecretError(0, f"file {path} is over {MAX_BYTES} bytes: not a secrets file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SecretError(0, f"file {path} is not UTF-8 text") from None
+
+
+def _decrypt(path: Path) -> str:
+    """``sops -d``'s output through a pipe: the clear text never touches a disk."""
+    argv = ["sops", "--decrypt", "--output-type", "dotenv"]
+    if path.suffix not in (".yaml", ".yml", ".json", ".ini"):
+        argv += ["--input-type", "dotenv"]  # sops guesses by suffix; hf.env and hf alike
+    try:
+        done = subprocess.run(
+            [*argv, str(path)], capture_output=True, timeout=SOPS_TIMEOUT, check=False
+        )
+    except FileNotFoundError:
+        raise SecretError(
+            0, f"sopsFile {path}: the sops program is not on PATH (install sops on this node)"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise SecretError(0, f"sopsFile {path}: sops -d ran over {SOPS_TIMEOUT:.0f} s") from None
+    if done.returncode != 0:
+        raise SecretError(0, f"sopsFile {path} cannot be decrypted: {_why(done.stderr)}")
+    return done.stdout.decode("utf-8", errors="replace")
+
+
+def _why(stderr: bytes) -> str:
+    """sops' failure in our words: its own may quote a line of the file, so never shown."""
+    text = stderr.decode("utf-8", errors="replace")
+    if "metadata not found" in text:
+        return "it is not SOPS-encrypted (encrypt it: sops -e -i FILE)"
+    key = os.environ.get("SOPS_AGE_KEY_FILE")
+    if key is None:
+        return (
+            "no age key of this node opens it: set SOPS_AGE_KEY_FILE to the node's key "
+            "file (age-keygen makes one; encrypt for its public key)"
+        )
+    return (
+        f"this node's age key (SOPS_AGE_KEY_FILE={key}) is not one of its recipients, or the "
+        "file is damaged (re-encrypt it for this node's public key)"
+    )
+
+
+def parse_dotenv(text: str, where: str) -> dict[str, str]:
+    """KEY=VALUE lines: comments, blank lines, ``export``, 'single' and "double" quotes.
+
+    An error names the line number, never its text (the text is the secret).
+    """
+    env: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        number = i + 1
+        row = lines[i]
+        i += 1
+        if not row.strip() or row.lstrip().startswith("#"):
+            continue
+        match = LINE.match(row)
+        if match is None:
+            raise SecretError(0, f"{where}:{number}: not a KEY=VALUE line")
+        key, raw = match.group(1), match.group(2)
+        while _open_quote(raw) and i < len(lines):  # a quoted value across lines
+            raw += "\n" + lines[i]
+            i += 1
+        env[key] = _value(raw, f"{where}:{number}")
+    return env
+
+
+def _open_quote(raw: str) -> bool:
+    if not raw or raw[0] not in "'\"":
+        return False
+    body = raw[1:]
+    if raw[0] == "'":
+        return "'" not in body
+    return re.search(r'(?<!\\)(?:\\\\)*"', body) is None
+
+
+def _value(raw: str, where: str) -> str:
+    if raw[:1] == "'":
+        end = raw.find("'", 1)
+        return _after(raw, end, where, raw[1:end])
+    if raw[:1] == '"':
+        match = re.match(r'"((?:[^"\\]|\\.)*)"', raw, re.DOTALL)
+        if match is None:
+            raise SecretError(0, f"{where}: a double quote is not closed")
+        body = re.sub(r"\\(.)", lambda m: DOUBLE_ESCAPES.get(m[1], "\\" + m[1]), match[1])
+        return _after(raw, match.end() - 1, where, body)
+    return re.split(r"\s+#", raw, maxsplit=1)[0].rstrip()
+
+
+def _after(raw: str, end: int, where: str, value: str) -> str:
+    """A quoted value: only a comment may follow its closing quote."""
+    if end < 0:
+        raise SecretError(0, f"{where}: a single quote is not closed")
+    rest = raw[end + 1 :].strip()
+    if rest and not rest.startswith("#"):
+        raise SecretError(0, f"{where}: text after the closing quote")
+    return value

@@ -1,0 +1,198 @@
+"""spec.envFrom end to end (DESIGN.md "Secrets"): the real CLI and daemon, real engines,
+the real ``sops`` with an ``age-keygen`` key. A value reaches the engine's environment and
+no output, no state-dir file; a changed value restarts the engine; a file that cannot be
+used leaves the deployment Pending, naming the file, and a running engine as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agekey import AgeKey, make_key
+
+from controller.store.config import accesstoken
+
+METRICS = 14  # the metrics port: the test's port block + 14 (the gateway's is + 15)
+
+
+def _secret(what: str) -> str:
+    """A value no output could hold by chance."""
+    return f"{what}-{uuid.uuid4().hex}"
+
+
+def _private(path: Path, text: str) -> Path:
+    """A node's secrets file, 0600 as the contract asks."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+def _outputs(rc: Any, g: Any, pid: int) -> dict[str, str]:
+    """Every output a user or a scraper can read, by where it came from."""
+    token = accesstoken.read(rc.state)
+    places: dict[str, str] = {}
+    for verb in (
+        ("status",),
+        ("status", "-o", "json"),
+        ("status", "-o", "wide"),
+        ("describe", "web"),
+        ("events", "web"),
+        ("logs", "web"),
+        ("plan",),
+        ("plan", "-o", "json"),
+        ("export",),
+    ):
+        result = rc(*verb, check=0)
+        places[f"reconcile {' '.join(verb)}"] = result.out + result.err
+    metrics = f"http://127.0.0.1:{rc.port + METRICS}/metrics?token={token}"
+    with urllib.request.urlopen(metrics, timeout=30) as answer:
+        places["/metrics"] = answer.read().decode()
+    for path in ("/ui/api/state", "/ui/api/logs/web", "/v1/models", "/healthz"):
+        answer = g.request("GET", f"{path}?token={token}")
+        assert answer.status == 200, (path, answer)
+        places[f"GET {path}"] = answer.body.decode()
+    places["daemon log"] = g.text()
+    places["engine argv"] = " ".join(rc.cmdline(pid))
+    for file in sorted(rc.state.rglob("*")):
+        if file.is_file():
+            places[str(file)] = file.read_bytes().decode(errors="replace")
+    return places
+
+
+def test_values_reach_the_engine_and_nowhere_else(
+    reconcile: Any, gateway: Any, age_key: AgeKey
+) -> None:
+    rc = reconcile
+    on_node, in_repo = _secret("hf"), _secret("api")
+    node_file = _private(
+        rc.tmp / "node" / "hf.env",
+        f'# the hub token\nexport HF_TOKEN="{on_node}"  # read on the node\nPLAIN=not-secret\n',
+    )
+    age_key.encrypt(f"API_KEY='{in_repo}'\n", rc.manifests / "secrets" / "api.env")
+    rc.env["SOPS_AGE_KEY_FILE"] = str(age_key.file)
+    items = [{"file": str(node_file)}, {"sopsFile": "secrets/api.env"}]
+    rc.write("web", envFrom=items, image="python:3.12-slim")  # the image: for export
+    g = gateway("--metrics-port", str(rc.port + METRICS))
+    g.wait_phase("web", "Ready")
+    pid = rc.record("web")["ref"]["pid"]
+    env = rc.environ(pid)
+    assert (env["HF_TOKEN"], env["API_KEY"], env["PLAIN"]) == (on_node, in_repo, "not-secret")
+
+    places = _outputs(rc, g, pid)
+    exported = places["reconcile export"]
+    assert "secretRef" in exported and "web-env" in exported, exported
+    assert "kubectl create secret generic web-env" in exported, exported
+    hits = [(where, s) for where, text in places.items() for s in (on_node, in_repo) if s in text]
+    assert hits == [], hits
+    files = sum(1 for where in places if where.startswith("/"))
+    print(f"secret grep: {len(places)} places ({files} state-dir files), 0 hits")
+    assert files > 5, places.keys()  # records, events, logs... were there to grep
+    g.finish()
+
+
+def test_a_changed_secret_restarts_the_engine(reconcile: Any, age_key: AgeKey) -> None:
+    rc = reconcile
+    first, second = _secret("one"), _secret("two")
+    node_file = _private(rc.tmp / "node" / "token.env", f"TOKEN={first}\n")
+    rc.write("web", envFrom=[{"file": str(node_file)}])
+    rc.converge()
+    before = rc.record("web")
+    assert rc.environ(before["ref"]["pid"])["TOKEN"] == first
+    assert rc.once().code == 0 and rc.record("web")["ref"] == before["ref"]  # unchanged: kept
+
+    _private(node_file, f"TOKEN={second}\n")
+    plan = rc("plan", check=None)
+    assert "envFrom" in plan.out and first not in plan.out + plan.err, str(plan)
+    rc.converge()
+    after = rc.record("web")
+    assert after["ref"]["pid"] != before["ref"]["pid"], "a changed secret restarts the engine"
+    assert not rc.alive(before["ref"]["pid"])
+    assert rc.environ(after["ref"]["pid"])["TOKEN"] == second
+    assert after["spec_hash"] != before["spec_hash"]
+    journal = json.dumps(rc.events("web"))
+    assert "envFrom" in journal and first not in journal and second not in journal, journal
+    rc.down()
+
+
+def _broken(case: str, rc: Any, key: AgeKey, value: str) -> tuple[dict[str, str], Path, Any]:
+    """An envFrom item that works now, its file, and what breaks it later."""
+    if case == "undecryptable":
+        path = key.encrypt(f"API_KEY={value}\n", rc.manifests / "secrets" / "api.env")
+        other = make_key(rc.tmp / "other-keys", "other")  # a node key that is no recipient
+
+        def undecryptable() -> None:
+            rc.env["SOPS_AGE_KEY_FILE"] = str(other.file)
+
+        return {"sopsFile": "secrets/api.env"}, path, undecryptable
+    path = _private(rc.tmp / "node" / "api.env", f"API_KEY={value}\n")
+    return (
+        {"file": str(path)},
+        path,
+        path.unlink if case == "missing" else lambda: path.chmod(0o644),
+    )
+
+
+@pytest.mark.parametrize("case", ["missing", "readable by others", "undecryptable"])
+def test_an_unusable_secret_is_pending_and_leaves_a_running_engine(
+    reconcile: Any, age_key: AgeKey, case: str
+) -> None:
+    rc = reconcile
+    value = _secret("api")
+    rc.env["SOPS_AGE_KEY_FILE"] = str(age_key.file)
+    item, path, breakage = _broken(case, rc, age_key, value)
+    rc.write("web", envFrom=[item])
+    rc.converge()
+    before = rc.record("web")
+    breakage()
+    rc.write("fresh", envFrom=[item])
+    result = rc.once(check=1)  # not in sync: the error says so, and where
+    assert "spec.envFrom[0]: " in result.err and str(path) in result.err, str(result)
+    status = rc.status(cli=True)
+    assert status["fresh"]["phase"] == "Pending" and str(path) in status["fresh"]["message"]
+    assert not rc.pids("fresh")
+    web = rc.record("web")
+    assert web["phase"] == "Ready" and str(path) in web["message"], web
+    assert web["ref"] == before["ref"] and rc.alive(before["ref"]["pid"])
+    assert web["restarts"] == before["restarts"] and web["spec_hash"] == before["spec_hash"]
+    shown = result.out + result.err + json.dumps(status)
+    assert value not in shown, shown
+    rc.down()
+
+
+def test_envfrom_items_are_checked_where_they_are_written(reconcile: Any) -> None:
+    rc = reconcile
+    rc.write(
+        "web",
+        envFrom=[
+            {"file": "relative.env"},
+            {"file": "/etc/a.env", "sopsFile": "b.env"},
+            {"sopsFile": "../outside.env"},
+            {"sopsFile": "secrets/../../outside.env"},
+            {"sopsFile": "/abs.env"},
+            {},
+        ],
+    )
+    result = rc("plan", check=None)
+    assert result.code != 0, str(result)
+    err = result.out + result.err
+    file = rc.manifests / "web.yaml"
+    lines = file.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines, 1) if "relative.env" in line)
+    expected = [
+        (0, "must be an absolute path on the node"),
+        (1, "exactly one of file"),
+        (2, "leaves the manifests folder"),
+        (3, "leaves the manifests folder"),
+        (4, "must be relative to the manifest"),
+        (5, "exactly one of file"),
+    ]
+    for index, words in expected:
+        assert f"spec.envFrom[{index}]: " in err and words in err, err
+    assert f"{file}:{first}: spec.envFrom[0]: " in err, err
+    assert "Traceback" not in err

@@ -1,0 +1,112 @@
+"""controller/host/secrets.py on real files: dotenv quoting, the 0600 rule, errors that
+name the file and line but never a value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from envfrom.agekey import make_key
+
+from controller.core.manifest.specs import DeploymentSpec
+from controller.host import secrets
+from controller.host.secrets import SecretError, parse_dotenv
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("A=1\nB=two\n", {"A": "1", "B": "two"}, id="plain"),
+        pytest.param("# c\n\n  # indented\nA=1", {"A": "1"}, id="comments-and-blanks"),
+        pytest.param("export A=1\n", {"A": "1"}, id="export-prefix"),
+        pytest.param("A = spaced \n", {"A": "spaced"}, id="spaces-around"),
+        pytest.param("A=x # note\n", {"A": "x"}, id="trailing-comment"),
+        pytest.param("A=x#not-a-comment\n", {"A": "x#not-a-comment"}, id="hash-in-value"),
+        pytest.param("A='lit $B \\n # x'\n", {"A": "lit $B \\n # x"}, id="single-literal"),
+        pytest.param('A="a\\nb \\"q\\" \\\\"\n', {"A": 'a\nb "q" \\'}, id="double-escapes"),
+        pytest.param('A="x" # note\n', {"A": "x"}, id="double-then-comment"),
+        pytest.param("A='one\ntwo'\nB=3\n", {"A": "one\ntwo", "B": "3"}, id="multi-line"),
+        pytest.param("A=\n", {"A": ""}, id="empty"),
+        pytest.param("A=1\nA=2\n", {"A": "2"}, id="last-wins"),
+        pytest.param("A=b=c\n", {"A": "b=c"}, id="equals-in-value"),
+    ],
+)
+def test_dotenv(text: str, expected: dict[str, str]) -> None:
+    assert parse_dotenv(text, "f.env") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        pytest.param("A=1\nhunter2\n", 2, "not a KEY=VALUE line", id="no-equals"),
+        pytest.param("1A=hunter2\n", 1, "not a KEY=VALUE line", id="bad-name"),
+        pytest.param("A='hunter2\n", 1, "single quote is not closed", id="open-single"),
+        pytest.param('A="hunter2\n', 1, "double quote is not closed", id="open-double"),
+        pytest.param("A='x' hunter2\n", 1, "text after the closing quote", id="after-quote"),
+    ],
+)
+def test_dotenv_errors_name_the_line_not_its_text(text: str, line: int, words: str) -> None:
+    with pytest.raises(SecretError) as caught:
+        parse_dotenv(text, "/etc/f.env")
+    message = str(caught.value)
+    assert message.startswith(f"/etc/f.env:{line}: ") and words in message, message
+    assert "hunter2" not in message
+
+
+def _spec(*items: dict[str, str]) -> DeploymentSpec:
+    return DeploymentSpec.model_validate({"engine": "command", "command": ["x"], "envFrom": items})
+
+
+def test_a_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.env"
+    path.write_text("TOKEN=hunter2\n")
+    path.chmod(0o640)
+    with pytest.raises(SecretError) as caught:
+        secrets.resolve(_spec({"file": str(path)}), tmp_path)
+    message = str(caught.value)
+    assert str(path) in message and "0640" in message and "chmod 600" in message
+    assert "hunter2" not in message
+    path.chmod(0o600)
+    assert secrets.resolve(_spec({"file": str(path)}), tmp_path) == {"TOKEN": "hunter2"}
+
+
+def test_later_items_win_and_the_digest_hides_values(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.env", tmp_path / "b.env"
+    for path, text in ((first, "A=1\nB=1\n"), (second, "B=2\n")):
+        path.write_text(text)
+        path.chmod(0o600)
+    env = secrets.resolve(_spec({"file": str(first)}, {"file": str(second)}), tmp_path)
+    assert env == {"A": "1", "B": "2"}
+    assert secrets.digest(env) != secrets.digest({"A": "1", "B": "1"})
+    assert secrets.digest(env) == secrets.digest({"B": "2", "A": "1"})  # order-free
+
+
+def test_a_missing_file_is_named_with_its_item(tmp_path: Path) -> None:
+    path = tmp_path / "absent.env"
+    ok = tmp_path / "ok.env"
+    ok.write_text("A=1\n")
+    ok.chmod(0o600)
+    with pytest.raises(SecretError) as caught:
+        secrets.resolve(_spec({"file": str(ok)}, {"file": str(path)}), tmp_path)
+    assert caught.value.index == 1 and f"file {path} does not exist" in str(caught.value)
+
+
+def test_unchanged_sops_files_are_not_decrypted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon passes every few seconds: one sops run per version of each file. Proved by
+    taking sops off PATH: the unchanged files still resolve, a rewritten one cannot."""
+    key = make_key(tmp_path / "keys")
+    folder = tmp_path / "m"
+    paths = [key.encrypt(f"{name}=v-{name}\n", folder / "secrets" / f"{name}.env") for name in "AB"]
+    spec = _spec({"sopsFile": "secrets/A.env"}, {"sopsFile": "secrets/B.env"})
+    monkeypatch.setenv("SOPS_AGE_KEY_FILE", str(key.file))
+    first = secrets.resolve(spec, folder)
+    assert first == {"A": "v-A", "B": "v-B"}
+    monkeypatch.setenv("PATH", str(tmp_path / "no-programs"))
+    assert secrets.resolve(spec, folder) == first  # both files kept, neither decrypted again
+    paths[1].write_bytes(paths[1].read_bytes() + b"\n")  # a new version (size and mtime)
+    with pytest.raises(SecretError) as caught:
+        secrets.resolve(spec, folder)
+    assert caught.value.index == 1 and "not on PATH" in str(caught.value)
+    assert f"sopsFile {paths[1]}" in str(caught.value)
