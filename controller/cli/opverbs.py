@@ -294,7 +294,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         }
         print(json.dumps(doc, indent=2))
     else:
-        skipped = skip_note(desired.skipped)  # this node's share of a fleet
+        skipped = skip_note(
+            desired.skipped, labels_read=cfg.labels is not None
+        )  # this node's share of a fleet
         lines = [planview.text(found, errors), *planview.replicas_text(counts)]
         print("\n".join([*lines, *([skipped] if skipped else [])]))
     if errors or blocked:  # what would make `--once` exit 1

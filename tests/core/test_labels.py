@@ -168,3 +168,9 @@ def test_node_yaml_labels_are_read_and_a_bad_one_names_file_line_and_field(
     assert said.startswith(f"{bad}:"), said
     assert "labels" in said and "label value 'lab 2'" in said, said
     assert "Traceback" not in said
+
+
+def test_the_skip_note_when_the_labels_could_not_be_read() -> None:
+    said = skip_note({"a": "gpu=h100"}, labels_read=False)
+    assert said is not None and said.startswith("1 deployment with a nodeSelector skipped")
+    assert "could not be read (node.yaml)" in said and "nothing they run is stopped" in said

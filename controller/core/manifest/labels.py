@@ -86,7 +86,7 @@ def share(
     return kept, skipped
 
 
-def skip_note(skipped: Mapping[str, str]) -> str | None:
+def skip_note(skipped: Mapping[str, str], *, labels_read: bool = True) -> str | None:
     """What ``plan`` and ``--once`` say of the skipped deployments (None: none skipped):
     ``3 deployments skipped: nodeSelector gpu=h100 does not match this node's labels``."""
     if not skipped:
@@ -94,6 +94,11 @@ def skip_note(skipped: Mapping[str, str]) -> str | None:
     selectors = sorted(set(skipped.values()))
     count = len(skipped)
     noun = "deployment" if count == 1 else "deployments"
+    if not labels_read:
+        return (
+            f"{count} {noun} with a nodeSelector skipped: this node's labels could not be"
+            " read (node.yaml); nothing they run is stopped"
+        )
     verb = "does" if len(selectors) == 1 else "do"
     return (
         f"{count} {noun} skipped: nodeSelector {'; '.join(selectors)}"
