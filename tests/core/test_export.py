@@ -427,3 +427,15 @@ def test_golden_autoscaled() -> None:
     if os.environ.get("RECONCILE_UPDATE_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text()
+
+
+def test_a_node_selector_becomes_the_pods() -> None:
+    """Kubernetes' nodeSelector has the same meaning: every pair a label of the node."""
+    selector = {"gpu": "h100", "example.com/site": "lab2"}
+    exported = export(deployment("web", image=STAND_IN_IMAGE, nodeSelector=selector))
+    _valid_everywhere(exported)
+    pod = by_kind(exported)["Deployment"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == selector
+    assert exported.dropped == () and exported.notes == ()
+    plain = by_kind(export(deployment("web", image=STAND_IN_IMAGE)))["Deployment"]
+    assert "nodeSelector" not in plain["spec"]["template"]["spec"]
