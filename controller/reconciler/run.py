@@ -25,7 +25,7 @@ from controller.core.devices.inventory import Inventory
 from controller.core.devices.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.manifest import backendnames
-from controller.core.manifest.labels import share
+from controller.core.manifest.labels import share, skip_note
 from controller.core.manifest.names import base_name, is_next
 from controller.core.manifest.specs import Entry
 from controller.core.plan import Desired, leader_of, plan, waits_turn
@@ -597,7 +597,8 @@ def _seen(result: PassResult, node: str, at: datetime) -> Seen:
         why = "; ".join(result.folder_problems)
         why = why or "manifest folder is empty"
         blocked = f"{why}: nothing pruned; `--allow-empty` to prune"
-    return Seen(node=node, owner=result.owner, at=at, prune_blocked=blocked)
+    skipped = skip_note(result.skipped)
+    return Seen(node=node, owner=result.owner, at=at, prune_blocked=blocked, skipped=skipped)
 
 
 def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:

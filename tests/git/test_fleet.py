@@ -119,6 +119,8 @@ def test_three_nodes_each_run_their_share_and_a_label_change_moves_one(
     mine = ("--state-dir", str(c.state), "--node", c.node, "--devices", c.devices)
     said = c("plan", *mine, common=False, check=0).out
     assert "3 deployments skipped: nodeSelector gpu=a10; gpu=h100; pool=batch" in said, said
+    table = c("status", check=0).out  # and so does `status`, above its table
+    assert "3 deployments skipped: nodeSelector gpu=a10; gpu=h100; pool=batch" in table, table
     assert "do not match this node's labels" in said, said
 
     # `mover` goes from a to b: a loses pool=batch (it stops mover, as if its manifest
@@ -165,6 +167,7 @@ def test_with_folders_a_label_change_prunes_and_an_unreadable_node_yaml_stops_no
     note = "1 deployment skipped: nodeSelector gpu=a10 does not match this node's labels"
     assert note in out.out, out
     assert set(reconcile.status(cli=True)) == {"big"}  # no row for the other node's
+    assert note in reconcile("status", check=0).out
     (pid,) = reconcile.pids("big")
 
     node_yaml.write_text("labels: {gpu: h100\n")  # half-written: the pass is refused
