@@ -158,11 +158,15 @@ class Preview:
         # could not be read start no selected deployment and prune nothing (invariant 5).
         labels = self.config.labels
         entries, skipped = share(loaded.entries, labels or {}, _selector)
+        # An invalid manifest whose selector can be read is another node's error to act on.
+        selectors = loaded.invalid_selectors
+        names = {n: n for n in loaded.invalid_names}
+        mine, others = share(names, labels or {}, lambda n: selectors.get(n, {}))
         return Desired(
             owner=self.config.owner,
             entries=entries,
-            skipped=skipped,
-            invalid=loaded.invalid_names,
+            skipped={**skipped, **others},
+            invalid={name: loaded.invalid_names[name] for name in mine},
             broken_sources=frozenset(loaded.broken_sources),
             source_errors=_source_errors(loaded),
             prune=(loaded.prune_safe or self.config.allow_empty) and labels is not None,

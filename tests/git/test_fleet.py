@@ -185,3 +185,17 @@ def test_with_folders_a_label_change_prunes_and_an_unreadable_node_yaml_stops_no
     assert not reconcile.alive(pid) and reconcile.record("big") is None
     assert set(reconcile.status()) == {"other"} and reconcile.pids("other")
     reconcile.down()
+
+
+def test_a_broken_manifest_for_other_nodes_is_an_error_but_no_record_here(
+    reconcile: Any,
+) -> None:
+    reconcile.state.mkdir(mode=0o700)
+    (reconcile.state / "node.yaml").write_text("labels: {gpu: h100}\n")
+    reconcile.write("mine", nodeSelector={"gpu": "h100"}, bogus=1)
+    reconcile.write("theirs", nodeSelector={"gpu": "a10"}, bogus=1)
+    out = reconcile.once(check=1)  # the repository holds errors: each is said
+    assert "mine.yaml" in out.err and "theirs.yaml" in out.err, out
+    assert "1 deployment skipped: nodeSelector gpu=a10" in out.out, out
+    assert set(reconcile.status()) == {"mine"}  # invalid here: Pending, named
+    assert reconcile.record("theirs") is None  # another node's to refuse
