@@ -168,6 +168,8 @@ def test_with_folders_a_label_change_prunes_and_an_unreadable_node_yaml_stops_no
     assert note in out.out, out
     assert set(reconcile.status(cli=True)) == {"big"}  # no row for the other node's
     assert note in reconcile("status", check=0).out
+    planned = reconcile("plan", "-o", "json", check=0).json()
+    assert planned["skipped"] == {"other": "gpu=a10"} and planned["changes"] == [], planned
     (pid,) = reconcile.pids("big")
 
     node_yaml.write_text("labels: {gpu: h100\n")  # half-written: the pass is refused
