@@ -279,7 +279,11 @@ class Daemon:
             fresh.liveness = self.liveness
             self._hook_front(fresh)
             self.reconciler, self.config = fresh, fresh.config
-            log.info("configuration reloaded", devices=[d.key for d in fresh.inventory.devices])
+            log.info(
+                "configuration reloaded",
+                devices=[d.key for d in fresh.inventory.devices],
+                labels=fresh.config.labels,
+            )
         if self.front is not None:
             self.front.reload()
         self._ready_sent = False

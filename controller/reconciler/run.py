@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -26,6 +26,7 @@ from controller.core.devices.inventory import Inventory
 from controller.core.devices.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.manifest import backendnames
+from controller.core.manifest.labels import share, skip_note
 from controller.core.manifest.names import base_name, is_next
 from controller.core.manifest.specs import Entry, with_secrets
 from controller.core.plan import Desired, leader_of, plan, waits_turn
@@ -80,6 +81,7 @@ class PassResult:
     node: str | None = None  # records of other nodes are theirs to judge, not this pass's
     git: SyncResult | None = None  # the git source's fetch and move before this pass
     specs: dict[str, str] = field(default_factory=dict)  # deployment -> its spec's hash
+    skipped: dict[str, str] = field(default_factory=dict)  # left to other nodes -> selector
 
     def ours(self) -> list[Record]:
         return [
@@ -149,18 +151,27 @@ class Preview:
 
     def desired(self, loaded: LoadResult) -> Desired:
         resolve_secrets(loaded)  # spec.envFrom read here, at the edge: the planner sees a hash
+        # This node's share (spec.nodeSelector against node.yaml's labels). Labels that
+        # could not be read start no selected deployment and prune nothing (invariant 5).
+        labels = self.config.labels
+        entries, skipped = share(loaded.entries, labels or {}, _selector)
+        # An invalid manifest whose selector can be read is another node's error to act on.
+        selectors = loaded.invalid_selectors
+        names = {n: n for n in loaded.invalid_names}
+        mine, others = share(names, labels or {}, lambda n: selectors.get(n, {}))
         return Desired(
             owner=self.config.owner,
-            entries=loaded.entries,
-            invalid=loaded.invalid_names,
+            entries=entries,
+            skipped={**skipped, **others},
+            invalid={name: loaded.invalid_names[name] for name in mine},
             broken_sources=frozenset(loaded.broken_sources),
             source_errors=_source_errors(loaded),
-            prune=loaded.prune_safe or self.config.allow_empty,
+            prune=(loaded.prune_safe or self.config.allow_empty) and labels is not None,
             activations=activation.read_all(self.config.state_dir),
             restarts=restart.read_all(self.config.state_dir),
             revision=gitrev.revision_of(self.config.manifests, check_dirty=not self.config.git),
             replicas=self.autoscaler.counts(
-                loaded.entries,
+                entries,
                 lambda: self.store.load().records.values(),
                 time.time(),
                 write=self.scale_writes,
@@ -319,6 +330,7 @@ class Reconciler(Preview):
         )
         result.names = set(desired.instances())
         result.specs = {name: entry.hash for name, entry in desired.entries.items()}
+        result.skipped = dict(desired.skipped)
         result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
         result.missing_folders = list(loaded.missing_folders)
         result.folder_problems = loaded.folder_problems()
@@ -552,6 +564,10 @@ def _extra(engine: str) -> int:
         return 0
 
 
+def _selector(entry: Entry) -> Mapping[str, str]:
+    return entry.deployment.spec.node_selector
+
+
 def _source_errors(loaded: LoadResult) -> dict[str, str]:
     """The first error of each file that could not be loaded (for `status` to show)."""
     out: dict[str, str] = {}
@@ -582,7 +598,8 @@ def _seen(result: PassResult, node: str, at: datetime) -> Seen:
         why = "; ".join(result.folder_problems)
         why = why or "manifest folder is empty"
         blocked = f"{why}: nothing pruned; `--allow-empty` to prune"
-    return Seen(node=node, owner=result.owner, at=at, prune_blocked=blocked)
+    skipped = skip_note(result.skipped)
+    return Seen(node=node, owner=result.owner, at=at, prune_blocked=blocked, skipped=skipped)
 
 
 def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:

@@ -448,3 +448,15 @@ def test_env_from_becomes_a_secret_ref_and_a_note(version: str) -> None:
     assert "sops -d secrets/api.env" in note.message
     for obj in exported.objects:
         kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_a_node_selector_becomes_the_pods() -> None:
+    """Kubernetes' nodeSelector has the same meaning: every pair a label of the node."""
+    selector = {"gpu": "h100", "example.com/site": "lab2"}
+    exported = export(deployment("web", image=STAND_IN_IMAGE, nodeSelector=selector))
+    _valid_everywhere(exported)
+    pod = by_kind(exported)["Deployment"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == selector
+    assert exported.dropped == () and exported.notes == ()
+    plain = by_kind(export(deployment("web", image=STAND_IN_IMAGE)))["Deployment"]
+    assert "nodeSelector" not in plain["spec"]["template"]["spec"]

@@ -114,6 +114,7 @@ def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from controller.cli.render import planview
+    from controller.core.manifest.labels import skip_note
     from controller.store.sources.manifests import load
 
     fmt = output_format(args, "text", ("text", "json", "name"))
@@ -147,10 +148,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "summary": planview.summary(found),
             "replicas": counts,
             "errors": errors,
+            "skipped": dict(sorted(desired.skipped.items())),  # name -> its nodeSelector
         }
         print(json.dumps(doc, indent=2))
     else:
-        print("\n".join([planview.text(found, errors), *planview.replicas_text(counts)]))
+        skipped = skip_note(
+            desired.skipped, labels_read=cfg.labels is not None
+        )  # this node's share of a fleet
+        lines = [planview.text(found, errors), *planview.replicas_text(counts)]
+        print("\n".join([*lines, *([skipped] if skipped else [])]))
     if errors or blocked:  # what would make `--once` exit 1
         return EXIT_FAIL
     return EXIT_CHANGES if pending else EXIT_OK

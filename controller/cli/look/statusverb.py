@@ -89,10 +89,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         line = summary(cfg.state_dir)  # a git source: what it runs, in one line
         if line:
             print(line)
+        for note in skipped(cfg):  # a fleet: what this node leaves to the others
+            print(note)
         print(_table(seen, wide=fmt == "wide") if seen.records else "No deployments.")
     for problem in seen.problems:
         print(f"error: {problem}", file=sys.stderr)
     return EXIT_OK
+
+
+def skipped(cfg: Config) -> list[str]:
+    """The last pass's note of the deployments this node's labels left to other nodes."""
+    notes = read_seen(cfg.state_dir)
+    return sorted({n.skipped for n in notes if n.node == cfg.node and n.skipped})
 
 
 def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | None:

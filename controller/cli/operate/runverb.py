@@ -101,6 +101,10 @@ def report(result: object) -> None:
             f"warning: {result.prune_blocked}: pruning nothing (use --allow-empty to prune)",
             file=sys.stderr,
         )
+    if result.skipped:  # this node's share of a fleet: the rest is other nodes'
+        from controller.core.manifest.labels import skip_note
+
+        print(skip_note(result.skipped))
     for rec in result.ours():
         if rec.message:
             print(f"{rec.name}: {rec.phase}: {printable(rec.message)}", file=sys.stderr)

@@ -423,6 +423,8 @@ def _pod(deployment: Deployment) -> Object:
         "terminationGracePeriodSeconds": math.ceil(spec.stop_grace_period_seconds),
         "containers": [_container(deployment)],
     }
+    if spec.node_selector:  # the same label match, made by the scheduler
+        pod["nodeSelector"] = dict(sorted(spec.node_selector.items()))
     volumes: list[Object] = []
     if spec.devices.count and _gpu_resource(spec.devices):
         # Engines that shard over GPUs talk through /dev/shm, which a pod caps at 64 MiB.

@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 
 from controller.core.digest import sha256_hex
 from controller.core.manifest.excerpt import did_you_mean, short
+from controller.core.manifest.labels import Labels
 
 # re-exported: their home is core.names, which records import without the specs
 from controller.core.manifest.names import DNS1123 as DNS1123
@@ -63,6 +64,7 @@ DEFAULT_IDLE_TIMEOUT = 600.0
 # upgrading to a version that knows them) never restarts an engine.
 # `replicas`, `autoscale`, `affinity` and `rollingUpdate` say how many engines and how
 # traffic and updates reach them, never what one engine runs.
+# `nodeSelector` says which node runs it: a node it still matches keeps its engine.
 NOT_HASHED = frozenset(
     {
         "image",
@@ -76,6 +78,7 @@ NOT_HASHED = frozenset(
         "rollingUpdate",
         "fallbacks",
         "fallbackAfter",
+        "nodeSelector",
     }
 )
 MAX_REPLICAS = 64
@@ -603,6 +606,11 @@ class DeploymentSpec(Model):
         "spec.model; an alias listed twice, or equal to another deployment's name, is an "
         "error (a spec.model or alias shared with another deployment's spec.model is a pool).",
     )
+    node_selector: Labels = Field(
+        default_factory=dict,
+        description="Only nodes whose node.yaml labels hold every pair run this deployment "
+        "(e.g. {gpu: h100}); the others ignore it entirely. Empty: every node.",
+    )
     # Export only (`reconcile export`): the container image; local and Ray backends ignore it.
     image: str | None = Field(
         default=None,
@@ -771,6 +779,8 @@ def spec_document(spec: DeploymentSpec) -> dict[str, Any]:
         del doc["devices"]["memory"]
     if doc.get("source") is None:
         del doc["source"]
+    if not doc.get("nodeSelector"):
+        del doc["nodeSelector"]
     if doc.get("container") is None:
         del doc["container"]
     if not doc.get("envFrom"):

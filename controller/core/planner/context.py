@@ -36,6 +36,9 @@ class Desired:
     # that is restarted (rolling where the strategy says so), one started since is not.
     restarts: Mapping[str, datetime] = field(default_factory=dict)
     revision: str | None = None  # the manifests' git commit, stated on every record
+    # Deployments left to other nodes (name -> their nodeSelector): not in ``entries``, so
+    # never started or kept here; `plan` and `--once` say how many and why.
+    skipped: Mapping[str, str] = field(default_factory=dict)
 
     def restart_due(self, rec: Record) -> bool:
         """A restart was asked for ``rec``'s deployment after its engine started."""

@@ -49,6 +49,10 @@ class Config:
     # node.yaml's containerRuntime: what a spec.container without a runtime runs under
     # (None: podman if on PATH, else docker).
     container_runtime: str | None = None
+    # node.yaml's labels: the deployments whose spec.nodeSelector they match run here.
+    # None: the node config could not be read (a lenient resolve): the share is unknown,
+    # so nothing is started or pruned by a selector.
+    labels: dict[str, str] | None = field(default_factory=dict)
     # What a lenient resolve (a read verb) passed over: each names the file, line, problem.
     warnings: tuple[str, ...] = ()
 
@@ -94,6 +98,7 @@ def resolve(
         raise ConfigError(f"node name {node_name!r} may not contain '/'")
     limits, log_max_bytes, log_keep = Limits(), logfiles.DEFAULT_MAX_BYTES, logfiles.DEFAULT_KEEP
     container_runtime: str | None = None
+    labels: dict[str, str] | None = {}
     warnings: list[str] = []
     tls: tuple[Path | None, Path | None] = (None, None)
     git_file: GitFile | None = None
@@ -107,12 +112,14 @@ def resolve(
             if not lenient:
                 raise
             warnings.append(f"{exc} (the node config's settings are ignored here)")
+            labels = None
         else:
             limits, log_max_bytes = node_file.limits, node_file.log_max_bytes
             log_keep = node_file.log_max_files
             tls = node_file.tls_path("tls_cert"), node_file.tls_path("tls_key")
             git_file = node_file.git
             container_runtime = node_file.container_runtime
+            labels = dict(node_file.labels)
     flag = max_instances if max_instances is not None else env.get("RECONCILE_MAX_INSTANCES")
     if flag:
         try:
@@ -153,6 +160,7 @@ def resolve(
         backend=chosen,
         ray_address=address,
         container_runtime=container_runtime,
+        labels=labels,
         warnings=tuple(warnings),
         tls_cert=tls[0],
         tls_key=tls[1],

@@ -18,6 +18,7 @@ when it exists::
       verify: {allowedSigners: /etc/reconcile/allowed_signers}
       autoRollback: {progressDeadline: 10m}
     containerRuntime: docker         # spec.container's default runtime (else podman if on PATH)
+    labels: {gpu: h100, site: lab2}  # this node's share of a fleet: spec.nodeSelector matches them
 
 Flags win over the file (``--max-instances 8,nvidia=2``; ``--git``, ``--branch``... one
 key at a time), then the environment.
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from pydantic.alias_generators import to_camel
 
 from controller.core.devices.capacity import Limits
+from controller.core.manifest.labels import Labels
 from controller.core.manifest.specerrors import problems
 from controller.core.manifest.specs import NOT_BOOL, ContainerRuntime
 from controller.errors import ConfigError
@@ -101,6 +103,7 @@ class NodeFile(BaseModel):
 
     git: GitFile | None = None
     container_runtime: ContainerRuntime | None = None
+    labels: Labels = Field(default_factory=dict)
 
     @property
     def limits(self) -> Limits:
@@ -128,7 +131,7 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
         if first.unknown:
             message = (
                 "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles, "
-                "tlsCert, tlsKey, containerRuntime, git; under git: url, branch, tag, path,"
+                "tlsCert, tlsKey, containerRuntime, labels, git; under git: url, branch, tag, path,"
                 " interval, webhookSecretFile, verify, autoRollback)"
             )
         raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc

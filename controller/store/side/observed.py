@@ -2,8 +2,9 @@
 
 `status` reads records, which a pass writes only when something changes: a cron pass
 from an hour ago still says Ready over an engine killed since. Each pass notes here when
-it looked (and whether its folders held no manifest, so it pruned nothing), so `status`
-can say how old its view is and why a removed manifest still runs. Written under the
+it looked (and whether its folders held no manifest, so it pruned nothing; and how many
+deployments its labels left to other nodes), so `status` can say how old its view is,
+why a removed manifest still runs and what this node does not run. Written under the
 pass lock; one entry per (node, owner); a torn or foreign file is quarantined and reads
 as no entries.
 """
@@ -25,6 +26,7 @@ class Seen:
     owner: str
     at: datetime
     prune_blocked: str | None = None  # the folders held no manifest: nothing was pruned
+    skipped: str | None = None  # a fleet: what this node left to others, and why
 
 
 def _document(state_dir: Path) -> Document[list[Seen]]:
@@ -55,6 +57,7 @@ def _seen(item: Any) -> Seen:
         owner=str(item["owner"]),
         at=datetime.fromisoformat(item["at"]),
         prune_blocked=str(blocked) if blocked else None,
+        skipped=str(item["skipped"]) if item.get("skipped") else None,
     )
 
 
@@ -64,4 +67,5 @@ def _encode(seen: Seen) -> dict[str, Any]:
         "owner": seen.owner,
         "at": seen.at.isoformat(),
         "prune_blocked": seen.prune_blocked,
+        **({"skipped": seen.skipped} if seen.skipped else {}),
     }

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from controller.core.manifest.cluster import cluster_refusals
 from controller.core.manifest.excerpt import clip, did_you_mean, short
+from controller.core.manifest.labels import key_problem, value_problem
 from controller.core.manifest.specerrors import problems
 from controller.core.manifest.specs import (
     Deployment,
@@ -58,6 +59,9 @@ class LoadResult:
     broken_sources: set[str] = field(default_factory=set)
     # Names declared by documents that failed validation (or duplicates): leave them be.
     invalid_names: dict[str, str] = field(default_factory=dict)
+    # Of those, the nodeSelector each states where it can be read: a broken manifest for
+    # other nodes is no record here (the error is still an error).
+    invalid_selectors: dict[str, dict[str, str]] = field(default_factory=dict)
     missing_folders: list[str] = field(default_factory=list)
     # Of those, the ones that are there but unusable (a file, no permission): why, in words.
     unusable: dict[str, str] = field(default_factory=dict)
@@ -213,6 +217,9 @@ def _load_document(
             result.broken_sources.add(file)  # which deployment it was is unknown
         else:
             result.invalid_names.setdefault(name, str(errors[0]))
+            selector = _raw_selector(value)
+            if selector:
+                result.invalid_selectors.setdefault(name, selector)
         return
     problem = _recipe_problem(deployment)
     if problem is not None:  # a spec its engine's recipe refuses (no model...): invalid too
@@ -223,6 +230,7 @@ def _load_document(
         )
         result.errors.append(error)
         result.invalid_names.setdefault(deployment.name, str(error))
+        result.invalid_selectors.setdefault(deployment.name, deployment.spec.node_selector)
         return
     result.field_lines[(file, line)] = lines
     refusals = cluster_refusals(deployment.spec, result.backend)
@@ -232,8 +240,22 @@ def _load_document(
             error = ManifestError(file, bounded.line_for(lines, loc), path, why, deployment.name)
             result.errors.append(error)
         result.invalid_names.setdefault(deployment.name, str(result.errors[-len(refusals)]))
+        result.invalid_selectors.setdefault(deployment.name, deployment.spec.node_selector)
         return
     _add(result, Entry(deployment, file, line, spec_hash(deployment.spec)))
+
+
+def _raw_selector(value: dict[Any, Any]) -> dict[str, str]:
+    """An invalid document's ``spec.nodeSelector`` when it is a valid one itself, else {}
+    (a node that cannot tell whose it is treats it as its own: the error is shown)."""
+    spec = value.get("spec")
+    raw = spec.get("nodeSelector") if isinstance(spec, dict) else None
+    if not isinstance(raw, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and not key_problem(k) and not value_problem(v)
+        for k, v in raw.items()
+    ):
+        return {}
+    return dict(raw)
 
 
 def _foreign_kind(value: dict[Any, Any]) -> str | None:

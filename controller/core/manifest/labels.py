@@ -1,0 +1,106 @@
+"""Node labels and ``spec.nodeSelector``: Kubernetes' label syntax, the match, the share.
+
+A fleet follows one repository; each node runs the deployments whose ``nodeSelector``
+matches all its pairs against the node's ``node.yaml`` labels, and ignores the others
+entirely (no record, no prune, no row). The choice is made here, before the planner
+sees the entries: the labels are an input, like every other (no I/O).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Annotated, TypeVar
+
+from pydantic import AfterValidator
+
+# Kubernetes' label syntax (apimachinery's validation): a name part of at most 63
+# characters, alphanumeric at both ends, '-', '_' and '.' between; a key may carry a
+# DNS-1123 subdomain prefix of at most 253 ("example.com/gpu"); a value may be empty.
+_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NAME_RULE = "at most 63 characters: letters, digits, '-', '_' and '.', alphanumeric at both ends"
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` is no label key (None: it is one)."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > 253 or not _PREFIX.fullmatch(prefix)):
+        return (
+            f"label key {key!r}: the prefix before '/' must be a DNS subdomain"
+            " (lower-case, e.g. example.com), at most 253 characters"
+        )
+    if not name or len(name) > 63 or not _NAME.fullmatch(name):
+        return f"label key {key!r}: the name must be {_NAME_RULE}"
+    return None
+
+
+def value_problem(value: str) -> str | None:
+    """Why ``value`` is no label value (None: it is one; empty is allowed)."""
+    if len(value) > 63 or not _NAME.fullmatch(value):
+        return f"label value {value!r} must be empty or {_NAME_RULE}"
+    return None
+
+
+def _check(labels: dict[str, str]) -> dict[str, str]:
+    for key, value in labels.items():
+        problem = key_problem(key) or value_problem(value)
+        if problem:
+            raise ValueError(problem)
+    return labels
+
+
+# A pydantic field type: ``labels: Labels`` in node.yaml, ``nodeSelector: Labels`` in a spec.
+Labels = Annotated[dict[str, str], AfterValidator(_check)]
+
+
+def matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    """Kubernetes' nodeSelector: every pair of the selector is one of the node's labels."""
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def pairs(selector: Mapping[str, str]) -> str:
+    """``gpu=h100,site=lab2``: a selector as ``kubectl get -l`` writes it."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+
+
+E = TypeVar("E")  # an entry: whatever carries a selector
+
+
+def share(
+    entries: Mapping[str, E],
+    labels: Mapping[str, str],
+    selector_of: Callable[[E], Mapping[str, str]],
+) -> tuple[dict[str, E], dict[str, str]]:
+    """Split ``entries`` into those whose selector matches ``labels`` and the skipped
+    ones (name -> their selector, as ``pairs`` writes it). ``selector_of`` reads an
+    entry's ``spec.nodeSelector`` (the specs import this module, not the other way)."""
+    kept: dict[str, E] = {}
+    skipped: dict[str, str] = {}
+    for name, entry in entries.items():
+        selector = selector_of(entry)
+        if matches(selector, labels):
+            kept[name] = entry
+        else:
+            skipped[name] = pairs(selector)
+    return kept, skipped
+
+
+def skip_note(skipped: Mapping[str, str], *, labels_read: bool = True) -> str | None:
+    """What ``plan`` and ``--once`` say of the skipped deployments (None: none skipped):
+    ``3 deployments skipped: nodeSelector gpu=h100 does not match this node's labels``."""
+    if not skipped:
+        return None
+    selectors = sorted(set(skipped.values()))
+    count = len(skipped)
+    noun = "deployment" if count == 1 else "deployments"
+    if not labels_read:
+        return (
+            f"{count} {noun} with a nodeSelector skipped: this node's labels could not be"
+            " read (node.yaml); nothing they run is stopped"
+        )
+    verb = "does" if len(selectors) == 1 else "do"
+    return (
+        f"{count} {noun} skipped: nodeSelector {'; '.join(selectors)}"
+        f" {verb} not match this node's labels"
+    )

@@ -1,0 +1,176 @@
+"""Node labels and spec.nodeSelector: the syntax, the match, a node's share and what
+`plan` says of the rest (DESIGN.md "A fleet from one repository")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from strategies import spec_body
+
+from controller.core.manifest.labels import key_problem, matches, share, skip_note, value_problem
+from controller.core.manifest.specerrors import problems
+from controller.core.manifest.specs import Deployment, Entry, spec_hash
+from controller.errors import ConfigError
+from controller.store.config.nodeconfig import read_node_file
+
+
+def doc(name: str = "web", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "reconcile/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": spec_body(**spec),
+    }
+
+
+def entry(name: str, **selector: str) -> Entry:
+    deployment = Deployment.model_validate(doc(name, nodeSelector=selector))
+    return Entry(deployment, f"{name}.yaml", 1, spec_hash(deployment.spec))
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        pytest.param("gpu", id="plain"),
+        pytest.param("GPU.model_2-x", id="mixed-case-dots-underscores"),
+        pytest.param("example.com/gpu", id="dns-prefix"),
+        pytest.param("a" * 63, id="63-chars"),
+        pytest.param("x", id="one-char"),
+    ],
+)
+def test_label_keys_kubernetes_takes(key: str) -> None:
+    assert key_problem(key) is None
+
+
+@pytest.mark.parametrize(
+    ("key", "says"),
+    [
+        pytest.param("", "the name must be", id="empty"),
+        pytest.param("a" * 64, "at most 63", id="64-chars"),
+        pytest.param("-gpu", "alphanumeric at both ends", id="leading-dash"),
+        pytest.param("gpu.", "alphanumeric at both ends", id="trailing-dot"),
+        pytest.param("gpu type", "letters, digits", id="space"),
+        pytest.param("Example.com/gpu", "DNS subdomain", id="upper-case-prefix"),
+        pytest.param("/gpu", "DNS subdomain", id="empty-prefix"),
+        pytest.param("example.com/", "the name must be", id="empty-name"),
+        pytest.param("a/b/c", "DNS subdomain", id="two-slashes"),
+    ],
+)
+def test_label_keys_kubernetes_refuses(key: str, says: str) -> None:
+    problem = key_problem(key)
+    assert problem is not None and says in problem and repr(key) in problem
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        pytest.param("h100", True, id="plain"),
+        pytest.param("", True, id="empty"),
+        pytest.param("v1.2_rc-3", True, id="dots-underscores-dashes"),
+        pytest.param("a" * 64, False, id="64-chars"),
+        pytest.param("h100-", False, id="trailing-dash"),
+        pytest.param("a/b", False, id="slash"),
+    ],
+)
+def test_label_values(value: str, ok: bool) -> None:
+    assert (value_problem(value) is None) is ok
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "ok"),
+    [
+        pytest.param({}, {}, True, id="no-selector-no-labels"),
+        pytest.param({}, {"gpu": "h100"}, True, id="no-selector-runs-everywhere"),
+        pytest.param({"gpu": "h100"}, {"gpu": "h100", "site": "lab2"}, True, id="subset"),
+        pytest.param({"gpu": "h100", "site": "lab2"}, {"gpu": "h100"}, False, id="pair-missing"),
+        pytest.param({"gpu": "h100"}, {"gpu": "a100"}, False, id="other-value"),
+        pytest.param({"gpu": "h100"}, {}, False, id="node-without-labels"),
+        pytest.param({"gpu": ""}, {"gpu": ""}, True, id="empty-value-matches-empty"),
+        pytest.param({"gpu": ""}, {}, False, id="empty-value-needs-the-key"),
+    ],
+)
+def test_a_selector_matches_when_every_pair_is_a_label(
+    selector: dict[str, str], labels: dict[str, str], ok: bool
+) -> None:
+    assert matches(selector, labels) is ok
+
+
+def test_share_keeps_the_matching_and_names_the_selector_of_the_rest() -> None:
+    entries = {
+        "any": entry("any"),
+        "big": entry("big", gpu="h100"),
+        "small": entry("small", gpu="a10", site="lab2"),
+    }
+    kept, skipped = share(entries, {"gpu": "h100"}, lambda e: e.deployment.spec.node_selector)
+    assert sorted(kept) == ["any", "big"]
+    assert skipped == {"small": "gpu=a10,site=lab2"}
+
+
+@pytest.mark.parametrize(
+    ("skipped", "said"),
+    [
+        pytest.param({}, None, id="none"),
+        pytest.param(
+            {"a": "gpu=h100"},
+            "1 deployment skipped: nodeSelector gpu=h100 does not match this node's labels",
+            id="one",
+        ),
+        pytest.param(
+            {"a": "gpu=h100", "b": "gpu=h100", "c": "gpu=h100"},
+            "3 deployments skipped: nodeSelector gpu=h100 does not match this node's labels",
+            id="three-one-selector",
+        ),
+        pytest.param(
+            {"a": "gpu=h100", "b": "site=lab2"},
+            "2 deployments skipped: nodeSelector gpu=h100; site=lab2 do not match this node's"
+            " labels",
+            id="two-selectors",
+        ),
+    ],
+)
+def test_the_skip_note(skipped: dict[str, str], said: str | None) -> None:
+    assert skip_note(skipped) == said
+
+
+def test_a_bad_selector_is_an_error_at_its_field() -> None:
+    data = doc(nodeSelector={"gpu type": "h100"})
+    with pytest.raises(ValidationError) as info:
+        Deployment.model_validate(data)
+    found = problems(info.value, data)
+    assert found[0].path == "spec.nodeSelector", found
+    assert "label key 'gpu type'" in found[0].message, found
+
+
+def test_the_selector_is_no_part_of_what_runs() -> None:
+    """A selector added or changed while the node still matches restarts nothing."""
+    plain = Deployment.model_validate(doc()).spec
+    chosen = Deployment.model_validate(doc(nodeSelector={"gpu": "h100"})).spec
+    assert spec_hash(plain) == spec_hash(chosen)
+
+
+def test_node_yaml_labels_are_read_and_a_bad_one_names_file_line_and_field(
+    tmp_path: Path,
+) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("maxInstances: 2\nlabels: {gpu: h100, example.com/site: lab2}\n")
+    assert read_node_file(str(good), tmp_path).labels == {
+        "gpu": "h100",
+        "example.com/site": "lab2",
+    }
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("maxInstances: 2\nlabels:\n  gpu: h100\n  site: lab 2\n")
+    with pytest.raises(ConfigError) as info:
+        read_node_file(str(bad), tmp_path)
+    said = str(info.value)
+    assert said.startswith(f"{bad}:"), said
+    assert "labels" in said and "label value 'lab 2'" in said, said
+    assert "Traceback" not in said
+
+
+def test_the_skip_note_when_the_labels_could_not_be_read() -> None:
+    said = skip_note({"a": "gpu=h100"}, labels_read=False)
+    assert said is not None and said.startswith("1 deployment with a nodeSelector skipped")
+    assert "could not be read (node.yaml)" in said and "nothing they run is stopped" in said
