@@ -17,6 +17,7 @@ from controller.errors import ConfigError
 from controller.store import bootstamp, logfiles
 from controller.store.documents import write_atomic
 from controller.store.gitsource import GitSettings
+from controller.store.outbox import Hook
 from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:  # pydantic is imported only when a node.yaml is read
@@ -48,6 +49,7 @@ class Config:
     # node.yaml's containerRuntime: what a spec.container without a runtime runs under
     # (None: podman if on PATH, else docker).
     container_runtime: str | None = None
+    notify: tuple[Hook, ...] = ()  # node.yaml's notify: where to POST which events
     # What a lenient resolve (a read verb) passed over: each names the file, line, problem.
     warnings: tuple[str, ...] = ()
 
@@ -93,6 +95,7 @@ def resolve(
         raise ConfigError(f"node name {node_name!r} may not contain '/'")
     limits, log_max_bytes, log_keep = Limits(), logfiles.DEFAULT_MAX_BYTES, logfiles.DEFAULT_KEEP
     container_runtime: str | None = None
+    hooks: tuple[Hook, ...] = ()
     warnings: list[str] = []
     tls: tuple[Path | None, Path | None] = (None, None)
     git_file: GitFile | None = None
@@ -112,6 +115,7 @@ def resolve(
             tls = node_file.tls_path("tls_cert"), node_file.tls_path("tls_key")
             git_file = node_file.git
             container_runtime = node_file.container_runtime
+            hooks = tuple(item.hook for item in node_file.notify)
     flag = max_instances if max_instances is not None else env.get("RECONCILE_MAX_INSTANCES")
     if flag:
         try:
@@ -152,6 +156,7 @@ def resolve(
         backend=chosen,
         ray_address=address,
         container_runtime=container_runtime,
+        notify=hooks,
         warnings=tuple(warnings),
         tls_cert=tls[0],
         tls_key=tls[1],
