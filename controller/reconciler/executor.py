@@ -51,9 +51,12 @@ from controller.reconciler.memwait import MemoryGate
 from controller.redact import redact_args
 from controller.store import diskspace, logfiles
 from controller.store.events import Journal
+from controller.store.outbox import Notifications
 from controller.store.records import RecordStore
 
 log = get_logger("reconcile")
+
+FAILING = (str(Phase.FAILED), str(Phase.BACKOFF))  # a `fail` into these is notified
 
 # Before a RollingUpdate stops the old instance: (old, new) -> returns once the front door
 # sends nothing more to the old one and its in-flight requests ended (bounded by the
@@ -87,6 +90,7 @@ class Executor:
     drain: GatewayDrain = _no_drain
     puller: Puller | None = None  # model pulls (spec.source); None: none are started
     reserve: Reserve = _no_reserve  # how a start takes its devices and port
+    notify: Notifications | None = None  # node.yaml's hooks: queued here, sent off the pass
     _tally: Counter[tuple[str, str]] = field(default_factory=Counter)
     _tally_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -151,6 +155,9 @@ class Executor:
         name = base_name(name)
         log.info("action", deployment=name, action=action, reason=reason, outcome=outcome, **extra)
         self.journal.append(name, action, reason, outcome, **extra)
+        if self.notify is not None and action == Fail.verb and outcome in FAILING:
+            self.notify.emit(outcome, f"{name} {outcome}: {reason}",
+                             revision=self.maker.revision, deployments=[name])  # fmt: skip
         with self._tally_lock:  # teardowns report from their own threads
             self._tally[(action, "failed" if outcome == "failed" else "ok")] += 1
 

@@ -199,14 +199,18 @@ class Notifications:
             self.outbox.put(hook, body)
 
     def source_state(self, state: str, message: str, revision: str | None) -> None:
-        """The git source's state, notified when it differs from the last one notified
-        (kept on disk: a restart in the same state says nothing again)."""
+        """The git source's state, notified when it or the applied commit differs from the
+        last one noted (kept on disk: a restart in the same state says nothing again; a
+        new commit Synced is news)."""
         path = StateDir(self.state_dir).notify_source_state
         try:
-            last = json.loads(path.read_bytes()).get("state")
-        except (OSError, ValueError, AttributeError):
+            last = json.loads(path.read_bytes())
+        except (OSError, ValueError):
             last = None
-        if last == state:
+        if isinstance(last, dict) and (last.get("state"), last.get("revision")) == (
+            state,
+            revision,
+        ):
             return
         self.emit(state, message, revision=revision)
         with contextlib.suppress(OSError):

@@ -50,7 +50,9 @@ def test_only_the_hooks_that_list_an_event_get_it_and_no_file_names_a_hook_url(
     assert slack.shown == "https://hooks.example.com"
 
 
-def test_the_source_state_is_told_once_per_change_even_across_restarts(tmp_path: Path) -> None:
+def test_the_source_state_is_told_once_per_change_of_state_or_commit_across_restarts(
+    tmp_path: Path,
+) -> None:
     hook = Hook("http://127.0.0.1:9/x", frozenset(outbox.SOURCE_EVENTS))
 
     def notes() -> Notifications:  # a new one per "process": what it remembers is on disk
@@ -59,11 +61,11 @@ def test_the_source_state_is_told_once_per_change_even_across_restarts(tmp_path:
     notes().source_state("Synced", "1 deployment(s) Ready", "b" * 40)
     notes().source_state("Synced", "1 deployment(s) Ready", "b" * 40)
     notes().source_state("PullFailed", "could not read from remote", "b" * 40)
-    events = [i.body["event"] for i in Outbox(tmp_path).pending()]
-    assert events == ["Synced", "PullFailed"]
-    assert json.loads((tmp_path / "notify" / "source-state.json").read_text())["state"] == (
-        "PullFailed"
-    )
+    notes().source_state("Synced", "1 deployment(s) Ready", "c" * 40)  # a new commit: news
+    told = [(i.body["event"], i.body["revision"][0]) for i in Outbox(tmp_path).pending()]
+    assert told == [("Synced", "b"), ("PullFailed", "b"), ("Synced", "c")]
+    noted = json.loads((tmp_path / "notify" / "source-state.json").read_text())
+    assert noted == {"state": "Synced", "revision": "c" * 40}
 
 
 @pytest.mark.parametrize(
