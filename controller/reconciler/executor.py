@@ -56,8 +56,6 @@ from controller.store.records import RecordStore
 
 log = get_logger("reconcile")
 
-FAILING = (str(Phase.FAILED), str(Phase.BACKOFF))  # a `fail` into these is notified
-
 # Before a RollingUpdate stops the old instance: (old, new) -> returns once the front door
 # sends nothing more to the old one and its in-flight requests ended (bounded by the
 # old one's grace period). The daemon injects the gateway's; without one, nothing waits.
@@ -155,9 +153,6 @@ class Executor:
         name = base_name(name)
         log.info("action", deployment=name, action=action, reason=reason, outcome=outcome, **extra)
         self.journal.append(name, action, reason, outcome, **extra)
-        if self.notify is not None and action == Fail.verb and outcome in FAILING:
-            self.notify.emit(outcome, f"{name} {outcome}: {reason}",
-                             revision=self.maker.revision, deployments=[name])  # fmt: skip
         with self._tally_lock:  # teardowns report from their own threads
             self._tally[(action, "failed" if outcome == "failed" else "ok")] += 1
 
@@ -429,7 +424,19 @@ class Executor:
         failpoints.hit("executor.fail.before_write")
         self.store.write(failed)
         self.event(action.name, action.verb, action.reason, str(action.phase), **self._why(action))
+        self._notify_fail(rec, action)
         return True
+
+    def _notify_fail(self, before: Record, action: Fail) -> None:
+        """A deployment entering Failed or BackOff, for node.yaml's hooks: a crash loop is
+        told once (its first failure), and again only when a run that had been Ready dies."""
+        if self.notify is None or action.phase not in (Phase.FAILED, Phase.BACKOFF):
+            return
+        if action.phase is Phase.BACKOFF and before.restarts > 0 and before.ready_at is None:
+            return  # still the same crash loop
+        name, phase = base_name(action.name), str(action.phase)
+        self.notify.emit(phase, f"{name} {phase}: {action.reason}",
+                         revision=self.maker.revision, deployments=[name])  # fmt: skip
 
     def _why(self, action: Fail) -> dict[str, Any]:
         """What `describe` needs to tell the cause: exit code/signal, the run's last lines."""

@@ -204,3 +204,23 @@ def test_a_device_marked_unhealthy_is_posted_with_what_held_it(
     assert told["event"] == "Unhealthy" and told["deployments"] == ["web"], told
     assert f"device {held} Unhealthy since" in told["message"] and "Xid 79" in told["message"]
     reconcile.down()
+
+
+def test_a_crash_loop_is_told_once_not_at_every_restart(
+    reconcile: Any, daemon: Any, finish: Any, receivers: list[Receiver]
+) -> None:
+    hook = Receiver(reconcile.port + 15).start()
+    receivers.append(hook)
+    config = node_yaml(reconcile, f"http://127.0.0.1:{hook.port}/hook", ["BackOff"])
+    reconcile.write("loop", command=CRASH)  # restartPolicy Always: BackOff, restart, ...
+
+    def fails() -> int:
+        return len([e for e in reconcile.events("loop") if e["action"] == "fail"])
+
+    d = daemon("--node-config", str(config))
+    d.wait(lambda: fails() >= 3, "three crashes of one loop", timeout=90)
+    d.wait(lambda: hook.accepted, "the BackOff posted")
+    backoffs = [t for t in hook.tries if t["event"] == "BackOff"] + queued(reconcile)
+    assert len(backoffs) == 1, backoffs
+    assert backoffs[0]["deployments"] == ["loop"] and "BackOff" in backoffs[0]["text"]
+    finish(d)
