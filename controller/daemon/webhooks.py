@@ -90,8 +90,12 @@ class Sender:
     def round(self) -> None:
         """One look at the queue: each hook's oldest notification, when due, is posted."""
         heads: dict[str, Queued] = {}
-        for item in self.outbox.pending():
+        pending = self.outbox.pending()
+        for item in pending:
             heads.setdefault(item.hook, item)
+        names = {item.path.name for item in pending}
+        for gone in set(self._tries) - names:  # dropped by the bound meanwhile
+            del self._tries[gone]
         for hook_id, item in heads.items():
             if self._stop.is_set():
                 return

@@ -7,12 +7,10 @@ import base64
 import json
 import signal
 import sys
-import threading
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,52 +18,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.store import accesstoken
+from tests.hookreceiver import Receiver
 
 CRASH = [sys.executable, "-c", "import sys; sys.exit(3)"]
 SECRET = "hf_sekrit_7f3a9c"  # an engine's secret value: never in a payload
 HOOK_PASSWORD = "hookpass_91bd"  # the hook's own credentials: never in a payload or a log
 HOOK_PATH_TOKEN = "T0KEN8c1e"  # a Slack-style hook: its path is its secret
-
-
-class Receiver:
-    """A local hook: answers 500 to the first ``fail_first`` POSTs, then 200."""
-
-    def __init__(self, port: int, fail_first: int = 0) -> None:
-        self.port = port
-        self.fail_first = fail_first
-        self.tries: list[dict[str, Any]] = []  # every POST, failed or not
-        self.accepted: list[dict[str, Any]] = []
-        self.auth: list[str | None] = []
-        self.lock = threading.Lock()
-        self.server: ThreadingHTTPServer | None = None
-
-    def start(self) -> Receiver:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with outer.lock:
-                    outer.tries.append(body)
-                    outer.auth.append(self.headers.get("Authorization"))
-                    ok = len(outer.tries) > outer.fail_first
-                    if ok:
-                        outer.accepted.append(body)
-                self.send_response(200 if ok else 500)
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.daemon.test_notifications import Receiver
 from tests.git.conftest import Remote, source
 from tests.git.test_rollback import node_only
+from tests.hookreceiver import Receiver
 
 
 @pytest.fixture
