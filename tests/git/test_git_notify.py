@@ -1,10 +1,11 @@
 """Notifications of the git source on a real bare repository: Synced at each applied
 commit, PullFailed when the remote is gone, Synced again, and a `reconcile rollback`
-(queued by the command, posted by the daemon)."""
+(queued by the command, posted by the daemon), and an autoRollback."""
 
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,5 +57,25 @@ def test_sync_states_and_a_rollback_are_posted(
     assert rolled[0]["deployments"] == ["alpha"] and good[:12] in rolled[0]["message"], rolled
     d.wait(lambda: source(reconcile)["applied"] == good, "the rollback applied")
     assert len(told(hook, "PullFailed")) == 1, hook.accepted  # one per change, not per fetch
+    assert d.stop() == 0
+    node_only(reconcile, "down")
+
+
+def test_an_auto_rollback_is_posted(
+    reconcile: Any, remote: Remote, git_daemon: Any, hook: Receiver
+) -> None:
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(
+        f"git:\n  url: {remote.url}\n  path: manifests\n  autoRollback: {{progressDeadline: 3s}}\n"
+        f"notify:\n  - url: http://127.0.0.1:{hook.port}/reconcile\n    events: [RolledBack]\n"
+    )
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url)
+    bad = remote.deploy("alpha", command=[sys.executable, "-c", "raise SystemExit(3)"])
+    d = git_daemon("--git", remote.url, "--interval", "1h", "--resync", "1s")
+    rolled = d.wait(lambda: told(hook, "RolledBack"), "the auto-rollback posted")
+    assert rolled[0]["deployments"] == ["alpha"], rolled
+    assert bad[:12] in rolled[0]["message"] and good[:12] in rolled[0]["message"], rolled
+    assert "progressDeadline" in rolled[0]["message"]
     assert d.stop() == 0
     node_only(reconcile, "down")
