@@ -31,7 +31,9 @@ from controller.core.promtext import PromText
 from controller.logsetup import get_logger
 from controller.store import outbox
 from controller.store.events import Journal
+from controller.store.lock import FileLock
 from controller.store.outbox import Hook, Outbox, Queued
+from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")
 
@@ -88,9 +90,23 @@ class Sender:
             self._wake.clear()
 
     def round(self) -> None:
-        """One look at the queue: each hook's oldest notification, when due, is posted."""
-        heads: dict[str, Queued] = {}
+        """One look at the queue: each hook's oldest notification, when due, is posted.
+        Under the sender lock, tried without waiting: another process posting (a daemon,
+        a `--once`) posts these, never both."""
         pending = self.outbox.pending()
+        if not pending:
+            self._tries.clear()
+            return
+        lock = FileLock(StateDir(self.state_dir).notify_lock, what="notification sender lock")
+        if not lock.try_acquire():
+            return
+        try:
+            self._round(self.outbox.pending())  # read again: the other may have sent some
+        finally:
+            lock.release()
+
+    def _round(self, pending: list[Queued]) -> None:
+        heads: dict[str, Queued] = {}
         for item in pending:
             heads.setdefault(item.hook, item)
         names = {item.path.name for item in pending}

@@ -18,6 +18,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.store import accesstoken
+from controller.store.lock import FileLock
+from controller.store.statedir import StateDir
 from tests.hookreceiver import Receiver
 
 CRASH = [sys.executable, "-c", "import sys; sys.exit(3)"]
@@ -182,3 +184,21 @@ def test_a_crash_loop_is_told_once_not_at_every_restart(
     assert len(backoffs) == 1, backoffs
     assert backoffs[0]["deployments"] == ["loop"] and "BackOff" in backoffs[0]["text"]
     finish(d)
+
+
+def test_a_notification_another_process_is_posting_is_left_to_it(
+    reconcile: Any, receivers: list[Receiver]
+) -> None:
+    hook = Receiver(reconcile.port + 15).start()
+    receivers.append(hook)
+    config = node_yaml(reconcile, f"http://127.0.0.1:{hook.port}/hook", ["Failed"])
+    reconcile.write("crash", command=CRASH, restartPolicy="Never")
+    (reconcile.state / "notify").mkdir(parents=True)
+    sender = FileLock(StateDir(reconcile.state).notify_lock)  # as a daemon posting holds it
+    with sender.hold():
+        reconcile("--once", "--wait", "--timeout", "30s", "--node-config", str(config), check=1)
+        assert not hook.tries and len(queued(reconcile)) == 1
+    reconcile("--once", "--node-config", str(config), check=1)  # the lock free: posted now
+    assert [t["deployments"] for t in hook.tries] == [["crash"]]
+    assert not queued(reconcile)
+    reconcile.down()
