@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from controller.logsetup import get_logger
+from controller.redact import REDACTED, URL_SECRET
 from controller.store import sidefiles
 from controller.store.documents import write_atomic
 from controller.store.statedir import StateDir
@@ -66,8 +67,9 @@ class Hook:
 
 
 def scrub(text: str) -> str:
-    """Words fit for a payload: no URL keeps a user:password."""
-    return _USERINFO.sub(r"\1", text)
+    """Words fit for a payload: no URL keeps a user:password or a secret query value
+    (``?token=<redacted>``)."""
+    return URL_SECRET.sub(rf"\1{REDACTED}", _USERINFO.sub(r"\1", text))
 
 
 def payload(

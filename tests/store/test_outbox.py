@@ -39,14 +39,16 @@ def test_only_the_hooks_that_list_an_event_get_it_and_no_file_names_a_hook_url(
         tmp_path, (slack, other), node="gpu-a", source="https://u:pw@git.example.com/r.git"
     )
     notes.emit("Failed", "api Failed: engine exited 3", revision="a" * 40, deployments=["api"])
+    notes.emit("Failed", "fetch https://x:pw@h.example/r?token=tk1 failed", deployments=["api"])
     items = Outbox(tmp_path).pending()
-    assert [i.hook for i in items] == [slack.id]
+    assert [i.hook for i in items] == [slack.id, slack.id]
+    assert items[1].body["message"] == "fetch https://h.example/r?token=<redacted> failed"
     body = items[0].body
     assert body["source"] == "https://git.example.com/r.git"
     assert body["revision"] == "a" * 40
     assert body["text"] == f"[gpu-a] Failed (api): api Failed: engine exited 3 at {'a' * 12}"
     on_disk = "".join(p.read_text() for p in (tmp_path / "notify").iterdir())
-    assert "T0KEN" not in on_disk and "pw@" not in on_disk
+    assert "T0KEN" not in on_disk and "pw@" not in on_disk and "tk1" not in on_disk
     assert slack.shown == "https://hooks.example.com"
 
 
