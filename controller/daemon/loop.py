@@ -31,9 +31,10 @@ from controller.core.plan import backoff
 from controller.core.state import Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import ManifestWatch
-from controller.daemon.metrics import exporters
+from controller.daemon.metrics import add_source, exporters
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import Settling, Timers, debounce_until
+from controller.daemon.webhooks import Sender
 from controller.errors import ConfigError, LockTimeout, ReconcileError
 from controller.host import bootclock
 from controller.logsetup import get_logger
@@ -106,6 +107,10 @@ class Daemon:
         self._signalled = False  # SIGUSR1 asked for one
         self.reconciler.interrupted = lambda: self.stopping
         self.notifier = Notifier.from_environ()
+        # node.yaml's notify: the passes queue, this thread posts (a hook never delays one)
+        self.webhooks = Sender(config.state_dir, config.notify)
+        self.reconciler.after_pass.append(lambda result, seconds: self.webhooks.wake())
+        add_source(self.webhooks.render)
         self.selector = selectors.DefaultSelector()
         self.timers = Timers()
         self.exits = ExitWatch(self.selector, self.reconciler.backend, self._exited)
@@ -131,6 +136,7 @@ class Daemon:
         signal.signal(signal.SIGHUP, self._on_hup)
         signal.signal(signal.SIGUSR1, self._on_usr1)
         self.folders.start()
+        self.webhooks.start()  # what a daemon before this one left queued goes out now
         if self.front is not None:
             self.front.start(self.request_pass)
         self.triggers.add("start")
@@ -278,6 +284,8 @@ class Daemon:
             fresh.interrupted = self.reconciler.interrupted
             fresh.liveness = self.liveness
             self._hook_front(fresh)
+            fresh.after_pass.append(lambda result, seconds: self.webhooks.wake())
+            self.webhooks.retarget(fresh.config.notify)
             self.reconciler, self.config = fresh, fresh.config
             log.info(
                 "configuration reloaded",
@@ -410,6 +418,7 @@ class Daemon:
 
     def _shutdown(self) -> None:
         self.notifier.send("STOPPING=1")
+        self.webhooks.stop()
         if self.front is not None:
             self.front.stop()
         self.folders.stop()

@@ -52,6 +52,7 @@ from controller.redact import redact_args
 from controller.store import diskspace
 from controller.store.instances import logfiles
 from controller.store.instances.events import Journal
+from controller.store.instances.outbox import Notifications
 from controller.store.instances.records import RecordStore
 
 log = get_logger("reconcile")
@@ -88,6 +89,7 @@ class Executor:
     drain: GatewayDrain = _no_drain
     puller: Puller | None = None  # model pulls (spec.source); None: none are started
     reserve: Reserve = _no_reserve  # how a start takes its devices and port
+    notify: Notifications | None = None  # node.yaml's hooks: queued here, sent off the pass
     _tally: Counter[tuple[str, str]] = field(default_factory=Counter)
     _tally_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -423,7 +425,19 @@ class Executor:
         failpoints.hit("executor.fail.before_write")
         self.store.write(failed)
         self.event(action.name, action.verb, action.reason, str(action.phase), **self._why(action))
+        self._notify_fail(rec, action)
         return True
+
+    def _notify_fail(self, before: Record, action: Fail) -> None:
+        """A deployment entering Failed or BackOff, for node.yaml's hooks: a crash loop is
+        told once (its first failure), and again only when a run that had been Ready dies."""
+        if self.notify is None or action.phase not in (Phase.FAILED, Phase.BACKOFF):
+            return
+        if action.phase is Phase.BACKOFF and before.restarts > 0 and before.ready_at is None:
+            return  # still the same crash loop
+        name, phase = base_name(action.name), str(action.phase)
+        self.notify.emit(phase, f"{name} {phase}: {action.reason}",
+                         revision=self.maker.revision, deployments=[name])  # fmt: skip
 
     def _why(self, action: Fail) -> dict[str, Any]:
         """What `describe` needs to tell the cause: exit code/signal, the run's last lines."""

@@ -9,7 +9,7 @@ must not stop a pass.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,6 +28,8 @@ class DeviceWatch:
         self.state_dir = state_dir
         self.source = source
         self.last = Reading()  # the latest reading (its processes' memory: measured.py)
+        # Told of each device newly marked Unhealthy (device, why): the notifications.
+        self.on_fault: Callable[[str, str], None] = lambda device, why: None
 
     def look(self) -> None:
         """Read the GPUs and record what changed in their health."""
@@ -47,6 +49,7 @@ class DeviceWatch:
         after = devicehealth.update(self.state_dir, judged).faults
         for key in sorted(set(after) - set(before)):
             log.warning("device unhealthy", device=key, reason=describe(after[key]))
+            self.on_fault(key, describe(after[key]))
 
     def measure(self, observed: Observed, node: str | None) -> None:
         """Record the peak GPU memory of each live engine (the last look's processes)."""

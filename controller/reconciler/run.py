@@ -48,13 +48,20 @@ from controller.store import diskspace
 from controller.store.config.node import Config, read_drain
 from controller.store.instances import logfiles
 from controller.store.instances.events import Journal
+from controller.store.instances.outbox import Notifications
 from controller.store.instances.records import RecordProblem, RecordStore
 from controller.store.lock import FileLock
 from controller.store.side import activation, devicehealth, measured, restart
 from controller.store.side.observed import Seen
 from controller.store.side.observed import note as note_seen
 from controller.store.sources import gitrev
-from controller.store.sources.gitsource import GitSource, SyncResult, shown_url
+from controller.store.sources.gitsource import (
+    GitSource,
+    SyncResult,
+    read_status,
+    shown_url,
+    state_of,
+)
 from controller.store.sources.manifests import LoadResult, ManifestError, load
 from controller.store.statedir import StateDir
 
@@ -258,6 +265,10 @@ class Reconciler(Preview):
         self.device_watch = DeviceWatch(config.state_dir, gpuhealth.choose(inventory))
         # --git: the checkout this reconciler fetches and moves (the daemon fetches when due)
         self.git = GitSource(config.state_dir, config.git) if config.git else None
+        self.notify = notifications_for(config)
+        if self.notify is not None:
+            self.executor.notify = self.notify
+            self.device_watch.on_fault = self._device_fault
 
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
         self.device_watch.look()  # before the records: a fault seen now moves them now
@@ -292,6 +303,7 @@ class Reconciler(Preview):
             result.git = synced
             if self.git is not None:  # the history entry follows its deployments
                 self._auto_rollback(result)
+                self._notify_source(result)
             result.outcomes = self.executor.take_tally()
             note_seen(self.config.state_dir, _seen(result, self.config.node, seen_at))
             logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
@@ -321,6 +333,23 @@ class Reconciler(Preview):
         log.warning("git auto-rollback", detail=rolled)
         for rec in result.ours():
             self.executor.journal.append(rec.name, "auto-rollback", rolled, "pinned")
+        if self.notify is not None:
+            names = sorted({base_name(r.name) for r in result.ours()})
+            self.notify.emit("RolledBack", rolled, revision=self.maker.revision, deployments=names)
+
+    def _notify_source(self, result: PassResult) -> None:
+        """The git source's state (`reconcile source`'s), notified when it changes."""
+        st = read_status(self.config.state_dir) if self.notify is not None else None
+        if self.notify is None or st is None:
+            return
+        state, message = state_of(st, [str(r.phase) for r in result.ours()])
+        self.notify.source_state(state, message, st.applied)
+
+    def _device_fault(self, device: str, why: str) -> None:
+        assert self.notify is not None
+        held = [base_name(r.name) for r in self.store.load().records.values()
+                if device in r.devices and not r.elsewhere(self.config.node)]  # fmt: skip
+        self.notify.emit("Unhealthy", why, revision=self.maker.revision, deployments=held)
 
     def _rounds(self, loaded: LoadResult) -> PassResult:
         desired = self.desired(loaded)
@@ -544,6 +573,18 @@ class Reconciler(Preview):
         with ThreadPoolExecutor(max_workers=min(16, len(actions))) as pool:
             # a list, not any(): any() would stop early and drop a later teardown's error
             return list(pool.map(self.executor.apply, actions))
+
+
+def notifications_for(config: Config) -> Notifications | None:
+    """The queue of node.yaml's hooks (None without any); the source as payloads name
+    it: the repository URL without credentials, or the manifests folders."""
+    if not config.notify:
+        return None
+    if config.git is not None:
+        source = shown_url(config.git.url)
+    else:
+        source = ",".join(str(p) for p in config.manifests)
+    return Notifications(config.state_dir, config.notify, node=config.node, source=source)
 
 
 def identity_of_self() -> ProcessRef:

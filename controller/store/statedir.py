@@ -16,6 +16,7 @@ pass.lock  placement.lock  daemon.lock                                 the locks
 gateway/  (gw-<nonce>.json, current.json, retire/, passed, metrics.prom, gateway.log,
            daemon.sock, daemon.addr, requests.jsonl)                   the gateway's files
 git/  (checkout/, source.json, history.json, git.lock, moving, fetch-now)  the git source
+notify/q-<time>-<hook>-<id>.json  source-state.json  send.lock        queued notifications
 images/<key>.json  images/<key>.log  run/<name>.env  run/<name>.cid       container images, runs
 ```
 """
@@ -215,6 +216,22 @@ class StateDir:
     def git_fetch_now(self) -> Path:
         """Written by the gateway on a signed webhook: the next sync fetches at once."""
         return self.git / "fetch-now"
+
+    # -- notifications (store/outbox.py) ----------------------------------------------
+    @property
+    def notify(self) -> Path:
+        """The outbox: one file per notification not yet delivered."""
+        return self.root / "notify"
+
+    @property
+    def notify_lock(self) -> Path:
+        """Held while notifications are posted: a daemon and a `--once` never post one twice."""
+        return self.notify / "send.lock"
+
+    @property
+    def notify_source_state(self) -> Path:
+        """The git source's state last notified (a restart does not repeat it)."""
+        return self.notify / "source-state.json"
 
     # -- containers (backends/local/container.py) -------------------------------------
     @property

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, config, looks, output_format
 from controller.cli.common import reconciler as build
+from controller.core.manifest.names import base_name
+from controller.reconciler.run import notifications_for
 from controller.store.config.node import Config
 from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordStore
@@ -137,9 +139,14 @@ def _pin(cfg: Config, target: str | None) -> None:
 
 def _journal(cfg: Config, owner: str, action: str, why: str) -> None:
     journal = Journal(cfg.state_dir)
+    names = []
     for rec in RecordStore(cfg.state_dir).load().records.values():
         if rec.owner == owner:
             journal.append(rec.name, action, why, "pinned" if action == "rollback" else "resumed")
+            names.append(base_name(rec.name))
+    notify = notifications_for(cfg)
+    if notify is not None and action == "rollback":  # queued: the daemon's sender posts it
+        notify.emit("RolledBack", why, deployments=names)
 
 
 def _apply(cfg: Config, target: str | None) -> int:

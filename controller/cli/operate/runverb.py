@@ -13,6 +13,7 @@ from controller.redact import printable
 
 if TYPE_CHECKING:
     from controller.daemon.loop import FrontDoor
+    from controller.store.config.node import Config
 
 
 def _print_errors(result_errors: list[object]) -> None:
@@ -59,6 +60,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             front=front,
             metrics_at=metrics_at,
         )
+    code = _once(args, cfg)
+    if cfg.notify:  # no daemon to post what the pass queued: one try each, now
+        from controller.daemon.webhooks import Sender
+
+        Sender(cfg.state_dir, cfg.notify).flush()
+    return code
+
+
+def _once(args: argparse.Namespace, cfg: Config) -> int:
     reconciler = build(cfg)
     if args.wait:
         from controller.cli.render.waiting import wait_until_ready

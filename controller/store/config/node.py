@@ -17,6 +17,7 @@ from controller.errors import ConfigError
 from controller.store import bootstamp
 from controller.store.documents import write_atomic
 from controller.store.instances import logfiles
+from controller.store.instances.outbox import Hook
 from controller.store.sources.gitsource import GitSettings
 from controller.store.statedir import StateDir
 
@@ -53,6 +54,7 @@ class Config:
     # None: the node config could not be read (a lenient resolve): the share is unknown,
     # so nothing is started or pruned by a selector.
     labels: dict[str, str] | None = field(default_factory=dict)
+    notify: tuple[Hook, ...] = ()  # node.yaml's notify: where to POST which events
     # What a lenient resolve (a read verb) passed over: each names the file, line, problem.
     warnings: tuple[str, ...] = ()
 
@@ -99,6 +101,7 @@ def resolve(
     limits, log_max_bytes, log_keep = Limits(), logfiles.DEFAULT_MAX_BYTES, logfiles.DEFAULT_KEEP
     container_runtime: str | None = None
     labels: dict[str, str] | None = {}
+    hooks: tuple[Hook, ...] = ()
     warnings: list[str] = []
     tls: tuple[Path | None, Path | None] = (None, None)
     git_file: GitFile | None = None
@@ -120,6 +123,7 @@ def resolve(
             git_file = node_file.git
             container_runtime = node_file.container_runtime
             labels = dict(node_file.labels)
+            hooks = tuple(item.hook for item in node_file.notify)
     flag = max_instances if max_instances is not None else env.get("RECONCILE_MAX_INSTANCES")
     if flag:
         try:
@@ -161,6 +165,7 @@ def resolve(
         ray_address=address,
         container_runtime=container_runtime,
         labels=labels,
+        notify=hooks,
         warnings=tuple(warnings),
         tls_cert=tls[0],
         tls_key=tls[1],

@@ -19,6 +19,9 @@ when it exists::
       autoRollback: {progressDeadline: 10m}
     containerRuntime: docker         # spec.container's default runtime (else podman if on PATH)
     labels: {gpu: h100, site: lab2}  # this node's share of a fleet: spec.nodeSelector matches them
+    notify:                          # JSON POSTs for these events (store/outbox.py)
+      - url: https://hooks.example.com/reconcile
+        events: [Failed, BackOff, RolledBack, PullFailed, Synced]
 
 Flags win over the file (``--max-instances 8,nvidia=2``; ``--git``, ``--branch``... one
 key at a time), then the environment.
@@ -26,10 +29,12 @@ key at a time), then the environment.
 
 from __future__ import annotations
 
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 from controller.core.devices.capacity import Limits
@@ -37,7 +42,7 @@ from controller.core.manifest.labels import Labels
 from controller.core.manifest.specerrors import problems
 from controller.core.manifest.specs import NOT_BOOL, ContainerRuntime
 from controller.errors import ConfigError
-from controller.store.instances import logfiles
+from controller.store.instances import logfiles, outbox
 from controller.store.sources.yamlread import field_path, line_for, load_mapping
 from controller.store.statedir import StateDir
 
@@ -82,6 +87,41 @@ class GitFile(BaseModel):
     auto_rollback: AutoRollbackFile | None = None
 
 
+class NotifyFile(BaseModel):
+    """One ``notify:`` item: where to POST, and which events."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str
+    events: list[str] = Field(min_length=1)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "an http:// or https:// URL with a host (e.g. https://hooks.example.com/x)"
+            )
+        return url
+
+    @field_validator("events")
+    @classmethod
+    def _events(cls, events: list[str]) -> list[str]:
+        for event in events:
+            if event not in outbox.EVENTS:
+                close = get_close_matches(event, outbox.EVENTS, 1, 0.6)
+                hint = f"did you mean {close[0]}? " if close else ""
+                raise ValueError(
+                    f"unknown event {event!r}: {hint}one of {', '.join(outbox.EVENTS)}"
+                )
+        return events
+
+    @property
+    def hook(self) -> outbox.Hook:
+        return outbox.Hook(self.url, frozenset(self.events))
+
+
 class NodeFile(BaseModel):
     """``node.yaml``: camelCase keys, no unknown setting, numbers as the manifests take them."""
 
@@ -104,6 +144,7 @@ class NodeFile(BaseModel):
     git: GitFile | None = None
     container_runtime: ContainerRuntime | None = None
     labels: Labels = Field(default_factory=dict)
+    notify: list[NotifyFile] = Field(default_factory=list)
 
     @property
     def limits(self) -> Limits:
@@ -131,8 +172,9 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
         if first.unknown:
             message = (
                 "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles, "
-                "tlsCert, tlsKey, containerRuntime, labels, git; under git: url, branch, tag, path,"
-                " interval, webhookSecretFile, verify, autoRollback)"
+                "tlsCert, tlsKey, containerRuntime, labels, git, notify; under git: url, branch,"
+                " tag, path, interval, webhookSecretFile, verify, autoRollback; under notify:"
+                " url, events)"
             )
         raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc
     found._folder = path.parent.absolute()

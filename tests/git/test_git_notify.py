@@ -1,0 +1,81 @@
+"""Notifications of the git source on a real bare repository: Synced at each applied
+commit, PullFailed when the remote is gone, Synced again, and a `reconcile rollback`
+(queued by the command, posted by the daemon), and an autoRollback."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.git.conftest import Remote, source
+from tests.git.test_rollback import node_only
+from tests.hookreceiver import Receiver
+
+
+@pytest.fixture
+def hook(reconcile: Any) -> Iterator[Receiver]:
+    receiver = Receiver(reconcile.port + 15).start()
+    yield receiver
+    receiver.stop()
+
+
+def told(hook: Receiver, event: str) -> list[dict[str, Any]]:
+    with hook.lock:
+        return [t for t in hook.accepted if t["event"] == event]
+
+
+def test_sync_states_and_a_rollback_are_posted(
+    reconcile: Any, remote: Remote, git_daemon: Any, hook: Receiver
+) -> None:
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(
+        f"notify:\n  - url: http://127.0.0.1:{hook.port}/reconcile\n"
+        "    events: [Synced, PullFailed, RolledBack]\n"
+    )
+    good = remote.deploy("alpha")
+    d = git_daemon("--git", remote.url, "--git-path", "manifests", "--interval", "2s")
+    synced = d.wait(lambda: told(hook, "Synced"), "Synced posted")
+    assert synced[0]["revision"] == good and synced[0]["source"] == remote.url, synced
+    assert synced[0]["node"] == reconcile.node and "Synced" in synced[0]["text"]
+
+    gone = remote.bare.with_name("gone.git")
+    shutil.move(remote.bare, gone)
+    failed = d.wait(lambda: told(hook, "PullFailed"), "PullFailed posted")
+    assert "does not appear to be a git repository" in failed[0]["message"], failed
+    assert failed[0]["revision"] == good  # still running it
+    shutil.move(gone, remote.bare)
+    d.wait(lambda: len(told(hook, "Synced")) == 2, "Synced posted again")
+
+    newer = remote.commit({"README": "newer\n"}, "newer")
+    d.wait(lambda: [t["revision"] for t in told(hook, "Synced")][-1:] == [newer], "newer")
+    node_only(reconcile, "rollback", good)
+    rolled = d.wait(lambda: told(hook, "RolledBack"), "RolledBack posted by the daemon")
+    assert rolled[0]["deployments"] == ["alpha"] and good[:12] in rolled[0]["message"], rolled
+    d.wait(lambda: source(reconcile)["applied"] == good, "the rollback applied")
+    assert len(told(hook, "PullFailed")) == 1, hook.accepted  # one per change, not per fetch
+    assert d.stop() == 0
+    node_only(reconcile, "down")
+
+
+def test_an_auto_rollback_is_posted(
+    reconcile: Any, remote: Remote, git_daemon: Any, hook: Receiver
+) -> None:
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(
+        f"git:\n  url: {remote.url}\n  path: manifests\n  autoRollback: {{progressDeadline: 3s}}\n"
+        f"notify:\n  - url: http://127.0.0.1:{hook.port}/reconcile\n    events: [RolledBack]\n"
+    )
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url)
+    bad = remote.deploy("alpha", command=[sys.executable, "-c", "raise SystemExit(3)"])
+    d = git_daemon("--git", remote.url, "--interval", "1h", "--resync", "1s")
+    rolled = d.wait(lambda: told(hook, "RolledBack"), "the auto-rollback posted")
+    assert rolled[0]["deployments"] == ["alpha"], rolled
+    assert bad[:12] in rolled[0]["message"] and good[:12] in rolled[0]["message"], rolled
+    assert "progressDeadline" in rolled[0]["message"]
+    assert d.stop() == 0
+    node_only(reconcile, "down")
