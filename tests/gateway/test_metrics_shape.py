@@ -124,3 +124,36 @@ def test_a_running_daemon_and_gateway_expose_the_pinned_shape(reconcile: Any, ga
         "reconcile_gateway_request_seconds",
         "reconcile_gateway_time_to_first_token_seconds",
     } <= set(live)
+
+
+def test_inherited_counters_add_up_and_keep_the_shape() -> None:
+    """Two hand-overs in a row: the third gateway counts what all three saw, its text
+    keeps the pinned shape, and the gauges (the old one's moment) are not carried."""
+    first = GatewayMetrics()
+    first.done("web", "k1", 200, 0.2)
+    first.answered("web", "k1", 0.05, 10, 20)
+    first.begin("web", "web@1")
+    second = GatewayMetrics()
+    second.inherit(first.render())
+    second.done("web", "k1", 503, 3.0)
+    second.done("other", "k2", 200, 0.01)
+    third = GatewayMetrics()
+    third.inherit(second.render())
+    found = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(third.render())
+        for s in f.samples
+    }
+    web = (("deployment", "web"), ("key", "k1"))
+    assert found[("reconcile_gateway_requests_total", web)] == 2
+    assert found[("reconcile_gateway_request_seconds_count", web)] == 2
+    assert found[("reconcile_gateway_request_seconds_sum", web)] == 3.2
+    assert found[("reconcile_gateway_request_seconds_bucket", (*web, ("le", "0.25")))] == 1
+    assert found[("reconcile_gateway_request_seconds_bucket", (*web, ("le", "+Inf")))] == 2
+    assert found[("reconcile_gateway_tokens_total", (*web, ("kind", "completion")))] == 20
+    assert found[("reconcile_gateway_requests_total", (("deployment", "other"), ("key", "k2")))]
+    assert not [k for k in found if k[0] == "reconcile_gateway_inflight"]
+    pinned = json.loads(GOLDEN.read_text())["gateway"]
+    for name, family in shape(third.render()).items():
+        for sample, labels in family["samples"].items():
+            assert labels == pinned[name]["samples"][sample], sample

@@ -8,6 +8,10 @@ change size under it. A histogram read mid-update is off by one request at most.
 ``GatewayMetrics`` is a prometheus-client collector of its own (no global registry):
 the families are built from these counters when scraped, and ``generate_latest``
 writes the text. The request path pays no lock of the library's metric objects.
+
+A hand-over keeps the counters running: the old gateway, once it has drained, writes
+its final text (``registry.handed_path``) and its successor adds those counters and
+histograms to its own from then on (``inherit``), so ``rate()`` sees no reset.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from prometheus_client.metrics_core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from controller.gateway.accounting.enginemetrics import EngineLoad
@@ -32,6 +37,8 @@ PREFIX = "reconcile_gateway_"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 Labels = tuple[str, str]  # (deployment, key label)
 Instance = tuple[str, str]  # (deployment, instance: its record's name)
+SampleKey = tuple[str, tuple[tuple[str, str], ...]]  # sample name, sorted labels
+Carried = dict[str, dict[SampleKey, float]]  # family name -> a predecessor's samples
 _L = TypeVar("_L", bound=tuple[str, ...])  # a series' label values
 
 
@@ -62,6 +69,20 @@ class GatewayMetrics(Collector):
         self.log_dropped = 0  # request log lines dropped (requestlog.py: queue full, disk)
         self.fallbacks: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # routes.py
         self.engines: dict[Instance, EngineLoad] = {}  # the engines' own (enginemetrics.py)
+        self.carried: Carried = {}  # predecessors' counters (inherit), replaced whole
+
+    def inherit(self, text: str) -> None:
+        """Add a predecessor's final counters and histograms (its Prometheus text) to
+        ours from now on; its gauges (in flight, the engines') were its own moment's."""
+        carried = {name: dict(samples) for name, samples in self.carried.items()}
+        for family in text_string_to_metric_families(text):
+            if family.type not in ("counter", "histogram"):
+                continue
+            into = carried.setdefault(family.name, {})
+            for s in family.samples:
+                key = (s.name, tuple(sorted(s.labels.items())))
+                into[key] = into.get(key, 0.0) + s.value
+        self.carried = carried  # one assignment: a scrape sees the old or the new
 
     def begin(self, deployment: str, instance: str) -> None:
         """A request forwarded to ``instance`` (``web@1``) of ``deployment``."""
@@ -117,9 +138,10 @@ class GatewayMetrics(Collector):
         return generate_latest(self).decode()
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._traffic()
-        yield from self._answers()
-        yield from self._engines()
+        carried = self.carried
+        for family in (*self._traffic(), *self._answers(), *self._engines()):
+            extra = carried.get(family.name)
+            yield _plus(family, extra) if extra else family
 
     def _traffic(self) -> Iterator[Metric]:
         requests = _counter("requests_total", "Requests through the gateway.", "deployment", "key")
@@ -236,3 +258,22 @@ def _histogram(
             buckets.append((bound, float(running)))
         family.add_metric(list(labels), buckets, hist.total)
     return family
+
+
+def _plus(family: Metric, extra: Mapping[SampleKey, float]) -> Metric:
+    """``family`` with a predecessor's samples added, series by series."""
+    values = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in family.samples}
+    for key, value in extra.items():
+        values[key] = values.get(key, 0.0) + value
+    out = Metric(family.name, family.documentation, family.type)
+    for (name, labels), value in sorted(values.items(), key=_series_order):
+        out.add_sample(name, dict(labels), value)
+    return out
+
+
+def _series_order(item: tuple[SampleKey, float]) -> tuple[object, ...]:
+    """A series' samples together, a histogram's buckets by bound, then _count, _sum."""
+    (name, labels), _ = item
+    bound = dict(labels).get("le")
+    plain = tuple(pair for pair in labels if pair[0] != "le")
+    return (plain, bound is None, float(bound) if bound else 0.0, name)

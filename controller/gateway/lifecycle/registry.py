@@ -12,6 +12,7 @@ these without paying for the HTTP stack.
 <state>/gateway/retire/<n>.<g>.done gateway <g> has (or its grace period ran out)
 <state>/gateway/passed              touched by the daemon after its first pass
 <state>/gateway/metrics.prom        the current gateway's Prometheus text
+<state>/gateway/handed-<nonce>.prom a replaced gateway's final counters, for its successor
 <state>/gateway/daemon.sock         the daemon's wake-up socket, or, when the path is too
 <state>/gateway/daemon.addr         long for sun_path, the abstract name it bound instead
 ```
@@ -338,6 +339,12 @@ def log_path(state_dir: Path) -> Path:
 
 def metrics_path(state_dir: Path) -> Path:
     return StateDir(state_dir).gateway_metrics
+
+
+def handed_path(state_dir: Path, nonce: str) -> Path:
+    """Where the gateway ``nonce``, replaced, leaves its final counters (its successor
+    adds them to its own, then removes the file)."""
+    return StateDir(state_dir).gateway / f"handed-{nonce}.prom"
 
 
 def metrics_text(state_dir: Path) -> str:
