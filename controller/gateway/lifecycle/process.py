@@ -314,8 +314,12 @@ class GatewayProcess:
 
     async def _write_metrics(self, last: str) -> str:
         """The metrics text for the daemon's exporter, when it changed (the current
-        gateway alone: a draining one leaves the file to its successor)."""
-        text = self.gateway.metrics_text()
+        gateway alone: a draining one leaves the file to its successor). Rendered on a
+        worker thread (the counters are read through snapshots, as the control socket's
+        scrape does): prometheus-client's text of hundreds of series takes a while, which
+        the requests on the loop must not wait for."""
+        loop = asyncio.get_running_loop()
+        text = await loop.run_in_executor(None, self.gateway.metrics_text)
         if text == last:
             return last
         current = registry.read_current(self.state_dir)
@@ -323,9 +327,7 @@ class GatewayProcess:
             return last
         path = registry.metrics_path(self.state_dir)
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                None, write_atomic, path, text.encode(), 0o600
-            )
+            await loop.run_in_executor(None, write_atomic, path, text.encode(), 0o600)
         except OSError as exc:
             log.warning("gateway metrics not written", path=str(path), error=str(exc))
             return last
