@@ -286,19 +286,28 @@ class GatewayProcess:
             text = path.read_text()
         except FileNotFoundError:
             if gone:
-                self._predecessor = None
+                self._inherited(None)
             return
         except (OSError, UnicodeDecodeError) as exc:
             log.warning("old gateway's counters not read", path=str(path), error=str(exc))
-            self._predecessor = None
+            self._inherited(None)
             return
+        self._inherited(text)
+
+    def _inherited(self, text: str | None) -> None:
+        """The predecessor's counters (None: it left none) added, its file removed (it
+        may not have exited yet), and what dead successors left swept."""
+        old = self._predecessor
         self._predecessor = None
         try:
-            self.gateway.metrics.inherit(text)
+            if text is not None:
+                self.gateway.metrics.inherit(text)
         except ValueError as exc:  # a torn or foreign file: counted from 0
-            log.warning("old gateway's counters not read", path=str(path), error=str(exc))
-        with contextlib.suppress(OSError):
-            path.unlink()
+            log.warning("old gateway's counters not read", error=str(exc))
+        if old is not None:
+            with contextlib.suppress(OSError):
+                registry.handed_path(self.state_dir, old.nonce).unlink()
+        registry.sweep_handed(self.state_dir)
 
     def _hand_down(self) -> None:
         """Replaced (another gateway is current): leave our final counters for it, so
@@ -306,6 +315,7 @@ class GatewayProcess:
         current = registry.read_current(self.state_dir)
         if current is None or current.nonce == self.nonce:
             return
+        self._inherit()  # our own predecessor's, if it wrote them only now: passed on too
         path = registry.handed_path(self.state_dir, self.nonce)
         try:
             write_atomic(path, self.gateway.metrics_text().encode(), 0o600)
