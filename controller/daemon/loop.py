@@ -31,7 +31,7 @@ from controller.core.plan import backoff
 from controller.core.state import Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import ManifestWatch
-from controller.daemon.metrics import add_source, exporters
+from controller.daemon.metrics import add_source
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import Settling, Timers, debounce_until
 from controller.daemon.webhooks import Sender
@@ -485,8 +485,13 @@ def _until(when: datetime, now: datetime) -> float:
 
 def build_reconciler(config: Config, backend: Backend, store: RecordStore) -> Reconciler:
     inventory = inventory_for(config)
+    hooks = []
+    if config.metrics_file or config.metrics_port:  # prometheus-client brings ssl: only then
+        from controller.daemon.metrics import exporters
+
+        hooks = exporters(config, inventory)
     # A git source fetches at its first pass, then when due (gitsource.GitSource.sync).
-    return Reconciler(config, backend, inventory, exporters(config, inventory), store)
+    return Reconciler(config, backend, inventory, hooks, store)
 
 
 def run_daemon(

@@ -3,25 +3,29 @@
 ``--metrics-file PATH`` (``*.prom`` in node_exporter's ``--collector.textfile.directory``)
 is rewritten after every pass: temp file, fsync, rename, so the collector never reads
 half a file. ``--metrics-port [HOST:]PORT`` makes the daemon serve the same text at
-``/metrics`` (default host 127.0.0.1: there is no authentication). The text format is
-written here (a dozen gauges need no client library); tests read it back with
-``prometheus_client.parser``.
+``/metrics`` (``metricsserver.py``). Each pass leaves a ``PassFigures``, a
+prometheus-client collector read at scrape time; ``generate_latest`` writes the text.
+No global registry: a collector is rendered on its own, so nothing leaks between tests.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
+
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 from controller import __version__
 from controller.core.devices.inventory import Inventory
 from controller.core.manifest.names import base_name
-from controller.core.promtext import PromText
 from controller.core.replicaset import group
 from controller.core.state import Phase, Record
 from controller.host import bootclock
@@ -35,45 +39,51 @@ if TYPE_CHECKING:
 
 log = get_logger("reconcile")
 
+# version=0.0.4, not the library's 1.0.0: what Prometheus and node_exporter of any age read
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LAST_OK = "reconcile_last_successful_pass_timestamp_seconds"
 PASSES = "reconcile_passes_total"
 ACTIONS = "reconcile_actions_total"
 GIT_STATE = "reconcile_git_source_state"  # one series per state of `reconcile source`
-PASSES_HELP = "Passes this process (with --metrics-file: the file) counted."
-_ACTION_LINE = re.compile(rf'^{ACTIONS}{{action="([^"]*)",outcome="([^"]*)"}} (\S+)$', re.M)
+PASSES_HELP = "Passes this process (or, with --metrics-file, the file) counted."
 
 Tally = Mapping[tuple[str, str], int]  # (action, outcome) -> count
 
 
+def render(collector: Collector) -> str:
+    return generate_latest(collector).decode()
+
+
 class _Latest:
-    """The newest rendering, shared with the HTTP server's threads."""
+    """The newest pass's figures, shared with the HTTP server's threads."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.text: str | None = None  # before the first pass: _before_first_pass()
+        self.figures: Collector | None = None  # before the first pass: _BeforeFirstPass
 
-    def set(self, text: str) -> None:
+    def set(self, figures: Collector) -> None:
         with self.lock:
-            self.text = text
+            self.figures = figures
 
     def get(self) -> str:
         with self.lock:
-            return self.text if self.text is not None else _before_first_pass()
+            figures = self.figures
+        return render(figures if figures is not None else _BeforeFirstPass())
 
 
 LATEST = _Latest()
-# More text to append (the gateway's counters), registered by whoever wires the daemon.
+# More text to append (the gateway's counters, rendered by its own process), registered
+# by whoever wires the daemon.
 SOURCES: list[Callable[[], str]] = []
 
 
-def add_source(render: Callable[[], str]) -> None:
-    SOURCES.append(render)
+def add_source(text: Callable[[], str]) -> None:
+    SOURCES.append(text)
 
 
 def current() -> str:
     """The last pass's metrics plus every registered source, rendered now."""
-    return LATEST.get() + "".join(render() for render in SOURCES)
+    return LATEST.get() + "".join(text() for text in SOURCES)
 
 
 def exporters(config: Config, inventory: Inventory) -> list[Exporter]:
@@ -82,7 +92,7 @@ def exporters(config: Config, inventory: Inventory) -> list[Exporter]:
 
 
 class Exporter:
-    """The after-pass hook: render, write the textfile, publish for ``/metrics``."""
+    """The after-pass hook: the pass's figures for ``/metrics``, and the textfile."""
 
     def __init__(self, config: Config, inventory: Inventory) -> None:
         self.config = config
@@ -96,23 +106,26 @@ class Exporter:
             self.last_ok = now
         self.passes += 1
         self.actions.update(result.outcomes)
-        text = exposition(
-            passes=self.passes,
-            actions=self.actions,
-            records=result.records.values(),
-            inventory=self.inventory,
-            node=self.config.node,
-            revision=_revision(result.records.values()),
-            seconds=seconds,
-            ok=result.ok,
-            now=now,
-            last_ok=self.last_ok,
-            manifest_errors=len(result.errors),
-            drained=_drained(self.config),
-            git_state=_git_state(self.config, result),
+        LATEST.set(
+            PassFigures(
+                records=sorted(result.records.values(), key=lambda r: r.name),
+                inventory=self.inventory,
+                node=self.config.node,
+                revision=_revision(result.records.values()),
+                seconds=seconds,
+                ok=result.ok,
+                now=now,
+                last_ok=self.last_ok,
+                manifest_errors=len(result.errors),
+                drained=_drained(self.config),
+                passes=self.passes,
+                actions=dict(self.actions),
+                git_state=_git_state(self.config, result),
+            )
         )
-        LATEST.set(text)
         if self.config.metrics_file is not None:
+            # write_atomic, not write_to_textfile: that one neither fsyncs nor sets the
+            # mode (node_exporter runs as another user: 0644 whatever our umask)
             try:
                 write_atomic(self.config.metrics_file, current().encode(), mode=0o644)
             except OSError as exc:  # metrics must never stop the reconciler
@@ -128,23 +141,18 @@ def _previous(config: Config) -> tuple[float, int, Counter[tuple[str, str]]]:
         return 0.0, 0, actions
     try:
         text = config.metrics_file.read_text()
-    except (OSError, UnicodeDecodeError):
+        samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    except (OSError, UnicodeDecodeError, ValueError):  # a torn or hand-edited file: from 0
         return 0.0, 0, actions
-    for action, outcome, count in _ACTION_LINE.findall(text):
-        actions[(action, outcome)] = int(_float(count))
-    return _float(_single(text, LAST_OK)), int(_float(_single(text, PASSES))), actions
-
-
-def _single(text: str, name: str) -> str:
-    match = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
-    return match.group(1) if match else "0"
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:  # a hand-edited or torn file: start the count again
-        return 0.0
+    last_ok, passes = 0.0, 0
+    for s in samples:
+        if s.name == ACTIONS:
+            actions[(s.labels.get("action", ""), s.labels.get("outcome", ""))] = int(s.value)
+        elif s.name == PASSES:
+            passes = int(s.value)
+        elif s.name == LAST_OK:
+            last_ok = s.value
+    return last_ok, passes, actions
 
 
 def _drained(config: Config) -> bool:
@@ -160,25 +168,124 @@ def _revision(records: Iterable[Record]) -> str:
     return ",".join(revs)
 
 
-# -- the text format ---------------------------------------------------------------------------
+def _git_state(config: Config, result: PassResult) -> str | None:
+    """The git source's state after this pass (None: no git source, or its file unreadable)."""
+    if config.git is None:
+        return None
+    st = gitsource.read_status(config.state_dir)
+    if st is None:
+        return None
+    return gitsource.state_of(st, [str(r.phase) for r in result.ours()])[0]
+
+
+# -- the families ----------------------------------------------------------------------------
+
+
+def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, value=value)
+
+
+def _build_info() -> GaugeMetricFamily:
+    info = GaugeMetricFamily(
+        "reconcile_build_info", "The running reconcile's version (always 1).", labels=["version"]
+    )
+    info.add_metric([__version__], 1)
+    return info
+
+
+class _BeforeFirstPass(Collector):
+    """What ``/metrics`` says before the first pass ends: alerts need no ``absent()``."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield _build_info()
+        yield CounterMetricFamily(PASSES, PASSES_HELP, value=0)
+        yield _gauge(LAST_OK, "When a pass last converged (Unix time; 0: not yet).", 0)
 
 
 def _before_first_pass() -> str:
-    """What ``/metrics`` says before the first pass ends: alerts need no ``absent()``."""
-    out = PromText()
-    _build_info(out)
-    out.family(
-        PASSES, "Passes this process (or, with --metrics-file, the file) counted.", "counter"
-    )
-    out.sample(PASSES, 0)
-    out.family(LAST_OK, "When a pass last converged (Unix time; 0: not yet).")
-    out.sample(LAST_OK, 0)
-    return "\n".join(out.lines) + "\n"
+    return render(_BeforeFirstPass())
 
 
-def _build_info(out: PromText) -> None:
-    out.family("reconcile_build_info", "The running reconcile's version (always 1).")
-    out.sample("reconcile_build_info", 1, version=__version__)
+@dataclass(frozen=True)
+class PassFigures(Collector):
+    """One pass's figures (records sorted by name), rendered when scraped."""
+
+    records: list[Record]
+    inventory: Inventory
+    node: str
+    revision: str
+    seconds: float
+    ok: bool
+    now: float
+    last_ok: float | None
+    manifest_errors: int
+    drained: bool
+    passes: int = 1
+    actions: Tally = field(default_factory=dict)
+    git_state: str | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        yield _build_info()
+        info = GaugeMetricFamily(
+            "reconcile_info",
+            "This node and the manifests revision its records came from.",
+            labels=["node", "revision"],
+        )
+        info.add_metric([self.node, self.revision], 1)
+        yield info
+        yield from _instances(self.records)
+        yield from _replicas(self.records)
+        yield _devices(self.records, self.inventory)
+        yield from self._pass()
+        yield from self._state()
+
+    def _pass(self) -> Iterator[Metric]:
+        yield _gauge(
+            "reconcile_last_pass_duration_seconds",
+            "How long the last pass took.",
+            round(self.seconds, 6),
+        )
+        yield CounterMetricFamily(PASSES, PASSES_HELP, value=self.passes)
+        actions = CounterMetricFamily(
+            ACTIONS,
+            "Actions applied, by action and outcome (ok, failed).",
+            labels=["action", "outcome"],
+        )
+        for (action, outcome), count in sorted(self.actions.items()):
+            actions.add_metric([action, outcome], count)
+        yield actions
+        yield _gauge(
+            "reconcile_last_pass_ok",
+            "1 when the last pass converged: valid manifests, nothing Pending or Failed.",
+            int(self.ok),
+        )
+        yield _gauge(
+            "reconcile_last_pass_timestamp_seconds",
+            "When the last pass ended (Unix time).",
+            round(self.now, 3),
+        )
+        yield _gauge(
+            LAST_OK,
+            "When a pass last converged (Unix time; 0: not yet).",
+            round(self.last_ok or 0, 3),
+        )
+
+    def _state(self) -> Iterator[Metric]:
+        yield _gauge(
+            "reconcile_manifest_errors",
+            "Manifest errors the last pass found.",
+            self.manifest_errors,
+        )
+        yield _gauge("reconcile_node_drained", "1 while the node is drained.", int(self.drained))
+        if self.git_state is not None:
+            git = GaugeMetricFamily(
+                GIT_STATE,
+                "1 for the state the git source is in (reconcile source).",
+                labels=["state"],
+            )
+            for state in gitsource.STATES:
+                git.add_metric([state], int(state == self.git_state))
+            yield git
 
 
 def exposition(
@@ -197,101 +304,90 @@ def exposition(
     actions: Tally | None = None,
     git_state: str | None = None,
 ) -> str:
-    recs = sorted(records, key=lambda r: r.name)
-    out = PromText()
-    _build_info(out)
-    out.family("reconcile_info", "This node and the manifests revision its records came from.")
-    out.sample("reconcile_info", 1, node=node, revision=revision)
-    _instances(out, recs)
-    _replicas(out, recs)
-    _devices(out, recs, inventory)
-    out.family("reconcile_last_pass_duration_seconds", "How long the last pass took.")
-    out.sample("reconcile_last_pass_duration_seconds", round(seconds, 6))
-    out.family(
-        PASSES, "Passes this process (or, with --metrics-file, the file) counted.", "counter"
+    """One pass's metrics as Prometheus text."""
+    return render(
+        PassFigures(
+            records=sorted(records, key=lambda r: r.name),
+            inventory=inventory,
+            node=node,
+            revision=revision,
+            seconds=seconds,
+            ok=ok,
+            now=now,
+            last_ok=last_ok,
+            manifest_errors=manifest_errors,
+            drained=drained,
+            passes=passes,
+            actions=dict(actions or {}),
+            git_state=git_state,
+        )
     )
-    out.sample(PASSES, passes)
-    out.family(ACTIONS, "Actions applied, by action and outcome (ok, failed).", "counter")
-    for (action, outcome), count in sorted((actions or {}).items()):
-        out.sample(ACTIONS, count, action=action, outcome=outcome)
-    out.family(
-        "reconcile_last_pass_ok",
-        "1 when the last pass converged: valid manifests, nothing Pending or Failed.",
-    )
-    out.sample("reconcile_last_pass_ok", int(ok))
-    out.family("reconcile_last_pass_timestamp_seconds", "When the last pass ended (Unix time).")
-    out.sample("reconcile_last_pass_timestamp_seconds", round(now, 3))
-    out.family(LAST_OK, "When a pass last converged (Unix time; 0: not yet).")
-    out.sample(LAST_OK, round(last_ok or 0, 3))
-    out.family("reconcile_manifest_errors", "Manifest errors the last pass found.")
-    out.sample("reconcile_manifest_errors", manifest_errors)
-    out.family("reconcile_node_drained", "1 while the node is drained.")
-    out.sample("reconcile_node_drained", int(drained))
-    if git_state is not None:
-        out.family(GIT_STATE, "1 for the state the git source is in (reconcile source).")
-        for state in gitsource.STATES:
-            out.sample(GIT_STATE, int(state == git_state), state=state)
-    return "\n".join(out.lines) + "\n"
 
 
-def _git_state(config: Config, result: PassResult) -> str | None:
-    """The git source's state after this pass (None: no git source, or its file unreadable)."""
-    if config.git is None:
-        return None
-    st = gitsource.read_status(config.state_dir)
-    if st is None:
-        return None
-    return gitsource.state_of(st, [str(r.phase) for r in result.ours()])[0]
+INSTANCE = ["deployment", "instance"]
 
 
-def _instances(out: PromText, recs: list[Record]) -> None:
+def _instances(recs: list[Record]) -> Iterator[Metric]:
     """The series of each record: every replica (and rolling ``@next``) is an ``instance``
     of its ``deployment``, so ``sum by (deployment)`` adds its replicas up."""
-    out.family("reconcile_deployments", "Deployment instances (replicas) on this node by phase.")
+    deployments = GaugeMetricFamily(
+        "reconcile_deployments",
+        "Deployment instances (replicas) on this node by phase.",
+        labels=["phase"],
+    )
     for phase in Phase:
-        out.sample("reconcile_deployments", sum(r.phase is phase for r in recs), phase=str(phase))
-    out.family("reconcile_deployment_phase", "1 for the phase each instance is in.")
+        deployments.add_metric([str(phase)], sum(r.phase is phase for r in recs))
+    phases = GaugeMetricFamily(
+        "reconcile_deployment_phase",
+        "1 for the phase each instance is in.",
+        labels=[*INSTANCE, "phase"],
+    )
+    ready = GaugeMetricFamily(
+        "reconcile_deployment_ready", "1 when the instance's engine is Ready.", labels=INSTANCE
+    )
+    restarts = CounterMetricFamily(
+        "reconcile_deployment_restarts_total",
+        "Restarts of each instance's engine (its record's count).",
+        labels=INSTANCE,
+    )
     for rec in recs:
+        who = [base_name(rec.name), rec.name]
         for phase in Phase:
-            out.sample(
-                "reconcile_deployment_phase",
-                int(rec.phase is phase),
-                **_instance(rec),
-                phase=str(phase),
-            )
-    out.family("reconcile_deployment_ready", "1 when the instance's engine is Ready.")
-    for rec in recs:
-        out.sample("reconcile_deployment_ready", int(rec.phase is Phase.READY), **_instance(rec))
-    restarts = "reconcile_deployment_restarts_total"
-    out.family(restarts, "Restarts of each instance's engine (its record's count).", "counter")
-    for rec in recs:
-        out.sample(restarts, rec.restarts, **_instance(rec))
+            phases.add_metric([*who, str(phase)], int(rec.phase is phase))
+        ready.add_metric(who, int(rec.phase is Phase.READY))
+        restarts.add_metric(who, rec.restarts)
+    yield from (deployments, phases, ready, restarts)
 
 
-def _instance(rec: Record) -> dict[str, str]:
-    return {"deployment": base_name(rec.name), "instance": rec.name}
-
-
-def _replicas(out: PromText, recs: list[Record]) -> None:
+def _replicas(recs: list[Record]) -> Iterator[Metric]:
     """Per deployment, as kube-state-metrics has them: desired and Ready replicas."""
     sets = group(recs)
-    out.family("reconcile_deployment_replicas", "Replicas each deployment should run.")
+    desired = GaugeMetricFamily(
+        "reconcile_deployment_replicas",
+        "Replicas each deployment should run.",
+        labels=["deployment"],
+    )
+    ready = GaugeMetricFamily(
+        "reconcile_deployment_ready_replicas",
+        "Replicas of each deployment with a Ready instance.",
+        labels=["deployment"],
+    )
     for rs in sets:
-        out.sample("reconcile_deployment_replicas", rs.desired, deployment=rs.name)
-    ready = "reconcile_deployment_ready_replicas"
-    out.family(ready, "Replicas of each deployment with a Ready instance.")
-    for rs in sets:
-        out.sample(ready, rs.ready, deployment=rs.name)
+        desired.add_metric([rs.name], rs.desired)
+        ready.add_metric([rs.name], rs.ready)
+    yield from (desired, ready)
 
 
-def _devices(out: PromText, recs: list[Record], inventory: Inventory) -> None:
+def _devices(recs: list[Record], inventory: Inventory) -> Metric:
     held = {d for r in recs if r.holds for d in r.devices}
-    out.family("reconcile_devices", "Devices of the inventory, free or held, by kind.")
+    devices = GaugeMetricFamily(
+        "reconcile_devices",
+        "Devices of the inventory, free or held, by kind.",
+        labels=["kind", "state"],
+    )
     for kind in sorted({d.kind for d in inventory.devices}):
         keys = [d.key for d in inventory.devices if d.kind == kind]
         taken = sum(k in held for k in keys)
-        out.sample("reconcile_devices", taken, kind=kind, state="held")
-        out.sample("reconcile_devices", len(keys) - taken, kind=kind, state="free")
-
-
-# -- /metrics -----------------------------------------------------------------------------------
+        devices.add_metric([kind, "held"], taken)
+        devices.add_metric([kind, "free"], len(keys) - taken)
+    return devices

@@ -1,4 +1,4 @@
-"""The daemon's notification sender: posts what the passes queued (store/outbox.py).
+"""The daemon's notification sender: posts what the passes queued (store/instances/outbox.py).
 
 One thread, never the pass's: a hook that hangs or fails delays no pass. Each hook gets
 its notifications in order, one at a time (the oldest first); a failure (no answer, not a
@@ -22,12 +22,15 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from controller.core.promtext import PromText
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from controller.logsetup import get_logger
 from controller.store.instances import outbox
 from controller.store.instances.events import Journal
@@ -176,11 +179,22 @@ class Sender:
         with self._lock:
             counts = dict(self.counts)
         counts["dropped"] = counts.get("dropped", 0) + outbox.DROPPED.value
-        text = PromText()
-        text.family(METRIC, "Notifications this daemon posted, by result.", "counter")
+        family = CounterMetricFamily(
+            METRIC, "Notifications this daemon posted, by result.", labels=["result"]
+        )
         for result in ("delivered", "failed", "dropped"):
-            text.sample(METRIC, counts.get(result, 0), result=result)
-        return "\n".join(text.lines) + "\n"
+            family.add_metric([result], counts.get(result, 0))
+        return generate_latest(_Families([family])).decode()
+
+
+class _Families(Collector):
+    """Families built already, handed to ``generate_latest`` (no global registry)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
 
 
 def post(url: str, body: dict[str, object]) -> str | None:

@@ -217,7 +217,7 @@ class StateDir:
         """Written by the gateway on a signed webhook: the next sync fetches at once."""
         return self.git / "fetch-now"
 
-    # -- notifications (store/outbox.py) ----------------------------------------------
+    # -- notifications (store/instances/outbox.py) ----------------------------------------------
     @property
     def notify(self) -> Path:
         """The outbox: one file per notification not yet delivered."""

@@ -22,6 +22,7 @@ import signal
 import socket
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -353,3 +354,45 @@ def test_gateway_crash_restarted_stop_is_no_crash_sigterm_leaves_it(
     assert reconcile("gateway", check=0).code == 0
     reconcile.down("--gateway")
     assert gateway_pids(reconcile) == set()
+
+
+def test_counters_run_on_across_a_hand_over(reconcile: Any, gateway: Any) -> None:
+    """The old gateway's requests, those it drained after the hand-over included, stay
+    in the successor's counters: /metrics never goes back (no reset for rate())."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from controller.store import accesstoken
+
+    streaming(reconcile, "alpha")
+    port = reconcile.port + 14
+    g = gateway("--metrics-port", str(port))
+    g.wait_phase("alpha", "Ready")
+    url = f"http://127.0.0.1:{port}/metrics?token={accesstoken.read(reconcile.state)}"
+
+    def requests() -> float:
+        with urllib.request.urlopen(url, timeout=WAIT) as answer:
+            text = answer.read().decode()
+        families = text_string_to_metric_families(text)
+        return sum(
+            s.value
+            for f in families
+            for s in f.samples
+            if s.name == "reconcile_gateway_requests_total" and s.labels["deployment"] == "alpha"
+        )
+
+    try:
+        old = g.serving()
+        # what a successor that died before reading it left: swept by the next one
+        (reconcile.state / "gateway" / "handed-0dead.prom").write_text("# nothing\n")
+        with Load(g.port, "alpha", 4) as load:
+            load.more(reconcile, 8, "answers from the first gateway")
+            hand_over(reconcile, old)
+            reconcile.wait_for(lambda: not old.alive(), timeout=WAIT, what="the old gateway gone")
+            load.more(reconcile, 8, "answers from the new gateway")
+        load.check()
+        served = load.ok
+        reconcile.wait_for(lambda: requests() == served, timeout=WAIT, what=f"{served} counted")
+        handed = reconcile.state / "gateway"  # the old one's file taken, the dead one's swept
+        reconcile.wait_for(lambda: not list(handed.glob("handed-*")), what="no handed-* left")
+    finally:
+        g.finish()

@@ -1,5 +1,5 @@
 """node.yaml ``notify:`` (checked by the real CLI) and the notification queue on disk
-(store/outbox.py), with real files in a state dir."""
+(store/instances/outbox.py), with real files in a state dir."""
 
 from __future__ import annotations
 

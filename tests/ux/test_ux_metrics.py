@@ -14,7 +14,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.core.devices.inventory import Inventory
-from controller.core.promtext import escape
 from controller.core.state import Phase, Record
 from controller.daemon.metrics import exposition
 from controller.store.config import accesstoken
@@ -133,7 +132,6 @@ def test_label_values_are_escaped_for_the_parser(tmp_path: Path) -> None:
     )
     found = samples(text)
     assert value(found, "reconcile_info", node='odd "node"\\with\nnewline', revision="abc") == 1
-    assert escape('a"b') == 'a\\"b'
 
 
 def test_replicas_are_instances_of_their_deployment() -> None:

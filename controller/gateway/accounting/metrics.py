@@ -4,23 +4,47 @@ Updated on the gateway's event loop with no lock (a request pays a few dict upda
 read from other threads (the control socket's scrape, the web page) through snapshots:
 ``list(d.items())`` copies a dict in one step under the GIL, so a reader never sees one
 change size under it. A histogram read mid-update is off by one request at most.
+
+``GatewayMetrics`` is a prometheus-client collector of its own (no global registry):
+the families are built from these counters when scraped, and ``generate_latest``
+writes the text. The request path pays no lock of the library's metric objects.
+
+A hand-over keeps the counters running: the old gateway, once it has drained, writes
+its final text (``registry.handed_path``) and its successor adds those counters and
+histograms to its own from then on (``inherit``), so ``rate()`` sees no reset.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from typing import TypeVar
 
-from controller.core.promtext import PromText
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
 from controller.gateway.accounting.enginemetrics import EngineLoad
 
 PREFIX = "reconcile_gateway_"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 Labels = tuple[str, str]  # (deployment, key label)
 Instance = tuple[str, str]  # (deployment, instance: its record's name)
+SampleKey = tuple[str, tuple[tuple[str, str], ...]]  # sample name, sorted labels
+Carried = dict[str, dict[SampleKey, float]]  # family name -> a predecessor's samples
+_L = TypeVar("_L", bound=tuple[str, ...])  # a series' label values
 
 
 class _Histogram:
+    """Per-bucket counts (not cumulative: the page's quantiles take differences)."""
+
     def __init__(self) -> None:
         self.counts = [0] * (len(BUCKETS) + 1)
         self.total = 0.0
@@ -32,7 +56,7 @@ class _Histogram:
         self.n += 1
 
 
-class GatewayMetrics:
+class GatewayMetrics(Collector):
     def __init__(self) -> None:
         self.requests: defaultdict[Labels, int] = defaultdict(int)
         self.errors: defaultdict[tuple[str, str, str], int] = defaultdict(int)
@@ -45,6 +69,20 @@ class GatewayMetrics:
         self.log_dropped = 0  # request log lines dropped (requestlog.py: queue full, disk)
         self.fallbacks: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # routes.py
         self.engines: dict[Instance, EngineLoad] = {}  # the engines' own (enginemetrics.py)
+        self.carried: Carried = {}  # predecessors' counters (inherit), replaced whole
+
+    def inherit(self, text: str) -> None:
+        """Add a predecessor's final counters and histograms (its Prometheus text) to
+        ours from now on; its gauges (in flight, the engines') were its own moment's."""
+        carried = {name: dict(samples) for name, samples in self.carried.items()}
+        for family in text_string_to_metric_families(text):
+            if family.type not in ("counter", "histogram"):
+                continue
+            into = carried.setdefault(family.name, {})
+            for s in family.samples:
+                key = (s.name, tuple(sorted(s.labels.items())))
+                into[key] = into.get(key, 0.0) + s.value
+        self.carried = carried  # one assignment: a scrape sees the old or the new
 
     def begin(self, deployment: str, instance: str) -> None:
         """A request forwarded to ``instance`` (``web@1``) of ``deployment``."""
@@ -97,67 +135,145 @@ class GatewayMetrics:
         self.swaps_avoided[deployment] += 1
 
     def render(self) -> str:
-        out = PromText()
-        out.family(f"{PREFIX}requests_total", "Requests through the gateway.", "counter")
-        for (dep, key), n in sorted(list(self.requests.items())):
-            out.sample(f"{PREFIX}requests_total", n, deployment=dep, key=key)
-        errors = "Answers with status 4xx or 5xx, by class."
-        out.family(f"{PREFIX}errors_total", errors, "counter")
-        for (dep, key, cls), n in sorted(list(self.errors.items())):
-            out.sample(f"{PREFIX}errors_total", n, deployment=dep, key=key, **{"class": cls})
-        ejections = "Times passive health ejected an instance (failures in a row)."
-        out.family(f"{PREFIX}ejections_total", ejections, "counter")
-        for (dep, instance), n in sorted(list(self.ejections.items())):
-            out.sample(f"{PREFIX}ejections_total", n, deployment=dep, instance=instance)
-        out.family(f"{PREFIX}inflight", "Requests being forwarded now, per instance.", "gauge")
-        for (dep, instance), n in sorted(list(self.inflight.items())):
-            out.sample(f"{PREFIX}inflight", n, deployment=dep, instance=instance)
-        out.family(f"{PREFIX}request_seconds", "Time to the end of the answer.", "histogram")
-        for (dep, key), hist in sorted(list(self.latency.items())):
-            _histogram(out, f"{PREFIX}request_seconds", hist, deployment=dep, key=key)
-        tokens = "Tokens the engines' usage counted, by kind (prompt, completion)."
-        out.family(f"{PREFIX}tokens_total", tokens, "counter")
-        for (dep, key, kind), n in sorted(list(self.tokens.items())):
-            out.sample(f"{PREFIX}tokens_total", n, deployment=dep, key=key, kind=kind)
-        first = "Time to the first byte of the answer (a stream's first token)."
-        name = f"{PREFIX}time_to_first_token_seconds"
-        out.family(name, first, "histogram")
-        for dep, hist in sorted(list(self.first_token.items())):
-            _histogram(out, name, hist, deployment=dep)
-        avoided = "Times OnDemand requests waited for a rival's queue instead of a swap."
-        out.family(f"{PREFIX}swaps_avoided_total", avoided, "counter")
-        for dep, n in sorted(list(self.swaps_avoided.items())):
-            out.sample(f"{PREFIX}swaps_avoided_total", n, deployment=dep)
-        dropped = "Request log lines dropped: the writer fell behind or the disk failed."
-        out.family(f"{PREFIX}request_log_dropped_total", dropped, "counter")
-        out.sample(f"{PREFIX}request_log_dropped_total", self.log_dropped)
-        fallbacks = "Requests sent to a fallback model, by why (not_ready, ejected, limit)."
-        out.family(f"{PREFIX}fallbacks_total", fallbacks, "counter")
-        for (model, to, reason), n in sorted(list(self.fallbacks.items())):
-            out.sample(f"{PREFIX}fallbacks_total", n, model=model, to=to, reason=reason)
-        self._render_engines(out)
-        return "\n".join(out.lines) + "\n"
+        return generate_latest(self).decode()
 
-    def _render_engines(self, out: PromText) -> None:
+    def collect(self) -> Iterator[Metric]:
+        carried = self.carried
+        for family in (*self._traffic(), *self._answers(), *self._engines()):
+            extra = carried.get(family.name)
+            yield _plus(family, extra) if extra else family
+
+    def _traffic(self) -> Iterator[Metric]:
+        requests = _counter("requests_total", "Requests through the gateway.", "deployment", "key")
+        _fill(requests, self.requests)
+        errors = _counter(
+            "errors_total",
+            "Answers with status 4xx or 5xx, by class.",
+            "deployment",
+            "key",
+            "class",
+        )
+        _fill(errors, self.errors)
+        ejections = _counter(
+            "ejections_total",
+            "Times passive health ejected an instance (failures in a row).",
+            "deployment",
+            "instance",
+        )
+        _fill(ejections, self.ejections)
+        inflight = GaugeMetricFamily(
+            f"{PREFIX}inflight",
+            "Requests being forwarded now, per instance.",
+            labels=["deployment", "instance"],
+        )
+        _fill(inflight, self.inflight)
+        latency = _histogram(
+            "request_seconds",
+            "Time to the end of the answer.",
+            ["deployment", "key"],
+            list(self.latency.items()),
+        )
+        yield from (requests, errors, ejections, inflight, latency)
+
+    def _answers(self) -> Iterator[Metric]:
+        tokens = _counter(
+            "tokens_total",
+            "Tokens the engines' usage counted, by kind (prompt, completion).",
+            "deployment",
+            "key",
+            "kind",
+        )
+        _fill(tokens, self.tokens)
+        yield tokens
+        yield _histogram(
+            "time_to_first_token_seconds",
+            "Time to the first byte of the answer (a stream's first token).",
+            ["deployment"],
+            [((dep,), hist) for dep, hist in list(self.first_token.items())],
+        )
+        avoided = _counter(
+            "swaps_avoided_total",
+            "Times OnDemand requests waited for a rival's queue instead of a swap.",
+            "deployment",
+        )
+        _fill(avoided, {(dep,): n for dep, n in list(self.swaps_avoided.items())})
+        yield avoided
+        yield CounterMetricFamily(
+            f"{PREFIX}request_log_dropped_total",
+            "Request log lines dropped: the writer fell behind or the disk failed.",
+            value=self.log_dropped,
+        )
+        fallbacks = _counter(
+            "fallbacks_total",
+            "Requests sent to a fallback model, by why (not_ready, ejected, limit).",
+            "model",
+            "to",
+            "reason",
+        )
+        _fill(fallbacks, self.fallbacks)
+        yield fallbacks
+
+    def _engines(self) -> Iterator[Metric]:
         engines = sorted(list(self.engines.items()))
-        waiting = "Requests waiting in the engine's own queue, as its /metrics says."
-        name = "reconcile_engine_requests_waiting"
-        out.family(name, waiting, "gauge")
-        for (dep, instance), load in engines:
+        waiting = GaugeMetricFamily(
+            "reconcile_engine_requests_waiting",
+            "Requests waiting in the engine's own queue, as its /metrics says.",
+            labels=["deployment", "instance"],
+        )
+        kv = GaugeMetricFamily(
+            "reconcile_engine_kv_cache_usage_ratio",
+            "The engine's KV cache in use, 0 to 1, as its /metrics says.",
+            labels=["deployment", "instance"],
+        )
+        for labels, load in engines:
             if load.waiting is not None:
-                out.sample(name, load.waiting, deployment=dep, instance=instance)
-        kv = "The engine's KV cache in use, 0 to 1, as its /metrics says."
-        name = "reconcile_engine_kv_cache_usage_ratio"
-        out.family(name, kv, "gauge")
-        for (dep, instance), load in engines:
+                waiting.add_metric(labels, load.waiting)
             if load.kv_cache is not None:
-                out.sample(name, load.kv_cache, deployment=dep, instance=instance)
+                kv.add_metric(labels, load.kv_cache)
+        yield from (waiting, kv)
 
 
-def _histogram(out: PromText, name: str, hist: _Histogram, **labels: str) -> None:
-    running = 0
-    for bound, count in zip((*map(str, BUCKETS), "+Inf"), hist.counts, strict=True):
-        running += count
-        out.sample(f"{name}_bucket", running, **labels, le=bound)
-    out.sample(f"{name}_sum", hist.total, **labels)
-    out.sample(f"{name}_count", hist.n, **labels)
+def _counter(name: str, help_text: str, *labels: str) -> CounterMetricFamily:
+    return CounterMetricFamily(f"{PREFIX}{name}", help_text, labels=list(labels))
+
+
+def _fill(family: CounterMetricFamily | GaugeMetricFamily, counts: Mapping[_L, int]) -> None:
+    """One sample per label set, in label order (a copy first: see the docstring)."""
+    for labels, n in sorted(list(counts.items())):
+        family.add_metric(list(labels), n)
+
+
+def _histogram(
+    name: str,
+    help_text: str,
+    names: list[str],
+    series: list[tuple[tuple[str, ...], _Histogram]],
+) -> HistogramMetricFamily:
+    """One histogram per label set; the buckets cumulative, as Prometheus wants them."""
+    family = HistogramMetricFamily(f"{PREFIX}{name}", help_text, labels=names)
+    for labels, hist in sorted(series, key=lambda item: item[0]):
+        running, buckets = 0, []
+        for bound, count in zip((*map(str, BUCKETS), "+Inf"), hist.counts, strict=True):
+            running += count
+            buckets.append((bound, float(running)))
+        family.add_metric(list(labels), buckets, hist.total)
+    return family
+
+
+def _plus(family: Metric, extra: Mapping[SampleKey, float]) -> Metric:
+    """``family`` with a predecessor's samples added, series by series."""
+    values = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in family.samples}
+    for key, value in extra.items():
+        values[key] = values.get(key, 0.0) + value
+    out = Metric(family.name, family.documentation, family.type)
+    for (name, labels), value in sorted(values.items(), key=_series_order):
+        out.add_sample(name, dict(labels), value)
+    return out
+
+
+def _series_order(item: tuple[SampleKey, float]) -> tuple[object, ...]:
+    """A series' samples together, a histogram's buckets by bound, then _count, _sum."""
+    (name, labels), _ = item
+    bound = dict(labels).get("le")
+    plain = tuple(pair for pair in labels if pair[0] != "le")
+    return (plain, bound is None, float(bound) if bound else 0.0, name)

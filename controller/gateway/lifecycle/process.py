@@ -73,6 +73,7 @@ class GatewayProcess:
         self._listening: tuple[str, frozenset[int]] = ("", frozenset())  # address, inode
         self._strangers: set[str] = set()  # listeners beside us on the port, named once
         self._changed = asyncio.Event()  # the folders' watch: look now
+        self._predecessor: registry.GatewayInfo | None = None  # its counters: not yet added
 
     # -- start --------------------------------------------------------------------
 
@@ -122,6 +123,8 @@ class GatewayProcess:
         self.control.start()
         registry.make_current(self.state_dir, info)
         self.gateway.spawn(self.poll())
+        if old is not None and old.nonce != self.nonce:
+            self._predecessor = old  # its final counters, once it drained: _inherit
         if taken is not None:
             taken.release()
         elif old is not None and old.nonce != self.nonce:
@@ -190,6 +193,7 @@ class GatewayProcess:
             await self.look()
             self._retire_asked()
             now = time.monotonic()
+            self._inherit()
             if now - metrics_at >= METRICS_PERIOD:
                 metrics_at, last_metrics = now, await self._write_metrics(last_metrics)
             if now - guard_at >= GUARD_PERIOD:
@@ -270,10 +274,62 @@ class GatewayProcess:
         except OSError as exc:
             log.error("drain not acknowledged", deployment=ask.name, error=str(exc))
 
+    def _inherit(self) -> None:
+        """The replaced gateway's final counters, added to ours once it wrote them
+        (``_hand_down``); one that died without writing them leaves us from 0."""
+        old = self._predecessor
+        if old is None:
+            return
+        path = registry.handed_path(self.state_dir, old.nonce)
+        gone = not old.alive()  # before the read: a write just before its exit is seen
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            if gone:
+                self._inherited(None)
+            return
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("old gateway's counters not read", path=str(path), error=str(exc))
+            self._inherited(None)
+            return
+        self._inherited(text)
+
+    def _inherited(self, text: str | None) -> None:
+        """The predecessor's counters (None: it left none) added, its file removed (it
+        may not have exited yet), and what dead successors left swept."""
+        old = self._predecessor
+        self._predecessor = None
+        try:
+            if text is not None:
+                self.gateway.metrics.inherit(text)
+        except ValueError as exc:  # a torn or foreign file: counted from 0
+            log.warning("old gateway's counters not read", error=str(exc))
+        if old is not None:
+            with contextlib.suppress(OSError):
+                registry.handed_path(self.state_dir, old.nonce).unlink()
+        registry.sweep_handed(self.state_dir)
+
+    def _hand_down(self) -> None:
+        """Replaced (another gateway is current): leave our final counters for it, so
+        they run on there instead of starting from 0."""
+        current = registry.read_current(self.state_dir)
+        if current is None or current.nonce == self.nonce:
+            return
+        self._inherit()  # our own predecessor's, if it wrote them only now: passed on too
+        path = registry.handed_path(self.state_dir, self.nonce)
+        try:
+            write_atomic(path, self.gateway.metrics_text().encode(), 0o600)
+        except OSError as exc:
+            log.warning("gateway counters not handed down", path=str(path), error=str(exc))
+
     async def _write_metrics(self, last: str) -> str:
         """The metrics text for the daemon's exporter, when it changed (the current
-        gateway alone: a draining one leaves the file to its successor)."""
-        text = self.gateway.metrics_text()
+        gateway alone: a draining one leaves the file to its successor). Rendered on a
+        worker thread (the counters are read through snapshots, as the control socket's
+        scrape does): prometheus-client's text of hundreds of series takes a while, which
+        the requests on the loop must not wait for."""
+        loop = asyncio.get_running_loop()
+        text = await loop.run_in_executor(None, self.gateway.metrics_text)
         if text == last:
             return last
         current = registry.read_current(self.state_dir)
@@ -281,9 +337,7 @@ class GatewayProcess:
             return last
         path = registry.metrics_path(self.state_dir)
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                None, write_atomic, path, text.encode(), 0o600
-            )
+            await loop.run_in_executor(None, write_atomic, path, text.encode(), 0o600)
         except OSError as exc:
             log.warning("gateway metrics not written", path=str(path), error=str(exc))
             return last
@@ -304,6 +358,7 @@ class GatewayProcess:
             self.control.close()
         self.gateway.stop_accepting()
         self.gateway.stop()
+        self._hand_down()  # after the last request: its count is in
         registry.unregister(self.state_dir, self.nonce)
         self._wake.close()
         log.info("gateway stopped", pid=os.getpid())

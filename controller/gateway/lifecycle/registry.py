@@ -12,6 +12,7 @@ these without paying for the HTTP stack.
 <state>/gateway/retire/<n>.<g>.done gateway <g> has (or its grace period ran out)
 <state>/gateway/passed              touched by the daemon after its first pass
 <state>/gateway/metrics.prom        the current gateway's Prometheus text
+<state>/gateway/handed-<nonce>.prom a replaced gateway's final counters, for its successor
 <state>/gateway/daemon.sock         the daemon's wake-up socket, or, when the path is too
 <state>/gateway/daemon.addr         long for sun_path, the abstract name it bound instead
 ```
@@ -47,6 +48,7 @@ VERSION = 1
 # sun_path holds 108 bytes on Linux (104 on macOS): a longer path goes to the abstract
 # namespace (Linux), where no file permission protects a name: see "the sockets" below.
 SUN_PATH_MAX = 100
+HANDED = "handed-"  # handed-<nonce>.prom: a replaced gateway's final counters
 CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
@@ -338,6 +340,23 @@ def log_path(state_dir: Path) -> Path:
 
 def metrics_path(state_dir: Path) -> Path:
     return StateDir(state_dir).gateway_metrics
+
+
+def handed_path(state_dir: Path, nonce: str) -> Path:
+    """Where the gateway ``nonce``, replaced, leaves its final counters (its successor
+    adds them to its own, then removes the file)."""
+    return folder(state_dir) / f"{HANDED}{nonce}.prom"
+
+
+def sweep_handed(state_dir: Path) -> None:
+    """Remove the final counters of gateways gone whose successor died before reading
+    them (a live gateway's file is its successor's still to read)."""
+    keep = {info.nonce for info in live(state_dir)}
+    with contextlib.suppress(OSError):
+        for path in folder(state_dir).glob(f"{HANDED}*.prom"):
+            if path.name[len(HANDED) : -len(".prom")] not in keep:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
 
 
 def metrics_text(state_dir: Path) -> str:

@@ -19,7 +19,7 @@ when it exists::
       autoRollback: {progressDeadline: 10m}
     containerRuntime: docker         # spec.container's default runtime (else podman if on PATH)
     labels: {gpu: h100, site: lab2}  # this node's share of a fleet: spec.nodeSelector matches them
-    notify:                          # JSON POSTs for these events (store/outbox.py)
+    notify:                          # JSON POSTs for these events (store/instances/outbox.py)
       - url: https://hooks.example.com/reconcile
         events: [Failed, BackOff, RolledBack, PullFailed, Synced]
 

@@ -1,0 +1,159 @@
+"""The metrics' shape, pinned: every family's name, type, HELP and label names, as the
+daemon and the gateway expose them (tests/golden/metrics/shape.json, written from the
+hand-written exposition before prometheus-client took it over). Dashboards and alerts
+lean on these names: a change here is a change of the user contract.
+
+Regenerate only on purpose: ``RECONCILE_GOLDEN=write pytest tests/gateway/test_metrics_shape.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from controller.core.devices.inventory import Device, Inventory
+from controller.core.state import Phase, Record
+from controller.daemon.metrics import _before_first_pass, exposition
+from controller.gateway.accounting.enginemetrics import EngineLoad
+from controller.gateway.accounting.metrics import GatewayMetrics
+from controller.store import accesstoken, gitsource
+
+GOLDEN = Path(__file__).parent.parent / "golden" / "metrics" / "shape.json"
+Shape = dict[str, dict[str, Any]]
+
+
+def shape(text: str) -> Shape:
+    """Per family: its type, HELP, and each sample name's sorted label names."""
+    out: Shape = {}
+    for family in text_string_to_metric_families(text):
+        samples: dict[str, list[str]] = {}
+        for s in family.samples:
+            samples[s.name] = sorted(set(samples.get(s.name, [])) | set(s.labels))
+        out[family.name] = {
+            "type": family.type,
+            "help": family.documentation,
+            "samples": samples,
+        }
+    return out
+
+
+def _daemon_text() -> str:
+    """A pass with a sample in every family the daemon writes."""
+    recs = [
+        Record(name="web", owner="o", node="n", phase=Phase.READY, restarts=2),
+        Record(name="web@1", owner="o", node="n", phase=Phase.PENDING),
+    ]
+    return exposition(
+        records=recs,
+        inventory=Inventory(devices=(Device(kind="nvidia", id="0"),)),
+        node="n",
+        revision="abc",
+        seconds=0.25,
+        ok=True,
+        now=1000.0,
+        last_ok=900.0,
+        manifest_errors=0,
+        drained=False,
+        passes=3,
+        actions={("start", "ok"): 1},
+        git_state=gitsource.STATES[0],
+    )
+
+
+def _gateway_text() -> str:
+    """A gateway that saw one of everything it counts."""
+    m = GatewayMetrics()
+    m.begin("web", "web@1")
+    m.done("web", "k1", 503, 0.2)
+    m.answered("web", "k1", 0.05, 10, 20)
+    m.ejected("web", "web@1")
+    m.dropped(1)
+    m.fell_back("web", "small", "not_ready")
+    m.swap_avoided("web")
+    m.engines[("web", "web@1")] = EngineLoad(waiting=2.0, kv_cache=0.5)
+    return m.render()
+
+
+def current() -> Shape:
+    return {
+        "before-first-pass": shape(_before_first_pass()),
+        "daemon": shape(_daemon_text()),
+        "gateway": shape(_gateway_text()),
+    }
+
+
+def test_every_family_keeps_its_name_type_help_and_labels() -> None:
+    if os.environ.get("RECONCILE_GOLDEN") == "write":
+        GOLDEN.write_text(json.dumps(current(), indent=1, sort_keys=True) + "\n")
+    assert current() == json.loads(GOLDEN.read_text())
+
+
+def test_a_running_daemon_and_gateway_expose_the_pinned_shape(reconcile: Any, gateway: Any) -> None:
+    """The real /metrics of a daemon with its gateway: each family as pinned, and the
+    gateway's counters next to the daemon's."""
+    reconcile.write("alpha")
+    port = reconcile.port + 14
+    g = gateway("--metrics-port", str(port))
+    g.wait_phase("alpha", "Ready")
+    assert g.post("alpha").status == 200
+    assert g.post("nobody").status == 404
+    token = accesstoken.read(reconcile.state)
+    url = f"http://127.0.0.1:{port}/metrics?token={token}"
+
+    def scraped() -> Shape | None:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            found = shape(answer.read().decode())
+        return found if "reconcile_gateway_errors" in found else None
+
+    live = reconcile.wait_for(scraped, what="the gateway's counters in /metrics")
+    g.finish()
+    golden = json.loads(GOLDEN.read_text())
+    pinned = {**golden["daemon"], **golden["gateway"]}
+    for name, family in live.items():  # a family with no series yet has its header only
+        want = pinned[name]
+        assert (family["type"], family["help"]) == (want["type"], want["help"]), name
+        for sample, labels in family["samples"].items():
+            assert labels == want["samples"][sample], sample
+    assert {"reconcile_passes", "reconcile_deployments", "reconcile_gateway_requests"} <= set(live)
+    assert {
+        "reconcile_gateway_request_seconds",
+        "reconcile_gateway_time_to_first_token_seconds",
+    } <= set(live)
+
+
+def test_inherited_counters_add_up_and_keep_the_shape() -> None:
+    """Two hand-overs in a row: the third gateway counts what all three saw, its text
+    keeps the pinned shape, and the gauges (the old one's moment) are not carried."""
+    first = GatewayMetrics()
+    first.done("web", "k1", 200, 0.2)
+    first.answered("web", "k1", 0.05, 10, 20)
+    first.begin("web", "web@1")
+    second = GatewayMetrics()
+    second.inherit(first.render())
+    second.done("web", "k1", 503, 3.0)
+    second.done("other", "k2", 200, 0.01)
+    third = GatewayMetrics()
+    third.inherit(second.render())
+    found = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(third.render())
+        for s in f.samples
+    }
+    web = (("deployment", "web"), ("key", "k1"))
+    assert found[("reconcile_gateway_requests_total", web)] == 2
+    assert found[("reconcile_gateway_request_seconds_count", web)] == 2
+    assert found[("reconcile_gateway_request_seconds_sum", web)] == 3.2
+    assert found[("reconcile_gateway_request_seconds_bucket", (*web, ("le", "0.25")))] == 1
+    assert found[("reconcile_gateway_request_seconds_bucket", (*web, ("le", "+Inf")))] == 2
+    assert found[("reconcile_gateway_tokens_total", (*web, ("kind", "completion")))] == 20
+    assert found[("reconcile_gateway_requests_total", (("deployment", "other"), ("key", "k2")))]
+    assert not [k for k in found if k[0] == "reconcile_gateway_inflight"]
+    pinned = json.loads(GOLDEN.read_text())["gateway"]
+    for name, family in shape(third.render()).items():
+        for sample, labels in family["samples"].items():
+            assert labels == pinned[name]["samples"][sample], sample
