@@ -21,7 +21,8 @@ from controller.core.state import Phase, Record
 from controller.daemon.metrics import _before_first_pass, exposition
 from controller.gateway.accounting.enginemetrics import EngineLoad
 from controller.gateway.accounting.metrics import GatewayMetrics
-from controller.store import accesstoken, gitsource
+from controller.store.config import accesstoken
+from controller.store.sources import gitsource
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "metrics" / "shape.json"
 Shape = dict[str, dict[str, Any]]

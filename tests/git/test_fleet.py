@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import Reconcile, _nothing_left
 from procs import free_ports
 
+from tests.conftest import Reconcile, _nothing_left
 from tests.git.conftest import GitDaemon, Remote
 
 # node -> (its labels, its devices): the inventories are disjoint, as on three boxes.
