@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller.core.devices.inventory import Device, Inventory
 from controller.core.state import Phase, Record
 from controller.daemon.metrics import _before_first_pass, exposition
+from controller.daemon.webhooks import Sender
 from controller.gateway.accounting.enginemetrics import EngineLoad
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.store.config import accesstoken
@@ -80,18 +81,26 @@ def _gateway_text() -> str:
     return m.render()
 
 
-def current() -> Shape:
+def _notifications_text(state: Path) -> str:
+    """The daemon's notification sender's counter, appended to its /metrics."""
+    sender = Sender(state, ())
+    sender.counts.update(delivered=1)
+    return sender.render()
+
+
+def current(state: Path) -> Shape:
     return {
         "before-first-pass": shape(_before_first_pass()),
         "daemon": shape(_daemon_text()),
         "gateway": shape(_gateway_text()),
+        "notifications": shape(_notifications_text(state)),
     }
 
 
-def test_every_family_keeps_its_name_type_help_and_labels() -> None:
+def test_every_family_keeps_its_name_type_help_and_labels(tmp_path: Path) -> None:
     if os.environ.get("RECONCILE_GOLDEN") == "write":
-        GOLDEN.write_text(json.dumps(current(), indent=1, sort_keys=True) + "\n")
-    assert current() == json.loads(GOLDEN.read_text())
+        GOLDEN.write_text(json.dumps(current(tmp_path), indent=1, sort_keys=True) + "\n")
+    assert current(tmp_path) == json.loads(GOLDEN.read_text())
 
 
 def test_a_running_daemon_and_gateway_expose_the_pinned_shape(reconcile: Any, gateway: Any) -> None:
@@ -114,7 +123,7 @@ def test_a_running_daemon_and_gateway_expose_the_pinned_shape(reconcile: Any, ga
     live = reconcile.wait_for(scraped, what="the gateway's counters in /metrics")
     g.finish()
     golden = json.loads(GOLDEN.read_text())
-    pinned = {**golden["daemon"], **golden["gateway"]}
+    pinned = {**golden["daemon"], **golden["gateway"], **golden["notifications"]}
     for name, family in live.items():  # a family with no series yet has its header only
         want = pinned[name]
         assert (family["type"], family["help"]) == (want["type"], want["help"]), name
