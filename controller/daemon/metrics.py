@@ -292,6 +292,21 @@ def _devices(out: PromText, recs: list[Record], inventory: Inventory) -> None:
         taken = sum(k in held for k in keys)
         out.sample("reconcile_devices", taken, kind=kind, state="held")
         out.sample("reconcile_devices", len(keys) - taken, kind=kind, state="free")
+    _device_memory(out, recs, inventory)
+
+
+def _device_memory(out: PromText, recs: list[Record], inventory: Inventory) -> None:
+    """Each device's memory (declared, or NVML's) and what the records lease of it: a
+    record with no memory request holds the whole device. Unknown memory: no series."""
+    name = "reconcile_device_memory_bytes"
+    out.family(name, "Device memory in bytes: total, and leased by the instances.")
+    for device in inventory.devices:
+        if device.memory is None:
+            continue
+        holders = [r for r in recs if r.holds and device.key in r.devices]
+        leased = sum(device.memory if r.memory is None else r.memory for r in holders)
+        out.sample(name, device.memory, device=device.key, state="total")
+        out.sample(name, min(leased, device.memory), device=device.key, state="leased")
 
 
 # -- /metrics -----------------------------------------------------------------------------------
