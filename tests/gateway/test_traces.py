@@ -6,6 +6,7 @@ aiohttp server decoding ``POST /v1/traces`` with opentelemetry-proto):
   ``routing``, ``wait for Ready`` and ``engine``; the engine got a ``traceparent`` of
   that trace whose parent is the engine span;
 - a model not Ready that falls back: ``fallback`` and a second ``routing`` in its trace;
+- an engine that drops the connection: ``retry`` and a second ``engine`` span;
 - unconfigured, a gateway serving a request has imported no opentelemetry module.
 """
 
@@ -22,11 +23,17 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from harness.rawhttp import exchange, request
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from procs import free_ports
+from test_upstream import BODY, Rude, ready, route
+
+from controller.core.manifest.names import next_name
+from controller.gateway.lifecycle.app import Gateway
+from controller.gateway.settings import Settings
 
 ECHO = Path(__file__).with_name("echo_engine.py")
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -159,6 +166,30 @@ def test_a_fallback_is_in_the_trace(reconcile: Any, gateway: Any, receiver: Rece
     routed = [s["attrs"]["reconcile.model"] for s in spans if s["name"] == "routing"]
     assert sorted(routed) == ["big", "small"]
     g.finish()
+
+
+def test_a_retry_is_in_the_trace(
+    reconcile: Any, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine that drops the connection before answering: the request goes once more
+    to the other Ready instance (test_upstream.py), a ``retry`` span with its ``engine``."""
+    for name, value in otel_env(receiver).items():
+        monkeypatch.setenv(name, value)
+    rude, good = Rude(reconcile, "rude"), Rude(reconcile, "good", "--always", "ok")
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    inproc = Gateway(Settings(host="127.0.0.1", port=free_ports(1), state_dir=reconcile.state))
+    inproc.start(lambda: None)
+    try:
+        route(inproc, ready("m", "old", good.port), ready(next_name("m"), "new", rude.port))
+        headers = {"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"}
+        answer = exchange(inproc.settings.port, request("POST", "/v1/reset", BODY, headers))
+        assert answer.status == 200 and rude.hits("/v1/reset") == 1, answer
+    finally:
+        inproc.stop()  # sends what is left of the batch
+    spans = spans_of(reconcile, receiver, TRACE_ID, "retry", "engine")
+    retry = next(s for s in spans if s["name"] == "retry")
+    engines = [s for s in spans if s["name"] == "engine"]
+    assert len(engines) == 2 and [s["parent"] for s in engines].count(retry["id"]) == 1
 
 
 NO_OTEL = """
