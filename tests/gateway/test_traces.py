@@ -32,6 +32,7 @@ from procs import free_ports
 from test_upstream import BODY, Rude, ready, route
 
 from controller.core.manifest.names import next_name
+from controller.gateway.accounting import tracing
 from controller.gateway.lifecycle.app import Gateway
 from controller.gateway.settings import Settings
 
@@ -195,6 +196,7 @@ def test_a_retry_is_in_the_trace(
 NO_OTEL = """
 import json, sys, urllib.request
 from pathlib import Path
+from controller.gateway.accounting import tracing
 from controller.gateway.lifecycle.app import Gateway
 from controller.gateway.settings import Settings
 state = Path(sys.argv[1])
@@ -218,3 +220,35 @@ def test_unconfigured_no_opentelemetry_is_imported(tmp_path: Path) -> None:
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["404", "[]"], done.stdout + done.stderr
+
+
+def test_what_the_environment_asks() -> None:
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+    assert tracing.configured(endpoint)
+    assert tracing.configured({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://h/v1/traces"})
+    assert not tracing.configured({})
+    assert not tracing.configured({"OTEL_EXPORTER_OTLP_ENDPOINT": " "})
+    assert not tracing.configured({**endpoint, "OTEL_TRACES_EXPORTER": "none"})
+    assert not tracing.configured({**endpoint, "OTEL_SDK_DISABLED": "true"})
+
+
+WITHOUT_EXTRA = """
+import sys
+class Absent:  # this interpreter as one where the otel extra is not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "opentelemetry":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Absent())
+from controller.gateway.accounting import tracing
+t = tracing.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+print(t.enabled)
+"""
+
+
+def test_an_endpoint_without_the_extra_says_what_to_install() -> None:
+    argv = [sys.executable, "-c", WITHOUT_EXTRA]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    said = done.stdout + done.stderr  # the log line: wherever the log goes
+    assert done.returncode == 0 and done.stdout.split()[-1] == "False", said
+    assert "the otel extra is not installed" in said and "reconcile-engines[otel]" in said
+    assert "Traceback" not in said
