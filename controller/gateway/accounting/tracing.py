@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, MutableMapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from controller.logsetup import get_logger
@@ -27,6 +27,7 @@ log = get_logger("reconcile")
 SERVICE = "reconcile-gateway"  # the resource's service.name unless OTEL_SERVICE_NAME says
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 Attributes = Mapping[str, str | int | float | bool]
+NOTHING: AbstractContextManager[None] = nullcontext()  # reusable: the no-op span, shared
 
 
 def configured(environ: Mapping[str, str]) -> bool:
@@ -42,13 +43,16 @@ class Tracing:
 
     enabled = False
 
-    @contextmanager
-    def request(self, headers: Mapping[str, str], name: str, attrs: Attributes) -> Iterator[None]:
-        yield
+    def request(
+        self, headers: Mapping[str, str], method: str, path: str
+    ) -> AbstractContextManager[None]:
+        """The request's span (``METHOD /path``), continuing the client's ``traceparent``."""
+        return NOTHING
 
-    @contextmanager
-    def span(self, name: str, attrs: Attributes, client: bool = False) -> Iterator[None]:
-        yield
+    def span(
+        self, name: str, attrs: Attributes, client: bool = False
+    ) -> AbstractContextManager[None]:
+        return NOTHING
 
     def note(self, attrs: Attributes, failed: bool = False) -> None:
         """Attributes for the current span; ``failed`` marks it an error."""
@@ -72,10 +76,11 @@ class _Otel(Tracing):
         self._propagate = propagate
 
     @contextmanager
-    def request(self, headers: Mapping[str, str], name: str, attrs: Attributes) -> Iterator[None]:
+    def request(self, headers: Mapping[str, str], method: str, path: str) -> Iterator[None]:
         parent = self._propagate.extract(headers)  # a client's traceparent is continued
         kind = self._trace.SpanKind.SERVER
-        with self._tracer.start_as_current_span(name, parent, kind, attrs):
+        attrs = {"http.request.method": method, "url.path": path}
+        with self._tracer.start_as_current_span(f"{method} {path}", parent, kind, attrs):
             yield
 
     @contextmanager

@@ -235,8 +235,7 @@ class Front:
             return over
         deployment = "-"
         status = 500
-        attrs = {"http.request.method": request.method, "url.path": path}
-        with self.tracing.request(request.headers, f"{request.method} {path}", attrs):
+        with self.tracing.request(request.headers, request.method, path):
             try:
                 answer = await self._route(Incoming(request, path, query, meter), key)
                 deployment, response = answer
