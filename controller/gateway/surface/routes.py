@@ -374,7 +374,6 @@ class Front:
             return label, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
         incoming.no_instance = False
         try:
-            route = self.tracing.span("routing", {"reconcile.model": model})
             want = Ask(
                 model,
                 label,
@@ -382,7 +381,7 @@ class Front:
                 self._prefix(model, fields),
                 self.table.fallback_after(model) if onward else None,
             )
-            with route:
+            with self.tracing.span("routing", {"reconcile.model": model}):
                 answered = await self._forward(incoming, body, want)
         finally:
             self.limiter.release(label)
