@@ -230,6 +230,13 @@ def test_what_the_environment_asks() -> None:
     assert not tracing.configured({"OTEL_EXPORTER_OTLP_ENDPOINT": " "})
     assert not tracing.configured({**endpoint, "OTEL_TRACES_EXPORTER": "none"})
     assert not tracing.configured({**endpoint, "OTEL_SDK_DISABLED": "true"})
+    # Where the spans go, as the OTLP exporter spec says.
+    assert tracing._endpoint(endpoint) == "http://127.0.0.1:4318/v1/traces"
+    assert (
+        tracing._endpoint({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:1/"}) == "http://h:1/v1/traces"
+    )
+    traces = {**endpoint, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:2/in"}
+    assert tracing._endpoint(traces) == "http://t:2/in"
 
 
 WITHOUT_EXTRA = """

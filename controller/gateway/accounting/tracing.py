@@ -16,6 +16,7 @@ second one; the engine call's context goes to the engine as ``traceparent``.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -26,6 +27,7 @@ log = get_logger("reconcile")
 
 SERVICE = "reconcile-gateway"  # the resource's service.name unless OTEL_SERVICE_NAME says
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+CLOSE_WAIT = 5.0  # seconds the gateway's exit waits for the last spans (a receiver down)
 Attributes = Mapping[str, str | int | float | bool]
 NOTHING: AbstractContextManager[None] = nullcontext()  # reusable: the no-op span, shared
 
@@ -99,7 +101,12 @@ class _Otel(Tracing):
         self._propagate.inject(headers)
 
     def close(self) -> None:
-        self._provider.shutdown()  # flushes the batch: the last requests' spans go too
+        # Shutting down flushes the batch (the last requests' spans go too); a receiver
+        # that is down would hold the exit through the exporter's retries, so not past
+        # CLOSE_WAIT: the SDK's thread is a daemon and ends with the process.
+        flush = threading.Thread(target=self._provider.shutdown, daemon=True)
+        flush.start()
+        flush.join(CLOSE_WAIT)
 
 
 def from_env(environ: Mapping[str, str] = os.environ) -> Tracing:
@@ -121,6 +128,16 @@ def from_env(environ: Mapping[str, str] = os.environ) -> Tracing:
     resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or SERVICE})
     provider = TracerProvider(resource=resource)
     # The batch is sent from the SDK's own thread: the request path never waits on it.
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    exporter = OTLPSpanExporter(endpoint=_endpoint(environ))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
     log.info("traces sent by OTLP/HTTP", service=resource.attributes["service.name"])
     return _Otel(provider)
+
+
+def _endpoint(environ: Mapping[str, str]) -> str:
+    """Where spans go, as the OTLP exporter spec says: the traces endpoint as it is, else
+    the base endpoint with ``/v1/traces``."""
+    traces = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if traces:
+        return traces
+    return environ["OTEL_EXPORTER_OTLP_ENDPOINT"].strip().rstrip("/") + "/v1/traces"
