@@ -236,6 +236,7 @@ class PassFigures(Collector):
         yield from _instances(self.records)
         yield from _replicas(self.records)
         yield _devices(self.records, self.inventory)
+        yield _device_memory(self.records, self.inventory)
         yield from self._pass()
         yield from self._state()
 
@@ -391,3 +392,21 @@ def _devices(recs: list[Record], inventory: Inventory) -> Metric:
         devices.add_metric([kind, "held"], taken)
         devices.add_metric([kind, "free"], len(keys) - taken)
     return devices
+
+
+def _device_memory(recs: list[Record], inventory: Inventory) -> Metric:
+    """Each device's memory (declared, or NVML's) and what the records lease of it: a
+    record with no memory request holds the whole device. Unknown memory: no series."""
+    memory = GaugeMetricFamily(
+        "reconcile_device_memory_bytes",
+        "Device memory in bytes: total, and leased by the instances.",
+        labels=["device", "state"],
+    )
+    for device in inventory.devices:
+        if device.memory is None:
+            continue
+        holders = [r for r in recs if r.holds and device.key in r.devices]
+        leased = sum(device.memory if r.memory is None else r.memory for r in holders)
+        memory.add_metric([device.key, "total"], device.memory)
+        memory.add_metric([device.key, "leased"], min(leased, device.memory))
+    return memory

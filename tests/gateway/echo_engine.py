@@ -22,6 +22,8 @@ from typing import Any
 from aiohttp import web
 
 SHOWN = ("content-type", "content-length", "anthropic-version", "x-api-key", "authorization")
+SHOWN += ("traceparent",)  # test_traces.py: the trace context reached the engine
+SHOWN += ("traceparent",)  # tests/gateway/test_traces.py: the trace reached the engine
 PROMPT_TOKENS = 7  # what every answer's usage says (a test compares the gateway's counts)
 COMPLETION_TOKENS = 5
 CHUNKS = 3

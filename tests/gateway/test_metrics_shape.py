@@ -52,7 +52,7 @@ def _daemon_text() -> str:
     ]
     return exposition(
         records=recs,
-        inventory=Inventory(devices=(Device(kind="nvidia", id="0"),)),
+        inventory=Inventory(devices=(Device(kind="nvidia", id="0", memory=80 * 2**30),)),
         node="n",
         revision="abc",
         seconds=0.25,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.core.devices.inventory import Inventory
+from controller.core.devices.inventory import Device, Inventory
 from controller.core.state import Phase, Record
 from controller.daemon.metrics import exposition
 from controller.store.config import accesstoken
@@ -166,3 +166,39 @@ def test_replicas_are_instances_of_their_deployment() -> None:
     assert value(found, "reconcile_deployment_phase", **of("web@2", "web"), phase="Pending") == 1
     assert value(found, "reconcile_deployment_restarts_total", **of("web")) == 1
     assert value(found, "reconcile_deployments", phase="Ready") == 2  # instances, not sets
+
+
+def test_device_memory_total_and_leased() -> None:
+    """Declared memory is exported per device; a record's memory request is its lease,
+    one with none holds the whole device, and a device of unknown memory has no series."""
+    gib = 1 << 30
+    inventory = Inventory(
+        devices=(
+            Device(kind="nvidia", id="0", memory=80 * gib),
+            Device(kind="nvidia", id="1", memory=24 * gib),
+            Device(kind="nvidia", id="2"),
+        )
+    )
+    recs = [
+        Record(name="a", owner="o", node="n", phase=Phase.READY, devices=("nvidia:0",), memory=gib),
+        Record(name="b", owner="o", node="n", phase=Phase.READY, devices=("nvidia:1",)),
+        Record(name="c", owner="o", node="n", phase=Phase.FAILED, devices=(), memory=gib),
+    ]
+    text = exposition(
+        records=recs,
+        inventory=inventory,
+        node="n",
+        revision="",
+        seconds=0.1,
+        ok=True,
+        now=1.0,
+        last_ok=1.0,
+        manifest_errors=0,
+        drained=False,
+    )
+    found = samples(text)
+    name = "reconcile_device_memory_bytes"
+    assert value(found, name, device="nvidia:0", state="total") == 80 * gib
+    assert value(found, name, device="nvidia:0", state="leased") == gib
+    assert value(found, name, device="nvidia:1", state="leased") == 24 * gib
+    assert not [k for k in found if k[0] == name and ("device", "nvidia:2") in k[1]]

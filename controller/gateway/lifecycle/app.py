@@ -25,7 +25,7 @@ from aiohttp import web
 
 from controller.errors import ConfigError
 from controller.gateway.accounting import keys as keys_mod
-from controller.gateway.accounting import requestlog
+from controller.gateway.accounting import requestlog, tracing
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.requestlog import RequestLog
 from controller.gateway.lifecycle.listener import bind, close_listener
@@ -85,6 +85,7 @@ class Gateway:
         self.keys = keys_mod.load(settings.api_keys) if settings.api_keys else None
         self.tls = _tls(settings)
         self.metrics = GatewayMetrics()
+        self.tracing = tracing.from_env()  # no-op unless OTEL_* asks (and the extra is here)
         self.requests = RequestLog(
             requestlog.path_in(settings.state_dir),
             settings.log_max_bytes,
@@ -175,6 +176,7 @@ class Gateway:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=START_WAIT)
         self.requests.close()  # after the last request: its line is written too
+        self.tracing.close()  # ... and its span sent
 
     def metrics_text(self) -> str:
         return self.metrics.render()
@@ -223,6 +225,7 @@ class Gateway:
             session=session,
             requests=self.requests,
             waiting_every=s.waiting_comment,
+            tracing=self.tracing,
         )
         # handler_cancellation: a client that goes away cancels its handler (and upstream).
         app = self.front.app()

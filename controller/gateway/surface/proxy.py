@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 
 import aiohttp
 from aiohttp import web
@@ -101,12 +101,14 @@ async def forward(
     *,
     strip_keys: bool,
     settle: Callable[[], Awaitable[web.StreamResponse | None]] | None = None,
+    inject: Callable[[MutableMapping[str, str]], None] | None = None,
 ) -> web.StreamResponse:
     """``path``: the normalised path and query (paths.py), the only one sent on.
 
     ``settle``: called once the engine's answer has begun (its head came); it stops the
     waiting comments (waiting.py) and gives the stream already begun for them, if any,
-    into which the answer then goes."""
+    into which the answer then goes. ``inject``: puts the trace context (``traceparent``)
+    in the headers sent on (tracing.py)."""
     # encoded=True: the path is sent as normalised, never re-normalised or re-quoted.
     url = URL.build(
         scheme="http",
@@ -118,6 +120,8 @@ async def forward(
     )
     drop = DECODED | ANSWERED | KEY_HEADERS if strip_keys else DECODED | ANSWERED
     headers = _headers(request.headers, drop)
+    if inject is not None:
+        inject(headers)
     data: bytes | AsyncIterator[bytes] | None = None
     if request.method not in BODILESS:
         data = body if isinstance(body, bytes) else body.chunks()

@@ -29,6 +29,7 @@ from controller.gateway.accounting.keys import Keys, presented
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.quota import Quota
 from controller.gateway.accounting.requestlog import RequestLog
+from controller.gateway.accounting.tracing import Tracing
 from controller.gateway.accounting.usage import Meter
 from controller.gateway.routing import readiness
 from controller.gateway.routing.activation import Demand
@@ -84,6 +85,7 @@ class Front:
     turns: Turns | None = None  # OnDemand rivals take turns (turns.py)
     requests: RequestLog | None = None  # <state>/gateway/requests.jsonl (requestlog.py)
     waiting_every: float = WAITING_EVERY  # seconds between a held stream's comments
+    tracing: Tracing = field(default_factory=Tracing)  # traces (tracing.py): none by default
 
     def __post_init__(self) -> None:
         if self.turns is None:
@@ -233,13 +235,27 @@ class Front:
             return over
         deployment = "-"
         status = 500
-        try:
-            answer = await self._route(Incoming(request, path, query, meter), key)
-            deployment, response = answer
-            status = response.status
-            return response
-        finally:
-            self._count(deployment, key, status, meter)
+        with self.tracing.request(request.headers, request.method, path):
+            try:
+                answer = await self._route(Incoming(request, path, query, meter), key)
+                deployment, response = answer
+                status = response.status
+                return response
+            finally:
+                self._count(deployment, key, status, meter)
+                self._noted(deployment, status, meter)
+
+    def _noted(self, deployment: str, status: int, meter: Meter) -> None:
+        """The request span's outcome (tracing.py; nothing when traces are off)."""
+        if not self.tracing.enabled:
+            return
+        attrs: dict[str, str | int] = {"http.response.status_code": status}
+        attrs["reconcile.deployment"] = deployment
+        if meter.model is not None:
+            attrs["gen_ai.request.model"] = meter.model
+        if meter.instance is not None:
+            attrs["reconcile.instance"] = meter.instance
+        self.tracing.note(attrs, failed=status >= 500)
 
     def _prefix(self, pool: str, fields: dict[str, Any]) -> tuple[bytes, ...]:
         """The prompt's chained block hashes where the pool routes by prefix (prefix.py)."""
@@ -365,7 +381,8 @@ class Front:
                 self._prefix(model, fields),
                 self.table.fallback_after(model) if onward else None,
             )
-            answered = await self._forward(incoming, body, want)
+            with self.tracing.span("routing", {"reconcile.model": model}):
+                answered = await self._forward(incoming, body, want)
         finally:
             self.limiter.release(label)
         if onward and incoming.no_instance:
@@ -394,7 +411,9 @@ class Front:
         for deployment in self.table.pools.get(model, ()):
             loop = asyncio.get_running_loop()
             loop.run_in_executor(None, journal.append, deployment, "fallback", reason, "ok")
-        return await self._serve(incoming, body, fields, (*tried, to))
+        with self.tracing.span("fallback", {"reconcile.from": model, "reconcile.to": to}):
+            self.tracing.note({"reconcile.reason": why})
+            return await self._serve(incoming, body, fields, (*tried, to))
 
     async def _forward(
         self, incoming: Incoming, body: bytes | Upload, want: Ask
@@ -419,7 +438,8 @@ class Front:
                                 "could not be written (the gateway's log names the file)"
                             )
                             return want.label, error(503, why, "model_not_ready")
-                target = await self._wait(want)
+                with self.tracing.span("wait for Ready", {"reconcile.pool": want.pool}):
+                    target = await self._wait(want)
                 if target is None:
                     incoming.no_instance = True  # a fallback may take it (_serve)
                     return want.label, self._not_ready(want)
@@ -481,7 +501,8 @@ class Front:
             if other is None:
                 return _upstream_error(target.deployment)
         try:
-            return await self._send(incoming, body, other)
+            with self.tracing.span("retry", {"reconcile.deployment": other.deployment}):
+                return await self._send(incoming, body, other)
         except UpstreamFailed as exc:
             log.info("engine connection lost again", deployment=other.deployment, error=str(exc))
             return _upstream_error(other.deployment)
@@ -501,17 +522,7 @@ class Front:
         outcome: int | str | None = None  # passive health (health.py); None: no verdict
         silent = False  # the client gave up before a byte of the engine's answer
         try:
-            answer = await forward(
-                self.session,
-                incoming.request,
-                body,
-                target,
-                incoming.path,
-                incoming.query,
-                incoming.meter,
-                strip_keys=self.keys is not None,
-                settle=incoming.waiting.settle if incoming.waiting is not None else None,
-            )
+            answer = await self._call(incoming, body, target)
             outcome = answer.status
             return answer
         except (UpstreamDown, UpstreamFailed) as exc:
@@ -528,6 +539,25 @@ class Front:
             self.metrics.end(target.deployment, target.instance)
             self.load.add(target.deployment, -1)
             self.table.request_ended(target.nonce)
+
+    async def _call(
+        self, incoming: Incoming, body: bytes | Upload, target: Target
+    ) -> web.StreamResponse:
+        """One call to an engine; with traces on, in a span whose context the engine gets
+        as ``traceparent`` (tracing.py)."""
+        settle = incoming.waiting.settle if incoming.waiting is not None else None
+        args = (self.session, incoming.request, body, target, incoming.path, incoming.query)
+        strip = self.keys is not None
+        if not self.tracing.enabled:
+            return await forward(*args, incoming.meter, strip_keys=strip, settle=settle)
+        attrs = {"reconcile.deployment": target.deployment, "reconcile.instance": target.instance}
+        with self.tracing.span("engine", {**attrs, "server.port": target.port}, client=True):
+            answer = await forward(
+                *args, incoming.meter, strip_keys=strip, settle=settle, inject=self.tracing.inject
+            )
+            status = answer.status
+            self.tracing.note({"http.response.status_code": status}, failed=status >= 500)
+            return answer
 
     def _judge_silence(self, target: Target, trial: bool) -> None:
         """A client gave up on an engine that had sent nothing: an upstream timeout for

@@ -1,0 +1,143 @@
+"""Traces of the gateway's requests (the ``otel`` extra); nothing at all without it.
+
+Configured the standard OpenTelemetry way, from the environment the daemon gives its
+gateway: ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``)
+names an OTLP/HTTP receiver; ``OTEL_TRACES_EXPORTER=none`` or ``OTEL_SDK_DISABLED=true``
+turns traces off; ``OTEL_SERVICE_NAME``, ``OTEL_EXPORTER_OTLP_HEADERS`` and ``OTEL_BSP_*``
+are read by the SDK itself. Unconfigured (or the extra not installed) no module of
+opentelemetry is imported: a request pays a no-op context manager per span.
+
+One trace per request: the request's span (continuing an incoming ``traceparent``),
+in it ``routing`` for each deployment tried, ``fallback`` when one takes over,
+``wait for Ready``, ``engine`` for each call to an engine and ``retry`` around a
+second one; the engine call's context goes to the engine as ``traceparent``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+from controller.logsetup import get_logger
+
+log = get_logger("reconcile")
+
+SERVICE = "reconcile-gateway"  # the resource's service.name unless OTEL_SERVICE_NAME says
+ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+CLOSE_WAIT = 5.0  # seconds the gateway's exit waits for the last spans (a receiver down)
+Attributes = Mapping[str, str | int | float | bool]
+NOTHING: AbstractContextManager[None] = nullcontext()  # reusable: the no-op span, shared
+
+
+def configured(environ: Mapping[str, str]) -> bool:
+    """Whether the environment asks for traces (an OTLP endpoint, not switched off)."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporters = environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower()
+    return exporters != "none" and any(environ.get(name, "").strip() for name in ENDPOINTS)
+
+
+class Tracing:
+    """No traces: every call does nothing (the extra absent or not configured)."""
+
+    enabled = False
+
+    def request(
+        self, headers: Mapping[str, str], method: str, path: str
+    ) -> AbstractContextManager[None]:
+        """The request's span (``METHOD /path``), continuing the client's ``traceparent``."""
+        return NOTHING
+
+    def span(
+        self, name: str, attrs: Attributes, client: bool = False
+    ) -> AbstractContextManager[None]:
+        return NOTHING
+
+    def note(self, attrs: Attributes, failed: bool = False) -> None:
+        """Attributes for the current span; ``failed`` marks it an error."""
+
+    def inject(self, headers: MutableMapping[str, str]) -> None:
+        """Put the current span's ``traceparent`` in the headers sent on."""
+
+    def close(self) -> None:
+        """Send what is still buffered (at the gateway's end)."""
+
+
+class _Otel(Tracing):
+    enabled = True
+
+    def __init__(self, provider: Any) -> None:
+        from opentelemetry import propagate, trace
+
+        self._provider = provider
+        self._tracer = provider.get_tracer("reconcile.gateway")
+        self._trace = trace
+        self._propagate = propagate
+
+    @contextmanager
+    def request(self, headers: Mapping[str, str], method: str, path: str) -> Iterator[None]:
+        parent = self._propagate.extract(headers)  # a client's traceparent is continued
+        kind = self._trace.SpanKind.SERVER
+        attrs = {"http.request.method": method, "url.path": path}
+        with self._tracer.start_as_current_span(f"{method} {path}", parent, kind, attrs):
+            yield
+
+    @contextmanager
+    def span(self, name: str, attrs: Attributes, client: bool = False) -> Iterator[None]:
+        kind = self._trace.SpanKind.CLIENT if client else self._trace.SpanKind.INTERNAL
+        with self._tracer.start_as_current_span(name, kind=kind, attributes=attrs):
+            yield
+
+    def note(self, attrs: Attributes, failed: bool = False) -> None:
+        span = self._trace.get_current_span()
+        span.set_attributes(attrs)
+        if failed:
+            span.set_status(self._trace.StatusCode.ERROR)
+
+    def inject(self, headers: MutableMapping[str, str]) -> None:
+        self._propagate.inject(headers)
+
+    def close(self) -> None:
+        # Shutting down flushes the batch (the last requests' spans go too); a receiver
+        # that is down would hold the exit through the exporter's retries, so not past
+        # CLOSE_WAIT: the SDK's thread is a daemon and ends with the process.
+        flush = threading.Thread(target=self._provider.shutdown, daemon=True)
+        flush.start()
+        flush.join(CLOSE_WAIT)
+
+
+def from_env(environ: Mapping[str, str] = os.environ) -> Tracing:
+    """The gateway's tracing: OTLP/HTTP when the environment asks and the extra is here."""
+    if not configured(environ):
+        return Tracing()
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        log.warning(
+            "no traces: OTEL_EXPORTER_OTLP_ENDPOINT is set but the otel extra is not installed",
+            missing=exc.name or "opentelemetry",
+            fix="pip install 'reconcile-engines[otel]' where reconcile is installed",
+        )
+        return Tracing()
+    resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or SERVICE})
+    provider = TracerProvider(resource=resource)
+    # The batch is sent from the SDK's own thread: the request path never waits on it.
+    exporter = OTLPSpanExporter(endpoint=_endpoint(environ))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    log.info("traces sent by OTLP/HTTP", service=resource.attributes["service.name"])
+    return _Otel(provider)
+
+
+def _endpoint(environ: Mapping[str, str]) -> str:
+    """Where spans go, as the OTLP exporter spec says: the traces endpoint as it is, else
+    the base endpoint with ``/v1/traces``."""
+    traces = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if traces:
+        return traces
+    return environ["OTEL_EXPORTER_OTLP_ENDPOINT"].strip().rstrip("/") + "/v1/traces"

@@ -1,0 +1,261 @@
+"""Traces (issue 39, the ``otel`` extra): through the real daemon and gateway process,
+with ``OTEL_EXPORTER_OTLP_ENDPOINT`` naming a real OTLP/HTTP receiver in the test (an
+aiohttp server decoding ``POST /v1/traces`` with opentelemetry-proto):
+
+- one request is one trace: its span continues the client's ``traceparent``, and holds
+  ``routing``, ``wait for Ready`` and ``engine``; the engine got a ``traceparent`` of
+  that trace whose parent is the engine span;
+- a model not Ready that falls back: ``fallback`` and a second ``routing`` in its trace;
+- an engine that drops the connection: ``retry`` and a second ``engine`` span;
+- unconfigured, a gateway serving a request has imported no opentelemetry module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from harness.rawhttp import exchange, request
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from procs import free_ports
+from test_upstream import BODY, Rude, ready, route
+
+from controller.core.manifest.names import next_name
+from controller.gateway.accounting import tracing
+from controller.gateway.lifecycle.app import Gateway
+from controller.gateway.settings import Settings
+
+ECHO = Path(__file__).with_name("echo_engine.py")
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+STUCK = {"httpGet": {"path": "/health"}, "deadlineSeconds": 30, "periodSeconds": 0.2}
+
+
+class Receiver:
+    """An OTLP/HTTP trace receiver: every span it was sent, as a dict."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict[str, Any]] = []
+        self.port = free_ports(1)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    async def _traces(self, request: web.Request) -> web.Response:
+        sent = ExportTraceServiceRequest.FromString(await request.read())
+        for resource in sent.resource_spans:
+            service = {a.key: a.value.string_value for a in resource.resource.attributes}
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    self.spans.append(
+                        {
+                            "service": service.get("service.name"),
+                            "name": span.name,
+                            "trace": span.trace_id.hex(),
+                            "id": span.span_id.hex(),
+                            "parent": span.parent_span_id.hex(),
+                            "attrs": {a.key: _value(a.value) for a in span.attributes},
+                        }
+                    )
+        body = ExportTraceServiceResponse().SerializeToString()
+        return web.Response(body=body, content_type="application/x-protobuf")
+
+    async def _start(self) -> web.AppRunner:
+        app = web.Application()
+        app.router.add_post("/v1/traces", self._traces)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", self.port).start()
+        return runner
+
+    def trace(self, trace_id: str) -> list[dict[str, Any]]:
+        return [s for s in list(self.spans) if s["trace"] == trace_id]
+
+
+def _value(value: Any) -> Any:
+    return getattr(value, value.WhichOneof("value")) if value.WhichOneof("value") else None
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    r.thread.start()
+    runner = asyncio.run_coroutine_threadsafe(r._start(), r.loop).result(timeout=30)
+    yield r
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), r.loop).result(timeout=30)
+    r.loop.call_soon_threadsafe(r.loop.stop)
+    r.thread.join(timeout=30)
+    r.loop.close()
+
+
+def otel_env(receiver: Receiver) -> dict[str, str]:
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: the batch goes out soon after a request
+    }
+
+
+def spans_of(reconcile: Any, receiver: Receiver, trace_id: str, *names: str) -> Any:
+    def found() -> list[dict[str, Any]] | None:
+        spans = receiver.trace(trace_id)
+        return spans if set(names) <= {s["name"] for s in spans} else None
+
+    return reconcile.wait_for(found, timeout=30, what=f"spans {names} of trace {trace_id}")
+
+
+def test_one_request_is_one_trace_and_the_engine_gets_its_traceparent(
+    reconcile: Any, gateway: Any, receiver: Receiver
+) -> None:
+    echo = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+    reconcile.write("alpha", command=echo)
+    g = gateway(env=otel_env(receiver))
+    g.wait_phase("alpha", "Ready")
+    traceparent = f"00-{TRACE_ID}-{CLIENT_SPAN}-01"
+    answer = g.post("alpha", headers={"traceparent": traceparent})
+    assert answer.status == 200, answer
+    sent = answer.json()["headers"]["traceparent"]
+    names = ("POST /v1/chat/completions", "routing", "wait for Ready", "engine")
+    spans = spans_of(reconcile, receiver, TRACE_ID, *names)
+    by = {s["name"]: s for s in spans}
+    root = by["POST /v1/chat/completions"]
+    assert root["parent"] == CLIENT_SPAN and root["service"] == "reconcile-gateway"
+    assert root["attrs"]["http.response.status_code"] == 200
+    assert root["attrs"]["reconcile.deployment"] == "alpha"
+    assert by["routing"]["parent"] == root["id"]
+    assert by["wait for Ready"]["parent"] == by["routing"]["id"]
+    engine = by["engine"]
+    assert engine["parent"] == by["routing"]["id"] and engine["attrs"]["reconcile.instance"]
+    assert sent == f"00-{TRACE_ID}-{engine['id']}-01"  # the engine's parent: the engine span
+    # Without a traceparent: a trace of its own, and the engine hears of it.
+    answer = g.post("alpha")
+    _, trace_id, parent, _ = answer.json()["headers"]["traceparent"].split("-")
+    spans = spans_of(reconcile, receiver, trace_id, *names)
+    assert parent in {s["id"] for s in spans if s["name"] == "engine"} and len(spans) == 4
+    g.finish()
+
+
+def test_a_fallback_is_in_the_trace(reconcile: Any, gateway: Any, receiver: Receiver) -> None:
+    reconcile.write(
+        "big",
+        command=reconcile.demo_command(load_seconds="600"),
+        readiness=STUCK,
+        fallbacks=["small"],
+        fallbackAfter="1s",
+    )
+    reconcile.write("small")
+    g = gateway(env=otel_env(receiver))
+    g.wait_phase("small", "Ready")
+    answer = g.post("big", headers={"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"})
+    assert answer.status == 200 and answer.headers["x-reconcile-deployment"] == "small"
+    spans = spans_of(reconcile, receiver, TRACE_ID, "fallback", "engine")
+    fallback = next(s for s in spans if s["name"] == "fallback")
+    assert fallback["attrs"] == {
+        "reconcile.from": "big",
+        "reconcile.to": "small",
+        "reconcile.reason": "not_ready",
+    }
+    routed = [s["attrs"]["reconcile.model"] for s in spans if s["name"] == "routing"]
+    assert sorted(routed) == ["big", "small"]
+    g.finish()
+
+
+def test_a_retry_is_in_the_trace(
+    reconcile: Any, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine that drops the connection before answering: the request goes once more
+    to the other Ready instance (test_upstream.py), a ``retry`` span with its ``engine``."""
+    for name, value in otel_env(receiver).items():
+        monkeypatch.setenv(name, value)
+    rude, good = Rude(reconcile, "rude"), Rude(reconcile, "good", "--always", "ok")
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    inproc = Gateway(Settings(host="127.0.0.1", port=free_ports(1), state_dir=reconcile.state))
+    inproc.start(lambda: None)
+    try:
+        route(inproc, ready("m", "old", good.port), ready(next_name("m"), "new", rude.port))
+        headers = {"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"}
+        answer = exchange(inproc.settings.port, request("POST", "/v1/reset", BODY, headers))
+        assert answer.status == 200 and rude.hits("/v1/reset") == 1, answer
+    finally:
+        inproc.stop()  # sends what is left of the batch
+    spans = spans_of(reconcile, receiver, TRACE_ID, "retry", "engine")
+    retry = next(s for s in spans if s["name"] == "retry")
+    engines = [s for s in spans if s["name"] == "engine"]
+    assert len(engines) == 2 and [s["parent"] for s in engines].count(retry["id"]) == 1
+
+
+NO_OTEL = """
+import json, sys, urllib.request
+from pathlib import Path
+from controller.gateway.accounting import tracing
+from controller.gateway.lifecycle.app import Gateway
+from controller.gateway.settings import Settings
+state = Path(sys.argv[1])
+state.mkdir()
+gateway = Gateway(Settings(host="127.0.0.1", port=int(sys.argv[2]), state_dir=state))
+gateway.start(lambda: None)
+body = json.dumps({"model": "nobody"}).encode()
+url = f"http://127.0.0.1:{sys.argv[2]}/v1/chat/completions"
+try:
+    urllib.request.urlopen(urllib.request.Request(url, body), timeout=30)
+except urllib.error.HTTPError as exc:
+    print(exc.code)
+gateway.stop()
+print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
+"""
+
+
+def test_unconfigured_no_opentelemetry_is_imported(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    argv = [sys.executable, "-c", NO_OTEL, str(tmp_path / "state"), str(free_ports(1))]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["404", "[]"], done.stdout + done.stderr
+
+
+def test_what_the_environment_asks() -> None:
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+    assert tracing.configured(endpoint)
+    assert tracing.configured({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://h/v1/traces"})
+    assert not tracing.configured({})
+    assert not tracing.configured({"OTEL_EXPORTER_OTLP_ENDPOINT": " "})
+    assert not tracing.configured({**endpoint, "OTEL_TRACES_EXPORTER": "none"})
+    assert not tracing.configured({**endpoint, "OTEL_SDK_DISABLED": "true"})
+    # Where the spans go, as the OTLP exporter spec says.
+    assert tracing._endpoint(endpoint) == "http://127.0.0.1:4318/v1/traces"
+    assert (
+        tracing._endpoint({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:1/"}) == "http://h:1/v1/traces"
+    )
+    traces = {**endpoint, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:2/in"}
+    assert tracing._endpoint(traces) == "http://t:2/in"
+
+
+WITHOUT_EXTRA = """
+import sys
+class Absent:  # this interpreter as one where the otel extra is not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "opentelemetry":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Absent())
+from controller.gateway.accounting import tracing
+t = tracing.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+print(t.enabled)
+"""
+
+
+def test_an_endpoint_without_the_extra_says_what_to_install() -> None:
+    argv = [sys.executable, "-c", WITHOUT_EXTRA]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    said = done.stdout + done.stderr  # the log line: wherever the log goes
+    assert done.returncode == 0 and done.stdout.split()[-1] == "False", said
+    assert "the otel extra is not installed" in said and "reconcile-engines[otel]" in said
+    assert "Traceback" not in said
