@@ -1,13 +1,14 @@
 """A spec.container engine on the ray backend: the actor runs the container on its node.
 
-Real Ray (the local cluster of conftest.py) and real podman (the image and configuration
-of tests/containers/conftest.py). The podman configuration this sandbox needs reaches
-the actors through the environment their raylets inherit, so it is set before the
-module's cluster starts (a normal host needs none).
+Real Ray (the local cluster of conftest.py) and real podman and docker (the images, the
+podman configuration and the private dockerd of tests/containers/conftest.py). What this
+sandbox needs reaches the actors through the environment their raylets inherit, so it is
+set before the module's cluster starts (a normal host needs none).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import urllib.request
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from containers.conftest import STANDIN, Engine, podman  # noqa: F401 (the fixture)
+from containers.conftest import STANDIN, Engine, docker, podman  # noqa: F401 (fixtures)
 from procs import wait_for
 from rayhelp import engines_gone, ours
 
@@ -25,11 +26,17 @@ Reconcile = Any  # the `reconcile` fixture of tests/conftest.py
 
 
 @pytest.fixture(scope="module", autouse=True)
-def podman_env(podman: Engine) -> Iterator[None]:  # noqa: F811 (the imported fixture)
+def runtimes_env(request: pytest.FixtureRequest) -> Iterator[None]:
     """Before ``cluster`` (an autouse fixture of its scope comes first): Ray's workers
-    get the environment the cluster's processes start with."""
-    saved = {k: os.environ.get(k) for k in podman.env}
-    os.environ.update(podman.env)
+    get the environment the cluster's processes start with (podman's configuration,
+    the private dockerd's socket)."""
+    env: dict[str, str] = {}
+    for name in ("podman", "docker"):
+        # A runtime that is not installed: its tests skip, saying what to install.
+        with contextlib.suppress(pytest.skip.Exception):
+            env.update(request.getfixturevalue(name).env)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     yield
     for key, value in saved.items():
         if value is None:
@@ -38,10 +45,17 @@ def podman_env(podman: Engine) -> Iterator[None]:  # noqa: F811 (the imported fi
             os.environ[key] = value
 
 
+@pytest.fixture(params=["podman", "docker"])
+def engine(request: pytest.FixtureRequest) -> Engine:
+    """Each test once per runtime."""
+    chosen: Engine = request.getfixturevalue(request.param)
+    return chosen
+
+
 @pytest.fixture
-def rc(cluster: Any, reconcile: Reconcile, podman: Engine) -> Iterator[Reconcile]:  # noqa: F811
+def rc(cluster: Any, reconcile: Reconcile, engine: Engine) -> Iterator[Reconcile]:
     r = reconcile
-    r.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    r.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **engine.env)
     yield r
     r("down", check=None)
     wait_for(lambda: not ours(), timeout=30, what="our actors gone")
@@ -60,10 +74,9 @@ def health(host: str, port: int) -> str:
 
 
 def test_the_actor_runs_the_container_on_its_node_and_down_removes_it(
-    rc: Reconcile,
-    podman: Engine,  # noqa: F811
+    rc: Reconcile, engine: Engine
 ) -> None:
-    container = {"image": podman.image, "runtime": "podman"}
+    container = {"image": engine.image, "runtime": engine.name}
     rc.write("rbox", command=STANDIN, container=container, stopGracePeriodSeconds=2)
     rc.converge(timeout="120s")
     item = rc.status()["rbox"]
@@ -72,11 +85,11 @@ def test_the_actor_runs_the_container_on_its_node_and_down_removes_it(
     record = rc.record("rbox")
     assert record is not None
     kept = record["container"]
-    assert kept is not None and kept["runtime"] == "podman" and kept["image"] == podman.image
+    assert kept is not None and kept["runtime"] == engine.name and kept["image"] == engine.image
     assert kept["digest"].startswith("sha256:")
     # The record's pid is the container's main process as the node sees it, with the
     # actor's marker and the labels that make the container ours.
-    seen = podman.inspect(kept["id"])
+    seen = engine.inspect(kept["id"])
     assert seen["State"]["Pid"] == record["ref"]["pid"]
     labels = seen["Config"]["Labels"]
     marker = labels[INSTANCE_LABEL]
@@ -100,10 +113,10 @@ def test_the_actor_runs_the_container_on_its_node_and_down_removes_it(
     wait_for(replaced, timeout=90, what="a new container for rbox")
     again = rc.record("rbox")
     assert again is not None
-    wait_for(lambda: len(labelled(podman, f"{STATE_LABEL}={state}")) == 1, timeout=30,
+    wait_for(lambda: len(labelled(engine, f"{STATE_LABEL}={state}")) == 1, timeout=30,
              what="the killed container removed")  # fmt: skip
 
     # down: the actor stops its container, which is then gone (no leak).
     rc("down", check=0)
     wait_for(lambda: not ours(), timeout=30, what="our actors gone")
-    assert labelled(podman, f"{STATE_LABEL}={state}") == []
+    assert labelled(engine, f"{STATE_LABEL}={state}") == []
