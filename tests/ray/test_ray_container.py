@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from containers.conftest import STANDIN, Engine, docker, podman  # noqa: F401 (fixtures)
 from procs import wait_for
-from rayhelp import engines_gone, ours
+from rayhelp import engines_gone, ours, ray
 
 from controller.host.containers import INSTANCE_LABEL, STATE_LABEL
 
@@ -102,6 +102,12 @@ def test_the_actor_runs_the_container_on_its_node_and_down_removes_it(
     logs = rc("logs", "rbox", check=0)
     assert f"engine rbox on port {item['port']}" in logs.out, str(logs)
 
+    # --once left it running: the next pass adopts it through its actor, unchanged.
+    rc.once(check=0)
+    kept_on = rc.record("rbox")
+    assert kept_on is not None and kept_on["container"] == kept
+    assert kept_on["nonce"] == record["nonce"] and kept_on["ref"] == record["ref"]
+
     # The container's main process killed by hand: the actor runs a new container.
     os.kill(record["ref"]["pid"], signal.SIGKILL)
 
@@ -115,6 +121,21 @@ def test_the_actor_runs_the_container_on_its_node_and_down_removes_it(
     assert again is not None
     wait_for(lambda: len(labelled(engine, f"{STATE_LABEL}={state}")) == 1, timeout=30,
              what="the killed container removed")  # fmt: skip
+
+    # Its actor killed outright: the container is the runtime's child and outlives it,
+    # until the next actor of the deployment sweeps it on its node (then --rm removes it).
+    (actor,) = ours()
+    ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
+
+    def moved_on() -> bool:
+        rc("--once", check=None)
+        now = rc.record("rbox")
+        fresh = bool(
+            now and now["container"] and now["container"]["id"] != again["container"]["id"]
+        )
+        return fresh and labelled(engine, f"{STATE_LABEL}={state}") == [now["container"]["id"]]
+
+    wait_for(moved_on, timeout=120, what="one container of rbox, a new actor's")
 
     # down: the actor stops its container, which is then gone (no leak).
     rc("down", check=0)
