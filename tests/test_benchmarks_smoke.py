@@ -8,9 +8,12 @@ supervisord by SIGTERM), so the run must leave nothing behind.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import missing
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = (
@@ -82,3 +85,28 @@ def test_the_git_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     assert [row["section"] for row in rows] == ["14. git", "14. git"], rows
     assert ["webhook" in rows[0]["metric"], "polling" in rows[1]["metric"]] == [True, True]
     assert all(len(row["ours"]) == 2 and row["goal"] for row in rows), rows
+
+
+def test_the_containers_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
+    """``--only containers`` (issue 36): a daemon already watching vs ``podman run`` by
+    hand, one ratio; it leaves no container and no image of its own behind."""
+    if shutil.which("podman") is None or shutil.which("busybox") is None:
+        missing.skip("podman and a static busybox", "apt-get install podman runc busybox-static")
+    argv = [sys.executable, "-m", "benchmarks", "--quick", "--only", "containers"]
+    proc = subprocess.run(
+        [*argv, "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (run,) = tmp_path.iterdir()
+    (row,) = json.loads((run / "results.json").read_text())["rows"]
+    assert row["section"] == "12. containers" and row["ours"] and row["theirs"], row
+    assert row["ratio"] and row["goal"] == "≤ 1.2x", row
+    # What the run made: containers labelled with its state dirs, its imported image.
+    for what in (["ps", "-a", "--format", "{{.Labels}} {{.Image}}"], ["images"]):
+        left = subprocess.run(["podman", *what], capture_output=True, text=True, timeout=120)
+        assert left.returncode == 0 and "reconcile-bench" not in left.stdout, left.stdout

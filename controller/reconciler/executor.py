@@ -524,6 +524,8 @@ class Executor:
             devices=now.devices,
             message=now.message,
             ref=rec.ref if now.ref is None else now.ref,
+            # A Ray actor that restarted its engine's container reports the new one.
+            container=rec.container if now.ref is None else now.container,
         )
         if now.ref is None or action.restarted:
             moved = replace(

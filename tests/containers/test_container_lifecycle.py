@@ -8,13 +8,15 @@ from __future__ import annotations
 import os
 import signal
 import urllib.request
-from typing import TYPE_CHECKING
+import uuid
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from containers.conftest import Engine, write
 
 from controller.failpoints import CONTAINER_POINTS
-from controller.host.containers import INSTANCE_LABEL, STATE_LABEL
+from controller.host.containers import DIGEST_LABEL, INSTANCE_LABEL, STATE_LABEL
+from tests.daemon.conftest import Daemons
 
 if TYPE_CHECKING:
     from conftest import Reconcile
@@ -190,3 +192,49 @@ def test_a_sigkill_while_stopping_leaves_no_container_behind(
     rc.down()
     rc.wait_for(lambda: engine.ours(rc.state) == [], what="no container")
     assert rc.pids("going") == set()
+
+
+def _image_id(engine: Engine, image: str) -> str:
+    found = engine.cli("image", "inspect", "--format", "{{.Id}}", image).strip()
+    return found if found.startswith("sha256:") else f"sha256:{found}"
+
+
+def test_a_daemon_that_remembers_an_image_still_sees_its_tag_moved(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """The daemon remembers an image's digest between starts (no `image inspect` before
+    a run) and looks again while the container starts: a tag moved meanwhile gets a
+    container of the new image, labelled and recorded with its digest."""
+    tag = engine.build(f"localhost/reconcile-test/moving:{uuid.uuid4().hex[:10]}")
+    first = _image_id(engine, tag)
+    engine.images.append(first)  # untagged below: removed at the session's end too
+    daemon = Daemons(rc)
+    try:
+        running = daemon()
+        write(rc, engine, "mover", container={"image": tag})
+        record = running.wait(lambda: _ready(rc, "mover"), "mover Ready")
+        assert _image_id(engine, engine.inspect(record["container"]["id"])["Image"]) == first
+        engine.build(tag, extra=b"another image")  # the same tag, another image
+        second = _image_id(engine, tag)
+        assert second != first
+        os.kill(record["ref"]["pid"], signal.SIGKILL)  # the daemon starts it again
+
+        def restarted() -> dict[str, Any] | None:
+            now = _ready(rc, "mover")
+            return now if now and now["container"]["id"] != record["container"]["id"] else None
+
+        again = running.wait(restarted, "mover running again", timeout=90)
+        digest = again["container"]["digest"]
+        assert digest != record["container"]["digest"], again  # the new image's
+        seen = engine.inspect(again["container"]["id"])
+        assert _image_id(engine, seen["Image"]) == second
+        assert seen["Config"]["Labels"][DIGEST_LABEL] == digest
+        assert running.stop() == 0
+    finally:
+        daemon.kill_all()
+    rc.down()
+
+
+def _ready(rc: Reconcile, name: str) -> dict[str, Any] | None:
+    record: dict[str, Any] | None = rc.record(name)
+    return record if record is not None and record["phase"] == "Ready" else None

@@ -73,6 +73,18 @@ def test_a_dropped_file_comes_up(reconcile: Any, daemon: Any, finish: Any) -> No
     finish(d)
 
 
+def test_a_daemon_takes_the_yaml_reader_at_start_not_on_the_first_manifest(
+    reconcile: Any, daemon: Any, finish: Any
+) -> None:
+    """An empty folder: nothing to parse, yet the YAML reader (its C extension, mapped
+    into the daemon) is loaded, so the first manifest written does not wait for it."""
+    d = daemon("--allow-empty")
+    d.wait_pass()
+    maps = Path(f"/proc/{d.pid}/maps")
+    d.wait(lambda: "yaml/_yaml" in maps.read_text(), "the YAML reader loaded by the daemon")
+    finish(d)
+
+
 def test_a_deleted_file_goes_away(reconcile: Any, daemon: Any, finish: Any) -> None:
     rc = reconcile
     d = started(rc, daemon, "keeper", "doomed")

@@ -9,6 +9,13 @@ An engine never outlives its actor: it is spawned with ``PR_SET_PDEATHSIG`` (SIG
 when the thread that forked it ends, and that thread lives as long as the actor), and
 an actor that starts (again) first kills any engine of its deployment still carrying
 our marker on this node, left by an earlier incarnation.
+
+A ``spec.container`` engine is run by the same wrapper the local backend uses (where it
+runs and how it is wrapped stay separate choices): host networking on the port found
+here, the marker in its environment, the labels, the log. Its main process is not our
+child (the runtime's), so it cannot die with the actor: the driver asks the actor to stop
+it before killing the actor, and a new actor's sweep kills a leftover's main process
+(``--rm`` then removes the container).
 """
 
 from __future__ import annotations
@@ -28,15 +35,16 @@ from pathlib import Path
 
 import ray
 
-from controller.backends.base import engine_env
+from controller.backends.base import StartRequest, engine_env
 from controller.backends.local.runtime import MARKER, STATE_MARKER, LocalBackend
 from controller.backends.ray.naming import device_key
 from controller.core.devices.inventory import Device
 from controller.core.manifest.specs import Entry
 from controller.core.plan import BACKOFF_RESET, backoff, restarts_after
-from controller.core.render import render
-from controller.core.state import ProcessRef
-from controller.errors import SpawnError
+from controller.core.render import Rendered, render
+from controller.core.state import ContainerRef, ProcessRef, Record
+from controller.errors import ContainerError, SpawnError
+from controller.host.containers import Runtime
 from controller.host.ports import listening_ports, port_bindable
 from controller.host.procscan import EnvironScan
 from controller.redact import redact_args
@@ -82,6 +90,7 @@ class HostStatus:
     ref: ProcessRef | None  # the engine now; None while it is (re)started
     message: str
     ended: tuple[int | None, int | None] | None  # (code, signal) when it will not restart
+    container: ContainerRef | None = None  # the engine's container (None: a process)
 
 
 class EngineHost:
@@ -93,11 +102,14 @@ class EngineHost:
         self.root = Path(tempfile.gettempdir()) / "reconcile-ray" / job.state_key
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.log_path = self.root / f"{job.name}.log"
-        self.local = LocalBackend(self.root, self.node_id)  # marker: <node id>/<record>/<nonce>
+        # marker: <node id>/<record>/<nonce>. Ray's GPUs are a count: only a node that has
+        # the device files has devices to pass into a container.
+        self.local = LocalBackend(self.root, self.node_id, static_devices=not _gpu_files())
         sweep_leftovers(str(self.root.resolve()), job.name)
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.ref: ProcessRef | None = None
+        self.container: ContainerRef | None = None
         self.port: int | None = None
         self.message = "starting the engine"
         self.ended: tuple[int | None, int | None] | None = None
@@ -118,6 +130,7 @@ class EngineHost:
                 ref=self.ref,
                 message=self.message,
                 ended=self.ended,
+                container=self.container,
             )
 
     def log_tail(self, count: int) -> list[str]:
@@ -131,7 +144,13 @@ class EngineHost:
         """Stop supervising, then the engine: the stop signal, grace, SIGKILL, sweep."""
         self.stopping.set()
         with self.lock:
-            ref = self.ref
+            ref, container = self.ref, self.container
+        if container is not None:  # the runtime's stop (grace, then kill), then rm
+            try:
+                Runtime(container.runtime).remove(container.id, grace)
+            except ContainerError as exc:  # the sweep below still kills its processes
+                with self.lock:
+                    self.message = str(exc)
         self.local.stop(ref, self.job.nonce, sig, grace)
         self.thread.join(grace + 5)
 
@@ -155,7 +174,7 @@ class EngineHost:
                     return
                 if not restarts_after(self.job.entry.deployment.spec.restart_policy, code):
                     with self.lock:
-                        self.ref, self.ended = None, (code, sig)
+                        self.ref, self.container, self.ended = None, None, (code, sig)
                         self.message = f"engine {_exit_text(code, sig)}; not restarted (policy)"
                     return
             if time.monotonic() - started >= BACKOFF_RESET:
@@ -163,7 +182,7 @@ class EngineHost:
             delay = backoff(crashes)
             crashes += 1
             with self.lock:
-                self.ref = None
+                self.ref, self.container = None, None
                 what = "could not start" if ref is None else _exit_text(code, sig)
                 self.message = f"engine {what}; the actor restarts it in {delay:g}s"
             if self.stopping.wait(delay):
@@ -189,22 +208,45 @@ class EngineHost:
         logfiles.write_marker(
             self.log_path, f"start {self.job.name} instance {self.job.nonce}: {argv}"
         )
+        container = None
         try:
-            ref = self.local.spawn(
-                rendered.argv,
-                engine_env(rendered.env),
-                name=self.job.name,
-                nonce=self.job.nonce,
-                log_path=self.log_path,
-                preexec=die_with_parent(os.getpid()),
-            )
-        except SpawnError as exc:
+            if entry.deployment.spec.container is not None:
+                ref, container = self._run_container(entry, rendered, port)
+            else:
+                ref = self.local.spawn(
+                    rendered.argv,
+                    engine_env(rendered.env),
+                    name=self.job.name,
+                    nonce=self.job.nonce,
+                    log_path=self.log_path,
+                    preexec=die_with_parent(os.getpid()),
+                )
+        except SpawnError as exc:  # a runtime's refusal or a pull too: its words
             with self.lock:
                 self.message = str(exc)
             return None
         with self.lock:
-            self.ref, self.port, self.message = ref, port, ""
+            self.ref, self.container, self.port, self.message = ref, container, port, ""
         return ref
+
+    def _run_container(
+        self, entry: Entry, rendered: Rendered, port: int
+    ) -> tuple[ProcessRef, ContainerRef | None]:
+        """The engine in its container on this node, as the local backend runs one."""
+        record = Record(
+            name=self.job.name,
+            owner=self.job.state_key,
+            node=self.node_id,
+            nonce=self.job.nonce,
+            port=port,
+            devices=self.gpus,
+        )
+        request = StartRequest(
+            entry=entry, record=record, rendered=rendered, log_path=self.log_path
+        )
+        instance = self.local.launch(request)
+        assert instance.ref is not None  # a launch returns a running engine or raises
+        return instance.ref, instance.container
 
     def _missing_model(self) -> str | None:
         """Why the pulled model cannot be read on this node, if it cannot."""
@@ -233,6 +275,11 @@ class EngineHost:
             if port not in taken and port_bindable(port):
                 return port
         raise SpawnError(f"no free port in {first}-{first + PORT_SCAN - 1} on this node")
+
+
+def _gpu_files() -> bool:
+    """This node has GPU device files (nvidia's or amd's) to pass into a container."""
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/kfd")
 
 
 def _bind_all(entry: Entry) -> Entry:

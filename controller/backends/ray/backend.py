@@ -10,6 +10,7 @@ the launch pins the actor to a node that holds the file.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections import Counter
@@ -39,6 +40,8 @@ log = get_logger("reconcile")
 STATUS_TIMEOUT = 2.0  # one round of status calls: an actor slower than this is restarting
 PLACE_TIMEOUT = 60.0  # a new actor placed and its engine spawned (worker start, imports)
 GONE_TIMEOUT = 15.0  # a killed actor leaves the name registry
+STOP_TIMEOUT = 30.0  # an actor kills its engine (a container: the runtime's stop and rm)
+PULLING_IMAGE = "pulling image"  # how the container wrapper says its image is on its way
 NO_REF = ProcessRef(pid=1, start_time=0.0)  # an actor whose engine we have not seen (yet)
 
 
@@ -140,6 +143,8 @@ class RayBackend:
             source = spec.source
             if source is not None and self._puller and status.message.startswith(MISSING_MODEL):
                 self._puller.forget(source.key, status.node_id)  # the next pass pulls again
+            if status.message.startswith(PULLING_IMAGE):  # the image's pull goes on there
+                raise PullingFirst(status.message)
             raise SpawnError(status.message)
         with self._placing:
             self._nodes[rec.name] = status.node_id
@@ -357,9 +362,18 @@ class RayBackend:
             if ns in self._ns_of and parsed is not None and parsed[1] == nonce:
                 handle = self._handle(ns, actor)
                 if handle is not None:
+                    self._stop_engine(handle, actor)
                     self._kill(handle, ns, actor)
                     killed += 1
         return killed
+
+    def _stop_engine(self, handle: Any, actor: str) -> None:
+        """Ask the actor to kill its engine now: a container's main process is the
+        runtime's child, not the actor's, so it would outlive ``ray.kill``."""
+        try:
+            ray.get(handle.stop.remote(signal.SIGKILL, 0.0), timeout=STOP_TIMEOUT)
+        except (GetTimeoutError, RayActorError) as exc:
+            log.warning("actor did not stop its engine", actor=actor, error=str(exc))
 
     def kill(self, ref: ProcessRef) -> None:
         for seen in self._seen.values():
@@ -438,6 +452,7 @@ def _instance(status: HostStatus) -> Instance:
         port=status.port,
         devices=status.devices,
         message=status.message,
+        container=status.container,
     )
 
 

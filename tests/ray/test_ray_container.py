@@ -1,0 +1,143 @@
+"""A spec.container engine on the ray backend: the actor runs the container on its node.
+
+Real Ray (the local cluster of conftest.py) and real podman and docker (the images, the
+podman configuration and the private dockerd of tests/containers/conftest.py). What this
+sandbox needs reaches the actors through the environment their raylets inherit, so it is
+set before the module's cluster starts (a normal host needs none).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from containers.conftest import STANDIN, Engine, docker, podman  # noqa: F401 (fixtures)
+from procs import wait_for
+from rayhelp import engines_gone, ours, ray
+
+from controller.host.containers import INSTANCE_LABEL, STATE_LABEL
+
+Reconcile = Any  # the `reconcile` fixture of tests/conftest.py
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtimes_env(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Before ``cluster`` (an autouse fixture of its scope comes first): Ray's workers
+    get the environment the cluster's processes start with (podman's configuration,
+    the private dockerd's socket)."""
+    env: dict[str, str] = {}
+    for name in ("podman", "docker"):
+        # A runtime that is not installed: its tests skip, saying what to install.
+        with contextlib.suppress(pytest.skip.Exception):
+            env.update(request.getfixturevalue(name).env)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(params=["podman", "docker"])
+def engine(request: pytest.FixtureRequest) -> Engine:
+    """Each test once per runtime."""
+    chosen: Engine = request.getfixturevalue(request.param)
+    return chosen
+
+
+@pytest.fixture
+def rc(cluster: Any, reconcile: Reconcile, engine: Engine) -> Iterator[Reconcile]:
+    r = reconcile
+    r.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **engine.env)
+    yield r
+    r("down", check=None)
+    wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+    engines_gone()
+
+
+def labelled(engine: Engine, label: str) -> list[str]:
+    """Every container (any state) carrying ``label`` (``key=value``)."""
+    return engine.cli("ps", "-a", "-q", "--no-trunc", "--filter", f"label={label}").split()
+
+
+def health(host: str, port: int) -> str:
+    with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=5) as answer:
+        body: str = answer.read().decode()
+        return body
+
+
+def test_the_actor_runs_the_container_on_its_node_and_down_removes_it(
+    rc: Reconcile, engine: Engine
+) -> None:
+    container = {"image": engine.image, "runtime": engine.name}
+    rc.write("rbox", command=STANDIN, container=container, stopGracePeriodSeconds=2)
+    rc.converge(timeout="120s")
+    item = rc.status()["rbox"]
+    assert item["backend"] == "ray" and item["phase"] == "Ready", item
+    assert health(item["host"], item["port"]) == "ok\n"
+    record = rc.record("rbox")
+    assert record is not None
+    kept = record["container"]
+    assert kept is not None and kept["runtime"] == engine.name and kept["image"] == engine.image
+    assert kept["digest"].startswith("sha256:")
+    # The record's pid is the container's main process as the node sees it, with the
+    # actor's marker and the labels that make the container ours.
+    seen = engine.inspect(kept["id"])
+    assert seen["State"]["Pid"] == record["ref"]["pid"]
+    labels = seen["Config"]["Labels"]
+    marker = labels[INSTANCE_LABEL]
+    assert marker == f"{item['node']}/rbox/{record['nonce']}"
+    state = labels[STATE_LABEL]
+    assert state.startswith("/tmp/reconcile-ray/"), state
+    env = rc.environ(record["ref"]["pid"])
+    assert env["RECONCILE_INSTANCE"] == marker and env["PORT"] == str(item["port"])
+    # The engine's output reaches its log on the node, read through the actor.
+    logs = rc("logs", "rbox", check=0)
+    assert f"engine rbox on port {item['port']}" in logs.out, str(logs)
+
+    # --once left it running: the next pass adopts it through its actor, unchanged.
+    rc.once(check=0)
+    kept_on = rc.record("rbox")
+    assert kept_on is not None and kept_on["container"] == kept
+    assert kept_on["nonce"] == record["nonce"] and kept_on["ref"] == record["ref"]
+
+    # The container's main process killed by hand: the actor runs a new container.
+    os.kill(record["ref"]["pid"], signal.SIGKILL)
+
+    def replaced() -> bool:
+        rc("--once", check=None)
+        now = rc.record("rbox")
+        return bool(now and now["container"] and now["container"]["id"] != kept["id"])
+
+    wait_for(replaced, timeout=90, what="a new container for rbox")
+    again = rc.record("rbox")
+    assert again is not None
+    wait_for(lambda: len(labelled(engine, f"{STATE_LABEL}={state}")) == 1, timeout=30,
+             what="the killed container removed")  # fmt: skip
+
+    # Its actor killed outright: the container is the runtime's child and outlives it,
+    # until the next actor of the deployment sweeps it on its node (then --rm removes it).
+    (actor,) = ours()
+    ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
+
+    def moved_on() -> bool:
+        rc("--once", check=None)
+        now = rc.record("rbox")
+        fresh = bool(
+            now and now["container"] and now["container"]["id"] != again["container"]["id"]
+        )
+        return fresh and labelled(engine, f"{STATE_LABEL}={state}") == [now["container"]["id"]]
+
+    wait_for(moved_on, timeout=120, what="one container of rbox, a new actor's")
+
+    # down: the actor stops its container, which is then gone (no leak).
+    rc("down", check=0)
+    wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+    assert labelled(engine, f"{STATE_LABEL}={state}") == []
