@@ -193,7 +193,9 @@ def _configure(verbosity: int, json: bool | None, colour: bool) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # one write() a line (print makes two, message then newline): the daemon and its
+        # gateway share stderr, and two processes writing a line in two parts interleave
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
 
