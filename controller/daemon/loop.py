@@ -32,7 +32,6 @@ from controller.core.plan import backoff
 from controller.core.state import Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import ManifestWatch
-from controller.daemon.metrics import add_source
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import Settling, Timers, debounce_until
 from controller.daemon.webhooks import Sender
@@ -111,7 +110,10 @@ class Daemon:
         # node.yaml's notify: the passes queue, this thread posts (a hook never delays one)
         self.webhooks = Sender(config.state_dir, config.notify)
         self.reconciler.after_pass.append(lambda result, seconds: self.webhooks.wake())
-        add_source(self.webhooks.render)
+        if config.metrics_file or config.metrics_port:  # prometheus-client brings ssl
+            from controller.daemon.metrics import add_source
+
+            add_source(self.webhooks.render)
         self.selector = selectors.DefaultSelector()
         self.timers = Timers()
         self.exits = ExitWatch(self.selector, self.reconciler.backend, self._exited)

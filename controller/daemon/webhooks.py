@@ -19,17 +19,11 @@ import base64
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
-
-from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import CounterMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from controller.logsetup import get_logger
 from controller.store.instances import outbox
@@ -179,28 +173,34 @@ class Sender:
         with self._lock:
             counts = dict(self.counts)
         counts["dropped"] = counts.get("dropped", 0) + outbox.DROPPED.value
+        # prometheus-client is imported here: its package brings http.server and ssl, which
+        # a daemon without --metrics-* never needs (tests/test_layering.py)
+        from prometheus_client.exposition import generate_latest
+        from prometheus_client.metrics_core import CounterMetricFamily
+        from prometheus_client.registry import Collector
+
         family = CounterMetricFamily(
             METRIC, "Notifications this daemon posted, by result.", labels=["result"]
         )
         for result in ("delivered", "failed", "dropped"):
             family.add_metric([result], counts.get(result, 0))
-        return generate_latest(_Families([family])).decode()
 
+        class One(Collector):
+            def collect(self) -> Iterator[CounterMetricFamily]:
+                yield family
 
-class _Families(Collector):
-    """Families built already, handed to ``generate_latest`` (no global registry)."""
-
-    def __init__(self, families: list[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self.families)
+        return generate_latest(One()).decode()
 
 
 def post(url: str, body: dict[str, object]) -> str | None:
     """POST ``body`` as JSON; None on a 2xx, else what went wrong (no URL in it: the
     URL may be the hook's secret). A ``user:password@`` in the URL is sent as HTTP Basic
     authentication (urllib would take it for a port)."""
+    # imported here: urllib.request brings http.client and ssl (~6 MB), which a daemon
+    # without a hook never needs (tests/test_layering.py)
+    import urllib.error
+    import urllib.request
+
     headers = {"Content-Type": "application/json", "User-Agent": "reconcile"}
     parts = urlsplit(url)
     if parts.username is not None:
