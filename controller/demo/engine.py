@@ -29,6 +29,8 @@ import signal
 import struct
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -110,6 +112,151 @@ def _base64(vector: list[float]) -> str:
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
 
 
+@dataclass
+class Demo:
+    """What one demo engine serves: its model, when it is ready, how it streams."""
+
+    model: str
+    ready_at: float  # monotonic: 503 "loading model" before it
+    chunks: int
+    chunk_delay: float
+    metrics_file: str | None  # GET /metrics answers this file's text as it is now
+    me: str = field(default_factory=lambda: f"pid-{os.getpid()}")
+    started: int = field(default_factory=lambda: int(time.time()))
+    serial: Iterator[int] = field(default_factory=lambda: itertools.count(1))  # answer ids
+
+
+class Handler(BaseHTTPRequestHandler):
+    demo: Demo  # set on a subclass made by main(): what this engine is and serves
+    protocol_version = "HTTP/1.1"  # keep-alive: the gateway reuses connections
+    # Headers and body go out as two writes: without TCP_NODELAY the second waits for
+    # the client's delayed ACK (~40 ms a request), which no real engine server pays.
+    disable_nagle_algorithm = True
+
+    def do_GET(self) -> None:
+        if time.monotonic() < self.demo.ready_at:
+            self._send(503, {"status": "loading model"})
+        elif self.path == "/health":
+            self._send(200, {"status": "ok"})
+        elif self.path == "/metrics" and self.demo.metrics_file:
+            self._metrics(self.demo.metrics_file)
+        elif self.path == "/v1/models":
+            self._send(200, {"object": "list", "data": [self._model()]})
+        elif self.path == f"/v1/models/{self.demo.model}":
+            self._send(200, self._model())
+        else:
+            self._send(404, {"error": "not found"})
+
+    def _metrics(self, path: str) -> None:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            data = b""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _model(self) -> Json:
+        return {
+            "id": self.demo.model,
+            "object": "model",
+            "created": self.demo.started,
+            "owned_by": "demo",
+        }
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            request = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            request = {}
+        request = request if isinstance(request, dict) else {}
+        if self.path.startswith("/v1/embeddings"):
+            self._send(200, embeddings_answer(request, self.demo.model))
+            return
+        chat = self.path.startswith("/v1/chat/completions")
+        prompt = tokens(prompt_text(request, chat))
+        if request.get("stream"):
+            options = request.get("stream_options")
+            counted = isinstance(options, dict) and options.get("include_usage") is True
+            self._stream(chat, prompt, counted)
+            return
+        text = f"hello from {self.demo.model}"
+        choice: Json = (
+            {"index": 0, "message": {"role": "assistant", "content": text}}
+            if chat
+            else {"index": 0, "text": text}
+        )
+        choice["finish_reason"] = "stop"
+        answer = self._answer(chat, [choice], self._id(chat))
+        answer["usage"] = usage(prompt, tokens(text))
+        self._send(200, answer)
+
+    def _id(self, chat: bool) -> str:
+        return f"{'chatcmpl' if chat else 'cmpl'}-{self.demo.me}-{next(self.demo.serial)}"
+
+    def _answer(self, chat: bool, choices: list[Json], id_: str) -> Json:
+        return {
+            "id": id_,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": self.demo.model,
+            "system_fingerprint": self.demo.me,
+            "choices": choices,
+        }
+
+    def _stream(self, chat: bool, prompt: int, counted: bool) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        id_ = self._id(chat)
+        said = 0
+        for i in range(self.demo.chunks):
+            piece = f"chunk {i} "
+            said += tokens(piece)
+            delta: Json = {"content": piece}
+            if chat and i == 0:
+                delta = {"role": "assistant", **delta}
+            last = "stop" if i == self.demo.chunks - 1 else None
+            one = {"delta": delta} if chat else {"text": piece}
+            self._event(self._chunk(chat, [{"index": 0, **one, "finish_reason": last}], id_))
+            if self.demo.chunk_delay:
+                time.sleep(self.demo.chunk_delay)
+        if counted:  # OpenAI's last chunk: no choices, the whole answer's usage
+            body = self._chunk(chat, [], id_)
+            body["usage"] = usage(prompt, said)
+            self._event(body)
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+    def _chunk(self, chat: bool, choices: list[Json], id_: str) -> Json:
+        body = self._answer(chat, choices, id_)
+        body["object"] = "chat.completion.chunk" if chat else "text_completion"
+        return body
+
+    def _event(self, body: Json) -> None:
+        self.wfile.write(f"data: {json.dumps(body)}\n\n".encode())
+        self.wfile.flush()
+
+    def _send(self, code: int, body: Json) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *fmt_args: object) -> None:
+        sys.stdout.write(f"{self.address_string()} {format % fmt_args}\n")
+        sys.stdout.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
@@ -122,137 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     # llama.cpp's series, which a test rewrites to move the engine's load)
     parser.add_argument("--metrics-file", default=None)
     args = parser.parse_args(argv)
-    ready_at = time.monotonic() + args.load_seconds
-    me = f"pid-{os.getpid()}"
-    started = int(time.time())
-    serial = itertools.count(1)  # each answer's id is its own, as OpenAI's are
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: the gateway reuses connections
-        # Headers and body go out as two writes: without TCP_NODELAY the second waits for
-        # the client's delayed ACK (~40 ms a request), which no real engine server pays.
-        disable_nagle_algorithm = True
-
-        def do_GET(self) -> None:
-            if time.monotonic() < ready_at:
-                self._send(503, {"status": "loading model"})
-            elif self.path == "/health":
-                self._send(200, {"status": "ok"})
-            elif self.path == "/metrics" and args.metrics_file:
-                self._metrics(args.metrics_file)
-            elif self.path == "/v1/models":
-                self._send(200, {"object": "list", "data": [self._model()]})
-            elif self.path == f"/v1/models/{args.model}":
-                self._send(200, self._model())
-            else:
-                self._send(404, {"error": "not found"})
-
-        def _metrics(self, path: str) -> None:
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except OSError:
-                data = b""
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _model(self) -> Json:
-            return {"id": args.model, "object": "model", "created": started, "owned_by": "demo"}
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            try:
-                request = json.loads(self.rfile.read(length) or b"{}")
-            except ValueError:
-                request = {}
-            request = request if isinstance(request, dict) else {}
-            if self.path.startswith("/v1/embeddings"):
-                self._send(200, embeddings_answer(request, args.model))
-                return
-            chat = self.path.startswith("/v1/chat/completions")
-            prompt = tokens(prompt_text(request, chat))
-            if request.get("stream"):
-                options = request.get("stream_options")
-                counted = isinstance(options, dict) and options.get("include_usage") is True
-                self._stream(chat, prompt, counted)
-                return
-            text = f"hello from {args.model}"
-            choice: Json = (
-                {"index": 0, "message": {"role": "assistant", "content": text}}
-                if chat
-                else {"index": 0, "text": text}
-            )
-            choice["finish_reason"] = "stop"
-            answer = self._answer(chat, [choice], self._id(chat))
-            answer["usage"] = usage(prompt, tokens(text))
-            self._send(200, answer)
-
-        def _id(self, chat: bool) -> str:
-            return f"{'chatcmpl' if chat else 'cmpl'}-{me}-{next(serial)}"
-
-        def _answer(self, chat: bool, choices: list[Json], id_: str) -> Json:
-            return {
-                "id": id_,
-                "object": "chat.completion" if chat else "text_completion",
-                "created": int(time.time()),
-                "model": args.model,
-                "system_fingerprint": me,
-                "choices": choices,
-            }
-
-        def _stream(self, chat: bool, prompt: int, counted: bool) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            id_ = self._id(chat)
-            said = 0
-            for i in range(args.chunks):
-                piece = f"chunk {i} "
-                said += tokens(piece)
-                delta: Json = {"content": piece}
-                if chat and i == 0:
-                    delta = {"role": "assistant", **delta}
-                last = "stop" if i == args.chunks - 1 else None
-                one = {"delta": delta} if chat else {"text": piece}
-                self._event(self._chunk(chat, [{"index": 0, **one, "finish_reason": last}], id_))
-                if args.chunk_delay:
-                    time.sleep(args.chunk_delay)
-            if counted:  # OpenAI's last chunk: no choices, the whole answer's usage
-                body = self._chunk(chat, [], id_)
-                body["usage"] = usage(prompt, said)
-                self._event(body)
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
-
-        def _chunk(self, chat: bool, choices: list[Json], id_: str) -> Json:
-            body = self._answer(chat, choices, id_)
-            body["object"] = "chat.completion.chunk" if chat else "text_completion"
-            return body
-
-        def _event(self, body: Json) -> None:
-            self.wfile.write(f"data: {json.dumps(body)}\n\n".encode())
-            self.wfile.flush()
-
-        def _send(self, code: int, body: Json) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *fmt_args: object) -> None:
-            sys.stdout.write(f"{self.address_string()} {format % fmt_args}\n")
-            sys.stdout.flush()
-
+    demo = Demo(
+        model=args.model,
+        ready_at=time.monotonic() + args.load_seconds,
+        chunks=args.chunks,
+        chunk_delay=args.chunk_delay,
+        metrics_file=args.metrics_file,
+    )
     ThreadingHTTPServer.daemon_threads = True
-    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server = ThreadingHTTPServer((args.host, args.port), type("Bound", (Handler,), {"demo": demo}))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"demo engine {args.model} on {args.host}:{args.port} (pid {os.getpid()})", flush=True)
     try:
