@@ -98,32 +98,8 @@ def resolve(
     node_name = node or env.get("RECONCILE_NODE") or socket.gethostname() or "localhost"
     if "/" in node_name:
         raise ConfigError(f"node name {node_name!r} may not contain '/'")
-    limits, log_max_bytes, log_keep = Limits(), logfiles.DEFAULT_MAX_BYTES, logfiles.DEFAULT_KEEP
-    container_runtime: str | None = None
-    labels: dict[str, str] | None = {}
-    hooks: tuple[Hook, ...] = ()
-    warnings: list[str] = []
-    tls: tuple[Path | None, Path | None] = (None, None)
-    git_file: GitFile | None = None
-    explicit = node_config or env.get("RECONCILE_NODE_CONFIG")
-    if explicit or StateDir(state_path).node_config.exists():  # yaml only then
-        from controller.store.config.nodeconfig import read_node_file
-
-        try:
-            node_file = read_node_file(explicit, state_path)
-        except ConfigError as exc:
-            if not lenient:
-                raise
-            warnings.append(f"{exc} (the node config's settings are ignored here)")
-            labels = None
-        else:
-            limits, log_max_bytes = node_file.limits, node_file.log_max_bytes
-            log_keep = node_file.log_max_files
-            tls = node_file.tls_path("tls_cert"), node_file.tls_path("tls_key")
-            git_file = node_file.git
-            container_runtime = node_file.container_runtime
-            labels = dict(node_file.labels)
-            hooks = tuple(item.hook for item in node_file.notify)
+    read = _node_file(node_config or env.get("RECONCILE_NODE_CONFIG"), state_path, lenient)
+    limits, git_file = read.limits, read.git
     flag = max_instances if max_instances is not None else env.get("RECONCILE_MAX_INSTANCES")
     if flag:
         try:
@@ -157,19 +133,60 @@ def resolve(
         lock_timeout=lock_timeout,
         insecure_manifests=insecure_manifests,
         limits=limits,
-        log_max_bytes=log_max_bytes,
-        log_keep=log_keep,
+        log_max_bytes=read.log_max_bytes,
+        log_keep=read.log_keep,
         metrics_file=Path(metrics_file).expanduser().absolute() if metrics_file else None,
         metrics_port=metrics_port,
         backend=chosen,
         ray_address=address,
-        container_runtime=container_runtime,
-        labels=labels,
-        notify=hooks,
-        warnings=tuple(warnings),
-        tls_cert=tls[0],
-        tls_key=tls[1],
+        container_runtime=read.container_runtime,
+        labels=read.labels,
+        notify=read.hooks,
+        warnings=read.warnings,
+        tls_cert=read.tls[0],
+        tls_key=read.tls[1],
         git=source,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _FileSettings:
+    """What node.yaml says (the defaults where there is none)."""
+
+    limits: Limits = field(default_factory=Limits)
+    log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
+    log_keep: int = logfiles.DEFAULT_KEEP
+    tls: tuple[Path | None, Path | None] = (None, None)
+    git: GitFile | None = None
+    container_runtime: str | None = None
+    # None: the file could not be read (a lenient resolve): the node's share is unknown
+    labels: dict[str, str] | None = field(default_factory=dict)
+    hooks: tuple[Hook, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def _node_file(explicit: str | None, state_path: Path, lenient: bool) -> _FileSettings:
+    """node.yaml's settings; pydantic and yaml are imported only when the file exists."""
+    if not (explicit or StateDir(state_path).node_config.exists()):
+        return _FileSettings()
+    from controller.store.config.nodeconfig import read_node_file
+
+    try:
+        node_file = read_node_file(explicit, state_path)
+    except ConfigError as exc:
+        if not lenient:
+            raise
+        warning = f"{exc} (the node config's settings are ignored here)"
+        return _FileSettings(labels=None, warnings=(warning,))
+    return _FileSettings(
+        limits=node_file.limits,
+        log_max_bytes=node_file.log_max_bytes,
+        log_keep=node_file.log_max_files,
+        tls=(node_file.tls_path("tls_cert"), node_file.tls_path("tls_key")),
+        git=node_file.git,
+        container_runtime=node_file.container_runtime,
+        labels=dict(node_file.labels),
+        hooks=tuple(item.hook for item in node_file.notify),
     )
 
 
