@@ -19,6 +19,24 @@ from controller.daemon.metrics import exposition
 from controller.store.config import accesstoken
 
 
+def one_pass(
+    records: list[Record], inventory: Inventory, node: str = "n", revision: str = ""
+) -> str:
+    """The metrics of one converged pass over ``records``."""
+    return exposition(
+        records=records,
+        inventory=inventory,
+        node=node,
+        revision=revision,
+        seconds=0.1,
+        ok=True,
+        now=1.0,
+        last_ok=1.0,
+        manifest_errors=0,
+        drained=False,
+    )
+
+
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out = {}
     for family in text_string_to_metric_families(text):
@@ -118,18 +136,7 @@ def test_metrics_port_is_for_the_daemon(reconcile: Any) -> None:
 
 def test_label_values_are_escaped_for_the_parser(tmp_path: Path) -> None:
     rec = Record(name="web", owner="o", node="n", phase=Phase.READY)
-    text = exposition(
-        records=[rec],
-        inventory=Inventory(),
-        node='odd "node"\\with\nnewline',
-        revision="abc",
-        seconds=0.5,
-        ok=True,
-        now=1.5,
-        last_ok=1.5,
-        manifest_errors=0,
-        drained=False,
-    )
+    text = one_pass([rec], Inventory(), node='odd "node"\\with\nnewline', revision="abc")
     found = samples(text)
     assert value(found, "reconcile_info", node='odd "node"\\with\nnewline', revision="abc") == 1
 
@@ -143,18 +150,7 @@ def test_replicas_are_instances_of_their_deployment() -> None:
         Record(name="solo", owner="o", node="n", phase=Phase.STARTING),
         Record(name="zero", owner="o", node="n", phase=Phase.IDLE),  # replicas: 0
     ]
-    text = exposition(
-        records=recs,
-        inventory=Inventory(),
-        node="n",
-        revision="",
-        seconds=0.1,
-        ok=True,
-        now=1.0,
-        last_ok=1.0,
-        manifest_errors=0,
-        drained=False,
-    )
+    text = one_pass(recs, Inventory())
     found = samples(text)
     desired = {"web": 3, "solo": 1, "zero": 0}
     ready = {"web": 2, "solo": 0, "zero": 0}
@@ -184,18 +180,7 @@ def test_device_memory_total_and_leased() -> None:
         Record(name="b", owner="o", node="n", phase=Phase.READY, devices=("nvidia:1",)),
         Record(name="c", owner="o", node="n", phase=Phase.FAILED, devices=(), memory=gib),
     ]
-    text = exposition(
-        records=recs,
-        inventory=inventory,
-        node="n",
-        revision="",
-        seconds=0.1,
-        ok=True,
-        now=1.0,
-        last_ok=1.0,
-        manifest_errors=0,
-        drained=False,
-    )
+    text = one_pass(recs, inventory)
     found = samples(text)
     name = "reconcile_device_memory_bytes"
     assert value(found, name, device="nvidia:0", state="total") == 80 * gib
