@@ -39,7 +39,7 @@ def ejections(gateway: Gateway) -> int:
     """The gateway's count of ejections of instance ``m`` (its metrics)."""
     series = 'reconcile_gateway_ejections_total{deployment="m",instance="m"} '
     found = [line for line in gateway.metrics_text().splitlines() if line.startswith(series)]
-    return int(found[0].split()[-1]) if found else 0
+    return int(float(found[0].split()[-1])) if found else 0  # prometheus-client: "1.0"
 
 
 def shorten_window(gateway: Gateway) -> None:

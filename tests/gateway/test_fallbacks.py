@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from controller.core.kubernetes.export import problems_of
 from controller.core.manifest.specs import DeploymentSpec
@@ -60,11 +61,16 @@ def test_unknown_and_own_names_are_errors_with_file_line_and_field(tmp_path: Pat
     assert set(result.entries) == {"c", "d", "e"}
 
 
-def metric(reconcile: Any, port: int, line: str) -> bool:
+def metric(reconcile: Any, port: int, name: str, labels: dict[str, str]) -> float | None:
+    """The value of one series on the daemon's /metrics (labels in any order)."""
     token = accesstoken.read(reconcile.state)
     url = f"http://127.0.0.1:{port}/metrics?token={token}"
     text = urllib.request.urlopen(url, timeout=10).read().decode()
-    return any(found.startswith(line) for found in text.splitlines())
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return None
 
 
 def test_a_model_not_ready_falls_back_and_says_so(reconcile: Any, gateway: Any) -> None:
@@ -84,9 +90,11 @@ def test_a_model_not_ready_falls_back_and_says_so(reconcile: Any, gateway: Any) 
     assert answer.status == 200, answer
     assert answer.headers["x-reconcile-deployment"] == "small"
     assert answer.json()["model"] == "small"  # the demo engine says who it is
-    series = 'reconcile_gateway_fallbacks_total{model="big",to="small",reason="not_ready"} 1'
+    series = {"model": "big", "to": "small", "reason": "not_ready"}
     reconcile.wait_for(  # the daemon's metrics port shows the gateway's last figures
-        lambda: metric(reconcile, metrics_port, series), timeout=30, what="the fallback's count"
+        lambda: metric(reconcile, metrics_port, "reconcile_gateway_fallbacks_total", series) == 1,
+        timeout=30,
+        what="the fallback's count",
     )
     reconcile.wait_for(
         lambda: any(e["action"] == "fallback" for e in reconcile.events("big")),

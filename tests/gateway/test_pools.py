@@ -198,7 +198,7 @@ def test_in_flight_figures_reach_the_state_dir_and_the_metrics(
         token = accesstoken.read(reconcile.state)  # /metrics wants the state dir's token
         url = f"http://127.0.0.1:{metrics_port}/metrics?token={token}"
         text = urllib.request.urlopen(url, timeout=10).read().decode()
-        line = 'reconcile_gateway_inflight{deployment="slow",instance="slow"} 2'
+        line = 'reconcile_gateway_inflight{deployment="slow",instance="slow"} 2.0'
         return line in text.splitlines()
 
     with ThreadPoolExecutor(2) as streams:

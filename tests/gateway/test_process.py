@@ -361,7 +361,7 @@ def test_counters_run_on_across_a_hand_over(reconcile: Any, gateway: Any) -> Non
     in the successor's counters: /metrics never goes back (no reset for rate())."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from controller.store import accesstoken
+    from controller.store.config import accesstoken
 
     streaming(reconcile, "alpha")
     port = reconcile.port + 14

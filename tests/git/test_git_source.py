@@ -140,10 +140,10 @@ def test_a_metric_per_state(reconcile: Any, remote: Remote) -> None:
     metrics = reconcile.tmp / "metrics.prom"
     reconcile.converge(*git_args(remote), "--metrics-file", str(metrics))
     lines = metrics.read_text().splitlines()
-    assert 'reconcile_git_source_state{state="Synced"} 1' in lines, lines
+    assert 'reconcile_git_source_state{state="Synced"} 1.0' in lines, lines
     for state in ("Progressing", "Degraded", "PullFailed", "Pinned", "Unverified"):
-        assert f'reconcile_git_source_state{{state="{state}"}} 0' in lines, lines
+        assert f'reconcile_git_source_state{{state="{state}"}} 0.0' in lines, lines
     shutil.move(remote.bare, remote.bare.with_name("moved.git"))
     reconcile("--once", *git_args(remote), "--metrics-file", str(metrics), check=1)
-    assert 'reconcile_git_source_state{state="PullFailed"} 1' in metrics.read_text()
+    assert 'reconcile_git_source_state{state="PullFailed"} 1.0' in metrics.read_text()
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
