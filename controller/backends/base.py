@@ -94,6 +94,11 @@ class Backend(Protocol):
     # True: engines are this node's child processes, so a pidfd wakes the daemon the moment
     # one exits; False: they run elsewhere and a resync pass sees what happened.
     exits_watchable: bool
+    # True: spec.nodeSelector chooses among the backend's own nodes, by their labels, when
+    # it places (a cluster), so every deployment is this controller's to run; False: it
+    # is matched against this node's node.yaml labels, and a deployment that does not
+    # match is another node's (a fleet's share, decided before planning).
+    selects_nodes: bool
 
     def puller(self, state_dir: Path, stall_seconds: float) -> Puller:
         """Where this backend's engines get their model files (see :class:`Puller`)."""
@@ -121,7 +126,8 @@ class Backend(Protocol):
         ...
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
-        """Why the backend cannot place ``spec`` now (a cluster short of GPUs), else None."""
+        """Why the backend cannot place ``spec`` now (a cluster short of GPUs, or with no
+        node its ``nodeSelector`` matches), else None."""
         ...
 
     def alive(self, ref: ProcessRef | None) -> bool:

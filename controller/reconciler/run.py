@@ -158,22 +158,15 @@ class Preview:
 
     def desired(self, loaded: LoadResult) -> Desired:
         resolve_secrets(loaded)  # spec.envFrom read here, at the edge: the planner sees a hash
-        # This node's share (spec.nodeSelector against node.yaml's labels). Labels that
-        # could not be read start no selected deployment and prune nothing (invariant 5).
-        labels = self.config.labels
-        entries, skipped = share(loaded.entries, labels or {}, _selector)
-        # An invalid manifest whose selector can be read is another node's error to act on.
-        selectors = loaded.invalid_selectors
-        names = {n: n for n in loaded.invalid_names}
-        mine, others = share(names, labels or {}, lambda n: selectors.get(n, {}))
+        entries, skipped, invalid, labelled = self._share(loaded)
         return Desired(
             owner=self.config.owner,
             entries=entries,
-            skipped={**skipped, **others},
-            invalid={name: loaded.invalid_names[name] for name in mine},
+            skipped=skipped,
+            invalid=invalid,
             broken_sources=frozenset(loaded.broken_sources),
             source_errors=_source_errors(loaded),
-            prune=(loaded.prune_safe or self.config.allow_empty) and labels is not None,
+            prune=(loaded.prune_safe or self.config.allow_empty) and labelled,
             activations=activation.read_all(self.config.state_dir),
             restarts=restart.read_all(self.config.state_dir),
             revision=gitrev.revision_of(self.config.manifests, check_dirty=not self.config.git),
@@ -184,6 +177,28 @@ class Preview:
                 write=self.scale_writes,
             ),
         )
+
+    def _share(
+        self, loaded: LoadResult
+    ) -> tuple[dict[str, Entry], dict[str, str], dict[str, str], bool]:
+        """This controller's share: (entries, skipped name -> selector, invalid name ->
+        error, whether a prune may go ahead as far as labels go).
+
+        On one node, spec.nodeSelector is matched against node.yaml's labels; labels that
+        could not be read start no selected deployment and prune nothing (invariant 5).
+        A backend that selects nodes itself (Ray, by its nodes' labels) gets every
+        deployment: the selector is its to match when it places, and a selector no node
+        matches is a Pending deployment, not another node's."""
+        if self.backend.selects_nodes:
+            return dict(loaded.entries), {}, dict(loaded.invalid_names), True
+        labels = self.config.labels
+        entries, skipped = share(loaded.entries, labels or {}, _selector)
+        # An invalid manifest whose selector can be read is another node's error to act on.
+        selectors = loaded.invalid_selectors
+        names = {n: n for n in loaded.invalid_names}
+        mine, others = share(names, labels or {}, lambda n: selectors.get(n, {}))
+        invalid = {name: loaded.invalid_names[name] for name in mine}
+        return entries, {**skipped, **others}, invalid, labels is not None
 
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
         live = self.backend.devices()

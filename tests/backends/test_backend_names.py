@@ -2,8 +2,9 @@
 
 Outside ``controller/backends/`` and ``core/manifest/backendnames.py`` no module compares a string
 with "local" or "ray": it asks a ``Backend`` property (``places_engines``,
-``exits_watchable``), a record's ``on_cluster`` or ``backendnames.on_cluster``. The scan
-reads the code with ``ast`` (nothing runs), so a new comparison fails here, not in review.
+``exits_watchable``, ``selects_nodes``), a record's ``on_cluster`` or
+``backendnames.on_cluster``. The scan reads the code with ``ast`` (nothing runs), so a
+new comparison fails here, not in review.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from controller.reconciler.run import Reconciler
 from controller.store.config.node import Config
 from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordStore
+from controller.store.sources.manifests import load
 
 PACKAGE = Path(__file__).resolve().parents[2] / "controller"
 # The only places that may spell a backend's name in a comparison.
@@ -98,6 +100,7 @@ def test_the_local_backend_places_nothing_itself_and_watches_its_children() -> N
     assert LocalBackend.name == backendnames.LOCAL
     assert LocalBackend.places_engines is False
     assert LocalBackend.exits_watchable is True
+    assert LocalBackend.selects_nodes is False  # nodeSelector is node.yaml's: a fleet's share
 
 
 def test_the_ray_backend_places_engines_and_cannot_watch_their_pids() -> None:
@@ -107,6 +110,7 @@ def test_the_ray_backend_places_engines_and_cannot_watch_their_pids() -> None:
     assert RayBackend.name == backendnames.RAY
     assert RayBackend.places_engines is True
     assert RayBackend.exits_watchable is False
+    assert RayBackend.selects_nodes is True  # nodeSelector is matched against Ray's nodes
 
 
 def test_a_name_is_a_cluster_name_only_for_a_cluster_backend() -> None:
@@ -170,3 +174,42 @@ def test_the_spawn_event_names_the_node_only_when_the_backend_placed_it(
     finally:
         reconciler.down()
         kill_marked(f"{node}/")
+
+
+class _SelectingLocal(LocalBackend):
+    """A local backend that says it matches nodeSelector against its own nodes, as Ray's
+    does (its labels are Ray's, tests/ray proves the match itself)."""
+
+    selects_nodes = True
+
+
+@pytest.mark.parametrize("backend", [LocalBackend, _SelectingLocal])
+def test_node_yaml_labels_share_the_deployments_only_when_the_backend_does_not_select(
+    tmp_path: Path, backend: type[LocalBackend]
+) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    for name, selector in (("mine", {"gpu": "h100"}), ("theirs", {"gpu": "a10"})):
+        doc = {
+            "apiVersion": "reconcile/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {"engine": "command", "command": ["true"], "nodeSelector": selector},
+        }
+        (manifests / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+    state = tmp_path / "state"
+    config = Config(
+        manifests=(manifests,),
+        state_dir=state,
+        node="n",
+        devices="nvidia:0",
+        owner="names-test",
+        labels={"gpu": "h100"},
+    )
+    preview = Reconciler(config, backend(state, "n"), inventory_for(config))
+    desired = preview.desired(load(config.manifests))
+    if backend.selects_nodes:  # every deployment is the cluster's: none is another node's
+        assert set(desired.entries) == {"mine", "theirs"} and desired.skipped == {}
+    else:
+        assert set(desired.entries) == {"mine"} and desired.skipped == {"theirs": "gpu=a10"}
+    assert desired.prune

@@ -189,3 +189,57 @@ def test_the_log_of_an_actor_gone_since_the_last_look_is_empty(cluster: Any, tmp
     backend = RayBackend(cluster.address, str(tmp_path), "owner")
     backend._seen = {("nowhere", "n1"): SeenActor("nowhere", "web.n1", "web", "n1", None)}
     assert backend.log_tail("web", 10) == []
+
+
+@pytest.fixture
+def h100(cluster: Any) -> Iterator[str]:
+    """A one-GPU node labelled ``gpu=h100`` (`ray start --labels`; the others carry no
+    label of ours), for one test: its id. Removed after the test's own teardown."""
+    node = cluster.add_node(
+        num_cpus=1, num_gpus=1, object_store_memory=80 << 20, labels={"gpu": "h100"}
+    )
+    cluster.wait_for_nodes()
+    try:
+        yield str(node.node_id)
+    finally:
+        cluster.remove_node(node)
+
+
+def test_a_node_selector_chooses_ray_nodes_by_their_labels(h100: str, rc: Reconcile) -> None:
+    # The controller's own node.yaml matches none of the selectors: on Ray it is not asked
+    # (every deployment is the cluster's; the Ray nodes' labels choose).
+    rc.state.mkdir(mode=0o700, exist_ok=True)
+    (rc.state / "node.yaml").write_text("labels: {gpu: a10}\n")
+    rc.write("pinned", command=ENGINE, devices=GPU, nodeSelector={"gpu": "h100"})
+    rc.write("cpu", command=ENGINE, nodeSelector={"gpu": "h100"})  # no GPU: labels alone
+    rc.write("nowhere", command=ENGINE, nodeSelector={"gpu": "b200"})
+    got = once_until(
+        rc,
+        "pinned and cpu Ready",
+        lambda s: all(s.get(n, {}).get("phase") == "Ready" for n in ("pinned", "cpu")),
+        timeout=120,
+    )
+    assert got["pinned"]["node"] == h100 and got["cpu"]["node"] == h100, got
+    assert answers(got["pinned"]) and answers(got["cpu"])
+    nowhere = got["nowhere"]  # a selector no Ray node matches: Pending, saying so
+    assert nowhere["phase"] == "Pending" and nowhere["pid"] is None, nowhere
+    assert "no Ray node matches nodeSelector gpu=b200" in nowhere["message"], nowhere
+    assert "gpu=h100 (1)" in nowhere["message"], nowhere  # and what the nodes do carry
+    out = rc.once(check=1)
+    assert "nowhere" in out.out + out.err and "skipped" not in out.out, out
+
+    # A plain deployment runs anywhere; a second one for the labelled node's only GPU
+    # waits there, though unlabelled nodes have GPUs free.
+    rc.write("plain", command=ENGINE, devices=GPU)
+    rc.write("second", command=ENGINE, devices=GPU, nodeSelector={"gpu": "h100"})
+    got = once_until(rc, "plain Ready", lambda s: s["plain"]["phase"] == "Ready", timeout=120)
+    assert got["plain"]["node"] != h100 and answers(got["plain"]), got
+    second = got["second"]
+    assert second["phase"] == "Pending" and not second["devices"], second
+    assert "no Ray node matching nodeSelector gpu=h100 has 1 free GPU" in second["message"]
+    assert got["pinned"]["node"] == h100 and got["pinned"]["phase"] == "Ready", got
+
+    # The labelled node's GPU freed: the second one lands there, and only there.
+    (rc.manifests / "pinned.yaml").unlink()
+    got = once_until(rc, "second Ready", lambda s: s["second"]["phase"] == "Ready", timeout=120)
+    assert "pinned" not in got and got["second"]["node"] == h100 and answers(got["second"])

@@ -53,6 +53,7 @@ class LocalBackend:
     name = backendnames.LOCAL
     launch_concurrency = 1  # a fork and exec: nothing to overlap
     places_engines = False  # the planner chose the devices and the port
+    selects_nodes = False  # spec.nodeSelector is node.yaml's: a fleet's share
     exits_watchable = True  # our children: a pidfd (or a liveness check) sees them end
 
     def devices(self) -> Inventory | None:

@@ -5,7 +5,10 @@ Ray places the actor (``num_gpus = devices.count``), restarts it when its node i
 runs the engine on its node. The record stays in our state dir: this class answers for
 it through the actor, in one batched round of calls per observation (``refresh``).
 A ``spec.source`` is pulled on a node first (``pulls.RayPuller``, the pass's puller);
-the launch pins the actor to a node that holds the file.
+the launch pins the actor to a node that holds the file. ``spec.nodeSelector`` is matched
+against the Ray nodes' labels (``ray start --labels``): the actor carries it as Ray's
+``label_selector`` (a beta API of Ray, hence the version cap in pyproject.toml), and
+every node this class picks itself (a replica's, a pull's) is one that matches.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class RayBackend:
     launch_concurrency = 16  # each launch waits seconds for Ray to place and start a worker
     places_engines = True  # Ray picks the node and its GPUs; the actor picks the port there
     exits_watchable = False  # the pid is on another machine; the actor restarts it there
+    selects_nodes = True  # spec.nodeSelector chooses among the Ray nodes, by their labels
 
     def __init__(self, address: str, state_dir: str, owner: str) -> None:
         cluster.connect(address)
@@ -90,14 +94,14 @@ class RayBackend:
         return cluster.inventory()
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
-        return cluster.unfit(spec.devices.count)
+        return cluster.unfit(spec.devices.count, spec.node_selector)
 
     # -- launch ------------------------------------------------------------------------
 
     def launch(self, launch: StartRequest) -> Instance:
         rec, spec = launch.record, launch.entry.deployment.spec
         assert rec.nonce is not None and rec.port is not None
-        short = cluster.unfit(spec.devices.count)
+        short = cluster.unfit(spec.devices.count, spec.node_selector)
         if short is not None:
             raise Unplaceable(short)
         ns = naming.namespace(self.state_dir, rec.owner)
@@ -119,10 +123,13 @@ class RayBackend:
                 lifetime="detached",  # engines outlive a cron pass, as local ones do
                 num_gpus=spec.devices.count,
                 # The engine's CPU use is not Ray's to ration; a replica asking for no
-                # GPU asks for a token of CPU so its node affinity holds (cluster.py).
+                # GPU asks for a token of CPU so its node affinity (or labels) hold
+                # (cluster.py).
                 num_cpus=cluster.TOKEN_CPU
-                if spec.devices.count == 0 and strategy != "DEFAULT"
+                if spec.devices.count == 0 and (strategy != "DEFAULT" or spec.node_selector)
                 else 0,
+                # Ray's own filter: no node without these labels, whatever the strategy.
+                label_selector=dict(spec.node_selector) or None,
                 max_restarts=-1,  # a lost node: Ray brings it back where there is room
                 max_concurrency=4,  # status and logs answer while a stop waits
                 scheduling_strategy=strategy,
@@ -134,7 +141,7 @@ class RayBackend:
             status: HostStatus = ray.get(handle.status.remote(), timeout=PLACE_TIMEOUT)
         except (GetTimeoutError, RayActorError) as exc:
             self._kill(handle)
-            why = cluster.unfit(spec.devices.count)
+            why = cluster.unfit(spec.devices.count, spec.node_selector)
             if why is not None:
                 raise Unplaceable(why) from exc
             raise SpawnError(f"Ray did not start the actor in {PLACE_TIMEOUT:g}s: {exc}") from exc
@@ -160,13 +167,14 @@ class RayBackend:
         source = entry.deployment.spec.source
         if source is None or self._puller is None:
             return None
-        count = entry.deployment.spec.devices.count
+        spec = entry.deployment.spec
+        count = spec.devices.count
         holders = self._puller.holders(source.key)
         if not holders:
             raise Unplaceable(f"the model files of {name} are on no live Ray node: pulled again")
         with self._placing:
             taken = self._siblings(name)
-            live = cluster.nodes()
+            live = cluster.selected(cluster.nodes(), spec.node_selector)
             fits = [n for n in live if n.node_id in holders and n.free_gpus >= count]
             if fits:
                 node = min(fits, key=lambda n: (taken[n.node_id], -n.free_gpus, n.node_id))
@@ -181,10 +189,11 @@ class RayBackend:
     ) -> NoReturn:
         """No node holding the files has room: pull them to one that has (once)."""
         assert self._puller is not None and entry.deployment.spec.source is not None
+        spec = entry.deployment.spec
         on = ", ".join(naming.short(n) for n in sorted(holders))
-        room = [n for n in live if n.free_gpus >= count]
+        room = [n for n in live if n.free_gpus >= count]  # live: the selected nodes
         if not room:
-            why = cluster.unfit(count) or "no Ray node has room for it"
+            why = cluster.unfit(count, spec.node_selector) or "no Ray node has room for it"
             raise Unplaceable(f"{why} (its model files are on node {on})")
         key = entry.deployment.spec.source.key
         pulling = self._puller.pulling_on(key)
@@ -218,7 +227,8 @@ class RayBackend:
             return "DEFAULT"
         with self._placing:
             taken = self._siblings(name)
-            fits = [n for n in cluster.nodes() if n.free_gpus >= spec.devices.count]
+            live = cluster.selected(cluster.nodes(), spec.node_selector)
+            fits = [n for n in live if n.free_gpus >= spec.devices.count]
             if not fits:
                 return "SPREAD"
             node = min(fits, key=lambda n: (taken[n.node_id], -n.free_gpus, n.node_id)).node_id

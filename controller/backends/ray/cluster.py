@@ -9,13 +9,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 
 from controller.backends.ray.naming import device_key
 from controller.core.devices.inventory import Device, Inventory
+from controller.core.manifest.labels import matches, pairs
 from controller.errors import BackendUnavailable
 
 CONNECT_TIMEOUT = 5.0  # seconds for the TCP check of the head's address
@@ -31,6 +34,9 @@ class Node:
     address: str
     gpus: int  # total
     free_gpus: float  # available now
+    # The node's labels (`ray start --labels`), Ray's own ray.io/ ones included:
+    # spec.nodeSelector is matched against them.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 def connect(address: str) -> None:
@@ -82,9 +88,15 @@ def nodes(free: dict[str, float] | None = None) -> list[Node]:
                 address=str(info.get("NodeManagerAddress", "")),
                 gpus=int(total),
                 free_gpus=free.get(node_id, 0.0),
+                labels={str(k): str(v) for k, v in dict(info.get("Labels") or {}).items()},
             )
         )
     return out
+
+
+def selected(live: Sequence[Node], selector: Mapping[str, str]) -> list[Node]:
+    """The nodes whose labels hold every pair of ``selector`` (all of them: none given)."""
+    return [n for n in live if matches(selector, n.labels)]
 
 
 def _free_per_node() -> dict[str, float]:
@@ -114,20 +126,44 @@ def inventory() -> Inventory:
     return Inventory(tuple(devices), source="ray")
 
 
-def unfit(count: int) -> str | None:
-    """Why no node can take ``count`` GPUs now, naming what is missing; None if one can."""
-    if count <= 0:
+def unfit(count: int, selector: Mapping[str, str] | None = None) -> str | None:
+    """Why no node (of those ``selector`` chooses) can take ``count`` GPUs now, naming
+    what is missing; None if one can."""
+    if selector:
+        live = nodes()
+        chosen = selected(live, selector)
+        if not chosen:
+            return _no_match(selector, live)
+    elif count <= 0:
         return None
     free_now = _free_per_node()
-    if not free_now:
+    if not free_now or count <= 0:
         return None  # availability unknown: let Ray try (the launch has a timeout)
-    live = nodes(free_now)
+    live = selected(nodes(free_now), selector or {})
     if any(n.free_gpus >= count for n in live):
         return None
     free = sum(n.free_gpus for n in live)
     plural = "s" if count != 1 else ""
+    where = f"Ray node matching nodeSelector {pairs(selector)}" if selector else "Ray node"
+    them = "matching: " if selector else "cluster: "
     return (
-        f"no Ray node has {count} free GPU{plural}; cluster: {len(live)} node"
+        f"no {where} has {count} free GPU{plural}; {them}{len(live)} node"
         f"{'s' if len(live) != 1 else ''}, {free:g} GPU{'s' if free != 1 else ''} free"
-        " (add a node, or stop a deployment)"
+        f" (add a node{' with these labels' if selector else ''}, or stop a deployment)"
     )
+
+
+def _no_match(selector: Mapping[str, str], live: Sequence[Node]) -> str:
+    """No live node carries the selector's labels: say which labels the nodes do carry."""
+    seen = Counter(pairs(_own(n.labels)) or "none" for n in live)
+    carried = ", ".join(f"{labels} ({count})" for labels, count in sorted(seen.items()))
+    return (
+        f"no Ray node matches nodeSelector {pairs(selector)}; the {len(live)} live nodes'"
+        f" labels: {carried or 'no node'}. Label a node (`ray start --labels"
+        f" {pairs(selector)}`) or change spec.nodeSelector"
+    )
+
+
+def _own(labels: Mapping[str, str]) -> dict[str, str]:
+    """The labels people gave a node (Ray's own ray.io/ ones are ids and types)."""
+    return {k: v for k, v in labels.items() if not k.startswith("ray.io/")}

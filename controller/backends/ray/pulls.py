@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import os
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -194,10 +195,9 @@ class RayPuller:
     # -- starting a pull --------------------------------------------------------------------
 
     def start(self, entry: Entry, waiting: tuple[str, ...]) -> str:
-        count = entry.deployment.spec.devices.count
-        source = entry.deployment.spec.source
-        assert source is not None
-        node = self._node_for(source.key, count)
+        spec = entry.deployment.spec
+        assert spec.source is not None
+        node = self._node_for(spec.source.key, spec.devices.count, spec.node_selector)
         return self.start_on(entry, waiting, node)
 
     def start_on(self, entry: Entry, waiting: tuple[str, ...], node: cluster.Node) -> str:
@@ -233,10 +233,13 @@ class RayPuller:
         node = note.get("pulling")
         return node if isinstance(node, str) else None
 
-    def _node_for(self, key: str, count: int) -> cluster.Node:
+    def _node_for(self, key: str, count: int, selector: Mapping[str, str]) -> cluster.Node:
         """Where the engine will most likely go: the earlier attempt's node if it still
-        fits (its partial file is there), else the most free GPUs of the nodes that fit."""
+        fits (its partial file is there), else the most free GPUs of the nodes that fit,
+        of those its ``nodeSelector`` chooses (while none does, any: the start stays
+        Pending saying so, and the files are where a relabelled node may run it)."""
         live = cluster.nodes()
+        live = cluster.selected(live, selector) or live
         fits = [n for n in live if n.free_gpus >= count] or live
         if not fits:
             raise RuntimeError("the Ray cluster has no live node")

@@ -609,7 +609,8 @@ class DeploymentSpec(Model):
     node_selector: Labels = Field(
         default_factory=dict,
         description="Only nodes whose node.yaml labels hold every pair run this deployment "
-        "(e.g. {gpu: h100}); the others ignore it entirely. Empty: every node.",
+        "(e.g. {gpu: h100}); the others ignore it entirely. With --backend ray: only Ray "
+        "nodes whose labels (ray start --labels) hold every pair. Empty: every node.",
     )
     # Export only (`reconcile export`): the container image; local and Ray backends ignore it.
     image: str | None = Field(
