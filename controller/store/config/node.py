@@ -17,12 +17,15 @@ from controller.errors import ConfigError
 from controller.store import bootstamp
 from controller.store.documents import write_atomic
 from controller.store.instances import logfiles
-from controller.store.instances.outbox import Hook
-from controller.store.sources.gitsource import GitSettings
 from controller.store.statedir import StateDir
 
-if TYPE_CHECKING:  # pydantic is imported only when a node.yaml is read
+# Types only: pydantic is imported only when a node.yaml is read, and the git source
+# (subprocess) and the outbox (hashlib, uuid) only where they are used, so `status`,
+# which resolves a Config, pays for none of them.
+if TYPE_CHECKING:
     from controller.store.config.nodeconfig import GitFile
+    from controller.store.instances.outbox import Hook
+    from controller.store.sources.gitsource import GitSettings
 
 DEFAULT_LOCK_TIMEOUT = 60.0  # seconds a pass waits for another's lock
 
