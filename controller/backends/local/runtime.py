@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from controller import failpoints
 from controller.backends.base import ExitStatus, StartRequest, engine_env
-from controller.backends.local.container import Wrapper, container_env
 from controller.core.devices.inventory import Inventory
 from controller.core.manifest import backendnames
 from controller.core.manifest.names import instance_of
@@ -30,7 +31,6 @@ from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import ContainerRef, Instance, MarkedProcess, ProcessRef, Record
 from controller.errors import ContainerError, SpawnError
 from controller.host import ports, procpsutil, procscan, procstat
-from controller.host.containers import Runtime
 from controller.host.devices import wait_gpu_release
 from controller.host.procs import identity, process_alive, ref_of
 from controller.host.procscan import EnvironScan
@@ -39,6 +39,9 @@ from controller.pull.host import HostPuller
 from controller.store.instances import logfiles
 from controller.store.instances.records import RecordStore
 from controller.store.models import modelcache
+
+if TYPE_CHECKING:
+    from controller.backends.local.container import Wrapper
 
 log = get_logger("reconcile")
 
@@ -80,9 +83,17 @@ class LocalBackend:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self.exits: dict[int, ExitStatus] = {}
         self._environs = EnvironScan()  # remembers unmarked processes between scans
-        # spec.container engines: how they are wrapped (node.yaml's default runtime).
-        self.containers = Wrapper(self.state_dir, container_runtime, static_devices=static_devices)
+        self._wrapping = (container_runtime, static_devices)
         self._clients: list[subprocess.Popen[bytes]] = []  # `podman run`s we reap
+
+    @functools.cached_property
+    def containers(self) -> Wrapper:
+        """spec.container engines: how they are wrapped (node.yaml's default runtime). Made
+        at the first container, so a pass with none imports no container code (7 ms)."""
+        from controller.backends.local.container import Wrapper
+
+        runtime, static_devices = self._wrapping
+        return Wrapper(self.state_dir, runtime, static_devices=static_devices)
 
     # -- identity ------------------------------------------------------------
 
@@ -136,6 +147,8 @@ class LocalBackend:
         rec = launch.record
         assert rec.nonce is not None
         marker = self.marker(instance_of(rec.name), rec.nonce)
+        from controller.backends.local.container import container_env
+
         passed = None if self.containers.static_devices else len(rec.devices)
         env = container_env(launch.rendered.env, passed_devices=passed)
         ref, kept, client, pulled = self.containers.launch(
@@ -286,6 +299,8 @@ class LocalBackend:
         if rec.ref is not None:
             pids.add(rec.ref.pid)
         if rec.container is not None:  # the runtime's stop (grace, then kill), then rm
+            from controller.host.containers import Runtime
+
             Runtime(rec.container.runtime).remove(rec.container.id, rec.grace_seconds)
         self.stop(rec.ref, rec.nonce, rec.stop_signal, rec.grace_seconds)
         if uuids and not wait_gpu_release(uuids, pids):
