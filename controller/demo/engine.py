@@ -126,7 +126,7 @@ class Demo:
     serial: Iterator[int] = field(default_factory=lambda: itertools.count(1))  # answer ids
 
 
-class Handler(BaseHTTPRequestHandler):
+class DemoHandler(BaseHTTPRequestHandler):
     demo: Demo  # set on a subclass made by main(): what this engine is and serves
     protocol_version = "HTTP/1.1"  # keep-alive: the gateway reuses connections
     # Headers and body go out as two writes: without TCP_NODELAY the second waits for
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics_file=args.metrics_file,
     )
     ThreadingHTTPServer.daemon_threads = True
-    server = ThreadingHTTPServer((args.host, args.port), type("Bound", (Handler,), {"demo": demo}))
+    server = ThreadingHTTPServer((args.host, args.port), type("Bound", (DemoHandler,), {"demo": demo}))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"demo engine {args.model} on {args.host}:{args.port} (pid {os.getpid()})", flush=True)
     try:
