@@ -277,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         metrics_file=args.metrics_file,
     )
     ThreadingHTTPServer.daemon_threads = True
-    server = ThreadingHTTPServer((args.host, args.port), type("Bound", (DemoHandler,), {"demo": demo}))
+    server = ThreadingHTTPServer(
+        (args.host, args.port), type("Bound", (DemoHandler,), {"demo": demo})
+    )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"demo engine {args.model} on {args.host}:{args.port} (pid {os.getpid()})", flush=True)
     try:
