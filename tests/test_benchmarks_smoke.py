@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import missing
 
@@ -31,9 +32,11 @@ SECTIONS = (
 )
 
 
-def test_the_benchmark_command_runs_with_tiny_n(tmp_path: Path) -> None:
+def quick(tmp_path: Path, *only: str) -> tuple[str, list[dict[str, Any]], Path]:
+    """``python -m benchmarks --quick [--only ...]``: its table, its rows and its run folder."""
+    picked = ["--only", ",".join(only)] if only else []
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "benchmarks", "--quick", *picked, "--out", str(tmp_path)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -41,47 +44,31 @@ def test_the_benchmark_command_runs_with_tiny_n(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    table = proc.stdout
-    for section in SECTIONS:
-        assert f"| {section} |" in table, table
     (run,) = tmp_path.iterdir()
     data = json.loads((run / "results.json").read_text())
     assert data["quick"] is True
-    assert {row["section"] for row in data["rows"]} == set(SECTIONS)
-    assert all(row["ours"] for row in data["rows"]), data["rows"]
+    return proc.stdout, data["rows"], run
+
+
+def test_the_benchmark_command_runs_with_tiny_n(tmp_path: Path) -> None:
+    table, rows, run = quick(tmp_path)
+    for section in SECTIONS:
+        assert f"| {section} |" in table, table
+    assert {row["section"] for row in rows} == set(SECTIONS)
+    assert all(row["ours"] for row in rows), rows
     assert (run / "logs").is_dir()  # the daemon's and supervisord's logs are kept
 
 
 def test_the_tls_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     """``--only tls`` (issue 39): HTTPS and plain rows, each with its ratio."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--only", "tls", "--out", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (run,) = tmp_path.iterdir()
-    rows = json.loads((run / "results.json").read_text())["rows"]
+    _, rows, _ = quick(tmp_path, "tls")
     assert [row["section"] for row in rows] == ["12. tls", "12. tls"], rows
     assert all(row["ours"] and row["theirs"] and row["ratio"] for row in rows), rows
 
 
 def test_the_git_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     """``--only git`` (issue 37): push → engine exec'd, by webhook and by polling."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--only", "git", "--out", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (run,) = tmp_path.iterdir()
-    rows = json.loads((run / "results.json").read_text())["rows"]
+    _, rows, _ = quick(tmp_path, "git")
     assert [row["section"] for row in rows] == ["14. git", "14. git"], rows
     assert ["webhook" in rows[0]["metric"], "polling" in rows[1]["metric"]] == [True, True]
     assert all(len(row["ours"]) == 2 and row["goal"] for row in rows), rows
@@ -92,18 +79,7 @@ def test_the_containers_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     hand, one ratio; it leaves no container and no image of its own behind."""
     if shutil.which("podman") is None or shutil.which("busybox") is None:
         missing.skip("podman and a static busybox", "apt-get install podman runc busybox-static")
-    argv = [sys.executable, "-m", "benchmarks", "--quick", "--only", "containers"]
-    proc = subprocess.run(
-        [*argv, "--out", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (run,) = tmp_path.iterdir()
-    (row,) = json.loads((run / "results.json").read_text())["rows"]
+    _, (row,), _ = quick(tmp_path, "containers")
     assert row["section"] == "12. containers" and row["ours"] and row["theirs"], row
     assert row["ratio"] and row["goal"] == "≤ 1.2x", row
     # What the run made: containers labelled with its state dirs, its imported image.
