@@ -8,12 +8,13 @@ process) adopts it instead of starting another.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from controller.core.manifest.specs import Entry
 from controller.core.pulls import PullView
+from controller.host.procscan import EnvironScan
 from controller.pull import launch
 from controller.pull.job import Job
 from controller.store.models import modelcache
@@ -25,9 +26,12 @@ class HostPuller:
     cache: Path
     state_dir: Path
     stall_seconds: float
+    # Kept from pass to pass, as the runtime's: a process read without the marker is not
+    # read again (a fresh scan read every process's environment: 1.7 ms of each round).
+    scan: EnvironScan = field(default_factory=EnvironScan, compare=False, repr=False)
 
     def observe(self) -> dict[str, PullView]:
-        running = frozenset(launch.running(self.cache))
+        running = frozenset(launch.running(self.cache, self.scan))
         return modelcache.look_all(self.cache, running)
 
     def settle(self) -> None:

@@ -203,7 +203,7 @@ def test_a_daemon_that_remembers_an_image_still_sees_its_tag_moved(
     rc: Reconcile, engine: Engine
 ) -> None:
     """The daemon remembers an image's digest between starts (no `image inspect` before
-    a run) and looks again while the container starts: a tag moved meanwhile gets a
+    a run) and looks again once the container runs: a tag moved meanwhile gets a
     container of the new image, labelled and recorded with its digest."""
     tag = engine.build(f"localhost/reconcile-test/moving:{uuid.uuid4().hex[:10]}")
     first = _image_id(engine, tag)

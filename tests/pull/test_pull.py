@@ -21,6 +21,7 @@ from procs import alive, cmdline, kill_marked, wait_for, wait_gone
 
 from controller.core.manifest.sources import Source
 from controller.pull import launch, worker
+from controller.pull.host import HostPuller
 from controller.pull.job import Job
 from controller.store.instances.events import Journal
 from controller.store.models import modelcache
@@ -166,6 +167,30 @@ def test_kill_9_mid_way_then_a_new_pull_resumes(tmp_path: Path, pulls: Path) -> 
         wait_for(lambda: not alive(again), what="the pull process to exit")
         assert server.ranges, "the second pull did not resume with Range"
     assert (entry.folder / "tiny.gguf").read_bytes() == DATA
+
+
+def test_a_puller_kept_between_passes_finds_a_pull_started_after_its_first_look(
+    tmp_path: Path, pulls: Path
+) -> None:
+    """A daemon's puller keeps its /proc scan from pass to pass (a process read without
+    the marker is not read again): a pull spawned after a first look is still found."""
+    puller = HostPuller(pulls, tmp_path, 60.0)
+    assert not launch.running(pulls, puller.scan)  # every process here read once, unmarked
+    assert puller.observe() == {}
+    with serving({"tiny.gguf": DATA}, hold=MB) as server:
+        job = url_job(tmp_path, server.url("tiny.gguf"))
+        pid = launch.spawn(job)
+        entry = entry_of(job)
+
+        def found() -> int | None:
+            return launch.running(pulls, puller.scan).get(entry.key)
+
+        assert wait_for(lambda: found() == pid, what="the pull by its marker")
+        assert puller.observe()[entry.key].running
+        os.kill(pid, signal.SIGKILL)
+        wait_gone(pid)
+        server.release()
+        assert found() is None
 
 
 def test_the_hub_client_pulls_a_glob_through_hf_endpoint(

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -109,9 +108,6 @@ class Wrapper:
             argv[2:2] = ["--cidfile", str(cid_file)]
             offset = _size(launch.log_path)
             client = _start_client(argv, launch.log_path, hidden)
-            # A remembered image is looked at again while its container starts (off the
-            # start's path): the tag may name another image now.
-            check = Lookup(runtime, image) if known.remembered else None
             failpoints.hit("container.run.before_wait")
             started = Started(runtime.name, client, launch.log_path, offset)
             try:
@@ -124,7 +120,11 @@ class Wrapper:
             for path in (env_file, cid_file):  # the engine has its environment now
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
-        if check is not None and self._moved(runtime, image, check, cid, client):
+        # A remembered image is looked at again once its container runs: the tag may name
+        # another image now. Not while it starts: an `image inspect` then waits on the
+        # storage lock the runtime's `run` holds, and the `run` on it (measured: the engine
+        # answered 35 ms later, nice(1) on the inspect did not help: a lock, not the CPU).
+        if known.remembered and self._moved(runtime, image, cid, client):
             return self.launch(launch, marker, env, main_process)  # a fresh look now
         kept = ContainerRef(runtime=runtime.name, id=cid, image=image, digest=digest)
         return ref, kept, client, pulled
@@ -133,13 +133,12 @@ class Wrapper:
         self,
         runtime: Runtime,
         image: str,
-        check: Lookup,
         cid: str,
         client: subprocess.Popen[bytes],
     ) -> bool:
         """The remembered image's tag names another image now: which one runs in ``cid``
         is unknown (its labels may lie), so it is removed and forgotten."""
-        if check.result() == self.images.get((runtime.name, image)):
+        if _image_or_none(runtime, image) == self.images.get((runtime.name, image)):
             return False
         self.images.pop((runtime.name, image), None)
         runtime.remove(cid, 0)
@@ -154,7 +153,7 @@ class Wrapper:
 
         Remembered, because an `image inspect` is a fork and exec of a Go binary (0.1 to
         0.2 s measured on a busy host), a fifth of a container's start; the launch looks
-        again while the container starts and starts it again if the image changed.
+        again once the container runs and starts it again if the image changed.
 
         A pull is a declared step, as a model pull: it runs in a process of its own (the
         runtime's ``pull``, its output in ``<state>/images/``) and the start waits for it
@@ -251,23 +250,6 @@ class Known:
     digest: str
     pulled: bool  # a pull job of it ended just before
     remembered: bool = False  # from an earlier look of this process: to be checked again
-
-
-class Lookup:
-    """The runtime's `image inspect` in a thread of its own, while a container starts."""
-
-    def __init__(self, runtime: Runtime, image: str) -> None:
-        self._found: list[tuple[str, str] | None] = []
-        self._thread = threading.Thread(
-            target=lambda: self._found.append(_image_or_none(runtime, image)),
-            name="image lookup",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def result(self) -> tuple[str, str] | None:
-        self._thread.join()
-        return self._found[0] if self._found else None
 
 
 def _image_or_none(runtime: Runtime, image: str) -> tuple[str, str] | None:
