@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 from controller.core.manifest.names import base_name
 from controller.core.state import Phase, Record
@@ -158,5 +159,23 @@ def test_a_next_left_alone_routes_as_its_instance() -> None:
         assert found.deployment == "m" and found.instance == "m"
         table.update([NEXT_STARTING])
         assert table.target("m") is None  # still nothing before it is Ready
+
+    asyncio.run(check())
+
+
+def test_a_pools_affinity_follows_the_records_it_is_kept_between() -> None:
+    """The table keeps each pool's affinity between updates (each request asks): a pass
+    that changes a deployment's affinity is routed by at once; a name no pool has is
+    answered, never kept."""
+
+    async def check() -> None:
+        table = Table()
+        table.update([OLD])
+        assert table.affinity("m") == "none" and table.affinity("m") == "none"
+        table.update([replace(OLD, affinity="prefix")])
+        assert table.affinity("m") == "prefix"
+        table.update([replace(OLD, affinity="session")])
+        assert table.affinity("m") == "session"
+        assert table.affinity("made-up") == "none" and "made-up" not in table._affinities
 
     asyncio.run(check())

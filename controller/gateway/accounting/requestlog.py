@@ -6,10 +6,15 @@ Each line says who called what and how it went: ``time`` (UTC, when the request 
 ``prompt_tokens`` and ``completion_tokens`` (the engine's ``usage``, usage.py). Never a
 request or answer body.
 
-Written off the request path: the handler puts its line on a bounded queue and a writer
-thread appends it, so a slow or full disk never slows a request; when the queue is full
-the line is dropped and counted (``reconcile_gateway_request_log_dropped_total``), never
-waited for. The file is rotated by size as the engines' logs are (copy-truncate,
+Written off the request path: the handler appends its line's fields to a bounded deque
+(no lock: a deque's append is atomic) and a writer thread encodes and appends them, so a
+slow or full disk never slows a request; when the deque is full the line is dropped and
+counted (``reconcile_gateway_request_log_dropped_total``), never waited for. The writer
+is woken only when it sleeps, and once woken gathers lines for ``GATHER`` seconds before
+it writes them: the loop pays neither a queue's lock nor a thread's wake per request (a
+profile at 32 clients: 15% of the gateway's samples went to the queue, its condition and
+the writer's single-line wakes; woken at each line without the gathering, 7% still).
+The file is rotated by size as the engines' logs are (copy-truncate,
 ``store/instances/logfiles.py``: a gateway handing over and its successor both append to it with
 ``O_APPEND``), at most ``keep`` backups: bounded.
 """
@@ -19,9 +24,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +41,7 @@ log = get_logger("reconcile")
 
 QUEUE_MAX = 10_000  # lines waiting for the writer; past it they are dropped (counted)
 BATCH = 512  # lines written at once, at most
+GATHER = 0.02  # seconds a woken writer gathers lines before writing them (one wake)
 CLOSE_WAIT = 5.0  # seconds the writer gets to write what is queued when the gateway ends
 FIELDS = (
     "time",
@@ -75,7 +81,7 @@ def entry(key: str, deployment: str, status: int, meter: Meter) -> dict[str, Any
 
 
 class RequestLog:
-    """The queue and its writer thread."""
+    """The pending lines and their writer thread."""
 
     def __init__(
         self,
@@ -89,7 +95,10 @@ class RequestLog:
         self.max_bytes = max_bytes
         self.keep = keep
         self._dropped = dropped
-        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=capacity)
+        self._capacity = capacity
+        self._pending: deque[dict[str, Any]] = deque()
+        self._wake = threading.Event()  # set: lines are pending (or the log is closing)
+        self._closing = threading.Event()  # close() was called: write what is left, end
         self._thread = threading.Thread(target=self._run, name="request-log", daemon=True)
         self._failing = False  # a write failed: said once, until one succeeds again
         self._fd: int | None = None  # kept open between batches (the writer's alone)
@@ -98,36 +107,45 @@ class RequestLog:
         self._thread.start()
 
     def write(self, line: dict[str, Any]) -> None:
-        """Queue ``line``; never waits (a full queue drops it, counted)."""
-        try:
-            self._queue.put_nowait(json.dumps(line, separators=(",", ":")).encode() + b"\n")
-        except queue.Full:
+        """Keep ``line`` for the writer; never waits (a full deque drops it, counted).
+        ``line`` is the caller's no more: the writer encodes it later."""
+        if len(self._pending) >= self._capacity:
             self._dropped(1)
+            return
+        self._pending.append(line)
+        if not self._wake.is_set():  # the writer sleeps: the one wake for this batch
+            self._wake.set()
 
     def idle(self) -> bool:
-        """Nothing waits in the queue (the writer may still be writing its batch)."""
-        return self._queue.empty()
+        """Nothing waits for the writer (it may still be writing its batch)."""
+        return not self._pending
 
     def close(self) -> None:
-        """Write what is queued (up to ``CLOSE_WAIT``), then end the writer."""
+        """Write what is pending (up to ``CLOSE_WAIT``), then end the writer."""
         if not self._thread.is_alive():
             return
-        with contextlib.suppress(queue.Full):
-            self._queue.put(None, timeout=CLOSE_WAIT)
+        self._closing.set()
+        self._wake.set()
         self._thread.join(timeout=CLOSE_WAIT)
 
     def _run(self) -> None:
         while True:
-            batch = [self._queue.get()]
-            while len(batch) < BATCH and batch[-1] is not None:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            lines = [b for b in batch if b is not None]
-            if lines:
-                self._append(b"".join(lines), len(lines))
-            if batch[-1] is None:
+            self._wake.wait()
+            # The lines of the next moments join this batch (write() sees the event set and
+            # wakes no one); close() cuts the gathering short.
+            self._closing.wait(GATHER)
+            # Cleared before the lines are taken: one appended after this either is taken
+            # below or sets the event again (write() sees it clear), so none waits unseen.
+            self._wake.clear()
+            closing = self._closing.is_set()  # first: lines written before close() are taken
+            while self._pending:
+                batch: list[dict[str, Any]] = []
+                while self._pending and len(batch) < BATCH:
+                    batch.append(self._pending.popleft())
+                lines = [json.dumps(b, separators=(",", ":")).encode() + b"\n" for b in batch]
+                for piece in _pieces(lines, self.max_bytes):
+                    self._append(b"".join(piece), len(piece))
+            if closing:
                 self._close_fd()
                 return
 
@@ -168,6 +186,20 @@ class RequestLog:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
+
+
+def _pieces(lines: list[bytes], limit: int) -> list[list[bytes]]:
+    """``lines`` in runs of at most ``limit`` bytes (a longer line alone): each run is
+    one write, and a file rotated before it stays within its size."""
+    out: list[list[bytes]] = [[]]
+    size = 0
+    for line in lines:
+        if out[-1] and size + len(line) > limit:
+            out.append([])
+            size = 0
+        out[-1].append(line)
+        size += len(line)
+    return out
 
 
 def read_lines(path: Path, tail: int | None = None) -> list[dict[str, Any]]:

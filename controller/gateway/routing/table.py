@@ -66,6 +66,7 @@ class Table:
         self.prefixes = Prefixes()  # per engine: the prompt beginnings it was sent
         self._rng = rng or random.Random()
         self.health = health or Health()  # passive health: engines failing in a row
+        self._affinities: dict[str, str] = {}  # pool -> its affinity, until the records change
         # Reads the records now if they changed (the gateway process's look); None where
         # the records are pushed (``update``: a test's gateway in process).
         self.catch_up: Callable[[], Awaitable[None]] | None = None
@@ -90,6 +91,7 @@ class Table:
 
     def update(self, records: Iterable[Record]) -> None:
         self.records = {r.name: r for r in records}
+        self._affinities = {}
         pools: defaultdict[str, set[str]] = defaultdict(set)
         instances: defaultdict[str, set[str]] = defaultdict(set)
         for rec in self.records.values():
@@ -145,6 +147,7 @@ class Table:
         """Send nothing more to ``old`` (to ``new`` instead, if given); wait out its requests."""
         if new is not None:
             self.records[new.name] = new
+            self._affinities = {}
         self._retired.add(old.nonce)
         self._wake()
         end = time.monotonic() + timeout
@@ -234,9 +237,16 @@ class Table:
 
     def affinity(self, name: str) -> str:
         """Pool ``name``'s affinity: session if one of its deployments asks for it (a
-        session key is the client's own word), else prefix if one does, else none."""
+        session key is the client's own word), else prefix if one does, else none. Kept
+        until the records change: each request asks (1.6% of a profile at 32 clients)."""
+        known = self._affinities.get(name)
+        if known is not None:
+            return known
         found = {self._first(d).affinity for d in self.pools.get(name, ())}
-        return next((a for a in ("session", "prefix") if a in found), "none")
+        known = next((a for a in ("session", "prefix") if a in found), "none")
+        if name in self.pools:  # bounded by the pools: never a name a client made up
+            self._affinities[name] = known
+        return known
 
     def fallbacks(self, name: str) -> tuple[str, ...]:
         """Pool ``name``'s fallback models, in order (each deployment's, first seen first)."""

@@ -82,7 +82,8 @@ def _headers(
     headers: CIMultiDictProxy[str], drop: frozenset[str] = frozenset()
 ) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
-    connection = {h.strip().lower() for h in headers.get("Connection", "").split(",")}
+    named = headers.get("Connection")  # most requests have none: no set to build
+    connection = {h.strip().lower() for h in named.split(",")} if named else set()
     for key, value in headers.items():
         low = key.lower()
         if low not in HOP_BY_HOP and low not in connection and low not in drop:
