@@ -70,6 +70,34 @@ TIMING = bool(os.environ.get("RECONCILE_TEST_TIMING"))  # print each CLI call's 
 ONE_WORKER = {"ray": "ray", "cluster": "ray"}
 
 
+def work_unit(nodeid: str) -> str:
+    """The group a test runs in: its file, or its folder's shared one (ONE_WORKER)."""
+    path = nodeid.split("::")[0]
+    parts = Path(path).parts
+    top = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+    return ONE_WORKER.get(top, path)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with the groups above, given to the scheduler directly.
+
+    pytest-xdist passes a group to its scheduler by appending ``@group`` to each test's
+    nodeid on the worker (``item._nodeid``); pytest 9 derives nodeids from a structured
+    id, so that write is lost and every test was scheduled alone (pytest-xdist#1386):
+    module fixtures, a Ray cluster among them, were built on both workers and again at
+    each switch of module. The scheduler's own hook for the scope reads the nodeid here.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ByWorkUnit(config, log)
+
+
 # Bytecode for the processes the tests start (each CLI call, daemon, gateway and demo
 # engine imports `controller`): with PYTHONDONTWRITEBYTECODE=1, as a dev shell may set, each
 # of those thousands of starts compiled ~120 modules again (~0.1 s of CPU a start, a
@@ -89,9 +117,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SOAK_TIMEOUT))
-        top = item.path.relative_to(REPO / "tests").parts[0]
-        group = ONE_WORKER.get(top, item.nodeid.split("::")[0])
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 # The machine is noisy (2 cores, other suites running): no per-example deadlines.

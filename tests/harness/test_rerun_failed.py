@@ -118,3 +118,23 @@ def test_a_skip_for_a_missing_tool_fails_only_in_ci(tmp_path: Path) -> None:
     ci = _run(argv, tmp_path, PYTHONPATH=tests, CI="true")
     assert ci.returncode == 1 and "1 failed" in ci.stdout, ci.stdout
     assert "CI=true: a needed tool is missing" in ci.stdout
+
+
+def test_a_file_runs_on_one_worker_and_ray_with_the_cluster() -> None:
+    """scripts/test's ``-n 2 --dist loadgroup``: each file is one unit of work (its module
+    fixtures built once), and tests/ray and tests/cluster share one (tests/conftest.py's
+    scheduler; pytest-xdist's own groups are lost under pytest 9, pytest-xdist#1386)."""
+    from conftest import work_unit
+
+    assert work_unit("tests/cluster/test_partition.py::t") == work_unit("tests/ray/x.py::t")
+    files = ["tests/ray/test_ray_config.py", "tests/test_imports.py", "tests/test_module_map.py"]
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2"]
+    got = _run([*argv, "--dist", "loadgroup", "-v", *files], REPO)
+    assert got.returncode == 0, got.stdout[-3000:]
+    workers: dict[str, set[str]] = {}
+    for line in got.stdout.splitlines():
+        if line.startswith("[gw") and " PASSED " in line:
+            worker, nodeid = line.split()[0], line.split(" PASSED ")[1].strip()
+            workers.setdefault(nodeid.split("::")[0], set()).add(worker)
+    assert set(workers) == set(files), got.stdout[-3000:]
+    assert all(len(w) == 1 for w in workers.values()), workers
