@@ -125,9 +125,20 @@ class PassResult:
 
     @property
     def all_ready(self) -> bool:
-        # An OnDemand deployment parked Idle is where it should be until a request.
-        ready = {r.name for r in self.ours() if r.phase in (Phase.READY, Phase.IDLE)}
-        return self.ok and self.names <= ready
+        """Every wanted instance Ready on its current spec (``kubectl rollout status``): a
+        rolling update is done once its ``@next`` took over, not while the old instance
+        still serves. An OnDemand deployment parked Idle is where it should be."""
+        ours = self.ours()
+        ready = {
+            r.name
+            for r in ours
+            if r.phase is Phase.IDLE
+            or (
+                r.phase is Phase.READY
+                and self.specs.get(base_name(r.name), r.spec_hash) == r.spec_hash
+            )
+        }
+        return self.ok and self.names <= ready and not any(is_next(r.name) for r in ours)
 
 
 AfterPass = Callable[["PassResult", float], None]

@@ -9,6 +9,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from conftest import demo_command
+
 
 def test_a_missing_folder_fails_validate_and_once_and_prunes_nothing(reconcile: Any) -> None:
     """A mistyped cron or CI path (`-f manfests`) must not go green."""
@@ -200,3 +202,21 @@ def _healthy(port: int) -> bool:
             return bool(resp.status == 200)
     except OSError:  # refused, or 503 while it loads (HTTPError is an OSError)
         return False
+
+
+def test_wait_ends_when_a_rolling_update_has_taken_over(reconcile: Any) -> None:
+    """`--once --wait` after a spec change is `kubectl rollout status`: it returns once the
+    new instance serves, not while the old one still does beside a `@next` on its way (the
+    new engine here needs 3 s to load, longer than the pass's rounds)."""
+    rc = reconcile
+    spec = {"strategy": "RollingUpdate", "devices": {"count": 1, "kind": "nvidia"}}
+    rc.devices = "nvidia:0,nvidia:1"
+    rc.write("web", **spec)
+    rc.converge()
+    old = rc.status()["web"]["pid"]
+    rc.write("web", command=demo_command(load_seconds="3"), **spec)
+    rc.converge()
+    now = rc.status()
+    assert set(now) == {"web"}, now  # no web@next left
+    assert now["web"]["phase"] == "Ready" and now["web"]["pid"] != old, now
+    rc.down()
