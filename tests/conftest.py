@@ -47,6 +47,7 @@ from procs import (
     wait_for,
     wait_gone,
 )
+from workunits import work_unit
 
 from controller.cli.render.views import status_item
 from controller.core.manifest.quantity import parse_duration
@@ -61,21 +62,6 @@ NO_MANIFESTS = frozenset(
     | {"--git", "source", "history", "rollback"}  # a git source names its own folder
 )
 TIMING = bool(os.environ.get("RECONCILE_TEST_TIMING"))  # print each CLI call's duration (-s)
-
-# `scripts/test` runs the suite on two workers (pytest-xdist, `--dist loadgroup`; most
-# tests wait on processes, not the CPU). A file stays on one worker, so its module
-# fixtures are built once. The Ray tests and the namespace cluster share one worker, one
-# after the other: each checks at teardown that no Ray engine outlived its cluster, and
-# the namespace cluster holds fixed namespace names and ports.
-ONE_WORKER = {"ray": "ray", "cluster": "ray"}
-
-
-def work_unit(nodeid: str) -> str:
-    """The group a test runs in: its file, or its folder's shared one (ONE_WORKER)."""
-    path = nodeid.split("::")[0]
-    parts = Path(path).parts
-    top = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
-    return ONE_WORKER.get(top, path)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -95,6 +81,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
+    # Units in collection order, not by their number of tests (xdist's default): the Ray
+    # unit, the longest (~6 min) with few tests, then starts among the first (tests/cluster
+    # sorts early) instead of running alone at the end.
+    config.option.loadscopereorder = False
     return ByWorkUnit(config, log)
 
 

@@ -124,7 +124,7 @@ def test_a_file_runs_on_one_worker_and_ray_with_the_cluster() -> None:
     """scripts/test's ``-n 2 --dist loadgroup``: each file is one unit of work (its module
     fixtures built once), and tests/ray and tests/cluster share one (tests/conftest.py's
     scheduler; pytest-xdist's own groups are lost under pytest 9, pytest-xdist#1386)."""
-    from conftest import work_unit
+    from workunits import work_unit
 
     assert work_unit("tests/cluster/test_partition.py::t") == work_unit("tests/ray/x.py::t")
     files = ["tests/ray/test_ray_config.py", "tests/test_imports.py", "tests/test_module_map.py"]
