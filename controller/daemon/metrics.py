@@ -11,7 +11,6 @@ Every family is declared once in ``FAMILIES``; a collector names it and its samp
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -95,11 +94,12 @@ Tally = Mapping[tuple[str, str], int]  # (action, outcome) -> count
 Series = Iterable[tuple[Sequence[str], float]]  # (label values, value) per sample
 
 
-def family(name: str, series: Series) -> Metric:
-    """``name``'s family as ``FAMILIES`` declares it, one sample per item of ``series``."""
+def family(name: str, series: Series | float) -> Metric:
+    """``name``'s family as ``FAMILIES`` declares it, one sample per item of ``series``
+    (a number: the one sample of a family without labels)."""
     kind, labels, help_text = FAMILIES[name]
     metric = Metric(name.removesuffix("_total"), help_text, kind)
-    for values, value in series:
+    for values, value in [((), series)] if isinstance(series, int | float) else series:
         metric.add_sample(name, dict(zip(labels, values, strict=True)), value)
     return metric
 
@@ -113,8 +113,8 @@ class BeforeFirstPass(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield family("reconcile_build_info", [((__version__,), 1)])
-        yield family(PASSES, [((), 0)])
-        yield family(LAST_OK, [((), 0)])
+        yield family(PASSES, 0)
+        yield family(LAST_OK, 0)
 
 
 @dataclass(frozen=True)
@@ -148,14 +148,14 @@ class PassFigures(Collector):
         yield from self._figures()
 
     def _figures(self) -> Iterator[Metric]:
-        yield family("reconcile_last_pass_duration_seconds", [((), round(self.seconds, 6))])
-        yield family(PASSES, [((), self.passes)])
+        yield family("reconcile_last_pass_duration_seconds", round(self.seconds, 6))
+        yield family(PASSES, self.passes)
         yield family(ACTIONS, sorted(self.actions.items()))
-        yield family("reconcile_last_pass_ok", [((), int(self.ok))])
-        yield family("reconcile_last_pass_timestamp_seconds", [((), round(self.now, 3))])
-        yield family(LAST_OK, [((), round(self.last_ok or 0, 3))])
-        yield family("reconcile_manifest_errors", [((), self.manifest_errors)])
-        yield family("reconcile_node_drained", [((), int(self.drained))])
+        yield family("reconcile_last_pass_ok", int(self.ok))
+        yield family("reconcile_last_pass_timestamp_seconds", round(self.now, 3))
+        yield family(LAST_OK, round(self.last_ok or 0, 3))
+        yield family("reconcile_manifest_errors", self.manifest_errors)
+        yield family("reconcile_node_drained", int(self.drained))
         if self.git_state is not None:
             states = gitsource.STATES
             yield family(GIT_STATE, [((s,), int(s == self.git_state)) for s in states])
@@ -194,20 +194,10 @@ def _device_memory(recs: list[Record], inventory: Inventory) -> Series:
 
 
 class _Latest:
-    """The newest pass's figures, shared with the HTTP server's threads."""
+    """The newest pass's figures, read by the HTTP server's threads: the pass swaps the
+    reference whole (one store), so a reader needs no lock."""
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.figures: Collector = BeforeFirstPass()
-
-    def set(self, figures: Collector) -> None:
-        with self.lock:
-            self.figures = figures
-
-    def get(self) -> str:
-        with self.lock:
-            figures = self.figures
-        return render(figures)
+    figures: Collector = BeforeFirstPass()
 
 
 LATEST = _Latest()
@@ -222,7 +212,7 @@ def add_source(text: Callable[[], str]) -> None:
 
 def current() -> str:
     """The last pass's metrics plus every registered source, rendered now."""
-    return LATEST.get() + "".join(text() for text in SOURCES)
+    return render(LATEST.figures) + "".join(text() for text in SOURCES)
 
 
 def exporters(config: Config, inventory: Inventory) -> list[Exporter]:
@@ -246,22 +236,20 @@ class Exporter:
         self.passes += 1
         self.actions.update(result.outcomes)
         records = list(result.records.values())
-        LATEST.set(
-            PassFigures(
-                records=records,
-                inventory=self.inventory,
-                node=self.config.node,
-                revision=",".join(sorted({r.revision for r in records if r.revision})),
-                seconds=seconds,
-                ok=result.ok,
-                now=now,
-                last_ok=self.last_ok,
-                manifest_errors=len(result.errors),
-                drained=_drained(self.config),
-                passes=self.passes,
-                actions=dict(self.actions),
-                git_state=_git_state(self.config, result),
-            )
+        LATEST.figures = PassFigures(
+            records=records,
+            inventory=self.inventory,
+            node=self.config.node,
+            revision=",".join(sorted({r.revision for r in records if r.revision})),
+            seconds=seconds,
+            ok=result.ok,
+            now=now,
+            last_ok=self.last_ok,
+            manifest_errors=len(result.errors),
+            drained=_drained(self.config),
+            passes=self.passes,
+            actions=dict(self.actions),
+            git_state=_git_state(self.config, result),
         )
         if self.config.metrics_file is not None:
             # write_atomic, not write_to_textfile: that one neither fsyncs nor sets the
@@ -276,23 +264,18 @@ class Exporter:
 
 def _previous(config: Config) -> tuple[float, int, Counter[tuple[str, str]]]:
     """The last success and the counters the metrics file holds (0s without one)."""
-    actions: Counter[tuple[str, str]] = Counter()
-    if config.metrics_file is None:
-        return 0.0, 0, actions
     try:
-        text = config.metrics_file.read_text()
+        text = config.metrics_file.read_text() if config.metrics_file else ""
         samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
     except (OSError, UnicodeDecodeError, ValueError):  # a torn or hand-edited file: from 0
-        return 0.0, 0, actions
-    last_ok, passes = 0.0, 0
-    for s in samples:
-        if s.name == ACTIONS:
-            actions[(s.labels.get("action", ""), s.labels.get("outcome", ""))] = int(s.value)
-        elif s.name == PASSES:
-            passes = int(s.value)
-        elif s.name == LAST_OK:
-            last_ok = s.value
-    return last_ok, passes, actions
+        samples = []
+    last = {s.name: s.value for s in samples}
+    actions = {
+        (s.labels.get("action", ""), s.labels.get("outcome", "")): int(s.value)
+        for s in samples
+        if s.name == ACTIONS
+    }
+    return last.get(LAST_OK, 0.0), int(last.get(PASSES, 0)), Counter(actions)
 
 
 def _drained(config: Config) -> bool:
