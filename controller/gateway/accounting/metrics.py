@@ -41,16 +41,13 @@ KEYED = ("deployment", "key")
 # fmt: off
 # Every family, in the order /metrics shows them: name -> type, label names, HELP
 FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
-    f"{PREFIX}requests_total": ("counter", KEYED,
-        "Requests through the gateway."),
+    f"{PREFIX}requests_total": ("counter", KEYED, "Requests through the gateway."),
     f"{PREFIX}errors_total": ("counter", (*KEYED, "class"),
         "Answers with status 4xx or 5xx, by class."),
     f"{PREFIX}ejections_total": ("counter", INSTANCE,
         "Times passive health ejected an instance (failures in a row)."),
-    f"{PREFIX}inflight": ("gauge", INSTANCE,
-        "Requests being forwarded now, per instance."),
-    f"{PREFIX}request_seconds": ("histogram", KEYED,
-        "Time to the end of the answer."),
+    f"{PREFIX}inflight": ("gauge", INSTANCE, "Requests being forwarded now, per instance."),
+    f"{PREFIX}request_seconds": ("histogram", KEYED, "Time to the end of the answer."),
     f"{PREFIX}tokens_total": ("counter", (*KEYED, "kind"),
         "Tokens the engines' usage counted, by kind (prompt, completion)."),
     f"{PREFIX}time_to_first_token_seconds": ("histogram", ("deployment",),
