@@ -87,7 +87,7 @@ class _Histogram:
         metric.add_sample(f"{metric.name}_sum", labels, self.total)
 
 
-Series = Iterable[tuple[tuple[str, ...], float | _Histogram]]  # (label values, value)
+Series = Iterable[tuple[tuple[str, ...], float | _Histogram | None]]  # label values, value
 
 
 class GatewayMetrics(Collector):
@@ -186,12 +186,8 @@ class GatewayMetrics(Collector):
             f"{PREFIX}swaps_avoided_total": _per(self.swaps_avoided),
             f"{PREFIX}request_log_dropped_total": [((), self.log_dropped)],
             f"{PREFIX}fallbacks_total": list(self.fallbacks.items()),
-            "reconcile_engine_requests_waiting": [
-                (who, e.waiting) for who, e in engines if e.waiting is not None
-            ],
-            "reconcile_engine_kv_cache_usage_ratio": [
-                (who, e.kv_cache) for who, e in engines if e.kv_cache is not None
-            ],
+            "reconcile_engine_requests_waiting": [(who, e.waiting) for who, e in engines],
+            "reconcile_engine_kv_cache_usage_ratio": [(who, e.kv_cache) for who, e in engines],
         }
         for name in FAMILIES:  # in the table's order
             family = _family(name, series[name])
@@ -211,7 +207,7 @@ def _family(name: str, series: Series) -> Metric:
         where = dict(zip(labels, values, strict=True))
         if isinstance(value, _Histogram):
             value.samples(family, where)
-        else:
+        elif value is not None:  # None: an engine that does not state this figure
             family.add_sample(name, where, value)
     return family
 
