@@ -6,20 +6,20 @@ half a file. ``--metrics-port [HOST:]PORT`` makes the daemon serve the same text
 ``/metrics`` (``metricsserver.py``). Each pass leaves a ``PassFigures``, a
 prometheus-client collector read at scrape time; ``generate_latest`` writes the text.
 No global registry: a collector is rendered on its own, so nothing leaks between tests.
+Every family is declared once in ``FAMILIES``; a collector names it and its samples.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
@@ -45,30 +45,150 @@ LAST_OK = "reconcile_last_successful_pass_timestamp_seconds"
 PASSES = "reconcile_passes_total"
 ACTIONS = "reconcile_actions_total"
 GIT_STATE = "reconcile_git_source_state"  # one series per state of `reconcile source`
-PASSES_HELP = "Passes this process (or, with --metrics-file, the file) counted."
+INSTANCE = ("deployment", "instance")  # every replica (and `@next`) of its deployment
+
+# fmt: off
+FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {  # name: type, label names, HELP
+    "reconcile_build_info": ("gauge", ("version",), "The running reconcile's version (always 1)."),
+    "reconcile_info": ("gauge", ("node", "revision"),
+        "This node and the manifests revision its records came from."),
+    "reconcile_deployments": ("gauge", ("phase",),
+        "Deployment instances (replicas) on this node by phase."),
+    "reconcile_deployment_phase": ("gauge", (*INSTANCE, "phase"),
+        "1 for the phase each instance is in."),
+    "reconcile_deployment_ready": ("gauge", INSTANCE, "1 when the instance's engine is Ready."),
+    "reconcile_deployment_restarts_total": ("counter", INSTANCE,
+        "Restarts of each instance's engine (its record's count)."),
+    "reconcile_deployment_replicas": ("gauge", ("deployment",),
+        "Replicas each deployment should run."),
+    "reconcile_deployment_ready_replicas": ("gauge", ("deployment",),
+        "Replicas of each deployment with a Ready instance."),
+    "reconcile_devices": ("gauge", ("kind", "state"),
+        "Devices of the inventory, free or held, by kind."),
+    "reconcile_device_memory_bytes": ("gauge", ("device", "state"),
+        "Device memory in bytes: total, and leased by the instances."),
+    "reconcile_last_pass_duration_seconds": ("gauge", (), "How long the last pass took."),
+    PASSES: ("counter", (), "Passes this process (or, with --metrics-file, the file) counted."),
+    ACTIONS: ("counter", ("action", "outcome"),
+        "Actions applied, by action and outcome (ok, failed)."),
+    "reconcile_last_pass_ok": ("gauge", (),
+        "1 when the last pass converged: valid manifests, nothing Pending or Failed."),
+    "reconcile_last_pass_timestamp_seconds": ("gauge", (), "When the last pass ended (Unix time)."),
+    LAST_OK: ("gauge", (), "When a pass last converged (Unix time; 0: not yet)."),
+    "reconcile_manifest_errors": ("gauge", (), "Manifest errors the last pass found."),
+    "reconcile_node_drained": ("gauge", (), "1 while the node is drained."),
+    GIT_STATE: ("gauge", ("state",), "1 for the state the git source is in (reconcile source)."),
+}
+# fmt: on
 
 Tally = Mapping[tuple[str, str], int]  # (action, outcome) -> count
+Series = Iterable[tuple[Sequence[str], float]]  # (label values, value) per sample
+
+
+def family(name: str, series: Series | float) -> Metric:
+    """``name``'s family as ``FAMILIES`` declares it, one sample per item of ``series``
+    (a number: the one sample of a family without labels)."""
+    kind, labels, help_text = FAMILIES[name]
+    metric = Metric(name.removesuffix("_total"), help_text, kind)
+    for values, value in [((), series)] if isinstance(series, int | float) else series:
+        metric.add_sample(name, dict(zip(labels, values, strict=True)), value)
+    return metric
 
 
 def render(collector: Collector) -> str:
     return generate_latest(collector).decode()
 
 
+class BeforeFirstPass(Collector):
+    """What ``/metrics`` says before the first pass ends: alerts need no ``absent()``."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield family("reconcile_build_info", [((__version__,), 1)])
+        yield family(PASSES, 0)
+        yield family(LAST_OK, 0)
+
+
+@dataclass(frozen=True)
+class PassFigures(Collector):
+    """One pass's figures, rendered when scraped."""
+
+    records: Sequence[Record]
+    inventory: Inventory
+    node: str
+    revision: str
+    seconds: float
+    ok: bool
+    now: float
+    last_ok: float | None
+    manifest_errors: int
+    drained: bool
+    passes: int = 1
+    actions: Tally = field(default_factory=dict)
+    git_state: str | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        recs = sorted(self.records, key=lambda r: r.name)
+        yield family("reconcile_build_info", [((__version__,), 1)])
+        yield family("reconcile_info", [((self.node, self.revision), 1)])
+        yield from _instances(recs)
+        sets = group(recs)  # per deployment, as kube-state-metrics has them
+        yield family("reconcile_deployment_replicas", [((rs.name,), rs.desired) for rs in sets])
+        yield family("reconcile_deployment_ready_replicas", [((rs.name,), rs.ready) for rs in sets])
+        yield family("reconcile_devices", _devices(recs, self.inventory))
+        yield family("reconcile_device_memory_bytes", _device_memory(recs, self.inventory))
+        yield from self._figures()
+
+    def _figures(self) -> Iterator[Metric]:
+        yield family("reconcile_last_pass_duration_seconds", round(self.seconds, 6))
+        yield family(PASSES, self.passes)
+        yield family(ACTIONS, sorted(self.actions.items()))
+        yield family("reconcile_last_pass_ok", int(self.ok))
+        yield family("reconcile_last_pass_timestamp_seconds", round(self.now, 3))
+        yield family(LAST_OK, round(self.last_ok or 0, 3))
+        yield family("reconcile_manifest_errors", self.manifest_errors)
+        yield family("reconcile_node_drained", int(self.drained))
+        if self.git_state is not None:
+            states = gitsource.STATES
+            yield family(GIT_STATE, [((s,), int(s == self.git_state)) for s in states])
+
+
+def _instances(recs: list[Record]) -> Iterator[Metric]:
+    """Each record's series: ``sum by (deployment)`` adds a deployment's replicas up."""
+    who = [((base_name(r.name), r.name), r) for r in recs]
+    by_phase = [((str(p),), sum(r.phase is p for r in recs)) for p in Phase]
+    yield family("reconcile_deployments", by_phase)
+    phases = [((*w, str(p)), int(r.phase is p)) for w, r in who for p in Phase]
+    yield family("reconcile_deployment_phase", phases)
+    yield family("reconcile_deployment_ready", [(w, int(r.phase is Phase.READY)) for w, r in who])
+    yield family("reconcile_deployment_restarts_total", [(w, r.restarts) for w, r in who])
+
+
+def _devices(recs: list[Record], inventory: Inventory) -> Series:
+    held = {d for r in recs if r.holds for d in r.devices}
+    for kind in sorted({d.kind for d in inventory.devices}):
+        keys = [d.key for d in inventory.devices if d.kind == kind]
+        taken = sum(k in held for k in keys)
+        yield (kind, "held"), taken
+        yield (kind, "free"), len(keys) - taken
+
+
+def _device_memory(recs: list[Record], inventory: Inventory) -> Series:
+    """Each device's memory (declared, or NVML's) and what the records lease of it: a
+    record with no memory request holds the whole device. Unknown memory: no series."""
+    for device in inventory.devices:
+        if (total := device.memory) is None:
+            continue
+        holders = [r for r in recs if r.holds and device.key in r.devices]
+        leased = sum(total if r.memory is None else r.memory for r in holders)
+        yield (device.key, "total"), total
+        yield (device.key, "leased"), min(leased, total)
+
+
 class _Latest:
-    """The newest pass's figures, shared with the HTTP server's threads."""
+    """The newest pass's figures, read by the HTTP server's threads: the pass swaps the
+    reference whole (one store), so a reader needs no lock."""
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.figures: Collector | None = None  # before the first pass: _BeforeFirstPass
-
-    def set(self, figures: Collector) -> None:
-        with self.lock:
-            self.figures = figures
-
-    def get(self) -> str:
-        with self.lock:
-            figures = self.figures
-        return render(figures if figures is not None else _BeforeFirstPass())
+    figures: Collector = BeforeFirstPass()
 
 
 LATEST = _Latest()
@@ -83,7 +203,7 @@ def add_source(text: Callable[[], str]) -> None:
 
 def current() -> str:
     """The last pass's metrics plus every registered source, rendered now."""
-    return LATEST.get() + "".join(text() for text in SOURCES)
+    return render(LATEST.figures) + "".join(text() for text in SOURCES)
 
 
 def exporters(config: Config, inventory: Inventory) -> list[Exporter]:
@@ -106,22 +226,21 @@ class Exporter:
             self.last_ok = now
         self.passes += 1
         self.actions.update(result.outcomes)
-        LATEST.set(
-            PassFigures(
-                records=sorted(result.records.values(), key=lambda r: r.name),
-                inventory=self.inventory,
-                node=self.config.node,
-                revision=_revision(result.records.values()),
-                seconds=seconds,
-                ok=result.ok,
-                now=now,
-                last_ok=self.last_ok,
-                manifest_errors=len(result.errors),
-                drained=_drained(self.config),
-                passes=self.passes,
-                actions=dict(self.actions),
-                git_state=_git_state(self.config, result),
-            )
+        records = list(result.records.values())
+        LATEST.figures = PassFigures(
+            records=records,
+            inventory=self.inventory,
+            node=self.config.node,
+            revision=",".join(sorted({r.revision for r in records if r.revision})),
+            seconds=seconds,
+            ok=result.ok,
+            now=now,
+            last_ok=self.last_ok,
+            manifest_errors=len(result.errors),
+            drained=_drained(self.config),
+            passes=self.passes,
+            actions=dict(self.actions),
+            git_state=_git_state(self.config, result),
         )
         if self.config.metrics_file is not None:
             # write_atomic, not write_to_textfile: that one neither fsyncs nor sets the
@@ -136,23 +255,18 @@ class Exporter:
 
 def _previous(config: Config) -> tuple[float, int, Counter[tuple[str, str]]]:
     """The last success and the counters the metrics file holds (0s without one)."""
-    actions: Counter[tuple[str, str]] = Counter()
-    if config.metrics_file is None:
-        return 0.0, 0, actions
     try:
-        text = config.metrics_file.read_text()
+        text = config.metrics_file.read_text() if config.metrics_file else ""
         samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
     except (OSError, UnicodeDecodeError, ValueError):  # a torn or hand-edited file: from 0
-        return 0.0, 0, actions
-    last_ok, passes = 0.0, 0
-    for s in samples:
-        if s.name == ACTIONS:
-            actions[(s.labels.get("action", ""), s.labels.get("outcome", ""))] = int(s.value)
-        elif s.name == PASSES:
-            passes = int(s.value)
-        elif s.name == LAST_OK:
-            last_ok = s.value
-    return last_ok, passes, actions
+        samples = []
+    last = {s.name: s.value for s in samples}
+    actions = {
+        (s.labels.get("action", ""), s.labels.get("outcome", "")): int(s.value)
+        for s in samples
+        if s.name == ACTIONS
+    }
+    return last.get(LAST_OK, 0.0), int(last.get(PASSES, 0)), Counter(actions)
 
 
 def _drained(config: Config) -> bool:
@@ -163,11 +277,6 @@ def _drained(config: Config) -> bool:
     return drain is not None and drain.active(datetime.now(UTC), bootclock.read())
 
 
-def _revision(records: Iterable[Record]) -> str:
-    revs = sorted({r.revision for r in records if r.revision})
-    return ",".join(revs)
-
-
 def _git_state(config: Config, result: PassResult) -> str | None:
     """The git source's state after this pass (None: no git source, or its file unreadable)."""
     if config.git is None:
@@ -176,237 +285,3 @@ def _git_state(config: Config, result: PassResult) -> str | None:
     if st is None:
         return None
     return gitsource.state_of(st, [str(r.phase) for r in result.ours()])[0]
-
-
-# -- the families ----------------------------------------------------------------------------
-
-
-def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, help_text, value=value)
-
-
-def _build_info() -> GaugeMetricFamily:
-    info = GaugeMetricFamily(
-        "reconcile_build_info", "The running reconcile's version (always 1).", labels=["version"]
-    )
-    info.add_metric([__version__], 1)
-    return info
-
-
-class _BeforeFirstPass(Collector):
-    """What ``/metrics`` says before the first pass ends: alerts need no ``absent()``."""
-
-    def collect(self) -> Iterator[Metric]:
-        yield _build_info()
-        yield CounterMetricFamily(PASSES, PASSES_HELP, value=0)
-        yield _gauge(LAST_OK, "When a pass last converged (Unix time; 0: not yet).", 0)
-
-
-def _before_first_pass() -> str:
-    return render(_BeforeFirstPass())
-
-
-@dataclass(frozen=True)
-class PassFigures(Collector):
-    """One pass's figures (records sorted by name), rendered when scraped."""
-
-    records: list[Record]
-    inventory: Inventory
-    node: str
-    revision: str
-    seconds: float
-    ok: bool
-    now: float
-    last_ok: float | None
-    manifest_errors: int
-    drained: bool
-    passes: int = 1
-    actions: Tally = field(default_factory=dict)
-    git_state: str | None = None
-
-    def collect(self) -> Iterator[Metric]:
-        yield _build_info()
-        info = GaugeMetricFamily(
-            "reconcile_info",
-            "This node and the manifests revision its records came from.",
-            labels=["node", "revision"],
-        )
-        info.add_metric([self.node, self.revision], 1)
-        yield info
-        yield from _instances(self.records)
-        yield from _replicas(self.records)
-        yield _devices(self.records, self.inventory)
-        yield _device_memory(self.records, self.inventory)
-        yield from self._pass()
-        yield from self._state()
-
-    def _pass(self) -> Iterator[Metric]:
-        yield _gauge(
-            "reconcile_last_pass_duration_seconds",
-            "How long the last pass took.",
-            round(self.seconds, 6),
-        )
-        yield CounterMetricFamily(PASSES, PASSES_HELP, value=self.passes)
-        actions = CounterMetricFamily(
-            ACTIONS,
-            "Actions applied, by action and outcome (ok, failed).",
-            labels=["action", "outcome"],
-        )
-        for (action, outcome), count in sorted(self.actions.items()):
-            actions.add_metric([action, outcome], count)
-        yield actions
-        yield _gauge(
-            "reconcile_last_pass_ok",
-            "1 when the last pass converged: valid manifests, nothing Pending or Failed.",
-            int(self.ok),
-        )
-        yield _gauge(
-            "reconcile_last_pass_timestamp_seconds",
-            "When the last pass ended (Unix time).",
-            round(self.now, 3),
-        )
-        yield _gauge(
-            LAST_OK,
-            "When a pass last converged (Unix time; 0: not yet).",
-            round(self.last_ok or 0, 3),
-        )
-
-    def _state(self) -> Iterator[Metric]:
-        yield _gauge(
-            "reconcile_manifest_errors",
-            "Manifest errors the last pass found.",
-            self.manifest_errors,
-        )
-        yield _gauge("reconcile_node_drained", "1 while the node is drained.", int(self.drained))
-        if self.git_state is not None:
-            git = GaugeMetricFamily(
-                GIT_STATE,
-                "1 for the state the git source is in (reconcile source).",
-                labels=["state"],
-            )
-            for state in gitsource.STATES:
-                git.add_metric([state], int(state == self.git_state))
-            yield git
-
-
-def exposition(
-    *,
-    records: Iterable[Record],
-    inventory: Inventory,
-    node: str,
-    revision: str,
-    seconds: float,
-    ok: bool,
-    now: float,
-    last_ok: float | None,
-    manifest_errors: int,
-    drained: bool,
-    passes: int = 1,
-    actions: Tally | None = None,
-    git_state: str | None = None,
-) -> str:
-    """One pass's metrics as Prometheus text."""
-    return render(
-        PassFigures(
-            records=sorted(records, key=lambda r: r.name),
-            inventory=inventory,
-            node=node,
-            revision=revision,
-            seconds=seconds,
-            ok=ok,
-            now=now,
-            last_ok=last_ok,
-            manifest_errors=manifest_errors,
-            drained=drained,
-            passes=passes,
-            actions=dict(actions or {}),
-            git_state=git_state,
-        )
-    )
-
-
-INSTANCE = ["deployment", "instance"]
-
-
-def _instances(recs: list[Record]) -> Iterator[Metric]:
-    """The series of each record: every replica (and rolling ``@next``) is an ``instance``
-    of its ``deployment``, so ``sum by (deployment)`` adds its replicas up."""
-    deployments = GaugeMetricFamily(
-        "reconcile_deployments",
-        "Deployment instances (replicas) on this node by phase.",
-        labels=["phase"],
-    )
-    for phase in Phase:
-        deployments.add_metric([str(phase)], sum(r.phase is phase for r in recs))
-    phases = GaugeMetricFamily(
-        "reconcile_deployment_phase",
-        "1 for the phase each instance is in.",
-        labels=[*INSTANCE, "phase"],
-    )
-    ready = GaugeMetricFamily(
-        "reconcile_deployment_ready", "1 when the instance's engine is Ready.", labels=INSTANCE
-    )
-    restarts = CounterMetricFamily(
-        "reconcile_deployment_restarts_total",
-        "Restarts of each instance's engine (its record's count).",
-        labels=INSTANCE,
-    )
-    for rec in recs:
-        who = [base_name(rec.name), rec.name]
-        for phase in Phase:
-            phases.add_metric([*who, str(phase)], int(rec.phase is phase))
-        ready.add_metric(who, int(rec.phase is Phase.READY))
-        restarts.add_metric(who, rec.restarts)
-    yield from (deployments, phases, ready, restarts)
-
-
-def _replicas(recs: list[Record]) -> Iterator[Metric]:
-    """Per deployment, as kube-state-metrics has them: desired and Ready replicas."""
-    sets = group(recs)
-    desired = GaugeMetricFamily(
-        "reconcile_deployment_replicas",
-        "Replicas each deployment should run.",
-        labels=["deployment"],
-    )
-    ready = GaugeMetricFamily(
-        "reconcile_deployment_ready_replicas",
-        "Replicas of each deployment with a Ready instance.",
-        labels=["deployment"],
-    )
-    for rs in sets:
-        desired.add_metric([rs.name], rs.desired)
-        ready.add_metric([rs.name], rs.ready)
-    yield from (desired, ready)
-
-
-def _devices(recs: list[Record], inventory: Inventory) -> Metric:
-    held = {d for r in recs if r.holds for d in r.devices}
-    devices = GaugeMetricFamily(
-        "reconcile_devices",
-        "Devices of the inventory, free or held, by kind.",
-        labels=["kind", "state"],
-    )
-    for kind in sorted({d.kind for d in inventory.devices}):
-        keys = [d.key for d in inventory.devices if d.kind == kind]
-        taken = sum(k in held for k in keys)
-        devices.add_metric([kind, "held"], taken)
-        devices.add_metric([kind, "free"], len(keys) - taken)
-    return devices
-
-
-def _device_memory(recs: list[Record], inventory: Inventory) -> Metric:
-    """Each device's memory (declared, or NVML's) and what the records lease of it: a
-    record with no memory request holds the whole device. Unknown memory: no series."""
-    memory = GaugeMetricFamily(
-        "reconcile_device_memory_bytes",
-        "Device memory in bytes: total, and leased by the instances.",
-        labels=["device", "state"],
-    )
-    for device in inventory.devices:
-        if device.memory is None:
-            continue
-        holders = [r for r in recs if r.holds and device.key in r.devices]
-        leased = sum(device.memory if r.memory is None else r.memory for r in holders)
-        memory.add_metric([device.key, "total"], device.memory)
-        memory.add_metric([device.key, "leased"], min(leased, device.memory))
-    return memory

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.core.devices.inventory import Device, Inventory
 from controller.core.state import Phase, Record
-from controller.daemon.metrics import _before_first_pass, exposition
+from controller.daemon.metrics import BeforeFirstPass, PassFigures, render
 from controller.daemon.webhooks import Sender
 from controller.gateway.accounting.enginemetrics import EngineLoad
 from controller.gateway.accounting.metrics import GatewayMetrics
@@ -50,7 +50,7 @@ def _daemon_text() -> str:
         Record(name="web", owner="o", node="n", phase=Phase.READY, restarts=2),
         Record(name="web@1", owner="o", node="n", phase=Phase.PENDING),
     ]
-    return exposition(
+    figures = PassFigures(
         records=recs,
         inventory=Inventory(devices=(Device(kind="nvidia", id="0", memory=80 * 2**30),)),
         node="n",
@@ -65,6 +65,7 @@ def _daemon_text() -> str:
         actions={("start", "ok"): 1},
         git_state=gitsource.STATES[0],
     )
+    return render(figures)
 
 
 def _gateway_text() -> str:
@@ -90,7 +91,7 @@ def _notifications_text(state: Path) -> str:
 
 def current(state: Path) -> Shape:
     return {
-        "before-first-pass": shape(_before_first_pass()),
+        "before-first-pass": shape(render(BeforeFirstPass())),
         "daemon": shape(_daemon_text()),
         "gateway": shape(_gateway_text()),
         "notifications": shape(_notifications_text(state)),

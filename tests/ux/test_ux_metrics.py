@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.core.devices.inventory import Device, Inventory
 from controller.core.state import Phase, Record
-from controller.daemon.metrics import exposition
+from controller.daemon.metrics import PassFigures, render
 from controller.store.config import accesstoken
 
 
@@ -23,7 +23,7 @@ def one_pass(
     records: list[Record], inventory: Inventory, node: str = "n", revision: str = ""
 ) -> str:
     """The metrics of one converged pass over ``records``."""
-    return exposition(
+    figures = PassFigures(
         records=records,
         inventory=inventory,
         node=node,
@@ -35,6 +35,7 @@ def one_pass(
         manifest_errors=0,
         drained=False,
     )
+    return render(figures)
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -27,7 +27,7 @@ RECORDS = [
 
 
 def _text() -> str:
-    return metrics.exposition(
+    figures = metrics.PassFigures(
         records=RECORDS,
         inventory=Inventory(),
         node="n",
@@ -41,6 +41,7 @@ def _text() -> str:
         passes=7,
         actions={("start", "ok"): 3, ("start", "failed"): 1, ("stop", "ok"): 2},
     )
+    return metrics.render(figures)
 
 
 def _families(text: str) -> dict[str, object]:
@@ -72,7 +73,7 @@ def test_names_types_and_values() -> None:
 
 
 def test_before_the_first_pass_the_alerting_series_exist() -> None:
-    families = _families(metrics._before_first_pass())
+    families = _families(metrics.render(metrics.BeforeFirstPass()))
     assert {"reconcile_build_info", "reconcile_passes"} <= set(families)
     assert "reconcile_last_successful_pass_timestamp_seconds" in families
 
@@ -86,7 +87,7 @@ PROMTOOL = os.environ.get("PROMTOOL") or shutil.which("promtool")
 @pytest.mark.parametrize("which", ["after-a-pass", "before-the-first"])
 def test_promtool_check_metrics_is_clean(which: str) -> None:
     assert PROMTOOL is not None
-    text = _text() if which == "after-a-pass" else metrics._before_first_pass()
+    text = _text() if which == "after-a-pass" else metrics.render(metrics.BeforeFirstPass())
     check = subprocess.run(
         [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
     )

@@ -18,18 +18,13 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
-from typing import TypeVar
+from collections.abc import Iterable, Iterator, Mapping
 
 from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from controller.gateway.accounting.enginemetrics import EngineLoad
 
@@ -39,7 +34,36 @@ Labels = tuple[str, str]  # (deployment, key label)
 Instance = tuple[str, str]  # (deployment, instance: its record's name)
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]  # sample name, sorted labels
 Carried = dict[str, dict[SampleKey, float]]  # family name -> a predecessor's samples
-_L = TypeVar("_L", bound=tuple[str, ...])  # a series' label values
+LE = (*map(str, BUCKETS), "+Inf")  # the bucket bounds as the `le` label shows them
+INSTANCE = ("deployment", "instance")
+KEYED = ("deployment", "key")
+
+# fmt: off
+# Every family, in the order /metrics shows them: name -> type, label names, HELP
+FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
+    f"{PREFIX}requests_total": ("counter", KEYED, "Requests through the gateway."),
+    f"{PREFIX}errors_total": ("counter", (*KEYED, "class"),
+        "Answers with status 4xx or 5xx, by class."),
+    f"{PREFIX}ejections_total": ("counter", INSTANCE,
+        "Times passive health ejected an instance (failures in a row)."),
+    f"{PREFIX}inflight": ("gauge", INSTANCE, "Requests being forwarded now, per instance."),
+    f"{PREFIX}request_seconds": ("histogram", KEYED, "Time to the end of the answer."),
+    f"{PREFIX}tokens_total": ("counter", (*KEYED, "kind"),
+        "Tokens the engines' usage counted, by kind (prompt, completion)."),
+    f"{PREFIX}time_to_first_token_seconds": ("histogram", ("deployment",),
+        "Time to the first byte of the answer (a stream's first token)."),
+    f"{PREFIX}swaps_avoided_total": ("counter", ("deployment",),
+        "Times OnDemand requests waited for a rival's queue instead of a swap."),
+    f"{PREFIX}request_log_dropped_total": ("counter", (),
+        "Request log lines dropped: the writer fell behind or the disk failed."),
+    f"{PREFIX}fallbacks_total": ("counter", ("model", "to", "reason"),
+        "Requests sent to a fallback model, by why (not_ready, ejected, limit)."),
+    "reconcile_engine_requests_waiting": ("gauge", INSTANCE,
+        "Requests waiting in the engine's own queue, as its /metrics says."),
+    "reconcile_engine_kv_cache_usage_ratio": ("gauge", INSTANCE,
+        "The engine's KV cache in use, 0 to 1, as its /metrics says."),
+}
+# fmt: on
 
 
 class _Histogram:
@@ -48,12 +72,22 @@ class _Histogram:
     def __init__(self) -> None:
         self.counts = [0] * (len(BUCKETS) + 1)
         self.total = 0.0
-        self.n = 0
 
     def observe(self, value: float) -> None:
         self.counts[bisect.bisect_left(BUCKETS, value)] += 1
         self.total += value
-        self.n += 1
+
+    def samples(self, metric: Metric, labels: dict[str, str]) -> None:
+        """Its samples in ``metric``: the buckets cumulative, as Prometheus wants them."""
+        running = 0
+        for bound, count in zip(LE, self.counts, strict=True):
+            running += count
+            metric.add_sample(f"{metric.name}_bucket", {**labels, "le": bound}, float(running))
+        metric.add_sample(f"{metric.name}_count", labels, float(running))
+        metric.add_sample(f"{metric.name}_sum", labels, self.total)
+
+
+Series = Iterable[tuple[tuple[str, ...], float | _Histogram | None]]  # label values, value
 
 
 class GatewayMetrics(Collector):
@@ -138,125 +172,43 @@ class GatewayMetrics(Collector):
         return generate_latest(self).decode()
 
     def collect(self) -> Iterator[Metric]:
-        carried = self.carried
-        for family in (*self._traffic(), *self._answers(), *self._engines()):
+        """Each family of ``FAMILIES`` from a copy of its dict (see the docstring), plus
+        what predecessors counted."""
+        carried, engines = self.carried, list(self.engines.items())
+        series: dict[str, Series] = {
+            f"{PREFIX}requests_total": list(self.requests.items()),
+            f"{PREFIX}errors_total": list(self.errors.items()),
+            f"{PREFIX}ejections_total": list(self.ejections.items()),
+            f"{PREFIX}inflight": list(self.inflight.items()),
+            f"{PREFIX}request_seconds": list(self.latency.items()),
+            f"{PREFIX}tokens_total": list(self.tokens.items()),
+            f"{PREFIX}time_to_first_token_seconds": _per(self.first_token),
+            f"{PREFIX}swaps_avoided_total": _per(self.swaps_avoided),
+            f"{PREFIX}request_log_dropped_total": [((), self.log_dropped)],
+            f"{PREFIX}fallbacks_total": list(self.fallbacks.items()),
+            "reconcile_engine_requests_waiting": [(who, e.waiting) for who, e in engines],
+            "reconcile_engine_kv_cache_usage_ratio": [(who, e.kv_cache) for who, e in engines],
+        }
+        for name in FAMILIES:  # in the table's order
+            family = _family(name, series[name])
             extra = carried.get(family.name)
             yield _plus(family, extra) if extra else family
 
-    def _traffic(self) -> Iterator[Metric]:
-        requests = _counter("requests_total", "Requests through the gateway.", "deployment", "key")
-        _fill(requests, self.requests)
-        errors = _counter(
-            "errors_total",
-            "Answers with status 4xx or 5xx, by class.",
-            "deployment",
-            "key",
-            "class",
-        )
-        _fill(errors, self.errors)
-        ejections = _counter(
-            "ejections_total",
-            "Times passive health ejected an instance (failures in a row).",
-            "deployment",
-            "instance",
-        )
-        _fill(ejections, self.ejections)
-        inflight = GaugeMetricFamily(
-            f"{PREFIX}inflight",
-            "Requests being forwarded now, per instance.",
-            labels=["deployment", "instance"],
-        )
-        _fill(inflight, self.inflight)
-        latency = _histogram(
-            "request_seconds",
-            "Time to the end of the answer.",
-            ["deployment", "key"],
-            list(self.latency.items()),
-        )
-        yield from (requests, errors, ejections, inflight, latency)
 
-    def _answers(self) -> Iterator[Metric]:
-        tokens = _counter(
-            "tokens_total",
-            "Tokens the engines' usage counted, by kind (prompt, completion).",
-            "deployment",
-            "key",
-            "kind",
-        )
-        _fill(tokens, self.tokens)
-        yield tokens
-        yield _histogram(
-            "time_to_first_token_seconds",
-            "Time to the first byte of the answer (a stream's first token).",
-            ["deployment"],
-            [((dep,), hist) for dep, hist in list(self.first_token.items())],
-        )
-        avoided = _counter(
-            "swaps_avoided_total",
-            "Times OnDemand requests waited for a rival's queue instead of a swap.",
-            "deployment",
-        )
-        _fill(avoided, {(dep,): n for dep, n in list(self.swaps_avoided.items())})
-        yield avoided
-        yield CounterMetricFamily(
-            f"{PREFIX}request_log_dropped_total",
-            "Request log lines dropped: the writer fell behind or the disk failed.",
-            value=self.log_dropped,
-        )
-        fallbacks = _counter(
-            "fallbacks_total",
-            "Requests sent to a fallback model, by why (not_ready, ejected, limit).",
-            "model",
-            "to",
-            "reason",
-        )
-        _fill(fallbacks, self.fallbacks)
-        yield fallbacks
-
-    def _engines(self) -> Iterator[Metric]:
-        engines = sorted(list(self.engines.items()))
-        waiting = GaugeMetricFamily(
-            "reconcile_engine_requests_waiting",
-            "Requests waiting in the engine's own queue, as its /metrics says.",
-            labels=["deployment", "instance"],
-        )
-        kv = GaugeMetricFamily(
-            "reconcile_engine_kv_cache_usage_ratio",
-            "The engine's KV cache in use, 0 to 1, as its /metrics says.",
-            labels=["deployment", "instance"],
-        )
-        for labels, load in engines:
-            if load.waiting is not None:
-                waiting.add_metric(labels, load.waiting)
-            if load.kv_cache is not None:
-                kv.add_metric(labels, load.kv_cache)
-        yield from (waiting, kv)
+def _per(by_deployment: Mapping[str, float | _Histogram]) -> Series:
+    return [((dep,), value) for dep, value in list(by_deployment.items())]
 
 
-def _counter(name: str, help_text: str, *labels: str) -> CounterMetricFamily:
-    return CounterMetricFamily(f"{PREFIX}{name}", help_text, labels=list(labels))
-
-
-def _fill(family: CounterMetricFamily | GaugeMetricFamily, counts: Mapping[_L, int]) -> None:
-    """One sample per label set, in label order (a copy first: see the docstring)."""
-    for labels, n in sorted(list(counts.items())):
-        family.add_metric(list(labels), n)
-
-
-def _histogram(
-    name: str,
-    help_text: str,
-    names: list[str],
-    series: list[tuple[tuple[str, ...], _Histogram]],
-) -> HistogramMetricFamily:
-    """One histogram per label set; the buckets cumulative, as Prometheus wants them."""
-    family = HistogramMetricFamily(f"{PREFIX}{name}", help_text, labels=names)
-    for labels, hist in sorted(series, key=lambda item: item[0]):
-        running, buckets = 0, []
-        for bound, count in zip((*map(str, BUCKETS), "+Inf"), hist.counts, strict=True):
-            running += count
-            buckets.append((bound, float(running)))
-        family.add_metric(list(labels), buckets, hist.total)
+def _family(name: str, series: Series) -> Metric:
+    """``name``'s family as ``FAMILIES`` declares it, one series per label set in order."""
+    kind, labels, help_text = FAMILIES[name]
+    family = Metric(name.removesuffix("_total"), help_text, kind)
+    for values, value in sorted(series, key=lambda item: item[0]):
+        where = dict(zip(labels, values, strict=True))
+        if isinstance(value, _Histogram):
+            value.samples(family, where)
+        elif value is not None:  # None: an engine that does not state this figure
+            family.add_sample(name, where, value)
     return family
 
 
@@ -265,10 +217,9 @@ def _plus(family: Metric, extra: Mapping[SampleKey, float]) -> Metric:
     values = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in family.samples}
     for key, value in extra.items():
         values[key] = values.get(key, 0.0) + value
-    out = Metric(family.name, family.documentation, family.type)
-    for (name, labels), value in sorted(values.items(), key=_series_order):
-        out.add_sample(name, dict(labels), value)
-    return out
+    ordered = sorted(values.items(), key=_series_order)
+    family.samples = [Sample(name, dict(labels), value) for (name, labels), value in ordered]
+    return family
 
 
 def _series_order(item: tuple[SampleKey, float]) -> tuple[object, ...]:
