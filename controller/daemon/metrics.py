@@ -78,6 +78,8 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {  # name: type, label n
     "reconcile_manifest_errors": ("gauge", (), "Manifest errors the last pass found."),
     "reconcile_node_drained": ("gauge", (), "1 while the node is drained."),
     GIT_STATE: ("gauge", ("state",), "1 for the state the git source is in (reconcile source)."),
+    "reconcile_notifications_total": ("counter", ("result",),  # daemon/webhooks.py
+        "Notifications this daemon posted, by result."),
 }
 # fmt: on
 
@@ -97,6 +99,16 @@ def family(name: str, series: Series | float) -> Metric:
 
 def render(collector: Collector) -> str:
     return generate_latest(collector).decode()
+
+
+class Families(Collector):
+    """Families already built, as a collector of their own (to render them alone)."""
+
+    def __init__(self, *families: Metric) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
 
 
 class BeforeFirstPass(Collector):

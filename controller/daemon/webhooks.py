@@ -20,7 +20,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -39,6 +39,7 @@ RETRY_MAX = 300.0  # ... up to this
 TIMEOUT = 10.0  # seconds one POST may take
 POLL = 1.0  # seconds between looks at the queue (a CLI's `rollback` queues from outside)
 METRIC = "reconcile_notifications_total"
+RESULTS = ("delivered", "failed", "dropped")
 
 
 @dataclass
@@ -173,23 +174,12 @@ class Sender:
         with self._lock:
             counts = dict(self.counts)
         counts["dropped"] = counts.get("dropped", 0) + outbox.DROPPED.value
-        # prometheus-client is imported here: its package brings http.server and ssl, which
-        # a daemon without --metrics-* never needs (tests/test_layering.py)
-        from prometheus_client.exposition import generate_latest
-        from prometheus_client.metrics_core import CounterMetricFamily
-        from prometheus_client.registry import Collector
+        # the metrics module brings prometheus-client, whose package brings http.server and
+        # ssl, which a daemon without --metrics-* never needs (tests/test_layering.py)
+        from controller.daemon import metrics
 
-        family = CounterMetricFamily(
-            METRIC, "Notifications this daemon posted, by result.", labels=["result"]
-        )
-        for result in ("delivered", "failed", "dropped"):
-            family.add_metric([result], counts.get(result, 0))
-
-        class One(Collector):
-            def collect(self) -> Iterator[CounterMetricFamily]:
-                yield family
-
-        return generate_latest(One()).decode()
+        series = [((result,), counts.get(result, 0)) for result in RESULTS]
+        return metrics.render(metrics.Families(metrics.family(METRIC, series)))
 
 
 def post(url: str, body: dict[str, object]) -> str | None:
