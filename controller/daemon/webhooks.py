@@ -38,6 +38,7 @@ RETRY_FIRST = 1.0  # seconds before the first retry, doubling ...
 RETRY_MAX = 300.0  # ... up to this
 TIMEOUT = 10.0  # seconds one POST may take
 POLL = 1.0  # seconds between looks at the queue (a CLI's `rollback` queues from outside)
+# (with no hook in node.yaml a command queues nothing: then only a pass's wake() looks)
 METRIC = "reconcile_notifications_total"
 RESULTS = ("delivered", "failed", "dropped")
 
@@ -77,6 +78,7 @@ class Sender:
         """node.yaml re-read (SIGHUP): the hooks as they are now."""
         with self._lock:
             self.hooks = {hook.id: hook for hook in hooks}
+        self._wake.set()  # with hooks now, it polls again
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -84,7 +86,9 @@ class Sender:
                 self.round()
             except Exception as exc:  # the thread must outlive a bad file
                 log.warning("notifications not sent this round", error=str(exc))
-            self._wake.wait(POLL)
+            with self._lock:
+                hooked = bool(self.hooks)
+            self._wake.wait(POLL if hooked else None)  # none: an idle daemon wakes it not
             self._wake.clear()
 
     def round(self) -> None:

@@ -26,7 +26,9 @@ from controller.core.state import Record
 from controller.store.instances.recordjson import RecordInvalid, from_json
 from controller.store.statedir import StateDir
 
-RESYNC = 2.0  # seconds between looks when no watch event came (the safety net)
+# Seconds between looks when no watch event came: the safety net, and the port's guard's
+# period (process.GUARD_PERIOD), which no file event can stand in for.
+RESYNC = 5.0
 
 Stamp = frozenset[tuple[str, int, int, int]]
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
 import pytest
 
 from controller.gateway.accounting.metrics import BUCKETS, GatewayMetrics
-from controller.gateway.ui.traffic import Totals, Traffic, quantile, totals
+from controller.gateway.ui import traffic as traffic_module
+from controller.gateway.ui.traffic import KEEP, PERIOD, WINDOW, Totals, Traffic, quantile, totals
 
 
 def counts(**at: int) -> tuple[int, ...]:
@@ -59,3 +65,61 @@ def test_a_sample_is_the_change_since_the_last_one() -> None:
     assert series["rps"][0] > series["rps"][1] > 0
     assert series["p50"][-1] == pytest.approx(0.0025)
     assert Totals(5, 1).minus(Totals(4, 1)).requests == 1
+
+
+async def _until(found: Callable[[], bool], what: str) -> None:
+    """Until ``found()``, looked at every loop turn of a few ms (bounded)."""
+    async with asyncio.timeout(30):
+        while not found():
+            await asyncio.sleep(0.005)
+    assert found(), what
+
+
+def test_an_idle_sampler_parks_and_the_page_still_sees_the_quiet_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No request for WINDOW samples: the sampler parks (an idle gateway wakes for
+    nothing); the seconds it slept show as zero samples when the page asks, and the
+    next request wakes it."""
+    monkeypatch.setattr(traffic_module, "PERIOD", 0.02)  # the test's seconds, not the page's
+    asyncio.run(_parks_and_wakes())
+
+
+async def _parks_and_wakes() -> None:
+    metrics = GatewayMetrics()
+    traffic = Traffic(metrics)
+    sampler = asyncio.create_task(traffic.run())
+    try:
+        await _until(lambda: traffic.parked, "parked before any request")
+        metrics.done("web", "-", 200, 0.003)
+        await _until(lambda: "web" in traffic.series, "the request's sample")
+        await _until(lambda: traffic.parked, "parked again once quiet")
+        series = traffic.series["web"]
+        assert series.rps[0] > 0
+        assert list(series.rps)[-WINDOW:] == [0.0] * WINDOW  # quiet: then it parked
+        assert series.p50[-1] is None
+        taken = len(series.at)
+        await _until(lambda: len(traffic.as_json()["web"]["at"]) > taken + 2, "quiet samples")
+        shown = traffic.as_json()["web"]
+        assert shown["rps"][taken:] == [0.0] * (len(shown["rps"]) - taken)
+        assert shown["p50"][taken:] == [None] * (len(shown["p50"]) - taken)
+        assert shown["at"] == sorted(shown["at"])
+        metrics.done("web", "-", 500, 0.003)
+        await _until(lambda: traffic.as_json()["web"]["errors"][-1] > 0, "woken by a request")
+    finally:
+        sampler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampler
+
+
+def test_a_parked_sampler_fills_at_most_what_the_page_keeps() -> None:
+    """A sampler parked for hours fills in KEEP zero samples, not one per second slept."""
+    metrics = GatewayMetrics()
+    traffic = Traffic(metrics)
+    metrics.done("web", "-", 200, 0.003)
+    traffic.sample()
+    traffic.parked = True  # as run() leaves it while it waits for a request
+    traffic.fill(time.monotonic() + 10 * KEEP * PERIOD)
+    shown = traffic.as_json()["web"]
+    assert len(shown["rps"]) == KEEP
+    assert shown["rps"] == [0.0] * KEEP

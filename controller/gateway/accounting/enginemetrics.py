@@ -101,7 +101,9 @@ class Reader:
     """Reads every Ready engine's ``/metrics`` every ``EVERY`` seconds, off the request
     path, each read bounded by ``TIMEOUT``; an engine that answers with none of the series
     above (no metrics, or an engine of another kind) is not asked again until it is
-    another engine (a new nonce), and keeps ``inflight`` as its only signal."""
+    another engine (a new nonce), and keeps ``inflight`` as its only signal. With no
+    engine to ask, it sleeps until ``changed`` (the table's next update) says the records
+    changed: an idle gateway wakes for none."""
 
     def __init__(
         self,
@@ -109,11 +111,13 @@ class Reader:
         records: Callable[[], Iterable[Record]],
         loads: dict[tuple[str, str], EngineLoad],
         after: Callable[[dict[tuple[str, str], EngineLoad], float], Awaitable[None]] | None = None,
+        changed: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._session = session
         self._records = records
         self.loads = loads  # (deployment, instance) -> its last reading (metrics.py shows it)
         self._after = after  # given each reading and its interval (the autoscaler's samples)
+        self._changed = changed  # returns once the records changed (None: read every time)
         self._silent: set[str] = set()  # nonces whose engines state neither signal
 
     async def run(self, every: float = EVERY) -> None:
@@ -121,10 +125,16 @@ class Reader:
             await self.once()
             if self._after is not None and self.loads:
                 await self._after(dict(self.loads), every)
+            # No await between the look and the wait: a change after it ends the wait.
+            if self._changed is not None and not self._askable():
+                await self._changed()
             await asyncio.sleep(every)
 
+    def _askable(self) -> list[Record]:
+        return [r for r in self._records() if _readable(r) and r.nonce not in self._silent]
+
     async def once(self) -> None:
-        ready = [r for r in self._records() if _readable(r) and r.nonce not in self._silent]
+        ready = self._askable()
         found = await asyncio.gather(*(self._read(r) for r in ready))
         live = {r.nonce for r in self._records()}
         self._silent = {n for n in self._silent if n in live}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
@@ -104,6 +104,8 @@ class GatewayMetrics(Collector):
         self.fallbacks: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # routes.py
         self.engines: dict[Instance, EngineLoad] = {}  # the engines' own (enginemetrics.py)
         self.carried: Carried = {}  # predecessors' counters (inherit), replaced whole
+        self.moves = 0  # requests done and counters inherited (the gateway's file follows)
+        self.on_done: Callable[[], None] = _nothing  # the page's sampler wakes (traffic.py)
 
     def inherit(self, text: str) -> None:
         """Add a predecessor's final counters and histograms (its Prometheus text) to
@@ -117,6 +119,7 @@ class GatewayMetrics(Collector):
                 key = (s.name, tuple(sorted(s.labels.items())))
                 into[key] = into.get(key, 0.0) + s.value
         self.carried = carried  # one assignment: a scrape sees the old or the new
+        self.moves += 1
 
     def begin(self, deployment: str, instance: str) -> None:
         """A request forwarded to ``instance`` (``web@1``) of ``deployment``."""
@@ -136,6 +139,8 @@ class GatewayMetrics(Collector):
         if hist is None:
             hist = self.latency[(deployment, key)] = _Histogram()
         hist.observe(seconds)
+        self.moves += 1
+        self.on_done()
 
     def ejected(self, deployment: str, instance: str) -> None:
         """Passive health took ``instance`` out of the rotation (gateway/routing/health.py)."""
@@ -228,3 +233,7 @@ def _series_order(item: tuple[SampleKey, float]) -> tuple[object, ...]:
     bound = dict(labels).get("le")
     plain = tuple(pair for pair in labels if pair[0] != "le")
     return (plain, bound is None, float(bound) if bound else 0.0, name)
+
+
+def _nothing() -> None:
+    pass

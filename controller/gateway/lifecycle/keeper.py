@@ -55,7 +55,8 @@ if TYPE_CHECKING:
 log = get_logger("reconcile")
 
 START_WAIT = 20.0  # seconds a new gateway process may take to serve (imports, bind)
-WATCH_PERIOD = 1.0  # seconds between the thread's looks without a pidfd event
+WATCH_PERIOD = 1.0  # seconds between the thread's looks while no gateway is watched
+PIDFD_RESYNC = 60.0  # ... while its pidfd is: its exit wakes the thread, this is a safety net
 NO_PIDFD_PERIOD = 0.1  # ... when the kernel gives no pidfd: liveness by /proc
 DRAIN_SLACK = 2.0  # seconds past the grace period for the gateways' answers (a poll or two)
 DRAIN_RESYNC = 0.5  # seconds between looks at the answers when no watch event came
@@ -248,8 +249,7 @@ class Keeper:
                     pidfd = (watched.nonce, fd) if fd is not None else None
                 fds = [self._poke_r] + ([self._wake.fileno()] if self._wake else [])
                 fds += [pidfd[1]] if pidfd is not None else []
-                period = WATCH_PERIOD if pidfd is not None or watched is None else NO_PIDFD_PERIOD
-                ready, _, _ = select.select(fds, [], [], period)
+                ready, _, _ = select.select(fds, [], [], _period(watched, pidfd is not None))
                 self._drain_pokes()
                 if self._wake is not None and self._wake.fileno() in ready and self._drain_wakes():
                     self._request_pass()
@@ -398,6 +398,15 @@ def _read_answer(fd: int, timeout: float) -> str:
             break
         data += chunk
     return data.decode(errors="replace").strip()
+
+
+def _period(watched: registry.GatewayInfo | None, pidfd: bool) -> float:
+    """How long the thread may sleep when nothing wakes it: a pidfd says when the gateway
+    ends, a poke or a datagram when anything else is to do; without a gateway its next
+    start is tried (after its back-off), without a pidfd its liveness is polled."""
+    if pidfd:
+        return PIDFD_RESYNC
+    return WATCH_PERIOD if watched is None else NO_PIDFD_PERIOD
 
 
 def _pidfd(info: registry.GatewayInfo) -> int | None:

@@ -49,8 +49,10 @@ from controller.store.watch import FolderWatch, visible
 log = get_logger("reconcile")
 
 METRICS_PERIOD = 0.5  # seconds: at most this often the metrics text for the file
+METRICS_RESYNC = 30.0  # seconds: rendered this often though nothing said it changed
 GUARD_PERIOD = 5.0  # seconds between looks at who else listens on the port
 SETTLE = 0.1  # seconds from a watch event to the look (see _turns)
+FIRST_PASS_LOOK = 1.0  # seconds between looks until the first pass (`passed` is not watched)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -156,7 +158,9 @@ class GatewayProcess:
     async def poll(self) -> None:
         """Records, drains and metrics, on the gateway's loop: when the watch of
         ``instances/`` and ``retire/`` says something changed, else every RESYNC seconds
-        (the metrics file then lags the control socket's answer by up to that)."""
+        (the metrics file then lags the control socket's answer by up to that). The
+        metrics text is rendered only when it may have changed (``_metrics_moved``):
+        an idle gateway's turn is a ``scandir`` and the port's guard, nothing more."""
         front = self.gateway.front
         assert front is not None
         front.table.catch_up = self.look  # a name it lacks: a record written since?
@@ -180,6 +184,7 @@ class GatewayProcess:
 
     async def _turns(self, watch: FolderWatch) -> None:
         last_metrics, metrics_at, guard_at = "", 0.0, time.monotonic()
+        rendered: int | None = None  # _metrics_moved at the last render
         while True:
             # Looked at every turn, not only when the listing fails: a listing that fails
             # otherwise keeps its last stamp (a gateway of a removed state dir once served
@@ -194,17 +199,33 @@ class GatewayProcess:
             self._retire_asked()
             now = time.monotonic()
             self._inherit()
-            if now - metrics_at >= METRICS_PERIOD:
-                metrics_at, last_metrics = now, await self._write_metrics(last_metrics)
+            moved = self._metrics_moved()
+            if now - metrics_at >= METRICS_PERIOD and (
+                moved is None or moved != rendered or now - metrics_at >= METRICS_RESYNC
+            ):
+                metrics_at, written = now, await self._write_metrics(last_metrics)
+                if written is not None:  # else not written: tried again next turn
+                    last_metrics, rendered = written, moved
             if now - guard_at >= GUARD_PERIOD:
                 guard_at = now
                 await self._guard_port()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), RESYNC)
+                await asyncio.wait_for(
+                    self._changed.wait(), RESYNC if self._routed else FIRST_PASS_LOOK
+                )
                 # A pass writes in bursts (many records; a recreate deletes the old record
                 # and a later round writes the new one): one look for the burst, SETTLE
                 # after its first event, never later than the old 100 ms poll looked.
                 await asyncio.sleep(SETTLE)
+
+    def _metrics_moved(self) -> int | None:
+        """What says the metrics text changed: requests done and counters inherited
+        (``GatewayMetrics.moves``); None while gauges move by themselves (requests in
+        flight, engines' figures read)."""
+        metrics = self.gateway.metrics
+        if metrics.inflight or metrics.engines:
+            return None
+        return metrics.moves
 
     async def look(self) -> None:
         """The records into the table if the folder changed since the last look: each
@@ -322,25 +343,26 @@ class GatewayProcess:
         except OSError as exc:
             log.warning("gateway counters not handed down", path=str(path), error=str(exc))
 
-    async def _write_metrics(self, last: str) -> str:
+    async def _write_metrics(self, last: str) -> str | None:
         """The metrics text for the daemon's exporter, when it changed (the current
-        gateway alone: a draining one leaves the file to its successor). Rendered on a
-        worker thread (the counters are read through snapshots, as the control socket's
-        scrape does): prometheus-client's text of hundreds of series takes a while, which
-        the requests on the loop must not wait for."""
+        gateway alone: a draining one leaves the file to its successor); the text in the
+        file, None when it was not written. Rendered on a worker thread (the counters are
+        read through snapshots, as the control socket's scrape does): prometheus-client's
+        text of hundreds of series takes a while, which the requests on the loop must not
+        wait for."""
         loop = asyncio.get_running_loop()
         text = await loop.run_in_executor(None, self.gateway.metrics_text)
         if text == last:
             return last
         current = registry.read_current(self.state_dir)
         if current is None or current.nonce != self.nonce:
-            return last
+            return None
         path = registry.metrics_path(self.state_dir)
         try:
             await loop.run_in_executor(None, write_atomic, path, text.encode(), 0o600)
         except OSError as exc:
             log.warning("gateway metrics not written", path=str(path), error=str(exc))
-            return last
+            return None
         return text
 
     # -- the main thread ---------------------------------------------------------------

@@ -125,6 +125,10 @@ class Table:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
+    async def next_change(self) -> None:
+        """Until the table's next change: records, a probe, a retire."""
+        await self._changed.wait()
+
     def probed_ready(self, nonce: str | None) -> None:
         """The gateway's own probe passed for a Starting engine: route to it already."""
         if nonce is not None:

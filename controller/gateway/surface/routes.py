@@ -145,6 +145,7 @@ class Front:
             lambda: list(self.table.records.values()),
             self.metrics.engines,
             figures.write,
+            self.table.next_change,
         )
         task = asyncio.create_task(reader.run())
         yield

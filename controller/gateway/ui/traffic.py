@@ -4,6 +4,11 @@ Sampled every ``PERIOD`` seconds from the gateway's own counters (``GatewayMetri
 read on the gateway's loop, where they are updated): requests/s and errors/s over the
 period, and p50/p99 latency over the last ``WINDOW`` seconds, interpolated within the
 histogram's buckets as Prometheus' ``histogram_quantile`` does.
+
+Only while there is traffic: once ``WINDOW`` samples in a row saw no new request, every
+further sample would be the same zero one (no rate, no quantile), so the sampler parks
+until ``GatewayMetrics.done`` wakes it, and the zero samples of the quiet time are
+filled in then, or when the page asks (``as_json``). An idle gateway wakes for none.
 """
 
 from __future__ import annotations
@@ -112,12 +117,17 @@ class Traffic:
         self.series: dict[str, Series] = {}
         self._last: dict[str, Totals] = {}
         self._last_at = time.monotonic()
+        self._still = WINDOW  # samples in a row with no new request (none counted yet)
+        self.parked = False  # the sampler waits for a request (the quiet time unfilled)
+        self._request = asyncio.Event()
+        metrics.on_done = self._request.set
 
     def sample(self) -> None:
         """One sample of every deployment the gateway has counted (on its loop)."""
         now = time.monotonic()
         seconds = max(now - self._last_at, 1e-3)
         current = totals(self.metrics)
+        self._still = self._still + 1 if current == self._last else 0
         wall = time.time()
         for dep, value in current.items():
             delta = value.minus(self._last.get(dep, Totals()))
@@ -126,8 +136,29 @@ class Traffic:
 
     async def run(self) -> None:
         while True:
+            if self._still >= WINDOW:  # quiet: each sample would be the zero one
+                self.parked = True
+                self._request.clear()
+                await self._request.wait()
+                self.fill()
+                self.parked = False
             await asyncio.sleep(PERIOD)
             self.sample()
 
+    def fill(self, now: float | None = None) -> None:
+        """The zero samples a parked sampler did not take, one each ``PERIOD`` from its
+        last to ``now`` (at most ``KEEP``); their quantile window holds zeros already."""
+        if not self.parked:
+            return
+        wall = time.time()
+        now = time.monotonic() if now is None else now
+        missed = int((now - self._last_at) / PERIOD)
+        for k in range(max(0, missed - KEEP), missed):
+            at = self._last_at + (k + 1) * PERIOD
+            for series in self.series.values():
+                series.add(wall - (now - at), Totals(), PERIOD)
+        self._last_at += missed * PERIOD
+
     def as_json(self) -> dict[str, Any]:
+        self.fill()
         return {dep: s.as_json() for dep, s in sorted(self.series.items())}
