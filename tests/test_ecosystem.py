@@ -30,7 +30,7 @@ def test_the_distribution_is_not_the_strangers_reconcile() -> None:
     assert project["project"]["scripts"] == {"reconcile": "controller.cli.main:entry"}
     assert project["project"]["dynamic"] == ["version"]  # one source: controller.__version__
     assert "setuptools>=77" in project["build-system"]["requires"]
-    assert "watchdog>=4" in project["project"]["dependencies"]
+    assert "watchdog>=7,<8" in project["project"]["dependencies"]
     assert "Apache License" in (REPO / "LICENSE").read_text()
 
 
