@@ -163,6 +163,22 @@ class _Deferred(ModuleType):
         return getattr(importlib.import_module(self.__name__), attr)
 
 
+class _CurrentStderr:
+    """``sys.stderr`` as it is at each write, not as it was at configure time: a stream
+    swapped later (pytest's capture of each test, ``contextlib.redirect_stderr``) and the
+    old one closed must not turn every later log line into "I/O operation on closed
+    file" inside the caller (the gateway's loop, a watch's revive)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+_STDERR = _CurrentStderr()
+
+
 def _configure(verbosity: int, json: bool | None, colour: bool) -> None:
     structlog = structlog_module()
 
@@ -195,7 +211,7 @@ def _configure(verbosity: int, json: bool | None, colour: bool) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(level),
         # one write() a line (print makes two, message then newline): the daemon and its
         # gateway share stderr, and two processes writing a line in two parts interleave
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.WriteLoggerFactory(file=_STDERR),
         cache_logger_on_first_use=True,
     )
 

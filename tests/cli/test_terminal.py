@@ -84,6 +84,22 @@ def test_the_console_log_escapes_what_an_engine_wrote(monkeypatch: pytest.Monkey
     assert shown.count("\n") == 1  # one line: no forged second line
 
 
+def test_the_log_follows_stderr_swapped_after_configure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream swapped after configure (pytest's capture per test, redirect_stderr) and
+    the old one closed: the next line goes to the stream in place, with no "I/O
+    operation on closed file" raised inside whoever logged (a gateway's loop)."""
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    logsetup.configure(0, json=True)
+    logsetup.apply()
+    logsetup.get_logger("t").warning("one")
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", second)
+    logsetup.get_logger("t").warning("two")
+    assert '"event": "two"' in second.getvalue()
+
+
 class _Ready:
     config = SimpleNamespace(state_dir=Path("/nonexistent"))  # no pull to look for
 

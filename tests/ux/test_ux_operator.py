@@ -4,12 +4,11 @@ the real CLI: exit codes cron and CI can trust, `-f FILE`, and errors that say w
 
 from __future__ import annotations
 
+import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
-
-from conftest import demo_command
 
 
 def test_a_missing_folder_fails_validate_and_once_and_prunes_nothing(reconcile: Any) -> None:
@@ -214,7 +213,8 @@ def test_wait_ends_when_a_rolling_update_has_taken_over(reconcile: Any) -> None:
     rc.write("web", **spec)
     rc.converge()
     old = rc.status()["web"]["pid"]
-    rc.write("web", command=demo_command(load_seconds="3"), **spec)
+    engine = [sys.executable, "-m", "controller.demo.engine", "--port", "{port}"]
+    rc.write("web", command=[*engine, "--load-seconds", "3"], **spec)
     rc.converge()
     now = rc.status()
     assert set(now) == {"web"}, now  # no web@next left
