@@ -65,13 +65,14 @@ TIMING = bool(os.environ.get("RECONCILE_TEST_TIMING"))  # print each CLI call's 
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadgroup`` with the groups above, given to the scheduler directly.
+    """``--dist loadgroup`` with the units of tests/workunits.py, given to the scheduler.
 
     pytest-xdist passes a group to its scheduler by appending ``@group`` to each test's
     nodeid on the worker (``item._nodeid``); pytest 9 derives nodeids from a structured
-    id, so that write is lost and every test was scheduled alone (pytest-xdist#1386):
-    module fixtures, a Ray cluster among them, were built on both workers and again at
-    each switch of module. The scheduler's own hook for the scope reads the nodeid here.
+    id, so that write is lost and every test was scheduled alone (pytest-xdist#1386): the
+    Ray tests ran on both workers, a Ray cluster built on each and again at each switch
+    of module, and the namespace cluster's tests could run beside each other. The
+    scheduler's own hook for a test's unit reads the nodeid here instead.
     """
     if config.getvalue("dist") != "loadgroup":
         return None
@@ -82,8 +83,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return work_unit(nodeid)
 
     # Units in collection order, not by their number of tests (xdist's default): the Ray
-    # unit, the longest (~6 min) with few tests, then starts among the first (tests/cluster
-    # sorts early) instead of running alone at the end.
+    # unit, the longest (~6 min), then starts among the first (tests/cluster sorts early)
+    # instead of running alone at the end.
     config.option.loadscopereorder = False
     return ByWorkUnit(config, log)
 
