@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import popens
 import pytest
 import yaml
 from hypothesis import HealthCheck, settings
@@ -97,6 +98,14 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
     os.environ.setdefault(
         "PYTHONPYCACHEPREFIX", str(Path(tempfile.gettempdir(), f"reconcile-pyc-{os.getuid()}"))
     )
+
+
+# Name the test that leaves a child process unreaped (tests/popens.py).
+popens.track()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    popens.report_running()
 
 
 # A soak runs for about ten minutes by design (scripts/soak): it gets an hour, not the
