@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from controller.cli.common import (
@@ -47,6 +48,7 @@ from controller.store.config.node import Config, read_drain
 from controller.store.instances.records import RecordStore
 from controller.store.models import pullstatus
 from controller.store.side.observed import read_all as read_seen
+from controller.store.statedir import StateDir
 
 WATCH_FORMATS = ("table", "wide", "json")
 REFRESHED = "seen now by `status --refresh`; the next pass records it"
@@ -84,9 +86,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         banner = drain_line(cfg.node, _drain_or_none(cfg), datetime.now(UTC), bootclock.read())
         if banner:
             print(banner, file=sys.stderr)
-        from controller.cli.look.sourceverb import summary
-
-        line = summary(cfg.state_dir)  # a git source: what it runs, in one line
+        line = _source_line(cfg.state_dir)
         if line:
             print(line)
         for note in skipped(cfg):  # a fleet: what this node leaves to the others
@@ -268,6 +268,16 @@ def _changes(seen: Look, shown: dict[str, str]) -> tuple[list[dict[str, Any]], l
     for name in gone:
         del shown[name]
     return changed, gone
+
+
+def _source_line(state_dir: Path) -> str | None:
+    """A git source: what it runs, in one line (None: the state dir follows none). The
+    git source's module (subprocess, its codecs) is loaded only where there is one."""
+    if not StateDir(state_dir).git_source.exists():
+        return None
+    from controller.cli.look.sourceverb import summary
+
+    return summary(state_dir)
 
 
 def _drain_or_none(cfg: Config) -> Drain | None:

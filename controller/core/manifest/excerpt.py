@@ -6,7 +6,6 @@ A message quotes what was wrong, never a whole value: a manifest can be anything
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -24,6 +23,8 @@ def did_you_mean(word: str, known: Iterable[str], *, cutoff: float = 0.85) -> st
     ``cutoff``: difflib's similarity needed; a short word (``prot`` for ``port``, 0.75)
     among a few known ones can take a lower one than field names do.
     """
+    import difflib  # only when a message is made (not in every `status`)
+
     names = list(known)
     for name in names:  # same letters, other case or separators: certainly this one
         if _folded(name) == _folded(word):

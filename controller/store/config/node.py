@@ -206,7 +206,10 @@ class GitFlags:
 
 def remembered(state_dir: Path, flags: GitFlags) -> GitFlags:
     """The git source the state dir followed last (``<state>/git/source.json``), the
-    flags given over it; the flags as they are when it follows none."""
+    flags given over it; the flags as they are when it follows none (then the git
+    source's module, subprocess and all, is not loaded: `status` stays light)."""
+    if not StateDir(state_dir).git_source.exists():
+        return flags
     from controller.store.sources.gitsource import read_status
 
     try:
@@ -234,14 +237,14 @@ def _deadline(file: GitFile | None) -> float | None:
 
 def git_source(flags: GitFlags, file: GitFile | None) -> GitSettings | None:
     """Flags over node.yaml's ``git:``, key by key; None when neither names a URL."""
-    from controller.core.manifest.quantity import parse_duration
-    from controller.store.sources.gitsource import settings
-
     url = flags.url or (file.url if file else None)
     if not url:
         if flags.branch or flags.tag or flags.path or flags.interval:
             raise ConfigError("--branch, --tag, --git-path and --interval need --git URL")
         return None
+    from controller.core.manifest.quantity import parse_duration
+    from controller.store.sources.gitsource import settings
+
     interval = flags.interval
     if interval is None and file is not None and file.interval is not None:
         interval = parse_duration(str(file.interval))
