@@ -9,12 +9,11 @@ clock is stepped, and then psutil's figures move with it too.
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from dataclasses import dataclass
 
-from controller.host import procpsutil
+from controller.host import bootclock, procpsutil
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 BOOT_TIME_TTL = 1.0  # seconds
@@ -59,16 +58,12 @@ def boot_time() -> float:
     return _boot[1]
 
 
-@functools.cache
 def boot_id() -> str | None:
-    """This boot's id: ticks after boot identify a process only within one boot."""
+    """This boot's id, paired with start ticks: ticks after boot identify a process only
+    within one boot (bootclock's reading of it)."""
     if procpsutil.ACTIVE:
         return None  # no ticks to pair it with: identities compare start times
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
+    return bootclock.boot_id()
 
 
 def uptime() -> float | None:

@@ -97,7 +97,7 @@ def _sample(line: str) -> tuple[str, float] | None:
     return name.strip(), value
 
 
-class Reader:
+class EngineMetricsReader:
     """Reads every Ready engine's ``/metrics`` every ``EVERY`` seconds, off the request
     path, each read bounded by ``TIMEOUT``; an engine that answers with none of the series
     above (no metrics, or an engine of another kind) is not asked again until it is

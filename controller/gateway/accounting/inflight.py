@@ -7,7 +7,7 @@ sample a second per busy deployment and writes it with the last ones
 with every deployment idle the writer sleeps until a request comes (``Load.on_busy``).
 
 ``EngineFigures`` writes the engines' own figures the same way (``autoscale.metric:
-waiting | kvCache``): after each read of their ``/metrics`` (``enginemetrics.Reader``),
+waiting | kvCache``): after each read of their ``/metrics`` (``enginemetrics.EngineMetricsReader``),
 one sample per deployment and signal, the mean over the instances that stated it.
 """
 

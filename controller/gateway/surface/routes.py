@@ -24,7 +24,7 @@ from aiohttp.typedefs import Handler
 from controller.core.manifest.listen import host_refusal
 from controller.core.state import Phase, Record
 from controller.gateway.accounting import requestlog, usage
-from controller.gateway.accounting.enginemetrics import Reader
+from controller.gateway.accounting.enginemetrics import EngineMetricsReader
 from controller.gateway.accounting.inflight import EngineFigures, InflightCounts, InflightWriter
 from controller.gateway.accounting.keys import Keys, presented
 from controller.gateway.accounting.metrics import GatewayMetrics
@@ -140,7 +140,7 @@ class Front:
         """The engines' own /metrics, read every few seconds while the server runs."""
         figures = EngineFigures(self.demand.state_dir)
         await asyncio.get_running_loop().run_in_executor(None, figures.prune)
-        reader = Reader(
+        reader = EngineMetricsReader(
             self.session,
             lambda: list(self.table.records.values()),
             self.metrics.engines,

@@ -32,7 +32,7 @@ from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.settings import Settings
 from controller.gateway.surface.answers import error
 from controller.gateway.ui import actions
-from controller.gateway.ui.snapshot import Reader
+from controller.gateway.ui.snapshot import NodeReader
 from controller.gateway.ui.traffic import Traffic
 from controller.logsetup import get_logger
 from controller.store.config.accesstoken import QUERY, Token
@@ -68,7 +68,7 @@ class Page:
     metrics: GatewayMetrics
     keys: Callable[[], Keys | None]  # the keys in force (SIGHUP reloads them)
     request_pass: Callable[[], None]
-    reader: Reader = field(init=False)
+    reader: NodeReader = field(init=False)
     traffic: Traffic = field(init=False)
     _reading: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
     _files: dict[str, bytes] = field(init=False, default_factory=dict)
@@ -76,7 +76,7 @@ class Page:
 
     def __post_init__(self) -> None:
         s = self.settings
-        self.reader = Reader(s.state_dir, s.node, s.devices)
+        self.reader = NodeReader(s.state_dir, s.node, s.devices)
         self.token = Token(s.state_dir)
         self.token.current()  # made now when missing: `reconcile ui` finds it
         self.traffic = Traffic(self.metrics)

@@ -34,7 +34,10 @@ INVENTORY_TTL = 5.0  # seconds a discovered inventory is reused (NVML is not fre
 
 
 @dataclass
-class Reader:
+class NodeReader:
+    """What the page shows of the node, read from its state dir: records (watched),
+    inventory (kept a few seconds), device faults, the drain, events."""
+
     state_dir: Path
     node: str
     devices: str | None  # the daemon's static inventory (--devices), else discovery
