@@ -122,6 +122,7 @@ def test_the_checker_catches_an_io_import() -> None:
 
 def test_the_executor_sees_only_the_backend_protocol() -> None:
     reached = closure("controller.reconciler.executor")
+    assert "controller.reconciler.launcher" in reached  # its process side, checked too
     assert "controller.backends.base" in reached
     assert not [m for m in reached if m.startswith("controller.backends.local")]
 

@@ -194,7 +194,7 @@ class Daemon:
     def _hook_front(self, reconciler: Reconciler) -> None:
         if self.front is not None:
             reconciler.after_pass.append(_guarded(self.front.after_pass))
-            reconciler.executor.drain = _guarded(self.front.drain)
+            reconciler.executor.launcher.drain = _guarded(self.front.drain)
 
     def _liveness_answered(self, news: bool) -> None:  # a probe's worker thread
         with self._events:

@@ -1,22 +1,21 @@
 """Applies a plan's actions; never decides. Writes the record after each step.
 
 Every action appends an event to the deployment's journal and logs one line
-(deployment, action, reason, outcome).
+(deployment, action, reason, outcome). The actions that run or stop an engine are the
+:class:`Launcher`'s (`reconciler/launcher.py`); the rest only edit records, here.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import InitVar, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, assert_never
 
 from controller import failpoints
-from controller.backends.base import Backend, Puller, StartRequest
+from controller.backends.base import Backend, Puller
 from controller.core.actions import (
     Adopt,
     AnyAction,
@@ -33,23 +32,18 @@ from controller.core.actions import (
     Reap,
     Reject,
     Release,
-    Replace,
     Restart,
     Resync,
     Start,
     Stop,
     Update,
 )
-from controller.core.manifest.names import instance_of, is_next
-from controller.core.manifest.specs import Entry, base_name, next_name
-from controller.core.plan import backoff
+from controller.core.manifest.specs import base_name
 from controller.core.state import Phase, Record
-from controller.errors import ContainerError, PullingFirst, SpawnError, Unplaceable
 from controller.logsetup import get_logger
-from controller.reconciler.leases import Lease, RecordMaker
+from controller.reconciler.launcher import GatewayDrain, Launcher, Reserve, no_drain, no_reserve
+from controller.reconciler.leases import RecordMaker
 from controller.reconciler.memwait import MemoryGate
-from controller.redact import redact_args
-from controller.store import diskspace
 from controller.store.instances import logfiles
 from controller.store.instances.events import Journal
 from controller.store.instances.outbox import Notifications
@@ -57,44 +51,46 @@ from controller.store.instances.records import RecordStore
 
 log = get_logger("reconcile")
 
-# Before a RollingUpdate stops the old instance: (old, new) -> returns once the front door
-# sends nothing more to the old one and its in-flight requests ended (bounded by the
-# old one's grace period). The daemon injects the gateway's; without one, nothing waits.
-GatewayDrain = Callable[[Record, Record | None], None]
 
-
-def _no_drain(old: Record, new: Record | None) -> None:
-    return None
-
-
-# A round's starts reserved together under the placement lock, in the plan's order: each
-# with its Lease, or the Pending record written instead (the reconciler's: it holds the
-# lock, the inventory and the round's observations). Reserved starts only are returned.
-Reserve = Callable[[Sequence[Start]], list[tuple[Start, Lease | Record]]]
-
-
-def _no_reserve(starts: Sequence[Start]) -> list[tuple[Start, Lease | Record]]:
-    raise RuntimeError("this executor was built without reservations: it cannot start")
-
-
-@dataclass(kw_only=True)
+# slots: setting a name handed on to the launcher (`drain`) fails loudly, not silently.
+@dataclass(kw_only=True, slots=True)
 class Executor:
     store: RecordStore
     backend: Backend
     journal: Journal
     maker: RecordMaker  # builds the records this executor writes
-    log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
-    log_keep: int = logfiles.DEFAULT_KEEP
-    memory: MemoryGate = field(default_factory=MemoryGate)  # NVML's word before a start
-    drain: GatewayDrain = _no_drain
     puller: Puller | None = None  # model pulls (spec.source); None: none are started
-    reserve: Reserve = _no_reserve  # how a start takes its devices and port
     notify: Notifications | None = None  # node.yaml's hooks: queued here, sent off the pass
+    # The launcher's, handed on at construction (the daemon sets `launcher.drain` later).
+    log_max_bytes: InitVar[int] = logfiles.DEFAULT_MAX_BYTES
+    log_keep: InitVar[int] = logfiles.DEFAULT_KEEP
+    memory: InitVar[MemoryGate | None] = None  # NVML's word before a start
+    drain: InitVar[GatewayDrain] = no_drain
+    reserve: InitVar[Reserve] = no_reserve  # how a start takes its devices and port
+    launcher: Launcher = field(init=False)  # the process side: starts and teardowns
     _tally: Counter[tuple[str, str]] = field(default_factory=Counter)
     _tally_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def __post_init__(self) -> None:
-        self.memory.owner_of = self._owner_of
+    def __post_init__(
+        self,
+        log_max_bytes: int,
+        log_keep: int,
+        memory: MemoryGate | None,
+        drain: GatewayDrain,
+        reserve: Reserve,
+    ) -> None:
+        self.launcher = Launcher(
+            store=self.store,
+            backend=self.backend,
+            maker=self.maker,
+            event=self.event,
+            log_max_bytes=log_max_bytes,
+            log_keep=log_keep,
+            memory=MemoryGate() if memory is None else memory,
+            drain=drain,
+            puller=self.puller,
+            reserve=reserve,
+        )
 
     # -- the one entry point ------------------------------------------------------
 
@@ -104,15 +100,15 @@ class Executor:
             case Start():
                 return bool(self.start([action]))
             case Restart():
-                return self._restart(action)
+                return self.launcher.restart(action)
             case Stop():  # and Replace: the old instance goes, the next round starts the new
-                return self._stop(action)
+                return self.launcher.stop(action)
             case Promote():
-                return self._promote(action)
+                return self.launcher.promote(action)
             case Park():
-                return self._park(action)
+                return self.launcher.park(action)
             case Preempt():
-                return self._preempt(action)
+                return self.launcher.preempt(action)
             case Update():
                 return self._update(action)
             case Fail():
@@ -124,9 +120,9 @@ class Executor:
             case Resync():
                 return self._resync(action)
             case Release():
-                return self._release(action)
+                return self.launcher.release(action)
             case Reap():
-                return self._reap(action)
+                return self.launcher.reap(action)
             case Pull():
                 return self._pull(action)
             case Hold():
@@ -163,249 +159,11 @@ class Executor:
             tally, self._tally = dict(self._tally), Counter()
         return tally
 
-    # -- starting -----------------------------------------------------------------
-
     def start(self, starts: Sequence[Start]) -> list[Start]:
-        """Start a round's starts as one batch: reserved together (one placement lock, the
-        plan's order, so the plan's fits are reproduced), then spawned, concurrently up to
-        the backend's launch concurrency. The starts that got a reservation or a Pending
-        record are returned (the rest another pass placed meanwhile)."""
-        reserved = self.reserve(starts)
-        for start, taken in reserved:
-            if is_next(start.name) and isinstance(taken, Lease):  # why a second one starts
-                self.event(start.name, "roll", start.reason, "new instance beside the old")
-        spawns = [(r, s.entry) for s, r in reserved if isinstance(r, Lease)]
-        workers = min(self.backend.launch_concurrency, len(spawns))
-        if workers <= 1:
-            for lease, entry in spawns:
-                self.spawn(lease, entry)
-        else:  # each launch touches only its own record, log and journal
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                list(pool.map(lambda pair: self.spawn(*pair), spawns))
-        return [start for start, _ in reserved]
+        """A round's starts, reserved together then spawned (see :meth:`Launcher.start`)."""
+        return self.launcher.start(starts)
 
-    def spawn(self, lease: Lease, entry: Entry, verb: str = "start") -> bool:
-        """Exec the engine of a reservation record and record its identity; what it runs
-        was rendered once, when the lease was taken."""
-        record, rendered = lease.record, lease.rendered
-        assert record.port is not None and record.nonce is not None
-        name = record.name  # each replica (and `@next`) has its own runtime dir
-        self.store.runtime_dir(name).mkdir(mode=0o700, parents=True, exist_ok=True)
-        # Each replica its own log; a `@next` appends to its instance's (its runs begin
-        # with a marker line naming it), so the log follows the name through a promotion.
-        log_path = self.store.log_path(instance_of(name))
-        logfiles.rotate(log_path, self.log_max_bytes, self.log_keep)
-        logfiles.write_marker(
-            log_path,
-            f"{verb} {name} instance {record.nonce}: {' '.join(redact_args(rendered.argv))}",
-        )
-        short = self.memory.wait(record, lambda why: self.event(name, verb, why, "waiting"))
-        if short is not None:
-            return self._no_memory(record, entry, verb, short)
-        failpoints.hit("executor.spawn.before_exec")
-        launch = StartRequest(entry=entry, record=record, rendered=rendered, log_path=log_path)
-        try:
-            where = self.backend.launch(launch)
-        except Unplaceable as exc:  # the cluster has no room now: Pending, nothing held
-            pending = self.maker.pending(entry, str(exc), name=name)
-            outcome = "pending"
-            if isinstance(exc, PullingFirst):  # on its way by itself: not the user's to fix
-                pending, outcome = replace(pending, phase=Phase.PULLING), "pulling"
-            self.store.write(pending)
-            self.event(name, verb, "placement", outcome, error=str(exc))
-            return True
-        except SpawnError as exc:
-            # A runtime's refusal says its own next move; a missing program has ours.
-            hint = (
-                ""
-                if isinstance(exc, ContainerError)
-                else ": install the engine or set spec.executable"
-            )
-            self._back_off(record, f"{exc}{hint}")
-            self.event(name, verb, "spawn", "failed", error=str(exc))
-            return True
-        failpoints.hit("executor.spawn.before_record")
-        now = self.now()
-        ref = where.ref
-        assert ref is not None
-        started = replace(
-            record,
-            ref=ref,
-            container=where.container,
-            node=where.node,
-            host=where.host,
-            port=where.port,
-            devices=where.devices,
-            phase=Phase.STARTING,
-            started_at=now,
-            ready_deadline_at=now + timedelta(seconds=rendered.deadline_seconds),
-            message="",
-        )
-        self.store.write(started)
-        failpoints.hit("executor.spawn.after_record")
-        if self.puller is not None:
-            self.puller.used(entry, now)
-        devices = ",".join(where.devices) or "none"
-        place = f"devices {devices} port {where.port}"
-        if self.backend.places_engines:
-            place = f"node {where.node[:12]} ({where.host}) {place}"
-        if where.container is not None and where.message:  # its image's pull ended: the digest
-            kept = where.container
-            self.event(name, "pull", where.message, "pulled", image=kept.image, digest=kept.digest)
-        self.event(name, verb, place, f"spawned pid {ref.pid}")
-        return True
-
-    def _no_memory(self, record: Record, entry: Entry, verb: str, why: str) -> bool:
-        """The GPU never freed the memory: back off (keeping the lease), never over-commit."""
-        message = (
-            f"GPU memory not free after {self.memory.timeout:g}s: {why}: "
-            "stop the process holding it or lower spec.devices.memory"
-        )
-        self._back_off(record, message)
-        self.event(record.name, verb, "gpu memory", "not started", error=message)
-        return True
-
-    def _back_off(self, record: Record, message: str) -> None:
-        """Not started: BackOff until the next restart's delay is over, saying why."""
-        delay = backoff(max(record.restarts, 1))
-        until = self.now() + timedelta(seconds=delay)
-        self.store.write(replace(record, phase=Phase.BACKOFF, backoff_until=until, message=message))
-
-    def _terminate(self, rec: Record, reason: str, point: str | None = None) -> None:
-        """Record Terminating, then tear down: a crash between them is finished by a later pass."""
-        try:
-            self.store.write(replace(rec, phase=Phase.TERMINATING, message=reason))
-        except OSError as exc:
-            if not diskspace.full(exc):
-                raise
-            # A full disk, its ballast spent: the stop matters more than the note of it
-            # (a crash before the record goes leaves a dead engine's record: a later
-            # pass handles that as any other).
-        if point is not None:
-            failpoints.hit(point)
-        self.backend.teardown(rec)
-
-    def _owner_of(self, pid: int) -> str | None:
-        """The deployment whose engine (process group) ``pid`` belongs to, if any."""
-        try:
-            group = os.getpgid(pid)
-        except OSError:
-            group = pid
-        for rec in self.store.load().records.values():
-            if rec.ref is not None and rec.ref.pid in (pid, group):
-                return rec.name
-        return None
-
-    # -- handlers, one per action type ------------------------------------------------
-
-    def _restart(self, action: Restart) -> bool:
-        rec = self.store.read(action.name)
-        if rec is None:
-            return False
-        self.backend.sweep(rec.nonce, rec.ref if rec.ref else None)
-        failpoints.hit("executor.restart.after_sweep")
-        fresh = replace(
-            rec,
-            nonce=os.urandom(8).hex(),  # secrets.token_hex, without hmac + hashlib
-            ref=None,
-            container=None,
-            reserved_by=self.maker.me,
-            phase=Phase.RESERVED,
-            restarts=action.restarts,
-            backoff_until=None,
-            ready_at=None,
-            ready_boot=None,
-            liveness_failures=0,
-        )
-        self.store.write(fresh)
-        assert fresh.port is not None  # a Restart is planned only for a record holding its lease
-        rendered = self.maker.render(
-            action.entry, fresh.devices, fresh.port, fresh.extra_ports, name=fresh.name
-        )
-        return self.spawn(Lease(fresh, rendered), action.entry, verb="restart")
-
-    def _stop(self, action: Stop) -> bool:
-        rec = self.store.read(action.name)
-        if rec is None:
-            return False
-        if isinstance(action, Replace) and rec.holds:
-            self.drain(rec, None)  # a recreate: requests in flight end first, new ones wait
-        self._terminate(rec, action.reason, "executor.stop.after_terminating")
-        if isinstance(action, Replace):
-            # The deployment stays known between the teardown and the next round's
-            # reservation: a dropped record would make the gateway answer 404 to the
-            # requests that should wait for the new engine. Pending holds nothing, and
-            # the planner places a Pending record of a changed spec (planner/records).
-            self.store.write(self._unplaced(rec, action.reason))
-            self.event(action.name, action.verb, action.reason, "stopped; Pending for the new")
-            return True
-        self.store.delete(action.name)
-        failpoints.hit("executor.stop.after_delete")
-        self.event(action.name, action.verb, action.reason, "stopped; record dropped")
-        return True
-
-    @staticmethod
-    def _unplaced(rec: Record, reason: str) -> Record:
-        """``rec`` with its run and lease gone: Pending, no device, no port, no nonce."""
-        return replace(
-            rec.released(),
-            phase=Phase.PENDING,
-            ref=None,  # the run ends with its lease: a later start is a fresh one
-            container=None,
-            nonce=None,
-            reserved_by=None,
-            started_at=None,
-            ready_at=None,
-            ready_boot=None,
-            ready_deadline_at=None,
-            backoff_until=None,
-            message=reason,
-        )
-
-    def _promote(self, action: Promote) -> bool:
-        """GatewayDrain and stop the old instance, then rename ``<name>@next`` to ``<name>``.
-
-        Crash-safe in every step: the old record goes Terminating before its teardown
-        (a later pass finishes it), the rename is one atomic write of the new record
-        under the old name (the same nonce in both tells a later pass to finish), and
-        only then is ``@next`` deleted.
-        """
-        new = self.store.read(next_name(action.name))
-        if new is None:
-            return False
-        old = self.store.read(action.name)
-        if old is not None and old.nonce != new.nonce:
-            self.drain(old, new)
-            self._terminate(old, action.reason, "executor.promote.after_terminating")
-        self.store.write(replace(new, name=action.name))
-        failpoints.hit("executor.promote.after_rename")
-        self.store.delete(new.name)
-        pid = new.ref.pid if new.ref else "none"
-        self.event(action.name, action.verb, action.reason, f"serving from pid {pid}")
-        return True
-
-    def _park(self, action: Park) -> bool:
-        """Tear down what runs (if anything), then record the deployment Idle."""
-        rec = self.store.read(action.name)
-        if rec is not None and rec.holds and rec.phase is Phase.READY:
-            # The plan saw no request in flight (planner/ondemand `_busy`), but the gateway
-            # may have sent one since: it ends before the teardown, new ones wake it again.
-            self.drain(rec, None)
-        if rec is not None and (rec.holds or rec.ref is not None):
-            self._terminate(rec, action.reason)
-        self.store.write(self.maker.idle(action.entry, action.reason, name=action.name))
-        self.event(action.name, action.verb, action.reason, "idle: holds nothing")
-        return rec is None or rec.phase is not Phase.IDLE or rec.spec_hash != action.entry.hash
-
-    def _preempt(self, action: Preempt) -> bool:
-        """Stop the engine; the record stays Pending, holding nothing, saying who won."""
-        rec = self.store.read(action.name)
-        if rec is None:
-            return False
-        self.backend.teardown(rec)
-        self.store.write(self._unplaced(rec, action.reason))
-        self.event(action.name, action.verb, action.reason, "stopped; Pending until room returns")
-        return True
+    # -- handlers of the actions that edit records --------------------------------------
 
     def _fail(self, action: Fail) -> bool:
         rec = self.store.read(action.name)
@@ -539,22 +297,6 @@ class Executor:
             )
         self.store.write(moved)
         self.event(action.name, action.verb, action.reason, f"restarts {moved.restarts}")
-        return True
-
-    def _release(self, action: Release) -> bool:
-        self.backend.sweep(action.nonce)
-        failpoints.hit("executor.release.before_delete")
-        self.store.delete(action.name)
-        self.event(action.name, action.verb, action.reason, "record dropped")
-        return True
-
-    def _reap(self, action: Reap) -> bool:
-        for proc in action.processes:
-            self.backend.kill(proc.ref)
-        for nonce in {p.nonce for p in action.processes}:
-            self.backend.sweep(nonce)
-        pids = ",".join(str(p.ref.pid) for p in action.processes)
-        self.event(action.name, action.verb, action.reason, f"killed {pids}")
         return True
 
     def _pull(self, action: Pull) -> bool:
