@@ -11,7 +11,7 @@ import logging
 import pytest
 from harness.rawhttp import leaked
 
-from controller.gateway.surface import encoding, paths
+from controller.gateway.surface import bodies, paths
 from controller.gateway.surface.quiet import LibraryFilter, Throttle, install
 from controller.gateway.surface.server import connection_cap, exception_handler
 
@@ -95,11 +95,11 @@ def test_path_normal_forms(raw: str, normal: str | None) -> None:
 
 
 def test_bodies_are_decoded_within_the_limit() -> None:
-    assert encoding.decode(gzip.compress(b"abc"), "gzip", 10) == b"abc"
-    assert encoding.decode(b"abc", None, 10) == b"abc"
-    bomb = encoding.decode(gzip.compress(b" " * 1000), "gzip", 100)
-    assert isinstance(bomb, encoding.BodyRefused) and bomb.status == 413
-    wrong = encoding.decode(b"abc", "gzip", 10)
-    assert isinstance(wrong, encoding.BodyRefused) and wrong.status == 400
-    other = encoding.decode(b"abc", "br", 10)
-    assert isinstance(other, encoding.BodyRefused) and other.status == 415
+    assert bodies.decode(gzip.compress(b"abc"), "gzip", 10) == b"abc"
+    assert bodies.decode(b"abc", None, 10) == b"abc"
+    bomb = bodies.decode(gzip.compress(b" " * 1000), "gzip", 100)
+    assert isinstance(bomb, bodies.BodyRefused) and bomb.status == 413
+    wrong = bodies.decode(b"abc", "gzip", 10)
+    assert isinstance(wrong, bodies.BodyRefused) and wrong.status == 400
+    other = bodies.decode(b"abc", "br", 10)
+    assert isinstance(other, bodies.BodyRefused) and other.status == 415

@@ -38,7 +38,7 @@ def test_a_ready_next_wins_a_starting_one_does_not() -> None:
 
 
 def test_the_table_counts_each_request_from_its_start_to_its_end() -> None:
-    """Front._send tells the table; the balancer and retire read its counts."""
+    """Forwarder._send tells the table; the balancer and retire read its counts."""
     table = Table()
     table.update([OLD])
     table.request_began("old")

@@ -101,7 +101,7 @@ class GatewayMetrics(Collector):
         self.swaps_avoided: defaultdict[str, int] = defaultdict(int)  # turns.py
         self.ejections: defaultdict[Instance, int] = defaultdict(int)  # passive health
         self.log_dropped = 0  # request log lines dropped (requestlog.py: queue full, disk)
-        self.fallbacks: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # routes.py
+        self.fallbacks: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # forwarding.py
         self.engines: dict[Instance, EngineLoad] = {}  # the engines' own (enginemetrics.py)
         self.carried: Carried = {}  # predecessors' counters (inherit), replaced whole
         self.moves = 0  # requests done and counters inherited (the gateway's file follows)
@@ -166,7 +166,7 @@ class GatewayMetrics(Collector):
         self.log_dropped += lines
 
     def fell_back(self, model: str, to: str, reason: str) -> None:
-        """A request for ``model`` went to its fallback ``to`` (routes.py)."""
+        """A request for ``model`` went to its fallback ``to`` (forwarding.py)."""
         self.fallbacks[(model, to, reason)] += 1
 
     def swap_avoided(self, deployment: str) -> None:

@@ -37,6 +37,7 @@ from controller.gateway.routing.health import Health
 from controller.gateway.routing.table import Table
 from controller.gateway.settings import Settings
 from controller.gateway.surface import enginesock
+from controller.gateway.surface.forwarding import Forwarder
 from controller.gateway.surface.quiet import Throttle, install
 from controller.gateway.surface.routes import Front
 from controller.gateway.surface.server import (
@@ -213,13 +214,23 @@ class Gateway:
         )
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=enginesock.CONNECT_TIMEOUT)
         session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
-        self.front = Front(
-            table=Table(health=Health(notify=recorder(s.state_dir, self.metrics))),
+        table = Table(health=Health(notify=recorder(s.state_dir, self.metrics)))
+        forwarder = Forwarder(
+            table=table,
             demand=demand,
             limiter=limiter,
             metrics=self.metrics,
+            session=session,
+            strip_keys=self.keys is not None,
+            tracing=self.tracing,
+        )
+        self.front = Front(
+            table=table,
+            metrics=self.metrics,
             max_body=s.max_body,
             bodies=Bodies(total=max(s.max_body_total, s.max_body), wait=s.queue_wait),
+            forwarder=forwarder,
+            state_dir=s.state_dir,
             keys=self.keys,
             loopback_only=s.loopback,
             session=session,
@@ -266,11 +277,10 @@ class Gateway:
             await self._connections.drain(self.settings.drain_grace)
         if self._runner is not None:
             await self._runner.cleanup()  # what is left past the grace is cut
-        watching = [task for _, task in self.front.watching.values()] if self.front else []
-        watching += list(self.front.judging.values()) if self.front else []
-        for task in [*self._tasks, *watching]:
+        probes = self.front.forwarder.tasks() if self.front else []
+        for task in [*self._tasks, *probes]:
             task.cancel()
-        for task in [*self._tasks, *watching]:
+        for task in [*self._tasks, *probes]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self.front is not None:

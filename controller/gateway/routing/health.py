@@ -2,7 +2,7 @@
 
 Three failures in a row from one engine (by nonce) eject it for 30 s, each a connection
 failure, a 5xx answer other than 501 and 505 (``ABOUT_THE_REQUEST``), or a timeout (the
-client gave up on an engine that then answered no GET either: ``Front._judge_silence``):
+client gave up on an engine that then answered no GET either: ``Forwarder._judge_silence``):
 the balancer skips it, so with replicas the requests go to the others. When the 30 s
 are over, one request (the trial) may go to it while the others still skip
 it: a good answer takes it back, a failure ejects it for another 30 s. Each change is

@@ -1,5 +1,6 @@
-"""The gateway's own look at an engine: a starting one that a request is waiting for,
-and a silent one a client gave up on (``silent``).
+"""The gateway's own look at an engine: a starting one that a request is waiting for
+(``ReadyWaits``: the wait, and the probes while any waits), and a silent one a client
+gave up on (``silent``).
 
 The daemon probes a Starting engine every ``periodSeconds`` and records it Ready;
 a request waiting for it would pay up to a whole period on top of the engine's
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable
 
-from controller.core.state import ProbeConfig, Record
+from controller.core.state import Phase, ProbeConfig, Record
+from controller.gateway.routing.table import Table, Target
 from controller.host import probes
 
 # Seconds a silent engine gets to answer any HTTP request (a liveness probe's default).
@@ -41,6 +44,70 @@ async def watch(rec: Record, wanted: Callable[[], bool]) -> bool:
         # An engine that loads for minutes is not asked 100 times a second all along.
         await asyncio.sleep(POLL if time.monotonic() - started < FAST_FOR else SLOW_POLL)
     return False
+
+
+class ReadyWaits:
+    """Requests held for a Ready instance of their pool while it cold-starts, and the
+    gateway's own probes of the pool's Starting engines while any request waits."""
+
+    def __init__(self, table: Table, request_pass: Callable[[], None]) -> None:
+        self._table = table
+        self._request_pass = request_pass  # the daemon's pass (it records Ready itself)
+        # record name -> (its Starting engine's nonce, the gateway's probe of it)
+        self._watching: dict[str, tuple[str | None, asyncio.Task[None]]] = {}
+        self._waiting: Counter[str] = Counter()  # pool name -> requests waiting
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The probes (the gateway cancels what is left of them when it closes)."""
+        return [task for _, task in self._watching.values()]
+
+    async def target(
+        self, pool: str, session: str | None, prefix: tuple[bytes, ...], wait: float | None
+    ) -> Target | None:
+        """A Ready instance of ``pool``, waited for up to its deadline (``wait`` at most,
+        when it has fallbacks: fallbackAfter); None when none came."""
+        # An instance free now (the common case) is taken without waiting's bookkeeping:
+        # the deadline's walk over the records, the waiting count, the wait's coroutine.
+        found = self._table.target(pool, session=session, prefix=prefix)
+        if found is not None:
+            return found
+        deadline = self._table.deadline(pool)
+        if wait is not None:
+            deadline = min(deadline, wait)  # then its fallbacks (fallbackAfter)
+        self._waiting[pool] += 1
+        try:
+            return await self._table.wait_target(
+                pool, deadline, lambda: self._watch(pool, deadline), session, prefix
+            )
+        finally:
+            self._waiting[pool] -= 1
+            if self._waiting[pool] <= 0:
+                del self._waiting[pool]
+
+    def _watch(self, pool: str, deadline: float) -> None:
+        """Probe the pool's Starting engines ourselves while requests wait (the module's
+        docstring says why)."""
+        for rec in self._table.starting(pool):
+            running = self._watching.get(rec.name)
+            if running is not None and running[0] == rec.nonce and not running[1].done():
+                continue
+            task = asyncio.get_running_loop().create_task(self._probe(pool, rec, deadline))
+            self._watching[rec.name] = (rec.nonce, task)
+
+    async def _probe(self, pool: str, rec: Record, deadline: float) -> None:
+        def wanted() -> bool:
+            current = self._table.records.get(rec.name)
+            if current is None or current.phase is not Phase.STARTING:
+                return False
+            return current.nonce == rec.nonce and self._waiting[pool] > 0
+
+        try:
+            if not await asyncio.wait_for(watch(rec, wanted), deadline):
+                return
+        except TimeoutError:
+            return
+        self._table.probed_ready(rec.nonce)
+        self._request_pass()  # the daemon records it Ready by the same probe
 
 
 async def silent(host: str, port: int, rec: Record | None) -> str | None:

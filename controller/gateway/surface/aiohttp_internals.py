@@ -60,7 +60,7 @@ class Handler(RequestHandler):
             keepalive_timeout=idle,
             # None: no access log (aiohttp takes it though its annotation says Logger).
             access_log=cast(logging.Logger, None),
-            auto_decompress=False,  # the gateway decodes bodies itself (encoding.py)
+            auto_decompress=False,  # the gateway decodes bodies itself (bodies.py)
         )
 
     def idle(self) -> bool:

@@ -50,7 +50,7 @@ HOP_BY_HOP = frozenset(
 WHOLE_MAX = 256 * 1024  # bytes: a sized answer up to this is passed on in one write
 TAIL_MAX = 64 * 1024  # bytes of a long JSON answer's end kept to read its usage
 KEY_HEADERS = frozenset({"authorization", "x-api-key"})  # the gateway's keys stay here
-DECODED = frozenset({"content-encoding"})  # the body goes on plain (encoding.py)
+DECODED = frozenset({"content-encoding"})  # the body goes on plain (bodies.py)
 # The gateway answered a client's `Expect: 100-continue` itself: the engine gets the body.
 ANSWERED = frozenset({"expect"})
 # Methods whose body is never sent on (it routed the request: its `model`). An engine on

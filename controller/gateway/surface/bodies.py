@@ -1,0 +1,173 @@
+"""A request's body as the gateway reads it: the bytes it may hold (``held``, reserved
+before a byte is read), then the whole body, decoded, with its JSON fields and model
+(``read``), or a multipart upload read up to its ``model`` field and streamed on
+(upload.py); else the OpenAI error to answer (400, 408, 413, 415).
+
+The gateway reads the model from the body, so it must see it plain; the engine then
+gets the plain body (and no ``Content-Encoding``). gzip and deflate are decoded with
+the standard library, never past the ``--max-body`` limit (a small bomb stays small);
+any other coding is refused with 415, a body that is not what its header says with 400
+(``decode``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from controller.gateway.surface import upload
+from controller.gateway.surface.answers import error
+from controller.gateway.surface.upload import Upload
+
+BODY_TIMEOUT = 120.0  # seconds a client may take to send its body (a slow one holds a slot)
+# zlib's wbits: gzip header, zlib header, then bare deflate (what some clients send).
+_GZIP = 16 + zlib.MAX_WBITS
+_ZLIB = zlib.MAX_WBITS
+_RAW = -zlib.MAX_WBITS
+CODINGS = {"gzip": (_GZIP,), "x-gzip": (_GZIP,), "deflate": (_ZLIB, _RAW)}
+
+
+def held(request: web.Request, limit: int) -> int:
+    """The bytes a request's body may take while it is held: its length, else (chunked,
+    encoded) as much as --max-body lets it grow; a multipart upload's scanned head."""
+    if not request.body_exists:
+        return 0
+    if upload.boundary(request.headers.get("Content-Type", "")) is not None:
+        return upload.SCAN_MAX
+    coding = request.headers.get("Content-Encoding", "").strip().lower()
+    length = request.content_length
+    if length is None or coding not in ("", "identity"):
+        return limit
+    return min(length, limit)
+
+
+async def read(
+    request: web.Request, limit: int
+) -> tuple[bytes | Upload, dict[str, Any], str | None] | web.Response:
+    """The body (bytes, or a multipart upload to stream), its JSON fields and its model."""
+    mark = upload.boundary(request.headers.get("Content-Type", ""))
+    if mark is not None:
+        return await _upload(request, mark, limit)
+    body = await _plain(request, limit)
+    if isinstance(body, web.Response):
+        return body
+    fields = _fields(body)  # parsed once: the model, and the session's `user`
+    return body, fields, _model(fields)
+
+
+async def _upload(
+    request: web.Request, mark: bytes, limit: int
+) -> tuple[Upload, dict[str, Any], str] | web.Response:
+    """A multipart form: read up to its ``model`` field, the rest is streamed on."""
+    if request.content_length is not None and request.content_length > limit:
+        return _too_large(limit)
+    coding = request.headers.get("Content-Encoding", "").strip().lower()
+    if coding not in ("", "identity"):
+        why = "a multipart upload is streamed as sent: send it without Content-Encoding"
+        return error(415, why, "unsupported_content_encoding")
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT):
+            head, found = await upload.read_head(request.content, mark)
+    except TimeoutError:
+        why = f"the request body did not arrive within {BODY_TIMEOUT:g} seconds"
+        return _closing(error(408, why, "request_timeout"))
+    if found.model is None:
+        why = (
+            "the multipart form must have a field `model` before the file "
+            f"(within its first {upload.SCAN_MAX} bytes)"
+        )
+        return _closing(error(400, why, "invalid_request"))
+    body = Upload(head, request.content, request.content_length, limit)
+    return body, {}, found.model
+
+
+async def _plain(request: web.Request, limit: int) -> bytes | web.Response:
+    """The plain body (its Content-Encoding undone: ``decode``), or the error to answer."""
+    if request.content_length is not None and request.content_length > limit:
+        return _too_large(limit)
+    try:
+        if request.content.is_eof():  # received whole: read() cannot wait
+            raw = await request.read()
+        else:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _too_large(limit)
+    except TimeoutError:
+        why = f"the request body did not arrive within {BODY_TIMEOUT:g} seconds"
+        return _closing(error(408, why, "request_timeout"))
+    plain = decode(raw, request.headers.get("Content-Encoding"), limit)
+    if isinstance(plain, BodyRefused):
+        return error(plain.status, plain.message, plain.code)
+    return plain
+
+
+def _closing(answer: web.Response) -> web.Response:
+    answer.force_close()  # what is left of the body is not read
+    return answer
+
+
+def _too_large(limit: int) -> web.Response:
+    why = f"the request body is larger than the gateway's limit of {limit} bytes (--max-body)"
+    return error(413, why, "request_too_large")
+
+
+def _fields(body: bytes) -> dict[str, Any]:
+    """The body's JSON object ({} for anything else: no model, so a 400)."""
+    try:
+        value: Any = json.loads(body)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _model(fields: dict[str, Any]) -> str | None:
+    model = fields.get("model")
+    return model if isinstance(model, str) and model else None
+
+
+@dataclass(frozen=True)
+class BodyRefused:
+    """A request body the gateway will not decode, and the error it answers with."""
+
+    status: int  # 400, 413 or 415
+    message: str
+    code: str
+
+
+def decode(body: bytes, header: str | None, limit: int) -> bytes | BodyRefused:
+    """``body`` undone of every coding ``header`` lists (last applied, first undone)."""
+    codings = [c.strip().lower() for c in (header or "").split(",") if c.strip()]
+    for coding in reversed(codings):
+        if coding == "identity":
+            continue
+        wbits = CODINGS.get(coding)
+        if wbits is None:
+            why = f"Content-Encoding {coding!r} is not supported (use gzip, deflate or none)"
+            return BodyRefused(415, why, "unsupported_content_encoding")
+        plain = _inflate(body, wbits, limit)
+        if isinstance(plain, BodyRefused):
+            return plain
+        body = plain
+    return body
+
+
+def _inflate(body: bytes, tries: tuple[int, ...], limit: int) -> bytes | BodyRefused:
+    for wbits in tries:
+        inflater = zlib.decompressobj(wbits)
+        try:
+            plain = inflater.decompress(body, limit + 1)
+        except zlib.error:
+            continue
+        if len(plain) > limit or inflater.unconsumed_tail:
+            why = f"the decoded request body is larger than the gateway's limit of {limit} bytes"
+            return BodyRefused(413, why, "request_too_large")
+        if inflater.eof and not inflater.unused_data:
+            return plain
+    why = "the request body is not encoded as its Content-Encoding says"
+    return BodyRefused(400, why, "invalid_content_encoding")

@@ -1,0 +1,346 @@
+"""Forwarding a request to an engine, once its body is read and its model known
+(routes.py): the deployment's concurrency limit, its fallbacks (a limit reached, no
+instance Ready within fallbackAfter, every instance ejected), OnDemand rivals' turns and
+activation, the wait for a Ready instance (routing/readiness.py), and the call itself:
+counted per engine (the balancer, retire, the autoscaler's figures), judged for passive
+health, and sent once more on another instance when the engine dropped the connection
+before a byte of its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from controller.gateway.accounting.inflight import InflightCounts
+from controller.gateway.accounting.metrics import GatewayMetrics
+from controller.gateway.accounting.tracing import Tracing
+from controller.gateway.accounting.usage import Meter
+from controller.gateway.routing import readiness
+from controller.gateway.routing.activation import Demand
+from controller.gateway.routing.concurrency import Limiter
+from controller.gateway.routing.prefix import chain, prompt_text
+from controller.gateway.routing.readiness import ReadyWaits
+from controller.gateway.routing.swaps import Turns
+from controller.gateway.routing.table import Table, Target
+from controller.gateway.surface.answers import error
+from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forward
+from controller.gateway.surface.upload import Upload
+from controller.gateway.surface.waiting import Waiting
+from controller.logsetup import get_logger
+from controller.store.instances.events import Journal
+
+log = get_logger("reconcile")
+
+RETRY_AFTER = 5.0  # seconds a 503 or 429 asks the client to wait
+CONNECT_RETRIES = 3  # an engine not reached (refused, connect timed out): wait for a Ready one
+SESSION_HEADER = "x-session-id"  # affinity's key; else the OpenAI body's `user`
+SESSION_MAX = 1024  # characters of a session key (it is hashed, never stored)
+
+
+@dataclass
+class Forwarder:
+    """Takes a request whose body is read and whose model is known to an engine, through
+    its fallbacks; owns the per-deployment load, the OnDemand turns, the cold-start waits
+    and the looks at silent engines."""
+
+    table: Table
+    demand: Demand
+    limiter: Limiter
+    metrics: GatewayMetrics
+    session: aiohttp.ClientSession
+    strip_keys: bool = False  # API keys are on: a client's key headers never reach an engine
+    tracing: Tracing = field(default_factory=Tracing)  # traces (tracing.py): none by default
+    load: InflightCounts = field(default_factory=InflightCounts)  # per deployment (autoscaler)
+    turns: Turns | None = None  # OnDemand rivals take turns (swaps.py)
+    # engine nonce -> the look at a silent engine (_judge_silence)
+    _judging: dict[str | None, asyncio.Task[None]] = field(default_factory=dict, init=False)
+    waits: ReadyWaits = field(init=False)  # requests held while their pool cold-starts
+
+    def __post_init__(self) -> None:
+        if self.turns is None:
+            self.turns = Turns(self.metrics.swap_avoided)
+        self.waits = ReadyWaits(self.table, self.demand.request_pass)
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """Its tasks (the gateway cancels what is left of them when it closes): the probes
+        of Starting engines and the looks at silent ones."""
+        return [*self.waits.tasks(), *self._judging.values()]
+
+    def _prefix(self, pool: str, fields: dict[str, Any]) -> tuple[bytes, ...]:
+        """The prompt's chained block hashes where the pool routes by prefix (prefix.py)."""
+        if self.table.affinity(pool) != "prefix":
+            return ()
+        text = prompt_text(fields)
+        return chain(text) if text else ()
+
+    async def serve(
+        self,
+        incoming: Incoming,
+        body: bytes | Upload,
+        fields: dict[str, Any],
+        tried: tuple[str, ...],
+    ) -> tuple[str, web.StreamResponse]:
+        """Serve the request with the last model of ``tried``, else with the first of its
+        fallbacks (none already tried: no loop) that can take it."""
+        model = tried[-1]
+        label = self.table.label(model)
+        onward = [
+            f for f in self.table.fallbacks(model) if f not in tried and f in self.table.pools
+        ]
+        if onward and self.limiter.full(label):
+            return await self._fall_back(incoming, body, fields, tried, onward, "limit")
+        if not await self.limiter.acquire(label):
+            why = f"deployment {label!r} is at its limit of concurrent requests; retry later"
+            return label, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
+        incoming.no_instance = False
+        try:
+            want = Ask(
+                model,
+                label,
+                _session(incoming.request, fields),
+                self._prefix(model, fields),
+                self.table.fallback_after(model) if onward else None,
+            )
+            with self.tracing.span("routing", {"reconcile.model": model}):
+                answered = await self._forward(incoming, body, want)
+        finally:
+            self.limiter.release(label)
+        if onward and incoming.no_instance:
+            why = "ejected" if self.table.ejected(model) is not None else "not_ready"
+            return await self._fall_back(incoming, body, fields, tried, onward, why)
+        return answered
+
+    async def _fall_back(
+        self,
+        incoming: Incoming,
+        body: bytes | Upload,
+        fields: dict[str, Any],
+        tried: tuple[str, ...],
+        onward: list[str],
+        why: str,
+    ) -> tuple[str, web.StreamResponse]:
+        """``tried[-1]`` cannot take the request (``why``): its first fallback serves it
+        (or, failing that too, that one's own fallbacks). Each one taken is counted and
+        journalled."""
+        model, to = tried[-1], onward[0]
+        self.metrics.fell_back(model, to, why)
+        log.info("request sent to a fallback", model=model, fallback=to, reason=why)
+        said = {"not_ready": "no instance Ready", "ejected": "every instance ejected"}
+        reason = f"{said.get(why, 'at its concurrency limit')}: a request went to {to!r}"
+        journal = Journal(self.demand.state_dir)
+        for deployment in self.table.pools.get(model, ()):
+            loop = asyncio.get_running_loop()
+            loop.run_in_executor(None, journal.append, deployment, "fallback", reason, "ok")
+        with self.tracing.span("fallback", {"reconcile.from": model, "reconcile.to": to}):
+            self.tracing.note({"reconcile.reason": why})
+            return await self.serve(incoming, body, fields, (*tried, to))
+
+    async def _forward(
+        self, incoming: Incoming, body: bytes | Upload, want: Ask
+    ) -> tuple[str, web.StreamResponse]:
+        """The deployment that answered (or the pool's label) and its answer."""
+        sleepers = self.table.on_demand(want.pool)  # a request for the pool wants them all
+        turns = self.turns
+        aged = False
+        if sleepers and turns is not None:
+            turns.learn(self.table.records)
+            aged = await turns.enter(sleepers, lambda: bool(self.table.candidates(want.pool)))
+        for name in sleepers:
+            self.demand.begin(name)
+        try:
+            for _ in range(CONNECT_RETRIES):
+                if sleepers and not self.table.candidates(want.pool):
+                    for name in sleepers:
+                        problem = await self.demand.activate(name)
+                        if problem is not None:  # nothing can wake it: say so now
+                            why = (
+                                f"deployment {want.label!r} cannot be started: its demand "
+                                "could not be written (the gateway's log names the file)"
+                            )
+                            return want.label, error(503, why, "model_not_ready")
+                with self.tracing.span("wait for Ready", {"reconcile.pool": want.pool}):
+                    target = await self.waits.target(
+                        want.pool, want.session, want.prefix, want.wait
+                    )
+                if target is None:
+                    incoming.no_instance = True  # a fallback may take it (serve)
+                    return want.label, self._not_ready(want)
+                try:
+                    answer = await self._send_once_more(incoming, body, want, target)
+                    return target.deployment, answer
+                except UpstreamDown as exc:
+                    why = str(exc)
+                    log.info("engine not reached", deployment=target.deployment, error=why)
+                    self.table.mark_down(target)
+            why = f"deployment {want.label!r}: its engine could not be reached; retry later"
+            return want.label, error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
+        finally:
+            for name in sleepers:
+                self.demand.end(name)
+            if sleepers and turns is not None:
+                turns.leave(sleepers, aged)
+
+    def _not_ready(self, want: Ask) -> web.Response:
+        ejected = self.table.ejected(want.pool)
+        if ejected is not None:
+            why = (
+                f"every instance of {want.label!r} is ejected after failing requests in a "
+                f"row; the next trial in {max(1, round(ejected))}s"
+            )
+            return error(503, why, "model_not_ready", retry_after=ejected)
+        phase = self.table.phases(want.pool)
+        waited = self.table.deadline(want.pool)  # the records': the daemon's deadline
+        why = (
+            f"deployment {want.label!r} is not Ready ({phase}) within its readiness "
+            f"deadline ({waited:g}s); retry later"
+        )
+        return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
+
+    async def _send_once_more(
+        self, incoming: Incoming, body: bytes | Upload, want: Ask, target: Target
+    ) -> web.StreamResponse:
+        """Send; an engine that dropped the connection before any byte of its answer gets
+        the request once more, on another Ready instance of the pool if there is one;
+        else a 502."""
+        try:
+            return await self._send(incoming, body, target)
+        except UpstreamFailed as exc:
+            # A streamed upload the engine has begun to read cannot be sent again.
+            again = exc.retry and not (isinstance(body, Upload) and body.started)
+            other = (
+                self.table.target(
+                    want.pool, avoid=target.nonce, session=want.session, prefix=want.prefix
+                )
+                if again
+                else None
+            )
+            log.info(
+                "engine connection lost before its answer",
+                deployment=target.deployment,
+                error=str(exc),
+                retried=str(other is not None).lower(),
+            )
+            if other is None:
+                return _upstream_error(target.deployment)
+        try:
+            with self.tracing.span("retry", {"reconcile.deployment": other.deployment}):
+                return await self._send(incoming, body, other)
+        except UpstreamFailed as exc:
+            log.info("engine connection lost again", deployment=other.deployment, error=str(exc))
+            return _upstream_error(other.deployment)
+
+    async def _send(
+        self, incoming: Incoming, body: bytes | Upload, target: Target
+    ) -> web.StreamResponse:
+        """Forward, counted per engine: a retiring instance is stopped only once it is 0,
+        and the balancer sends the next request to the least loaded."""
+        # No await between the table's answer and this count: retire() sees every request,
+        # and concurrent requests see each other's.
+        self.table.request_began(target.nonce)
+        self.load.add(target.deployment, 1)
+        self.metrics.begin(target.deployment, target.instance)
+        incoming.meter.instance = target.instance
+        trial = self.table.health.sent(target.nonce)
+        outcome: int | str | None = None  # passive health (health.py); None: no verdict
+        silent = False  # the client gave up before a byte of the engine's answer
+        try:
+            answer = await self._call(incoming, body, target)
+            outcome = answer.status
+            return answer
+        except (UpstreamDown, UpstreamFailed) as exc:
+            outcome = str(exc) or type(exc).__name__
+            raise
+        except asyncio.CancelledError:
+            silent = incoming.meter.first is None
+            raise
+        finally:
+            if silent:
+                self._judge_silence(target, trial)
+            else:
+                self.table.health.report(target, trial, outcome)
+            self.metrics.end(target.deployment, target.instance)
+            self.load.add(target.deployment, -1)
+            self.table.request_ended(target.nonce)
+
+    async def _call(
+        self, incoming: Incoming, body: bytes | Upload, target: Target
+    ) -> web.StreamResponse:
+        """One call to an engine; with traces on, in a span whose context the engine gets
+        as ``traceparent`` (tracing.py)."""
+        settle = incoming.waiting.settle if incoming.waiting is not None else None
+        args = (self.session, incoming.request, body, target, incoming.path, incoming.query)
+        strip = self.strip_keys
+        if not self.tracing.enabled:
+            return await forward(*args, incoming.meter, strip_keys=strip, settle=settle)
+        attrs = {"reconcile.deployment": target.deployment, "reconcile.instance": target.instance}
+        with self.tracing.span("engine", {**attrs, "server.port": target.port}, client=True):
+            answer = await forward(
+                *args, incoming.meter, strip_keys=strip, settle=settle, inject=self.tracing.inject
+            )
+            status = answer.status
+            self.tracing.note({"http.response.status_code": status}, failed=status >= 500)
+            return answer
+
+    def _judge_silence(self, target: Target, trial: bool) -> None:
+        """A client gave up on an engine that had sent nothing: an upstream timeout for
+        passive health when the engine answers no other request either (hung), no verdict
+        when it does (a slow answer). One look per engine at a time."""
+        health = self.table.health
+        if target.nonce in self._judging:
+            health.report(target, trial, None)
+            return
+        rec = next((r for r in self.table.records.values() if r.nonce == target.nonce), None)
+
+        async def judge() -> None:
+            why = None
+            try:
+                why = await readiness.silent(target.host, target.port, rec)
+            finally:
+                self._judging.pop(target.nonce, None)
+                health.report(target, trial, why)
+
+        self._judging[target.nonce] = asyncio.get_running_loop().create_task(judge())
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What a request asks for: a pool (its routable name), the label limits and metrics
+    count it under, its session key (affinity), if any, and its prompt's chained block
+    hashes (prefix affinity)."""
+
+    pool: str
+    label: str
+    session: str | None
+    prefix: tuple[bytes, ...] = ()
+    wait: float | None = None  # the longest wait for a Ready instance (fallbackAfter)
+
+
+@dataclass
+class Incoming:
+    """A request to forward and the one path (normalised) and query it goes on with."""
+
+    request: web.Request
+    path: str
+    query: str
+    meter: Meter  # its timings and token counts (usage.py)
+    waiting: Waiting | None = None  # a held stream's comments (waiting.py)
+    no_instance: bool = False  # the pool had no instance to take it (a fallback may)
+
+
+def _upstream_error(name: str) -> web.Response:
+    why = f"the engine of {name!r} closed the connection before answering; retry later"
+    return error(502, why, "upstream_error")
+
+
+def _session(request: web.Request, fields: dict[str, Any]) -> str | None:
+    """The session key: the ``x-session-id`` header, else the OpenAI ``user`` field."""
+    header = request.headers.get(SESSION_HEADER)
+    if header:
+        return header[:SESSION_MAX]
+    user = fields.get("user")
+    return user[:SESSION_MAX] if isinstance(user, str) and user else None
