@@ -129,8 +129,12 @@ class Demo:
 class DemoHandler(BaseHTTPRequestHandler):
     demo: Demo  # set on a subclass made by main(): what this engine is and serves
     protocol_version = "HTTP/1.1"  # keep-alive: the gateway reuses connections
-    # Headers and body go out as two writes: without TCP_NODELAY the second waits for
-    # the client's delayed ACK (~40 ms a request), which no real engine server pays.
+    # An answer's headers and body go out as one write: wfile is buffered, flushed by
+    # http.server after each request and by a stream after each event. Two writes let a
+    # SIGKILL land between them, and the gateway then holds headers without a body (a 502
+    # it rightly does not retry: bytes had come). TCP_NODELAY for the streams' small
+    # events, which would otherwise wait for the client's delayed ACK (~40 ms).
+    wbufsize = 1 << 16
     disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
