@@ -250,3 +250,53 @@ asyncio.run(main())
     before = "import asyncio" if when == "before" else ""
     err = _run(tmp_path, LOG_A_LINE.format(before=before, json=True, after=check))
     assert "async line" in err
+
+
+SWALLOWED = """
+import os, signal, sys
+from pathlib import Path
+from types import SimpleNamespace
+from controller.cli.render import waiting
+from controller.core.state import Phase, Record
+from controller.reconciler.run import PassResult
+
+
+class Interrupted:
+    def __del__(self):  # Python runs this itself: an exception raised here is dropped
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs between these bytecodes
+            pass
+
+
+class Starting:
+    config = SimpleNamespace(state_dir=Path("/nonexistent"))
+
+    def run_pass(self):
+        Interrupted()  # dropped at once: Ctrl-C lands in its __del__
+        rec = Record(name="web", owner="o", node="n", phase=Phase.STARTING)
+        return PassResult(records={"web": rec}, owner="o", names={"web"}, node="n")
+
+
+try:
+    waiting.wait_until_ready(Starting(), 60.0)
+except KeyboardInterrupt:
+    sys.exit(130)
+sys.exit(0)
+"""
+
+
+def test_ctrl_c_dropped_inside_a_callback_still_ends_the_wait(tmp_path: Path) -> None:
+    """CI saw `--wait` go on for good after Ctrl-C: the interrupt landed in importlib's
+    module-lock callback during a lazy import, where Python drops it ("Exception ignored
+    in"). The wait remembers the Ctrl-C and ends at its next step, with no traceback."""
+    out = subprocess.run(
+        [sys.executable, "-c", SWALLOWED],
+        capture_output=True,
+        text=True,
+        timeout=30,  # before the fix: the wait's 60 s, then the next pass, for good
+        env={**os.environ, "TERM": "dumb"},
+        cwd=tmp_path,
+    )
+    assert out.returncode == 130, out.stderr[-2000:]
+    assert waiting.INTERRUPTED in out.stderr, out.stderr[-2000:]
+    assert "Exception ignored" not in out.stderr and "Traceback" not in out.stderr, out.stderr

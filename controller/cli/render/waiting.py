@@ -10,11 +10,14 @@ pass).
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from types import FrameType
+from typing import Any, TextIO
 
 from controller.cli.render import pullshow
 from controller.core.manifest.quantity import format_age
@@ -46,7 +49,8 @@ def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | No
     state_dir = reconciler.config.state_dir
     display: Display = Live(stream, state_dir) if terminal(stream).fancy else Lines(state_dir)
     try:
-        return _loop(reconciler, timeout, display)
+        with _CtrlC() as ctrl_c:
+            return _loop(reconciler, timeout, display, ctrl_c)
     except KeyboardInterrupt:  # Ctrl-C ends the wait, not the engines: say so, and what next
         display.close()
         print(INTERRUPTED, file=sys.stderr)
@@ -55,7 +59,43 @@ def wait_until_ready(reconciler: Reconciler, timeout: float, stream: TextIO | No
         display.close()
 
 
-def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
+class _CtrlC:
+    """Ctrl-C, remembered as well as raised. Python drops a KeyboardInterrupt raised inside
+    a callback it runs for itself (importlib's module-lock weakref callback during a lazy
+    import, a ``__del__``): "Exception ignored in ...", and the wait went on for good (CI
+    saw it). The loop looks at :attr:`pressed` between steps and raises it again there;
+    such a dropped interrupt is not printed (it is not lost: the loop honours it)."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self._handler: Any = None
+        self._hook = sys.unraisablehook
+
+    def __enter__(self) -> _CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self._handler = signal.signal(signal.SIGINT, self._on_sigint)
+            sys.unraisablehook = self._unraisable
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handler is not None:
+            signal.signal(signal.SIGINT, self._handler)
+            sys.unraisablehook = self._hook
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        self.pressed = True
+        raise KeyboardInterrupt
+
+    def _unraisable(self, unraisable: sys.UnraisableHookArgs) -> None:
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            self._hook(unraisable)
+
+    def check(self) -> None:
+        if self.pressed:
+            raise KeyboardInterrupt
+
+
+def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _CtrlC) -> bool:
     deadline = time.monotonic() + timeout
     # A quarantined record is reported by the one pass that moved it aside: remember it,
     # so a later pass that is all Ready still ends in failure, naming it.
@@ -63,6 +103,7 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
     restarts: dict[str, int] = {}  # each deployment's restarts when the wait first saw it
     while True:
         result = reconciler.run_pass()
+        ctrl_c.check()
         display.update(result)
         quarantined += [p.message for p in result.problems if p.message not in quarantined]
         if result.all_ready and not quarantined:
@@ -90,6 +131,7 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display) -> bool:
         next_pass = time.monotonic() + min(_period(result), max(deadline - time.monotonic(), 0))
         while time.monotonic() < next_pass:
             time.sleep(min(TICK, max(next_pass - time.monotonic(), 0)))
+            ctrl_c.check()
             display.tick()
 
 
