@@ -362,6 +362,17 @@ def _rows(sizes: Sizes, modes: dict[str, Mode]) -> list[Row]:
                 [float(cached)],
             )
         )
+    first = [a for m in modes.values() for a in m.answers if a.turn == 0]
+    tokens = median([a.cache_n + a.prompt_n for a in first])
+    rows.append(
+        Row(
+            SECTION,
+            f"for scale: time to first token of a family's first turn (cold: {tokens:.0f} "
+            f"prompt tokens; {sizes.clients} clients at once), every mode",
+            "ms",
+            [a.ttft * 1000 for a in first],
+        )
+    )
     return rows
 
 

@@ -95,8 +95,8 @@ def test_the_routing_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     cached llama-server build; ~20 s) per affinity: TTFT ratios of prefix over none and
     over session, requests per replica, and llama.cpp's own cached-token counts."""
     _, rows, _ = quick(tmp_path, "routing")
-    assert [row["section"] for row in rows] == ["15. routing"] * 10, rows
-    ttft, spread, cached = rows[:4], rows[4:7], rows[7:]
+    assert [row["section"] for row in rows] == ["15. routing"] * 11, rows
+    ttft, spread, cached, cold = rows[:4], rows[4:7], rows[7:10], rows[10]
     for row in ttft:  # 2 families x 2 turns each side, a ratio each
         assert len(row["ours"]) == len(row["theirs"]) == 4 and row["ratio"], row
     assert [row["goal"] for row in ttft] == ["≤ 0.5x", "", "≤ 1.0x", ""], ttft
@@ -106,3 +106,4 @@ def test_the_routing_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     # session keeps each family on its replica, whose slot holds the first turn: the
     # second turn's prompt begins with it, so llama.cpp reports cached tokens.
     assert cached[2]["ours"][0] > 0, cached
+    assert len(cold["ours"]) == 3 * 2, cold  # each mode's 2 first turns
