@@ -12,13 +12,15 @@ character: the sizes below are in characters and tokens alike.
 
 The workload, the same in every mode: ``families`` conversations, each with its own long
 system prompt (random words) and ``turns`` user turns that grow the conversation (each
-turn's answer joins the history), sent by ``clients`` concurrent clients (each owns some
-families and takes their turns in rotation, so a replica sees several families at once)
-with ``stream: true`` and a small ``max_tokens``; the OpenAI ``user`` field names the
+turn's answer joins the history), sent by ``clients`` concurrent clients, each taking the
+family whose turn is next in line (``Line`` says why not its own families), with
+``stream: true`` and a small ``max_tokens``; the OpenAI ``user`` field names the
 family (what ``session`` keys on; ``none`` and ``prefix`` ignore it). Time to first
 token is the client's time to the first SSE ``data:`` line.
 
-Each mode gets a fresh daemon and fresh engines (cold caches). Each engine's only prefix
+One daemon runs a deployment per mode (named after its affinity, its own 2 engines), and
+the modes run in turn: each mode's engines serve only its workload, so each starts cold,
+and one start-up serves the three (~6 s for --quick, not ~18). Each engine's only prefix
 cache is its slots: ``--cache-ram 0`` turns llama.cpp's RAM prompt cache off (here it
 would hold every family on every replica: these KV caches are tiny, a real model's are
 not), and ``--parallel`` is one replica's share of the families plus one, each slot with
@@ -65,7 +67,6 @@ from benchmarks.common import (
 
 SECTION = "15. routing"
 MODES = ("none", "prefix", "session")
-NAME = "chat"
 WAIT = 120.0  # seconds for a replica's Ready, a request, the request log
 TEMPLATE_TOKENS = 128  # the chat template's tokens around the system prompt (~90 seen)
 TURN_TOKENS = 64  # the template's tokens per turn (the user's and the assistant's, ~60 seen)
@@ -114,6 +115,7 @@ class Mode:
     answers: list[Answer]
     per_instance: Counter[str]
     lost: int  # the gateway's "engine connection lost" lines (a retry, maybe elsewhere)
+    moves: int  # turns served by another replica than the family's turn before
 
     @property
     def ttfts(self) -> list[float]:
@@ -155,14 +157,13 @@ def families(sizes: Sizes, seed: int = 41) -> list[Family]:
     return out
 
 
-async def _ask(
-    http: aiohttp.ClientSession, url: str, sizes: Sizes, fam: Family, turn: int
-) -> Answer:
+async def _ask(http: aiohttp.ClientSession, url: str, line: Line, fam: Family) -> Answer:
+    turn = (len(fam.messages) - 1) // 2  # the system prompt, then a user and an answer
     fam.messages.append({"role": "user", "content": fam.turns[turn]})
     body = {
-        "model": NAME,
+        "model": line.model,
         "messages": fam.messages,
-        "max_tokens": sizes.max_tokens,
+        "max_tokens": line.sizes.max_tokens,
         "stream": True,
         # Asked, so the gateway passes the usage chunk on: llama.cpp puts `timings` there
         # when usage is asked for (the gateway asks for it and strips it otherwise).
@@ -177,13 +178,13 @@ async def _ask(
     async with http.post(url, json=body) as resp:
         if resp.status != 200:
             raise RuntimeError(f"the gateway answered {resp.status}: {await resp.text()}")
-        async for line in resp.content:
-            seen = [*seen[-2:], line] if line.strip() else seen
-            if not line.startswith(b"data:"):
+        async for raw in resp.content:
+            seen = [*seen[-2:], raw] if raw.strip() else seen
+            if not raw.startswith(b"data:"):
                 continue
             if ttft is None:
                 ttft = time.perf_counter() - start
-            data = line[5:].strip()
+            data = raw[5:].strip()
             if data == b"[DONE]":
                 continue
             chunk = json.loads(data)
@@ -197,23 +198,45 @@ async def _ask(
     return Answer(fam.index, turn, ttft, int(timings["cache_n"]), int(timings["prompt_n"]))
 
 
-async def _client(
-    http: aiohttp.ClientSession, url: str, sizes: Sizes, mine: list[Family]
-) -> list[Answer]:
-    out = []
-    for turn in range(sizes.turns):
-        for fam in mine:
-            out.append(await _ask(http, url, sizes, fam, turn))
+@dataclass
+class Line:
+    """The families whose next turn may be sent, first come first served: after each
+    answer its family goes back to the end while it has turns left. A client takes
+    whichever family is next, never its own ones: a client that kept its conversations
+    would be kept on one replica by least in flight itself (the replica that has just
+    answered it has one request fewer), which no real crowd of users does (0 of 48
+    turns moved replica under ``none`` when each client owned 2 families)."""
+
+    ready: asyncio.Queue[Family | None]
+    left: int  # turns not answered yet
+    sizes: Sizes
+    model: str  # the deployment asked for: the mode's
+
+    def answered(self, fam: Family) -> None:
+        self.left -= 1
+        if len(fam.messages) < 1 + 2 * self.sizes.turns:
+            self.ready.put_nowait(fam)
+        if self.left == 0:
+            for _ in range(self.sizes.clients):
+                self.ready.put_nowait(None)
+
+
+async def _client(http: aiohttp.ClientSession, url: str, line: Line) -> list[Answer]:
+    out: list[Answer] = []
+    while (fam := await line.ready.get()) is not None:
+        out.append(await _ask(http, url, line, fam))
+        line.answered(fam)
     return out
 
 
-async def _workload(port: int, sizes: Sizes) -> list[Answer]:
+async def _workload(port: int, sizes: Sizes, model: str) -> list[Answer]:
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    fams = families(sizes)
+    line = Line(asyncio.Queue(), sizes.families * sizes.turns, sizes, model)
+    for fam in families(sizes):
+        line.ready.put_nowait(fam)
     timeout = aiohttp.ClientTimeout(total=WAIT)
     async with aiohttp.ClientSession(timeout=timeout) as http:
-        shares = [fams[c :: sizes.clients] for c in range(sizes.clients)]
-        done = await asyncio.gather(*(_client(http, url, sizes, s) for s in shares))
+        done = await asyncio.gather(*(_client(http, url, line) for _ in range(sizes.clients)))
     return [a for answers in done for a in answers]
 
 
@@ -256,7 +279,7 @@ def _manifest(sizes: Sizes, binary: str, model: Path, base_port: int, affinity: 
         "basePort": base_port,
         "stopGracePeriodSeconds": 2,
     }
-    doc = {"apiVersion": "reconcile/v1", "kind": "Deployment", "metadata": {"name": NAME}}
+    doc = {"apiVersion": "reconcile/v1", "kind": "Deployment", "metadata": {"name": affinity}}
     return json.dumps({**doc, "spec": spec}) + "\n"
 
 
@@ -268,14 +291,18 @@ def _ready(ws: Workspace, instance: str) -> bool:
 
 
 @contextlib.contextmanager
-def _pool(ws: Workspace, manifest: str, base: int) -> Iterator[None]:
-    """A daemon with its gateway on ``base`` and both replicas Ready; down after."""
-    (ws.manifests / f"{NAME}.yaml").write_text(manifest)
+def _pool(ws: Workspace, sizes: Sizes, binary: str, model: Path, base: int) -> Iterator[None]:
+    """A daemon with its gateway on ``base`` and a deployment of 2 replicas per mode, named
+    after its affinity, every replica Ready; down after. Each mode's engines serve only
+    that mode's workload: each starts cold, and one start-up serves the three."""
+    for i, mode in enumerate(MODES):
+        port = base + 1 + 4 * i
+        (ws.manifests / f"{mode}.yaml").write_text(_manifest(sizes, binary, model, port, mode))
     argv = [*reconcile_argv(), "--listen", str(base), "--resync", "1h", *ws.common()]
     with open(ws.root / "daemon.log", "wb") as log:
         daemon = subprocess.Popen(argv, env=ws.env(), stdin=subprocess.DEVNULL, stderr=log)
     try:
-        for instance in (NAME, f"{NAME}@1"):
+        for instance in (name for mode in MODES for name in (mode, f"{mode}@1")):
             wait_for(functools.partial(_ready, ws, instance), WAIT, f"{instance} Ready", 0.05)
         yield
     finally:
@@ -283,40 +310,75 @@ def _pool(ws: Workspace, manifest: str, base: int) -> Iterator[None]:
         run([*reconcile_argv(), "down", "--gateway", *ws.common()], env=ws.env())
 
 
-def _served(ws: Workspace, count: int) -> Counter[str]:
-    """Requests per instance, from the gateway's request log once it holds ``count``."""
+def _served(ws: Workspace, model: str, count: int) -> list[dict[str, Any]]:
+    """The gateway's request log's lines for ``model``, once it holds ``count`` of them."""
     path = ws.state / "gateway" / "requests.jsonl"
 
     def lines() -> list[dict[str, Any]] | None:
         with contextlib.suppress(OSError):
             found = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+            found = [x for x in found if x.get("deployment") == model]
             return found if len(found) >= count else None
         return None
 
     found: list[dict[str, Any]] = wait_for(lines, WAIT, "the request log", poll=0.05)
-    served = Counter({NAME: 0, f"{NAME}@1": 0})  # a replica that served none counts too
-    served.update(str(line.get("instance")) for line in found)
+    return found
+
+
+def _per_instance(model: str, log: list[dict[str, Any]]) -> Counter[str]:
+    served = Counter({model: 0, f"{model}@1": 0})  # a replica that served none counts too
+    served.update(str(line.get("instance")) for line in log)
     return served
 
 
-def _mode(sizes: Sizes, binary: str, model: Path, affinity: str) -> Mode:
-    with workspace(f"routing-{affinity}") as ws:
-        ws.devices = "none"
-        base = free_port_block(8, start=24700)
-        with _pool(ws, _manifest(sizes, binary, model, base + 1, affinity), base):
-            answers = asyncio.run(_workload(base, sizes))
-            served = _served(ws, len(answers))
-        log = (ws.root / "daemon.log").read_text(errors="replace")
-        return Mode(affinity, answers, served, log.count("engine connection lost"))
+def _moves(answers: list[Answer], log: list[dict[str, Any]]) -> int:
+    """Turns served elsewhere than their family's turn before. The log names no family,
+    but a prompt's token count (the log's from ``usage``, llama.cpp's cache_n + prompt_n)
+    is nearly always unique here: a count seen twice is left out."""
+    sizes = Counter(line.get("prompt_tokens") for line in log)
+    where = {line.get("prompt_tokens"): line.get("instance") for line in log}
+    last: dict[int, object] = {}
+    moves = 0
+    for a in sorted(answers, key=lambda a: a.turn):
+        size = a.cache_n + a.prompt_n
+        if sizes[size] != 1:
+            last.pop(a.family, None)
+            continue
+        moves += a.family in last and last[a.family] != where[size]
+        last[a.family] = where[size]
+    return moves
+
+
+def _lost(ws: Workspace, model: str) -> int:
+    """The gateway's retries after a pooled engine connection was found closed."""
+    count = 0
+    for text in (ws.root / "daemon.log").read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            line = json.loads(text)
+            count += (
+                line.get("event") == "engine connection lost before its answer"
+                and line.get("deployment") == model
+            )
+    return count
+
+
+def _mode(ws: Workspace, sizes: Sizes, base: int, affinity: str) -> Mode:
+    answers = asyncio.run(_workload(base, sizes, affinity))
+    served = _served(ws, affinity, len(answers))
+    per = _per_instance(affinity, served)
+    return Mode(affinity, answers, per, _lost(ws, affinity), _moves(answers, served))
 
 
 def bench(sizes: Sizes = FULL) -> list[Row]:
     from tests.fixtures.tiny_gguf import write_tiny_llama_gguf
 
     binary = llama_server()
-    with workspace("routing-model") as ws:
+    with workspace("routing") as ws:
+        ws.devices = "none"
         model = write_tiny_llama_gguf(ws.root / "model.gguf", n_ctx=16384, **sizes.model)
-        modes = {m: _mode(sizes, binary, model, m) for m in MODES}
+        base = free_port_block(16, start=24700)
+        with _pool(ws, sizes, binary, model, base):
+            modes = {m: _mode(ws, sizes, base, m) for m in MODES}
     return _rows(sizes, modes)
 
 
@@ -341,6 +403,7 @@ def _rows(sizes: Sizes, modes: dict[str, Mode]) -> list[Row]:
             Row(
                 SECTION,
                 f"requests per replica, max over mean, affinity: {mode.affinity} ({counts}; "
+                f"turns on another replica than their family's turn before: {mode.moves}; "
                 f"gateway retries after a lost engine connection: {mode.lost})",
                 "x",
                 [mode.imbalance],

@@ -92,7 +92,7 @@ def test_the_containers_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
 @pytest.mark.llama
 def test_the_routing_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     """``--only routing`` (issue 41): 2 real llama.cpp replicas (marker ``llama``: the
-    cached llama-server build; ~20 s) per affinity: TTFT ratios of prefix over none and
+    cached llama-server build; ~8 s) per affinity: TTFT ratios of prefix over none and
     over session, requests per replica, and llama.cpp's own cached-token counts."""
     _, rows, _ = quick(tmp_path, "routing")
     assert [row["section"] for row in rows] == ["15. routing"] * 11, rows
