@@ -12,7 +12,7 @@
     python -m benchmarks --only tls     # HTTPS vs plain HTTP through the gateway (ratio)
     python -m benchmarks --only containers  # an engine in a podman container vs podman run
     python -m benchmarks --only git     # a commit pushed to the engine exec'd: webhook, polling
-    python -m benchmarks --only routing # TTFT on 2 real llama.cpp replicas: prefix vs none
+    python -m benchmarks --only routing # TTFT, 2 real llama.cpp replicas: prefix vs none, session
 
 Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
 run also rewrites ``benchmarks/RESULTS.md`` (date, machine, the table).
