@@ -12,6 +12,7 @@
     python -m benchmarks --only tls     # HTTPS vs plain HTTP through the gateway (ratio)
     python -m benchmarks --only containers  # an engine in a podman container vs podman run
     python -m benchmarks --only git     # a commit pushed to the engine exec'd: webhook, polling
+    python -m benchmarks --only routing # TTFT, 2 real llama.cpp replicas: prefix vs none, session
 
 Raw output goes to ``benchmarks/out/<UTC stamp>/`` (results.json, table.md); a full
 run also rewrites ``benchmarks/RESULTS.md`` (date, machine, the table).
@@ -50,12 +51,15 @@ SECTIONS = (
     "tls",
     "containers",
     "git",
+    "routing",
 )
 # Run unless --only says otherwise; "ray" needs `pip install -e '.[ray]'` and starts a local
 # Ray cluster (~2 minutes more): run it with `--only ray`. "tls" (issue 39's figure) runs
 # with `--only tls`. "containers" needs podman (and imports an image): `--only containers`.
 # "git" (issue 37's figure: ~1.5 minutes for 20 pushes per mode) runs with `--only git`.
-DEFAULT = tuple(s for s in SECTIONS if s not in ("ray", "tls", "containers", "git"))
+# "routing" (issue 41's: real llama.cpp servers, minutes) runs with `--only routing`.
+OPTIONAL = ("ray", "tls", "containers", "git", "routing")
+DEFAULT = tuple(s for s in SECTIONS if s not in OPTIONAL)
 
 
 def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
@@ -71,6 +75,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         raybench,
         readverbs,
         replicas,
+        routing,
         startup,
         steady,
         tlsbench,
@@ -94,6 +99,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
             "tls": lambda: tlsbench.bench(10),
             "containers": lambda: containers.bench(1),
             "git": lambda: gitbench.bench(2),
+            "routing": lambda: routing.bench(routing.QUICK),
         }
     return {
         "startup": lambda: startup.bench(30),
@@ -111,6 +117,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "tls": lambda: tlsbench.bench(300),
         "containers": lambda: containers.bench(9),  # needs podman
         "git": lambda: gitbench.bench(20),
+        "routing": lambda: routing.bench(routing.FULL),  # needs llama-server (built, cached)
     }
 
 

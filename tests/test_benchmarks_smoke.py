@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import missing
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = (
@@ -86,3 +87,23 @@ def test_the_containers_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     for what in (["ps", "-a", "--format", "{{.Labels}} {{.Image}}"], ["images"]):
         left = subprocess.run(["podman", *what], capture_output=True, text=True, timeout=120)
         assert left.returncode == 0 and "reconcile-bench" not in left.stdout, left.stdout
+
+
+@pytest.mark.llama
+def test_the_routing_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
+    """``--only routing`` (issue 41): 2 real llama.cpp replicas (marker ``llama``: the
+    cached llama-server build; ~8 s) per affinity: TTFT ratios of prefix over none and
+    over session, requests per replica, and llama.cpp's own cached-token counts."""
+    _, rows, _ = quick(tmp_path, "routing")
+    assert [row["section"] for row in rows] == ["15. routing"] * 11, rows
+    ttft, spread, cached, cold = rows[:4], rows[4:7], rows[7:10], rows[10]
+    for row in ttft:  # 2 families x 2 turns each side, a ratio each
+        assert len(row["ours"]) == len(row["theirs"]) == 4 and row["ratio"], row
+    assert [row["goal"] for row in ttft] == ["≤ 0.5x", "", "≤ 1.0x", ""], ttft
+    for row, mode in zip(spread + cached, ["none", "prefix", "session"] * 2, strict=True):
+        assert f"affinity: {mode} (" in row["metric"], row
+    assert all(row["ours"][0] >= 1.0 and row["met"] is not None for row in spread), spread
+    # session keeps each family on its replica, whose slot holds the first turn: the
+    # second turn's prompt begins with it, so llama.cpp reports cached tokens.
+    assert cached[2]["ours"][0] > 0, cached
+    assert len(cold["ours"]) == 3 * 2, cold  # each mode's 2 first turns
