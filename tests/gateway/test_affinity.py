@@ -20,11 +20,12 @@ def placed(sessions: Sessions, members: tuple[str, ...]) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("total", "members", "expected"),
     [
-        (100, 4, 31),  # floor(1.25 x 25): never past 1.25x the mean
+        (100, 4, 32),  # ceil(1.25 x 25): 1.25x the mean, rounded up to a whole one
         (1, 4, 1),  # an even share at least, or a new session would not fit
-        (4, 4, 1),
-        (8, 4, 2),
-        (10, 3, 4),
+        (4, 4, 2),
+        (8, 4, 3),
+        (4, 2, 3),  # two replicas, four requests: the holder may take a third
+        (10, 3, 5),
         (0, 2, 0),
     ],
 )

@@ -98,10 +98,10 @@ def fam(i: int, turns: int = 1) -> tuple[bytes, ...]:
     [
         ({}, "b"),  # idle: the holder
         ({"b": 1, "a": 1, "c": 1}, "b"),  # even: the holder
-        ({"b": 2, "a": 1, "c": 1}, "a"),  # 3 of 5 would be past 1.25x the mean: elsewhere
-        ({"b": 2, "a": 0, "c": 0}, "a"),  # past the bound: least in flight (a or c)
-        ({"b": 4, "a": 4, "c": 4}, "b"),  # 5 of 13: within max(1.25x mean, even share)
-        ({"b": 7, "a": 2, "c": 3}, "a"),
+        ({"b": 2, "a": 1, "c": 1}, "b"),  # 3 of 5: within ceil(1.25x the mean), 3
+        ({"b": 2, "a": 0, "c": 0}, "a"),  # 3 of 3, past ceil(1.25x 1): least in flight
+        ({"b": 4, "a": 4, "c": 4}, "b"),  # 5 of 13: within ceil(1.25x mean), 6
+        ({"b": 7, "a": 2, "c": 3}, "a"),  # 8 of 13: past 6
     ],
 )
 def test_the_holder_unless_past_the_bound(inflight: dict[str | None, int], expected: str) -> None:

@@ -19,7 +19,7 @@ for a while (docs/design.md, "Prefix affinity", says why these sizes).
 
 A request goes to the candidate holding the longest run of its chain (ties: least in
 flight, two random choices), unless that instance would then hold more than the bounded
-load of consistent hashing (affinity.py's ``bound``: 1.25x the pool's mean in flight);
+load of consistent hashing (affinity.py's ``bound``: 1.25x the pool's mean in flight, rounded up);
 then, and when no candidate holds any of it, the least loaded. The chosen instance is
 told the chain at once (before its answer), so a burst of one family stays together.
 """
