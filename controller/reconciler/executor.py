@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from controller import failpoints
 from controller.backends.base import Backend, Puller
@@ -46,8 +46,10 @@ from controller.reconciler.leases import RecordMaker
 from controller.reconciler.memwait import MemoryGate
 from controller.store.instances import logfiles
 from controller.store.instances.events import Journal
-from controller.store.instances.outbox import Notifications
 from controller.store.instances.records import RecordStore
+
+if TYPE_CHECKING:  # the hooks' queue: loaded only where node.yaml names hooks
+    from controller.store.instances.outbox import Notifications
 
 log = get_logger("reconcile")
 

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from controller import failpoints
 from controller.backends.base import Backend
@@ -32,7 +33,7 @@ from controller.core.manifest.specs import Entry, with_secrets
 from controller.core.plan import Desired, leader_of, plan, waits_turn
 from controller.core.pulls import PullView
 from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
-from controller.host import gpuhealth, procscan, secrets
+from controller.host import gpuhealth, procscan
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity
 from controller.logsetup import get_logger
@@ -48,22 +49,18 @@ from controller.store import diskspace
 from controller.store.config.node import Config, read_drain
 from controller.store.instances import logfiles
 from controller.store.instances.events import Journal
-from controller.store.instances.outbox import Notifications
 from controller.store.instances.records import RecordProblem, RecordStore
 from controller.store.lock import FileLock
 from controller.store.side import activation, devicehealth, measured, restart
 from controller.store.side.observed import Seen
 from controller.store.side.observed import note as note_seen
 from controller.store.sources import gitrev
-from controller.store.sources.gitsource import (
-    GitSource,
-    SyncResult,
-    read_status,
-    shown_url,
-    state_of,
-)
 from controller.store.sources.manifests import LoadResult, ManifestError, load
 from controller.store.statedir import StateDir
+
+if TYPE_CHECKING:  # loaded where used: a pass with no git source, hooks or envFrom skips them
+    from controller.store.instances.outbox import Notifications
+    from controller.store.sources.gitsource import GitSource, SyncResult
 
 log = get_logger("reconcile")
 
@@ -290,7 +287,11 @@ class Reconciler(Preview):
         self.after_pass = list(after_pass)
         self.device_watch = DeviceWatch(config.state_dir, gpuhealth.choose(inventory))
         # --git: the checkout this reconciler fetches and moves (the daemon fetches when due)
-        self.git = GitSource(config.state_dir, config.git) if config.git else None
+        self.git: GitSource | None = None
+        if config.git:
+            from controller.store.sources.gitsource import GitSource
+
+            self.git = GitSource(config.state_dir, config.git)
         self.notify = notifications_for(config)
         if self.notify is not None:
             self.executor.notify = self.notify
@@ -345,6 +346,8 @@ class Reconciler(Preview):
         under the pass lock: no pass reads a checkout half-moved."""
         if self.git is None:
             return None
+        from controller.store.sources.gitsource import shown_url
+
         synced = self.git.sync()
         for what in synced.events:
             log.info("git source", change=what, url=shown_url(self.git.settings.url))
@@ -365,8 +368,12 @@ class Reconciler(Preview):
 
     def _notify_source(self, result: PassResult) -> None:
         """The git source's state (`reconcile source`'s), notified when it changes."""
-        st = read_status(self.config.state_dir) if self.notify is not None else None
-        if self.notify is None or st is None:
+        if self.notify is None:
+            return
+        from controller.store.sources.gitsource import read_status, state_of
+
+        st = read_status(self.config.state_dir)
+        if st is None:
             return
         state, message = state_of(st, [str(r.phase) for r in result.ours()])
         self.notify.source_state(state, message, st.applied)
@@ -606,6 +613,9 @@ def notifications_for(config: Config) -> Notifications | None:
     it: the repository URL without credentials, or the manifests folders."""
     if not config.notify:
         return None
+    from controller.store.instances.outbox import Notifications
+    from controller.store.sources.gitsource import shown_url
+
     if config.git is not None:
         source = shown_url(config.git.url)
     else:
@@ -684,6 +694,8 @@ def resolve_secrets(loaded: LoadResult) -> None:
     for name, entry in list(loaded.entries.items()):
         if not entry.deployment.spec.env_from:
             continue
+        from controller.host import secrets  # only where a spec names secrets
+
         try:
             env = secrets.resolve(entry.deployment.spec, Path(entry.source).parent)
         except secrets.SecretError as exc:
