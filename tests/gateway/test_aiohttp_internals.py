@@ -1,4 +1,4 @@
-"""What the gateway takes from aiohttp's internals (controller/gateway/surface/aiohttp_internals.py)
+"""What the gateway takes from aiohttp's internals (controller/gateway/http/aiohttp_internals.py)
 is all there on the installed aiohttp, and none of our own names on its connection handler
 lands on one of aiohttp's: the check to run before raising pyproject's cap on aiohttp."""
 
@@ -10,11 +10,11 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from controller.gateway.surface.aiohttp_internals import FIELDS, METHODS, Handler, missing
-from controller.gateway.surface.server import Protocol
+from controller.gateway.http.aiohttp_internals import FIELDS, METHODS, Handler, missing
+from controller.gateway.http.server import Protocol
 
 NEXT_MOVE = (
-    "controller/gateway/surface/aiohttp_internals.py relies on it: adapt that module "
+    "controller/gateway/http/aiohttp_internals.py relies on it: adapt that module "
     "(and server.py) to this aiohttp before raising its cap in pyproject.toml"
 )
 

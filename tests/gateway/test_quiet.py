@@ -11,9 +11,10 @@ import logging
 import pytest
 from harness.rawhttp import leaked
 
-from controller.gateway.surface import bodies, paths
-from controller.gateway.surface.quiet import LibraryFilter, Throttle, install
-from controller.gateway.surface.server import connection_cap, exception_handler
+from controller.gateway.http import paths
+from controller.gateway.http.quiet import LibraryFilter, Throttle, install
+from controller.gateway.http.server import connection_cap, exception_handler
+from controller.gateway.surface import bodies
 
 KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"
 

@@ -28,6 +28,13 @@ from controller.gateway.accounting import keys as keys_mod
 from controller.gateway.accounting import requestlog, tracing
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.requestlog import RequestLog
+from controller.gateway.http.quiet import Throttle, install
+from controller.gateway.http.server import (
+    Connections,
+    connection_cap,
+    exception_handler,
+    factory,
+)
 from controller.gateway.lifecycle.listener import bind, close_listener
 from controller.gateway.lifecycle.tls import Tls, TlsError
 from controller.gateway.routing.activation import Demand
@@ -38,14 +45,7 @@ from controller.gateway.routing.table import Table
 from controller.gateway.settings import Settings
 from controller.gateway.surface import enginesock
 from controller.gateway.surface.forwarding import Forwarder
-from controller.gateway.surface.quiet import Throttle, install
 from controller.gateway.surface.routes import Front
-from controller.gateway.surface.server import (
-    Connections,
-    connection_cap,
-    exception_handler,
-    factory,
-)
 from controller.gateway.surface.webhook import Hooks
 from controller.gateway.ui.pages import Page
 from controller.logsetup import get_logger

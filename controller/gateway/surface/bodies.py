@@ -20,8 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
+from controller.gateway.http.answers import error
 from controller.gateway.surface import upload
-from controller.gateway.surface.answers import error
 from controller.gateway.surface.upload import Upload
 
 BODY_TIMEOUT = 120.0  # seconds a client may take to send its body (a slow one holds a slot)

@@ -20,6 +20,7 @@ from controller.gateway.accounting.inflight import InflightCounts
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.tracing import Tracing
 from controller.gateway.accounting.usage import Meter
+from controller.gateway.http.answers import error
 from controller.gateway.routing import readiness
 from controller.gateway.routing.activation import Demand
 from controller.gateway.routing.concurrency import Limiter
@@ -27,7 +28,6 @@ from controller.gateway.routing.prefix import chain, prompt_text
 from controller.gateway.routing.readiness import ReadyWaits
 from controller.gateway.routing.swaps import Turns
 from controller.gateway.routing.table import Table, Target
-from controller.gateway.surface.answers import error
 from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.surface.upload import Upload
 from controller.gateway.surface.waiting import Waiting

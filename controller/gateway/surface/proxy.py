@@ -24,9 +24,9 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from controller.gateway.accounting.usage import Meter, StreamUsage, from_json
+from controller.gateway.http.aiohttp_internals import close_connection
+from controller.gateway.http.answers import body as error_body
 from controller.gateway.routing.table import Target
-from controller.gateway.surface.aiohttp_internals import close_connection
-from controller.gateway.surface.answers import body as error_body
 from controller.gateway.surface.upload import TooLarge, Upload
 from controller.logsetup import get_logger
 
@@ -104,7 +104,7 @@ async def forward(
     settle: Callable[[], Awaitable[web.StreamResponse | None]] | None = None,
     inject: Callable[[MutableMapping[str, str]], None] | None = None,
 ) -> web.StreamResponse:
-    """``path``: the normalised path and query (paths.py), the only one sent on.
+    """``path``: the normalised path and query (``http/paths.py``), the only one sent on.
 
     ``settle``: called once the engine's answer has begun (its head came); it stops the
     waiting comments (waiting.py) and gives the stream already begun for them, if any,

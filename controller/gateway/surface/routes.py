@@ -2,7 +2,7 @@
 
 Each answer the gateway makes itself is an OpenAI error body; what the engine
 answers is passed through untouched. Every path is routed in its normal form
-(paths.py) and only that form is forwarded: one that leaves ``/v1/`` is refused.
+(``http/paths.py``) and only that form is forwarded: one that leaves ``/v1/`` is refused.
 ``Front`` checks the key and its limits, reads the body (bodies.py) and finds its model,
 counts and logs the answer; the ``Forwarder`` (forwarding.py) takes it to an engine.
 """
@@ -31,11 +31,12 @@ from controller.gateway.accounting.quota import Quota
 from controller.gateway.accounting.requestlog import RequestLog
 from controller.gateway.accounting.tracing import Tracing
 from controller.gateway.accounting.usage import Meter
+from controller.gateway.http import paths
+from controller.gateway.http.answers import error
 from controller.gateway.routing.concurrency import Bodies
 from controller.gateway.routing.table import FIRST_PASS_WAIT, Table
 from controller.gateway.settings import WAITING_EVERY
-from controller.gateway.surface import bodies, paths
-from controller.gateway.surface.answers import error
+from controller.gateway.surface import bodies
 from controller.gateway.surface.forwarding import RETRY_AFTER, Forwarder, Incoming
 from controller.gateway.surface.waiting import Waiting, wants_stream
 

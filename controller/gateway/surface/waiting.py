@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from controller.gateway.surface.answers import body as error_body
+from controller.gateway.http.answers import body as error_body
 from controller.gateway.surface.proxy import SERVED_BY, end_with_error
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from controller.gateway.surface.answers import error
+from controller.gateway.http.answers import error
 from controller.logsetup import get_logger
 from controller.store import sidefiles
 from controller.store.documents import write_atomic

@@ -29,8 +29,8 @@ from aiohttp import web
 from controller.gateway.accounting import requestlog
 from controller.gateway.accounting.keys import Keys, presented
 from controller.gateway.accounting.metrics import GatewayMetrics
+from controller.gateway.http.answers import error
 from controller.gateway.settings import Settings
-from controller.gateway.surface.answers import error
 from controller.gateway.ui import actions
 from controller.gateway.ui.snapshot import NodeReader
 from controller.gateway.ui.traffic import Traffic

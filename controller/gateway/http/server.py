@@ -22,10 +22,10 @@ from typing import Any
 
 from aiohttp import web
 
-from controller.gateway.surface.aiohttp_internals import Handler, answer_begun
-from controller.gateway.surface.aiohttp_internals import parse_errors as hx
-from controller.gateway.surface.answers import error
-from controller.gateway.surface.quiet import Throttle
+from controller.gateway.http.aiohttp_internals import Handler, answer_begun
+from controller.gateway.http.aiohttp_internals import parse_errors as hx
+from controller.gateway.http.answers import error
+from controller.gateway.http.quiet import Throttle
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
