@@ -1,13 +1,16 @@
 """An engine that drops its connections, each way an engine can (for the gateway's tests).
 
-    python rude_engine.py --port N [--always MODE] [--fail-while FILE]
+    python rude_engine.py --port N [--always MODE] [--fail-while FILE] [--drop-reused]
 
 ``GET /health`` answers 200. A POST does what its path's last segment says (or
 ``--always``): ``close`` closes before answering, ``reset`` resets (RST), ``half`` sends
 headers and part of a sized body, ``sse`` sends one chunked server-sent event and
 closes mid-stream; anything else (``--always ok``) is a whole JSON answer naming this
 pid. While ``--fail-while FILE`` exists, every POST is a 500 (a sick engine that
-still answers ``/health``: passive health's case). Each request is one stdout line
+still answers ``/health``: passive health's case). With ``--drop-reused`` a connection's
+first POST is answered and the connection kept; a second POST on it is read and the
+connection closed unanswered (llama.cpp's server closing a connection after a streamed
+answer just as the gateway reuses it). Each request is one stdout line
 (``POST /v1/x``): a test counts what reached it.
 """
 
@@ -29,12 +32,58 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--always", choices=(*MODES, "ok"))
     parser.add_argument("--fail-while", type=Path)
+    parser.add_argument("--drop-reused", action="store_true")
     args = parser.parse_args()
     server = socket.create_server(("127.0.0.1", args.port), reuse_port=False)
     while True:
         conn, _ = server.accept()
+        if args.drop_reused:
+            threading.Thread(target=serve_then_drop, args=(conn,), daemon=True).start()
+            continue
         work = (conn, args.always, args.fail_while)
         threading.Thread(target=serve, args=work, daemon=True).start()
+
+
+def serve_then_drop(conn: socket.socket) -> None:
+    """One POST answered on a kept-alive connection; the next one on it dropped."""
+    with conn:
+        for turn in range(2):
+            line = read_request(conn)
+            if line is None:
+                return
+            print(line, flush=True)
+            if line.startswith("GET /health"):
+                answer(conn, b'{"status": "ok"}')
+                return
+            if turn == 0:
+                body = json.dumps({"object": "ok", "system_fingerprint": f"pid-{os.getpid()}"})
+                answer(conn, body, keep=True)
+
+
+def read_request(conn: socket.socket) -> str | None:
+    """A whole request (head and sized body) read; its request line, None at EOF."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        head += chunk
+    head, _, body = head.partition(b"\r\n\r\n")
+    length = next(
+        (
+            int(v)
+            for k, _, v in (h.partition(b":") for h in head.split(b"\r\n"))
+            if k.strip().lower() == b"content-length"
+        ),
+        0,
+    )
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        body += chunk
+    method, path = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")[:2]
+    return f"{method} {path}"
 
 
 def serve(conn: socket.socket, always: str | None, fail_while: Path | None = None) -> None:
@@ -83,10 +132,13 @@ def serve(conn: socket.socket, always: str | None, fail_while: Path | None = Non
             answer(conn, json.dumps({"object": "ok", "system_fingerprint": f"pid-{os.getpid()}"}))
 
 
-def answer(conn: socket.socket, body: bytes | str, status: str = "200 OK") -> None:
+def answer(
+    conn: socket.socket, body: bytes | str, status: str = "200 OK", *, keep: bool = False
+) -> None:
     data = body.encode() if isinstance(body, str) else body
     head = f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-    conn.sendall(head.encode() + b"Connection: close\r\n\r\n" + data)
+    close = b"" if keep else b"Connection: close\r\n"
+    conn.sendall(head.encode() + close + b"\r\n" + data)
 
 
 if __name__ == "__main__":

@@ -205,25 +205,40 @@ class Forwarder:
         self, incoming: Incoming, body: bytes | Upload, want: Ask, target: Target
     ) -> web.StreamResponse:
         """Send; an engine that dropped the connection before any byte of its answer gets
-        the request once more, on another Ready instance of the pool if there is one;
-        else a 502."""
+        the request once more on the same instance, on a new connection: a kept-alive
+        connection the engine closed just as it was reused (llama.cpp's server closes one
+        after each streamed answer) is no reason to move a session off the instance that
+        holds its cache, and a cold prefill elsewhere. Only when the instance fails again
+        does the request go to another Ready instance of the pool, if there is one (one
+        not reached at all is the caller's: UpstreamDown); else a 502."""
         try:
             return await self._send(incoming, body, target)
         except UpstreamFailed as exc:
-            # A streamed upload the engine has begun to read cannot be sent again.
-            again = exc.retry and not (isinstance(body, Upload) and body.started)
-            other = (
-                self.table.target(
-                    want.pool, avoid=target.nonce, session=want.session, prefix=want.prefix
-                )
-                if again
-                else None
-            )
+            again = _may_resend(exc, body)
             log.info(
                 "engine connection lost before its answer",
                 deployment=target.deployment,
                 error=str(exc),
-                retried=str(other is not None).lower(),
+                retried="same instance" if again else "no",
+            )
+            if not again:
+                return _upstream_error(target.deployment)
+        try:
+            with self.tracing.span("retry", {"reconcile.deployment": target.deployment}):
+                return await self._send(incoming, body, target)
+        except UpstreamFailed as exc:
+            other = (
+                self.table.target(
+                    want.pool, avoid=target.nonce, session=want.session, prefix=want.prefix
+                )
+                if _may_resend(exc, body)
+                else None
+            )
+            log.info(
+                "engine connection lost again",
+                deployment=target.deployment,
+                error=str(exc),
+                retried="another instance" if other is not None else "no",
             )
             if other is None:
                 return _upstream_error(target.deployment)
@@ -330,6 +345,12 @@ class Incoming:
     meter: Meter  # its timings and token counts (usage.py)
     waiting: Waiting | None = None  # a held stream's comments (waiting.py)
     no_instance: bool = False  # the pool had no instance to take it (a fallback may)
+
+
+def _may_resend(exc: UpstreamFailed, body: bytes | Upload) -> bool:
+    """Nothing of the answer came, and the body can be sent again (a streamed upload the
+    engine has begun to read cannot)."""
+    return exc.retry and not (isinstance(body, Upload) and body.started)
 
 
 def _upstream_error(name: str) -> web.Response:
