@@ -17,6 +17,8 @@ import json
 import os
 import subprocess
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from subprocess import PIPE
 from typing import Any
@@ -25,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.requestlog import FIELDS, RequestLog, path_in
+from controller.store.instances import logfiles
 
 KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"  # no hex, no word (see test_keys.py)
 WORD = "Zanzibarquokka"  # the prompt's unique word: never in the log
@@ -152,3 +155,71 @@ def test_a_stuck_disk_drops_lines_never_requests(tmp_path: Path) -> None:
     log.close()
     reader.join(timeout=30)
     assert [json.loads(s)["n"] for s in got[0].splitlines()] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_follower_misses_no_line_across_rotations_of_lines_of_one_length(
+    tmp_path: Path,
+) -> None:
+    """Rotated by copy-truncate, a file written again up to the follower's offset looked
+    unchanged to it (lines of one length: the file's size came back to the same), and
+    `logs --requests -f` showed nothing more, for good (a CI run: the follower saw none of
+    30 requests). Rotated by rename, the follower reads the old file's last lines, then
+    the new file."""
+    path = tmp_path / "gateway" / "requests.jsonl"
+    path.parent.mkdir()
+    path.touch()
+    one = len(json.dumps({"status": 200, "pad": "x" * 20, "n": 10}, separators=(",", ":"))) + 1
+    log = RequestLog(path, max_bytes=4 * one, keep=3)  # four lines a file
+    log.start()
+    out: list[bytes] = []
+    stop = threading.Event()
+    follower = threading.Thread(
+        target=logfiles.follow, args=(path, out.append, lambda: not stop.is_set(), 0.5)
+    )
+    follower.start()
+
+    def shown() -> list[int]:
+        return [json.loads(raw)["n"] for raw in b"".join(out).splitlines()]
+
+    def batch(first: int) -> None:
+        # Four lines of one length in one gathered write: the first puts the file past
+        # its bound, so it rotates and the four fill the new file to the old one's size,
+        # all between two of the follower's looks.
+        for n in range(first, first + 4):
+            log.write({"status": 200, "pad": "x" * 20, "n": n})
+        _written(path, first + 3)
+
+    try:
+        batch(10)  # the follower reads these as they come: its offset is the file's end
+        _shown(shown, [10, 11, 12, 13])
+        batch(20)
+        _shown(shown, [10, 11, 12, 13, 20, 21, 22, 23])
+        batch(30)
+        _shown(shown, [10, 11, 12, 13, 20, 21, 22, 23, 30, 31, 32, 33])
+        batch(40)  # two rotations between two looks: the lines between are in backup 1
+        batch(50)
+        _shown(
+            shown, [10, 11, 12, 13, 20, 21, 22, 23, 30, 31, 32, 33, 40, 41, 42, 43, 50, 51, 52, 53]
+        )
+    finally:
+        stop.set()
+        follower.join(10)
+        log.close()
+
+
+def _shown(shown: Callable[[], list[int]], want: list[int]) -> None:
+    deadline = time.monotonic() + 10
+    while shown() != want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert shown() == want
+
+
+def _written(path: Path, n: int) -> None:
+    """Wait until line ``n`` is in the log or a backup (the writer gathers for 20 ms)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        parts = [p.read_bytes() for p in path.parent.glob("requests.jsonl*") if p.is_file()]
+        if any(f'"n":{n},'.encode() in part or f'"n":{n}}}'.encode() in part for part in parts):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"line {n} was not written")

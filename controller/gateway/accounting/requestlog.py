@@ -14,9 +14,11 @@ is woken only when it sleeps, and once woken gathers lines for ``GATHER`` second
 it writes them: the loop pays neither a queue's lock nor a thread's wake per request (a
 profile at 32 clients: 15% of the gateway's samples went to the queue, its condition and
 the writer's single-line wakes; woken at each line without the gathering, 7% still).
-The file is rotated by size as the engines' logs are (copy-truncate,
-``store/instances/logfiles.py``: a gateway handing over and its successor both append to it with
-``O_APPEND``), at most ``keep`` backups: bounded.
+The file is rotated by size into at most ``keep`` backups (bounded), by rename, not
+copy-truncate as the engines' logs are: a follower (``logs --requests -f``) cannot tell a
+file truncated and written again up to its offset (lines of one length) from one not
+written to, and lost every line after that. A gateway handing over and its successor both
+append with ``O_APPEND`` and reopen the file when its path names another (``_open``).
 """
 
 from __future__ import annotations
@@ -155,8 +157,9 @@ class RequestLog:
             size = os.fstat(fd).st_size
             if size and size + len(data) > self.max_bytes:
                 # Before the write, not after: the new lines land in the fresh file, where
-                # a follower (logs --requests -f) finds them once it sees the file shrink.
-                logfiles.rotate(self.path, 0, self.keep)  # copy-truncate: the fd lives on
+                # a follower (logs --requests -f) finds them once it has read the old one.
+                logfiles.rename_rotate(self.path, self.keep)
+                fd = self._open()  # the path names a new file now
             os.write(fd, data)  # O_APPEND: at the end, past a successor's lines too
         except OSError as exc:
             self._close_fd()

@@ -84,6 +84,22 @@ def rotate(path: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_K
     return True
 
 
+def rename_rotate(path: Path, keep: int = DEFAULT_KEEP) -> None:
+    """Rotate a file whose writers reopen it by path (the request log): ``path`` becomes
+    backup 1 (a new inode for the next writes). A follower holding the old file reads
+    its last lines there before it moves on; after a copy-truncate it cannot tell a file
+    truncated and written again up to its offset from one not written to at all."""
+    if keep > 0:
+        backup(path, keep).unlink(missing_ok=True)
+        for index in range(keep - 1, 0, -1):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(backup(path, index), backup(path, index + 1))
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path, backup(path, 1))
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _copy_to(source: BinaryIO, target: Path) -> None:
     tmp = target.with_name(f".{target.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -214,6 +230,10 @@ def _follow_chunks(path: Path, keep_going: Callable[[], bool], poll: float) -> I
             except FileNotFoundError:
                 info = None
             if info is not None and info.st_ino != os.fstat(f.fileno()).st_ino:
+                last = f.read()  # what was written to the old file before it was replaced
+                if last:
+                    yield last
+                yield from _rotated_since(path, os.fstat(f.fileno()).st_ino)
                 f.close()
                 f = open(path, "rb")  # noqa: SIM115
                 continue
@@ -225,3 +245,19 @@ def _follow_chunks(path: Path, keep_going: Callable[[], bool], poll: float) -> I
             time.sleep(poll)
     finally:
         f.close()
+
+
+def _rotated_since(path: Path, old: int) -> Iterator[bytes]:
+    """The backups newer than the one the file ``old`` (a follower's) became, oldest
+    first: rotated by rename more than once between two looks, their lines are there."""
+    newer: list[Path] = []
+    for index in range(1, 64):
+        try:
+            if backup(path, index).stat().st_ino == old:
+                break
+        except FileNotFoundError:
+            return  # the old file is gone past the backups kept: nothing to add
+        newer.append(backup(path, index))
+    for one in reversed(newer):
+        with contextlib.suppress(FileNotFoundError):
+            yield one.read_bytes()
