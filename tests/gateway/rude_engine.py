@@ -88,28 +88,10 @@ def read_request(conn: socket.socket) -> str | None:
 
 def serve(conn: socket.socket, always: str | None, fail_while: Path | None = None) -> None:
     with conn:
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return
-            head += chunk
-        head, _, body = head.partition(b"\r\n\r\n")
-        length = next(
-            (
-                int(v)
-                for k, _, v in (h.partition(b":") for h in head.split(b"\r\n"))
-                if k.strip().lower() == b"content-length"
-            ),
-            0,
-        )
-        while len(body) < length:  # read it all: a close with unread bytes would be a reset
-            chunk = conn.recv(65536)
-            if not chunk:
-                return
-            body += chunk
-        line = head.split(b"\r\n", 1)[0].decode("latin-1")
-        method, path = line.split(" ")[:2]
+        line = read_request(conn)  # whole: a close with unread bytes would be a reset
+        if line is None:
+            return
+        method, path = line.split(" ")
         print(f"{method} {path}", flush=True)
         if method == "GET" and path == "/health":
             answer(conn, b'{"status": "ok"}')
