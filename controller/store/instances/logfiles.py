@@ -72,11 +72,7 @@ def rotate(path: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_K
             return False
     except FileNotFoundError:
         return False
-    if keep > 0:
-        backup(path, keep).unlink(missing_ok=True)
-    for index in range(keep - 1, 0, -1):
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(backup(path, index), backup(path, index + 1))
+    _shift_backups(path, keep)
     with open(path, "r+b") as current:
         if keep > 0:
             _copy_to(current, backup(path, 1))
@@ -89,15 +85,21 @@ def rename_rotate(path: Path, keep: int = DEFAULT_KEEP) -> None:
     backup 1 (a new inode for the next writes). A follower holding the old file reads
     its last lines there before it moves on; after a copy-truncate it cannot tell a file
     truncated and written again up to its offset from one not written to at all."""
+    _shift_backups(path, keep)
     if keep > 0:
-        backup(path, keep).unlink(missing_ok=True)
-        for index in range(keep - 1, 0, -1):
-            with contextlib.suppress(FileNotFoundError):
-                os.replace(backup(path, index), backup(path, index + 1))
         with contextlib.suppress(FileNotFoundError):
             os.replace(path, backup(path, 1))
     else:
         path.unlink(missing_ok=True)
+
+
+def _shift_backups(path: Path, keep: int) -> None:
+    """The oldest backup dropped, each other one number up: backup 1's place is free."""
+    if keep > 0:
+        backup(path, keep).unlink(missing_ok=True)
+    for index in range(keep - 1, 0, -1):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(backup(path, index), backup(path, index + 1))
 
 
 def _copy_to(source: BinaryIO, target: Path) -> None:
