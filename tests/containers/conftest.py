@@ -27,6 +27,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from missing import skip
-from procs import wait_for
+from procs import free_ports, wait_for
 
 from controller.host.containers import STATE_LABEL
 
@@ -249,3 +250,84 @@ def write(rc: Reconcile, engine: Engine, name: str, **spec: Any) -> Path:
     container = {"image": engine.image, "runtime": engine.name, **spec.pop("container", {})}
     spec.setdefault("command", STANDIN)
     return rc.write(name, container=container, **spec)
+
+
+# -- a registry on loopback (docker-registry), for pulls ---------------------------------
+
+REGISTRY_CONF = """\
+version: 0.1
+log: {{level: warn}}
+storage:
+  filesystem: {{rootdirectory: {root}}}
+http: {{addr: "127.0.0.1:{port}"}}
+"""
+
+
+@dataclass
+class Registry:
+    address: str  # 127.0.0.1:<port>
+    digest: str  # the pushed image's manifest digest
+    registries_conf: Path  # podman: these loopback registries speak plain HTTP
+
+    @property
+    def tagged(self) -> str:
+        return f"{self.address}/reconcile-test/engine:1"
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory, podman: Engine) -> Iterator[Registry]:
+    if shutil.which("docker-registry") is None:
+        skip("docker-registry", "apt-get install docker-registry")
+    root = tmp_path_factory.mktemp("registry")
+    port = free_ports(2)
+    (root / "config.yml").write_text(REGISTRY_CONF.format(root=root / "data", port=port))
+    server = subprocess.Popen(
+        ["docker-registry", "serve", str(root / "config.yml")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: _answers(port), timeout=30, what="the registry")
+        conf = root / "registries.conf"
+        lines = [
+            f'[[registry]]\nlocation = "127.0.0.1:{p}"\ninsecure = true\n' for p in (port, port + 1)
+        ]
+        conf.write_text("\n".join(lines))
+        address = f"127.0.0.1:{port}"
+        digest_file = root / "digest"
+        target = f"{address}/reconcile-test/engine:1"
+        # An image no store here holds (as a registry's would be): pushed, then removed.
+        pushed = podman.build(f"localhost/reconcile-test/pushed:{port}", extra=str(port).encode())
+        podman.cli("push", "--tls-verify=false", "--format", "v2s2", "--digestfile",
+                   str(digest_file), pushed, target)  # fmt: skip
+        podman.cli("rmi", "-f", pushed)
+        yield Registry(address, digest_file.read_text().strip(), conf)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+def forget_pulled(engine: Engine, registry: Registry) -> None:
+    """Remove every image of the registry this runtime holds, by reference and by id."""
+    refs = [registry.tagged, f"{registry.address}/reconcile-test/engine@{registry.digest}"]
+    out = engine.cli("images", "--digests", "--format", "{{.Repository}} {{.ID}}")
+    ids = [line.split()[1] for line in out.splitlines() if line.startswith(registry.address)]
+    for ref in [*refs, *ids]:
+        engine.cli("rmi", "-f", ref, check=False)
+    for ref in refs:
+        assert engine.cli("image", "inspect", ref, check=False) == "" or not _held(engine, ref)
+
+
+def _held(engine: Engine, ref: str) -> bool:
+    done = subprocess.run([engine.name, "image", "inspect", ref], capture_output=True,
+                          env={**os.environ, **engine.env}, timeout=60)  # fmt: skip
+    return done.returncode == 0

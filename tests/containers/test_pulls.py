@@ -6,109 +6,24 @@ The stand-in image is pushed once per session; each test removes what it pulled.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from containers.conftest import Engine, write
-from missing import skip
-from procs import free_ports, wait_for
+from containers.conftest import Engine, Registry, forget_pulled, write
+from procs import wait_for
 
 if TYPE_CHECKING:
     from conftest import Reconcile
-
-REGISTRY_CONF = """\
-version: 0.1
-log: {{level: warn}}
-storage:
-  filesystem: {{rootdirectory: {root}}}
-http: {{addr: "127.0.0.1:{port}"}}
-"""
-
-
-@dataclass
-class Registry:
-    address: str  # 127.0.0.1:<port>
-    digest: str  # the pushed image's manifest digest
-    registries_conf: Path  # podman: these loopback registries speak plain HTTP
-
-    @property
-    def tagged(self) -> str:
-        return f"{self.address}/reconcile-test/engine:1"
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory, podman: Engine) -> Iterator[Registry]:
-    if shutil.which("docker-registry") is None:
-        skip("docker-registry", "apt-get install docker-registry")
-    root = tmp_path_factory.mktemp("registry")
-    port = free_ports(2)
-    (root / "config.yml").write_text(REGISTRY_CONF.format(root=root / "data", port=port))
-    server = subprocess.Popen(
-        ["docker-registry", "serve", str(root / "config.yml")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        wait_for(lambda: _answers(port), timeout=30, what="the registry")
-        conf = root / "registries.conf"
-        lines = [
-            f'[[registry]]\nlocation = "127.0.0.1:{p}"\ninsecure = true\n' for p in (port, port + 1)
-        ]
-        conf.write_text("\n".join(lines))
-        address = f"127.0.0.1:{port}"
-        digest_file = root / "digest"
-        target = f"{address}/reconcile-test/engine:1"
-        # An image no store here holds (as a registry's would be): pushed, then removed.
-        pushed = podman.build(f"localhost/reconcile-test/pushed:{port}", extra=str(port).encode())
-        podman.cli("push", "--tls-verify=false", "--format", "v2s2", "--digestfile",
-                   str(digest_file), pushed, target)  # fmt: skip
-        podman.cli("rmi", "-f", pushed)
-        yield Registry(address, digest_file.read_text().strip(), conf)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-def _answers(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2) as answer:
-            return bool(answer.status == 200)
-    except OSError:
-        return False
 
 
 @pytest.fixture
 def pulling(rc: Reconcile, engine: Engine, registry: Registry) -> Iterator[Reconcile]:
     """``rc`` with the registry reachable; every image of the registry pulled is removed."""
     rc.env["CONTAINERS_REGISTRIES_CONF"] = str(registry.registries_conf)
-    _forget(engine, registry)
+    forget_pulled(engine, registry)
     yield rc
-    _forget(engine, registry)
-
-
-def _forget(engine: Engine, registry: Registry) -> None:
-    """Remove every image of the registry this runtime holds, by reference and by id."""
-    refs = [registry.tagged, f"{registry.address}/reconcile-test/engine@{registry.digest}"]
-    out = engine.cli("images", "--digests", "--format", "{{.Repository}} {{.ID}}")
-    ids = [line.split()[1] for line in out.splitlines() if line.startswith(registry.address)]
-    for ref in [*refs, *ids]:
-        engine.cli("rmi", "-f", ref, check=False)
-    for ref in refs:
-        assert engine.cli("image", "inspect", ref, check=False) == "" or not _held(engine, ref)
-
-
-def _held(engine: Engine, ref: str) -> bool:
-    done = subprocess.run([engine.name, "image", "inspect", ref], capture_output=True,
-                          env={**os.environ, **engine.env}, timeout=60)  # fmt: skip
-    return done.returncode == 0
+    forget_pulled(engine, registry)
 
 
 def until_message(rc: Reconcile, name: str, text: str) -> dict[str, Any]:

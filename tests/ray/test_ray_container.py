@@ -9,6 +9,7 @@ set before the module's cluster starts (a normal host needs none).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import urllib.request
@@ -16,13 +17,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from containers.conftest import STANDIN, Engine, docker, podman  # noqa: F401 (fixtures)
+from containers.conftest import (  # noqa: F401 (fixtures)
+    STANDIN,
+    Engine,
+    Registry,
+    docker,
+    forget_pulled,
+    podman,
+    registry,
+)
 from procs import wait_for
 from rayhelp import engines_gone, ours, ray
 
 from controller.host.containers import INSTANCE_LABEL, STATE_LABEL
 
 Reconcile = Any  # the `reconcile` fixture of tests/conftest.py
+GPU = {"count": 1, "kind": "nvidia"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -35,6 +45,9 @@ def runtimes_env(request: pytest.FixtureRequest) -> Iterator[None]:
         # A runtime that is not installed: its tests skip, saying what to install.
         with contextlib.suppress(pytest.skip.Exception):
             env.update(request.getfixturevalue(name).env)
+    with contextlib.suppress(pytest.skip.Exception):  # podman: the loopback registry's HTTP
+        conf = request.getfixturevalue("registry").registries_conf
+        env["CONTAINERS_REGISTRIES_CONF"] = str(conf)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     yield
@@ -141,3 +154,43 @@ def test_the_actor_runs_the_container_on_its_node_and_down_removes_it(
     rc("down", check=0)
     wait_for(lambda: not ours(), timeout=30, what="our actors gone")
     assert labelled(engine, f"{STATE_LABEL}={state}") == []
+
+
+def test_an_image_is_pulled_on_one_node_and_its_engine_runs_there(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    registry: Registry,  # noqa: F811
+) -> None:
+    """The node pulling an instance's image runs it: each attempt is pinned there
+    (imagenodes.py), not left to Ray, whose next pick would pull it again elsewhere.
+    pullPolicy Always: a second node would start a pull of its own, a second event.
+    Twice, with the note of a pull that an earlier pass (a cron's) started on one GPU node,
+    then on another: Ray's own pick cannot be both."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    gpu_nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU"))
+    note = rc.state / "images" / "ray-nodes.json"
+    container = {"image": registry.tagged, "runtime": "podman", "pullPolicy": "Always"}
+    try:
+        for node in (gpu_nodes[0], gpu_nodes[-1]):
+            forget_pulled(podman, registry)
+            note.parent.mkdir(parents=True, exist_ok=True)
+            note.write_text(json.dumps({"version": 1, "nodes": {"fresh": node}}))
+            rc.write("fresh", command=STANDIN, container=container, devices=GPU,
+                     stopGracePeriodSeconds=2)  # fmt: skip
+            rc.converge(timeout="120s")
+            record = rc.record("fresh")
+            assert record is not None and record["phase"] == "Ready", record
+            assert record["node"] == node, (record, gpu_nodes)
+            pulls = [e["error"] for e in rc.events("fresh") if e.get("outcome") == "pulling"]
+            assert pulls and all(p.endswith(f"on Ray node {node[:8]}") for p in pulls), pulls
+            assert "fresh" not in json.loads(note.read_text())["nodes"]  # running: forgotten
+            rc.down()
+            wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+            (rc.state / "events" / "fresh.jsonl").unlink()
+    finally:
+        rc("down", check=None)
+        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+        engines_gone()
+        forget_pulled(podman, registry)

@@ -38,7 +38,7 @@ from controller.core.state import ContainerRef, ProcessRef
 from controller.errors import ContainerError, PullingFirst, Unplaceable
 from controller.host import containers
 from controller.host.containers import Runtime
-from controller.host.procs import identity
+from controller.host.procs import identity, process_alive
 from controller.store.documents import Document
 from controller.store.instances import logfiles
 from controller.store.models import modelcache
@@ -48,6 +48,8 @@ START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating
 POLL = 0.01  # a look at one small file (the container's id)
 SCAN_SHARE = 4.0  # a /proc scan at most every 4 times its own cost: a fifth of a core
 VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+# The pull in the background, its output into the log (the shell's stderr), its pid said.
+DETACH = '"$@" </dev/null >&2 & echo $!'
 
 
 def container_name(instance: str, nonce: str) -> str:
@@ -161,7 +163,6 @@ class Wrapper:
         next pass finds it again by the job file. A pull that ended without the image is
         a ContainerError in the runtime's own words, retried with the usual back-off.
         """
-        PULLS[:] = [p for p in PULLS if p.poll() is None]
         job = PullJob(Path(self.state_dir), runtime.name, image)
         if job.running():
             raise PullingFirst(f"pulling image {image} ({runtime.name}): {job.last_line()}")
@@ -382,28 +383,34 @@ class PullJob:
         ref = self.doc.read()  # a torn file: set aside (named), the pull is not running
         if ref is None:
             return False
-        current = identity(ref.pid)
-        return current is not None and abs(current.start_time - ref.start_time) < 1.0
+        return process_alive(ref)  # not a zombie: ended pulls are reparented, maybe unreaped
 
     def start(self) -> None:
+        """The runtime's ``pull``, started by a shell that leaves it running and says its
+        pid: so the pull is no child of this process. On a Ray node the actor that starts
+        it ends at once (the start waits, holding nothing) and Ray kills an ending
+        worker's children (``kill_child_processes_on_worker_exit``), which ended every
+        image pull there before it began (tests/ray/test_ray_container.py)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            child = subprocess.Popen(
-                self.argv,
+            shell = subprocess.run(
+                ["/bin/sh", "-c", DETACH, "sh", *self.argv],
                 stdin=subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=subprocess.STDOUT,
+                stdout=subprocess.PIPE,
+                stderr=log_fd,  # the pull's output and its words, and the shell's own
                 start_new_session=True,  # outlives this pass, as a model pull does
                 close_fds=True,
+                timeout=containers.CALL_TIMEOUT,
+                check=False,
             )
-        except OSError as exc:
-            raise ContainerError(f"cannot run {self.argv[0]!r}: {exc.strerror or exc}") from exc
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ContainerError(f"cannot run {self.argv[0]!r}: {exc}") from exc
         finally:
             os.close(log_fd)
-        PULLS.append(child)
-        ref = identity(child.pid) or ProcessRef(pid=child.pid, start_time=time.time())
-        self.doc.write(ref)
+        pid = int(shell.stdout.strip() or 0)
+        ref = identity(pid) if pid > 0 else None
+        self.doc.write(ref or ProcessRef(pid=pid, start_time=time.time()))
 
     def last_line(self) -> str:
         try:
@@ -424,7 +431,3 @@ def _decode_pull(data: Any) -> ProcessRef:
 
 def _encode_pull(ref: ProcessRef) -> dict[str, Any]:
     return {"pid": ref.pid, "start_time": ref.start_time}
-
-
-# The pulls this process started: polled (reaped) at each look, so none stays a zombie.
-PULLS: list[subprocess.Popen[bytes]] = []

@@ -56,6 +56,7 @@ POLL = 0.1
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 PR_SET_PDEATHSIG = 1
 MISSING_MODEL = "the model files"  # how a status says the node lacks them (the driver forgets it)
+PULLING_IMAGE = "pulling image"  # how the container wrapper says its image is on its way
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +162,11 @@ class EngineHost:
         while not self.stopping.is_set():
             started = time.monotonic()
             ref = self._spawn()
-            if ref is None and self.message.startswith(MISSING_MODEL):
+            if ref is None and self.message.startswith((MISSING_MODEL, PULLING_IMAGE)):
                 self.first.set()  # the status says so (a restart would overwrite it)
-                return  # no restart brings them back: the driver forgets the node, pulls again
+                # No restart brings them: the driver forgets the node and pulls the model
+                # again, or waits for the image's pull on this node (Pulling) and comes back.
+                return
             self.first.set()
             if ref is None:
                 code: int | None = None
@@ -183,7 +186,8 @@ class EngineHost:
             crashes += 1
             with self.lock:
                 self.ref, self.container = None, None
-                what = "could not start" if ref is None else _exit_text(code, sig)
+                # Why it could not start (a runtime's words) stays in what the driver reads.
+                what = f"could not start ({self.message})" if ref is None else _exit_text(code, sig)
                 self.message = f"engine {what}; the actor restarts it in {delay:g}s"
             if self.stopping.wait(delay):
                 return

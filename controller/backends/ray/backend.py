@@ -28,7 +28,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from controller.backends.base import ExitStatus, StartRequest
 from controller.backends.ray import cluster, naming
-from controller.backends.ray.actor import MISSING_MODEL, EngineHost, EngineJob, HostStatus
+from controller.backends.ray.actor import (
+    MISSING_MODEL,
+    PULLING_IMAGE,
+    EngineHost,
+    EngineJob,
+    HostStatus,
+)
+from controller.backends.ray.imagenodes import ImageNodes
 from controller.backends.ray.pulls import RayPuller
 from controller.core.devices.inventory import Inventory
 from controller.core.manifest import backendnames
@@ -44,7 +51,6 @@ STATUS_TIMEOUT = 2.0  # one round of status calls: an actor slower than this is 
 PLACE_TIMEOUT = 60.0  # a new actor placed and its engine spawned (worker start, imports)
 GONE_TIMEOUT = 15.0  # a killed actor leaves the name registry
 STOP_TIMEOUT = 30.0  # an actor kills its engine (a container: the runtime's stop and rm)
-PULLING_IMAGE = "pulling image"  # how the container wrapper says its image is on its way
 NO_REF = ProcessRef(pid=1, start_time=0.0)  # an actor whose engine we have not seen (yet)
 
 
@@ -81,6 +87,7 @@ class RayBackend:
         self._nodes: dict[str, str] = {}
         self._placing = threading.Lock()  # one pass launches replicas concurrently
         self._puller: RayPuller | None = None  # made by puller(): the pass's model pulls
+        self._image_nodes = ImageNodes(state_dir)  # where a record's image is being pulled
 
     def puller(self, state_dir: Path, stall_seconds: float) -> RayPuller:
         """Pulls on the node that will run the engine, into that node's model cache."""
@@ -106,7 +113,8 @@ class RayBackend:
             raise Unplaceable(short)
         ns = naming.namespace(self.state_dir, rec.owner)
         model = self._model_node(rec.name, launch.entry)
-        strategy = model[1] if model is not None else self._strategy(rec.name, spec)
+        strategy = model[1] if model is not None else self._image_node(rec.name, spec)
+        strategy = strategy or self._strategy(rec.name, spec)
         job = EngineJob(
             entry=launch.entry,
             nonce=rec.nonce,
@@ -151,8 +159,11 @@ class RayBackend:
             if source is not None and self._puller and status.message.startswith(MISSING_MODEL):
                 self._puller.forget(source.key, status.node_id)  # the next pass pulls again
             if status.message.startswith(PULLING_IMAGE):  # the image's pull goes on there
-                raise PullingFirst(status.message)
+                self._image_nodes.note(rec.name, status.node_id)
+                raise PullingFirst(f"{status.message} on Ray node {naming.short(status.node_id)}")
             raise SpawnError(status.message)
+        if spec.container is not None:
+            self._image_nodes.forget(rec.name)
         with self._placing:
             self._nodes[rec.name] = status.node_id
         return _instance(status)
@@ -205,6 +216,17 @@ class RayBackend:
             f"its model files are on node {on}, which has no room for it: pulling them to "
             f"node {naming.short(node.node_id)}"
         )
+
+    def _image_node(self, name: str, spec: DeploymentSpec) -> Any:
+        """The node pulling this record's image (imagenodes.py), while it is live and
+        selected: a soft pin (full or lost, the engine goes elsewhere). None: no note."""
+        node = self._image_nodes.node_of(name) if spec.container is not None else None
+        live = cluster.selected(cluster.nodes(), spec.node_selector) if node else []
+        if node is None or not any(n.node_id == node for n in live):
+            return None
+        with self._placing:
+            self._nodes[name] = node  # claimed now: a concurrent sibling's launch sees it
+        return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
 
     def _siblings(self, name: str) -> Counter[str]:
         """Node id -> how many other instances of ``name``'s deployment it runs (call
