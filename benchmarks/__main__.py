@@ -115,7 +115,7 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "health": lambda: liveness.bench(3),
         "ray": lambda: raybench.bench(20, 9),  # needs pip install -e '.[ray]'
         "tls": lambda: tlsbench.bench(300),
-        "containers": lambda: containers.bench(9),  # needs podman
+        "containers": lambda: containers.bench(25),  # needs podman
         "git": lambda: gitbench.bench(20),
         "routing": lambda: routing.bench(routing.FULL),  # needs llama-server (built, cached)
     }
