@@ -77,12 +77,15 @@ def test_the_git_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
 
 def test_the_containers_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     """``--only containers`` (issue 36): a daemon already watching vs ``podman run`` by
-    hand, one ratio; it leaves no container and no image of its own behind."""
+    hand in the foreground (the goal's row) and detached (no goal); it leaves no container
+    and no image of its own behind."""
     if shutil.which("podman") is None or shutil.which("busybox") is None:
         missing.skip("podman and a static busybox", "apt-get install podman runc busybox-static")
-    _, (row,), _ = quick(tmp_path, "containers")
+    _, (row, detached), _ = quick(tmp_path, "containers")
     assert row["section"] == "12. containers" and row["ours"] and row["theirs"], row
     assert row["ratio"] and row["goal"] == "≤ 1.2x", row
+    assert detached["ours"] == row["ours"] and detached["theirs"] and not detached["goal"]
+    assert "podman run -d" in detached["alt"], detached
     # What the run made: containers labelled with its state dirs, its imported image.
     for what in (["ps", "-a", "--format", "{{.Labels}} {{.Image}}"], ["images"]):
         left = subprocess.run(["podman", *what], capture_output=True, text=True, timeout=120)
