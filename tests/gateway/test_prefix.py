@@ -119,6 +119,59 @@ def test_the_holder_unless_past_the_bound(inflight: dict[str | None, int], expec
         assert inflight.get(chosen.nonce, 0) == fewest and chosen is not B
 
 
+@pytest.mark.parametrize(
+    ("room", "inflight", "expected"),
+    [
+        # Two turns in flight on the holder, the others idle: past ceil(1.25x the mean)
+        # counted in flight; an engine seen running 4 at once with none waiting is not.
+        ({}, {"b": 2}, "a"),
+        ({"b": 4}, {"b": 2}, "b"),
+        ({"b": 4}, {"b": 3}, "b"),  # its fourth runs at once too
+        ({"b": 4}, {"b": 4}, "b"),  # its fifth waits alone: one, the bound rounded up
+        ({"b": 4}, {"b": 5}, "a"),  # two would wait, the others idle: past the bound
+        ({"b": 4, "a": 4, "c": 4}, {"b": 6, "a": 5, "c": 5}, "b"),  # 3 of 5 waiting: within
+    ],
+)
+def test_the_load_counts_past_what_the_engine_runs_at_once(
+    room: dict[str, int], inflight: dict[str | None, int], expected: str
+) -> None:
+    index = Prefixes()
+    index.learn("b", fam(1))
+    index.room.update(room)
+    chosen = index.place(fam(1, 2), [A, B, C], inflight, {}, random.Random(1))
+    assert chosen.nonce == expected
+
+
+def test_the_room_is_learned_from_the_engines_own_queue() -> None:
+    index = Prefixes()
+    index.note_queue("b", inflight=3, waiting=0)  # ran 3 at once, nothing waiting
+    index.note_queue("b", inflight=1, waiting=0)  # a quieter look teaches nothing less
+    assert index.room == {"b": 3}
+    index.note_queue("b", inflight=7, waiting=3)  # 3 of our 7 wait: it runs 4 at once
+    assert index.room == {"b": 4}
+    index.note_queue("b", inflight=2, waiting=5)  # others' requests wait there too
+    assert index.room == {"b": 0} and index.load("b", {"b": 2}) == 2
+    index.keep(["a"])  # it left the pool: forgotten with its cache
+    assert index.room == {}
+
+
+def test_the_table_hands_each_reading_to_the_index() -> None:
+    records = [rec("p", "n0", 8000), rec("p@1", "n1", 8001)]
+    table = Table(random.Random(6))
+    table.update(records)
+    first = table.target("m", prefix=fam(1))
+    assert first is not None and first.nonce is not None
+    other = "n1" if first.nonce == "n0" else "n0"
+    for _ in range(2):  # two turns of the family in flight on its holder
+        table.request_began(first.nonce)
+    table.engine_queued(first.nonce, 0.0)  # its engine: nothing waiting with 2 of ours
+    third = table.target("m", prefix=fam(1, 2))
+    assert third is not None and third.nonce == first.nonce
+    table.prefixes.room.clear()  # counted in flight alone, the third turn moves
+    moved = table.target("m", prefix=fam(1, 3))
+    assert moved is not None and moved.nonce == other
+
+
 def test_the_longest_match_wins() -> None:
     index = Prefixes()
     long, short = fam(2, 4), fam(2, 4)[:3]

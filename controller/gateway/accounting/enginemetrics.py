@@ -112,8 +112,10 @@ class EngineMetricsReader:
         loads: dict[tuple[str, str], EngineLoad],
         after: Callable[[dict[tuple[str, str], EngineLoad], float], Awaitable[None]] | None = None,
         changed: Callable[[], Awaitable[None]] | None = None,
+        queued: Callable[[str, float], None] | None = None,
     ) -> None:
         self._session = session
+        self._queued = queued  # given each engine's queue as read (nonce, waiting): routing
         self._records = records
         self.loads = loads  # (deployment, instance) -> its last reading (metrics.py shows it)
         self._after = after  # given each reading and its interval (the autoscaler's samples)
@@ -145,6 +147,10 @@ class EngineMetricsReader:
         }
         self.loads.clear()
         self.loads.update(fresh)
+        if self._queued is not None:
+            for rec, load in zip(ready, found, strict=True):
+                if load is not None and load.waiting is not None and rec.nonce is not None:
+                    self._queued(rec.nonce, load.waiting)
 
     async def _read(self, rec: Record) -> EngineLoad | None:
         url = f"http://{_host(connect_host(rec.host))}:{rec.port}/metrics"

@@ -18,16 +18,27 @@ head. There is no expiry by time: an engine keeps its cache until memory presses
 for a while (docs/design.md, "Prefix affinity", says why these sizes).
 
 A request goes to the candidate holding the longest run of its chain (ties: least in
-flight, two random choices), unless that instance would then hold more than the bounded
-load of consistent hashing (affinity.py's ``bound``: 1.25x the pool's mean in flight, rounded up);
+flight, two random choices), unless that instance would then be loaded past the bounded
+load of consistent hashing (affinity.py's ``bound``: 1.25x the pool's mean, rounded up);
 then, and when no candidate holds any of it, the least loaded. The chosen instance is
 told the chain at once (before its answer), so a burst of one family stays together.
+
+An instance's load is its requests in flight past those its engine was seen to run at
+once (``room``). Counted in flight alone, a holder serving two turns while the other
+replica idled was "loaded" and the third turn moved: a cold prefill of the whole
+conversation (seconds) to save a wait the engine did not make, since it batches them
+(one turn in four moved on two real llama.cpp replicas with free slots, and ``prefix``
+lost to ``session`` 2.3-2.6x on TTFT). The room is learned from the engine's own queue
+(its ``/metrics``, read every few seconds, enginemetrics.py): nothing waiting while we
+had n in flight on it, it runs at least n at once; w waiting, it runs n - w. An engine
+that states no queue has no room: its load is its requests in flight, as before.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -84,6 +95,19 @@ class Prefixes:
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.capacity = capacity
         self._held: dict[str, OrderedDict[bytes, None]] = {}
+        self.room: dict[str, int] = {}  # engine nonce -> requests it was seen to run at once
+
+    def note_queue(self, nonce: str, inflight: int, waiting: float) -> None:
+        """Engine ``nonce`` said ``waiting`` requests wait in its queue while ``inflight``
+        of ours were on it (see the module's docstring)."""
+        if waiting <= 0:
+            self.room[nonce] = max(self.room.get(nonce, 0), inflight)
+        else:  # it runs this many at once now (others' requests may wait there too)
+            self.room[nonce] = max(0, inflight - math.ceil(waiting))
+
+    def load(self, nonce: str | None, inflight: Mapping[str | None, int]) -> int:
+        """Requests in flight on ``nonce`` past what its engine runs at once."""
+        return max(0, inflight.get(nonce, 0) - self.room.get(nonce or "", 0))
 
     def match(self, nonce: str, hashes: Sequence[bytes]) -> int:
         """How many leading blocks of ``hashes`` engine ``nonce`` holds."""
@@ -109,6 +133,8 @@ class Prefixes:
         alive = set(live)
         for gone in [n for n in self._held if n not in alive]:
             del self._held[gone]
+        for gone in [n for n in self.room if n not in alive]:
+            del self.room[gone]
 
     def blocks(self) -> int:
         """Blocks remembered in all (the memory bound's measure)."""
@@ -151,7 +177,11 @@ class Prefixes:
             return None
         holders = [c for run, c in runs if run == best]
         chosen = holders[0] if len(holders) == 1 else balance.pick(holders, inflight, served, rng)
-        total = sum(inflight.get(c.nonce, 0) for c in candidates) + 1
-        if inflight.get(chosen.nonce, 0) + 1 > bound(total, len(candidates)):
+        # Its load with this request, and the pool's: in flight alone (no room), the
+        # request counts one; on an engine with a free place, none.
+        after = max(0, inflight.get(chosen.nonce, 0) + 1 - self.room.get(chosen.nonce or "", 0))
+        total = sum(self.load(c.nonce, inflight) for c in candidates)
+        total += after - self.load(chosen.nonce, inflight)
+        if after > bound(max(total, 1), len(candidates)):
             return None
         return chosen

@@ -141,6 +141,11 @@ class Table:
         self.inflight[nonce] += 1
         self.served[nonce] += 1
 
+    def engine_queued(self, nonce: str, waiting: float) -> None:
+        """Engine ``nonce``'s own queue as just read, beside our requests in flight on it:
+        how many it runs at once, which prefix routing's bound counts past (prefix.py)."""
+        self.prefixes.note_queue(nonce, self.inflight.get(nonce, 0), waiting)
+
     def request_ended(self, nonce: str | None) -> None:
         """A request to ``nonce`` ended, however (answered, failed, cancelled)."""
         self.inflight[nonce] -= 1

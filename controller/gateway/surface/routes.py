@@ -122,6 +122,7 @@ class Front:
             self.metrics.engines,
             figures.write,
             self.table.next_change,
+            self.table.engine_queued,
         )
         task = asyncio.create_task(reader.run())
         yield
