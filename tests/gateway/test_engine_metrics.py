@@ -6,12 +6,16 @@ metrics exports none and is served as before."""
 
 from __future__ import annotations
 
+import asyncio
 import urllib.request
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
 
-from controller.gateway.accounting.enginemetrics import EngineLoad, parse
+from controller.core.state import Phase, Record
+from controller.gateway.accounting.enginemetrics import EngineLoad, EngineMetricsReader, parse
 from controller.store.config import accesstoken
 
 VLLM = """\
@@ -107,3 +111,38 @@ def test_a_ready_engines_own_figures_are_exported_and_follow_it(
     assert not [series for series in metrics(reconcile, port) if 'deployment="plain"' in series]
     assert g.post("plain").status == 200
     g.finish()
+
+
+def test_each_engines_queue_as_read_reaches_prefix_routing() -> None:
+    """The reader hands every engine's queue, as read, to the routing table
+    (``Table.engine_queued``), which learns how many requests it runs at once; an
+    engine that states no queue hands nothing."""
+
+    async def scenario() -> list[tuple[str, float]]:
+        async def metrics_page(request: web.Request) -> web.Response:
+            return web.Response(text=LLAMA_CPP)
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics_page)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        records = [
+            Record(name="eng", owner="o", node="n", nonce="n0", port=port, phase=Phase.READY),
+            # nothing listens there: no reading, nothing handed on
+            Record(name="gone", owner="o", node="n", nonce="n1", port=1, phase=Phase.READY),
+        ]
+        seen: list[tuple[str, float]] = []
+        try:
+            async with aiohttp.ClientSession() as session:
+                reader = EngineMetricsReader(
+                    session, lambda: records, {}, queued=lambda n, w: seen.append((n, w))
+                )
+                await reader.once()
+        finally:
+            await runner.cleanup()
+        return seen
+
+    assert asyncio.run(scenario()) == [("n0", 1.0)]
