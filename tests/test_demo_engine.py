@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 
 import openai
 import pytest
 from procs import free_ports, wait_for
+
+from controller.gateway.accounting.enginemetrics import parse
 
 
 def _up(port: int) -> bool:
@@ -96,3 +99,45 @@ def test_models_are_listed_as_openai_lists_them(client: openai.OpenAI) -> None:
     (model,) = client.models.list().data
     assert (model.id, model.object, model.owned_by) == ("m", "model", "demo") and model.created
     assert client.models.retrieve("m").id == "m"
+
+
+def test_slots_run_that_many_streams_at_once_and_metrics_say_who_waits() -> None:
+    """``--slots 1``: a second stream waits for the first, and /metrics (vLLM's series,
+    what the gateway's engine reader parses) says 1 running and 1 waiting meanwhile."""
+    port = free_ports(1)
+    argv = [sys.executable, "-m", "controller.demo.engine", "--port", str(port), "--slots", "1"]
+    argv += ["--chunks", "20", "--chunk-delay", "0.1"]
+    engine = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _up(port), timeout=30, what="the demo engine")
+        url = f"http://127.0.0.1:{port}"
+
+        def metrics() -> str:
+            with urllib.request.urlopen(f"{url}/metrics", timeout=5) as answer:
+                return str(answer.read().decode())
+
+        assert parse(metrics()).waiting == 0
+        body = b'{"model": "demo", "stream": true, "messages": []}'
+
+        def stream() -> None:
+            request = urllib.request.Request(f"{url}/v1/chat/completions", data=body)
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                answer.read()
+
+        streams = [threading.Thread(target=stream) for _ in range(2)]
+        for one in streams:
+            one.start()
+        both = ('num_requests_running{model_name="demo"} 1.0', 'waiting{model_name="demo"} 1.0')
+
+        def one_each() -> str | None:
+            text = metrics()
+            return text if all(line in text for line in both) else None
+
+        said = wait_for(one_each, timeout=10, what="one stream running and one waiting")
+        assert parse(said).waiting == 1
+        for one in streams:
+            one.join(timeout=30)
+        assert parse(metrics()).waiting == 0
+    finally:
+        engine.terminate()
+        engine.wait(timeout=30)

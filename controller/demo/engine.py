@@ -4,7 +4,7 @@ too) and ``/v1/embeddings``, each answer with ``id``, ``object``, ``created``, `
 and ``usage``, so token metrics and every client path can be tried without a model.
 
     python -m controller.demo.engine --port 8000 [--host 127.0.0.1] [--load-seconds 1]
-        [--chunks 3] [--chunk-delay 0.05] [--metrics-file PATH]
+        [--chunks 3] [--chunk-delay 0.05] [--metrics-file PATH] [--slots N]
 
 It "loads" for ``--load-seconds`` (``/health`` answers 503 meanwhile, like
 llama.cpp), then serves. A streamed answer sends ``--chunks`` server-sent events
@@ -13,7 +13,9 @@ llama.cpp), then serves. A streamed answer sends ``--chunks`` server-sent events
 usage. A token is a whitespace-separated word. An embedding is a unit vector made from
 the input's SHA-256 (the same input, the same vector; ``dimensions`` sets its length,
 default 16; ``encoding_format: base64`` packs float32, as the ``openai`` client asks).
-Every answer says which engine process made it (``system_fingerprint``: its pid) so
+With ``--slots N`` it streams N answers at once and the others wait, as an engine's
+batch does, and GET /metrics says how many run and wait (vLLM's series). Every answer
+says which engine process made it (``system_fingerprint``: its pid) so
 tests can tell instances apart. Any other POST path gets a completion. SIGTERM ends it.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import itertools
 import json
@@ -28,6 +31,7 @@ import os
 import signal
 import struct
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -112,6 +116,41 @@ def _base64(vector: list[float]) -> str:
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
 
 
+class Slots:
+    """``--slots N``: N answers at once, as an engine's batch; the others wait their turn,
+    and GET /metrics says how many run and wait in vLLM's series (what the gateway reads
+    for ``autoscale.metric: waiting`` and prefix routing)."""
+
+    def __init__(self, count: int) -> None:
+        self._free = threading.Semaphore(count)
+        self._lock = threading.Lock()
+        self.running = 0
+        self.waiting = 0
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            self.waiting += 1
+        self._free.acquire()
+        with self._lock:
+            self.waiting -= 1
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.running -= 1
+            self._free.release()
+
+    def metrics(self) -> bytes:
+        with self._lock:
+            running, waiting = self.running, self.waiting
+        return (
+            f'vllm:num_requests_running{{model_name="demo"}} {running}.0\n'
+            f'vllm:num_requests_waiting{{model_name="demo"}} {waiting}.0\n'
+        ).encode()
+
+
 @dataclass
 class Demo:
     """What one demo engine serves: its model, when it is ready, how it streams."""
@@ -121,6 +160,7 @@ class Demo:
     chunks: int
     chunk_delay: float
     metrics_file: str | None  # GET /metrics answers this file's text as it is now
+    slots: Slots | None = None  # --slots: answers at once, the rest wait (vLLM's metrics)
     me: str = field(default_factory=lambda: f"pid-{os.getpid()}")
     started: int = field(default_factory=lambda: int(time.time()))
     serial: Iterator[int] = field(default_factory=lambda: itertools.count(1))  # answer ids
@@ -143,7 +183,9 @@ class DemoHandler(BaseHTTPRequestHandler):
         elif self.path == "/health":
             self._send(200, {"status": "ok"})
         elif self.path == "/metrics" and self.demo.metrics_file:
-            self._metrics(self.demo.metrics_file)
+            self._metrics(_read(self.demo.metrics_file))
+        elif self.path == "/metrics" and self.demo.slots is not None:
+            self._metrics(self.demo.slots.metrics())
         elif self.path == "/v1/models":
             self._send(200, {"object": "list", "data": [self._model()]})
         elif self.path == f"/v1/models/{self.demo.model}":
@@ -151,12 +193,7 @@ class DemoHandler(BaseHTTPRequestHandler):
         else:
             self._send(404, {"error": "not found"})
 
-    def _metrics(self, path: str) -> None:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
-            data = b""
+    def _metrics(self, data: bytes) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.send_header("Content-Length", str(len(data)))
@@ -186,7 +223,8 @@ class DemoHandler(BaseHTTPRequestHandler):
         if request.get("stream"):
             options = request.get("stream_options")
             counted = isinstance(options, dict) and options.get("include_usage") is True
-            self._stream(chat, prompt, counted)
+            with self.demo.slots.held() if self.demo.slots else contextlib.nullcontext():
+                self._stream(chat, prompt, counted)
             return
         text = f"hello from {self.demo.model}"
         choice: Json = (
@@ -272,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     # GET /metrics answers this file's text as it is now (Prometheus text, e.g. vLLM's or
     # llama.cpp's series, which a test rewrites to move the engine's load)
     parser.add_argument("--metrics-file", default=None)
+    # streamed answers at once (an engine's batch); the rest wait, and /metrics says so
+    parser.add_argument("--slots", type=int, default=None)
     args = parser.parse_args(argv)
     demo = Demo(
         model=args.model,
@@ -279,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         chunks=args.chunks,
         chunk_delay=args.chunk_delay,
         metrics_file=args.metrics_file,
+        slots=Slots(args.slots) if args.slots else None,
     )
     ThreadingHTTPServer.daemon_threads = True
     server = ThreadingHTTPServer(
@@ -291,6 +332,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.server_close()
     return 0
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 if __name__ == "__main__":
