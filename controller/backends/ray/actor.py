@@ -187,7 +187,8 @@ class EngineHost:
             with self.lock:
                 self.ref, self.container = None, None
                 # Why it could not start (a runtime's words) stays in what the driver reads.
-                what = f"could not start ({self.message})" if ref is None else _exit_text(code, sig)
+                why = f" ({self.message})" if self.message else ""
+                what = f"could not start{why}" if ref is None else _exit_text(code, sig)
                 self.message = f"engine {what}; the actor restarts it in {delay:g}s"
             if self.stopping.wait(delay):
                 return
