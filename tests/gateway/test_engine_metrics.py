@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from procs import free_ports
 
 from controller.core.state import Phase, Record
 from controller.gateway.accounting.enginemetrics import EngineLoad, EngineMetricsReader, parse
@@ -126,9 +127,8 @@ def test_each_engines_queue_as_read_reaches_prefix_routing() -> None:
         app.router.add_get("/metrics", metrics_page)
         runner = web.AppRunner(app)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = free_ports(1)
+        await web.TCPSite(runner, "127.0.0.1", port).start()
         records = [
             Record(name="eng", owner="o", node="n", nonce="n0", port=port, phase=Phase.READY),
             # nothing listens there: no reading, nothing handed on

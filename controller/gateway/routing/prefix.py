@@ -105,9 +105,10 @@ class Prefixes:
         else:  # it runs this many at once now (others' requests may wait there too)
             self.room[nonce] = max(0, inflight - math.ceil(waiting))
 
-    def load(self, nonce: str | None, inflight: Mapping[str | None, int]) -> int:
-        """Requests in flight on ``nonce`` past what its engine runs at once."""
-        return max(0, inflight.get(nonce, 0) - self.room.get(nonce or "", 0))
+    def load(self, nonce: str | None, inflight: Mapping[str | None, int], more: int = 0) -> int:
+        """Requests in flight on ``nonce`` (and ``more`` sent to it) past what its engine
+        runs at once."""
+        return max(0, inflight.get(nonce, 0) + more - self.room.get(nonce or "", 0))
 
     def match(self, nonce: str, hashes: Sequence[bytes]) -> int:
         """How many leading blocks of ``hashes`` engine ``nonce`` holds."""
@@ -179,7 +180,7 @@ class Prefixes:
         chosen = holders[0] if len(holders) == 1 else balance.pick(holders, inflight, served, rng)
         # Its load with this request, and the pool's: in flight alone (no room), the
         # request counts one; on an engine with a free place, none.
-        after = max(0, inflight.get(chosen.nonce, 0) + 1 - self.room.get(chosen.nonce or "", 0))
+        after = self.load(chosen.nonce, inflight, more=1)
         total = sum(self.load(c.nonce, inflight) for c in candidates)
         total += after - self.load(chosen.nonce, inflight)
         if after > bound(max(total, 1), len(candidates)):
