@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,14 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
 
 # Name the test that leaves a child process unreaped (tests/popens.py).
 popens.track()
+
+# Ctrl-C as a terminal gives it. A run started in the background by a shell without job
+# control (`scripts/test &` in a script) inherits SIGINT ignored, and so would each CLI a
+# test starts: Python then installs no KeyboardInterrupt handler, and the tests that press
+# Ctrl-C (`status -w`, `--wait`) waited out their timeout (seen in a run started so). A
+# handler of Python's own is reset to the default at exec, so the children get that.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
