@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# `scripts/test` runs the suite on two workers (pytest-xdist, `--dist loadgroup`; most
-# tests wait on processes, not the CPU). A test is a unit of its own, so the two workers
-# stay busy to the end: a file as one unit measured 1068 s against 937 s, its long files
-# (~2 min each) ending the run on one worker while the other idled. The Ray tests and the
-# namespace cluster are one unit, one after the other on one worker: the Ray cluster is
-# built once, each checks at teardown that no Ray engine outlived its cluster, and the
-# namespace cluster holds fixed namespace names and ports.
+# `scripts/test` runs the suite on three workers (pytest-xdist, `--dist loadgroup`): most
+# tests wait on processes, so a third worker still gains on 2 cores (2026-12-04, this box:
+# 806 s of pytest on two, 664 s on three, the CPU then ~99% busy by vmstat). A test is a
+# unit of its own, so the workers stay busy to the end: a file as one unit measured
+# 1068 s against 937 s, its long files (~2 min each) ending the run on one worker while
+# the others idled. The Ray tests and the namespace cluster are one unit, one after the
+# other on one worker: the Ray cluster is built once, each checks at teardown that no Ray
+# engine outlived its cluster, and the namespace cluster holds fixed namespace names and
+# ports.
 ONE_WORKER = {"ray": "ray", "cluster": "ray"}
 
 
