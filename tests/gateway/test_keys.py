@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import signal
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -91,25 +92,23 @@ def test_insecure_listen_warns_and_serves(reconcile: Any, gateway: Any) -> None:
 
 def test_429_when_inflight_and_queue_are_full(reconcile: Any, gateway: Any) -> None:
     # A 12 s stream holds the only slot: room for a loaded box to see the 429 meanwhile.
+    # The client hangs up once it has: the slot is freed then, not when the stream ends.
     reconcile.write("busy", command=reconcile.demo_command(chunks="40", chunk_delay="0.3"))
     g = gateway("--max-inflight", "1", "--max-queue", "0")
     g.wait_phase("busy", "Ready")
-
-    def stream() -> None:
-        # Until the stream holds the one slot: a quick request of the loop below may have
-        # held it first (then the stream got the 429).
-        while g.post("busy", stream=True).status == 429:
-            pass
-
-    t = threading.Thread(target=stream)
-    t.start()
-    reconcile.wait_for(
-        lambda: (a := g.post("busy")).status == 429 and "Retry-After" in a.headers,
-        timeout=12,
-        what="a 429",
-    )
-    t.join(timeout=30)
-    assert g.post("busy").status == 200
+    body = {"model": "busy", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    holder = http.client.HTTPConnection("127.0.0.1", g.port, timeout=30)
+    try:
+        holder.request("POST", "/v1/chat/completions", json.dumps(body).encode())
+        assert holder.getresponse().status == 200  # its head came: it holds the slot
+        reconcile.wait_for(
+            lambda: (a := g.post("busy")).status == 429 and "Retry-After" in a.headers,
+            timeout=12,
+            what="a 429",
+        )
+    finally:
+        holder.close()  # the gateway sees the client gone at its next chunk
+    reconcile.wait_for(lambda: g.post("busy").status == 200, timeout=30, what="the slot freed")
     g.finish()
 
 
