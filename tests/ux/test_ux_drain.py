@@ -13,16 +13,16 @@ import pytest
 def test_a_drain_holds_starts_and_expires_by_itself(reconcile: Any) -> None:
     rc = reconcile
     rc.write("web")
-    # 15 s: the five commands before the TTL must end inside it; 8 s was missed once on a
-    # box at load 12 (each CLI start took seconds), and --once then started web
-    out = rc("drain", "--ttl", "15s", "--reason", "maintenance", check=0).out
+    # An hour: the commands that look at the drain in force cannot outlast it, however
+    # loaded the box (a 15 s ttl had to cover them, 8 s was missed once at load 12 and
+    # --once then started web); the ttl that runs out is a short renewal, below.
+    out = rc("drain", "--ttl", "1h", "--reason", "maintenance", check=0).out
     assert f"node {rc.node} drained until" in out and "(maintenance)" in out
     first = json.loads((rc.state / "drain.json").read_text())
-    assert "renewed" in rc("drain", "--ttl", "15s", "--reason", "maintenance", check=0).out
+    assert "renewed" in rc("drain", "--ttl", "1h", "--reason", "maintenance", check=0).out
     drain = json.loads((rc.state / "drain.json").read_text())
     assert drain["reason"] == "maintenance" and "(pid " in drain["by"]
-    expires = datetime.fromisoformat(drain["until"])
-    assert expires > datetime.fromisoformat(first["until"])
+    assert datetime.fromisoformat(drain["until"]) > datetime.fromisoformat(first["until"])
 
     rc.once(check=1)  # Pending: --once says so
     message = rc.record("web")["message"]
@@ -34,7 +34,12 @@ def test_a_drain_holds_starts_and_expires_by_itself(reconcile: Any) -> None:
     status = rc("status", check=0)
     assert "is drained by" in status.err and "`reconcile uncordon` ends it" in status.err
 
-    # Nobody uncordons: once the TTL is over, the next pass starts it.
+    # Nobody uncordons: renewed for 2 s (the hour's drain replaced, not ended), it runs
+    # out, and the next pass starts web (while the hour's drain held, --once could not).
+    assert "renewed" in rc("drain", "--ttl", "2s", "--reason", "maintenance", check=0).out
+    short = json.loads((rc.state / "drain.json").read_text())
+    expires = datetime.fromisoformat(short["until"])
+    assert expires < datetime.fromisoformat(drain["until"]), short  # the 2 s one is in force
     rc.wait_for(lambda: time.time() > expires.timestamp(), timeout=20, what="the TTL")
     rc.converge()
     assert rc.record("web")["phase"] == "Ready"

@@ -162,6 +162,9 @@ def test_wait_ends_on_a_crash_loop_with_its_last_exit(reconcile: Any) -> None:
     rc.write("crashy", command=["sh", "-c", "exit 7"], readiness={"periodSeconds": 0.2})
     result = rc("--once", "--wait", "--timeout", "5m", check=1, timeout=200)
     assert "crashy keeps failing" in result.err and "7" in result.err, result.err
+    # ended at the bound: the wait's first pass made the immediate restart, so the first
+    # back-off's restart is the second (the next back-off, 20 s more, is not waited for)
+    assert "(2 restarts; last: exited with code 7)" in result.err, result.err
     assert "timed out" not in result.err
     rc.down()
 

@@ -20,6 +20,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from controller.cli.render import pullshow
+from controller.core.actions import Restart
 from controller.core.manifest.quantity import format_age
 from controller.core.pulls import progress_text
 from controller.core.state import STUCK, Phase, Record
@@ -100,7 +101,7 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
     # A quarantined record is reported by the one pass that moved it aside: remember it,
     # so a later pass that is all Ready still ends in failure, naming it.
     quarantined: list[str] = []
-    restarts: dict[str, int] = {}  # each deployment's restarts when the wait first saw it
+    restarts: dict[str, int] = {}  # each deployment's restarts before the wait's passes
     while True:
         result = reconciler.run_pass()
         ctrl_c.check()
@@ -149,10 +150,13 @@ def _stuck(result: PassResult, quarantined: list[str]) -> str:
 
 
 def _looping(result: PassResult, restarts: dict[str, int]) -> dict[str, str]:
-    """Deployments whose restarts rose past CRASH_BOUND during this wait: name -> why."""
+    """Deployments whose restarts rose past CRASH_BOUND during this wait: name -> why.
+    The restarts of the pass that first shows a deployment are the wait's own (a new
+    engine's immediate restart): they count, as the back-off's later ones do."""
     out = {}
     for rec in result.ours():
-        first = restarts.setdefault(rec.name, rec.restarts)
+        made = sum(1 for a in result.actions if isinstance(a, Restart) and a.name == rec.name)
+        first = restarts.setdefault(rec.name, max(rec.restarts - made, 0))
         if rec.phase is Phase.BACKOFF and rec.restarts - first >= CRASH_BOUND:
             why = str(rec.last_exit) if rec.last_exit else rec.message
             out[rec.name] = f"{rec.name} keeps failing ({rec.restarts} restarts; last: {why})"
