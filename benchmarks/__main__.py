@@ -85,13 +85,13 @@ def _plan(quick: bool) -> dict[str, Callable[[], list[Row]]]:
     if quick:
         return {
             "startup": lambda: startup.bench(3),
-            "steady": lambda: steady.bench([0, 1, 2, 3], 1)[0],
+            "steady": lambda: steady.bench([0, 1, 2], 1)[0],
             "lock": lambda: lockbench.bench(2, 10, 1),
             "watch": lambda: watch.bench(1, engine_startup_ms(2)),
             "cold": lambda: coldstart.bench(1, 1),
             "placement": lambda: placement.bench(100, trials=1, orders=5),
-            "verbs": lambda: readverbs.bench(2),
-            "replicas": lambda: replicas.bench(200, 1),
+            "verbs": lambda: readverbs.bench(1),
+            "replicas": lambda: replicas.bench(100, 1, sessions=32),
             "autoscale": lambda: autoscaling.bench(1),
             "pull": lambda: pullbench.bench(8, 1),
             "health": lambda: liveness.bench(1),

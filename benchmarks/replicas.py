@@ -159,7 +159,8 @@ def _affinity(run: Run) -> tuple[float, float]:
     return 100.0 * hits / len(run.engines), max(per.values()) / mean
 
 
-def bench(requests: int = 1600, trials: int = 3) -> list[Row]:
+def bench(requests: int = 1600, trials: int = 3, sessions: int = SESSIONS) -> list[Row]:
+    """``sessions``: the affinity runs' sessions (``PER_SESSION`` requests each)."""
     base = free_port_block(8, start=24300)
     fast = [base + 1 + i for i in range(4)]
     slow = base + 5
@@ -176,12 +177,12 @@ def bench(requests: int = 1600, trials: int = 3) -> list[Row]:
             mixed = [*fast[:3], slow]
             runs["least"].append(_measure(state, gw, mixed, requests))
             runs["rr"].append(_measure(state, gw, mixed, requests, "--round-robin"))
-            sessions = SESSIONS * PER_SESSION
-            runs["affinity"].append(_measure(state, gw, fast, sessions, "--affinity"))
-    return _rows(runs)
+            tagged = sessions * PER_SESSION
+            runs["affinity"].append(_measure(state, gw, fast, tagged, "--affinity"))
+    return _rows(runs, sessions)
 
 
-def _rows(runs: dict[str, list[Run]]) -> list[Row]:
+def _rows(runs: dict[str, list[Run]], sessions: int) -> list[Row]:
     one = [r.rps for r in runs["x1"]]
     rows = []
     for n, goal in ((2, 1.9), (4, 3.6)):
@@ -221,7 +222,7 @@ def _rows(runs: dict[str, list[Run]]) -> list[Row]:
     rows.append(
         Row(
             SECTION,
-            f"affinity: requests on their session's instance ({SESSIONS} sessions x "
+            f"affinity: requests on their session's instance ({sessions} sessions x "
             f"{PER_SESSION}, 4 instances)",
             "%",
             list(hit),

@@ -46,8 +46,9 @@ def test_a_remote_gone_for_hours_of_wall_clock_prunes_nothing(
     clock = tmp_path / "clock"
     env = faketime.env(faketime.preload(tmp_path), clock)
     # The fetch timer is monotonic: after a wall-clock step a fetch comes at the latest one
-    # interval later (a pass between does not fetch); 10s keeps that inside the wait.
-    d = git_daemon("--git", remote.url, *GIT, "--interval", "10s", env=env)
+    # interval later (a pass between does not fetch), and a failed fetch's retry comes after
+    # min(5 s doubling, interval): 2s keeps each step's wait to ~2 s (10s took 5-10 s a step).
+    d = git_daemon("--git", remote.url, *GIT, "--interval", "2s", env=env)
     d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
     pid = reconcile.record("alpha")["ref"]["pid"]
     shutil.move(remote.bare, remote.bare.with_name("gone.git"))

@@ -38,7 +38,7 @@ def _helper_loop():
     while True:
         time.sleep(0.05)
 
-@pytest.mark.timeout(2)
+@pytest.mark.timeout(1)
 def test_hangs():
     threading.Thread(target=_helper_loop, name="helper-loop", daemon=True).start()
     time.sleep(600)
@@ -94,7 +94,7 @@ def test_a_hung_test_fails_with_every_threads_stack_and_the_run_goes_on(tmp_path
     argv = [sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml")]
     done = _run([*argv, "--rootdir", str(tmp_path), "-p", "no:cacheprovider", "."], tmp_path)
     assert done.returncode == 1
-    assert "Failed: Timeout (>2.0s) from pytest-timeout" in done.stdout, done.stdout
+    assert "Failed: Timeout (>1.0s) from pytest-timeout" in done.stdout, done.stdout
     assert "helper-loop" in done.stdout  # the other thread's stack is printed too
     assert "1 failed, 1 passed" in done.stdout  # test_after still ran
 
@@ -129,7 +129,12 @@ def test_the_ray_tests_and_the_cluster_share_one_worker() -> None:
     assert work_unit("tests/cluster/test_partition.py::t") == work_unit("tests/ray/x.py::t")
     assert work_unit("tests/gateway/test_a.py::t1") != work_unit("tests/gateway/test_a.py::t2")
     files = ["tests/ray/test_ray_config.py", "tests/test_module_map.py"]
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2"]
+    # Four of the Ray file's tests, each a refusal (~0.3 s): more than two, so its unit fills
+    # its worker's first batch and the other worker takes the map's tests (xdist's loadscope
+    # hands each worker a unit, then more to one with two or fewer pending). The two left
+    # out (a connect attempt, an import check: ~2.5 s) prove nothing more about placement.
+    fast = "not unreachable_cluster and not never_imports_ray"
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-k", fast]
     got = _run([*argv, "--dist", "loadgroup", "-v", *files], REPO)
     assert got.returncode == 0, got.stdout[-3000:]
     workers: dict[str, set[str]] = {}
@@ -139,5 +144,7 @@ def test_the_ray_tests_and_the_cluster_share_one_worker() -> None:
             workers.setdefault(nodeid.split("::")[0], set()).add(worker)
     assert set(workers) == set(files), got.stdout[-3000:]
     assert len(workers["tests/ray/test_ray_config.py"]) == 1, workers
+    ray = [ln for ln in got.stdout.splitlines() if " PASSED tests/ray/" in ln]
+    assert len(ray) == 4, got.stdout[-3000:]  # the four selected, all on that one worker
     # the other worker is free for the rest meanwhile
     assert workers["tests/test_module_map.py"] - workers["tests/ray/test_ray_config.py"], workers
