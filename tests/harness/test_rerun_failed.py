@@ -121,9 +121,10 @@ def test_a_skip_for_a_missing_tool_fails_only_in_ci(tmp_path: Path) -> None:
 
 
 def test_the_ray_tests_and_the_cluster_share_one_worker() -> None:
-    """scripts/test's ``-n 2 --dist loadgroup``: tests/ray and tests/cluster are one unit of
-    work (one Ray cluster, built once), every other test one of its own (tests/conftest.py's
-    scheduler; pytest-xdist's own groups are lost under pytest 9, pytest-xdist#1386)."""
+    """scripts/test's ``--dist loadgroup`` (on two workers here): tests/ray and tests/cluster
+    are one unit of work (one Ray cluster, built once), every other test one of its own
+    (tests/conftest.py's scheduler; pytest-xdist's own groups are lost under pytest 9,
+    pytest-xdist#1386)."""
     from workunits import work_unit
 
     assert work_unit("tests/cluster/test_partition.py::t") == work_unit("tests/ray/x.py::t")
