@@ -18,7 +18,7 @@ def scales(rc: Any, name: str) -> list[str]:
 
 
 def test_one_to_three_under_load_and_back_to_one(reconcile: Any, gateway: Any) -> None:
-    scale = {"min": 1, "max": 3, "targetInflight": 4, "scaleDownDelay": "2s"}
+    scale = {"min": 1, "max": 3, "targetInflight": 4, "scaleDownDelay": "1s"}
     manifest = reconcile.write("web", autoscale=scale, command=reconcile.demo_command(**SLOW))
     before = manifest.read_text()
     g = gateway()
@@ -73,7 +73,7 @@ def test_scales_on_the_engines_own_requests_waiting(reconcile: Any, gateway: Any
     target 2; once they state none, back to 1 after scaleDownDelay."""
     said = reconcile.tmp / "waiting-metrics.txt"
     said.write_text("vllm:num_requests_waiting 5\n")
-    scale = {"min": 1, "max": 3, "metric": "waiting", "target": 2, "scaleDownDelay": "2s"}
+    scale = {"min": 1, "max": 3, "metric": "waiting", "target": 2, "scaleDownDelay": "1s"}
     command = reconcile.demo_command(metrics_file=str(said))
     reconcile.write("web", autoscale=scale, command=command)
     g = gateway()

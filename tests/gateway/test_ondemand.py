@@ -65,11 +65,11 @@ def test_sigkill_mid_request_then_a_new_daemon_adopts(reconcile: Any, gateway: A
     t.start()
     assert g.post("lazy").status == 200
     g.stop(signal.SIGKILL)
-    t.join(timeout=30)
-    g2 = gateway()
+    g2 = gateway()  # the stream still flows through the gateway that outlives the daemon
     g2.wait_phase("kept", "Ready")
     assert reconcile.status("kept")["kept"]["pid"] == pid  # adopted, not restarted
     assert g2.post("kept").status == 200
     assert g2.post("lazy").status == 200
     g2.wait_phase("lazy", "Idle", timeout=20)
+    t.join(timeout=30)
     g2.finish()

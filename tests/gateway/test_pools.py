@@ -180,8 +180,9 @@ def _new_pid(reconcile: Any, name: str, old: int) -> int | None:
 def test_in_flight_figures_reach_the_state_dir_and_the_metrics(
     reconcile: Any, gateway: Any
 ) -> None:
-    # Streams that take a few seconds hold requests in flight to one instance.
-    reconcile.write("slow", command=reconcile.demo_command(chunks="20", chunk_delay="0.5"))
+    # Two clients streaming back to back hold two requests in flight to one instance
+    # until both figures are seen, however long that takes.
+    reconcile.write("slow", command=reconcile.demo_command(chunks="4", chunk_delay="0.5"))
     metrics_port = reconcile.port + 14
     g = gateway("--metrics-port", str(metrics_port))
     ready(g, ["slow"])
@@ -201,9 +202,9 @@ def test_in_flight_figures_reach_the_state_dir_and_the_metrics(
         line = 'reconcile_gateway_inflight{deployment="slow",instance="slow"} 2.0'
         return line in text.splitlines()
 
-    with ThreadPoolExecutor(2) as streams:
-        done = [streams.submit(g.post, "slow", stream=True) for _ in range(2)]
+    with Loop(g, "slow", extra={"stream": True}).running(clients=2) as streams:
         reconcile.wait_for(busy_sample, timeout=WAIT, what="an in-flight sample on disk")
         reconcile.wait_for(gauge, timeout=WAIT, what="the per-instance gauge")
-        assert all(f.result().status == 200 for f in done)
+    assert streams.answers and not streams.errors, streams.errors
+    assert {status for status, _ in streams.answers} == {200}, streams.answers
     g.finish()

@@ -103,7 +103,8 @@ class EngineMetricsReader:
     above (no metrics, or an engine of another kind) is not asked again until it is
     another engine (a new nonce), and keeps ``inflight`` as its only signal. With no
     engine to ask, it sleeps until ``changed`` (the table's next update) says the records
-    changed: an idle gateway wakes for none."""
+    changed, then looks at once (an engine just Ready is read then, not a period later):
+    an idle gateway wakes for none."""
 
     def __init__(
         self,
@@ -130,6 +131,7 @@ class EngineMetricsReader:
             # No await between the look and the wait: a change after it ends the wait.
             if self._changed is not None and not self._askable():
                 await self._changed()
+                continue  # what the change made Ready is read now, not a period later
             await asyncio.sleep(every)
 
     def _askable(self) -> list[Record]:
