@@ -37,7 +37,7 @@ def test_sync_states_and_a_rollback_are_posted(
         "    events: [Synced, PullFailed, RolledBack]\n"
     )
     good = remote.deploy("alpha")
-    d = git_daemon("--git", remote.url, "--git-path", "manifests", "--interval", "2s")
+    d = git_daemon("--git", remote.url, "--git-path", "manifests", "--interval", "0.5s")
     synced = d.wait(lambda: told(hook, "Synced"), "Synced posted")
     assert synced[0]["revision"] == good and synced[0]["source"] == remote.url, synced
     assert synced[0]["node"] == reconcile.node and "Synced" in synced[0]["text"]
@@ -66,7 +66,7 @@ def test_an_auto_rollback_is_posted(
 ) -> None:
     reconcile.state.mkdir(parents=True, exist_ok=True)
     (reconcile.state / "node.yaml").write_text(
-        f"git:\n  url: {remote.url}\n  path: manifests\n  autoRollback: {{progressDeadline: 3s}}\n"
+        f"git:\n  url: {remote.url}\n  path: manifests\n  autoRollback: {{progressDeadline: 1s}}\n"
         f"notify:\n  - url: http://127.0.0.1:{hook.port}/reconcile\n    events: [RolledBack]\n"
     )
     good = remote.deploy("alpha")
