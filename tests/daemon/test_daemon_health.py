@@ -187,7 +187,7 @@ def test_once_exits_0_while_a_packed_engine_waits_its_turn(reconcile: Any) -> No
     rc.devices = "nvidia:0=80Gi"
     packed = {"count": 1, "kind": "nvidia", "memory": "20Gi"}
     for name in ("llm-a", "llm-b"):
-        rc.write(name, command=rc.demo_command(load_seconds="3"), devices=packed)
+        rc.write(name, command=rc.demo_command(load_seconds="1.5"), devices=packed)
     rc.once()  # exit 0
     b = rc.status("llm-b")["llm-b"]
     assert b["phase"] == "Pending" and b["message"].startswith("waiting for llm-a"), b
