@@ -344,7 +344,7 @@ def test_7_no_lock_held_across_a_grace_period_or_a_readiness_wait(reconcile: Any
     assert waiting.wait(timeout=60) == 0
 
     reconcile.write("stubborn", command=[sys.executable, "-c", IGNORE_TERM, "{port}"],
-                    stopGracePeriodSeconds=3)  # fmt: skip
+                    stopGracePeriodSeconds=1.5)  # fmt: skip
     reconcile.converge()
     (reconcile.manifests / "stubborn.yaml").unlink()
     stopping = reconcile.popen("--once")
