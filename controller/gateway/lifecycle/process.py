@@ -158,7 +158,8 @@ class GatewayProcess:
     async def poll(self) -> None:
         """Records, drains and metrics, on the gateway's loop: when the watch of
         ``instances/`` and ``retire/`` says something changed, else every RESYNC seconds
-        (the metrics file then lags the control socket's answer by up to that). The
+        (the metrics file then lags the control socket's answer by up to that), every
+        METRICS_PERIOD while a replaced gateway's final counters are awaited. The
         metrics text is rendered only when it may have changed (``_metrics_moved``):
         an idle gateway's turn is a ``scandir`` and the port's guard, nothing more."""
         front = self.gateway.front
@@ -209,10 +210,11 @@ class GatewayProcess:
             if now - guard_at >= GUARD_PERIOD:
                 guard_at = now
                 await self._guard_port()
+            wait = RESYNC if self._routed else FIRST_PASS_LOOK
+            if self._predecessor is not None:  # its counters come when it exits: not 5 s late
+                wait = min(wait, METRICS_PERIOD)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._changed.wait(), RESYNC if self._routed else FIRST_PASS_LOOK
-                )
+                await asyncio.wait_for(self._changed.wait(), wait)
                 # A pass writes in bursts (many records; a recreate deletes the old record
                 # and a later round writes the new one): one look for the burst, SETTLE
                 # after its first event, never later than the old 100 ms poll looked.
