@@ -15,7 +15,7 @@ GPU = {"count": 1, "kind": "nvidia"}
 
 def commit(remote: Remote, rc: Any, version: str) -> str:
     """``roll`` at ``version`` (its argv, so its hash, changes): a rolling update to make."""
-    command = rc.demo_command(load_seconds="1", chunks=version)
+    command = rc.demo_command(load_seconds="0.5", chunks=version)
     return remote.deploy("roll", devices=GPU, strategy="RollingUpdate", command=command)
 
 
@@ -37,7 +37,7 @@ def test_a_rollback_under_load_fails_no_request(
     reconcile: Any, remote: Remote, gateway: Any
 ) -> None:
     a = commit(remote, reconcile, "3")
-    g = gateway("--interval", "1s", "--git", remote.url, "--git-path", "manifests")
+    g = gateway("--interval", "0.5s", "--git", remote.url, "--git-path", "manifests")
     a_pid = ready_at(reconcile, a, None)
     b = commit(remote, reconcile, "4")
     with Loop(g, "roll").running() as loop:
