@@ -66,7 +66,7 @@ def test_an_auto_rollback_is_posted(
 ) -> None:
     reconcile.state.mkdir(parents=True, exist_ok=True)
     (reconcile.state / "node.yaml").write_text(
-        f"git:\n  url: {remote.url}\n  path: manifests\n  autoRollback: {{progressDeadline: 1s}}\n"
+        f"git:\n  url: {remote.url}\n  path: manifests\n  autoRollback: {{progressDeadline: 3s}}\n"
         f"notify:\n  - url: http://127.0.0.1:{hook.port}/reconcile\n    events: [RolledBack]\n"
     )
     good = remote.deploy("alpha")

@@ -74,7 +74,7 @@ def test_auto_rollback_to_the_last_good_commit_until_a_newer_one(
 ) -> None:
     reconcile.state.mkdir(parents=True, exist_ok=True)
     (reconcile.state / "node.yaml").write_text(
-        f"git:\n  url: {remote.url}\n  path: manifests\n  autoRollback: {{progressDeadline: 1s}}\n"
+        f"git:\n  url: {remote.url}\n  path: manifests\n  autoRollback: {{progressDeadline: 3s}}\n"
     )
     good = remote.deploy("alpha")
     reconcile.converge("--git", remote.url)
