@@ -23,9 +23,16 @@ START_TIMEOUT = 120.0
 # check to a cut-off one fails only when it times out (10 s by default): 3 x (10 + 1) s
 # = 33 s of a ~35 s move. With a 1 s timeout a cut link is noticed in ~6 s, as a kill,
 # and the 502 one CI run of that faster move got is understood and fixed (docs/harness.md).
-# The tests keep Ray's timeout: beside another worker on 2 cores, a 1 s deadline can
-# declare a busy raylet dead with no fault at all.
-FAST_HEALTH = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+# The tests take 3 s: a cut link is noticed in 3 x (3 + 1) s = 12 s (Ready elsewhere in
+# ~14.5 s, not ~35 s). A 1 s deadline could declare a busy raylet dead with no fault at
+# all beside another worker on 2 cores; with 3 s a live raylet would have to leave three
+# checks in a row unanswered for 3 s each (11 s without one answer), which no load here
+# comes near (no check of a host that was not cut failed in runs beside two busy loops).
+FAST_HEALTH = {
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_timeout_ms": "3000",
+    "RAY_health_check_failure_threshold": "3",
+}
 # On 2 busy cores a raylet takes longer to register than Ray's 30 s default allows.
 SLOW_BOX = {"RAY_raylet_start_wait_time_s": "120"}
 
