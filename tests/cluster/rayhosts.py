@@ -53,6 +53,7 @@ class RayHosts:
         self.net, self.head, self.workers, self.logs = net, head, list(workers), logs
         self.address = f"{net.hosts[head].address}:{GCS_PORT}"
         self.temp = net.hosts[head].tmp / "ray"  # short: Ray's socket paths are bounded
+        self.lost: set[str] = set()  # workers a test lost, revived before the next test
 
     def start(self) -> None:
         head = self.net.hosts[self.head]
@@ -81,6 +82,19 @@ class RayHosts:
             "--num-gpus=1",
             f"--object-store-memory={80 * MB}",
         )
+
+    def lose(self, name: str) -> None:
+        """The end of a test that cut off or killed a worker: its link up again (the test's
+        own teardown reaches every host), and the worker revived before the next test
+        (:meth:`whole`), not after the last one: the module's teardown kills it anyway."""
+        self.net.heal(name)
+        self.lost.add(name)
+
+    def whole(self) -> None:
+        """Every worker a test lost revived: each test starts with four nodes."""
+        for name in sorted(self.lost):
+            self.revive(name)
+            self.lost.discard(name)
 
     def revive(self, name: str) -> None:
         """A worker whose node Ray declared dead (cut off, or killed) back as a new node:
