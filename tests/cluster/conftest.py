@@ -44,7 +44,9 @@ def hosts() -> Iterator[RayHosts]:
 
 @pytest.fixture
 def head(hosts: RayHosts, tmp_path: Path) -> Iterator[Head]:
-    """reconcile (the daemon, with its gateway) on the head's host, for one test."""
+    """reconcile (the daemon, with its gateway) on the head's host, for one test, every
+    worker an earlier test lost revived first."""
+    hosts.whole()
     node = Head(hosts, tmp_path)
     try:
         yield node

@@ -19,6 +19,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# Each host's TCP retransmits at least once a second (the kernel backs off to 120 s by
+# default), so after a heal the first retransmission crosses within a second: after a
+# ~40 s cut the back-off had reached 13-26 s, and what a cut-off raylet must hear (that
+# it was declared dead) waited that long. Retries scaled to match, so a connection still
+# outlives any cut here as with the defaults (15 tries 1 s apart give up after ~14 s; 120,
+# after ~2 min). Linux >= 6.15; an older kernel keeps its defaults (the heal is slower).
+TCP = {"net.ipv4.tcp_rto_max_ms": "1000", "net.ipv4.tcp_retries2": "120"}
+
 
 class Unavailable(Exception):
     """Namespaces cannot be made here (not root, no ``ip``, a kernel without netns)."""
@@ -60,6 +68,14 @@ class Net:
         except (OSError, subprocess.CalledProcessError) as exc:
             self.close()
             raise Unavailable(f"cannot make a network namespace: {_why(exc)}") from exc
+        if Path("/proc/sys/net/ipv4/tcp_rto_max_ms").exists():
+            try:  # a failure here is an error, not a skip
+                for host in self.hosts.values():
+                    settings = [f"{key}={value}" for key, value in TCP.items()]
+                    ip("netns", "exec", host.name, "sysctl", "-q", "-w", *settings)
+            except BaseException:
+                self.close()
+                raise
 
     def _host(self, ns: str, index: int, tmp: Path) -> Host:
         ip("netns", "add", ns)

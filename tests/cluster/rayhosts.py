@@ -23,9 +23,22 @@ START_TIMEOUT = 120.0
 # check to a cut-off one fails only when it times out (10 s by default): 3 x (10 + 1) s
 # = 33 s of a ~35 s move. With a 1 s timeout a cut link is noticed in ~6 s, as a kill,
 # and the 502 one CI run of that faster move got is understood and fixed (docs/harness.md).
-# The tests keep Ray's timeout: beside another worker on 2 cores, a 1 s deadline can
-# declare a busy raylet dead with no fault at all.
-FAST_HEALTH = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+# The tests take 3 s: a cut link is noticed in 3 x (3 + 1) s = 12 s (Ready elsewhere in
+# ~14.5 s, not ~35 s). A 1 s deadline could declare a busy raylet dead with no fault at
+# all beside another worker on 2 cores; with 3 s a live raylet would have to leave three
+# checks in a row unanswered for 3 s each (11 s without one answer), which no load here
+# comes near (no check of a host that was not cut failed in runs beside two busy loops).
+FAST_HEALTH = {
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_timeout_ms": "3000",
+    "RAY_health_check_failure_threshold": "3",
+    # A raylet declared dead while cut off exits when it learns so, once its link is back
+    # (its engines with it: "the lost host's engine gone"). It hears it from a notice of
+    # its own death, which did not always come, or by asking the GCS, every 60 s by
+    # default: the engine outlived the heal by 14-20 s, and could by up to a minute. Here
+    # it asks every second (a small RPC; only a "dead" answer has any effect).
+    "RAY_raylet_liveness_self_check_interval_ms": "1000",
+}
 # On 2 busy cores a raylet takes longer to register than Ray's 30 s default allows.
 SLOW_BOX = {"RAY_raylet_start_wait_time_s": "120"}
 
@@ -40,6 +53,7 @@ class RayHosts:
         self.net, self.head, self.workers, self.logs = net, head, list(workers), logs
         self.address = f"{net.hosts[head].address}:{GCS_PORT}"
         self.temp = net.hosts[head].tmp / "ray"  # short: Ray's socket paths are bounded
+        self.lost: set[str] = set()  # workers a test lost, revived before the next test
 
     def start(self) -> None:
         head = self.net.hosts[self.head]
@@ -68,6 +82,19 @@ class RayHosts:
             "--num-gpus=1",
             f"--object-store-memory={80 * MB}",
         )
+
+    def lose(self, name: str) -> None:
+        """The end of a test that cut off or killed a worker: its link up again (the test's
+        own teardown reaches every host), and the worker revived before the next test
+        (:meth:`whole`), not after the last one: the module's teardown kills it anyway."""
+        self.net.heal(name)
+        self.lost.add(name)
+
+    def whole(self) -> None:
+        """Every worker a test lost revived: each test starts with four nodes."""
+        for name in sorted(self.lost):
+            self.revive(name)
+            self.lost.discard(name)
 
     def revive(self, name: str) -> None:
         """A worker whose node Ray declared dead (cut off, or killed) back as a new node:

@@ -37,7 +37,7 @@ def move(head: Head, replicas: int, fault: str, *, restart_daemon: bool = False)
         _fault(head, lost, load, fault, restart_daemon=restart_daemon, replicas=replicas)
     finally:
         load.finish(threads)
-        head.hosts.revive(lost)  # the next test has every host again
+        head.hosts.lose(lost)  # link up; revived before the next test (the head fixture)
 
 
 def _fault(
