@@ -179,3 +179,26 @@ def test_a_pools_affinity_follows_the_records_it_is_kept_between() -> None:
         assert table.affinity("made-up") == "none" and "made-up" not in table._affinities
 
     asyncio.run(check())
+
+
+def test_an_engine_moved_to_another_address_leaves_its_ejection_behind() -> None:
+    """Ray restarts a lost node's actor on another node under the same nonce: the new
+    engine is not the cut-off one, so the old one's ejection no longer holds it out (with
+    one replica it answered 503 until the old window ran out)."""
+
+    async def check() -> None:
+        table = Table()
+        table.update([OLD])
+        found = table.target("m")
+        assert found is not None
+        for _ in range(3):
+            table.health.report(found, table.health.sent(found.nonce), "connection refused")
+        assert table.target("m") is None and table.ejected("m") is not None
+        table.update([OLD])  # a pass that changes nothing keeps the ejection
+        assert table.target("m") is None
+        table.update([replace(OLD, host="10.0.0.9")])  # the same nonce, another host
+        moved = table.target("m")
+        assert moved is not None and moved.host == "10.0.0.9", moved
+        assert table.ejected("m") is None
+
+    asyncio.run(check())

@@ -90,6 +90,7 @@ class Table:
         self._down.add(target.nonce)
 
     def update(self, records: Iterable[Record]) -> None:
+        was = {r.nonce: (r.host, r.port) for r in self.records.values()}
         self.records = {r.name: r for r in records}
         self._affinities = {}
         pools: defaultdict[str, set[str]] = defaultdict(set)
@@ -114,8 +115,17 @@ class Table:
         # Starting (Ray restarting its actor on a lost node, same nonce, old address) is
         # not routed to on the strength of a probe from before it was Ready.
         self._probed &= {r.nonce for r in self.records.values() if r.phase is Phase.STARTING}
-        self.health.forget(live)
-        self.prefixes.keep(live)  # an engine that left took its cache with it
+        # Ray restarts a lost node's actor elsewhere under the same nonce: an engine at a
+        # new address is another process. What the old one earned (an ejection for its
+        # cut link, the prompts it cached) is not the new one's: with one replica, the old
+        # ejection answered 503 for the rest of its 30 s after the new engine was Ready.
+        moved = {
+            r.nonce
+            for r in self.records.values()
+            if was.get(r.nonce, (r.host, r.port)) != (r.host, r.port)
+        }
+        self.health.forget(live - moved)
+        self.prefixes.keep(live - moved)  # an engine that left took its cache with it
         for gone in [n for n in self.served if n not in live]:
             del self.served[gone]  # only the tie-break reads it: a gone engine's is moot
         self.loaded.set()
