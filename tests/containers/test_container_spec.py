@@ -160,7 +160,7 @@ def test_the_node_default_runtime(tmp_path: Path) -> None:
 
 
 def test_static_devices_pass_no_gpu_but_the_visibility_variable() -> None:
-    from controller.backends.local.container import container_env
+    from controller.backends.local.container import Passed, container_env
 
     rendered = render(
         entry("g", engine="vllm", command=None, model="o/m", container={}, devices={"count": 1}),
@@ -168,6 +168,7 @@ def test_static_devices_pass_no_gpu_but_the_visibility_variable() -> None:
         port=9000,
         extra_ports=(9001,),
     )
-    assert container_env(rendered.env, passed_devices=None)["CUDA_VISIBLE_DEVICES"] == "3"
+    assert container_env(rendered.env, None)["CUDA_VISIBLE_DEVICES"] == "3"
     # Passed into the container (a real inventory), the device is the container's first.
-    assert container_env(rendered.env, passed_devices=1)["CUDA_VISIBLE_DEVICES"] == "0"
+    passed = Passed.of(("nvidia:3",))
+    assert container_env(rendered.env, passed)["CUDA_VISIBLE_DEVICES"] == "0"

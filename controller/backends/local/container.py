@@ -23,7 +23,7 @@ import contextlib
 import os
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,6 @@ from controller.store.statedir import StateDir
 START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating layers)
 POLL = 0.01  # a look at one small file (the container's id)
 SCAN_SHARE = 4.0  # a /proc scan at most every 4 times its own cost: a fifth of a core
-VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 # The pull in the background, its output into the log (the shell's stderr), its pid said.
 DETACH = '"$@" </dev/null >&2 & echo $!'
 
@@ -210,7 +209,8 @@ class Wrapper:
             argv += ["--shm-size", str(spec.container.shm_size)]
         for volume in (*spec.container.volumes, *self._read_only_mounts(spec)):
             argv += ["--volume", volume]
-        argv += self._device_flags(runtime, launch)
+        if not self.static_devices:
+            argv += device_flags(runtime, Passed.of(launch.record.devices))
         program, *args = launch.rendered.argv
         return [*argv, "--entrypoint", program, image, *args]
 
@@ -230,19 +230,6 @@ class Wrapper:
                 mounts.append(f"{path}:{path}:ro")
         return mounts
 
-    def _device_flags(self, runtime: str, launch: StartRequest) -> list[str]:
-        """nvidia through CDI (podman) or --gpus (docker); amd through /dev/kfd and the
-        render nodes; nothing with a static inventory (its ids name no real device)."""
-        env = launch.rendered.env
-        ids = launch.record.devices
-        if self.static_devices or not ids:
-            return []
-        if env.get("HIP_VISIBLE_DEVICES"):
-            return ["--device", "/dev/kfd", "--device", "/dev/dri"]
-        if runtime == "podman":
-            return [arg for i in ids for arg in ("--device", f"nvidia.com/gpu={i}")]
-        return ["--gpus", f'"device={",".join(ids)}"']
-
 
 @dataclass(frozen=True, slots=True)
 class Known:
@@ -260,15 +247,56 @@ def _image_or_none(runtime: Runtime, image: str) -> tuple[str, str] | None:
         return None
 
 
-def container_env(rendered: Mapping[str, str], *, passed_devices: int | None) -> dict[str, str]:
+@dataclass(frozen=True, slots=True)
+class Passed:
+    """A record's devices as the container runtimes name them.
+
+    A record names its devices ``nvidia:1`` / ``amd:0`` (the inventory's keys); a Ray
+    actor's are the bare indices ``ray.get_gpu_ids()`` gave (nvidia). The runtimes want
+    the NVML index: CDI's ``nvidia.com/gpu=1`` (the name ``nvidia-ctk cdi generate``
+    gives each GPU) and docker's ``--gpus "device=1"`` (which docker hands to CDI or to
+    NVIDIA's hook). Passing ``nvidia:1`` was refused: "unresolvable CDI devices"."""
+
+    nvidia: tuple[str, ...] = ()
+    amd: bool = False
+
+    @classmethod
+    def of(cls, devices: Iterable[str]) -> Passed:
+        nvidia: list[str] = []
+        amd = False
+        for device in devices:
+            kind, sep, ident = device.partition(":")
+            if not sep:  # a Ray actor's GPU index
+                kind, ident = "nvidia", device
+            if kind == "nvidia":
+                nvidia.append(ident)
+            amd |= kind == "amd"
+        return cls(tuple(nvidia), amd)
+
+
+def device_flags(runtime: str, passed: Passed) -> list[str]:
+    """nvidia through CDI (podman) or ``--gpus`` (docker): only the leased GPUs, which the
+    container numbers from 0; amd through ``/dev/kfd`` and all of ``/dev/dri`` (docker's
+    and ROCm's own advice), where the container numbers every GPU as the host does and
+    ``HIP_VISIBLE_DEVICES`` keeps the leased ones."""
+    flags: list[str] = []
+    if passed.nvidia and runtime == "podman":
+        flags += [arg for i in passed.nvidia for arg in ("--device", f"nvidia.com/gpu={i}")]
+    elif passed.nvidia:
+        flags += ["--gpus", f'"device={",".join(passed.nvidia)}"']  # docker's own quoting
+    if passed.amd:
+        flags += ["--device", "/dev/kfd", "--device", "/dev/dri"]
+    return flags
+
+
+def container_env(rendered: Mapping[str, str], passed: Passed | None) -> dict[str, str]:
     """The engine's environment inside: the rendered one only (never the host's PATH or
-    HOME, which would break the image). Devices passed in are numbered from 0 there."""
+    HOME, which would break the image). ``passed``: the devices passed in (None: a static
+    inventory passes none). The nvidia GPUs passed are numbered from 0 there; the amd
+    ones keep the host's numbers (every render node is passed, see ``device_flags``)."""
     env = dict(rendered)
-    if passed_devices:
-        inside = ",".join(str(i) for i in range(passed_devices))
-        for key in VISIBILITY:
-            if env.get(key):
-                env[key] = inside
+    if passed is not None and passed.nvidia and env.get("CUDA_VISIBLE_DEVICES"):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(passed.nvidia)))
     return env
 
 

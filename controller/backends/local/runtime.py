@@ -147,10 +147,10 @@ class LocalBackend:
         rec = launch.record
         assert rec.nonce is not None
         marker = self.marker(instance_of(rec.name), rec.nonce)
-        from controller.backends.local.container import container_env
+        from controller.backends.local.container import Passed, container_env
 
-        passed = None if self.containers.static_devices else len(rec.devices)
-        env = container_env(launch.rendered.env, passed_devices=passed)
+        passed = None if self.containers.static_devices else Passed.of(rec.devices)
+        env = container_env(launch.rendered.env, passed)
         ref, kept, client, pulled = self.containers.launch(
             launch, marker, env, lambda: self._leader(rec.nonce)
         )
