@@ -1,9 +1,11 @@
 """Other proxies in front of the same fake engine, for ``benchmarks.gateway`` to compare.
 
-nginx: a reverse proxy with keep-alive to the engine, one worker, a temporary config,
-run in the foreground (``daemon off;``) and killed after. LiteLLM: its proxy, from a
-separate virtual environment (``--litellm PATH/bin/litellm``), with the engine as an
-OpenAI-compatible upstream. Each is skipped, with the reason, when it cannot run here.
+bare aiohttp: ``bare_proxy.py``, the gateway's framework with none of its own work (what
+aiohttp and the loop cost, so the rest is the gateway's). nginx: a reverse proxy with
+keep-alive to the engine, one worker, a temporary config, run in the foreground
+(``daemon off;``) and killed after. LiteLLM: its proxy, from a separate virtual
+environment (``--litellm PATH/bin/litellm``), with the engine as an OpenAI-compatible
+upstream. Each is skipped, with the reason, when it cannot run here.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -72,6 +75,15 @@ def nginx(tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
     conf = folder / "nginx.conf"
     conf.write_text(NGINX_CONF.format(tmp=folder, upstream=upstream, port=port))
     with _running([exe, "-c", str(conf), "-g", "daemon off;"], folder / "stderr.log") as proc:
+        yield _up(proc, port, "/health")
+
+
+@contextlib.contextmanager
+def bare_aiohttp(tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
+    """``bare_proxy.py`` on ``port`` in front of ``upstream``: yields its URL."""
+    script = Path(__file__).with_name("bare_proxy.py")
+    argv = [sys.executable, str(script), "--port", str(port), "--upstream", str(upstream)]
+    with _running(argv, tmp / "bare.log") as proc:
         yield _up(proc, port, "/health")
 
 
