@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,42 @@ def test_the_routing_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     # second turn's prompt begins with it, so llama.cpp reports cached tokens.
     assert cached[2]["ours"][0] > 0, cached
     assert len(cold["ours"]) == 3 * 2, cold  # each mode's 2 first turns
+
+
+def test_the_bare_aiohttp_baseline_passes_answers_on_as_the_engine_gave_them() -> None:
+    """``benchmarks.gateway``'s bare aiohttp proxy (issue 41: the framework's share of the
+    gateway's distance from nginx) is a proxy: a chat completion and its event stream
+    come through it as the lean stand-in engine sent them."""
+    from procs import free_ports, wait_for
+
+    engine_port = free_ports(2)
+    proxy_port = engine_port + 1
+    bench = REPO / "benchmarks"
+    engine = [sys.executable, str(bench / "service_engine.py"), "--port", str(engine_port)]
+    proxy = [sys.executable, str(bench / "bare_proxy.py"), "--port", str(proxy_port)]
+    procs = [
+        subprocess.Popen([*engine, "--service-ms", "0", "--openai"]),
+        subprocess.Popen([*proxy, "--upstream", str(engine_port)]),
+    ]
+    try:
+
+        def post(port: int, stream: bool) -> tuple[int, bytes]:
+            body = json.dumps({"model": "hot", "messages": [], "stream": stream}).encode()
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                             data=body, method="POST")  # fmt: skip
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, answer.read()
+
+        def up() -> bool:
+            try:
+                return post(proxy_port, False)[0] == 200
+            except OSError:
+                return False
+
+        wait_for(up, timeout=30, what="the bare proxy answering")
+        for stream in (False, True):
+            assert post(proxy_port, stream) == post(engine_port, stream)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
