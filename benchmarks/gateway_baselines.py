@@ -1,7 +1,8 @@
 """Other proxies in front of the same fake engine, for ``benchmarks.gateway`` to compare.
 
 bare aiohttp: ``bare_proxy.py``, the gateway's framework with none of its own work (what
-aiohttp and the loop cost, so the rest is the gateway's). nginx: a reverse proxy with
+aiohttp and the loop cost, so the rest is the gateway's). raw python: ``raw_proxy.py``,
+no framework at all (the floor of any Python proxy on this box). nginx: a reverse proxy with
 keep-alive to the engine, one worker, a temporary config, run in the foreground
 (``daemon off;``) and killed after. LiteLLM: its proxy, from a separate virtual
 environment (``--litellm PATH/bin/litellm``), with the engine as an OpenAI-compatible
@@ -84,6 +85,15 @@ def bare_aiohttp(tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
     script = Path(__file__).with_name("bare_proxy.py")
     argv = [sys.executable, str(script), "--port", str(port), "--upstream", str(upstream)]
     with _running(argv, tmp / "bare.log") as proc:
+        yield _up(proc, port, "/health")
+
+
+@contextlib.contextmanager
+def raw_python(tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
+    """``raw_proxy.py`` (no framework: the floor of a Python proxy) on ``port``."""
+    script = Path(__file__).with_name("raw_proxy.py")
+    argv = [sys.executable, str(script), "--port", str(port), "--upstream", str(upstream)]
+    with _running(argv, tmp / "raw.log") as proc:
         yield _up(proc, port, "/health")
 
 

@@ -113,17 +113,18 @@ def test_the_routing_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     assert len(cold["ours"]) == 3 * 2, cold  # each mode's 2 first turns
 
 
-def test_the_bare_aiohttp_baseline_passes_answers_on_as_the_engine_gave_them() -> None:
-    """``benchmarks.gateway``'s bare aiohttp proxy (issue 41: the framework's share of the
-    gateway's distance from nginx) is a proxy: a chat completion and its event stream
-    come through it as the lean stand-in engine sent them."""
+@pytest.mark.parametrize("script", ["bare_proxy.py", "raw_proxy.py"])
+def test_the_python_baselines_pass_answers_on_as_the_engine_gave_them(script: str) -> None:
+    """``benchmarks.gateway``'s Python floors (issue 41: bare aiohttp, the framework's share
+    of the gateway's distance from nginx; raw, no framework) are proxies: a chat
+    completion and its chunked event stream come through as the stand-in engine sent them."""
     from procs import free_ports, wait_for
 
     engine_port = free_ports(2)
     proxy_port = engine_port + 1
     bench = REPO / "benchmarks"
     engine = [sys.executable, str(bench / "service_engine.py"), "--port", str(engine_port)]
-    proxy = [sys.executable, str(bench / "bare_proxy.py"), "--port", str(proxy_port)]
+    proxy = [sys.executable, str(bench / script), "--port", str(proxy_port)]
     procs = [
         subprocess.Popen([*engine, "--service-ms", "0", "--openai"]),
         subprocess.Popen([*proxy, "--upstream", str(engine_port)]),
