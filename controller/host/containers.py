@@ -12,6 +12,7 @@ Every container we run carries the labels ``reconcile.instance`` (the marker) an
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -28,6 +29,8 @@ DIGEST_LABEL = "reconcile.digest"  # the digest it was run from
 CALL_TIMEOUT = 60.0  # seconds for one CLI call other than a pull (a stop adds its grace)
 PULL_TIMEOUT = 3600.0  # an engine image is gigabytes
 POLL = 0.05
+# What docker prints after its error: "Run 'docker run --help' for more information".
+TRAILER = re.compile(r"(Run|See) '(docker|podman) [\w -]*--help'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,11 +191,14 @@ def gone(stderr: str) -> bool:
 
 
 def words(stderr: str) -> str:
-    """The runtime's own message: its last non-empty line, without the log prefix."""
+    """The runtime's own message: its last non-empty line, without the log prefix, and not
+    docker's trailer after its error (``Run 'docker run --help' for more information``),
+    which was all a refused `run` said."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    if not lines:
+    said = [line for line in lines if not TRAILER.match(line)] or lines
+    if not said:
         return "failed (no message)"
-    last = lines[-1]
-    for prefix in ("Error: ", "Error response from daemon: ", "docker: "):
+    last = said[-1]
+    for prefix in ("docker: ", "Error: ", "Error response from daemon: "):
         last = last.removeprefix(prefix)
     return last

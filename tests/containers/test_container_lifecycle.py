@@ -146,6 +146,24 @@ def test_pull_policy_never_and_no_image_names_the_image(rc: Reconcile, engine: E
     rc.down()
 
 
+def test_a_run_the_runtime_refuses_is_named_in_its_words_and_leaves_no_container(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """The image is there but its engine cannot start: a program the image lacks (a wrong
+    ``spec.executable``). The runtime's ``run`` ends before any main process; the record
+    says why in the runtime's own words, holds no device or port, and ``--rm`` left no
+    container. The next pass tries again after the back-off."""
+    write(rc, engine, "absent", command=["/bin/no-such-engine", "--port", "{port}"])
+    rc.once(check=None)
+    record = rc.record("absent")
+    assert record is not None and record["phase"] in ("BackOff", "Failed"), record
+    assert f"{engine.name} run:" in record["message"], record["message"]
+    assert "/bin/no-such-engine" in record["message"], record["message"]
+    assert record["ref"] is None and not record["devices"], record
+    rc.wait_for(lambda: engine.ours(rc.state) == [])
+    rc.down()
+
+
 KILL_AT = sorted(
     {
         "executor.spawn.before_exec",
