@@ -27,7 +27,6 @@ STATE_LABEL = "reconcile.state"
 IMAGE_LABEL = "reconcile.image"  # the image as the manifest wrote it
 DIGEST_LABEL = "reconcile.digest"  # the digest it was run from
 CALL_TIMEOUT = 60.0  # seconds for one CLI call other than a pull (a stop adds its grace)
-PULL_TIMEOUT = 3600.0  # an engine image is gigabytes
 POLL = 0.05
 # What docker prints after its error: "Run 'docker run --help' for more information".
 TRAILER = re.compile(r"(Run|See) '(docker|podman) [\w -]*--help'")
@@ -76,12 +75,6 @@ class Runtime:
                 f"`{self.name} {args[0]}` did not answer in {timeout:.0f} s"
             ) from None
 
-    def checked(self, *args: str, timeout: float = CALL_TIMEOUT) -> str:
-        done = self.call(*args, timeout=timeout)
-        if done.returncode != 0:
-            raise ContainerError(f"{self.name} {args[0]}: {words(done.stderr)}")
-        return done.stdout
-
     # -- images ----------------------------------------------------------------------
 
     def image(self, image: str) -> tuple[str, str] | None:
@@ -104,9 +97,6 @@ class Runtime:
                 return image_id, digest
         return image_id, image_id
 
-    def pull(self, image: str) -> None:
-        self.checked("pull", image, timeout=PULL_TIMEOUT)
-
     # -- containers --------------------------------------------------------------------
 
     def inspect(self, name: str) -> Running | None:
@@ -117,20 +107,6 @@ class Runtime:
             return None
         cid, pid, status, image_id = [*done.stdout.strip().split("|"), "", "", ""][:4]
         return Running(id=cid, pid=int(pid or 0), status=status, image_id=image_id)
-
-    def ours(self, state_dir: str) -> dict[str, str]:
-        """Every container (any state) of this state dir: id -> its instance marker."""
-        fmt = "{{.ID}}|{{.Labels}}" if self.name == "docker" else "{{.ID}}|{{json .Labels}}"
-        done = self.call("ps", "-a", "--no-trunc", "--filter", f"label={STATE_LABEL}={state_dir}",
-                         "--format", fmt)  # fmt: skip
-        if done.returncode != 0:
-            return {}
-        out: dict[str, str] = {}
-        for line in done.stdout.splitlines():
-            cid, _, labels = line.partition("|")
-            if cid:
-                out[cid] = _label(labels, INSTANCE_LABEL)
-        return out
 
     def labelled(self, marker: str) -> ContainerRef | None:
         """The container (any state) of the instance ``marker`` names, from its labels."""
