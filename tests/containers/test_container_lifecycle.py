@@ -9,6 +9,7 @@ import os
 import signal
 import urllib.request
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -151,16 +152,35 @@ def test_a_run_the_runtime_refuses_is_named_in_its_words_and_leaves_no_container
 ) -> None:
     """The image is there but its engine cannot start: a program the image lacks (a wrong
     ``spec.executable``). The runtime's ``run`` ends before any main process; the record
-    says why in the runtime's own words, holds no device or port, and ``--rm`` left no
-    container. The next pass tries again after the back-off."""
+    says why in the runtime's own words, no engine runs, and ``--rm`` left no container.
+    The next pass tries again after the back-off."""
     write(rc, engine, "absent", command=["/bin/no-such-engine", "--port", "{port}"])
     rc.once(check=None)
     record = rc.record("absent")
     assert record is not None and record["phase"] in ("BackOff", "Failed"), record
     assert f"{engine.name} run:" in record["message"], record["message"]
     assert "/bin/no-such-engine" in record["message"], record["message"]
-    assert record["ref"] is None and not record["devices"], record
+    assert record["ref"] is None, record
     rc.wait_for(lambda: engine.ours(rc.state) == [])
+    rc.down()
+
+
+def test_a_runtime_missing_on_the_node_is_named_with_the_next_move(
+    rc: Reconcile, engine: Engine, tmp_path: Path
+) -> None:
+    """A manifest names a runtime this node lacks (here: a PATH without it): the record
+    says so and what to do, no traceback, no engine; it backs off as any failed start."""
+    write(rc, engine, "elsewhere")
+    bare = tmp_path / "bin"  # a PATH with no container runtime on it
+    bare.mkdir()
+    done = rc("--once", check=None, env={"PATH": str(bare)})
+    assert "Traceback" not in done.err, done
+    record = rc.record("elsewhere")
+    assert record is not None and record["phase"] != "Ready", record
+    said = record["message"]
+    assert f"{engine.name} is not installed on this node" in said, said
+    assert "spec.container.runtime" in said, said
+    assert record["phase"] == "BackOff" and record["ref"] is None, record  # retried later
     rc.down()
 
 
