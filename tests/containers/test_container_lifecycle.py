@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from containers.conftest import Engine, write
+from containers.conftest import STANDIN, Engine, write
 
 from controller.failpoints import CONTAINER_POINTS
 from controller.host.containers import DIGEST_LABEL, INSTANCE_LABEL, STATE_LABEL
@@ -73,6 +73,30 @@ def test_an_engine_runs_in_its_container_with_the_lease_and_the_marker(
     rc.down()
     assert engine.ours(rc.state) == []
     rc.wait_gone(pid)  # type: ignore[arg-type]
+
+
+def test_volumes_and_shm_size_reach_the_container(
+    rc: Reconcile, engine: Engine, tmp_path: Path
+) -> None:
+    """``volumes`` as written (``:ro`` is read-only there) and ``shmSize`` as /dev/shm's
+    size: the engine says what it sees into its log."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "hello").write_text("from the host\n")
+    looks = (
+        "cat /data/hello; df -k /dev/shm | tail -1; "
+        "touch /data/written 2>/dev/null && echo writable || echo read-only; "
+    )
+    command = [*STANDIN[:3], looks + STANDIN[3]]
+    spec = {"volumes": [f"{shared}:/data:ro"], "shmSize": "96Mi"}  # the default is 64M
+    write(rc, engine, "mounts", command=command, container=spec)
+    rc.converge()
+    said = rc("logs", "mounts", check=0).out
+    assert "from the host" in said, said
+    assert "read-only" in said and not (shared / "written").exists(), said
+    shm_kib = [line.split()[1] for line in said.splitlines() if line.rstrip().endswith("/dev/shm")]
+    assert shm_kib == ["98304"], said
+    rc.down()
 
 
 def test_once_leaves_the_container_running_and_the_next_pass_keeps_it(
