@@ -260,12 +260,16 @@ class Reconcile:
         return self.spawn(self.argv(*args), **kwargs)
 
     def spawn(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-        """Any helper process (a foreign listener...); killed and reaped at teardown."""
+        """Any helper process (a foreign listener...); killed and reaped at teardown with
+        its whole process group: a helper that forks (``git daemon`` runs ``git-daemon``
+        as its child) leaves nothing behind."""
         kwargs.setdefault("stdin", subprocess.DEVNULL)
         kwargs.setdefault("stdout", subprocess.DEVNULL)
         kwargs.setdefault("stderr", subprocess.DEVNULL)
         kwargs.setdefault("cwd", self.tmp)
         kwargs.setdefault("env", self.env)
+        if not kwargs.get("start_new_session"):  # a session is a group of its own already
+            kwargs.setdefault("process_group", 0)
         proc = subprocess.Popen(list(argv), **kwargs)
         self._helpers.append(proc)
         return proc
@@ -346,9 +350,13 @@ class Reconcile:
         kill_marked(f"{self.node}/", marker=GATEWAY_MARKER)
         leftovers = kill_marked(f"{self.node}/")
         for proc in self._helpers:
-            if proc.poll() is None:
+            # Its group, so what it forked goes too; only while it is unreaped, so its pid
+            # (the group's id) cannot name another process (pid_max can be 32768).
+            if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
+                    os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()  # one that moved itself to another group
             proc.wait(timeout=10)
         return leftovers
 
