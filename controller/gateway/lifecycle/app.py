@@ -214,6 +214,10 @@ class Gateway:
         )
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=enginesock.CONNECT_TIMEOUT)
         session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+        once = aiohttp.TCPConnector(  # a retry's: a new connection each time (forwarding.py)
+            limit=connections.cap, force_close=True, socket_factory=enginesock.engine_socket
+        )
+        fresh = aiohttp.ClientSession(connector=once, timeout=timeout, auto_decompress=False)
         table = Table(health=Health(notify=recorder(s.state_dir, self.metrics)))
         forwarder = Forwarder(
             table=table,
@@ -221,6 +225,7 @@ class Gateway:
             limiter=limiter,
             metrics=self.metrics,
             session=session,
+            fresh=fresh,
             strip_keys=self.keys is not None,
             tracing=self.tracing,
         )
@@ -258,6 +263,7 @@ class Gateway:
         except BaseException:
             await self._runner.cleanup()
             await session.close()
+            await fresh.close()
             raise
         self._tasks.append(asyncio.create_task(demand.run()))
 
@@ -285,6 +291,7 @@ class Gateway:
                 await task
         if self.front is not None:
             await self.front.session.close()
+            await self.front.forwarder.fresh.close()
 
 
 def _tls(settings: Settings) -> Tls | None:

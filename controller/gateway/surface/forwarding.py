@@ -53,6 +53,10 @@ class Forwarder:
     limiter: Limiter
     metrics: GatewayMetrics
     session: aiohttp.ClientSession
+    # A retry's: each request on a new connection. The pool may hold another connection
+    # the engine closed too (one the engine-metrics reader left there), and a retry on it
+    # moved the request off its instance after all (tests/gateway/test_upstream.py).
+    fresh: aiohttp.ClientSession
     strip_keys: bool = False  # API keys are on: a client's key headers never reach an engine
     tracing: Tracing = field(default_factory=Tracing)  # traces (tracing.py): none by default
     load: InflightCounts = field(default_factory=InflightCounts)  # per deployment (autoscaler)
@@ -225,7 +229,7 @@ class Forwarder:
                 return _upstream_error(target.deployment)
         try:
             with self.tracing.span("retry", {"reconcile.deployment": target.deployment}):
-                return await self._send(incoming, body, target)
+                return await self._send(incoming, body, target, fresh=True)
         except UpstreamFailed as exc:
             other = (
                 self.table.target(
@@ -244,13 +248,13 @@ class Forwarder:
                 return _upstream_error(target.deployment)
         try:
             with self.tracing.span("retry", {"reconcile.deployment": other.deployment}):
-                return await self._send(incoming, body, other)
+                return await self._send(incoming, body, other, fresh=True)
         except UpstreamFailed as exc:
             log.info("engine connection lost again", deployment=other.deployment, error=str(exc))
             return _upstream_error(other.deployment)
 
     async def _send(
-        self, incoming: Incoming, body: bytes | Upload, target: Target
+        self, incoming: Incoming, body: bytes | Upload, target: Target, *, fresh: bool = False
     ) -> web.StreamResponse:
         """Forward, counted per engine: a retiring instance is stopped only once it is 0,
         and the balancer sends the next request to the least loaded."""
@@ -264,7 +268,7 @@ class Forwarder:
         outcome: int | str | None = None  # passive health (health.py); None: no verdict
         silent = False  # the client gave up before a byte of the engine's answer
         try:
-            answer = await self._call(incoming, body, target)
+            answer = await self._call(incoming, body, target, fresh)
             outcome = answer.status
             return answer
         except (UpstreamDown, UpstreamFailed) as exc:
@@ -283,12 +287,13 @@ class Forwarder:
             self.table.request_ended(target.nonce)
 
     async def _call(
-        self, incoming: Incoming, body: bytes | Upload, target: Target
+        self, incoming: Incoming, body: bytes | Upload, target: Target, fresh: bool
     ) -> web.StreamResponse:
         """One call to an engine; with traces on, in a span whose context the engine gets
         as ``traceparent`` (tracing.py)."""
         settle = incoming.waiting.settle if incoming.waiting is not None else None
-        args = (self.session, incoming.request, body, target, incoming.path, incoming.query)
+        session = self.fresh if fresh else self.session
+        args = (session, incoming.request, body, target, incoming.path, incoming.query)
         strip = self.strip_keys
         if not self.tracing.enabled:
             return await forward(*args, incoming.meter, strip_keys=strip, settle=settle)
