@@ -35,7 +35,7 @@ from pathlib import Path
 import aiohttp
 
 from benchmarks.common import stop
-from benchmarks.gateway_baselines import KEY, bare_aiohttp, litellm, nginx, raw_python
+from benchmarks.gateway_baselines import KEY, litellm, nginx, python_proxy
 
 PY = sys.executable
 COLD = 5  # OnDemand deployments, each started once by a request
@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         with (
             nginx(tmp, hot, listen - 1) as ng,
             litellm(tmp, args.litellm, hot, listen - 2) as ll,
-            bare_aiohttp(tmp, hot, listen - 3) as bare,
-            raw_python(tmp, hot, listen - 4) as raw,
+            python_proxy("bare", tmp, hot, listen - 3) as bare,
+            python_proxy("raw", tmp, hot, listen - 4) as raw,
         ):
             proxies = {
                 "reconcile": f"http://127.0.0.1:{listen}",

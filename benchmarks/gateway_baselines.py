@@ -1,8 +1,8 @@
 """Other proxies in front of the same fake engine, for ``benchmarks.gateway`` to compare.
 
-bare aiohttp: ``bare_proxy.py``, the gateway's framework with none of its own work (what
-aiohttp and the loop cost, so the rest is the gateway's). raw python: ``raw_proxy.py``,
-no framework at all (the floor of any Python proxy on this box). nginx: a reverse proxy with
+bare aiohttp and raw python: ``python_proxies.py``, the gateway's framework with none of
+its own work (what aiohttp and the loop cost, so the rest is the gateway's), and no
+framework at all (the floor of any Python proxy on this box). nginx: a reverse proxy with
 keep-alive to the engine, one worker, a temporary config, run in the foreground
 (``daemon off;``) and killed after. LiteLLM: its proxy, from a separate virtual
 environment (``--litellm PATH/bin/litellm``), with the engine as an OpenAI-compatible
@@ -80,20 +80,11 @@ def nginx(tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
 
 
 @contextlib.contextmanager
-def bare_aiohttp(tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
-    """``bare_proxy.py`` on ``port`` in front of ``upstream``: yields its URL."""
-    script = Path(__file__).with_name("bare_proxy.py")
-    argv = [sys.executable, str(script), "--port", str(port), "--upstream", str(upstream)]
-    with _running(argv, tmp / "bare.log") as proc:
-        yield _up(proc, port, "/health")
-
-
-@contextlib.contextmanager
-def raw_python(tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
-    """``raw_proxy.py`` (no framework: the floor of a Python proxy) on ``port``."""
-    script = Path(__file__).with_name("raw_proxy.py")
-    argv = [sys.executable, str(script), "--port", str(port), "--upstream", str(upstream)]
-    with _running(argv, tmp / "raw.log") as proc:
+def python_proxy(kind: str, tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
+    """``python_proxies.py --kind KIND`` (``bare`` aiohttp or ``raw``) on ``port``."""
+    script = Path(__file__).with_name("python_proxies.py")
+    argv = [sys.executable, str(script), "--kind", kind, "--port", str(port)]
+    with _running([*argv, "--upstream", str(upstream)], tmp / f"{kind}.log") as proc:
         yield _up(proc, port, "/health")
 
 

@@ -113,8 +113,8 @@ def test_the_routing_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     assert len(cold["ours"]) == 3 * 2, cold  # each mode's 2 first turns
 
 
-@pytest.mark.parametrize("script", ["bare_proxy.py", "raw_proxy.py"])
-def test_the_python_baselines_pass_answers_on_as_the_engine_gave_them(script: str) -> None:
+@pytest.mark.parametrize("kind", ["bare", "raw"])
+def test_the_python_baselines_pass_answers_on_as_the_engine_gave_them(kind: str) -> None:
     """``benchmarks.gateway``'s Python floors (issue 41: bare aiohttp, the framework's share
     of the gateway's distance from nginx; raw, no framework) are proxies: a chat
     completion and its chunked event stream come through as the stand-in engine sent them."""
@@ -124,7 +124,8 @@ def test_the_python_baselines_pass_answers_on_as_the_engine_gave_them(script: st
     proxy_port = engine_port + 1
     bench = REPO / "benchmarks"
     engine = [sys.executable, str(bench / "service_engine.py"), "--port", str(engine_port)]
-    proxy = [sys.executable, str(bench / script), "--port", str(proxy_port)]
+    proxy = [sys.executable, str(bench / "python_proxies.py"), "--kind", kind]
+    proxy += ["--port", str(proxy_port)]
     procs = [
         subprocess.Popen([*engine, "--service-ms", "0", "--openai"]),
         subprocess.Popen([*proxy, "--upstream", str(engine_port)]),
