@@ -154,12 +154,16 @@ def test_a_kept_alive_connection_the_engine_closed_keeps_the_request_on_its_inst
             "POST", "/v1/one", BODY)), range(3)))  # fmt: skip
     pid = firsts[0].json()["system_fingerprint"]
     assert all(a.status == 200 and a.json()["system_fingerprint"] == pid for a in firsts)
-    # The next takes a kept-alive connection, which the engine drops: once more on a new
-    # connection, on the same instance.
-    second = exchange(inproc.settings.port, request("POST", "/v1/two", BODY))
-    assert second.status == 200, second
-    assert second.json()["system_fingerprint"] == pid, second
-    assert closer.hits("/v1/two") == 2 and good.hits("/v1/two") == 0
+    # Each next one takes a kept-alive connection if the pool holds one (the one before
+    # left one there, unless it went again on a new one), which the engine drops: once
+    # more on a new connection, on the same instance. How many find one depends on the
+    # metrics looks' timing; among three in a row, at least one does.
+    for _ in range(3):
+        second = exchange(inproc.settings.port, request("POST", "/v1/two", BODY))
+        assert second.status == 200, second
+        assert second.json()["system_fingerprint"] == pid, second
+    assert closer.hits("/v1/two") > 3, "no request found a kept-alive connection to drop"
+    assert good.hits("/v1/one") == good.hits("/v1/two") == 0  # none moved
 
 
 # -- a lost host: the connect is never answered ----------------------------------------------
