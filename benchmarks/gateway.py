@@ -128,12 +128,14 @@ def main(argv: list[str] | None = None) -> int:
             litellm(tmp, args.litellm, hot, listen - 2) as ll,
             python_proxy("bare", tmp, hot, listen - 3) as bare,
             python_proxy("raw", tmp, hot, listen - 4) as raw,
+            python_proxy("asgi", tmp, hot, listen - 5) as asgi,
         ):
             proxies = {
                 "reconcile": f"http://127.0.0.1:{listen}",
                 "nginx": ng,
                 "bare aiohttp": bare,
                 "raw python": raw,
+                "uvicorn asgi": asgi,
                 "litellm": ll,
             }
             rows, figures = _table(f"http://127.0.0.1:{hot}", proxies, args.n)
@@ -217,8 +219,10 @@ def _goals(figures: Figures) -> list[str]:
 def _split(figures: Figures) -> list[str]:
     """Where the gateway's distance from nginx lies: each Python floor against nginx at one
     client (p50) and 32 (requests/s). ``raw python`` is what the interpreter and the loop
-    alone cost, ``bare aiohttp`` adds the framework, ``reconcile`` the gateway's own work."""
-    names = [n for n in ("raw python", "bare aiohttp", "reconcile") if (False, 1, n) in figures]
+    alone cost, ``bare aiohttp`` adds the framework, ``reconcile`` the gateway's own work;
+    ``uvicorn asgi`` is another server (the bench extra's uvicorn) with no work of its own."""
+    kinds = ("raw python", "uvicorn asgi", "bare aiohttp", "reconcile")
+    names = [n for n in kinds if (False, 1, n) in figures]
     if (False, 1, "nginx") not in figures or len(names) < 2:
         return ["  a Python baseline did not start: no split of the gap"]
     nginx_p50, nginx_rps = figures[(False, 1, "nginx")][0], figures[(False, 32, "nginx")][1]

@@ -14,6 +14,12 @@ client connection paired with one kept-alive engine connection, requests passed 
 they came and answers relayed as they come, framed only as far as HTTP/1.1 needs to find
 each message's end (``Content-Length`` or chunked). No routing, no header rewriting, no
 error handling past closing both sides: what the interpreter and the loop alone cost.
+
+``asgi``: a well-kept server that is not aiohttp's. uvicorn (its httptools parser, uvloop)
+serving a minimal ASGI app that forwards each request on a kept-alive engine connection
+from a pool (plain HTTP/1.1 on asyncio streams, as ``raw`` speaks it) and hands the answer
+back through ASGI (a sized one whole, a stream chunk by chunk). What a gateway on that
+server, with no work of its own, would cost: the candidate for issue 41's data path.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -128,6 +135,76 @@ def raw_handler(upstream: int) -> Handler:
     return client
 
 
+# -- asgi: uvicorn's server, a pooled plain client -------------------------------------
+
+ASGI = dict[str, Any]
+Receive = Callable[[], Awaitable[ASGI]]
+Send = Callable[[ASGI], Awaitable[None]]
+HOP_BY_HOP_B = frozenset(name.encode() for name in HOP_BY_HOP)
+ANSWER_DROPS = HOP_BY_HOP_B - {b"content-length"}  # a sized answer stays sized
+
+
+class _Pool:
+    """Kept-alive connections to one engine port: one taken per request, given back after."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def take(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        while self.idle:
+            reader, writer = self.idle.pop()
+            if not reader.at_eof() and not writer.is_closing():
+                return reader, writer
+            writer.close()
+        return await asyncio.open_connection("127.0.0.1", self.port)
+
+
+async def _body(receive: Receive) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+def _request_head(scope: ASGI, length: int) -> bytes:
+    target = scope["raw_path"] + (b"?" + scope["query_string"] if scope["query_string"] else b"")
+    lines = [scope["method"].encode() + b" " + target + b" HTTP/1.1", b"host: engine"]
+    lines += [k + b": " + v for k, v in scope["headers"] if k not in HOP_BY_HOP_B]
+    lines.append(b"content-length: %d" % length)
+    return b"\r\n".join(lines) + END
+
+
+def asgi_app(upstream: int) -> Callable[[ASGI, Receive, Send], Awaitable[None]]:
+    pool = _Pool(upstream)
+
+    async def app(scope: ASGI, receive: Receive, send: Send) -> None:
+        body = await _body(receive)
+        reader, writer = await pool.take()
+        writer.write(_request_head(scope, len(body)) + body)
+        head = await reader.readuntil(END)
+        status_line, *lines = head[: -len(END)].split(b"\r\n")
+        pairs = [line.split(b":", 1) for line in lines]
+        headers = [(k.strip().lower(), v.strip()) for k, v in pairs]
+        await send({"type": "http.response.start", "status": int(status_line.split()[1]),
+                    "headers": [(k, v) for k, v in headers if k not in ANSWER_DROPS]})  # fmt: skip
+        length = _length(head)
+        if length is not None:
+            data = await reader.readexactly(length)
+            await send({"type": "http.response.body", "body": data})
+        else:  # chunked: each chunk on as it comes; uvicorn frames them again
+            while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                chunk = (await reader.readexactly(size + 2))[:-2]
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await reader.readexactly(2)  # the last chunk's CRLF
+            await send({"type": "http.response.body", "body": b""})
+        pool.idle.append((reader, writer))
+
+    return app
+
+
 async def _serve_raw(port: int, upstream: int) -> None:
     server = await asyncio.start_server(raw_handler(upstream), "127.0.0.1", port, backlog=1024)
     async with server:
@@ -136,7 +213,7 @@ async def _serve_raw(port: int, upstream: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--kind", choices=("bare", "raw"), required=True)
+    parser.add_argument("--kind", choices=("bare", "raw", "asgi"), required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", type=int, required=True)
     args = parser.parse_args()
@@ -146,6 +223,20 @@ def main() -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     if args.kind == "raw":
         asyncio.run(_serve_raw(args.port, args.upstream))
+        return
+    if args.kind == "asgi":
+        import uvicorn  # the bench extra's
+
+        uvicorn.run(
+            asgi_app(args.upstream),
+            host="127.0.0.1",
+            port=args.port,
+            loop="uvloop",
+            http="httptools",
+            lifespan="off",
+            access_log=False,
+            log_level="warning",
+        )
         return
     web.run_app(
         bare_app(f"http://127.0.0.1:{args.upstream}"),
