@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -33,12 +34,14 @@ from datetime import datetime
 from pathlib import Path
 
 import aiohttp
+import psutil
 
 from benchmarks.common import stop
 from benchmarks.gateway_baselines import KEY, litellm, nginx, python_proxy
 
 PY = sys.executable
 COLD = 5  # OnDemand deployments, each started once by a request
+WARM = 10  # requests a load sends first, untimed (the CPU figure counts them)
 LITELLM = "/tmp/litellm-venv/bin/litellm"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
@@ -92,7 +95,7 @@ async def _one(session: aiohttp.ClientSession, url: str, stream: bool) -> float:
 async def _load(url: str, clients: int, n: int, stream: bool) -> tuple[list[float], float]:
     times: list[float] = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        for _ in range(10):
+        for _ in range(WARM):
             await _one(session, url, stream)  # warm up
         per = n // clients
 
@@ -138,17 +141,17 @@ def main(argv: list[str] | None = None) -> int:
                 "uvicorn asgi": asgi,
                 "litellm": ll,
             }
-            rows, figures = _table(f"http://127.0.0.1:{hot}", proxies, args.n)
+            rows, figures, cpu = _table(f"http://127.0.0.1:{hot}", proxies, args.n)
         print(
             "| kind | clients | proxy | direct p50/p99 ms | proxied p50/p99 ms "
-            "| added p50/p99 ms | rps ratio |"
+            "| added p50/p99 ms | rps ratio | proxy CPU µs/request |"
         )
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|")
         print("\n".join(rows))
         skipped = [name for name, url in proxies.items() if url is None]
         if skipped:
             print(f"not run (not installed or did not start): {', '.join(skipped)}")
-        print("\n".join(_goals(figures)))
+        print("\n".join(_goals(figures, cpu)))
         print(f"engine: {args.engine}; gateway loop: {_loop(tmp)}")
         print(_cold_report(tmp, listen))
     finally:
@@ -160,13 +163,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 Figures = dict[tuple[bool, int, str], tuple[float, float]]  # (stream, clients, proxy)
+CpuCost = dict[tuple[bool, int, str], float]  # CPU microseconds a request, in the proxy
 
 
-def _table(direct_url: str, proxies: dict[str, str | None], n: int) -> tuple[list[str], Figures]:
-    """The table's rows, and per (stream, clients, proxy) its p50 ms and requests/s
-    (``direct`` among them)."""
+def _table(
+    direct_url: str, proxies: dict[str, str | None], n: int
+) -> tuple[list[str], Figures, CpuCost]:
+    """The table's rows, per (stream, clients, proxy) its p50 ms and requests/s
+    (``direct`` among them), and the CPU each proxy's processes spent per request: unlike
+    latency, a figure that other work on a shared box barely moves."""
     rows = []
     figures: Figures = {}
+    cpu: CpuCost = {}
     path = "/v1/chat/completions"
     for stream in (False, True):
         for clients in (1, 32):
@@ -175,20 +183,51 @@ def _table(direct_url: str, proxies: dict[str, str | None], n: int) -> tuple[lis
             for name, url in proxies.items():
                 if url is None:
                     continue
+                pids = _listeners(url)
+                spent = _cpu_seconds(pids)
                 via, rps = asyncio.run(_load(url + path, clients, n, stream))
+                per = (_cpu_seconds(pids) - spent) / (len(via) + WARM) * 1e6
                 figures[(stream, clients, name)] = (_pct(via, 0.5), rps)
+                cpu[(stream, clients, name)] = per
                 rows.append(
                     f"| {'stream TTFB' if stream else 'request'} | {clients} | {name} "
                     f"| {_pct(direct, 0.5):.2f} / {_pct(direct, 0.99):.2f} "
                     f"| {_pct(via, 0.5):.2f} / {_pct(via, 0.99):.2f} "
                     f"| {_pct(via, 0.5) - _pct(direct, 0.5):+.2f} / "
                     f"{_pct(via, 0.99) - _pct(direct, 0.99):+.2f} "
-                    f"| {rps / d_rps:.2f} |"
+                    f"| {rps / d_rps:.2f} | {per:.0f} |"
                 )
-    return rows, figures
+    return rows, figures, cpu
 
 
-def _goals(figures: Figures) -> list[str]:
+def _listeners(url: str) -> list[int]:
+    """The processes listening on ``url``'s port (nginx: its master and worker; reconcile:
+    the gateway process, not the daemon)."""
+    port = int(url.rsplit(":", 1)[1])
+    return sorted(
+        {c.pid for c in psutil.net_connections("tcp")
+         if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+    )  # fmt: skip
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """CPU time spent so far by ``pids``' threads: the scheduler's nanosecond count where
+    /proc has it (psutil's figures move in 10 ms ticks, too coarse for a few hundred
+    requests), else psutil's."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            tasks = list(Path(f"/proc/{pid}/task").glob("*/schedstat"))
+            if not tasks:
+                times = psutil.Process(pid).cpu_times()
+                total += times.user + times.system
+            for task in tasks:
+                with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                    total += int(task.read_text().split()[0]) / 1e9
+    return total
+
+
+def _goals(figures: Figures, cpu: CpuCost) -> list[str]:
     """The gateway's goals against nginx and LiteLLM (issue 22), each met or not."""
     ours = "reconcile"
     out = ["goals (reconcile against the others, this run):"]
@@ -204,7 +243,7 @@ def _goals(figures: Figures) -> list[str]:
     out.append(said("p50 at 1 client, x nginx's", p50, "<= 1.30", p50 <= 1.3))
     out.append(said("requests/s at 32 clients, x nginx's", rps, ">= 0.90", rps >= 0.9))
     out.append(said("stream first chunk p50, ms past nginx's", first, "<= 1.00", first <= 1.0))
-    out.extend(_split(figures))
+    out.extend(_split(figures, cpu))
     if (False, 1, "litellm") in figures:
         direct = figures[(False, 1, "direct")][0]
         added = (figures[(False, 1, ours)][0] - direct) / (
@@ -216,11 +255,12 @@ def _goals(figures: Figures) -> list[str]:
     return out
 
 
-def _split(figures: Figures) -> list[str]:
+def _split(figures: Figures, cpu: CpuCost) -> list[str]:
     """Where the gateway's distance from nginx lies: each Python floor against nginx at one
-    client (p50) and 32 (requests/s). ``raw python`` is what the interpreter and the loop
-    alone cost, ``bare aiohttp`` adds the framework, ``reconcile`` the gateway's own work;
-    ``uvicorn asgi`` is another server (the bench extra's uvicorn) with no work of its own."""
+    client (p50) and 32 (requests/s), and the CPU each spends on a request. ``raw python``
+    is what the interpreter and the loop alone cost, ``bare aiohttp`` adds the framework,
+    ``reconcile`` the gateway's own work; ``uvicorn asgi`` is another server (the bench
+    extra's uvicorn) with no work of its own."""
     kinds = ("raw python", "uvicorn asgi", "bare aiohttp", "reconcile")
     names = [n for n in kinds if (False, 1, n) in figures]
     if (False, 1, "nginx") not in figures or len(names) < 2:
@@ -228,9 +268,13 @@ def _split(figures: Figures) -> list[str]:
     nginx_p50, nginx_rps = figures[(False, 1, "nginx")][0], figures[(False, 32, "nginx")][1]
     p50 = ", ".join(f"{n} {figures[(False, 1, n)][0] - nginx_p50:+.2f}" for n in names)
     rps = ", ".join(f"{n} {figures[(False, 32, n)][1] / nginx_rps:.2f}" for n in names)
+    spent = "; ".join(
+        f"{n} {cpu[(False, 1, n)]:.0f} / {cpu[(False, 32, n)]:.0f}" for n in ["nginx", *names]
+    )
     return [
         f"  p50 at 1 client, ms past nginx's: {p50}",
         f"  requests/s at 32 clients, x nginx's: {rps}",
+        f"  CPU µs a request at 1 / 32 clients: {spent}",
     ]
 
 
