@@ -132,12 +132,14 @@ def main(argv: list[str] | None = None) -> int:
             python_proxy("bare", tmp, hot, listen - 3) as bare,
             python_proxy("raw", tmp, hot, listen - 4) as raw,
             python_proxy("asgi", tmp, hot, listen - 5) as asgi,
+            python_proxy("h1", tmp, hot, listen - 6) as h1,
         ):
             proxies = {
                 "reconcile": f"http://127.0.0.1:{listen}",
                 "nginx": ng,
                 "bare aiohttp": bare,
                 "raw python": raw,
+                "httptools h1": h1,
                 "uvicorn asgi": asgi,
                 "litellm": ll,
             }
@@ -259,9 +261,10 @@ def _split(figures: Figures, cpu: CpuCost) -> list[str]:
     """Where the gateway's distance from nginx lies: each Python floor against nginx at one
     client (p50) and 32 (requests/s), and the CPU each spends on a request. ``raw python``
     is what the interpreter and the loop alone cost, ``bare aiohttp`` adds the framework,
-    ``reconcile`` the gateway's own work; ``uvicorn asgi`` is another server (the bench
-    extra's uvicorn) with no work of its own."""
-    kinds = ("raw python", "uvicorn asgi", "bare aiohttp", "reconcile")
+    ``reconcile`` the gateway's own work; ``httptools h1`` (a server of one's own on
+    httptools) and ``uvicorn asgi`` are the other servers a data path could stand on,
+    with no work of their own."""
+    kinds = ("raw python", "httptools h1", "uvicorn asgi", "bare aiohttp", "reconcile")
     names = [n for n in kinds if (False, 1, n) in figures]
     if (False, 1, "nginx") not in figures or len(names) < 2:
         return ["  a Python baseline did not start: no split of the gap"]

@@ -1,13 +1,14 @@
 """Other proxies in front of the same fake engine, for ``benchmarks.gateway`` to compare.
 
-bare aiohttp and raw python: ``python_proxies.py``, the gateway's framework with none of
-its own work (what aiohttp and the loop cost, so the rest is the gateway's), and no
-framework at all (the floor of any Python proxy on this box), and uvicorn's server with a
-plain pooled client (another framework; the bench extra's). nginx: a reverse proxy with
-keep-alive to the engine, one worker, a temporary config, run in the foreground
-(``daemon off;``) and killed after. LiteLLM: its proxy, from a separate virtual
-environment (``--litellm PATH/bin/litellm``), with the engine as an OpenAI-compatible
-upstream. Each is skipped, with the reason, when it cannot run here.
+bare aiohttp, raw python, uvicorn asgi and httptools h1: ``python_proxies.py``, the
+gateway's framework with none of its own work (what aiohttp and the loop cost, so the rest
+is the gateway's), no framework at all (the floor of any Python proxy on this box), and two
+other servers with a plain pooled engine client: uvicorn's, and one of its own on
+httptools (both the bench extra's). nginx: a reverse proxy with keep-alive to the engine,
+one worker, a temporary config, run in the foreground (``daemon off;``) and killed after.
+LiteLLM: its proxy, from a separate virtual environment (``--litellm PATH/bin/litellm``),
+with the engine as an OpenAI-compatible upstream. Each is skipped, with the reason, when it
+cannot run here.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ def nginx(tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
 
 @contextlib.contextmanager
 def python_proxy(kind: str, tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
-    """``python_proxies.py --kind KIND`` (``bare`` aiohttp, ``raw`` or ``asgi``) on ``port``;
-    None when it did not start (``asgi`` needs the bench extra's uvicorn)."""
+    """``python_proxies.py --kind KIND`` (``bare`` aiohttp, ``raw``, ``asgi`` or ``h1``) on
+    ``port``; None when it did not start (``asgi`` and ``h1`` need the bench extra)."""
     script = Path(__file__).with_name("python_proxies.py")
     argv = [sys.executable, str(script), "--kind", kind, "--port", str(port)]
     with _running([*argv, "--upstream", str(upstream)], tmp / f"{kind}.log") as proc:

@@ -19,7 +19,15 @@ error handling past closing both sides: what the interpreter and the loop alone 
 serving a minimal ASGI app that forwards each request on a kept-alive engine connection
 from a pool (plain HTTP/1.1 on asyncio streams, as ``raw`` speaks it) and hands the answer
 back through ASGI (a sized one whole, a stream chunk by chunk). What a gateway on that
-server, with no work of its own, would cost: the candidate for issue 41's data path.
+server, with no work of its own, would cost.
+
+``h1``: a server of one's own on a well-kept parser. An ``asyncio.Protocol`` feeding
+httptools (the llhttp parser uvicorn and aiohttp use), each request taken whole (method,
+target, headers, body, keep-alive) and forwarded like ``asgi``'s, the answer's head
+parsed, rewritten (hop-by-hop fields out, ``x-reconcile-deployment`` in) and written with
+the body (a stream's chunks relayed as they come). What a gateway that owns its
+connections, with no work of its own, would cost: parsing and rewriting included, which
+``raw`` skips.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import argparse
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from aiohttp import web
@@ -205,6 +213,110 @@ def asgi_app(upstream: int) -> Callable[[ASGI, Receive, Send], Awaitable[None]]:
     return app
 
 
+# -- h1: an asyncio.Protocol on httptools, the same pooled client ----------------------
+
+
+class _H1(asyncio.Protocol):
+    """One client connection: requests parsed by httptools, served in order."""
+
+    def __init__(self, pool: _Pool) -> None:
+        import httptools  # the bench extra's
+
+        self.pool = pool
+        self.parser = httptools.HttpRequestParser(self)
+        self.parse_error = httptools.HttpParserError
+        self.transport: asyncio.Transport | None = None
+        self.pending: list[tuple[bytes, bytes, list[tuple[bytes, bytes]], bytes, bool]] = []
+        self.serving = False
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except self.parse_error:
+            self._close()
+
+    def on_message_begin(self) -> None:
+        self.url, self.headers, self.body = b"", [], []
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        method = self.parser.get_method()
+        keep = self.parser.should_keep_alive()
+        self.pending.append((method, self.url, self.headers, b"".join(self.body), keep))
+        if not self.serving:
+            self.serving = True
+            asyncio.get_running_loop().create_task(self._serve())
+
+    async def _serve(self) -> None:
+        try:
+            while self.pending:
+                if not await self._one(*self.pending.pop(0)):
+                    return self._close()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            self._close()
+        finally:
+            self.serving = False
+
+    async def _one(
+        self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
+        keep: bool,
+    ) -> bool:  # fmt: skip
+        reader, writer = await self.pool.take()
+        lines = [method + b" " + url + b" HTTP/1.1", b"host: engine"]
+        lines += [k + b": " + v for k, v in headers if k not in HOP_BY_HOP_B]
+        lines.append(b"content-length: %d" % len(body))
+        writer.write(b"\r\n".join(lines) + END + body)
+        head = await reader.readuntil(END)
+        status_line, *fields = head[: -len(END)].split(b"\r\n")
+        out = [status_line, b"x-reconcile-deployment: hot"]
+        for field in fields:
+            name = field.split(b":", 1)[0].strip().lower()
+            if name not in ANSWER_DROPS or name == b"transfer-encoding":
+                out.append(field)
+        if not keep:
+            out.append(b"connection: close")
+        length = _length(head)
+        assert self.transport is not None
+        if length is not None:
+            self.transport.write(b"\r\n".join(out) + END + await reader.readexactly(length))
+        else:  # chunked: relayed as it comes, framing and all
+            self.transport.write(b"\r\n".join(out) + END)
+            while True:
+                size_line = await reader.readuntil(b"\r\n")
+                size = int(size_line.split(b";")[0], 16)
+                self.transport.write(size_line + await reader.readexactly(size + 2))
+                if size == 0:
+                    break
+        self.pool.idle.append((reader, writer))
+        return keep
+
+    def _close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def _serve_h1(port: int, upstream: int) -> None:
+    pool = _Pool(upstream)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _H1(pool), "127.0.0.1", port, backlog=1024)
+    async with server:
+        await server.serve_forever()
+
+
 async def _serve_raw(port: int, upstream: int) -> None:
     server = await asyncio.start_server(raw_handler(upstream), "127.0.0.1", port, backlog=1024)
     async with server:
@@ -213,7 +325,7 @@ async def _serve_raw(port: int, upstream: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--kind", choices=("bare", "raw", "asgi"), required=True)
+    parser.add_argument("--kind", choices=("bare", "raw", "asgi", "h1"), required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", type=int, required=True)
     args = parser.parse_args()
@@ -223,6 +335,9 @@ def main() -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     if args.kind == "raw":
         asyncio.run(_serve_raw(args.port, args.upstream))
+        return
+    if args.kind == "h1":
+        asyncio.run(_serve_h1(args.port, args.upstream))
         return
     if args.kind == "asgi":
         import uvicorn  # the bench extra's

@@ -113,12 +113,12 @@ def test_the_routing_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     assert len(cold["ours"]) == 3 * 2, cold  # each mode's 2 first turns
 
 
-@pytest.mark.parametrize("kind", ["bare", "raw", "asgi"])
+@pytest.mark.parametrize("kind", ["bare", "raw", "asgi", "h1"])
 def test_the_python_baselines_pass_answers_on_as_the_engine_gave_them(kind: str) -> None:
     """``benchmarks.gateway``'s Python floors (issue 41: bare aiohttp, the framework's share
-    of the gateway's distance from nginx; raw, no framework; asgi, uvicorn's server) are
-    proxies: a chat completion and its chunked event stream come through as the stand-in
-    engine sent them."""
+    of the gateway's distance from nginx; raw, no framework; asgi, uvicorn's server; h1, a
+    server of its own on httptools) are proxies: a chat completion and its chunked event
+    stream come through as the stand-in engine sent them."""
     from procs import free_ports, wait_for
 
     engine_port = free_ports(2)
