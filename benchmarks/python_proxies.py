@@ -227,7 +227,7 @@ class _H1(asyncio.Protocol):
         self.parse_error = httptools.HttpParserError
         self.transport: asyncio.Transport | None = None
         self.pending: list[tuple[bytes, bytes, list[tuple[bytes, bytes]], bytes, bool]] = []
-        self.serving = False
+        self.serving: asyncio.Task[None] | None = None  # held: a task no one holds is collected
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.body: list[bytes] = []
@@ -257,9 +257,8 @@ class _H1(asyncio.Protocol):
         method = self.parser.get_method()
         keep = self.parser.should_keep_alive()
         self.pending.append((method, self.url, self.headers, b"".join(self.body), keep))
-        if not self.serving:
-            self.serving = True
-            asyncio.get_running_loop().create_task(self._serve())
+        if self.serving is None:
+            self.serving = asyncio.get_running_loop().create_task(self._serve())
 
     async def _serve(self) -> None:
         try:
@@ -269,7 +268,7 @@ class _H1(asyncio.Protocol):
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             self._close()
         finally:
-            self.serving = False
+            self.serving = None
 
     async def _one(
         self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
