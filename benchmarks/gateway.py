@@ -215,7 +215,8 @@ def _listeners(url: str) -> list[int]:
 def _cpu_seconds(pids: list[int]) -> float:
     """CPU time spent so far by ``pids``' threads: the scheduler's nanosecond count where
     /proc has it (psutil's figures move in 10 ms ticks, too coarse for a few hundred
-    requests), else psutil's."""
+    requests), else psutil's. A thread that ends during a load is missed; the proxies'
+    threads (a request log's writer, an executor's workers) live as long as they do."""
     total = 0.0
     for pid in pids:
         with contextlib.suppress(psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):

@@ -153,3 +153,36 @@ def test_the_python_baselines_pass_answers_on_as_the_engine_gave_them(kind: str)
         for proc in procs:
             proc.terminate()
             proc.wait(10)
+
+
+def test_the_gateway_benchmark_counts_the_cpu_of_a_listeners_threads(tmp_path: Path) -> None:
+    """``benchmarks.gateway``'s CPU per request: the processes listening on a proxy's port
+    are found, and the CPU their threads spent is counted, a worker thread's too (the
+    figure is the scheduler's, the clock ``time.thread_time`` reads)."""
+    from procs import free_ports, wait_for
+
+    from benchmarks.gateway import _cpu_seconds, _listeners
+
+    port = free_ports(1)
+    said = tmp_path / "thread-cpu"
+    script = (
+        "import socket, threading, pathlib, time\n"
+        f"s = socket.create_server(('127.0.0.1', {port}))\n"
+        "def work():\n"
+        "    sum(i * i for i in range(3_000_000))\n"
+        f"    pathlib.Path({str(said)!r}).write_text(str(time.thread_time()))\n"
+        "    time.sleep(60)  # alive, as a proxy's worker threads are\n"
+        "threading.Thread(target=work, daemon=True).start()\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        wait_for(lambda: said.exists() and said.read_text(), timeout=60, what="the thread's work")
+        thread = float(said.read_text())
+        assert thread > 0.05, thread  # a few hundred ms of work: well past any tick
+        assert _listeners(f"http://127.0.0.1:{port}") == [proc.pid]
+        assert _cpu_seconds([proc.pid]) >= thread
+        assert _cpu_seconds([]) == 0.0
+    finally:
+        proc.kill()
+        proc.wait(10)
