@@ -35,7 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
 import aiohttp
@@ -177,10 +177,12 @@ async def _body(receive: Receive) -> bytes:
             return b"".join(parts)
 
 
-def _request_head(scope: ASGI, length: int) -> bytes:
-    target = scope["raw_path"] + (b"?" + scope["query_string"] if scope["query_string"] else b"")
-    lines = [scope["method"].encode() + b" " + target + b" HTTP/1.1", b"host: engine"]
-    lines += [k + b": " + v for k, v in scope["headers"] if k not in HOP_BY_HOP_B]
+def _request_head(
+    method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]], length: int
+) -> bytes:
+    """A request's head for the engine: hop-by-hop fields out, the body's length in."""
+    lines = [method + b" " + target + b" HTTP/1.1", b"host: engine"]
+    lines += [k + b": " + v for k, v in headers if k not in HOP_BY_HOP_B]
     lines.append(b"content-length: %d" % length)
     return b"\r\n".join(lines) + END
 
@@ -191,7 +193,10 @@ def asgi_app(upstream: int) -> Callable[[ASGI, Receive, Send], Awaitable[None]]:
     async def app(scope: ASGI, receive: Receive, send: Send) -> None:
         body = await _body(receive)
         reader, writer = await pool.take()
-        writer.write(_request_head(scope, len(body)) + body)
+        query = scope["query_string"]
+        target = scope["raw_path"] + (b"?" + query if query else b"")
+        method = scope["method"].encode()
+        writer.write(_request_head(method, target, scope["headers"], len(body)) + body)
         head = await reader.readuntil(END)
         status_line, *lines = head[: -len(END)].split(b"\r\n")
         pairs = [line.split(b":", 1) for line in lines]
@@ -275,10 +280,7 @@ class _H1(asyncio.Protocol):
         keep: bool,
     ) -> bool:  # fmt: skip
         reader, writer = await self.pool.take()
-        lines = [method + b" " + url + b" HTTP/1.1", b"host: engine"]
-        lines += [k + b": " + v for k, v in headers if k not in HOP_BY_HOP_B]
-        lines.append(b"content-length: %d" % len(body))
-        writer.write(b"\r\n".join(lines) + END + body)
+        writer.write(_request_head(method, url, headers, len(body)) + body)
         head = await reader.readuntil(END)
         status_line, *fields = head[: -len(END)].split(b"\r\n")
         out = [status_line, b"x-reconcile-deployment: hot"]
