@@ -35,6 +35,7 @@ from controller.gateway.http.server import (
     exception_handler,
     factory,
 )
+from controller.gateway.http.upstream import Upstream
 from controller.gateway.lifecycle.listener import bind, close_listener
 from controller.gateway.lifecycle.tls import Tls, TlsError
 from controller.gateway.routing.activation import Demand
@@ -99,6 +100,7 @@ class Gateway:
         self._started = threading.Event()
         self._failed: BaseException | None = None
         self._runner: web.AppRunner | None = None
+        self._upstream: Upstream | None = None
         self._listener: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: Connections | None = None
@@ -214,18 +216,20 @@ class Gateway:
         )
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=enginesock.CONNECT_TIMEOUT)
         session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
-        once = aiohttp.TCPConnector(  # a retry's: a new connection each time (forwarding.py)
-            limit=connections.cap, force_close=True, socket_factory=enginesock.engine_socket
+        # The requests' own path to the engines (http/upstream.py says why not aiohttp's
+        # client); the session serves the looks off that path (/metrics, /v1/models).
+        self._upstream = upstream = Upstream(
+            limit=connections.cap,
+            connect_timeout=enginesock.CONNECT_TIMEOUT,
+            socket_factory=enginesock.engine_socket,
         )
-        fresh = aiohttp.ClientSession(connector=once, timeout=timeout, auto_decompress=False)
         table = Table(health=Health(notify=recorder(s.state_dir, self.metrics)))
         forwarder = Forwarder(
             table=table,
             demand=demand,
             limiter=limiter,
             metrics=self.metrics,
-            session=session,
-            fresh=fresh,
+            upstream=upstream,
             strip_keys=self.keys is not None,
             tracing=self.tracing,
         )
@@ -263,7 +267,7 @@ class Gateway:
         except BaseException:
             await self._runner.cleanup()
             await session.close()
-            await fresh.close()
+            await upstream.close()
             raise
         self._tasks.append(asyncio.create_task(demand.run()))
 
@@ -291,7 +295,8 @@ class Gateway:
                 await task
         if self.front is not None:
             await self.front.session.close()
-            await self.front.forwarder.fresh.close()
+        if self._upstream is not None:
+            await self._upstream.close()
 
 
 def _tls(settings: Settings) -> Tls | None:

@@ -13,7 +13,6 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from controller.gateway.accounting.inflight import InflightCounts
@@ -21,6 +20,7 @@ from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.tracing import Tracing
 from controller.gateway.accounting.usage import Meter
 from controller.gateway.http.answers import error
+from controller.gateway.http.upstream import Upstream
 from controller.gateway.routing import readiness
 from controller.gateway.routing.activation import Demand
 from controller.gateway.routing.concurrency import Limiter
@@ -52,11 +52,10 @@ class Forwarder:
     demand: Demand
     limiter: Limiter
     metrics: GatewayMetrics
-    session: aiohttp.ClientSession
-    # A retry's: each request on a new connection. The pool may hold another connection
-    # the engine closed too (one the engine-metrics reader left there), and a retry on it
-    # moved the request off its instance after all (tests/gateway/test_upstream.py).
-    fresh: aiohttp.ClientSession
+    # The engines' connections (http/upstream.py). A retry goes on a new one: the pool may
+    # hold more connections the engine closed, and a retry on one of them moved the
+    # request off its instance after all (tests/gateway/test_upstream.py).
+    upstream: Upstream
     strip_keys: bool = False  # API keys are on: a client's key headers never reach an engine
     tracing: Tracing = field(default_factory=Tracing)  # traces (tracing.py): none by default
     load: InflightCounts = field(default_factory=InflightCounts)  # per deployment (autoscaler)
@@ -292,15 +291,21 @@ class Forwarder:
         """One call to an engine; with traces on, in a span whose context the engine gets
         as ``traceparent`` (tracing.py)."""
         settle = incoming.waiting.settle if incoming.waiting is not None else None
-        session = self.fresh if fresh else self.session
-        args = (session, incoming.request, body, target, incoming.path, incoming.query)
+        args = (self.upstream, incoming.request, body, target, incoming.path, incoming.query)
         strip = self.strip_keys
         if not self.tracing.enabled:
-            return await forward(*args, incoming.meter, strip_keys=strip, settle=settle)
+            return await forward(
+                *args, incoming.meter, strip_keys=strip, settle=settle, fresh=fresh
+            )
         attrs = {"reconcile.deployment": target.deployment, "reconcile.instance": target.instance}
         with self.tracing.span("engine", {**attrs, "server.port": target.port}, client=True):
             answer = await forward(
-                *args, incoming.meter, strip_keys=strip, settle=settle, inject=self.tracing.inject
+                *args,
+                incoming.meter,
+                strip_keys=strip,
+                settle=settle,
+                inject=self.tracing.inject,
+                fresh=fresh,
             )
             status = answer.status
             self.tracing.note({"http.response.status_code": status}, failed=status >= 500)

@@ -18,14 +18,13 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
-from yarl import URL
 
 from controller.gateway.accounting.usage import Meter, StreamUsage, from_json
 from controller.gateway.http.aiohttp_internals import close_connection
 from controller.gateway.http.answers import body as error_body
+from controller.gateway.http.upstream import Answer, Dropped, Malformed, Unreached, Upstream
 from controller.gateway.routing.table import Target
 from controller.gateway.surface.upload import TooLarge, Upload
 from controller.logsetup import get_logger
@@ -92,7 +91,7 @@ def _headers(
 
 
 async def forward(
-    session: aiohttp.ClientSession,
+    upstream_client: Upstream,
     request: web.Request,
     body: bytes | Upload,
     target: Target,
@@ -103,22 +102,17 @@ async def forward(
     strip_keys: bool,
     settle: Callable[[], Awaitable[web.StreamResponse | None]] | None = None,
     inject: Callable[[MutableMapping[str, str]], None] | None = None,
+    fresh: bool = False,
 ) -> web.StreamResponse:
     """``path``: the normalised path and query (``http/paths.py``), the only one sent on.
 
     ``settle``: called once the engine's answer has begun (its head came); it stops the
     waiting comments (waiting.py) and gives the stream already begun for them, if any,
     into which the answer then goes. ``inject``: puts the trace context (``traceparent``)
-    in the headers sent on (tracing.py)."""
-    # encoded=True: the path is sent as normalised, never re-normalised or re-quoted.
-    url = URL.build(
-        scheme="http",
-        host=_host(target.host),
-        port=target.port,
-        path=path,
-        query_string=query,
-        encoded=True,
-    )
+    in the headers sent on (tracing.py). ``fresh``: on a new connection, not a pooled one
+    (a retry's)."""
+    # The path as normalised (http/paths.py), never re-normalised or re-quoted.
+    sent = f"{path}?{query}" if query else path
     drop = DECODED | ANSWERED | KEY_HEADERS if strip_keys else DECODED | ANSWERED
     headers = _headers(request.headers, drop)
     if inject is not None:
@@ -129,26 +123,17 @@ async def forward(
         if isinstance(body, Upload) and body.length is not None:
             headers["Content-Length"] = str(body.length)  # a sized body, as the client sent it
     try:
-        upstream = await session.request(
-            request.method,
-            url,
-            headers=headers,
-            data=data,
-            allow_redirects=False,
-            auto_decompress=False,
+        upstream = await upstream_client.request(
+            request.method, target.host, target.port, sent, headers, data, fresh=fresh
         )
     except TooLarge as exc:
         raise UpstreamFailed(str(exc), retry=False) from exc
-    except aiohttp.ClientConnectorError as exc:
+    except Unreached as exc:
+        # Refused, unreachable, or a SYN never answered (a cut link): nothing was sent.
         raise UpstreamDown(str(exc)) from exc
-    except aiohttp.ServerTimeoutError as exc:
-        # The gateway's only timeout is the connect's (app.py: no read or total timeout),
-        # so this one is a host that never answered the SYN (a cut link): nothing was sent.
-        # Taken for a malformed answer below, it was a 502 with the other replica Ready.
-        raise UpstreamDown(_said(exc)) from exc
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+    except Dropped as exc:
         raise UpstreamFailed(_said(exc), retry=True) from exc
-    except aiohttp.ClientError as exc:  # a malformed answer: the engine did answer
+    except Malformed as exc:  # the engine did answer
         raise UpstreamFailed(_said(exc), retry=False) from exc
     async with upstream:
         begun = await settle() if settle is not None else None
@@ -160,7 +145,7 @@ async def forward(
             # on as one write (headers and body together) saves a send per request.
             try:
                 data = await upstream.read()
-            except aiohttp.ClientError as exc:
+            except (Dropped, Malformed) as exc:
                 raise UpstreamFailed(_said(exc), retry=False) from exc
             meter.answered()
             if upstream.status < 300:
@@ -175,7 +160,7 @@ async def forward(
 async def _into_begun(
     request: web.Request,
     begun: web.StreamResponse,
-    upstream: aiohttp.ClientResponse,
+    upstream: Answer,
     target: Target,
     meter: Meter,
 ) -> web.StreamResponse:
@@ -186,8 +171,8 @@ async def _into_begun(
     if upstream.status < 300 and kind.startswith("text/event-stream"):
         return await _pump(request, begun, upstream, target, meter)
     try:
-        said = (await upstream.content.read(TAIL_MAX)).decode("utf-8", "replace")
-    except aiohttp.ClientError as exc:
+        said = (await upstream.read_some(TAIL_MAX)).decode("utf-8", "replace")
+    except (Dropped, Malformed) as exc:
         said = _said(exc)
     meter.answered()
     why = f"the engine of {target.deployment!r} answered {upstream.status}: {said[:2000]}"
@@ -204,7 +189,7 @@ async def end_with_error(begun: web.StreamResponse, body: object) -> None:
 
 
 async def _stream(
-    request: web.Request, upstream: aiohttp.ClientResponse, target: Target, meter: Meter
+    request: web.Request, upstream: Answer, target: Target, meter: Meter
 ) -> web.StreamResponse:
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
     response.headers.extend(_headers(upstream.headers))
@@ -219,7 +204,7 @@ async def _stream(
 async def _pump(
     request: web.Request,
     response: web.StreamResponse,
-    upstream: aiohttp.ClientResponse,
+    upstream: Answer,
     target: Target,
     meter: Meter,
 ) -> web.StreamResponse:
@@ -253,18 +238,18 @@ class _Cut(Exception):
     """The engine's side of a stream failed (not the client's)."""
 
 
-async def _chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+async def _chunks(upstream: Answer) -> AsyncIterator[bytes]:
     try:
-        async for chunk in upstream.content.iter_any():
+        async for chunk in upstream.chunks():
             yield chunk
-    except aiohttp.ClientError as exc:
+    except (Dropped, Malformed) as exc:
         raise _Cut from exc
 
 
 async def _cut(
     request: web.Request,
     response: web.StreamResponse,
-    upstream: aiohttp.ClientResponse,
+    upstream: Answer,
     target: Target,
     exc: BaseException,
 ) -> None:
@@ -286,7 +271,3 @@ async def _cut(
 
 def _said(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def _host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,449 @@
+"""The gateway's client to its engines: kept-alive HTTP/1.1 connections, nothing more.
+
+Why not aiohttp's client (which the gateway still uses off the request path: /metrics
+reads, /v1/models): measured on this project's 2-core box (``benchmarks.gateway``), an
+aiohttp server forwarding through aiohttp's client reached about half of nginx's
+requests/s at 32 clients, and the same server forwarding through a plain pooled HTTP/1.1
+client reached the engine's own rate; the client's per-request machinery (its request
+and response objects, cookie jar, tracing hooks, timers) was most of the gateway's cost.
+An engine speaks plain HTTP/1.1 on a port the gateway chose, so this client needs only:
+
+- a pool of connections per engine address, at most ``limit`` open in all (idle ones
+  are closed to make room), an idle one dropped once the engine has closed it or after
+  ``IDLE_TIMEOUT``, and never pooled again after a ``Connection: close`` answer;
+- a connect timeout and the engine sockets of ``enginesock`` (a lost host is noticed);
+- the request written as given (a sized body whole, an upload chunked unless sized);
+- the answer's head parsed, then its body read whole, in part, or as it comes, framed by
+  ``Content-Length``, chunked encoding, or the connection's end.
+
+Its failures are the proxy's three kinds (``proxy.py``): ``Unreached`` (nothing was sent:
+another instance may take the request), ``Dropped`` (the connection ended before any byte
+of the answer: the request may be sent again) and ``Malformed`` (the engine did answer,
+wrongly). A failure mid-body is ``Dropped`` too; the proxy knows by then that the answer
+has begun.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import socket
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
+from typing import Any
+
+from multidict import CIMultiDict, CIMultiDictProxy
+
+HEAD_MAX = 64 * 1024  # bytes of an answer's status line and headers
+IDLE_TIMEOUT = 15.0  # seconds an unused connection stays pooled (aiohttp's default)
+SWEEP_EVERY = 5.0  # seconds between looks for idle connections to close
+READ_SIZE = 64 * 1024  # bytes asked of the socket at once for a body of unknown end
+NO_BODY = frozenset({204, 304})
+
+SocketFactory = Callable[[tuple[Any, ...]], socket.socket]
+
+
+class Unreached(Exception):
+    """The engine was not reached (refused, unreachable, or the connect timed out)."""
+
+
+class Dropped(Exception):
+    """The engine's connection ended or failed (before its answer, or in its body)."""
+
+
+class Malformed(Exception):
+    """The engine's answer is not HTTP/1.x the client can read."""
+
+
+class _Connection:
+    __slots__ = ("idle_since", "key", "reader", "writer")
+
+    def __init__(
+        self, key: tuple[str, int], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.key = key
+        self.reader = reader
+        self.writer = writer
+        self.idle_since = 0.0
+
+    def usable(self) -> bool:
+        """Still open at both ends: an engine that closed it while idle left an EOF."""
+        return not self.reader.at_eof() and not self.writer.is_closing()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+
+class Upstream:
+    """Kept-alive connections to the engines, at most ``limit`` open at once."""
+
+    def __init__(
+        self, *, limit: int, connect_timeout: float, socket_factory: SocketFactory
+    ) -> None:
+        self._limit = limit
+        self._open = 0
+        self._idle: dict[tuple[str, int], deque[_Connection]] = {}
+        self._room = asyncio.Condition()
+        self._connect_timeout = connect_timeout
+        self._socket_factory = socket_factory
+        self._sweeper: asyncio.Task[None] | None = None
+        self._notifying: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def request(
+        self,
+        method: str,
+        host: str,
+        port: int,
+        target: str,
+        headers: CIMultiDict[str],
+        body: bytes | AsyncIterator[bytes] | None,
+        *,
+        fresh: bool = False,
+    ) -> Answer:
+        """Send the request on a pooled connection (or a new one; always a new one when
+        ``fresh``) and read the answer's head. ``target``: the path and query as they go
+        on the request line."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        conn = await self._acquire((host, port), pooled=not fresh)
+        try:
+            await _send(conn, method, _host_header(host, port), target, headers, body)
+            answer = await _answer(conn, method, self)
+        except BaseException:
+            self._discard(conn)
+            raise
+        return answer
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for pool in self._idle.values():
+            for conn in pool:
+                conn.close()
+        self._idle.clear()
+
+    # -- the pool --------------------------------------------------------------------
+
+    async def _acquire(self, key: tuple[str, int], *, pooled: bool) -> _Connection:
+        pool = self._idle.get(key) if pooled else None
+        while pool:
+            conn = pool.pop()  # the most recent: the likeliest to be alive
+            if conn.usable():
+                return conn
+            self._forget(conn)
+        async with self._room:
+            while self._open >= self._limit:
+                if not self._close_oldest_idle():
+                    await self._room.wait()
+            self._open += 1
+        try:
+            return await self._connect(key)
+        except BaseException:
+            await self._release_slot()
+            raise
+
+    async def _connect(self, key: tuple[str, int]) -> _Connection:
+        host, port = key
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                infos = await _addresses(loop, host, port)
+                family, type_, proto, _, address = infos[0]
+                sock = self._socket_factory((family, type_, proto))
+                try:
+                    sock.setblocking(False)
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    await loop.sock_connect(sock, address)
+                except BaseException:
+                    sock.close()
+                    raise
+        except TimeoutError as exc:
+            raise Unreached(f"connect to {host}:{port} timed out") from exc
+        except OSError as exc:
+            raise Unreached(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from exc
+        reader, writer = await asyncio.open_connection(sock=sock, limit=HEAD_MAX)
+        return _Connection(key, reader, writer)
+
+    def _give_back(self, conn: _Connection) -> None:
+        """A connection whose answer was read to its end, kept alive for the next."""
+        if self._closed or not conn.usable():
+            self._discard(conn)
+            return
+        conn.idle_since = time.monotonic()
+        self._idle.setdefault(conn.key, deque()).append(conn)
+
+    def _discard(self, conn: _Connection) -> None:
+        conn.close()
+        self._forget(conn)
+
+    def _forget(self, conn: _Connection) -> None:
+        conn.close()
+        self._open -= 1
+        # Held until done: a task no one holds may be collected while it waits for the
+        # lock, and a request waiting for room would then wait for good.
+        task = asyncio.get_running_loop().create_task(self._notify())
+        self._notifying.add(task)
+        task.add_done_callback(self._notifying.discard)
+
+    async def _release_slot(self) -> None:
+        self._open -= 1
+        await self._notify()
+
+    async def _notify(self) -> None:
+        async with self._room:
+            self._room.notify()
+
+    def _close_oldest_idle(self) -> bool:
+        oldest: _Connection | None = None
+        for pool in self._idle.values():
+            if pool and (oldest is None or pool[0].idle_since < oldest.idle_since):
+                oldest = pool[0]
+        if oldest is None:
+            return False
+        self._idle[oldest.key].popleft()
+        oldest.close()
+        self._open -= 1
+        return True
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY)
+            now = time.monotonic()
+            for key, pool in list(self._idle.items()):
+                kept = deque(c for c in pool if c.usable() and now - c.idle_since < IDLE_TIMEOUT)
+                for conn in pool:
+                    if conn not in kept:
+                        self._forget(conn)
+                if kept:
+                    self._idle[key] = kept
+                else:
+                    del self._idle[key]
+
+
+class Answer:
+    """An engine's answer: its head now, its body as the caller reads it. ``async with``
+    gives the connection back once the body was read to its end, else closes it (a
+    client gone mid-answer closes the engine's connection: the engine stops)."""
+
+    def __init__(
+        self,
+        conn: _Connection,
+        upstream: Upstream,
+        status: int,
+        reason: str,
+        headers: CIMultiDict[str],
+        framing: _Framing,
+        keep: bool,
+    ) -> None:
+        self._conn = conn
+        self._upstream = upstream
+        self.status = status
+        self.reason = reason
+        self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(headers)
+        self._framing = framing
+        self._keep = keep
+        self._done = False
+
+    @property
+    def content_length(self) -> int | None:
+        return self._framing.length
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        parts = [chunk async for chunk in self.chunks()]
+        return b"".join(parts)
+
+    async def read_some(self, most: int) -> bytes:
+        """Up to ``most`` bytes of the body from its beginning (the rest left unread)."""
+        out = bytearray()
+        async for chunk in self.chunks():
+            out += chunk
+            if len(out) >= most:
+                break
+        return bytes(out[:most])
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it comes."""
+        try:
+            async for chunk in self._framing.chunks(self._conn.reader):
+                yield chunk
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            raise Dropped(f"the engine's connection ended mid-answer ({_said(exc)})") from exc
+        except (ValueError, asyncio.LimitOverrunError) as exc:
+            raise Malformed(f"a malformed chunk ({_said(exc)})") from exc
+        self._done = True
+
+    async def __aenter__(self) -> Answer:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def release(self) -> None:
+        if self._conn is None:
+            return
+        conn, self._conn = self._conn, None  # type: ignore[assignment]
+        if self._done and self._keep:
+            self._upstream._give_back(conn)
+        else:
+            self._upstream._discard(conn)
+
+
+class _Framing:
+    """Where a body ends: its length, chunked encoding, or the connection's end."""
+
+    def __init__(self, length: int | None, chunked: bool) -> None:
+        self.length = length
+        self.chunked = chunked
+
+    async def chunks(self, reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+        if self.chunked:
+            async for chunk in _chunked(reader):
+                yield chunk
+        elif self.length is not None:
+            left = self.length
+            while left:
+                chunk = await reader.read(min(left, READ_SIZE))
+                if not chunk:
+                    raise asyncio.IncompleteReadError(b"", left)
+                left -= len(chunk)
+                yield chunk
+        else:
+            while chunk := await reader.read(READ_SIZE):
+                yield chunk
+
+
+async def _chunked(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    while True:
+        line = await reader.readuntil(b"\r\n")
+        size = int(line.split(b";", 1)[0].strip(), 16)
+        if size == 0:
+            while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                pass  # trailers: none of the gateway's business
+            return
+        data = await reader.readexactly(size + 2)
+        if data[-2:] != b"\r\n":
+            raise ValueError("a chunk does not end where its size says")
+        yield data[:-2]
+
+
+async def _send(
+    conn: _Connection,
+    method: str,
+    host: str,
+    target: str,
+    headers: CIMultiDict[str],
+    body: bytes | AsyncIterator[bytes] | None,
+) -> None:
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    sized = "Content-Length" in headers
+    if isinstance(body, bytes):
+        if not sized:
+            lines.append(f"Content-Length: {len(body)}")
+    elif body is not None and not sized:
+        lines.append("Transfer-Encoding: chunked")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    writer = conn.writer
+    try:
+        if isinstance(body, bytes) or body is None:
+            writer.write(head + (body or b""))
+            return
+        writer.write(head)
+        async for chunk in body:
+            if chunk:
+                writer.write(chunk if sized else b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                await writer.drain()
+        if not sized:
+            writer.write(b"0\r\n\r\n")
+    except ConnectionError as exc:
+        raise Dropped(f"the engine's connection ended while sending ({_said(exc)})") from exc
+
+
+async def _answer(conn: _Connection, method: str, upstream: Upstream) -> Answer:
+    """The answer's head (interim 1xx answers skipped)."""
+    while True:
+        try:
+            head = await conn.reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as exc:
+            raise Dropped(
+                "the engine closed the connection before its answer"
+                if not exc.partial
+                else "the engine's connection ended inside its answer's head"
+            ) from exc
+        except ConnectionError as exc:
+            raise Dropped(f"the engine's connection failed ({_said(exc)})") from exc
+        except asyncio.LimitOverrunError as exc:
+            raise Malformed(f"an answer head over {HEAD_MAX} bytes") from exc
+        status, reason, version, headers = _parse_head(head)
+        if not 100 <= status < 200:
+            break
+    framing, keep = _framing(method, status, version, headers)
+    return Answer(conn, upstream, status, reason, headers, framing, keep)
+
+
+def _parse_head(head: bytes) -> tuple[int, str, str, CIMultiDict[str]]:
+    text = head.decode("latin-1")
+    status_line, *lines = text[:-4].split("\r\n")
+    version, _, rest = status_line.partition(" ")
+    code, _, reason = rest.partition(" ")
+    if not version.startswith("HTTP/1.") or not code.isdigit() or len(code) != 3:
+        raise Malformed(f"not an HTTP/1.x status line: {status_line[:80]!r}")
+    headers: CIMultiDict[str] = CIMultiDict()
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if not colon or not name or name != name.strip():
+            raise Malformed(f"a malformed header line: {line[:80]!r}")
+        headers.add(name, value.strip())
+    return int(code), reason, version, headers
+
+
+def _framing(
+    method: str, status: int, version: str, headers: CIMultiDict[str]
+) -> tuple[_Framing, bool]:
+    """How the body ends, and whether the connection may serve another request."""
+    tokens = {t.strip().lower() for t in headers.get("Connection", "").split(",")}
+    keep = "keep-alive" in tokens if version == "HTTP/1.0" else "close" not in tokens
+    if method == "HEAD" or status in NO_BODY:
+        return _Framing(0, False), keep
+    if "chunked" in headers.get("Transfer-Encoding", "").lower():
+        return _Framing(None, True), keep
+    length = headers.get("Content-Length")
+    if length is not None:
+        if not length.strip().isdigit():
+            raise Malformed(f"a Content-Length that is no number: {length[:40]!r}")
+        return _Framing(int(length), False), keep
+    return _Framing(None, False), False  # to the connection's end: never reused
+
+
+async def _addresses(
+    loop: asyncio.AbstractEventLoop, host: str, port: int
+) -> list[tuple[Any, ...]]:
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        if not found:
+            raise OSError(f"{host} has no address") from None
+        return list(found)
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port))]
+
+
+def _host_header(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
