@@ -87,11 +87,12 @@ class Upstream:
         self._limit = limit
         self._open = 0
         self._idle: dict[tuple[str, int], deque[_Connection]] = {}
-        self._room = asyncio.Condition()
+        # Requests waiting for room (the cap reached), woken one at a time as a connection
+        # is given back, closed, or never made.
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._connect_timeout = connect_timeout
         self._socket_factory = socket_factory
         self._sweeper: asyncio.Task[None] | None = None
-        self._notifying: set[asyncio.Task[None]] = set()
         self._closed = False
 
     async def request(
@@ -115,7 +116,7 @@ class Upstream:
             await _send(conn, method, _host_header(host, port), target, headers, body)
             answer = await _answer(conn, method, self)
         except BaseException:
-            self._discard(conn)
+            self._forget(conn)
             raise
         return answer
 
@@ -131,22 +132,47 @@ class Upstream:
     # -- the pool --------------------------------------------------------------------
 
     async def _acquire(self, key: tuple[str, int], *, pooled: bool) -> _Connection:
-        pool = self._idle.get(key) if pooled else None
+        """A kept-alive connection to ``key`` (unless a new one is asked for), else a new
+        one once there is room: under the cap, or by closing the oldest idle connection
+        (to any engine); else wait until a connection is given back or closed."""
+        while True:
+            conn = self._pooled(key) if pooled else None
+            if conn is not None:
+                return conn
+            if self._open < self._limit or self._close_oldest_idle():
+                break
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken and cancelled at once: the wake goes on
+                raise
+        self._open += 1
+        try:
+            return await self._connect(key)
+        except BaseException:
+            self._open -= 1
+            self._wake()
+            raise
+
+    def _pooled(self, key: tuple[str, int]) -> _Connection | None:
+        pool = self._idle.get(key)
         while pool:
             conn = pool.pop()  # the most recent: the likeliest to be alive
             if conn.usable():
                 return conn
             self._forget(conn)
-        async with self._room:
-            while self._open >= self._limit:
-                if not self._close_oldest_idle():
-                    await self._room.wait()
-            self._open += 1
-        try:
-            return await self._connect(key)
-        except BaseException:
-            await self._release_slot()
-            raise
+        return None
+
+    def _wake(self) -> None:
+        """The first request still waiting for room looks again."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     async def _connect(self, key: tuple[str, int]) -> _Connection:
         host, port = key
@@ -173,31 +199,16 @@ class Upstream:
     def _give_back(self, conn: _Connection) -> None:
         """A connection whose answer was read to its end, kept alive for the next."""
         if self._closed or not conn.usable():
-            self._discard(conn)
+            self._forget(conn)
             return
         conn.idle_since = time.monotonic()
         self._idle.setdefault(conn.key, deque()).append(conn)
-
-    def _discard(self, conn: _Connection) -> None:
-        conn.close()
-        self._forget(conn)
+        self._wake()  # a request waiting for room may take it, or close it for its own
 
     def _forget(self, conn: _Connection) -> None:
         conn.close()
         self._open -= 1
-        # Held until done: a task no one holds may be collected while it waits for the
-        # lock, and a request waiting for room would then wait for good.
-        task = asyncio.get_running_loop().create_task(self._notify())
-        self._notifying.add(task)
-        task.add_done_callback(self._notifying.discard)
-
-    async def _release_slot(self) -> None:
-        self._open -= 1
-        await self._notify()
-
-    async def _notify(self) -> None:
-        async with self._room:
-            self._room.notify()
+        self._wake()
 
     def _close_oldest_idle(self) -> bool:
         oldest: _Connection | None = None
@@ -297,7 +308,7 @@ class Answer:
         if self._done and self._keep:
             self._upstream._give_back(conn)
         else:
-            self._upstream._discard(conn)
+            self._upstream._forget(conn)
 
 
 class _Framing:

@@ -1,0 +1,245 @@
+"""``gateway/http/upstream.py``, the gateway's plain HTTP/1.1 client to its engines, against
+a real socket server: what it keeps alive and what it never reuses, a retry's new
+connection, the cap on open connections, each way an answer can end, and the three
+failures the proxy tells apart (not reached, dropped, malformed)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+
+import pytest
+from multidict import CIMultiDict
+
+from controller.gateway.http.upstream import Dropped, Malformed, Unreached, Upstream
+from controller.gateway.surface import enginesock
+
+Reply = Callable[[bytes], bytes | None]  # a request's bytes -> the answer (None: hang up)
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+class Engine:
+    """A raw server: each request (head only, no body) answered by ``reply``; counts its
+    connections."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply = reply
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> Engine:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                answer = self.reply(head)
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+                if b"Connection: close" in answer:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def _client(limit: int = 8) -> Upstream:
+    return Upstream(
+        limit=limit,
+        connect_timeout=enginesock.CONNECT_TIMEOUT,
+        socket_factory=lambda triple: socket.socket(*triple),
+    )
+
+
+async def _get(up: Upstream, port: int, *, fresh: bool = False) -> tuple[int, bytes]:
+    answer = await up.request("GET", "127.0.0.1", port, "/x", CIMultiDict(), None, fresh=fresh)
+    async with answer:
+        return answer.status, await answer.read()
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(test())
+
+
+def test_a_kept_alive_connection_serves_the_next_request() -> None:
+    async def test() -> None:
+        async with Engine(lambda head: OK) as engine:
+            up = _client()
+            for _ in range(3):
+                assert await _get(up, engine.port) == (200, b"ok")
+            assert engine.connections == 1
+            await up.close()
+
+    run(test)
+
+
+def test_a_retry_goes_on_a_new_connection() -> None:
+    async def test() -> None:
+        async with Engine(lambda head: OK) as engine:
+            up = _client()
+            await _get(up, engine.port)
+            await _get(up, engine.port, fresh=True)
+            assert engine.connections == 2
+            await up.close()
+
+    run(test)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",  # 1.0 without keep-alive
+    ],
+)
+def test_an_answer_that_ends_its_connection_is_never_pooled(answer: bytes) -> None:
+    async def test() -> None:
+        async with Engine(lambda head: answer) as engine:
+            up = _client()
+            for _ in range(2):
+                assert await _get(up, engine.port) == (200, b"ok")
+            assert engine.connections == 2
+            await up.close()
+
+    run(test)
+
+
+def test_a_chunked_answer_comes_in_its_chunks_and_keeps_the_connection() -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n3\r\ncde\r\n0\r\n\r\n"
+    )
+
+    async def test() -> None:
+        async with Engine(lambda head: chunked) as engine:
+            up = _client()
+            answer = await up.request("GET", "127.0.0.1", engine.port, "/", CIMultiDict(), None)
+            async with answer:
+                assert answer.content_length is None
+                assert [c async for c in answer.chunks()] == [b"ab", b"cde"]
+            assert await _get(up, engine.port) == (200, b"abcde")
+            assert engine.connections == 1
+            await up.close()
+
+    run(test)
+
+
+def test_no_more_connections_than_the_limit_are_open() -> None:
+    async def test() -> None:
+        release = asyncio.Event()
+        async with Engine(lambda head: OK) as engine:
+            up = _client(limit=1)
+            first = await up.request("GET", "127.0.0.1", engine.port, "/", CIMultiDict(), None)
+            second = asyncio.create_task(_get(up, engine.port))
+            await asyncio.sleep(0.2)
+            assert not second.done()  # waits for room: the one connection is in use
+            async with first:
+                assert await first.read() == b"ok"
+            release.set()
+            assert await asyncio.wait_for(second, 10) == (200, b"ok")
+            assert engine.connections == 1
+            await up.close()
+
+    run(test)
+
+
+def test_a_refused_port_is_unreached() -> None:
+    async def test() -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]  # bound, not listening: refused
+            up = _client()
+            with pytest.raises(Unreached):
+                await _get(up, port)
+            await up.close()
+
+    run(test)
+
+
+def test_a_connection_closed_before_the_answer_is_dropped() -> None:
+    async def test() -> None:
+        async with Engine(lambda head: None) as engine:
+            up = _client()
+            with pytest.raises(Dropped, match="before its answer"):
+                await _get(up, engine.port)
+            await up.close()
+
+    run(test)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"SPDY/3 200 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: two\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\n no-name\r\n\r\n",
+    ],
+)
+def test_an_answer_that_is_not_http_1_is_malformed(answer: bytes) -> None:
+    async def test() -> None:
+        async with Engine(lambda head: answer) as engine:
+            up = _client()
+            with pytest.raises(Malformed):
+                await _get(up, engine.port)
+            await up.close()
+
+    run(test)
+
+
+def test_a_wake_taken_by_a_request_then_cancelled_goes_on_to_the_next() -> None:
+    """The first waiter is woken by the connection given back and cancelled (its client
+    hung up) before it runs: the second waiter still gets the connection."""
+
+    async def test() -> None:
+        async with Engine(lambda head: OK) as engine:
+            up = _client(limit=1)
+            first = await up.request("GET", "127.0.0.1", engine.port, "/", CIMultiDict(), None)
+            assert await first.read() == b"ok"
+            second = asyncio.create_task(_get(up, engine.port))
+            third = asyncio.create_task(_get(up, engine.port))
+            await asyncio.sleep(0.2)
+            assert not second.done() and not third.done()
+            first.release()  # wakes `second`, which has not run yet...
+            second.cancel()  # ...and is cancelled before it does
+            assert await asyncio.wait_for(third, 10) == (200, b"ok")
+            with pytest.raises(asyncio.CancelledError):
+                await second
+            assert engine.connections == 1
+            await up.close()
+
+    run(test)
+
+
+def test_a_request_waiting_for_room_gets_it_when_a_connection_to_another_engine_ends() -> None:
+    """The cap is over all engines: a connection to one, given back idle, is closed to
+    make room for a request to another."""
+
+    async def test() -> None:
+        async with Engine(lambda head: OK) as one, Engine(lambda head: OK) as other:
+            up = _client(limit=1)
+            first = await up.request("GET", "127.0.0.1", one.port, "/", CIMultiDict(), None)
+            waiting = asyncio.create_task(_get(up, other.port))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            async with first:
+                assert await first.read() == b"ok"
+            assert await asyncio.wait_for(waiting, 10) == (200, b"ok")
+            assert (one.connections, other.connections) == (1, 1)
+            await up.close()
+
+    run(test)
