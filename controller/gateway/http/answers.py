@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from aiohttp import web
+from controller.gateway.http.messages import Response
 
 TYPES = {
     400: "invalid_request_error",
@@ -39,14 +39,14 @@ def error(
     *,
     retry_after: float | None = None,
     allow: tuple[str, ...] = (),
-) -> web.Response:
+) -> Response:
     """The error body, with ``Retry-After`` (a 503 or 429) or ``Allow`` (a 405) when given."""
     headers: dict[str, str] = {}
     if retry_after is not None:
         headers["Retry-After"] = str(max(1, round(retry_after)))
     if allow:
         headers["Allow"] = ", ".join(allow)
-    return web.Response(
+    return Response(
         status=status,
         body=json.dumps(body(status, message, code)).encode(),
         content_type="application/json",

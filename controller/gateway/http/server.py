@@ -1,30 +1,42 @@
-"""The gateway's client connections: how long one may take, how many may be open, and
-what a request the HTTP parser cannot read gets back.
+"""The gateway's HTTP/1.1 server: client connections read with httptools (llhttp, the
+parser Node.js uses), one request at a time per connection, answered by one handler.
+
+Ours, not aiohttp's (issue 41): the gateway's data path measured aiohttp's server at
+~60% of what the whole proxy may spend on a request, where an ``asyncio.Protocol`` on
+httptools spends what uvicorn's does (benchmarks/RESULTS.md, "The data path's floors").
+uvicorn itself has no deadline for a request's headers (its issue #157), which the
+policies below need:
 
 - headers: a request's headers must be complete ``HEADER_TIMEOUT`` seconds after its
   first byte; a connection with no request is closed after ``IDLE_TIMEOUT`` (slowloris
-  holds nothing for good);
+  holds nothing for good); a line or header past ``LINE_MAX`` bytes, or more than
+  ``HEADERS_MAX`` headers, is refused;
 - a cap on open connections below the fd limit, leaving room for the daemon's own
   work (passes spawn engines, read records, probe): past it the oldest connection that
   has no request in progress is closed (a flood of half-open ones cannot lock out a
   real client; nor make a pass fail for want of an fd);
 - unreadable HTTP: an OpenAI error body that quotes none of the request's bytes, and a
-  rate-limited info line without a traceback (aiohttp's own answer echoes the raw
-  request, key included, and logs it at error level).
+  rate-limited info line without a traceback;
+- a client that goes away cancels its handler (so the engine's request is closed and
+  the engine stops generating);
+- an answer given before its request's body was read (a 401, a 413) is followed by a
+  short lingering read of the rest, then the close: closing at once could reset the
+  connection before the client read the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import resource
-from collections.abc import Callable
-from typing import Any
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
-from aiohttp import web
+import httptools
+from multidict import CIMultiDict, CIMultiDictProxy
 
-from controller.gateway.http.aiohttp_internals import Handler, answer_begun
-from controller.gateway.http.aiohttp_internals import parse_errors as hx
 from controller.gateway.http.answers import error
+from controller.gateway.http.messages import Body, Request, StreamResponse
 from controller.gateway.http.quiet import Throttle
 from controller.logsetup import get_logger
 
@@ -37,16 +49,33 @@ DRAIN_TICK = 0.05  # seconds between looks at the connections while draining
 SETTLE_LOOKS = 2  # looks in a row that must agree before the drain acts (Connections.drain)
 IDLE_TIMEOUT = 60.0  # seconds a connection may sit with no request (keep-alive included)
 FD_RESERVE = 64  # fds always left to the daemon (engines' pipes and logs, records, probes)
+LINE_MAX = 8190  # bytes of a request target, a header's name or a header's value
+HEADERS_MAX = 256  # headers in one request
+PIPELINE_MAX = 16  # requests read ahead of their answers before the connection stops reading
+LINGER = 2.0  # seconds an answered request's unread body is read (and dropped) before the close
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
-# What each parse error says, in words of our own: the library's messages quote raw bytes.
+Handler = Callable[[Request], Awaitable[StreamResponse]]
+
+
+class _TooLong(Exception):
+    """A request line or header past the limits."""
+
+
+# What each parse error says, in words of our own: llhttp's reasons name its internals.
 PROBLEMS: tuple[tuple[type[Exception], str], ...] = (
-    (hx.LineTooLong, "a request line or header is longer than the gateway accepts"),
-    (hx.BadHttpMethod, "the request method is not a valid HTTP method"),
-    (hx.BadStatusLine, "the request line is malformed (METHOD PATH HTTP/1.1, lines ending CRLF)"),
-    (hx.InvalidURLError, "the request target is malformed"),
-    (hx.InvalidHeader, "a request header is malformed"),
-    (hx.ContentEncodingError, "the request body is not encoded as its Content-Encoding says"),
-    (hx.PayloadEncodingError, "the request body's framing is malformed"),
+    (_TooLong, "a request line or header is longer than the gateway accepts"),
+    (httptools.HttpParserInvalidMethodError, "the request method is not a valid HTTP method"),
+    (httptools.HttpParserInvalidURLError, "the request target is malformed"),
+)
+# ... and for llhttp's other errors, by a word of its reason.
+REASON_WORDS: tuple[tuple[str, str], ...] = (
+    ("header", "a request header is malformed"),
+    ("content-length", "the request body's framing is malformed"),
+    ("chunk", "the request body's framing is malformed"),
+    ("transfer-encoding", "the request body's framing is malformed"),
+    ("version", "the request line is malformed (METHOD PATH HTTP/1.1, lines ending CRLF)"),
+    ("http/", "the request line is malformed (METHOD PATH HTTP/1.1, lines ending CRLF)"),
 )
 
 
@@ -82,20 +111,16 @@ class Connections:
         """The listener is closed: end every connection between requests, none mid-way.
 
         A connection whose request is in progress is left alone: its answer says
-        ``Connection: close`` (the caller's ``on_response_prepare``), and it ends after
-        it. (aiohttp's own ``close()`` is no way to say so: from then on it drops every
-        byte that arrives, so a request whose body was still on its way never ended.)
-        One accepted but with no request read yet is waited for: its client sent (or is
-        sending) a request and closing it would reset that request, however long the
-        kernel or the client took (``FRESH_WAIT``). One kept alive after an answer gets
+        ``Connection: close`` (``Server.draining``), and it ends after it. One accepted
+        but with no request read yet is waited for: its client sent (or is sending) a
+        request and closing it would reset that request, however long the kernel or the
+        client took (``FRESH_WAIT``). One kept alive after an answer gets
         ``KEEPALIVE_LINGER`` for its client's next request, then closes while idle.
 
-        A connection is closed only once two looks in a row found it closable: between
-        taking a request off its queue and starting its handler aiohttp shows it idle for
-        one turn of the loop, and closing it then would reset that request. For the same
-        reason the drain ends only after two looks found nothing open: a connection the
-        loop accepted as the listener closed is admitted a turn or two later. Past
-        ``grace`` the rest are left to the caller (cut).
+        A connection is closed only once two looks in a row found it closable, and the
+        drain ends only after two looks found nothing open: a connection the loop
+        accepted as the listener closed is admitted a turn or two later. Past ``grace``
+        the rest are left to the caller (``Server.cut``).
         """
         loop = asyncio.get_running_loop()
         began = loop.time()
@@ -111,6 +136,9 @@ class Connections:
             closable = now - closable
             await asyncio.sleep(DRAIN_TICK)
 
+    def all(self) -> list[Protocol]:
+        return list(self._open)
+
     def __len__(self) -> int:
         return len(self._open)
 
@@ -120,45 +148,287 @@ def _closable(conn: Protocol, waited: float) -> bool:
     return waited >= FRESH_WAIT or (conn.between_requests() and waited >= KEEPALIVE_LINGER)
 
 
-class Protocol(Handler):
-    """aiohttp's connection handler with the timeouts, the cap and the quiet errors."""
+class Server:
+    """What every connection shares: the handler, the cap, the log's throttle, and
+    whether the gateway drains (each answer then ends its connection)."""
 
-    def __init__(
-        self,
-        manager: web.Server,
-        *,
-        loop: asyncio.AbstractEventLoop,
-        connections: Connections,
-        throttle: Throttle,
-    ) -> None:
-        super().__init__(manager, loop=loop, idle=IDLE_TIMEOUT)
-        self._connections = connections
-        self._throttle = throttle
+    def __init__(self, handler: Handler, connections: Connections, max_body: int) -> None:
+        self.handler = handler
+        self.connections = connections
+        self.max_body = max_body
+        self.throttle = Throttle()
+        self.draining = False
+
+    def protocol(self) -> Protocol:
+        """The protocol factory for ``loop.create_server``."""
+        return Protocol(self)
+
+    async def cut(self, wait: float) -> None:
+        """Past the drain: give the handlers still running ``wait`` s, then close every
+        connection (their handlers are cancelled with them)."""
+        running = [t for c in self.connections.all() if (t := c.serving) is not None]
+        if running:
+            await asyncio.wait(running, timeout=wait)
+        for conn in self.connections.all():
+            conn.force_close()
+        if running:
+            await asyncio.wait(running, timeout=wait)
+
+
+class Protocol(asyncio.Protocol):
+    """One client connection: its requests parsed, queued and answered in order."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self._parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self._remote: str | None = None
+        self._queue: deque[Request] = deque()  # parsed (at least their heads), not yet answered
+        self.serving: asyncio.Task[None] | None = None  # answers the queue's requests
+        self._url = bytearray()
+        self._headers: list[tuple[str, str]] = []
+        self._body: Body | None = None  # the body of the request being parsed
+        self._keep: dict[Request, bool] = {}  # the client's own keep-alive, per request
+        self._expects: Request | None = None  # the request owed a 100 Continue
         self._header_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
         self._heard = False  # a byte of a request arrived on it
+        self._parsing = False  # a request's head is being read
+        self._lingering = False  # an answered request's unread body is dropped as it comes
+        self._paused = {"body": False, "queue": False}  # why reading stopped
+        self._writable: asyncio.Future[None] | None = None  # set while writes are paused
+        self._lost = False
+        self._sent = 0  # bytes of the current answer sent
+
+    # -- what the drain and the cap look at
+    def idle(self) -> bool:
+        """No request in progress: closing it loses nothing but a half-sent request."""
+        return self.serving is None and not self._queue
 
     def between_requests(self) -> bool:
         """Idle after a request, none begun since: closing it now is what keep-alive
         allows. A new connection is not (its first request may be on its way), nor one
         with part of a request read (its header timer runs)."""
-        return self._heard and self._header_timer is None and self.idle()
+        return self._heard and not self._parsing and self.idle()
 
+    def force_close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- asyncio's side
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self._connections.admit(self)
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self._remote = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        self._server.connections.admit(self)
+        self._idle_timer = self._later(IDLE_TIMEOUT, self._idle_too_long)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._connections.drop(self)
-        self._stop_header_timer()
-        super().connection_lost(exc)
+        self._lost = True
+        self._server.connections.drop(self)
+        for timer in (self._header_timer, self._idle_timer):
+            if timer is not None:
+                timer.cancel()
+        gone = ConnectionResetError("the client closed the connection")
+        for request in self._queue:
+            request.content.fail(gone)
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_exception(gone)
+            self._writable.exception()  # retrieved here: no one may be waiting on it
+        if self.serving is not None:
+            self.serving.cancel()  # the client went away: its handler (and engine) stop
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
 
     def data_received(self, data: bytes) -> None:
         self._heard = True
-        if self._header_timer is None and self.idle():
-            self._header_timer = self.call_later(HEADER_TIMEOUT, self._headers_late)
-        super().data_received(data)
-        if self.parsed():
-            self._stop_header_timer()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass  # no upgrade is offered: the request is answered as plain HTTP/1.1
+        except httptools.HttpParserError as exc:
+            self._unreadable(exc)
+
+    # -- httptools' callbacks
+    def on_message_begin(self) -> None:
+        self._parsing = True
+        self._url.clear()
+        self._headers = []
+        if self._lingering:
+            return
+        self._header_timer = self._later(HEADER_TIMEOUT, self._headers_late)
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        if len(self._url) > LINE_MAX:
+            raise _TooLong
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) > LINE_MAX or len(value) > LINE_MAX or len(self._headers) >= HEADERS_MAX:
+            raise _TooLong
+        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        self._parsing = False
+        self._stop_header_timer()
+        parser = self._parser
+        major, _, minor = parser.get_http_version().partition(".")
+        headers = CIMultiDictProxy(CIMultiDict(self._headers))
+        self._body = Body(self)
+        request = Request(
+            parser.get_method().decode("ascii"),
+            self._url.decode("latin-1"),
+            headers,
+            (int(major or 1), int(minor or 1)),
+            self._remote,
+            self._body,
+            self,
+            self._server.max_body,
+        )
+        self._keep[request] = parser.should_keep_alive()
+        if self._lingering:
+            self._keep[request] = False
+            self._body.fail(ConnectionResetError("the connection is closing"))
+            return
+        self._queue.append(request)
+        if len(self._queue) >= PIPELINE_MAX:
+            self.reading(False, why="queue")
+        if self.serving is None:
+            self.serving = asyncio.get_running_loop().create_task(self._serve())
+
+    def on_body(self, body: bytes) -> None:
+        if self._body is not None and not self._lingering:
+            self._body.feed(body)
+
+    def on_message_complete(self) -> None:
+        if self._body is not None:
+            self._body.feed_eof()
+            self._body = None
+        if self._lingering:
+            self.force_close()  # the unread body is over: the answer was sent before it
+
+    # -- what a request and its answer ask of the connection (messages.Connection)
+    def send(self, data: bytes) -> None:
+        if self._lost or self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+        self._sent += len(data)
+        self.transport.write(data)
+
+    async def drain(self) -> None:
+        if self._lost:
+            raise ConnectionResetError("the client closed the connection")
+        if self._writable is not None and not self._writable.done():
+            await asyncio.shield(self._writable)
+
+    def reading(self, on: bool, why: str = "body") -> None:
+        if self.transport is None or self._lost:
+            return
+        was = any(self._paused.values())
+        self._paused[why] = not on
+        now = any(self._paused.values())
+        if now and not was:
+            self.transport.pause_reading()
+        elif was and not now:
+            self.transport.resume_reading()
+
+    def continue_once(self) -> None:
+        """The handler waits for the body: a client that asked ``Expect: 100-continue``
+        is told to send it (once; not at all when the answer comes without it)."""
+        if self._expects is not None and self._queue and self._queue[0] is self._expects:
+            self._expects = None
+            if self.transport is not None and not self._lost:
+                self.transport.write(CONTINUE)  # not the answer: _sent stays
+
+    def keeps_alive(self, request: Request) -> bool:
+        """Whether ``request``'s answer may leave its connection open."""
+        return self._keep.get(request, False) and not self._server.draining
+
+    # -- answering
+    async def _serve(self) -> None:
+        try:
+            while self._queue:
+                request = self._queue[0]
+                expect = request.headers.get("Expect", "").lower() == "100-continue"
+                self._expects = request if expect else None
+                keep = await self._answer(request)
+                self._queue.popleft()
+                self._keep.pop(request, None)
+                if len(self._queue) < PIPELINE_MAX:
+                    self.reading(True, why="queue")
+                if not keep:
+                    self._end(request)
+                    return
+        except asyncio.CancelledError:
+            self.force_close()  # the client went away, or the gateway is cut
+        finally:
+            self.serving = None
+        if not self._lost and self._idle_timer is None:
+            self._idle_timer = self._later(IDLE_TIMEOUT, self._idle_too_long)
+
+    async def _answer(self, request: Request) -> bool:
+        """Answer ``request``; whether its connection may carry the next one."""
+        self._sent = 0
+        try:
+            answer = await self._server.handler(request)
+        except ConnectionError:
+            return False
+        except Exception as exc:
+            log.error("gateway request failed", error=type(exc).__name__, exc_info=exc)
+            if self._sent:  # a byte of its answer went out: no other answer can follow
+                return False
+            answer = error(500, "the gateway failed to handle the request", "internal_error")
+            answer.force_close()
+        try:
+            if not answer.prepared:
+                await answer.prepare(request)
+            await answer.write_eof()
+        except ConnectionError:
+            return False
+        return answer.keep_alive and self.keeps_alive(request)
+
+    def _end(self, request: Request) -> None:
+        """No request follows on this connection: close it, once the client sent what it
+        was sending of the last request's body (read and dropped, up to ``LINGER`` s)."""
+        if request.content.is_eof() or self._lost:
+            self.force_close()
+            return
+        self._lingering = True
+        self.reading(True, why="body")
+        self.reading(True, why="queue")
+        self._later(LINGER, self.force_close)
+
+    def _unreadable(self, exc: Exception) -> None:
+        """The bytes are not HTTP the gateway reads: a 400 that quotes none of them, a
+        quiet line, and the close (after the answer in progress, if one is)."""
+        self._stop_header_timer()
+        why = _problem(exc)
+        quiet(f"malformed request: {why}", self._server.throttle, peer=str(self._remote))
+        if self.transport is None or self._lost:
+            return
+        self.reading(False, why="queue")
+        if self.serving is not None:
+            self._keep = dict.fromkeys(self._keep, False)  # the answer in progress ends it
+            return
+        answer = error(400, why, "malformed_request")
+        head = answer.body  # a response written by hand: there is no request to answer
+        self.send(
+            b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n%b" % (len(head), head)
+        )
+        self.force_close()
+
+    # -- timers
+    def _later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(delay, callback)
 
     def _stop_header_timer(self) -> None:
         if self._header_timer is not None:
@@ -167,37 +437,26 @@ class Protocol(Handler):
 
     def _headers_late(self) -> None:
         self._header_timer = None
-        if self.idle() and self.transport is not None:
-            quiet("request headers incomplete in time; connection closed", self._throttle)
+        if self.idle():
+            quiet("request headers incomplete in time; connection closed", self._server.throttle)
             self.force_close()
+        else:  # a request read ahead of an answer in progress: its deadline waits for it
+            self._header_timer = self._later(HEADER_TIMEOUT, self._headers_late)
 
-    def handle_error(
-        self,
-        request: Any,
-        status: int = 500,
-        exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> web.StreamResponse:
-        """The answer to a request that failed outside its handler, or with an exception
-        no handler caught: an OpenAI body; only the latter is logged as an error."""
-        if status == 500 and exc is not None and not isinstance(exc, ConnectionError):
-            log.error("gateway request failed", error=type(exc).__name__, exc_info=exc)
-            why, code = "the gateway failed to handle the request", "internal_error"
-        elif status == 504:
-            why, code = "the request took too long", "timeout"
-        else:
-            why, code = _problem(exc), "malformed_request"
-            quiet(f"malformed request: {why}", self._throttle, peer=str(request.remote))
-        if answer_begun(request):
-            raise ConnectionError("the answer had begun: no error answer can follow")
-        answer = error(status, why, code)
-        answer.force_close()
-        return answer
+    def _idle_too_long(self) -> None:
+        self._idle_timer = None
+        if self.idle() and not self._parsing:
+            self.force_close()
 
 
 def _problem(exc: BaseException | None) -> str:
+    cause = exc.__context__ if isinstance(exc, httptools.HttpParserCallbackError) else exc
     for kind, words in PROBLEMS:
-        if isinstance(exc, kind):
+        if isinstance(cause, kind):
+            return words
+    said = str(exc).lower()
+    for word, words in REASON_WORDS:
+        if word in said:
             return words
     return "the request is not HTTP/1.1 the gateway can read"
 
@@ -207,14 +466,6 @@ def quiet(event: str, throttle: Throttle, **fields: str) -> None:
     held = throttle.allow(event)
     if held is not None:
         log.info(event, **fields, **({"similar_left_out": str(held)} if held else {}))
-
-
-def factory(
-    server: web.Server, loop: asyncio.AbstractEventLoop, connections: Connections
-) -> Callable[[], Protocol]:
-    """The protocol factory for ``loop.create_server``: one throttle for all connections."""
-    throttle = Throttle()
-    return lambda: Protocol(server, loop=loop, connections=connections, throttle=throttle)
 
 
 LoopHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]

@@ -76,6 +76,15 @@ class _Connection:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.writer.close()
+            # asyncio keeps how the connection ended in a future of its own; one that
+            # holds an error (a reset) and is collected in a cycle before its protocol is
+            # logged "Future exception was never retrieved". Waiting for the close reads it.
+            asyncio.ensure_future(self.writer.wait_closed()).add_done_callback(_read_out)
+
+
+def _read_out(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class Upstream:

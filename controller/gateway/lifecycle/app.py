@@ -1,4 +1,4 @@
-"""The gateway: an aiohttp server on its own thread and event loop.
+"""The gateway: its HTTP server (http/server.py) on its own thread and event loop.
 
 It runs in a gateway process of its own (``process.py``: records from the state dir,
 the listening socket handed over between processes) and, for tests, in process:
@@ -21,7 +21,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from controller.errors import ConfigError
 from controller.gateway.accounting import keys as keys_mod
@@ -29,12 +28,7 @@ from controller.gateway.accounting import requestlog, tracing
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.requestlog import RequestLog
 from controller.gateway.http.quiet import Throttle, install
-from controller.gateway.http.server import (
-    Connections,
-    connection_cap,
-    exception_handler,
-    factory,
-)
+from controller.gateway.http.server import Connections, Server, connection_cap, exception_handler
 from controller.gateway.http.upstream import Upstream
 from controller.gateway.lifecycle.listener import bind, close_listener
 from controller.gateway.lifecycle.tls import Tls, TlsError
@@ -54,8 +48,8 @@ from controller.logsetup import get_logger
 log = get_logger("reconcile")
 
 START_WAIT = 10.0
-CUT_WAIT = 1.0  # seconds the runner's shutdown gives what is left once the drain is over
-BACKLOG = 128  # aiohttp's default
+CUT_WAIT = 1.0  # seconds the handlers left once the drain is over get before they are cut
+BACKLOG = 128  # connections the kernel holds for accept()
 # The event loop: uvloop's (a plain dependency since issue 41: asyncio's own loop left the
 # gateway at about half nginx's throughput), asyncio's own where it cannot be imported (a
 # platform without a wheel). uvloop (libuv underneath, the loop uvicorn uses) cuts the
@@ -99,7 +93,8 @@ class Gateway:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._failed: BaseException | None = None
-        self._runner: web.AppRunner | None = None
+        self._server: Server | None = None
+        self._beside = contextlib.AsyncExitStack()  # Front.running(), while the server runs
         self._upstream: Upstream | None = None
         self._listener: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -247,25 +242,20 @@ class Gateway:
             waiting_every=s.waiting_comment,
             tracing=self.tracing,
         )
-        # handler_cancellation: a client that goes away cancels its handler (and upstream).
-        app = self.front.app()
-        Page(s, self.metrics, lambda: self.keys, request_pass).install(app)  # GET /ui
-        Hooks(s.state_dir, request_pass).install(app)  # POST /hooks/git
-        self._runner = web.AppRunner(
-            app,
-            handler_cancellation=True,
-            access_log=None,
-            shutdown_timeout=CUT_WAIT,  # the drain (_close) waited for the requests first
-        )
-        await self._runner.setup()
-        assert self._runner.server is not None
-        protocols = factory(self._runner.server, self.loop, connections)
+        front = self.front
+        Page(s, self.metrics, lambda: self.keys, request_pass).install(front.routes, front.beside)
+        Hooks(s.state_dir, request_pass).install(front.routes)  # POST /hooks/git
+        self._server = server = Server(front.handle, connections, s.max_body)
         try:
+            for running in front.running():
+                await self._beside.enter_async_context(contextlib.asynccontextmanager(running)())
             listening = sock if sock is not None else bind(s.host, s.port, BACKLOG)
             context = self.tls.context if self.tls is not None else None
-            self._listener = await self.loop.create_server(protocols, sock=listening, ssl=context)
+            self._listener = await self.loop.create_server(
+                server.protocol, sock=listening, ssl=context
+            )
         except BaseException:
-            await self._runner.cleanup()
+            await self._beside.aclose()
             await session.close()
             await upstream.close()
             raise
@@ -277,16 +267,17 @@ class Gateway:
 
     async def _close(self) -> None:
         await self._stop_listening()
-        if self.front is not None:
-            self.front.draining = True  # each answer from now on says Connection: close
+        if self._server is not None:
+            self._server.draining = True  # each answer from now on says Connection: close
         # Connections end between requests only (server.Connections.drain): closing one the
         # kernel accepted whose request is not read yet would reset that request. The
         # heartbeat and the records watch run on meanwhile: an OnDemand request in flight
         # stays wanted, a drain is heard.
         if self._connections is not None:
             await self._connections.drain(self.settings.drain_grace)
-        if self._runner is not None:
-            await self._runner.cleanup()  # what is left past the grace is cut
+        if self._server is not None:
+            await self._server.cut(CUT_WAIT)  # what is left past the grace is cut
+        await self._beside.aclose()
         probes = self.front.forwarder.tasks() if self.front else []
         for task in [*self._tasks, *probes]:
             task.cancel()

@@ -18,9 +18,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
-
 from controller.gateway.http.answers import error
+from controller.gateway.http.messages import BodyTooLarge, Request, Response
 from controller.gateway.surface import upload
 from controller.gateway.surface.upload import Upload
 
@@ -32,7 +31,7 @@ _RAW = -zlib.MAX_WBITS
 CODINGS = {"gzip": (_GZIP,), "x-gzip": (_GZIP,), "deflate": (_ZLIB, _RAW)}
 
 
-def held(request: web.Request, limit: int) -> int:
+def held(request: Request, limit: int) -> int:
     """The bytes a request's body may take while it is held: its length, else (chunked,
     encoded) as much as --max-body lets it grow; a multipart upload's scanned head."""
     if not request.body_exists:
@@ -47,22 +46,22 @@ def held(request: web.Request, limit: int) -> int:
 
 
 async def read(
-    request: web.Request, limit: int
-) -> tuple[bytes | Upload, dict[str, Any], str | None] | web.Response:
+    request: Request, limit: int
+) -> tuple[bytes | Upload, dict[str, Any], str | None] | Response:
     """The body (bytes, or a multipart upload to stream), its JSON fields and its model."""
     mark = upload.boundary(request.headers.get("Content-Type", ""))
     if mark is not None:
         return await _upload(request, mark, limit)
     body = await _plain(request, limit)
-    if isinstance(body, web.Response):
+    if isinstance(body, Response):
         return body
     fields = _fields(body)  # parsed once: the model, and the session's `user`
     return body, fields, _model(fields)
 
 
 async def _upload(
-    request: web.Request, mark: bytes, limit: int
-) -> tuple[Upload, dict[str, Any], str] | web.Response:
+    request: Request, mark: bytes, limit: int
+) -> tuple[Upload, dict[str, Any], str] | Response:
     """A multipart form: read up to its ``model`` field, the rest is streamed on."""
     if request.content_length is not None and request.content_length > limit:
         return _too_large(limit)
@@ -86,7 +85,7 @@ async def _upload(
     return body, {}, found.model
 
 
-async def _plain(request: web.Request, limit: int) -> bytes | web.Response:
+async def _plain(request: Request, limit: int) -> bytes | Response:
     """The plain body (its Content-Encoding undone: ``decode``), or the error to answer."""
     if request.content_length is not None and request.content_length > limit:
         return _too_large(limit)
@@ -96,7 +95,7 @@ async def _plain(request: web.Request, limit: int) -> bytes | web.Response:
         else:
             async with asyncio.timeout(BODY_TIMEOUT):
                 raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
+    except BodyTooLarge:
         return _too_large(limit)
     except TimeoutError:
         why = f"the request body did not arrive within {BODY_TIMEOUT:g} seconds"
@@ -107,12 +106,12 @@ async def _plain(request: web.Request, limit: int) -> bytes | web.Response:
     return plain
 
 
-def _closing(answer: web.Response) -> web.Response:
+def _closing(answer: Response) -> Response:
     answer.force_close()  # what is left of the body is not read
     return answer
 
 
-def _too_large(limit: int) -> web.Response:
+def _too_large(limit: int) -> Response:
     why = f"the request body is larger than the gateway's limit of {limit} bytes (--max-body)"
     return error(413, why, "request_too_large")
 

@@ -13,13 +13,12 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
-
 from controller.gateway.accounting.inflight import InflightCounts
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.tracing import Tracing
 from controller.gateway.accounting.usage import Meter
 from controller.gateway.http.answers import error
+from controller.gateway.http.messages import Request, Response, StreamResponse
 from controller.gateway.http.upstream import Upstream
 from controller.gateway.routing import readiness
 from controller.gateway.routing.activation import Demand
@@ -87,7 +86,7 @@ class Forwarder:
         body: bytes | Upload,
         fields: dict[str, Any],
         tried: tuple[str, ...],
-    ) -> tuple[str, web.StreamResponse]:
+    ) -> tuple[str, StreamResponse]:
         """Serve the request with the last model of ``tried``, else with the first of its
         fallbacks (none already tried: no loop) that can take it."""
         model = tried[-1]
@@ -126,7 +125,7 @@ class Forwarder:
         tried: tuple[str, ...],
         onward: list[str],
         why: str,
-    ) -> tuple[str, web.StreamResponse]:
+    ) -> tuple[str, StreamResponse]:
         """``tried[-1]`` cannot take the request (``why``): its first fallback serves it
         (or, failing that too, that one's own fallbacks). Each one taken is counted and
         journalled."""
@@ -145,7 +144,7 @@ class Forwarder:
 
     async def _forward(
         self, incoming: Incoming, body: bytes | Upload, want: Ask
-    ) -> tuple[str, web.StreamResponse]:
+    ) -> tuple[str, StreamResponse]:
         """The deployment that answered (or the pool's label) and its answer."""
         sleepers = self.table.on_demand(want.pool)  # a request for the pool wants them all
         turns = self.turns
@@ -188,7 +187,7 @@ class Forwarder:
             if sleepers and turns is not None:
                 turns.leave(sleepers, aged)
 
-    def _not_ready(self, want: Ask) -> web.Response:
+    def _not_ready(self, want: Ask) -> Response:
         ejected = self.table.ejected(want.pool)
         if ejected is not None:
             why = (
@@ -206,7 +205,7 @@ class Forwarder:
 
     async def _send_once_more(
         self, incoming: Incoming, body: bytes | Upload, want: Ask, target: Target
-    ) -> web.StreamResponse:
+    ) -> StreamResponse:
         """Send; an engine that dropped the connection before any byte of its answer gets
         the request once more on the same instance, on a new connection: a kept-alive
         connection the engine closed just as it was reused (llama.cpp's server closes one
@@ -254,7 +253,7 @@ class Forwarder:
 
     async def _send(
         self, incoming: Incoming, body: bytes | Upload, target: Target, *, fresh: bool = False
-    ) -> web.StreamResponse:
+    ) -> StreamResponse:
         """Forward, counted per engine: a retiring instance is stopped only once it is 0,
         and the balancer sends the next request to the least loaded."""
         # No await between the table's answer and this count: retire() sees every request,
@@ -287,7 +286,7 @@ class Forwarder:
 
     async def _call(
         self, incoming: Incoming, body: bytes | Upload, target: Target, fresh: bool
-    ) -> web.StreamResponse:
+    ) -> StreamResponse:
         """One call to an engine; with traces on, in a span whose context the engine gets
         as ``traceparent`` (tracing.py)."""
         settle = incoming.waiting.settle if incoming.waiting is not None else None
@@ -349,7 +348,7 @@ class Ask:
 class Incoming:
     """A request to forward and the one path (normalised) and query it goes on with."""
 
-    request: web.Request
+    request: Request
     path: str
     query: str
     meter: Meter  # its timings and token counts (usage.py)
@@ -363,12 +362,12 @@ def _may_resend(exc: UpstreamFailed, body: bytes | Upload) -> bool:
     return exc.retry and not (isinstance(body, Upload) and body.started)
 
 
-def _upstream_error(name: str) -> web.Response:
+def _upstream_error(name: str) -> Response:
     why = f"the engine of {name!r} closed the connection before answering; retry later"
     return error(502, why, "upstream_error")
 
 
-def _session(request: web.Request, fields: dict[str, Any]) -> str | None:
+def _session(request: Request, fields: dict[str, Any]) -> str | None:
     """The session key: the ``x-session-id`` header, else the OpenAI ``user`` field."""
     header = request.headers.get(SESSION_HEADER)
     if header:

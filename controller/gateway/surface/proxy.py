@@ -18,12 +18,11 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 
-from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from controller.gateway.accounting.usage import Meter, StreamUsage, from_json
-from controller.gateway.http.aiohttp_internals import close_connection
 from controller.gateway.http.answers import body as error_body
+from controller.gateway.http.messages import Request, Response, StreamResponse
 from controller.gateway.http.upstream import Answer, Dropped, Malformed, Unreached, Upstream
 from controller.gateway.routing.table import Target
 from controller.gateway.surface.upload import TooLarge, Upload
@@ -92,7 +91,7 @@ def _headers(
 
 async def forward(
     upstream_client: Upstream,
-    request: web.Request,
+    request: Request,
     body: bytes | Upload,
     target: Target,
     path: str,
@@ -100,10 +99,10 @@ async def forward(
     meter: Meter,
     *,
     strip_keys: bool,
-    settle: Callable[[], Awaitable[web.StreamResponse | None]] | None = None,
+    settle: Callable[[], Awaitable[StreamResponse | None]] | None = None,
     inject: Callable[[MutableMapping[str, str]], None] | None = None,
     fresh: bool = False,
-) -> web.StreamResponse:
+) -> StreamResponse:
     """``path``: the normalised path and query (``http/paths.py``), the only one sent on.
 
     ``settle``: called once the engine's answer has begun (its head came); it stops the
@@ -150,7 +149,7 @@ async def forward(
             meter.answered()
             if upstream.status < 300:
                 from_json(data, meter)
-            whole = web.Response(status=upstream.status, reason=upstream.reason, body=data)
+            whole = Response(status=upstream.status, reason=upstream.reason, body=data)
             whole.headers.extend(_headers(upstream.headers))
             whole.headers[SERVED_BY] = target.deployment
             return whole
@@ -158,12 +157,12 @@ async def forward(
 
 
 async def _into_begun(
-    request: web.Request,
-    begun: web.StreamResponse,
+    request: Request,
+    begun: StreamResponse,
     upstream: Answer,
     target: Target,
     meter: Meter,
-) -> web.StreamResponse:
+) -> StreamResponse:
     """The engine's answer into a stream already begun (200, event-stream) for waiting
     comments: an event stream goes on as it comes; anything else (an engine's error) can no
     longer be its status, so it becomes the stream's last event, an OpenAI error body."""
@@ -181,7 +180,7 @@ async def _into_begun(
     return begun
 
 
-async def end_with_error(begun: web.StreamResponse, body: object) -> None:
+async def end_with_error(begun: StreamResponse, body: object) -> None:
     """A begun event stream's last event: an error body (its status is sent already)."""
     with contextlib.suppress(ConnectionError):
         await begun.write(f"data: {json.dumps(body)}\n\n".encode())
@@ -189,9 +188,9 @@ async def end_with_error(begun: web.StreamResponse, body: object) -> None:
 
 
 async def _stream(
-    request: web.Request, upstream: Answer, target: Target, meter: Meter
-) -> web.StreamResponse:
-    response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+    request: Request, upstream: Answer, target: Target, meter: Meter
+) -> StreamResponse:
+    response = StreamResponse(status=upstream.status, reason=upstream.reason)
     response.headers.extend(_headers(upstream.headers))
     response.headers[SERVED_BY] = target.deployment
     kind = upstream.headers.get("Content-Type", "")
@@ -202,12 +201,12 @@ async def _stream(
 
 
 async def _pump(
-    request: web.Request,
-    response: web.StreamResponse,
+    request: Request,
+    response: StreamResponse,
     upstream: Answer,
     target: Target,
     meter: Meter,
-) -> web.StreamResponse:
+) -> StreamResponse:
     """The engine's body into ``response`` (prepared here if it is not yet)."""
     kind = upstream.headers.get("Content-Type", "")
     sse = StreamUsage(meter) if kind.startswith("text/event-stream") else None
@@ -247,8 +246,8 @@ async def _chunks(upstream: Answer) -> AsyncIterator[bytes]:
 
 
 async def _cut(
-    request: web.Request,
-    response: web.StreamResponse,
+    request: Request,
+    response: StreamResponse,
     upstream: Answer,
     target: Target,
     exc: BaseException,
@@ -266,7 +265,7 @@ async def _cut(
             return
     except ConnectionError:
         return
-    close_connection(request)
+    request.protocol.force_close()  # the client sees the answer cut off
 
 
 def _said(exc: BaseException) -> str:

@@ -13,13 +13,11 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-from aiohttp import web
-from aiohttp.typedefs import Handler
 
 from controller.core.manifest.listen import host_refusal
 from controller.gateway.accounting import requestlog, usage
@@ -33,6 +31,8 @@ from controller.gateway.accounting.tracing import Tracing
 from controller.gateway.accounting.usage import Meter
 from controller.gateway.http import paths
 from controller.gateway.http.answers import error
+from controller.gateway.http.messages import Request, Response, StreamResponse, json_response
+from controller.gateway.http.router import Router
 from controller.gateway.routing.concurrency import Bodies
 from controller.gateway.routing.table import FIRST_PASS_WAIT, Table
 from controller.gateway.settings import WAITING_EVERY
@@ -62,48 +62,31 @@ class Front:
     keys: Keys | None = None
     # Bound to loopback: without keys, only a loopback Host is answered (DNS rebinding).
     loopback_only: bool = False
-    draining: bool = False  # the listener is closed: each answer ends its connection
     _quota: Quota | None = None  # the key file's limits (rpm=, tpm=), built on first use
     requests: RequestLog | None = None  # <state>/gateway/requests.jsonl (requestlog.py)
     waiting_every: float = WAITING_EVERY  # seconds between a held stream's comments
     tracing: Tracing = field(default_factory=Tracing)  # traces (tracing.py): none by default
+    routes: Router = field(default_factory=Router)  # fixed routes, found before the rest
+    beside: list[Callable[[], AsyncIterator[None]]] = field(default_factory=list)  # running()
 
-    def app(self) -> web.Application:
-        @web.middleware
-        async def loopback_host_only(request: web.Request, handler: Handler) -> web.StreamResponse:
-            return await self._loopback_host_only(request, handler)
-
-        middlewares = [_openai_errors, loopback_host_only]
-        app = web.Application(client_max_size=self.max_body, middlewares=middlewares)
-        # One route: the path is normalised first, then routed here (never by its raw form).
-        app.router.add_route("*", "/{tail:.*}", self.dispatch)
-        app.cleanup_ctx.append(self._writing_load)
-        app.cleanup_ctx.append(self._reading_engines)
-        app.on_response_prepare.append(self._closing_when_draining)
-        return app
-
-    async def _loopback_host_only(
-        self, request: web.Request, handler: Handler
-    ) -> web.StreamResponse:
-        """A keyless gateway on loopback answers a loopback ``Host`` only, on every path:
-        a web page whose name was rebound to 127.0.0.1 neither reads a model list nor
-        starts an engine (the page's routes are on this app too)."""
+    async def handle(self, request: Request) -> StreamResponse:
+        """Every request's way in (server.py's handler)."""
+        if request.method == "CONNECT":  # its target is host:port, which no route matches
+            return _not_allowed(request.method, request.raw_path, PROXIED_METHODS)
         if self.keys is None and self.loopback_only:
+            # A keyless gateway on loopback answers a loopback ``Host`` only, on every
+            # path: a web page whose name was rebound to 127.0.0.1 neither reads a model
+            # list nor starts an engine (the page's routes are on this server too).
             refused = _host_refusal(request.headers.get("Host"))
             if refused is not None:
                 return error(403, refused, "forbidden")
-        return await handler(request)
+        return await self.dispatch(request)
 
-    async def _closing_when_draining(
-        self, request: web.Request, answer: web.StreamResponse
-    ) -> None:
-        """A draining gateway's answers say ``Connection: close``: a kept-alive client
-        opens its next connection to the successor instead of racing our close."""
-        if self.draining:
-            answer.force_close()
-            answer.headers["Connection"] = "close"
+    def running(self) -> list[Callable[[], AsyncIterator[None]]]:
+        """What runs beside the server, from its start until its requests are drained."""
+        return [self._writing_load, self._reading_engines, *self.beside]
 
-    async def _writing_load(self, app: web.Application) -> AsyncIterator[None]:
+    async def _writing_load(self) -> AsyncIterator[None]:
         """The in-flight figures' writer, from start-up until the server is shut down
         (after the requests in flight have drained)."""
         task = asyncio.create_task(InflightWriter(self.state_dir, self.forwarder.load).run())
@@ -112,7 +95,7 @@ class Front:
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-    async def _reading_engines(self, app: web.Application) -> AsyncIterator[None]:
+    async def _reading_engines(self) -> AsyncIterator[None]:
         """The engines' own /metrics, read every few seconds while the server runs."""
         figures = EngineFigures(self.state_dir)
         await asyncio.get_running_loop().run_in_executor(None, figures.prune)
@@ -131,7 +114,7 @@ class Front:
             await task
         figures.forget()
 
-    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+    async def dispatch(self, request: Request) -> StreamResponse:
         raw, query = paths.split(request.raw_path)
         path = paths.normalise(raw)
         if path is None:
@@ -140,6 +123,9 @@ class Front:
         if raw.startswith(ROUTED) and not paths.within(path, ROUTED):
             why = f"the request path leaves {ROUTED} once its dot segments are resolved"
             return error(400, why, "invalid_path")
+        fixed = self.routes.resolve(request, path)  # the web page's, the webhook's
+        if fixed is not None:
+            return await fixed(request)
         own = {"/healthz": self.healthz, "/v1/models": self.models}.get(path)
         if own is None and paths.within(path, MODELS):
             own = self.model
@@ -155,10 +141,10 @@ class Front:
             return _not_allowed(request.method, path, PROXIED_METHODS)
         return await self.proxied(request, path, query)
 
-    async def healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+    async def healthz(self, request: Request) -> Response:
+        return json_response({"status": "ok"})
 
-    def _key(self, request: web.Request) -> str | web.Response:
+    def _key(self, request: Request) -> str | Response:
         """The caller's key label ("-" when keys are off), or the 401 to answer."""
         if self.keys is None:
             return "-"
@@ -173,9 +159,9 @@ class Front:
             )
         return found
 
-    async def models(self, request: web.Request) -> web.Response:
+    async def models(self, request: Request) -> Response:
         key = self._key(request)
-        if isinstance(key, web.Response):
+        if isinstance(key, Response):
             return key
         await self.table.first_pass(FIRST_PASS_WAIT)
         # Each name once, a pool's too (owned by all its deployments).
@@ -183,12 +169,12 @@ class Front:
             {"id": name, "object": "model", "created": 0, "owned_by": ",".join(pool)}
             for name, pool in sorted(self.table.pools.items())
         ]
-        return web.json_response({"object": "list", "data": data})
+        return json_response({"object": "list", "data": data})
 
-    async def model(self, request: web.Request) -> web.Response:
+    async def model(self, request: Request) -> Response:
         """One model as ``/v1/models`` lists it, or a 404 naming what exists."""
         key = self._key(request)
-        if isinstance(key, web.Response):
+        if isinstance(key, Response):
             return key
         name = paths.normalise(paths.split(request.raw_path)[0]) or ""
         name = name[len(MODELS) :]
@@ -198,12 +184,12 @@ class Front:
             why = f"the model {name!r} does not exist (routable names: {known})"
             return error(404, why, "model_not_found")
         owner = ",".join(self.table.pools[name])
-        return web.json_response({"id": name, "object": "model", "created": 0, "owned_by": owner})
+        return json_response({"id": name, "object": "model", "created": 0, "owned_by": owner})
 
-    async def proxied(self, request: web.Request, path: str, query: str) -> web.StreamResponse:
+    async def proxied(self, request: Request, path: str, query: str) -> StreamResponse:
         meter = Meter()
         key = self._key(request)
-        if isinstance(key, web.Response):
+        if isinstance(key, Response):
             self.metrics.done("-", "-", key.status, time.monotonic() - meter.started)
             self._log("-", "-", key.status, meter)
             return key
@@ -236,7 +222,7 @@ class Front:
             attrs["reconcile.instance"] = meter.instance
         self.tracing.note(attrs, failed=status >= 500)
 
-    def _over(self, key: str) -> web.Response | None:
+    def _over(self, key: str) -> Response | None:
         """The 429 of a key past its limits in the key file (quota.py), else None."""
         if self.keys is None or not self.keys.limits:
             return None
@@ -265,7 +251,7 @@ class Front:
         if used is not None and self._quota is not None:
             self._quota.spend(key, used.total)
 
-    async def _route(self, incoming: Incoming, key: str) -> tuple[str, web.StreamResponse]:
+    async def _route(self, incoming: Incoming, key: str) -> tuple[str, StreamResponse]:
         # The body's bytes are reserved before any is read, and held until the answer ends.
         size = bodies.held(incoming.request, self.max_body)
         if not await self.bodies.take(size):
@@ -279,9 +265,9 @@ class Front:
         finally:
             self.bodies.give(size)
 
-    async def _route_held(self, incoming: Incoming, key: str) -> tuple[str, web.StreamResponse]:
+    async def _route_held(self, incoming: Incoming, key: str) -> tuple[str, StreamResponse]:
         parsed = await bodies.read(incoming.request, self.max_body)
-        if isinstance(parsed, web.Response):
+        if isinstance(parsed, Response):
             return "-", parsed
         body, fields, model = parsed
         incoming.meter.model = model
@@ -304,7 +290,7 @@ class Front:
             incoming.request, label, lambda: self.table.phases(model), self.waiting_every
         )
         incoming.waiting = waiting
-        answered: web.StreamResponse | None = None
+        answered: StreamResponse | None = None
         try:
             deployment, answered = await self.forwarder.serve(incoming, body, fields, (model,))
             return deployment, await waiting.answer(answered)
@@ -313,25 +299,11 @@ class Front:
                 await waiting.settle()
 
 
-@web.middleware
-async def _openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """What aiohttp would answer in plain text itself (a target no route takes, such
-    as ``*``) as an OpenAI error body."""
-    if request.method == "CONNECT":  # its target is host:port, which no route matches
-        return _not_allowed(request.method, request.raw_path, PROXIED_METHODS)
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return error(exc.status, exc.reason, "invalid_request")
-
-
 # A client sends the same Host on every request: its verdict (an IP parse and a URL split,
 # 1.8% of a profile at 32 clients) is kept, for this many Host values at most.
 _host_refusal = functools.lru_cache(maxsize=256)(host_refusal)
 
 
-def _not_allowed(method: str, path: str, allowed: tuple[str, ...]) -> web.Response:
+def _not_allowed(method: str, path: str, allowed: tuple[str, ...]) -> Response:
     why = f"method {method} is not allowed on {path} (allowed: {', '.join(allowed)})"
     return error(405, why, "method_not_allowed", allow=allowed)

@@ -13,7 +13,7 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from aiohttp import StreamReader
+from controller.gateway.http.messages import Body
 
 SCAN_MAX = 1024 * 1024  # bytes read at most to find the model field
 MODEL_MAX = 512  # characters of a model name
@@ -73,7 +73,7 @@ class Upload:
     """A request body being streamed on: the bytes read to find the model, then the rest."""
 
     head: bytes
-    rest: StreamReader
+    rest: Body
     length: int | None  # the client's Content-Length (sent on, so the engine sees a size)
     limit: int
     started: bool = False  # once the engine has had a byte, the body cannot be sent again
@@ -90,7 +90,7 @@ class Upload:
             yield chunk
 
 
-async def read_head(content: StreamReader, mark: bytes) -> tuple[bytes, Scan]:
+async def read_head(content: Body, mark: bytes) -> tuple[bytes, Scan]:
     """Read until the model field is complete (or the body ends, or ``SCAN_MAX``)."""
     head = bytearray()
     while True:

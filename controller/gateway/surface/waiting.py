@@ -18,9 +18,8 @@ import json
 import time
 from collections.abc import Callable
 
-from aiohttp import web
-
 from controller.gateway.http.answers import body as error_body
+from controller.gateway.http.messages import Request, Response, StreamResponse
 from controller.gateway.surface.proxy import SERVED_BY, end_with_error
 
 
@@ -31,16 +30,14 @@ def wants_stream(fields: dict[str, object]) -> bool:
 class Waiting:
     """The comments of one request; ``settle`` stops them and gives the begun stream."""
 
-    def __init__(
-        self, request: web.Request, name: str, phase: Callable[[], str], every: float
-    ) -> None:
+    def __init__(self, request: Request, name: str, phase: Callable[[], str], every: float) -> None:
         self._request = request
         self._name = name
         self._phase = phase
         self._every = every
         self._began = time.monotonic()
         self._stop = asyncio.Event()
-        self.response: web.StreamResponse | None = None
+        self.response: StreamResponse | None = None
         self._task = asyncio.get_running_loop().create_task(self._tick())
 
     async def _tick(self) -> None:
@@ -50,7 +47,7 @@ class Waiting:
             if self._stop.is_set():
                 return
             if self.response is None:
-                response = web.StreamResponse(status=200)
+                response = StreamResponse(status=200)
                 response.headers["Content-Type"] = "text/event-stream"
                 response.headers["Cache-Control"] = "no-cache"
                 response.headers[SERVED_BY] = self._name
@@ -60,21 +57,21 @@ class Waiting:
             line = f": waiting for {self._name}: {self._phase()} {waited}s\n\n"
             await self.response.write(line.encode())
 
-    async def settle(self) -> web.StreamResponse | None:
+    async def settle(self) -> StreamResponse | None:
         """No more comments (one being written is finished); the begun stream, if any."""
         self._stop.set()
         with contextlib.suppress(ConnectionError, RuntimeError):
             await self._task
         return self.response
 
-    async def answer(self, answer: web.StreamResponse) -> web.StreamResponse:
+    async def answer(self, answer: StreamResponse) -> StreamResponse:
         """The request's answer as the client gets it: the gateway's own answer, once a
         stream was begun for comments, becomes that stream's last event."""
         begun = await self.settle()
         if begun is None or answer is begun:
             return answer
         said: object = error_body(answer.status, "the gateway could not answer", "api_error")
-        if isinstance(answer, web.Response) and isinstance(answer.body, bytes):
+        if isinstance(answer, Response) and isinstance(answer.body, bytes):
             with contextlib.suppress(ValueError):
                 said = json.loads(answer.body)
         await end_with_error(begun, said)

@@ -24,9 +24,9 @@ import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from aiohttp import web
-
 from controller.gateway.http.answers import error
+from controller.gateway.http.messages import Request, Response, json_response
+from controller.gateway.http.router import Router
 from controller.logsetup import get_logger
 from controller.store import sidefiles
 from controller.store.documents import write_atomic
@@ -44,11 +44,11 @@ class Hooks:
         self.state_dir = state_dir
         self.request_pass = request_pass
 
-    def install(self, app: web.Application) -> None:
-        """Found before the gateway's catch-all (aiohttp tries the longest prefix first)."""
-        app.router.add_post(PATH, self.hook)
+    def install(self, routes: Router) -> None:
+        """Found before the gateway's catch-all."""
+        routes.add_post(PATH, self.hook)
 
-    async def hook(self, request: web.Request) -> web.Response:
+    async def hook(self, request: Request) -> Response:
         body = await request.read()
         secret, why = self._secret()
         if secret is None:
@@ -62,7 +62,7 @@ class Hooks:
         write_atomic(state.git_fetch_now, b"webhook\n")
         self.request_pass()
         log.info("git webhook accepted: fetching now")
-        return web.json_response({"accepted": True, "fetch": "started"}, status=202)
+        return json_response({"accepted": True, "fetch": "started"}, status=202)
 
     def _secret(self) -> tuple[bytes | None, str]:
         """(the secret, "") or (None, why): no git source, no file, a file others read."""

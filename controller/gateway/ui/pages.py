@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from aiohttp import web
-
 from controller.gateway.accounting import requestlog
 from controller.gateway.accounting.keys import Keys, presented
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.http.answers import error
+from controller.gateway.http.messages import Request, Response, json_response
+from controller.gateway.http.router import Router
 from controller.gateway.settings import Settings
 from controller.gateway.ui import actions
 from controller.gateway.ui.snapshot import NodeReader
@@ -82,18 +82,18 @@ class Page:
         self.traffic = Traffic(self.metrics)
         self._files = {name: (STATIC / name).read_bytes() for name in FILES}
 
-    def install(self, app: web.Application) -> None:
-        """The routes (found before the gateway's catch-all: aiohttp tries the longest
-        path prefix first) and the traffic sampler, for the app's lifetime."""
-        app.router.add_get("/ui", self.index)
-        app.router.add_get("/ui/", self.index)
-        app.router.add_get("/ui/{file:app\\.js|style\\.css}", self.file)
-        app.router.add_get("/ui/api/state", self.state)
-        app.router.add_get("/ui/api/logs/{name}", self.logs)
-        app.router.add_post("/ui/api/{action}", self.act)
-        app.cleanup_ctx.append(self._sampling)
+    def install(self, routes: Router, beside: list[Callable[[], AsyncIterator[None]]]) -> None:
+        """The routes (found before the gateway's catch-all) and the traffic sampler,
+        which runs as long as the server does."""
+        routes.add_get("/ui", self.index)
+        routes.add_get("/ui/", self.index)
+        routes.add_get("/ui/{file:app\\.js|style\\.css}", self.file)
+        routes.add_get("/ui/api/state", self.state)
+        routes.add_get("/ui/api/logs/{name}", self.logs)
+        routes.add_post("/ui/api/{action}", self.act)
+        beside.append(self._sampling)
 
-    async def _sampling(self, app: web.Application) -> AsyncIterator[None]:
+    async def _sampling(self) -> AsyncIterator[None]:
         task = asyncio.create_task(self.traffic.run())
         yield
         task.cancel()
@@ -102,20 +102,20 @@ class Page:
 
     # -- the files ------------------------------------------------------------------
 
-    async def index(self, request: web.Request) -> web.Response:
+    async def index(self, request: Request) -> Response:
         return self._file("index.html")
 
-    async def file(self, request: web.Request) -> web.Response:
+    async def file(self, request: Request) -> Response:
         return self._file(request.match_info["file"])
 
-    def _file(self, name: str) -> web.Response:
-        return web.Response(body=self._files[name], content_type=FILES[name], headers=HEADERS)
+    def _file(self, name: str) -> Response:
+        return Response(body=self._files[name], content_type=FILES[name], headers=HEADERS)
 
     # -- the JSON --------------------------------------------------------------------
 
-    async def state(self, request: web.Request) -> web.Response:
+    async def state(self, request: Request) -> Response:
         key = self._caller(request)
-        if isinstance(key, web.Response):
+        if isinstance(key, Response):
             return key
         only = request.query.get("events") or None
         doc = await self._read(lambda: self.reader.state(only))
@@ -123,11 +123,11 @@ class Page:
         doc["traffic"] = self.traffic.as_json()
         log = requestlog.path_in(self.settings.state_dir)
         doc["requests"] = await self._read(lambda: requestlog.read_lines(log, PAGE_REQUESTS))
-        return web.json_response(doc, headers=HEADERS)
+        return json_response(doc, headers=HEADERS)
 
-    async def logs(self, request: web.Request) -> web.Response:
+    async def logs(self, request: Request) -> Response:
         key = self._caller(request)
-        if isinstance(key, web.Response):
+        if isinstance(key, Response):
             return key
         name = request.match_info["name"]
         try:
@@ -135,7 +135,7 @@ class Page:
         except ValueError:
             return error(400, f"not a deployment or instance name: {name!r}", "invalid_request")
         lines = await self._read(lambda: _tail(path, LOG_LINES))
-        return web.json_response({"name": name, "lines": lines}, headers=HEADERS)
+        return json_response({"name": name, "lines": lines}, headers=HEADERS)
 
     async def _read(self, work: Callable[[], Any]) -> Any:
         """Disk reads off the loop, one at a time (the reader keeps what it read)."""
@@ -144,9 +144,9 @@ class Page:
 
     # -- the actions -------------------------------------------------------------------
 
-    async def act(self, request: web.Request) -> web.Response:
+    async def act(self, request: Request) -> Response:
         key = self._caller(request)
-        if isinstance(key, web.Response):
+        if isinstance(key, Response):
             return key
         refused = _foreign_post(request)
         if refused is not None:
@@ -172,14 +172,14 @@ class Page:
             return error(500, f"{asked.action} failed: {exc}", "internal_error")
         log.info("web page action", action=asked.action, deployment=asked.name, key=key)
         self.request_pass()  # the daemon acts on it now, not at its next resync
-        return web.json_response({"message": said}, headers=HEADERS)
+        return json_response({"message": said}, headers=HEADERS)
 
     def _run(self, asked: actions.Asked) -> str:
         return actions.run(self.settings.state_dir, self.reader.records(), asked)
 
     # -- who asks ------------------------------------------------------------------------
 
-    def _caller(self, request: web.Request) -> str | web.Response:
+    def _caller(self, request: Request) -> str | Response:
         """The key's label ("-" without keys, for the token), or the 401 that refuses."""
         keys = self.keys()
         given = presented(request.headers.get("Authorization"), request.headers.get("x-api-key"))
@@ -204,7 +204,7 @@ class Page:
         return found
 
 
-def _foreign_post(request: web.Request) -> str | None:
+def _foreign_post(request: Request) -> str | None:
     """Why an action is refused as not the page's own (None: it is)."""
     if request.content_type != "application/json":
         return "an action is a POST with Content-Type: application/json (the page sends one)"

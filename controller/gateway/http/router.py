@@ -1,0 +1,54 @@
+"""The gateway's few fixed routes (the web page, the git webhook), found by method and
+normalised path before its catch-all (``surface/routes.py``) takes the rest.
+
+A pattern is a path whose segments may be ``{name}`` (one segment) or ``{name:regex}``;
+a request's ``match_info`` gets the named parts, percent-decoded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from urllib.parse import unquote
+
+from controller.gateway.http.messages import Request, StreamResponse
+
+Handler = Callable[[Request], Awaitable[StreamResponse]]
+_PART = re.compile(r"\{(\w+)(?::([^{}]+))?\}")
+
+
+class Router:
+    def __init__(self) -> None:
+        self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
+
+    def add_get(self, pattern: str, handler: Handler) -> None:
+        self.add("GET", pattern, handler)
+        self.add("HEAD", pattern, handler)
+
+    def add_post(self, pattern: str, handler: Handler) -> None:
+        self.add("POST", pattern, handler)
+
+    def add(self, method: str, pattern: str, handler: Handler) -> None:
+        self._routes.append((method, _compile(pattern), handler))
+
+    def resolve(self, request: Request, path: str) -> Handler | None:
+        """The handler of the route ``request`` and its normalised ``path`` match (its
+        named parts put in ``request.match_info``), or None."""
+        for method, regex, handler in self._routes:
+            if method != request.method:
+                continue
+            found = regex.fullmatch(path)
+            if found is not None:
+                request.match_info = {k: unquote(v) for k, v in found.groupdict().items()}
+                return handler
+        return None
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    out, last = [], 0
+    for part in _PART.finditer(pattern):
+        out.append(re.escape(pattern[last : part.start()]))
+        out.append(f"(?P<{part.group(1)}>{part.group(2) or '[^/]+'})")
+        last = part.end()
+    out.append(re.escape(pattern[last:]))
+    return re.compile("".join(out))
