@@ -34,9 +34,9 @@ def test_the_distribution_is_not_the_strangers_reconcile() -> None:
     assert "Apache License" in (REPO / "LICENSE").read_text()
 
 
-@pytest.mark.parametrize("name", ["aiohttp", "huggingface_hub"])
+@pytest.mark.parametrize("name", ["httptools", "huggingface_hub"])
 def test_a_library_we_reach_deep_into_is_capped_and_installed_within_it(name: str) -> None:
-    """The gateway subclasses aiohttp's private handler (gateway/http/aiohttp_internals.py); the
+    """The gateway's server is built on httptools' parser (gateway/http/server.py); the
     pull leans on huggingface_hub's dry run and error classes, which a major release may
     remove (2.0 did remove APIs): an install must not pick a release nobody has run."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())

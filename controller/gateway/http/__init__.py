@@ -1,1 +1,2 @@
-"""The HTTP server: client connections, aiohttp's internals and logs, error bodies, paths."""
+"""The HTTP server: client connections, requests and answers, fixed routes, what libraries
+may log, error bodies, paths; the requests' client to the engines."""

@@ -2,9 +2,10 @@
 
 Anyone who reaches the port decides what reaches the daemon's log. So a client's
 garbage is an info line at most a few times a window (with the count of those left
-out), never a traceback; and every line the HTTP library (aiohttp, asyncio) writes
-passes a filter that cuts credentials and key-like tokens out of its text, in case
-one of its messages quotes raw request bytes (aiohttp's parse errors do).
+out), never a traceback; and every line an HTTP library (aiohttp's client, asyncio)
+writes passes a filter that cuts credentials and key-like tokens out of its text, in
+case one of its messages quotes raw request bytes (aiohttp's parse errors did, when its
+server was the gateway's).
 """
 
 from __future__ import annotations

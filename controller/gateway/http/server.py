@@ -1,11 +1,10 @@
 """The gateway's HTTP/1.1 server: client connections read with httptools (llhttp, the
 parser Node.js uses), one request at a time per connection, answered by one handler.
 
-Ours, not aiohttp's (issue 41): the gateway's data path measured aiohttp's server at
-~60% of what the whole proxy may spend on a request, where an ``asyncio.Protocol`` on
-httptools spends what uvicorn's does (benchmarks/RESULTS.md, "The data path's floors").
-uvicorn itself has no deadline for a request's headers (its issue #157), which the
-policies below need:
+Ours, not aiohttp's (issue 41): a bare proxy on aiohttp's server and client spent 4-5x
+the CPU per request of an ``asyncio.Protocol`` on httptools, which spends what uvicorn's
+server does (benchmarks/RESULTS.md, "The data path's floors"); and uvicorn has no
+deadline for a request's headers (its issue #157), which the policies below need:
 
 - headers: a request's headers must be complete ``HEADER_TIMEOUT`` seconds after its
   first byte; a connection with no request is closed after ``IDLE_TIMEOUT`` (slowloris
@@ -190,8 +189,10 @@ class Protocol(asyncio.Protocol):
         self._body: Body | None = None  # the body of the request being parsed
         self._keep: dict[Request, bool] = {}  # the client's own keep-alive, per request
         self._expects: Request | None = None  # the request owed a 100 Continue
-        self._header_timer: asyncio.TimerHandle | None = None
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None  # the deadlines' one timer (_watch)
+        self._began = 0.0  # loop time the request being parsed began
+        self._idle_since = 0.0  # loop time the connection last became idle
         self._heard = False  # a byte of a request arrived on it
         self._parsing = False  # a request's head is being read
         self._lingering = False  # an answered request's unread body is dropped as it comes
@@ -221,14 +222,16 @@ class Protocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self._remote = str(peer[0]) if isinstance(peer, tuple) and peer else None
         self._server.connections.admit(self)
-        self._idle_timer = self._later(IDLE_TIMEOUT, self._idle_too_long)
+        self._loop = loop = asyncio.get_running_loop()
+        self._idle_since = loop.time()
+        self._timer = loop.call_at(self._idle_since + HEADER_TIMEOUT, self._watch)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._lost = True
         self._server.connections.drop(self)
-        for timer in (self._header_timer, self._idle_timer):
-            if timer is not None:
-                timer.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         gone = ConnectionResetError("the client closed the connection")
         for request in self._queue:
             request.content.fail(gone)
@@ -248,9 +251,6 @@ class Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._heard = True
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -263,9 +263,8 @@ class Protocol(asyncio.Protocol):
         self._parsing = True
         self._url.clear()
         self._headers = []
-        if self._lingering:
-            return
-        self._header_timer = self._later(HEADER_TIMEOUT, self._headers_late)
+        assert self._loop is not None
+        self._began = self._loop.time()  # the header deadline runs from here (_watch)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -279,7 +278,6 @@ class Protocol(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._parsing = False
-        self._stop_header_timer()
         parser = self._parser
         major, _, minor = parser.get_http_version().partition(".")
         headers = CIMultiDictProxy(CIMultiDict(self._headers))
@@ -349,8 +347,14 @@ class Protocol(asyncio.Protocol):
                 self.transport.write(CONTINUE)  # not the answer: _sent stays
 
     def keeps_alive(self, request: Request) -> bool:
-        """Whether ``request``'s answer may leave its connection open."""
-        return self._keep.get(request, False) and not self._server.draining
+        """Whether ``request``'s answer may leave its connection open: the client's
+        wish, the gateway not draining, and the request's body received whole (one still
+        on its way is read and dropped before the close: ``_end``)."""
+        return (
+            self._keep.get(request, False)
+            and not self._server.draining
+            and request.content.is_eof()
+        )
 
     # -- answering
     async def _serve(self) -> None:
@@ -371,8 +375,8 @@ class Protocol(asyncio.Protocol):
             self.force_close()  # the client went away, or the gateway is cut
         finally:
             self.serving = None
-        if not self._lost and self._idle_timer is None:
-            self._idle_timer = self._later(IDLE_TIMEOUT, self._idle_too_long)
+            if self._loop is not None:
+                self._idle_since = self._loop.time()
 
     async def _answer(self, request: Request) -> bool:
         """Answer ``request``; whether its connection may carry the next one."""
@@ -404,12 +408,13 @@ class Protocol(asyncio.Protocol):
         self._lingering = True
         self.reading(True, why="body")
         self.reading(True, why="queue")
-        self._later(LINGER, self.force_close)
+        assert self._loop is not None
+        self._loop.call_later(LINGER, self.force_close)
 
     def _unreadable(self, exc: Exception) -> None:
         """The bytes are not HTTP the gateway reads: a 400 that quotes none of them, a
         quiet line, and the close (after the answer in progress, if one is)."""
-        self._stop_header_timer()
+        self._parsing = False
         why = _problem(exc)
         quiet(f"malformed request: {why}", self._server.throttle, peer=str(self._remote))
         if self.transport is None or self._lost:
@@ -426,27 +431,32 @@ class Protocol(asyncio.Protocol):
         )
         self.force_close()
 
-    # -- timers
-    def _later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        return asyncio.get_running_loop().call_later(delay, callback)
-
-    def _stop_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _headers_late(self) -> None:
-        self._header_timer = None
-        if self.idle():
-            quiet("request headers incomplete in time; connection closed", self._server.throttle)
-            self.force_close()
-        else:  # a request read ahead of an answer in progress: its deadline waits for it
-            self._header_timer = self._later(HEADER_TIMEOUT, self._headers_late)
-
-    def _idle_too_long(self) -> None:
-        self._idle_timer = None
-        if self.idle() and not self._parsing:
-            self.force_close()
+    # -- the deadlines
+    def _watch(self) -> None:
+        """The connection's one timer, never set more than ``HEADER_TIMEOUT`` ahead: a
+        request's header deadline and the idle timeout are checked when it fires, and it
+        is set again for the nearer of the two (a timer made and cancelled for each of
+        them on every request was ~3% of a profile at 32 clients)."""
+        self._timer = None
+        if self._lost or self._loop is None:
+            return
+        now = self._loop.time()
+        due = now + HEADER_TIMEOUT
+        if self._parsing and not self._lingering:
+            if now >= self._began + HEADER_TIMEOUT:
+                if self.idle():
+                    late = "request headers incomplete in time; connection closed"
+                    quiet(late, self._server.throttle)
+                    self.force_close()
+                    return
+                self._began = now  # read ahead of an answer in progress: it waits for that
+            due = min(due, self._began + HEADER_TIMEOUT)
+        elif self.idle():
+            if now >= self._idle_since + IDLE_TIMEOUT:
+                self.force_close()
+                return
+            due = min(due, self._idle_since + IDLE_TIMEOUT)
+        self._timer = self._loop.call_at(due, self._watch)
 
 
 def _problem(exc: BaseException | None) -> str:

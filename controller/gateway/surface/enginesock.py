@@ -27,7 +27,8 @@ CONNECT_TIMEOUT = 5.0
 
 
 def engine_socket(addr_info: tuple[Any, ...]) -> socket.socket:
-    """aiohttp's ``socket_factory``: a TCP socket that gives up on a lost host."""
+    """The engine clients' ``socket_factory`` (upstream.py's and aiohttp's): a TCP socket that
+    gives up on a lost host."""
     family, type_, proto = addr_info[0], addr_info[1], addr_info[2]
     sock = socket.socket(family=family, type=type_, proto=proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)

@@ -30,7 +30,7 @@ from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
 
-# RFC 9110 §7.6.1 hop-by-hop fields, plus what aiohttp sets for the new connection.
+# RFC 9110 §7.6.1 hop-by-hop fields, plus what the engine client sets for its connection.
 HOP_BY_HOP = frozenset(
     {
         "connection",

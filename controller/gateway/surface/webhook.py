@@ -93,7 +93,7 @@ def read_secret(path: Path) -> tuple[bytes | None, str]:
 
 def signed(secret: bytes, body: bytes, headers: Mapping[str, str]) -> bool:
     """Whether one of the forges' signatures (or GitLab's token) matches, constant-time
-    (``headers``: aiohttp's, whose ``get`` ignores case)."""
+    (``headers``: a CIMultiDict, whose ``get`` ignores case)."""
     get = headers.get
     digest = hmac.new(secret, body, hashlib.sha256).hexdigest()
     for name in SIGNED:

@@ -1,0 +1,327 @@
+"""``gateway/http/server.py``, the gateway's own HTTP/1.1 server, on a real socket with a
+raw client (the bytes are the test's): keep-alive and pipelining, bodies chunked and
+sized, ``Expect: 100-continue``, an answer before an unread body, HEAD and HTTP/1.0,
+unreadable requests, the header deadline and the idle timeout, the connection cap, a
+client that goes away, a handler that fails, and a draining server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from controller.gateway.http import server as srv
+from controller.gateway.http.answers import error
+from controller.gateway.http.messages import Request, Response, StreamResponse, json_response
+from controller.gateway.http.server import Connections, Server
+
+Handler = Callable[[Request], Awaitable[StreamResponse]]
+END = b"\r\n\r\n"
+
+
+async def echo(request: Request) -> StreamResponse:
+    body = await request.read()
+    return json_response({"method": request.method, "path": request.raw_path, "body": len(body)})
+
+
+class Served:
+    """A server on 127.0.0.1 for the length of a test."""
+
+    def __init__(self, handler: Handler = echo, cap: int = 64, max_body: int = 1 << 20) -> None:
+        self.server = Server(handler, Connections(cap), max_body)
+        self.listener: asyncio.Server | None = None
+        self.clients: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> Served:
+        loop = asyncio.get_running_loop()
+        self.listener = await loop.create_server(self.server.protocol, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.listener is not None
+        self.listener.close()
+        for writer in self.clients:
+            writer.close()
+        await self.server.cut(0.1)
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        assert self.listener is not None
+        port = self.listener.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        self.clients.append(writer)
+        return reader, writer
+
+
+async def answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One answer: status, headers (lower-case names), body (sized or chunked)."""
+    head = (await asyncio.wait_for(reader.readuntil(END), 5)).decode("latin-1")
+    status_line, *lines = head[:-4].split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    if "content-length" in headers:
+        return int(status_line.split()[1]), headers, await reader.readexactly(
+            int(headers["content-length"])
+        )
+    body = b""
+    if headers.get("transfer-encoding") == "chunked":
+        while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
+            body += await reader.readexactly(size + 2)
+            body = body[:-2]
+        await reader.readexactly(2)
+    return int(status_line.split()[1]), headers, body
+
+
+async def closed(reader: asyncio.StreamReader, within: float = 5.0) -> bool:
+    """The server closed the connection (EOF or a reset) within ``within`` s."""
+    try:
+        return await asyncio.wait_for(reader.read(), within) == b""
+    except ConnectionError:
+        return True
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(test())
+
+
+def test_a_kept_alive_connection_carries_requests_one_after_another() -> None:
+    async def test() -> None:
+        async with Served() as s:
+            reader, writer = await s.connect()
+            for path in ("/a", "/b"):
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                status, headers, body = await answer(reader)
+                assert status == 200 and json.loads(body)["path"] == path
+                assert "connection" not in headers and "date" in headers
+            writer.close()
+
+    run(test)
+
+
+def test_pipelined_requests_are_answered_in_order() -> None:
+    async def test() -> None:
+        async with Served() as s:
+            reader, writer = await s.connect()
+            writer.write(b"".join(f"GET /{i} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for i in range(5)))
+            paths = [json.loads((await answer(reader))[2])["path"] for _ in range(5)]
+            assert paths == [f"/{i}" for i in range(5)]
+            writer.close()
+
+    run(test)
+
+
+def test_a_chunked_body_is_read_whole_and_a_stream_goes_out_chunked() -> None:
+    async def streamer(request: Request) -> StreamResponse:
+        body = await request.read()
+        out = StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for piece in (body[:3], body[3:]):
+            await out.write(piece)
+        await out.write_eof()
+        return out
+
+    async def test() -> None:
+        async with Served(streamer) as s:
+            reader, writer = await s.connect()
+            writer.write(
+                b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"4\r\nabcd\r\n3\r\nefg\r\n0\r\n\r\n"
+            )
+            status, headers, body = await answer(reader)
+            assert (status, headers["transfer-encoding"], body) == (200, "chunked", b"abcdefg")
+            writer.close()
+
+    run(test)
+
+
+def test_100_continue_is_sent_only_when_the_handler_reads_the_body() -> None:
+    async def refusing(request: Request) -> StreamResponse:
+        if request.raw_path == "/refuse":
+            return error(401, "no key", "invalid_api_key")
+        return await echo(request)
+
+    async def test() -> None:
+        async with Served(refusing) as s:
+            reader, writer = await s.connect()
+            writer.write(b"POST /ok HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n")
+            writer.write(b"Content-Length: 5\r\n\r\n")
+            interim = await asyncio.wait_for(reader.readuntil(END), 5)
+            assert interim.startswith(b"HTTP/1.1 100 Continue")
+            writer.write(b"hello")
+            assert json.loads((await answer(reader))[2])["body"] == 5
+            # Refused before its body: no 100, the answer, then the connection ends (the
+            # client may not send the body it was waiting to send).
+            writer.write(b"POST /refuse HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n")
+            writer.write(b"Content-Length: 5\r\n\r\n")
+            status, headers, _ = await answer(reader)
+            assert (status, headers["connection"]) == (401, "close")
+            assert await closed(reader)
+
+    run(test)
+
+
+def test_an_answer_before_a_large_unread_body_reaches_the_client() -> None:
+    """A 413 for a body still on its way: the server reads the rest (and drops it) before
+    it closes; a close at once could reset the connection before the answer was read."""
+
+    async def too_large(request: Request) -> StreamResponse:
+        return error(413, "too large", "request_too_large")
+
+    async def test() -> None:
+        async with Served(too_large) as s:
+            reader, writer = await s.connect()
+            size = 4 << 20
+            writer.write(f"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode())
+            writer.write(b"x" * size)
+            await writer.drain()
+            status, headers, _ = await answer(reader)
+            assert (status, headers["connection"]) == (413, "close")
+            assert await closed(reader)
+
+    run(test)
+
+
+def test_head_has_the_length_and_no_body_and_http_1_0_ends_its_connection() -> None:
+    async def test() -> None:
+        async with Served() as s:
+            reader, writer = await s.connect()
+            writer.write(b"HEAD /h HTTP/1.1\r\nHost: x\r\n\r\nGET /g HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(END), 5)
+            assert b"Content-Length: " in head
+            status, _, body = await answer(reader)  # the next answer follows at once
+            assert status == 200 and json.loads(body)["path"] == "/g"
+            writer.close()
+            reader, writer = await s.connect()
+            writer.write(b"GET /old HTTP/1.0\r\n\r\n")
+            status, headers, _ = await answer(reader)
+            assert (status, headers["connection"]) == (200, "close")
+            assert await closed(reader)
+
+    run(test)
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        (b"G@T / HTTP/1.1\r\nAuthorization: Bearer sk-secret1234\r\n\r\n", "method"),
+        (b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", "longer than"),
+        (b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "request"),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", "method"),  # a TLS hello
+    ],
+)
+def test_unreadable_requests_get_a_400_that_quotes_none_of_their_bytes(
+    raw: bytes, said: str
+) -> None:
+    async def test() -> None:
+        async with Served() as s:
+            reader, writer = await s.connect()
+            writer.write(raw)
+            status, headers, body = await answer(reader)
+            message = json.loads(body)["error"]["message"]
+            assert (status, headers["connection"]) == (400, "close")
+            assert said in message and "sk-secret" not in message and "aaaa" not in message
+            assert await closed(reader)
+
+    run(test)
+
+
+def test_a_request_whose_headers_are_late_is_closed_and_one_in_time_is_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(srv, "HEADER_TIMEOUT", 0.3)
+
+    async def test() -> None:
+        async with Served() as s:
+            reader, writer = await s.connect()
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            assert await closed(reader)
+            assert loop.time() - began < 2.0
+            reader, writer = await s.connect()
+            await asyncio.sleep(0.5)  # idle before its first byte is not a late header
+            writer.write(b"GET / HTTP/1.1\r\n")
+            await asyncio.sleep(0.1)
+            writer.write(b"Host: x\r\n\r\n")
+            assert (await answer(reader))[0] == 200
+            writer.close()
+
+    run(test)
+
+
+def test_an_idle_connection_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(srv, "IDLE_TIMEOUT", 0.3)
+    monkeypatch.setattr(srv, "HEADER_TIMEOUT", 0.1)  # the timer's step: never more ahead
+
+    async def test() -> None:
+        async with Served() as s:
+            reader, writer = await s.connect()
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert (await answer(reader))[0] == 200
+            assert await closed(reader, within=3.0)
+
+    run(test)
+
+
+def test_past_the_cap_the_oldest_idle_connection_is_closed() -> None:
+    async def test() -> None:
+        async with Served(cap=2) as s:
+            first = await s.connect()
+            second = await s.connect()
+            await asyncio.sleep(0.1)
+            third = await s.connect()
+            assert await closed(first[0])
+            for reader, writer in (second, third):
+                writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert (await answer(reader))[0] == 200
+                writer.close()
+
+    run(test)
+
+
+def test_a_client_that_goes_away_cancels_its_handler() -> None:
+    cancelled = asyncio.Event()
+
+    async def forever(request: Request) -> StreamResponse:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return Response()
+
+    async def test() -> None:
+        async with Served(forever) as s:
+            reader, writer = await s.connect()
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.sleep(0.1)
+            writer.close()
+            await asyncio.wait_for(cancelled.wait(), 5)
+
+    run(test)
+
+
+def test_a_failing_handler_answers_500_and_a_draining_server_says_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def failing(request: Request) -> StreamResponse:
+        if request.raw_path == "/fail":
+            raise RuntimeError("a bug")
+        return Response(text="fine")
+
+    async def test() -> None:
+        async with Served(failing) as s:
+            reader, writer = await s.connect()
+            writer.write(b"GET /fail HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, headers, body = await answer(reader)
+            assert (status, headers["connection"]) == (500, "close")
+            assert json.loads(body)["error"]["code"] == "internal_error"
+            assert await closed(reader)
+            reader, writer = await s.connect()
+            s.server.draining = True
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, headers, body = await answer(reader)
+            assert (status, headers["connection"], body) == (200, "close", b"fine")
+            assert await closed(reader)
+
+    run(test)
