@@ -60,8 +60,10 @@ async def answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], byt
     status_line, *lines = head[:-4].split("\r\n")
     headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
     if "content-length" in headers:
-        return int(status_line.split()[1]), headers, await reader.readexactly(
-            int(headers["content-length"])
+        return (
+            int(status_line.split()[1]),
+            headers,
+            await reader.readexactly(int(headers["content-length"])),
         )
     body = b""
     if headers.get("transfer-encoding") == "chunked":
@@ -102,7 +104,8 @@ def test_pipelined_requests_are_answered_in_order() -> None:
     async def test() -> None:
         async with Served() as s:
             reader, writer = await s.connect()
-            writer.write(b"".join(f"GET /{i} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for i in range(5)))
+            heads = (f"GET /{i} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for i in range(5))
+            writer.write(b"".join(heads))
             paths = [json.loads((await answer(reader))[2])["path"] for _ in range(5)]
             assert paths == [f"/{i}" for i in range(5)]
             writer.close()
@@ -292,7 +295,7 @@ def test_a_client_that_goes_away_cancels_its_handler() -> None:
 
     async def test() -> None:
         async with Served(forever) as s:
-            reader, writer = await s.connect()
+            _, writer = await s.connect()
             writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             await asyncio.sleep(0.1)
             writer.close()
