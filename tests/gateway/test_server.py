@@ -184,6 +184,26 @@ def test_an_answer_before_a_large_unread_body_reaches_the_client() -> None:
     run(test)
 
 
+def test_an_answer_has_one_content_type_its_own_or_a_default() -> None:
+    async def typed(request: Request) -> StreamResponse:
+        whole = Response(status=200, body=b"{}")
+        if request.raw_path == "/json":
+            whole.headers.extend({"Content-Type": "application/json"})  # as a proxy adds it
+        return whole
+
+    async def test() -> None:
+        async with Served(typed) as s:
+            reader, writer = await s.connect()
+            for path, kind in (("/json", "application/json"), ("/raw", "application/octet-stream")):
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                head = await asyncio.wait_for(reader.readuntil(END), 5)
+                assert head.lower().count(b"content-type:") == 1, head
+                assert f"Content-Type: {kind}".encode() in head
+                await reader.readexactly(2)
+
+    run(test)
+
+
 def test_head_has_the_length_and_no_body_and_http_1_0_ends_its_connection() -> None:
     async def test() -> None:
         async with Served() as s:

@@ -243,3 +243,29 @@ def test_a_request_waiting_for_room_gets_it_when_a_connection_to_another_engine_
             await up.close()
 
     run(test)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        TimeoutError(110, "Connection timed out"),  # keepalive probes unanswered: a cut host
+        OSError(113, "No route to host"),
+        ConnectionResetError(104, "Connection reset by peer"),
+    ],
+)
+def test_any_socket_error_on_an_open_connection_is_a_drop(failure: OSError) -> None:
+    """Not only ConnectionError: a partitioned host's kept-alive connection ends with
+    ETIMEDOUT, a TimeoutError, which the proxy answered with a 500 (the namespace
+    partition test caught it); it is a drop like a reset (the request may go elsewhere)."""
+
+    async def test() -> None:
+        async with Engine(lambda head: None if head.startswith(b"GET /hang") else OK) as engine:
+            up = _client()
+            await _get(up, engine.port)  # a pooled connection to break
+            (conn,) = up._idle[("127.0.0.1", engine.port)]
+            conn.reader.set_exception(failure)  # what asyncio does when the socket fails
+            with pytest.raises(Dropped):
+                await _get(up, engine.port)
+            await up.close()
+
+    run(test)

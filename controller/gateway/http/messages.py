@@ -306,8 +306,6 @@ class Response(StreamResponse):
         self.body = body if body is not None else b""
         if content_type is not None:
             self.headers["Content-Type"] = content_type
-        elif self.body and "Content-Type" not in self.headers:
-            self.headers["Content-Type"] = "application/octet-stream"
 
     async def prepare(self, request: Request) -> None:
         """Head and body in one send: the answer is complete once its handler returns."""
@@ -315,6 +313,10 @@ class Response(StreamResponse):
             return
         if self.status not in BODILESS_STATUS:
             self.content_length = len(self.body)
+        if self.body and "Content-Type" not in self.headers:
+            # Only now: a proxied answer's headers (the engine's type among them) are
+            # added after the Response is made.
+            self.headers["Content-Type"] = "application/octet-stream"
         self._connection = request.protocol
         self._head_only = request.method == "HEAD" or self.status in BODILESS_STATUS
         head = self.head(request)

@@ -293,7 +293,7 @@ class Answer:
         try:
             async for chunk in self._framing.chunks(self._conn.reader):
                 yield chunk
-        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+        except (OSError, asyncio.IncompleteReadError) as exc:  # OSError: _answer says why
             raise Dropped(f"the engine's connection ended mid-answer ({_said(exc)})") from exc
         except (ValueError, asyncio.LimitOverrunError) as exc:
             raise Malformed(f"a malformed chunk ({_said(exc)})") from exc
@@ -387,7 +387,7 @@ async def _send(
                 await writer.drain()
         if not sized:
             writer.write(b"0\r\n\r\n")
-    except ConnectionError as exc:
+    except OSError as exc:  # _answer says why not ConnectionError alone
         raise Dropped(f"the engine's connection ended while sending ({_said(exc)})") from exc
 
 
@@ -402,7 +402,10 @@ async def _answer(conn: _Connection, method: str, upstream: Upstream) -> Answer:
                 if not exc.partial
                 else "the engine's connection ended inside its answer's head"
             ) from exc
-        except ConnectionError as exc:
+        except OSError as exc:
+            # Not ConnectionError alone: a kept-alive connection to a host cut off ends
+            # with ETIMEDOUT (the keepalive probes of enginesock), a TimeoutError, which is
+            # no ConnectionError; it was a 500 until the partition test caught it.
             raise Dropped(f"the engine's connection failed ({_said(exc)})") from exc
         except asyncio.LimitOverrunError as exc:
             raise Malformed(f"an answer head over {HEAD_MAX} bytes") from exc
