@@ -204,6 +204,21 @@ def test_an_answer_has_one_content_type_its_own_or_a_default() -> None:
     run(test)
 
 
+def test_an_upgrade_is_answered_as_plain_http_and_ends_its_connection() -> None:
+    async def test() -> None:
+        async with Served() as s:
+            reader, writer = await s.connect()
+            writer.write(
+                b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+            )
+            status, headers, body = await answer(reader)
+            assert (status, headers["connection"]) == (200, "close")
+            assert json.loads(body)["path"] == "/ws"
+            assert await closed(reader)
+
+    run(test)
+
+
 def test_head_has_the_length_and_no_body_and_http_1_0_ends_its_connection() -> None:
     async def test() -> None:
         async with Served() as s:

@@ -254,7 +254,10 @@ class Protocol(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            pass  # no upgrade is offered: the request is answered as plain HTTP/1.1
+            # No upgrade is offered: the request is answered as plain HTTP/1.1, and its
+            # connection ends with it (the parser reads nothing past an upgrade's head).
+            self._keep = dict.fromkeys(self._keep, False)
+            self.reading(False, why="queue")
         except httptools.HttpParserError as exc:
             self._unreadable(exc)
 
