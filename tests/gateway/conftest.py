@@ -10,10 +10,13 @@ daemon still running, then every gateway process of the node (marked
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -96,8 +99,25 @@ class Gateway:
     def finish(self) -> None:
         code = self.stop()
         assert code == 0, f"daemon exited {code}:\n{self.text()[-3000:]}"
-        self.rc.down("--gateway")
+        try:
+            self.rc.down("--gateway")
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                "reconcile down --gateway did not end in time; the gateway's threads "
+                f"(SIGABRT, faulthandler):\n{self.threads_of_gateways()}"
+            ) from None
         assert gateway_pids(self.rc) == set(), "reconcile down --gateway left a gateway"
+
+    def threads_of_gateways(self) -> str:
+        """Abort the node's gateway processes: faulthandler (``PYTHONFAULTHANDLER``, set
+        for every daemon these tests start) writes each thread's stack to the log they
+        share with the daemon, which this returns the end of. A hung stop is found from
+        its stacks, not guessed at."""
+        for pid in gateway_pids(self.rc):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGABRT)
+        time.sleep(1.0)
+        return self.text()[-8000:]
 
     def serving(self) -> registry.GatewayInfo:
         """The gateway process that holds the port now."""
@@ -127,8 +147,10 @@ class Gateways:
         log = self.rc.tmp / f"daemon-{len(self.started)}.log"
         listen = [] if any(a.startswith("--listen") for a in args) else ["--listen", str(port)]
         argv = self.rc.argv("-v", "--resync", "1h", *listen, *args)
+        # faulthandler in the daemon and its gateway: Gateway.threads_of_gateways.
+        env = {**self.rc.env, "PYTHONFAULTHANDLER": "1", **(env or {})}
         with open(log, "wb") as err:
-            proc = self.rc.spawn([*prefix, *argv], stderr=err, env={**self.rc.env, **(env or {})})
+            proc = self.rc.spawn([*prefix, *argv], stderr=err, env=env)
         g = Gateway(self.rc, proc, log, port)
         self.started.append(g)
         if wait:
