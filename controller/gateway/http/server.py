@@ -241,6 +241,13 @@ class Protocol(asyncio.Protocol):
         if self.serving is not None:
             self.serving.cancel()  # the client went away: its handler (and engine) stop
 
+    def eof_received(self) -> bool:
+        """The client sent its FIN: it went away (a closed tab, a killed script) as far as
+        can be told; a half-close after a request looks the same. False: the connection
+        closes and its handler is cancelled, so a generation no one reads stops at once,
+        which matters more here than the rare client that half-closes and still reads."""
+        return False
+
     def pause_writing(self) -> None:
         if self._writable is None or self._writable.done():
             self._writable = asyncio.get_running_loop().create_future()
