@@ -93,8 +93,15 @@ def test_60_requests_over_3_replicas_each_get_some(reconcile: Any, gateway: Any)
     g = gateway()
     pids = ready(g, replicas("trio", 3))
     routed(g, "trio", {f"pid-{p}" for p in pids.values()}, engine_of)
-    by = Counter(engine_of(a) for a in spread(lambda _: g.post("trio"), 60, 4))
-    assert set(by) == {f"pid-{p}" for p in pids.values()} and min(by.values()) >= 8, by
+    engines = {f"pid-{p}" for p in pids.values()}
+    # Four at once: each replica gets some. How many follows how fast each answers (least
+    # in flight sends fewer to one the box starves: a loaded CI run saw 28/27/5), so the
+    # even share is checked one request at a time, where every pick is a tie that the
+    # served counts settle, whatever the engines' speeds.
+    by = Counter(engine_of(a) for a in spread(lambda _: g.post("trio"), 30, 4))
+    assert set(by) == engines, by
+    by = Counter(engine_of(a) for a in spread(lambda _: g.post("trio"), 30, 1))
+    assert set(by) == engines and min(by.values()) >= 6, by
     g.finish()
 
 
