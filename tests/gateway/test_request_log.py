@@ -107,11 +107,21 @@ def test_requests_are_logged_without_keys_or_bodies(reconcile: Any, gateway: Any
             reconcile.wait_for(lambda: len(seen) >= 4, what="the log so far, followed")
             for _ in range(30):
                 assert g.post("alpha", auth).status == 200
-            reconcile.wait_for(
-                lambda: len(_files(reconcile.state)) == KEEP + 1, what="rotated into backups"
-            )
-            sizes = [p.stat().st_size for p in _files(reconcile.state)]
-            assert len(sizes) == KEEP + 1 and max(sizes) <= MAX_BYTES, sizes
+            looks: list[list[int]] = []
+
+            def rotated() -> list[int] | None:
+                # A rotation under way shows a file fewer for a moment (the writer renames
+                # the file away, then creates the next): a look then is retried, not judged
+                # (a flakes round saw [1015, 1015]).
+                try:
+                    sizes = [p.stat().st_size for p in _files(reconcile.state)]
+                except FileNotFoundError:  # renamed between the listing and the look
+                    return None
+                looks.append(sizes)
+                return sizes if len(sizes) == KEEP + 1 else None
+
+            sizes = reconcile.wait_for(rotated, what="rotated into backups")
+            assert max(len(s) for s in looks) <= KEEP + 1 and max(sizes) <= MAX_BYTES, looks
             # The follower goes on past the rotations: a request now is shown.
             before = len(seen)
             assert g.post("alpha", auth, user="last-one").status == 200
