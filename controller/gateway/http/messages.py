@@ -91,10 +91,6 @@ class Body:
         """Received whole: what is left of it is buffered here."""
         return self._eof
 
-    def at_end(self) -> bool:
-        """Received whole and read whole."""
-        return self._eof and not self._chunks
-
     async def readany(self) -> bytes:
         """The next bytes that came (b"" at the body's end)."""
         while not self._chunks:
@@ -138,6 +134,7 @@ class Request:
         "_query",
         "content",
         "headers",
+        "keep_alive",
         "match_info",
         "max_body",
         "method",
@@ -156,6 +153,7 @@ class Request:
         remote: str | None,
         content: Body,
         protocol: Connection,
+        keep_alive: bool,
         max_body: int | None = None,
     ) -> None:
         self.method = method
@@ -165,6 +163,7 @@ class Request:
         self.remote = remote
         self.content = content
         self.protocol = protocol
+        self.keep_alive = keep_alive  # the client's own wish (its version, `Connection`)
         self.match_info: dict[str, str] = {}  # a route's named parts (router.py)
         self.max_body = max_body  # read() refuses past it (the gateway's --max-body)
         self._query: MultiDictProxy[str] | None = None
@@ -218,15 +217,10 @@ class StreamResponse:
         self._chunked = False
         self._head_only = False
         self._ended = False
-        self.output_size = 0  # bytes of it sent so far (its head's included)
 
     @property
     def prepared(self) -> bool:
         return self._connection is not None
-
-    @property
-    def ended(self) -> bool:
-        return self._ended
 
     def force_close(self) -> None:
         self.keep_alive = False
@@ -235,14 +229,17 @@ class StreamResponse:
         """Send the head; the body follows with ``write``."""
         if self._connection is not None:
             return
-        self._connection = request.protocol
-        self._head_only = request.method == "HEAD" or self.status in BODILESS_STATUS
+        self._begin(request)
         if self.content_length is None and not self._head_only:
             self._chunked = request.version >= (1, 1)
             if not self._chunked:
                 self.keep_alive = False  # HTTP/1.0: the body ends with the connection
         self._send(self.head(request))
-        await self._connection.drain()
+        await request.protocol.drain()
+
+    def _begin(self, request: Request) -> None:
+        self._connection = request.protocol
+        self._head_only = request.method == "HEAD" or self.status in BODILESS_STATUS
 
     def head(self, request: Request) -> bytes:
         """The status line and headers, as sent."""
@@ -281,7 +278,6 @@ class StreamResponse:
 
     def _send(self, data: bytes) -> None:
         assert self._connection is not None
-        self.output_size += len(data)
         self._connection.send(data)
 
 
@@ -317,12 +313,11 @@ class Response(StreamResponse):
             # Only now: a proxied answer's headers (the engine's type among them) are
             # added after the Response is made.
             self.headers["Content-Type"] = "application/octet-stream"
-        self._connection = request.protocol
-        self._head_only = request.method == "HEAD" or self.status in BODILESS_STATUS
+        self._begin(request)
         head = self.head(request)
         self._send(head if self._head_only else head + self.body)
         self._ended = True
-        await self._connection.drain()
+        await request.protocol.drain()
 
 
 def json_response(

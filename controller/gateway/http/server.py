@@ -187,7 +187,7 @@ class Protocol(asyncio.Protocol):
         self._url = bytearray()
         self._headers: list[tuple[str, str]] = []
         self._body: Body | None = None  # the body of the request being parsed
-        self._keep: dict[Request, bool] = {}  # the client's own keep-alive, per request
+        self._last = False  # no request after those queued is answered (_unreadable, upgrade)
         self._expects: Request | None = None  # the request owed a 100 Continue
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None  # the deadlines' one timer (_watch)
@@ -263,7 +263,7 @@ class Protocol(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             # No upgrade is offered: the request is answered as plain HTTP/1.1, and its
             # connection ends with it (the parser reads nothing past an upgrade's head).
-            self._keep = dict.fromkeys(self._keep, False)
+            self._last = True
             self.reading(False, why="queue")
         except httptools.HttpParserError as exc:
             self._unreadable(exc)
@@ -300,11 +300,10 @@ class Protocol(asyncio.Protocol):
             self._remote,
             self._body,
             self,
+            parser.should_keep_alive(),
             self._server.max_body,
         )
-        self._keep[request] = parser.should_keep_alive()
-        if self._lingering:
-            self._keep[request] = False
+        if self._lingering:  # read only to be dropped: never answered
             self._body.fail(ConnectionResetError("the connection is closing"))
             return
         self._queue.append(request)
@@ -361,7 +360,8 @@ class Protocol(asyncio.Protocol):
         wish, the gateway not draining, and the request's body received whole (one still
         on its way is read and dropped before the close: ``_end``)."""
         return (
-            self._keep.get(request, False)
+            request.keep_alive
+            and not self._last
             and not self._server.draining
             and request.content.is_eof()
         )
@@ -375,7 +375,6 @@ class Protocol(asyncio.Protocol):
                 self._expects = request if expect else None
                 keep = await self._answer(request)
                 self._queue.popleft()
-                self._keep.pop(request, None)
                 if len(self._queue) < PIPELINE_MAX:
                     self.reading(True, why="queue")
                 if not keep:
@@ -431,7 +430,7 @@ class Protocol(asyncio.Protocol):
             return
         self.reading(False, why="queue")
         if self.serving is not None:
-            self._keep = dict.fromkeys(self._keep, False)  # the answer in progress ends it
+            self._last = True  # the answer in progress ends it
             return
         answer = error(400, why, "malformed_request")
         head = answer.body  # a response written by hand: there is no request to answer
