@@ -163,20 +163,24 @@ def test_a_next_left_alone_routes_as_its_instance() -> None:
     asyncio.run(check())
 
 
-def test_a_pools_affinity_follows_the_records_it_is_kept_between() -> None:
-    """The table keeps each pool's affinity between updates (each request asks): a pass
-    that changes a deployment's affinity is routed by at once; a name no pool has is
-    answered, never kept."""
+def test_a_pools_facts_follow_the_records_they_are_kept_between() -> None:
+    """The table keeps each pool's facts between updates (each request asks): a pass
+    that changes a deployment's affinity, fallbacks or activation is routed by at once; a
+    name no pool has is answered, never kept."""
 
     async def check() -> None:
         table = Table()
         table.update([OLD])
         assert table.affinity("m") == "none" and table.affinity("m") == "none"
+        assert table.fallbacks("m") == () and table.on_demand("m") == ()
         table.update([replace(OLD, affinity="prefix")])
         assert table.affinity("m") == "prefix"
-        table.update([replace(OLD, affinity="session")])
+        table.update([replace(OLD, affinity="session", fallbacks=("small",), fallback_after=2.0)])
         assert table.affinity("m") == "session"
-        assert table.affinity("made-up") == "none" and "made-up" not in table._affinities
+        assert table.fallbacks("m") == ("small",) and table.fallback_after("m") == 2.0
+        table.update([replace(OLD, activation="OnDemand")])
+        assert table.on_demand("m") == (base_name(OLD.name),) and table.fallbacks("m") == ()
+        assert table.affinity("made-up") == "none" and "made-up" not in table._facts
 
     asyncio.run(check())
 

@@ -117,6 +117,15 @@ class Body:
 
     async def read(self, limit: int | None = None) -> bytes:
         """The rest of the body, whole; past ``limit`` bytes: BodyTooLarge."""
+        if self._eof and len(self._chunks) <= 1:  # all here in one piece (most bodies)
+            data = self._chunks.popleft() if self._chunks else b""
+            self._size = 0
+            if self._paused:
+                self._paused = False
+                self._connection.reading(True)
+            if limit is not None and len(data) > limit:
+                raise BodyTooLarge(f"the body is larger than {limit} bytes")
+            return data
         parts: list[bytes] = []
         size = 0
         while chunk := await self.readany():

@@ -120,9 +120,17 @@ class Upstream:
         on the request line."""
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
-        conn = await self._acquire((host, port), pooled=not fresh)
+        key = (host, port)
+        # A kept-alive connection (most requests) without the wait for room's coroutine.
+        conn = None if fresh else self._pooled(key)
+        if conn is None:
+            conn = await self._acquire(key, pooled=not fresh)
         try:
-            await _send(conn, method, _host_header(host, port), target, headers, body)
+            head = _head(method, _host_header(host, port), target, headers, body)
+            if isinstance(body, bytes) or body is None:
+                _write(conn, head + (body or b""))  # whole: one write, no coroutine
+            else:
+                await _send_streamed(conn, head, headers, body)
             answer = await _answer(conn, method, self)
         except BaseException:
             self._forget(conn)
@@ -276,8 +284,16 @@ class Answer:
 
     async def read(self) -> bytes:
         """The whole body."""
-        parts = [chunk async for chunk in self.chunks()]
-        return b"".join(parts)
+        length = self._framing.length
+        if length is None or self._framing.chunked:
+            return b"".join([chunk async for chunk in self.chunks()])
+        # A sized body in one read: no generator per chunk (most answers are this).
+        try:
+            data = await self._conn.reader.readexactly(length)
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            raise Dropped(f"the engine's connection ended mid-answer ({_said(exc)})") from exc
+        self._done = True
+        return data
 
     async def read_some(self, most: int) -> bytes:
         """Up to ``most`` bytes of the body from its beginning (the rest left unread)."""
@@ -358,14 +374,13 @@ async def _chunked(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
         yield data[:-2]
 
 
-async def _send(
-    conn: _Connection,
+def _head(
     method: str,
     host: str,
     target: str,
     headers: CIMultiDict[str],
     body: bytes | AsyncIterator[bytes] | None,
-) -> None:
+) -> bytes:
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
     sized = "Content-Length" in headers
@@ -374,12 +389,24 @@ async def _send(
             lines.append(f"Content-Length: {len(body)}")
     elif body is not None and not sized:
         lines.append("Transfer-Encoding: chunked")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _write(conn: _Connection, data: bytes) -> None:
+    try:
+        conn.writer.write(data)
+    except OSError as exc:  # _answer says why not ConnectionError alone
+        raise Dropped(f"the engine's connection ended while sending ({_said(exc)})") from exc
+
+
+async def _send_streamed(
+    conn: _Connection, head: bytes, headers: CIMultiDict[str], body: AsyncIterator[bytes]
+) -> None:
+    """A body that comes as it is read (an upload): its chunks as they come, with its
+    length when the client gave one, else chunked."""
+    sized = "Content-Length" in headers
     writer = conn.writer
     try:
-        if isinstance(body, bytes) or body is None:
-            writer.write(head + (body or b""))
-            return
         writer.write(head)
         async for chunk in body:
             if chunk:

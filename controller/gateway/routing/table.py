@@ -50,6 +50,17 @@ class Target:
     instance: str = ""  # the instance it serves as (``web@1``; a ``@next``: the one it replaces)
 
 
+@dataclass(frozen=True, slots=True)
+class PoolFacts:
+    """What a pool's records say of how its requests go, the same until they change."""
+
+    label: str  # what limits and metrics count its requests under (Table.label)
+    affinity: str  # session, prefix or none (Table.affinity)
+    fallbacks: tuple[str, ...]  # its fallback models, in order
+    fallback_after: float  # seconds to wait for a Ready instance before them
+    wakes: tuple[str, ...]  # the deployments a request wakes (Table.on_demand)
+
+
 class Table:
     def __init__(self, rng: random.Random | None = None, health: Health | None = None) -> None:
         self.pools: dict[str, tuple[str, ...]] = {}  # routable name -> its deployments
@@ -66,7 +77,7 @@ class Table:
         self.prefixes = Prefixes()  # per engine: the prompt beginnings it was sent
         self._rng = rng or random.Random()
         self.health = health or Health()  # passive health: engines failing in a row
-        self._affinities: dict[str, str] = {}  # pool -> its affinity, until the records change
+        self._facts: dict[str, PoolFacts] = {}  # pool -> its facts, until the records change
         # Reads the records now if they changed (the gateway process's look); None where
         # the records are pushed (``update``: a test's gateway in process).
         self.catch_up: Callable[[], Awaitable[None]] | None = None
@@ -92,7 +103,7 @@ class Table:
     def update(self, records: Iterable[Record]) -> None:
         was = {r.nonce: (r.host, r.port) for r in self.records.values()}
         self.records = {r.name: r for r in records}
-        self._affinities = {}
+        self._facts = {}
         pools: defaultdict[str, set[str]] = defaultdict(set)
         instances: defaultdict[str, set[str]] = defaultdict(set)
         for rec in self.records.values():
@@ -166,23 +177,48 @@ class Table:
         """Send nothing more to ``old`` (to ``new`` instead, if given); wait out its requests."""
         if new is not None:
             self.records[new.name] = new
-            self._affinities = {}
+            self._facts = {}
         self._retired.add(old.nonce)
         self._wake()
         end = time.monotonic() + timeout
         while self.inflight[old.nonce] > 0 and time.monotonic() < end:
             await asyncio.sleep(DRAIN_POLL)
 
+    def facts(self, name: str) -> PoolFacts:
+        """Pool ``name``'s facts, kept until the records change: each request asks for
+        them, and reading them afresh from the records each time was ~4% of a profile."""
+        known = self._facts.get(name)
+        if known is not None:
+            return known
+        pool = self.pools.get(name, ())
+        firsts = [self._first(d) for d in pool]
+        affinities = {first.affinity for first in firsts}
+        fallbacks: dict[str, None] = {}
+        for first in firsts:
+            fallbacks.update(dict.fromkeys(first.fallbacks))
+        known = PoolFacts(
+            # its deployment when it has one, else the model name itself
+            label=pool[0] if len(pool) == 1 else name,
+            # session if one of its deployments asks for it (a session key is the
+            # client's own word), else prefix if one does, else none
+            affinity=next((a for a in ("session", "prefix") if a in affinities), "none"),
+            fallbacks=tuple(fallbacks),  # each deployment's, first seen first
+            fallback_after=min((first.fallback_after for first in firsts), default=30.0),
+            wakes=tuple(d for d, first in zip(pool, firsts, strict=True) if _wakes(first)),
+        )
+        if name in self.pools:  # bounded by the pools: never a name a client made up
+            self._facts[name] = known
+        return known
+
     def label(self, name: str) -> str:
         """What limits and metrics count a pool's requests under: its deployment when it
         has one, else the model name itself."""
-        pool = self.pools.get(name, ())
-        return pool[0] if len(pool) == 1 else name
+        return self.facts(name).label
 
     def on_demand(self, name: str) -> tuple[str, ...]:
         """The deployments of pool ``name`` a request wakes: OnDemand ones, and autoscaled
         ones scaled to zero (a request for the pool wants them all)."""
-        return tuple(d for d in self.pools.get(name, ()) if _wakes(self._first(d)))
+        return self.facts(name).wakes
 
     def target(
         self,
@@ -255,30 +291,18 @@ class Table:
         return rec or Record(name=deployment, owner="", node="")
 
     def affinity(self, name: str) -> str:
-        """Pool ``name``'s affinity: session if one of its deployments asks for it (a
-        session key is the client's own word), else prefix if one does, else none. Kept
-        until the records change: each request asks (1.6% of a profile at 32 clients)."""
-        known = self._affinities.get(name)
-        if known is not None:
-            return known
-        found = {self._first(d).affinity for d in self.pools.get(name, ())}
-        known = next((a for a in ("session", "prefix") if a in found), "none")
-        if name in self.pools:  # bounded by the pools: never a name a client made up
-            self._affinities[name] = known
-        return known
+        """Pool ``name``'s affinity: session if one of its deployments asks for it, else
+        prefix if one does, else none."""
+        return self.facts(name).affinity
 
     def fallbacks(self, name: str) -> tuple[str, ...]:
         """Pool ``name``'s fallback models, in order (each deployment's, first seen first)."""
-        found: dict[str, None] = {}
-        for deployment in self.pools.get(name, ()):
-            found.update(dict.fromkeys(self._first(deployment).fallbacks))
-        return tuple(found)
+        return self.facts(name).fallbacks
 
     def fallback_after(self, name: str) -> float:
         """Seconds a request for pool ``name`` waits for a Ready instance before its
         fallbacks (the shortest of its deployments')."""
-        pool = self.pools.get(name, ())
-        return min((self._first(d).fallback_after for d in pool), default=30.0)
+        return self.facts(name).fallback_after
 
     def deadline(self, name: str) -> float:
         """How long a request may wait for pool ``name`` to have a Ready instance: the

@@ -134,26 +134,39 @@ async def forward(
         raise UpstreamFailed(_said(exc), retry=True) from exc
     except Malformed as exc:  # the engine did answer
         raise UpstreamFailed(_said(exc), retry=False) from exc
-    async with upstream:
+    try:
         begun = await settle() if settle is not None else None
         if begun is not None:
             return await _into_begun(request, begun, upstream, target, meter)
         length = upstream.content_length
-        if length is not None and length <= WHOLE_MAX:
-            # A sized answer (not a stream) is complete when the engine sends it: passing it
-            # on as one write (headers and body together) saves a send per request.
-            try:
-                data = await upstream.read()
-            except (Dropped, Malformed) as exc:
-                raise UpstreamFailed(_said(exc), retry=False) from exc
-            meter.answered()
-            if upstream.status < 300:
-                from_json(data, meter)
-            whole = Response(status=upstream.status, reason=upstream.reason, body=data)
-            whole.headers.extend(_headers(upstream.headers))
-            whole.headers[SERVED_BY] = target.deployment
-            return whole
-        return await _stream(request, upstream, target, meter)
+        if length is None or length > WHOLE_MAX:
+            return await _stream(request, upstream, target, meter)
+        # A sized answer (not a stream) is complete when the engine sends it: passing it
+        # on as one write (headers and body together) saves a send per request.
+        try:
+            data = await upstream.read()
+        except (Dropped, Malformed) as exc:
+            raise UpstreamFailed(_said(exc), retry=False) from exc
+    finally:
+        upstream.release()  # kept alive when read to its end, else closed
+    meter.answered()
+    if upstream.status < 300:
+        from_json(data, meter)
+    whole = Response(status=upstream.status, reason=upstream.reason, body=data)
+    whole.headers.extend(_headers(upstream.headers))
+    whole.headers[SERVED_BY] = target.deployment
+    await _send_now(request, whole)
+    return whole
+
+
+async def _send_now(request: Request, whole: Response) -> None:
+    """The whole answer to the client now, not once the request's handling has unwound:
+    the counts, the log line and the limits' releases then follow the answer instead of
+    delaying it (about a third of the gateway's own time at one client)."""
+    try:
+        await whole.prepare(request)
+    except ConnectionError:  # the client went away: its connection ends with this answer
+        whole.force_close()
 
 
 async def _into_begun(

@@ -265,6 +265,12 @@ class Front:
         finally:
             self.bodies.give(size)
 
+    async def _known(self, model: str) -> bool:
+        """Whether ``model`` is routable, once the first pass said what exists (a name the
+        table has is known at once: no wait's coroutines on the request's path)."""
+        await self.table.first_pass(FIRST_PASS_WAIT)
+        return await self.table.known(model)
+
     async def _route_held(self, incoming: Incoming, key: str) -> tuple[str, StreamResponse]:
         parsed = await bodies.read(incoming.request, self.max_body)
         if isinstance(parsed, Response):
@@ -276,8 +282,7 @@ class Front:
         if model is None:
             why = "the request body must be a JSON object with a string field `model`"
             return "-", error(400, why, "invalid_request")
-        await self.table.first_pass(FIRST_PASS_WAIT)
-        if not await self.table.known(model):
+        if model not in self.table.pools and not await self._known(model):
             known = ", ".join(sorted(self.table.pools)[:20]) or "none"
             why = f"the model {model!r} does not exist (routable names: {known})"
             return "-", error(404, why, "model_not_found")
