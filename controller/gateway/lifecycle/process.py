@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -422,6 +423,10 @@ def main(argv: list[str] | None = None) -> int:
         _say(ready_fd, f"error: {message}")
         return 1
     _say(ready_fd, "ready")
+    # What start-up made (modules, settings, the app) lives as long as the process: kept
+    # out of the collector's full passes, which walked it all every few thousand requests
+    # (~14 ms each at 32 clients, a p99 outlier of their own).
+    gc.freeze()
     proc.serve_until_stopped()
     return 0
 

@@ -31,6 +31,8 @@ def pick(
     rng: random.Random,
 ) -> T:
     """The least loaded of ``candidates`` (never empty); see the module's docstring."""
+    if len(candidates) == 1:  # one instance (most pools): nothing to weigh
+        return candidates[0]
     if not candidates:
         raise ValueError("no instance to pick from")
     fewest = min(inflight.get(c.nonce, 0) for c in candidates)
