@@ -142,9 +142,17 @@ class Workspace:
         # PYTHONDONTWRITEBYTECODE=1 (as a dev shell may set) recompiles every module
         # on every run and inflated the start-up figures.
         skip = ("RECONCILE_", "PYTHONDONTWRITEBYTECODE")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(skip)}
+        env = this_tree({k: v for k, v in os.environ.items() if not k.startswith(skip)})
         env["BENCH_EXEC_LOG"] = str(self.exec_log)
         return env
+
+
+def this_tree(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with this checkout first on the import path: the daemon's children (the
+    gateway process, started with ``cwd=/``) import the code being measured, not whatever
+    checkout is installed (a second checkout measured the installed gateway)."""
+    rest = env.get("PYTHONPATH")
+    return {**env, "PYTHONPATH": f"{REPO}{os.pathsep}{rest}" if rest else str(REPO)}
 
 
 @contextlib.contextmanager

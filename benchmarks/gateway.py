@@ -36,7 +36,7 @@ from pathlib import Path
 import aiohttp
 import psutil
 
-from benchmarks.common import stop
+from benchmarks.common import stop, this_tree
 from benchmarks.gateway_baselines import KEY, litellm, nginx, python_proxy
 
 PY = sys.executable
@@ -120,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     _manifest(tmp / "m", base, args.engine == "lean")
     common = ["--state-dir", str(tmp / "st"), "--node", f"gwbench-{os.getpid()}", "--devices", ""]
     cli = [PY, "-m", "controller", "-f", str(tmp / "m"), *common]
+    env = this_tree(dict(os.environ))
     daemon = subprocess.Popen(
         [*cli, "--listen", str(listen), "--resync", "1h"],
         stderr=open(tmp / "daemon.log", "wb"),  # noqa: SIM115 (lives as long as the daemon)
+        env=env,
     )
     try:
         hot = _wait_ready(tmp, "hot")
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop(daemon, timeout=30)  # SIGTERM; a stuck one is killed before `down`
         # --gateway: a gateway left behind would share the port with the next run's.
-        subprocess.run([*cli, "down", "--gateway"], capture_output=True, timeout=60)
+        subprocess.run([*cli, "down", "--gateway"], capture_output=True, timeout=60, env=env)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
