@@ -130,7 +130,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 # The machine is noisy (2 cores, other suites running): no per-example deadlines.
 settings.register_profile("reconcile", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reconcile"))
+# CI=true: the same examples on every run (derandomized), so a landing never fails on an
+# example no one has seen; local runs and scripts/flakes keep looking for new ones (one
+# found a property the planner's design did not hold: tests/core/test_plan_health.py).
+settings.register_profile("ci", settings.get_profile("reconcile"), derandomize=True)
+_PROFILE = "ci" if os.environ.get("CI") == "true" else "reconcile"
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _PROFILE))
 
 
 # -- manifests -----------------------------------------------------------------------------

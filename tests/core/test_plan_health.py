@@ -374,16 +374,47 @@ def test_a_preempting_start_waits_its_turn_and_stops_nobody_meanwhile() -> None:
     assert actions[1].reason == "waiting for able to be Ready on nvidia:0 (" + TURN + ")"
 
 
+def test_a_preempted_start_gives_its_turn_up_with_its_devices() -> None:
+    """Found by the property below (a scratch round of scripts/flakes): a packed engine
+    starting on two devices is preempted for a whole-device start that needs one of them;
+    the other device is free for a packed start in the same plan. The pass applies its
+    teardowns, and waits for them, before any start (reconciler/run.py ``_execute``), so
+    the preempted engine is gone before the packed one begins: no two start at once."""
+    gpus = parse_static("nvidia:0=24Gi,nvidia:1=24Gi")
+    starting = entry("starting", devices={"count": 2, "kind": "nvidia", "memory": "8Gi"})
+    urgent = entry("urgent", devices={"count": 1, "kind": "nvidia"}, priority=1)
+    packed = entry("packed", devices={"count": 1, "kind": "nvidia", "memory": "8Gi"})
+    held = record(
+        "starting",
+        spec=starting,
+        phase=Phase.STARTING,
+        devices=("nvidia:0", "nvidia:1"),
+        memory=8 * GI,
+        port=9000,
+        ref=ref(100),
+    )
+    actions = plan(desired(starting, urgent, packed), observed(view(held, alive=True)), gpus, NOW)
+    got = {(type(a).__name__, a.name) for a in actions}
+    assert got == {("Preempt", "starting"), ("Start", "urgent"), ("Start", "packed")}, actions
+    devices = {a.name: a.devices for a in actions if isinstance(a, Start)}
+    assert set(devices["urgent"]) | set(devices["packed"]) == {"nvidia:0", "nvidia:1"}, actions
+
+
 @given(memory_scenarios())
 def test_no_two_packed_engines_start_on_one_device_at_once(s: Scenario) -> None:
     """Whatever runs where: a plan's memory-packed starts (preemptions aside) never land on
-    a device where one is starting, restarting or starting in the same plan."""
+    a device where one is starting, restarting or starting in the same plan. One this plan
+    tears down (preempts, stops) is not starting any more when its starts begin: the pass
+    applies teardowns first and waits for them."""
     actions = plan(s.desired, s.observed, s.inventory, NOW)
     views = s.observed.records
+    gone = {a.name for a in actions if a.tears_down}
     busy = {
         d
         for v in views.values()
-        if v.record.memory is not None and v.record.phase is Phase.STARTING
+        if v.record.memory is not None
+        and v.record.phase is Phase.STARTING
+        and v.record.name not in gone
         for d in v.record.devices
     }
     busy |= {
