@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.rawhttp import leaked
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 # No hex and no common word: a 6-character run of these cannot appear anywhere by chance.
@@ -133,6 +133,15 @@ def test_random_input_never_a_gateway_5xx(reconcile: Any, gateway: Any) -> None:
         body=bodies,
         path=st.sampled_from(["/v1/chat/completions", "/v1/x?y=1", "/v1/models", "/healthz"]),
         method=st.sampled_from(["POST", "GET", "PUT"]),
+    )
+    # Found in a flakes round: a lower-case `transfer-encoding` keeps http.client from
+    # sizing the body, which the gateway then reads as chunks and finds broken mid-way;
+    # its handler waited 120 s for the rest and `finish` (down --gateway) ran out of time.
+    @example(
+        headers={"transfer-encoding": "chunked"},
+        body=b"not chunked",
+        path="/v1/chat/completions",
+        method="POST",
     )
     def check(headers: dict[str, str], body: bytes, path: str, method: str) -> None:
         headers.pop("Content-Length", None)

@@ -263,6 +263,34 @@ def test_unreadable_requests_get_a_400_that_quotes_none_of_their_bytes(
     run(test)
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"zz\r\nhello\r\n",  # a chunk size that is no hex number
+        b"5\r\nhelloXX",  # a chunk that does not end where its size says
+    ],
+)
+def test_a_body_whose_framing_breaks_mid_way_is_answered_400_at_once(body: bytes) -> None:
+    """Found by a flakes round (tests/gateway/test_keys.py's random headers sent a
+    `transfer-encoding: chunked` beside http.client's Content-Length): the parser fails in
+    the body of the request being answered; its handler waited for the rest of a body
+    that could not come (the parser is done with the connection) until its 120 s body
+    timeout, and a draining gateway waited for that handler past `down`'s patience."""
+
+    async def test() -> None:
+        async with Served() as s:
+            reader, writer = await s.connect()
+            head = b"POST /v1/x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+            writer.write(head + body)
+            status, headers, said = await answer(reader)
+            assert (status, headers["connection"]) == (400, "close"), said
+            assert "framing" in json.loads(said)["error"]["message"]
+            assert await closed(reader)
+            assert not [c for c in s.server.connections.all() if c.serving is not None]
+
+    run(test)
+
+
 def test_a_request_whose_headers_are_late_is_closed_and_one_in_time_is_answered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -425,22 +425,30 @@ class Protocol(asyncio.Protocol):
 
     def _unreadable(self, exc: Exception) -> None:
         """The bytes are not HTTP the gateway reads: a 400 that quotes none of them, a
-        quiet line, and the close (after the answer in progress, if one is)."""
+        quiet line, and the close: after the answer in progress, if one is and its request
+        was read whole; at once when its own body is what broke."""
         self._parsing = False
         why = _problem(exc)
         quiet(f"malformed request: {why}", self._server.throttle, peer=str(self._remote))
         if self.transport is None or self._lost:
             return
         self.reading(False, why="queue")
-        if self.serving is not None:
-            self._last = True  # the answer in progress ends it
+        broken = self._body  # the body being read when the parser gave up, if any
+        self._body = None
+        if self.serving is not None and not (self._queue and self._queue[0].content is broken):
+            self._last = True  # the answer in progress (another request's) ends it
             return
-        answer = error(400, why, "malformed_request")
-        head = answer.body  # a response written by hand: there is no request to answer
-        self.send(
-            b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
-            b"Connection: close\r\nContent-Length: %d\r\n\r\n%b" % (len(head), head)
-        )
+        # No request in progress, or it is the one whose body broke: its handler would
+        # wait for the rest of a body no parser will read. The 400 goes out first (if none
+        # of its answer did), then the close, which cancels the handler as a client gone
+        # does (connection_lost): its engine is not blamed for the body it never got.
+        if self.serving is None or self._sent == 0:
+            answer = error(400, why, "malformed_request")
+            head = answer.body  # a response written by hand: the handler's is not coming
+            self.send(
+                b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                b"Connection: close\r\nContent-Length: %d\r\n\r\n%b" % (len(head), head)
+            )
         self.force_close()
 
     # -- the deadlines
