@@ -18,7 +18,8 @@ class Loop:
 
     g: Any
     model: str
-    answers: list[tuple[int, str]] = field(default_factory=list)  # (status, engine pid)
+    # (status, engine pid); for an error answer (status, its message): a failure says which
+    answers: list[tuple[int, str]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     extra: dict[str, Any] = field(default_factory=dict)  # more body fields: stream=True
@@ -32,7 +33,7 @@ class Loop:
                 continue
             whole = answer.status == 200 and not self.extra.get("stream")
             fingerprint = answer.json().get("system_fingerprint", "") if whole else ""
-            self.answers.append((answer.status, fingerprint))
+            self.answers.append((answer.status, fingerprint or _said(answer)))
 
     def answered_by(self, reconcile: Any, pid: int) -> None:
         """Wait until the engine ``pid`` has answered one of the loop's requests."""
@@ -51,3 +52,13 @@ class Loop:
             self.stop.set()
             for thread in threads:
                 thread.join(timeout=WAIT)
+
+
+def _said(answer: Any) -> str:
+    """An error answer's message (the gateway's OpenAI error body), else ""."""
+    if answer.status < 400:
+        return ""
+    try:
+        return str(answer.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return ""
