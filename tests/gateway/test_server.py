@@ -184,6 +184,26 @@ def test_an_answer_before_a_large_unread_body_reaches_the_client() -> None:
     run(test)
 
 
+def test_a_dropped_body_that_breaks_gets_no_second_answer() -> None:
+    """An answer went out before its chunked body came; the rest, read to be dropped,
+    turns out unreadable: the connection ends, with no 400 after the answer given."""
+
+    async def refuse(request: Request) -> StreamResponse:
+        return error(401, "no key", "invalid_api_key")
+
+    async def test() -> None:
+        async with Served(refuse) as s:
+            reader, writer = await s.connect()
+            head = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            writer.write(head + b"5\r\nhello\r\n")
+            status, headers, _ = await answer(reader)
+            assert (status, headers["connection"]) == (401, "close")
+            writer.write(b"zz\r\n")  # no chunk size
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, nothing more
+
+    run(test)
+
+
 def test_an_answer_has_one_content_type_its_own_or_a_default() -> None:
     async def typed(request: Request) -> StreamResponse:
         whole = Response(status=200, body=b"{}")

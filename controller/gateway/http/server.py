@@ -433,6 +433,9 @@ class Protocol(asyncio.Protocol):
         if self.transport is None or self._lost:
             return
         self.reading(False, why="queue")
+        if self._lingering:  # the rest of an answered request's body: nothing more to say
+            self.force_close()
+            return
         broken = self._body  # the body being read when the parser gave up, if any
         self._body = None
         if self.serving is not None and not (self._queue and self._queue[0].content is broken):
