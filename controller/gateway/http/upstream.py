@@ -291,7 +291,7 @@ class Answer:
         try:
             data = await self._conn.reader.readexactly(length)
         except (OSError, asyncio.IncompleteReadError) as exc:
-            raise Dropped(f"the engine's connection ended mid-answer ({_said(exc)})") from exc
+            raise _mid_answer(exc) from exc
         self._done = True
         return data
 
@@ -310,7 +310,7 @@ class Answer:
             async for chunk in self._framing.chunks(self._conn.reader):
                 yield chunk
         except (OSError, asyncio.IncompleteReadError) as exc:  # OSError: _answer says why
-            raise Dropped(f"the engine's connection ended mid-answer ({_said(exc)})") from exc
+            raise _mid_answer(exc) from exc
         except (ValueError, asyncio.LimitOverrunError) as exc:
             raise Malformed(f"a malformed chunk ({_said(exc)})") from exc
         self._done = True
@@ -396,7 +396,7 @@ def _write(conn: _Connection, data: bytes) -> None:
     try:
         conn.writer.write(data)
     except OSError as exc:  # _answer says why not ConnectionError alone
-        raise Dropped(f"the engine's connection ended while sending ({_said(exc)})") from exc
+        raise _while_sending(exc) from exc
 
 
 async def _send_streamed(
@@ -415,7 +415,7 @@ async def _send_streamed(
         if not sized:
             writer.write(b"0\r\n\r\n")
     except OSError as exc:  # _answer says why not ConnectionError alone
-        raise Dropped(f"the engine's connection ended while sending ({_said(exc)})") from exc
+        raise _while_sending(exc) from exc
 
 
 async def _answer(conn: _Connection, method: str, upstream: Upstream) -> Answer:
@@ -493,6 +493,14 @@ async def _addresses(
 
 def _host_header(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _mid_answer(exc: BaseException) -> Dropped:
+    return Dropped(f"the engine's connection ended mid-answer ({_said(exc)})")
+
+
+def _while_sending(exc: BaseException) -> Dropped:
+    return Dropped(f"the engine's connection ended while sending ({_said(exc)})")
 
 
 def _said(exc: BaseException) -> str:
