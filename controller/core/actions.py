@@ -24,10 +24,12 @@ never inherits its parent's by accident (tests/core/test_actions.py checks).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar, Literal
 
+from controller.core.manifest.names import base_name
 from controller.core.manifest.specs import Entry
 from controller.core.state import ExitInfo, Instance, MarkedProcess, Phase, ProcessRef
 
@@ -350,3 +352,12 @@ AnyAction = (
     | Conflict
     | Probed
 )
+
+
+def only_starts_new(actions: Sequence[Action], present: Iterable[str]) -> bool:
+    """Every action starts a deployment of which no record exists (``present``: the
+    records' names): a plan that stops, replaces and changes nothing already there. What
+    a pass run before the manifests' folder has settled may apply (daemon/loop.py): a
+    multi-file edit still landing can make it start early, never stop what it keeps."""
+    have = {base_name(name) for name in present}
+    return all(isinstance(a, Start) and base_name(a.name) not in have for a in actions)

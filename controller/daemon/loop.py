@@ -124,6 +124,9 @@ class Daemon:
         self.reloading = False
         self._ready_sent = False
         self._debounce_since: float | None = None
+        self._last_change: float | None = None  # monotonic time of the last folder event seen
+        self._quiet_before = True  # the changes now in motion came after a quiet spell
+        self._at_once = False  # the next pass is a whole first change's, run at once
         self._said: dict[str, str] = {}
         self._events = threading.Lock()
         self._folder_event = False  # a folder event since the loop last woke
@@ -223,7 +226,7 @@ class Daemon:
                 break
         with self._events:
             changed, self._folder_event = self._folder_event, False
-            whole = self._settling.whole
+            whole, gone = self._settling.whole, self._settling.waiting
             asked, self._asked = self._asked, False
             news, self._probe_news = self._probe_news, False
             moved, self._probes_moved = self._probes_moved, False
@@ -237,6 +240,12 @@ class Daemon:
             self._signalled = False
             self.triggers.add("SIGUSR1")
         if changed:
+            now = time.monotonic()
+            if self._last_change is None or now - self._last_change >= DEBOUNCE:
+                self._quiet_before = True
+            self._last_change = now
+            if gone:  # a deletion, or a folder come or gone: the full debounce, never at once
+                self._quiet_before = False
             self._debounce(whole)
 
     def _folder_changed(self, kind: str, path: str) -> None:  # the watchdog thread
@@ -246,7 +255,16 @@ class Daemon:
         self._poke()
 
     def _debounce(self, whole: bool) -> None:
-        """The pass after SETTLE once every changed file is whole, else after DEBOUNCE of quiet."""
+        """The pass after SETTLE once every changed file is whole, else after DEBOUNCE of
+        quiet. The first change after a quiet spell, once whole, gets a pass at once,
+        which applies only a plan of new starts (Reconciler.run_pass's ``at_once``): a
+        new manifest's engine starts without the settle, while a stop, a replacement or
+        any other change waits for it, as a multi-file edit may still be landing."""
+        if whole and self._quiet_before:
+            self._quiet_before = False
+            self._at_once = True
+            self.triggers.add("folder at once")
+            return
         now = time.monotonic()
         if self._debounce_since is None:
             self._debounce_since = now
@@ -256,6 +274,12 @@ class Daemon:
             pending = self.timers.when("debounce")
             when = debounce_until(now, DEBOUNCE, pending, self._debounce_since, DEBOUNCE_MAX)
         self.timers.set("debounce", when, "folder")
+
+    def _undisturbed(self) -> bool:
+        """No folder event since the loop last looked (a pass run at once asks, once it
+        read the manifests: a file begun meanwhile defers it)."""
+        with self._events:
+            return not self._folder_event and self._settling.whole
 
     def _exited(self, name: str, ref: ProcessRef) -> None:
         status = self.reconciler.backend.exit_of(ref)  # reaps our child: no zombie
@@ -311,12 +335,15 @@ class Daemon:
         self.triggers.clear()
         self.timers.cancel("debounce")
         self._debounce_since = None
+        self._quiet_before = False  # a change after this pass is at once only after quiet
         with self._events:  # the pass reads the folders as they are now
             self._settling = Settling()
         self.folders.rearm()  # before the pass reads the folders: no event falls in between
+        at_once = self._undisturbed if self._at_once and triggers == ["folder at once"] else None
+        self._at_once = False
         started = time.monotonic()
         try:
-            result = self.reconciler.run_pass(lock_timeout=LOCK_WAIT)
+            result = self.reconciler.run_pass(lock_timeout=LOCK_WAIT, at_once=at_once)
         except LockTimeout as exc:
             self._say("lock", "pass waits: another pass holds the lock", reason=str(exc))
             self.triggers.clear()
@@ -327,6 +354,12 @@ class Daemon:
             self.timers.after("resync", self.resync, "resync")
             return
         self._said.pop("lock", None)
+        if result.deferred:  # it did nothing: the settle's pass follows
+            log.debug("pass deferred until the manifests folder settles", trigger=triggers[0])
+            with self._events:
+                whole = self._settling.whole
+            self._debounce(whole)
+            return
         self.passes += 1
         took = round(time.monotonic() - started, 3)
         changes = [a.verb for a in result.actions if not isinstance(a, Hold | Conflict)]

@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING
 
 from controller import failpoints
 from controller.backends.base import Backend
-from controller.core.actions import Action, AnyAction, Conflict, Hold, Start, Stop
+from controller.core.actions import (
+    Action,
+    AnyAction,
+    Conflict,
+    Hold,
+    Start,
+    Stop,
+    only_starts_new,
+)
 from controller.core.devices.capacity import kinds_of, only_kinds
 from controller.core.devices.inventory import Inventory
 from controller.core.devices.placement import Ledger, Placed, Unplaced, ledger_for, place
@@ -86,6 +94,9 @@ class PassResult:
     git: SyncResult | None = None  # the git source's fetch and move before this pass
     specs: dict[str, str] = field(default_factory=dict)  # deployment -> its spec's hash
     skipped: dict[str, str] = field(default_factory=dict)  # left to other nodes -> selector
+    # A pass run at once (run_pass's at_once) whose plan was more than new starts: it did
+    # nothing, and waits for the folder to settle.
+    deferred: bool = False
 
     def ours(self) -> list[Record]:
         return [
@@ -307,7 +318,14 @@ class Reconciler(Preview):
 
     # -- a pass ---------------------------------------------------------------------------
 
-    def run_pass(self, *, lock_timeout: float | None = None) -> PassResult:
+    def run_pass(
+        self, *, lock_timeout: float | None = None, at_once: Callable[[], bool] | None = None
+    ) -> PassResult:
+        """One pass. ``at_once``: the pass runs before the manifests' folder settled (the
+        daemon's first whole change after a quiet spell); it applies its plan only when
+        that plan starts new deployments and nothing else, and ``at_once()`` (asked once
+        the manifests are read) says no other folder change came meanwhile. Else it does
+        nothing (``deferred``): the change may be one file of several still landing."""
         self.store.ensure()
         timeout = self.config.lock_timeout if lock_timeout is None else lock_timeout
         with self.pass_lock.hold(timeout):
@@ -326,7 +344,7 @@ class Reconciler(Preview):
             if self.liveness is not None:
                 self.liveness.begin_pass(self.config.owner)
             seen_at = datetime.now(UTC)  # what `status` says its view's age is from
-            result = self._rounds(loaded)
+            result = self._rounds(loaded, at_once)
             result.git = synced
             if self.git is not None:  # the history entry follows its deployments
                 self._auto_rollback(result)
@@ -337,7 +355,7 @@ class Reconciler(Preview):
             seconds = time.monotonic() - started
         for note in diskspace.notes():  # a full disk: the pass went on, but say so
             log.warning("disk full", detail=note)
-        for hook in self.after_pass:
+        for hook in self.after_pass if not result.deferred else ():
             hook(result, seconds)
         return result
 
@@ -384,7 +402,7 @@ class Reconciler(Preview):
                 if device in r.devices and not r.elsewhere(self.config.node)]  # fmt: skip
         self.notify.emit("Unhealthy", why, revision=self.maker.revision, deployments=held)
 
-    def _rounds(self, loaded: LoadResult) -> PassResult:
+    def _rounds(self, loaded: LoadResult, at_once: Callable[[], bool] | None) -> PassResult:
         desired = self.desired(loaded)
         self.maker.revision = desired.revision  # what the records state (and Update compares)
         result = PassResult(
@@ -410,6 +428,13 @@ class Reconciler(Preview):
                 {n: v.probe.detail for n, v in observed.records.items() if v.probe}
             )
             actions = self.plan(desired, observed)
+            if at_once is not None and not (
+                only_starts_new(actions, observed.records) and at_once()
+            ):
+                result.deferred = True
+                settled = observed
+                break
+            at_once = None  # the first round's plan decides
             if not self._execute(actions, observed, result):
                 settled = observed
                 break

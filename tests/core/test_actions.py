@@ -11,9 +11,11 @@ from datetime import UTC, datetime
 from typing import get_args
 
 import pytest
+from strategies import entry
 
 from controller.core import actions
 from controller.core.actions import Action, Fail, PlanClass, Replace, Stop
+from controller.core.manifest.names import base_name
 from controller.core.state import Phase
 
 FACTS = ("verb", "order", "tears_down", "frees", "plan_class")
@@ -92,3 +94,27 @@ def test_a_fail_frees_its_devices_only_when_its_phase_holds_none(phase: Phase, f
 def test_other_actions_free_by_their_class() -> None:
     stop = Stop(name="a", reason="r")
     assert stop.frees_now() is Stop.frees is True
+
+
+def _start(name: str) -> actions.Start:
+    return actions.Start(name=name, reason="r", entry=entry(base_name(name)), devices=(), port=1)
+
+
+@pytest.mark.parametrize(
+    ("plan", "present", "early"),
+    [
+        ([], [], True),  # nothing to do: nothing to defer
+        ([_start("new")], ["other", "other@1"], True),
+        ([_start("new"), _start("new@1")], [], True),  # a new deployment's replicas
+        ([_start("web@1")], ["web"], False),  # a scale-up changes a running deployment
+        ([_start("web@next")], ["web"], False),  # a rolling update's new instance
+        ([_start("new"), Stop(name="old", reason="r")], ["old"], False),  # a stop
+        ([Replace(name="web", reason="r")], ["web"], False),
+        ([Fail(name="web", reason="r", phase=Phase.FAILED)], ["web"], False),
+    ],
+)
+def test_only_a_plan_of_new_deployments_may_run_before_the_folder_settles(
+    plan: list[Action], present: list[str], early: bool
+) -> None:
+    """What a pass run at once (the daemon's first whole change after quiet) may apply."""
+    assert actions.only_starts_new(plan, present) is early

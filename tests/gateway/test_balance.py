@@ -5,6 +5,7 @@ a rolling ``@next`` in its instance's place, each ``metadata.name`` its own only
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ import pytest
 from controller.core.manifest.names import base_name
 from controller.core.state import Phase, Record
 from controller.gateway.routing import balance
+from controller.gateway.routing import table as table_module
 from controller.gateway.routing.table import Table
 
 
@@ -159,6 +161,30 @@ def test_who_is_in_the_pool(change: str, expected: set[int]) -> None:
         elif change == "avoid b0":
             avoid = "b0"
         assert set(ports(table, "m", avoid=avoid)) == expected
+
+    asyncio.run(check())
+
+
+def test_an_engine_that_refused_stays_out_until_its_own_record_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another engine's record written meanwhile does not put a refused engine back (it
+    has nothing in flight: least in flight would choose it first); its own record
+    changing does, and so does the end of ``DOWN_FOR``."""
+
+    async def check() -> None:
+        table = table_of(*POOL)
+        table.mark_down(next(t for t in table.candidates("m") if t.nonce == "a1"))
+        # another record rewritten: a1 stays out
+        moved_b = dataclasses.replace(POOL[2], message="probed again")
+        table.update([POOL[0], POOL[1], moved_b])
+        assert set(ports(table, "m")) == {8000, 8002}
+        restarted = dataclasses.replace(POOL[1], restarts=1)  # its own: routed again
+        table.update([POOL[0], restarted, moved_b])
+        assert set(ports(table, "m")) == {8000, 8001, 8002}
+        monkeypatch.setattr(table_module, "DOWN_FOR", 0.0)  # and a mark's time runs out
+        table.mark_down(next(t for t in table.candidates("m") if t.nonce == "a1"))
+        assert set(ports(table, "m")) == {8000, 8001, 8002}
 
     asyncio.run(check())
 

@@ -35,6 +35,7 @@ from controller.gateway.routing.health import Health
 from controller.gateway.routing.prefix import Prefixes
 from controller.host.probes import connect_host
 
+DOWN_FOR = 5.0  # seconds an engine that refused a connection is passed over (mark_down)
 DRAIN_POLL = 0.01  # seconds between looks at a retiring instance's in-flight count
 # Seconds a fresh gateway waits for the daemon's first pass (no record of ours yet) before
 # routing by what the records say: the first pass says what exists (no 404 before it).
@@ -67,7 +68,8 @@ class Table:
         self.instances: dict[str, tuple[str, ...]] = {}  # deployment -> its instances
         self.records: dict[str, Record] = {}
         self._changed = asyncio.Event()
-        self._down: set[str | None] = set()  # nonces of engines that refused us
+        # Engines that refused a connection: nonce -> (its record then, until when).
+        self._down: dict[str | None, tuple[Record | None, float]] = {}
         self.loaded = asyncio.Event()  # set by the first pass's records
         self.inflight: Counter[str | None] = Counter()  # engine nonce -> requests in flight
         self.served: Counter[str | None] = Counter()  # engine nonce -> requests sent so far
@@ -97,8 +99,14 @@ class Table:
                 await asyncio.wait_for(self.loaded.wait(), timeout)
 
     def mark_down(self, target: Target) -> None:
-        """Route nothing more to that engine until the next pass says otherwise."""
-        self._down.add(target.nonce)
+        """Route nothing more to that engine for ``DOWN_FOR`` seconds, or until its own
+        record changes (its exit seen, a restart under a new nonce). Not until any record
+        changes: another engine's record written while this one's still says Ready put
+        the refused engine back in the pool, where, with nothing in flight, least in
+        flight chose it again, so a request could use up its retries on a dead engine
+        while others were Ready (a 503 in tests/gateway/test_pools.py)."""
+        rec = next((r for r in self.records.values() if r.nonce == target.nonce), None)
+        self._down[target.nonce] = (rec, time.monotonic() + DOWN_FOR)
 
     def update(self, records: Iterable[Record]) -> None:
         was = {r.nonce: (r.host, r.port) for r in self.records.values()}
@@ -119,7 +127,11 @@ class Table:
         self.pools = {name: tuple(sorted(found)) for name, found in sorted(pools.items())}
         self.instances = {d: tuple(sorted(found, key=replica_of)) for d, found in instances.items()}
         live = {r.nonce for r in self.records.values()}
-        self._down.clear()
+        self._down = {
+            nonce: (rec, until)
+            for nonce, (rec, until) in self._down.items()
+            if rec is not None and self.records.get(rec.name) == rec
+        }
         self._retired &= live  # an instance still on record stays retired until it is gone
         # A probe vouches for a Starting engine until the daemon has its say: once its
         # record is in another phase it is dropped, so an engine that goes back to
@@ -280,8 +292,11 @@ class Table:
         probed = rec.phase is Phase.STARTING and rec.nonce in self._probed
         if rec.phase is not Phase.READY and not probed:
             return None
-        if rec.nonce in self._down:
-            return None
+        down = self._down.get(rec.nonce)
+        if down is not None:
+            if time.monotonic() < down[1]:
+                return None
+            del self._down[rec.nonce]  # tried again: a refusal marks it once more
         return Target(base_name(rec.name), connect_host(rec.host), rec.port, rec.nonce, instance)
 
     def _first(self, deployment: str) -> Record:
