@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
@@ -185,6 +186,24 @@ def test_an_engine_that_refused_stays_out_until_its_own_record_changes(
         monkeypatch.setattr(table_module, "DOWN_FOR", 0.0)  # and a mark's time runs out
         table.mark_down(next(t for t in table.candidates("m") if t.nonce == "a1"))
         assert set(ports(table, "m")) == {8000, 8001, 8002}
+
+    asyncio.run(check())
+
+
+def test_a_request_waiting_for_the_only_engine_marked_down_gets_it_when_the_mark_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No record change announces a mark's end: the wait ends then too, not at the
+    request's deadline."""
+    monkeypatch.setattr(table_module, "DOWN_FOR", 0.2)
+
+    async def check() -> None:
+        table = table_of(rec("solo", "s0", 8000))
+        table.mark_down(table.candidates("solo")[0])
+        began = time.monotonic()
+        found = await table.wait_target("solo", 30.0)
+        assert found is not None and found.nonce == "s0"
+        assert time.monotonic() - began < 10.0  # the mark's 0.2 s, not the 30 s deadline
 
     asyncio.run(check())
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import time
 from collections import Counter, defaultdict
@@ -364,10 +365,21 @@ class Table:
             if self.ejected(name) is not None:
                 return None  # every instance is ejected: the 503 says when to retry
             on_wait()
+            # An engine marked down is tried again when its mark runs out, which no
+            # record change announces: the wait ends then too, and looks again.
+            wake = min(left, self._down_ends_in())
             try:
-                await asyncio.wait_for(self._changed.wait(), left)
+                await asyncio.wait_for(self._changed.wait(), wake)
             except TimeoutError:
-                return self.target(name, session=session, prefix=prefix)
+                if wake >= left:
+                    return self.target(name, session=session, prefix=prefix)
+
+    def _down_ends_in(self) -> float:
+        """Seconds until the first engine marked down may be tried again (inf: none is
+        marked); the marks that ran out are dropped."""
+        now = time.monotonic()
+        self._down = {nonce: mark for nonce, mark in self._down.items() if mark[1] > now}
+        return min((until for _, until in self._down.values()), default=math.inf) - now
 
 
 def _wakes(first: Record) -> bool:
