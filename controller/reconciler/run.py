@@ -346,7 +346,7 @@ class Reconciler(Preview):
             seen_at = datetime.now(UTC)  # what `status` says its view's age is from
             result = self._rounds(loaded, at_once)
             result.git = synced
-            if self.git is not None:  # the history entry follows its deployments
+            if self.git is not None and not result.deferred:  # the history follows them
                 self._auto_rollback(result)
                 self._notify_source(result)
             result.outcomes = self.executor.take_tally()
