@@ -57,6 +57,7 @@ LOCK_RETRY = 0.2
 SLACK = 0.005  # fire just after a record's due time, never just before
 HELD_RECHECK = 1.0  # seconds: a back-off that is over but held (drained, waiting its turn)
 WATCHED = (Phase.STARTING, Phase.READY)
+AT_ONCE = "folder at once"  # the pass of a first whole change after quiet (_debounce)
 GIT_FETCH = "git fetch"  # the git source's own timer: its interval, apart from the resync
 TIMED = frozenset({GIT_FETCH, "resync", "probe due", "liveness", "back-off held", "pull progress"})
 PROBES = "liveness probes"  # the timer that starts the liveness probes due (no pass)
@@ -126,7 +127,6 @@ class Daemon:
         self._debounce_since: float | None = None
         self._last_change: float | None = None  # monotonic time of the last folder event seen
         self._quiet_before = True  # the changes now in motion came after a quiet spell
-        self._at_once = False  # the next pass is a whole first change's, run at once
         self._said: dict[str, str] = {}
         self._events = threading.Lock()
         self._folder_event = False  # a folder event since the loop last woke
@@ -262,8 +262,7 @@ class Daemon:
         any other change waits for it, as a multi-file edit may still be landing."""
         if whole and self._quiet_before:
             self._quiet_before = False
-            self._at_once = True
-            self.triggers.add("folder at once")
+            self.triggers.add(AT_ONCE)
             return
         now = time.monotonic()
         if self._debounce_since is None:
@@ -339,8 +338,7 @@ class Daemon:
         with self._events:  # the pass reads the folders as they are now
             self._settling = Settling()
         self.folders.rearm()  # before the pass reads the folders: no event falls in between
-        at_once = self._undisturbed if self._at_once and triggers == ["folder at once"] else None
-        self._at_once = False
+        at_once = self._undisturbed if triggers == [AT_ONCE] else None
         started = time.monotonic()
         try:
             result = self.reconciler.run_pass(lock_timeout=LOCK_WAIT, at_once=at_once)

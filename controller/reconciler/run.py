@@ -355,8 +355,9 @@ class Reconciler(Preview):
             seconds = time.monotonic() - started
         for note in diskspace.notes():  # a full disk: the pass went on, but say so
             log.warning("disk full", detail=note)
-        for hook in self.after_pass if not result.deferred else ():
-            hook(result, seconds)
+        if not result.deferred:  # a deferred pass did nothing: nothing to tell
+            for hook in self.after_pass:
+                hook(result, seconds)
         return result
 
     def _sync_git(self) -> SyncResult | None:

@@ -144,7 +144,7 @@ def test_an_atomic_save_replaces_the_engine_once(reconcile: Any, daemon: Any, fi
     finish(d)
 
 
-def quiet(d: Any) -> None:
+def quiet() -> None:
     """Past the debounce since the daemon's last folder event: the next change is a first."""
     time.sleep(DEBOUNCE * 2)
 
@@ -154,7 +154,7 @@ def test_a_new_manifest_after_quiet_starts_at_once(
 ) -> None:
     rc = reconcile
     d = started(rc, daemon, "before")
-    quiet(d)
+    quiet()
     rc.write("fresh", **sleeper())
     d.wait(lambda: ready_pid(rc, "fresh"), "fresh Ready")
     # Its pass ran without the settle and applied its plan, the start (its later rounds
@@ -179,7 +179,7 @@ def test_a_deployment_moved_between_files_is_never_stopped(
     d = daemon()
     d.wait_pass()
     pid = d.wait(lambda: ready_pid(rc, "moving"), "moving Ready")
-    quiet(d)
+    quiet()
     (rc.manifests / "a.yaml").write_text(rc.dump_yaml(staying))
     (rc.manifests / "b.yaml").write_text(rc.dump_yaml(moving))
     d.wait(lambda: d.passes("folder"), "the settle's pass")
@@ -199,7 +199,7 @@ def test_an_edit_after_quiet_waits_for_the_settle(reconcile: Any, daemon: Any, f
     rc = reconcile
     d = started(rc, daemon, "edited")
     old = ready_pid(rc, "edited")
-    quiet(d)
+    quiet()
     rc.write("edited", **sleeper("601"))
     new = d.wait(lambda: (ready_pid(rc, "edited") or old) != old and ready_pid(rc, "edited"),
                  "the replacement")  # fmt: skip
