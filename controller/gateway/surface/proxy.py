@@ -150,12 +150,12 @@ async def forward(
     finally:
         upstream.release()  # kept alive when read to its end, else closed
     meter.answered()
-    if upstream.status < 300:
-        from_json(data, meter)
     whole = Response(status=upstream.status, reason=upstream.reason, body=data)
     whole.headers.extend(_headers(upstream.headers))
     whole.headers[SERVED_BY] = target.deployment
     await _send_now(request, whole)
+    if upstream.status < 300:
+        from_json(data, meter)  # the tokens it used: once the client has its answer
     return whole
 
 
