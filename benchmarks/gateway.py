@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             python_proxy("raw", tmp, hot, listen - 4) as raw,
             python_proxy("asgi", tmp, hot, listen - 5) as asgi,
             python_proxy("h1", tmp, hot, listen - 6) as h1,
+            python_proxy("work", tmp, hot, listen - 7) as work,
         ):
             proxies = {
                 "reconcile": f"http://127.0.0.1:{listen}",
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 "bare aiohttp": bare,
                 "raw python": raw,
                 "httptools h1": h1,
+                "work floor": work,
                 "uvicorn asgi": asgi,
                 "litellm": ll,
             }
@@ -248,6 +250,13 @@ def _goals(figures: Figures, cpu: CpuCost) -> list[str]:
     out.append(said("p50 at 1 client, x nginx's", p50, "<= 1.30", p50 <= 1.3))
     out.append(said("requests/s at 32 clients, x nginx's", rps, ">= 0.90", rps >= 0.9))
     out.append(said("stream first chunk p50, ms past nginx's", first, "<= 1.00", first <= 1.0))
+    if (False, 1, "work floor") in figures:
+        floor = figures[(False, 1, "work floor")][0] / figures[(False, 1, "nginx")][0]
+        floor_rps = figures[(False, 32, "work floor")][1] / figures[(False, 32, "nginx")][1]
+        out.append(
+            f"  the same two for the work floor (the gateway's work, flat): p50 x{floor:.2f}, "
+            f"requests/s x{floor_rps:.2f}"
+        )
     out.extend(_split(figures, cpu))
     if (False, 1, "litellm") in figures:
         direct = figures[(False, 1, "direct")][0]
@@ -266,8 +275,10 @@ def _split(figures: Figures, cpu: CpuCost) -> list[str]:
     is what the interpreter and the loop alone cost, ``bare aiohttp`` adds the framework,
     ``reconcile`` the gateway's own work; ``httptools h1`` (a server of one's own on
     httptools) and ``uvicorn asgi`` are the other servers a data path could stand on,
-    with no work of their own."""
-    kinds = ("raw python", "httptools h1", "uvicorn asgi", "bare aiohttp", "reconcile")
+    with no work of their own; ``work floor`` is h1 doing the gateway's work, flat."""
+    kinds = (
+        "raw python", "httptools h1", "work floor", "uvicorn asgi", "bare aiohttp", "reconcile"
+    )  # fmt: skip
     names = [n for n in kinds if (False, 1, n) in figures]
     if (False, 1, "nginx") not in figures or len(names) < 2:
         return ["  a Python baseline did not start: no split of the gap"]

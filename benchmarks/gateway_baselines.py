@@ -1,6 +1,6 @@
 """Other proxies in front of the same fake engine, for ``benchmarks.gateway`` to compare.
 
-bare aiohttp, raw python, uvicorn asgi and httptools h1: ``python_proxies.py``, the
+bare aiohttp, raw python, uvicorn asgi, httptools h1 and the work floor: ``python_proxies.py``, the
 gateway's framework with none of its own work (what aiohttp and the loop cost, so the rest
 is the gateway's), no framework at all (the floor of any Python proxy on this box), and two
 other servers with a plain pooled engine client: uvicorn's, and one of its own on
@@ -83,10 +83,13 @@ def nginx(tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
 
 @contextlib.contextmanager
 def python_proxy(kind: str, tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
-    """``python_proxies.py --kind KIND`` (``bare`` aiohttp, ``raw``, ``asgi`` or ``h1``) on
-    ``port``; None when it did not start (``asgi`` and ``h1`` need the bench extra)."""
+    """``python_proxies.py --kind KIND`` (``bare`` aiohttp, ``raw``, ``asgi``, ``h1`` or
+    ``work``) on ``port``; None when it did not start (``asgi``, ``h1`` and ``work`` need
+    the bench extra). ``work`` writes its request log in ``tmp``."""
     script = Path(__file__).with_name("python_proxies.py")
     argv = [sys.executable, str(script), "--kind", kind, "--port", str(port)]
+    if kind == "work":
+        argv += ["--log-dir", str(tmp)]
     with _running([*argv, "--upstream", str(upstream)], tmp / f"{kind}.log") as proc:
         yield _up(proc, port, "/health")
 

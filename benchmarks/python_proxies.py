@@ -28,6 +28,15 @@ parsed, rewritten (hop-by-hop fields out, ``x-reconcile-deployment`` in) and wri
 the body (a stream's chunks relayed as they come). What a gateway that owns its
 connections, with no work of its own, would cost: parsing and rewriting included, which
 ``raw`` skips.
+
+``work``: ``h1`` doing the gateway's own work for a request, flat, with the gateway's own
+pieces: the path checked, the key looked up, the body's JSON read for its model, the
+least loaded instance of its pool chosen and counted, the key headers kept back, the
+answer's usage read (``accounting/usage.py``), and after the answer: the in-flight
+counts, the metrics (``GatewayMetrics``) and the request log's line (``RequestLog``, its
+writer thread). None of the rest (limits, fallbacks, OnDemand, retries, passive health,
+tracing): what a gateway built flat would cost at the least, so the distance between it
+and the gateway is how the gateway's path is built, not what it does.
 """
 
 from __future__ import annotations
@@ -35,7 +44,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
+import tempfile
+import time
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any, cast
 
 import aiohttp
@@ -281,6 +294,12 @@ class _H1(asyncio.Protocol):
     ) -> bool:  # fmt: skip
         reader, writer = await self.pool.take()
         writer.write(_request_head(method, url, headers, len(body)) + body)
+        await self._relay(reader, keep)
+        self.pool.idle.append((reader, writer))
+        return keep
+
+    async def _relay(self, reader: asyncio.StreamReader, keep: bool) -> bytes:
+        """The engine's answer to the client; a sized one's body is returned."""
         head = await reader.readuntil(END)
         status_line, *fields = head[: -len(END)].split(b"\r\n")
         out = [status_line, b"x-reconcile-deployment: hot"]
@@ -293,27 +312,102 @@ class _H1(asyncio.Protocol):
         length = _length(head)
         assert self.transport is not None
         if length is not None:
-            self.transport.write(b"\r\n".join(out) + END + await reader.readexactly(length))
-        else:  # chunked: relayed as it comes, framing and all
-            self.transport.write(b"\r\n".join(out) + END)
-            while True:
-                size_line = await reader.readuntil(b"\r\n")
-                size = int(size_line.split(b";")[0], 16)
-                self.transport.write(size_line + await reader.readexactly(size + 2))
-                if size == 0:
-                    break
-        self.pool.idle.append((reader, writer))
-        return keep
+            data = await reader.readexactly(length)
+            self.transport.write(b"\r\n".join(out) + END + data)
+            return data
+        self.transport.write(b"\r\n".join(out) + END)
+        while True:  # chunked: relayed as it comes, framing and all
+            size_line = await reader.readuntil(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            self.transport.write(size_line + await reader.readexactly(size + 2))
+            if size == 0:
+                return b""
 
     def _close(self) -> None:
         if self.transport is not None:
             self.transport.close()
 
 
-async def _serve_h1(port: int, upstream: int) -> None:
+# -- work: h1 doing the gateway's own work for a request, flat ---------------------------
+
+KEY_HEADERS = frozenset({b"authorization", b"x-api-key"})
+
+
+class _Work(_H1):
+    """``h1`` with the gateway's work for each request (the module's docstring)."""
+
+    def __init__(self, pool: _Pool, pools: dict[str, list[int]], books: _Books) -> None:
+        super().__init__(pool)
+        self.pools = pools  # model -> its instances' engine ports
+        self.books = books
+
+    async def _one(
+        self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
+        keep: bool,
+    ) -> bool:  # fmt: skip
+        from controller.gateway.accounting.usage import Meter, from_json
+
+        meter = Meter()
+        path = url.split(b"?", 1)[0].decode("latin-1")
+        auth = next((v for k, v in headers if k == b"authorization"), b"")
+        key = self.books.keys.get(auth, "-")
+        model = "-"
+        if path.startswith("/v1/") and body:
+            found = json.loads(body)
+            model = found.get("model", "-") if isinstance(found, dict) else "-"
+        pool = self.pools.get(model) or [self.pool.port]
+        port = min(pool, key=lambda p: self.books.inflight.get(p, 0))
+        self.books.inflight[port] = self.books.inflight.get(port, 0) + 1
+        meter.model = model
+        sent = [(k, v) for k, v in headers if k not in KEY_HEADERS]
+        reader, writer = await self.pool.take()
+        writer.write(_request_head(method, url, sent, len(body)) + body)
+        try:
+            data = await self._relay(reader, keep)
+        finally:
+            self.books.inflight[port] -= 1
+        self.pool.idle.append((reader, writer))
+        meter.answered()
+        from_json(data, meter)
+        self.books.done(key, model, meter)
+        return keep
+
+
+class _Books:
+    """The counts, metrics and request log of ``work``, the gateway's own pieces."""
+
+    def __init__(self, log_dir: Path) -> None:
+        from controller.gateway.accounting.metrics import GatewayMetrics
+        from controller.gateway.accounting.requestlog import RequestLog
+
+        self.keys: dict[bytes, str] = {}
+        self.inflight: dict[int, int] = {}
+        self.metrics = GatewayMetrics()
+        self.log = RequestLog(log_dir / "work-requests.jsonl")
+        self.log.start()
+
+    def done(self, key: str, model: str, meter: Any) -> None:
+        from controller.gateway.accounting.requestlog import entry
+
+        self.log.write(entry(key, model, 200, meter))
+        self.metrics.done(model, key, 200, time.monotonic() - meter.started)
+        used = meter.usage
+        first = meter.first - meter.started if meter.first is not None else None
+        tokens = (used.prompt, used.completion) if used else (0, 0)
+        self.metrics.answered(model, key, first, *tokens)
+
+
+async def _serve_h1(port: int, upstream: int, log_dir: Path | None = None) -> None:
+    """``h1``; ``work`` when given where its request log goes."""
     pool = _Pool(upstream)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _H1(pool), "127.0.0.1", port, backlog=1024)
+    books = _Books(log_dir) if log_dir is not None else None
+    pools = {"hot": [upstream]}
+
+    def protocol() -> _H1:
+        return _Work(pool, pools, books) if books is not None else _H1(pool)
+
+    server = await loop.create_server(protocol, "127.0.0.1", port, backlog=1024)
     async with server:
         await server.serve_forever()
 
@@ -326,9 +420,10 @@ async def _serve_raw(port: int, upstream: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--kind", choices=("bare", "raw", "asgi", "h1"), required=True)
+    parser.add_argument("--kind", choices=("bare", "raw", "asgi", "h1", "work"), required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", type=int, required=True)
+    parser.add_argument("--log-dir", type=Path, help="work: its request log's folder")
     args = parser.parse_args()
     with contextlib.suppress(ImportError):
         import uvloop
@@ -337,8 +432,9 @@ def main() -> None:
     if args.kind == "raw":
         asyncio.run(_serve_raw(args.port, args.upstream))
         return
-    if args.kind == "h1":
-        asyncio.run(_serve_h1(args.port, args.upstream))
+    if args.kind in ("h1", "work"):
+        log_dir = (args.log_dir or Path(tempfile.gettempdir())) if args.kind == "work" else None
+        asyncio.run(_serve_h1(args.port, args.upstream, log_dir))
         return
     if args.kind == "asgi":
         import uvicorn  # the bench extra's
