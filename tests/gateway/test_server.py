@@ -224,6 +224,32 @@ def test_an_answer_has_one_content_type_its_own_or_a_default() -> None:
     run(test)
 
 
+def test_an_answer_has_one_date_the_engines_or_the_gateways() -> None:
+    """Date is a singleton field (RFC 9110 §6.6.1): a proxied answer keeps the engine's,
+    and the server adds its own only to an answer without one."""
+    engine_date = "Sat, 05 Dec 2026 14:00:00 GMT"
+
+    async def dated(request: Request) -> StreamResponse:
+        whole = Response(status=200, body=b"{}")
+        if request.raw_path == "/proxied":
+            whole.headers.extend({"Date": engine_date})  # as the proxy passes it on
+        return whole
+
+    async def test() -> None:
+        async with Served(dated) as s:
+            reader, writer = await s.connect()
+            for path in ("/proxied", "/own"):
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                head = (await asyncio.wait_for(reader.readuntil(END), 5)).decode("latin-1")
+                dates = [line for line in head.split("\r\n") if line.lower().startswith("date:")]
+                assert len(dates) == 1, head
+                if path == "/proxied":
+                    assert dates == [f"Date: {engine_date}"], head
+                await reader.readexactly(2)
+
+    run(test)
+
+
 def test_an_upgrade_is_answered_as_plain_http_and_ends_its_connection() -> None:
     async def test() -> None:
         async with Served() as s:

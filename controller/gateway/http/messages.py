@@ -262,7 +262,9 @@ class StreamResponse:
         if not self.keep_alive:
             headers["Connection"] = "close"
         reason = self.reason or REASONS.get(self.status, "Unknown")
-        lines = [f"HTTP/1.1 {self.status} {reason}", f"Date: {_date()}"]
+        lines = [f"HTTP/1.1 {self.status} {reason}"]
+        if "Date" not in headers:  # a singleton: an engine's, passed on, is the answer's
+            lines.append(f"Date: {_date()}")
         lines += [f"{name}: {value}" for name, value in headers.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
 
