@@ -49,11 +49,14 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
+
+if TYPE_CHECKING:
+    from controller.gateway.accounting.usage import Meter
 
 # -- bare: aiohttp's server and client, nothing else -----------------------------------
 
@@ -345,9 +348,7 @@ class _Work(_H1):
         self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
         keep: bool,
     ) -> bool:  # fmt: skip
-        from controller.gateway.accounting.usage import Meter, from_json
-
-        meter = Meter()
+        meter = self.books.meter()
         path = url.split(b"?", 1)[0].decode("latin-1")
         auth = next((v for k, v in headers if k == b"authorization"), b"")
         key = self.books.keys.get(auth, "-")
@@ -368,8 +369,7 @@ class _Work(_H1):
             self.books.inflight[port] -= 1
         self.pool.idle.append((reader, writer))
         meter.answered()
-        from_json(data, meter)
-        self.books.done(key, model, meter)
+        self.books.done(key, model, meter, data)
         return keep
 
 
@@ -377,19 +377,23 @@ class _Books:
     """The counts, metrics and request log of ``work``, the gateway's own pieces."""
 
     def __init__(self, log_dir: Path) -> None:
+        # Imported here: the other kinds run without the gateway's modules.
+        from controller.gateway.accounting import requestlog, usage
         from controller.gateway.accounting.metrics import GatewayMetrics
-        from controller.gateway.accounting.requestlog import RequestLog
 
+        self.meter = usage.Meter
+        self._usage = usage.from_json
+        self._entry = requestlog.entry
         self.keys: dict[bytes, str] = {}
         self.inflight: dict[int, int] = {}
         self.metrics = GatewayMetrics()
-        self.log = RequestLog(log_dir / "work-requests.jsonl")
+        self.log = requestlog.RequestLog(log_dir / "work-requests.jsonl")
         self.log.start()
 
-    def done(self, key: str, model: str, meter: Any) -> None:
-        from controller.gateway.accounting.requestlog import entry
-
-        self.log.write(entry(key, model, 200, meter))
+    def done(self, key: str, model: str, meter: Meter, answer: bytes) -> None:
+        """A request answered: its usage, its log line, its metrics."""
+        self._usage(answer, meter)
+        self.log.write(self._entry(key, model, 200, meter))
         self.metrics.done(model, key, 200, time.monotonic() - meter.started)
         used = meter.usage
         first = meter.first - meter.started if meter.first is not None else None
