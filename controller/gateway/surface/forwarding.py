@@ -73,13 +73,6 @@ class Forwarder:
         of Starting engines and the looks at silent ones."""
         return [*self.waits.tasks(), *self._judging.values()]
 
-    def _prefix(self, pool: str, fields: dict[str, Any]) -> tuple[bytes, ...]:
-        """The prompt's chained block hashes where the pool routes by prefix (prefix.py)."""
-        if self.table.affinity(pool) != "prefix":
-            return ()
-        text = prompt_text(fields)
-        return chain(text) if text else ()
-
     async def serve(
         self,
         incoming: Incoming,
@@ -90,10 +83,9 @@ class Forwarder:
         """Serve the request with the last model of ``tried``, else with the first of its
         fallbacks (none already tried: no loop) that can take it."""
         model = tried[-1]
-        label = self.table.label(model)
-        onward = [
-            f for f in self.table.fallbacks(model) if f not in tried and f in self.table.pools
-        ]
+        facts = self.table.facts(model)
+        label = facts.label
+        onward = [f for f in facts.fallbacks if f not in tried and f in self.table.pools]
         if onward and self.limiter.full(label):
             return await self._fall_back(incoming, body, fields, tried, onward, "limit")
         if not await self.limiter.acquire(label):
@@ -105,8 +97,8 @@ class Forwarder:
                 model,
                 label,
                 _session(incoming.request, fields),
-                self._prefix(model, fields),
-                self.table.fallback_after(model) if onward else None,
+                _prefix(fields) if facts.affinity == "prefix" else (),
+                facts.fallback_after if onward else None,
             )
             with self.tracing.span("routing", {"reconcile.model": model}):
                 answered = await self._forward(incoming, body, want)
@@ -365,6 +357,12 @@ def _may_resend(exc: UpstreamFailed, body: bytes | Upload) -> bool:
 def _upstream_error(name: str) -> Response:
     why = f"the engine of {name!r} closed the connection before answering; retry later"
     return error(502, why, "upstream_error")
+
+
+def _prefix(fields: dict[str, Any]) -> tuple[bytes, ...]:
+    """The prompt's chained block hashes, for a pool that routes by prefix (prefix.py)."""
+    text = prompt_text(fields)
+    return chain(text) if text else ()
 
 
 def _session(request: Request, fields: dict[str, Any]) -> str | None:

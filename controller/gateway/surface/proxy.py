@@ -51,6 +51,10 @@ KEY_HEADERS = frozenset({"authorization", "x-api-key"})  # the gateway's keys st
 DECODED = frozenset({"content-encoding"})  # the body goes on plain (bodies.py)
 # The gateway answered a client's `Expect: 100-continue` itself: the engine gets the body.
 ANSWERED = frozenset({"expect"})
+# What a request's headers lose on the way to the engine, with API keys off and on (one
+# set each, made once: each header is looked up in one).
+SENT_DROPS = HOP_BY_HOP | DECODED | ANSWERED
+SENT_DROPS_KEYED = SENT_DROPS | KEY_HEADERS
 # Methods whose body is never sent on (it routed the request: its `model`). An engine on
 # http.server does not read a GET's body: left on the kept-alive connection, it was parsed
 # as the next request, and another client's POST got a 400.
@@ -77,14 +81,18 @@ class UpstreamFailed(Exception):
 
 
 def _headers(
-    headers: CIMultiDictProxy[str], drop: frozenset[str] = frozenset()
+    headers: CIMultiDictProxy[str],
+    drop: frozenset[str] = HOP_BY_HOP,
+    into: CIMultiDict[str] | None = None,
 ) -> CIMultiDict[str]:
-    out: CIMultiDict[str] = CIMultiDict()
+    """``headers`` but those named in ``drop`` (lower case) or in their ``Connection``,
+    added to ``into`` (a new multidict when None)."""
+    out: CIMultiDict[str] = CIMultiDict() if into is None else into
     named = headers.get("Connection")  # most requests have none: no set to build
-    connection = {h.strip().lower() for h in named.split(",")} if named else set()
+    if named:
+        drop = drop | {h.strip().lower() for h in named.split(",")}
     for key, value in headers.items():
-        low = key.lower()
-        if low not in HOP_BY_HOP and low not in connection and low not in drop:
+        if key.lower() not in drop:
             out.add(key, value)
     return out
 
@@ -112,8 +120,7 @@ async def forward(
     (a retry's)."""
     # The path as normalised (http/paths.py), never re-normalised or re-quoted.
     sent = f"{path}?{query}" if query else path
-    drop = DECODED | ANSWERED | KEY_HEADERS if strip_keys else DECODED | ANSWERED
-    headers = _headers(request.headers, drop)
+    headers = _headers(request.headers, SENT_DROPS_KEYED if strip_keys else SENT_DROPS)
     if inject is not None:
         inject(headers)
     data: bytes | AsyncIterator[bytes] | None = None
@@ -151,7 +158,7 @@ async def forward(
         upstream.release()  # kept alive when read to its end, else closed
     meter.answered()
     whole = Response(status=upstream.status, reason=upstream.reason, body=data)
-    whole.headers.extend(_headers(upstream.headers))
+    _headers(upstream.headers, into=whole.headers)
     whole.headers[SERVED_BY] = target.deployment
     await _send_now(request, whole)
     if upstream.status < 300:
@@ -204,7 +211,7 @@ async def _stream(
     request: Request, upstream: Answer, target: Target, meter: Meter
 ) -> StreamResponse:
     response = StreamResponse(status=upstream.status, reason=upstream.reason)
-    response.headers.extend(_headers(upstream.headers))
+    _headers(upstream.headers, into=response.headers)
     response.headers[SERVED_BY] = target.deployment
     kind = upstream.headers.get("Content-Type", "")
     sse = kind.startswith("text/event-stream")
