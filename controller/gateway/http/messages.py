@@ -32,7 +32,6 @@ REASONS = {
     504: "Gateway Timeout",
 }  # fmt: skip
 BODILESS_STATUS = frozenset({204, 304})
-UNREAD = -1  # a request's length before its headers were read for it (no length is < 0)
 
 
 class BodyTooLarge(Exception):
@@ -141,7 +140,6 @@ class Request:
     """One request: its head as parsed, its body as it comes (``content``)."""
 
     __slots__ = (
-        "_length",
         "_query",
         "content",
         "headers",
@@ -178,7 +176,6 @@ class Request:
         self.match_info: dict[str, str] = {}  # a route's named parts (router.py)
         self.max_body = max_body  # read() refuses past it (the gateway's --max-body)
         self._query: MultiDictProxy[str] | None = None
-        self._length: int | None = UNREAD
 
     @property
     def host(self) -> str:
@@ -186,10 +183,8 @@ class Request:
 
     @property
     def content_length(self) -> int | None:
-        if self._length == UNREAD:  # read once: a request's path asks several times
-            value = self.headers.get("Content-Length")
-            self._length = int(value) if value is not None and value.isdigit() else None
-        return self._length
+        value = self.headers.get("Content-Length")
+        return int(value) if value is not None and value.isdigit() else None
 
     @property
     def body_exists(self) -> bool:
