@@ -46,7 +46,6 @@ import asyncio
 import contextlib
 import json
 import tempfile
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -394,11 +393,7 @@ class _Books:
         """A request answered: its usage, its log line, its metrics."""
         self._usage(answer, meter)
         self.log.write(self._entry(key, model, 200, meter))
-        self.metrics.done(model, key, 200, time.monotonic() - meter.started)
-        used = meter.usage
-        first = meter.first - meter.started if meter.first is not None else None
-        tokens = (used.prompt, used.completion) if used else (0, 0)
-        self.metrics.answered(model, key, first, *tokens)
+        self.metrics.ended(model, key, 200, meter)
 
 
 async def _serve_h1(port: int, upstream: int, log_dir: Path | None = None) -> None:

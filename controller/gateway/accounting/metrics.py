@@ -17,6 +17,7 @@ histograms to its own from then on (``inherit``), so ``rate()`` sees no reset.
 from __future__ import annotations
 
 import bisect
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -27,6 +28,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from controller.gateway.accounting.enginemetrics import EngineLoad
+from controller.gateway.accounting.usage import Meter
 
 PREFIX = "reconcile_gateway_"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -141,6 +143,17 @@ class GatewayMetrics(Collector):
         hist.observe(seconds)
         self.moves += 1
         self.on_done()
+
+    def ended(self, deployment: str, key: str, status: int, meter: Meter) -> None:
+        """A request that ended now, with what its ``meter`` saw: counted, timed, and for
+        an answer, its first byte and its tokens."""
+        self.done(deployment, key, status, time.monotonic() - meter.started)
+        used = meter.usage
+        first = meter.first - meter.started if meter.first is not None else None
+        if first is None and used is None:
+            return
+        prompt, completion = (used.prompt, used.completion) if used else (0, 0)
+        self.answered(deployment, key, first, prompt, completion)
 
     def ejected(self, deployment: str, instance: str) -> None:
         """Passive health took ``instance`` out of the rotation (gateway/routing/health.py)."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,12 +189,12 @@ class Front:
         meter = Meter()
         key = self._key(request)
         if isinstance(key, Response):
-            self.metrics.done("-", "-", key.status, time.monotonic() - meter.started)
+            self.metrics.ended("-", "-", key.status, meter)
             self._log("-", "-", key.status, meter)
             return key
         over = self._over(key)
         if over is not None:
-            self.metrics.done("-", key, over.status, time.monotonic() - meter.started)
+            self.metrics.ended("-", key, over.status, meter)
             self._log(key, "-", over.status, meter)
             return over
         deployment = "-"
@@ -240,16 +239,9 @@ class Front:
 
     def _count(self, deployment: str, key: str, status: int, meter: Meter) -> None:
         self._log(key, deployment, status, meter)
-        now = time.monotonic()
-        self.metrics.done(deployment, key, status, now - meter.started)
-        used = meter.usage
-        first = meter.first - meter.started if meter.first is not None else None
-        if first is None and used is None:
-            return
-        prompt, completion = (used.prompt, used.completion) if used else (0, 0)
-        self.metrics.answered(deployment, key, first, prompt, completion)
-        if used is not None and self._quota is not None:
-            self._quota.spend(key, used.total)
+        self.metrics.ended(deployment, key, status, meter)
+        if meter.usage is not None and self._quota is not None:
+            self._quota.spend(key, meter.usage.total)
 
     async def _route(self, incoming: Incoming, key: str) -> tuple[str, StreamResponse]:
         # The body's bytes are reserved before any is read, and held until the answer ends.
