@@ -14,7 +14,7 @@ import asyncio
 import json
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from email.utils import formatdate
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
@@ -32,6 +32,7 @@ REASONS = {
     504: "Gateway Timeout",
 }  # fmt: skip
 BODILESS_STATUS = frozenset({204, 304})
+Fields = Mapping[str, str] | Sequence[tuple[str, str]]  # an answer's headers, by name or in order
 
 
 class BodyTooLarge(Exception):
@@ -142,6 +143,8 @@ class Request:
     __slots__ = (
         "_query",
         "content",
+        "content_length",
+        "fields",
         "headers",
         "keep_alive",
         "match_info",
@@ -157,7 +160,7 @@ class Request:
         self,
         method: str,
         raw_path: str,
-        headers: CIMultiDictProxy[str],
+        fields: list[tuple[str, str]],
         version: tuple[int, int],
         remote: str | None,
         content: Body,
@@ -167,7 +170,10 @@ class Request:
     ) -> None:
         self.method = method
         self.raw_path = raw_path  # the target as sent: the gateway normalises it itself
-        self.headers = headers
+        self.fields = fields  # the headers as sent, in order (what is forwarded)
+        self.headers = CIMultiDictProxy(CIMultiDict(fields))  # ... looked up by name
+        length = self.headers.get("Content-Length")
+        self.content_length = int(length) if length is not None and length.isdigit() else None
         self.version = version
         self.remote = remote
         self.content = content
@@ -180,11 +186,6 @@ class Request:
     @property
     def host(self) -> str:
         return self.headers.get("Host", "")
-
-    @property
-    def content_length(self) -> int | None:
-        value = self.headers.get("Content-Length")
-        return int(value) if value is not None and value.isdigit() else None
 
     @property
     def body_exists(self) -> bool:
@@ -215,7 +216,7 @@ class StreamResponse:
         *,
         status: int = 200,
         reason: str | None = None,
-        headers: Mapping[str, str] | None = None,
+        headers: Fields | None = None,
     ) -> None:
         self.status = status
         self.reason = reason
@@ -302,7 +303,7 @@ class Response(StreamResponse):
         reason: str | None = None,
         body: bytes | None = None,
         text: str | None = None,
-        headers: Mapping[str, str] | None = None,
+        headers: Fields | None = None,
         content_type: str | None = None,
     ) -> None:
         super().__init__(status=status, reason=reason, headers=headers)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import re
 import socket
 import time
 from collections import deque
@@ -110,14 +111,17 @@ class Upstream:
         host: str,
         port: int,
         target: str,
-        headers: CIMultiDict[str],
+        headers: list[tuple[str, str]],
         body: bytes | AsyncIterator[bytes] | None,
         *,
+        length: int | None = None,
         fresh: bool = False,
     ) -> Answer:
         """Send the request on a pooled connection (or a new one; always a new one when
         ``fresh``) and read the answer's head. ``target``: the path and query as they go
-        on the request line."""
+        on the request line; ``headers``: the fields sent, but ``Host`` and the body's
+        framing, which are the client's own; ``length``: a streamed body's, when known
+        (else it goes chunked)."""
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         key = (host, port)
@@ -126,11 +130,11 @@ class Upstream:
         if conn is None:
             conn = await self._acquire(key, pooled=not fresh)
         try:
-            head = _head(method, _host_header(host, port), target, headers, body)
+            head = _head(method, _host_header(host, port), target, headers, body, length)
             if isinstance(body, bytes) or body is None:
                 _write(conn, head + (body or b""))  # whole: one write, no coroutine
             else:
-                await _send_streamed(conn, head, headers, body)
+                await _send_streamed(conn, head, length is not None, body)
             answer = await _answer(conn, method, self)
         except BaseException:
             self._forget(conn)
@@ -265,6 +269,7 @@ class Answer:
         upstream: Upstream,
         status: int,
         reason: str,
+        fields: list[tuple[str, str]],
         headers: CIMultiDict[str],
         framing: _Framing,
         keep: bool,
@@ -273,7 +278,8 @@ class Answer:
         self._upstream = upstream
         self.status = status
         self.reason = reason
-        self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(headers)
+        self.fields = fields  # the headers as the engine sent them, in order
+        self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(headers)  # ... by name
         self._framing = framing
         self._keep = keep
         self._done = False
@@ -378,18 +384,20 @@ def _head(
     method: str,
     host: str,
     target: str,
-    headers: CIMultiDict[str],
+    headers: list[tuple[str, str]],
     body: bytes | AsyncIterator[bytes] | None,
+    length: int | None,
 ) -> bytes:
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
-    lines += [f"{k}: {v}" for k, v in headers.items()]
-    sized = "Content-Length" in headers
     if isinstance(body, bytes):
-        if not sized:
-            lines.append(f"Content-Length: {len(body)}")
-    elif body is not None and not sized:
-        lines.append("Transfer-Encoding: chunked")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        framing = f"\r\nContent-Length: {len(body)}"
+    elif body is None:
+        framing = ""
+    elif length is not None:
+        framing = f"\r\nContent-Length: {length}"
+    else:
+        framing = "\r\nTransfer-Encoding: chunked"
+    fields = "".join([f"\r\n{k}: {v}" for k, v in headers])
+    return f"{method} {target} HTTP/1.1\r\nHost: {host}{fields}{framing}\r\n\r\n".encode("latin-1")
 
 
 def _write(conn: _Connection, data: bytes) -> None:
@@ -400,11 +408,10 @@ def _write(conn: _Connection, data: bytes) -> None:
 
 
 async def _send_streamed(
-    conn: _Connection, head: bytes, headers: CIMultiDict[str], body: AsyncIterator[bytes]
+    conn: _Connection, head: bytes, sized: bool, body: AsyncIterator[bytes]
 ) -> None:
     """A body that comes as it is read (an upload): its chunks as they come, with its
-    length when the client gave one, else chunked."""
-    sized = "Content-Length" in headers
+    length when the client gave one (``sized``), else chunked."""
     writer = conn.writer
     try:
         writer.write(head)
@@ -436,34 +443,45 @@ async def _answer(conn: _Connection, method: str, upstream: Upstream) -> Answer:
             raise Dropped(f"the engine's connection failed ({_said(exc)})") from exc
         except asyncio.LimitOverrunError as exc:
             raise Malformed(f"an answer head over {HEAD_MAX} bytes") from exc
-        status, reason, version, headers = _parse_head(head)
+        status, reason, version, fields = _parse_head(head)
         if not 100 <= status < 200:
             break
+    headers = CIMultiDict(fields)
     framing, keep = _framing(method, status, version, headers)
-    return Answer(conn, upstream, status, reason, headers, framing, keep)
+    return Answer(conn, upstream, status, reason, fields, headers, framing, keep)
 
 
-def _parse_head(head: bytes) -> tuple[int, str, str, CIMultiDict[str]]:
+# A status line, then header lines (a name without spaces, a colon, the value with the
+# whitespace around it left out): each line whole, from one CRLF to the next.
+_STATUS = re.compile(r"(HTTP/1\.[0-9]) ([0-9]{3})(?: ([^\r\n]*))?\r\n")
+_FIELD = re.compile(r"^([^\s:]+):[ \t]*([^\r\n]*?)[ \t]*\r\n", re.MULTILINE)
+
+
+def _parse_head(head: bytes) -> tuple[int, str, str, list[tuple[str, str]]]:
+    """The status, reason, version and header fields of an answer's head (which ends
+    with its blank line). The fields are read in one pass whatever their number, and
+    checked by count: a line that is not one is malformed."""
     text = head.decode("latin-1")
-    status_line, *lines = text[:-4].split("\r\n")
-    version, _, rest = status_line.partition(" ")
-    code, _, reason = rest.partition(" ")
-    if not version.startswith("HTTP/1.") or not code.isdigit() or len(code) != 3:
-        raise Malformed(f"not an HTTP/1.x status line: {status_line[:80]!r}")
-    headers: CIMultiDict[str] = CIMultiDict()
-    for line in lines:
-        name, colon, value = line.partition(":")
-        if not colon or not name or name != name.strip():
-            raise Malformed(f"a malformed header line: {line[:80]!r}")
-        headers.add(name, value.strip())
-    return int(code), reason, version, headers
+    status = _STATUS.match(text)
+    if status is None:
+        line = text.partition("\r\n")[0]
+        raise Malformed(f"not an HTTP/1.x status line: {line[:80]!r}")
+    version, code, reason = status.groups("")
+    at = status.end()
+    fields = _FIELD.findall(text, at, len(text) - 2)
+    if len(fields) != text.count("\r\n", at) - 1:
+        lines = text[at:-4].split("\r\n")
+        bad = next((line for line in lines if not _FIELD.fullmatch(line + "\r\n")), "")
+        raise Malformed(f"a malformed header line: {bad[:80]!r}")
+    return int(code), reason, version, fields
 
 
 def _framing(
     method: str, status: int, version: str, headers: CIMultiDict[str]
 ) -> tuple[_Framing, bool]:
     """How the body ends, and whether the connection may serve another request."""
-    tokens = {t.strip().lower() for t in headers.get("Connection", "").split(",")}
+    named = headers.get("Connection")  # most answers have none: no set to build
+    tokens = {t.strip().lower() for t in named.split(",")} if named else set()
     keep = "keep-alive" in tokens if version == "HTTP/1.0" else "close" not in tokens
     if method == "HEAD" or status in NO_BODY:
         return _Framing(0, False), keep
