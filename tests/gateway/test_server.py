@@ -284,11 +284,41 @@ def test_head_has_the_length_and_no_body_and_http_1_0_ends_its_connection() -> N
     run(test)
 
 
+# Two past: llhttp tells of a header once the next line begins (it might be a folded one).
+HEADERS_PAST_MAX = b"".join(b"X-%d: v\r\n" % i for i in range(srv.HEADERS_MAX + 2))
+
+
+def test_a_request_with_as_many_headers_as_allowed_is_answered() -> None:
+    fields = b"".join(b"X-%d: v\r\n" % i for i in range(srv.HEADERS_MAX - 1))
+    long = b"a" * srv.LINE_MAX
+
+    async def test() -> None:
+        async with Served(lambda request: _fields(request)) as s:
+            reader, writer = await s.connect()
+            writer.write(b"GET / HTTP/1.1\r\n" + fields + b"X-" + long[2:] + b": " + long + END)
+            status, _, body = await answer(reader)
+            got = json.loads(body)
+            assert status == 200 and got["count"] == srv.HEADERS_MAX
+            assert got["first"] == ["X-0", "v"]
+            assert got["last"] == ["X-" + "a" * (srv.LINE_MAX - 2), "a" * srv.LINE_MAX]
+
+    run(test)
+
+
+async def _fields(request: Request) -> StreamResponse:
+    fields = request.fields
+    return json_response({"count": len(fields), "first": fields[0], "last": fields[-1]})
+
+
 @pytest.mark.parametrize(
     ("raw", "said"),
     [
         (b"G@T / HTTP/1.1\r\nAuthorization: Bearer sk-secret1234\r\n\r\n", "method"),
         (b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", "longer than"),
+        (b"GET / HTTP/1.1\r\nX-" + b"a" * 9000 + b": 1\r\n\r\n", "longer than"),
+        (b"GET / HTTP/1.1\r\n" + HEADERS_PAST_MAX + b"\r\n", "longer than"),
+        # ... and refused before its end, which never comes
+        (b"GET / HTTP/1.1\r\n" + HEADERS_PAST_MAX, "longer than"),
         (b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "request"),
         (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", "method"),  # a TLS hello
     ],

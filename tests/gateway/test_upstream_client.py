@@ -10,7 +10,6 @@ import socket
 from collections.abc import Awaitable, Callable
 
 import pytest
-from multidict import CIMultiDict
 
 from controller.gateway.http.upstream import Dropped, Malformed, Unreached, Upstream
 from controller.gateway.surface import enginesock
@@ -68,7 +67,7 @@ def _client(limit: int = 8) -> Upstream:
 
 
 async def _get(up: Upstream, port: int, *, fresh: bool = False) -> tuple[int, bytes]:
-    answer = await up.request("GET", "127.0.0.1", port, "/x", CIMultiDict(), None, fresh=fresh)
+    answer = await up.request("GET", "127.0.0.1", port, "/x", [], None, fresh=fresh)
     async with answer:
         return answer.status, await answer.read()
 
@@ -128,7 +127,7 @@ def test_a_chunked_answer_comes_in_its_chunks_and_keeps_the_connection() -> None
     async def test() -> None:
         async with Engine(lambda head: chunked) as engine:
             up = _client()
-            answer = await up.request("GET", "127.0.0.1", engine.port, "/", CIMultiDict(), None)
+            answer = await up.request("GET", "127.0.0.1", engine.port, "/", [], None)
             async with answer:
                 assert answer.content_length is None
                 assert [c async for c in answer.chunks()] == [b"ab", b"cde"]
@@ -144,7 +143,7 @@ def test_no_more_connections_than_the_limit_are_open() -> None:
         release = asyncio.Event()
         async with Engine(lambda head: OK) as engine:
             up = _client(limit=1)
-            first = await up.request("GET", "127.0.0.1", engine.port, "/", CIMultiDict(), None)
+            first = await up.request("GET", "127.0.0.1", engine.port, "/", [], None)
             second = asyncio.create_task(_get(up, engine.port))
             await asyncio.sleep(0.2)
             assert not second.done()  # waits for room: the one connection is in use
@@ -188,6 +187,9 @@ def test_a_connection_closed_before_the_answer_is_dropped() -> None:
         b"SPDY/3 200 OK\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: two\r\n\r\n",
         b"HTTP/1.1 200 OK\r\n no-name\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-A: 1\r\nnot a header: 2\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-A: 1\r\nno colon\r\n\r\n",
+        b"HTTP/1.1 2000 OK\r\n\r\n",
     ],
 )
 def test_an_answer_that_is_not_http_1_is_malformed(answer: bytes) -> None:
@@ -201,6 +203,24 @@ def test_an_answer_that_is_not_http_1_is_malformed(answer: bytes) -> None:
     run(test)
 
 
+def test_an_answers_headers_are_kept_in_order_and_found_by_name() -> None:
+    head = b"HTTP/1.1 200\r\nX-A:  one \t\r\nx-b:two\r\nX-A: three\r\nContent-Length: 0\r\n\r\n"
+
+    async def test() -> None:
+        async with Engine(lambda _: head) as engine:
+            up = _client()
+            answer = await up.request("GET", "127.0.0.1", engine.port, "/", [], None)
+            assert (answer.status, answer.reason) == (200, "")
+            assert answer.fields == [
+                ("X-A", "one"), ("x-b", "two"), ("X-A", "three"), ("Content-Length", "0")
+            ]  # fmt: skip
+            assert answer.headers.getall("x-a") == ["one", "three"]
+            answer.release()
+            await up.close()
+
+    run(test)
+
+
 def test_a_wake_taken_by_a_request_then_cancelled_goes_on_to_the_next() -> None:
     """The first waiter is woken by the connection given back and cancelled (its client
     hung up) before it runs: the second waiter still gets the connection."""
@@ -208,7 +228,7 @@ def test_a_wake_taken_by_a_request_then_cancelled_goes_on_to_the_next() -> None:
     async def test() -> None:
         async with Engine(lambda head: OK) as engine:
             up = _client(limit=1)
-            first = await up.request("GET", "127.0.0.1", engine.port, "/", CIMultiDict(), None)
+            first = await up.request("GET", "127.0.0.1", engine.port, "/", [], None)
             assert await first.read() == b"ok"
             second = asyncio.create_task(_get(up, engine.port))
             third = asyncio.create_task(_get(up, engine.port))
@@ -232,7 +252,7 @@ def test_a_request_waiting_for_room_gets_it_when_a_connection_to_another_engine_
     async def test() -> None:
         async with Engine(lambda head: OK) as one, Engine(lambda head: OK) as other:
             up = _client(limit=1)
-            first = await up.request("GET", "127.0.0.1", one.port, "/", CIMultiDict(), None)
+            first = await up.request("GET", "127.0.0.1", one.port, "/", [], None)
             waiting = asyncio.create_task(_get(up, other.port))
             await asyncio.sleep(0.2)
             assert not waiting.done()

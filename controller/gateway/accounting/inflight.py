@@ -32,32 +32,52 @@ INTERVAL = 1.0  # seconds between samples (and writes) per busy deployment
 PRUNE_AFTER = 3600.0  # a file with no sample this recent is a dead gateway's
 
 
+class _Held:
+    """One deployment's requests in flight: now, their request-seconds since the last
+    sample (brought up to date at ``since``), and the most at once since then."""
+
+    __slots__ = ("area", "count", "peak", "since")
+
+    def __init__(self, now: float) -> None:
+        self.count = 0
+        self.area = 0.0
+        self.since = now
+        self.peak = 0
+
+    def settle(self, now: float) -> None:
+        self.area += self.count * (now - self.since)
+        self.since = now
+
+
 class InflightCounts:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._count: dict[str, int] = {}
-        self._area: dict[str, float] = {}  # request-seconds since the last sample
-        self._since: dict[str, float] = {}  # when the area was last brought up to date
-        self._peak: dict[str, int] = {}
+        self._held: dict[str, _Held] = {}
         self._taken = clock()
         self.on_busy: Callable[[], None] = lambda: None  # the first request after idle
 
     def idle(self) -> bool:
         """No deployment had a request since it was last forgotten: no sample to take."""
-        return not self._count
+        return not self._held
 
     def add(self, deployment: str, delta: int) -> None:
         """``delta`` requests more (or fewer, if negative) in flight to ``deployment``."""
-        if not self._count:  # the first since idle: its sample starts now, not at the last
-            self._taken = self._clock()
-            self.on_busy()
-        self._settle(deployment, self._clock())
-        count = self._count.get(deployment, 0) + delta
-        self._count[deployment] = count
-        self._peak[deployment] = max(self._peak.get(deployment, 0), count)
+        now = self._clock()
+        held = self._held.get(deployment)
+        if held is None:
+            if not self._held:  # the first since idle: its sample starts now, not at the last
+                self._taken = now
+                self.on_busy()
+            held = self._held[deployment] = _Held(now)
+        else:
+            held.settle(now)
+        held.count += delta
+        if held.count > held.peak:
+            held.peak = held.count
 
     def now(self, deployment: str) -> int:
-        return self._count.get(deployment, 0)
+        held = self._held.get(deployment)
+        return held.count if held is not None else 0
 
     def take(self, wall: float) -> list[tuple[str, Sample]]:
         """One sample per deployment that had a request in flight since the last take
@@ -65,27 +85,16 @@ class InflightCounts:
         now = self._clock()
         seconds, self._taken = now - self._taken, now
         out: list[tuple[str, Sample]] = []
-        for deployment in list(self._count):
-            self._settle(deployment, now)
-            area, peak = self._area[deployment], self._peak.get(deployment, 0)
-            if area <= 0 and peak <= 0:
-                self._drop(deployment)
+        for deployment, held in list(self._held.items()):
+            held.settle(now)
+            if held.area <= 0 and held.peak <= 0:
+                del self._held[deployment]
                 continue
-            mean = area / seconds if seconds > 0 else float(self._count[deployment])
-            out.append((deployment, Sample(wall, seconds, mean, peak)))
-            self._area[deployment] = 0.0
-            self._peak[deployment] = self._count[deployment]
+            mean = held.area / seconds if seconds > 0 else float(held.count)
+            out.append((deployment, Sample(wall, seconds, mean, held.peak)))
+            held.area = 0.0
+            held.peak = held.count
         return out
-
-    def _settle(self, deployment: str, now: float) -> None:
-        since = self._since.get(deployment, now)
-        held = self._count.get(deployment, 0) * (now - since)
-        self._area[deployment] = self._area.get(deployment, 0.0) + held
-        self._since[deployment] = now
-
-    def _drop(self, deployment: str) -> None:
-        for table in (self._count, self._area, self._since, self._peak):
-            table.pop(deployment, None)
 
 
 class InflightWriter:

@@ -45,4 +45,4 @@ def normalise(path: str) -> str | None:
 
 def within(path: str, prefix: str) -> bool:
     """True if the normalised ``path`` lies under ``prefix`` (which ends with ``/``)."""
-    return path.startswith(prefix) and len(path) > len(prefix)
+    return path != prefix and path.startswith(prefix)

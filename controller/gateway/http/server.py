@@ -196,7 +196,7 @@ class Protocol(asyncio.Protocol):
         self._heard = False  # a byte of a request arrived on it
         self._parsing = False  # a request's head is being read
         self._lingering = False  # an answered request's unread body is dropped as it comes
-        self._paused = {"body": False, "queue": False}  # why reading stopped
+        self._paused: set[str] = set()  # why reading stopped ("body", "queue")
         self._writable: asyncio.Future[None] | None = None  # set while writes are paused
         self._lost = False
         self._sent = 0  # bytes of the current answer sent
@@ -260,12 +260,14 @@ class Protocol(asyncio.Protocol):
         self._heard = True
         try:
             self._parser.feed_data(data)
+            if self._parsing and len(self._fields) > HEADERS_MAX:
+                raise _TooLong  # a head still coming, with too many headers already
         except httptools.HttpParserUpgrade:
             # No upgrade is offered: the request is answered as plain HTTP/1.1, and its
             # connection ends with it (the parser reads nothing past an upgrade's head).
             self._last = True
             self.reading(False, why="queue")
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, _TooLong) as exc:
             self._unreadable(exc)
 
     # -- httptools' callbacks
@@ -282,9 +284,8 @@ class Protocol(asyncio.Protocol):
             raise _TooLong
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        # Called for each header: its sizes are checked once they are all here (_fields).
-        if len(self._fields) >= HEADERS_MAX:
-            raise _TooLong
+        # Called for each header: they are counted after each read (data_received) and
+        # checked once they are all here (_fields), not one by one.
         self._fields.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -342,9 +343,12 @@ class Protocol(asyncio.Protocol):
     def reading(self, on: bool, why: str = "body") -> None:
         if self.transport is None or self._lost:
             return
-        was = any(self._paused.values())
-        self._paused[why] = not on
-        now = any(self._paused.values())
+        was = bool(self._paused)
+        if on:
+            self._paused.discard(why)
+        else:
+            self._paused.add(why)
+        now = bool(self._paused)
         if now and not was:
             self.transport.pause_reading()
         elif was and not now:
@@ -487,7 +491,7 @@ def _fields(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     them at once, in a few calls whatever their number (one call per header and part
     was a tenth of the gateway's calls per request)."""
     parts = list(chain.from_iterable(raw))
-    if parts and max(map(len, parts)) > LINE_MAX:
+    if len(raw) > HEADERS_MAX or (parts and max(map(len, parts)) > LINE_MAX):
         raise _TooLong
     # A NUL is in no name or value llhttp accepts: it cannot split one in two.
     text = iter(b"\0".join(parts).decode("latin-1").split("\0"))

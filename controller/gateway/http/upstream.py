@@ -223,7 +223,10 @@ class Upstream:
             self._forget(conn)
             return
         conn.idle_since = time.monotonic()
-        self._idle.setdefault(conn.key, deque()).append(conn)
+        pool = self._idle.get(conn.key)
+        if pool is None:
+            pool = self._idle[conn.key] = deque()
+        pool.append(conn)
         self._wake()  # a request waiting for room may take it, or close it for its own
 
     def _forget(self, conn: _Connection) -> None:

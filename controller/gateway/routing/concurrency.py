@@ -4,43 +4,81 @@ and the bytes of request bodies held at once, all deployments together (``Bodies
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import deque
+
+
+class _Slots:
+    """One deployment's slots: how many are taken, and the requests queued for one, in
+    the order they came (each woken with a slot handed over)."""
+
+    __slots__ = ("queue", "taken")
+
+    def __init__(self) -> None:
+        self.taken = 0
+        self.queue: deque[asyncio.Future[None]] = deque()
 
 
 class Limiter:
+    """A counter and a queue per deployment, not asyncio's Semaphore: a request that finds
+    a slot free takes it without a coroutine or a lock's bookkeeping (most requests)."""
+
     def __init__(self, *, max_inflight: int, max_queue: int, queue_wait: float) -> None:
         self.max_inflight = max_inflight
         self.max_queue = max_queue
         self.queue_wait = queue_wait
-        self._slots: dict[str, asyncio.Semaphore] = {}
-        self._queued: defaultdict[str, int] = defaultdict(int)
+        self._slots: dict[str, _Slots] = {}
+
+    def take(self, name: str) -> bool:
+        """A slot for ``name`` if one is free now (none is while requests are queued)."""
+        slots = self._slots.get(name)
+        if slots is None:
+            slots = self._slots[name] = _Slots()
+        if slots.taken < self.max_inflight and not slots.queue:
+            slots.taken += 1
+            return True
+        return False
 
     async def acquire(self, name: str) -> bool:
         """A slot for ``name``; False when the queue is full or the wait ran out (429)."""
-        slot = self._slots.get(name)
-        if slot is None:
-            slot = self._slots[name] = asyncio.Semaphore(self.max_inflight)
-        if not slot.locked():
-            await slot.acquire()
+        if self.take(name):
             return True
-        if self._queued[name] >= self.max_queue:
+        return await self.queued(name)
+
+    async def queued(self, name: str) -> bool:
+        """A slot for ``name`` once one is handed over, waited for in the queue (at most
+        ``queue_wait`` s); False when the queue is full or the wait ran out."""
+        slots = self._slots[name]
+        if len(slots.queue) >= self.max_queue:
             return False
-        self._queued[name] += 1
+        turn = asyncio.get_running_loop().create_future()
+        slots.queue.append(turn)
         try:
-            await asyncio.wait_for(slot.acquire(), self.queue_wait)
-        except TimeoutError:
+            async with asyncio.timeout(self.queue_wait):
+                await turn
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            if turn.done() and not turn.cancelled():
+                self.release(name)  # handed a slot just as it gave up: the next one's
+            elif turn in slots.queue:  # (a cancelled one may be passed over already)
+                slots.queue.remove(turn)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             return False
-        finally:
-            self._queued[name] -= 1
         return True
 
     def release(self, name: str) -> None:
-        self._slots[name].release()
+        """A slot given back: the first request queued gets it, else it is free."""
+        slots = self._slots[name]
+        while slots.queue:
+            turn = slots.queue.popleft()
+            if not turn.done():
+                turn.set_result(None)  # still taken: by the request woken
+                return
+        slots.taken -= 1
 
     def full(self, name: str) -> bool:
         """Every slot of ``name`` is taken (a request would queue)."""
-        slot = self._slots.get(name)
-        return slot is not None and slot.locked()
+        slots = self._slots.get(name)
+        return slots is not None and (slots.taken >= self.max_inflight or bool(slots.queue))
 
 
 class Bodies:

@@ -81,6 +81,8 @@ class Table:
         self._rng = rng or random.Random()
         self.health = health or Health()  # passive health: engines failing in a row
         self._facts: dict[str, PoolFacts] = {}  # pool -> its facts, until the records change
+        # (instance, engine nonce) -> where its requests go, until the records change
+        self._targets: dict[tuple[str, str | None], Target] = {}
         # Reads the records now if they changed (the gateway process's look); None where
         # the records are pushed (``update``: a test's gateway in process).
         self.catch_up: Callable[[], Awaitable[None]] | None = None
@@ -112,7 +114,7 @@ class Table:
     def update(self, records: Iterable[Record]) -> None:
         was = {r.nonce: (r.host, r.port) for r in self.records.values()}
         self.records = {r.name: r for r in records}
-        self._facts = {}
+        self._facts, self._targets = {}, {}
         pools: defaultdict[str, set[str]] = defaultdict(set)
         instances: defaultdict[str, set[str]] = defaultdict(set)
         for rec in self.records.values():
@@ -190,7 +192,7 @@ class Table:
         """Send nothing more to ``old`` (to ``new`` instead, if given); wait out its requests."""
         if new is not None:
             self.records[new.name] = new
-            self._facts = {}
+            self._facts, self._targets = {}, {}
         self._retired.add(old.nonce)
         self._wake()
         end = time.monotonic() + timeout
@@ -298,7 +300,13 @@ class Table:
             if time.monotonic() < down[1]:
                 return None
             del self._down[rec.nonce]  # tried again: a refusal marks it once more
-        return Target(base_name(rec.name), connect_host(rec.host), rec.port, rec.nonce, instance)
+        # Made once per record: each request asks, and a frozen dataclass is costly to make.
+        made = self._targets.get((instance, rec.nonce))
+        if made is None:
+            host = connect_host(rec.host)
+            made = Target(base_name(rec.name), host, rec.port, rec.nonce, instance)
+            self._targets[(instance, rec.nonce)] = made
+        return made
 
     def _first(self, deployment: str) -> Record:
         """Replica 0's record (the deployment's facts are the same on every replica)."""

@@ -29,14 +29,21 @@ _GZIP = 16 + zlib.MAX_WBITS
 _ZLIB = zlib.MAX_WBITS
 _RAW = -zlib.MAX_WBITS
 CODINGS = {"gzip": (_GZIP,), "x-gzip": (_GZIP,), "deflate": (_ZLIB, _RAW)}
+_JSON = json.JSONDecoder()
 
 
-def held(request: Request, limit: int) -> int:
+def multipart(request: Request) -> bytes | None:
+    """The boundary of a request whose body is a multipart upload, else None."""
+    return upload.boundary(request.headers.get("Content-Type", ""))
+
+
+def held(request: Request, limit: int, mark: bytes | None) -> int:
     """The bytes a request's body may take while it is held: its length, else (chunked,
-    encoded) as much as --max-body lets it grow; a multipart upload's scanned head."""
+    encoded) as much as --max-body lets it grow; a multipart upload's (``mark``: its
+    boundary) scanned head."""
     if not request.body_exists:
         return 0
-    if upload.boundary(request.headers.get("Content-Type", "")) is not None:
+    if mark is not None:
         return upload.SCAN_MAX
     coding = request.headers.get("Content-Encoding", "").strip().lower()
     length = request.content_length
@@ -46,10 +53,10 @@ def held(request: Request, limit: int) -> int:
 
 
 async def read(
-    request: Request, limit: int
+    request: Request, limit: int, mark: bytes | None
 ) -> tuple[bytes | Upload, dict[str, Any], str | None] | Response:
-    """The body (bytes, or a multipart upload to stream), its JSON fields and its model."""
-    mark = upload.boundary(request.headers.get("Content-Type", ""))
+    """The body (bytes, or a multipart upload to stream, ``mark`` its boundary), its JSON
+    fields and its model."""
     if mark is not None:
         return await _upload(request, mark, limit)
     body = await _plain(request, limit)
@@ -119,7 +126,12 @@ def _too_large(limit: int) -> Response:
 def _fields(body: bytes) -> dict[str, Any]:
     """The body's JSON object ({} for anything else: no model, so a 400)."""
     try:
-        value: Any = json.loads(body)
+        if body[:1] == b"{" and body[1:2] != b"\0":
+            # UTF-8, as json.loads would find (no BOM, no NUL after the first byte), read
+            # without its search for the encoding (nine calls of the request's ~400).
+            value: Any = _JSON.decode(body.decode("utf-8", "surrogatepass"))
+        else:
+            value = json.loads(body)
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}

@@ -88,7 +88,7 @@ class Forwarder:
         onward = [f for f in facts.fallbacks if f not in tried and f in self.table.pools]
         if onward and self.limiter.full(label):
             return await self._fall_back(incoming, body, fields, tried, onward, "limit")
-        if not await self.limiter.acquire(label):
+        if not (self.limiter.take(label) or await self.limiter.queued(label)):
             why = f"deployment {label!r} is at its limit of concurrent requests; retry later"
             return label, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
         incoming.no_instance = False
@@ -344,6 +344,7 @@ class Incoming:
     path: str
     query: str
     meter: Meter  # its timings and token counts (usage.py)
+    mark: bytes | None = None  # a multipart upload's boundary (bodies.py)
     waiting: Waiting | None = None  # a held stream's comments (waiting.py)
     no_instance: bool = False  # the pool had no instance to take it (a fallback may)
 

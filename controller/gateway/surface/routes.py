@@ -245,7 +245,8 @@ class Front:
 
     async def _route(self, incoming: Incoming, key: str) -> tuple[str, StreamResponse]:
         # The body's bytes are reserved before any is read, and held until the answer ends.
-        size = bodies.held(incoming.request, self.max_body)
+        incoming.mark = bodies.multipart(incoming.request)
+        size = bodies.held(incoming.request, self.max_body, incoming.mark)
         if not await self.bodies.take(size):
             why = (
                 f"the gateway holds {self.bodies.total} bytes of request bodies at once "
@@ -264,7 +265,7 @@ class Front:
         return await self.table.known(model)
 
     async def _route_held(self, incoming: Incoming, key: str) -> tuple[str, StreamResponse]:
-        parsed = await bodies.read(incoming.request, self.max_body)
+        parsed = await bodies.read(incoming.request, self.max_body, incoming.mark)
         if isinstance(parsed, Response):
             return "-", parsed
         body, fields, model = parsed
