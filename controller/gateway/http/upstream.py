@@ -26,7 +26,6 @@ has begun.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import re
 import socket
@@ -37,6 +36,8 @@ from types import TracebackType
 from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
+
+from controller.gateway.http.link import Link
 
 HEAD_MAX = 64 * 1024  # bytes of an answer's status line and headers
 IDLE_TIMEOUT = 15.0  # seconds an unused connection stays pooled (aiohttp's default)
@@ -60,32 +61,15 @@ class Malformed(Exception):
 
 
 class _Connection:
-    __slots__ = ("idle_since", "key", "reader", "writer")
+    __slots__ = ("idle_since", "key", "link")
 
-    def __init__(
-        self, key: tuple[str, int], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    def __init__(self, key: tuple[str, int], link: Link) -> None:
         self.key = key
-        self.reader = reader
-        self.writer = writer
+        self.link = link  # its bytes, read and written (link.py)
         self.idle_since = 0.0
 
-    def usable(self) -> bool:
-        """Still open at both ends: an engine that closed it while idle left an EOF."""
-        return not self.reader.at_eof() and not self.writer.is_closing()
-
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
-            # asyncio keeps how the connection ended in a future of its own; one that
-            # holds an error (a reset) and is collected in a cycle before its protocol is
-            # logged "Future exception was never retrieved". Waiting for the close reads it.
-            asyncio.ensure_future(self.writer.wait_closed()).add_done_callback(_read_out)
-
-
-def _read_out(task: asyncio.Future[None]) -> None:
-    if not task.cancelled():
-        task.exception()
+        self.link.close()
 
 
 class Upstream:
@@ -182,7 +166,7 @@ class Upstream:
         pool = self._idle.get(key)
         while pool:
             conn = pool.pop()  # the most recent: the likeliest to be alive
-            if conn.usable():
+            if conn.link.open():
                 return conn
             self._forget(conn)
         return None
@@ -214,12 +198,13 @@ class Upstream:
             raise Unreached(f"connect to {host}:{port} timed out") from exc
         except OSError as exc:
             raise Unreached(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from exc
-        reader, writer = await asyncio.open_connection(sock=sock, limit=HEAD_MAX)
-        return _Connection(key, reader, writer)
+        link = Link(HEAD_MAX)
+        await loop.create_connection(lambda: link, sock=sock)
+        return _Connection(key, link)
 
     def _give_back(self, conn: _Connection) -> None:
         """A connection whose answer was read to its end, kept alive for the next."""
-        if self._closed or not conn.usable():
+        if self._closed or not conn.link.open():
             self._forget(conn)
             return
         conn.idle_since = time.monotonic()
@@ -251,7 +236,7 @@ class Upstream:
             await asyncio.sleep(SWEEP_EVERY)
             now = time.monotonic()
             for key, pool in list(self._idle.items()):
-                kept = deque(c for c in pool if c.usable() and now - c.idle_since < IDLE_TIMEOUT)
+                kept = deque(c for c in pool if c.link.open() and now - c.idle_since < IDLE_TIMEOUT)
                 for conn in pool:
                     if conn not in kept:
                         self._forget(conn)
@@ -298,7 +283,8 @@ class Answer:
             return b"".join([chunk async for chunk in self.chunks()])
         # A sized body in one read: no generator per chunk (most answers are this).
         try:
-            data = await self._conn.reader.readexactly(length)
+            link = self._conn.link
+            data = link.ready(length) or await link.readexactly(length)
         except (OSError, asyncio.IncompleteReadError) as exc:
             raise _mid_answer(exc) from exc
         self._done = True
@@ -316,7 +302,7 @@ class Answer:
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it comes."""
         try:
-            async for chunk in self._framing.chunks(self._conn.reader):
+            async for chunk in self._framing.chunks(self._conn.link):
                 yield chunk
         except (OSError, asyncio.IncompleteReadError) as exc:  # OSError: _answer says why
             raise _mid_answer(exc) from exc
@@ -352,7 +338,7 @@ class _Framing:
         self.length = length
         self.chunked = chunked
 
-    async def chunks(self, reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    async def chunks(self, reader: Link) -> AsyncIterator[bytes]:
         if self.chunked:
             async for chunk in _chunked(reader):
                 yield chunk
@@ -369,7 +355,7 @@ class _Framing:
                 yield chunk
 
 
-async def _chunked(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+async def _chunked(reader: Link) -> AsyncIterator[bytes]:
     while True:
         line = await reader.readuntil(b"\r\n")
         size = int(line.split(b";", 1)[0].strip(), 16)
@@ -405,7 +391,7 @@ def _head(
 
 def _write(conn: _Connection, data: bytes) -> None:
     try:
-        conn.writer.write(data)
+        conn.link.write(data)
     except OSError as exc:  # _answer says why not ConnectionError alone
         raise _while_sending(exc) from exc
 
@@ -415,15 +401,15 @@ async def _send_streamed(
 ) -> None:
     """A body that comes as it is read (an upload): its chunks as they come, with its
     length when the client gave one (``sized``), else chunked."""
-    writer = conn.writer
+    link = conn.link
     try:
-        writer.write(head)
+        link.write(head)
         async for chunk in body:
             if chunk:
-                writer.write(chunk if sized else b"%x\r\n%b\r\n" % (len(chunk), chunk))
-                await writer.drain()
+                link.write(chunk if sized else b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                await link.drain()
         if not sized:
-            writer.write(b"0\r\n\r\n")
+            link.write(b"0\r\n\r\n")
     except OSError as exc:  # _answer says why not ConnectionError alone
         raise _while_sending(exc) from exc
 
@@ -432,7 +418,7 @@ async def _answer(conn: _Connection, method: str, upstream: Upstream) -> Answer:
     """The answer's head (interim 1xx answers skipped)."""
     while True:
         try:
-            head = await conn.reader.readuntil(b"\r\n\r\n")
+            head = await conn.link.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as exc:
             raise Dropped(
                 "the engine closed the connection before its answer"
