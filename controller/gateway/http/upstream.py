@@ -26,6 +26,7 @@ has begun.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import re
 import socket
@@ -36,8 +37,6 @@ from types import TracebackType
 from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
-
-from controller.gateway.http.link import Link
 
 HEAD_MAX = 64 * 1024  # bytes of an answer's status line and headers
 IDLE_TIMEOUT = 15.0  # seconds an unused connection stays pooled (aiohttp's default)
@@ -61,15 +60,32 @@ class Malformed(Exception):
 
 
 class _Connection:
-    __slots__ = ("idle_since", "key", "link")
+    __slots__ = ("idle_since", "key", "reader", "writer")
 
-    def __init__(self, key: tuple[str, int], link: Link) -> None:
+    def __init__(
+        self, key: tuple[str, int], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         self.key = key
-        self.link = link  # its bytes, read and written (link.py)
+        self.reader = reader
+        self.writer = writer
         self.idle_since = 0.0
 
+    def usable(self) -> bool:
+        """Still open at both ends: an engine that closed it while idle left an EOF."""
+        return not self.reader.at_eof() and not self.writer.is_closing()
+
     def close(self) -> None:
-        self.link.close()
+        with contextlib.suppress(Exception):
+            self.writer.close()
+            # asyncio keeps how the connection ended in a future of its own; one that
+            # holds an error (a reset) and is collected in a cycle before its protocol is
+            # logged "Future exception was never retrieved". Waiting for the close reads it.
+            asyncio.ensure_future(self.writer.wait_closed()).add_done_callback(_read_out)
+
+
+def _read_out(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class Upstream:
@@ -166,7 +182,7 @@ class Upstream:
         pool = self._idle.get(key)
         while pool:
             conn = pool.pop()  # the most recent: the likeliest to be alive
-            if conn.link.open():
+            if conn.usable():
                 return conn
             self._forget(conn)
         return None
@@ -198,13 +214,12 @@ class Upstream:
             raise Unreached(f"connect to {host}:{port} timed out") from exc
         except OSError as exc:
             raise Unreached(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from exc
-        link = Link(HEAD_MAX)
-        await loop.create_connection(lambda: link, sock=sock)
-        return _Connection(key, link)
+        reader, writer = await asyncio.open_connection(sock=sock, limit=HEAD_MAX)
+        return _Connection(key, reader, writer)
 
     def _give_back(self, conn: _Connection) -> None:
         """A connection whose answer was read to its end, kept alive for the next."""
-        if self._closed or not conn.link.open():
+        if self._closed or not conn.usable():
             self._forget(conn)
             return
         conn.idle_since = time.monotonic()
@@ -236,7 +251,7 @@ class Upstream:
             await asyncio.sleep(SWEEP_EVERY)
             now = time.monotonic()
             for key, pool in list(self._idle.items()):
-                kept = deque(c for c in pool if c.link.open() and now - c.idle_since < IDLE_TIMEOUT)
+                kept = deque(c for c in pool if c.usable() and now - c.idle_since < IDLE_TIMEOUT)
                 for conn in pool:
                     if conn not in kept:
                         self._forget(conn)
@@ -283,8 +298,7 @@ class Answer:
             return b"".join([chunk async for chunk in self.chunks()])
         # A sized body in one read: no generator per chunk (most answers are this).
         try:
-            link = self._conn.link
-            data = link.ready(length) or await link.readexactly(length)
+            data = await self._conn.reader.readexactly(length)
         except (OSError, asyncio.IncompleteReadError) as exc:
             raise _mid_answer(exc) from exc
         self._done = True
@@ -302,7 +316,7 @@ class Answer:
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it comes."""
         try:
-            async for chunk in self._framing.chunks(self._conn.link):
+            async for chunk in self._framing.chunks(self._conn.reader):
                 yield chunk
         except (OSError, asyncio.IncompleteReadError) as exc:  # OSError: _answer says why
             raise _mid_answer(exc) from exc
@@ -338,7 +352,7 @@ class _Framing:
         self.length = length
         self.chunked = chunked
 
-    async def chunks(self, reader: Link) -> AsyncIterator[bytes]:
+    async def chunks(self, reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
         if self.chunked:
             async for chunk in _chunked(reader):
                 yield chunk
@@ -355,7 +369,7 @@ class _Framing:
                 yield chunk
 
 
-async def _chunked(reader: Link) -> AsyncIterator[bytes]:
+async def _chunked(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
     while True:
         line = await reader.readuntil(b"\r\n")
         size = int(line.split(b";", 1)[0].strip(), 16)
@@ -391,7 +405,7 @@ def _head(
 
 def _write(conn: _Connection, data: bytes) -> None:
     try:
-        conn.link.write(data)
+        conn.writer.write(data)
     except OSError as exc:  # _answer says why not ConnectionError alone
         raise _while_sending(exc) from exc
 
@@ -401,15 +415,15 @@ async def _send_streamed(
 ) -> None:
     """A body that comes as it is read (an upload): its chunks as they come, with its
     length when the client gave one (``sized``), else chunked."""
-    link = conn.link
+    writer = conn.writer
     try:
-        link.write(head)
+        writer.write(head)
         async for chunk in body:
             if chunk:
-                link.write(chunk if sized else b"%x\r\n%b\r\n" % (len(chunk), chunk))
-                await link.drain()
+                writer.write(chunk if sized else b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                await writer.drain()
         if not sized:
-            link.write(b"0\r\n\r\n")
+            writer.write(b"0\r\n\r\n")
     except OSError as exc:  # _answer says why not ConnectionError alone
         raise _while_sending(exc) from exc
 
@@ -418,7 +432,7 @@ async def _answer(conn: _Connection, method: str, upstream: Upstream) -> Answer:
     """The answer's head (interim 1xx answers skipped)."""
     while True:
         try:
-            head = await conn.link.readuntil(b"\r\n\r\n")
+            head = await conn.reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as exc:
             raise Dropped(
                 "the engine closed the connection before its answer"

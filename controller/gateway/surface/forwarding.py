@@ -10,7 +10,6 @@ before a byte of its answer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -277,35 +276,28 @@ class Forwarder:
             self.load.add(target.deployment, -1)
             self.table.request_ended(target.nonce)
 
-    def _call(
+    async def _call(
         self, incoming: Incoming, body: bytes | Upload, target: Target, fresh: bool
-    ) -> Awaitable[StreamResponse]:
-        """One call to an engine, to be awaited; with traces on, in a span whose context
-        the engine gets as ``traceparent`` (tracing.py). Not a coroutine itself: the call
-        is one step fewer on the request's path (each is paid again at every resumption)."""
+    ) -> StreamResponse:
+        """One call to an engine; with traces on, in a span whose context the engine gets
+        as ``traceparent`` (tracing.py)."""
         settle = incoming.waiting.settle if incoming.waiting is not None else None
         args = (self.upstream, incoming.request, body, target, incoming.path, incoming.query)
+        strip = self.strip_keys
         if not self.tracing.enabled:
-            return forward(
-                *args, incoming.meter, strip_keys=self.strip_keys, settle=settle, fresh=fresh
+            return await forward(
+                *args, incoming.meter, strip_keys=strip, settle=settle, fresh=fresh
             )
-        return self._traced(
-            forward(
+        attrs = {"reconcile.deployment": target.deployment, "reconcile.instance": target.instance}
+        with self.tracing.span("engine", {**attrs, "server.port": target.port}, client=True):
+            answer = await forward(
                 *args,
                 incoming.meter,
-                strip_keys=self.strip_keys,
+                strip_keys=strip,
                 settle=settle,
                 inject=self.tracing.inject,
                 fresh=fresh,
-            ),
-            target,
-        )
-
-    async def _traced(self, call: Awaitable[StreamResponse], target: Target) -> StreamResponse:
-        """``call`` in the engine's span (its context is injected as the call begins)."""
-        attrs = {"reconcile.deployment": target.deployment, "reconcile.instance": target.instance}
-        with self.tracing.span("engine", {**attrs, "server.port": target.port}, client=True):
-            answer = await call
+            )
             status = answer.status
             self.tracing.note({"http.response.status_code": status}, failed=status >= 500)
             return answer

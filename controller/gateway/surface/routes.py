@@ -68,8 +68,8 @@ class Front:
     routes: Router = field(default_factory=Router)  # fixed routes, found before the rest
     beside: list[Callable[[], AsyncIterator[None]]] = field(default_factory=list)  # running()
 
-    def _refused(self, request: Request) -> Response | None:
-        """The answer to a request no route may take, whatever its path; else None."""
+    async def handle(self, request: Request) -> StreamResponse:
+        """Every request's way in (server.py's handler)."""
         if request.method == "CONNECT":  # its target is host:port, which no route matches
             return _not_allowed(request.method, request.raw_path, PROXIED_METHODS)
         if self.keys is None and self.loopback_only:
@@ -79,7 +79,7 @@ class Front:
             refused = _host_refusal(request.headers.get("Host"))
             if refused is not None:
                 return error(403, refused, "forbidden")
-        return None
+        return await self.dispatch(request)
 
     def running(self) -> list[Callable[[], AsyncIterator[None]]]:
         """What runs beside the server, from its start until its requests are drained."""
@@ -113,11 +113,7 @@ class Front:
             await task
         figures.forget()
 
-    async def handle(self, request: Request) -> StreamResponse:
-        """Every request's way in (server.py's handler)."""
-        refused = self._refused(request)
-        if refused is not None:
-            return refused
+    async def dispatch(self, request: Request) -> StreamResponse:
         raw, query = paths.split(request.raw_path)
         path = paths.normalise(raw)
         if path is None:
@@ -251,8 +247,7 @@ class Front:
         # The body's bytes are reserved before any is read, and held until the answer ends.
         incoming.mark = bodies.multipart(incoming.request)
         size = bodies.held(incoming.request, self.max_body, incoming.mark)
-        # Room now (most requests): no wait's coroutine, clock or loop lookup.
-        if not (self.bodies.take_now(size) or await self.bodies.take(size)):
+        if not await self.bodies.take(size):
             why = (
                 f"the gateway holds {self.bodies.total} bytes of request bodies at once "
                 "(--max-body-total) and none were freed in time; retry later"
