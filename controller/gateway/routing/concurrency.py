@@ -96,6 +96,7 @@ class Bodies:
         self.wait = wait
         self.held = 0
         self._freed = asyncio.Event()
+        self._waiting = 0  # requests waiting for room
 
     async def take(self, size: int) -> bool:
         """Reserve ``size`` bytes (at most ``total``); False when the wait ran out."""
@@ -107,16 +108,20 @@ class Bodies:
             return True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait
-        while self.held + size > self.total:
-            try:
+        self._waiting += 1
+        try:
+            while self.held + size > self.total:
                 await asyncio.wait_for(self._freed.wait(), deadline - loop.time())
-            except TimeoutError:
-                return False
+        except TimeoutError:
+            return False
+        finally:
+            self._waiting -= 1
         self.held += size
         return True
 
     def give(self, size: int) -> None:
         self.held -= min(size, self.total)
-        # Every waiter looks again (each sees what is free now); the next ones wait anew.
-        self._freed.set()
-        self._freed = asyncio.Event()
+        if self._waiting:
+            # Every waiter looks again (each sees what is free now); the next ones wait anew.
+            self._freed.set()
+            self._freed = asyncio.Event()
