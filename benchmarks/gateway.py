@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             python_proxy("asgi", tmp, hot, listen - 5) as asgi,
             python_proxy("h1", tmp, hot, listen - 6) as h1,
             python_proxy("work", tmp, hot, listen - 7) as work,
+            python_proxy("served", tmp, hot, listen - 8) as served,
         ):
             proxies = {
                 "reconcile": f"http://127.0.0.1:{listen}",
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                 "raw python": raw,
                 "httptools h1": h1,
                 "work floor": work,
+                "work, our server": served,
                 "uvicorn asgi": asgi,
                 "litellm": ll,
             }
@@ -275,9 +277,11 @@ def _split(figures: Figures, cpu: CpuCost) -> list[str]:
     is what the interpreter and the loop alone cost, ``bare aiohttp`` adds the framework,
     ``reconcile`` the gateway's own work; ``httptools h1`` (a server of one's own on
     httptools) and ``uvicorn asgi`` are the other servers a data path could stand on,
-    with no work of their own; ``work floor`` is h1 doing the gateway's work, flat."""
+    with no work of their own; ``work floor`` is h1 doing the gateway's work, flat, and
+    ``work, our server`` the same work on the gateway's own server and messages."""
     kinds = (
-        "raw python", "httptools h1", "work floor", "uvicorn asgi", "bare aiohttp", "reconcile"
+        "raw python", "httptools h1", "work floor", "work, our server", "uvicorn asgi",
+        "bare aiohttp", "reconcile",
     )  # fmt: skip
     names = [n for n in kinds if (False, 1, n) in figures]
     if (False, 1, "nginx") not in figures or len(names) < 2:

@@ -1,10 +1,11 @@
 """Other proxies in front of the same fake engine, for ``benchmarks.gateway`` to compare.
 
-bare aiohttp, raw python, uvicorn asgi, httptools h1 and the work floor: ``python_proxies.py``, the
-gateway's framework with none of its own work (what aiohttp and the loop cost, so the rest
-is the gateway's), no framework at all (the floor of any Python proxy on this box), and two
-other servers with a plain pooled engine client: uvicorn's, and one of its own on
-httptools (both the bench extra's). nginx: a reverse proxy with keep-alive to the engine,
+bare aiohttp, raw python, uvicorn asgi, httptools h1 and the work floors: ``python_proxies.py``,
+the gateway's framework with none of its own work (what aiohttp and the loop cost, so the
+rest is the gateway's), no framework at all (the floor of any Python proxy on this box),
+two other servers with a plain pooled engine client: uvicorn's, and one of its own on
+httptools (both the bench extra's), and the gateway's work done flat, on that server of
+its own and on the gateway's. nginx: a reverse proxy with keep-alive to the engine,
 one worker, a temporary config, run in the foreground (``daemon off;``) and killed after.
 LiteLLM: its proxy, from a separate virtual environment (``--litellm PATH/bin/litellm``),
 with the engine as an OpenAI-compatible upstream. Each is skipped, with the reason, when it
@@ -83,12 +84,13 @@ def nginx(tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
 
 @contextlib.contextmanager
 def python_proxy(kind: str, tmp: Path, upstream: int, port: int) -> Iterator[str | None]:
-    """``python_proxies.py --kind KIND`` (``bare`` aiohttp, ``raw``, ``asgi``, ``h1`` or
-    ``work``) on ``port``; None when it did not start (``asgi``, ``h1`` and ``work`` need
-    the bench extra). ``work`` writes its request log in ``tmp``."""
+    """``python_proxies.py --kind KIND`` (``bare`` aiohttp, ``raw``, ``asgi``, ``h1``,
+    ``work`` or ``served``) on ``port``; None when it did not start (all but ``bare`` and
+    ``raw`` need the bench extra). ``work`` and ``served`` write their request logs in
+    ``tmp``."""
     script = Path(__file__).with_name("python_proxies.py")
     argv = [sys.executable, str(script), "--kind", kind, "--port", str(port)]
-    if kind == "work":
+    if kind in ("work", "served"):
         argv += ["--log-dir", str(tmp)]
     with _running([*argv, "--upstream", str(upstream)], tmp / f"{kind}.log") as proc:
         yield _up(proc, port, "/health")

@@ -1,6 +1,6 @@
-"""Two Python reverse proxies, baselines for ``benchmarks.gateway`` beside nginx.
+"""Python reverse proxies, baselines for ``benchmarks.gateway`` beside nginx.
 
-    python benchmarks/python_proxies.py --kind bare|raw --port P --upstream U
+    python benchmarks/python_proxies.py --kind KIND --port P --upstream U [--log-dir D]
 
 ``bare``: the gateway's framework alone. The same libraries and settings as the gateway's
 data path (uvloop when installed, an ``aiohttp`` server with cancellation and no access
@@ -37,6 +37,11 @@ counts, the metrics (``GatewayMetrics``) and the request log's line (``RequestLo
 writer thread). None of the rest (limits, fallbacks, OnDemand, retries, passive health,
 tracing): what a gateway built flat would cost at the least, so the distance between it
 and the gateway is how the gateway's path is built, not what it does.
+
+``served``: ``work``'s work, the same pieces, in one flat handler on the gateway's own
+server and messages (``http/server.py``, ``http/messages.py``: its request and answer
+objects) instead of h1's: its distance from ``work`` is what those cost, the gateway's
+distance from it is the rest of the gateway's path (surface, forwarder, engine client).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ import asyncio
 import contextlib
 import json
 import tempfile
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -202,6 +207,13 @@ def _request_head(
     return b"\r\n".join(lines) + END
 
 
+async def _unchunked(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """A chunked body's chunks as they come, unframed (through the last one's CRLF)."""
+    while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+        yield (await reader.readexactly(size + 2))[:-2]
+    await reader.readexactly(2)
+
+
 def asgi_app(upstream: int) -> Callable[[ASGI, Receive, Send], Awaitable[None]]:
     pool = _Pool(upstream)
 
@@ -223,10 +235,8 @@ def asgi_app(upstream: int) -> Callable[[ASGI, Receive, Send], Awaitable[None]]:
             data = await reader.readexactly(length)
             await send({"type": "http.response.body", "body": data})
         else:  # chunked: each chunk on as it comes; uvicorn frames them again
-            while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
-                chunk = (await reader.readexactly(size + 2))[:-2]
+            async for chunk in _unchunked(reader):
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await reader.readexactly(2)  # the last chunk's CRLF
             await send({"type": "http.response.body", "body": b""})
         pool.idle.append((reader, writer))
 
@@ -347,18 +357,9 @@ class _Work(_H1):
         self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
         keep: bool,
     ) -> bool:  # fmt: skip
-        meter = self.books.meter()
         path = url.split(b"?", 1)[0].decode("latin-1")
         auth = next((v for k, v in headers if k == b"authorization"), b"")
-        key = self.books.keys.get(auth, "-")
-        model = "-"
-        if path.startswith("/v1/") and body:
-            found = json.loads(body)
-            model = found.get("model", "-") if isinstance(found, dict) else "-"
-        pool = self.pools.get(model) or [self.pool.port]
-        port = min(pool, key=lambda p: self.books.inflight.get(p, 0))
-        self.books.inflight[port] = self.books.inflight.get(port, 0) + 1
-        meter.model = model
+        meter, key, model, port = self.books.begin(path, auth, body, self.pools, self.pool.port)
         sent = [(k, v) for k, v in headers if k not in KEY_HEADERS]
         reader, writer = await self.pool.take()
         writer.write(_request_head(method, url, sent, len(body)) + body)
@@ -375,7 +376,7 @@ class _Work(_H1):
 class _Books:
     """The counts, metrics and request log of ``work``, the gateway's own pieces."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, kind: str = "work") -> None:
         # Imported here: the other kinds run without the gateway's modules.
         from controller.gateway.accounting import requestlog, usage
         from controller.gateway.accounting.metrics import GatewayMetrics
@@ -383,11 +384,29 @@ class _Books:
         self.meter = usage.Meter
         self._usage = usage.from_json
         self._entry = requestlog.entry
-        self.keys: dict[bytes, str] = {}
+        self.keys: dict[bytes | str, str] = {}
         self.inflight: dict[int, int] = {}
         self.metrics = GatewayMetrics()
-        self.log = requestlog.RequestLog(log_dir / "work-requests.jsonl")
+        self.log = requestlog.RequestLog(log_dir / f"{kind}-requests.jsonl")
         self.log.start()
+
+    def begin(
+        self, path: str, auth: bytes | str, body: bytes, pools: dict[str, list[int]], port: int
+    ) -> tuple[Meter, str, str, int]:
+        """A request's work before its engine call: its meter, its key, its model (the
+        body's JSON read), and the least loaded instance of its pool (``port`` when it has
+        none), counted in flight."""
+        meter = self.meter()
+        key = self.keys.get(auth, "-")
+        model = "-"
+        if path.startswith("/v1/") and body:
+            found = json.loads(body)
+            model = found.get("model", "-") if isinstance(found, dict) else "-"
+        pool = pools.get(model) or [port]
+        chosen = min(pool, key=lambda p: self.inflight.get(p, 0))
+        self.inflight[chosen] = self.inflight.get(chosen, 0) + 1
+        meter.model = model
+        return meter, key, model, chosen
 
     def done(self, key: str, model: str, meter: Meter, answer: bytes) -> None:
         """A request answered: its usage, its log line, its metrics."""
@@ -411,6 +430,68 @@ async def _serve_h1(port: int, upstream: int, log_dir: Path | None = None) -> No
         await server.serve_forever()
 
 
+# -- served: the work floor's work on the gateway's own server -------------------------
+
+
+async def _serve_ours(port: int, upstream: int, log_dir: Path) -> None:
+    """``served``: the work floor's work for each request in one flat handler on the
+    gateway's own server and messages (``http/server.py``, ``http/messages.py``): the
+    distance from ``work`` is what those cost; the gateway's from it, its surface's."""
+    from controller.gateway.http.messages import Request, Response, StreamResponse
+    from controller.gateway.http.server import Connections, Server, connection_cap
+
+    pool = _Pool(upstream)
+    books = _Books(log_dir, "served")
+    pools = {"hot": [upstream]}
+    kept = KEY_HEADERS | HOP_BY_HOP_B
+
+    async def handle(request: Request) -> StreamResponse:
+        body = await request.read()
+        path = request.raw_path.partition("?")[0]
+        auth = request.headers.get("Authorization", "")
+        meter, key, model, chosen = books.begin(path, auth, body, pools, upstream)
+        fields = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in request.fields]
+        sent = [(k, v) for k, v in fields if k.lower() not in kept]
+        target = request.raw_path.encode("latin-1")
+        reader, writer = await pool.take()
+        writer.write(_request_head(request.method.encode(), target, sent, len(body)) + body)
+        try:
+            answer, data = await _answered(request, reader)
+        finally:
+            books.inflight[chosen] -= 1
+        pool.idle.append((reader, writer))
+        meter.answered()
+        books.done(key, model, meter, data)
+        return answer
+
+    async def _answered(
+        request: Request, reader: asyncio.StreamReader
+    ) -> tuple[StreamResponse, bytes]:
+        head = await reader.readuntil(END)
+        status_line, *lines = head[: -len(END)].decode("latin-1").split("\r\n")
+        named = (line.partition(":") for line in lines)
+        fields = [(k, v.strip()) for k, _, v in named if k.lower().encode() not in ANSWER_DROPS]
+        fields.append(("x-reconcile-deployment", "hot"))
+        status = int(status_line.split()[1])
+        length = _length(head)
+        if length is not None:  # sent at once, as the gateway sends a sized answer
+            whole = Response(status=status, body=await reader.readexactly(length), headers=fields)
+            await whole.prepare(request)
+            return whole, whole.body
+        streamed = StreamResponse(status=status, headers=fields)
+        await streamed.prepare(request)
+        async for chunk in _unchunked(reader):
+            await streamed.write(chunk)
+        await streamed.write_eof()
+        return streamed, b""
+
+    server = Server(handle, Connections(connection_cap()), 1 << 20)
+    loop = asyncio.get_running_loop()
+    listener = await loop.create_server(server.protocol, "127.0.0.1", port, backlog=1024)
+    async with listener:
+        await listener.serve_forever()
+
+
 async def _serve_raw(port: int, upstream: int) -> None:
     server = await asyncio.start_server(raw_handler(upstream), "127.0.0.1", port, backlog=1024)
     async with server:
@@ -419,10 +500,11 @@ async def _serve_raw(port: int, upstream: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--kind", choices=("bare", "raw", "asgi", "h1", "work"), required=True)
+    kinds = ("bare", "raw", "asgi", "h1", "work", "served")
+    parser.add_argument("--kind", choices=kinds, required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", type=int, required=True)
-    parser.add_argument("--log-dir", type=Path, help="work: its request log's folder")
+    parser.add_argument("--log-dir", type=Path, help="work, served: their request log's folder")
     args = parser.parse_args()
     with contextlib.suppress(ImportError):
         import uvloop
@@ -431,9 +513,12 @@ def main() -> None:
     if args.kind == "raw":
         asyncio.run(_serve_raw(args.port, args.upstream))
         return
+    log_dir = args.log_dir or Path(tempfile.gettempdir())
+    if args.kind == "served":
+        asyncio.run(_serve_ours(args.port, args.upstream, log_dir))
+        return
     if args.kind in ("h1", "work"):
-        log_dir = (args.log_dir or Path(tempfile.gettempdir())) if args.kind == "work" else None
-        asyncio.run(_serve_h1(args.port, args.upstream, log_dir))
+        asyncio.run(_serve_h1(args.port, args.upstream, log_dir if args.kind == "work" else None))
         return
     if args.kind == "asgi":
         import uvicorn  # the bench extra's

@@ -113,15 +113,16 @@ def test_the_routing_benchmark_runs_with_tiny_n(tmp_path: Path) -> None:
     assert len(cold["ours"]) == 3 * 2, cold  # each mode's 2 first turns
 
 
-@pytest.mark.parametrize("kind", ["bare", "raw", "asgi", "h1", "work"])
+@pytest.mark.parametrize("kind", ["bare", "raw", "asgi", "h1", "work", "served"])
 def test_the_python_baselines_pass_answers_on_as_the_engine_gave_them(
     kind: str, tmp_path: Path
 ) -> None:
     """``benchmarks.gateway``'s Python floors (issue 41: bare aiohttp, the framework's share
     of the gateway's distance from nginx; raw, no framework; asgi, uvicorn's server; h1, a
-    server of its own on httptools; work, h1 doing the gateway's work) are proxies: a chat
+    server of its own on httptools; work, h1 doing the gateway's work; served, that work on
+    the gateway's own server) are proxies: a chat
     completion and its chunked event stream come through as the stand-in engine sent them.
-    The work floor does the work: its request log has a line per request, with the model
+    The work floors do the work: each one's request log has a line per request, with the model
     read from the body and the usage read from the answer."""
     from procs import free_ports, wait_for
 
@@ -131,7 +132,7 @@ def test_the_python_baselines_pass_answers_on_as_the_engine_gave_them(
     engine = [sys.executable, str(bench / "service_engine.py"), "--port", str(engine_port)]
     proxy = [sys.executable, str(bench / "python_proxies.py"), "--kind", kind]
     proxy += ["--port", str(proxy_port)]
-    if kind == "work":
+    if kind in ("work", "served"):
         proxy += ["--log-dir", str(tmp_path)]
     procs = [
         subprocess.Popen([*engine, "--service-ms", "0", "--openai"]),
@@ -155,8 +156,8 @@ def test_the_python_baselines_pass_answers_on_as_the_engine_gave_them(
         wait_for(up, timeout=30, what="the bare proxy answering")
         for stream in (False, True):
             assert post(proxy_port, stream) == post(engine_port, stream)
-        if kind == "work":
-            log = tmp_path / "work-requests.jsonl"
+        if kind in ("work", "served"):
+            log = tmp_path / f"{kind}-requests.jsonl"
 
             def lines() -> list[dict[str, object]]:
                 text = log.read_text() if log.exists() else ""
