@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                 "raw python": raw,
                 "httptools h1": h1,
                 "work floor": work,
-                "work, our server": served,
+                "work on our server": served,
                 "uvicorn asgi": asgi,
                 "litellm": ll,
             }
@@ -278,9 +278,9 @@ def _split(figures: Figures, cpu: CpuCost) -> list[str]:
     ``reconcile`` the gateway's own work; ``httptools h1`` (a server of one's own on
     httptools) and ``uvicorn asgi`` are the other servers a data path could stand on,
     with no work of their own; ``work floor`` is h1 doing the gateway's work, flat, and
-    ``work, our server`` the same work on the gateway's own server and messages."""
+    ``work on our server`` the same work on the gateway's own server and messages."""
     kinds = (
-        "raw python", "httptools h1", "work floor", "work, our server", "uvicorn asgi",
+        "raw python", "httptools h1", "work floor", "work on our server", "uvicorn asgi",
         "bare aiohttp", "reconcile",
     )  # fmt: skip
     names = [n for n in kinds if (False, 1, n) in figures]
