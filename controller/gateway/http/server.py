@@ -285,7 +285,7 @@ class Protocol(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         # Called for each header: they are counted after each read (data_received) and
-        # checked once they are all here (_fields), not one by one.
+        # checked once they are all here (_decoded), not one by one.
         self._fields.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -296,7 +296,7 @@ class Protocol(asyncio.Protocol):
         request = Request(
             parser.get_method().decode("ascii"),
             self._url.decode("latin-1"),
-            _fields(self._fields),
+            _decoded(self._fields),
             (int(major or 1), int(minor or 1)),
             self._remote,
             self._body,
@@ -486,7 +486,7 @@ class Protocol(asyncio.Protocol):
         self._timer = self._loop.call_at(due, self._watch)
 
 
-def _fields(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+def _decoded(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     """The headers as text, each name and value checked against ``LINE_MAX``: all of
     them at once, in a few calls whatever their number (one call per header and part
     was a tenth of the gateway's calls per request)."""
