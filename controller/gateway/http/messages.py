@@ -43,6 +43,7 @@ class Connection(Protocol):
     """What a request and its answer need of their connection (server.Protocol)."""
 
     def send(self, data: bytes) -> None: ...
+    def must_drain(self) -> bool: ...
     async def drain(self) -> None: ...
     def reading(self, on: bool) -> None: ...
     def force_close(self) -> None: ...
@@ -116,17 +117,27 @@ class Body:
         while chunk := await self.readany():
             yield chunk
 
+    def received(self, limit: int | None = None) -> bytes:
+        """The rest of a body received whole (``is_eof``), at once; past ``limit`` bytes:
+        BodyTooLarge. No coroutine: most bodies are here with their heads."""
+        data = (
+            b"".join(self._chunks)
+            if len(self._chunks) > 1
+            else (self._chunks[0] if self._chunks else b"")
+        )
+        self._chunks.clear()
+        self._size = 0
+        if self._paused:
+            self._paused = False
+            self._connection.reading(True)
+        if limit is not None and len(data) > limit:
+            raise BodyTooLarge(f"the body is larger than {limit} bytes")
+        return data
+
     async def read(self, limit: int | None = None) -> bytes:
         """The rest of the body, whole; past ``limit`` bytes: BodyTooLarge."""
-        if self._eof and len(self._chunks) <= 1:  # all here in one piece (most bodies)
-            data = self._chunks.popleft() if self._chunks else b""
-            self._size = 0
-            if self._paused:
-                self._paused = False
-                self._connection.reading(True)
-            if limit is not None and len(data) > limit:
-                raise BodyTooLarge(f"the body is larger than {limit} bytes")
-            return data
+        if self._eof:
+            return self.received(limit)
         parts: list[bytes] = []
         size = 0
         while chunk := await self.readany():
@@ -232,6 +243,11 @@ class StreamResponse:
     def prepared(self) -> bool:
         return self._connection is not None
 
+    @property
+    def ended(self) -> bool:
+        """Written whole (``write_eof``, or a ``Response`` sent)."""
+        return self._ended
+
     def force_close(self) -> None:
         self.keep_alive = False
 
@@ -245,7 +261,8 @@ class StreamResponse:
             if not self._chunked:
                 self.keep_alive = False  # HTTP/1.0: the body ends with the connection
         self._send(self.head(request))
-        await request.protocol.drain()
+        if request.protocol.must_drain():
+            await request.protocol.drain()
 
     def _begin(self, request: Request) -> None:
         self._connection = request.protocol
@@ -263,11 +280,11 @@ class StreamResponse:
         if not self.keep_alive:
             headers["Connection"] = "close"
         reason = self.reason or REASONS.get(self.status, "Unknown")
-        lines = [f"HTTP/1.1 {self.status} {reason}"]
-        if "Date" not in headers:  # a singleton: an engine's, passed on, is the answer's
-            lines.append(f"Date: {_date()}")
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
+        # A singleton: an engine's Date, passed on, is the answer's.
+        date = "" if "Date" in headers else f"Date: {_date()}\r\n"
+        fields = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+        head = f"HTTP/1.1 {self.status} {reason}\r\n{date}{fields}\r\n"
+        return head.encode("latin-1", "replace")
 
     async def write(self, data: bytes) -> None:
         if self._connection is None:
@@ -275,7 +292,8 @@ class StreamResponse:
         if not data or self._head_only:
             return
         self._send(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
-        await self._connection.drain()
+        if self._connection.must_drain():
+            await self._connection.drain()
 
     async def write_eof(self, data: bytes = b"") -> None:
         if self._ended:
@@ -286,7 +304,8 @@ class StreamResponse:
         if self._chunked and not self._head_only:
             self._send(b"0\r\n\r\n")
             assert self._connection is not None
-            await self._connection.drain()
+            if self._connection.must_drain():
+                await self._connection.drain()
 
     def _send(self, data: bytes) -> None:
         assert self._connection is not None
@@ -329,7 +348,8 @@ class Response(StreamResponse):
         head = self.head(request)
         self._send(head if self._head_only else head + self.body)
         self._ended = True
-        await request.protocol.drain()
+        if request.protocol.must_drain():
+            await request.protocol.drain()
 
 
 def json_response(

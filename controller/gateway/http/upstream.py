@@ -135,11 +135,21 @@ class Upstream:
                 _write(conn, head + (body or b""))  # whole: one write, no coroutine
             else:
                 await _send_streamed(conn, head, length is not None, body)
-            answer = await _answer(conn, method, self)
+            while True:  # the answer's head, interim 1xx answers skipped
+                try:
+                    status, reason, version, fields = _parse_head(
+                        await conn.reader.readuntil(b"\r\n\r\n")
+                    )
+                except (asyncio.IncompleteReadError, OSError, asyncio.LimitOverrunError) as exc:
+                    raise _unanswered(exc) from exc
+                if not 100 <= status < 200:
+                    break
+            named = CIMultiDict(fields)
+            framing, keep = _framing(method, status, version, named)
         except BaseException:
             self._forget(conn)
             raise
-        return answer
+        return Answer(conn, self, status, reason, fields, named, framing, keep)
 
     async def close(self) -> None:
         self._closed = True
@@ -318,7 +328,7 @@ class Answer:
         try:
             async for chunk in self._framing.chunks(self._conn.reader):
                 yield chunk
-        except (OSError, asyncio.IncompleteReadError) as exc:  # OSError: _answer says why
+        except (OSError, asyncio.IncompleteReadError) as exc:  # OSError: _unanswered says why
             raise _mid_answer(exc) from exc
         except (ValueError, asyncio.LimitOverrunError) as exc:
             raise Malformed(f"a malformed chunk ({_said(exc)})") from exc
@@ -406,7 +416,7 @@ def _head(
 def _write(conn: _Connection, data: bytes) -> None:
     try:
         conn.writer.write(data)
-    except OSError as exc:  # _answer says why not ConnectionError alone
+    except OSError as exc:  # _unanswered says why not ConnectionError alone
         raise _while_sending(exc) from exc
 
 
@@ -424,34 +434,24 @@ async def _send_streamed(
                 await writer.drain()
         if not sized:
             writer.write(b"0\r\n\r\n")
-    except OSError as exc:  # _answer says why not ConnectionError alone
+    except OSError as exc:  # _unanswered says why not ConnectionError alone
         raise _while_sending(exc) from exc
 
 
-async def _answer(conn: _Connection, method: str, upstream: Upstream) -> Answer:
-    """The answer's head (interim 1xx answers skipped)."""
-    while True:
-        try:
-            head = await conn.reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError as exc:
-            raise Dropped(
-                "the engine closed the connection before its answer"
-                if not exc.partial
-                else "the engine's connection ended inside its answer's head"
-            ) from exc
-        except OSError as exc:
-            # Not ConnectionError alone: a kept-alive connection to a host cut off ends
-            # with ETIMEDOUT (the keepalive probes of enginesock), a TimeoutError, which is
-            # no ConnectionError; it was a 500 until the partition test caught it.
-            raise Dropped(f"the engine's connection failed ({_said(exc)})") from exc
-        except asyncio.LimitOverrunError as exc:
-            raise Malformed(f"an answer head over {HEAD_MAX} bytes") from exc
-        status, reason, version, fields = _parse_head(head)
-        if not 100 <= status < 200:
-            break
-    headers = CIMultiDict(fields)
-    framing, keep = _framing(method, status, version, headers)
-    return Answer(conn, upstream, status, reason, fields, headers, framing, keep)
+def _unanswered(exc: BaseException) -> Dropped | Malformed:
+    """What a failed read of an answer's head means for the request."""
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return Dropped(
+            "the engine closed the connection before its answer"
+            if not exc.partial
+            else "the engine's connection ended inside its answer's head"
+        )
+    if isinstance(exc, asyncio.LimitOverrunError):
+        return Malformed(f"an answer head over {HEAD_MAX} bytes")
+    # Not ConnectionError alone: a kept-alive connection to a host cut off ends with
+    # ETIMEDOUT (the keepalive probes of enginesock), a TimeoutError, which is no
+    # ConnectionError; it was a 500 until the partition test caught it.
+    return Dropped(f"the engine's connection failed ({_said(exc)})")
 
 
 # A status line, then header lines (a name without spaces, a colon, the value with the

@@ -52,18 +52,49 @@ def held(request: Request, limit: int, mark: bytes | None) -> int:
     return min(length, limit)
 
 
-async def read(
-    request: Request, limit: int, mark: bytes | None
-) -> tuple[bytes | Upload, dict[str, Any], str | None] | Response:
+Read = tuple[bytes | Upload, dict[str, Any], str | None]  # the body, its JSON fields, model
+
+
+def read_now(request: Request, limit: int, mark: bytes | None) -> Read | Response | None:
+    """``read``'s answer at once for a plain body already received whole (most: it came
+    with its head), with no coroutine; None when it must be waited for (``read``)."""
+    if mark is not None or not request.content.is_eof():
+        return None
+    if request.content_length is not None and request.content_length > limit:
+        return _too_large(limit)
+    try:
+        raw = request.content.received(limit)
+    except BodyTooLarge:
+        return _too_large(limit)
+    return _parsed(raw, request, limit)
+
+
+async def read(request: Request, limit: int, mark: bytes | None) -> Read | Response:
     """The body (bytes, or a multipart upload to stream, ``mark`` its boundary), its JSON
     fields and its model."""
     if mark is not None:
         return await _upload(request, mark, limit)
-    body = await _plain(request, limit)
-    if isinstance(body, Response):
-        return body
-    fields = _fields(body)  # parsed once: the model, and the session's `user`
-    return body, fields, _model(fields)
+    if request.content_length is not None and request.content_length > limit:
+        return _too_large(limit)
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT):
+            raw = await request.read()
+    except BodyTooLarge:
+        return _too_large(limit)
+    except TimeoutError:
+        why = f"the request body did not arrive within {BODY_TIMEOUT:g} seconds"
+        return _closing(error(408, why, "request_timeout"))
+    return _parsed(raw, request, limit)
+
+
+def _parsed(raw: bytes, request: Request, limit: int) -> Read | Response:
+    """A body read whole: its Content-Encoding undone (``decode``), its JSON fields (parsed
+    once: the model, and the session's `user`) and model; or the error to answer."""
+    plain = decode(raw, request.headers.get("Content-Encoding"), limit)
+    if isinstance(plain, BodyRefused):
+        return error(plain.status, plain.message, plain.code)
+    fields = _fields(plain)
+    return plain, fields, _model(fields)
 
 
 async def _upload(
@@ -90,27 +121,6 @@ async def _upload(
         return _closing(error(400, why, "invalid_request"))
     body = Upload(head, request.content, request.content_length, limit)
     return body, {}, found.model
-
-
-async def _plain(request: Request, limit: int) -> bytes | Response:
-    """The plain body (its Content-Encoding undone: ``decode``), or the error to answer."""
-    if request.content_length is not None and request.content_length > limit:
-        return _too_large(limit)
-    try:
-        if request.content.is_eof():  # received whole: read() cannot wait
-            raw = await request.read()
-        else:
-            async with asyncio.timeout(BODY_TIMEOUT):
-                raw = await request.read()
-    except BodyTooLarge:
-        return _too_large(limit)
-    except TimeoutError:
-        why = f"the request body did not arrive within {BODY_TIMEOUT:g} seconds"
-        return _closing(error(408, why, "request_timeout"))
-    plain = decode(raw, request.headers.get("Content-Encoding"), limit)
-    if isinstance(plain, BodyRefused):
-        return error(plain.status, plain.message, plain.code)
-    return plain
 
 
 def _closing(answer: Response) -> Response:

@@ -15,6 +15,7 @@ import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -37,12 +38,14 @@ from controller.gateway.routing.table import FIRST_PASS_WAIT, Table
 from controller.gateway.settings import WAITING_EVERY
 from controller.gateway.surface import bodies
 from controller.gateway.surface.forwarding import RETRY_AFTER, Forwarder, Incoming
+from controller.gateway.surface.upload import Upload
 from controller.gateway.surface.waiting import Waiting, wants_stream
 
 ROUTED = "/v1/"  # what is forwarded lies under this...
 ROUTED_ALSO = frozenset({"/rerank"})  # ... and these (Jina/TEI/llama.cpp's rerank path)
 MODELS = "/v1/models/"  # GET /v1/models/{id}: the openai client's models.retrieve
-OWN_METHODS = ("GET", "HEAD")  # /healthz and /v1/models
+OWN_PATHS = frozenset({"/healthz", "/v1/models"})  # answered by the gateway itself
+OWN_METHODS = ("GET", "HEAD")  # /healthz, /v1/models and /v1/models/{id}
 PROXIED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")  # the OpenAI API's
 
 
@@ -125,10 +128,8 @@ class Front:
         fixed = self.routes.resolve(request, path)  # the web page's, the webhook's
         if fixed is not None:
             return await fixed(request)
-        own = {"/healthz": self.healthz, "/v1/models": self.models}.get(path)
-        if own is None and paths.within(path, MODELS):
-            own = self.model
-        if own is not None:
+        if path in OWN_PATHS or paths.within(path, MODELS):
+            own = {"/healthz": self.healthz, "/v1/models": self.models}.get(path, self.model)
             if request.method not in OWN_METHODS:
                 return _not_allowed(request.method, path, OWN_METHODS)
             return await own(request)
@@ -244,17 +245,39 @@ class Front:
             self._quota.spend(key, meter.usage.total)
 
     async def _route(self, incoming: Incoming, key: str) -> tuple[str, StreamResponse]:
+        """The request's body read and its model found, then forwarded (forwarding.py).
+        Each step that can wait is awaited only when it must (a body still coming, no room
+        for it yet): no coroutine on the way of the usual request."""
+        request = incoming.request
         # The body's bytes are reserved before any is read, and held until the answer ends.
-        incoming.mark = bodies.multipart(incoming.request)
-        size = bodies.held(incoming.request, self.max_body, incoming.mark)
-        if not await self.bodies.take(size):
+        incoming.mark = mark = bodies.multipart(request)
+        size = bodies.held(request, self.max_body, mark)
+        if not (self.bodies.take_now(size) or await self.bodies.take(size)):
             why = (
                 f"the gateway holds {self.bodies.total} bytes of request bodies at once "
                 "(--max-body-total) and none were freed in time; retry later"
             )
             return "-", error(503, why, "server_busy", retry_after=RETRY_AFTER)
         try:
-            return await self._route_held(incoming, key)
+            parsed = bodies.read_now(request, self.max_body, mark)
+            if parsed is None:
+                parsed = await bodies.read(request, self.max_body, mark)
+            if isinstance(parsed, Response):
+                return "-", parsed
+            body, fields, model = parsed
+            incoming.meter.model = model
+            if isinstance(body, bytes):
+                body, incoming.meter.strip = usage.ask(body, fields, incoming.path)
+            if model is None:
+                why = "the request body must be a JSON object with a string field `model`"
+                return "-", error(400, why, "invalid_request")
+            if model not in self.table.pools and not await self._known(model):
+                known = ", ".join(sorted(self.table.pools)[:20]) or "none"
+                why = f"the model {model!r} does not exist (routable names: {known})"
+                return "-", error(404, why, "model_not_found")
+            if not wants_stream(fields):
+                return await self.forwarder.serve(incoming, body, fields, (model,))
+            return await self._streamed(incoming, body, fields, model)
         finally:
             self.bodies.give(size)
 
@@ -264,25 +287,11 @@ class Front:
         await self.table.first_pass(FIRST_PASS_WAIT)
         return await self.table.known(model)
 
-    async def _route_held(self, incoming: Incoming, key: str) -> tuple[str, StreamResponse]:
-        parsed = await bodies.read(incoming.request, self.max_body, incoming.mark)
-        if isinstance(parsed, Response):
-            return "-", parsed
-        body, fields, model = parsed
-        incoming.meter.model = model
-        if isinstance(body, bytes):
-            body, incoming.meter.strip = usage.ask(body, fields, incoming.path)
-        if model is None:
-            why = "the request body must be a JSON object with a string field `model`"
-            return "-", error(400, why, "invalid_request")
-        if model not in self.table.pools and not await self._known(model):
-            known = ", ".join(sorted(self.table.pools)[:20]) or "none"
-            why = f"the model {model!r} does not exist (routable names: {known})"
-            return "-", error(404, why, "model_not_found")
-        if not wants_stream(fields):
-            return await self.forwarder.serve(incoming, body, fields, (model,))
-        # A streaming request: waiting comments while it is held (waiting.py), through
-        # its fallbacks too; the gateway's own answer then ends the stream begun for them.
+    async def _streamed(
+        self, incoming: Incoming, body: bytes | Upload, fields: dict[str, Any], model: str
+    ) -> tuple[str, StreamResponse]:
+        """A streaming request: waiting comments while it is held (waiting.py), through
+        its fallbacks too; the gateway's own answer then ends the stream begun for them."""
         label = self.table.label(model)
         waiting = Waiting(
             incoming.request, label, lambda: self.table.phases(model), self.waiting_every
