@@ -383,7 +383,7 @@ class _Books:
 
         self.meter = usage.Meter
         self._usage = usage.from_json
-        self._entry = requestlog.entry
+        self._line = requestlog.line
         self.keys: dict[bytes | str, str] = {}
         self.inflight: dict[int, int] = {}
         self.metrics = GatewayMetrics()
@@ -411,7 +411,7 @@ class _Books:
     def done(self, key: str, model: str, meter: Meter, answer: bytes) -> None:
         """A request answered: its usage, its log line, its metrics."""
         self._usage(answer, meter)
-        self.log.write(self._entry(key, model, 200, meter))
+        self.log.append(self._line(key, model, 200, meter))
         self.metrics.ended(model, key, 200, meter)
 
 

@@ -6,14 +6,20 @@ Each line says who called what and how it went: ``time`` (UTC, when the request 
 ``prompt_tokens`` and ``completion_tokens`` (the engine's ``usage``, usage.py). Never a
 request or answer body.
 
-Written off the request path: the handler appends its line's fields to a bounded deque
-(no lock: a deque's append is atomic) and a writer thread encodes and appends them, so a
-slow or full disk never slows a request; when the deque is full the line is dropped and
+Written off the request path: the handler encodes its line and appends it to a bounded
+deque (no lock: a deque's append is atomic) and a writer thread appends the lines to the
+file, so a slow or full disk never slows a request; when the deque is full the line is
+dropped and
 counted (``reconcile_gateway_request_log_dropped_total``), never waited for. The writer
 is woken only when it sleeps, and once woken gathers lines for ``GATHER`` seconds before
 it writes them: the loop pays neither a queue's lock nor a thread's wake per request (a
 profile at 32 clients: 15% of the gateway's samples went to the queue, its condition and
 the writer's single-line wakes; woken at each line without the gathering, 7% still).
+The writer is handed bytes, not the lines' fields: encoding them there cost the gateway
+more than encoding them on its loop (issue 41: a writer thread that runs Python code, on
+the other core, held the GIL in bursts a request then waited for, and freed objects the
+loop made; measured in benchmarks/RESULTS.md), so it runs little more than ``os.write``,
+which lets the GIL go.
 The file is rotated by size into at most ``keep`` backups (bounded), by rename, not
 copy-truncate as the engines' logs are: a follower (``logs --requests -f``) cannot tell a
 file truncated and written again up to its offset (lines of one length) from one not
@@ -25,12 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +53,8 @@ QUEUE_MAX = 10_000  # lines waiting for the writer; past it they are dropped (co
 BATCH = 512  # lines written at once, at most
 GATHER = 0.02  # seconds a woken writer gathers lines before writing them (one wake)
 CLOSE_WAIT = 5.0  # seconds the writer gets to write what is queued when the gateway ends
+# One encoder, made once: json.dumps with separators makes a new one at each call.
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 FIELDS = (
     "time",
     "key",
@@ -63,8 +73,50 @@ def path_in(state_dir: Path) -> Path:
     return StateDir(state_dir).request_log
 
 
+def line(key: str, deployment: str, status: int, meter: Meter) -> bytes:
+    """``entry``'s line, encoded as ``RequestLog.write`` would encode it, with neither the
+    dict nor json's encoder: made that way, a request's log line cost more CPU than any
+    other piece of its accounting (issue 41). Its strings are escaped by json's own
+    function; its numbers are written as json writes them (their ``repr``)."""
+    now = time.monotonic()
+    used = meter.usage
+    first = meter.first
+    return (
+        f'{{"time":"{_when(time.time() - (now - meter.started))}","key":{_text(key)},'
+        f'"model":{_text(meter.model)},"deployment":{_text(deployment)},'
+        f'"instance":{_text(meter.instance)},"status":{status!r},'
+        f'"ttfb_s":{"null" if first is None else repr(round(first - meter.started, 4))},'
+        f'"duration_s":{round(now - meter.started, 4)!r},'
+        f'"prompt_tokens":{"null" if used is None else repr(used.prompt)},'
+        f'"completion_tokens":{"null" if used is None else repr(used.completion)}}}\n'
+    ).encode()
+
+
+def _text(value: str | None) -> str:
+    return "null" if value is None else encode_basestring_ascii(value)
+
+
+_second: tuple[int, str] = (-1, "")  # the last whole second written, and its text
+
+
+def _when(at: float) -> str:
+    """``at`` (seconds since the epoch) as ``datetime.fromtimestamp(at, UTC)
+    .isoformat(timespec="milliseconds")`` writes it (its rounding to the microsecond
+    too), the date and time of day made once a second."""
+    global _second
+    part, whole = math.modf(at)
+    micro = round(part * 1e6)  # half to even, as fromtimestamp rounds
+    if micro >= 1_000_000:
+        whole, micro = whole + 1, micro - 1_000_000
+    second = int(whole)
+    if _second[0] != second:
+        _second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{_second[1]}.{micro // 1000:03d}+00:00"
+
+
 def entry(key: str, deployment: str, status: int, meter: Meter) -> dict[str, Any]:
-    """The line for a request that ended now: its figures only, no body, no key."""
+    """The line for a request that ended now: its figures only, no body, no key (as
+    fields: ``line`` is the same line, encoded)."""
     now = time.monotonic()
     used = meter.usage
     began = time.time() - (now - meter.started)
@@ -98,7 +150,7 @@ class RequestLog:
         self.keep = keep
         self._dropped = dropped
         self._capacity = capacity
-        self._pending: deque[dict[str, Any]] = deque()
+        self._pending: deque[bytes] = deque()  # lines encoded, each with its newline
         self._wake = threading.Event()  # set: lines are pending (or the log is closing)
         self._closing = threading.Event()  # close() was called: write what is left, end
         self._thread = threading.Thread(target=self._run, name="request-log", daemon=True)
@@ -108,13 +160,17 @@ class RequestLog:
     def start(self) -> None:
         self._thread.start()
 
-    def write(self, line: dict[str, Any]) -> None:
-        """Keep ``line`` for the writer; never waits (a full deque drops it, counted).
-        ``line`` is the caller's no more: the writer encodes it later."""
+    def write(self, fields: dict[str, Any]) -> None:
+        """``fields`` as a line, for the writer; never waits (``append``)."""
+        self.append(_ENCODE(fields).encode() + b"\n")
+
+    def append(self, encoded: bytes) -> None:
+        """Keep a line (encoded, with its newline: ``line``) for the writer; never waits (a
+        full deque drops it, counted)."""
         if len(self._pending) >= self._capacity:
             self._dropped(1)
             return
-        self._pending.append(line)
+        self._pending.append(encoded)
         if not self._wake.is_set():  # the writer sleeps: the one wake for this batch
             self._wake.set()
 
@@ -141,10 +197,9 @@ class RequestLog:
             self._wake.clear()
             closing = self._closing.is_set()  # first: lines written before close() are taken
             while self._pending:
-                batch: list[dict[str, Any]] = []
-                while self._pending and len(batch) < BATCH:
-                    batch.append(self._pending.popleft())
-                lines = [json.dumps(b, separators=(",", ":")).encode() + b"\n" for b in batch]
+                lines: list[bytes] = []
+                while self._pending and len(lines) < BATCH:
+                    lines.append(self._pending.popleft())
                 for piece in _pieces(lines, self.max_bytes):
                     self._append(b"".join(piece), len(piece))
             if closing:

@@ -236,7 +236,7 @@ class Front:
 
     def _log(self, key: str, deployment: str, status: int, meter: Meter) -> None:
         if self.requests is not None:
-            self.requests.write(requestlog.entry(key, deployment, status, meter))
+            self.requests.append(requestlog.line(key, deployment, status, meter))
 
     def _count(self, deployment: str, key: str, status: int, meter: Meter) -> None:
         self._log(key, deployment, status, meter)

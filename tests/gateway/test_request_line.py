@@ -1,0 +1,64 @@
+"""A request log line written at once (``requestlog.line``) is the very line the log's
+encoder makes of its fields (``entry``): same keys in the same order, strings escaped
+as json escapes them, numbers as json writes them, ``null`` for what is missing, and the
+time as ``datetime.isoformat`` writes it, its rounding to the microsecond included."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller.gateway.accounting import requestlog
+from controller.gateway.accounting.usage import Meter, Usage
+
+ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _meter(
+    model: str | None, instance: str | None, first: float | None, used: Usage | None
+) -> Meter:
+    meter = Meter(started=1000.0)
+    meter.model, meter.instance, meter.usage = model, instance, used
+    meter.first = None if first is None else meter.started + first
+    return meter
+
+
+@pytest.mark.parametrize(
+    ("key", "deployment", "status", "meter"),
+    [
+        ("-", "-", 401, _meter(None, None, None, None)),
+        ("a1b2c3d4", "web", 200, _meter("web", "web@1", 0.01234567, Usage(12, 7))),
+        ("-", "chat", 502, _meter('qu"ote\\back\tslash', "chat@0", 3.0, Usage(0, 0))),
+        ("-", "ünï", 200, _meter("模型🙂", "ünï@2", 1e-05, None)),
+        ("-", "x", 200, _meter("\x00\x1f\x7f", "x@0", 123456.78901, Usage(10**9, 1))),
+    ],
+)
+def test_a_line_is_its_fields_encoded(
+    key: str, deployment: str, status: int, meter: Meter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both made at one instant: the clock read twice must read the same.
+    monkeypatch.setattr(requestlog.time, "monotonic", lambda: 1000.5)
+    monkeypatch.setattr(requestlog.time, "time", lambda: 1_796_000_000.25)
+    made = requestlog.line(key, deployment, status, meter)
+    assert made == (ENCODE(requestlog.entry(key, deployment, status, meter)) + "\n").encode()
+    assert list(json.loads(made)) == list(requestlog.FIELDS)
+
+
+def _as_isoformat_writes_it(at: float) -> None:
+    assert requestlog._when(at) == datetime.fromtimestamp(at, UTC).isoformat(
+        timespec="milliseconds"
+    )
+
+
+@given(st.floats(min_value=0, max_value=4e9, allow_nan=False, allow_infinity=False))
+def test_the_time_is_written_as_isoformat_writes_it(at: float) -> None:
+    _as_isoformat_writes_it(at)
+
+
+@pytest.mark.parametrize("at", [0.0, 0.9999995, 0.0004995, 1_796_000_000.9999996, 59.9995])
+def test_the_time_rounds_at_the_edges_as_isoformat_does(at: float) -> None:
+    _as_isoformat_writes_it(at)
