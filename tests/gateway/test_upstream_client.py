@@ -190,6 +190,10 @@ def test_a_connection_closed_before_the_answer_is_dropped() -> None:
         b"HTTP/1.1 200 OK\r\nX-A: 1\r\nnot a header: 2\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nX-A: 1\r\nno colon\r\n\r\n",
         b"HTTP/1.1 2000 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-A: 1\nX-B: 2\r\n\r\n",  # a line ended by LF alone
+        b"HTTP/1.1 200 OK\r\nX-A: 1\r\n\nX-B: 2\r\n\r\n",  # ... an empty one too
+        b"HTTP/1.1 200 OK\r\nX-A: a\rb\r\n\r\n",  # a CR alone, inside a value
+        b"HTTP/1.1 200 OK\r\nX\xa0A: 1\r\n\r\n",  # a name with a (latin-1) space
     ],
 )
 def test_an_answer_that_is_not_http_1_is_malformed(answer: bytes) -> None:

@@ -457,23 +457,30 @@ def _unanswered(exc: BaseException) -> Dropped | Malformed:
 # A status line, then header lines (a name without spaces, a colon, the value with the
 # whitespace around it left out): each line whole, from one CRLF to the next.
 _STATUS = re.compile(r"(HTTP/1\.[0-9]) ([0-9]{3})(?: ([^\r\n]*))?\r\n")
-_FIELD = re.compile(r"^([^\s:]+):[ \t]*([^\r\n]*?)[ \t]*\r\n", re.MULTILINE)
+_FIELD = re.compile(r"([^\s:]+):[ \t]*([^\r\n]*?)[ \t]*\r\n")
 
 
 def _parse_head(head: bytes) -> tuple[int, str, str, list[tuple[str, str]]]:
     """The status, reason, version and header fields of an answer's head (which ends
-    with its blank line). The fields are read in one pass whatever their number, and
-    checked by count: a line that is not one is malformed."""
+    with its blank line), each field as ``_FIELD`` reads one. Split and partitioned,
+    not matched line by line (or all at once: a third of the CPU), with the same
+    checks: every line ends CRLF, every name is there and holds no space."""
     text = head.decode("latin-1")
     status = _STATUS.match(text)
     if status is None:
         line = text.partition("\r\n")[0]
         raise Malformed(f"not an HTTP/1.x status line: {line[:80]!r}")
     version, code, reason = status.groups("")
-    at = status.end()
-    fields = _FIELD.findall(text, at, len(text) - 2)
-    if len(fields) != text.count("\r\n", at) - 1:
-        lines = text[at:-4].split("\r\n")
+    lines = text[status.end() : -4].split("\r\n") if len(text) > status.end() + 2 else []
+    fields = []
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if not colon or len(name.split()) != 1 or len(name) != len(name.split()[0]):
+            break
+        fields.append((name, value.strip(" \t")))
+    # A lone CR or LF (inside a line, as no split finds it) is as malformed.
+    bare = text.count("\r") + text.count("\n") != 2 * text.count("\r\n")
+    if len(fields) != len(lines) or bare:
         bad = next((line for line in lines if not _FIELD.fullmatch(line + "\r\n")), "")
         raise Malformed(f"a malformed header line: {bad[:80]!r}")
     return int(code), reason, version, fields
