@@ -14,7 +14,7 @@ import asyncio
 import json
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from email.utils import formatdate
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
@@ -279,12 +279,7 @@ class StreamResponse:
             self.keep_alive = False  # the client's wish, or a draining gateway's
         if not self.keep_alive:
             headers["Connection"] = "close"
-        reason = self.reason or REASONS.get(self.status, "Unknown")
-        # A singleton: an engine's Date, passed on, is the answer's.
-        date = "" if "Date" in headers else f"Date: {_date()}\r\n"
-        fields = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
-        head = f"HTTP/1.1 {self.status} {reason}\r\n{date}{fields}\r\n"
-        return head.encode("latin-1", "replace")
+        return _head(self.status, self.reason, headers.items(), "Date" in headers)
 
     async def write(self, data: bytes) -> None:
         if self._connection is None:
@@ -350,6 +345,64 @@ class Response(StreamResponse):
         self._ended = True
         if request.protocol.must_drain():
             await request.protocol.drain()
+
+
+class Passed(Response):
+    """An answer passed on whole as it came (an engine's sized answer): its status,
+    reason, fields in order (hop-by-hop ones already out: ``fields``) and body, head and
+    body written in one send, as a ``Response`` writes them, the same fields in the same
+    order. Its fields are not put in a header map (``headers`` stays empty; ``named`` is
+    the engine's own, for the two lookups a head needs): a ``Response`` made of them,
+    its map and its head cost four times this on every proxied answer (issue 41)."""
+
+    def __init__(
+        self,
+        *,
+        status: int,
+        reason: str | None,
+        fields: list[tuple[str, str]],
+        named: Mapping[str, str],
+        body: bytes,
+    ) -> None:
+        StreamResponse.__init__(self, status=status, reason=reason)
+        self.fields = fields
+        self.named = named
+        self.body = body
+
+    async def prepare(self, request: Request) -> None:
+        if self.prepared:
+            return
+        if self.status not in BODILESS_STATUS:
+            self.content_length = len(self.body)
+        self._begin(request)
+        head = self.head(request)
+        self._send(head if self._head_only else head + self.body)
+        self._ended = True
+        if request.protocol.must_drain():
+            await request.protocol.drain()
+
+    def head(self, request: Request) -> bytes:
+        """The head ``Response.head`` writes for these fields: the engine's, then a type
+        when it gave none, the length, and ``Connection: close`` when the connection ends."""
+        fields = self.fields.copy()
+        if self.body and "Content-Type" not in self.named:
+            fields.append(("Content-Type", "application/octet-stream"))
+        if self.content_length is not None:
+            fields.append(("Content-Length", str(self.content_length)))
+        if self.keep_alive and not request.protocol.keeps_alive(request):
+            self.keep_alive = False
+        if not self.keep_alive:
+            fields.append(("Connection", "close"))
+        return _head(self.status, self.reason, fields, "Date" in self.named)
+
+
+def _head(status: int, reason: str | None, fields: Iterable[tuple[str, str]], dated: bool) -> bytes:
+    """An answer's status line and header fields, as sent: a ``Date`` of the gateway's
+    unless the fields have one (a singleton: an engine's, passed on, is the answer's)."""
+    date = "" if dated else f"Date: {_date()}\r\n"
+    lines = "".join([f"{name}: {value}\r\n" for name, value in fields])
+    text = f"HTTP/1.1 {status} {reason or REASONS.get(status, 'Unknown')}\r\n{date}{lines}\r\n"
+    return text.encode("latin-1", "replace")
 
 
 def json_response(

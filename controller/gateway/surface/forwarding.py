@@ -85,7 +85,11 @@ class Forwarder:
         model = tried[-1]
         facts = self.table.facts(model)
         label = facts.label
-        onward = [f for f in facts.fallbacks if f not in tried and f in self.table.pools]
+        onward = (
+            [f for f in facts.fallbacks if f not in tried and f in self.table.pools]
+            if facts.fallbacks
+            else []  # most pools have none: no comprehension's call
+        )
         if onward and self.limiter.full(label):
             return await self._fall_back(incoming, body, fields, tried, onward, "limit")
         if not (self.limiter.take(label) or await self.limiter.queued(label)):

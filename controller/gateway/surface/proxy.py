@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 
 from controller.gateway.accounting.usage import Meter, StreamUsage, from_json
 from controller.gateway.http.answers import body as error_body
-from controller.gateway.http.messages import Request, Response, StreamResponse
+from controller.gateway.http.messages import Passed, Request, Response, StreamResponse
 from controller.gateway.http.upstream import Answer, Dropped, Malformed, Unreached, Upstream
 from controller.gateway.routing.table import Target
 from controller.gateway.surface.upload import TooLarge, Upload
@@ -168,13 +168,21 @@ async def forward(
             data = await upstream.read()
         except (Dropped, Malformed) as exc:
             raise UpstreamFailed(_said(exc), retry=False) from exc
+        meter.answered()
+        headers = _kept(upstream.fields, HOP_BY_HOP)
+        headers.append((SERVED_BY, target.deployment))
+        whole = Passed(
+            status=upstream.status,
+            reason=upstream.reason,
+            fields=headers,
+            named=upstream.headers,
+            body=data,
+        )
+        await _send_now(request, whole)
     finally:
-        upstream.release()  # kept alive when read to its end, else closed
-    meter.answered()
-    headers = _kept(upstream.fields, HOP_BY_HOP)
-    headers.append((SERVED_BY, target.deployment))
-    whole = Response(status=upstream.status, reason=upstream.reason, body=data, headers=headers)
-    await _send_now(request, whole)
+        # Kept alive when read to its end, else closed; after the client's answer, not
+        # on its way.
+        upstream.release()
     if upstream.status < 300:
         from_json(data, meter)  # the tokens it used: once the client has its answer
     return whole
