@@ -437,7 +437,7 @@ async def _serve_ours(port: int, upstream: int, log_dir: Path) -> None:
     """``served``: the work floor's work for each request in one flat handler on the
     gateway's own server and messages (``http/server.py``, ``http/messages.py``): the
     distance from ``work`` is what those cost; the gateway's from it, its surface's."""
-    from controller.gateway.http.messages import Request, Response, StreamResponse
+    from controller.gateway.http.messages import Passed, Request, StreamResponse
     from controller.gateway.http.server import Connections, Server, connection_cap
 
     pool = _Pool(upstream)
@@ -446,7 +446,8 @@ async def _serve_ours(port: int, upstream: int, log_dir: Path) -> None:
     kept = KEY_HEADERS | HOP_BY_HOP_B
 
     async def handle(request: Request) -> StreamResponse:
-        body = await request.read()
+        # As the gateway reads it: at once when it came whole (bodies.read_now).
+        body = request.content.received() if request.content.is_eof() else await request.read()
         path = request.raw_path.partition("?")[0]
         auth = request.headers.get("Authorization", "")
         meter, key, model, chosen = books.begin(path, auth, body, pools, upstream)
@@ -475,7 +476,9 @@ async def _serve_ours(port: int, upstream: int, log_dir: Path) -> None:
         status = int(status_line.split()[1])
         length = _length(head)
         if length is not None:  # sent at once, as the gateway sends a sized answer
-            whole = Response(status=status, body=await reader.readexactly(length), headers=fields)
+            body = await reader.readexactly(length)
+            named = CIMultiDictProxy(CIMultiDict(fields))
+            whole = Passed(status=status, reason=None, fields=fields, named=named, body=body)
             await whole.prepare(request)
             return whole, whole.body
         streamed = StreamResponse(status=status, headers=fields)
