@@ -470,8 +470,9 @@ async def _serve_ours(port: int, upstream: int, log_dir: Path) -> None:
     ) -> tuple[StreamResponse, bytes]:
         head = await reader.readuntil(END)
         status_line, *lines = head[: -len(END)].decode("latin-1").split("\r\n")
-        named = (line.partition(":") for line in lines)
-        fields = [(k, v.strip()) for k, _, v in named if k.lower().encode() not in ANSWER_DROPS]
+        parts = (line.partition(":") for line in lines)
+        # Framing out (Passed writes a sized answer's length, StreamResponse chunks a stream).
+        fields = [(k, v.strip()) for k, _, v in parts if k.lower().encode() not in HOP_BY_HOP_B]
         fields.append(("x-reconcile-deployment", "hot"))
         status = int(status_line.split()[1])
         length = _length(head)
