@@ -335,16 +335,18 @@ class Response(StreamResponse):
             return
         if self.status not in BODILESS_STATUS:
             self.content_length = len(self.body)
-        if self.body and "Content-Type" not in self.headers:
-            # Only now: a proxied answer's headers (the engine's type among them) are
-            # added after the Response is made.
-            self.headers["Content-Type"] = "application/octet-stream"
         self._begin(request)
         head = self.head(request)
         self._send(head if self._head_only else head + self.body)
         self._ended = True
         if request.protocol.must_drain():
             await request.protocol.drain()
+
+    def head(self, request: Request) -> bytes:
+        if self.body and "Content-Type" not in self.headers:
+            # Only now: a handler may add its headers after the Response is made.
+            self.headers["Content-Type"] = "application/octet-stream"
+        return super().head(request)
 
 
 class Passed(Response):
@@ -368,18 +370,6 @@ class Passed(Response):
         self.fields = fields
         self.named = named
         self.body = body
-
-    async def prepare(self, request: Request) -> None:
-        if self.prepared:
-            return
-        if self.status not in BODILESS_STATUS:
-            self.content_length = len(self.body)
-        self._begin(request)
-        head = self.head(request)
-        self._send(head if self._head_only else head + self.body)
-        self._ended = True
-        if request.protocol.must_drain():
-            await request.protocol.drain()
 
     def head(self, request: Request) -> bytes:
         """The head ``Response.head`` writes for these fields: the engine's, then a type

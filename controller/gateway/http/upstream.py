@@ -324,10 +324,30 @@ class Answer:
         return bytes(out[:most])
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it comes."""
+        """The body as it comes, framed by its chunks, its length or the connection's end:
+        read here, one generator (a generator per framing under it cost each chunk of a
+        stream a level of its own)."""
+        reader = self._conn.reader
+        length = self._framing.length
         try:
-            async for chunk in self._framing.chunks(self._conn.reader):
-                yield chunk
+            if self._framing.chunked:
+                while size := int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16):
+                    data = await reader.readexactly(size + 2)
+                    if data[-2:] != b"\r\n":
+                        raise ValueError("a chunk does not end where its size says")
+                    yield data[:-2]
+                while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                    pass  # trailers: none of the gateway's business
+            elif length is not None:
+                while length:
+                    chunk = await reader.read(min(length, READ_SIZE))
+                    if not chunk:
+                        raise asyncio.IncompleteReadError(b"", length)
+                    length -= len(chunk)
+                    yield chunk
+            else:
+                while chunk := await reader.read(READ_SIZE):
+                    yield chunk
         except (OSError, asyncio.IncompleteReadError) as exc:  # OSError: _unanswered says why
             raise _mid_answer(exc) from exc
         except (ValueError, asyncio.LimitOverrunError) as exc:
@@ -361,36 +381,6 @@ class _Framing:
     def __init__(self, length: int | None, chunked: bool) -> None:
         self.length = length
         self.chunked = chunked
-
-    async def chunks(self, reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
-        if self.chunked:
-            async for chunk in _chunked(reader):
-                yield chunk
-        elif self.length is not None:
-            left = self.length
-            while left:
-                chunk = await reader.read(min(left, READ_SIZE))
-                if not chunk:
-                    raise asyncio.IncompleteReadError(b"", left)
-                left -= len(chunk)
-                yield chunk
-        else:
-            while chunk := await reader.read(READ_SIZE):
-                yield chunk
-
-
-async def _chunked(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
-    while True:
-        line = await reader.readuntil(b"\r\n")
-        size = int(line.split(b";", 1)[0].strip(), 16)
-        if size == 0:
-            while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                pass  # trailers: none of the gateway's business
-            return
-        data = await reader.readexactly(size + 2)
-        if data[-2:] != b"\r\n":
-            raise ValueError("a chunk does not end where its size says")
-        yield data[:-2]
 
 
 def _head(

@@ -256,7 +256,7 @@ async def _pump(
     try:
         if not response.prepared:
             await response.prepare(request)
-        async for chunk in _chunks(upstream):
+        async for chunk in upstream.chunks():
             out = sse.feed(chunk) if sse is not None else chunk
             if json_tail is not None:
                 json_tail = (json_tail + chunk)[-TAIL_MAX:]
@@ -268,23 +268,11 @@ async def _pump(
         if json_tail:
             from_json(json_tail, meter)
         await response.write_eof()
-    except _Cut as cut:
-        await _cut(request, response, upstream, target, cut.__cause__ or cut)
+    except (Dropped, Malformed) as exc:  # the engine's side (only its chunks raise these)
+        await _cut(request, response, upstream, target, exc)
     except ConnectionError:  # the client hung up (often right after `data: [DONE]`)
         log.info("client went away mid-answer", deployment=target.deployment)
     return response
-
-
-class _Cut(Exception):
-    """The engine's side of a stream failed (not the client's)."""
-
-
-async def _chunks(upstream: Answer) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in upstream.chunks():
-            yield chunk
-    except (Dropped, Malformed) as exc:
-        raise _Cut from exc
 
 
 async def _cut(
