@@ -55,20 +55,6 @@ def held(request: Request, limit: int, mark: bytes | None) -> int:
 Read = tuple[bytes | Upload, dict[str, Any], str | None]  # the body, its JSON fields, model
 
 
-def read_now(request: Request, limit: int, mark: bytes | None) -> Read | Response | None:
-    """``read``'s answer at once for a plain body already received whole (most: it came
-    with its head), with no coroutine; None when it must be waited for (``read``)."""
-    if mark is not None or not request.content.is_eof():
-        return None
-    if request.content_length is not None and request.content_length > limit:
-        return _too_large(limit)
-    try:
-        raw = request.content.received(limit)
-    except BodyTooLarge:
-        return _too_large(limit)
-    return _parsed(raw, request, limit)
-
-
 async def read(request: Request, limit: int, mark: bytes | None) -> Read | Response:
     """The body (bytes, or a multipart upload to stream, ``mark`` its boundary), its JSON
     fields and its model."""
@@ -77,8 +63,11 @@ async def read(request: Request, limit: int, mark: bytes | None) -> Read | Respo
     if request.content_length is not None and request.content_length > limit:
         return _too_large(limit)
     try:
-        async with asyncio.timeout(BODY_TIMEOUT):
-            raw = await request.read()
+        if request.content.is_eof():  # received whole (most): at once, no deadline to keep
+            raw = request.content.received(limit)
+        else:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                raw = await request.read()
     except BodyTooLarge:
         return _too_large(limit)
     except TimeoutError:

@@ -162,20 +162,14 @@ class Forwarder:
                             )
                             return want.label, error(503, why, "model_not_ready")
                 with self.tracing.span("wait for Ready", {"reconcile.pool": want.pool}):
-                    # A Ready instance now (most requests): no wait's coroutine.
-                    target = self.table.target(want.pool, session=want.session, prefix=want.prefix)
-                    if target is None:
-                        target = await self.waits.target(
-                            want.pool, want.session, want.prefix, want.wait
-                        )
+                    target = await self.waits.target(
+                        want.pool, want.session, want.prefix, want.wait
+                    )
                 if target is None:
                     incoming.no_instance = True  # a fallback may take it (serve)
                     return want.label, self._not_ready(want)
                 try:
-                    try:
-                        answer = await self._send(incoming, body, target)
-                    except UpstreamFailed as exc:
-                        answer = await self._send_once_more(incoming, body, want, target, exc)
+                    answer = await self._send_once_more(incoming, body, want, target)
                     return target.deployment, answer
                 except UpstreamDown as exc:
                     why = str(exc)
@@ -206,29 +200,27 @@ class Forwarder:
         return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
 
     async def _send_once_more(
-        self,
-        incoming: Incoming,
-        body: bytes | Upload,
-        want: Ask,
-        target: Target,
-        failed: UpstreamFailed,
+        self, incoming: Incoming, body: bytes | Upload, want: Ask, target: Target
     ) -> StreamResponse:
-        """The engine dropped the connection before any byte of its answer (``failed``): the
-        request goes once more to the same instance, on a new connection: a kept-alive
+        """Send; an engine that dropped the connection before any byte of its answer gets
+        the request once more on the same instance, on a new connection: a kept-alive
         connection the engine closed just as it was reused (llama.cpp's server closes one
         after each streamed answer) is no reason to move a session off the instance that
         holds its cache, and a cold prefill elsewhere. Only when the instance fails again
         does the request go to another Ready instance of the pool, if there is one (one
         not reached at all is the caller's: UpstreamDown); else a 502."""
-        again = _may_resend(failed, body)
-        log.info(
-            "engine connection lost before its answer",
-            deployment=target.deployment,
-            error=str(failed),
-            retried="same instance" if again else "no",
-        )
-        if not again:
-            return _upstream_error(target.deployment)
+        try:
+            return await self._send(incoming, body, target)
+        except UpstreamFailed as exc:
+            again = _may_resend(exc, body)
+            log.info(
+                "engine connection lost before its answer",
+                deployment=target.deployment,
+                error=str(exc),
+                retried="same instance" if again else "no",
+            )
+            if not again:
+                return _upstream_error(target.deployment)
         try:
             with self.tracing.span("retry", {"reconcile.deployment": target.deployment}):
                 return await self._send(incoming, body, target, fresh=True)
@@ -270,22 +262,7 @@ class Forwarder:
         outcome: int | str | None = None  # passive health (health.py); None: no verdict
         silent = False  # the client gave up before a byte of the engine's answer
         try:
-            if self.tracing.enabled:
-                answer = await self._traced(incoming, body, target, fresh)
-            else:
-                settle = incoming.waiting.settle if incoming.waiting is not None else None
-                answer = await forward(
-                    self.upstream,
-                    incoming.request,
-                    body,
-                    target,
-                    incoming.path,
-                    incoming.query,
-                    incoming.meter,
-                    strip_keys=self.strip_keys,
-                    settle=settle,
-                    fresh=fresh,
-                )
+            answer = await self._call(incoming, body, target, fresh)
             outcome = answer.status
             return answer
         except (UpstreamDown, UpstreamFailed) as exc:
@@ -303,23 +280,24 @@ class Forwarder:
             self.load.add(target.deployment, -1)
             self.table.request_ended(target.nonce)
 
-    async def _traced(
+    async def _call(
         self, incoming: Incoming, body: bytes | Upload, target: Target, fresh: bool
     ) -> StreamResponse:
-        """One call to an engine with traces on: in a span whose context the engine gets
+        """One call to an engine; with traces on, in a span whose context the engine gets
         as ``traceparent`` (tracing.py)."""
         settle = incoming.waiting.settle if incoming.waiting is not None else None
+        args = (self.upstream, incoming.request, body, target, incoming.path, incoming.query)
+        strip = self.strip_keys
+        if not self.tracing.enabled:
+            return await forward(
+                *args, incoming.meter, strip_keys=strip, settle=settle, fresh=fresh
+            )
         attrs = {"reconcile.deployment": target.deployment, "reconcile.instance": target.instance}
         with self.tracing.span("engine", {**attrs, "server.port": target.port}, client=True):
             answer = await forward(
-                self.upstream,
-                incoming.request,
-                body,
-                target,
-                incoming.path,
-                incoming.query,
+                *args,
                 incoming.meter,
-                strip_keys=self.strip_keys,
+                strip_keys=strip,
                 settle=settle,
                 inject=self.tracing.inject,
                 fresh=fresh,

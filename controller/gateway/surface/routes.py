@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,20 +71,18 @@ class Front:
     routes: Router = field(default_factory=Router)  # fixed routes, found before the rest
     beside: list[Callable[[], AsyncIterator[None]]] = field(default_factory=list)  # running()
 
-    def handle(self, request: Request) -> Awaitable[StreamResponse]:
-        """Every request's way in (server.py's handler). It and ``dispatch`` give the
-        coroutine that answers, not one of their own around it: two levels fewer for
-        every resumption of a request's task (issue 41)."""
+    async def handle(self, request: Request) -> StreamResponse:
+        """Every request's way in (server.py's handler)."""
         if request.method == "CONNECT":  # its target is host:port, which no route matches
-            return _given(_not_allowed(request.method, request.raw_path, PROXIED_METHODS))
+            return _not_allowed(request.method, request.raw_path, PROXIED_METHODS)
         if self.keys is None and self.loopback_only:
             # A keyless gateway on loopback answers a loopback ``Host`` only, on every
             # path: a web page whose name was rebound to 127.0.0.1 neither reads a model
             # list nor starts an engine (the page's routes are on this server too).
             refused = _host_refusal(request.headers.get("Host"))
             if refused is not None:
-                return _given(error(403, refused, "forbidden"))
-        return self.dispatch(request)
+                return error(403, refused, "forbidden")
+        return await self.dispatch(request)
 
     def running(self) -> list[Callable[[], AsyncIterator[None]]]:
         """What runs beside the server, from its start until its requests are drained."""
@@ -118,30 +116,30 @@ class Front:
             await task
         figures.forget()
 
-    def dispatch(self, request: Request) -> Awaitable[StreamResponse]:
+    async def dispatch(self, request: Request) -> StreamResponse:
         raw, query = paths.split(request.raw_path)
         path = paths.normalise(raw)
         if path is None:
             why = "the request path is not a plain absolute path (encoded slash, backslash, NUL)"
-            return _given(error(400, why, "invalid_path"))
+            return error(400, why, "invalid_path")
         if raw.startswith(ROUTED) and not paths.within(path, ROUTED):
             why = f"the request path leaves {ROUTED} once its dot segments are resolved"
-            return _given(error(400, why, "invalid_path"))
+            return error(400, why, "invalid_path")
         fixed = self.routes.resolve(request, path)  # the web page's, the webhook's
         if fixed is not None:
-            return fixed(request)
+            return await fixed(request)
         if path in OWN_PATHS or paths.within(path, MODELS):
             own = {"/healthz": self.healthz, "/v1/models": self.models}.get(path, self.model)
             if request.method not in OWN_METHODS:
-                return _given(_not_allowed(request.method, path, OWN_METHODS))
-            return own(request)
+                return _not_allowed(request.method, path, OWN_METHODS)
+            return await own(request)
         if not paths.within(path, ROUTED) and path not in ROUTED_ALSO:
             also = ", ".join(sorted(ROUTED_ALSO))
             why = f"no route for {path!r}: the gateway serves /healthz, {ROUTED}... and {also}"
-            return _given(error(404, why, "not_found"))
+            return error(404, why, "not_found")
         if request.method not in PROXIED_METHODS:
-            return _given(_not_allowed(request.method, path, PROXIED_METHODS))
-        return self.proxied(request, path, query)
+            return _not_allowed(request.method, path, PROXIED_METHODS)
+        return await self.proxied(request, path, query)
 
     async def healthz(self, request: Request) -> Response:
         return json_response({"status": "ok"})
@@ -247,41 +245,38 @@ class Front:
             self._quota.spend(key, meter.usage.total)
 
     async def _route(self, incoming: Incoming, key: str) -> tuple[str, StreamResponse]:
-        """The request's body read and its model found, then forwarded (forwarding.py).
-        Each step that can wait is awaited only when it must (a body still coming, no room
-        for it yet): no coroutine on the way of the usual request."""
-        request = incoming.request
         # The body's bytes are reserved before any is read, and held until the answer ends.
-        incoming.mark = mark = bodies.multipart(request)
-        size = bodies.held(request, self.max_body, mark)
-        if not (self.bodies.take_now(size) or await self.bodies.take(size)):
+        incoming.mark = bodies.multipart(incoming.request)
+        size = bodies.held(incoming.request, self.max_body, incoming.mark)
+        if not await self.bodies.take(size):
             why = (
                 f"the gateway holds {self.bodies.total} bytes of request bodies at once "
                 "(--max-body-total) and none were freed in time; retry later"
             )
             return "-", error(503, why, "server_busy", retry_after=RETRY_AFTER)
         try:
-            parsed = bodies.read_now(request, self.max_body, mark)
-            if parsed is None:
-                parsed = await bodies.read(request, self.max_body, mark)
-            if isinstance(parsed, Response):
-                return "-", parsed
-            body, fields, model = parsed
-            incoming.meter.model = model
-            if isinstance(body, bytes):
-                body, incoming.meter.strip = usage.ask(body, fields, incoming.path)
-            if model is None:
-                why = "the request body must be a JSON object with a string field `model`"
-                return "-", error(400, why, "invalid_request")
-            if model not in self.table.pools and not await self._known(model):
-                known = ", ".join(sorted(self.table.pools)[:20]) or "none"
-                why = f"the model {model!r} does not exist (routable names: {known})"
-                return "-", error(404, why, "model_not_found")
-            if not wants_stream(fields):
-                return await self.forwarder.serve(incoming, body, fields, (model,))
-            return await self._streamed(incoming, body, fields, model)
+            return await self._route_held(incoming, key)
         finally:
             self.bodies.give(size)
+
+    async def _route_held(self, incoming: Incoming, key: str) -> tuple[str, StreamResponse]:
+        parsed = await bodies.read(incoming.request, self.max_body, incoming.mark)
+        if isinstance(parsed, Response):
+            return "-", parsed
+        body, fields, model = parsed
+        incoming.meter.model = model
+        if isinstance(body, bytes):
+            body, incoming.meter.strip = usage.ask(body, fields, incoming.path)
+        if model is None:
+            why = "the request body must be a JSON object with a string field `model`"
+            return "-", error(400, why, "invalid_request")
+        if model not in self.table.pools and not await self._known(model):
+            known = ", ".join(sorted(self.table.pools)[:20]) or "none"
+            why = f"the model {model!r} does not exist (routable names: {known})"
+            return "-", error(404, why, "model_not_found")
+        if not wants_stream(fields):
+            return await self.forwarder.serve(incoming, body, fields, (model,))
+        return await self._streamed(incoming, body, fields, model)
 
     async def _known(self, model: str) -> bool:
         """Whether ``model`` is routable, once the first pass said what exists (a name the
@@ -311,11 +306,6 @@ class Front:
 # A client sends the same Host on every request: its verdict (an IP parse and a URL split,
 # 1.8% of a profile at 32 clients) is kept, for this many Host values at most.
 _host_refusal = functools.lru_cache(maxsize=256)(host_refusal)
-
-
-async def _given(answer: StreamResponse) -> StreamResponse:
-    """An answer made already, as the awaitable a handler gives."""
-    return answer
 
 
 def _not_allowed(method: str, path: str, allowed: tuple[str, ...]) -> Response:
