@@ -82,8 +82,9 @@ def line(key: str, deployment: str, status: int, meter: Meter) -> bytes:
     used = meter.usage
     first = meter.first
     return (
-        f'{{"time":"{_when(time.time() - (now - meter.started))}","key":{_text(key)},'
-        f'"model":{_text(meter.model)},"deployment":{_text(deployment)},'
+        f'{{"time":"{_when(time.time() - (now - meter.started))}",'
+        f'"key":{encode_basestring_ascii(key)},"model":{_text(meter.model)},'
+        f'"deployment":{encode_basestring_ascii(deployment)},'
         f'"instance":{_text(meter.instance)},"status":{status!r},'
         f'"ttfb_s":{"null" if first is None else repr(round(first - meter.started, 4))},'
         f'"duration_s":{round(now - meter.started, 4)!r},'

@@ -174,7 +174,9 @@ class Table:
     def request_began(self, nonce: str | None) -> None:
         """A request went to engine ``nonce``: in flight (least requests, retire's wait)
         and served (the balancer's tie-break)."""
-        self.inflight[nonce] += 1
+        # get, not the Counter's missing key: an idle engine has no entry (request_ended),
+        # and a Counter's __missing__ is a Python call on every request at one client.
+        self.inflight[nonce] = self.inflight.get(nonce, 0) + 1
         self.served[nonce] += 1
 
     def engine_queued(self, nonce: str, waiting: float) -> None:
