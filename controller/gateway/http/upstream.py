@@ -465,7 +465,7 @@ def _parse_head(head: bytes) -> tuple[int, str, str, list[tuple[str, str]]]:
     fields = []
     for line in lines:
         name, colon, value = line.partition(":")
-        if not colon or len(name.split()) != 1 or len(name) != len(name.split()[0]):
+        if not colon or name.split() != [name]:  # none, or a space in it (or around)
             break
         fields.append((name, value.strip(" \t")))
     # A lone CR or LF (inside a line, as no split finds it) is as malformed.
