@@ -446,7 +446,7 @@ async def _serve_ours(port: int, upstream: int, log_dir: Path) -> None:
     kept = KEY_HEADERS | HOP_BY_HOP_B
 
     async def handle(request: Request) -> StreamResponse:
-        # As the gateway reads it: at once when it came whole (bodies.read_now).
+        # As the gateway reads it: at once when it came whole (bodies.read, Body.received).
         body = request.content.received() if request.content.is_eof() else await request.read()
         path = request.raw_path.partition("?")[0]
         auth = request.headers.get("Authorization", "")
