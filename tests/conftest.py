@@ -43,9 +43,11 @@ from procs import (
     cmdline,
     environ,
     free_ports,
+    held_ports,
     kill_marked,
     listen,
     marked_pids,
+    release_ports,
     wait_for,
     wait_gone,
 )
@@ -364,6 +366,15 @@ class Reconcile:
                     proc.kill()  # one that moved itself to another group
             proc.wait(timeout=10)
         return leftovers
+
+
+@pytest.fixture(autouse=True)
+def _ports_given_back() -> Iterator[None]:
+    """The port blocks a test took (procs.free_ports) are given back once it and its
+    fixtures have ended; a module's or session's fixtures, set up before, keep theirs."""
+    before = held_ports()
+    yield
+    release_ports(held_ports() - before)
 
 
 @pytest.fixture

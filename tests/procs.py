@@ -7,13 +7,15 @@ in any subfolder, can ``from procs import marked_pids, wait_for``.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import random
 import signal
 import socket
+import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -121,14 +123,63 @@ def bindable(port: int) -> bool:
     return True
 
 
+PORTS = (20000, 32000)  # where tests' ports are: below the ephemeral range (32768-60999)
+BLOCK = 16  # ports are handed out in aligned blocks of this many, each held whole
+# A block's lock: a file flocked by the process that holds the block (released by
+# release_ports, or when that process ends). Every test process on the machine (each
+# xdist worker, each run) sees the same files.
+PORT_LOCKS = Path(tempfile.gettempdir()) / f"reconcile-test-ports-{os.getuid()}"
+_held: dict[int, list[int]] = {}  # base port -> this process's lock fds for its blocks
+
+
 def free_ports(count: int = 16) -> int:
-    """The first port of ``count`` consecutive free ports outside the ephemeral range."""
+    """The first port of ``count`` consecutive free ports outside the ephemeral range, in
+    blocks no other test process holds: each is held (``release_ports``) as well as found
+    free. Found free alone was not enough: two workers could take overlapping ranges at
+    once, each found them free, and one test's gateway then found its port taken by the
+    other's engine (a CI run's flake, tests/gateway/test_tokens.py)."""
+    blocks = -(-count // BLOCK)
     rng = random.Random(uuid.uuid4().int)
+    PORT_LOCKS.mkdir(mode=0o700, exist_ok=True)
     for _ in range(200):
-        base = rng.randrange(20000, 32000 - count)
+        first = rng.randrange((PORTS[1] - PORTS[0]) // BLOCK - blocks + 1)
+        locks = _lock_blocks(range(first, first + blocks))
+        if locks is None:
+            continue
+        base = PORTS[0] + first * BLOCK
         if all(bindable(p) for p in range(base, base + count)):
+            _held[base] = locks
             return base
+        for fd in locks:
+            os.close(fd)
     raise RuntimeError("no block of free ports found")
+
+
+def _lock_blocks(blocks: range) -> list[int] | None:
+    """The locks of ``blocks``, all taken, or None (and none kept) when one is held."""
+    locks: list[int] = []
+    for block in blocks:
+        fd = os.open(PORT_LOCKS / f"{block}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        locks.append(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            for taken in locks:
+                os.close(taken)
+            return None
+    return locks
+
+
+def held_ports() -> set[int]:
+    """The base ports of the blocks this process holds now."""
+    return set(_held)
+
+
+def release_ports(bases: Iterable[int]) -> None:
+    """Give back the blocks taken at ``bases`` (what used them has ended)."""
+    for base in bases:
+        for fd in _held.pop(base, ()):
+            os.close(fd)
 
 
 def listen(port: int, host: str = "127.0.0.1") -> socket.socket:
