@@ -1,12 +1,13 @@
-"""A request log line written at once (``requestlog.line``) is the very line the log's
-encoder makes of its fields (``entry``): same keys in the same order, strings escaped
-as json escapes them, numbers as json writes them, ``null`` for what is missing, and the
-time as ``datetime.isoformat`` writes it, its rounding to the microsecond included."""
+"""A request log line written at once (``requestlog.line``) is the very line json's
+encoder makes of its fields: same keys in the same order, strings escaped as json
+escapes them, numbers as json writes them, ``null`` for what is missing, and the time as
+``datetime.isoformat`` writes it, its rounding to the microsecond included."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -16,6 +17,25 @@ from controller.gateway.accounting import requestlog
 from controller.gateway.accounting.usage import Meter, Usage
 
 ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+NOW, CLOCK = 1000.5, 1_796_000_000.25  # monotonic and wall clock, as the line reads them
+
+
+def _fields(key: str, deployment: str, status: int, meter: Meter) -> dict[str, Any]:
+    """The line's fields, as the request log's readers take them (FIELDS)."""
+    began = CLOCK - (NOW - meter.started)
+    used = meter.usage
+    return {
+        "time": datetime.fromtimestamp(began, UTC).isoformat(timespec="milliseconds"),
+        "key": key,
+        "model": meter.model,
+        "deployment": deployment,
+        "instance": meter.instance,
+        "status": status,
+        "ttfb_s": round(meter.first - meter.started, 4) if meter.first is not None else None,
+        "duration_s": round(NOW - meter.started, 4),
+        "prompt_tokens": used.prompt if used else None,
+        "completion_tokens": used.completion if used else None,
+    }
 
 
 def _meter(
@@ -40,11 +60,10 @@ def _meter(
 def test_a_line_is_its_fields_encoded(
     key: str, deployment: str, status: int, meter: Meter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Both made at one instant: the clock read twice must read the same.
-    monkeypatch.setattr(requestlog.time, "monotonic", lambda: 1000.5)
-    monkeypatch.setattr(requestlog.time, "time", lambda: 1_796_000_000.25)
+    monkeypatch.setattr(requestlog.time, "monotonic", lambda: NOW)
+    monkeypatch.setattr(requestlog.time, "time", lambda: CLOCK)
     made = requestlog.line(key, deployment, status, meter)
-    assert made == (ENCODE(requestlog.entry(key, deployment, status, meter)) + "\n").encode()
+    assert made == (ENCODE(_fields(key, deployment, status, meter)) + "\n").encode()
     assert list(json.loads(made)) == list(requestlog.FIELDS)
 
 

@@ -142,6 +142,11 @@ def _read_into(proc: subprocess.Popen[bytes], seen: list[dict[str, Any]]) -> Non
         seen.append(json.loads(raw))
 
 
+def _encoded(fields: dict[str, Any]) -> bytes:
+    """A line as the log takes it: compact JSON and its newline (requestlog.line's form)."""
+    return json.dumps(fields, separators=(",", ":")).encode() + b"\n"
+
+
 def test_a_stuck_disk_drops_lines_never_requests(tmp_path: Path) -> None:
     fifo = tmp_path / "gateway" / "requests.jsonl"
     fifo.parent.mkdir()
@@ -149,12 +154,12 @@ def test_a_stuck_disk_drops_lines_never_requests(tmp_path: Path) -> None:
     metrics = GatewayMetrics()
     log = RequestLog(fifo, dropped=metrics.dropped, capacity=5)
     log.start()
-    log.write({"n": 0})
+    log.append(_encoded({"n": 0}))
     wait = threading.Event()
     while not log.idle():  # the writer took line 0 and hangs on the file
         wait.wait(0.01)
     for n in range(1, 9):
-        log.write({"n": n})  # 5 fit in the queue, 3 do not: none of them waits
+        log.append(_encoded({"n": n}))  # 5 fit in the queue, 3 do not: none of them waits
     assert metrics.log_dropped == 3
     said = text_string_to_metric_families(metrics.render())
     dropped = [s.value for f in said for s in f.samples if "log_dropped" in s.name]
@@ -196,7 +201,7 @@ def test_a_follower_misses_no_line_across_rotations_of_lines_of_one_length(
         # its bound, so it rotates and the four fill the new file to the old one's size,
         # all between two of the follower's looks.
         for n in range(first, first + 4):
-            log.write({"status": 200, "pad": "x" * 20, "n": n})
+            log.append(_encoded({"status": 200, "pad": "x" * 20, "n": n}))
         _written(path, first + 3)
 
     try:

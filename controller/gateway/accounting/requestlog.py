@@ -6,20 +6,18 @@ Each line says who called what and how it went: ``time`` (UTC, when the request 
 ``prompt_tokens`` and ``completion_tokens`` (the engine's ``usage``, usage.py). Never a
 request or answer body.
 
-Written off the request path: the handler encodes its line and appends it to a bounded
-deque (no lock: a deque's append is atomic) and a writer thread appends the lines to the
-file, so a slow or full disk never slows a request; when the deque is full the line is
-dropped and
-counted (``reconcile_gateway_request_log_dropped_total``), never waited for. The writer
+Written off the request path: the handler encodes its line (``line``) and appends it to
+a bounded deque (no lock: a deque's append is atomic) and a writer thread appends the
+lines to the file, so a slow or full disk never slows a request; when the deque is full
+the line is dropped and counted (``reconcile_gateway_request_log_dropped_total``), never
+waited for. The writer
 is woken only when it sleeps, and once woken gathers lines for ``GATHER`` seconds before
 it writes them: the loop pays neither a queue's lock nor a thread's wake per request (a
 profile at 32 clients: 15% of the gateway's samples went to the queue, its condition and
 the writer's single-line wakes; woken at each line without the gathering, 7% still).
-The writer is handed bytes, not the lines' fields: encoding them there cost the gateway
-more than encoding them on its loop (issue 41: a writer thread that runs Python code, on
-the other core, held the GIL in bursts a request then waited for, and freed objects the
-loop made; measured in benchmarks/RESULTS.md), so it runs little more than ``os.write``,
-which lets the GIL go.
+A line is written by an f-string with json's own escaping, not by json's encoder: the
+encoder, made anew for every line, cost more than the rest of a request's accounting
+(issue 41, benchmarks/RESULTS.md); the writer is handed the bytes.
 The file is rotated by size into at most ``keep`` backups (bounded), by rename, not
 copy-truncate as the engines' logs are: a follower (``logs --requests -f``) cannot tell a
 file truncated and written again up to its offset (lines of one length) from one not
@@ -37,7 +35,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
@@ -53,8 +50,6 @@ QUEUE_MAX = 10_000  # lines waiting for the writer; past it they are dropped (co
 BATCH = 512  # lines written at once, at most
 GATHER = 0.02  # seconds a woken writer gathers lines before writing them (one wake)
 CLOSE_WAIT = 5.0  # seconds the writer gets to write what is queued when the gateway ends
-# One encoder, made once: json.dumps with separators makes a new one at each call.
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 FIELDS = (
     "time",
     "key",
@@ -74,10 +69,9 @@ def path_in(state_dir: Path) -> Path:
 
 
 def line(key: str, deployment: str, status: int, meter: Meter) -> bytes:
-    """``entry``'s line, encoded as ``RequestLog.write`` would encode it, with neither the
-    dict nor json's encoder: made that way, a request's log line cost more CPU than any
-    other piece of its accounting (issue 41). Its strings are escaped by json's own
-    function; its numbers are written as json writes them (their ``repr``)."""
+    """The line for a request that ended now, its ``FIELDS`` in order, encoded as compact
+    JSON with its newline: its figures only, no body, no key. Its strings are escaped by
+    json's own function, its numbers written as json writes them (their ``repr``)."""
     now = time.monotonic()
     used = meter.usage
     first = meter.first
@@ -115,26 +109,6 @@ def _when(at: float) -> str:
     return f"{_second[1]}.{micro // 1000:03d}+00:00"
 
 
-def entry(key: str, deployment: str, status: int, meter: Meter) -> dict[str, Any]:
-    """The line for a request that ended now: its figures only, no body, no key (as
-    fields: ``line`` is the same line, encoded)."""
-    now = time.monotonic()
-    used = meter.usage
-    began = time.time() - (now - meter.started)
-    return {
-        "time": datetime.fromtimestamp(began, UTC).isoformat(timespec="milliseconds"),
-        "key": key,
-        "model": meter.model,
-        "deployment": deployment,
-        "instance": meter.instance,
-        "status": status,
-        "ttfb_s": round(meter.first - meter.started, 4) if meter.first is not None else None,
-        "duration_s": round(now - meter.started, 4),
-        "prompt_tokens": used.prompt if used else None,
-        "completion_tokens": used.completion if used else None,
-    }
-
-
 class RequestLog:
     """The pending lines and their writer thread."""
 
@@ -160,10 +134,6 @@ class RequestLog:
 
     def start(self) -> None:
         self._thread.start()
-
-    def write(self, fields: dict[str, Any]) -> None:
-        """``fields`` as a line, for the writer; never waits (``append``)."""
-        self.append(_ENCODE(fields).encode() + b"\n")
 
     def append(self, encoded: bytes) -> None:
         """Keep a line (encoded, with its newline: ``line``) for the writer; never waits (a
