@@ -347,6 +347,7 @@ class Reconciler(Preview):
             result = self._rounds(loaded, at_once)
             result.git = synced
             if self.git is not None and not result.deferred:  # the history follows them
+                self.git.note_invalid(result.errors)
                 self._auto_rollback(result)
                 self._notify_source(result)
             result.outcomes = self.executor.take_tally()
@@ -375,7 +376,7 @@ class Reconciler(Preview):
     def _auto_rollback(self, result: PassResult) -> None:
         assert self.git is not None
         phases = [(base_name(r.name), str(r.phase)) for r in result.ours()]
-        rolled = self.git.note_outcome(phases, result.specs)
+        rolled = self.git.note_outcome(phases, result.specs, invalid=bool(result.errors))
         if rolled is None:
             return
         log.warning("git auto-rollback", detail=rolled)

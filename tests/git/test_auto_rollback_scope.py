@@ -65,3 +65,45 @@ def test_a_commit_that_adds_a_failing_deployment_is_rolled_back(tmp_path: Path) 
     phases = [("web", "Ready"), ("batch", "Ready"), ("new", "BackOff")]
     said = source.note_outcome(phases, {"web": "h1", "batch": "h2", "new": "h3"})
     assert said is not None and GOOD[:12] in said, said
+
+
+def test_a_commit_whose_manifests_do_not_all_load_is_degraded_and_rolled_back(
+    tmp_path: Path,
+) -> None:
+    """Its engines all Ready (those of the broken file keep their last good spec), yet the
+    commit is no good commit: Degraded, and rolled back past the deadline."""
+    source = _source(tmp_path)
+    _history(tmp_path)
+    phases = [("web", "Ready"), ("batch", "Ready")]
+    said = source.note_outcome(phases, {"web": "h1", "batch": "h2"}, invalid=True)
+    assert said is not None and GOOD[:12] in said, said
+    assert gitsource.read_history(tmp_path)[-1]["outcome"] == "Degraded"
+    assert gitsource.last_good(tmp_path, but=None) == GOOD
+
+
+def _status(**fields: Any) -> gitsource.SourceStatus:
+    base: dict[str, Any] = {"url": "u", "branch": "main", "tag": None, "path": "m"}
+    base |= {"interval": 60.0, "owner": "git:u#m", "fetched": BAD, "applied": BAD}
+    return gitsource.SourceStatus(**(base | fields))
+
+
+@pytest.mark.parametrize(
+    ("fields", "state"),
+    [
+        ({}, "Synced"),
+        ({"invalid": ["m/a.yaml:3: invalid YAML"], "invalid_at": BAD}, "Degraded"),
+        # read at the commit before: the pass at this one has not said yet
+        ({"invalid": ["m/a.yaml:3: invalid YAML"], "invalid_at": GOOD}, "Synced"),
+        ({"invalid": ["x"], "invalid_at": BAD, "fetched": GOOD}, "Progressing"),
+        ({"invalid": ["x"], "invalid_at": BAD, "fetch_error": "gone"}, "PullFailed"),
+    ],
+    ids=["valid", "invalid-here", "invalid-before", "applying", "pull-failed"],
+)
+def test_the_state_names_a_manifest_that_does_not_load(
+    fields: dict[str, Any], state: str
+) -> None:
+    said, message = gitsource.state_of(_status(**fields), ["Ready", "Ready"])
+    assert said == state, message
+    if state == "Degraded":
+        assert "m/a.yaml:3: invalid YAML" in message and BAD[:12] in message, message
+        assert "reconcile validate" in message, message

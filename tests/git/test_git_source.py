@@ -93,6 +93,40 @@ def test_an_edit_in_the_checkout_is_undone_by_the_next_move(reconcile: Any, remo
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 
+def test_a_manifest_that_does_not_load_is_degraded_named_and_never_a_good_commit(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A typo pushed: the source is Degraded, not Synced, and names the file and line as
+    the repository has them; the engine the file declared runs on (invariant 4); the commit
+    is no commit to roll back to; the fix makes the source Synced again."""
+    good = remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    typo = "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: alpha\n"
+    broken = remote.commit({"manifests/alpha.yaml": typo}, "a typo")
+    reconcile("--once", *git_args(remote), check=1)
+    seen = source(reconcile)
+    assert seen["state"] == "Degraded" and seen["applied"] == broken, seen
+    assert "manifests/alpha.yaml:" in seen["message"], seen
+    assert str(reconcile.state) not in seen["message"], seen  # the repository's name for it
+    assert reconcile.alive(pid) and reconcile.record("alpha")["ref"]["pid"] == pid
+    assert "Degraded" in reconcile("status", check=0).out.splitlines()[0]
+
+    fixed = remote.deploy("alpha", command=reconcile.demo_command(load_seconds="0.1"))
+    reconcile.converge(*git_args(remote))
+    seen = source(reconcile)
+    assert seen["state"] == "Synced" and seen["applied"] == fixed, seen
+    history = reconcile("history", "-o", "json", check=0).json()
+    assert [(h["revision"], h["outcome"]) for h in history] == [
+        (good, "Ready"),
+        (broken, "Degraded"),
+        (fixed, "Ready"),
+    ], history
+    dry = reconcile("rollback", "--dry-run", check=0)  # the last good commit but this one
+    assert good[:12] in dry.out and broken[:12] not in dry.out, dry.out
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
 def test_source_on_a_state_dir_without_git_says_so(reconcile: Any) -> None:
     out = reconcile("source", check=1)
     assert "follows no git source" in out.err, out

@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from controller import failpoints
@@ -42,6 +42,9 @@ from controller.store.documents import Document
 from controller.store.lock import FileLock
 from controller.store.statedir import StateDir
 
+if TYPE_CHECKING:
+    from controller.store.sources.manifests import ManifestError
+
 log = get_logger("reconcile")
 
 DEFAULT_INTERVAL = 60.0  # seconds between fetches (Flux's GitRepository default is 1m)
@@ -49,6 +52,7 @@ DEPTH = 50  # commits fetched: enough history for `history` and rollbacks, not t
 FETCH_TIMEOUT = 300.0  # seconds one git command may take before it counts as failed
 RETRY_FIRST = 5.0  # seconds before the first retry of a failed fetch, doubling ...
 RETRY_MAX = 300.0  # ... up to this (or the interval, when shorter)
+INVALID_KEPT = 20  # manifest errors the source file keeps (`reconcile validate` lists all)
 SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 # States of `reconcile source` (DESIGN.md "Following git").
@@ -177,6 +181,10 @@ class SourceStatus:
     webhook_secret_file: str | None = None  # a path (never the secret): the gateway reads it
     unverified: str | None = None  # why the commit to apply was refused (verify.allowedSigners)
     auto_pinned: bool = False  # the pin is autoRollback's: a newer commit lifts it
+    # The manifests at ``invalid_at`` (the applied commit, at the pass that read them) that
+    # did not load, each error in words with its file named as in the repository.
+    invalid: list[str] = field(default_factory=list)
+    invalid_at: str | None = None
 
     @classmethod
     def fresh(cls, s: GitSettings) -> SourceStatus:
@@ -498,7 +506,29 @@ class GitSource:
             "outcome": "Progressing",
         }
 
-    def note_outcome(self, phases: list[tuple[str, str]], specs: dict[str, str]) -> str | None:
+    def note_invalid(self, errors: list[ManifestError]) -> None:
+        """The pass's manifest errors, at the commit it applied: while there are any the
+        source is Degraded (``state_of``), whatever its engines do (those of a broken file
+        keep their last good spec: a typo tears nothing down, and says so here too)."""
+        said = [str(replace(e, file=self._in_repo(e.file))) for e in errors[:INVALID_KEPT]]
+        st = read_status(self.state_dir)
+        if st is None or (st.invalid, st.invalid_at) == (said, st.applied if said else None):
+            return  # most passes: nothing new to write
+        with self.lock.hold(FETCH_TIMEOUT):
+            st = self.status()
+            st.invalid, st.invalid_at = said, st.applied if said else None
+            write_status(self.state_dir, st)
+
+    def _in_repo(self, file: str) -> str:
+        """A file of the checkout named as in the repository (``manifests/a.yaml``)."""
+        try:
+            return Path(file).relative_to(self.repo).as_posix()
+        except ValueError:
+            return file
+
+    def note_outcome(
+        self, phases: list[tuple[str, str]], specs: dict[str, str], *, invalid: bool = False
+    ) -> str | None:
         """The newest history entry follows its deployments as they converge (``phases``:
         deployment, phase per instance); past autoRollback's progressDeadline with the
         deployments the commit changed not all Ready, the source is pinned to the last good
@@ -506,12 +536,16 @@ class GitSource:
 
         The entry keeps its commit's spec hashes (``specs``, from its first pass): what it
         changed is what differs from the entry before, so a deployment the commit did not
-        touch, failing since an older one, rolls nothing back."""
+        touch, failing since an older one, rolls nothing back. A commit whose manifests do
+        not all load (``invalid``) is Degraded however its engines run, never a good
+        commit to roll back to, and rolled back past the deadline."""
         entries = read_history(self.state_dir)
         if not entries or entries[-1]["outcome"] in ("Ready", "RolledBack"):
             return None
         newest = entries[-1]
         outcome = outcome_of([phase for _, phase in phases])
+        if invalid and outcome != "Failed":
+            outcome = "Degraded"
         news = "specs" not in newest or outcome != newest["outcome"]  # else nothing to write
         newest.setdefault("specs", specs)
         newest["outcome"] = outcome
@@ -520,7 +554,7 @@ class GitSource:
         if outcome == "Ready":
             return None
         touched = _changed_by(entries, newest)
-        if outcome_of([phase for name, phase in phases if name in touched]) == "Ready":
+        if not invalid and outcome_of([p for name, p in phases if name in touched]) == "Ready":
             return None
         return self._auto_rollback(newest)
 
@@ -644,6 +678,14 @@ def state_of(st: SourceStatus, phases: list[str]) -> tuple[str, str]:
         return PROGRESSING, "not fetched yet"
     if st.applied != st.fetched:
         return PROGRESSING, f"applying {st.fetched[:12]}"
+    if st.invalid and st.invalid_at == st.applied:
+        more = len(st.invalid) - 1
+        rest = f" (and {more}{'+' if more + 1 >= INVALID_KEPT else ''} more)" if more else ""
+        return DEGRADED, (
+            f"a manifest at {st.applied[:12]} does not load: {st.invalid[0]}{rest}; what it "
+            "declared before runs on unchanged: fix it and push (`reconcile validate` lists "
+            "every error)"
+        )
     bad = [p for p in phases if p in ("Failed", "BackOff", "Pending")]
     if bad:
         return DEGRADED, f"{len(bad)} of {len(phases)} deployment(s) not Ready ({', '.join(bad)})"
