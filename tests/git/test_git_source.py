@@ -69,6 +69,14 @@ def test_a_branch_gone_is_pull_failed_not_a_prune(reconcile: Any, remote: Remote
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 
+def test_a_first_fetch_that_fails_says_git_s_words_alone(reconcile: Any, remote: Remote) -> None:
+    """Nothing was ever checked out: no word of an empty manifests folder besides git's."""
+    out = reconcile("--once", "--git", f"{remote.url}-gone", "--git-path", "manifests", check=1)
+    assert "does not appear to be a git repository" in out.err, out
+    assert "nothing applied yet; nothing pruned" in out.err, out
+    assert "holds no manifest" not in out.err, out
+
+
 def test_a_path_missing_at_a_commit_prunes_nothing(reconcile: Any, remote: Remote) -> None:
     remote.deploy("alpha")
     reconcile.converge(*git_args(remote))

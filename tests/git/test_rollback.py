@@ -57,6 +57,11 @@ def test_rollback_pins_the_last_good_commit_until_resumed(reconcile: Any, remote
 
     reconcile("rollback", "--resume")  # back to the newest commit (alpha crash-loops there)
     assert source(reconcile)["pinned"] is None
+    resumes = [e for e in reconcile.events("alpha") if e["action"] == "resume"]
+    assert len(resumes) == 1, reconcile.events("alpha")
+    again = reconcile("rollback", "--resume", check=0)  # nothing pinned: said, nothing done
+    assert "not pinned: already following main" in again.out, again
+    assert [e for e in reconcile.events("alpha") if e["action"] == "resume"] == resumes
     assert reconcile.record("alpha")["revision"] == newer
     table = reconcile("history", check=0).out
     assert newer[:12] in table.splitlines()[-1], table

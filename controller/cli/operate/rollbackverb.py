@@ -56,6 +56,9 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         return _no_source(cfg)
     source = gitsource.GitSource(cfg.state_dir, cfg.git, always_fetch=False)
     if args.resume:
+        if st.pinned is None:  # nothing to lift: no event, no pass (a script may ask twice)
+            print(f"not pinned: already following {st.branch or st.tag}")
+            return EXIT_OK
         target, why = None, f"resumed: following {st.branch or st.tag} again"
     else:
         found = _target(cfg, source, st, args.rev)
