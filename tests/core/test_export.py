@@ -460,3 +460,55 @@ def test_a_node_selector_becomes_the_pods() -> None:
     assert exported.dropped == () and exported.notes == ()
     plain = by_kind(export(deployment("web", image=STAND_IN_IMAGE)))["Deployment"]
     assert "nodeSelector" not in plain["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_containers_pull_policy_shm_and_volumes_carry_over(version: str) -> None:
+    """What the node's runtime is told, the pod is told: the pull policy in the same words,
+    /dev/shm at its size, each bind mount as a hostPath (read-only where it was), and a
+    note that a hostPath is the node's own folder."""
+    box = {
+        "image": "vllm/vllm-openai:v0.11.0",
+        "pullPolicy": "Never",
+        "shmSize": "16Gi",
+        "volumes": ["/data/hf:/root/.cache/huggingface:ro", "/scratch:/scratch"],
+    }
+    exported = export(deployment("web", engine="vllm", command=None, model="m", container=box))
+    for obj in exported.objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+    pod = by_kind(exported)["Deployment"]["spec"]["template"]["spec"]
+    engine = container(exported)
+    assert engine["imagePullPolicy"] == "Never" and engine["image"] == box["image"]
+    assert pod["volumes"] == [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+        {"name": "host-0", "hostPath": {"path": "/data/hf"}},
+        {"name": "host-1", "hostPath": {"path": "/scratch"}},
+    ]
+    assert engine["volumeMounts"] == [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "host-0", "mountPath": "/root/.cache/huggingface", "readOnly": True},
+        {"name": "host-1", "mountPath": "/scratch"},
+    ]
+    (note,) = [n for n in exported.notes if n.field == ("spec", "container", "volumes")]
+    assert "hostPath" in note.message and "/data/hf, /scratch" in note.message
+    assert "PersistentVolumeClaim" in note.message
+
+
+def test_a_container_without_those_fields_leaves_kubernetes_defaults() -> None:
+    """No pullPolicy: Kubernetes' default is the node's (Always for :latest, else
+    IfNotPresent); no shmSize and no GPU: no /dev/shm volume; an odd size stays exact."""
+    plain = export(deployment("web", engine="vllm", command=None, model="m", container={}))
+    engine = container(plain)
+    assert "imagePullPolicy" not in engine and "volumeMounts" not in engine
+    assert "volumes" not in by_kind(plain)["Deployment"]["spec"]["template"]["spec"]
+    assert plain.notes == ()
+    odd = {"shmSize": "1500Mi"}
+    pod = by_kind(export(deployment("web", engine="vllm", command=None, model="m", container=odd)))
+    (shm,) = pod["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    assert shm["emptyDir"]["sizeLimit"] == "1500Mi"
+    odder = {"shmSize": "1000001"}
+    pod = by_kind(
+        export(deployment("web", engine="vllm", command=None, model="m", container=odder))
+    )
+    (shm,) = pod["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    assert shm["emptyDir"]["sizeLimit"] == "1000001"

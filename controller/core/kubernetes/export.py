@@ -92,7 +92,7 @@ def export(
     scaler = _autoscaler(pod_deployment, namespace) if workload["kind"] == "Deployment" else None
     objects = (workload, *([scaler] if scaler else []), _service(pod_deployment, namespace))
     notes = ((_HPA_NOTE,) if scaler else ()) + _source_notes(deployment.spec)
-    notes += _secret_notes(deployment)
+    notes += _secret_notes(deployment) + _volume_notes(deployment.spec)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
 
@@ -181,6 +181,20 @@ def _secret_notes(deployment: Deployment) -> tuple[ExportGap, ...]:
         f"generic {secret_name(deployment.name)} {sources}`"
     )
     return (ExportGap(("spec", "envFrom"), text, droppable=False),)
+
+
+def _volume_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
+    """A container's bind mounts are this node's folders: so is a hostPath, on whichever
+    node the pod lands."""
+    if spec.container is None or not spec.container.volumes:
+        return ()
+    hosts = ", ".join(volume.split(":")[0] for volume in spec.container.volumes)
+    text = (
+        f"exported as hostPath volumes ({hosts}): the pod reads the folder of the node it "
+        "runs on, so every node that may run it needs the same files there (a "
+        "PersistentVolumeClaim in their place shares one copy)"
+    )
+    return (ExportGap(("spec", "container", "volumes"), text, droppable=False),)
 
 
 def problems_of(spec: DeploymentSpec) -> list[ExportGap]:
@@ -426,15 +440,40 @@ def _pod(deployment: Deployment) -> Object:
     if spec.node_selector:  # the same label match, made by the scheduler
         pod["nodeSelector"] = dict(sorted(spec.node_selector.items()))
     volumes: list[Object] = []
-    if spec.devices.count and _gpu_resource(spec.devices):
+    if _shm(spec):
         # Engines that shard over GPUs talk through /dev/shm, which a pod caps at 64 MiB.
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+        shm: Object = {"medium": "Memory"}
+        if spec.container is not None and spec.container.shm_size is not None:
+            shm["sizeLimit"] = _bytes(spec.container.shm_size)
+        volumes.append({"name": "dshm", "emptyDir": shm})
+    for name, volume in _binds(spec):
+        volumes.append({"name": name, "hostPath": {"path": volume.split(":")[0]}})
     if spec.source is not None:  # the model, pulled before the engine starts
         pod["initContainers"] = [exportpull.init_container(spec.source, spec.env)]
         volumes.append(exportpull.volume())
     if volumes:
         pod["volumes"] = volumes
     return pod
+
+
+def _shm(spec: DeploymentSpec) -> bool:
+    """A /dev/shm of its own: for GPUs (a pod's is 64 MiB), or at the size asked."""
+    sized = spec.container is not None and spec.container.shm_size is not None
+    return sized or _gpu_resource(spec.devices) is not None
+
+
+def _binds(spec: DeploymentSpec) -> list[tuple[str, str]]:
+    """The container's bind mounts (``host:container[:ro]``), each with its volume's name."""
+    volumes = spec.container.volumes if spec.container is not None else ()
+    return [(f"host-{i}", volume) for i, volume in enumerate(volumes)]
+
+
+def _bytes(size: int) -> str:
+    """Bytes as an exact Kubernetes quantity (``16Gi``; plain bytes when no unit divides)."""
+    for unit, scale in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if size % scale == 0:
+            return f"{size // scale}{unit}"
+    return str(size)
 
 
 def _container(deployment: Deployment) -> Object:
@@ -450,11 +489,19 @@ def _container(deployment: Deployment) -> Object:
     }
     if spec.env_from:  # the values are the node's: the cluster's come from a Secret
         container["envFrom"] = [{"secretRef": {"name": secret_name(deployment.name)}}]
+    if spec.container is not None and spec.container.pull_policy is not None:
+        container["imagePullPolicy"] = spec.container.pull_policy  # the same words
     resource = _gpu_resource(spec.devices)
     mounts: list[Object] = []
     if resource is not None:
         container["resources"] = {"limits": {resource: spec.devices.count}}
+    if _shm(spec):
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    for name, volume in _binds(spec):
+        _, inside, *mode = volume.split(":")
+        mounts.append(
+            {"name": name, "mountPath": inside, **({"readOnly": True} if mode == ["ro"] else {})}
+        )
     if spec.source is not None:
         mounts.append(exportpull.volume_mount())
     if mounts:
