@@ -350,7 +350,7 @@ class Reconciler(Preview):
             result = self._rounds(loaded, at_once)
             result.git = synced
             if self.git is not None and not result.deferred:  # the history follows them
-                self.git.note_invalid(result.errors)
+                self.git.note_invalid(result.errors, folder=_folder_problem(result))
                 self._auto_rollback(result)
                 self._notify_source(result)
             result.outcomes = self.executor.take_tally()
@@ -379,7 +379,8 @@ class Reconciler(Preview):
     def _auto_rollback(self, result: PassResult) -> None:
         assert self.git is not None
         phases = [(base_name(r.name), str(r.phase)) for r in result.ours()]
-        rolled = self.git.note_outcome(phases, result.specs, invalid=bool(result.errors))
+        invalid = bool(result.errors) or result.prune_blocked is not None
+        rolled = self.git.note_outcome(phases, result.specs, invalid=invalid)
         if rolled is None:
             return
         log.warning("git auto-rollback", detail=rolled)
@@ -707,6 +708,13 @@ def _seen(result: PassResult, node: str, at: datetime) -> Seen:
         blocked = f"{why}: nothing pruned; `--allow-empty` to prune"
     skipped = skip_note(result.skipped)
     return Seen(node=node, owner=result.owner, at=at, prune_blocked=blocked, skipped=skipped)
+
+
+def _folder_problem(result: PassResult) -> str | None:
+    """What kept the pass from pruning, said of the git source's path at its commit."""
+    if result.prune_blocked is None:
+        return None
+    return "no such folder at this commit" if result.missing_folders else "no manifest in it"
 
 
 def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:

@@ -85,7 +85,17 @@ def test_a_path_missing_at_a_commit_prunes_nothing(reconcile: Any, remote: Remot
     out = reconcile("--once", *git_args(remote), check=1)
     assert "nothing pruned" in out.err or "pruning nothing" in out.err, out
     assert reconcile.alive(pid) and reconcile.record("alpha") is not None
-    assert source(reconcile)["fetched"] == gone
+    seen = source(reconcile)  # not Synced: what runs is the commit before's
+    assert seen["fetched"] == seen["applied"] == gone and seen["state"] == "Degraded", seen
+    assert "manifests: no such folder at this commit; nothing pruned" in seen["message"], seen
+    history = reconcile("history", "-o", "json", check=0).json()
+    assert history[-1]["revision"] == gone and history[-1]["outcome"] == "Degraded", history
+    empty = remote.commit({"manifests/notes.txt": "no manifest here\n"}, "a folder, empty")
+    reconcile("--once", *git_args(remote), check=1)
+    seen = source(reconcile)
+    assert seen["applied"] == empty and seen["state"] == "Degraded", seen
+    assert "manifests: no manifest in it; nothing pruned" in seen["message"], seen
+    assert reconcile.alive(pid)
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 

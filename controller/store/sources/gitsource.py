@@ -181,8 +181,9 @@ class SourceStatus:
     webhook_secret_file: str | None = None  # a path (never the secret): the gateway reads it
     unverified: str | None = None  # why the commit to apply was refused (verify.allowedSigners)
     auto_pinned: bool = False  # the pin is autoRollback's: a newer commit lifts it
-    # The manifests at ``invalid_at`` (the applied commit, at the pass that read them) that
-    # did not load, each error in words with its file named as in the repository.
+    # What kept the manifests at ``invalid_at`` (the applied commit, at the pass that read
+    # them) from being applied whole: each error in words, its file named as in the
+    # repository (a file that did not load, a folder missing or empty).
     invalid: list[str] = field(default_factory=list)
     invalid_at: str | None = None
 
@@ -506,11 +507,14 @@ class GitSource:
             "outcome": "Progressing",
         }
 
-    def note_invalid(self, errors: list[ManifestError]) -> None:
-        """The pass's manifest errors, at the commit it applied: while there are any the
-        source is Degraded (``state_of``), whatever its engines do (those of a broken file
-        keep their last good spec: a typo tears nothing down, and says so here too)."""
-        said = [str(replace(e, file=self._in_repo(e.file))) for e in errors[:INVALID_KEPT]]
+    def note_invalid(self, errors: list[ManifestError], *, folder: str | None = None) -> None:
+        """The pass's manifest errors at the commit it applied, and what is wrong with the
+        manifests' folder there (``folder``: missing, or no manifest in it, which prunes
+        nothing): while there are any the source is Degraded (``state_of``), whatever its
+        engines do (those of a broken file keep their last good spec: a typo tears nothing
+        down, and says so here too)."""
+        said = [f"{self.settings.path}: {folder}; nothing pruned"] if folder else []
+        said += [str(replace(e, file=self._in_repo(e.file))) for e in errors[:INVALID_KEPT]]
         st = read_status(self.state_dir)
         if st is None or (st.invalid, st.invalid_at) == (said, st.applied if said else None):
             return  # most passes: nothing new to write
@@ -536,9 +540,10 @@ class GitSource:
 
         The entry keeps its commit's spec hashes (``specs``, from its first pass): what it
         changed is what differs from the entry before, so a deployment the commit did not
-        touch, failing since an older one, rolls nothing back. A commit whose manifests do
-        not all load (``invalid``) is Degraded however its engines run, never a good
-        commit to roll back to, and rolled back past the deadline."""
+        touch, failing since an older one, rolls nothing back. A commit whose manifests
+        cannot all be applied (``invalid``: one does not load, or the folder is missing or
+        empty) is Degraded however its engines run, never a good commit to roll back to,
+        and rolled back past the deadline."""
         entries = read_history(self.state_dir)
         if not entries or entries[-1]["outcome"] in ("Ready", "RolledBack"):
             return None
@@ -682,9 +687,9 @@ def state_of(st: SourceStatus, phases: list[str]) -> tuple[str, str]:
         more = len(st.invalid) - 1
         rest = f" (and {more}{'+' if more + 1 >= INVALID_KEPT else ''} more)" if more else ""
         return DEGRADED, (
-            f"a manifest at {st.applied[:12]} does not load: {st.invalid[0]}{rest}; what it "
-            "declared before runs on unchanged: fix it and push (`reconcile validate` lists "
-            "every error)"
+            f"the manifests at {st.applied[:12]} cannot all be applied: {st.invalid[0]}{rest}; "
+            "what they declared before runs on unchanged: fix it and push (`reconcile "
+            "validate` lists every error)"
         )
     bad = [p for p in phases if p in ("Failed", "BackOff", "Pending")]
     if bad:
