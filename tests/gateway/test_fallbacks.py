@@ -57,7 +57,9 @@ def test_unknown_and_own_names_are_errors_with_file_line_and_field(tmp_path: Pat
     unknown, own = found[("a", "spec.fallbacks[1]")], found[("b", "spec.fallbacks[0]")]
     assert "no deployment serves 'nope'" in unknown.message and "org/b" in unknown.message
     assert "own name" in own.message
-    assert unknown.file == str(path) and unknown.line == 1 and own.line is not None
+    lines = path.read_text().splitlines()
+    assert unknown.file == str(path) and lines[unknown.line - 1].strip() == "- nope", unknown
+    assert own.line is not None and lines[own.line - 1].strip() == "- org/b", own
     assert set(result.entries) == {"c", "d", "e"}
 
 

@@ -455,11 +455,12 @@ def _check_fallbacks(result: LoadResult) -> None:
             if name in own:
                 why = f"{name!r} is this deployment's own name: a fallback is another model"
             elif name not in routable:
-                known = ", ".join(sorted(routable - own)[:20]) or "none"
+                known = ", ".join(sorted(routable - own)[:20]) or "none but its own"
                 why = f"no deployment serves {name!r} (routable names: {known})"
             else:
                 continue
-            error = ManifestError(entry.source, entry.line, f"spec.fallbacks[{i}]", why, entry.name)
+            line = result.line_of(entry, ("spec", "fallbacks", i))  # the item's, not the doc's
+            error = ManifestError(entry.source, line, f"spec.fallbacks[{i}]", why, entry.name)
             result.errors.append(error)
             bad.setdefault(entry.name, str(error))
     for name, message in bad.items():
