@@ -105,6 +105,19 @@ def test_max_instances_node_wide_and_per_kind(reconcile: Any) -> None:
         ("maxInstancesPerKind: {tpu: 1}\n", "node.yaml:1: maxInstancesPerKind.tpu"),
         ("maxInstanses: 2\n", "node.yaml:1: maxInstanses: unknown setting"),
         ("maxInstances: [\n", "node.yaml:2: invalid YAML"),
+        # a git section's lengths of time, checked with the rest (they said no line, no key)
+        (
+            "git:\n  url: file:///x.git\n  interval: 1 minute\n",
+            "node.yaml:3: git.interval: '1 minute' is not a duration",
+        ),
+        (
+            "git:\n  url: file:///x.git\n  interval: 0\n",
+            "node.yaml:3: git.interval: 0 is no length of time",
+        ),
+        (
+            "git:\n  url: file:///x.git\n  autoRollback: {progressDeadline: soon}\n",
+            "node.yaml:3: git.autoRollback.progressDeadline: 'soon' is not a duration",
+        ),
     ],
 )
 def test_a_bad_node_config_names_file_line_and_field(reconcile: Any, text: str, where: str) -> None:

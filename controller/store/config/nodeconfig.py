@@ -60,6 +60,19 @@ class VerifyFile(BaseModel):
     allowed_signers: str
 
 
+def _duration(value: str | float | None) -> str | float | None:
+    """A length of time as people write it (``1m``, ``90s``, or seconds), above zero:
+    checked with the file's other settings, so its error names node.yaml's line."""
+    if value is None:
+        return None
+    from controller.core.manifest.quantity import parse_duration
+
+    if parse_duration(str(value)) <= 0:  # its own error names the value and examples
+        shown = f"{value:g}" if isinstance(value, float) else repr(value)
+        raise ValueError(f"{shown} is no length of time: give one above 0 (e.g. 1m, 90s)")
+    return value
+
+
 class AutoRollbackFile(BaseModel):
     """``git.autoRollback``: a commit not all Ready by the deadline is rolled back."""
 
@@ -68,6 +81,8 @@ class AutoRollbackFile(BaseModel):
     )
 
     progress_deadline: str | float  # 10m, or seconds
+
+    _deadline = field_validator("progress_deadline")(_duration)
 
 
 class GitFile(BaseModel):
@@ -85,6 +100,8 @@ class GitFile(BaseModel):
     webhook_secret_file: str | None = None
     verify: VerifyFile | None = None
     auto_rollback: AutoRollbackFile | None = None
+
+    _interval = field_validator("interval")(_duration)
 
 
 class NotifyFile(BaseModel):
