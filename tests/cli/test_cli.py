@@ -463,3 +463,24 @@ def test_gateway_status_shows_ages_as_every_other_verb(reconcile: Any) -> None:
     finally:
         holder.kill()
         holder.wait(timeout=10)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--once", "--tls-cert", "/etc/reconcile/cert.pem", "--tls-key", "/etc/reconcile/key.pem"),
+        ("--once", "--api-keys", "/etc/reconcile/keys"),
+        ("--once", "--max-inflight", "0"),
+        ("--once", "--insecure-listen"),
+    ],
+    ids=lambda f: " ".join(f[1:2]),
+)
+def test_the_gateways_flags_without_listen_are_usage_errors(
+    reconcile: Any, flags: tuple[str, ...]
+) -> None:
+    """They would do nothing: a certificate given for a gateway that never starts was
+    taken without a word. Nothing runs: no pass, no record."""
+    result = reconcile(*flags, check=64)
+    named = [f for f in flags[1:] if f.startswith("--")]
+    assert all(f in result.err for f in named) and "--listen" in result.err, result.err
+    assert reconcile.record("demo") is None and not list(reconcile.state.glob("instances/*.json"))

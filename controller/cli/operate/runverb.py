@@ -24,6 +24,13 @@ def _print_errors(result_errors: list[object]) -> None:
 # -- the control loop and --once ---------------------------------------------------------
 
 
+# The gateway's flags (main.py's group): given without --listen, they would do nothing.
+GATEWAY_ONLY = (
+    "api_keys", "insecure_listen", "tls_cert", "tls_key", "tls_client_ca", "max_body",
+    "max_body_total", "max_inflight", "max_queue",
+)  # fmt: skip
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     cfg = config(args)
     if args.wait and not args.once:
@@ -39,6 +46,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     listen = args.listen or os.environ.get("RECONCILE_LISTEN")
     if listen and args.once:
         print("reconcile: --listen is for the daemon (drop --once)", file=sys.stderr)
+        return EXIT_USAGE
+    alone = [f"--{n.replace('_', '-')}" for n in GATEWAY_ONLY if _given(getattr(args, n, None))]
+    if alone and not listen:  # else a certificate or key file given in vain, without a word
+        said = ", ".join(alone)
+        print(
+            f"reconcile: {said}: the gateway's, which runs with --listen [HOST:]PORT",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     if not args.once:
         from controller.daemon.loop import run_daemon
@@ -66,6 +81,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         Sender(cfg.state_dir, cfg.notify).flush()
     return code
+
+
+def _given(value: object) -> bool:
+    """A flag on the command line: a store_true set, a value given (0 too)."""
+    return value is not None and value is not False
 
 
 def _once(args: argparse.Namespace, cfg: Config) -> int:
