@@ -105,3 +105,17 @@ def test_the_state_names_a_manifest_that_does_not_load(fields: dict[str, Any], s
     if state == "Degraded":
         assert "m/a.yaml:3: invalid YAML" in message and BAD[:12] in message, message
         assert "reconcile validate" in message, message
+
+
+def test_the_page_reads_the_source_and_never_sets_a_torn_file_aside(tmp_path: Path) -> None:
+    """peek_status (the gateway's page): the file as the daemon wrote it; a torn one reads
+    as none and stays where it is (quarantining is the daemon's)."""
+    assert gitsource.peek_status(tmp_path) is None  # follows no source
+    _source(tmp_path)
+    seen = gitsource.peek_status(tmp_path)
+    assert seen is not None and seen.url == "file:///nowhere.git" and seen.branch == "main"
+    path = tmp_path / "git" / "source.json"
+    assert path.exists(), sorted(p.name for p in tmp_path.rglob("*"))
+    path.write_text('{"url": "file:///nowhere.git", "bra')
+    assert gitsource.peek_status(tmp_path) is None
+    assert path.read_text().endswith('"bra') and not (tmp_path / "quarantine").exists()

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from git.conftest import Remote
 from modelservers import serving
 from procs import kill_marked
 from uipage import Page
@@ -307,3 +308,36 @@ def test_a_pull_shows_its_progress_bar(reconcile: Any, gateway: Any, page: Page)
     finally:
         left = kill_marked(str(reconcile.state / "models"), marker=launch.MARKER)
         assert not left, f"pull processes left running: {left}"
+
+
+def test_the_page_shows_the_git_source_and_its_state(
+    reconcile: Any, gateway: Any, page: Page
+) -> None:
+    """The line `status` prints above its table: Synced at the commit, then Degraded
+    naming the file of a pushed typo (the engine runs on), then Synced again."""
+    remote = Remote(reconcile.tmp / "git", reconcile)
+    first = remote.deploy("web")
+    g = gateway("--git", remote.url, "--git-path", "manifests", "--interval", "1s")
+    g.wait_phase("web", "Ready")
+    page.open(_url(reconcile))
+
+    def line(state: str) -> str | None:
+        text = page.text("source") if page.shown("source") else ""
+        return text if f": {state} at " in text else None
+
+    said = page.wait(lambda: line("Synced"), "the source line, Synced")
+    assert said.startswith(f"source: {remote.url} main path manifests: Synced at {first[:12]}")
+    looks = "return document.getElementById('source').className;"
+    assert page.run(looks) == "source ok"
+    typo = "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: web\n"
+    broken = remote.commit({"manifests/web.yaml": typo}, "a typo")
+    said = page.wait(lambda: line("Degraded"), "the source line, Degraded")
+    assert f"Degraded at {broken[:12]}" in said and "manifests/web.yaml:" in said, said
+    assert page.run(looks) == "source bad"
+    assert page.rows()["web"]["phase"] == "Ready"  # what it declared before runs on
+    fixed = remote.deploy("web", message="fixed")
+    said = page.wait(lambda: line("Synced"), "Synced again")
+    assert f"Synced at {fixed[:12]}" in said, said
+    assert page.console_errors() == []
+    g.finish()
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)

@@ -28,6 +28,7 @@ from controller.store.config.node import read_drain
 from controller.store.instances.events import Journal
 from controller.store.models import pullstatus
 from controller.store.side import devicehealth
+from controller.store.sources import gitsource
 
 EVENTS = 200  # the newest events the page gets
 INVENTORY_TTL = 5.0  # seconds a discovered inventory is reused (NVML is not free)
@@ -72,7 +73,19 @@ class NodeReader:
             "facts": {r.name: facts(r) for r in records},
             "devices": device_items(self.inventory().devices, records, self.faults()),
             "events": self.events(events_of),
+            "source": self.source(records),
         }
+
+    def source(self, records: list[Record]) -> dict[str, Any] | None:
+        """The git source the node follows, as ``reconcile source -o json`` shows it (its
+        state from the status file and its records' phases); None when it follows none."""
+        st = gitsource.peek_status(self.state_dir)
+        if st is None:
+            return None
+        state, message = gitsource.state_of(
+            st, [str(r.phase) for r in records if r.owner == st.owner]
+        )
+        return gitsource.as_json(st, state, message)
 
     def faults(self) -> Mapping[str, DeviceFault]:
         try:

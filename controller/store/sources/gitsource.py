@@ -23,6 +23,7 @@ last applied commit keeps running and nothing is pruned.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -216,6 +217,16 @@ def read_status(state_dir: Path) -> SourceStatus | None:
     """The remembered source, or None when this state dir follows no git source (a torn
     file is quarantined, named, and read as none: the next sync writes it again)."""
     return _status(state_dir).read()
+
+
+def peek_status(state_dir: Path) -> SourceStatus | None:
+    """The remembered source, read and never set aside (the gateway's page: a torn file
+    is the daemon's to quarantine, and reads as none here until it is written again)."""
+    path = StateDir(state_dir).git_source
+    try:
+        return _decode_status(json.loads(path.read_bytes()))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def write_status(state_dir: Path, status: SourceStatus) -> None:

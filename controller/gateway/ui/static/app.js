@@ -152,6 +152,7 @@ function draw(doc) {
   $("node").textContent = doc.node;
   $("version").textContent = `reconcile ${doc.version}`;
   drawDrain(doc.drain);
+  drawSource(doc.source);
   if (changed("deployments", [doc.deployments, doc.facts])) drawDeployments(doc);
   drawAges(doc);
   if (changed("devices", doc.devices)) drawDevices(doc.devices);
@@ -187,6 +188,19 @@ function drawDrain(drain) {
   }
   $("drain").hidden = !!drain;
   $("uncordon").hidden = !drain;
+}
+
+// The git source's line, as `reconcile status` prints it above its table.
+const SOURCE_LOOKS = { Synced: "ok", Progressing: "busy", Pinned: "busy" };
+
+function drawSource(source) {
+  const line = $("source");
+  line.hidden = !source;
+  if (!source) return;
+  const ref = source.tag ? `tag ${source.tag}` : source.branch;
+  const at = source.applied ? source.applied.slice(0, 12) : "-";
+  line.textContent = `source: ${source.url} ${ref} path ${source.path}: ${source.state} at ${at} (${source.message})`;
+  line.className = `source ${SOURCE_LOOKS[source.state] || "bad"}`;
 }
 
 function model(item, facts) {
