@@ -442,7 +442,7 @@ class Daemon:
         self._say(
             "prune",
             "pruning nothing (use --allow-empty to prune)",
-            reason=result.prune_blocked or "",
+            reason="" if result.unfetched else result.prune_blocked or "",
         )
 
     def _say(self, key: str, event: str, **fields: str) -> None:

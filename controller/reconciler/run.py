@@ -113,17 +113,21 @@ class PassResult:
             r.phase in (Phase.PENDING, Phase.FAILED) and not waits_turn(r) for r in self.ours()
         )
 
+    @property
+    def unfetched(self) -> bool:
+        """Following git, never checked out (the first fetch failed): there is no folder to
+        speak of yet, only git's words."""
+        return self.git is not None and bool(self.git.error) and not self.git.revision
+
     def failing(self) -> list[str]:
         """Why ``--once`` exits 1 though the pass itself went through (cron mails on it):
         a manifests folder missing or empty (nothing pruned), a deployment crash-looping."""
         out = list(self.folder_problems)
-        # Never checked out (the first fetch failed): no folder to speak of but git's words.
-        unfetched = self.git is not None and self.git.error and not self.git.revision
         if self.git is not None and self.git.error:
             rev = self.git.revision
             running = f"still running {rev[:12]}" if rev else "nothing applied yet"
             out.append(f"git: {self.git.error} ({running}; nothing pruned)")
-        if self.prune_blocked and not self.missing_folders and not unfetched:
+        if self.prune_blocked and not self.missing_folders and not self.unfetched:
             out.append("the manifests folder holds no manifest: nothing pruned")
         out += [
             f"{r.name} is crash-looping ({r.message or 'BackOff'})"

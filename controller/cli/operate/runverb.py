@@ -126,7 +126,7 @@ def report(result: object) -> None:
     _print_errors(list(result.errors))
     for problem in result.problems:
         print(f"error: {problem.message}", file=sys.stderr)
-    if result.prune_blocked:
+    if result.prune_blocked and not result.unfetched:  # no checkout: git's words say why
         print(
             f"warning: {result.prune_blocked}: pruning nothing (use --allow-empty to prune)",
             file=sys.stderr,
