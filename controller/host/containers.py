@@ -28,6 +28,12 @@ IMAGE_LABEL = "reconcile.image"  # the image as the manifest wrote it
 DIGEST_LABEL = "reconcile.digest"  # the digest it was run from
 CALL_TIMEOUT = 60.0  # seconds for one CLI call other than a pull (a stop adds its grace)
 POLL = 0.05
+# An image the runtime says is not there is looked for again: podman (4.3 here) answers
+# "image not known" for an image it holds while another image sharing its layers is
+# imported or removed (measured: ~1 inspect in 100 under such churn, once twice in a row).
+# Taken for absent, a local image was "pulled", and its start failed (a CI flake).
+IMAGE_LOOKS = 3
+IMAGE_LOOK_PAUSE = 0.2  # seconds between looks: what a missing image costs before its pull
 # What docker prints after its error: "Run 'docker run --help' for more information".
 TRAILER = re.compile(r"(Run|See) '(docker|podman) [\w -]*--help'")
 
@@ -81,8 +87,13 @@ class Runtime:
         """The local image's id and digest (None: not on this node). The digest is the
         registry digest it was pulled by (``sha256:…``), else its local id."""
         fmt = "{{.Id}}|{{json .RepoDigests}}"
-        done = self.call("image", "inspect", "--format", fmt, image)
-        if done.returncode != 0:
+        for look in range(IMAGE_LOOKS):
+            if look:
+                time.sleep(IMAGE_LOOK_PAUSE)
+            done = self.call("image", "inspect", "--format", fmt, image)
+            if done.returncode == 0:
+                break
+        else:
             return None
         image_id, _, repo_digests = done.stdout.strip().partition("|")
         image_id = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
