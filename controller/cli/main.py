@@ -405,50 +405,55 @@ def _set_verbs(verb: VerbMaker) -> None:
 
 
 def _gateway_flags(parser: Parser) -> None:
-    g = parser.add_argument_group('gateway (daemon only; see README "The gateway")')
-    g.add_argument(
+    group = parser.add_argument_group('gateway (daemon only; see README "The gateway")')
+    added: list[argparse.Action] = []
+
+    def flag(*names: str, **how: Any) -> None:
+        added.append(group.add_argument(*names, **how))
+
+    flag(
         "--listen",
         metavar="[HOST:]PORT",
         help="serve the OpenAI-compatible gateway here (host default 127.0.0.1; $RECONCILE_LISTEN)",
     )
-    g.add_argument(
+    flag(
         "--api-keys",
         metavar="FILE",
         help="require a key from FILE (one per line, chmod 600; $RECONCILE_API_KEYS)",
     )
-    g.add_argument(
+    flag(
         "--insecure-listen",
         action="store_true",
         help="allow a non-loopback --listen without --api-keys (warns at every start)",
     )
-    g.add_argument(
+    flag(
         "--tls-cert",
         metavar="FILE",
         help="serve HTTPS (TLS 1.2+) with this PEM certificate chain ($RECONCILE_TLS_CERT)",
     )
-    g.add_argument(
+    flag(
         "--tls-key",
         metavar="FILE",
         help="the certificate's private key (chmod 600; $RECONCILE_TLS_KEY); SIGHUP reloads both",
     )
-    g.add_argument(
+    flag(
         "--tls-client-ca",
         metavar="FILE",
         help="require a client certificate this CA signed ($RECONCILE_TLS_CLIENT_CA)",
     )
-    g.add_argument("--max-body", type=int, metavar="BYTES", help="largest request body (32 MiB)")
-    g.add_argument(
+    flag("--max-body", type=int, metavar="BYTES", help="largest request body (32 MiB)")
+    flag(
         "--max-body-total",
         type=int,
         metavar="BYTES",
         help="request bodies held at once, all together (128 MiB); past it wait, then 503",
     )
-    g.add_argument(
-        "--max-inflight", type=int, metavar="N", help="concurrent requests per deployment (128)"
-    )
-    g.add_argument(
+    flag("--max-inflight", type=int, metavar="N", help="concurrent requests per deployment (128)")
+    flag(
         "--max-queue", type=int, metavar="N", help="requests queued per deployment, then 429 (256)"
     )
+    # Given without --listen they would do nothing: cmd_run refuses them by these names.
+    parser.set_defaults(gateway_only=tuple(a.dest for a in added if a.dest != "listen"))
 
 
 def _selector(p: Parser) -> None:

@@ -354,8 +354,8 @@ class Reconciler(Preview):
             result = self._rounds(loaded, at_once)
             result.git = synced
             if self.git is not None and not result.deferred:  # the history follows them
-                self.git.note_invalid(result.errors, folder=_folder_problem(result))
-                self._auto_rollback(result)
+                invalid = self.git.note_invalid(result.errors, folder=_folder_problem(result))
+                self._auto_rollback(result, invalid)
                 self._notify_source(result)
             result.outcomes = self.executor.take_tally()
             note_seen(self.config.state_dir, _seen(result, self.config.node, seen_at))
@@ -380,10 +380,10 @@ class Reconciler(Preview):
             log.info("git source", change=what, url=shown_url(self.git.settings.url))
         return synced
 
-    def _auto_rollback(self, result: PassResult) -> None:
+    def _auto_rollback(self, result: PassResult, invalid: bool) -> None:
+        """``invalid``: the commit's manifests cannot all be applied (note_invalid)."""
         assert self.git is not None
         phases = [(base_name(r.name), str(r.phase)) for r in result.ours()]
-        invalid = bool(result.errors) or result.prune_blocked is not None
         rolled = self.git.note_outcome(phases, result.specs, invalid=invalid)
         if rolled is None:
             return

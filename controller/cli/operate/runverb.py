@@ -24,13 +24,6 @@ def _print_errors(result_errors: list[object]) -> None:
 # -- the control loop and --once ---------------------------------------------------------
 
 
-# The gateway's flags (main.py's group): given without --listen, they would do nothing.
-GATEWAY_ONLY = (
-    "api_keys", "insecure_listen", "tls_cert", "tls_key", "tls_client_ca", "max_body",
-    "max_body_total", "max_inflight", "max_queue",
-)  # fmt: skip
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     cfg = config(args)
     if args.wait and not args.once:
@@ -47,7 +40,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if listen and args.once:
         print("reconcile: --listen is for the daemon (drop --once)", file=sys.stderr)
         return EXIT_USAGE
-    alone = [f"--{n.replace('_', '-')}" for n in GATEWAY_ONLY if _given(getattr(args, n, None))]
+    gateway_only = getattr(args, "gateway_only", ())  # main.py's gateway group
+    alone = [f"--{n.replace('_', '-')}" for n in gateway_only if _given(getattr(args, n, None))]
     if alone and not listen:  # else a certificate or key file given in vain, without a word
         said = ", ".join(alone)
         print(

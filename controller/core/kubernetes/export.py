@@ -188,7 +188,7 @@ def _volume_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
     node the pod lands."""
     if spec.container is None or not spec.container.volumes:
         return ()
-    hosts = ", ".join(volume.split(":")[0] for volume in spec.container.volumes)
+    hosts = ", ".join(host for _, host, _, _ in _binds(spec))
     text = (
         f"exported as hostPath volumes ({hosts}): the pod reads the folder of the node it "
         "runs on, so every node that may run it needs the same files there (a "
@@ -446,8 +446,8 @@ def _pod(deployment: Deployment) -> Object:
         if spec.container is not None and spec.container.shm_size is not None:
             shm["sizeLimit"] = _bytes(spec.container.shm_size)
         volumes.append({"name": "dshm", "emptyDir": shm})
-    for name, volume in _binds(spec):
-        volumes.append({"name": name, "hostPath": {"path": volume.split(":")[0]}})
+    for name, host, _, _ in _binds(spec):
+        volumes.append({"name": name, "hostPath": {"path": host}})
     if spec.source is not None:  # the model, pulled before the engine starts
         pod["initContainers"] = [exportpull.init_container(spec.source, spec.env)]
         volumes.append(exportpull.volume())
@@ -462,10 +462,15 @@ def _shm(spec: DeploymentSpec) -> bool:
     return sized or _gpu_resource(spec.devices) is not None
 
 
-def _binds(spec: DeploymentSpec) -> list[tuple[str, str]]:
-    """The container's bind mounts (``host:container[:ro]``), each with its volume's name."""
+def _binds(spec: DeploymentSpec) -> list[tuple[str, str, str, bool]]:
+    """The container's bind mounts (``host:container[:ro]``, checked by the spec): each
+    as its volume's name, the host path, the path inside, and whether it is read-only."""
     volumes = spec.container.volumes if spec.container is not None else ()
-    return [(f"host-{i}", volume) for i, volume in enumerate(volumes)]
+    out = []
+    for i, volume in enumerate(volumes):
+        host, inside, *mode = volume.split(":")
+        out.append((f"host-{i}", host, inside, mode == ["ro"]))
+    return out
 
 
 def _bytes(size: int) -> str:
@@ -497,10 +502,9 @@ def _container(deployment: Deployment) -> Object:
         container["resources"] = {"limits": {resource: spec.devices.count}}
     if _shm(spec):
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-    for name, volume in _binds(spec):
-        _, inside, *mode = volume.split(":")
+    for name, _, inside, read_only in _binds(spec):
         mounts.append(
-            {"name": name, "mountPath": inside, **({"readOnly": True} if mode == ["ro"] else {})}
+            {"name": name, "mountPath": inside, **({"readOnly": True} if read_only else {})}
         )
     if spec.source is not None:
         mounts.append(exportpull.volume_mount())

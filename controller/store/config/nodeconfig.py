@@ -39,6 +39,7 @@ from pydantic.alias_generators import to_camel
 
 from controller.core.devices.capacity import Limits
 from controller.core.manifest.labels import Labels
+from controller.core.manifest.quantity import parse_duration
 from controller.core.manifest.specerrors import problems
 from controller.core.manifest.specs import NOT_BOOL, ContainerRuntime
 from controller.errors import ConfigError
@@ -65,8 +66,6 @@ def _duration(value: str | float | None) -> str | float | None:
     checked with the file's other settings, so its error names node.yaml's line."""
     if value is None:
         return None
-    from controller.core.manifest.quantity import parse_duration
-
     if parse_duration(str(value)) <= 0:  # its own error names the value and examples
         shown = f"{value:g}" if isinstance(value, float) else repr(value)
         raise ValueError(f"{shown} is no length of time: give one above 0 (e.g. 1m, 90s)")

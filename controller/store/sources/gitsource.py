@@ -518,21 +518,23 @@ class GitSource:
             "outcome": "Progressing",
         }
 
-    def note_invalid(self, errors: list[ManifestError], *, folder: str | None = None) -> None:
+    def note_invalid(self, errors: list[ManifestError], *, folder: str | None = None) -> bool:
         """The pass's manifest errors at the commit it applied, and what is wrong with the
         manifests' folder there (``folder``: missing, or no manifest in it, which prunes
         nothing): while there are any the source is Degraded (``state_of``), whatever its
         engines do (those of a broken file keep their last good spec: a typo tears nothing
-        down, and says so here too)."""
+        down, and says so here too). Whether there are any."""
         said = [f"{self.settings.path}: {folder}; nothing pruned"] if folder else []
-        said += [str(replace(e, file=self._in_repo(e.file))) for e in errors[:INVALID_KEPT]]
+        said += [str(replace(e, file=self._in_repo(e.file))) for e in errors]
+        said = said[:INVALID_KEPT]
         st = read_status(self.state_dir)
         if st is None or (st.invalid, st.invalid_at) == (said, st.applied if said else None):
-            return  # most passes: nothing new to write
+            return bool(said)  # most passes: nothing new to write
         with self.lock.hold(FETCH_TIMEOUT):
             st = self.status()
             st.invalid, st.invalid_at = said, st.applied if said else None
             write_status(self.state_dir, st)
+        return bool(said)
 
     def _in_repo(self, file: str) -> str:
         """A file of the checkout named as in the repository (``manifests/a.yaml``)."""
@@ -696,7 +698,8 @@ def state_of(st: SourceStatus, phases: list[str]) -> tuple[str, str]:
         return PROGRESSING, f"applying {st.fetched[:12]}"
     if st.invalid and st.invalid_at == st.applied:
         more = len(st.invalid) - 1
-        rest = f" (and {more}{'+' if more + 1 >= INVALID_KEPT else ''} more)" if more else ""
+        full = len(st.invalid) >= INVALID_KEPT  # kept no more: there may be others
+        rest = f" (and {more}{'+' if full else ''} more)" if more else ""
         return DEGRADED, (
             f"the manifests at {st.applied[:12]} cannot all be applied: {st.invalid[0]}{rest}; "
             "what they declared before runs on unchanged: fix it and push (`reconcile "
