@@ -347,6 +347,10 @@ class Reconciler(Preview):
                 backend=self.config.backend,
                 cache_file=StateDir(self.config.state_dir).manifest_cache,
             )
+            if self.git is not None:  # its errors name files as the repository does
+                from controller.store.sources.gitsource import named
+
+                loaded.errors = named(self.config.state_dir, loaded.errors)
             self.executor.take_tally()  # `down` and drains between passes are not this pass's
             if self.liveness is not None:
                 self.liveness.begin_pass(self.config.owner)

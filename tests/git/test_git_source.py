@@ -122,13 +122,21 @@ def test_a_manifest_that_does_not_load_is_degraded_named_and_never_a_good_commit
     pid = reconcile.record("alpha")["ref"]["pid"]
     typo = "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: alpha\n"
     broken = remote.commit({"manifests/alpha.yaml": typo}, "a typo")
-    reconcile("--once", *git_args(remote), check=1)
+    once = reconcile("--once", *git_args(remote), check=1)
     seen = source(reconcile)
     assert seen["state"] == "Degraded" and seen["applied"] == broken, seen
-    assert "manifests/alpha.yaml:" in seen["message"], seen
-    assert str(reconcile.state) not in seen["message"], seen  # the repository's name for it
+    # The repository's names for the file, wherever a person reads them: the checkout's
+    # place under the state dir is reconcile's, not theirs.
+    checked = reconcile(*git_args(remote, "validate"), check=1)
+    for said in (seen["message"], once.err, checked.err):
+        assert "manifests/alpha.yaml:4: invalid YAML" in said, said
+        assert str(reconcile.state) not in said, said
     assert reconcile.alive(pid) and reconcile.record("alpha")["ref"]["pid"] == pid
     assert "Degraded" in reconcile("status", check=0).out.splitlines()[0]
+    wide = reconcile("status", "-o", "wide", check=0).out
+    described = reconcile("describe", "alpha", check=0).out
+    assert " manifests/alpha.yaml " in wide and str(reconcile.state) not in wide, wide
+    assert "Source:       manifests/alpha.yaml\n" in described, described
 
     fixed = remote.deploy("alpha", command=reconcile.demo_command(load_seconds="0.1"))
     reconcile.converge(*git_args(remote))

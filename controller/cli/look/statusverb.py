@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +47,7 @@ from controller.store.config.node import Config, read_drain
 from controller.store.instances.records import RecordStore
 from controller.store.models import pullstatus
 from controller.store.side.observed import read_all as read_seen
+from controller.store.sources.gitsource import repo_file
 from controller.store.statedir import StateDir
 
 WATCH_FORMATS = ("table", "wide", "json")
@@ -63,6 +63,21 @@ class Look:
     problems: list[str] = field(default_factory=list)
     seen: dict[str, datetime] = field(default_factory=dict)  # record -> observed at
     conditions: dict[str, list[str]] = field(default_factory=dict)  # record -> conditions
+    state_dir: Path | None = None  # where they were read (a git checkout's files named from it)
+
+    def shown(self) -> list[Record]:
+        """The records as a table shows them: a deployment's conditions leading its
+        message, a git source's file named as in the repository (``manifests/a.yaml``)."""
+        return [self._shown(r) for r in self.records]
+
+    def _shown(self, rec: Record) -> Record:
+        conditions = self.conditions.get(rec.name, [])
+        if conditions:
+            said = [*conditions, *([rec.message] if rec.message else [])]
+            rec = replace(rec, message="; ".join(said))
+        if rec.source and self.state_dir is not None:
+            rec = replace(rec, source=repo_file(self.state_dir, rec.source))
+        return rec
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -126,7 +141,7 @@ def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | N
     chosen = [r for r in records if selected(r.labels, args)]
     records, pulls = pullstatus.live(chosen, cfg.state_dir)  # Pulling: progress now
     notes = read_seen(cfg.state_dir)
-    found = Look(records, dict(pulls), problems)
+    found = Look(records, dict(pulls), problems, state_dir=cfg.state_dir)
     for rec in records:
         on_node = [n.at for n in notes if n.node == rec.node]  # any set's pass looks at all
         when = seen.get(rec.name) or (max(on_node) if on_node else None)
@@ -156,15 +171,7 @@ def _conditions(seen: Look, rs: ReplicaSet) -> list[str]:
 
 
 def _table(seen: Look, *, wide: bool, now: datetime | None = None) -> str:
-    """The table, a deployment's conditions leading its MESSAGE."""
-    shown = [_with_conditions(r, seen.conditions.get(r.name, [])) for r in seen.records]
-    return status_table(shown, now=now, wide=wide, seen=seen.seen)
-
-
-def _with_conditions(rec: Record, conditions: Sequence[str]) -> Record:
-    if not conditions:
-        return rec
-    return replace(rec, message="; ".join([*conditions, *([rec.message] if rec.message else [])]))
+    return status_table(seen.shown(), now=now, wide=wide, seen=seen.seen)
 
 
 # -- --refresh: look now, act on nothing -------------------------------------------------
@@ -225,7 +232,7 @@ def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
         elif changed or first:
             names = {i["name"] for i in changed}
             part = Look([r for r in seen.records if base_name(r.name) in names], seen.pulls)
-            part.seen, part.conditions = seen.seen, seen.conditions
+            part.seen, part.conditions, part.state_dir = seen.seen, seen.conditions, cfg.state_dir
             text = layout.rows(part, wide=fmt == "wide") if part.records else ""
             print(text or "No deployments.", flush=True)
         for name in gone:
@@ -244,7 +251,7 @@ class Layout:
     show_rev: bool | None = None
 
     def rows(self, seen: Look, *, wide: bool) -> str:
-        shown = [_with_conditions(r, seen.conditions.get(r.name, [])) for r in seen.records]
+        shown = seen.shown()
         if self.show_rev is None:
             self.show_rev = wide or any(r.revision for r in shown)
         rows = status_rows(shown, wide=wide, seen=seen.seen, show_rev=self.show_rev)

@@ -139,6 +139,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     cfg = config(args)
     loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend)
+    if cfg.git is not None:  # the checkout's files named as the repository does
+        from controller.store.sources.gitsource import named
+
+        loaded.errors = named(cfg.state_dir, loaded.errors)
     _print_errors(list(loaded.errors))
     for folder in loaded.missing_folders:  # a mistyped CI or cron path must not go green
         if folder not in loaded.unusable:  # an unusable one's error said what it is

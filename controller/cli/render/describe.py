@@ -9,6 +9,7 @@ failure's cause survives any number of restarts and log rotations.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from controller.store.instances import logfiles
 from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordStore
 from controller.store.side import measured
+from controller.store.sources.gitsource import repo_file
 
 
 # ``describe``'s Memory line: what the record leases on each device beside what its
@@ -122,6 +124,8 @@ def describe(
         return None
     now = now or datetime.now(UTC)
     events = _journal(state_dir, name, alone)
+    if rec.source:  # a git source's file as the repository names it
+        rec = replace(rec, source=repo_file(state_dir, rec.source))
     fields = [*_fields(rec, now), ("Memory", memory_line(rec, state_dir))]
     fields += pullshow.describe_lines(rec, state_dir, now)  # Pulling
     out = [f"{k + ':':<14}{v}" for k, v in fields]

@@ -149,6 +149,22 @@ def checkout_dir(state_dir: Path) -> Path:
     return StateDir(state_dir).git_checkout
 
 
+def repo_file(state_dir: Path, file: str) -> str:
+    """A file of the checkout named as in the repository (``manifests/a.yaml``), for
+    people: the checkout's place under the state dir is ours, not theirs. Any other file
+    as it is."""
+    try:
+        return Path(file).relative_to(checkout_dir(state_dir)).as_posix()
+    except ValueError:
+        return file
+
+
+def named(state_dir: Path, errors: list[ManifestError]) -> list[ManifestError]:
+    """``errors`` in the checkout naming their files as the repository does
+    (``manifests/a.yaml:3``)."""
+    return [replace(e, shown=repo_file(state_dir, e.file)) for e in errors]
+
+
 def manifests_dir(state_dir: Path, path: str) -> Path:
     top = checkout_dir(state_dir)
     return top if path == "." else top / path
@@ -525,7 +541,7 @@ class GitSource:
         engines do (those of a broken file keep their last good spec: a typo tears nothing
         down, and says so here too). Whether there are any."""
         said = [f"{self.settings.path}: {folder}; nothing pruned"] if folder else []
-        said += [str(replace(e, file=self._in_repo(e.file))) for e in errors]
+        said += [str(e) for e in errors]  # the pass named their files (``named``)
         said = said[:INVALID_KEPT]
         st = read_status(self.state_dir)
         if st is None or (st.invalid, st.invalid_at) == (said, st.applied if said else None):
@@ -535,13 +551,6 @@ class GitSource:
             st.invalid, st.invalid_at = said, st.applied if said else None
             write_status(self.state_dir, st)
         return bool(said)
-
-    def _in_repo(self, file: str) -> str:
-        """A file of the checkout named as in the repository (``manifests/a.yaml``)."""
-        try:
-            return Path(file).relative_to(self.repo).as_posix()
-        except ValueError:
-            return file
 
     def note_outcome(
         self, phases: list[tuple[str, str]], specs: dict[str, str], *, invalid: bool = False

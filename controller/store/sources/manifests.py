@@ -44,9 +44,10 @@ class ManifestError:
     field: str | None
     message: str
     name: str | None = None  # the deployment it concerns, when known
+    shown: str | None = None  # ``file`` as its user names it (a git source's: as in the repository)
 
     def __str__(self) -> str:
-        where = self.file + (f":{self.line}" if self.line else "")
+        where = (self.shown or self.file) + (f":{self.line}" if self.line else "")
         what = f"{self.field}: " if self.field else ""
         return f"{where}: {what}{self.message}"
 
