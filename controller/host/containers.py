@@ -28,12 +28,14 @@ IMAGE_LABEL = "reconcile.image"  # the image as the manifest wrote it
 DIGEST_LABEL = "reconcile.digest"  # the digest it was run from
 CALL_TIMEOUT = 60.0  # seconds for one CLI call other than a pull (a stop adds its grace)
 POLL = 0.05
-# An image the runtime says is not there is looked for again: podman (4.3 here) answers
-# "image not known" for an image it holds while another image sharing its layers is
-# imported or removed (measured: ~1 inspect in 100 under such churn, once twice in a row).
-# Taken for absent, a local image was "pulled", and its start failed (a CI flake).
-IMAGE_LOOKS = 3
-IMAGE_LOOK_PAUSE = 0.2  # seconds between looks: what a missing image costs before its pull
+# What the runtime says is not there is believed after LOOKS looks, LOOK_PAUSE s apart:
+# podman (4.3 here) answers "image not known" for an image it holds, and "no such
+# container" for a running container, while another image sharing its layers is imported
+# or removed (measured: ~1 inspect in 100 under such churn, once twice in a row). Taken
+# for absent, a local image was "pulled" and its start failed (a CI flake); a container
+# still there would be left running past its removal.
+LOOKS = 3
+LOOK_PAUSE = 0.2  # seconds: what a missing image costs before its pull, a removal at its end
 # What docker prints after its error: "Run 'docker run --help' for more information".
 TRAILER = re.compile(r"(Run|See) '(docker|podman) [\w -]*--help'")
 
@@ -87,9 +89,9 @@ class Runtime:
         """The local image's id and digest (None: not on this node). The digest is the
         registry digest it was pulled by (``sha256:…``), else its local id."""
         fmt = "{{.Id}}|{{json .RepoDigests}}"
-        for look in range(IMAGE_LOOKS):
+        for look in range(LOOKS):
             if look:
-                time.sleep(IMAGE_LOOK_PAUSE)
+                time.sleep(LOOK_PAUSE)
             done = self.call("image", "inspect", "--format", fmt, image)
             if done.returncode == 0:
                 break
@@ -137,16 +139,33 @@ class Runtime:
         """Stop with the grace period, then remove; a container already gone is fine."""
         seconds = str(max(0, round(grace)))
         self.call("stop", "-t", seconds, name, timeout=CALL_TIMEOUT + grace)
+        if self._rm(name):
+            return
+        # The runtime said it had no such container, or was removing it already (docker,
+        # for a `run --rm` one): wait until it is gone, LOOKS looks in a row (the "no such
+        # container" may have been the runtime's mistake); one seen again is removed again.
+        # A stop leaves nothing behind.
+        deadline = time.monotonic() + CALL_TIMEOUT
+        absent = 0
+        while absent < LOOKS:
+            time.sleep(LOOK_PAUSE if absent else POLL)
+            if self.inspect(name) is None:
+                absent += 1
+                continue
+            if time.monotonic() > deadline:
+                raise ContainerError(f"{self.name}: container {name} is still there after rm")
+            absent = 0
+            if self._rm(name):
+                return
+
+    def _rm(self, name: str) -> bool:
+        """Whether the runtime removed the container now: its ``rm -f`` waits for that and
+        names what it removed. Not when it had none (``-f``: quietly, exit 0) or is
+        removing it already."""
         done = self.call("rm", "-f", name)
         if done.returncode != 0 and not gone(done.stderr):
             raise ContainerError(f"{self.name} rm {name}: {words(done.stderr)}")
-        # `run --rm`: the runtime may be removing it already (docker then refuses the rm,
-        # "already in progress"), so wait until it is gone: a stop leaves nothing behind.
-        deadline = time.monotonic() + CALL_TIMEOUT
-        while self.inspect(name) is not None:
-            if time.monotonic() > deadline:
-                raise ContainerError(f"{self.name}: container {name} is still there after rm")
-            time.sleep(POLL)
+        return done.returncode == 0 and bool(done.stdout.strip())
 
 
 def _repository(image: str) -> str:

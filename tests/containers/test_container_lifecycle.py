@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from containers.conftest import STANDIN, Engine, write
+from containers.conftest import STANDIN, Engine, mistaken, write
 
 from controller.failpoints import CONTAINER_POINTS
-from controller.host.containers import DIGEST_LABEL, INSTANCE_LABEL, STATE_LABEL
+from controller.host.containers import DIGEST_LABEL, INSTANCE_LABEL, STATE_LABEL, Runtime
 from tests.daemon.conftest import Daemons
 
 if TYPE_CHECKING:
@@ -187,6 +187,26 @@ def test_a_run_the_runtime_refuses_is_named_in_its_words_and_leaves_no_container
     assert record["ref"] is None, record
     rc.wait_for(lambda: engine.ours(rc.state) == [])
     rc.down()
+
+
+def test_a_container_the_runtime_briefly_calls_gone_is_removed_all_the_same(
+    rc: Reconcile, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """podman 4.3 says "no such container" of one it holds while images sharing its layers
+    are imported or removed. Believed at once, a removal could return with the container
+    still there: an engine left running past its `down`. Here the first `rm -f` finds
+    "none" (quietly, as `-f` does) and the next two inspects "no such container": the
+    container is removed all the same."""
+    name = f"reconcile-test-{uuid.uuid4().hex[:8]}"
+    label = f"{STATE_LABEL}={rc.state.resolve()}"  # the rc fixture's leak check sees it
+    engine.cli("run", "-d", "--name", name, "--label", label, engine.image,
+               "/bin/busybox", "sleep", "300")  # fmt: skip
+    rms = mistaken(engine, tmp_path / "rm", monkeypatch, "rm -f", "", times=1, code=0)
+    looks = mistaken(engine, tmp_path / "looks", monkeypatch, "container inspect",
+                     "no such container")  # fmt: skip
+    Runtime(engine.name).remove(name, grace=0)
+    assert engine.ours(rc.state) == []
+    assert rms.read_text().strip() == "2" and looks.read_text().strip() == "3"
 
 
 def test_a_runtime_missing_on_the_node_is_named_with_the_next_move(

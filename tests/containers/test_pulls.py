@@ -6,17 +6,15 @@ The stand-in image is pushed once per session; each test removes what it pulled.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from containers.conftest import Engine, Registry, forget_pulled, write
+from containers.conftest import Engine, Registry, forget_pulled, mistaken, write
 from procs import wait_for
 
-from controller.host.containers import IMAGE_LOOKS, Runtime
+from controller.host.containers import LOOKS, Runtime
 
 if TYPE_CHECKING:
     from conftest import Reconcile
@@ -102,39 +100,16 @@ def test_a_registry_that_is_down_is_named_and_retried(
     rc.down()
 
 
-WRAPPER = """#!/bin/sh
-# podman, but its first two image inspects answer as podman 4.3 does for an image it holds
-# while another image sharing its layers is imported or removed (scripts/flakes found it).
-if [ "$1 $2" = "image inspect" ]; then
-  n=$(cat "{count}" 2>/dev/null || echo 0)
-  echo $((n + 1)) > "{count}"
-  if [ "$n" -lt 2 ]; then
-    eval "last=\\${{$#}}"
-    echo "Error: inspecting object: $last: image not known" >&2
-    exit 125
-  fi
-fi
-exec {podman} "$@"
-"""
-
-
 def test_an_image_the_runtime_briefly_calls_unknown_is_found(
     podman: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Taken for absent, a local image was pulled and its start failed (the CI flake of
     test_podman_gets_the_leased_gpus_by_cdi...): a "not known" is looked at again before
     it counts. A missing image is still missing, after the same looks."""
-    count = tmp_path / "inspects"
-    wrapper = tmp_path / "bin" / "podman"
-    wrapper.parent.mkdir()
-    wrapper.write_text(WRAPPER.format(count=count, podman=shutil.which("podman")))
-    wrapper.chmod(0o755)
-    for key, value in podman.env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    count = mistaken(podman, tmp_path, monkeypatch, "image inspect", "image not known")
     found = Runtime("podman").image(podman.image)
     assert found is not None and found[0].startswith("sha256:"), found
     assert count.read_text().strip() == "3"  # two answers of "not known", then the image
     count.unlink()
     assert Runtime("podman").image("localhost/reconcile-test/none:0") is None
-    assert count.read_text().strip() == str(IMAGE_LOOKS)
+    assert count.read_text().strip() == str(LOOKS)
