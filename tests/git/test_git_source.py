@@ -207,3 +207,20 @@ def test_a_metric_per_state(reconcile: Any, remote: Remote) -> None:
     reconcile("--once", *git_args(remote), "--metrics-file", str(metrics), check=1)
     assert 'reconcile_git_source_state{state="PullFailed"} 1.0' in metrics.read_text()
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
+def test_down_under_a_daemon_following_git_names_the_file_in_the_repository(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    """`down` says a daemon starts it again (issue 34): for a git source the manifest to
+    change is the repository's (named as it has it), and the change is pushed; the node's
+    checkout is not the place."""
+    remote.deploy("alpha")
+    d = git_daemon(*git_args(remote))
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+    down = reconcile(*git_args(remote, "down", "alpha"), check=0)
+    assert f"the daemon (pid {d.proc.pid}) on this state dir starts alpha again" in down.err
+    assert "(manifests/alpha.yaml:" in down.err and "and push" in down.err, down
+    assert str(reconcile.state) not in down.err, down
+    assert d.stop() == 0
+    reconcile(*git_args(remote, "down"), check=0)

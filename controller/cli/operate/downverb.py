@@ -65,14 +65,26 @@ def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
     for rec in stopped:
         entry = declared.get(base_name(rec.name))
         if entry is not None:
-            sources.setdefault(entry.name, f"{entry.source}:{entry.line}")
+            sources.setdefault(entry.name, f"{_named(cfg, entry.source)}:{entry.line}")
+    # A git source's checkout is the node's copy: the manifest changes in the repository.
+    if cfg.git:
+        keep = "remove it from the repository, or set `replicas: 0` in it, and push"
+    else:
+        keep = "remove that manifest (or move it out of the folder), or set `replicas: 0` in it"
     for name, where in sorted(sources.items()):
         print(
             f"reconcile: the daemon (pid {daemon}) on this state dir starts {name} again at its "
-            f"next pass: its manifest ({where}) still declares it. To keep it down, remove "
-            "that manifest (or move it out of the folder), or set `replicas: 0` in it",
+            f"next pass: its manifest ({where}) still declares it. To keep it down, {keep}",
             file=sys.stderr,
         )
+
+
+def _named(cfg: Config, file: str) -> str:
+    if cfg.git is None:
+        return file
+    from controller.store.sources.gitsource import repo_file
+
+    return repo_file(cfg.state_dir, file)
 
 
 def _ran(rec: Record | None) -> bool:
