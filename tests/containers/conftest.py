@@ -376,4 +376,3 @@ def mistaken(
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
     return count
-

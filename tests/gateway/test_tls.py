@@ -3,7 +3,8 @@ certificates for 127.0.0.1 and localhost), a real daemon, gateway process and en
 
 - the official ``openai`` client, trusting the CA, gets a chat completion; the page
   answers over HTTPS and ``reconcile ui`` prints the https URL;
-- plain HTTP to the TLS port gets no answer; a TLS 1.1 client is refused;
+- plain HTTP to the TLS port gets a 400 saying so (as nginx answers); a TLS 1.1 client
+  is refused;
 - a key file readable by others, a missing half of the pair, or a key of another
   certificate is refused before the daemon starts (exit 64, naming the file);
 - SIGHUP under load: the new certificate is served to new connections (its serial),
@@ -265,13 +266,21 @@ def test_plain_http_and_tls_1_1_are_refused(reconcile: Any, gateway: Any, pki: P
     cert, key = _pair(pki)
     g = _tls_gateway(reconcile, gateway, pki, cert, key)
     try:
-        plain = http.client.HTTPConnection("127.0.0.1", g.port, timeout=WAIT)
-        try:
-            plain.request("GET", "/healthz")
-            with pytest.raises((OSError, http.client.HTTPException)):  # closed, no answer
-                plain.getresponse()
-        finally:
-            plain.close()
+        # Plain HTTP gets a 400 that says so (nginx's and Go's answer), with or without
+        # a body, then the close; the TLS server is not disturbed by it.
+        for method, sent in (("GET", None), ("POST", json.dumps(_chat("echo")).encode() * 50)):
+            plain = http.client.HTTPConnection("127.0.0.1", g.port, timeout=WAIT)
+            try:
+                plain.request(method, "/v1/chat/completions", body=sent)
+                answer = plain.getresponse()
+                said = json.loads(answer.read())
+            finally:
+                plain.close()
+            assert answer.status == 400 and answer.getheader("Connection") == "close"
+            assert said["error"]["code"] == "plain_http_to_https_port", said
+            assert "https://" in said["error"]["message"], said
+        with socket.create_connection(("127.0.0.1", g.port), timeout=WAIT):
+            pass  # a client that connects and says nothing
         old = _tls_1_1_client(pki)
         with (
             socket.create_connection(("127.0.0.1", g.port), timeout=WAIT) as raw,

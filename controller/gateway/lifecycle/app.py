@@ -30,8 +30,9 @@ from controller.gateway.accounting.requestlog import RequestLog
 from controller.gateway.http.quiet import Throttle, install
 from controller.gateway.http.server import Connections, Server, connection_cap, exception_handler
 from controller.gateway.http.upstream import Upstream
-from controller.gateway.lifecycle.listener import bind, close_listener
+from controller.gateway.lifecycle.listener import Listening, bind, close_listener
 from controller.gateway.lifecycle.tls import Tls, TlsError
+from controller.gateway.lifecycle.tlsaccept import Acceptor
 from controller.gateway.routing.activation import Demand
 from controller.gateway.routing.concurrency import Bodies, Limiter
 from controller.gateway.routing.ejections import recorder
@@ -96,7 +97,7 @@ class Gateway:
         self._server: Server | None = None
         self._beside = contextlib.AsyncExitStack()  # Front.running(), while the server runs
         self._upstream: Upstream | None = None
-        self._listener: asyncio.Server | None = None
+        self._listener: Listening | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: Connections | None = None
 
@@ -250,10 +251,12 @@ class Gateway:
             for running in front.running():
                 await self._beside.enter_async_context(contextlib.asynccontextmanager(running)())
             listening = sock if sock is not None else bind(s.host, s.port, BACKLOG)
-            context = self.tls.context if self.tls is not None else None
-            self._listener = await self.loop.create_server(
-                server.protocol, sock=listening, ssl=context
-            )
+            if self.tls is None:
+                self._listener = await self.loop.create_server(server.protocol, sock=listening)
+            else:  # accepted by us: a plain-HTTP request gets its 400 (tlsaccept.py)
+                acceptor = Acceptor(listening, server.protocol, self.tls.context)
+                acceptor.start()
+                self._listener = acceptor
         except BaseException:
             await self._beside.aclose()
             await session.close()

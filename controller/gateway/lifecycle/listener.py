@@ -27,9 +27,10 @@ import errno
 import os
 import socket
 from asyncio.selector_events import BaseSelectorEventLoop
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry
@@ -41,7 +42,17 @@ from controller.host.sockdiag import Listener
 ATTACH_TURNS = 3
 
 
-async def close_listener(server: asyncio.Server) -> None:
+class Listening(Protocol):
+    """What accepts the gateway's connections: ``create_server``'s ``asyncio.Server``, or
+    with TLS the gateway's own (``tlsaccept.Acceptor``)."""
+
+    @property
+    def sockets(self) -> Sequence[Any]: ...
+
+    def close(self) -> None: ...
+
+
+async def close_listener(server: Listening) -> None:
     """Stop accepting on ``server``, let what it accepted attach, then close it."""
     loop = asyncio.get_running_loop()
     if isinstance(loop, BaseSelectorEventLoop):

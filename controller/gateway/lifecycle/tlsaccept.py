@@ -1,0 +1,145 @@
+"""The TLS gateway's accepting: a plain-HTTP request on its port gets a 400 that says so.
+
+asyncio's (and uvloop's) TLS server ends a connection whose first bytes are no TLS
+handshake without a byte back: a client that forgot ``https://`` read "empty reply from
+server" and nothing more. nginx answers such a request 400 "The plain HTTP request was
+sent to HTTPS port", Go's server 400 "Client sent an HTTP request to an HTTPS server".
+So with TLS the gateway accepts by itself: each connection's first byte is peeked at
+(``MSG_PEEK``: it stays for the handshake), and a TLS record (0x16, a handshake) is
+handed to ``loop.connect_accepted_socket`` with the context, as ``create_server`` would;
+anything else is answered 400 in clear text and closed. A client that sends nothing is
+held no longer than a handshake would be (``FIRST_BYTE_TIMEOUT``, asyncio's default).
+
+``Acceptor`` stands where ``create_server``'s ``asyncio.Server`` stands for plain HTTP:
+its ``sockets`` name the listening socket (what a hand-over passes on), ``close`` stops
+accepting and closes it (``listener.close_listener``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import json
+import socket
+import ssl
+from collections.abc import Callable
+
+from controller.gateway.http.answers import body
+from controller.logsetup import get_logger
+
+log = get_logger("reconcile")
+
+FIRST_BYTE_TIMEOUT = 60.0  # seconds a new connection may send nothing (a handshake's limit)
+HANDSHAKE_TIMEOUT = 60.0  # asyncio's default for a TLS handshake
+LINGER = 1.0  # seconds the plain request's rest is read after the 400 (closing on unread
+# bytes resets the connection, and the client may lose the answer)
+ACCEPT_RETRY = 1.0  # seconds without accepting after the fds ran out (asyncio's delay)
+OUT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+TLS_HANDSHAKE = 0x16  # the first byte of a TLS record that carries a handshake
+
+_SAID = (
+    "this gateway speaks HTTPS only: the plain HTTP request was sent to its HTTPS port "
+    "(use https://)"
+)
+_BODY = json.dumps(body(400, _SAID, "plain_http_to_https_port")).encode()
+PLAIN_ANSWER = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BODY), _BODY)
+)
+
+
+class Acceptor:
+    """Accepts on ``sock`` for a TLS server of ``protocol`` with ``context``."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        protocol: Callable[[], asyncio.Protocol],
+        context: ssl.SSLContext,
+    ) -> None:
+        self._sock = sock
+        self._protocol = protocol
+        self._context = context
+        self._task: asyncio.Task[None] | None = None
+        self._greeting: set[asyncio.Task[None]] = set()  # connections not yet handed on
+        sock.setblocking(False)
+
+    @property
+    def sockets(self) -> list[socket.socket]:
+        return [self._sock] if self._task is not None else []
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._accept())
+
+    def close(self) -> None:
+        """No new connection from now on; those accepted are greeted on."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        self._sock.close()
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(self._sock)
+            except OSError as exc:
+                if exc.errno not in OUT_OF:
+                    raise
+                log.warning("gateway cannot accept", reason=exc.strerror, retry_in=ACCEPT_RETRY)
+                await asyncio.sleep(ACCEPT_RETRY)
+                continue
+            task = loop.create_task(self._greet(conn))
+            self._greeting.add(task)
+            task.add_done_callback(self._greeting.discard)
+
+    async def _greet(self, conn: socket.socket) -> None:
+        """Hand ``conn`` to the TLS server, or answer its plain HTTP 400."""
+        loop = asyncio.get_running_loop()
+        conn.setblocking(False)
+        try:
+            first = await asyncio.wait_for(_first_byte(conn), FIRST_BYTE_TIMEOUT)
+        except (OSError, TimeoutError):
+            conn.close()
+            return
+        if first and first[0] == TLS_HANDSHAKE:
+            with contextlib.suppress(OSError, TimeoutError):  # SSLError is an OSError
+                # A failed handshake (a client that gave up, or spoke no TLS we take):
+                # the loop closed the socket, and says nothing, as create_server does.
+                await loop.connect_accepted_socket(
+                    self._protocol, conn, ssl=self._context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT
+                )
+            return
+        if first:
+            await _answer_plain(conn)
+        conn.close()
+
+
+async def _first_byte(conn: socket.socket) -> bytes:
+    """The connection's first byte, left in its buffer (b"": the client closed)."""
+    loop = asyncio.get_running_loop()
+    fd = conn.fileno()
+    readable: asyncio.Future[None] = loop.create_future()
+
+    def heard() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(fd, heard)
+    try:
+        await readable
+    finally:
+        loop.remove_reader(fd)
+    return conn.recv(1, socket.MSG_PEEK)
+
+
+async def _answer_plain(conn: socket.socket) -> None:
+    """The 400 in clear text, then the request's rest read (briefly) before the close."""
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(OSError, TimeoutError):
+        await loop.sock_sendall(conn, PLAIN_ANSWER)
+        conn.shutdown(socket.SHUT_WR)
+        async with asyncio.timeout(LINGER):
+            while await loop.sock_recv(conn, 65536):
+                pass
