@@ -346,11 +346,8 @@ class Reconciler(Preview):
                 insecure=self.config.insecure_manifests,
                 backend=self.config.backend,
                 cache_file=StateDir(self.config.state_dir).manifest_cache,
+                repo=self.config.repo,
             )
-            if self.git is not None:  # its errors name files as the repository does
-                from controller.store.sources.gitsource import named
-
-                loaded.errors = named(self.config.state_dir, loaded.errors)
             self.executor.take_tally()  # `down` and drains between passes are not this pass's
             if self.liveness is not None:
                 self.liveness.begin_pass(self.config.owner)

@@ -128,7 +128,8 @@ def test_a_manifest_that_does_not_load_is_degraded_named_and_never_a_good_commit
     # The repository's names for the file, wherever a person reads them: the checkout's
     # place under the state dir is reconcile's, not theirs.
     checked = reconcile(*git_args(remote, "validate"), check=1)
-    for said in (seen["message"], once.err, checked.err):
+    planned = reconcile(*git_args(remote, "plan"), check=1)
+    for said in (seen["message"], once.err, checked.err, planned.out + planned.err):
         assert "manifests/alpha.yaml:4: invalid YAML" in said, said
         assert str(reconcile.state) not in said, said
     assert reconcile.alive(pid) and reconcile.record("alpha")["ref"]["pid"] == pid

@@ -35,7 +35,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"reconcile: --namespace {args.namespace!r} is not a DNS-1123 label", file=sys.stderr)
         return EXIT_USAGE
     cfg = config(args, lenient=True)
-    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests)
+    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, repo=cfg.repo)
     for problem in loaded.folder_problems():
         print(f"warning: {problem}", file=sys.stderr)
     outcome = Outcome(errors=list(loaded.errors))

@@ -121,7 +121,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args, lenient=True)
-    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend)
+    loaded = load(
+        cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend, repo=cfg.repo
+    )
     view = preview(cfg)
     observed, problems = view.observe()
     desired = view.desired(loaded)

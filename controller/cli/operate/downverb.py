@@ -55,7 +55,7 @@ def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
     """A daemon on the state dir starts what its manifests declare at its next pass: a
     `down` it undoes seconds later without a word looks like a crash (issue 34)."""
     from controller.cli.operate.restartverb import daemon_pid
-    from controller.store.sources.manifests import load
+    from controller.store.sources.manifests import in_repo, load
 
     daemon = daemon_pid(cfg.state_dir) if stopped else None
     if daemon is None:
@@ -65,9 +65,10 @@ def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
     for rec in stopped:
         entry = declared.get(base_name(rec.name))
         if entry is not None:
-            sources.setdefault(entry.name, f"{_named(cfg, entry.source)}:{entry.line}")
+            file = in_repo(cfg.repo, entry.source) if cfg.repo else entry.source
+            sources.setdefault(entry.name, f"{file}:{entry.line}")
     # A git source's checkout is the node's copy: the manifest changes in the repository.
-    if cfg.git:
+    if cfg.repo:
         keep = "remove it from the repository, or set `replicas: 0` in it, and push"
     else:
         keep = "remove that manifest (or move it out of the folder), or set `replicas: 0` in it"
@@ -77,14 +78,6 @@ def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
             f"next pass: its manifest ({where}) still declares it. To keep it down, {keep}",
             file=sys.stderr,
         )
-
-
-def _named(cfg: Config, file: str) -> str:
-    if cfg.git is None:
-        return file
-    from controller.store.sources.gitsource import repo_file
-
-    return repo_file(cfg.state_dir, file)
 
 
 def _ran(rec: Record | None) -> bool:

@@ -82,7 +82,9 @@ def _size(entry: CacheEntry) -> int:
 
 
 def _prune(cfg: Config, *, dry_run: bool) -> int:
-    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend)
+    loaded = load(
+        cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend, repo=cfg.repo
+    )
     refusal = _unsafe(loaded)
     if refusal is not None:
         print(f"reconcile: nothing removed: {refusal}", file=sys.stderr)

@@ -138,11 +138,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from controller.store.sources.manifests import load
 
     cfg = config(args)
-    loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend)
-    if cfg.git is not None:  # the checkout's files named as the repository does
-        from controller.store.sources.gitsource import named
-
-        loaded.errors = named(cfg.state_dir, loaded.errors)
+    loaded = load(
+        cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend, repo=cfg.repo
+    )
     _print_errors(list(loaded.errors))
     for folder in loaded.missing_folders:  # a mistyped CI or cron path must not go green
         if folder not in loaded.unusable:  # an unusable one's error said what it is

@@ -61,6 +61,12 @@ class Config:
     # What a lenient resolve (a read verb) passed over: each names the file, line, problem.
     warnings: tuple[str, ...] = ()
 
+    @property
+    def repo(self) -> Path | None:
+        """The git source's checkout the manifests are in (None: the node's own folders):
+        what their errors name files from (``manifests.load``)."""
+        return StateDir(self.state_dir).git_checkout if self.git is not None else None
+
 
 BACKENDS = backendnames.NAMES
 

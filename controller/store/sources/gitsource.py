@@ -150,19 +150,10 @@ def checkout_dir(state_dir: Path) -> Path:
 
 
 def repo_file(state_dir: Path, file: str) -> str:
-    """A file of the checkout named as in the repository (``manifests/a.yaml``), for
-    people: the checkout's place under the state dir is ours, not theirs. Any other file
-    as it is."""
-    try:
-        return Path(file).relative_to(checkout_dir(state_dir)).as_posix()
-    except ValueError:
-        return file
+    """A file of ``state_dir``'s checkout named as in the repository (a record's source)."""
+    from controller.store.sources.manifests import in_repo
 
-
-def named(state_dir: Path, errors: list[ManifestError]) -> list[ManifestError]:
-    """``errors`` in the checkout naming their files as the repository does
-    (``manifests/a.yaml:3``)."""
-    return [replace(e, shown=repo_file(state_dir, e.file)) for e in errors]
+    return in_repo(checkout_dir(state_dir), file)
 
 
 def manifests_dir(state_dir: Path, path: str) -> Path:
@@ -541,7 +532,7 @@ class GitSource:
         engines do (those of a broken file keep their last good spec: a typo tears nothing
         down, and says so here too). Whether there are any."""
         said = [f"{self.settings.path}: {folder}; nothing pruned"] if folder else []
-        said += [str(e) for e in errors]  # the pass named their files (``named``)
+        said += [str(e) for e in errors]  # named as the repository does (``load``'s repo)
         said = said[:INVALID_KEPT]
         st = read_status(self.state_dir)
         if st is None or (st.invalid, st.invalid_at) == (said, st.applied if said else None):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -341,10 +341,13 @@ def load(
     insecure: bool = False,
     backend: str = "local",
     cache_file: Path | None = None,
+    repo: Path | None = None,
 ) -> LoadResult:
     """Every manifest of ``folders``; as root, only files and folders root alone can write.
 
     ``cache_file``: the parse cache (a pass under the lock passes it; read verbs do not).
+    ``repo``: the git checkout the folders are in (``Config.repo``): each error names its
+    file as the repository does (``manifests/a.yaml:3``), not by the checkout's place.
     """
     result = LoadResult(backend=backend)
     cache = ParseCache(cache_file) if cache_file is not None else None
@@ -382,7 +385,19 @@ def load(
         cache.save()
     _check_model_names(result)
     _check_fallbacks(result)
+    if repo is not None:
+        result.errors = [replace(e, shown=in_repo(repo, e.file)) for e in result.errors]
     return result
+
+
+def in_repo(repo: Path, file: str) -> str:
+    """A file of the checkout ``repo`` named as in the repository (``manifests/a.yaml``),
+    for people: the checkout's place under the state dir is ours, not theirs. Any other
+    file as it is."""
+    try:
+        return Path(file).relative_to(repo).as_posix()
+    except ValueError:
+        return file
 
 
 def _unusable(result: LoadResult, folder: str, why: str, error: str) -> None:
