@@ -194,6 +194,10 @@ class StateDir:
     def git_checkout(self) -> Path:
         return self.git / "checkout"
 
+    def in_repo(self, file: str) -> str:
+        """A file of the git checkout as the repository names it (a record's source)."""
+        return in_repo(self.git_checkout, file)
+
     @property
     def git_source(self) -> Path:
         """The source followed and what became of it (``reconcile source``)."""
@@ -252,3 +256,13 @@ def ballast(folder: Path) -> Path:
 def lock_beside(document: Path) -> Path:
     """The lock of a document updated in place: ``health.json`` -> ``health.lock``."""
     return document.with_suffix(".lock")
+
+
+def in_repo(checkout: Path, file: str) -> str:
+    """A file of ``checkout`` named as in the repository (``manifests/a.yaml``), for
+    people: the checkout's place under the state dir is ours, not theirs. Any other file
+    as it is."""
+    try:
+        return Path(file).relative_to(checkout).as_posix()
+    except ValueError:
+        return file

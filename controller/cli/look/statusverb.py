@@ -47,7 +47,6 @@ from controller.store.config.node import Config, read_drain
 from controller.store.instances.records import RecordStore
 from controller.store.models import pullstatus
 from controller.store.side.observed import read_all as read_seen
-from controller.store.sources.gitsource import repo_file
 from controller.store.statedir import StateDir
 
 WATCH_FORMATS = ("table", "wide", "json")
@@ -76,7 +75,7 @@ class Look:
             said = [*conditions, *([rec.message] if rec.message else [])]
             rec = replace(rec, message="; ".join(said))
         if rec.source and self.state_dir is not None:
-            rec = replace(rec, source=repo_file(self.state_dir, rec.source))
+            rec = replace(rec, source=StateDir(self.state_dir).in_repo(rec.source))
         return rec
 
 

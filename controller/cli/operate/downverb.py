@@ -55,7 +55,8 @@ def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
     """A daemon on the state dir starts what its manifests declare at its next pass: a
     `down` it undoes seconds later without a word looks like a crash (issue 34)."""
     from controller.cli.operate.restartverb import daemon_pid
-    from controller.store.sources.manifests import in_repo, load
+    from controller.store.sources.manifests import load
+    from controller.store.statedir import in_repo
 
     daemon = daemon_pid(cfg.state_dir) if stopped else None
     if daemon is None:

@@ -27,7 +27,7 @@ from controller.store.instances import logfiles
 from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordStore
 from controller.store.side import measured
-from controller.store.sources.gitsource import repo_file
+from controller.store.statedir import StateDir
 
 
 # ``describe``'s Memory line: what the record leases on each device beside what its
@@ -125,7 +125,7 @@ def describe(
     now = now or datetime.now(UTC)
     events = _journal(state_dir, name, alone)
     if rec.source:  # a git source's file as the repository names it
-        rec = replace(rec, source=repo_file(state_dir, rec.source))
+        rec = replace(rec, source=StateDir(state_dir).in_repo(rec.source))
     fields = [*_fields(rec, now), ("Memory", memory_line(rec, state_dir))]
     fields += pullshow.describe_lines(rec, state_dir, now)  # Pulling
     out = [f"{k + ':':<14}{v}" for k, v in fields]

@@ -149,13 +149,6 @@ def checkout_dir(state_dir: Path) -> Path:
     return StateDir(state_dir).git_checkout
 
 
-def repo_file(state_dir: Path, file: str) -> str:
-    """A file of ``state_dir``'s checkout named as in the repository (a record's source)."""
-    from controller.store.sources.manifests import in_repo
-
-    return in_repo(checkout_dir(state_dir), file)
-
-
 def manifests_dir(state_dir: Path, path: str) -> Path:
     top = checkout_dir(state_dir)
     return top if path == "." else top / path

@@ -33,6 +33,7 @@ from controller.core.manifest.specs import (
 from controller.store.sources import bounded, security
 from controller.store.sources.bounded import Document, Path_
 from controller.store.sources.parsecache import ParseCache
+from controller.store.statedir import in_repo
 
 SUFFIXES = (".yaml", ".yml")
 
@@ -388,16 +389,6 @@ def load(
     if repo is not None:
         result.errors = [replace(e, shown=in_repo(repo, e.file)) for e in result.errors]
     return result
-
-
-def in_repo(repo: Path, file: str) -> str:
-    """A file of the checkout ``repo`` named as in the repository (``manifests/a.yaml``),
-    for people: the checkout's place under the state dir is ours, not theirs. Any other
-    file as it is."""
-    try:
-        return Path(file).relative_to(repo).as_posix()
-    except ValueError:
-        return file
 
 
 def _unusable(result: LoadResult, folder: str, why: str, error: str) -> None:
