@@ -31,6 +31,9 @@ def test_a_pushed_commit_is_applied_owned_by_the_source_and_stamped_with_it(
     assert remote.url in reconcile("status", check=0).out.splitlines()[0]
 
     second = remote.deploy("alpha", command=reconcile.demo_command(load_seconds="0.1"))
+    # `plan` fetches nothing: it says which commit it planned against (not the one pushed).
+    planned = reconcile(*git_args(remote, "plan"), check=0).out
+    assert f"Against commit {first[:12]}, the one the node applied" in planned, planned
     reconcile.converge(*git_args(remote))
     rec = reconcile.record("alpha")
     assert rec is not None and rec["revision"] == second

@@ -158,10 +158,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
             desired.skipped, labels_read=cfg.labels is not None
         )  # this node's share of a fleet
         lines = [planview.text(found, errors), *planview.replicas_text(counts)]
-        print("\n".join([*lines, *([skipped] if skipped else [])]))
+        lines += [skipped] if skipped else []
+        print("\n".join([*lines, *_against(cfg)]))
     if errors or blocked:  # what would make `--once` exit 1
         return EXIT_FAIL
     return EXIT_CHANGES if pending else EXIT_OK
+
+
+def _against(cfg: Config) -> list[str]:
+    """A git source: the commit the plan is made against. `plan` fetches nothing, so a
+    commit pushed since is not in it (an "In sync" would mislead without this)."""
+    if cfg.git is None:
+        return []
+    from controller.store.sources.gitsource import read_status
+
+    st = read_status(cfg.state_dir)
+    at = st.applied[:12] if st is not None and st.applied else None
+    if at is None:
+        return ["Against the node's checkout: no commit applied yet (`reconcile source`)."]
+    return [
+        f"Against commit {at}, the one the node applied: `plan` fetches nothing; a commit "
+        "pushed since comes with the node's next fetch (`reconcile source` says when)."
+    ]
 
 
 def _prune_errors(loaded: LoadResult, allow_empty: bool) -> list[str]:
