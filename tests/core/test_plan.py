@@ -525,6 +525,22 @@ CASES = [
         id="release-removed-pending",
     ),
     pytest.param(
+        Case(
+            desired(skipped={"a": "gpu=h100"}),
+            observed(view(record("a"), alive=True)),
+            expect=((Stop, "a", "nodeSelector gpu=h100 no longer matches this node's labels"),),
+        ),
+        id="stop-no-longer-selected",  # the node's labels changed, not the manifest
+    ),
+    pytest.param(
+        Case(
+            desired(skipped={"a": "gpu=h100"}),
+            observed(view(record("a", phase=Phase.PENDING))),
+            expect=((Release, "a", "nodeSelector gpu=h100 no longer matches this node's labels"),),
+        ),
+        id="release-no-longer-selected",
+    ),
+    pytest.param(
         Case(desired(prune=False), observed(view(record("a"), alive=True))),
         id="no-prune-when-folder-missing-or-empty",
     ),

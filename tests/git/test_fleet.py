@@ -96,6 +96,8 @@ def test_with_folders_a_label_change_prunes_and_an_unreadable_node_yaml_stops_no
     out = reconcile.once()
     assert "nodeSelector gpu=h100 does not match" in out.out, out
     assert not reconcile.alive(pid) and reconcile.record("big") is None
+    (stopped,) = [e for e in reconcile.events("big") if e.get("action") == "stop"]
+    assert stopped["reason"] == "nodeSelector gpu=h100 no longer matches this node's labels"
     assert set(reconcile.status()) == {"other"} and reconcile.pids("other")
     reconcile.down()
 

@@ -92,6 +92,14 @@ class Context:
             self.desired.entries
         )
 
+    def unselected(self, rec: Record) -> str | None:
+        """Why a record whose deployment is still declared is no longer wanted here: its
+        nodeSelector no longer matches this node's labels (None: it is not declared)."""
+        selector = self.desired.skipped.get(base_name(rec.name))
+        if selector is None:
+            return None
+        return f"nodeSelector {selector} no longer matches this node's labels"
+
     def scaled_to_zero(self, record: str) -> bool:
         return instance_of(record) in self.instances and self.desired.count(base_name(record)) == 0
 

@@ -190,9 +190,10 @@ def _undeclared(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
         return _broken(view, error)
     if not ctx.desired.prune:
         return ()  # invariant 5: an empty or missing folder prunes nothing
+    unselected = ctx.unselected(rec)
     if view.alive or view.markers or rec.holds:
-        return (Stop(name=rec.name, reason=f"manifest removed (was {rec.source})"),)
-    return (Release(name=rec.name, reason="manifest removed", nonce=rec.nonce),)
+        return (Stop(name=rec.name, reason=unselected or f"manifest removed (was {rec.source})"),)
+    return (Release(name=rec.name, reason=unselected or "manifest removed", nonce=rec.nonce),)
 
 
 def _scaled_down(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:

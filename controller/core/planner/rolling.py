@@ -167,7 +167,7 @@ def _abandon(ctx: Context, view: RecordView, entry: Entry | None) -> tuple[AnyAc
         broken = base_name(rec.name) in ctx.desired.invalid
         if broken or rec.source in ctx.desired.broken_sources or not ctx.desired.prune:
             return ()  # invariants 4 and 5: a broken or missing manifest stops nothing
-        why = "manifest removed"
+        why = ctx.unselected(rec) or "manifest removed"
     elif not rolling(entry):
         why = "strategy is no longer RollingUpdate"
     else:
