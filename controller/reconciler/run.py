@@ -743,10 +743,10 @@ def resolve_secrets(loaded: LoadResult) -> None:
             env = secrets.resolve(entry.deployment.spec, Path(entry.source).parent)
         except secrets.SecretError as exc:
             loc = ("spec", "envFrom", exc.index)
-            error = ManifestError(
+            error = loaded.error(ManifestError(
                 entry.source, loaded.line_of(entry, loc), f"spec.envFrom[{exc.index}]",
                 str(exc), name,
-            )  # fmt: skip
+            ))  # fmt: skip
             del loaded.entries[name]
             loaded.errors.append(error)
             loaded.invalid_names[name] = str(error)

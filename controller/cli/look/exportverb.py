@@ -76,7 +76,8 @@ def _located(loaded: LoadResult, entry: Entry, problem: ExportGap, move: str) ->
     said = move.format(fix=problem.fix, lossy=problem.lossy, done=problem.done)
     message = problem.message + (said if problem.droppable else "")
     line = loaded.line_of(entry, problem.field)
-    return ManifestError(entry.source, line, ".".join(problem.field), message, entry.name)
+    where = ".".join(problem.field)
+    return loaded.error(ManifestError(entry.source, line, where, message, entry.name))
 
 
 def render(objects: list[Object], fmt: str) -> str:

@@ -78,6 +78,13 @@ class LoadResult:
         return entry.line if lines is None else bounded.line_for(lines, loc)
 
     backend: str = "local"  # the backend the specs are for: a cluster refuses some fields
+    repo: Path | None = None  # the git checkout the folders are in (``load``)
+
+    def error(self, error: ManifestError) -> ManifestError:
+        """``error`` naming its file as its user does: a git source's as the repository."""
+        if self.repo is None:
+            return error
+        return replace(error, shown=in_repo(self.repo, error.file))
 
     def folder_problems(self) -> list[str]:
         """Each missing folder in words: `-f /etc/passwd` is there, so not "does not exist"."""
@@ -350,7 +357,7 @@ def load(
     ``repo``: the git checkout the folders are in (``Config.repo``): each error names its
     file as the repository does (``manifests/a.yaml:3``), not by the checkout's place.
     """
-    result = LoadResult(backend=backend)
+    result = LoadResult(backend=backend, repo=repo)
     cache = ParseCache(cache_file) if cache_file is not None else None
     strict = security.strict(insecure)
     seen: set[str] = set()  # real paths: `-f m -f m/a.yaml` (or one folder twice) reads a.yaml once
@@ -386,8 +393,7 @@ def load(
         cache.save()
     _check_model_names(result)
     _check_fallbacks(result)
-    if repo is not None:
-        result.errors = [replace(e, shown=in_repo(repo, e.file)) for e in result.errors]
+    result.errors = [result.error(e) for e in result.errors]
     return result
 
 
