@@ -49,10 +49,16 @@ def test_only_commits_signed_by_an_allowed_key_are_applied(
     reconcile.converge("--git", remote.url)
     assert reconcile.record("alpha")["revision"] == good
 
-    for key, name in ((None, "unsigned"), (stranger, "signed by a stranger")):
+    # Why, in words: git's own for a stranger's key, and for no signature (where
+    # verify-commit says nothing) that there is none, not "git -c exited 1".
+    for key, name, why in (
+        (None, "unsigned", "it carries no signature"),
+        (stranger, "signed by a stranger", "No principal matched."),
+    ):
         bad = signed_commit(remote, key, {"README": f"{name}\n"}, name)
         out = reconcile("--once", "--git", remote.url, check=1)
-        assert f"commit {bad[:12]} is not signed by a key in {signers}" in out.err, out
+        said = f"commit {bad[:12]} is not signed by a key in {signers}: "
+        assert said in out.err and why in out.err and "exited" not in out.err, out
         seen = source(reconcile)
         assert seen["state"] == "Unverified" and seen["fetched"] == bad, seen
         assert seen["applied"] == good and bad[:12] in seen["message"], seen

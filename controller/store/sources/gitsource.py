@@ -241,7 +241,12 @@ def now_iso() -> str:
 
 
 class GitFailed(Exception):
-    """A git command failed: ``str()`` is git's own words (one line, no secret)."""
+    """A git command failed: ``str()`` is git's own words (one line, no secret), or that
+    it failed saying nothing (``silent``)."""
+
+    def __init__(self, said: str, *, silent: bool = False) -> None:
+        super().__init__(said)
+        self.silent = silent
 
 
 def git(repo: Path, *args: str, timeout: float = FETCH_TIMEOUT, hold: int | None = None) -> str:
@@ -268,7 +273,8 @@ def git(repo: Path, *args: str, timeout: float = FETCH_TIMEOUT, hold: int | None
         errors="replace",
         pass_fds=() if hold is None else (hold,),
     )
-    if args[0] == "fetch":
+    verb = _verb(args)
+    if verb == "fetch":
         failpoints.hit("git.fetch.running")
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -276,10 +282,19 @@ def git(repo: Path, *args: str, timeout: float = FETCH_TIMEOUT, hold: int | None
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        raise GitFailed(f"git {args[0]} took more than {timeout:g}s (stopped)") from None
+        raise GitFailed(f"git {verb} took more than {timeout:g}s (stopped)") from None
     if proc.returncode != 0:
-        raise GitFailed(_words(err) or f"git {args[0]} exited {proc.returncode}")
+        said = _words(err)
+        raise GitFailed(said or f"git {verb} exited {proc.returncode}", silent=not said)
     return out.strip()
+
+
+def _verb(args: tuple[str, ...]) -> str:
+    """The git command ``args`` run (``verify-commit``), past their ``-c`` settings."""
+    rest = args
+    while rest[:1] == ("-c",):
+        rest = rest[2:]
+    return rest[0] if rest else ""
 
 
 def _words(stderr: str) -> str:
@@ -466,9 +481,11 @@ class GitSource:
                 timeout=60,
             )
         except GitFailed as exc:
-            st.unverified = f"commit {target[:12]} is not signed by a key in {signers}: {exc}"
+            # verify-commit says nothing of a commit with no signature at all
+            why = "it carries no signature" if exc.silent else str(exc)
+            st.unverified = f"commit {target[:12]} is not signed by a key in {signers}: {why}"
             result.error = st.unverified
-            log.warning("git commit not verified; not applied", commit=target, error=str(exc))
+            log.warning("git commit not verified; not applied", commit=target, error=why)
             return False
         st.unverified = None
         return True
