@@ -75,12 +75,14 @@ def digest(env: Mapping[str, str]) -> str:
 def _read_item(item: EnvFrom, folder: Path) -> dict[str, str]:
     if item.file is not None:
         path = Path(item.file)
-        _private(path, "file")
+        _private(path)
         return _cached(path, lambda: parse_dotenv(_read(path), str(path)))
     assert item.sops_file is not None
-    path = folder / item.sops_file
-    _stat(path, "sopsFile")
-    return _cached(path, lambda: parse_dotenv(_decrypt(path), str(path)))
+    # Named as the manifest wrote it, from the manifest's folder (the error names the
+    # manifest): a git source's checkout is no place its user knows.
+    path, shown = folder / item.sops_file, f"sopsFile {item.sops_file}"
+    _stat(path, shown, where="beside the manifest")
+    return _cached(path, lambda: parse_dotenv(_decrypt(path, shown), item.sops_file or ""))
 
 
 def _cached(path: Path, read: Callable[[], dict[str, str]]) -> dict[str, str]:
@@ -95,25 +97,26 @@ def _cached(path: Path, read: Callable[[], dict[str, str]]) -> dict[str, str]:
     return dict(found)
 
 
-def _stat(path: Path, what: str) -> os.stat_result:
+def _stat(path: Path, what: str, where: str = "on this node") -> os.stat_result:
+    """``what``: the file in words (``file /etc/x``, ``sopsFile x.enc.env``)."""
     try:
         st = path.stat()
     except FileNotFoundError:
-        raise SecretError(0, f"{what} {path} does not exist on this node") from None
+        raise SecretError(0, f"{what} does not exist {where}") from None
     except OSError as exc:
-        raise SecretError(0, f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+        raise SecretError(0, f"{what} cannot be read: {exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise SecretError(0, f"{what} {path} is not a regular file")
+        raise SecretError(0, f"{what} is not a regular file")
     return st
 
 
-def _private(path: Path, what: str) -> None:
+def _private(path: Path) -> None:
     """0600 or refused: a secret others can read is no longer one (ssh refuses keys alike)."""
-    mode = stat.S_IMODE(_stat(path, what).st_mode)
+    mode = stat.S_IMODE(_stat(path, f"file {path}").st_mode)
     if mode & 0o077:
         raise SecretError(
             0,
-            f"{what} {path} can be read by others (mode {mode:04o}): `chmod 600 {path}` "
+            f"file {path} can be read by others (mode {mode:04o}): `chmod 600 {path}` "
             "(and rotate what it holds if others could read it)",
         )
 
@@ -132,7 +135,7 @@ def _read(path: Path) -> str:
         raise SecretError(0, f"file {path} is not UTF-8 text") from None
 
 
-def _decrypt(path: Path) -> str:
+def _decrypt(path: Path, what: str) -> str:
     """``sops -d``'s output through a pipe: the clear text never touches a disk."""
     argv = ["sops", "--decrypt", "--output-type", "dotenv"]
     if path.suffix not in (".yaml", ".yml", ".json", ".ini"):
@@ -143,12 +146,12 @@ def _decrypt(path: Path) -> str:
         )
     except FileNotFoundError:
         raise SecretError(
-            0, f"sopsFile {path}: the sops program is not on PATH (install sops on this node)"
+            0, f"{what}: the sops program is not on PATH (install sops on this node)"
         ) from None
     except subprocess.TimeoutExpired:
-        raise SecretError(0, f"sopsFile {path}: sops -d ran over {SOPS_TIMEOUT:.0f} s") from None
+        raise SecretError(0, f"{what}: sops -d ran over {SOPS_TIMEOUT:.0f} s") from None
     if done.returncode != 0:
-        raise SecretError(0, f"sopsFile {path} cannot be decrypted: {_why(done.stderr)}")
+        raise SecretError(0, f"{what} cannot be decrypted: {_why(done.stderr)}")
     return done.stdout.decode("utf-8", errors="replace")
 
 
