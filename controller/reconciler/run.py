@@ -196,6 +196,7 @@ class Preview:
             activations=activation.read_all(self.config.state_dir),
             restarts=restart.read_all(self.config.state_dir),
             revision=gitrev.revision_of(self.config.manifests, check_dirty=not self.config.git),
+            repo=self.config.repo,
             replicas=self.autoscaler.counts(
                 entries,
                 lambda: self.store.load().records.values(),

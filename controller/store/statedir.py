@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.core.manifest.names import in_repo
+
 
 @dataclass(frozen=True, slots=True)
 class StateDir:
@@ -256,13 +258,3 @@ def ballast(folder: Path) -> Path:
 def lock_beside(document: Path) -> Path:
     """The lock of a document updated in place: ``health.json`` -> ``health.lock``."""
     return document.with_suffix(".lock")
-
-
-def in_repo(checkout: Path, file: str) -> str:
-    """A file of ``checkout`` named as in the repository (``manifests/a.yaml``), for
-    people: the checkout's place under the state dir is ours, not theirs. Any other file
-    as it is."""
-    try:
-        return Path(file).relative_to(checkout).as_posix()
-    except ValueError:
-        return file

@@ -526,6 +526,14 @@ CASES = [
     ),
     pytest.param(
         Case(
+            desired(repo=Path("/srv")),  # a git source's checkout: named from the repository
+            observed(view(record("a"), alive=True)),
+            expect=((Stop, "a", "manifest removed (was manifests/models.yaml)"),),
+        ),
+        id="stop-removed-manifest-of-a-repository",
+    ),
+    pytest.param(
+        Case(
             desired(skipped={"a": "gpu=h100"}),
             observed(view(record("a"), alive=True)),
             expect=((Stop, "a", "nodeSelector gpu=h100 no longer matches this node's labels"),),

@@ -42,6 +42,13 @@ def test_a_pushed_commit_is_applied_owned_by_the_source_and_stamped_with_it(
     rec = reconcile.record("alpha")
     assert rec is not None and rec["revision"] == second
     assert source(reconcile)["applied"] == second
+
+    remote.deploy("beta", basePort=reconcile.port + 20)
+    reconcile.converge(*git_args(remote))
+    remote.commit({"manifests/beta.yaml": None}, "drop beta")  # its event names the file
+    reconcile.converge(*git_args(remote))  # as the repository did
+    (gone,) = [e for e in reconcile.events("beta") if e.get("action") == "stop"]
+    assert gone["reason"] == "manifest removed (was manifests/beta.yaml)", gone
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
     assert reconcile.record("alpha") is None
 

@@ -55,8 +55,8 @@ def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
     """A daemon on the state dir starts what its manifests declare at its next pass: a
     `down` it undoes seconds later without a word looks like a crash (issue 34)."""
     from controller.cli.operate.restartverb import daemon_pid
+    from controller.core.manifest.names import in_repo
     from controller.store.sources.manifests import load
-    from controller.store.statedir import in_repo
 
     daemon = daemon_pid(cfg.state_dir) if stopped else None
     if daemon is None:
@@ -66,8 +66,7 @@ def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
     for rec in stopped:
         entry = declared.get(base_name(rec.name))
         if entry is not None:
-            file = in_repo(cfg.repo, entry.source) if cfg.repo else entry.source
-            sources.setdefault(entry.name, f"{file}:{entry.line}")
+            sources.setdefault(entry.name, f"{in_repo(cfg.repo, entry.source)}:{entry.line}")
     # A git source's checkout is the node's copy: the manifest changes in the repository.
     if cfg.repo:
         keep = "remove it from the repository, or set `replicas: 0` in it, and push"

@@ -1,9 +1,11 @@
-"""Deployment names that may become file names (no pydantic: every verb imports this)."""
+"""Deployment names that may become file names, and a manifest file's name for people
+(no pydantic: every verb imports this)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
 DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
@@ -73,3 +75,15 @@ def model_names(name: str, model: str | None, aliases: Iterable[str]) -> tuple[s
     """The model names the gateway routes to a deployment: its name, model and aliases
     (in that order, each once). Set on the record when it is made (``Record.models``)."""
     return tuple(dict.fromkeys([name, *([model] if model else []), *aliases]))
+
+
+def in_repo(checkout: Path | None, file: str) -> str:
+    """A manifest file of a git source's ``checkout`` named as in the repository
+    (``manifests/a.yaml``), for people: the checkout's place under the state dir is
+    reconcile's, not theirs. Any other file (or no checkout) as it is."""
+    if checkout is None:
+        return file
+    try:
+        return Path(file).relative_to(checkout).as_posix()
+    except ValueError:
+        return file

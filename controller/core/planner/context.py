@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from controller.core.actions import AnyAction
 from controller.core.devices.capacity import Limits
@@ -39,6 +40,9 @@ class Desired:
     # Deployments left to other nodes (name -> their nodeSelector): not in ``entries``, so
     # never started or kept here; `plan` and `--once` say how many and why.
     skipped: Mapping[str, str] = field(default_factory=dict)
+    # A git source's checkout (None: the node's folders): a manifest file is named from it
+    # in what the plan says (``manifests/a.yaml``), as the repository names it.
+    repo: Path | None = None
 
     def restart_due(self, rec: Record) -> bool:
         """A restart was asked for ``rec``'s deployment after its engine started."""

@@ -23,6 +23,7 @@ from controller.core.actions import (
     Update,
 )
 from controller.core.devicefaults import describe
+from controller.core.manifest.names import in_repo
 from controller.core.manifest.specs import (
     NOT_HASHED,
     Entry,
@@ -192,7 +193,8 @@ def _undeclared(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
         return ()  # invariant 5: an empty or missing folder prunes nothing
     unselected = ctx.unselected(rec)
     if view.alive or view.markers or rec.holds:
-        return (Stop(name=rec.name, reason=unselected or f"manifest removed (was {rec.source})"),)
+        was = in_repo(ctx.desired.repo, rec.source)
+        return (Stop(name=rec.name, reason=unselected or f"manifest removed (was {was})"),)
     return (Release(name=rec.name, reason=unselected or "manifest removed", nonce=rec.nonce),)
 
 

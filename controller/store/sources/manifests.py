@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from controller.core.manifest.cluster import cluster_refusals
 from controller.core.manifest.excerpt import clip, did_you_mean, short
 from controller.core.manifest.labels import key_problem, value_problem
+from controller.core.manifest.names import in_repo
 from controller.core.manifest.specerrors import problems
 from controller.core.manifest.specs import (
     Deployment,
@@ -33,7 +34,6 @@ from controller.core.manifest.specs import (
 from controller.store.sources import bounded, security
 from controller.store.sources.bounded import Document, Path_
 from controller.store.sources.parsecache import ParseCache
-from controller.store.statedir import in_repo
 
 SUFFIXES = (".yaml", ".yml")
 
@@ -82,9 +82,7 @@ class LoadResult:
 
     def error(self, error: ManifestError) -> ManifestError:
         """``error`` naming its file as its user does: a git source's as the repository."""
-        if self.repo is None:
-            return error
-        return replace(error, shown=in_repo(self.repo, error.file))
+        return replace(error, shown=in_repo(self.repo, error.file)) if self.repo else error
 
     def folder_problems(self) -> list[str]:
         """Each missing folder in words: `-f /etc/passwd` is there, so not "does not exist"."""
