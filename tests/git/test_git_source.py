@@ -239,3 +239,16 @@ def test_down_under_a_daemon_following_git_names_the_file_in_the_repository(
     assert str(reconcile.state) not in down.err, down
     assert d.stop() == 0
     reconcile(*git_args(remote, "down"), check=0)
+
+
+def test_errors_that_name_a_second_file_name_it_as_the_repository_does(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A duplicate name's error names the other file too: both as the repository has them."""
+    text = reconcile.dump_yaml(reconcile.deployment("alpha", basePort=reconcile.port))
+    remote.commit({"manifests/a.yaml": text, "manifests/b.yaml": text}, "alpha twice")
+    reconcile("--once", *git_args(remote), check=1)
+    said = reconcile(*git_args(remote, "validate"), check=1).err
+    assert "manifests/a.yaml:1: metadata.name: duplicate deployment name 'alpha': also " in said
+    assert "also declared in manifests/b.yaml:1" in said, said
+    assert str(reconcile.state) not in said, said

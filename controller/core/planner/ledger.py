@@ -26,6 +26,7 @@ from controller.core.devices.placement import (
 )
 from controller.core.devices.victims import Victim, choose_victims
 from controller.core.engines.share import user_share
+from controller.core.manifest.names import in_repo
 from controller.core.manifest.quantity import format_bytes
 from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.planner.context import Context
@@ -179,7 +180,7 @@ class PlanLedger:
     def _unplaced(self, entry: Entry, placed: Unplaced, room: Inventory) -> str:
         reason = limits.explain(placed.reason, self._ctx.inventory, room, self._ctx.limits)
         if placed.field is not None:  # no pass can place it: point at the manifest
-            reason = f"{entry.source}:{entry.line}: {reason}"
+            reason = f"{in_repo(self._ctx.desired.repo, entry.source)}:{entry.line}: {reason}"
         return reason
 
     def _started(self, entry: Entry, why: str, name: str, placed: Placed) -> Start:

@@ -80,9 +80,13 @@ class LoadResult:
     backend: str = "local"  # the backend the specs are for: a cluster refuses some fields
     repo: Path | None = None  # the git checkout the folders are in (``load``)
 
+    def named(self, file: str) -> str:
+        """``file`` as its user names it: a git source's as the repository does."""
+        return in_repo(self.repo, file)
+
     def error(self, error: ManifestError) -> ManifestError:
-        """``error`` naming its file as its user does: a git source's as the repository."""
-        return replace(error, shown=in_repo(self.repo, error.file)) if self.repo else error
+        """``error`` naming its file as its user does (``named``)."""
+        return replace(error, shown=self.named(error.file)) if self.repo else error
 
     def folder_problems(self) -> list[str]:
         """Each missing folder in words: `-f /etc/passwd` is there, so not "does not exist"."""
@@ -304,12 +308,13 @@ def _add(result: LoadResult, entry: Entry) -> None:
     if first is None and name not in result.invalid_names:
         result.entries[name] = entry
         return
-    where = f"{first.source}:{first.line}" if first else "an invalid document"
+    where = f"{result.named(first.source)}:{first.line}" if first else "an invalid document"
     message = f"duplicate deployment name {name!r}: also declared in {where}"
     result.errors.append(ManifestError(entry.source, entry.line, "metadata.name", message, name))
     if first is not None:
         del result.entries[name]
-        other = f"duplicate deployment name {name!r}: also declared in {entry.source}:{entry.line}"
+        also = f"{result.named(entry.source)}:{entry.line}"
+        other = f"duplicate deployment name {name!r}: also declared in {also}"
         result.errors.append(ManifestError(first.source, first.line, "metadata.name", other, name))
     result.invalid_names[name] = message
 
@@ -484,9 +489,10 @@ def _clash(
 ) -> None:
     """Both deployments are invalid, each error naming the other's file and line."""
     for a, b in ((mine, other), (other, mine)):
+        also = f"{b.name!r}, {result.named(b.source)}:{b.line}"
         message = (
-            f"model name {model!r} is {why} (also {b.name!r}, {b.source}:{b.line}): the "
-            "gateway could not tell where it goes; rename one or drop the alias"
+            f"model name {model!r} is {why} (also {also}): the gateway could not tell where "
+            "it goes; rename one or drop the alias"
         )
         field_ = "spec.aliases" if model in a.deployment.spec.aliases else "spec.model"
         if model == a.name:
