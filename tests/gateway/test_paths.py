@@ -98,6 +98,8 @@ def test_every_path_is_routed_by_its_model(reconcile: Any, gateway: Any) -> None
     ):
         answer = g.request(method, path)
         assert answer.status == status and answer.json()["error"]["code"] == code, answer
+    metrics = g.request("GET", "/metrics")  # where an engine serves them: say where ours are
+    assert metrics.status == 404 and "--metrics-port" in metrics.json()["error"]["message"]
     no_model, headers = form("", b"x")
     answer = g.request(
         "POST", "/v1/audio/transcriptions", no_model.replace(b"model", b"other"), headers

@@ -136,6 +136,8 @@ class Front:
         if not paths.within(path, ROUTED) and path not in ROUTED_ALSO:
             also = ", ".join(sorted(ROUTED_ALSO))
             why = f"no route for {path!r}: the gateway serves /healthz, {ROUTED}... and {also}"
+            if path == "/metrics":  # where an engine has them; the gateway's are the daemon's
+                why += " (its metrics are the daemon's: `--metrics-port PORT` serves /metrics)"
             return error(404, why, "not_found")
         if request.method not in PROXIED_METHODS:
             return _not_allowed(request.method, path, PROXIED_METHODS)
