@@ -100,6 +100,10 @@ def test_every_path_is_routed_by_its_model(reconcile: Any, gateway: Any) -> None
         assert answer.status == status and answer.json()["error"]["code"] == code, answer
     metrics = g.request("GET", "/metrics")  # where an engine serves them: say where ours are
     assert metrics.status == 404 and "--metrics-port" in metrics.json()["error"]["message"]
+    root = g.request("GET", "/")  # an API client: where things are, the page among them
+    assert root.status == 404 and "its web page is /ui" in root.json()["error"]["message"]
+    browser = g.request("GET", "/?token=t0k", headers={"Accept": "text/html,*/*;q=0.8"})
+    assert browser.status == 302 and browser.headers["Location"] == "/ui?token=t0k", browser
     no_model, headers = form("", b"x")
     answer = g.request(
         "POST", "/v1/audio/transcriptions", no_model.replace(b"model", b"other"), headers

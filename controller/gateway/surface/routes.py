@@ -134,8 +134,15 @@ class Front:
                 return _not_allowed(request.method, path, OWN_METHODS)
             return await own(request)
         if not paths.within(path, ROUTED) and path not in ROUTED_ALSO:
+            if path == "/" and "text/html" in request.headers.get("Accept", ""):
+                # a browser at the gateway's address: the page (its token kept in the query)
+                page = "/ui" + (f"?{query}" if query else "")
+                return Response(status=302, headers={"Location": page})
             also = ", ".join(sorted(ROUTED_ALSO))
-            why = f"no route for {path!r}: the gateway serves /healthz, {ROUTED}... and {also}"
+            why = (
+                f"no route for {path!r}: the gateway serves /healthz, {ROUTED}... and {also}; "
+                "its web page is /ui (`reconcile ui` prints its address)"
+            )
             if path == "/metrics":  # where an engine has them; the gateway's are the daemon's
                 why += " (its metrics are the daemon's: `--metrics-port PORT` serves /metrics)"
             return error(404, why, "not_found")
