@@ -8,12 +8,14 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from procs import alive, wait_for
 from rayhelp import engines_gone, ours, ray
 
+REPO = Path(__file__).resolve().parents[2]
 GPU = {"count": 1, "kind": "nvidia"}
 ENGINE = [sys.executable, "-m", "controller.demo.engine", "--port", "{port}", "--host", "{host}"]
 SECRET_MODEL = "https://user:s3cr3t@models.example/m"  # a URL password: redacted when we print it
@@ -243,3 +245,14 @@ def test_a_node_selector_chooses_ray_nodes_by_their_labels(h100: str, rc: Reconc
     (rc.manifests / "pinned.yaml").unlink()
     got = once_until(rc, "second Ready", lambda s: s["second"]["phase"] == "Ready", timeout=120)
     assert "pinned" not in got and got["second"]["node"] == h100 and answers(got["second"])
+
+
+def test_the_shipped_demo_runs_on_ray(rc: Reconcile) -> None:
+    """README's "Outgrown one GPU box?" with the shipped manifests/: the demo binds
+    `{host}` (what the actor sets to every address on its node), so the node's address
+    answers; it bound loopback alone, and was restarted forever, never Ready."""
+    shipped = str(REPO / "manifests")
+    rc("--once", "--wait", "-f", shipped, check=0)
+    demo = rc.status()["demo"]
+    assert demo["phase"] == "Ready" and demo["backend"] == "ray" and answers(demo), demo
+    rc("down", "-f", shipped, check=0)
