@@ -53,7 +53,7 @@ from controller.core.devices.inventory import Inventory
 from controller.core.manifest.names import base_name
 from controller.core.manifest.specs import Entry, with_secrets
 from controller.core.plan import BACKOFF_RESET, Desired, backoff, plan
-from controller.core.state import Drain, ExitInfo, Observed, Phase
+from controller.core.state import Drain, ExitInfo, Observed, Phase, ProbeResult
 from controller.reconciler.executor import Executor
 from controller.reconciler.leases import RecordMaker
 from controller.store.instances.events import Journal
@@ -966,3 +966,33 @@ def test_the_same_records_on_their_own_node_are_judged() -> None:
     seen = observed(view(theirs, alive=False, exit=exited(1)), node="gpu-a")
     actions = run(Case(desired(entry("a", **GPU1)), seen))
     assert [type(a) for a in actions] == [Fail]
+
+
+REFUSED = "GET /health: ConnectionRefusedError: [Errno 111] Connection refused"
+LOOPBACK_HINT = (
+    "; on this backend the engine must listen on its node's address: pass it `{host}` "
+    "(e.g. `--host {host}`)"
+)
+
+
+@pytest.mark.parametrize(
+    ("backend", "command", "hint"),
+    [
+        pytest.param("ray", ["serve", "{port}"], LOOPBACK_HINT, id="cluster-no-host"),
+        pytest.param("ray", ["serve", "{port}", "--host", "{host}"], "", id="cluster-host"),
+        pytest.param("local", ["serve", "{port}"], "", id="local"),
+    ],
+)
+def test_a_refused_engine_on_a_cluster_is_told_to_bind_its_host(
+    backend: str, command: list[str], hint: str
+) -> None:
+    """On a cluster the node's address is probed: a command engine whose argv names no
+    ``{host}`` binds its own default (loopback, most often) and is refused there at every
+    deadline; the reason says what to pass. Locally loopback is what is probed."""
+    spec = entry("a", command=command)
+    rec = record("a", spec=spec, phase=Phase.STARTING, ready_deadline_at=NOW, backend=backend)
+    got = plan(
+        desired(spec), observed(view(rec, alive=True, probe=ProbeResult(False, REFUSED))), GPUS, NOW
+    )
+    reason = f"not ready by its readiness deadline (last probe: {REFUSED}){hint}; restart now"
+    assert [(type(a), a.name, a.reason) for a in got] == [(Fail, "a", reason)]

@@ -71,8 +71,26 @@ def running(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
         return (MarkReady(name=rec.name, reason=view.probe.detail),)
     if past_deadline(ctx, view):
         last = f" (last probe: {view.probe.detail})" if view.probe else ""
-        return (retry(ctx, rec, f"not ready by its readiness deadline{last}"),)
+        hint = _loopback_hint(ctx, view)
+        return (retry(ctx, rec, f"not ready by its readiness deadline{last}{hint}"),)
     return ()
+
+
+def _loopback_hint(ctx: Context, view: RecordView) -> str:
+    """On a cluster the engine is probed at its node's address: a command engine whose
+    argv names no ``{host}`` binds what its own default is, most often loopback alone,
+    and is refused there forever. Say so where that is the likely cause."""
+    entry = ctx.entry(view.record.name)
+    refused = view.probe is not None and "refused" in view.probe.detail.lower()
+    if not (view.record.on_cluster and refused and entry is not None):
+        return ""
+    spec = entry.deployment.spec
+    if spec.engine != "command" or any("{host}" in a for a in (*(spec.command or ()), *spec.args)):
+        return ""
+    return (
+        "; on this backend the engine must listen on its node's address: pass it "
+        "`{host}` (e.g. `--host {host}`)"
+    )
 
 
 def liveness(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
