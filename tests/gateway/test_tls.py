@@ -214,11 +214,13 @@ def _tls_gateway(
     key: Path,
     *extra: str,
     client: ssl.SSLContext | None = None,
+    prefix: list[str] | None = None,
 ) -> Any:
-    """The daemon with --listen over TLS, once /healthz answers over HTTPS."""
+    """The daemon with --listen over TLS, once /healthz answers over HTTPS (``prefix``:
+    the gateway fixture's, a wrapper that execs the daemon)."""
     rc.write("alpha", command=rc.demo_command(chunks="3", chunk_delay="0.01"))
     flags = ["--tls-cert", str(cert), "--tls-key", str(key), "--api-keys", str(_keyfile(rc))]
-    g = gateway(*flags, *extra, wait=False)
+    g = gateway(*flags, *extra, wait=False, prefix=prefix or [])
     ctx = client or pki.client()
 
     def up() -> bool:
@@ -463,4 +465,29 @@ def test_client_certificates_with_tls_client_ca(reconcile: Any, gateway: Any, pk
         status, body, _ = _https(g.port, ctx, "POST", "/v1/chat/completions", _chat("alpha"))
         assert status == 200, body
     finally:
+        g.finish()
+
+
+def test_silent_connections_exhaust_nothing_over_tls(
+    reconcile: Any, gateway: Any, pki: Pki
+) -> None:
+    """A flood of connections that never send their handshake (issue 28's half-open
+    flood, on the TLS port): each may wait there up to a minute, but they share the
+    connection cap with the rest, the oldest let go first; so a real client still gets
+    its answer and a pass still starts an engine, under an fd limit below the flood."""
+    cert, key = _pair(pki)
+    g = _tls_gateway(reconcile, gateway, pki, cert, key, prefix=["prlimit", "--nofile=256:256"])
+    held: list[socket.socket] = []
+    try:
+        for _ in range(300):
+            held.append(socket.create_connection(("127.0.0.1", g.port), timeout=10))
+        reconcile.write("beta", basePort=reconcile.port + 5)  # a pass must start it
+        g.wait_phase("beta", "Ready")
+        status, body, _ = _https(
+            g.port, pki.client(), "POST", "/v1/chat/completions", _chat("alpha")
+        )
+        assert status == 200, body
+    finally:
+        for sock in held:
+            sock.close()
         g.finish()

@@ -254,7 +254,7 @@ class Gateway:
             if self.tls is None:
                 self._listener = await self.loop.create_server(server.protocol, sock=listening)
             else:  # accepted by us: a plain-HTTP request gets its 400 (tlsaccept.py)
-                acceptor = Acceptor(listening, server.protocol, self.tls.context)
+                acceptor = Acceptor(listening, server.protocol, self.tls.context, connections)
                 acceptor.start()
                 self._listener = acceptor
         except BaseException:

@@ -8,7 +8,8 @@ So with TLS the gateway accepts by itself: each connection's first byte is peeke
 (``MSG_PEEK``: it stays for the handshake), and a TLS record (0x16, a handshake) is
 handed to ``loop.connect_accepted_socket`` with the context, as ``create_server`` would;
 anything else is answered 400 in clear text and closed. A client that sends nothing is
-held no longer than a handshake would be (``FIRST_BYTE_TIMEOUT``, asyncio's default).
+held no longer than a handshake would be (``FIRST_BYTE_TIMEOUT``, asyncio's default), and
+not at all once the connection cap needs its room (``Acceptor``).
 
 ``Acceptor`` stands where ``create_server``'s ``asyncio.Server`` stands for plain HTTP:
 its ``sockets`` name the listening socket (what a hand-over passes on), ``close`` stops
@@ -26,6 +27,7 @@ import ssl
 from collections.abc import Callable
 
 from controller.gateway.http.answers import body
+from controller.gateway.http.server import Connections
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -50,19 +52,27 @@ PLAIN_ANSWER = (
 
 
 class Acceptor:
-    """Accepts on ``sock`` for a TLS server of ``protocol`` with ``context``."""
+    """Accepts on ``sock`` for a TLS server of ``protocol`` with ``context``.
+
+    The connections not yet handed on (silent, or mid-handshake) count against the
+    server's cap with its own (``server.Connections``): past it the oldest of them is let
+    go, so a flood of connections that never finish a handshake holds no more fds than a
+    flood of half-open requests does on plain HTTP (tests/gateway/test_fds.py)."""
 
     def __init__(
         self,
         sock: socket.socket,
         protocol: Callable[[], asyncio.Protocol],
         context: ssl.SSLContext,
+        connections: Connections,
     ) -> None:
         self._sock = sock
         self._protocol = protocol
         self._context = context
+        self._connections = connections
         self._task: asyncio.Task[None] | None = None
-        self._greeting: set[asyncio.Task[None]] = set()  # connections not yet handed on
+        # connections not yet handed on, oldest first (a dict keeps the order they came in)
+        self._greeting: dict[asyncio.Task[None], socket.socket] = {}
         sock.setblocking(False)
 
     @property
@@ -91,8 +101,19 @@ class Acceptor:
                 await asyncio.sleep(ACCEPT_RETRY)
                 continue
             task = loop.create_task(self._greet(conn))
-            self._greeting.add(task)
-            task.add_done_callback(self._greeting.discard)
+            self._greeting[task] = conn
+            task.add_done_callback(self._greeted)
+            while len(self._greeting) + len(self._connections) > self._connections.cap:
+                self._let_go(next(iter(self._greeting)))
+
+    def _greeted(self, task: asyncio.Task[None]) -> None:
+        self._greeting.pop(task, None)
+
+    def _let_go(self, task: asyncio.Task[None]) -> None:
+        """The oldest connection not yet handed on is closed to make room."""
+        conn = self._greeting.pop(task)
+        task.cancel()
+        task.add_done_callback(lambda done: _close_if_cancelled(done, conn))
 
     async def _greet(self, conn: socket.socket) -> None:
         """Hand ``conn`` to the TLS server, or answer its plain HTTP 400."""
@@ -113,6 +134,15 @@ class Acceptor:
             return
         if first:
             await _answer_plain(conn)
+        conn.close()
+
+
+def _close_if_cancelled(task: asyncio.Task[None], conn: socket.socket) -> None:
+    """A task cancelled before it began runs no code of its own: its socket is closed
+    here (one cancelled in its handshake the loop closed already: a no-op). One that
+    handed its socket on just before the cancel came is left alone: the TLS server holds
+    it now."""
+    if task.cancelled():
         conn.close()
 
 
