@@ -103,8 +103,14 @@ class Acceptor:
             task = loop.create_task(self._greet(conn))
             self._greeting[task] = conn
             task.add_done_callback(self._greeted)
-            while len(self._greeting) + len(self._connections) > self._connections.cap:
+            # The newest is never let go here: with the cap full of connections handed on,
+            # it is admitted once its handshake is done, in place of an idle one
+            # (``Connections.admit``), as on plain HTTP.
+            while len(self._greeting) > 1 and self._over_cap():
                 self._let_go(next(iter(self._greeting)))
+
+    def _over_cap(self) -> bool:
+        return len(self._greeting) + len(self._connections) > self._connections.cap
 
     def _greeted(self, task: asyncio.Task[None]) -> None:
         self._greeting.pop(task, None)
