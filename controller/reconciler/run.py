@@ -196,7 +196,8 @@ class Preview:
             activations=activation.read_all(self.config.state_dir),
             restarts=restart.read_all(self.config.state_dir),
             revision=gitrev.revision_of(self.config.manifests, check_dirty=not self.config.git),
-            repo=self.config.repo,
+            # Always the node's checkout: another set's record may name a file in it.
+            repo=StateDir(self.config.state_dir).git_checkout,
             replicas=self.autoscaler.counts(
                 entries,
                 lambda: self.store.load().records.values(),

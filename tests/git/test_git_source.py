@@ -49,6 +49,15 @@ def test_a_pushed_commit_is_applied_owned_by_the_source_and_stamped_with_it(
     reconcile.converge(*git_args(remote))  # as the repository did
     (gone,) = [e for e in reconcile.events("beta") if e.get("action") == "stop"]
     assert gone["reason"] == "manifest removed (was manifests/beta.yaml)", gone
+    # A run of the node's own folder declaring the same name: the git set's record is
+    # named as the repository names its file, in the plan's conflict and restart's refusal.
+    reconcile.write("alpha")
+    conflict = reconcile("plan", check=1).out
+    restarted = reconcile("restart", "alpha", "--no-wait", check=0).err
+    for said in (conflict, restarted):
+        assert f"({remote.owner()}, from manifests/alpha.yaml)" in said, said
+        assert str(reconcile.state) not in said, said
+    (reconcile.manifests / "alpha.yaml").unlink()
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
     assert reconcile.record("alpha") is None
 

@@ -69,9 +69,10 @@ def cmd_restart(args: argparse.Namespace) -> int:
         return _watch(cfg, _expected(records, names), at, args.restart_timeout, lambda: None)
     foreign = {n: r for n in names for r in _instances(records.values(), n) if r.owner != cfg.owner}
     for name, rec in foreign.items():
+        source = StateDir(cfg.state_dir).in_repo(rec.source)
         print(
             f"reconcile: {name} belongs to another manifest set ({rec.owner}, from "
-            f"{rec.source}): its next pass restarts it; run `reconcile restart` with that "
+            f"{source}): its next pass restarts it; run `reconcile restart` with that "
             "set's -f or --owner to restart it now",
             file=sys.stderr,
         )

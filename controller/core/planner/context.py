@@ -40,8 +40,9 @@ class Desired:
     # Deployments left to other nodes (name -> their nodeSelector): not in ``entries``, so
     # never started or kept here; `plan` and `--once` say how many and why.
     skipped: Mapping[str, str] = field(default_factory=dict)
-    # A git source's checkout (None: the node's folders): a manifest file is named from it
-    # in what the plan says (``manifests/a.yaml``), as the repository names it.
+    # The node's git checkout (whether this run follows git or not): a file in it, this
+    # run's manifest or another set's record, is named from it in what the plan says
+    # (``manifests/a.yaml``), as the repository names it; any other file as it is.
     repo: Path | None = None
 
     def restart_due(self, rec: Record) -> bool:

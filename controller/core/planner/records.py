@@ -81,7 +81,7 @@ def _judge(ctx: Context, name: str) -> list[Judged]:
     if view.record.elsewhere(ctx.observed.node):
         return []  # another node's record: only that node may act on it
     if not ctx.ours(view.record):
-        return _foreign(view, entry)
+        return _foreign(ctx, view, entry)
     return _own(ctx, view, entry)
 
 
@@ -100,7 +100,7 @@ def _unrecorded(ctx: Context, name: str, entry: Entry | None) -> list[Judged]:
     return [Want(entry, "new deployment")]
 
 
-def _foreign(view: RecordView, entry: Entry | None) -> list[Judged]:
+def _foreign(ctx: Context, view: RecordView, entry: Entry | None) -> list[Judged]:
     """Another manifest set's record: only a dead reservation is ours to resolve."""
     rec = view.record
     if rec.phase is Phase.RESERVED and not view.maker_alive:
@@ -109,9 +109,10 @@ def _foreign(view: RecordView, entry: Entry | None) -> list[Judged]:
         return []
     # Most often the same set run with other -f folders (its owner is their paths): the
     # fix is its old name, not a rename.
+    source = in_repo(ctx.desired.repo, rec.source)
     reason = (
         f"name {rec.name!r} is owned by another manifest set ({rec.owner}, "
-        f"from {rec.source}): if that set is this one under other -f folders, pass "
+        f"from {source}): if that set is this one under other -f folders, pass "
         f"`--owner {rec.owner!r}` (every run of a set must give it one name); else rename "
         "one of the two deployments"
     )
