@@ -34,6 +34,7 @@ def test_a_pushed_commit_is_applied_owned_by_the_source_and_stamped_with_it(
     # `plan` fetches nothing: it says which commit it planned against (not the one pushed).
     planned = reconcile(*git_args(remote, "plan"), check=0).out
     assert f"Against commit {first[:12]}, the one the node applied" in planned, planned
+    assert reconcile(*git_args(remote, "plan", "-o", "json"), check=0).json()["revision"] == first
     # export's own refusals name the file as the repository does, as load's errors do
     exported = reconcile(*git_args(remote, "export"), check=1).err
     assert "error: manifests/alpha.yaml:" in exported and "no default image" in exported

@@ -44,6 +44,7 @@ def test_plan_classifies_every_change_and_the_pass_does_exactly_that(reconcile: 
     assert "the node has only 2: lower devices.count or add devices" in by["huge"]["reason"]
     assert doc["unchanged"] == [{"name": "steady", "phase": "Ready"}]
     assert doc["in_sync"] is False and doc["errors"] == []
+    assert doc["revision"] is None  # a folder outside git
     assert doc["summary"]["create"] == 1 and doc["summary"]["unchanged"] == 1
 
     text = rc("plan", check=1).out

@@ -151,6 +151,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "replicas": counts,
             "errors": errors,
             "skipped": dict(sorted(desired.skipped.items())),  # name -> its nodeSelector
+            # The commit planned against (a git source's applied one: `plan` fetches nothing).
+            "revision": desired.revision,
         }
         print(json.dumps(doc, indent=2))
     else:
