@@ -112,6 +112,12 @@ def test_a_path_missing_at_a_commit_prunes_nothing(reconcile: Any, remote: Remot
     seen = source(reconcile)  # not Synced: what runs is the commit before's
     assert seen["fetched"] == seen["applied"] == gone and seen["state"] == "Degraded", seen
     assert "manifests: no such folder at this commit; nothing pruned" in seen["message"], seen
+    # the record's condition, `--once` and the daemon's log name the path as the repository
+    # does, never the node's checkout under the state dir
+    wide = reconcile("status", "-o", "wide", check=0).out
+    for said in (out.err, wide):
+        assert "manifests: no such folder at the applied commit" in said, said
+        assert str(reconcile.state) not in said, said
     history = reconcile("history", "-o", "json", check=0).json()
     assert history[-1]["revision"] == gone and history[-1]["outcome"] == "Degraded", history
     empty = remote.commit({"manifests/notes.txt": "no manifest here\n"}, "a folder, empty")

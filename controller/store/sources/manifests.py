@@ -89,7 +89,13 @@ class LoadResult:
         return replace(error, shown=self.named(error.file)) if self.repo else error
 
     def folder_problems(self) -> list[str]:
-        """Each missing folder in words: `-f /etc/passwd` is there, so not "does not exist"."""
+        """Each missing folder in words: `-f /etc/passwd` is there, so not "does not exist";
+        a git source's path as the repository names it, at its commit."""
+        if self.repo is not None:
+            return [
+                f"{self.named(f)}: {self.unusable.get(f, 'no such folder')} at the applied commit"
+                for f in self.missing_folders
+            ]
         return [
             f"manifests folder {f} {self.unusable.get(f, 'does not exist')}"
             for f in self.missing_folders
