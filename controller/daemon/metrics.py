@@ -296,4 +296,4 @@ def _git_state(config: Config, result: PassResult) -> str | None:
     st = gitsource.read_status(config.state_dir)
     if st is None:
         return None
-    return gitsource.state_of(st, [str(r.phase) for r in result.ours()])[0]
+    return gitsource.state_of(st, gitsource.phases_of(result.ours()))[0]

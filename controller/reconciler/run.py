@@ -401,13 +401,21 @@ class Reconciler(Preview):
         """The git source's state (`reconcile source`'s), notified when it changes."""
         if self.notify is None:
             return
-        from controller.store.sources.gitsource import read_status, state_of
+        from controller.store.sources.gitsource import (
+            DEGRADED,
+            degraded,
+            phases_of,
+            read_status,
+            state_of,
+        )
 
         st = read_status(self.config.state_dir)
         if st is None:
             return
-        state, message = state_of(st, [str(r.phase) for r in result.ours()])
-        self.notify.source_state(state, message, st.applied)
+        phases = phases_of(result.ours())
+        state, message = state_of(st, phases)
+        names = degraded(phases) if state == DEGRADED else []
+        self.notify.source_state(state, message, st.applied, deployments=names)
 
     def _device_fault(self, device: str, why: str) -> None:
         assert self.notify is not None

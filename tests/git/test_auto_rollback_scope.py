@@ -100,7 +100,7 @@ def _status(**fields: Any) -> gitsource.SourceStatus:
     ids=["valid", "invalid-here", "invalid-before", "applying", "pull-failed"],
 )
 def test_the_state_names_a_manifest_that_does_not_load(fields: dict[str, Any], state: str) -> None:
-    said, message = gitsource.state_of(_status(**fields), ["Ready", "Ready"])
+    said, message = gitsource.state_of(_status(**fields), [("a", "Ready"), ("b", "Ready")])
     assert said == state, message
     if state == "Degraded":
         assert "m/a.yaml:3: invalid YAML" in message and BAD[:12] in message, message

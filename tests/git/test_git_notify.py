@@ -41,6 +41,7 @@ def test_sync_states_and_a_rollback_are_posted(
     synced = d.wait(lambda: told(hook, "Synced"), "Synced posted")
     assert synced[0]["revision"] == good and synced[0]["source"] == remote.url, synced
     assert synced[0]["node"] == reconcile.node and "Synced" in synced[0]["text"]
+    assert synced[0]["text"].count(good[:12]) == 1, synced  # the commit said once
 
     gone = remote.bare.with_name("gone.git")
     shutil.move(remote.bare, gone)
@@ -67,7 +68,8 @@ def test_an_auto_rollback_is_posted(
     reconcile.state.mkdir(parents=True, exist_ok=True)
     (reconcile.state / "node.yaml").write_text(
         f"git:\n  url: {remote.url}\n  path: manifests\n  autoRollback: {{progressDeadline: 3s}}\n"
-        f"notify:\n  - url: http://127.0.0.1:{hook.port}/reconcile\n    events: [RolledBack]\n"
+        f"notify:\n  - url: http://127.0.0.1:{hook.port}/reconcile\n"
+        "    events: [RolledBack, Degraded]\n"
     )
     good = remote.deploy("alpha")
     reconcile.converge("--git", remote.url)
@@ -77,5 +79,9 @@ def test_an_auto_rollback_is_posted(
     assert rolled[0]["deployments"] == ["alpha"], rolled
     assert bad[:12] in rolled[0]["message"] and good[:12] in rolled[0]["message"], rolled
     assert "progressDeadline" in rolled[0]["message"]
+    # before it, the commit's failing deployment was Degraded, named in the notification
+    (degraded,) = told(hook, "Degraded")
+    assert degraded["deployments"] == ["alpha"] and degraded["revision"] == bad, degraded
+    assert "alpha Failed" in degraded["message"] or "alpha BackOff" in degraded["message"]
     assert d.stop() == 0
     node_only(reconcile, "down")

@@ -22,8 +22,7 @@ def source_state(state_dir: Path) -> tuple[gitsource.SourceStatus, str, str] | N
     if st is None:
         return None
     records = RecordStore(state_dir).load().records.values()
-    phases = [str(r.phase) for r in records if r.owner == st.owner]
-    state, message = gitsource.state_of(st, phases)
+    state, message = gitsource.state_of(st, gitsource.phases_of(records, st.owner))
     return st, state, message
 
 

@@ -82,9 +82,7 @@ class NodeReader:
         st = gitsource.peek_status(self.state_dir)
         if st is None:
             return None
-        state, message = gitsource.state_of(
-            st, [str(r.phase) for r in records if r.owner == st.owner]
-        )
+        state, message = gitsource.state_of(st, gitsource.phases_of(records, st.owner))
         return gitsource.as_json(st, state, message)
 
     def faults(self) -> Mapping[str, DeviceFault]:

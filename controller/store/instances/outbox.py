@@ -84,7 +84,8 @@ def payload(
     message = scrub(message)
     names = sorted(set(deployments))
     about = f" ({', '.join(names)})" if names else ""
-    at = f" at {revision[:12]}" if revision else ""
+    # The revision once: a message that names it already (a source's) says it again not.
+    at = f" at {revision[:12]}" if revision and revision[:12] not in message else ""
     return {
         "event": event,
         "node": node,
@@ -200,7 +201,9 @@ class Notifications:
         for hook in wanted:
             self.outbox.put(hook, body)
 
-    def source_state(self, state: str, message: str, revision: str | None) -> None:
+    def source_state(
+        self, state: str, message: str, revision: str | None, deployments: Sequence[str] = ()
+    ) -> None:
         """The git source's state, notified when it or the applied commit differs from the
         last one noted (kept on disk: a restart in the same state says nothing again; a
         new commit Synced is news)."""
@@ -214,7 +217,7 @@ class Notifications:
             revision,
         ):
             return
-        self.emit(state, message, revision=revision)
+        self.emit(state, message, revision=revision, deployments=deployments)
         with contextlib.suppress(OSError):
             sidefiles.folder_for_write(path.parent)
             write_atomic(path, json.dumps({"state": state, "revision": revision}).encode())

@@ -29,6 +29,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +45,7 @@ from controller.store.lock import FileLock
 from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:
+    from controller.core.state import Record
     from controller.store.sources.manifests import ManifestError
 
 log = get_logger("reconcile")
@@ -689,7 +691,21 @@ def last_good(state_dir: Path, but: str | None) -> str | None:
 # -- the state `reconcile source` shows -------------------------------------------------
 
 
-def state_of(st: SourceStatus, phases: list[str]) -> tuple[str, str]:
+Phases = Sequence[tuple[str, str]]  # each record of the source: (its name, its phase)
+DEGRADING = ("Failed", "BackOff", "Pending")  # a record in one of these makes it Degraded
+
+
+def degraded(phases: Phases) -> list[str]:
+    """The records that make the source Degraded, by name (a notification names them)."""
+    return [name for name, phase in phases if phase in DEGRADING]
+
+
+def phases_of(records: Iterable[Record], owner: str | None = None) -> list[tuple[str, str]]:
+    """``state_of``'s phases: each record's (name, phase), of ``owner``'s alone if given."""
+    return [(r.name, str(r.phase)) for r in records if owner is None or r.owner == owner]
+
+
+def state_of(st: SourceStatus, phases: Phases) -> tuple[str, str]:
     """(state, message) from the status and the phases of the source's records."""
     if st.fetch_error:
         since = st.last_fetch_at or "never"
@@ -715,10 +731,10 @@ def state_of(st: SourceStatus, phases: list[str]) -> tuple[str, str]:
             "what they declared before runs on unchanged: fix it and push (`reconcile "
             "validate` lists every error)"
         )
-    bad = [p for p in phases if p in ("Failed", "BackOff", "Pending")]
+    bad = [f"{name} {phase}" for name, phase in phases if phase in DEGRADING]
     if bad:
         return DEGRADED, f"{len(bad)} of {len(phases)} deployment(s) not Ready ({', '.join(bad)})"
-    waiting = [p for p in phases if p not in ("Ready", "Idle")]
+    waiting = [p for _, p in phases if p not in ("Ready", "Idle")]
     if waiting:
         return PROGRESSING, f"{len(phases) - len(waiting)}/{len(phases)} deployment(s) Ready"
     return SYNCED, f"{len(phases)} deployment(s) Ready at {st.applied[:12]}"
