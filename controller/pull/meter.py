@@ -40,6 +40,13 @@ class ProgressMeter:
             self.total = total
         self.flush(force=known)  # the first sight of the total is shown at once
 
+    def restart_from(self, done: int) -> None:
+        """A failed pull: the bytes a retry starts from, written at once (its rate none)."""
+        with self._lock:
+            self.done = done
+            self._samples.clear()
+            self._flush(force=True)
+
     def advance(self, n: int) -> None:
         self.done += n
         self.flush()

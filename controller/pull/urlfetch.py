@@ -35,6 +35,19 @@ def fetch_url(
     url: str, sha256: str, entry: CacheEntry, *, bounds: Bounds, meter: ProgressMeter
 ) -> dict[str, Any]:
     """Download into ``<file>.partial`` (resuming what is there), check, rename."""
+    partial = entry.folder / f"{file_name(url)}.partial"
+    try:
+        return _fetch(url, sha256, entry, bounds, meter)
+    except PullError:
+        # What a retry resumes from: nothing when the partial was dropped (a wrong
+        # sha256, a range from another byte, a full disk), not the bytes last counted.
+        meter.restart_from(partial.stat().st_size if partial.exists() else 0)
+        raise
+
+
+def _fetch(
+    url: str, sha256: str, entry: CacheEntry, bounds: Bounds, meter: ProgressMeter
+) -> dict[str, Any]:
     name = file_name(url)
     where = redact_url(url)  # what messages say: never a token
     final = entry.folder / name

@@ -73,6 +73,8 @@ def test_a_wrong_sha256_leaves_nothing_to_use(tmp_path: Path) -> None:
     assert DIGEST in result["message"] and "0" * 64 in result["message"]
     view = modelcache.look(entry, running=False)
     assert view.failure is not None and view.failure.attempts == 1
+    # the bytes were dropped: the retry starts from nothing, and says so (no "resuming")
+    assert view.progress is not None and view.progress.bytes_done == 0, view.progress
 
 
 def test_a_cut_connection_resumes_with_a_range_request(tmp_path: Path) -> None:
@@ -356,6 +358,8 @@ def test_a_range_answer_from_another_byte_is_dropped_not_appended(tmp_path: Path
             in (result["message"])
         )
         assert not partial.exists()
+        progress = modelcache.look(entry, running=False).progress
+        assert progress is not None and progress.bytes_done == 0, progress  # not "resuming"
         assert worker.run(job) == 0  # from zero: a whole answer
     assert (entry.folder / "tiny.gguf").read_bytes() == DATA
 
