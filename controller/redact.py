@@ -24,7 +24,12 @@ REDACTED = "<redacted>"
 
 
 def redact_env(env: dict[str, Any]) -> dict[str, Any]:
-    return {k: REDACTED if SECRET.search(k) else v for k, v in env.items()}
+    """A secret's name hides its value; any other value loses a URL's password and secret
+    query values (``DB_URL=postgres://u:pw@h/db``), as an argument does."""
+    return {
+        k: REDACTED if SECRET.search(k) else redact_url(v) if isinstance(v, str) else v
+        for k, v in env.items()
+    }
 
 
 def redact_args(args: Sequence[Any]) -> list[str]:

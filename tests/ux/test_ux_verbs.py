@@ -34,7 +34,12 @@ def running(reconcile: Any) -> Any:
     rc.write(
         "web",
         devices={"count": 1, "kind": "nvidia"},
-        env={"HF_TOKEN": "hf_s3cr3t", "PYTHONUNBUFFERED": "1"},
+        # a secret's name hides its value; a URL's password is hidden under any name
+        env={
+            "HF_TOKEN": "hf_s3cr3t",
+            "DB_URL": "postgres://u:dbpw-hidden@h/db",
+            "PYTHONUNBUFFERED": "1",
+        },
         args=["--model", "https://bob:pw-hidden@hub.example/m"],  # a password in a URL
     )
     rc.converge()
@@ -91,6 +96,9 @@ def _describe_redacts_and_keeps_the_cause_of_death(rc: Any) -> None:
     web = rc("describe", "web", check=0).out
     ours, engine_log = web.split("Log (last 20 lines")  # what the engine prints is its own
     assert "hf_s3cr3t" not in web and "pw-hidden" not in ours
+    assert "DB_URL: postgres://u:<redacted>@h/db" in web
+    spec = rc("describe", "web", "-o", "json", check=0).out
+    assert "dbpw-hidden" not in spec and "hf_s3cr3t" not in spec
     marker = next(line for line in engine_log.splitlines() if "reconcile: start web" in line)
     assert "bob:<redacted>@hub" in marker
     assert "HF_TOKEN: <redacted>" in web and "bob:<redacted>@hub" in web
