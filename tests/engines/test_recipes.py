@@ -387,3 +387,15 @@ def test_tgi_rejects_a_socket_path_too_long_for_unix_sockets() -> None:
 def test_unknown_engine() -> None:
     with pytest.raises(RecipeError, match="unknown engine 'triton'"):
         recipe_for("triton")
+
+
+@pytest.mark.parametrize("engine", [e for e in MODULES if e != "command"])
+def test_each_recipes_pinned_image_is_named_in_full(engine: str) -> None:
+    """The image a container runs without `container.image`: podman refuses a short name
+    on a host with no unqualified-search registries (its default), so each names its
+    registry (`docker.io/vllm/vllm-openai:v0.11.0`) and pins a tag."""
+    import importlib
+
+    image = importlib.import_module(MODULES[engine]).IMAGE
+    registry, _, rest = image.partition("/")
+    assert "." in registry and "/" in rest and ":" in rest.rsplit("/", 1)[1], image

@@ -31,7 +31,7 @@ from controller.core.engines.base import (
 
 # `reconcile export`'s default image (Docker Hub ollama/ollama: CPU and NVIDIA; AMD
 # needs the `-rocm` variant, which the user names in spec.image).
-IMAGE = "ollama/ollama:0.18.2"
+IMAGE = "docker.io/ollama/ollama:0.18.2"
 
 
 def ollama_host(host: str, port: int) -> str:

@@ -39,7 +39,7 @@ from controller.core.engines.vllm import served_model_name
 
 # `reconcile export`'s default image (Docker Hub lmsysorg/sglang). SGLang's install docs
 # name v0.5.19-cu129 as the last CUDA 12 tag; newer tags need a CUDA 13 driver.
-IMAGE = "lmsysorg/sglang:v0.5.19-cu129"
+IMAGE = "docker.io/lmsysorg/sglang:v0.5.19-cu129"
 
 
 class SglangRecipe:

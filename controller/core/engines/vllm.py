@@ -38,7 +38,9 @@ from controller.core.engines.share import has_flag, share_args
 
 # `reconcile export`'s default image: vLLM's own OpenAI-server image (Docker Hub
 # vllm/vllm-openai; the vLLM docs' "Using Docker" page builds on this tag). A CUDA build.
-IMAGE = "vllm/vllm-openai:v0.11.0"
+# Named in full: podman refuses a short name on a host with no unqualified-search
+# registries (its default), and Kubernetes takes the full name as it is.
+IMAGE = "docker.io/vllm/vllm-openai:v0.11.0"
 
 
 def served_model_name(model: str, args: Sequence[str]) -> str:
