@@ -214,6 +214,13 @@ class Record:
         return self.phase.holds_resources
 
     @property
+    def crash_looping(self) -> bool:
+        """In back-off after a restart that never came up (a run that was Ready and then
+        died is a crash the restart may well cure: not yet a loop). `--once` and `plan`
+        exit 1 on it: it goes on by itself, never better, until someone looks."""
+        return self.phase is Phase.BACKOFF and self.restarts > 0 and self.ready_at is None
+
+    @property
     def on_demand(self) -> bool:
         """Started by the gateway on a request, stopped after ``idle_timeout`` without one."""
         return self.activation == "OnDemand"

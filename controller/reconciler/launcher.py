@@ -130,7 +130,10 @@ class Launcher:
         try:
             where = self.backend.launch(launch)
         except Unplaceable as exc:  # the cluster has no room now: Pending, nothing held
-            pending = self.maker.pending(entry, str(exc), name=name)
+            # A restart's count goes on through the wait (a pull, no room): `_reserve`.
+            pending = replace(
+                self.maker.pending(entry, str(exc), name=name), restarts=record.restarts
+            )
             outcome = "pending"
             if isinstance(exc, PullingFirst):  # on its way by itself: not the user's to fix
                 pending, outcome = replace(pending, phase=Phase.PULLING), "pulling"

@@ -129,13 +129,7 @@ class PassResult:
             out.append(f"git: {self.git.error} ({running}; nothing pruned)")
         if self.prune_blocked and not self.missing_folders and not self.unfetched:
             out.append("the manifests folder holds no manifest: nothing pruned")
-        out += [
-            f"{r.name} is crash-looping ({r.message or 'BackOff'})"
-            for r in self.ours()
-            # a restart that never came up (a run that was Ready and then died is a crash
-            # the restart may well cure: not yet a loop)
-            if r.phase is Phase.BACKOFF and r.restarts > 0 and r.ready_at is None
-        ]
+        out += [crash_text(r) for r in self.ours() if r.crash_looping]
         return out
 
     @property
@@ -521,6 +515,8 @@ class Reconciler(Preview):
                 if current is not None and current.phase not in waits:
                     continue  # another pass placed it meanwhile
                 taken, refused = self._lease(start, ledger)
+                if current is not None and current.restarts:
+                    taken = _restarts_kept(taken, current.restarts)
                 record = taken.record if isinstance(taken, Lease) else taken
                 if is_next(start.name) and not isinstance(taken, Lease):
                     continue  # a rolling `@next` that cannot start: no Pending over the old
@@ -723,6 +719,20 @@ def _seen(result: PassResult, node: str, at: datetime) -> Seen:
         blocked = f"{why}: nothing pruned; `--allow-empty` to prune"
     skipped = skip_note(result.skipped)
     return Seen(node=node, owner=result.owner, at=at, prune_blocked=blocked, skipped=skipped)
+
+
+def crash_text(rec: Record) -> str:
+    """A crash-looping record, for `--once`'s and `plan`'s errors."""
+    return f"{rec.name} is crash-looping ({rec.message or 'BackOff'})"
+
+
+def _restarts_kept(taken: Lease | Record, restarts: int) -> Lease | Record:
+    """A restart that went by way of a pull (its image's: the record was Pulling) is still
+    that restart: its count goes on, so a start that keeps failing backs off longer each
+    time and counts as crash-looping (``--once`` exits 1), as a process's does."""
+    if isinstance(taken, Lease):
+        return Lease(replace(taken.record, restarts=restarts), taken.rendered)
+    return replace(taken, restarts=restarts)
 
 
 def _folder_problem(result: PassResult) -> str | None:

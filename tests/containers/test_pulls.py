@@ -97,6 +97,15 @@ def test_a_registry_that_is_down_is_named_and_retried(
     assert image in record["message"] and "connection refused" in record["message"].lower()
     assert record["phase"] == "BackOff" and record["backoff_until"] is not None, record
     assert engine.ours(rc.state) == []
+    # Its retry (a restart, by way of a new pull) fails too: the count goes on through the
+    # pull, so it is a crash loop `--once` exits 1 on, as a process's failing start is.
+    looped = wait_for(
+        lambda: (done := rc.once(check=None)).code == 1 and "crash-looping" in done.err and done,
+        timeout=60,
+        what="the failing pull counted as a crash loop",
+    )
+    assert f"down is crash-looping (cannot pull image {image}" in looped.err, looped
+    assert rc.record("down")["restarts"] >= 1
     rc.down()
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.procs import wait_for
+
 
 def test_plan_classifies_every_change_and_the_pass_does_exactly_that(reconcile: Any) -> None:
     rc = reconcile
@@ -92,6 +94,30 @@ def test_a_new_invalid_deployment_is_a_wait_not_an_update(reconcile: Any) -> Non
     assert doc["summary"]["in-place"] == 0 and doc["summary"]["wait"] == 1
     text = rc("plan", check=1).out
     assert "! broken" in text and "0 to update in place" in text and "1 waiting" in text, text
+
+
+def test_plan_exits_1_on_what_a_pass_leaves_failed_as_once_does(reconcile: Any) -> None:
+    """README: `plan` exits 1 in the cases `--once` does. A Failed engine and a crash loop
+    are no change a pass would make, yet `--once` exits 1 on them: so does `plan`, and
+    its errors name them as `--once`'s do."""
+    rc = reconcile
+    exit_3 = ["/bin/sh", "-c", "exit 3"]
+    rc.write("done", command=exit_3, restartPolicy="Never")
+    rc.write("loop", command=exit_3, basePort=rc.port + 2)
+    wait_for(
+        lambda: (
+            rc("--once", check=None).code == 1
+            and (rc.record("loop") or {}).get("restarts", 0) > 0
+            and (rc.record("loop") or {}).get("phase") == "BackOff"
+        ),
+        what="a Failed engine and a crash loop",
+    )
+    planned = rc("plan", check=1)
+    assert "error: done: Failed: engine exited with code 3; restartPolicy Never" in planned.out
+    assert "error: loop is crash-looping (engine exited with code 3;" in planned.out, planned
+    doc = rc("plan", "-o", "json", check=1).json()
+    assert doc["in_sync"] is False and len(doc["errors"]) == 2, doc
+    rc("down", check=0)
 
 
 def test_every_action_has_a_plan_class() -> None:

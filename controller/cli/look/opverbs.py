@@ -27,12 +27,14 @@ from controller.cli.common import (
 from controller.cli.render.views import dump
 from controller.core.manifest.backendnames import on_cluster
 from controller.core.manifest.names import base_name
-from controller.core.state import Record
+from controller.core.state import Phase, Record
 from controller.redact import printable
 from controller.store.config.node import Config
 from controller.store.instances.records import RecordStore, check_name
 
 if TYPE_CHECKING:  # the loader brings pydantic: status, describe and logs never load it
+    from controller.cli.render.planview import Change
+    from controller.core.state import Observed
     from controller.store.sources.manifests import LoadResult
 
 
@@ -134,6 +136,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         found = [c for c in found if selected(labels.get(c.name, {}), args)]
     errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
     errors += _prune_errors(loaded, cfg.allow_empty)
+    errors += _stuck(found, observed, cfg.owner)
     pending = planview.pending(found)
     blocked = planview.blocked(found)
     counts = planview.replicas(desired, view.autoscaler.notes)
@@ -165,6 +168,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if errors or blocked:  # what would make `--once` exit 1
         return EXIT_FAIL
     return EXIT_CHANGES if pending else EXIT_OK
+
+
+def _stuck(found: Iterable[Change], observed: Observed, owner: str) -> list[str]:
+    """What `--once` exits 1 on that no pass changes by itself: this set's deployments the
+    plan leaves Failed or crash-looping, and pulls that keep failing (as `--once` says)."""
+    from controller.reconciler import pulling
+    from controller.reconciler.run import crash_text
+
+    ours = [v.record for v in observed.records.values() if v.record.owner == owner]
+    left = {c.name for c in found if c.kind == "unchanged"}
+    out = [
+        f"{r.name}: Failed: {printable(r.message)}"
+        for r in ours
+        if r.name in left and r.phase is Phase.FAILED
+    ]
+    out += [printable(crash_text(r)) for r in ours if r.name in left and r.crash_looping]
+    return out + [printable(why) for why in pulling.failing(ours, observed.pulls).values()]
 
 
 def _against(cfg: Config) -> list[str]:
