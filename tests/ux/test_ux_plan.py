@@ -120,6 +120,18 @@ def test_plan_exits_1_on_what_a_pass_leaves_failed_as_once_does(reconcile: Any) 
     rc("down", check=0)
 
 
+def test_a_new_on_demand_deployment_is_a_create_not_a_destroy(reconcile: Any) -> None:
+    """Its first pass writes an Idle record and starts nothing: nothing is destroyed."""
+    rc = reconcile
+    rc.write("lazy", activation="OnDemand")
+    doc = rc("plan", "-o", "json", check=2).json()
+    assert [(c["name"], c["change"]) for c in doc["changes"]] == [("lazy", "create")], doc
+    assert doc["summary"]["destroy"] == 0 and doc["summary"]["create"] == 1, doc
+    rc("--once", check=0)
+    assert rc.record("lazy")["phase"] == "Idle"
+    assert "In sync" in rc("plan", check=0).out
+
+
 def test_every_action_has_a_plan_class() -> None:
     """A new action must say how `plan` shows it (the fallback once called Reject an update)."""
     from controller.cli.render.planview import SYMBOL

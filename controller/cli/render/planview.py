@@ -18,6 +18,7 @@ from controller.core.actions import (
     Conflict,
     Hold,
     MarkReady,
+    Park,
     PlanClass,
     Pull,
     Reject,
@@ -117,6 +118,8 @@ def _change(action: Action, observed: Observed) -> Change:
     if isinstance(action, MarkReady) or (isinstance(action, Update) and action.revision_only):
         return Change(action.name, "unchanged", action.verb, action.reason, pending=False)
     kind = action.plan_class
+    if isinstance(action, Park) and action.name not in observed.records:
+        kind = "create"  # a new OnDemand deployment: its Idle record, no engine goes
     fields = action.fields if isinstance(action, Replace | Update) else ()
     pending = True
     if isinstance(action, Hold | Reject):
