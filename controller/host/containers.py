@@ -38,6 +38,8 @@ LOOKS = 3
 LOOK_PAUSE = 0.2  # seconds: what a missing image costs before its pull, a removal at its end
 # What docker prints after its error: "Run 'docker run --help' for more information".
 TRAILER = re.compile(r"(Run|See) '(docker|podman) [\w -]*--help'")
+# A line of podman's log (logrus' text format): what it says is its quoted msg.
+LOGRUS = re.compile(r'time="[^"]*" level=\w+ msg="((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +207,8 @@ def words(stderr: str) -> str:
     if not said:
         return "failed (no message)"
     last = said[-1]
+    if logged := LOGRUS.match(last):  # podman's `time="…" level=warning msg="…"`: its msg
+        last = logged.group(1).replace('\\"', '"')
     for prefix in ("docker: ", "Error: ", "Error response from daemon: "):
         last = last.removeprefix(prefix)
     return last

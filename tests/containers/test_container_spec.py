@@ -172,3 +172,29 @@ def test_static_devices_pass_no_gpu_but_the_visibility_variable() -> None:
     # Passed into the container (a real inventory), the device is the container's first.
     passed = Passed.of(("nvidia:3",))
     assert container_env(rendered.env, passed)["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("said", "shown"),
+    [
+        # podman's log line (logrus' text format) while a pull retries: its msg alone
+        (
+            'time="2026-12-06T01:56:26Z" level=warning msg="Failed, retrying in 1s ... '
+            '(1/3). Error: pinging container registry \\"x\\": refused"',
+            'Failed, retrying in 1s ... (1/3). Error: pinging container registry "x": refused',
+        ),
+        (
+            "Error: initializing source docker://x: refused\n",
+            "initializing source docker://x: refused",
+        ),
+        (
+            "docker: Error response from daemon: no such image.\nRun 'docker run --help' for more",
+            "no such image.",
+        ),
+        ("", "failed (no message)"),
+    ],
+)
+def test_the_runtimes_words_are_its_message_alone(said: str, shown: str) -> None:
+    from controller.host.containers import words
+
+    assert words(said) == shown

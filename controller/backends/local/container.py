@@ -452,6 +452,8 @@ class PullJob:
             text = self.log.read_text(errors="replace")[-4000:]
         except OSError:
             return "starting"
+        if not text.strip():
+            return "starting"  # nothing said yet (docker prints its first layer later)
         return containers.words(text.replace("\r", "\n"))
 
     def forget(self) -> None:
