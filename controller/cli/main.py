@@ -542,7 +542,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     _check_backend(parser, args)
     from controller import logsetup as logs
     from controller.cli.verbs import dispatch
-    from controller.errors import BackendUnavailable, ConfigError, LockTimeout, RecordError
+    from controller.errors import (
+        BackendUnavailable,
+        ConfigError,
+        ContainerError,
+        LockTimeout,
+        RecordError,
+    )
 
     logs.configure(-1 if args.quiet else args.verbose, colour=not args.no_color)
     try:
@@ -553,6 +559,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `status -o json | head -1`: the reader has what it wanted
         _quiet_stdout()
         return EXIT_OK
+    except ContainerError as exc:  # the runtime did not answer (docker's daemon is down)
+        print(
+            f"reconcile: {exc}\nreconcile: the container runtime must answer for this: start "
+            "it (or point DOCKER_HOST / CONTAINER_HOST at it) and run again; the records are "
+            "kept, and the next pass resumes from them",
+            file=sys.stderr,
+        )
+        return EXIT_FAIL
     except OSError as exc:  # ENOSPC, EIO, EACCES on the state dir: the pass stopped there
         where = f": {exc.filename}" if exc.filename else ""
         print(

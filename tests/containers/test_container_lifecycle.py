@@ -215,6 +215,24 @@ def test_an_engine_that_exits_is_judged_by_its_restart_policy_with_its_code(
     rc.down()
 
 
+def test_a_runtime_that_does_not_answer_is_named_not_the_disk(
+    reconcile: Reconcile, docker: Engine
+) -> None:
+    """`down` while docker's daemon cannot be reached: the runtime's words and the next
+    move (it said "I/O error: docker rm …: Cannot connect … running?. Fix the disk or
+    permissions"); the record stays, and a `down` that reaches it removes the container."""
+    reconcile.env.update(docker.env)
+    write(reconcile, docker, "unreached")
+    reconcile.converge()
+    cid = running(reconcile, "unreached")["container"]["id"]  # type: ignore[index]
+    cut = reconcile("down", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"}, check=1)
+    assert "Cannot connect to the Docker daemon" in cut.err, cut
+    assert "the container runtime must answer" in cut.err and "disk" not in cut.err, cut
+    assert reconcile.record("unreached") is not None and docker.ours(reconcile.state) == [cid]
+    reconcile.down()
+    assert docker.ours(reconcile.state) == []
+
+
 def test_a_container_the_runtime_briefly_calls_gone_is_removed_all_the_same(
     rc: Reconcile, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
