@@ -150,6 +150,9 @@ def test_down_name_and_drain_evict_reach_every_replica(replicated: Any) -> None:
     assert rc.status()["solo"]["phase"] == "Ready"  # another deployment: untouched
     missing = rc("down", "web", "nope", check=1).err
     assert "no deployment named 'nope'" in missing and "'web'" in missing  # gone already
+    slip = rc("down", "sloo", check=1).err  # one slip from a name the set owns here
+    assert "no deployment named 'sloo' in this set here; did you mean 'solo'?" in slip, slip
+    assert "nothing to stop" not in slip and rc.status()["solo"]["phase"] == "Ready", slip
 
     rc.converge()  # its manifest still declares it: the next pass starts it again
     said = rc("drain", "--evict", "--reason", "test", check=0).out.splitlines()

@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections import defaultdict
 
-from controller.cli.common import EXIT_FAIL, EXIT_OK, config, selected
+from controller.cli.common import EXIT_FAIL, EXIT_OK, config, no_such, selected
 from controller.cli.common import reconciler as build
 from controller.core.manifest.names import base_name
 from controller.core.state import Record
@@ -33,15 +33,18 @@ def cmd_down(args: argparse.Namespace) -> int:
     others = [r for r in reconciler.elsewhere() if chosen(r)]
     found = {base_name(n) for n in stopped} | {base_name(r.name) for r in others}
     missing = set(args.names) - found
-    for name in sorted(missing):
-        print(f"reconcile: this set runs no deployment named {name!r} here", file=sys.stderr)
+    owner = reconciler.config.owner
+    mine = {base_name(r.name) for r in before.values() if r.owner == owner} - found
+    for name in sorted(missing):  # with the name it is one slip from, else those there are
+        said = no_such(name, mine, "this set here").removeprefix("reconcile: ")
+        print(f"reconcile: {said}", file=sys.stderr)
     for rec in others:
         print(
             f"reconcile: {rec.name} runs on node {rec.node}: run `reconcile down` there",
             file=sys.stderr,
         )
-    if not stopped and not others:
-        _nothing(reconciler.config.owner, [r for r in before.values() if chosen(r)])
+    if not stopped and not others and not (missing and mine):  # the set owns others here
+        _nothing(owner, [r for r in before.values() if chosen(r)])
     _undone_by_daemon(reconciler.config, [before[n] for n in stopped if n in before])
     if args.gateway:  # the gateway serves the state dir, not a set: only when asked
         from controller.cli.gateway.gatewayverbs import stop_gateways
