@@ -98,7 +98,9 @@ class Launcher:
         """Start a round's starts as one batch: reserved together (one placement lock, the
         plan's order, so the plan's fits are reproduced), then spawned, concurrently up to
         the backend's launch concurrency. The starts that got a reservation or a Pending
-        record are returned (the rest another pass placed meanwhile)."""
+        record are returned (the rest another pass placed meanwhile), but those that wait
+        for a pull: another round would only find the pull still running (a podman pull
+        journalled five starts a pass)."""
         reserved = self.reserve(starts)
         for start, taken in reserved:
             if is_next(start.name) and isinstance(taken, Lease):  # why a second one starts
@@ -106,16 +108,18 @@ class Launcher:
         spawns = [(r, s.entry) for s, r in reserved if isinstance(r, Lease)]
         workers = min(self.backend.launch_concurrency, len(spawns))
         if workers <= 1:
-            for lease, entry in spawns:
-                self.spawn(lease, entry)
+            went = [self.spawn(lease, entry) for lease, entry in spawns]
         else:  # each launch touches only its own record, log and journal
             with ThreadPoolExecutor(max_workers=workers) as pool:
-                list(pool.map(lambda pair: self.spawn(*pair), spawns))
-        return [start for start, _ in reserved]
+                went = list(pool.map(lambda pair: self.spawn(*pair), spawns))
+        pulling = {
+            lease.record.name for (lease, _), done in zip(spawns, went, strict=True) if not done
+        }
+        return [start for start, _ in reserved if start.name not in pulling]
 
     def spawn(self, lease: Lease, entry: Entry, verb: str = "start") -> bool:
         """Exec the engine of a reservation record and record its identity; what it runs
-        was rendered once, when the lease was taken."""
+        was rendered once, when the lease was taken. False: it waits for a pull first."""
         record, rendered = lease.record, lease.rendered
         assert record.port is not None and record.nonce is not None
         name = record.name  # each replica (and `@next`) has its own runtime dir
@@ -144,7 +148,7 @@ class Launcher:
                 outcome = "pulling"
             self.store.write(pending)
             self.event(name, verb, "placement", outcome, error=str(exc))
-            return True
+            return not isinstance(exc, PullingFirst)  # it waits for its pull: no progress
         except ContainerExited as exc:  # it ran and ended: its restart policy judges it
             self._exited_at_start(record, exc, verb)
             return True

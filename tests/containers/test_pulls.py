@@ -51,6 +51,10 @@ def test_an_image_is_pulled_first_holding_nothing_then_runs(
         image = f"{registry.address}/reconcile-test/engine@{registry.digest}"
     write(rc, engine, "pulled", container={"image": image})
     rc.once(check=None)
+    # One pass, one start waiting for the pull: its rounds do not start it again and again
+    # (a podman pull journalled five a pass, each a start line in the engine's log).
+    waits = [e for e in rc.events("pulled") if e.get("outcome") == "pulling"]
+    assert len(waits) == 1, waits
     first = rc.record("pulled")
     # A small image may be pulled before the pass's next round: then it is Starting.
     assert first is not None and first["phase"] in ("Pulling", "Starting", "Ready"), first
