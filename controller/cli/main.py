@@ -167,7 +167,7 @@ def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")
         "--output",
         metavar="FORMAT",
         default=d,
-        help="output format (status, get, devices, plan only; see each verb's --help)",
+        help=f"output format ({', '.join(OUTPUT_VERBS)}, logs --requests; see each verb's --help)",
     )
     p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS if suppress else 0)
     p.add_argument(
@@ -487,7 +487,7 @@ def _check_output(parser: Parser, args: argparse.Namespace) -> None:
         return  # logs --requests -o json (requestsverb.py checks the format)
     if verb not in OUTPUT_VERBS:
         what = f"`{verb}`" if verb else "the daemon or --once"
-        known = [v for v in OUTPUT_VERBS if v in _verbs(parser)]
+        known = [v for v in OUTPUT_VERBS if v in _verbs(parser)] + ["logs --requests"]
         parser.error(f"-o/--output means nothing for {what}: only for {', '.join(known)}")
 
 

@@ -35,7 +35,10 @@ TYPES = {"string": str, "bool": bool, "int": int, "null": type(None), "object": 
 def test_output_where_it_means_nothing_is_a_usage_error(reconcile: Any, args: list[str]) -> None:
     result = reconcile(*args, check=64)
     assert "-o/--output means nothing" in result.err
-    assert "status, get, devices, plan" in result.err
+    assert "status, get, devices, plan" in result.err and "logs --requests" in result.err
+    # --help's list is the same one (it said "status, get, devices, plan only")
+    helped = " ".join(reconcile("--help", check=0).out.split())
+    assert "output format (status, get, devices, plan, export, events, describe, source" in helped
 
 
 def test_every_verb_has_examples_and_exit_codes() -> None:
