@@ -9,10 +9,17 @@ def test_down_says_removed_for_what_never_ran(reconcile: Any) -> None:
     rc = reconcile
     rc.write("web")
     rc.write("huge", basePort=rc.port + 5, devices={"count": 5, "kind": "nvidia"})
+    # an engine that ended: nothing runs to be stopped
+    rc.write("done", basePort=rc.port + 7, command=["/bin/sh", "-c", "exit 3"],
+             restartPolicy="Never")  # fmt: skip
     rc.once(check=1)  # huge is Pending: no room
-    assert rc.record("huge")["phase"] == "Pending"
+    assert rc.record("huge")["phase"] == "Pending" and rc.record("done")["phase"] == "Failed"
     down = rc("down", check=0)
-    assert sorted(down.out.splitlines()) == ["removed huge (Pending: never ran)", "stopped web"]
+    assert sorted(down.out.splitlines()) == [
+        "removed done (Failed: not running)",
+        "removed huge (Pending: never ran)",
+        "stopped web",
+    ], down
     assert rc.record("huge") is None and rc.record("web") is None
 
 

@@ -15,8 +15,10 @@ from collections import defaultdict
 from controller.cli.common import EXIT_FAIL, EXIT_OK, config, no_such, selected
 from controller.cli.common import reconciler as build
 from controller.core.manifest.names import base_name
-from controller.core.state import Record
+from controller.core.state import Phase, Record
 from controller.store.config.node import Config
+
+ENDED = (Phase.FAILED, Phase.SUCCEEDED, Phase.BACKOFF)  # its engine had exited
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -27,9 +29,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     before = reconciler.store.load().records  # to say what each one was
     stopped = reconciler.down(chosen)
     for name in stopped:
-        rec = before.get(name)
-        never = rec is not None and not _ran(rec)
-        print(f"removed {name} ({rec.phase}: never ran)" if never and rec else f"stopped {name}")
+        print(_said(name, before.get(name)))
     others = [r for r in reconciler.elsewhere() if chosen(r)]
     found = {base_name(n) for n in stopped} | {base_name(r.name) for r in others}
     missing = set(args.names) - found
@@ -83,8 +83,14 @@ def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
         )
 
 
-def _ran(rec: Record | None) -> bool:
-    return rec is None or rec.ref is not None or rec.holds
+def _said(name: str, rec: Record | None) -> str:
+    """What became of it: an engine stopped, or a record removed with nothing running
+    (an engine that had ended: Failed, Succeeded, in BackOff; or one that never ran)."""
+    if rec is not None and rec.phase in ENDED:
+        return f"removed {name} ({rec.phase}: not running)"
+    if rec is not None and not (rec.ref is not None or rec.holds):
+        return f"removed {name} ({rec.phase}: never ran)"
+    return f"stopped {name}"
 
 
 def _nothing(owner: str, records: list[Record]) -> None:
