@@ -94,6 +94,11 @@ def test_a_new_invalid_deployment_is_a_wait_not_an_update(reconcile: Any) -> Non
     assert doc["summary"]["in-place"] == 0 and doc["summary"]["wait"] == 1
     text = rc("plan", check=1).out
     assert "! broken" in text and "0 to update in place" in text and "1 waiting" in text, text
+    rc("--once", check=1)  # its record says why it is not started
+    rc.write("broken", stopGracePeriodSeconds=5)  # fixed: one create, and why
+    fixed = rc("plan", "-o", "json", check=2).json()
+    assert [(c["name"], c["change"]) for c in fixed["changes"]] == [("broken", "create")], fixed
+    assert fixed["changes"][0]["reason"].startswith("manifest is valid again: placing"), fixed
 
 
 def test_plan_exits_1_on_what_a_pass_leaves_failed_as_once_does(reconcile: Any) -> None:

@@ -18,6 +18,7 @@ from controller.core.actions import (
     Conflict,
     Hold,
     MarkReady,
+    MarkSpec,
     Park,
     PlanClass,
     Pull,
@@ -100,7 +101,11 @@ class Change:
 
 
 def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> list[Change]:
-    out = [_change(a, observed) for a in actions]
+    # A manifest fixed: its record's flag is bookkeeping beside the start that follows it
+    # (one change a name, counted once: it showed as an update and a create).
+    others = {a.name for a in actions if not isinstance(a, MarkSpec)}
+    kept = [a for a in actions if not (isinstance(a, MarkSpec) and a.valid and a.name in others)]
+    out = [_change(a, observed) for a in kept]
     touched = {a.name for a in actions}
     ours = {n for n, v in observed.records.items() if v.record.owner == desired.owner}
     for name in sorted((set(desired.entries) | ours) - touched):

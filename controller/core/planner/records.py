@@ -63,6 +63,7 @@ def move_off_unhealthy(ctx: Context, view: RecordView) -> list[AnyAction]:
 IN_PLACE = ("readiness", "livenessProbe", "restartPolicy", "stopGracePeriodSeconds", "priority")
 SCALED_TO_ZERO = "scaled to 0: declared, nothing running"
 RESTARTED = "restarted by `reconcile restart`"
+VALID_AGAIN = "manifest is valid again"  # a rejected manifest, fixed
 
 
 def judge(ctx: Context) -> list[Judged]:
@@ -135,7 +136,7 @@ def _own(ctx: Context, view: RecordView, entry: Entry | None) -> list[Judged]:
         return list(_undeclared(ctx, view))
     marked: list[Judged] = []
     if not rec.spec_valid:
-        marked.append(MarkSpec(name=rec.name, reason="manifest is valid again", valid=True))
+        marked.append(MarkSpec(name=rec.name, reason=VALID_AGAIN, valid=True))
     return marked + _declared(ctx, view, entry)
 
 
@@ -155,8 +156,8 @@ def _declared(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
         return [Want(entry, f"scaled up to {ctx.desired.count(entry.name)}", rec.name)]
     if rec.phase is Phase.IDLE:
         return [Want(entry, "requested through the gateway")]
-    if rec.spec_hash != entry.hash:
-        return _changed(ctx, view, entry)
+    if rec.spec_hash != entry.hash:  # a rejected manifest's record states no spec to diff
+        return _changed(ctx, view, entry, why=None if rec.stored_spec else VALID_AGAIN)
     if ctx.desired.restart_due(rec):
         return _changed(ctx, view, entry, why=RESTARTED)
     restated: list[Judged] = [*_restated(ctx, rec, entry)] if view.alive and rec.port else []
