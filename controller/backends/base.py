@@ -125,6 +125,12 @@ class Backend(Protocol):
         say (None: a process, or none): what a record made by adopting it must keep."""
         ...
 
+    def prepared(self, spec: DeploymentSpec) -> str | None:
+        """Before a running engine is stopped for ``spec`` (a recreate): None when what
+        ``spec`` runs from is on its node (its container image), else why the running one
+        keeps serving meanwhile (its image being pulled; why it cannot be)."""
+        ...
+
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         """Why the backend cannot place ``spec`` now (a cluster short of GPUs, or with no
         node its ``nodeSelector`` matches), else None."""

@@ -105,6 +105,9 @@ class Replace(Stop):
     frees = True
     plan_class = "replace"
     fields: tuple[str, ...] = ()
+    # The spec the new one runs (None: the same, moved): what must be on the node before
+    # a running engine is stopped for it (its image: a typo in a tag stops nothing).
+    entry: Entry | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

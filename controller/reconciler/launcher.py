@@ -91,6 +91,7 @@ class Launcher:
 
     def __post_init__(self) -> None:
         self.memory.owner_of = self._owner_of
+        self._kept: dict[str, str] = {}  # a Ready engine kept for its replacement: why
 
     # -- starting -----------------------------------------------------------------
 
@@ -281,6 +282,8 @@ class Launcher:
         rec = self.store.read(action.name)
         if rec is None:
             return False
+        if isinstance(action, Replace) and self._kept_for(rec, action):
+            return False  # it serves on until its replacement can start
         if isinstance(action, Replace) and rec.holds:
             self.drain(rec, None)  # a recreate: requests in flight end first, new ones wait
         self._terminate(rec, action.reason, "executor.stop.after_terminating")
@@ -295,6 +298,22 @@ class Launcher:
         self.store.delete(action.name)
         failpoints.hit("executor.stop.after_delete")
         self.event(action.name, action.verb, action.reason, "stopped; record dropped")
+        return True
+
+    def _kept_for(self, rec: Record, action: Replace) -> bool:
+        """A Ready engine is not stopped for a spec whose image is not on the node yet: its
+        pull is started (or its failure said) and the engine serves meanwhile, so a tag's
+        typo stops nothing. Said in the journal when it changes (not on the record: a Ready
+        record's message would outlive a spec changed back)."""
+        if action.entry is None or rec.phase is not Phase.READY:
+            return False
+        why = self.backend.prepared(action.entry.deployment.spec)
+        if why is None:
+            self._kept.pop(rec.name, None)
+            return False
+        if self._kept.get(rec.name) != why:
+            self._kept[rec.name] = why
+            self.event(rec.name, action.verb, action.reason, "waiting", error=why)
         return True
 
     def promote(self, action: Promote) -> bool:

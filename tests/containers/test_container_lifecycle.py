@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from containers.conftest import STANDIN, Engine, mistaken, write
+from procs import wait_for
 
 from controller.failpoints import CONTAINER_POINTS
 from controller.host.containers import DIGEST_LABEL, INSTANCE_LABEL, STATE_LABEL, Runtime
@@ -231,6 +232,32 @@ def test_a_runtime_that_does_not_answer_is_named_not_the_disk(
     assert reconcile.record("unreached") is not None and docker.ours(reconcile.state) == [cid]
     reconcile.down()
     assert docker.ours(reconcile.state) == []
+
+
+def test_an_image_tag_that_does_not_pull_stops_nothing(rc: Reconcile, engine: Engine) -> None:
+    """A Recreate to an image not on the node pulls it first, the running engine serving
+    meanwhile: a tag's typo stops nothing (it stopped the engine, then failed to pull).
+    The failure is said, and the tag set back changes nothing."""
+    write(rc, engine, "tagged")
+    rc.converge()
+    old = running(rc, "tagged")
+    typo = "localhost/reconcile-test/absent:404"
+    write(rc, engine, "tagged", container={"image": typo})
+
+    def said() -> str | None:
+        rc.once(check=None)
+        kept = [e for e in rc.events("tagged") if e.get("outcome") == "waiting"]
+        return kept[-1]["error"] if kept and "cannot pull" in kept[-1]["error"] else None
+
+    why = wait_for(said, timeout=90, what="the replacement's pull to fail")
+    assert f"cannot pull image {typo}" in why and "the running engine is kept" in why, why
+    kept = running(rc, "tagged")
+    assert kept["ref"] == old["ref"] and health(kept["port"]) == "ok\n", kept  # type: ignore[arg-type]
+    assert not [e for e in rc.events("tagged") if e.get("action") == "replace" and
+                e.get("outcome") != "waiting"]  # fmt: skip
+    write(rc, engine, "tagged")  # the tag set back: nothing to replace
+    assert "In sync" in rc("plan", check=0).out
+    rc.down()
 
 
 def test_a_container_the_runtime_briefly_calls_gone_is_removed_all_the_same(

@@ -48,6 +48,7 @@ from controller.store.statedir import StateDir
 # error, a command that cannot be invoked, one not found); any other code is the
 # container's own (its engine's exit code).
 RUNTIME_CODES = frozenset({125, 126, 127})
+PREPULL_RETRY = 30.0  # seconds before a replacement's image that did not pull is tried again
 START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating layers)
 POLL = 0.01  # a look at one small file (the container's id)
 SCAN_SHARE = 4.0  # a /proc scan at most every 4 times its own cost: a fifth of a core
@@ -150,6 +151,35 @@ class Wrapper:
         with contextlib.suppress(subprocess.TimeoutExpired):
             client.wait(containers.CALL_TIMEOUT)
         return True
+
+    def prepared(self, spec: DeploymentSpec) -> str | None:
+        """Before a running engine is stopped for ``spec``: None when its image is here
+        (or its look fails: the launch decides, as before), else why the running one is
+        kept meanwhile. A pull is started as a launch would (``ensure_image``); one that
+        ended without the image is said, and tried again after PREPULL_RETRY."""
+        assert spec.container is not None
+        runtime, image = self.runtime_of(spec.container), image_of(spec)
+        job = PullJob(Path(self.state_dir), runtime.name, image)
+        if job.running():
+            return f"pulling image {image} ({runtime.name}) first: the running engine serves"
+        try:
+            present = runtime.image(image) is not None
+        except ContainerError:  # the runtime does not answer: the launch decides, as before
+            return None
+        if present:
+            return None  # a pull that ended with it: the launch finds it and says so
+        if job.exists():  # ended without the image
+            said = f"cannot pull image {image}: {job.last_line()}; the running engine is kept"
+            if job.age() >= PREPULL_RETRY:
+                job.forget()  # the next pass tries again
+            return said
+        if spec.container.policy(image) == "Never":
+            return (
+                f"image {image} is not on this node and pullPolicy is Never: "
+                f"`{runtime.name} pull {image}` (or load it); the running engine is kept"
+            )
+        job.start()
+        return f"pulling image {image} ({runtime.name}) first: the running engine serves"
 
     def ensure_image(self, runtime: Runtime, image: str, container: Container) -> Known:
         """The image on this node as pullPolicy says: its digest, whether it was pulled
@@ -455,6 +485,13 @@ class PullJob:
         if not text.strip():
             return "starting"  # nothing said yet (docker prints its first layer later)
         return containers.words(text.replace("\r", "\n"))
+
+    def age(self) -> float:
+        """Seconds since the pull last wrote (its end, for one that ended)."""
+        try:
+            return time.time() - self.log.stat().st_mtime
+        except OSError:
+            return 0.0
 
     def forget(self) -> None:
         for path in (self.file, self.log):

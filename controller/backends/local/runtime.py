@@ -203,6 +203,9 @@ class LocalBackend:
                         reason=str(exc))  # fmt: skip
             return None
 
+    def prepared(self, spec: DeploymentSpec) -> str | None:
+        return None if spec.container is None else self.containers.prepared(spec)
+
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         return None  # the planner's ledger of this node's devices already decided
 

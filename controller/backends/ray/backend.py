@@ -100,6 +100,9 @@ class RayBackend:
         """The live nodes' GPUs, read at every pass: nodes join and leave a cluster."""
         return cluster.inventory()
 
+    def prepared(self, spec: DeploymentSpec) -> str | None:
+        return None  # which node runs the new one is not known yet: its actor pulls there
+
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         return cluster.unfit(spec.devices.count, spec.node_selector)
 

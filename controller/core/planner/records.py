@@ -263,7 +263,7 @@ def _changed(
     if rolling(entry) and view.alive and rec.phase is Phase.READY:
         return rollout(ctx, view, entry, shown, fields)
     if view.alive or view.markers or rec.holds:
-        return [Replace(name=rec.name, reason=shown, fields=fields)]
+        return [Replace(name=rec.name, reason=shown, fields=fields, entry=entry)]
     if rec.phase is Phase.PENDING:
         # Waiting for room (a recreate's, a preemption's): placed with the new spec, never
         # dropped, so the gateway keeps the name and holds its requests meanwhile.

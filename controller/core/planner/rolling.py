@@ -96,7 +96,7 @@ def rollout(
         return list(running(ctx, view))
     if turn < budget.unavailable - budget.down:
         reason = f"{why}; rolling update ({budget.path()}): replacing {rec.name}"
-        return [Replace(name=rec.name, reason=reason, fields=fields)]
+        return [Replace(name=rec.name, reason=reason, fields=fields, entry=entry)]
     return list(running(ctx, view))
 
 
@@ -135,7 +135,7 @@ def roll(ctx: Context, ledger: PlanLedger, request: Roll) -> Start | Replace:
             f"{why}; no room for a surge ({placed.reason}): replacing one replica at a "
             f"time in place, at most {down} down"
         )
-    return Replace(name=old, reason=reason, fields=request.fields)
+    return Replace(name=old, reason=reason, fields=request.fields, entry=request.entry)
 
 
 def judge_next(ctx: Context, view: RecordView) -> list[Judged]:
