@@ -40,6 +40,7 @@ from controller.gateway.surface import bodies
 from controller.gateway.surface.forwarding import RETRY_AFTER, Forwarder, Incoming
 from controller.gateway.surface.upload import Upload
 from controller.gateway.surface.waiting import Waiting, wants_stream
+from controller.store.config.accesstoken import QUERY as TOKEN_QUERY
 
 ROUTED = "/v1/"  # what is forwarded lies under this...
 ROUTED_ALSO = frozenset({"/rerank"})  # ... and these (Jina/TEI/llama.cpp's rerank path)
@@ -148,6 +149,8 @@ class Front:
             return error(404, why, "not_found")
         if request.method not in PROXIED_METHODS:
             return _not_allowed(request.method, path, PROXIED_METHODS)
+        if self.keys is None:  # the node's access token may come as ?token=: not sent on
+            query = paths.without(query, TOKEN_QUERY)
         return await self.proxied(request, path, query)
 
     async def healthz(self, request: Request) -> Response:
