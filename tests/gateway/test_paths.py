@@ -104,6 +104,12 @@ def test_every_path_is_routed_by_its_model(reconcile: Any, gateway: Any) -> None
     assert root.status == 404 and "its web page is /ui" in root.json()["error"]["message"]
     browser = g.request("GET", "/?token=t0k", headers={"Accept": "text/html,*/*;q=0.8"})
     assert browser.status == 302 and browser.headers["Location"] == "/ui?token=t0k", browser
+    conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=30)
+    try:
+        conn.request("GET", "/", headers={"Accept": "text/html"})
+        assert conn.getresponse().reason == "Found"  # its status line said `302 Unknown`
+    finally:
+        conn.close()
     no_model, headers = form("", b"x")
     answer = g.request(
         "POST", "/v1/audio/transcriptions", no_model.replace(b"model", b"other"), headers

@@ -100,6 +100,34 @@ def test_a_kept_alive_connection_carries_requests_one_after_another() -> None:
     run(test)
 
 
+# Every status the gateway answers with itself (a 302 to the page, a 409 of a refused
+# button, the OpenAI errors): each with its standard reason phrase. A 302 said `Unknown`.
+SENT = {
+    200: "OK", 202: "Accepted", 302: "Found", 400: "Bad Request", 401: "Unauthorized",
+    403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
+    409: "Conflict", 413: "Content Too Large", 415: "Unsupported Media Type",
+    429: "Too Many Requests", 500: "Internal Server Error", 502: "Bad Gateway",
+    503: "Service Unavailable", 504: "Gateway Timeout",
+}  # fmt: skip
+
+
+def test_every_status_the_gateway_sends_has_its_reason_phrase() -> None:
+    async def status(request: Request) -> StreamResponse:
+        return Response(status=int(request.raw_path[1:]), headers={"Location": "/ui"})
+
+    async def test() -> None:
+        async with Served(status) as s:
+            reader, writer = await s.connect()
+            for code, phrase in SENT.items():
+                writer.write(f"GET /{code} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                line = (await asyncio.wait_for(reader.readline(), 5)).decode()
+                assert line == f"HTTP/1.1 {code} {phrase}\r\n"
+                await reader.readuntil(END)  # the rest of the head; no body (length 0)
+            writer.close()
+
+    run(test)
+
+
 def test_pipelined_requests_are_answered_in_order() -> None:
     async def test() -> None:
         async with Served() as s:
