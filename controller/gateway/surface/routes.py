@@ -48,6 +48,7 @@ MODELS = "/v1/models/"  # GET /v1/models/{id}: the openai client's models.retrie
 OWN_PATHS = frozenset({"/healthz", "/v1/models"})  # answered by the gateway itself
 OWN_METHODS = ("GET", "HEAD")  # /healthz, /v1/models and /v1/models/{id}
 PROXIED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")  # the OpenAI API's
+CLIENT_CLOSED = 499  # the status logged of a request whose client went away (nginx's)
 # The OpenAI paths routed by their model, each with the methods it serves: any other is a
 # 405 before the body is read (a PUT was forwarded and the engine's HTML 501 counted as
 # 5xx; a GET got 400 for the body it has no reason to send). Any other /v1/... path (an
@@ -243,6 +244,11 @@ class Front:
                 deployment, response = answer
                 status = response.status
                 return response
+            except (asyncio.CancelledError, ConnectionError):
+                # Its connection closed before the answer (server.py cancels the handler;
+                # a body still coming fails): nginx's 499, a client error, not the server's.
+                status = CLIENT_CLOSED
+                raise
             finally:
                 self._count(deployment, key, status, meter)
                 self._noted(deployment, status, meter)
