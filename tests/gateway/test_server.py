@@ -16,6 +16,7 @@ from controller.gateway.http import server as srv
 from controller.gateway.http.answers import error
 from controller.gateway.http.messages import Request, Response, StreamResponse, json_response
 from controller.gateway.http.server import Connections, Server
+from controller.gateway.surface import bodies
 
 Handler = Callable[[Request], Awaitable[StreamResponse]]
 END = b"\r\n\r\n"
@@ -207,6 +208,31 @@ def test_an_answer_before_a_large_unread_body_reaches_the_client() -> None:
             await writer.drain()
             status, headers, _ = await answer(reader)
             assert (status, headers["connection"]) == (413, "close")
+            assert await closed(reader)
+
+    run(test)
+
+
+def test_a_body_that_stops_coming_is_a_408(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Content-Length 100, 16 bytes sent, the client silent with its connection open (a
+    trial's client waited 90 s for an answer): the body's deadline (``BODY_TIMEOUT``,
+    120 s; 0.5 here) answers 408 and ends the connection."""
+    monkeypatch.setattr(bodies, "BODY_TIMEOUT", 0.5)
+
+    async def read(request: Request) -> StreamResponse:
+        said = await bodies.read(request, 1 << 20, None)
+        assert isinstance(said, Response)
+        return said
+
+    async def test() -> None:
+        async with Served(read) as s:
+            reader, writer = await s.connect()
+            head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+            writer.write(head + b"\r\n" + b'{"model": "lazy"')
+            status, headers, body = await answer(reader)
+            assert (status, headers["connection"]) == (408, "close"), body
+            error = json.loads(body)["error"]
+            assert error["code"] == "request_timeout" and "within 0.5 seconds" in error["message"]
             assert await closed(reader)
 
     run(test)
