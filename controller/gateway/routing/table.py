@@ -41,6 +41,9 @@ DRAIN_POLL = 0.01  # seconds between looks at a retiring instance's in-flight co
 # Seconds a fresh gateway waits for the daemon's first pass (no record of ours yet) before
 # routing by what the records say: the first pass says what exists (no 404 before it).
 FIRST_PASS_WAIT = 30.0
+# Phases an engine never leaves by itself (the planner's lifecycle: terminal until the
+# manifest changes or a restart is asked): a request waits for nothing in them.
+ENDED = (Phase.FAILED, Phase.SUCCEEDED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +347,20 @@ class Table:
             default=0.0,
         )
 
+    def ended(self, name: str) -> tuple[Record, ...]:
+        """The records of pool ``name`` when none of its instances can become Ready by
+        itself (each one, and its ``@next`` if any, Failed or Succeeded: terminal until
+        the manifest changes or ``reconcile restart``); () while one still may."""
+        found: list[Record] = []
+        for deployment in self.pools.get(name, ()):
+            for instance in self.instances.get(deployment, ()):
+                recs = [self.records.get(instance), self.records.get(next_name(instance))]
+                present = [rec for rec in recs if rec is not None]
+                if not present or any(rec.phase not in ENDED for rec in present):
+                    return ()
+                found.extend(present)
+        return tuple(found)
+
     def phases(self, name: str) -> str:
         """The phases of pool ``name``'s instances, for a 503's message."""
         found = [
@@ -374,6 +391,8 @@ class Table:
                 return found
             if self.ejected(name) is not None:
                 return None  # every instance is ejected: the 503 says when to retry
+            if self.ended(name):
+                return None  # none can become Ready by itself: the 503 says why, at once
             on_wait()
             # An engine marked down is tried again when its mark runs out, which no
             # record change announces: the wait ends then too, and looks again.
