@@ -89,6 +89,9 @@ class Table:
         # Reads the records now if they changed (the gateway process's look); None where
         # the records are pushed (``update``: a test's gateway in process).
         self.catch_up: Callable[[], Awaitable[None]] | None = None
+        # Why this gateway stopped accepting (a hand-over, a stop), once it has: a request
+        # then waits for no engine (``close``).
+        self.closing: str | None = None
 
     async def known(self, name: str) -> bool:
         """Is ``name`` routable? One the table lacks is looked for once more in the
@@ -158,6 +161,14 @@ class Table:
         for gone in [n for n in self.served if n not in live]:
             del self.served[gone]  # only the tie-break reads it: a gone engine's is moot
         self.loaded.set()
+        self._wake()
+
+    def close(self, why: str) -> None:
+        """The gateway stopped accepting (``why``): no request waits for a Ready engine
+        from now on. One that has none is answered at once, before the drain's deadline
+        would cut it with no answer at all: its client's retry reaches the gateway that
+        serves the port (a hand-over's successor), and it held no engine state."""
+        self.closing = why
         self._wake()
 
     def _wake(self) -> None:
@@ -389,6 +400,8 @@ class Table:
             left = end - time.monotonic()
             if found is not None or left <= 0 or name not in self.pools:
                 return found
+            if self.closing is not None:
+                return None  # the gateway is closing: the 503 says to retry (close)
             if self.ejected(name) is not None:
                 return None  # every instance is ejected: the 503 says when to retry
             if self.ended(name):

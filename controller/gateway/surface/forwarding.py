@@ -38,6 +38,7 @@ from controller.store.instances.events import Journal
 log = get_logger("reconcile")
 
 RETRY_AFTER = 5.0  # seconds a 503 or 429 asks the client to wait
+CLOSING_RETRY_AFTER = 1.0  # ... when the gateway stops: its successor serves already
 CONNECT_RETRIES = 3  # an engine not reached (refused, connect timed out): wait for a Ready one
 SESSION_HEADER = "x-session-id"  # affinity's key; else the OpenAI body's `user`
 SESSION_MAX = 1024  # characters of a session key (it is hashed, never stored)
@@ -110,7 +111,7 @@ class Forwarder:
                 answered = await self._forward(incoming, body, want)
         finally:
             self.limiter.release(label)
-        if onward and incoming.no_instance:
+        if onward and incoming.no_instance and self.table.closing is None:
             return await self._fall_back(incoming, body, fields, tried, onward, self._why(model))
         return answered
 
@@ -195,6 +196,13 @@ class Forwarder:
                 turns.leave(sleepers, aged)
 
     def _not_ready(self, want: Ask) -> Response:
+        if self.table.closing is not None:  # retried at once: on the port's next gateway
+            why = (
+                f"deployment {want.label!r} is not Ready ({self.table.phases(want.pool)}) "
+                f"and this gateway process is stopping ({self.table.closing}); retry: "
+                "after a hand-over the new gateway serves the port"
+            )
+            return error(503, why, "model_not_ready", retry_after=CLOSING_RETRY_AFTER)
         ejected = self.table.ejected(want.pool)
         if ejected is not None:
             why = (
