@@ -8,7 +8,8 @@ engines and sockets.
 - a second gateway process takes the port over under load (``reconcile gateway
   restart``): no failed request; the daemon follows the successor (SIGHUP's key reload
   reaches it, its crash is restarted); a request whose body comes after the hand-over
-  is answered by the old one; (slow) 12 hand-overs in a row under load;
+  is answered by the old one; one waiting for an engine to get Ready is answered 503
+  (``Retry-After: 1``) at once; (slow) 12 hand-overs in a row under load;
 - a gateway crash (SIGKILL) is restarted by the daemon at once; ``reconcile gateway
   stop`` is no crash (left stopped until SIGHUP); SIGTERM of the daemon leaves it serving.
 """
@@ -255,6 +256,66 @@ def test_a_request_whose_body_comes_after_the_hand_over_is_answered(
         assert b"hello from alpha" in answer.read()
     finally:
         early.close()
+        g.finish()
+
+
+def test_a_request_waiting_for_an_engine_is_answered_503_at_the_hand_over(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A trial's request waiting for an engine that never got Ready was held by the old
+    gateway through its whole drain (120 s), then closed with no answer at all, and logged
+    500. It has sent nothing to any engine: the old gateway answers it at once, 503 with
+    ``Retry-After: 1`` and ``Connection: close``, and the retry reaches the new one."""
+    reconcile.write(
+        "stuck",
+        command=reconcile.demo_command(load_seconds="3600"),  # /health answers 503 all along
+        readiness={"httpGet": {"path": "/health"}, "deadlineSeconds": 3600, "periodSeconds": 0.2},
+        activation="OnDemand",
+        idleTimeout="10m",
+    )
+    reconcile.write("alpha")
+    g = gateway()
+    g.wait_phase("alpha", "Ready")
+    g.wait_phase("stuck", "Idle")
+    old = g.serving()
+    answers: list[Any] = []
+    asking = threading.Thread(target=lambda: answers.append(g.post("stuck")), daemon=True)
+    asking.start()
+    # The old gateway holds the request: it wrote the demand with it in flight.
+    activation = Path(reconcile.state, "activation", "stuck.json")
+
+    def waiting() -> bool:
+        try:
+            return bool(json.loads(activation.read_text()).get("inflight", 0) > 0)
+        except (OSError, ValueError):
+            return False
+
+    reconcile.wait_for(waiting, timeout=WAIT, what="the request waiting for stuck")
+    try:
+        hand_over(reconcile, old)
+        asking.join(timeout=WAIT)  # far below the drain's 120 s
+        assert answers, "the waiting request got no answer"
+        answer = answers[0]
+        assert answer.status == 503, answer
+        assert answer.headers.get("Retry-After") == "1", answer.headers
+        assert answer.headers.get("Connection") == "close", answer.headers
+        error = answer.json()["error"]
+        assert error["code"] == "model_not_ready", error
+        assert "stopping (handed over)" in error["message"], error
+        # The retry's way: the new gateway serves the port (a Ready deployment answers).
+        ok = g.post("alpha")
+        assert ok.status == 200, ok
+        assert g.serving().ref != old.ref
+        # The request log says what was sent: the 503, never a 500.
+        log = Path(reconcile.state, "gateway", "requests.jsonl")
+
+        def logged() -> list[int]:
+            lines = log.read_text().splitlines() if log.exists() else []
+            return [json.loads(line)["status"] for line in lines if '"stuck"' in line]
+
+        reconcile.wait_for(logged, timeout=WAIT, what="the request's line")
+        assert logged() == [503], logged()
+    finally:
         g.finish()
 
 

@@ -382,7 +382,7 @@ class GatewayProcess:
         if self.control is not None:
             self.control.close()
         self.gateway.stop_accepting()
-        self.gateway.stop()
+        self.gateway.stop(self._why)
         self._hand_down()  # after the last request: its count is in
         registry.unregister(self.state_dir, self.nonce)
         self._wake.close()
