@@ -44,6 +44,18 @@ class ContainerError(SpawnError):
     """The container runtime refused (no such image, denied, daemon down): its own words."""
 
 
+class ContainerExited(ContainerError):
+    """The container was made and its engine ran, but exited before its main process was
+    seen (a `run --rm` removes it at once): an engine's exit, with its code, for the
+    restart policy to judge; not the runtime's refusal."""
+
+    def __init__(self, code: int, words: str) -> None:
+        super().__init__(
+            f"engine exited with code {code} at its start" + (f": {words}" if words else "")
+        )
+        self.code = code
+
+
 class Unplaceable(SpawnError):
     """The cluster cannot place the engine now; the message names what is missing."""
 

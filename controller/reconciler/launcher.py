@@ -31,9 +31,15 @@ from controller.core.actions import (
 )
 from controller.core.manifest.names import instance_of, is_next
 from controller.core.manifest.specs import Entry, next_name
-from controller.core.plan import backoff
-from controller.core.state import Phase, Record
-from controller.errors import ContainerError, PullingFirst, SpawnError, Unplaceable
+from controller.core.plan import backoff, restarts_after
+from controller.core.state import ExitInfo, Phase, Record
+from controller.errors import (
+    ContainerError,
+    ContainerExited,
+    PullingFirst,
+    SpawnError,
+    Unplaceable,
+)
 from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
 from controller.redact import redact_args
@@ -130,15 +136,17 @@ class Launcher:
         try:
             where = self.backend.launch(launch)
         except Unplaceable as exc:  # the cluster has no room now: Pending, nothing held
-            # A restart's count goes on through the wait (a pull, no room): `_reserve`.
-            pending = replace(
-                self.maker.pending(entry, str(exc), name=name), restarts=record.restarts
-            )
+            pending = self.maker.pending(entry, str(exc), name=name)
             outcome = "pending"
             if isinstance(exc, PullingFirst):  # on its way by itself: not the user's to fix
-                pending, outcome = replace(pending, phase=Phase.PULLING), "pulling"
+                # A restart's count goes on through its pull (`_reserve` takes it up).
+                pending = replace(pending, phase=Phase.PULLING, restarts=record.restarts)
+                outcome = "pulling"
             self.store.write(pending)
             self.event(name, verb, "placement", outcome, error=str(exc))
+            return True
+        except ContainerExited as exc:  # it ran and ended: its restart policy judges it
+            self._exited_at_start(record, exc, verb)
             return True
         except SpawnError as exc:
             # A runtime's refusal says its own next move; a missing program has ours.
@@ -191,11 +199,26 @@ class Launcher:
         self.event(record.name, verb, "gpu memory", "not started", error=message)
         return True
 
-    def _back_off(self, record: Record, message: str) -> None:
+    def _exited_at_start(self, record: Record, exc: ContainerExited, verb: str) -> None:
+        """An engine that exited before its start was through (a container `run --rm`
+        removed at once): judged as any exit, by its restart policy and with its code."""
+        ended = ExitInfo(code=exc.code, at=self.maker.now())
+        if restarts_after(record.restart_policy, exc.code):
+            self._back_off(record, str(exc), ended)
+            self.event(record.name, verb, "spawn", "exited", error=str(exc), exit_code=exc.code)
+            return
+        phase = Phase.SUCCEEDED if exc.code == 0 else Phase.FAILED
+        why = f"{exc}; restartPolicy {record.restart_policy}"
+        ended_record = replace(record, phase=phase, message=why, last_exit=ended).released()
+        self.store.write(ended_record)
+        self.event(record.name, "fail", why, str(phase), exit_code=exc.code)
+
+    def _back_off(self, record: Record, message: str, ended: ExitInfo | None = None) -> None:
         """Not started: BackOff until the next restart's delay is over, saying why."""
         delay = backoff(max(record.restarts, 1))
         until = self.maker.now() + timedelta(seconds=delay)
-        self.store.write(replace(record, phase=Phase.BACKOFF, backoff_until=until, message=message))
+        backing_off = replace(record, phase=Phase.BACKOFF, backoff_until=until, message=message)
+        self.store.write(backing_off if ended is None else replace(backing_off, last_exit=ended))
 
     def _terminate(self, rec: Record, reason: str, point: str | None = None) -> None:
         """Record Terminating, then tear down: a crash between them is finished by a later pass."""

@@ -515,7 +515,7 @@ class Reconciler(Preview):
                 if current is not None and current.phase not in waits:
                     continue  # another pass placed it meanwhile
                 taken, refused = self._lease(start, ledger)
-                if current is not None and current.restarts:
+                if current is not None and current.phase is Phase.PULLING and current.restarts:
                     taken = _restarts_kept(taken, current.restarts)
                 record = taken.record if isinstance(taken, Lease) else taken
                 if is_next(start.name) and not isinstance(taken, Lease):

@@ -189,6 +189,32 @@ def test_a_run_the_runtime_refuses_is_named_in_its_words_and_leaves_no_container
     rc.down()
 
 
+def test_an_engine_that_exits_is_judged_by_its_restart_policy_with_its_code(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """A container's exit is its engine's: ``quick`` exits before its main process can be
+    seen (the `run --rm` has removed it), ``later`` once it has run a while. Under
+    ``restartPolicy: Never`` each runs once and is Failed with the code it exited with
+    (the `run`'s status is its container's): podman ran ``quick`` twice, calling its
+    engine's output the runtime's words, and the code was lost on both runtimes."""
+    write(rc, engine, "quick", command=["/bin/busybox", "sh", "-c", "echo bye; exit 3"],
+          restartPolicy="Never")  # fmt: skip
+    write(rc, engine, "later", command=["/bin/busybox", "sh", "-c", "sleep 1; exit 4"],
+          restartPolicy="Never", basePort=rc.port + 2)  # fmt: skip
+    waited = rc("--once", "--wait", "--timeout", "60s", check=1)
+    for name, code in (("quick", 3), ("later", 4)):
+        record = rc.record(name)
+        assert record is not None and record["phase"] == "Failed", (record, waited)
+        assert record["last_exit"]["code"] == code and record["restarts"] == 0, record
+        assert f"exited with code {code}" in record["message"], record
+        assert "restartPolicy Never" in record["message"], record
+        actions = [e.get("action") for e in rc.events(name)]
+        assert "restart" not in actions and actions.count("fail") == 1, rc.events(name)
+    assert f"{engine.name} run:" not in rc.record("quick")["message"]
+    rc.wait_for(lambda: engine.ours(rc.state) == [])
+    rc.down()
+
+
 def test_a_container_the_runtime_briefly_calls_gone_is_removed_all_the_same(
     rc: Reconcile, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -35,7 +35,7 @@ from controller.core.kubernetes.export import image_of
 from controller.core.manifest.names import instance_of
 from controller.core.manifest.specs import Container, DeploymentSpec
 from controller.core.state import ContainerRef, ProcessRef
-from controller.errors import ContainerError, PullingFirst, Unplaceable
+from controller.errors import ContainerError, ContainerExited, PullingFirst, Unplaceable
 from controller.host import containers
 from controller.host.containers import Runtime
 from controller.host.procs import identity, process_alive
@@ -44,6 +44,10 @@ from controller.store.instances import logfiles
 from controller.store.models import modelcache
 from controller.store.statedir import StateDir
 
+# What `podman run` and `docker run` exit with for their own failures (the runtime's
+# error, a command that cannot be invoked, one not found); any other code is the
+# container's own (its engine's exit code).
+RUNTIME_CODES = frozenset({125, 126, 127})
 START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating layers)
 POLL = 0.01  # a look at one small file (the container's id)
 SCAN_SHARE = 4.0  # a /proc scan at most every 4 times its own cost: a fifth of a core
@@ -375,8 +379,11 @@ class Started:
                 pause = max(POLL, SCAN_SHARE * (time.monotonic() - began))
             if self.client.poll() is not None:
                 said = logfiles.read_from(self.log_path, self.offset)
-                text = said[0].decode(errors="replace") if said else ""
-                raise ContainerError(f"{self.runtime} run: {containers.words(text)}")
+                text = containers.words(said[0].decode(errors="replace") if said else "")
+                code = self.client.returncode
+                if (cid or _read(cid_file)) and code not in RUNTIME_CODES:
+                    raise ContainerExited(code, text)  # it ran: the engine's own exit
+                raise ContainerError(f"{self.runtime} run: {text}")
             time.sleep(pause)
         self.client.kill()
         raise ContainerError(

@@ -50,6 +50,8 @@ STATE_MARKER = "RECONCILE_STATE"
 SWEEP_TIMEOUT = 5.0
 POLL = 0.01
 ENVIRON_WAIT = 0.5  # seconds an empty /proc/<pid>/environ may mean "still exec'ing"
+CLIENT_GRACE = 2.0  # seconds a dead container engine's `run` may take to remove it and end
+CLIENTS_KEPT = 32  # ended `run`s whose exit is still kept for exit_of
 
 
 class LocalBackend:
@@ -84,7 +86,9 @@ class LocalBackend:
         self.exits: dict[int, ExitStatus] = {}
         self._environs = EnvironScan()  # remembers unmarked processes between scans
         self._wrapping = (container_runtime, static_devices)
-        self._clients: list[subprocess.Popen[bytes]] = []  # `podman run`s we reap
+        # `podman run`s we reap, by their engine's pid: a run's exit status is its
+        # container's, so an engine that dies has its code (the newest ended kept).
+        self._clients: dict[int, subprocess.Popen[bytes]] = {}
 
     @functools.cached_property
     def containers(self) -> Wrapper:
@@ -105,8 +109,17 @@ class LocalBackend:
         return process_alive(ref)
 
     def exit_of(self, ref: ProcessRef) -> ExitStatus | None:
-        """The exit status, known only for engines this process spawned."""
+        """The exit status, known only for engines this process spawned (a container's:
+        its `run`'s, which ends just after its engine, once the runtime has removed it)."""
         self._reap(ref.pid)
+        client = self._clients.get(ref.pid)
+        if ref.pid not in self.exits and client is not None:
+            from controller.backends.local.container import RUNTIME_CODES
+
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                client.wait(CLIENT_GRACE)
+            if client.returncode is not None and client.returncode not in RUNTIME_CODES:
+                self.exits[ref.pid] = ExitStatus(client.returncode, None)
         return self.exits.get(ref.pid)
 
     def _reap_all(self) -> None:
@@ -114,7 +127,9 @@ class LocalBackend:
         record whose liveness check would): no zombie outlives the next observation."""
         for pid in list(self._children):
             self._reap(pid)
-        self._clients = [c for c in self._clients if c.poll() is None]
+        ended = [pid for pid, client in self._clients.items() if client.poll() is not None]
+        for pid in ended[:-CLIENTS_KEPT]:  # the oldest: their exits were long read
+            del self._clients[pid]
 
     def _reap(self, pid: int) -> None:
         child = self._children.get(pid)
@@ -154,7 +169,7 @@ class LocalBackend:
         ref, kept, client, pulled = self.containers.launch(
             launch, marker, env, lambda: self._leader(rec.nonce)
         )
-        self._clients.append(client)
+        self._clients[ref.pid] = client
         said = f"image {kept.image} pulled: {kept.digest}" if pulled else ""  # the pass's event
         return Instance(
             ref=ref, node=rec.node, host=rec.host, port=rec.port, devices=rec.devices,
