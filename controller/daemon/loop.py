@@ -307,7 +307,9 @@ class Daemon:
         try:
             # New flags, node file and device inventory; the same backend: it holds the
             # engines we spawned (to reap them and know their exit codes).
-            fresh = build_reconciler(self.reload_config(), self.reconciler.backend, self.store)
+            fresh = build_reconciler(
+                self.reload_config(), self.reconciler.backend, self.store, self.reconciler
+            )
         except ReconcileError as exc:
             log.error("reload failed; keeping the old configuration", error=str(exc))
         else:
@@ -521,13 +523,16 @@ def _until(when: datetime, now: datetime) -> float:
     return max((when - now).total_seconds(), 0.0) + SLACK
 
 
-def build_reconciler(config: Config, backend: Backend, store: RecordStore) -> Reconciler:
+def build_reconciler(
+    config: Config, backend: Backend, store: RecordStore, before: Reconciler | None = None
+) -> Reconciler:
+    """``before``: the reconciler a reload replaces (its metrics counters run on)."""
     inventory = inventory_for(config)
     hooks = []
     if config.metrics_file or config.metrics_port:  # prometheus-client brings ssl: only then
         from controller.daemon.metrics import exporters
 
-        hooks = exporters(config, inventory)
+        hooks = exporters(config, inventory, before.after_pass if before is not None else ())
     # A git source fetches at its first pass, then when due (gitsource.GitSource.sync).
     return Reconciler(config, backend, inventory, hooks, store)
 

@@ -218,19 +218,35 @@ def current() -> str:
     return render(LATEST.figures) + "".join(text() for text in SOURCES)
 
 
-def exporters(config: Config, inventory: Inventory) -> list[Exporter]:
-    """The after-pass hooks the configuration asks for (none without a metrics flag)."""
-    return [Exporter(config, inventory)] if config.metrics_file or config.metrics_port else []
+def exporters(
+    config: Config, inventory: Inventory, before: Iterable[object] = ()
+) -> list[Exporter]:
+    """The after-pass hooks the configuration asks for (none without a metrics flag).
+    ``before``: the hooks of the reconciler a reload (SIGHUP) replaces; its exporter's
+    counters run on in the new one (a counter resets only when its process restarts)."""
+    if not (config.metrics_file or config.metrics_port):
+        return []
+    old = next((hook for hook in before if isinstance(hook, Exporter)), None)
+    return [Exporter(config, inventory, old)]
 
 
 class Exporter:
     """The after-pass hook: the pass's figures for ``/metrics``, and the textfile."""
 
-    def __init__(self, config: Config, inventory: Inventory) -> None:
+    def __init__(
+        self, config: Config, inventory: Inventory, before: Exporter | None = None
+    ) -> None:
         self.config = config
         self.inventory = inventory
-        # A cron pass is a new process: counters and the last success carry over the file.
-        self.last_ok, self.passes, self.actions = _previous(config)
+        # A reload in this process: its counters run on. A cron pass is a new process:
+        # counters and the last success carry over the file.
+        self.last_ok, self.passes, self.actions = (
+            _previous(config) if before is None else before.counts()
+        )
+
+    def counts(self) -> tuple[float, int, Counter[tuple[str, str]]]:
+        """The last success and the counters so far (a copy)."""
+        return self.last_ok, self.passes, Counter(self.actions)
 
     def __call__(self, result: PassResult, seconds: float) -> None:
         now = time.time()

@@ -28,6 +28,7 @@ log = get_logger("reconcile")
 
 
 TEXT = "text/plain; charset=utf-8"
+ALLOWED = ("GET", "HEAD")
 REFUSED = (
     "/metrics wants the state dir's access token (<state-dir>/access-token, readable by "
     "its owner only): send `Authorization: Bearer <token>` or ?token=<token>\n"
@@ -41,12 +42,24 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    # http.server's own errors (a bad request line, a method no one knows: 501) as a line
+    # of text like this server's other answers, not its HTML page.
+    error_message_format = "%(code)d %(message)s: %(explain)s\n"
+    error_content_type = TEXT
 
     def do_GET(self) -> None:
         self._answer(body=True)
 
     def do_HEAD(self) -> None:  # load balancers and `curl -I` check with HEAD
         self._answer(body=False)
+
+    def _not_allowed(self) -> None:
+        """HTTP's other methods: 405 naming the two this server serves (http.server
+        answered them with its HTML 501)."""
+        said = f"{self.command} is not allowed: /metrics serves {', '.join(ALLOWED)}\n"
+        self._send(405, TEXT, said.encode(), True, {"Allow": ", ".join(ALLOWED)})
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
 
     def _answer(self, body: bool) -> None:
         refused = host_refusal(self.headers.get("Host")) if self.server.loopback else None

@@ -12,10 +12,14 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from controller.daemon.loop import DEBOUNCE, DEBOUNCE_MAX, SETTLE
+from controller.store.config import accesstoken
 
 PYTHON = sys.executable
 STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
@@ -320,6 +324,46 @@ def test_sighup_rereads_and_resyncs(reconcile: Any, daemon: Any, finish: Any) ->
     node_file.unlink()
     assert ready_pid(rc, "hup")
     finish(d)
+
+
+def test_counters_survive_a_sighup(reconcile: Any, daemon: Any, finish: Any) -> None:
+    """SIGHUP re-reads the node and resyncs: the daemon's own counters at /metrics run
+    on (with --metrics-port and no --metrics-file they once restarted from 1)."""
+    rc = reconcile
+    port = rc.port + 14
+    rc.write("one", **sleeper())
+    d = daemon("--metrics-port", str(port))
+    d.wait(lambda: ready_pid(rc, "one"), "one Ready")
+    url = f"http://127.0.0.1:{port}/metrics?token={accesstoken.read(rc.state)}"
+    rc.write("two", **sleeper())  # a folder event: another pass, another "ready"
+    d.wait(lambda: ready_pid(rc, "two"), "two Ready")
+    before = d.wait(lambda: (c := _counters(url))[PASSES] >= 2 and c, "two passes counted")
+    assert before[("ready", "ok")] >= 2, before
+    last = len(d.passes("sighup"))
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait(lambda: len(d.passes("sighup")) > last, "the SIGHUP's pass")
+    after = _counters(url)  # its line is logged after its hooks: /metrics shows it
+    assert d.lines("configuration reloaded")
+    assert all(after[k] >= v for k, v in before.items()), (before, after)
+    finish(d)
+
+
+PASSES = ("passes", "")
+
+
+def _counters(url: str) -> dict[tuple[str, str], float]:
+    """``reconcile_passes_total`` (as PASSES) and ``reconcile_actions_total`` by
+    (action, outcome), as the daemon's /metrics says now."""
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    out = {PASSES: 0.0}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "reconcile_passes_total":
+                out[PASSES] = s.value
+            elif s.name == "reconcile_actions_total":
+                out[(s.labels["action"], s.labels["outcome"])] = s.value
+    return out
 
 
 def test_a_folder_that_disappears_prunes_nothing_and_is_watched_again(

@@ -1,6 +1,6 @@
 """An engine that says what reached it (for the gateway's path and token tests).
 
-    python echo_engine.py --port N --model NAME
+    python echo_engine.py --port N --model NAME [--hold-while FILE]
 
 ``GET /health`` answers 200. Any other request is read as a stream (never whole: a
 50 MB upload costs this process little too) and answered with JSON naming the engine
@@ -8,7 +8,9 @@
 and the body itself when it is small JSON. The OpenAI shapes a client library parses
 are added where their paths ask: ``data`` for embeddings, ``text`` for transcriptions,
 ``choices`` and ``usage`` for completions (``"stream": true``: server-sent events, the
-usage chunk last when ``stream_options.include_usage`` asks for it).
+usage chunk last when ``stream_options.include_usage`` asks for it). While
+``--hold-while FILE`` exists, a stream holds its end (its first chunks sent): a request
+in flight for as long as a test wants.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -102,6 +105,9 @@ async def stream(
         delta = {"index": 0, "delta": {"content": f"c{i}"}, "finish_reason": None}
         chunk = {**base, "choices": [delta], **({"echo": said} if i == 0 else {})}
         await answer.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    hold: Path | None = request.app["hold"]
+    while hold is not None and hold.exists():
+        await asyncio.sleep(0.05)
     options = body.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage"):
         last = {**base, "choices": [], "usage": usage()}
@@ -119,9 +125,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model", required=True)
+    parser.add_argument("--hold-while", type=Path)
     args = parser.parse_args()
     app = web.Application(client_max_size=1 << 30)
     app["model"] = args.model
+    app["hold"] = args.hold_while
     app.router.add_get("/health", health)
     app.router.add_route("*", "/{tail:.*}", echo)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)

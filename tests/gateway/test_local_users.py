@@ -171,3 +171,35 @@ def test_with_keys_a_key_gets_in_whatever_the_host(reconcile: Any, gateway: Any)
     token = accesstoken.read(reconcile.state)  # not a key: with keys the page wants one
     assert g.request("GET", f"/ui/api/state?token={token}").status == 401
     g.finish()
+
+
+def test_the_token_on_an_api_path_never_reaches_the_engine(reconcile: Any, gateway: Any) -> None:
+    """README: the token "is accepted as ``?token=`` on any page or API path" and "never
+    appears in logs": the gateway keeps it, and the engine gets the rest of the query as
+    sent (the demo engine logs each request line, which `reconcile logs` shows)."""
+    reconcile.write("web")
+    g = gateway()
+    g.wait_phase("web", "Ready")
+    token = accesstoken.read(reconcile.state)
+    chat = {"model": "web", "messages": [{"role": "user", "content": "hi"}]}
+    sent = {
+        f"?token={token}&x=1": "?x=1",
+        f"?a=%2F&token={token}&b=2&b=3": "?a=%2F&b=2&b=3",
+        f"?%74oken={token}": "",  # the name as a browser may encode it is the same name
+        f"?token={token}": "",
+    }
+    for query in sent:
+        answer = g.request("POST", f"/v1/chat/completions{query}", chat)
+        assert answer.status == 200, (query, answer)
+    engine_log = "\n".join(reconcile("logs", "web", "--tail", "100", check=0).out.splitlines())
+    lines = [line for line in engine_log.splitlines() if "POST /v1/chat/completions" in line]
+    assert [line.split('"')[1] for line in lines] == [
+        f"POST /v1/chat/completions{kept} HTTP/1.1" for kept in sent.values()
+    ], engine_log
+    g.finish()
+    token_file = accesstoken.path(reconcile.state)
+    said = {"daemon log": g.text()}
+    for path in reconcile.state.rglob("*"):
+        if path.is_file() and path != token_file:
+            said[str(path)] = path.read_bytes().decode("latin-1")
+    assert [where for where, text in said.items() if token in text] == []

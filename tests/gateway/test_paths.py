@@ -104,11 +104,44 @@ def test_every_path_is_routed_by_its_model(reconcile: Any, gateway: Any) -> None
     assert root.status == 404 and "its web page is /ui" in root.json()["error"]["message"]
     browser = g.request("GET", "/?token=t0k", headers={"Accept": "text/html,*/*;q=0.8"})
     assert browser.status == 302 and browser.headers["Location"] == "/ui?token=t0k", browser
+    conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=30)
+    try:
+        conn.request("GET", "/", headers={"Accept": "text/html"})
+        assert conn.getresponse().reason == "Found"  # its status line said `302 Unknown`
+    finally:
+        conn.close()
     no_model, headers = form("", b"x")
     answer = g.request(
         "POST", "/v1/audio/transcriptions", no_model.replace(b"model", b"other"), headers
     )
     assert answer.status == 400 and "field `model`" in answer.json()["error"]["message"], answer
+    g.finish()
+
+
+def test_a_method_an_openai_path_does_not_serve_is_a_405(reconcile: Any, gateway: Any) -> None:
+    """README: "any other path or method gets an OpenAI error body (404, 405)". A PUT to
+    /v1/chat/completions was forwarded (the engine's HTML 501, a 5xx) and a GET got 400
+    for its missing body: each is a 405 naming what the path serves, with ``Allow``,
+    before any body is read. An engine's own /v1/... path still takes a GET."""
+    echoes(reconcile, "alpha")
+    g = gateway()
+    g.wait_phase("alpha", "Ready")
+    uploads = ("/v1/audio/transcriptions", "/v1/audio/translations")
+    for path in (*JSON_PATHS, *uploads):
+        for method in ("GET", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"):
+            answer = g.request(method, path, {"model": "alpha", "input": "hi"})
+            assert (answer.status, answer.headers.get("Allow")) == (405, "POST"), (method, path)
+            if method != "HEAD":
+                error = answer.json()["error"]
+                assert error["code"] == "method_not_allowed", answer
+                assert f"method {method} is not allowed on {path}" in error["message"]
+    own = g.request("GET", "/v1/engine/own?q=1", {"model": "alpha"})  # routed by its body
+    assert own.status == 200 and own.json()["method"] == "GET", own
+    assert own.json()["path"] == "/v1/engine/own" and own.json()["query"] == "q=1", own
+    logged = reconcile.state / "gateway" / "requests.jsonl"  # written off the request path
+    reconcile.wait_for(lambda: logged.exists() and logged.read_text(), what="a line logged")
+    statuses = [json.loads(line)["status"] for line in logged.read_text().splitlines()]
+    assert statuses == [200], statuses  # the 405s reached no engine
     g.finish()
 
 

@@ -8,9 +8,12 @@ engines and sockets.
 - a second gateway process takes the port over under load (``reconcile gateway
   restart``): no failed request; the daemon follows the successor (SIGHUP's key reload
   reaches it, its crash is restarted); a request whose body comes after the hand-over
-  is answered by the old one; (slow) 12 hand-overs in a row under load;
+  is answered by the old one; one waiting for an engine to get Ready is answered 503
+  (``Retry-After: 1``) at once; (slow) 12 hand-overs in a row under load;
 - a gateway crash (SIGKILL) is restarted by the daemon at once; ``reconcile gateway
-  stop`` is no crash (left stopped until SIGHUP); SIGTERM of the daemon leaves it serving.
+  stop`` is no crash (left stopped until SIGHUP); SIGTERM of the daemon leaves it serving;
+- the gateway's counters run on across a hand-over, and across two in a row while the
+  oldest gateway still drains a stream: the last one counts every request.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import urllib.request
@@ -31,7 +35,10 @@ import psutil
 import pytest
 from procs import GATEWAY_MARKER, marked_pids
 
+from controller.store.config import accesstoken
+
 WAIT = 40.0
+ECHO = Path(__file__).with_name("echo_engine.py")
 KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"  # no hex, no word (see test_keys.py)
 OTHER = "sk-Vb8NcXeRwTqPoIuYtLk2"
 
@@ -258,6 +265,66 @@ def test_a_request_whose_body_comes_after_the_hand_over_is_answered(
         g.finish()
 
 
+def test_a_request_waiting_for_an_engine_is_answered_503_at_the_hand_over(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A trial's request waiting for an engine that never got Ready was held by the old
+    gateway through its whole drain (120 s), then closed with no answer at all, and logged
+    500. It has sent nothing to any engine: the old gateway answers it at once, 503 with
+    ``Retry-After: 1`` and ``Connection: close``, and the retry reaches the new one."""
+    reconcile.write(
+        "stuck",
+        command=reconcile.demo_command(load_seconds="3600"),  # /health answers 503 all along
+        readiness={"httpGet": {"path": "/health"}, "deadlineSeconds": 3600, "periodSeconds": 0.2},
+        activation="OnDemand",
+        idleTimeout="10m",
+    )
+    reconcile.write("alpha")
+    g = gateway()
+    g.wait_phase("alpha", "Ready")
+    g.wait_phase("stuck", "Idle")
+    old = g.serving()
+    answers: list[Any] = []
+    asking = threading.Thread(target=lambda: answers.append(g.post("stuck")), daemon=True)
+    asking.start()
+    # The old gateway holds the request: it wrote the demand with it in flight.
+    activation = Path(reconcile.state, "activation", "stuck.json")
+
+    def waiting() -> bool:
+        try:
+            return bool(json.loads(activation.read_text()).get("inflight", 0) > 0)
+        except (OSError, ValueError):
+            return False
+
+    reconcile.wait_for(waiting, timeout=WAIT, what="the request waiting for stuck")
+    try:
+        hand_over(reconcile, old)
+        asking.join(timeout=WAIT)  # far below the drain's 120 s
+        assert answers, "the waiting request got no answer"
+        answer = answers[0]
+        assert answer.status == 503, answer
+        assert answer.headers.get("Retry-After") == "1", answer.headers
+        assert answer.headers.get("Connection") == "close", answer.headers
+        error = answer.json()["error"]
+        assert error["code"] == "model_not_ready", error
+        assert "stopping (handed over)" in error["message"], error
+        # The retry's way: the new gateway serves the port (a Ready deployment answers).
+        ok = g.post("alpha")
+        assert ok.status == 200, ok
+        assert g.serving().ref != old.ref
+        # The request log says what was sent: the 503, never a 500.
+        log = Path(reconcile.state, "gateway", "requests.jsonl")
+
+        def logged() -> list[int]:
+            lines = log.read_text().splitlines() if log.exists() else []
+            return [json.loads(line)["status"] for line in lines if '"stuck"' in line]
+
+        reconcile.wait_for(logged, timeout=WAIT, what="the request's line")
+        assert logged() == [503], logged()
+    finally:
+        g.finish()
+
+
 def test_a_second_gateway_takes_the_port_over_under_load(reconcile: Any, gateway: Any) -> None:
     streaming(reconcile, "alpha")
     keys = _keyfile(reconcile, KEY)
@@ -396,3 +463,71 @@ def test_counters_run_on_across_a_hand_over(reconcile: Any, gateway: Any) -> Non
         reconcile.wait_for(lambda: not list(handed.glob("handed-*")), what="no handed-* left")
     finally:
         g.finish()
+
+
+def test_counters_run_on_across_two_hand_overs_while_the_oldest_drains(
+    reconcile: Any, gateway: Any
+) -> None:
+    """Two hand-overs in a row (A -> B -> C) while A still drains a stream: B hands down
+    before A is done, so C waits for A's final counters too. C ends with every request
+    (A's 3 and the stream it finished after both hand-overs, B's, C's), and no
+    ``handed-*.prom`` is left behind (A's once was, and its counts were lost)."""
+    hold = reconcile.tmp / "hold"  # while it exists, the stream's end waits
+    hold.touch()
+    echo = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+    reconcile.write("slowr", command=[*echo, "--hold-while", str(hold)])
+    port = reconcile.port + 14
+    g = gateway("--metrics-port", str(port))
+    g.wait_phase("slowr", "Ready")
+    url = f"http://127.0.0.1:{port}/metrics?token={accesstoken.read(reconcile.state)}"
+    try:
+        first = g.serving()
+        for _ in range(3):
+            assert g.post("slowr").status == 200
+        conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=WAIT)
+        try:
+            stream = _stream_begun(conn, "slowr")  # held by the first gateway
+            hand_over(reconcile, first)
+            second = g.serving()
+            assert g.post("slowr").status == 200
+            hand_over(reconcile, second)
+            assert g.post("slowr").status == 200
+            # The second has handed down (nothing held it); the first drains on.
+            reconcile.wait_for(lambda: not second.alive(), timeout=WAIT, what="second gone")
+            assert first.alive(), "the first gateway drains the stream still"
+            hold.unlink()  # the stream ends: the first gateway counts it, then exits
+            assert b"data: [DONE]" in stream.read()
+        finally:
+            conn.close()
+        reconcile.wait_for(lambda: not first.alive(), timeout=WAIT, what="the first gone")
+        made = 3 + 1 + 1 + 1  # the first's, the second's, the third's, the stream
+        counted = lambda: _requests(url, "slowr") == made  # noqa: E731
+        reconcile.wait_for(counted, timeout=WAIT, what=f"{made} requests counted")
+        handed = reconcile.state / "gateway"
+        reconcile.wait_for(lambda: not list(handed.glob("handed-*")), what="no handed-* left")
+    finally:
+        g.finish()
+
+
+def _stream_begun(conn: http.client.HTTPConnection, model: str) -> http.client.HTTPResponse:
+    """A streamed request whose first chunk came: in flight at the gateway serving now."""
+    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    conn.request("POST", "/v1/chat/completions", json.dumps(body))
+    answer = conn.getresponse()
+    assert answer.status == 200, answer.read()
+    assert answer.read1(4096).strip(), "the stream's first chunk"
+    return answer
+
+
+def _requests(url: str, deployment: str) -> float:
+    """``reconcile_gateway_requests_total`` of ``deployment`` at the daemon's /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=WAIT) as answer:
+        text = answer.read().decode()
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "reconcile_gateway_requests_total" and s.labels["deployment"] == deployment
+    )

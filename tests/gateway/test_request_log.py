@@ -5,6 +5,7 @@
   status, time to first byte, duration and tokens; neither the key nor a word of the
   prompt or the answer is anywhere in the files; rotation keeps them bounded;
   ``reconcile logs --requests`` shows them (``-o json``, ``--tail``), the page too;
+- a client that goes away before its answer is a 499 (nginx's), counted as a 4xx;
 - a writer stuck on its file (a FIFO nobody reads: a disk that does not answer) never
   makes a request wait: the queue is bounded and what does not fit is dropped and
   counted, and what was queued is written once the file takes it.
@@ -15,9 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from subprocess import PIPE
@@ -27,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.requestlog import FIELDS, RequestLog, path_in
+from controller.store.config import accesstoken
 from controller.store.instances import logfiles
 
 KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"  # no hex, no word (see test_keys.py)
@@ -238,3 +242,47 @@ def _written(path: Path, n: int) -> None:
             return
         time.sleep(0.005)
     raise AssertionError(f"line {n} was not written")
+
+
+def test_a_client_that_goes_away_is_a_499_not_a_server_error(reconcile: Any, gateway: Any) -> None:
+    """A client that closes before its answer (mid-body, or while its request waits for an
+    engine) is logged 499, as nginx logs it, and counted as a 4xx: it was a 500, a 5xx."""
+    reconcile.write(
+        "lazy", activation="OnDemand", command=reconcile.demo_command(load_seconds="600")
+    )
+    metrics = reconcile.port + 14
+    g = gateway("--metrics-port", str(metrics))
+    g.wait_phase("lazy", "Idle")
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: application/json\r\nContent-Length: {}\r\n{}\r\n"
+    )
+    # Cut mid-body: 16 of 100 bytes, sent once the handler asked for the body (its 100
+    # Continue), then the close.
+    with socket.create_connection(("127.0.0.1", g.port), timeout=30) as sock:
+        sock.sendall(head.format(100, "Expect: 100-continue\r\n").encode())
+        assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n")
+        sock.sendall(b'{"model": "lazy"')
+    # Gone while it waits for its engine to start (its client's timeout).
+    body = b'{"model": "lazy", "messages": []}'
+    with socket.create_connection(("127.0.0.1", g.port), timeout=30) as sock:
+        sock.sendall(head.format(len(body), "").encode() + body)
+        reconcile.wait_for(
+            lambda: list((reconcile.state / "activation").glob("lazy*")),
+            what="the request waiting for its engine",
+        )
+    reconcile.wait_for(lambda: len(_lines(reconcile.state)) >= 2, what="2 lines logged")
+    assert [line["status"] for line in _lines(reconcile.state)] == [499, 499]
+    token = accesstoken.read(reconcile.state)
+    url = f"http://127.0.0.1:{metrics}/metrics?token={token}"
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        text = answer.read().decode()
+    errors = {
+        sample.labels["class"]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "reconcile_gateway_errors"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+    assert errors == {"4xx": 2.0}, errors
+    g.finish()

@@ -16,6 +16,7 @@ from controller.gateway.http import server as srv
 from controller.gateway.http.answers import error
 from controller.gateway.http.messages import Request, Response, StreamResponse, json_response
 from controller.gateway.http.server import Connections, Server
+from controller.gateway.surface import bodies
 
 Handler = Callable[[Request], Awaitable[StreamResponse]]
 END = b"\r\n\r\n"
@@ -100,6 +101,34 @@ def test_a_kept_alive_connection_carries_requests_one_after_another() -> None:
     run(test)
 
 
+# Every status the gateway answers with itself (a 302 to the page, a 409 of a refused
+# button, the OpenAI errors): each with its standard reason phrase. A 302 said `Unknown`.
+SENT = {
+    200: "OK", 202: "Accepted", 302: "Found", 400: "Bad Request", 401: "Unauthorized",
+    403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
+    409: "Conflict", 413: "Content Too Large", 415: "Unsupported Media Type",
+    429: "Too Many Requests", 500: "Internal Server Error", 502: "Bad Gateway",
+    503: "Service Unavailable", 504: "Gateway Timeout",
+}  # fmt: skip
+
+
+def test_every_status_the_gateway_sends_has_its_reason_phrase() -> None:
+    async def status(request: Request) -> StreamResponse:
+        return Response(status=int(request.raw_path[1:]), headers={"Location": "/ui"})
+
+    async def test() -> None:
+        async with Served(status) as s:
+            reader, writer = await s.connect()
+            for code, phrase in SENT.items():
+                writer.write(f"GET /{code} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                line = (await asyncio.wait_for(reader.readline(), 5)).decode()
+                assert line == f"HTTP/1.1 {code} {phrase}\r\n"
+                await reader.readuntil(END)  # the rest of the head; no body (length 0)
+            writer.close()
+
+    run(test)
+
+
 def test_pipelined_requests_are_answered_in_order() -> None:
     async def test() -> None:
         async with Served() as s:
@@ -179,6 +208,31 @@ def test_an_answer_before_a_large_unread_body_reaches_the_client() -> None:
             await writer.drain()
             status, headers, _ = await answer(reader)
             assert (status, headers["connection"]) == (413, "close")
+            assert await closed(reader)
+
+    run(test)
+
+
+def test_a_body_that_stops_coming_is_a_408(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Content-Length 100, 16 bytes sent, the client silent with its connection open (a
+    trial's client waited 90 s for an answer): the body's deadline (``BODY_TIMEOUT``,
+    120 s; 0.5 here) answers 408 and ends the connection."""
+    monkeypatch.setattr(bodies, "BODY_TIMEOUT", 0.5)
+
+    async def read(request: Request) -> StreamResponse:
+        said = await bodies.read(request, 1 << 20, None)
+        assert isinstance(said, Response)
+        return said
+
+    async def test() -> None:
+        async with Served(read) as s:
+            reader, writer = await s.connect()
+            head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+            writer.write(head + b"\r\n" + b'{"model": "lazy"')
+            status, headers, body = await answer(reader)
+            assert (status, headers["connection"]) == (408, "close"), body
+            error = json.loads(body)["error"]
+            assert error["code"] == "request_timeout" and "within 0.5 seconds" in error["message"]
             assert await closed(reader)
 
     run(test)

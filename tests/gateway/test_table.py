@@ -206,3 +206,21 @@ def test_an_engine_moved_to_another_address_leaves_its_ejection_behind() -> None
         assert table.ejected("m") is None
 
     asyncio.run(check())
+
+
+def test_a_pool_has_ended_only_when_no_instance_can_become_ready() -> None:
+    """Every instance Failed or Succeeded, its ``@next`` too: the request is answered at
+    once (test_ended.py). One still starting anywhere in the pool keeps it waiting."""
+
+    async def check() -> None:
+        table = Table()
+        failed = replace(OLD, phase=Phase.FAILED)
+        done = rec("m@1", "one", 8002, Phase.SUCCEEDED)
+        table.update([failed, done])
+        assert [r.name for r in table.ended("m")] == ["m", "m@1"]
+        table.update([failed, done, NEXT_STARTING])  # a new instance is on its way
+        assert table.ended("m") == ()
+        table.update([failed, rec("m@1", "one", 8002, Phase.BACKOFF)])  # restarts itself
+        assert table.ended("m") == () and table.ended("nope") == ()
+
+    asyncio.run(check())

@@ -3,6 +3,7 @@ present from the start (0), HEAD /metrics, and promtool's lint where it is insta
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import subprocess
@@ -113,3 +114,32 @@ def test_head_metrics_answers_without_a_body(server: tuple[int, str]) -> None:
         assert int(r.headers["Content-Length"]) > 0 and r.read() == b""
     with urllib.request.urlopen(url, timeout=5) as r:
         assert b"reconcile_build_info" in r.read()
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"])
+def test_another_method_is_a_405_that_says_get_and_head(
+    server: tuple[int, str], method: str
+) -> None:
+    """It was http.server's HTML 501 page."""
+    port, token = server
+    status, headers, said = _ask(port, method, f"/metrics?token={token}")
+    assert (status, headers["Allow"]) == (405, "GET, HEAD"), said
+    assert headers["Content-Type"] == metricsserver.TEXT
+    assert said == f"{method} is not allowed: /metrics serves GET, HEAD\n".encode()
+
+
+def test_a_method_no_one_knows_is_a_plain_501(server: tuple[int, str]) -> None:
+    port, _ = server
+    status, headers, said = _ask(port, "BREW", "/metrics")
+    assert status == 501 and headers["Content-Type"] == metricsserver.TEXT, said
+    assert said.startswith(b"501 ") and b"<" not in said, said
+
+
+def _ask(port: int, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request(method, path, body=b"{}" if method in ("POST", "PUT", "PATCH") else None)
+        answer = conn.getresponse()
+        return answer.status, dict(answer.getheaders()), answer.read()
+    finally:
+        conn.close()

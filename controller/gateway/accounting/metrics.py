@@ -10,8 +10,10 @@ the families are built from these counters when scraped, and ``generate_latest``
 writes the text. The request path pays no lock of the library's metric objects.
 
 A hand-over keeps the counters running: the old gateway, once it has drained, writes
-its final text (``registry.handed_path``) and its successor adds those counters and
-histograms to its own from then on (``inherit``), so ``rate()`` sees no reset.
+its final text (``registry.handed_path``) and a successor adds those counters and
+histograms to its own from then on (``inherit``), so ``rate()`` sees no reset. In
+hand-overs in a row the newest gateway waits for every gateway still draining when it
+started; each file is added once (``registry.claim_handed``).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from email.utils import formatdate
+from http import HTTPStatus
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
@@ -23,14 +24,12 @@ from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 
 BODY_HIGH = 256 * 1024  # bytes of a body buffered before the connection stops reading
 BODY_LOW = 64 * 1024  # ... and read down to this before it reads again
-REASONS = {
-    100: "Continue", 200: "OK", 201: "Created", 202: "Accepted", 204: "No Content",
-    304: "Not Modified", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-    404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
-    413: "Payload Too Large", 415: "Unsupported Media Type", 429: "Too Many Requests",
-    500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
-    504: "Gateway Timeout",
-}  # fmt: skip
+# Every status's standard reason phrase (a 302 said `Unknown`, a 409 too), RFC 9110's
+# where Python's older name differs; an engine's own phrase is passed on as it sent it.
+REASONS = {status.value: status.phrase for status in HTTPStatus} | {
+    413: "Content Too Large",
+    422: "Unprocessable Content",
+}
 BODILESS_STATUS = frozenset({204, 304})
 Fields = Mapping[str, str] | Sequence[tuple[str, str]]  # an answer's headers, by name or in order
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+from urllib.parse import unquote_plus
 
 _DOT = re.compile("%2e", re.IGNORECASE)
 _AMBIGUOUS = re.compile(r"%2f|%5c|%00|\\|\x00", re.IGNORECASE)
@@ -41,6 +42,14 @@ def normalise(path: str) -> str | None:
         if last:
             out.append("")  # `/v1/a/..` names the folder `/v1/`, as a browser reads it
     return "/" + "/".join(out)
+
+
+def without(query: str, name: str) -> str:
+    """``query`` without its ``name`` parameters (by their decoded name), the rest as
+    sent and in their order: ``token=T&x=1`` -> ``x=1``."""
+    if name not in query and "%" not in query:  # most queries: none, or no such name
+        return query
+    return "&".join(p for p in query.split("&") if unquote_plus(p.partition("=")[0]) != name)
 
 
 def within(path: str, prefix: str) -> bool:

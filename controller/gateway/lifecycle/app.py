@@ -165,12 +165,12 @@ class Gateway:
         done = asyncio.run_coroutine_threadsafe(self._stop_listening(), self.loop)
         done.result(timeout=START_WAIT)
 
-    def stop(self) -> None:
+    def stop(self, why: str = "stopping") -> None:
         """Stop accepting, let requests in flight finish (up to the settings' drain grace
-        period), end."""
+        period), end. ``why``: what a request still waiting for an engine is told."""
         if self._thread is None or self.loop.is_closed():
             return
-        done = asyncio.run_coroutine_threadsafe(self._close(), self.loop)
+        done = asyncio.run_coroutine_threadsafe(self._close(why), self.loop)
         done.result(timeout=self.settings.drain_grace + START_WAIT)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=START_WAIT)
@@ -268,10 +268,14 @@ class Gateway:
         if self._listener is not None:
             await close_listener(self._listener)
 
-    async def _close(self) -> None:
+    async def _close(self, why: str) -> None:
         await self._stop_listening()
         if self._server is not None:
             self._server.draining = True  # each answer from now on says Connection: close
+        if self.front is not None:
+            # A request waiting for an engine to get Ready is answered now (503, retry):
+            # held, it would be cut at the drain's deadline with no answer at all.
+            self.front.table.close(why)
         # Connections end between requests only (server.Connections.drain): closing one the
         # kernel accepted whose request is not read yet would reset that request. The
         # heartbeat and the records watch run on meanwhile: an OnDemand request in flight

@@ -76,7 +76,9 @@ class GatewayProcess:
         self._listening: tuple[str, frozenset[int]] = ("", frozenset())  # address, inode
         self._strangers: set[str] = set()  # listeners beside us on the port, named once
         self._changed = asyncio.Event()  # the folders' watch: look now
-        self._predecessor: registry.GatewayInfo | None = None  # its counters: not yet added
+        # Replaced gateways whose final counters are not added yet (None: all are, and
+        # what nobody will add was swept): see _inherit.
+        self._predecessors: dict[str, registry.GatewayInfo] | None = {}
 
     # -- start --------------------------------------------------------------------
 
@@ -85,6 +87,10 @@ class GatewayProcess:
         s = self.settings
         registry.ensure(self.state_dir)
         old = registry.current_live(self.state_dir)
+        # Every gateway live now ends once we serve (the one we take over; one replaced
+        # before it and still draining): each leaves its final counters for us.
+        others = [*registry.live(self.state_dir), *([old] if old is not None else [])]
+        before = {info.nonce: info for info in others if info.nonce != self.nonce}
         taken = None
         if old is not None and old.nonce != self.nonce and old.port == s.port:
             taken = handover.take(registry.control_of(self.state_dir, old), s.port)
@@ -125,9 +131,8 @@ class GatewayProcess:
         )
         self.control.start()
         registry.make_current(self.state_dir, info)
+        self._predecessors = before  # their final counters, once they drained: _inherit
         self.gateway.spawn(self.poll())
-        if old is not None and old.nonce != self.nonce:
-            self._predecessor = old  # its final counters, once it drained: _inherit
         if taken is not None:
             taken.release()
         elif old is not None and old.nonce != self.nonce:
@@ -212,7 +217,7 @@ class GatewayProcess:
                 guard_at = now
                 await self._guard_port()
             wait = RESYNC if self._routed else FIRST_PASS_LOOK
-            if self._predecessor is not None:  # its counters come when it exits: not 5 s late
+            if self._predecessors:  # their counters come when they exit: not 5 s late
                 wait = min(wait, METRICS_PERIOD)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), wait)
@@ -299,39 +304,39 @@ class GatewayProcess:
             log.error("drain not acknowledged", deployment=ask.name, error=str(exc))
 
     def _inherit(self) -> None:
-        """The replaced gateway's final counters, added to ours once it wrote them
-        (``_hand_down``); one that died without writing them leaves us from 0."""
-        old = self._predecessor
-        if old is None:
+        """The replaced gateways' final counters, each added to ours once it wrote them
+        (``_hand_down``): the one we took over, and any replaced before it and still
+        draining (two hand-overs in a row). A file is added by one gateway alone
+        (``registry.claim_handed``): a replaced one that took its predecessor's before
+        it handed down carries it in its own. One that died without writing them is
+        counted from 0. Once none is awaited, what nobody will add is swept."""
+        waiting = self._predecessors
+        if waiting is None:
             return
-        path = registry.handed_path(self.state_dir, old.nonce)
-        gone = not old.alive()  # before the read: a write just before its exit is seen
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            if gone:
-                self._inherited(None)
-            return
-        except (OSError, UnicodeDecodeError) as exc:
-            log.warning("old gateway's counters not read", path=str(path), error=str(exc))
-            self._inherited(None)
-            return
-        self._inherited(text)
+        # Who is gone is looked at before the reads: a write just before its exit is seen.
+        gone = {nonce for nonce, info in waiting.items() if not info.alive()}
+        for nonce in list(waiting):
+            if self._claim(nonce) or nonce in gone:
+                del waiting[nonce]
+        if not waiting:
+            self._predecessors = None
+            registry.sweep_handed(self.state_dir, self.nonce)
 
-    def _inherited(self, text: str | None) -> None:
-        """The predecessor's counters (None: it left none) added, its file removed (it
-        may not have exited yet), and what dead successors left swept."""
-        old = self._predecessor
-        self._predecessor = None
+    def _claim(self, nonce: str) -> bool:
+        """Gateway ``nonce``'s final counters added to ours if it left them and no other
+        gateway took them first; True when it is done with (added, or unreadable)."""
         try:
-            if text is not None:
-                self.gateway.metrics.inherit(text)
+            text = registry.claim_handed(self.state_dir, nonce)
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("old gateway's counters not read", nonce=nonce, error=str(exc))
+            return True
+        if text is None:
+            return False
+        try:
+            self.gateway.metrics.inherit(text)
         except ValueError as exc:  # a torn or foreign file: counted from 0
-            log.warning("old gateway's counters not read", error=str(exc))
-        if old is not None:
-            with contextlib.suppress(OSError):
-                registry.handed_path(self.state_dir, old.nonce).unlink()
-        registry.sweep_handed(self.state_dir)
+            log.warning("old gateway's counters not read", nonce=nonce, error=str(exc))
+        return True
 
     def _hand_down(self) -> None:
         """Replaced (another gateway is current): leave our final counters for it, so
@@ -339,7 +344,9 @@ class GatewayProcess:
         current = registry.read_current(self.state_dir)
         if current is None or current.nonce == self.nonce:
             return
-        self._inherit()  # our own predecessor's, if it wrote them only now: passed on too
+        # Our predecessors' counters written by now are passed on in ours; one still
+        # draining was live when our successor started: it waits for that one itself.
+        self._inherit()
         path = registry.handed_path(self.state_dir, self.nonce)
         try:
             write_atomic(path, self.gateway.metrics_text().encode(), 0o600)
@@ -382,7 +389,7 @@ class GatewayProcess:
         if self.control is not None:
             self.control.close()
         self.gateway.stop_accepting()
-        self.gateway.stop()
+        self.gateway.stop(self._why)
         self._hand_down()  # after the last request: its count is in
         registry.unregister(self.state_dir, self.nonce)
         self._wake.close()

@@ -12,7 +12,7 @@ these without paying for the HTTP stack.
 <state>/gateway/retire/<n>.<g>.done gateway <g> has (or its grace period ran out)
 <state>/gateway/passed              touched by the daemon after its first pass
 <state>/gateway/metrics.prom        the current gateway's Prometheus text
-<state>/gateway/handed-<nonce>.prom a replaced gateway's final counters, for its successor
+<state>/gateway/handed-<nonce>.prom a replaced gateway's final counters, for a successor
 <state>/gateway/daemon.sock         the daemon's wake-up socket, or, when the path is too
 <state>/gateway/daemon.addr         long for sun_path, the abstract name it bound instead
 ```
@@ -343,18 +343,40 @@ def metrics_path(state_dir: Path) -> Path:
 
 
 def handed_path(state_dir: Path, nonce: str) -> Path:
-    """Where the gateway ``nonce``, replaced, leaves its final counters (its successor
-    adds them to its own, then removes the file)."""
+    """Where the gateway ``nonce``, replaced, leaves its final counters (a successor
+    claims them, ``claim_handed``)."""
     return folder(state_dir) / f"{HANDED}{nonce}.prom"
 
 
-def sweep_handed(state_dir: Path) -> None:
-    """Remove the final counters of gateways gone whose successor died before reading
-    them (a live gateway's file is its successor's still to read)."""
-    keep = {info.nonce for info in live(state_dir)}
+def claim_handed(state_dir: Path, nonce: str) -> str | None:
+    """The final counters gateway ``nonce`` left, taken: the file is read, then removed,
+    and only the caller whose removal succeeded gets the text; None when there is none
+    (not written yet, or another gateway took it). An unreadable file is removed and
+    its error raised (OSError, UnicodeDecodeError): nobody adds it."""
+    path = handed_path(state_dir, nonce)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
+    try:
+        path.unlink()  # written once, never again: whoever removes it adds it
+    except FileNotFoundError:
+        return None
+    return text
+
+
+def sweep_handed(state_dir: Path, me: str) -> None:
+    """Remove the final counters nobody will add (their successor died before it took
+    them), while gateway ``me`` is the only one live: any other may still wait for one."""
+    if any(info.nonce != me for info in live(state_dir)):
+        return
     with contextlib.suppress(OSError):
         for path in folder(state_dir).glob(f"{HANDED}*.prom"):
-            if path.name[len(HANDED) : -len(".prom")] not in keep:
+            if path.name[len(HANDED) : -len(".prom")] != me:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
 

@@ -41,6 +41,9 @@ DRAIN_POLL = 0.01  # seconds between looks at a retiring instance's in-flight co
 # Seconds a fresh gateway waits for the daemon's first pass (no record of ours yet) before
 # routing by what the records say: the first pass says what exists (no 404 before it).
 FIRST_PASS_WAIT = 30.0
+# Phases an engine never leaves by itself (the planner's lifecycle: terminal until the
+# manifest changes or a restart is asked): a request waits for nothing in them.
+ENDED = (Phase.FAILED, Phase.SUCCEEDED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,9 @@ class Table:
         # Reads the records now if they changed (the gateway process's look); None where
         # the records are pushed (``update``: a test's gateway in process).
         self.catch_up: Callable[[], Awaitable[None]] | None = None
+        # Why this gateway stopped accepting (a hand-over, a stop), once it has: a request
+        # then waits for no engine (``close``).
+        self.closing: str | None = None
 
     async def known(self, name: str) -> bool:
         """Is ``name`` routable? One the table lacks is looked for once more in the
@@ -155,6 +161,14 @@ class Table:
         for gone in [n for n in self.served if n not in live]:
             del self.served[gone]  # only the tie-break reads it: a gone engine's is moot
         self.loaded.set()
+        self._wake()
+
+    def close(self, why: str) -> None:
+        """The gateway stopped accepting (``why``): no request waits for a Ready engine
+        from now on. One that has none is answered at once, before the drain's deadline
+        would cut it with no answer at all: its client's retry reaches the gateway that
+        serves the port (a hand-over's successor), and it held no engine state."""
+        self.closing = why
         self._wake()
 
     def _wake(self) -> None:
@@ -344,6 +358,20 @@ class Table:
             default=0.0,
         )
 
+    def ended(self, name: str) -> tuple[Record, ...]:
+        """The records of pool ``name`` when none of its instances can become Ready by
+        itself (each one, and its ``@next`` if any, Failed or Succeeded: terminal until
+        the manifest changes or ``reconcile restart``); () while one still may."""
+        found: list[Record] = []
+        for deployment in self.pools.get(name, ()):
+            for instance in self.instances.get(deployment, ()):
+                recs = [self.records.get(instance), self.records.get(next_name(instance))]
+                present = [rec for rec in recs if rec is not None]
+                if not present or any(rec.phase not in ENDED for rec in present):
+                    return ()
+                found.extend(present)
+        return tuple(found)
+
     def phases(self, name: str) -> str:
         """The phases of pool ``name``'s instances, for a 503's message."""
         found = [
@@ -372,8 +400,12 @@ class Table:
             left = end - time.monotonic()
             if found is not None or left <= 0 or name not in self.pools:
                 return found
+            if self.closing is not None:
+                return None  # the gateway is closing: the 503 says to retry (close)
             if self.ejected(name) is not None:
                 return None  # every instance is ejected: the 503 says when to retry
+            if self.ended(name):
+                return None  # none can become Ready by itself: the 503 says why, at once
             on_wait()
             # An engine marked down is tried again when its mark runs out, which no
             # record change announces: the wait ends then too, and looks again.

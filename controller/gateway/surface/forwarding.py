@@ -1,10 +1,10 @@
 """Forwarding a request to an engine, once its body is read and its model known
 (routes.py): the deployment's concurrency limit, its fallbacks (a limit reached, no
-instance Ready within fallbackAfter, every instance ejected), OnDemand rivals' turns and
-activation, the wait for a Ready instance (routing/readiness.py), and the call itself:
-counted per engine (the balancer, retire, the autoscaler's figures), judged for passive
-health, and sent once more on another instance when the engine dropped the connection
-before a byte of its answer.
+instance Ready within fallbackAfter, none that can become Ready at all, every instance
+ejected), OnDemand rivals' turns and activation, the wait for a Ready instance
+(routing/readiness.py), and the call itself: counted per engine (the balancer, retire,
+the autoscaler's figures), judged for passive health, and sent once more on another
+instance when the engine dropped the connection before a byte of its answer.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.core.manifest.names import base_name
+from controller.core.state import Record
 from controller.gateway.accounting.inflight import InflightCounts
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.tracing import Tracing
@@ -36,6 +38,7 @@ from controller.store.instances.events import Journal
 log = get_logger("reconcile")
 
 RETRY_AFTER = 5.0  # seconds a 503 or 429 asks the client to wait
+CLOSING_RETRY_AFTER = 1.0  # ... when the gateway stops: its successor serves already
 CONNECT_RETRIES = 3  # an engine not reached (refused, connect timed out): wait for a Ready one
 SESSION_HEADER = "x-session-id"  # affinity's key; else the OpenAI body's `user`
 SESSION_MAX = 1024  # characters of a session key (it is hashed, never stored)
@@ -108,10 +111,15 @@ class Forwarder:
                 answered = await self._forward(incoming, body, want)
         finally:
             self.limiter.release(label)
-        if onward and incoming.no_instance:
-            why = "ejected" if self.table.ejected(model) is not None else "not_ready"
-            return await self._fall_back(incoming, body, fields, tried, onward, why)
+        if onward and incoming.no_instance and self.table.closing is None:
+            return await self._fall_back(incoming, body, fields, tried, onward, self._why(model))
         return answered
+
+    def _why(self, model: str) -> str:
+        """Why pool ``model`` took no request (a fallback's reason)."""
+        if self.table.ejected(model) is not None:
+            return "ejected"
+        return "ended" if self.table.ended(model) else "not_ready"
 
     async def _fall_back(
         self,
@@ -128,7 +136,11 @@ class Forwarder:
         model, to = tried[-1], onward[0]
         self.metrics.fell_back(model, to, why)
         log.info("request sent to a fallback", model=model, fallback=to, reason=why)
-        said = {"not_ready": "no instance Ready", "ejected": "every instance ejected"}
+        said = {
+            "not_ready": "no instance Ready",
+            "ejected": "every instance ejected",
+            "ended": "no instance can become Ready (Failed or Succeeded)",
+        }
         reason = f"{said.get(why, 'at its concurrency limit')}: a request went to {to!r}"
         journal = Journal(self.demand.state_dir)
         for deployment in self.table.pools.get(model, ()):
@@ -184,6 +196,13 @@ class Forwarder:
                 turns.leave(sleepers, aged)
 
     def _not_ready(self, want: Ask) -> Response:
+        if self.table.closing is not None:  # retried at once: on the port's next gateway
+            why = (
+                f"deployment {want.label!r} is not Ready ({self.table.phases(want.pool)}) "
+                f"and this gateway process is stopping ({self.table.closing}); retry: "
+                "after a hand-over the new gateway serves the port"
+            )
+            return error(503, why, "model_not_ready", retry_after=CLOSING_RETRY_AFTER)
         ejected = self.table.ejected(want.pool)
         if ejected is not None:
             why = (
@@ -191,6 +210,9 @@ class Forwarder:
                 f"row; the next trial in {max(1, round(ejected))}s"
             )
             return error(503, why, "model_not_ready", retry_after=ejected)
+        ended = self.table.ended(want.pool)
+        if ended:
+            return _ended(want.label, ended)
         phase = self.table.phases(want.pool)
         waited = self.table.deadline(want.pool)  # the records': the daemon's deadline
         why = (
@@ -357,6 +379,23 @@ def _may_resend(exc: UpstreamFailed, body: bytes | Upload) -> bool:
     """Nothing of the answer came, and the body can be sent again (a streamed upload the
     engine has begun to read cannot)."""
     return exc.retry and not (isinstance(body, Upload) and body.started)
+
+
+def _ended(label: str, records: tuple[Record, ...]) -> Response:
+    """The 503 of a pool none of whose engines can become Ready by itself: at once, no
+    Retry-After (a retry waits for a person), its phases and why, and what to do."""
+    states = "; ".join(
+        dict.fromkeys(
+            f"{rec.name} {rec.phase.value}" + (f": {rec.message}" if rec.message else "")
+            for rec in records
+        )
+    )
+    names = " ".join(dict.fromkeys(base_name(rec.name) for rec in records))
+    why = (
+        f"deployment {label!r} cannot become Ready by itself ({states}); fix its manifest, "
+        f"or start it again with `reconcile restart {names}`"
+    )
+    return error(503, why, "model_not_ready")
 
 
 def _upstream_error(name: str) -> Response:

@@ -40,6 +40,7 @@ from controller.gateway.surface import bodies
 from controller.gateway.surface.forwarding import RETRY_AFTER, Forwarder, Incoming
 from controller.gateway.surface.upload import Upload
 from controller.gateway.surface.waiting import Waiting, wants_stream
+from controller.store.config.accesstoken import QUERY as TOKEN_QUERY
 
 ROUTED = "/v1/"  # what is forwarded lies under this...
 ROUTED_ALSO = frozenset({"/rerank"})  # ... and these (Jina/TEI/llama.cpp's rerank path)
@@ -47,6 +48,31 @@ MODELS = "/v1/models/"  # GET /v1/models/{id}: the openai client's models.retrie
 OWN_PATHS = frozenset({"/healthz", "/v1/models"})  # answered by the gateway itself
 OWN_METHODS = ("GET", "HEAD")  # /healthz, /v1/models and /v1/models/{id}
 PROXIED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")  # the OpenAI API's
+CLIENT_CLOSED = 499  # the status logged of a request whose client went away (nginx's)
+# The OpenAI paths routed by their model, each with the methods it serves: any other is a
+# 405 before the body is read (a PUT was forwarded and the engine's HTML 501 counted as
+# 5xx; a GET got 400 for the body it has no reason to send). Any other /v1/... path (an
+# engine's own, which may read a GET's body for its model) takes PROXIED_METHODS.
+POST_ONLY = ("POST",)
+ROUTED_METHODS: dict[str, tuple[str, ...]] = dict.fromkeys(
+    (
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/responses",
+        "/v1/rerank",
+        "/rerank",
+        "/v1/moderations",
+        "/v1/audio/speech",
+        "/v1/audio/transcriptions",
+        "/v1/audio/translations",
+        "/v1/images/generations",
+        "/v1/images/edits",
+        "/v1/images/variations",
+        "/v1/messages",
+    ),
+    POST_ONLY,
+)
 
 
 @dataclass
@@ -146,8 +172,11 @@ class Front:
             if path == "/metrics":  # where an engine has them; the gateway's are the daemon's
                 why += " (its metrics are the daemon's: `--metrics-port PORT` serves /metrics)"
             return error(404, why, "not_found")
-        if request.method not in PROXIED_METHODS:
-            return _not_allowed(request.method, path, PROXIED_METHODS)
+        allowed = ROUTED_METHODS.get(path, PROXIED_METHODS)
+        if request.method not in allowed:
+            return _not_allowed(request.method, path, allowed)
+        if self.keys is None:  # the node's access token may come as ?token=: not sent on
+            query = paths.without(query, TOKEN_QUERY)
         return await self.proxied(request, path, query)
 
     async def healthz(self, request: Request) -> Response:
@@ -215,6 +244,11 @@ class Front:
                 deployment, response = answer
                 status = response.status
                 return response
+            except (asyncio.CancelledError, ConnectionError):
+                # Its connection closed before the answer (server.py cancels the handler;
+                # a body still coming fails): nginx's 499, a client error, not the server's.
+                status = CLIENT_CLOSED
+                raise
             finally:
                 self._count(deployment, key, status, meter)
                 self._noted(deployment, status, meter)

@@ -1,0 +1,133 @@
+"""A deployment that can never become Ready by itself (every instance Failed or
+Succeeded: terminal until its manifest changes or ``reconcile restart``) is answered at
+once: 503 ``model_not_ready`` naming its phase and why, and what to do, with no
+``Retry-After``; with ``fallbacks``, its first fallback takes the request at once, not
+after ``fallbackAfter``. A trial's request for a ``restartPolicy: Never`` engine that
+exited at once hung for its whole readiness deadline (600 s).
+
+The requests below have a client timeout far below the deadlines they would otherwise
+wait for: an answer at all is the proof.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from dataclasses import replace
+from typing import Any
+
+from harness.rawhttp import Raw, exchange, openai_error, request
+from procs import free_ports
+
+from controller.core.state import Phase, ProbeConfig, Record
+from controller.gateway.lifecycle.app import Gateway
+
+WAIT = 30.0  # a client's patience: far below the 600 s deadlines
+EXITS = ["/bin/sh", "-c", "exit 3"]
+LONG = {"httpGet": {"path": "/health"}, "deadlineSeconds": 600, "periodSeconds": 0.2}
+
+
+def test_a_failed_deployment_is_answered_at_once_and_its_fallback_taken(
+    reconcile: Any, gateway: Any
+) -> None:
+    reconcile.write("never", command=EXITS, restartPolicy="Never", readiness=LONG)
+    reconcile.write(
+        "broken",
+        command=EXITS,
+        restartPolicy="Never",
+        readiness=LONG,
+        fallbacks=["small"],
+        fallbackAfter="10m",
+    )
+    reconcile.write("small")
+    g = gateway()
+    g.wait_phase("never", "Failed")
+    g.wait_phase("broken", "Failed")
+    g.wait_phase("small", "Ready")
+
+    answer = g.post("never")
+    assert answer.status == 503, answer
+    assert "Retry-After" not in answer.headers, answer.headers  # only a person helps
+    error = answer.json()["error"]
+    assert error["code"] == "model_not_ready", error
+    message = error["message"]
+    assert "never Failed: engine exited with code 3; restartPolicy Never" in message, message
+    assert "fix its manifest" in message and "`reconcile restart never`" in message, message
+
+    # Its fallback serves at once: "cannot take a request" needs no fallbackAfter (10m).
+    answer = g.post("broken")
+    assert answer.status == 200, answer
+    assert answer.headers["x-reconcile-deployment"] == "small"
+    reconcile.wait_for(
+        lambda: any(
+            e["action"] == "fallback" and "can become Ready" in e["reason"]
+            for e in reconcile.events("broken")
+        ),
+        timeout=WAIT,
+        what="the fallback's event",
+    )
+    g.finish()
+
+
+def test_a_request_waiting_for_a_start_is_answered_when_the_engine_fails(
+    reconcile: Any, inproc: Gateway
+) -> None:
+    """The wait ends the moment the record says Failed, not at the deadline. In process:
+    the test writes the records; a socket that never answers HTTP stands for the engine,
+    and the gateway's own probe of it (made only while a request waits) says the request
+    is waiting."""
+    front = inproc.front
+    assert front is not None
+    table = front.table
+    engine = socket.socket()
+    engine.bind(("127.0.0.1", free_ports(1)))
+    engine.listen(8)
+    engine.settimeout(WAIT)
+    port = engine.getsockname()[1]
+    starting = Record(
+        name="m",
+        owner="o",
+        node="n",
+        nonce="a",
+        port=port,
+        phase=Phase.STARTING,
+        models=("m",),
+        ready_deadline_seconds=600.0,
+        probe=ProbeConfig(http=(("/health", None),), timeout_seconds=WAIT),
+    )
+    inproc.loop.call_soon_threadsafe(table.update, [starting])
+    reconcile.wait_for(lambda: "m" in table.pools, what="the Starting record")
+
+    answers: list[Raw] = []
+    body = json.dumps({"model": "m", "prompt": "hi"}).encode()
+    asking = threading.Thread(
+        target=lambda: answers.append(
+            exchange(
+                inproc.settings.port,
+                request("POST", "/v1/completions", body),
+                timeout=WAIT,
+            )
+        ),
+        daemon=True,
+    )
+    asking.start()
+    probe, _ = engine.accept()  # the gateway probes the engine: the request waits
+    try:
+        failed = replace(
+            starting.released(),
+            phase=Phase.FAILED,
+            message="engine exited with code 3; restartPolicy Never",
+        )
+        inproc.loop.call_soon_threadsafe(table.update, [failed])
+        asking.join(timeout=WAIT)
+    finally:
+        probe.close()
+        engine.close()
+    assert answers, "no answer"
+    answer = answers[0]
+    error = openai_error(answer)
+    assert answer.status == 503 and error is not None, answer
+    assert "retry-after" not in answer.headers, answer.headers
+    assert error["code"] == "model_not_ready"
+    assert "m Failed: engine exited with code 3" in error["message"], error
