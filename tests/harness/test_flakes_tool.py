@@ -79,3 +79,22 @@ def test_a_round_that_cleans_up_passes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "left running" not in done.stdout
     assert "1 tests, 0 failed at least once" in done.stdout, done.stdout
+
+
+def test_a_round_whose_pytest_cannot_run_is_no_clean_bill(tmp_path: Path) -> None:
+    """pytest refusing its arguments (an interpreter without pytest-xdist took `-n`)
+    ran nothing: that is said and exits 2, never "0 tests, 0 failed" and 0."""
+    test_file = tmp_path / "test_clean.py"
+    test_file.write_text(CLEAN)
+    env = dict(os.environ, LLAMA_SERVER="unused", RECONCILE_FLAKES_BUSY="0")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts/flakes"), "1", "--no-such-option", str(test_file)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "round 1 ran no tests (pytest exit 4)" in done.stdout, done.stdout
+    assert "1 of 1 rounds ran no tests" in done.stdout, done.stdout
