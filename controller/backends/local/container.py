@@ -160,8 +160,9 @@ class Wrapper:
         assert spec.container is not None
         runtime, image = self.runtime_of(spec.container), image_of(spec)
         job = PullJob(Path(self.state_dir), runtime.name, image)
+        pulling = f"pulling image {image} ({runtime.name}) first: the running engine serves"
         if job.running():
-            return f"pulling image {image} ({runtime.name}) first: the running engine serves"
+            return pulling
         try:
             present = runtime.image(image) is not None
         except ContainerError:  # the runtime does not answer: the launch decides, as before
@@ -174,12 +175,9 @@ class Wrapper:
                 job.forget()  # the next pass tries again
             return said
         if spec.container.policy(image) == "Never":
-            return (
-                f"image {image} is not on this node and pullPolicy is Never: "
-                f"`{runtime.name} pull {image}` (or load it); the running engine is kept"
-            )
+            return f"{_never_here(runtime, image)}; the running engine is kept"
         job.start()
-        return f"pulling image {image} ({runtime.name}) first: the running engine serves"
+        return pulling
 
     def ensure_image(self, runtime: Runtime, image: str, container: Container) -> Known:
         """The image on this node as pullPolicy says: its digest, whether it was pulled
@@ -215,10 +213,7 @@ class Wrapper:
                 raise ContainerError(f"cannot pull image {image}: {said}")
             return Known(facts[1], pulled=True)
         if policy == "Never" and not present:
-            raise Unplaceable(
-                f"image {image} is not on this node and pullPolicy is Never: "
-                f"`{runtime.name} pull {image}` (or load it), or set pullPolicy"
-            )
+            raise Unplaceable(f"{_never_here(runtime, image)}, or set pullPolicy")
         if facts is not None and policy != "Always":
             return Known(facts[1], pulled=False)
         job.start()
@@ -272,6 +267,14 @@ class Known:
     digest: str
     pulled: bool  # a pull job of it ended just before
     remembered: bool = False  # from an earlier look of this process: to be checked again
+
+
+def _never_here(runtime: Runtime, image: str) -> str:
+    """An image ``pullPolicy: Never`` will not pull, missing: and what to do."""
+    return (
+        f"image {image} is not on this node and pullPolicy is Never: "
+        f"`{runtime.name} pull {image}` (or load it)"
+    )
 
 
 def _image_or_none(runtime: Runtime, image: str) -> tuple[str, str] | None:
