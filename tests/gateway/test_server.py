@@ -527,3 +527,20 @@ def test_a_failing_handler_answers_500_and_a_draining_server_says_close(
             assert await closed(reader)
 
     run(test)
+
+
+def test_a_drain_waits_for_a_connection_still_arriving() -> None:
+    """A TLS connection mid-handshake (``Connections.arriving``, tlsaccept.Acceptor) is
+    not yet admitted: a drain that saw nothing open ended, and the process exited under
+    its handshake, a reset for its client."""
+
+    async def test() -> None:
+        connections = Connections(8)
+        connections.arriving = 1
+        drain = asyncio.create_task(connections.drain(grace=30))
+        await asyncio.sleep(srv.DRAIN_TICK * (srv.SETTLE_LOOKS + 3))
+        assert not drain.done()
+        connections.arriving = 0
+        await asyncio.wait_for(drain, srv.DRAIN_TICK * (srv.SETTLE_LOOKS + 3))
+
+    run(test)

@@ -94,6 +94,8 @@ class Connections:
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self._open: dict[Protocol, None] = {}  # a dict keeps the order they came in
+        # accepted, not yet admitted: TLS connections mid-handshake (tlsaccept.Acceptor)
+        self.arriving = 0
 
     def admit(self, conn: Protocol) -> None:
         self._open[conn] = None
@@ -116,8 +118,9 @@ class Connections:
         ``KEEPALIVE_LINGER`` for its client's next request, then closes while idle.
 
         A connection is closed only once two looks in a row found it closable, and the
-        drain ends only after two looks found nothing open: a connection the loop
-        accepted as the listener closed is admitted a turn or two later. Past ``grace``
+        drain ends only after two looks found nothing open or arriving: a connection the
+        loop accepted as the listener closed is admitted a turn or two later, one over
+        TLS once its handshake is done (``arriving``). Past ``grace``
         the rest are left to the caller (``Server.cut``).
         """
         loop = asyncio.get_running_loop()
@@ -126,7 +129,7 @@ class Connections:
         empty_looks = 0
         while empty_looks < SETTLE_LOOKS and loop.time() - began < grace:
             waited = loop.time() - began
-            empty_looks = empty_looks + 1 if not self._open else 0
+            empty_looks = empty_looks + 1 if not self._open and not self.arriving else 0
             now = {c for c in self._open if c.idle() and _closable(c, waited)}
             for conn in now & closable:
                 self._open.pop(conn, None)

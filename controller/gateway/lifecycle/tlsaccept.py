@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import socket
 import ssl
 from collections.abc import Callable
 
 from controller.gateway.http.answers import body
-from controller.gateway.http.server import Connections
+from controller.gateway.http.server import FRESH_WAIT, Connections
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -37,7 +36,7 @@ HANDSHAKE_TIMEOUT = 60.0  # asyncio's default for a TLS handshake
 LINGER = 1.0  # seconds the plain request's rest is read after the 400 (closing on unread
 # bytes resets the connection, and the client may lose the answer)
 ACCEPT_RETRY = 1.0  # seconds without accepting after the fds ran out (asyncio's delay)
-OUT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+ACCEPT_BATCH = 100  # connections taken at most per wake-up (asyncio's server: backlog's)
 TLS_HANDSHAKE = 0x16  # the first byte of a TLS record that carries a handshake
 
 _SAID = (
@@ -57,7 +56,14 @@ class Acceptor:
     The connections not yet handed on (silent, or mid-handshake) count against the
     server's cap with its own (``server.Connections``): past it the oldest of them is let
     go, so a flood of connections that never finish a handshake holds no more fds than a
-    flood of half-open requests does on plain HTTP (tests/gateway/test_fds.py)."""
+    flood of half-open requests does on plain HTTP (tests/gateway/test_fds.py). They count
+    in its drain too (``Connections.arriving``): a gateway that hands over mid-handshake
+    finishes the handshake and the request before it exits.
+
+    Accepting is a reader callback that takes every connection waiting, as asyncio's own
+    server does, not an awaited ``loop.sock_accept``: a connection that call had accepted
+    but its task had not yet taken when ``close`` cancelled it was dropped unseen, and
+    its client read a reset (a hand-over under load, tests/gateway/test_tls.py)."""
 
     def __init__(
         self,
@@ -70,66 +76,110 @@ class Acceptor:
         self._protocol = protocol
         self._context = context
         self._connections = connections
-        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._accepting = False
+        self._retry: asyncio.TimerHandle | None = None
         # connections not yet handed on, oldest first (a dict keeps the order they came in)
         self._greeting: dict[asyncio.Task[None], socket.socket] = {}
+        self._silent: set[asyncio.Task[None]] = set()  # no byte heard from them yet
         sock.setblocking(False)
 
     @property
     def sockets(self) -> list[socket.socket]:
-        return [self._sock] if self._task is not None else []
+        return [self._sock] if self._accepting else []
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._accept())
+        self._loop = asyncio.get_running_loop()
+        self._accepting = True
+        self._loop.add_reader(self._sock.fileno(), self._accept)
 
     def close(self) -> None:
-        """No new connection from now on; those accepted are greeted on."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        """No new connection from now on; those accepted are greeted on, those still
+        silent ``FRESH_WAIT`` s more at most (as plain HTTP's drain waits for them)."""
+        if self._accepting and self._loop is not None:
+            self._loop.remove_reader(self._sock.fileno())
+            self._loop.call_later(FRESH_WAIT, self._let_go_silent)
+        if self._retry is not None:
+            self._retry.cancel()
+        self._accepting = False
         self._sock.close()
 
-    async def _accept(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
+    def _accept(self) -> None:
+        """Every connection waiting, each greeted in a task of its own."""
+        assert self._loop is not None
+        for _ in range(ACCEPT_BATCH):
             try:
-                conn, _ = await loop.sock_accept(self._sock)
+                conn, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
             except OSError as exc:
-                if exc.errno not in OUT_OF:
-                    raise
-                log.warning("gateway cannot accept", reason=exc.strerror, retry_in=ACCEPT_RETRY)
-                await asyncio.sleep(ACCEPT_RETRY)
-                continue
-            task = loop.create_task(self._greet(conn))
-            self._greeting[task] = conn
-            task.add_done_callback(self._greeted)
-            # The newest is never let go here: with the cap full of connections handed on,
-            # it is admitted once its handshake is done, in place of an idle one
-            # (``Connections.admit``), as on plain HTTP.
-            while len(self._greeting) > 1 and self._over_cap():
-                self._let_go(next(iter(self._greeting)))
+                self._pause(exc)
+                return
+            self._greet_new(conn)
+
+    def _pause(self, exc: OSError) -> None:
+        """Out of fds (or another refusal but a client's that gave up): no accepting for
+        ``ACCEPT_RETRY`` s, then on, as asyncio's server does."""
+        assert self._loop is not None
+        log.warning("gateway cannot accept", reason=exc.strerror, retry_in=ACCEPT_RETRY)
+        self._loop.remove_reader(self._sock.fileno())
+        self._retry = self._loop.call_later(ACCEPT_RETRY, self._resume)
+
+    def _resume(self) -> None:
+        self._retry = None
+        if self._accepting and self._loop is not None:
+            self._loop.add_reader(self._sock.fileno(), self._accept)
+
+    def _greet_new(self, conn: socket.socket) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(self._greet(conn))
+        self._greeting[task] = conn
+        self._connections.arriving += 1
+        task.add_done_callback(self._greeted)
+        # The newest is never let go here: with the cap full of connections handed on,
+        # it is admitted once its handshake is done, in place of an idle one
+        # (``Connections.admit``), as on plain HTTP.
+        while len(self._greeting) > 1 and self._over_cap():
+            self._let_go(next(iter(self._greeting)))
 
     def _over_cap(self) -> bool:
         return len(self._greeting) + len(self._connections) > self._connections.cap
 
     def _greeted(self, task: asyncio.Task[None]) -> None:
-        self._greeting.pop(task, None)
+        self._silent.discard(task)
+        if self._greeting.pop(task, None) is not None:
+            self._connections.arriving -= 1
 
     def _let_go(self, task: asyncio.Task[None]) -> None:
         """The oldest connection not yet handed on is closed to make room."""
         conn = self._greeting.pop(task)
+        self._connections.arriving -= 1
         task.cancel()
         task.add_done_callback(lambda done: _close_if_cancelled(done, conn))
+
+    def _let_go_silent(self) -> None:
+        """The drain's wait for a silent connection's first byte is over."""
+        for task in list(self._silent):
+            if task in self._greeting:
+                self._let_go(task)
 
     async def _greet(self, conn: socket.socket) -> None:
         """Hand ``conn`` to the TLS server, or answer its plain HTTP 400."""
         loop = asyncio.get_running_loop()
         conn.setblocking(False)
+        task = asyncio.current_task()
+        assert task is not None
+        self._silent.add(task)
         try:
             first = await asyncio.wait_for(_first_byte(conn), FIRST_BYTE_TIMEOUT)
         except (OSError, TimeoutError):
             conn.close()
             return
+        except asyncio.CancelledError:
+            conn.close()
+            raise
+        finally:
+            self._silent.discard(task)
         if first and first[0] == TLS_HANDSHAKE:
             with contextlib.suppress(OSError, TimeoutError):  # SSLError is an OSError
                 # A failed handshake (a client that gave up, or spoke no TLS we take):
@@ -138,9 +188,11 @@ class Acceptor:
                     self._protocol, conn, ssl=self._context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT
                 )
             return
-        if first:
-            await _answer_plain(conn)
-        conn.close()
+        try:
+            if first:
+                await _answer_plain(conn)
+        finally:
+            conn.close()
 
 
 def _close_if_cancelled(task: asyncio.Task[None], conn: socket.socket) -> None:
