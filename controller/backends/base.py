@@ -35,6 +35,15 @@ def engine_env(rendered: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Why a running engine keeps serving rather than being stopped for its new spec
+    (``Backend.prepared``)."""
+
+    why: str
+    failed: bool = False  # the new spec cannot start as things are (its image did not pull)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StartRequest:
     """Everything a backend needs to start one instance of a reservation."""
@@ -125,10 +134,10 @@ class Backend(Protocol):
         say (None: a process, or none): what a record made by adopting it must keep."""
         ...
 
-    def prepared(self, spec: DeploymentSpec) -> str | None:
+    def prepared(self, spec: DeploymentSpec) -> Held | None:
         """Before a running engine is stopped for ``spec`` (a recreate): None when what
         ``spec`` runs from is on its node (its container image), else why the running one
-        keeps serving meanwhile (its image being pulled; why it cannot be)."""
+        keeps serving meanwhile (its image being pulled; why it cannot be: ``failed``)."""
         ...
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:

@@ -161,6 +161,10 @@ class Executor:
             tally, self._tally = dict(self._tally), Counter()
         return tally
 
+    def take_held(self) -> dict[str, str]:
+        """Engines kept since the last call for a replacement that cannot start: why."""
+        return self.launcher.take_held()
+
     def start(self, starts: Sequence[Start]) -> list[Start]:
         """A round's starts, reserved together then spawned (see :meth:`Launcher.start`)."""
         return self.launcher.start(starts)

@@ -92,6 +92,7 @@ class Launcher:
     def __post_init__(self) -> None:
         self.memory.owner_of = self._owner_of
         self._kept: dict[str, str] = {}  # a Ready engine kept for its replacement: why
+        self._held: dict[str, str] = {}  # ... whose replacement cannot start: since take_held
 
     # -- starting -----------------------------------------------------------------
 
@@ -307,14 +308,22 @@ class Launcher:
         record's message would outlive a spec changed back)."""
         if action.entry is None or rec.phase is not Phase.READY:
             return False
-        why = self.backend.prepared(action.entry.deployment.spec)
-        if why is None:
+        held = self.backend.prepared(action.entry.deployment.spec)
+        if held is None:
             self._kept.pop(rec.name, None)
             return False
-        if self._kept.get(rec.name) != why:
-            self._kept[rec.name] = why
-            self.event(rec.name, action.verb, action.reason, "waiting", error=why)
+        if self._kept.get(rec.name) != held.why:
+            self._kept[rec.name] = held.why
+            self.event(rec.name, action.verb, action.reason, "waiting", error=held.why)
+        if held.failed:
+            self._held[rec.name] = held.why
         return True
+
+    def take_held(self) -> dict[str, str]:
+        """The engines kept since the last call because their replacement cannot start
+        (name -> why): what ``--once`` exits 1 on, though every engine serves."""
+        held, self._held = self._held, {}
+        return held
 
     def promote(self, action: Promote) -> bool:
         """GatewayDrain and stop the old instance, then rename ``<name>@next`` to ``<name>``.

@@ -89,6 +89,8 @@ class PassResult:
     probes: dict[str, str] = field(default_factory=dict)  # name -> last probe answer
     outcomes: dict[tuple[str, str], int] = field(default_factory=dict)  # (action, outcome) -> n
     pulls: dict[str, PullView] = field(default_factory=dict)  # the last round's model pulls
+    # engines kept serving because their new spec cannot start (an image that did not pull)
+    held: dict[str, str] = field(default_factory=dict)
 
     node: str | None = None  # records of other nodes are theirs to judge, not this pass's
     git: SyncResult | None = None  # the git source's fetch and move before this pass
@@ -121,7 +123,8 @@ class PassResult:
 
     def failing(self) -> list[str]:
         """Why ``--once`` exits 1 though the pass itself went through (cron mails on it):
-        a manifests folder missing or empty (nothing pruned), a deployment crash-looping."""
+        a manifests folder missing or empty (nothing pruned), a deployment crash-looping,
+        an engine kept because its new spec cannot start (its image did not pull)."""
         out = list(self.folder_problems)
         if self.git is not None and self.git.error:
             rev = self.git.revision
@@ -130,6 +133,7 @@ class PassResult:
         if self.prune_blocked and not self.missing_folders and not self.unfetched:
             out.append("the manifests folder holds no manifest: nothing pruned")
         out += [crash_text(r) for r in self.ours() if r.crash_looping]
+        out += [f"{name}: {why}" for name, why in sorted(self.held.items())]
         return out
 
     @property
@@ -355,6 +359,7 @@ class Reconciler(Preview):
                 self._auto_rollback(result, invalid)
                 self._notify_source(result)
             result.outcomes = self.executor.take_tally()
+            result.held = self.executor.take_held()
             note_seen(self.config.state_dir, _seen(result, self.config.node, seen_at))
             logfiles.rotate_all(self.store.logs, self.config.log_max_bytes, self.config.log_keep)
             seconds = time.monotonic() - started

@@ -21,7 +21,7 @@ from controller.host.containers import DIGEST_LABEL, INSTANCE_LABEL, STATE_LABEL
 from tests.daemon.conftest import Daemons
 
 if TYPE_CHECKING:
-    from conftest import Reconcile
+    from conftest import Reconcile, Result
 
 
 def health(port: int) -> str:
@@ -244,13 +244,16 @@ def test_an_image_tag_that_does_not_pull_stops_nothing(rc: Reconcile, engine: En
     typo = "localhost/reconcile-test/absent:404"
     write(rc, engine, "tagged", container={"image": typo})
 
-    def said() -> str | None:
-        rc.once(check=None)
+    def said() -> tuple[str, Result] | None:
+        done = rc.once(check=None)
         kept = [e for e in rc.events("tagged") if e.get("outcome") == "waiting"]
-        return kept[-1]["error"] if kept and "cannot pull" in kept[-1]["error"] else None
+        failed = kept and "cannot pull" in kept[-1]["error"]
+        return (kept[-1]["error"], done) if failed else None
 
-    why = wait_for(said, timeout=90, what="the replacement's pull to fail")
+    why, done = wait_for(said, timeout=90, what="the replacement's pull to fail")
     assert f"cannot pull image {typo}" in why and "the running engine is kept" in why, why
+    # cron hears of it: the manifest's spec does not run, though the old one serves on
+    assert done.code == 1 and f"error: tagged: {why}" in done.err, done
     kept = running(rc, "tagged")
     assert kept["ref"] == old["ref"] and health(kept["port"]) == "ok\n", kept  # type: ignore[arg-type]
     assert not [e for e in rc.events("tagged") if e.get("action") == "replace" and

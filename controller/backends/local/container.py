@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import failpoints
-from controller.backends.base import StartRequest
+from controller.backends.base import Held, StartRequest
 from controller.core.digest import sha256_hex
 from controller.core.kubernetes.export import image_of
 from controller.core.manifest.names import instance_of
@@ -152,7 +152,7 @@ class Wrapper:
             client.wait(containers.CALL_TIMEOUT)
         return True
 
-    def prepared(self, spec: DeploymentSpec) -> str | None:
+    def prepared(self, spec: DeploymentSpec) -> Held | None:
         """Before a running engine is stopped for ``spec``: None when its image is here
         (or its look fails: the launch decides, as before), else why the running one is
         kept meanwhile. A pull is started as a launch would (``ensure_image``); one that
@@ -162,7 +162,7 @@ class Wrapper:
         job = PullJob(Path(self.state_dir), runtime.name, image)
         pulling = f"pulling image {image} ({runtime.name}) first: the running engine serves"
         if job.running():
-            return pulling
+            return Held(pulling)
         try:
             present = runtime.image(image) is not None
         except ContainerError:  # the runtime does not answer: the launch decides, as before
@@ -173,11 +173,11 @@ class Wrapper:
             said = f"cannot pull image {image}: {job.last_line()}; the running engine is kept"
             if job.age() >= PREPULL_RETRY:
                 job.forget()  # the next pass tries again
-            return said
+            return Held(said, failed=True)
         if spec.container.policy(image) == "Never":
-            return f"{_never_here(runtime, image)}; the running engine is kept"
+            return Held(f"{_never_here(runtime, image)}; the running engine is kept", failed=True)
         job.start()
-        return pulling
+        return Held(pulling)
 
     def ensure_image(self, runtime: Runtime, image: str, container: Container) -> Known:
         """The image on this node as pullPolicy says: its digest, whether it was pulled

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller import failpoints
-from controller.backends.base import ExitStatus, StartRequest, engine_env
+from controller.backends.base import ExitStatus, Held, StartRequest, engine_env
 from controller.core.devices.inventory import Inventory
 from controller.core.manifest import backendnames
 from controller.core.manifest.names import instance_of
@@ -203,7 +203,7 @@ class LocalBackend:
                         reason=str(exc))  # fmt: skip
             return None
 
-    def prepared(self, spec: DeploymentSpec) -> str | None:
+    def prepared(self, spec: DeploymentSpec) -> Held | None:
         return None if spec.container is None else self.containers.prepared(spec)
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:

@@ -26,7 +26,7 @@ import ray
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from controller.backends.base import ExitStatus, StartRequest
+from controller.backends.base import ExitStatus, Held, StartRequest
 from controller.backends.ray import cluster, naming
 from controller.backends.ray.actor import (
     MISSING_MODEL,
@@ -100,7 +100,7 @@ class RayBackend:
         """The live nodes' GPUs, read at every pass: nodes join and leave a cluster."""
         return cluster.inventory()
 
-    def prepared(self, spec: DeploymentSpec) -> str | None:
+    def prepared(self, spec: DeploymentSpec) -> Held | None:
         return None  # which node runs the new one is not known yet: its actor pulls there
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
