@@ -122,6 +122,18 @@ def test_plan_exits_1_on_what_a_pass_leaves_failed_as_once_does(reconcile: Any) 
     assert "error: loop is crash-looping (engine exited with code 3;" in planned.out, planned
     doc = rc("plan", "-o", "json", check=1).json()
     assert doc["in_sync"] is False and len(doc["errors"]) == 2, doc
+    # The Failed one's spec edited: its record goes and the same pass starts the new spec,
+    # a replace (it showed as a destroy of a deployment the manifests still declare).
+    rc.write("done", command=["/bin/sh", "-c", "exit 4"], restartPolicy="Never")
+    doc = rc("plan", "-o", "json", check=1).json()
+    changed = [(c["name"], c["change"]) for c in doc["changes"] if c["name"] == "done"]
+    assert changed == [("done", "replace")] and doc["summary"]["destroy"] == 0, doc
+    wait_for(
+        lambda: rc("--once", check=None) and "code 4" in (rc.record("done") or {}).get(
+            "message", ""
+        ),
+        what="the new spec run",
+    )
     rc("down", check=0)
 
 

@@ -23,9 +23,11 @@ from controller.core.actions import (
     PlanClass,
     Pull,
     Reject,
+    Release,
     Replace,
     Update,
 )
+from controller.core.manifest.names import instance_of
 from controller.core.manifest.sources import Source
 from controller.core.plan import Desired
 from controller.core.pulls import size_text
@@ -105,7 +107,8 @@ def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> 
     # (one change a name, counted once: it showed as an update and a create).
     others = {a.name for a in actions if not isinstance(a, MarkSpec)}
     kept = [a for a in actions if not (isinstance(a, MarkSpec) and a.valid and a.name in others)]
-    out = [_change(a, observed) for a in kept]
+    wanted = desired.instances()  # record names to exist: every replica
+    out = [_change(a, observed, wanted) for a in kept]
     touched = {a.name for a in actions}
     ours = {n for n, v in observed.records.items() if v.record.owner == desired.owner}
     for name in sorted((set(desired.entries) | ours) - touched):
@@ -115,7 +118,7 @@ def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> 
     return out
 
 
-def _change(action: Action, observed: Observed) -> Change:
+def _change(action: Action, observed: Observed, wanted: Mapping[str, object]) -> Change:
     if isinstance(action, Pull):
         return _pull(action, observed)
     # An observation (the probe passed), or bookkeeping (the manifests' commit moved with
@@ -125,6 +128,8 @@ def _change(action: Action, observed: Observed) -> Change:
     kind = action.plan_class
     if isinstance(action, Park) and action.name not in observed.records:
         kind = "create"  # a new OnDemand deployment: its Idle record, no engine goes
+    if isinstance(action, Release) and instance_of(action.name) in wanted:
+        kind = "replace"  # a Failed or Pulling record of a changed spec: the next round starts it
     fields = action.fields if isinstance(action, Replace | Update) else ()
     pending = True
     if isinstance(action, Hold | Reject):
