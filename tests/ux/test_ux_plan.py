@@ -129,8 +129,8 @@ def test_plan_exits_1_on_what_a_pass_leaves_failed_as_once_does(reconcile: Any) 
     changed = [(c["name"], c["change"]) for c in doc["changes"] if c["name"] == "done"]
     assert changed == [("done", "replace")] and doc["summary"]["destroy"] == 0, doc
     wait_for(
-        lambda: rc("--once", check=None) and "code 4" in (rc.record("done") or {}).get(
-            "message", ""
+        lambda: (
+            rc("--once", check=None) and "code 4" in (rc.record("done") or {}).get("message", "")
         ),
         what="the new spec run",
     )
