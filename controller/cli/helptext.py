@@ -135,7 +135,10 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
         "0   applied and pinned (--resume: following again; --dry-run: shown)",
         "1   no git source, no such commit, or the pass at that commit failed",
     ),
-    "export": ("0   every deployment converted", "1   an invalid manifest or a field with no form"),
+    "export": (
+        "0   every deployment converted",
+        "1   an invalid manifest, a missing folder or a field with no form",
+    ),
 }
 _USAGE = "64  bad flags or arguments"
 

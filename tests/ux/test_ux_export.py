@@ -130,3 +130,13 @@ def test_autoscale_min_zero_is_refused_and_lossy_exports_min_one(tmp_path: Path)
     assert hpa["spec"]["minReplicas"] == 1
     assert f"warning: {path}:12: spec.autoscale.min" in lossy.stderr
     assert "exported as 1 (--lossy)" in lossy.stderr
+
+
+def test_a_missing_folder_exits_1_with_nothing_on_stdout(tmp_path: Path) -> None:
+    """`export -f typo | kubectl apply -f -` must not go green having applied nothing;
+    one folder missing among good ones exports none of them (never half a set)."""
+    write(tmp_path / "good", "llm", GOOD)
+    done = cli("export", "-f", str(tmp_path / "good"), "-f", str(tmp_path / "nope"))
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert f"error: manifests folder {tmp_path / 'nope'} does not exist" in done.stderr

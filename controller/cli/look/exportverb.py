@@ -36,8 +36,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cfg = config(args, lenient=True)
     loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, repo=cfg.repo)
-    for problem in loaded.folder_problems():
-        print(f"warning: {problem}", file=sys.stderr)
+    # A mistyped -f exports nothing: exit 1 as `validate` does, so `export -f typo |
+    # kubectl apply -f -` in a script fails instead of going green with nothing applied.
+    missing = loaded.folder_problems()
+    for problem in missing:
+        print(f"error: {problem}", file=sys.stderr)
     outcome = Outcome(errors=list(loaded.errors))
     if not loaded.errors:  # invalid input: say so, as `validate` does, and export nothing
         outcome = convert(loaded, lossy=args.lossy, namespace=args.namespace)
@@ -45,7 +48,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     for error in outcome.errors:
         print(f"error: {error}", file=sys.stderr)
-    if outcome.errors:
+    if outcome.errors or missing:
         return EXIT_FAIL
     if outcome.objects:
         print(render(outcome.objects, fmt))
