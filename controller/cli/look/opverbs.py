@@ -29,7 +29,7 @@ from controller.core.manifest.backendnames import on_cluster
 from controller.core.manifest.names import base_name
 from controller.core.state import Phase, Record
 from controller.redact import printable
-from controller.store.config.node import Config
+from controller.store.config.node import IGNORED, Config
 from controller.store.instances.records import RecordStore, check_name
 
 if TYPE_CHECKING:  # the loader brings pydantic: status, describe and logs never load it
@@ -137,6 +137,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
     errors += _prune_errors(loaded, cfg.allow_empty)
     errors += _stuck(found, observed, cfg.owner)
+    errors += _unreadable_node_config(cfg)
     pending = planview.pending(found)
     blocked = planview.blocked(found)
     counts = planview.replicas(desired, view.autoscaler.notes)
@@ -168,6 +169,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if errors or blocked:  # what would make `--once` exit 1
         return EXIT_FAIL
     return EXIT_CHANGES if pending else EXIT_OK
+
+
+def _unreadable_node_config(cfg: Config) -> list[str]:
+    """A node config that cannot be read: `--once` refuses its pass (the node's labels,
+    limits and source are unknown), so the plan is not "In sync" and exits 1 as it would."""
+    if cfg.labels is not None:
+        return []
+    fix = ": `--once` refuses to run on it (a reload keeps the last good one); fix the file"
+    return [w.removesuffix(IGNORED) + fix for w in cfg.warnings]
 
 
 def _stuck(found: Iterable[Change], observed: Observed, owner: str) -> list[str]:

@@ -174,6 +174,10 @@ class _FileSettings:
     warnings: tuple[str, ...] = ()
 
 
+# What a lenient resolve adds to an unreadable node config's error (`plan` strips it).
+IGNORED = " (the node config's settings are ignored here)"
+
+
 def _node_file(explicit: str | None, state_path: Path, lenient: bool) -> _FileSettings:
     """node.yaml's settings; pydantic and yaml are imported only when the file exists."""
     if not (explicit or StateDir(state_path).node_config.exists()):
@@ -185,7 +189,7 @@ def _node_file(explicit: str | None, state_path: Path, lenient: bool) -> _FileSe
     except ConfigError as exc:
         if not lenient:
             raise
-        warning = f"{exc} (the node config's settings are ignored here)"
+        warning = f"{exc}{IGNORED}"
         return _FileSettings(labels=None, warnings=(warning,))
     return _FileSettings(
         limits=node_file.limits,
