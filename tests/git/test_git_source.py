@@ -184,6 +184,25 @@ def test_a_manifest_that_does_not_load_is_degraded_named_and_never_a_good_commit
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 
+def test_an_invalid_spec_s_record_names_the_file_as_the_repository_has_it(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A manifest that loads but does not validate (its name readable): the running
+    engine's record says "spec invalid" with the file as the repository names it
+    (manifests/alpha.yaml:N), never the checkout's place under the state dir."""
+    remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    remote.deploy("alpha", basePort="notaport")
+    reconcile("--once", *git_args(remote), check=1)
+    message = reconcile.record("alpha")["message"]
+    assert message.startswith("spec invalid (engine left running): manifests/alpha.yaml:"), message
+    table = reconcile("status", check=0).out + reconcile("describe", "alpha", check=0).out
+    assert "git/checkout" not in table and " manifests/alpha.yaml:" in table, table
+    assert reconcile.alive(pid) and reconcile.record("alpha")["ref"]["pid"] == pid
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
 def test_source_on_a_state_dir_without_git_says_so(reconcile: Any) -> None:
     out = reconcile("source", check=1)
     assert "follows no git source" in out.err, out

@@ -60,6 +60,7 @@ class LoadResult:
     # Files that could not be read or parsed at all: the names they declare are unknown.
     broken_sources: set[str] = field(default_factory=set)
     # Names declared by documents that failed validation (or duplicates): leave them be.
+    # Each message names its file as the user does (``error``): it becomes the record's.
     invalid_names: dict[str, str] = field(default_factory=dict)
     # Of those, the nodeSelector each states where it can be read: a broken manifest for
     # other nodes is no record here (the error is still an error).
@@ -233,7 +234,7 @@ def _load_document(
         if name is None:
             result.broken_sources.add(file)  # which deployment it was is unknown
         else:
-            result.invalid_names.setdefault(name, str(errors[0]))
+            result.invalid_names.setdefault(name, str(result.error(errors[0])))
             selector = _raw_selector(value)
             if selector:
                 result.invalid_selectors.setdefault(name, selector)
@@ -246,7 +247,7 @@ def _load_document(
             file, bounded.line_for(lines, loc), ".".join(loc), problem, deployment.name
         )
         result.errors.append(error)
-        result.invalid_names.setdefault(deployment.name, str(error))
+        result.invalid_names.setdefault(deployment.name, str(result.error(error)))
         result.invalid_selectors.setdefault(deployment.name, deployment.spec.node_selector)
         return
     result.field_lines[(file, line)] = lines
@@ -256,7 +257,8 @@ def _load_document(
             loc = tuple(path.split("."))
             error = ManifestError(file, bounded.line_for(lines, loc), path, why, deployment.name)
             result.errors.append(error)
-        result.invalid_names.setdefault(deployment.name, str(result.errors[-len(refusals)]))
+        first = result.errors[-len(refusals)]
+        result.invalid_names.setdefault(deployment.name, str(result.error(first)))
         result.invalid_selectors.setdefault(deployment.name, deployment.spec.node_selector)
         return
     _add(result, Entry(deployment, file, line, spec_hash(deployment.spec)))
@@ -484,7 +486,7 @@ def _check_fallbacks(result: LoadResult) -> None:
             line = result.line_of(entry, ("spec", "fallbacks", i))  # the item's, not the doc's
             error = ManifestError(entry.source, line, f"spec.fallbacks[{i}]", why, entry.name)
             result.errors.append(error)
-            bad.setdefault(entry.name, str(error))
+            bad.setdefault(entry.name, str(result.error(error)))
     for name, message in bad.items():
         del result.entries[name]
         result.invalid_names[name] = message
