@@ -124,3 +124,33 @@ def test_a_dry_run_is_the_plan_against_the_older_commit(reconcile: Any, remote: 
     assert reconcile.pids() == before  # nothing stopped or started
     assert source(reconcile)["pinned"] is None and source(reconcile)["applied"] == bad
     node_only(reconcile, "down")
+
+
+def test_a_once_naming_another_source_beside_the_daemon_keeps_the_pin(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    """A `--once` with a mistyped --git-path (or another branch) on a state dir whose
+    daemon follows the repository took the source's state as a new source's: the
+    rollback's pin was dropped, and the daemon went back to the commit rolled back from.
+    It is refused now, naming both sources; the pin and the engines stay."""
+    from controller.cli.operate.restartverb import daemon_pid
+
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    remote.deploy("alpha", command=reconcile.demo_command(load_seconds="0.1"))
+    reconcile.converge("--git", remote.url, *GIT)
+    reconcile("rollback", good, check=0)
+    d = git_daemon("--git", remote.url, *GIT, "--interval", "1h")
+    d.wait(lambda: daemon_pid(reconcile.state), "the daemon's lock")
+    pids = reconcile.pids()
+
+    typo = reconcile("--once", "--git", remote.url, "--git-path", "manifestz", check=1)
+    assert "the daemon (pid" in typo.err and "path manifests;" in typo.err, typo
+    assert "this run names" in typo.err and "path manifestz:" in typo.err, typo
+    assert "Traceback" not in typo.err
+    seen = source(reconcile)
+    assert seen["pinned"] == good and seen["path"] == "manifests", seen
+    assert reconcile.pids() == pids
+    node_only(reconcile, "--once")  # the daemon's own source (the state dir's): it runs
+    assert d.stop() == 0
+    node_only(reconcile, "down")

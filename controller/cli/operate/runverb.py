@@ -83,6 +83,10 @@ def _given(value: object) -> bool:
 
 
 def _once(args: argparse.Namespace, cfg: Config) -> int:
+    clash = _beside_the_daemon(cfg)
+    if clash:
+        print(f"reconcile: {clash}", file=sys.stderr)
+        return EXIT_FAIL
     reconciler = build(cfg)
     if args.wait:
         from controller.cli.render.waiting import wait_until_ready
@@ -96,6 +100,28 @@ def _once(args: argparse.Namespace, cfg: Config) -> int:
     for why in failing:
         print(f"error: {why}", file=sys.stderr)
     return EXIT_OK if result.ok and not failing else EXIT_FAIL
+
+
+def _beside_the_daemon(cfg: Config) -> str | None:
+    """Why a `--once` must not run: it names another git source than the one the daemon
+    on its state dir follows. Each would take the source's state as a new source's (a
+    rollback's pin dropped, its fetches forgotten) at every pass, so a mistyped
+    --git-path once undid a `reconcile rollback` for good."""
+    if cfg.git is None:
+        return None
+    from controller.cli.operate.restartverb import daemon_pid
+    from controller.store.sources.gitsource import SourceStatus, followed_instead
+
+    other = followed_instead(cfg.state_dir, cfg.git)
+    pid = daemon_pid(cfg.state_dir) if other is not None else None
+    if other is None or pid is None:
+        return None
+    ours = SourceStatus.fresh(cfg.git).said()
+    return (
+        f"the daemon (pid {pid or '?'}) on state dir {cfg.state_dir} follows {other.said()};"
+        f" this run names {ours}: run it with the daemon's --git, --branch/--tag and"
+        " --git-path (or none of them), or stop the daemon to follow another source"
+    )
 
 
 def raise_fd_limit() -> None:

@@ -190,6 +190,14 @@ class SourceStatus:
     invalid: list[str] = field(default_factory=list)
     invalid_at: str | None = None
 
+    def names(self) -> tuple[str, str | None, str | None, str]:
+        """What makes it one source: another url, ref or path starts its state afresh."""
+        return (self.url, self.branch, self.tag, self.path)
+
+    def said(self) -> str:
+        ref = f"tag {self.tag}" if self.tag else f"branch {self.branch}"
+        return f"{self.url} {ref} path {self.path}"
+
     @classmethod
     def fresh(cls, s: GitSettings) -> SourceStatus:
         return cls(
@@ -229,6 +237,14 @@ def peek_status(state_dir: Path) -> SourceStatus | None:
         return _decode_status(json.loads(path.read_bytes()))
     except (OSError, ValueError, TypeError):
         return None
+
+
+def followed_instead(state_dir: Path, s: GitSettings) -> SourceStatus | None:
+    """The source this state dir follows when it is not ``s`` (None: ``s``, or none)."""
+    old = peek_status(state_dir)
+    if old is None or old.names() == SourceStatus.fresh(s).names():
+        return None
+    return old
 
 
 def write_status(state_dir: Path, status: SourceStatus) -> None:
@@ -338,12 +354,7 @@ class GitSource:
     def status(self) -> SourceStatus:
         old = read_status(self.state_dir)
         fresh = SourceStatus.fresh(self.settings)
-        if old is None or (old.url, old.branch, old.tag, old.path) != (
-            fresh.url,
-            fresh.branch,
-            fresh.tag,
-            fresh.path,
-        ):
+        if old is None or old.names() != fresh.names():
             return fresh  # another source: its history of fetches is not this one's
         return replace(
             old,
