@@ -125,7 +125,7 @@ class PassResult:
         """Why ``--once`` exits 1 though the pass itself went through (cron mails on it):
         a manifests folder missing or empty (nothing pruned), a deployment crash-looping,
         an engine kept because its new spec cannot start (its image did not pull)."""
-        out = list(self.folder_problems)
+        out = [] if self.unfetched else list(self.folder_problems)  # no checkout: git's words
         if self.git is not None and self.git.error:
             rev = self.git.revision
             running = f"still running {rev[:12]}" if rev else "nothing applied yet"

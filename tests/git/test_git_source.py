@@ -99,6 +99,26 @@ def test_a_first_fetch_that_fails_says_git_s_words_alone(reconcile: Any, remote:
     assert "does not appear to be a git repository" in out.err, out
     assert "nothing applied yet; nothing pruned" in out.err, out
     assert "holds no manifest" not in out.err and "no manifests found" not in out.err, out
+    assert "no such folder" not in out.err, out  # there is no checkout to lack one
+    planned = reconcile("--git", f"{remote.url}-gone", "--git-path", "manifests", "plan", check=1)
+    assert "error: nothing applied yet: the fetch of" in planned.out, planned
+    assert "does not appear to be a git repository" in planned.out, planned
+
+
+def test_plan_before_the_first_pass_says_nothing_is_applied_yet(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`plan` fetches nothing: before a first pass there is no checkout to plan against.
+    It said "error: manifests: no such folder at the applied commit" and exited 1."""
+    remote.deploy("alpha")
+    planned = reconcile(*git_args(remote), "plan", check=2)
+    assert planned.out.startswith(f"nothing applied yet from {remote.url}"), planned
+    assert "no such folder" not in planned.out + planned.err, planned
+    doc = reconcile(*git_args(remote), "plan", "-o", "json", check=2).json()
+    assert doc["in_sync"] is False and doc["errors"] == [] and doc["revision"] is None, doc
+    reconcile.converge(*git_args(remote))
+    assert "In sync" in reconcile(*git_args(remote), "plan", check=0).out
+    reconcile(*git_args(remote), "down", check=0)
 
 
 def test_a_path_missing_at_a_commit_prunes_nothing(reconcile: Any, remote: Remote) -> None:

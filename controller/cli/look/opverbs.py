@@ -123,6 +123,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args, lenient=True)
+    first = _before_the_first_fetch(cfg)
+    if first is not None:
+        return _unplanned(fmt, cfg, *first)
     loaded = load(
         cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend, repo=cfg.repo
     )
@@ -197,6 +200,42 @@ def _stuck(found: Iterable[Change], observed: Observed, owner: str) -> list[str]
     return out + [printable(why) for why in pulling.failing(ours, observed.pulls).values()]
 
 
+def _before_the_first_fetch(cfg: Config) -> tuple[str, int] | None:
+    """A git source this node never applied a commit of: no checkout to plan against.
+    What to say and the exit code: 2, the first pass applies it; 1, its fetch fails."""
+    if cfg.git is None:
+        return None
+    from controller.store.sources.gitsource import read_status, shown_url
+
+    st = read_status(cfg.state_dir)
+    if st is not None and st.applied:
+        return None
+    url = shown_url(cfg.git.url)
+    if st is not None and st.fetch_error:
+        return f"nothing applied yet: the fetch of {url} failed: {st.fetch_error}", EXIT_FAIL
+    return (
+        f"nothing applied yet from {url}: `plan` fetches nothing; the first pass "
+        "(`reconcile --once`, or the daemon) fetches and applies it, and `plan` then shows "
+        "what each later commit changes",
+        EXIT_CHANGES,
+    )
+
+
+def _unplanned(fmt: str, cfg: Config, said: str, code: int) -> int:
+    """`plan` before the first fetch: said, and exit 2 (a pass changes things) or 1."""
+    if fmt == "json":
+        error = [said] if code == EXIT_FAIL else []
+        from controller.cli.render import planview
+
+        doc = {"node": cfg.node, "in_sync": False, "changes": [], "unchanged": [],
+               "summary": planview.summary([]), "errors": error, "skipped": {},
+               "note": said, "revision": None}  # fmt: skip
+        print(json.dumps(doc, indent=2))
+    elif fmt == "text":
+        print(f"error: {said}" if code == EXIT_FAIL else said)
+    return code
+
+
 def _against(cfg: Config) -> list[str]:
     """A git source: the commit the plan is made against. `plan` fetches nothing, so a
     commit pushed since is not in it (an "In sync" would mislead without this)."""
@@ -206,8 +245,8 @@ def _against(cfg: Config) -> list[str]:
 
     st = read_status(cfg.state_dir)
     at = st.applied[:12] if st is not None and st.applied else None
-    if at is None:
-        return ["Against the node's checkout: no commit applied yet (`reconcile source`)."]
+    if at is None:  # said instead of a plan (_before_the_first_fetch)
+        return []
     return [
         f"Against commit {at}, the one the node applied: `plan` fetches nothing; a commit "
         "pushed since comes with the node's next fetch (`reconcile source` says when)."
