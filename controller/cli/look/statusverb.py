@@ -26,6 +26,7 @@ from controller.cli.common import (
     no_such,
     output_format,
     preview,
+    say_if_absent,
     selected,
 )
 from controller.cli.render.views import (
@@ -91,6 +92,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     seen = look(args, cfg)
     if seen is None:
         return EXIT_FAIL
+    if not seen.records:
+        say_if_absent(cfg)
     if fmt in ("json", "yaml"):
         print(dump(items(seen), fmt))
     elif fmt == "name":
