@@ -83,6 +83,17 @@ def no_such(name: str, known: Iterable[str], where: object) -> str:
     return f"reconcile: no deployment named {name!r} in {where}{said}{listed}"
 
 
+def say_if_absent(cfg: Config) -> None:
+    """A look at a state dir that does not exist finds nothing: say so on stderr, or
+    ``--state-dir /var/lib/reconcil`` (a slip) reads as a node running nothing."""
+    if not cfg.state_dir.exists():
+        print(
+            f"reconcile: {cfg.state_dir} does not exist: nothing has run with this state dir"
+            " (is --state-dir or RECONCILE_STATE_DIR the daemon's?)",
+            file=sys.stderr,
+        )
+
+
 def looks(
     deadline: float | None = None, *, reader: bool = True, now: bool = True
 ) -> Iterator[None]:

@@ -113,11 +113,28 @@ def pull_field(name: str, found: Mapping[str, PullProgress]) -> dict[str, Any]:
 
 
 def deployment_items(
-    records: list[Record], pulls: Mapping[str, PullProgress]
+    records: list[Record],
+    pulls: Mapping[str, PullProgress],
+    seen: Mapping[str, datetime],
+    conditions: Mapping[str, list[str]],
 ) -> list[dict[str, Any]]:
-    """``status -o json``'s list: a deployment per item, its replicas within, a Pulling
-    one with its pull's progress."""
-    return [{**deployment_item(s), **pull_field(s.first.name, pulls)} for s in group(records)]
+    """``status -o json``'s list (the page's too): a deployment per item, its replicas
+    within, a Pulling one with its pull's progress, and what the passes' notes say of it
+    (``seen``, ``conditions``: per record)."""
+    return [
+        {**deployment_item(s), **pull_field(s.first.name, pulls), **observed(s, seen, conditions)}
+        for s in group(records)
+    ]
+
+
+def observed(
+    rs: ReplicaSet, seen: Mapping[str, datetime], conditions: Mapping[str, list[str]]
+) -> dict[str, Any]:
+    """``observed_at`` (the oldest of its replicas' views) and ``conditions`` (what holds
+    the deployment as it is, e.g. an emptied manifest folder) of one deployment."""
+    times = [seen[r.name] for r in rs.records if r.name in seen]
+    held = dict.fromkeys(c for r in rs.records for c in conditions.get(r.name, ()))
+    return {"observed_at": iso(min(times)) if times else None, "conditions": list(held)}
 
 
 def device_items(

@@ -72,7 +72,7 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {  # name: type, label n
     ACTIONS: ("counter", ("action", "outcome"),
         "Actions applied, by action and outcome (ok, failed)."),
     "reconcile_last_pass_ok": ("gauge", (),
-        "1 when the last pass converged: valid manifests, nothing Pending or Failed."),
+        "1 when the last pass converged (--once exits 0): nothing Pending, Failed, looping."),
     "reconcile_last_pass_timestamp_seconds": ("gauge", (), "When the last pass ended (Unix time)."),
     LAST_OK: ("gauge", (), "When a pass last converged (Unix time; 0: not yet)."),
     "reconcile_manifest_errors": ("gauge", (), "Manifest errors the last pass found."),
@@ -250,7 +250,8 @@ class Exporter:
 
     def __call__(self, result: PassResult, seconds: float) -> None:
         now = time.time()
-        if result.ok:
+        converged = result.converged  # as --once's exit: a crash loop is no success
+        if converged:
             self.last_ok = now
         self.passes += 1
         self.actions.update(result.outcomes)
@@ -261,7 +262,7 @@ class Exporter:
             node=self.config.node,
             revision=",".join(sorted({r.revision for r in records if r.revision})),
             seconds=seconds,
-            ok=result.ok,
+            ok=converged,
             now=now,
             last_ok=self.last_ok,
             manifest_errors=len(result.errors),

@@ -150,7 +150,9 @@ class Executor:
         if self.maker.revision:  # the commit this action applies (DESIGN: events name it)
             extra.setdefault("revision", self.maker.revision)
         name = base_name(name)
-        log.info("action", deployment=name, action=action, reason=reason, outcome=outcome, **extra)
+        # An engine that failed, an action that did: what `journalctl -p warning` is for.
+        say = log.warning if action == "fail" or outcome == "failed" else log.info
+        say("action", deployment=name, action=action, reason=reason, outcome=outcome, **extra)
         self.journal.append(name, action, reason, outcome, **extra)
         with self._tally_lock:  # teardowns report from their own threads
             self._tally[(action, "failed" if outcome == "failed" else "ok")] += 1

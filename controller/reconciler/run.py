@@ -45,6 +45,7 @@ from controller.host import gpuhealth, procscan
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity
 from controller.logsetup import get_logger
+from controller.reconciler import pulling
 from controller.reconciler.autoscaling import Autoscaler
 from controller.reconciler.executor import Executor
 from controller.reconciler.gpuwatch import DeviceWatch
@@ -135,6 +136,13 @@ class PassResult:
         out += [crash_text(r) for r in self.ours() if r.crash_looping]
         out += [f"{name}: {why}" for name, why in sorted(self.held.items())]
         return out
+
+    @property
+    def converged(self) -> bool:
+        """``--once``'s exit 0, and the metrics' ``last_pass_ok``: the pass went through
+        (``ok``) and nothing is failing (a crash loop, a pull failing, an emptied folder),
+        so an alert on the metric fires where cron would mail."""
+        return self.ok and not self.failing() and not pulling.failing(self.ours(), self.pulls)
 
     @property
     def all_ready(self) -> bool:

@@ -300,3 +300,20 @@ def test_ctrl_c_dropped_inside_a_callback_still_ends_the_wait(tmp_path: Path) ->
     assert out.returncode == 130, out.stderr[-2000:]
     assert waiting.INTERRUPTED in out.stderr, out.stderr[-2000:]
     assert "Exception ignored" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_an_engine_that_fails_is_a_warning_line(reconcile: Any) -> None:
+    """Every action line was `info`, an engine's crash too, so `journalctl -u reconcile
+    -p warning` (README: what needs a look) never showed a crash loop."""
+    reconcile.write("crashy", command=["sh", "-c", "exit 3"])
+
+    def levels() -> dict[str, str] | None:
+        err = reconcile("--once", check=None).err
+        docs = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+        found = {d["action"]: d["level"] for d in docs if d.get("event") == "action"}
+        return found if "fail" in found else None
+
+    found = reconcile.wait_for(levels, timeout=60, what="crashy's fail line")
+    assert found["fail"] == "warning", found
+    assert found.get("restart", found.get("start")) == "info", found  # routine: info
+    reconcile.down()

@@ -73,3 +73,32 @@ def test_a_replicated_deployment_shows_its_worst_phase_and_every_restart(
     cli = reconcile("status", "web", "-o", "json", check=0).json()[0]
     assert (cli["worst_phase"], cli["restarts_total"]) == ("Pending", 1), cli
     g.finish()
+
+
+EMPTY = "manifest folder is empty: nothing pruned; `--allow-empty` to prune"
+
+
+def test_an_emptied_folder_is_said_on_the_page_and_in_describe(
+    reconcile: Any, gateway: Any
+) -> None:
+    """The page's items lacked `conditions` (and `observed_at`) and describe said nothing
+    of them: with its manifest folder emptied, a deployment kept running unpruned and
+    only `status` said why; the page and describe showed it as if it were wanted."""
+    path = reconcile.write("web")
+    g = gateway()
+    g.wait_phase("web", "Ready")
+    token = accesstoken.read(reconcile.state)
+    assert _state(g, token)["web"]["conditions"] == []
+    path.unlink()  # the daemon's pass prunes nothing and notes why
+    web = reconcile.wait_for(
+        lambda: (w := _state(g, token)["web"])["conditions"] and w,
+        what="the page says the folder is empty",
+    )
+    assert web["conditions"] == [EMPTY] and web["phase"] == "Ready", web
+    cli = reconcile("status", "web", "-o", "json", check=0).json()[0]
+    assert web["observed_at"] is not None and cli["conditions"] == [EMPTY], (web, cli)
+    said = reconcile("describe", "web", check=0).out
+    assert f"Conditions:   {EMPTY}" in said, said
+    (doc,) = reconcile("describe", "web", "-o", "json", check=0).json()
+    assert doc["conditions"] == [EMPTY] and doc["observed_at"], doc
+    g.finish()

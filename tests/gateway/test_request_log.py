@@ -96,6 +96,7 @@ def test_requests_are_logged_without_keys_or_bodies(reconcile: Any, gateway: Any
         assert [json.loads(s) for s in shown][:4] == [first, second, wrong, unknown]
         tail = reconcile("logs", "--requests", "--tail", "2").out.splitlines()
         assert len(tail) == 2 and " 404 " in tail[1] and "nosuch" in tail[1], tail
+        assert tail[1].endswith("tokens=-"), tail  # no usage counted: not 0+0
         refused = reconcile("logs", "--requests", "-o", "yaml", check=64)
         assert "only -o json" in refused.err, refused
         # The page's last requests.

@@ -57,3 +57,18 @@ def test_logs_of_an_unknown_name_or_an_empty_state_dir(reconcile: Any) -> None:
     assert "no deployment has a log" in rc("logs", check=1).err
     assert "no deployment named 'nope'" in rc("logs", "nope", check=1).err
     assert rc("logs", "../x", check=1).err.startswith("reconcile: refusing unsafe")
+
+
+def test_logs_with_no_name_shows_a_replicated_deployment_once(reconcile: Any) -> None:
+    """`logs` alone listed a replicated deployment once per replica's log file (`web`
+    for web.log and again for web@1.log), so every replica's lines came out twice."""
+    rc = reconcile
+    rc.write("web", replicas=2)
+    rc.converge()
+    try:
+        every = rc("logs", "--tail", "1", check=0).out.splitlines()
+        named = rc("logs", "web", "--tail", "1", check=0).out.splitlines()
+    finally:
+        rc.down()
+    assert [line[:8] for line in every] == ["web   | ", "web@1 | "], every
+    assert len(every) == len(named) == 2, (every, named)

@@ -188,3 +188,23 @@ def test_device_memory_total_and_leased() -> None:
     assert value(found, name, device="nvidia:0", state="leased") == gib
     assert value(found, name, device="nvidia:1", state="leased") == 24 * gib
     assert not [k for k in found if k[0] == name and ("device", "nvidia:2") in k[1]]
+
+
+def test_a_crash_loop_is_no_successful_pass(reconcile: Any) -> None:
+    """`--once` exits 1 for an engine crash-looping (cron mails), but the metrics said the
+    pass converged (`reconcile_last_pass_ok` 1, the last success moving on), so the
+    README's alert on `reconcile_last_successful_pass_timestamp_seconds` never fired."""
+    rc = reconcile
+    prom = rc.tmp / "reconcile.prom"
+    rc.write("crashy", command=["sh", "-c", "exit 3"])
+
+    def looping() -> bool:
+        result = rc("--once", "--metrics-file", str(prom), check=None)
+        return result.code == 1 and "crashy" in result.err
+
+    rc.wait_for(looping, timeout=60, what="--once says crashy crash-loops")
+    found = samples(prom.read_text())
+    assert value(found, "reconcile_last_pass_ok") == 0, prom.read_text()
+    last = value(found, "reconcile_last_pass_timestamp_seconds")
+    assert value(found, "reconcile_last_successful_pass_timestamp_seconds") < last
+    rc.down()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import IO, Any
@@ -150,3 +151,20 @@ def test_a_follower_ends_when_its_reader_does(reconcile: Any, verb: list[str]) -
     assert code == 0 and all(lines), (lines, err)
     assert "Traceback" not in err and "Broken pipe" not in err, err
     rc.down()
+
+
+def test_a_state_dir_that_does_not_exist_is_said(tmp_path: Any) -> None:
+    """`status --state-dir` with a slip in the path said `No deployments.` and nothing
+    else: a node running nothing, to someone whose daemon runs engines elsewhere."""
+    typo = tmp_path / "reconcil"
+    for verb, empty in (("status", "No deployments.\n"), ("events", "No events.\n")):
+        cmd = [sys.executable, "-m", "controller", "--state-dir", str(typo), verb]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert (result.returncode, result.stdout) == (0, empty), result
+        assert f"{typo} does not exist" in result.stderr, result.stderr
+    assert not typo.exists()  # looking made nothing
+    made = tmp_path / "state"
+    made.mkdir()
+    cmd = [sys.executable, "-m", "controller", "--state-dir", str(made), "status"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert (result.stdout, result.stderr) == ("No deployments.\n", ""), result

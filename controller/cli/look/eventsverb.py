@@ -21,6 +21,7 @@ from controller.cli.common import (
     looks,
     no_such,
     output_format,
+    say_if_absent,
 )
 from controller.cli.render.views import age, table
 from controller.core.manifest.names import base_name
@@ -33,7 +34,9 @@ def cmd_events(args: argparse.Namespace) -> int:
     fmt = output_format(args, "text", ("text", "json"))
     if fmt is None:
         return EXIT_USAGE
-    state_dir = config(args, lenient=True).state_dir
+    cfg = config(args, lenient=True)
+    state_dir = cfg.state_dir
+    say_if_absent(cfg)
     journal = Journal(state_dir)
     problem = journal.problem()
     if problem is not None:

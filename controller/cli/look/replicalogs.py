@@ -139,7 +139,7 @@ def deployments(store: RecordStore) -> list[str]:
     """``logs`` with no NAME: every deployment with a record or a log (``down`` keeps logs)."""
     found = {base_name(n) for n in store.load().records}
     found |= {p.name.removesuffix(".log") for p in store.logs.glob("*.log")}
-    return sorted(base_name(n) for n in found if record_name_ok(n))
+    return sorted({base_name(n) for n in found if record_name_ok(n)})  # web@1.log is web's
 
 
 class LogSource(Protocol):

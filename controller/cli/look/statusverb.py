@@ -26,27 +26,27 @@ from controller.cli.common import (
     no_such,
     output_format,
     preview,
+    say_if_absent,
     selected,
 )
 from controller.cli.render.views import (
     FORMATS,
     drain_line,
     dump,
-    iso,
     status_rows,
     status_table,
     table,
     widths_of,
 )
 from controller.core.manifest.names import base_name
-from controller.core.replicaset import ReplicaSet, group, selects
+from controller.core.replicaset import group, selects
 from controller.core.state import Drain, Phase, Record, RecordView
 from controller.errors import ConfigError
 from controller.host import bootclock
 from controller.store.config.node import Config, read_drain
 from controller.store.instances.records import RecordStore
 from controller.store.models import pullstatus
-from controller.store.side.observed import read_all as read_seen
+from controller.store.side import observed
 from controller.store.statedir import StateDir
 
 WATCH_FORMATS = ("table", "wide", "json")
@@ -92,6 +92,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     seen = look(args, cfg)
     if seen is None:
         return EXIT_FAIL
+    if not seen.records:
+        say_if_absent(cfg)
     if fmt in ("json", "yaml"):
         print(dump(items(seen), fmt))
     elif fmt == "name":
@@ -113,7 +115,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def skipped(cfg: Config) -> list[str]:
     """The last pass's note of the deployments this node's labels left to other nodes."""
-    notes = read_seen(cfg.state_dir)
+    notes = observed.read_all(cfg.state_dir)
     return sorted({n.skipped for n in notes if n.node == cfg.node and n.skipped})
 
 
@@ -139,15 +141,10 @@ def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | N
         records = named
     chosen = [r for r in records if selected(r.labels, args)]
     records, pulls = pullstatus.live(chosen, cfg.state_dir)  # Pulling: progress now
-    notes = read_seen(cfg.state_dir)
+    noted = observed.views(observed.read_all(cfg.state_dir), records)
     found = Look(records, dict(pulls), problems, state_dir=cfg.state_dir)
-    for rec in records:
-        on_node = [n.at for n in notes if n.node == rec.node]  # any set's pass looks at all
-        when = seen.get(rec.name) or (max(on_node) if on_node else None)
-        if when is not None:
-            found.seen[rec.name] = when
-        blocked = [n.prune_blocked for n in notes if (n.node, n.owner) == (rec.node, rec.owner)]
-        found.conditions[rec.name] = [b for b in blocked if b]
+    found.seen = {**noted.seen, **seen}  # --refresh: now
+    found.conditions = noted.conditions
     return found
 
 
@@ -155,18 +152,7 @@ def items(seen: Look) -> list[dict[str, Any]]:
     """``status -o json``'s list, each item with ``observed_at`` and ``conditions``."""
     from controller.core.statusjson import deployment_items
 
-    out = []
-    listed = deployment_items(seen.records, seen.pulls)  # the web page's items too
-    for item, rs in zip(listed, group(seen.records), strict=True):
-        times = [seen.seen[r.name] for r in rs.records if r.name in seen.seen]
-        item["observed_at"] = iso(min(times)) if times else None
-        item["conditions"] = _conditions(seen, rs)
-        out.append(item)
-    return out
-
-
-def _conditions(seen: Look, rs: ReplicaSet) -> list[str]:
-    return list(dict.fromkeys(c for r in rs.records for c in seen.conditions.get(r.name, ())))
+    return deployment_items(seen.records, seen.pulls, seen.seen, seen.conditions)
 
 
 def _table(seen: Look, *, wide: bool, now: datetime | None = None) -> str:

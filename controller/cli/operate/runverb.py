@@ -99,7 +99,7 @@ def _once(args: argparse.Namespace, cfg: Config) -> int:
     failing = result.failing() + list(pulling.failing(result.ours(), result.pulls).values())
     for why in failing:
         print(f"error: {why}", file=sys.stderr)
-    return EXIT_OK if result.ok and not failing else EXIT_FAIL
+    return EXIT_OK if result.converged else EXIT_FAIL
 
 
 def _beside_the_daemon(cfg: Config) -> str | None:

@@ -18,6 +18,7 @@ import yaml
 
 from controller.cli.render import pullshow
 from controller.cli.render.views import age, deployment_item, iso, table, until
+from controller.core import statusjson
 from controller.core.manifest.names import base_name, instance_of
 from controller.core.manifest.quantity import format_bytes
 from controller.core.replicaset import ReplicaSet
@@ -26,7 +27,7 @@ from controller.redact import redact_spec
 from controller.store.instances import logfiles
 from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordStore
-from controller.store.side import measured
+from controller.store.side import measured, observed
 from controller.store.statedir import StateDir
 
 
@@ -87,7 +88,8 @@ def describe_document(
     its events and last log lines."""
     if not selector(rs.first):
         return None
-    doc = deployment_item(rs)
+    noted = observed.views(observed.read_all(state_dir), rs.records)
+    doc = {**deployment_item(rs), **statusjson.observed(rs, noted.seen, noted.conditions)}
     doc["spec"] = redact_spec(rs.first.stored_spec)
     alone = len(rs.records) == 1
     for shown, rec in zip(doc["instances"], rs.records, strict=True):
@@ -127,6 +129,9 @@ def describe(
     if rec.source:  # a git source's file as the repository names it
         rec = replace(rec, source=StateDir(state_dir).in_repo(rec.source))
     fields = [*_fields(rec, now), ("Memory", memory_line(rec, state_dir))]
+    held = observed.views(observed.read_all(state_dir), [rec]).conditions[rec.name]
+    if held:  # what status leads its MESSAGE with, under the Message
+        fields.insert([k for k, _ in fields].index("Message") + 1, ("Conditions", "; ".join(held)))
     fields += pullshow.describe_lines(rec, state_dir, now)  # Pulling
     out = [f"{k + ':':<14}{v}" for k, v in fields]
     out += _last_exit(rec, events, now)

@@ -258,7 +258,9 @@ def text_line(line: dict[str, Any]) -> str:
     def seconds(value: Any) -> str:
         return f"{value:.3f}s" if isinstance(value, int | float) else "-"
 
-    tokens = f"{line.get('prompt_tokens') or 0}+{line.get('completion_tokens') or 0}"
+    prompt, completion = line.get("prompt_tokens"), line.get("completion_tokens")
+    counted = prompt is not None or completion is not None  # no usage (a 404): not 0+0
+    tokens = f"{prompt or 0}+{completion or 0}" if counted else "-"
     where = line.get("instance") or line.get("deployment") or "-"
     return (
         f"{line.get('time', '-')}  {line.get('status', '-')}  {line.get('model') or '-'} -> "

@@ -1,7 +1,8 @@
 """What the page shows, read from the state dir (call it off the gateway's loop).
 
-The deployments are ``status -o json``'s items and the devices ``devices -o json``'s,
-built by the same code (``core/statusjson.py``) from every record of the state dir; the
+The deployments are ``status -o json``'s items (``conditions`` included: an emptied
+manifest folder that holds them is said here as there) and the devices ``devices -o
+json``'s, built by the same code (``core/statusjson.py``) from every record of the state dir; the
 events are every deployment's journal merged, newest first. Read-only: a record the
 gateway cannot parse keeps its last good reading (``records_watch.py``), nothing is
 quarantined or rewritten from here.
@@ -27,7 +28,7 @@ from controller.host import bootclock, devices
 from controller.store.config.node import read_drain
 from controller.store.instances.events import Journal
 from controller.store.models import pullstatus
-from controller.store.side import devicehealth
+from controller.store.side import devicehealth, observed
 from controller.store.sources import gitsource
 
 EVENTS = 200  # the newest events the page gets
@@ -64,12 +65,13 @@ class NodeReader:
     def state(self, events_of: str | None) -> dict[str, Any]:
         records = sorted(self.records(), key=lambda r: r.name)
         shown, pulls = pullstatus.live(records, self.state_dir)
+        noted = observed.views(observed.peek_all(self.state_dir), records)
         return {
             "node": self.node,
             "version": __version__,
             "now": iso(datetime.now(UTC)),
             "drain": self.drain(),
-            "deployments": deployment_items(shown, pulls),
+            "deployments": deployment_items(shown, pulls, noted.seen, noted.conditions),
             "facts": {r.name: facts(r) for r in records},
             "devices": device_items(self.inventory().devices, records, self.faults()),
             "events": self.events(events_of),

@@ -11,11 +11,14 @@ as no entries.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from controller.core.state import Record
 from controller.store.documents import Document
 from controller.store.statedir import StateDir
 
@@ -42,6 +45,37 @@ def note(state_dir: Path, seen: Seen) -> None:
 
 def read_all(state_dir: Path) -> list[Seen]:
     return _document(state_dir).read() or []
+
+
+def peek_all(state_dir: Path) -> list[Seen]:
+    """``read_all`` for a reader that must change nothing (the gateway's page): a torn
+    or foreign file reads as no entries and stays where it is, for a pass to set aside."""
+    try:
+        return _decode(json.loads(StateDir(state_dir).observed.read_bytes()))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return []
+
+
+@dataclass
+class Views:
+    """What the notes say of each record: when its node was last looked at, and what
+    holds it as it is (its set's folders held no manifest: nothing pruned)."""
+
+    seen: dict[str, datetime] = field(default_factory=dict)  # record -> observed at
+    conditions: dict[str, list[str]] = field(default_factory=dict)  # record -> conditions
+
+
+def views(notes: list[Seen], records: Iterable[Record]) -> Views:
+    """``notes`` applied to ``records``: every view of the node (status, describe, the
+    page) says the same of each."""
+    found = Views()
+    for rec in records:
+        on_node = [n.at for n in notes if n.node == rec.node]  # any set's pass looks at all
+        if on_node:
+            found.seen[rec.name] = max(on_node)
+        mine = [n for n in notes if (n.node, n.owner) == (rec.node, rec.owner)]
+        found.conditions[rec.name] = [n.prune_blocked for n in mine if n.prune_blocked]
+    return found
 
 
 def _decode(data: Any) -> list[Seen]:

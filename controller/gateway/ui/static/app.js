@@ -224,7 +224,9 @@ function deploymentRow(item, facts) {
   const where = [...new Set(item.instances.map((i) => `${i.node} / ${i.host}`))].join(", ");
   const ports = [...new Set(item.instances.map((i) => i.port).filter((p) => p))].join(", ");
   const lastExit = item.last_exit ? ` · last exit: ${item.last_exit.text}` : "";
-  const message = h("td", { class: "message" }, item.message || "");
+  // what holds it (an emptied manifest folder) leads the message, as in `status`
+  const said = [...(item.conditions || []), item.message].filter(Boolean).join("; ");
+  const message = h("td", { class: "message" }, said);
   if (item.pull) message.append(pullBar(item.pull));
   const buttons = h("td", { class: "buttons" });
   if (isOnDemand(item, facts)) {
