@@ -161,3 +161,29 @@ def test_every_action_has_a_plan_class() -> None:
     assert not missing, missing
     unshown = sorted(k.__name__ for k in kinds - {actions.Action} if k.plan_class not in SYMBOL)
     assert not unshown, unshown
+
+
+def test_a_turn_on_a_shared_device_is_no_blocker_for_plan_as_for_once(reconcile: Any) -> None:
+    """Two memory-packed engines on one card start one at a time: the second waits its
+    turn, which `--once` counts as no failure (the next pass starts it). `plan` said
+    "Not in sync: ... (a pass exits 1)" and exited 1 there, so a GitOps job that runs
+    `plan` first refused a first deploy of packed models that the pass makes fine."""
+    rc = reconcile
+    rc.devices = "nvidia:0=80Gi"
+    packed = {"count": 1, "kind": "nvidia", "memory": "20Gi"}
+    rc.write("first", devices=packed)
+    rc.write("second", devices=packed, basePort=rc.port + 2)
+
+    planned = rc("plan", check=2)  # changes, none that needs you
+    assert "waiting for first to be Ready on nvidia:0" in planned.out, planned
+    assert "Not in sync" not in planned.out and "a pass exits 1" not in planned.out, planned
+    doc = rc("plan", "-o", "json", check=2).json()
+    assert {c["name"]: c["change"] for c in doc["changes"]} == {
+        "first": "create",
+        "second": "wait",
+    }, doc
+    assert doc["in_sync"] is False and doc["errors"] == []
+    rc.once(check=0)  # what plan foretold: the pass exits 0, second waits its turn
+    assert rc.record("second")["phase"] == "Pending"
+    rc.converge()
+    rc.down()
