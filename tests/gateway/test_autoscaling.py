@@ -4,7 +4,9 @@ by a request; the count is state-dir state with an event per change, never the m
 
 from __future__ import annotations
 
+import http.client
 import json
+import threading
 from typing import Any
 
 from clients import Loop
@@ -92,3 +94,63 @@ def test_scales_on_the_engines_own_requests_waiting(reconcile: Any, gateway: Any
     assert downs and "waiting, fewer than" in downs[0] and "(scaleDownDelay)" in downs[0]
     g.finish()
     assert not list((reconcile.state / "engineload" / "waiting").glob("web.*.json"))
+
+
+class Stream:
+    """One streamed chat answer through the gateway, read in a thread of its own:
+    ``begun`` once its first chunk came, ``body`` the whole answer once it ends."""
+
+    def __init__(self, port: int, model: str) -> None:
+        self.port, self.model = port, model
+        self.begun = threading.Event()
+        self.body = b""
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT)
+        try:
+            ask = {"model": self.model, "stream": True, "messages": []}
+            conn.request("POST", "/v1/chat/completions", body=json.dumps(ask).encode())
+            resp = conn.getresponse()
+            while line := resp.readline():
+                self.body += line
+                if line.startswith(b"data: "):
+                    self.begun.set()
+        except OSError as exc:
+            self.body += f"\nfailed: {exc!r}".encode()
+        finally:
+            self.begun.set()  # an answer that never began must not hang the test
+            conn.close()
+
+    def pid(self) -> str:
+        return json.loads(self.body.split(b"data: ")[1].split(b"\n")[0])["system_fingerprint"]
+
+
+def test_a_replica_scaled_away_finishes_the_answers_it_streams(
+    reconcile: Any, gateway: Any
+) -> None:
+    """Scaling down (the manifest's replicas, or the autoscaler's count under lower load)
+    stopped the highest replica at once: an answer it was streaming through the gateway
+    ended mid-way, with no [DONE] and no error. It is drained first now, as a recreate is:
+    the gateway sends it nothing new and its answers end, then it stops."""
+    slow = reconcile.demo_command(load_seconds="0", chunks="100", chunk_delay="0.2")  # ~20 s
+    gpu = {"count": 1, "kind": "nvidia"}
+    reconcile.write("pool", replicas=2, devices=gpu, command=slow, stopGracePeriodSeconds=60)
+    g = gateway()
+    for name in ("pool", "pool@1"):
+        g.wait_phase(name, "Ready")
+    pids = {f"pid-{reconcile.status()[name]['pid']}" for name in ("pool", "pool@1")}
+    streams = []
+    for _ in range(2):  # one after the other: the least in flight puts one on each
+        streams.append(stream := Stream(g.port, "pool"))
+        reconcile.wait_for(stream.begun.is_set, timeout=WAIT, what="the answer's first chunk")
+    assert {s.pid() for s in streams} == pids, [s.body[:300] for s in streams]
+    reconcile.write("pool", replicas=1, devices=gpu, command=slow, stopGracePeriodSeconds=60)
+    reconcile.wait_for(
+        lambda: set(reconcile.status()) == {"pool"}, timeout=WAIT * 2, what="scaled down to 1"
+    )
+    for stream in streams:
+        stream.thread.join(timeout=WAIT)
+        assert stream.body.rstrip().endswith(b"data: [DONE]"), stream.body[-400:]
+    g.finish()
