@@ -367,6 +367,8 @@ class Launcher:
         rec = self.store.read(action.name)
         if rec is None:
             return False
+        if rec.holds:  # its answers in flight end first (at most its grace period)
+            self.drain(rec, None)
         self.backend.teardown(rec)
         self.store.write(_unplaced(rec, action.reason))
         self.event(action.name, action.verb, action.reason, "stopped; Pending until room returns")

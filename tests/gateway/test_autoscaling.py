@@ -4,12 +4,10 @@ by a request; the count is state-dir state with an event per change, never the m
 
 from __future__ import annotations
 
-import http.client
 import json
-import threading
 from typing import Any
 
-from clients import Loop
+from clients import Loop, Stream
 
 WAIT = 60.0
 SLOW = {"chunks": "10", "chunk_delay": "0.3"}  # a streamed answer takes ~3 s
@@ -94,37 +92,6 @@ def test_scales_on_the_engines_own_requests_waiting(reconcile: Any, gateway: Any
     assert downs and "waiting, fewer than" in downs[0] and "(scaleDownDelay)" in downs[0]
     g.finish()
     assert not list((reconcile.state / "engineload" / "waiting").glob("web.*.json"))
-
-
-class Stream:
-    """One streamed chat answer through the gateway, read in a thread of its own:
-    ``begun`` once its first chunk came, ``body`` the whole answer once it ends."""
-
-    def __init__(self, port: int, model: str) -> None:
-        self.port, self.model = port, model
-        self.begun = threading.Event()
-        self.body = b""
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT)
-        try:
-            ask = {"model": self.model, "stream": True, "messages": []}
-            conn.request("POST", "/v1/chat/completions", body=json.dumps(ask).encode())
-            resp = conn.getresponse()
-            while line := resp.readline():
-                self.body += line
-                if line.startswith(b"data: "):
-                    self.begun.set()
-        except OSError as exc:
-            self.body += f"\nfailed: {exc!r}".encode()
-        finally:
-            self.begun.set()  # an answer that never began must not hang the test
-            conn.close()
-
-    def pid(self) -> str:
-        return json.loads(self.body.split(b"data: ")[1].split(b"\n")[0])["system_fingerprint"]
 
 
 def test_a_replica_scaled_away_finishes_the_answers_it_streams(
