@@ -187,3 +187,27 @@ def test_a_turn_on_a_shared_device_is_no_blocker_for_plan_as_for_once(reconcile:
     assert rc.record("second")["phase"] == "Pending"
     rc.converge()
     rc.down()
+
+
+def test_a_manifest_broken_under_a_running_engine_is_a_wait_not_an_update(
+    reconcile: Any,
+) -> None:
+    """A typo in a running deployment's manifest leaves the engine running and needs
+    you: `plan` counted it as `~ in-place` ("1 to update in place"), as if a pass would
+    apply a change. It is `!` (wait), like a new invalid one, and exits 1 as before."""
+    rc = reconcile
+    rc.write("steady")
+    rc.converge()
+    rc.write("steady", stopGracePeriodSeconds="soon")
+    doc = rc("plan", "-o", "json", check=1).json()
+    (change,) = doc["changes"]
+    assert change["name"] == "steady" and change["change"] == "wait", change
+    assert "spec invalid (engine left running)" in change["reason"], change
+    assert doc["summary"]["in-place"] == 0, doc
+    text = rc("plan", check=1).out
+    assert "! steady" in text and "0 to update in place" in text, text
+    rc("--once", check=1)
+    rc.write("steady", restartPolicy="Sometimes")  # another error: still a wait
+    again = rc("plan", "-o", "json", check=1).json()
+    assert [(c["name"], c["change"]) for c in again["changes"]] == [("steady", "wait")], again
+    rc.down()

@@ -130,6 +130,8 @@ def _change(action: Action, observed: Observed, wanted: Mapping[str, object]) ->
         kind = "create"  # a new OnDemand deployment: its Idle record, no engine goes
     if isinstance(action, Release) and instance_of(action.name) in wanted:
         kind = "replace"  # a Failed or Pulling record of a changed spec: the next round starts it
+    if isinstance(action, MarkSpec) and not action.valid:
+        kind = "wait"  # a broken manifest: nothing is applied, it needs you (the engine runs on)
     fields = action.fields if isinstance(action, Replace | Update) else ()
     pending = True
     if isinstance(action, Hold | Reject):
