@@ -93,6 +93,9 @@ class Stop(Action):
     frees = True
     # Annotated: unannotated, mypy would take "destroy" as the type Replace must keep.
     plan_class: ClassVar[PlanClass] = "destroy"
+    # A replica scaled away: its requests in flight end first while the other replicas
+    # take the new ones (a scale-down comes under load, and cut the answers it streamed).
+    drain: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

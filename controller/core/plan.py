@@ -32,7 +32,7 @@ from controller.core.planner.preemption import PREEMPTED, PREEMPTIBLE
 from controller.core.planner.pulling import gate
 from controller.core.planner.records import IN_PLACE, judge, leader_of
 from controller.core.planner.rolling import rolls
-from controller.core.planner.turns import restarts_in_turn, waits_turn
+from controller.core.planner.turns import is_turn, restarts_in_turn, waits_turn
 from controller.core.state import Observed
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "PREEMPTIBLE",
     "Desired",
     "backoff",
+    "is_turn",
     "leader_of",
     "plan",
     "restarts_after",

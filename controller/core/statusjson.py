@@ -137,6 +137,22 @@ def observed(
     return {"observed_at": iso(min(times)) if times else None, "conditions": list(held)}
 
 
+def outside_items(
+    known: Iterable[str], records: Iterable[Record], node: str
+) -> list[dict[str, Any]]:
+    """``devices -o json``'s ``outside_inventory``: devices this node's engines hold that
+    the inventory no longer lists (``--devices`` changed under them). They run on, and
+    nothing new is placed there; said, so the device does not look free or gone."""
+    listed = set(known)
+    held: dict[str, list[str]] = {}
+    for rec in sorted(records, key=lambda r: r.name):
+        if rec.holds and not rec.elsewhere(node):
+            for key in rec.devices:
+                if key not in listed:
+                    held.setdefault(key, []).append(rec.name)
+    return [{"device": key, "held_by": names} for key, names in sorted(held.items())]
+
+
 def device_items(
     devices: Iterable[Device],
     records: Iterable[Record],

@@ -285,8 +285,10 @@ class Launcher:
             return False
         if isinstance(action, Replace) and self._kept_for(rec, action):
             return False  # it serves on until its replacement can start
-        if isinstance(action, Replace) and rec.holds:
-            self.drain(rec, None)  # a recreate: requests in flight end first, new ones wait
+        if (isinstance(action, Replace) or action.drain) and rec.holds:
+            # a recreate: requests in flight end first, new ones wait; a replica scaled
+            # away: its requests end first, the other replicas take the new ones
+            self.drain(rec, None)
         self._terminate(rec, action.reason, "executor.stop.after_terminating")
         if isinstance(action, Replace):
             # The deployment stays known between the teardown and the next round's
@@ -365,6 +367,8 @@ class Launcher:
         rec = self.store.read(action.name)
         if rec is None:
             return False
+        if rec.holds:  # its answers in flight end first (at most its grace period)
+            self.drain(rec, None)
         self.backend.teardown(rec)
         self.store.write(_unplaced(rec, action.reason))
         self.event(action.name, action.verb, action.reason, "stopped; Pending until room returns")

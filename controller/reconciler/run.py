@@ -111,10 +111,14 @@ class PassResult:
         """--once's exit status: every manifest valid, nothing Pending or Failed."""
         if self.errors or self.problems or any(isinstance(a, Conflict) for a in self.actions):
             return False
-        # Waiting for its turn on a shared device is no failure: the next pass starts it.
-        return not any(
-            r.phase in (Phase.PENDING, Phase.FAILED) and not waits_turn(r) for r in self.ours()
-        )
+        return not self.stuck()
+
+    def stuck(self) -> list[Record]:
+        """This set's records Pending or Failed: what ``--once`` exits 1 on (waiting for
+        its turn on a shared device is no failure: the next pass starts it)."""
+        return [
+            r for r in self.ours() if r.phase in (Phase.PENDING, Phase.FAILED) and not waits_turn(r)
+        ]
 
     @property
     def unfetched(self) -> bool:

@@ -3,6 +3,8 @@ kept as (status, the engine's pid fingerprint), each failure kept apart."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,3 +64,34 @@ def _said(answer: Any) -> str:
         return str(answer.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
         return ""
+
+
+class Stream:
+    """One streamed chat answer through the gateway, read in a thread of its own:
+    ``begun`` once its first chunk came, ``body`` the whole answer once it ends."""
+
+    def __init__(self, port: int, model: str) -> None:
+        self.port, self.model = port, model
+        self.begun = threading.Event()
+        self.body = b""
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT)
+        try:
+            ask = {"model": self.model, "stream": True, "messages": []}
+            conn.request("POST", "/v1/chat/completions", body=json.dumps(ask).encode())
+            resp = conn.getresponse()
+            while line := resp.readline():
+                self.body += line
+                if line.startswith(b"data: "):
+                    self.begun.set()
+        except OSError as exc:
+            self.body += f"\nfailed: {exc!r}".encode()
+        finally:
+            self.begun.set()  # an answer that never began must not hang the test
+            conn.close()
+
+    def pid(self) -> str:
+        return json.loads(self.body.split(b"data: ")[1].split(b"\n")[0])["system_fingerprint"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from clients import Loop
+from clients import Loop, Stream
 
 WAIT = 60.0
 SLOW = {"chunks": "10", "chunk_delay": "0.3"}  # a streamed answer takes ~3 s
@@ -92,3 +92,32 @@ def test_scales_on_the_engines_own_requests_waiting(reconcile: Any, gateway: Any
     assert downs and "waiting, fewer than" in downs[0] and "(scaleDownDelay)" in downs[0]
     g.finish()
     assert not list((reconcile.state / "engineload" / "waiting").glob("web.*.json"))
+
+
+def test_a_replica_scaled_away_finishes_the_answers_it_streams(
+    reconcile: Any, gateway: Any
+) -> None:
+    """Scaling down (the manifest's replicas, or the autoscaler's count under lower load)
+    stopped the highest replica at once: an answer it was streaming through the gateway
+    ended mid-way, with no [DONE] and no error. It is drained first now, as a recreate is:
+    the gateway sends it nothing new and its answers end, then it stops."""
+    slow = reconcile.demo_command(load_seconds="0", chunks="100", chunk_delay="0.2")  # ~20 s
+    gpu = {"count": 1, "kind": "nvidia"}
+    reconcile.write("pool", replicas=2, devices=gpu, command=slow, stopGracePeriodSeconds=60)
+    g = gateway()
+    for name in ("pool", "pool@1"):
+        g.wait_phase(name, "Ready")
+    pids = {f"pid-{reconcile.status()[name]['pid']}" for name in ("pool", "pool@1")}
+    streams = []
+    for _ in range(2):  # one after the other: the least in flight puts one on each
+        streams.append(stream := Stream(g.port, "pool"))
+        reconcile.wait_for(stream.begun.is_set, timeout=WAIT, what="the answer's first chunk")
+    assert {s.pid() for s in streams} == pids, [s.body[:300] for s in streams]
+    reconcile.write("pool", replicas=1, devices=gpu, command=slow, stopGracePeriodSeconds=60)
+    reconcile.wait_for(
+        lambda: set(reconcile.status()) == {"pool"}, timeout=WAIT * 2, what="scaled down to 1"
+    )
+    for stream in streams:
+        stream.thread.join(timeout=WAIT)
+        assert stream.body.rstrip().endswith(b"data: [DONE]"), stream.body[-400:]
+    g.finish()

@@ -131,3 +131,24 @@ def test_a_request_waiting_for_a_start_is_answered_when_the_engine_fails(
     assert "retry-after" not in answer.headers, answer.headers
     assert error["code"] == "model_not_ready"
     assert "m Failed: engine exited with code 3" in error["message"], error
+
+
+def test_a_deployment_whose_manifest_is_invalid_is_answered_with_why(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A manifest that never validated leaves a Pending record that holds nothing and
+    cannot start until a person fixes it. Its request got 503 `... is not Ready (Pending)
+    within its readiness deadline (0s); retry later` with Retry-After: a deadline it
+    never had, and a retry that cannot help. It is answered as an ended one: the error
+    and the way out, no Retry-After."""
+    reconcile.write("lazy", activation="OnDemand", replicas=2)  # OnDemand starts one engine
+    g = gateway()
+    g.wait_phase("lazy", "Pending")
+    answer = g.post("lazy")
+    assert answer.status == 503, answer
+    assert "Retry-After" not in answer.headers, answer.headers
+    message = answer.json()["error"]["message"]
+    assert "lazy Pending: spec invalid (not started)" in message, message
+    assert "activation: OnDemand starts one engine" in message and "fix its manifest" in message
+    assert "readiness deadline" not in message, message
+    g.finish()

@@ -147,3 +147,25 @@ def test_vllm_gets_its_share_as_gpu_memory_utilization(reconcile: Any, tmp_path:
         "spec.args sets --gpu-memory-utilization: the user's value wins over the computed 0.25"
         in plan
     ), plan
+
+
+def test_devices_says_what_the_inventory_no_longer_covers(reconcile: Any) -> None:
+    """The inventory changed under running engines (a device dropped from --devices, a
+    size lowered): the engines run on, as they should, but `devices` hid the one holding
+    a device gone from the inventory and showed 80Gi allocated of a 40Gi card without a
+    word. Each is said now, in the table and in JSON."""
+    reconcile.devices = "nvidia:0=80Gi,nvidia:1=80Gi"
+    reconcile.write("big", **mem("50Gi"))
+    reconcile.write("whole", devices={"count": 1, "kind": "nvidia"}, basePort=reconcile.port + 2)
+    reconcile.converge()
+    reconcile.devices = "nvidia:0=40Gi"  # nvidia:1 dropped, nvidia:0 smaller
+    held = reconcile.status()
+    assert held["big"]["devices"] == ["nvidia:0"] and held["whole"]["devices"] == ["nvidia:1"]
+    doc = reconcile("devices", "-o", "json", check=0).json()
+    assert doc["outside_inventory"] == [{"device": "nvidia:1", "held_by": ["whole"]}], doc
+    (card,) = doc["devices"]
+    assert card["memory"] == 40 * GI and card["memory_allocated"] == 50 * GI
+    table = reconcile("devices", check=0).out
+    assert "nvidia:1 is not in the inventory but held by whole" in table, table
+    assert "nvidia:0: 50Gi allocated of 40Gi" in table, table
+    reconcile.down()

@@ -17,7 +17,7 @@ def test_down_says_removed_for_what_never_ran(reconcile: Any) -> None:
     down = rc("down", check=0)
     assert sorted(down.out.splitlines()) == [
         "removed done (Failed: not running)",
-        "removed huge (Pending: never ran)",
+        "removed huge (Pending: nothing running)",
         "stopped web",
     ], down
     assert rc.record("huge") is None and rc.record("web") is None
@@ -55,3 +55,22 @@ def test_down_under_a_daemon_says_it_is_undone_and_how_to_keep_it_down(reconcile
     rc.once()
     alone = rc("down", check=0)  # no daemon: nothing undoes this down, so nothing is said
     assert alone.out == "stopped web\n" and "daemon" not in alone.err, alone
+
+
+def test_down_never_says_never_ran_of_an_engine_that_ran(reconcile: Any) -> None:
+    """A preempted deployment (and an OnDemand one parked after its idleTimeout) ran, then
+    was stopped: its record holds nothing, and `down` said `removed low (Pending: never
+    ran)`, which is false. It says what is true of every such record: nothing runs."""
+    rc = reconcile
+    rc.devices = "nvidia:0"
+    gpu = {"count": 1, "kind": "nvidia"}
+    rc.write("low", devices=gpu)
+    rc.converge()
+    rc.write("high", devices=gpu, priority=10, basePort=rc.port + 2)
+    rc.once(check=1)  # low is preempted: Pending, waiting for room
+    assert rc.record("low")["phase"] == "Pending"
+    down = rc("down", check=0)
+    assert sorted(down.out.splitlines()) == [
+        "removed low (Pending: nothing running)",
+        "stopped high",
+    ], down

@@ -161,3 +161,53 @@ def test_every_action_has_a_plan_class() -> None:
     assert not missing, missing
     unshown = sorted(k.__name__ for k in kinds - {actions.Action} if k.plan_class not in SYMBOL)
     assert not unshown, unshown
+
+
+def test_a_turn_on_a_shared_device_is_no_blocker_for_plan_as_for_once(reconcile: Any) -> None:
+    """Two memory-packed engines on one card start one at a time: the second waits its
+    turn, which `--once` counts as no failure (the next pass starts it). `plan` said
+    "Not in sync: ... (a pass exits 1)" and exited 1 there, so a GitOps job that runs
+    `plan` first refused a first deploy of packed models that the pass makes fine."""
+    rc = reconcile
+    rc.devices = "nvidia:0=80Gi"
+    packed = {"count": 1, "kind": "nvidia", "memory": "20Gi"}
+    rc.write("first", devices=packed)
+    rc.write("second", devices=packed, basePort=rc.port + 2)
+
+    planned = rc("plan", check=2)  # changes, none that needs you
+    assert "waiting for first to be Ready on nvidia:0" in planned.out, planned
+    assert "Not in sync" not in planned.out and "a pass exits 1" not in planned.out, planned
+    doc = rc("plan", "-o", "json", check=2).json()
+    assert {c["name"]: c["change"] for c in doc["changes"]} == {
+        "first": "create",
+        "second": "wait",
+    }, doc
+    assert doc["in_sync"] is False and doc["errors"] == []
+    rc.once(check=0)  # what plan foretold: the pass exits 0, second waits its turn
+    assert rc.record("second")["phase"] == "Pending"
+    rc.converge()
+    rc.down()
+
+
+def test_a_manifest_broken_under_a_running_engine_is_a_wait_not_an_update(
+    reconcile: Any,
+) -> None:
+    """A typo in a running deployment's manifest leaves the engine running and needs
+    you: `plan` counted it as `~ in-place` ("1 to update in place"), as if a pass would
+    apply a change. It is `!` (wait), like a new invalid one, and exits 1 as before."""
+    rc = reconcile
+    rc.write("steady")
+    rc.converge()
+    rc.write("steady", stopGracePeriodSeconds="soon")
+    doc = rc("plan", "-o", "json", check=1).json()
+    (change,) = doc["changes"]
+    assert change["name"] == "steady" and change["change"] == "wait", change
+    assert "spec invalid (engine left running)" in change["reason"], change
+    assert doc["summary"]["in-place"] == 0, doc
+    text = rc("plan", check=1).out
+    assert "! steady" in text and "0 to update in place" in text, text
+    rc("--once", check=1)
+    rc.write("steady", restartPolicy="Sometimes")  # another error: still a wait
+    again = rc("plan", "-o", "json", check=1).json()
+    assert [(c["name"], c["change"]) for c in again["changes"]] == [("steady", "wait")], again
+    rc.down()

@@ -226,3 +226,21 @@ def test_describe_as_json_and_yaml(up_once: Any) -> None:
     assert yaml.safe_load(rc("describe", "web", "-o", "yaml", check=0).out) == [doc]
     assert rc("describe", "nope", "-o", "json", check=1).err.startswith("reconcile: no deploy")
     assert rc("describe", "web", "-o", "xml", check=64).code == 64
+
+
+def test_once_quiet_from_cron_says_nothing_of_what_is_fine(reconcile: Any) -> None:
+    """The cron line is `--once -q`, and cron mails whatever it prints: every minute, a
+    deployment Idle as asked (scaled to 0, OnDemand) printed `web: Idle: ...` on stderr
+    with exit 0, a mail a minute about nothing. Quiet, it prints only what exits 1 (here
+    a replica with no room); without -q every record's message is said as before."""
+    rc = reconcile
+    rc.write("zero", replicas=0)
+    rc.write("lazy", activation="OnDemand", basePort=rc.port + 2)
+    quiet = rc.once("-q", check=0)
+    assert quiet.out == "" and quiet.err == "", quiet
+    assert "zero: Idle: scaled to 0" in rc.once(check=0).err  # said when not quiet
+    rc.write("wide", replicas=3, devices={"count": 1, "kind": "nvidia"}, basePort=rc.port + 4)
+    failing = rc.once("-q", check=1)
+    assert "wide@2: Pending: no capacity" in failing.err, failing
+    assert "Idle" not in failing.err, failing
+    rc.down()

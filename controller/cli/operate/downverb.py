@@ -1,7 +1,8 @@
 """`reconcile down [NAME...]`: stop what this manifest set owns on this node.
 
 Each record is named as what happened to it: ``stopped`` for an engine that ran,
-``removed`` for a record that never ran one (Pending, Idle, a rejected manifest). A
+``removed`` for a record with nothing running (Pending, Idle, a rejected manifest: one
+that never ran, or was preempted or parked since, which the record does not tell). A
 `down` that stops nothing says which manifest set it looked for, and which sets own
 the records that are there: run from another folder it must not look like success.
 """
@@ -85,11 +86,12 @@ def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
 
 def _said(name: str, rec: Record | None) -> str:
     """What became of it: an engine stopped, or a record removed with nothing running
-    (an engine that had ended: Failed, Succeeded, in BackOff; or one that never ran)."""
+    (an engine that had ended: Failed, Succeeded, in BackOff; or nothing running: one that
+    never ran, or one preempted or parked since, so never "never ran")."""
     if rec is not None and rec.phase in ENDED:
         return f"removed {name} ({rec.phase}: not running)"
     if rec is not None and not (rec.ref is not None or rec.holds):
-        return f"removed {name} ({rec.phase}: never ran)"
+        return f"removed {name} ({rec.phase}: nothing running)"
     return f"stopped {name}"
 
 

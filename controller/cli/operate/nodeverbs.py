@@ -18,7 +18,7 @@ from controller.cli.render.views import FORMATS, dump, table
 from controller.core.devicefaults import DeviceHealth
 from controller.core.manifest.quantity import format_age, format_bytes
 from controller.core.state import Phase, Record
-from controller.core.statusjson import device_items
+from controller.core.statusjson import device_items, outside_items
 from controller.errors import ConfigError
 from controller.redact import printable
 from controller.store.config.node import Config, read_drain
@@ -41,6 +41,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     records = sorted(RecordStore(cfg.state_dir).load().records.values(), key=lambda r: r.name)
     faults = devicehealth.read(cfg.state_dir).faults
     items = device_items(inventory.devices, records, faults)  # the web page's too
+    outside = outside_items(inventory.keys(), records, cfg.node)
     ports = [
         {"port": port, "held_by": rec.name, "phase": str(rec.phase)}
         for rec in records
@@ -52,14 +53,38 @@ def cmd_devices(args: argparse.Namespace) -> int:
         return EXIT_OK
     if fmt in ("json", "yaml"):
         doc = {"node": cfg.node, "source": inventory.source, "devices": items, "ports": ports}
-        print(dump(doc, fmt))
+        print(dump({**doc, "outside_inventory": outside}, fmt))
         return EXIT_OK
-    print(_devices_text(cfg, inventory.source, items, ports))
+    notes = [*_overcommitted(items), *_outside_text(outside)]
+    print(_devices_text(cfg, inventory.source, items, ports, notes))
     return EXIT_OK
 
 
+def _overcommitted(items: list[dict[str, Any]]) -> list[str]:
+    """A device whose size was lowered under its engines: they run on, nothing new fits."""
+    return [
+        f"{d['device']}: {format_bytes(d['memory_allocated'])} allocated of "
+        f"{format_bytes(d['memory'])}: its size was lowered under its engines (they run "
+        "on; nothing new is packed on it until they go)"
+        for d in items
+        if d["memory"] is not None and d["memory_allocated"] > d["memory"]
+    ]
+
+
+def _outside_text(outside: list[dict[str, Any]]) -> list[str]:
+    return [
+        f"{o['device']} is not in the inventory but held by {', '.join(o['held_by'])} "
+        "(it runs on; check --devices / RECONCILE_DEVICES)"
+        for o in outside
+    ]
+
+
 def _devices_text(
-    cfg: Config, source: str, items: list[dict[str, Any]], ports: list[dict[str, Any]]
+    cfg: Config,
+    source: str,
+    items: list[dict[str, Any]],
+    ports: list[dict[str, Any]],
+    notes: list[str],
 ) -> str:
     out = [f"Node {cfg.node}: {len(items)} device(s), inventory: {source}"]
     if items:
@@ -76,6 +101,7 @@ def _devices_text(
             for d in items
             if d["health"] == "Unhealthy"
         ]
+    out += notes
     if ports:
         rows = [["PORT", "HELD BY", "PHASE"]]
         rows += [[str(p["port"]), str(p["held_by"]), str(p["phase"])] for p in ports]

@@ -93,7 +93,7 @@ def _once(args: argparse.Namespace, cfg: Config) -> int:
 
         return EXIT_OK if wait_until_ready(reconciler, args.timeout) else EXIT_FAIL
     result = reconciler.run_pass()
-    report(result)
+    report(result, quiet=args.quiet)
     from controller.reconciler import pulling
 
     failing = result.failing() + list(pulling.failing(result.ours(), result.pulls).values())
@@ -139,7 +139,9 @@ def raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-def report(result: object) -> None:
+def report(result: object, *, quiet: bool = False) -> None:
+    """What a pass leaves to say on stderr. Quiet (cron mails whatever is printed): only
+    what ``--once`` exits 1 on, not a deployment Idle or waiting its turn as it should."""
     from controller.reconciler.run import PassResult
 
     assert isinstance(result, PassResult)
@@ -155,7 +157,7 @@ def report(result: object) -> None:
         from controller.core.manifest.labels import skip_note
 
         print(skip_note(result.skipped))
-    for rec in result.ours():
+    for rec in result.stuck() if quiet else result.ours():
         if rec.message:
             print(f"{rec.name}: {rec.phase}: {printable(rec.message)}", file=sys.stderr)
 

@@ -29,7 +29,7 @@ from controller.core.actions import (
 )
 from controller.core.manifest.names import instance_of
 from controller.core.manifest.sources import Source
-from controller.core.plan import Desired
+from controller.core.plan import Desired, is_turn
 from controller.core.pulls import size_text
 from controller.core.state import Observed, Phase
 from controller.pull.sizes import remote_size
@@ -130,6 +130,8 @@ def _change(action: Action, observed: Observed, wanted: Mapping[str, object]) ->
         kind = "create"  # a new OnDemand deployment: its Idle record, no engine goes
     if isinstance(action, Release) and instance_of(action.name) in wanted:
         kind = "replace"  # a Failed or Pulling record of a changed spec: the next round starts it
+    if isinstance(action, MarkSpec) and not action.valid:
+        kind = "wait"  # a broken manifest: nothing is applied, it needs you (the engine runs on)
     fields = action.fields if isinstance(action, Replace | Update) else ()
     pending = True
     if isinstance(action, Hold | Reject):
@@ -158,8 +160,9 @@ def pending(found: Sequence[Change]) -> list[Change]:
 
 def blocked(found: Sequence[Change]) -> list[Change]:
     """What cannot start now (a name owned elsewhere, no room, drained, invalid): a pass
-    would leave it Pending and `--once` exit 1, so `plan` exits 1 too."""
-    return [c for c in found if c.kind == "wait"]
+    would leave it Pending and `--once` exit 1, so `plan` exits 1 too. A turn on a shared
+    device is none: `--once` exits 0 on it, as the next pass starts it."""
+    return [c for c in found if c.kind == "wait" and not is_turn(c.reason)]
 
 
 def summary(found: Sequence[Change]) -> dict[Kind, int]:

@@ -205,7 +205,7 @@ def _scaled_down(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
     rec = view.record
     reason = f"scaled down to {ctx.desired.count(base_name(rec.name))}"
     if view.alive or view.markers or rec.holds:
-        return (Stop(name=rec.name, reason=reason),)
+        return (Stop(name=rec.name, reason=reason, drain=True),)
     return (Release(name=rec.name, reason=reason, nonce=rec.nonce),)
 
 

@@ -54,7 +54,12 @@ def restarts_in_turn(actions: Sequence[AnyAction], observed: Observed) -> list[A
 
 def waits_turn(rec: Record) -> bool:
     """A Pending record that only waits for another start on its device (not stuck)."""
-    return rec.phase is Phase.PENDING and rec.message.endswith(f"({TURN})")
+    return rec.phase is Phase.PENDING and is_turn(rec.message)
+
+
+def is_turn(why: str) -> bool:
+    """A Hold's reason (a record's message) that is only a turn: the next pass starts it."""
+    return why.endswith(f"({TURN})")
 
 
 def _starting(view: RecordView) -> bool:

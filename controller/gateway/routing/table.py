@@ -46,6 +46,12 @@ FIRST_PASS_WAIT = 30.0
 ENDED = (Phase.FAILED, Phase.SUCCEEDED)
 
 
+def _ended(rec: Record) -> bool:
+    """Nothing starts it until a person acts: it ended, or its manifest never validated
+    (Pending, holding nothing: a deadline to wait for it has it never had)."""
+    return rec.phase in ENDED or (not rec.spec_valid and not rec.holds)
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     deployment: str
@@ -360,14 +366,15 @@ class Table:
 
     def ended(self, name: str) -> tuple[Record, ...]:
         """The records of pool ``name`` when none of its instances can become Ready by
-        itself (each one, and its ``@next`` if any, Failed or Succeeded: terminal until
-        the manifest changes or ``reconcile restart``); () while one still may."""
+        itself (each one, and its ``@next`` if any, Failed or Succeeded, or holding
+        nothing under an invalid manifest: terminal until the manifest changes or
+        ``reconcile restart``); () while one still may."""
         found: list[Record] = []
         for deployment in self.pools.get(name, ()):
             for instance in self.instances.get(deployment, ()):
                 recs = [self.records.get(instance), self.records.get(next_name(instance))]
                 present = [rec for rec in recs if rec is not None]
-                if not present or any(rec.phase not in ENDED for rec in present):
+                if not present or not all(map(_ended, present)):
                     return ()
                 found.extend(present)
         return tuple(found)

@@ -1,0 +1,30 @@
+"""Preemption through the real daemon, gateway and engines: a deployment of higher
+priority takes the only GPU, and the answer the preempted engine is streaming ends whole
+first (the engine is drained, as a recreate or a scale-down is), then it stops and waits
+Pending for room, saying who won."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clients import Stream
+
+WAIT = 60.0
+GPU = {"count": 1, "kind": "nvidia"}
+
+
+def test_a_preempted_engine_finishes_the_answer_it_streams(reconcile: Any, gateway: Any) -> None:
+    reconcile.devices = "nvidia:0"
+    slow = reconcile.demo_command(load_seconds="0", chunks="60", chunk_delay="0.2")  # ~12 s
+    reconcile.write("low", devices=GPU, command=slow, stopGracePeriodSeconds=60)
+    g = gateway()
+    g.wait_phase("low", "Ready")
+    stream = Stream(g.port, "low")
+    reconcile.wait_for(stream.begun.is_set, timeout=WAIT, what="the answer's first chunk")
+    reconcile.write("high", devices=GPU, priority=10, basePort=reconcile.port + 2)
+    g.wait_phase("high", "Ready", timeout=WAIT * 2)
+    stream.thread.join(timeout=WAIT)
+    assert stream.body.rstrip().endswith(b"data: [DONE]"), stream.body[-400:]
+    low = reconcile.status()["low"]
+    assert low["phase"] == "Pending" and "preempted by high (priority 10)" in low["message"]
+    g.finish()
