@@ -72,7 +72,8 @@ class Autoscaler:
                 if after != before:
                     self._keep(name, after)
                 if change is not None:
-                    self.journal.append(name, "Scale", change, f"{after.count} replicas")
+                    count = f"{after.count} replica{'' if after.count == 1 else 's'}"
+                    self.journal.append(name, "Scale", change, count)
         return {name: after.count for name, (_, after, _) in decided.items()}
 
     def _keep(self, name: str, after: Scale) -> None:

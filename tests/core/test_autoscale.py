@@ -93,6 +93,7 @@ def test_scale_to_zero_after_the_delay_and_back_on_a_waiting_request() -> None:
     quiet = decide(ZERO, Scale(count=1), Load(0.0, 0.0), 1, T)
     gone = decide(ZERO, quiet.scale, Load(0.0, 0.0), 1, T + 30)
     assert gone.scale.count == 0 and gone.change is not None
+    assert "fewer than 1 replica's worth" in gone.change, gone.change  # not "1 replicas'"
     asleep = decide(ZERO, gone.scale, Load(0.0, 0.0), 0, T + 100)
     assert asleep.scale.count == 0 and asleep.change is None
     woken = decide(ZERO, gone.scale, Load(0.0, 0.0, waiting=True), 0, T + 101)

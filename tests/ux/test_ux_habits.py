@@ -156,3 +156,13 @@ def test_a_busy_metrics_port_says_so_after_the_lock(reconcile: Any, tmp_path: Pa
             assert time.monotonic() - started < 30
         finally:
             lock.release()
+
+
+def test_describe_of_an_engine_without_a_probe_names_no_period(reconcile: Any) -> None:
+    """Nothing is probed, so nothing runs every period: it said "none (ready once
+    running) every 2s"."""
+    reconcile.write("sleeper", command=["sleep", "300"], readiness={})
+    reconcile.once()
+    lines = reconcile("describe", "sleeper", check=0).out.splitlines()
+    assert "Readiness:    none (ready once running)" in lines, lines
+    reconcile.down()

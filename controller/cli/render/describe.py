@@ -229,9 +229,9 @@ def _readiness(rec: Record, now: datetime) -> str:
     probe = rec.probe
     checks = [f"GET {path}" for path, _ in probe.http] or (["tcp connect"] if probe.tcp else [])
     checks = [probe.kind] if probe.completion else checks
-    text = (
-        " then ".join(checks) or "none (ready once running)"
-    ) + f" every {probe.period_seconds:g}s"
+    if not checks:  # nothing is asked, so nothing runs every period
+        return "none (ready once running)"
+    text = " then ".join(checks) + f" every {probe.period_seconds:g}s"
     if rec.phase is Phase.STARTING and rec.ready_deadline_at:
         text += f", deadline {iso(rec.ready_deadline_at)} ({until(rec.ready_deadline_at, now)})"
     return text

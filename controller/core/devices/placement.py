@@ -212,7 +212,8 @@ def _no_memory(spec: DeploymentSpec, usable: list[Device], ledger: Ledger, memor
     unknown = [d.key for d in usable if d.memory is None]
     declare = (
         f"; {', '.join(unknown[:3])} ha{'s' if len(unknown) == 1 else 've'} no declared memory "
-        f"and take no memory request: declare it (--devices {unknown[0]}=80Gi)"
+        f"and take{'s' if len(unknown) == 1 else ''} no memory request: declare it "
+        f"(--devices {unknown[0]}=80Gi)"
         if unknown
         else ""
     )

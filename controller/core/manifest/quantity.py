@@ -90,7 +90,10 @@ def _positive(value: Decimal, text: str) -> int:
     if value < 0:
         raise ValueError(f"memory {short(text)} is negative: a request is a size, at least 1 byte")
     if int(value) == 0:  # a zero request would share a device for free
-        raise ValueError(f"memory {short(text)} is zero: omit devices.memory for a whole device")
+        raise ValueError(
+            f"memory {short(text)} is zero: a size is at least 1 byte (for a whole device, "
+            "leave the size out)"
+        )
     return int(value)  # a fraction of a byte rounds down
 
 

@@ -103,8 +103,8 @@ def _lower(policy: Autoscale, scale: Scale, wants: int, load: Load, now: float) 
         return Decision(replace(scale, low_wants=most))
     delay = f"{policy.scale_down_delay:g}s"
     why = (
-        f"{_figure(load.average, scale.count, load.metric)}, fewer than {scale.count} "
-        f"replicas' worth for {delay} (scaleDownDelay), "
+        f"{_figure(load.average, scale.count, load.metric)}, fewer than "
+        f"{_replicas_worth(scale.count)} for {delay} (scaleDownDelay), "
         f"target {policy.target_of(load.metric):g}"
     )
     return _changed(scale, most, why, now)
@@ -126,3 +126,7 @@ def _figure(load: float, replicas: int, metric: str) -> str:
     if metric == "kvCache":
         return f"KV cache {load / max(replicas, 1):.2f} used"
     return f"{load:.1f} {'waiting' if metric == 'waiting' else 'in flight'}"
+
+
+def _replicas_worth(n: int) -> str:
+    return f"{n} replica's worth" if n == 1 else f"{n} replicas' worth"
