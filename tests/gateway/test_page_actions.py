@@ -102,3 +102,19 @@ def test_an_emptied_folder_is_said_on_the_page_and_in_describe(
     (doc,) = reconcile("describe", "web", "-o", "json", check=0).json()
     assert doc["conditions"] == [EMPTY] and doc["observed_at"], doc
     g.finish()
+
+
+def test_the_log_of_a_name_nothing_knows_is_a_404(reconcile: Any, gateway: Any) -> None:
+    """It was a 200 with no lines: read as an engine that said nothing. A deployment's
+    log is there while it has a record, and after `down` (which keeps logs)."""
+    reconcile.write("web")
+    g = gateway()
+    g.wait_phase("web", "Ready")
+    token = accesstoken.read(reconcile.state)
+    known = g.request("GET", f"/ui/api/logs/web?token={token}")
+    assert known.status == 200 and known.json()["name"] == "web", known
+    unknown = g.request("GET", f"/ui/api/logs/nosuch?token={token}")
+    assert unknown.status == 404, unknown
+    said = unknown.json()["error"]
+    assert said["code"] == "not_found" and "nosuch" in said["message"], unknown
+    g.finish()

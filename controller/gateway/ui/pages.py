@@ -130,10 +130,15 @@ class Page:
         if isinstance(key, Response):
             return key
         name = request.match_info["name"]
+        store = RecordStore(self.settings.state_dir)
         try:
-            path = RecordStore(self.settings.state_dir).log_path(check_name(name))
+            path = store.log_path(check_name(name))
         except ValueError:
             return error(400, f"not a deployment or instance name: {name!r}", "invalid_request")
+        if not await self._read(lambda: path.exists() or store.path(name).exists()):
+            # no record and no log (`down` keeps logs): a 200 with no lines read as an
+            # engine that said nothing
+            return error(404, f"no deployment or instance named {name!r}", "not_found")
         lines = await self._read(lambda: _tail(path, LOG_LINES))
         return json_response({"name": name, "lines": lines}, headers=HEADERS)
 
