@@ -20,6 +20,7 @@ from controller.core.engines import (
     readiness_deadline,
     recipe_for,
 )
+from controller.core.engines.owned import refuse_env
 from controller.core.manifest.specs import DeploymentSpec, Entry, LivenessProbe, Readiness, expand
 from controller.core.state import ProbeConfig
 
@@ -77,6 +78,7 @@ def render(
         memory=spec.devices.memory,
     )
     launch = recipe_for(spec.engine).launch(ctx)
+    refuse_env(spec.engine, spec.env, launch.env)
     # As Kubernetes: spec.env wins over envFrom's secrets, the device fence over both.
     env = {**launch.env, **entry.secret_env, **spec.env, **visibility_env(devices)}
     env["PORT"] = str(port)

@@ -28,6 +28,7 @@ from controller.core.engines.base import (
     RecipeError,
     RenderContext,
 )
+from controller.core.engines.owned import HOST, MODEL, PORT, refuse_flags
 
 # Device kinds that llama.cpp can offload layers to (CUDA, ROCm/HIP, Metal).
 GPU_KINDS = frozenset({"nvidia", "amd", "apple"})
@@ -39,6 +40,10 @@ IMAGE = "ghcr.io/ggml-org/llama.cpp:server-b9628"
 IMAGE_CUDA = "ghcr.io/ggml-org/llama.cpp:server-cuda-b9628"
 IMAGE_EXECUTABLE = "/app/llama-server"
 
+# Flags this recipe sets that spec.args may not set again (see owned.py). -ngl is not
+# one: a partial offload (`args: [-ngl, "20"]`) is the user's to choose.
+OWNED = {"--host": HOST, "--port": PORT, "-m": MODEL, "--model": MODEL}
+
 
 class LlamaCppRecipe:
     engine = "llama-cpp"
@@ -49,6 +54,7 @@ class LlamaCppRecipe:
     def launch(self, ctx: RenderContext) -> Launch:
         if not ctx.model:
             raise RecipeError("engine 'llama-cpp' needs spec.model (the path of a .gguf file)")
+        refuse_flags(self.engine, ctx.args, OWNED)
         has_gpu = any(d.kind in GPU_KINDS for d in ctx.devices)
         argv = (
             ctx.executable or "llama-server",

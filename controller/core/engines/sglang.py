@@ -34,12 +34,22 @@ from controller.core.engines.base import (
     RecipeError,
     RenderContext,
 )
+from controller.core.engines.owned import HOST, MODEL, PORT, RESERVED, refuse_flags
 from controller.core.engines.share import share_args
 from controller.core.engines.vllm import served_model_name
 
 # `reconcile export`'s default image (Docker Hub lmsysorg/sglang). SGLang's install docs
 # name v0.5.19-cu129 as the last CUDA 12 tag; newer tags need a CUDA 13 driver.
 IMAGE = "docker.io/lmsysorg/sglang:v0.5.19-cu129"
+
+# Flags this recipe sets that spec.args may not set again (see owned.py).
+OWNED = {
+    "--host": HOST,
+    "--port": PORT,
+    "--model-path": MODEL,
+    "--model": MODEL,  # --model-path's alias
+    "--nccl-port": RESERVED,
+}
 
 
 class SglangRecipe:
@@ -55,6 +65,7 @@ class SglangRecipe:
             )
         if len(ctx.extra_ports) < self.extra_ports:
             raise RecipeError("engine 'sglang' needs 1 reserved internal port (--nccl-port)")
+        refuse_flags(self.engine, ctx.args, OWNED)
         # `python -m` recipe: spec.executable names the interpreter (a venv's python).
         argv: list[str] = [
             ctx.executable or "python3",

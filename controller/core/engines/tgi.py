@@ -30,12 +30,23 @@ from controller.core.engines.base import (
     RecipeError,
     RenderContext,
 )
+from controller.core.engines.owned import HOST, MODEL, PORT, RESERVED, refuse_flags
 
 # `reconcile export`'s default image: the one TGI's README runs (a CUDA build).
 IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.5"
 
 # sockaddr_un.sun_path is 108 bytes with the trailing NUL; TGI appends "-<rank>".
 _UDS_MAX = 107
+
+# Flags this recipe sets that spec.args may not set again (see owned.py).
+OWNED = {
+    "--hostname": HOST,
+    "--port": PORT,
+    "-p": PORT,
+    "--model-id": MODEL,
+    "--master-port": RESERVED,
+    "--shard-uds-path": RESERVED,
+}
 
 
 def shard_uds_path(runtime_dir: str) -> str:
@@ -55,6 +66,7 @@ class TgiRecipe:
             )
         if len(ctx.extra_ports) < self.extra_ports:
             raise RecipeError("engine 'tgi' needs 1 reserved internal port (--master-port)")
+        refuse_flags(self.engine, ctx.args, OWNED)
         shards = max(len(ctx.devices), 1)
         uds = shard_uds_path(ctx.runtime_dir)
         longest = f"{uds}-{shards - 1}"

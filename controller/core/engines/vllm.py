@@ -34,6 +34,7 @@ from controller.core.engines.base import (
     RecipeError,
     RenderContext,
 )
+from controller.core.engines.owned import HOST, PORT, refuse_flags
 from controller.core.engines.share import has_flag, share_args
 
 # `reconcile export`'s default image: vLLM's own OpenAI-server image (Docker Hub
@@ -41,6 +42,9 @@ from controller.core.engines.share import has_flag, share_args
 # Named in full: podman refuses a short name on a host with no unqualified-search
 # registries (its default), and Kubernetes takes the full name as it is.
 IMAGE = "docker.io/vllm/vllm-openai:v0.11.0"
+
+# Flags this recipe sets that spec.args may not set again (see owned.py).
+OWNED = {"--host": HOST, "--port": PORT}
 
 
 def served_model_name(model: str, args: Sequence[str]) -> str:
@@ -66,6 +70,7 @@ class VllmRecipe:
             )
         if len(ctx.extra_ports) < self.extra_ports:
             raise RecipeError("engine 'vllm' needs 1 reserved internal port (VLLM_PORT)")
+        refuse_flags(self.engine, ctx.args, OWNED)
         argv: list[str] = [
             ctx.executable or "vllm",
             "serve",

@@ -1,0 +1,70 @@
+"""spec.args and spec.env may not set again what a recipe sets itself.
+
+The user's args come after the recipe's flags and the engine keeps the last one, so
+``args: [--port, "9000"]`` used to move a llama-server off the port reconcile probed:
+`validate` and `plan` said all was well and the engine failed its readiness deadline
+with "connection refused". Now the manifest is invalid, naming the field to use.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.core.engines import RecipeError, recipe_for
+from tests.conftest import Reconcile, dump_yaml
+from tests.engines.test_recipes import GGUF, ctx
+
+
+def manifest(name: str, **spec: object) -> dict[str, object]:
+    return {
+        "apiVersion": "reconcile/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def test_validate_refuses_args_and_env_that_move_the_engine(reconcile: Reconcile) -> None:
+    reconcile.write_text(
+        "clash.yaml",
+        dump_yaml(
+            manifest("gguf", engine="llama-cpp", model=GGUF, args=["--port", "9000"]),
+            manifest("hf", engine="vllm", model="org/m", args=["--host=0.0.0.0"]),
+            manifest("tgi", engine="tgi", model="org/m", args=["-p", "9000"]),
+            manifest("olla", engine="ollama", env={"OLLAMA_HOST": "0.0.0.0:11434"}),
+            manifest("fine", engine="llama-cpp", model=GGUF, args=["-ngl", "20"]),
+        ),
+    )
+    result = reconcile("validate", check=1)
+    lines = result.err.splitlines()
+    port = "spec.args sets --port, which engine 'llama-cpp' sets itself from spec.port or "
+    assert any(port in line and "remove it from spec.args" in line for line in lines), result
+    assert any("spec.args sets --host, which engine 'vllm'" in line for line in lines), result
+    assert any("spec.args sets -p, which engine 'tgi'" in line for line in lines), result
+    assert any(
+        "spec.env sets OLLAMA_HOST, which engine 'ollama' sets itself from spec.host" in line
+        for line in lines
+    ), result
+    assert not any("fine" in line for line in lines), result  # -ngl is the user's to set
+    assert "Traceback" not in result.err
+
+
+OWNED = {
+    "vllm": ["--host", "--port"],
+    "llama-cpp": ["--host", "--port", "-m", "--model"],
+    "sglang": ["--host", "--port", "--model-path", "--model", "--nccl-port"],
+    "tgi": ["--hostname", "--port", "-p", "--model-id", "--master-port", "--shard-uds-path"],
+}
+
+
+@pytest.mark.parametrize(("engine", "flag"), [(e, f) for e, flags in OWNED.items() for f in flags])
+def test_each_recipe_refuses_its_own_flags_in_args(engine: str, flag: str) -> None:
+    for args in ((flag, "x"), (f"{flag}=x",)):
+        with pytest.raises(RecipeError, match=f"spec.args sets {flag}, which engine"):
+            recipe_for(engine).launch(ctx(model=GGUF, args=args))
+
+
+def test_a_flag_that_only_begins_like_an_owned_one_passes() -> None:
+    """`--port-range`-like flags and llama.cpp's `--model-url` are not `--port`/`--model`."""
+    launch = recipe_for("llama-cpp").launch(ctx(model=GGUF, args=("--model-url", "u")))
+    assert launch.argv[-2:] == ("--model-url", "u")
