@@ -324,11 +324,11 @@ def test_every_problem_of_a_document_is_reported_with_its_path() -> None:
         Deployment.model_validate(data)
     where = {p.path: p.message for p in problems(info.value, data)}
     assert where == {
-        "apiVersion": "Input should be 'reconcile/v1'",
+        "apiVersion": "Input should be 'reconcile/v1', not 'v1'",
         "metadata.name": where["metadata.name"],
         "spec.surprise": "Extra inputs are not permitted",
         "spec.devices.count": "Input should be greater than or equal to 0",
-        "spec.devices.kind": "Input should be 'nvidia', 'amd', 'apple', 'cpu' or 'any'",
+        "spec.devices.kind": "Input should be 'nvidia', 'amd', 'apple', 'cpu' or 'any', not 'tpu'",
         "spec.port": "Input should be greater than or equal to 1",
     }
     assert "is not a DNS-1123 label" in where["metadata.name"]

@@ -108,7 +108,16 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
         display.update(result)
         quarantined += [p.message for p in result.problems if p.message not in quarantined]
         if result.all_ready and not quarantined:
-            return True
+            # Ready is not in sync when a folder is missing or empty (nothing pruned) or
+            # the git fetch failed: `--once` exits 1 on those, and so does the wait (it
+            # said nothing and exited 0: a quick start run from the wrong folder "worked").
+            failing = result.failing()
+            if not failing:
+                return True
+            display.close()
+            for why in failing:
+                print(f"error: {printable(why)}", file=sys.stderr)
+            return False
         # A crash loop, or a pull failing again and again, goes on by itself for good.
         looping = _looping(result, restarts) | pulling.failing(result.ours(), result.pulls)
         stuck = "; ".join([*filter(None, [_stuck(result, quarantined)]), *looping.values()])

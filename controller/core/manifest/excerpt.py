@@ -29,8 +29,24 @@ def did_you_mean(word: str, known: Iterable[str], *, cutoff: float = 0.85) -> st
     for name in names:  # same letters, other case or separators: certainly this one
         if _folded(name) == _folded(word):
             return name
+    for name in names:  # two letters swapped (``spce``): too short for difflib's cutoff
+        if _swapped(_folded(name), _folded(word)):
+            return name
     close = difflib.get_close_matches(word, names, n=1, cutoff=cutoff)
     return close[0] if close else None
+
+
+def _swapped(a: str, b: str) -> bool:
+    """``b`` is ``a`` with two neighbouring letters swapped."""
+    if len(a) != len(b) or a == b:
+        return False
+    diff = [i for i in range(len(a)) if a[i] != b[i]]
+    return (
+        len(diff) == 2
+        and diff[1] == diff[0] + 1
+        and a[diff[0]] == b[diff[1]]
+        and a[diff[1]] == b[diff[0]]
+    )
 
 
 LIMIT = 40

@@ -8,13 +8,14 @@ make the path, so the store can find the line each one is on.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from controller.core.manifest.excerpt import clip
+from controller.core.manifest.excerpt import clip, did_you_mean, short
 
 Loc = tuple[str | int, ...]
 _MISSING = object()
@@ -42,6 +43,8 @@ def _problem(err: ErrorDetails, document: object) -> Problem:
         message = f"Input should be a mapping of fields, not {_kind(err['input'])}"
     elif err["type"] in ("tuple_type", "list_type"):  # YAML has lists, not tuples
         message = _list_message(err["loc"], err["input"])
+    elif err["type"] in ("literal_error", "enum"):  # `always`, `llamacpp`: say which one
+        message += _meant(err)
     return Problem(_path(err["loc"], document), message, err["type"] == "extra_forbidden")
 
 
@@ -56,6 +59,18 @@ def _list_message(loc: tuple[str | int, ...], value: object) -> str:
         words = value.split()
     example = clip(json.dumps(words), 120)
     return f"an argv list, never a shell line (no shell runs it): write {field}: {example}"
+
+
+def _meant(err: ErrorDetails) -> str:
+    """For a value one slip from an allowed one (case, a dash, a letter): what was written
+    and the value it was most likely meant as."""
+    written = err["input"]
+    allowed = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
+    if not isinstance(written, str) or not allowed:
+        return ""
+    meant = did_you_mean(written, allowed, cutoff=0.75)
+    said = f", not {short(written)}"
+    return f"{said}: did you mean `{meant}`?" if meant else said
 
 
 def _kind(value: object) -> str:
