@@ -24,6 +24,7 @@ def test_the_public_names_are_pinned() -> None:
         "PREEMPTED",
         "PREEMPTIBLE",
         "backoff",
+        "is_turn",
         "leader_of",
         "plan",
         "restarts_after",

@@ -242,6 +242,18 @@ def test_an_unknown_placeholder_is_a_validation_error(field: str, item: str, phr
     assert phrase in error_of(doc(**spec))
 
 
+def test_model_placeholder_with_no_model_is_a_validation_error() -> None:
+    """`{model}` expanded to "" when the spec named no model: `vllm serve ""`, found only
+    when the engine died of it."""
+    assert "spec.args uses {model}, but the spec names no model" in error_of(
+        doc(args=["--model", "{model}"])
+    )
+    said = error_of(doc(command=["serve", "{model}"]))
+    assert "spec.command uses {model}" in said and "set spec.model" in said, said
+    named = Deployment.model_validate(doc(args=["{model}"], model="org/m"))
+    assert named.spec.args == ("{model}",)
+
+
 @pytest.mark.parametrize(
     "item", ['{"json": {port}}', "${HOME}", "{{ messages }}", "{{port}}", "{python}", "{}", "{1}"]
 )

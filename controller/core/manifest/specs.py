@@ -685,7 +685,19 @@ class DeploymentSpec(Model):
             raise ValueError("engine 'command' needs spec.command: an argv list, never a shell")
         if self.engine != "command" and self.command:
             raise ValueError(f"spec.command is only for engine 'command', not {self.engine!r}")
+        self._model_named()
         return self
+
+    def _model_named(self) -> None:
+        """``{model}`` with no model to name expanded to "" (``vllm serve ""``)."""
+        if self.model or self.source is not None:
+            return
+        for where, argv in (("command", self.command or ()), ("args", self.args)):
+            if any("{model}" in a for a in argv):
+                raise ValueError(
+                    f"spec.{where} uses {{model}}, but the spec names no model: set "
+                    "spec.model (or spec.source for files to pull)"
+                )
 
     def _replicas_coherent(self) -> None:
         problem = self._scale_problem() or self._rolling_problem()
