@@ -640,7 +640,20 @@ class Reconciler(Preview):
         """Stop every deployment this manifest set owns on this node (``reconcile down``),
         or those of them ``which`` selects (``-l``)."""
         owner = self.config.owner
+        self._adopt_torn()
         return self.stop_where(lambda r: r.owner == owner and which(r), "reconcile down")
+
+    def _adopt_torn(self) -> None:
+        """Give the engine of a torn (quarantined) record its record back, as a pass does,
+        before `down` looks: else `down` finds nothing to stop and the engine runs on with
+        no record, its devices and port looking free to every pass."""
+        self.store.ensure()
+        with self.pass_lock.hold(self.config.lock_timeout):
+            observed, _ = self.observe(probe=False)
+            if observed.orphans:
+                loaded = load(self.config.manifests, insecure=self.config.insecure_manifests,
+                              backend=self.config.backend, repo=self.config.repo)  # fmt: skip
+                self._rebuild(self.desired(loaded), observed)
 
     def elsewhere(self) -> list[Record]:
         """This set's records that another node made: `down` there must stop them."""

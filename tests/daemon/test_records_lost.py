@@ -83,3 +83,18 @@ def test_a_torn_records_engine_never_double_books_its_device(reconcile: Any) -> 
     assert rc.record("web")["phase"] == "Pending" and not rc.record("web")["devices"]
     rc.record_path("other").unlink()  # the test is its maker: it lets go
     rc.down()
+
+
+def test_down_stops_the_engine_of_a_torn_record(reconcile: Any) -> None:
+    """`down` once said "nothing to stop" (exit 0) of a set whose only record was torn,
+    and left its engine running with no record: its devices looked free to every pass."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1})
+    rc.converge()
+    pid = rc.record("web")["ref"]["pid"]
+    rc.record_path("web").write_text("{")
+    assert "not valid JSON" in rc("status", check=None).err  # the read verb moved it aside
+    out = rc.down()
+    assert "stopped web" in out.out, (out.out, out.err)
+    rc.wait_gone(pid)
+    assert not rc.pids("web") and not rc.record_path("web").exists()
