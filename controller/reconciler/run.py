@@ -38,7 +38,7 @@ from controller.core.manifest import backendnames
 from controller.core.manifest.labels import share, skip_note
 from controller.core.manifest.names import base_name, is_next
 from controller.core.manifest.specs import Entry, with_secrets
-from controller.core.plan import Desired, leader_of, plan, waits_turn
+from controller.core.plan import EMPTIED, Desired, leader_of, plan, waits_turn
 from controller.core.pulls import PullView
 from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
 from controller.host import gpuhealth, procscan
@@ -202,6 +202,7 @@ class Preview:
             invalid=invalid,
             broken_sources=frozenset(loaded.broken_sources),
             source_errors=_source_errors(loaded),
+            emptied=self._emptied(loaded),
             prune=(loaded.prune_safe or self.config.allow_empty) and labelled,
             activations=activation.read_all(self.config.state_dir),
             restarts=restart.read_all(self.config.state_dir),
@@ -438,7 +439,9 @@ class Reconciler(Preview):
         desired = self.desired(loaded)
         self.maker.revision = desired.revision  # what the records state (and Update compares)
         result = PassResult(
-            errors=list(loaded.errors), owner=self.config.owner, node=self.config.node
+            errors=[*loaded.errors, *self._emptied_errors(loaded)],
+            owner=self.config.owner,
+            node=self.config.node,
         )
         result.names = set(desired.instances())
         result.specs = {name: entry.hash for name, entry in desired.entries.items()}
@@ -582,6 +585,23 @@ class Reconciler(Preview):
             ledger.listening = ledger.listening | {p for p in placed.ports if not bindable(p)}
             placed = place(spec, inventory, ledger, extra, spread=spread)
         return placed
+
+    def _emptied_errors(self, loaded: LoadResult) -> list[ManifestError]:
+        """An error for each emptied file one of this set's records came from: `--once`
+        exits 1 on it (cron mails), since what it declared runs on though it says nothing."""
+        emptied = self._emptied(loaded)
+        if not emptied:
+            return []
+        records = self.store.load().records.values()
+        sources = {r.source for r in records if r.owner == self.config.owner}
+        return [
+            loaded.error(ManifestError(f, None, None, EMPTIED)) for f in sorted(emptied & sources)
+        ]
+
+    def _emptied(self, loaded: LoadResult) -> frozenset[str]:
+        """The emptied files whose deployments stay: none under `--allow-empty`, which
+        says an empty manifest means what it says."""
+        return frozenset() if self.config.allow_empty else frozenset(loaded.emptied)
 
     # -- an engine whose record was quarantined ---------------------------------------------
 
