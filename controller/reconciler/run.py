@@ -217,6 +217,11 @@ class Preview:
             ),
         )
 
+    def _emptied(self, loaded: LoadResult) -> frozenset[str]:
+        """The emptied files whose deployments stay: none under `--allow-empty`, which
+        says an empty manifest means what it says."""
+        return frozenset() if self.config.allow_empty else frozenset(loaded.emptied)
+
     def _share(
         self, loaded: LoadResult
     ) -> tuple[dict[str, Entry], dict[str, str], dict[str, str], bool]:
@@ -457,6 +462,7 @@ class Reconciler(Preview):
             if observed.orphans and self._rebuild(desired, observed):
                 observed, more = self.observe()  # the adopted engine has a record now
                 problems = [*problems, *more]
+            observed = self._spare_others(desired, observed)
             _add_problems(result, problems)  # a quarantine is seen by one round only
             result.pulls = dict(observed.pulls)
             result.probes.update(
@@ -598,11 +604,6 @@ class Reconciler(Preview):
             loaded.error(ManifestError(f, None, None, EMPTIED)) for f in sorted(emptied & sources)
         ]
 
-    def _emptied(self, loaded: LoadResult) -> frozenset[str]:
-        """The emptied files whose deployments stay: none under `--allow-empty`, which
-        says an empty manifest means what it says."""
-        return frozenset() if self.config.allow_empty else frozenset(loaded.emptied)
-
     # -- an engine whose record was quarantined ---------------------------------------------
 
     def _rebuild(self, desired: Desired, observed: Observed) -> bool:
@@ -623,6 +624,36 @@ class Reconciler(Preview):
             if leader and entry and since is not None and since >= leader.ref.start_time:
                 adopted |= self._rebuild_one(entry, leader, observed)
         return adopted
+
+    def _spare_others(self, desired: Desired, observed: Observed) -> Observed:
+        """Leave running each orphan whose record was torn after it started and whose name
+        this set does not declare: records are shared by sets and a marker names no owner,
+        so it may be another set's healthy engine, for its own pass to adopt (or its
+        `down` to stop). What its environment says it holds stays held meanwhile."""
+        if self.backend.name != backendnames.LOCAL or not observed.orphans:
+            return observed
+        wanted = desired.instances()
+        by_nonce: dict[str, list[MarkedProcess]] = {}
+        for marked in observed.orphans:
+            by_nonce.setdefault(marked.nonce, []).append(marked)
+        devices, ports = dict(observed.foreign_devices), dict(observed.foreign_ports)
+        reaped: list[MarkedProcess] = []
+        for procs in by_nonce.values():
+            leader = leader_of(procs)
+            since = self.store.quarantined_at(leader.name) if leader else None
+            found = (
+                found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", self.inventory)
+                if leader and leader.name not in wanted and since and since >= leader.ref.start_time
+                else None
+            )
+            if leader is None or not isinstance(found, Found):
+                reaped += procs
+                continue
+            holder = f"{leader.name} (pid {leader.ref.pid}: its record is torn, another set's?)"
+            devices.update(dict.fromkeys(found.devices, holder))
+            ports[found.port] = holder
+        return replace(observed, orphans=tuple(reaped), foreign_devices=devices,
+                       foreign_ports=ports)  # fmt: skip
 
     def _rebuild_one(self, entry: Entry, leader: MarkedProcess, observed: Observed) -> bool:
         name, pid = leader.name, leader.ref.pid
