@@ -18,7 +18,7 @@ from datetime import datetime
 from controller.core.actions import AnyAction, Preempt, Reap, Restart
 from controller.core.devices.capacity import Limits
 from controller.core.devices.inventory import Inventory
-from controller.core.planner.context import Context, Desired, Roll, Want
+from controller.core.planner.context import EMPTIED, Context, Desired, Roll, Want
 from controller.core.planner.ledger import PlanLedger
 from controller.core.planner.lifecycle import (
     BACKOFF_FIRST,
@@ -39,6 +39,7 @@ __all__ = [
     "BACKOFF_FIRST",
     "BACKOFF_MAX",
     "BACKOFF_RESET",
+    "EMPTIED",
     "IN_PLACE",
     "PREEMPTED",
     "PREEMPTIBLE",

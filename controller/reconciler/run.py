@@ -38,7 +38,7 @@ from controller.core.manifest import backendnames
 from controller.core.manifest.labels import share, skip_note
 from controller.core.manifest.names import base_name, is_next
 from controller.core.manifest.specs import Entry, with_secrets
-from controller.core.plan import Desired, leader_of, plan, waits_turn
+from controller.core.plan import EMPTIED, Desired, leader_of, plan, waits_turn
 from controller.core.pulls import PullView
 from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
 from controller.host import gpuhealth, procscan
@@ -202,6 +202,7 @@ class Preview:
             invalid=invalid,
             broken_sources=frozenset(loaded.broken_sources),
             source_errors=_source_errors(loaded),
+            emptied=self._emptied(loaded),
             prune=(loaded.prune_safe or self.config.allow_empty) and labelled,
             activations=activation.read_all(self.config.state_dir),
             restarts=restart.read_all(self.config.state_dir),
@@ -215,6 +216,11 @@ class Preview:
                 write=self.scale_writes,
             ),
         )
+
+    def _emptied(self, loaded: LoadResult) -> frozenset[str]:
+        """The emptied files whose deployments stay: none under `--allow-empty`, which
+        says an empty manifest means what it says."""
+        return frozenset() if self.config.allow_empty else frozenset(loaded.emptied)
 
     def _share(
         self, loaded: LoadResult
@@ -438,7 +444,9 @@ class Reconciler(Preview):
         desired = self.desired(loaded)
         self.maker.revision = desired.revision  # what the records state (and Update compares)
         result = PassResult(
-            errors=list(loaded.errors), owner=self.config.owner, node=self.config.node
+            errors=[*loaded.errors, *self._emptied_errors(loaded)],
+            owner=self.config.owner,
+            node=self.config.node,
         )
         result.names = set(desired.instances())
         result.specs = {name: entry.hash for name, entry in desired.entries.items()}
@@ -454,6 +462,7 @@ class Reconciler(Preview):
             if observed.orphans and self._rebuild(desired, observed):
                 observed, more = self.observe()  # the adopted engine has a record now
                 problems = [*problems, *more]
+            observed = self._spare_others(desired, observed)
             _add_problems(result, problems)  # a quarantine is seen by one round only
             result.pulls = dict(observed.pulls)
             result.probes.update(
@@ -583,6 +592,18 @@ class Reconciler(Preview):
             placed = place(spec, inventory, ledger, extra, spread=spread)
         return placed
 
+    def _emptied_errors(self, loaded: LoadResult) -> list[ManifestError]:
+        """An error for each emptied file one of this set's records came from: `--once`
+        exits 1 on it (cron mails), since what it declared runs on though it says nothing."""
+        emptied = self._emptied(loaded)
+        if not emptied:
+            return []
+        records = self.store.load().records.values()
+        sources = {r.source for r in records if r.owner == self.config.owner}
+        return [
+            loaded.error(ManifestError(f, None, None, EMPTIED)) for f in sorted(emptied & sources)
+        ]
+
     # -- an engine whose record was quarantined ---------------------------------------------
 
     def _rebuild(self, desired: Desired, observed: Observed) -> bool:
@@ -603,6 +624,36 @@ class Reconciler(Preview):
             if leader and entry and since is not None and since >= leader.ref.start_time:
                 adopted |= self._rebuild_one(entry, leader, observed)
         return adopted
+
+    def _spare_others(self, desired: Desired, observed: Observed) -> Observed:
+        """Leave running each orphan whose record was torn after it started and whose name
+        this set does not declare: records are shared by sets and a marker names no owner,
+        so it may be another set's healthy engine, for its own pass to adopt (or its
+        `down` to stop). What its environment says it holds stays held meanwhile."""
+        if self.backend.name != backendnames.LOCAL or not observed.orphans:
+            return observed
+        wanted = desired.instances()
+        by_nonce: dict[str, list[MarkedProcess]] = {}
+        for marked in observed.orphans:
+            by_nonce.setdefault(marked.nonce, []).append(marked)
+        devices, ports = dict(observed.foreign_devices), dict(observed.foreign_ports)
+        reaped: list[MarkedProcess] = []
+        for procs in by_nonce.values():
+            leader = leader_of(procs)
+            since = self.store.quarantined_at(leader.name) if leader else None
+            found = (
+                found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", self.inventory)
+                if leader and leader.name not in wanted and since and since >= leader.ref.start_time
+                else None
+            )
+            if leader is None or not isinstance(found, Found):
+                reaped += procs
+                continue
+            holder = f"{leader.name} (pid {leader.ref.pid}: its record is torn, another set's?)"
+            devices.update(dict.fromkeys(found.devices, holder))
+            ports[found.port] = holder
+        return replace(observed, orphans=tuple(reaped), foreign_devices=devices,
+                       foreign_ports=ports)  # fmt: skip
 
     def _rebuild_one(self, entry: Entry, leader: MarkedProcess, observed: Observed) -> bool:
         name, pid = leader.name, leader.ref.pid
@@ -640,7 +691,20 @@ class Reconciler(Preview):
         """Stop every deployment this manifest set owns on this node (``reconcile down``),
         or those of them ``which`` selects (``-l``)."""
         owner = self.config.owner
+        self._adopt_torn()
         return self.stop_where(lambda r: r.owner == owner and which(r), "reconcile down")
+
+    def _adopt_torn(self) -> None:
+        """Give the engine of a torn (quarantined) record its record back, as a pass does,
+        before `down` looks: else `down` finds nothing to stop and the engine runs on with
+        no record, its devices and port looking free to every pass."""
+        self.store.ensure()
+        with self.pass_lock.hold(self.config.lock_timeout):
+            observed, _ = self.observe(probe=False)
+            if observed.orphans:
+                loaded = load(self.config.manifests, insecure=self.config.insecure_manifests,
+                              backend=self.config.backend, repo=self.config.repo)  # fmt: skip
+                self._rebuild(self.desired(loaded), observed)
 
     def elsewhere(self) -> list[Record]:
         """This set's records that another node made: `down` there must stop them."""

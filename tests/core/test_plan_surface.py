@@ -20,6 +20,7 @@ def test_the_public_names_are_pinned() -> None:
         "BACKOFF_MAX",
         "BACKOFF_RESET",
         "Desired",
+        "EMPTIED",
         "IN_PLACE",
         "PREEMPTED",
         "PREEMPTIBLE",

@@ -83,3 +83,43 @@ def test_a_torn_records_engine_never_double_books_its_device(reconcile: Any) -> 
     assert rc.record("web")["phase"] == "Pending" and not rc.record("web")["devices"]
     rc.record_path("other").unlink()  # the test is its maker: it lets go
     rc.down()
+
+
+def test_down_stops_the_engine_of_a_torn_record(reconcile: Any) -> None:
+    """`down` once said "nothing to stop" (exit 0) of a set whose only record was torn,
+    and left its engine running with no record: its devices looked free to every pass."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1})
+    rc.converge()
+    pid = rc.record("web")["ref"]["pid"]
+    rc.record_path("web").write_text("{")
+    assert "not valid JSON" in rc("status", check=None).err  # the read verb moved it aside
+    out = rc.down()
+    assert "stopped web" in out.out, (out.out, out.err)
+    rc.wait_gone(pid)
+    assert not rc.pids("web") and not rc.record_path("web").exists()
+
+
+def test_another_sets_pass_spares_a_torn_records_engine_and_its_device(reconcile: Any) -> None:
+    """Sets share the records (invariant 8) but a marker names no owner: another set's
+    pass once reaped the engine of a torn record as an orphan (SIGKILL) and placed its
+    own engine on the freed device. It is left running now, its device and port held,
+    and its own set's next pass adopts it."""
+    rc = reconcile
+    rc.devices = "nvidia:0"
+    rc.write("web", devices={"count": 1})
+    rc.converge()
+    pid = rc.record("web")["ref"]["pid"]
+    rc.record_path("web").write_text("{")
+    other = rc.tmp / "other"
+    other.mkdir()
+    rc.write("batch", folder=other, basePort=rc.port + 5, devices={"count": 1})
+    result = rc("-f", str(other), "--once", check=1)
+    assert rc.alive(pid), result.err
+    batch = rc.record("batch")
+    assert batch["phase"] == "Pending" and not batch["devices"], batch
+    assert "web" in batch["message"], batch["message"]
+    rc.converge()  # web's own set: adopted by its marker, same pid
+    assert rc.record("web")["ref"]["pid"] == pid
+    rc.down()
+    rc.down("-f", str(other))

@@ -264,6 +264,31 @@ def test_4_a_manifest_that_fails_to_load_tears_nothing_down(reconcile: Any) -> N
     reconcile.down()
 
 
+def test_4_an_emptied_manifest_file_tears_nothing_down(reconcile: Any) -> None:
+    """A file cut to nothing (an editor's save on a full disk, a truncating write seen
+    halfway) once stopped the engine it declared while another manifest kept the folder
+    prune-safe; a file of only comments is a choice, and still removes it."""
+    path = reconcile.write("web")
+    reconcile.write("other", basePort=reconcile.port + 5)
+    reconcile.converge()
+    pid = reconcile.status()["web"]["pid"]
+    good = path.read_text()
+    path.write_text("")
+    result = reconcile.once(check=1)
+    assert f"{path}: the file is empty" in result.err, result.err
+    web = reconcile.status()["web"]
+    assert web["pid"] == pid and alive(pid) and web["spec_valid"] is False
+    assert "delete the file" in web["message"], web["message"]
+    path.write_text(good)
+    reconcile.once()
+    assert reconcile.status()["web"]["pid"] == pid
+    path.write_text("# web is off for now\n")
+    reconcile.once()
+    assert "web" not in reconcile.status()
+    wait_gone(pid)
+    reconcile.down()
+
+
 # -- 5 ---------------------------------------------------------------------------------------
 
 

@@ -19,6 +19,13 @@ from controller.core.manifest.names import base_name, instance_of, replica_name
 from controller.core.manifest.specs import Entry
 from controller.core.state import Activation, Drain, Observed, Record
 
+# What a file cut to nothing means for what it declared (invariant 4's kin: an editor's
+# save on a full disk must not stop an engine; deleting the file is how to remove one).
+EMPTIED = (
+    "the file is empty (a save cut short? a full disk?): what it declared is left as it "
+    "was; delete the file to remove it"
+)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Desired:
@@ -27,6 +34,7 @@ class Desired:
     invalid: Mapping[str, str] = field(default_factory=dict)  # name -> error
     broken_sources: frozenset[str] = frozenset()
     source_errors: Mapping[str, str] = field(default_factory=dict)  # broken file -> its error
+    emptied: frozenset[str] = frozenset()  # files cut to nothing: what they declared stays
     prune: bool = True  # False: a folder is missing or empty (invariant 5)
     # OnDemand deployments the gateway asked for: name -> last request (and in flight).
     activations: Mapping[str, Activation] = field(default_factory=dict)

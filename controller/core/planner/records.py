@@ -35,7 +35,7 @@ from controller.core.manifest.specs import (
     spec_document,
     with_secrets,
 )
-from controller.core.planner.context import Context, Judged, Want
+from controller.core.planner.context import EMPTIED, Context, Judged, Want
 from controller.core.planner.lifecycle import lifecycle, running
 from controller.core.planner.ondemand import idle_reason, parked
 from controller.core.planner.rolling import judge_next, rolling, rollout
@@ -189,6 +189,8 @@ def _undeclared(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
     error = ctx.desired.invalid.get(base_name(rec.name))
     if error is None and rec.source in ctx.desired.broken_sources:
         error = ctx.desired.source_errors.get(rec.source, f"{rec.source} could not be loaded")
+    if error is None and rec.source in ctx.desired.emptied:
+        error = f"{in_repo(ctx.desired.repo, rec.source)}: {EMPTIED}"
     if error is not None:
         return _broken(view, error)
     if not ctx.desired.prune:

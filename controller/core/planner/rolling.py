@@ -165,7 +165,8 @@ def _abandon(ctx: Context, view: RecordView, entry: Entry | None) -> tuple[AnyAc
         why = f"scaled down to {ctx.desired.count(base_name(rec.name))}"
     elif entry is None:
         broken = base_name(rec.name) in ctx.desired.invalid
-        if broken or rec.source in ctx.desired.broken_sources or not ctx.desired.prune:
+        kept = ctx.desired.broken_sources | ctx.desired.emptied
+        if broken or rec.source in kept or not ctx.desired.prune:
             return ()  # invariants 4 and 5: a broken or missing manifest stops nothing
         why = ctx.unselected(rec) or "manifest removed"
     elif not rolling(entry):

@@ -65,6 +65,9 @@ class LoadResult:
     # Of those, the nodeSelector each states where it can be read: a broken manifest for
     # other nodes is no record here (the error is still an error).
     invalid_selectors: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Files with nothing in them (zero bytes, blanks): a save cut short, a full disk. What
+    # such a file declared is left be; a file of only comments declares nothing by choice.
+    emptied: set[str] = field(default_factory=set)
     missing_folders: list[str] = field(default_factory=list)
     # Of those, the ones that are there but unusable (a file, no permission): why, in words.
     unusable: dict[str, str] = field(default_factory=dict)
@@ -157,6 +160,8 @@ def load_file(
         reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
         _broken(result, ManifestError(file, None, None, f"cannot read: {reason}"))
         return
+    if not raw.strip():
+        result.emptied.add(file)
     values = cache.get(raw) if cache is not None else None
     if values is None:
         values = _parse(text, file, result)
