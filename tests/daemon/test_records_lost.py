@@ -51,13 +51,19 @@ def test_a_reaped_orphan_is_no_zombie(reconcile: Any, daemon: Any, finish: Any) 
     finish(d)
 
 
+def _torn_under_its_engine(rc: Any) -> dict[str, Any]:
+    """``web`` Ready on one device, then its record torn (``{``): the record it had."""
+    rc.write("web", devices={"count": 1})
+    rc.converge()
+    before: dict[str, Any] = rc.record("web")
+    rc.record_path("web").write_text("{")
+    return before
+
+
 def test_a_record_torn_between_passes_is_rebuilt_by_the_next(reconcile: Any) -> None:
     """No daemon: `status` quarantines the record, a later cron pass adopts its engine."""
     rc = reconcile
-    rc.write("web", devices={"count": 1})
-    rc.converge()
-    before = rc.record("web")
-    rc.record_path("web").write_text("{")
+    before = _torn_under_its_engine(rc)
     assert "not valid JSON" in rc("status", check=None).err  # the read verb moved it aside
     rc.converge()
     after = rc.record("web")
@@ -69,10 +75,7 @@ def test_a_record_torn_between_passes_is_rebuilt_by_the_next(reconcile: Any) -> 
 def test_a_torn_records_engine_never_double_books_its_device(reconcile: Any) -> None:
     rc = reconcile
     rc.devices = "nvidia:0"
-    rc.write("web", devices={"count": 1})
-    rc.converge()
-    pid = rc.record("web")["ref"]["pid"]
-    rc.record_path("web").write_text("{")
+    pid = _torn_under_its_engine(rc)["ref"]["pid"]
     rc.write("other", basePort=rc.port + 5, devices={"count": 1})
     me = identity(os.getpid())  # a live maker: its reservation is left alone
     held = reservation(rc, "other", nonce="n-other", port=rc.port + 5, devices=("nvidia:0",))
@@ -89,10 +92,7 @@ def test_down_stops_the_engine_of_a_torn_record(reconcile: Any) -> None:
     """`down` once said "nothing to stop" (exit 0) of a set whose only record was torn,
     and left its engine running with no record: its devices looked free to every pass."""
     rc = reconcile
-    rc.write("web", devices={"count": 1})
-    rc.converge()
-    pid = rc.record("web")["ref"]["pid"]
-    rc.record_path("web").write_text("{")
+    pid = _torn_under_its_engine(rc)["ref"]["pid"]
     assert "not valid JSON" in rc("status", check=None).err  # the read verb moved it aside
     out = rc.down()
     assert "stopped web" in out.out, (out.out, out.err)
@@ -107,10 +107,7 @@ def test_another_sets_pass_spares_a_torn_records_engine_and_its_device(reconcile
     and its own set's next pass adopts it."""
     rc = reconcile
     rc.devices = "nvidia:0"
-    rc.write("web", devices={"count": 1})
-    rc.converge()
-    pid = rc.record("web")["ref"]["pid"]
-    rc.record_path("web").write_text("{")
+    pid = _torn_under_its_engine(rc)["ref"]["pid"]
     other = rc.tmp / "other"
     other.mkdir()
     rc.write("batch", folder=other, basePort=rc.port + 5, devices={"count": 1})

@@ -52,18 +52,24 @@ async def _found(close: Callable[[asyncio.Server], Awaitable[None]], turns: int)
         await close(server)
         for _ in range(5):
             await asyncio.sleep(0)
-        queued = []
-        with contextlib.suppress(BlockingIOError):
-            while True:
-                queued.append(successor.accept()[0])
-        for conn in queued:
-            conn.close()
+        queued = _take_queued(successor)
         for transport in made:
             transport.close()
-        return len(made) + len(queued)
+        return len(made) + queued
     finally:
         client.close()
         successor.close()
+
+
+def _take_queued(successor: socket.socket) -> int:
+    """How many connections wait in the kernel's queue for the successor (each closed)."""
+    queued = []
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            queued.append(successor.accept()[0])
+    for conn in queued:
+        conn.close()
+    return len(queued)
 
 
 def test_a_connection_accepted_as_the_listener_closes_is_attached_or_left_queued() -> None:
@@ -110,14 +116,9 @@ async def _answered_or_queued(turns: int, during: bool) -> int:
         await (closing or close_listener(acceptor))
         for _ in range(5):
             await asyncio.sleep(0)
-        queued = []
-        with contextlib.suppress(BlockingIOError):
-            while True:
-                queued.append(successor.accept()[0])
-        for conn in queued:
-            conn.close()
+        queued = _take_queued(successor)
         if queued:
-            return len(queued)
+            return queued
         try:
             async with asyncio.timeout(5):
                 heard = await loop.sock_recv(client, 64)
