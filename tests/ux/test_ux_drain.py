@@ -140,9 +140,14 @@ def test_read_verbs_warn_about_a_bad_node_config_and_go_on(
     reconcile.write("web")
     reconcile.once()
     (reconcile.state / "node.yaml").write_text(text)
-    for verb in (("status",), ("describe", "web"), ("plan",), ("events", "web"), ("devices",)):
+    for verb in (("status",), ("describe", "web"), ("events", "web"), ("devices",)):
         result = reconcile(*verb, check=0)
         assert result.err.startswith("warning: ") and where in result.err, str(result)
+    # `plan` shows the plan too, but exits 1 naming the file as `--once` refuses the pass
+    planned = reconcile("plan", check=1)
+    assert planned.err.startswith("warning: ") and where in planned.out, planned
+    assert planned.out.startswith("error: "), planned
+    assert "web" in planned.out, planned
     assert "web" in reconcile("status", check=0).out
     gateway = reconcile("gateway", "status", check=None)  # none runs: its own answer, exit 1
     assert where in gateway.err and "no gateway runs for state dir" in gateway.out, str(gateway)
