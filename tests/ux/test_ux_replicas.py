@@ -139,6 +139,18 @@ def test_describe_shows_a_section_per_replica(up_once: Any) -> None:
     assert "Replicas:" not in solo  # one replica: as before
 
 
+def test_events_of_a_replica_are_its_deployment_s(up_once: Any) -> None:
+    """`status`, `describe` and `logs` take `web@1`; `events web@1` said "no deployment
+    named 'web@1'". Events are kept per deployment: those are shown, and said so."""
+    rc = up_once
+    whole = rc("events", "web", "-o", "json", check=0)
+    one = rc("events", "web@1", "-o", "json", check=0)
+    assert one.out == whole.out and one.out.strip(), one
+    assert "events are kept per deployment: web's" in one.err, one
+    unknown = rc("events", "nope@1", check=1).err  # no such deployment: said as before
+    assert "no deployment named 'nope@1'" in unknown, unknown
+
+
 def test_down_name_and_drain_evict_reach_every_replica(replicated: Any) -> None:
     rc = replicated
     pids = {n: rc.record(n)["ref"]["pid"] for n in NAMES}

@@ -42,14 +42,20 @@ def cmd_events(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"reconcile: {problem}", file=sys.stderr)
         return EXIT_FAIL
-    if args.name is not None and not journal.path(args.name).exists():
+    name = args.name
+    if name is not None and base_name(name) != name and journal.path(base_name(name)).exists():
+        # `status`, `describe` and `logs` take a replica's name: its events are its
+        # deployment's (one journal each), so those are shown, and said so
+        name = base_name(name)
+        print(f"reconcile: events are kept per deployment: {name}'s", file=sys.stderr)
+    if name is not None and not journal.path(name).exists():
         known = {base_name(n) for n in journal.names()}
-        print(no_such(args.name, known, state_dir), file=sys.stderr)
+        print(no_such(name, known, state_dir), file=sys.stderr)
         return EXIT_FAIL
     seen: set[str] = set()
-    _show(_new(_gather(journal, args.name), seen), fmt, header=True)
+    _show(_new(_gather(journal, name), seen), fmt, header=True)
     for _ in looks(now=False) if args.watch else ():  # `events -w | head -2`: ends with head
-        _show(_new(_gather(journal, args.name), seen), fmt, header=False)
+        _show(_new(_gather(journal, name), seen), fmt, header=False)
     return EXIT_OK
 
 
