@@ -151,6 +151,12 @@ def test_events_of_a_replica_are_its_deployment_s(up_once: Any) -> None:
     assert "no deployment named 'nope@1'" in unknown, unknown
 
 
+def test_logs_of_a_replica_it_does_not_have_names_those_it_has(up_once: Any) -> None:
+    """It said "no log for 'web@5' (never started?)" of a deployment of three."""
+    said = up_once("logs", "web", "--replica", "5", check=1).err
+    assert "web has no replica 5: its replicas are 0 (web), 1 (web@1), 2 (web@2)" in said
+
+
 def test_down_name_and_drain_evict_reach_every_replica(replicated: Any) -> None:
     rc = replicated
     pids = {n: rc.record(n)["ref"]["pid"] for n in NAMES}

@@ -79,6 +79,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if not wanted:
         print(f"reconcile: no deployment has a log in {cfg.state_dir}", file=sys.stderr)
         return EXIT_FAIL
+    if args.replica is not None:
+        beyond = _beyond(store, wanted, args.replica)
+        if beyond:
+            print(f"reconcile: {beyond}", file=sys.stderr)
+            return EXIT_FAIL
     names = [i for d in wanted for i in instances(store, d, args.replica)]
     label = " ".join(wanted) if args.names else "any deployment"
     sources = _sources(args, cfg, store, names)
@@ -120,6 +125,19 @@ def _quiet_pipe(show: Callable[[], int]) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+
+
+def _beyond(store: RecordStore, wanted: list[str], replica: int) -> str | None:
+    """``--replica I`` past what a deployment has (no record, no log): which it has. It
+    said "no log for 'web@5' (never started?)" of a deployment of two replicas."""
+    for name in wanted:
+        have = instances(store, base_name(name), None)
+        if replica_name(base_name(name), replica) not in have:
+            return (
+                f"{base_name(name)} has no replica {replica}: its replicas are "
+                f"{', '.join(f'{index_of(n)} ({n})' for n in have)}"
+            )
+    return None
 
 
 def instances(store: RecordStore, name: str, replica: int | None) -> list[str]:
