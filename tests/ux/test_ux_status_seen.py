@@ -4,6 +4,7 @@ condition, and follows changes with `-w`, through the real CLI (issue 25)."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -163,6 +164,13 @@ def test_a_state_dir_that_does_not_exist_is_said(tmp_path: Any) -> None:
         assert (result.returncode, result.stdout) == (0, empty), result
         assert f"{typo} does not exist" in result.stderr, result.stderr
     assert not typo.exists()  # looking made nothing
+    watching = [sys.executable, "-m", "controller", "--state-dir", str(typo), "status", "-w"]
+    with subprocess.Popen(watching, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as w:
+        try:  # said at once, before the first table (it watched an empty one for good)
+            assert select.select([w.stderr], [], [], 60)[0], "status -w said nothing"
+            assert w.stderr is not None and f"{typo} does not exist" in w.stderr.readline()
+        finally:
+            w.kill()
     made = tmp_path / "state"
     made.mkdir()
     cmd = [sys.executable, "-m", "controller", "--state-dir", str(made), "status"]

@@ -88,6 +88,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if fmt not in WATCH_FORMATS:
             print(f"reconcile: status -w prints {', '.join(WATCH_FORMATS)}", file=sys.stderr)
             return EXIT_USAGE
+        say_if_absent(cfg)  # a slip in --state-dir watches an empty table for good
         return watch(args, cfg, fmt)
     seen = look(args, cfg)
     if seen is None:
