@@ -211,3 +211,30 @@ def test_a_manifest_broken_under_a_running_engine_is_a_wait_not_an_update(
     again = rc("plan", "-o", "json", check=1).json()
     assert [(c["name"], c["change"]) for c in again["changes"]] == [("steady", "wait")], again
     rc.down()
+
+
+def test_a_started_engine_whose_probe_passes_is_unchanged_and_ready(reconcile: Any) -> None:
+    """Started by a pass that did not wait, its probe passing when `plan` looks: listed
+    with the unchanged, its "phase" said "GET /health -> 200" (the probe's answer)."""
+    import urllib.request
+
+    rc = reconcile
+    rc.write("quick", command=rc.demo_command(load_seconds="3"))  # Ready after the pass
+    rc.once()
+    assert rc.record("quick")["phase"] == "Starting"
+    port = rc.record("quick")["port"]
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    wait_for(healthy, what="the engine's /health answering 200")
+    assert rc.record("quick")["phase"] == "Starting"  # no pass has looked since: plan does
+    doc = rc("plan", "-o", "json", check=0).json()
+    assert doc["unchanged"] == [{"name": "quick", "phase": "Ready"}], doc
+    line = next(x for x in rc("plan", check=0).out.splitlines() if "quick" in x)
+    assert line.split()[-1] == "Ready", line
+    rc.down()

@@ -124,7 +124,10 @@ def _change(action: Action, observed: Observed, wanted: Mapping[str, object]) ->
     # An observation (the probe passed), or bookkeeping (the manifests' commit moved with
     # no spec change: a CI checkout's plan is in sync though its HEAD is the PR's)
     if isinstance(action, MarkReady) or (isinstance(action, Update) and action.revision_only):
-        return Change(action.name, "unchanged", action.verb, action.reason, pending=False)
+        # listed with the unchanged, so its reason is a phase as theirs is (`plan -o json`'s
+        # "phase": it said "GET /health -> 200")
+        return Change(action.name, "unchanged", action.verb, _phase_after(action, observed),
+                      pending=False)  # fmt: skip
     kind = action.plan_class
     if isinstance(action, Park) and action.name not in observed.records:
         kind = "create"  # a new OnDemand deployment: its Idle record, no engine goes
@@ -141,6 +144,14 @@ def _change(action: Action, observed: Observed, wanted: Mapping[str, object]) ->
     elif isinstance(action, Conflict):
         pending = False
     return Change(action.name, kind, action.verb, action.reason, fields, pending)
+
+
+def _phase_after(action: Action, observed: Observed) -> str:
+    """The phase a record has once ``action`` (an observation, bookkeeping) is applied."""
+    if isinstance(action, MarkReady):
+        return str(Phase.READY)
+    view = observed.records.get(action.name)
+    return str(view.record.phase) if view else "not started"
 
 
 def _pull(action: Pull, observed: Observed) -> Change:
