@@ -45,6 +45,9 @@ def test_three_nodes_each_run_their_share_and_a_label_change_moves_one(
     assert "3 deployments skipped: nodeSelector gpu=a10; gpu=h100; pool=batch" in said, said
     table = c("status", check=0).out  # and so does `status`, above its table
     assert "3 deployments skipped: nodeSelector gpu=a10; gpu=h100; pool=batch" in table, table
+    # ... even without the daemon's --node (the host's name then): the state dir is c's
+    bare = c("--state-dir", str(c.state), "status", common=False, check=0).out
+    assert "3 deployments skipped: nodeSelector gpu=a10; gpu=h100; pool=batch" in bare, bare
     assert "do not match this node's labels" in said, said
 
     # `mover` goes from a to b: a loses pool=batch ...

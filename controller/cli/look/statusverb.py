@@ -117,7 +117,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 def skipped(cfg: Config) -> list[str]:
     """The last pass's note of the deployments this node's labels left to other nodes."""
     notes = observed.read_all(cfg.state_dir)
-    return sorted({n.skipped for n in notes if n.node == cfg.node and n.skipped})
+    nodes = {n.node for n in notes}
+    # A state dir is most often one node's: `status` without the daemon's --node (its
+    # name defaults to the host's) still says that node's note.
+    node = next(iter(nodes)) if len(nodes) == 1 and cfg.node not in nodes else cfg.node
+    return sorted({n.skipped for n in notes if n.node == node and n.skipped})
 
 
 def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | None:
