@@ -100,6 +100,18 @@ def test_no_capacity_names_every_holder() -> None:
     )
 
 
+def test_no_capacity_among_candidates_says_they_are_the_limit() -> None:
+    """nvidia:1 is free: "0 free" alone read as a full node."""
+    ledger = Ledger()
+    ledger.take("a", ["nvidia:0"], [8000], False)
+    want = {"count": 1, "kind": "nvidia", "candidates": ["0"]}
+    got = place(spec(devices=want), inventory("nvidia:0", "nvidia:1"), ledger)
+    assert got == Unplaced(
+        "no capacity: needs 1 nvidia device, 0 free of candidates ['0'] — held by "
+        "a [nvidia:0]: widen devices.candidates, remove a manifest or lower devices.count"
+    )
+
+
 def test_no_device_of_that_kind() -> None:
     got = place(spec(devices={"count": 2, "kind": "amd"}), inventory("nvidia:0"), Ledger())
     assert isinstance(got, Unplaced)

@@ -275,9 +275,12 @@ def _no_capacity(spec: DeploymentSpec, usable: list[Device], ledger: Ledger) -> 
         for holder, _ in ledger.devices.get(d.key, []):
             holders.setdefault(holder, []).append(d.key)
     held = "; ".join(f"{h} [{','.join(keys)}]" for h, keys in sorted(holders.items()))
+    # Free devices beside the candidates would read as "0 free" of the whole node.
+    where = f" of candidates {list(want.candidates)}" if want.candidates else ""
+    way_out = "widen devices.candidates, " if want.candidates else ""
     return (
-        f"no capacity: needs {want.count} {kind}{plural}, {free} free — held by {held}: "
-        "remove a manifest or lower devices.count"
+        f"no capacity: needs {want.count} {kind}{plural}, {free} free{where} — held by "
+        f"{held}: {way_out}remove a manifest or lower devices.count"
     )
 
 
