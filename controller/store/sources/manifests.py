@@ -289,6 +289,13 @@ def _foreign_kind(value: dict[Any, Any]) -> str | None:
     errors: it gets no record (nothing to show as Pending), only this message.
     """
     api, kind = value.get("apiVersion"), value.get("kind")
+    if not {"apiVersion", "kind", "metadata", "spec"} & set(value):
+        # a CI workflow, a compose file: each of its keys would be "unknown field"
+        return (
+            "not a reconcile manifest (no apiVersion, kind, metadata or spec: another "
+            "tool's file?): reconcile reads apiVersion reconcile/v1, kind Deployment; keep "
+            "other files out of the manifests folder"
+        )
     if not isinstance(api, str) or api == "reconcile/v1" or not api:
         return None
     what = f"{clip(api)} {clip(kind)}" if isinstance(kind, str) else clip(api)

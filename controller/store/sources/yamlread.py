@@ -111,6 +111,12 @@ class _Converter:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 raise _fail(key_node, "merge keys ('<<') are not supported in manifests")
             key = self.convert(key_node, path, depth + 1)
+            if isinstance(key, bool):  # YAML 1.1: a bare on/off/yes/no is a boolean
+                raise _fail(
+                    key_node,
+                    f"mapping key {key_node.value!r} reads as {str(key).lower()} in YAML: "
+                    f'quote it ("{key_node.value}") to make it a string',
+                )
             if not isinstance(key, str):
                 raise _fail(key_node, f"mapping key {key!r} must be a string")
             if key in out:

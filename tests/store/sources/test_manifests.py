@@ -113,6 +113,17 @@ def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
         pytest.param("[" * 200 + "]" * 200, "nested deeper than", id="deep-nesting-bounded"),
         pytest.param("{1: 2}\n", "mapping key 1 must be a string", id="non-string-key"),
         pytest.param(
+            "name: ci\non:\n  push: {}\n",  # a CI workflow dropped in the folder
+            "bad.yaml:2: invalid YAML: mapping key 'on' reads as true in YAML: quote it",
+            id="yaml-1-1-boolean-key",
+        ),
+        pytest.param(
+            "services:\n  web: {image: nginx}\n",  # a compose file: no field of ours at all
+            "bad.yaml:1: apiVersion: not a reconcile manifest (no apiVersion, kind, metadata "
+            "or spec: another tool's file?)",
+            id="another-tool-s-file",
+        ),
+        pytest.param(
             GOOD.format(name="web").replace("  engine", "\tengine"),
             "bad.yaml:6: invalid YAML: found character that cannot start any token (a tab at "
             "column 1: YAML indents with spaces only)",
