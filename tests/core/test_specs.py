@@ -445,3 +445,10 @@ def test_replica_fields_never_change_the_spec_hash() -> None:
         {"strategy": "RollingUpdate", "rollingUpdate": {"maxSurge": 2}},
     ):
         assert spec_hash(deployment("a", **extra).spec) == base, extra
+
+
+def test_a_duration_string_in_a_seconds_field_says_the_unit() -> None:
+    """`stopGracePeriodSeconds: 30s` got "Input should be a valid number" (idleTimeout
+    takes "90s"): the field's name says its unit."""
+    said = error_of(doc(stopGracePeriodSeconds="30s"))
+    assert "spec.stopGracePeriodSeconds: a number of seconds (e.g. 30), not '30s'" in said

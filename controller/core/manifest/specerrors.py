@@ -45,6 +45,9 @@ def _problem(err: ErrorDetails, document: object) -> Problem:
         message = _list_message(err["loc"], err["input"])
     elif err["type"] in ("literal_error", "enum"):  # `always`, `llamacpp`: say which one
         message += _meant(err)
+    elif err["type"] in ("float_parsing", "int_parsing") and _in_seconds(err):
+        # `stopGracePeriodSeconds: 30s` (idleTimeout takes "90s"): the name says the unit
+        message = f"a number of seconds (e.g. 30), not {short(str(err['input']))}"
     return Problem(_path(err["loc"], document), message, err["type"] == "extra_forbidden")
 
 
@@ -71,6 +74,12 @@ def _meant(err: ErrorDetails) -> str:
     meant = did_you_mean(written, allowed, cutoff=0.75)
     said = f", not {short(written)}"
     return f"{said}: did you mean `{meant}`?" if meant else said
+
+
+def _in_seconds(err: ErrorDetails) -> bool:
+    """A field named for its unit (``stopGracePeriodSeconds``) given a duration string."""
+    last = next((k for k in reversed(err["loc"]) if isinstance(k, str)), "")
+    return last.endswith("Seconds") and isinstance(err["input"], str)
 
 
 def _kind(value: object) -> str:
