@@ -452,3 +452,10 @@ def test_a_duration_string_in_a_seconds_field_says_the_unit() -> None:
     takes "90s"): the field's name says its unit."""
     said = error_of(doc(stopGracePeriodSeconds="30s"))
     assert "spec.stopGracePeriodSeconds: a number of seconds (e.g. 30), not '30s'" in said
+
+
+def test_a_placeholder_in_env_is_a_validation_error() -> None:
+    """`env: {URL: "http://localhost:{port}"}` reached the engine as that literal text."""
+    said = error_of(doc(env={"URL": "http://localhost:{port}/v1"}))
+    assert "env URL: {port} is not expanded in env" in said, said
+    assert Deployment.model_validate(doc(env={"JSON": '{"a": 1}'})).spec.env == {"JSON": '{"a": 1}'}

@@ -132,9 +132,16 @@ def _absolute(path: str) -> str:
 
 
 def _env_names(env: dict[str, str]) -> dict[str, str]:
-    for key in env:
+    for key, value in env.items():
         if not ENV_NAME.match(key):
             raise ValueError(f"env name {key!r} is not a valid environment variable name")
+        placeholder = PLACEHOLDER.search(value)
+        if placeholder:  # it reached the engine as the literal text
+            raise ValueError(
+                f"env {key}: {placeholder.group(0)} is not expanded in env (placeholders are "
+                "for command and args); the engine's environment has PORT, RECONCILE_NAME "
+                "and RECONCILE_INSTANCE, or pass the value in args"
+            )
     return env
 
 
