@@ -106,7 +106,9 @@ def test_logs_of_every_replica_prefixed_or_one_with_replica(up_once: Any) -> Non
     assert rc("logs", "web", "--tail", "1", check=0).out.count("\n") == 3  # a line each
     solo = rc("logs", "solo", check=0).out  # one replica: as before, no prefix
     assert solo.startswith("--- ") and "solo | " not in solo
-    assert rc("logs", "web", "--replica", "7", check=1).err.startswith("reconcile: no log for")
+    assert rc("logs", "web", "--replica", "7", check=1).err.startswith(
+        "reconcile: web has no replica 7: its replicas are 0 (web), 1 (web@1), 2 (web@2)"
+    )
     assert rc("logs", "web", "--replica", "-1", check=64).code == 64
 
 
