@@ -129,7 +129,8 @@ class PassResult:
     def failing(self) -> list[str]:
         """Why ``--once`` exits 1 though the pass itself went through (cron mails on it):
         a manifests folder missing or empty (nothing pruned), a deployment crash-looping,
-        an engine kept because its new spec cannot start (its image did not pull)."""
+        an engine kept because its new spec cannot start (its image did not pull), a model
+        pull that keeps failing."""
         out = [] if self.unfetched else list(self.folder_problems)  # no checkout: git's words
         if self.git is not None and self.git.error:
             rev = self.git.revision
@@ -139,14 +140,14 @@ class PassResult:
             out.append("the manifests folder holds no manifest: nothing pruned")
         out += [crash_text(r) for r in self.ours() if r.crash_looping]
         out += [f"{name}: {why}" for name, why in sorted(self.held.items())]
-        return out
+        return out + list(pulling.failing(self.ours(), self.pulls).values())
 
     @property
     def converged(self) -> bool:
         """``--once``'s exit 0, and the metrics' ``last_pass_ok``: the pass went through
         (``ok``) and nothing is failing (a crash loop, a pull failing, an emptied folder),
         so an alert on the metric fires where cron would mail."""
-        return self.ok and not self.failing() and not pulling.failing(self.ours(), self.pulls)
+        return self.ok and not self.failing()
 
     @property
     def all_ready(self) -> bool:

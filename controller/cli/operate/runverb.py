@@ -94,10 +94,7 @@ def _once(args: argparse.Namespace, cfg: Config) -> int:
         return EXIT_OK if wait_until_ready(reconciler, args.timeout) else EXIT_FAIL
     result = reconciler.run_pass()
     report(result, quiet=args.quiet)
-    from controller.reconciler import pulling
-
-    failing = result.failing() + list(pulling.failing(result.ours(), result.pulls).values())
-    for why in failing:
+    for why in result.failing():
         print(f"error: {why}", file=sys.stderr)
     return EXIT_OK if result.converged else EXIT_FAIL
 
