@@ -95,13 +95,21 @@ def test_60_requests_over_3_replicas_each_get_some(reconcile: Any, gateway: Any)
     routed(g, "trio", {f"pid-{p}" for p in pids.values()}, engine_of)
     engines = {f"pid-{p}" for p in pids.values()}
     # Four at once: each replica gets some. How many follows how fast each answers (least
-    # in flight sends fewer to one the box starves: a loaded CI run saw 28/27/5), so the
-    # even share is checked one request at a time, where every pick is a tie that the
-    # served counts settle, whatever the engines' speeds.
-    by = Counter(engine_of(a) for a in spread(lambda _: g.post("trio"), 30, 4))
-    assert set(by) == engines, by
-    by = Counter(engine_of(a) for a in spread(lambda _: g.post("trio"), 30, 1))
-    assert set(by) == engines and min(by.values()) >= 6, by
+    # in flight sends fewer to one the box starves: a loaded CI run saw 28/27/5). One at a
+    # time every pick is a tie, settled by the counts served so far, the first 30's
+    # included: so the 30 after them even out the TOTALS, and one engine served most
+    # before rightly gets few now (a CI run saw 15/11/4 here, which the phase alone read
+    # as unfair). Simulated from first phases of 10/10/10 to 20/9/1, 100,000 runs each:
+    # the least total of 60 was 9 or more, and the totals' spread never passed the first
+    # phase's (or 6) by more than 3 (bounds below leave room for the warm-up's few);
+    # a tie-break blind to the counts sends 30 to one.
+    first = Counter(engine_of(a) for a in spread(lambda _: g.post("trio"), 30, 4))
+    assert set(first) == engines, first
+    then = Counter(engine_of(a) for a in spread(lambda _: g.post("trio"), 30, 1))
+    total = first + then
+    assert set(total) == engines and min(total.values()) >= 6, (first, then)
+    gap = max(first.values()) - min(first.values())
+    assert max(total.values()) - min(total.values()) <= max(gap, 6) + 4, (first, then)
     g.finish()
 
 
