@@ -608,9 +608,10 @@ class Reconciler(Preview):
     # -- an engine whose record was quarantined ---------------------------------------------
 
     def _rebuild(self, desired: Desired, observed: Observed) -> bool:
-        """Adopt each orphan engine whose record was quarantined after it started and whose
-        manifest still declares it (its marker names the instance exactly); the rest are
-        reaped by the plan. True when a record was written."""
+        """Adopt each orphan engine of this set (its marker names the instance exactly, and
+        the set; an older version's names none) whose record was quarantined after it
+        started and whose manifest still declares it; the rest are reaped by the plan or
+        spared as another set's. True when a record was written."""
         if self.backend.name != backendnames.LOCAL:
             return False  # its environment is on another machine
         by_nonce: dict[str, list[MarkedProcess]] = {}
@@ -622,15 +623,16 @@ class Reconciler(Preview):
             leader = leader_of(procs)
             entry = wanted.get(leader.name) if leader else None
             since = self.store.quarantined_at(leader.name) if leader and entry else None
-            if leader and entry and since is not None and since >= leader.ref.start_time:
+            mine = leader is not None and leader.owner in (None, self.config.owner)
+            if leader and entry and mine and since is not None and since >= leader.ref.start_time:
                 adopted |= self._rebuild_one(entry, leader, observed)
         return adopted
 
     def _spare_others(self, desired: Desired, observed: Observed) -> Observed:
-        """Leave running each orphan whose record was torn after it started and whose name
-        this set does not declare: records are shared by sets and a marker names no owner,
-        so it may be another set's healthy engine, for its own pass to adopt (or its
-        `down` to stop). What its environment says it holds stays held meanwhile."""
+        """Leave running each orphan of another set whose record was torn after it
+        started: records are shared by sets, so its own set's pass adopts it (or its `down`
+        stops it). What its environment says it holds stays held meanwhile, and a name
+        this set declares too is a conflict, not a second engine of that name."""
         if self.backend.name != backendnames.LOCAL or not observed.orphans:
             return observed
         wanted = desired.instances()
@@ -638,23 +640,31 @@ class Reconciler(Preview):
         for marked in observed.orphans:
             by_nonce.setdefault(marked.nonce, []).append(marked)
         devices, ports = dict(observed.foreign_devices), dict(observed.foreign_ports)
+        spared: dict[str, str] = dict(observed.spared)
         reaped: list[MarkedProcess] = []
         for procs in by_nonce.values():
             leader = leader_of(procs)
-            since = self.store.quarantined_at(leader.name) if leader else None
-            found = (
-                found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", self.inventory)
-                if leader and leader.name not in wanted and since and since >= leader.ref.start_time
-                else None
-            )
+            found = self._anothers(leader, wanted) if leader else None
             if leader is None or not isinstance(found, Found):
                 reaped += procs
                 continue
-            holder = f"{leader.name} (pid {leader.ref.pid}: its record is torn, another set's?)"
+            holder = _holder(leader)
             devices.update(dict.fromkeys(found.devices, holder))
             ports[found.port] = holder
+            spared[leader.name] = holder
         return replace(observed, orphans=tuple(reaped), foreign_devices=devices,
-                       foreign_ports=ports)  # fmt: skip
+                       foreign_ports=ports, spared=spared)  # fmt: skip
+
+    def _anothers(self, leader: MarkedProcess, wanted: Mapping[str, Entry]) -> Found | str | None:
+        """What the torn record's engine ``leader`` holds, if it is another set's (None:
+        this set's, or no torn record's). Its marker names its set; an older version's
+        names none, and is taken for another's where this set does not declare its name."""
+        if leader.owner == self.config.owner or (leader.owner is None and leader.name in wanted):
+            return None
+        since = self.store.quarantined_at(leader.name)
+        if since is None or since < leader.ref.start_time:
+            return None
+        return found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", self.inventory)
 
     def _rebuild_one(self, entry: Entry, leader: MarkedProcess, observed: Observed) -> bool:
         name, pid = leader.name, leader.ref.pid
@@ -730,6 +740,14 @@ class Reconciler(Preview):
         with ThreadPoolExecutor(max_workers=min(16, len(actions))) as pool:
             # a list, not any(): any() would stop early and drop a later teardown's error
             return list(pool.map(self.executor.apply, actions))
+
+
+def _holder(leader: MarkedProcess) -> str:
+    """Who holds what a spared engine holds, as the Pending and conflict messages say it."""
+    pid, name = leader.ref.pid, leader.name
+    if leader.owner is None:  # an older version's engine: its set is a guess
+        return f"{name} (pid {pid}: its record is torn, another set's?)"
+    return f"{name} (pid {pid} of manifest set {leader.owner}: its record is torn)"
 
 
 def notifications_for(config: Config) -> Notifications | None:
