@@ -17,7 +17,13 @@ from containers.conftest import STANDIN, Engine, mistaken, write
 from procs import wait_for
 
 from controller.failpoints import CONTAINER_POINTS
-from controller.host.containers import DIGEST_LABEL, INSTANCE_LABEL, STATE_LABEL, Runtime
+from controller.host.containers import (
+    DIGEST_LABEL,
+    INSTANCE_LABEL,
+    OWNER_LABEL,
+    STATE_LABEL,
+    Runtime,
+)
 from tests.daemon.conftest import Daemons
 
 if TYPE_CHECKING:
@@ -54,8 +60,10 @@ def test_an_engine_runs_in_its_container_with_the_lease_and_the_marker(
     labels = seen["Config"]["Labels"]
     assert labels[INSTANCE_LABEL] == marker
     assert labels[STATE_LABEL] == str(rc.state.resolve())
+    assert labels[OWNER_LABEL] == record["owner"]  # the set: its own pass may adopt it
     env = rc.environ(pid)  # type: ignore[arg-type]
     assert env["RECONCILE_INSTANCE"] == marker and env["PORT"] == str(port)
+    assert env["RECONCILE_OWNER"] == record["owner"]
     assert env["RECONCILE_NAME"] == "box" and env["CUDA_VISIBLE_DEVICES"] == ""
     assert "HOME" not in env or env["HOME"] != os.environ.get("HOME")  # not the host's env
     # The engine's output is in the deployment's log; status and describe say the container.
