@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-OWNER = "RECONCILE_OWNER"  # the local backend's OWNER_MARKER, inside the container
-
 from controller import failpoints
 from controller.backends.base import Held, StartRequest
 from controller.core.digest import sha256_hex
@@ -46,6 +44,8 @@ from controller.store.documents import Document
 from controller.store.instances import logfiles
 from controller.store.models import modelcache
 from controller.store.statedir import StateDir
+
+OWNER = "RECONCILE_OWNER"  # the local backend's OWNER_MARKER, inside the container
 
 # What `podman run` and `docker run` exit with for their own failures (the runtime's
 # error, a command that cannot be invoked, one not found); any other code is the
