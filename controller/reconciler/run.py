@@ -266,6 +266,45 @@ class Preview:
         )
         return observed, snapshot.problems
 
+    def spare_others(self, desired: Desired, observed: Observed) -> Observed:
+        """Leave running each orphan of another set whose record was torn after it
+        started: records are shared by sets, so its own set's pass adopts it (or its `down`
+        stops it). What its environment says it holds stays held meanwhile, and a name
+        this set declares too is a conflict, not a second engine of that name. `plan` shows
+        what a pass would do: it spares them too."""
+        if self.backend.name != backendnames.LOCAL or not observed.orphans:
+            return observed
+        wanted = desired.instances()
+        by_nonce: dict[str, list[MarkedProcess]] = {}
+        for marked in observed.orphans:
+            by_nonce.setdefault(marked.nonce, []).append(marked)
+        devices, ports = dict(observed.foreign_devices), dict(observed.foreign_ports)
+        spared: dict[str, str] = dict(observed.spared)
+        reaped: list[MarkedProcess] = []
+        for procs in by_nonce.values():
+            leader = leader_of(procs)
+            found = self._anothers(leader, wanted) if leader else None
+            if leader is None or not isinstance(found, Found):
+                reaped += procs
+                continue
+            holder = _holder(leader)
+            devices.update(dict.fromkeys(found.devices, holder))
+            ports[found.port] = holder
+            spared[leader.name] = holder
+        return replace(observed, orphans=tuple(reaped), foreign_devices=devices,
+                       foreign_ports=ports, spared=spared)  # fmt: skip
+
+    def _anothers(self, leader: MarkedProcess, wanted: Mapping[str, Entry]) -> Found | str | None:
+        """What the torn record's engine ``leader`` holds, if it is another set's (None:
+        this set's, or no torn record's). Its marker names its set; an older version's
+        names none, and is taken for another's where this set does not declare its name."""
+        if leader.owner == self.config.owner or (leader.owner is None and leader.name in wanted):
+            return None
+        since = self.store.quarantined_at(leader.name)
+        if since is None or since < leader.ref.start_time:
+            return None
+        return found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", self.inventory)
+
     def plan(self, desired: Desired, observed: Observed) -> list[AnyAction]:
         return plan(
             desired,
@@ -463,7 +502,7 @@ class Reconciler(Preview):
             if observed.orphans and self._rebuild(desired, observed):
                 observed, more = self.observe()  # the adopted engine has a record now
                 problems = [*problems, *more]
-            observed = self._spare_others(desired, observed)
+            observed = self.spare_others(desired, observed)
             _add_problems(result, problems)  # a quarantine is seen by one round only
             result.pulls = dict(observed.pulls)
             result.probes.update(
@@ -627,44 +666,6 @@ class Reconciler(Preview):
             if leader and entry and mine and since is not None and since >= leader.ref.start_time:
                 adopted |= self._rebuild_one(entry, leader, observed)
         return adopted
-
-    def _spare_others(self, desired: Desired, observed: Observed) -> Observed:
-        """Leave running each orphan of another set whose record was torn after it
-        started: records are shared by sets, so its own set's pass adopts it (or its `down`
-        stops it). What its environment says it holds stays held meanwhile, and a name
-        this set declares too is a conflict, not a second engine of that name."""
-        if self.backend.name != backendnames.LOCAL or not observed.orphans:
-            return observed
-        wanted = desired.instances()
-        by_nonce: dict[str, list[MarkedProcess]] = {}
-        for marked in observed.orphans:
-            by_nonce.setdefault(marked.nonce, []).append(marked)
-        devices, ports = dict(observed.foreign_devices), dict(observed.foreign_ports)
-        spared: dict[str, str] = dict(observed.spared)
-        reaped: list[MarkedProcess] = []
-        for procs in by_nonce.values():
-            leader = leader_of(procs)
-            found = self._anothers(leader, wanted) if leader else None
-            if leader is None or not isinstance(found, Found):
-                reaped += procs
-                continue
-            holder = _holder(leader)
-            devices.update(dict.fromkeys(found.devices, holder))
-            ports[found.port] = holder
-            spared[leader.name] = holder
-        return replace(observed, orphans=tuple(reaped), foreign_devices=devices,
-                       foreign_ports=ports, spared=spared)  # fmt: skip
-
-    def _anothers(self, leader: MarkedProcess, wanted: Mapping[str, Entry]) -> Found | str | None:
-        """What the torn record's engine ``leader`` holds, if it is another set's (None:
-        this set's, or no torn record's). Its marker names its set; an older version's
-        names none, and is taken for another's where this set does not declare its name."""
-        if leader.owner == self.config.owner or (leader.owner is None and leader.name in wanted):
-            return None
-        since = self.store.quarantined_at(leader.name)
-        if since is None or since < leader.ref.start_time:
-            return None
-        return found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", self.inventory)
 
     def _rebuild_one(self, entry: Entry, leader: MarkedProcess, observed: Observed) -> bool:
         name, pid = leader.name, leader.ref.pid

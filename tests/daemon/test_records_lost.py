@@ -153,6 +153,8 @@ def test_a_set_declaring_the_same_name_spares_another_sets_torn_engine(reconcile
     other = rc.tmp / "other"
     other.mkdir()
     rc.write("web", folder=other, basePort=rc.port + 5)
+    plan = rc("plan", "-f", str(other), "-o", "json", check=1)  # what the pass will do
+    assert [c["action"] for c in plan.json()["changes"]] == ["conflict"], plan.out
     result = rc("-f", str(other), "--once", check=1)
     assert "held by another manifest set's engine" in result.err, result.err
     assert rc.alive(pid) and rc.record("web") is None and rc.pids("web") == {pid}
