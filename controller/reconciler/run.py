@@ -26,6 +26,7 @@ from controller.core.actions import (
     AnyAction,
     Conflict,
     Hold,
+    Reap,
     Start,
     Stop,
     only_starts_new,
@@ -699,24 +700,43 @@ class Reconciler(Preview):
 
     # -- teardown of a whole manifest set ---------------------------------------------------
 
-    def down(self, which: Callable[[Record], bool] = lambda _: True) -> list[str]:
+    def down(self, which: Callable[[Record], bool] = lambda _: True, *, strays: bool = False
+             ) -> list[str]:  # fmt: skip
         """Stop every deployment this manifest set owns on this node (``reconcile down``),
-        or those of them ``which`` selects (``-l``)."""
+        or those of them ``which`` selects (``-l``). ``strays``: the set's engines that no
+        record accounts for go too (a whole set's `down`: they have no name to select)."""
         owner = self.config.owner
-        self._adopt_torn()
-        return self.stop_where(lambda r: r.owner == owner and which(r), "reconcile down")
+        reaped = self._adopt_torn(strays)
+        return reaped + self.stop_where(lambda r: r.owner == owner and which(r), "reconcile down")
 
-    def _adopt_torn(self) -> None:
+    def _adopt_torn(self, strays: bool) -> list[str]:
         """Give the engine of a torn (quarantined) record its record back, as a pass does,
         before `down` looks: else `down` finds nothing to stop and the engine runs on with
-        no record, its devices and port looking free to every pass."""
+        no record, its devices and port looking free to every pass. With ``strays``, this
+        set's engines still without one are reaped: the names of those."""
         self.store.ensure()
         with self.pass_lock.hold(self.config.lock_timeout):
             observed, _ = self.observe(probe=False)
             if observed.orphans:
                 loaded = load(self.config.manifests, insecure=self.config.insecure_manifests,
                               backend=self.config.backend, repo=self.config.repo)  # fmt: skip
-                self._rebuild(self.desired(loaded), observed)
+                if self._rebuild(self.desired(loaded), observed):
+                    observed, _ = self.observe(probe=False)  # the adopted have records now
+            return self._reap_own(observed.orphans) if strays else []
+
+    def _reap_own(self, orphans: Sequence[MarkedProcess]) -> list[str]:
+        """Reap the engines whose marker names this set and no record accounts for (a torn
+        record's, its manifest gone); another set's, and an older version's (no set
+        named), are left to their own passes."""
+        by_nonce: dict[str, list[MarkedProcess]] = {}
+        for marked in orphans:
+            if marked.owner == self.config.owner:
+                by_nonce.setdefault(marked.nonce, []).append(marked)
+        for nonce, procs in sorted(by_nonce.items()):
+            pids = ", ".join(str(p.ref.pid) for p in procs)
+            why = f"reconcile down: engine processes ({pids}) of instance {nonce} have no record"
+            self.executor.apply(Reap(name=procs[0].name, reason=why, processes=tuple(procs)))
+        return sorted({procs[0].name for procs in by_nonce.values()})
 
     def elsewhere(self) -> list[Record]:
         """This set's records that another node made: `down` there must stop them."""

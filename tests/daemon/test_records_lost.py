@@ -100,6 +100,19 @@ def test_down_stops_the_engine_of_a_torn_record(reconcile: Any) -> None:
     assert not rc.pids("web") and not rc.record_path("web").exists()
 
 
+def test_down_stops_the_engine_of_a_torn_record_whose_manifest_went(reconcile: Any) -> None:
+    """Its marker names this set, so `down` stops it though nothing declares it to
+    adopt: once left running, its device and port looking free to every pass."""
+    rc = reconcile
+    pid = _torn_under_its_engine(rc)["ref"]["pid"]
+    rc.write("keep", basePort=rc.port + 5)
+    (rc.manifests / "web.yaml").unlink()
+    out = rc.down()
+    assert "stopped web" in out.out and "stopped keep" not in out.out, (out.out, out.err)
+    rc.wait_gone(pid)
+    assert not rc.pids()
+
+
 def test_another_sets_pass_spares_a_torn_records_engine_and_its_device(reconcile: Any) -> None:
     """Sets share the records (invariant 8) but a marker names no owner: another set's
     pass once reaped the engine of a torn record as an orphan (SIGKILL) and placed its
