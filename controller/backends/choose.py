@@ -43,6 +43,7 @@ def open_backend(config: Config, store: RecordStore | None = None) -> Backend:
         store=store,
         container_runtime=config.container_runtime,
         static_devices=config.devices is not None,
+        owner=config.owner,
     )
 
 

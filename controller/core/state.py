@@ -255,12 +255,14 @@ class ProbeResult:
 
 @dataclass(frozen=True, slots=True)
 class MarkedProcess:
-    """A live process carrying an instance marker ``<node>/<name>/<nonce>``."""
+    """A live process carrying an instance marker ``<node>/<name>/<nonce>``; ``owner``:
+    the manifest set that started it (None: started by a version that did not say)."""
 
     ref: ProcessRef
     name: str
     nonce: str
     ppid: int
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +368,9 @@ class Observed:
     # The node this pass runs on; records of other nodes are shown, never judged.
     node: str | None = None
     unreadable: frozenset[str] = frozenset()  # names whose record has an unknown version
+    # Instance names of another set's engines left running while their records are torn
+    # (name -> who holds it): its own set adopts them, this one starts no namesake.
+    spared: Mapping[str, str] = field(default_factory=dict)
     pulls: Mapping[str, PullView] = field(default_factory=dict)  # model cache key -> its pull
     # Devices NVML reported a critical fault on (devicefaults.py): nothing is placed there
     # and what holds one is moved, until `reconcile devices --clear`.

@@ -5,8 +5,9 @@ extra process to run), both take the same ``run`` flags, and an error the user s
 the runtime's own words, the ones its docs and forums answer. A call is a fork and exec
 of a Go binary (tens of ms), made only when an engine starts, stops or is looked for.
 
-Every container we run carries the labels ``reconcile.instance`` (the marker) and
-``reconcile.state`` (the state dir's real path): that is how a container is ours.
+Every container we run carries the labels ``reconcile.instance`` (the marker),
+``reconcile.state`` (the state dir's real path) and ``reconcile.owner`` (the manifest set
+that started it): that is how a container is ours, and whose.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from controller.errors import ContainerError
 RUNTIMES = ("podman", "docker")
 INSTANCE_LABEL = "reconcile.instance"
 STATE_LABEL = "reconcile.state"
+OWNER_LABEL = "reconcile.owner"  # the manifest set that started it (older engines: none)
 IMAGE_LABEL = "reconcile.image"  # the image as the manifest wrote it
 DIGEST_LABEL = "reconcile.digest"  # the digest it was run from
 CALL_TIMEOUT = 60.0  # seconds for one CLI call other than a pull (a stop adds its grace)

@@ -137,6 +137,9 @@ class Launcher:
         short = self.memory.wait(record, lambda why: self.event(name, verb, why, "waiting"))
         if short is not None:
             return self._no_memory(record, entry, verb, short)
+        taken = self._port_taken(record)
+        if taken is not None:
+            return self._port_gone(record, entry, verb, taken)
         failpoints.hit("executor.spawn.before_exec")
         launch = StartRequest(entry=entry, record=record, rendered=rendered, log_path=log_path)
         try:
@@ -193,6 +196,25 @@ class Launcher:
             kept = where.container
             self.event(name, "pull", where.message, "pulled", image=kept.image, digest=kept.digest)
         self.event(name, verb, place, f"spawned pid {ref.pid}")
+        return True
+
+    def _port_taken(self, record: Record) -> int | None:
+        """A leased port another process bound since the lease chose it (a bind probe now,
+        right before the launch): the engine would only die of "address in use". This
+        node's ports only: a cluster's backend picks its own, on its node."""
+        if self.backend.places_engines:
+            return None
+        return next((p for p in record.ports if not self.backend.port_bindable(p)), None)
+
+    def _port_gone(self, record: Record, entry: Entry, verb: str, port: int) -> bool:
+        """Nothing started: Pending, so the next round places it on a free port (no
+        restart counted, no back-off: the engine never ran)."""
+        why = (
+            f"port {port} was taken by another process after it was chosen: placing it on "
+            "another port"
+        )
+        self.store.write(self.maker.pending(entry, why, name=record.name))
+        self.event(record.name, verb, "placement", "pending", error=why)
         return True
 
     def _no_memory(self, record: Record, entry: Entry, verb: str, why: str) -> bool:

@@ -26,6 +26,7 @@ from controller.core.actions import (
     AnyAction,
     Conflict,
     Hold,
+    Reap,
     Start,
     Stop,
     only_starts_new,
@@ -266,6 +267,45 @@ class Preview:
         )
         return observed, snapshot.problems
 
+    def spare_others(self, desired: Desired, observed: Observed) -> Observed:
+        """Leave running each orphan of another set whose record was torn after it
+        started: records are shared by sets, so its own set's pass adopts it (or its `down`
+        stops it). What its environment says it holds stays held meanwhile, and a name
+        this set declares too is a conflict, not a second engine of that name. `plan` shows
+        what a pass would do: it spares them too."""
+        if self.backend.name != backendnames.LOCAL or not observed.orphans:
+            return observed
+        wanted = desired.instances()
+        by_nonce: dict[str, list[MarkedProcess]] = {}
+        for marked in observed.orphans:
+            by_nonce.setdefault(marked.nonce, []).append(marked)
+        devices, ports = dict(observed.foreign_devices), dict(observed.foreign_ports)
+        spared: dict[str, str] = dict(observed.spared)
+        reaped: list[MarkedProcess] = []
+        for procs in by_nonce.values():
+            leader = leader_of(procs)
+            found = self._anothers(leader, wanted) if leader else None
+            if leader is None or not isinstance(found, Found):
+                reaped += procs
+                continue
+            holder = _holder(leader)
+            devices.update(dict.fromkeys(found.devices, holder))
+            ports[found.port] = holder
+            spared[leader.name] = holder
+        return replace(observed, orphans=tuple(reaped), foreign_devices=devices,
+                       foreign_ports=ports, spared=spared)  # fmt: skip
+
+    def _anothers(self, leader: MarkedProcess, wanted: Mapping[str, Entry]) -> Found | str | None:
+        """What the torn record's engine ``leader`` holds, if it is another set's (None:
+        this set's, or no torn record's). Its marker names its set; an older version's
+        names none, and is taken for another's where this set does not declare its name."""
+        if leader.owner == self.config.owner or (leader.owner is None and leader.name in wanted):
+            return None
+        since = self.store.quarantined_at(leader.name)
+        if since is None or since < leader.ref.start_time:
+            return None
+        return found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", self.inventory)
+
     def plan(self, desired: Desired, observed: Observed) -> list[AnyAction]:
         return plan(
             desired,
@@ -463,7 +503,7 @@ class Reconciler(Preview):
             if observed.orphans and self._rebuild(desired, observed):
                 observed, more = self.observe()  # the adopted engine has a record now
                 problems = [*problems, *more]
-            observed = self._spare_others(desired, observed)
+            observed = self.spare_others(desired, observed)
             _add_problems(result, problems)  # a quarantine is seen by one round only
             result.pulls = dict(observed.pulls)
             result.probes.update(
@@ -608,9 +648,10 @@ class Reconciler(Preview):
     # -- an engine whose record was quarantined ---------------------------------------------
 
     def _rebuild(self, desired: Desired, observed: Observed) -> bool:
-        """Adopt each orphan engine whose record was quarantined after it started and whose
-        manifest still declares it (its marker names the instance exactly); the rest are
-        reaped by the plan. True when a record was written."""
+        """Adopt each orphan engine of this set (its marker names the instance exactly, and
+        the set; an older version's names none) whose record was quarantined after it
+        started and whose manifest still declares it; the rest are reaped by the plan or
+        spared as another set's. True when a record was written."""
         if self.backend.name != backendnames.LOCAL:
             return False  # its environment is on another machine
         by_nonce: dict[str, list[MarkedProcess]] = {}
@@ -622,39 +663,10 @@ class Reconciler(Preview):
             leader = leader_of(procs)
             entry = wanted.get(leader.name) if leader else None
             since = self.store.quarantined_at(leader.name) if leader and entry else None
-            if leader and entry and since is not None and since >= leader.ref.start_time:
+            mine = leader is not None and leader.owner in (None, self.config.owner)
+            if leader and entry and mine and since is not None and since >= leader.ref.start_time:
                 adopted |= self._rebuild_one(entry, leader, observed)
         return adopted
-
-    def _spare_others(self, desired: Desired, observed: Observed) -> Observed:
-        """Leave running each orphan whose record was torn after it started and whose name
-        this set does not declare: records are shared by sets and a marker names no owner,
-        so it may be another set's healthy engine, for its own pass to adopt (or its
-        `down` to stop). What its environment says it holds stays held meanwhile."""
-        if self.backend.name != backendnames.LOCAL or not observed.orphans:
-            return observed
-        wanted = desired.instances()
-        by_nonce: dict[str, list[MarkedProcess]] = {}
-        for marked in observed.orphans:
-            by_nonce.setdefault(marked.nonce, []).append(marked)
-        devices, ports = dict(observed.foreign_devices), dict(observed.foreign_ports)
-        reaped: list[MarkedProcess] = []
-        for procs in by_nonce.values():
-            leader = leader_of(procs)
-            since = self.store.quarantined_at(leader.name) if leader else None
-            found = (
-                found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", self.inventory)
-                if leader and leader.name not in wanted and since and since >= leader.ref.start_time
-                else None
-            )
-            if leader is None or not isinstance(found, Found):
-                reaped += procs
-                continue
-            holder = f"{leader.name} (pid {leader.ref.pid}: its record is torn, another set's?)"
-            devices.update(dict.fromkeys(found.devices, holder))
-            ports[found.port] = holder
-        return replace(observed, orphans=tuple(reaped), foreign_devices=devices,
-                       foreign_ports=ports)  # fmt: skip
 
     def _rebuild_one(self, entry: Entry, leader: MarkedProcess, observed: Observed) -> bool:
         name, pid = leader.name, leader.ref.pid
@@ -688,24 +700,43 @@ class Reconciler(Preview):
 
     # -- teardown of a whole manifest set ---------------------------------------------------
 
-    def down(self, which: Callable[[Record], bool] = lambda _: True) -> list[str]:
+    def down(self, which: Callable[[Record], bool] = lambda _: True, *, strays: bool = False
+             ) -> list[str]:  # fmt: skip
         """Stop every deployment this manifest set owns on this node (``reconcile down``),
-        or those of them ``which`` selects (``-l``)."""
+        or those of them ``which`` selects (``-l``). ``strays``: the set's engines that no
+        record accounts for go too (a whole set's `down`: they have no name to select)."""
         owner = self.config.owner
-        self._adopt_torn()
-        return self.stop_where(lambda r: r.owner == owner and which(r), "reconcile down")
+        reaped = self._adopt_torn(strays)
+        return reaped + self.stop_where(lambda r: r.owner == owner and which(r), "reconcile down")
 
-    def _adopt_torn(self) -> None:
+    def _adopt_torn(self, strays: bool) -> list[str]:
         """Give the engine of a torn (quarantined) record its record back, as a pass does,
         before `down` looks: else `down` finds nothing to stop and the engine runs on with
-        no record, its devices and port looking free to every pass."""
+        no record, its devices and port looking free to every pass. With ``strays``, this
+        set's engines still without one are reaped: the names of those."""
         self.store.ensure()
         with self.pass_lock.hold(self.config.lock_timeout):
             observed, _ = self.observe(probe=False)
             if observed.orphans:
                 loaded = load(self.config.manifests, insecure=self.config.insecure_manifests,
                               backend=self.config.backend, repo=self.config.repo)  # fmt: skip
-                self._rebuild(self.desired(loaded), observed)
+                if self._rebuild(self.desired(loaded), observed):
+                    observed, _ = self.observe(probe=False)  # the adopted have records now
+            return self._reap_own(observed.orphans) if strays else []
+
+    def _reap_own(self, orphans: Sequence[MarkedProcess]) -> list[str]:
+        """Reap the engines whose marker names this set and no record accounts for (a torn
+        record's, its manifest gone); another set's, and an older version's (no set
+        named), are left to their own passes."""
+        by_nonce: dict[str, list[MarkedProcess]] = {}
+        for marked in orphans:
+            if marked.owner == self.config.owner:
+                by_nonce.setdefault(marked.nonce, []).append(marked)
+        for nonce, procs in sorted(by_nonce.items()):
+            pids = ", ".join(str(p.ref.pid) for p in procs)
+            why = f"reconcile down: engine processes ({pids}) of instance {nonce} have no record"
+            self.executor.apply(Reap(name=procs[0].name, reason=why, processes=tuple(procs)))
+        return sorted({procs[0].name for procs in by_nonce.values()})
 
     def elsewhere(self) -> list[Record]:
         """This set's records that another node made: `down` there must stop them."""
@@ -730,6 +761,14 @@ class Reconciler(Preview):
         with ThreadPoolExecutor(max_workers=min(16, len(actions))) as pool:
             # a list, not any(): any() would stop early and drop a later teardown's error
             return list(pool.map(self.executor.apply, actions))
+
+
+def _holder(leader: MarkedProcess) -> str:
+    """Who holds what a spared engine holds, as the Pending and conflict messages say it."""
+    pid, name = leader.ref.pid, leader.name
+    if leader.owner is None:  # an older version's engine: its set is a guess
+        return f"{name} (pid {pid}: its record is torn, another set's?)"
+    return f"{name} (pid {pid} of manifest set {leader.owner}: its record is torn)"
 
 
 def notifications_for(config: Config) -> Notifications | None:

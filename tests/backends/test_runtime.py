@@ -23,7 +23,7 @@ import yaml
 from procs import alive, environ, kill_marked, marked_pids, wait_for, wait_gone
 
 from controller.backends.choose import inventory_for, open_backend
-from controller.backends.local.runtime import MARKER, STATE_MARKER, LocalBackend
+from controller.backends.local.runtime import MARKER, OWNER_MARKER, STATE_MARKER, LocalBackend
 from controller.core.state import ProcessRef
 from controller.errors import SpawnError
 from controller.host import ports, sockdiag
@@ -118,6 +118,24 @@ def test_spawn_in_a_new_session_with_markers(rt: LocalBackend, tmp_path: Path) -
     assert env[STATE_MARKER] == str(tmp_path.resolve())
     (found,) = rt.scan()
     assert (found.ref, found.name, found.nonce) == (ref, "web", "n1")
+
+
+@pytest.mark.parametrize("owner", ["/m/a,/m/b", None], ids=["a set's", "no set's"])
+def test_the_marker_names_the_set_that_started_the_engine(
+    tmp_path: Path, owner: str | None
+) -> None:
+    """A pass tells its own unrecorded engines from another set's by this fact; the spec's
+    environment never forges it (a start on no set's behalf carries none)."""
+    rt = LocalBackend(tmp_path, f"t-{uuid.uuid4().hex[:12]}", owner=owner)
+    env = {**os.environ, OWNER_MARKER: "forged"}
+    ref = rt.spawn(SLEEP, env, name="web", nonce="n1", log_path=tmp_path / "web.log")
+    try:
+        seen = wait_for(lambda: environ(ref.pid).get(MARKER) and environ(ref.pid), what="environ")
+        assert seen.get(OWNER_MARKER) == owner
+        (found,) = rt.scan()
+        assert (found.ref, found.owner) == (ref, owner)
+    finally:
+        rt.kill(ref)  # and reaps it
 
 
 def test_argv_never_goes_through_a_shell(rt: LocalBackend, tmp_path: Path) -> None:

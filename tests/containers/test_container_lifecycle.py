@@ -17,7 +17,13 @@ from containers.conftest import STANDIN, Engine, mistaken, write
 from procs import wait_for
 
 from controller.failpoints import CONTAINER_POINTS
-from controller.host.containers import DIGEST_LABEL, INSTANCE_LABEL, STATE_LABEL, Runtime
+from controller.host.containers import (
+    DIGEST_LABEL,
+    INSTANCE_LABEL,
+    OWNER_LABEL,
+    STATE_LABEL,
+    Runtime,
+)
 from tests.daemon.conftest import Daemons
 
 if TYPE_CHECKING:
@@ -54,8 +60,10 @@ def test_an_engine_runs_in_its_container_with_the_lease_and_the_marker(
     labels = seen["Config"]["Labels"]
     assert labels[INSTANCE_LABEL] == marker
     assert labels[STATE_LABEL] == str(rc.state.resolve())
+    assert labels[OWNER_LABEL] == record["owner"]  # the set: its own pass may adopt it
     env = rc.environ(pid)  # type: ignore[arg-type]
     assert env["RECONCILE_INSTANCE"] == marker and env["PORT"] == str(port)
+    assert env["RECONCILE_OWNER"] == record["owner"]
     assert env["RECONCILE_NAME"] == "box" and env["CUDA_VISIBLE_DEVICES"] == ""
     assert "HOME" not in env or env["HOME"] != os.environ.get("HOME")  # not the host's env
     # The engine's output is in the deployment's log; status and describe say the container.
@@ -394,3 +402,27 @@ def test_a_daemon_that_remembers_an_image_still_sees_its_tag_moved(
 def _ready(rc: Reconcile, name: str) -> dict[str, Any] | None:
     record: dict[str, Any] | None = rc.record(name)
     return record if record is not None and record["phase"] == "Ready" else None
+
+
+def test_a_torn_records_container_is_spared_by_another_set_and_reaped_by_its_own(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """Its environment names its set (`RECONCILE_OWNER`): another set's pass leaves it
+    running; its own set's pass, its manifest deleted meanwhile, removes it (once taken
+    for another set's, it ran on with no record, forever)."""
+    write(rc, engine, "box")
+    rc.converge()
+    pid = running(rc, "box")["ref"]["pid"]  # type: ignore[index]
+    rc.record_path("box").write_text("{")  # torn
+    other = rc.tmp / "other"
+    other.mkdir()
+    rc.write("batch", folder=other, basePort=rc.port + 5)
+    rc("-f", str(other), "--once", check=1)  # exit 1: the torn record, said
+    assert rc.alive(pid) and len(engine.ours(rc.state)) == 1  # type: ignore[arg-type]
+    rc.write("keep", basePort=rc.port + 10)  # the folder is not emptied: it may prune
+    (rc.manifests / "box.yaml").unlink()
+    rc.once(check=None)
+    rc.wait_gone(pid)  # type: ignore[arg-type]
+    rc.wait_for(lambda: engine.ours(rc.state) == [], what="the container removed")
+    rc.down()
+    rc.down("-f", str(other))

@@ -350,6 +350,28 @@ CASES = [
     pytest.param(
         Case(
             desired(entry("a")),
+            observed(
+                view(record("a", phase=Phase.STARTING, restarts=2), exit=exited(code=1)),
+                listening=frozenset({8000}),
+            ),
+            expect=((Release, "a", "port 8000 was taken by another process before the engine"),),
+        ),
+        id="exit-before-ready-on-a-taken-port-moves-without-a-crash",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a")),
+            observed(
+                view(record("a", phase=Phase.READY, restarts=1), exit=exited(code=1)),
+                listening=frozenset({8000}),
+            ),
+            expect=((Fail, "a", "engine exited with code 1; restart in 10s"),),
+        ),
+        id="exit-once-ready-is-a-crash-whoever-binds-its-port-now",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a")),
             observed(view(record("a", restarts=1), exit=exited(sig=9))),
             expect=((Fail, "a", "killed by signal 9; restart in 10s"),),
         ),

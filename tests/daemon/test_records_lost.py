@@ -100,6 +100,19 @@ def test_down_stops_the_engine_of_a_torn_record(reconcile: Any) -> None:
     assert not rc.pids("web") and not rc.record_path("web").exists()
 
 
+def test_down_stops_the_engine_of_a_torn_record_whose_manifest_went(reconcile: Any) -> None:
+    """Its marker names this set, so `down` stops it though nothing declares it to
+    adopt: once left running, its device and port looking free to every pass."""
+    rc = reconcile
+    pid = _torn_under_its_engine(rc)["ref"]["pid"]
+    rc.write("keep", basePort=rc.port + 5)
+    (rc.manifests / "web.yaml").unlink()
+    out = rc.down()
+    assert "stopped web" in out.out and "stopped keep" not in out.out, (out.out, out.err)
+    rc.wait_gone(pid)
+    assert not rc.pids()
+
+
 def test_another_sets_pass_spares_a_torn_records_engine_and_its_device(reconcile: Any) -> None:
     """Sets share the records (invariant 8) but a marker names no owner: another set's
     pass once reaped the engine of a torn record as an orphan (SIGKILL) and placed its
@@ -117,6 +130,77 @@ def test_another_sets_pass_spares_a_torn_records_engine_and_its_device(reconcile
     assert batch["phase"] == "Pending" and not batch["devices"], batch
     assert "web" in batch["message"], batch["message"]
     rc.converge()  # web's own set: adopted by its marker, same pid
+    assert rc.record("web")["ref"]["pid"] == pid
+    rc.down()
+    rc.down("-f", str(other))
+
+
+def test_a_torn_records_engine_whose_manifest_went_is_reaped_by_its_own_set(
+    reconcile: Any,
+) -> None:
+    """The marker once named no set: a pass took the engine of its own torn record, whose
+    manifest was deleted meanwhile, for another set's, and left it running with its device
+    and port held, forever. The marker names the set now: its own pass reaps it."""
+    rc = reconcile
+    rc.devices = "nvidia:0"
+    pid = _torn_under_its_engine(rc)["ref"]["pid"]
+    rc.write("keep", basePort=rc.port + 5)  # the folder is not emptied: it may prune
+    (rc.manifests / "web.yaml").unlink()
+    result = rc.once(check=None)
+    rc.wait_gone(pid)
+    reap = [e for e in rc.events("web") if e["action"] == "reap"]
+    assert reap and str(pid) in reap[0]["outcome"], (reap, result.err)
+    rc.write("web2", devices={"count": 1}, basePort=rc.port + 10)
+    rc.converge()  # the device it held is free again
+    assert rc.record("web2")["devices"] == ["nvidia:0"]
+    rc.down()
+
+
+def test_a_set_declaring_the_same_name_spares_another_sets_torn_engine(reconcile: Any) -> None:
+    """Once adopted by the wrong set (a record of its spec over another set's engine): the
+    other set's pass leaves it running, says the name is held, and starts no namesake."""
+    rc = reconcile
+    rc.devices = "nvidia:0"
+    before = _torn_under_its_engine(rc)
+    pid = before["ref"]["pid"]
+    other = rc.tmp / "other"
+    other.mkdir()
+    rc.write("web", folder=other, basePort=rc.port + 5)
+    plan = rc("plan", "-f", str(other), "-o", "json", check=1)  # what the pass will do
+    assert [c["action"] for c in plan.json()["changes"]] == ["conflict"], plan.out
+    result = rc("-f", str(other), "--once", check=1)
+    assert "held by another manifest set's engine" in result.err, result.err
+    assert rc.alive(pid) and rc.record("web") is None and rc.pids("web") == {pid}
+    rc.converge()  # its own set adopts it: same engine, its owner
+    after = rc.record("web")
+    assert (after["ref"]["pid"], after["owner"]) == (pid, before["owner"]), after
+    assert "owned by another manifest set" in rc("-f", str(other), "--once", check=1).err
+    rc.down()
+
+
+def test_an_older_versions_engine_keeps_the_guess_by_name(reconcile: Any) -> None:
+    """An engine started before markers named their set: another set's pass spares it
+    where it does not declare its name (its device held), and the set declaring it adopts
+    it, as before."""
+    rc = reconcile
+    rc.devices = "nvidia:0"
+    rc.write("web", devices={"count": 1})
+    port = rc.port
+    env = {**rc.env, "PORT": str(port), "CUDA_VISIBLE_DEVICES": "0",
+           "RECONCILE_INSTANCE": f"{rc.node}/web/old1",
+           "RECONCILE_STATE": str(rc.state.resolve())}  # fmt: skip
+    argv = [*rc.demo_command()[:3], "--port", str(port)]
+    rc.spawn(argv, env=env, start_new_session=True)
+    rc.wait_for(lambda: not rc.bindable(port), what="the old engine to listen")
+    pid = next(iter(rc.pids("web")))
+    rc.store()  # the state dir, then a record torn after the engine started
+    rc.record_path("web").write_text("{")
+    other = rc.tmp / "other"
+    other.mkdir()
+    rc.write("batch", folder=other, basePort=rc.port + 5, devices={"count": 1})
+    rc("-f", str(other), "--once", check=1)
+    assert rc.alive(pid) and "another set's?" in rc.record("batch")["message"]
+    rc.converge()
     assert rc.record("web")["ref"]["pid"] == pid
     rc.down()
     rc.down("-f", str(other))

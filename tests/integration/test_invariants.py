@@ -171,6 +171,48 @@ def test_2_no_port_held_twice_and_foreign_ports_never_handed_out(reconcile: Any)
     reconcile.down()
 
 
+# An engine that binds its port only once the test opens a gate file (as vLLM binds only
+# after loading its model): the window in which a foreign process takes the leased port.
+GATED = (
+    "import os, sys, time\n"
+    "while not os.path.exists(sys.argv[1]): time.sleep(0.02)\n"
+    "os.execv(sys.executable, [sys.executable, '-m', 'controller.demo.engine', *sys.argv[2:]])"
+)
+
+
+def test_2_a_port_taken_before_the_engine_bound_it_moves_it_without_a_crash(
+    reconcile: Any,
+) -> None:
+    """A foreign process took the leased port after reconcile chose it and before the
+    engine bound it: the engine exits "address in use" before it was ever Ready. That
+    once counted as a crash (restart 1, a back-off) before it moved: it moves now,
+    with neither, saying so in an event."""
+    rc = reconcile
+    gate = rc.tmp / "gate"
+    command = [sys.executable, "-c", GATED, str(gate), "--port", "{port}"]
+    rc.write("web", engine="command", command=command)
+    rc.once(check=0)
+    first = rc.record("web")
+    assert first["phase"] == "Starting", first
+    foreign = rc.listen(first["port"])  # the foreign process, on the engine's port
+    try:
+        gate.touch()
+        rc.wait_gone(first["ref"]["pid"])  # "address already in use"
+        rc.converge()
+        web = rc.record("web")
+        assert web["port"] != first["port"] and web["restarts"] == 0, web
+        assert web["phase"] == "Ready" and web["last_exit"] is None, web
+        events = rc.events("web")
+        assert [e for e in events if e["action"] == "fail"] == [], events
+        moved = [e for e in events if f"port {first['port']} was taken" in e["reason"]]
+        assert moved and "another port" in moved[0]["reason"], events
+        with socket.create_connection(("127.0.0.1", first["port"]), timeout=5):
+            pass  # the foreign listener is untouched
+    finally:
+        foreign.close()
+    rc.down()
+
+
 # -- 3 ---------------------------------------------------------------------------------------
 
 

@@ -5,7 +5,8 @@ wrapped (a process, a container) are separate choices, and the planner knows nei
 The local backend (and the Ray actor, through it) hands a ``spec.container`` launch here.
 
 The contract is a process's: the host's network and the leased port, the rendered
-environment plus the marker (``RECONCILE_INSTANCE``, ``RECONCILE_STATE``), the recipe's
+environment plus the marker (``RECONCILE_INSTANCE``, ``RECONCILE_STATE``,
+``RECONCILE_OWNER``: the label ``reconcile.owner`` too), the recipe's
 argv in place of the image's entrypoint, the model cache read-only at the same path, the
 engine's output in the deployment's log file. The record's ``ref`` is the container's
 main process as this host sees it, so liveness (invariant 6), the marker scan and the
@@ -44,6 +45,8 @@ from controller.store.instances import logfiles
 from controller.store.models import modelcache
 from controller.store.statedir import StateDir
 
+OWNER = "RECONCILE_OWNER"  # the local backend's OWNER_MARKER, inside the container
+
 # What `podman run` and `docker run` exit with for their own failures (the runtime's
 # error, a command that cannot be invoked, one not found); any other code is the
 # container's own (its engine's exit code).
@@ -64,8 +67,12 @@ def container_name(instance: str, nonce: str) -> str:
 class Wrapper:
     """Runs one engine in a container; what the local backend asks of it."""
 
-    def __init__(self, state_dir: str, node_runtime: str | None, *, static_devices: bool) -> None:
+    def __init__(
+        self, state_dir: str, node_runtime: str | None, *, static_devices: bool,
+        owner: str | None = None,
+    ) -> None:  # fmt: skip
         self.state_dir = state_dir
+        self.owner = owner  # the manifest set whose engines these are (None: no set's)
         self.node_runtime = node_runtime
         # A static inventory (RECONCILE_DEVICES: tests, demos) names no real device.
         self.static_devices = static_devices
@@ -101,8 +108,8 @@ class Wrapper:
         env_file = StateDir(Path(self.state_dir)).container_env(name)
         cid_file = env_file.with_suffix(".cid")  # `run` writes the container's id there
         hidden = _secret_env(launch, env)  # envFrom's values: never in a file, never in argv
-        shown = {k: v for k, v in env.items() if k not in hidden}
-        _write_env(env_file, {**shown, "RECONCILE_STATE": self.state_dir}, marker)
+        shown = {k: v for k, v in env.items() if k not in hidden and k != OWNER}
+        _write_env(env_file, {**shown, **self._marks()}, marker)
         try:
             argv = self.run_argv(runtime.name, spec, launch, image, name, marker, env_file)
             # `--env KEY` alone: the runtime takes KEY's value from its own environment.
@@ -233,6 +240,8 @@ class Wrapper:
         argv = [runtime, "run", "--rm", "--name", name, "--network", "host", "--pull", "never"]
         argv += ["--label", f"{containers.INSTANCE_LABEL}={marker}"]
         argv += ["--label", f"{containers.STATE_LABEL}={self.state_dir}"]
+        if self.owner is not None:
+            argv += ["--label", f"{containers.OWNER_LABEL}={self.owner}"]
         argv += ["--env-file", str(env_file), "--stop-signal", str(launch.rendered.stop_signal)]
         if spec.container.shm_size is not None:
             argv += ["--shm-size", str(spec.container.shm_size)]
@@ -242,6 +251,13 @@ class Wrapper:
             argv += device_flags(runtime, Passed.of(launch.record.devices))
         program, *args = launch.rendered.argv
         return [*argv, "--entrypoint", program, image, *args]
+
+    def _marks(self) -> dict[str, str]:
+        """The marker's variables besides ``RECONCILE_INSTANCE``: whose engine it is."""
+        marks = {"RECONCILE_STATE": self.state_dir}
+        if self.owner is not None:
+            marks[OWNER] = self.owner
+        return marks
 
     def _read_only_mounts(self, spec: DeploymentSpec) -> list[str]:
         """The model cache, and a local spec.model's folder, at the same paths, read-only,

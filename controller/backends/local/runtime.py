@@ -47,6 +47,9 @@ log = get_logger("reconcile")
 
 MARKER = "RECONCILE_INSTANCE"
 STATE_MARKER = "RECONCILE_STATE"
+# The manifest set (its owner) that started the engine: a pass tells its own unrecorded
+# engines from another set's by this fact (an engine of an older version has none).
+OWNER_MARKER = "RECONCILE_OWNER"
 SWEEP_TIMEOUT = 5.0
 POLL = 0.01
 ENVIRON_WAIT = 0.5  # seconds an empty /proc/<pid>/environ may mean "still exec'ing"
@@ -76,12 +79,16 @@ class LocalBackend:
         store: RecordStore | None = None,
         container_runtime: str | None = None,
         static_devices: bool = True,
+        owner: str | None = None,
     ) -> None:
+        """``owner``: the manifest set whose engines this backend starts (their marker
+        says so); None for a start on no set's behalf (a Ray actor's node)."""
         procpsutil.check_supported()  # on a host with neither /proc nor psutil: say so now
         # Where the engines' log files live: the caller's store of this state dir, if any.
         self.store = store if store is not None else RecordStore(state_dir)
         self.state_dir = str(state_dir.resolve())
         self.node = node
+        self.owner = owner
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self.exits: dict[int, ExitStatus] = {}
         self._environs = EnvironScan()  # remembers unmarked processes between scans
@@ -97,7 +104,7 @@ class LocalBackend:
         from controller.backends.local.container import Wrapper
 
         runtime, static_devices = self._wrapping
-        return Wrapper(self.state_dir, runtime, static_devices=static_devices)
+        return Wrapper(self.state_dir, runtime, static_devices=static_devices, owner=self.owner)
 
     # -- identity ------------------------------------------------------------
 
@@ -223,6 +230,9 @@ class LocalBackend:
         full_env = dict(env)
         full_env[MARKER] = self.marker(name, nonce)
         full_env[STATE_MARKER] = self.state_dir
+        full_env.pop(OWNER_MARKER, None)  # a fact of ours, never the spec's word
+        if self.owner is not None:
+            full_env[OWNER_MARKER] = self.owner
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             # argv only, never a shell (invariant 10); a new session = a new group.
@@ -404,12 +414,20 @@ def _reused(ref: ProcessRef) -> bool:
 
 
 def _parse(pid: int, env: bytes, prefix: bytes) -> MarkedProcess | None:
-    for item in env.split(b"\0"):
+    items = env.split(b"\0")
+    for item in items:
         if item.startswith(prefix):
             rest = item[len(prefix) :].decode(errors="replace")
             name, _, nonce = rest.partition("/")
             st = procstat.stat(pid)
             if st is None or not nonce:
                 return None
-            return MarkedProcess(ref_of(pid, st), name, nonce, st.ppid)
+            return MarkedProcess(ref_of(pid, st), name, nonce, st.ppid, owner_of(items))
     return None
+
+
+def owner_of(items: Sequence[bytes]) -> str | None:
+    """The owner an engine's environment names (None: an older version's engine)."""
+    prefix = f"{OWNER_MARKER}=".encode()
+    found = next((i for i in items if i.startswith(prefix)), None)
+    return None if found is None else found[len(prefix) :].decode(errors="replace")

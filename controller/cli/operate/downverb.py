@@ -28,7 +28,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
     reconciler = build(config(args, lenient=True))
     before = reconciler.store.load().records  # to say what each one was
-    stopped = reconciler.down(chosen)
+    stopped = reconciler.down(chosen, strays=not (args.names or args.selector))
     for name in stopped:
         print(_said(name, before.get(name)))
     others = [r for r in reconciler.elsewhere() if chosen(r)]

@@ -183,7 +183,7 @@ def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[AnyActio
     )
 
 
-def _exited(ctx: Context, view: RecordView) -> Fail:
+def _exited(ctx: Context, view: RecordView) -> Fail | Release:
     rec = view.record
     exit_text = str(view.exit) if view.exit else "exited"
     code = view.exit.code if view.exit else None
@@ -191,7 +191,23 @@ def _exited(ctx: Context, view: RecordView) -> Fail:
         phase = Phase.SUCCEEDED if code == 0 else Phase.FAILED
         reason = f"engine {exit_text}; restartPolicy {rec.restart_policy}"
         return Fail(name=rec.name, reason=reason, phase=phase, exit=view.exit)
+    taken = _taken_before_ready(ctx, rec)
+    if taken is not None:  # no crash of its own: no count, no back-off, another port now
+        reason = (
+            f"port {taken} was taken by another process before the engine bound it (engine "
+            f"{exit_text} before it was Ready): placing it on another port, no restart counted"
+        )
+        return Release(name=rec.name, reason=reason, nonce=rec.nonce)
     return retry(ctx, rec, f"engine {exit_text}", view)
+
+
+def _taken_before_ready(ctx: Context, rec: Record) -> int | None:
+    """A port of this node's start that was never Ready, bound now by another process
+    (its own engine is dead): what the engine died of ("address already in use"), as an
+    engine binds its port only once loaded, minutes after reconcile chose it."""
+    if rec.phase is not Phase.STARTING or rec.on_cluster:
+        return None
+    return next((p for p in rec.ports if p in ctx.observed.listening), None)
 
 
 def _moved(view: RecordView) -> bool:

@@ -89,6 +89,10 @@ def _judge(ctx: Context, name: str) -> list[Judged]:
 def _unrecorded(ctx: Context, name: str, entry: Entry | None) -> list[Judged]:
     if name in ctx.observed.unreadable or next_name(name) in ctx.observed.records:
         return []  # never over an unknown version; a `@next` takes the name
+    if name in ctx.observed.spared:  # another set's engine: its own pass adopts it
+        holder = ctx.observed.spared[name]
+        reason = f"name {name!r} is held by another manifest set's engine, {holder}"
+        return [Conflict(name=name, reason=reason)]
     if entry is None:  # every deployment a pass has seen gets a record, so status shows it
         error = ctx.desired.invalid[name]
         return [Reject(name=name, reason=f"spec invalid (not started): {error}")]

@@ -1,0 +1,88 @@
+"""A leased port that another process binds before the engine is started.
+
+The lease bind-probes its port under the placement lock; the spawn comes later, outside
+it (after a wait for GPU memory, say). A foreign process binding the port in between
+once got the engine spawned onto it, to die of "address in use" and be counted as a
+crash. The launch probes again: nothing is started there, the start is placed again.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+from procs import free_ports, kill_marked, listen
+
+from controller.backends.choose import inventory_for, open_backend
+from controller.core.actions import Start
+from controller.core.state import Phase, Record
+from controller.reconciler.leases import Lease
+from controller.reconciler.run import Reconciler
+from controller.store.config.node import Config
+from controller.store.instances import records
+
+ENGINE = [sys.executable, "-m", "controller.demo.engine", "--port", "{port}"]
+
+
+def _config(tmp_path: Path, base: int) -> Config:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    doc = {
+        "apiVersion": "reconcile/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"engine": "command", "command": ENGINE, "basePort": base,
+                 "stopGracePeriodSeconds": 1},
+    }  # fmt: skip
+    (manifests / "web.yaml").write_text(yaml.safe_dump(doc))
+    return Config(
+        manifests=(manifests,),
+        state_dir=tmp_path / "state",
+        node=f"t-{uuid.uuid4().hex[:12]}",
+        devices="nvidia:0",
+        owner="taken-ports-test",
+    )
+
+
+def test_a_port_bound_after_the_lease_is_never_spawned_onto(tmp_path: Path) -> None:
+    base = free_ports()
+    config = _config(tmp_path, base)
+    store = records.RecordStore(config.state_dir)
+    reconciler = Reconciler(config, open_backend(config, store), inventory_for(config), store=store)
+    launcher = reconciler.executor.launcher
+    leased = launcher.reserve
+    foreign: list[socket.socket] = []
+
+    def then_taken(starts: Sequence[Start]) -> list[tuple[Start, Lease | Record]]:
+        """The reservation, then a foreign listener on its port (the first one only)."""
+        out = leased(starts)
+        for _, taken in out:
+            if isinstance(taken, Lease) and not foreign:
+                assert taken.record.port is not None
+                foreign.append(listen(taken.record.port))
+        return out
+
+    launcher.reserve = then_taken
+    try:
+        result = reconciler.run_pass()
+        web = result.records["web"]
+        assert foreign and web.port == base + 1, web
+        assert web.phase in (Phase.STARTING, Phase.READY) and web.restarts == 0, web
+        lines = (config.state_dir / "events" / "web.jsonl").read_text().splitlines()
+        events = [json.loads(line) for line in lines]
+        said = [e for e in events if f"port {base} was taken" in e.get("error", "")]
+        assert said and "another port" in said[0]["error"], events
+        actions = [e["action"] for e in events]
+        assert actions.count("start") == 2 and "fail" not in actions, events
+        with socket.create_connection(("127.0.0.1", base), timeout=5):
+            pass  # the foreign listener is untouched
+    finally:
+        for sock in foreign:
+            sock.close()
+        reconciler.down()
+        kill_marked(f"{config.node}/")
