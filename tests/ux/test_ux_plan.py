@@ -238,3 +238,22 @@ def test_a_started_engine_whose_probe_passes_is_unchanged_and_ready(reconcile: A
     line = next(x for x in rc("plan", check=0).out.splitlines() if "quick" in x)
     assert line.split()[-1] == "Ready", line
     rc.down()
+
+
+def test_a_broken_node_config_is_said_once_as_the_plan_error(reconcile: Any) -> None:
+    """`plan` listed an unreadable node.yaml as its error and also printed the lenient
+    verbs' warning of it on stderr: one problem said twice, in two voices. It is said
+    once, among the plan's errors (text and JSON alike), and the exit is `--once`'s 1."""
+    rc = reconcile
+    rc.state.mkdir(mode=0o700)
+    node_yaml = rc.state / "node.yaml"
+    node_yaml.write_text("labels: {gpu: h100\n")  # half-written
+    rc.write("web")
+    planned = rc("plan", check=1)
+    said = planned.out + planned.err
+    assert said.count(f"{node_yaml}:2: invalid YAML") == 1, planned
+    assert f"error: {node_yaml}:2: invalid YAML" in planned.out, planned
+    assert "`--once` refuses to run on it" in planned.out and planned.err == "", planned
+    doc = rc("plan", "-o", "json", check=1)
+    assert doc.err == "" and len(doc.json()["errors"]) == 1, doc
+    assert doc.json()["errors"][0].startswith(f"{node_yaml}:2: invalid YAML"), doc
