@@ -257,3 +257,32 @@ def test_a_broken_node_config_is_said_once_as_the_plan_error(reconcile: Any) -> 
     doc = rc("plan", "-o", "json", check=1)
     assert doc.err == "" and len(doc.json()["errors"]) == 1, doc
     assert doc.json()["errors"][0].startswith(f"{node_yaml}:2: invalid YAML"), doc
+
+
+def test_a_preemption_exits_1_as_the_pass_that_makes_it_does(reconcile: Any) -> None:
+    """A higher priority takes the lower one's GPU: the pass stops it and leaves it
+    Pending, and `--once` exits 1. `plan` said the same preemption was a change (exit 2)
+    and "destroy" without a word of the wait: a GitOps job's plan passed what its apply
+    then failed on. It exits 1, says what the pass leaves, and agrees once it happened."""
+    rc = reconcile
+    rc.devices = "nvidia:0"
+    gpu = {"count": 1, "kind": "nvidia"}
+    rc.write("low", devices=gpu)
+    rc.converge()
+    rc.write("high", devices=gpu, priority=10, basePort=rc.port + 2)
+
+    planned = rc("plan", check=1)
+    said = "preempted by high (priority 10): stopped, then Pending until room returns"
+    assert f"- low   destroy    {said}" in planned.out, planned
+    assert "Not in sync" in planned.out and "a pass exits 1" in planned.out, planned
+    doc = rc("plan", "-o", "json", check=1).json()
+    assert doc["in_sync"] is False, doc
+    assert {c["name"]: c["action"] for c in doc["changes"]} == {
+        "high": "start",
+        "low": "preempt",
+    }, doc
+
+    rc.once(check=1)  # what plan foretold
+    assert rc.record("low")["phase"] == "Pending"
+    rc("plan", check=1)  # and after it: low waits for room
+    rc.down()
