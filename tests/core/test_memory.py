@@ -340,9 +340,7 @@ def test_foreign_and_invalid_records_are_never_preempted() -> None:
     ("wanted", "theirs", "memory"),
     [
         pytest.param(high, a40, 80 * GI, id="memory-request"),
-        pytest.param(
-            entry("high", **whole(10)), entry("o", **whole()), None, id="whole-device"
-        ),
+        pytest.param(entry("high", **whole(10)), entry("o", **whole()), None, id="whole-device"),
     ],
 )
 def test_a_wait_on_another_sets_lower_priority_engine_names_it_and_why(

@@ -153,7 +153,6 @@ def _change(action: Action, observed: Observed, wanted: Mapping[str, object]) ->
     return Change(action.name, kind, action.verb, reason, fields, pending)
 
 
-
 def _phase_after(action: Action, observed: Observed) -> str:
     """The phase a record has once ``action`` (an observation, bookkeeping) is applied."""
     if isinstance(action, MarkReady):

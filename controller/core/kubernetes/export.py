@@ -21,7 +21,7 @@ from typing import Any
 from controller.core.devices.inventory import Device
 from controller.core.engines import image_program, llama_cpp, ollama, recipe_for, sglang, tgi, vllm
 from controller.core.kubernetes import exportpull
-from controller.core.manifest.specs import Deployment, DeploymentSpec, Devices, EnvFrom, Entry
+from controller.core.manifest.specs import Deployment, DeploymentSpec, Devices, Entry, EnvFrom
 from controller.core.render import Rendered, render
 from controller.core.state import ProbeConfig
 
