@@ -186,7 +186,7 @@ def test_pull_policy_never_set_after_a_failed_pull_says_never_at_once(
     rc.once()  # a pull on its way is no failure
     assert rc.record("edited")["phase"] == "Pulling"
     job = PullJob(rc.state, engine.name, image)
-    wait_for(lambda: job.exists() and not job.running(), what="the pull's failure")
+    wait_for(lambda: job.exists() and not job.running(), timeout=90, what="the pull's failure")
     write(rc, engine, "edited", container={"image": image, "pullPolicy": "Never"})
     rc.once(check=1)
     record = rc.record("edited")
