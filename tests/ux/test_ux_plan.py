@@ -254,6 +254,7 @@ def test_a_broken_node_config_is_said_once_as_the_plan_error(reconcile: Any) -> 
     assert said.count(f"{node_yaml}:2: invalid YAML") == 1, planned
     assert f"error: {node_yaml}:2: invalid YAML" in planned.out, planned
     assert "`--once` refuses to run on it" in planned.out and planned.err == "", planned
+    assert "this plan is made without its settings" in planned.out, planned  # the warning's
     doc = rc("plan", "-o", "json", check=1)
     assert doc.err == "" and len(doc.json()["errors"]) == 1, doc
     assert doc.json()["errors"][0].startswith(f"{node_yaml}:2: invalid YAML"), doc

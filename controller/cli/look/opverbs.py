@@ -183,7 +183,10 @@ def _unreadable_node_config(cfg: Config) -> list[str]:
     limits and source are unknown), so the plan is not "In sync" and exits 1 as it would."""
     if cfg.labels is not None:
         return []
-    fix = ": `--once` refuses to run on it (a reload keeps the last good one); fix the file"
+    fix = (
+        ": `--once` refuses to run on it (a reload keeps the last good one), and this plan "
+        "is made without its settings; fix the file"
+    )
     return [w.removesuffix(IGNORED) + fix for w in cfg.warnings]
 
 
