@@ -26,12 +26,13 @@ if TYPE_CHECKING:
     from controller.reconciler.run import Preview, Reconciler
 
 
-def config(args: argparse.Namespace, *, lenient: bool = False) -> Config:
+def config(args: argparse.Namespace, *, lenient: bool = False, warn: bool = True) -> Config:
     """The node configuration: flags (parsed once, by the parser's types) > environment >
     node.yaml > defaults, resolved in ``store.node.resolve`` alone.
 
     ``lenient``: a read verb (or `down`, which needs no limit to stop engines): a broken
-    node config is a warning naming its file and line, and the verb goes on."""
+    node config is a warning naming its file and line, and the verb goes on. ``warn``:
+    False for a verb that says the warnings itself, in its own words (`plan`)."""
     cfg = resolve(
         manifests=args.manifests,
         state_dir=args.state_dir,
@@ -56,9 +57,14 @@ def config(args: argparse.Namespace, *, lenient: bool = False) -> Config:
         ),
         lenient=lenient,
     )
+    if warn:
+        say_warnings(cfg)
+    return cfg
+
+
+def say_warnings(cfg: Config) -> None:
     for warning in cfg.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    return cfg
 
 
 def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ...]) -> str | None:

@@ -110,7 +110,12 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
         "0   --once: in sync, everything placed; the daemon: stopped by SIGTERM/SIGINT",
         "1   --once: an invalid manifest, a Pending or Failed deployment, or an error",
     ),
-    "plan": ("0   in sync", "1   invalid manifests or records", "2   changes pending"),
+    "plan": (
+        "0   in sync",
+        "1   what `--once` would exit 1 on: invalid input, a deployment left Pending (no "
+        "room, preempted), Failed or crash-looping",
+        "2   changes pending, none of those",
+    ),
     "status": ("0   shown (even with no deployments)", "1   no deployment has that NAME"),
     "describe": ("0   shown", "1   no such deployment (or none matches -l)"),
     "logs": ("0   printed (or followed to the end)", "1   no log: never started?"),

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from containers.conftest import STANDIN, Engine, mistaken, write
-from procs import wait_for
+from procs import free_ports, wait_for
 
+from controller.backends.local.container import PullJob
 from controller.failpoints import CONTAINER_POINTS
 from controller.host.containers import (
     DIGEST_LABEL,
@@ -180,6 +181,30 @@ def test_pull_policy_never_and_no_image_names_the_image(rc: Reconcile, engine: E
     rc.down()
 
 
+def test_pull_policy_never_set_after_a_failed_pull_says_never_at_once(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """A pull that failed (a registry nobody serves), then the manifest edited to
+    `pullPolicy: Never` before the next pass: the start of the new spec found the old
+    spec's ended pull and backed off with its error, so `status` said "cannot pull" of a
+    spec that never pulls until the back-off ended. The record says the new spec's
+    word at once: the image is not on this node and Never will not pull it."""
+    image = f"127.0.0.1:{free_ports(1)}/reconcile-test/absent:1"  # nothing listens there
+    write(rc, engine, "edited", container={"image": image})
+    rc.once()  # a pull on its way is no failure
+    assert rc.record("edited")["phase"] == "Pulling"
+    job = PullJob(rc.state, engine.name, image)
+    wait_for(lambda: job.exists() and not job.running(), timeout=90, what="the pull's failure")
+    write(rc, engine, "edited", container={"image": image, "pullPolicy": "Never"})
+    rc.once(check=1)
+    record = rc.record("edited")
+    assert record["phase"] == "Pending", record
+    assert record["message"].startswith(f"image {image} is not on this node and pullPolicy "
+                                        "is Never"), record["message"]  # fmt: skip
+    assert "cannot pull" not in record["message"] and not job.exists(), record
+    rc.down()
+
+
 def test_a_run_the_runtime_refuses_is_named_in_its_words_and_leaves_no_container(
     rc: Reconcile, engine: Engine
 ) -> None:
@@ -266,6 +291,11 @@ def test_an_image_tag_that_does_not_pull_stops_nothing(rc: Reconcile, engine: En
     assert kept["ref"] == old["ref"] and health(kept["port"]) == "ok\n", kept  # type: ignore[arg-type]
     assert not [e for e in rc.events("tagged") if e.get("action") == "replace" and
                 e.get("outcome") != "waiting"]  # fmt: skip
+    # pullPolicy: Never set since: the failed pull was the old spec's, Never's word is said
+    write(rc, engine, "tagged", container={"image": typo, "pullPolicy": "Never"})
+    never = rc.once(check=1)
+    assert f"image {typo} is not on this node and pullPolicy is Never" in never.err, never
+    assert "cannot pull" not in never.err, never
     write(rc, engine, "tagged")  # the tag set back: nothing to replace
     assert "In sync" in rc("plan", check=0).out
     rc.down()

@@ -445,9 +445,41 @@ def test_env_from_becomes_a_secret_ref_and_a_note(version: str) -> None:
     assert all(item["name"] != "HF_TOKEN" for item in box["env"])  # no value leaves the node
     (note,) = [n for n in exported.notes if n.field == ("spec", "envFrom")]
     assert "web-env" in note.message and "--from-env-file=/etc/reconcile/hf.env" in note.message
-    assert "sops -d secrets/api.env" in note.message
+    assert "sops -d --input-type dotenv --output-type dotenv secrets/api.env" in note.message
     for obj in exported.objects:
         kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_the_secrets_hint_is_kubectls_from_the_files_and_says_its_dialect() -> None:
+    """The hint makes the Secret from the same files with `kubectl create secret generic
+    --from-env-file` (a sopsFile through a pipe, named from the manifest's folder so it
+    runs from any directory, with the types reconcile gives sops): no value on a command
+    line or in a clear file. kubectl refuses the `export KEY=` lines reconcile's dotenv
+    takes and keeps quotes in a value: the hint says so, so the first try is not a
+    refusal that sends the user to `--from-literal` (the shell's history). A gated
+    repo's token is made from a file too."""
+    dep = deployment(
+        "web",
+        engine="vllm",
+        command=None,
+        model="org/model",
+        source={"huggingFace": {"repo": "org/model"}},
+        envFrom=[{"file": "/etc/reconcile/hf env"}, {"sopsFile": "secrets/api.env"}],
+    )
+    exported = export(dep, folder="/srv/manifests")
+    notes = {n.field: n.message for n in exported.notes}
+    hint = notes[("spec", "envFrom")]
+    command = (
+        "`kubectl create secret generic web-env --from-env-file='/etc/reconcile/hf env' "
+        "--from-env-file=<(sops -d --input-type dotenv --output-type dotenv "
+        "/srv/manifests/secrets/api.env)`"
+    )
+    assert command in hint, hint
+    assert "a line starting with `export` is refused, quotes stay in the value" in hint
+    assert "--from-literal" not in hint and "export " not in hint.replace("`export`", "")
+    token = notes[("spec", "source")]
+    assert "`kubectl create secret generic hf-token --from-file=token=FILE`" in token, token
+    assert "never on the command line" in token
 
 
 def test_a_node_selector_becomes_the_pods() -> None:

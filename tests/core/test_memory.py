@@ -336,6 +336,34 @@ def test_foreign_and_invalid_records_are_never_preempted() -> None:
     assert [(type(a), a.name) for a in actions] == [(Hold, "high")]
 
 
+@pytest.mark.parametrize(
+    ("wanted", "theirs", "memory"),
+    [
+        pytest.param(high, a40, 80 * GI, id="memory-request"),
+        pytest.param(entry("high", **whole(10)), entry("o", **whole()), None, id="whole-device"),
+    ],
+)
+def test_a_wait_on_another_sets_lower_priority_engine_names_it_and_why(
+    wanted: Entry, theirs: Entry, memory: int | None
+) -> None:
+    """Priority preempts only within one manifest set (README; a pass acts only on what
+    its set owns, invariant 8). A deployment kept waiting by another set's engine of lower
+    priority said only that no GPU was free (its next move "raise spec.priority" could
+    not help): it names that engine, its file, and why it stays."""
+    other = record(
+        "o", owner="/elsewhere", spec=theirs, devices=("nvidia:0",), memory=memory, port=9100
+    )
+    (hold,) = got(Case(desired(wanted), observed(view(other, alive=True)), inv=ONE_80))
+    assert isinstance(hold, Hold) and hold.name == "high"
+    said = "; not preempted, as priority preempts only within one manifest set: o (priority 0, "
+    assert f"{said}from {theirs.source}); stop it in its set" in hold.reason, hold.reason
+    assert "(`reconcile down o` with that set's -f) to make room" in hold.reason
+    # Of no lower priority it would not be preempted in one set either: nothing to add.
+    same = replace(other, priority=10)
+    (hold,) = got(Case(desired(wanted), observed(view(same, alive=True)), inv=ONE_80))
+    assert isinstance(hold, Hold) and "manifest set" not in hold.reason, hold.reason
+
+
 def test_plan_shows_a_preemption_as_a_destroy() -> None:
     assert Preempt.plan_class == "destroy"
 

@@ -77,7 +77,7 @@ def test_command_without_image_is_an_error_even_lossy(tmp_path: Path) -> None:
     for extra in ((), ("--lossy",)):
         done = cli("export", "-f", str(tmp_path), *extra)
         assert done.returncode == 1 and done.stdout == ""
-        assert f"error: {path}:6: spec.image: engine 'command' has no default image" in done.stderr
+        assert f"error: {path}:5: spec.image: engine 'command' has no default image" in done.stderr
 
 
 def test_an_invalid_manifest_fails_as_validate_does(tmp_path: Path) -> None:
@@ -113,7 +113,7 @@ def test_autoscale_exports_an_hpa_and_warns_it_needs_a_metrics_adapter(tmp_path:
     for obj in objects:
         kubernetes_validate.validate(obj, kubernetes_validate.latest_version(), strict=True)
     assert objects[1]["spec"]["minReplicas"] == 1 and objects[1]["spec"]["maxReplicas"] == 4
-    warning = f"warning: {path}:12: spec.autoscale: exported as an autoscaling/v2"
+    warning = f"warning: {path}:11: spec.autoscale: exported as an autoscaling/v2"
     assert warning in done.stderr and "prometheus-adapter" in done.stderr
 
 
@@ -140,3 +140,47 @@ def test_a_missing_folder_exits_1_with_nothing_on_stdout(tmp_path: Path) -> None
     assert done.returncode == 1
     assert done.stdout == ""
     assert f"error: manifests folder {tmp_path / 'nope'} does not exist" in done.stderr
+
+
+# Each warning's field and the line it is written on in KINDS (header: lines 1-4).
+KINDS = """\
+spec:
+  engine: vllm
+  model: org/m
+  source:
+    huggingFace:
+      repo: org/m
+  envFrom:
+    - file: /etc/reconcile/hf.env
+  readiness:
+    completion: {}
+  autoscale:
+    min: 0
+    max: 2
+  devices:
+    count: 1
+    kind: nvidia
+    memory: 20Gi
+"""
+
+
+@pytest.mark.parametrize(
+    ("field", "line"),
+    [
+        pytest.param("spec.source", 8, id="block-mapping-at-its-key"),
+        pytest.param("spec.envFrom", 11, id="block-list-at-its-key"),
+        pytest.param("spec.readiness.completion", 14, id="flow-mapping"),
+        pytest.param("spec.autoscale", 15, id="block-mapping-with-a-scalar-below"),
+        pytest.param("spec.autoscale.min", 16, id="scalar-in-a-mapping"),
+        pytest.param("spec.devices.memory", 21, id="scalar-last-in-a-mapping"),
+    ],
+)
+def test_each_warning_names_the_line_of_its_field(tmp_path: Path, field: str, line: int) -> None:
+    """A field whose value is a block mapping or list was named at the line below its key
+    (its value's first line: `spec.autoscale` at `min:`), one line low for the user's
+    editor. Every kind of field is named at its key's line."""
+    path = write(tmp_path, "kinds", KINDS)
+    assert path.read_text().splitlines()[line - 1].lstrip(" -").startswith(field.split(".")[-1])
+    done = cli("export", "-f", str(tmp_path), "--lossy")
+    assert done.returncode == 0, done.stderr
+    assert f"warning: {path}:{line}: {field}: " in done.stderr, done.stderr

@@ -238,3 +238,52 @@ def test_a_started_engine_whose_probe_passes_is_unchanged_and_ready(reconcile: A
     line = next(x for x in rc("plan", check=0).out.splitlines() if "quick" in x)
     assert line.split()[-1] == "Ready", line
     rc.down()
+
+
+def test_a_broken_node_config_is_said_once_as_the_plan_error(reconcile: Any) -> None:
+    """`plan` listed an unreadable node.yaml as its error and also printed the lenient
+    verbs' warning of it on stderr: one problem said twice, in two voices. It is said
+    once, among the plan's errors (text and JSON alike), and the exit is `--once`'s 1."""
+    rc = reconcile
+    rc.state.mkdir(mode=0o700)
+    node_yaml = rc.state / "node.yaml"
+    node_yaml.write_text("labels: {gpu: h100\n")  # half-written
+    rc.write("web")
+    planned = rc("plan", check=1)
+    said = planned.out + planned.err
+    assert said.count(f"{node_yaml}:2: invalid YAML") == 1, planned
+    assert f"error: {node_yaml}:2: invalid YAML" in planned.out, planned
+    assert "`--once` refuses to run on it" in planned.out and planned.err == "", planned
+    assert "this plan is made without its settings" in planned.out, planned  # the warning's
+    doc = rc("plan", "-o", "json", check=1)
+    assert doc.err == "" and len(doc.json()["errors"]) == 1, doc
+    assert doc.json()["errors"][0].startswith(f"{node_yaml}:2: invalid YAML"), doc
+
+
+def test_a_preemption_exits_1_as_the_pass_that_makes_it_does(reconcile: Any) -> None:
+    """A higher priority takes the lower one's GPU: the pass stops it and leaves it
+    Pending, and `--once` exits 1. `plan` said the same preemption was a change (exit 2)
+    and "destroy" without a word of the wait: a GitOps job's plan passed what its apply
+    then failed on. It exits 1, says what the pass leaves, and agrees once it happened."""
+    rc = reconcile
+    rc.devices = "nvidia:0"
+    gpu = {"count": 1, "kind": "nvidia"}
+    rc.write("low", devices=gpu)
+    rc.converge()
+    rc.write("high", devices=gpu, priority=10, basePort=rc.port + 2)
+
+    planned = rc("plan", check=1)
+    said = "preempted by high (priority 10): stopped, then Pending until room returns"
+    assert f"- low   destroy    {said}" in planned.out, planned
+    assert "Not in sync" in planned.out and "a pass exits 1" in planned.out, planned
+    doc = rc("plan", "-o", "json", check=1).json()
+    assert doc["in_sync"] is False, doc
+    assert {c["name"]: c["action"] for c in doc["changes"]} == {
+        "high": "start",
+        "low": "preempt",
+    }, doc
+
+    rc.once(check=1)  # what plan foretold
+    assert rc.record("low")["phase"] == "Pending"
+    rc("plan", check=1)  # and after it: low waits for room
+    rc.down()

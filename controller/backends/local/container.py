@@ -176,7 +176,8 @@ class Wrapper:
             return None
         if present:
             return None  # a pull that ended with it: the launch finds it and says so
-        if job.exists():  # ended without the image
+        if job.exists() and spec.container.policy(image) != "Never":  # ended without it
+            # (under Never, a pull an earlier spec made is not this one's word: below)
             said = f"cannot pull image {image}: {job.last_line()}; the running engine is kept"
             if job.age() >= PREPULL_RETRY:
                 job.forget()  # the next pass tries again
@@ -216,9 +217,12 @@ class Wrapper:
         if job.exists():  # it ended: with the image, or with the runtime's words
             said = job.last_line()
             job.forget()
-            if facts is None:
+            if facts is not None:
+                return Known(facts[1], pulled=True)
+            if policy != "Never":
                 raise ContainerError(f"cannot pull image {image}: {said}")
-            return Known(facts[1], pulled=True)
+            # Never pulls: that pull was an earlier spec's (pullPolicy edited since), and
+            # its error is not this spec's word; Never's own is, below.
         if policy == "Never" and not present:
             raise Unplaceable(f"{_never_here(runtime, image)}, or set pullPolicy")
         if facts is not None and policy != "Always":

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, output_format
@@ -60,7 +61,10 @@ def convert(loaded: LoadResult, *, lossy: bool, namespace: str | None) -> Outcom
     outcome = Outcome()
     for _name, entry in sorted(loaded.entries.items()):
         try:
-            exported: Exported = export(entry.deployment, lossy=lossy, namespace=namespace)
+            folder = str(PurePath(entry.source).parent)  # a sopsFile is relative to it
+            exported: Exported = export(
+                entry.deployment, lossy=lossy, namespace=namespace, folder=folder
+            )
         except ExportError as exc:
             outcome.errors.extend(_located(loaded, entry, p, ERROR_MOVE) for p in exc.problems)
             continue

@@ -22,6 +22,7 @@ from controller.cli.common import (
     no_such,
     output_format,
     preview,
+    say_warnings,
     selected,
 )
 from controller.cli.render.views import dump
@@ -122,9 +123,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     fmt = output_format(args, "text", ("text", "json", "name"))
     if fmt is None:
         return EXIT_USAGE
-    cfg = config(args, lenient=True)
+    # An unreadable node config is one of the plan's errors (_unreadable_node_config):
+    # said there, not also as the lenient verbs' warning.
+    cfg = config(args, lenient=True, warn=False)
     first = _before_the_first_fetch(cfg)
     if first is not None:
+        say_warnings(cfg)  # no plan to list them in
         return _unplanned(fmt, cfg, *first)
     loaded = load(
         cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend, repo=cfg.repo
@@ -180,7 +184,10 @@ def _unreadable_node_config(cfg: Config) -> list[str]:
     limits and source are unknown), so the plan is not "In sync" and exits 1 as it would."""
     if cfg.labels is not None:
         return []
-    fix = ": `--once` refuses to run on it (a reload keeps the last good one); fix the file"
+    fix = (
+        ": `--once` refuses to run on it (a reload keeps the last good one), and this plan "
+        "is made without its settings; fix the file"
+    )
     return [w.removesuffix(IGNORED) + fix for w in cfg.warnings]
 
 

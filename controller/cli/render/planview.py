@@ -4,7 +4,8 @@ Each deployment gets one class: ``create`` (+), ``in-place`` (~: the record chan
 the engine keeps running), ``replace`` (-/+, naming the fields that force it),
 ``destroy`` (-), ``restart`` (a crashed engine's back-off is over), ``wait`` (!: it
 cannot start now, and why), or ``unchanged``. Only the first five are changes
-(exit 2); a deployment already waiting for the same reason is not one.
+(exit 2); a deployment already waiting for the same reason is not one. A preemption is
+a destroy of the engine whose deployment then waits Pending: exit 1, as `--once`'s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from controller.core.actions import (
     MarkSpec,
     Park,
     PlanClass,
+    Preempt,
     Pull,
     Reject,
     Release,
@@ -79,6 +81,8 @@ SYMBOL: dict[Kind, str] = {
     "unchanged": " ",
 }
 CHANGES: tuple[Kind, ...] = ("create", "in-place", "replace", "destroy", "restart")
+# What a preemption leaves (as the pass's event says): `--once` exits 1 on the Pending.
+PREEMPT_OUTCOME = "stopped, then Pending until room returns"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +147,10 @@ def _change(action: Action, observed: Observed, wanted: Mapping[str, object]) ->
         pending = rec is None or rec.phase is not Phase.PENDING or rec.message != action.reason
     elif isinstance(action, Conflict):
         pending = False
-    return Change(action.name, kind, action.verb, action.reason, fields, pending)
+    reason = action.reason
+    if isinstance(action, Preempt):  # the engine goes, the deployment stays and waits
+        reason += f": {PREEMPT_OUTCOME}"
+    return Change(action.name, kind, action.verb, reason, fields, pending)
 
 
 def _phase_after(action: Action, observed: Observed) -> str:
@@ -170,10 +177,12 @@ def pending(found: Sequence[Change]) -> list[Change]:
 
 
 def blocked(found: Sequence[Change]) -> list[Change]:
-    """What cannot start now (a name owned elsewhere, no room, drained, invalid): a pass
+    """What cannot start now (a name owned elsewhere, no room, drained, invalid) or will
+    not run after the pass (a preempted deployment, stopped and left Pending): a pass
     would leave it Pending and `--once` exit 1, so `plan` exits 1 too. A turn on a shared
     device is none: `--once` exits 0 on it, as the next pass starts it."""
-    return [c for c in found if c.kind == "wait" and not is_turn(c.reason)]
+    waits = [c for c in found if c.kind == "wait" and not is_turn(c.reason)]
+    return waits + [c for c in found if c.action == Preempt.verb]
 
 
 def summary(found: Sequence[Change]) -> dict[Kind, int]:

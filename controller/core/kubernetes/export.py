@@ -13,13 +13,15 @@ A spec field that Kubernetes cannot express is an :class:`ExportGap`. Some can b
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from controller.core.devices.inventory import Device
 from controller.core.engines import image_program, llama_cpp, ollama, recipe_for, sglang, tgi, vllm
 from controller.core.kubernetes import exportpull
-from controller.core.manifest.specs import Deployment, DeploymentSpec, Devices, Entry
+from controller.core.manifest.specs import Deployment, DeploymentSpec, Devices, Entry, EnvFrom
 from controller.core.render import Rendered, render
 from controller.core.state import ProbeConfig
 
@@ -80,9 +82,16 @@ class Exported:
 
 
 def export(
-    deployment: Deployment, *, lossy: bool = False, namespace: str | None = None
+    deployment: Deployment,
+    *,
+    lossy: bool = False,
+    namespace: str | None = None,
+    folder: str | None = None,
 ) -> Exported:
-    """The Kubernetes objects of one deployment; raises :class:`ExportError`."""
+    """The Kubernetes objects of one deployment; raises :class:`ExportError`.
+
+    ``folder``: the manifest's, which a ``sopsFile`` is relative to (the Secret's hint
+    names it from there, so it runs from any directory)."""
     problems = tuple(problems_of(deployment.spec))
     refused = tuple(p for p in problems if not (lossy and p.droppable))
     if refused:
@@ -92,7 +101,7 @@ def export(
     scaler = _autoscaler(pod_deployment, namespace) if workload["kind"] == "Deployment" else None
     objects = (workload, *([scaler] if scaler else []), _service(pod_deployment, namespace))
     notes = ((_HPA_NOTE,) if scaler else ()) + _source_notes(deployment.spec)
-    notes += _secret_notes(deployment) + _volume_notes(deployment.spec)
+    notes += _secret_notes(deployment, folder) + _volume_notes(deployment.spec)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
 
@@ -154,7 +163,9 @@ def _source_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
     if source.hugging_face is not None and "HF_TOKEN" not in spec.env:
         text += (
             f"; HF_TOKEN comes from the Secret {exportpull.TOKEN_SECRET} (key token) if it "
-            "exists: create it for a gated or private repo"
+            "exists: for a gated or private repo, create it from a file holding the token "
+            f"alone (`kubectl create secret generic {exportpull.TOKEN_SECRET} "
+            "--from-file=token=FILE`), never on the command line"
         )
     return (ExportGap(("spec", "source"), text, droppable=False),)
 
@@ -164,23 +175,36 @@ def secret_name(name: str) -> str:
     return f"{name}-env"
 
 
-def _secret_notes(deployment: Deployment) -> tuple[ExportGap, ...]:
-    """envFrom's files stay on the node: the pod reads a Secret the user creates."""
+def _secret_notes(deployment: Deployment, folder: str | None) -> tuple[ExportGap, ...]:
+    """envFrom's files stay on the node: the pod reads a Secret the user creates, with
+    kubectl from the same files (a sopsFile through a pipe), so no value is ever on a
+    command line (shell history, `ps`) or in a clear file."""
     items = deployment.spec.env_from
     if not items:
         return ()
-    sources = " ".join(
-        f"--from-env-file={item.file}"
-        if item.file
-        else f"--from-env-file=<(sops -d {item.sops_file})"
-        for item in items
-    )
+    sources = " ".join(_env_file_flag(item, folder) for item in items)
+    name = secret_name(deployment.name)
     text = (
-        f"exported as envFrom: secretRef {secret_name(deployment.name)}, which is not "
-        f"exported (no value leaves the node): create it with `kubectl create secret "
-        f"generic {secret_name(deployment.name)} {sources}`"
+        f"exported as envFrom: secretRef {name}, which is not exported (no value leaves "
+        f"the node): create it from the same files with `kubectl create secret generic "
+        f"{name} {sources}` (bash); kubectl takes each line as KEY=VALUE as written (a "
+        "line starting with `export` is refused, quotes stay in the value), so write the "
+        "files' lines bare for both"
     )
     return (ExportGap(("spec", "envFrom"), text, droppable=False),)
+
+
+def _env_file_flag(item: EnvFrom, folder: str | None) -> str:
+    """One item as kubectl's ``--from-env-file``: a sopsFile decrypted into a pipe (bash's
+    ``<(...)``) with the types reconcile gives sops, named from the manifest's folder."""
+    if item.file is not None:
+        return f"--from-env-file={shlex.quote(item.file)}"
+    assert item.sops_file is not None
+    path = str(PurePosixPath(folder, item.sops_file)) if folder else item.sops_file
+    return f"--from-env-file=<(sops -d {SOPS_DOTENV} {shlex.quote(path)})"
+
+
+SOPS_DOTENV = "--input-type dotenv --output-type dotenv"  # sops guesses a type by suffix
 
 
 def _volume_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:

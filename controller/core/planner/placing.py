@@ -13,7 +13,7 @@ from controller.core.manifest.names import replica_of
 from controller.core.planner.context import Context, Want
 from controller.core.planner.ledger import PlanLedger
 from controller.core.planner.ondemand import swap
-from controller.core.planner.preemption import candidates, preempt
+from controller.core.planner.preemption import candidates, foreign, preempt
 
 
 def place_wanted(
@@ -21,10 +21,19 @@ def place_wanted(
 ) -> list[AnyAction]:
     """Actions for every Want; ``leaving``: names this round's other actions free."""
     running = candidates(ctx, leaving)  # once: a big plan stays linear
+    others = foreign(ctx)  # other sets' engines: a wait they cause names them
     preempted: set[str] = set()  # a deployment is preempted once per plan
     out: list[AnyAction] = []
     for want in sorted(wants, key=_by_priority):
-        step = _place(ctx, ledger, want, running=running, preempted=preempted, leaving=leaving)
+        step = _place(
+            ctx,
+            ledger,
+            want,
+            running=running,
+            others=others,
+            preempted=preempted,
+            leaving=leaving,
+        )
         preempted.update(a.name for a in step if isinstance(a, Preempt))
         out += step
     return out
@@ -36,6 +45,7 @@ def _place(
     want: Want,
     *,
     running: Sequence[Victim],
+    others: Sequence[Victim],
     preempted: set[str],
     leaving: frozenset[str],
 ) -> list[AnyAction]:
@@ -48,7 +58,7 @@ def _place(
     # Only now, for a deployment that waits: a big plan with room stays linear.
     priority = entry.deployment.spec.priority
     lower = [c for c in running if c.priority < priority and c.name not in preempted]
-    return preempt(ctx, ledger, start, why=want.why, lower=lower, leaving=leaving)
+    return preempt(ctx, ledger, start, why=want.why, lower=lower, leaving=leaving, others=others)
 
 
 def _by_priority(want: Want) -> tuple[int, str, int]:

@@ -5,11 +5,12 @@ displaced it. Only strictly lower priorities are candidates, so nothing flaps.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from controller.core.actions import AnyAction, Hold, Preempt, Start
 from controller.core.devices.victims import Victim
-from controller.core.manifest.names import replica_of
+from controller.core.manifest.names import base_name, in_repo, replica_of
 from controller.core.manifest.specs import Entry
 from controller.core.planner.context import Context
 from controller.core.planner.ledger import PlanLedger
@@ -39,6 +40,18 @@ def candidates(ctx: Context, leaving: frozenset[str]) -> list[Victim]:
     return out
 
 
+def foreign(ctx: Context) -> list[Victim]:
+    """Other manifest sets' engines running on this node: never preempted (a pass acts
+    only on what its set owns), but a wait they cause says so (``_across_sets``)."""
+    out = []
+    for view in ctx.observed.records.values():
+        rec = view.record
+        if ctx.ours(rec) or rec.phase not in PREEMPTIBLE or rec.elsewhere(ctx.observed.node):
+            continue
+        out.append(Victim(rec.name, rec.priority, rec.started_at))
+    return out
+
+
 def preempt(
     ctx: Context,
     ledger: PlanLedger,
@@ -47,20 +60,24 @@ def preempt(
     why: str,
     lower: list[Victim],
     leaving: frozenset[str],
+    others: Sequence[Victim] = (),
 ) -> list[AnyAction]:
     """Start ``hold``'s entry by stopping some of ``lower``, or keep it waiting (one Hold).
 
-    ``lower``: the candidates of lower priority not yet preempted in this plan.
+    ``lower``: the candidates of lower priority not yet preempted in this plan;
+    ``others``: other sets' running engines (``foreign``), which only the wait names.
     """
     entry = hold.entry
     spec = entry.deployment.spec
-    if not lower or spec.devices.count == 0 or ctx.drain is not None:
+    if spec.devices.count == 0 or ctx.drain is not None:
         return [waiting(ctx, hold)]
+    if not lower:
+        return [waiting(ctx, _across_sets(ctx, ledger, hold, lower, others))]
     if ledger.devices_free_without(spec, leaving):
         return [hold]  # this round's teardowns make room: wait, preempt nobody
     victims = ledger.victims(spec, lower)
     if not victims:
-        return [waiting(ctx, hold)]
+        return [waiting(ctx, _across_sets(ctx, ledger, hold, lower, others))]
     start = ledger.start_instead_of(entry, why, victims, record=hold.name)
     if isinstance(start, Hold) and start.name in ledger.waiting_turn:
         return [start]  # another start on that device goes first: stop nobody yet
@@ -79,6 +96,34 @@ def waiting(ctx: Context, hold: Hold) -> Hold:
         return hold
     first = message.split("; waiting for room: ")[0]
     return replace(hold, reason=f"{first}; waiting for room: {hold.reason}")
+
+
+def _across_sets(
+    ctx: Context, ledger: PlanLedger, hold: Hold, lower: list[Victim], others: Sequence[Victim]
+) -> Hold:
+    """A wait that other sets' engines of lower priority would end if they were ours:
+    say who and why they stay (DESIGN: priority preempts within one manifest set), so
+    "raise spec.priority" is not the next move it seems."""
+    spec = hold.entry.deployment.spec
+    below = [o for o in others if o.priority < spec.priority]
+    victims = ledger.victims(spec, [*lower, *below]) if below else None
+    theirs = [o for o in below if victims and o.name in victims]
+    if not theirs:
+        return hold
+    held = ", ".join(f"{o.name} (priority {o.priority}, {_set_of(ctx, o.name)})" for o in theirs)
+    names = " ".join(dict.fromkeys(base_name(o.name) for o in theirs))
+    them = "them in their sets" if len(theirs) > 1 else "it in its set"
+    note = (
+        f"; not preempted, as priority preempts only within one manifest set: {held}; "
+        f"stop {them} (`reconcile down {names}` with that set's -f) to make room"
+    )
+    return replace(hold, reason=hold.reason + note)
+
+
+def _set_of(ctx: Context, name: str) -> str:
+    """Where another set's engine is declared: its file names the set's folder (-f)."""
+    rec = ctx.observed.records[name].record
+    return f"from {in_repo(ctx.desired.repo, rec.source)}" if rec.source else f"set {rec.owner}"
 
 
 def _preempting(start: Start, victims: tuple[str, ...]) -> Start:

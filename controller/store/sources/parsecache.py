@@ -25,7 +25,8 @@ from controller import __version__
 from controller.core.digest import sha256_hex
 from controller.store.sources.bounded import Document
 
-FORMAT = 1  # bump when what yamlread returns changes shape or meaning
+# Bump when what yamlread returns changes shape or meaning (2: a field's line is its key's).
+FORMAT = 2
 
 
 class ParseCache:

@@ -121,6 +121,9 @@ class _Converter:
                 raise _fail(key_node, f"mapping key {key!r} must be a string")
             if key in out:
                 raise _fail(key_node, f"duplicate key {key!r}")
+            # A field's line is its key's: a block mapping or list under it starts on
+            # the next line, which `export` named for `spec.autoscale` (one line low).
+            self.lines.setdefault((*path, key), key_node.start_mark.line + 1)
             out[key] = self.convert(value_node, (*path, key), depth + 1)
         return out
 

@@ -85,7 +85,7 @@ def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
         ),
         pytest.param(
             GOOD.format(name="a").replace('  command: [serve, "{port}"]\n', ""),
-            "bad.yaml:6: spec: engine 'command' needs spec.command",
+            "bad.yaml:5: spec: engine 'command' needs spec.command",
             id="missing-command-points-at-spec",
         ),
         pytest.param(
@@ -359,7 +359,7 @@ def test_folder_that_is_a_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        ("  env:\n    BAD-NAME: x\n", "bad.yaml:9: spec.env: env name 'BAD-NAME'"),
+        ("  env:\n    BAD-NAME: x\n", "bad.yaml:8: spec.env: env name 'BAD-NAME'"),
         (
             "  readiness:\n    httpGet:\n      path: health\n",
             "bad.yaml:10: spec.readiness.httpGet.path",
@@ -386,7 +386,7 @@ def test_a_spec_its_recipe_refuses_is_invalid_at_load(tmp_path: Path) -> None:
     write(tmp_path, "llm.yaml", text + "  engine: vllm\n  basePort: 9000\n")
     result = load([tmp_path])
     message = only_error(result)
-    assert message.startswith(f"{tmp_path / 'llm.yaml'}:5: spec.model: engine 'vllm' needs")
+    assert message.startswith(f"{tmp_path / 'llm.yaml'}:4: spec.model: engine 'vllm' needs")
     assert "llm" in result.invalid_names and not result.entries
 
 
@@ -415,7 +415,7 @@ def test_a_spec_its_recipe_refuses_is_invalid_at_load(tmp_path: Path) -> None:
         ),
         pytest.param(
             "  readiness:\n    httpGet: {}\n    tcpSocket: {}\n",
-            "bad.yaml:9: spec.readiness: readiness takes httpGet or tcpSocket, not both",
+            "bad.yaml:8: spec.readiness: readiness takes httpGet or tcpSocket, not both",
             id="a-model-check-points-at-its-mapping",
         ),
     ],
