@@ -15,7 +15,8 @@ session of its own, so it outlives the daemon as engines do. It
 4. honours the daemon's drains (``retire/``), writes its metrics text for the daemon's
    exporter, re-reads the key file and the TLS pair on SIGHUP (``tls.py``);
 5. on SIGTERM or a successor's ``stop``: closes its listener, finishes what it holds
-   (up to the drain grace), removes its files and exits 0. A crash leaves its member
+   (up to the drain grace; handed over, however long, unless a SIGTERM comes), removes
+   its files and exits 0. A crash leaves its member
    file behind, which is how the keeper tells a crash (restart it) from a stop.
 
 It ends by itself when its state dir is gone (nothing left to route).
