@@ -164,6 +164,28 @@ def test_a_hung_replica_leaves_the_rotation_in_seconds_and_its_requests_go_elsew
             os.kill(hung.pid, signal.SIGCONT)
 
 
+def test_a_hung_sole_instance_is_ejected_and_its_request_waits_for_it(
+    reconcile: Any, inproc: Gateway
+) -> None:
+    """With nowhere else to go, a request to an engine judged hung is not failed: it waits
+    on (an engine wrongly judged still answers it), while new requests get the ejected
+    pool's 503 at once instead of hanging too."""
+    g = inproc
+    proc, port = _demo(reconcile)
+    route(g, replace(ready("m", "n0", port), probe=ProbeConfig(http=(("/health", None),))))
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(_chat, g.settings.port, timeout=30)
+            reconcile.wait_for(lambda: ejections(g) == 1, what="the ejection")
+            assert _chat(g.settings.port, timeout=10) == 503  # new ones: at once
+            os.kill(proc.pid, signal.SIGCONT)
+            assert waiting.result() == 200
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)
+
+
 def test_a_slow_engine_is_looked_at_and_keeps_its_requests(reconcile: Any, inproc: Gateway) -> None:
     """An engine that sends nothing for seconds (a long prefill) while it answers GETs is
     slow, not hung: the gateway's looks find it alive, the request waits for its answer,

@@ -9,8 +9,12 @@ gateway looks at the engine itself (``readiness.silent``: its probe path, any st
 within ``LOOK_TIMEOUT``), and again every ``LOOK_EVERY`` while any request still waits.
 An engine that answers the look is slow and keeps every request; one that does not is
 hung: passive health ejects it at once (``Health.hung``), and each of its requests that
-has no head yet is cancelled with ``Awaited.hung`` set, which the forwarder turns into
-a retry on another instance (nothing came back, so nothing is repeated to the client).
+has no head yet and whose pool has another instance to take it is cancelled with
+``Awaited.hung`` set, which the forwarder turns into a retry there (nothing came back,
+so nothing is repeated to the client). One with nowhere else to go waits on: an engine
+wrongly judged (one whose HTTP server answers nothing while it computes) still answers
+it, and a hung one costs it no more than before (its client's timeout, or the liveness
+probe's restart).
 A request whose head came is never cut here: slow tokens are the engine's business.
 
 Envoy's outlier detection ejects on consecutive gateway failures (timeouts included)
@@ -40,10 +44,11 @@ LOOK_EVERY = 2.0  # seconds between looks while a request still waits for its he
 class Awaited:
     """A request sent to an engine whose answer's head has not come."""
 
-    __slots__ = ("hung", "overdue", "target", "task", "timer")
+    __slots__ = ("hung", "overdue", "pool", "target", "task", "timer")
 
-    def __init__(self, target: Target, task: asyncio.Task[object] | None) -> None:
+    def __init__(self, target: Target, pool: str, task: asyncio.Task[object] | None) -> None:
         self.target = target
+        self.pool = pool  # the name it was routed by: where else it may go
         self.task = task
         self.timer: asyncio.TimerHandle | None = None  # HEAD_WAIT's
         self.overdue = False  # HEAD_WAIT passed with no head
@@ -53,9 +58,15 @@ class Awaited:
 class Hangs:
     """The requests waiting for a head, per engine, and the looks at engines they wait on."""
 
-    def __init__(self, health: Health, record_of: Callable[[str | None], Record | None]) -> None:
+    def __init__(
+        self,
+        health: Health,
+        record_of: Callable[[str | None], Record | None],
+        elsewhere: Callable[[str, str | None], bool],
+    ) -> None:
         self._health = health
         self._record_of = record_of  # the engine's record (its probe path), by nonce
+        self._elsewhere = elsewhere  # (pool, nonce): another instance may take a request now
         self._awaited: dict[str | None, dict[Awaited, None]] = {}
         self._looking: dict[str | None, asyncio.Task[None]] = {}
         self.head_wait = HEAD_WAIT
@@ -64,9 +75,10 @@ class Hangs:
         """The looks in progress (the gateway cancels what is left of them when it closes)."""
         return list(self._looking.values())
 
-    def sent(self, target: Target) -> Awaited:
-        """A request goes to ``target`` now (call from the task that awaits its answer)."""
-        awaited = Awaited(target, asyncio.current_task())
+    def sent(self, target: Target, pool: str) -> Awaited:
+        """A request for ``pool`` goes to ``target`` now (call from the task that awaits
+        its answer)."""
+        awaited = Awaited(target, pool, asyncio.current_task())
         self._awaited.setdefault(target.nonce, {})[awaited] = None
         loop = asyncio.get_running_loop()
         awaited.timer = loop.call_later(self.head_wait, self._due, awaited)
@@ -112,14 +124,14 @@ class Hangs:
             self._looking.pop(nonce, None)
 
     def _hung(self, target: Target, why: str) -> None:
-        """Eject the engine; every request of it with no head yet is cancelled to be
-        sent elsewhere (the forwarder reads ``hung``)."""
+        """Eject the engine; each request of it with no head yet that another instance
+        can take is cancelled to be sent there (the forwarder reads ``hung``)."""
         said = f"no answer's head within {self.head_wait:g}s, and {why}"
-        self._health.hung(target, said)
-        for awaited in list(self._awaited.pop(target.nonce, {})):
+        self._health.hung(target, said)  # first: the instances left are those admitted
+        waiting = self._awaited.get(target.nonce, {})
+        for awaited in list(waiting):
+            if awaited.task is None or not self._elsewhere(awaited.pool, target.nonce):
+                continue  # nowhere else to go: it waits on (the module's docstring)
+            self.answered(awaited)
             awaited.hung = said
-            if awaited.timer is not None:
-                awaited.timer.cancel()
-                awaited.timer = None
-            if awaited.task is not None:
-                awaited.task.cancel()
+            awaited.task.cancel()

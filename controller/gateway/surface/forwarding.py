@@ -73,10 +73,14 @@ class Forwarder:
         if self.turns is None:
             self.turns = Turns(self.metrics.swap_avoided)
         self.waits = ReadyWaits(self.table, self.demand.request_pass)
-        self.hangs = Hangs(self.table.health, self._record_of)
+        self.hangs = Hangs(self.table.health, self._record_of, self._elsewhere_now)
 
     def _record_of(self, nonce: str | None) -> Record | None:
         return next((r for r in self.table.records.values() if r.nonce == nonce), None)
+
+    def _elsewhere_now(self, pool: str, nonce: str | None) -> bool:
+        """Another instance of ``pool`` than ``nonce``'s may take a request now."""
+        return bool(self.table.candidates(pool, avoid=nonce))
 
     def tasks(self) -> list[asyncio.Task[None]]:
         """Its tasks (the gateway cancels what is left of them when it closes): the probes
@@ -239,7 +243,7 @@ class Forwarder:
         does the request go to another Ready instance of the pool, if there is one (one
         not reached at all is the caller's: UpstreamDown); else a 502."""
         try:
-            return await self._send(incoming, body, target)
+            return await self._send(incoming, body, want.pool, target)
         except UpstreamHung as exc:
             return await self._elsewhere(incoming, body, want, target, exc)
         except UpstreamFailed as exc:
@@ -254,7 +258,7 @@ class Forwarder:
                 return _upstream_error(target.deployment)
         try:
             with self.tracing.span("retry", {"reconcile.deployment": target.deployment}):
-                return await self._send(incoming, body, target, fresh=True)
+                return await self._send(incoming, body, want.pool, target, fresh=True)
         except UpstreamFailed as exc:
             other = (
                 self.table.target(
@@ -273,7 +277,7 @@ class Forwarder:
                 return _upstream_error(target.deployment)
         try:
             with self.tracing.span("retry", {"reconcile.deployment": other.deployment}):
-                return await self._send(incoming, body, other, fresh=True)
+                return await self._send(incoming, body, want.pool, other, fresh=True)
         except UpstreamFailed as exc:
             log.info("engine connection lost again", deployment=other.deployment, error=str(exc))
             return _failed(other.deployment, exc)
@@ -302,13 +306,19 @@ class Forwarder:
             return _failed(target.deployment, exc)
         try:
             with self.tracing.span("retry", {"reconcile.deployment": other.deployment}):
-                return await self._send(incoming, body, other, fresh=True)
+                return await self._send(incoming, body, want.pool, other, fresh=True)
         except UpstreamFailed as again:
             log.info("engine failed the retry", deployment=other.deployment, error=str(again))
             return _failed(other.deployment, again)
 
     async def _send(
-        self, incoming: Incoming, body: bytes | Upload, target: Target, *, fresh: bool = False
+        self,
+        incoming: Incoming,
+        body: bytes | Upload,
+        pool: str,
+        target: Target,
+        *,
+        fresh: bool = False,
     ) -> StreamResponse:
         """Forward, counted per engine: a retiring instance is stopped only once it is 0,
         and the balancer sends the next request to the least loaded."""
@@ -321,7 +331,7 @@ class Forwarder:
         trial = self.table.health.sent(target.nonce)
         outcome: int | str | None = None  # passive health (health.py); None: no verdict
         silent = False  # the client gave up before a byte of the engine's answer
-        awaited = self.hangs.sent(target)
+        awaited = self.hangs.sent(target, pool)
         try:
             answer = await self._call(incoming, body, target, fresh, awaited)
             outcome = answer.status
