@@ -9,7 +9,8 @@ gateway looks at the engine itself (``readiness.silent``: its probe path, any st
 within ``LOOK_TIMEOUT``), and again every ``LOOK_EVERY`` while any request still waits.
 An engine that answers the look is slow and keeps every request; one that does not is
 hung: passive health ejects it at once (``Health.hung``), and each of its requests that
-has no head yet and whose pool has another instance to take it is cancelled with
+has no head yet, whose body can be sent again, and whose pool has another instance to
+take it is cancelled with
 ``Awaited.hung`` set, which the forwarder turns into a retry there (nothing came back,
 so nothing is repeated to the client). One with nowhere else to go waits on: an engine
 wrongly judged (one whose HTTP server answers nothing while it computes) still answers
@@ -44,11 +45,18 @@ LOOK_EVERY = 2.0  # seconds between looks while a request still waits for its he
 class Awaited:
     """A request sent to an engine whose answer's head has not come."""
 
-    __slots__ = ("hung", "overdue", "pool", "target", "task", "timer")
+    __slots__ = ("hung", "movable", "overdue", "pool", "target", "task", "timer")
 
-    def __init__(self, target: Target, pool: str, task: asyncio.Task[object] | None) -> None:
+    def __init__(
+        self,
+        target: Target,
+        pool: str,
+        movable: Callable[[], bool],
+        task: asyncio.Task[object] | None,
+    ) -> None:
         self.target = target
         self.pool = pool  # the name it was routed by: where else it may go
+        self.movable = movable  # its body can be sent again (a streamed upload begun cannot)
         self.task = task
         self.timer: asyncio.TimerHandle | None = None  # HEAD_WAIT's
         self.overdue = False  # HEAD_WAIT passed with no head
@@ -75,10 +83,10 @@ class Hangs:
         """The looks in progress (the gateway cancels what is left of them when it closes)."""
         return list(self._looking.values())
 
-    def sent(self, target: Target, pool: str) -> Awaited:
+    def sent(self, target: Target, pool: str, movable: Callable[[], bool]) -> Awaited:
         """A request for ``pool`` goes to ``target`` now (call from the task that awaits
         its answer)."""
-        awaited = Awaited(target, pool, asyncio.current_task())
+        awaited = Awaited(target, pool, movable, asyncio.current_task())
         self._awaited.setdefault(target.nonce, {})[awaited] = None
         loop = asyncio.get_running_loop()
         awaited.timer = loop.call_later(self.head_wait, self._due, awaited)
@@ -130,7 +138,9 @@ class Hangs:
         self._health.hung(target, said)  # first: the instances left are those admitted
         waiting = self._awaited.get(target.nonce, {})
         for awaited in list(waiting):
-            if awaited.task is None or not self._elsewhere(awaited.pool, target.nonce):
+            if awaited.task is None or not awaited.movable():
+                continue  # its upload cannot be sent again: it waits on
+            if not self._elsewhere(awaited.pool, target.nonce):
                 continue  # nowhere else to go: it waits on (the module's docstring)
             self.answered(awaited)
             awaited.hung = said

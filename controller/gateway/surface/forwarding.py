@@ -331,7 +331,8 @@ class Forwarder:
         trial = self.table.health.sent(target.nonce)
         outcome: int | str | None = None  # passive health (health.py); None: no verdict
         silent = False  # the client gave up before a byte of the engine's answer
-        awaited = self.hangs.sent(target, pool)
+        movable = _always if isinstance(body, bytes) else body.resendable
+        awaited = self.hangs.sent(target, pool, movable)
         try:
             answer = await self._call(incoming, body, target, fresh, awaited)
             outcome = answer.status
@@ -459,6 +460,10 @@ def _headed(
         return await waiting.settle() if waiting is not None else None
 
     return settle
+
+
+def _always() -> bool:
+    return True
 
 
 def _may_resend(exc: UpstreamFailed, body: bytes | Upload) -> bool:
