@@ -125,8 +125,7 @@ class Hangs:
                 rec = self._record_of(nonce)
                 why = await readiness.silent(target.host, target.port, rec, LOOK_TIMEOUT)
                 if why is not None:
-                    self._hung(target, why)
-                    return
+                    self._hung(target, why)  # those left wait on: looked at again
                 await asyncio.sleep(LOOK_EVERY)
         finally:
             self._looking.pop(nonce, None)
