@@ -4,7 +4,8 @@ instance Ready within fallbackAfter, none that can become Ready at all, every in
 ejected), OnDemand rivals' turns and activation, the wait for a Ready instance
 (routing/readiness.py), and the call itself: counted per engine (the balancer, retire,
 the autoscaler's figures), judged for passive health, and sent once more on another
-instance when the engine dropped the connection before a byte of its answer.
+instance when the engine dropped the connection before a byte of its answer, or was
+judged hung before its answer's head (routing/hangs.py).
 """
 
 from __future__ import annotations
