@@ -22,7 +22,8 @@ DEFAULT_MAX_BODY_TOTAL = 128 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT = 128  # per deployment: engines batch; a bigger box raises it
 DEFAULT_MAX_QUEUE = 256
 QUEUE_WAIT = 30.0  # seconds a queued request waits for a slot before its 429
-# Seconds a stopping or handed-over gateway lets its requests (streams included) finish.
+# Seconds a stopping gateway lets its requests (streams included) finish; a handed-over
+# one finishes them however long they take, unless a SIGTERM bounds it to this much.
 DRAIN_GRACE = 120.0
 # Seconds between the SSE comments of a streaming request held while its engine starts
 # (waiting.py; DESIGN "Routing that helps the engine"). WAITING_ENV shortens it (tests, or

@@ -1,6 +1,6 @@
 """An engine that says what reached it (for the gateway's path and token tests).
 
-    python echo_engine.py --port N --model NAME [--hold-while FILE]
+    python echo_engine.py --port N --model NAME [--hold-while FILE] [--head-while FILE]
 
 ``GET /health`` answers 200. Any other request is read as a stream (never whole: a
 50 MB upload costs this process little too) and answered with JSON naming the engine
@@ -10,7 +10,9 @@ are added where their paths ask: ``data`` for embeddings, ``text`` for transcrip
 ``choices`` and ``usage`` for completions (``"stream": true``: server-sent events, the
 usage chunk last when ``stream_options.include_usage`` asks for it). While
 ``--hold-while FILE`` exists, a stream holds its end (its first chunks sent): a request
-in flight for as long as a test wants.
+in flight for as long as a test wants. While ``--head-while FILE`` exists, a request
+gets nothing at all, not even its answer's head (a long prefill), while ``/health`` still
+answers; ``GET /looks`` says how many ``/health`` it answered.
 """
 
 from __future__ import annotations
@@ -66,6 +68,9 @@ async def echo(request: web.Request) -> web.StreamResponse:
         "sha256": digest.hexdigest(),
         "body": body,
     }
+    head: Path | None = request.app["head"]
+    while head is not None and head.exists():  # a long prefill: not a byte, not a header
+        await asyncio.sleep(0.05)
     if isinstance(body, dict) and body.get("stream"):
         return await stream(request, said, body)
     return web.json_response({**said, **shape(request.path, model)})
@@ -118,7 +123,13 @@ async def stream(
 
 
 async def health(request: web.Request) -> web.Response:
+    request.app["looks"] += 1
     return web.json_response({"status": "ok"})
+
+
+async def looks(request: web.Request) -> web.Response:
+    """How many GET /health it answered (the gateway's looks at it included)."""
+    return web.json_response({"looks": request.app["looks"]})
 
 
 def main() -> None:
@@ -126,11 +137,15 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--hold-while", type=Path)
+    parser.add_argument("--head-while", type=Path)
     args = parser.parse_args()
     app = web.Application(client_max_size=1 << 30)
     app["model"] = args.model
     app["hold"] = args.hold_while
+    app["head"] = args.head_while
+    app["looks"] = 0
     app.router.add_get("/health", health)
+    app.router.add_get("/looks", looks)
     app.router.add_route("*", "/{tail:.*}", echo)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
 

@@ -11,6 +11,8 @@ import json
 import os
 import signal
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from test_upstream import Rude, ready, route, rude_command
 from controller.core.state import ProbeConfig
 from controller.gateway.lifecycle.app import Gateway
 
+ECHO = Path(__file__).with_name("echo_engine.py")
 BODY = json.dumps({"model": "m", "prompt": "hi"}).encode()
 WINDOW = 2.0  # seconds an ejection lasts here (30 s in production)
 
@@ -126,12 +129,14 @@ def test_through_the_daemon_an_ejection_is_in_the_deployments_journal(
     g.finish()
 
 
-def test_a_hung_replica_is_ejected_after_its_timeouts_and_the_others_serve(
+def test_a_hung_replica_leaves_the_rotation_in_seconds_and_its_requests_go_elsewhere(
     reconcile: Any, inproc: Gateway
 ) -> None:
-    """A SIGSTOP'd replica accepts (the kernel does) and never answers: each client that
-    gives up on it is a timeout once it answers no other GET either, and three in a row
-    eject it; every request after that goes to the other two."""
+    """A SIGSTOP'd replica accepts (the kernel does) and never answers. The gateway looks
+    at it once a request has waited a second for its head, finds it answers no GET
+    either, and ejects it at once; the requests it held (nothing of them answered yet)
+    are sent to the other two. No client waits for its own timeout (it took a client's
+    timeout per request, three in a row, ~13 s, before)."""
     g = inproc
     health = ProbeConfig(http=(("/health", None),))
     engines = [_demo(reconcile) for _ in range(3)]
@@ -144,19 +149,87 @@ def test_a_hung_replica_is_ejected_after_its_timeouts_and_the_others_serve(
     hung = engines[0][0]
     os.kill(hung.pid, signal.SIGSTOP)
     try:
-        gave_up: list[int] = []
-        reconcile.wait_for(
-            lambda: gave_up.append(_chat(g.settings.port)) or ejections(g) > 0,
-            timeout=60,
-            what="the hung replica's ejection",
-        )
-        assert gave_up.count(0) >= 3, gave_up  # 0: the client gave up (its timeout)
+        # At once: least in flight gives each replica two of them, the hung one too.
+        with ThreadPoolExecutor(6) as pool:
+            timed = list(pool.map(lambda _: _timed_chat(g.settings.port), range(6)))
+        assert [status for status, _ in timed] == [200] * 6, timed
+        # HEAD_WAIT (1 s) + the look's LOOK_TIMEOUT (2 s), with room for a loaded box.
+        assert max(seconds for _, seconds in timed) < 10, timed
+        assert ejections(g) == 1
         assert [_chat(g.settings.port, timeout=30) for _ in range(30)] == [200] * 30
         (ejected,) = reconcile.wait_for(lambda: events(reconcile, "eject"), what="the event")
         assert ejected["instance"] == "m" and "no answer within" in ejected["reason"], ejected
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(hung.pid, signal.SIGCONT)
+
+
+def test_a_hung_sole_instance_is_ejected_and_its_request_waits_for_it(
+    reconcile: Any, inproc: Gateway
+) -> None:
+    """With nowhere else to go, a request to an engine judged hung is not failed: it waits
+    on (an engine wrongly judged still answers it), while new requests get the ejected
+    pool's 503 at once instead of hanging too."""
+    g = inproc
+    proc, port = _demo(reconcile)
+    route(g, replace(ready("m", "n0", port), probe=ProbeConfig(http=(("/health", None),))))
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(_chat, g.settings.port, timeout=30)
+            reconcile.wait_for(lambda: ejections(g) == 1, what="the ejection")
+            assert _chat(g.settings.port, timeout=10) == 503  # new ones: at once
+            os.kill(proc.pid, signal.SIGCONT)
+            assert waiting.result() == 200
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)
+
+
+def test_a_slow_engine_is_looked_at_and_keeps_its_requests(reconcile: Any, inproc: Gateway) -> None:
+    """An engine that sends nothing for seconds (a long prefill) while it answers GETs is
+    slow, not hung: the gateway's looks find it alive, the request waits for its answer,
+    and a stream whose tokens are slow (its head came) is never looked at or cut."""
+    g = inproc
+    head, hold = reconcile.tmp / "prefill", reconcile.tmp / "tokens"
+    port = free_ports(1)
+    argv = [sys.executable, str(ECHO), "--port", str(port), "--model", "m"]
+    reconcile.spawn([*argv, "--head-while", str(head), "--hold-while", str(hold)])
+    reconcile.wait_for(lambda: _chat(port, path="/health") == 200, what="the echo engine")
+    route(g, replace(ready("m", "n0", port), probe=ProbeConfig(http=(("/health", None),))))
+    hold.touch()
+    streamed = http.client.HTTPConnection("127.0.0.1", g.settings.port, timeout=30)
+    chat = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    streamed.request("POST", "/v1/chat/completions", body=json.dumps(chat))
+    answer = streamed.getresponse()  # its head came: its tokens are held (--hold-while)
+    assert answer.status == 200
+    head.touch()
+    with ThreadPoolExecutor(1) as pool:
+        prefill = pool.submit(_timed_chat, g.settings.port)
+        before = _looks(port)
+        reconcile.wait_for(lambda: _looks(port) >= before + 3, timeout=30, what="two looks")
+        head.unlink()
+        assert prefill.result()[0] == 200
+    hold.unlink()
+    assert answer.read().endswith(b"data: [DONE]\n\n")
+    streamed.close()
+    assert ejections(g) == 0
+
+
+def _timed_chat(port: int) -> tuple[int, float]:
+    began = time.monotonic()
+    return _chat(port, timeout=20), time.monotonic() - began
+
+
+def _looks(port: int) -> int:
+    """How many GET /health the echo engine answered (this one's own included)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", "/looks")
+        looks: int = json.loads(conn.getresponse().read())["looks"]
+        return looks
+    finally:
+        conn.close()
 
 
 def _demo(reconcile: Any) -> tuple[Any, int]:

@@ -102,3 +102,19 @@ def test_every_engine_must_be_ejected_for_a_pool_to_be_and_gone_ones_are_forgott
     assert h.ejected(["n1"]) == pytest.approx(30.0)
     h.forget({"n2"})
     assert h.admits("n1") and h.ejected(["n1"]) is None
+
+
+def test_a_hung_verdict_ejects_at_once_and_an_ejected_engine_is_left_to_its_trial() -> None:
+    h, clock, changes = health()
+    send(h, 500)  # one failure before: the verdict needs no count
+    h.hung(E, "no answer within 2s, nor to GET /health")
+    assert not h.admits(E.nonce) and len(changes) == 1 and changes[0].ejected
+    assert "no answer within 2s" in changes[0].reason
+    h.hung(E, "again")  # its other requests' looks: ejected already, nothing more
+    assert len(changes) == 1
+    clock.now += 30.0
+    trial = h.sent(E.nonce)
+    h.hung(E, "the trial hangs too")  # the trial's own end decides, not this
+    assert trial and len(changes) == 1
+    h.report(E, trial, "the trial hangs too")
+    assert len(changes) == 2 and not h.admits(E.nonce)

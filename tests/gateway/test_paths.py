@@ -69,6 +69,7 @@ def test_every_path_is_routed_by_its_model(reconcile: Any, gateway: Any) -> None
         model = ("alpha", "beta")[i % 2]
         body = {"model": model, "input": "hi", "n": i}
         extra = {"anthropic-version": "2023-06-01", "x-api-key": "theirs"}
+        extra["Authorization"] = "Bearer the-engine's"  # e.g. vLLM's own --api-key
         answer = g.request("POST", f"{path}?q={i}", body, extra)
         assert answer.status == 200, (path, answer)
         said = answer.json()
@@ -77,6 +78,7 @@ def test_every_path_is_routed_by_its_model(reconcile: Any, gateway: Any) -> None
         # Keys are off: the client's own Anthropic headers reach the engine untouched.
         assert said["headers"]["anthropic-version"] == "2023-06-01"
         assert said["headers"]["x-api-key"] == "theirs"
+        assert said["headers"]["authorization"] == "Bearer the-engine's"
     for path in ("/v1/audio/transcriptions", "/v1/audio/translations"):
         for model in ("alpha", "beta"):
             data, headers = form(model, os.urandom(300_000))
@@ -218,6 +220,16 @@ def test_the_openai_client_with_a_key(reconcile: Any, gateway: Any) -> None:
         said = answer.json()
         assert said["engine"] == "alpha" and "x-api-key" not in said["headers"]
         assert said["headers"]["anthropic-version"] == "2023-06-01"
+        # ... and so is the bearer form: neither key header reaches an engine.
+        answer = g.request(
+            "POST",
+            "/v1/messages",
+            {"model": "alpha", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]},
+            {"Authorization": f"Bearer {KEY}", "x-api-key": KEY},
+        )
+        assert answer.status == 200, answer
+        shown = answer.json()["headers"]
+        assert "authorization" not in shown and "x-api-key" not in shown, shown
     finally:
         client.close()
     g.finish()

@@ -45,7 +45,7 @@ class Served:
         self.listener.close()
         for writer in self.clients:
             writer.close()
-        await self.server.cut(0.1)
+        await self.server.cut(0.1, "the test ends")
 
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         assert self.listener is not None

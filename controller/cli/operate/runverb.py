@@ -12,6 +12,8 @@ from controller.cli.common import reconciler as build
 from controller.redact import printable
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from controller.daemon.loop import FrontDoor
     from controller.store.config.node import Config
 
@@ -87,6 +89,8 @@ def _once(args: argparse.Namespace, cfg: Config) -> int:
     if clash:
         print(f"reconcile: {clash}", file=sys.stderr)
         return EXIT_FAIL
+    if cfg.metrics_file is not None:
+        _with_gateway_series(cfg.state_dir)
     reconciler = build(cfg)
     if args.wait:
         from controller.cli.render.waiting import wait_until_ready
@@ -97,6 +101,21 @@ def _once(args: argparse.Namespace, cfg: Config) -> int:
     for why in result.failing():
         print(f"error: {why}", file=sys.stderr)
     return EXIT_OK if result.converged else EXIT_FAIL
+
+
+def _with_gateway_series(state_dir: Path) -> None:
+    """The textfile of a `--once` carries the gateway's series, as the daemon's does: a
+    gateway outlives the daemon that started it and serves on beside cron's passes,
+    writing its figures in the state dir (``gateway/metrics.prom``, every half second).
+    Those of a gateway no longer alive are left out: stale counters of a crashed one."""
+    from controller.daemon.metrics import add_source
+    from controller.gateway.lifecycle import registry
+
+    def series() -> str:
+        live = registry.current_live(state_dir) is not None
+        return registry.metrics_text(state_dir) if live else ""
+
+    add_source(series)
 
 
 def _beside_the_daemon(cfg: Config) -> str | None:

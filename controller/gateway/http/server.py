@@ -26,6 +26,7 @@ deadline for a request's headers (its issue #157), which the policies below need
 from __future__ import annotations
 
 import asyncio
+import json
 import resource
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -33,6 +34,7 @@ from typing import Any, cast
 
 import httptools
 
+from controller.gateway.http.answers import body as error_body
 from controller.gateway.http.answers import error
 from controller.gateway.http.messages import Body, Request, StreamResponse
 from controller.gateway.http.quiet import Throttle
@@ -96,6 +98,7 @@ class Connections:
         self._open: dict[Protocol, None] = {}  # a dict keeps the order they came in
         # accepted, not yet admitted: TLS connections mid-handshake (tlsaccept.Acceptor)
         self.arriving = 0
+        self.deadline: float | None = None  # loop time a drain ends (None: when all did)
 
     def admit(self, conn: Protocol) -> None:
         self._open[conn] = None
@@ -107,7 +110,7 @@ class Connections:
     def drop(self, conn: Protocol) -> None:
         self._open.pop(conn, None)
 
-    async def drain(self, grace: float) -> None:
+    async def drain(self, grace: float | None) -> None:
         """The listener is closed: end every connection between requests, none mid-way.
 
         A connection whose request is in progress is left alone: its answer says
@@ -120,14 +123,16 @@ class Connections:
         A connection is closed only once two looks in a row found it closable, and the
         drain ends only after two looks found nothing open or arriving: a connection the
         loop accepted as the listener closed is admitted a turn or two later, one over
-        TLS once its handshake is done (``arriving``). Past ``grace``
-        the rest are left to the caller (``Server.cut``).
+        TLS once its handshake is done (``arriving``). Past ``grace`` (None: none, until
+        ``bound`` sets one) the rest are left to the caller (``Server.cut``).
         """
         loop = asyncio.get_running_loop()
         began = loop.time()
+        if grace is not None:  # else none, unless ``bound`` set one (before, or meanwhile)
+            self.deadline = began + grace
         closable: set[Protocol] = set()  # closable at the last look
         empty_looks = 0
-        while empty_looks < SETTLE_LOOKS and loop.time() - began < grace:
+        while empty_looks < SETTLE_LOOKS and (self.deadline is None or loop.time() < self.deadline):
             waited = loop.time() - began
             empty_looks = empty_looks + 1 if not self._open and not self.arriving else 0
             now = {c for c in self._open if c.idle() and _closable(c, waited)}
@@ -137,11 +142,26 @@ class Connections:
             closable = now - closable
             await asyncio.sleep(DRAIN_TICK)
 
+    def bound(self, grace: float) -> None:
+        """A drain without a deadline (a hand-over's) gets one, ``grace`` s from now."""
+        now = asyncio.get_running_loop().time()
+        if self.deadline is None or self.deadline > now + grace:
+            self.deadline = now + grace
+
     def all(self) -> list[Protocol]:
         return list(self._open)
 
     def __len__(self) -> int:
         return len(self._open)
+
+
+def _unavailable(why: str) -> bytes:
+    """A 503 written by hand, for a request the gateway cut before any of its answer."""
+    said = json.dumps(error_body(503, why, "gateway_stopping")).encode()
+    return (
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+        b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%b" % (len(said), said)
+    )
 
 
 def _closable(conn: Protocol, waited: float) -> bool:
@@ -164,16 +184,21 @@ class Server:
         """The protocol factory for ``loop.create_server``."""
         return Protocol(self)
 
-    async def cut(self, wait: float) -> None:
-        """Past the drain: give the handlers still running ``wait`` s, then close every
-        connection (their handlers are cancelled with them)."""
-        running = [t for c in self.connections.all() if (t := c.serving) is not None]
+    async def cut(self, wait: float, why: str) -> None:
+        """Past the drain: each handler still running is cancelled with ``why`` on its
+        connection (``Protocol.cut``), and gets ``wait`` s to say so to its client (an
+        event stream's last event; a 503 where nothing of the answer went out); then every
+        connection is closed."""
+        running = []
+        for conn in self.connections.all():
+            if conn.serving is not None:
+                conn.cut = why
+                conn.serving.cancel()
+                running.append(conn.serving)
         if running:
             await asyncio.wait(running, timeout=wait)
         for conn in self.connections.all():
             conn.force_close()
-        if running:
-            await asyncio.wait(running, timeout=wait)
 
 
 class Protocol(asyncio.Protocol):
@@ -202,6 +227,8 @@ class Protocol(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None  # set while writes are paused
         self._lost = False
         self._sent = 0  # bytes of the current answer sent
+        # why the gateway cut the request in progress (its drain ran out), if it did
+        self.cut: str | None = None
 
     # -- what the drain and the cap look at
     def idle(self) -> bool:
@@ -399,6 +426,8 @@ class Protocol(asyncio.Protocol):
                     self._end(request)
                     return
         except asyncio.CancelledError:
+            if self.cut is not None and self._sent == 0 and not self._lost:
+                self.send(_unavailable(self.cut))  # nothing of the answer went out yet
             self.force_close()  # the client went away, or the gateway is cut
         finally:
             self.serving = None

@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
 from typing import Any
 
 import aiohttp
@@ -168,10 +169,27 @@ class Gateway:
     def stop(self, why: str = "stopping") -> None:
         """Stop accepting, let requests in flight finish (up to the settings' drain grace
         period), end. ``why``: what a request still waiting for an engine is told."""
+        closing = self.begin_stop(why, self.settings.drain_grace)
+        if closing is not None:
+            closing.result(timeout=self.settings.drain_grace + START_WAIT)
+            self.end_stop()
+
+    def begin_stop(self, why: str, grace: float | None) -> Future[None] | None:
+        """``stop``'s first half: the drain, on the loop, for up to ``grace`` s (None: as
+        long as requests are in flight, until ``bound_drain``); done when it is."""
+        if self._thread is None or self.loop.is_closed():
+            return None
+        return asyncio.run_coroutine_threadsafe(self._close(why, grace), self.loop)
+
+    def bound_drain(self, grace: float) -> None:
+        """Any thread: a drain begun without a deadline ends ``grace`` s from now at most."""
+        if self._connections is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._connections.bound, grace)
+
+    def end_stop(self) -> None:
+        """``stop``'s second half, once the drain is done: the loop and its thread end."""
         if self._thread is None or self.loop.is_closed():
             return
-        done = asyncio.run_coroutine_threadsafe(self._close(why), self.loop)
-        done.result(timeout=self.settings.drain_grace + START_WAIT)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=START_WAIT)
         self.requests.close()  # after the last request: its line is written too
@@ -268,7 +286,7 @@ class Gateway:
         if self._listener is not None:
             await close_listener(self._listener)
 
-    async def _close(self, why: str) -> None:
+    async def _close(self, why: str, grace: float | None) -> None:
         await self._stop_listening()
         if self._server is not None:
             self._server.draining = True  # each answer from now on says Connection: close
@@ -281,9 +299,10 @@ class Gateway:
         # heartbeat and the records watch run on meanwhile: an OnDemand request in flight
         # stays wanted, a drain is heard.
         if self._connections is not None:
-            await self._connections.drain(self.settings.drain_grace)
-        if self._server is not None:
-            await self._server.cut(CUT_WAIT)  # what is left past the grace is cut
+            await self._connections.drain(grace)
+        if self._server is not None:  # what is left past the grace is cut, saying why
+            cut = f"this gateway process is stopping ({why}) and its drain ran out; retry"
+            await self._server.cut(CUT_WAIT, cut)
         await self._beside.aclose()
         probes = self.front.forwarder.tasks() if self.front else []
         for task in [*self._tasks, *probes]:

@@ -39,6 +39,7 @@ log = get_logger("reconcile")
 TALK_TIMEOUT = 5.0  # seconds for one line of the control protocol
 STOP_WAIT = 30.0  # seconds a successor may take between "ok" and "stop"
 LINE_MAX = 64
+HANDED_OVER = "handed over"  # the reason a gateway stops once its successor serves
 
 
 def _line(conn: socket.socket) -> bytes:
@@ -116,7 +117,7 @@ class Control:
             conn.settimeout(STOP_WAIT)
             if _line(conn) == b"stop":  # the successor serves now
                 conn.sendall(b"bye\n")
-                self._stop("handed over")
+                self._stop(HANDED_OVER)
             else:
                 log.info("gateway hand-over abandoned by the successor; serving on")
         else:

@@ -15,7 +15,8 @@ session of its own, so it outlives the daemon as engines do. It
 4. honours the daemon's drains (``retire/``), writes its metrics text for the daemon's
    exporter, re-reads the key file and the TLS pair on SIGHUP (``tls.py``);
 5. on SIGTERM or a successor's ``stop``: closes its listener, finishes what it holds
-   (up to the drain grace), removes its files and exits 0. A crash leaves its member
+   (up to the drain grace; handed over, however long, unless a SIGTERM comes), removes
+   its files and exits 0. A crash leaves its member
    file behind, which is how the keeper tells a crash (restart it) from a stop.
 
 It ends by itself when its state dir is gone (nothing left to route).
@@ -38,6 +39,7 @@ from controller import __version__, logsetup
 from controller.errors import ConfigError
 from controller.gateway.lifecycle import handover, listener, registry
 from controller.gateway.lifecycle.app import BACKLOG, Gateway, loop_name
+from controller.gateway.lifecycle.handover import HANDED_OVER
 from controller.gateway.records_watch import RESYNC, RecordsWatch
 from controller.gateway.routing.table import FIRST_PASS_WAIT
 from controller.gateway.settings import Settings, settings_from_json, settings_to_json
@@ -55,6 +57,7 @@ GUARD_PERIOD = 5.0  # seconds between looks at who else listens on the port
 SETTLE = 0.1  # seconds from a watch event to the look (see _turns)
 FIRST_PASS_LOOK = 1.0  # seconds between looks until the first pass (`passed` is not watched)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_LOOK = 0.2  # seconds between looks for a stop signal while the gateway drains
 
 
 class GatewayProcess:
@@ -385,11 +388,21 @@ class GatewayProcess:
                 self.gateway.reload()
                 continue
             break
-        log.info("gateway stopping", reason=self._why, grace=self.settings.drain_grace)
+        # Handed over, it finishes what it holds, however long (DESIGN: an upgrade cuts
+        # no stream); stopped, up to the drain grace. A SIGTERM meanwhile (`reconcile
+        # gateway stop`) bounds a hand-over's drain too.
+        grace = None if self._why == HANDED_OVER else self.settings.drain_grace
+        log.info("gateway stopping", reason=self._why, grace=grace)
         if self.control is not None:
             self.control.close()
         self.gateway.stop_accepting()
-        self.gateway.stop(self._why)
+        closing = self.gateway.begin_stop(self._why, grace)
+        while closing is not None and not closing.done():
+            if signal.sigtimedwait(STOP_SIGNALS, STOP_LOOK) is not None and grace is None:
+                grace = self.settings.drain_grace
+                log.info("gateway drain bounded", grace=grace)
+                self.gateway.bound_drain(grace)
+        self.gateway.end_stop()
         self._hand_down()  # after the last request: its count is in
         registry.unregister(self.state_dir, self.nonce)
         self._wake.close()

@@ -120,6 +120,16 @@ class Health:
             why = f"{state.failures} connection failures, timeouts or 5xx answers in a row"
             self._eject(engine, state, why)
 
+    def hung(self, engine: Engine, why: str) -> None:
+        """The gateway's own look found the engine hung (``hangs.py``): ejected at once,
+        no three in a row (each would cost a client its timeout). One ejected already
+        is left to its trial's end."""
+        state = self._states.setdefault(engine.nonce, _State())
+        if state.until is not None:
+            return
+        state.last = why
+        self._eject(engine, state, "it answered nothing, not even a look at it")
+
     def _trial_ended(self, engine: Engine, state: _State, outcome: Outcome) -> None:
         state.trial = False
         if outcome is None:

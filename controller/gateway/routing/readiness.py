@@ -110,7 +110,9 @@ class ReadyWaits:
         self._request_pass()  # the daemon records it Ready by the same probe
 
 
-async def silent(host: str, port: int, rec: Record | None) -> str | None:
+async def silent(
+    host: str, port: int, rec: Record | None, timeout: float = SILENT_TIMEOUT
+) -> str | None:
     """Why the engine looks hung, or None when it answers HTTP (any status) at once.
 
     A client gave up on it before a byte of its answer: a hung engine (SIGSTOP'd: the
@@ -122,10 +124,10 @@ async def silent(host: str, port: int, rec: Record | None) -> str | None:
     path = next((p for config in _configs(rec) for p, _ in config.http), "/")
     try:
         await asyncio.to_thread(
-            probes.request, probes.connect_host(host), port, "GET", path, SILENT_TIMEOUT
+            probes.request, probes.connect_host(host), port, "GET", path, timeout
         )
     except TimeoutError:
-        return f"no answer within {SILENT_TIMEOUT:g}s, nor to GET {path}"
+        return f"no answer within {timeout:g}s, nor to GET {path}"
     except OSError as exc:
         return f"no answer, and GET {path} failed: {type(exc).__name__}"
     return None

@@ -4,12 +4,14 @@ instance Ready within fallbackAfter, none that can become Ready at all, every in
 ejected), OnDemand rivals' turns and activation, the wait for a Ready instance
 (routing/readiness.py), and the call itself: counted per engine (the balancer, retire,
 the autoscaler's figures), judged for passive health, and sent once more on another
-instance when the engine dropped the connection before a byte of its answer.
+instance when the engine dropped the connection before a byte of its answer, or was
+judged hung before its answer's head (routing/hangs.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +27,7 @@ from controller.gateway.http.upstream import Upstream
 from controller.gateway.routing import readiness
 from controller.gateway.routing.activation import Demand
 from controller.gateway.routing.concurrency import Limiter
+from controller.gateway.routing.hangs import Awaited, Hangs
 from controller.gateway.routing.prefix import chain, prompt_text
 from controller.gateway.routing.readiness import ReadyWaits
 from controller.gateway.routing.swaps import Turns
@@ -65,16 +68,25 @@ class Forwarder:
     # engine nonce -> the look at a silent engine (_judge_silence)
     _judging: dict[str | None, asyncio.Task[None]] = field(default_factory=dict, init=False)
     waits: ReadyWaits = field(init=False)  # requests held while their pool cold-starts
+    hangs: Hangs = field(init=False)  # requests waiting for an answer's head (hangs.py)
 
     def __post_init__(self) -> None:
         if self.turns is None:
             self.turns = Turns(self.metrics.swap_avoided)
         self.waits = ReadyWaits(self.table, self.demand.request_pass)
+        self.hangs = Hangs(self.table.health, self._record_of, self._elsewhere_now)
+
+    def _record_of(self, nonce: str | None) -> Record | None:
+        return next((r for r in self.table.records.values() if r.nonce == nonce), None)
+
+    def _elsewhere_now(self, pool: str, nonce: str | None) -> bool:
+        """Another instance of ``pool`` than ``nonce``'s may take a request now."""
+        return bool(self.table.candidates(pool, avoid=nonce))
 
     def tasks(self) -> list[asyncio.Task[None]]:
         """Its tasks (the gateway cancels what is left of them when it closes): the probes
         of Starting engines and the looks at silent ones."""
-        return [*self.waits.tasks(), *self._judging.values()]
+        return [*self.waits.tasks(), *self._judging.values(), *self.hangs.tasks()]
 
     async def serve(
         self,
@@ -232,7 +244,9 @@ class Forwarder:
         does the request go to another Ready instance of the pool, if there is one (one
         not reached at all is the caller's: UpstreamDown); else a 502."""
         try:
-            return await self._send(incoming, body, target)
+            return await self._send(incoming, body, want.pool, target)
+        except UpstreamHung as exc:
+            return await self._elsewhere(incoming, body, want, target, exc)
         except UpstreamFailed as exc:
             again = _may_resend(exc, body)
             log.info(
@@ -245,7 +259,7 @@ class Forwarder:
                 return _upstream_error(target.deployment)
         try:
             with self.tracing.span("retry", {"reconcile.deployment": target.deployment}):
-                return await self._send(incoming, body, target, fresh=True)
+                return await self._send(incoming, body, want.pool, target, fresh=True)
         except UpstreamFailed as exc:
             other = (
                 self.table.target(
@@ -264,13 +278,48 @@ class Forwarder:
                 return _upstream_error(target.deployment)
         try:
             with self.tracing.span("retry", {"reconcile.deployment": other.deployment}):
-                return await self._send(incoming, body, other, fresh=True)
+                return await self._send(incoming, body, want.pool, other, fresh=True)
         except UpstreamFailed as exc:
             log.info("engine connection lost again", deployment=other.deployment, error=str(exc))
-            return _upstream_error(other.deployment)
+            return _failed(other.deployment, exc)
+
+    async def _elsewhere(
+        self, incoming: Incoming, body: bytes | Upload, want: Ask, target: Target, exc: UpstreamHung
+    ) -> StreamResponse:
+        """``target`` was judged hung with the request unanswered (hangs.py): another
+        instance of the pool gets it, when there is one and the body can go again (not
+        the same one: it is ejected); else a 504 saying so."""
+        other = (
+            self.table.target(
+                want.pool, avoid=target.nonce, session=want.session, prefix=want.prefix
+            )
+            if _may_resend(exc, body)
+            else None
+        )
+        log.warning(
+            "engine hung: its request sent elsewhere" if other else "engine hung",
+            deployment=target.deployment,
+            instance=target.instance,
+            error=str(exc),
+            retried=other.instance if other is not None else "no",
+        )
+        if other is None:
+            return _failed(target.deployment, exc)
+        try:
+            with self.tracing.span("retry", {"reconcile.deployment": other.deployment}):
+                return await self._send(incoming, body, want.pool, other, fresh=True)
+        except UpstreamFailed as again:
+            log.info("engine failed the retry", deployment=other.deployment, error=str(again))
+            return _failed(other.deployment, again)
 
     async def _send(
-        self, incoming: Incoming, body: bytes | Upload, target: Target, *, fresh: bool = False
+        self,
+        incoming: Incoming,
+        body: bytes | Upload,
+        pool: str,
+        target: Target,
+        *,
+        fresh: bool = False,
     ) -> StreamResponse:
         """Forward, counted per engine: a retiring instance is stopped only once it is 0,
         and the balancer sends the next request to the least loaded."""
@@ -283,17 +332,23 @@ class Forwarder:
         trial = self.table.health.sent(target.nonce)
         outcome: int | str | None = None  # passive health (health.py); None: no verdict
         silent = False  # the client gave up before a byte of the engine's answer
+        movable = _always if isinstance(body, bytes) else body.resendable
+        awaited = self.hangs.sent(target, pool, movable)
         try:
-            answer = await self._call(incoming, body, target, fresh)
+            answer = await self._call(incoming, body, target, fresh, awaited)
             outcome = answer.status
             return answer
         except (UpstreamDown, UpstreamFailed) as exc:
             outcome = str(exc) or type(exc).__name__
             raise
         except asyncio.CancelledError:
+            if awaited.hung is not None and _cancel_was_ours():
+                outcome = awaited.hung
+                raise UpstreamHung(awaited.hung) from None
             silent = incoming.meter.first is None
             raise
         finally:
+            self.hangs.answered(awaited)
             if silent:
                 self._judge_silence(target, trial)
             else:
@@ -303,11 +358,16 @@ class Forwarder:
             self.table.request_ended(target.nonce)
 
     async def _call(
-        self, incoming: Incoming, body: bytes | Upload, target: Target, fresh: bool
+        self,
+        incoming: Incoming,
+        body: bytes | Upload,
+        target: Target,
+        fresh: bool,
+        awaited: Awaited,
     ) -> StreamResponse:
         """One call to an engine; with traces on, in a span whose context the engine gets
         as ``traceparent`` (tracing.py)."""
-        settle = incoming.waiting.settle if incoming.waiting is not None else None
+        settle = _headed(self.hangs, awaited, incoming.waiting)
         args = (self.upstream, incoming.request, body, target, incoming.path, incoming.query)
         strip = self.strip_keys
         if not self.tracing.enabled:
@@ -375,6 +435,38 @@ class Incoming:
     no_instance: bool = False  # the pool had no instance to take it (a fallback may)
 
 
+class UpstreamHung(UpstreamFailed):
+    """The engine was judged hung before its answer's head (hangs.py): nothing came back,
+    so the request may go to another instance."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry=True)
+
+
+def _cancel_was_ours() -> bool:
+    """The task's cancellation was the hang watch's alone (not its client's going away
+    too): taken back, so the request goes on elsewhere."""
+    task = asyncio.current_task()
+    return task is not None and task.uncancel() == 0
+
+
+def _headed(
+    hangs: Hangs, awaited: Awaited, waiting: Waiting | None
+) -> Callable[[], Awaitable[StreamResponse | None]]:
+    """``forward``'s ``settle``: the head came (no longer watched for a hang), then the
+    waiting comments stop, if any (waiting.py)."""
+
+    async def settle() -> StreamResponse | None:
+        hangs.answered(awaited)
+        return await waiting.settle() if waiting is not None else None
+
+    return settle
+
+
+def _always() -> bool:
+    return True
+
+
 def _may_resend(exc: UpstreamFailed, body: bytes | Upload) -> bool:
     """Nothing of the answer came, and the body can be sent again (a streamed upload the
     engine has begun to read cannot)."""
@@ -396,6 +488,14 @@ def _ended(label: str, records: tuple[Record, ...]) -> Response:
         f"or start it again with `reconcile restart {names}`"
     )
     return error(503, why, "model_not_ready")
+
+
+def _failed(name: str, exc: UpstreamFailed) -> Response:
+    """The error answer of a request that failed on ``name``'s engine."""
+    if isinstance(exc, UpstreamHung):
+        why = f"the engine of {name!r} is hung ({exc}); retry later"
+        return error(504, why, "upstream_timeout", retry_after=RETRY_AFTER)
+    return _upstream_error(name)
 
 
 def _upstream_error(name: str) -> Response:

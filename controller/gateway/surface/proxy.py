@@ -14,6 +14,7 @@ complete-looking one).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -272,6 +273,12 @@ async def _pump(
         await _cut(request, response, upstream, target, exc)
     except ConnectionError:  # the client hung up (often right after `data: [DONE]`)
         log.info("client went away mid-answer", deployment=target.deployment)
+    except asyncio.CancelledError:
+        why = request.protocol.cut
+        if why is not None and sse is not None and response.prepared:
+            # the gateway's drain ran out: the stream's last event says so, not a bare close
+            await end_with_error(response, error_body(503, why, "gateway_stopping"))
+        raise
     return response
 
 

@@ -78,6 +78,9 @@ class Upload:
     limit: int
     started: bool = False  # once the engine has had a byte, the body cannot be sent again
 
+    def resendable(self) -> bool:
+        return not self.started
+
     async def chunks(self) -> AsyncIterator[bytes]:
         self.started = True
         sent = len(self.head)

@@ -1,0 +1,146 @@
+"""Hung engines, told apart from slow ones while their requests wait, not after.
+
+A SIGSTOP'd engine (or one whose HTTP server froze) still accepts connections (the
+kernel does) and never answers: its requests would each wait for their client's timeout.
+A slow engine (a long prefill, a non-streamed completion) sends nothing for as long,
+and must keep its requests. The difference is whether it answers anything else: so once
+a request has waited ``HEAD_WAIT`` seconds for its answer's head (not a byte yet), the
+gateway looks at the engine itself (``readiness.silent``: its probe path, any status,
+within ``LOOK_TIMEOUT``), and again every ``LOOK_EVERY`` while any request still waits.
+An engine that answers the look is slow and keeps every request; one that does not is
+hung: passive health ejects it at once (``Health.hung``), and each of its requests that
+has no head yet, whose body can be sent again, and whose pool has another instance to
+take it is cancelled with
+``Awaited.hung`` set, which the forwarder turns into a retry there (nothing came back,
+so nothing is repeated to the client). One with nowhere else to go waits on: an engine
+wrongly judged (one whose HTTP server answers nothing while it computes) still answers
+it, and a hung one costs it no more than before (its client's timeout, or the liveness
+probe's restart).
+A request whose head came is never cut here: slow tokens are the engine's business.
+
+Envoy's outlier detection ejects on consecutive gateway failures (timeouts included)
+and nginx's ``max_fails``/``fail_timeout`` on failed attempts; both need the requests to
+fail first, each after a timeout long enough for the slowest answer. The look needs
+none: a few seconds after the first request waited, the engine is judged.
+
+One look per engine at a time, a timer per request (cancelled when its head comes): the
+request path touches no disk and takes no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from controller.core.state import Record
+from controller.gateway.routing import readiness
+from controller.gateway.routing.health import Health
+from controller.gateway.routing.table import Target
+
+HEAD_WAIT = 1.0  # seconds a request waits for its answer's head before the engine is looked at
+LOOK_TIMEOUT = 2.0  # seconds the look waits for any answer (loopback: an alive engine is quick)
+LOOK_EVERY = 2.0  # seconds between looks while a request still waits for its head
+
+
+class Awaited:
+    """A request sent to an engine whose answer's head has not come."""
+
+    __slots__ = ("hung", "movable", "overdue", "pool", "target", "task", "timer")
+
+    def __init__(
+        self,
+        target: Target,
+        pool: str,
+        movable: Callable[[], bool],
+        task: asyncio.Task[object] | None,
+    ) -> None:
+        self.target = target
+        self.pool = pool  # the name it was routed by: where else it may go
+        self.movable = movable  # its body can be sent again (a streamed upload begun cannot)
+        self.task = task
+        self.timer: asyncio.TimerHandle | None = None  # HEAD_WAIT's
+        self.overdue = False  # HEAD_WAIT passed with no head
+        self.hung: str | None = None  # why the engine was judged hung (the request cancelled)
+
+
+class Hangs:
+    """The requests waiting for a head, per engine, and the looks at engines they wait on."""
+
+    def __init__(
+        self,
+        health: Health,
+        record_of: Callable[[str | None], Record | None],
+        elsewhere: Callable[[str, str | None], bool],
+    ) -> None:
+        self._health = health
+        self._record_of = record_of  # the engine's record (its probe path), by nonce
+        self._elsewhere = elsewhere  # (pool, nonce): another instance may take a request now
+        self._awaited: dict[str | None, dict[Awaited, None]] = {}
+        self._looking: dict[str | None, asyncio.Task[None]] = {}
+        self.head_wait = HEAD_WAIT
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The looks in progress (the gateway cancels what is left of them when it closes)."""
+        return list(self._looking.values())
+
+    def sent(self, target: Target, pool: str, movable: Callable[[], bool]) -> Awaited:
+        """A request for ``pool`` goes to ``target`` now (call from the task that awaits
+        its answer)."""
+        awaited = Awaited(target, pool, movable, asyncio.current_task())
+        self._awaited.setdefault(target.nonce, {})[awaited] = None
+        loop = asyncio.get_running_loop()
+        awaited.timer = loop.call_later(self.head_wait, self._due, awaited)
+        return awaited
+
+    def answered(self, awaited: Awaited) -> None:
+        """Its head came, or it ended however it did: no longer watched (idempotent)."""
+        if awaited.timer is not None:
+            awaited.timer.cancel()
+            awaited.timer = None
+        nonce = awaited.target.nonce
+        waiting = self._awaited.get(nonce)
+        if waiting is not None:
+            waiting.pop(awaited, None)
+            if not waiting:
+                del self._awaited[nonce]
+
+    def _due(self, awaited: Awaited) -> None:
+        """``HEAD_WAIT`` passed with no head: look at its engine (unless a look runs)."""
+        awaited.timer = None
+        awaited.overdue = True
+        nonce = awaited.target.nonce
+        if nonce not in self._looking:
+            look = asyncio.get_running_loop().create_task(self._look(awaited.target))
+            self._looking[nonce] = look
+
+    def _waits(self, nonce: str | None) -> bool:
+        """A request to the engine has waited past ``HEAD_WAIT`` and still waits."""
+        return any(a.overdue for a in self._awaited.get(nonce, ()))
+
+    async def _look(self, target: Target) -> None:
+        """Look at the engine while any of its requests is overdue; hung: act."""
+        nonce = target.nonce
+        try:
+            while self._waits(nonce):
+                rec = self._record_of(nonce)
+                why = await readiness.silent(target.host, target.port, rec, LOOK_TIMEOUT)
+                if why is not None:
+                    self._hung(target, why)  # those left wait on: looked at again
+                await asyncio.sleep(LOOK_EVERY)
+        finally:
+            self._looking.pop(nonce, None)
+
+    def _hung(self, target: Target, why: str) -> None:
+        """Eject the engine; each request of it with no head yet that another instance
+        can take is cancelled to be sent there (the forwarder reads ``hung``)."""
+        said = f"no answer's head within {self.head_wait:g}s, and {why}"
+        self._health.hung(target, said)  # first: the instances left are those admitted
+        waiting = self._awaited.get(target.nonce, {})
+        for awaited in list(waiting):
+            if awaited.task is None or not awaited.movable():
+                continue  # its upload cannot be sent again: it waits on
+            if not self._elsewhere(awaited.pool, target.nonce):
+                continue  # nowhere else to go: it waits on (the module's docstring)
+            self.answered(awaited)
+            awaited.hung = said
+            awaited.task.cancel()
