@@ -111,8 +111,15 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
         "1   --once: an invalid manifest, a Pending or Failed deployment, or an error",
     ),
     "plan": ("0   in sync", "1   invalid manifests or records", "2   changes pending"),
-    "status": ("0   shown (even with no deployments)", "1   no deployment has that NAME"),
-    "describe": ("0   shown", "1   no such deployment (or none matches -l)"),
+    "status": (
+        "0   shown (even with no deployments)",
+        "1   no deployment has that NAME, or a record cannot be read (the rest is shown)",
+    ),
+    "describe": (
+        "0   shown",
+        "1   no such deployment (or none matches -l), or its record cannot be read",
+    ),
+    "devices": ("0   shown", "1   a record cannot be read: who holds what is not whole"),
     "logs": ("0   printed (or followed to the end)", "1   no log: never started?"),
     "validate": ("0   every manifest is valid", "1   one or more invalid"),
     "events": ("0   printed (or followed until interrupted)", "1   no such deployment here"),

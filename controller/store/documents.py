@@ -156,11 +156,14 @@ def _set_aside(state: StateDir, path: Path, exc: Exception, inode: int) -> None:
     if isinstance(exc, OtherVersion):
         sidefiles.warn(path, f"{exc}: left in place and ignored (the newer reconcile reads it)")
         return
-    detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, KeyError) else str(exc)
-    reason = f"not a valid document: {detail}"
+    reason = f"not a valid document: {_detail(exc)}"
     target = quarantine(state, path, reason, inode)
     if target is not None:
         log.warning("state file quarantined", file=str(path), moved_to=str(target), problem=reason)
+
+
+def _detail(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, KeyError) else str(exc)
 
 
 def read_document(state: StateDir, path: Path, decode: Callable[[Any], T]) -> T | None:
@@ -179,6 +182,27 @@ def read_document(state: StateDir, path: Path, decode: Callable[[Any], T]) -> T 
     except NOT_OURS as exc:
         _set_aside(state, path, exc, inode)
         return None
+
+
+def peek_document(path: Path, decode: Callable[[Any], T]) -> T | None:
+    """``read_document`` for a reader that must change nothing (``status``, ``describe``,
+    ``devices``, the page): a file that does not decode is named (once) and read as
+    absent, and stays where it is for a pass to set aside."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        sidefiles.skipped(path, exc)
+        return None
+    try:
+        return decode(json.loads(raw))
+    except OtherVersion as exc:
+        sidefiles.warn(path, f"{exc}: left in place and ignored (the newer reconcile reads it)")
+    except NOT_OURS as exc:
+        problem = f"not a valid document: {_detail(exc)}"
+        sidefiles.warn(path, f"{problem}; left in place: the next pass sets it aside")
+    return None
 
 
 class Document(Generic[T]):
@@ -201,6 +225,9 @@ class Document(Generic[T]):
 
     def read(self) -> T | None:
         return read_document(self.state, self.path, self.decode)
+
+    def peek(self) -> T | None:
+        return peek_document(self.path, self.decode)
 
     def write(self, value: T) -> None:
         sidefiles.folder_for_write(self.path.parent)

@@ -112,6 +112,28 @@ def test_watch_prints_each_change_and_ends_quietly(reconcile: Any) -> None:
     rc.down()
 
 
+def test_watch_names_a_torn_record_once_and_leaves_it(reconcile: Any) -> None:
+    """`status -w` reads as `status` does: a torn record is named on stderr (once, not
+    every half second) and left where it lies for the next pass."""
+    rc = reconcile
+    rc.write("web")
+    rc.write("chat", basePort=rc.port + 5)
+    rc.converge()
+    torn = rc.record_path("chat")
+    torn.write_text("{")
+    watcher = rc.spawn(rc.argv("status", "-w"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = _Lines(watcher.stdout)  # type: ignore[arg-type]
+    err = _Lines(watcher.stderr)  # type: ignore[arg-type]
+    rc.wait_for(lambda: out.has("web", "Ready") and err.has(str(torn), "cannot be read"))
+    (rc.manifests / "web.yaml").unlink()  # a change: the watch looks again, and again
+    rc.once("--allow-empty", check=None)
+    rc.wait_for(lambda: out.has("web", "(gone)"), timeout=30)
+    watcher.send_signal(signal.SIGINT)
+    watcher.communicate(timeout=30)
+    assert sum(str(torn) in line for line in err.lines) == 1, err.lines
+    rc.down()
+
+
 def test_watch_rows_keep_the_header_s_columns(reconcile: Any) -> None:
     """Each later row was laid out on its own: under a long first name it drifted left
     of the header's columns (issue 34, item 23)."""

@@ -30,7 +30,7 @@ from controller.core.manifest.names import base_name
 from controller.core.state import Phase, Record
 from controller.redact import printable
 from controller.store.config.node import IGNORED, Config
-from controller.store.instances.records import RecordStore, check_name
+from controller.store.instances.records import RecordProblem, RecordStore, check_name
 
 if TYPE_CHECKING:  # the loader brings pydantic: status, describe and logs never load it
     from controller.cli.render.planview import Change
@@ -60,25 +60,35 @@ def cmd_describe(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cfg = config(args, lenient=True)
     state_dir, remote = cfg.state_dir, _remote_tail(cfg)
-    records = RecordStore(state_dir).load().records.values()
+    snap = RecordStore(state_dir).peek()  # a read verb moves nothing aside
+    records = snap.records.values()
     sets = group(r for r in records if not args.name or selects(args.name, r))
+    unreadable = _unreadable(snap.problems, args.name)
 
     def pick(rec: Record) -> bool:
         return selected(rec.labels, args)
 
+    out: str | None = None
     if fmt != "text":  # a list, as status -o json: one document per deployment
-        chosen = [describe_document(state_dir, rs, pick, remote) for rs in sets]
-        docs = [d for d in chosen if d is not None]
-        if not docs:
-            return _none_described(args, records, state_dir)
-        print(dump(docs, fmt))
-        return EXIT_OK
-    texts = [describe_deployment(state_dir, rs, selector=pick, remote_log=remote) for rs in sets]
-    found = [t for t in texts if t is not None]
-    if not found:
+        docs = [d for rs in sets if (d := describe_document(state_dir, rs, pick, remote))]
+        out = dump(docs, fmt) if docs else None
+    else:
+        texts = [
+            describe_deployment(state_dir, rs, selector=pick, remote_log=remote) for rs in sets
+        ]
+        found = [t for t in texts if t is not None]  # an engine's words, never acted on
+        out = printable("\n\n".join(found), keep="\n") if found else None
+    if out is not None:
+        print(out)
+    _problems(list(unreadable))
+    if out is None and not unreadable:
         return _none_described(args, records, state_dir)
-    print(printable("\n\n".join(found), keep="\n"))  # an engine's words, never acted on
-    return EXIT_OK
+    return EXIT_FAIL if unreadable else EXIT_OK
+
+
+def _unreadable(problems: list[RecordProblem], name: str | None) -> list[RecordProblem]:
+    """The records that cannot be read, of NAME when one is given (its replicas' too)."""
+    return [p for p in problems if not name or (p.name and name in (p.name, base_name(p.name)))]
 
 
 def _none_described(args: argparse.Namespace, records: Iterable[Record], where: Path) -> int:

@@ -42,7 +42,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
         print(f"reconcile: {exc}", file=sys.stderr)
         return EXIT_USAGE
     cfg = config(args)
-    records = RecordStore(cfg.state_dir).load().records
+    records = RecordStore(cfg.state_dir).peek().records
     if not _known(names, records, cfg.state_dir):
         return EXIT_FAIL
     at = datetime.now(UTC)
@@ -170,7 +170,7 @@ def _watch(
     shown: dict[str, str] = {}
     for _ in looks(reader=False):  # ends by a return: done, stuck or timed out
         step()
-        records = list(store.load().records.values())
+        records = list(store.peek().records.values())
         left = {n: _left(_instances(records, n), expected[n], at) for n in names}
         for name, why in left.items():
             if why and shown.get(name) != why:

@@ -143,7 +143,7 @@ def _pin(cfg: Config, target: str | None) -> None:
 def _journal(cfg: Config, owner: str, action: str, why: str) -> None:
     journal = Journal(cfg.state_dir)
     names = []
-    for rec in RecordStore(cfg.state_dir).load().records.values():
+    for rec in RecordStore(cfg.state_dir).peek().records.values():
         if rec.owner == owner:
             journal.append(rec.name, action, why, "pinned" if action == "rollback" else "resumed")
             names.append(base_name(rec.name))

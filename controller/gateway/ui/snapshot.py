@@ -89,7 +89,7 @@ class NodeReader:
 
     def faults(self) -> Mapping[str, DeviceFault]:
         try:
-            return devicehealth.read(self.state_dir).faults
+            return devicehealth.peek(self.state_dir).faults  # the page moves nothing
         except ConfigError:  # unreadable: the daemon says so; the bars still show
             return {}
 

@@ -23,7 +23,6 @@ last applied commit keeps running and nothing is pruned.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -230,13 +229,9 @@ def read_status(state_dir: Path) -> SourceStatus | None:
 
 
 def peek_status(state_dir: Path) -> SourceStatus | None:
-    """The remembered source, read and never set aside (the gateway's page: a torn file
-    is the daemon's to quarantine, and reads as none here until it is written again)."""
-    path = StateDir(state_dir).git_source
-    try:
-        return _decode_status(json.loads(path.read_bytes()))
-    except (OSError, ValueError, TypeError):
-        return None
+    """The remembered source, read and never set aside (the page, `status`, `source`: a
+    torn file is a pass's to quarantine, and reads as none here until it is written again)."""
+    return _status(state_dir).peek()
 
 
 def followed_instead(state_dir: Path, s: GitSettings) -> SourceStatus | None:
