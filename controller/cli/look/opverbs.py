@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,7 +63,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
     cfg = config(args, lenient=True)
     state_dir, remote = cfg.state_dir, _remote_tail(cfg)
     snap = RecordStore(state_dir).peek()  # a read verb moves nothing aside
-    records = snap.records.values()
+    now = datetime.now(UTC)  # each message as true now ("restart in 8s")
+    records = [replace(r, message=r.message_at(now)) for r in snap.records.values()]
     sets = group(r for r in records if not args.name or selects(args.name, r))
     unreadable = _unreadable(snap.problems, args.name)
 

@@ -63,11 +63,17 @@ class Look:
     seen: dict[str, datetime] = field(default_factory=dict)  # record -> observed at
     conditions: dict[str, list[str]] = field(default_factory=dict)  # record -> conditions
     state_dir: Path | None = None  # where they were read (a git checkout's files named from it)
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))  # when it was taken
+
+    def live(self) -> list[Record]:
+        """The records with what their messages say true now (a back-off's "restart in
+        20s" counted from ``backoff_until``, not as the pass wrote it)."""
+        return [replace(r, message=r.message_at(self.at)) for r in self.records]
 
     def shown(self) -> list[Record]:
-        """The records as a table shows them: a deployment's conditions leading its
+        """The records as a table shows them: live, a deployment's conditions leading its
         message, a git source's file named as in the repository (``manifests/a.yaml``)."""
-        return [self._shown(r) for r in self.records]
+        return [self._shown(r) for r in self.live()]
 
     def _shown(self, rec: Record) -> Record:
         conditions = self.conditions.get(rec.name, [])
@@ -165,11 +171,13 @@ def _read(
     return sorted(records, key=lambda r: r.name), problems, seen
 
 
-def items(seen: Look) -> list[dict[str, Any]]:
-    """``status -o json``'s list, each item with ``observed_at`` and ``conditions``."""
+def items(seen: Look, *, live: bool = True) -> list[dict[str, Any]]:
+    """``status -o json``'s list, each item with ``observed_at`` and ``conditions``; its
+    messages true now (``live``), else as the records hold them."""
     from controller.core.statusjson import deployment_items
 
-    return deployment_items(seen.records, seen.pulls, seen.seen, seen.conditions)
+    records = seen.live() if live else seen.records
+    return deployment_items(records, seen.pulls, seen.seen, seen.conditions)
 
 
 def _table(seen: Look, *, wide: bool, now: datetime | None = None) -> str:
@@ -235,6 +243,7 @@ def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
             names = {i["name"] for i in changed}
             part = Look([r for r in seen.records if base_name(r.name) in names], seen.pulls)
             part.seen, part.conditions, part.state_dir = seen.seen, seen.conditions, cfg.state_dir
+            part.at = seen.at
             text = layout.rows(part, wide=fmt == "wide") if part.records else ""
             print(text or "No deployments.", flush=True)
         for name in gone:
@@ -272,12 +281,15 @@ class Layout:
 
 def _changes(seen: Look, shown: dict[str, str]) -> tuple[list[dict[str, Any]], list[str]]:
     """The items that differ from what was printed (``shown``, updated) and the names gone.
-    ``observed_at`` is left out of the comparison: a pass that changed nothing is no news."""
+    Compared as the records hold them, less ``observed_at``: a pass that changed nothing,
+    or a back-off's countdown, is no news (a changed item is printed as true now)."""
     changed = []
     current = set()
+    stored = {item["name"]: item for item in items(seen, live=False)}
     for item in items(seen):
         current.add(item["name"])
-        key = json.dumps({k: v for k, v in item.items() if k != "observed_at"}, sort_keys=True)
+        was = stored[item["name"]]
+        key = json.dumps({k: v for k, v in was.items() if k != "observed_at"}, sort_keys=True)
         if shown.get(item["name"]) != key:
             shown[item["name"]] = key
             changed.append(item)
