@@ -145,14 +145,15 @@ def _clear(cfg: Config, known: tuple[str, ...], names: list[str]) -> int:
 
 
 def _memory_cells(item: dict[str, Any]) -> list[str]:
-    total, used = item["memory"], item["memory_allocated"]
+    """MEMORY, ALLOCATED and FREE: `-o json`'s ``memory``, ``memory_allocated`` and
+    ``memory_free`` (a whole-device lease allocates all of it)."""
+    total, used, free = item["memory"], item["memory_allocated"], item["memory_free"]
     if total is None:
         return ["-", format_bytes(used) if used else "-", "-"]
+    left = format_bytes(free) if free else "0"
     if any(h["memory"] is None for h in item["holders"]):
-        free = "0 (whole lease)"  # a whole-device lease leaves nothing to share
-    else:
-        free = format_bytes(total - used) if total > used else "0"
-    return [format_bytes(total), format_bytes(used) if used else "0", free]
+        left = "0 (whole lease)"  # a whole-device lease leaves nothing to share
+    return [format_bytes(total), format_bytes(used) if used else "0", left]
 
 
 def _held(holders: list[dict[str, Any]]) -> str:
