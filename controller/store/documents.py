@@ -201,7 +201,9 @@ def peek_document(path: Path, decode: Callable[[Any], T]) -> T | None:
         sidefiles.warn(path, f"{exc}: left in place and ignored (the newer reconcile reads it)")
     except NOT_OURS as exc:
         problem = f"not a valid document: {_detail(exc)}"
-        sidefiles.warn(path, f"{problem}; left in place: the next pass sets it aside")
+        sidefiles.warn(
+            path, f"{problem}; left in place, read as absent (only a pass moves a file aside)"
+        )
     return None
 
 

@@ -218,9 +218,9 @@ def _before_the_first_fetch(cfg: Config) -> tuple[str, int] | None:
     What to say and the exit code: 2, the first pass applies it; 1, its fetch fails."""
     if cfg.git is None:
         return None
-    from controller.store.sources.gitsource import read_status, shown_url
+    from controller.store.sources.gitsource import peek_status, shown_url
 
-    st = read_status(cfg.state_dir)
+    st = peek_status(cfg.state_dir)  # `plan` moves nothing aside
     if st is not None and st.applied:
         return None
     url = shown_url(cfg.git.url)
@@ -254,9 +254,9 @@ def _against(cfg: Config) -> list[str]:
     commit pushed since is not in it (an "In sync" would mislead without this)."""
     if cfg.git is None:
         return []
-    from controller.store.sources.gitsource import read_status
+    from controller.store.sources.gitsource import peek_status
 
-    st = read_status(cfg.state_dir)
+    st = peek_status(cfg.state_dir)
     at = st.applied[:12] if st is not None and st.applied else None
     if at is None:  # said instead of a plan (_before_the_first_fetch)
         return []

@@ -34,9 +34,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     if fmt is None:
         return EXIT_FAIL
     cfg = config(args, lenient=True)
-    if gitsource.read_status(cfg.state_dir) is None:
+    if gitsource.peek_status(cfg.state_dir) is None:  # a read verb moves nothing aside
         return _no_source(cfg)
-    entries = gitsource.read_history(cfg.state_dir)
+    entries = gitsource.peek_history(cfg.state_dir)
     if fmt == "json":  # the contract's fields; the spec hashes are the node's own memo
         print(json.dumps([{k: v for k, v in e.items() if k != "specs"} for e in entries], indent=2))
         return EXIT_OK

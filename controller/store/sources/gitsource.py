@@ -649,6 +649,12 @@ def read_history(state_dir: Path) -> list[dict[str, Any]]:
     return _history(state_dir).read() or []
 
 
+def peek_history(state_dir: Path) -> list[dict[str, Any]]:
+    """``read_history`` for `reconcile history`: a torn file is named, read as none, and
+    left for the next pass to set aside."""
+    return _history(state_dir).peek() or []
+
+
 def write_history(state_dir: Path, entries: list[dict[str, Any]]) -> None:
     _history(state_dir).write(entries)
 
