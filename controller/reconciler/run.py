@@ -208,8 +208,8 @@ class Preview:
             source_errors=_source_errors(loaded),
             emptied=self._emptied(loaded),
             prune=(loaded.prune_safe or self.config.allow_empty) and labelled,
-            activations=activation.read_all(self.config.state_dir),
-            restarts=restart.read_all(self.config.state_dir),
+            activations=activation.read_all(self.config.state_dir, peek=not self.sets_aside),
+            restarts=restart.read_all(self.config.state_dir, peek=not self.sets_aside),
             revision=gitrev.revision_of(self.config.manifests, check_dirty=not self.config.git),
             # Always the node's checkout: another set's record may name a file in it.
             repo=StateDir(self.config.state_dir).git_checkout,

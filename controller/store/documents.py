@@ -288,11 +288,13 @@ class Folder(Generic[T]):
     def _decode(self, name: str, data: Any) -> T:
         return self.decode(data, name)
 
-    def read_all(self) -> dict[str, T]:
-        """Every document that decodes; the others are set aside (named) and absent."""
+    def read_all(self, *, peek: bool = False) -> dict[str, T]:
+        """Every document that decodes; the others are set aside (named) and absent, or
+        (``peek``: a reader that must change nothing, `plan`) named and left in place."""
         out: dict[str, T] = {}
         for name, path in self.files():
-            value = read_document(self.state, path, functools.partial(self._decode, name))
+            decode = functools.partial(self._decode, name)
+            value = peek_document(path, decode) if peek else read_document(self.state, path, decode)
             if value is not None:
                 out[name] = value
         return out

@@ -254,9 +254,12 @@ def test_read_verbs_name_a_torn_record_and_move_nothing(reconcile: Any) -> None:
     reconcile.converge()
     path = reconcile.record_path("web")
     path.write_text(TORN)
-    for side in ("observed.json", "devices/health.json", "devices/measured.json"):
+    # What status, describe, devices and plan read beside the records: torn too.
+    sides = ["observed.json", "devices/health.json", "devices/measured.json"]
+    sides += ["activation/web.json", "restart/web.json", "scale/web.json"]
+    for side in sides:
         (reconcile.state / side).parent.mkdir(exist_ok=True)
-        (reconcile.state / side).write_text("{")  # status, describe, devices read these too
+        (reconcile.state / side).write_text("{")
     before = _tree(reconcile.state)
     for verb in READ_VERBS:
         result = reconcile(*verb)
