@@ -5,10 +5,11 @@ Every file the state dir holds is written tmp -> fsync -> rename -> fsync(dir)
 not decode (torn by a disk that lied, hand-edited, written by something else) is moved to
 ``quarantine/`` with the reason beside it and named in a warning event, never guessed at,
 and the reader goes on as if it were absent: records (``records.py``) and every side
-document alike. Only a pass sets a file aside: a reader that must change nothing (`status`,
-`describe`, `devices`, `plan`, the page) peeks (:func:`peek_document`, ``Document.peek``,
-``Folder.read_all(peek=True)``): the file is named and left where it is. A document of a *newer* version is left in place and named instead (the
-reconcile that wrote it may come back), as a record of an unknown version is.
+document alike. Only a pass sets a file aside: a reader that must change nothing
+(`status`, `describe`, `devices`, `plan`, the page) peeks (:func:`peek_document`,
+``Document.peek``, ``Folder.read_all(peek=True)``): the file is named and left where it
+is. A document of a *newer* version is left in place and named instead (the reconcile
+that wrote it may come back), as a record of an unknown version is.
 
 :class:`Document` is one file (``devices/health.json``, ``observed.json``) with a locked
 read-modify-write; :class:`Folder` is a folder of them, one per name (``activation/``,
