@@ -303,7 +303,7 @@ class Reconcile:
             items = self("status", *names, "-o", "json", check=0).json()
             assert isinstance(items, list), items
             return {item["name"]: item for item in items}
-        records = RecordStore(self.state).load().records
+        records = RecordStore(self.state).peek().records  # as `status`: moving nothing
         return {
             name: json.loads(json.dumps(status_item(rec)))
             for name, rec in sorted(records.items())

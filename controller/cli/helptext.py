@@ -112,12 +112,19 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
     ),
     "plan": (
         "0   in sync",
-        "1   what `--once` would exit 1 on: invalid input, a deployment left Pending (no "
-        "room, preempted), Failed or crash-looping",
+        "1   what `--once` would exit 1 on: invalid input or records, a deployment left "
+        "Pending (no room, preempted), Failed or crash-looping",
         "2   changes pending, none of those",
     ),
-    "status": ("0   shown (even with no deployments)", "1   no deployment has that NAME"),
-    "describe": ("0   shown", "1   no such deployment (or none matches -l)"),
+    "status": (
+        "0   shown (even with no deployments)",
+        "1   no deployment has that NAME, or a record cannot be read (the rest is shown)",
+    ),
+    "describe": (
+        "0   shown",
+        "1   no such deployment (or none matches -l), or its record cannot be read",
+    ),
+    "devices": ("0   shown", "1   a record cannot be read: who holds what is not whole"),
     "logs": ("0   printed (or followed to the end)", "1   no log: never started?"),
     "validate": ("0   every manifest is valid", "1   one or more invalid"),
     "events": ("0   printed (or followed until interrupted)", "1   no such deployment here"),

@@ -96,6 +96,9 @@ class Stop(Action):
     # A replica scaled away: its requests in flight end first while the other replicas
     # take the new ones (a scale-down comes under load, and cut the answers it streamed).
     drain: bool = False
+    # The deployment is no longer declared here: what is kept for it between passes (the
+    # autoscaler's count) goes with its record, as an HPA's state goes with its Deployment.
+    undeclared: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -241,6 +244,7 @@ class Release(Action):
     frees = True
     plan_class = "destroy"
     nonce: str | None = None
+    undeclared: bool = False  # as Stop's: the deployment's kept count goes with the record
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -6,6 +6,8 @@ No I/O here: the planner imports these. The record store lives in
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -15,6 +17,7 @@ from typing import Any, Literal
 from controller.core.devicefaults import DeviceFault, Measured
 from controller.core.elapsed import BootClock, elapsed
 from controller.core.manifest import backendnames
+from controller.core.manifest.quantity import format_age
 from controller.core.pulls import PullView
 
 # 2: the rendered facts (activation, idle_timeout, ready_deadline_seconds, models,
@@ -26,6 +29,18 @@ from controller.core.pulls import PullView
 VERSION = 3
 START_TIME_TOLERANCE = 0.05  # seconds; a start time is exact to a clock tick
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT
+
+
+# How a BackOff record's message ends (core/planner/lifecycle.retry writes it): when the
+# restart is due, as the pass saw it ("; restart in 20s", "; restart now"); and what a
+# view says once that time has passed and no pass has restarted it yet.
+_RESTART_WHEN = re.compile(r"; restart (?:now|in [0-9][0-9.]*s)$")
+RESTART_DUE = "restart due: the next pass starts it"
+
+
+def backoff_cause(message: str) -> str:
+    """A BackOff record's message without its "; restart in 20s" (why it backs off)."""
+    return _RESTART_WHEN.sub("", message)
 
 
 class Phase(StrEnum):
@@ -239,6 +254,17 @@ class Record:
     def ports(self) -> tuple[int, ...]:
         """Every port the record leases: the engine's, then its internal ones."""
         return self.extra_ports if self.port is None else (self.port, *self.extra_ports)
+
+    def message_at(self, now: datetime) -> str:
+        """``message`` as true at ``now``: the pass wrote a BackOff's "restart in 20s" when
+        it began, so a view counts it again from ``backoff_until`` (read an hour later
+        from a cron pass's record, it still said 20s)."""
+        cause = backoff_cause(self.message)
+        if self.phase is not Phase.BACKOFF or self.backoff_until is None or cause == self.message:
+            return self.message
+        left = (self.backoff_until - now).total_seconds()
+        when = f"restart in {format_age(math.ceil(left))}" if left > 0 else RESTART_DUE
+        return f"{cause}; {when}"
 
     def released(self) -> Record:
         """This record giving its lease back: no device, no memory on one, no port. The

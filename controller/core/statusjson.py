@@ -175,9 +175,9 @@ def device_items(
             "name": d.name,
             "memory_total_mb": d.memory_total_mb,
             "memory_free_mb": d.memory_free_mb,
-            # Bytes: the device's memory, what memory requests hold of it, what is left.
+            # Bytes: the device's memory, what the leases hold of it, what is left.
             "memory": d.memory,
-            "memory_allocated": sum(h["memory"] or 0 for h in hs),
+            **_allocation(d.memory, [h["memory"] for h in hs]),
             "held_by": [h["name"] for h in hs],
             "holders": hs,
             **health_fields((faults or {}).get(d.key)),
@@ -185,3 +185,14 @@ def device_items(
         for d in devices
         for hs in [holding.get(d.key, [])]
     ]
+
+
+def _allocation(memory: int | None, held: list[int | None]) -> dict[str, int | None]:
+    """``memory_allocated``: the requests on the device, or all of it when a holder leases
+    it whole (no ``memory``: the ledger gives it to no one else, as the metrics' ``leased``
+    counts it); ``memory_free``: what that leaves (None: the device's memory is unknown)."""
+    requested = sum(m or 0 for m in held)
+    if memory is None:
+        return {"memory_allocated": requested, "memory_free": None}
+    allocated = memory if None in held else requested
+    return {"memory_allocated": allocated, "memory_free": max(memory - allocated, 0)}

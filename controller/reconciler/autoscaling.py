@@ -59,13 +59,13 @@ class Autoscaler:
             for name, entry in entries.items()
             if (spec := entry.deployment.spec).autoscale is not None
         }
-        stored = scale.read_all(self.state_dir)
+        stored = scale.read_all(self.state_dir, peek=not write)  # `plan` moves nothing
         once = functools.cache(lambda: list(records()))  # the store read at most once
         if write and set(stored) - set(self.policies):
             self._forget(stored, entries, once())
         if not self.policies:
             return {}
-        decided = self._decide(stored, once(), now)
+        decided = self._decide(stored, once(), now, peek=not write)
         self.notes = {name: change or after.reason for name, (_, after, change) in decided.items()}
         if write:
             for name, (before, after, change) in decided.items():
@@ -103,11 +103,16 @@ class Autoscaler:
         )
 
     def _decide(
-        self, stored: Mapping[str, Scale], records: Iterable[Record], now: float
+        self,
+        stored: Mapping[str, Scale],
+        records: Iterable[Record],
+        now: float,
+        *,
+        peek: bool = False,
     ) -> dict[str, tuple[Scale, Scale, str | None]]:
         metrics = {p.autoscale.metric for p in self.policies.values()} | {"inflight"}
-        figures = {metric: inflight.read_all(self.state_dir, metric) for metric in metrics}
-        demand = activation.read_all(self.state_dir)
+        figures = {m: inflight.read_all(self.state_dir, m, peek=peek) for m in metrics}
+        demand = activation.read_all(self.state_dir, peek=peek)
         ready = {rs.name: rs.ready for rs in group(records)}
         out: dict[str, tuple[Scale, Scale, str | None]] = {}
         for name, policy in self.policies.items():

@@ -29,7 +29,7 @@ from controller.core.actions import (
     Start,
     Stop,
 )
-from controller.core.manifest.names import instance_of, is_next
+from controller.core.manifest.names import base_name, instance_of, is_next
 from controller.core.manifest.specs import Entry, next_name
 from controller.core.plan import backoff, restarts_after
 from controller.core.state import ExitInfo, Phase, Record
@@ -43,9 +43,10 @@ from controller.errors import (
 from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.memwait import MemoryGate
 from controller.redact import redact_args
-from controller.store import diskspace
+from controller.store import diskspace, sidefiles
 from controller.store.instances import logfiles
 from controller.store.instances.records import RecordStore
+from controller.store.side import scale
 
 # Before a RollingUpdate stops the old instance: (old, new) -> returns once the front door
 # sends nothing more to the old one and its in-flight requests ended (bounded by the
@@ -322,8 +323,19 @@ class Launcher:
             return True
         self.store.delete(action.name)
         failpoints.hit("executor.stop.after_delete")
+        self._dropped(action)
         self.event(action.name, action.verb, action.reason, "stopped; record dropped")
         return True
+
+    def _dropped(self, action: Stop | Release) -> None:
+        """A pruned deployment's remembered count goes with its record: a later manifest
+        of the same name starts from its own spec, not from the count of the one before."""
+        if not action.undeclared:
+            return  # a replica scaled away, a recreate, `down`: the deployment remains
+        try:
+            scale.forget(self.store.state_dir, base_name(action.name))
+        except OSError as exc:  # the next pass's autoscaler forgets it (nothing runs)
+            sidefiles.warn(self.store.layout.scale, f"count of {action.name} not dropped: {exc}")
 
     def _kept_for(self, rec: Record, action: Replace) -> bool:
         """A Ready engine is not stopped for a spec whose image is not on the node yet: its
@@ -400,6 +412,7 @@ class Launcher:
         self.backend.sweep(action.nonce)
         failpoints.hit("executor.release.before_delete")
         self.store.delete(action.name)
+        self._dropped(action)
         self.event(action.name, action.verb, action.reason, "record dropped")
         return True
 

@@ -59,7 +59,7 @@ from controller.store import diskspace
 from controller.store.config.node import Config, read_drain
 from controller.store.instances import logfiles
 from controller.store.instances.events import Journal
-from controller.store.instances.records import RecordProblem, RecordStore
+from controller.store.instances.records import RecordProblem, RecordStore, Snapshot
 from controller.store.lock import FileLock
 from controller.store.side import activation, devicehealth, measured, restart
 from controller.store.side.observed import Seen
@@ -192,6 +192,9 @@ class Preview:
         self.puller = puller_of(backend, config.state_dir)  # spec.source: the backend's pulls
         self.autoscaler = Autoscaler(config.state_dir, Journal(config.state_dir))
         self.scale_writes = False  # `plan` shows the autoscaler's counts, keeps none
+        # Only a pass moves a record (or device file) it cannot read aside; `plan` and
+        # `status --refresh` name it where it lies (store.peek).
+        self.sets_aside = False
         self.liveness: LivenessProber | None = None  # `plan` probes no liveness
 
     def desired(self, loaded: LoadResult) -> Desired:
@@ -206,14 +209,14 @@ class Preview:
             source_errors=_source_errors(loaded),
             emptied=self._emptied(loaded),
             prune=(loaded.prune_safe or self.config.allow_empty) and labelled,
-            activations=activation.read_all(self.config.state_dir),
-            restarts=restart.read_all(self.config.state_dir),
+            activations=activation.read_all(self.config.state_dir, peek=not self.sets_aside),
+            restarts=restart.read_all(self.config.state_dir, peek=not self.sets_aside),
             revision=gitrev.revision_of(self.config.manifests, check_dirty=not self.config.git),
             # Always the node's checkout: another set's record may name a file in it.
             repo=StateDir(self.config.state_dir).git_checkout,
             replicas=self.autoscaler.counts(
                 entries,
-                lambda: self.store.load().records.values(),
+                lambda: self.snapshot().records.values(),
                 time.time(),
                 write=self.scale_writes,
             ),
@@ -246,11 +249,15 @@ class Preview:
         invalid = {name: loaded.invalid_names[name] for name in mine}
         return entries, {**skipped, **others}, invalid, labels is not None
 
+    def snapshot(self) -> Snapshot:
+        """The records: a pass quarantines one it cannot read, a preview only names it."""
+        return self.store.load() if self.sets_aside else self.store.peek()
+
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
         live = self.backend.devices()
         if live is not None:  # a cluster: plan against the nodes that are there now
             self.inventory = live
-        snapshot = self.store.load()
+        snapshot = self.snapshot()
         observed = observe(
             snapshot,
             self.backend,
@@ -259,11 +266,13 @@ class Preview:
             node=self.config.node,
             liveness=self.liveness if probe else None,
         )
+        health = devicehealth.read if self.sets_aside else devicehealth.peek
+        peaks = measured.read if self.sets_aside else measured.peek
         observed = dataclasses.replace(
             observed,
             pulls=self.puller.observe(),
-            unhealthy=devicehealth.read(self.config.state_dir).faults,
-            measured=measured.read(self.config.state_dir),
+            unhealthy=health(self.config.state_dir).faults,
+            measured=peaks(self.config.state_dir),
         )
         return observed, snapshot.problems
 
@@ -330,6 +339,7 @@ class Reconciler(Preview):
     ) -> None:
         super().__init__(config, backend, inventory, store)
         self.scale_writes = True  # under the pass lock: a changed count is kept, with its event
+        self.sets_aside = True
         # --once: each Ready engine's liveness probed once per pass (the daemon hands in
         # its background prober instead).
         self.liveness = LivenessProber()
@@ -373,6 +383,10 @@ class Reconciler(Preview):
         if self.notify is not None:
             self.executor.notify = self.notify
             self.device_watch.on_fault = self._device_fault
+
+    def snapshot(self) -> Snapshot:
+        """The records: a pass quarantines one it cannot read, a preview only names it."""
+        return self.store.load() if self.sets_aside else self.store.peek()
 
     def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
         self.device_watch.look()  # before the records: a fault seen now moves them now

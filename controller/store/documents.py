@@ -5,8 +5,11 @@ Every file the state dir holds is written tmp -> fsync -> rename -> fsync(dir)
 not decode (torn by a disk that lied, hand-edited, written by something else) is moved to
 ``quarantine/`` with the reason beside it and named in a warning event, never guessed at,
 and the reader goes on as if it were absent: records (``records.py``) and every side
-document alike. A document of a *newer* version is left in place and named instead (the
-reconcile that wrote it may come back), as a record of an unknown version is.
+document alike. Only a pass sets a file aside: a reader that must change nothing
+(`status`, `describe`, `devices`, `plan`, the page) peeks (:func:`peek_document`,
+``Document.peek``, ``Folder.read_all(peek=True)``): the file is named and left where it
+is. A document of a *newer* version is left in place and named instead (the reconcile
+that wrote it may come back), as a record of an unknown version is.
 
 :class:`Document` is one file (``devices/health.json``, ``observed.json``) with a locked
 read-modify-write; :class:`Folder` is a folder of them, one per name (``activation/``,
@@ -156,11 +159,14 @@ def _set_aside(state: StateDir, path: Path, exc: Exception, inode: int) -> None:
     if isinstance(exc, OtherVersion):
         sidefiles.warn(path, f"{exc}: left in place and ignored (the newer reconcile reads it)")
         return
-    detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, KeyError) else str(exc)
-    reason = f"not a valid document: {detail}"
+    reason = f"not a valid document: {_detail(exc)}"
     target = quarantine(state, path, reason, inode)
     if target is not None:
         log.warning("state file quarantined", file=str(path), moved_to=str(target), problem=reason)
+
+
+def _detail(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, KeyError) else str(exc)
 
 
 def read_document(state: StateDir, path: Path, decode: Callable[[Any], T]) -> T | None:
@@ -179,6 +185,29 @@ def read_document(state: StateDir, path: Path, decode: Callable[[Any], T]) -> T 
     except NOT_OURS as exc:
         _set_aside(state, path, exc, inode)
         return None
+
+
+def peek_document(path: Path, decode: Callable[[Any], T]) -> T | None:
+    """``read_document`` for a reader that must change nothing (``status``, ``describe``,
+    ``devices``, the page): a file that does not decode is named (once) and read as
+    absent, and stays where it is for a pass to set aside."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        sidefiles.skipped(path, exc)
+        return None
+    try:
+        return decode(json.loads(raw))
+    except OtherVersion as exc:
+        sidefiles.warn(path, f"{exc}: left in place and ignored (the newer reconcile reads it)")
+    except NOT_OURS as exc:
+        problem = f"not a valid document: {_detail(exc)}"
+        sidefiles.warn(
+            path, f"{problem}; left in place, read as absent (only a pass moves a file aside)"
+        )
+    return None
 
 
 class Document(Generic[T]):
@@ -201,6 +230,9 @@ class Document(Generic[T]):
 
     def read(self) -> T | None:
         return read_document(self.state, self.path, self.decode)
+
+    def peek(self) -> T | None:
+        return peek_document(self.path, self.decode)
 
     def write(self, value: T) -> None:
         sidefiles.folder_for_write(self.path.parent)
@@ -259,11 +291,13 @@ class Folder(Generic[T]):
     def _decode(self, name: str, data: Any) -> T:
         return self.decode(data, name)
 
-    def read_all(self) -> dict[str, T]:
-        """Every document that decodes; the others are set aside (named) and absent."""
+    def read_all(self, *, peek: bool = False) -> dict[str, T]:
+        """Every document that decodes; the others are set aside (named) and absent, or
+        (``peek``: a reader that must change nothing, `plan`) named and left in place."""
         out: dict[str, T] = {}
         for name, path in self.files():
-            value = read_document(self.state, path, functools.partial(self._decode, name))
+            decode = functools.partial(self._decode, name)
+            value = peek_document(path, decode) if peek else read_document(self.state, path, decode)
             if value is not None:
                 out[name] = value
         return out

@@ -4,7 +4,8 @@ rule for a folder that is not one and a file that cannot be used.
 What they hold is input a pass can do without (a demand, a restart asked, a count, a
 history), so a reader names the file at warning level and goes on as if it were absent
 (once per version of the file: a daemon reads them every pass); a file that opens but
-does not decode is quarantined instead (``documents.py``); a writer that cannot
+does not decode is quarantined instead by a pass, named and left by a read verb
+(``documents.py``); a writer that cannot
 write raises :class:`SideFileError` naming the path and the next move, and its caller
 decides whether that fails a command (the CLI, the gateway's request) or is a warning.
 """

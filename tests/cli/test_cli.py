@@ -231,6 +231,62 @@ def test_a_corrupt_record_is_quarantined_with_a_reason(reconcile: Any) -> None:
     reconcile.down()
 
 
+TORN = '{"version": 1, "name": "web", "ow'
+READ_VERBS = [
+    ("status",),
+    ("status", "web"),
+    ("status", "-o", "json"),
+    ("status", "--refresh"),
+    ("describe", "web"),
+    ("devices",),
+    ("devices", "-o", "json"),
+    ("plan",),
+    ("source",),
+]
+
+
+def test_read_verbs_name_a_torn_record_and_move_nothing(reconcile: Any) -> None:
+    """kubectl get never mutates: `status` once quarantined a torn record (exit 0). Each
+    read verb names the file, what is wrong and the next move, exits 1 (what it shows is
+    not whole, as `plan` says of an unreadable record) and leaves the state dir as it was;
+    only the pass sets the record aside."""
+    reconcile.write("web", devices={"count": 1})
+    reconcile.converge()
+    path = reconcile.record_path("web")
+    path.write_text(TORN)
+    # What status, describe, devices and plan read beside the records: torn too.
+    sides = ["observed.json", "devices/health.json", "devices/measured.json"]
+    sides += ["activation/web.json", "restart/web.json", "scale/web.json"]
+    for side in sides:
+        (reconcile.state / side).parent.mkdir(exist_ok=True)
+        (reconcile.state / side).write_text("{")
+    before = _tree(reconcile.state)
+    for verb in READ_VERBS:
+        result = reconcile(*verb)
+        if verb == ("source",):  # no git source: it reads no record
+            continue
+        said = result.err + result.out  # plan lists its errors with the plan
+        assert result.code == 1, str(result)
+        assert f"record {path} cannot be read (not valid JSON" in said, str(result)
+        assert "the next pass (`reconcile --once`, or the daemon's) moves it" in said
+        assert _tree(reconcile.state) == before, f"reconcile {' '.join(verb)} changed it"
+    assert path.read_text() == TORN
+    assert "record moved to" in reconcile.once(check=1).err  # the pass sets it aside
+    assert [p.name for p in (reconcile.state / "quarantine").glob("web.json.*.reason")]
+    assert reconcile.status()["web"]["phase"] == "Ready"  # its engine adopted
+    assert reconcile("status", check=0).err == ""
+    reconcile.down()
+
+
+def _tree(state: Path) -> dict[str, bytes]:
+    """Every file under the state dir but logs and journals (a read verb writes neither)."""
+    return {
+        str(p.relative_to(state)): p.read_bytes()
+        for p in sorted(state.rglob("*"))
+        if p.is_file() and p.suffix not in (".log", ".jsonl")
+    }
+
+
 def test_an_unknown_record_version_says_how_to_recover(reconcile: Any) -> None:
     reconcile.devices = "nvidia:0,nvidia:1"
     reconcile.store()
@@ -251,7 +307,7 @@ def test_an_unknown_record_version_says_how_to_recover(reconcile: Any) -> None:
     assert web["devices"] == ["nvidia:1"]  # what the unreadable record holds stays held
     assert web["port"] != reconcile.port
     assert json.loads(reconcile.record_path("old").read_text()) == future  # never reset
-    assert "has version 7" in reconcile("status", check=0).err
+    assert "has version 7" in reconcile("status", check=1).err  # not all of it is shown
     assert reconcile("plan", check=1).code == 1
     reconcile.down()
     assert its_engine.poll() is None  # neither a pass nor down touched it

@@ -53,7 +53,15 @@ from controller.core.devices.inventory import Inventory
 from controller.core.manifest.names import base_name
 from controller.core.manifest.specs import Entry, with_secrets
 from controller.core.plan import BACKOFF_RESET, Desired, backoff, plan
-from controller.core.state import Drain, ExitInfo, Observed, Phase, ProbeResult
+from controller.core.state import (
+    RESTART_DUE,
+    Drain,
+    ExitInfo,
+    Observed,
+    Phase,
+    ProbeResult,
+    backoff_cause,
+)
 from controller.reconciler.executor import Executor
 from controller.reconciler.leases import RecordMaker
 from controller.store.instances.events import Journal
@@ -758,6 +766,16 @@ def test_backoff_doubles_to_five_minutes(restarts: int, delay: float) -> None:
     assert fail.retry_at == NOW + timedelta(seconds=delay)
     assert fail.restarts == restarts
     assert ("restart now" if delay == 0 else f"restart in {delay:g}s") in fail.reason
+    # A view counts the clause again from the record (Record.message_at): it finds the
+    # planner's clause whatever the delay, and says what is true when it is read.
+    rec = record("a", phase=Phase.BACKOFF, backoff_until=fail.retry_at, message=fail.reason)
+    cause = backoff_cause(fail.reason)
+    assert cause != fail.reason  # the clause is found
+    assert rec.message_at(NOW + timedelta(seconds=delay, hours=1)) == f"{cause}; {RESTART_DUE}"
+    if delay:
+        left = rec.message_at(NOW + timedelta(seconds=delay - 5.5))
+        assert left == f"{cause}; restart in 6s", left
+    assert replace(rec, phase=Phase.READY).message_at(NOW) == fail.reason  # only a BackOff's
 
 
 @pytest.mark.parametrize(

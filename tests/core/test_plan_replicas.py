@@ -119,6 +119,8 @@ def test_scale_down_stops_the_highest_replicas_first() -> None:
     actions = run(desired(web), _three(web))
     assert shape(actions) == [("Stop", "web@1"), ("Stop", "web@2")]
     assert all(a.reason == "scaled down to 1" for a in actions)
+    # the deployment remains: its remembered count stays (launcher._dropped)
+    assert not any(isinstance(a, Stop) and a.undeclared for a in actions)
 
 
 def test_the_desired_count_comes_from_the_autoscaler_over_the_manifest() -> None:
@@ -174,6 +176,8 @@ def test_a_replica_record_of_a_removed_manifest_is_stopped() -> None:
     actions = run(desired(), seen)
     assert shape(actions) == [("Stop", "web"), ("Stop", "web@1")]
     assert all("manifest removed" in a.reason for a in actions)
+    # the deployment is gone: its remembered count goes with its records
+    assert all(isinstance(a, Stop) and a.undeclared for a in actions)
 
 
 def test_a_replica_of_a_broken_manifest_keeps_running() -> None:

@@ -61,10 +61,13 @@ def _torn_under_its_engine(rc: Any) -> dict[str, Any]:
 
 
 def test_a_record_torn_between_passes_is_rebuilt_by_the_next(reconcile: Any) -> None:
-    """No daemon: `status` quarantines the record, a later cron pass adopts its engine."""
+    """No daemon: `status` names the torn record and leaves it; the next cron pass
+    quarantines it and adopts its engine."""
     rc = reconcile
     before = _torn_under_its_engine(rc)
-    assert "not valid JSON" in rc("status", check=None).err  # the read verb moved it aside
+    assert "not valid JSON" in rc("status", check=1).err  # named, never moved by a read
+    assert rc.record_path("web").read_text() == "{"
+    assert "record moved to" in rc.once(check=1).err  # the pass sets it aside, named
     rc.converge()
     after = rc.record("web")
     assert after["ref"] == before["ref"] and after["devices"] == before["devices"], after
@@ -93,7 +96,6 @@ def test_down_stops_the_engine_of_a_torn_record(reconcile: Any) -> None:
     and left its engine running with no record: its devices looked free to every pass."""
     rc = reconcile
     pid = _torn_under_its_engine(rc)["ref"]["pid"]
-    assert "not valid JSON" in rc("status", check=None).err  # the read verb moved it aside
     out = rc.down()
     assert "stopped web" in out.out, (out.out, out.err)
     rc.wait_gone(pid)

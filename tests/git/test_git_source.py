@@ -235,14 +235,19 @@ def test_a_torn_source_file_is_set_aside_named_and_written_again(
     reconcile.converge(*git_args(remote))
     state = StateDir(reconcile.state)
     state.git_source.write_text('{"url": "file:')  # torn by a disk that lied
-    out = reconcile("source", check=1)
-    assert "follows no git source" in out.err and "state file quarantined" in out.err, out
-    assert "Traceback" not in out.err and not state.git_source.exists()
+    out = reconcile("source", check=1)  # a read verb: named, left for the pass
+    assert "follows no git source" in out.err and "state file skipped" in out.err, out
+    assert "left in place, read as absent (only a pass moves a file aside)" in out.err, out
+    assert "Traceback" not in out.err and state.git_source.read_text() == '{"url": "file:'
+    reconcile.converge(*git_args(remote))  # the next sync sets it aside, writes it again
     (aside,) = state.quarantined_documents.glob("git~source.json.*[0-9]")
     assert aside.read_text() == '{"url": "file:'
-    reconcile.converge(*git_args(remote))  # the next sync writes it again
     seen = source(reconcile)
     assert seen["state"] == "Synced" and seen["applied"] == first, seen
+    state.git_history.write_text("[{")  # `history` reads it as none, and moves nothing
+    out = reconcile("history", check=0)
+    assert "state file skipped" in out.err and str(state.git_history) in out.err, out
+    assert state.git_history.read_text() == "[{"
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 

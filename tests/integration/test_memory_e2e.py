@@ -169,3 +169,27 @@ def test_devices_says_what_the_inventory_no_longer_covers(reconcile: Any) -> Non
     assert "nvidia:1 is not in the inventory but held by whole" in table, table
     assert "nvidia:0: 50Gi allocated of 40Gi" in table, table
     reconcile.down()
+
+
+def test_a_whole_lease_allocates_all_of_a_cards_memory(reconcile: Any) -> None:
+    """`devices` showed ALLOCATED 0 beside a deployment holding a whole 80Gi card (no
+    `memory` in its spec), and `-o json` had no free figure: both now say what the ledger
+    does (all of it allocated, nothing free), and the table's columns are the JSON's."""
+    reconcile.devices = "nvidia:0=80Gi,nvidia:1=80Gi,nvidia:2"
+    reconcile.write("whole", devices={"count": 1, "kind": "nvidia", "candidates": ["0"]})
+    half = {"count": 1, "kind": "nvidia", "memory": "40Gi", "candidates": ["1"]}
+    reconcile.write("half", basePort=reconcile.port + 5, devices=half)
+    reconcile.converge()
+    assert devices_of(reconcile) == {"nvidia:0": ["whole"], "nvidia:1": ["half"]}
+    shown = reconcile("devices", "-o", "json", check=0).json()["devices"]
+    figures = [(d["memory"], d["memory_allocated"], d["memory_free"]) for d in shown]
+    assert figures == [(80 * GI, 80 * GI, 0), (80 * GI, 40 * GI, 40 * GI), (None, 0, None)]
+    rows = {
+        line.split()[0]: line.split()
+        for line in reconcile("devices", check=0).out.splitlines()
+        if line.startswith("nvidia:")
+    }
+    # DEVICE KIND ID UUID NAME | MEMORY ALLOCATED FREE | HEALTH HELD BY
+    assert rows["nvidia:0"][5:9] == ["80Gi", "80Gi", "0", "(whole"], rows
+    assert rows["nvidia:1"][5:8] == ["80Gi", "40Gi", "40Gi"], rows
+    reconcile.down()

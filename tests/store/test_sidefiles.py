@@ -28,17 +28,19 @@ def skipped(err: str, event: str = "state file skipped") -> dict[str, str]:
 
 
 @pytest.mark.parametrize("folder", ["activation", "restart", "scale"])
-def test_a_torn_side_file_is_named_and_quarantined(reconcile: Any, folder: str) -> None:
+def test_a_torn_side_file_is_named_and_quarantined_by_the_pass(reconcile: Any, folder: str) -> None:
     reconcile.write("web", **AUTOSCALED)
     reconcile.once()
     torn = reconcile.state / folder / "web.json"
     torn.parent.mkdir(exist_ok=True)
     torn.write_text('{"requested_at": "2026-')
-    result = reconcile("plan", check=None)
+    result = reconcile("plan", check=None)  # a read verb: named, left where it is
+    assert "left in place" in skipped(result.err).get(str(torn), ""), result.err
+    assert torn.read_text() == '{"requested_at": "2026-'
+    result = reconcile.once()  # the pass sets it aside and goes on without it
     quarantined = skipped(result.err, "state file quarantined")
     assert "not a valid document" in quarantined.get(str(torn), ""), result.err
     assert not torn.exists()
-    assert reconcile.once().code == 0  # the pass goes on without it
     reconcile.down()
 
 

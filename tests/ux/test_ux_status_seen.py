@@ -3,16 +3,20 @@ condition, and follows changes with `-w`, through the real CLI (issue 25)."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
 import pytest
+
+from controller.gateway.ui.snapshot import NodeReader
 
 EMPTY = "manifest folder is empty: nothing pruned; `--allow-empty` to prune"
 
@@ -64,6 +68,54 @@ def test_an_emptied_folder_is_a_condition_on_its_deployments(reconcile: Any) -> 
     rc.down()
 
 
+def _backing_off(rc: Any) -> dict[str, Any]:
+    """``web`` after its second crash in a row: BackOff, "restart in 10s" (the record)."""
+    rc.write("web")
+    rc.converge()
+    for step in (rc.converge, rc.once):  # the first restart is at once, the second waits
+        pid = rc.status()["web"]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        rc.wait_gone(pid)
+        step()
+    rec = rc.record("web")
+    assert rec["phase"] == "BackOff" and rec["message"].endswith("; restart in 10s"), rec
+    return rec
+
+
+def _backoff_until(rc: Any, until: datetime) -> None:
+    """The record as the same pass would have left it, its restart due at ``until``."""
+    store = rc.store()
+    store.write(replace(store.read("web"), backoff_until=until))
+
+
+def test_a_backoffs_restart_time_is_counted_when_shown(reconcile: Any) -> None:
+    """The pass wrote "restart in 10s"; read an hour later (cron's record) it still said
+    10s. `status`, `-o json`, `-w`, `describe` and the page count it from the record's
+    `backoff_until` when they show it; the record itself is left as written."""
+    rc = reconcile
+    written = _backing_off(rc)["message"]
+    _backoff_until(rc, datetime.now(UTC) - timedelta(hours=1))
+    due = written.removesuffix("restart in 10s") + "restart due: the next pass starts it"
+    row = next(line for line in rc("status", check=0).out.splitlines() if line.startswith("web"))
+    assert row.endswith(due), row
+    assert _item(rc)["message"] == due
+    assert f"Message:      {due}" in rc("describe", "web", check=0).out
+    page = NodeReader(rc.state, rc.node, rc.devices).state(None)["deployments"]
+    assert [d["message"] for d in page] == [due]
+    watcher = rc.spawn(rc.argv("status", "-w", "-o", "json"), stdout=subprocess.PIPE)
+    out = _Lines(watcher.stdout)  # type: ignore[arg-type]
+    rc.wait_for(lambda: out.lines, timeout=30)
+    assert json.loads(out.lines[0])["message"] == due
+    watcher.send_signal(signal.SIGINT)
+    watcher.communicate(timeout=30)
+    assert rc.record("web")["message"] == written  # a view counts; the record stays
+
+    _backoff_until(rc, datetime.now(UTC) + timedelta(seconds=290))
+    later = _item(rc)["message"]
+    assert later.removeprefix(written.removesuffix("10s")) in ("4m", "5m"), later
+    rc.down()
+
+
 class _Lines:
     """A process's stdout, read line by line on a thread (no read blocks the test)."""
 
@@ -109,6 +161,28 @@ def test_watch_prints_each_change_and_ends_quietly(reconcile: Any) -> None:
     )
     assert piped.returncode == 0 and '"name": "web"' in piped.stdout, piped
     assert "Traceback" not in piped.stderr and "Broken pipe" not in piped.stderr, piped
+    rc.down()
+
+
+def test_watch_names_a_torn_record_once_and_leaves_it(reconcile: Any) -> None:
+    """`status -w` reads as `status` does: a torn record is named on stderr (once, not
+    every half second) and left where it lies for the next pass."""
+    rc = reconcile
+    rc.write("web")
+    rc.write("chat", basePort=rc.port + 5)
+    rc.converge()
+    torn = rc.record_path("chat")
+    torn.write_text("{")
+    watcher = rc.spawn(rc.argv("status", "-w"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = _Lines(watcher.stdout)  # type: ignore[arg-type]
+    err = _Lines(watcher.stderr)  # type: ignore[arg-type]
+    rc.wait_for(lambda: out.has("web", "Ready") and err.has(str(torn), "cannot be read"))
+    (rc.manifests / "web.yaml").unlink()  # a change: the watch looks again, and again
+    rc.once("--allow-empty", check=None)
+    rc.wait_for(lambda: out.has("web", "(gone)"), timeout=30)
+    watcher.send_signal(signal.SIGINT)
+    watcher.communicate(timeout=30)
+    assert sum(str(torn) in line for line in err.lines) == 1, err.lines
     rc.down()
 
 

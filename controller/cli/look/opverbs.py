@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +33,7 @@ from controller.core.manifest.names import base_name
 from controller.core.state import Phase, Record
 from controller.redact import printable
 from controller.store.config.node import IGNORED, Config
-from controller.store.instances.records import RecordStore, check_name
+from controller.store.instances.records import RecordProblem, RecordStore, check_name
 
 if TYPE_CHECKING:  # the loader brings pydantic: status, describe and logs never load it
     from controller.cli.render.planview import Change
@@ -61,25 +63,36 @@ def cmd_describe(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cfg = config(args, lenient=True)
     state_dir, remote = cfg.state_dir, _remote_tail(cfg)
-    records = RecordStore(state_dir).load().records.values()
+    snap = RecordStore(state_dir).peek()  # a read verb moves nothing aside
+    now = datetime.now(UTC)  # each message as true now ("restart in 8s")
+    records = [replace(r, message=r.message_at(now)) for r in snap.records.values()]
     sets = group(r for r in records if not args.name or selects(args.name, r))
+    unreadable = _unreadable(snap.problems, args.name)
 
     def pick(rec: Record) -> bool:
         return selected(rec.labels, args)
 
+    out: str | None = None
     if fmt != "text":  # a list, as status -o json: one document per deployment
-        chosen = [describe_document(state_dir, rs, pick, remote) for rs in sets]
-        docs = [d for d in chosen if d is not None]
-        if not docs:
-            return _none_described(args, records, state_dir)
-        print(dump(docs, fmt))
-        return EXIT_OK
-    texts = [describe_deployment(state_dir, rs, selector=pick, remote_log=remote) for rs in sets]
-    found = [t for t in texts if t is not None]
-    if not found:
+        docs = [d for rs in sets if (d := describe_document(state_dir, rs, pick, remote))]
+        out = dump(docs, fmt) if docs else None
+    else:
+        texts = [
+            describe_deployment(state_dir, rs, selector=pick, remote_log=remote) for rs in sets
+        ]
+        found = [t for t in texts if t is not None]  # an engine's words, never acted on
+        out = printable("\n\n".join(found), keep="\n") if found else None
+    if out is not None:
+        print(out)
+    _problems(list(unreadable))
+    if out is None and not unreadable:
         return _none_described(args, records, state_dir)
-    print(printable("\n\n".join(found), keep="\n"))  # an engine's words, never acted on
-    return EXIT_OK
+    return EXIT_FAIL if unreadable else EXIT_OK
+
+
+def _unreadable(problems: list[RecordProblem], name: str | None) -> list[RecordProblem]:
+    """The records that cannot be read, of NAME when one is given (its replicas' too)."""
+    return [p for p in problems if not name or (p.name and name in (p.name, base_name(p.name)))]
 
 
 def _none_described(args: argparse.Namespace, records: Iterable[Record], where: Path) -> int:
@@ -213,9 +226,9 @@ def _before_the_first_fetch(cfg: Config) -> tuple[str, int] | None:
     What to say and the exit code: 2, the first pass applies it; 1, its fetch fails."""
     if cfg.git is None:
         return None
-    from controller.store.sources.gitsource import read_status, shown_url
+    from controller.store.sources.gitsource import peek_status, shown_url
 
-    st = read_status(cfg.state_dir)
+    st = peek_status(cfg.state_dir)  # `plan` moves nothing aside
     if st is not None and st.applied:
         return None
     url = shown_url(cfg.git.url)
@@ -249,9 +262,9 @@ def _against(cfg: Config) -> list[str]:
     commit pushed since is not in it (an "In sync" would mislead without this)."""
     if cfg.git is None:
         return []
-    from controller.store.sources.gitsource import read_status
+    from controller.store.sources.gitsource import peek_status
 
-    st = read_status(cfg.state_dir)
+    st = peek_status(cfg.state_dir)
     at = st.applied[:12] if st is not None and st.applied else None
     if at is None:  # said instead of a plan (_before_the_first_fetch)
         return []

@@ -147,7 +147,7 @@ def instances(store: RecordStore, name: str, replica: int | None) -> list[str]:
         return [replica_name(base_name(name), replica)]
     if name != base_name(name):
         return [instance_of(name)]
-    found = {instance_of(n) for n in store.load().records if base_name(n) == name}
+    found = {instance_of(n) for n in store.peek().records if base_name(n) == name}
     found |= {p.name.removesuffix(".log") for p in store.logs.glob(f"{name}@*.log")}
     found = {n for n in found if record_name_ok(n) and not is_next(n)}
     return sorted(found | {name}, key=index_of) if found else [name]
@@ -155,7 +155,7 @@ def instances(store: RecordStore, name: str, replica: int | None) -> list[str]:
 
 def deployments(store: RecordStore) -> list[str]:
     """``logs`` with no NAME: every deployment with a record or a log (``down`` keeps logs)."""
-    found = {base_name(n) for n in store.load().records}
+    found = {base_name(n) for n in store.peek().records}
     found |= {p.name.removesuffix(".log") for p in store.logs.glob("*.log")}
     return sorted({base_name(n) for n in found if record_name_ok(n)})  # web@1.log is web's
 

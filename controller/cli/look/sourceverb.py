@@ -18,10 +18,10 @@ from controller.store.sources import gitsource
 
 def source_state(state_dir: Path) -> tuple[gitsource.SourceStatus, str, str] | None:
     """(the status file, state, message), or None when the state dir follows no git source."""
-    st = gitsource.read_status(state_dir)
+    st = gitsource.peek_status(state_dir)  # a read verb moves nothing aside
     if st is None:
         return None
-    records = RecordStore(state_dir).load().records.values()
+    records = RecordStore(state_dir).peek().records.values()
     state, message = gitsource.state_of(st, gitsource.phases_of(records, st.owner))
     return st, state, message
 

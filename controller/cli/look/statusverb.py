@@ -44,7 +44,7 @@ from controller.core.state import Drain, Phase, Record, RecordView
 from controller.errors import ConfigError
 from controller.host import bootclock
 from controller.store.config.node import Config, read_drain
-from controller.store.instances.records import RecordStore
+from controller.store.instances.records import RecordProblem, RecordStore
 from controller.store.models import pullstatus
 from controller.store.side import observed
 from controller.store.statedir import StateDir
@@ -63,11 +63,17 @@ class Look:
     seen: dict[str, datetime] = field(default_factory=dict)  # record -> observed at
     conditions: dict[str, list[str]] = field(default_factory=dict)  # record -> conditions
     state_dir: Path | None = None  # where they were read (a git checkout's files named from it)
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))  # when it was taken
+
+    def live(self) -> list[Record]:
+        """The records with what their messages say true now (a back-off's "restart in
+        20s" counted from ``backoff_until``, not as the pass wrote it)."""
+        return [replace(r, message=r.message_at(self.at)) for r in self.records]
 
     def shown(self) -> list[Record]:
-        """The records as a table shows them: a deployment's conditions leading its
+        """The records as a table shows them: live, a deployment's conditions leading its
         message, a git source's file named as in the repository (``manifests/a.yaml``)."""
-        return [self._shown(r) for r in self.records]
+        return [self._shown(r) for r in self.live()]
 
     def _shown(self, rec: Record) -> Record:
         conditions = self.conditions.get(rec.name, [])
@@ -111,12 +117,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(_table(seen, wide=fmt == "wide") if seen.records else "No deployments.")
     for problem in seen.problems:
         print(f"error: {problem}", file=sys.stderr)
-    return EXIT_OK
+    # What cannot be read is not shown: exit 1 as `plan` does for an unreadable record
+    # (kubectl get prints what it could and exits 1 on an error); stdout stays whole.
+    return EXIT_FAIL if seen.problems else EXIT_OK
 
 
 def skipped(cfg: Config) -> list[str]:
     """The last pass's note of the deployments this node's labels left to other nodes."""
-    notes = observed.read_all(cfg.state_dir)
+    notes = observed.peek_all(cfg.state_dir)
     nodes = {n.node for n in notes}
     # A state dir is most often one node's: `status` without the daemon's --node (its
     # name defaults to the host's) still says that node's note.
@@ -126,38 +134,50 @@ def skipped(cfg: Config) -> list[str]:
 
 def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | None:
     """The records ``args`` select, as on disk or (``--refresh``) as seen now; None (said
-    on stderr unless not ``say``) when NAME matches none."""
-    if args.refresh:
-        records, problems = refreshed(cfg)
-        now = datetime.now(UTC)
-        seen = {r.name: now for r in records if not r.elsewhere(cfg.node)}
-    else:
-        snap = RecordStore(cfg.state_dir).load()
-        records, problems = list(snap.records.values()), [p.message for p in snap.problems]
-        seen = {}
-    records = sorted(records, key=lambda r: r.name)
+    on stderr unless not ``say``) when NAME matches none. A record that cannot be read is
+    among ``problems`` (NAME's only, when one is given) and left where it lies."""
+    records, problems, seen = _read(args, cfg)
     if args.name:
+        problems = [p for p in problems if p.name and args.name in (p.name, base_name(p.name))]
         named = [r for r in records if selects(args.name, r)]
         if not named:
             if say:
                 known = (base_name(r.name) for r in records)
-                print(no_such(args.name, known, cfg.state_dir), file=sys.stderr)
+                said = [f"error: {p.message}" for p in problems]
+                said = said or [no_such(args.name, known, cfg.state_dir)]
+                print(*said, sep="\n", file=sys.stderr)
             return None
         records = named
     chosen = [r for r in records if selected(r.labels, args)]
     records, pulls = pullstatus.live(chosen, cfg.state_dir)  # Pulling: progress now
-    noted = observed.views(observed.read_all(cfg.state_dir), records)
-    found = Look(records, dict(pulls), problems, state_dir=cfg.state_dir)
+    noted = observed.views(observed.peek_all(cfg.state_dir), records)
+    found = Look(records, dict(pulls), [p.message for p in problems], state_dir=cfg.state_dir)
     found.seen = {**noted.seen, **seen}  # --refresh: now
     found.conditions = noted.conditions
     return found
 
 
-def items(seen: Look) -> list[dict[str, Any]]:
-    """``status -o json``'s list, each item with ``observed_at`` and ``conditions``."""
+def _read(
+    args: argparse.Namespace, cfg: Config
+) -> tuple[list[Record], list[RecordProblem], dict[str, datetime]]:
+    """(records by name, the records that cannot be read, record -> seen now)."""
+    if args.refresh:
+        records, problems = refreshed(cfg)
+        now = datetime.now(UTC)
+        seen = {r.name: now for r in records if not r.elsewhere(cfg.node)}
+    else:
+        snap = RecordStore(cfg.state_dir).peek()  # a read verb moves nothing aside
+        records, problems, seen = list(snap.records.values()), snap.problems, {}
+    return sorted(records, key=lambda r: r.name), problems, seen
+
+
+def items(seen: Look, *, live: bool = True) -> list[dict[str, Any]]:
+    """``status -o json``'s list, each item with ``observed_at`` and ``conditions``; its
+    messages true now (``live``), else as the records hold them."""
     from controller.core.statusjson import deployment_items
 
-    return deployment_items(seen.records, seen.pulls, seen.seen, seen.conditions)
+    records = seen.live() if live else seen.records
+    return deployment_items(records, seen.pulls, seen.seen, seen.conditions)
 
 
 def _table(seen: Look, *, wide: bool, now: datetime | None = None) -> str:
@@ -167,13 +187,12 @@ def _table(seen: Look, *, wide: bool, now: datetime | None = None) -> str:
 # -- --refresh: look now, act on nothing -------------------------------------------------
 
 
-def refreshed(cfg: Config) -> tuple[list[Record], list[str]]:
+def refreshed(cfg: Config) -> tuple[list[Record], list[RecordProblem]]:
     """Every record as an observation now would judge it (plan's read-only half:
     liveness by pid and start time, the readiness probe of what is Starting)."""
     view = preview(cfg)
     observed, problems = view.observe()
-    records = [as_seen(v, cfg.node) for v in observed.records.values()]
-    return records, [p.message for p in problems]
+    return [as_seen(v, cfg.node) for v in observed.records.values()], problems
 
 
 def as_seen(view: RecordView, node: str) -> Record:
@@ -208,6 +227,7 @@ def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
     """Print every deployment, then each again whenever it changes, until interrupted
     (Ctrl-C) or the reader goes (a closed pipe ends it quietly, as `head` expects)."""
     shown: dict[str, str] = {}
+    told: set[str] = set()  # the unreadable records named so far: each once
     first = True
     layout = Layout()
     for _ in looks():
@@ -223,13 +243,22 @@ def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
             names = {i["name"] for i in changed}
             part = Look([r for r in seen.records if base_name(r.name) in names], seen.pulls)
             part.seen, part.conditions, part.state_dir = seen.seen, seen.conditions, cfg.state_dir
+            part.at = seen.at
             text = layout.rows(part, wide=fmt == "wide") if part.records else ""
             print(text or "No deployments.", flush=True)
         for name in gone:
             said = json.dumps({"name": name, "deleted": True}) if fmt == "json" else ""
             print(said or f"{name}   (gone)", flush=True)
+        _say_new(seen.problems, told)
         first = False
     return EXIT_OK
+
+
+def _say_new(problems: list[str], told: set[str]) -> None:
+    for problem in problems:
+        if problem not in told:
+            told.add(problem)
+            print(f"error: {problem}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -252,12 +281,15 @@ class Layout:
 
 def _changes(seen: Look, shown: dict[str, str]) -> tuple[list[dict[str, Any]], list[str]]:
     """The items that differ from what was printed (``shown``, updated) and the names gone.
-    ``observed_at`` is left out of the comparison: a pass that changed nothing is no news."""
+    Compared as the records hold them, less ``observed_at``: a pass that changed nothing,
+    or a back-off's countdown, is no news (a changed item is printed as true now)."""
     changed = []
     current = set()
+    stored = {item["name"]: item for item in items(seen, live=False)}
     for item in items(seen):
         current.add(item["name"])
-        key = json.dumps({k: v for k, v in item.items() if k != "observed_at"}, sort_keys=True)
+        was = stored[item["name"]]
+        key = json.dumps({k: v for k, v in was.items() if k != "observed_at"}, sort_keys=True)
         if shown.get(item["name"]) != key:
             shown[item["name"]] = key
             changed.append(item)

@@ -116,7 +116,7 @@ def _unsafe(loaded: LoadResult) -> str | None:
 def _record_users(cfg: Config) -> dict[str, set[str]]:
     """Cache key -> the deployments whose records name it (any owner: they share it)."""
     out: dict[str, set[str]] = {}
-    for rec in RecordStore(cfg.state_dir).load().records.values():
+    for rec in RecordStore(cfg.state_dir).peek().records.values():
         key = key_of_document(rec.stored_spec)
         if key is not None:
             out.setdefault(key, set()).add(rec.name)

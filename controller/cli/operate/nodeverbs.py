@@ -9,11 +9,19 @@ import argparse
 import getpass
 import os
 import socket
+import sys
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from controller.cli.common import EXIT_OK, EXIT_USAGE, config, output_format, reconciler
+from controller.cli.common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    config,
+    output_format,
+    reconciler,
+)
 from controller.cli.render.views import FORMATS, dump, table
 from controller.core.devicefaults import DeviceHealth
 from controller.core.manifest.quantity import format_age, format_bytes
@@ -38,8 +46,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
     inventory = devices.resolve(cfg.devices)
     if args.clear:
         return _clear(cfg, inventory.keys(), args.clear)
-    records = sorted(RecordStore(cfg.state_dir).load().records.values(), key=lambda r: r.name)
-    faults = devicehealth.read(cfg.state_dir).faults
+    snap = RecordStore(cfg.state_dir).peek()  # a read verb moves nothing aside
+    records = sorted(snap.records.values(), key=lambda r: r.name)
+    faults = devicehealth.peek(cfg.state_dir).faults
     items = device_items(inventory.devices, records, faults)  # the web page's too
     outside = outside_items(inventory.keys(), records, cfg.node)
     ports = [
@@ -50,14 +59,15 @@ def cmd_devices(args: argparse.Namespace) -> int:
     ]
     if fmt == "name":
         print("".join(f"{d['device']}\n" for d in items), end="")
-        return EXIT_OK
-    if fmt in ("json", "yaml"):
+    elif fmt in ("json", "yaml"):
         doc = {"node": cfg.node, "source": inventory.source, "devices": items, "ports": ports}
         print(dump({**doc, "outside_inventory": outside}, fmt))
-        return EXIT_OK
-    notes = [*_overcommitted(items), *_outside_text(outside)]
-    print(_devices_text(cfg, inventory.source, items, ports, notes))
-    return EXIT_OK
+    else:
+        notes = [*_overcommitted(items), *_outside_text(outside)]
+        print(_devices_text(cfg, inventory.source, items, ports, notes))
+    for problem in snap.problems:  # what it holds is not known: the table is not whole
+        print(f"error: {problem.message}", file=sys.stderr)
+    return EXIT_FAIL if snap.problems else EXIT_OK
 
 
 def _overcommitted(items: list[dict[str, Any]]) -> list[str]:
@@ -135,14 +145,15 @@ def _clear(cfg: Config, known: tuple[str, ...], names: list[str]) -> int:
 
 
 def _memory_cells(item: dict[str, Any]) -> list[str]:
-    total, used = item["memory"], item["memory_allocated"]
+    """MEMORY, ALLOCATED and FREE: `-o json`'s ``memory``, ``memory_allocated`` and
+    ``memory_free`` (a whole-device lease allocates all of it)."""
+    total, used, free = item["memory"], item["memory_allocated"], item["memory_free"]
     if total is None:
         return ["-", format_bytes(used) if used else "-", "-"]
+    left = format_bytes(free) if free else "0"
     if any(h["memory"] is None for h in item["holders"]):
-        free = "0 (whole lease)"  # a whole-device lease leaves nothing to share
-    else:
-        free = format_bytes(total - used) if total > used else "0"
-    return [format_bytes(total), format_bytes(used) if used else "0", free]
+        left = "0 (whole lease)"  # a whole-device lease leaves nothing to share
+    return [format_bytes(total), format_bytes(used) if used else "0", left]
 
 
 def _held(holders: list[dict[str, Any]]) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, looks, no_such, reconciler
 from controller.core.manifest.names import base_name, is_next
-from controller.core.state import STUCK, Phase, Record
+from controller.core.state import STUCK, Phase, Record, backoff_cause
 from controller.errors import RecordError
 from controller.host import bootclock
 from controller.redact import printable
@@ -42,7 +42,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
         print(f"reconcile: {exc}", file=sys.stderr)
         return EXIT_USAGE
     cfg = config(args)
-    records = RecordStore(cfg.state_dir).load().records
+    records = RecordStore(cfg.state_dir).peek().records
     if not _known(names, records, cfg.state_dir):
         return EXIT_FAIL
     at = datetime.now(UTC)
@@ -170,7 +170,7 @@ def _watch(
     shown: dict[str, str] = {}
     for _ in looks(reader=False):  # ends by a return: done, stuck or timed out
         step()
-        records = list(store.load().records.values())
+        records = list(store.peek().records.values())
         left = {n: _left(_instances(records, n), expected[n], at) for n in names}
         for name, why in left.items():
             if why and shown.get(name) != why:
@@ -212,7 +212,7 @@ def _left(instances: list[Record], expected: dict[str, str | None], at: datetime
         if rec.phase in STUCK:
             return f"cannot start {rec.name} ({rec.phase}): {rec.message}"
         if rec.phase is Phase.BACKOFF and rec.restarts > 0 and rec.ready_at is None:
-            why = str(rec.last_exit) if rec.last_exit else rec.message
+            why = str(rec.last_exit) if rec.last_exit else backoff_cause(rec.message)
             return f"cannot bring {rec.name} up: crash-looping ({why})"
         if rec.phase not in (Phase.READY, Phase.SUCCEEDED):  # a Job's new run may be done
             return f"{rec.name} {rec.phase}"

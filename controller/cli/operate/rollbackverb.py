@@ -34,9 +34,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     if fmt is None:
         return EXIT_FAIL
     cfg = config(args, lenient=True)
-    if gitsource.read_status(cfg.state_dir) is None:
+    if gitsource.peek_status(cfg.state_dir) is None:  # a read verb moves nothing aside
         return _no_source(cfg)
-    entries = gitsource.read_history(cfg.state_dir)
+    entries = gitsource.peek_history(cfg.state_dir)
     if fmt == "json":  # the contract's fields; the spec hashes are the node's own memo
         print(json.dumps([{k: v for k, v in e.items() if k != "specs"} for e in entries], indent=2))
         return EXIT_OK
@@ -144,7 +144,7 @@ def _pin(cfg: Config, target: str | None) -> None:
 def _journal(cfg: Config, owner: str, action: str, why: str) -> None:
     journal = Journal(cfg.state_dir)
     names = []
-    for rec in RecordStore(cfg.state_dir).load().records.values():
+    for rec in RecordStore(cfg.state_dir).peek().records.values():
         if rec.owner == owner:
             journal.append(rec.name, action, why, "pinned" if action == "rollback" else "resumed")
             names.append(base_name(rec.name))

@@ -41,7 +41,7 @@ def memory_line(rec: Record, state_dir: Path) -> str:
     requested = "whole device" if rec.memory is None else f"{format_bytes(rec.memory)} per device"
     if auto:
         requested += " (memory: auto)"
-    peak = measured.read(state_dir).get(rec.spec_hash or "")
+    peak = measured.peek(state_dir).get(rec.spec_hash or "")
     if peak is None:
         return f"requested {requested}; not measured"
     when = peak.at.isoformat(timespec="seconds")
@@ -65,9 +65,7 @@ def describe_deployment(
     if not selector(rs.first):
         return None
     alone = len(rs.records) == 1
-    sections = [
-        describe(state_dir, r.name, now, remote_log=remote_log, alone=alone) for r in rs.records
-    ]
+    sections = [describe(state_dir, r, now, remote_log=remote_log, alone=alone) for r in rs.records]
     text = "\n\n".join(s for s in sections if s is not None)
     if alone:
         return text or None
@@ -88,7 +86,7 @@ def describe_document(
     its events and last log lines."""
     if not selector(rs.first):
         return None
-    noted = observed.views(observed.read_all(state_dir), rs.records)
+    noted = observed.views(observed.peek_all(state_dir), rs.records)
     doc = {**deployment_item(rs), **statusjson.observed(rs, noted.seen, noted.conditions)}
     doc["spec"] = redact_spec(rs.first.stored_spec)
     alone = len(rs.records) == 1
@@ -109,27 +107,26 @@ def _log_lines(
 
 def describe(
     state_dir: Path,
-    name: str,
+    rec: Record,
     now: datetime | None = None,
     selector: Callable[[Record], bool] = lambda _: True,
     remote_log: Callable[[Record], list[str]] | None = None,
     alone: bool = True,
 ) -> str | None:
-    """None when there is no such record, or the selector leaves it out.
+    """None when the selector leaves ``rec`` (as the verb read it: nothing re-read) out.
 
     ``remote_log``: the last lines of an engine whose log lives on another node (Ray).
     ``alone``: the deployment's only record, so every event of its journal is its own.
     """
-    store = RecordStore(state_dir)
-    rec = store.read(name)
-    if rec is None or not selector(rec):
+    if not selector(rec):
         return None
+    name = rec.name
     now = now or datetime.now(UTC)
     events = _journal(state_dir, name, alone)
     if rec.source:  # a git source's file as the repository names it
         rec = replace(rec, source=StateDir(state_dir).in_repo(rec.source))
     fields = [*_fields(rec, now), ("Memory", memory_line(rec, state_dir))]
-    held = observed.views(observed.read_all(state_dir), [rec]).conditions[rec.name]
+    held = observed.views(observed.peek_all(state_dir), [rec]).conditions[rec.name]
     if held:  # what status leads its MESSAGE with, under the Message
         fields.insert([k for k, _ in fields].index("Message") + 1, ("Conditions", "; ".join(held)))
     fields += pullshow.describe_lines(rec, state_dir, now)  # Pulling
@@ -140,7 +137,8 @@ def describe(
         *_indent(yaml.safe_dump(redact_spec(rec.stored_spec), sort_keys=False).rstrip()),
     ]
     out += ["Events:", *_indent(_events(events, now))]
-    log_path = store.log_path(instance_of(name))  # a rolling @next writes its instance's
+    # a rolling @next writes its instance's log
+    log_path = RecordStore(state_dir).log_path(instance_of(name))
     if rec.on_cluster and remote_log is not None:
         out.append(f"Log (last {LOG_LINES} lines, on node {rec.node[:8]} {rec.host}):")
         lines = [line.encode() for line in remote_log(rec)]

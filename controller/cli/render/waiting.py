@@ -23,7 +23,7 @@ from controller.cli.render import pullshow
 from controller.core.actions import Restart
 from controller.core.manifest.quantity import format_age
 from controller.core.pulls import progress_text
-from controller.core.state import STUCK, Phase, Record
+from controller.core.state import STUCK, Phase, Record, backoff_cause
 from controller.logsetup import apply as apply_log_setup
 from controller.logsetup import get_logger, structlog_module, terminal
 from controller.reconciler import pulling
@@ -167,7 +167,7 @@ def _looping(result: PassResult, restarts: dict[str, int]) -> dict[str, str]:
         made = sum(1 for a in result.actions if isinstance(a, Restart) and a.name == rec.name)
         first = restarts.setdefault(rec.name, max(rec.restarts - made, 0))
         if rec.phase is Phase.BACKOFF and rec.restarts - first >= CRASH_BOUND:
-            why = str(rec.last_exit) if rec.last_exit else rec.message
+            why = str(rec.last_exit) if rec.last_exit else backoff_cause(rec.message)
             out[rec.name] = f"{rec.name} keeps failing ({rec.restarts} restarts; last: {why})"
     return out
 
@@ -195,7 +195,7 @@ def progress(rec: Record, probe: str | None, now: datetime, state_dir: Path) -> 
         return f"{elapsed}/{limit}{answer}"
     if rec.phase is Phase.BACKOFF and rec.backoff_until:
         left = max((rec.backoff_until - now).total_seconds(), 0)
-        why = str(rec.last_exit) if rec.last_exit else rec.message
+        why = str(rec.last_exit) if rec.last_exit else backoff_cause(rec.message)
         return f"restart in {format_age(left)}" + (f"  ({why})" if why else "")
     if rec.phase is Phase.READY and rec.ready_at and rec.started_at:
         return f"ready after {(rec.ready_at - rec.started_at).total_seconds():.1f}s"

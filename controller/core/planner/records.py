@@ -202,8 +202,10 @@ def _undeclared(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
     unselected = ctx.unselected(rec)
     if view.alive or view.markers or rec.holds:
         was = in_repo(ctx.desired.repo, rec.source)
-        return (Stop(name=rec.name, reason=unselected or f"manifest removed (was {was})"),)
-    return (Release(name=rec.name, reason=unselected or "manifest removed", nonce=rec.nonce),)
+        reason = unselected or f"manifest removed (was {was})"
+        return (Stop(name=rec.name, reason=reason, undeclared=True),)
+    reason = unselected or "manifest removed"
+    return (Release(name=rec.name, reason=reason, nonce=rec.nonce, undeclared=True),)
 
 
 def _scaled_down(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -64,12 +64,14 @@ class NodeReader:
 
     def state(self, events_of: str | None) -> dict[str, Any]:
         records = sorted(self.records(), key=lambda r: r.name)
+        now = datetime.now(UTC)
         shown, pulls = pullstatus.live(records, self.state_dir)
+        shown = [replace(r, message=r.message_at(now)) for r in shown]  # "restart in 8s" now
         noted = observed.views(observed.peek_all(self.state_dir), records)
         return {
             "node": self.node,
             "version": __version__,
-            "now": iso(datetime.now(UTC)),
+            "now": iso(now),
             "drain": self.drain(),
             "deployments": deployment_items(shown, pulls, noted.seen, noted.conditions),
             "facts": {r.name: facts(r) for r in records},
@@ -89,7 +91,7 @@ class NodeReader:
 
     def faults(self) -> Mapping[str, DeviceFault]:
         try:
-            return devicehealth.read(self.state_dir).faults
+            return devicehealth.peek(self.state_dir).faults  # the page moves nothing
         except ConfigError:  # unreadable: the daemon says so; the bars still show
             return {}
 

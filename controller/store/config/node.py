@@ -220,10 +220,10 @@ def remembered(state_dir: Path, flags: GitFlags) -> GitFlags:
     source's module, subprocess and all, is not loaded: `status` stays light)."""
     if not StateDir(state_dir).git_source.exists():
         return flags
-    from controller.store.sources.gitsource import read_status
+    from controller.store.sources.gitsource import peek_status
 
     try:
-        st = read_status(state_dir)
+        st = peek_status(state_dir)  # every verb resolves this: a torn file is the pass's
     except ConfigError:
         return flags  # `reconcile source` says what is wrong with it
     if st is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ class RecordProblem:
     devices: tuple[str, ...] = ()
     ports: tuple[int, ...] = ()
     nonce: str | None = None  # its engine's marker nonce: that engine is no orphan
-    kept: bool = False  # left in place (unknown version), not quarantined
+    kept: bool = False  # a pass leaves it in place too (unknown version): never planned over
 
 
 @dataclass
@@ -49,6 +50,10 @@ class Snapshot:
     problems: list[RecordProblem] = field(default_factory=list)
     # name -> (mtime_ns, size): cheap change detection for the lock's re-read
     stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+# What a scan does with a record it cannot read: (path, the snapshot, why) -> None.
+SetAside = Callable[[Path, "Snapshot", str], None]
 
 
 def check_name(name: str) -> str:
@@ -100,10 +105,20 @@ class RecordStore:
 
     def read(self, name: str) -> Record | None:
         snap = Snapshot()
-        self._read_one(self.path(name), snap)
+        self._read_one(self.path(name), snap, self._quarantine)
         return snap.records.get(name)
 
     def load(self) -> Snapshot:
+        """Every record, for a pass: one that cannot be read is quarantined (named)."""
+        return self._scan(self._quarantine)
+
+    def peek(self) -> Snapshot:
+        """Every record, for a reader that must change nothing (``status``, ``describe``,
+        ``devices``, ``plan``): one that cannot be read is named where it lies, and left
+        there for the next pass to set aside (kubectl get never mutates either)."""
+        return self._scan(self._left_in_place)
+
+    def _scan(self, bad: SetAside) -> Snapshot:
         snap = Snapshot()
         try:
             entries = list(os.scandir(self.instances))
@@ -111,10 +126,10 @@ class RecordStore:
             return snap
         for entry in sorted(entries, key=lambda e: e.name):
             if entry.name.endswith(".json") and not entry.name.startswith("."):
-                self._read_one(Path(entry.path), snap)
+                self._read_one(Path(entry.path), snap, bad)
         return snap
 
-    def _read_one(self, path: Path, snap: Snapshot) -> None:
+    def _read_one(self, path: Path, snap: Snapshot, bad: SetAside) -> None:
         try:
             info = path.stat()
             raw = path.read_bytes()
@@ -127,13 +142,13 @@ class RecordStore:
             snap.problems.append(_unknown_version(path, name, exc.data))
             return
         except NotJSON as exc:
-            self._quarantine(path, snap, str(exc))
+            bad(path, snap, str(exc))
             return
         except RecordInvalid as exc:
-            self._quarantine(path, snap, f"not a valid record: {exc}")
+            bad(path, snap, f"not a valid record: {exc}")
             return
         if record.name != name:
-            self._quarantine(path, snap, f"holds name {record.name!r}, file says {name!r}")
+            bad(path, snap, f"holds name {record.name!r}, file says {name!r}")
             return
         snap.records[name] = record
         snap.stamps[name] = (info.st_mtime_ns, info.st_size)
@@ -155,6 +170,15 @@ class RecordStore:
             name = path.name.removesuffix(".json")
             message = f"record moved to {target}: {reason}"
             snap.problems.append(RecordProblem(str(path), message, name))
+
+    def _left_in_place(self, path: Path, snap: Snapshot, reason: str) -> None:
+        """Name a record we cannot trust, touching nothing: a pass moves it aside."""
+        message = (
+            f"record {path} cannot be read ({reason}); left as it is: the next pass "
+            f"(`reconcile --once`, or the daemon's) moves it to {self.quarantine_dir}/ and "
+            "takes back its engine if one still runs"
+        )
+        snap.problems.append(RecordProblem(str(path), message, path.name.removesuffix(".json")))
 
 
 def _unknown_version(path: Path, name: str, data: Any) -> RecordProblem:

@@ -46,9 +46,10 @@ def write(state_dir: Path, name: str, activation: Activation) -> None:
     _folder(state_dir).write(name, activation)  # invariant 9: only deployment names
 
 
-def read_all(state_dir: Path) -> dict[str, Activation]:
-    """Every readable activation; a torn or foreign file counts as no demand (named)."""
-    return _folder(state_dir).read_all()
+def read_all(state_dir: Path, *, peek: bool = False) -> dict[str, Activation]:
+    """Every readable activation; a torn or foreign file counts as no demand (named;
+    quarantined unless ``peek``)."""
+    return _folder(state_dir).read_all(peek=peek)
 
 
 def forget(state_dir: Path, name: str) -> None:

@@ -31,6 +31,11 @@ def read(state_dir: Path) -> DeviceHealth:
     return _document(state_dir).read() or DeviceHealth()
 
 
+def peek(state_dir: Path) -> DeviceHealth:
+    """``read`` for a reader that must change nothing (``devices``): a torn file is none."""
+    return _document(state_dir).peek() or DeviceHealth()
+
+
 def update(state_dir: Path, change: Callable[[DeviceHealth], DeviceHealth]) -> DeviceHealth:
     """Apply ``change`` under the lock; written only when it changed anything."""
     return _document(state_dir).update(change, DeviceHealth(), "device health lock")

@@ -85,9 +85,10 @@ def write(state_dir: Path, figure: Inflight, signal: str = "inflight") -> None:
     _folder(state_dir, signal).write(f"{figure.deployment}.{figure.writer}", figure)
 
 
-def read_all(state_dir: Path, signal: str = "inflight") -> list[Inflight]:
-    """Every readable file; a torn, foreign or misnamed one counts as no load."""
-    return list(_folder(state_dir, signal).read_all().values())
+def read_all(state_dir: Path, signal: str = "inflight", *, peek: bool = False) -> list[Inflight]:
+    """Every readable file; a torn, foreign or misnamed one counts as no load (named;
+    quarantined unless ``peek``)."""
+    return list(_folder(state_dir, signal).read_all(peek=peek).values())
 
 
 def forget(state_dir: Path, writer: str, signal: str = "inflight") -> None:

@@ -34,6 +34,11 @@ def read(state_dir: Path) -> Peaks:
     return _document(state_dir).read() or {}
 
 
+def peek(state_dir: Path) -> Peaks:
+    """``read`` for a reader that must change nothing (``describe``): a torn file is none."""
+    return _document(state_dir).peek() or {}
+
+
 def note(state_dir: Path, seen: Mapping[str, Measured]) -> Peaks:
     """Keep each of ``seen`` that is a new or higher peak; the peaks on record after."""
     if not seen:

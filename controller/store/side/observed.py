@@ -11,7 +11,6 @@ as no entries.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -48,12 +47,9 @@ def read_all(state_dir: Path) -> list[Seen]:
 
 
 def peek_all(state_dir: Path) -> list[Seen]:
-    """``read_all`` for a reader that must change nothing (the gateway's page): a torn
-    or foreign file reads as no entries and stays where it is, for a pass to set aside."""
-    try:
-        return _decode(json.loads(StateDir(state_dir).observed.read_bytes()))
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return []
+    """``read_all`` for a reader that must change nothing (status, describe, the page): a
+    torn or foreign file reads as no entries and stays where it is, for a pass to set aside."""
+    return _document(state_dir).peek() or []
 
 
 @dataclass

@@ -60,6 +60,7 @@ def refusal(state_dir: Path, name: str, now: datetime, clock: BootClock | None) 
     )
 
 
-def read_all(state_dir: Path) -> dict[str, datetime]:
-    """Every readable request: deployment name -> when; a torn or foreign file is none."""
-    return _folder(state_dir).read_all()
+def read_all(state_dir: Path, *, peek: bool = False) -> dict[str, datetime]:
+    """Every readable request: deployment name -> when; a torn or foreign file is none
+    (named; quarantined unless ``peek``)."""
+    return _folder(state_dir).read_all(peek=peek)

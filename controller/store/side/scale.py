@@ -55,9 +55,10 @@ def write(state_dir: Path, name: str, scale: Scale) -> None:
     _folder(state_dir).write(name, scale)  # invariant 9: only deployment names
 
 
-def read_all(state_dir: Path) -> dict[str, Scale]:
-    """Every readable count; a torn or foreign file is none (quarantined, named)."""
-    return _folder(state_dir).read_all()
+def read_all(state_dir: Path, *, peek: bool = False) -> dict[str, Scale]:
+    """Every readable count; a torn or foreign file is none (named; quarantined unless
+    ``peek``)."""
+    return _folder(state_dir).read_all(peek=peek)
 
 
 def forget(state_dir: Path, name: str) -> None:

@@ -23,7 +23,6 @@ last applied commit keeps running and nothing is pruned.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -230,13 +229,9 @@ def read_status(state_dir: Path) -> SourceStatus | None:
 
 
 def peek_status(state_dir: Path) -> SourceStatus | None:
-    """The remembered source, read and never set aside (the gateway's page: a torn file
-    is the daemon's to quarantine, and reads as none here until it is written again)."""
-    path = StateDir(state_dir).git_source
-    try:
-        return _decode_status(json.loads(path.read_bytes()))
-    except (OSError, ValueError, TypeError):
-        return None
+    """The remembered source, read and never set aside (the page, `status`, `source`: a
+    torn file is a pass's to quarantine, and reads as none here until it is written again)."""
+    return _status(state_dir).peek()
 
 
 def followed_instead(state_dir: Path, s: GitSettings) -> SourceStatus | None:
@@ -652,6 +647,12 @@ def _history(state_dir: Path) -> Document[list[dict[str, Any]]]:
 def read_history(state_dir: Path) -> list[dict[str, Any]]:
     """The applied commits, oldest first (a torn file: quarantined, a new history)."""
     return _history(state_dir).read() or []
+
+
+def peek_history(state_dir: Path) -> list[dict[str, Any]]:
+    """``read_history`` for `reconcile history`: a torn file is named, read as none, and
+    left for the next pass to set aside."""
+    return _history(state_dir).peek() or []
 
 
 def write_history(state_dir: Path, entries: list[dict[str, Any]]) -> None:
