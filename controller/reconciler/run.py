@@ -310,7 +310,7 @@ class Preview:
         names none, and is taken for another's where this set does not declare its name."""
         if leader.owner == self.config.owner or (leader.owner is None and leader.name in wanted):
             return None
-        since = self.store.quarantined_at(leader.name)
+        since = self.store.torn_since(leader.name)  # plan peeks: the record lies torn
         if since is None or since < leader.ref.start_time:
             return None
         return found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", self.inventory)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,6 +153,16 @@ class RecordStore:
             return
         snap.records[name] = record
         snap.stamps[name] = (info.st_mtime_ns, info.st_size)
+
+    def torn_since(self, name: str) -> float | None:
+        """Since when ``name``'s record is known torn: quarantined by a pass (then), or
+        torn where it lies, as a reader's ``peek`` leaves it (now); None: neither."""
+        since = self.quarantined_at(name)
+        if since is not None:
+            return since
+        torn: list[str] = []
+        self._read_one(self.instances / f"{name}.json", Snapshot(), lambda *a: torn.append(a[2]))
+        return time.time() if torn else None
 
     def quarantined_at(self, name: str) -> float | None:
         """When ``name``'s record was last quarantined (its reason file's mtime), or None."""
