@@ -8,7 +8,8 @@ certificates for 127.0.0.1 and localhost), a real daemon, gateway process and en
 - a key file readable by others, a missing half of the pair, or a key of another
   certificate is refused before the daemon starts (exit 64, naming the file);
 - SIGHUP under load: the new certificate is served to new connections (its serial),
-  no request failed; a hand-over (``reconcile gateway restart``) under load over TLS:
+  no request failed; a renewal of another key type (ECDSA to RSA and back) is
+  served too; a hand-over (``reconcile gateway restart``) under load over TLS:
   no request failed, and the successor speaks TLS.
 """
 
@@ -64,9 +65,11 @@ class Pki:
             cwd=self.folder,
         )  # fmt: skip
 
-    def server(self, serial: int, cert: Path, key: Path, usage: str = "serverAuth") -> None:
+    def server(
+        self, serial: int, cert: Path, key: Path, usage: str = "serverAuth", rsa: bool = False
+    ) -> None:
         """A server pair for 127.0.0.1 and localhost with ``serial``, at cert and key (0600);
-        ``usage="clientAuth"``: a client's."""
+        ``usage="clientAuth"``: a client's; ``rsa``: an RSA key (else ECDSA P-256)."""
         ext = self.folder / "server.ext"
         ext.write_text(
             "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
@@ -74,8 +77,9 @@ class Pki:
             "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
         )
         fresh_key = self.folder / f"fresh-{serial}.key"
+        kind = ["rsa:2048"] if rsa else ["ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
         _openssl(
-            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "req", "-newkey", *kind, "-nodes",
             "-keyout", fresh_key, "-out", "server.csr", "-subj", "/CN=localhost",
             cwd=self.folder,
         )  # fmt: skip
@@ -407,6 +411,33 @@ def test_sighup_reloads_the_certificate_under_load(reconcile: Any, gateway: Any,
             lambda: "TLS certificate not reloaded" in g.text(), timeout=WAIT, what="refusal"
         )
         assert _https(g.port, pki.client(), "GET", "/healthz")[2] == 2
+    finally:
+        g.finish()
+
+
+def _serial(port: int, pki: Pki) -> int:
+    """The serial of the certificate a new connection is served."""
+    return _https(port, pki.client(), "GET", "/healthz")[2]
+
+
+def test_sighup_serves_a_renewal_of_another_key_type(
+    reconcile: Any, gateway: Any, pki: Pki
+) -> None:
+    """An ECDSA certificate renewed as RSA, then as ECDSA again: each SIGHUP serves the
+    new one. (Loaded into the live context, the new pair sat beside the old one of the
+    other key type, and clients that prefer ECDSA kept getting the old certificate while
+    the log said "TLS certificate reloaded".)"""
+    cert, key = _pair(pki, serial=1)
+    g = _tls_gateway(reconcile, gateway, pki, cert, key)
+    try:
+        for serial, rsa in ((2, True), (3, False)):
+            pki.server(serial, cert, key, rsa=rsa)
+            g.proc.send_signal(signal.SIGHUP)  # the daemon forwards it to its gateway
+            reconcile.wait_for(
+                lambda serial=serial: _serial(g.port, pki) == serial,
+                timeout=WAIT,
+                what=f"certificate {serial} served",
+            )
     finally:
         g.finish()
 

@@ -254,7 +254,8 @@ class Gateway:
             if self.tls is None:
                 self._listener = await self.loop.create_server(server.protocol, sock=listening)
             else:  # accepted by us: a plain-HTTP request gets its 400 (tlsaccept.py)
-                acceptor = Acceptor(listening, server.protocol, self.tls.context, connections)
+                tls = self.tls  # its context is asked at each handshake: SIGHUP replaces it
+                acceptor = Acceptor(listening, server.protocol, lambda: tls.context, connections)
                 acceptor.start()
                 self._listener = acceptor
         except BaseException:
