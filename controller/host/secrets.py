@@ -155,21 +155,53 @@ def _decrypt(path: Path, what: str) -> str:
     return done.stdout.decode("utf-8", errors="replace")
 
 
+# sops' words for each failure, and ours: what is wrong and the next move. Its own text is
+# never shown (it quotes a hand-edited value, which may be the secret itself).
+_EDITED = (
+    "it was changed outside sops ({what}): edit it with `sops FILE`, or encrypt it again "
+    "from the clear copy (sops -e)"
+)
+_SOPS_SAYS = (
+    ("metadata not found", "it is not SOPS-encrypted (encrypt it: sops -e -i FILE)"),
+    ("MAC mismatch", _EDITED.format(what="its MAC does not match its values")),
+    ("does not match sops' data format", _EDITED.format(what="a value is not sops' ENC[...]")),
+)
+
+
 def _why(stderr: bytes) -> str:
     """sops' failure in our words: its own may quote a line of the file, so never shown."""
     text = stderr.decode("utf-8", errors="replace")
-    if "metadata not found" in text:
-        return "it is not SOPS-encrypted (encrypt it: sops -e -i FILE)"
+    for words, reason in _SOPS_SAYS:
+        if words in text:
+            return reason
     key = os.environ.get("SOPS_AGE_KEY_FILE")
     if key is None:
         return (
             "no age key of this node opens it: set SOPS_AGE_KEY_FILE to the node's key "
             "file (age-keygen makes one; encrypt for its public key)"
         )
-    return (
-        f"this node's age key (SOPS_AGE_KEY_FILE={key}) is not one of its recipients, or the "
-        "file is damaged (re-encrypt it for this node's public key)"
+    return _key_problem(key, text) or (
+        f"this node's age key (SOPS_AGE_KEY_FILE={key}) is not one of its recipients: "
+        f"encrypt it again for this node's public key (`age-keygen -y {key}` prints it)"
     )
+
+
+def _key_problem(key: str, text: str) -> str | None:
+    """What is wrong with the key file itself, when sops could not use it."""
+    where = f"the age key file SOPS_AGE_KEY_FILE={key}"
+    if not os.path.isfile(key):
+        return (
+            f"{where} does not exist on this node: point SOPS_AGE_KEY_FILE at the node's "
+            "key file (`age-keygen -o FILE` makes one; encrypt for its public key)"
+        )
+    if "failed to open SOPS_AGE_KEY_FILE" in text:
+        return f"{where} cannot be read by reconcile's user: give that user read access"
+    if "failed to parse 'SOPS_AGE_KEY_FILE'" in text:
+        return (
+            f"{where} holds no age key (an AGE-SECRET-KEY-1... line, as `age-keygen -o "
+            "FILE` writes): point SOPS_AGE_KEY_FILE at the node's key file"
+        )
+    return None
 
 
 def parse_dotenv(text: str, where: str) -> dict[str, str]:

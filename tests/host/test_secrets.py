@@ -3,6 +3,7 @@ name the file and line but never a value."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,61 @@ def test_unchanged_sops_files_are_not_decrypted_again(
         secrets.resolve(spec, folder)
     assert caught.value.index == 1 and "not on PATH" in str(caught.value)
     assert "sopsFile secrets/B.env:" in str(caught.value)  # as the manifest wrote it
+
+
+def _no_key_file(folder: Path, secret: Path) -> Path:
+    return folder / "keys" / "absent.agekey"
+
+
+def _not_a_key(folder: Path, secret: Path) -> Path:
+    garbage = folder / "keys" / "garbage.agekey"
+    garbage.write_text("this is no age key\n")
+    garbage.chmod(0o600)
+    return garbage
+
+
+def _another_nodes_key(folder: Path, secret: Path) -> Path:
+    return make_key(folder / "keys", "other").file
+
+
+def _line_deleted(folder: Path, secret: Path) -> Path:
+    lines = secret.read_text().splitlines(keepends=True)
+    secret.write_text("".join(line for line in lines if not line.startswith("B=")))
+    return folder / "keys" / "node.agekey"
+
+
+def _value_edited(folder: Path, secret: Path) -> Path:
+    lines = secret.read_text().splitlines(keepends=True)
+    secret.write_text("".join("B=hand-typed-s3cret\n" if x.startswith("B=") else x for x in lines))
+    return folder / "keys" / "node.agekey"
+
+
+@pytest.mark.parametrize(
+    ("breakage", "says"),
+    [
+        pytest.param(_no_key_file, "absent.agekey does not exist on this node", id="no-key-file"),
+        pytest.param(_not_a_key, "garbage.agekey holds no age key", id="not-a-key"),
+        pytest.param(_another_nodes_key, "is not one of its recipients", id="another-key"),
+        pytest.param(_line_deleted, "its MAC does not match its values", id="mac-mismatch"),
+        pytest.param(_value_edited, "a value is not sops' ENC[...]", id="value-edited"),
+    ],
+)
+def test_each_sops_failure_says_its_own_cause(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    breakage: Callable[[Path, Path], Path],
+    says: str,
+) -> None:
+    """Every way a sopsFile fails to open, with the real sops: the message names the cause
+    and its next move (a missing key file is no recipient problem; a file edited by hand
+    is no key problem), and never a value, not even one typed in by hand."""
+    key = make_key(tmp_path / "keys")
+    secret = key.encrypt("A=s3cret-a\nB=s3cret-b\n", tmp_path / "m" / "secrets" / "x.env")
+    monkeypatch.setenv("SOPS_AGE_KEY_FILE", str(breakage(tmp_path, secret)))
+    with pytest.raises(SecretError) as caught:
+        secrets.resolve(_spec({"sopsFile": "secrets/x.env"}), tmp_path / "m")
+    message = str(caught.value)
+    assert message.startswith("sopsFile secrets/x.env cannot be decrypted: ") and says in message
+    assert "s3cret" not in message
+    wrong = "recipients" if breakage in (_no_key_file, _not_a_key, _line_deleted) else "MAC"
+    assert wrong not in message, message
