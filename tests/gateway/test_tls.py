@@ -9,8 +9,9 @@ certificates for 127.0.0.1 and localhost), a real daemon, gateway process and en
   certificate is refused before the daemon starts (exit 64, naming the file);
 - SIGHUP under load: the new certificate is served to new connections (its serial),
   no request failed; a renewal of another key type (ECDSA to RSA and back) is
-  served too; a hand-over (``reconcile gateway restart``) under load over TLS:
-  no request failed, and the successor speaks TLS.
+  served too; an expired certificate is warned about at start and at reload; a
+  hand-over (``reconcile gateway restart``) under load over TLS: no request failed, and
+  the successor speaks TLS.
 """
 
 from __future__ import annotations
@@ -66,10 +67,17 @@ class Pki:
         )  # fmt: skip
 
     def server(
-        self, serial: int, cert: Path, key: Path, usage: str = "serverAuth", rsa: bool = False
+        self,
+        serial: int,
+        cert: Path,
+        key: Path,
+        usage: str = "serverAuth",
+        rsa: bool = False,
+        days: int = 2,
     ) -> None:
         """A server pair for 127.0.0.1 and localhost with ``serial``, at cert and key (0600);
-        ``usage="clientAuth"``: a client's; ``rsa``: an RSA key (else ECDSA P-256)."""
+        ``usage="clientAuth"``: a client's; ``rsa``: an RSA key (else ECDSA P-256);
+        ``days=-1``: expired a day before it was made."""
         ext = self.folder / "server.ext"
         ext.write_text(
             "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
@@ -85,7 +93,7 @@ class Pki:
         )  # fmt: skip
         _openssl(
             "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-set_serial", str(serial), "-days", "2", "-extfile", ext,
+            "-set_serial", str(serial), "-days", str(days), "-extfile", ext,
             "-out", f"fresh-{serial}.pem",
             cwd=self.folder,
         )  # fmt: skip
@@ -416,8 +424,11 @@ def test_sighup_reloads_the_certificate_under_load(reconcile: Any, gateway: Any,
 
 
 def _serial(port: int, pki: Pki) -> int:
-    """The serial of the certificate a new connection is served."""
-    return _https(port, pki.client(), "GET", "/healthz")[2]
+    """The serial of the certificate a new connection is served (0: none, not yet)."""
+    try:
+        return _https(port, pki.client(), "GET", "/healthz")[2]
+    except OSError:  # not listening yet, or a certificate the client refuses
+        return 0
 
 
 def test_sighup_serves_a_renewal_of_another_key_type(
@@ -438,6 +449,32 @@ def test_sighup_serves_a_renewal_of_another_key_type(
                 timeout=WAIT,
                 what=f"certificate {serial} served",
             )
+    finally:
+        g.finish()
+
+
+def test_a_certificate_out_of_date_is_warned_about(reconcile: Any, gateway: Any, pki: Pki) -> None:
+    """An expired certificate loads and serves like any other, and every client refuses
+    it: the daemon's start says so, and so does a SIGHUP that reloads one (it said
+    "TLS certificate reloaded" and nothing more); one in date brings no warning."""
+    cert, key = pki.folder / "cert.pem", pki.folder / "key.pem"
+    pki.server(1, cert, key, days=-1)
+    reconcile.write("alpha", command=reconcile.demo_command())
+    flags = ["--tls-cert", str(cert), "--tls-key", str(key), "--api-keys", str(_keyfile(reconcile))]
+    g = gateway(*flags, wait=False)
+    said = f"--tls-cert {cert}: the certificate has expired: every client"
+    try:
+        reconcile.wait_for(lambda: said in g.text(), timeout=WAIT, what="the warning at start")
+        pki.server(2, cert, key)
+        g.proc.send_signal(signal.SIGHUP)
+        reconcile.wait_for(lambda: _serial(g.port, pki) == 2, timeout=WAIT, what="serial 2")
+        assert g.text().count(said) == 1, g.text()[-3000:]
+        pki.server(3, cert, key, days=-1)
+        g.proc.send_signal(signal.SIGHUP)
+        reconcile.wait_for(
+            lambda: g.text().count(said) == 2, timeout=WAIT, what="the warning at reload"
+        )
+        assert "TLS certificate out of date" in g.text()
     finally:
         g.finish()
 

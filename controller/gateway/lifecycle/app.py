@@ -33,6 +33,7 @@ from controller.gateway.http.upstream import Upstream
 from controller.gateway.lifecycle.listener import Listening, bind, close_listener
 from controller.gateway.lifecycle.tls import Tls, TlsError
 from controller.gateway.lifecycle.tlsaccept import Acceptor
+from controller.gateway.lifecycle.tlsdates import out_of_date
 from controller.gateway.routing.activation import Demand
 from controller.gateway.routing.concurrency import Bodies, Limiter
 from controller.gateway.routing.ejections import recorder
@@ -140,6 +141,9 @@ class Gateway:
             log.error("TLS certificate not reloaded; keeping the one in force", error=str(exc))
             return
         log.info("TLS certificate reloaded", cert=str(self.tls.cert))
+        dated = out_of_date(self.tls.cert, self.tls.key)
+        if dated:
+            log.warning("TLS certificate out of date", detail=dated)
 
     def listener_fd(self) -> int | None:
         """The listening socket's descriptor (to hand over), None once it is closed."""
