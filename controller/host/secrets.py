@@ -165,6 +165,15 @@ _SOPS_SAYS = (
     ("metadata not found", "it is not SOPS-encrypted (encrypt it: sops -e -i FILE)"),
     ("MAC mismatch", _EDITED.format(what="its MAC does not match its values")),
     ("does not match sops' data format", _EDITED.format(what="a value is not sops' ENC[...]")),
+    (
+        "cannot use complex value",
+        "it holds a nested value (a map or a list): envFrom takes flat KEY: value pairs",
+    ),
+)
+_NO_DATA_KEY = "Failed to get the data key"  # every way the age key failed says this
+_UNKNOWN = (
+    "sops -d failed (its words are not shown: they may quote the file): run `sops -d FILE` "
+    "as reconcile's user to see why"
 )
 
 
@@ -174,6 +183,8 @@ def _why(stderr: bytes) -> str:
     for words, reason in _SOPS_SAYS:
         if words in text:
             return reason
+    if _NO_DATA_KEY not in text:
+        return _UNKNOWN  # not a key problem: saying one would send its reader astray
     key = os.environ.get("SOPS_AGE_KEY_FILE")
     if key is None:
         return (

@@ -3,6 +3,7 @@ name the file and line but never a value."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -113,31 +114,61 @@ def test_unchanged_sops_files_are_not_decrypted_again(
     assert "sopsFile secrets/B.env:" in str(caught.value)  # as the manifest wrote it
 
 
-def _no_key_file(folder: Path, secret: Path) -> Path:
-    return folder / "keys" / "absent.agekey"
+# Each breakage: the key file SOPS_AGE_KEY_FILE names, and the sopsFile the spec names.
+Breakage = Callable[[Path, Path], tuple[Path, str]]
+NAMED = "secrets/x.env"
 
 
-def _not_a_key(folder: Path, secret: Path) -> Path:
+def _no_key_file(folder: Path, secret: Path) -> tuple[Path, str]:
+    return folder / "keys" / "absent.agekey", NAMED
+
+
+def _not_a_key(folder: Path, secret: Path) -> tuple[Path, str]:
     garbage = folder / "keys" / "garbage.agekey"
     garbage.write_text("this is no age key\n")
     garbage.chmod(0o600)
-    return garbage
+    return garbage, NAMED
 
 
-def _another_nodes_key(folder: Path, secret: Path) -> Path:
-    return make_key(folder / "keys", "other").file
+def _another_nodes_key(folder: Path, secret: Path) -> tuple[Path, str]:
+    return make_key(folder / "keys", "other").file, NAMED
 
 
-def _line_deleted(folder: Path, secret: Path) -> Path:
+def _line_deleted(folder: Path, secret: Path) -> tuple[Path, str]:
     lines = secret.read_text().splitlines(keepends=True)
     secret.write_text("".join(line for line in lines if not line.startswith("B=")))
-    return folder / "keys" / "node.agekey"
+    return folder / "keys" / "node.agekey", NAMED
 
 
-def _value_edited(folder: Path, secret: Path) -> Path:
+def _value_edited(folder: Path, secret: Path) -> tuple[Path, str]:
     lines = secret.read_text().splitlines(keepends=True)
     secret.write_text("".join("B=hand-typed-s3cret\n" if x.startswith("B=") else x for x in lines))
-    return folder / "keys" / "node.agekey"
+    return folder / "keys" / "node.agekey", NAMED
+
+
+def _nested(folder: Path, secret: Path) -> tuple[Path, str]:
+    """A YAML secrets file with a map in it: no dotenv can hold that."""
+    key = folder / "keys" / "node.agekey"
+    recipient = subprocess.run(
+        ["age-keygen", "-y", str(key)], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.strip()
+    done = subprocess.run(
+        [
+            "sops",
+            "--encrypt",
+            "--age",
+            recipient,
+            "--input-type=yaml",
+            "--output-type=yaml",
+            "/dev/stdin",
+        ],
+        input=b"A: s3cret-a\nB:\n  inner: s3cret-b\n",
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    secret.with_suffix(".yaml").write_bytes(done.stdout)
+    return key, "secrets/x.yaml"
 
 
 @pytest.mark.parametrize(
@@ -148,24 +179,23 @@ def _value_edited(folder: Path, secret: Path) -> Path:
         pytest.param(_another_nodes_key, "is not one of its recipients", id="another-key"),
         pytest.param(_line_deleted, "its MAC does not match its values", id="mac-mismatch"),
         pytest.param(_value_edited, "a value is not sops' ENC[...]", id="value-edited"),
+        pytest.param(_nested, "it holds a nested value (a map or a list)", id="nested-yaml"),
     ],
 )
 def test_each_sops_failure_says_its_own_cause(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    breakage: Callable[[Path, Path], Path],
-    says: str,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, breakage: Breakage, says: str
 ) -> None:
     """Every way a sopsFile fails to open, with the real sops: the message names the cause
     and its next move (a missing key file is no recipient problem; a file edited by hand
     is no key problem), and never a value, not even one typed in by hand."""
     key = make_key(tmp_path / "keys")
-    secret = key.encrypt("A=s3cret-a\nB=s3cret-b\n", tmp_path / "m" / "secrets" / "x.env")
-    monkeypatch.setenv("SOPS_AGE_KEY_FILE", str(breakage(tmp_path, secret)))
+    secret = key.encrypt("A=s3cret-a\nB=s3cret-b\n", tmp_path / "m" / NAMED)
+    key_file, named = breakage(tmp_path, secret)
+    monkeypatch.setenv("SOPS_AGE_KEY_FILE", str(key_file))
     with pytest.raises(SecretError) as caught:
-        secrets.resolve(_spec({"sopsFile": "secrets/x.env"}), tmp_path / "m")
+        secrets.resolve(_spec({"sopsFile": named}), tmp_path / "m")
     message = str(caught.value)
-    assert message.startswith("sopsFile secrets/x.env cannot be decrypted: ") and says in message
+    assert message.startswith(f"sopsFile {named} cannot be decrypted: ") and says in message
     assert "s3cret" not in message
-    wrong = "recipients" if breakage in (_no_key_file, _not_a_key, _line_deleted) else "MAC"
+    wrong = "MAC" if breakage is _another_nodes_key else "recipients"
     assert wrong not in message, message
