@@ -9,7 +9,8 @@ certificates for 127.0.0.1 and localhost), a real daemon, gateway process and en
   certificate is refused before the daemon starts (exit 64, naming the file);
 - SIGHUP under load: the new certificate is served to new connections (its serial),
   no request failed; a renewal of another key type (ECDSA to RSA and back) is
-  served too; an expired certificate is warned about at start and at reload; a
+  served too, and so is one renewed before a daemon restart (the gateway adopted
+  re-reads it); an expired certificate is warned about at start and at reload; a
   hand-over (``reconcile gateway restart``) under load over TLS: no request failed, and
   the successor speaks TLS.
 """
@@ -449,6 +450,25 @@ def test_sighup_serves_a_renewal_of_another_key_type(
                 timeout=WAIT,
                 what=f"certificate {serial} served",
             )
+    finally:
+        g.finish()
+
+
+def test_a_restarted_daemon_has_the_gateway_it_adopts_serve_the_renewed_certificate(
+    reconcile: Any, gateway: Any, pki: Pki
+) -> None:
+    """Renewed on disk, then the daemon restarted instead of sent SIGHUP: the gateway it
+    adopts serves the new certificate (it kept the old one, expired or not)."""
+    cert, key = _pair(pki, serial=1)
+    g = _tls_gateway(reconcile, gateway, pki, cert, key)
+    serving = g.serving().ref.pid
+    assert g.stop() == 0  # the daemon ends; its gateway serves on
+    pki.server(2, cert, key)
+    flags = ["--tls-cert", str(cert), "--tls-key", str(key), "--api-keys", str(_keyfile(reconcile))]
+    g = gateway(*flags, wait=False)
+    try:
+        reconcile.wait_for(lambda: _serial(g.port, pki) == 2, timeout=WAIT, what="serial 2")
+        assert "gateway adopted" in g.text() and g.serving().ref.pid == serving
     finally:
         g.finish()
 
