@@ -56,12 +56,23 @@ class _Stamp:
 _CACHE: dict[str, tuple[_Stamp, dict[str, str]]] = {}
 
 
-def resolve(spec: DeploymentSpec, folder: Path) -> dict[str, str]:
-    """Every envFrom item's variables, later items winning (``folder``: the manifest's)."""
+# Why root must not trust a file (its owner, its mode), or None: the manifests' rule
+# (store/sources/security.py), handed in by the pass, or None where it does not apply.
+Untrusted = Callable[[Path], str | None]
+
+
+def resolve(
+    spec: DeploymentSpec, folder: Path, untrusted: Untrusted | None = None
+) -> dict[str, str]:
+    """Every envFrom item's variables, later items winning (``folder``: the manifest's).
+
+    ``untrusted``: as root, a file another user can write is refused as a manifest is:
+    its variables reach a root engine (LD_PRELOAD alone runs that user's code as root),
+    and anyone can encrypt a sopsFile for the node's public key."""
     env: dict[str, str] = {}
     for index, item in enumerate(spec.env_from):
         try:
-            env.update(_read_item(item, folder))
+            env.update(_read_item(item, folder, untrusted))
         except SecretError as exc:
             raise SecretError(index, str(exc)) from None
     return env
@@ -72,16 +83,18 @@ def digest(env: Mapping[str, str]) -> str:
     return sha256_hex(json.dumps(sorted(env.items())).encode())
 
 
-def _read_item(item: EnvFrom, folder: Path) -> dict[str, str]:
+def _read_item(item: EnvFrom, folder: Path, untrusted: Untrusted | None) -> dict[str, str]:
     if item.file is not None:
         path = Path(item.file)
         _private(path)
+        _trusted(path, f"file {path}", untrusted)
         return _cached(path, lambda: parse_dotenv(_read(path), str(path)))
     assert item.sops_file is not None
     # Named as the manifest wrote it, from the manifest's folder (the error names the
     # manifest): a git source's checkout is no place its user knows.
     path, shown = folder / item.sops_file, f"sopsFile {item.sops_file}"
     _stat(path, shown, where="beside the manifest")
+    _trusted(path, shown, untrusted)
     return _cached(path, lambda: parse_dotenv(_decrypt(path, shown), item.sops_file or ""))
 
 
@@ -108,6 +121,16 @@ def _stat(path: Path, what: str, where: str = "on this node") -> os.stat_result:
     if not stat.S_ISREG(st.st_mode):
         raise SecretError(0, f"{what} is not a regular file")
     return st
+
+
+def _trusted(path: Path, what: str, untrusted: Untrusted | None) -> None:
+    reason = untrusted(path) if untrusted is not None else None
+    if reason is not None:
+        raise SecretError(
+            0,
+            f"{what} is {reason}: as root, whoever can write it sets the engine's environment "
+            f"(LD_PRELOAD runs their code as root): `chown root {path}` and `chmod go-w {path}`",
+        )
 
 
 def _private(path: Path) -> None:

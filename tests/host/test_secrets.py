@@ -3,6 +3,7 @@ name the file and line but never a value."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from envfrom.agekey import make_key
 from controller.core.manifest.specs import DeploymentSpec
 from controller.host import secrets
 from controller.host.secrets import SecretError, parse_dotenv
+from controller.store.sources import security
 
 
 @pytest.mark.parametrize(
@@ -199,3 +201,31 @@ def test_each_sops_failure_says_its_own_cause(
     assert "s3cret" not in message
     wrong = "MAC" if breakage is _another_nodes_key else "recipients"
     assert wrong not in message, message
+
+
+def test_files_root_must_not_trust_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the manifests' rule handed in (the pass does, as root): a file anyone but
+    root owns is refused, a sopsFile too (anyone can encrypt for the node's public key),
+    naming the file and the fix, never a value. (Not root, the test's own files are no
+    root's either.)"""
+    key = make_key(tmp_path / "keys")
+    folder = tmp_path / "m"
+    sops_file = key.encrypt("LD_PRELOAD=/tmp/x.so\n", folder / "secrets" / "x.env")
+    node_file = tmp_path / "node.env"
+    node_file.write_text("LD_PRELOAD=/tmp/x.so\n")
+    node_file.chmod(0o600)
+    monkeypatch.setenv("SOPS_AGE_KEY_FILE", str(key.file))
+    for path, item, named in (
+        (node_file, {"file": str(node_file)}, f"file {node_file} is owned by uid"),
+        (sops_file, {"sopsFile": "secrets/x.env"}, "sopsFile secrets/x.env is owned by uid"),
+    ):
+        if os.geteuid() == 0:
+            os.chown(path, 65534, -1)
+        with pytest.raises(SecretError) as caught:
+            secrets.resolve(_spec(item), folder, security.path_problem)
+        message = str(caught.value)
+        assert message.startswith(named) and f"chown root {path}" in message, message
+        assert "x.so" not in message
+        assert secrets.resolve(_spec(item), folder) == {"LD_PRELOAD": "/tmp/x.so"}
