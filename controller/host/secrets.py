@@ -95,7 +95,31 @@ def _read_item(item: EnvFrom, folder: Path, untrusted: Untrusted | None) -> dict
     path, shown = folder / item.sops_file, f"sopsFile {item.sops_file}"
     _stat(path, shown, where="beside the manifest")
     _trusted(path, shown, untrusted)
+    _age_key_private(shown, untrusted)
     return _cached(path, lambda: parse_dotenv(_decrypt(path, shown), item.sops_file or ""))
+
+
+def _age_key_private(what: str, untrusted: Untrusted | None) -> None:
+    """The node's age key opens every sopsFile: held to a secret file's rule (only its
+    owner reads it; as root, root's), as the API keys file and the TLS key are."""
+    key = os.environ.get("SOPS_AGE_KEY_FILE")
+    if not key or not os.path.isfile(key):
+        return  # none, or missing: sops' failure says which (_why)
+    mode = stat.S_IMODE(os.stat(key).st_mode)
+    if mode & 0o077:
+        raise SecretError(
+            0,
+            f"{what}: the age key file SOPS_AGE_KEY_FILE={key} can be read by others "
+            f"(mode {mode:04o}), and it opens every secret: `chmod 600 {key}` (and if others "
+            "could read it, make a new key and encrypt the secrets for it)",
+        )
+    reason = untrusted(Path(key)) if untrusted is not None else None
+    if reason is not None:
+        raise SecretError(
+            0,
+            f"{what}: the age key file SOPS_AGE_KEY_FILE={key} is {reason}, and its owner "
+            f"reads every secret: `chown root {key}`",
+        )
 
 
 def _cached(path: Path, read: Callable[[], dict[str, str]]) -> dict[str, str]:

@@ -229,3 +229,28 @@ def test_files_root_must_not_trust_are_refused(
         assert message.startswith(named) and f"chown root {path}" in message, message
         assert "x.so" not in message
         assert secrets.resolve(_spec(item), folder) == {"LD_PRELOAD": "/tmp/x.so"}
+
+
+def test_an_age_key_others_can_read_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node's age key opens every sopsFile: readable by others, it is refused as an
+    envFrom file would be (sops read it without a word); as root, one another user owns
+    too (with the manifests' rule handed in)."""
+    key = make_key(tmp_path / "keys")
+    key.encrypt("A=s3cret-a\n", tmp_path / "m" / "secrets" / "x.env")
+    monkeypatch.setenv("SOPS_AGE_KEY_FILE", str(key.file))
+    spec = _spec({"sopsFile": "secrets/x.env"})
+    key.file.chmod(0o644)
+    with pytest.raises(SecretError) as caught:
+        secrets.resolve(spec, tmp_path / "m")
+    message = str(caught.value)
+    assert f"SOPS_AGE_KEY_FILE={key.file} can be read by others (mode 0644)" in message
+    assert f"chmod 600 {key.file}" in message and "s3cret" not in message
+    key.file.chmod(0o600)
+    assert secrets.resolve(spec, tmp_path / "m") == {"A": "s3cret-a"}
+    if os.geteuid() == 0:
+        os.chown(key.file, 65534, -1)
+    with pytest.raises(SecretError) as caught:
+        secrets.resolve(spec, tmp_path / "m", security.path_problem)
+    assert "and its owner reads every secret: `chown root" in str(caught.value)
