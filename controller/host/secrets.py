@@ -3,7 +3,9 @@ clear, never in any output.
 
 ``file``: KEY=VALUE lines (dotenv quoting), refused unless only its owner can read it.
 ``sopsFile``: decrypted by the real ``sops -d`` with the node's ``SOPS_AGE_KEY_FILE``
-(inherited from reconcile's environment), its output read from a pipe, in memory.
+(inherited from reconcile's environment), its output read from a pipe, in memory
+(``sops.py``); the key file is held to a secret file's rule. As root, every file must be
+root's (the manifests' rule, handed in by the pass).
 
 A :class:`SecretError` names the file and the ``envFrom`` item, never a value: not even
 sops' own words, which may quote a line of the file. :func:`digest` is what the spec hash
@@ -16,15 +18,14 @@ import json
 import os
 import re
 import stat
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from controller.core.digest import sha256_hex
 from controller.core.manifest.specs import DeploymentSpec, EnvFrom
+from controller.host import sops
 
-SOPS_TIMEOUT = 30.0  # seconds: a local decryption; a hung sops must not hang a pass
 MAX_BYTES = 1 << 20  # a secrets file is small; a huge one is a mistake, not a secret
 # A dotenv line: [export ]KEY=VALUE, the value bare, 'single' (literal) or "double"
 # (with \n \" \\ escapes), a bare value ending at ' #' (a comment).
@@ -183,83 +184,10 @@ def _read(path: Path) -> str:
 
 
 def _decrypt(path: Path, what: str) -> str:
-    """``sops -d``'s output through a pipe: the clear text never touches a disk."""
-    argv = ["sops", "--decrypt", "--output-type", "dotenv"]
-    if path.suffix not in (".yaml", ".yml", ".json", ".ini"):
-        argv += ["--input-type", "dotenv"]  # sops guesses by suffix; hf.env and hf alike
     try:
-        done = subprocess.run(
-            [*argv, str(path)], capture_output=True, timeout=SOPS_TIMEOUT, check=False
-        )
-    except FileNotFoundError:
-        raise SecretError(
-            0, f"{what}: the sops program is not on PATH (install sops on this node)"
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise SecretError(0, f"{what}: sops -d ran over {SOPS_TIMEOUT:.0f} s") from None
-    if done.returncode != 0:
-        raise SecretError(0, f"{what} cannot be decrypted: {_why(done.stderr)}")
-    return done.stdout.decode("utf-8", errors="replace")
-
-
-# sops' words for each failure, and ours: what is wrong and the next move. Its own text is
-# never shown (it quotes a hand-edited value, which may be the secret itself).
-_EDITED = (
-    "it was changed outside sops ({what}): edit it with `sops FILE`, or encrypt it again "
-    "from the clear copy (sops -e)"
-)
-_SOPS_SAYS = (
-    ("metadata not found", "it is not SOPS-encrypted (encrypt it: sops -e -i FILE)"),
-    ("MAC mismatch", _EDITED.format(what="its MAC does not match its values")),
-    ("does not match sops' data format", _EDITED.format(what="a value is not sops' ENC[...]")),
-    (
-        "cannot use complex value",
-        "it holds a nested value (a map or a list): envFrom takes flat KEY: value pairs",
-    ),
-)
-_NO_DATA_KEY = "Failed to get the data key"  # every way the age key failed says this
-_UNKNOWN = (
-    "sops -d failed (its words are not shown: they may quote the file): run `sops -d FILE` "
-    "as reconcile's user to see why"
-)
-
-
-def _why(stderr: bytes) -> str:
-    """sops' failure in our words: its own may quote a line of the file, so never shown."""
-    text = stderr.decode("utf-8", errors="replace")
-    for words, reason in _SOPS_SAYS:
-        if words in text:
-            return reason
-    if _NO_DATA_KEY not in text:
-        return _UNKNOWN  # not a key problem: saying one would send its reader astray
-    key = os.environ.get("SOPS_AGE_KEY_FILE")
-    if key is None:
-        return (
-            "no age key of this node opens it: set SOPS_AGE_KEY_FILE to the node's key "
-            "file (age-keygen makes one; encrypt for its public key)"
-        )
-    return _key_problem(key, text) or (
-        f"this node's age key (SOPS_AGE_KEY_FILE={key}) is not one of its recipients: "
-        f"encrypt it again for this node's public key (`age-keygen -y {key}` prints it)"
-    )
-
-
-def _key_problem(key: str, text: str) -> str | None:
-    """What is wrong with the key file itself, when sops could not use it."""
-    where = f"the age key file SOPS_AGE_KEY_FILE={key}"
-    if not os.path.isfile(key):
-        return (
-            f"{where} does not exist on this node: point SOPS_AGE_KEY_FILE at the node's "
-            "key file (`age-keygen -o FILE` makes one; encrypt for its public key)"
-        )
-    if "failed to open SOPS_AGE_KEY_FILE" in text:
-        return f"{where} cannot be read by reconcile's user: give that user read access"
-    if "failed to parse 'SOPS_AGE_KEY_FILE'" in text:
-        return (
-            f"{where} holds no age key (an AGE-SECRET-KEY-1... line, as `age-keygen -o "
-            "FILE` writes): point SOPS_AGE_KEY_FILE at the node's key file"
-        )
-    return None
+        return sops.decrypt(path, what)
+    except sops.SopsError as exc:
+        raise SecretError(0, str(exc)) from None
 
 
 def parse_dotenv(text: str, where: str) -> dict[str, str]:
