@@ -12,7 +12,8 @@ certificates for 127.0.0.1 and localhost), a real daemon, gateway process and en
   served too, and so is one renewed before a daemon restart (the gateway adopted
   re-reads it); an expired certificate is warned about at start and at reload; a
   hand-over (``reconcile gateway restart``) under load over TLS: no request failed, and
-  the successor speaks TLS.
+  the successor speaks TLS; a client CA taken out of ``--tls-client-ca``'s file is no
+  longer trusted after a SIGHUP.
 """
 
 from __future__ import annotations
@@ -545,15 +546,32 @@ def test_client_certificates_with_tls_client_ca(reconcile: Any, gateway: Any, pk
     pki.server(9, mine, mine_key, usage="clientAuth")
     ctx = pki.client()
     ctx.load_cert_chain(mine, mine_key)
-    flags = ("--tls-client-ca", str(pki.ca))
+    trusted = pki.folder / "client-cas.pem"
+    trusted.write_bytes(pki.ca.read_bytes())
+    flags = ("--tls-client-ca", str(trusted))
     g = _tls_gateway(reconcile, gateway, pki, cert, key, *flags, client=ctx)
     try:
         with pytest.raises((OSError, http.client.HTTPException)):  # no client certificate
             _https(g.port, pki.client(), "GET", "/healthz")
         status, body, _ = _https(g.port, ctx, "POST", "/v1/chat/completions", _chat("alpha"))
         assert status == 200, body
+        # The CA taken out of the file (another in its place): SIGHUP, and its clients
+        # are refused (it stayed trusted while reloads loaded into the live context).
+        other = Pki(pki.folder / "other")
+        other.folder.mkdir()
+        other.make_ca()
+        trusted.write_bytes(other.ca.read_bytes())
+        g.proc.send_signal(signal.SIGHUP)
+        reconcile.wait_for(lambda: not _admitted(g.port, ctx), timeout=WAIT, what="refused")
     finally:
         g.finish()
+
+
+def _admitted(port: int, ctx: ssl.SSLContext) -> bool:
+    try:
+        return _https(port, ctx, "GET", "/healthz")[0] == 200
+    except (OSError, http.client.HTTPException):
+        return False
 
 
 def test_silent_connections_exhaust_nothing_over_tls(
