@@ -194,10 +194,10 @@ class Preview:
         self.liveness: LivenessProber | None = None  # `plan` probes no liveness
 
     def desired(self, loaded: LoadResult) -> Desired:
-        strict = security.strict(self.config.insecure_manifests)  # as the manifests are
-        resolve_secrets(
-            loaded, security.path_problem if strict else None
-        )  # spec.envFrom read here, at the edge: the planner sees a hash
+        # spec.envFrom read here, at the edge: the planner sees a hash. As root its files
+        # are held to the manifests' rule (and opted out of it with them).
+        strict = security.strict(self.config.insecure_manifests)
+        resolve_secrets(loaded, security.path_problem if strict else None)
         entries, skipped, invalid, labelled = self._share(loaded)
         return Desired(
             owner=self.config.owner,
