@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 from controller.core.manifest.listen import host_refusal, is_loopback
 from controller.daemon.metrics import CONTENT_TYPE, current
 from controller.errors import ConfigError
+from controller.host import ports
 from controller.logsetup import get_logger
 from controller.store.config.accesstoken import QUERY, Token
 
@@ -101,10 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
 def _bind_error(host: str, port: int, exc: OSError) -> str:
     where = f"--metrics-port {host}:{port}"
     if exc.errno == errno.EADDRINUSE:
-        return (
-            f"{where}: the address is already in use by another process "
-            f"(see `ss -ltnp 'sport = :{port}'`): pick another port or stop that process"
-        )
+        return ports.in_use(where, port)
     if exc.errno == errno.EACCES:
         return f"{where}: permission denied (ports below 1024 need root): pick a port above 1024"
     return f"{where}: cannot listen there: {exc.strerror or exc}"

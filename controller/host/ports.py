@@ -109,3 +109,36 @@ def port_bindable(port: int) -> bool:
         finally:
             sock.close()
     return True
+
+
+def in_use(where: str, port: int) -> str:
+    """Why a bind of ``port`` found it in use, in words, and the next move: a process
+    that listens there, or none, when a connection of this host holds the port as its
+    own end (it was drawn from the range outgoing connections use, or is closing)."""
+    if port in listening_ports():
+        return (
+            f"{where}: the address is already in use by another process (see `ss -ltnp "
+            f"'sport = :{port}'`): pick another port or stop that process"
+        )
+    low, high = ephemeral_range()
+    drawn = (
+        f"; {low}-{high} is where this host draws the ports of its outgoing connections "
+        f"(net.ipv4.ip_local_port_range): pick one below {low}"
+        if low <= port <= high
+        else ""
+    )
+    return (
+        f"{where}: the address is in use, though nothing listens there: a connection of "
+        f"this host holds it as its own end (see `ss -tanp 'sport = :{port}'`){drawn}"
+    )
+
+
+_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports outgoing connections are given (Linux' default where it cannot be read)."""
+    with contextlib.suppress(OSError, ValueError), open(_RANGE) as f:
+        low, high = f.read().split()
+        return int(low), int(high)
+    return 32768, 60999

@@ -3,7 +3,9 @@ clear, never in any output.
 
 ``file``: KEY=VALUE lines (dotenv quoting), refused unless only its owner can read it.
 ``sopsFile``: decrypted by the real ``sops -d`` with the node's ``SOPS_AGE_KEY_FILE``
-(inherited from reconcile's environment), its output read from a pipe, in memory.
+(inherited from reconcile's environment), its output read from a pipe, in memory
+(``sops.py``); the key file is held to a secret file's rule. As root, every file must be
+root's (the manifests' rule, handed in by the pass).
 
 A :class:`SecretError` names the file and the ``envFrom`` item, never a value: not even
 sops' own words, which may quote a line of the file. :func:`digest` is what the spec hash
@@ -16,15 +18,14 @@ import json
 import os
 import re
 import stat
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from controller.core.digest import sha256_hex
 from controller.core.manifest.specs import DeploymentSpec, EnvFrom
+from controller.host import sops
 
-SOPS_TIMEOUT = 30.0  # seconds: a local decryption; a hung sops must not hang a pass
 MAX_BYTES = 1 << 20  # a secrets file is small; a huge one is a mistake, not a secret
 # A dotenv line: [export ]KEY=VALUE, the value bare, 'single' (literal) or "double"
 # (with \n \" \\ escapes), a bare value ending at ' #' (a comment).
@@ -56,12 +57,23 @@ class _Stamp:
 _CACHE: dict[str, tuple[_Stamp, dict[str, str]]] = {}
 
 
-def resolve(spec: DeploymentSpec, folder: Path) -> dict[str, str]:
-    """Every envFrom item's variables, later items winning (``folder``: the manifest's)."""
+# Why root must not trust a file (its owner, its mode), or None: the manifests' rule
+# (store/sources/security.py), handed in by the pass, or None where it does not apply.
+Untrusted = Callable[[Path], str | None]
+
+
+def resolve(
+    spec: DeploymentSpec, folder: Path, untrusted: Untrusted | None = None
+) -> dict[str, str]:
+    """Every envFrom item's variables, later items winning (``folder``: the manifest's).
+
+    ``untrusted``: as root, a file another user can write is refused as a manifest is:
+    its variables reach a root engine (LD_PRELOAD alone runs that user's code as root),
+    and anyone can encrypt a sopsFile for the node's public key."""
     env: dict[str, str] = {}
     for index, item in enumerate(spec.env_from):
         try:
-            env.update(_read_item(item, folder))
+            env.update(_read_item(item, folder, untrusted))
         except SecretError as exc:
             raise SecretError(index, str(exc)) from None
     return env
@@ -72,17 +84,43 @@ def digest(env: Mapping[str, str]) -> str:
     return sha256_hex(json.dumps(sorted(env.items())).encode())
 
 
-def _read_item(item: EnvFrom, folder: Path) -> dict[str, str]:
+def _read_item(item: EnvFrom, folder: Path, untrusted: Untrusted | None) -> dict[str, str]:
     if item.file is not None:
         path = Path(item.file)
         _private(path)
+        _trusted(path, f"file {path}", untrusted)
         return _cached(path, lambda: parse_dotenv(_read(path), str(path)))
     assert item.sops_file is not None
     # Named as the manifest wrote it, from the manifest's folder (the error names the
     # manifest): a git source's checkout is no place its user knows.
     path, shown = folder / item.sops_file, f"sopsFile {item.sops_file}"
     _stat(path, shown, where="beside the manifest")
+    _trusted(path, shown, untrusted)
+    _age_key_private(shown, untrusted)
     return _cached(path, lambda: parse_dotenv(_decrypt(path, shown), item.sops_file or ""))
+
+
+def _age_key_private(what: str, untrusted: Untrusted | None) -> None:
+    """The node's age key opens every sopsFile: held to a secret file's rule (only its
+    owner reads it; as root, root's), as the API keys file and the TLS key are."""
+    key = os.environ.get("SOPS_AGE_KEY_FILE")
+    if not key or not os.path.isfile(key):
+        return  # none, or missing: sops' failure says which (_why)
+    mode = stat.S_IMODE(os.stat(key).st_mode)
+    if mode & 0o077:
+        raise SecretError(
+            0,
+            f"{what}: the age key file SOPS_AGE_KEY_FILE={key} can be read by others "
+            f"(mode {mode:04o}), and it opens every secret: `chmod 600 {key}` (and if others "
+            "could read it, make a new key and encrypt the secrets for it)",
+        )
+    reason = untrusted(Path(key)) if untrusted is not None else None
+    if reason is not None:
+        raise SecretError(
+            0,
+            f"{what}: the age key file SOPS_AGE_KEY_FILE={key} is {reason}, and its owner "
+            f"reads every secret: `chown root {key}`",
+        )
 
 
 def _cached(path: Path, read: Callable[[], dict[str, str]]) -> dict[str, str]:
@@ -108,6 +146,16 @@ def _stat(path: Path, what: str, where: str = "on this node") -> os.stat_result:
     if not stat.S_ISREG(st.st_mode):
         raise SecretError(0, f"{what} is not a regular file")
     return st
+
+
+def _trusted(path: Path, what: str, untrusted: Untrusted | None) -> None:
+    reason = untrusted(path) if untrusted is not None else None
+    if reason is not None:
+        raise SecretError(
+            0,
+            f"{what} is {reason}: as root, whoever can write it sets the engine's environment "
+            f"(LD_PRELOAD runs their code as root): `chown root {path}` and `chmod go-w {path}`",
+        )
 
 
 def _private(path: Path) -> None:
@@ -136,40 +184,10 @@ def _read(path: Path) -> str:
 
 
 def _decrypt(path: Path, what: str) -> str:
-    """``sops -d``'s output through a pipe: the clear text never touches a disk."""
-    argv = ["sops", "--decrypt", "--output-type", "dotenv"]
-    if path.suffix not in (".yaml", ".yml", ".json", ".ini"):
-        argv += ["--input-type", "dotenv"]  # sops guesses by suffix; hf.env and hf alike
     try:
-        done = subprocess.run(
-            [*argv, str(path)], capture_output=True, timeout=SOPS_TIMEOUT, check=False
-        )
-    except FileNotFoundError:
-        raise SecretError(
-            0, f"{what}: the sops program is not on PATH (install sops on this node)"
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise SecretError(0, f"{what}: sops -d ran over {SOPS_TIMEOUT:.0f} s") from None
-    if done.returncode != 0:
-        raise SecretError(0, f"{what} cannot be decrypted: {_why(done.stderr)}")
-    return done.stdout.decode("utf-8", errors="replace")
-
-
-def _why(stderr: bytes) -> str:
-    """sops' failure in our words: its own may quote a line of the file, so never shown."""
-    text = stderr.decode("utf-8", errors="replace")
-    if "metadata not found" in text:
-        return "it is not SOPS-encrypted (encrypt it: sops -e -i FILE)"
-    key = os.environ.get("SOPS_AGE_KEY_FILE")
-    if key is None:
-        return (
-            "no age key of this node opens it: set SOPS_AGE_KEY_FILE to the node's key "
-            "file (age-keygen makes one; encrypt for its public key)"
-        )
-    return (
-        f"this node's age key (SOPS_AGE_KEY_FILE={key}) is not one of its recipients, or the "
-        "file is damaged (re-encrypt it for this node's public key)"
-    )
+        return sops.decrypt(path, what)
+    except sops.SopsError as exc:
+        raise SecretError(0, str(exc)) from None
 
 
 def parse_dotenv(text: str, where: str) -> dict[str, str]:

@@ -64,7 +64,7 @@ from controller.store.lock import FileLock
 from controller.store.side import activation, devicehealth, measured, restart
 from controller.store.side.observed import Seen
 from controller.store.side.observed import note as note_seen
-from controller.store.sources import gitrev
+from controller.store.sources import gitrev, security
 from controller.store.sources.manifests import LoadResult, ManifestError, load
 from controller.store.statedir import StateDir
 
@@ -198,7 +198,10 @@ class Preview:
         self.liveness: LivenessProber | None = None  # `plan` probes no liveness
 
     def desired(self, loaded: LoadResult) -> Desired:
-        resolve_secrets(loaded)  # spec.envFrom read here, at the edge: the planner sees a hash
+        # spec.envFrom read here, at the edge: the planner sees a hash. As root its files
+        # are held to the manifests' rule (and opted out of it with them).
+        strict = security.strict(self.config.insecure_manifests)
+        resolve_secrets(loaded, security.path_problem if strict else None)
         entries, skipped, invalid, labelled = self._share(loaded)
         return Desired(
             owner=self.config.owner,
@@ -885,17 +888,20 @@ def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:
     return "no manifests found"
 
 
-def resolve_secrets(loaded: LoadResult) -> None:
+def resolve_secrets(
+    loaded: LoadResult, untrusted: Callable[[Path], str | None] | None = None
+) -> None:
     """Each entry with spec.envFrom gets its values and a hash that covers them; one whose
-    file is missing, too open or undecryptable becomes invalid, naming the file: Pending
-    if it never ran, its running engine untouched (the planner's invalid-spec rule)."""
+    file is missing, too open, another user's (as root: ``untrusted``) or undecryptable
+    becomes invalid, naming the file: Pending if it never ran, its running engine
+    untouched (the planner's invalid-spec rule)."""
     for name, entry in list(loaded.entries.items()):
         if not entry.deployment.spec.env_from:
             continue
         from controller.host import secrets  # only where a spec names secrets
 
         try:
-            env = secrets.resolve(entry.deployment.spec, Path(entry.source).parent)
+            env = secrets.resolve(entry.deployment.spec, Path(entry.source).parent, untrusted)
         except secrets.SecretError as exc:
             loc = ("spec", "envFrom", exc.index)
             error = loaded.error(ManifestError(

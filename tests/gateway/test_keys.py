@@ -68,6 +68,32 @@ def test_keys_required_both_forms_healthz_open_and_sighup(reconcile: Any, gatewa
         assert not leaked(said, [KEY, OTHER]), (where, leaked(said, [KEY, OTHER]))
 
 
+def test_a_restarted_daemon_applies_the_key_file_to_the_gateway_it_adopts(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A key revoked in the file, then the daemon restarted (systemctl restart): the
+    gateway it adopts (same flags) takes the file as it is now. It went on accepting the
+    revoked key, and refusing the new one, until a SIGHUP."""
+    reconcile.write("alpha")
+    keys = _keyfile(reconcile, KEY)
+    g = gateway("--api-keys", str(keys))
+    g.wait_phase("alpha", "Ready")
+    assert g.post("alpha", {"x-api-key": KEY}).status == 200
+    serving = g.serving().ref.pid
+    assert g.stop() == 0  # the daemon ends; its gateway serves on
+    _keyfile(reconcile, OTHER)  # KEY revoked
+    g = gateway("--api-keys", str(keys))
+    try:
+        reconcile.wait_for(lambda: "gateway adopted" in g.text(), what="the gateway adopted")
+        reconcile.wait_for(
+            lambda: g.post("alpha", {"x-api-key": OTHER}).status == 200, what="the new key"
+        )
+        assert g.post("alpha", {"x-api-key": KEY}).status == 401
+        assert g.serving().ref.pid == serving  # adopted, not replaced
+    finally:
+        g.finish()
+
+
 def test_refusals_at_start(reconcile: Any) -> None:
     loose = _keyfile(reconcile, KEY, mode=0o644)
     port = str(reconcile.port + 15)

@@ -100,9 +100,8 @@ async def _answered_or_queued(turns: int, during: bool) -> int:
     address = listening.getsockname()[:2]
     successor = socket.socket(fileno=os.dup(listening.fileno()))
     successor.setblocking(False)
-    acceptor = Acceptor(
-        listening, asyncio.Protocol, ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), Connections(64)
-    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    acceptor = Acceptor(listening, asyncio.Protocol, lambda: context, Connections(64))
     acceptor.start()
     closing = asyncio.create_task(close_listener(acceptor)) if during else None
     for _ in range(turns):

@@ -116,6 +116,30 @@ def test_a_foreign_listener_refuses_the_start(
     assert registry.live(rc.state) == []
 
 
+def test_a_port_a_connection_holds_is_told_from_a_listener(reconcile: Any, gateway: Any) -> None:
+    """A port no process listens on, held as the local end of a connection (as a port of
+    the ephemeral range is, now and then, on a busy host): the bind fails, and the error
+    said "in use by another process (see `ss -ltnp`)", where ss showed nothing."""
+    rc = reconcile
+    with socket.socket() as server, socket.socket() as client:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        client.bind(("127.0.0.1", 0))  # drawn from the ephemeral range, as a connect's is
+        port = client.getsockname()[1]
+        client.connect(server.getsockname())
+        accepted, _ = server.accept()
+        with accepted:
+            g = gateway("--listen", f"127.0.0.1:{port}", port=port, wait=False)
+            assert g.proc.wait(timeout=WAIT) == 1, g.text()[-3000:]
+            said = "the address is in use, though nothing listens there"
+            text = g.text()
+            assert f"--listen 127.0.0.1:{port}: {said}" in text, text[-3000:]
+            assert f"ss -tanp 'sport = :{port}'" in text and "pick one below" in text
+            assert "another process" not in text, text[-3000:]
+            metrics = rc("--metrics-port", str(port), check=1)
+            assert f"--metrics-port 127.0.0.1:{port}: {said}" in metrics.err, str(metrics)
+
+
 def test_a_listener_that_joins_later_is_named_in_the_log(reconcile: Any, gateway: Any) -> None:
     """The kernel lets a process of our uid join the port after the gateway bound it (a
     root one beside a root gateway): the gateway cannot refuse it, so it says so."""

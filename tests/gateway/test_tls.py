@@ -8,8 +8,12 @@ certificates for 127.0.0.1 and localhost), a real daemon, gateway process and en
 - a key file readable by others, a missing half of the pair, or a key of another
   certificate is refused before the daemon starts (exit 64, naming the file);
 - SIGHUP under load: the new certificate is served to new connections (its serial),
-  no request failed; a hand-over (``reconcile gateway restart``) under load over TLS:
-  no request failed, and the successor speaks TLS.
+  no request failed; a renewal of another key type (ECDSA to RSA and back) is
+  served too, and so is one renewed before a daemon restart (the gateway adopted
+  re-reads it); an expired certificate is warned about at start and at reload; a
+  hand-over (``reconcile gateway restart``) under load over TLS: no request failed, and
+  the successor speaks TLS; a client CA taken out of ``--tls-client-ca``'s file is no
+  longer trusted after a SIGHUP.
 """
 
 from __future__ import annotations
@@ -64,9 +68,18 @@ class Pki:
             cwd=self.folder,
         )  # fmt: skip
 
-    def server(self, serial: int, cert: Path, key: Path, usage: str = "serverAuth") -> None:
+    def server(
+        self,
+        serial: int,
+        cert: Path,
+        key: Path,
+        usage: str = "serverAuth",
+        rsa: bool = False,
+        days: int = 2,
+    ) -> None:
         """A server pair for 127.0.0.1 and localhost with ``serial``, at cert and key (0600);
-        ``usage="clientAuth"``: a client's."""
+        ``usage="clientAuth"``: a client's; ``rsa``: an RSA key (else ECDSA P-256);
+        ``days=-1``: expired a day before it was made."""
         ext = self.folder / "server.ext"
         ext.write_text(
             "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
@@ -74,14 +87,15 @@ class Pki:
             "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
         )
         fresh_key = self.folder / f"fresh-{serial}.key"
+        kind = ["rsa:2048"] if rsa else ["ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
         _openssl(
-            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "req", "-newkey", *kind, "-nodes",
             "-keyout", fresh_key, "-out", "server.csr", "-subj", "/CN=localhost",
             cwd=self.folder,
         )  # fmt: skip
         _openssl(
             "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-set_serial", str(serial), "-days", "2", "-extfile", ext,
+            "-set_serial", str(serial), "-days", str(days), "-extfile", ext,
             "-out", f"fresh-{serial}.pem",
             cwd=self.folder,
         )  # fmt: skip
@@ -411,6 +425,81 @@ def test_sighup_reloads_the_certificate_under_load(reconcile: Any, gateway: Any,
         g.finish()
 
 
+def _serial(port: int, pki: Pki) -> int:
+    """The serial of the certificate a new connection is served (0: none, not yet)."""
+    try:
+        return _https(port, pki.client(), "GET", "/healthz")[2]
+    except OSError:  # not listening yet, or a certificate the client refuses
+        return 0
+
+
+def test_sighup_serves_a_renewal_of_another_key_type(
+    reconcile: Any, gateway: Any, pki: Pki
+) -> None:
+    """An ECDSA certificate renewed as RSA, then as ECDSA again: each SIGHUP serves the
+    new one. (Loaded into the live context, the new pair sat beside the old one of the
+    other key type, and clients that prefer ECDSA kept getting the old certificate while
+    the log said "TLS certificate reloaded".)"""
+    cert, key = _pair(pki, serial=1)
+    g = _tls_gateway(reconcile, gateway, pki, cert, key)
+    try:
+        for serial, rsa in ((2, True), (3, False)):
+            pki.server(serial, cert, key, rsa=rsa)
+            g.proc.send_signal(signal.SIGHUP)  # the daemon forwards it to its gateway
+            reconcile.wait_for(
+                lambda serial=serial: _serial(g.port, pki) == serial,
+                timeout=WAIT,
+                what=f"certificate {serial} served",
+            )
+    finally:
+        g.finish()
+
+
+def test_a_restarted_daemon_has_the_gateway_it_adopts_serve_the_renewed_certificate(
+    reconcile: Any, gateway: Any, pki: Pki
+) -> None:
+    """Renewed on disk, then the daemon restarted instead of sent SIGHUP: the gateway it
+    adopts serves the new certificate (it kept the old one, expired or not)."""
+    cert, key = _pair(pki, serial=1)
+    g = _tls_gateway(reconcile, gateway, pki, cert, key)
+    serving = g.serving().ref.pid
+    assert g.stop() == 0  # the daemon ends; its gateway serves on
+    pki.server(2, cert, key)
+    flags = ["--tls-cert", str(cert), "--tls-key", str(key), "--api-keys", str(_keyfile(reconcile))]
+    g = gateway(*flags, wait=False)
+    try:
+        reconcile.wait_for(lambda: _serial(g.port, pki) == 2, timeout=WAIT, what="serial 2")
+        assert "gateway adopted" in g.text() and g.serving().ref.pid == serving
+    finally:
+        g.finish()
+
+
+def test_a_certificate_out_of_date_is_warned_about(reconcile: Any, gateway: Any, pki: Pki) -> None:
+    """An expired certificate loads and serves like any other, and every client refuses
+    it: the daemon's start says so, and so does a SIGHUP that reloads one (it said
+    "TLS certificate reloaded" and nothing more); one in date brings no warning."""
+    cert, key = pki.folder / "cert.pem", pki.folder / "key.pem"
+    pki.server(1, cert, key, days=-1)
+    reconcile.write("alpha", command=reconcile.demo_command())
+    flags = ["--tls-cert", str(cert), "--tls-key", str(key), "--api-keys", str(_keyfile(reconcile))]
+    g = gateway(*flags, wait=False)
+    said = f"--tls-cert {cert}: the certificate has expired: every client"
+    try:
+        reconcile.wait_for(lambda: said in g.text(), timeout=WAIT, what="the warning at start")
+        pki.server(2, cert, key)
+        g.proc.send_signal(signal.SIGHUP)
+        reconcile.wait_for(lambda: _serial(g.port, pki) == 2, timeout=WAIT, what="serial 2")
+        assert g.text().count(said) == 1, g.text()[-3000:]
+        pki.server(3, cert, key, days=-1)
+        g.proc.send_signal(signal.SIGHUP)
+        reconcile.wait_for(
+            lambda: g.text().count(said) == 2, timeout=WAIT, what="the warning at reload"
+        )
+        assert "TLS certificate out of date" in g.text()
+    finally:
+        g.finish()
+
+
 def test_hand_over_under_load_keeps_tls(reconcile: Any, gateway: Any, pki: Pki) -> None:
     cert, key = _pair(pki)
     g = _tls_gateway(reconcile, gateway, pki, cert, key)
@@ -457,15 +546,32 @@ def test_client_certificates_with_tls_client_ca(reconcile: Any, gateway: Any, pk
     pki.server(9, mine, mine_key, usage="clientAuth")
     ctx = pki.client()
     ctx.load_cert_chain(mine, mine_key)
-    flags = ("--tls-client-ca", str(pki.ca))
+    trusted = pki.folder / "client-cas.pem"
+    trusted.write_bytes(pki.ca.read_bytes())
+    flags = ("--tls-client-ca", str(trusted))
     g = _tls_gateway(reconcile, gateway, pki, cert, key, *flags, client=ctx)
     try:
         with pytest.raises((OSError, http.client.HTTPException)):  # no client certificate
             _https(g.port, pki.client(), "GET", "/healthz")
         status, body, _ = _https(g.port, ctx, "POST", "/v1/chat/completions", _chat("alpha"))
         assert status == 200, body
+        # The CA taken out of the file (another in its place): SIGHUP, and its clients
+        # are refused (it stayed trusted while reloads loaded into the live context).
+        other = Pki(pki.folder / "other")
+        other.folder.mkdir()
+        other.make_ca()
+        trusted.write_bytes(other.ca.read_bytes())
+        g.proc.send_signal(signal.SIGHUP)
+        reconcile.wait_for(lambda: not _admitted(g.port, ctx), timeout=WAIT, what="refused")
     finally:
         g.finish()
+
+
+def _admitted(port: int, ctx: ssl.SSLContext) -> bool:
+    try:
+        return _https(port, ctx, "GET", "/healthz")[0] == 200
+    except (OSError, http.client.HTTPException):
+        return False
 
 
 def test_silent_connections_exhaust_nothing_over_tls(

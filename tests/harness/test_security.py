@@ -122,6 +122,24 @@ def test_root_refuses_an_api_keys_file_another_user_owns(reconcile: Any) -> None
     assert f"chown root {keys}" in result.err and "sk-someone" not in result.err
 
 
+@as_root
+def test_root_refuses_envfrom_files_another_user_owns(reconcile: Any) -> None:
+    """An envFrom file (0600, as its rule asks) owned by another user: that user would set
+    a root engine's environment (LD_PRELOAD: their code, run as root). Refused as a
+    manifest would be, naming the file; --insecure-manifests trusts it as it trusts them."""
+    node_file = reconcile.tmp / "node.env"
+    node_file.write_text("LD_PRELOAD=/tmp/not-there.so\n")
+    os.chmod(node_file, 0o600)
+    os.chown(node_file, NOBODY, -1)
+    reconcile.write("web", envFrom=[{"file": str(node_file)}])
+    result = reconcile.once(check=1)
+    said = f"spec.envFrom[0]: file {node_file} is owned by uid {NOBODY}, not root"
+    assert said in result.err and f"chown root {node_file}" in result.err, str(result)
+    assert "not-there" not in result.out + result.err and not reconcile.pids("web")
+    assert reconcile.once("--insecure-manifests", "--wait", check=0).code == 0
+    reconcile.down()
+
+
 # -- private state ---------------------------------------------------------------------------
 
 

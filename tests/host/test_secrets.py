@@ -3,6 +3,9 @@ name the file and line but never a value."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from envfrom.agekey import make_key
 from controller.core.manifest.specs import DeploymentSpec
 from controller.host import secrets
 from controller.host.secrets import SecretError, parse_dotenv
+from controller.store.sources import security
 
 
 @pytest.mark.parametrize(
@@ -110,3 +114,143 @@ def test_unchanged_sops_files_are_not_decrypted_again(
         secrets.resolve(spec, folder)
     assert caught.value.index == 1 and "not on PATH" in str(caught.value)
     assert "sopsFile secrets/B.env:" in str(caught.value)  # as the manifest wrote it
+
+
+# Each breakage: the key file SOPS_AGE_KEY_FILE names, and the sopsFile the spec names.
+Breakage = Callable[[Path, Path], tuple[Path, str]]
+NAMED = "secrets/x.env"
+
+
+def _no_key_file(folder: Path, secret: Path) -> tuple[Path, str]:
+    return folder / "keys" / "absent.agekey", NAMED
+
+
+def _not_a_key(folder: Path, secret: Path) -> tuple[Path, str]:
+    garbage = folder / "keys" / "garbage.agekey"
+    garbage.write_text("this is no age key\n")
+    garbage.chmod(0o600)
+    return garbage, NAMED
+
+
+def _another_nodes_key(folder: Path, secret: Path) -> tuple[Path, str]:
+    return make_key(folder / "keys", "other").file, NAMED
+
+
+def _line_deleted(folder: Path, secret: Path) -> tuple[Path, str]:
+    lines = secret.read_text().splitlines(keepends=True)
+    secret.write_text("".join(line for line in lines if not line.startswith("B=")))
+    return folder / "keys" / "node.agekey", NAMED
+
+
+def _value_edited(folder: Path, secret: Path) -> tuple[Path, str]:
+    lines = secret.read_text().splitlines(keepends=True)
+    secret.write_text("".join("B=hand-typed-s3cret\n" if x.startswith("B=") else x for x in lines))
+    return folder / "keys" / "node.agekey", NAMED
+
+
+def _nested(folder: Path, secret: Path) -> tuple[Path, str]:
+    """A YAML secrets file with a map in it: no dotenv can hold that."""
+    key = folder / "keys" / "node.agekey"
+    recipient = subprocess.run(
+        ["age-keygen", "-y", str(key)], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.strip()
+    done = subprocess.run(
+        [
+            "sops",
+            "--encrypt",
+            "--age",
+            recipient,
+            "--input-type=yaml",
+            "--output-type=yaml",
+            "/dev/stdin",
+        ],
+        input=b"A: s3cret-a\nB:\n  inner: s3cret-b\n",
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    secret.with_suffix(".yaml").write_bytes(done.stdout)
+    return key, "secrets/x.yaml"
+
+
+@pytest.mark.parametrize(
+    ("breakage", "says"),
+    [
+        pytest.param(_no_key_file, "absent.agekey does not exist on this node", id="no-key-file"),
+        pytest.param(_not_a_key, "garbage.agekey holds no age key", id="not-a-key"),
+        pytest.param(_another_nodes_key, "is not one of its recipients", id="another-key"),
+        pytest.param(_line_deleted, "its MAC does not match its values", id="mac-mismatch"),
+        pytest.param(_value_edited, "a value is not sops' ENC[...]", id="value-edited"),
+        pytest.param(_nested, "it holds a nested value (a map or a list)", id="nested-yaml"),
+    ],
+)
+def test_each_sops_failure_says_its_own_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, breakage: Breakage, says: str
+) -> None:
+    """Every way a sopsFile fails to open, with the real sops: the message names the cause
+    and its next move (a missing key file is no recipient problem; a file edited by hand
+    is no key problem), and never a value, not even one typed in by hand."""
+    key = make_key(tmp_path / "keys")
+    secret = key.encrypt("A=s3cret-a\nB=s3cret-b\n", tmp_path / "m" / NAMED)
+    key_file, named = breakage(tmp_path, secret)
+    monkeypatch.setenv("SOPS_AGE_KEY_FILE", str(key_file))
+    with pytest.raises(SecretError) as caught:
+        secrets.resolve(_spec({"sopsFile": named}), tmp_path / "m")
+    message = str(caught.value)
+    assert message.startswith(f"sopsFile {named} cannot be decrypted: ") and says in message
+    assert "s3cret" not in message
+    wrong = "MAC" if breakage is _another_nodes_key else "recipients"
+    assert wrong not in message, message
+
+
+def test_files_root_must_not_trust_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the manifests' rule handed in (the pass does, as root): a file anyone but
+    root owns is refused, a sopsFile too (anyone can encrypt for the node's public key),
+    naming the file and the fix, never a value. (Not root, the test's own files are no
+    root's either.)"""
+    key = make_key(tmp_path / "keys")
+    folder = tmp_path / "m"
+    sops_file = key.encrypt("LD_PRELOAD=/tmp/x.so\n", folder / "secrets" / "x.env")
+    node_file = tmp_path / "node.env"
+    node_file.write_text("LD_PRELOAD=/tmp/x.so\n")
+    node_file.chmod(0o600)
+    monkeypatch.setenv("SOPS_AGE_KEY_FILE", str(key.file))
+    for path, item, named in (
+        (node_file, {"file": str(node_file)}, f"file {node_file} is owned by uid"),
+        (sops_file, {"sopsFile": "secrets/x.env"}, "sopsFile secrets/x.env is owned by uid"),
+    ):
+        if os.geteuid() == 0:
+            os.chown(path, 65534, -1)
+        with pytest.raises(SecretError) as caught:
+            secrets.resolve(_spec(item), folder, security.path_problem)
+        message = str(caught.value)
+        assert message.startswith(named) and f"chown root {path}" in message, message
+        assert "x.so" not in message
+        assert secrets.resolve(_spec(item), folder) == {"LD_PRELOAD": "/tmp/x.so"}
+
+
+def test_an_age_key_others_can_read_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node's age key opens every sopsFile: readable by others, it is refused as an
+    envFrom file would be (sops read it without a word); as root, one another user owns
+    too (with the manifests' rule handed in)."""
+    key = make_key(tmp_path / "keys")
+    key.encrypt("A=s3cret-a\n", tmp_path / "m" / "secrets" / "x.env")
+    monkeypatch.setenv("SOPS_AGE_KEY_FILE", str(key.file))
+    spec = _spec({"sopsFile": "secrets/x.env"})
+    key.file.chmod(0o644)
+    with pytest.raises(SecretError) as caught:
+        secrets.resolve(spec, tmp_path / "m")
+    message = str(caught.value)
+    assert f"SOPS_AGE_KEY_FILE={key.file} can be read by others (mode 0644)" in message
+    assert f"chmod 600 {key.file}" in message and "s3cret" not in message
+    key.file.chmod(0o600)
+    assert secrets.resolve(spec, tmp_path / "m") == {"A": "s3cret-a"}
+    if os.geteuid() == 0:
+        os.chown(key.file, 65534, -1)
+    with pytest.raises(SecretError) as caught:
+        secrets.resolve(spec, tmp_path / "m", security.path_problem)
+    assert "and its owner reads every secret: `chown root" in str(caught.value)

@@ -12,7 +12,7 @@ from controller.cli.common import EXIT_USAGE
 from controller.gateway import settings as gw
 from controller.gateway.accounting import keys as keys_mod
 from controller.gateway.accounting.keys import KeyFileError
-from controller.gateway.lifecycle import tls
+from controller.gateway.lifecycle import tls, tlsdates
 from controller.gateway.lifecycle.keeper import Keeper
 from controller.logsetup import get_logger
 from controller.store.config.node import Config
@@ -62,6 +62,9 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
         return EXIT_USAGE
     if warning:
         get_logger("reconcile").warning("insecure gateway", detail=warning)
+    dated = tlsdates.out_of_date(cert, key) if cert is not None and key is not None else None
+    if dated:
+        get_logger("reconcile").warning("TLS certificate out of date", detail=dated)
     plain = tls.plain_warning(host, port, settings.loopback, settings.tls)
     if plain:
         get_logger("reconcile").warning("gateway without TLS", detail=plain)

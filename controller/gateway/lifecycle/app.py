@@ -34,6 +34,7 @@ from controller.gateway.http.upstream import Upstream
 from controller.gateway.lifecycle.listener import Listening, bind, close_listener
 from controller.gateway.lifecycle.tls import Tls, TlsError
 from controller.gateway.lifecycle.tlsaccept import Acceptor
+from controller.gateway.lifecycle.tlsdates import out_of_date
 from controller.gateway.routing.activation import Demand
 from controller.gateway.routing.concurrency import Bodies, Limiter
 from controller.gateway.routing.ejections import recorder
@@ -141,6 +142,9 @@ class Gateway:
             log.error("TLS certificate not reloaded; keeping the one in force", error=str(exc))
             return
         log.info("TLS certificate reloaded", cert=str(self.tls.cert))
+        dated = out_of_date(self.tls.cert, self.tls.key)
+        if dated:
+            log.warning("TLS certificate out of date", detail=dated)
 
     def listener_fd(self) -> int | None:
         """The listening socket's descriptor (to hand over), None once it is closed."""
@@ -272,7 +276,8 @@ class Gateway:
             if self.tls is None:
                 self._listener = await self.loop.create_server(server.protocol, sock=listening)
             else:  # accepted by us: a plain-HTTP request gets its 400 (tlsaccept.py)
-                acceptor = Acceptor(listening, server.protocol, self.tls.context, connections)
+                tls = self.tls  # its context is asked at each handshake: SIGHUP replaces it
+                acceptor = Acceptor(listening, server.protocol, lambda: tls.context, connections)
                 acceptor.start()
                 self._listener = acceptor
         except BaseException:

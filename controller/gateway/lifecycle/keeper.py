@@ -4,8 +4,9 @@ The gateway is a process of its own (``process.py``) that outlives the daemon, a
 engines do. The keeper, in the daemon:
 
 - ``start``: adopts the live gateway of this state dir when it is ours to the letter
-  (same version and settings: ``registry.fingerprint``), else starts one, which takes
-  the port over from the one before (an upgrade or changed flags fail no request);
+  (same version and settings: ``registry.fingerprint``) and has it re-read its key file
+  and TLS pair (a SIGHUP: the files may have changed since), else starts one, which
+  takes the port over from the one before (an upgrade or changed flags fail no request);
 - watches it (a pidfd, on a thread of its own) and restarts it at once when it
   crashed (it left its member file behind); a gateway that exited cleanly without a
   successor was stopped on purpose (``reconcile gateway stop``) and stays stopped
@@ -111,6 +112,10 @@ class Keeper:
         found = registry.current_live(self.state_dir)
         if found is not None and found.fingerprint == self.fingerprint:
             self._watched = found
+            # Same flags, not the same files: this daemon checked the key file and TLS
+            # pair on disk now, and a restart is how many apply an edit (a key revoked,
+            # a certificate renewed). The gateway re-reads both, as at a SIGHUP.
+            registry.signal_gateway(found, signal.SIGHUP)
             log.info("gateway adopted", pid=found.ref.pid, address=found.address)
         else:
             self._watched = self._spawn(replacing=found)

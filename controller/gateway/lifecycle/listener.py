@@ -100,10 +100,7 @@ def _in_use(where: str, state_dir: Path, address: str, port: int) -> str:
         found = strangers(state_dir, address, port)
         if found:
             return found[0].refusal(where)
-    return (
-        f"{where}: the address is already in use by another process (see `ss -ltnp "
-        f"'sport = :{port}'`): pick another port or stop that process"
-    )
+    return ports.in_use(where, port)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,14 +6,16 @@ file's rule (``keys.py``): group and others have no access, and as root root own
 Both files are loaded and checked by the daemon before it starts (exit 64 with what is
 wrong), and again by each gateway process.
 
-**Reload (SIGHUP).** The server's ``SSLContext`` is the one asyncio captured when it
-began to accept, and every handshake makes its ``SSL`` object from it, so a reload
-loads the new pair into that same context (``load_cert_chain`` on a live context
-applies to the handshakes that come after; connections open keep the certificate they
-began with). The new pair is first loaded into a fresh context: a bad pair (a key of
-another certificate, a half-written file) is refused there and the pair in force
-stays. The listening socket handed to a successor (``handover.py``) is a plain TCP
-socket: the successor wraps it with its own context from the same settings.
+**Reload (SIGHUP).** A reload builds a fresh context from the files and puts it in
+place of the old one; the acceptor (``tlsaccept.py``) reads ``Tls.context`` at each
+handshake, so new connections get the new pair and open ones keep the certificate they
+began with. It is never loaded into the live context: OpenSSL keeps one certificate per
+key type there, so a renewal from an ECDSA key to an RSA one (or back) left the old
+certificate beside the new, and clients that prefer the old type kept getting it while
+the log said "reloaded". A bad pair (a key of another certificate, a half-written file)
+is refused while the fresh context is built, and the one in force stays. The listening
+socket handed to a successor (``handover.py``) is a plain TCP socket: the successor
+wraps it with its own context from the same settings.
 """
 
 from __future__ import annotations
@@ -106,13 +108,9 @@ class Tls:
     def reload(self) -> None:
         """The pair (and client CA) on disk now, for the handshakes from now on;
         TlsError (and what is in force kept) when it cannot serve. Call on the loop's
-        thread: handshakes read the context there. A CA added to the file is trusted
-        from now on; one removed from it stays trusted until the gateway restarts
-        (OpenSSL's store only grows)."""
-        server_context(self.cert, self.key, self.client_ca)  # refused here, first
-        _load(self.context, self.cert, self.key)
-        if self.client_ca is not None:
-            _trust(self.context, self.client_ca)
+        thread: handshakes read the context there. The client CA file is read afresh
+        too: a CA removed from it is no longer trusted."""
+        self.context = server_context(self.cert, self.key, self.client_ca)
 
 
 def plain_warning(host: str, port: int, loopback: bool, tls: bool) -> str | None:

@@ -51,7 +51,8 @@ PLAIN_ANSWER = (
 
 
 class Acceptor:
-    """Accepts on ``sock`` for a TLS server of ``protocol`` with ``context``.
+    """Accepts on ``sock`` for a TLS server of ``protocol`` with ``context()``, asked at
+    each handshake: a SIGHUP puts a fresh context in place (``tls.Tls.reload``).
 
     The connections not yet handed on (silent, or mid-handshake) count against the
     server's cap with its own (``server.Connections``): past it the oldest of them is let
@@ -69,7 +70,7 @@ class Acceptor:
         self,
         sock: socket.socket,
         protocol: Callable[[], asyncio.Protocol],
-        context: ssl.SSLContext,
+        context: Callable[[], ssl.SSLContext],
         connections: Connections,
     ) -> None:
         self._sock = sock
@@ -185,7 +186,10 @@ class Acceptor:
                 # A failed handshake (a client that gave up, or spoke no TLS we take):
                 # the loop closed the socket, and says nothing, as create_server does.
                 await loop.connect_accepted_socket(
-                    self._protocol, conn, ssl=self._context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT
+                    self._protocol,
+                    conn,
+                    ssl=self._context(),
+                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
                 )
             return
         try:

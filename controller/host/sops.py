@@ -1,0 +1,99 @@
+"""Decrypting a ``sopsFile`` with the real ``sops -d`` and the node's age key
+(``SOPS_AGE_KEY_FILE``, inherited from reconcile's environment), its output read from a
+pipe, in memory; and saying why it failed in our words, never sops' own, which may quote
+a line of the file (a value typed in by hand is quoted whole).
+
+``what``: the file as the manifest wrote it (``sopsFile secrets/hf.env``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+SOPS_TIMEOUT = 30.0  # seconds: a local decryption; a hung sops must not hang a pass
+
+
+class SopsError(ValueError):
+    """The file could not be decrypted: the whole message, naming it, never a value."""
+
+
+def decrypt(path: Path, what: str) -> str:
+    """``sops -d``'s output through a pipe: the clear text never touches a disk."""
+    argv = ["sops", "--decrypt", "--output-type", "dotenv"]
+    if path.suffix not in (".yaml", ".yml", ".json", ".ini"):
+        argv += ["--input-type", "dotenv"]  # sops guesses by suffix; hf.env and hf alike
+    try:
+        done = subprocess.run(
+            [*argv, str(path)], capture_output=True, timeout=SOPS_TIMEOUT, check=False
+        )
+    except FileNotFoundError:
+        raise SopsError(
+            f"{what}: the sops program is not on PATH (install sops on this node)"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise SopsError(f"{what}: sops -d ran over {SOPS_TIMEOUT:.0f} s") from None
+    if done.returncode != 0:
+        raise SopsError(f"{what} cannot be decrypted: {_why(done.stderr)}")
+    return done.stdout.decode("utf-8", errors="replace")
+
+
+# sops' words for each failure, and ours: what is wrong and the next move. Its own text is
+# never shown (it quotes a hand-edited value, which may be the secret itself).
+_EDITED = (
+    "it was changed outside sops ({what}): edit it with `sops FILE`, or encrypt it again "
+    "from the clear copy (sops -e)"
+)
+_SOPS_SAYS = (
+    ("metadata not found", "it is not SOPS-encrypted (encrypt it: sops -e -i FILE)"),
+    ("MAC mismatch", _EDITED.format(what="its MAC does not match its values")),
+    ("does not match sops' data format", _EDITED.format(what="a value is not sops' ENC[...]")),
+    (
+        "cannot use complex value",
+        "it holds a nested value (a map or a list): envFrom takes flat KEY: value pairs",
+    ),
+)
+_NO_DATA_KEY = "Failed to get the data key"  # every way the age key failed says this
+_UNKNOWN = (
+    "sops -d failed (its words are not shown: they may quote the file): run `sops -d FILE` "
+    "as reconcile's user to see why"
+)
+
+
+def _why(stderr: bytes) -> str:
+    """sops' failure in our words: its own may quote a line of the file, so never shown."""
+    text = stderr.decode("utf-8", errors="replace")
+    for words, reason in _SOPS_SAYS:
+        if words in text:
+            return reason
+    if _NO_DATA_KEY not in text:
+        return _UNKNOWN  # not a key problem: saying one would send its reader astray
+    key = os.environ.get("SOPS_AGE_KEY_FILE")
+    if key is None:
+        return (
+            "no age key of this node opens it: set SOPS_AGE_KEY_FILE to the node's key "
+            "file (age-keygen makes one; encrypt for its public key)"
+        )
+    return _key_problem(key, text) or (
+        f"this node's age key (SOPS_AGE_KEY_FILE={key}) is not one of its recipients: "
+        f"encrypt it again for this node's public key (`age-keygen -y {key}` prints it)"
+    )
+
+
+def _key_problem(key: str, text: str) -> str | None:
+    """What is wrong with the key file itself, when sops could not use it."""
+    where = f"the age key file SOPS_AGE_KEY_FILE={key}"
+    if not os.path.isfile(key):
+        return (
+            f"{where} does not exist on this node: point SOPS_AGE_KEY_FILE at the node's "
+            "key file (`age-keygen -o FILE` makes one; encrypt for its public key)"
+        )
+    if "failed to open SOPS_AGE_KEY_FILE" in text:
+        return f"{where} cannot be read by reconcile's user: give that user read access"
+    if "failed to parse 'SOPS_AGE_KEY_FILE'" in text:
+        return (
+            f"{where} holds no age key (an AGE-SECRET-KEY-1... line, as `age-keygen -o "
+            "FILE` writes): point SOPS_AGE_KEY_FILE at the node's key file"
+        )
+    return None
