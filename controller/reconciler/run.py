@@ -26,7 +26,6 @@ from controller.core.actions import (
     AnyAction,
     Conflict,
     Hold,
-    Reap,
     Start,
     Stop,
     only_starts_new,
@@ -39,18 +38,18 @@ from controller.core.manifest import backendnames
 from controller.core.manifest.labels import share, skip_note
 from controller.core.manifest.names import base_name, is_next
 from controller.core.manifest.specs import Entry, with_secrets
-from controller.core.plan import EMPTIED, Desired, leader_of, plan, waits_turn
+from controller.core.plan import EMPTIED, Desired, plan, waits_turn
 from controller.core.pulls import PullView
-from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
-from controller.host import gpuhealth, procscan
+from controller.core.state import Observed, Phase, ProcessRef, Record
+from controller.host import gpuhealth
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity
 from controller.logsetup import get_logger
-from controller.reconciler import pulling
+from controller.reconciler import pulling, strays
 from controller.reconciler.autoscaling import Autoscaler
 from controller.reconciler.executor import Executor
 from controller.reconciler.gpuwatch import DeviceWatch
-from controller.reconciler.leases import Found, Lease, RecordMaker, conflict, found_in
+from controller.reconciler.leases import Lease, RecordMaker
 from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
@@ -280,43 +279,12 @@ class Preview:
         return observed, snapshot.problems
 
     def spare_others(self, desired: Desired, observed: Observed) -> Observed:
-        """Leave running each orphan of another set whose record was torn after it
-        started: records are shared by sets, so its own set's pass adopts it (or its `down`
-        stops it). What its environment says it holds stays held meanwhile, and a name
-        this set declares too is a conflict, not a second engine of that name. `plan` shows
-        what a pass would do: it spares them too."""
+        """Each orphan of another set whose record was torn after it started left running,
+        what it holds held (strays.spare_others); a pass and `plan` alike."""
         if self.backend.name != backendnames.LOCAL or not observed.orphans:
             return observed
-        wanted = desired.instances()
-        by_nonce: dict[str, list[MarkedProcess]] = {}
-        for marked in observed.orphans:
-            by_nonce.setdefault(marked.nonce, []).append(marked)
-        devices, ports = dict(observed.foreign_devices), dict(observed.foreign_ports)
-        spared: dict[str, str] = dict(observed.spared)
-        reaped: list[MarkedProcess] = []
-        for procs in by_nonce.values():
-            leader = leader_of(procs)
-            found = self._anothers(leader, wanted) if leader else None
-            if leader is None or not isinstance(found, Found):
-                reaped += procs
-                continue
-            holder = _holder(leader)
-            devices.update(dict.fromkeys(found.devices, holder))
-            ports[found.port] = holder
-            spared[leader.name] = holder
-        return replace(observed, orphans=tuple(reaped), foreign_devices=devices,
-                       foreign_ports=ports, spared=spared)  # fmt: skip
-
-    def _anothers(self, leader: MarkedProcess, wanted: Mapping[str, Entry]) -> Found | str | None:
-        """What the torn record's engine ``leader`` holds, if it is another set's (None:
-        this set's, or no torn record's). Its marker names its set; an older version's
-        names none, and is taken for another's where this set does not declare its name."""
-        if leader.owner == self.config.owner or (leader.owner is None and leader.name in wanted):
-            return None
-        since = self.store.torn_since(leader.name)  # plan peeks: the record lies torn
-        if since is None or since < leader.ref.start_time:
-            return None
-        return found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", self.inventory)
+        return strays.spare_others(desired, observed, owner=self.config.owner,
+                                   store=self.store, inventory=self.inventory)  # fmt: skip
 
     def plan(self, desired: Desired, observed: Observed) -> list[AnyAction]:
         return plan(
@@ -371,6 +339,15 @@ class Reconciler(Preview):
             memory=MemoryGate(read=gpu_memory),
             puller=self.puller,
             reserve=self._reserve_now,
+        )
+        self.adopter = strays.Adopter(
+            store=self.store,
+            backend=backend,
+            maker=self.maker,
+            executor=self.executor,
+            placement_lock=self.placement_lock,
+            lock_timeout=config.lock_timeout,
+            extra_ports=extra_ports,
         )
         self._observed: Observed | None = None  # the current round's (see _start)
         # Called after every pass with its result and how long it held the pass lock.
@@ -517,7 +494,7 @@ class Reconciler(Preview):
             if self.interrupted():
                 break  # the daemon is stopping: the round in flight was finished
             observed, problems = self.observe()
-            if observed.orphans and self._rebuild(desired, observed):
+            if observed.orphans and self.adopter.rebuild(desired, observed):
                 observed, more = self.observe()  # the adopted engine has a record now
                 problems = [*problems, *more]
             observed = self.spare_others(desired, observed)
@@ -662,59 +639,6 @@ class Reconciler(Preview):
             loaded.error(ManifestError(f, None, None, EMPTIED)) for f in sorted(emptied & sources)
         ]
 
-    # -- an engine whose record was quarantined ---------------------------------------------
-
-    def _rebuild(self, desired: Desired, observed: Observed) -> bool:
-        """Adopt each orphan engine of this set (its marker names the instance exactly, and
-        the set; an older version's names none) whose record was quarantined after it
-        started and whose manifest still declares it; the rest are reaped by the plan or
-        spared as another set's. True when a record was written."""
-        if self.backend.name != backendnames.LOCAL:
-            return False  # its environment is on another machine
-        by_nonce: dict[str, list[MarkedProcess]] = {}
-        for marked in observed.orphans:
-            by_nonce.setdefault(marked.nonce, []).append(marked)
-        wanted = desired.instances()
-        adopted = False
-        for _, procs in sorted(by_nonce.items()):
-            leader = leader_of(procs)
-            entry = wanted.get(leader.name) if leader else None
-            since = self.store.quarantined_at(leader.name) if leader and entry else None
-            mine = leader is not None and leader.owner in (None, self.config.owner)
-            if leader and entry and mine and since is not None and since >= leader.ref.start_time:
-                adopted |= self._rebuild_one(entry, leader, observed)
-        return adopted
-
-    def _rebuild_one(self, entry: Entry, leader: MarkedProcess, observed: Observed) -> bool:
-        name, pid = leader.name, leader.ref.pid
-        found = found_in(leader.ref, procscan.environ(pid) or b"", self.inventory)
-        with self.placement_lock.hold(self.config.lock_timeout):
-            fresh = self.store.load()
-            if name in fresh.records:
-                return False  # another pass made one meanwhile: the plan judges the engine
-            ledger = ledger_for(fresh.records.values(), observed)
-            why = found if isinstance(found, str) else self._refusal(entry, found, ledger)
-            if why is None and isinstance(found, Found):
-                try:
-                    rebuilt = self.maker.rebuilt(entry, found, name=name, nonce=leader.nonce)
-                    container = self.backend.container_of(rebuilt)  # its runtime's labels
-                    self.store.write(replace(rebuilt, container=container))
-                except RecipeError as exc:
-                    why = str(exc)
-        if why is not None:
-            log.warning("engine of a quarantined record not adopted", deployment=name, pid=pid,
-                        reason=why)  # fmt: skip
-            return False
-        reason = "its record was quarantined; its marker names this instance"
-        log.warning("engine of a quarantined record adopted", deployment=name, pid=pid)
-        self.executor.event(name, "adopt", reason, f"adopted pid {pid}")
-        return True
-
-    def _refusal(self, entry: Entry, found: Found, ledger: Ledger) -> str | None:
-        if extra_ports().get(entry.deployment.spec.engine, 0):
-            return "its engine's extra ports are not in its environment"
-        return conflict(found, entry, ledger, self.inventory)
-
     # -- teardown of a whole manifest set ---------------------------------------------------
 
     def down(self, which: Callable[[Record], bool] = lambda _: True, *, strays: bool = False
@@ -726,34 +650,19 @@ class Reconciler(Preview):
         reaped = self._adopt_torn(strays)
         return reaped + self.stop_where(lambda r: r.owner == owner and which(r), "reconcile down")
 
-    def _adopt_torn(self, strays: bool) -> list[str]:
-        """Give the engine of a torn (quarantined) record its record back, as a pass does,
-        before `down` looks: else `down` finds nothing to stop and the engine runs on with
-        no record, its devices and port looking free to every pass. With ``strays``, this
-        set's engines still without one are reaped: the names of those."""
+    def _adopt_torn(self, reap: bool) -> list[str]:
+        """Under the pass lock, the engines of torn records adopted before `down` looks
+        (with ``reap``, this set's still without a record reaped: their names)."""
         self.store.ensure()
         with self.pass_lock.hold(self.config.lock_timeout):
-            observed, _ = self.observe(probe=False)
-            if observed.orphans:
-                loaded = load(self.config.manifests, insecure=self.config.insecure_manifests,
-                              backend=self.config.backend, repo=self.config.repo)  # fmt: skip
-                if self._rebuild(self.desired(loaded), observed):
-                    observed, _ = self.observe(probe=False)  # the adopted have records now
-            return self._reap_own(observed.orphans) if strays else []
+            return self.adopter.adopt_torn(
+                lambda: self.observe(probe=False)[0], self._desired_now, strays=reap
+            )
 
-    def _reap_own(self, orphans: Sequence[MarkedProcess]) -> list[str]:
-        """Reap the engines whose marker names this set and no record accounts for (a torn
-        record's, its manifest gone); another set's, and an older version's (no set
-        named), are left to their own passes."""
-        by_nonce: dict[str, list[MarkedProcess]] = {}
-        for marked in orphans:
-            if marked.owner == self.config.owner:
-                by_nonce.setdefault(marked.nonce, []).append(marked)
-        for nonce, procs in sorted(by_nonce.items()):
-            pids = ", ".join(str(p.ref.pid) for p in procs)
-            why = f"reconcile down: engine processes ({pids}) of instance {nonce} have no record"
-            self.executor.apply(Reap(name=procs[0].name, reason=why, processes=tuple(procs)))
-        return sorted({procs[0].name for procs in by_nonce.values()})
+    def _desired_now(self) -> Desired:
+        loaded = load(self.config.manifests, insecure=self.config.insecure_manifests,
+                      backend=self.config.backend, repo=self.config.repo)  # fmt: skip
+        return self.desired(loaded)
 
     def elsewhere(self) -> list[Record]:
         """This set's records that another node made: `down` there must stop them."""
@@ -778,14 +687,6 @@ class Reconciler(Preview):
         with ThreadPoolExecutor(max_workers=min(16, len(actions))) as pool:
             # a list, not any(): any() would stop early and drop a later teardown's error
             return list(pool.map(self.executor.apply, actions))
-
-
-def _holder(leader: MarkedProcess) -> str:
-    """Who holds what a spared engine holds, as the Pending and conflict messages say it."""
-    pid, name = leader.ref.pid, leader.name
-    if leader.owner is None:  # an older version's engine: its set is a guess
-        return f"{name} (pid {pid}: its record is torn, another set's?)"
-    return f"{name} (pid {pid} of manifest set {leader.owner}: its record is torn)"
 
 
 def notifications_for(config: Config) -> Notifications | None:

@@ -1,0 +1,183 @@
+"""Engines that no readable record accounts for: orphans whose record was torn.
+
+A record torn (or quarantined by a pass) after its engine started leaves that engine
+running with no record. Its ``RECONCILE_INSTANCE`` marker names the instance and its set
+(an older version's names no set), so a pass need not guess: this set's pass gives it its
+record back (:meth:`Adopter.rebuild`), another set's pass leaves it running with what it
+holds held (:func:`spare_others`), and a whole set's `down` reaps this set's that nothing
+declares (:meth:`Adopter.reap_own`). The rest the planner reaps as orphans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from controller.backends.base import Backend
+from controller.core.actions import Reap
+from controller.core.devices.inventory import Inventory
+from controller.core.devices.placement import Ledger, ledger_for
+from controller.core.engines import RecipeError
+from controller.core.manifest import backendnames
+from controller.core.manifest.specs import Entry
+from controller.core.plan import Desired, leader_of
+from controller.core.state import MarkedProcess, Observed
+from controller.host import procscan
+from controller.logsetup import get_logger
+from controller.reconciler.executor import Executor
+from controller.reconciler.leases import Found, RecordMaker, conflict, found_in
+from controller.store.instances.records import RecordStore
+from controller.store.lock import FileLock
+
+log = get_logger("reconcile")
+
+
+def by_instance(orphans: Iterable[MarkedProcess]) -> dict[str, list[MarkedProcess]]:
+    """The orphan processes grouped by their marker's nonce: one engine's each."""
+    out: dict[str, list[MarkedProcess]] = {}
+    for marked in orphans:
+        out.setdefault(marked.nonce, []).append(marked)
+    return out
+
+
+# -- another set's engines --------------------------------------------------------------
+
+
+def spare_others(
+    desired: Desired, observed: Observed, *, owner: str, store: RecordStore, inventory: Inventory
+) -> Observed:
+    """Leave running each orphan of another set whose record was torn after it started:
+    records are shared by sets, so its own set's pass adopts it (or its `down` stops it).
+    What its environment says it holds stays held meanwhile, and a name this set declares
+    too is a conflict, not a second engine of that name. `plan` shows what a pass would
+    do: it spares them too. Only this node's processes (a local backend) are looked at."""
+    wanted = desired.instances()
+    devices, ports = dict(observed.foreign_devices), dict(observed.foreign_ports)
+    spared: dict[str, str] = dict(observed.spared)
+    reaped: list[MarkedProcess] = []
+    for procs in by_instance(observed.orphans).values():
+        leader = leader_of(procs)
+        found = _anothers(leader, wanted, owner, store, inventory) if leader else None
+        if leader is None or not isinstance(found, Found):
+            reaped += procs
+            continue
+        holder = _holder(leader)
+        devices.update(dict.fromkeys(found.devices, holder))
+        ports[found.port] = holder
+        spared[leader.name] = holder
+    return replace(observed, orphans=tuple(reaped), foreign_devices=devices,
+                   foreign_ports=ports, spared=spared)  # fmt: skip
+
+
+def _anothers(
+    leader: MarkedProcess,
+    wanted: Mapping[str, Entry],
+    owner: str,
+    store: RecordStore,
+    inventory: Inventory,
+) -> Found | str | None:
+    """What the torn record's engine ``leader`` holds, if it is another set's (None: this
+    set's, or no torn record's). Its marker names its set; an older version's names none,
+    and is taken for another's where this set does not declare its name."""
+    if leader.owner == owner or (leader.owner is None and leader.name in wanted):
+        return None
+    since = store.torn_since(leader.name)  # plan peeks: the record lies torn
+    if since is None or since < leader.ref.start_time:
+        return None
+    return found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", inventory)
+
+
+def _holder(leader: MarkedProcess) -> str:
+    """Who holds what a spared engine holds, as the Pending and conflict messages say it."""
+    pid, name = leader.ref.pid, leader.name
+    if leader.owner is None:  # an older version's engine: its set is a guess
+        return f"{name} (pid {pid}: its record is torn, another set's?)"
+    return f"{name} (pid {pid} of manifest set {leader.owner}: its record is torn)"
+
+
+# -- this set's engines -------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class Adopter:
+    """A pass's (and `down`'s) hand on this set's engines of quarantined records."""
+
+    store: RecordStore
+    backend: Backend
+    maker: RecordMaker  # its inventory is the pass's current one
+    executor: Executor
+    placement_lock: FileLock
+    lock_timeout: float
+    extra_ports: Callable[[], Mapping[str, int]]  # engine -> the extra ports its recipe takes
+
+    def rebuild(self, desired: Desired, observed: Observed) -> bool:
+        """Adopt each orphan engine of this set (its marker names the instance exactly,
+        and the set; an older version's names none) whose record was quarantined after
+        it started and whose manifest still declares it; the rest are reaped by the plan
+        or spared as another set's. True when a record was written."""
+        if self.backend.name != backendnames.LOCAL:
+            return False  # its environment is on another machine
+        wanted = desired.instances()
+        adopted = False
+        for _, procs in sorted(by_instance(observed.orphans).items()):
+            leader = leader_of(procs)
+            entry = wanted.get(leader.name) if leader else None
+            since = self.store.quarantined_at(leader.name) if leader and entry else None
+            mine = leader is not None and leader.owner in (None, self.maker.owner)
+            if leader and entry and mine and since is not None and since >= leader.ref.start_time:
+                adopted |= self._rebuild_one(entry, leader, observed)
+        return adopted
+
+    def _rebuild_one(self, entry: Entry, leader: MarkedProcess, observed: Observed) -> bool:
+        name, pid = leader.name, leader.ref.pid
+        found = found_in(leader.ref, procscan.environ(pid) or b"", self.maker.inventory)
+        with self.placement_lock.hold(self.lock_timeout):
+            fresh = self.store.load()
+            if name in fresh.records:
+                return False  # another pass made one meanwhile: the plan judges the engine
+            ledger = ledger_for(fresh.records.values(), observed)
+            why = found if isinstance(found, str) else self._refusal(entry, found, ledger)
+            if why is None and isinstance(found, Found):
+                try:
+                    rebuilt = self.maker.rebuilt(entry, found, name=name, nonce=leader.nonce)
+                    container = self.backend.container_of(rebuilt)  # its runtime's labels
+                    self.store.write(replace(rebuilt, container=container))
+                except RecipeError as exc:
+                    why = str(exc)
+        if why is not None:
+            log.warning("engine of a quarantined record not adopted", deployment=name, pid=pid,
+                        reason=why)  # fmt: skip
+            return False
+        reason = "its record was quarantined; its marker names this instance"
+        log.warning("engine of a quarantined record adopted", deployment=name, pid=pid)
+        self.executor.event(name, "adopt", reason, f"adopted pid {pid}")
+        return True
+
+    def _refusal(self, entry: Entry, found: Found, ledger: Ledger) -> str | None:
+        if self.extra_ports().get(entry.deployment.spec.engine, 0):
+            return "its engine's extra ports are not in its environment"
+        return conflict(found, entry, ledger, self.maker.inventory)
+
+    def adopt_torn(
+        self, look: Callable[[], Observed], wanted: Callable[[], Desired], *, strays: bool
+    ) -> list[str]:
+        """Give the engine of a torn (quarantined) record its record back, as a pass does,
+        before `down` looks (``look``: the node now; ``wanted``: the manifests): else
+        `down` finds nothing to stop and the engine runs on with no record, its devices
+        and port looking free to every pass. With ``strays``, this set's engines still
+        without one are reaped: the names of those. The caller holds the pass lock."""
+        observed = look()
+        if observed.orphans and self.rebuild(wanted(), observed):
+            observed = look()  # the adopted have records now
+        return self.reap_own(observed.orphans) if strays else []
+
+    def reap_own(self, orphans: Sequence[MarkedProcess]) -> list[str]:
+        """Reap the engines whose marker names this set and no record accounts for (a torn
+        record's, its manifest gone); another set's, and an older version's (no set
+        named), are left to their own passes."""
+        ours = by_instance(m for m in orphans if m.owner == self.maker.owner)
+        for nonce, procs in sorted(ours.items()):
+            pids = ", ".join(str(p.ref.pid) for p in procs)
+            why = f"reconcile down: engine processes ({pids}) of instance {nonce} have no record"
+            self.executor.apply(Reap(name=procs[0].name, reason=why, processes=tuple(procs)))
+        return sorted({procs[0].name for procs in ours.values()})
