@@ -397,6 +397,9 @@ class Observed:
     # Instance names of another set's engines left running while their records are torn
     # (name -> who holds it): its own set adopts them, this one starts no namesake.
     spared: Mapping[str, str] = field(default_factory=dict)
+    # `plan`'s view only: this set's engines whose record lies torn, which the pass adopts
+    # before it plans (reconciler/strays.py): instance name -> the engine.
+    adopting: Mapping[str, ProcessRef] = field(default_factory=dict)
     pulls: Mapping[str, PullView] = field(default_factory=dict)  # model cache key -> its pull
     # Devices NVML reported a critical fault on (devicefaults.py): nothing is placed there
     # and what holds one is moved, until `reconcile devices --clear`.

@@ -286,6 +286,16 @@ class Preview:
         return strays.spare_others(desired, observed, owner=self.config.owner,
                                    store=self.store, inventory=self.inventory)  # fmt: skip
 
+    def foresee_strays(self, desired: Desired, observed: Observed) -> Observed:
+        """The engines no readable record accounts for, judged as a pass judges them before
+        it plans, nothing written (`plan`, `rollback --dry-run`): this set's that the pass
+        adopts shown adopted (strays.foresee), another set's spared."""
+        if self.backend.name != backendnames.LOCAL or not observed.orphans:
+            return observed
+        observed = strays.foresee(desired, observed, owner=self.config.owner, store=self.store,
+                                  inventory=self.inventory, extra=extra_ports())  # fmt: skip
+        return self.spare_others(desired, observed)
+
     def plan(self, desired: Desired, observed: Observed) -> list[AnyAction]:
         return plan(
             desired,

@@ -21,7 +21,7 @@ from controller.core.engines import RecipeError
 from controller.core.manifest import backendnames
 from controller.core.manifest.specs import Entry
 from controller.core.plan import Desired, leader_of
-from controller.core.state import MarkedProcess, Observed
+from controller.core.state import MarkedProcess, Observed, ProcessRef
 from controller.host import procscan
 from controller.logsetup import get_logger
 from controller.reconciler.executor import Executor
@@ -98,6 +98,61 @@ def _holder(leader: MarkedProcess) -> str:
 # -- this set's engines -------------------------------------------------------------------
 
 
+def adoptable(
+    desired: Desired, observed: Observed, owner: str, since: Callable[[str], float | None]
+) -> list[tuple[Entry, MarkedProcess]]:
+    """This set's orphan engines (their marker names the instance exactly, and the set; an
+    older version's names none) whose manifest still declares them and whose record was
+    set aside (``since``: when, None if not) after they started: (entry, leader) each."""
+    wanted = desired.instances()
+    out: list[tuple[Entry, MarkedProcess]] = []
+    for _, procs in sorted(by_instance(observed.orphans).items()):
+        leader = leader_of(procs)
+        entry = wanted.get(leader.name) if leader else None
+        if leader is None or entry is None or leader.owner not in (None, owner):
+            continue
+        torn = since(leader.name)
+        if torn is not None and torn >= leader.ref.start_time:
+            out.append((entry, leader))
+    return out
+
+
+def refusal(
+    entry: Entry, found: Found, ledger: Ledger, inventory: Inventory, extra: Mapping[str, int]
+) -> str | None:
+    """Why the engine of a torn record cannot be adopted (None: it can)."""
+    if extra.get(entry.deployment.spec.engine, 0):
+        return "its engine's extra ports are not in its environment"
+    return conflict(found, entry, ledger, inventory)
+
+
+def foresee(
+    desired: Desired,
+    observed: Observed,
+    *,
+    owner: str,
+    store: RecordStore,
+    inventory: Inventory,
+    extra: Mapping[str, int],
+) -> Observed:
+    """`plan`'s view of :meth:`Adopter.rebuild`, which a pass runs before it plans: this
+    set's engines whose record lies torn (or was quarantined) that the pass would adopt
+    are no orphans to reap but ``adopting`` (the planner shows their adoption). Judged
+    as the pass judges them, against the records as they are now; nothing written."""
+    ledger = ledger_for([v.record for v in observed.records.values()], observed)
+    adopting: dict[str, ProcessRef] = dict(observed.adopting)
+    for entry, leader in adoptable(desired, observed, owner, store.torn_since):
+        found = found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", inventory)
+        if isinstance(found, str) or refusal(entry, found, ledger, inventory, extra):
+            continue  # the pass reaps it, as the plan says
+        spec = entry.deployment.spec
+        ledger.take(leader.name, found.devices, (found.port,), spec.devices.shareable,
+                    spec.devices.memory)  # fmt: skip
+        adopting[leader.name] = leader.ref
+    orphans = tuple(m for m in observed.orphans if m.name not in adopting)
+    return replace(observed, orphans=orphans, adopting=adopting)
+
+
 @dataclass(kw_only=True)
 class Adopter:
     """A pass's (and `down`'s) hand on this set's engines of quarantined records."""
@@ -111,21 +166,15 @@ class Adopter:
     extra_ports: Callable[[], Mapping[str, int]]  # engine -> the extra ports its recipe takes
 
     def rebuild(self, desired: Desired, observed: Observed) -> bool:
-        """Adopt each orphan engine of this set (its marker names the instance exactly,
-        and the set; an older version's names none) whose record was quarantined after
-        it started and whose manifest still declares it; the rest are reaped by the plan
-        or spared as another set's. True when a record was written."""
+        """Adopt each orphan engine of this set whose record was quarantined after it
+        started and whose manifest still declares it (:func:`adoptable`); the rest are
+        reaped by the plan or spared as another set's. True when a record was written."""
         if self.backend.name != backendnames.LOCAL:
             return False  # its environment is on another machine
-        wanted = desired.instances()
+        found = adoptable(desired, observed, self.maker.owner, self.store.quarantined_at)
         adopted = False
-        for _, procs in sorted(by_instance(observed.orphans).items()):
-            leader = leader_of(procs)
-            entry = wanted.get(leader.name) if leader else None
-            since = self.store.quarantined_at(leader.name) if leader and entry else None
-            mine = leader is not None and leader.owner in (None, self.maker.owner)
-            if leader and entry and mine and since is not None and since >= leader.ref.start_time:
-                adopted |= self._rebuild_one(entry, leader, observed)
+        for entry, leader in found:
+            adopted |= self._rebuild_one(entry, leader, observed)
         return adopted
 
     def _rebuild_one(self, entry: Entry, leader: MarkedProcess, observed: Observed) -> bool:
@@ -154,9 +203,7 @@ class Adopter:
         return True
 
     def _refusal(self, entry: Entry, found: Found, ledger: Ledger) -> str | None:
-        if self.extra_ports().get(entry.deployment.spec.engine, 0):
-            return "its engine's extra ports are not in its environment"
-        return conflict(found, entry, ledger, self.maker.inventory)
+        return refusal(entry, found, ledger, self.maker.inventory, self.extra_ports())
 
     def adopt_torn(
         self, look: Callable[[], Observed], wanted: Callable[[], Desired], *, strays: bool

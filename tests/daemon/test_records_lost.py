@@ -206,3 +206,22 @@ def test_an_older_versions_engine_keeps_the_guess_by_name(reconcile: Any) -> Non
     assert rc.record("web")["ref"]["pid"] == pid
     rc.down()
     rc.down("-f", str(other))
+
+
+def test_plan_shows_the_adoption_of_its_own_torn_records_engine(reconcile: Any) -> None:
+    """`plan` once said "destroy web: engine processes (...) have no record" (and a new
+    deployment beside it) where the pass adopts the engine: it shows the adoption now."""
+    rc = reconcile
+    before = _torn_under_its_engine(rc)
+    pid = before["ref"]["pid"]
+    plan = rc("plan", "-o", "json", check=1)  # 1: the torn record is an error, as for --once
+    changes = [(c["action"], c["name"]) for c in plan.json()["changes"]]
+    assert changes == [("adopt", "web")], plan.out
+    assert f"pid {pid}" in plan.json()["changes"][0]["reason"], plan.out
+    text = rc("plan", check=1).out
+    assert "have no record" not in text and "adopt" in text, text
+    assert rc.record_path("web").read_text() == "{"  # plan moved nothing
+    rc.once(check=1)  # what plan showed: the engine adopted, no other started
+    assert rc.record("web")["ref"] == before["ref"] and rc.pids("web") == {pid}
+    assert [e["action"] for e in rc.events("web")].count("adopt") == 1
+    rc.down()

@@ -149,7 +149,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     view = preview(cfg)
     observed, problems = view.observe()
     desired = view.desired(loaded)
-    observed = view.spare_others(desired, observed)
+    observed = view.foresee_strays(desired, observed)
     found = planview.changes(view.plan(desired, observed), desired, observed)
     if args.selector:  # the manifest's labels, else the record's
         labels = {n: v.record.labels for n, v in observed.records.items()}

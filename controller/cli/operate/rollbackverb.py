@@ -110,7 +110,7 @@ def _show_change(
         view = preview(cfg)
         observed, problems = view.observe()
         desired = dataclasses.replace(view.desired(loaded), revision=target)
-        observed = view.spare_others(desired, observed)
+        observed = view.foresee_strays(desired, observed)
         found = planview.changes(view.plan(desired, observed), desired, observed)
     errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
     print(f"rollback {(st.applied or '-')[:12]} -> {target[:12]} would make this plan:")

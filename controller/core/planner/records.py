@@ -93,6 +93,10 @@ def _unrecorded(ctx: Context, name: str, entry: Entry | None) -> list[Judged]:
         holder = ctx.observed.spared[name]
         reason = f"name {name!r} is held by another manifest set's engine, {holder}"
         return [Conflict(name=name, reason=reason)]
+    if name in ctx.observed.adopting:  # `plan`: the pass gives the engine its record back
+        ref = ctx.observed.adopting[name]
+        reason = f"record torn: the pass adopts its engine (pid {ref.pid}), as its marker names it"
+        return [Adopt(name=name, reason=reason, ref=ref)]
     if entry is None:  # every deployment a pass has seen gets a record, so status shows it
         error = ctx.desired.invalid[name]
         return [Reject(name=name, reason=f"spec invalid (not started): {error}")]
