@@ -18,6 +18,9 @@ from controller.core.pulls import PullProgress
 from controller.core.replicaset import ReplicaSet, group
 from controller.core.state import Phase, Record
 
+# The phase shown for what a record of an unknown version holds: its state cannot be read.
+UNKNOWN = "Unknown"
+
 PULL_FIELDS = ("bytes_done", "bytes_total", "rate")
 
 
@@ -157,15 +160,19 @@ def device_items(
     devices: Iterable[Device],
     records: Iterable[Record],
     faults: Mapping[str, DeviceFault] | None = None,
+    unreadable: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """``devices -o json``'s devices: each with who holds it and how much of it (bytes;
     a holder's memory None: the whole device), and its health (``faults``: the
-    Unhealthy ones)."""
+    Unhealthy ones). ``unreadable``: device -> the record of an unknown version holding
+    it whole, as the pass's ledger counts it (its phase ``Unknown``)."""
     holding: dict[str, list[dict[str, Any]]] = {}
     for rec in sorted(records, key=lambda r: r.name):
         for key in rec.devices if rec.holds else ():
             held = {"name": rec.name, "memory": rec.memory, "phase": str(rec.phase)}
             holding.setdefault(key, []).append(held)
+    for key, holder in sorted((unreadable or {}).items()):
+        holding.setdefault(key, []).append({"name": holder, "memory": None, "phase": UNKNOWN})
     return [
         {
             "device": d.key,

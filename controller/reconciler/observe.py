@@ -22,7 +22,7 @@ from controller.host import bootclock
 from controller.host.probes import ProbeTarget, probe_many
 from controller.host.procs import age, process_alive
 from controller.reconciler.liveness import LivenessProber
-from controller.store.instances.records import Snapshot
+from controller.store.instances.records import Snapshot, held_by_unreadable
 
 
 def observe(
@@ -54,12 +54,7 @@ def observe(
             views[name] = dataclasses.replace(views[name], liveness=answers)
     nonces = {rec.nonce for rec in snapshot.records.values() if rec.nonce}
     nonces |= {p.nonce for p in snapshot.problems if p.nonce}  # unknown version: not ours to reap
-    foreign_devices: dict[str, str] = {}
-    foreign_ports: dict[int, str] = {}
-    for problem in snapshot.problems:
-        holder = f"{problem.name} (unreadable record)"
-        foreign_devices.update(dict.fromkeys(problem.devices, holder))
-        foreign_ports.update(dict.fromkeys(problem.ports, holder))
+    foreign_devices, foreign_ports = held_by_unreadable(snapshot.problems)
     own_ports = {  # a port bound now while its record's engine is dead is someone else's
         p
         for v in views.values()

@@ -316,6 +316,29 @@ def test_an_unknown_record_version_says_how_to_recover(reconcile: Any) -> None:
     reconcile.record_path("old").unlink()
 
 
+def test_devices_shows_what_a_record_of_an_unknown_version_holds(reconcile: Any) -> None:
+    """`devices` once showed the device and port of a record of an unknown version free,
+    while every pass counts them held (its engine holds them): it names the holder now."""
+    reconcile.devices = "nvidia:0,nvidia:1"
+    reconcile.store()
+    future = {"version": 7, "name": "old", "devices": ["nvidia:0"], "port": reconcile.port}
+    reconcile.record_path("old").write_text(json.dumps(future))
+    doc = reconcile("devices", "-o", "json", check=1).json()  # 1: the table is not whole
+    holder = "old (unreadable record)"
+    assert {d["device"]: d["held_by"] for d in doc["devices"]} == {
+        "nvidia:0": [holder],
+        "nvidia:1": [],
+    }, doc
+    assert doc["ports"] == [{"port": reconcile.port, "held_by": holder, "phase": "Unknown"}]
+    shown = reconcile("devices", check=1)
+    assert holder in shown.out and "has version 7" in shown.err, shown
+    reconcile.write("web", devices={"count": 1})
+    reconcile.once(check=1)  # what the pass counts held, as `devices` said
+    assert reconcile.status()["web"]["devices"] == ["nvidia:1"]
+    reconcile.down()
+    reconcile.record_path("old").unlink()
+
+
 def test_a_spec_the_recipe_refuses_at_placement_is_pending_not_a_crash(reconcile: Any) -> None:
     """TGI's socket path depends on the state dir: only the pass can see it is too long."""
     reconcile.state = reconcile.tmp / ("s" * 100)

@@ -26,11 +26,11 @@ from controller.cli.render.views import FORMATS, dump, table
 from controller.core.devicefaults import DeviceHealth
 from controller.core.manifest.quantity import format_age, format_bytes
 from controller.core.state import Phase, Record
-from controller.core.statusjson import device_items, outside_items
+from controller.core.statusjson import UNKNOWN, device_items, outside_items
 from controller.errors import ConfigError
 from controller.redact import printable
 from controller.store.config.node import Config, read_drain
-from controller.store.instances.records import RecordStore
+from controller.store.instances.records import RecordStore, held_by_unreadable
 from controller.store.side import devicehealth
 
 # -- devices ------------------------------------------------------------
@@ -49,7 +49,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
     snap = RecordStore(cfg.state_dir).peek()  # a read verb moves nothing aside
     records = sorted(snap.records.values(), key=lambda r: r.name)
     faults = devicehealth.peek(cfg.state_dir).faults
-    items = device_items(inventory.devices, records, faults)  # the web page's too
+    # What a record of an unknown version holds stays held, as every pass counts it.
+    held, held_ports = held_by_unreadable(snap.problems)
+    items = device_items(inventory.devices, records, faults, held)  # the web page's too
     outside = outside_items(inventory.keys(), records, cfg.node)
     ports = [
         {"port": port, "held_by": rec.name, "phase": str(rec.phase)}
@@ -57,6 +59,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
         if rec.holds
         for port in ((rec.port,) if rec.port else ()) + rec.extra_ports
     ]
+    ports += [{"port": p, "held_by": h, "phase": UNKNOWN} for p, h in sorted(held_ports.items())]
     if fmt == "name":
         print("".join(f"{d['device']}\n" for d in items), end="")
     elif fmt in ("json", "yaml"):

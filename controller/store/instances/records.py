@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,22 @@ class RecordProblem:
     ports: tuple[int, ...] = ()
     nonce: str | None = None  # its engine's marker nonce: that engine is no orphan
     kept: bool = False  # a pass leaves it in place too (unknown version): never planned over
+
+    @property
+    def holder(self) -> str:
+        """Who holds its devices and ports, as a pass's messages and `devices` name it."""
+        return f"{self.name} (unreadable record)"
+
+
+def held_by_unreadable(problems: Iterable[RecordProblem]) -> tuple[dict[str, str], dict[int, str]]:
+    """The devices and ports records of an unknown version hold (each -> its holder): held
+    for every pass, and shown held by `devices` and the page, since their engines run on."""
+    devices: dict[str, str] = {}
+    ports: dict[int, str] = {}
+    for problem in problems:
+        devices.update(dict.fromkeys(problem.devices, problem.holder))
+        ports.update(dict.fromkeys(problem.ports, problem.holder))
+    return devices, ports
 
 
 @dataclass
