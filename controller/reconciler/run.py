@@ -92,6 +92,8 @@ class PassResult:
     pulls: dict[str, PullView] = field(default_factory=dict)  # the last round's model pulls
     # engines kept serving because their new spec cannot start (an image that did not pull)
     held: dict[str, str] = field(default_factory=dict)
+    # this set's engines of quarantined records given their record back: name -> pid
+    adopted: dict[str, int] = field(default_factory=dict)
 
     node: str | None = None  # records of other nodes are theirs to judge, not this pass's
     git: SyncResult | None = None  # the git source's fetch and move before this pass
@@ -504,7 +506,9 @@ class Reconciler(Preview):
             if self.interrupted():
                 break  # the daemon is stopping: the round in flight was finished
             observed, problems = self.observe()
-            if observed.orphans and self.adopter.rebuild(desired, observed):
+            adopted = self.adopter.rebuild(desired, observed) if observed.orphans else {}
+            if adopted:
+                result.adopted.update(adopted)
                 observed, more = self.observe()  # the adopted engine has a record now
                 problems = [*problems, *more]
             observed = self.spare_others(desired, observed)

@@ -165,17 +165,19 @@ class Adopter:
     lock_timeout: float
     extra_ports: Callable[[], Mapping[str, int]]  # engine -> the extra ports its recipe takes
 
-    def rebuild(self, desired: Desired, observed: Observed) -> bool:
+    def rebuild(self, desired: Desired, observed: Observed) -> dict[str, int]:
         """Adopt each orphan engine of this set whose record was quarantined after it
         started and whose manifest still declares it (:func:`adoptable`); the rest are
-        reaped by the plan or spared as another set's. True when a record was written."""
+        reaped by the plan or spared as another set's. Those adopted: name -> pid (each
+        has a record now)."""
         if self.backend.name != backendnames.LOCAL:
-            return False  # its environment is on another machine
+            return {}  # its environment is on another machine
         found = adoptable(desired, observed, self.maker.owner, self.store.quarantined_at)
-        adopted = False
-        for entry, leader in found:
-            adopted |= self._rebuild_one(entry, leader, observed)
-        return adopted
+        return {
+            leader.name: leader.ref.pid
+            for entry, leader in found
+            if self._rebuild_one(entry, leader, observed)
+        }
 
     def _rebuild_one(self, entry: Entry, leader: MarkedProcess, observed: Observed) -> bool:
         name, pid = leader.name, leader.ref.pid

@@ -225,3 +225,20 @@ def test_plan_shows_the_adoption_of_its_own_torn_records_engine(reconcile: Any) 
     assert rc.record("web")["ref"] == before["ref"] and rc.pids("web") == {pid}
     assert [e["action"] for e in rc.events("web")].count("adopt") == 1
     rc.down()
+
+
+def test_wait_over_a_torn_record_ends_ready_saying_its_engine_was_adopted(
+    reconcile: Any,
+) -> None:
+    """`--once --wait` once ended "cannot progress without you: record moved to ..." (exit
+    1) though the pass had adopted the engine and it was Ready: nothing was left to do.
+    It ends Ready now, saying what became of the record and of its engine."""
+    rc = reconcile
+    pid = _torn_under_its_engine(rc)["ref"]["pid"]
+    waited = rc("--once", "--wait", "--timeout", "60s", check=0)
+    assert "cannot progress" not in waited.err, waited.err
+    said = [line for line in waited.err.splitlines() if "record moved to" in line]
+    assert len(said) == 1 and "not valid JSON" in said[0], waited.err
+    assert f"its engine (pid {pid}) adopted" in said[0], said
+    assert rc.record("web")["phase"] == "Ready" and rc.pids("web") == {pid}
+    rc.down()

@@ -29,6 +29,7 @@ from controller.logsetup import get_logger, structlog_module, terminal
 from controller.reconciler import pulling
 from controller.reconciler.run import PassResult, Reconciler
 from controller.redact import printable
+from controller.store.instances.records import RecordProblem
 
 log = get_logger("reconcile")
 
@@ -98,26 +99,24 @@ class _CtrlC:
 
 def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _CtrlC) -> bool:
     deadline = time.monotonic() + timeout
-    # A quarantined record is reported by the one pass that moved it aside: remember it,
-    # so a later pass that is all Ready still ends in failure, naming it.
-    quarantined: list[str] = []
+    aside = SetAside()
     restarts: dict[str, int] = {}  # each deployment's restarts before the wait's passes
     while True:
         result = reconciler.run_pass()
         ctrl_c.check()
         display.update(result)
-        quarantined += [p.message for p in result.problems if p.message not in quarantined]
+        aside.note(result)
+        quarantined = aside.left(result)
         if result.all_ready and not quarantined:
             # Ready is not in sync when a folder is missing or empty (nothing pruned) or
             # the git fetch failed: `--once` exits 1 on those, and so does the wait (it
             # said nothing and exited 0: a quick start run from the wrong folder "worked").
             failing = result.failing()
-            if not failing:
-                return True
             display.close()
+            aside.say(result)
             for why in failing:
                 print(f"error: {printable(why)}", file=sys.stderr)
-            return False
+            return not failing
         # A crash loop, or a pull failing again and again, goes on by itself for good.
         looping = _looping(result, restarts) | pulling.failing(result.ours(), result.pulls)
         stuck = "; ".join([*filter(None, [_stuck(result, quarantined)]), *looping.values()])
@@ -127,10 +126,12 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
         # file still come up, then the exit status says what is broken.
         if stuck and not _progressing(result, set(looping)):
             display.close()
+            aside.say(result)
             print(f"reconcile: cannot progress without you: {stuck}", file=sys.stderr)
             return False
         if time.monotonic() >= deadline:
             display.close()
+            aside.say(result)
             waiting = [r.name for r in result.ours() if r.phase not in (Phase.READY, Phase.IDLE)]
             print(f"reconcile: timed out waiting for {', '.join(waiting)}", file=sys.stderr)
             if stuck:
@@ -143,6 +144,37 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
             time.sleep(min(TICK, max(next_pass - time.monotonic(), 0)))
             ctrl_c.check()
             display.tick()
+
+
+class SetAside:
+    """The records this wait's passes quarantined, and the engines they adopted. Each is
+    reported by the one pass that moved it aside, so the wait remembers it: one whose
+    deployment this set's records account for again (its engine adopted, or started
+    anew) is what happened, said once the wait ends; any other is left to the user."""
+
+    def __init__(self) -> None:
+        self.problems: dict[str, RecordProblem] = {}  # message -> the record's problem
+        self.adopted: dict[str, int] = {}  # name -> its engine's pid
+
+    def note(self, result: PassResult) -> None:
+        self.problems.update((p.message, p) for p in result.problems)
+        self.adopted.update(result.adopted)
+
+    def left(self, result: PassResult) -> list[str]:
+        """What still needs the user: a record of an unknown version (left in place), one
+        quarantined that no record of this set's stands for now."""
+        ours = {r.name for r in result.ours()}
+        return [m for m, p in self.problems.items() if p.kept or p.name not in ours]
+
+    def say(self, result: PassResult) -> None:
+        """What became of each record accounted for again: quarantined, its engine adopted."""
+        left = set(self.left(result))
+        for message, problem in self.problems.items():
+            if message in left:
+                continue
+            pid = self.adopted.get(problem.name or "")
+            engine = f"; its engine (pid {pid}) adopted, as its marker names it" if pid else ""
+            print(f"reconcile: {problem.name}: {printable(message)}{engine}", file=sys.stderr)
 
 
 def _progressing(result: PassResult, looping: set[str]) -> bool:
