@@ -9,22 +9,21 @@ is a new inode, but two writes between looks can hand the record its old inode b
 going Idle that way, so the mtime and size count too. Only on a change are the records
 read (in a thread), so a request never touches the disk.
 
-Records are decoded as the store decodes them (``recordjson.from_json``). Read-only: a
-record this gateway cannot parse (torn, foreign, or written by a newer
-reconcile during an upgrade) keeps its last good reading and is never quarantined
-(that is the daemon's call). Records are those of the daemon's owner and node, as a
-pass's ``ours()`` gives them.
+Records are read as a read verb reads them (``RecordStore.peek``). Read-only: a record
+this gateway cannot parse (torn, foreign, or written by a newer reconcile during an
+upgrade) keeps its last good reading for routing (its engine serves on), is named in
+``problems`` as `status` names it (the page shows it), and is never quarantined (that is
+the daemon's call). Records are those of the daemon's owner and node, as a pass's
+``ours()`` gives them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
 from controller.core.state import Record
-from controller.store.instances.recordjson import RecordInvalid, from_json
-from controller.store.statedir import StateDir
+from controller.store.instances.records import RecordProblem, RecordStore
 
 # Seconds between looks when no watch event came: the safety net, and the port's guard's
 # period (process.GUARD_PERIOD), which no file event can stand in for.
@@ -35,11 +34,13 @@ Stamp = frozenset[tuple[str, int, int, int]]
 
 class RecordsWatch:
     def __init__(self, state_dir: Path, owner: str, node: str) -> None:
-        self.instances = StateDir(state_dir).instances
+        self.store = RecordStore(state_dir)
+        self.instances = self.store.instances
         self.owner = owner
         self.node = node
         self.seen: Stamp | None = None
         self._good: dict[str, Record] = {}  # name -> its last good reading
+        self.problems: list[RecordProblem] = []  # the last read's unreadable records
 
     def stamp(self) -> Stamp | None:
         """What the folder holds now (name, inode, mtime, size); None when it is gone."""
@@ -62,13 +63,14 @@ class RecordsWatch:
 
     def read(self, stamp: Stamp) -> list[Record]:
         """Every record of ours in the folder (call it off the event loop)."""
-        names = {name.removesuffix(".json") for name, *_ in stamp}
-        fresh: dict[str, Record] = {}
-        for name in sorted(names):
-            rec = self._read_one(name)
-            if rec is not None:
-                fresh[name] = rec
+        snap = self.store.peek()
+        fresh = dict(snap.records)
+        for problem in snap.problems:  # unreadable now: its last good reading stays
+            good = self._good.get(problem.name or "")
+            if good is not None:
+                fresh[good.name] = good
         self._good = fresh
+        self.problems = list(snap.problems)
         self.seen = stamp
         return [r for r in fresh.values() if r.owner == self.owner and not r.elsewhere(self.node)]
 
@@ -79,17 +81,6 @@ class RecordsWatch:
         """Every record of the last ``read``, whoever owns it (the web page shows them
         all, as ``status`` does)."""
         return list(self._good.values())
-
-    def _read_one(self, name: str) -> Record | None:
-        try:
-            raw = (self.instances / f"{name}.json").read_bytes()
-        except OSError:
-            return None  # gone since the scandir: the next look says so
-        with contextlib.suppress(RecordInvalid, TypeError, AttributeError):
-            rec = from_json(raw)
-            if rec.name == name:
-                return rec
-        return self._good.get(name)
 
 
 def _version(entry: os.DirEntry[str]) -> tuple[str, int, int, int]:

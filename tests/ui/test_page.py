@@ -341,3 +341,38 @@ def test_the_page_shows_the_git_source_and_its_state(
     assert page.console_errors() == []
     g.finish()
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
+def test_an_unreadable_record_is_named_on_the_page(
+    reconcile: Any, gateway: Any, page: Page
+) -> None:
+    """The page once showed nothing of a record it could not read (its API kept the last
+    good reading): it names each (file, what is wrong, the next move) as `status` does,
+    and what a record of an unknown version holds is held on its device bar."""
+    reconcile.devices = "nvidia:0=80Gi,nvidia:1=80Gi"
+    reconcile.write("web", devices={"count": 1, "kind": "nvidia"})
+    g = gateway()
+    g.wait_phase("web", "Ready")
+    assert g.stop() == 0  # the gateway serves on; no pass moves the torn record aside
+    reconcile.record_path("web").write_text("{")
+    future = {"version": 7, "name": "old", "devices": ["nvidia:1"], "port": reconcile.port + 9}
+    reconcile.record_path("old").write_text(json.dumps(future))
+    token = accesstoken.read(reconcile.state)
+    answer = g.request("GET", f"/ui/api/state?token={token}")
+    assert answer.status == 200, answer
+    named = {u["name"]: u for u in answer.json()["unreadable"]}
+    said = reconcile("status", check=1).err  # what the page says is what status says
+    assert set(named) == {"old", "web"}, named
+    for item in named.values():
+        assert item["file"] == str(reconcile.record_path(item["name"])), item
+        assert f"error: {item['message']}" in said, (item, said)
+    assert "not valid JSON" in named["web"]["message"] and "next pass" in named["web"]["message"]
+    assert "has version 7" in named["old"]["message"]
+    page.open(_url(reconcile))
+    shown = page.wait(lambda: page.shown("unreadable") and page.text("unreadable"), "the named")
+    assert all(item["message"] in shown for item in named.values()), shown
+    bars = {b["device"]: b for b in page.wait(lambda: page.devices(), "the device bars")}
+    assert bars["nvidia:1"]["holders"] == ["old (unreadable record)"], bars
+    assert page.console_errors() == []
+    reconcile.record_path("old").unlink()
+    g.finish()  # `down` adopts web's engine by its marker, then stops it

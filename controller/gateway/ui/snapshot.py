@@ -4,8 +4,9 @@ The deployments are ``status -o json``'s items (``conditions`` included: an empt
 manifest folder that holds them is said here as there) and the devices ``devices -o
 json``'s, built by the same code (``core/statusjson.py``) from every record of the state dir; the
 events are every deployment's journal merged, newest first. Read-only: a record the
-gateway cannot parse keeps its last good reading (``records_watch.py``), nothing is
-quarantined or rewritten from here.
+gateway cannot parse keeps its last good reading (``records_watch.py``) and is named in
+``unreadable`` (its file, what is wrong and the next move, as `status` says it); nothing
+is quarantined or rewritten from here.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from controller.gateway.records_watch import RecordsWatch
 from controller.host import bootclock, devices
 from controller.store.config.node import read_drain
 from controller.store.instances.events import Journal
+from controller.store.instances.records import held_by_unreadable
 from controller.store.models import pullstatus
 from controller.store.side import devicehealth, observed
 from controller.store.sources import gitsource
@@ -68,6 +70,8 @@ class NodeReader:
         shown, pulls = pullstatus.live(records, self.state_dir)
         shown = [replace(r, message=r.message_at(now)) for r in shown]  # "restart in 8s" now
         noted = observed.views(observed.peek_all(self.state_dir), records)
+        problems = self.watch.problems  # named as `status` names them; moved nowhere
+        held, _ = held_by_unreadable(problems)  # an unknown version's: held, as a pass says
         return {
             "node": self.node,
             "version": __version__,
@@ -75,7 +79,10 @@ class NodeReader:
             "drain": self.drain(),
             "deployments": deployment_items(shown, pulls, noted.seen, noted.conditions),
             "facts": {r.name: facts(r) for r in records},
-            "devices": device_items(self.inventory().devices, records, self.faults()),
+            "devices": device_items(self.inventory().devices, records, self.faults(), held),
+            "unreadable": [
+                {"name": p.name, "file": p.path, "message": p.message} for p in problems
+            ],
             "events": self.events(events_of),
             "source": self.source(records),
         }

@@ -129,7 +129,8 @@ function signIn(why, token) {
   $("live").textContent = "signed out";
   $("live").className = "live";
   for (const id of ["deployments", "events", "requests"]) $(id).tBodies[0].replaceChildren();
-  for (const id of ["devices", "traffic", "log"]) $(id).replaceChildren();
+  for (const id of ["devices", "traffic", "log", "unreadable"]) $(id).replaceChildren();
+  $("unreadable").hidden = true;
 }
 
 function signedIn(doc) {
@@ -153,6 +154,7 @@ function draw(doc) {
   $("version").textContent = `reconcile ${doc.version}`;
   drawDrain(doc.drain);
   drawSource(doc.source);
+  if (changed("unreadable", doc.unreadable)) drawUnreadable(doc.unreadable || []);
   if (changed("deployments", [doc.deployments, doc.facts])) drawDeployments(doc);
   drawAges(doc);
   if (changed("devices", doc.devices)) drawDevices(doc.devices);
@@ -201,6 +203,15 @@ function drawSource(source) {
   const at = source.applied ? source.applied.slice(0, 12) : "-";
   line.textContent = `source: ${source.url} ${ref} path ${source.path}: ${source.state} at ${at} (${source.message})`;
   line.className = `source ${SOURCE_LOOKS[source.state] || "bad"}`;
+}
+
+// Records the node cannot read (torn, or of a newer version), each named as `reconcile
+// status` names it: its file, what is wrong, and the next move.
+function drawUnreadable(problems) {
+  const box = $("unreadable");
+  box.hidden = problems.length === 0;
+  box.replaceChildren(...problems.map((p) =>
+    h("p", { "data-name": p.name || "", title: p.file }, p.message)));
 }
 
 function model(item, facts) {
