@@ -141,7 +141,10 @@ def foresee(
     as the pass judges them, against the records as they are now; nothing written."""
     ledger = ledger_for([v.record for v in observed.records.values()], observed)
     adopting: dict[str, ProcessRef] = dict(observed.adopting)
+    nonces: set[str] = set()
     for entry, leader in adoptable(desired, observed, owner, store.torn_since):
+        if leader.name in adopting:
+            continue  # one record per name: the pass reaps a second engine of it
         found = found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", inventory)
         if isinstance(found, str) or refusal(entry, found, ledger, inventory, extra):
             continue  # the pass reaps it, as the plan says
@@ -149,7 +152,8 @@ def foresee(
         ledger.take(leader.name, found.devices, (found.port,), spec.devices.shareable,
                     spec.devices.memory)  # fmt: skip
         adopting[leader.name] = leader.ref
-    orphans = tuple(m for m in observed.orphans if m.name not in adopting)
+        nonces.add(leader.nonce)
+    orphans = tuple(m for m in observed.orphans if m.nonce not in nonces)
     return replace(observed, orphans=orphans, adopting=adopting)
 
 

@@ -83,6 +83,8 @@ def test_a_torn_records_engine_never_double_books_its_device(reconcile: Any) -> 
     me = identity(os.getpid())  # a live maker: its reservation is left alone
     held = reservation(rc, "other", nonce="n-other", port=rc.port + 5, devices=("nvidia:0",))
     rc.store().write(dataclasses.replace(held, reserved_by=me))
+    plan = rc("plan", "-o", "json", check=1)  # no adoption shown: the pass reaps it
+    assert ("reap", "web") in [(c["action"], c["name"]) for c in plan.json()["changes"]], plan
     result = rc.once(check=None)
     assert "its device nvidia:0 is held by other" in result.err, result.err
     rc.wait_gone(pid)  # ours (its marker) and holding what another record holds: reaped
