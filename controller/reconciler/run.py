@@ -429,6 +429,9 @@ class Reconciler(Preview):
                 self.liveness.begin_pass(self.config.owner)
             seen_at = datetime.now(UTC)  # what `status` says its view's age is from
             result = self._rounds(loaded, at_once)
+            if not result.deferred and result.prune_blocked is None:  # as a prune is
+                entries = loaded.entries.values()
+                pulling.drop_unused_image_pulls(self.backend, entries, result.records.values())
             result.git = synced
             if self.git is not None and not result.deferred:  # the history follows them
                 invalid = self.git.note_invalid(result.errors, folder=_folder_problem(result))
