@@ -212,12 +212,13 @@ class Launcher:
 
     def _port_gone(self, record: Record, entry: Entry, verb: str, port: int) -> bool:
         """Nothing started: Pending, so the next round places it on a free port (no
-        restart counted, no back-off: the engine never ran)."""
+        restart counted, no back-off: the engine never ran), its count kept."""
         why = (
             f"port {port} was taken by another process after it was chosen: placing it on "
             "another port"
         )
-        self.store.write(self.maker.pending(entry, why, name=record.name))
+        pending = self.maker.pending(entry, why, name=record.name)
+        self.store.write(replace(pending, restarts=record.restarts))
         self.event(record.name, verb, "placement", "pending", error=why)
         return True
 
@@ -429,6 +430,11 @@ class Launcher:
     def release(self, action: Release) -> bool:
         self.backend.sweep(action.nonce)
         failpoints.hit("executor.release.before_delete")
+        rec = self.store.read(action.name) if action.restarts is not None else None
+        if rec is not None and action.restarts is not None:  # a port move: placed again
+            self.store.write(_unplaced(rec, action.reason, restarts=action.restarts))
+            self.event(action.name, action.verb, action.reason, "Pending for another port")
+            return True
         self._drop(action, "record dropped")
         return True
 
@@ -442,8 +448,9 @@ class Launcher:
         return True
 
 
-def _unplaced(rec: Record, reason: str) -> Record:
-    """``rec`` with its run and lease gone: Pending, no device, no port, no nonce."""
+def _unplaced(rec: Record, reason: str, *, restarts: int = 0) -> Record:
+    """``rec`` with its run and lease gone: Pending, no device, no port, no nonce, its
+    restart count ``restarts`` (a port move's, which the next placement takes up)."""
     return replace(
         rec.released(),
         phase=Phase.PENDING,
@@ -457,4 +464,5 @@ def _unplaced(rec: Record, reason: str) -> Record:
         ready_deadline_at=None,
         backoff_until=None,
         message=reason,
+        restarts=restarts,
     )
