@@ -140,6 +140,11 @@ class Backend(Protocol):
         keeps serving meanwhile (its image being pulled; why it cannot be: ``failed``)."""
         ...
 
+    def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
+        """Forget the ended image pulls that none of ``specs`` (every spec a pass knows)
+        runs from; how many (a pass's act side, never plan)."""
+        ...
+
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         """Why the backend cannot place ``spec`` now (a cluster short of GPUs, or with no
         node its ``nodeSelector`` matches), else None."""

@@ -245,6 +245,9 @@ class Release(Action):
     plan_class = "destroy"
     nonce: str | None = None
     undeclared: bool = False  # as Stop's: the deployment's kept count goes with the record
+    # A port move (another process took the port of an engine not running): the record
+    # stays, Pending with this restart count, which the next placement takes up.
+    restarts: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -10,6 +10,7 @@ and the journal are the executor's (`reconciler/executor.py`), which composes th
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -45,6 +46,7 @@ from controller.reconciler.memwait import MemoryGate
 from controller.redact import redact_args
 from controller.store import diskspace, sidefiles
 from controller.store.instances import logfiles
+from controller.store.instances.events import REMOVED, REMOVED_OUTCOME
 from controller.store.instances.records import RecordStore
 from controller.store.side import scale
 
@@ -94,6 +96,7 @@ class Launcher:
         self.memory.owner_of = self._owner_of
         self._kept: dict[str, str] = {}  # a Ready engine kept for its replacement: why
         self._held: dict[str, str] = {}  # ... whose replacement cannot start: since take_held
+        self._dropping = threading.Lock()  # see _drop
 
     # -- starting -----------------------------------------------------------------
 
@@ -209,12 +212,13 @@ class Launcher:
 
     def _port_gone(self, record: Record, entry: Entry, verb: str, port: int) -> bool:
         """Nothing started: Pending, so the next round places it on a free port (no
-        restart counted, no back-off: the engine never ran)."""
+        restart counted, no back-off: the engine never ran), its count kept."""
         why = (
             f"port {port} was taken by another process after it was chosen: placing it on "
             "another port"
         )
-        self.store.write(self.maker.pending(entry, why, name=record.name))
+        pending = self.maker.pending(entry, why, name=record.name)
+        self.store.write(replace(pending, restarts=record.restarts))
         self.event(record.name, verb, "placement", "pending", error=why)
         return True
 
@@ -321,21 +325,36 @@ class Launcher:
             self.store.write(_unplaced(rec, action.reason))
             self.event(action.name, action.verb, action.reason, "stopped; Pending for the new")
             return True
-        self.store.delete(action.name)
-        failpoints.hit("executor.stop.after_delete")
-        self._dropped(action)
-        self.event(action.name, action.verb, action.reason, "stopped; record dropped")
+        self._drop(action, "stopped; record dropped", "executor.stop.after_delete")
         return True
 
-    def _dropped(self, action: Stop | Release) -> None:
-        """A pruned deployment's remembered count goes with its record: a later manifest
-        of the same name starts from its own spec, not from the count of the one before."""
-        if not action.undeclared:
-            return  # a replica scaled away, a recreate, `down`: the deployment remains
+    def _drop(self, action: Stop | Release, outcome: str, point: str | None = None) -> None:
+        """Drop the record and journal it. A pruned deployment's remembered count goes
+        with it: a later manifest of the same name starts from its own spec, not from the
+        count of the one before. Once its last record is gone the journal says so
+        (``removed``): `events NAME` of a later deployment of the name starts there, as
+        Kubernetes ties events to a uid. Its replicas are pruned concurrently: one step
+        each, so the last one's look finds none and its ``removed`` comes last."""
+        with self._dropping:
+            self.store.delete(action.name)
+            if point is not None:
+                failpoints.hit(point)
+            name = base_name(action.name)
+            last = action.undeclared and all(
+                base_name(other) != name for other in self.store.peek().records
+            )
+            if action.undeclared:  # not a replica scaled away, a recreate, `down`
+                self._forget_count(action)
+            self.event(action.name, action.verb, action.reason, outcome)
+            if last:
+                self.event(name, REMOVED, action.reason, REMOVED_OUTCOME)
+
+    def _forget_count(self, action: Stop | Release) -> None:
         try:
             scale.forget(self.store.state_dir, base_name(action.name))
         except OSError as exc:  # the next pass's autoscaler forgets it (nothing runs)
-            sidefiles.warn(self.store.layout.scale, f"count of {action.name} not dropped: {exc}")
+            where = self.store.layout.scale
+            sidefiles.warn(where, f"count of {action.name} not dropped: {exc}")
 
     def _kept_for(self, rec: Record, action: Replace) -> bool:
         """A Ready engine is not stopped for a spec whose image is not on the node yet: its
@@ -411,9 +430,12 @@ class Launcher:
     def release(self, action: Release) -> bool:
         self.backend.sweep(action.nonce)
         failpoints.hit("executor.release.before_delete")
-        self.store.delete(action.name)
-        self._dropped(action)
-        self.event(action.name, action.verb, action.reason, "record dropped")
+        rec = self.store.read(action.name) if action.restarts is not None else None
+        if rec is not None and action.restarts is not None:  # a port move: placed again
+            self.store.write(_unplaced(rec, action.reason, restarts=action.restarts))
+            self.event(action.name, action.verb, action.reason, "Pending for another port")
+            return True
+        self._drop(action, "record dropped")
         return True
 
     def reap(self, action: Reap) -> bool:
@@ -426,8 +448,9 @@ class Launcher:
         return True
 
 
-def _unplaced(rec: Record, reason: str) -> Record:
-    """``rec`` with its run and lease gone: Pending, no device, no port, no nonce."""
+def _unplaced(rec: Record, reason: str, *, restarts: int = 0) -> Record:
+    """``rec`` with its run and lease gone: Pending, no device, no port, no nonce, its
+    restart count ``restarts`` (a port move's, which the next placement takes up)."""
     return replace(
         rec.released(),
         phase=Phase.PENDING,
@@ -441,4 +464,5 @@ def _unplaced(rec: Record, reason: str) -> Record:
         ready_deadline_at=None,
         backoff_until=None,
         message=reason,
+        restarts=restarts,
     )

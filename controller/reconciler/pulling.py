@@ -1,4 +1,5 @@
-"""The pass's side of model pulls: its puller (from the backend) and when a pull fails.
+"""The pass's side of pulls: its puller (from the backend), when a model pull fails, and
+which ended image pulls no spec needs any more.
 
 The backend hands the pass its puller (``Backend.puller``): the local one runs pull
 processes on this host, a cluster's pulls on the node that will run the engine. The
@@ -13,9 +14,15 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import pydantic
+
 from controller.backends.base import Backend, Puller
+from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.pulls import PullView, key_of_document
 from controller.core.state import Phase, Record
+from controller.logsetup import get_logger
+
+log = get_logger(__name__)
 
 STALL_ENV = "RECONCILE_PULL_STALL"  # seconds without a byte before a pull fails (tests: less)
 DEFAULT_STALL = 60.0
@@ -48,3 +55,28 @@ def failing(records: Iterable[Record], pulls: Mapping[str, PullView]) -> dict[st
                 f"last: {failure.message})"
             )
     return out
+
+
+def drop_unused_image_pulls(
+    backend: Backend, entries: Iterable[Entry], records: Iterable[Record]
+) -> None:
+    """The ended image pulls that neither this pass's manifests nor any record (of any
+    set: the state dir's pulls are shared) runs from: an image edited before the start
+    that would have read its pull. A record names the image it is Pulling for, so
+    another set's pull that ended is kept for that set's next pass."""
+    specs = [entry.deployment.spec for entry in entries]
+    specs += [spec for rec in records if (spec := _stored(rec)) is not None]
+    dropped = backend.drop_unused_pulls(specs)
+    if dropped:
+        log.info("image pulls no spec uses forgotten", count=dropped)
+
+
+def _stored(rec: Record) -> DeploymentSpec | None:
+    """The record's spec when it runs in a container, else None (also where it reads as
+    no spec now: a format of long ago)."""
+    if "container" not in rec.stored_spec:  # spec_document leaves it out of a process's
+        return None
+    try:
+        return DeploymentSpec.model_validate(rec.stored_spec)
+    except pydantic.ValidationError:
+        return None

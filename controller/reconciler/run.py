@@ -418,6 +418,9 @@ class Reconciler(Preview):
                 self.liveness.begin_pass(self.config.owner)
             seen_at = datetime.now(UTC)  # what `status` says its view's age is from
             result = self._rounds(loaded, at_once)
+            if not result.deferred and result.prune_blocked is None:  # as a prune is
+                entries = loaded.entries.values()
+                pulling.drop_unused_image_pulls(self.backend, entries, result.records.values())
             result.git = synced
             if self.git is not None and not result.deferred:  # the history follows them
                 invalid = self.git.note_invalid(result.errors, folder=_folder_problem(result))
@@ -590,8 +593,7 @@ class Reconciler(Preview):
                 if current is not None and current.phase not in waits:
                     continue  # another pass placed it meanwhile
                 taken, refused = self._lease(start, ledger)
-                if current is not None and current.phase is Phase.PULLING and current.restarts:
-                    taken = _restarts_kept(taken, current.restarts)
+                taken = count_kept(current, taken)
                 record = taken.record if isinstance(taken, Lease) else taken
                 if is_next(start.name) and not isinstance(taken, Lease):
                     continue  # a rolling `@next` that cannot start: no Pending over the old
@@ -779,13 +781,22 @@ def crash_text(rec: Record) -> str:
     return f"{rec.name} is crash-looping ({rec.message or 'BackOff'})"
 
 
-def _restarts_kept(taken: Lease | Record, restarts: int) -> Lease | Record:
-    """A restart that went by way of a pull (its image's: the record was Pulling) is still
-    that restart: its count goes on, so a start that keeps failing backs off longer each
-    time and counts as crash-looping (``--once`` exits 1), as a process's does."""
+def count_kept(current: Record | None, taken: Lease | Record) -> Lease | Record:
+    """A restart that went by way of a pull (its image's: the record was Pulling) or a
+    port move (Pending with its count: launcher's ``_unplaced``) is still that restart:
+    its count goes on, so a start that keeps failing backs off longer each time and
+    counts as crash-looping (``--once`` exits 1), as a process's does. A changed spec
+    starts from 0, as a Kubernetes pod of a new template does."""
+    if current is None or not current.restarts:
+        return taken
+    record = taken.record if isinstance(taken, Lease) else taken
+    if current.phase not in (Phase.PULLING, Phase.PENDING):
+        return taken
+    if current.spec_hash != record.spec_hash:
+        return taken
     if isinstance(taken, Lease):
-        return Lease(replace(taken.record, restarts=restarts), taken.rendered)
-    return replace(taken, restarts=restarts)
+        return Lease(replace(record, restarts=current.restarts), taken.rendered)
+    return replace(taken, restarts=current.restarts)
 
 
 def _folder_problem(result: PassResult) -> str | None:

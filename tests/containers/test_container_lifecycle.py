@@ -193,7 +193,7 @@ def test_pull_policy_never_set_after_a_failed_pull_says_never_at_once(
     write(rc, engine, "edited", container={"image": image})
     rc.once()  # a pull on its way is no failure
     assert rc.record("edited")["phase"] == "Pulling"
-    job = PullJob(rc.state, engine.name, image)
+    job = PullJob.of(rc.state, engine.name, image)
     wait_for(lambda: job.exists() and not job.running(), timeout=90, what="the pull's failure")
     write(rc, engine, "edited", container={"image": image, "pullPolicy": "Never"})
     rc.once(check=1)
@@ -203,6 +203,32 @@ def test_pull_policy_never_set_after_a_failed_pull_says_never_at_once(
                                         "is Never"), record["message"]  # fmt: skip
     assert "cannot pull" not in record["message"] and not job.exists(), record
     rc.down()
+
+
+def test_an_ended_pull_of_an_image_no_spec_names_is_forgotten(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """A pull is read (and forgotten) by the next start of its image; the manifest's
+    image edited before that start left the ended pull's files in `<state>/images/` for
+    good. A pass forgets an ended pull that no manifest of it and no record names; another
+    set's pass keeps it while this set's record is Pulling for it."""
+    image = f"127.0.0.1:{free_ports(1)}/reconcile-test/absent:1"  # nothing listens there
+    write(rc, engine, "edited", container={"image": image})
+    rc.once()  # a pull on its way is no failure
+    assert rc.record("edited")["phase"] == "Pulling"
+    job = PullJob.of(rc.state, engine.name, image)
+    wait_for(lambda: job.exists() and not job.running(), timeout=90, what="the pull's end")
+    other = rc.tmp / "other-set"
+    rc.write("bystander", folder=other, basePort=rc.port + 5)  # a process: no image
+    rc.once("-f", str(other))
+    assert job.exists() and job.log.exists()  # "edited"'s record names it: its set's
+    write(rc, engine, "edited")  # the image every other test runs
+    rc.once()
+    assert rc.record("edited")["phase"] == "Ready"
+    assert not job.exists() and not job.log.exists()
+    assert [p.name for p in (rc.state / "images").iterdir()] == []
+    rc.down()
+    rc.down("-f", str(other))
 
 
 def test_a_run_the_runtime_refuses_is_named_in_its_words_and_leaves_no_container(

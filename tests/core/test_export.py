@@ -457,7 +457,7 @@ def test_the_secrets_hint_is_kubectls_from_the_files_and_says_its_dialect() -> N
     line or in a clear file. kubectl refuses the `export KEY=` lines reconcile's dotenv
     takes and keeps quotes in a value: the hint says so, so the first try is not a
     refusal that sends the user to `--from-literal` (the shell's history). A gated
-    repo's token is made from a file too."""
+    repo's token is in those files, and the download reads it from the same Secret."""
     dep = deployment(
         "web",
         engine="vllm",
@@ -478,6 +478,9 @@ def test_the_secrets_hint_is_kubectls_from_the_files_and_says_its_dialect() -> N
     assert "a line starting with `export` is refused, quotes stay in the value" in hint
     assert "--from-literal" not in hint and "export " not in hint.replace("`export`", "")
     token = notes[("spec", "source")]
+    assert "reads the Secret web-env as the engine does" in token, token
+    plain = export(dep.model_copy(update={"spec": dep.spec.model_copy(update={"env_from": ()})}))
+    token = {n.field: n.message for n in plain.notes}[("spec", "source")]
     assert "`kubectl create secret generic hf-token --from-file=token=FILE`" in token, token
     assert "never on the command line" in token
 

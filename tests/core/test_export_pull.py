@@ -27,6 +27,7 @@ DATA = os.urandom(2 * MB + 99)
 DIGEST = hashlib.sha256(DATA).hexdigest()
 URL = "https://models.example.org/tiny.gguf"
 HUB = {"huggingFace": {"repo": "acme/tiny", "files": ["*q4_k_m.gguf"]}}
+ENV_FILE = [{"file": "/etc/reconcile/hf.env"}]
 
 
 def llama(source: dict[str, Any], **spec: Any) -> Deployment:
@@ -79,6 +80,31 @@ def test_a_hub_source_passes_its_settings_and_an_optional_token() -> None:
     }
     assert init["args"][1:] == ["/models", "acme/tiny", "main", "*q4_k_m.gguf"]
     assert spec["containers"][0]["args"][:2] == ["-m", "/models/model"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_hub_pull_reads_the_engines_env_from_secret(version: str) -> None:
+    """A gated repo's HF_TOKEN in the envFrom files reaches the engine through the
+    deployment's Secret; the download before it reads the same Secret (it read only the
+    optional hf-token, so the pull of a gated repo failed on the cluster). No env entry
+    named HF_TOKEN is left to shadow it (an env entry beats envFrom)."""
+    dep = llama(HUB, env={"HF_ENDPOINT": "https://hub.example.org"}, envFrom=ENV_FILE)
+    exported = export(dep)
+    spec = by_kind(exported)["Deployment"]["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    (engine,) = spec["containers"]
+    assert init["envFrom"] == engine["envFrom"] == [{"secretRef": {"name": "tiny-env"}}]
+    assert init["env"] == [{"name": "HF_ENDPOINT", "value": "https://hub.example.org"}]
+    notes = {n.field: n.message for n in exported.notes}
+    assert "reads the Secret tiny-env as the engine does" in notes[("spec", "source")]
+    assert "hf-token" not in notes[("spec", "source")]
+    for obj in exported.objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_a_url_pull_needs_no_secret() -> None:
+    (init,) = pod(llama({"url": URL, "sha256": DIGEST}, envFrom=ENV_FILE))["initContainers"]
+    assert "envFrom" not in init and "env" not in init
 
 
 def test_export_says_how_the_pull_runs() -> None:

@@ -750,6 +750,34 @@ def test_plan_table(case: Case) -> None:
         assert phrase in action.reason, action.describe()
 
 
+@pytest.mark.parametrize(
+    ("phase", "listening", "restarts", "kept"),
+    [
+        (Phase.STARTING, 8000, 2, 2),  # no crash of its own: not counted
+        (Phase.BACKOFF, 8000, 2, 3),  # the restart the back-off waited for: counted
+    ],
+    ids=["taken-before-ready", "taken-during-back-off"],
+)
+def test_a_port_move_keeps_the_count(
+    phase: Phase, listening: int, restarts: int, kept: int
+) -> None:
+    """A port move is no new spec: the record stays Pending with its count (it restarted
+    from 0 once placed elsewhere; Kubernetes resets restartCount only with a new template)."""
+    rec = record("a", phase=phase, restarts=restarts, backoff_until=NOW)
+    exit_ = exited(code=1) if phase is Phase.STARTING else None
+    case = Case(
+        desired(entry("a")), observed(view(rec, exit=exit_), listening=frozenset({listening}))
+    )
+    (action,) = run(case)
+    assert isinstance(action, Release) and action.restarts == kept, action
+
+
+def test_other_releases_drop_the_record_and_its_count() -> None:
+    case = Case(desired(), observed(view(record("a", phase=Phase.PENDING, port=None))))
+    (action,) = run(case)
+    assert isinstance(action, Release) and action.restarts is None, action
+
+
 # -- back-off arithmetic ---------------------------------------------------------------------
 
 

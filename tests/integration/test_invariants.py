@@ -213,6 +213,86 @@ def test_2_a_port_taken_before_the_engine_bound_it_moves_it_without_a_crash(
     rc.down()
 
 
+# Exits 1 on its first run (a crash of its own), then runs as GATED.
+CRASHES_ONCE = (
+    "import os, sys\n"
+    "if not os.path.exists(sys.argv[1] + '.ran'):\n"
+    "    open(sys.argv[1] + '.ran', 'w').close(); sys.exit(1)\n" + GATED
+)
+
+
+def test_2_a_port_move_keeps_the_restart_count(reconcile: Any) -> None:
+    """The restart after a crash found its port taken before the engine bound it: the
+    engine moved to another port and its count started again at 0, as if its spec had
+    changed (Kubernetes resets restartCount only with a new pod template). It goes on."""
+    rc = reconcile
+    gate = rc.tmp / "gate"
+    command = [sys.executable, "-c", CRASHES_ONCE, str(gate), "--port", "{port}"]
+    rc.write("web", engine="command", command=command)
+
+    def restarted() -> dict[str, Any] | None:
+        rc.once(check=None)
+        rec = rc.record("web")
+        alive = rec is not None and rec["ref"] is not None and rc.alive(rec["ref"]["pid"])
+        return rec if alive and rec["restarts"] == 1 and rec["phase"] == "Starting" else None
+
+    first = rc.wait_for(restarted, what="web restarted once, waiting at its gate")
+    foreign = rc.listen(first["port"])  # the foreign process, on the engine's port
+    try:
+        gate.touch()
+        rc.wait_gone(first["ref"]["pid"])  # "address already in use"
+        rc.converge()
+        web = rc.record("web")
+        assert web["port"] != first["port"] and web["phase"] == "Ready", web
+        assert web["restarts"] == 1, web  # the crash's, kept through the move
+        moved = [e for e in rc.events("web") if f"port {first['port']} was taken" in e["reason"]]
+        assert moved and moved[0]["outcome"] == "Pending for another port", moved
+    finally:
+        foreign.close()
+    rc.down()
+
+
+# Exits 1 on its first two runs, then serves (the demo engine).
+CRASHES_TWICE = (
+    "import os, sys\n"
+    "runs = sys.argv[1]\n"
+    "n = int(open(runs).read()) if os.path.exists(runs) else 0\n"
+    "if n < 2:\n"
+    "    open(runs, 'w').write(str(n + 1)); sys.exit(1)\n"
+    "os.execv(sys.executable, [sys.executable, '-m', 'controller.demo.engine', *sys.argv[2:]])"
+)
+
+
+def test_2_a_restart_onto_a_taken_port_moves_it_and_keeps_the_count(reconcile: Any) -> None:
+    """A crash-looping engine's port taken during its back-off: the restart finds it bound
+    (the launch's bind probe), starts nothing and is placed on another port. The count
+    went back to 0 there; it goes on (2: the restart the move carried out)."""
+    rc = reconcile
+    runs = rc.tmp / "runs"
+    command = [sys.executable, "-c", CRASHES_TWICE, str(runs), "--port", "{port}"]
+    rc.write("web", engine="command", command=command)
+
+    def backing_off() -> dict[str, Any] | None:
+        rc.once(check=None)
+        rec = rc.record("web")
+        return rec if rec is not None and rec["phase"] == "BackOff" else None
+
+    first = rc.wait_for(backing_off, what="web backing off after its second crash")
+    assert first["restarts"] == 1 and first["port"] is not None, first
+    foreign = rc.listen(first["port"])  # taken while the engine waits out its back-off
+    try:
+        rc.converge()
+        web = rc.record("web")
+        assert web["port"] != first["port"] and web["phase"] == "Ready", web
+        assert web["restarts"] == 2, web
+        taken = f"port {first['port']} was taken by another process while the engine was down"
+        said = [e for e in rc.events("web") if e["reason"] == taken]
+        assert said and said[0]["outcome"] == "Pending for another port", rc.events("web")
+    finally:
+        foreign.close()
+    rc.down()
+
+
 # -- 3 ---------------------------------------------------------------------------------------
 
 

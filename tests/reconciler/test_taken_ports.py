@@ -15,6 +15,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+import strategies
 import yaml
 from procs import free_ports, kill_marked, listen
 
@@ -22,7 +24,7 @@ from controller.backends.choose import inventory_for, open_backend
 from controller.core.actions import Start
 from controller.core.state import Phase, Record
 from controller.reconciler.leases import Lease
-from controller.reconciler.run import Reconciler
+from controller.reconciler.run import Reconciler, count_kept
 from controller.store.config.node import Config
 from controller.store.instances import records
 
@@ -86,3 +88,24 @@ def test_a_port_bound_after_the_lease_is_never_spawned_onto(tmp_path: Path) -> N
             sock.close()
         reconciler.down()
         kill_marked(f"{config.node}/")
+
+
+@pytest.mark.parametrize(
+    ("phase", "changed", "kept"),
+    [
+        (Phase.PENDING, False, 3),  # a port move's Pending record: its count goes on
+        (Phase.PULLING, False, 3),  # a restart by way of its image's pull
+        (Phase.PENDING, True, 0),  # the spec changed meanwhile: a new template, from 0
+        (Phase.PULLING, True, 0),
+        (Phase.BACKOFF, False, 0),  # not waiting to be placed: nothing carried
+    ],
+    ids=["pending", "pulling", "pending-new-spec", "pulling-new-spec", "backoff"],
+)
+def test_a_placement_takes_up_the_count_of_the_same_spec_only(
+    phase: Phase, changed: bool, kept: int
+) -> None:
+    current = strategies.record("web", phase=phase, restarts=3, port=None)
+    spec = strategies.entry("web", env={"NEW": "1"}) if changed else strategies.entry("web")
+    taken = strategies.record("web", spec=spec, phase=Phase.PENDING, restarts=0, port=None)
+    placed = count_kept(current, taken)
+    assert isinstance(placed, Record) and placed.restarts == kept, placed

@@ -94,3 +94,23 @@ def test_values_that_json_cannot_spell_are_stringified(tmp_path: Path) -> None:
     journal.append("web", "start", "r", "o", where=tmp_path)
     assert journal.read("web")[0]["where"] == str(tmp_path)
     json.loads(journal.path("web").read_text())  # one line, one object
+
+
+def test_read_by_name_gives_the_deployment_now_under_it(tmp_path: Path) -> None:
+    """A `removed` event ends a deployment's history: read by name, a journal gives the
+    later deployment of that name its own events, the removed one's while it is the last
+    (its removal with them), and the whole file with ``history``."""
+    journal = Journal(tmp_path)
+    journal.append("web", "start", "r", "spawned")
+    journal.append("web", "stop", "manifest removed", "stopped; record dropped")
+    journal.append("web", events.REMOVED, "manifest removed", events.REMOVED_OUTCOME)
+    first = ["start", "stop", events.REMOVED]
+    assert [e["action"] for e in journal.read("web")] == first
+    journal.append("web", "start", "r", "spawned")
+    journal.append("web", "ready", "GET /health -> 2xx", "ready after 1.0s")
+    assert [e["action"] for e in journal.read("web")] == ["start", "ready"]
+    assert [e["action"] for e in journal.read("web", last=1)] == ["ready"]
+    journal.append("web", events.REMOVED, "manifest removed", events.REMOVED_OUTCOME)
+    assert [e["action"] for e in journal.read("web")] == ["start", "ready", events.REMOVED]
+    whole = [e["action"] for e in journal.read("web", history=True)]
+    assert whole == [*first, "start", "ready", events.REMOVED]

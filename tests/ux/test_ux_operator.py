@@ -169,6 +169,38 @@ def test_wait_ends_on_a_crash_loop_with_its_last_exit(reconcile: Any) -> None:
     rc.down()
 
 
+def test_a_later_deployment_of_a_removed_ones_name_has_its_own_events(reconcile: Any) -> None:
+    """A pruned deployment's journal stayed, so a later deployment of the same name showed
+    the removed one's history as its own in `events NAME` and `describe` (Kubernetes
+    ties events to the object's uid). The prune says `removed` once the last record is
+    gone; by name, only the deployment now under it is shown; `events` keeps it all."""
+    import json
+
+    rc = reconcile
+    rc.write("keep")  # the folder is not emptied: the pass may prune (invariant 5)
+    rc.write("web", replicas=2, basePort=rc.port + 10)
+    rc.converge()
+    (rc.manifests / "web.yaml").unlink()
+    rc.once()
+    gone = [
+        json.loads(line) for line in rc("events", "web", "-o", "json", check=0).out.splitlines()
+    ]
+    removals = [e for e in gone if e["action"] == "removed"]
+    assert len(removals) == 1 and gone[-1] == removals[0], gone  # one, after both replicas
+    assert removals[0]["reason"].startswith("manifest removed"), removals
+    rc.write("web", basePort=rc.port + 10, env={"LATER": "1"})
+    rc.converge()
+    own = [json.loads(line) for line in rc("events", "web", "-o", "json", check=0).out.splitlines()]
+    assert own and all(e["time"] > removals[0]["time"] for e in own), own
+    assert own[0]["action"] == "start", own
+    described = rc("describe", "web", check=0).out
+    assert "removed" not in described and "stopped; record dropped" not in described
+    every = rc("events", "-o", "json", check=0).out.splitlines()
+    actions = [json.loads(line)["action"] for line in every if '"web"' in line]
+    assert actions.count("removed") == 1 and actions.index("removed") < len(actions) - 1
+    rc.down()
+
+
 def test_events_lists_every_journal_and_follows(reconcile: Any) -> None:
     """kubectl's `get events` (and `-w`): newest last, every deployment, JSON lines too."""
     import json

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ PREPULL_RETRY = 30.0  # seconds before a replacement's image that did not pull i
 START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating layers)
 POLL = 0.01  # a look at one small file (the container's id)
 SCAN_SHARE = 4.0  # a /proc scan at most every 4 times its own cost: a fifth of a core
+KEY_PATTERN = re.compile(r"[0-9a-f]{24}")  # pull_key's
 # The pull in the background, its output into the log (the shell's stderr), its pid said.
 DETACH = '"$@" </dev/null >&2 & echo $!'
 
@@ -166,7 +168,7 @@ class Wrapper:
         ended without the image is said, and tried again after PREPULL_RETRY."""
         assert spec.container is not None
         runtime, image = self.runtime_of(spec.container), image_of(spec)
-        job = PullJob(Path(self.state_dir), runtime.name, image)
+        job = PullJob.of(Path(self.state_dir), runtime.name, image)
         pulling = f"pulling image {image} ({runtime.name}) first: the running engine serves"
         if job.running():
             return Held(pulling)
@@ -187,6 +189,22 @@ class Wrapper:
         job.start()
         return Held(pulling)
 
+    def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
+        """Forget the ended image pulls none of ``specs`` runs from; how many. A job is
+        read (and forgotten) by the next start of its image; one whose image was edited
+        away before that start stayed in ``<state>/images/`` for good."""
+        named = {self._pull_key(spec) for spec in specs if spec.container is not None}
+        dropped = 0
+        for job in PullJob.found(Path(self.state_dir)):
+            if job.key not in named and not job.running():
+                job.forget()
+                dropped += 1
+        return dropped
+
+    def _pull_key(self, spec: DeploymentSpec) -> str:
+        assert spec.container is not None
+        return pull_key(self.runtime_of(spec.container).name, image_of(spec))
+
     def ensure_image(self, runtime: Runtime, image: str, container: Container) -> Known:
         """The image on this node as pullPolicy says: its digest, whether it was pulled
         (a pull job of this image ended with it), and whether it is the one remembered
@@ -202,7 +220,7 @@ class Wrapper:
         next pass finds it again by the job file. A pull that ended without the image is
         a ContainerError in the runtime's own words, retried with the usual back-off.
         """
-        job = PullJob(Path(self.state_dir), runtime.name, image)
+        job = PullJob.of(Path(self.state_dir), runtime.name, image)
         if job.running():
             raise PullingFirst(f"pulling image {image} ({runtime.name}): {job.last_line()}")
         policy = container.policy(image)
@@ -455,14 +473,26 @@ class PullJob:
     """One image pull in a process of its own: ``<state>/images/<key>.json`` (its pid
     and start time) and ``<key>.log`` (the runtime's output: progress, then its words)."""
 
-    def __init__(self, state_dir: Path, runtime: str, image: str) -> None:
-        key = sha256_hex(f"{runtime}\0{image}".encode())[:24]
+    def __init__(self, state_dir: Path, key: str, argv: Sequence[str] = ()) -> None:
+        """The job named ``key`` (:func:`pull_key`); ``argv``: the pull that starts it."""
         state = StateDir(state_dir)
+        self.key = key
         self.folder = state.images
         self.doc = Document(state, self.folder / f"{key}.json", _decode_pull, _encode_pull)
         self.file = self.doc.path
         self.log = self.folder / f"{key}.log"
-        self.argv = [runtime, "pull", image]
+        self.argv = list(argv)
+
+    @classmethod
+    def of(cls, state_dir: Path, runtime: str, image: str) -> PullJob:
+        return cls(state_dir, pull_key(runtime, image), [runtime, "pull", image])
+
+    @classmethod
+    def found(cls, state_dir: Path) -> list[PullJob]:
+        """Every job in ``<state>/images/``, started or ended, by its key (the image is
+        known only by that digest). Other files there (a Ray driver's) are not jobs."""
+        files = sorted(StateDir(state_dir).images.glob("*.json"))
+        return [cls(state_dir, f.stem) for f in files if KEY_PATTERN.fullmatch(f.stem)]
 
     def exists(self) -> bool:
         return self.file.exists()
@@ -520,6 +550,11 @@ class PullJob:
         for path in (self.file, self.log):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+def pull_key(runtime: str, image: str) -> str:
+    """The name of an image pull's files: the same image by another runtime is another pull."""
+    return sha256_hex(f"{runtime}\0{image}".encode())[:24]
 
 
 def _decode_pull(data: Any) -> ProcessRef:

@@ -213,6 +213,9 @@ class LocalBackend:
     def prepared(self, spec: DeploymentSpec) -> Held | None:
         return None if spec.container is None else self.containers.prepared(spec)
 
+    def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
+        return self.containers.drop_unused_pulls(specs)
+
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         return None  # the planner's ledger of this node's devices already decided
 

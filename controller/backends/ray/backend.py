@@ -103,6 +103,9 @@ class RayBackend:
     def prepared(self, spec: DeploymentSpec) -> Held | None:
         return None  # which node runs the new one is not known yet: its actor pulls there
 
+    def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
+        return 0  # an actor pulls into a folder of its own node, out of the driver's reach
+
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         return cluster.unfit(spec.devices.count, spec.node_selector)
 

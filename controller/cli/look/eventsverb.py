@@ -60,8 +60,12 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def _gather(journal: Journal, name: str | None) -> list[Event]:
-    names = [name] if name is not None else journal.names()
-    out = [{"deployment": n, **e} for n in names for e in journal.read(n)]
+    if name is not None:  # the deployment now under the name: not an earlier one's
+        out = [{"deployment": name, **e} for e in journal.read(name)]
+    else:  # every journal whole: a removed deployment's ends with its `removed` event
+        out = [
+            {"deployment": n, **e} for n in journal.names() for e in journal.read(n, history=True)
+        ]
     return sorted(out, key=lambda e: str(e.get("time", "")))
 
 

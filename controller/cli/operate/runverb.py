@@ -64,6 +64,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 return made
             front = made
         metrics_at = args.metrics_port  # (host, port), bound after the lock
+        if front is None and (cfg.metrics_file is not None or cfg.metrics_port is not None):
+            _with_gateway_series(cfg.state_dir)  # one an earlier daemon left serving
         return run_daemon(
             cfg,
             resync=args.resync,
@@ -104,10 +106,12 @@ def _once(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def _with_gateway_series(state_dir: Path) -> None:
-    """The textfile of a `--once` carries the gateway's series, as the daemon's does: a
-    gateway outlives the daemon that started it and serves on beside cron's passes,
-    writing its figures in the state dir (``gateway/metrics.prom``, every half second).
-    Those of a gateway no longer alive are left out: stale counters of a crashed one."""
+    """The metrics of a `--once`, or of a daemon without ``--listen``, carry the gateway's
+    series, as those of a daemon that runs it do: a gateway outlives the daemon that
+    started it and serves on beside cron's passes or a daemon started without
+    ``--listen``, writing its figures in the state dir (``gateway/metrics.prom``, every
+    half second). Those of a gateway no longer alive are left out (stale counters of a
+    crashed one), looked at each time the metrics are rendered."""
     from controller.daemon.metrics import add_source
     from controller.gateway.lifecycle import registry
 

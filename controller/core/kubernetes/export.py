@@ -100,7 +100,7 @@ def export(
     workload = _workload(pod_deployment, namespace)
     scaler = _autoscaler(pod_deployment, namespace) if workload["kind"] == "Deployment" else None
     objects = (workload, *([scaler] if scaler else []), _service(pod_deployment, namespace))
-    notes = ((_HPA_NOTE,) if scaler else ()) + _source_notes(deployment.spec)
+    notes = ((_HPA_NOTE,) if scaler else ()) + _source_notes(deployment)
     notes += _secret_notes(deployment, folder) + _volume_notes(deployment.spec)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
@@ -151,7 +151,8 @@ _HPA_NOTE = ExportGap(
 )
 
 
-def _source_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
+def _source_notes(deployment: Deployment) -> tuple[ExportGap, ...]:
+    spec = deployment.spec
     source = spec.source
     if source is None:
         return ()
@@ -161,13 +162,24 @@ def _source_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
         f"shared volume named {exportpull.VOLUME} instead to pull once)"
     )
     if source.hugging_face is not None and "HF_TOKEN" not in spec.env:
-        text += (
-            f"; HF_TOKEN comes from the Secret {exportpull.TOKEN_SECRET} (key token) if it "
-            "exists: for a gated or private repo, create it from a file holding the token "
-            f"alone (`kubectl create secret generic {exportpull.TOKEN_SECRET} "
-            "--from-file=token=FILE`), never on the command line"
-        )
+        text += _token_note(deployment)
     return (ExportGap(("spec", "source"), text, droppable=False),)
+
+
+def _token_note(deployment: Deployment) -> str:
+    """Where the download's HF_TOKEN comes from: the engine's envFrom Secret when it has
+    one (the pull sees what the engine sees), else the optional shared one."""
+    if deployment.spec.env_from:
+        return (
+            f"; it reads the Secret {secret_name(deployment.name)} as the engine does "
+            "(spec.envFrom): for a gated or private repo, put HF_TOKEN in those files"
+        )
+    return (
+        f"; HF_TOKEN comes from the Secret {exportpull.TOKEN_SECRET} (key token) if it "
+        "exists: for a gated or private repo, create it from a file holding the token "
+        f"alone (`kubectl create secret generic {exportpull.TOKEN_SECRET} "
+        "--from-file=token=FILE`), never on the command line"
+    )
 
 
 def secret_name(name: str) -> str:
@@ -473,7 +485,9 @@ def _pod(deployment: Deployment) -> Object:
     for name, host, _, _ in _binds(spec):
         volumes.append({"name": name, "hostPath": {"path": host}})
     if spec.source is not None:  # the model, pulled before the engine starts
-        pod["initContainers"] = [exportpull.init_container(spec.source, spec.env)]
+        secret = secret_name(deployment.name) if spec.env_from else None
+        pull = exportpull.init_container(spec.source, spec.env, env_secret=secret)
+        pod["initContainers"] = [pull]
         volumes.append(exportpull.volume())
     if volumes:
         pod["volumes"] = volumes

@@ -15,7 +15,9 @@ file), not the pod.
 * ``huggingFace``: ``huggingface_hub.snapshot_download`` (installed with pip when the
   image lacks it) into ``/models/files``; ``/models/model`` is then a link to the one
   file the globs chose, or to the folder when they chose several. ``{model}`` =
-  ``/models/model``. ``HF_TOKEN`` comes from the optional Secret ``hf-token``.
+  ``/models/model``. The hub client sees what the engine sees: ``spec.env``'s ``HF_*``
+  and, with ``spec.envFrom``, the engine's own Secret (its ``HF_TOKEN`` too); without
+  one, ``HF_TOKEN`` comes from the optional Secret ``hf-token``.
 
 User values reach the scripts as positional arguments, never as script text.
 """
@@ -89,12 +91,19 @@ def model_path(source: Source, mount: str = MOUNT) -> str:
     return f"{mount}/model"
 
 
-def init_container(source: Source, env: dict[str, str], mount: str = MOUNT) -> Object:
-    """The initContainer that fills ``mount`` with ``source``'s files."""
+def init_container(
+    source: Source, env: dict[str, str], *, env_secret: str | None = None, mount: str = MOUNT
+) -> Object:
+    """The initContainer that fills ``mount`` with ``source``'s files. ``env_secret`` is
+    the Secret the engine's envFrom reads, if any: the pull gets the same (a gated repo's
+    HF_TOKEN in the env file reaches the download as it reaches the engine)."""
     container: Object = {"name": CONTAINER, **_program(source, mount)}
-    variables = _env(source, env)
+    hub = source.hugging_face is not None
+    variables = _env(env, token_secret=env_secret is None) if hub else []
     if variables:
         container["env"] = variables
+    if hub and env_secret is not None:
+        container["envFrom"] = [{"secretRef": {"name": env_secret}}]
     container["volumeMounts"] = [volume_mount(mount)]
     return container
 
@@ -119,13 +128,12 @@ def _program(source: Source, mount: str) -> Object:
     return {"image": PYTHON_IMAGE, "command": ["python3", "-c"], "args": args}
 
 
-def _env(source: Source, spec_env: dict[str, str]) -> list[Object]:
+def _env(spec_env: dict[str, str], *, token_secret: bool) -> list[Object]:
     """The hub client's settings from ``spec.env`` (HF_ENDPOINT, HF_TOKEN...), and the
-    token from the optional Secret when the spec gives none."""
-    if source.hugging_face is None:
-        return []
+    token from the optional Secret when the spec gives none and no envFrom Secret may:
+    an ``env`` entry beats envFrom, so it would shadow the engine's own token."""
     out: list[Object] = [{"name": k, "value": v} for k, v in spec_env.items() if k[:3] == "HF_"]
-    if "HF_TOKEN" not in spec_env:
+    if token_secret and "HF_TOKEN" not in spec_env:
         ref = {"name": TOKEN_SECRET, "key": "token", "optional": True}
         out.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
     return out

@@ -172,7 +172,8 @@ def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[AnyActio
     taken = [p for p in rec.ports if p in ctx.observed.listening]
     if taken:  # a restart there would only crash-loop: release, place afresh next round
         reason = f"port {taken[0]} was taken by another process while the engine was down"
-        return (Release(name=rec.name, reason=reason, nonce=rec.nonce),)
+        # the start there is the restart the back-off waited for: counted as one
+        return (Release(name=rec.name, reason=reason, nonce=rec.nonce, restarts=rec.restarts + 1),)
     return (
         Restart(
             name=rec.name,
@@ -197,7 +198,7 @@ def _exited(ctx: Context, view: RecordView) -> Fail | Release:
             f"port {taken} was taken by another process before the engine bound it (engine "
             f"{exit_text} before it was Ready): placing it on another port, no restart counted"
         )
-        return Release(name=rec.name, reason=reason, nonce=rec.nonce)
+        return Release(name=rec.name, reason=reason, nonce=rec.nonce, restarts=rec.restarts)
     return retry(ctx, rec, f"engine {exit_text}", view)
 
 

@@ -6,6 +6,13 @@ an ``O_APPEND`` descriptor. A crash mid-append leaves a last line without its
 so the torn bytes can never glue themselves to a good event. Past ``MAX_BYTES`` the
 file is rewritten atomically with its newest whole lines (at most half the bound).
 Writers are serialised by the pass lock (every action runs inside a pass).
+
+A journal outlives its deployment: when a pass prunes a deployment's last record (its
+manifest removed) the journal says so with a ``removed`` event, and a later deployment
+of the same name is a new one (Kubernetes ties events to the object's uid). Read by
+name (``events NAME``, ``describe``), a journal gives the deployment now under that name
+its own events only: those after the last ``removed``, or, while none came after it,
+the removed one's, ending with its removal. The whole file stays, bounded, for ``events``.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from controller.store.statedir import StateDir
 MAX_BYTES = 64 * 1024  # past this the oldest lines are dropped, down to half
 MAX_FIELD = 2048  # characters of one string field (an error, a log line...)
 MAX_ITEMS = 20  # items of one list field (log lines)
+REMOVED = "removed"  # the action of the event that ends a deployment's history
+REMOVED_OUTCOME = "deployment gone: a later one of this name has a history of its own"
 
 
 def _clip(value: Any) -> Any:
@@ -104,8 +113,11 @@ class Journal:
                 continue
         return out
 
-    def read(self, name: str, last: int | None = None) -> list[dict[str, Any]]:
-        """The events, oldest first (the newest ``last`` of them when given)."""
+    def read(
+        self, name: str, last: int | None = None, *, history: bool = False
+    ) -> list[dict[str, Any]]:
+        """The events of the deployment under ``name`` (``history``: of every deployment
+        it named), oldest first (the newest ``last`` of them when given)."""
         try:
             data = self.path(name).read_bytes()
         except FileNotFoundError:
@@ -121,12 +133,25 @@ class Journal:
                 continue  # a torn write: skip it rather than guess
             if isinstance(value, dict):
                 events.append(value)
+        if not history:
+            events = _current(events)
         if last is None:
             return events
         return events[-last:] if last > 0 else []
 
     def remove(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)
+
+
+def _current(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events since the last ``removed`` one; the removed deployment's history, up to
+    and with its ``removed``, while no later deployment has an event."""
+    ends = [i for i, event in enumerate(events) if event.get("action") == REMOVED]
+    if not ends:
+        return events
+    if ends[-1] < len(events) - 1:
+        return events[ends[-1] + 1 :]
+    return events[ends[-2] + 1 :] if len(ends) > 1 else events
 
 
 def _write_all(fd: int, data: bytes) -> None:
