@@ -469,7 +469,9 @@ def test_a_restarted_daemon_has_the_gateway_it_adopts_serve_the_renewed_certific
     g = gateway(*flags, wait=False)
     try:
         reconcile.wait_for(lambda: _serial(g.port, pki) == 2, timeout=WAIT, what="serial 2")
-        assert "gateway adopted" in g.text() and g.serving().ref.pid == serving
+        # The daemon signals the gateway, then logs: serial 2 may be served before the line.
+        reconcile.wait_for(lambda: "gateway adopted" in g.text(), what="the gateway adopted")
+        assert g.serving().ref.pid == serving
     finally:
         g.finish()
 
