@@ -261,13 +261,7 @@ class Forwarder:
             with self.tracing.span("retry", {"reconcile.deployment": target.deployment}):
                 return await self._send(incoming, body, want.pool, target, fresh=True)
         except UpstreamFailed as exc:
-            other = (
-                self.table.target(
-                    want.pool, avoid=target.nonce, session=want.session, prefix=want.prefix
-                )
-                if _may_resend(exc, body)
-                else None
-            )
+            other = self._other(want, target, exc, body)
             log.info(
                 "engine connection lost again",
                 deployment=target.deployment,
@@ -283,19 +277,24 @@ class Forwarder:
             log.info("engine connection lost again", deployment=other.deployment, error=str(exc))
             return _failed(other.deployment, exc)
 
+    def _other(
+        self, want: Ask, target: Target, exc: UpstreamFailed, body: bytes | Upload
+    ) -> Target | None:
+        """Another instance of the pool for a request ``target`` did not answer, when the
+        request may go again (``_may_resend``); the same session and prefix choose it."""
+        if not _may_resend(exc, body):
+            return None
+        return self.table.target(
+            want.pool, avoid=target.nonce, session=want.session, prefix=want.prefix
+        )
+
     async def _elsewhere(
         self, incoming: Incoming, body: bytes | Upload, want: Ask, target: Target, exc: UpstreamHung
     ) -> StreamResponse:
         """``target`` was judged hung with the request unanswered (hangs.py): another
         instance of the pool gets it, when there is one and the body can go again (not
         the same one: it is ejected); else a 504 saying so."""
-        other = (
-            self.table.target(
-                want.pool, avoid=target.nonce, session=want.session, prefix=want.prefix
-            )
-            if _may_resend(exc, body)
-            else None
-        )
+        other = self._other(want, target, exc, body)
         log.warning(
             "engine hung: its request sent elsewhere" if other else "engine hung",
             deployment=target.deployment,
