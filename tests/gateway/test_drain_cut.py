@@ -11,7 +11,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -82,12 +82,7 @@ def test_past_the_drain_grace_a_stream_ends_with_an_error_event_and_a_waiting_an
 def test_a_handed_over_drain_finishes_a_stream_past_the_grace_until_a_bound_is_set(
     reconcile: Any, gateway: Gateway
 ) -> None:
-    held = Held(reconcile, gateway)
-    held.tokens.touch()
-    first, first_answer = _begun(held.port)
-    gateway.stop_accepting()
-    closing = gateway.begin_stop("handed over", None)
-    assert closing is not None
+    held, first, first_answer, closing = _handed_over_streaming(reconcile, gateway)
     # Past the grace a stop would have cut it at: still streaming, not cut.
     until = time.monotonic() + 3 * GRACE
     reconcile.wait_for(lambda: time.monotonic() > until, what="three grace periods")
@@ -102,18 +97,26 @@ def test_a_handed_over_drain_finishes_a_stream_past_the_grace_until_a_bound_is_s
 def test_a_bound_set_during_a_handed_over_drain_cuts_with_an_error_event(
     reconcile: Any, gateway: Gateway
 ) -> None:
-    held = Held(reconcile, gateway)
-    held.tokens.touch()
-    stream, answer = _begun(held.port)
-    gateway.stop_accepting()
-    closing = gateway.begin_stop("handed over", None)
-    assert closing is not None
+    _, stream, answer, closing = _handed_over_streaming(reconcile, gateway)
     gateway.bound_drain(GRACE)  # `reconcile gateway stop` meanwhile: the process's SIGTERM
     closing.result(timeout=10)
     gateway.end_stop()
     body = answer.read()
     stream.close()
     assert b'"gateway_stopping"' in body.strip().split(b"\n\n")[-1], body
+
+
+def _handed_over_streaming(
+    reconcile: Any, gateway: Gateway
+) -> tuple[Held, http.client.HTTPConnection, http.client.HTTPResponse, Future[None]]:
+    """A stream begun (its end held), then the gateway handed over: draining, no bound."""
+    held = Held(reconcile, gateway)
+    held.tokens.touch()
+    conn, answer = _begun(held.port)
+    gateway.stop_accepting()
+    closing = gateway.begin_stop("handed over", None)
+    assert closing is not None
+    return held, conn, answer, closing
 
 
 def _up(port: int) -> bool:
