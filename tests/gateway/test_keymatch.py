@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from harness.rawhttp import fragments
 
-from controller.gateway.accounting.keys import Keys, load, presented
+from controller.gateway.accounting.keys import KeyFileError, Keys, load, presented
 
 KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"
 OTHER = "sk-Vb8NcXeRwTqPoIuYtLk2"
@@ -76,3 +76,16 @@ def test_a_label_holds_no_run_of_its_key(tmp_path: Path) -> None:
         label = known.match(key)
         assert label is not None
         assert not any(run in label for run in fragments(key, 4)), (key, label)
+
+
+def test_a_limit_given_twice_is_refused_naming_its_line_not_its_key(tmp_path: Path) -> None:
+    """`rpm=5 rpm=6` took the last silently: which one the operator meant is a guess."""
+    key = "sk-twice-" + "x" * 24
+    path = tmp_path / "keys.txt"
+    path.write_text(f"# team\n{key} rpm=5 tpm=100 rpm=6\n")
+    os.chmod(path, 0o600)
+    with pytest.raises(KeyFileError) as caught:
+        load(path)
+    said = str(caught.value)
+    assert f"{path} line 2: rpm= is given twice after the key (keep one)" in said, said
+    assert key not in said

@@ -107,6 +107,8 @@ def _limits(fields: list[str], where: str) -> KeyLimits:
                 f"{where}: {what} after the key is not a limit "
                 "(expected rpm=N and/or tpm=N, whole numbers above 0)"
             )
+        if name in found:  # `rpm=5 rpm=6`: which one was meant is a guess
+            raise KeyFileError(f"{where}: {name}= is given twice after the key (keep one)")
         found[name] = int(value)
     return KeyLimits(rpm=found.get("rpm"), tpm=found.get("tpm"))
 
