@@ -42,7 +42,7 @@ from controller.core.manifest.specs import base_name
 from controller.core.state import Phase, Record
 from controller.logsetup import get_logger
 from controller.reconciler.launcher import GatewayDrain, Launcher, Reserve, no_drain, no_reserve
-from controller.reconciler.leases import RecordMaker
+from controller.reconciler.leases import RecordMaker, kept_count
 from controller.reconciler.memwait import MemoryGate
 from controller.store.instances import logfiles
 from controller.store.instances.events import Journal
@@ -333,6 +333,7 @@ class Executor:
     def _hold(self, action: Hold) -> bool:
         current = self.store.read(action.name)
         record = self.maker.pending(action.entry, action.reason, name=action.name)
+        record = replace(record, restarts=kept_count(current, record))  # waits for room
         if current is not None and _same_pending(current, record):
             return False
         self.store.write(record)

@@ -240,3 +240,15 @@ def conflict(found: Found, entry: Entry, ledger: Ledger, inventory: Inventory) -
 def _device(key: str) -> Device:
     kind, _, ident = key.partition(":")
     return Device(kind=kind, id=ident)
+
+
+def kept_count(current: Record | None, record: Record) -> int:
+    """The restart count a new record of ``current``'s name carries: a restart that went
+    by way of a pull (its image's: the record was Pulling), a port move (Pending with its
+    count: launcher's ``_port_gone``) or a wait for room is still that restart, so a start
+    that keeps failing backs off longer each time and counts as crash-looping (``--once``
+    exits 1), as a process's does. A changed spec starts from 0, as a Kubernetes pod of a
+    new template does."""
+    if current is None or current.phase not in (Phase.PULLING, Phase.PENDING):
+        return 0
+    return current.restarts if current.spec_hash == record.spec_hash else 0

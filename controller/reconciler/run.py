@@ -49,7 +49,7 @@ from controller.reconciler import pulling, strays
 from controller.reconciler.autoscaling import Autoscaler
 from controller.reconciler.executor import Executor
 from controller.reconciler.gpuwatch import DeviceWatch
-from controller.reconciler.leases import Lease, RecordMaker
+from controller.reconciler.leases import Lease, RecordMaker, kept_count
 from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
@@ -782,21 +782,14 @@ def crash_text(rec: Record) -> str:
 
 
 def count_kept(current: Record | None, taken: Lease | Record) -> Lease | Record:
-    """A restart that went by way of a pull (its image's: the record was Pulling) or a
-    port move (Pending with its count: launcher's ``_unplaced``) is still that restart:
-    its count goes on, so a start that keeps failing backs off longer each time and
-    counts as crash-looping (``--once`` exits 1), as a process's does. A changed spec
-    starts from 0, as a Kubernetes pod of a new template does."""
-    if current is None or not current.restarts:
-        return taken
+    """``taken`` with the restart count ``current`` carries for its spec (``kept_count``)."""
     record = taken.record if isinstance(taken, Lease) else taken
-    if current.phase not in (Phase.PULLING, Phase.PENDING):
-        return taken
-    if current.spec_hash != record.spec_hash:
+    restarts = kept_count(current, record)
+    if not restarts:
         return taken
     if isinstance(taken, Lease):
-        return Lease(replace(record, restarts=current.restarts), taken.rendered)
-    return replace(taken, restarts=current.restarts)
+        return Lease(replace(record, restarts=restarts), taken.rendered)
+    return replace(taken, restarts=restarts)
 
 
 def _folder_problem(result: PassResult) -> str | None:

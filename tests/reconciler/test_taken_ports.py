@@ -13,6 +13,7 @@ import socket
 import sys
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,27 @@ def test_a_placement_takes_up_the_count_of_the_same_spec_only(
     taken = strategies.record("web", spec=spec, phase=Phase.PENDING, restarts=0, port=None)
     placed = count_kept(current, taken)
     assert isinstance(placed, Record) and placed.restarts == kept, placed
+
+
+def test_a_moved_record_waiting_for_room_keeps_its_count(tmp_path: Path) -> None:
+    """A port move leaves the record Pending with its count; when the next round finds
+    no room (a Hold, with its own reason), the count went back to 0 with the rewrite."""
+    config = _config(tmp_path, free_ports())
+    doc = yaml.safe_load((config.manifests[0] / "web.yaml").read_text())
+    doc["spec"]["devices"] = {"count": 2}  # the node has one: it waits for room
+    (config.manifests[0] / "web.yaml").write_text(yaml.safe_dump(doc))
+    store = records.RecordStore(config.state_dir)
+    reconciler = Reconciler(config, open_backend(config, store), inventory_for(config), store=store)
+    try:
+        waiting = reconciler.run_pass().records["web"]
+        assert waiting.phase is Phase.PENDING and waiting.restarts == 0, waiting
+        moved = (
+            "port 1 was taken by another process after it was chosen: placing it on another port"
+        )
+        store.write(replace(waiting, message=moved, restarts=3))
+        again = reconciler.run_pass().records["web"]
+        assert again.phase is Phase.PENDING and again.message != moved, again
+        assert again.restarts == 3, again
+    finally:
+        reconciler.down()
+        kill_marked(f"{config.node}/")
