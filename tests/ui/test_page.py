@@ -198,6 +198,16 @@ def test_with_keys_the_page_shows_a_sign_in_and_no_data(
     page.wait(lambda: page.rows().get("web"), "web's row once signed in")
     assert not page.shown("signin")
     assert page.run("return sessionStorage.getItem('reconcile.apiKey');") == KEY
+    # Signed out, nothing of the node stays: its drain banner (and reason) kept showing.
+    reconcile("drain", "--reason", "swap the fans", check=0)
+    page.wait(lambda: "swap the fans" in page.text("banner"), "the drain banner")
+    page.click("#signout")
+    page.wait(lambda: page.shown("signin"), "the sign-in form again")
+    assert not page.shown("banner") and not page.shown("source")
+    shown = page.run("return document.body.innerText;")
+    assert "swap the fans" not in shown and "web" not in shown, shown  # the filter's too
+    assert "Deployments" not in shown, shown  # the data section's empty tables, visible
+    reconcile("uncordon", check=0)
     g.finish()
 
 

@@ -130,7 +130,11 @@ function signIn(why, token) {
   $("live").className = "live";
   for (const id of ["deployments", "events", "requests"]) $(id).tBodies[0].replaceChildren();
   for (const id of ["devices", "traffic", "log", "unreadable"]) $(id).replaceChildren();
-  $("unreadable").hidden = true;
+  // What the node says of itself is data too: its name, its drain and its git source.
+  for (const id of ["unreadable", "banner", "source", "notice"]) $(id).hidden = true;
+  for (const id of ["node", "banner", "source"]) $(id).textContent = "";
+  state.filter = "";  // the events filter lists the deployments' names
+  $("filter").replaceChildren(h("option", { value: "" }, "all deployments"));
 }
 
 function signedIn(doc) {
