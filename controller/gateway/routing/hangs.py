@@ -23,8 +23,11 @@ and nginx's ``max_fails``/``fail_timeout`` on failed attempts; both need the req
 fail first, each after a timeout long enough for the slowest answer. The look needs
 none: a few seconds after the first request waited, the engine is judged.
 
-One look per engine at a time, a timer per request (cancelled when its head comes): the
-request path touches no disk and takes no lock.
+One look per engine at a time, and one sweep timer for all requests (every ``SWEEP``
+seconds while any request waits for a head, none while idle): a request only notes its
+time and its engine in a dict (a timer per request, armed and cancelled, measured 4 µs
+on uvloop and more on asyncio here, against the gateway's ~100-200 µs in all). The request path
+touches no disk and takes no lock.
 """
 
 from __future__ import annotations
@@ -40,12 +43,13 @@ from controller.gateway.routing.table import Target
 HEAD_WAIT = 1.0  # seconds a request waits for its answer's head before the engine is looked at
 LOOK_TIMEOUT = 2.0  # seconds the look waits for any answer (loopback: an alive engine is quick)
 LOOK_EVERY = 2.0  # seconds between looks while a request still waits for its head
+SWEEP = 0.25  # seconds between the sweeps for overdue requests (HEAD_WAIT's precision)
 
 
 class Awaited:
     """A request sent to an engine whose answer's head has not come."""
 
-    __slots__ = ("hung", "movable", "overdue", "pool", "target", "task", "timer")
+    __slots__ = ("hung", "movable", "overdue", "pool", "since", "target", "task")
 
     def __init__(
         self,
@@ -53,12 +57,13 @@ class Awaited:
         pool: str,
         movable: Callable[[], bool],
         task: asyncio.Task[object] | None,
+        since: float,
     ) -> None:
         self.target = target
         self.pool = pool  # the name it was routed by: where else it may go
         self.movable = movable  # its body can be sent again (a streamed upload begun cannot)
         self.task = task
-        self.timer: asyncio.TimerHandle | None = None  # HEAD_WAIT's
+        self.since = since  # the loop's clock when it was sent
         self.overdue = False  # HEAD_WAIT passed with no head
         self.hung: str | None = None  # why the engine was judged hung (the request cancelled)
 
@@ -77,6 +82,7 @@ class Hangs:
         self._elsewhere = elsewhere  # (pool, nonce): another instance may take a request now
         self._awaited: dict[str | None, dict[Awaited, None]] = {}
         self._looking: dict[str | None, asyncio.Task[None]] = {}
+        self._sweep: asyncio.TimerHandle | None = None  # armed while any request waits
         self.head_wait = HEAD_WAIT
 
     def tasks(self) -> list[asyncio.Task[None]]:
@@ -86,17 +92,15 @@ class Hangs:
     def sent(self, target: Target, pool: str, movable: Callable[[], bool]) -> Awaited:
         """A request for ``pool`` goes to ``target`` now (call from the task that awaits
         its answer)."""
-        awaited = Awaited(target, pool, movable, asyncio.current_task())
-        self._awaited.setdefault(target.nonce, {})[awaited] = None
         loop = asyncio.get_running_loop()
-        awaited.timer = loop.call_later(self.head_wait, self._due, awaited)
+        awaited = Awaited(target, pool, movable, asyncio.current_task(), loop.time())
+        self._awaited.setdefault(target.nonce, {})[awaited] = None
+        if self._sweep is None:
+            self._sweep = loop.call_later(SWEEP, self._swept)
         return awaited
 
     def answered(self, awaited: Awaited) -> None:
         """Its head came, or it ended however it did: no longer watched (idempotent)."""
-        if awaited.timer is not None:
-            awaited.timer.cancel()
-            awaited.timer = None
         nonce = awaited.target.nonce
         waiting = self._awaited.get(nonce)
         if waiting is not None:
@@ -104,14 +108,21 @@ class Hangs:
             if not waiting:
                 del self._awaited[nonce]
 
-    def _due(self, awaited: Awaited) -> None:
-        """``HEAD_WAIT`` passed with no head: look at its engine (unless a look runs)."""
-        awaited.timer = None
-        awaited.overdue = True
-        nonce = awaited.target.nonce
-        if nonce not in self._looking:
-            look = asyncio.get_running_loop().create_task(self._look(awaited.target))
-            self._looking[nonce] = look
+    def _swept(self) -> None:
+        """Each request past ``HEAD_WAIT`` with no head is overdue: look at its engine
+        (unless a look runs). Armed again while any request waits; idle, it stops."""
+        self._sweep = None
+        loop = asyncio.get_running_loop()
+        due = loop.time() - self.head_wait
+        for nonce, waiting in self._awaited.items():
+            for awaited in waiting:
+                if awaited.overdue or awaited.since > due:
+                    continue
+                awaited.overdue = True
+                if nonce not in self._looking:
+                    self._looking[nonce] = loop.create_task(self._look(awaited.target))
+        if self._awaited:
+            self._sweep = loop.call_later(SWEEP, self._swept)
 
     def _waits(self, nonce: str | None) -> bool:
         """A request to the engine has waited past ``HEAD_WAIT`` and still waits."""
