@@ -181,6 +181,18 @@ def test_pull_policy_never_and_no_image_names_the_image(rc: Reconcile, engine: E
     rc.down()
 
 
+def _pull_ended(rc: Reconcile, engine: Engine, name: str) -> tuple[str, PullJob]:
+    """``name`` on an image from a registry nobody serves: Pulling, then its pull ended
+    (failed); the image and its pull job."""
+    image = f"127.0.0.1:{free_ports(1)}/reconcile-test/absent:1"  # nothing listens there
+    write(rc, engine, name, container={"image": image})
+    rc.once()  # a pull on its way is no failure
+    assert rc.record(name)["phase"] == "Pulling"
+    job = PullJob.of(rc.state, engine.name, image)
+    wait_for(lambda: job.exists() and not job.running(), timeout=90, what="the pull's end")
+    return image, job
+
+
 def test_pull_policy_never_set_after_a_failed_pull_says_never_at_once(
     rc: Reconcile, engine: Engine
 ) -> None:
@@ -189,12 +201,7 @@ def test_pull_policy_never_set_after_a_failed_pull_says_never_at_once(
     spec's ended pull and backed off with its error, so `status` said "cannot pull" of a
     spec that never pulls until the back-off ended. The record says the new spec's
     word at once: the image is not on this node and Never will not pull it."""
-    image = f"127.0.0.1:{free_ports(1)}/reconcile-test/absent:1"  # nothing listens there
-    write(rc, engine, "edited", container={"image": image})
-    rc.once()  # a pull on its way is no failure
-    assert rc.record("edited")["phase"] == "Pulling"
-    job = PullJob.of(rc.state, engine.name, image)
-    wait_for(lambda: job.exists() and not job.running(), timeout=90, what="the pull's failure")
+    image, job = _pull_ended(rc, engine, "edited")
     write(rc, engine, "edited", container={"image": image, "pullPolicy": "Never"})
     rc.once(check=1)
     record = rc.record("edited")
@@ -212,12 +219,7 @@ def test_an_ended_pull_of_an_image_no_spec_names_is_forgotten(
     image edited before that start left the ended pull's files in `<state>/images/` for
     good. A pass forgets an ended pull that no manifest of it and no record names; another
     set's pass keeps it while this set's record is Pulling for it."""
-    image = f"127.0.0.1:{free_ports(1)}/reconcile-test/absent:1"  # nothing listens there
-    write(rc, engine, "edited", container={"image": image})
-    rc.once()  # a pull on its way is no failure
-    assert rc.record("edited")["phase"] == "Pulling"
-    job = PullJob.of(rc.state, engine.name, image)
-    wait_for(lambda: job.exists() and not job.running(), timeout=90, what="the pull's end")
+    _, job = _pull_ended(rc, engine, "edited")
     other = rc.tmp / "other-set"
     rc.write("bystander", folder=other, basePort=rc.port + 5)  # a process: no image
     rc.once("-f", str(other))
