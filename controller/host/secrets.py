@@ -9,11 +9,15 @@ root's (the manifests' rule, handed in by the pass).
 
 A :class:`SecretError` names the file and the ``envFrom`` item, never a value: not even
 sops' own words, which may quote a line of the file. :func:`digest` is what the spec hash
-takes in, so a changed value restarts the engine while the value stays here.
+takes in, so a changed value restarts the engine while the value stays here; keyed with
+the state dir's secrets key (``store/config/secretkey.py``), so a record's hash lets no
+one who reads it check a guess at a value.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -79,9 +83,20 @@ def resolve(
     return env
 
 
-def digest(env: Mapping[str, str]) -> str:
-    """sha256 over the sorted items: changes with any value, tells nothing of one."""
-    return sha256_hex(json.dumps(sorted(env.items())).encode())
+def digest(env: Mapping[str, str], key: bytes) -> str:
+    """HMAC-SHA256 under ``key`` over the sorted items: changes with any value, and
+    without the key a guess at one (a short password) cannot be checked against it."""
+    return hmac.new(key, _items(env), hashlib.sha256).hexdigest()
+
+
+def unkeyed_digest(env: Mapping[str, str]) -> str:
+    """What releases before the key recorded (sha256 over the sorted items): a record
+    still holding it for today's values is given the keyed one, its engine kept."""
+    return sha256_hex(_items(env))
+
+
+def _items(env: Mapping[str, str]) -> bytes:
+    return json.dumps(sorted(env.items())).encode()
 
 
 def _read_item(item: EnvFrom, folder: Path, untrusted: Untrusted | None) -> dict[str, str]:

@@ -38,7 +38,7 @@ from controller.core.manifest import backendnames
 from controller.core.manifest.labels import share, skip_note
 from controller.core.manifest.names import base_name, is_next
 from controller.core.manifest.specs import Entry, with_secrets
-from controller.core.plan import EMPTIED, Desired, plan, waits_turn
+from controller.core.plan import EMPTIED, Desired, plan, rekeyed, waits_turn
 from controller.core.pulls import PullView
 from controller.core.state import Observed, Phase, ProcessRef, Record
 from controller.host import gpuhealth
@@ -55,6 +55,7 @@ from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
 from controller.reconciler.pulling import puller_of
 from controller.store import diskspace
+from controller.store.config import secretkey
 from controller.store.config.node import Config, read_drain
 from controller.store.instances import logfiles
 from controller.store.instances.events import Journal
@@ -202,7 +203,7 @@ class Preview:
         # spec.envFrom read here, at the edge: the planner sees a hash. As root its files
         # are held to the manifests' rule (and opted out of it with them).
         strict = security.strict(self.config.insecure_manifests)
-        resolve_secrets(loaded, security.path_problem if strict else None)
+        resolve_secrets(loaded, self._secrets_key, security.path_problem if strict else None)
         entries, skipped, invalid, labelled = self._share(loaded)
         return Desired(
             owner=self.config.owner,
@@ -225,6 +226,12 @@ class Preview:
                 write=self.scale_writes,
             ),
         )
+
+    def _secrets_key(self) -> bytes | None:
+        """The key of envFrom's digests: a pass makes it, a preview only reads it (none
+        yet: no record holds a keyed hash, and the unkeyed one foresees the pass)."""
+        state = self.config.state_dir
+        return secretkey.ensure(state) if self.sets_aside else secretkey.peek(state)
 
     def _emptied(self, loaded: LoadResult) -> frozenset[str]:
         """The emptied files whose deployments stay: none under `--allow-empty`, which
@@ -301,7 +308,7 @@ class Preview:
     def plan(self, desired: Desired, observed: Observed) -> list[AnyAction]:
         return plan(
             desired,
-            observed,
+            _rekeyed(desired, observed),  # a preview's: a pass wrote them first (_rekey)
             self.inventory,
             datetime.now(UTC),
             extra_ports=extra_ports(),
@@ -504,6 +511,7 @@ class Reconciler(Preview):
         result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
         result.missing_folders = list(loaded.missing_folders)
         result.folder_problems = loaded.folder_problems()
+        self._rekey(desired)
         settled: Observed | None = None  # the last round's view, when it changed nothing
         for _ in range(MAX_ROUNDS):
             if self.interrupted():
@@ -538,6 +546,15 @@ class Reconciler(Preview):
         _add_problems(result, final.problems)
         result.records = final.records
         return result
+
+    def _rekey(self, desired: Desired) -> None:
+        """Records a release before the secrets key hashed, their values unchanged, get
+        the keyed hash on disk before the pass looks: their engines keep running."""
+        if not any(e.unkeyed_digest for e in desired.entries.values()):
+            return
+        for record in rekeyed(desired, self.store.load().records.values()):
+            self.store.write(record)
+            log.info("record re-keyed", deployment=record.name, detail="secrets key")
 
     def _execute(
         self, actions: Sequence[AnyAction], observed: Observed, result: PassResult
@@ -807,13 +824,28 @@ def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:
     return "no manifests found"
 
 
+def _rekeyed(desired: Desired, observed: Observed) -> Observed:
+    """``observed`` with the records :func:`rekeyed` gives the keyed hash (in memory)."""
+    found = rekeyed(desired, (v.record for v in observed.records.values()))
+    if not found:
+        return observed
+    views = dict(observed.records)
+    for record in found:
+        views[record.name] = replace(views[record.name], record=record)
+    return replace(observed, records=views)
+
+
 def resolve_secrets(
-    loaded: LoadResult, untrusted: Callable[[Path], str | None] | None = None
+    loaded: LoadResult,
+    key: Callable[[], bytes | None],
+    untrusted: Callable[[Path], str | None] | None = None,
 ) -> None:
-    """Each entry with spec.envFrom gets its values and a hash that covers them; one whose
+    """Each entry with spec.envFrom gets its values and a hash that covers them, keyed
+    with ``key()`` (asked once, when an entry names envFrom; None: unkeyed); one whose
     file is missing, too open, another user's (as root: ``untrusted``) or undecryptable
     becomes invalid, naming the file: Pending if it never ran, its running engine
     untouched (the planner's invalid-spec rule)."""
+    key_once = functools.cache(key)  # read (a pass: made) only when a spec names envFrom
     for name, entry in list(loaded.entries.items()):
         if not entry.deployment.spec.env_from:
             continue
@@ -831,7 +863,9 @@ def resolve_secrets(
             loaded.errors.append(error)
             loaded.invalid_names[name] = str(error)
             continue
-        digest = secrets.digest(env)
+        unkeyed = secrets.unkeyed_digest(env)
+        digest = unkeyed if (k := key_once()) is None else secrets.digest(env, k)
         loaded.entries[name] = dataclasses.replace(
-            entry, secret_env=env, secret_digest=digest, hash=with_secrets(entry.hash, digest)
-        )
+            entry, secret_env=env, secret_digest=digest, unkeyed_digest=unkeyed,
+            hash=with_secrets(entry.hash, digest),
+        )  # fmt: skip

@@ -11,7 +11,7 @@ events/<name>.jsonl    quarantine/                 run/<name>/         journal, 
 activation/ restart/ scale/ inflight/ engineload/                      side documents
 devices/health.json  devices/measured.json  (+ .lock)                  observed devices
 observed.json  drain.json  node.yaml  access-token  models/  cache/    the node's own
-ui-open.html  quarantine/documents/
+secrets-key  ui-open.html  quarantine/documents/
 pass.lock  placement.lock  daemon.lock                                 the locks
 gateway/  (gw-<nonce>.json, current.json, retire/, passed, metrics.prom, gateway.log,
            daemon.sock, daemon.addr, requests.jsonl)                   the gateway's files
@@ -110,6 +110,11 @@ class StateDir:
     @property
     def access_token(self) -> Path:
         return self.root / "access-token"
+
+    @property
+    def secrets_key(self) -> Path:
+        """The key of the envFrom values' digest in records (``config/secretkey.py``)."""
+        return self.root / "secrets-key"
 
     @property
     def models(self) -> Path:

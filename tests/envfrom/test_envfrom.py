@@ -6,6 +6,7 @@ used leaves the deployment Pending, naming the file, and a running engine as it 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import urllib.request
 import uuid
@@ -15,6 +16,8 @@ from typing import Any
 import pytest
 from agekey import AgeKey, make_key
 
+from controller.core.manifest.specs import document_hash, with_secrets
+from controller.host import secrets
 from controller.store.config import accesstoken
 
 METRICS = 14  # the metrics port: the test's port block + 14 (the gateway's is + 15)
@@ -117,6 +120,44 @@ def test_a_changed_secret_restarts_the_engine(reconcile: Any, age_key: AgeKey) -
     assert after["spec_hash"] != before["spec_hash"]
     journal = json.dumps(rc.events("web"))
     assert "envFrom" in journal and first not in journal and second not in journal, journal
+    rc.down()
+
+
+def _unkeyed(rc: Any, name: str, values: dict[str, str]) -> str:
+    """A record as the release before the secrets key wrote it: ``values``' unkeyed
+    digest in its hash (sha256 over the sorted items), the hash it held returned."""
+    store = rc.store()
+    record = store.read(name)
+    assert record is not None, name
+    old = with_secrets(document_hash(record.stored_spec), secrets.unkeyed_digest(values))
+    assert old != record.spec_hash, "the record's hash is keyed"
+    store.write(dataclasses.replace(record, spec_hash=old))
+    return str(record.spec_hash)
+
+
+def test_the_secrets_digest_is_keyed_and_an_upgrade_restarts_nothing(
+    reconcile: Any, age_key: AgeKey
+) -> None:
+    rc = reconcile
+    value = _secret("pw")
+    node_file = _private(rc.tmp / "node" / "token.env", f"TOKEN={value}\n")
+    rc.write("web", envFrom=[{"file": str(node_file)}])
+    rc.converge()
+    key = rc.state / "secrets-key"
+    assert key.stat().st_mode & 0o777 == 0o600, oct(key.stat().st_mode)
+    pid = rc.record("web")["ref"]["pid"]
+
+    keyed = _unkeyed(rc, "web", {"TOKEN": value})  # an upgrade finds the old hash
+    assert rc.once().code == 0
+    after = rc.record("web")
+    assert after["ref"]["pid"] == pid and rc.alive(pid), "an upgrade restarts no engine"
+    assert after["spec_hash"] == keyed, "the record is given the keyed hash"
+    assert not any(e.get("action") == "replace" for e in rc.events("web")), rc.events("web")
+
+    _unkeyed(rc, "web", {"TOKEN": value})  # an old record whose secret then changed
+    _private(node_file, f"TOKEN={_secret('new')}\n")
+    rc.converge()
+    assert rc.record("web")["ref"]["pid"] != pid and not rc.alive(pid), "a change restarts"
     rc.down()
 
 

@@ -81,8 +81,17 @@ def test_later_items_win_and_the_digest_hides_values(tmp_path: Path) -> None:
         path.chmod(0o600)
     env = secrets.resolve(_spec({"file": str(first)}, {"file": str(second)}), tmp_path)
     assert env == {"A": "1", "B": "2"}
-    assert secrets.digest(env) != secrets.digest({"A": "1", "B": "1"})
-    assert secrets.digest(env) == secrets.digest({"B": "2", "A": "1"})  # order-free
+    key = b"k" * 32
+    assert secrets.digest(env, key) != secrets.digest({"A": "1", "B": "1"}, key)
+    assert secrets.digest(env, key) == secrets.digest({"B": "2", "A": "1"}, key)  # order-free
+
+
+def test_the_digest_is_keyed_so_a_guess_needs_the_key() -> None:
+    """The unkeyed sha256 let anyone who reads a record try short secrets offline."""
+    env = {"PASSWORD": "hunter2"}
+    one, other = secrets.digest(env, b"1" * 32), secrets.digest(env, b"2" * 32)
+    assert one != other  # without the key, no guess can be checked against it
+    assert secrets.unkeyed_digest(env) not in (one, other)
 
 
 def test_a_missing_file_is_named_with_its_item(tmp_path: Path) -> None:

@@ -777,7 +777,9 @@ class Entry:
     # spec.envFrom's values, resolved on the node (controller/host/secrets.py): they reach
     # the engine's environment alone, so never in repr, equality or any document.
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
-    secret_digest: str = ""  # their digest, which ``hash`` covers (with_secrets)
+    secret_digest: str = ""  # their keyed digest, which ``hash`` covers (with_secrets)
+    # What a release before the secrets key recorded for the same values (see rekeyed).
+    unkeyed_digest: str = field(default="", repr=False, compare=False)
 
     @property
     def name(self) -> str:

@@ -6,7 +6,8 @@ Every function returns what it found (:data:`Judged`); nothing here places a sta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from controller.core.actions import (
     Adopt,
@@ -35,7 +36,7 @@ from controller.core.manifest.specs import (
     spec_document,
     with_secrets,
 )
-from controller.core.planner.context import EMPTIED, Context, Judged, Want
+from controller.core.planner.context import EMPTIED, Context, Desired, Judged, Want
 from controller.core.planner.lifecycle import lifecycle, running
 from controller.core.planner.ondemand import idle_reason, parked
 from controller.core.planner.rolling import judge_next, rolling, rollout
@@ -248,6 +249,23 @@ def _secrets_changed(rec: Record, entry: Entry) -> bool:
     if not entry.secret_digest:
         return False
     return with_secrets(document_hash(rec.stored_spec), entry.secret_digest) != rec.spec_hash
+
+
+def rekeyed(desired: Desired, records: Iterable[Record]) -> list[Record]:
+    """This set's records that a release before the secrets key hashed, their envFrom
+    values unchanged (the old digest of today's values): given the keyed hash, so an
+    upgrade restarts no engine. A changed value matches neither, and restarts it."""
+    out = []
+    for rec in records:
+        entry = desired.entries.get(base_name(rec.name))
+        if entry is None or rec.owner != desired.owner or not entry.unkeyed_digest:
+            continue
+        base = document_hash(rec.stored_spec)
+        if entry.unkeyed_digest != entry.secret_digest and rec.spec_hash == with_secrets(
+            base, entry.unkeyed_digest
+        ):
+            out.append(replace(rec, spec_hash=with_secrets(base, entry.secret_digest)))
+    return out
 
 
 def _unseen(entry: Entry) -> str:
