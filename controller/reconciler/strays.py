@@ -26,7 +26,7 @@ from controller.host import procscan
 from controller.logsetup import get_logger
 from controller.reconciler.executor import Executor
 from controller.reconciler.leases import Found, RecordMaker, conflict, found_in
-from controller.store.instances.records import RecordStore
+from controller.store.instances.records import RecordProblem, RecordStore
 from controller.store.lock import FileLock
 
 log = get_logger("reconcile")
@@ -93,6 +93,44 @@ def _holder(leader: MarkedProcess) -> str:
     if leader.owner is None:  # an older version's engine: its set is a guess
         return f"{name} (pid {pid}: its record is torn, another set's?)"
     return f"{name} (pid {pid} of manifest set {leader.owner}: its record is torn)"
+
+
+# -- what a torn record's engine holds, for a reader ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TornHeld:
+    """What the engines of records torn where they lie hold, as `devices` shows them."""
+
+    devices: dict[str, str]  # device -> its holder, in words
+    ports: dict[int, str]  # port -> its holder
+    unknown: list[str]  # the torn record files whose engine's holdings cannot be told
+
+
+def held_by_torn(
+    problems: Iterable[RecordProblem], backend: Backend | None, inventory: Inventory
+) -> TornHeld:
+    """What each engine of a torn record (a reader's ``peek`` leaves it in place) holds,
+    told by its marker and environment as the pass that adopts it tells it: a /proc
+    scan, nothing written. ``backend``: None where its engines are not this host's
+    processes; then, or where an engine's environment cannot be read, what it holds is
+    not known and its file is named in ``unknown``."""
+    torn = {p.name: p.path for p in problems if p.torn and p.name}
+    if not torn or backend is None or backend.name != backendnames.LOCAL:
+        return TornHeld({}, {}, sorted(torn.values()))
+    held = TornHeld({}, {}, [])
+    for procs in by_instance(backend.scan()).values():
+        leader = leader_of(procs)
+        if leader is None or leader.name not in torn:
+            continue
+        found = found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", inventory)
+        if isinstance(found, str):
+            held.unknown.append(torn[leader.name])
+            continue
+        holder = f"{leader.name} (torn record; engine pid {leader.ref.pid})"
+        held.devices.update(dict.fromkeys(found.devices, holder))
+        held.ports[found.port] = holder
+    return held
 
 
 # -- this set's engines -------------------------------------------------------------------

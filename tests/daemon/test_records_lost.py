@@ -244,3 +244,37 @@ def test_wait_over_a_torn_record_ends_ready_saying_its_engine_was_adopted(
     assert f"its engine (pid {pid}) adopted" in said[0], said
     assert rc.record("web")["phase"] == "Ready" and rc.pids("web") == {pid}
     rc.down()
+
+
+def test_devices_shows_a_torn_records_engine_holding_its_device(reconcile: Any) -> None:
+    """`devices` once showed a torn record's device free until a pass adopted its engine:
+    its engine's marker and environment say what it holds, as the pass tells it."""
+    rc = reconcile
+    before = _torn_under_its_engine(rc)
+    (device,) = before["devices"]
+    shown = rc("devices", "-o", "json", check=1)  # 1: a record could not be read
+    doc = shown.json()
+    holder = f"web (torn record; engine pid {before['ref']['pid']})"
+    held = {d["device"]: d["held_by"] for d in doc["devices"]}
+    assert held == {"nvidia:0": [], "nvidia:1": [], device: [holder]}, doc
+    assert {"port": before["port"], "held_by": holder, "phase": "Unknown"} in doc["ports"], doc
+    assert "not valid JSON" in shown.err, shown
+    assert holder in rc("devices", check=1).out
+    assert rc.record_path("web").read_text() == "{", "a read verb moves nothing"
+    rc.down()
+
+
+def test_devices_says_unknown_where_a_torn_records_holdings_cannot_be_told(
+    reconcile: Any,
+) -> None:
+    """An engine whose environment does not tell its port (nor so its lease): no device is
+    shown free while that torn record may name it."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1}, command=["env", "-u", "PORT", *rc.demo_command()])
+    rc.converge()
+    rc.record_path("web").write_text("{")
+    doc = rc("devices", "-o", "json", check=1).json()
+    unknown = f"unknown (torn record {rc.record_path('web')})"
+    assert [d["held_by"] for d in doc["devices"]] == [[unknown], [unknown]], doc
+    assert all(d["holders"][0]["phase"] == "Unknown" for d in doc["devices"]), doc
+    rc.down()

@@ -24,13 +24,15 @@ from controller.cli.common import (
 )
 from controller.cli.render.views import FORMATS, dump, table
 from controller.core.devicefaults import DeviceHealth
+from controller.core.devices.inventory import Inventory
+from controller.core.manifest.backendnames import on_cluster
 from controller.core.manifest.quantity import format_age, format_bytes
 from controller.core.state import Phase, Record
 from controller.core.statusjson import UNKNOWN, device_items, outside_items
 from controller.errors import ConfigError
 from controller.redact import printable
 from controller.store.config.node import Config, read_drain
-from controller.store.instances.records import RecordStore, held_by_unreadable
+from controller.store.instances.records import RecordStore, Snapshot, held_by_unreadable
 from controller.store.side import devicehealth
 
 # -- devices ------------------------------------------------------------
@@ -49,9 +51,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
     snap = RecordStore(cfg.state_dir).peek()  # a read verb moves nothing aside
     records = sorted(snap.records.values(), key=lambda r: r.name)
     faults = devicehealth.peek(cfg.state_dir).faults
-    # What a record of an unknown version holds stays held, as every pass counts it.
-    held, held_ports = held_by_unreadable(snap.problems)
+    held, held_ports, unknown = _held_unread(cfg, snap, inventory)
     items = device_items(inventory.devices, records, faults, held)  # the web page's too
+    items = [_unknown_if_free(d, unknown) for d in items]
     outside = outside_items(inventory.keys(), records, cfg.node)
     ports = [
         {"port": port, "held_by": rec.name, "phase": str(rec.phase)}
@@ -71,6 +73,38 @@ def cmd_devices(args: argparse.Namespace) -> int:
     for problem in snap.problems:  # what it holds is not known: the table is not whole
         print(f"error: {problem.message}", file=sys.stderr)
     return EXIT_FAIL if snap.problems else EXIT_OK
+
+
+def _held_unread(
+    cfg: Config, snap: Snapshot, inventory: Inventory
+) -> tuple[dict[str, str], dict[int, str], list[str]]:
+    """What the records this verb cannot read hold (device -> holder, port -> holder): a
+    record of an unknown version what it names, as every pass counts it; a torn one's
+    engine what its marker and environment say, as the pass that adopts it tells it (a
+    /proc scan; a cluster's engines are not this host's). Last, the torn record files
+    whose engine's holdings cannot be told."""
+    devices, ports = held_by_unreadable(snap.problems)
+    if not any(p.torn for p in snap.problems):
+        return devices, ports, []  # no scan, nor what it imports
+    from controller.backends.choose import open_backend
+    from controller.reconciler.strays import held_by_torn
+
+    backend = None if on_cluster(cfg.backend) else open_backend(cfg)
+    torn = held_by_torn(snap.problems, backend, inventory)
+    return {**devices, **torn.devices}, {**ports, **torn.ports}, torn.unknown
+
+
+def _unknown_if_free(item: dict[str, Any], torn: list[str]) -> dict[str, Any]:
+    """A device nothing is seen holding while a torn record's holdings cannot be told: not
+    free, but unknown (the record may name it), until a pass adopts its engine."""
+    if item["holders"] or not torn:
+        return item
+    holders = [{"name": f"unknown (torn record {f})", "memory": None, "phase": UNKNOWN}
+               for f in torn]  # fmt: skip
+    shown = {**item, "held_by": [h["name"] for h in holders], "holders": holders}
+    if item["memory"] is not None:
+        shown.update(memory_allocated=item["memory"], memory_free=0)
+    return shown
 
 
 def _overcommitted(items: list[dict[str, Any]]) -> list[str]:

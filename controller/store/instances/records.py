@@ -45,6 +45,12 @@ class RecordProblem:
     kept: bool = False  # a pass leaves it in place too (unknown version): never planned over
 
     @property
+    def torn(self) -> bool:
+        """A record that cannot be read at all (not one of an unknown version, which says
+        what it holds): what it held only its engine's environment tells."""
+        return not self.kept
+
+    @property
     def holder(self) -> str:
         """Who holds its devices and ports, as a pass's messages and `devices` name it."""
         return f"{self.name} (unreadable record)"
