@@ -353,17 +353,28 @@ def test_the_page_shows_the_git_source_and_its_state(
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 
+def _torn_bars(page: Page) -> list[dict[str, Any]] | None:
+    """The device bars once the page drew the unreadable records' (both held)."""
+    bars = page.devices()
+    return bars if sum(bool(b["holders"]) for b in bars) == 2 else None
+
+
 def test_an_unreadable_record_is_named_on_the_page(
     reconcile: Any, gateway: Any, page: Page
 ) -> None:
     """The page once showed nothing of a record it could not read (its API kept the last
     good reading): it names each (file, what is wrong, the next move) as `status` does,
-    and what a record of an unknown version holds is held on its device bar."""
+    and what a record of an unknown version holds is held on its device bar. A torn
+    record's last good row once stayed under the red box: it goes, as in `status`, and
+    its device shows held by the torn record."""
     reconcile.devices = "nvidia:0=80Gi,nvidia:1=80Gi"
     reconcile.write("web", devices={"count": 1, "kind": "nvidia"})
     g = gateway()
     g.wait_phase("web", "Ready")
+    (device,) = reconcile.record("web")["devices"]
     assert g.stop() == 0  # the gateway serves on; no pass moves the torn record aside
+    page.open(_url(reconcile))
+    page.wait(lambda: "web" in page.rows(), "web's row, read before its record is torn")
     reconcile.record_path("web").write_text("{")
     future = {"version": 7, "name": "old", "devices": ["nvidia:1"], "port": reconcile.port + 9}
     reconcile.record_path("old").write_text(json.dumps(future))
@@ -378,11 +389,13 @@ def test_an_unreadable_record_is_named_on_the_page(
         assert f"error: {item['message']}" in said, (item, said)
     assert "not valid JSON" in named["web"]["message"] and "next pass" in named["web"]["message"]
     assert "has version 7" in named["old"]["message"]
-    page.open(_url(reconcile))
     shown = page.wait(lambda: page.shown("unreadable") and page.text("unreadable"), "the named")
     assert all(item["message"] in shown for item in named.values()), shown
-    bars = {b["device"]: b for b in page.wait(lambda: page.devices(), "the device bars")}
+    bars = {b["device"]: b for b in page.wait(lambda: _torn_bars(page), "the device bars")}
     assert bars["nvidia:1"]["holders"] == ["old (unreadable record)"], bars
+    assert bars[device]["holders"] == ["web (torn record)"], bars
+    assert "web" not in page.rows(), page.rows()  # no last good row: `status` shows none
+    assert [d["name"] for d in answer.json()["deployments"]] == [], answer.json()
     assert page.console_errors() == []
     reconcile.record_path("old").unlink()
     g.finish()  # `down` adopts web's engine by its marker, then stops it

@@ -4,9 +4,10 @@ The deployments are ``status -o json``'s items (``conditions`` included: an empt
 manifest folder that holds them is said here as there) and the devices ``devices -o
 json``'s, built by the same code (``core/statusjson.py``) from every record of the state dir; the
 events are every deployment's journal merged, newest first. Read-only: a record the
-gateway cannot parse keeps its last good reading (``records_watch.py``) and is named in
-``unreadable`` (its file, what is wrong and the next move, as `status` says it); nothing
-is quarantined or rewritten from here.
+gateway cannot parse is named in ``unreadable`` (its file, what is wrong and the next
+move, as `status` says it) and, as in `status`, has no row (the watch's last good
+reading, ``records_watch.py``, only holds its devices); nothing is quarantined or
+rewritten from here.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from controller.gateway.records_watch import RecordsWatch
 from controller.host import bootclock, devices
 from controller.store.config.node import read_drain
 from controller.store.instances.events import Journal
-from controller.store.instances.records import held_by_unreadable
+from controller.store.instances.records import RecordProblem, held_by_unreadable
 from controller.store.models import pullstatus
 from controller.store.side import devicehealth, observed
 from controller.store.sources import gitsource
@@ -65,13 +66,13 @@ class NodeReader:
         return self._inventory[1]
 
     def state(self, events_of: str | None) -> dict[str, Any]:
-        records = sorted(self.records(), key=lambda r: r.name)
+        everything = self.records()  # first: it reads what changed, problems too
+        problems = self.watch.problems  # named as `status` names them; moved nowhere
+        records, held = _readable(everything, problems)
         now = datetime.now(UTC)
         shown, pulls = pullstatus.live(records, self.state_dir)
         shown = [replace(r, message=r.message_at(now)) for r in shown]  # "restart in 8s" now
         noted = observed.views(observed.peek_all(self.state_dir), records)
-        problems = self.watch.problems  # named as `status` names them; moved nowhere
-        held, _ = held_by_unreadable(problems)  # an unknown version's: held, as a pass says
         return {
             "node": self.node,
             "version": __version__,
@@ -124,6 +125,24 @@ class NodeReader:
         ]
         out.sort(key=lambda e: str(e.get("time", "")), reverse=True)
         return out[:EVENTS]
+
+
+def _readable(
+    records: list[Record], problems: list[RecordProblem]
+) -> tuple[list[Record], dict[str, str]]:
+    """The records to show, by name, and what the unreadable ones hold (device -> holder).
+
+    A record torn where it lies is not shown, as `status` shows it not: the watch's last
+    good reading of it (the gateway routes with it meanwhile) may be stale, so its row
+    goes and what that reading leased shows held by ``NAME (torn record)``, phase Unknown,
+    until a pass adopts its engine. An unknown version's holds what it names."""
+    torn = {p.name for p in problems if p.torn and p.name}
+    held, _ = held_by_unreadable(problems)
+    for rec in records:
+        if rec.name in torn and rec.holds:
+            held.update(dict.fromkeys(rec.devices, f"{rec.name} (torn record)"))
+    kept = [r for r in records if r.name not in torn]
+    return sorted(kept, key=lambda r: r.name), held
 
 
 def facts(rec: Record) -> dict[str, Any]:
