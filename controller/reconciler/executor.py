@@ -53,6 +53,10 @@ if TYPE_CHECKING:  # the hooks' queue: loaded only where node.yaml names hooks
 
 log = get_logger("reconcile")
 
+# An event's facts for a later pass that reads the journal, not for a person reading the
+# log: the set that left a history open (launcher ``_drop``).
+JOURNAL_ONLY = frozenset({"owner"})
+
 
 # slots: setting a name handed on to the launcher (`drain`) fails loudly, not silently.
 @dataclass(kw_only=True, slots=True)
@@ -152,7 +156,8 @@ class Executor:
         name = base_name(name)
         # An engine that failed, an action that did: what `journalctl -p warning` is for.
         say = log.warning if action == "fail" or outcome == "failed" else log.info
-        say("action", deployment=name, action=action, reason=reason, outcome=outcome, **extra)
+        shown = {k: v for k, v in extra.items() if k not in JOURNAL_ONLY}
+        say("action", deployment=name, action=action, reason=reason, outcome=outcome, **shown)
         self.journal.append(name, action, reason, outcome, **extra)
         with self._tally_lock:  # teardowns report from their own threads
             self._tally[(action, "failed" if outcome == "failed" else "ok")] += 1

@@ -334,19 +334,21 @@ class Launcher:
         count of the one before. Once its last record is gone the journal says so
         (``removed``): `events NAME` of a later deployment of the name starts there, as
         Kubernetes ties events to a uid. Its replicas are pruned concurrently: one step
-        each, so the last one's look finds none and its ``removed`` comes last."""
+        each, so the last one's look finds none and its ``removed`` comes last. A last
+        record dropped while its manifest stays (`down`, a drain) leaves the history open,
+        its event naming the set (``owner``): that set's pass ends it once the manifest is
+        gone too (``Reconciler._end_histories``)."""
         with self._dropping:
             self.store.delete(action.name)
             if point is not None:
                 failpoints.hit(point)
             name = base_name(action.name)
-            last = action.undeclared and all(
-                base_name(other) != name for other in self.store.peek().records
-            )
+            last = all(base_name(other) != name for other in self.store.peek().records)
             if action.undeclared:  # not a replica scaled away, a recreate, `down`
                 self._forget_count(action)
-            self.event(action.name, action.verb, action.reason, outcome)
-            if last:
+            ours = {} if action.undeclared or not last else {"owner": self.maker.owner}
+            self.event(action.name, action.verb, action.reason, outcome, **ours)
+            if last and action.undeclared:
                 self.event(name, REMOVED, action.reason, REMOVED_OUTCOME)
 
     def _forget_count(self, action: Stop | Release) -> None:

@@ -58,7 +58,7 @@ from controller.store import diskspace
 from controller.store.config import secretkey
 from controller.store.config.node import Config, read_drain
 from controller.store.instances import logfiles
-from controller.store.instances.events import Journal
+from controller.store.instances.events import REMOVED, REMOVED_OUTCOME, Journal
 from controller.store.instances.records import RecordProblem, RecordStore, Snapshot
 from controller.store.lock import FileLock
 from controller.store.side import activation, devicehealth, measured, restart
@@ -541,11 +541,31 @@ class Reconciler(Preview):
                 break
         if settled is not None:  # nothing written since it read them (the pass lock is ours)
             result.records = {name: view.record for name, view in settled.records.items()}
-            return result
-        final = self.store.load()
-        _add_problems(result, final.problems)
-        result.records = final.records
+        else:
+            final = self.store.load()
+            _add_problems(result, final.problems)
+            result.records = final.records
+        self._end_histories(desired, result)
         return result
+
+    def _end_histories(self, desired: Desired, result: PassResult) -> None:
+        """A journal of this set's whose deployment has no record and no manifest ends
+        with ``removed``, once, as a prune ends one: `down` (or a drain) dropped its last
+        record, then its manifest went (launcher ``_drop``: that event names the set).
+        Only where the folder can prune (invariant 5) and every file was read: a broken
+        or emptied file's names are not known."""
+        if result.deferred or result.prune_blocked is not None or not desired.prune:
+            return
+        if desired.broken_sources or desired.emptied:
+            return
+        journal = self.executor.journal
+        kept = {base_name(n) for n in result.records}
+        kept |= {*desired.entries, *desired.invalid, *desired.skipped}
+        for name in sorted(set(journal.names()) - kept):
+            last = journal.read(name, last=1, history=True)
+            open_ours = last and last[-1].get("owner") == self.config.owner
+            if open_ours and last[-1].get("action") != REMOVED:
+                self.executor.event(name, REMOVED, "manifest removed", REMOVED_OUTCOME)
 
     def _rekey(self, desired: Desired) -> None:
         """Records a release before the secrets key hashed, their values unchanged, get

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -74,3 +75,41 @@ def test_down_never_says_never_ran_of_an_engine_that_ran(reconcile: Any) -> None
         "removed low (Pending: nothing running)",
         "stopped high",
     ], down
+
+
+def test_down_then_deleting_the_manifest_ends_the_history_once(reconcile: Any) -> None:
+    """`down`, then the manifest deleted, once left the journal open: a later deployment
+    of the name showed the old one's history in `events NAME`. The next pass ends it
+    with `removed`, once, as a prune does."""
+    rc = reconcile
+    rc.write("keep", basePort=rc.port + 5)  # an empty folder prunes nothing (invariant 5)
+    web = rc.write("web")
+    rc.converge()
+    assert rc("down", "web", check=0).out.strip() == "stopped web"
+    web.unlink()
+    rc.once()
+    rc.once()
+    actions = [e["action"] for e in rc.events("web")]
+    assert actions[-2:] == ["stop", "removed"] and actions.count("removed") == 1, actions
+    rc.write("web")
+    rc.converge()
+    shown = rc("events", "web", "-o", "json", check=0).out
+    now = [json.loads(line)["action"] for line in shown.splitlines() if line.strip()]
+    assert "stop" not in now and "removed" not in now and "start" in now, shown
+    rc.down()
+
+
+def test_another_sets_pass_leaves_a_stopped_deployments_history_open(reconcile: Any) -> None:
+    """A state dir is shared by manifest sets: only the set that stopped the deployment
+    ends its history (its manifest may still be in its own folder)."""
+    rc = reconcile
+    rc.write("keep", basePort=rc.port + 5)
+    rc.write("web")
+    rc.converge()
+    rc("down", "web", check=0)
+    other = rc.tmp / "other"
+    rc.write("solo", folder=other, basePort=rc.port + 7)
+    rc("--once", "-f", str(other), check=0)
+    assert [e["action"] for e in rc.events("web")][-1] == "stop", rc.events("web")
+    rc("-f", str(other), "down", check=0)
+    rc.down()
