@@ -20,15 +20,16 @@ A request whose head came is never cut here: slow tokens are the engine's busine
 Only an engine seen answering a look while it computes is judged by one. vLLM, SGLang,
 llama.cpp, TGI and Ollama answer their probe path while busy; a single-threaded server
 (a ``command`` engine on Python's ``http.server``, a blocking ``async def``) answers
-nothing until its request is done, and judged by the look it was ejected ~3 s into any
-long request: with replicas its request was computed twice, alone its pool answered 503.
-So the first look it answers while a request waits teaches the gateway
-(``Health.answered_busy``, forgotten with the engine's nonce), once that request is seen
-still waiting a round (``LOOK_EVERY``) later: a single-threaded engine answers a look
-only after it wrote its answer, whose head the event loop may read a moment after the
-look's. An engine never seen so keeps the slower paths (three failures in a row, its
-liveness probe). Why no other evidence: the daemon's liveness probe runs in another
-process and records only failures, and the gateway probes only Starting engines.
+nothing until its request is done: judged by the look alone, it was ejected ~3 s into
+any long request (with replicas the request was computed twice; alone, its pool answered
+503 until its trial). So the first look an engine answers while a request waits teaches
+the gateway (``Health.answered_busy``, forgotten with the engine's nonce), once that
+request is seen still waiting a round (``LOOK_EVERY``) later: a single-threaded engine
+answers a look only after it wrote its answer, whose head the event loop may read a
+moment after the look's. An engine never seen so keeps the slower paths (three failures
+in a row, its liveness probe). No other evidence is at hand: the daemon's liveness
+probe runs in another process and records only failures, and the gateway probes only
+Starting engines.
 
 Envoy's outlier detection ejects on consecutive gateway failures (timeouts included)
 and nginx's ``max_fails``/``fail_timeout`` on failed attempts; both need the requests to
