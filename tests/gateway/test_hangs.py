@@ -35,13 +35,8 @@ def test_a_single_threaded_engine_keeps_its_long_request_and_its_replica_takes_t
     answers once; a request sent meanwhile goes to the replica, which is free."""
     g = inproc
     ports = [_serial(reconcile, name) for name in ("a", "b")]
-    route(
-        g,
-        *(
-            replace(ready(n, f"n{i}", p), probe=HEALTH)
-            for i, (n, p) in enumerate(zip(("m", "m@1"), ports, strict=True))
-        ),
-    )
+    names = zip(("m", "m@1"), ports, strict=True)
+    route(g, *(replace(ready(n, f"n{i}", p), probe=HEALTH) for i, (n, p) in enumerate(names)))
     with ThreadPoolExecutor(1) as pool:
         long = pool.submit(_post, g, COMPUTE)
         reconcile.wait_for(lambda: _inflight(g) == 1, what="the long request in flight")
@@ -50,11 +45,11 @@ def test_a_single_threaded_engine_keeps_its_long_request_and_its_replica_takes_t
     assert first["engine"] != other["engine"], (first, other)
     assert [_posts(p) for p in ports] == [1, 1]  # not computed twice
     assert ejections(g) == 0
-    health = g.front.table.health if g.front is not None else None
-    assert health is not None and not any(health.answers_busy(n) for n in ("n0", "n1"))
+    assert g.front is not None
+    assert not any(g.front.table.health.answers_busy(n) for n in ("n0", "n1"))
 
 
-def test_an_engine_that_answered_a_look_while_busy_is_known_to(
+def test_an_engine_seen_answering_while_busy_is_known_so_until_it_restarts(
     reconcile: Any, inproc: Gateway
 ) -> None:
     """The look it answers while a request waits (and that request still waits a round
