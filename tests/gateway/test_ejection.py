@@ -21,7 +21,7 @@ from harness.rawhttp import exchange, openai_error, request
 from procs import free_ports
 from test_upstream import Rude, ready, route, rude_command
 
-from controller.core.state import ProbeConfig
+from controller.core.state import ProbeConfig, Record
 from controller.gateway.lifecycle.app import Gateway
 
 ECHO = Path(__file__).with_name("echo_engine.py")
@@ -134,19 +134,19 @@ def test_a_hung_replica_leaves_the_rotation_in_seconds_and_its_requests_go_elsew
 ) -> None:
     """A SIGSTOP'd replica accepts (the kernel does) and never answers. The gateway looks
     at it once a request has waited a second for its head, finds it answers no GET
-    either, and ejects it at once; the requests it held (nothing of them answered yet)
-    are sent to the other two. No client waits for its own timeout (it took a client's
-    timeout per request, three in a row, ~13 s, before)."""
+    either (it was seen answering one while busy: ``teach``), and ejects it at once; the
+    requests it held (nothing of them answered yet) are sent to the other two. No client
+    waits for its own timeout (it took a client's timeout per request, three in a row,
+    ~13 s, before)."""
     g = inproc
+    hung, taught = teach(reconcile, g, "n0")
     health = ProbeConfig(http=(("/health", None),))
-    engines = [_demo(reconcile) for _ in range(3)]
-    names = ("m", "m@1", "m@2")
+    engines = [_demo(reconcile) for _ in range(2)]
     records = [
         replace(ready(n, f"n{i}", p), probe=health)
-        for i, (n, (_, p)) in enumerate(zip(names, engines, strict=True))
+        for i, (n, (_, p)) in enumerate(zip(("m@1", "m@2"), engines, strict=True), 1)
     ]
-    route(g, *records)
-    hung = engines[0][0]
+    route(g, taught, *records)
     os.kill(hung.pid, signal.SIGSTOP)
     try:
         # At once: least in flight gives each replica two of them, the hung one too.
@@ -171,8 +171,7 @@ def test_a_hung_sole_instance_is_ejected_and_its_request_waits_for_it(
     on (an engine wrongly judged still answers it), while new requests get the ejected
     pool's 503 at once instead of hanging too."""
     g = inproc
-    proc, port = _demo(reconcile)
-    route(g, replace(ready("m", "n0", port), probe=ProbeConfig(http=(("/health", None),))))
+    proc, _ = teach(reconcile, g, "n0")
     os.kill(proc.pid, signal.SIGSTOP)
     try:
         with ThreadPoolExecutor(1) as pool:
@@ -214,6 +213,28 @@ def test_a_slow_engine_is_looked_at_and_keeps_its_requests(reconcile: Any, inpro
     assert answer.read().endswith(b"data: [DONE]\n\n")
     streamed.close()
     assert ejections(g) == 0
+
+
+def teach(reconcile: Any, g: Gateway, nonce: str) -> tuple[Any, Record]:
+    """An echo engine (aiohttp: it answers while it computes) routed alone as ``m``, and
+    its record, once the gateway has seen it answer a look while a request of its waited
+    (routing/hangs.py: only such an engine is judged hung by a look it leaves unanswered):
+    the request's head is held until then (``--head-while``), then it is answered."""
+    head, port = reconcile.tmp / f"prefill-{nonce}", free_ports(1)
+    argv = [sys.executable, str(ECHO), "--port", str(port), "--model", "m"]
+    proc = reconcile.spawn([*argv, "--head-while", str(head)])
+    reconcile.wait_for(lambda: _chat(port, path="/health") == 200, what="the echo engine")
+    rec = replace(ready("m", nonce, port), probe=ProbeConfig(http=(("/health", None),)))
+    route(g, rec)
+    assert g.front is not None
+    health = g.front.table.health
+    head.touch()
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(_chat, g.settings.port, timeout=30)
+        reconcile.wait_for(lambda: health.answers_busy(nonce), timeout=30, what="the lesson")
+        head.unlink()
+        assert waiting.result() == 200
+    return proc, rec
 
 
 def _timed_chat(port: int) -> tuple[int, float]:

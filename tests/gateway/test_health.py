@@ -118,3 +118,16 @@ def test_a_hung_verdict_ejects_at_once_and_an_ejected_engine_is_left_to_its_tria
     assert trial and len(changes) == 1
     h.report(E, trial, "the trial hangs too")
     assert len(changes) == 2 and not h.admits(E.nonce)
+
+
+def test_answering_while_busy_is_known_of_an_engine_until_it_is_forgotten() -> None:
+    """The hang watch's lesson (an engine that answers a look while busy) is the engine's
+    own: not another's, and gone with its nonce (a restart is a new one)."""
+    h, _, _ = health()
+    assert not h.answers_busy("n1")
+    h.answered_busy("n1")
+    assert h.answers_busy("n1") and not h.answers_busy("n2")
+    h.forget({"n1", "n2"})
+    assert h.answers_busy("n1")
+    h.forget({"n2"})
+    assert not h.answers_busy("n1")

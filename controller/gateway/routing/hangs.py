@@ -13,10 +13,23 @@ has no head yet, whose body can be sent again, and whose pool has another instan
 take it is cancelled with
 ``Awaited.hung`` set, which the forwarder turns into a retry there (nothing came back,
 so nothing is repeated to the client). One with nowhere else to go waits on: an engine
-wrongly judged (one whose HTTP server answers nothing while it computes) still answers
-it, and a hung one costs it no more than before (its client's timeout, or the liveness
-probe's restart).
+wrongly judged still answers it, and a hung one costs it no more than before (its
+client's timeout, or the liveness probe's restart).
 A request whose head came is never cut here: slow tokens are the engine's business.
+
+Only an engine seen answering a look while it computes is judged by one. vLLM, SGLang,
+llama.cpp, TGI and Ollama answer their probe path while busy; a single-threaded server
+(a ``command`` engine on Python's ``http.server``, a blocking ``async def``) answers
+nothing until its request is done: judged by the look alone, it was ejected ~3 s into
+any long request (with replicas the request was computed twice; alone, its pool answered
+503 until its trial). So the first look an engine answers while a request waits teaches
+the gateway (``Health.answered_busy``, forgotten with the engine's nonce), once that
+request is seen still waiting a round (``LOOK_EVERY``) later: a single-threaded engine
+answers a look only after it wrote its answer, whose head the event loop may read a
+moment after the look's. An engine never seen so keeps the slower paths (three failures
+in a row, its liveness probe). No other evidence is at hand: the daemon's liveness
+probe runs in another process and records only failures, and the gateway probes only
+Starting engines.
 
 Envoy's outlier detection ejects on consecutive gateway failures (timeouts included)
 and nginx's ``max_fails``/``fail_timeout`` on failed attempts; both need the requests to
@@ -128,16 +141,27 @@ class Hangs:
         """A request to the engine has waited past ``HEAD_WAIT`` and still waits."""
         return any(a.overdue for a in self._awaited.get(nonce, ()))
 
+    def _still(self, nonce: str | None, seen: list[Awaited]) -> list[Awaited]:
+        """Those of ``seen`` that still wait for their head."""
+        waiting = self._awaited.get(nonce, {})
+        return [a for a in seen if a in waiting]
+
     async def _look(self, target: Target) -> None:
-        """Look at the engine while any of its requests is overdue; hung: act."""
+        """Look at the engine while any of its requests is overdue: one that answered a
+        look while busy and now answers none is hung (act); one that answers while a
+        request waits, and that request still waits a round later, answers while busy."""
         nonce = target.nonce
         try:
             while self._waits(nonce):
+                sent = [a for a in self._awaited.get(nonce, ()) if a.overdue]
                 rec = self._record_of(nonce)
                 why = await readiness.silent(target.host, target.port, rec, LOOK_TIMEOUT)
-                if why is not None:
+                witnesses = self._still(nonce, sent) if why is None else []
+                if why is not None and self._health.answers_busy(nonce):
                     self._hung(target, why)  # those left wait on: looked at again
                 await asyncio.sleep(LOOK_EVERY)
+                if self._still(nonce, witnesses):
+                    self._health.answered_busy(nonce)
         finally:
             self._looking.pop(nonce, None)
 

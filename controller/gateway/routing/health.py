@@ -13,7 +13,9 @@ I/O, and a healthy engine's good answer costs one dict lookup. A request that en
 with no verdict (the client went away mid-answer, or before it from an engine that
 still answers a GET) changes nothing but a trial's slot. Answers of
 requests sent before an ejection (stragglers) change nothing either: only the trial
-decides when an ejected engine comes back.
+decides when an ejected engine comes back. Which engines answer a look while they
+compute (``hangs.py`` learns it) is kept here too, so it is forgotten with the rest: when
+the engine's nonce leaves the records (a restart is a new nonce) or moves.
 """
 
 from __future__ import annotations
@@ -80,6 +82,9 @@ class Health:
         self.notify = notify
         self._clock = clock
         self._states: dict[str | None, _State] = {}  # only engines that failed lately
+        # Engines seen answering a look while a request of theirs waited (hangs.py): only
+        # these are judged hung by a look they leave unanswered.
+        self._busy: set[str | None] = set()
 
     def admits(self, nonce: str | None) -> bool:
         """May a new request go to this engine now?"""
@@ -130,6 +135,15 @@ class Health:
         state.last = why
         self._eject(engine, state, "it answered nothing, not even a look at it")
 
+    def answers_busy(self, nonce: str | None) -> bool:
+        """Was the engine seen answering a look while it held a request (``hangs.py``)?"""
+        return nonce in self._busy
+
+    def answered_busy(self, nonce: str | None) -> None:
+        """The engine answered a look while it held a request: it answers while it
+        computes, so a look it leaves unanswered means it is hung."""
+        self._busy.add(nonce)
+
     def _trial_ended(self, engine: Engine, state: _State, outcome: Outcome) -> None:
         state.trial = False
         if outcome is None:
@@ -166,6 +180,7 @@ class Health:
         """Drop what is known of engines no record names any more."""
         for gone in [n for n in self._states if n not in live]:
             del self._states[gone]
+        self._busy &= live
 
 
 def _healthy(outcome: int | str) -> bool:
