@@ -3,14 +3,22 @@ remote that stays gone for hours of faked wall-clock time prunes nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import signal
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import faketime
+import psutil
 import pytest
 
 from controller.failpoints import GIT_POINTS
+from controller.store.lock import FileLock
+from controller.store.statedir import StateDir
 from tests.git.conftest import Remote, source
 
 GIT = ("--git-path", "manifests")
@@ -75,3 +83,47 @@ def test_a_remote_gone_for_hours_of_wall_clock_prunes_nothing(
     assert not any(x.get("action") in ("stop", "prune") for x in reconcile.events("alpha"))
     assert d.stop() == 0
     reconcile("--git", remote.url, *GIT, "down", check=0)
+
+
+def test_ctrl_c_during_a_fetch_stops_git_and_frees_the_checkout(
+    reconcile: Any, silent_remote: str
+) -> None:
+    """git runs in a session of its own: a Ctrl-C (SIGINT to reconcile) used to leave it
+    fetching from a remote that never answers, holding git.lock for good, so every later
+    pass on the state dir waited on the lock (300 s, then failed)."""
+    once = reconcile.popen("--once", "--git", silent_remote)
+    fetch = reconcile.wait_for(lambda: _git_child(once.pid), 30, "the git fetch started")
+    once.send_signal(signal.SIGINT)
+    assert once.wait(timeout=30) == 130
+    reconcile.wait_for(lambda: not psutil.pid_exists(fetch), 10, f"git (pid {fetch}) gone")
+    lock = FileLock(StateDir(reconcile.state).git_lock, what="git checkout lock")
+    assert lock.try_acquire(), "git.lock still held: the next pass would wait on it"
+    lock.release()
+
+
+def _git_child(pid: int) -> int | None:
+    kids = [p for p in psutil.Process(pid).children() if p.name() == "git"]
+    return kids[0].pid if kids else None
+
+
+@pytest.fixture
+def silent_remote() -> Iterator[str]:
+    """A ``git://`` remote that takes the connection and never says a word."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"git://127.0.0.1:{server.getsockname()[1]}/silent.git"
+    stop.set()
+    server.shutdown(socket.SHUT_RDWR)
+    server.close()
+    thread.join(timeout=10)
+    for conn in held:
+        conn.close()

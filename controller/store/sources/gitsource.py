@@ -292,14 +292,26 @@ def git(repo: Path, *args: str, timeout: float = FETCH_TIMEOUT, hold: int | None
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        _kill(proc)
         raise GitFailed(f"git {verb} took more than {timeout:g}s (stopped)") from None
+    except BaseException:
+        # Ctrl-C (KeyboardInterrupt): git is in a session of its own, so the terminal's
+        # SIGINT never reaches it, and once we are gone nothing would time it out: a fetch
+        # from a remote that never answers would hold git.lock for good, and every later
+        # pass would wait on it. A git cut short leaves what a SIGKILL does (handled).
+        _kill(proc)
+        raise
     if proc.returncode != 0:
         said = _words(err)
         raise GitFailed(said or f"git {verb} exited {proc.returncode}", silent=not said)
     return out.strip()
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    """Stop git and its helpers (ssh, remote-https: its process group), and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
 
 
 def _verb(args: tuple[str, ...]) -> str:
