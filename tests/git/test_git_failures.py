@@ -127,3 +127,20 @@ def silent_remote() -> Iterator[str]:
     thread.join(timeout=10)
     for conn in held:
         conn.close()
+
+
+def test_plan_exits_1_while_the_last_fetch_failed(reconcile: Any, remote: Remote) -> None:
+    """`--once` exits 1 on PullFailed; `plan` said "In sync" and exited 0 (README: it
+    exits 1 in the same cases), though the branch may be anywhere by now."""
+    applied = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    shutil.move(remote.bare, remote.bare.with_name("gone.git"))
+    failed = reconcile("--once", "--git", remote.url, *GIT, check=1)
+    assert "does not appear to be a git repository" in failed.err, failed
+    planned = reconcile("--git", remote.url, *GIT, "plan", check=1)
+    assert "In sync" not in planned.out, planned
+    assert f"still running {applied[:12]}; nothing pruned" in planned.out, planned
+    assert "does not appear to be a git repository" in planned.out, planned
+    doc = reconcile("--git", remote.url, *GIT, "plan", "-o", "json", check=1).json()
+    assert doc["in_sync"] is False and doc["revision"] == applied, doc
+    reconcile("--git", remote.url, *GIT, "down", check=0)

@@ -159,6 +159,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     errors += _prune_errors(loaded, cfg.allow_empty)
     errors += _stuck(found, observed, cfg.owner)
     errors += _unreadable_node_config(cfg)
+    errors += _source_failing(cfg)
     pending = planview.pending(found)
     blocked = planview.blocked(found)
     counts = planview.replicas(desired, view.autoscaler.notes)
@@ -202,6 +203,23 @@ def _unreadable_node_config(cfg: Config) -> list[str]:
         "is made without its settings; fix the file"
     )
     return [w.removesuffix(IGNORED) + fix for w in cfg.warnings]
+
+
+def _source_failing(cfg: Config) -> list[str]:
+    """A git source whose last fetch failed, or whose commit is refused unsigned: `--once`
+    exits 1 on it, so the plan is no "In sync" (it is made against the commit the node still
+    runs, and the branch may be far ahead)."""
+    if cfg.git is None:
+        return []
+    from controller.store.sources.gitsource import peek_status
+
+    st = peek_status(cfg.state_dir)
+    if st is None or not st.applied:  # _before_the_first_fetch said it
+        return []
+    why = st.fetch_error or st.unverified
+    if not why:
+        return []
+    return [f"git: {printable(why)} (still running {st.applied[:12]}; nothing pruned)"]
 
 
 def _stuck(found: Iterable[Change], observed: Observed, owner: str) -> list[str]:
