@@ -144,3 +144,21 @@ def test_plan_exits_1_while_the_last_fetch_failed(reconcile: Any, remote: Remote
     doc = reconcile("--git", remote.url, *GIT, "plan", "-o", "json", check=1).json()
     assert doc["in_sync"] is False and doc["revision"] == applied, doc
     reconcile("--git", remote.url, *GIT, "down", check=0)
+
+
+def test_sigterm_during_a_fetch_stops_the_daemon_at_once(
+    reconcile: Any, git_daemon: Any, silent_remote: str
+) -> None:
+    """The daemon finished the fetch in flight before exiting: from a remote that never
+    answers, FETCH_TIMEOUT (300 s), past systemd's TimeoutStopSec (90 s), whose SIGKILL
+    left that git holding the checkout's lock for the next daemon."""
+    d = git_daemon("--git", silent_remote)
+    fetch = d.wait(lambda: _git_child(d.proc.pid), "the git fetch started")
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=30) == 0, d.tail()
+    assert not psutil.pid_exists(fetch), f"git (pid {fetch}) left running"
+    lock = FileLock(StateDir(reconcile.state).git_lock, what="git checkout lock")
+    assert lock.try_acquire(), "git.lock still held: the next daemon would wait on it"
+    lock.release()
+    assert not any(x.get("event") == "git fetch failed" for x in d.lines()), d.tail()
+    assert "fetch stopped: the daemon is stopping" in d.log.read_text(), d.tail()

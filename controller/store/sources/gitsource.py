@@ -28,7 +28,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -253,6 +253,10 @@ def now_iso() -> str:
 # -- git itself ---------------------------------------------------------------------------
 
 
+class FetchGivenUp(Exception):
+    """The daemon is stopping: the fetch in flight was stopped, and is no failure."""
+
+
 class GitFailed(Exception):
     """A git command failed: ``str()`` is git's own words (one line, no secret), or that
     it failed saying nothing (``silent``)."""
@@ -262,12 +266,19 @@ class GitFailed(Exception):
         self.silent = silent
 
 
-def git(repo: Path, *args: str, timeout: float = FETCH_TIMEOUT, hold: int | None = None) -> str:
+def git(
+    repo: Path,
+    *args: str,
+    timeout: float = FETCH_TIMEOUT,
+    hold: int | None = None,
+    started: Callable[[int], None] | None = None,
+) -> str:
     """Run git in ``repo``; never a prompt (a cron or a daemon has no terminal).
 
     ``hold``: the git.lock descriptor, inherited by git: a git whose parent was killed
     still holds the checkout until it ends, so the next daemon never runs a second git
-    (or removes a live git's ``index.lock``) beside it."""
+    (or removes a live git's ``index.lock``) beside it. ``started``: told git's pid (its
+    process group's too), for a caller that may have to stop it from a signal handler."""
     env = {
         **os.environ,
         "GIT_TERMINAL_PROMPT": "0",  # a missing password is a failure, not a hang
@@ -286,6 +297,8 @@ def git(repo: Path, *args: str, timeout: float = FETCH_TIMEOUT, hold: int | None
         errors="replace",
         pass_fds=() if hold is None else (hold,),
     )
+    if started is not None:
+        started(proc.pid)
     verb = _verb(args)
     if verb == "fetch":
         failpoints.hit("git.fetch.running")
@@ -353,6 +366,23 @@ class GitSource:
         self.repo = checkout_dir(state_dir)
         self.lock = checkout_lock(state_dir)
         self.marker = StateDir(state_dir).git_moving
+        self._fetch_pid: int | None = None  # the git fetch in flight
+        self._giving_up = False  # the daemon is stopping: no fetch now
+
+    def give_up_fetch(self) -> None:
+        """The daemon is stopping (its SIGTERM handler): a fetch in flight is stopped, and
+        none starts. A silent remote (a firewall dropping packets) would otherwise hold the
+        stop for FETCH_TIMEOUT, past systemd's TimeoutStopSec, whose SIGKILL would leave
+        the git holding the checkout's lock for the next daemon."""
+        self._giving_up = True
+        if self._fetch_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._fetch_pid, signal.SIGKILL)
+
+    def _fetch_started(self, pid: int) -> None:
+        self._fetch_pid = pid
+        if self._giving_up:  # the stop came between the check and the spawn
+            self.give_up_fetch()
 
     @property
     def manifests(self) -> Path:
@@ -412,6 +442,9 @@ class GitSource:
         try:
             self._ensure_repo()
             sha = self._fetch_ref()
+        except FetchGivenUp:
+            result.events.append("fetch stopped: the daemon is stopping")
+            return
         except (GitFailed, OSError) as exc:
             st.failures += 1
             st.fetch_error = str(exc)
@@ -447,17 +480,27 @@ class GitSource:
     def _fetch_ref(self) -> str:
         s = self.settings
         self._unlock()
-        git(
-            self.repo,
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--force",
-            f"--depth={DEPTH}",
-            s.url,
-            f"+{s.ref}:{s.tracking}",
-            hold=self.lock.fileno,
-        )
+        if self._giving_up:
+            raise FetchGivenUp
+        try:
+            git(
+                self.repo,
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--force",
+                f"--depth={DEPTH}",
+                s.url,
+                f"+{s.ref}:{s.tracking}",
+                hold=self.lock.fileno,
+                started=self._fetch_started,
+            )
+        except GitFailed:
+            if self._giving_up:
+                raise FetchGivenUp from None
+            raise
+        finally:
+            self._fetch_pid = None
         sha = git(self.repo, "rev-parse", "--verify", "--quiet", f"{s.tracking}^{{commit}}")
         if not SHA.match(sha):
             raise GitFailed(f"{s.ref} does not name a commit (got {sha!r})")
