@@ -462,7 +462,8 @@ class Reconciler(Preview):
             self.executor.journal.append(rec.name, "auto-rollback", rolled, "pinned")
         if self.notify is not None:
             names = sorted({base_name(r.name) for r in result.ours()})
-            self.notify.emit("RolledBack", rolled, revision=self.maker.revision, deployments=names)
+            back_to = self.git.status().pinned  # the commit it runs from the next pass on
+            self.notify.emit("RolledBack", rolled, revision=back_to, deployments=names)
 
     def _notify_source(self, result: PassResult) -> None:
         """The git source's state (`reconcile source`'s), notified when it changes."""

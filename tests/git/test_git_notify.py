@@ -56,6 +56,7 @@ def test_sync_states_and_a_rollback_are_posted(
     node_only(reconcile, "rollback", good)
     rolled = d.wait(lambda: told(hook, "RolledBack"), "RolledBack posted by the daemon")
     assert rolled[0]["deployments"] == ["alpha"] and good[:12] in rolled[0]["message"], rolled
+    assert rolled[0]["revision"] == good, rolled  # the commit it runs now (it said null)
     d.wait(lambda: source(reconcile)["applied"] == good, "the rollback applied")
     assert len(told(hook, "PullFailed")) == 1, hook.accepted  # one per change, not per fetch
     assert d.stop() == 0
@@ -79,6 +80,7 @@ def test_an_auto_rollback_is_posted(
     assert rolled[0]["deployments"] == ["alpha"], rolled
     assert bad[:12] in rolled[0]["message"] and good[:12] in rolled[0]["message"], rolled
     assert "progressDeadline" in rolled[0]["message"]
+    assert rolled[0]["revision"] == good, rolled  # the commit it runs now
     # before it, the commit's failing deployment was Degraded, named in the notification
     (degraded,) = told(hook, "Degraded")
     assert degraded["deployments"] == ["alpha"] and degraded["revision"] == bad, degraded

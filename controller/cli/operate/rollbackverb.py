@@ -68,7 +68,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         if args.dry_run:
             return _show_change(cfg, source, st, target)
     _pin(cfg, target)
-    _journal(cfg, st.owner, "resume" if target is None else "rollback", why)
+    _journal(cfg, st.owner, target, why)
     print(why)
     return _apply(cfg, target)
 
@@ -141,7 +141,10 @@ def _pin(cfg: Config, target: str | None) -> None:
         gitsource.write_status(cfg.state_dir, st)
 
 
-def _journal(cfg: Config, owner: str, action: str, why: str) -> None:
+def _journal(cfg: Config, owner: str, target: str | None, why: str) -> None:
+    """Each of the source's deployments is told; a rollback (``target``) is notified too,
+    naming the commit the node now runs, as every notification does."""
+    action = "resume" if target is None else "rollback"
     journal = Journal(cfg.state_dir)
     names = []
     for rec in RecordStore(cfg.state_dir).peek().records.values():
@@ -150,7 +153,7 @@ def _journal(cfg: Config, owner: str, action: str, why: str) -> None:
             names.append(base_name(rec.name))
     notify = notifications_for(cfg)
     if notify is not None and action == "rollback":  # queued: the daemon's sender posts it
-        notify.emit("RolledBack", why, deployments=names)
+        notify.emit("RolledBack", why, revision=target, deployments=names)
 
 
 def _apply(cfg: Config, target: str | None) -> int:
