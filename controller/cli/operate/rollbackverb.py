@@ -24,6 +24,7 @@ from controller.reconciler.run import notifications_for
 from controller.store.config.node import Config
 from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordStore
+from controller.store.lock import FileLock
 from controller.store.sources import gitsource
 
 APPLY_WAIT = 60.0  # seconds to wait for the daemon's pass to apply the pin
@@ -134,11 +135,29 @@ def _export(repo: Path, commit: str, path: str, into: Path) -> Path:
 
 def _pin(cfg: Config, target: str | None) -> None:
     lock = gitsource.checkout_lock(cfg.state_dir)
-    with lock.hold(gitsource.FETCH_TIMEOUT):
+    if not lock.try_acquire():  # a fetch in flight: a remote that hangs holds it for minutes
+        _say_waiting(lock)
+        lock.acquire(gitsource.FETCH_TIMEOUT)
+    try:
         st = gitsource.read_status(cfg.state_dir)
         assert st is not None
         st.pinned, st.auto_pinned = target, False
         gitsource.write_status(cfg.state_dir, st)
+    finally:
+        lock.release()
+
+
+def _say_waiting(lock: FileLock) -> None:
+    """A rollback during an outage must not look hung: say what it waits for, and how long."""
+    pid = lock.holder()
+    who = f"pid {pid}" if pid else "another process"
+    limit = gitsource.FETCH_TIMEOUT / 60
+    print(
+        f"reconcile: waiting for the git checkout: {who} is using it (a fetch: at most"
+        f" {limit:g} min); Ctrl-C changes nothing",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _journal(cfg: Config, owner: str, target: str | None, why: str) -> None:
