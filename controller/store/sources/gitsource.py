@@ -27,11 +27,13 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -303,7 +305,8 @@ def git(
     if verb == "fetch":
         failpoints.hit("git.fetch.running")
     try:
-        out, err = proc.communicate(timeout=timeout)
+        with _dies_with_us(proc):
+            out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill(proc)
         raise GitFailed(f"git {verb} took more than {timeout:g}s (stopped)") from None
@@ -318,6 +321,31 @@ def git(
         said = _words(err)
         raise GitFailed(said or f"git {verb} exited {proc.returncode}", silent=not said)
     return out.strip()
+
+
+@contextlib.contextmanager
+def _dies_with_us(proc: subprocess.Popen[str]) -> Iterator[None]:
+    """A SIGTERM or SIGHUP that ends this process as it stands (no handler of its own:
+    `--once` under cron's `timeout`, a closed ssh session; the daemon has its own) ends
+    git first, in its session of its own, which would otherwise go on without us."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end_both(signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # then as before: killed by that signal
+
+    fatal = [s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) is signal.SIG_DFL]
+    for sig in fatal:
+        signal.signal(sig, end_both)
+    try:
+        yield
+    finally:
+        for sig in fatal:
+            signal.signal(sig, signal.SIG_DFL)
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
