@@ -244,16 +244,19 @@ def _before_the_first_fetch(cfg: Config) -> tuple[str, int] | None:
     What to say and the exit code: 2, the first pass applies it; 1, its fetch fails."""
     if cfg.git is None:
         return None
-    from controller.store.sources.gitsource import peek_status, shown_url
+    from controller.store.sources.gitsource import followed_instead, peek_status, shown_url
 
-    st = peek_status(cfg.state_dir)  # `plan` moves nothing aside
+    other = followed_instead(cfg.state_dir, cfg.git)
+    # Another source's checkout, commit and fetch error are none of this one's.
+    st = None if other is not None else peek_status(cfg.state_dir)  # `plan` moves nothing aside
     if st is not None and st.applied:
         return None
     url = shown_url(cfg.git.url)
     if st is not None and st.fetch_error:
         return f"nothing applied yet: the fetch of {url} failed: {st.fetch_error}", EXIT_FAIL
+    follows = f" (this state dir follows {other.said()})" if other is not None else ""
     return (
-        f"nothing applied yet from {url}: `plan` fetches nothing; the first pass "
+        f"nothing applied yet from {url}{follows}: `plan` fetches nothing; the first pass "
         "(`reconcile --once`, or the daemon) fetches and applies it, and `plan` then shows "
         "what each later commit changes",
         EXIT_CHANGES,
