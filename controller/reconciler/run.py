@@ -482,7 +482,10 @@ class Reconciler(Preview):
             return
         phases = phases_of(result.ours())
         state, message = state_of(st, phases)
-        names = degraded(phases) if state == DEGRADED else []
+        names: list[str] = []
+        if state == DEGRADED:  # a manifest that did not load: its engine runs on, named too
+            kept = [r.name for r in result.ours() if not r.spec_valid]
+            names = sorted({*degraded(phases), *kept})
         self.notify.source_state(state, message, st.applied, deployments=names)
 
     def _device_fault(self, device: str, why: str) -> None:

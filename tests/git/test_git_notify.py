@@ -87,3 +87,24 @@ def test_an_auto_rollback_is_posted(
     assert "alpha Failed" in degraded["message"] or "alpha BackOff" in degraded["message"]
     assert d.stop() == 0
     node_only(reconcile, "down")
+
+
+def test_a_commit_whose_manifest_does_not_load_names_its_deployment(
+    reconcile: Any, remote: Remote, hook: Receiver
+) -> None:
+    """Degraded by a manifest that does not load (its engine runs on, spec invalid) said
+    `"deployments": []`, so a failed try of the hook was no event of any deployment."""
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(
+        f"notify:\n  - url: http://127.0.0.1:{hook.port}/reconcile\n    events: [Degraded]\n"
+    )
+    remote.deploy("alpha")
+    remote.deploy("beta")
+    reconcile.converge("--git", remote.url, "--git-path", "manifests")
+    text = (remote.work / "manifests" / "beta.yaml").read_text().replace("spec:", "spec: [", 1)
+    bad = remote.commit({"manifests/beta.yaml": text}, "beta: a typo")
+    reconcile("--once", "--git", remote.url, "--git-path", "manifests", check=1)
+    (told_,) = told(hook, "Degraded")  # `--once` posts what its pass queued
+    assert told_["revision"] == bad and "manifests/beta.yaml" in told_["message"], told_
+    assert told_["deployments"] == ["beta"], told_
+    node_only(reconcile, "down")
