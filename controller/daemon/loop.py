@@ -289,6 +289,8 @@ class Daemon:
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
+        if self.reconciler.git is not None:  # a fetch is no round to finish: stopped
+            self.reconciler.git.give_up_fetch()
         self._poke()
 
     def _on_usr1(self, signum: int, frame: FrameType | None) -> None:

@@ -469,7 +469,8 @@ class Reconciler(Preview):
             self.executor.journal.append(rec.name, "auto-rollback", rolled, "pinned")
         if self.notify is not None:
             names = sorted({base_name(r.name) for r in result.ours()})
-            self.notify.emit("RolledBack", rolled, revision=self.maker.revision, deployments=names)
+            back_to = self.git.status().pinned  # the commit it runs from the next pass on
+            self.notify.emit("RolledBack", rolled, revision=back_to, deployments=names)
 
     def _notify_source(self, result: PassResult) -> None:
         """The git source's state (`reconcile source`'s), notified when it changes."""
@@ -488,7 +489,10 @@ class Reconciler(Preview):
             return
         phases = phases_of(result.ours())
         state, message = state_of(st, phases)
-        names = degraded(phases) if state == DEGRADED else []
+        names: list[str] = []
+        if state == DEGRADED:  # a manifest that did not load: its engine runs on, named too
+            kept = [r.name for r in result.ours() if not r.spec_valid]
+            names = sorted({*degraded(phases), *kept})
         self.notify.source_state(state, message, st.applied, deployments=names)
 
     def _device_fault(self, device: str, why: str) -> None:

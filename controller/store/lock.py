@@ -59,6 +59,12 @@ class FileLock:
 
     def _busy_message(self, timeout: float | None) -> str:
         pid = self.holder()
+        if pid and not _alive(pid):  # a child inherited the descriptor (git: fileno's doc)
+            return (
+                f"the {self.what} ({self.path}) is held by a process that pid {pid} left "
+                f"behind (pid {pid} has exited); gave up after {timeout:g}s. "
+                f"`fuser -v {self.path}` names it: stop it, and the lock is free at once"
+            )
         who = f"pid {pid}" if pid else "another process"
         return (
             f"the {self.what} ({self.path}) is held by {who}; gave up after {timeout:g}s. "
@@ -79,6 +85,16 @@ class FileLock:
         except LockTimeout:
             return False
         return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
 
 
 def _try(fd: int) -> bool:

@@ -3,14 +3,22 @@ remote that stays gone for hours of faked wall-clock time prunes nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import signal
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import faketime
+import psutil
 import pytest
 
 from controller.failpoints import GIT_POINTS
+from controller.store.lock import FileLock
+from controller.store.statedir import StateDir
 from tests.git.conftest import Remote, source
 
 GIT = ("--git-path", "manifests")
@@ -75,3 +83,107 @@ def test_a_remote_gone_for_hours_of_wall_clock_prunes_nothing(
     assert not any(x.get("action") in ("stop", "prune") for x in reconcile.events("alpha"))
     assert d.stop() == 0
     reconcile("--git", remote.url, *GIT, "down", check=0)
+
+
+def test_ctrl_c_during_a_fetch_stops_git_and_frees_the_checkout(
+    reconcile: Any, silent_remote: str
+) -> None:
+    """git runs in a session of its own: a Ctrl-C (SIGINT to reconcile) used to leave it
+    fetching from a remote that never answers, holding git.lock for good, so every later
+    pass on the state dir waited on the lock (300 s, then failed)."""
+    once = reconcile.popen("--once", "--git", silent_remote)
+    fetch = reconcile.wait_for(lambda: _git_child(once.pid), 30, "the git fetch started")
+    once.send_signal(signal.SIGINT)
+    assert once.wait(timeout=30) == 130
+    reconcile.wait_for(lambda: _gone(fetch), 10, f"git (pid {fetch}) gone")
+    lock = FileLock(StateDir(reconcile.state).git_lock, what="git checkout lock")
+    assert lock.try_acquire(), "git.lock still held: the next pass would wait on it"
+    lock.release()
+
+
+def _gone(pid: int) -> bool:
+    """Ended (a zombie counts: an orphan's reaper may be slow, or none)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _git_child(pid: int) -> int | None:
+    kids = [p for p in psutil.Process(pid).children() if p.name() == "git"]
+    return kids[0].pid if kids else None
+
+
+@pytest.fixture
+def silent_remote() -> Iterator[str]:
+    """A ``git://`` remote that takes the connection and never says a word."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"git://127.0.0.1:{server.getsockname()[1]}/silent.git"
+    stop.set()
+    server.shutdown(socket.SHUT_RDWR)
+    server.close()
+    thread.join(timeout=10)
+    for conn in held:
+        conn.close()
+
+
+def test_plan_exits_1_while_the_last_fetch_failed(reconcile: Any, remote: Remote) -> None:
+    """`--once` exits 1 on PullFailed; `plan` said "In sync" and exited 0 (README: it
+    exits 1 in the same cases), though the branch may be anywhere by now."""
+    applied = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    shutil.move(remote.bare, remote.bare.with_name("gone.git"))
+    failed = reconcile("--once", "--git", remote.url, *GIT, check=1)
+    assert "does not appear to be a git repository" in failed.err, failed
+    planned = reconcile("--git", remote.url, *GIT, "plan", check=1)
+    assert "In sync" not in planned.out, planned
+    assert f"still running {applied[:12]}; nothing pruned" in planned.out, planned
+    assert "does not appear to be a git repository" in planned.out, planned
+    doc = reconcile("--git", remote.url, *GIT, "plan", "-o", "json", check=1).json()
+    assert doc["in_sync"] is False and doc["revision"] == applied, doc
+    reconcile("--git", remote.url, *GIT, "down", check=0)
+
+
+def test_sigterm_during_a_fetch_stops_the_daemon_at_once(
+    reconcile: Any, git_daemon: Any, silent_remote: str
+) -> None:
+    """The daemon finished the fetch in flight before exiting: from a remote that never
+    answers, FETCH_TIMEOUT (300 s), past systemd's TimeoutStopSec (90 s), whose SIGKILL
+    left that git holding the checkout's lock for the next daemon."""
+    d = git_daemon("--git", silent_remote)
+    fetch = d.wait(lambda: _git_child(d.proc.pid), "the git fetch started")
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=30) == 0, d.tail()
+    assert _gone(fetch), f"git (pid {fetch}) left running"
+    lock = FileLock(StateDir(reconcile.state).git_lock, what="git checkout lock")
+    assert lock.try_acquire(), "git.lock still held: the next daemon would wait on it"
+    lock.release()
+    assert not any(x.get("event") == "git fetch failed" for x in d.lines()), d.tail()
+    assert "fetch stopped: the daemon is stopping" in d.log.read_text(), d.tail()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_once_killed_by_a_signal_during_a_fetch_takes_git_along(
+    reconcile: Any, silent_remote: str, sig: signal.Signals
+) -> None:
+    """cron's `timeout 5m reconcile --once`, a closed ssh session: `--once` ends as before
+    (killed by the signal), but its git (a session of its own) went on fetching from a
+    remote that never answers, holding git.lock for every later pass."""
+    once = reconcile.popen("--once", "--git", silent_remote)
+    fetch = reconcile.wait_for(lambda: _git_child(once.pid), 30, "the git fetch started")
+    once.send_signal(sig)
+    assert once.wait(timeout=30) == -sig
+    reconcile.wait_for(lambda: _gone(fetch), 10, f"git (pid {fetch}) gone")
+    lock = FileLock(StateDir(reconcile.state).git_lock, what="git checkout lock")
+    assert lock.try_acquire(), "git.lock still held: the next pass would wait on it"
+    lock.release()

@@ -56,6 +56,7 @@ def test_sync_states_and_a_rollback_are_posted(
     node_only(reconcile, "rollback", good)
     rolled = d.wait(lambda: told(hook, "RolledBack"), "RolledBack posted by the daemon")
     assert rolled[0]["deployments"] == ["alpha"] and good[:12] in rolled[0]["message"], rolled
+    assert rolled[0]["revision"] == good, rolled  # the commit it runs now (it said null)
     d.wait(lambda: source(reconcile)["applied"] == good, "the rollback applied")
     assert len(told(hook, "PullFailed")) == 1, hook.accepted  # one per change, not per fetch
     assert d.stop() == 0
@@ -79,9 +80,31 @@ def test_an_auto_rollback_is_posted(
     assert rolled[0]["deployments"] == ["alpha"], rolled
     assert bad[:12] in rolled[0]["message"] and good[:12] in rolled[0]["message"], rolled
     assert "progressDeadline" in rolled[0]["message"]
+    assert rolled[0]["revision"] == good, rolled  # the commit it runs now
     # before it, the commit's failing deployment was Degraded, named in the notification
     (degraded,) = told(hook, "Degraded")
     assert degraded["deployments"] == ["alpha"] and degraded["revision"] == bad, degraded
     assert "alpha Failed" in degraded["message"] or "alpha BackOff" in degraded["message"]
     assert d.stop() == 0
+    node_only(reconcile, "down")
+
+
+def test_a_commit_whose_manifest_does_not_load_names_its_deployment(
+    reconcile: Any, remote: Remote, hook: Receiver
+) -> None:
+    """Degraded by a manifest that does not load (its engine runs on, spec invalid) said
+    `"deployments": []`, so a failed try of the hook was no event of any deployment."""
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(
+        f"notify:\n  - url: http://127.0.0.1:{hook.port}/reconcile\n    events: [Degraded]\n"
+    )
+    remote.deploy("alpha")
+    remote.deploy("beta")
+    reconcile.converge("--git", remote.url, "--git-path", "manifests")
+    text = (remote.work / "manifests" / "beta.yaml").read_text().replace("spec:", "spec: [", 1)
+    bad = remote.commit({"manifests/beta.yaml": text}, "beta: a typo")
+    reconcile("--once", "--git", remote.url, "--git-path", "manifests", check=1)
+    (told_,) = told(hook, "Degraded")  # `--once` posts what its pass queued
+    assert told_["revision"] == bad and "manifests/beta.yaml" in told_["message"], told_
+    assert told_["deployments"] == ["beta"], told_
     node_only(reconcile, "down")

@@ -312,3 +312,22 @@ def test_errors_that_name_a_second_file_name_it_as_the_repository_does(
     assert "manifests/a.yaml:1: metadata.name: duplicate deployment name 'alpha': also " in said
     assert "also declared in manifests/b.yaml:1" in said, said
     assert str(reconcile.state) not in said, said
+
+
+def test_plan_for_another_source_than_the_state_dir_follows_plans_nothing(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`plan --git OTHER` planned the followed source's checkout under OTHER's name,
+    "against commit X, the one the node applied" (never OTHER's), or showed the followed
+    source's fetch error as OTHER's."""
+    applied = remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    other = f"{remote.url}-other"
+    planned = reconcile("--git", other, "--git-path", "manifests", "plan", check=2)
+    assert planned.out.startswith(f"nothing applied yet from {other} (this state dir"), planned
+    assert f"follows {remote.url} branch main path manifests)" in planned.out, planned
+    assert applied[:12] not in planned.out and "owned by another" not in planned.out, planned
+    reconcile("--once", "--git", remote.url, "--branch", "gone", check=1)  # a failed fetch
+    planned = reconcile(*git_args(remote), "plan", check=2)  # not the branch gone's error
+    assert "couldn't find remote ref" not in planned.out, planned
+    reconcile(*git_args(remote), "down", check=0)

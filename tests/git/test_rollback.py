@@ -3,9 +3,12 @@ good one (pinned), a push while pinned (fetched, not applied), --resume."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
+from controller.store.lock import FileLock
+from controller.store.statedir import StateDir
 from tests.git.conftest import Remote, source
 
 GIT = ("--git-path", "manifests")
@@ -153,4 +156,28 @@ def test_a_once_naming_another_source_beside_the_daemon_keeps_the_pin(
     assert reconcile.pids() == pids
     node_only(reconcile, "--once")  # the daemon's own source (the state dir's): it runs
     assert d.stop() == 0
+    node_only(reconcile, "down")
+
+
+def test_a_rollback_waiting_on_a_fetch_says_so(reconcile: Any, remote: Remote) -> None:
+    """A daemon's fetch from a remote that hangs holds the checkout for up to 5 minutes:
+    `reconcile rollback` waited all that time without a word, as if hung."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    remote.commit({"README": "newer\n"}, "newer")
+    reconcile.once("--git", remote.url, *GIT)
+    lock = FileLock(StateDir(reconcile.state).git_lock, what="git checkout lock")
+    lock.acquire(10)  # as the daemon's fetch holds it
+    err = reconcile.tmp / "rollback.err"
+    mine = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    try:
+        with open(err, "wb") as f:
+            proc = reconcile.spawn(reconcile.argv("rollback", good, *mine, common=False), stderr=f)
+        said = f"waiting for the git checkout: pid {os.getpid()} is using it"
+        reconcile.wait_for(lambda: said in err.read_text(), 30, "the rollback says it waits")
+        assert proc.poll() is None and source(reconcile)["pinned"] is None
+    finally:
+        lock.release()
+    assert proc.wait(timeout=60) == 0, err.read_text()
+    assert source(reconcile)["pinned"] == good
     node_only(reconcile, "down")

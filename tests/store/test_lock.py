@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
@@ -11,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from controller.errors import LockTimeout, ReconcileError
@@ -64,6 +66,44 @@ def test_busy_lock_times_out_naming_the_holder(path: Path, holder: subprocess.Po
     assert "gave up after 0.2s" in message and "a dead holder releases it at once" in message
     assert not lock.held
     assert isinstance(info.value, TimeoutError) and isinstance(info.value, ReconcileError)
+
+
+ORPHANING = """
+import fcntl, os, subprocess, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.pwrite(fd, f"{os.getpid()}\\n".ljust(12).encode(), 0)
+child = subprocess.Popen(
+    ["sleep", "60"], pass_fds=(fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+)
+print(child.pid, flush=True)
+"""
+
+
+def test_a_lock_kept_by_a_dead_holder_s_child_says_so(path: Path) -> None:
+    """A git that outlived its reconcile holds git.lock through the descriptor it
+    inherited: the message named the dead pid and said a dead holder releases it at once."""
+    proc = subprocess.run(
+        [sys.executable, "-c", ORPHANING, str(path)], capture_output=True, text=True, timeout=30
+    )
+    child, dead = int(proc.stdout), int(path.read_text().strip())
+    try:
+        with pytest.raises(LockTimeout) as info:
+            FileLock(path, what="git checkout lock").acquire(timeout=0.2)
+        message = str(info.value)
+        assert "dead holder releases it at once" not in message, message
+        assert f"a process that pid {dead} left behind (pid {dead} has exited)" in message
+        assert f"`fuser -v {path}` names it" in message, message
+    finally:
+        os.kill(child, signal.SIGKILL)
+        _reap(child)
+    FileLock(path).acquire(timeout=10)  # free once the child is gone
+
+
+def _reap(pid: int) -> None:
+    """The orphan is init's child now: wait until it is gone (a deadline, no sleep)."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(pid).wait(timeout=10)
 
 
 def test_try_acquire(path: Path, holder: subprocess.Popen[str]) -> None:

@@ -159,6 +159,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     errors += _prune_errors(loaded, cfg.allow_empty)
     errors += _stuck(found, observed, cfg.owner)
     errors += _unreadable_node_config(cfg)
+    errors += _source_failing(cfg)
     pending = planview.pending(found)
     blocked = planview.blocked(found)
     counts = planview.replicas(desired, view.autoscaler.notes)
@@ -204,6 +205,23 @@ def _unreadable_node_config(cfg: Config) -> list[str]:
     return [w.removesuffix(IGNORED) + fix for w in cfg.warnings]
 
 
+def _source_failing(cfg: Config) -> list[str]:
+    """A git source whose last fetch failed, or whose commit is refused unsigned: `--once`
+    exits 1 on it, so the plan is no "In sync" (it is made against the commit the node still
+    runs, and the branch may be far ahead)."""
+    if cfg.git is None:
+        return []
+    from controller.store.sources.gitsource import peek_status
+
+    st = peek_status(cfg.state_dir)
+    if st is None or not st.applied:  # _before_the_first_fetch said it
+        return []
+    why = st.fetch_error or st.unverified
+    if not why:
+        return []
+    return [f"git: {printable(why)} (still running {st.applied[:12]}; nothing pruned)"]
+
+
 def _stuck(found: Iterable[Change], observed: Observed, owner: str) -> list[str]:
     """What `--once` exits 1 on that no pass changes by itself: this set's deployments the
     plan leaves Failed or crash-looping, and pulls that keep failing (as `--once` says)."""
@@ -226,16 +244,19 @@ def _before_the_first_fetch(cfg: Config) -> tuple[str, int] | None:
     What to say and the exit code: 2, the first pass applies it; 1, its fetch fails."""
     if cfg.git is None:
         return None
-    from controller.store.sources.gitsource import peek_status, shown_url
+    from controller.store.sources.gitsource import followed_instead, peek_status, shown_url
 
-    st = peek_status(cfg.state_dir)  # `plan` moves nothing aside
+    other = followed_instead(cfg.state_dir, cfg.git)
+    # Another source's checkout, commit and fetch error are none of this one's.
+    st = None if other is not None else peek_status(cfg.state_dir)  # `plan` moves nothing aside
     if st is not None and st.applied:
         return None
     url = shown_url(cfg.git.url)
     if st is not None and st.fetch_error:
         return f"nothing applied yet: the fetch of {url} failed: {st.fetch_error}", EXIT_FAIL
+    follows = f" (this state dir follows {other.said()})" if other is not None else ""
     return (
-        f"nothing applied yet from {url}: `plan` fetches nothing; the first pass "
+        f"nothing applied yet from {url}{follows}: `plan` fetches nothing; the first pass "
         "(`reconcile --once`, or the daemon) fetches and applies it, and `plan` then shows "
         "what each later commit changes",
         EXIT_CHANGES,

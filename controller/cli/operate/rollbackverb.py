@@ -24,6 +24,7 @@ from controller.reconciler.run import notifications_for
 from controller.store.config.node import Config
 from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordStore
+from controller.store.lock import FileLock
 from controller.store.sources import gitsource
 
 APPLY_WAIT = 60.0  # seconds to wait for the daemon's pass to apply the pin
@@ -68,7 +69,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         if args.dry_run:
             return _show_change(cfg, source, st, target)
     _pin(cfg, target)
-    _journal(cfg, st.owner, "resume" if target is None else "rollback", why)
+    _journal(cfg, st.owner, target, why)
     print(why)
     return _apply(cfg, target)
 
@@ -134,14 +135,35 @@ def _export(repo: Path, commit: str, path: str, into: Path) -> Path:
 
 def _pin(cfg: Config, target: str | None) -> None:
     lock = gitsource.checkout_lock(cfg.state_dir)
-    with lock.hold(gitsource.FETCH_TIMEOUT):
+    if not lock.try_acquire():  # a fetch in flight: a remote that hangs holds it for minutes
+        _say_waiting(lock)
+        lock.acquire(gitsource.FETCH_TIMEOUT)
+    try:
         st = gitsource.read_status(cfg.state_dir)
         assert st is not None
         st.pinned, st.auto_pinned = target, False
         gitsource.write_status(cfg.state_dir, st)
+    finally:
+        lock.release()
 
 
-def _journal(cfg: Config, owner: str, action: str, why: str) -> None:
+def _say_waiting(lock: FileLock) -> None:
+    """A rollback during an outage must not look hung: say what it waits for, and how long."""
+    pid = lock.holder()
+    who = f"pid {pid}" if pid else "another process"
+    limit = gitsource.FETCH_TIMEOUT / 60
+    print(
+        f"reconcile: waiting for the git checkout: {who} is using it (a fetch: at most"
+        f" {limit:g} min); Ctrl-C changes nothing",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _journal(cfg: Config, owner: str, target: str | None, why: str) -> None:
+    """Each of the source's deployments is told; a rollback (``target``) is notified too,
+    naming the commit the node now runs, as every notification does."""
+    action = "resume" if target is None else "rollback"
     journal = Journal(cfg.state_dir)
     names = []
     for rec in RecordStore(cfg.state_dir).peek().records.values():
@@ -150,7 +172,7 @@ def _journal(cfg: Config, owner: str, action: str, why: str) -> None:
             names.append(base_name(rec.name))
     notify = notifications_for(cfg)
     if notify is not None and action == "rollback":  # queued: the daemon's sender posts it
-        notify.emit("RolledBack", why, deployments=names)
+        notify.emit("RolledBack", why, revision=target, deployments=names)
 
 
 def _apply(cfg: Config, target: str | None) -> int:

@@ -27,11 +27,13 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -253,6 +255,10 @@ def now_iso() -> str:
 # -- git itself ---------------------------------------------------------------------------
 
 
+class FetchGivenUp(Exception):
+    """The daemon is stopping: the fetch in flight was stopped, and is no failure."""
+
+
 class GitFailed(Exception):
     """A git command failed: ``str()`` is git's own words (one line, no secret), or that
     it failed saying nothing (``silent``)."""
@@ -262,12 +268,19 @@ class GitFailed(Exception):
         self.silent = silent
 
 
-def git(repo: Path, *args: str, timeout: float = FETCH_TIMEOUT, hold: int | None = None) -> str:
+def git(
+    repo: Path,
+    *args: str,
+    timeout: float = FETCH_TIMEOUT,
+    hold: int | None = None,
+    started: Callable[[int], None] | None = None,
+) -> str:
     """Run git in ``repo``; never a prompt (a cron or a daemon has no terminal).
 
     ``hold``: the git.lock descriptor, inherited by git: a git whose parent was killed
     still holds the checkout until it ends, so the next daemon never runs a second git
-    (or removes a live git's ``index.lock``) beside it."""
+    (or removes a live git's ``index.lock``) beside it. ``started``: told git's pid (its
+    process group's too), for a caller that may have to stop it from a signal handler."""
     env = {
         **os.environ,
         "GIT_TERMINAL_PROMPT": "0",  # a missing password is a failure, not a hang
@@ -286,20 +299,60 @@ def git(repo: Path, *args: str, timeout: float = FETCH_TIMEOUT, hold: int | None
         errors="replace",
         pass_fds=() if hold is None else (hold,),
     )
+    if started is not None:
+        started(proc.pid)
     verb = _verb(args)
     if verb == "fetch":
         failpoints.hit("git.fetch.running")
     try:
-        out, err = proc.communicate(timeout=timeout)
+        with _dies_with_us(proc):
+            out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        _kill(proc)
         raise GitFailed(f"git {verb} took more than {timeout:g}s (stopped)") from None
+    except BaseException:
+        # Ctrl-C (KeyboardInterrupt): git is in a session of its own, so the terminal's
+        # SIGINT never reaches it, and once we are gone nothing would time it out: a fetch
+        # from a remote that never answers would hold git.lock for good, and every later
+        # pass would wait on it. A git cut short leaves what a SIGKILL does (handled).
+        _kill(proc)
+        raise
     if proc.returncode != 0:
         said = _words(err)
         raise GitFailed(said or f"git {verb} exited {proc.returncode}", silent=not said)
     return out.strip()
+
+
+@contextlib.contextmanager
+def _dies_with_us(proc: subprocess.Popen[str]) -> Iterator[None]:
+    """A SIGTERM or SIGHUP that ends this process as it stands (no handler of its own:
+    `--once` under cron's `timeout`, a closed ssh session; the daemon has its own) ends
+    git first, in its session of its own, which would otherwise go on without us."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end_both(signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # then as before: killed by that signal
+
+    fatal = [s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) is signal.SIG_DFL]
+    for sig in fatal:
+        signal.signal(sig, end_both)
+    try:
+        yield
+    finally:
+        for sig in fatal:
+            signal.signal(sig, signal.SIG_DFL)
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    """Stop git and its helpers (ssh, remote-https: its process group), and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
 
 
 def _verb(args: tuple[str, ...]) -> str:
@@ -341,6 +394,23 @@ class GitSource:
         self.repo = checkout_dir(state_dir)
         self.lock = checkout_lock(state_dir)
         self.marker = StateDir(state_dir).git_moving
+        self._fetch_pid: int | None = None  # the git fetch in flight
+        self._giving_up = False  # the daemon is stopping: no fetch now
+
+    def give_up_fetch(self) -> None:
+        """The daemon is stopping (its SIGTERM handler): a fetch in flight is stopped, and
+        none starts. A silent remote (a firewall dropping packets) would otherwise hold the
+        stop for FETCH_TIMEOUT, past systemd's TimeoutStopSec, whose SIGKILL would leave
+        the git holding the checkout's lock for the next daemon."""
+        self._giving_up = True
+        if self._fetch_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._fetch_pid, signal.SIGKILL)
+
+    def _fetch_started(self, pid: int) -> None:
+        self._fetch_pid = pid
+        if self._giving_up:  # the stop came between the check and the spawn
+            self.give_up_fetch()
 
     @property
     def manifests(self) -> Path:
@@ -400,6 +470,9 @@ class GitSource:
         try:
             self._ensure_repo()
             sha = self._fetch_ref()
+        except FetchGivenUp:
+            result.events.append("fetch stopped: the daemon is stopping")
+            return
         except (GitFailed, OSError) as exc:
             st.failures += 1
             st.fetch_error = str(exc)
@@ -435,17 +508,27 @@ class GitSource:
     def _fetch_ref(self) -> str:
         s = self.settings
         self._unlock()
-        git(
-            self.repo,
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--force",
-            f"--depth={DEPTH}",
-            s.url,
-            f"+{s.ref}:{s.tracking}",
-            hold=self.lock.fileno,
-        )
+        if self._giving_up:
+            raise FetchGivenUp
+        try:
+            git(
+                self.repo,
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--force",
+                f"--depth={DEPTH}",
+                s.url,
+                f"+{s.ref}:{s.tracking}",
+                hold=self.lock.fileno,
+                started=self._fetch_started,
+            )
+        except GitFailed:
+            if self._giving_up:
+                raise FetchGivenUp from None
+            raise
+        finally:
+            self._fetch_pid = None
         sha = git(self.repo, "rev-parse", "--verify", "--quiet", f"{s.tracking}^{{commit}}")
         if not SHA.match(sha):
             raise GitFailed(f"{s.ref} does not name a commit (got {sha!r})")
