@@ -237,7 +237,11 @@ class Launcher:
         removed at once): judged as any exit, by its restart policy and with its code."""
         ended = ExitInfo(code=exc.code, at=self.maker.now())
         if restarts_after(record.restart_policy, exc.code):
-            self._back_off(record, str(exc), ended)
+            # As the planner's retry of any exit: the first restart at once, then the
+            # back-off of the count so far (the next round's restart counts it).
+            delay = backoff(record.restarts)
+            when = "now" if delay == 0 else f"in {delay:g}s"
+            self._back_off(record, f"{exc}; restart {when}", ended, delay=delay)
             self.event(record.name, verb, "spawn", "exited", error=str(exc), exit_code=exc.code)
             return
         phase = Phase.SUCCEEDED if exc.code == 0 else Phase.FAILED
@@ -246,9 +250,13 @@ class Launcher:
         self.store.write(ended_record)
         self.event(record.name, "fail", why, str(phase), exit_code=exc.code)
 
-    def _back_off(self, record: Record, message: str, ended: ExitInfo | None = None) -> None:
-        """Not started: BackOff until the next restart's delay is over, saying why."""
-        delay = backoff(max(record.restarts, 1))
+    def _back_off(
+        self, record: Record, message: str, ended: ExitInfo | None = None, *,
+        delay: float | None = None,
+    ) -> None:  # fmt: skip
+        """Not started: BackOff until the next restart's delay is over, saying why. A
+        start that never ran waits at least the first back-off (``delay``: an exit's)."""
+        delay = backoff(max(record.restarts, 1)) if delay is None else delay
         until = self.maker.now() + timedelta(seconds=delay)
         backing_off = replace(record, phase=Phase.BACKOFF, backoff_until=until, message=message)
         self.store.write(backing_off if ended is None else replace(backing_off, last_exit=ended))

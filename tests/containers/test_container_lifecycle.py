@@ -277,6 +277,27 @@ def test_an_engine_that_exits_is_judged_by_its_restart_policy_with_its_code(
     rc.down()
 
 
+def test_an_engine_that_exits_at_once_crash_loops_as_a_process_does(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """A container whose engine exits before its main process is seen, under
+    ``restartPolicy: Always``: its first restart is at once and counted, then it backs off,
+    and `--once` exits 1 naming the crash loop, as for a process. It was BackOff for 10 s
+    with 0 restarts and `--once` exited 0 (cron heard of it a pass late, `status` showed
+    one restart fewer than it had run)."""
+    write(rc, engine, "crashing", command=["/bin/busybox", "sh", "-c", "echo bye; exit 3"])
+    done = rc.once(check=1)
+    assert "crashing is crash-looping" in done.err, done
+    record = rc.record("crashing")
+    assert record is not None and record["phase"] == "BackOff", record
+    assert record["restarts"] == 1 and record["last_exit"]["code"] == 3, record
+    assert record["message"].endswith("; restart in 10s"), record["message"]
+    actions = [e.get("action") for e in rc.events("crashing")]
+    assert actions.count("restart") == 1, rc.events("crashing")
+    rc.wait_for(lambda: engine.ours(rc.state) == [])
+    rc.down()
+
+
 def test_a_runtime_that_does_not_answer_is_named_not_the_disk(
     reconcile: Reconcile, docker: Engine
 ) -> None:
