@@ -14,6 +14,7 @@ import pytest
 from containers.conftest import Engine, Registry, forget_pulled, mistaken, write
 from procs import wait_for
 
+from controller.backends.local.container import PullJob
 from controller.host.containers import LOOKS, Runtime
 
 if TYPE_CHECKING:
@@ -111,6 +112,34 @@ def test_a_registry_that_is_down_is_named_and_retried(
     assert f"down is crash-looping (cannot pull image {image}" in looped.err, looped
     assert rc.record("down")["restarts"] >= 1
     rc.down()
+
+
+def test_pull_policy_always_runs_only_what_it_pulled(
+    pulling: Reconcile, engine: Engine, registry: Registry
+) -> None:
+    """``pullPolicy: Always`` and a registry that is down, the image's tag on the node
+    from before: the pull fails and nothing runs (Kubernetes' ErrImagePull), in the
+    runtime's words. The pull's end was judged by the image being there, so a `pull`
+    event said "pulled" with the old copy's digest and that copy ran."""
+    rc = pulling
+    host, port = registry.address.split(":")
+    image = f"{host}:{int(port) + 1}/reconcile-test/engine:always"  # nothing listens there
+    engine.cli("tag", engine.image, image)
+    try:
+        write(rc, engine, "always", container={"image": image, "pullPolicy": "Always"})
+        rc.once(check=None)
+        job = PullJob.of(rc.state, engine.name, image)
+        wait_for(lambda: not job.running(), timeout=90, what="the pull's end")
+        rc.once(check=None)
+        record = rc.record("always")
+        assert record is not None and record["phase"] == "BackOff", record
+        assert f"cannot pull image {image}" in record["message"], record
+        assert "connection refused" in record["message"].lower(), record
+        assert record["container"] is None and engine.ours(rc.state) == [], record
+        assert [e for e in rc.events("always") if e.get("action") == "pull"] == []
+        rc.down()
+    finally:
+        engine.cli("rmi", image, check=False)
 
 
 def test_an_image_the_runtime_briefly_calls_unknown_is_found(
