@@ -18,7 +18,7 @@ from controller.backends.local.container import PullJob
 from controller.host.containers import LOOKS, Runtime
 
 if TYPE_CHECKING:
-    from conftest import Reconcile
+    from conftest import Reconcile, Result
 
 
 @pytest.fixture
@@ -137,6 +137,41 @@ def test_pull_policy_always_runs_only_what_it_pulled(
         assert "connection refused" in record["message"].lower(), record
         assert record["container"] is None and engine.ours(rc.state) == [], record
         assert [e for e in rc.events("always") if e.get("action") == "pull"] == []
+        rc.down()
+    finally:
+        engine.cli("rmi", image, check=False)
+
+
+def test_pull_policy_always_edited_in_with_the_registry_down_stops_nothing(
+    pulling: Reconcile, engine: Engine, registry: Registry
+) -> None:
+    """A Ready engine of a tag that is on the node (IfNotPresent), its manifest edited to
+    `pullPolicy: Always` while the registry is down: the new spec runs only what a pull
+    brings, so the pull comes first while the engine serves, and its failure stops nothing
+    (it stopped the engine, then the pull failed: nothing served)."""
+    rc = pulling
+    host, port = registry.address.split(":")
+    image = f"{host}:{int(port) + 1}/reconcile-test/engine:edited"  # nothing listens there
+    engine.cli("tag", engine.image, image)
+    try:
+        write(rc, engine, "edited", container={"image": image})
+        rc.converge()
+        old = rc.record("edited")
+        assert old is not None and old["phase"] == "Ready", old
+        write(rc, engine, "edited", container={"image": image, "pullPolicy": "Always"})
+
+        def said() -> tuple[str, Result] | None:
+            done = rc.once(check=None)
+            kept = [e for e in rc.events("edited") if e.get("outcome") == "waiting"]
+            failed = kept and "cannot pull" in kept[-1]["error"]
+            return (kept[-1]["error"], done) if failed else None
+
+        why, done = wait_for(said, timeout=90, what="the replacement's pull to fail")
+        assert f"cannot pull image {image}" in why and "the running engine is kept" in why
+        assert done.code == 1 and f"error: edited: {why}" in done.err, done
+        record = rc.record("edited")
+        assert record["phase"] == "Ready" and record["ref"] == old["ref"], record
+        assert engine.ours(rc.state) == [old["container"]["id"]]
         rc.down()
     finally:
         engine.cli("rmi", image, check=False)

@@ -174,6 +174,8 @@ class Wrapper:
         pulling = f"pulling image {image} ({runtime.name}) first: the running engine serves"
         if job.running():
             return Held(pulling)
+        if spec.container.policy(image) == "Always":
+            return _pulled_first(job, image, pulling)
         try:
             present = runtime.image(image) is not None
         except ContainerError:  # the runtime does not answer: the launch decides, as before
@@ -300,6 +302,21 @@ class Wrapper:
             if not inside and os.path.isdir(path):
                 mounts.append(f"{path}:{path}:ro")
         return mounts
+
+
+def _pulled_first(job: PullJob, image: str, pulling: str) -> Held | None:
+    """Under ``pullPolicy: Always`` the new spec runs only what a pull brings (an older
+    copy on the node is no answer), so its pull comes first while the running engine
+    serves; one that ended well is the launch's to read, one that failed keeps it."""
+    if not job.exists():
+        job.start()
+        return Held(pulling)
+    if not job.failed():
+        return None
+    said = f"cannot pull image {image}: {job.last_line()}; the running engine is kept"
+    if job.age() >= PREPULL_RETRY:
+        job.forget()  # the next pass tries again
+    return Held(said, failed=True)
 
 
 @dataclass(frozen=True, slots=True)
