@@ -91,7 +91,9 @@ class Runtime:
 
     def image(self, image: str) -> tuple[str, str] | None:
         """The local image's id and digest (None: not on this node). The digest is the
-        registry digest it was pulled by (``sha256:…``), else its local id."""
+        registry digest it was pulled by (``sha256:…``), else its local id. A runtime that
+        cannot say (docker's daemon down) is a ContainerError in its words, not an image
+        to pull: a pull would only fail the same way, under the wrong name."""
         fmt = "{{.Id}}|{{json .RepoDigests}}"
         for look in range(LOOKS):
             if look:
@@ -100,6 +102,8 @@ class Runtime:
             if done.returncode == 0:
                 break
         else:
+            if not absent(done.stderr):
+                raise ContainerError(f"{self.name} image inspect: {words(done.stderr)}")
             return None
         image_id, _, repo_digests = done.stdout.strip().partition("|")
         image_id = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
@@ -191,6 +195,13 @@ def _label(labels: str, key: str) -> str:
         if k == key:
             return v
     return ""
+
+
+def absent(stderr: str) -> bool:
+    """The runtime says it has no such image (docker: "No such image", podman: "image not
+    known"), rather than that it cannot look."""
+    low = stderr.lower()
+    return "no such image" in low or "image not known" in low
 
 
 def gone(stderr: str) -> bool:

@@ -107,25 +107,39 @@ class Launcher:
         record are returned (the rest another pass placed meanwhile), but those that wait
         for a pull: another round would only find the pull still running (a podman pull
         journalled five starts a pass)."""
+        # What each waiting start said: a launch refused again for the same reason (a
+        # `pullPolicy: Never` image still missing, pass after pass) is no news to journal.
+        said = {s.name: r.message for s in starts if (r := self._pending(s.name)) is not None}
         reserved = self.reserve(starts)
         for start, taken in reserved:
             if is_next(start.name) and isinstance(taken, Lease):  # why a second one starts
                 self.event(start.name, "roll", start.reason, "new instance beside the old")
         spawns = [(r, s.entry) for s, r in reserved if isinstance(r, Lease)]
         workers = min(self.backend.launch_concurrency, len(spawns))
+
+        def spawn(lease: Lease, entry: Entry) -> bool:
+            return self.spawn(lease, entry, said=said.get(lease.record.name))
+
         if workers <= 1:
-            went = [self.spawn(lease, entry) for lease, entry in spawns]
+            went = [spawn(lease, entry) for lease, entry in spawns]
         else:  # each launch touches only its own record, log and journal
             with ThreadPoolExecutor(max_workers=workers) as pool:
-                went = list(pool.map(lambda pair: self.spawn(*pair), spawns))
+                went = list(pool.map(lambda pair: spawn(*pair), spawns))
         pulling = {
             lease.record.name for (lease, _), done in zip(spawns, went, strict=True) if not done
         }
         return [start for start, _ in reserved if start.name not in pulling]
 
-    def spawn(self, lease: Lease, entry: Entry, verb: str = "start") -> bool:
+    def _pending(self, name: str) -> Record | None:
+        record = self.store.read(name)
+        return record if record is not None and record.phase is Phase.PENDING else None
+
+    def spawn(self, lease: Lease, entry: Entry, verb: str = "start", *, said: str | None = None
+              ) -> bool:  # fmt: skip
         """Exec the engine of a reservation record and record its identity; what it runs
-        was rendered once, when the lease was taken. False: it waits for a pull first."""
+        was rendered once, when the lease was taken. False: nothing changed that another
+        round would see otherwise (it waits for a pull first, or is refused as it was
+        before). ``said``: the Pending message the start came from."""
         record, rendered = lease.record, lease.rendered
         assert record.port is not None and record.nonce is not None
         name = record.name  # each replica (and `@next`) has its own runtime dir
@@ -156,8 +170,13 @@ class Launcher:
                 pending = replace(pending, phase=Phase.PULLING, restarts=record.restarts)
                 outcome = "pulling"
             self.store.write(pending)
+            if isinstance(exc, PullingFirst):
+                self.event(name, verb, "placement", outcome, error=str(exc))
+                return False  # it waits for its pull: no further round
+            if said == str(exc):  # the Pending it came from, unchanged: no further round
+                return False
             self.event(name, verb, "placement", outcome, error=str(exc))
-            return not isinstance(exc, PullingFirst)  # it waits for its pull: no progress
+            return True  # news: the next round reads it (and hears the same: no more)
         except ContainerExited as exc:  # it ran and ended: its restart policy judges it
             self._exited_at_start(record, exc, verb)
             return True
@@ -237,7 +256,11 @@ class Launcher:
         removed at once): judged as any exit, by its restart policy and with its code."""
         ended = ExitInfo(code=exc.code, at=self.maker.now())
         if restarts_after(record.restart_policy, exc.code):
-            self._back_off(record, str(exc), ended)
+            # As the planner's retry of any exit: the first restart at once, then the
+            # back-off of the count so far (the next round's restart counts it).
+            delay = backoff(record.restarts)
+            when = "now" if delay == 0 else f"in {delay:g}s"
+            self._back_off(record, f"{exc}; restart {when}", ended, delay=delay)
             self.event(record.name, verb, "spawn", "exited", error=str(exc), exit_code=exc.code)
             return
         phase = Phase.SUCCEEDED if exc.code == 0 else Phase.FAILED
@@ -246,9 +269,13 @@ class Launcher:
         self.store.write(ended_record)
         self.event(record.name, "fail", why, str(phase), exit_code=exc.code)
 
-    def _back_off(self, record: Record, message: str, ended: ExitInfo | None = None) -> None:
-        """Not started: BackOff until the next restart's delay is over, saying why."""
-        delay = backoff(max(record.restarts, 1))
+    def _back_off(
+        self, record: Record, message: str, ended: ExitInfo | None = None, *,
+        delay: float | None = None,
+    ) -> None:  # fmt: skip
+        """Not started: BackOff until the next restart's delay is over, saying why. A
+        start that never ran waits at least the first back-off (``delay``: an exit's)."""
+        delay = backoff(max(record.restarts, 1)) if delay is None else delay
         until = self.maker.now() + timedelta(seconds=delay)
         backing_off = replace(record, phase=Phase.BACKOFF, backoff_until=until, message=message)
         self.store.write(backing_off if ended is None else replace(backing_off, last_exit=ended))

@@ -171,12 +171,19 @@ def test_a_changed_spec_rolls_to_a_new_container(rc: Reconcile, engine: Engine) 
 
 
 def test_pull_policy_never_and_no_image_names_the_image(rc: Reconcile, engine: Engine) -> None:
+    """Pending, naming the image, said once: a pass spent all its rounds starting it again
+    (five `pending` events a pass, each with its image looks: a daemon's passes took
+    seconds and its journal filled with the same line every 5 s)."""
     missing = "localhost/reconcile-test/absent:1"
     write(rc, engine, "never", container={"image": missing, "pullPolicy": "Never"})
-    rc.once(check=None)
+    rc.once(check=1)
     record = rc.record("never")
-    assert record is not None and record["phase"] != "Ready"
+    assert record is not None and record["phase"] == "Pending", record
     assert missing in record["message"] and "pullPolicy is Never" in record["message"]
+    assert record["port"] is None, record  # it holds nothing while it waits
+    rc.once(check=1)  # the same verdict: no news
+    said = [e for e in rc.events("never") if e.get("outcome") == "pending"]
+    assert len(said) == 1, rc.events("never")
     assert engine.ours(rc.state) == []
     rc.down()
 
@@ -277,6 +284,35 @@ def test_an_engine_that_exits_is_judged_by_its_restart_policy_with_its_code(
     rc.down()
 
 
+def test_an_engine_that_exits_at_once_crash_loops_as_a_process_does(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """A container whose engine exits before its main process is seen, under
+    ``restartPolicy: Always``: its first restart is at once and counted, then it backs off,
+    and `--once` exits 1 naming the crash loop, as for a process. It was BackOff for 10 s
+    with 0 restarts and `--once` exited 0 (cron heard of it a pass late, `status` showed
+    one restart fewer than it had run)."""
+    write(rc, engine, "crashing", command=["/bin/busybox", "sh", "-c", "echo bye; exit 3"])
+    looped: Result | None = None
+    # One pass, or three where a run was seen before it ended (the pass then ends with it
+    # Starting, and the next finds it gone): never the 10 s the old back-off waited.
+    for _ in range(3):
+        done = rc.once(check=None)
+        record = rc.record("crashing")
+        assert record is not None, done
+        if record["phase"] == "BackOff" and record["restarts"] >= 1:
+            looped = done
+            break
+    assert looped is not None, (record, rc.events("crashing"))
+    assert looped.code == 1 and "crashing is crash-looping" in looped.err, looped
+    assert record["restarts"] == 1, record
+    assert record["message"].endswith("; restart in 10s"), record["message"]
+    actions = [e.get("action") for e in rc.events("crashing")]
+    assert actions.count("restart") == 1, rc.events("crashing")
+    rc.wait_for(lambda: engine.ours(rc.state) == [])
+    rc.down()
+
+
 def test_a_runtime_that_does_not_answer_is_named_not_the_disk(
     reconcile: Reconcile, docker: Engine
 ) -> None:
@@ -293,6 +329,36 @@ def test_a_runtime_that_does_not_answer_is_named_not_the_disk(
     assert reconcile.record("unreached") is not None and docker.ours(reconcile.state) == [cid]
     reconcile.down()
     assert docker.ours(reconcile.state) == []
+
+
+def test_a_runtime_that_does_not_answer_holds_up_no_other_deployment(
+    reconcile: Reconcile, docker: Engine
+) -> None:
+    """docker's daemon unreachable while its engine is dead (a stopping daemon stops its
+    containers): the pass ended at the dead container's `rm` ("the container runtime must
+    answer", exit 1), every pass, so while docker was down nothing else was started,
+    restarted or marked Ready, and `status` kept calling the dead engine Ready. Now that
+    record backs off in docker's words, the other deployments go on, and once docker
+    answers the engine runs again."""
+    rc = reconcile
+    rc.env.update(docker.env)
+    write(rc, docker, "boxed")
+    rc.converge()
+    pid = running(rc, "boxed")["ref"]["pid"]  # type: ignore[index]
+    os.kill(pid, signal.SIGKILL)
+    rc.wait_gone(pid)
+    rc.write("plain", basePort=rc.port + 5)  # a process, new in this pass
+    cut = rc("--once", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"}, check=None)
+    assert "must answer" not in cut.err, cut
+    plain = rc.record("plain")
+    assert plain is not None and plain["phase"] in ("Starting", "Ready"), (plain, cut)
+    boxed = rc.record("boxed")
+    assert boxed is not None and boxed["phase"] == "BackOff", (boxed, cut)
+    assert "Cannot connect to the Docker daemon" in boxed["message"], boxed
+    rc.converge(timeout="60s")
+    assert running(rc, "boxed")["ref"]["pid"] != pid  # type: ignore[index]
+    rc.down()
+    assert docker.ours(rc.state) == []
 
 
 def test_an_image_tag_that_does_not_pull_stops_nothing(rc: Reconcile, engine: Engine) -> None:

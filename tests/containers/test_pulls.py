@@ -14,10 +14,11 @@ import pytest
 from containers.conftest import Engine, Registry, forget_pulled, mistaken, write
 from procs import wait_for
 
+from controller.backends.local.container import PullJob
 from controller.host.containers import LOOKS, Runtime
 
 if TYPE_CHECKING:
-    from conftest import Reconcile
+    from conftest import Reconcile, Result
 
 
 @pytest.fixture
@@ -111,6 +112,69 @@ def test_a_registry_that_is_down_is_named_and_retried(
     assert f"down is crash-looping (cannot pull image {image}" in looped.err, looped
     assert rc.record("down")["restarts"] >= 1
     rc.down()
+
+
+def test_pull_policy_always_runs_only_what_it_pulled(
+    pulling: Reconcile, engine: Engine, registry: Registry
+) -> None:
+    """``pullPolicy: Always`` and a registry that is down, the image's tag on the node
+    from before: the pull fails and nothing runs (Kubernetes' ErrImagePull), in the
+    runtime's words. The pull's end was judged by the image being there, so a `pull`
+    event said "pulled" with the old copy's digest and that copy ran."""
+    rc = pulling
+    host, port = registry.address.split(":")
+    image = f"{host}:{int(port) + 1}/reconcile-test/engine:always"  # nothing listens there
+    engine.cli("tag", engine.image, image)
+    try:
+        write(rc, engine, "always", container={"image": image, "pullPolicy": "Always"})
+        rc.once(check=None)
+        job = PullJob.of(rc.state, engine.name, image)
+        wait_for(lambda: not job.running(), timeout=90, what="the pull's end")
+        rc.once(check=None)
+        record = rc.record("always")
+        assert record is not None and record["phase"] == "BackOff", record
+        assert f"cannot pull image {image}" in record["message"], record
+        assert "connection refused" in record["message"].lower(), record
+        assert record["container"] is None and engine.ours(rc.state) == [], record
+        assert [e for e in rc.events("always") if e.get("action") == "pull"] == []
+        rc.down()
+    finally:
+        engine.cli("rmi", image, check=False)
+
+
+def test_pull_policy_always_edited_in_with_the_registry_down_stops_nothing(
+    pulling: Reconcile, engine: Engine, registry: Registry
+) -> None:
+    """A Ready engine of a tag that is on the node (IfNotPresent), its manifest edited to
+    `pullPolicy: Always` while the registry is down: the new spec runs only what a pull
+    brings, so the pull comes first while the engine serves, and its failure stops nothing
+    (it stopped the engine, then the pull failed: nothing served)."""
+    rc = pulling
+    host, port = registry.address.split(":")
+    image = f"{host}:{int(port) + 1}/reconcile-test/engine:edited"  # nothing listens there
+    engine.cli("tag", engine.image, image)
+    try:
+        write(rc, engine, "edited", container={"image": image})
+        rc.converge()
+        old = rc.record("edited")
+        assert old is not None and old["phase"] == "Ready", old
+        write(rc, engine, "edited", container={"image": image, "pullPolicy": "Always"})
+
+        def said() -> tuple[str, Result] | None:
+            done = rc.once(check=None)
+            kept = [e for e in rc.events("edited") if e.get("outcome") == "waiting"]
+            failed = kept and "cannot pull" in kept[-1]["error"]
+            return (kept[-1]["error"], done) if failed else None
+
+        why, done = wait_for(said, timeout=90, what="the replacement's pull to fail")
+        assert f"cannot pull image {image}" in why and "the running engine is kept" in why
+        assert done.code == 1 and f"error: edited: {why}" in done.err, done
+        record = rc.record("edited")
+        assert record["phase"] == "Ready" and record["ref"] == old["ref"], record
+        assert engine.ours(rc.state) == [old["container"]["id"]]
+        rc.down()
+    finally:
+        engine.cli("rmi", image, check=False)
 
 
 def test_an_image_the_runtime_briefly_calls_unknown_is_found(

@@ -230,6 +230,22 @@ def test_events_lists_every_journal_and_follows(reconcile: Any) -> None:
     rc.down()
 
 
+def test_events_and_describe_say_why_a_start_failed(reconcile: Any) -> None:
+    """A start that failed was `start  failed  spawn` in `events` and `describe` (one
+    left Pending by its backend: `pending  placement`): the words of what failed (a
+    runtime's refusal, a container's exit at its start, an image `Never` will not pull)
+    were in `events -o json` alone."""
+    rc = reconcile
+    rc.write("broken", command=["/no/such/engine", "{port}"])
+    rc.once(check=None)
+    said = "spawn: cannot exec '/no/such/engine': No such file or directory"
+    rows = [line for line in rc("events", "broken", check=0).out.splitlines() if "failed" in line]
+    assert rows and rows[0].rstrip().endswith(said), rows
+    described = rc("describe", "broken", check=0).out
+    assert any(line.rstrip().endswith(said) for line in described.splitlines()), described
+    rc.down()
+
+
 def _healthy(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:

@@ -57,8 +57,10 @@ START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating
 POLL = 0.01  # a look at one small file (the container's id)
 SCAN_SHARE = 4.0  # a /proc scan at most every 4 times its own cost: a fifth of a core
 KEY_PATTERN = re.compile(r"[0-9a-f]{24}")  # pull_key's
-# The pull in the background, its output into the log (the shell's stderr), its pid said.
-DETACH = '"$@" </dev/null >&2 & echo $!'
+# The pull in the background, its output into the log (the shell's stderr), its exit
+# status into the file named first (a pull that failed may leave an older image behind),
+# the pid of the subshell that waits for it said.
+DETACH = 'rc=$1; shift; { "$@"; echo $? >"$rc"; } </dev/null >&2 & echo $!'
 
 
 def container_name(instance: str, nonce: str) -> str:
@@ -172,6 +174,8 @@ class Wrapper:
         pulling = f"pulling image {image} ({runtime.name}) first: the running engine serves"
         if job.running():
             return Held(pulling)
+        if spec.container.policy(image) == "Always":
+            return _pulled_first(job, image, pulling)
         try:
             present = runtime.image(image) is not None
         except ContainerError:  # the runtime does not answer: the launch decides, as before
@@ -233,11 +237,13 @@ class Wrapper:
             self.images[(runtime.name, image)] = facts
         present = facts is not None
         if job.exists():  # it ended: with the image, or with the runtime's words
-            said = job.last_line()
+            said, failed = job.last_line(), job.failed()
             job.forget()
-            if facts is not None:
+            if facts is not None and not failed:
                 return Known(facts[1], pulled=True)
-            if policy != "Never":
+            # Always runs only what it pulled (Kubernetes' ErrImagePull), never the copy a
+            # failed pull left; the others run an image that is here, however it came.
+            if policy == "Always" or (facts is None and policy != "Never"):
                 raise ContainerError(f"cannot pull image {image}: {said}")
             # Never pulls: that pull was an earlier spec's (pullPolicy edited since), and
             # its error is not this spec's word; Never's own is, below.
@@ -296,6 +302,21 @@ class Wrapper:
             if not inside and os.path.isdir(path):
                 mounts.append(f"{path}:{path}:ro")
         return mounts
+
+
+def _pulled_first(job: PullJob, image: str, pulling: str) -> Held | None:
+    """Under ``pullPolicy: Always`` the new spec runs only what a pull brings (an older
+    copy on the node is no answer), so its pull comes first while the running engine
+    serves; one that ended well is the launch's to read, one that failed keeps it."""
+    if not job.exists():
+        job.start()
+        return Held(pulling)
+    if not job.failed():
+        return None
+    said = f"cannot pull image {image}: {job.last_line()}; the running engine is kept"
+    if job.age() >= PREPULL_RETRY:
+        job.forget()  # the next pass tries again
+    return Held(said, failed=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,6 +502,7 @@ class PullJob:
         self.doc = Document(state, self.folder / f"{key}.json", _decode_pull, _encode_pull)
         self.file = self.doc.path
         self.log = self.folder / f"{key}.log"
+        self.status = self.folder / f"{key}.rc"  # the pull's exit status, once it ended
         self.argv = list(argv)
 
     @classmethod
@@ -510,10 +532,12 @@ class PullJob:
         worker's children (``kill_child_processes_on_worker_exit``), which ended every
         image pull there before it began (tests/ray/test_ray_container.py)."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.status.unlink()  # an earlier pull's: this one's is not known yet
         log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             shell = subprocess.run(
-                ["/bin/sh", "-c", DETACH, "sh", *self.argv],
+                ["/bin/sh", "-c", DETACH, "sh", str(self.status), *self.argv],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log_fd,  # the pull's output and its words, and the shell's own
@@ -529,6 +553,14 @@ class PullJob:
         pid = int(shell.stdout.strip() or 0)
         ref = identity(pid) if pid > 0 else None
         self.doc.write(ref or ProcessRef(pid=pid, start_time=time.time()))
+
+    def failed(self) -> bool:
+        """The ended pull exited non-zero (no status: one that was killed, or started by
+        an earlier version: its image's presence alone decides, as before)."""
+        try:
+            return self.status.read_text().strip() not in ("", "0")
+        except OSError:
+            return False
 
     def last_line(self) -> str:
         try:
@@ -547,7 +579,7 @@ class PullJob:
             return 0.0
 
     def forget(self) -> None:
-        for path in (self.file, self.log):
+        for path in (self.file, self.log, self.status):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 

@@ -330,12 +330,25 @@ class LocalBackend:
         if rec.ref is not None:
             pids.add(rec.ref.pid)
         if rec.container is not None:  # the runtime's stop (grace, then kill), then rm
-            from controller.host.containers import Runtime
-
-            Runtime(rec.container.runtime).remove(rec.container.id, rec.grace_seconds)
+            self._remove_container(rec, rec.container)
         self.stop(rec.ref, rec.nonce, rec.stop_signal, rec.grace_seconds)
         if uuids and not wait_gpu_release(uuids, pids):
             log.warning("gpu memory still held", deployment=rec.name, devices=list(rec.devices))
+
+    def _remove_container(self, rec: Record, container: ContainerRef) -> None:
+        """The runtime's stop and rm. An engine already dead (its container's main process
+        gone) is not running whatever the runtime says: one that does not answer (docker's
+        daemon down) is no reason to stop the pass, which every other deployment of the
+        node waits on; `--rm` has the runtime remove the container once it answers."""
+        from controller.host.containers import Runtime
+
+        try:
+            Runtime(container.runtime).remove(container.id, rec.grace_seconds)
+        except ContainerError as exc:
+            if rec.ref is not None and self.alive(rec.ref):
+                raise  # a running engine: stopping it needs the runtime
+            log.warning("container of a dead engine not removed", deployment=rec.name,
+                        container=container.id[:12], reason=str(exc))  # fmt: skip
 
     def listening_ports(self) -> frozenset[int]:
         return ports.listening_ports()

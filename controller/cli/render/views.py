@@ -57,6 +57,14 @@ def table(rows: Sequence[Sequence[str]], widths: Sequence[int] | None = None) ->
     return "\n".join(lines)
 
 
+def event_reason(event: Mapping[str, Any]) -> str:
+    """An event's REASON cell: its reason, then the words of what failed where it has
+    them (``error``: a runtime's refusal, an exit at its start, an image `Never` will not
+    pull), which its reason alone ("spawn", "placement") does not say."""
+    reason, error = str(event.get("reason", "")), event.get("error")
+    return f"{reason}: {error}" if error else reason
+
+
 def widths_of(rows: Sequence[Sequence[str]], at_least: Sequence[int] = ()) -> list[int]:
     """Each column's width: its widest cell as shown (escaped), never less than
     ``at_least``'s."""
