@@ -17,8 +17,9 @@ from pathlib import Path
 import pydantic
 
 from controller.backends.base import Backend, Puller
+from controller.core.manifest.names import base_name
 from controller.core.manifest.specs import DeploymentSpec, Entry
-from controller.core.pulls import PullView, key_of_document
+from controller.core.pulls import PullView, key_of_document, origin_of_document
 from controller.core.state import Phase, Record
 from controller.logsetup import get_logger
 
@@ -37,18 +38,27 @@ def puller_of(backend: Backend, state_dir: Path) -> Puller:
     return backend.puller(state_dir, stall)
 
 
-def failing(records: Iterable[Record], pulls: Mapping[str, PullView]) -> dict[str, str]:
+def failing(
+    records: Iterable[Record],
+    pulls: Mapping[str, PullView],
+    origins: Mapping[str, str | None] | None = None,
+) -> dict[str, str]:
     """Pulling deployments whose pull failed FAILING_AFTER times in a row: name -> why.
 
     Read from the pass's view of each key, whose failure a retry leaves in place until
     its own outcome replaces it, so a pass that has just restarted the pull still sees
-    the failures.
+    the failures. ``origins`` (deployment -> its manifest's source origin) is what the
+    manifests say now, where it may differ from the records (``plan`` writes none): a
+    failure of the URL the manifest no longer names does not count.
     """
     out: dict[str, str] = {}
     for rec in records:
         key = key_of_document(rec.stored_spec) if rec.phase is Phase.PULLING else None
         view = pulls.get(key) if key is not None else None
-        failure = view.failure if view is not None else None
+        origin = origin_of_document(rec.stored_spec)
+        if origins is not None:
+            origin = origins.get(base_name(rec.name), origin)
+        failure = view.failure_for(origin) if view is not None else None
         if failure is not None and failure.attempts >= FAILING_AFTER:
             out[rec.name] = (
                 f"{rec.name}: its pull keeps failing ({failure.attempts} attempts in a row; "

@@ -71,6 +71,37 @@ def test_a_pull_failing_again_and_again_makes_once_exit_1(reconcile: Any, cache:
     reconcile.down()
 
 
+def test_a_fixed_url_is_pulled_at_once_not_held_by_the_typos_failures(
+    reconcile: Any, cache: Path
+) -> None:
+    """Two 404s of a typo'd URL, then the manifest names the right one (same sha256, so
+    the same cache entry): the old URL's failures neither hold the new pull in back-off
+    nor make `plan`/`--once` exit 1 naming the old URL."""
+    with serving({"tiny.gguf": DATA}) as server:
+        typo = {"url": server.url("tiny.guff"), "sha256": DIGEST}
+        reconcile.write("web", source=typo)
+        reconcile.once()
+        entry = CacheEntry.of(cache, f"sha256-{DIGEST}")
+        reconcile.wait_for(lambda: failures(entry) == 1, what="the first 404")
+        job = Job(
+            source=Source.model_validate(typo),
+            cache=cache,
+            state_dir=reconcile.state,
+            deployments=("web",),
+        )
+        launch.spawn(job)  # the retry a pass makes after the back-off, without the wait
+        reconcile.wait_for(lambda: failures(entry) == 2, what="the second 404")
+        assert "pull failed" in reconcile("plan", check=1).out
+        write(reconcile, server)  # the URL fixed
+        plan = reconcile("plan", check=2)  # changes to make, none that needs you
+        assert "pull failed" not in plan.out and "tiny.guff" not in plan.out
+        waited = reconcile("--once", "--wait", "--timeout", "60s", timeout=90)
+        assert "keeps failing" not in waited.err
+        assert reconcile.status()["web"]["phase"] == "Ready"
+        assert server.requests == 3  # two 404s, then one download
+    reconcile.down()
+
+
 def test_wait_logs_a_pull_once_per_tenth_in_a_pipe(reconcile: Any, cache: Path) -> None:
     with serving({"tiny.gguf": DATA}, hold=2 * MB) as server:
         write(reconcile, server)
