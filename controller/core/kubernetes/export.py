@@ -92,7 +92,7 @@ def export(
 
     ``folder``: the manifest's, which a ``sopsFile`` is relative to (the Secret's hint
     names it from there, so it runs from any directory)."""
-    problems = tuple(problems_of(deployment.spec))
+    problems = (*_name_problems(deployment.metadata.name), *problems_of(deployment.spec))
     refused = tuple(p for p in problems if not (lossy and p.droppable))
     if refused:
         raise ExportError(refused)
@@ -231,6 +231,19 @@ def _volume_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
         "PersistentVolumeClaim in their place shares one copy)"
     )
     return (ExportGap(("spec", "container", "volumes"), text, droppable=False),)
+
+
+def _name_problems(name: str) -> list[ExportGap]:
+    """A Service is named as its deployment, and a Service's name is a DNS-1035 label:
+    one that starts with a digit (``7b-chat``) is a valid reconcile name that the API
+    server rejects (kubernetes-validate checks no names), so the whole apply fails."""
+    if name[0].isalpha():
+        return []
+    message = (
+        f"a Kubernetes Service name must start with a letter (DNS-1035), and the Service "
+        f"is named {name!r} after the deployment: rename it (e.g. m{name}) to export it"
+    )
+    return [ExportGap(("metadata", "name"), message, droppable=False)]
 
 
 def problems_of(spec: DeploymentSpec) -> list[ExportGap]:
