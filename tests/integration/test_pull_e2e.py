@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from modelservers import FileServer, serving
+from modelservers import FileServer, HubServer, serving
 from procs import kill_marked
 
 from controller.pull import launch
@@ -160,3 +160,35 @@ def test_a_full_disk_is_pending_naming_the_path_and_both_sizes(
     assert "2.1 MB still to download, 1.0 MB free" in record["message"]
     assert "RECONCILE_MODEL_CACHE" in record["message"] and "web" in again.err
     reconcile.down()
+
+
+def test_a_gated_repos_token_in_env_from_reaches_the_pull_and_nothing_else(
+    reconcile: Any, cache: Path, tmp_path: Path
+) -> None:
+    """The token where the README's Secrets section puts it (an envFrom file), the hub
+    where spec.env says: the pull uses both, as the engine and the exported
+    initContainer do, and the token shows in no output, file or event."""
+    token = "hf_" + os.urandom(12).hex()
+    env_file = tmp_path / "hf.env"
+    env_file.write_text(f"HF_TOKEN={token}\n")
+    env_file.chmod(0o600)
+    files = {"tiny-q4_k_m.gguf": DATA[:4096]}
+    with HubServer("acme/gated", files, gated=True) as hub:
+        reconcile.write(
+            "web",
+            command=model_command(reconcile),
+            source={"huggingFace": {"repo": "acme/gated", "files": ["*.gguf"]}},
+            env={"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf")},
+            envFrom=[{"file": str(env_file)}],
+        )
+        said = [reconcile.converge()]
+        assert hub.downloads == ["tiny-q4_k_m.gguf"]
+    assert reconcile.status()["web"]["phase"] == "Ready"
+    said += [reconcile(verb, "web") for verb in ("status", "describe", "events")]
+    assert not [r for r in said if token in r.out + r.err]
+    assert not [p for p in reconcile.state.rglob("*") if p.is_file() and token in _text(p)]
+    reconcile.down()
+
+
+def _text(path: Path) -> str:
+    return path.read_bytes().decode(errors="replace")
