@@ -88,6 +88,20 @@ def test_a_wrong_sha256_never_reaches_the_engine(reconcile: Any, cache: Path) ->
     reconcile.down()
 
 
+def test_events_and_describe_say_why_a_pull_failed(reconcile: Any, cache: Path) -> None:
+    """The journal keeps the failure's words apart (``error``); the text views showed
+    `failed  <url>` alone, so `events` never said it was the digest (or a 404)."""
+    with serving({"tiny.gguf": DATA}) as server:
+        write(reconcile, "web", server, digest="0" * 64)
+        reconcile.once()
+        entry = CacheEntry.of(cache, f"sha256-{'0' * 64}")
+        reconcile.wait_for(lambda: entry.result(), what="the pull's result")
+    for verb in ("events", "describe"):
+        (line,) = [ln for ln in reconcile(verb, "web").out.splitlines() if " failed " in ln]
+        assert DIGEST in line and "0" * 64 in line and line.count(server.url("")) == 1, line
+    reconcile.down()
+
+
 def test_a_pull_holds_no_device(reconcile: Any, cache: Path) -> None:
     reconcile.devices = "nvidia:0,nvidia:1,nvidia:2,nvidia:3"
     with serving({"tiny.gguf": DATA}, hold=MB) as server:
