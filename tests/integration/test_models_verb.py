@@ -72,6 +72,27 @@ def test_models_lists_and_prune_keeps_what_a_manifest_names(reconcile: Any, cach
     assert (cache / key(KEPT)).exists() and not (cache / key(GONE)).exists()
 
 
+def test_prune_says_it_keeps_a_pull_no_manifest_names_any_more(reconcile: Any, cache: Path) -> None:
+    """The manifest deleted mid-pull: the pull goes on (as after `down`), and prune,
+    which leaves an entry being filled alone, says so instead of nothing at exit 0."""
+    with serving({"gone.gguf": GONE}, hold=MB // 4) as server:
+        reconcile.write("drop", source=source(server, "gone.gguf", GONE))
+        reconcile.write("other")
+        reconcile.once()
+        entry = CacheEntry.of(cache, key(GONE))
+        reconcile.wait_for(lambda: (p := entry.progress()) and p.bytes_done, what="bytes")
+        (reconcile.manifests / "drop.yaml").unlink()
+        reconcile.once()  # its record is pruned; the pull goes on
+        for args in (("--dry-run",), ()):
+            said = reconcile("models", "prune", *args, check=0).out
+            assert f"kept {entry.folder}" in said and "a pull is filling it" in said, said
+        assert entry.folder.exists()
+        server.release()
+        reconcile.wait_for(lambda: not entry.busy(), what="the pull to end")
+    assert f"removed {entry.folder}" in reconcile("models", "prune", check=0).out
+    reconcile.down()
+
+
 @pytest.mark.parametrize("folder", ["empty", "broken"])
 def test_prune_removes_nothing_without_a_sound_manifest_folder(
     reconcile: Any, cache: Path, folder: str
