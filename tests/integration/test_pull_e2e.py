@@ -68,6 +68,9 @@ def test_two_deployments_pull_once_and_model_names_the_cached_file(
         assert reconcile.cmdline(pid).endswith(f"--model {path}")
     done = [e for e in reconcile.events("a") if e["action"] == "pull" and e["outcome"] == "done"]
     assert done and done[0]["sha256"] == DIGEST
+    for name in ("a", "b"):  # the one pull's start and end, in each deployment's journal
+        said = [e["outcome"].split()[0] for e in reconcile.events(name) if e["action"] == "pull"]
+        assert said == ["started", "done"], (name, said)
     assert set(entry.used()) == {"a", "b"}
     reconcile.down()
 
