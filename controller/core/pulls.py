@@ -46,13 +46,6 @@ def url_origin(url: str) -> str:
     return sha256_hex(url.encode())[:16]
 
 
-def origin_of_document(spec: dict[str, Any]) -> str | None:
-    """:func:`url_origin` of a stored spec document's ``source.url``, else None."""
-    source = spec.get("source")
-    url = source.get("url") if isinstance(source, dict) else None
-    return url_origin(url) if isinstance(url, str) else None
-
-
 def key_of_document(spec: dict[str, Any]) -> str | None:
     """The cache key of a stored spec document's ``source`` (no pydantic: status reads it)."""
     source = spec.get("source")

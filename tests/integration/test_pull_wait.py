@@ -102,6 +102,38 @@ def test_a_fixed_url_is_pulled_at_once_not_held_by_the_typos_failures(
     reconcile.down()
 
 
+def test_a_rolling_updates_pull_failing_again_and_again_makes_once_exit_1(
+    reconcile: Any, cache: Path
+) -> None:
+    """RollingUpdate pulls the new source for `@next` while the old instance serves
+    (Ready, no record Pulling): its 404s went unseen, `--once` exited 0 for ever and
+    `--wait` ran to its timeout saying `timed out waiting for ` and no name."""
+    with serving({"tiny.gguf": DATA}) as server:
+        reconcile.write("web", source={"url": server.url("tiny.gguf"), "sha256": DIGEST})
+        reconcile.converge()
+        typo = {"url": server.url("new.guff"), "sha256": WRONG}
+        reconcile.write("web", source=typo, strategy="RollingUpdate")
+        reconcile.once()
+        entry = CacheEntry.of(cache, f"sha256-{WRONG}")
+        reconcile.wait_for(lambda: failures(entry) == 1, what="the first 404")
+        job = Job(
+            source=Source.model_validate(typo),
+            cache=cache,
+            state_dir=reconcile.state,
+            deployments=("web",),
+        )
+        launch.spawn(job)  # the retry a pass makes after the back-off, without the wait
+        reconcile.wait_for(lambda: failures(entry) == 2, what="the second 404")
+        again = reconcile.once(check=1)
+        assert "web: its pull keeps failing (2 attempts in a row" in again.err
+        assert "new.guff: HTTP 404" in again.err
+        waited = reconcile("--once", "--wait", "--timeout", "60s", check=1, timeout=90)
+        assert "cannot progress without you" in waited.err and "keeps failing" in waited.err
+        assert "timed out" not in waited.err
+        assert reconcile.status()["web"]["phase"] == "Ready"  # the old one still serves
+    reconcile.down()
+
+
 def test_wait_logs_a_pull_once_per_tenth_in_a_pipe(reconcile: Any, cache: Path) -> None:
     with serving({"tiny.gguf": DATA}, hold=2 * MB) as server:
         write(reconcile, server)

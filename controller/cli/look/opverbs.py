@@ -158,7 +158,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         found = [c for c in found if selected(labels.get(c.name, {}), args)]
     errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
     errors += _prune_errors(loaded, cfg.allow_empty)
-    errors += _stuck(found, observed, cfg.owner, _origins(desired.entries.values()))
+    errors += _stuck(found, observed, cfg.owner, desired.entries.values())
     errors += _unreadable_node_config(cfg)
     pending = planview.pending(found)
     blocked = planview.blocked(found)
@@ -205,13 +205,8 @@ def _unreadable_node_config(cfg: Config) -> list[str]:
     return [w.removesuffix(IGNORED) + fix for w in cfg.warnings]
 
 
-def _origins(entries: Iterable[Entry]) -> dict[str, str | None]:
-    """Deployment -> the URL its manifest pulls from now (a record may hold an older one)."""
-    return {e.name: s.origin if (s := e.deployment.spec.source) else None for e in entries}
-
-
 def _stuck(
-    found: Iterable[Change], observed: Observed, owner: str, origins: dict[str, str | None]
+    found: Iterable[Change], observed: Observed, owner: str, entries: Iterable[Entry]
 ) -> list[str]:
     """What `--once` exits 1 on that no pass changes by itself: this set's deployments the
     plan leaves Failed or crash-looping, and pulls that keep failing (as `--once` says)."""
@@ -226,7 +221,7 @@ def _stuck(
         if r.name in left and r.phase is Phase.FAILED
     ]
     out += [printable(crash_text(r)) for r in ours if r.name in left and r.crash_looping]
-    stuck = pulling.failing(ours, observed.pulls, origins)
+    stuck = pulling.failing(ours, observed.pulls, pulling.sources_of(entries))
     return out + [printable(why) for why in stuck.values()]
 
 

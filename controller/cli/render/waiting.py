@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from controller.cli.render import pullshow
 from controller.core.actions import Restart
+from controller.core.manifest.names import base_name
 from controller.core.manifest.quantity import format_age
 from controller.core.pulls import progress_text
 from controller.core.state import STUCK, Phase, Record, backoff_cause
@@ -118,7 +119,8 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
                 print(f"error: {printable(why)}", file=sys.stderr)
             return not failing
         # A crash loop, or a pull failing again and again, goes on by itself for good.
-        looping = _looping(result, restarts) | pulling.failing(result.ours(), result.pulls)
+        looping = _looping(result, restarts)
+        looping |= pulling.failing(result.ours(), result.pulls, result.sources)
         stuck = "; ".join([*filter(None, [_stuck(result, quarantined)]), *looping.values()])
         stuck = printable(stuck)  # engines' words: shown in a terminal, never acted on
         # What needs the user (a broken manifest, no capacity) ends the wait only once
@@ -180,7 +182,9 @@ class SetAside:
 def _progressing(result: PassResult, looping: set[str]) -> bool:
     """Some deployment of ours is on its way (starting, backing off, stopping) by itself;
     one crash-looping past the bound is going nowhere."""
-    return any(r.phase not in SETTLED and r.name not in looping for r in result.ours())
+    return any(
+        r.phase not in SETTLED and not {r.name, base_name(r.name)} & looping for r in result.ours()
+    )
 
 
 def _stuck(result: PassResult, quarantined: list[str]) -> str:
