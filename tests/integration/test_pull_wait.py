@@ -134,6 +134,23 @@ def test_a_rolling_updates_pull_failing_again_and_again_makes_once_exit_1(
     reconcile.down()
 
 
+def test_a_wait_that_times_out_on_a_rolling_updates_pull_names_it(
+    reconcile: Any, cache: Path
+) -> None:
+    with serving({"tiny.gguf": DATA, "new.gguf": DATA[::-1]}, hold=MB) as server:
+        reconcile.write("web", source={"url": server.url("tiny.gguf"), "sha256": DIGEST})
+        server.release()
+        reconcile.converge()
+        server.released.clear()  # the new file's pull stops mid-way until the end
+        new = {"url": server.url("new.gguf"), "sha256": hashlib.sha256(DATA[::-1]).hexdigest()}
+        reconcile.write("web", source=new, strategy="RollingUpdate")
+        waited = reconcile("--once", "--wait", "--timeout", "3s", check=1, timeout=60)
+        assert "timed out waiting for web (its new spec)" in waited.err, waited.err
+        server.release()
+        reconcile.converge()
+    reconcile.down()
+
+
 def test_wait_logs_a_pull_once_per_tenth_in_a_pipe(reconcile: Any, cache: Path) -> None:
     with serving({"tiny.gguf": DATA}, hold=2 * MB) as server:
         write(reconcile, server)

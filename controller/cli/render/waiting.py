@@ -134,8 +134,7 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
         if time.monotonic() >= deadline:
             display.close()
             aside.say(result)
-            waiting = [r.name for r in result.ours() if r.phase not in (Phase.READY, Phase.IDLE)]
-            print(f"reconcile: timed out waiting for {', '.join(waiting)}", file=sys.stderr)
+            print(f"reconcile: timed out waiting for {_waited(result)}", file=sys.stderr)
             if stuck:
                 print(
                     f"reconcile: cannot progress without you: {printable(stuck)}", file=sys.stderr
@@ -177,6 +176,18 @@ class SetAside:
             pid = self.adopted.get(problem.name or "")
             engine = f"; its engine (pid {pid}) adopted, as its marker names it" if pid else ""
             print(f"reconcile: {problem.name}: {printable(message)}{engine}", file=sys.stderr)
+
+
+def _waited(result: PassResult) -> str:
+    """What the wait timed out on: instances not Ready yet, and those Ready on their old
+    spec while the new one gets ready beside them (a rolling update's pull: no record)."""
+    out = []
+    for rec in result.ours():
+        if rec.phase not in (Phase.READY, Phase.IDLE):
+            out.append(rec.name)
+        elif result.specs.get(base_name(rec.name), rec.spec_hash) != rec.spec_hash:
+            out.append(f"{rec.name} (its new spec)")
+    return ", ".join(out)
 
 
 def _progressing(result: PassResult, looping: set[str]) -> bool:
