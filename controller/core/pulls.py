@@ -40,6 +40,12 @@ def file_name(url: str) -> str:
     return last if SAFE_FILE.match(last) and not last.endswith(".partial") else "model"
 
 
+def url_origin(url: str) -> str:
+    """Which URL a pull fetched, as hex (a URL may hold a token): two URLs of one digest
+    share a cache key, but a failure of one (a typo's 404) is not the other's."""
+    return sha256_hex(url.encode())[:16]
+
+
 def key_of_document(spec: dict[str, Any]) -> str | None:
     """The cache key of a stored spec document's ``source`` (no pydantic: status reads it)."""
     source = spec.get("source")
@@ -91,14 +97,16 @@ class PullFailure:
     message: str
     at: datetime
     attempts: int  # failures in a row: the back-off's count
+    origin: str | None = None  # url_origin of the URL that failed (None: a hub source)
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kind": self.kind,
             "message": self.message,
             "at": self.at.isoformat(),
             "attempts": self.attempts,
         }
+        return out if self.origin is None else {**out, "origin": self.origin}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PullFailure | None:
@@ -109,6 +117,7 @@ class PullFailure:
                 message=str(data.get("message", "")),
                 at=datetime.fromisoformat(str(data["at"])),
                 attempts=max(int(data.get("attempts", 1)), 1),
+                origin=str(data["origin"]) if data.get("origin") else None,
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -123,6 +132,14 @@ class PullView:
     running: bool = False
     progress: PullProgress | None = None
     failure: PullFailure | None = None
+
+    def failure_for(self, origin: str | None) -> PullFailure | None:
+        """The failure as it bears on a source fetched from ``origin``: none when it was
+        another URL's (the manifest's URL was fixed since: no back-off, no count)."""
+        failure = self.failure
+        if failure is None or None in (failure.origin, origin) or failure.origin == origin:
+            return failure
+        return None
 
 
 def size_text(n: float) -> str:

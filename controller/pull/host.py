@@ -16,7 +16,7 @@ from controller.core.manifest.specs import Entry
 from controller.core.pulls import PullView
 from controller.host.procscan import EnvironScan
 from controller.pull import launch
-from controller.pull.job import Job
+from controller.pull.job import Job, hub_env
 from controller.store.models import modelcache
 from controller.store.models.modelcache import CacheEntry
 
@@ -47,7 +47,7 @@ class HostPuller:
             deployments=waiting or (entry.name,),
             stall_seconds=self.stall_seconds,
         )
-        return f"pid {launch.spawn(job)}"
+        return f"pid {launch.spawn(job, hub_env(entry))}"
 
     def model_path(self, entry: Entry) -> str | None:
         """What ``{model}`` names for ``entry``: its cached file or folder (None: no source)."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.core.manifest.sources import Source
+from controller.core.manifest.specs import Entry
 from controller.core.pulls import FailureKind
 from controller.store import (
     diskspace,  # Why a pull failed, said for people: what happened, where, and the next move.
@@ -63,6 +64,18 @@ def too_big(url: str, received: int, bound: int, why: str) -> PullError:
         f"{url}: the server sent more than {size_text(bound)} ({why}; {size_text(received)} "
         "received): the partial file was dropped; check source.url",
     )
+
+
+def hub_env(entry: Entry) -> dict[str, str]:
+    """The hub client's settings (``HF_TOKEN``, ``HF_ENDPOINT``...) the deployment gives its
+    engine, from ``envFrom`` and ``env`` (env wins, as for the engine), for its hub pull:
+    a gated repo's token in the env file reaches the download as it reaches the engine
+    (and as the exported initContainer has it). Only for the pull's environment, which
+    its owner alone may read: never its argv, its job or its log."""
+    if entry.deployment.spec.source is None or entry.deployment.spec.source.url is not None:
+        return {}
+    merged = {**entry.secret_env, **entry.deployment.spec.env}
+    return {k: v for k, v in merged.items() if k.startswith("HF_")}
 
 
 JOB_ENV = "RECONCILE_PULL_JOB"  # how launch.py hands a pull process its job

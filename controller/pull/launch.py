@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from controller.host.procscan import EnvironScan
@@ -23,12 +24,14 @@ MARKER = "RECONCILE_PULL"
 _children: list[subprocess.Popen[bytes]] = []
 
 
-def spawn(job: Job) -> int:
-    """Start the pull of ``job``; its pid."""
+def spawn(job: Job, settings: Mapping[str, str] | None = None) -> int:
+    """Start the pull of ``job``; its pid. ``settings``: the deployment's own hub
+    variables (:func:`~controller.pull.job.hub_env`), over the daemon's."""
     _reap()
     entry = CacheEntry.of(job.cache, job.source.key)
     entry.ensure()
-    env = {**os.environ, MARKER: str(entry.folder), "RECONCILE_STATE": str(job.state_dir)}
+    env = {**os.environ, **(settings or {})}
+    env |= {MARKER: str(entry.folder), "RECONCILE_STATE": str(job.state_dir)}
     # The job (its URL, a ?token= with it) in the environment, which only its owner may
     # read: an argv is shown to every local user by `ps`.
     env[JOB_ENV] = job.to_json()

@@ -33,7 +33,7 @@ def run(job: Job) -> int:
 def _pull(job: Job, entry: CacheEntry) -> int:
     # A failed result stays until this attempt's own outcome replaces it: the pass that
     # started the retry still sees how many failed before (``--once`` exits 1 on a loop).
-    attempts = _failures_so_far(entry)
+    attempts = _failures_so_far(entry, job.source.origin)
     meter = ProgressMeter(entry)
     meter.flush(force=True)
     started = time.monotonic()
@@ -63,7 +63,8 @@ def _fetch(job: Job, entry: CacheEntry, meter: ProgressMeter) -> dict[str, Any]:
 def _failed(job: Job, entry: CacheEntry, kind: FailureKind, message: str, attempts: int) -> None:
     message = _named(job, message)
     result = {"status": "failed", "kind": kind, "message": message, "at": _now()}
-    entry.write_result({**result, "attempts": attempts})
+    origin = {"origin": job.source.origin} if job.source.origin else {}
+    entry.write_result({**result, "attempts": attempts, **origin})
     print(f"pull failed: {message}", file=sys.stderr, flush=True)
     _journal(job, "pull", job.source.describe(), "failed", error=message, attempts=attempts)
 
@@ -77,9 +78,13 @@ def _named(job: Job, message: str) -> str:
     return message if named in message else f"{job.source.describe()}: {message}"
 
 
-def _failures_so_far(entry: CacheEntry) -> int:
+def _failures_so_far(entry: CacheEntry, origin: str | None) -> int:
+    """Failures in a row before this attempt: of this URL only (another URL of the same
+    digest, the one the manifest named before a fix, starts the count again)."""
     previous = entry.result()
     if previous is None or previous.get("status") != "failed":
+        return 0
+    if None not in (origin, previous.get("origin")) and previous.get("origin") != origin:
         return 0
     attempts = previous.get("attempts", 1)
     return attempts if isinstance(attempts, int) else 1

@@ -322,6 +322,9 @@ class Executor:
         if action.spawn and self.puller is not None:
             where = self.puller.start(action.entry, action.waiting)
             self.event(action.name, action.verb, action.reason, f"started {where}")
+            # The others waiting for the same file hear of it too, as they hear of its end.
+            for other in sorted(set(action.waiting) - {base_name(action.name)}):
+                self.event(other, action.verb, action.reason, f"started {where}")
             changed = True
         current = self.store.read(action.name)
         if not action.record or (current is not None and current.holds):

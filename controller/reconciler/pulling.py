@@ -17,9 +17,11 @@ from pathlib import Path
 import pydantic
 
 from controller.backends.base import Backend, Puller
+from controller.core.manifest.names import base_name
+from controller.core.manifest.sources import Source
 from controller.core.manifest.specs import DeploymentSpec, Entry
-from controller.core.pulls import PullView, key_of_document
-from controller.core.state import Phase, Record
+from controller.core.pulls import PullView
+from controller.core.state import Record
 from controller.logsetup import get_logger
 
 log = get_logger(__name__)
@@ -37,24 +39,35 @@ def puller_of(backend: Backend, state_dir: Path) -> Puller:
     return backend.puller(state_dir, stall)
 
 
-def failing(records: Iterable[Record], pulls: Mapping[str, PullView]) -> dict[str, str]:
-    """Pulling deployments whose pull failed FAILING_AFTER times in a row: name -> why.
+def failing(
+    records: Iterable[Record], pulls: Mapping[str, PullView], sources: Mapping[str, Source]
+) -> dict[str, str]:
+    """Deployments whose manifest's source failed FAILING_AFTER times in a row: name -> why.
 
-    Read from the pass's view of each key, whose failure a retry leaves in place until
-    its own outcome replaces it, so a pass that has just restarted the pull still sees
-    the failures.
+    By the manifest's source (``sources``: deployment -> it), not a record's: a rolling
+    update pulls for its ``@next`` with no record of its own while the old instance
+    serves (Ready), and ``plan`` writes no record for a source just edited (a failure of
+    the URL the manifest no longer names does not count). Only deployments with a
+    record in ``records`` (``replicas: 0`` wants no pull). Read from the pass's view of
+    each key, whose failure a retry leaves in place until its own outcome replaces it,
+    so a pass that has just restarted the pull still sees the failures.
     """
+    present = {base_name(rec.name) for rec in records}
     out: dict[str, str] = {}
-    for rec in records:
-        key = key_of_document(rec.stored_spec) if rec.phase is Phase.PULLING else None
-        view = pulls.get(key) if key is not None else None
-        failure = view.failure if view is not None else None
+    for name, source in sorted(sources.items()):
+        view = pulls.get(source.key) if name in present else None
+        failure = view.failure_for(source.origin) if view is not None else None
         if failure is not None and failure.attempts >= FAILING_AFTER:
-            out[rec.name] = (
-                f"{rec.name}: its pull keeps failing ({failure.attempts} attempts in a row; "
+            out[name] = (
+                f"{name}: its pull keeps failing ({failure.attempts} attempts in a row; "
                 f"last: {failure.message})"
             )
     return out
+
+
+def sources_of(entries: Iterable[Entry]) -> dict[str, Source]:
+    """Deployment -> the source its manifest pulls (those with one)."""
+    return {e.name: s for e in entries if (s := e.deployment.spec.source) is not None}
 
 
 def drop_unused_image_pulls(

@@ -37,6 +37,7 @@ from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.manifest import backendnames
 from controller.core.manifest.labels import share, skip_note
 from controller.core.manifest.names import base_name, is_next
+from controller.core.manifest.sources import Source
 from controller.core.manifest.specs import Entry, with_secrets
 from controller.core.plan import EMPTIED, Desired, plan, rekeyed, waits_turn
 from controller.core.pulls import PullView
@@ -99,6 +100,7 @@ class PassResult:
     node: str | None = None  # records of other nodes are theirs to judge, not this pass's
     git: SyncResult | None = None  # the git source's fetch and move before this pass
     specs: dict[str, str] = field(default_factory=dict)  # deployment -> its spec's hash
+    sources: dict[str, Source] = field(default_factory=dict)  # deployment -> its source
     skipped: dict[str, str] = field(default_factory=dict)  # left to other nodes -> selector
     # A pass run at once (run_pass's at_once) whose plan was more than new starts: it did
     # nothing, and waits for the folder to settle.
@@ -143,7 +145,7 @@ class PassResult:
             out.append("the manifests folder holds no manifest: nothing pruned")
         out += [crash_text(r) for r in self.ours() if r.crash_looping]
         out += [f"{name}: {why}" for name, why in sorted(self.held.items())]
-        return out + list(pulling.failing(self.ours(), self.pulls).values())
+        return out + list(pulling.failing(self.ours(), self.pulls, self.sources).values())
 
     @property
     def converged(self) -> bool:
@@ -511,6 +513,7 @@ class Reconciler(Preview):
         )
         result.names = set(desired.instances())
         result.specs = {name: entry.hash for name, entry in desired.entries.items()}
+        result.sources = pulling.sources_of(desired.entries.values())
         result.skipped = dict(desired.skipped)
         result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
         result.missing_folders = list(loaded.missing_folders)

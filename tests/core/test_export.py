@@ -284,6 +284,39 @@ def test_command_without_image_is_refused_even_when_lossy() -> None:
         assert "set spec.image" in problem.message
 
 
+def test_a_name_no_service_may_have_is_refused_even_when_lossy() -> None:
+    """`7b-chat` is a valid deployment name, but its Service would be rejected by the API
+    server (a DNS-1035 label starts with a letter), failing the whole `kubectl apply`;
+    the schema check above never looks at names."""
+    dep = deployment("7b-chat", image=STAND_IN_IMAGE)
+    for lossy in (False, True):
+        with pytest.raises(ExportError) as info:
+            export(dep, lossy=lossy)
+        (problem,) = info.value.problems
+        assert problem.field == ("metadata", "name") and not problem.droppable
+        assert "start with a letter" in problem.message and "m7b-chat" in problem.message
+    assert export(deployment("chat-7b", image=STAND_IN_IMAGE)).objects
+
+
+def test_a_pod_the_api_server_would_reject_for_its_names_is_refused() -> None:
+    """Schema-valid, rejected by the API server: two containers named alike (the engine
+    named as the pull's initContainer), two mounts at one path (a bind mount at the
+    pulled model's /models)."""
+    source = {"url": "https://models.example.org/m.gguf", "sha256": "a" * 64}
+    cases = {
+        ("metadata", "name"): deployment("pull-model", image=STAND_IN_IMAGE, source=source),
+        ("spec", "container", "volumes"): deployment(
+            "web", source=source, container={"image": "x:1", "volumes": ["/data:/models:ro"]}
+        ),
+    }
+    for field, dep in cases.items():
+        with pytest.raises(ExportError) as info:
+            export(dep, lossy=True)
+        assert [p.field for p in info.value.problems] == [field]
+    kept = deployment("web", source=source, container={"image": "x:1", "volumes": ["/d:/data"]})
+    assert export(kept).objects
+
+
 def test_amd_without_an_image_is_refused() -> None:
     dep = deployment(
         "r", engine="vllm", command=None, model="m", devices={"count": 1, "kind": "amd"}

@@ -54,6 +54,28 @@ def test_status_shows_the_pull_as_it_goes(reconcile: Any, cache: Path) -> None:
     reconcile.down()
 
 
+def test_a_pull_killed_shows_no_rate_eta_or_pid_until_a_pass_resumes_it(
+    reconcile: Any, cache: Path
+) -> None:
+    """progress.json keeps the dead pull's last figure: status and describe showed its
+    rate, an ETA counting down and its pid as if it ran (until cron's next pass)."""
+    with serving({"kept.gguf": KEPT}, hold=MB // 2) as server:
+        reconcile.write("web", source=source(server, "kept.gguf", KEPT))
+        reconcile.once()
+        entry = CacheEntry.of(cache, key(KEPT))
+        reconcile.wait_for(lambda: (p := entry.progress()) and p.rate > 0, what="a rate")
+        assert kill_marked(str(cache), marker=launch.MARKER)
+        reconcile.wait_for(lambda: not entry.busy(), what="the lock to go with the process")
+        (item,) = reconcile("status", "-o", "json", check=0).json()
+        assert item["pull"]["rate"] == 0 and item["pull"]["bytes_done"] > 0
+        assert "/s" not in item["message"] and "ETA" not in item["message"]
+        (pull,) = [ln for ln in reconcile("describe", "web").out.splitlines() if "Pull:" in ln]
+        assert "/s" not in pull and "ETA" not in pull and "pid" not in pull, pull
+        server.release()
+        reconcile.converge()  # the next pass resumes it
+    reconcile.down()
+
+
 def test_models_lists_and_prune_keeps_what_a_manifest_names(reconcile: Any, cache: Path) -> None:
     with serving({"kept.gguf": KEPT, "gone.gguf": GONE}) as server:
         reconcile.write("keep", source=source(server, "kept.gguf", KEPT))
@@ -70,6 +92,27 @@ def test_models_lists_and_prune_keeps_what_a_manifest_names(reconcile: Any, cach
 
     reconcile("models", "prune", check=0)
     assert (cache / key(KEPT)).exists() and not (cache / key(GONE)).exists()
+
+
+def test_prune_says_it_keeps_a_pull_no_manifest_names_any_more(reconcile: Any, cache: Path) -> None:
+    """The manifest deleted mid-pull: the pull goes on (as after `down`), and prune,
+    which leaves an entry being filled alone, says so instead of nothing at exit 0."""
+    with serving({"gone.gguf": GONE}, hold=MB // 4) as server:
+        reconcile.write("drop", source=source(server, "gone.gguf", GONE))
+        reconcile.write("other")
+        reconcile.once()
+        entry = CacheEntry.of(cache, key(GONE))
+        reconcile.wait_for(lambda: (p := entry.progress()) and p.bytes_done, what="bytes")
+        (reconcile.manifests / "drop.yaml").unlink()
+        reconcile.once()  # its record is pruned; the pull goes on
+        for args in (("--dry-run",), ()):
+            said = reconcile("models", "prune", *args, check=0).out
+            assert f"kept {entry.folder}" in said and "a pull is filling it" in said, said
+        assert entry.folder.exists()
+        server.release()
+        reconcile.wait_for(lambda: not entry.busy(), what="the pull to end")
+    assert f"removed {entry.folder}" in reconcile("models", "prune", check=0).out
+    reconcile.down()
 
 
 @pytest.mark.parametrize("folder", ["empty", "broken"])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from modelservers import FileServer, serving
+from modelservers import FileServer, HubServer, serving
 from procs import kill_marked
 
 from controller.pull import launch
@@ -68,6 +68,9 @@ def test_two_deployments_pull_once_and_model_names_the_cached_file(
         assert reconcile.cmdline(pid).endswith(f"--model {path}")
     done = [e for e in reconcile.events("a") if e["action"] == "pull" and e["outcome"] == "done"]
     assert done and done[0]["sha256"] == DIGEST
+    for name in ("a", "b"):  # the one pull's start and end, in each deployment's journal
+        said = [e["outcome"].split()[0] for e in reconcile.events(name) if e["action"] == "pull"]
+        assert said == ["started", "done"], (name, said)
     assert set(entry.used()) == {"a", "b"}
     reconcile.down()
 
@@ -85,6 +88,20 @@ def test_a_wrong_sha256_never_reaches_the_engine(reconcile: Any, cache: Path) ->
     assert not list((cache / entry.key).glob("tiny.gguf*"))
     failed = [e for e in reconcile.events("web") if e.get("outcome") == "failed"]
     assert failed and "0" * 64 in failed[0]["error"]
+    reconcile.down()
+
+
+def test_events_and_describe_say_why_a_pull_failed(reconcile: Any, cache: Path) -> None:
+    """The journal keeps the failure's words apart (``error``); the text views showed
+    `failed  <url>` alone, so `events` never said it was the digest (or a 404)."""
+    with serving({"tiny.gguf": DATA}) as server:
+        write(reconcile, "web", server, digest="0" * 64)
+        reconcile.once()
+        entry = CacheEntry.of(cache, f"sha256-{'0' * 64}")
+        reconcile.wait_for(lambda: entry.result(), what="the pull's result")
+    for verb in ("events", "describe"):
+        (line,) = [ln for ln in reconcile(verb, "web").out.splitlines() if " failed " in ln]
+        assert DIGEST in line and "0" * 64 in line and line.count(server.url("")) == 1, line
     reconcile.down()
 
 
@@ -160,3 +177,35 @@ def test_a_full_disk_is_pending_naming_the_path_and_both_sizes(
     assert "2.1 MB still to download, 1.0 MB free" in record["message"]
     assert "RECONCILE_MODEL_CACHE" in record["message"] and "web" in again.err
     reconcile.down()
+
+
+def test_a_gated_repos_token_in_env_from_reaches_the_pull_and_nothing_else(
+    reconcile: Any, cache: Path, tmp_path: Path
+) -> None:
+    """The token where the README's Secrets section puts it (an envFrom file), the hub
+    where spec.env says: the pull uses both, as the engine and the exported
+    initContainer do, and the token shows in no output, file or event."""
+    token = "hf_" + os.urandom(12).hex()
+    env_file = tmp_path / "hf.env"
+    env_file.write_text(f"HF_TOKEN={token}\n")
+    env_file.chmod(0o600)
+    files = {"tiny-q4_k_m.gguf": DATA[:4096]}
+    with HubServer("acme/gated", files, gated=True) as hub:
+        reconcile.write(
+            "web",
+            command=model_command(reconcile),
+            source={"huggingFace": {"repo": "acme/gated", "files": ["*.gguf"]}},
+            env={"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf")},
+            envFrom=[{"file": str(env_file)}],
+        )
+        said = [reconcile.converge()]
+        assert hub.downloads == ["tiny-q4_k_m.gguf"]
+    assert reconcile.status()["web"]["phase"] == "Ready"
+    said += [reconcile(verb, "web") for verb in ("status", "describe", "events")]
+    assert not [r for r in said if token in r.out + r.err]
+    assert not [p for p in reconcile.state.rglob("*") if p.is_file() and token in _text(p)]
+    reconcile.down()
+
+
+def _text(path: Path) -> str:
+    return path.read_bytes().decode(errors="replace")

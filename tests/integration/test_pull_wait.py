@@ -71,6 +71,86 @@ def test_a_pull_failing_again_and_again_makes_once_exit_1(reconcile: Any, cache:
     reconcile.down()
 
 
+def test_a_fixed_url_is_pulled_at_once_not_held_by_the_typos_failures(
+    reconcile: Any, cache: Path
+) -> None:
+    """Two 404s of a typo'd URL, then the manifest names the right one (same sha256, so
+    the same cache entry): the old URL's failures neither hold the new pull in back-off
+    nor make `plan`/`--once` exit 1 naming the old URL."""
+    with serving({"tiny.gguf": DATA}) as server:
+        typo = {"url": server.url("tiny.guff"), "sha256": DIGEST}
+        reconcile.write("web", source=typo)
+        reconcile.once()
+        entry = CacheEntry.of(cache, f"sha256-{DIGEST}")
+        reconcile.wait_for(lambda: failures(entry) == 1, what="the first 404")
+        job = Job(
+            source=Source.model_validate(typo),
+            cache=cache,
+            state_dir=reconcile.state,
+            deployments=("web",),
+        )
+        launch.spawn(job)  # the retry a pass makes after the back-off, without the wait
+        reconcile.wait_for(lambda: failures(entry) == 2, what="the second 404")
+        assert "pull failed" in reconcile("plan", check=1).out
+        write(reconcile, server)  # the URL fixed
+        plan = reconcile("plan", check=2)  # changes to make, none that needs you
+        assert "pull failed" not in plan.out and "tiny.guff" not in plan.out
+        waited = reconcile("--once", "--wait", "--timeout", "60s", timeout=90)
+        assert "keeps failing" not in waited.err
+        assert reconcile.status()["web"]["phase"] == "Ready"
+        assert server.requests == 3  # two 404s, then one download
+    reconcile.down()
+
+
+def test_a_rolling_updates_pull_failing_again_and_again_makes_once_exit_1(
+    reconcile: Any, cache: Path
+) -> None:
+    """RollingUpdate pulls the new source for `@next` while the old instance serves
+    (Ready, no record Pulling): its 404s went unseen, `--once` exited 0 for ever and
+    `--wait` ran to its timeout saying `timed out waiting for ` and no name."""
+    with serving({"tiny.gguf": DATA}) as server:
+        reconcile.write("web", source={"url": server.url("tiny.gguf"), "sha256": DIGEST})
+        reconcile.converge()
+        typo = {"url": server.url("new.guff"), "sha256": WRONG}
+        reconcile.write("web", source=typo, strategy="RollingUpdate")
+        reconcile.once()
+        entry = CacheEntry.of(cache, f"sha256-{WRONG}")
+        reconcile.wait_for(lambda: failures(entry) == 1, what="the first 404")
+        job = Job(
+            source=Source.model_validate(typo),
+            cache=cache,
+            state_dir=reconcile.state,
+            deployments=("web",),
+        )
+        launch.spawn(job)  # the retry a pass makes after the back-off, without the wait
+        reconcile.wait_for(lambda: failures(entry) == 2, what="the second 404")
+        again = reconcile.once(check=1)
+        assert "web: its pull keeps failing (2 attempts in a row" in again.err
+        assert "new.guff: HTTP 404" in again.err
+        waited = reconcile("--once", "--wait", "--timeout", "60s", check=1, timeout=90)
+        assert "cannot progress without you" in waited.err and "keeps failing" in waited.err
+        assert "timed out" not in waited.err
+        assert reconcile.status()["web"]["phase"] == "Ready"  # the old one still serves
+    reconcile.down()
+
+
+def test_a_wait_that_times_out_on_a_rolling_updates_pull_names_it(
+    reconcile: Any, cache: Path
+) -> None:
+    with serving({"tiny.gguf": DATA, "new.gguf": DATA[::-1]}, hold=MB) as server:
+        reconcile.write("web", source={"url": server.url("tiny.gguf"), "sha256": DIGEST})
+        server.release()
+        reconcile.converge()
+        server.released.clear()  # the new file's pull stops mid-way until the end
+        new = {"url": server.url("new.gguf"), "sha256": hashlib.sha256(DATA[::-1]).hexdigest()}
+        reconcile.write("web", source=new, strategy="RollingUpdate")
+        waited = reconcile("--once", "--wait", "--timeout", "3s", check=1, timeout=60)
+        assert "timed out waiting for web (its new spec)" in waited.err, waited.err
+        server.release()
+        reconcile.converge()
+    reconcile.down()
+
+
 def test_wait_logs_a_pull_once_per_tenth_in_a_pipe(reconcile: Any, cache: Path) -> None:
     with serving({"tiny.gguf": DATA}, hold=2 * MB) as server:
         write(reconcile, server)

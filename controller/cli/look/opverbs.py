@@ -37,6 +37,7 @@ from controller.store.instances.records import RecordProblem, RecordStore, check
 
 if TYPE_CHECKING:  # the loader brings pydantic: status, describe and logs never load it
     from controller.cli.render.planview import Change
+    from controller.core.manifest.specs import Entry
     from controller.core.state import Observed
     from controller.store.sources.manifests import LoadResult
 
@@ -157,7 +158,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         found = [c for c in found if selected(labels.get(c.name, {}), args)]
     errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
     errors += _prune_errors(loaded, cfg.allow_empty)
-    errors += _stuck(found, observed, cfg.owner)
+    errors += _stuck(found, observed, cfg.owner, desired.entries.values())
     errors += _unreadable_node_config(cfg)
     errors += _source_failing(cfg)
     pending = planview.pending(found)
@@ -222,7 +223,9 @@ def _source_failing(cfg: Config) -> list[str]:
     return [f"git: {printable(why)} (still running {st.applied[:12]}; nothing pruned)"]
 
 
-def _stuck(found: Iterable[Change], observed: Observed, owner: str) -> list[str]:
+def _stuck(
+    found: Iterable[Change], observed: Observed, owner: str, entries: Iterable[Entry]
+) -> list[str]:
     """What `--once` exits 1 on that no pass changes by itself: this set's deployments the
     plan leaves Failed or crash-looping, and pulls that keep failing (as `--once` says)."""
     from controller.reconciler import pulling
@@ -236,7 +239,8 @@ def _stuck(found: Iterable[Change], observed: Observed, owner: str) -> list[str]
         if r.name in left and r.phase is Phase.FAILED
     ]
     out += [printable(crash_text(r)) for r in ours if r.name in left and r.crash_looping]
-    return out + [printable(why) for why in pulling.failing(ours, observed.pulls).values()]
+    stuck = pulling.failing(ours, observed.pulls, pulling.sources_of(entries))
+    return out + [printable(why) for why in stuck.values()]
 
 
 def _before_the_first_fetch(cfg: Config) -> tuple[str, int] | None:

@@ -3,7 +3,8 @@
 Prune is guarded like a pass's prune (invariant 5): a manifests folder that is missing,
 empty or holds a file that failed to load removes nothing, since what it would have
 named is unknown. What any record of this state dir names is kept too (an engine may
-run on it), and so is an entry a pull is filling now.
+run on it), and so is an entry a pull is filling now (a manifest deleted mid-pull, or
+another state dir's pull in a shared cache), with a line that says so.
 """
 
 from __future__ import annotations
@@ -93,9 +94,12 @@ def _prune(cfg: Config, *, dry_run: bool) -> int:
     named |= set(_record_users(cfg))
     verb = "would remove" if dry_run else "removed"
     for entry in entries(cache_root(cfg.state_dir)):
-        if entry.key in named or entry.busy():
+        if entry.key in named:
             continue
         size = size_text(entry.size())
+        if entry.busy():  # maybe another state dir's (a shared cache): said, not touched
+            print(f"kept {entry.folder} ({size} so far): a pull is filling it; prune again later")
+            continue
         if not dry_run:
             entry.remove()
         print(f"{verb} {entry.folder} ({size})")

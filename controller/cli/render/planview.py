@@ -53,7 +53,9 @@ def plan_note(
     action: Pull, observed: Observed, size: Callable[[Source], int | None] = remote_size
 ) -> PlanNote:
     view = observed.pulls.get(action.key)
-    failure = view.failure if view is not None else None
+    source = action.entry.deployment.spec.source
+    origin = source.origin if source is not None else None
+    failure = view.failure_for(origin) if view is not None else None
     failing = failure is not None and failure.attempts >= FAILING_AFTER
     progress = view.progress if view is not None else None
     if progress is not None and progress.bytes_total is not None:
@@ -62,7 +64,6 @@ def plan_note(
             return PlanNote(f"{size_text(left)} to download", left, failing)
         whole = size_text(progress.bytes_total)
         return PlanNote(f"{size_text(left)} of {whole} left to download", left, failing)
-    source = action.entry.deployment.spec.source
     total = size(source) if source is not None else None
     if total is None:
         return PlanNote("unknown size", None, failing)

@@ -24,7 +24,7 @@ def progress_of(rec: Record, state_dir: Path) -> PullProgress | None:
     key = key_of_document(rec.stored_spec)
     if key is None or not KEY.match(key):
         return None
-    return CacheEntry.of(cache_root(state_dir), key).progress()
+    return CacheEntry.of(cache_root(state_dir), key).live_progress()
 
 
 def fraction(progress: PullProgress) -> float | None:

@@ -46,6 +46,16 @@ def short_rev(revision: str | None) -> str:
     return ",".join(r[:12] for r in revision.split(",")) if revision else "-"
 
 
+def event_reason(event: Mapping[str, Any]) -> str:
+    """An event's REASON column: its reason, and why it failed when it says (a pull's
+    ``error``: a 404, both digests), which the JSON keeps apart; once when it repeats
+    the reason (a URL's failure names the URL)."""
+    reason, error = str(event.get("reason", "")), event.get("error")
+    if not error:
+        return reason
+    return str(error) if not reason or reason in str(error) else f"{reason}: {error}"
+
+
 # -- status ------------------------------------------------------------------------------------
 
 

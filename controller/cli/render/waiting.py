@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from controller.cli.render import pullshow
 from controller.core.actions import Restart
+from controller.core.manifest.names import base_name
 from controller.core.manifest.quantity import format_age
 from controller.core.pulls import progress_text
 from controller.core.state import STUCK, Phase, Record, backoff_cause
@@ -118,7 +119,8 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
                 print(f"error: {printable(why)}", file=sys.stderr)
             return not failing
         # A crash loop, or a pull failing again and again, goes on by itself for good.
-        looping = _looping(result, restarts) | pulling.failing(result.ours(), result.pulls)
+        looping = _looping(result, restarts)
+        looping |= pulling.failing(result.ours(), result.pulls, result.sources)
         stuck = "; ".join([*filter(None, [_stuck(result, quarantined)]), *looping.values()])
         stuck = printable(stuck)  # engines' words: shown in a terminal, never acted on
         # What needs the user (a broken manifest, no capacity) ends the wait only once
@@ -132,8 +134,7 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
         if time.monotonic() >= deadline:
             display.close()
             aside.say(result)
-            waiting = [r.name for r in result.ours() if r.phase not in (Phase.READY, Phase.IDLE)]
-            print(f"reconcile: timed out waiting for {', '.join(waiting)}", file=sys.stderr)
+            print(f"reconcile: timed out waiting for {_waited(result)}", file=sys.stderr)
             if stuck:
                 print(
                     f"reconcile: cannot progress without you: {printable(stuck)}", file=sys.stderr
@@ -177,10 +178,24 @@ class SetAside:
             print(f"reconcile: {problem.name}: {printable(message)}{engine}", file=sys.stderr)
 
 
+def _waited(result: PassResult) -> str:
+    """What the wait timed out on: instances not Ready yet, and those Ready on their old
+    spec while the new one gets ready beside them (a rolling update's pull: no record)."""
+    out = []
+    for rec in result.ours():
+        if rec.phase not in (Phase.READY, Phase.IDLE):
+            out.append(rec.name)
+        elif result.specs.get(base_name(rec.name), rec.spec_hash) != rec.spec_hash:
+            out.append(f"{rec.name} (its new spec)")
+    return ", ".join(out)
+
+
 def _progressing(result: PassResult, looping: set[str]) -> bool:
     """Some deployment of ours is on its way (starting, backing off, stopping) by itself;
     one crash-looping past the bound is going nowhere."""
-    return any(r.phase not in SETTLED and r.name not in looping for r in result.ours())
+    return any(
+        r.phase not in SETTLED and not {r.name, base_name(r.name)} & looping for r in result.ours()
+    )
 
 
 def _stuck(result: PassResult, quarantined: list[str]) -> str:

@@ -92,7 +92,7 @@ def export(
 
     ``folder``: the manifest's, which a ``sopsFile`` is relative to (the Secret's hint
     names it from there, so it runs from any directory)."""
-    problems = tuple(problems_of(deployment.spec))
+    problems = (*_name_problems(deployment), *problems_of(deployment.spec))
     refused = tuple(p for p in problems if not (lossy and p.droppable))
     if refused:
         raise ExportError(refused)
@@ -231,6 +231,36 @@ def _volume_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
         "PersistentVolumeClaim in their place shares one copy)"
     )
     return (ExportGap(("spec", "container", "volumes"), text, droppable=False),)
+
+
+def _name_problems(deployment: Deployment) -> list[ExportGap]:
+    """Names the API server would reject though the schema holds (kubernetes-validate
+    checks no names): the Service is named as the deployment, and a Service's name is a
+    DNS-1035 label (``7b-chat`` is not); the pod's engine container is too, beside the
+    pull's initContainer; a bind mount may not sit where the pulled model is mounted."""
+    name, spec = deployment.metadata.name, deployment.spec
+    out = []
+    if not name[0].isalpha():
+        message = (
+            f"a Kubernetes Service name must start with a letter (DNS-1035), and the "
+            f"Service is named {name!r} after the deployment: rename it (e.g. m{name}) "
+            "to export it"
+        )
+        out.append(ExportGap(("metadata", "name"), message, droppable=False))
+    if spec.source is not None and name == exportpull.CONTAINER:
+        message = (
+            f"the engine's container is named {name!r} after the deployment, as is the "
+            "initContainer that pulls spec.source, and a pod's container names must "
+            "differ: rename the deployment to export it"
+        )
+        out.append(ExportGap(("metadata", "name"), message, droppable=False))
+    if spec.source is not None and exportpull.MOUNT in (b[2] for b in _binds(spec)):
+        message = (
+            f"{exportpull.MOUNT} is where the exported pod mounts the model spec.source "
+            "pulls, and two mounts at one path are refused: mount this volume elsewhere"
+        )
+        out.append(ExportGap(("spec", "container", "volumes"), message, droppable=False))
+    return out
 
 
 def problems_of(spec: DeploymentSpec) -> list[ExportGap]:

@@ -14,7 +14,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from controller.core.pulls import hub_key, url_key
+from controller.core.pulls import hub_key, url_key, url_origin
 from controller.redact import redact_url
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -87,6 +87,11 @@ class Source(_Model):
         hub = self.hugging_face
         assert hub is not None
         return hub_key(hub.repo, hub.revision, hub.files)
+
+    @property
+    def origin(self) -> str | None:
+        """Which URL the file comes from (:func:`url_origin`); None for a hub source."""
+        return url_origin(self.url) if self.url is not None else None
 
     def describe(self) -> str:
         """One line for messages and events: the URL (no secret in it), or repo@revision

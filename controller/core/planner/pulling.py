@@ -43,7 +43,8 @@ def _pull(
 ) -> Pull | Hold:
     entry = item.entry
     name = item.record if isinstance(item, Want) else next_name(item.record)
-    failure = view.failure
+    source = entry.deployment.spec.source
+    failure = view.failure_for(source.origin if source is not None else None)
     due = failure is None or ctx.now >= failure.at + timedelta(seconds=backoff(failure.attempts))
     if failure is not None and not due and not view.running:
         retry_at = failure.at + timedelta(seconds=backoff(failure.attempts))

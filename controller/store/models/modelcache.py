@@ -27,7 +27,7 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,21 @@ class CacheEntry:
     def progress(self) -> PullProgress | None:
         data = _read_json(self.folder / "progress.json")
         return PullProgress.from_json(data) if data is not None else None
+
+    def live_progress(self) -> PullProgress | None:
+        """:meth:`progress` as it stands now, for people: a pull whose process is gone
+        (killed, the host rebooted) holds no lock and moves no byte, so it shows no rate,
+        ETA or pid until the next pass resumes it. A cluster's pull (``nodes.json``)
+        holds its lock on its node: its figure is shown as the backend noted it."""
+        progress = self.progress()
+        if progress is None or self.nodes():
+            return progress
+        try:
+            if self.busy():
+                return progress
+        except OSError:  # a lock this user may not take: say what the file says
+            return progress
+        return replace(progress, rate=0.0, pid=None)
 
     def write_result(self, result: dict[str, Any]) -> None:
         write_atomic(self.folder / "result.json", json.dumps(result).encode(), 0o644)

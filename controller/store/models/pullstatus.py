@@ -36,6 +36,6 @@ def _progress(rec: Record, root: Path) -> PullProgress | None:
     if key is None:
         return None
     try:
-        return CacheEntry.of(root, key).progress()
+        return CacheEntry.of(root, key).live_progress()
     except ValueError:  # a key of a shape this version does not know
         return None
