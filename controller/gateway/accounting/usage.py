@@ -56,6 +56,8 @@ class Meter:
     strip: bool = False
     model: str | None = None  # as the body named it (the request log's)
     instance: str | None = None  # the engine that answered (``web@1``)
+    deployment: str | None = None  # the deployment of that engine
+    status: int | None = None  # the status the client was sent, once its answer began
 
     def answered(self) -> None:
         if self.first is None:

@@ -328,6 +328,7 @@ class Forwarder:
         self.load.add(target.deployment, 1)
         self.metrics.begin(target.deployment, target.instance)
         incoming.meter.instance = target.instance
+        incoming.meter.deployment = target.deployment
         trial = self.table.health.sent(target.nonce)
         outcome: int | str | None = None  # passive health (health.py); None: no verdict
         silent = False  # the client gave up before a byte of the engine's answer

@@ -257,6 +257,7 @@ async def _pump(
     try:
         if not response.prepared:
             await response.prepare(request)
+        meter.status = response.status  # what a client gone mid-answer is logged with
         async for chunk in upstream.chunks():
             out = sse.feed(chunk) if sse is not None else chunk
             if json_tail is not None:

@@ -245,9 +245,9 @@ class Front:
                 status = response.status
                 return response
             except (asyncio.CancelledError, ConnectionError):
-                # Its connection closed before the answer (server.py cancels the handler;
-                # a body still coming fails): nginx's 499, a client error, not the server's.
-                status = CLIENT_CLOSED
+                # Its connection closed (server.py cancels the handler; a body still
+                # coming fails): see gone().
+                deployment, status = gone(meter)
                 raise
             finally:
                 self._count(deployment, key, status, meter)
@@ -344,6 +344,16 @@ class Front:
         finally:
             if answered is None:
                 await waiting.settle()
+
+
+def gone(meter: Meter) -> tuple[str, int]:
+    """The deployment and status logged of a request whose client went away: the status
+    it was sent once its answer had begun (nginx logs what it sent), else nginx's 499, a
+    client error, not the server's; under the deployment its engine had, if any."""
+    deployment = meter.deployment or "-"
+    if meter.status is not None and meter.first is not None:
+        return deployment, meter.status
+    return deployment, CLIENT_CLOSED
 
 
 # A client sends the same Host on every request: its verdict (an IP parse and a URL split,
