@@ -2,7 +2,7 @@
 500 and a traceback; when the engine sent no byte of its answer, the request once more on
 the same instance on a new connection (a kept-alive one the engine closed is no reason to
 move, issue 41), then on another Ready instance; a stream cut mid-way ends with an error
-event the client reads."""
+event the client reads, and is logged as that 502."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from procs import free_ports
 
 from controller.core.manifest.names import next_name
 from controller.core.state import Phase, Record
+from controller.gateway.accounting.requestlog import path_in
 from controller.gateway.lifecycle.app import Gateway
 from controller.gateway.settings import Settings
 from controller.gateway.surface import enginesock
@@ -39,6 +40,19 @@ def upstream_error(answer: Any) -> None:
     assert error is not None and error["code"] == "upstream_error", answer
 
 
+def logged_statuses(state: Path, count: int) -> list[int]:
+    """The statuses of the request log's first ``count`` lines, once it has them."""
+    log = path_in(state)
+
+    def lines() -> list[str]:
+        return log.read_text().splitlines() if log.is_file() else []
+
+    deadline = time.monotonic() + 30
+    while len(lines()) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [json.loads(line)["status"] for line in lines()[:count]]
+
+
 def test_an_engine_that_drops_the_connection_is_a_502(reconcile: Any, gateway: Any) -> None:
     reconcile.write("m", command=rude_command())
     g = gateway()
@@ -54,6 +68,9 @@ def test_an_engine_that_drops_the_connection_is_a_502(reconcile: Any, gateway: A
     assert last.startswith(b"data: "), cut
     assert json.loads(last[len(b"data: ") :])["error"]["code"] == "upstream_error", cut
     assert g.request("POST", "/v1/fine", BODY).status == 200
+    # The cut stream is logged (and counted) as the 502 its last event says, not a 200.
+    logged = logged_statuses(reconcile.state, 8)
+    assert logged == [502, 200, 502, 200, 502, 200, 502, 200], logged
     g.finish()
     text = g.text()
     assert "Traceback" not in text and '"level": "error"' not in text, text[-3000:]

@@ -250,6 +250,7 @@ class Front:
                 deployment, status = gone(meter)
                 raise
             finally:
+                status = meter.ended_with or status  # a begun stream's error event
                 self._count(deployment, key, status, meter)
                 self._noted(deployment, status, meter)
 
@@ -340,7 +341,10 @@ class Front:
         answered: StreamResponse | None = None
         try:
             deployment, answered = await self.forwarder.serve(incoming, body, fields, (model,))
-            return deployment, await waiting.answer(answered)
+            sent = await waiting.answer(answered)
+            if sent is not answered:  # the gateway's own answer became the stream's last event
+                incoming.meter.ended_with = answered.status
+            return deployment, sent
         finally:
             if answered is None:
                 await waiting.settle()
