@@ -1,6 +1,7 @@
 """``fallbacks`` and ``fallbackAfter`` (issue 41): a model with no instance to take a
 request sends it to its first fallback that can, named in ``x-reconcile-deployment``,
-counted in the metrics and journalled; fallbacks never loop; a fallback that names
+counted in the metrics and journalled; a held stream's waiting comments name the fallback
+it waits for once it went there; fallbacks never loop; a fallback that names
 nothing, or the deployment itself, is a validation error with its file, line and field."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from test_waiting import raw_stream
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.core.kubernetes.export import problems_of
@@ -18,6 +20,7 @@ from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Phase, Record
 from controller.gateway.routing.concurrency import Limiter
 from controller.gateway.routing.table import Table
+from controller.gateway.settings import WAITING_ENV
 from controller.store.config import accesstoken
 from controller.store.sources.manifests import load
 
@@ -103,6 +106,33 @@ def test_a_model_not_ready_falls_back_and_says_so(reconcile: Any, gateway: Any) 
         timeout=30,
         what="the fallback's event",
     )
+    g.finish()
+
+
+def test_a_held_streams_comments_name_the_fallback_it_waits_for(
+    reconcile: Any, gateway: Any
+) -> None:
+    """big never gets Ready; its fallback small is OnDemand and starts: the comments said
+    ``big`` (Starting) while the request waited for it, ``small`` once it went there (they
+    named big, Starting, to the end)."""
+    reconcile.write(
+        "big",
+        command=reconcile.demo_command(load_seconds="600"),
+        readiness=STUCK,
+        fallbacks=["small"],
+        fallbackAfter="1s",
+    )
+    cold = reconcile.demo_command(load_seconds="2")
+    reconcile.write("small", command=cold, activation="OnDemand", readiness=STUCK)
+    g = gateway(env={WAITING_ENV: "0.2"})
+    g.wait_phase("small", "Idle")
+    g.wait_phase("big", "Starting")
+    status, _, lines = raw_stream(g.port, {"model": "big", "messages": [], "stream": True})
+    comments = [line.split(": ")[1] for line in lines if line.startswith(":")]
+    assert status == 200 and comments[0] == "waiting for big", lines
+    assert comments[-1] == "waiting for small", comments
+    data = [line for line in lines if line.startswith("data:")]
+    assert data[-1] == "data: [DONE]" and '"model": "small"' in data[0], lines
     g.finish()
 
 

@@ -158,6 +158,8 @@ class Forwarder:
         for deployment in self.table.pools.get(model, ()):
             loop = asyncio.get_running_loop()
             loop.run_in_executor(None, journal.append, deployment, "fallback", reason, "ok")
+        if incoming.waiting is not None:  # its comments name what it waits for now
+            incoming.waiting.follow(self.table.label(to), lambda: self.table.phases(to))
         with self.tracing.span("fallback", {"reconcile.from": model, "reconcile.to": to}):
             self.tracing.note({"reconcile.reason": why})
             return await self.serve(incoming, body, fields, (*tried, to))
