@@ -339,3 +339,21 @@ def test_a_client_gone_mid_stream_is_logged_as_served_by_its_deployment(
     first = _samples(metrics, reconcile.state, "reconcile_gateway_time_to_first_token_seconds_count")
     assert first == {("slowtalk",): 1.0}, first
     g.finish()
+
+
+def test_a_huge_unknown_model_name_is_cut_in_the_answer_and_the_log(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A body naming a 1 MB model got it echoed whole in the 404 and written whole into
+    the request log (a line as large as the body allows, 32 MiB): both cut it."""
+    reconcile.write("alpha")
+    g = gateway()
+    name = "z" * 1_000_000
+    answer = g.post(name)
+    assert answer.status == 404 and answer.json()["error"]["code"] == "model_not_found"
+    message = answer.json()["error"]["message"]
+    assert len(answer.body) < 2000 and "(1000000 characters)" in message, message[:300]
+    reconcile.wait_for(lambda: len(_lines(reconcile.state)) >= 1, what="1 line logged")
+    (line,) = _lines(reconcile.state)
+    assert line["status"] == 404 and len(json.dumps(line)) < 2000, str(line)[:300]
+    g.finish()
