@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from test_waiting import raw_stream
 from prometheus_client.parser import text_string_to_metric_families
+from test_waiting import raw_stream
 
 from controller.core.kubernetes.export import problems_of
 from controller.core.manifest.specs import DeploymentSpec

@@ -336,7 +336,8 @@ def test_a_client_gone_mid_stream_is_logged_as_served_by_its_deployment(
     assert total == {("slowtalk", "-"): 1.0}, total
     errors = _samples(metrics, reconcile.state, "reconcile_gateway_errors_total")
     assert errors == {}, errors
-    first = _samples(metrics, reconcile.state, "reconcile_gateway_time_to_first_token_seconds_count")
+    timed = "reconcile_gateway_time_to_first_token_seconds_count"
+    first = _samples(metrics, reconcile.state, timed)
     assert first == {("slowtalk",): 1.0}, first
     g.finish()
 
