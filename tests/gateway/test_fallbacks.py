@@ -1,6 +1,7 @@
 """``fallbacks`` and ``fallbackAfter`` (issue 41): a model with no instance to take a
 request sends it to its first fallback that can, named in ``x-reconcile-deployment``,
-counted in the metrics and journalled; a held stream's waiting comments name the fallback
+counted in the metrics and journalled (once a minute per way: a down primary's journal
+keeps why it is down); a held stream's waiting comments name the fallback
 it waits for once it went there; fallbacks never loop; a fallback that names
 nothing, or the deployment itself, is a validation error with its file, line and field."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from test_waiting import raw_stream
 from controller.core.kubernetes.export import problems_of
 from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Phase, Record
+from controller.gateway.accounting.fallbackevents import WINDOW, FallbackEvents
 from controller.gateway.routing.concurrency import Limiter
 from controller.gateway.routing.table import Table
 from controller.gateway.settings import WAITING_ENV
@@ -134,6 +137,57 @@ def test_a_held_streams_comments_name_the_fallback_it_waits_for(
     data = [line for line in lines if line.startswith("data:")]
     assert data[-1] == "data: [DONE]" and '"model": "small"' in data[0], lines
     g.finish()
+
+
+def test_many_fallbacks_leave_one_event(reconcile: Any, gateway: Any) -> None:
+    """Eight requests for a model not Ready all go to its fallback and are all counted, but
+    journalled once (each was an event: a down primary's journal, trimmed at 64 KB, lost
+    why it was down under a few hundred)."""
+    reconcile.write(
+        "big",
+        command=reconcile.demo_command(load_seconds="600"),
+        readiness=STUCK,
+        fallbacks=["small"],
+        fallbackAfter="0.5s",
+    )
+    reconcile.write("small")
+    metrics_port = reconcile.port + 14
+    g = gateway("--metrics-port", str(metrics_port))
+    g.wait_phase("small", "Ready")
+    g.wait_phase("big", "Starting")
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: g.post("big"), range(8)))
+    assert all(a.headers["x-reconcile-deployment"] == "small" for a in answers), answers
+    series = {"model": "big", "to": "small", "reason": "not_ready"}
+    reconcile.wait_for(
+        lambda: metric(reconcile, metrics_port, "reconcile_gateway_fallbacks_total", series) == 8,
+        timeout=30,
+        what="the eight fallbacks counted",
+    )
+
+    def fallbacks() -> list[dict[str, Any]]:
+        return [e for e in reconcile.events("big") if e["action"] == "fallback"]
+
+    reconcile.wait_for(fallbacks, timeout=30, what="the fallback's event")
+    assert len(fallbacks()) == 1, fallbacks()
+    g.finish()
+
+
+def test_a_way_is_journalled_once_a_window_with_the_count_it_folded() -> None:
+    now = [1000.0]
+    events = FallbackEvents(Path("/nonexistent"), clock=lambda: now[0])
+    first = events.reason("big", "small", "not_ready", "no instance Ready")
+    assert first == "no instance Ready: a request went to 'small'"
+    assert events.reason("big", "small", "not_ready", "no instance Ready") is None
+    assert events.reason("big", "small", "ejected", "every instance ejected") is not None
+    now[0] += WINDOW - 1
+    assert events.reason("big", "small", "not_ready", "no instance Ready") is None
+    now[0] += 1
+    later = events.reason("big", "small", "not_ready", "no instance Ready")
+    assert (
+        later == "no instance Ready: a request went to 'small' (2 more since the last such event)"
+    )
+    assert events.reason("big", "small", "not_ready", "no instance Ready") is None
 
 
 def test_fallbacks_never_loop(reconcile: Any, gateway: Any) -> None:
