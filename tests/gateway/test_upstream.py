@@ -7,6 +7,8 @@ event the client reads, and is logged as that 502."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import sys
 import time
@@ -82,6 +84,34 @@ def test_an_engine_that_drops_the_connection_is_a_502(reconcile: Any, gateway: A
     # never when part of it had (half, sse); no other instance to go to.
     for mode, asked in (("close", 2), ("reset", 2), ("half", 1), ("sse", 1)):
         assert seen.count(f"POST /v1/{mode}") == asked, seen
+
+
+def test_the_demo_engine_killed_mid_stream_is_a_cut_stream(reconcile: Any, gateway: Any) -> None:
+    """The demo engine's streams are chunked, as real engines' are: killed mid-stream, its
+    client reads the gateway's error event (its close ended a stream that looked whole)."""
+    reconcile.write("demo", command=reconcile.demo_command(chunks="600", chunk_delay="0.05"))
+    g = gateway()
+    pid = g.wait_phase("demo", "Ready")["pid"]
+    body = json.dumps({"model": "demo", "stream": True, "messages": []}).encode()
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", g.port), timeout=30) as sock:
+        sock.sendall(head.encode() + body)
+        seen = b""
+        while b"chunk 1 " not in seen:
+            got = sock.recv(65536)
+            assert got, seen
+            seen += got
+        os.kill(pid, signal.SIGKILL)
+        while got := sock.recv(65536):
+            seen += got
+    events = [e for e in seen.split(b"\n\n") if b"data: " in e]
+    assert b"[DONE]" not in seen, seen[-500:]
+    last = json.loads(events[-1].split(b"data: ", 1)[1])
+    assert last["error"]["code"] == "upstream_error", last
+    g.finish()
 
 
 # -- two instances, in process: the retry ---------------------------------------------------
