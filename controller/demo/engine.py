@@ -8,7 +8,8 @@ and ``usage``, so token metrics and every client path can be tried without a mod
 
 It "loads" for ``--load-seconds`` (``/health`` answers 503 meanwhile, like
 llama.cpp), then serves. A streamed answer sends ``--chunks`` server-sent events
-``--chunk-delay`` seconds apart, the last with ``finish_reason: "stop"``, then (when
+``--chunk-delay`` seconds apart (chunked, as real engines send them), the last with
+``finish_reason: "stop"``, then (when
 ``stream_options.include_usage`` asks, as OpenAI does) a chunk with no choices and the
 usage. A token is a whitespace-separated word. An embedding is a unit vector made from
 the input's SHA-256 (the same input, the same vector; ``dimensions`` sets its length,
@@ -254,6 +255,9 @@ class DemoHandler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
+        # Chunked, as the real engines frame a stream: an engine killed mid-stream is then
+        # an answer cut short, never one that looks complete (a close would end it).
+        self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
@@ -274,7 +278,8 @@ class DemoHandler(BaseHTTPRequestHandler):
             body = self._chunk(chat, [], id_)
             body["usage"] = usage(prompt, said)
             self._event(body)
-        self.wfile.write(b"data: [DONE]\n\n")
+        self._piece(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")  # the stream's last chunk
         self.wfile.flush()
 
     def _chunk(self, chat: bool, choices: list[Json], id_: str) -> Json:
@@ -283,7 +288,11 @@ class DemoHandler(BaseHTTPRequestHandler):
         return body
 
     def _event(self, body: Json) -> None:
-        self.wfile.write(f"data: {json.dumps(body)}\n\n".encode())
+        self._piece(f"data: {json.dumps(body)}\n\n".encode())
+
+    def _piece(self, data: bytes) -> None:
+        """One chunk of a streamed answer."""
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
     def _send(self, code: int, body: Json) -> None:

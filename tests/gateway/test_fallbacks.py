@@ -1,23 +1,29 @@
 """``fallbacks`` and ``fallbackAfter`` (issue 41): a model with no instance to take a
 request sends it to its first fallback that can, named in ``x-reconcile-deployment``,
-counted in the metrics and journalled; fallbacks never loop; a fallback that names
+counted in the metrics and journalled (once a minute per way: a down primary's journal
+keeps why it is down); a held stream's waiting comments name the fallback
+it waits for once it went there; fallbacks never loop; a fallback that names
 nothing, or the deployment itself, is a validation error with its file, line and field."""
 
 from __future__ import annotations
 
 import asyncio
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from test_waiting import raw_stream
 
 from controller.core.kubernetes.export import problems_of
 from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Phase, Record
+from controller.gateway.accounting.fallbackevents import WINDOW, FallbackEvents
 from controller.gateway.routing.concurrency import Limiter
 from controller.gateway.routing.table import Table
+from controller.gateway.settings import WAITING_ENV
 from controller.store.config import accesstoken
 from controller.store.sources.manifests import load
 
@@ -104,6 +110,84 @@ def test_a_model_not_ready_falls_back_and_says_so(reconcile: Any, gateway: Any) 
         what="the fallback's event",
     )
     g.finish()
+
+
+def test_a_held_streams_comments_name_the_fallback_it_waits_for(
+    reconcile: Any, gateway: Any
+) -> None:
+    """big never gets Ready; its fallback small is OnDemand and starts: the comments said
+    ``big`` (Starting) while the request waited for it, ``small`` once it went there (they
+    named big, Starting, to the end)."""
+    reconcile.write(
+        "big",
+        command=reconcile.demo_command(load_seconds="600"),
+        readiness=STUCK,
+        fallbacks=["small"],
+        fallbackAfter="1s",
+    )
+    cold = reconcile.demo_command(load_seconds="2")
+    reconcile.write("small", command=cold, activation="OnDemand", readiness=STUCK)
+    g = gateway(env={WAITING_ENV: "0.2"})
+    g.wait_phase("small", "Idle")
+    g.wait_phase("big", "Starting")
+    status, _, lines = raw_stream(g.port, {"model": "big", "messages": [], "stream": True})
+    comments = [line.split(": ")[1] for line in lines if line.startswith(":")]
+    assert status == 200 and comments[0] == "waiting for big", lines
+    assert comments[-1] == "waiting for small", comments
+    data = [line for line in lines if line.startswith("data:")]
+    assert data[-1] == "data: [DONE]" and '"model": "small"' in data[0], lines
+    g.finish()
+
+
+def test_many_fallbacks_leave_one_event(reconcile: Any, gateway: Any) -> None:
+    """Eight requests for a model not Ready all go to its fallback and are all counted, but
+    journalled once (each was an event: a down primary's journal, trimmed at 64 KB, lost
+    why it was down under a few hundred)."""
+    reconcile.write(
+        "big",
+        command=reconcile.demo_command(load_seconds="600"),
+        readiness=STUCK,
+        fallbacks=["small"],
+        fallbackAfter="0.5s",
+    )
+    reconcile.write("small")
+    metrics_port = reconcile.port + 14
+    g = gateway("--metrics-port", str(metrics_port))
+    g.wait_phase("small", "Ready")
+    g.wait_phase("big", "Starting")
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: g.post("big"), range(8)))
+    assert all(a.headers["x-reconcile-deployment"] == "small" for a in answers), answers
+    series = {"model": "big", "to": "small", "reason": "not_ready"}
+    reconcile.wait_for(
+        lambda: metric(reconcile, metrics_port, "reconcile_gateway_fallbacks_total", series) == 8,
+        timeout=30,
+        what="the eight fallbacks counted",
+    )
+
+    def fallbacks() -> list[dict[str, Any]]:
+        return [e for e in reconcile.events("big") if e["action"] == "fallback"]
+
+    reconcile.wait_for(fallbacks, timeout=30, what="the fallback's event")
+    assert len(fallbacks()) == 1, fallbacks()
+    g.finish()
+
+
+def test_a_way_is_journalled_once_a_window_with_the_count_it_folded() -> None:
+    now = [1000.0]
+    events = FallbackEvents(Path("/nonexistent"), clock=lambda: now[0])
+    first = events.reason("big", "small", "not_ready", "no instance Ready")
+    assert first == "no instance Ready: a request went to 'small'"
+    assert events.reason("big", "small", "not_ready", "no instance Ready") is None
+    assert events.reason("big", "small", "ejected", "every instance ejected") is not None
+    now[0] += WINDOW - 1
+    assert events.reason("big", "small", "not_ready", "no instance Ready") is None
+    now[0] += 1
+    later = events.reason("big", "small", "not_ready", "no instance Ready")
+    assert (
+        later == "no instance Ready: a request went to 'small' (2 more since the last such event)"
+    )
+    assert events.reason("big", "small", "not_ready", "no instance Ready") is None
 
 
 def test_fallbacks_never_loop(reconcile: Any, gateway: Any) -> None:

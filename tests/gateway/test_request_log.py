@@ -5,7 +5,9 @@
   status, time to first byte, duration and tokens; neither the key nor a word of the
   prompt or the answer is anywhere in the files; rotation keeps them bounded;
   ``reconcile logs --requests`` shows them (``-o json``, ``--tail``), the page too;
-- a client that goes away before its answer is a 499 (nginx's), counted as a 4xx;
+- a client that goes away before its answer is a 499 (nginx's), counted as a 4xx; one
+  that goes away mid-stream is logged with the status it was sent, under the deployment
+  that served it (nginx too logs what it sent);
 - a writer stuck on its file (a FIFO nobody reads: a disk that does not answer) never
   makes a request wait: the queue is bounded and what does not fit is dropped and
   counted, and what was queued is written once the file takes it.
@@ -286,4 +288,73 @@ def test_a_client_that_goes_away_is_a_499_not_a_server_error(reconcile: Any, gat
         if sample.name.endswith("_total")
     }
     assert errors == {"4xx": 2.0}, errors
+    g.finish()
+
+
+def _samples(port: int, state: Path, name: str) -> dict[tuple[str, ...], float]:
+    """The daemon's ``name`` samples, keyed by their label values in label order."""
+    token = accesstoken.read(state)
+    url = f"http://127.0.0.1:{port}/metrics?token={token}"
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        text = answer.read().decode()
+    return {
+        tuple(sample.labels.values()): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    }
+
+
+def test_a_client_gone_mid_stream_is_logged_as_served_by_its_deployment(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A client that closes once its stream has begun had its answer from the engine: the
+    line says 200 and the deployment (it said 499 under "-"), and the metrics count it
+    there, no error, its first token timed under the deployment too."""
+    slow = reconcile.demo_command(chunks="600", chunk_delay="0.05")
+    reconcile.write("slowtalk", command=slow)
+    metrics = reconcile.port + 14
+    g = gateway("--metrics-port", str(metrics))
+    g.wait_phase("slowtalk", "Ready")
+    body = b'{"model": "slowtalk", "stream": true, "messages": []}'
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", g.port), timeout=30) as sock:
+        sock.sendall(head.encode() + body)
+        seen = b""
+        while b"chunk 1 " not in seen:  # the answer has begun reaching the client
+            got = sock.recv(65536)
+            assert got, seen
+            seen += got
+    reconcile.wait_for(lambda: len(_lines(reconcile.state)) >= 1, what="1 line logged")
+    (line,) = _lines(reconcile.state)
+    assert (line["status"], line["deployment"]) == (200, "slowtalk"), line
+    assert line["instance"] == "slowtalk" and line["ttfb_s"] is not None, line
+    total = _samples(metrics, reconcile.state, "reconcile_gateway_requests_total")
+    assert total == {("slowtalk", "-"): 1.0}, total
+    errors = _samples(metrics, reconcile.state, "reconcile_gateway_errors_total")
+    assert errors == {}, errors
+    timed = "reconcile_gateway_time_to_first_token_seconds_count"
+    first = _samples(metrics, reconcile.state, timed)
+    assert first == {("slowtalk",): 1.0}, first
+    g.finish()
+
+
+def test_a_huge_unknown_model_name_is_cut_in_the_answer_and_the_log(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A body naming a 1 MB model got it echoed whole in the 404 and written whole into
+    the request log (a line as large as the body allows, 32 MiB): both cut it."""
+    reconcile.write("alpha")
+    g = gateway()
+    name = "z" * 1_000_000
+    answer = g.post(name)
+    assert answer.status == 404 and answer.json()["error"]["code"] == "model_not_found"
+    message = answer.json()["error"]["message"]
+    assert len(answer.body) < 2000 and "(1000000 characters)" in message, message[:300]
+    reconcile.wait_for(lambda: len(_lines(reconcile.state)) >= 1, what="1 line logged")
+    (line,) = _lines(reconcile.state)
+    assert line["status"] == 404 and len(json.dumps(line)) < 2000, str(line)[:300]
     g.finish()

@@ -2,11 +2,13 @@
 500 and a traceback; when the engine sent no byte of its answer, the request once more on
 the same instance on a new connection (a kept-alive one the engine closed is no reason to
 move, issue 41), then on another Ready instance; a stream cut mid-way ends with an error
-event the client reads."""
+event the client reads, and is logged as that 502."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import sys
 import time
@@ -21,6 +23,7 @@ from procs import free_ports
 
 from controller.core.manifest.names import next_name
 from controller.core.state import Phase, Record
+from controller.gateway.accounting.requestlog import path_in
 from controller.gateway.lifecycle.app import Gateway
 from controller.gateway.settings import Settings
 from controller.gateway.surface import enginesock
@@ -39,6 +42,19 @@ def upstream_error(answer: Any) -> None:
     assert error is not None and error["code"] == "upstream_error", answer
 
 
+def logged_statuses(state: Path, count: int) -> list[int]:
+    """The statuses of the request log's first ``count`` lines, once it has them."""
+    log = path_in(state)
+
+    def lines() -> list[str]:
+        return log.read_text().splitlines() if log.is_file() else []
+
+    deadline = time.monotonic() + 30
+    while len(lines()) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [json.loads(line)["status"] for line in lines()[:count]]
+
+
 def test_an_engine_that_drops_the_connection_is_a_502(reconcile: Any, gateway: Any) -> None:
     reconcile.write("m", command=rude_command())
     g = gateway()
@@ -54,6 +70,9 @@ def test_an_engine_that_drops_the_connection_is_a_502(reconcile: Any, gateway: A
     assert last.startswith(b"data: "), cut
     assert json.loads(last[len(b"data: ") :])["error"]["code"] == "upstream_error", cut
     assert g.request("POST", "/v1/fine", BODY).status == 200
+    # The cut stream is logged (and counted) as the 502 its last event says, not a 200.
+    logged = logged_statuses(reconcile.state, 8)
+    assert logged == [502, 200, 502, 200, 502, 200, 502, 200], logged
     g.finish()
     text = g.text()
     assert "Traceback" not in text and '"level": "error"' not in text, text[-3000:]
@@ -65,6 +84,34 @@ def test_an_engine_that_drops_the_connection_is_a_502(reconcile: Any, gateway: A
     # never when part of it had (half, sse); no other instance to go to.
     for mode, asked in (("close", 2), ("reset", 2), ("half", 1), ("sse", 1)):
         assert seen.count(f"POST /v1/{mode}") == asked, seen
+
+
+def test_the_demo_engine_killed_mid_stream_is_a_cut_stream(reconcile: Any, gateway: Any) -> None:
+    """The demo engine's streams are chunked, as real engines' are: killed mid-stream, its
+    client reads the gateway's error event (its close ended a stream that looked whole)."""
+    reconcile.write("demo", command=reconcile.demo_command(chunks="600", chunk_delay="0.05"))
+    g = gateway()
+    pid = g.wait_phase("demo", "Ready")["pid"]
+    body = json.dumps({"model": "demo", "stream": True, "messages": []}).encode()
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", g.port), timeout=30) as sock:
+        sock.sendall(head.encode() + body)
+        seen = b""
+        while b"chunk 1 " not in seen:
+            got = sock.recv(65536)
+            assert got, seen
+            seen += got
+        os.kill(pid, signal.SIGKILL)
+        while got := sock.recv(65536):
+            seen += got
+    events = [e for e in seen.split(b"\n\n") if b"data: " in e]
+    assert b"[DONE]" not in seen, seen[-500:]
+    last = json.loads(events[-1].split(b"data: ", 1)[1])
+    assert last["error"]["code"] == "upstream_error", last
+    g.finish()
 
 
 # -- two instances, in process: the retry ---------------------------------------------------

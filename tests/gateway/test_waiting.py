@@ -11,6 +11,7 @@ from typing import Any
 
 import openai
 
+from controller.gateway.accounting.requestlog import path_in
 from controller.gateway.settings import WAITING_ENV, WAITING_EVERY, waiting_every_from_env
 
 FAST = {WAITING_ENV: "0.2"}  # a comment every 0.2 s: several during a 1.5 s cold start
@@ -63,7 +64,8 @@ def test_a_begun_stream_that_cannot_be_served_ends_with_an_error_event(
     reconcile: Any, gateway: Any
 ) -> None:
     """An engine that never gets Ready: the comments run until the readiness deadline,
-    then the 503 the gateway would have answered is the stream's last event."""
+    then the 503 the gateway would have answered is the stream's last event, and the
+    request log's status."""
     reconcile.write(
         "stuck",
         command=reconcile.demo_command(load_seconds="600"),
@@ -76,6 +78,11 @@ def test_a_begun_stream_that_cannot_be_served_ends_with_an_error_event(
     assert status == 200 and any(line.startswith(": waiting for stuck: ") for line in lines)
     last = json.loads(next(line for line in reversed(lines) if line.startswith("data:"))[5:])
     assert last["error"]["code"] == "model_not_ready", last
+    # Logged and counted as the 503 it ended with, not as the 200 its comments began.
+    log = path_in(reconcile.state)
+    reconcile.wait_for(lambda: log.is_file() and log.read_text(), what="the request logged")
+    line = json.loads(log.read_text().splitlines()[0])
+    assert (line["status"], line["deployment"]) == (503, "stuck"), line
     g.finish()
 
 

@@ -56,6 +56,11 @@ class Meter:
     strip: bool = False
     model: str | None = None  # as the body named it (the request log's)
     instance: str | None = None  # the engine that answered (``web@1``)
+    deployment: str | None = None  # the deployment of that engine
+    status: int | None = None  # the status the client was sent, once its answer began
+    # The status of the error a begun stream ended with instead of its answer (its 200
+    # was sent already): what the request log and the error counts say of it.
+    ended_with: int | None = None
 
     def answered(self) -> None:
         if self.first is None:

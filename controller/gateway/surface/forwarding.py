@@ -17,6 +17,7 @@ from typing import Any
 
 from controller.core.manifest.names import base_name
 from controller.core.state import Record
+from controller.gateway.accounting.fallbackevents import FallbackEvents
 from controller.gateway.accounting.inflight import InflightCounts
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.tracing import Tracing
@@ -36,7 +37,6 @@ from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forwa
 from controller.gateway.surface.upload import Upload
 from controller.gateway.surface.waiting import Waiting
 from controller.logsetup import get_logger
-from controller.store.instances.events import Journal
 
 log = get_logger("reconcile")
 
@@ -69,12 +69,14 @@ class Forwarder:
     _judging: dict[str | None, asyncio.Task[None]] = field(default_factory=dict, init=False)
     waits: ReadyWaits = field(init=False)  # requests held while their pool cold-starts
     hangs: Hangs = field(init=False)  # requests waiting for an answer's head (hangs.py)
+    fallback_events: FallbackEvents = field(init=False)  # the journal's (fallbackevents.py)
 
     def __post_init__(self) -> None:
         if self.turns is None:
             self.turns = Turns(self.metrics.swap_avoided)
         self.waits = ReadyWaits(self.table, self.demand.request_pass)
         self.hangs = Hangs(self.table.health, self._record_of, self._elsewhere_now)
+        self.fallback_events = FallbackEvents(self.demand.state_dir)
 
     def _record_of(self, nonce: str | None) -> Record | None:
         return next((r for r in self.table.records.values() if r.nonce == nonce), None)
@@ -143,8 +145,8 @@ class Forwarder:
         why: str,
     ) -> tuple[str, StreamResponse]:
         """``tried[-1]`` cannot take the request (``why``): its first fallback serves it
-        (or, failing that too, that one's own fallbacks). Each one taken is counted and
-        journalled."""
+        (or, failing that too, that one's own fallbacks). Each one taken is counted, and
+        journalled once a minute per way (fallbackevents.py)."""
         model, to = tried[-1], onward[0]
         self.metrics.fell_back(model, to, why)
         log.info("request sent to a fallback", model=model, fallback=to, reason=why)
@@ -153,11 +155,10 @@ class Forwarder:
             "ejected": "every instance ejected",
             "ended": "no instance can become Ready (Failed or Succeeded)",
         }
-        reason = f"{said.get(why, 'at its concurrency limit')}: a request went to {to!r}"
-        journal = Journal(self.demand.state_dir)
-        for deployment in self.table.pools.get(model, ()):
-            loop = asyncio.get_running_loop()
-            loop.run_in_executor(None, journal.append, deployment, "fallback", reason, "ok")
+        words = said.get(why, "at its concurrency limit")
+        self.fallback_events.note(self.table.pools.get(model, ()), model, to, why, words)
+        if incoming.waiting is not None:  # its comments name what it waits for now
+            incoming.waiting.follow(self.table.label(to), lambda: self.table.phases(to))
         with self.tracing.span("fallback", {"reconcile.from": model, "reconcile.to": to}):
             self.tracing.note({"reconcile.reason": why})
             return await self.serve(incoming, body, fields, (*tried, to))
@@ -328,6 +329,7 @@ class Forwarder:
         self.load.add(target.deployment, 1)
         self.metrics.begin(target.deployment, target.instance)
         incoming.meter.instance = target.instance
+        incoming.meter.deployment = target.deployment
         trial = self.table.health.sent(target.nonce)
         outcome: int | str | None = None  # passive health (health.py); None: no verdict
         silent = False  # the client gave up before a byte of the engine's answer

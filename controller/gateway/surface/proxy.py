@@ -60,6 +60,8 @@ SENT_DROPS_KEYED = SENT_DROPS | KEY_HEADERS
 BODILESS = frozenset({"GET", "HEAD"})
 # Who served it: the deployment whose engine answered (a pool's member, or a fallback's).
 SERVED_BY = "x-reconcile-deployment"
+BAD_GATEWAY = 502  # an engine that failed mid-answer
+UNAVAILABLE = 503  # the gateway stopping
 
 
 class UpstreamDown(Exception):
@@ -217,6 +219,7 @@ async def _into_begun(
     except (Dropped, Malformed) as exc:
         said = _said(exc)
     meter.answered()
+    meter.ended_with = upstream.status
     why = f"the engine of {target.deployment!r} answered {upstream.status}: {said[:2000]}"
     code = "upstream_error" if upstream.status < 400 else "engine_error"
     await end_with_error(begun, error_body(upstream.status, why, code))
@@ -257,6 +260,7 @@ async def _pump(
     try:
         if not response.prepared:
             await response.prepare(request)
+        meter.status = response.status  # what a client gone mid-answer is logged with
         async for chunk in upstream.chunks():
             out = sse.feed(chunk) if sse is not None else chunk
             if json_tail is not None:
@@ -270,6 +274,7 @@ async def _pump(
             from_json(json_tail, meter)
         await response.write_eof()
     except (Dropped, Malformed) as exc:  # the engine's side (only its chunks raise these)
+        meter.ended_with = BAD_GATEWAY
         await _cut(request, response, upstream, target, exc)
     except ConnectionError:  # the client hung up (often right after `data: [DONE]`)
         log.info("client went away mid-answer", deployment=target.deployment)
@@ -277,7 +282,8 @@ async def _pump(
         why = request.protocol.cut
         if why is not None and sse is not None and response.prepared:
             # the gateway's drain ran out: the stream's last event says so, not a bare close
-            await end_with_error(response, error_body(503, why, "gateway_stopping"))
+            meter.ended_with = UNAVAILABLE
+            await end_with_error(response, error_body(UNAVAILABLE, why, "gateway_stopping"))
         raise
     return response
 
@@ -296,7 +302,7 @@ async def _cut(
     try:
         if sse and response.prepared:
             why = f"the engine of {target.deployment!r} closed the connection mid-stream"
-            event = json.dumps(error_body(502, why, "upstream_error"))
+            event = json.dumps(error_body(BAD_GATEWAY, why, "upstream_error"))
             await response.write(f"data: {event}\n\n".encode())
             await response.write_eof()
             return

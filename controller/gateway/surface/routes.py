@@ -49,6 +49,9 @@ OWN_PATHS = frozenset({"/healthz", "/v1/models"})  # answered by the gateway its
 OWN_METHODS = ("GET", "HEAD")  # /healthz, /v1/models and /v1/models/{id}
 PROXIED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")  # the OpenAI API's
 CLIENT_CLOSED = 499  # the status logged of a request whose client went away (nginx's)
+# An unknown model's name is shown (its 404, the request log) up to this many characters:
+# a body of one 32 MiB name was logged and echoed whole.
+UNKNOWN_SHOWN = 256
 # The OpenAI paths routed by their model, each with the methods it serves: any other is a
 # 405 before the body is read (a PUT was forwarded and the engine's HTML 501 counted as
 # 5xx; a GET got 400 for the body it has no reason to send). Any other /v1/... path (an
@@ -218,11 +221,15 @@ class Front:
         name = name[len(MODELS) :]
         await self.table.first_pass(FIRST_PASS_WAIT)
         if not await self.table.known(name):
-            known = ", ".join(sorted(self.table.pools)[:20]) or "none"
-            why = f"the model {name!r} does not exist (routable names: {known})"
-            return error(404, why, "model_not_found")
+            return self._unknown(name)
         owner = ",".join(self.table.pools[name])
         return json_response({"id": name, "object": "model", "created": 0, "owned_by": owner})
+
+    def _unknown(self, model: str) -> Response:
+        """The 404 of a name no deployment serves, naming those that exist."""
+        known = ", ".join(sorted(self.table.pools)[:20]) or "none"
+        why = f"the model {shown(model)!r} does not exist (routable names: {known})"
+        return error(404, why, "model_not_found")
 
     async def proxied(self, request: Request, path: str, query: str) -> StreamResponse:
         meter = Meter()
@@ -245,11 +252,12 @@ class Front:
                 status = response.status
                 return response
             except (asyncio.CancelledError, ConnectionError):
-                # Its connection closed before the answer (server.py cancels the handler;
-                # a body still coming fails): nginx's 499, a client error, not the server's.
-                status = CLIENT_CLOSED
+                # Its connection closed (server.py cancels the handler; a body still
+                # coming fails): see gone().
+                deployment, status = gone(meter)
                 raise
             finally:
+                status = meter.ended_with or status  # a begun stream's error event
                 self._count(deployment, key, status, meter)
                 self._noted(deployment, status, meter)
 
@@ -314,9 +322,8 @@ class Front:
             why = "the request body must be a JSON object with a string field `model`"
             return "-", error(400, why, "invalid_request")
         if model not in self.table.pools and not await self._known(model):
-            known = ", ".join(sorted(self.table.pools)[:20]) or "none"
-            why = f"the model {model!r} does not exist (routable names: {known})"
-            return "-", error(404, why, "model_not_found")
+            incoming.meter.model = shown(model)
+            return "-", self._unknown(model)
         if not wants_stream(fields):
             return await self.forwarder.serve(incoming, body, fields, (model,))
         return await self._streamed(incoming, body, fields, model)
@@ -340,10 +347,30 @@ class Front:
         answered: StreamResponse | None = None
         try:
             deployment, answered = await self.forwarder.serve(incoming, body, fields, (model,))
-            return deployment, await waiting.answer(answered)
+            sent = await waiting.answer(answered)
+            if sent is not answered:  # the gateway's own answer became the stream's last event
+                incoming.meter.ended_with = answered.status
+            return deployment, sent
         finally:
             if answered is None:
                 await waiting.settle()
+
+
+def shown(model: str) -> str:
+    """An unknown model's name as its 404 and the request log show it: cut long."""
+    if len(model) <= UNKNOWN_SHOWN:
+        return model
+    return f"{model[:UNKNOWN_SHOWN]}... ({len(model)} characters)"
+
+
+def gone(meter: Meter) -> tuple[str, int]:
+    """The deployment and status logged of a request whose client went away: the status
+    it was sent once its answer had begun (nginx logs what it sent), else nginx's 499, a
+    client error, not the server's; under the deployment its engine had, if any."""
+    deployment = meter.deployment or "-"
+    if meter.status is not None and meter.first is not None:
+        return deployment, meter.status
+    return deployment, CLIENT_CLOSED
 
 
 # A client sends the same Host on every request: its verdict (an IP parse and a URL split,

@@ -57,6 +57,11 @@ class Waiting:
             line = f": waiting for {self._name}: {self._phase()} {waited}s\n\n"
             await self.response.write(line.encode())
 
+    def follow(self, name: str, phase: Callable[[], str]) -> None:
+        """The request now waits for ``name`` (a fallback): the next comments say so."""
+        self._name = name
+        self._phase = phase
+
     async def settle(self) -> StreamResponse | None:
         """No more comments (one being written is finished); the begun stream, if any."""
         self._stop.set()
