@@ -47,9 +47,11 @@ def short_rev(revision: str | None) -> str:
 
 
 def event_reason(event: Mapping[str, Any]) -> str:
-    """An event's REASON column: its reason, and why it failed when it says (a pull's
-    ``error``: a 404, both digests), which the JSON keeps apart; once when it repeats
-    the reason (a URL's failure names the URL)."""
+    """An event's REASON column: its reason, and why it failed when it says (``error``: a
+    pull's 404 or both digests, a runtime's refusal, an exit at its start, an image
+    `Never` will not pull), which the JSON keeps apart and a reason alone ("spawn",
+    "placement") does not say; once when it repeats the reason (a URL's failure names
+    the URL)."""
     reason, error = str(event.get("reason", "")), event.get("error")
     if not error:
         return reason
@@ -65,14 +67,6 @@ def table(rows: Sequence[Sequence[str]], widths: Sequence[int] | None = None) ->
     widths = widths or widths_of(rows)
     lines = ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return "\n".join(lines)
-
-
-def event_reason(event: Mapping[str, Any]) -> str:
-    """An event's REASON cell: its reason, then the words of what failed where it has
-    them (``error``: a runtime's refusal, an exit at its start, an image `Never` will not
-    pull), which its reason alone ("spawn", "placement") does not say."""
-    reason, error = str(event.get("reason", "")), event.get("error")
-    return f"{reason}: {error}" if error else reason
 
 
 def widths_of(rows: Sequence[Sequence[str]], at_least: Sequence[int] = ()) -> list[int]:
