@@ -8,6 +8,7 @@ otherwise; an unknown name is exit 1 with a suggestion.
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,39 @@ def test_the_daemon_does_the_restart_the_cli_asked_for(reconcile: Any, gateway: 
     daemon.terminate()
     daemon.wait(timeout=30)
     rc.down("--gateway")
+
+
+# An engine that ignores SIGTERM: its teardown lasts its whole grace period.
+IGNORE_TERM = """
+import http.server, signal, sys
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+
+
+def test_a_replacement_waiting_for_another_teardown_is_no_failure(reconcile: Any) -> None:
+    """The daemon stops every replaced engine, then starts the new ones: while a slow one
+    spends its grace period, a quick one is Pending for its start. `restart` once called
+    that "cannot progress" and exited 1, though the restart then succeeded."""
+    rc = reconcile
+    rc.write("quick")
+    command = [sys.executable, "-c", IGNORE_TERM, "{port}"]
+    rc.write("stubborn", basePort=rc.port + 5, command=command, stopGracePeriodSeconds=3)
+    daemon = rc.popen("--resync", "1h")
+    ready = ("quick", "stubborn")
+    rc.wait_for(lambda: all(_ready_pid(rc, n) for n in ready), timeout=60)
+    before = {n: _pid(rc, n) for n in ready}
+    done = rc("restart", *ready, check=0, timeout=120)
+    assert "restarted quick (pid " in done.out and "restarted stubborn (pid " in done.out, done
+    assert all(_pid(rc, n) != before[n] for n in ready), done
+    daemon.terminate()
+    daemon.wait(timeout=30)
+    rc.down()
 
 
 def test_a_restart_that_cannot_progress_says_why(reconcile: Any) -> None:

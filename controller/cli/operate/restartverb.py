@@ -24,6 +24,7 @@ from pathlib import Path
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, looks, no_such, reconciler
 from controller.core.manifest.names import base_name, is_next
+from controller.core.planner.records import RESTARTED
 from controller.core.state import STUCK, Phase, Record, backoff_cause
 from controller.errors import RecordError
 from controller.host import bootclock
@@ -209,6 +210,10 @@ def _left(instances: list[Record], expected: dict[str, str | None], at: datetime
                 continue  # nothing runs: the next start is a fresh one anyway
             if rec.phase is not Phase.PENDING:  # Pending: no room now, a restart or not
                 return f"waiting to replace {rec.name} ({rec.phase})"
+        if rec.phase is Phase.PENDING and rec.message == RESTARTED:
+            # Stopped, its start still to come in the same pass (which may first spend
+            # another engine's grace period): a pass that cannot place it says why.
+            return f"replacing {rec.name}"
         if rec.phase in STUCK:
             return f"cannot start {rec.name} ({rec.phase}): {rec.message}"
         if rec.phase is Phase.BACKOFF and rec.restarts > 0 and rec.ready_at is None:
