@@ -23,7 +23,7 @@ from controller.cli.common import (
     output_format,
     say_if_absent,
 )
-from controller.cli.render.views import age, table
+from controller.cli.render.views import age, event_reason, table
 from controller.core.manifest.names import base_name
 from controller.store.instances.events import Journal
 
@@ -102,7 +102,7 @@ def _fields(event: Event) -> list[str]:
     instance = event.get("instance")
     if instance and instance != event["deployment"]:
         action += f" ({instance})"
-    return [action, str(event.get("outcome", "")), str(event.get("reason", ""))]
+    return [action, str(event.get("outcome", "")), event_reason(event)]
 
 
 def _age(event: Event, now: datetime) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from controller.cli.render import pullshow
-from controller.cli.render.views import age, deployment_item, iso, table, until
+from controller.cli.render.views import age, deployment_item, event_reason, iso, table, until
 from controller.core import statusjson
 from controller.core.manifest.names import base_name, instance_of
 from controller.core.manifest.quantity import format_bytes
@@ -263,7 +263,7 @@ def _events(events: list[dict[str, Any]], now: datetime) -> str:
                 _event_age(event.get("time"), now),
                 str(event.get("action", "?")),
                 str(event.get("outcome", "")),
-                str(event.get("reason", "")),
+                event_reason(event),
             ]
         )
     return table(rows)

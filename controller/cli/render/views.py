@@ -46,6 +46,16 @@ def short_rev(revision: str | None) -> str:
     return ",".join(r[:12] for r in revision.split(",")) if revision else "-"
 
 
+# -- events ------------------------------------------------------------------------------------
+
+
+def event_reason(event: Mapping[str, Any]) -> str:
+    """An event's REASON cell: its reason, and the error beside it where one is kept (a
+    spawn that could not exec says so here, not only in the journal's JSON)."""
+    reason, error = str(event.get("reason", "")), event.get("error")
+    return f"{reason}: {error}" if error else reason
+
+
 # -- status ------------------------------------------------------------------------------------
 
 
