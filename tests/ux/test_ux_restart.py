@@ -139,6 +139,29 @@ def test_a_replacement_waiting_for_another_teardown_is_no_failure(reconcile: Any
     rc.down()
 
 
+def test_a_cron_sets_restart_and_down_beside_a_daemon_of_another_set(reconcile: Any) -> None:
+    """A daemon runs one set; a cron set shares the state dir. `restart` of the cron
+    set's deployment once said "the daemon restarts it now" and waited 10 minutes for a
+    daemon that never acts on another set's records; `down` said the daemon would start
+    it again. Only the set's own passes do: `restart` runs them, `down` says nothing."""
+    rc = reconcile
+    rc.write("web")
+    cron = rc.tmp / "cron"
+    rc.write("job", folder=cron, basePort=rc.port + 5)
+    daemon = rc.popen("--resync", "1h")
+    rc.wait_for(lambda: _ready_pid(rc, "web") is not None, timeout=60)
+    rc("-f", str(cron), "--once", "--wait", "--timeout", "30s", check=0, timeout=60)
+    before = _pid(rc, "job")
+    done = rc("-f", str(cron), "restart", "job", "--timeout", "60s", check=0, timeout=120)
+    assert "the daemon" not in done.err and "restarted job (pid " in done.out, done
+    assert _pid(rc, "job") != before and rc.record("job")["phase"] == "Ready"
+    stopped = rc("-f", str(cron), "down", check=0)
+    assert "stopped job" in stopped.out and "daemon" not in stopped.err, stopped
+    daemon.terminate()
+    daemon.wait(timeout=30)
+    rc.down()
+
+
 def test_a_restart_that_cannot_progress_says_why(reconcile: Any) -> None:
     rc = reconcile
     rc.write("huge", devices={"count": 5, "kind": "nvidia"})

@@ -58,11 +58,11 @@ def cmd_down(args: argparse.Namespace) -> int:
 def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
     """A daemon on the state dir starts what its manifests declare at its next pass: a
     `down` it undoes seconds later without a word looks like a crash (issue 34)."""
-    from controller.cli.operate.restartverb import daemon_pid
+    from controller.cli.operate.restartverb import daemon_running
     from controller.core.manifest.names import in_repo
     from controller.store.sources.manifests import load
 
-    daemon = daemon_pid(cfg.state_dir) if stopped else None
+    daemon = daemon_running(cfg.state_dir, [r.owner for r in stopped]) if stopped else None
     if daemon is None:
         return
     declared = load(cfg.manifests, insecure=cfg.insecure_manifests).entries

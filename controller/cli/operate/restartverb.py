@@ -31,7 +31,7 @@ from controller.host import bootclock
 from controller.redact import printable
 from controller.store.config.node import Config
 from controller.store.instances.records import RecordStore, check_name
-from controller.store.side import restart
+from controller.store.side import daemonset, restart
 from controller.store.sidefiles import SideFileError
 from controller.store.statedir import StateDir
 
@@ -61,7 +61,9 @@ def cmd_restart(args: argparse.Namespace) -> int:
             print(f"reconcile: {exc}", file=sys.stderr)
             return EXIT_FAIL
         print(f"restart of {name} requested ({_how(_instances(records.values(), name))})")
-    daemon = daemon_pid(cfg.state_dir)
+    daemon = daemon_running(
+        cfg.state_dir, [r.owner for n in names for r in _instances(records.values(), n)]
+    )
     if daemon is not None:
         when = "now" if _wake(cfg.state_dir, daemon) else "at its next resync"
         print(f"the daemon (pid {daemon}) restarts it {when}", file=sys.stderr)
@@ -133,6 +135,18 @@ def daemon_pid(state_dir: Path) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def daemon_running(state_dir: Path, owners: Iterable[str]) -> int | None:
+    """The daemon's pid when one runs and its passes are the ones that act on records of
+    ``owners`` (its own set's); None when none runs, or it runs another set (a cron set
+    beside it: only that set's own passes act on its records). A daemon that names no
+    set (one from before ``daemon.json``) is taken to run them, as it always was."""
+    pid = daemon_pid(state_dir)
+    if not pid:
+        return pid
+    runs = daemonset.owner_of(state_dir, pid)
+    return pid if runs is None or all(owner == runs for owner in owners) else None
 
 
 def _wake(state_dir: Path, daemon: int) -> bool:
