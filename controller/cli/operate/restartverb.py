@@ -24,7 +24,7 @@ from pathlib import Path
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, looks, no_such, reconciler
 from controller.core.manifest.names import base_name, is_next
-from controller.core.planner.records import RESTARTED
+from controller.core.plan import RESTARTED
 from controller.core.state import STUCK, Phase, Record, backoff_cause
 from controller.errors import RecordError
 from controller.host import bootclock
