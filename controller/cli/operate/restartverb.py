@@ -65,7 +65,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
         cfg.state_dir, [r.owner for n in names for r in _instances(records.values(), n)]
     )
     if daemon is not None:
-        when = "now" if _wake(cfg.state_dir, daemon) else "at its next resync"
+        when = "now" if wake(cfg.state_dir, daemon) else "at its next resync"
         print(f"the daemon (pid {daemon}) restarts it {when}", file=sys.stderr)
         if args.no_wait:
             return EXIT_OK
@@ -149,7 +149,7 @@ def daemon_running(state_dir: Path, owners: Iterable[str]) -> int | None:
     return pid if runs is None or all(owner == runs for owner in owners) else None
 
 
-def _wake(state_dir: Path, daemon: int) -> bool:
+def wake(state_dir: Path, daemon: int) -> bool:
     """Ask the daemon for a pass now: the gateway's wake-up datagram where it serves one,
     else SIGUSR1 to the pid that holds the daemon lock right now. False if neither
     reached it: then its resync timer's pass reads the request."""
