@@ -30,7 +30,7 @@ from controller.core.planner.lifecycle import (
 from controller.core.planner.placing import place_wanted
 from controller.core.planner.preemption import PREEMPTED, PREEMPTIBLE
 from controller.core.planner.pulling import gate
-from controller.core.planner.records import IN_PLACE, judge, leader_of, rekeyed
+from controller.core.planner.records import IN_PLACE, RESTARTED, judge, leader_of, rekeyed
 from controller.core.planner.rolling import rolls
 from controller.core.planner.turns import is_turn, restarts_in_turn, waits_turn
 from controller.core.state import Observed
@@ -43,6 +43,7 @@ __all__ = [
     "IN_PLACE",
     "PREEMPTED",
     "PREEMPTIBLE",
+    "RESTARTED",
     "Desired",
     "backoff",
     "is_turn",

@@ -72,6 +72,10 @@ class Phase(StrEnum):
 # (`up --wait`, `restart`) that sees one says so and ends instead of waiting on.
 STUCK = (Phase.PENDING, Phase.FAILED)
 
+# Phases whose engine has exited (a crash waiting out its back-off, a failed or finished
+# run; its group reaped): a record's ``ref`` names the last engine, which no longer runs.
+EXITED = (Phase.FAILED, Phase.SUCCEEDED, Phase.BACKOFF)
+
 
 # Records and their parts are plain values: the store reads and writes their JSON
 # (store/instances/recordjson.py), and no verb that reads records needs pydantic.

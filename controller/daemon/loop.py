@@ -44,7 +44,7 @@ from controller.store.config import accesstoken
 from controller.store.config.node import Config
 from controller.store.instances.records import RecordStore
 from controller.store.lock import FileLock
-from controller.store.side import activation
+from controller.store.side import activation, daemonset
 from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")
@@ -566,6 +566,8 @@ def run_daemon(
         )
     try:
         accesstoken.ensure(config.state_dir)  # the page's and /metrics': `reconcile ui` reads it
+        # `restart` and `down` act or warn for this set's deployments only
+        daemonset.note(config.state_dir, daemonset.DaemonSet(pid=os.getpid(), owner=config.owner))
         server = None
         if metrics_at:
             from controller.daemon.metricsserver import serve  # http.server: only then

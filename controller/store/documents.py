@@ -66,11 +66,13 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     # last field before ".tmp": sweep_tmp reads it to find a dead writer's leftovers.
     tmp = path.with_name(f".{path.name}.{threading.get_ident()}.{os.getpid()}.tmp")
     try:
-        _write_tmp(tmp, data, mode)
-    except OSError as exc:  # a full disk: the ballast's room, then once more
-        if not diskspace.full(exc) or not diskspace.release_for(path):
+        _write_once_more_when_full(tmp, path, data, mode)
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
             raise
-        _write_tmp(tmp, data, mode)
+        # A write on a descriptor names no file: "No space left on device" alone does
+        # not say which disk (the daemon's `pass failed`, the CLI's I/O error show this).
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
     try:
         failpoints.hit("records.write.before_rename")
         os.replace(tmp, path)
@@ -80,6 +82,15 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
         raise
     failpoints.hit("records.write.before_dir_fsync")
     fsync_dir(path.parent)
+
+
+def _write_once_more_when_full(tmp: Path, path: Path, data: bytes, mode: int) -> None:
+    try:
+        _write_tmp(tmp, data, mode)
+    except OSError as exc:  # a full disk: the ballast's room, then once more
+        if not diskspace.full(exc) or not diskspace.release_for(path):
+            raise
+        _write_tmp(tmp, data, mode)
 
 
 def _write_tmp(tmp: Path, data: bytes, mode: int) -> None:

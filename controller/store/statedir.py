@@ -11,6 +11,7 @@ events/<name>.jsonl    quarantine/                 run/<name>/         journal, 
 activation/ restart/ scale/ inflight/ engineload/                      side documents
 devices/health.json  devices/measured.json  (+ .lock)                  observed devices
 observed.json  drain.json  node.yaml  access-token  models/  cache/    the node's own
+daemon.json                                                             the daemon's set
 secrets-key  ui-open.html  quarantine/documents/
 pass.lock  placement.lock  daemon.lock                                 the locks
 gateway/  (gw-<nonce>.json, current.json, retire/, passed, metrics.prom, gateway.log,
@@ -102,6 +103,11 @@ class StateDir:
     @property
     def drain(self) -> Path:
         return self.root / "drain.json"
+
+    @property
+    def daemon(self) -> Path:
+        """The manifest set the daemon holding ``daemon.lock`` runs (``side/daemonset.py``)."""
+        return self.root / "daemon.json"
 
     @property
     def node_config(self) -> Path:

@@ -24,10 +24,12 @@ def test_the_public_names_are_pinned() -> None:
         "IN_PLACE",
         "PREEMPTED",
         "PREEMPTIBLE",
+        "RESTARTED",
         "backoff",
         "is_turn",
         "leader_of",
         "plan",
+        "rekeyed",
         "restarts_after",
         "waits_turn",
     ]

@@ -411,6 +411,30 @@ def test_4_an_emptied_manifest_file_tears_nothing_down(reconcile: Any) -> None:
     reconcile.down()
 
 
+def test_4_a_manifest_moved_to_another_file_then_broken_there_tears_nothing_down(
+    reconcile: Any,
+) -> None:
+    """A manifest moved into another file (renamed, or merged into a multi-document one)
+    once left its record naming the old file: a typo in the new file then stopped the
+    engine as 'manifest removed', since only the old file counted as its broken source."""
+    web = reconcile.write("web")
+    other = reconcile.write("other", basePort=reconcile.port + 5)
+    reconcile.converge()
+    pid = reconcile.status()["web"]["pid"]
+    merged = other.read_text() + "---\n" + web.read_text()
+    other.write_text(merged)
+    web.unlink()
+    reconcile.once()
+    item = reconcile.status()["web"]
+    assert item["pid"] == pid and item["source"] == str(other), item
+    other.write_text(merged + "  port: [\n")
+    reconcile.once(check=1)
+    item = reconcile.status()["web"]
+    assert item["pid"] == pid and alive(pid) and item["spec_valid"] is False, item
+    assert item["message"].startswith(f"spec invalid (engine left running): {other}:"), item
+    reconcile.down()
+
+
 # -- 5 ---------------------------------------------------------------------------------------
 
 

@@ -66,6 +66,26 @@ def test_evict_stops_engines_now_and_uncordon_lets_them_back(reconcile: Any) -> 
     rc.down()
 
 
+def test_uncordon_wakes_the_daemon(reconcile: Any) -> None:
+    """`uncordon` said "deployments start on the next pass" and left the daemon to its
+    resync: with `--resync 1h` the node stayed empty for up to an hour, its records still
+    saying "node drained". It wakes the daemon, as `restart` does."""
+    rc = reconcile
+    rc.write("web")
+    daemon = rc.popen("--resync", "1h")
+    rc.wait_for(lambda: (rc.record("web") or {}).get("phase") == "Ready", timeout=60)
+    rc("drain", "--evict", check=0)
+    # the daemon's pass after the engine's exit holds it: Pending, the drain named
+    held = lambda: "drained" in (rc.record("web") or {}).get("message", "")  # noqa: E731
+    rc.wait_for(held, timeout=30, what="web held by the drain")
+    out = rc("uncordon", check=0).out
+    rc.wait_for(lambda: (rc.record("web") or {}).get("phase") == "Ready", timeout=60)
+    assert f"the daemon (pid {daemon.pid}) starts" in out, out
+    daemon.terminate()
+    daemon.wait(timeout=30)
+    rc.down()
+
+
 def test_bad_ttl_is_a_usage_error(reconcile: Any) -> None:
     result = reconcile("drain", "--ttl", "soon", check=64)
     assert "--ttl" in result.err and "30s, 5m, 1h" in result.err

@@ -271,3 +271,32 @@ def test_wait_ends_when_a_rolling_update_has_taken_over(reconcile: Any) -> None:
     assert set(now) == {"web"}, now  # no web@next left
     assert now["web"]["phase"] == "Ready" and now["web"]["pid"] != old, now
     rc.down()
+
+
+def test_a_failed_spawn_shows_its_error_in_events_and_describe(reconcile: Any) -> None:
+    """A start that cannot exec once read `start  failed  spawn` in `events` and
+    `describe`: the one fact that says what to fix (the error) was in the journal only."""
+    missing = reconcile.tmp / "no-such-engine"
+    reconcile.write("gone", command=[str(missing)])
+    reconcile.once(check=None)  # BackOff: exit 1 only once a restart failed too
+    why = f"cannot exec '{missing}'"
+    assert why in reconcile("events", "gone").out
+    assert why in reconcile("describe", "gone").out.split("Events:")[1]
+    reconcile.down()
+
+
+def test_a_crash_loops_dead_engine_shows_no_pid_as_if_it_ran(reconcile: Any) -> None:
+    """In BackOff the engine has exited (its group reaped; `down` says "not running"),
+    yet `status -o wide` and `describe` showed its pid as the engine's: one `kill` away
+    from a process that reused it."""
+    rc = reconcile
+    rc.write("crashy", command=["sh", "-c", "exit 3"], readiness={"periodSeconds": 0.2})
+    backoff = lambda: (rc.once(check=None), rc.status()["crashy"]["phase"] == "BackOff")[1]  # noqa: E731
+    rc.wait_for(backoff, timeout=60, what="crashy in BackOff")
+    dead = rc.record("crashy")["ref"]["pid"]
+    wide = rc("status", "-o", "wide", check=0).out.splitlines()
+    column = wide[0].index(" PID ") + 1  # a table's columns are aligned under their heads
+    assert wide[1][column:].split()[0] == "-", wide
+    pid_line = next(line for line in rc("describe", "crashy").out.splitlines() if "PID:" in line)
+    assert pid_line.split()[1] == "-" and f"the last, {dead}, has exited" in pid_line, pid_line
+    rc.down()

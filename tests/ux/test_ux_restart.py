@@ -8,6 +8,7 @@ otherwise; an unknown name is exit 1 with a suggestion.
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,62 @@ def test_the_daemon_does_the_restart_the_cli_asked_for(reconcile: Any, gateway: 
     daemon.terminate()
     daemon.wait(timeout=30)
     rc.down("--gateway")
+
+
+# An engine that ignores SIGTERM: its teardown lasts its whole grace period.
+IGNORE_TERM = """
+import http.server, signal, sys
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+
+
+def test_a_replacement_waiting_for_another_teardown_is_no_failure(reconcile: Any) -> None:
+    """The daemon stops every replaced engine, then starts the new ones: while a slow one
+    spends its grace period, a quick one is Pending for its start. `restart` once called
+    that "cannot progress" and exited 1, though the restart then succeeded."""
+    rc = reconcile
+    rc.write("quick")
+    command = [sys.executable, "-c", IGNORE_TERM, "{port}"]
+    rc.write("stubborn", basePort=rc.port + 5, command=command, stopGracePeriodSeconds=3)
+    daemon = rc.popen("--resync", "1h")
+    ready = ("quick", "stubborn")
+    rc.wait_for(lambda: all(_ready_pid(rc, n) for n in ready), timeout=60)
+    before = {n: _pid(rc, n) for n in ready}
+    done = rc("restart", *ready, check=0, timeout=120)
+    assert "restarted quick (pid " in done.out and "restarted stubborn (pid " in done.out, done
+    assert all(_pid(rc, n) != before[n] for n in ready), done
+    daemon.terminate()
+    daemon.wait(timeout=30)
+    rc.down()
+
+
+def test_a_cron_sets_restart_and_down_beside_a_daemon_of_another_set(reconcile: Any) -> None:
+    """A daemon runs one set; a cron set shares the state dir. `restart` of the cron
+    set's deployment once said "the daemon restarts it now" and waited 10 minutes for a
+    daemon that never acts on another set's records; `down` said the daemon would start
+    it again. Only the set's own passes do: `restart` runs them, `down` says nothing."""
+    rc = reconcile
+    rc.write("web")
+    cron = rc.tmp / "cron"
+    rc.write("job", folder=cron, basePort=rc.port + 5)
+    daemon = rc.popen("--resync", "1h")
+    rc.wait_for(lambda: _ready_pid(rc, "web") is not None, timeout=60)
+    rc("-f", str(cron), "--once", "--wait", "--timeout", "30s", check=0, timeout=60)
+    before = _pid(rc, "job")
+    done = rc("-f", str(cron), "restart", "job", "--timeout", "60s", check=0, timeout=120)
+    assert "the daemon" not in done.err and "restarted job (pid " in done.out, done
+    assert _pid(rc, "job") != before and rc.record("job")["phase"] == "Ready"
+    stopped = rc("-f", str(cron), "down", check=0)
+    assert "stopped job" in stopped.out and "daemon" not in stopped.err, stopped
+    daemon.terminate()
+    daemon.wait(timeout=30)
+    rc.down()
 
 
 def test_a_restart_that_cannot_progress_says_why(reconcile: Any) -> None:

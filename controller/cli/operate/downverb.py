@@ -16,10 +16,8 @@ from collections import defaultdict
 from controller.cli.common import EXIT_FAIL, EXIT_OK, config, no_such, selected
 from controller.cli.common import reconciler as build
 from controller.core.manifest.names import base_name
-from controller.core.state import Phase, Record
+from controller.core.state import EXITED, Record
 from controller.store.config.node import Config
-
-ENDED = (Phase.FAILED, Phase.SUCCEEDED, Phase.BACKOFF)  # its engine had exited
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -58,11 +56,11 @@ def cmd_down(args: argparse.Namespace) -> int:
 def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
     """A daemon on the state dir starts what its manifests declare at its next pass: a
     `down` it undoes seconds later without a word looks like a crash (issue 34)."""
-    from controller.cli.operate.restartverb import daemon_pid
+    from controller.cli.operate.restartverb import daemon_running
     from controller.core.manifest.names import in_repo
     from controller.store.sources.manifests import load
 
-    daemon = daemon_pid(cfg.state_dir) if stopped else None
+    daemon = daemon_running(cfg.state_dir, [r.owner for r in stopped]) if stopped else None
     if daemon is None:
         return
     declared = load(cfg.manifests, insecure=cfg.insecure_manifests).entries
@@ -88,7 +86,7 @@ def _said(name: str, rec: Record | None) -> str:
     """What became of it: an engine stopped, or a record removed with nothing running
     (an engine that had ended: Failed, Succeeded, in BackOff; or nothing running: one that
     never ran, or one preempted or parked since, so never "never ran")."""
-    if rec is not None and rec.phase in ENDED:
+    if rec is not None and rec.phase in EXITED:
         return f"removed {name} ({rec.phase}: not running)"
     if rec is not None and not (rec.ref is not None or rec.holds):
         return f"removed {name} ({rec.phase}: nothing running)"

@@ -260,5 +260,16 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
         return EXIT_OK
     said = printable(before.reason) if before and before.reason else "no reason given"
     was = f" (drained by {printable(before.by)}: {said})" if before else ""
-    print(f"node {cfg.node} uncordoned{was}; deployments start on the next pass")
+    print(f"node {cfg.node} uncordoned{was}; {_started_when(cfg)}")
     return EXIT_OK
+
+
+def _started_when(cfg: Config) -> str:
+    """When the held deployments start: a daemon is woken now (its resync may be an hour
+    away), else the next pass (cron's) starts them."""
+    from controller.cli.operate.restartverb import daemon_pid, wake
+
+    daemon = daemon_pid(cfg.state_dir)
+    if daemon and wake(cfg.state_dir, daemon):
+        return f"the daemon (pid {daemon}) starts its deployments now"
+    return "deployments start on the next pass"

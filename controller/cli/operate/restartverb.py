@@ -24,13 +24,14 @@ from pathlib import Path
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, looks, no_such, reconciler
 from controller.core.manifest.names import base_name, is_next
+from controller.core.plan import RESTARTED
 from controller.core.state import STUCK, Phase, Record, backoff_cause
 from controller.errors import RecordError
 from controller.host import bootclock
 from controller.redact import printable
 from controller.store.config.node import Config
 from controller.store.instances.records import RecordStore, check_name
-from controller.store.side import restart
+from controller.store.side import daemonset, restart
 from controller.store.sidefiles import SideFileError
 from controller.store.statedir import StateDir
 
@@ -60,9 +61,11 @@ def cmd_restart(args: argparse.Namespace) -> int:
             print(f"reconcile: {exc}", file=sys.stderr)
             return EXIT_FAIL
         print(f"restart of {name} requested ({_how(_instances(records.values(), name))})")
-    daemon = daemon_pid(cfg.state_dir)
+    daemon = daemon_running(
+        cfg.state_dir, [r.owner for n in names for r in _instances(records.values(), n)]
+    )
     if daemon is not None:
-        when = "now" if _wake(cfg.state_dir, daemon) else "at its next resync"
+        when = "now" if wake(cfg.state_dir, daemon) else "at its next resync"
         print(f"the daemon (pid {daemon}) restarts it {when}", file=sys.stderr)
         if args.no_wait:
             return EXIT_OK
@@ -134,7 +137,19 @@ def daemon_pid(state_dir: Path) -> int | None:
         os.close(fd)
 
 
-def _wake(state_dir: Path, daemon: int) -> bool:
+def daemon_running(state_dir: Path, owners: Iterable[str]) -> int | None:
+    """The daemon's pid when one runs and its passes are the ones that act on records of
+    ``owners`` (its own set's); None when none runs, or it runs another set (a cron set
+    beside it: only that set's own passes act on its records). A daemon that names no
+    set (one from before ``daemon.json``) is taken to run them, as it always was."""
+    pid = daemon_pid(state_dir)
+    if not pid:
+        return pid
+    runs = daemonset.owner_of(state_dir, pid)
+    return pid if runs is None or all(owner == runs for owner in owners) else None
+
+
+def wake(state_dir: Path, daemon: int) -> bool:
     """Ask the daemon for a pass now: the gateway's wake-up datagram where it serves one,
     else SIGUSR1 to the pid that holds the daemon lock right now. False if neither
     reached it: then its resync timer's pass reads the request."""
@@ -209,6 +224,10 @@ def _left(instances: list[Record], expected: dict[str, str | None], at: datetime
                 continue  # nothing runs: the next start is a fresh one anyway
             if rec.phase is not Phase.PENDING:  # Pending: no room now, a restart or not
                 return f"waiting to replace {rec.name} ({rec.phase})"
+        if rec.phase is Phase.PENDING and rec.message == RESTARTED:
+            # Stopped, its start still to come in the same pass (which may first spend
+            # another engine's grace period): a pass that cannot place it says why.
+            return f"replacing {rec.name}"
         if rec.phase in STUCK:
             return f"cannot start {rec.name} ({rec.phase}): {rec.message}"
         if rec.phase is Phase.BACKOFF and rec.restarts > 0 and rec.ready_at is None:

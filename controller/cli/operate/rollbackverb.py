@@ -177,11 +177,11 @@ def _journal(cfg: Config, owner: str, target: str | None, why: str) -> None:
 
 def _apply(cfg: Config, target: str | None) -> int:
     """The daemon's pass when one runs (woken now), else a pass of our own."""
-    from controller.cli.operate.restartverb import _wake, daemon_pid
+    from controller.cli.operate.restartverb import daemon_pid, wake
 
     daemon = daemon_pid(cfg.state_dir)
     if daemon:
-        _wake(cfg.state_dir, daemon)
+        wake(cfg.state_dir, daemon)
         for _ in looks(time.monotonic() + APPLY_WAIT, reader=False):  # a file the daemon writes
             st = gitsource.read_status(cfg.state_dir)
             if st is not None and st.applied == (target or st.fetched):

@@ -29,7 +29,7 @@ from controller.core import statusjson
 from controller.core.manifest.names import base_name, instance_of
 from controller.core.manifest.quantity import format_bytes
 from controller.core.replicaset import ReplicaSet
-from controller.core.state import ContainerRef, Phase, Record
+from controller.core.state import EXITED, ContainerRef, Phase, Record
 from controller.redact import redact_spec
 from controller.store.instances import logfiles
 from controller.store.instances.events import Journal
@@ -218,6 +218,8 @@ def _phase(rec: Record, now: datetime) -> str:
 def _pid(rec: Record, now: datetime) -> str:
     if rec.ref is None:
         return "-"
+    if rec.phase in EXITED:  # its `Last exit:` says how; the pid may be another's by now
+        return f"- (the last, {rec.ref.pid}, has exited)"
     return f"{rec.ref.pid}, started {iso(rec.started_at)} ({age(rec.started_at, now)} ago)"
 
 

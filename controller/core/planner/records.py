@@ -169,19 +169,26 @@ def _declared(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
         return _changed(ctx, view, entry, why=None if rec.stored_spec else VALID_AGAIN)
     if ctx.desired.restart_due(rec):
         return _changed(ctx, view, entry, why=RESTARTED)
-    restated: list[Judged] = [*_restated(ctx, rec, entry)] if view.alive and rec.port else []
+    # A moved manifest is restated whatever the engine's state: invariant 4 finds a broken
+    # file's deployments by the record's source, so a stale one would prune on a typo.
+    moved = rec.source != entry.source
+    restated = [*_restated(ctx, rec, entry)] if (view.alive and rec.port) or moved else []
     return restated + lifecycle(ctx, view, entry)
 
 
 def _restated(ctx: Context, rec: Record, entry: Entry) -> tuple[Update, ...]:
-    """Facts that change nothing that runs (labels, the NOT_HASHED fields, the manifests'
-    commit) differ from the record's: it is rewritten in place, the engine keeps running."""
+    """Facts that change nothing that runs (labels, the NOT_HASHED fields, the file it is
+    declared in, the manifests' commit) differ from the record's: it is rewritten in
+    place, the engine keeps running."""
     old, new = rec.stored_spec, spec_document(entry.deployment.spec)
     stale = [f"spec.{k}" for k in sorted(NOT_HASHED) if old.get(k) != new.get(k)]
     if rec.labels != entry.deployment.metadata.labels:
         stale.insert(0, "metadata.labels")
     if stale:
         return (Update(name=rec.name, reason=f"{', '.join(stale)} changed", entry=entry),)
+    if rec.source != entry.source:
+        was, now = (in_repo(ctx.desired.repo, f) for f in (rec.source, entry.source))
+        return (Update(name=rec.name, reason=f"manifest moved to {now} (was {was})", entry=entry),)
     if rec.revision != ctx.desired.revision:
         reason = f"manifests now at commit {_short(ctx.desired.revision)} (no spec change)"
         return (Update(name=rec.name, reason=reason, entry=entry, revision_only=True),)

@@ -558,8 +558,10 @@ def test_a_full_disk_gives_up_the_ballast_for_a_record_then_fails_leaving_no_tmp
         (note,) = diskspace.notes()
         assert f"the disk of {store.instances} is full" in note
         fill(state)
-        with pytest.raises(OSError):  # no ballast left: the error, as it is
+        with pytest.raises(OSError) as caught:  # no ballast left: the error, as it is,
             store.write(record("web", restarts=4, message="x" * 8192))
+        # ... naming the file it could not write (`pass failed` and the CLI say where)
+        assert caught.value.filename == str(store.instances / "web.json"), caught.value
         assert sorted(p.name for p in store.instances.iterdir() if p.is_file()) == ["web.json"]
         (state / "filler").unlink()
         store.ensure()  # room again: the ballast is taken back

@@ -1,0 +1,47 @@
+"""Which manifest set the daemon on a state dir runs: ``<state>/daemon.json``.
+
+`reconcile restart` hands a restart to the daemon, and `reconcile down` warns that the
+daemon starts again what it stopped; both hold only for deployments of the daemon's own
+set: a cron set's beside it is never touched by the daemon's passes. The daemon writes
+its pid and owner here once it holds ``daemon.lock``; a reader trusts the note only
+while its pid is the lock's holder (a note left by a daemon that died says nothing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controller.store.documents import Document
+from controller.store.statedir import StateDir
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSet:
+    pid: int
+    owner: str
+
+
+def _document(state_dir: Path) -> Document[DaemonSet]:
+    state = StateDir(state_dir)
+    return Document(state, state.daemon, _decode, lambda d: {"pid": d.pid, "owner": d.owner})
+
+
+def note(state_dir: Path, running: DaemonSet) -> None:
+    """Say which set the daemon runs (it holds ``daemon.lock``)."""
+    _document(state_dir).write(running)
+
+
+def owner_of(state_dir: Path, pid: int) -> str | None:
+    """The owner the daemon of ``pid`` (the lock's holder) runs; None when its note is
+    missing or another pid's (a daemon from before this note: its set is unknown)."""
+    found = _document(state_dir).peek()
+    return found.owner if found is not None and found.pid == pid else None
+
+
+def _decode(data: Any) -> DaemonSet:
+    pid, owner = data["pid"], data["owner"]
+    if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(owner, str):
+        raise TypeError("pid must be an integer and owner a string")
+    return DaemonSet(pid=pid, owner=owner)
