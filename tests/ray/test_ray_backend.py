@@ -155,6 +155,10 @@ def test_the_daemon_runs_ray_deployments(rc: Reconcile) -> None:
         what="w Ready under the daemon",
     )
     assert got["w"]["backend"] == "ray" and answers(got["w"])
+    # How old the view is (SEEN): the daemon's pass looked at w through Ray, though w's
+    # node is a Ray node's id and the note's the controller's name.
+    seen = rc.status("w", cli=True)["w"]["observed_at"]
+    assert seen is not None, "status says when the pass looked at a ray record"
     (rc.manifests / "w.yaml").unlink()
     wait_for(lambda: "w" not in rc.status(), timeout=60, what="w stopped by the daemon")
     wait_for(lambda: not ours(), timeout=30, what="w's actor gone")
