@@ -64,6 +64,13 @@ def test_deployments_land_on_distinct_gpus_then_crash_pending_and_removal(rc: Re
     table = rc("status", check=0).out
     assert items["a"]["node"][:8] in table
     assert rc("plan", check=0).code == 0  # in sync, seen through Ray
+    # `devices` lists the cluster's GPUs, each held by its deployment (this host's
+    # inventory, empty, called every one "not in the inventory").
+    devices = rc("devices", "-o", "json", check=0).json()
+    assert devices["source"] == "ray" and devices["outside_inventory"] == [], devices
+    held = {d["device"]: d["held_by"] for d in devices["devices"]}
+    assert {n: held.get(items[n]["devices"][0]) for n in "abc"} == {n: [n] for n in "abc"}
+    assert "Ray cluster" in rc("devices", check=0).out
 
     # An actor of ours with no record (a record lost by hand) is reaped like a marker process.
     b_pid = items["b"]["pid"]
