@@ -28,6 +28,20 @@ def test_unreachable_cluster_exits_1_and_touches_no_record(reconcile: Any) -> No
 
 
 @pytest.mark.parametrize(
+    ("address", "said"),
+    [("10.0.0.1", "no port in it"), ("ray://10.0.0.1:10001", "Ray Client is not supported")],
+)
+def test_an_address_that_is_not_a_gcs_host_port_says_so(
+    reconcile: Any, address: str, said: str
+) -> None:
+    reconcile.write("web")
+    got = reconcile("--once", "--backend", "ray", "--ray-address", address, check=1)
+    assert f"--ray-address {address}: {said}" in got.err, got.err
+    assert "HOST:PORT" in got.err and "Traceback" not in got.err, got.err
+    assert not reconcile.record_path("web").exists()
+
+
+@pytest.mark.parametrize(
     ("spec", "field"),
     [
         ({"devices": {**GPU, "candidates": ["0"]}}, "spec.devices.candidates"),
