@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from typing import Any
@@ -39,6 +40,27 @@ def test_an_address_that_is_not_a_gcs_host_port_says_so(
     assert f"--ray-address {address}: {said}" in got.err, got.err
     assert "HOST:PORT" in got.err and "Traceback" not in got.err, got.err
     assert not reconcile.record_path("web").exists()
+
+
+def test_describe_of_a_ray_record_shows_it_while_the_cluster_is_unreachable(
+    reconcile: Any,
+) -> None:
+    """The cluster down (or a wrong address): the record and its events are still read
+    here; only the log, on the engine's node, is not. describe printed nothing, exit 1."""
+    reconcile.write("web")
+    reconcile.converge()
+    store = reconcile.store()
+    local = store.read("web")
+    assert local is not None
+    store.write(dataclasses.replace(local, backend="ray", node="ab" * 28, host="10.0.0.7"))
+    try:
+        flags = ("--backend", "ray", "--ray-address", "127.0.0.1:9")
+        got = reconcile("describe", "web", *flags, check=0)
+    finally:
+        store.write(local)  # the local engine's record again, for down
+        reconcile.down()
+    assert "Name:         web" in got.out and "Events:" in got.out, got.out
+    assert "<not read: cannot reach the Ray cluster at 127.0.0.1:9" in got.out, got.out
 
 
 @pytest.mark.parametrize(
