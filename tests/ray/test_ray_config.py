@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from typing import Any
 
 import pytest
+from rayhelp import engines_gone, ray_engines
 
 GPU = {"count": 1, "kind": "nvidia"}
 
@@ -94,3 +96,23 @@ def test_the_local_backend_never_imports_ray(reconcile: Any) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, env=reconcile.env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     reconcile.down()
+
+
+def test_another_clusters_engine_is_not_the_tests_to_judge() -> None:
+    """An engine of a Ray cluster this run did not start (`ray start` by hand, another
+    checkout's tests on the same box) is not waited for, named or killed by a teardown:
+    it was, and a run failed "engines outlived their actors" over another run's engines."""
+    env = {
+        **os.environ,
+        "RECONCILE_STATE": "/tmp/reconcile-ray/reconcile-elsewhere",
+        "RECONCILE_INSTANCE": "node/web/nonce",
+        "RAY_RAYLET_PID": "1",  # a raylet that is none of ours
+    }
+    other = subprocess.Popen(["sleep", "60"], env=env)
+    try:
+        assert other.pid not in ray_engines()
+        engines_gone(timeout=0.5, kill=True)
+        assert other.poll() is None, "another cluster's engine was killed"
+    finally:
+        other.kill()
+        other.wait()
