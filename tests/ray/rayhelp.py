@@ -7,7 +7,6 @@ import os
 import signal
 import time
 from pathlib import Path
-
 from typing import Any
 
 import ray
