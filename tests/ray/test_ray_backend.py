@@ -173,6 +173,22 @@ def test_the_daemon_runs_ray_deployments(rc: Reconcile) -> None:
     assert daemon.wait(30) == 0
 
 
+def test_a_state_dir_of_local_records_is_refused_not_run_twice(rc: Reconcile) -> None:
+    """The operator's switch: `--backend ray` on the state dir a local run made. The ray
+    pass judged the local records as its own, found no actor, and started the engine
+    again on Ray, its record rewritten; the local one ran on, lost track of."""
+    rc.write("twice", command=ENGINE)
+    rc("--once", "--wait", "--backend", "local", check=0)
+    local = rc.status()["twice"]
+    for verb in ("--once", "down"):
+        err = rc(verb, check=1).err
+        assert "holds records of the local backend (twice)" in err, err
+        assert "`reconcile down --backend local`" in err, err
+    assert not ours() and alive(local["pid"]) and rc.status()["twice"] == local
+    rc("down", "--backend", "local", check=0)
+    wait_for(lambda: not alive(local["pid"]), timeout=15, what="the local engine stopped")
+
+
 def test_replicas_spread_over_the_nodes_and_each_writes_its_log(rc: Reconcile) -> None:
     # No devices asked: only the backend's choice of node keeps the three replicas apart.
     rc.write("web", command=ENGINE, replicas=3)
