@@ -112,6 +112,8 @@ def test_deployments_land_on_distinct_gpus_then_crash_pending_and_removal(rc: Re
         lambda s: s["a"]["phase"] == "Ready" and s["a"]["pid"] != a_now["pid"],
     )
     assert got["a"]["restarts"] > a_now["restarts"] and answers(got["a"])
+    fails = [e["reason"] for e in rc.events("a") if e.get("action") == "fail"]
+    assert "engine ended with its actor" in fails[-1], fails  # not "not our child"
 
     # logs and describe read through the actor; the actor's start line hides a secret argument
     assert "demo engine" in rc("logs", "a", check=0).out
