@@ -118,6 +118,10 @@ class ContainerRef:
     digest: str = ""
 
 
+# Why a cluster engine's exit code is unknown: its actor (and the engine with it) is gone.
+ACTOR_GONE = "its actor is gone: exit code unknown"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ExitInfo:
     code: int | None = None
@@ -130,6 +134,8 @@ class ExitInfo:
             return f"killed by signal {self.signal}"
         if self.code is not None:
             return f"exited with code {self.code}"
+        if self.reason == ACTOR_GONE:  # not a crash of the engine's own: say what ended
+            return "ended with its actor (its node or the cluster lost, or the actor killed)"
         return "exited (code unknown: not our child)"
 
 

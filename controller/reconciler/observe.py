@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from controller.backends.base import Backend
 from controller.core.state import (
+    ACTOR_GONE,
     Drain,
     ExitInfo,
     MarkedProcess,
@@ -85,8 +86,10 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
         if status is not None:
             exit_info = ExitInfo(code=status.code, signal=status.signal, at=now)
         elif rec.phase in (Phase.STARTING, Phase.READY):
-            # A cron pass is not the engine's parent: the code is lost, the exit is not.
-            exit_info = ExitInfo(at=now, reason="not our child: exit code unknown")
+            # A cron pass is not the engine's parent: the code is lost, the exit is not. A
+            # cluster's engine ends with its actor (one that crashed, its actor restarts).
+            why = ACTOR_GONE if rec.on_cluster else "not our child: exit code unknown"
+            exit_info = ExitInfo(at=now, reason=why)
     return RecordView(
         record=rec,
         alive=alive,

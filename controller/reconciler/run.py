@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -42,6 +42,7 @@ from controller.core.manifest.specs import Entry, with_secrets
 from controller.core.plan import EMPTIED, Desired, plan, rekeyed, waits_turn
 from controller.core.pulls import PullView
 from controller.core.state import Observed, Phase, ProcessRef, Record
+from controller.errors import ConfigError
 from controller.host import gpuhealth
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity
@@ -271,6 +272,7 @@ class Preview:
         if live is not None:  # a cluster: plan against the nodes that are there now
             self.inventory = live
         snapshot = self.snapshot()
+        one_backend(snapshot.records.values(), self.backend.name, self.config.state_dir)
         observed = observe(
             snapshot,
             self.backend,
@@ -736,6 +738,7 @@ class Reconciler(Preview):
         self.store.ensure()
         with self.pass_lock.hold(self.config.lock_timeout):
             records = self.store.load().records.values()
+            one_backend(records, self.backend.name, self.config.state_dir)
             chosen = [r for r in records if which(r) and not r.elsewhere(self.config.node)]
             self.concurrently([Stop(name=r.name, reason=reason) for r in chosen])
             return [r.name for r in chosen]
@@ -747,6 +750,26 @@ class Reconciler(Preview):
         with ThreadPoolExecutor(max_workers=min(16, len(actions))) as pool:
             # a list, not any(): any() would stop early and drop a later teardown's error
             return list(pool.map(self.executor.apply, actions))
+
+
+def one_backend(records: Iterable[Record], backend: str, state_dir: Path) -> None:
+    """Refuse a pass (or `down`) whose backend did not make the state dir's records: it
+    would judge them as its own, find none of their engines, and start (or drop the
+    records of) engines the other backend still runs: a second copy, the first lost."""
+    others: dict[str, list[str]] = {}
+    for rec in records:
+        if rec.backend != backend:
+            others.setdefault(rec.backend, []).append(rec.name)
+    if not others:
+        return
+    made, names = sorted(others.items())[0]
+    shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+    raise ConfigError(
+        f"the state dir {state_dir} holds records of the {made} backend ({shown}) and this"
+        f" runs --backend {backend}: a state dir is one backend's. Stop those with the"
+        f" backend that made them (`reconcile down --backend {made}`), or give --backend"
+        f" {backend} its own --state-dir. Nothing was changed"
+    )
 
 
 def notifications_for(config: Config) -> Notifications | None:

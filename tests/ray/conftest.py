@@ -5,8 +5,9 @@ next module that asks for one when it is as it started (its three nodes alive) a
 started with every variable of the environment the next module runs in (the raylets pass
 theirs to the actors: test_ray_container.py sets its runtimes' first); else it is shut
 down and another one started. The last one is shut down after the last module that uses
-one. Teardown shuts Ray down and FAILS if any engine started through an actor is still
-alive a minute later (an engine never outlives its actor).
+one. Teardown shuts Ray down and FAILS if any engine started through an actor of these
+clusters is still alive a minute later (an engine never outlives its actor); another
+run's cluster on the box, and its engines, are left alone.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ if importlib.util.find_spec("ray") is None:  # not installed: `pip install -e '.
     collect_ignore_glob = ["test_*.py"]
 else:
     import ray
-    from ray.cluster_utils import Cluster
-    from rayhelp import engines_gone
+    from rayhelp import OwnCluster, engines_gone
 
 MB = 1 << 20
 WORKERS = 3
@@ -56,7 +56,7 @@ class Held:
                 "health_check_failure_threshold": 3,
             },
         }
-        self.cluster, self.env = Cluster(initialize_head=True, head_node_args=head), env
+        self.cluster, self.env = OwnCluster(initialize_head=True, head_node_args=head), env
         for _ in range(WORKERS):
             self.cluster.add_node(num_cpus=1, num_gpus=1, object_store_memory=80 * MB)
         self.cluster.wait_for_nodes()

@@ -7,18 +7,36 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import ray
 from procs import cmdline
+from ray.cluster_utils import Cluster
 
 ACTOR_STATE = "RECONCILE_STATE=/tmp/reconcile-ray/"  # the actors' engines carry this
 MARKS = (b"RECONCILE_STATE=", b"RECONCILE_INSTANCE=")  # whose engine it is
+RAYLET = b"RAY_RAYLET_PID="  # an actor's engine inherits its raylet's pid
+# The raylets of every cluster this test process started: another run's Ray cluster on
+# the box (a second checkout's tests, `ray start` by hand) runs engines of the same form,
+# which are not ours to wait for, name, or kill.
+RAYLETS: set[int] = set()
+
+
+class OwnCluster(Cluster):  # type: ignore[misc]
+    """A ``Cluster`` that notes each node's raylet in ``RAYLETS`` (the head's too)."""
+
+    def add_node(self, wait: bool = True, **node_args: Any) -> Any:
+        node = super().add_node(wait=wait, **node_args)
+        RAYLETS.update(info.process.pid for info in node.all_processes.get("raylet", []))
+        return node
 
 
 def ray_engines() -> set[int]:
-    """Live processes started by one of our actors (their marker state is the actor's)."""
+    """Live processes started by one of our actors (their marker state is the actor's)
+    on a node of one of our clusters."""
     found = set()
     needle = ACTOR_STATE.encode()
+    raylets = {RAYLET + str(pid).encode() for pid in RAYLETS}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -27,7 +45,8 @@ def ray_engines() -> set[int]:
             state = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if state != "Z" and any(i.startswith(needle) for i in env.split(b"\0")):
+        items = env.split(b"\0")
+        if state != "Z" and any(i.startswith(needle) for i in items) and raylets & set(items):
             found.add(int(entry.name))
     return found
 

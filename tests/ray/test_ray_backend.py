@@ -64,6 +64,13 @@ def test_deployments_land_on_distinct_gpus_then_crash_pending_and_removal(rc: Re
     table = rc("status", check=0).out
     assert items["a"]["node"][:8] in table
     assert rc("plan", check=0).code == 0  # in sync, seen through Ray
+    # `devices` lists the cluster's GPUs, each held by its deployment (this host's
+    # inventory, empty, called every one "not in the inventory").
+    devices = rc("devices", "-o", "json", check=0).json()
+    assert devices["source"] == "ray" and devices["outside_inventory"] == [], devices
+    held = {d["device"]: d["held_by"] for d in devices["devices"]}
+    assert {n: held.get(items[n]["devices"][0]) for n in "abc"} == {n: [n] for n in "abc"}
+    assert "Ray cluster" in rc("devices", check=0).out
 
     # An actor of ours with no record (a record lost by hand) is reaped like a marker process.
     b_pid = items["b"]["pid"]
@@ -105,6 +112,8 @@ def test_deployments_land_on_distinct_gpus_then_crash_pending_and_removal(rc: Re
         lambda s: s["a"]["phase"] == "Ready" and s["a"]["pid"] != a_now["pid"],
     )
     assert got["a"]["restarts"] > a_now["restarts"] and answers(got["a"])
+    fails = [e["reason"] for e in rc.events("a") if e.get("action") == "fail"]
+    assert "engine ended with its actor" in fails[-1], fails  # not "not our child"
 
     # logs and describe read through the actor; the actor's start line hides a secret argument
     assert "demo engine" in rc("logs", "a", check=0).out
@@ -155,11 +164,31 @@ def test_the_daemon_runs_ray_deployments(rc: Reconcile) -> None:
         what="w Ready under the daemon",
     )
     assert got["w"]["backend"] == "ray" and answers(got["w"])
+    # How old the view is (SEEN): the daemon's pass looked at w through Ray, though w's
+    # node is a Ray node's id and the note's the controller's name.
+    seen = rc.status("w", cli=True)["w"]["observed_at"]
+    assert seen is not None, "status says when the pass looked at a ray record"
     (rc.manifests / "w.yaml").unlink()
     wait_for(lambda: "w" not in rc.status(), timeout=60, what="w stopped by the daemon")
     wait_for(lambda: not ours(), timeout=30, what="w's actor gone")
     daemon.send_signal(signal.SIGTERM)
     assert daemon.wait(30) == 0
+
+
+def test_a_state_dir_of_local_records_is_refused_not_run_twice(rc: Reconcile) -> None:
+    """The operator's switch: `--backend ray` on the state dir a local run made. The ray
+    pass judged the local records as its own, found no actor, and started the engine
+    again on Ray, its record rewritten; the local one ran on, lost track of."""
+    rc.write("twice", command=ENGINE)
+    rc("--once", "--wait", "--backend", "local", check=0)
+    local = rc.status()["twice"]
+    for verb in ("--once", "down"):
+        err = rc(verb, check=1).err
+        assert "holds records of the local backend (twice)" in err, err
+        assert "`reconcile down --backend local`" in err, err
+    assert not ours() and alive(local["pid"]) and rc.status()["twice"] == local
+    rc("down", "--backend", "local", check=0)
+    wait_for(lambda: not alive(local["pid"]), timeout=15, what="the local engine stopped")
 
 
 def test_replicas_spread_over_the_nodes_and_each_writes_its_log(rc: Reconcile) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import subprocess
 import sys
 from typing import Any
 
 import pytest
+from rayhelp import engines_gone, ray_engines
 
 GPU = {"count": 1, "kind": "nvidia"}
 
@@ -25,6 +28,41 @@ def test_unreachable_cluster_exits_1_and_touches_no_record(reconcile: Any) -> No
     assert "cannot reach the Ray cluster at 127.0.0.1:9" in got.err
     assert reconcile.record_path("web").read_bytes() == before
     reconcile.down()
+
+
+@pytest.mark.parametrize(
+    ("address", "said"),
+    [("10.0.0.1", "no port in it"), ("ray://10.0.0.1:10001", "Ray Client is not supported")],
+)
+def test_an_address_that_is_not_a_gcs_host_port_says_so(
+    reconcile: Any, address: str, said: str
+) -> None:
+    reconcile.write("web")
+    got = reconcile("--once", "--backend", "ray", "--ray-address", address, check=1)
+    assert f"--ray-address {address}: {said}" in got.err, got.err
+    assert "HOST:PORT" in got.err and "Traceback" not in got.err, got.err
+    assert not reconcile.record_path("web").exists()
+
+
+def test_describe_of_a_ray_record_shows_it_while_the_cluster_is_unreachable(
+    reconcile: Any,
+) -> None:
+    """The cluster down (or a wrong address): the record and its events are still read
+    here; only the log, on the engine's node, is not. describe printed nothing, exit 1."""
+    reconcile.write("web")
+    reconcile.converge()
+    store = reconcile.store()
+    local = store.read("web")
+    assert local is not None
+    store.write(dataclasses.replace(local, backend="ray", node="ab" * 28, host="10.0.0.7"))
+    try:
+        flags = ("--backend", "ray", "--ray-address", "127.0.0.1:9")
+        got = reconcile("describe", "web", *flags, check=0)
+    finally:
+        store.write(local)  # the local engine's record again, for down
+        reconcile.down()
+    assert "Name:         web" in got.out and "Events:" in got.out, got.out
+    assert "<not read: cannot reach the Ray cluster at 127.0.0.1:9" in got.out, got.out
 
 
 @pytest.mark.parametrize(
@@ -58,3 +96,23 @@ def test_the_local_backend_never_imports_ray(reconcile: Any) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, env=reconcile.env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     reconcile.down()
+
+
+def test_another_clusters_engine_is_not_the_tests_to_judge() -> None:
+    """An engine of a Ray cluster this run did not start (`ray start` by hand, another
+    checkout's tests on the same box) is not waited for, named or killed by a teardown:
+    it was, and a run failed "engines outlived their actors" over another run's engines."""
+    env = {
+        **os.environ,
+        "RECONCILE_STATE": "/tmp/reconcile-ray/reconcile-elsewhere",
+        "RECONCILE_INSTANCE": "node/web/nonce",
+        "RAY_RAYLET_PID": "1",  # a raylet that is none of ours
+    }
+    other = subprocess.Popen(["sleep", "60"], env=env)
+    try:
+        assert other.pid not in ray_engines()
+        engines_gone(timeout=0.5, kill=True)
+        assert other.poll() is None, "another cluster's engine was killed"
+    finally:
+        other.kill()
+        other.wait()

@@ -57,19 +57,33 @@ def connect(address: str) -> None:
 
 def _reachable(address: str) -> None:
     """A plain TCP connect first: ray.init retries an unreachable GCS for a minute."""
-    if address == "auto" or address.startswith("ray://"):
-        return  # "auto" reads the local session file; ray:// is Ray Client (own errors)
-    host, _, port = address.rpartition(":")
+    if address == "auto":
+        return  # the local session file names the cluster
+    host, port = _host_port(address)
     try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), CONNECT_TIMEOUT):
+        with socket.create_connection((host, port), CONNECT_TIMEOUT):
             pass
-    except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
         raise BackendUnavailable(
             f"cannot reach the Ray cluster at {address}: {reason}. Is `ray start --head`"
             " running there, and is --ray-address (RECONCILE_RAY_ADDRESS) its GCS host:port?"
             " Nothing was changed"
         ) from exc
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    """The GCS's (host, port) in ``address``; else why it is not one, naming the fix."""
+    fix = (
+        "give the head's GCS address, HOST:PORT (`ray start --head --port 6379` prints it),"
+        " as --ray-address or RECONCILE_RAY_ADDRESS. Nothing was changed"
+    )
+    if address.startswith("ray://"):
+        raise BackendUnavailable(f"--ray-address {address}: Ray Client is not supported; {fix}")
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BackendUnavailable(f"--ray-address {address}: no port in it; {fix}")
+    return host.strip("[]") or "127.0.0.1", int(port)  # [::1]:6379 too
 
 
 def nodes(free: dict[str, float] | None = None) -> list[Node]:

@@ -31,6 +31,7 @@ from controller.cli.render.views import dump
 from controller.core.manifest.backendnames import on_cluster
 from controller.core.manifest.names import base_name
 from controller.core.state import Phase, Record
+from controller.errors import BackendUnavailable
 from controller.redact import printable
 from controller.store.config.node import IGNORED, Config
 from controller.store.instances.records import RecordProblem, RecordStore, check_name
@@ -117,7 +118,11 @@ def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
     from controller.backends.choose import open_backend
     from controller.cli.render.describe import LOG_LINES
 
-    backend = open_backend(cfg)
+    try:
+        backend = open_backend(cfg)
+    except BackendUnavailable as exc:  # the record and its events are still worth showing
+        said = [f"<not read: {exc}>"]
+        return lambda rec: said
 
     def tail(rec: Record) -> list[str]:
         got = backend.log_since(rec, 0)

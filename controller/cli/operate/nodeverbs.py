@@ -39,13 +39,15 @@ from controller.store.side import devicehealth
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from controller.host import devices
+    from controller.backends.choose import inventory_for
 
     fmt = output_format(args, "table", FORMATS)
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args, lenient=True)
-    inventory = devices.resolve(cfg.devices)
+    # On a cluster the engines hold the cluster's GPUs (asked of it, as a pass does), not
+    # this host's: this host's inventory called each of them "not in the inventory".
+    inventory = inventory_for(cfg)
     if args.clear:
         return _clear(cfg, inventory.keys(), args.clear)
     snap = RecordStore(cfg.state_dir).peek()  # a read verb moves nothing aside
@@ -133,7 +135,8 @@ def _devices_text(
     ports: list[dict[str, Any]],
     notes: list[str],
 ) -> str:
-    out = [f"Node {cfg.node}: {len(items)} device(s), inventory: {source}"]
+    where = f"Ray cluster {cfg.ray_address}" if on_cluster(cfg.backend) else f"Node {cfg.node}"
+    out = [f"{where}: {len(items)} device(s), inventory: {source}"]
     if items:
         head = ["DEVICE", "KIND", "ID", "UUID", "NAME", "MEMORY", "ALLOCATED", "FREE", "HEALTH"]
         rows = [[*head, "HELD BY"]]

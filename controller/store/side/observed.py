@@ -66,12 +66,22 @@ def views(notes: list[Seen], records: Iterable[Record]) -> Views:
     page) says the same of each."""
     found = Views()
     for rec in records:
-        on_node = [n.at for n in notes if n.node == rec.node]  # any set's pass looks at all
-        if on_node:
-            found.seen[rec.name] = max(on_node)
-        mine = [n for n in notes if (n.node, n.owner) == (rec.node, rec.owner)]
+        looked = [n for n in notes if _looked_at(n, rec)]
+        if looked:
+            found.seen[rec.name] = max(n.at for n in looked)
+        mine = [n for n in looked if n.owner == rec.owner]
         found.conditions[rec.name] = [n.prune_blocked for n in mine if n.prune_blocked]
     return found
+
+
+def _looked_at(note: Seen, rec: Record) -> bool:
+    """Whether the pass ``note`` tells of looked at ``rec``. A local record: any set's
+    pass on its node looks at all of that node's. A cluster record's ``node`` is the
+    cluster's node that runs it, never a controller's: its own set's pass looks at it
+    (through the cluster), whichever host that pass ran on."""
+    if rec.on_cluster:
+        return note.owner == rec.owner
+    return note.node == rec.node
 
 
 def _decode(data: Any) -> list[Seen]:
