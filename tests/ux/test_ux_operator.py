@@ -273,18 +273,6 @@ def test_wait_ends_when_a_rolling_update_has_taken_over(reconcile: Any) -> None:
     rc.down()
 
 
-def test_a_failed_spawn_shows_its_error_in_events_and_describe(reconcile: Any) -> None:
-    """A start that cannot exec once read `start  failed  spawn` in `events` and
-    `describe`: the one fact that says what to fix (the error) was in the journal only."""
-    missing = reconcile.tmp / "no-such-engine"
-    reconcile.write("gone", command=[str(missing)])
-    reconcile.once(check=None)  # BackOff: exit 1 only once a restart failed too
-    why = f"cannot exec '{missing}'"
-    assert why in reconcile("events", "gone").out
-    assert why in reconcile("describe", "gone").out.split("Events:")[1]
-    reconcile.down()
-
-
 def test_a_crash_loops_dead_engine_shows_no_pid_as_if_it_ran(reconcile: Any) -> None:
     """In BackOff the engine has exited (its group reaped; `down` says "not running"),
     yet `status -o wide` and `describe` showed its pid as the engine's: one `kill` away
