@@ -34,7 +34,7 @@ from controller import failpoints
 from controller.core.manifest.names import is_dns1123
 from controller.logsetup import get_logger
 from controller.store import diskspace, sidefiles
-from controller.store.lock import FileLock
+from controller.store.lock import FileLock, pid_alive
 from controller.store.statedir import StateDir, lock_beside
 
 log = get_logger("reconcile")
@@ -115,19 +115,9 @@ def sweep_tmp(folder: Path) -> None:
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for entry in os.scandir(folder):
             pid = entry.name.rsplit(".", 2)[-2] if entry.name.endswith(".tmp") else ""
-            if entry.name.startswith(".") and pid.isdigit() and not _pid_alive(int(pid)):
+            if entry.name.startswith(".") and pid.isdigit() and not pid_alive(int(pid)):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def fsync_dir(folder: Path) -> None:

@@ -59,7 +59,7 @@ class FileLock:
 
     def _busy_message(self, timeout: float | None) -> str:
         pid = self.holder()
-        if pid and not _alive(pid):  # a child inherited the descriptor (git: fileno's doc)
+        if pid and not pid_alive(pid):  # a child inherited the descriptor (git: fileno's doc)
             return (
                 f"the {self.what} ({self.path}) is held by a process that pid {pid} left "
                 f"behind (pid {pid} has exited); gave up after {timeout:g}s. "
@@ -87,7 +87,8 @@ class FileLock:
         return True
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """A process of that pid exists (another user's too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
