@@ -80,17 +80,7 @@ def test_a_fixed_url_is_pulled_at_once_not_held_by_the_typos_failures(
     with serving({"tiny.gguf": DATA}) as server:
         typo = {"url": server.url("tiny.guff"), "sha256": DIGEST}
         reconcile.write("web", source=typo)
-        reconcile.once()
-        entry = CacheEntry.of(cache, f"sha256-{DIGEST}")
-        reconcile.wait_for(lambda: failures(entry) == 1, what="the first 404")
-        job = Job(
-            source=Source.model_validate(typo),
-            cache=cache,
-            state_dir=reconcile.state,
-            deployments=("web",),
-        )
-        launch.spawn(job)  # the retry a pass makes after the back-off, without the wait
-        reconcile.wait_for(lambda: failures(entry) == 2, what="the second 404")
+        _fail_twice(reconcile, cache, typo, DIGEST)
         assert "pull failed" in reconcile("plan", check=1).out
         write(reconcile, server)  # the URL fixed
         plan = reconcile("plan", check=2)  # changes to make, none that needs you
@@ -113,17 +103,7 @@ def test_a_rolling_updates_pull_failing_again_and_again_makes_once_exit_1(
         reconcile.converge()
         typo = {"url": server.url("new.guff"), "sha256": WRONG}
         reconcile.write("web", source=typo, strategy="RollingUpdate")
-        reconcile.once()
-        entry = CacheEntry.of(cache, f"sha256-{WRONG}")
-        reconcile.wait_for(lambda: failures(entry) == 1, what="the first 404")
-        job = Job(
-            source=Source.model_validate(typo),
-            cache=cache,
-            state_dir=reconcile.state,
-            deployments=("web",),
-        )
-        launch.spawn(job)  # the retry a pass makes after the back-off, without the wait
-        reconcile.wait_for(lambda: failures(entry) == 2, what="the second 404")
+        _fail_twice(reconcile, cache, typo, WRONG)
         again = reconcile.once(check=1)
         assert "web: its pull keeps failing (2 attempts in a row" in again.err
         assert "new.guff: HTTP 404" in again.err
@@ -211,3 +191,19 @@ def test_wait_draws_a_progress_bar_on_a_terminal(reconcile: Any, cache: Path) ->
     assert re.search(r"\[#{12}-{12}\]  50%  2\.1/4\.2 MB", screen), screen[-2000:]
     assert "✔ web" in screen  # and then Ready
     reconcile.down()
+
+
+def _fail_twice(reconcile: Any, cache: Path, source: dict[str, str], digest: str) -> None:
+    """A pass's pull of ``source`` fails, then the retry a pass makes after its back-off
+    (spawned here at once, without the wait) fails again."""
+    reconcile.once()
+    entry = CacheEntry.of(cache, f"sha256-{digest}")
+    reconcile.wait_for(lambda: failures(entry) == 1, what="the first 404")
+    job = Job(
+        source=Source.model_validate(source),
+        cache=cache,
+        state_dir=reconcile.state,
+        deployments=("web",),
+    )
+    launch.spawn(job)
+    reconcile.wait_for(lambda: failures(entry) == 2, what="the second 404")
