@@ -21,6 +21,18 @@ from typing import Any
 
 MARKER = "RECONCILE_INSTANCE"
 GATEWAY_MARKER = "RECONCILE_GATEWAY"  # a gateway process: <node>/<nonce>
+# An engine (argv[1]: its port) that ignores SIGTERM: only the SIGKILL after the grace
+# period ends it, so its teardown lasts that whole period.
+IGNORE_TERM = """
+import http.server, signal, sys
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
 
 
 def proc_state(pid: int) -> str | None:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from procs import alive, environ, wait_for, wait_gone
+from procs import IGNORE_TERM, alive, environ, wait_for, wait_gone
 
 from controller.core.manifest.specs import spec_document
 from controller.core.state import Phase, ProbeConfig, ProcessRef, Record
@@ -26,17 +26,6 @@ from controller.host.procs import identity
 from controller.store.lock import FileLock
 from controller.store.sources.manifests import load
 
-# An engine that ignores SIGTERM (only the SIGKILL after the grace period ends it).
-IGNORE_TERM = """
-import http.server, signal, sys
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
-    def log_message(self, *args):
-        pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
-"""
 # An engine with a child in its own group that ignores SIGTERM.
 WITH_CHILD = """
 import os, signal, sys, time

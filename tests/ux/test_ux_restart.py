@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from procs import IGNORE_TERM
 
 from controller.store.side import restart
 
@@ -104,19 +105,6 @@ def test_the_daemon_does_the_restart_the_cli_asked_for(reconcile: Any, gateway: 
     daemon.terminate()
     daemon.wait(timeout=30)
     rc.down("--gateway")
-
-
-# An engine that ignores SIGTERM: its teardown lasts its whole grace period.
-IGNORE_TERM = """
-import http.server, signal, sys
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
-    def log_message(self, *args):
-        pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
-"""
 
 
 def test_a_replacement_waiting_for_another_teardown_is_no_failure(reconcile: Any) -> None:
