@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks.common import PYTHON, REPO, Row, p95
+from controller.store.lock import pid_alive
 
 RETRY_SLEEP = 0.025
 
@@ -40,7 +41,7 @@ def excl_lock(path: Path) -> Iterator[None]:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             holder = _holder(path)
-            if holder is not None and not _alive(holder):
+            if holder is not None and not pid_alive(holder):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()  # stale: its holder is dead
                 continue
@@ -60,16 +61,6 @@ def _holder(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None  # vanished, or not written yet
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # -- a worker ------------------------------------------------------------------------------
