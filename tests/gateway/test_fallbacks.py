@@ -81,19 +81,26 @@ def metric(reconcile: Any, port: int, name: str, labels: dict[str, str]) -> floa
     return None
 
 
-def test_a_model_not_ready_falls_back_and_says_so(reconcile: Any, gateway: Any) -> None:
+def _big_falls_back_to_small(reconcile: Any, gateway: Any, after: str) -> tuple[Any, int]:
+    """``big`` never Ready (Starting), its fallback ``small`` Ready, behind a gateway with
+    metrics: the gateway and its metrics port."""
     reconcile.write(
         "big",
         command=reconcile.demo_command(load_seconds="600"),
         readiness=STUCK,
         fallbacks=["small"],
-        fallbackAfter="1s",
+        fallbackAfter=after,
     )
     reconcile.write("small")
     metrics_port = reconcile.port + 14
     g = gateway("--metrics-port", str(metrics_port))
     g.wait_phase("small", "Ready")
     g.wait_phase("big", "Starting")
+    return g, metrics_port
+
+
+def test_a_model_not_ready_falls_back_and_says_so(reconcile: Any, gateway: Any) -> None:
+    g, metrics_port = _big_falls_back_to_small(reconcile, gateway, "1s")
     answer = g.post("big")
     assert answer.status == 200, answer
     assert answer.headers["x-reconcile-deployment"] == "small"
@@ -143,18 +150,7 @@ def test_many_fallbacks_leave_one_event(reconcile: Any, gateway: Any) -> None:
     """Eight requests for a model not Ready all go to its fallback and are all counted, but
     journalled once (each was an event: a down primary's journal, trimmed at 64 KB, lost
     why it was down under a few hundred)."""
-    reconcile.write(
-        "big",
-        command=reconcile.demo_command(load_seconds="600"),
-        readiness=STUCK,
-        fallbacks=["small"],
-        fallbackAfter="0.5s",
-    )
-    reconcile.write("small")
-    metrics_port = reconcile.port + 14
-    g = gateway("--metrics-port", str(metrics_port))
-    g.wait_phase("small", "Ready")
-    g.wait_phase("big", "Starting")
+    g, metrics_port = _big_falls_back_to_small(reconcile, gateway, "0.5s")
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda _: g.post("big"), range(8)))
     assert all(a.headers["x-reconcile-deployment"] == "small" for a in answers), answers
