@@ -222,6 +222,7 @@ class Preview:
             revision=gitrev.revision_of(self.config.manifests, check_dirty=not self.config.git),
             # Always the node's checkout: another set's record may name a file in it.
             repo=StateDir(self.config.state_dir).git_checkout,
+            folders=tuple(str(f) for f in self.config.manifests),  # as files are named
             replicas=self.autoscaler.counts(
                 entries,
                 lambda: self.snapshot().records.values(),

@@ -52,6 +52,10 @@ class Desired:
     # run's manifest or another set's record, is named from it in what the plan says
     # (``manifests/a.yaml``), as the repository names it; any other file as it is.
     repo: Path | None = None
+    # The manifest folders this run reads, as its files are named: a record whose file
+    # lies outside them was written from another checkout of the same set (a CI's `plan
+    # --owner`), so its file differing is no move (records.py ``moved``).
+    folders: tuple[str, ...] = ()
 
     def restart_due(self, rec: Record) -> bool:
         """A restart was asked for ``rec``'s deployment after its engine started."""

@@ -171,7 +171,7 @@ def _declared(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
         return _changed(ctx, view, entry, why=RESTARTED)
     # A moved manifest is restated whatever the engine's state: invariant 4 finds a broken
     # file's deployments by the record's source, so a stale one would prune on a typo.
-    moved = rec.source != entry.source
+    moved = _moved(ctx, rec, entry)
     restated = [*_restated(ctx, rec, entry)] if (view.alive and rec.port) or moved else []
     return restated + lifecycle(ctx, view, entry)
 
@@ -186,13 +186,23 @@ def _restated(ctx: Context, rec: Record, entry: Entry) -> tuple[Update, ...]:
         stale.insert(0, "metadata.labels")
     if stale:
         return (Update(name=rec.name, reason=f"{', '.join(stale)} changed", entry=entry),)
-    if rec.source != entry.source:
+    if _moved(ctx, rec, entry):
         was, now = (in_repo(ctx.desired.repo, f) for f in (rec.source, entry.source))
         return (Update(name=rec.name, reason=f"manifest moved to {now} (was {was})", entry=entry),)
     if rec.revision != ctx.desired.revision:
         reason = f"manifests now at commit {_short(ctx.desired.revision)} (no spec change)"
         return (Update(name=rec.name, reason=reason, entry=entry, revision_only=True),)
     return ()
+
+
+def _moved(ctx: Context, rec: Record, entry: Entry) -> bool:
+    """The deployment is now declared in another file of this run's folders than its
+    record names. A record's file outside them (another checkout of the set: CI planning
+    against the node's records) is not this run's to restate."""
+    if rec.source == entry.source:
+        return False
+    folders = [f.rstrip("/") + "/" for f in ctx.desired.folders]
+    return any(rec.source.startswith(f) for f in folders)
 
 
 def _short(revision: str | None) -> str:
