@@ -134,7 +134,10 @@ def test_the_ray_tests_and_the_cluster_share_one_worker() -> None:
     # its worker's first batch and the other worker takes the map's tests (xdist's loadscope
     # hands each worker a unit, then more to one with two or fewer pending). The two left
     # out (a connect attempt, an import check: ~2.5 s) prove nothing more about placement.
-    fast = "not unreachable_cluster and not never_imports_ray"
+    fast = "not unreachable_cluster and not never_imports_ray and " + " and ".join(
+        f"not {later}"  # the file's later tests: the four are enough
+        for later in ("not_a_gcs_host_port", "cluster_is_unreachable", "another_clusters")
+    )
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-k", fast]
     got = _run([*argv, "--dist", "loadgroup", "-v", *files], REPO)
     assert got.returncode == 0, got.stdout[-3000:]
