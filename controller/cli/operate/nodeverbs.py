@@ -39,15 +39,13 @@ from controller.store.side import devicehealth
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from controller.backends.choose import inventory_for
-
     fmt = output_format(args, "table", FORMATS)
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args, lenient=True)
     # On a cluster the engines hold the cluster's GPUs (asked of it, as a pass does), not
     # this host's: this host's inventory called each of them "not in the inventory".
-    inventory = inventory_for(cfg)
+    inventory = _inventory(cfg)
     if args.clear:
         return _clear(cfg, inventory.keys(), args.clear)
     snap = RecordStore(cfg.state_dir).peek()  # a read verb moves nothing aside
@@ -75,6 +73,18 @@ def cmd_devices(args: argparse.Namespace) -> int:
     for problem in snap.problems:  # what it holds is not known: the table is not whole
         print(f"error: {problem.message}", file=sys.stderr)
     return EXIT_FAIL if snap.problems else EXIT_OK
+
+
+def _inventory(cfg: Config) -> Inventory:
+    """This host's devices, or a cluster's GPUs (the backends' code, and the manifest
+    models it imports, only then: a read verb on one box loads no pydantic)."""
+    if on_cluster(cfg.backend):
+        from controller.backends.choose import inventory_for
+
+        return inventory_for(cfg)
+    from controller.host import devices
+
+    return devices.resolve(cfg.devices)
 
 
 def _held_unread(
