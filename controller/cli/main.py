@@ -534,12 +534,25 @@ def _check_backend(parser: Parser, args: argparse.Namespace) -> None:
         parser.error(str(exc))
 
 
+def _check_source(parser: Parser, args: argparse.Namespace) -> None:
+    """Flags that name two sources at once are a usage error (64), as README says every
+    usage error is; node.yaml's settings are judged with the config (exit 1)."""
+    if getattr(args, "git", None) and getattr(args, "manifests", None):
+        parser.error(
+            "-f and --git are one or the other: a node follows a repository or reads"
+            " folders; drop one"
+        )
+    if getattr(args, "branch", None) and getattr(args, "tag", None):
+        parser.error("--branch and --tag are one or the other: give a branch or a tag")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     _check_environment(parser, args)
     _check_output(parser, args)
     _check_backend(parser, args)
+    _check_source(parser, args)
     from controller import logsetup as logs
     from controller.cli.verbs import dispatch
     from controller.errors import (

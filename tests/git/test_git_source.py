@@ -252,8 +252,10 @@ def test_a_torn_source_file_is_set_aside_named_and_written_again(
 
 
 def test_git_and_f_are_one_or_the_other(reconcile: Any, remote: Remote) -> None:
-    out = reconcile("--once", "--git", remote.url, "-f", str(reconcile.manifests), check=1)
+    out = reconcile("--once", "--git", remote.url, "-f", str(reconcile.manifests), check=64)
     assert "one or the other" in out.err, out
+    both = reconcile("--once", "--git", remote.url, "--branch", "a", "--tag", "b", check=64)
+    assert "--branch and --tag are one or the other" in both.err, both
 
 
 def test_node_yaml_git_section_with_a_flag_over_one_key(reconcile: Any, remote: Remote) -> None:
