@@ -303,6 +303,12 @@ def test_a_cron_pass_during_the_daemons_pass_waits_and_never_double_starts(
     finish(d)
 
 
+def _logged_after(d: Any, line: dict[str, Any], event: str) -> dict[str, Any] | None:
+    """The first ``event`` the daemon logged after ``line``."""
+    lines = d.lines()
+    return next((x for x in lines[lines.index(line) + 1 :] if x.get("event") == event), None)
+
+
 def test_sighup_rereads_and_resyncs(reconcile: Any, daemon: Any, finish: Any) -> None:
     rc = reconcile
     d = started(rc, daemon, "hup")
@@ -323,9 +329,9 @@ def test_sighup_rereads_and_resyncs(reconcile: Any, daemon: Any, finish: Any) ->
     d.proc.send_signal(signal.SIGHUP)
     failed = d.wait(lambda: d.lines("reload failed; keeping the old configuration"), "the error")
     assert "node.yaml" in failed[0]["error"], failed
-    # The reload comes before its pass, so every pass logged by now is an earlier one (told
-    # by number: `uncordon` wakes the daemon too, and its pass and a SIGHUP's may be one).
-    d.wait_pass(after=d.passes()[-1]["n"], trigger="sighup")  # still resyncs
+    # Its pass is the one logged after the failed reload (not the third SIGHUP pass counted:
+    # `uncordon` wakes the daemon too, and its pass and a SIGHUP's may be one).
+    d.wait(lambda: _logged_after(d, failed[0], "pass"), "the pass after it")  # still resyncs
     node_file.unlink()
     assert ready_pid(rc, "hup")
     finish(d)
