@@ -9,6 +9,7 @@ ReconcileError
 ├── BackendUnavailable(ConnectionError)  the cluster backend cannot be reached (retry may help)
 └── SpawnError(OSError)            the engine could not be exec'd
     ├── ContainerError             its container runtime refused (the runtime's words)
+    │   └── ImagePullFailed        its image's pull ended without it (backs off holding nothing)
     └── Unplaceable                the cluster has no room for it now (the record goes Pending)
         └── PullingFirst           its model files are pulled to a node with room (Pulling)
 
@@ -42,6 +43,12 @@ class SpawnError(ReconcileError, OSError):
 
 class ContainerError(SpawnError):
     """The container runtime refused (no such image, denied, daemon down): its own words."""
+
+
+class ImagePullFailed(ContainerError):
+    """The pull of the engine's image ended without it (no such image, denied, the
+    registry down): nothing ran, so the start backs off holding no device and no port,
+    as a failed model pull does, and its retry is placed afresh."""
 
 
 class ContainerExited(ContainerError):

@@ -186,7 +186,9 @@ def records(draw: st.DrawFn, name: str, inv: Inventory) -> RecordView:
     phase = draw(st.sampled_from(list(Phase)))
     keys = [d.key for d in inv.devices] + ["nvidia:9"]
     fields: dict[str, Any] = {}
-    if phase.holds_resources:
+    # A BackOff may have given its lease back (its image's pull failed): it holds nothing.
+    unleased = phase is Phase.BACKOFF and draw(st.booleans())
+    if phase.holds_resources and not unleased:
         fields["devices"] = tuple(draw(st.lists(st.sampled_from(keys), unique=True, max_size=3)))
         fields["port"] = draw(ports)
         fields["shareable"] = draw(st.booleans())

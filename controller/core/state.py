@@ -236,7 +236,17 @@ class Record:
 
     @property
     def holds(self) -> bool:
-        return self.phase.holds_resources
+        """It holds its lease (devices, port), as its phase says, except a back-off that
+        gave its lease back (:attr:`unleased_backoff`)."""
+        return self.phase.holds_resources and not self.unleased_backoff
+
+    @property
+    def unleased_backoff(self) -> bool:
+        """In back-off holding no device and no port: its start was refused before any
+        engine ran (its image's pull failed: the launcher), so it keeps nothing idle while
+        it waits, as a failed model pull does; its retry is placed afresh (a new lease
+        from the ledger), never restarted in place. Every other back-off keeps its port."""
+        return self.phase is Phase.BACKOFF and self.port is None
 
     @property
     def crash_looping(self) -> bool:

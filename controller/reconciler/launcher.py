@@ -37,6 +37,7 @@ from controller.core.state import ExitInfo, Phase, Record
 from controller.errors import (
     ContainerError,
     ContainerExited,
+    ImagePullFailed,
     PullingFirst,
     SpawnError,
     Unplaceable,
@@ -179,6 +180,10 @@ class Launcher:
             return True  # news: the next round reads it (and hears the same: no more)
         except ContainerExited as exc:  # it ran and ended: its restart policy judges it
             self._exited_at_start(record, exc, verb)
+            return True
+        except ImagePullFailed as exc:  # nothing ran: it waits holding nothing
+            self._back_off(_unleased(record), str(exc))
+            self.event(name, verb, "pull", "failed", error=str(exc))
             return True
         except SpawnError as exc:
             # A runtime's refusal says its own next move; a missing program has ours.
@@ -475,6 +480,13 @@ class Launcher:
         pids = ",".join(str(p.ref.pid) for p in action.processes)
         self.event(action.name, action.verb, action.reason, f"killed {pids}")
         return True
+
+
+def _unleased(rec: Record) -> Record:
+    """``rec`` giving its lease back before its back-off (``Record.unleased_backoff``): a
+    start refused before any engine ran keeps no GPU idle while it waits, and the ledger
+    places its retry afresh, so no device or port is ever booked twice."""
+    return replace(rec.released(), ref=None, container=None, reserved_by=None)
 
 
 def _unplaced(rec: Record, reason: str, *, restarts: int = 0) -> Record:

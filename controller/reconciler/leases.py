@@ -247,8 +247,12 @@ def kept_count(current: Record | None, record: Record) -> int:
     by way of a pull (its image's: the record was Pulling), a port move (Pending with its
     count: launcher's ``_port_gone``) or a wait for room is still that restart, so a start
     that keeps failing backs off longer each time and counts as crash-looping (``--once``
-    exits 1), as a process's does. A changed spec starts from 0, as a Kubernetes pod of a
-    new template does."""
-    if current is None or current.phase not in (Phase.PULLING, Phase.PENDING):
+    exits 1), as a process's does. A back-off that gave its lease back (its image's pull
+    failed) is placed afresh when it is over: that start is the restart it waited for,
+    counted as one. A changed spec starts from 0, as a Kubernetes pod of a new template
+    does."""
+    if current is None or current.spec_hash != record.spec_hash:
         return 0
-    return current.restarts if current.spec_hash == record.spec_hash else 0
+    if current.unleased_backoff:
+        return current.restarts + 1
+    return current.restarts if current.phase in (Phase.PULLING, Phase.PENDING) else 0

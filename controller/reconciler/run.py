@@ -636,8 +636,7 @@ class Reconciler(Preview):
             ledger = ledger_for(fresh.records.values(), observed)
             for start in ordered:
                 current = fresh.records.get(start.name)
-                waits = (Phase.PENDING, Phase.IDLE, Phase.PULLING)
-                if current is not None and current.phase not in waits:
+                if current is not None and not _unplaced(current):
                     continue  # another pass placed it meanwhile
                 taken, refused = self._lease(start, ledger)
                 taken = count_kept(current, taken)
@@ -842,6 +841,12 @@ def _seen(result: PassResult, node: str, at: datetime) -> Seen:
         blocked = f"{why}: nothing pruned; `--allow-empty` to prune"
     skipped = skip_note(result.skipped)
     return Seen(node=node, owner=result.owner, at=at, prune_blocked=blocked, skipped=skipped)
+
+
+def _unplaced(rec: Record) -> bool:
+    """Waiting to be placed: holding nothing, with no engine (a Start may lease for it)."""
+    waits = (Phase.PENDING, Phase.IDLE, Phase.PULLING)
+    return rec.phase in waits or rec.unleased_backoff
 
 
 def crash_text(rec: Record) -> str:

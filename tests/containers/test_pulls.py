@@ -190,3 +190,39 @@ def test_an_image_the_runtime_briefly_calls_unknown_is_found(
     count.unlink()
     assert Runtime("podman").image("localhost/reconcile-test/none:0") is None
     assert count.read_text().strip() == str(LOOKS)
+
+
+def test_a_failed_pull_holds_no_gpu_while_it_backs_off(
+    pulling: Reconcile, engine: Engine, registry: Registry
+) -> None:
+    """One GPU, two deployments of equal priority: `a-broken` is placed first, and its
+    image cannot be pulled (nothing listens at its registry). While it backs off it holds
+    no device and no port, so `b-good` starts on the GPU (it waited out the whole back-off,
+    the GPU idle); once the back-off is over its retry is placed afresh, finds the GPU
+    taken and waits for room, never sharing it (invariant 1)."""
+    rc = pulling
+    rc.devices = "nvidia:0"
+    host, port = registry.address.split(":")
+    image = f"{host}:{int(port) + 1}/reconcile-test/engine:1"  # nothing listens there
+    gpu = {"devices": {"count": 1, "kind": "nvidia"}}
+    write(rc, engine, "a-broken", container={"image": image}, **gpu)
+    write(rc, engine, "b-good", **gpu)
+    broken = until_message(rc, "a-broken", "cannot pull image")
+    assert broken["phase"] == "BackOff" and broken["backoff_until"] is not None, broken
+    assert broken["devices"] == [] and broken["port"] is None, broken
+
+    def good_ready() -> dict[str, Any] | None:
+        rc.once(check=None)
+        record = rc.record("b-good")
+        return record if record is not None and record["phase"] == "Ready" else None
+
+    good = wait_for(good_ready, timeout=60, what="b-good Ready on the GPU a-broken gave back")
+    assert good["devices"] == ["nvidia:0"], good
+    # The retry, once the back-off is over: placed by the ledger, which finds the GPU held.
+    waiting = until_message(rc, "a-broken", "held by b-good")
+    assert waiting["phase"] == "Pending" and waiting["devices"] == [], waiting
+    assert waiting["restarts"] == 1, waiting  # the retry counts as the restart it is
+    kept = rc.record("b-good")
+    assert kept is not None and kept["ref"] == good["ref"] and kept["phase"] == "Ready", kept
+    assert engine.ours(rc.state) == [good["container"]["id"]]
+    rc.down()

@@ -92,20 +92,31 @@ def test_a_port_bound_after_the_lease_is_never_spawned_onto(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    ("phase", "changed", "kept"),
+    ("phase", "port", "changed", "kept"),
     [
-        (Phase.PENDING, False, 3),  # a port move's Pending record: its count goes on
-        (Phase.PULLING, False, 3),  # a restart by way of its image's pull
-        (Phase.PENDING, True, 0),  # the spec changed meanwhile: a new template, from 0
-        (Phase.PULLING, True, 0),
-        (Phase.BACKOFF, False, 0),  # not waiting to be placed: nothing carried
+        (Phase.PENDING, None, False, 3),  # a port move's Pending record: its count goes on
+        (Phase.PULLING, None, False, 3),  # a restart by way of its image's pull
+        (Phase.PENDING, None, True, 0),  # the spec changed meanwhile: a new template, from 0
+        (Phase.PULLING, None, True, 0),
+        (Phase.BACKOFF, 8000, False, 0),  # not waiting to be placed: nothing carried
+        # its image's pull failed, its lease given back: this placement is its restart
+        (Phase.BACKOFF, None, False, 4),
+        (Phase.BACKOFF, None, True, 0),
     ],
-    ids=["pending", "pulling", "pending-new-spec", "pulling-new-spec", "backoff"],
+    ids=[
+        "pending",
+        "pulling",
+        "pending-new-spec",
+        "pulling-new-spec",
+        "backoff",
+        "unleased-backoff",
+        "unleased-backoff-new-spec",
+    ],
 )
 def test_a_placement_takes_up_the_count_of_the_same_spec_only(
-    phase: Phase, changed: bool, kept: int
+    phase: Phase, port: int | None, changed: bool, kept: int
 ) -> None:
-    current = strategies.record("web", phase=phase, restarts=3, port=None)
+    current = strategies.record("web", phase=phase, restarts=3, port=port)
     spec = strategies.entry("web", env={"NEW": "1"}) if changed else strategies.entry("web")
     taken = strategies.record("web", spec=spec, phase=Phase.PENDING, restarts=0, port=None)
     placed = count_kept(current, taken)

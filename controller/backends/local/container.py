@@ -37,7 +37,13 @@ from controller.core.kubernetes.export import image_of
 from controller.core.manifest.names import instance_of
 from controller.core.manifest.specs import Container, DeploymentSpec
 from controller.core.state import ContainerRef, ProcessRef
-from controller.errors import ContainerError, ContainerExited, PullingFirst, Unplaceable
+from controller.errors import (
+    ContainerError,
+    ContainerExited,
+    ImagePullFailed,
+    PullingFirst,
+    Unplaceable,
+)
 from controller.host import containers
 from controller.host.containers import Runtime
 from controller.host.procs import identity, process_alive
@@ -222,7 +228,8 @@ class Wrapper:
         runtime's ``pull``, its output in ``<state>/images/``) and the start waits for it
         holding nothing (PullingFirst: the record is Pulling, no device, no port); the
         next pass finds it again by the job file. A pull that ended without the image is
-        a ContainerError in the runtime's own words, retried with the usual back-off.
+        an ImagePullFailed in the runtime's own words, retried with the usual back-off
+        (holding nothing meanwhile: the launcher gives the lease back).
         """
         job = PullJob.of(Path(self.state_dir), runtime.name, image)
         if job.running():
@@ -244,7 +251,7 @@ class Wrapper:
             # Always runs only what it pulled (Kubernetes' ErrImagePull), never the copy a
             # failed pull left; the others run an image that is here, however it came.
             if policy == "Always" or (facts is None and policy != "Never"):
-                raise ContainerError(f"cannot pull image {image}: {said}")
+                raise ImagePullFailed(f"cannot pull image {image}: {said}")
             # Never pulls: that pull was an earlier spec's (pullPolicy edited since), and
             # its error is not this spec's word; Never's own is, below.
         if policy == "Never" and not present:

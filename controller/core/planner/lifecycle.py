@@ -163,12 +163,14 @@ def backoff_waits(ctx: Context, rec: Record) -> bool:
     return left <= backoff(max(rec.restarts, 1)) + CLOCK_SLACK
 
 
-def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[AnyAction, ...]:
+def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[Judged, ...]:
     rec = view.record
     if backoff_waits(ctx, rec):
         return ()
     if ctx.drain is not None:
         return ()  # nothing restarts while the node is drained
+    if rec.unleased_backoff:  # its devices may be another's now: placed by the ledger
+        return (Want(entry, f"back-off over (restart {rec.restarts + 1}): placing it", rec.name),)
     taken = [p for p in rec.ports if p in ctx.observed.listening]
     if taken:  # a restart there would only crash-loop: release, place afresh next round
         reason = f"port {taken[0]} was taken by another process while the engine was down"

@@ -29,6 +29,7 @@ def candidates(ctx: Context, leaving: frozenset[str]) -> list[Victim]:
             entry is None
             or not ctx.ours(rec)
             or rec.phase not in PREEMPTIBLE
+            or not rec.holds  # a back-off that gave its lease back frees nothing
             or not rec.spec_valid
             or rec.spec_hash != entry.hash
             or name in leaving
@@ -46,7 +47,9 @@ def foreign(ctx: Context) -> list[Victim]:
     out = []
     for view in ctx.observed.records.values():
         rec = view.record
-        if ctx.ours(rec) or rec.phase not in PREEMPTIBLE or rec.elsewhere(ctx.observed.node):
+        if ctx.ours(rec) or rec.phase not in PREEMPTIBLE or not rec.holds:
+            continue
+        if rec.elsewhere(ctx.observed.node):
             continue
         out.append(Victim(rec.name, rec.priority, rec.started_at))
     return out

@@ -311,9 +311,10 @@ def _changed(
         return rollout(ctx, view, entry, shown, fields)
     if view.alive or view.markers or rec.holds:
         return [Replace(name=rec.name, reason=shown, fields=fields, entry=entry)]
-    if rec.phase is Phase.PENDING:
-        # Waiting for room (a recreate's, a preemption's): placed with the new spec, never
-        # dropped, so the gateway keeps the name and holds its requests meanwhile.
+    if rec.phase is Phase.PENDING or rec.unleased_backoff:
+        # Waiting for room (a recreate's, a preemption's) or for a pull's retry: placed
+        # with the new spec, never dropped, so the gateway keeps the name and holds its
+        # requests meanwhile.
         return [Want(entry, f"{shown}: placing the new spec", rec.name)]
     return [Release(name=rec.name, reason=shown, nonce=rec.nonce)]
 
