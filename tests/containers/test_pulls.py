@@ -226,3 +226,45 @@ def test_a_failed_pull_holds_no_gpu_while_it_backs_off(
     assert kept is not None and kept["ref"] == good["ref"] and kept["phase"] == "Ready", kept
     assert engine.ours(rc.state) == [good["container"]["id"]]
     rc.down()
+
+
+def test_a_rolling_update_whose_new_image_fails_keeps_the_old_one_and_holds_nothing(
+    pulling: Reconcile, engine: Engine, registry: Registry
+) -> None:
+    """Two GPUs, a Ready engine rolled to an image that cannot be pulled: the new
+    instance backs off holding nothing, the old one serves on untouched, and the GPU the
+    new one would have had is free for another deployment meanwhile. Its retry, with that
+    GPU taken, keeps the old one too (the recreate waits for an image that never comes)."""
+    rc = pulling
+    gpu = {"devices": {"count": 1, "kind": "nvidia"}, "strategy": "RollingUpdate"}
+    write(rc, engine, "web", **gpu)
+    rc.converge(timeout="60s")
+    old = rc.record("web")
+    assert old is not None and old["phase"] == "Ready" and old["devices"] == ["nvidia:0"], old
+    host, port = registry.address.split(":")
+    image = f"{host}:{int(port) + 1}/reconcile-test/engine:2"  # nothing listens there
+    write(rc, engine, "web", container={"image": image}, **gpu)
+    new = until_message(rc, "web@next", "cannot pull image")
+    assert new["phase"] == "BackOff" and new["devices"] == [] and new["port"] is None, new
+    write(rc, engine, "other", devices={"count": 1, "kind": "nvidia"})
+
+    def other_ready() -> dict[str, Any] | None:
+        rc.once(check=None)
+        record = rc.record("other")
+        return record if record is not None and record["phase"] == "Ready" else None
+
+    other = wait_for(other_ready, timeout=60, what="other Ready on the GPU web@next gave back")
+    assert other["devices"] == ["nvidia:1"], other
+
+    def kept() -> bool:  # the retry found no room: the recreate waits on the image's pull
+        rc.once(check=None)
+        waits = [e for e in rc.events("web") if e.get("outcome") == "waiting"]
+        return bool(waits) and "the running engine is kept" in waits[-1]["error"]
+
+    wait_for(kept, timeout=120, what="the retry to keep the old engine for want of its image")
+    record = rc.record("web")
+    assert record is not None and record["phase"] == "Ready" and record["ref"] == old["ref"]
+    assert sorted(engine.ours(rc.state)) == sorted(
+        [old["container"]["id"], other["container"]["id"]]
+    )
+    rc.down()

@@ -133,17 +133,32 @@ def test_plan_pulls_table(case: Case) -> None:
 ROLL = {"strategy": "RollingUpdate", **GPU1}
 
 
-@pytest.mark.parametrize("due", [False, True], ids=["waiting", "over"])
-def test_a_rolling_update_whose_new_image_fails_keeps_the_old_one(due: bool) -> None:
+@pytest.mark.parametrize(
+    ("due", "other", "expect"),
+    [
+        (False, False, ()),
+        (True, False, (Start,)),  # placed beside the old one, on the GPU left
+        (True, True, (Hold,)),  # that GPU taken meanwhile: it waits (its Pending is let go)
+    ],
+    ids=["waiting", "over", "over-gpu-taken"],
+)
+def test_a_rolling_update_whose_new_image_fails_keeps_the_old_one(
+    due: bool, other: bool, expect: tuple[type, ...]
+) -> None:
     """The new instance (``a@next``) backs off holding nothing after its image's pull
-    failed: the old one serves on, untouched, and the retry is placed beside it."""
+    failed: the old one serves on, untouched (no Stop, Replace or Promote of it), and
+    the retry is placed beside it where room is left."""
     old, new = entry("a", args=["v1"], **ROLL), entry("a", args=["v2"], **ROLL)
     nxt = pull_backoff(next_name("a"), spec=new, due=due, nonce="nonce-next")
-    seen = observed(holding("a", old, "nvidia:0", 8000), view(nxt))
-    actions = plan(desired(new), seen, TWO, NOW)
-    expect = [(Start, next_name("a"))] if due else []
-    assert [(type(a), a.name) for a in actions] == expect, [a.describe() for a in actions]
-    if due:
+    views = [holding("a", old, "nvidia:0", 8000), view(nxt)]
+    entries = [new]
+    if other:
+        views.append(holding("b", b_gpu, "nvidia:1", 8001))
+        entries.append(b_gpu)
+    actions = plan(desired(*entries), observed(*views), TWO, NOW)
+    got = [(type(a), a.name) for a in actions]
+    assert got == [(t, next_name("a")) for t in expect], [a.describe() for a in actions]
+    if expect == (Start,):
         (start,) = actions
         assert isinstance(start, Start) and start.devices == ("nvidia:1",), start.describe()
 
