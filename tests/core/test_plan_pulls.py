@@ -1,5 +1,9 @@
 """The planner around pulls, table-driven, with its properties. Pure: no process, no file.
 
+A recreate (``strategy: Recreate``, or a rolling update replacing in place) of a Ready
+engine whose new spec's model files are not in the cache pulls them first while the
+engine serves, as a new image is pulled first; a failed pull stops nothing.
+
 A start whose image's pull failed backs off holding nothing (the launcher gave its lease
 back: ``Record.unleased_backoff``), as a failed model pull does: meanwhile its devices
 and port are anyone's, and once the back-off is over it is placed afresh by the ledger,
@@ -13,9 +17,12 @@ from typing import Any
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 from strategies import (
     NOW,
+    SOURCE,
     Scenario,
+    deployment,
     desired,
     entry,
     inventory,
@@ -27,10 +34,12 @@ from strategies import (
 )
 from test_plan import DRAIN, Case, _holders_of, run
 
-from controller.core.actions import Hold, Release, Restart, Start
-from controller.core.manifest.specs import next_name
-from controller.core.plan import plan
-from controller.core.state import Phase, Record
+from controller.core.actions import Hold, Preempt, Pull, Release, Replace, Restart, Start, Stop
+from controller.core.manifest.names import replica_name
+from controller.core.manifest.specs import Entry, next_name, spec_hash
+from controller.core.plan import Desired, plan
+from controller.core.pulls import PullFailure, PullView, url_key
+from controller.core.state import Observed, Phase, Record
 
 GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}
 ONE = inventory("nvidia:0")
@@ -180,3 +189,137 @@ def test_property_a_pull_back_off_holds_nothing_and_is_never_restarted_in_place(
             assert not {a.port, *a.extra_ports} & held_ports, a.describe()
             for key in a.devices:  # shared only where every holder shares (invariant 1)
                 assert len(holders[key]) == 1 or all(s for _, s in holders[key]), holders[key]
+
+
+# -- a recreate's new model files are pulled first, while the Ready engine serves ----------
+
+OLD_SHA, NEW_SHA = "a" * 64, "b" * 64
+NEW_KEY = url_key(NEW_SHA)
+
+
+def with_model(sha: str, **spec: Any) -> Entry:
+    """Deployment ``a`` whose spec.source is a URL of digest ``sha``."""
+    source = {"url": f"https://models.example.org/{sha[:4]}.gguf", "sha256": sha}
+    dep = deployment("a", source=source, command=["serve", "{model}"], **spec)
+    return Entry(dep, SOURCE, 1, spec_hash(dep.spec))
+
+
+def serving_old(phase: Phase = Phase.READY, **spec: Any) -> Any:
+    extra = {"ready_deadline_at": NOW + timedelta(seconds=30)} if phase is Phase.STARTING else {}
+    rec = record("a", spec=with_model(OLD_SHA, **spec), phase=phase, **extra)
+    return view(rec, alive=True)
+
+
+FAILED = PullFailure(kind="http", message="HTTP 404 for https://x", at=NOW, attempts=1)
+
+PREFETCH_CASES = [
+    pytest.param(
+        {},
+        Pull,
+        "spec.source.sha256, spec.source.url changed: pulling "
+        "https://models.example.org/bbbb.gguf first; the running engine serves meanwhile",
+        id="not-cached-pulls-first",
+    ),
+    pytest.param(
+        {NEW_KEY: PullView(key=NEW_KEY, running=True)},
+        Pull,
+        "the running engine serves meanwhile",
+        id="pulling-serves-on",
+    ),
+    pytest.param(
+        {NEW_KEY: PullView(key=NEW_KEY, failure=FAILED)},
+        Pull,
+        "pull failed: HTTP 404 for https://x; retry at",
+        id="failed-serves-on",
+    ),
+    pytest.param(
+        {NEW_KEY: PullView(key=NEW_KEY, cached=True)},
+        Replace,
+        "spec.source.sha256, spec.source.url changed",
+        id="cached-replaces",
+    ),
+]
+
+
+@pytest.mark.parametrize(("pulls", "kind", "phrase"), PREFETCH_CASES)
+def test_a_recreate_pulls_its_new_source_before_stopping_the_ready_engine(
+    pulls: dict[str, PullView], kind: type, phrase: str
+) -> None:
+    actions = plan(desired(with_model(NEW_SHA)), observed(serving_old(), pulls=pulls), ONE, NOW)
+    assert [(type(a), a.name) for a in actions] == [(kind, "a")], [a.describe() for a in actions]
+    (action,) = actions
+    assert phrase in action.reason, action.describe()
+    if isinstance(action, Pull):  # the serving record stays as it is
+        assert not action.record and action.spawn == (pulls == {}), action
+
+
+def test_a_starting_engine_is_replaced_at_once() -> None:
+    """Not serving yet: nothing to keep, the new files are pulled after it stops."""
+    actions = plan(desired(with_model(NEW_SHA)), observed(serving_old(Phase.STARTING)), ONE, NOW)
+    assert [(type(a), a.name) for a in actions] == [(Replace, "a")]
+
+
+def test_a_rolling_update_without_surge_pulls_first_too() -> None:
+    """maxSurge 0: replicas are replaced in place one at a time, each a recreate; the
+    first one's new files are pulled while every replica serves."""
+    spec = {"replicas": 2, "strategy": "RollingUpdate"}
+    spec["rollingUpdate"] = {"maxSurge": 0, "maxUnavailable": 1}
+    old = with_model(OLD_SHA, **spec)
+    views = [view(record(replica_name("a", i), spec=old), alive=True) for i in range(2)]
+    actions = plan(desired(with_model(NEW_SHA, **spec)), observed(*views), ONE, NOW)
+    got = [(type(a), a.name) for a in actions]
+    assert got == [(Pull, "a")], [a.describe() for a in actions]
+
+
+@st.composite
+def recreates(draw: st.DrawFn) -> tuple[Observed, Desired]:
+    """Deployment ``a`` whose source changed, its record in any phase, alive or not; the
+    new files cached, pulled now, failed (back-off over or not) or absent."""
+    phase = draw(st.sampled_from([Phase.READY, Phase.STARTING, Phase.BACKOFF, Phase.PENDING]))
+    strategy = draw(st.sampled_from(["Recreate", "RollingUpdate"]))
+    old = with_model(OLD_SHA, strategy=strategy, **GPU1)
+    fields: dict[str, Any] = {"devices": ("nvidia:0",)} if phase is not Phase.PENDING else {}
+    if phase is Phase.PENDING:
+        fields["port"] = None
+    if phase is Phase.STARTING:
+        fields["ready_deadline_at"] = NOW + timedelta(seconds=draw(st.integers(-30, 30)))
+    if phase is Phase.BACKOFF:
+        fields["backoff_until"] = NOW + timedelta(seconds=draw(st.integers(-30, 30)))
+    rec = record("a", spec=old, phase=phase, **fields)
+    alive = phase is not Phase.PENDING and draw(st.booleans())
+    pull = draw(
+        st.sampled_from(["none", "cached", "running", "failed"]).map(
+            lambda k: {
+                "none": None,
+                "cached": PullView(key=NEW_KEY, cached=True),
+                "running": PullView(key=NEW_KEY, running=True),
+                "failed": PullView(
+                    key=NEW_KEY,
+                    failure=PullFailure(kind="http", message="404", at=NOW, attempts=1),
+                ),
+            }[k]
+        )
+    )
+    pulls = {} if pull is None else {NEW_KEY: pull}
+    seen = observed(view(rec, alive=alive), pulls=pulls)
+    return seen, desired(with_model(NEW_SHA, strategy=strategy, **GPU1))
+
+
+@given(recreates(), st.sampled_from([ONE, TWO]))
+def test_property_a_serving_engine_is_never_stopped_for_files_not_in_the_cache(
+    case: tuple[Observed, Desired], inv: Any
+) -> None:
+    """A Ready, live engine whose new spec's files are not cached is neither replaced nor
+    stopped: they are pulled first (a Pull that writes no record), and no engine of the
+    new spec starts before they are there."""
+    seen, want = case
+    actions = plan(want, seen, inv, NOW)
+    rec = seen.records["a"].record
+    cached = NEW_KEY in seen.pulls and seen.pulls[NEW_KEY].cached
+    if not cached:
+        assert not [a for a in actions if isinstance(a, Start)], [a.describe() for a in actions]
+    if rec.phase is Phase.READY and seen.records["a"].alive and not cached:
+        teardowns = [a for a in actions if isinstance(a, Stop | Preempt) and a.name == "a"]
+        assert not teardowns, [a.describe() for a in actions]
+        pulls = [a for a in actions if isinstance(a, Pull)]
+        assert len(pulls) == 1 and not pulls[0].record, [a.describe() for a in actions]

@@ -209,3 +209,71 @@ def test_a_gated_repos_token_in_env_from_reaches_the_pull_and_nothing_else(
 
 def _text(path: Path) -> str:
     return path.read_bytes().decode(errors="replace")
+
+
+NEW = os.urandom(MB + 333)
+NEW_DIGEST = hashlib.sha256(NEW).hexdigest()
+
+
+def _serving_pid(reconcile: Any, name: str) -> int:
+    record = reconcile.status()[name]
+    assert record["phase"] == "Ready", record
+    (pid,) = reconcile.pids(name)
+    return int(pid)
+
+
+def test_a_recreate_pulls_the_new_source_first_while_the_old_engine_serves(
+    reconcile: Any, cache: Path
+) -> None:
+    """`strategy: Recreate` and a changed `source`: the new files are downloaded while
+    the old engine serves (as a new image is pulled first), then it is stopped and the
+    new one started. It was stopped first, and nothing served through the download."""
+    with serving({"tiny.gguf": DATA}) as old, serving({"tiny.gguf": NEW}, hold=MB) as new:
+        write(reconcile, "web", old)
+        reconcile.converge()
+        before = _serving_pid(reconcile, "web")
+        write(reconcile, "web", new, digest=NEW_DIGEST)
+        entry = CacheEntry.of(cache, f"sha256-{NEW_DIGEST}")
+        reconcile.once()  # Pulling is progress: exit 0
+        reconcile.wait_for(lambda: (p := entry.progress()) and p.bytes_done >= MB, what="1 MB")
+        reconcile.once()
+        assert _serving_pid(reconcile, "web") == before  # serving through the download
+        said = reconcile("plan", check=2).out
+        assert "the running engine serves meanwhile" in said, said
+        new.release()
+        reconcile.wait_for(lambda: entry.model_path() is not None, what="the pull")
+        reconcile.converge()
+        after = _serving_pid(reconcile, "web")
+    assert after != before and not reconcile.alive(before)
+    assert reconcile.cmdline(after).endswith(f"--model {cache / entry.key / 'tiny.gguf'}")
+    reconcile.down()
+
+
+def test_a_recreate_whose_new_source_fails_keeps_the_old_engine(
+    reconcile: Any, cache: Path
+) -> None:
+    """The new source's download fails (a wrong sha256): the old engine serves on, the
+    failure is in the journal and `plan`, and once it keeps failing `--once` exits 1
+    naming it, as for a deployment that never ran."""
+    with serving({"tiny.gguf": DATA}) as server:
+        write(reconcile, "web", server)
+        reconcile.converge()
+        before = _serving_pid(reconcile, "web")
+        write(reconcile, "web", server, digest="0" * 64)
+        reconcile.once()
+        entry = CacheEntry.of(cache, f"sha256-{'0' * 64}")
+        reconcile.wait_for(lambda: entry.result(), what="the pull's result")
+        reconcile.once(check=None)
+        assert _serving_pid(reconcile, "web") == before
+        failed = [e for e in reconcile.events("web") if e.get("outcome") == "failed"]
+        assert failed and "0" * 64 in failed[0]["error"], failed
+        assert "pull failed" in reconcile("plan", check=None).out
+
+        def keeps_failing() -> Any:
+            done = reconcile.once(check=None)
+            return done.code == 1 and "its pull keeps failing" in done.err and done
+
+        done = reconcile.wait_for(keeps_failing, timeout=90, what="the second failure")
+        assert "web: its pull keeps failing" in done.err, done
+        assert _serving_pid(reconcile, "web") == before
+    reconcile.down()

@@ -4,9 +4,11 @@
 these modules are its parts, imported only through it. Bottom up, none importing a
 later one:
 
-``context``    the plan's frozen inputs, and the requests judging hands on (Want, Roll)
+``context``    the plan's frozen inputs, and the requests judging hands on (Want, Roll,
+               Prefetch)
 ``ledger``     what this plan hands out (devices, ports, instances): start or hold
 ``lifecycle``  a record's life once it runs: readiness, crash, back-off, resync
+``recreate``   a changed spec's instance gives way (its new model files pulled first)
 ``rolling``    RollingUpdate: ``<name>@next`` beside the old instance, then promote
 ``ondemand``   OnDemand: park idle engines, swap out the least recently used
 ``preemption`` priority: stop the fewest, lowest deployments so a higher one fits

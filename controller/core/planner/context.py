@@ -2,7 +2,8 @@
 
 Judging a record never places anything: it returns actions, or a :class:`Want` (start
 this deployment) or a :class:`Roll` (start its ``@next`` beside it), which the
-placing step turns into actions against the plan's ledger.
+placing step turns into actions against the plan's ledger, or a :class:`Prefetch`
+(pull a recreate's model files first), which the pull gate turns into a Pull or a Replace.
 """
 
 from __future__ import annotations
@@ -184,5 +185,24 @@ class Roll:
         return self.name or self.entry.name
 
 
-# What judging one record gives: actions, and requests for the placing step.
-Judged = AnyAction | Want | Roll
+@dataclass(frozen=True, slots=True)
+class Prefetch:
+    """A recreate of the Ready instance ``name`` whose new spec's model files are not in
+    the cache: they are pulled first while it serves (``planner/pulling``'s gate makes
+    it a :class:`~controller.core.actions.Pull` that writes no record), and it is
+    replaced once they are there, as a new image is pulled before its recreate."""
+
+    entry: Entry
+    why: str
+    fields: tuple[str, ...]
+    name: str
+
+    @property
+    def record(self) -> str:
+        return self.name
+
+
+# What judging one record gives: actions, and requests for the placing step; once
+# through the pull gate (``planner/pulling``), every Prefetch is a Pull or a Replace.
+Judged = AnyAction | Want | Roll | Prefetch
+Gated = AnyAction | Want | Roll

@@ -2,7 +2,9 @@
 
 Runs between judging and placing: each :class:`Want` (and :class:`Roll`) whose spec has a
 ``source`` not yet cached becomes a :class:`Pull` (phase Pulling: no device, no port),
-or a :class:`Hold` (Pending) when the last pull found too little disk. A failed pull
+or a :class:`Hold` (Pending) when the last pull found too little disk; a
+:class:`Prefetch` (a Ready engine's recreate) a Pull that writes no record while the
+engine serves, or its Replace once the files are there. A failed pull
 waits out the usual back-off (``backoff(attempts)``: 10 s, 20 s ... 300 s); a dead one
 (its process gone, no result) is resumed at once, as a first restart is.
 """
@@ -11,38 +13,49 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from controller.core.actions import Hold, Pull
+from controller.core.actions import Hold, Pull, Replace
 from controller.core.manifest.specs import Entry, next_name
-from controller.core.planner.context import Context, Judged, Roll, Want
+from controller.core.planner.context import Context, Gated, Judged, Prefetch, Roll, Want
 from controller.core.planner.lifecycle import backoff
 from controller.core.pulls import PullView, progress_text, size_text
 
 
-def gate(ctx: Context, judged: list[Judged]) -> list[Judged]:
-    """``judged`` with every start that needs a pull turned into one."""
+def gate(ctx: Context, judged: list[Judged]) -> list[Gated]:
+    """``judged`` with every start that needs a pull turned into one, and every
+    Prefetch into its pull, or into its Replace once the files are there."""
     waiting = _waiting(judged)
     spawned: set[str] = set()  # one pull process per key and plan
-    out: list[Judged] = []
+    out: list[Gated] = []
     for item in judged:
-        source = item.entry.deployment.spec.source if isinstance(item, Want | Roll) else None
-        view = ctx.observed.pulls.get(source.key) if source is not None else None
-        if source is None or (view is not None and view.cached):
+        if not isinstance(item, Want | Roll | Prefetch):
             out.append(item)
             continue
-        assert isinstance(item, Want | Roll)
+        source = item.entry.deployment.spec.source
+        view = ctx.observed.pulls.get(source.key) if source is not None else None
+        if source is None or (view is not None and view.cached):
+            out.append(_replace(item))
+            continue
         out.append(_pull(ctx, item, view or PullView(key=source.key), spawned, waiting))
     return out
 
 
+def _replace(item: Want | Roll | Prefetch) -> Want | Roll | Replace:
+    """A Prefetch whose files are in the cache is the recreate it waited for (judging
+    makes one only for files it saw missing: this keeps the gate's output whole)."""
+    if not isinstance(item, Prefetch):
+        return item
+    return Replace(name=item.name, reason=item.why, fields=item.fields, entry=item.entry)
+
+
 def _pull(
     ctx: Context,
-    item: Want | Roll,
+    item: Want | Roll | Prefetch,
     view: PullView,
     spawned: set[str],
     waiting: dict[str, tuple[str, ...]],
 ) -> Pull | Hold:
     entry = item.entry
-    name = item.record if isinstance(item, Want) else next_name(item.record)
+    name = next_name(item.record) if isinstance(item, Roll) else item.record
     source = entry.deployment.spec.source
     failure = view.failure_for(source.origin if source is not None else None)
     due = failure is None or ctx.now >= failure.at + timedelta(seconds=backoff(failure.attempts))
@@ -51,15 +64,23 @@ def _pull(
         why = f"pull failed: {failure.message}; retry at {retry_at:%H:%M:%S}"
         if failure.kind == "disk" and isinstance(item, Want):
             return Hold(name=name, reason=why, entry=entry)  # Pending: it needs the user
-        return _action(item, name, why, view.key, spawn=False)
+        return _action(item, name, _serving(item, why), view.key, spawn=False)
     spawn = not view.running and view.key not in spawned
     if spawn:
         spawned.add(view.key)
-    return _action(item, name, _reason(entry, view), view.key, spawn=spawn, waiting=waiting)
+    reason = _serving(item, _reason(entry, view))
+    return _action(item, name, reason, view.key, spawn=spawn, waiting=waiting)
+
+
+def _serving(item: Want | Roll | Prefetch, reason: str) -> str:
+    """A Prefetch's pull says what it waits to replace, and that the engine serves on."""
+    if not isinstance(item, Prefetch):
+        return reason
+    return f"{item.why}: {reason} first; the running engine serves meanwhile"
 
 
 def _action(
-    item: Want | Roll,
+    item: Want | Roll | Prefetch,
     name: str,
     reason: str,
     key: str,
@@ -93,6 +114,8 @@ def _waiting(judged: list[Judged]) -> dict[str, tuple[str, ...]]:
     """Cache key -> every deployment this plan starts from it (their journals hear of it)."""
     out: dict[str, list[str]] = {}
     for item in judged:
-        if isinstance(item, Want | Roll) and (source := item.entry.deployment.spec.source):
+        if not isinstance(item, Want | Roll | Prefetch):
+            continue
+        if source := item.entry.deployment.spec.source:
             out.setdefault(source.key, []).append(item.entry.name)
     return {key: tuple(sorted(set(names))) for key, names in out.items()}  # replicas: once

@@ -39,6 +39,7 @@ from controller.core.manifest.specs import (
 from controller.core.planner.context import EMPTIED, Context, Desired, Judged, Want
 from controller.core.planner.lifecycle import lifecycle, running
 from controller.core.planner.ondemand import idle_reason, parked
+from controller.core.planner.recreate import recreate
 from controller.core.planner.rolling import judge_next, rolling, rollout
 from controller.core.state import MarkedProcess, Phase, Record, RecordView
 
@@ -310,7 +311,7 @@ def _changed(
     if rolling(entry) and view.alive and rec.phase is Phase.READY:
         return rollout(ctx, view, entry, shown, fields)
     if view.alive or view.markers or rec.holds:
-        return [Replace(name=rec.name, reason=shown, fields=fields, entry=entry)]
+        return recreate(ctx, view, entry, shown, fields)
     if rec.phase is Phase.PENDING or rec.unleased_backoff:
         # Waiting for room (a recreate's, a preemption's) or for a pull's retry: placed
         # with the new spec, never dropped, so the gateway keeps the name and holds its

@@ -19,6 +19,7 @@ from controller.core.manifest.specs import Entry, base_name, next_name
 from controller.core.planner.context import Context, Judged, Roll
 from controller.core.planner.ledger import PlanLedger
 from controller.core.planner.lifecycle import lifecycle, running
+from controller.core.planner.recreate import recreate
 from controller.core.state import Phase, RecordView
 
 
@@ -96,7 +97,7 @@ def rollout(
         return list(running(ctx, view))
     if turn < budget.unavailable - budget.down:
         reason = f"{why}; rolling update ({budget.path()}): replacing {rec.name}"
-        return [Replace(name=rec.name, reason=reason, fields=fields, entry=entry)]
+        return recreate(ctx, view, entry, reason, fields)
     return list(running(ctx, view))
 
 
