@@ -59,7 +59,7 @@ class Keys:
 def load(path: Path) -> Keys:
     try:
         info = os.stat(path)
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # an editor's BOM is not the key's
     except FileNotFoundError:
         raise KeyFileError(f"--api-keys {path}: no such file") from None
     except IsADirectoryError:
