@@ -624,6 +624,32 @@ def test_client_certificates_with_tls_client_ca(reconcile: Any, gateway: Any, pk
         g.finish()
 
 
+def test_a_refused_handshake_is_said_in_the_log(reconcile: Any, gateway: Any, pki: Pki) -> None:
+    """A client that does not trust the certificate, and (``--tls-client-ca``) one that
+    sends none: each handshake refused is an info line naming why and the next move. (Each
+    was a silent close: the operator had only the client's side of the story.)"""
+    cert, key = _pair(pki)
+    mine, mine_key = pki.folder / "client.pem", pki.folder / "client.key"
+    pki.server(9, mine, mine_key, usage="clientAuth")
+    ctx = pki.client()
+    ctx.load_cert_chain(mine, mine_key)
+    g = _tls_gateway(reconcile, gateway, pki, cert, key, "--tls-client-ca", str(pki.ca), client=ctx)
+    try:
+        untrusting = ssl.create_default_context()  # the system's CAs, not the test's
+        with pytest.raises(ssl.SSLCertVerificationError):
+            _https(g.port, untrusting, "GET", "/healthz")
+        with pytest.raises((OSError, http.client.HTTPException)):  # no client certificate
+            _https(g.port, pki.client(), "GET", "/healthz")
+        said = (
+            "TLS handshake refused: the client does not trust the gateway's certificate",
+            "TLS handshake refused: the client sent no certificate, and --tls-client-ca",
+        )
+        reconcile.wait_for(lambda: all(s in g.text() for s in said), what="both refusals")
+        assert "Traceback" not in g.text()
+    finally:
+        g.finish()
+
+
 def _admitted(port: int, ctx: ssl.SSLContext) -> bool:
     try:
         return _https(port, ctx, "GET", "/healthz")[0] == 200
