@@ -627,7 +627,8 @@ def test_client_certificates_with_tls_client_ca(reconcile: Any, gateway: Any, pk
 def test_a_refused_handshake_is_said_in_the_log(reconcile: Any, gateway: Any, pki: Pki) -> None:
     """A client that does not trust the certificate, and (``--tls-client-ca``) one that
     sends none: each handshake refused is an info line naming why and the next move. (Each
-    was a silent close: the operator had only the client's side of the story.)"""
+    was a silent close: the operator had only the client's side of the story.) A client
+    that closes mid-handshake refused nothing: no line."""
     cert, key = _pair(pki)
     mine, mine_key = pki.folder / "client.pem", pki.folder / "client.key"
     pki.server(9, mine, mine_key, usage="clientAuth")
@@ -635,6 +636,9 @@ def test_a_refused_handshake_is_said_in_the_log(reconcile: Any, gateway: Any, pk
     ctx.load_cert_chain(mine, mine_key)
     g = _tls_gateway(reconcile, gateway, pki, cert, key, "--tls-client-ca", str(pki.ca), client=ctx)
     try:
+        # A probe that opens a handshake and closes (a port scan): it refused nothing.
+        with socket.create_connection(("127.0.0.1", g.port), timeout=WAIT) as probe:
+            probe.sendall(b"\x16\x03\x01\x00\x50\x01\x00")
         untrusting = ssl.create_default_context()  # the system's CAs, not the test's
         with pytest.raises(ssl.SSLCertVerificationError):
             _https(g.port, untrusting, "GET", "/healthz")
@@ -645,6 +649,7 @@ def test_a_refused_handshake_is_said_in_the_log(reconcile: Any, gateway: Any, pk
             "TLS handshake refused: the client sent no certificate, and --tls-client-ca",
         )
         reconcile.wait_for(lambda: all(s in g.text() for s in said), what="both refusals")
+        assert g.text().count("TLS handshake refused") == 2, g.text()[-3000:]
         assert "Traceback" not in g.text()
     finally:
         g.finish()

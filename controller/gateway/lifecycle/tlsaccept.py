@@ -230,6 +230,8 @@ class Acceptor:
             await loop.connect_accepted_socket(
                 self._protocol, conn, ssl=self._context(), ssl_handshake_timeout=HANDSHAKE_TIMEOUT
             )
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+            pass  # the client closed mid-handshake: it gave up (a probe), nothing refused
         except ssl.SSLError as exc:
             quiet(f"TLS handshake refused: {refusal(exc)}", self._throttle, peer=peer)
         except (OSError, TimeoutError):
