@@ -37,6 +37,18 @@ def test_each_exact_key_gets_its_own_label(tmp_path: Path) -> None:
     assert None not in labels.values() and len(set(labels.values())) == 3, labels
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_key(tmp_path: Path) -> None:
+    """A key file saved by an editor that writes a BOM (Notepad's "UTF-8 with BOM"): its
+    first key works. (It was read as U+FEFF + the key, which no client sends: the gateway
+    started with its keys and answered that key 401 forever.)"""
+    path = tmp_path / "keys.txt"
+    path.write_bytes(("\ufeff" + KEY + "\r\n" + OTHER + "\r\n").encode())
+    os.chmod(path, 0o600)
+    known = load(path)
+    assert known.match(KEY) is not None and known.match(OTHER) is not None
+    assert known.match("\ufeff" + KEY) is None
+
+
 @pytest.mark.parametrize(
     "near",
     [

@@ -105,6 +105,17 @@ def test_refusals_at_start(reconcile: Any) -> None:
     empty.write_text("# nothing\n")
     empty.chmod(0o600)
     assert "no key" in reconcile("--listen", port, "--api-keys", str(empty), check=64).err
+    # A folder, or a file that is not text (a key saved as DER...): what it is, not errno's
+    # "[Errno 21] Is a directory: '...'" nor the decoder's message.
+    result = reconcile("--listen", port, "--api-keys", str(reconcile.tmp), check=64)
+    assert f"--api-keys {reconcile.tmp} is a folder" in result.err
+    assert "Errno" not in result.err
+    binary = reconcile.tmp / "keys.der"
+    binary.write_bytes(b"sk-\xff\xfe\x00\n")
+    binary.chmod(0o600)
+    result = reconcile("--listen", port, "--api-keys", str(binary), check=64)
+    assert f"--api-keys {binary}: byte 3 is not UTF-8 text" in result.err
+    assert "codec" not in result.err
     result = reconcile("--listen", f"0.0.0.0:{port}", check=64)
     assert "--api-keys" in result.err and "--insecure-listen" in result.err
 

@@ -358,3 +358,21 @@ def test_a_huge_unknown_model_name_is_cut_in_the_answer_and_the_log(
     (line,) = _lines(reconcile.state)
     assert line["status"] == 404 and len(json.dumps(line)) < 2000, str(line)[:300]
     g.finish()
+
+
+def test_a_model_name_of_control_characters_is_shown_escaped(reconcile: Any, gateway: Any) -> None:
+    """The model is the client's text, and `logs --requests` printed it to the operator's
+    terminal as it came: an escape sequence coloured or cleared the screen, a newline
+    forged a line, and a lone surrogate (valid JSON: "\\ud800") made every later
+    `logs --requests` end in a UnicodeEncodeError traceback. Each is shown escaped."""
+    reconcile.write("alpha")
+    g = gateway()
+    name = "\ud800evil\x1b[2J\nforged\u202eline"
+    try:
+        assert g.post(name).status == 404
+        reconcile.wait_for(lambda: len(_lines(reconcile.state)) >= 1, what="1 line logged")
+        shown = reconcile("logs", "--requests", check=0).out
+        assert shown.count("\n") == 1, shown
+        assert "\\ud800evil\\x1b[2J\\nforged\\u202eline -> -" in shown, shown
+    finally:
+        g.finish()

@@ -11,6 +11,7 @@ import json
 from collections.abc import Awaitable, Callable
 
 import pytest
+from structlog.testing import capture_logs
 
 from controller.gateway.http import server as srv
 from controller.gateway.http.answers import error
@@ -374,7 +375,7 @@ async def _fields(request: Request) -> StreamResponse:
         # ... and refused before its end, which never comes
         (b"GET / HTTP/1.1\r\n" + HEADERS_PAST_MAX, "longer than"),
         (b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "request"),
-        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", "method"),  # a TLS hello
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", "TLS handshake"),  # https://
     ],
 )
 def test_unreadable_requests_get_a_400_that_quotes_none_of_their_bytes(
@@ -391,6 +392,29 @@ def test_unreadable_requests_get_a_400_that_quotes_none_of_their_bytes(
             assert await closed(reader)
 
     run(test)
+
+
+def test_an_https_client_on_the_plain_port_is_named_in_the_log() -> None:
+    """A client of https:// on a plain gateway: the log line says so and what to do. (It
+    said "the request method is not a valid HTTP method", and the operator looked for a
+    broken client.) A request whose method is bad is still called that."""
+
+    async def test() -> None:
+        async with Served() as s:
+            for raw in (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", b"G@T / HTTP/1.1\r\n\r\n"):
+                reader, writer = await s.connect()
+                writer.write(raw)
+                await answer(reader)
+                assert await closed(reader)
+
+    with capture_logs() as logs:
+        run(test)
+    said = [line["event"] for line in logs if line["event"].startswith("malformed request")]
+    assert said == [
+        f"malformed request: {srv.TLS_HERE}",
+        "malformed request: the request method is not a valid HTTP method",
+    ]
+    assert "--tls-cert FILE --tls-key FILE" in srv.TLS_HERE
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ import httpx2
 import openai
 import pytest
 
-from controller.gateway.lifecycle import registry
+from controller.gateway.lifecycle import registry, tls
 
 WAIT = 40.0
 KEY = "sk-Qz7WvKpLmRtYuXnJhGd3"  # no hex, no word (see test_keys.py)
@@ -370,8 +370,63 @@ def test_bad_pairs_are_refused_before_the_daemon_starts(
     pki.server(7, other, pki.folder / "other.key")  # a certificate of another key
     g = gateway("--tls-cert", str(other), "--tls-key", str(key), wait=False)
     assert g.proc.wait(timeout=WAIT) == 64, g.text()
-    assert f"--tls-cert {other} / --tls-key {key}" in g.text() and "Traceback" not in g.text()
+    assert f"--tls-key {key} is not the private key of --tls-cert {other}" in g.text()
+    assert "Traceback" not in g.text()
     assert registry.current_live(reconcile.state) is None
+
+
+def test_an_encrypted_key_is_refused_without_asking_for_its_passphrase(
+    reconcile: Any, pki: Pki
+) -> None:
+    """A key with a passphrase, the daemon started from a terminal: exit 64 saying so.
+    (OpenSSL asked for the passphrase on the terminal: the start hung on a prompt, and
+    a reload wrote it into the gateway's log and logged "cannot read: Invalid argument".)"""
+    cert, key = _pair(pki)
+    locked = pki.folder / "locked.key"
+    _openssl(
+        "pkey", "-in", key, "-aes256", "-passout", "pass:hunter2", "-out", locked, cwd=pki.folder
+    )
+    locked.chmod(0o600)
+    terminal, tty = os.openpty()  # its stdin a terminal, as in a shell
+    try:
+        argv = reconcile.argv("--listen", str(reconcile.port + 15))
+        argv += ["--tls-cert", str(cert), "--tls-key", str(locked)]
+        proc = reconcile.spawn(argv, stdin=tty, stderr=subprocess.PIPE, start_new_session=True)
+        _, err = proc.communicate(timeout=WAIT)
+    finally:
+        os.close(tty)
+        os.close(terminal)
+    text = err.decode()
+    assert proc.returncode == 64, text
+    assert f"--tls-key {locked} is encrypted (it asks for a passphrase)" in text
+    assert f"openssl pkey -in {locked} -out FILE" in text
+    assert "pass phrase" not in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize(
+    ("cert_name", "key_name", "said"),
+    [
+        pytest.param("cert.pem", "rsa.key", "is not the private key of", id="key-of-another-type"),
+        pytest.param("key.pem", "key.pem", "holds no PEM certificate", id="key-as-certificate"),
+        pytest.param("cert.pem", "cert.pem", "is not a PEM private key", id="cert-as-key"),
+        pytest.param(".", "key.pem", "is not a file", id="folder-as-certificate"),
+    ],
+)
+def test_a_bad_pair_names_the_file_at_fault(
+    pki: Pki, cert_name: str, key_name: str, said: str
+) -> None:
+    """OpenSSL says "PEM lib" for either file and NO_CERTIFICATE_ASSIGNED for a key of
+    another type; the error names the file at fault and what it should be."""
+    _pair(pki)
+    pki.server(2, pki.folder / "rsa.pem", pki.folder / "rsa.key", rsa=True)
+    cert, key = pki.folder / cert_name, pki.folder / key_name
+    key.chmod(0o600)
+    with pytest.raises(tls.TlsError) as caught:
+        tls.server_context(cert, key)
+    assert said in str(caught.value)
+    assert "PEM lib" not in str(caught.value)
+    # The good pair still loads, with no passphrase asked of it.
+    assert tls.server_context(pki.folder / "cert.pem", pki.folder / "key.pem")
 
 
 def test_node_yaml_and_environment_forms(reconcile: Any, gateway: Any, pki: Pki) -> None:
@@ -565,6 +620,37 @@ def test_client_certificates_with_tls_client_ca(reconcile: Any, gateway: Any, pk
         trusted.write_bytes(other.ca.read_bytes())
         g.proc.send_signal(signal.SIGHUP)
         reconcile.wait_for(lambda: not _admitted(g.port, ctx), timeout=WAIT, what="refused")
+    finally:
+        g.finish()
+
+
+def test_a_refused_handshake_is_said_in_the_log(reconcile: Any, gateway: Any, pki: Pki) -> None:
+    """A client that does not trust the certificate, and (``--tls-client-ca``) one that
+    sends none: each handshake refused is an info line naming why and the next move. (Each
+    was a silent close: the operator had only the client's side of the story.) A client
+    that closes mid-handshake refused nothing: no line."""
+    cert, key = _pair(pki)
+    mine, mine_key = pki.folder / "client.pem", pki.folder / "client.key"
+    pki.server(9, mine, mine_key, usage="clientAuth")
+    ctx = pki.client()
+    ctx.load_cert_chain(mine, mine_key)
+    g = _tls_gateway(reconcile, gateway, pki, cert, key, "--tls-client-ca", str(pki.ca), client=ctx)
+    try:
+        # A probe that opens a handshake and closes (a port scan): it refused nothing.
+        with socket.create_connection(("127.0.0.1", g.port), timeout=WAIT) as probe:
+            probe.sendall(b"\x16\x03\x01\x00\x50\x01\x00")
+        untrusting = ssl.create_default_context()  # the system's CAs, not the test's
+        with pytest.raises(ssl.SSLCertVerificationError):
+            _https(g.port, untrusting, "GET", "/healthz")
+        with pytest.raises((OSError, http.client.HTTPException)):  # no client certificate
+            _https(g.port, pki.client(), "GET", "/healthz")
+        said = (
+            "TLS handshake refused: the client does not trust the gateway's certificate",
+            "TLS handshake refused: the client sent no certificate, and --tls-client-ca",
+        )
+        reconcile.wait_for(lambda: all(s in g.text() for s in said), what="both refusals")
+        assert g.text().count("TLS handshake refused") == 2, g.text()[-3000:]
+        assert "Traceback" not in g.text()
     finally:
         g.finish()
 

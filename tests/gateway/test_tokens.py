@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import sys
 import urllib.request
 from pathlib import Path
@@ -124,6 +125,30 @@ def test_a_key_over_its_limits_gets_429_with_retry_after(reconcile: Any, gateway
     assert held.status == 429 and "10 tokens per minute" in held.json()["error"]["message"]
     assert int(held.headers["Retry-After"]) >= 1
     g.finish()
+
+
+def test_a_reload_of_the_key_file_gives_no_key_a_fresh_minute(reconcile: Any, gateway: Any) -> None:
+    """A key at its limit is still at it after a SIGHUP re-read the key file (another key
+    added). (Every reload built the buckets afresh: any `kill -HUP`, `systemctl reload` or
+    daemon restart, which has the gateway it adopts re-read the file, gave every key a
+    full minute again.) A limit lowered in the same edit holds at once. ``rpm=1`` refills
+    in 60 s, longer than the reload's wait may take."""
+    g = start(reconcile, gateway, f"{KEY}  rpm=1", f"{THIRD} rpm=50")
+    keys = reconcile.tmp / "keys.txt"
+    try:
+        assert chat(g, KEY)[0].status == 200
+        for _ in range(3):
+            assert chat(g, THIRD)[0].status == 200
+        assert chat(g, KEY)[0].status == 429
+        keys.write_text(f"{KEY}  rpm=1\n{THIRD} rpm=1\n{OTHER}\n")
+        g.proc.send_signal(signal.SIGHUP)  # the daemon forwards it to its gateway
+        reconcile.wait_for(lambda: chat(g, OTHER)[0].status == 200, what="the reload")
+        assert chat(g, KEY)[0].status == 429, "a reload refilled the key's minute"
+        # THIRD used 3 of its 50; lowered to 1 it holds 1, not 47: one goes, the next waits
+        assert chat(g, THIRD)[0].status == 200
+        assert chat(g, THIRD)[0].status == 429
+    finally:
+        g.finish()
 
 
 def test_a_bad_limit_in_the_key_file_is_refused_at_start(reconcile: Any) -> None:

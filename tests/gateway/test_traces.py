@@ -29,6 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from procs import free_ports
+from structlog.testing import capture_logs
 from test_upstream import BODY, Rude, ready, route
 
 from controller.core.manifest.names import next_name
@@ -264,3 +265,30 @@ def test_an_endpoint_without_the_extra_says_what_to_install() -> None:
     assert done.returncode == 0 and done.stdout.split()[-1] == "False", said
     assert "the otel extra is not installed" in said and "reconcile-engines[otel]" in said
     assert "Traceback" not in said
+
+
+@pytest.mark.parametrize(
+    ("environ", "variable"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "localhost:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "grpc://u:hunter2@collector:4317",
+            },
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ),
+    ],
+)
+def test_an_endpoint_without_an_http_scheme_is_said_at_start(
+    environ: dict[str, str], variable: str
+) -> None:
+    """``localhost:4318`` (no scheme): the start said "traces sent by OTLP/HTTP" and every
+    batch failed with requests' "No connection adapters were found". One warning at start
+    names the variable and the fix (its value without a password), and no traces."""
+    with capture_logs() as logs:
+        assert not tracing.from_env(environ).enabled
+    (said,) = [line for line in logs if line["log_level"] == "warning"]
+    assert said["event"] == "no traces: the OTLP endpoint is not an http:// or https:// URL"
+    assert said["variable"] == variable and "http://HOST:4318" in said["fix"]
+    assert "hunter2" not in str(said)

@@ -59,11 +59,18 @@ class Keys:
 def load(path: Path) -> Keys:
     try:
         info = os.stat(path)
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # an editor's BOM is not the key's
     except FileNotFoundError:
         raise KeyFileError(f"--api-keys {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KeyFileError(f"--api-keys {path}: cannot read: {exc}") from None
+    except IsADirectoryError:
+        raise KeyFileError(f"--api-keys {path} is a folder: give the key file in it") from None
+    except OSError as exc:  # its strerror: the exception's text repeats the path
+        raise KeyFileError(f"--api-keys {path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise KeyFileError(
+            f"--api-keys {path}: byte {exc.start} is not UTF-8 text: the file holds the "
+            "keys as text, one a line"
+        ) from None
     owner = security.path_problem(path) if security.strict() else None
     if owner is not None:  # the manifests' rule: as root, only root decides who gets in
         raise KeyFileError(

@@ -5,6 +5,11 @@ A request takes one from its key's request bucket before it is routed; its token
 taken from the token bucket once the engine's ``usage`` says how many (so one request
 may leave it below zero: the next ones wait until it refills). A key past either limit
 is answered 429 with ``Retry-After``: the seconds until its bucket allows one more.
+
+A reloaded key file (SIGHUP, or a daemon that adopts the gateway) keeps each key's
+buckets where they were, a limit lowered included (they never hold more than its new
+minute): started afresh, every reload of the daemon, for whatever reason, gave every key
+a full minute again. A new gateway process (a hand-over) starts them afresh.
 """
 
 from __future__ import annotations
@@ -38,6 +43,13 @@ class Bucket:
         self._refill()
         self.level -= amount
 
+    def resized(self, per_minute: int) -> Bucket:
+        """This bucket under a new limit: what it holds now, up to the new minute's worth."""
+        self._refill()
+        bucket = Bucket(per_minute, self.clock)
+        bucket.level = min(self.level, float(per_minute))
+        return bucket
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -46,13 +58,24 @@ class Refusal:
 
 
 class Quota:
-    """The buckets of one key file (a reloaded file starts afresh)."""
+    """The buckets of one key file (``reloaded``: of its next version)."""
 
     def __init__(self, keys: Keys | None, clock: Callable[[], float] = time.monotonic) -> None:
         self.keys = keys
+        self.clock = clock
         limits = keys.limits if keys is not None else {}
         self._requests = {k: Bucket(v.rpm, clock) for k, v in limits.items() if v.rpm}
         self._tokens = {k: Bucket(v.tpm, clock) for k, v in limits.items() if v.tpm}
+
+    def reloaded(self, keys: Keys | None) -> Quota:
+        """The buckets of ``keys``, a reload of this file: a key kept keeps what its
+        buckets hold (resized to a changed limit); a new key, or a new limit, starts full."""
+        fresh = Quota(keys, self.clock)
+        for old, new in ((self._requests, fresh._requests), (self._tokens, fresh._tokens)):
+            for label, bucket in new.items():
+                if label in old:
+                    new[label] = old[label].resized(bucket.per_minute)
+        return fresh
 
     def admit(self, label: str) -> Refusal | None:
         """None (a request taken from the key's allowance), or why not and for how long."""

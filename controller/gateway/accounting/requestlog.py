@@ -261,9 +261,20 @@ def text_line(line: dict[str, Any]) -> str:
     prompt, completion = line.get("prompt_tokens"), line.get("completion_tokens")
     counted = prompt is not None or completion is not None  # no usage (a 404): not 0+0
     tokens = f"{prompt or 0}+{completion or 0}" if counted else "-"
-    where = line.get("instance") or line.get("deployment") or "-"
+    where = _printable(line.get("instance") or line.get("deployment") or "-")
+    model, key = _printable(line.get("model") or "-"), _printable(line.get("key", "-"))
     return (
-        f"{line.get('time', '-')}  {line.get('status', '-')}  {line.get('model') or '-'} -> "
-        f"{where}  key={line.get('key', '-')}  ttfb={seconds(line.get('ttfb_s'))}  "
+        f"{_printable(line.get('time', '-'))}  {_printable(line.get('status', '-'))}  "
+        f"{model} -> {where}  key={key}  ttfb={seconds(line.get('ttfb_s'))}  "
         f"took={seconds(line.get('duration_s'))}  tokens={tokens}"
     )
+
+
+def _printable(value: object) -> str:
+    """``value`` for a terminal: the model is the client's text, so a control character
+    (an escape sequence, a newline forging a line, a bidi override) or a lone surrogate
+    (which no terminal encoding takes: `print` raised) is shown escaped, as ``\\x1b``."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)

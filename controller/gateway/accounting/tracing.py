@@ -20,8 +20,10 @@ import threading
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
+from urllib.parse import urlsplit
 
 from controller.logsetup import get_logger
+from controller.redact import redact_url
 
 log = get_logger("reconcile")
 
@@ -113,6 +115,10 @@ def from_env(environ: Mapping[str, str] = os.environ) -> Tracing:
     """The gateway's tracing: OTLP/HTTP when the environment asks and the extra is here."""
     if not configured(environ):
         return Tracing()
+    unusable = _unusable_endpoint(environ)
+    if unusable is not None:
+        log.warning("no traces: the OTLP endpoint is not an http:// or https:// URL", **unusable)
+        return Tracing()
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
@@ -132,6 +138,20 @@ def from_env(environ: Mapping[str, str] = os.environ) -> Tracing:
     provider.add_span_processor(BatchSpanProcessor(exporter))
     log.info("traces sent by OTLP/HTTP", service=resource.attributes["service.name"])
     return _Otel(provider)
+
+
+def _unusable_endpoint(environ: Mapping[str, str]) -> dict[str, str] | None:
+    """What to say of an endpoint without an http(s) scheme (``localhost:4318`` reads as
+    the scheme "localhost"): each export failed with "No connection adapters were found",
+    a line per batch, while the start said traces were sent. None when it is usable."""
+    if urlsplit(_endpoint(environ)).scheme.lower() in ("http", "https"):
+        return None
+    name = next(n for n in reversed(ENDPOINTS) if environ.get(n, "").strip())
+    return {
+        "variable": name,
+        "value": redact_url(environ[name].strip()),
+        "fix": f"give {name} the collector's OTLP/HTTP URL, e.g. http://HOST:4318",
+    }
 
 
 def _endpoint(environ: Mapping[str, str]) -> str:

@@ -79,6 +79,14 @@ REASON_WORDS: tuple[tuple[str, str], ...] = (
 )
 
 
+# A TLS handshake record (content type 22, version 3.x): how a client of https:// opens.
+TLS_RECORD = b"\x16\x03"
+TLS_HERE = (
+    "a TLS handshake on the gateway's plain-HTTP port (the client uses https://): have it "
+    "use http://, or give the gateway --tls-cert FILE --tls-key FILE"
+)
+
+
 def connection_cap(soft_limit: int | None = None) -> int:
     """Client connections the gateway holds at most: half of the fds past the reserve
     (each proxied request holds a second fd, its engine connection)."""
@@ -286,6 +294,7 @@ class Protocol(asyncio.Protocol):
             self._writable.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        first = not self._heard
         self._heard = True
         try:
             self._parser.feed_data(data)
@@ -297,7 +306,9 @@ class Protocol(asyncio.Protocol):
             self._last = True
             self.reading(False, why="queue")
         except (httptools.HttpParserError, _TooLong) as exc:
-            self._unreadable(exc)
+            # A connection that opens with a TLS record: a client of https:// here. Said
+            # so, or the operator reads "not a valid HTTP method" and looks for a bug.
+            self._unreadable(exc, TLS_HERE if first and data[:2] == TLS_RECORD else None)
 
     # -- httptools' callbacks
     def on_message_begin(self) -> None:
@@ -468,12 +479,13 @@ class Protocol(asyncio.Protocol):
         assert self._loop is not None
         self._loop.call_later(LINGER, self.force_close)
 
-    def _unreadable(self, exc: Exception) -> None:
+    def _unreadable(self, exc: Exception, why: str | None = None) -> None:
         """The bytes are not HTTP the gateway reads: a 400 that quotes none of them, a
         quiet line, and the close: after the answer in progress, if one is and its request
-        was read whole; at once when its own body is what broke."""
+        was read whole; at once when its own body is what broke. ``why``: what they are,
+        when known better than the parser's error."""
         self._parsing = False
-        why = _problem(exc)
+        why = why or _problem(exc)
         quiet(f"malformed request: {why}", self._server.throttle, peer=str(self._remote))
         if self.transport is None or self._lost:
             return

@@ -277,7 +277,9 @@ class Gateway:
                 self._listener = await self.loop.create_server(server.protocol, sock=listening)
             else:  # accepted by us: a plain-HTTP request gets its 400 (tlsaccept.py)
                 tls = self.tls  # its context is asked at each handshake: SIGHUP replaces it
-                acceptor = Acceptor(listening, server.protocol, lambda: tls.context, connections)
+                acceptor = Acceptor(
+                    listening, server.protocol, lambda: tls.context, connections, server.throttle
+                )
                 acceptor.start()
                 self._listener = acceptor
         except BaseException:

@@ -24,6 +24,7 @@ import os
 import ssl
 import stat
 from pathlib import Path
+from typing import NoReturn
 
 from controller.errors import ConfigError
 from controller.store.sources import security
@@ -80,20 +81,62 @@ def _trust(context: ssl.SSLContext, client_ca: Path) -> None:
     context.verify_mode = ssl.CERT_REQUIRED
 
 
+class EncryptedKey(ValueError):
+    """The key file asks for a passphrase (raised by ``no_passphrase``)."""
+
+
+def no_passphrase() -> NoReturn:
+    """The password callback of every load of the key: without one, OpenSSL asks for the
+    passphrase of an encrypted key on the terminal (or stdin), which hung a daemon
+    started from a shell and wrote its prompt into the gateway's log at a reload."""
+    raise EncryptedKey
+
+
+# OpenSSL's reasons for a key that is not the certificate's: of another key of its type,
+# or of another type (an RSA key beside an ECDSA certificate)
+_NOT_ITS_KEY = frozenset({"KEY_VALUES_MISMATCH", "NO_CERTIFICATE_ASSIGNED"})
+
+
 def _load(context: ssl.SSLContext, cert: Path, key: Path) -> None:
-    if not cert.is_file():
+    if not cert.exists():
         raise TlsError(f"--tls-cert {cert}: no such file")
+    if not cert.is_file():
+        raise TlsError(f"--tls-cert {cert} is not a file: give the certificate's PEM file")
     try:
-        context.load_cert_chain(certfile=cert, keyfile=key)
-    except ssl.SSLError as exc:
+        context.load_cert_chain(certfile=cert, keyfile=key, password=no_passphrase)
+    except EncryptedKey:
         raise TlsError(
-            f"--tls-cert {cert} / --tls-key {key}: not a PEM certificate and its private key "
-            f"({exc.reason or exc.strerror}); the key must be unencrypted and belong to the "
-            "certificate"
+            f"--tls-key {key} is encrypted (it asks for a passphrase) and the gateway "
+            f"cannot ask for one: write it unencrypted (run: openssl pkey -in {key} -out "
+            "FILE, then chmod 600 FILE and give --tls-key FILE)"
         ) from None
+    except ssl.SSLError as exc:
+        raise TlsError(_unloadable(cert, key, exc)) from None
     except OSError as exc:
         where = f"--tls-cert {cert} / --tls-key {key}"
         raise TlsError(f"{where}: cannot read: {exc.strerror}") from None
+
+
+def _unloadable(cert: Path, key: Path, exc: ssl.SSLError) -> str:
+    """What is wrong with a pair OpenSSL refused, naming the file at fault: OpenSSL says
+    only "PEM lib" for either file, so the certificate is tried alone."""
+    if exc.reason in _NOT_ITS_KEY:
+        return (
+            f"--tls-key {key} is not the private key of --tls-cert {cert} (a key of "
+            "another certificate?): give the key the certificate was made for"
+        )
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=cert)
+    except (ssl.SSLError, OSError):
+        return (
+            f"--tls-cert {cert} holds no PEM certificate (-----BEGIN CERTIFICATE-----): "
+            "give the certificate's file, the key's in --tls-key"
+        )
+    why = f" ({exc.reason})" if exc.reason else ""  # else only "PEM lib": no news
+    return (
+        f"--tls-key {key} is not a PEM private key (-----BEGIN PRIVATE KEY-----){why}: "
+        f"give the unencrypted key of --tls-cert {cert}"
+    )
 
 
 class Tls:

@@ -11,6 +11,12 @@ anything else is answered 400 in clear text and closed. A client that sends noth
 held no longer than a handshake would be (``FIRST_BYTE_TIMEOUT``, asyncio's default), and
 not at all once the connection cap needs its room (``Acceptor``).
 
+A handshake that fails is a quiet, rate-limited info line naming the peer and why in
+words (nginx logs "SSL_do_handshake() failed" at info): a client that does not trust the
+certificate, finds it expired, or (``--tls-client-ca``) sent no certificate of that CA
+was a silent close, and the operator had only the client's side to go by. A client
+that gave up or timed out says nothing.
+
 ``Acceptor`` stands where ``create_server``'s ``asyncio.Server`` stands for plain HTTP:
 its ``sockets`` name the listening socket (what a hand-over passes on), ``close`` stops
 accepting and closes it (``listener.close_listener``).
@@ -26,7 +32,8 @@ import ssl
 from collections.abc import Callable
 
 from controller.gateway.http.answers import body
-from controller.gateway.http.server import FRESH_WAIT, Connections
+from controller.gateway.http.quiet import Throttle
+from controller.gateway.http.server import FRESH_WAIT, Connections, quiet
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -44,6 +51,29 @@ _SAID = (
     "(use https://)"
 )
 _BODY = json.dumps(body(400, _SAID, "plain_http_to_https_port")).encode()
+# OpenSSL's reasons for the handshakes a client or its certificate failed, in words
+_REFUSALS = {
+    "TLSV1_ALERT_UNKNOWN_CA": "the client does not trust the gateway's certificate (an "
+    "unknown CA): give the client the CA that signed --tls-cert, or serve one it trusts",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the client refused the gateway's certificate (its name, "
+    "or its use?)",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "the client refused the gateway's certificate",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "the client refused the gateway's certificate as out "
+    "of date: put one in date at --tls-cert, then `kill -HUP` the daemon",
+    "PEER_DID_NOT_RETURN_A_CERTIFICATE": "the client sent no certificate, and "
+    "--tls-client-ca requires one",
+    "CERTIFICATE_VERIFY_FAILED": "the client's certificate is not one --tls-client-ca "
+    "signed (or is out of date)",
+    "UNSUPPORTED_PROTOCOL": "the client offers no TLS 1.2 or later",
+}
+
+
+def refusal(exc: ssl.SSLError) -> str:
+    """Why a handshake failed, for the operator."""
+    reason = exc.reason or exc.library or "unknown"
+    return _REFUSALS.get(reason, f"the TLS handshake failed ({reason})")
+
+
 PLAIN_ANSWER = (
     b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
     b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BODY), _BODY)
@@ -72,8 +102,10 @@ class Acceptor:
         protocol: Callable[[], asyncio.Protocol],
         context: Callable[[], ssl.SSLContext],
         connections: Connections,
+        throttle: Throttle | None = None,
     ) -> None:
         self._sock = sock
+        self._throttle = throttle or Throttle()  # the server's: one budget for its lines
         self._protocol = protocol
         self._context = context
         self._connections = connections
@@ -166,7 +198,6 @@ class Acceptor:
 
     async def _greet(self, conn: socket.socket) -> None:
         """Hand ``conn`` to the TLS server, or answer its plain HTTP 400."""
-        loop = asyncio.get_running_loop()
         conn.setblocking(False)
         task = asyncio.current_task()
         assert task is not None
@@ -182,21 +213,35 @@ class Acceptor:
         finally:
             self._silent.discard(task)
         if first and first[0] == TLS_HANDSHAKE:
-            with contextlib.suppress(OSError, TimeoutError):  # SSLError is an OSError
-                # A failed handshake (a client that gave up, or spoke no TLS we take):
-                # the loop closed the socket, and says nothing, as create_server does.
-                await loop.connect_accepted_socket(
-                    self._protocol,
-                    conn,
-                    ssl=self._context(),
-                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
-                )
+            await self._handshake(conn)
             return
         try:
             if first:
                 await _answer_plain(conn)
         finally:
             conn.close()
+
+    async def _handshake(self, conn: socket.socket) -> None:
+        """Hand ``conn`` to the TLS server; a handshake refused is said (``refusal``). The
+        loop closed the socket of a failed one; a client that gave up is not news."""
+        loop = asyncio.get_running_loop()
+        peer = _peer(conn)
+        try:
+            await loop.connect_accepted_socket(
+                self._protocol, conn, ssl=self._context(), ssl_handshake_timeout=HANDSHAKE_TIMEOUT
+            )
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+            pass  # the client closed mid-handshake: it gave up (a probe), nothing refused
+        except ssl.SSLError as exc:
+            quiet(f"TLS handshake refused: {refusal(exc)}", self._throttle, peer=peer)
+        except (OSError, TimeoutError):
+            pass
+
+
+def _peer(conn: socket.socket) -> str:
+    with contextlib.suppress(OSError):
+        return str(conn.getpeername()[0])
+    return "-"
 
 
 def _close_if_cancelled(task: asyncio.Task[None], conn: socket.socket) -> None:

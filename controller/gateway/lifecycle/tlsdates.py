@@ -20,6 +20,8 @@ import ssl
 import tempfile
 from pathlib import Path
 
+from controller.gateway.lifecycle.tls import no_passphrase
+
 # OpenSSL's X509_V_ERR_CERT_NOT_YET_VALID and X509_V_ERR_CERT_HAS_EXPIRED
 _OUT_OF_DATE = {9: "is not valid yet (its notBefore is in the future)", 10: "has expired"}
 _PEM = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
@@ -50,12 +52,12 @@ def _server(cert: Path, key: Path, only: list[str] | None = None) -> ssl.SSLCont
     server sends its whole file, and a client checks the dates of all it is sent)."""
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     if only is None:
-        server.load_cert_chain(certfile=cert, keyfile=key)
+        server.load_cert_chain(certfile=cert, keyfile=key, password=no_passphrase)
         return server
     with tempfile.TemporaryDirectory() as folder:
         leaf = Path(folder, "leaf.pem")
         leaf.write_text("\n".join(only) + "\n")
-        server.load_cert_chain(certfile=leaf, keyfile=key)
+        server.load_cert_chain(certfile=leaf, keyfile=key, password=no_passphrase)
     return server
 
 

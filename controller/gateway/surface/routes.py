@@ -277,8 +277,10 @@ class Front:
         """The 429 of a key past its limits in the key file (quota.py), else None."""
         if self.keys is None or not self.keys.limits:
             return None
-        if self._quota is None or self._quota.keys is not self.keys:
-            self._quota = Quota(self.keys)  # the key file was reloaded: its limits afresh
+        if self._quota is None:
+            self._quota = Quota(self.keys)
+        elif self._quota.keys is not self.keys:  # the key file reloaded: no fresh minute
+            self._quota = self._quota.reloaded(self.keys)
         refused = self._quota.admit(key)
         if refused is None:
             return None
