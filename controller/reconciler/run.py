@@ -45,7 +45,7 @@ from controller.core.state import Observed, Phase, ProcessRef, Record
 from controller.errors import ConfigError
 from controller.host import gpuhealth
 from controller.host.devices import gpu_memory
-from controller.host.procs import identity
+from controller.host.procs import identity, live_identity
 from controller.logsetup import get_logger
 from controller.reconciler import pulling, strays
 from controller.reconciler.autoscaling import Autoscaler
@@ -382,7 +382,7 @@ class Reconciler(Preview):
         if config.git:
             from controller.store.sources.gitsource import GitSource
 
-            self.git = GitSource(config.state_dir, config.git)
+            self.git = GitSource(config.state_dir, config.git, identify=live_identity)
         self.notify = notifications_for(config)
         if self.notify is not None:
             self.executor.notify = self.notify

@@ -14,6 +14,7 @@ when it exists::
       branch: main                   # or tag: v1.2
       path: manifests
       interval: 1m
+      timeout: 60s                   # one fetch's limit (a remote that hangs holds a pass)
       webhookSecretFile: /etc/reconcile/hook.secret
       verify: {allowedSigners: /etc/reconcile/allowed_signers}
       autoRollback: {progressDeadline: 10m}
@@ -96,11 +97,12 @@ class GitFile(BaseModel):
     tag: str | None = None
     path: str | None = None
     interval: str | float | None = None  # 1m, 30s, or seconds
+    timeout: str | float | None = None  # one fetch's limit: 60s, 2m, or seconds
     webhook_secret_file: str | None = None
     verify: VerifyFile | None = None
     auto_rollback: AutoRollbackFile | None = None
 
-    _interval = field_validator("interval")(_duration)
+    _interval = field_validator("interval", "timeout")(_duration)
 
 
 class NotifyFile(BaseModel):
@@ -189,7 +191,8 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
             message = (
                 "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles, "
                 "tlsCert, tlsKey, containerRuntime, labels, git, notify; under git: url, branch,"
-                " tag, path, interval, webhookSecretFile, verify, autoRollback; under notify:"
+                " tag, path, interval, timeout, webhookSecretFile, verify, autoRollback; under"
+                " notify:"
                 " url, events)"
             )
         raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc
