@@ -316,13 +316,13 @@ def git(
         errors="replace",
         pass_fds=() if hold is None else (hold,),
     )
-    if started is not None:
-        started(proc.pid)
     verb = _verb(args)
-    if verb == "fetch":
-        failpoints.hit("git.fetch.running")
     try:
         with _dies_with_us(proc):
+            if started is not None:  # inside: a Ctrl-C while it is told ends git too
+                started(proc.pid)
+            if verb == "fetch":
+                failpoints.hit("git.fetch.running")
             out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill(proc)
