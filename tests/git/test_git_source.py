@@ -3,6 +3,7 @@ real engines (the demo engine). DESIGN.md "Following git"."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from typing import Any
 
@@ -270,6 +271,30 @@ def test_node_yaml_git_section_with_a_flag_over_one_key(reconcile: Any, remote: 
     assert seen["branch"] == "prod" and seen["path"] == "manifests", seen
     assert reconcile.record("alpha")["owner"] == remote.owner()
     reconcile("--git", remote.url, "--branch", "prod", "down", check=0)
+
+
+def test_a_repository_given_as_a_relative_path_is_found_from_where_it_was_given(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`reconcile --git ../ops.git`, as `git clone` takes it: the node's git ran in its own
+    checkout, where the path named nothing ("'../ops.git' does not appear to be a git
+    repository") though the repository was right there. A flag's path is taken from where
+    the command runs, node.yaml's from the file's folder (as its tlsCert)."""
+    first = remote.deploy("alpha")
+    typed = os.path.relpath(remote.bare, reconcile.tmp)  # the CLI runs in reconcile.tmp
+    assert not os.path.isabs(typed)
+    reconcile.converge("--git", typed, "--git-path", "manifests")
+    seen = source(reconcile)
+    assert seen["url"] == str(remote.bare) and seen["applied"] == first, seen
+    assert reconcile.record("alpha")["owner"] == f"git:{remote.bare}#manifests"
+    newer = remote.deploy("beta")
+    from_file = os.path.relpath(remote.bare, reconcile.state)
+    (reconcile.state / "node.yaml").write_text(f"git: {{url: {from_file}, path: manifests}}\n")
+    mine = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    reconcile("--once", *mine, "--devices", reconcile.devices, common=False, check=0)
+    seen = source(reconcile)
+    assert seen["url"] == str(remote.bare) and seen["applied"] == newer, seen
+    reconcile("--git", typed, "--git-path", "manifests", "down", check=0)
 
 
 def test_a_metric_per_state(reconcile: Any, remote: Remote) -> None:

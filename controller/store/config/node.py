@@ -196,7 +196,7 @@ def _node_file(explicit: str | None, state_path: Path, lenient: bool) -> _FileSe
         log_max_bytes=node_file.log_max_bytes,
         log_keep=node_file.log_max_files,
         tls=(node_file.tls_path("tls_cert"), node_file.tls_path("tls_key")),
-        git=node_file.git,
+        git=node_file.git_here(),
         container_runtime=node_file.container_runtime,
         labels=dict(node_file.labels),
         hooks=tuple(item.hook for item in node_file.notify),
@@ -257,8 +257,10 @@ def git_source(flags: GitFlags, file: GitFile | None) -> GitSettings | None:
             )
         return None
     from controller.core.manifest.quantity import parse_duration
-    from controller.store.sources.gitsource import settings
+    from controller.store.sources.gitsource import local_repo, settings
 
+    if flags.url:  # a path is the caller's, as `git clone`'s (a remembered URL is absolute)
+        url = local_repo(flags.url, Path.cwd())
     interval = flags.interval
     if interval is None and file is not None and file.interval is not None:
         interval = parse_duration(str(file.interval))

@@ -155,6 +155,15 @@ class NodeFile(BaseModel):
     tls_key: str | None = Field(default=None, min_length=1)
     _folder: Path = PrivateAttr(default=Path("."))  # the file's: relative paths start there
 
+    def git_here(self) -> GitFile | None:
+        """``git:`` with a repository given as a relative path taken from this file's
+        folder, as tlsCert's is (the node's git runs in its checkout, elsewhere)."""
+        if self.git is None or not self.git.url:
+            return self.git
+        from controller.store.sources.gitsource import local_repo
+
+        return self.git.model_copy(update={"url": local_repo(self.git.url, self._folder)})
+
     def tls_path(self, name: str) -> Path | None:
         value: str | None = getattr(self, name)
         return (self._folder / Path(value).expanduser()).absolute() if value else None

@@ -136,6 +136,18 @@ def settings(
     )
 
 
+def local_repo(url: str, base: Path) -> str:
+    """A repository given as a path (git's local transport: no ``scheme://``, no ``host:``
+    before the first ``/``), made absolute from ``base``: `git clone ../ops.git` takes it
+    from where it is typed, but the node's git runs in its checkout (``git -C``), where a
+    relative path named nothing ("does not appear to be a git repository")."""
+    colon, slash = url.find(":"), url.find("/")
+    if not url.strip() or "://" in url or (colon >= 0 and not 0 <= slash < colon):
+        return url  # none (settings says so), a URL, or scp-like ssh (host:path)
+    path = Path(url).expanduser()
+    return str(path) if path.is_absolute() else os.path.normpath(base.absolute() / path)
+
+
 def normal_path(path: str) -> str:
     """``manifests/`` and ``./manifests`` are one path; none may climb out of the checkout."""
     parts = [p for p in path.strip().split("/") if p not in ("", ".")]
