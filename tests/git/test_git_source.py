@@ -89,6 +89,9 @@ def test_a_branch_gone_is_pull_failed_not_a_prune(reconcile: Any, remote: Remote
     reconcile.converge(*git_args(remote))
     out = reconcile("--once", *git_args(remote, "--branch", "gone"), check=1)
     assert "couldn't find remote ref" in out.err, out
+    # git's words say what is missing, not what to do: the error says that too
+    said = "the branch gone is not on the remote (deleted, renamed, or a typo): push it again"
+    assert said in out.err and "follow another (--branch, git.branch in node.yaml)" in out.err
     assert reconcile.record("alpha") is not None
     assert source(reconcile)["state"] == "PullFailed"
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)

@@ -386,6 +386,22 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     proc.communicate()
 
 
+def _next_move(exc: GitFailed, s: GitSettings) -> GitFailed:
+    """A failed fetch in git's words, and what to do where they do not say it."""
+    if exc.timed_out:  # a slow remote needs a longer limit
+        return GitFailed(
+            f"{exc}: the remote did not answer in time; if it is slow, not down,"
+            " raise the limit (--git-timeout, or git.timeout in node.yaml)"
+        )
+    if "couldn't find remote ref" in str(exc):
+        kind, name = ("tag", s.tag) if s.tag else ("branch", s.branch)
+        return GitFailed(
+            f"{exc}: the {kind} {name} is not on the remote (deleted, renamed, or a typo):"
+            f" push it again, or follow another (--{kind}, git.{kind} in node.yaml)"
+        )
+    return exc
+
+
 def _verb(args: tuple[str, ...]) -> str:
     """The git command ``args`` run (``verify-commit``), past their ``-c`` settings."""
     rest = args
@@ -599,12 +615,7 @@ class GitSource:
         except GitFailed as exc:
             if self._giving_up:
                 raise FetchGivenUp from None
-            if exc.timed_out:  # the next move: a slow remote needs a longer limit
-                raise GitFailed(
-                    f"{exc}: the remote did not answer in time; if it is slow, not down,"
-                    " raise the limit (--git-timeout, or git.timeout in node.yaml)"
-                ) from None
-            raise
+            raise _next_move(exc, s) from None
         finally:
             self._fetch_pid = None
         sha = git(self.repo, "rev-parse", "--verify", "--quiet", f"{s.tracking}^{{commit}}")
