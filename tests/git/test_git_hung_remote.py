@@ -88,6 +88,19 @@ def test_the_fetch_limit_ends_a_hung_fetch_and_the_last_good_commit_runs_on(
     reconcile("--git", hung.url, *GIT, "down", check=0)
 
 
+def test_a_once_with_no_flags_keeps_the_limit_its_source_was_given(
+    reconcile: Any, remote: Remote, hung: HungRemote
+) -> None:
+    """The state dir remembers the source (README): its fetch limit too, as its interval."""
+    remote.deploy("alpha")
+    hung.hang(True)
+    first = reconcile("--once", "--git", hung.url, *GIT, "--git-timeout", "1s", check=1)
+    assert "git fetch took more than 1s (stopped)" in first.err, first
+    node = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    again = reconcile("--once", *node, "--devices", reconcile.devices, common=False, check=1)
+    assert "git fetch took more than 1s (stopped)" in again.err, again
+
+
 def test_a_git_left_fetching_by_a_sigkilled_reconcile_is_stopped_by_the_next_pass(
     reconcile: Any, remote: Remote, hung: HungRemote
 ) -> None:
@@ -101,7 +114,9 @@ def test_a_git_left_fetching_by_a_sigkilled_reconcile_is_stopped_by_the_next_pas
     hung.hang(True)
     newer = remote.deploy("beta")
     once = reconcile.popen("--once", "--git", hung.url, *GIT)
-    with _stopped_at_the_end(reconcile.wait_for(lambda: _git_child(once.pid), 30, "git")) as git:
+    with _stopped_at_the_end(
+        reconcile.wait_for(lambda: _git_child(once.pid), 30, "git fetch")
+    ) as git:
         once.send_signal(signal.SIGKILL)
         assert once.wait(timeout=30) == -signal.SIGKILL
         assert git.is_running(), "the orphan must outlive its reconcile for this test"
@@ -176,8 +191,12 @@ def test_the_fetch_limit_without_a_source_says_what_it_needs(reconcile: Any) -> 
 
 
 def _git_child(pid: int) -> psutil.Process | None:
-    kids = [p for p in psutil.Process(pid).children() if p.name() == "git"]
-    return kids[0] if kids else None
+    """The ``git fetch`` ``pid`` runs (not the ``rev-parse`` before it, which ends at once)."""
+    for kid in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.Error):
+            if kid.name() == "git" and "fetch" in kid.cmdline():
+                return kid
+    return None
 
 
 def _gone(proc: psutil.Process) -> bool:
