@@ -115,7 +115,7 @@ def test_a_git_left_fetching_by_a_sigkilled_reconcile_is_stopped_by_the_next_pas
     newer = remote.deploy("beta")
     once = reconcile.popen("--once", "--git", hung.url, *GIT)
     with _stopped_at_the_end(
-        reconcile.wait_for(lambda: _git_child(once.pid), 30, "git fetch")
+        reconcile.wait_for(lambda: _hung_fetch(once.pid), 30, "a hung git fetch")
     ) as git:
         once.send_signal(signal.SIGKILL)
         assert once.wait(timeout=30) == -signal.SIGKILL
@@ -126,6 +126,36 @@ def test_a_git_left_fetching_by_a_sigkilled_reconcile_is_stopped_by_the_next_pas
         assert _gone(git), f"git (pid {git.pid}) still running"
     assert source(reconcile)["applied"] == newer
     assert reconcile.record("beta") is not None
+    reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
+def test_a_wait_for_the_checkout_ends_when_its_holder_is_killed_mid_fetch(
+    reconcile: Any, remote: Remote, hung: HungRemote
+) -> None:
+    """A rollback (or a pass) already waiting for the checkout when the reconcile holding
+    it was SIGKILLed mid-fetch went on waiting on the git left behind, to its limit."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", hung.url, *GIT)
+    remote.deploy("beta")
+    hung.hang(True)
+    once = reconcile.popen("--once", "--git", hung.url, *GIT)
+    with _stopped_at_the_end(
+        reconcile.wait_for(lambda: _hung_fetch(once.pid), 30, "a hung git fetch")
+    ) as git:
+        hung.hang(False)  # that git hangs on; the rollback's own pass fetches
+        err = reconcile.tmp / "rollback.err"
+        mine = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+        with open(err, "wb") as f:
+            argv = reconcile.argv("rollback", good, *mine, common=False)
+            proc = reconcile.spawn(argv, stderr=f)
+        said = "waiting for the git checkout"
+        reconcile.wait_for(lambda: said in err.read_text(), 30, "the rollback waits")
+        once.send_signal(signal.SIGKILL)
+        assert once.wait(timeout=30) == -signal.SIGKILL
+        assert proc.wait(timeout=60) == 0, err.read_text()
+        assert "git left running by a reconcile that died; stopped" in err.read_text()
+        assert _gone(git), f"git (pid {git.pid}) still running"
+    assert source(reconcile)["pinned"] == good
     reconcile("--git", hung.url, *GIT, "down", check=0)
 
 
@@ -190,12 +220,14 @@ def test_the_fetch_limit_without_a_source_says_what_it_needs(reconcile: Any) -> 
     assert "--git-timeout need --git URL" in out.err, out
 
 
-def _git_child(pid: int) -> psutil.Process | None:
-    """The ``git fetch`` ``pid`` runs (not the ``rev-parse`` before it, which ends at once)."""
+def _hung_fetch(pid: int) -> psutil.Process | None:
+    """The ``git fetch`` ``pid`` runs, once it hangs: its fake ssh is sleeping (until then
+    it may still find the ``hang`` file gone, and fetch)."""
     for kid in psutil.Process(pid).children():
         with contextlib.suppress(psutil.Error):
             if kid.name() == "git" and "fetch" in kid.cmdline():
-                return kid
+                below = kid.children(recursive=True)
+                return kid if any(p.name() == "sleep" for p in below) else None
     return None
 
 

@@ -5,8 +5,9 @@ runs beside it in the checkout. But a git whose reconcile was killed has nobody 
 stop it at its limit: a fetch from a remote that never answers would hold the checkout,
 and so every later pass, for good. So each git started under the lock is written down as
 it starts (``<state>/git/running.json``: its identity and its reconcile's, pid and start
-time). A sync that finds git.lock held, the reconcile named there gone and the git named
-there still the same process, stops that git's process group (its helpers with it: git
+time). A sync that finds git.lock held (at once, or at a look every few seconds while it
+waits: its holder may be killed meanwhile), the reconcile named there gone and the git
+named there still the same process, stops that git's process group (its helpers with it: git
 runs in a session of its own, so the group's id is its pid) and takes the lock. The
 orphan's work is discarded: a git cut short leaves what a SIGKILL does, which the next
 sync handles (stale ``*.lock`` files, the ``moving`` marker).

@@ -478,21 +478,25 @@ class GitSource:
     @contextlib.contextmanager
     def hold(self, waiting: Callable[[FileLock], None] | None = None) -> Iterator[None]:
         """git.lock, for a fetch, a move or a change of the status. Held by a git whose
-        reconcile died (gitorphan.py), that git is stopped first; held by a live pass, it
-        is waited for, ``waiting`` told so first."""
+        reconcile died (gitorphan.py), at once or while we wait, that git is stopped;
+        held by a live pass, it is waited for, ``waiting`` told so first."""
         if not self.lock.try_acquire():
-            found = (
-                None if self.identify is None else gitorphan.orphan(self.state_dir, self.identify)
-            )
-            if found is not None:
-                gitorphan.stop(found)
-            elif waiting is not None:
+            if not self._stop_orphan() and waiting is not None:
                 waiting(self.lock)
-            self.lock.acquire(self.lock_wait)
+            self.lock.acquire(self.lock_wait, meanwhile=self._stop_orphan)
         try:
             yield
         finally:
             self.lock.release()
+
+    def _stop_orphan(self) -> bool:
+        """Whether a git a killed reconcile left holding git.lock was found, and stopped."""
+        if self.identify is None:
+            return False
+        found = gitorphan.orphan(self.state_dir, self.identify)
+        if found is not None:
+            gitorphan.stop(found)
+        return found is not None
 
     @property
     def manifests(self) -> Path:
