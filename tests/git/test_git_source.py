@@ -153,6 +153,23 @@ def test_a_path_missing_at_a_commit_prunes_nothing(reconcile: Any, remote: Remot
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 
+def test_a_path_one_slip_from_a_folder_of_the_repository_names_it(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`--git-path manifest` (for manifests/) said "no such folder at this commit ... fix
+    it and push", as if the repository were wrong: the folder it is one slip from is
+    named, and where the path is set."""
+    remote.deploy("alpha")
+    typo = ("--git", remote.url, "--git-path", "manifest")
+    out = reconcile("--once", *typo, check=1)
+    hint = "(did you mean manifests? --git-path, or git.path in node.yaml)"
+    assert f"manifest: no such folder at the applied commit {hint}" in out.err, out
+    seen = source(reconcile)
+    assert f"manifest: no such folder at this commit {hint}; nothing pruned" in seen["message"]
+    far = reconcile("--once", "--git", remote.url, "--git-path", "deploy/prod", check=1)
+    assert "deploy/prod: no such folder at the applied commit\n" in far.err, far  # no guess
+
+
 def test_an_edit_in_the_checkout_is_undone_by_the_next_move(reconcile: Any, remote: Remote) -> None:
     """The checkout is reconcile's: a stray file in it never reaches the next commit."""
     remote.deploy("alpha")
