@@ -134,13 +134,14 @@ def _wait(fd: int, timeout: float | None, meanwhile: Callable[[], object] | None
             granted.set()
 
     threading.Thread(target=wait, name="flock-wait", daemon=True).start()
-    _until(granted, timeout, meanwhile)
-    with decided:
-        if not granted.is_set():
-            abandoned = True
-            return False
-    os.close(waiter_fd)
-    return True
+    try:
+        _until(granted, timeout, meanwhile)
+    finally:  # given up, or cut short (``meanwhile`` raised, Ctrl-C): the waiter lets go
+        with decided:
+            abandoned = not granted.is_set()
+        if not abandoned:
+            os.close(waiter_fd)
+    return not abandoned
 
 
 def _until(
