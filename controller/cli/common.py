@@ -54,6 +54,7 @@ def config(args: argparse.Namespace, *, lenient: bool = False, warn: bool = True
             tag=getattr(args, "tag", None),
             path=getattr(args, "git_path", None),
             interval=getattr(args, "interval", None),
+            timeout=getattr(args, "git_timeout", None),
         ),
         lenient=lenient,
     )

@@ -281,6 +281,12 @@ def _git_flags(parser: Parser) -> None:
         metavar="DURATION",
         help="fetch this often (default 1m; a webhook fetches at once)",
     )
+    g.add_argument(
+        "--git-timeout",
+        type=positive_duration,
+        metavar="DURATION",
+        help="give up a fetch after this long (default 60s): a remote that hangs holds the pass",
+    )
 
 
 def _view_verbs(verb: VerbMaker) -> None:

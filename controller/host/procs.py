@@ -12,6 +12,13 @@ def identity(pid: int) -> ProcessRef | None:
     return None if st is None else ref_of(pid, st)
 
 
+def live_identity(pid: int) -> ProcessRef | None:
+    """``identity``, but None for a zombie too: a process that has ended holds nothing
+    (store/sources/gitorphan.py asks this of a git and of the reconcile that started it)."""
+    st = procstat.stat(pid)
+    return None if st is None or st.state == "Z" else ref_of(pid, st)
+
+
 def process_alive(ref: ProcessRef | None) -> bool:
     """Invariant 6 for any local process (e.g. a reservation's maker), engine or not."""
     if ref is None:

@@ -45,7 +45,7 @@ from controller.core.state import Observed, Phase, ProcessRef, Record
 from controller.errors import ConfigError
 from controller.host import gpuhealth
 from controller.host.devices import gpu_memory
-from controller.host.procs import identity
+from controller.host.procs import identity, live_identity
 from controller.logsetup import get_logger
 from controller.reconciler import pulling, strays
 from controller.reconciler.autoscaling import Autoscaler
@@ -382,7 +382,7 @@ class Reconciler(Preview):
         if config.git:
             from controller.store.sources.gitsource import GitSource
 
-            self.git = GitSource(config.state_dir, config.git)
+            self.git = GitSource(config.state_dir, config.git, identify=live_identity)
         self.notify = notifications_for(config)
         if self.notify is not None:
             self.executor.notify = self.notify
@@ -435,7 +435,9 @@ class Reconciler(Preview):
                 pulling.drop_unused_image_pulls(self.backend, entries, result.records.values())
             result.git = synced
             if self.git is not None and not result.deferred:  # the history follows them
-                invalid = self.git.note_invalid(result.errors, folder=_folder_problem(result))
+                invalid = self.git.note_invalid(
+                    result.errors, folder=_folder_problem(result, loaded)
+                )
                 self._auto_rollback(result, invalid)
                 self._notify_source(result)
             result.outcomes = self.executor.take_tally()
@@ -865,11 +867,13 @@ def count_kept(current: Record | None, taken: Lease | Record) -> Lease | Record:
     return replace(taken, restarts=restarts)
 
 
-def _folder_problem(result: PassResult) -> str | None:
+def _folder_problem(result: PassResult, loaded: LoadResult) -> str | None:
     """What kept the pass from pruning, said of the git source's path at its commit."""
     if result.prune_blocked is None:
         return None
-    return "no such folder at this commit" if result.missing_folders else "no manifest in it"
+    if not result.missing_folders:
+        return "no manifest in it"
+    return "no such folder at this commit" + loaded.near_folder(result.missing_folders[0])
 
 
 def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:

@@ -11,7 +11,8 @@ import contextlib
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from controller.errors import LockTimeout
@@ -23,10 +24,14 @@ class FileLock:
         self.what = what
         self._fd: int | None = None
 
-    def acquire(self, timeout: float | None = 30.0) -> None:
+    def acquire(
+        self, timeout: float | None = 30.0, *, meanwhile: Callable[[], object] | None = None
+    ) -> None:
+        """``meanwhile``: called every MEANWHILE_EVERY seconds of a wait (git.lock's looks
+        for a holder it may stop: store/sources/gitorphan.py)."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            if not _try(fd) and not _wait(fd, timeout):
+            if not _try(fd) and not _wait(fd, timeout, meanwhile):
                 raise LockTimeout(self._busy_message(timeout))
         except BaseException:
             os.close(fd)
@@ -106,7 +111,10 @@ def _try(fd: int) -> bool:
     return True
 
 
-def _wait(fd: int, timeout: float | None) -> bool:
+MEANWHILE_EVERY = 2.0  # seconds between a waiter's looks (acquire's ``meanwhile``)
+
+
+def _wait(fd: int, timeout: float | None, meanwhile: Callable[[], object] | None = None) -> bool:
     if timeout is not None and timeout <= 0:
         return False
     # The waiter blocks on a dup of our descriptor (same open file, so a grant is
@@ -126,10 +134,28 @@ def _wait(fd: int, timeout: float | None) -> bool:
             granted.set()
 
     threading.Thread(target=wait, name="flock-wait", daemon=True).start()
-    granted.wait(timeout)
-    with decided:
-        if not granted.is_set():
-            abandoned = True
-            return False
-    os.close(waiter_fd)
-    return True
+    try:
+        _until(granted, timeout, meanwhile)
+    finally:  # given up, or cut short (``meanwhile`` raised, Ctrl-C): the waiter lets go
+        with decided:
+            abandoned = not granted.is_set()
+        if not abandoned:
+            os.close(waiter_fd)
+    return not abandoned
+
+
+def _until(
+    granted: threading.Event, timeout: float | None, meanwhile: Callable[[], object] | None
+) -> None:
+    """Wait for the grant, up to ``timeout``; ``meanwhile()`` between looks."""
+    if meanwhile is None:
+        granted.wait(timeout)
+        return
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return
+        if granted.wait(MEANWHILE_EVERY if left is None else min(left, MEANWHILE_EVERY)):
+            return
+        meanwhile()

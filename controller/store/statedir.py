@@ -16,7 +16,8 @@ secrets-key  ui-open.html  quarantine/documents/
 pass.lock  placement.lock  daemon.lock                                 the locks
 gateway/  (gw-<nonce>.json, current.json, retire/, passed, metrics.prom, gateway.log,
            daemon.sock, daemon.addr, requests.jsonl)                   the gateway's files
-git/  (checkout/, source.json, history.json, git.lock, moving, fetch-now)  the git source
+git/  (checkout/, source.json, history.json, git.lock, moving, fetch-now,
+      running.json)                                                     the git source
 notify/q-<time>-<hook>-<id>.json  source-state.json  send.lock        queued notifications
 images/<key>.json  images/<key>.log  run/<name>.env  run/<name>.cid       container images, runs
 ```
@@ -228,6 +229,11 @@ class StateDir:
     def git_moving(self) -> Path:
         """Written before the checkout moves: still there, the move starts again."""
         return self.git / "moving"
+
+    @property
+    def git_running(self) -> Path:
+        """The last git started under git.lock, and its reconcile (store/sources/gitorphan.py)."""
+        return self.git / "running.json"
 
     @property
     def git_fetch_now(self) -> Path:

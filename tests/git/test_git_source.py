@@ -3,6 +3,7 @@ real engines (the demo engine). DESIGN.md "Following git"."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from typing import Any
 
@@ -88,6 +89,9 @@ def test_a_branch_gone_is_pull_failed_not_a_prune(reconcile: Any, remote: Remote
     reconcile.converge(*git_args(remote))
     out = reconcile("--once", *git_args(remote, "--branch", "gone"), check=1)
     assert "couldn't find remote ref" in out.err, out
+    # git's words say what is missing, not what to do: the error says that too
+    said = "the branch gone is not on the remote (deleted, renamed, or a typo): push it again"
+    assert said in out.err and "follow another (--branch, git.branch in node.yaml)" in out.err
     assert reconcile.record("alpha") is not None
     assert source(reconcile)["state"] == "PullFailed"
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
@@ -147,6 +151,23 @@ def test_a_path_missing_at_a_commit_prunes_nothing(reconcile: Any, remote: Remot
     assert "manifests: no manifest in it; nothing pruned" in seen["message"], seen
     assert reconcile.alive(pid)
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
+def test_a_path_one_slip_from_a_folder_of_the_repository_names_it(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`--git-path manifest` (for manifests/) said "no such folder at this commit ... fix
+    it and push", as if the repository were wrong: the folder it is one slip from is
+    named, and where the path is set."""
+    remote.deploy("alpha")
+    typo = ("--git", remote.url, "--git-path", "manifest")
+    out = reconcile("--once", *typo, check=1)
+    hint = "(did you mean manifests? --git-path, or git.path in node.yaml)"
+    assert f"manifest: no such folder at the applied commit {hint}" in out.err, out
+    seen = source(reconcile)
+    assert f"manifest: no such folder at this commit {hint}; nothing pruned" in seen["message"]
+    far = reconcile("--once", "--git", remote.url, "--git-path", "deploy/prod", check=1)
+    assert "deploy/prod: no such folder at the applied commit\n" in far.err, far  # no guess
 
 
 def test_an_edit_in_the_checkout_is_undone_by_the_next_move(reconcile: Any, remote: Remote) -> None:
@@ -270,6 +291,30 @@ def test_node_yaml_git_section_with_a_flag_over_one_key(reconcile: Any, remote: 
     assert seen["branch"] == "prod" and seen["path"] == "manifests", seen
     assert reconcile.record("alpha")["owner"] == remote.owner()
     reconcile("--git", remote.url, "--branch", "prod", "down", check=0)
+
+
+def test_a_repository_given_as_a_relative_path_is_found_from_where_it_was_given(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`reconcile --git ../ops.git`, as `git clone` takes it: the node's git ran in its own
+    checkout, where the path named nothing ("'../ops.git' does not appear to be a git
+    repository") though the repository was right there. A flag's path is taken from where
+    the command runs, node.yaml's from the file's folder (as its tlsCert)."""
+    first = remote.deploy("alpha")
+    typed = os.path.relpath(remote.bare, reconcile.tmp)  # the CLI runs in reconcile.tmp
+    assert not os.path.isabs(typed)
+    reconcile.converge("--git", typed, "--git-path", "manifests")
+    seen = source(reconcile)
+    assert seen["url"] == str(remote.bare) and seen["applied"] == first, seen
+    assert reconcile.record("alpha")["owner"] == f"git:{remote.bare}#manifests"
+    newer = remote.deploy("beta")
+    from_file = os.path.relpath(remote.bare, reconcile.state)
+    (reconcile.state / "node.yaml").write_text(f"git: {{url: {from_file}, path: manifests}}\n")
+    mine = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    reconcile("--once", *mine, "--devices", reconcile.devices, common=False, check=0)
+    seen = source(reconcile)
+    assert seen["url"] == str(remote.bare) and seen["applied"] == newer, seen
+    reconcile("--git", typed, "--git-path", "manifests", "down", check=0)
 
 
 def test_a_metric_per_state(reconcile: Any, remote: Remote) -> None:

@@ -161,3 +161,38 @@ def test_lock_file_content_is_advisory_only(path: Path) -> None:
     path.write_text("99999999\n")
     with FileLock(path).hold(timeout=0):
         pass
+
+
+def test_a_wait_cut_short_by_its_meanwhile_leaves_no_claim_behind(
+    path: Path, holder: subprocess.Popen[str]
+) -> None:
+    """``acquire(meanwhile=)`` looks between waits (git.lock's orphaned git): a look that
+    raises ends the wait, and the kernel wait behind it must let go too, or it takes the
+    lock when the holder ends and keeps it for good in this process."""
+    looks: list[int] = []
+
+    def look() -> None:
+        looks.append(1)
+        raise RuntimeError("cannot look")
+
+    with pytest.raises(RuntimeError, match="cannot look"):
+        FileLock(path).acquire(timeout=30, meanwhile=look)
+    assert looks == [1]
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    FileLock(path).acquire(timeout=10)  # free: nothing of the cut-short wait holds it
+
+
+def test_meanwhile_is_looked_at_while_the_holder_holds(
+    path: Path, holder: subprocess.Popen[str]
+) -> None:
+    """The look is what may free the lock (it stops a git it proves orphaned): here it
+    ends the holder, and the wait gets the lock."""
+
+    def look() -> None:
+        os.kill(holder.pid, signal.SIGKILL)
+
+    lock = FileLock(path)
+    lock.acquire(timeout=30, meanwhile=look)
+    assert lock.held
+    lock.release()

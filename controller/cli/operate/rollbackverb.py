@@ -20,6 +20,7 @@ from pathlib import Path
 from controller.cli.common import EXIT_FAIL, EXIT_OK, config, looks, output_format
 from controller.cli.common import reconciler as build
 from controller.core.manifest.names import base_name
+from controller.host.procs import live_identity
 from controller.reconciler.run import notifications_for
 from controller.store.config.node import Config
 from controller.store.instances.events import Journal
@@ -55,7 +56,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     st = gitsource.read_status(cfg.state_dir)
     if st is None or cfg.git is None:
         return _no_source(cfg)
-    source = gitsource.GitSource(cfg.state_dir, cfg.git, always_fetch=False)
+    source = gitsource.GitSource(cfg.state_dir, cfg.git, always_fetch=False, identify=live_identity)
     if args.resume:
         if st.pinned is None:  # nothing to lift: no event, no pass (a script may ask twice)
             print(f"not pinned: already following {st.branch or st.tag}")
@@ -68,7 +69,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         target, why = found, f"rolled back to {found[:12]} (from {(st.applied or '-')[:12]})"
         if args.dry_run:
             return _show_change(cfg, source, st, target)
-    _pin(cfg, target)
+    _pin(cfg, source, target)
     _journal(cfg, st.owner, target, why)
     print(why)
     return _apply(cfg, target)
@@ -133,28 +134,22 @@ def _export(repo: Path, commit: str, path: str, into: Path) -> Path:
     return folder
 
 
-def _pin(cfg: Config, target: str | None) -> None:
-    lock = gitsource.checkout_lock(cfg.state_dir)
-    if not lock.try_acquire():  # a fetch in flight: a remote that hangs holds it for minutes
-        _say_waiting(lock)
-        lock.acquire(gitsource.FETCH_TIMEOUT)
-    try:
+def _pin(cfg: Config, source: gitsource.GitSource, target: str | None) -> None:
+    # A fetch in flight holds the checkout (from a remote that hangs: its whole limit).
+    with source.hold(waiting=lambda lock: _say_waiting(lock, source.settings.timeout)):
         st = gitsource.read_status(cfg.state_dir)
         assert st is not None
         st.pinned, st.auto_pinned = target, False
         gitsource.write_status(cfg.state_dir, st)
-    finally:
-        lock.release()
 
 
-def _say_waiting(lock: FileLock) -> None:
+def _say_waiting(lock: FileLock, limit: float) -> None:
     """A rollback during an outage must not look hung: say what it waits for, and how long."""
     pid = lock.holder()
     who = f"pid {pid}" if pid else "another process"
-    limit = gitsource.FETCH_TIMEOUT / 60
     print(
         f"reconcile: waiting for the git checkout: {who} is using it (a fetch: at most"
-        f" {limit:g} min); Ctrl-C changes nothing",
+        f" {limit:g}s); Ctrl-C changes nothing",
         file=sys.stderr,
         flush=True,
     )

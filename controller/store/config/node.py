@@ -196,7 +196,7 @@ def _node_file(explicit: str | None, state_path: Path, lenient: bool) -> _FileSe
         log_max_bytes=node_file.log_max_bytes,
         log_keep=node_file.log_max_files,
         tls=(node_file.tls_path("tls_cert"), node_file.tls_path("tls_key")),
-        git=node_file.git,
+        git=node_file.git_here(),
         container_runtime=node_file.container_runtime,
         labels=dict(node_file.labels),
         hooks=tuple(item.hook for item in node_file.notify),
@@ -212,6 +212,7 @@ class GitFlags:
     tag: str | None = None
     path: str | None = None
     interval: float | None = None
+    timeout: float | None = None  # --git-timeout: one fetch's limit
 
 
 def remembered(state_dir: Path, flags: GitFlags) -> GitFlags:
@@ -234,6 +235,7 @@ def remembered(state_dir: Path, flags: GitFlags) -> GitFlags:
         tag=flags.tag or (None if flags.branch else st.tag),
         path=flags.path if flags.path is not None else st.path,
         interval=flags.interval or st.interval,
+        timeout=flags.timeout or st.timeout,
     )
 
 
@@ -249,15 +251,22 @@ def git_source(flags: GitFlags, file: GitFile | None) -> GitSettings | None:
     """Flags over node.yaml's ``git:``, key by key; None when neither names a URL."""
     url = flags.url or (file.url if file else None)
     if not url:
-        if flags.branch or flags.tag or flags.path or flags.interval:
-            raise ConfigError("--branch, --tag, --git-path and --interval need --git URL")
+        if flags.branch or flags.tag or flags.path or flags.interval or flags.timeout:
+            raise ConfigError(
+                "--branch, --tag, --git-path, --interval and --git-timeout need --git URL"
+            )
         return None
     from controller.core.manifest.quantity import parse_duration
-    from controller.store.sources.gitsource import settings
+    from controller.store.sources.gitsource import local_repo, settings
 
+    if flags.url:  # a path is the caller's, as `git clone`'s (a remembered URL is absolute)
+        url = local_repo(flags.url, Path.cwd())
     interval = flags.interval
     if interval is None and file is not None and file.interval is not None:
         interval = parse_duration(str(file.interval))
+    timeout = flags.timeout
+    if timeout is None and file is not None and file.timeout is not None:
+        timeout = parse_duration(str(file.timeout))
     # A flag's branch replaces the file's tag and the other way round: the flag is the latest word.
     branch, tag = flags.branch, flags.tag
     if branch is None and tag is None and file is not None:
@@ -268,6 +277,7 @@ def git_source(flags: GitFlags, file: GitFile | None) -> GitSettings | None:
         tag=tag,
         path=flags.path if flags.path is not None else (file.path if file else None),
         interval=interval,
+        timeout=timeout,
         webhook_secret_file=file.webhook_secret_file if file else None,
         allowed_signers=file.verify.allowed_signers if file and file.verify else None,
         progress_deadline=_deadline(file),

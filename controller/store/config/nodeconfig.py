@@ -14,6 +14,7 @@ when it exists::
       branch: main                   # or tag: v1.2
       path: manifests
       interval: 1m
+      timeout: 60s                   # one fetch's limit (a remote that hangs holds a pass)
       webhookSecretFile: /etc/reconcile/hook.secret
       verify: {allowedSigners: /etc/reconcile/allowed_signers}
       autoRollback: {progressDeadline: 10m}
@@ -96,11 +97,12 @@ class GitFile(BaseModel):
     tag: str | None = None
     path: str | None = None
     interval: str | float | None = None  # 1m, 30s, or seconds
+    timeout: str | float | None = None  # one fetch's limit: 60s, 2m, or seconds
     webhook_secret_file: str | None = None
     verify: VerifyFile | None = None
     auto_rollback: AutoRollbackFile | None = None
 
-    _interval = field_validator("interval")(_duration)
+    _interval = field_validator("interval", "timeout")(_duration)
 
 
 class NotifyFile(BaseModel):
@@ -153,6 +155,15 @@ class NodeFile(BaseModel):
     tls_key: str | None = Field(default=None, min_length=1)
     _folder: Path = PrivateAttr(default=Path("."))  # the file's: relative paths start there
 
+    def git_here(self) -> GitFile | None:
+        """``git:`` with a repository given as a relative path taken from this file's
+        folder, as tlsCert's is (the node's git runs in its checkout, elsewhere)."""
+        if self.git is None or not self.git.url:
+            return self.git
+        from controller.store.sources.gitsource import local_repo
+
+        return self.git.model_copy(update={"url": local_repo(self.git.url, self._folder)})
+
     def tls_path(self, name: str) -> Path | None:
         value: str | None = getattr(self, name)
         return (self._folder / Path(value).expanduser()).absolute() if value else None
@@ -189,7 +200,8 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
             message = (
                 "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles, "
                 "tlsCert, tlsKey, containerRuntime, labels, git, notify; under git: url, branch,"
-                " tag, path, interval, webhookSecretFile, verify, autoRollback; under notify:"
+                " tag, path, interval, timeout, webhookSecretFile, verify, autoRollback; under"
+                " notify:"
                 " url, events)"
             )
         raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc

@@ -1,9 +1,10 @@
 """The git source: a checkout of a branch (or tag) that reconcile owns under the state dir.
 
-``reconcile --git URL [--branch B | --tag T] [--git-path P] [--interval 1m]`` (or the
-``git:`` section of node.yaml). The pass asks :meth:`GitSource.sync` for the manifests
-folder's commit; the checkout is fetched when due (every ``interval``, at once on a
-webhook, each ``--once``), then moved to the remote's commit.
+``reconcile --git URL [--branch B | --tag T] [--git-path P] [--interval 1m]
+[--git-timeout 60s]`` (or the ``git:`` section of node.yaml). The pass asks
+:meth:`GitSource.sync` for the manifests folder's commit; the checkout is fetched when due
+(every ``interval``, at once on a webhook, each ``--once``; one fetch may take
+``timeout``), then moved to the remote's commit.
 
 Why the ``git`` program and not a library (dulwich, pygit2): credentials are git's own
 (credential helpers, ``GIT_SSH_COMMAND``, ``~/.ssh`` keys and ``known_hosts``,
@@ -16,7 +17,8 @@ Safety: the checkout is never merged into and never edited; a move is ``checkout
 --detach SHA`` then ``clean -ffdx``, and a marker file written before it says a move was
 under way: a SIGKILL mid-fetch or mid-move leaves the marker (and maybe git's
 ``*.lock`` files, which are ours to remove while we hold ``git.lock``), and the next sync
-moves again from the start. A failed fetch changes nothing on disk but the status: the
+moves again from the start; a git the killed reconcile left running is stopped by the
+next sync (gitorphan.py). A failed fetch changes nothing on disk but the status: the
 last applied commit keeps running and nothing is pruned.
 """
 
@@ -43,6 +45,7 @@ from controller.logsetup import get_logger
 from controller.store import sidefiles
 from controller.store.documents import Document
 from controller.store.lock import FileLock
+from controller.store.sources import gitorphan
 from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:
@@ -53,7 +56,12 @@ log = get_logger("reconcile")
 
 DEFAULT_INTERVAL = 60.0  # seconds between fetches (Flux's GitRepository default is 1m)
 DEPTH = 50  # commits fetched: enough history for `history` and rollbacks, not the whole past
-FETCH_TIMEOUT = 300.0  # seconds one git command may take before it counts as failed
+# Seconds one fetch may take before it counts as failed (--git-timeout, git.timeout): Flux's
+# GitRepository spec.timeout default. The fetch runs inside the pass, so a remote that
+# hangs holds every pass this long.
+DEFAULT_TIMEOUT = 60.0
+GIT_TIMEOUT = 300.0  # seconds a local git command (init, rev-parse, log) may take
+MOVE_WAIT = 60.0  # seconds, past the holder's fetch limit, to wait for git.lock (its move)
 RETRY_FIRST = 5.0  # seconds before the first retry of a failed fetch, doubling ...
 RETRY_MAX = 300.0  # ... up to this (or the interval, when shorter)
 INVALID_KEPT = 20  # manifest errors the source file keeps (`reconcile validate` lists all)
@@ -73,6 +81,7 @@ class GitSettings:
     tag: str | None = None
     path: str = "."
     interval: float = DEFAULT_INTERVAL
+    timeout: float = DEFAULT_TIMEOUT  # one fetch's limit
     webhook_secret_file: str | None = None
     allowed_signers: str | None = None  # verify.allowedSigners: only commits signed so apply
     progress_deadline: float | None = None  # autoRollback.progressDeadline, in seconds
@@ -99,6 +108,7 @@ def settings(
     tag: str | None,
     path: str | None,
     interval: float | None,
+    timeout: float | None = None,
     webhook_secret_file: str | None = None,
     allowed_signers: str | None = None,
     progress_deadline: float | None = None,
@@ -111,16 +121,31 @@ def settings(
     clean = normal_path(path or ".")
     if interval is not None and interval <= 0:
         raise ConfigError(f"git: interval must be more than 0 seconds, not {interval:g}")
+    if timeout is not None and timeout <= 0:
+        raise ConfigError(f"git: timeout must be more than 0 seconds, not {timeout:g}")
     return GitSettings(
         url=url.strip(),
         branch=None if tag else (branch or "main"),
         tag=tag,
         path=clean,
         interval=interval or DEFAULT_INTERVAL,
+        timeout=timeout or DEFAULT_TIMEOUT,
         webhook_secret_file=webhook_secret_file,
         allowed_signers=str(Path(allowed_signers).expanduser()) if allowed_signers else None,
         progress_deadline=progress_deadline,
     )
+
+
+def local_repo(url: str, base: Path) -> str:
+    """A repository given as a path (git's local transport: no ``scheme://``, no ``host:``
+    before the first ``/``), made absolute from ``base``: `git clone ../ops.git` takes it
+    from where it is typed, but the node's git runs in its checkout (``git -C``), where a
+    relative path named nothing ("does not appear to be a git repository")."""
+    colon, slash = url.find(":"), url.find("/")
+    if not url.strip() or "://" in url or (colon >= 0 and not 0 <= slash < colon):
+        return url  # none (settings says so), a URL, or scp-like ssh (host:path)
+    path = Path(url).expanduser()
+    return str(path) if path.is_absolute() else os.path.normpath(base.absolute() / path)
 
 
 def normal_path(path: str) -> str:
@@ -172,6 +197,7 @@ class SourceStatus:
     path: str
     interval: float
     owner: str
+    timeout: float = DEFAULT_TIMEOUT  # one fetch's limit: a --once with no flag takes it
     fetched: str | None = None  # the remote's commit at the last successful fetch
     applied: str | None = None  # the commit the checkout is at (what the node runs)
     last_fetch_at: str | None = None  # the last fetch that succeeded
@@ -208,6 +234,7 @@ class SourceStatus:
             path=s.path,
             interval=s.interval,
             owner=s.owner,
+            timeout=s.timeout,
             webhook_secret_file=s.webhook_secret_file,
         )
 
@@ -263,15 +290,16 @@ class GitFailed(Exception):
     """A git command failed: ``str()`` is git's own words (one line, no secret), or that
     it failed saying nothing (``silent``)."""
 
-    def __init__(self, said: str, *, silent: bool = False) -> None:
+    def __init__(self, said: str, *, silent: bool = False, timed_out: bool = False) -> None:
         super().__init__(said)
         self.silent = silent
+        self.timed_out = timed_out  # stopped at its limit
 
 
 def git(
     repo: Path,
     *args: str,
-    timeout: float = FETCH_TIMEOUT,
+    timeout: float = GIT_TIMEOUT,
     hold: int | None = None,
     started: Callable[[int], None] | None = None,
 ) -> str:
@@ -279,8 +307,9 @@ def git(
 
     ``hold``: the git.lock descriptor, inherited by git: a git whose parent was killed
     still holds the checkout until it ends, so the next daemon never runs a second git
-    (or removes a live git's ``index.lock``) beside it. ``started``: told git's pid (its
-    process group's too), for a caller that may have to stop it from a signal handler."""
+    (or removes a live git's ``index.lock``) beside it, and stops it rather than wait on
+    it (gitorphan.py). ``started``: told git's pid (its process group's too), for a
+    caller that may have to stop it (a signal handler; the next pass, should we die)."""
     env = {
         **os.environ,
         "GIT_TERMINAL_PROMPT": "0",  # a missing password is a failure, not a hang
@@ -299,17 +328,19 @@ def git(
         errors="replace",
         pass_fds=() if hold is None else (hold,),
     )
-    if started is not None:
-        started(proc.pid)
     verb = _verb(args)
-    if verb == "fetch":
-        failpoints.hit("git.fetch.running")
     try:
         with _dies_with_us(proc):
+            if started is not None:  # inside: a Ctrl-C while it is told ends git too
+                started(proc.pid)
+            if verb == "fetch":
+                failpoints.hit("git.fetch.running")
             out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill(proc)
-        raise GitFailed(f"git {verb} took more than {timeout:g}s (stopped)") from None
+        raise GitFailed(
+            f"git {verb} took more than {timeout:g}s (stopped)", timed_out=True
+        ) from None
     except BaseException:
         # Ctrl-C (KeyboardInterrupt): git is in a session of its own, so the terminal's
         # SIGINT never reaches it, and once we are gone nothing would time it out: a fetch
@@ -355,6 +386,22 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     proc.communicate()
 
 
+def _next_move(exc: GitFailed, s: GitSettings) -> GitFailed:
+    """A failed fetch in git's words, and what to do where they do not say it."""
+    if exc.timed_out:  # a slow remote needs a longer limit
+        return GitFailed(
+            f"{exc}: the remote did not answer in time; if it is slow, not down,"
+            " raise the limit (--git-timeout, or git.timeout in node.yaml)"
+        )
+    if "couldn't find remote ref" in str(exc):
+        kind, name = ("tag", s.tag) if s.tag else ("branch", s.branch)
+        return GitFailed(
+            f"{exc}: the {kind} {name} is not on the remote (deleted, renamed, or a typo):"
+            f" push it again, or follow another (--{kind}, git.{kind} in node.yaml)"
+        )
+    return exc
+
+
 def _verb(args: tuple[str, ...]) -> str:
     """The git command ``args`` run (``verify-commit``), past their ``-c`` settings."""
     rest = args
@@ -385,7 +432,14 @@ class SyncResult:
 class GitSource:
     """Fetch when due, move the checkout to the commit to apply; the pass calls :meth:`sync`."""
 
-    def __init__(self, state_dir: Path, s: GitSettings, *, always_fetch: bool = True) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        s: GitSettings,
+        *,
+        always_fetch: bool = True,
+        identify: gitorphan.Identify | None = None,
+    ) -> None:
         self.state_dir = state_dir
         self.settings = s
         # The first sync of a process fetches (a --once, a daemon's start); later ones when
@@ -396,12 +450,15 @@ class GitSource:
         self.marker = StateDir(state_dir).git_moving
         self._fetch_pid: int | None = None  # the git fetch in flight
         self._giving_up = False  # the daemon is stopping: no fetch now
+        # Process identities (host.procs.live_identity): each git started under git.lock is
+        # written down, and one a killed reconcile left holding it is stopped. None: neither.
+        self.identify = identify
 
     def give_up_fetch(self) -> None:
         """The daemon is stopping (its SIGTERM handler): a fetch in flight is stopped, and
         none starts. A silent remote (a firewall dropping packets) would otherwise hold the
-        stop for FETCH_TIMEOUT, past systemd's TimeoutStopSec, whose SIGKILL would leave
-        the git holding the checkout's lock for the next daemon."""
+        stop for the fetch's limit (``timeout``: 60 s by default, maybe more), past
+        systemd's TimeoutStopSec, whose SIGKILL would leave the git running."""
         self._giving_up = True
         if self._fetch_pid is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -411,10 +468,44 @@ class GitSource:
         self._fetch_pid = pid
         if self._giving_up:  # the stop came between the check and the spawn
             self.give_up_fetch()
+        self._started(pid)
+
+    def _started(self, pid: int) -> None:
+        """A git started under git.lock: written down, to be stopped should we die."""
+        if self.identify is not None:
+            gitorphan.note(self.state_dir, pid, self.identify)
+
+    @contextlib.contextmanager
+    def hold(self, waiting: Callable[[FileLock], None] | None = None) -> Iterator[None]:
+        """git.lock, for a fetch, a move or a change of the status. Held by a git whose
+        reconcile died (gitorphan.py), at once or while we wait, that git is stopped;
+        held by a live pass, it is waited for, ``waiting`` told so first."""
+        if not self.lock.try_acquire():
+            if not self._stop_orphan() and waiting is not None:
+                waiting(self.lock)
+            self.lock.acquire(self.lock_wait, meanwhile=self._stop_orphan)
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+    def _stop_orphan(self) -> bool:
+        """Whether a git a killed reconcile left holding git.lock was found, and stopped."""
+        if self.identify is None:
+            return False
+        found = gitorphan.orphan(self.state_dir, self.identify)
+        if found is not None:
+            gitorphan.stop(found)
+        return found is not None
 
     @property
     def manifests(self) -> Path:
         return manifests_dir(self.state_dir, self.settings.path)
+
+    @property
+    def lock_wait(self) -> float:
+        """How long to wait for git.lock: another pass's fetch (its limit), then its move."""
+        return self.settings.timeout + MOVE_WAIT
 
     def status(self) -> SourceStatus:
         old = read_status(self.state_dir)
@@ -425,6 +516,7 @@ class GitSource:
             old,
             interval=fresh.interval,
             owner=fresh.owner,
+            timeout=fresh.timeout,
             webhook_secret_file=fresh.webhook_secret_file,
         )
 
@@ -440,7 +532,7 @@ class GitSource:
 
     def sync(self) -> SyncResult:
         sidefiles.folder_for_write(StateDir(self.state_dir).git)
-        with self.lock.hold(FETCH_TIMEOUT):
+        with self.hold():
             st = self.status()
             by = self._fetch_reason(st)
             result = SyncResult(revision=None)
@@ -520,13 +612,14 @@ class GitSource:
                 f"--depth={DEPTH}",
                 s.url,
                 f"+{s.ref}:{s.tracking}",
+                timeout=s.timeout,
                 hold=self.lock.fileno,
                 started=self._fetch_started,
             )
-        except GitFailed:
+        except GitFailed as exc:
             if self._giving_up:
                 raise FetchGivenUp from None
-            raise
+            raise _next_move(exc, s) from None
         finally:
             self._fetch_pid = None
         sha = git(self.repo, "rev-parse", "--verify", "--quiet", f"{s.tracking}^{{commit}}")
@@ -591,10 +684,20 @@ class GitSource:
         try:
             self.marker.write_text(target + "\n")  # a kill from here on: the next sync redoes it
             self._unlock()
-            hold = self.lock.fileno
-            git(self.repo, "checkout", "-q", "--force", "--detach", target, timeout=600, hold=hold)
+            hold, started = self.lock.fileno, self._started
+            git(
+                self.repo,
+                "checkout",
+                "-q",
+                "--force",
+                "--detach",
+                target,
+                timeout=600,
+                hold=hold,
+                started=started,
+            )
             failpoints.hit("git.move.after_checkout")
-            git(self.repo, "clean", "-ffdxq", timeout=600, hold=hold)
+            git(self.repo, "clean", "-ffdxq", timeout=600, hold=hold, started=started)
             self.marker.unlink()
         except (GitFailed, OSError) as exc:
             st.fetch_error = f"cannot check out {target[:12]}: {exc}"
@@ -638,7 +741,7 @@ class GitSource:
         st = read_status(self.state_dir)
         if st is None or (st.invalid, st.invalid_at) == (said, st.applied if said else None):
             return bool(said)  # most passes: nothing new to write
-        with self.lock.hold(FETCH_TIMEOUT):
+        with self.hold():
             st = self.status()
             st.invalid, st.invalid_at = said, st.applied if said else None
             write_status(self.state_dir, st)
@@ -690,7 +793,7 @@ class GitSource:
         good = last_good(self.state_dir, but=newest["revision"])
         if good is None:
             return None
-        with self.lock.hold(FETCH_TIMEOUT):
+        with self.hold():
             st = self.status()
             if st.pinned is not None:
                 return None

@@ -97,13 +97,25 @@ class LoadResult:
         a git source's path as the repository names it, at its commit."""
         if self.repo is not None:
             return [
-                f"{self.named(f)}: {self.unusable.get(f, 'no such folder')} at the applied commit"
+                f"{self.named(f)}: {self.unusable.get(f, 'no such folder')} at the applied"
+                f" commit{self.near_folder(f)}"
                 for f in self.missing_folders
             ]
         return [
             f"manifests folder {f} {self.unusable.get(f, 'does not exist')}"
             for f in self.missing_folders
         ]
+
+    def near_folder(self, folder: str) -> str:
+        """`` (did you mean manifests? ...)`` when a git source's path, missing at its
+        commit, is one slip from a folder the repository has there ("" otherwise)."""
+        if self.repo is None or folder in self.unusable:
+            return ""
+        top = self.repo
+        found = [p.relative_to(top) for p in (*top.glob("*"), *top.glob("*/*")) if p.is_dir()]
+        names = [str(p) for p in found if ".git" not in p.parts]
+        near = did_you_mean(self.named(folder), names, cutoff=0.6)
+        return f" (did you mean {near}? --git-path, or git.path in node.yaml)" if near else ""
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,251 @@
+"""A remote that hangs: the fetch's limit (``--git-timeout``, ``git.timeout``) ends the
+fetch while the last good commit runs on, and a git left fetching by a reconcile that was
+SIGKILLed (the OOM killer) no longer holds the checkout, and every later pass, for good.
+
+The remote is a real repository reached through a fake ``ssh`` (``GIT_SSH_COMMAND``, as a
+node's own credentials are given): it runs ``git-upload-pack`` here, or hangs (``sleep``)
+while the test's ``hang`` file exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from controller.store.lock import FileLock
+from controller.store.statedir import StateDir
+from tests.git.conftest import Remote, source
+
+GIT = ("--git-path", "manifests")
+
+
+class HungRemote:
+    """``remote``'s repository over ``ssh://``; ``hang(True)`` makes every fetch hang."""
+
+    def __init__(self, remote: Remote, root: Path) -> None:
+        self.remote = remote
+        self.flag = root / "hang"
+        ssh = root / "fake-ssh"
+        ssh.write_text(f'#!/bin/sh\n[ -e "{self.flag}" ] && exec sleep 600\nexec sh -c "$2"\n')
+        ssh.chmod(0o755)
+        # "simple": git passes the host and the command alone (no -G probe, no -o options)
+        self.env = {"GIT_SSH_COMMAND": str(ssh), "GIT_SSH_VARIANT": "simple"}
+
+    @property
+    def url(self) -> str:
+        return f"ssh://node{self.remote.bare}"
+
+    def hang(self, on: bool) -> None:
+        if on:
+            self.flag.touch()
+        else:
+            self.flag.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def hung(remote: Remote, reconcile: Any) -> HungRemote:
+    found = HungRemote(remote, reconcile.tmp)
+    reconcile.env.update(found.env)  # every reconcile the test runs reaches it so
+    return found
+
+
+def test_the_fetch_limit_ends_a_hung_fetch_and_the_last_good_commit_runs_on(
+    reconcile: Any, remote: Remote, hung: HungRemote, git_daemon: Any
+) -> None:
+    """The limit was a fixed 300 s, inside the pass: a remote that hangs held every pass
+    five minutes at a time. ``--git-timeout`` sets it (Flux's ``spec.timeout``)."""
+    good = remote.deploy("alpha")
+    d = git_daemon("--git", hung.url, *GIT, "--interval", "1s", "--git-timeout", "2s")
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    hung.hang(True)
+    remote.deploy("beta")
+
+    def timed_out() -> list[dict[str, Any]]:
+        return [
+            x
+            for x in d.lines()
+            if x.get("event") == "git fetch failed" and "took more than 2s" in x["error"]
+        ]
+
+    (failed, *_) = d.wait(timed_out, "a fetch stopped at its 2 s limit")
+    assert "raise the limit (--git-timeout, or git.timeout in node.yaml)" in failed["error"]
+    seen = source(reconcile)
+    assert seen["state"] == "PullFailed" and seen["applied"] == good, seen
+    assert "git fetch took more than 2s (stopped)" in seen["message"], seen
+    assert reconcile.alive(pid) and reconcile.record("beta") is None
+    hung.hang(False)  # the remote answers again: the next fetch applies beta
+    d.wait(lambda: (reconcile.record("beta") or {}).get("phase") == "Ready", "beta Ready")
+    assert d.stop() == 0
+    reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
+def test_a_once_with_no_flags_keeps_the_limit_its_source_was_given(
+    reconcile: Any, remote: Remote, hung: HungRemote
+) -> None:
+    """The state dir remembers the source (README): its fetch limit too, as its interval."""
+    remote.deploy("alpha")
+    hung.hang(True)
+    first = reconcile("--once", "--git", hung.url, *GIT, "--git-timeout", "1s", check=1)
+    assert "git fetch took more than 1s (stopped)" in first.err, first
+    node = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    again = reconcile("--once", *node, "--devices", reconcile.devices, common=False, check=1)
+    assert "git fetch took more than 1s (stopped)" in again.err, again
+
+
+def test_a_git_left_fetching_by_a_sigkilled_reconcile_is_stopped_by_the_next_pass(
+    reconcile: Any, remote: Remote, hung: HungRemote
+) -> None:
+    """The git inherits git.lock (so no second git runs beside it): once its reconcile
+    was SIGKILLed mid-fetch, nothing stopped it at its limit, and a fetch from a remote
+    that hangs held the lock for good: every later pass waited 5 minutes on it, then
+    failed. The next pass now stops that git (proved ours: pid and start time written
+    down as it started, its reconcile gone) and fetches again."""
+    remote.deploy("alpha")
+    reconcile.converge("--git", hung.url, *GIT)
+    hung.hang(True)
+    newer = remote.deploy("beta")
+    once = reconcile.popen("--once", "--git", hung.url, *GIT)
+    with _stopped_at_the_end(
+        reconcile.wait_for(lambda: _hung_fetch(once.pid), 30, "a hung git fetch")
+    ) as git:
+        once.send_signal(signal.SIGKILL)
+        assert once.wait(timeout=30) == -signal.SIGKILL
+        assert git.is_running(), "the orphan must outlive its reconcile for this test"
+        hung.hang(False)
+        again = reconcile("--once", "--git", hung.url, *GIT, check=0, timeout=60)
+        assert "git left running by a reconcile that died; stopped" in again.err, again
+        assert _gone(git), f"git (pid {git.pid}) still running"
+    assert source(reconcile)["applied"] == newer
+    assert reconcile.record("beta") is not None
+    reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
+def test_a_wait_for_the_checkout_ends_when_its_holder_is_killed_mid_fetch(
+    reconcile: Any, remote: Remote, hung: HungRemote
+) -> None:
+    """A rollback (or a pass) already waiting for the checkout when the reconcile holding
+    it was SIGKILLed mid-fetch went on waiting on the git left behind, to its limit."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", hung.url, *GIT)
+    remote.deploy("beta")
+    hung.hang(True)
+    once = reconcile.popen("--once", "--git", hung.url, *GIT)
+    with _stopped_at_the_end(
+        reconcile.wait_for(lambda: _hung_fetch(once.pid), 30, "a hung git fetch")
+    ) as git:
+        hung.hang(False)  # that git hangs on; the rollback's own pass fetches
+        err = reconcile.tmp / "rollback.err"
+        mine = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+        with open(err, "wb") as f:
+            argv = reconcile.argv("rollback", good, *mine, common=False)
+            proc = reconcile.spawn(argv, stderr=f)
+        said = "waiting for the git checkout"
+        reconcile.wait_for(lambda: said in err.read_text(), 30, "the rollback waits")
+        once.send_signal(signal.SIGKILL)
+        assert once.wait(timeout=30) == -signal.SIGKILL
+        assert proc.wait(timeout=60) == 0, err.read_text()
+        assert "git left running by a reconcile that died; stopped" in err.read_text()
+        assert _gone(git), f"git (pid {git.pid}) still running"
+    assert source(reconcile)["pinned"] == good
+    reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
+@pytest.mark.parametrize("case", ["pid-reused", "its-reconcile-lives"])
+def test_a_git_not_proved_an_orphan_is_never_signalled(
+    reconcile: Any, remote: Remote, case: str
+) -> None:
+    """Only a process that is the git written down (pid and start time) whose reconcile
+    is gone is stopped: a pid another process has now, or a git whose reconcile still
+    runs (it stops its git itself), is waited for, as any holder of the lock is."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    other = reconcile.spawn(["sleep", "600"])
+    me, it = psutil.Process(), psutil.Process(other.pid)
+    git = {"pid": other.pid, "start_time": it.create_time()}
+    by = {"pid": os.getpid(), "start_time": me.create_time()}  # alive: the test itself
+    if case == "pid-reused":  # written down for a git that started long before
+        git["start_time"] -= 3600
+        by["start_time"] -= 3600  # and its reconcile's pid another's now too
+    state = StateDir(reconcile.state)
+    written = {"version": 1, "git": git, "by": by}
+    state.git_running.write_text(json.dumps(written))
+    lock = FileLock(state.git_lock, what="git checkout lock")
+    lock.acquire(10)  # held, as by a git the test stands for
+    err = reconcile.tmp / "rollback.err"
+    mine = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    try:
+        with open(err, "wb") as f:
+            argv = reconcile.argv("rollback", good, *mine, common=False)
+            proc = reconcile.spawn(argv, stderr=f)
+        said = "waiting for the git checkout"
+        reconcile.wait_for(lambda: said in err.read_text(), 30, "the rollback waits")
+        assert other.poll() is None, "a process not proved ours was signalled"
+    finally:
+        lock.release()
+    assert proc.wait(timeout=60) == 0, err.read_text()
+    assert other.poll() is None and "stopped" not in err.read_text()
+    reconcile("--git", remote.url, *GIT, "down", check=0)
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [("0", "'0' is zero"), ("soon", "'soon' is not a duration"), ("-5s", "'-5s' is not")],
+    ids=["zero", "words", "negative"],
+)
+def test_a_bad_fetch_limit_flag_is_a_usage_error(reconcile: Any, value: str, said: str) -> None:
+    out = reconcile("--once", "--git", "file:///nowhere.git", f"--git-timeout={value}", check=64)
+    assert "--git-timeout" in out.err and said in out.err, out
+
+
+def test_a_bad_fetch_limit_in_node_yaml_names_its_line(reconcile: Any, remote: Remote) -> None:
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(f"git:\n  url: {remote.url}\n  timeout: 0s\n")
+    out = reconcile("--once", check=1)
+    assert "node.yaml:3: git.timeout: '0s' is no length of time" in out.err, out
+    assert "Traceback" not in out.err
+
+
+def test_the_fetch_limit_without_a_source_says_what_it_needs(reconcile: Any) -> None:
+    mine = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    out = reconcile("--once", "--git-timeout", "5m", *mine, common=False, check=1)
+    assert "--git-timeout need --git URL" in out.err, out
+
+
+def _hung_fetch(pid: int) -> psutil.Process | None:
+    """The ``git fetch`` ``pid`` runs, once it hangs: its fake ssh is sleeping (until then
+    it may still find the ``hang`` file gone, and fetch)."""
+    for kid in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.Error):
+            if kid.name() == "git" and "fetch" in kid.cmdline():
+                below = kid.children(recursive=True)
+                return kid if any(p.name() == "sleep" for p in below) else None
+    return None
+
+
+def _gone(proc: psutil.Process) -> bool:
+    """Ended (a zombie counts: an orphan's reaper may be slow, or none)."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@contextlib.contextmanager
+def _stopped_at_the_end(git: psutil.Process) -> Iterator[psutil.Process]:
+    """The orphan git (a session of its own: the fixture's teardown misses it) and its
+    fake ssh stopped whatever the test found, if it is still that process."""
+    try:
+        yield git
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+            if git.is_running():  # pid and start time: never a reused pid's process
+                os.killpg(git.pid, signal.SIGKILL)
