@@ -550,6 +550,24 @@ def _check_source(parser: Parser, args: argparse.Namespace) -> None:
         )
     if getattr(args, "branch", None) and getattr(args, "tag", None):
         parser.error("--branch and --tag are one or the other: give a branch or a tag")
+    if getattr(args, "manifests", None):  # else silently ignored: the folders are read
+        given = [flag for flag, dest in _GIT_ONLY if getattr(args, dest, None) is not None]
+        if given:
+            parser.error(
+                f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for a git source"
+                " (--git URL, or git: in node.yaml), not for -f folders: drop "
+                f"{'it' if len(given) == 1 else 'them'}"
+            )
+
+
+# The flags that only a git source reads, and their argparse names.
+_GIT_ONLY = (
+    ("--branch", "branch"),
+    ("--tag", "tag"),
+    ("--git-path", "git_path"),
+    ("--interval", "interval"),
+    ("--git-timeout", "git_timeout"),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

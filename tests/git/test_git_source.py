@@ -277,6 +277,11 @@ def test_git_and_f_are_one_or_the_other(reconcile: Any, remote: Remote) -> None:
     assert "one or the other" in out.err, out
     both = reconcile("--once", "--git", remote.url, "--branch", "a", "--tag", "b", check=64)
     assert "--branch and --tag are one or the other" in both.err, both
+    folder = str(reconcile.manifests)  # a git-only flag beside -f was silently ignored
+    lone = reconcile("--once", "-f", folder, "--branch", "prod", check=64)
+    assert "--branch is for a git source" in lone.err and "drop it" in lone.err, lone
+    many = reconcile("--once", "-f", folder, "--interval", "5m", "--git-timeout", "9s", check=64)
+    assert "--interval, --git-timeout are for a git source" in many.err, many
 
 
 def test_node_yaml_git_section_with_a_flag_over_one_key(reconcile: Any, remote: Remote) -> None:
