@@ -160,6 +160,11 @@ CASES = [
         id="count-2-needs-two-devices-big-enough",
     ),
     pytest.param(
+        Case(desired(entry("tp", **mem("1Gi", count=3)))),
+        ((Hold, "tp", "needs 3 nvidia devices, 2 free — the node has only 2: lower devices.count"),),
+        id="count-past-the-inventory-says-so-not-that-the-memory-is-too-big",
+    ),
+    pytest.param(
         Case(
             desired(high, low, mid),
             observed(running(low, "nvidia:0"), running(mid, "nvidia:0")),

@@ -217,7 +217,7 @@ def _no_memory(spec: DeploymentSpec, usable: list[Device], ledger: Ledger, memor
         if unknown
         else ""
     )
-    if not usable:
+    if len(usable) < want.count:  # too few devices at all: their memory is not the problem
         return Unplaced(_no_capacity(spec, usable, ledger))
     big = [d for d in known if d.memory is not None and d.memory >= memory]
     if len(big) < want.count:
