@@ -161,7 +161,7 @@ CASES = [
     ),
     pytest.param(
         Case(desired(entry("tp", **mem("1Gi", count=3)))),
-        ((Hold, "tp", "needs 3 nvidia devices, 2 free — the node has only 2: lower devices.count"),),
+        ((Hold, "tp", "needs 3 nvidia devices, 2 free — the node has only 2: lower devices"),),
         id="count-past-the-inventory-says-so-not-that-the-memory-is-too-big",
     ),
     pytest.param(

@@ -11,6 +11,7 @@ from datetime import timedelta
 from controller.core.actions import (
     AnyAction,
     Fail,
+    HoldRestart,
     MarkReady,
     Probed,
     Release,
@@ -21,7 +22,7 @@ from controller.core.actions import (
 from controller.core.elapsed import elapsed
 from controller.core.manifest.specs import Entry
 from controller.core.planner.context import Context, Judged, Want
-from controller.core.state import Phase, Record, RecordView
+from controller.core.state import Phase, Record, RecordView, backoff_cause
 
 BACKOFF_FIRST = 10.0
 BACKOFF_MAX = 300.0
@@ -125,6 +126,8 @@ def retry(ctx: Context, rec: Record, why: str, view: RecordView | None = None) -
         return Fail(name=rec.name, reason=f"{why}; restartPolicy Never", phase=Phase.FAILED)
     delay = backoff(restarts)
     when = "now" if delay == 0 else f"in {delay:g}s"
+    if delay == 0 and ctx.drain is not None:  # "restart now" would not happen: say what holds it
+        when = _held(ctx)
     return Fail(
         name=rec.name,
         reason=f"{why}; restart {when}",
@@ -167,8 +170,9 @@ def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[AnyActio
     rec = view.record
     if backoff_waits(ctx, rec):
         return ()
-    if ctx.drain is not None:
-        return ()  # nothing restarts while the node is drained
+    if ctx.drain is not None:  # nothing restarts while the node is drained: say so, once
+        held = f"{backoff_cause(rec.message)}; restart {_held(ctx)}"
+        return () if rec.message == held else (HoldRestart(name=rec.name, reason=held),)
     taken = [p for p in rec.ports if p in ctx.observed.listening]
     if taken:  # a restart there would only crash-loop: release, place afresh next round
         reason = f"port {taken[0]} was taken by another process while the engine was down"
@@ -182,6 +186,12 @@ def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[AnyActio
             restarts=rec.restarts + 1,
         ),
     )
+
+
+def _held(ctx: Context) -> str:
+    """What follows "restart " in a BackOff message while a drain holds it (the views find
+    it by ``state.RESTART_HELD`` and count no time down)."""
+    return f"held: {ctx.drain_text()}"
 
 
 def _exited(ctx: Context, view: RecordView) -> Fail | Release:
