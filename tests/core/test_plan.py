@@ -69,6 +69,7 @@ from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordStore
 
 GPUS = inventory("nvidia:0", "nvidia:1")
+GPU_A = entry("a", devices={"count": 1, "kind": "nvidia"})
 GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}
 DRAIN = Drain(until=NOW + timedelta(hours=1), reason="kernel update", by="ops")
 
@@ -437,6 +438,26 @@ CASES = [
             expect=((Fail, "a", "code 3; restart held: node drained by ops until"),),
         ),
         id="crash-on-a-drained-node-says-the-drain-holds-the-restart",
+    ),
+    pytest.param(
+        Case(
+            desired(GPU_A),
+            observed(
+                view(
+                    record(
+                        "a",
+                        spec=GPU_A,
+                        phase=Phase.BACKOFF,
+                        backoff_until=NOW,
+                        devices=("nvidia:2",),
+                    )
+                )
+            ),
+            expect=(
+                (Release, "a", "nvidia:2 is no longer in the node's inventory: placing it afresh"),
+            ),
+        ),
+        id="back-off-over-on-a-device-gone-from-the-inventory-places-afresh",
     ),
     pytest.param(
         Case(

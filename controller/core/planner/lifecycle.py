@@ -173,6 +173,11 @@ def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[AnyActio
     if ctx.drain is not None:  # nothing restarts while the node is drained: say so, once
         held = f"{backoff_cause(rec.message)}; restart {_held(ctx)}"
         return () if rec.message == held else (HoldRestart(name=rec.name, reason=held),)
+    gone = _outside_inventory(ctx, rec)
+    if gone:  # taken out of --devices (a card sent for repair): no start lands there again
+        what = f"{', '.join(gone)} {'is' if len(gone) == 1 else 'are'}"
+        reason = f"{what} no longer in the node's inventory: placing it afresh"
+        return (Release(name=rec.name, reason=reason, nonce=rec.nonce, restarts=rec.restarts + 1),)
     taken = [p for p in rec.ports if p in ctx.observed.listening]
     if taken:  # a restart there would only crash-loop: release, place afresh next round
         reason = f"port {taken[0]} was taken by another process while the engine was down"
@@ -186,6 +191,16 @@ def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[AnyActio
             restarts=rec.restarts + 1,
         ),
     )
+
+
+def _outside_inventory(ctx: Context, rec: Record) -> list[str]:
+    """The devices a local record holds that the node's inventory no longer has (an engine
+    there runs on; its restart is a start, placed within the inventory). A cluster
+    record's devices are its node's, never this inventory's."""
+    if rec.on_cluster:
+        return []
+    have = set(ctx.inventory.keys())
+    return [d for d in rec.devices if d not in have]
 
 
 def _held(ctx: Context) -> str:
