@@ -19,6 +19,7 @@ from controller.core.actions import (
     Resync,
     Stop,
 )
+from controller.core.devices.placement import ledger_for
 from controller.core.elapsed import elapsed
 from controller.core.manifest.specs import Entry
 from controller.core.planner.context import Context, Judged, Want
@@ -173,10 +174,9 @@ def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[AnyActio
     if ctx.drain is not None:  # nothing restarts while the node is drained: say so, once
         held = f"{backoff_cause(rec.message)}; restart {_held(ctx)}"
         return () if rec.message == held else (HoldRestart(name=rec.name, reason=held),)
-    gone = _outside_inventory(ctx, rec)
-    if gone:  # taken out of --devices (a card sent for repair): no start lands there again
-        what = f"{', '.join(gone)} {'is' if len(gone) == 1 else 'are'}"
-        reason = f"{what} no longer in the node's inventory: placing it afresh"
+    gone = _no_way_back(ctx, rec)
+    if gone:  # a restart is a start: it never lands where a placement could not
+        reason = f"{'; '.join(gone)}: placing it afresh"
         return (Release(name=rec.name, reason=reason, nonce=rec.nonce, restarts=rec.restarts + 1),)
     taken = [p for p in rec.ports if p in ctx.observed.listening]
     if taken:  # a restart there would only crash-loop: release, place afresh next round
@@ -193,14 +193,20 @@ def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[AnyActio
     )
 
 
-def _outside_inventory(ctx: Context, rec: Record) -> list[str]:
-    """The devices a local record holds that the node's inventory no longer has (an engine
-    there runs on; its restart is a start, placed within the inventory). A cluster
-    record's devices are its node's, never this inventory's."""
+def _no_way_back(ctx: Context, rec: Record) -> list[str]:
+    """Why a local record's restart may not go back to its devices: one taken out of the
+    inventory (a card sent for repair), or one whose size was lowered below what its
+    holders ask of it (invariant: what a device's holders ask never exceeds its memory).
+    The engine ran on there until it exited; a cluster record's devices are its node's."""
     if rec.on_cluster:
         return []
-    have = set(ctx.inventory.keys())
-    return [d for d in rec.devices if d not in have]
+    have = ctx.inventory.by_key()
+    gone = [f"{d} is no longer in the node's inventory" for d in rec.devices if d not in have]
+    if gone or rec.memory is None:
+        return gone
+    ledger = ledger_for((v.record for v in ctx.observed.records.values()), ctx.observed)
+    over = [have[d] for d in rec.devices if (ledger.room(have[d]) or 0) < 0]
+    return [f"{d.key} has {d.describe_memory()}, less than its holders ask" for d in over]
 
 
 def _held(ctx: Context) -> str:
