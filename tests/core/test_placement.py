@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from strategies import deployment, inventory
 
+from controller.core.devices.inventory import parse_static
 from controller.core.devices.placement import (
     INTERNAL_BASE,
     INTERNAL_BLOCK,
@@ -70,6 +71,19 @@ def test_kind_any_prefers_nvidia_and_never_mixes_kinds() -> None:
     inv = inventory("amd:0", "amd:1", "nvidia:0")
     assert place_devices(spec(devices={"count": 1}), inv, Ledger()) == ("nvidia:0",)
     assert place_devices(spec(devices={"count": 2}), inv, Ledger()) == ("amd:0", "amd:1")
+
+
+@pytest.mark.parametrize("memory", [None, "1Gi"], ids=["whole", "memory"])
+def test_kind_any_wanting_more_than_one_kind_has_says_so(memory: str | None) -> None:
+    """One nvidia and one amd card, `count: 2, kind: any`: a lease is of one kind, so it
+    never fits. It read `no capacity: needs 2 devices, 2 free — held by : remove a
+    manifest…` (with memory: `most free is 8Gi … held by nobody`), as if someone held them."""
+    want: dict[str, Any] = {"count": 2, **({"memory": memory} if memory else {})}
+    got = place(spec(devices=want), parse_static("nvidia:0=8Gi,amd:0=8Gi"), Ledger())
+    assert got == Unplaced(
+        "needs 2 devices, 2 free — the node has at most 1 of one kind (nvidia: 1, amd: 1): "
+        "lower devices.count or add devices (--devices / RECONCILE_DEVICES)"
+    )
 
 
 def test_candidates_by_id_or_key() -> None:
