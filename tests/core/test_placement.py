@@ -114,6 +114,23 @@ def test_no_capacity_names_every_holder() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("more", "fewer"),
+    [({"replicas": 3}, "spec.replicas"), ({"autoscale": {"min": 1, "max": 4}}, "autoscale.max")],
+    ids=["replicas", "autoscale"],
+)
+def test_no_capacity_for_a_replica_offers_fewer_replicas(more: dict[str, Any], fewer: str) -> None:
+    """web@2 waiting for a card its siblings hold was told only to remove a manifest or
+    lower devices.count: fewer replicas is the way out an operator looks for."""
+    ledger = Ledger()
+    ledger.take("web", ["nvidia:0"], [8000], False)
+    ledger.take("web@1", ["nvidia:1"], [8001], False)
+    want = spec(devices={"count": 1, "kind": "nvidia"}, **more)
+    got = place(want, inventory("nvidia:0", "nvidia:1"), ledger)
+    assert isinstance(got, Unplaced)
+    assert got.reason.endswith(f": remove a manifest, lower devices.count or {fewer}"), got
+
+
 def test_no_capacity_among_candidates_says_they_are_the_limit() -> None:
     """nvidia:1 is free: "0 free" alone read as a full node."""
     ledger = Ledger()

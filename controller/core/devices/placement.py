@@ -290,8 +290,17 @@ def _no_capacity(spec: DeploymentSpec, usable: list[Device], ledger: Ledger) -> 
     way_out = "widen devices.candidates, " if want.candidates else ""
     return (
         f"no capacity: needs {want.count} {kind}{plural}, {free} free{where} — held by "
-        f"{held}: {way_out}remove a manifest or lower devices.count"
+        f"{held or 'nobody'}: {way_out}{_moves(spec)}"
     )
+
+
+def _moves(spec: DeploymentSpec) -> str:
+    """The ways out; a replicated deployment's include fewer replicas (its own may hold
+    the rest)."""
+    fewer = "autoscale.max" if spec.autoscale is not None else "spec.replicas"
+    if spec.autoscale is None and spec.replicas <= 1:
+        return "remove a manifest or lower devices.count"
+    return f"remove a manifest, lower devices.count or {fewer}"
 
 
 def place_ports(spec: DeploymentSpec, extra: int, ledger: Ledger) -> tuple[int, ...] | Unplaced:
