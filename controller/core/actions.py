@@ -342,6 +342,18 @@ class Probed(Action):
     failures: int
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HoldRestart(Action):
+    """A BackOff engine whose restart is due on a drained node: the record keeps its lease
+    and says the drain holds the restart (its "restart now" would be a lie until uncordon)."""
+
+    verb = "held"
+    order = 20  # a record write, as Probed's
+    tears_down = False
+    frees = False
+    plan_class = "wait"
+
+
 # Every concrete action: what the executor must handle (mypy checks each `match` is whole).
 AnyAction = (
     Start
@@ -360,6 +372,7 @@ AnyAction = (
     | Reap
     | Pull
     | Hold
+    | HoldRestart
     | Reject
     | MarkSpec
     | Conflict

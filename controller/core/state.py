@@ -32,9 +32,11 @@ PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT
 
 
 # How a BackOff record's message ends (core/planner/lifecycle.retry writes it): when the
-# restart is due, as the pass saw it ("; restart in 20s", "; restart now"); and what a
-# view says once that time has passed and no pass has restarted it yet.
-_RESTART_WHEN = re.compile(r"; restart (?:now|in [0-9][0-9.]*s)$")
+# restart is due, as the pass saw it ("; restart in 20s", "; restart now"), or that a
+# drain holds it ("; restart held: node drained by … until …"); and what a view says once
+# that time has passed and no pass has restarted it yet.
+RESTART_HELD = "; restart held: "
+_RESTART_WHEN = re.compile(r"; restart (?:now|in [0-9][0-9.]*s)$|; restart held: .*\Z", re.S)
 RESTART_DUE = "restart due: the next pass starts it"
 
 
@@ -281,6 +283,8 @@ class Record:
         from a cron pass's record, it still said 20s)."""
         cause = backoff_cause(self.message)
         if self.phase is not Phase.BACKOFF or self.backoff_until is None or cause == self.message:
+            return self.message
+        if RESTART_HELD in self.message.removeprefix(cause):  # a drain holds it: no countdown
             return self.message
         left = (self.backoff_until - now).total_seconds()
         when = f"restart in {format_age(math.ceil(left))}" if left > 0 else RESTART_DUE

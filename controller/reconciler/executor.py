@@ -22,6 +22,7 @@ from controller.core.actions import (
     Conflict,
     Fail,
     Hold,
+    HoldRestart,
     MarkReady,
     MarkSpec,
     Park,
@@ -133,6 +134,8 @@ class Executor:
                 return self._pull(action)
             case Hold():
                 return self._hold(action)
+            case HoldRestart():
+                return self._hold_restart(action)
             case Reject():
                 return self._reject(action)
             case MarkSpec():
@@ -346,6 +349,15 @@ class Executor:
             return False
         self.store.write(record)
         self.event(action.name, action.verb, action.reason, "pending")
+        return True
+
+    def _hold_restart(self, action: HoldRestart) -> bool:
+        """A due restart the drain holds: the message says so; the lease stays for it."""
+        rec = self.store.read(action.name)
+        if rec is None or rec.phase is not Phase.BACKOFF or rec.message == action.reason:
+            return False
+        self.store.write(replace(rec, message=action.reason))
+        self.event(action.name, action.verb, action.reason, str(Phase.BACKOFF))
         return True
 
     def _reject(self, action: Reject) -> bool:

@@ -27,7 +27,17 @@ from strategies import (
     view,
 )
 
-from controller.core.actions import Action, Hold, MarkReady, Preempt, Start, Stop, Update
+from controller.core.actions import (
+    Action,
+    Hold,
+    MarkReady,
+    Preempt,
+    Release,
+    Restart,
+    Start,
+    Stop,
+    Update,
+)
 from controller.core.devices.inventory import Device, GpuMemory, Inventory, parse_static
 from controller.core.devices.placement import Ledger, place_devices
 from controller.core.devices.victims import Victim, choose_victims
@@ -160,6 +170,11 @@ CASES = [
         id="count-2-needs-two-devices-big-enough",
     ),
     pytest.param(
+        Case(desired(entry("tp", **mem("1Gi", count=3)))),
+        ((Hold, "tp", "needs 3 nvidia devices, 2 free — the node has only 2: lower devices"),),
+        id="count-past-the-inventory-says-so-not-that-the-memory-is-too-big",
+    ),
+    pytest.param(
         Case(
             desired(high, low, mid),
             observed(running(low, "nvidia:0"), running(mid, "nvidia:0")),
@@ -277,6 +292,42 @@ def test_memory_plan(case: Case, expect: Sequence[tuple[type[Action], str, str]]
     assert [(type(a), a.name) for a in actions] == [(t, n) for t, n, _ in expect], actions
     for action, (_, _, phrase) in zip(actions, expect, strict=True):
         assert phrase in action.reason, action.reason
+
+
+def _crashed(e: Entry, *devices: str) -> RecordView:
+    """``e`` in BackOff on ``devices``, its restart due now."""
+    spec = e.deployment.spec
+    rec = record(
+        e.name,
+        spec=e,
+        phase=Phase.BACKOFF,
+        devices=devices,
+        memory=spec.devices.memory,
+        backoff_until=NOW,
+        port=9100,
+    )
+    return view(rec, alive=False)
+
+
+@pytest.mark.parametrize(
+    ("inv", "expect"),
+    [
+        pytest.param(TWO_80, (Restart, "back-off over"), id="its-card-as-declared-restarts-there"),
+        pytest.param(
+            parse_static("nvidia:0=40Gi,nvidia:1=80Gi"),
+            (Release, "nvidia:0 has 40Gi, less than its holders ask: placing it afresh"),
+            id="its-card-declared-smaller-since-places-afresh",
+        ),
+    ],
+)
+def test_a_restart_never_goes_back_onto_a_card_its_holders_overfill(
+    inv: Inventory, expect: tuple[type[Action], str]
+) -> None:
+    """A card's declared size lowered under running engines (they run on): a crashed one's
+    restart went back onto it, 50Gi asked of a 40Gi card. It is placed afresh instead."""
+    big = entry("big", **mem("50Gi"))
+    (action,) = plan(desired(big), observed(_crashed(big, "nvidia:0")), inv, NOW)
+    assert (type(action), action.name) == (expect[0], "big") and expect[1] in action.reason
 
 
 def test_preempted_record_loses_its_other_actions() -> None:

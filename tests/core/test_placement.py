@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from strategies import deployment, inventory
 
+from controller.core.devices.inventory import parse_static
 from controller.core.devices.placement import (
     INTERNAL_BASE,
     INTERNAL_BLOCK,
@@ -72,6 +73,19 @@ def test_kind_any_prefers_nvidia_and_never_mixes_kinds() -> None:
     assert place_devices(spec(devices={"count": 2}), inv, Ledger()) == ("amd:0", "amd:1")
 
 
+@pytest.mark.parametrize("memory", [None, "1Gi"], ids=["whole", "memory"])
+def test_kind_any_wanting_more_than_one_kind_has_says_so(memory: str | None) -> None:
+    """One nvidia and one amd card, `count: 2, kind: any`: a lease is of one kind, so it
+    never fits. It read `no capacity: needs 2 devices, 2 free — held by : remove a
+    manifest…` (with memory: `most free is 8Gi … held by nobody`), as if someone held them."""
+    want: dict[str, Any] = {"count": 2, **({"memory": memory} if memory else {})}
+    got = place(spec(devices=want), parse_static("nvidia:0=8Gi,amd:0=8Gi"), Ledger())
+    assert got == Unplaced(
+        "needs 2 devices, 2 free — the node has at most 1 of one kind (nvidia: 1, amd: 1): "
+        "lower devices.count or add devices (--devices / RECONCILE_DEVICES)"
+    )
+
+
 def test_candidates_by_id_or_key() -> None:
     inv = inventory("nvidia:0", "nvidia:1", "amd:1")
     by_id = spec(devices={"count": 1, "kind": "nvidia", "candidates": ["1"]})
@@ -98,6 +112,23 @@ def test_no_capacity_names_every_holder() -> None:
         "no capacity: needs 1 nvidia device, 0 free — held by a [nvidia:0]; b [nvidia:1]: "
         "remove a manifest or lower devices.count"
     )
+
+
+@pytest.mark.parametrize(
+    ("more", "fewer"),
+    [({"replicas": 3}, "spec.replicas"), ({"autoscale": {"min": 1, "max": 4}}, "autoscale.max")],
+    ids=["replicas", "autoscale"],
+)
+def test_no_capacity_for_a_replica_offers_fewer_replicas(more: dict[str, Any], fewer: str) -> None:
+    """web@2 waiting for a card its siblings hold was told only to remove a manifest or
+    lower devices.count: fewer replicas is the way out an operator looks for."""
+    ledger = Ledger()
+    ledger.take("web", ["nvidia:0"], [8000], False)
+    ledger.take("web@1", ["nvidia:1"], [8001], False)
+    want = spec(devices={"count": 1, "kind": "nvidia"}, **more)
+    got = place(want, inventory("nvidia:0", "nvidia:1"), ledger)
+    assert isinstance(got, Unplaced)
+    assert got.reason.endswith(f": remove a manifest, lower devices.count or {fewer}"), got
 
 
 def test_no_capacity_among_candidates_says_they_are_the_limit() -> None:

@@ -37,6 +37,7 @@ from controller.core.actions import (
     Conflict,
     Fail,
     Hold,
+    HoldRestart,
     MarkReady,
     MarkSpec,
     Preempt,
@@ -68,6 +69,7 @@ from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordStore
 
 GPUS = inventory("nvidia:0", "nvidia:1")
+GPU_A = entry("a", devices={"count": 1, "kind": "nvidia"})
 GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}
 DRAIN = Drain(until=NOW + timedelta(hours=1), reason="kernel update", by="ops")
 
@@ -406,8 +408,56 @@ CASES = [
         Case(
             desired(entry("a")),
             observed(view(record("a", phase=Phase.BACKOFF, backoff_until=NOW)), drain=DRAIN),
+            expect=((HoldRestart, "a", "; restart held: node drained by ops until "),),
         ),
-        id="back-off-over-but-drained-waits",
+        id="back-off-over-but-drained-waits-saying-so",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a")),
+            observed(
+                view(
+                    record(
+                        "a",
+                        phase=Phase.BACKOFF,
+                        backoff_until=NOW,
+                        message="engine exited with code 3; restart held: node drained by ops "
+                        "until 2026-01-01 13:00:00 UTC (kernel update): "
+                        "run `reconcile uncordon` or wait",
+                    )
+                ),
+                drain=DRAIN,
+            ),
+        ),
+        id="back-off-held-by-the-drain-already-says-so",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a")),
+            observed(view(record("a"), exit=exited(3)), drain=DRAIN),
+            expect=((Fail, "a", "code 3; restart held: node drained by ops until"),),
+        ),
+        id="crash-on-a-drained-node-says-the-drain-holds-the-restart",
+    ),
+    pytest.param(
+        Case(
+            desired(GPU_A),
+            observed(
+                view(
+                    record(
+                        "a",
+                        spec=GPU_A,
+                        phase=Phase.BACKOFF,
+                        backoff_until=NOW,
+                        devices=("nvidia:2",),
+                    )
+                )
+            ),
+            expect=(
+                (Release, "a", "nvidia:2 is no longer in the node's inventory: placing it afresh"),
+            ),
+        ),
+        id="back-off-over-on-a-device-gone-from-the-inventory-places-afresh",
     ),
     pytest.param(
         Case(
@@ -804,6 +854,14 @@ def test_backoff_doubles_to_five_minutes(restarts: int, delay: float) -> None:
         left = rec.message_at(NOW + timedelta(seconds=delay - 5.5))
         assert left == f"{cause}; restart in 6s", left
     assert replace(rec, phase=Phase.READY).message_at(NOW) == fail.reason  # only a BackOff's
+
+
+def test_a_restart_held_by_a_drain_counts_no_time_down() -> None:
+    """A view leaves the drain's clause as the pass wrote it (no "restart due" under it)."""
+    held = "engine exited with code 3; restart held: node drained by ops until X: run it"
+    rec = record("a", phase=Phase.BACKOFF, backoff_until=NOW, message=held)
+    assert backoff_cause(held) == "engine exited with code 3"
+    assert rec.message_at(NOW + timedelta(hours=1)) == held
 
 
 @pytest.mark.parametrize(

@@ -28,3 +28,28 @@ def test_a_preempted_engine_finishes_the_answer_it_streams(reconcile: Any, gatew
     low = reconcile.status()["low"]
     assert low["phase"] == "Pending" and "preempted by high (priority 10)" in low["message"]
     g.finish()
+
+
+def test_a_request_for_a_deployment_held_from_its_gpu_is_told_why(
+    reconcile: Any, gateway: Any
+) -> None:
+    """An OnDemand model whose only GPU a deployment of higher priority holds cannot
+    start: its request waited out the deadline and got `not Ready (Pending) … retry
+    later`, nothing of why. The 503 names what holds it, as `status` does."""
+    reconcile.devices = "nvidia:0"
+    reconcile.write("high", devices=GPU, priority=10)
+    reconcile.write(
+        "od",
+        devices=GPU,
+        activation="OnDemand",
+        basePort=reconcile.port + 2,
+        readiness={"httpGet": {"path": "/health"}, "deadlineSeconds": 2, "periodSeconds": 0.2},
+    )
+    g = gateway()
+    g.wait_phase("high", "Ready")
+    answer = g.post("od")
+    assert answer.status == 503, answer
+    message = answer.json()["error"]["message"]
+    assert "is not Ready (Pending: no capacity: " in message, message
+    assert "held by high [nvidia:0]" in message and "deadline (2s)" in message, message
+    g.finish()

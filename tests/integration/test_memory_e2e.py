@@ -8,6 +8,8 @@ and see ``CUDA_VISIBLE_DEVICES`` as they would on a GPU box.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -168,6 +170,29 @@ def test_devices_says_what_the_inventory_no_longer_covers(reconcile: Any) -> Non
     table = reconcile("devices", check=0).out
     assert "nvidia:1 is not in the inventory but held by whole" in table, table
     assert "nvidia:0: 50Gi allocated of 40Gi" in table, table
+    reconcile.down()
+
+
+def test_a_crash_on_a_device_gone_from_the_inventory_is_placed_afresh(reconcile: Any) -> None:
+    """A device taken out of --devices (sent for repair) keeps the engine running on it;
+    once that engine crashed, its restart went back onto the card the inventory no
+    longer has. The restart is placed afresh, within the inventory: here nowhere, so
+    the deployment waits Pending, saying so, and nothing runs on the card."""
+    reconcile.devices = "nvidia:0,nvidia:1"
+    reconcile.write("web", devices={"count": 1, "kind": "nvidia", "candidates": ["1"]})
+    reconcile.converge()
+    (pid,) = reconcile.pids("web")
+    reconcile.devices = "nvidia:0"  # nvidia:1 dropped
+    os.kill(pid, signal.SIGKILL)
+    reconcile.wait_gone(pid)
+    reconcile.once(check=None)  # sees the exit: BackOff, the first restart due at once
+    reconcile.once(check=1)  # the restart: nowhere to place it
+    record = reconcile.record("web")
+    assert record is not None and record["phase"] == "Pending", record
+    assert record["devices"] == [] and reconcile.pids("web") == set(), record
+    assert "among candidates ['1']" in record["message"], record
+    events = [e.get("reason", "") for e in reconcile.events("web")]
+    assert any("nvidia:1 is no longer in the node's inventory" in e for e in events), events
     reconcile.down()
 
 

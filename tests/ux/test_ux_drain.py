@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from datetime import datetime
 from typing import Any
 
 import pytest
+from procs import wait_gone
 
 
 def test_a_drain_holds_starts_and_expires_by_itself(reconcile: Any) -> None:
@@ -63,6 +66,36 @@ def test_evict_stops_engines_now_and_uncordon_lets_them_back(reconcile: Any) -> 
     assert f"node {rc.node} uncordoned" in out and "swap GPU" in out
     assert "was not drained" in rc("uncordon", check=0).out
     rc.converge()
+    rc.down()
+
+
+def test_a_crash_on_a_drained_node_says_the_drain_holds_its_restart(reconcile: Any) -> None:
+    """An engine that crashed while the node was drained read `BackOff … restart now`
+    (then `restart due: the next pass starts it`) in --once, status and describe, and no
+    pass restarted it: the drain held it. Its message names the drain instead, once, and
+    keeps its lease; uncordon restarts it."""
+    rc = reconcile
+    rc.write("web", devices={"count": 1, "kind": "nvidia"})
+    rc.converge()
+    (pid,) = rc.pids("web")
+    rc("drain", "--ttl", "1h", "--reason", "swap GPU 1", check=0)
+    os.kill(pid, signal.SIGKILL)
+    wait_gone(pid)
+    out = rc.once(check=None)  # one crash is not a crash loop: its exit is --once's own rule
+    record = rc.record("web")
+    assert record is not None and record["phase"] == "BackOff", record
+    assert "restart held: node drained by " in record["message"], record
+    assert "(swap GPU 1): run `reconcile uncordon` or wait" in record["message"], record
+    assert "restart now" not in out.err and "restart held" in out.err, out
+    assert record["devices"] == ["nvidia:0"]  # the lease waits for the restart
+    for view in (rc("status", check=0).out, rc("describe", "web", check=0).out):
+        assert "restart held: node drained" in view and "restart due" not in view, view
+    rc.once(check=None)  # a pass more: the same message, no second event
+    assert rc.record("web") == record
+    assert [e["action"] for e in rc.events("web")].count("held") <= 1
+    rc("uncordon", check=0)
+    rc.converge()
+    assert rc.record("web")["phase"] == "Ready"
     rc.down()
 
 

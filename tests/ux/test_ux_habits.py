@@ -166,3 +166,19 @@ def test_describe_of_an_engine_without_a_probe_names_no_period(reconcile: Any) -
     lines = reconcile("describe", "sleeper", check=0).out.splitlines()
     assert "Readiness:    none (ready once running)" in lines, lines
     reconcile.down()
+
+
+def test_describe_of_an_idle_deployment_claims_no_probe_it_lacks(reconcile: Any) -> None:
+    """An Idle deployment (OnDemand, or scaled to zero) has no engine and no probe in its
+    record yet: describe said `Readiness: none (ready once running)` and `Liveness: none`
+    beside a spec asking for GET /health, as if the spec asked for none."""
+    rc = reconcile
+    rc.write("od", activation="OnDemand")
+    rc.write("zero", autoscale={"min": 0, "max": 1})
+    rc.once()
+    for name in ("od", "zero"):
+        assert (rc.record(name) or {}).get("phase") == "Idle"
+        lines = rc("describe", name, check=0).out.splitlines()
+        assert "Readiness:    -" in lines and "Liveness:     -" in lines, lines
+        assert "path: /health" in "\n".join(lines)  # the spec's probe, shown below
+    rc.down()

@@ -52,6 +52,26 @@ def test_status_says_when_it_was_observed_and_refresh_looks_now(reconcile: Any) 
     rc.down()
 
 
+def test_another_sets_pass_does_not_make_a_record_look_freshly_seen(reconcile: Any) -> None:
+    """Two manifest sets on one node: a pass judges only its own set's records, yet a
+    cron set's record showed SEEN as old as the other set's (a daemon's) last pass, a few
+    seconds, over a record minutes old (still saying `node drained …` after the drain
+    ended). A record is as fresh as its own set's last pass."""
+    rc = reconcile
+    rc.write("web")
+    rc.converge()
+    mine = _item(rc, "web")["observed_at"]
+    other = rc.tmp / "other"
+    rc.write("api", folder=other, basePort=rc.port + 20)
+    rc("--once", "-f", str(other), check=0)  # another set's pass, later: api's view
+    notes = json.loads((rc.state / "observed.json").read_text())
+    assert len({n["owner"] for n in notes}) == 2 and max(n["at"] for n in notes) > mine, notes
+    assert _item(rc, "web")["observed_at"] == mine  # not the other set's, later look
+    assert _item(rc, "api")["observed_at"] > mine
+    rc("down", "-f", str(other), check=0)
+    rc.down()
+
+
 def test_an_emptied_folder_is_a_condition_on_its_deployments(reconcile: Any) -> None:
     rc = reconcile
     path = rc.write("web")

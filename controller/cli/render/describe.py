@@ -230,9 +230,14 @@ def _devices(rec: Record) -> str:
     return ", ".join(f"{d} ({u})" if u else d for d, u in zip(rec.devices, uuids, strict=True))
 
 
+# Phases with no engine placed yet: its probes are decided when it is (the recipe's, or
+# the spec's), so the record holds none to show ("none" would say the spec asks for none).
+_UNPLACED = (Phase.PENDING, Phase.IDLE, Phase.PULLING)
+
+
 def _readiness(rec: Record, now: datetime) -> str:
-    if rec.phase is Phase.PENDING:
-        return "-"  # decided when it is placed (the recipe's probe, or the spec's)
+    if rec.phase in _UNPLACED:
+        return "-"
     probe = rec.probe
     checks = [f"GET {path}" for path, _ in probe.http] or (["tcp connect"] if probe.tcp else [])
     checks = [probe.kind] if probe.completion else checks
@@ -293,7 +298,7 @@ def _liveness(rec: Record) -> str:
     """The liveness probe and, while any are counted, the failures in a row."""
     probe = rec.liveness
     if probe is None:
-        return "-" if rec.phase is Phase.PENDING else "none"
+        return "-" if rec.phase in _UNPLACED else "none"
     kind = "tcp connect" if probe.kind == "tcp" else probe.kind
     text = (
         f"{kind} every {probe.period_seconds:g}s, timeout {probe.timeout_seconds:g}s, "

@@ -7,6 +7,7 @@ listeners); :func:`place` reads it and never mutates it; the planner calls
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -217,7 +218,7 @@ def _no_memory(spec: DeploymentSpec, usable: list[Device], ledger: Ledger, memor
         if unknown
         else ""
     )
-    if not usable:
+    if _most_of_one_kind(usable) < want.count:  # too few at all: their memory is not it
         return Unplaced(_no_capacity(spec, usable, ledger))
     big = [d for d in known if d.memory is not None and d.memory >= memory]
     if len(big) < want.count:
@@ -252,6 +253,11 @@ def _most_room(devices: list[Device], ledger: Ledger) -> str:
     return f"{most} — held by {shown or 'nobody'}"
 
 
+def _most_of_one_kind(usable: list[Device]) -> int:
+    """The most devices one lease could take: all of one kind (``kind: any`` picks one)."""
+    return max(Counter(d.kind for d in usable).values(), default=0)
+
+
 def _no_capacity(spec: DeploymentSpec, usable: list[Device], ledger: Ledger) -> str:
     want = spec.devices
     kind = "" if want.kind == "any" else f"{want.kind} "
@@ -263,11 +269,15 @@ def _no_capacity(spec: DeploymentSpec, usable: list[Device], ledger: Ledger) -> 
             f"needs {want.count} {kind}{plural}, the node has none{where}: "
             "check --devices / RECONCILE_DEVICES or lower devices.count"
         )
-    if len(usable) < want.count:  # never placeable here, whoever leaves
+    most = _most_of_one_kind(usable)
+    if most < want.count:  # never placeable here, whoever leaves
         where = f" among candidates {list(want.candidates)}" if want.candidates else ""
+        has = f"only {len(usable)}"
+        if most < len(usable):  # kind: any, and one lease is of one kind
+            kinds = Counter(d.kind for d in usable)
+            has = f"at most {most} of one kind ({', '.join(f'{k}: {n}' for k, n in kinds.items())})"
         return (
-            f"needs {want.count} {kind}{plural}, {free} free — the node has only "
-            f"{len(usable)}{where}: "
+            f"needs {want.count} {kind}{plural}, {free} free — the node has {has}{where}: "
             "lower devices.count or add devices (--devices / RECONCILE_DEVICES)"
         )
     holders: dict[str, list[str]] = {}
@@ -280,8 +290,17 @@ def _no_capacity(spec: DeploymentSpec, usable: list[Device], ledger: Ledger) -> 
     way_out = "widen devices.candidates, " if want.candidates else ""
     return (
         f"no capacity: needs {want.count} {kind}{plural}, {free} free{where} — held by "
-        f"{held}: {way_out}remove a manifest or lower devices.count"
+        f"{held or 'nobody'}: {way_out}{_moves(spec)}"
     )
+
+
+def _moves(spec: DeploymentSpec) -> str:
+    """The ways out; a replicated deployment's include fewer replicas (its own may hold
+    the rest)."""
+    fewer = "autoscale.max" if spec.autoscale is not None else "spec.replicas"
+    if spec.autoscale is None and spec.replicas <= 1:
+        return "remove a manifest or lower devices.count"
+    return f"remove a manifest, lower devices.count or {fewer}"
 
 
 def place_ports(spec: DeploymentSpec, extra: int, ledger: Ledger) -> tuple[int, ...] | Unplaced:

@@ -11,6 +11,7 @@ from datetime import timedelta
 from controller.core.actions import (
     AnyAction,
     Fail,
+    HoldRestart,
     MarkReady,
     Probed,
     Release,
@@ -18,10 +19,11 @@ from controller.core.actions import (
     Resync,
     Stop,
 )
+from controller.core.devices.placement import ledger_for
 from controller.core.elapsed import elapsed
 from controller.core.manifest.specs import Entry
 from controller.core.planner.context import Context, Judged, Want
-from controller.core.state import Phase, Record, RecordView
+from controller.core.state import Phase, Record, RecordView, backoff_cause
 
 BACKOFF_FIRST = 10.0
 BACKOFF_MAX = 300.0
@@ -125,6 +127,8 @@ def retry(ctx: Context, rec: Record, why: str, view: RecordView | None = None) -
         return Fail(name=rec.name, reason=f"{why}; restartPolicy Never", phase=Phase.FAILED)
     delay = backoff(restarts)
     when = "now" if delay == 0 else f"in {delay:g}s"
+    if delay == 0 and ctx.drain is not None:  # "restart now" would not happen: say what holds it
+        when = _held(ctx)
     return Fail(
         name=rec.name,
         reason=f"{why}; restart {when}",
@@ -167,10 +171,15 @@ def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[Judged, 
     rec = view.record
     if backoff_waits(ctx, rec):
         return ()
-    if ctx.drain is not None:
-        return ()  # nothing restarts while the node is drained
+    if ctx.drain is not None:  # nothing restarts while the node is drained: say so, once
+        held = f"{backoff_cause(rec.message)}; restart {_held(ctx)}"
+        return () if rec.message == held else (HoldRestart(name=rec.name, reason=held),)
     if rec.unleased_backoff:  # its devices may be another's now: placed by the ledger
         return (Want(entry, f"back-off over (restart {rec.restarts + 1}): placing it", rec.name),)
+    gone = _no_way_back(ctx, rec)
+    if gone:  # a restart is a start: it never lands where a placement could not
+        reason = f"{'; '.join(gone)}: placing it afresh"
+        return (Release(name=rec.name, reason=reason, nonce=rec.nonce, restarts=rec.restarts + 1),)
     taken = [p for p in rec.ports if p in ctx.observed.listening]
     if taken:  # a restart there would only crash-loop: release, place afresh next round
         reason = f"port {taken[0]} was taken by another process while the engine was down"
@@ -184,6 +193,28 @@ def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[Judged, 
             restarts=rec.restarts + 1,
         ),
     )
+
+
+def _no_way_back(ctx: Context, rec: Record) -> list[str]:
+    """Why a local record's restart may not go back to its devices: one taken out of the
+    inventory (a card sent for repair), or one whose size was lowered below what its
+    holders ask of it (invariant: what a device's holders ask never exceeds its memory).
+    The engine ran on there until it exited; a cluster record's devices are its node's."""
+    if rec.on_cluster:
+        return []
+    have = ctx.inventory.by_key()
+    gone = [f"{d} is no longer in the node's inventory" for d in rec.devices if d not in have]
+    if gone or rec.memory is None:
+        return gone
+    ledger = ledger_for((v.record for v in ctx.observed.records.values()), ctx.observed)
+    over = [have[d] for d in rec.devices if (ledger.room(have[d]) or 0) < 0]
+    return [f"{d.key} has {d.describe_memory()}, less than its holders ask" for d in over]
+
+
+def _held(ctx: Context) -> str:
+    """What follows "restart " in a BackOff message while a drain holds it (the views find
+    it by ``state.RESTART_HELD`` and count no time down)."""
+    return f"held: {ctx.drain_text()}"
 
 
 def _exited(ctx: Context, view: RecordView) -> Fail | Release:

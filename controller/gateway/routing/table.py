@@ -389,6 +389,17 @@ class Table:
         ]
         return ", ".join(sorted(set(found))) or "gone"
 
+    def held(self, name: str) -> str:
+        """Why pool ``name`` waits, as its first Pending instance's record says (no
+        capacity and who holds it, preempted, drained), for a 503's message; "" if none."""
+        found = (
+            rec.message
+            for deployment in sorted(self.pools.get(name, ()))
+            for instance in self.instances.get(deployment, ())
+            if (rec := self.records.get(instance)) is not None and rec.phase is Phase.PENDING
+        )
+        return next((message for message in found if message), "")
+
     async def wait_target(
         self,
         name: str,

@@ -227,10 +227,11 @@ class Forwarder:
         if ended:
             return _ended(want.label, ended)
         phase = self.table.phases(want.pool)
+        held = self.table.held(want.pool)  # what keeps it from starting: the client's why
         waited = self.table.deadline(want.pool)  # the records': the daemon's deadline
         why = (
-            f"deployment {want.label!r} is not Ready ({phase}) within its readiness "
-            f"deadline ({waited:g}s); retry later"
+            f"deployment {want.label!r} is not Ready ({phase}{': ' if held else ''}"
+            f"{held}) within its readiness deadline ({waited:g}s); retry later"
         )
         return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
 

@@ -75,13 +75,14 @@ def views(notes: list[Seen], records: Iterable[Record]) -> Views:
 
 
 def _looked_at(note: Seen, rec: Record) -> bool:
-    """Whether the pass ``note`` tells of looked at ``rec``. A local record: any set's
-    pass on its node looks at all of that node's. A cluster record's ``node`` is the
-    cluster's node that runs it, never a controller's: its own set's pass looks at it
-    (through the cluster), whichever host that pass ran on."""
-    if rec.on_cluster:
-        return note.owner == rec.owner
-    return note.node == rec.node
+    """Whether the pass ``note`` tells of looked at ``rec``: its own set's pass, as a pass
+    judges (and rewrites) only its own set's records; another set's on the same node sees
+    the engine only to keep off its lease, so a record written minutes ago by a cron set
+    is not as fresh as a daemon's pass of another set. A local record: its set's pass on
+    its node. A cluster record's ``node`` is the cluster's node that runs it, never a
+    controller's: its set's pass looks at it (through the cluster), whichever host that
+    pass ran on."""
+    return note.owner == rec.owner and (rec.on_cluster or note.node == rec.node)
 
 
 def _decode(data: Any) -> list[Seen]:
