@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from controller.core.manifest import hints
 from controller.core.manifest.cluster import cluster_refusals
 from controller.core.manifest.excerpt import clip, did_you_mean, short
 from controller.core.manifest.labels import key_problem, value_problem
@@ -143,6 +144,9 @@ def _unknown_field(loc: Sequence[str | int]) -> str:
     meant = did_you_mean(str(loc[-1]), known) if loc else None
     if meant is not None:
         return f"unknown field: did you mean `{meant}`?"
+    instead = hints.elsewhere(tuple(loc[:-1]), str(loc[-1])) if loc else None
+    if instead is not None:  # Kubernetes' `readinessProbe`, compose's `environment`
+        return f"unknown field: reconcile's is {instead}"
     return "unknown field (check the spelling; `reconcile schema` lists fields)"
 
 
@@ -296,7 +300,7 @@ def _foreign_kind(value: dict[Any, Any]) -> str | None:
             "tool's file?): reconcile reads apiVersion reconcile/v1, kind Deployment; keep "
             "other files out of the manifests folder"
         )
-    if not isinstance(api, str) or api == "reconcile/v1" or not api:
+    if not isinstance(api, str) or api == "reconcile/v1" or not api or _ours(value):
         return None
     what = f"{clip(api)} {clip(kind)}" if isinstance(kind, str) else clip(api)
     return (
@@ -304,6 +308,14 @@ def _foreign_kind(value: dict[Any, Any]) -> str | None:
         "Deployment; keep Kubernetes objects out of the manifests folder (`reconcile export` "
         "makes them from it)"
     )
+
+
+def _ours(value: dict[Any, Any]) -> bool:
+    """A document with ``spec.engine`` is a reconcile manifest whatever its apiVersion
+    (``v1``, ``apps/v1`` out of habit): it is checked as one, so the error is that field's
+    and its deployment shows as invalid, not "keep Kubernetes objects out"."""
+    spec = value.get("spec")
+    return isinstance(spec, dict) and "engine" in spec
 
 
 def _recipe_problem(deployment: Deployment) -> str | None:

@@ -464,3 +464,128 @@ def test_real_ambiguity_is_an_error_naming_both_files(
     messages = [str(e) for e in result.errors]
     assert any(m.startswith(f"{b}:1: {field}: ") and why in m and str(a) in m for m in messages)
     assert any(m.startswith(f"{a}:1: ") and str(b) in m for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        pytest.param(
+            "  args: [--port-file, {port}]\n",
+            "spec.args[1]: Input should be a valid string: YAML reads {port} unquoted as a "
+            'mapping: quote it ("{port}")',
+            id="unquoted-placeholder",
+        ),
+        pytest.param(
+            "  env: {DEBUG: true}\n",
+            "spec.env.DEBUG: Input should be a valid string: YAML reads an unquoted true "
+            "(yes/no/on/off) as a boolean: quote it",
+            id="boolean-where-text-goes",
+        ),
+        pytest.param(
+            "  env: {TOKEN: }\n",
+            "spec.env.TOKEN: Input should be a valid string: the value is empty (or null): "
+            'give one, quoted ("") for an empty string',
+            id="empty-where-text-goes",
+        ),
+        pytest.param(
+            "  env: [HF_HOME=/data/hf, A=b=c]\n",
+            "spec.env: Input should be a valid dictionary: a mapping, not KEY=VALUE items: "
+            'write env: {HF_HOME: "/data/hf", A: "b=c"}',
+            id="env-as-docker-list",
+        ),
+        pytest.param(
+            "  devices: 1\n",
+            "spec.devices: Input should be a mapping of fields, not int: write devices: {count: 1}",
+            id="devices-as-a-count",
+        ),
+        pytest.param(
+            "  readiness: {httpGet: /health}\n",
+            "spec.readiness.httpGet: Input should be a mapping of fields, not str: write "
+            'httpGet: {path: "/health"}',
+            id="httpget-as-a-path",
+        ),
+        pytest.param(
+            "  container: docker.io/vllm/vllm-openai:v0.11.0\n",
+            'write container: {image: "docker.io/vllm/vllm-openai:v0.11.0"}',
+            id="container-as-an-image",
+        ),
+        pytest.param(
+            "  envFrom:\n    file: /etc/hf.env\n",
+            "spec.envFrom: Input should be a list, not dict: start each item with '- '",
+            id="list-written-as-its-item",
+        ),
+        pytest.param(
+            "  aliases: llama3\n",
+            'spec.aliases: Input should be a list, not str: write aliases: ["llama3"]',
+            id="list-written-as-a-word",
+        ),
+        pytest.param(
+            "  readinessProbe: {httpGet: {path: /health}}\n",
+            "spec.readinessProbe: unknown field: reconcile's is `readiness`",
+            id="kubernetes-field-name",
+        ),
+        pytest.param(
+            "  environment: {A: b}\n",
+            "spec.environment: unknown field: reconcile's is `env`",
+            id="compose-field-name",
+        ),
+        pytest.param(
+            "  gpus: 1\n",
+            "spec.gpus: unknown field: reconcile's is `devices.count`",
+            id="gpus-field",
+        ),
+        pytest.param(
+            "  labels: {team: a}\n",
+            "spec.labels: unknown field: reconcile's is `metadata.labels`",
+            id="labels-under-spec",
+        ),
+        pytest.param(
+            "  devices: {count: 1}\n".replace("count: 1", "count: 1, gpus: 1"),
+            "spec.devices.gpus: unknown field (check the spelling",
+            id="a-table-name-only-where-it-was-meant",
+        ),
+    ],
+)
+def test_a_wrong_shape_says_what_to_write(tmp_path: Path, extra: str, expected: str) -> None:
+    """The YAML slips people make (an unquoted `{port}` or `true`, `devices: 1`, env as
+    KEY=VALUE items, another tool's field name) each get the line to write instead."""
+    write(tmp_path, "bad.yaml", GOOD.format(name="a") + extra)
+    message = only_error(load([tmp_path]))
+    assert expected in message, message
+    assert message.startswith(f"{tmp_path / 'bad.yaml'}:8: "), message
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        pytest.param(
+            "apiVersion: v1\n",
+            "bad.yaml:1: apiVersion: Input should be 'reconcile/v1', not 'v1'",
+            id="kubernetes-habit",
+        ),
+        pytest.param(
+            "apiVersion: reconcile/v2\n",
+            "bad.yaml:1: apiVersion: Input should be 'reconcile/v1', not 'reconcile/v2': did "
+            "you mean `reconcile/v1`?",
+            id="another-version",
+        ),
+        pytest.param(
+            "",
+            "bad.yaml:1: apiVersion: Field required: add `apiVersion: reconcile/v1`",
+            id="left-out",
+        ),
+    ],
+)
+def test_a_manifest_with_a_wrong_api_version_is_checked_as_one(
+    tmp_path: Path, header: str, expected: str
+) -> None:
+    """A document with `spec.engine` is ours whatever its apiVersion says: its error is that
+    field's (not "keep Kubernetes objects out"), every other error of it is said too, and
+    its deployment is known, so `status` shows it invalid instead of the file broken."""
+    text = GOOD.format(name="web").replace("apiVersion: reconcile/v1\n", header)
+    write(tmp_path, "bad.yaml", text.replace("engine: command", "engine: comand"))
+    result = load([tmp_path])
+    messages = [str(e) for e in result.errors]
+    assert any(expected in m for m in messages), messages
+    assert any("spec.engine:" in m and "did you mean `command`?" in m for m in messages)
+    assert "web" in result.invalid_names and not result.broken_sources

@@ -1,0 +1,116 @@
+"""The next move for a value of the wrong shape, in the words its writer used. Pure.
+
+pydantic says what was wanted ("Input should be a valid string"); what people wrote is
+nearly always one of a few YAML slips: ``{port}`` unquoted (a mapping), ``true`` or
+``1.0`` unquoted where text goes, a bare value where a mapping with one obvious field
+goes (``devices: 1``), ``KEY=VALUE`` items where a mapping goes, a mapping where a list
+goes. Each hint shows the line to write instead.
+"""
+
+from __future__ import annotations
+
+import json
+
+from controller.core.manifest.excerpt import clip
+
+# A mapping written as its one obvious field's value (`devices: 1` is `devices: {count: 1}`),
+# when the value is of that field's type; `tcpSocket` and `completion` take no field at all.
+SHORTHAND: dict[str, tuple[str, type]] = {
+    "devices": ("count", int),
+    "container": ("image", str),
+    "httpGet": ("path", str),
+    "huggingFace": ("repo", str),
+}
+EMPTY = ("tcpSocket", "completion")
+
+
+# Fields of other tools (Kubernetes, compose, systemd) and where reconcile keeps them,
+# by the mapping they were written in: the spelling is right, the name is another's.
+ELSEWHERE: dict[tuple[str, ...], dict[str, str]] = {
+    ("spec",): {
+        "readinessProbe": "`readiness`",
+        "startupProbe": "`readiness` (its `deadlineSeconds`)",
+        "healthcheck": "`livenessProbe`",
+        "health": "`livenessProbe` (or `readiness`)",
+        "gpus": "`devices.count`",
+        "gpu": "`devices.count`",
+        "resources": "`devices` (`count`, `kind`, `memory`)",
+        "environment": "`env`",
+        "enviroment": "`env`",
+        "ports": "`port` (one port; or `basePort`)",
+        "containerPort": "`port`",
+        "restart": "`restartPolicy`",
+        "replicaCount": "`replicas`",
+        "entrypoint": "`command`",
+        "cmd": "`command`",
+        "arguments": "`args`",
+        "volumes": "`container.volumes`",
+        "labels": "`metadata.labels`",
+        "name": "`metadata.name`",
+    },
+    (): {"name": "`metadata.name`", "labels": "`metadata.labels`"},
+}
+
+
+# A required field not written, and the line that writes it.
+MISSING = {
+    ("apiVersion",): "`apiVersion: reconcile/v1`",
+    ("kind",): "`kind: Deployment`",
+    ("spec", "engine"): "`engine:` (vllm, llama-cpp, sglang, tgi, ollama or command)",
+}
+
+
+def for_missing(path: tuple[str | int, ...]) -> str:
+    """A required field was not written: the line to add, where it has one answer."""
+    line = MISSING.get(tuple(str(p) for p in path))
+    return f": add {line}" if line else ""
+
+
+def elsewhere(parent: tuple[str | int, ...], word: str) -> str | None:
+    """Where reconcile keeps the field another tool names ``word`` at ``parent``."""
+    return ELSEWHERE.get(tuple(str(p) for p in parent), {}).get(word)
+
+
+def for_text(value: object) -> str:
+    """Text was wanted; YAML made ``value`` something else from an unquoted scalar."""
+    if isinstance(value, dict) and len(value) == 1:
+        ((key, inner),) = value.items()
+        if inner is None and isinstance(key, str):  # `[serve, {port}]`: a flow mapping
+            braced = "{" + key + "}"
+            return f': YAML reads {clip(braced)} unquoted as a mapping: quote it ("{braced}")'
+    if isinstance(value, bool):
+        said = str(value).lower()
+        return f": YAML reads an unquoted {said} (yes/no/on/off) as a boolean: quote it"
+    if isinstance(value, int | float):
+        return f': YAML reads {clip(repr(value))} as a number: quote it ("{value}")'
+    if value is None:
+        return ': the value is empty (or null): give one, quoted ("") for an empty string'
+    return ""
+
+
+def for_mapping(field: str | int, value: object) -> str:
+    """A mapping was wanted; ``value`` is a bare value or a list of ``KEY=VALUE``."""
+    if isinstance(value, list) and value and all(_pair(v) for v in value):
+        pairs = dict(str(v).split("=", 1) for v in value)
+        example = ", ".join(f"{k}: {json.dumps(v)}" for k, v in pairs.items())
+        return f": a mapping, not KEY=VALUE items: write {field}: {clip('{' + example + '}', 80)}"
+    if str(field) in EMPTY:
+        return f": write {field}: {{}} (it takes no fields)"
+    inner, kind = SHORTHAND.get(str(field), ("", type(None)))
+    if inner and isinstance(value, kind) and not isinstance(value, bool):
+        shown = json.dumps(value) if isinstance(value, str) else str(value)
+        return f": write {field}: {clip('{' + inner + ': ' + shown + '}', 80)}"
+    return ""
+
+
+def for_list(field: str | int, value: object) -> str:
+    """A list was wanted; ``value`` is one mapping (its item, without the ``- ``)."""
+    if isinstance(value, dict):
+        return f": start each item with '- ' (write {field}: [{{...}}], a list of mappings)"
+    if isinstance(value, str):
+        return f": write {field}: [{clip(json.dumps(value), 80)}]"
+    return ""
+
+
+def _pair(item: object) -> bool:
+    return isinstance(item, str) and "=" in item and not item.startswith("=")
