@@ -78,6 +78,9 @@ def for_text(value: object) -> str:
         if inner is None and isinstance(key, str):  # `[serve, {port}]`: a flow mapping
             braced = "{" + key + "}"
             return f': YAML reads {clip(braced)} unquoted as a mapping: quote it ("{braced}")'
+        if isinstance(key, str) and isinstance(inner, str | int | float):  # `[-c, a: b]`
+            said = clip(f"{key}: {inner}", 60)
+            return f": YAML reads `{said}` as a mapping (': ' in an unquoted item): quote it"
     if isinstance(value, bool):
         said = str(value).lower()
         return f": YAML reads an unquoted {said} (yes/no/on/off) as a boolean: quote it"

@@ -182,33 +182,18 @@ def _parse(text: str, file: str, result: LoadResult) -> list[Document] | None:
     """The file's documents, or None with the file marked broken (where, and why)."""
     import yaml
 
-    from controller.store.sources import yamlread
+    from controller.store.sources import yamlread, yamlwords
 
     try:
         return yamlread.documents(text)
     except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else None
-        problem = f"invalid YAML: {exc.problem}{_tab_hint(text, line)}"
+        line, problem = yamlwords.syntax_error(exc, text)
         _broken(result, ManifestError(file, line, None, problem))
     except yaml.reader.ReaderError as exc:  # a character YAML refuses (NUL, ...): say where
         _broken(result, ManifestError(file, *_none_field(yamlread.reader_error_line(text, exc))))
     except (yaml.YAMLError, RecursionError, ValueError) as exc:
         _broken(result, ManifestError(file, None, None, f"invalid YAML: {exc}"))
     return None
-
-
-def _tab_hint(text: str, line: int | None) -> str:
-    """PyYAML's words for a tab ("found character that cannot start any token") never say
-    tab: name it, and where, when the line the error is on indents with one."""
-    lines = text.splitlines()
-    if line is None or not 0 < line <= len(lines):
-        return ""
-    row = lines[line - 1]
-    indent = row[: len(row) - len(row.lstrip(" \t"))]
-    if "\t" not in indent:
-        return ""
-    column = indent.index("\t") + 1
-    return f" (a tab at column {column}: YAML indents with spaces only)"
 
 
 def _none_field(where: tuple[int, str]) -> tuple[int, None, str]:

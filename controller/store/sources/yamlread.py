@@ -154,8 +154,10 @@ def load_mapping(path: Path) -> tuple[dict[str, Any], dict[Path_, int]]:
         converter = _Converter()
         value = converter.convert(node) if node is not None else {}
     except yaml.MarkedYAMLError as exc:
-        line = f":{exc.problem_mark.line + 1}" if exc.problem_mark else ""
-        raise ValueError(f"{path}{line}: invalid YAML: {exc.problem}") from exc
+        from controller.store.sources.yamlwords import syntax_error
+
+        at, problem = syntax_error(exc, text)
+        raise ValueError(f"{path}{f':{at}' if at else ''}: {problem}") from exc
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
         raise ValueError(f"{path}: cannot read: {exc}") from exc
     if not isinstance(value, dict):

@@ -589,3 +589,54 @@ def test_a_manifest_with_a_wrong_api_version_is_checked_as_one(
     assert any(expected in m for m in messages), messages
     assert any("spec.engine:" in m and "did you mean `command`?" in m for m in messages)
     assert "web" in result.invalid_names and not result.broken_sources
+
+
+HEAD = (
+    "apiVersion: reconcile/v1\nkind: Deployment\nmetadata:\n  name: a\nspec:\n  engine: command\n"
+)
+
+
+SLIPS = [
+    ('  command: [serve, "{port}"]\n  basePort:8000\n', 8,
+     "(a key needs ': ', a colon and a space: write `basePort: 8000`)", "key-without-its-space"),
+    ('  command: [serve, "{port}"]\n  just some words\n  port: 8000\n', 8,
+     "(this line is neither `key: value` nor a list item `- value`)", "a-line-of-words"),
+    ('  command: [serve, "{port}]\n', 7,
+     "(a quote opened on line 7 is never closed)", "quote-never-closed"),
+    ('  command: [serve, "{port}"]\n  env:\n    MSG: hello: world\n', 9,
+     '(a value with ": " in it needs quotes: `MSG: "hello: world"`)', "colon-in-a-value"),
+    ('  command: [serve, "{port}"]\n  env:\n    A: b\n     B: c\n', 10,
+     "(this line is indented deeper than the key above it", "indented-deeper"),
+    ('  command: [serve, "{port}"]\n env: {}\n', 8,
+     "(this line is not indented as the keys above it", "indented-less"),
+    ('  command: [serve, "{port}"]\n  env: {A: b\n  port: 8000\n', 9,
+     "(the '{' opened on line 8 is never closed", "brace-never-closed"),
+    ("  command: *argv\n", 7,
+     "(an alias *name needs its anchor &name above it in the same document; anchors do not "
+     "carry over '---')", "alias-of-no-anchor"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "hint"), [pytest.param(b, n, h, id=i) for b, n, h, i in SLIPS]
+)
+def test_a_yaml_slip_is_named_on_its_line(tmp_path: Path, body: str, line: int, hint: str) -> None:
+    """PyYAML names its parser's state ("mapping values are not allowed in this context"),
+    often on the line after the slip (past the end, for a quote never closed): the error
+    names the slip, on the line it is on, and what to write."""
+    write(tmp_path, "bad.yaml", HEAD + body)
+    write(tmp_path, "good.yaml", GOOD.format(name="good"))
+    result = load([tmp_path])
+    message = only_error(result)
+    assert message.startswith(f"{tmp_path / 'bad.yaml'}:{line}: invalid YAML: "), message
+    assert hint in message, message  # after PyYAML's own words (libyaml's or its own)
+    assert "good" in result.entries
+
+
+def test_a_colon_in_a_flow_item_says_to_quote_it(tmp_path: Path) -> None:
+    write(tmp_path, "bad.yaml", HEAD + "  command: [python3, -c, import os: 1]\n")
+    message = only_error(load([tmp_path]))
+    assert message.startswith(
+        f"{tmp_path / 'bad.yaml'}:7: spec.command[2]: Input should be a valid string: YAML "
+        "reads `import os: 1` as a mapping (': ' in an unquoted item): quote it"
+    ), message
