@@ -217,7 +217,13 @@ class LocalBackend:
         return self.containers.drop_unused_pulls(specs)
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
-        return None  # the planner's ledger of this node's devices already decided
+        """The planner's ledger of this node's devices already decided; a port this user may
+        never bind (`port: 80`, not as root) it cannot see. A container's runtime binds for
+        itself (docker's daemon is root): only a process is refused."""
+        port = spec.port if spec.port is not None else spec.base_port
+        if spec.container is not None or port is None:
+            return None
+        return ports.privileged(port)
 
     def spawn(
         self,
