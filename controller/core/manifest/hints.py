@@ -10,6 +10,8 @@ goes. Each hint shows the line to write instead.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 
 from controller.core.manifest.excerpt import clip
 
@@ -117,3 +119,27 @@ def for_list(field: str | int, value: object) -> str:
 
 def _pair(item: object) -> bool:
     return isinstance(item, str) and "=" in item and not item.startswith("=")
+
+
+# The slips in an image reference, each with what it is in words and the reference without
+# it: spaces pasted around it, a URL's scheme, upper case in the name (a tag may have it).
+IMAGE_SLIPS: tuple[tuple[str, Callable[[str], str]], ...] = (
+    ("spaces around it", str.strip),
+    ("a URL's scheme (an image reference has none)", lambda i: re.sub(r"^[a-z]+://", "", i)),
+    ("upper case in its name", lambda i: re.sub(r"^[^:@]*", lambda m: m.group().lower(), i)),
+)
+
+
+def for_image(image: str, valid: Callable[[str], bool]) -> str:
+    """What is wrong with ``image`` and the reference meant, when fixing the slips above
+    makes a ``valid`` one; else what a sha256 digest must be, if that is the trouble."""
+    fixed, said = image, []
+    for what, fix in IMAGE_SLIPS:
+        if fix(fixed) != fixed:
+            fixed, said = fix(fixed), [*said, what]
+    if said and valid(fixed):
+        return f": {' and '.join(said)}: write image: {clip(fixed, 100)}"
+    digest = image.partition("@")[2]
+    if digest and not re.fullmatch(r"sha256:[a-f0-9]{64}", digest):
+        return ": its digest must be sha256: and 64 lower-case hex digits (`podman image inspect`)"
+    return ""

@@ -30,6 +30,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from controller.core.digest import sha256_hex
+from controller.core.manifest import hints
 from controller.core.manifest.excerpt import did_you_mean, short
 from controller.core.manifest.labels import Labels
 
@@ -432,11 +433,15 @@ ContainerRuntime = Literal["podman", "docker"]
 
 def _image_ref(image: str) -> str:
     if not IMAGE_REF.match(image):
-        raise ValueError(
-            f"image {short(image)} is not an image reference: [registry/]name[:tag][@sha256:"
-            "<64 hex>], lower-case name (e.g. docker.io/vllm/vllm-openai:v0.11.0)"
-        )
+        slip = hints.for_image(image, lambda fixed: bool(IMAGE_REF.match(fixed)))
+        raise ValueError(f"image {short(image)} is not an image reference{slip or _IMAGE_FORM}")
     return image
+
+
+_IMAGE_FORM = (
+    ": [registry/]name[:tag][@sha256:<64 hex>], lower-case name (e.g. "
+    "docker.io/vllm/vllm-openai:v0.11.0)"
+)
 
 
 def _volume(volume: str) -> str:

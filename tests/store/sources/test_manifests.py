@@ -540,6 +540,23 @@ def test_real_ambiguity_is_an_error_naming_both_files(
             id="labels-under-spec",
         ),
         pytest.param(
+            '  container: {image: "docker.io/vllm/vllm-openai:v0.11.0 "}\n',
+            "spec.container.image: image 'docker.io/vllm/vllm-openai:v0.11.0 ' is not an image "
+            "reference: spaces around it: write image: docker.io/vllm/vllm-openai:v0.11.0",
+            id="image-with-a-pasted-space",
+        ),
+        pytest.param(
+            "  container: {image: https://Docker.io/vllm/vllm-openai:v0.11.0}\n",
+            "is not an image reference: a URL's scheme (an image reference has none) and upper "
+            "case in its name: write image: docker.io/vllm/vllm-openai:v0.11.0",
+            id="image-as-a-url",
+        ),
+        pytest.param(
+            "  container: {image: vllm/vllm-openai@sha256:abc123}\n",
+            "is not an image reference: its digest must be sha256: and 64 lower-case hex digits",
+            id="image-with-a-short-digest",
+        ),
+        pytest.param(
             "  devices: {count: 1}\n".replace("count: 1", "count: 1, gpus: 1"),
             "spec.devices.gpus: unknown field (check the spelling",
             id="a-table-name-only-where-it-was-meant",
