@@ -133,7 +133,7 @@ IMAGE_SLIPS: tuple[tuple[str, Callable[[str], str]], ...] = (
 def for_image(image: str, valid: Callable[[str], bool]) -> str:
     """What is wrong with ``image`` and the reference meant, when fixing the slips above
     makes a ``valid`` one; else what a sha256 digest must be, if that is the trouble."""
-    fixed, said = image, []
+    fixed, said = image, list[str]()
     for what, fix in IMAGE_SLIPS:
         if fix(fixed) != fixed:
             fixed, said = fix(fixed), [*said, what]
