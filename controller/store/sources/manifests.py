@@ -327,13 +327,14 @@ def _add(result: LoadResult, entry: Entry) -> None:
         return
     where = f"{result.named(first.source)}:{first.line}" if first else "an invalid document"
     message = f"duplicate deployment name {name!r}: also declared in {where}"
-    result.errors.append(ManifestError(entry.source, entry.line, "metadata.name", message, name))
+    error = ManifestError(entry.source, entry.line, "metadata.name", message, name)
+    result.errors.append(error)
     if first is not None:
         del result.entries[name]
         also = f"{result.named(entry.source)}:{entry.line}"
         other = f"duplicate deployment name {name!r}: also declared in {also}"
         result.errors.append(ManifestError(first.source, first.line, "metadata.name", other, name))
-    result.invalid_names[name] = message
+    result.invalid_names[name] = str(result.error(error))  # where, as every invalid one says
 
 
 def is_single_file(path: Path) -> bool:

@@ -182,6 +182,12 @@ def test_duplicate_names_across_files_are_both_reported(tmp_path: Path) -> None:
     assert messages[0].startswith(f"{tmp_path / 'a.yaml'}:1: metadata.name: duplicate")
     assert f"also declared in {tmp_path / 'b.yaml'}:1" in messages[0]
     assert f"also declared in {tmp_path / 'a.yaml'}:1" in messages[1]
+    # status' message for the engine left running names the file and field, as others do
+    said = result.invalid_names["web"]
+    also = f"also declared in {tmp_path / 'a.yaml'}:1"
+    assert (
+        said == f"{tmp_path / 'b.yaml'}:1: metadata.name: duplicate deployment name 'web': {also}"
+    )
 
 
 def test_duplicate_of_an_invalid_document(tmp_path: Path) -> None:
