@@ -10,16 +10,13 @@ test run: in it, a bind below the unprivileged range is refused in the host's ne
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import yaml
-from procs import kill_marked, marked_pids
-
-import controller
+from procs import kill_marked, marked_pids, unprivileged
 
 
 def _unprivileged_start() -> int:
@@ -29,12 +26,7 @@ def _unprivileged_start() -> int:
 
 
 def _reconcile(*args: str, state: Path, node: str) -> subprocess.CompletedProcess[str]:
-    """The CLI as an unprivileged user: in a new user namespace when the test runs as root."""
-    wrap = ["unshare", "-U"] if os.geteuid() == 0 else []
-    env = {**os.environ, "PYTHONPATH": str(Path(controller.__file__).parents[1])}
-    argv = [*wrap, sys.executable, "-m", "controller", *args]
-    argv += ["--state-dir", str(state), "--node", node, "--devices", ""]
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    return unprivileged(*args, "--state-dir", str(state), "--node", node, "--devices", "")
 
 
 def test_a_privileged_port_is_pending_not_a_crash_loop(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ yaml is imported only for one that is not.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -161,7 +162,7 @@ def load_file(
         _broken(result, ManifestError(file, None, None, str(exc)))
         return
     except (OSError, RuntimeError, UnicodeDecodeError) as exc:
-        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else _os_words(exc, file)
         _broken(result, ManifestError(file, None, None, f"cannot read: {reason}"))
         return
     if not raw.strip():
@@ -194,6 +195,23 @@ def _parse(text: str, file: str, result: LoadResult) -> list[Document] | None:
     except (yaml.YAMLError, RecursionError, ValueError) as exc:
         _broken(result, ManifestError(file, None, None, f"invalid YAML: {exc}"))
     return None
+
+
+def _os_words(exc: OSError | RuntimeError, path: str) -> str:
+    """Why a file or folder could not be read, and the next move, without errno's numbers
+    (``[Errno 13] Permission denied: '<the path again>'``)."""
+    if isinstance(exc, PermissionError):
+        return (
+            f"permission denied to reconcile's user (uid {os.geteuid()}): make it readable "
+            "to that user, or run reconcile as its owner"
+        )
+    loop = "loop" in str(exc) if isinstance(exc, RuntimeError) else exc.errno == errno.ELOOP
+    if loop:  # Python's Path.resolve raises RuntimeError for it (3.11, 3.12)
+        return "a symlink loop: point the link at a file"
+    target = exc.filename if isinstance(exc, FileNotFoundError) else None
+    if target is not None and str(target) != path:  # read through a link (bounded.py)
+        return f"a symlink to {short(str(target), 80)}, which does not exist"
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
 
 def _none_field(where: tuple[int, str]) -> tuple[int, None, str]:
@@ -399,8 +417,8 @@ def load(
             _unusable(result, str(folder), "is refused (others can write it)", str(exc))
             continue
         except OSError as exc:  # no permission, a symlink loop (ELOOP)...
-            why = f"cannot be listed ({exc.strerror or exc})"
-            _unusable(result, str(folder), why, f"cannot list: {exc}")
+            words = _os_words(exc, str(folder))
+            _unusable(result, str(folder), f"cannot be listed ({words})", f"cannot list: {words}")
             continue
         for path in files:
             real = os.path.realpath(path)

@@ -223,11 +223,24 @@ def test_one_file_named_twice_is_read_once(tmp_path: Path, also: str) -> None:
     assert list(result.entries) == ["web"] and result.files == [str(web)]
 
 
-@pytest.mark.parametrize("kind", ["directory", "fifo", "not-utf8", "too-big", "dangling-link"])
-def test_unreadable_files(tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("directory", "a folder, not a file: name it its own -f, or rename it"),
+        ("fifo", "not a regular file (mode p"),
+        ("not-utf8", "not UTF-8 text"),
+        ("too-big", "bytes is over the 1048576-byte limit"),
+        ("dangling-link", "nowhere.yaml', which does not exist"),
+        ("symlink-loop", "a symlink loop: point the link at a file"),
+    ],
+)
+def test_unreadable_files(tmp_path: Path, kind: str, reason: str) -> None:
     path = tmp_path / "bad.yaml"
     if kind == "directory":
         path.mkdir()
+    elif kind == "symlink-loop":
+        path.symlink_to("loop.yaml")
+        (tmp_path / "loop.yaml").symlink_to("bad.yaml")
     elif kind == "fifo":
         os.mkfifo(path)
     elif kind == "not-utf8":
@@ -238,8 +251,9 @@ def test_unreadable_files(tmp_path: Path, kind: str) -> None:
         path.symlink_to(tmp_path / "nowhere.yaml")
     write(tmp_path, "good.yaml", GOOD.format(name="good"))
     result = load([tmp_path])
-    message = only_error(result)
-    assert message.startswith(f"{path}: cannot read"), message
+    message = next(str(e) for e in result.errors if e.file == str(path))
+    assert message.startswith(f"{path}: cannot read: "), message
+    assert reason in message and "Errno" not in message, message
     assert str(path) in result.broken_sources
     assert "good" in result.entries
 
