@@ -132,6 +132,38 @@ def _absolute(path: str) -> str:
     return path
 
 
+# RFC 1123 host names (`localhost`, `gpu-box.lan`); IP addresses are ipaddress' to check.
+HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
+)
+
+
+def _bind_address(host: str) -> str:
+    """An address the engine can bind and the probes reach: an IP or a host name, bare
+    (`localhost:8000` or `http://0.0.0.0` reached the engine's --host as written)."""
+    if _is_address(host):
+        return host
+    bare = host.split("://", 1)[-1].split("/", 1)[0]
+    bare = bare if bare.count(":") > 1 else bare.split(":", 1)[0]  # IPv6 keeps its colons
+    bare = bare.strip("[]")
+    hint = f": write host: {json.dumps(bare)}" if _is_address(bare) else ""
+    raise ValueError(
+        f"host {short(host)} is not an address to bind: an IP address or a host name, "
+        f"without a scheme or a port (the port is spec.port or spec.basePort){hint}"
+    )
+
+
+def _is_address(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return bool(HOST_NAME.match(host))
+    return True
+
+
 def _env_names(env: dict[str, str]) -> dict[str, str]:
     for key, value in env.items():
         if not ENV_NAME.match(key):
@@ -568,7 +600,7 @@ class DeploymentSpec(Model):
     devices: Devices = Field(
         default=Devices(), description="The devices (GPUs) to lease for this engine."
     )
-    host: str = Field(
+    host: Annotated[str, AfterValidator(_bind_address)] = Field(
         default="127.0.0.1", description="The address the engine binds (default 127.0.0.1)."
     )
     port: Port | None = Field(

@@ -540,6 +540,19 @@ def test_real_ambiguity_is_an_error_naming_both_files(
             id="list-written-as-a-word",
         ),
         pytest.param(
+            "  host: localhost:8000\n",
+            "spec.host: host 'localhost:8000' is not an address to bind: an IP address or a "
+            "host name, without a scheme or a port (the port is spec.port or spec.basePort): "
+            'write host: "localhost"',
+            id="host-with-a-port",
+        ),
+        pytest.param(
+            "  host: http://0.0.0.0\n",
+            "is not an address to bind: an IP address or a host name, without a scheme or a port "
+            '(the port is spec.port or spec.basePort): write host: "0.0.0.0"',
+            id="host-as-a-url",
+        ),
+        pytest.param(
             "  readinessProbe: {httpGet: {path: /health}}\n",
             "spec.readinessProbe: unknown field: reconcile's is `readiness`",
             id="kubernetes-field-name",
