@@ -308,7 +308,10 @@ def _prune_errors(loaded: LoadResult, allow_empty: bool) -> list[str]:
     """The folder problems that make `--once` exit 1 (and prune nothing)."""
     out = loaded.folder_problems()
     if not out and not loaded.prune_safe and not allow_empty:
-        out.append("the manifests folder holds no manifest: nothing pruned (--allow-empty)")
+        out.append(
+            f"the manifests folder holds no manifest{loaded.near_miss}: nothing pruned "
+            "(--allow-empty)"
+        )
     return out
 
 

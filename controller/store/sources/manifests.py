@@ -83,6 +83,8 @@ class LoadResult:
         lines = self.field_lines.get((entry.source, entry.line))
         return entry.line if lines is None else bounded.line_for(lines, loc)
 
+    # With no manifest found: what the folders hold that looks meant as one (nearmiss.py).
+    near_miss: str = ""
     backend: str = "local"  # the backend the specs are for: a cluster refuses some fields
     repo: Path | None = None  # the git checkout the folders are in (``load``)
 
@@ -400,6 +402,7 @@ def load(
     cache = ParseCache(cache_file) if cache_file is not None else None
     strict = security.strict(insecure)
     seen: set[str] = set()  # real paths: `-f m -f m/a.yaml` (or one folder twice) reads a.yaml once
+    folders = list(folders)  # read twice: for its files, then (none found) for near misses
     for folder in folders:
         try:
             files = _listing(folder, strict)
@@ -430,6 +433,10 @@ def load(
             _load_guarded(path, result, strict, cache)
     if cache is not None and not result.missing_folders:  # a missing folder: keep its files'
         cache.save()
+    if not result.missing_folders and not result.prune_safe:  # a puzzle: say what is there
+        from controller.store.sources.nearmiss import near_misses
+
+        result.near_miss = near_misses([f for f in folders if f.is_dir()], result.named)
     _check_model_names(result)
     _check_fallbacks(result)
     result.errors = [result.error(e) for e in result.errors]

@@ -690,3 +690,21 @@ def test_a_colon_in_a_flow_item_says_to_quote_it(tmp_path: Path) -> None:
         f"{tmp_path / 'bad.yaml'}:7: spec.command[2]: Input should be a valid string: YAML "
         "reads `import os: 1` as a mapping (': ' in an unquoted item): quote it"
     ), message
+
+
+def test_a_folder_with_no_manifest_says_what_looks_meant_as_one(tmp_path: Path) -> None:
+    """Manifests one folder down, or named web.YAML or web.json, are skipped as they
+    should be; "holds no manifest" then names them, so the puzzle has its answer."""
+    (tmp_path / "m" / "engines").mkdir(parents=True)
+    write(tmp_path / "m" / "engines", "web.yaml", GOOD.format(name="web"))
+    write(tmp_path / "m", "api.YAML", GOOD.format(name="api"))
+    write(tmp_path / "m", "db.json", "{}")
+    result = load([tmp_path / "m"])
+    assert not result.entries and not result.prune_safe
+    assert result.near_miss == (
+        f" ({tmp_path / 'm' / 'engines'} holds 1: -f reads one folder, not its subfolders; "
+        f"api.YAML in {tmp_path / 'm'}: the suffix is lower-case .yaml or .yml; db.json in "
+        f"{tmp_path / 'm'}: manifests are YAML files (.yaml, .yml))"
+    )
+    write(tmp_path / "m", "web.yaml", GOOD.format(name="web"))
+    assert load([tmp_path / "m"]).near_miss == ""  # a manifest found: nothing to explain
