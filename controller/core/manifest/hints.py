@@ -24,6 +24,11 @@ SHORTHAND: dict[str, tuple[str, type]] = {
     "huggingFace": ("repo", str),
 }
 EMPTY = ("tcpSocket", "completion")
+# `devices: {count: 0.5}`: a share of a device is asked for by its memory.
+PART_OF_A_DEVICE = (
+    ": a whole number of devices; to share one, give the memory each engine needs of it "
+    "(devices: {count: 1, memory: 20Gi}): engines are then packed by memory"
+)
 
 
 # Fields of other tools (Kubernetes, compose, systemd) and where reconcile keeps them,

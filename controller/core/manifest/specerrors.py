@@ -55,6 +55,8 @@ def _message(err: ErrorDetails, path: Loc) -> str:
         message += hints.for_text(value)
     elif kind in ("tuple_type", "list_type"):  # YAML has lists, not tuples
         message = _list_message(err["loc"], value, field)
+    elif kind == "int_from_float" and path[-2:] == ("devices", "count"):  # half a GPU
+        message += hints.PART_OF_A_DEVICE
     elif kind == "missing":  # `apiVersion` left out: the line to add
         message += hints.for_missing(path)
     elif kind in ("literal_error", "enum"):  # `always`, `llamacpp`: say which one

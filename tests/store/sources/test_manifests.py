@@ -519,6 +519,13 @@ def test_real_ambiguity_is_an_error_naming_both_files(
             id="devices-as-a-count",
         ),
         pytest.param(
+            "  devices: {count: 0.5}\n",
+            "spec.devices.count: Input should be a valid integer, got a number with a fractional "
+            "part: a whole number of devices; to share one, give the memory each engine needs "
+            "of it (devices: {count: 1, memory: 20Gi}): engines are then packed by memory",
+            id="half-a-gpu",
+        ),
+        pytest.param(
             "  readiness: {httpGet: /health}\n",
             "spec.readiness.httpGet: Input should be a mapping of fields, not str: write "
             'httpGet: {path: "/health"}',
