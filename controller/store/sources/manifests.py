@@ -229,7 +229,7 @@ def _load_document(
     value: Any, lines: dict[Path_, int], line: int, file: str, result: LoadResult
 ) -> None:
     if not isinstance(value, dict):
-        result.errors.append(ManifestError(file, line, None, "a document must be a mapping"))
+        result.errors.append(ManifestError(file, line, None, _not_a_mapping(value)))
         result.broken_sources.add(file)
         return
     foreign = _foreign_kind(value)
@@ -276,6 +276,18 @@ def _load_document(
         result.invalid_selectors.setdefault(deployment.name, deployment.spec.node_selector)
         return
     _add(result, Entry(deployment, file, line, spec_hash(deployment.spec)))
+
+
+def _not_a_mapping(value: Any) -> str:
+    """A document that is no mapping; a list of manifests (`- apiVersion: ...`) is the one
+    people write, for a file of several."""
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return (
+            "a document must be a mapping, not a list of them: write each manifest as its "
+            "own document, separated by a line `---`"
+        )
+    kind = {list: "a list", str: "text", bool: "a boolean"}.get(type(value), "a number")
+    return f"a document must be a mapping (apiVersion: reconcile/v1, kind: ...), not {kind}"
 
 
 def _raw_selector(value: dict[Any, Any]) -> dict[str, str]:

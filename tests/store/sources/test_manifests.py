@@ -89,7 +89,16 @@ def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
             id="missing-command-points-at-spec",
         ),
         pytest.param(
-            "- just\n- a list\n", "bad.yaml:1: a document must be a mapping", id="not-a-mapping"
+            "- just\n- a list\n",
+            "bad.yaml:1: a document must be a mapping (apiVersion: reconcile/v1, kind: ...), not "
+            "a list",
+            id="not-a-mapping",
+        ),
+        pytest.param(
+            GOOD.format(name="a").replace("\n", "\n  ").replace("apiVersion", "- apiVersion"),
+            "bad.yaml:1: a document must be a mapping, not a list of them: write each manifest "
+            "as its own document, separated by a line `---`",
+            id="a-list-of-manifests",
         ),
         pytest.param(
             "base: &b {engine: command}\nspec:\n  <<: *b\n",
