@@ -202,3 +202,24 @@ def test_a_yaml_slip_in_node_yaml_is_said_as_in_a_manifest(
     with pytest.raises(ConfigError) as info:
         read_node_file(str(bad), tmp_path)
     assert str(info.value).startswith(f"{tmp_path}/{said}"), info.value
+
+
+def test_every_problem_of_node_yaml_is_said_with_the_setting_meant(tmp_path: Path) -> None:
+    """node.yaml said its first problem only, and an unknown setting listed every setting
+    of every level: each problem is said, where it is, with the one meant when close."""
+    bad = tmp_path / "node.yaml"
+    bad.write_text(
+        "maxInstances: two\nmaxInstance: 1\ngit: {url: x, brnach: main}\n"
+        "notify: [{url: 'http://h', evnets: [Failed]}]\nlisten: 80\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        read_node_file(str(bad), tmp_path)
+    said = str(info.value).split("; ")
+    for expected in (
+        f"{bad}:1: maxInstances: Input should be a valid integer",
+        f"{bad}:2: maxInstance: unknown setting: did you mean `maxInstances`?",
+        f"{bad}:3: git.brnach: unknown setting: did you mean `branch`?",
+        f"{bad}:4: notify[0].evnets: unknown setting: did you mean `events`?",
+        f"{bad}:5: listen: unknown setting (here: maxInstances, maxInstancesPerKind,",
+    ):
+        assert any(s.startswith(expected) for s in said), (expected, said)

@@ -910,15 +910,20 @@ def json_schema() -> dict[str, Any]:
 def fields_at(path: tuple[str | int, ...]) -> tuple[str, ...]:
     """The field names (as the manifest spells them) a mapping at ``path`` may hold.
 
-    ``("spec", "readiness")`` -> ``("httpGet", "tcpSocket", ...)``; an unknown path, a
-    list or a free-form mapping (``env``, ``labels``) holds no known names: ``()``.
+    ``("spec", "readiness")`` -> ``("httpGet", "tcpSocket", ...)``; an unknown path or a
+    free-form mapping (``env``, ``labels``) holds no known names: ``()``.
     """
-    schema = _schema()
+    return fields_in(_schema(), path)
+
+
+def fields_in(schema: dict[str, Any], path: tuple[str | int, ...]) -> tuple[str, ...]:
+    """``fields_at`` for any model's JSON Schema (by alias): node.yaml's too. A list's index
+    steps into its items (``envFrom[0]`` holds ``file``, ``sopsFile``)."""
     node: dict[str, Any] = schema
     for part in path:
-        if isinstance(part, int):
-            return ()
-        node = _resolve(schema, node).get("properties", {}).get(part, {})
+        key = "items" if isinstance(part, int) else "properties"
+        inner = _resolve(schema, node).get(key, {})
+        node = inner if isinstance(part, int) else inner.get(part, {})
     return tuple(_resolve(schema, node).get("properties", {}))
 
 

@@ -579,6 +579,11 @@ def test_real_ambiguity_is_an_error_naming_both_files(
             id="compose-field-name",
         ),
         pytest.param(
+            "  envFrom: [{fiel: /etc/hf.env}]\n",
+            "spec.envFrom[0].fiel: unknown field: did you mean `file`?",
+            id="a-misspelt-field-in-a-list-item",
+        ),
+        pytest.param(
             "  gpus: 1\n",
             "spec.gpus: unknown field: reconcile's is `devices.count`",
             id="gpus-field",
