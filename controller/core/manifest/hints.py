@@ -9,11 +9,12 @@ goes. Each hint shows the line to write instead.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from collections.abc import Callable
 
-from controller.core.manifest.excerpt import clip
+from controller.core.manifest.excerpt import clip, short
 
 # A mapping written as its one obvious field's value (`devices: 1` is `devices: {count: 1}`),
 # when the value is of that field's type; `tcpSocket` and `completion` take no field at all.
@@ -91,10 +92,14 @@ def for_text(value: object) -> str:
     if isinstance(value, bool):
         said = str(value).lower()
         return f": YAML reads an unquoted {said} (yes/no/on/off) as a boolean: quote it"
-    if isinstance(value, int | float):
-        return f': YAML reads {clip(repr(value))} as a number: quote it ("{value}")'
+    if isinstance(value, int):  # short(): an int past Python's digit limit has no str
+        return f': YAML reads {short(value)} as a number: quote it ("{short(value)}")'
+    if isinstance(value, float):  # `1.10` came back 1.1: the text is the writer's to quote
+        return f": YAML reads {short(value)} as a number: quote it as written"
     if value is None:
         return ': the value is empty (or null): give one, quoted ("") for an empty string'
+    if isinstance(value, datetime.date):  # `version: 2026-12-06`
+        return f': YAML reads {value} as a date: quote it ("{value}")'
     return ""
 
 

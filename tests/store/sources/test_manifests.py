@@ -511,6 +511,23 @@ def test_real_ambiguity_is_an_error_naming_both_files(
             id="boolean-where-text-goes",
         ),
         pytest.param(
+            "  env: {RELEASE: 2026-12-06}\n",
+            "spec.env.RELEASE: Input should be a valid string: YAML reads 2026-12-06 as a date: "
+            'quote it ("2026-12-06")',
+            id="date-where-text-goes",
+        ),
+        pytest.param(
+            "  env: {RELEASE: 2026-13-45}\n",
+            "invalid YAML: '2026-13-45' reads as a timestamp in YAML but is none (month must be "
+            "in 1..12): quote it",
+            id="no-date-where-yaml-sees-one",
+        ),
+        pytest.param(
+            "  env: {BIG: " + "9" * 5000 + "}\n",
+            "invalid YAML: a number of 5000 digits, too long to read: quote it",
+            id="a-number-python-will-not-read",
+        ),
+        pytest.param(
             "  env: {TOKEN: }\n",
             "spec.env.TOKEN: Input should be a valid string: the value is empty (or null): "
             'give one, quoted ("") for an empty string',
