@@ -43,7 +43,7 @@ def test_a_privileged_port_is_pending_not_a_crash_loop(tmp_path: Path) -> None:
     (manifests / "web.yaml").write_text(yaml.safe_dump(doc))
     node = f"t-{uuid.uuid4().hex[:12]}"
     try:
-        for _ in range(2):  # the second pass says it again, and still starts nothing
+        for _ in range(2):  # the second pass says it again (the journal once), starts nothing
             once = _reconcile("--once", "-f", str(manifests), state=state, node=node)
             assert once.returncode == 1, once
             assert f"port {port} is below {port + 1} (net.ipv4.ip_unprivileged_port_start)" in (
@@ -55,5 +55,8 @@ def test_a_privileged_port_is_pending_not_a_crash_loop(tmp_path: Path) -> None:
         (web,) = json.loads(status.stdout)
         assert web["phase"] == "Pending" and web["restarts"] == 0, web
         assert f"give a port from {port + 1} up" in web["message"], web
+        journal = _reconcile("events", "-o", "json", state=state, node=node).stdout
+        said = [json.loads(line) for line in journal.splitlines()]
+        assert len(said) == 1 and f"port {port} is below" in said[0].get("error", ""), said
     finally:
         kill_marked(f"{node}/")
