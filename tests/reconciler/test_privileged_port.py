@@ -42,6 +42,9 @@ def test_a_privileged_port_is_pending_not_a_crash_loop(tmp_path: Path) -> None:
     }  # fmt: skip
     (manifests / "web.yaml").write_text(yaml.safe_dump(doc))
     node = f"t-{uuid.uuid4().hex[:12]}"
+    planned = _reconcile("plan", "-f", str(manifests), state=state, node=node)
+    assert planned.returncode == 1, planned  # as `--once` would: not 2, "a change"
+    assert f"error: web: port {port} is below {port + 1}" in planned.stdout, planned
     try:
         for _ in range(2):  # the second pass says it again (the journal once), starts nothing
             once = _reconcile("--once", "-f", str(manifests), state=state, node=node)

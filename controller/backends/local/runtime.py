@@ -220,10 +220,8 @@ class LocalBackend:
         """The planner's ledger of this node's devices already decided; a port this user may
         never bind (`port: 80`, not as root) it cannot see. A container's runtime binds for
         itself (docker's daemon is root): only a process is refused."""
-        port = spec.port if spec.port is not None else spec.base_port
-        if spec.container is not None or port is None:
-            return None
-        return ports.privileged(port)
+        port = spec.process_port
+        return ports.privileged(port) if port is not None else None
 
     def spawn(
         self,

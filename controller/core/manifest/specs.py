@@ -787,6 +787,12 @@ class DeploymentSpec(Model):
             return scale.min
         return self.replicas
 
+    @property
+    def process_port(self) -> int | None:
+        """The port an engine process is asked to bind first (``port``, else ``basePort``);
+        None in a container (its runtime binds for it) or for the default 8000."""
+        return None if self.container is not None else (self.port or self.base_port)
+
 
 def _is_zero(value: int | str) -> bool:
     return value in (0, "0%")
