@@ -12,6 +12,8 @@ import os
 import random
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -121,6 +123,18 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "c
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting for {what} after {timeout}s")
         time.sleep(0.05)
+
+
+def unprivileged(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m controller ARGS`` as a user who is not root: in a new user namespace
+    (``unshare -U``) when the tests run as root, where binding a port below the unprivileged
+    range is refused and a file's mode bits bind (its owner, uid 0 outside, is unmapped)."""
+    import controller
+
+    wrap = ["unshare", "-U"] if os.geteuid() == 0 else []
+    env = {**os.environ, "PYTHONPATH": str(Path(controller.__file__).parents[1])}
+    argv = [*wrap, sys.executable, "-m", "controller", *args]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
 
 
 # -- ports ---------------------------------------------------------------------------------

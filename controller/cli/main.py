@@ -87,6 +87,9 @@ def node_name(text: str) -> str:
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """One line, and where to look: the whole usage block buried the mistake."""
+        from controller.cli.mistyped import meant
+
+        message = meant(message, _verbs(self))
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 

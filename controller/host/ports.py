@@ -111,6 +111,40 @@ def port_bindable(port: int) -> bool:
     return True
 
 
+def privileged(port: int) -> str | None:
+    """Why this user may not bind ``port`` at all, else None.
+
+    A bind probe, so the kernel decides (root, CAP_NET_BIND_SERVICE, the sysctl): an
+    engine given a port below net.ipv4.ip_unprivileged_port_start by a reconcile that
+    is not root would only die of "Permission denied" at each restart.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+    except PermissionError:
+        start = _unprivileged_start()
+        return (
+            f"port {port} is below {start} (net.ipv4.ip_unprivileged_port_start), which only "
+            f"root or CAP_NET_BIND_SERVICE may bind, and reconcile runs as uid {os.geteuid()}: "
+            f"the engine could not bind it; give a port from {start} up (or put the gateway, "
+            "`--listen`, in front of it)"
+        )
+    except OSError:
+        return None  # in use, or no such address: placement's own checks say so
+    finally:
+        sock.close()
+    return None
+
+
+def _unprivileged_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_unprivileged_port_start") as file:
+            return int(file.read())
+    except (OSError, ValueError):
+        return 1024  # the kernel's default, and the BSDs' and macOS' reserved range
+
+
 def in_use(where: str, port: int) -> str:
     """Why a bind of ``port`` found it in use, in words, and the next move: a process
     that listens there, or none, when a connection of this host holds the port as its

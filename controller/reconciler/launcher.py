@@ -115,6 +115,9 @@ class Launcher:
         for start, taken in reserved:
             if is_next(start.name) and isinstance(taken, Lease):  # why a second one starts
                 self.event(start.name, "roll", start.reason, "new instance beside the old")
+            elif not isinstance(taken, Lease) and taken.message != said.get(start.name):
+                # placed Pending under the lock (`port: 80` not as root): journalled once
+                self.event(start.name, "start", "placement", "pending", error=taken.message)
         spawns = [(r, s.entry) for s, r in reserved if isinstance(r, Lease)]
         workers = min(self.backend.launch_concurrency, len(spawns))
 

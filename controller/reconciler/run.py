@@ -90,6 +90,7 @@ class PassResult:
     prune_blocked: str | None = None
     missing_folders: list[str] = field(default_factory=list)
     folder_problems: list[str] = field(default_factory=list)  # each missing folder, in words
+    near_miss: str = ""  # no manifest found: what looks meant as one (LoadResult.near_miss)
     probes: dict[str, str] = field(default_factory=dict)  # name -> last probe answer
     outcomes: dict[tuple[str, str], int] = field(default_factory=dict)  # (action, outcome) -> n
     pulls: dict[str, PullView] = field(default_factory=dict)  # the last round's model pulls
@@ -143,7 +144,7 @@ class PassResult:
             running = f"still running {rev[:12]}" if rev else "nothing applied yet"
             out.append(f"git: {self.git.error} ({running}; nothing pruned)")
         if self.prune_blocked and not self.missing_folders and not self.unfetched:
-            out.append("the manifests folder holds no manifest: nothing pruned")
+            out.append(f"the manifests folder holds no manifest{self.near_miss}: nothing pruned")
         out += [crash_text(r) for r in self.ours() if r.crash_looping]
         out += [f"{name}: {why}" for name, why in sorted(self.held.items())]
         return out + list(pulling.failing(self.ours(), self.pulls, self.sources).values())
@@ -523,6 +524,7 @@ class Reconciler(Preview):
         result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
         result.missing_folders = list(loaded.missing_folders)
         result.folder_problems = loaded.folder_problems()
+        result.near_miss = loaded.near_miss
         self._rekey(desired)
         settled: Observed | None = None  # the last round's view, when it changed nothing
         for _ in range(MAX_ROUNDS):

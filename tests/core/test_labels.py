@@ -174,3 +174,52 @@ def test_the_skip_note_when_the_labels_could_not_be_read() -> None:
     said = skip_note({"a": "gpu=h100"}, labels_read=False)
     assert said is not None and said.startswith("1 deployment with a nodeSelector skipped")
     assert "could not be read (node.yaml)" in said and "nothing they run is stopped" in said
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        pytest.param(
+            "labels:\n\tgpu: h100\n",
+            "bad.yaml:2: invalid YAML: found character '\\t' that cannot start any token (a tab "
+            "at column 1: YAML indents with spaces only)",
+            id="tab",
+        ),
+        pytest.param(
+            "maxInstances:2\nlabels: {}\n",
+            "bad.yaml:1: invalid YAML: mapping values are not allowed here (a key needs ': ', "
+            "a colon and a space: write `maxInstances: 2`)",
+            id="key-without-its-space",
+        ),
+    ],
+)
+def test_a_yaml_slip_in_node_yaml_is_said_as_in_a_manifest(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    """node.yaml is YAML a person writes too: its slips get the manifests' words."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        read_node_file(str(bad), tmp_path)
+    assert str(info.value).startswith(f"{tmp_path}/{said}"), info.value
+
+
+def test_every_problem_of_node_yaml_is_said_with_the_setting_meant(tmp_path: Path) -> None:
+    """node.yaml said its first problem only, and an unknown setting listed every setting
+    of every level: each problem is said, where it is, with the one meant when close."""
+    bad = tmp_path / "node.yaml"
+    bad.write_text(
+        "maxInstances: two\nmaxInstance: 1\ngit: {url: x, brnach: main}\n"
+        "notify: [{url: 'http://h', evnets: [Failed]}]\nlisten: 80\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        read_node_file(str(bad), tmp_path)
+    said = str(info.value).split("; ")
+    for expected in (
+        f"{bad}:1: maxInstances: Input should be a valid integer",
+        f"{bad}:2: maxInstance: unknown setting: did you mean `maxInstances`?",
+        f"{bad}:3: git.brnach: unknown setting: did you mean `branch`?",
+        f"{bad}:4: notify[0].evnets: unknown setting: did you mean `events`?",
+        f"{bad}:5: listen: unknown setting (here: maxInstances, maxInstancesPerKind,",
+    ):
+        assert any(s.startswith(expected) for s in said), (expected, said)

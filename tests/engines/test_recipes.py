@@ -399,3 +399,28 @@ def test_each_recipes_pinned_image_is_named_in_full(engine: str) -> None:
     image = importlib.import_module(MODULES[engine]).IMAGE
     registry, _, rest = image.partition("/")
     assert "." in registry and "/" in rest and ":" in rest.rsplit("/", 1)[1], image
+
+
+@pytest.mark.parametrize(
+    ("model", "refused"),
+    [
+        ("Qwen/Qwen2.5-0.5B-Instruct-GGUF", True),
+        ("TheBloke/Llama-2-7B-GGUF", True),
+        ("/models/tiny.gguf", False),
+        ("models/tiny.gguf", False),
+        ("./models/tiny", False),
+        ("tiny.Q4_K_M.GGUF", False),
+    ],
+)
+def test_llama_cpp_refuses_a_hub_repository_as_its_model_file(model: str, refused: bool) -> None:
+    """vLLM's spec.model is a hub id; llama-server's -m is a file, and `-m owner/repo` died at
+    every start. The refusal says how to pull a file of that repository instead."""
+    recipe = recipe_for("llama-cpp")
+    if not refused:
+        assert recipe.launch(ctx(model=model)).argv[1:3] == ("-m", model)
+        return
+    with pytest.raises(RecipeError) as info:
+        recipe.launch(ctx(model=model))
+    said = str(info.value)
+    assert f"{model!r} reads as a Hugging Face repository: pull a file of it with " in said
+    assert f"spec.source: {{huggingFace: {{repo: {model}, files: " in said

@@ -628,7 +628,7 @@ def test_11_bad_input_gets_a_clear_error_and_disturbs_nothing(reconcile: Any) ->
     assert "spec.replica: unknown field" in errors
     assert f"{m / 'dup.yaml'}:1: metadata.name: duplicate deployment name 'dup'" in errors
     assert f"{m / 'dup2.yaml'}:1: metadata.name: duplicate" in errors
-    assert f"{m / 'unreadable.yaml'}: cannot read: not a regular file" in errors
+    assert f"{m / 'unreadable.yaml'}: cannot read: a folder, not a file" in errors
     assert "spec.stopGracePeriodSeconds" in errors
 
     reconcile.once(check=1)

@@ -182,3 +182,29 @@ def test_describe_of_an_idle_deployment_claims_no_probe_it_lacks(reconcile: Any)
         assert "Readiness:    -" in lines and "Liveness:     -" in lines, lines
         assert "path: /health" in "\n".join(lines)  # the spec's probe, shown below
     rc.down()
+
+
+@pytest.mark.parametrize(
+    ("verb", "said"),
+    [
+        ("stauts", "'stauts' is no verb: did you mean `status`?"),
+        ("Logs", "'Logs' is no verb: did you mean `logs`?"),
+        ("apply", "'apply' is no verb of reconcile's: `reconcile --once` (one pass;"),
+        ("ps", "'ps' is no verb of reconcile's: `reconcile status`"),
+        ("rm", "'rm' is no verb of reconcile's: `reconcile down NAME`"),
+        ("help", "'help' is no verb of reconcile's: `reconcile --help`"),
+        ("manifests/", "'manifests/' is no verb: give a folder or manifest with -f"),
+        ("web.yaml", "(`reconcile -f web.yaml`)"),
+        ("xyzzy", "invalid choice: 'xyzzy' (choose from 'plan', 'status'"),
+    ],
+)
+def test_a_verb_that_is_none_names_the_one_meant(
+    capsys: pytest.CaptureFixture[str], verb: str, said: str
+) -> None:
+    """kubectl's `apply`, compose's `ps`, a slip of the keys, a folder as the verb: argparse
+    listed every verb; the one meant is named, on the one line a usage error is."""
+    with pytest.raises(SystemExit) as ended:
+        build_parser().parse_args([verb])
+    assert ended.value.code == 64
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and said in err and "--help" in err, err

@@ -39,6 +39,18 @@ def test_an_emptied_folder_fails_once_with_the_way_out(reconcile: Any) -> None:
     assert rc.status() == {}
 
 
+def test_manifests_one_folder_down_are_named_where_none_is_found(reconcile: Any) -> None:
+    """`-f m` with the manifests in m/engines/: `validate` is green (nothing invalid) but says
+    so, and `--once` and `plan` name the subfolder instead of a bare "holds no manifest"."""
+    rc = reconcile
+    (rc.manifests / "engines").mkdir()
+    (rc.manifests / "engines" / "web.yaml").write_text(rc.dump_yaml(rc.deployment("web")))
+    hint = f"({rc.manifests / 'engines'} holds 1: -f reads one folder, not its subfolders)"
+    assert f"warning: no manifest found {hint}" in rc("validate", check=0).err
+    assert f"holds no manifest {hint}: nothing pruned" in rc.once(check=1).err
+    assert f"holds no manifest {hint}: nothing pruned" in rc("plan", check=1).out
+
+
 def test_once_fails_while_a_deployment_crash_loops(reconcile: Any) -> None:
     """BackOff after a failed restart is exit 1, naming it: cron mails."""
     rc = reconcile

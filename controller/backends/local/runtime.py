@@ -217,7 +217,11 @@ class LocalBackend:
         return self.containers.drop_unused_pulls(specs)
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
-        return None  # the planner's ledger of this node's devices already decided
+        """The planner's ledger of this node's devices already decided; a port this user may
+        never bind (`port: 80`, not as root) it cannot see. A container's runtime binds for
+        itself (docker's daemon is root): only a process is refused."""
+        port = spec.process_port
+        return ports.privileged(port) if port is not None else None
 
     def spawn(
         self,

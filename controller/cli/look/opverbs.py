@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -164,6 +164,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
     errors += _prune_errors(loaded, cfg.allow_empty)
     errors += _stuck(found, observed, cfg.owner, desired.entries.values())
+    errors += _unbindable(found, desired.entries, cfg.backend)
     errors += _unreadable_node_config(cfg)
     errors += _source_failing(cfg)
     pending = planview.pending(found)
@@ -248,6 +249,22 @@ def _stuck(
     return out + [printable(why) for why in stuck.values()]
 
 
+def _unbindable(found: Iterable[Change], entries: Mapping[str, Entry], backend: str) -> list[str]:
+    """A start the pass would leave Pending on a port this user may never bind (`port: 80`,
+    not as root): `--once` exits 1 on it, so `plan` does (the local backend's check)."""
+    if backend != "local":
+        return []
+    from controller.host.ports import privileged
+
+    out = []
+    for change in found:
+        entry = entries.get(base_name(change.name))
+        port = entry.deployment.spec.process_port if entry is not None else None
+        why = privileged(port) if port and change.kind in ("create", "replace") else None
+        out += [f"{change.name}: {why}"] if why else []
+    return out
+
+
 def _before_the_first_fetch(cfg: Config) -> tuple[str, int] | None:
     """A git source this node never applied a commit of: no checkout to plan against.
     What to say and the exit code: 2, the first pass applies it; 1, its fetch fails."""
@@ -308,7 +325,10 @@ def _prune_errors(loaded: LoadResult, allow_empty: bool) -> list[str]:
     """The folder problems that make `--once` exit 1 (and prune nothing)."""
     out = loaded.folder_problems()
     if not out and not loaded.prune_safe and not allow_empty:
-        out.append("the manifests folder holds no manifest: nothing pruned (--allow-empty)")
+        out.append(
+            f"the manifests folder holds no manifest{loaded.near_miss}: nothing pruned "
+            "(--allow-empty)"
+        )
     return out
 
 

@@ -18,6 +18,8 @@ llama-cpp-python 0.3.36, which ``scripts/build-llama-server`` builds):
 
 from __future__ import annotations
 
+import re
+
 from controller.core.engines.base import (
     COMPLETIONS,
     HEALTH,
@@ -45,6 +47,20 @@ IMAGE_EXECUTABLE = "/app/llama-server"
 OWNED = {"--host": HOST, "--port": PORT, "-m": MODEL, "--model": MODEL}
 
 
+# `Qwen/Qwen2.5-0.5B-Instruct-GGUF`: a repository of the hub, as vLLM's spec.model takes it.
+# llama-server's -m takes a file; `-m owner/repo` died at every start ("failed to load").
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _hub_id(model: str) -> str:
+    return (
+        f"engine 'llama-cpp' takes spec.model as the path of a .gguf file, and {model!r} "
+        "reads as a Hugging Face repository: pull a file of it with spec.source: "
+        f'{{huggingFace: {{repo: {model}, files: ["*q4_k_m.gguf"]}}}} and leave spec.model '
+        "out, or give the file's path"
+    )
+
+
 class LlamaCppRecipe:
     engine = "llama-cpp"
     extra_ports = 0
@@ -54,6 +70,8 @@ class LlamaCppRecipe:
     def launch(self, ctx: RenderContext) -> Launch:
         if not ctx.model:
             raise RecipeError("engine 'llama-cpp' needs spec.model (the path of a .gguf file)")
+        if HUB_ID.match(ctx.model) and not ctx.model.lower().endswith(".gguf"):
+            raise RecipeError(_hub_id(ctx.model))
         refuse_flags(self.engine, ctx.args, OWNED)
         has_gpu = any(d.kind in GPU_KINDS for d in ctx.devices)
         argv = (

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from controller.core.manifest import hints
 from controller.core.manifest.excerpt import clip, did_you_mean, short
 
 Loc = tuple[str | int, ...]
@@ -38,24 +39,39 @@ def problems(exc: ValidationError, document: object) -> list[Problem]:
 
 
 def _problem(err: ErrorDetails, document: object) -> Problem:
+    path = _path(err["loc"], document)
+    return Problem(path, _message(err, path), err["type"] == "extra_forbidden")
+
+
+def _message(err: ErrorDetails, path: Loc) -> str:
     message = err["msg"].removeprefix("Value error, ")  # a validator's own ValueError
-    if err["type"] == "model_type":  # not "...or instance of DeploymentSpec": Python's words
-        message = f"Input should be a mapping of fields, not {_kind(err['input'])}"
-    elif err["type"] in ("tuple_type", "list_type"):  # YAML has lists, not tuples
-        message = _list_message(err["loc"], err["input"])
-    elif err["type"] in ("literal_error", "enum"):  # `always`, `llamacpp`: say which one
+    kind, value = err["type"], err["input"]
+    field = next((part for part in reversed(path) if isinstance(part, str)), "")
+    if kind == "model_type":  # not "...or instance of DeploymentSpec": Python's words
+        message = f"Input should be a mapping of fields, not {_kind(value)}"
+    if kind in ("model_type", "dict_type"):  # `devices: 1`, `env: [A=b]`: what to write
+        message += hints.for_mapping(field, value)
+    elif kind == "string_type":  # `{port}`, `true`, `1.0` unquoted: YAML's, not text
+        message += hints.for_text(value)
+    elif kind in ("tuple_type", "list_type"):  # YAML has lists, not tuples
+        message = _list_message(err["loc"], value, field)
+    elif kind == "int_from_float" and path[-2:] == ("devices", "count"):  # half a GPU
+        message += hints.PART_OF_A_DEVICE
+    elif kind == "missing":  # `apiVersion` left out: the line to add
+        message += hints.for_missing(path)
+    elif kind in ("literal_error", "enum"):  # `always`, `llamacpp`: say which one
         message += _meant(err)
-    elif err["type"] in ("float_parsing", "int_parsing") and _in_seconds(err):
+    elif kind in ("float_parsing", "int_parsing") and _in_seconds(err):
         # `stopGracePeriodSeconds: 30s` (idleTimeout takes "90s"): the name says the unit
-        message = f"a number of seconds (e.g. 30), not {short(str(err['input']))}"
-    return Problem(_path(err["loc"], document), message, err["type"] == "extra_forbidden")
+        message = f"a number of seconds (e.g. 30), not {short(str(value))}"
+    return message
 
 
-def _list_message(loc: tuple[str | int, ...], value: object) -> str:
+def _list_message(loc: tuple[str | int, ...], value: object, written: str | int) -> str:
     """A list was wanted; for an argv written as one shell line, the list it should be."""
     field = next((part for part in reversed(loc) if part in ("command", "args")), None)
     if field is None or not isinstance(value, str):
-        return f"Input should be a list, not {_kind(value)}"
+        return f"Input should be a list, not {_kind(value)}" + hints.for_list(written, value)
     try:
         words = shlex.split(value)
     except ValueError:  # unbalanced quotes: show the words split on spaces

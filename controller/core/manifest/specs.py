@@ -30,6 +30,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from controller.core.digest import sha256_hex
+from controller.core.manifest import hints
 from controller.core.manifest.excerpt import did_you_mean, short
 from controller.core.manifest.labels import Labels
 
@@ -129,6 +130,38 @@ def _absolute(path: str) -> str:
     if not path.startswith("/"):
         raise ValueError(f"httpGet.path {path!r} must start with '/'")
     return path
+
+
+# RFC 1123 host names (`localhost`, `gpu-box.lan`); IP addresses are ipaddress' to check.
+HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
+)
+
+
+def _bind_address(host: str) -> str:
+    """An address the engine can bind and the probes reach: an IP or a host name, bare
+    (`localhost:8000` or `http://0.0.0.0` reached the engine's --host as written)."""
+    if _is_address(host):
+        return host
+    bare = host.split("://", 1)[-1].split("/", 1)[0]
+    bare = bare if bare.count(":") > 1 else bare.split(":", 1)[0]  # IPv6 keeps its colons
+    bare = bare.strip("[]")
+    hint = f": write host: {json.dumps(bare)}" if _is_address(bare) else ""
+    raise ValueError(
+        f"host {short(host)} is not an address to bind: an IP address or a host name, "
+        f"without a scheme or a port (the port is spec.port or spec.basePort){hint}"
+    )
+
+
+def _is_address(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return bool(HOST_NAME.match(host))
+    return True
 
 
 def _env_names(env: dict[str, str]) -> dict[str, str]:
@@ -432,11 +465,15 @@ ContainerRuntime = Literal["podman", "docker"]
 
 def _image_ref(image: str) -> str:
     if not IMAGE_REF.match(image):
-        raise ValueError(
-            f"image {short(image)} is not an image reference: [registry/]name[:tag][@sha256:"
-            "<64 hex>], lower-case name (e.g. docker.io/vllm/vllm-openai:v0.11.0)"
-        )
+        slip = hints.for_image(image, lambda fixed: bool(IMAGE_REF.match(fixed)))
+        raise ValueError(f"image {short(image)} is not an image reference{slip or _IMAGE_FORM}")
     return image
+
+
+_IMAGE_FORM = (
+    ": [registry/]name[:tag][@sha256:<64 hex>], lower-case name (e.g. "
+    "docker.io/vllm/vllm-openai:v0.11.0)"
+)
 
 
 def _volume(volume: str) -> str:
@@ -563,7 +600,7 @@ class DeploymentSpec(Model):
     devices: Devices = Field(
         default=Devices(), description="The devices (GPUs) to lease for this engine."
     )
-    host: str = Field(
+    host: Annotated[str, AfterValidator(_bind_address)] = Field(
         default="127.0.0.1", description="The address the engine binds (default 127.0.0.1)."
     )
     port: Port | None = Field(
@@ -750,6 +787,12 @@ class DeploymentSpec(Model):
             return scale.min
         return self.replicas
 
+    @property
+    def process_port(self) -> int | None:
+        """The port an engine process is asked to bind first (``port``, else ``basePort``);
+        None in a container (its runtime binds for it) or for the default 8000."""
+        return None if self.container is not None else (self.port or self.base_port)
+
 
 def _is_zero(value: int | str) -> bool:
     return value in (0, "0%")
@@ -873,15 +916,20 @@ def json_schema() -> dict[str, Any]:
 def fields_at(path: tuple[str | int, ...]) -> tuple[str, ...]:
     """The field names (as the manifest spells them) a mapping at ``path`` may hold.
 
-    ``("spec", "readiness")`` -> ``("httpGet", "tcpSocket", ...)``; an unknown path, a
-    list or a free-form mapping (``env``, ``labels``) holds no known names: ``()``.
+    ``("spec", "readiness")`` -> ``("httpGet", "tcpSocket", ...)``; an unknown path or a
+    free-form mapping (``env``, ``labels``) holds no known names: ``()``.
     """
-    schema = _schema()
+    return fields_in(_schema(), path)
+
+
+def fields_in(schema: dict[str, Any], path: tuple[str | int, ...]) -> tuple[str, ...]:
+    """``fields_at`` for any model's JSON Schema (by alias): node.yaml's too. A list's index
+    steps into its items (``envFrom[0]`` holds ``file``, ``sopsFile``)."""
     node: dict[str, Any] = schema
     for part in path:
-        if isinstance(part, int):
-            return ()
-        node = _resolve(schema, node).get("properties", {}).get(part, {})
+        key = "items" if isinstance(part, int) else "properties"
+        inner = _resolve(schema, node).get(key, {})
+        node = inner if isinstance(part, int) else inner.get(part, {})
     return tuple(_resolve(schema, node).get("properties", {}))
 
 

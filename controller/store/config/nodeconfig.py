@@ -39,13 +39,14 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pydantic.alias_generators import to_camel
 
 from controller.core.devices.capacity import Limits
+from controller.core.manifest.excerpt import did_you_mean
 from controller.core.manifest.labels import Labels
 from controller.core.manifest.quantity import parse_duration
-from controller.core.manifest.specerrors import problems
-from controller.core.manifest.specs import NOT_BOOL, ContainerRuntime
+from controller.core.manifest.specerrors import Problem, problems
+from controller.core.manifest.specs import NOT_BOOL, ContainerRuntime, fields_in
 from controller.errors import ConfigError
 from controller.store.instances import logfiles, outbox
-from controller.store.sources.yamlread import field_path, line_for, load_mapping
+from controller.store.sources.yamlread import Path_, field_path, line_for, load_mapping
 from controller.store.statedir import StateDir
 
 Kind = Literal["nvidia", "amd", "apple", "cpu"]
@@ -192,18 +193,24 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
     try:
         found = NodeFile.model_validate(value)
     except ValidationError as exc:
-        first = problems(exc, value)[0]
-        loc, message = first.loc, first.message
-        line = line_for(lines, loc)
-        where = f"{path}:{line}" if line else str(path)
-        if first.unknown:
-            message = (
-                "unknown setting (maxInstances, maxInstancesPerKind, logMaxBytes, logMaxFiles, "
-                "tlsCert, tlsKey, containerRuntime, labels, git, notify; under git: url, branch,"
-                " tag, path, interval, timeout, webhookSecretFile, verify, autoRollback; under"
-                " notify:"
-                " url, events)"
-            )
-        raise ConfigError(f"{where}: {field_path(loc)}: {message}") from exc
+        said = [_said(path, lines, problem) for problem in problems(exc, value)]
+        raise ConfigError("; ".join(said)) from exc
     found._folder = path.parent.absolute()
     return found
+
+
+def _said(path: Path, lines: dict[Path_, int], problem: Problem) -> str:
+    """One problem of the file, where it is; an unknown setting with the one meant, else
+    the settings its mapping may hold."""
+    line = line_for(lines, problem.loc)
+    where = f"{path}:{line}" if line else str(path)
+    message = problem.message
+    if problem.unknown:
+        known = fields_in(NodeFile.model_json_schema(by_alias=True), problem.loc[:-1])
+        meant = did_you_mean(str(problem.loc[-1]), known)
+        message = (
+            f"unknown setting: did you mean `{meant}`?"
+            if meant
+            else f"unknown setting (here: {', '.join(known)})"
+        )
+    return f"{where}: {field_path(problem.loc)}: {message}"

@@ -71,6 +71,8 @@ def read_bounded(path: Path, strict: bool = False) -> bytes:
         info = os.fstat(fd)
         if strict:  # as root: the file we opened, not a path someone could swap
             security.check_manifest(info)
+        if stat.S_ISDIR(info.st_mode):  # `-f` reads a folder's files, not its subfolders'
+            raise OSError("a folder, not a file: name it its own -f, or rename it")
         if not stat.S_ISREG(info.st_mode):
             raise OSError(f"not a regular file (mode {stat.filemode(info.st_mode)})")
         if info.st_size > MAX_FILE_BYTES:

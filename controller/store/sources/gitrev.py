@@ -22,10 +22,13 @@ def git_dirs(folder: Path) -> tuple[Path, Path] | None:
     """(the repository's git dir for HEAD, the common dir for refs), or None."""
     for parent in (folder, *folder.parents):
         dot = parent / ".git"
-        if dot.is_dir():
-            return dot, dot
-        if dot.is_file():
-            return _linked(dot)
+        try:
+            if dot.is_dir():
+                return dot, dot
+            if dot.is_file():
+                return _linked(dot)
+        except OSError:  # a folder this user may not search (EACCES): no revision, no error
+            return None
     return None
 
 

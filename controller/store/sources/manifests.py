@@ -9,6 +9,7 @@ yaml is imported only for one that is not.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -18,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from controller.core.manifest import hints
 from controller.core.manifest.cluster import cluster_refusals
 from controller.core.manifest.excerpt import clip, did_you_mean, short
 from controller.core.manifest.labels import key_problem, value_problem
@@ -81,6 +83,8 @@ class LoadResult:
         lines = self.field_lines.get((entry.source, entry.line))
         return entry.line if lines is None else bounded.line_for(lines, loc)
 
+    # With no manifest found: what the folders hold that looks meant as one (nearmiss.py).
+    near_miss: str = ""
     backend: str = "local"  # the backend the specs are for: a cluster refuses some fields
     repo: Path | None = None  # the git checkout the folders are in (``load``)
 
@@ -155,6 +159,9 @@ def _unknown_field(loc: Sequence[str | int]) -> str:
     meant = did_you_mean(str(loc[-1]), known) if loc else None
     if meant is not None:
         return f"unknown field: did you mean `{meant}`?"
+    instead = hints.elsewhere(tuple(loc[:-1]), str(loc[-1])) if loc else None
+    if instead is not None:  # Kubernetes' `readinessProbe`, compose's `environment`
+        return f"unknown field: reconcile's is {instead}"
     return "unknown field (check the spelling; `reconcile schema` lists fields)"
 
 
@@ -169,7 +176,7 @@ def load_file(
         _broken(result, ManifestError(file, None, None, str(exc)))
         return
     except (OSError, RuntimeError, UnicodeDecodeError) as exc:
-        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else _os_words(exc, file)
         _broken(result, ManifestError(file, None, None, f"cannot read: {reason}"))
         return
     if not raw.strip():
@@ -190,13 +197,12 @@ def _parse(text: str, file: str, result: LoadResult) -> list[Document] | None:
     """The file's documents, or None with the file marked broken (where, and why)."""
     import yaml
 
-    from controller.store.sources import yamlread
+    from controller.store.sources import yamlread, yamlwords
 
     try:
         return yamlread.documents(text)
     except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else None
-        problem = f"invalid YAML: {exc.problem}{_tab_hint(text, line)}"
+        line, problem = yamlwords.syntax_error(exc, text)
         _broken(result, ManifestError(file, line, None, problem))
     except yaml.reader.ReaderError as exc:  # a character YAML refuses (NUL, ...): say where
         _broken(result, ManifestError(file, *_none_field(yamlread.reader_error_line(text, exc))))
@@ -205,18 +211,21 @@ def _parse(text: str, file: str, result: LoadResult) -> list[Document] | None:
     return None
 
 
-def _tab_hint(text: str, line: int | None) -> str:
-    """PyYAML's words for a tab ("found character that cannot start any token") never say
-    tab: name it, and where, when the line the error is on indents with one."""
-    lines = text.splitlines()
-    if line is None or not 0 < line <= len(lines):
-        return ""
-    row = lines[line - 1]
-    indent = row[: len(row) - len(row.lstrip(" \t"))]
-    if "\t" not in indent:
-        return ""
-    column = indent.index("\t") + 1
-    return f" (a tab at column {column}: YAML indents with spaces only)"
+def _os_words(exc: OSError | RuntimeError, path: str) -> str:
+    """Why a file or folder could not be read, and the next move, without errno's numbers
+    (``[Errno 13] Permission denied: '<the path again>'``)."""
+    if isinstance(exc, PermissionError):
+        return (
+            f"permission denied to reconcile's user (uid {os.geteuid()}): make it readable "
+            "to that user, or run reconcile as its owner"
+        )
+    loop = "loop" in str(exc) if isinstance(exc, RuntimeError) else exc.errno == errno.ELOOP
+    if loop:  # Python's Path.resolve raises RuntimeError for it (3.11, 3.12)
+        return "a symlink loop: point the link at a file"
+    target = exc.filename if isinstance(exc, FileNotFoundError) else None
+    if target is not None and str(target) != path:  # read through a link (bounded.py)
+        return f"a symlink to {short(str(target), 80)}, which does not exist"
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
 
 def _none_field(where: tuple[int, str]) -> tuple[int, None, str]:
@@ -232,7 +241,7 @@ def _load_document(
     value: Any, lines: dict[Path_, int], line: int, file: str, result: LoadResult
 ) -> None:
     if not isinstance(value, dict):
-        result.errors.append(ManifestError(file, line, None, "a document must be a mapping"))
+        result.errors.append(ManifestError(file, line, None, _not_a_mapping(value)))
         result.broken_sources.add(file)
         return
     foreign = _foreign_kind(value)
@@ -281,6 +290,18 @@ def _load_document(
     _add(result, Entry(deployment, file, line, spec_hash(deployment.spec)))
 
 
+def _not_a_mapping(value: Any) -> str:
+    """A document that is no mapping; a list of manifests (`- apiVersion: ...`) is the one
+    people write, for a file of several."""
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return (
+            "a document must be a mapping, not a list of them: write each manifest as its "
+            "own document, separated by a line `---`"
+        )
+    kind = {list: "a list", str: "text", bool: "a boolean"}.get(type(value), "a number")
+    return f"a document must be a mapping (apiVersion: reconcile/v1, kind: ...), not {kind}"
+
+
 def _raw_selector(value: dict[Any, Any]) -> dict[str, str]:
     """An invalid document's ``spec.nodeSelector`` when it is a valid one itself, else {}
     (a node that cannot tell whose it is treats it as its own: the error is shown)."""
@@ -308,7 +329,7 @@ def _foreign_kind(value: dict[Any, Any]) -> str | None:
             "tool's file?): reconcile reads apiVersion reconcile/v1, kind Deployment; keep "
             "other files out of the manifests folder"
         )
-    if not isinstance(api, str) or api == "reconcile/v1" or not api:
+    if not isinstance(api, str) or api == "reconcile/v1" or not api or _ours(value):
         return None
     what = f"{clip(api)} {clip(kind)}" if isinstance(kind, str) else clip(api)
     return (
@@ -316,6 +337,14 @@ def _foreign_kind(value: dict[Any, Any]) -> str | None:
         "Deployment; keep Kubernetes objects out of the manifests folder (`reconcile export` "
         "makes them from it)"
     )
+
+
+def _ours(value: dict[Any, Any]) -> bool:
+    """A document with ``spec.engine`` is a reconcile manifest whatever its apiVersion
+    (``v1``, ``apps/v1`` out of habit): it is checked as one, so the error is that field's
+    and its deployment shows as invalid, not "keep Kubernetes objects out"."""
+    spec = value.get("spec")
+    return isinstance(spec, dict) and "engine" in spec
 
 
 def _recipe_problem(deployment: Deployment) -> str | None:
@@ -342,13 +371,14 @@ def _add(result: LoadResult, entry: Entry) -> None:
         return
     where = f"{result.named(first.source)}:{first.line}" if first else "an invalid document"
     message = f"duplicate deployment name {name!r}: also declared in {where}"
-    result.errors.append(ManifestError(entry.source, entry.line, "metadata.name", message, name))
+    error = ManifestError(entry.source, entry.line, "metadata.name", message, name)
+    result.errors.append(error)
     if first is not None:
         del result.entries[name]
         also = f"{result.named(entry.source)}:{entry.line}"
         other = f"duplicate deployment name {name!r}: also declared in {also}"
         result.errors.append(ManifestError(first.source, first.line, "metadata.name", other, name))
-    result.invalid_names[name] = message
+    result.invalid_names[name] = str(result.error(error))  # where, as every invalid one says
 
 
 def is_single_file(path: Path) -> bool:
@@ -396,6 +426,7 @@ def load(
     cache = ParseCache(cache_file) if cache_file is not None else None
     strict = security.strict(insecure)
     seen: set[str] = set()  # real paths: `-f m -f m/a.yaml` (or one folder twice) reads a.yaml once
+    folders = list(folders)  # read twice: for its files, then (none found) for near misses
     for folder in folders:
         try:
             files = _listing(folder, strict)
@@ -413,8 +444,8 @@ def load(
             _unusable(result, str(folder), "is refused (others can write it)", str(exc))
             continue
         except OSError as exc:  # no permission, a symlink loop (ELOOP)...
-            why = f"cannot be listed ({exc.strerror or exc})"
-            _unusable(result, str(folder), why, f"cannot list: {exc}")
+            words = _os_words(exc, str(folder))
+            _unusable(result, str(folder), f"cannot be listed ({words})", f"cannot list: {words}")
             continue
         for path in files:
             real = os.path.realpath(path)
@@ -426,6 +457,10 @@ def load(
             _load_guarded(path, result, strict, cache)
     if cache is not None and not result.missing_folders:  # a missing folder: keep its files'
         cache.save()
+    if not result.missing_folders and not result.prune_safe:  # a puzzle: say what is there
+        from controller.store.sources.nearmiss import near_misses
+
+        result.near_miss = near_misses([f for f in folders if f.is_dir()], result.named)
     _check_model_names(result)
     _check_fallbacks(result)
     result.errors = [result.error(e) for e in result.errors]

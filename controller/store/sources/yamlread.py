@@ -17,6 +17,7 @@ from yaml.resolver import Resolver
 
 # yaml-free helpers live in store/sources/bounded.py (a pass whose manifests are all in the
 # parse cache never imports yaml); re-exported here for the node config reader.
+from controller.core.manifest import excerpt
 from controller.store.sources.bounded import MAX_FILE_BYTES as MAX_FILE_BYTES
 from controller.store.sources.bounded import Document as Document
 from controller.store.sources.bounded import Path_ as Path_
@@ -103,7 +104,10 @@ class _Converter:
             return self._mapping(node, path, depth)
         if isinstance(node, yaml.SequenceNode):
             return [self.convert(v, (*path, i), depth + 1) for i, v in enumerate(node.value)]
-        return self._constructor.construct_object(node, deep=True)
+        try:
+            return self._constructor.construct_object(node, deep=True)
+        except ValueError as exc:  # `2026-13-45` (a date), an int past Python's 4300 digits
+            raise _fail(node, _unreadable_scalar(node, exc)) from None
 
     def _mapping(self, node: yaml.MappingNode, path: Path_, depth: int) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
@@ -126,6 +130,17 @@ class _Converter:
             self.lines.setdefault((*path, key), key_node.start_mark.line + 1)
             out[key] = self.convert(value_node, (*path, key), depth + 1)
         return out
+
+
+def _unreadable_scalar(node: yaml.Node, exc: ValueError) -> str:
+    """A plain scalar YAML types (a number, a date) that Python cannot make: what it read
+    it as, and to quote it (Python's words for a long int name sys.set_int_max_str_digits)."""
+    kind = str(node.tag).rsplit(":", 1)[-1]
+    if kind == "int":
+        return f"a number of {len(str(node.value))} digits, too long to read: quote it"
+    return (
+        f"{excerpt.short(str(node.value))} reads as a {kind} in YAML but is none ({exc}): quote it"
+    )
 
 
 def documents(text: str) -> list[Document]:
@@ -154,8 +169,10 @@ def load_mapping(path: Path) -> tuple[dict[str, Any], dict[Path_, int]]:
         converter = _Converter()
         value = converter.convert(node) if node is not None else {}
     except yaml.MarkedYAMLError as exc:
-        line = f":{exc.problem_mark.line + 1}" if exc.problem_mark else ""
-        raise ValueError(f"{path}{line}: invalid YAML: {exc.problem}") from exc
+        from controller.store.sources.yamlwords import syntax_error
+
+        at, problem = syntax_error(exc, text)
+        raise ValueError(f"{path}{f':{at}' if at else ''}: {problem}") from exc
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
         raise ValueError(f"{path}: cannot read: {exc}") from exc
     if not isinstance(value, dict):

@@ -89,7 +89,16 @@ def test_skips_hidden_temp_and_other_files(tmp_path: Path) -> None:
             id="missing-command-points-at-spec",
         ),
         pytest.param(
-            "- just\n- a list\n", "bad.yaml:1: a document must be a mapping", id="not-a-mapping"
+            "- just\n- a list\n",
+            "bad.yaml:1: a document must be a mapping (apiVersion: reconcile/v1, kind: ...), not "
+            "a list",
+            id="not-a-mapping",
+        ),
+        pytest.param(
+            GOOD.format(name="a").replace("\n", "\n  ").replace("apiVersion", "- apiVersion"),
+            "bad.yaml:1: a document must be a mapping, not a list of them: write each manifest "
+            "as its own document, separated by a line `---`",
+            id="a-list-of-manifests",
         ),
         pytest.param(
             "base: &b {engine: command}\nspec:\n  <<: *b\n",
@@ -182,6 +191,12 @@ def test_duplicate_names_across_files_are_both_reported(tmp_path: Path) -> None:
     assert messages[0].startswith(f"{tmp_path / 'a.yaml'}:1: metadata.name: duplicate")
     assert f"also declared in {tmp_path / 'b.yaml'}:1" in messages[0]
     assert f"also declared in {tmp_path / 'a.yaml'}:1" in messages[1]
+    # status' message for the engine left running names the file and field, as others do
+    said = result.invalid_names["web"]
+    also = f"also declared in {tmp_path / 'a.yaml'}:1"
+    assert (
+        said == f"{tmp_path / 'b.yaml'}:1: metadata.name: duplicate deployment name 'web': {also}"
+    )
 
 
 def test_duplicate_of_an_invalid_document(tmp_path: Path) -> None:
@@ -217,11 +232,24 @@ def test_one_file_named_twice_is_read_once(tmp_path: Path, also: str) -> None:
     assert list(result.entries) == ["web"] and result.files == [str(web)]
 
 
-@pytest.mark.parametrize("kind", ["directory", "fifo", "not-utf8", "too-big", "dangling-link"])
-def test_unreadable_files(tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("directory", "a folder, not a file: name it its own -f, or rename it"),
+        ("fifo", "not a regular file (mode p"),
+        ("not-utf8", "not UTF-8 text"),
+        ("too-big", "bytes is over the 1048576-byte limit"),
+        ("dangling-link", "nowhere.yaml', which does not exist"),
+        ("symlink-loop", "a symlink loop: point the link at a file"),
+    ],
+)
+def test_unreadable_files(tmp_path: Path, kind: str, reason: str) -> None:
     path = tmp_path / "bad.yaml"
     if kind == "directory":
         path.mkdir()
+    elif kind == "symlink-loop":
+        path.symlink_to("loop.yaml")
+        (tmp_path / "loop.yaml").symlink_to("bad.yaml")
     elif kind == "fifo":
         os.mkfifo(path)
     elif kind == "not-utf8":
@@ -232,8 +260,9 @@ def test_unreadable_files(tmp_path: Path, kind: str) -> None:
         path.symlink_to(tmp_path / "nowhere.yaml")
     write(tmp_path, "good.yaml", GOOD.format(name="good"))
     result = load([tmp_path])
-    message = only_error(result)
-    assert message.startswith(f"{path}: cannot read"), message
+    message = next(str(e) for e in result.errors if e.file == str(path))
+    assert message.startswith(f"{path}: cannot read: "), message
+    assert reason in message and "Errno" not in message, message
     assert str(path) in result.broken_sources
     assert "good" in result.entries
 
@@ -464,3 +493,256 @@ def test_real_ambiguity_is_an_error_naming_both_files(
     messages = [str(e) for e in result.errors]
     assert any(m.startswith(f"{b}:1: {field}: ") and why in m and str(a) in m for m in messages)
     assert any(m.startswith(f"{a}:1: ") and str(b) in m for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        pytest.param(
+            "  args: [--port-file, {port}]\n",
+            "spec.args[1]: Input should be a valid string: YAML reads {port} unquoted as a "
+            'mapping: quote it ("{port}")',
+            id="unquoted-placeholder",
+        ),
+        pytest.param(
+            "  env: {DEBUG: true}\n",
+            "spec.env.DEBUG: Input should be a valid string: YAML reads an unquoted true "
+            "(yes/no/on/off) as a boolean: quote it",
+            id="boolean-where-text-goes",
+        ),
+        pytest.param(
+            "  env: {RELEASE: 2026-12-06}\n",
+            "spec.env.RELEASE: Input should be a valid string: YAML reads 2026-12-06 as a date: "
+            'quote it ("2026-12-06")',
+            id="date-where-text-goes",
+        ),
+        pytest.param(
+            "  env: {RELEASE: 2026-13-45}\n",
+            "invalid YAML: '2026-13-45' reads as a timestamp in YAML but is none (month must be "
+            "in 1..12): quote it",
+            id="no-date-where-yaml-sees-one",
+        ),
+        pytest.param(
+            "  env: {BIG: " + "9" * 5000 + "}\n",
+            "invalid YAML: a number of 5000 digits, too long to read: quote it",
+            id="a-number-python-will-not-read",
+        ),
+        pytest.param(
+            "  env: {TOKEN: }\n",
+            "spec.env.TOKEN: Input should be a valid string: the value is empty (or null): "
+            'give one, quoted ("") for an empty string',
+            id="empty-where-text-goes",
+        ),
+        pytest.param(
+            "  env: [HF_HOME=/data/hf, A=b=c]\n",
+            "spec.env: Input should be a valid dictionary: a mapping, not KEY=VALUE items: "
+            'write env: {HF_HOME: "/data/hf", A: "b=c"}',
+            id="env-as-docker-list",
+        ),
+        pytest.param(
+            "  devices: 1\n",
+            "spec.devices: Input should be a mapping of fields, not int: write devices: {count: 1}",
+            id="devices-as-a-count",
+        ),
+        pytest.param(
+            "  devices: {count: 0.5}\n",
+            "spec.devices.count: Input should be a valid integer, got a number with a fractional "
+            "part: a whole number of devices; to share one, give the memory each engine needs "
+            "of it (devices: {count: 1, memory: 20Gi}): engines are then packed by memory",
+            id="half-a-gpu",
+        ),
+        pytest.param(
+            "  readiness: {httpGet: /health}\n",
+            "spec.readiness.httpGet: Input should be a mapping of fields, not str: write "
+            'httpGet: {path: "/health"}',
+            id="httpget-as-a-path",
+        ),
+        pytest.param(
+            "  container: docker.io/vllm/vllm-openai:v0.11.0\n",
+            'write container: {image: "docker.io/vllm/vllm-openai:v0.11.0"}',
+            id="container-as-an-image",
+        ),
+        pytest.param(
+            "  envFrom:\n    file: /etc/hf.env\n",
+            "spec.envFrom: Input should be a list, not dict: start each item with '- '",
+            id="list-written-as-its-item",
+        ),
+        pytest.param(
+            "  aliases: llama3\n",
+            'spec.aliases: Input should be a list, not str: write aliases: ["llama3"]',
+            id="list-written-as-a-word",
+        ),
+        pytest.param(
+            "  host: localhost:8000\n",
+            "spec.host: host 'localhost:8000' is not an address to bind: an IP address or a "
+            "host name, without a scheme or a port (the port is spec.port or spec.basePort): "
+            'write host: "localhost"',
+            id="host-with-a-port",
+        ),
+        pytest.param(
+            "  host: http://0.0.0.0\n",
+            "is not an address to bind: an IP address or a host name, without a scheme or a port "
+            '(the port is spec.port or spec.basePort): write host: "0.0.0.0"',
+            id="host-as-a-url",
+        ),
+        pytest.param(
+            "  readinessProbe: {httpGet: {path: /health}}\n",
+            "spec.readinessProbe: unknown field: reconcile's is `readiness`",
+            id="kubernetes-field-name",
+        ),
+        pytest.param(
+            "  environment: {A: b}\n",
+            "spec.environment: unknown field: reconcile's is `env`",
+            id="compose-field-name",
+        ),
+        pytest.param(
+            "  envFrom: [{fiel: /etc/hf.env}]\n",
+            "spec.envFrom[0].fiel: unknown field: did you mean `file`?",
+            id="a-misspelt-field-in-a-list-item",
+        ),
+        pytest.param(
+            "  gpus: 1\n",
+            "spec.gpus: unknown field: reconcile's is `devices.count`",
+            id="gpus-field",
+        ),
+        pytest.param(
+            "  labels: {team: a}\n",
+            "spec.labels: unknown field: reconcile's is `metadata.labels`",
+            id="labels-under-spec",
+        ),
+        pytest.param(
+            '  container: {image: "docker.io/vllm/vllm-openai:v0.11.0 "}\n',
+            "spec.container.image: image 'docker.io/vllm/vllm-openai:v0.11.0 ' is not an image "
+            "reference: spaces around it: write image: docker.io/vllm/vllm-openai:v0.11.0",
+            id="image-with-a-pasted-space",
+        ),
+        pytest.param(
+            "  container: {image: https://Docker.io/vllm/vllm-openai:v0.11.0}\n",
+            "is not an image reference: a URL's scheme (an image reference has none) and upper "
+            "case in its name: write image: docker.io/vllm/vllm-openai:v0.11.0",
+            id="image-as-a-url",
+        ),
+        pytest.param(
+            "  container: {image: vllm/vllm-openai@sha256:abc123}\n",
+            "is not an image reference: its digest must be sha256: and 64 lower-case hex digits",
+            id="image-with-a-short-digest",
+        ),
+        pytest.param(
+            "  devices: {count: 1}\n".replace("count: 1", "count: 1, gpus: 1"),
+            "spec.devices.gpus: unknown field (check the spelling",
+            id="a-table-name-only-where-it-was-meant",
+        ),
+    ],
+)
+def test_a_wrong_shape_says_what_to_write(tmp_path: Path, extra: str, expected: str) -> None:
+    """The YAML slips people make (an unquoted `{port}` or `true`, `devices: 1`, env as
+    KEY=VALUE items, another tool's field name) each get the line to write instead."""
+    write(tmp_path, "bad.yaml", GOOD.format(name="a") + extra)
+    message = only_error(load([tmp_path]))
+    assert expected in message, message
+    assert message.startswith(f"{tmp_path / 'bad.yaml'}:8: "), message
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        pytest.param(
+            "apiVersion: v1\n",
+            "bad.yaml:1: apiVersion: Input should be 'reconcile/v1', not 'v1'",
+            id="kubernetes-habit",
+        ),
+        pytest.param(
+            "apiVersion: reconcile/v2\n",
+            "bad.yaml:1: apiVersion: Input should be 'reconcile/v1', not 'reconcile/v2': did "
+            "you mean `reconcile/v1`?",
+            id="another-version",
+        ),
+        pytest.param(
+            "",
+            "bad.yaml:1: apiVersion: Field required: add `apiVersion: reconcile/v1`",
+            id="left-out",
+        ),
+    ],
+)
+def test_a_manifest_with_a_wrong_api_version_is_checked_as_one(
+    tmp_path: Path, header: str, expected: str
+) -> None:
+    """A document with `spec.engine` is ours whatever its apiVersion says: its error is that
+    field's (not "keep Kubernetes objects out"), every other error of it is said too, and
+    its deployment is known, so `status` shows it invalid instead of the file broken."""
+    text = GOOD.format(name="web").replace("apiVersion: reconcile/v1\n", header)
+    write(tmp_path, "bad.yaml", text.replace("engine: command", "engine: comand"))
+    result = load([tmp_path])
+    messages = [str(e) for e in result.errors]
+    assert any(expected in m for m in messages), messages
+    assert any("spec.engine:" in m and "did you mean `command`?" in m for m in messages)
+    assert "web" in result.invalid_names and not result.broken_sources
+
+
+HEAD = (
+    "apiVersion: reconcile/v1\nkind: Deployment\nmetadata:\n  name: a\nspec:\n  engine: command\n"
+)
+
+
+SLIPS = [
+    ('  command: [serve, "{port}"]\n  basePort:8000\n', 8,
+     "(a key needs ': ', a colon and a space: write `basePort: 8000`)", "key-without-its-space"),
+    ('  command: [serve, "{port}"]\n  just some words\n  port: 8000\n', 8,
+     "(this line is neither `key: value` nor a list item `- value`)", "a-line-of-words"),
+    ('  command: [serve, "{port}]\n', 7,
+     "(a quote opened on line 7 is never closed)", "quote-never-closed"),
+    ('  command: [serve, "{port}"]\n  env:\n    MSG: hello: world\n', 9,
+     '(a value with ": " in it needs quotes: `MSG: "hello: world"`)', "colon-in-a-value"),
+    ('  command: [serve, "{port}"]\n  env:\n    A: b\n     B: c\n', 10,
+     "(this line is indented deeper than the key above it", "indented-deeper"),
+    ('  command: [serve, "{port}"]\n env: {}\n', 8,
+     "(this line is not indented as the keys above it", "indented-less"),
+    ('  command: [serve, "{port}"]\n  env: {A: b\n  port: 8000\n', 9,
+     "(the '{' opened on line 8 is never closed", "brace-never-closed"),
+    ("  command: *argv\n", 7,
+     "(an alias *name needs its anchor &name above it in the same document; anchors do not "
+     "carry over '---')", "alias-of-no-anchor"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "hint"), [pytest.param(b, n, h, id=i) for b, n, h, i in SLIPS]
+)
+def test_a_yaml_slip_is_named_on_its_line(tmp_path: Path, body: str, line: int, hint: str) -> None:
+    """PyYAML names its parser's state ("mapping values are not allowed in this context"),
+    often on the line after the slip (past the end, for a quote never closed): the error
+    names the slip, on the line it is on, and what to write."""
+    write(tmp_path, "bad.yaml", HEAD + body)
+    write(tmp_path, "good.yaml", GOOD.format(name="good"))
+    result = load([tmp_path])
+    message = only_error(result)
+    assert message.startswith(f"{tmp_path / 'bad.yaml'}:{line}: invalid YAML: "), message
+    assert hint in message, message  # after PyYAML's own words (libyaml's or its own)
+    assert "good" in result.entries
+
+
+def test_a_colon_in_a_flow_item_says_to_quote_it(tmp_path: Path) -> None:
+    write(tmp_path, "bad.yaml", HEAD + "  command: [python3, -c, import os: 1]\n")
+    message = only_error(load([tmp_path]))
+    assert message.startswith(
+        f"{tmp_path / 'bad.yaml'}:7: spec.command[2]: Input should be a valid string: YAML "
+        "reads `import os: 1` as a mapping (': ' in an unquoted item): quote it"
+    ), message
+
+
+def test_a_folder_with_no_manifest_says_what_looks_meant_as_one(tmp_path: Path) -> None:
+    """Manifests one folder down, or named web.YAML or web.json, are skipped as they
+    should be; "holds no manifest" then names them, so the puzzle has its answer."""
+    (tmp_path / "m" / "engines").mkdir(parents=True)
+    write(tmp_path / "m" / "engines", "web.yaml", GOOD.format(name="web"))
+    write(tmp_path / "m", "api.YAML", GOOD.format(name="api"))
+    write(tmp_path / "m", "db.json", "{}")
+    result = load([tmp_path / "m"])
+    assert not result.entries and not result.prune_safe
+    assert result.near_miss == (
+        f" ({tmp_path / 'm' / 'engines'} holds 1: -f reads one folder, not its subfolders; "
+        f"api.YAML in {tmp_path / 'm'}: the suffix is lower-case .yaml or .yml; db.json in "
+        f"{tmp_path / 'm'}: manifests are YAML files (.yaml, .yml))"
+    )
+    write(tmp_path / "m", "web.yaml", GOOD.format(name="web"))
+    assert load([tmp_path / "m"]).near_miss == ""  # a manifest found: nothing to explain

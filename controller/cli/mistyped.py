@@ -1,0 +1,54 @@
+"""A verb that is not one of reconcile's: the one meant, a slip or another tool's habit.
+
+argparse answers `reconcile stauts` with every verb there is; the one a person meant is
+one letter away, or is kubectl's, docker compose's or systemctl's word for what reconcile
+does another way (`apply`, `up`, `ps`, `rm`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from controller.core.manifest.excerpt import did_you_mean
+
+# Other tools' verbs and reconcile's way to do what they do.
+HABITS = {
+    "apply": "`reconcile --once` (one pass; `reconcile` alone runs the daemon)",
+    "up": "`reconcile --once --wait` (one pass, until Ready; `reconcile` alone runs the daemon)",
+    "run": "`reconcile --once` (one pass; `reconcile` alone runs the daemon)",
+    "start": "`reconcile --once` (one pass; `reconcile` alone runs the daemon)",
+    "sync": "`reconcile --once` (one pass; `reconcile` alone runs the daemon)",
+    "diff": "`reconcile plan`",
+    "help": "`reconcile --help` (or `reconcile VERB --help`)",
+    "ps": "`reconcile status`",
+    "ls": "`reconcile status`",
+    "list": "`reconcile status`",
+    "top": "`reconcile status -o wide` (or `reconcile devices`)",
+    "rm": "`reconcile down NAME`",
+    "delete": "`reconcile down NAME`",
+    "stop": "`reconcile down NAME`",
+    "kill": "`reconcile down NAME`",
+    "log": "`reconcile logs`",
+    "version": "`reconcile --version`",
+    "check": "`reconcile validate`",
+    "lint": "`reconcile validate`",
+}
+_INVALID = re.compile(r"^argument \[VERB\]: invalid choice: '(?P<word>[^']*)' \(choose from ")
+
+
+def meant(message: str, verbs: Sequence[str]) -> str:
+    """``message`` (argparse's), with the verb meant when it names a mistyped one."""
+    found = _INVALID.match(message)
+    if found is None:
+        return message
+    word = found["word"]
+    if "/" in word or word.endswith((".yaml", ".yml")):  # `reconcile manifests/` (compose's -f)
+        return f"{word!r} is no verb: give a folder or manifest with -f (`reconcile -f {word}`)"
+    habit = HABITS.get(word.lower())
+    if habit is not None:
+        return f"{word!r} is no verb of reconcile's: {habit}"
+    close = did_you_mean(word, verbs, cutoff=0.75)
+    if close is not None:
+        return f"{word!r} is no verb: did you mean `{close}`?"
+    return message
