@@ -34,7 +34,17 @@ from strategies import (
 )
 from test_plan import DRAIN, Case, _holders_of, run
 
-from controller.core.actions import Hold, Preempt, Pull, Release, Replace, Restart, Start, Stop
+from controller.core.actions import (
+    Hold,
+    HoldRestart,
+    Preempt,
+    Pull,
+    Release,
+    Replace,
+    Restart,
+    Start,
+    Stop,
+)
 from controller.core.manifest.names import replica_name
 from controller.core.manifest.specs import Entry, next_name, spec_hash
 from controller.core.plan import Desired, plan
@@ -76,8 +86,13 @@ CASES = [
         id="pull-back-off-not-over-waits",
     ),
     pytest.param(
-        Case(desired(a_gpu), observed(view(pull_backoff()), drain=DRAIN), inv=ONE),
-        id="pull-back-off-over-but-drained-waits",
+        Case(
+            desired(a_gpu),
+            observed(view(pull_backoff()), drain=DRAIN),
+            expect=((HoldRestart, "a", "restart held: node drained"),),
+            inv=ONE,
+        ),
+        id="pull-back-off-over-but-drained-waits-and-says-so",
     ),
     pytest.param(
         Case(
