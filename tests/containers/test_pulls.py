@@ -7,12 +7,13 @@ The stand-in image is pushed once per session; each test removes what it pulled.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from containers.conftest import Engine, Registry, forget_pulled, mistaken, write
-from procs import wait_for
+from procs import wait_for, wait_past
 
 from controller.backends.local.container import PullJob
 from controller.host.containers import LOOKS, Runtime
@@ -104,6 +105,8 @@ def test_a_registry_that_is_down_is_named_and_retried(
     assert engine.ours(rc.state) == []
     # Its retry (a restart, by way of a new pull) fails too: the count goes on through the
     # pull, so it is a crash loop `--once` exits 1 on, as a process's failing start is.
+    # No pass retries before the back-off's end: passes from then (each runs the runtime).
+    wait_past(datetime.fromisoformat(record["backoff_until"]), "the back-off's end")
     looped = wait_for(
         lambda: (done := rc.once(check=None)).code == 1 and "crash-looping" in done.err and done,
         timeout=60,
