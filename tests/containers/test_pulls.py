@@ -37,10 +37,18 @@ def until_message(rc: Reconcile, name: str, text: str) -> dict[str, Any]:
     def said() -> dict[str, Any] | None:
         rc.once(check=None)
         record = rc.record(name)
-        return record if record is not None and text in record["message"] else None
+        if record is not None and text in record["message"]:
+            return record
+        # A pass while the pull runs moves nothing: the next one once it has ended.
+        wait_for(lambda: not pulls_running(rc), timeout=90, what="the pull's end")
+        return None
 
     found: dict[str, Any] = wait_for(said, timeout=90, what=f"{name!r} saying {text!r}")
     return found
+
+
+def pulls_running(rc: Reconcile) -> bool:
+    return any(job.running() for job in PullJob.found(rc.state))
 
 
 @pytest.mark.parametrize("by", ["tag", "digest"])
