@@ -26,6 +26,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +51,13 @@ from procs import (
     release_ports,
     wait_for,
     wait_gone,
+    wait_past,
 )
 from workunits import work_unit
 
 from controller.cli.render.views import status_item
 from controller.core.manifest.quantity import parse_duration
+from controller.core.state import Phase
 from controller.store.instances.records import RecordStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -309,6 +312,17 @@ class Reconcile:
             for name, rec in sorted(records.items())
             if not names or name in names
         }
+
+    def wait_backoff(self) -> None:
+        """Wait past the earliest back-off a record is in now (none: return at once), the
+        next moment a pass can restart anything. A test that loops passes until a restart
+        calls it between them: a pass in a back-off moves nothing, and each is a CLI start
+        (~0.3 s of CPU; ~1 s on Ray or with a container runtime) for 10 s and more."""
+        now = datetime.now(UTC)
+        records = RecordStore(self.state).peek().records.values()
+        ends = [r.backoff_until for r in records if r.phase is Phase.BACKOFF and r.backoff_until]
+        if due := [end for end in ends if end > now]:
+            wait_past(min(due), "the earliest back-off's end")
 
     def store(self) -> RecordStore:
         """The state dir's record store, for a test that forges or inspects records."""

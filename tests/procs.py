@@ -18,6 +18,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,14 @@ def unprivileged(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(Path(controller.__file__).parents[1])}
     argv = [*wrap, sys.executable, "-m", "controller", *args]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+
+
+def wait_past(moment: datetime, what: str = "the moment") -> None:
+    """Wait until the wall clock is past ``moment`` (a back-off's end a record or pull
+    names): a test loops its passes after that, not through the whole wait, each a CLI
+    start (~0.3 s of CPU, more on Ray or with a container runtime) that moves nothing."""
+    left = (moment - datetime.now(UTC)).total_seconds()
+    wait_for(lambda: datetime.now(UTC) >= moment, timeout=max(left, 0) + 15, what=what)
 
 
 # -- ports ---------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ import pytest
 from missing import skip
 from procs import free_ports, wait_for
 
+from controller.backends.local.container import PullJob
 from controller.host.containers import STATE_LABEL
 
 if TYPE_CHECKING:
@@ -314,6 +315,17 @@ def _answers(port: int) -> bool:
             return bool(answer.status == 200)
     except OSError:
         return False
+
+
+def after_pulls(rc: Reconcile) -> None:
+    """Wait until no image pull of the state dir runs. A test that loops passes until a
+    pull's outcome calls it between them: a pass while the pull runs moves nothing, and
+    each runs the runtime (~0.5 s of CPU)."""
+    wait_for(
+        lambda: not any(job.running() for job in PullJob.found(rc.state)),
+        timeout=90,
+        what="the image pulls' end",
+    )
 
 
 def forget_pulled(engine: Engine, registry: Registry) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from containers.conftest import STANDIN, Engine, mistaken, write
+from containers.conftest import STANDIN, Engine, after_pulls, mistaken, write
 from procs import free_ports, wait_for
 
 from controller.backends.local.container import PullJob
@@ -375,6 +375,8 @@ def test_an_image_tag_that_does_not_pull_stops_nothing(rc: Reconcile, engine: En
         done = rc.once(check=None)
         kept = [e for e in rc.events("tagged") if e.get("outcome") == "waiting"]
         failed = kept and "cannot pull" in kept[-1]["error"]
+        if not failed:
+            after_pulls(rc)
         return (kept[-1]["error"], done) if failed else None
 
     why, done = wait_for(said, timeout=90, what="the replacement's pull to fail")

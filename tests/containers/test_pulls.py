@@ -7,12 +7,20 @@ The stand-in image is pushed once per session; each test removes what it pulled.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from containers.conftest import Engine, Registry, forget_pulled, mistaken, write
-from procs import wait_for
+from containers.conftest import (
+    Engine,
+    Registry,
+    after_pulls,
+    forget_pulled,
+    mistaken,
+    write,
+)
+from procs import wait_for, wait_past
 
 from controller.backends.local.container import PullJob
 from controller.host.containers import LOOKS, Runtime
@@ -36,7 +44,10 @@ def until_message(rc: Reconcile, name: str, text: str) -> dict[str, Any]:
     def said() -> dict[str, Any] | None:
         rc.once(check=None)
         record = rc.record(name)
-        return record if record is not None and text in record["message"] else None
+        if record is not None and text in record["message"]:
+            return record
+        after_pulls(rc)
+        return None
 
     found: dict[str, Any] = wait_for(said, timeout=90, what=f"{name!r} saying {text!r}")
     return found
@@ -104,6 +115,8 @@ def test_a_registry_that_is_down_is_named_and_retried(
     assert engine.ours(rc.state) == []
     # Its retry (a restart, by way of a new pull) fails too: the count goes on through the
     # pull, so it is a crash loop `--once` exits 1 on, as a process's failing start is.
+    # No pass retries before the back-off's end: passes from then (each runs the runtime).
+    wait_past(datetime.fromisoformat(record["backoff_until"]), "the back-off's end")
     looped = wait_for(
         lambda: (done := rc.once(check=None)).code == 1 and "crash-looping" in done.err and done,
         timeout=60,
@@ -164,6 +177,8 @@ def test_pull_policy_always_edited_in_with_the_registry_down_stops_nothing(
             done = rc.once(check=None)
             kept = [e for e in rc.events("edited") if e.get("outcome") == "waiting"]
             failed = kept and "cannot pull" in kept[-1]["error"]
+            if not failed:
+                after_pulls(rc)
             return (kept[-1]["error"], done) if failed else None
 
         why, done = wait_for(said, timeout=90, what="the replacement's pull to fail")

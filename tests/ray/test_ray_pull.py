@@ -11,15 +11,17 @@ import signal
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from modelservers import FileServer, HubServer, serving
-from procs import alive, wait_for
+from procs import alive, wait_for, wait_past
 from rayhelp import engines_gone, ours, ray
 
 from controller.backends.ray import pullactor
+from controller.core.planner.lifecycle import backoff
 from controller.store.models import modelcache
 
 GPU = {"count": 1, "kind": "nvidia"}
@@ -249,9 +251,11 @@ def test_a_pull_failing_again_on_ray_makes_once_exit_1(rc: Reconcile) -> None:
         (actor,) = pull_actors()
         entry = node_entry(actor, f"sha256-{wrong}")
         rc.node_entries.add(entry)
-        wait_for(lambda: the_pull()[1].view.failure is not None, timeout=60, what="a failure")
+        failure = wait_for(lambda: the_pull()[1].view.failure, timeout=60, what="a failure")
         rc.once()  # one failure: noted, retried after its back-off (exit 0)
         (entry / "result.json").unlink()  # the retry's cache knows of no failure before
+        # No pass retries before the back-off's end: passes from then (each a Ray client).
+        wait_past(failure.at + timedelta(seconds=backoff(failure.attempts)), "the back-off")
         again = wait_for(
             lambda: (r := rc.once(check=None)).code == 1 and r, timeout=90, what="exit 1"
         )
