@@ -557,9 +557,7 @@ def test_a_certificate_out_of_date_is_warned_about(reconcile: Any, gateway: Any,
         g.finish()
 
 
-def test_sighup_serves_the_pair_node_yaml_names_now(
-    reconcile: Any, gateway: Any, pki: Pki
-) -> None:
+def test_sighup_serves_the_pair_node_yaml_names_now(reconcile: Any, gateway: Any, pki: Pki) -> None:
     """node.yaml's tlsCert/tlsKey pointed at another pair, then SIGHUP: a new gateway with
     it takes the port over under load (no request failed). The gateway once re-read the
     old paths and logged "TLS certificate reloaded" for them, serving the old pair until
