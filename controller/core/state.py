@@ -402,6 +402,13 @@ class Drain:
         """When it ends on today's wall clock (``until`` moved by any step since)."""
         return now + timedelta(seconds=self.remaining(now, clock))
 
+    def said(self, now: datetime, clock: BootClock | None = None) -> str:
+        """What holds a start, in a Pending record's words and a 503's alike."""
+        by = f" by {self.by}" if self.by else ""
+        why = f" ({self.reason})" if self.reason else ""
+        until = self.ends(now, clock).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+        return f"node drained{by} until {until}{why}: run `reconcile uncordon` or wait"
+
 
 @dataclass(frozen=True, slots=True)
 class Observed:

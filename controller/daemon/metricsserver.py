@@ -123,4 +123,20 @@ def serve(host: str, port: int, state_dir: Path) -> ThreadingHTTPServer:
     thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
     thread.start()
     log.info("serving metrics", address=f"http://{host}:{port}/metrics")
+    plain = plain_warning(host, port)
+    if plain:
+        log.warning("metrics without TLS", detail=plain)
     return server
+
+
+def plain_warning(host: str, port: int) -> str | None:
+    """The warning for ``/metrics`` reachable from other machines: it speaks plain HTTP
+    alone, and the access token each scrape carries also opens the web page's buttons."""
+    if is_loopback(host):
+        return None
+    return (
+        f"--metrics-port {host}:{port} speaks plain HTTP to other machines: the state "
+        "dir's access token each scrape carries crosses the network in clear text (it "
+        "opens the web page's buttons too); bind it to 127.0.0.1 and scrape through a "
+        "TLS proxy or tunnel, or write --metrics-file for node_exporter's textfile collector"
+    )

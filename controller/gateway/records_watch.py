@@ -15,6 +15,9 @@ upgrade) keeps its last good reading for routing (its engine serves on), is name
 ``problems`` as `status` names it (the page shows it), and is never quarantined (that is
 the daemon's call). Records are those of the daemon's owner and node, as a pass's
 ``ours()`` gives them.
+
+The node's drain (``drain.json``) is read with them, its version part of the stamp: a
+request for a deployment the drain keeps from starting is answered at once.
 """
 
 from __future__ import annotations
@@ -22,20 +25,27 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from controller.core.state import Record
+from controller.core.state import Drain, Record
+from controller.errors import ConfigError
+from controller.store.config.node import read_drain
 from controller.store.instances.records import RecordProblem, RecordStore
+from controller.store.statedir import StateDir
 
 # Seconds between looks when no watch event came: the safety net, and the port's guard's
 # period (process.GUARD_PERIOD), which no file event can stand in for.
 RESYNC = 5.0
 
 Stamp = frozenset[tuple[str, int, int, int]]
+DRAIN = "/drain"  # the drain file's entry in a stamp: no record's file name has a slash
 
 
 class RecordsWatch:
     def __init__(self, state_dir: Path, owner: str, node: str) -> None:
         self.store = RecordStore(state_dir)
         self.instances = self.store.instances
+        self.state_dir = state_dir
+        self.drain_path = StateDir(state_dir).drain
+        self.drain: Drain | None = None  # the node's drain, as the last ``read`` found it
         self.owner = owner
         self.node = node
         self.seen: Stamp | None = None
@@ -47,9 +57,14 @@ class RecordsWatch:
         try:
             with os.scandir(self.instances) as entries:
                 return frozenset(
-                    _version(e)
-                    for e in entries
-                    if e.name.endswith(".json") and not e.name.startswith(".")
+                    [
+                        *(
+                            _version(e)
+                            for e in entries
+                            if e.name.endswith(".json") and not e.name.startswith(".")
+                        ),
+                        _drain_version(self.drain_path),
+                    ]
                 )
         except FileNotFoundError:
             return None
@@ -71,6 +86,7 @@ class RecordsWatch:
                 fresh[good.name] = good
         self._good = fresh
         self.problems = list(snap.problems)
+        self.drain = _read_drain(self.state_dir)
         self.seen = stamp
         return [r for r in fresh.values() if r.owner == self.owner and not r.elsewhere(self.node)]
 
@@ -89,3 +105,20 @@ def _version(entry: os.DirEntry[str]) -> tuple[str, int, int, int]:
     except FileNotFoundError:  # renamed over or removed since the scandir: next look
         return (entry.name, entry.inode(), 0, -1)
     return (entry.name, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _drain_version(path: Path) -> tuple[str, int, int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:  # none (the usual), or unreadable: no drain the gateway can tell of
+        return (DRAIN, 0, 0, -1)
+    return (DRAIN, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _read_drain(state_dir: Path) -> Drain | None:
+    """The drain, None when there is none or it cannot be read (the daemon says so; a
+    request then waits its readiness deadline, as it did before the gateway read it)."""
+    try:
+        return read_drain(state_dir)
+    except (ConfigError, OSError):
+        return None

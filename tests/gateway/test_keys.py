@@ -120,6 +120,32 @@ def test_refusals_at_start(reconcile: Any) -> None:
     assert "--api-keys" in result.err and "--insecure-listen" in result.err
 
 
+def test_a_key_no_header_can_carry_is_refused_by_its_line(reconcile: Any, gateway: Any) -> None:
+    """A key with a non-ASCII letter could never match (headers come as latin-1, keys were
+    hashed as UTF-8): refused at start (64) with its file and line, never the key, and at
+    SIGHUP the keys in force are kept."""
+    port = str(reconcile.port + 15)
+    accented = "sk-Qz7WvKpLmRtYuXnJhGdé"
+    path = _keyfile(reconcile, KEY, accented)  # lines 1-2 are the comment and a blank
+    result = reconcile("--listen", port, "--api-keys", str(path), check=64)
+    assert f"--api-keys {path} line 4: the key holds a character no HTTP header" in result.err
+    assert not leaked(result.err, [accented]), result.err
+    reconcile.write("alpha")
+    _keyfile(reconcile, KEY)
+    g = gateway("--api-keys", str(path))
+    try:
+        g.wait_phase("alpha", "Ready")
+        _keyfile(reconcile, OTHER, accented)
+        g.proc.send_signal(signal.SIGHUP)
+        said = "API keys not reloaded; keeping the old ones"
+        reconcile.wait_for(lambda: said in g.text(), what="the reload refused")
+        assert "line 4" in g.text() and not leaked(g.text(), [accented])
+        assert g.post("alpha", {"x-api-key": KEY}).status == 200
+        assert g.post("alpha", {"x-api-key": OTHER}).status == 401
+    finally:
+        g.finish()
+
+
 def test_insecure_listen_warns_and_serves(reconcile: Any, gateway: Any) -> None:
     port = reconcile.port + 15
     g = gateway("--listen", f"0.0.0.0:{port}", "--insecure-listen", port=port)

@@ -73,3 +73,30 @@ def test_sigkill_mid_request_then_a_new_daemon_adopts(reconcile: Any, gateway: A
     g2.wait_phase("lazy", "Idle", timeout=20)
     t.join(timeout=30)
     g2.finish()
+
+
+def test_a_drained_node_answers_at_once_with_the_drain(reconcile: Any, gateway: Any) -> None:
+    """A request for an OnDemand deployment on a drained node gets its 503 at once, with
+    Retry-After and who drained the node until when, and what ends it; it waited out the
+    whole readiness deadline (here 300 s) for a start the drain never allows. Idle (before
+    any pass), then Pending (the pass held it), then uncordoned: served."""
+    ready = {"httpGet": {"path": "/health"}, "deadlineSeconds": 300, "periodSeconds": 0.2}
+    reconcile.write("lazy", readiness=ready, **ON_DEMAND)
+    g = gateway()
+    try:
+        g.wait_phase("lazy", "Idle")
+        reconcile("drain", "--ttl", "1h", "--reason", "swap GPU 1", check=0)
+        body = {"model": "lazy", "messages": [{"role": "user", "content": "hi"}]}
+        for phase in ("Idle", "Pending"):
+            assert reconcile.status("lazy")["lazy"]["phase"] == phase
+            answer = g.request("POST", "/v1/chat/completions", body, timeout=20)
+            assert answer.status == 503, answer
+            said = answer.json()["error"]["message"]
+            assert said.startswith("deployment 'lazy' cannot start now: node drained by "), said
+            assert "(swap GPU 1): run `reconcile uncordon` or wait" in said, said
+            assert 1 <= int(answer.headers["Retry-After"]) <= 60, answer.headers
+            g.wait_phase("lazy", "Pending")  # the pass the request asked for held it
+        reconcile("uncordon", check=0)
+        assert g.post("lazy").status == 200
+    finally:
+        g.finish()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -152,6 +153,33 @@ def _read_into(proc: subprocess.Popen[bytes], seen: list[dict[str, Any]]) -> Non
 def _encoded(fields: dict[str, Any]) -> bytes:
     """A line as the log takes it: compact JSON and its newline (requestlog.line's form)."""
     return json.dumps(fields, separators=(",", ":")).encode() + b"\n"
+
+
+def test_sighup_rotates_at_the_size_node_yaml_says_now(reconcile: Any, gateway: Any) -> None:
+    """logMaxBytes/logMaxFiles changed in node.yaml, then SIGHUP: the request log rotates
+    at the new size (a new gateway with the settings took the port over). The gateway
+    kept the old rotation until the daemon restarted."""
+    reconcile.write("alpha", command=reconcile.demo_command())
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    node = reconcile.state / "node.yaml"
+    node.write_text("logMaxBytes: 1048576\n")
+    g = gateway()
+    g.wait_phase("alpha", "Ready")
+    try:
+        node.write_text(f"logMaxBytes: {MAX_BYTES}\nlogMaxFiles: 1\n")
+        first = g.serving()
+        g.proc.send_signal(signal.SIGHUP)
+        reconcile.wait_for(lambda: g.serving().ref != first.ref, what="the new gateway")
+        assert g.serving().settings["log_max_bytes"] == MAX_BYTES
+
+        def rotated() -> bool:
+            assert g.post("alpha").status == 200
+            return len(_files(reconcile.state)) == 2
+
+        reconcile.wait_for(rotated, what="requests.jsonl.1")
+        assert [p.name for p in _files(reconcile.state)] == ["requests.jsonl", "requests.jsonl.1"]
+    finally:
+        g.finish()
 
 
 def test_a_stuck_disk_drops_lines_never_requests(tmp_path: Path) -> None:

@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from controller.core.manifest.names import base_name
-from controller.core.state import Phase, Record
+from controller.core.state import Drain, Phase, Record
 from controller.gateway.routing.table import Table
 
 
@@ -224,3 +227,32 @@ def test_a_pool_has_ended_only_when_no_instance_can_become_ready() -> None:
         assert table.ended("m") == () and table.ended("nope") == ()
 
     asyncio.run(check())
+
+
+DRAIN = Drain.asked(datetime.now(UTC), 3600.0, None, by="alice", reason="swap GPU 1")
+OVER = Drain.asked(datetime.now(UTC) - timedelta(hours=2), 3600.0, None, by="alice")
+
+
+@pytest.mark.parametrize(
+    ("phases", "drain", "held"),
+    [
+        pytest.param((Phase.IDLE,), DRAIN, True, id="idle-on-demand-drained"),
+        pytest.param((Phase.PENDING, Phase.BACKOFF), DRAIN, True, id="pending-and-held-backoff"),
+        pytest.param((Phase.PENDING, Phase.STARTING), DRAIN, False, id="one-starting-may-serve"),
+        pytest.param((Phase.PENDING, Phase.READY), DRAIN, False, id="one-ready-serves"),
+        pytest.param((Phase.PULLING,), DRAIN, False, id="a-pull-goes-on"),
+        pytest.param((Phase.IDLE,), OVER, False, id="drain-over"),
+        pytest.param((Phase.IDLE,), None, False, id="not-drained"),
+    ],
+)
+def test_a_drain_holds_a_pool_none_of_whose_instances_may_start(
+    phases: tuple[Phase, ...], drain: Drain | None, held: bool
+) -> None:
+    """A request waits for nothing the drain keeps from starting (it is answered at once);
+    an instance starting, serving or pulling, or a drain run out, is worth the wait."""
+    replicas = [
+        replace(rec(f"m-{i}", f"n{i}", 8000 + i, p), models=("m",)) for i, p in enumerate(phases)
+    ]
+    table = Table()
+    table.update(replicas, drain)
+    assert table.drained("m") is (drain if held else None)

@@ -557,6 +557,43 @@ def test_a_certificate_out_of_date_is_warned_about(reconcile: Any, gateway: Any,
         g.finish()
 
 
+def test_sighup_serves_the_pair_node_yaml_names_now(reconcile: Any, gateway: Any, pki: Pki) -> None:
+    """node.yaml's tlsCert/tlsKey pointed at another pair, then SIGHUP: a new gateway with
+    it takes the port over under load (no request failed). The gateway once re-read the
+    old paths and logged "TLS certificate reloaded" for them, serving the old pair until
+    a daemon restart. A pair the checks refuse is said; the gateway serves on as it was."""
+    for name, serial in (("a", 1), ("b", 2)):
+        (pki.folder / name).mkdir()
+        pki.server(serial, pki.folder / name / "cert.pem", pki.folder / name / "key.pem")
+    node = pki.folder / "node.yaml"
+    node.write_text("tlsCert: a/cert.pem\ntlsKey: a/key.pem\n")
+    reconcile.write("alpha", command=reconcile.demo_command(chunks="3", chunk_delay="0.01"))
+    keys = str(_keyfile(reconcile))
+    g = gateway("--node-config", str(node), "--api-keys", keys, wait=False)
+    try:
+        reconcile.wait_for(lambda: _serial(g.port, pki) == 1, timeout=WAIT, what="serial 1")
+        g.wait_phase("alpha", "Ready")
+        first = g.serving()
+        with Load(g.port, pki.client(), 4) as load:
+            load.more(reconcile, 8, "answers with the first pair")
+            node.write_text("tlsCert: b/cert.pem\ntlsKey: b/key.pem\n")
+            g.proc.send_signal(signal.SIGHUP)
+            reconcile.wait_for(lambda: _serial(g.port, pki) == 2, timeout=WAIT, what="pair b")
+            load.more(reconcile, 8, "answers with the new pair")
+        load.check()
+        assert g.serving().ref != first.ref
+        assert g.serving().settings["tls_cert"] == str(pki.folder / "b" / "cert.pem")
+        assert "gateway settings changed: a new gateway takes the port over" in g.text()
+        node.write_text("tlsCert: a/cert.pem\ntlsKey: missing.pem\n")
+        g.proc.send_signal(signal.SIGHUP)
+        said = "gateway settings not changed; the gateway serves on with its own"
+        reconcile.wait_for(lambda: said in g.text(), timeout=WAIT, what="the refusal")
+        assert "missing.pem" in g.text()
+        assert _serial(g.port, pki) == 2 and g.proc.poll() is None
+    finally:
+        g.finish()
+
+
 def test_hand_over_under_load_keeps_tls(reconcile: Any, gateway: Any, pki: Pki) -> None:
     cert, key = _pair(pki)
     g = _tls_gateway(reconcile, gateway, pki, cert, key)

@@ -127,6 +127,27 @@ def test_daemon_serves_metrics(reconcile: Any) -> None:
     daemon.wait(timeout=30)
 
 
+def test_metrics_beyond_loopback_warns_of_the_token_in_clear(reconcile: Any) -> None:
+    """``--metrics-port 0.0.0.0:PORT`` serves plain HTTP, and each scrape carries the
+    state dir's access token: the start warns, as the gateway's does for a plain
+    non-loopback ``--listen``; a loopback bind does not. It said nothing."""
+    rc = reconcile
+    port = rc.port + 10
+    for host, warned in (("0.0.0.0", True), ("127.0.0.1", False)):
+        log = rc.tmp / f"daemon-{host}.log"
+        with open(log, "wb") as err:
+            daemon = rc.popen("--metrics-port", f"{host}:{port}", stderr=err)
+        try:
+            rc.wait_for(lambda log=log: "serving metrics" in log.read_text(), what="/metrics")
+            rc.wait_for(lambda log=log: "daemon started" in log.read_text(), what="the start")
+            text = log.read_text()
+            said = f"--metrics-port {host}:{port} speaks plain HTTP to other machines"
+            assert (text.count("metrics without TLS"), said in text) == (warned, warned), text
+        finally:
+            daemon.terminate()
+            assert daemon.wait(timeout=30) == 0
+
+
 def test_metrics_port_is_for_the_daemon(reconcile: Any) -> None:
     result = reconcile("--once", "--metrics-port", "9", check=64)
     assert "--metrics-file" in result.err

@@ -10,62 +10,28 @@ from pathlib import Path
 
 from controller.cli.common import EXIT_USAGE
 from controller.gateway import settings as gw
-from controller.gateway.accounting import keys as keys_mod
 from controller.gateway.accounting.keys import KeyFileError
-from controller.gateway.lifecycle import tls, tlsdates
-from controller.gateway.lifecycle.keeper import Keeper
+from controller.gateway.lifecycle import tls
+from controller.gateway.lifecycle.keeper import Keeper, preflight, warn_out_of_date
 from controller.logsetup import get_logger
 from controller.store.config.node import Config
 
 
 def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | int:
     """The gateway the flags ask for; a refusal is printed and returns exit 64."""
-    keys = args.api_keys or os.environ.get("RECONCILE_API_KEYS")
     try:
-        host, port = gw.parse_listen(listen)
-        cert, key = _tls_pair(args, cfg)
-        client_ca = _path(args.tls_client_ca or os.environ.get("RECONCILE_TLS_CLIENT_CA"))
-        if client_ca is not None and cert is None:
-            raise gw.ListenRefused(
-                "--tls-client-ca without --tls-cert/--tls-key: client certificates are "
-                "asked for in the TLS handshake; give the gateway its own pair too"
-            )
-        settings = gw.Settings(
-            host=host,
-            port=port,
-            state_dir=cfg.state_dir.absolute(),  # the gateway process runs in /
-            api_keys=Path(keys).expanduser().absolute() if keys else None,
-            insecure=args.insecure_listen,
-            max_body=_positive(args.max_body, "--max-body", gw.DEFAULT_MAX_BODY),
-            max_body_total=_total(args),
-            max_inflight=_positive(args.max_inflight, "--max-inflight", gw.DEFAULT_MAX_INFLIGHT),
-            max_queue=_positive(args.max_queue, "--max-queue", gw.DEFAULT_MAX_QUEUE, zero=True),
-            owner=cfg.owner,
-            node=cfg.node,
-            verbosity=-1 if args.quiet else args.verbose,
-            devices=cfg.devices,
-            tls_cert=cert,
-            tls_key=key,
-            tls_client_ca=client_ca,
-            log_max_bytes=cfg.log_max_bytes,
-            log_keep=cfg.log_keep,
-            waiting_comment=gw.waiting_every_from_env(),
-        )
+        settings = _settings(args, cfg, listen)
         warning = gw.check_exposure(settings)
-        if settings.api_keys is not None:
-            keys_mod.load(settings.api_keys)  # refused here (64), not by the gateway process
-        if cert is not None and key is not None:
-            tls.server_context(cert, key, client_ca)  # likewise
-        gateway = Keeper(settings)
+        preflight(settings)  # refused here (64), not by the gateway process
+        # At SIGHUP the node file is read again: its tlsCert/tlsKey and log rotation.
+        gateway = Keeper(settings, settle=lambda fresh: _settings(args, fresh, listen))
     except (gw.ListenRefused, KeyFileError, tls.TlsError) as exc:
         print(f"reconcile: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if warning:
         get_logger("reconcile").warning("insecure gateway", detail=warning)
-    dated = tlsdates.out_of_date(cert, key) if cert is not None and key is not None else None
-    if dated:
-        get_logger("reconcile").warning("TLS certificate out of date", detail=dated)
-    plain = tls.plain_warning(host, port, settings.loopback, settings.tls)
+    warn_out_of_date(settings)
+    plain = tls.plain_warning(settings.host, settings.port, settings.loopback, settings.tls)
     if plain:
         get_logger("reconcile").warning("gateway without TLS", detail=plain)
     if cfg.metrics_file or cfg.metrics_port:
@@ -73,6 +39,41 @@ def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | i
 
         add_source(gateway.metrics_text)
     return gateway
+
+
+def _settings(args: argparse.Namespace, cfg: Config, listen: str) -> gw.Settings:
+    """The settings the flags, the environment and ``cfg`` (node.yaml) ask for; the
+    files they name are not read here (``preflight``)."""
+    keys = args.api_keys or os.environ.get("RECONCILE_API_KEYS")
+    host, port = gw.parse_listen(listen)
+    cert, key = _tls_pair(args, cfg)
+    client_ca = _path(args.tls_client_ca or os.environ.get("RECONCILE_TLS_CLIENT_CA"))
+    if client_ca is not None and cert is None:
+        raise gw.ListenRefused(
+            "--tls-client-ca without --tls-cert/--tls-key: client certificates are "
+            "asked for in the TLS handshake; give the gateway its own pair too"
+        )
+    return gw.Settings(
+        host=host,
+        port=port,
+        state_dir=cfg.state_dir.absolute(),  # the gateway process runs in /
+        api_keys=Path(keys).expanduser().absolute() if keys else None,
+        insecure=args.insecure_listen,
+        max_body=_positive(args.max_body, "--max-body", gw.DEFAULT_MAX_BODY),
+        max_body_total=_total(args),
+        max_inflight=_positive(args.max_inflight, "--max-inflight", gw.DEFAULT_MAX_INFLIGHT),
+        max_queue=_positive(args.max_queue, "--max-queue", gw.DEFAULT_MAX_QUEUE, zero=True),
+        owner=cfg.owner,
+        node=cfg.node,
+        verbosity=-1 if args.quiet else args.verbose,
+        devices=cfg.devices,
+        tls_cert=cert,
+        tls_key=key,
+        tls_client_ca=client_ca,
+        log_max_bytes=cfg.log_max_bytes,
+        log_keep=cfg.log_keep,
+        waiting_comment=gw.waiting_every_from_env(),
+    )
 
 
 def _tls_pair(args: argparse.Namespace, cfg: Config) -> tuple[Path | None, Path | None]:

@@ -150,10 +150,7 @@ class Context:
     def drain_text(self) -> str:
         drain = self.drain
         assert drain is not None
-        by = f" by {drain.by}" if drain.by else ""
-        why = f" ({drain.reason})" if drain.reason else ""
-        until = drain.ends(self.now, self.observed.boot).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
-        return f"node drained{by} until {until}{why}: run `reconcile uncordon` or wait"
+        return drain.said(self.now, self.observed.boot)
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,14 +90,27 @@ def load(path: Path) -> Keys:
         if not parts or parts[0].startswith("#"):
             continue
         key, *fields = parts
+        where = f"--api-keys {path} line {number}"
+        if not _sendable(key):
+            raise KeyFileError(
+                f"{where}: the key holds a character no HTTP header carries (a letter "
+                "with an accent, a symbol, a control character: headers are ASCII), so "
+                "no client could present it; use ASCII letters, digits and punctuation"
+            )
         digest = hashlib.sha256(key.encode()).digest()
         label = digest.hex()[:8]
         digests.append((digest, label))
         if fields:
-            limits[label] = _limits(fields, f"--api-keys {path} line {number}")
+            limits[label] = _limits(fields, where)
     if not digests:
         raise KeyFileError(f"--api-keys {path} holds no key (one per line, # for comments)")
     return Keys(digests=tuple(digests), limits=limits)
+
+
+def _sendable(key: str) -> bool:
+    """Printable ASCII alone: a request's headers come as latin-1 text, so a key with any
+    other character (hashed here as UTF-8) could never match what a client sends."""
+    return all("!" <= char <= "~" for char in key)
 
 
 def _limits(fields: list[str], where: str) -> KeyLimits:

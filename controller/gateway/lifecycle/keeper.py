@@ -17,7 +17,10 @@ engines do. The keeper, in the daemon:
   each one's answer (bounded by the engine's grace period), woken by the watch of
   ``retire/`` (``store/watch.py``, inotify) or every ``DRAIN_RESYNC`` seconds (a
   gateway that died meanwhile answers nothing);
-- ``reload`` (SIGHUP): forwards SIGHUP (the gateway re-reads its key file);
+- ``reload`` (SIGHUP): settings that changed with the node file (its ``tlsCert``/``tlsKey``,
+  ``logMaxBytes``/``logMaxFiles``) are checked as at start and handed to a new gateway
+  that takes the port over (a bad one is refused, the gateway serves on as it was);
+  else forwards SIGHUP (the gateway re-reads its key file and TLS pair);
 - ``metrics_text``: the gateway's metrics file, for ``/metrics`` and the textfile;
 - ``stop``: leaves the gateway running (SIGTERM of the daemon stops the daemon only).
 
@@ -51,6 +54,7 @@ from controller.store.statedir import StateDir
 if TYPE_CHECKING:
     from controller.core.state import Record
     from controller.reconciler.run import PassResult
+    from controller.store.config.node import Config
     from controller.store.watch import FolderWatch
 
 log = get_logger("reconcile")
@@ -71,9 +75,17 @@ NOT_INHERITED = frozenset(
 )  # fmt: skip
 
 
+Settle = Callable[["Config"], Settings]  # the settings a configuration asks (the CLI's)
+
+
 class Keeper:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, settle: Settle | None = None) -> None:
         self.settings = settings
+        self._settle = settle  # None: the settings never change (tests' keepers)
+        # SIGHUP changed them and no gateway serves them yet: a new one is to take the port
+        # over (``_handover``: the thread is asked to now; left set if it did not start).
+        self._unapplied = False
+        self._handover = False
         self.state_dir = settings.state_dir
         self.fingerprint = registry.fingerprint(settings_to_json(settings), __version__)
         self._request_pass: Callable[[], None] = lambda: None
@@ -170,14 +182,44 @@ class Keeper:
             self._answered += 1
             self._answers.notify_all()
 
-    def reload(self) -> None:
-        """SIGHUP: the gateway re-reads its key file; a stopped gateway starts again."""
+    def reload(self, config: Config | None = None) -> None:
+        """SIGHUP: settings changed in ``config`` (node.yaml) go to a new gateway that
+        takes the port over; else the gateway re-reads its key file and TLS pair. A
+        stopped gateway starts again."""
         self._want = True
         watched = self._watched
+        if config is not None and self._resettle(config) and watched is not None:
+            self._handover = True  # the keeper's thread starts it: a start takes seconds
+            self._poke()
+            return
         if watched is not None and registry.signal_gateway(watched, signal.SIGHUP):
             return
         self._retry_at = 0.0
         self._poke()
+
+    def _resettle(self, config: Config) -> bool:
+        """Take the settings ``config`` asks for if they changed and pass the checks a
+        start makes; True while no gateway serves them yet."""
+        if self._settle is None:
+            return False
+        try:
+            fresh = self._settle(config)
+            changed = _changed(self.settings, fresh)
+            if changed:
+                preflight(fresh)
+        except ConfigError as exc:
+            log.error(
+                "gateway settings not changed; the gateway serves on with its own",
+                error=str(exc),
+            )
+            return False
+        if changed:
+            warn_out_of_date(fresh)
+            self.settings = fresh
+            self.fingerprint = registry.fingerprint(settings_to_json(fresh), __version__)
+            self._unapplied = True
+            log.info("gateway settings changed: a new gateway takes the port over", **changed)
+        return self._unapplied
 
     def stop(self) -> None:
         """The daemon ends: the gateway serves on (Ready engines; OnDemand requests wait
@@ -210,9 +252,11 @@ class Keeper:
 
     def _spawn(self, replacing: registry.GatewayInfo | None) -> registry.GatewayInfo:
         """A new gateway process, serving once this returns; it takes the port over."""
-        proc, info = start_process(self.settings)
+        settings = self.settings  # read once: a SIGHUP may change them meanwhile
+        proc, info = start_process(settings)
         self._children.append(proc)
         self._mark_pass = True
+        self._unapplied = self.settings != settings
         log.info(
             "gateway started",
             pid=proc.pid,
@@ -265,6 +309,8 @@ class Keeper:
                     self._gone(watched)
                 elif watched is None:
                     self._maybe_start()
+                elif self._handover:
+                    self._replace(watched)
         finally:
             if pidfd is not None:
                 os.close(pidfd[1])
@@ -294,6 +340,19 @@ class Keeper:
         self._retry_at = time.monotonic() + delay
         log.warning("gateway exited unexpectedly; restarting it", pid=info.ref.pid, after=delay)
         self._maybe_start()
+
+    def _replace(self, old: registry.GatewayInfo) -> None:
+        """SIGHUP changed the settings: a new gateway with them takes the port over (no
+        request fails, as at an upgrade); one that does not start leaves the old serving."""
+        self._handover = False
+        try:
+            self._watched = self._spawn(replacing=old)
+        except ConfigError as exc:
+            log.error(
+                "gateway settings not applied: the new gateway did not start; the old one "
+                "serves on with its own (SIGHUP to try again)",
+                error=str(exc),
+            )
 
     def _maybe_start(self) -> None:
         if not self._want or time.monotonic() < self._retry_at:
@@ -335,6 +394,38 @@ class Keeper:
                     self._refused.add(uid)
                     log.warning("gateway wake-up from another user ignored", uid=uid)
         return asked
+
+
+def preflight(settings: Settings) -> None:
+    """What a start checks of the files the settings name (the key file, the TLS pair),
+    so a bad one is said now, not by a gateway process that will not start."""
+    from controller.gateway.accounting import keys
+    from controller.gateway.lifecycle import tls
+
+    if settings.api_keys is not None:
+        keys.load(settings.api_keys)
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        tls.server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+
+
+def warn_out_of_date(settings: Settings) -> None:
+    """The warning for a certificate expired or not valid yet (it is served as given)."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return
+    from controller.gateway.lifecycle import tlsdates
+
+    dated = tlsdates.out_of_date(settings.tls_cert, settings.tls_key)
+    if dated:
+        log.warning("TLS certificate out of date", detail=dated)
+
+
+def _changed(old: Settings, new: Settings) -> dict[str, str]:
+    """Each setting that differs, as ``old -> new`` (paths and numbers: never a secret)."""
+    return {
+        name: f"{getattr(old, name)} -> {getattr(new, name)}"
+        for name in settings_to_json(new)
+        if getattr(old, name) != getattr(new, name)
+    }
 
 
 def start_process(

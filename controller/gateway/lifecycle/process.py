@@ -166,20 +166,25 @@ class GatewayProcess:
 
     async def poll(self) -> None:
         """Records, drains and metrics, on the gateway's loop: when the watch of
-        ``instances/`` and ``retire/`` says something changed, else every RESYNC seconds
-        (the metrics file then lags the control socket's answer by up to that), every
-        METRICS_PERIOD while a replaced gateway's final counters are awaited. The
-        metrics text is rendered only when it may have changed (``_metrics_moved``):
-        an idle gateway's turn is a ``scandir`` and the port's guard, nothing more."""
+        ``instances/``, ``retire/`` and ``drain.json`` says something changed, else every
+        RESYNC seconds (the metrics file then lags the control socket's answer by up to
+        that), every METRICS_PERIOD while a replaced gateway's final counters are
+        awaited. The metrics text is rendered only when it may have changed
+        (``_metrics_moved``): an idle gateway's turn is a ``scandir``, a stat of the
+        drain file and the port's guard, nothing more."""
         front = self.gateway.front
         assert front is not None
         front.table.catch_up = self.look  # a name it lacks: a record written since?
         loop = asyncio.get_running_loop()
         layout = StateDir(self.state_dir)
         watch = FolderWatch(
-            (layout.instances, layout.retire),
+            (layout.instances, layout.retire, layout.root),
             lambda: self._wake_loop(loop),
-            wanted=lambda path: visible(path) and path.suffix == ".json",  # not our acks
+            # Records and retire asks (not our acks); of the root, the drain alone.
+            wanted=lambda path: (
+                path == layout.drain
+                or (path.parent != layout.root and visible(path) and path.suffix == ".json")
+            ),
         )
         watch.start()  # armed before the first look: a record written before it is scanned
         try:
@@ -258,7 +263,7 @@ class GatewayProcess:
                 or registry.passed_since(self.state_dir, self.started)
                 or time.time() - self.started > FIRST_PASS_WAIT
             ):
-                front.table.update(records)
+                front.table.update(records, self.watch.drain)
                 self._routed = True
             else:
                 self.watch.seen = None  # look again next turn (the pass marks `passed`)

@@ -27,13 +27,15 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from controller.core.manifest.names import base_name, instance_of, is_next, next_name, replica_of
-from controller.core.state import Phase, Record
+from controller.core.state import Drain, Phase, Record
 from controller.gateway.routing import balance
 from controller.gateway.routing.affinity import Sessions
 from controller.gateway.routing.health import Health
 from controller.gateway.routing.prefix import Prefixes
+from controller.host import bootclock
 from controller.host.probes import connect_host
 
 DOWN_FOR = 5.0  # seconds an engine that refused a connection is passed over (mark_down)
@@ -44,6 +46,9 @@ FIRST_PASS_WAIT = 30.0
 # Phases an engine never leaves by itself (the planner's lifecycle: terminal until the
 # manifest changes or a restart is asked): a request waits for nothing in them.
 ENDED = (Phase.FAILED, Phase.SUCCEEDED)
+# Phases a drain holds where they are: it starts nothing, restarts nothing (a BackOff's
+# restart is held) and no pass moves an ended one on.
+HELD_BY_DRAIN = (Phase.IDLE, Phase.PENDING, Phase.BACKOFF, *ENDED)
 
 
 def _ended(rec: Record) -> bool:
@@ -77,6 +82,7 @@ class Table:
         self.pools: dict[str, tuple[str, ...]] = {}  # routable name -> its deployments
         self.instances: dict[str, tuple[str, ...]] = {}  # deployment -> its instances
         self.records: dict[str, Record] = {}
+        self.drain: Drain | None = None  # the node's, as the last look read it
         self._changed = asyncio.Event()
         # Engines that refused a connection: nonce -> (its record then, until when).
         self._down: dict[str | None, tuple[Record | None, float]] = {}
@@ -123,7 +129,9 @@ class Table:
         rec = next((r for r in self.records.values() if r.nonce == target.nonce), None)
         self._down[target.nonce] = (rec, time.monotonic() + DOWN_FOR)
 
-    def update(self, records: Iterable[Record]) -> None:
+    def update(self, records: Iterable[Record], drain: Drain | None = None) -> None:
+        """The records of ours, and the node's drain (``drain.json``), as read now."""
+        self.drain = drain
         was = {r.nonce: (r.host, r.port) for r in self.records.values()}
         self.records = {r.name: r for r in records}
         self._facts, self._targets = {}, {}
@@ -389,6 +397,19 @@ class Table:
         ]
         return ", ".join(sorted(set(found))) or "gone"
 
+    def drained(self, name: str) -> Drain | None:
+        """The node's drain while it keeps every instance of pool ``name`` from getting
+        Ready (none is starting or serving, and a drain starts nothing), else None."""
+        drain = self.drain
+        if drain is None or not self.pools.get(name):
+            return None
+        for deployment in self.pools[name]:
+            for instance in self.instances.get(deployment, ()):
+                for rec in (self.records.get(instance), self.records.get(next_name(instance))):
+                    if rec is not None and rec.phase not in HELD_BY_DRAIN:
+                        return None
+        return drain if drain.active(datetime.now(UTC), bootclock.read()) else None
+
     def held(self, name: str) -> str:
         """Why pool ``name`` waits, as its first Pending instance's record says (no
         capacity and who holds it, preempted, drained), for a 503's message; "" if none."""
@@ -422,7 +443,7 @@ class Table:
                 return None  # the gateway is closing: the 503 says to retry (close)
             if self.ejected(name) is not None:
                 return None  # every instance is ejected: the 503 says when to retry
-            if self.ended(name):
+            if self.ended(name) or self.drained(name):
                 return None  # none can become Ready by itself: the 503 says why, at once
             on_wait()
             # An engine marked down is tried again when its mark runs out, which no

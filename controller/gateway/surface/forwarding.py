@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from controller.core.manifest.names import base_name
-from controller.core.state import Record
+from controller.core.state import Drain, Record
 from controller.gateway.accounting.fallbackevents import FallbackEvents
 from controller.gateway.accounting.inflight import InflightCounts
 from controller.gateway.accounting.metrics import GatewayMetrics
@@ -36,12 +37,14 @@ from controller.gateway.routing.table import Table, Target
 from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.surface.upload import Upload
 from controller.gateway.surface.waiting import Waiting
+from controller.host import bootclock
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
 
 RETRY_AFTER = 5.0  # seconds a 503 or 429 asks the client to wait
 CLOSING_RETRY_AFTER = 1.0  # ... when the gateway stops: its successor serves already
+DRAIN_RETRY_AFTER = 60.0  # ... at most, when the node's drain holds the deployment
 CONNECT_RETRIES = 3  # an engine not reached (refused, connect timed out): wait for a Ready one
 SESSION_HEADER = "x-session-id"  # affinity's key; else the OpenAI body's `user`
 SESSION_MAX = 1024  # characters of a session key (it is hashed, never stored)
@@ -226,6 +229,9 @@ class Forwarder:
         ended = self.table.ended(want.pool)
         if ended:
             return _ended(want.label, ended)
+        drain = self.table.drained(want.pool)
+        if drain is not None:
+            return _drained(want.label, drain)
         phase = self.table.phases(want.pool)
         held = self.table.held(want.pool)  # what keeps it from starting: the client's why
         waited = self.table.deadline(want.pool)  # the records': the daemon's deadline
@@ -490,6 +496,16 @@ def _ended(label: str, records: tuple[Record, ...]) -> Response:
         f"or start it again with `reconcile restart {names}`"
     )
     return error(503, why, "model_not_ready")
+
+
+def _drained(label: str, drain: Drain) -> Response:
+    """The 503 of a pool the node's drain keeps from starting: at once (it waited out its
+    readiness deadline for nothing), retried when the drain ends, a minute at most (an
+    uncordon may end it sooner)."""
+    now, clock = datetime.now(UTC), bootclock.read()
+    why = f"deployment {label!r} cannot start now: {drain.said(now, clock)}"
+    wait = min(drain.remaining(now, clock), DRAIN_RETRY_AFTER)
+    return error(503, why, "model_not_ready", retry_after=wait)
 
 
 def _failed(name: str, exc: UpstreamFailed) -> Response:
