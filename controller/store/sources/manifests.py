@@ -224,8 +224,14 @@ def _os_words(exc: OSError | RuntimeError, path: str) -> str:
         return "a symlink loop: point the link at a file"
     target = exc.filename if isinstance(exc, FileNotFoundError) else None
     if target is not None and str(target) != path:  # read through a link (bounded.py)
-        return f"a symlink to {short(str(target), 80)}, which does not exist"
+        return f"a symlink to {_tail(str(target))!r}, which does not exist"
     return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+
+
+def _tail(path: str, most: int = 80) -> str:
+    """A long path cut at its head: its file's name is what the reader looks for (cut at
+    the end, a deep folder's link lost it, as `short` does to any text)."""
+    return path if len(path) <= most else "…" + path[-(most - 1) :]
 
 
 def _none_field(where: tuple[int, str]) -> tuple[int, None, str]:

@@ -256,8 +256,8 @@ def test_unreadable_files(tmp_path: Path, kind: str, reason: str) -> None:
         path.write_bytes(b"\xff\xfe\x00garbage")
     elif kind == "too-big":
         path.write_text("# " + "x" * MAX_FILE_BYTES)
-    else:
-        path.symlink_to(tmp_path / "nowhere.yaml")
+    else:  # deep, as pytest's own folders can be: the name is what the message keeps
+        path.symlink_to(tmp_path / ("deep" * 25) / "nowhere.yaml")
     write(tmp_path, "good.yaml", GOOD.format(name="good"))
     result = load([tmp_path])
     message = next(str(e) for e in result.errors if e.file == str(path))
