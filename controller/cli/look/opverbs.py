@@ -252,7 +252,7 @@ def _stuck(
 def _unbindable(found: Iterable[Change], entries: Mapping[str, Entry], backend: str) -> list[str]:
     """A start the pass would leave Pending on a port this user may never bind (`port: 80`,
     not as root): `--once` exits 1 on it, so `plan` does (the local backend's check)."""
-    if backend != "local":
+    if on_cluster(backend):  # a cluster's node binds: not ours to probe
         return []
     from controller.host.ports import privileged
 
