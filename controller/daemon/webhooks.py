@@ -140,10 +140,12 @@ class Sender:
     def _send(self, hook: Hook, item: Queued) -> None:
         error = post(hook.url, item.body)
         if error is None:
-            # A kill right here sends this one again after the restart (at-least-once).
+            # Counted before its file goes: a scrape that sees the outbox empty sees it
+            # delivered. A kill right here sends this one again after the restart
+            # (at-least-once).
+            self._count("delivered")
             self.outbox.remove(item)
             self._tries.pop(item.path.name, None)
-            self._count("delivered")
             log.info("notification delivered", hook=hook.shown, notification=item.body.get("event"))
             return
         tries = self._tries.setdefault(item.path.name, _Tries())
