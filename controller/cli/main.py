@@ -26,13 +26,40 @@ from controller.store.config.node import DEFAULT_LOCK_TIMEOUT
 # namespace: nothing downstream parses a flag's text again.
 def duration(text: str) -> float:
     """``30s``, ``5m``, ``1h30m`` or plain seconds, 0 or more."""
+    negative = f"{text!r} is negative (examples: 30s, 5m, 1h)"
     try:
         seconds = parse_duration(text)
     except ValueError as exc:
+        if text.strip().startswith("-") and _is_duration(text.strip()[1:]):  # -5m
+            raise argparse.ArgumentTypeError(negative) from None
         raise argparse.ArgumentTypeError(str(exc)) from None
     if seconds < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative (examples: 30s, 5m, 1h)")
+        raise argparse.ArgumentTypeError(negative)
     return seconds
+
+
+def _is_duration(text: str) -> bool:
+    try:
+        parse_duration(text)
+    except ValueError:
+        return False
+    return True
+
+
+def signed_values(argv: Sequence[str]) -> list[str]:
+    """``--ttl -5m`` as ``--ttl=-5m``: argparse takes a token that starts with '-' and is
+    not a plain number for a flag, so the value was "expected one argument" and its own
+    check never said what is wrong with it. No flag of reconcile starts with a digit, nor
+    does any word it takes (names, revisions), so such a token is always a value; after a
+    switch (``--refresh -5``) argparse then says the switch takes none."""
+    out: list[str] = []
+    for token in argv:
+        glue = out and out[-1].startswith("--") and len(out[-1]) > 2 and "=" not in out[-1]
+        if glue and len(token) > 1 and token[0] == "-" and token[1].isdigit():
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
 
 
 def positive_duration(text: str) -> float:
@@ -575,7 +602,7 @@ _GIT_ONLY = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(signed_values(sys.argv[1:] if argv is None else argv))
     _check_environment(parser, args)
     _check_output(parser, args)
     _check_backend(parser, args)

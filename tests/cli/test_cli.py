@@ -497,6 +497,27 @@ def test_durations_that_cannot_mean_anything_are_usage_errors(
 
 
 @pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("drain", "--ttl", "-5m"), "argument --ttl: '-5m' is negative"),
+        (("--once", "--wait", "--timeout", "-1h30m"), "argument --timeout: '-1h30m' is negative"),
+        (("--resync", "-5s"), "argument --resync: '-5s' is negative"),
+        (("drain", "--ttl=-5m"), "argument --ttl: '-5m' is negative"),
+        (("logs", "--tail", "-5x"), "argument --tail: '-5x' is not a whole number"),
+    ],
+    ids=["ttl", "timeout", "resync", "ttl-glued", "tail"],
+)
+def test_a_negative_duration_is_said_to_be_negative(
+    reconcile: Any, flags: tuple[str, ...], said: str
+) -> None:
+    """argparse took `-5m` for a flag: `drain --ttl -5m` said `argument --ttl: expected one
+    argument`, as if nothing had been given, and `--ttl=-5m` that it is not a duration.
+    One line saying what is wrong with the value, exit 64."""
+    result = reconcile(*flags, check=64)
+    assert said in result.err and len(result.err.strip().splitlines()) == 1, result.err
+
+
+@pytest.mark.parametrize(
     ("seconds", "shown"),
     [
         (-3, "0s"),  # a clock step back: never a negative age
