@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from controller import __version__
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.helptext import epilog
+from controller.cli.streams import outlive_reader
 from controller.core.devices.capacity import parse_limits
 from controller.core.manifest import backendnames
 from controller.core.manifest.listen import split_listen
@@ -601,8 +602,12 @@ _GIT_ONLY = (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    plain = sys.stdout
+    sys.stdout, sys.stderr = outlive_reader(sys.stdout), outlive_reader(sys.stderr)
     parser = build_parser()
     args = parser.parse_args(signed_values(sys.argv[1:] if argv is None else argv))
+    if getattr(args, "watch", False) or getattr(args, "follow", False):
+        sys.stdout = plain  # a follower ends when its reader goes (BrokenPipeError below)
     _check_environment(parser, args)
     _check_output(parser, args)
     _check_backend(parser, args)
@@ -623,7 +628,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, LockTimeout, RecordError, BackendUnavailable) as exc:
         print(f"reconcile: {exc}", file=sys.stderr)
         return EXIT_FAIL
-    except BrokenPipeError:  # `status -o json | head -1`: the reader has what it wanted
+    except BrokenPipeError:  # `status -w | head -1`: the reader has what it wanted
         _quiet_stdout()
         return EXIT_OK
     except ContainerError as exc:  # the runtime did not answer (docker's daemon is down)
