@@ -144,6 +144,7 @@ def test_an_uncommitted_edit_is_applied_as_dirty_not_as_the_commit(reconcile: An
     rc.once("-f", str(repo / "manifests"))
     assert rc.record("app")["revision"] == f"{sha}+dirty"
     assert f"{sha}+dirty" in rc("describe", "app", check=0).out
+    assert f"{sha[:12]}+dirty" in rc("status", check=0).out  # not the clean commit's 12
     again = commit_all(repo, "app: args")
     rc.once("-f", str(repo / "manifests"))
     assert rc.record("app")["revision"] == again
