@@ -260,7 +260,10 @@ def _verb_maker(sub: Any, common: Parser) -> VerbMaker:
 
 def _run_flags(parser: Parser) -> None:
     """The control loop's and --once's own flags (before any verb)."""
-    parser.add_argument("--version", action="version", version=f"reconcile {__version__}")
+    # The distribution by name: `reconcile` on the package index is an unrelated project.
+    parser.add_argument(
+        "--version", action="version", version=f"reconcile {__version__} (reconcile-engines)"
+    )
     parser.add_argument("--once", action="store_true", help="run one pass and exit")
     parser.add_argument("--wait", action="store_true", help="with --once: pass until all Ready")
     parser.add_argument(
