@@ -77,10 +77,12 @@ def test_no_example_installs_the_strangers_package() -> None:
             assert "RECONCILE_PACKAGE: reconcile " not in text, path
 
 
-def test_version_exits_0() -> None:
+def test_version_exits_0_naming_the_distribution() -> None:
+    """README: `--version` says which `reconcile` you have; the unrelated project of that
+    name on the package index would print a bare version too."""
     result = cli("--version")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"reconcile {__version__}"
+    assert result.stdout.strip() == f"reconcile {__version__} (reconcile-engines)"
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from controller import __version__
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from controller.cli.helptext import epilog
+from controller.cli.streams import outlive_reader
 from controller.core.devices.capacity import parse_limits
 from controller.core.manifest import backendnames
 from controller.core.manifest.listen import split_listen
@@ -26,13 +27,40 @@ from controller.store.config.node import DEFAULT_LOCK_TIMEOUT
 # namespace: nothing downstream parses a flag's text again.
 def duration(text: str) -> float:
     """``30s``, ``5m``, ``1h30m`` or plain seconds, 0 or more."""
+    negative = f"{text!r} is negative (examples: 30s, 5m, 1h)"
     try:
         seconds = parse_duration(text)
     except ValueError as exc:
+        if text.strip().startswith("-") and _is_duration(text.strip()[1:]):  # -5m
+            raise argparse.ArgumentTypeError(negative) from None
         raise argparse.ArgumentTypeError(str(exc)) from None
     if seconds < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative (examples: 30s, 5m, 1h)")
+        raise argparse.ArgumentTypeError(negative)
     return seconds
+
+
+def _is_duration(text: str) -> bool:
+    try:
+        parse_duration(text)
+    except ValueError:
+        return False
+    return True
+
+
+def signed_values(argv: Sequence[str]) -> list[str]:
+    """``--ttl -5m`` as ``--ttl=-5m``: argparse takes a token that starts with '-' and is
+    not a plain number for a flag, so the value was "expected one argument" and its own
+    check never said what is wrong with it. No flag of reconcile starts with a digit, nor
+    does any word it takes (names, revisions), so such a token is always a value; after a
+    switch (``--refresh -5``) argparse then says the switch takes none."""
+    out: list[str] = []
+    for token in argv:
+        glue = out and out[-1].startswith("--") and len(out[-1]) > 2 and "=" not in out[-1]
+        if glue and len(token) > 1 and token[0] == "-" and token[1].isdigit():
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
 
 
 def positive_duration(text: str) -> float:
@@ -232,7 +260,10 @@ def _verb_maker(sub: Any, common: Parser) -> VerbMaker:
 
 def _run_flags(parser: Parser) -> None:
     """The control loop's and --once's own flags (before any verb)."""
-    parser.add_argument("--version", action="version", version=f"reconcile {__version__}")
+    # The distribution by name: `reconcile` on the package index is an unrelated project.
+    parser.add_argument(
+        "--version", action="version", version=f"reconcile {__version__} (reconcile-engines)"
+    )
     parser.add_argument("--once", action="store_true", help="run one pass and exit")
     parser.add_argument("--wait", action="store_true", help="with --once: pass until all Ready")
     parser.add_argument(
@@ -574,8 +605,12 @@ _GIT_ONLY = (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    plain = sys.stdout
+    sys.stdout, sys.stderr = outlive_reader(sys.stdout), outlive_reader(sys.stderr)
     parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(signed_values(sys.argv[1:] if argv is None else argv))
+    if getattr(args, "watch", False) or getattr(args, "follow", False):
+        sys.stdout = plain  # a follower ends when its reader goes (BrokenPipeError below)
     _check_environment(parser, args)
     _check_output(parser, args)
     _check_backend(parser, args)
@@ -596,7 +631,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, LockTimeout, RecordError, BackendUnavailable) as exc:
         print(f"reconcile: {exc}", file=sys.stderr)
         return EXIT_FAIL
-    except BrokenPipeError:  # `status -o json | head -1`: the reader has what it wanted
+    except BrokenPipeError:  # `status -w | head -1`: the reader has what it wanted
         _quiet_stdout()
         return EXIT_OK
     except ContainerError as exc:  # the runtime did not answer (docker's daemon is down)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
@@ -55,6 +56,41 @@ def test_once_exit_1(reconcile: Any, why: str) -> None:
     assert result.code == 1, str(result)
     assert reconcile.status()["good"]["phase"] in ("Starting", "Ready")  # the rest ran
     reconcile.down()
+
+
+def _closed_pipe_run(rc: Any, *args: str, unbuffered: bool) -> int:
+    """The CLI with stdout and stderr into a pipe whose reader has gone (`| true`)."""
+    read, write = os.pipe()
+    os.close(read)
+    env = {k: v for k, v in rc.env.items() if k != "PYTHONUNBUFFERED"}
+    env |= {"PYTHONUNBUFFERED": "1"} if unbuffered else {}
+    try:
+        argv = rc.argv(*args)
+        done = subprocess.run(argv, stdout=write, stderr=write, env=env, cwd=rc.tmp, timeout=60)
+    finally:
+        os.close(write)
+    return done.returncode
+
+
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "python-u"])
+def test_a_reader_gone_changes_neither_the_pass_nor_its_exit_code(
+    reconcile: Any, unbuffered: bool
+) -> None:
+    """`reconcile --once | head -1`: the first write after the reader went raised
+    BrokenPipeError, which ended the pass where it stood and exited 0 (a failed pass read
+    as a good one; with stderr in the pipe too, nothing after the first log line started),
+    or, buffered, exited 120 at the last flush. The pass runs whole and its code stands;
+    so does `plan`'s."""
+    rc = reconcile
+    rc.write("good")
+    rc.write("elsewhere", nodeSelector={"gpu": "h100"}, basePort=rc.port + 2)  # stdout: a note
+    rc.write_text("bad.yaml", "apiVersion: reconcile/v1\nkind: Deployment\nspec: [")
+    assert _closed_pipe_run(rc, "plan", unbuffered=unbuffered) == 1  # as --once will
+    assert _closed_pipe_run(rc, "--once", unbuffered=unbuffered) == 1
+    assert rc.status()["good"]["phase"] in ("Starting", "Ready")  # the pass ran whole
+    (rc.manifests / "bad.yaml").unlink()
+    assert _closed_pipe_run(rc, "--once", unbuffered=unbuffered) == 0
+    rc.down()
 
 
 def test_wait_brings_up_what_it_can_beside_a_broken_manifest_then_names_it(
@@ -494,6 +530,27 @@ def test_durations_that_cannot_mean_anything_are_usage_errors(
     begins) and a zero `--timeout` waited no time at all."""
     result = reconcile(*flags, check=64)
     assert named in result.err and "Traceback" not in result.err, result.err
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("drain", "--ttl", "-5m"), "argument --ttl: '-5m' is negative"),
+        (("--once", "--wait", "--timeout", "-1h30m"), "argument --timeout: '-1h30m' is negative"),
+        (("--resync", "-5s"), "argument --resync: '-5s' is negative"),
+        (("drain", "--ttl=-5m"), "argument --ttl: '-5m' is negative"),
+        (("logs", "--tail", "-5x"), "argument --tail: '-5x' is not a whole number"),
+    ],
+    ids=["ttl", "timeout", "resync", "ttl-glued", "tail"],
+)
+def test_a_negative_duration_is_said_to_be_negative(
+    reconcile: Any, flags: tuple[str, ...], said: str
+) -> None:
+    """argparse took `-5m` for a flag: `drain --ttl -5m` said `argument --ttl: expected one
+    argument`, as if nothing had been given, and `--ttl=-5m` that it is not a duration.
+    One line saying what is wrong with the value, exit 64."""
+    result = reconcile(*flags, check=64)
+    assert said in result.err and len(result.err.strip().splitlines()) == 1, result.err
 
 
 @pytest.mark.parametrize(

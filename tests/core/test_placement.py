@@ -132,13 +132,14 @@ def test_no_capacity_for_a_replica_offers_fewer_replicas(more: dict[str, Any], f
 
 
 def test_no_capacity_among_candidates_says_they_are_the_limit() -> None:
-    """nvidia:1 is free: "0 free" alone read as a full node."""
+    """nvidia:1 is free: "0 free" alone read as a full node. The candidates read as the
+    manifest writes them ([0]), not as a Python list (['0'])."""
     ledger = Ledger()
     ledger.take("a", ["nvidia:0"], [8000], False)
     want = {"count": 1, "kind": "nvidia", "candidates": ["0"]}
     got = place(spec(devices=want), inventory("nvidia:0", "nvidia:1"), ledger)
     assert got == Unplaced(
-        "no capacity: needs 1 nvidia device, 0 free of candidates ['0'] — held by "
+        "no capacity: needs 1 nvidia device, 0 free of candidates [0] — held by "
         "a [nvidia:0]: widen devices.candidates, remove a manifest or lower devices.count"
     )
 

@@ -196,7 +196,7 @@ CASES = [
     pytest.param(
         Case(
             desired(entry("a", devices={"count": 1, "candidates": ["7"]})),
-            expect=((Hold, "a", "among candidates ['7']"),),
+            expect=((Hold, "a", "among candidates [7]"),),
         ),
         id="hold-no-candidate-exists",
     ),

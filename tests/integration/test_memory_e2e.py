@@ -190,7 +190,7 @@ def test_a_crash_on_a_device_gone_from_the_inventory_is_placed_afresh(reconcile:
     record = reconcile.record("web")
     assert record is not None and record["phase"] == "Pending", record
     assert record["devices"] == [] and reconcile.pids("web") == set(), record
-    assert "among candidates ['1']" in record["message"], record
+    assert "among candidates [1]" in record["message"], record
     events = [e.get("reason", "") for e in reconcile.events("web")]
     assert any("nvidia:1 is no longer in the node's inventory" in e for e in events), events
     reconcile.down()

@@ -144,10 +144,25 @@ def test_an_uncommitted_edit_is_applied_as_dirty_not_as_the_commit(reconcile: An
     rc.once("-f", str(repo / "manifests"))
     assert rc.record("app")["revision"] == f"{sha}+dirty"
     assert f"{sha}+dirty" in rc("describe", "app", check=0).out
+    assert f"{sha[:12]}+dirty" in rc("status", check=0).out  # not the clean commit's 12
     again = commit_all(repo, "app: args")
     rc.once("-f", str(repo / "manifests"))
     assert rc.record("app")["revision"] == again
     rc("down", "-f", str(repo / "manifests"), check=0)
+
+
+def test_an_uncommitted_edit_of_a_manifest_file_given_alone_is_dirty(reconcile: Any) -> None:
+    """`-f repo/manifests/app.yaml` (a file, not its folder) recorded the clean commit for
+    an edit of that file: only folders were checked for one."""
+    rc = reconcile
+    repo = rc.tmp / "checkout"
+    path = rc.write("app", folder=repo / "manifests")
+    git(repo, "init", "-q", "-b", "main")
+    sha = commit_all(repo, "app")
+    rc.write("app", folder=repo / "manifests", args=["--load-seconds", "0"])  # not committed
+    rc.once("-f", str(path))
+    assert rc.record("app")["revision"] == f"{sha}+dirty"
+    rc("down", "-f", str(path), check=0)
 
 
 # -- the CI job ------------------------------------------------------------------------------------

@@ -287,3 +287,26 @@ def test_a_preemption_exits_1_as_the_pass_that_makes_it_does(reconcile: Any) -> 
     assert rc.record("low")["phase"] == "Pending"
     rc("plan", check=1)  # and after it: low waits for room
     rc.down()
+
+
+def test_a_memory_request_no_device_holds_points_at_its_line(reconcile: Any) -> None:
+    """`devices.memory` larger than any card can never be placed: the reason names the
+    manifest, as a load error would. It pointed at the document's first line (`m.yaml:1`),
+    not the `memory:` line, in a file of several documents the wrong one to look at."""
+    rc = reconcile
+    rc.devices = "nvidia:0=40Gi"
+    first = "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: small}\n"
+    first += f"spec:\n  engine: command\n  command: [sleep, '60']\n  basePort: {rc.port}\n"
+    second = "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: big}\nspec:\n"
+    second += "  engine: command\n  command: [sleep, '60']\n  devices:\n    count: 1\n"
+    second += "    kind: nvidia\n    memory: 60Gi\n"
+    path = rc.write_text("m.yaml", f"{first}---\n{second}")
+    line = path.read_text().splitlines().index("    memory: 60Gi") + 1
+
+    doc = rc("plan", "-o", "json", check=1).json()
+    by = {c["name"]: c for c in doc["changes"]}
+    assert by["big"]["change"] == "wait", doc
+    assert by["big"]["reason"].startswith(f"{path}:{line}: spec.devices.memory 60Gi"), doc
+    rc.once(check=1)
+    assert rc.record("big")["message"].startswith(f"{path}:{line}: "), rc.record("big")
+    rc.down()

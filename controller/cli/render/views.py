@@ -43,7 +43,13 @@ def until(value: datetime, now: datetime) -> str:
 
 
 def short_rev(revision: str | None) -> str:
-    return ",".join(r[:12] for r in revision.split(",")) if revision else "-"
+    """Each commit cut to 12 hex digits, its ``+dirty`` kept: cut with the rest, an
+    uncommitted edit read as the clean commit."""
+    if not revision:
+        return "-"
+    return ",".join(
+        r[:12] + ("+dirty" if r.endswith("+dirty") else "") for r in revision.split(",")
+    )
 
 
 def event_reason(event: Mapping[str, Any]) -> str:

@@ -8,7 +8,7 @@ listeners); :func:`place` reads it and never mutates it; the planner calls
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from controller.core.devices.inventory import KINDS, Device, Inventory
@@ -264,14 +264,14 @@ def _no_capacity(spec: DeploymentSpec, usable: list[Device], ledger: Ledger) -> 
     plural = "device" if want.count == 1 else "devices"
     free = sum(1 for d in usable if ledger.free_for(d.key, want.shareable))
     if not usable:
-        where = f" among candidates {list(want.candidates)}" if want.candidates else ""
+        where = f" among candidates {_listed(want.candidates)}" if want.candidates else ""
         return (
             f"needs {want.count} {kind}{plural}, the node has none{where}: "
             "check --devices / RECONCILE_DEVICES or lower devices.count"
         )
     most = _most_of_one_kind(usable)
     if most < want.count:  # never placeable here, whoever leaves
-        where = f" among candidates {list(want.candidates)}" if want.candidates else ""
+        where = f" among candidates {_listed(want.candidates)}" if want.candidates else ""
         has = f"only {len(usable)}"
         if most < len(usable):  # kind: any, and one lease is of one kind
             kinds = Counter(d.kind for d in usable)
@@ -286,12 +286,17 @@ def _no_capacity(spec: DeploymentSpec, usable: list[Device], ledger: Ledger) -> 
             holders.setdefault(holder, []).append(d.key)
     held = "; ".join(f"{h} [{','.join(keys)}]" for h, keys in sorted(holders.items()))
     # Free devices beside the candidates would read as "0 free" of the whole node.
-    where = f" of candidates {list(want.candidates)}" if want.candidates else ""
+    where = f" of candidates {_listed(want.candidates)}" if want.candidates else ""
     way_out = "widen devices.candidates, " if want.candidates else ""
     return (
         f"no capacity: needs {want.count} {kind}{plural}, {free} free{where} — held by "
         f"{held or 'nobody'}: {way_out}{_moves(spec)}"
     )
+
+
+def _listed(ids: Sequence[str]) -> str:
+    """Ids as the manifest's flow list shows them (``[0, 1]``), not Python's ``['0', '1']``."""
+    return f"[{', '.join(ids)}]"
 
 
 def _moves(spec: DeploymentSpec) -> str:

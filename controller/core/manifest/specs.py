@@ -11,7 +11,7 @@ import functools
 import json
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Self
 
@@ -823,10 +823,26 @@ class Entry:
     secret_digest: str = ""  # their keyed digest, which ``hash`` covers (with_secrets)
     # What a release before the secrets key recorded for the same values (see rekeyed).
     unkeyed_digest: str = field(default="", repr=False, compare=False)
+    # The line of each field path in the document, as the loader read it: a check made
+    # after loading (placement, export) points at the field, as a load error does.
+    field_lines: Mapping[tuple[str | int, ...], int] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def name(self) -> str:
         return self.deployment.name
+
+    def line_at(self, loc: Sequence[str | int]) -> int:
+        """The line of ``loc`` (``("spec", "devices", "memory")``), else of its nearest
+        ancestor written in the document (a defaulted field: its parent), else the
+        document's first."""
+        probe = tuple(loc)
+        while probe:
+            if probe in self.field_lines:
+                return self.field_lines[probe]
+            probe = probe[:-1]
+        return self.line
 
 
 def spec_document(spec: DeploymentSpec) -> dict[str, Any]:

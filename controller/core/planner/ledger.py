@@ -180,7 +180,8 @@ class PlanLedger:
     def _unplaced(self, entry: Entry, placed: Unplaced, room: Inventory) -> str:
         reason = limits.explain(placed.reason, self._ctx.inventory, room, self._ctx.limits)
         if placed.field is not None:  # no pass can place it: point at the manifest
-            reason = f"{in_repo(self._ctx.desired.repo, entry.source)}:{entry.line}: {reason}"
+            line = entry.line_at(placed.field.split("."))
+            reason = f"{in_repo(self._ctx.desired.repo, entry.source)}:{line}: {reason}"
         return reason
 
     def _started(self, entry: Entry, why: str, name: str, placed: Placed) -> Start:

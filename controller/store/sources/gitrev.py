@@ -82,16 +82,18 @@ def revision(folder: Path) -> str | None:
 
 
 def dirty(folder: Path) -> bool:
-    """Whether the folder's files differ from the commit (edited, added, removed).
+    """Whether the folder's files (or the one file ``-f`` names) differ from the commit
+    (edited, added, removed).
 
     The one ``git`` process here: a checkout the user manages (``-f`` on a clone) may hold
     an edit, and a record must not claim the clean commit for it. Only folders inside a
     work tree pay for it; no git, or git failing, is "not known dirty"."""
     import subprocess
 
+    where, what = (folder, ".") if folder.is_dir() else (folder.parent, folder.name)
     try:
         proc = subprocess.run(
-            ["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=all", "--", "."],
+            ["git", "-C", str(where), "status", "--porcelain", "--untracked-files=all", "--", what],
             capture_output=True,
             timeout=30,
             stdin=subprocess.DEVNULL,
@@ -108,7 +110,7 @@ def revision_of(folders: Iterable[Path], *, check_dirty: bool = True) -> str | N
     found: list[str] = []
     for folder in folders:
         rev = revision(folder)
-        if rev and check_dirty and folder.is_dir() and dirty(folder):
+        if rev and check_dirty and dirty(folder):
             rev += "+dirty"
         if rev and rev not in found:
             found.append(rev)

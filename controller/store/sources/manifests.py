@@ -75,13 +75,10 @@ class LoadResult:
     unusable: dict[str, str] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     documents: int = 0  # non-empty YAML documents read, valid or not
-    # (source, first line of the document) -> the line of each path in it, so a later
-    # check of a valid spec (`reconcile export`) can say where, as load errors do.
-    field_lines: dict[tuple[str, int], dict[Path_, int]] = field(default_factory=dict)
 
     def line_of(self, entry: Entry, loc: Sequence[str | int]) -> int | None:
-        lines = self.field_lines.get((entry.source, entry.line))
-        return entry.line if lines is None else bounded.line_for(lines, loc)
+        """Where a later check of a valid spec (`reconcile export`) points, as load errors do."""
+        return entry.line_at(loc)
 
     # With no manifest found: what the folders hold that looks meant as one (nearmiss.py).
     near_miss: str = ""
@@ -282,7 +279,6 @@ def _load_document(
         result.invalid_names.setdefault(deployment.name, str(result.error(error)))
         result.invalid_selectors.setdefault(deployment.name, deployment.spec.node_selector)
         return
-    result.field_lines[(file, line)] = lines
     refusals = cluster_refusals(deployment.spec, result.backend)
     if refusals:  # fields the cluster backend cannot honour: invalid there, named
         for path, why in refusals:
@@ -293,7 +289,7 @@ def _load_document(
         result.invalid_names.setdefault(deployment.name, str(result.error(first)))
         result.invalid_selectors.setdefault(deployment.name, deployment.spec.node_selector)
         return
-    _add(result, Entry(deployment, file, line, spec_hash(deployment.spec)))
+    _add(result, Entry(deployment, file, line, spec_hash(deployment.spec), field_lines=lines))
 
 
 def _not_a_mapping(value: Any) -> str:

@@ -62,7 +62,7 @@ def _hint(problem: str, context: str, rows: list[str], line: int | None, opened:
             "has an unquoted ':' or '#': quote that item)"
         )
     if problem.startswith(_OFF_INDENT):  # libyaml's words, then PyYAML's own
-        return " (this line is not indented as the keys above it: line keys of one mapping up)"
+        return " (this line is not indented as the keys above it: the keys of one mapping line up)"
     if problem.startswith("found undefined alias"):
         return (
             " (an alias *name needs its anchor &name above it in the same document; "
@@ -79,7 +79,7 @@ def _colon_hint(row: str) -> str:
     if sep and (": " in value or value.endswith(":")):
         quoted = clip(json.dumps(value, ensure_ascii=False), 60)
         return f' (a value with ": " in it needs quotes: `{key}: {quoted}`)'
-    return " (this line is indented deeper than the key above it: line keys of one mapping up)"
+    return " (this line is indented deeper than the key above it: the keys of one mapping line up)"
 
 
 _OFF_INDENT = ("did not find expected key", "did not find expected '-'", "expected <block end>")
