@@ -249,3 +249,38 @@ def _stopped_at_the_end(git: psutil.Process) -> Iterator[psutil.Process]:
         with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
             if git.is_running():  # pid and start time: never a reused pid's process
                 os.killpg(git.pid, signal.SIGKILL)
+
+
+def test_passes_go_on_while_a_fetch_hangs(
+    reconcile: Any, remote: Remote, hung: HungRemote, git_daemon: Any
+) -> None:
+    """The fetch ran inside the pass, under the pass lock: while a remote hung, nothing
+    else happened on the node for the whole fetch limit (here 5 minutes), at every retry:
+    an engine killed meanwhile stayed down. The daemon now fetches beside its passes
+    (Flux's source-controller beside its kustomize-controller): the engine is restarted
+    at once (the first restart is immediate) on the commit applied, while the fetch still
+    hangs, and the commit the fetch brings is applied as soon as one succeeds."""
+    good = remote.deploy("alpha")
+    d = git_daemon("--git", hung.url, *GIT, "--interval", "1s", "--git-timeout", "5m")
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+    old = reconcile.record("alpha")["ref"]["pid"]
+    hung.hang(True)
+    newer = remote.deploy("beta")
+    with _stopped_at_the_end(d.wait(lambda: _hung_fetch(d.proc.pid), "a hung git fetch")) as git:
+        os.kill(old, signal.SIGKILL)
+
+        def restarted() -> bool:
+            rec = reconcile.record("alpha") or {}
+            return rec.get("phase") == "Ready" and rec["ref"]["pid"] != old
+
+        d.wait(restarted, "alpha restarted while the fetch hangs")
+        assert git.is_running(), "the fetch ended: this proves nothing"
+        assert reconcile.record("alpha")["revision"] == good
+        seen = source(reconcile)
+        assert seen["applied"] == good and reconcile.record("beta") is None, seen
+        hung.hang(False)
+        os.killpg(git.pid, signal.SIGKILL)  # the remote drops the connection: a retry
+    d.wait(lambda: (reconcile.record("beta") or {}).get("phase") == "Ready", "beta Ready")
+    assert source(reconcile)["applied"] == newer
+    assert d.stop() == 0
+    reconcile("--git", hung.url, *GIT, "down", check=0)
