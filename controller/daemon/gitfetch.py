@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from controller.errors import ReconcileError
 from controller.logsetup import get_logger
-from controller.store.sources.gitsource import GitSource
+
+if TYPE_CHECKING:  # a daemon that follows no git source never loads it
+    from controller.store.sources.gitsource import GitSource
 
 log = get_logger("reconcile")
 
@@ -29,18 +32,22 @@ class Fetcher:
         self._done = done
         self._thread: threading.Thread | None = None
         self._source: GitSource | None = None
+        # In flight: cleared before ``done``, so the pass it asks for arms the next fetch
+        # (the thread itself may still be ending then)
+        self._busy = False
         # Why the last fetch could not even begin (git.lock not had, the state dir not
         # writable): the next waits a resync, not a loop of tries (None: it began).
         self.failed: str | None = None
 
     @property
     def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._busy
 
     def start(self, source: GitSource) -> None:
         """``source`` fetches now, when it is due and no fetch is in flight."""
-        if self.busy:
+        if self._busy:
             return
+        self._busy = True
         self._source = source
         self._thread = threading.Thread(target=self._run, args=(source,), name="git fetch")
         self._thread.daemon = True  # a stop kills its git first (give_up): nothing to wait on
@@ -55,6 +62,7 @@ class Fetcher:
             self.failed = str(exc)
             log.error("git fetch could not start", error=self.failed)
         finally:
+            self._busy = False
             self._done()
 
     def give_up(self) -> None:

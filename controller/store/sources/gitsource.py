@@ -433,7 +433,6 @@ class SyncResult:
     def add(self, later: SyncResult) -> None:
         """A later fetch's news after this one's: its error says how fetching goes now."""
         self.fetched |= later.fetched
-        self.moved |= later.moved
         self.error = later.error
         self.events += later.events
 
