@@ -196,6 +196,26 @@ def test_a_git_not_proved_an_orphan_is_never_signalled(
     reconcile("--git", remote.url, *GIT, "down", check=0)
 
 
+def test_sigterm_stops_the_fetch_made_beside_the_passes(
+    reconcile: Any, remote: Remote, hung: HungRemote, git_daemon: Any
+) -> None:
+    """The daemon's fetch runs on a thread of its own: a stop ends it as it ended the
+    fetch of a pass (no git left holding the checkout, no wait for its limit)."""
+    remote.deploy("alpha")
+    d = git_daemon("--git", hung.url, *GIT, "--interval", "1s", "--git-timeout", "5m")
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+    hung.hang(True)
+    with _stopped_at_the_end(d.wait(lambda: _hung_fetch(d.proc.pid), "a hung git fetch")) as git:
+        assert d.stop() == 0, d.tail()
+        assert _gone(git), f"git (pid {git.pid}) left running"
+    lock = FileLock(StateDir(reconcile.state).git_lock, what="git checkout lock")
+    assert lock.try_acquire(), "git.lock still held: the next daemon would wait on it"
+    lock.release()
+    assert "fetch stopped: the daemon is stopping" in d.log.read_text(), d.tail()
+    hung.hang(False)
+    reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
 @pytest.mark.parametrize(
     ("value", "said"),
     [("0", "'0' is zero"), ("soon", "'soon' is not a duration"), ("-5s", "'-5s' is not")],
