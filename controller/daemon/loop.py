@@ -32,6 +32,7 @@ from controller.core.plan import backoff
 from controller.core.state import Activation, Phase, ProcessRef, Record
 from controller.daemon.engine_exits import FALLBACK_PERIOD, ExitWatch
 from controller.daemon.folders import ManifestWatch
+from controller.daemon.gitfetch import Fetcher
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import Settling, Timers, debounce_until
 from controller.daemon.webhooks import Sender
@@ -58,7 +59,7 @@ SLACK = 0.005  # fire just after a record's due time, never just before
 HELD_RECHECK = 1.0  # seconds: a back-off that is over but held (drained, waiting its turn)
 WATCHED = (Phase.STARTING, Phase.READY)
 AT_ONCE = "folder at once"  # the pass of a first whole change after quiet (_debounce)
-GIT_FETCH = "git fetch"  # the git source's own timer: its interval, apart from the resync
+GIT_FETCH = "git fetch"  # the git source's own timer (its interval), and its fetch's end
 TIMED = frozenset({GIT_FETCH, "resync", "probe due", "liveness", "back-off held", "pull progress"})
 PROBES = "liveness probes"  # the timer that starts the liveness probes due (no pass)
 PULL_RECHECK = 1.0  # seconds between passes while a model is pulled (its end starts it)
@@ -107,6 +108,10 @@ class Daemon:
         self._asked = False  # the gateway asked for a pass (set from its thread)
         self._signalled = False  # SIGUSR1 asked for one
         self.reconciler.interrupted = lambda: self.stopping
+        self.reconciler.fetched_apart = True
+        # The git source fetches on a thread of its own; its end asks for a pass (the move)
+        self.fetcher = Fetcher(self._fetch_done)
+        self._fetch_ended = False  # set from the fetch's thread
         self.notifier = Notifier.from_environ()
         # node.yaml's notify: the passes queue, this thread posts (a hook never delays one)
         self.webhooks = Sender(config.state_dir, config.notify)
@@ -183,6 +188,8 @@ class Daemon:
             self._arm_probes()
         elif key == "autoscale":
             self._autoscale()
+        elif key == GIT_FETCH:
+            self._fetch()
         else:
             self.triggers.add(label)
 
@@ -198,6 +205,11 @@ class Daemon:
         if self.front is not None:
             reconciler.after_pass.append(_guarded(self.front.after_pass))
             reconciler.executor.launcher.drain = _guarded(self.front.drain)
+
+    def _fetch_done(self) -> None:  # the fetch's thread
+        with self._events:
+            self._fetch_ended = True
+        self._poke()
 
     def _liveness_answered(self, news: bool) -> None:  # a probe's worker thread
         with self._events:
@@ -230,6 +242,9 @@ class Daemon:
             asked, self._asked = self._asked, False
             news, self._probe_news = self._probe_news, False
             moved, self._probes_moved = self._probes_moved, False
+            fetched, self._fetch_ended = self._fetch_ended, False
+        if fetched:  # its pass moves the checkout to what it brought
+            self.triggers.add(GIT_FETCH)
         if news:
             self.triggers.add("liveness")
         if moved:
@@ -289,7 +304,8 @@ class Daemon:
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
-        if self.reconciler.git is not None:  # a fetch is no round to finish: stopped
+        self.fetcher.give_up()  # a fetch is no round to finish: stopped
+        if self.reconciler.git is not None:  # (and one a pass makes first)
             self.reconciler.git.give_up_fetch()
         self._poke()
 
@@ -316,6 +332,7 @@ class Daemon:
             log.error("reload failed; keeping the old configuration", error=str(exc))
         else:
             fresh.interrupted = self.reconciler.interrupted
+            fresh.fetched_apart = True
             fresh.liveness = self.liveness
             self._hook_front(fresh)
             fresh.after_pass.append(lambda result, seconds: self.webhooks.wake())
@@ -398,10 +415,11 @@ class Daemon:
             self.notifier.send(status)
 
     def _arm_git(self) -> None:
-        """A pass when the next fetch is due: the interval (or a retry's back-off), not
-        every resync; a webhook's SIGUSR1 brings it forward."""
+        """The next fetch when it is due: the interval (or a retry's back-off), not every
+        resync; a webhook's pass brings it forward. None while one is in flight: its end
+        asks for a pass, which arms the next."""
         git = self.reconciler.git
-        if git is None:
+        if git is None or self.fetcher.busy:
             self.timers.cancel(GIT_FETCH)
             return
         try:
@@ -409,7 +427,14 @@ class Daemon:
         except ReconcileError as exc:
             log.error("git source status unreadable", error=str(exc))
             due = self.resync
+        if self.fetcher.failed is not None:  # it could not even begin: no loop of tries
+            due = max(due, self.resync)
         self.timers.after(GIT_FETCH, due + SLACK, GIT_FETCH)
+
+    def _fetch(self) -> None:
+        """A fetch due: on its own thread, beside the passes (gitfetch.py)."""
+        if self.reconciler.git is not None and not self.stopping:
+            self.fetcher.start(self.reconciler.git)
 
     def _arm_records(self, records: list[Record]) -> None:
         """A pass when the next probe is due, a deadline passes or a back-off ends."""
@@ -460,6 +485,7 @@ class Daemon:
 
     def _shutdown(self) -> None:
         self.notifier.send("STOPPING=1")
+        self.fetcher.close()  # stopped by _on_stop: no git is left running
         self.webhooks.stop()
         if self.front is not None:
             self.front.stop()

@@ -8,11 +8,12 @@ for reading and writing records (invariant 7), never across a spawn or a wait.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -380,6 +381,8 @@ class Reconciler(Preview):
         self.device_watch = DeviceWatch(config.state_dir, gpuhealth.choose(inventory))
         # --git: the checkout this reconciler fetches and moves (the daemon fetches when due)
         self.git: GitSource | None = None
+        # The daemon fetches on a thread of its own (daemon/gitfetch.py): its passes only move
+        self.fetched_apart = False
         if config.git:
             from controller.store.sources.gitsource import GitSource
 
@@ -413,10 +416,10 @@ class Reconciler(Preview):
         nothing (``deferred``): the change may be one file of several still landing."""
         self.store.ensure()
         timeout = self.config.lock_timeout if lock_timeout is None else lock_timeout
-        with self.pass_lock.hold(timeout):
+        with self._fetch_first() as git_held, self.pass_lock.hold(timeout):
             started = time.monotonic()
             failpoints.hit("reconciler.pass.locked")
-            synced = self._sync_git()
+            synced = self._sync_git(git_held)
             # Read the manifests once the lock is ours: a pass that waited for another
             # must not act on what the folder held before it waited.
             loaded = load(
@@ -453,14 +456,31 @@ class Reconciler(Preview):
                 hook(result, seconds)
         return result
 
-    def _sync_git(self) -> SyncResult | None:
-        """The git source's checkout moved to the commit to apply (fetched when due),
-        under the pass lock: no pass reads a checkout half-moved."""
+    @contextlib.contextmanager
+    def _fetch_first(self) -> Iterator[FileLock | None]:
+        """The git source's fetch, when due, before the pass lock, under git.lock alone,
+        which is held on for the pass's move (yielded): a `--once`, and a daemon's pass
+        onto a checkout not yet current (its first start, another source, a move cut
+        short). The daemon fetches on a thread of its own (``fetched_apart``) while its
+        passes run on the commit applied: a remote that hangs holds no pass."""
+        if self.git is None or (self.fetched_apart and self.git.current):
+            yield None
+            return
+        with self.git.hold() as lock:
+            self.git.fetch_when_due(lock)
+            yield lock
+
+    def _sync_git(self, held: FileLock | None) -> SyncResult | None:
+        """The git source's checkout moved to the commit to apply, under the pass lock (and
+        git.lock): no pass reads a checkout half-moved. ``held``: git.lock, taken for the
+        fetch (``_fetch_first``), let go once the checkout moved."""
         if self.git is None:
             return None
         from controller.store.sources.gitsource import shown_url
 
-        synced = self.git.sync()
+        synced = self.git.apply(held)
+        if held is not None:
+            held.release()  # moved: a fetch may start (it writes no work tree)
         for what in synced.events:
             log.info("git source", change=what, url=shown_url(self.git.settings.url))
         return synced

@@ -20,7 +20,7 @@ def _source(state: Path) -> gitsource.GitSource:
         progress_deadline=1.0,
     )  # fmt: skip
     source = gitsource.GitSource(state, s, always_fetch=False)
-    source.lock.path.parent.mkdir(parents=True, exist_ok=True)
+    (state / "git").mkdir(parents=True, exist_ok=True)
     gitsource.write_status(state, source.status())
     return source
 

@@ -196,6 +196,26 @@ def test_a_git_not_proved_an_orphan_is_never_signalled(
     reconcile("--git", remote.url, *GIT, "down", check=0)
 
 
+def test_sigterm_stops_the_fetch_made_beside_the_passes(
+    reconcile: Any, remote: Remote, hung: HungRemote, git_daemon: Any
+) -> None:
+    """The daemon's fetch runs on a thread of its own: a stop ends it as it ended the
+    fetch of a pass (no git left holding the checkout, no wait for its limit)."""
+    remote.deploy("alpha")
+    d = git_daemon("--git", hung.url, *GIT, "--interval", "1s", "--git-timeout", "5m")
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+    hung.hang(True)
+    with _stopped_at_the_end(d.wait(lambda: _hung_fetch(d.proc.pid), "a hung git fetch")) as git:
+        assert d.stop() == 0, d.tail()
+        assert _gone(git), f"git (pid {git.pid}) left running"
+    lock = FileLock(StateDir(reconcile.state).git_lock, what="git checkout lock")
+    assert lock.try_acquire(), "git.lock still held: the next daemon would wait on it"
+    lock.release()
+    assert "fetch stopped: the daemon is stopping" in d.log.read_text(), d.tail()
+    hung.hang(False)
+    reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
 @pytest.mark.parametrize(
     ("value", "said"),
     [("0", "'0' is zero"), ("soon", "'soon' is not a duration"), ("-5s", "'-5s' is not")],
@@ -249,3 +269,46 @@ def _stopped_at_the_end(git: psutil.Process) -> Iterator[psutil.Process]:
         with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
             if git.is_running():  # pid and start time: never a reused pid's process
                 os.killpg(git.pid, signal.SIGKILL)
+
+
+def test_passes_go_on_while_a_fetch_hangs(
+    reconcile: Any, remote: Remote, hung: HungRemote, git_daemon: Any
+) -> None:
+    """The fetch ran inside the pass, under the pass lock: while a remote hung, nothing
+    else happened on the node for the whole fetch limit (here 5 minutes), at every retry:
+    an engine killed meanwhile stayed down, and a cron `--once` of another set failed on
+    the lock. The daemon now fetches beside its passes (Flux's source-controller beside
+    its kustomize-controller): the engine is restarted at once (the first restart is
+    immediate) on the commit applied, while the fetch still hangs, and the commit the
+    fetch brings is applied as soon as one succeeds."""
+    good = remote.deploy("alpha")
+    d = git_daemon("--git", hung.url, *GIT, "--interval", "1s", "--git-timeout", "5m")
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+    old = reconcile.record("alpha")["ref"]["pid"]
+    hung.hang(True)
+    newer = remote.deploy("beta")
+    with _stopped_at_the_end(d.wait(lambda: _hung_fetch(d.proc.pid), "a hung git fetch")) as git:
+        os.kill(old, signal.SIGKILL)
+
+        def restarted() -> bool:
+            rec = reconcile.record("alpha") or {}
+            return rec.get("phase") == "Ready" and rec["ref"]["pid"] != old
+
+        d.wait(restarted, "alpha restarted while the fetch hangs")
+        assert reconcile.record("alpha")["revision"] == good
+        seen = source(reconcile)
+        assert seen["applied"] == good and reconcile.record("beta") is None, seen
+        # cron's `--once` of another manifest set, and its `down`, get the pass lock (they
+        # waited for it 60 s, then failed)
+        reconcile.write("gamma")
+        reconcile("--once", "--wait", "--timeout", "15s", check=0, timeout=30)
+        assert (reconcile.record("gamma") or {}).get("phase") == "Ready"
+        reconcile("down", check=0, timeout=20)
+        assert reconcile.record("gamma") is None
+        assert git.is_running(), "the fetch ended: this proves nothing"
+        hung.hang(False)
+        os.killpg(git.pid, signal.SIGKILL)  # the remote drops the connection: a retry
+    d.wait(lambda: (reconcile.record("beta") or {}).get("phase") == "Ready", "beta Ready")
+    assert source(reconcile)["applied"] == newer
+    assert d.stop() == 0
+    reconcile("--git", hung.url, *GIT, "down", check=0)

@@ -69,7 +69,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         target, why = found, f"rolled back to {found[:12]} (from {(st.applied or '-')[:12]})"
         if args.dry_run:
             return _show_change(cfg, source, st, target)
-    _pin(cfg, source, target)
+    _pin(source, target)
     _journal(cfg, st.owner, target, why)
     print(why)
     return _apply(cfg, target)
@@ -134,13 +134,15 @@ def _export(repo: Path, commit: str, path: str, into: Path) -> Path:
     return folder
 
 
-def _pin(cfg: Config, source: gitsource.GitSource, target: str | None) -> None:
-    # A fetch in flight holds the checkout (from a remote that hangs: its whole limit).
-    with source.hold(waiting=lambda lock: _say_waiting(lock, source.settings.timeout)):
-        st = gitsource.read_status(cfg.state_dir)
-        assert st is not None
+def _pin(source: gitsource.GitSource, target: str | None) -> None:
+    """The pin written once no fetch is in flight (from a remote that hangs: its whole
+    limit): the move it asks for follows at once, with nothing holding the checkout."""
+
+    def pin(st: gitsource.SourceStatus) -> None:
         st.pinned, st.auto_pinned = target, False
-        gitsource.write_status(cfg.state_dir, st)
+
+    with source.hold(waiting=lambda lock: _say_waiting(lock, source.settings.timeout)):
+        source.change_status(pin)
 
 
 def _say_waiting(lock: FileLock, limit: float) -> None:

@@ -3,10 +3,12 @@
 git inherits git.lock's descriptor (``gitsource.git``'s ``hold``), so no second git ever
 runs beside it in the checkout. But a git whose reconcile was killed has nobody left to
 stop it at its limit: a fetch from a remote that never answers would hold the checkout,
-and so every later pass, for good. So each git started under the lock is written down as
-it starts (``<state>/git/running.json``: its identity and its reconcile's, pid and start
-time). A sync that finds git.lock held (at once, or at a look every few seconds while it
-waits: its holder may be killed meanwhile), the reconcile named there gone and the git
+and so every later fetch and move, for good. So each git started under the lock is
+written down as it starts (``<state>/git/running.json``: its identity and its
+reconcile's, pid and start time). A wait for git.lock (``GitSource.hold``: a fetch, a
+`--once`'s move, a rollback's pin; a daemon's pass only tries it, and runs on the commit
+applied) that finds it held (at once, or at a look every few seconds while it waits: its
+holder may be killed meanwhile), the reconcile named there gone and the git
 named there still the same process, stops that git's process group (its helpers with it: git
 runs in a session of its own, so the group's id is its pid) and takes the lock. The
 orphan's work is discarded: a git cut short leaves what a SIGKILL does, which the next

@@ -1,10 +1,11 @@
 """The git source: a checkout of a branch (or tag) that reconcile owns under the state dir.
 
 ``reconcile --git URL [--branch B | --tag T] [--git-path P] [--interval 1m]
-[--git-timeout 60s]`` (or the ``git:`` section of node.yaml). The pass asks
-:meth:`GitSource.sync` for the manifests folder's commit; the checkout is fetched when due
-(every ``interval``, at once on a webhook, each ``--once``; one fetch may take
-``timeout``), then moved to the remote's commit.
+[--git-timeout 60s]`` (or the ``git:`` section of node.yaml). The checkout is fetched
+when due (every ``interval``, at once on a webhook, each ``--once``; one fetch may take
+``timeout``) under git.lock alone, beside the passes (the daemon's fetch thread) or
+before one (``--once``); the pass moves it to the remote's commit (:meth:`GitSource.apply`,
+under the pass lock and git.lock) and applies the manifests there.
 
 Why the ``git`` program and not a library (dulwich, pygit2): credentials are git's own
 (credential helpers, ``GIT_SSH_COMMAND``, ``~/.ssh`` keys and ``known_hosts``,
@@ -17,8 +18,9 @@ Safety: the checkout is never merged into and never edited; a move is ``checkout
 --detach SHA`` then ``clean -ffdx``, and a marker file written before it says a move was
 under way: a SIGKILL mid-fetch or mid-move leaves the marker (and maybe git's
 ``*.lock`` files, which are ours to remove while we hold ``git.lock``), and the next sync
-moves again from the start; a git the killed reconcile left running is stopped by the
-next sync (gitorphan.py). A failed fetch changes nothing on disk but the status: the
+moves again from the start (a pass finding it fetches and moves before it reads); a
+git the killed reconcile left running is stopped by the next holder of git.lock
+(gitorphan.py). A failed fetch changes nothing on disk but the status: the
 last applied commit keeps running and nothing is pruned.
 """
 
@@ -57,8 +59,8 @@ log = get_logger("reconcile")
 DEFAULT_INTERVAL = 60.0  # seconds between fetches (Flux's GitRepository default is 1m)
 DEPTH = 50  # commits fetched: enough history for `history` and rollbacks, not the whole past
 # Seconds one fetch may take before it counts as failed (--git-timeout, git.timeout): Flux's
-# GitRepository spec.timeout default. The fetch runs inside the pass, so a remote that
-# hangs holds every pass this long.
+# GitRepository spec.timeout default. The fetch holds git.lock this long, not the pass
+# lock: passes go on meanwhile on the commit applied (a --once waits for it, to fetch).
 DEFAULT_TIMEOUT = 60.0
 GIT_TIMEOUT = 300.0  # seconds a local git command (init, rev-parse, log) may take
 MOVE_WAIT = 60.0  # seconds, past the holder's fetch limit, to wait for git.lock (its move)
@@ -428,9 +430,23 @@ class SyncResult:
     error: str | None = None
     events: list[str] = field(default_factory=list)
 
+    def add(self, later: SyncResult) -> None:
+        """A later fetch's news after this one's: its error says how fetching goes now."""
+        self.fetched |= later.fetched
+        self.error = later.error
+        self.events += later.events
+
 
 class GitSource:
-    """Fetch when due, move the checkout to the commit to apply; the pass calls :meth:`sync`."""
+    """The checkout: fetched when due (:meth:`fetch_when_due`, under git.lock alone), moved
+    to the commit to apply by the pass (:meth:`apply`, under the pass lock too).
+
+    The fetch holds no pass: a remote that hangs holds git.lock for the fetch's limit, and
+    meanwhile passes run on the commit applied (restarts, probes, other sources, `down`),
+    as Flux's kustomize-controller applies the last artifact its source-controller made.
+    The work tree changes only in a move, under both locks: a pass (or `down`) never reads
+    it half-moved, and a fetch writes only git's objects and refs (``source``, ``history``
+    and ``rollback`` read those, and the status, which is written whole)."""
 
     def __init__(
         self,
@@ -446,13 +462,16 @@ class GitSource:
         # due (the interval, a retry's back-off, a webhook): never every pass.
         self.always_fetch = always_fetch
         self.repo = checkout_dir(state_dir)
-        self.lock = checkout_lock(state_dir)
         self.marker = StateDir(state_dir).git_moving
         self._fetch_pid: int | None = None  # the git fetch in flight
         self._giving_up = False  # the daemon is stopping: no fetch now
         # Process identities (host.procs.live_identity): each git started under git.lock is
         # written down, and one a killed reconcile left holding it is stopped. None: neither.
         self.identify = identify
+        # What the fetches since the last apply brought (the daemon fetches on a thread of
+        # its own: its next pass reports them)
+        self._news = SyncResult(revision=None)
+        self._news_lock = threading.Lock()
 
     def give_up_fetch(self) -> None:
         """The daemon is stopping (its SIGTERM handler): a fetch in flight is stopped, and
@@ -476,18 +495,24 @@ class GitSource:
             gitorphan.note(self.state_dir, pid, self.identify)
 
     @contextlib.contextmanager
-    def hold(self, waiting: Callable[[FileLock], None] | None = None) -> Iterator[None]:
-        """git.lock, for a fetch, a move or a change of the status. Held by a git whose
-        reconcile died (gitorphan.py), at once or while we wait, that git is stopped;
-        held by a live pass, it is waited for, ``waiting`` told so first."""
-        if not self.lock.try_acquire():
+    def hold(self, waiting: Callable[[FileLock], None] | None = None) -> Iterator[FileLock]:
+        """git.lock, for a fetch or a move (its own descriptor: the daemon's fetch thread
+        and its passes each take theirs). Held by a git whose reconcile died (gitorphan.py),
+        at once or while we wait, that git is stopped; held by a live reconcile, it is
+        waited for, ``waiting`` told so first."""
+        lock = self._lock()
+        if not lock.try_acquire():
             if not self._stop_orphan() and waiting is not None:
-                waiting(self.lock)
-            self.lock.acquire(self.lock_wait, meanwhile=self._stop_orphan)
+                waiting(lock)
+            lock.acquire(self.lock_wait, meanwhile=self._stop_orphan)
         try:
-            yield
+            yield lock
         finally:
-            self.lock.release()
+            lock.release()
+
+    def _lock(self) -> FileLock:
+        sidefiles.folder_for_write(StateDir(self.state_dir).git)
+        return checkout_lock(self.state_dir)
 
     def _stop_orphan(self) -> bool:
         """Whether a git a killed reconcile left holding git.lock was found, and stopped."""
@@ -504,11 +529,13 @@ class GitSource:
 
     @property
     def lock_wait(self) -> float:
-        """How long to wait for git.lock: another pass's fetch (its limit), then its move."""
+        """How long to wait for git.lock: another reconcile's fetch (its limit), then its move."""
         return self.settings.timeout + MOVE_WAIT
 
     def status(self) -> SourceStatus:
-        old = read_status(self.state_dir)
+        return self._current(read_status(self.state_dir))
+
+    def _current(self, old: SourceStatus | None) -> SourceStatus:
         fresh = SourceStatus.fresh(self.settings)
         if old is None or old.names() != fresh.names():
             return fresh  # another source: its history of fetches is not this one's
@@ -520,32 +547,54 @@ class GitSource:
             webhook_secret_file=fresh.webhook_secret_file,
         )
 
+    def change_status(self, change: Callable[[SourceStatus], object]) -> SourceStatus:
+        """``source.json`` read, changed and written under its own lock (held for a read
+        and a write, never across git): a fetch, a move, a pin and the pass's notes each
+        change their own fields, and none loses another's."""
+
+        def changed(old: SourceStatus) -> SourceStatus:
+            st = self._current(old)  # a copy: the document writes only what changed
+            change(st)
+            return st
+
+        fresh = SourceStatus.fresh(self.settings)
+        return _status(self.state_dir).update(changed, fresh, "git source file lock")
+
+    @property
+    def current(self) -> bool:
+        """The checkout is whole at a commit of this source: a pass may run on it while a
+        fetch runs (else the fetch and the move come first: a first start, another source
+        than the last, a move cut short)."""
+        st = read_status(self.state_dir)
+        if st is None or st.names() != SourceStatus.fresh(self.settings).names():
+            return False
+        return st.applied is not None and st.applied == self._head()
+
     def due_in(self, now: float | None = None) -> float:
         """Seconds until the next fetch is due (0: now)."""
-        st = read_status(self.state_dir)
-        now = time.time() if now is None else now
-        if st is None or StateDir(self.state_dir).git_fetch_now.exists():
+        st = self.status()
+        if self.always_fetch or StateDir(self.state_dir).git_fetch_now.exists():
             return 0.0
-        if st.pinned and st.applied != st.pinned:  # a rollback asked for: its pass now
-            return 0.0
-        return max(st.next_fetch_at - now, 0.0)
+        return max(st.next_fetch_at - (time.time() if now is None else now), 0.0)
 
-    def sync(self) -> SyncResult:
-        sidefiles.folder_for_write(StateDir(self.state_dir).git)
-        with self.hold():
-            st = self.status()
-            by = self._fetch_reason(st)
-            result = SyncResult(revision=None)
-            if by is not None:
-                self._fetch(st, by, result)
-            target = st.pinned or st.fetched
-            if target is not None:
-                self._move_to(st, target, result)
-            self.always_fetch = False  # --once --wait: one fetch, then passes on that commit
-            st.applied = self._head()
-            write_status(self.state_dir, st)
-            result.revision = st.applied
-            return result
+    # -- the fetch: under git.lock alone --------------------------------------------------
+
+    def fetch(self) -> None:
+        """The daemon's fetch thread: a fetch when one is due, under git.lock alone."""
+        with self.hold() as lock:
+            self.fetch_when_due(lock)
+
+    def fetch_when_due(self, lock: FileLock) -> None:
+        """Under git.lock (``lock``, held): a fetch when one is due; the status says what
+        came of it, and the next :meth:`apply` reports it."""
+        by = self._fetch_reason(self.status())
+        if by is None:
+            return
+        news = SyncResult(revision=None)
+        self._fetch(by, news, lock)
+        self.always_fetch = False  # --once --wait: one fetch, then passes on that commit
+        with self._news_lock:
+            self._news.add(news)
 
     def _fetch_reason(self, st: SourceStatus) -> str | None:
         hook = StateDir(self.state_dir).git_fetch_now
@@ -557,47 +606,55 @@ class GitSource:
             return "start"
         return "poll" if time.time() >= st.next_fetch_at else None
 
-    def _fetch(self, st: SourceStatus, by: str, result: SyncResult) -> None:
-        st.last_try_at = now_iso()
+    def _fetch(self, by: str, news: SyncResult, lock: FileLock) -> None:
+        tried = now_iso()
         try:
             self._ensure_repo()
-            sha = self._fetch_ref()
-        except FetchGivenUp:
-            result.events.append("fetch stopped: the daemon is stopping")
+            sha = self._fetch_ref(lock)
+        except FetchGivenUp:  # said now: a stopping daemon makes no further pass
+            said = "fetch stopped: the daemon is stopping"
+            log.info("git source", change=said, url=shown_url(self.settings.url))
             return
         except (GitFailed, OSError) as exc:
-            st.failures += 1
-            st.fetch_error = str(exc)
-            wait = min(RETRY_FIRST * 2 ** (st.failures - 1), RETRY_MAX, self.settings.interval)
-            st.next_fetch_at = time.time() + wait
-            result.error = st.fetch_error
-            log.warning("git fetch failed", url=st.url, error=st.fetch_error, retry_in=wait)
+            error = news.error = str(exc)
+            self.change_status(lambda st: self._failed(st, error, tried))
             return
+        self.change_status(lambda st: self._fetched(st, sha, by, tried, news))
+        news.fetched = True
+
+    def _failed(self, st: SourceStatus, error: str, tried: str) -> None:
+        st.last_try_at, st.fetch_error = tried, error
+        st.failures += 1
+        wait = min(RETRY_FIRST * 2 ** (st.failures - 1), RETRY_MAX, self.settings.interval)
+        st.next_fetch_at = time.time() + wait
+        log.warning("git fetch failed", url=st.url, error=error, retry_in=wait)
+
+    def _fetched(self, st: SourceStatus, sha: str, by: str, tried: str, news: SyncResult) -> None:
         if sha != st.fetched:
-            result.events.append(f"fetched {sha[:12]} from {st.url} ({by})")
+            news.events.append(f"fetched {sha[:12]} from {st.url} ({by})")
             if st.auto_pinned and st.fetched is not None:
                 st.pinned, st.auto_pinned = None, False  # a newer commit lifts autoRollback's pin
-                result.events.append(f"a newer commit ({sha[:12]}): the auto-rollback pin lifted")
+                news.events.append(f"a newer commit ({sha[:12]}): the auto-rollback pin lifted")
         st.fetched, st.fetch_error, st.failures, st.by = sha, None, 0, by
-        st.last_fetch_at = st.last_try_at
+        st.last_try_at = st.last_fetch_at = tried
         st.next_fetch_at = time.time() + self.settings.interval
-        result.fetched = True
 
     def _ensure_repo(self) -> None:
-        """A repository to fetch into: made once; one git cannot open is made again."""
+        """A repository to fetch into: made once; one git cannot open is made again. The
+        work tree is left as it is (a pass may be reading it): the next move makes it the
+        commit's, whole (the marker asks for that move)."""
         if (self.repo / ".git").is_dir():
             try:
                 git(self.repo, "rev-parse", "--git-dir", timeout=30)
                 return
             except GitFailed as exc:
                 log.warning("git checkout unusable; making it again", error=str(exc))
-        _remove_tree(self.repo)
-        self.repo.mkdir(mode=0o700, parents=True)
+        self.marker.write_text("init\n")  # first: the work tree is no commit's from here on
+        _remove_tree(self.repo / ".git")
+        self.repo.mkdir(mode=0o700, parents=True, exist_ok=True)
         git(self.repo, "init", "--quiet")
-        # The marker makes the next sync check the (new, empty) checkout out again.
-        self.marker.write_text("init\n")
 
-    def _fetch_ref(self) -> str:
+    def _fetch_ref(self, lock: FileLock) -> str:
         s = self.settings
         self._unlock()
         if self._giving_up:
@@ -613,7 +670,7 @@ class GitSource:
                 s.url,
                 f"+{s.ref}:{s.tracking}",
                 timeout=s.timeout,
-                hold=self.lock.fileno,
+                hold=lock.fileno,
                 started=self._fetch_started,
             )
         except GitFailed as exc:
@@ -638,6 +695,42 @@ class GitSource:
             for stale in refs.rglob("*.lock"):
                 with contextlib.suppress(FileNotFoundError):
                     stale.unlink()
+
+    # -- the move: under the pass lock and git.lock -------------------------------------
+
+    def apply(self, held: FileLock | None = None) -> SyncResult:
+        """Under the pass lock: the checkout moved to the commit to apply (the pin, else
+        the last fetched), with what the fetches since the last apply brought. ``held``:
+        git.lock, taken before the pass lock (a `--once`'s fetch). Else it is tried: while
+        a fetch holds it nothing moves, the pass runs on the commit applied, whole, and a
+        pass after the fetch moves (the daemon's, at the fetch's end)."""
+        with self._news_lock:
+            news, self._news = self._news, SyncResult(revision=None)
+        if held is not None:
+            self._apply(news, held)
+        else:
+            lock = self._lock()
+            if lock.try_acquire():
+                try:
+                    self._apply(news, lock)
+                finally:
+                    lock.release()
+        news.revision = self._head()
+        return news
+
+    def _apply(self, news: SyncResult, lock: FileLock) -> None:
+        st = self.status()
+        target = st.pinned or st.fetched
+        failed = None if target is None else self._move_to(st, target, news, lock)
+        head = self._head()
+
+        def note(now: SourceStatus) -> None:
+            now.applied, now.last_applied_at = head, st.last_applied_at
+            now.unverified = st.unverified
+            if failed is not None:
+                now.fetch_error = failed
+
+        self.change_status(note)
 
     def _head(self) -> str | None:
         from controller.store.sources.gitrev import revision
@@ -674,17 +767,20 @@ class GitSource:
         st.unverified = None
         return True
 
-    def _move_to(self, st: SourceStatus, target: str, result: SyncResult) -> None:
+    def _move_to(
+        self, st: SourceStatus, target: str, result: SyncResult, lock: FileLock
+    ) -> str | None:
+        """The checkout at ``target`` (``st``'s move fields set); why not, when it failed."""
         if self._head() == target:
             if not self.marker.exists():
                 st.unverified = None
-            return
+            return None
         if not self._verified(st, target, result):
-            return
+            return None
         try:
             self.marker.write_text(target + "\n")  # a kill from here on: the next sync redoes it
             self._unlock()
-            hold, started = self.lock.fileno, self._started
+            hold, started = lock.fileno, self._started
             git(
                 self.repo,
                 "checkout",
@@ -700,10 +796,9 @@ class GitSource:
             git(self.repo, "clean", "-ffdxq", timeout=600, hold=hold, started=started)
             self.marker.unlink()
         except (GitFailed, OSError) as exc:
-            st.fetch_error = f"cannot check out {target[:12]}: {exc}"
-            result.error = st.fetch_error
+            result.error = f"cannot check out {target[:12]}: {exc}"
             log.warning("git checkout failed", commit=target, error=str(exc))
-            return
+            return result.error
         st.last_applied_at = now_iso()
         result.moved = True
         result.events.append(f"checked out {target[:12]}")
@@ -711,6 +806,7 @@ class GitSource:
         if st.pinned == target:
             by = "auto-rollback" if st.auto_pinned else "rollback"
         add_history(self.state_dir, self._entry(target, by))
+        return None
 
     def _entry(self, sha: str, by: str) -> dict[str, Any]:
         try:
@@ -741,10 +837,11 @@ class GitSource:
         st = read_status(self.state_dir)
         if st is None or (st.invalid, st.invalid_at) == (said, st.applied if said else None):
             return bool(said)  # most passes: nothing new to write
-        with self.hold():
-            st = self.status()
-            st.invalid, st.invalid_at = said, st.applied if said else None
-            write_status(self.state_dir, st)
+
+        def note(now: SourceStatus) -> None:
+            now.invalid, now.invalid_at = said, now.applied if said else None
+
+        self.change_status(note)
         return bool(said)
 
     def note_outcome(
@@ -793,12 +890,16 @@ class GitSource:
         good = last_good(self.state_dir, but=newest["revision"])
         if good is None:
             return None
-        with self.hold():
-            st = self.status()
-            if st.pinned is not None:
-                return None
-            st.pinned, st.auto_pinned = good, True
-            write_status(self.state_dir, st)
+        pinned: list[str] = []
+
+        def pin(st: SourceStatus) -> None:
+            if st.pinned is None:  # a rollback's pin stands
+                st.pinned, st.auto_pinned = good, True
+                pinned.append(good)
+
+        self.change_status(pin)
+        if not pinned:
+            return None
         return (
             f"commit {newest['revision'][:12]} not Ready within {deadline:g}s"
             f" (progressDeadline): rolled back to {good[:12]}, pinned until a newer commit"
@@ -807,10 +908,13 @@ class GitSource:
 
 
 def _remove_tree(path: Path) -> None:
+    """``path`` gone, whether a folder or a file (a ``.git`` file: a worktree's link)."""
     import shutil
 
-    if path.exists():
+    if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 # -- history: one entry per application of a commit --------------------------------------
