@@ -218,7 +218,7 @@ def test_sigterm_stops_the_fetch_made_beside_the_passes(
 
 @pytest.mark.parametrize(
     ("value", "said"),
-    [("0", "'0' is zero"), ("soon", "'soon' is not a duration"), ("-5s", "'-5s' is not")],
+    [("0", "'0' is zero"), ("soon", "'soon' is not a duration"), ("-5s", "'-5s' is negative")],
     ids=["zero", "words", "negative"],
 )
 def test_a_bad_fetch_limit_flag_is_a_usage_error(reconcile: Any, value: str, said: str) -> None:

@@ -35,8 +35,8 @@ def _load(folder: Path, cache: Path) -> LoadResult:
 
 
 def _summary(result: LoadResult) -> tuple[object, ...]:
-    entries = {n: (e.hash, e.line, e.source) for n, e in result.entries.items()}
-    return entries, [str(e) for e in result.errors], result.field_lines, result.documents
+    entries = {n: (e.hash, e.line, e.source, e.field_lines) for n, e in result.entries.items()}
+    return entries, [str(e) for e in result.errors], result.documents
 
 
 @pytest.fixture
