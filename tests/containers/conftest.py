@@ -331,12 +331,30 @@ def after_pulls(rc: Reconcile) -> None:
 def forget_pulled(engine: Engine, registry: Registry) -> None:
     """Remove every image of the registry this runtime holds, by reference and by id."""
     refs = [registry.tagged, f"{registry.address}/reconcile-test/engine@{registry.digest}"]
-    out = engine.cli("images", "--digests", "--format", "{{.Repository}} {{.ID}}")
+    out = _images(engine)
     ids = [line.split()[1] for line in out.splitlines() if line.startswith(registry.address)]
     for ref in [*refs, *ids]:
         engine.cli("rmi", "-f", ref, check=False)
     for ref in refs:
         assert engine.cli("image", "inspect", ref, check=False) == "" or not _held(engine, ref)
+
+
+def _images(engine: Engine) -> str:
+    """``images --digests``: podman 4.3 fails a listing with "image not known" while another
+    worker removes an image sharing its layers (CI: a teardown's listing, exit 125); asked
+    again until it answers."""
+
+    def listed() -> tuple[str] | None:
+        args = ("images", "--digests", "--format", "{{.Repository}} {{.ID}}")
+        done = subprocess.run([engine.name, *args], capture_output=True, timeout=CLI_TIMEOUT,
+                              env={**os.environ, **engine.env})  # fmt: skip
+        if done.returncode == 0:
+            return (done.stdout.decode(),)
+        assert "image not known" in done.stderr.decode(), done.stderr.decode()
+        return None
+
+    found: tuple[str] = wait_for(listed, timeout=60, what=f"{engine.name} images to answer")
+    return found[0]
 
 
 def _held(engine: Engine, ref: str) -> bool:
