@@ -284,6 +284,21 @@ class Pull(Action):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Fetch(Action):
+    """What the deployment runs from is not on the node (``Observed.fetching``: its
+    container image): the backend fetches it before placement. It holds no device and no
+    port and preempts nobody: a fetch that fails tears no healthy engine down. The record
+    is ``Pulling`` meanwhile, or backs off holding nothing when the fetch failed."""
+
+    verb = "pull"
+    order = 15
+    tears_down = False
+    frees = False
+    plan_class = "create"
+    entry: Entry
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Hold(Action):
     """Record a deployment that cannot start now as Pending, saying why."""
 
@@ -371,6 +386,7 @@ AnyAction = (
     | Release
     | Reap
     | Pull
+    | Fetch
     | Hold
     | HoldRestart
     | Reject

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 
 import pydantic
@@ -20,8 +21,9 @@ from controller.backends.base import Backend, Puller
 from controller.core.manifest.names import base_name
 from controller.core.manifest.sources import Source
 from controller.core.manifest.specs import DeploymentSpec, Entry
+from controller.core.plan import Desired
 from controller.core.pulls import PullView
-from controller.core.state import Record
+from controller.core.state import Phase, Record, RecordView
 from controller.logsetup import get_logger
 
 log = get_logger(__name__)
@@ -63,6 +65,34 @@ def failing(
                 f"last: {failure.message})"
             )
     return out
+
+
+def fetching(
+    backend: Backend, desired: Desired, records: Mapping[str, RecordView], now: datetime
+) -> dict[str, str]:
+    """Deployment -> why its start waits for what the backend fetches first (its image;
+    ``Observed.fetching``). Asked only of deployments that may be placed now (an
+    instance with no record, Pending, Pulling, or whose back-off holding nothing is
+    over), so a Ready engine's pass costs no runtime call."""
+    out: dict[str, str] = {}
+    for name, entry in desired.instances().items():
+        spec = entry.deployment.spec
+        if spec.container is None or entry.name in out or not _may_start(records.get(name), now):
+            continue
+        why = backend.fetching(spec)
+        if why is not None:
+            out[entry.name] = why
+    return out
+
+
+def _may_start(rec: RecordView | None, now: datetime) -> bool:
+    if rec is None:
+        return True
+    record = rec.record
+    if record.phase in (Phase.PENDING, Phase.PULLING):
+        return True
+    due = record.backoff_until is None or record.backoff_until <= now
+    return record.unleased_backoff and due
 
 
 def sources_of(entries: Iterable[Entry]) -> dict[str, Source]:
