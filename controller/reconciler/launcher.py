@@ -399,7 +399,8 @@ class Launcher:
         while it runs, backing off holding nothing when it failed (the retry pulls again).
         Nothing is placed, so nobody is preempted for a pull that may fail; the next round
         places the start once its image is here. A new progress line alone is written but
-        ends the pass's rounds, as a model pull's does."""
+        ends the pass's rounds, as a model pull's does. Journalled as the start's steps,
+        as a launch that found its image missing said them (a "pull" event: it pulled)."""
         held = self.backend.fetch(action.entry.deployment.spec)
         if held is None:
             return True  # here now: the next round places it
@@ -408,7 +409,7 @@ class Launcher:
         record = replace(pending, restarts=kept_count(current, pending))
         if held.failed:  # nothing ran: it waits out its back-off holding nothing
             self._back_off(_unleased(record), held.why)
-            self.event(action.name, action.verb, "pull", "failed", error=held.why)
+            self.event(action.name, "start", "pull", "failed", error=held.why)
             return True
         record = replace(record, phase=Phase.PULLING)
         fresh = current is None or current.phase is not Phase.PULLING
@@ -416,7 +417,7 @@ class Launcher:
             return False
         self.store.write(record)
         if fresh:
-            self.event(action.name, action.verb, action.reason, "pulling", error=held.why)
+            self.event(action.name, "start", "placement", "pulling", error=held.why)
         return fresh
 
     def _kept_for(self, rec: Record, action: Replace) -> bool:
