@@ -18,7 +18,7 @@ from pathlib import Path
 import pydantic
 
 from controller.backends.base import Backend, Puller
-from controller.core.manifest.names import base_name
+from controller.core.manifest.names import base_name, instance_of
 from controller.core.manifest.sources import Source
 from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.plan import Desired
@@ -75,7 +75,10 @@ def fetching(
     instance with no record, Pending, Pulling, or whose back-off holding nothing is
     over), so a Ready engine's pass costs no runtime call."""
     out: dict[str, str] = {}
-    for name, entry in desired.instances().items():
+    instances = desired.instances()
+    # a rolling update's `@next` whose pull failed is placed afresh after its back-off too
+    nexts = {n: instances[instance_of(n)] for n in records if instance_of(n) in instances}
+    for name, entry in {**instances, **nexts}.items():
         spec = entry.deployment.spec
         if spec.container is None or entry.name in out or not _may_start(records.get(name), now):
             continue
