@@ -72,8 +72,8 @@ def fetching(
 ) -> dict[str, str]:
     """Deployment -> why its start waits for what the backend fetches first (its image;
     ``Observed.fetching``). Asked only of deployments that may be placed now (an
-    instance with no record, Pending, Pulling, or whose back-off holding nothing is
-    over), so a Ready engine's pass costs no runtime call."""
+    instance with no record, Pending, Pulling, Idle, or whose back-off holding nothing
+    is over), so a Ready engine's pass costs no runtime call."""
     out: dict[str, str] = {}
     instances = desired.instances()
     # a rolling update's `@next` whose pull failed is placed afresh after its back-off too
@@ -92,7 +92,7 @@ def _may_start(rec: RecordView | None, now: datetime) -> bool:
     if rec is None:
         return True
     record = rec.record
-    if record.phase in (Phase.PENDING, Phase.PULLING):
+    if record.phase in (Phase.PENDING, Phase.PULLING, Phase.IDLE):  # Idle: a request wakes it
         return True
     due = record.backoff_until is None or record.backoff_until <= now
     return record.unleased_backoff and due
