@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from controller import failpoints
-from controller.backends.base import Backend, Puller, StartRequest
+from controller.backends.base import Backend, Held, Puller, StartRequest
 from controller.core.actions import (
     Fetch,
     Park,
@@ -401,7 +401,10 @@ class Launcher:
         places the start once its image is here. A new progress line alone is written but
         ends the pass's rounds, as a model pull's does. Journalled as the start's steps,
         as a launch that found its image missing said them (a "pull" event: it pulled)."""
-        held = self.backend.fetch(action.entry.deployment.spec)
+        try:
+            held = self.backend.fetch(action.entry.deployment.spec)
+        except ContainerError as exc:  # its pull could not start: a failed pull, in its words
+            held = Held(str(exc), failed=True)
         if held is None:
             return True  # here now: the next round places it
         current = self.store.read(action.name)
