@@ -398,8 +398,8 @@ class Launcher:
         """A start whose image is not here fetches it first, holding nothing: Pulling
         while it runs, backing off holding nothing when it failed (the retry pulls again).
         Nothing is placed, so nobody is preempted for a pull that may fail; the next round
-        places the start once its image is here. A new progress line alone is written but
-        ends the pass's rounds, as a model pull's does. Journalled as the start's steps,
+        places the start once its image is here. Its record written, it ends the pass's
+        rounds, as a launch that found its image missing did. Journalled as the start's steps,
         as a launch that found its image missing said them (a "pull" event: it pulled)."""
         try:
             held = self.backend.fetch(action.entry.deployment.spec)
@@ -421,7 +421,7 @@ class Launcher:
         self.store.write(record)
         if fresh:
             self.event(action.name, "start", "placement", "pulling", error=held.why)
-        return fresh
+        return False  # it waits for its pull: no further round (its end is the next pass's)
 
     def _kept_for(self, rec: Record, action: Replace) -> bool:
         """A Ready engine is not stopped for a spec whose image is not on the node yet: its

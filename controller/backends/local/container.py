@@ -207,15 +207,17 @@ class Wrapper:
         judge, as before. A remembered image costs no `image inspect`."""
         assert spec.container is not None
         runtime, image = self.runtime_of(spec.container), image_of(spec)
+        policy = spec.container.policy(image)
+        if policy == "Never":  # never pulls: an ended pull was an earlier spec's, not its word
+            return None
         job = PullJob.of(Path(self.state_dir), runtime.name, image)
         if job.running():
             return f"pulling image {image} ({runtime.name}): {job.last_line()}"
         if job.exists():  # ended: with it (the launch reads it), or with the runtime's words
             return f"cannot pull image {image}: {job.last_line()}" if job.failed() else None
-        policy = spec.container.policy(image)
         if policy == "Always":
             return f"pulling image {image} ({runtime.name})"  # it runs only what it pulls
-        if policy == "Never" or (runtime.name, image) in self.images:
+        if (runtime.name, image) in self.images:
             return None
         try:
             facts = runtime.image(image)
@@ -234,16 +236,15 @@ class Wrapper:
         assert spec.container is not None
         runtime, image = self.runtime_of(spec.container), image_of(spec)
         job = PullJob.of(Path(self.state_dir), runtime.name, image)
+        waits = self.fetching(spec)
+        if waits is None:  # here (a pull that ended with it: the launch reads it), or Never
+            return None
         if job.running():
-            return Held(f"pulling image {image} ({runtime.name}): {job.last_line()}")
-        if job.exists():
-            if not job.failed():
-                return None  # the launch reads it (and says the digest it pulled)
+            return Held(waits)
+        if job.exists():  # ended without it
             said = f"cannot pull image {image}: {job.last_line()}"
             job.forget()
             return Held(said, failed=True)
-        if self.fetching(spec) is None:
-            return None
         job.start()
         return Held(f"pulling image {image} ({runtime.name})")
 
