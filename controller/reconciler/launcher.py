@@ -398,9 +398,9 @@ class Launcher:
         """A start whose image is not here fetches it first, holding nothing: Pulling
         while it runs, backing off holding nothing when it failed (the retry pulls again).
         Nothing is placed, so nobody is preempted for a pull that may fail; the next round
-        places the start once its image is here. Its record written, it ends the pass's
-        rounds, as a launch that found its image missing did. Journalled as the start's steps,
-        as a launch that found its image missing said them (a "pull" event: it pulled)."""
+        places the start once its image is here. As a launch that found its image missing
+        did, its Pulling record ends the pass's rounds, and it is journalled as the start's
+        steps (a "pull" event says an image was pulled)."""
         try:
             held = self.backend.fetch(action.entry.deployment.spec)
         except ContainerError as exc:  # its pull could not start: a failed pull, in its words
