@@ -38,7 +38,7 @@ def engine_env(rendered: Mapping[str, str]) -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class Held:
     """Why a running engine keeps serving rather than being stopped for its new spec
-    (``Backend.prepared``)."""
+    (``Backend.prepared``), or a start waits for its image (``Backend.fetch``)."""
 
     why: str
     failed: bool = False  # the new spec cannot start as things are (its image did not pull)
@@ -138,6 +138,18 @@ class Backend(Protocol):
         """Before a running engine is stopped for ``spec`` (a recreate): None when what
         ``spec`` runs from is on its node (its container image), else why the running one
         keeps serving meanwhile (its image being pulled; why it cannot be: ``failed``)."""
+        ...
+
+    def fetching(self, spec: DeploymentSpec) -> str | None:
+        """Why a start of ``spec`` waits for what it runs from (its container image not on
+        the node yet, or its pull failed), else None. A look only: nothing started. The
+        planner sees it abstractly (``Observed.fetching``): such a start holds nothing and
+        preempts nobody until it is there."""
+        ...
+
+    def fetch(self, spec: DeploymentSpec) -> Held | None:
+        """Fetch what ``fetching`` found missing (start its pull): None when it is there
+        now, else the wait, or why it could not be fetched (``failed``: said once)."""
         ...
 
     def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:

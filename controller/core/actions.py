@@ -284,11 +284,26 @@ class Pull(Action):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Fetch(Action):
+    """What the deployment runs from is not on the node (``Observed.fetching``: its
+    container image): the backend fetches it before placement. It holds no device and no
+    port and preempts nobody: a fetch that fails tears no healthy engine down. The record
+    is ``Pulling`` meanwhile, or backs off holding nothing when the fetch failed."""
+
+    verb = "pull-image"
+    order = 16
+    tears_down = False
+    frees = False
+    plan_class = "create"
+    entry: Entry
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Hold(Action):
     """Record a deployment that cannot start now as Pending, saying why."""
 
     verb = "pending"
-    order = 16
+    order = 17
     tears_down = False
     frees = False
     plan_class = "wait"
@@ -300,7 +315,7 @@ class Reject(Action):
     """A deployment whose manifest was invalid from the start: a Pending record says why."""
 
     verb = "reject"
-    order = 17
+    order = 18
     tears_down = False
     frees = False
     plan_class = "wait"  # a new deployment whose spec is invalid: it cannot start, and why
@@ -323,7 +338,7 @@ class Conflict(Action):
     """The name belongs to another manifest set: report, touch nothing."""
 
     verb = "conflict"
-    order = 18
+    order = 19
     tears_down = False
     frees = False
     plan_class = "wait"
@@ -335,7 +350,7 @@ class Probed(Action):
     answer after failures): the record keeps ``failures`` in a row, no restart yet."""
 
     verb = "liveness"
-    order = 19  # a record write that waits for nothing and nothing waits for
+    order = 20  # a record write that waits for nothing and nothing waits for
     tears_down = False
     frees = False
     plan_class = "in-place"
@@ -348,7 +363,7 @@ class HoldRestart(Action):
     and says the drain holds the restart (its "restart now" would be a lie until uncordon)."""
 
     verb = "held"
-    order = 20  # a record write, as Probed's
+    order = 21  # a record write, as Probed's
     tears_down = False
     frees = False
     plan_class = "wait"
@@ -371,6 +386,7 @@ AnyAction = (
     | Release
     | Reap
     | Pull
+    | Fetch
     | Hold
     | HoldRestart
     | Reject
@@ -386,4 +402,5 @@ def only_starts_new(actions: Sequence[Action], present: Iterable[str]) -> bool:
     a pass run before the manifests' folder has settled may apply (daemon/loop.py): a
     multi-file edit still landing can make it start early, never stop what it keeps."""
     have = {base_name(name) for name in present}
-    return all(isinstance(a, Start) and base_name(a.name) not in have for a in actions)
+    # a Fetch: such a start waiting for its image, holding nothing (as its Start would)
+    return all(isinstance(a, Start | Fetch) and base_name(a.name) not in have for a in actions)

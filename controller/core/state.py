@@ -432,6 +432,10 @@ class Observed:
     # before it plans (reconciler/strays.py): instance name -> the engine.
     adopting: Mapping[str, ProcessRef] = field(default_factory=dict)
     pulls: Mapping[str, PullView] = field(default_factory=dict)  # model cache key -> its pull
+    # Deployment -> why its start waits for what the backend fetches before it can run
+    # (a container image not on the node yet, or whose pull failed): such a start holds
+    # nothing and preempts nobody until it is there (planner/pulling.py, a Fetch).
+    fetching: Mapping[str, str] = field(default_factory=dict)
     # Devices NVML reported a critical fault on (devicefaults.py): nothing is placed there
     # and what holds one is moved, until `reconcile devices --clear`.
     unhealthy: Mapping[str, DeviceFault] = field(default_factory=dict)

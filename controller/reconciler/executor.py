@@ -21,6 +21,7 @@ from controller.core.actions import (
     AnyAction,
     Conflict,
     Fail,
+    Fetch,
     Hold,
     HoldRestart,
     MarkReady,
@@ -132,6 +133,8 @@ class Executor:
                 return self.launcher.reap(action)
             case Pull():
                 return self._pull(action)
+            case Fetch():
+                return self.launcher.fetch(action)
             case Hold():
                 return self._hold(action)
             case HoldRestart():

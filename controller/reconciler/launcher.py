@@ -18,8 +18,9 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from controller import failpoints
-from controller.backends.base import Backend, Puller, StartRequest
+from controller.backends.base import Backend, Held, Puller, StartRequest
 from controller.core.actions import (
+    Fetch,
     Park,
     Preempt,
     Promote,
@@ -42,7 +43,7 @@ from controller.errors import (
     SpawnError,
     Unplaceable,
 )
-from controller.reconciler.leases import Lease, RecordMaker
+from controller.reconciler.leases import Lease, RecordMaker, kept_count
 from controller.reconciler.memwait import MemoryGate
 from controller.redact import redact_args
 from controller.store import diskspace, sidefiles
@@ -393,6 +394,35 @@ class Launcher:
             where = self.store.layout.scale
             sidefiles.warn(where, f"count of {action.name} not dropped: {exc}")
 
+    def fetch(self, action: Fetch) -> bool:
+        """A start whose image is not here fetches it first, holding nothing: Pulling
+        while it runs, backing off holding nothing when it failed (the retry pulls again).
+        Nothing is placed, so nobody is preempted for a pull that may fail; the next round
+        places the start once its image is here. As a launch that found its image missing
+        did, its Pulling record ends the pass's rounds, and it is journalled as the start's
+        steps (a "pull" event says an image was pulled)."""
+        try:
+            held = self.backend.fetch(action.entry.deployment.spec)
+        except ContainerError as exc:  # its pull could not start: a failed pull, in its words
+            held = Held(str(exc), failed=True)
+        if held is None:
+            return True  # here now: the next round places it
+        current = self.store.read(action.name)
+        pending = self.maker.pending(action.entry, held.why, name=action.name)
+        record = replace(pending, restarts=kept_count(current, pending))
+        if held.failed:  # nothing ran: it waits out its back-off holding nothing
+            self._back_off(_unleased(record), held.why)
+            self.event(action.name, "start", "pull", "failed", error=held.why)
+            return True
+        record = replace(record, phase=Phase.PULLING)
+        fresh = current is None or current.phase is not Phase.PULLING
+        if not fresh and current is not None and _same_wait(current, record):
+            return False
+        self.store.write(record)
+        if fresh:
+            self.event(action.name, "start", "placement", "pulling", error=held.why)
+        return False  # it waits for its pull: no further round (its end is the next pass's)
+
     def _kept_for(self, rec: Record, action: Replace) -> bool:
         """A Ready engine is not stopped for a spec whose image is not on the node yet: its
         pull is started (or its failure said) and the engine serves meanwhile, so a tag's
@@ -483,6 +513,11 @@ class Launcher:
         pids = ",".join(str(p.ref.pid) for p in action.processes)
         self.event(action.name, action.verb, action.reason, f"killed {pids}")
         return True
+
+
+def _same_wait(a: Record, b: Record) -> bool:
+    keys = ("phase", "message", "spec_hash", "owner", "source", "restarts")
+    return all(getattr(a, k) == getattr(b, k) for k in keys)
 
 
 def _unleased(rec: Record) -> Record:

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 
 import pydantic
 
 from controller.backends.base import Backend, Puller
-from controller.core.manifest.names import base_name
+from controller.core.manifest.names import base_name, instance_of
 from controller.core.manifest.sources import Source
 from controller.core.manifest.specs import DeploymentSpec, Entry
+from controller.core.plan import Desired
 from controller.core.pulls import PullView
-from controller.core.state import Record
+from controller.core.state import Phase, Record, RecordView
 from controller.logsetup import get_logger
 
 log = get_logger(__name__)
@@ -63,6 +65,37 @@ def failing(
                 f"last: {failure.message})"
             )
     return out
+
+
+def fetching(
+    backend: Backend, desired: Desired, records: Mapping[str, RecordView], now: datetime
+) -> dict[str, str]:
+    """Deployment -> why its start waits for what the backend fetches first (its image;
+    ``Observed.fetching``). Asked only of deployments that may be placed now (an
+    instance with no record, Pending, Pulling, Idle, or whose back-off holding nothing
+    is over), so a Ready engine's pass costs no runtime call."""
+    out: dict[str, str] = {}
+    instances = desired.instances()
+    # a rolling update's `@next` whose pull failed is placed afresh after its back-off too
+    nexts = {n: instances[instance_of(n)] for n in records if instance_of(n) in instances}
+    for name, entry in {**instances, **nexts}.items():
+        spec = entry.deployment.spec
+        if spec.container is None or entry.name in out or not _may_start(records.get(name), now):
+            continue
+        why = backend.fetching(spec)
+        if why is not None:
+            out[entry.name] = why
+    return out
+
+
+def _may_start(rec: RecordView | None, now: datetime) -> bool:
+    if rec is None:
+        return True
+    record = rec.record
+    if record.phase in (Phase.PENDING, Phase.PULLING, Phase.IDLE):  # Idle: a request wakes it
+        return True
+    due = record.backoff_until is None or record.backoff_until <= now
+    return record.unleased_backoff and due
 
 
 def sources_of(entries: Iterable[Entry]) -> dict[str, Source]:

@@ -313,11 +313,14 @@ class Preview:
         return self.spare_others(desired, observed)
 
     def plan(self, desired: Desired, observed: Observed) -> list[AnyAction]:
+        now = datetime.now(UTC)
+        observed = _rekeyed(desired, observed)  # a preview's: a pass wrote them first (_rekey)
+        waits = pulling.fetching(self.backend, desired, observed.records, now)
         return plan(
             desired,
-            _rekeyed(desired, observed),  # a preview's: a pass wrote them first (_rekey)
+            replace(observed, fetching=waits),
             self.inventory,
-            datetime.now(UTC),
+            now,
             extra_ports=extra_ports(),
             limits=self.config.limits,
         )

@@ -6,6 +6,8 @@ The stand-in image is pushed once per session; each test removes what it pulled.
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -50,6 +52,21 @@ def until_message(rc: Reconcile, name: str, text: str) -> dict[str, Any]:
         return None
 
     found: dict[str, Any] = wait_for(said, timeout=90, what=f"{name!r} saying {text!r}")
+    return found
+
+
+def until_restart(rc: Reconcile, name: str, count: int) -> dict[str, Any]:
+    """Passes until ``name`` backs off after its ``count``-th retry's pull failed too (the
+    retry counts as the restart it is)."""
+
+    def failed_again() -> dict[str, Any] | None:
+        rc.once(check=None)
+        rec = rc.record(name)
+        backing_off = rec is not None and rec["phase"] == "BackOff"
+        return rec if backing_off and rec["restarts"] >= count else None
+
+    found: dict[str, Any] = wait_for(failed_again, timeout=90, what=f"{name}'s retry {count}")
+    assert "cannot pull image" in found["message"], found
     return found
 
 
@@ -210,11 +227,11 @@ def test_an_image_the_runtime_briefly_calls_unknown_is_found(
 def test_a_failed_pull_holds_no_gpu_while_it_backs_off(
     pulling: Reconcile, engine: Engine, registry: Registry
 ) -> None:
-    """One GPU, two deployments of equal priority: `a-broken` is placed first, and its
-    image cannot be pulled (nothing listens at its registry). While it backs off it holds
-    no device and no port, so `b-good` starts on the GPU (it waited out the whole back-off,
-    the GPU idle); once the back-off is over its retry is placed afresh, finds the GPU
-    taken and waits for room, never sharing it (invariant 1)."""
+    """One GPU, two deployments of equal priority: `a-broken`'s image cannot be pulled
+    (nothing listens at its registry). Its pull and its back-off hold no device and no
+    port, so `b-good` starts on the GPU (it waited out the whole back-off, the GPU idle);
+    once the back-off is over its retry pulls again, holding nothing: it never shares the
+    GPU (invariant 1) and never takes it from `b-good`."""
     rc = pulling
     rc.devices = "nvidia:0"
     host, port = registry.address.split(":")
@@ -233,10 +250,9 @@ def test_a_failed_pull_holds_no_gpu_while_it_backs_off(
 
     good = wait_for(good_ready, timeout=60, what="b-good Ready on the GPU a-broken gave back")
     assert good["devices"] == ["nvidia:0"], good
-    # The retry, once the back-off is over: placed by the ledger, which finds the GPU held.
-    waiting = until_message(rc, "a-broken", "held by b-good")
-    assert waiting["phase"] == "Pending" and waiting["devices"] == [], waiting
-    assert waiting["restarts"] == 1, waiting  # the retry counts as the restart it is
+    # The retry, once the back-off is over: its pull again, which fails again.
+    again = until_restart(rc, "a-broken", 1)
+    assert again["devices"] == [] and again["port"] is None, again
     kept = rc.record("b-good")
     assert kept is not None and kept["ref"] == good["ref"] and kept["phase"] == "Ready", kept
     assert engine.ours(rc.state) == [good["container"]["id"]]
@@ -248,8 +264,8 @@ def test_a_rolling_update_whose_new_image_fails_keeps_the_old_one_and_holds_noth
 ) -> None:
     """Two GPUs, a Ready engine rolled to an image that cannot be pulled: the new
     instance backs off holding nothing, the old one serves on untouched, and the GPU the
-    new one would have had is free for another deployment meanwhile. Its retry, with that
-    GPU taken, keeps the old one too (the recreate waits for an image that never comes)."""
+    new one would have had is free for another deployment meanwhile. Its retry pulls again,
+    holding nothing, and keeps the old one too."""
     rc = pulling
     gpu = {"devices": {"count": 1, "kind": "nvidia"}, "strategy": "RollingUpdate"}
     write(rc, engine, "web", **gpu)
@@ -271,15 +287,110 @@ def test_a_rolling_update_whose_new_image_fails_keeps_the_old_one_and_holds_noth
     other = wait_for(other_ready, timeout=60, what="other Ready on the GPU web@next gave back")
     assert other["devices"] == ["nvidia:1"], other
 
-    def kept() -> bool:  # the retry found no room: the recreate waits on the image's pull
-        rc.once(check=None)
-        waits = [e for e in rc.events("web") if e.get("outcome") == "waiting"]
-        return bool(waits) and "the running engine is kept" in waits[-1]["error"]
-
-    wait_for(kept, timeout=120, what="the retry to keep the old engine for want of its image")
+    # The retry pulls again, holding nothing, and fails again: the old one serves on.
+    again = until_restart(rc, "web@next", 1)
+    assert again["devices"] == [] and again["port"] is None, again
     record = rc.record("web")
     assert record is not None and record["phase"] == "Ready" and record["ref"] == old["ref"]
     assert sorted(engine.ours(rc.state)) == sorted(
         [old["container"]["id"], other["container"]["id"]]
     )
+    rc.down()
+
+
+def test_a_higher_priority_start_whose_image_fails_to_pull_stops_no_healthy_engine(
+    pulling: Reconcile, engine: Engine, registry: Registry
+) -> None:
+    """One GPU, `low` Ready on it; `high` (higher priority, the same GPU) comes with an
+    image that cannot be pulled. Its pull, its back-off and its retry's pull hold nothing
+    and preempt nobody: `low` serves on, the same engine throughout. Each retry stopped
+    `low` (placed, preempting it, then found its image missing), a healthy engine torn
+    down for a pull that failed."""
+    rc = pulling
+    rc.devices = "nvidia:0"
+    gpu = {"devices": {"count": 1, "kind": "nvidia"}}
+    write(rc, engine, "low", **gpu)
+    rc.converge(timeout="60s")
+    low = rc.record("low")
+    assert low is not None and low["phase"] == "Ready", low
+    host, port = registry.address.split(":")
+    image = f"{host}:{int(port) + 1}/reconcile-test/engine:high"  # nothing listens there
+    write(rc, engine, "high", container={"image": image, "pullPolicy": "Always"}, priority=5, **gpu)
+    for retry in (0, 1):  # the first pull, then the retry after its back-off
+        failed = until_restart(rc, "high", retry)
+        assert failed["devices"] == [] and failed["port"] is None, failed
+        kept = rc.record("low")
+        assert kept is not None and kept["phase"] == "Ready", kept
+        assert kept["ref"] == low["ref"] and kept["restarts"] == 0, kept
+    assert [e for e in rc.events("low") if e.get("action") == "preempt"] == []
+    assert engine.ours(rc.state) == [low["container"]["id"]]
+    rc.down()
+
+
+class Unanswering:
+    """A registry that takes connections and never answers: a pull that runs on."""
+
+    def __init__(self, port: int) -> None:
+        self.server = socket.create_server(("127.0.0.1", port))
+        self.lock = threading.Lock()
+        self.closed = False
+        self.taken: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn = self.server.accept()[0]
+            except OSError:  # shut down: the test is over
+                return
+            with self.lock:
+                if self.closed:
+                    conn.close()
+                    return
+                self.taken.append(conn)
+
+    def close(self) -> None:
+        """Close every connection: the pull ends (failed) at once."""
+        with self.lock:
+            self.closed = True
+            for conn in self.taken:
+                conn.close()
+        self.server.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        self.server.close()
+        self.thread.join(timeout=10)
+
+
+def test_an_image_pull_in_progress_keeps_no_gpu_from_the_next_start(
+    pulling: Reconcile, engine: Engine, registry: Registry
+) -> None:
+    """One GPU, two deployments of equal priority: `a-pulls` is sorted first and its
+    image's pull runs on (its registry never answers). It holds nothing while it pulls,
+    so `b-good` starts on the GPU meanwhile. `a-pulls` took the GPU in every pass's plan
+    until its launch found the pull running, which ended the pass: `b-good` stayed
+    Pending "held by a-pulls" for the whole pull."""
+    rc = pulling
+    rc.devices = "nvidia:0"
+    gpu = {"devices": {"count": 1, "kind": "nvidia"}}
+    host, port = registry.address.split(":")
+    hung = Unanswering(int(port) + 1)
+    image = f"{host}:{int(port) + 1}/reconcile-test/engine:slow"
+    job = PullJob.of(rc.state, engine.name, image)
+    try:
+        write(rc, engine, "a-pulls", container={"image": image}, **gpu)
+        write(rc, engine, "b-good", **gpu)
+
+        def good_ready() -> dict[str, Any] | None:
+            rc.once(check=None)
+            record = rc.record("b-good")
+            return record if record is not None and record["phase"] == "Ready" else None
+
+        good = wait_for(good_ready, timeout=60, what="b-good Ready while a-pulls pulls")
+        assert good["devices"] == ["nvidia:0"], good
+        pulls = rc.record("a-pulls")
+        assert pulls is not None and pulls["phase"] == "Pulling", pulls
+        assert pulls["devices"] == [] and pulls["port"] is None and job.running(), pulls
+    finally:
+        hung.close()
+        wait_for(lambda: not job.running(), timeout=90, what="the hung pull's end")
     rc.down()

@@ -107,6 +107,8 @@ def _start(name: str) -> actions.Start:
         ([_start("new")], ["other", "other@1"], True),
         ([_start("new"), _start("new@1")], [], True),  # a new deployment's replicas
         ([_start("web@1")], ["web"], False),  # a scale-up changes a running deployment
+        ([actions.Fetch(name="new", reason="r", entry=entry("new"))], [], True),  # its image
+        ([actions.Fetch(name="web@1", reason="r", entry=entry("web"))], ["web"], False),
         ([_start("web@next")], ["web"], False),  # a rolling update's new instance
         ([_start("new"), Stop(name="old", reason="r")], ["old"], False),  # a stop
         ([Replace(name="web", reason="r")], ["web"], False),

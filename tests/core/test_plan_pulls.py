@@ -12,11 +12,12 @@ never restarted in place on a lease it no longer has.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import (
     NOW,
@@ -26,6 +27,7 @@ from strategies import (
     desired,
     entry,
     inventory,
+    memory_scenarios,
     observed,
     record,
     replicated_scenarios,
@@ -35,6 +37,7 @@ from strategies import (
 from test_plan import DRAIN, Case, _holders_of, run
 
 from controller.core.actions import (
+    Fetch,
     Hold,
     HoldRestart,
     Preempt,
@@ -338,3 +341,101 @@ def test_property_a_serving_engine_is_never_stopped_for_files_not_in_the_cache(
         assert not teardowns, [a.describe() for a in actions]
         pulls = [a for a in actions if isinstance(a, Pull)]
         assert len(pulls) == 1 and not pulls[0].record, [a.describe() for a in actions]
+
+
+# -- a start whose image the backend has not fetched yet (Observed.fetching) ----------------
+
+PULLING_IMAGE = "pulling image 127.0.0.1:1/x:1 (podman)"
+a_high = entry("a", priority=5, **GPU1)
+
+FETCH_CASES = [
+    pytest.param(
+        Case(
+            desired(a_high, b_gpu),
+            observed(
+                view(pull_backoff(spec=a_high)),
+                holding("b", b_gpu, "nvidia:0", 8000),
+                fetching={"a": PULLING_IMAGE},
+            ),
+            expect=((Fetch, "a", PULLING_IMAGE),),
+            inv=ONE,
+        ),
+        id="image-retry-of-higher-priority-preempts-nobody",
+    ),
+    pytest.param(
+        Case(
+            desired(a_high, b_gpu),
+            observed(holding("b", b_gpu, "nvidia:0", 8000), fetching={"a": PULLING_IMAGE}),
+            expect=((Fetch, "a", PULLING_IMAGE),),
+            inv=ONE,
+        ),
+        id="image-not-here-new-deployment-preempts-nobody",
+    ),
+    pytest.param(
+        Case(
+            desired(a_high, b_gpu),
+            observed(
+                view(record("a", spec=a_high, phase=Phase.PULLING, port=None)),
+                holding("b", b_gpu, "nvidia:0", 8000),
+            ),
+            expect=(
+                (Preempt, "b", "preempted by a (priority 5)"),
+                (Start, "a", "preempting b"),
+            ),
+            inv=ONE,
+        ),
+        id="image-here-now-placed-and-preempts",
+    ),
+    pytest.param(
+        Case(
+            desired(a_gpu, b_gpu),
+            observed(
+                view(record("a", spec=a_gpu, phase=Phase.PULLING, port=None)),
+                view(record("b", spec=b_gpu, phase=Phase.PENDING, port=None)),
+                fetching={"a": f"{PULLING_IMAGE}: Copying blob"},
+            ),
+            expect=(
+                (Start, "b", "retrying placement: nvidia:0"),
+                (Fetch, "a", "Copying blob"),
+            ),
+            inv=ONE,
+        ),
+        id="image-pulling-keeps-no-gpu-from-the-next-start",
+    ),
+    pytest.param(
+        Case(
+            desired(a_gpu),
+            observed(view(pull_backoff(due=False)), fetching={"a": PULLING_IMAGE}),
+            inv=ONE,
+        ),
+        id="image-back-off-not-over-waits",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", FETCH_CASES)
+def test_plan_fetch_table(case: Case) -> None:
+    test_plan_pulls_table(case)
+
+
+@settings(max_examples=300)
+@given(memory_scenarios(), st.data())
+def test_property_a_start_whose_image_is_not_here_never_preempts_and_holds_nothing(
+    scenario: Scenario, data: st.DataObject
+) -> None:
+    """Whichever deployments' images are not here (being pulled, or their pull failed),
+    none of them is started (a Start takes a lease) or preempts anyone: each waits in a
+    Fetch, which holds nothing, and the others are placed as if it were not there."""
+    names = sorted(scenario.desired.entries)
+    missing = data.draw(st.lists(st.sampled_from(names), unique=True))
+    seen = replace(scenario.observed, fetching={n: PULLING_IMAGE for n in missing})
+    actions = plan(scenario.desired, seen, scenario.inventory, NOW)
+    shown = [a.describe() for a in actions]
+    assert not [a for a in actions if isinstance(a, Start) and a.entry.name in missing], shown
+    assert not [a for a in actions if isinstance(a, Preempt) and a.by in missing], shown
+    for fetch in (a for a in actions if isinstance(a, Fetch)):
+        assert fetch.entry.name in missing and fetch.name not in _holders(seen), shown
+
+
+def _holders(seen: Observed) -> set[str]:
+    return {n for n, v in seen.records.items() if v.record.holds}

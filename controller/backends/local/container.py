@@ -199,6 +199,55 @@ class Wrapper:
         job.start()
         return Held(pulling)
 
+    def fetching(self, spec: DeploymentSpec) -> str | None:
+        """Why a start of ``spec`` waits for its image (it is not here as pullPolicy wants:
+        being pulled, its pull failed, or none ran yet), else None: the planner places it
+        only once it is here, so a pull never preempts. Nothing is started or forgotten (a
+        look, as `plan`'s). A runtime that does not answer, or ``Never``, is the launch's to
+        judge, as before. A remembered image costs no `image inspect`."""
+        assert spec.container is not None
+        runtime, image = self.runtime_of(spec.container), image_of(spec)
+        policy = spec.container.policy(image)
+        if policy == "Never":  # never pulls: an ended pull was an earlier spec's, not its word
+            return None
+        job = PullJob.of(Path(self.state_dir), runtime.name, image)
+        if job.running():
+            return f"pulling image {image} ({runtime.name}): {job.last_line()}"
+        if job.exists():  # ended: with it (the launch reads it), or with the runtime's words
+            return f"cannot pull image {image}: {job.last_line()}" if job.failed() else None
+        if policy == "Always":
+            return f"pulling image {image} ({runtime.name})"  # it runs only what it pulls
+        if (runtime.name, image) in self.images:
+            return None
+        try:
+            facts = runtime.image(image)
+        except ContainerError:
+            return None
+        if facts is None:
+            return f"pulling image {image} ({runtime.name})"
+        self.images[(runtime.name, image)] = facts  # the launch looks again once it runs
+        return None
+
+    def fetch(self, spec: DeploymentSpec) -> Held | None:
+        """Fetch what ``fetching`` found missing, holding nothing: None when the image is
+        here now (the next round places the start), else the wait (its pull started, or
+        running), or the pull's failure (``failed``: read once, the job forgotten so the
+        retry after the back-off pulls again)."""
+        assert spec.container is not None
+        runtime, image = self.runtime_of(spec.container), image_of(spec)
+        job = PullJob.of(Path(self.state_dir), runtime.name, image)
+        waits = self.fetching(spec)
+        if waits is None:  # here (a pull that ended with it: the launch reads it), or Never
+            return None
+        if job.running():
+            return Held(waits)
+        if job.exists():  # ended without it
+            said = f"cannot pull image {image}: {job.last_line()}"
+            job.forget()
+            return Held(said, failed=True)
+        job.start()
+        return Held(f"pulling image {image} ({runtime.name})")
+
     def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
         """Forget the ended image pulls none of ``specs`` runs from; how many. A job is
         read (and forgotten) by the next start of its image; one whose image was edited

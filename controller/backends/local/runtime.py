@@ -213,6 +213,12 @@ class LocalBackend:
     def prepared(self, spec: DeploymentSpec) -> Held | None:
         return None if spec.container is None else self.containers.prepared(spec)
 
+    def fetching(self, spec: DeploymentSpec) -> str | None:
+        return None if spec.container is None else self.containers.fetching(spec)
+
+    def fetch(self, spec: DeploymentSpec) -> Held | None:
+        return None if spec.container is None else self.containers.fetch(spec)
+
     def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
         return self.containers.drop_unused_pulls(specs)
 

@@ -103,6 +103,12 @@ class RayBackend:
     def prepared(self, spec: DeploymentSpec) -> Held | None:
         return None  # which node runs the new one is not known yet: its actor pulls there
 
+    def fetching(self, spec: DeploymentSpec) -> str | None:
+        return None  # an actor pulls its image on the node it is placed on (PullingFirst)
+
+    def fetch(self, spec: DeploymentSpec) -> Held | None:
+        return None
+
     def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
         return 0  # an actor pulls into a folder of its own node, out of the driver's reach
 

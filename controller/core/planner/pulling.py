@@ -4,7 +4,9 @@ Runs between judging and placing: each :class:`Want` (and :class:`Roll`) whose s
 ``source`` not yet cached becomes a :class:`Pull` (phase Pulling: no device, no port),
 or a :class:`Hold` (Pending) when the last pull found too little disk; a
 :class:`Prefetch` (a Ready engine's recreate) a Pull that writes no record while the
-engine serves, or its Replace once the files are there. A failed pull
+engine serves, or its Replace once the files are there. A start whose container image
+the backend has not fetched yet (``Observed.fetching``) becomes a :class:`Fetch`, which
+holds nothing either and preempts nobody. A failed pull
 waits out the usual back-off (``backoff(attempts)``: 10 s, 20 s ... 300 s); a dead one
 (its process gone, no result) is resumed at once, as a first restart is.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from controller.core.actions import Hold, Pull, Replace
+from controller.core.actions import Fetch, Hold, Pull, Replace
 from controller.core.manifest.specs import Entry, next_name
 from controller.core.planner.context import Context, Gated, Judged, Prefetch, Roll, Want
 from controller.core.planner.lifecycle import backoff
@@ -33,7 +35,7 @@ def gate(ctx: Context, judged: list[Judged]) -> list[Gated]:
         source = item.entry.deployment.spec.source
         view = ctx.observed.pulls.get(source.key) if source is not None else None
         if source is None or (view is not None and view.cached):
-            out.append(_replace(item))
+            out.append(_fetch(ctx, _replace(item)))
             continue
         out.append(_pull(ctx, item, view or PullView(key=source.key), spawned, waiting))
     return out
@@ -45,6 +47,19 @@ def _replace(item: Want | Roll | Prefetch) -> Want | Roll | Replace:
     if not isinstance(item, Prefetch):
         return item
     return Replace(name=item.name, reason=item.why, fields=item.fields, entry=item.entry)
+
+
+def _fetch(ctx: Context, item: Want | Roll | Replace) -> Want | Roll | Replace | Fetch:
+    """A start whose container image (``Observed.fetching``: whatever the backend fetches
+    first) is not on the node waits for it holding nothing: it is placed, and may preempt,
+    only once it is there, so a pull that fails again and again stops no healthy engine
+    and a pull in progress keeps no GPU from the starts sorted after it."""
+    if not isinstance(item, Want):
+        return item  # a Roll's and a Replace's image: the backend's ``prepared``
+    why = ctx.observed.fetching.get(item.entry.name)
+    if why is None:
+        return item
+    return Fetch(name=item.record, reason=why, entry=item.entry)
 
 
 def _pull(
