@@ -27,6 +27,7 @@ from controller.core.actions import (
     AnyAction,
     Conflict,
     Hold,
+    HoldChange,
     Start,
     Stop,
     only_starts_new,
@@ -138,7 +139,8 @@ class PassResult:
         """Why ``--once`` exits 1 though the pass itself went through (cron mails on it):
         a manifests folder missing or empty (nothing pruned), a deployment crash-looping,
         an engine kept because its new spec cannot start (its image did not pull), a model
-        pull that keeps failing."""
+        pull that keeps failing, an engine serving its old spec while the drain holds the
+        new one (as what the drain keeps Pending does)."""
         out = [] if self.unfetched else list(self.folder_problems)  # no checkout: git's words
         if self.git is not None and self.git.error:
             rev = self.git.revision
@@ -148,7 +150,13 @@ class PassResult:
             out.append(f"the manifests folder holds no manifest{self.near_miss}: nothing pruned")
         out += [crash_text(r) for r in self.ours() if r.crash_looping]
         out += [f"{name}: {why}" for name, why in sorted(self.held.items())]
+        out += self.held_changes()
         return out + list(pulling.failing(self.ours(), self.pulls, self.sources).values())
+
+    def held_changes(self) -> list[str]:
+        """The spec changes the node's drain holds (their engines serve on): name: why."""
+        held = [a for a in self.actions if isinstance(a, HoldChange) and not a.over]
+        return [f"{a.name}: {a.reason}" for a in held]
 
     @property
     def converged(self) -> bool:
@@ -848,7 +856,7 @@ def _add_problems(result: PassResult, problems: Sequence[RecordProblem]) -> None
 
 
 def _note(result: PassResult, action: Action) -> None:
-    if isinstance(action, Hold | Conflict) and any(
+    if isinstance(action, Hold | Conflict | HoldChange) and any(
         a.name == action.name and type(a) is type(action) for a in result.actions
     ):
         return

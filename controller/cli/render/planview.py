@@ -18,6 +18,7 @@ from controller.core.actions import (
     Action,
     Conflict,
     Hold,
+    HoldChange,
     MarkReady,
     MarkSpec,
     Park,
@@ -128,7 +129,12 @@ def _change(action: Action, observed: Observed, wanted: Mapping[str, object]) ->
         return _pull(action, observed)
     # An observation (the probe passed), or bookkeeping (the manifests' commit moved with
     # no spec change: a CI checkout's plan is in sync though its HEAD is the PR's)
-    if isinstance(action, MarkReady) or (isinstance(action, Update) and action.revision_only):
+    # (or a drain's hold on a spec change ended: the record's words go, the change follows)
+    if (
+        isinstance(action, MarkReady)
+        or (isinstance(action, Update) and action.revision_only)
+        or (isinstance(action, HoldChange) and action.over)
+    ):
         # listed with the unchanged, so its reason is a phase as theirs is (`plan -o json`'s
         # "phase": it said "GET /health -> 200")
         return Change(action.name, "unchanged", action.verb, _phase_after(action, observed),
@@ -146,6 +152,9 @@ def _change(action: Action, observed: Observed, wanted: Mapping[str, object]) ->
         view = observed.records.get(action.name)
         rec = view.record if view else None
         pending = rec is None or rec.phase is not Phase.PENDING or rec.message != action.reason
+    elif isinstance(action, HoldChange):  # the engine serves on: its record says it, or not yet
+        view = observed.records.get(action.name)
+        pending = view is None or view.record.message != action.reason
     elif isinstance(action, Conflict):
         pending = False
     reason = action.reason
