@@ -362,8 +362,8 @@ class HoldChange(Action):
     cordon leaves a Deployment's old Pod serving too). ``over``: the hold has ended
     (uncordon, the edit undone) while the engine runs on: those words go."""
 
-    verb = "held"
-    order = 20  # a record write, as HoldRestart's
+    verb = "held-change"
+    order = 21  # a record write, as HoldRestart's
     tears_down = False
     frees = False
     plan_class = "wait"

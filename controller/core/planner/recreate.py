@@ -52,7 +52,7 @@ def drain_holds(ctx: Context, view: RecordView) -> bool:
 
 def hold(ctx: Context, view: RecordView, why: str) -> list[Judged]:
     """The engine serves on (its own lifecycle goes on); its record says what waits."""
-    held = HoldChange(name=view.record.name, reason=f"{why}{CHANGE_HELD}{drain_held(ctx)}")
+    held = HoldChange(name=view.record.name, reason=f"{why}: {drain_held(ctx)}")  # CHANGE_HELD
     return [held, *running(ctx, view)]
 
 
