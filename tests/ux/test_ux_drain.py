@@ -245,6 +245,10 @@ def test_a_spec_change_on_a_drained_node_waits_and_the_engine_serves_on(
     assert held in out.err and "stopped" not in out.err, out
     planned = rc("plan", check=1).out  # nothing to apply until the drain ends: it waits
     assert "!" in planned and "spec.env.MODE changed: held: node drained" in planned, planned
+    # --wait ends at once saying what needs you (it timed out: a Ready engine on its old
+    # spec is not done, and nothing it waited for would move); 10m: a hang fails the call
+    waited = rc("--once", "--wait", "--timeout", "10m", check=1)
+    assert "cannot progress without you: web: spec.env.MODE changed: held" in waited.err, waited
     rc.once(check=1)  # a pass more: the same record, no second event
     assert rc.record("web") == record
     assert [e["action"] for e in rc.events("web")].count("held-change") == 1
