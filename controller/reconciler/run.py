@@ -165,6 +165,18 @@ class PassResult:
         so an alert on the metric fires where cron would mail."""
         return self.ok and not self.failing()
 
+    def rollout_phases(self) -> list[tuple[str, str]]:
+        """Each instance's deployment and phase, as the commit's rollout goes: one Ready on
+        another spec than the manifests' (a change the drain holds) is Progressing, not a
+        commit proven good (its new spec, run after uncordon, may yet fail)."""
+        out = []
+        for rec in self.ours():
+            name, phase = base_name(rec.name), str(rec.phase)
+            if rec.phase is Phase.READY and self.specs.get(name, rec.spec_hash) != rec.spec_hash:
+                phase = "Progressing"
+            out.append((name, phase))
+        return out
+
     @property
     def all_ready(self) -> bool:
         """Every wanted instance Ready on its current spec (``kubectl rollout status``): a
@@ -496,8 +508,7 @@ class Reconciler(Preview):
     def _auto_rollback(self, result: PassResult, invalid: bool) -> None:
         """``invalid``: the commit's manifests cannot all be applied (note_invalid)."""
         assert self.git is not None
-        phases = [(base_name(r.name), str(r.phase)) for r in result.ours()]
-        rolled = self.git.note_outcome(phases, result.specs, invalid=invalid)
+        rolled = self.git.note_outcome(result.rollout_phases(), result.specs, invalid=invalid)
         if rolled is None:
             return
         log.warning("git auto-rollback", detail=rolled)
