@@ -51,8 +51,9 @@ def drain_holds(ctx: Context, view: RecordView) -> bool:
 
 
 def hold(ctx: Context, view: RecordView, why: str) -> list[Judged]:
-    """The engine serves on (its own lifecycle goes on); its record says what waits."""
-    held = HoldChange(name=view.record.name, reason=f"{why}: {drain_held(ctx)}")  # CHANGE_HELD
+    """The engine serves on (its own lifecycle goes on); its record says what waits, in
+    words holding ``state.CHANGE_HELD`` (": held: "), by which ``unheld`` finds them."""
+    held = HoldChange(name=view.record.name, reason=f"{why}: {drain_held(ctx)}")
     return [held, *running(ctx, view)]
 
 
