@@ -369,6 +369,22 @@ class HoldRestart(Action):
     plan_class = "wait"
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HoldChange(Action):
+    """A running engine whose spec changed (or whose restart was asked) on a drained node:
+    its replacement would stop it and start nothing until uncordon, so it serves on with
+    its old spec and its record's message says the drain holds the change (Kubernetes'
+    cordon leaves a Deployment's old Pod serving too). ``over``: the hold has ended
+    (uncordon, the edit undone) while the engine runs on: those words go."""
+
+    verb = "held-change"
+    order = 22  # a record write, as HoldRestart's
+    tears_down = False
+    frees = False
+    plan_class = "wait"
+    over: bool = False
+
+
 # Every concrete action: what the executor must handle (mypy checks each `match` is whole).
 AnyAction = (
     Start
@@ -389,6 +405,7 @@ AnyAction = (
     | Fetch
     | Hold
     | HoldRestart
+    | HoldChange
     | Reject
     | MarkSpec
     | Conflict

@@ -25,7 +25,7 @@ from typing import ParamSpec, Protocol
 
 from controller.backends.base import Backend
 from controller.backends.choose import inventory_for, open_backend
-from controller.core.actions import Conflict, Hold
+from controller.core.actions import Conflict, Hold, HoldChange
 from controller.core.elapsed import BootClock
 from controller.core.manifest.specs import base_name
 from controller.core.plan import backoff
@@ -381,7 +381,9 @@ class Daemon:
             return
         self.passes += 1
         took = round(time.monotonic() - started, 3)
-        changes = [a.verb for a in result.actions if not isinstance(a, Hold | Conflict)]
+        # what each pass plans again while it waits (its record says it, once): no change
+        waits = Hold | Conflict | HoldChange
+        changes = [a.verb for a in result.actions if not isinstance(a, waits)]
         timed = set(triggers) <= TIMED  # a quiet resync or probe: debug, not every 5 s
         emit = log.debug if timed and not changes else log.info
         emit("pass", n=self.passes, trigger=",".join(triggers), took=took, actions=changes)

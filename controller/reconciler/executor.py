@@ -23,6 +23,7 @@ from controller.core.actions import (
     Fail,
     Fetch,
     Hold,
+    HoldChange,
     HoldRestart,
     MarkReady,
     MarkSpec,
@@ -41,7 +42,7 @@ from controller.core.actions import (
     Update,
 )
 from controller.core.manifest.specs import base_name
-from controller.core.state import Phase, Record
+from controller.core.state import CHANGE_HELD, Phase, Record
 from controller.logsetup import get_logger
 from controller.reconciler.launcher import GatewayDrain, Launcher, Reserve, no_drain, no_reserve
 from controller.reconciler.leases import RecordMaker, kept_count
@@ -139,6 +140,8 @@ class Executor:
                 return self._hold(action)
             case HoldRestart():
                 return self._hold_restart(action)
+            case HoldChange():
+                return self._hold_change(action)
             case Reject():
                 return self._reject(action)
             case MarkSpec():
@@ -361,6 +364,19 @@ class Executor:
             return False
         self.store.write(replace(rec, message=action.reason))
         self.event(action.name, action.verb, action.reason, str(Phase.BACKOFF))
+        return True
+
+    def _hold_change(self, action: HoldChange) -> bool:
+        """A spec change the drain holds: the running record's message says so, once; once
+        the hold is over, those words (and only those) go."""
+        rec = self.store.read(action.name)
+        message = "" if action.over else action.reason
+        if rec is None or rec.message == message or rec.phase not in (Phase.READY, Phase.STARTING):
+            return False  # gone, said, or no longer running (its BackOff words are its own)
+        if action.over and CHANGE_HELD not in rec.message:
+            return False
+        self.store.write(replace(rec, message=message))
+        self.event(action.name, action.verb, action.reason, str(rec.phase))
         return True
 
     def _reject(self, action: Reject) -> bool:

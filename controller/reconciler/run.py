@@ -27,6 +27,7 @@ from controller.core.actions import (
     AnyAction,
     Conflict,
     Hold,
+    HoldChange,
     Start,
     Stop,
     only_starts_new,
@@ -138,7 +139,8 @@ class PassResult:
         """Why ``--once`` exits 1 though the pass itself went through (cron mails on it):
         a manifests folder missing or empty (nothing pruned), a deployment crash-looping,
         an engine kept because its new spec cannot start (its image did not pull), a model
-        pull that keeps failing."""
+        pull that keeps failing, an engine serving its old spec while the drain holds the
+        new one (as what the drain keeps Pending does)."""
         out = [] if self.unfetched else list(self.folder_problems)  # no checkout: git's words
         if self.git is not None and self.git.error:
             rev = self.git.revision
@@ -148,7 +150,13 @@ class PassResult:
             out.append(f"the manifests folder holds no manifest{self.near_miss}: nothing pruned")
         out += [crash_text(r) for r in self.ours() if r.crash_looping]
         out += [f"{name}: {why}" for name, why in sorted(self.held.items())]
+        out += self.held_changes()
         return out + list(pulling.failing(self.ours(), self.pulls, self.sources).values())
+
+    def held_changes(self) -> list[str]:
+        """The spec changes the node's drain holds (their engines serve on): name: why."""
+        held = [a for a in self.actions if isinstance(a, HoldChange) and not a.over]
+        return [f"{a.name}: {a.reason}" for a in held]
 
     @property
     def converged(self) -> bool:
@@ -156,6 +164,18 @@ class PassResult:
         (``ok``) and nothing is failing (a crash loop, a pull failing, an emptied folder),
         so an alert on the metric fires where cron would mail."""
         return self.ok and not self.failing()
+
+    def rollout_phases(self) -> list[tuple[str, str]]:
+        """Each instance's deployment and phase, as the commit's rollout goes: one Ready on
+        another spec than the manifests' (a change the drain holds) is Progressing, not a
+        commit proven good (its new spec, run after uncordon, may yet fail)."""
+        out = []
+        for rec in self.ours():
+            name, phase = base_name(rec.name), str(rec.phase)
+            if rec.phase is Phase.READY and self.specs.get(name, rec.spec_hash) != rec.spec_hash:
+                phase = "Progressing"
+            out.append((name, phase))
+        return out
 
     @property
     def all_ready(self) -> bool:
@@ -491,8 +511,7 @@ class Reconciler(Preview):
     def _auto_rollback(self, result: PassResult, invalid: bool) -> None:
         """``invalid``: the commit's manifests cannot all be applied (note_invalid)."""
         assert self.git is not None
-        phases = [(base_name(r.name), str(r.phase)) for r in result.ours()]
-        rolled = self.git.note_outcome(phases, result.specs, invalid=invalid)
+        rolled = self.git.note_outcome(result.rollout_phases(), result.specs, invalid=invalid)
         if rolled is None:
             return
         log.warning("git auto-rollback", detail=rolled)
@@ -851,7 +870,7 @@ def _add_problems(result: PassResult, problems: Sequence[RecordProblem]) -> None
 
 
 def _note(result: PassResult, action: Action) -> None:
-    if isinstance(action, Hold | Conflict) and any(
+    if isinstance(action, Hold | Conflict | HoldChange) and any(
         a.name == action.name and type(a) is type(action) for a in result.actions
     ):
         return

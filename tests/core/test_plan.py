@@ -37,6 +37,7 @@ from controller.core.actions import (
     Conflict,
     Fail,
     Hold,
+    HoldChange,
     HoldRestart,
     MarkReady,
     MarkSpec,
@@ -72,6 +73,11 @@ GPUS = inventory("nvidia:0", "nvidia:1")
 GPU_A = entry("a", devices={"count": 1, "kind": "nvidia"})
 GPU1 = {"devices": {"count": 1, "kind": "nvidia"}}
 DRAIN = Drain(until=NOW + timedelta(hours=1), reason="kernel update", by="ops")
+DRAINED = (
+    "node drained by ops until 2026-01-01 13:00:00 UTC (kernel update): "
+    "run `reconcile uncordon` or wait"
+)
+HELD_ARGS = f"spec.args changed: held: {DRAINED}"
 
 
 @dataclass(frozen=True)
@@ -281,6 +287,74 @@ CASES = [
     pytest.param(
         Case(desired(entry("a")), observed(view(record("a"), alive=True), drain=DRAIN)),
         id="drain-keeps-running-engines",
+    ),
+    # A spec change on a drained node: its replacement would stop the engine and start
+    # nothing until uncordon, so the engine serves on and its record says what waits.
+    pytest.param(
+        Case(
+            desired(entry("a", args=["--new"])),
+            observed(view(record("a"), alive=True), drain=DRAIN),
+            expect=((HoldChange, "a", f"spec.args changed: held: {DRAINED}"),),
+        ),
+        id="drain-holds-a-ready-engines-spec-change",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a", args=["--new"])),
+            observed(view(record("a", **starting), alive=True, probe=probe(True)), drain=DRAIN),
+            expect=((MarkReady, "a", "GET /health"), (HoldChange, "a", "held: node drained")),
+        ),
+        id="drain-holds-a-starting-engines-spec-change-and-it-gets-ready",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a", args=["--new"])),
+            observed(view(record("a", message=HELD_ARGS), alive=True), drain=DRAIN),
+            expect=((HoldChange, "a", HELD_ARGS),),  # the executor writes it once
+        ),
+        id="drain-still-holds-the-change-it-said",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a", args=["--new"])),
+            observed(view(record("a", message=HELD_ARGS), alive=True)),
+            expect=((Replace, "a", "spec.args changed"),),
+        ),
+        id="uncordon-applies-the-held-change",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a")),
+            observed(view(record("a", message=HELD_ARGS), alive=True), drain=DRAIN),
+            expect=((HoldChange, "a", "the drain holds its spec change no more"),),
+        ),
+        id="an-edit-undone-during-the-drain-clears-its-hold",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a", args=["--new"])),
+            observed(
+                view(record("a"), alive=True), drain=Drain(until=NOW + timedelta(1), evict=True)
+            ),
+            expect=((Replace, "a", "spec.args changed"),),
+        ),
+        id="a-drain-that-evicts-holds-no-change",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a", args=["--new"])),
+            observed(view(record("a", phase=Phase.PENDING).released()), drain=DRAIN),
+            expect=((Hold, "a", DRAINED),),
+        ),
+        id="drain-holds-a-pending-records-new-spec-as-before",
+    ),
+    pytest.param(
+        Case(
+            desired(entry("a"), restarts={"a": NOW}),
+            observed(view(record("a", started_at=NOW - timedelta(1)), alive=True), drain=DRAIN),
+            expect=((HoldChange, "a", "restarted by `reconcile restart`: held: node drained"),),
+        ),
+        id="drain-holds-a-restart-asked-before-it",
     ),
     # -- the lifecycle ---------------------------------------------------------------------
     pytest.param(

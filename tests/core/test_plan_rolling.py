@@ -8,9 +8,18 @@ from typing import Any
 
 import pytest
 from strategies import NOW, desired, entry, inventory, observed, probe, record, ref, view
-from test_plan import Case, exited, run, starting
+from test_plan import DRAIN, HELD_ARGS, Case, exited, run, starting
 
-from controller.core.actions import Fail, MarkReady, Promote, Release, Replace, Start, Stop
+from controller.core.actions import (
+    Fail,
+    HoldChange,
+    MarkReady,
+    Promote,
+    Release,
+    Replace,
+    Start,
+    Stop,
+)
 from controller.core.manifest.specs import is_dns1123, is_next, next_name
 from controller.core.state import Phase, Record, RecordView
 
@@ -218,6 +227,46 @@ CASES = [
             inv=TWO,
         ),
         id="old-dies-mid-update-dropped-next-goes-on",
+    ),
+    # A drain: a surge would be held Pending, and the fallback recreate stopped the old
+    # engine for a start the drain holds too. Kubernetes' cordon leaves the old Pod
+    # serving: so does the drain, its record saying what waits; uncordon rolls.
+    pytest.param(
+        Case(
+            desired(new),
+            observed(running_old(), drain=DRAIN),
+            expect=((HoldChange, "a", HELD_ARGS),),
+            inv=TWO,
+        ),
+        id="drain-holds-the-rolling-update-old-serves",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                view(record("a", spec=old, devices=("nvidia:0",), message=HELD_ARGS), alive=True)
+            ),
+            expect=(
+                (Start, NEXT, "rolling update (spec.args changed): a@next beside the old"),
+                (HoldChange, "a", "the drain holds its spec change no more"),
+            ),
+            inv=TWO,
+        ),
+        id="uncordon-rolls-and-the-old-ones-hold-is-said-over",
+    ),
+    pytest.param(
+        Case(
+            desired(new),
+            observed(
+                view(record("a", spec=old, devices=("nvidia:0",), message=HELD_ARGS), alive=True)
+            ),
+            expect=(
+                (Replace, "a", "spec.args changed; no room for both: recreating"),
+                (HoldChange, "a", "no more"),  # its words go a moment before its record
+            ),
+            inv=ONE,
+        ),
+        id="uncordon-without-room-recreates",
     ),
 ]
 

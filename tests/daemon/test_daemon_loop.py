@@ -412,3 +412,25 @@ def test_a_manifest_of_a_wrong_type_never_ends_the_daemon(
     assert ready_pid(rc, "keeper") == pid
     assert not any("Traceback" in str(line) for line in d.lines())
     finish(d)
+
+
+def test_a_drain_held_spec_change_is_said_once(reconcile: Any, daemon: Any, finish: Any) -> None:
+    """A spec change the drain holds is planned again every pass (the engine serves on):
+    the journal says it once, and a pass after that is a quiet one (no `held-change` in
+    its actions: an info line every resync for as long as the drain lasts)."""
+    rc = reconcile
+    d = started(rc, daemon, "web")
+    pid = ready_pid(rc, "web")
+    rc("drain", "--ttl", "1h", "--reason", "kernel update", check=0)
+    rc.write("web", env={"MODE": "new"}, **sleeper())  # a folder event: the daemon passes
+    held = lambda: "held: node drained" in (rc.record("web") or {}).get("message", "")  # noqa: E731
+    d.wait(held, "the change held")
+    d.proc.send_signal(signal.SIGHUP)
+    quiet = d.wait_pass(trigger="sighup")
+    assert quiet["actions"] == [], quiet
+    assert ready_pid(rc, "web") == pid
+    assert [e["action"] for e in rc.events("web")].count("held-change") == 1
+    rc("uncordon", check=0)  # wakes the daemon: the new spec runs
+    d.wait(lambda: (ready_pid(rc, "web") or pid) != pid, "the new spec Ready")
+    assert rc.environ(ready_pid(rc, "web"))["MODE"] == "new"
+    finish(d)

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from strategies import OWNER, record
 
+from controller.reconciler.run import PassResult
 from controller.store.sources import gitsource
 
 GOOD, BAD = "a" * 40, "b" * 40
@@ -79,6 +81,21 @@ def test_a_commit_whose_manifests_do_not_all_load_is_degraded_and_rolled_back(
     assert said is not None and GOOD[:12] in said, said
     assert gitsource.read_history(tmp_path)[-1]["outcome"] == "Degraded"
     assert gitsource.last_good(tmp_path, but=None) == GOOD
+
+
+def test_an_engine_on_its_old_spec_proves_no_commit_good(tmp_path: Path) -> None:
+    """An engine whose change the node's drain holds serves on Ready with the commit
+    before's spec: the commit is Progressing (past the deadline rolled back, as the drain's
+    Pending was), never recorded good before its new spec ran (a crash of the new spec
+    after uncordon then rolled nothing back)."""
+    source = _source(tmp_path)
+    _history(tmp_path)
+    records = {"web": record("web", spec_hash="h1"), "batch": record("batch", spec_hash="h2")}
+    result = PassResult(owner=OWNER, records=records, specs={"web": "h1-new", "batch": "h2"})
+    assert result.rollout_phases() == [("web", "Progressing"), ("batch", "Ready")]
+    said = source.note_outcome(result.rollout_phases(), result.specs)
+    assert said is not None and GOOD[:12] in said, said
+    assert gitsource.read_history(tmp_path)[-1]["outcome"] == "Progressing"
 
 
 def _status(**fields: Any) -> gitsource.SourceStatus:

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 from datetime import datetime
 from typing import Any
 
@@ -213,3 +214,49 @@ def test_read_verbs_warn_about_a_bad_node_config_and_go_on(
 def test_a_bad_max_instances_flag_says_how(reconcile: Any) -> None:
     result = reconcile("--once", "--max-instances", "gpu=2", check=64)  # usage (issue 34, 18)
     assert "example: 8,nvidia=2" in result.err
+
+
+@pytest.mark.parametrize("strategy", ["Recreate", "RollingUpdate"])
+def test_a_spec_change_on_a_drained_node_waits_and_the_engine_serves_on(
+    reconcile: Any, strategy: str
+) -> None:
+    """Editing a Ready deployment on a drained node ran `replace … stopped; Pending for the
+    new` (a RollingUpdate too: its surge held, it fell back to recreate) and nothing served
+    until uncordon. Kubernetes' cordon leaves the old Pod serving: the engine serves on
+    with its old spec, its record says the drain holds the change, once; uncordon applies it."""
+    rc = reconcile
+    spec = {"strategy": strategy, "devices": {"count": 1, "kind": "nvidia"}}
+    rc.write("web", **spec)
+    rc.converge()
+    (pid,) = rc.pids("web")
+    port = rc.record("web")["port"]
+    rc("drain", "--ttl", "1h", "--reason", "kernel update", check=0)
+    rc.write("web", env={"MODE": "new"}, **spec)
+
+    out = rc.once(check=1)  # what the drain holds, --once names (cron mails on it)
+    record = rc.record("web")
+    assert record["phase"] == "Ready" and record["ref"]["pid"] == pid, record
+    assert rc.pids("web") == {pid} and "MODE" not in rc.environ(pid)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as answer:
+        assert answer.status == 200  # it serves on
+    held = record["message"]
+    assert held.startswith("spec.env.MODE changed: held: node drained by "), record
+    assert held.endswith("(kernel update): run `reconcile uncordon` or wait"), record
+    assert held in out.err and "stopped" not in out.err, out
+    planned = rc("plan", check=1).out  # nothing to apply until the drain ends: it waits
+    assert "!" in planned and "spec.env.MODE changed: held: node drained" in planned, planned
+    # --wait ends at once saying what needs you (it timed out: a Ready engine on its old
+    # spec is not done, and nothing it waited for would move); 10m: a hang fails the call
+    waited = rc("--once", "--wait", "--timeout", "10m", check=1)
+    assert "cannot progress without you: web: spec.env.MODE changed: held" in waited.err, waited
+    rc.once(check=1)  # a pass more: the same record, no second event
+    assert rc.record("web") == record
+    assert [e["action"] for e in rc.events("web")].count("held-change") == 1
+
+    rc("uncordon", check=0)
+    rc.converge()
+    new = rc.record("web")
+    assert new["phase"] == "Ready" and new["message"] == "", new
+    assert new["ref"]["pid"] != pid and rc.environ(new["ref"]["pid"])["MODE"] == "new"
+    rc.wait_gone(pid)
+    rc.down()

@@ -18,6 +18,7 @@ from controller.core.actions import (
     Action,
     Conflict,
     Hold,
+    HoldChange,
     MarkReady,
     MarkSpec,
     Park,
@@ -108,10 +109,10 @@ class Change:
 
 
 def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> list[Change]:
-    # A manifest fixed: its record's flag is bookkeeping beside the start that follows it
-    # (one change a name, counted once: it showed as an update and a create).
-    others = {a.name for a in actions if not isinstance(a, MarkSpec)}
-    kept = [a for a in actions if not (isinstance(a, MarkSpec) and a.valid and a.name in others)]
+    # A manifest fixed, a drain's hold ended: the record's words are bookkeeping beside the
+    # change that follows (one change a name, counted once: it showed as two).
+    others = {a.name for a in actions if not _bookkeeping(a)}
+    kept = [a for a in actions if not (_bookkeeping(a) and a.name in others)]
     wanted = desired.instances()  # record names to exist: every replica
     out = [_change(a, observed, wanted) for a in kept]
     touched = {a.name for a in actions}
@@ -123,12 +124,23 @@ def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> 
     return out
 
 
+def _bookkeeping(action: Action) -> bool:
+    return (isinstance(action, MarkSpec) and action.valid) or (
+        isinstance(action, HoldChange) and action.over
+    )
+
+
 def _change(action: Action, observed: Observed, wanted: Mapping[str, object]) -> Change:
     if isinstance(action, Pull):
         return _pull(action, observed)
     # An observation (the probe passed), or bookkeeping (the manifests' commit moved with
-    # no spec change: a CI checkout's plan is in sync though its HEAD is the PR's)
-    if isinstance(action, MarkReady) or (isinstance(action, Update) and action.revision_only):
+    # no spec change: a CI checkout's plan is in sync though its HEAD is the PR's; a
+    # drain's hold on a spec change ended, the edit undone: its words go)
+    if (
+        isinstance(action, MarkReady)
+        or (isinstance(action, Update) and action.revision_only)
+        or (isinstance(action, HoldChange) and action.over)
+    ):
         # listed with the unchanged, so its reason is a phase as theirs is (`plan -o json`'s
         # "phase": it said "GET /health -> 200")
         return Change(action.name, "unchanged", action.verb, _phase_after(action, observed),
@@ -146,6 +158,9 @@ def _change(action: Action, observed: Observed, wanted: Mapping[str, object]) ->
         view = observed.records.get(action.name)
         rec = view.record if view else None
         pending = rec is None or rec.phase is not Phase.PENDING or rec.message != action.reason
+    elif isinstance(action, HoldChange):  # the engine serves on: its record says it, or not yet
+        view = observed.records.get(action.name)
+        pending = view is None or view.record.message != action.reason
     elif isinstance(action, Conflict):
         pending = False
     reason = action.reason

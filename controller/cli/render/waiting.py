@@ -202,6 +202,7 @@ def _stuck(result: PassResult, quarantined: list[str]) -> str:
     """What cannot progress without the user: bad manifests and records, stuck phases."""
     reasons = [str(e) for e in result.errors] + quarantined
     reasons += [f"{r.name} {r.phase}: {r.message}" for r in result.ours() if r.phase in STUCK]
+    reasons += result.held_changes()  # Ready on its old spec until uncordon
     return "; ".join(reasons)
 
 

@@ -128,7 +128,7 @@ def retry(ctx: Context, rec: Record, why: str, view: RecordView | None = None) -
     delay = backoff(restarts)
     when = "now" if delay == 0 else f"in {delay:g}s"
     if delay == 0 and ctx.drain is not None:  # "restart now" would not happen: say what holds it
-        when = _held(ctx)
+        when = drain_held(ctx)
     return Fail(
         name=rec.name,
         reason=f"{why}; restart {when}",
@@ -172,7 +172,7 @@ def _backoff_due(ctx: Context, view: RecordView, entry: Entry) -> tuple[Judged, 
     if backoff_waits(ctx, rec):
         return ()
     if ctx.drain is not None:  # nothing restarts while the node is drained: say so, once
-        held = f"{backoff_cause(rec.message)}; restart {_held(ctx)}"
+        held = f"{backoff_cause(rec.message)}; restart {drain_held(ctx)}"
         return () if rec.message == held else (HoldRestart(name=rec.name, reason=held),)
     if rec.unleased_backoff:  # its devices may be another's now: placed by the ledger
         return (Want(entry, f"back-off over (restart {rec.restarts + 1}): placing it", rec.name),)
@@ -211,9 +211,10 @@ def _no_way_back(ctx: Context, rec: Record) -> list[str]:
     return [f"{d.key} has {d.describe_memory()}, less than its holders ask" for d in over]
 
 
-def _held(ctx: Context) -> str:
-    """What follows "restart " in a BackOff message while a drain holds it (the views find
-    it by ``state.RESTART_HELD`` and count no time down)."""
+def drain_held(ctx: Context) -> str:
+    """What the drain holds is said in these words: after "restart " in a BackOff message
+    (the views find it by ``state.RESTART_HELD`` and count no time down), after a spec
+    change a running engine waits to apply (``state.CHANGE_HELD``)."""
     return f"held: {ctx.drain_text()}"
 
 

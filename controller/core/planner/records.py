@@ -39,7 +39,7 @@ from controller.core.manifest.specs import (
 from controller.core.planner.context import EMPTIED, Context, Desired, Judged, Want
 from controller.core.planner.lifecycle import lifecycle, running
 from controller.core.planner.ondemand import idle_reason, parked
-from controller.core.planner.recreate import recreate
+from controller.core.planner.recreate import drain_holds, hold, recreate, unheld
 from controller.core.planner.rolling import judge_next, rolling, rollout
 from controller.core.state import MarkedProcess, Phase, Record, RecordView
 
@@ -151,6 +151,11 @@ def _own(ctx: Context, view: RecordView, entry: Entry | None) -> list[Judged]:
 
 
 def _declared(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
+    judged = _judge_declared(ctx, view, entry)
+    return unheld(view.record, judged) + judged
+
+
+def _judge_declared(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
     """Our record of a valid manifest: parked, wanted, changed, or living its life."""
     rec = view.record
     if ctx.scaled_to_zero(rec.name):
@@ -308,6 +313,8 @@ def _changed(
         return [Update(name=rec.name, reason=shown, entry=entry, fields=fields)]
     if view.alive and next_name(rec.name) in ctx.observed.records:
         return list(running(ctx, view))  # rolling: the old one serves until the new is Ready
+    if drain_holds(ctx, view):
+        return hold(ctx, view, shown)
     if rolling(entry) and view.alive and rec.phase is Phase.READY:
         return rollout(ctx, view, entry, shown, fields)
     if view.alive or view.markers or rec.holds:
