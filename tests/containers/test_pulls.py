@@ -55,6 +55,18 @@ def until_message(rc: Reconcile, name: str, text: str) -> dict[str, Any]:
     return found
 
 
+def until_ready(rc: Reconcile, name: str, what: str) -> dict[str, Any]:
+    """Passes until ``name`` is Ready (another deployment's pull or back-off beside it)."""
+
+    def ready() -> dict[str, Any] | None:
+        rc.once(check=None)
+        record = rc.record(name)
+        return record if record is not None and record["phase"] == "Ready" else None
+
+    found: dict[str, Any] = wait_for(ready, timeout=60, what=what)
+    return found
+
+
 def until_restart(rc: Reconcile, name: str, count: int) -> dict[str, Any]:
     """Passes until ``name`` backs off after its ``count``-th retry's pull failed too (the
     retry counts as the restart it is)."""
@@ -243,12 +255,7 @@ def test_a_failed_pull_holds_no_gpu_while_it_backs_off(
     assert broken["phase"] == "BackOff" and broken["backoff_until"] is not None, broken
     assert broken["devices"] == [] and broken["port"] is None, broken
 
-    def good_ready() -> dict[str, Any] | None:
-        rc.once(check=None)
-        record = rc.record("b-good")
-        return record if record is not None and record["phase"] == "Ready" else None
-
-    good = wait_for(good_ready, timeout=60, what="b-good Ready on the GPU a-broken gave back")
+    good = until_ready(rc, "b-good", "b-good Ready on the GPU a-broken gave back")
     assert good["devices"] == ["nvidia:0"], good
     # The retry, once the back-off is over: its pull again, which fails again.
     again = until_restart(rc, "a-broken", 1)
@@ -279,12 +286,7 @@ def test_a_rolling_update_whose_new_image_fails_keeps_the_old_one_and_holds_noth
     assert new["phase"] == "BackOff" and new["devices"] == [] and new["port"] is None, new
     write(rc, engine, "other", devices={"count": 1, "kind": "nvidia"})
 
-    def other_ready() -> dict[str, Any] | None:
-        rc.once(check=None)
-        record = rc.record("other")
-        return record if record is not None and record["phase"] == "Ready" else None
-
-    other = wait_for(other_ready, timeout=60, what="other Ready on the GPU web@next gave back")
+    other = until_ready(rc, "other", "other Ready on the GPU web@next gave back")
     assert other["devices"] == ["nvidia:1"], other
 
     # The retry pulls again, holding nothing, and fails again: the old one serves on.
@@ -380,12 +382,7 @@ def test_an_image_pull_in_progress_keeps_no_gpu_from_the_next_start(
         write(rc, engine, "a-pulls", container={"image": image}, **gpu)
         write(rc, engine, "b-good", **gpu)
 
-        def good_ready() -> dict[str, Any] | None:
-            rc.once(check=None)
-            record = rc.record("b-good")
-            return record if record is not None and record["phase"] == "Ready" else None
-
-        good = wait_for(good_ready, timeout=60, what="b-good Ready while a-pulls pulls")
+        good = until_ready(rc, "b-good", "b-good Ready while a-pulls pulls")
         assert good["devices"] == ["nvidia:0"], good
         pulls = rc.record("a-pulls")
         assert pulls is not None and pulls["phase"] == "Pulling", pulls
