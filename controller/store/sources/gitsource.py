@@ -319,37 +319,38 @@ def git(
         "GIT_CONFIG_NOSYSTEM": os.environ.get("GIT_CONFIG_NOSYSTEM", "0"),
     }
     cmd = ["git", "-C", str(repo), "-c", "gc.auto=0", "-c", "advice.detachedHead=false", *args]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        start_new_session=True,  # a timeout kills git's helpers (ssh, remote-https) too
-        text=True,
-        errors="replace",
-        pass_fds=() if hold is None else (hold,),
-    )
     verb = _verb(args)
-    try:
-        with _dies_with_us(proc):
+    with _dies_with_us() as keep:  # before git exists: a signal in between ends it too
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # a timeout kills git's helpers (ssh, remote-https) too
+            text=True,
+            errors="replace",
+            pass_fds=() if hold is None else (hold,),
+        )
+        try:
+            keep(proc)
             if started is not None:  # inside: a Ctrl-C while it is told ends git too
                 started(proc.pid)
             if verb == "fetch":
                 failpoints.hit("git.fetch.running")
             out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
-        raise GitFailed(
-            f"git {verb} took more than {timeout:g}s (stopped)", timed_out=True
-        ) from None
-    except BaseException:
-        # Ctrl-C (KeyboardInterrupt): git is in a session of its own, so the terminal's
-        # SIGINT never reaches it, and once we are gone nothing would time it out: a fetch
-        # from a remote that never answers would hold git.lock for good, and every later
-        # pass would wait on it. A git cut short leaves what a SIGKILL does (handled).
-        _kill(proc)
-        raise
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            raise GitFailed(
+                f"git {verb} took more than {timeout:g}s (stopped)", timed_out=True
+            ) from None
+        except BaseException:
+            # Ctrl-C (KeyboardInterrupt): git is in a session of its own, so the terminal's
+            # SIGINT never reaches it, and once we are gone nothing would time it out: a
+            # fetch from a remote that never answers would hold git.lock for good, and
+            # every later pass would wait on it. A git cut short leaves what a SIGKILL does.
+            _kill(proc)
+            raise
     if proc.returncode != 0:
         said = _words(err)
         raise GitFailed(said or f"git {verb} exited {proc.returncode}", silent=not said)
@@ -357,28 +358,46 @@ def git(
 
 
 @contextlib.contextmanager
-def _dies_with_us(proc: subprocess.Popen[str]) -> Iterator[None]:
+def _dies_with_us() -> Iterator[Callable[[subprocess.Popen[str]], None]]:
     """A SIGTERM or SIGHUP that ends this process as it stands (no handler of its own:
     `--once` under cron's `timeout`, a closed ssh session; the daemon has its own) ends
-    git first, in its session of its own, which would otherwise go on without us."""
+    git first, in its session of its own, which would otherwise go on without us. Taken
+    before git is started, and given git (``keep``) once it is: a signal between the two
+    (git already forked) was the default's, and git went on fetching (CI: FLAKY)."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield lambda proc: None
         return
+    running: list[subprocess.Popen[str]] = []
+    caught: list[int] = []
 
     def end_both(signum: int, frame: FrameType | None) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)  # then as before: killed by that signal
+        if running:
+            _die(running[0], signum)
+        caught.append(signum)  # git is being started: ended as soon as it is
+
+    def keep(proc: subprocess.Popen[str]) -> None:
+        running.append(proc)
+        if caught:
+            _die(proc, caught[0])
 
     fatal = [s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) is signal.SIG_DFL]
     for sig in fatal:
         signal.signal(sig, end_both)
     try:
-        yield
+        yield keep
     finally:
         for sig in fatal:
             signal.signal(sig, signal.SIG_DFL)
+        if caught:  # git never started (Popen failed): killed by it all the same
+            os.kill(os.getpid(), caught[0])
+
+
+def _die(proc: subprocess.Popen[str], signum: int) -> None:
+    """End git's process group, then this process by ``signum``, as it would have been."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
