@@ -65,6 +65,12 @@ class Fetcher:
             self._busy = False
             self._done()
 
+    def make_way(self) -> None:
+        """A rollback's move waits for git.lock: the fetch in flight is stopped (as no
+        failure; ``GitSource.make_way`` says why), and its end asks for the pass that moves."""
+        if self._busy and self._source is not None:
+            self._source.make_way()
+
     def give_up(self) -> None:
         """The daemon is stopping: the fetch in flight is stopped, and none starts."""
         if self._source is not None:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
-from typing import ParamSpec, Protocol
+from typing import TYPE_CHECKING, ParamSpec, Protocol
 
 from controller.backends.base import Backend
 from controller.backends.choose import inventory_for, open_backend
@@ -47,6 +47,9 @@ from controller.store.instances.records import RecordStore
 from controller.store.lock import FileLock
 from controller.store.side import activation, daemonset
 from controller.store.statedir import StateDir
+
+if TYPE_CHECKING:  # a daemon that follows no git source never loads it
+    from controller.store.sources.gitsource import GitSource
 
 log = get_logger("reconcile")
 
@@ -423,6 +426,8 @@ class Daemon:
         git = self.reconciler.git
         if git is None or self.fetcher.busy:
             self.timers.cancel(GIT_FETCH)
+            if git is not None and self._pin_waits(git):  # a rollback never waits on a fetch
+                self.fetcher.make_way()
             return
         try:
             due = git.due_in()
@@ -432,6 +437,14 @@ class Daemon:
         if self.fetcher.failed is not None:  # it could not even begin: no loop of tries
             due = max(due, self.resync)
         self.timers.after(GIT_FETCH, due + SLACK, GIT_FETCH)
+
+    @staticmethod
+    def _pin_waits(git: GitSource) -> bool:
+        try:
+            return git.pin_waits()
+        except ReconcileError as exc:
+            log.error("git source status unreadable", error=str(exc))
+            return False
 
     def _fetch(self) -> None:
         """A fetch due: on its own thread, beside the passes (gitfetch.py)."""

@@ -131,9 +131,9 @@ class PassResult:
 
     @property
     def unfetched(self) -> bool:
-        """Following git, never checked out (the first fetch failed): there is no folder to
-        speak of yet, only git's words."""
-        return self.git is not None and bool(self.git.error) and not self.git.revision
+        """Following git, no commit of the source checked out (its first fetch under way,
+        or failed): there is no folder to speak of yet, only git's words."""
+        return self.git is not None and not self.git.revision
 
     def failing(self) -> list[str]:
         """Why ``--once`` exits 1 though the pass itself went through (cron mails on it):
@@ -238,7 +238,7 @@ class Preview:
             broken_sources=frozenset(loaded.broken_sources),
             source_errors=_source_errors(loaded),
             emptied=self._emptied(loaded),
-            prune=(loaded.prune_safe or self.config.allow_empty) and labelled,
+            prune=(loaded.prune_safe or self._may_empty(loaded)) and labelled,
             activations=activation.read_all(self.config.state_dir, peek=not self.sets_aside),
             restarts=restart.read_all(self.config.state_dir, peek=not self.sets_aside),
             revision=gitrev.revision_of(self.config.manifests, check_dirty=not self.config.git),
@@ -258,6 +258,10 @@ class Preview:
         yet: no record holds a keyed hash, and the unkeyed one foresees the pass)."""
         state = self.config.state_dir
         return secretkey.ensure(state) if self.sets_aside else secretkey.peek(state)
+
+    def _may_empty(self, loaded: LoadResult) -> bool:
+        """`--allow-empty` prunes on an empty or missing folder, never on one not read."""
+        return self.config.allow_empty and not loaded.unread
 
     def _emptied(self, loaded: LoadResult) -> frozenset[str]:
         """The emptied files whose deployments stay: none under `--allow-empty`, which
@@ -445,13 +449,7 @@ class Reconciler(Preview):
             synced = self._sync_git(git_held)
             # Read the manifests once the lock is ours: a pass that waited for another
             # must not act on what the folder held before it waited.
-            loaded = load(
-                self.config.manifests,
-                insecure=self.config.insecure_manifests,
-                backend=self.config.backend,
-                cache_file=StateDir(self.config.state_dir).manifest_cache,
-                repo=self.config.repo,
-            )
+            loaded = self._load()
             self.executor.take_tally()  # `down` and drains between passes are not this pass's
             if self.liveness is not None:
                 self.liveness.begin_pass(self.config.owner)
@@ -462,10 +460,11 @@ class Reconciler(Preview):
                 pulling.drop_unused_image_pulls(self.backend, entries, result.records.values())
             result.git = synced
             if self.git is not None and not result.deferred:  # the history follows them
-                invalid = self.git.note_invalid(
-                    result.errors, folder=_folder_problem(result, loaded)
-                )
-                self._auto_rollback(result, invalid)
+                if not loaded.unread:  # no commit of the source ran: none has an outcome
+                    invalid = self.git.note_invalid(
+                        result.errors, folder=_folder_problem(result, loaded)
+                    )
+                    self._auto_rollback(result, invalid)
                 self._notify_source(result)
             result.outcomes = self.executor.take_tally()
             result.held = self.executor.take_held()
@@ -479,14 +478,34 @@ class Reconciler(Preview):
                 hook(result, seconds)
         return result
 
+    def _load(self) -> LoadResult:
+        """The manifests; a git source's only from a checkout at its applied commit. With
+        none (the daemon's first fetch, or one of another url or path, in flight) nothing
+        of it is read: no folder, which prunes nothing (``--allow-empty`` or not), so the
+        records' engines are kept as they run, and the fetch's end brings the move."""
+        if self.git is not None and not self.git.current:
+            return LoadResult(
+                backend=self.config.backend,
+                repo=self.config.repo,
+                missing_folders=[str(f) for f in self.config.manifests],
+                unread=True,
+            )
+        return load(
+            self.config.manifests,
+            insecure=self.config.insecure_manifests,
+            backend=self.config.backend,
+            cache_file=StateDir(self.config.state_dir).manifest_cache,
+            repo=self.config.repo,
+        )
+
     @contextlib.contextmanager
     def _fetch_first(self) -> Iterator[FileLock | None]:
         """The git source's fetch, when due, before the pass lock, under git.lock alone,
-        which is held on for the pass's move (yielded): a `--once`, and a daemon's pass
-        onto a checkout not yet current (its first start, another source, a move cut
-        short). The daemon fetches on a thread of its own (``fetched_apart``) while its
-        passes run on the commit applied: a remote that hangs holds no pass."""
-        if self.git is None or (self.fetched_apart and self.git.current):
+        which is held on for the pass's move (yielded): a `--once`'s. The daemon's passes
+        never fetch (``fetched_apart``): its thread does (daemon/gitfetch.py), its first
+        too, so a remote that hangs holds no pass, at its start or ever; they move, or
+        run on the commit applied, or on nothing of the source yet (``_load``)."""
+        if self.git is None or self.fetched_apart:
             yield None
             return
         with self.git.hold() as lock:
@@ -563,7 +582,7 @@ class Reconciler(Preview):
         result.specs = {name: entry.hash for name, entry in desired.entries.items()}
         result.sources = pulling.sources_of(desired.entries.values())
         result.skipped = dict(desired.skipped)
-        result.prune_blocked = _prune_blocked(loaded, self.config.allow_empty)
+        result.prune_blocked = _prune_blocked(loaded, self._may_empty(loaded))
         result.missing_folders = list(loaded.missing_folders)
         result.folder_problems = loaded.folder_problems()
         result.near_miss = loaded.near_miss

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ import pytest
 
 from controller.store.lock import FileLock
 from controller.store.statedir import StateDir
-from tests.git.conftest import Remote, source
+from tests.git.conftest import GitDaemon, Remote, run_git, source
 
 GIT = ("--git-path", "manifests")
 
@@ -311,4 +312,114 @@ def test_passes_go_on_while_a_fetch_hangs(
     d.wait(lambda: (reconcile.record("beta") or {}).get("phase") == "Ready", "beta Ready")
     assert source(reconcile)["applied"] == newer
     assert d.stop() == 0
+    reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
+def _said(d: Any, event: str) -> bool:
+    return any(x.get("event") == event for x in d.lines())
+
+
+def test_a_daemon_with_no_checkout_fetches_beside_its_loop_and_keeps_the_engines(
+    reconcile: Any, remote: Remote, hung: HungRemote, git_daemon: Any
+) -> None:
+    """A daemon's pass onto a checkout not current (none yet: here its folder was removed)
+    fetched on the loop's own thread: while the remote hung, for the fetch's whole limit,
+    the loop answered nothing (a SIGHUP, an engine's exit, the gateway). The fetch runs on
+    its thread from the start now; meanwhile nothing of the source is read, and the
+    records' engines are kept (``--allow-empty`` or not: no folder read is no empty one)."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", hung.url, *GIT)
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    shutil.rmtree(StateDir(reconcile.state).git)
+    hung.hang(True)
+    d = git_daemon("--git", hung.url, *GIT, "--git-timeout", "5m", "--allow-empty")
+    with _stopped_at_the_end(d.wait(lambda: _hung_fetch(d.proc.pid), "a hung git fetch")) as git:
+        d.wait(lambda: _said(d, "pass"), "a pass while the first fetch hangs")
+        d.proc.send_signal(signal.SIGHUP)
+        d.wait(lambda: _said(d, "configuration reloaded"), "the SIGHUP answered meanwhile")
+        d.wait(lambda: len([x for x in d.lines() if x.get("event") == "pass"]) >= 2, "its pass")
+        assert reconcile.alive(pid) and reconcile.record("alpha")["ref"]["pid"] == pid
+        assert git.is_running(), "the fetch ended: this proves nothing"
+        hung.hang(False)
+        os.killpg(git.pid, signal.SIGKILL)  # the remote drops the connection: a retry
+    d.wait(lambda: source(reconcile)["applied"] == good, "the commit checked out again")
+    assert reconcile.record("alpha")["ref"]["pid"] == pid and reconcile.alive(pid)
+    assert d.stop() == 0, d.tail()
+    reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
+def test_a_branch_changed_by_sighup_runs_the_commit_applied_while_its_fetch_hangs(
+    reconcile: Any, remote: Remote, hung: HungRemote
+) -> None:
+    """Another branch in node.yaml, then SIGHUP: the pass after the reload fetched it on
+    the loop's thread, so a remote that hung held every restart for the fetch's limit.
+    The commit applied (the same repository and path: the same records) runs on while
+    the new branch is fetched beside the loop, as Flux serves its last artifact: a
+    crashed engine restarts at once, and the branch's commit is applied once fetched."""
+    good = remote.deploy("alpha")
+    node_yaml = reconcile.state / "node.yaml"
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    section = f"git: {{url: {hung.url}, path: manifests, interval: 1h, timeout: 5m, branch: %s}}\n"
+    node_yaml.write_text(section % "main")
+    log = reconcile.tmp / "daemon.log"
+    mine = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    node = (*mine, "--devices", reconcile.devices)  # no -f: node.yaml's git source
+    with open(log, "wb") as err:
+        argv = reconcile.argv("-v", "--resync", "1h", *node, common=False)
+        d = GitDaemon(reconcile.spawn(argv, stderr=err), log, reconcile)
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+    old = reconcile.record("alpha")["ref"]["pid"]
+    remote.deploy("beta")
+    run_git(remote.work, "push", "-q", "origin", "HEAD:refs/heads/next")
+    newer = run_git(remote.work, "rev-parse", "HEAD")
+    hung.hang(True)
+    node_yaml.write_text(section % "next")
+    d.proc.send_signal(signal.SIGHUP)
+    with _stopped_at_the_end(d.wait(lambda: _hung_fetch(d.proc.pid), "a hung git fetch")) as git:
+        os.kill(old, signal.SIGKILL)
+
+        def restarted() -> bool:
+            rec = reconcile.record("alpha") or {}
+            return rec.get("phase") == "Ready" and rec["ref"]["pid"] != old
+
+        d.wait(restarted, "alpha restarted while the new branch's fetch hangs")
+        seen = source(reconcile)
+        assert seen["branch"] == "next" and seen["applied"] == good, seen
+        assert reconcile.record("alpha")["revision"] == good and reconcile.record("beta") is None
+        assert git.is_running(), "the fetch ended: this proves nothing"
+        hung.hang(False)
+        os.killpg(git.pid, signal.SIGKILL)  # the remote drops the connection: a retry
+    d.wait(lambda: (reconcile.record("beta") or {}).get("phase") == "Ready", "beta Ready")
+    assert source(reconcile)["applied"] == newer
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=30) == 0, d.tail()
+    reconcile("down", *node, common=False, check=0)
+
+
+def test_a_rollback_while_a_fetch_hangs_stops_the_fetch_and_applies_at_once(
+    reconcile: Any, remote: Remote, hung: HungRemote, git_daemon: Any
+) -> None:
+    """`reconcile rollback` during a daemon's fetch from a remote that hangs waited for
+    the fetch's limit (here 5 minutes) before it even wrote the pin, and the daemon's
+    move waited for the fetch too. The daemon's pass now stops its own fetch for the
+    move (no failure: no PullFailed, the next fetch follows), and the rollback is done."""
+    good = remote.deploy("alpha")
+    d = git_daemon("--git", hung.url, *GIT, "--interval", "1s", "--git-timeout", "5m")
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+    newer = remote.deploy("beta")
+    d.wait(lambda: (reconcile.record("beta") or {}).get("phase") == "Ready", "beta Ready")
+    assert source(reconcile)["applied"] == newer
+    hung.hang(True)
+    with _stopped_at_the_end(d.wait(lambda: _hung_fetch(d.proc.pid), "a hung git fetch")) as git:
+        mine = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+        out = reconcile("rollback", good, *mine, common=False, check=0, timeout=90)
+        assert f"rolled back to {good[:12]}" in out.out, out
+        assert _gone(git), f"the fetch (git pid {git.pid}) still runs"
+    seen = source(reconcile)
+    assert seen["state"] == "Pinned" and seen["applied"] == seen["pinned"] == good, seen
+    assert reconcile.record("beta") is None
+    said = "fetch stopped: a rollback's move goes first"
+    assert any(x.get("change") == said for x in d.lines()), d.tail()
+    assert d.stop() == 0, d.tail()
+    hung.hang(False)
     reconcile("--git", hung.url, *GIT, "down", check=0)

@@ -69,10 +69,13 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         target, why = found, f"rolled back to {found[:12]} (from {(st.applied or '-')[:12]})"
         if args.dry_run:
             return _show_change(cfg, source, st, target)
-    _pin(source, target)
+    from controller.cli.operate.restartverb import daemon_pid
+
+    daemon = daemon_pid(cfg.state_dir)
+    _pin(source, target, daemon)
     _journal(cfg, st.owner, target, why)
     print(why)
-    return _apply(cfg, target)
+    return _apply(cfg, target, daemon)
 
 
 def _target(
@@ -134,13 +137,18 @@ def _export(repo: Path, commit: str, path: str, into: Path) -> Path:
     return folder
 
 
-def _pin(source: gitsource.GitSource, target: str | None) -> None:
-    """The pin written once no fetch is in flight (from a remote that hangs: its whole
-    limit): the move it asks for follows at once, with nothing holding the checkout."""
+def _pin(source: gitsource.GitSource, target: str | None, daemon: int | None) -> None:
+    """The pin written (``source.json`` has a lock of its own). With a daemon its pass
+    moves the checkout, stopping its own fetch for it (``GitSource.make_way``): no wait
+    on a remote that hangs. Without one this command's own pass moves it, under git.lock:
+    taken here first, so a wait for another reconcile's fetch is said, not silent."""
 
     def pin(st: gitsource.SourceStatus) -> None:
         st.pinned, st.auto_pinned = target, False
 
+    if daemon:
+        source.change_status(pin)
+        return
     with source.hold(waiting=lambda lock: _say_waiting(lock, source.settings.timeout)):
         source.change_status(pin)
 
@@ -172,11 +180,10 @@ def _journal(cfg: Config, owner: str, target: str | None, why: str) -> None:
         notify.emit("RolledBack", why, revision=target, deployments=names)
 
 
-def _apply(cfg: Config, target: str | None) -> int:
+def _apply(cfg: Config, target: str | None, daemon: int | None) -> int:
     """The daemon's pass when one runs (woken now), else a pass of our own."""
-    from controller.cli.operate.restartverb import daemon_pid, wake
+    from controller.cli.operate.restartverb import wake
 
-    daemon = daemon_pid(cfg.state_dir)
     if daemon:
         wake(cfg.state_dir, daemon)
         for _ in looks(time.monotonic() + APPLY_WAIT, reader=False):  # a file the daemon writes

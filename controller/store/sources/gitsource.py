@@ -285,7 +285,8 @@ def now_iso() -> str:
 
 
 class FetchGivenUp(Exception):
-    """The daemon is stopping: the fetch in flight was stopped, and is no failure."""
+    """The fetch in flight was stopped, and is no failure: ``str()`` says why (the daemon
+    is stopping, or a rollback's move goes first)."""
 
 
 class GitFailed(Exception):
@@ -443,7 +444,7 @@ def _words(stderr: str) -> str:
 
 @dataclass
 class SyncResult:
-    revision: str | None  # the commit the manifests folder is at now (None: no checkout yet)
+    revision: str | None  # the source's commit checked out now (None: none of its yet)
     fetched: bool = False
     moved: bool = False
     error: str | None = None
@@ -484,6 +485,7 @@ class GitSource:
         self.marker = StateDir(state_dir).git_moving
         self._fetch_pid: int | None = None  # the git fetch in flight
         self._giving_up = False  # the daemon is stopping: no fetch now
+        self._making_way = False  # a rollback's move waits: the fetch in flight stops
         # Process identities (host.procs.live_identity): each git started under git.lock is
         # written down, and one a killed reconcile left holding it is stopped. None: neither.
         self.identify = identify
@@ -498,14 +500,37 @@ class GitSource:
         stop for the fetch's limit (``timeout``: 60 s by default, maybe more), past
         systemd's TimeoutStopSec, whose SIGKILL would leave the git running."""
         self._giving_up = True
-        if self._fetch_pid is not None:
+        self._kill_fetch()
+
+    def make_way(self) -> None:
+        """A rollback's pin waits for its move (``pin_waits``): the fetch in flight (the
+        daemon's thread's) is stopped, as no failure, and the next fetch follows the move.
+
+        Why stop it rather than wait: `reconcile rollback` (or autoRollback) is the
+        operator's "back to what worked, now", as Argo CD's rollback syncs the revision its
+        history names and Flux applies the artifact it already has, neither waiting on the
+        repository; a remote that hangs is often part of the outage being rolled back.
+        The target is a commit the checkout holds, so the move needs no fetch, and a
+        fetch lost costs only its retry: stopping it keeps one git at a time in the
+        checkout (git.lock), where running the move beside it would not."""
+        self._making_way = True
+        self._kill_fetch()
+
+    def _kill_fetch(self) -> None:
+        if self._fetch_pid is not None:  # ours: its process group, ended once it is reaped
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._fetch_pid, signal.SIGKILL)
 
+    def _stopped(self) -> str | None:
+        """Why the fetch in flight is to stop (None: it goes on)."""
+        if self._giving_up:
+            return "the daemon is stopping"
+        return "a rollback's move goes first" if self._making_way else None
+
     def _fetch_started(self, pid: int) -> None:
         self._fetch_pid = pid
-        if self._giving_up:  # the stop came between the check and the spawn
-            self.give_up_fetch()
+        if self._stopped():  # the stop came between the check and the spawn
+            self._kill_fetch()
         self._started(pid)
 
     def _started(self, pid: int) -> None:
@@ -556,8 +581,13 @@ class GitSource:
 
     def _current(self, old: SourceStatus | None) -> SourceStatus:
         fresh = SourceStatus.fresh(self.settings)
-        if old is None or old.names() != fresh.names():
+        if old is None or old.owner != fresh.owner:
             return fresh  # another source: its history of fetches is not this one's
+        if old.names() != fresh.names():
+            # Another branch or tag of the same repository and path (the same owner, the
+            # same records): what it applied runs on until this ref's commit is fetched,
+            # as Flux serves the last artifact while a changed ref is fetched.
+            return replace(fresh, applied=old.applied, last_applied_at=old.last_applied_at)
         return replace(
             old,
             interval=fresh.interval,
@@ -581,13 +611,17 @@ class GitSource:
 
     @property
     def current(self) -> bool:
-        """The checkout is whole at a commit of this source: a pass may run on it while a
-        fetch runs (else the fetch and the move come first: a first start, another source
-        than the last, a move cut short)."""
-        st = read_status(self.state_dir)
-        if st is None or st.names() != SourceStatus.fresh(self.settings).names():
-            return False
+        """The checkout is whole at the commit this source applied (another branch's of
+        the same repository and path, until this one's is fetched): a pass may read it.
+        Else nothing of it is read (a first start, another url or path than the last, a
+        move cut short): the move comes first, and the fetch it may need."""
+        st = self.status()
         return st.applied is not None and st.applied == self._head()
+
+    def pin_waits(self) -> bool:
+        """A rollback's pin is not yet the checkout's commit (its move is due)."""
+        st = self.status()
+        return st.pinned is not None and st.pinned != self._head()
 
     def due_in(self, now: float | None = None) -> float:
         """Seconds until the next fetch is due (0: now)."""
@@ -600,8 +634,13 @@ class GitSource:
 
     def fetch(self) -> None:
         """The daemon's fetch thread: a fetch when one is due, under git.lock alone."""
-        with self.hold() as lock:
-            self.fetch_when_due(lock)
+        try:
+            with self.hold() as lock:
+                self.fetch_when_due(lock)
+        finally:
+            # Asked of this fetch (never reset at the start: a stop asked just before the
+            # thread got here would be lost, and the rollback wait out the fetch's limit)
+            self._making_way = False
 
     def fetch_when_due(self, lock: FileLock) -> None:
         """Under git.lock (``lock``, held): a fetch when one is due; the status says what
@@ -630,8 +669,8 @@ class GitSource:
         try:
             self._ensure_repo()
             sha = self._fetch_ref(lock)
-        except FetchGivenUp:  # said now: a stopping daemon makes no further pass
-            said = "fetch stopped: the daemon is stopping"
+        except FetchGivenUp as stop:  # said now: a stopping daemon makes no further pass
+            said = f"fetch stopped: {stop}"
             log.info("git source", change=said, url=shown_url(self.settings.url))
             return
         except (GitFailed, OSError) as exc:
@@ -676,8 +715,8 @@ class GitSource:
     def _fetch_ref(self, lock: FileLock) -> str:
         s = self.settings
         self._unlock()
-        if self._giving_up:
-            raise FetchGivenUp
+        if why := self._stopped():
+            raise FetchGivenUp(why)
         try:
             git(
                 self.repo,
@@ -693,8 +732,8 @@ class GitSource:
                 started=self._fetch_started,
             )
         except GitFailed as exc:
-            if self._giving_up:
-                raise FetchGivenUp from None
+            if why := self._stopped():
+                raise FetchGivenUp(why) from None
             raise _next_move(exc, s) from None
         finally:
             self._fetch_pid = None
@@ -734,14 +773,16 @@ class GitSource:
                     self._apply(news, lock)
                 finally:
                     lock.release()
-        news.revision = self._head()
+        news.revision = self._head() if self.current else None  # another source's: none
         return news
 
     def _apply(self, news: SyncResult, lock: FileLock) -> None:
         st = self.status()
         target = st.pinned or st.fetched
         failed = None if target is None else self._move_to(st, target, news, lock)
-        head = self._head()
+        # Nothing of this source fetched yet: the checkout is another source's (or none),
+        # never this one's applied commit (a pass would read it as this source's).
+        head = self._head() if target is not None else st.applied
 
         def note(now: SourceStatus) -> None:
             now.applied, now.last_applied_at = head, st.last_applied_at

@@ -75,6 +75,9 @@ class LoadResult:
     unusable: dict[str, str] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     documents: int = 0  # non-empty YAML documents read, valid or not
+    # Not read at all (a git source with no commit of its own checked out yet): its
+    # folders count as missing, and prune nothing even under --allow-empty.
+    unread: bool = False
 
     def line_of(self, entry: Entry, loc: Sequence[str | int]) -> int | None:
         """Where a later check of a valid spec (`reconcile export`) points, as load errors do."""
