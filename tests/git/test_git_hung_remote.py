@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -420,6 +421,32 @@ def test_a_rollback_while_a_fetch_hangs_stops_the_fetch_and_applies_at_once(
     assert reconcile.record("beta") is None
     said = "fetch stopped: a rollback's move goes first"
     assert any(x.get("change") == said for x in d.lines()), d.tail()
+    assert d.stop() == 0, d.tail()
+    hung.hang(False)
+    reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
+def test_an_auto_rollback_while_a_fetch_hangs_is_applied_at_once(
+    reconcile: Any, remote: Remote, hung: HungRemote, git_daemon: Any
+) -> None:
+    """autoRollback pins the last good commit in a pass; its move waited for the fetch in
+    flight (a remote that hangs: its whole limit) while the bad commit crash-looped on."""
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(
+        "git: {autoRollback: {progressDeadline: 3s}, timeout: 5m}\n"
+    )
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", hung.url, *GIT)
+    remote.deploy("alpha", command=[sys.executable, "-c", "raise SystemExit(3)"])
+    reconcile.once("--git", hung.url, *GIT, check=None)  # applied: it crash-loops
+    hung.hang(True)
+    d = git_daemon("--git", hung.url, *GIT, "--interval", "1h", "--resync", "1s")
+    with _stopped_at_the_end(d.wait(lambda: _hung_fetch(d.proc.pid), "a hung git fetch")):
+        d.wait(lambda: source(reconcile)["applied"] == good, "the auto-rollback's move")
+        seen = source(reconcile)
+        assert seen["state"] == "Pinned" and "auto-rollback" in seen["message"], seen
+        d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+        assert reconcile.record("alpha")["revision"] == good
     assert d.stop() == 0, d.tail()
     hung.hang(False)
     reconcile("--git", hung.url, *GIT, "down", check=0)
