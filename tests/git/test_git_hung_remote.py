@@ -450,3 +450,26 @@ def test_an_auto_rollback_while_a_fetch_hangs_is_applied_at_once(
     assert d.stop() == 0, d.tail()
     hung.hang(False)
     reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
+def test_a_rollback_with_no_daemon_fetches_nothing_from_a_remote_that_hangs(
+    reconcile: Any, remote: Remote, hung: HungRemote
+) -> None:
+    """With no daemon, `reconcile rollback`'s own pass fetched before its move: from a
+    remote that hangs it waited the fetch's limit (here 5 minutes). The commit it goes
+    back to is in the checkout: its pass moves there and fetches nothing."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", hung.url, *GIT, "--git-timeout", "5m")
+    newer = remote.deploy("beta")
+    reconcile.converge("--git", hung.url, *GIT)
+    assert source(reconcile)["applied"] == newer
+    hung.hang(True)
+    mine = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    out = reconcile("rollback", good, *mine, "--devices", reconcile.devices, common=False,
+                    check=0, timeout=60)  # fmt: skip
+    assert f"rolled back to {good[:12]}" in out.out, out
+    seen = source(reconcile)
+    assert seen["applied"] == seen["pinned"] == good and seen["state"] == "Pinned", seen
+    assert reconcile.record("beta") is None and reconcile.record("alpha") is not None
+    hung.hang(False)
+    reconcile("--git", hung.url, *GIT, "down", check=0)

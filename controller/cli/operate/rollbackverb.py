@@ -192,7 +192,10 @@ def _apply(cfg: Config, target: str | None, daemon: int | None) -> int:
                 return EXIT_OK
         print(f"reconcile: the daemon (pid {daemon}) has not applied it yet", file=sys.stderr)
         return EXIT_FAIL
-    result = build(cfg).run_pass()
+    reconciler = build(cfg)
+    if reconciler.git is not None and target is not None:
+        reconciler.git.moves_only = True  # the commit is in the checkout: no fetch waited on
+    result = reconciler.run_pass()
     return EXIT_OK if result.ok else EXIT_FAIL
 
 

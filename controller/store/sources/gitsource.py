@@ -481,6 +481,9 @@ class GitSource:
         # The first sync of a process fetches (a --once, a daemon's start); later ones when
         # due (the interval, a retry's back-off, a webhook): never every pass.
         self.always_fetch = always_fetch
+        # A rollback's own pass: it moves to a commit the checkout holds, and fetches
+        # nothing (a remote that hangs is no wait: the next --once or daemon fetches).
+        self.moves_only = False
         self.repo = checkout_dir(state_dir)
         self.marker = StateDir(state_dir).git_moving
         self._fetch_pid: int | None = None  # the git fetch in flight
@@ -645,7 +648,7 @@ class GitSource:
     def fetch_when_due(self, lock: FileLock) -> None:
         """Under git.lock (``lock``, held): a fetch when one is due; the status says what
         came of it, and the next :meth:`apply` reports it."""
-        by = self._fetch_reason(self.status())
+        by = None if self.moves_only else self._fetch_reason(self.status())
         if by is None:
             return
         news = SyncResult(revision=None)
