@@ -316,8 +316,11 @@ def test_passes_go_on_while_a_fetch_hangs(
     reconcile("--git", hung.url, *GIT, "down", check=0)
 
 
-def _said(d: Any, event: str) -> bool:
-    return any(x.get("event") == event for x in d.lines())
+def _said(d: Any, event: str, **fields: str) -> bool:
+    """The daemon logged ``event`` (with ``fields``)."""
+    return any(
+        x.get("event") == event and all(x.get(k) == v for k, v in fields.items()) for x in d.lines()
+    )
 
 
 def test_a_daemon_with_no_checkout_fetches_beside_its_loop_and_keeps_the_engines(
@@ -338,7 +341,7 @@ def test_a_daemon_with_no_checkout_fetches_beside_its_loop_and_keeps_the_engines
         d.wait(lambda: _said(d, "pass"), "a pass while the first fetch hangs")
         d.proc.send_signal(signal.SIGHUP)
         d.wait(lambda: _said(d, "configuration reloaded"), "the SIGHUP answered meanwhile")
-        d.wait(lambda: len([x for x in d.lines() if x.get("event") == "pass"]) >= 2, "its pass")
+        d.wait(lambda: _said(d, "pass", trigger="sighup"), "the reload's pass meanwhile")
         assert reconcile.alive(pid) and reconcile.record("alpha")["ref"]["pid"] == pid
         assert git.is_running(), "the fetch ended: this proves nothing"
         hung.hang(False)
