@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from controller.store.lock import FileLock
+from controller.store.sources.gitsource import peek_status
 from controller.store.statedir import StateDir
 from tests.git.conftest import GitDaemon, Remote, run_git, source
 
@@ -316,11 +317,18 @@ def test_passes_go_on_while_a_fetch_hangs(
     reconcile("--git", hung.url, *GIT, "down", check=0)
 
 
-def _said(d: Any, event: str, **fields: str) -> bool:
-    """The daemon logged ``event`` (with ``fields``)."""
+def _said(d: Any, event: str, trigger: str | None = None) -> bool:
+    """The daemon logged ``event`` (a pass: one ``trigger`` among those it ran for)."""
     return any(
-        x.get("event") == event and all(x.get(k) == v for k, v in fields.items()) for x in d.lines()
+        x.get("event") == event and (trigger is None or trigger in x["trigger"].split(","))
+        for x in d.lines()
     )
+
+
+def _applied(rc: Any) -> str | None:
+    """The commit the node runs, from its source file (None: none yet, or no file yet)."""
+    st = peek_status(rc.state)
+    return None if st is None else st.applied
 
 
 def test_a_daemon_with_no_checkout_fetches_beside_its_loop_and_keeps_the_engines(
@@ -346,7 +354,7 @@ def test_a_daemon_with_no_checkout_fetches_beside_its_loop_and_keeps_the_engines
         assert git.is_running(), "the fetch ended: this proves nothing"
         hung.hang(False)
         os.killpg(git.pid, signal.SIGKILL)  # the remote drops the connection: a retry
-    d.wait(lambda: source(reconcile)["applied"] == good, "the commit checked out again")
+    d.wait(lambda: _applied(reconcile) == good, "the commit checked out again")
     assert reconcile.record("alpha")["ref"]["pid"] == pid and reconcile.alive(pid)
     assert d.stop() == 0, d.tail()
     reconcile("--git", hung.url, *GIT, "down", check=0)
@@ -393,7 +401,11 @@ def test_a_branch_changed_by_sighup_runs_the_commit_applied_while_its_fetch_hang
         assert git.is_running(), "the fetch ended: this proves nothing"
         hung.hang(False)
         os.killpg(git.pid, signal.SIGKILL)  # the remote drops the connection: a retry
-    d.wait(lambda: (reconcile.record("beta") or {}).get("phase") == "Ready", "beta Ready")
+
+    def beta_ready() -> bool:
+        return (reconcile.record("beta") or {}).get("phase") == "Ready"
+
+    d.wait(beta_ready, "beta Ready", timeout=60)  # after the retry's back-off (5 s)
     assert source(reconcile)["applied"] == newer
     d.proc.send_signal(signal.SIGTERM)
     assert d.proc.wait(timeout=30) == 0, d.tail()
@@ -421,7 +433,7 @@ def test_a_rollback_while_a_fetch_hangs_stops_the_fetch_and_applies_at_once(
         assert _gone(git), f"the fetch (git pid {git.pid}) still runs"
     seen = source(reconcile)
     assert seen["state"] == "Pinned" and seen["applied"] == seen["pinned"] == good, seen
-    assert reconcile.record("beta") is None
+    d.wait(lambda: reconcile.record("beta") is None, "beta stopped by the move's pass")
     said = "fetch stopped: a rollback's move goes first"
     assert any(x.get("change") == said for x in d.lines()), d.tail()
     assert d.stop() == 0, d.tail()
