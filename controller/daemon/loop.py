@@ -307,9 +307,7 @@ class Daemon:
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
-        self.fetcher.give_up()  # a fetch is no round to finish: stopped
-        if self.reconciler.git is not None:  # (and one a pass makes first)
-            self.reconciler.git.give_up_fetch()
+        self.fetcher.give_up()  # a fetch is no round to finish: stopped (passes make none)
         self._poke()
 
     def _on_usr1(self, signum: int, frame: FrameType | None) -> None:
