@@ -48,7 +48,12 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
 
 def _restart(state_dir: Path) -> int:
-    from controller.gateway.lifecycle.keeper import start_process
+    """A fresh gateway with the settings the daemon's start would give it now: its flags
+    as the serving one holds them, node.yaml read again (as `systemctl restart` reads the
+    unit file). A node.yaml, key file or TLS pair the checks refuse leaves the serving
+    one as it is."""
+    from controller.cli.gateway.gatewayflags import reread
+    from controller.gateway.lifecycle.keeper import preflight, start_process
 
     current = registry.current_live(state_dir)
     if current is None:
@@ -60,9 +65,15 @@ def _restart(state_dir: Path) -> int:
         return EXIT_FAIL
     log_path = registry.log_path(state_dir)
     try:
-        proc, info = start_process(settings_from_json(current.settings), log_path)
+        settings = reread(settings_from_json(current.settings))
+        preflight(settings)  # said here, not by a gateway process that will not start
+        proc, info = start_process(settings, log_path)
     except ConfigError as exc:
-        print(f"reconcile: {exc}", file=sys.stderr)
+        print(
+            f"reconcile: gateway not restarted: {exc}; pid {current.ref.pid} serves on as "
+            "it was: fix that and run `reconcile gateway restart` again",
+            file=sys.stderr,
+        )
         return EXIT_FAIL
     print(
         f"gateway pid {proc.pid} serves {info.address} (took it over from pid "

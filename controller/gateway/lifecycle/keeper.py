@@ -47,7 +47,7 @@ from controller import __version__
 from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry
 from controller.gateway.lifecycle.handover import ask_metrics
-from controller.gateway.settings import Settings, settings_to_json
+from controller.gateway.settings import Settings, settings_from_json, settings_to_json
 from controller.logsetup import get_logger
 from controller.store.statedir import StateDir
 
@@ -322,6 +322,7 @@ class Keeper:
         successor = registry.current_live(self.state_dir)
         if successor is not None and successor.nonce != info.nonce:
             self._watched = successor
+            self._follow_settings(successor)
             log.info("gateway handed over", old_pid=info.ref.pid, pid=successor.ref.pid)
             return
         self._watched = None
@@ -340,6 +341,19 @@ class Keeper:
         self._retry_at = time.monotonic() + delay
         log.warning("gateway exited unexpectedly; restarting it", pid=info.ref.pid, after=delay)
         self._maybe_start()
+
+    def _follow_settings(self, successor: registry.GatewayInfo) -> None:
+        """A hand-over we did not start (`reconcile gateway restart`, which read node.yaml
+        again): its settings are the ones to restart it with after a crash, not those of
+        this keeper's last look at node.yaml. One of another version is left as it is."""
+        if successor.version != __version__ or successor.fingerprint == self.fingerprint:
+            return
+        try:
+            settings = settings_from_json(successor.settings)
+        except (KeyError, TypeError, ValueError):
+            return
+        self.settings, self.fingerprint = settings, successor.fingerprint
+        self._unapplied = False
 
     def _replace(self, old: registry.GatewayInfo) -> None:
         """SIGHUP changed the settings: a new gateway with them takes the port over (no
