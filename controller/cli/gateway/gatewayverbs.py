@@ -9,15 +9,20 @@ failed request (what an upgrade does), ``status`` says which one serves.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from controller.cli.common import EXIT_FAIL, EXIT_OK
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, output_format
 from controller.core.manifest.quantity import format_age
+from controller.core.statusjson import iso
 from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry
 from controller.gateway.settings import DRAIN_GRACE, settings_from_json
+from controller.store.side import refused
 
 
 def state_dir_of(args: argparse.Namespace) -> Path:
@@ -44,7 +49,10 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.action == "restart":
         return _restart(state_dir)
-    return _status(state_dir)
+    fmt = output_format(args, "table", ("table", "json"))
+    if fmt is None:
+        return EXIT_USAGE
+    return _status(state_dir, fmt)
 
 
 def _restart(state_dir: Path) -> int:
@@ -75,6 +83,7 @@ def _restart(state_dir: Path) -> int:
             file=sys.stderr,
         )
         return EXIT_FAIL
+    refused.clear(state_dir, refused.GATEWAY_SETTINGS)  # node.yaml's serve now
     print(
         f"gateway pid {proc.pid} serves {info.address} (took it over from pid "
         f"{current.ref.pid}, which finishes its requests and exits); its log: {log_path}"
@@ -82,15 +91,53 @@ def _restart(state_dir: Path) -> int:
     return EXIT_OK
 
 
-def _status(state_dir: Path) -> int:
+def _status(state_dir: Path, fmt: str) -> int:
     current = registry.current_live(state_dir)
     found = registry.live(state_dir)
+    if fmt == "json":
+        print(json.dumps(_status_json(state_dir, current, found), indent=2))
+        return EXIT_OK if found else EXIT_FAIL
     if not found:
         print(f"no gateway runs for state dir {state_dir}")
-        return EXIT_FAIL
-    print(f"{'PID':<8} {'ADDRESS':<22} {'VERSION':<10} {'AGE':<8} ROLE")
+    else:
+        print(f"{'PID':<8} {'ADDRESS':<22} {'VERSION':<10} {'AGE':<8} ROLE")
     for info in found:
         role = "serving" if current is not None and info.nonce == current.nonce else "draining"
         age = format_age(time.time() - info.started_at)  # as status shows ages
         print(f"{info.ref.pid:<8} {info.address:<22} {info.version:<10} {age:<8} {role}")
-    return EXIT_OK
+    for line in refusal_lines(state_dir):
+        print(f"warning: {line}")
+    return EXIT_OK if found else EXIT_FAIL
+
+
+def _status_json(
+    state_dir: Path, current: registry.GatewayInfo | None, found: list[registry.GatewayInfo]
+) -> dict[str, Any]:
+    serving = current.nonce if current is not None else None
+    return {
+        "gateways": [
+            {
+                "pid": info.ref.pid,
+                "address": info.address,
+                "version": info.version,
+                "started_at": iso(datetime.fromtimestamp(info.started_at, UTC)),
+                "role": "serving" if info.nonce == serving else "draining",
+            }
+            for info in found
+        ],
+        "refused": [
+            {"subject": r.subject, "why": r.why, "by": r.by, "since": iso(r.since), "at": iso(r.at)}
+            for r in refused.peek(state_dir)
+        ],
+    }
+
+
+def refusal_lines(state_dir: Path, now: datetime | None = None) -> list[str]:
+    """What a reload refused and is still in force, one line each, with since when
+    (`status` and `gateway status` say them: the log alone let an edit pass for applied)."""
+    now = now or datetime.now(UTC)
+    return [
+        f"{r.said()} (since {r.since.astimezone(UTC):%H:%M:%S} UTC, "
+        f"{format_age((now - r.since).total_seconds())} ago)"
+        for r in refused.peek(state_dir)
+    ]

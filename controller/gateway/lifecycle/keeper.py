@@ -49,6 +49,7 @@ from controller.gateway.lifecycle import registry
 from controller.gateway.lifecycle.handover import ask_metrics
 from controller.gateway.settings import Settings, settings_from_json, settings_to_json
 from controller.logsetup import get_logger
+from controller.store.side import refused
 from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ class Keeper:
             log.info("gateway adopted", pid=found.ref.pid, address=found.address)
         else:
             self._watched = self._spawn(replacing=found)
+        refused.clear(self.state_dir, refused.GATEWAY_SETTINGS)  # what it serves was read now
         self._thread = threading.Thread(target=self._run, name="gateway-keeper", daemon=True)
         self._thread.start()
 
@@ -212,7 +214,10 @@ class Keeper:
                 "gateway settings not changed; the gateway serves on with its own",
                 error=str(exc),
             )
+            self._refusal(str(exc))
             return False
+        if not changed and not self._unapplied:
+            refused.clear(self.state_dir, refused.GATEWAY_SETTINGS)  # they serve as read
         if changed:
             warn_out_of_date(fresh)
             self.settings = fresh
@@ -367,6 +372,14 @@ class Keeper:
                 "serves on with its own (SIGHUP to try again)",
                 error=str(exc),
             )
+            self._refusal(f"the gateway with them did not start: {exc}")
+            return
+        refused.clear(self.state_dir, refused.GATEWAY_SETTINGS)
+
+    def _refusal(self, why: str) -> None:
+        """Said where `status` looks, not in the log alone (an edit is not taken for applied)."""
+        by = f"daemon pid {os.getpid()}"
+        refused.refuse(self.state_dir, refused.GATEWAY_SETTINGS, why, by)
 
     def _maybe_start(self) -> None:
         if not self._want or time.monotonic() < self._retry_at:
