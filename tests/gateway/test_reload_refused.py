@@ -37,8 +37,8 @@ def _said(reconcile: Any, subject: str) -> str | None:
 
 
 def _cleared(reconcile: Any) -> bool:
-    views = (reconcile("status", check=0).err, reconcile("gateway", "status", check=0).out)
-    return not any("reload refused" in said for said in views)
+    views = (reconcile("status", check=0).err, reconcile("gateway", "status").out)
+    return not any(w in said for said in views for w in ("reload refused", "failed (gateway"))
 
 
 def test_refusals_are_shown_with_where_and_since_then_cleared(reconcile: Any, gateway: Any) -> None:
@@ -89,5 +89,35 @@ def test_refusals_are_shown_with_where_and_since_then_cleared(reconcile: Any, ga
         g.proc.send_signal(signal.SIGHUP)
         reconcile.wait_for(lambda: _cleared(reconcile), timeout=WAIT, what="all cleared")
         assert g.post("alpha", {"Authorization": "Bearer sk-second"}).status == 200
+    finally:
+        g.finish()
+
+
+def test_a_gateway_the_daemon_cannot_start_again_is_said(reconcile: Any, gateway: Any) -> None:
+    """The gateway crashed and its key file is gone: the daemon tries again and again, and
+    `gateway status` said only "no gateway runs" (the log alone said why). Now it says
+    why and that the daemon tries again, until a start succeeds."""
+    keys = _keyfile(reconcile.tmp / "keys.txt", "sk-first\n")
+    reconcile.write("alpha")
+    g = gateway("--api-keys", str(keys))
+    try:
+        g.wait_phase("alpha", "Ready")  # a pass: the daemon's start of its gateway is over
+        first = g.serving()
+        keys.rename(reconcile.tmp / "keys.away")
+        os.kill(first.ref.pid, signal.SIGKILL)
+        said = "failed (gateway start, by daemon pid"
+        shown = reconcile.wait_for(
+            lambda: (lambda out: out if said in out else "")(
+                reconcile("gateway", "status", check=1).out
+            ),
+            timeout=WAIT,
+            what="the failed start shown",
+        )
+        assert f"--api-keys {keys}: no such file" in shown and "tries again" in shown, shown
+        assert said in reconcile("status", check=0).err
+        (reconcile.tmp / "keys.away").rename(keys)
+        g.proc.send_signal(signal.SIGHUP)  # no need to wait for the back-off
+        reconcile.wait_for(lambda: _cleared(reconcile), timeout=WAIT, what="start cleared")
+        assert g.serving().ref != first.ref
     finally:
         g.finish()

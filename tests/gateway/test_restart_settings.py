@@ -33,8 +33,8 @@ def test_restart_reads_node_yaml_again_and_refuses_a_bad_one(reconcile: Any, gat
     reconcile.write("alpha")
     g = gateway("--node-config", str(node))
     try:
-        # /healthz may answer a moment before the gateway names itself current.
-        first = reconcile.wait_for(g.serving_or_none, timeout=WAIT, what="the gateway current")
+        g.wait_phase("alpha", "Ready")  # a pass: the daemon's start of its gateway is over
+        first = g.serving()
         assert (first.settings["log_max_bytes"], first.settings["log_keep"]) == (4096, 2)
         node.write_text("logMaxBytes: 8192\nlogMaxFiles: 5\n")
         took = reconcile("gateway", "restart", check=0)

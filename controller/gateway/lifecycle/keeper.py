@@ -132,7 +132,8 @@ class Keeper:
             log.info("gateway adopted", pid=found.ref.pid, address=found.address)
         else:
             self._watched = self._spawn(replacing=found)
-        refused.clear(self.state_dir, refused.GATEWAY_SETTINGS)  # what it serves was read now
+        # What it serves was read now, and it serves.
+        refused.clear(self.state_dir, refused.GATEWAY_SETTINGS, refused.GATEWAY_START)
         self._thread = threading.Thread(target=self._run, name="gateway-keeper", daemon=True)
         self._thread.start()
 
@@ -235,6 +236,7 @@ class Keeper:
             self._retire_watch.stop()
         if self._thread is not None:
             self._thread.join(timeout=START_WAIT)
+        refused.clear(self.state_dir, refused.GATEWAY_START)  # nobody tries again now
         if self._wake is not None:
             self._wake.close()
             registry.unlink_address(self._wake_at)
@@ -391,7 +393,11 @@ class Keeper:
             delay = min(BACKOFF_MAX, 2.0 ** (self._failures - 1))
             self._retry_at = time.monotonic() + delay
             log.error("gateway did not start; trying again", error=str(exc), after=delay)
+            refused.refuse(
+                self.state_dir, refused.GATEWAY_START, str(exc), f"daemon pid {os.getpid()}"
+            )
             return
+        refused.clear(self.state_dir, refused.GATEWAY_START)
         self._request_pass()  # its first records come with a pass it is told of
 
     def _reap(self) -> None:

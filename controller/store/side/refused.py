@@ -1,5 +1,8 @@
 """What a reload refused: ``<state>/refused.json``, until a later reload takes it.
 
+(And a gateway the daemon could not start again after a crash: the same silence, the
+same place to say it.)
+
 A SIGHUP whose node.yaml, key file or TLS pair is refused keeps the settings in force
 (nginx keeps its old configuration the same way), and the log says so; `status` and
 `reconcile gateway status` say it too, so nobody takes an edit for applied (Kubernetes
@@ -29,12 +32,14 @@ NODE_CONFIG = "node config"  # the daemon's configuration (node.yaml, flags) as 
 GATEWAY_SETTINGS = "gateway settings"  # node.yaml's tlsCert/tlsKey, logMax*: a new gateway
 API_KEYS = "API keys"  # the gateway's key file
 TLS_PAIR = "TLS pair"  # the gateway's certificate and key
+GATEWAY_START = "gateway start"  # a crashed or stopped gateway the daemon cannot start again
 # What each refusal leaves in force, for the people who read it.
 KEPT = {
     NODE_CONFIG: "the daemon runs on with the configuration it had",
     GATEWAY_SETTINGS: "the gateway serves on with its own settings",
     API_KEYS: "the gateway keeps the keys loaded before",
     TLS_PAIR: "the gateway keeps the certificate in force",
+    GATEWAY_START: "no gateway serves; the daemon tries again, backing off up to 30 s",
 }
 
 
@@ -50,8 +55,9 @@ class Refusal:
     def said(self) -> str:
         """One line for people: what, why, what stays, the next move."""
         kept = KEPT.get(self.subject, "the settings in force stay")
+        what = "failed" if self.subject == GATEWAY_START else "reload refused"
         return (
-            f"reload refused ({self.subject}, by {self.by}): {self.why}; {kept}: fix it "
+            f"{what} ({self.subject}, by {self.by}): {self.why}; {kept}: fix it "
             "and SIGHUP the daemon again"
         )
 
