@@ -10,7 +10,10 @@
 - the daemon's keeper then restarts a crashed gateway with the settings the restart
   gave it, not with those of its own last look at node.yaml;
 - a TLS pair named by a flag stays the flag's; node.yaml names one only for a daemon
-  given none (``reread``).
+  given none (``reread``);
+- a gateway SIGKILLed with no daemon to start it again: `gateway status` says so, and
+  ``gateway restart`` starts it again (as `systemctl restart` starts a failed unit; it
+  said "no gateway runs"); ``gateway stop`` then means it stays stopped.
 """
 
 from __future__ import annotations
@@ -74,3 +77,28 @@ def test_a_pair_named_by_a_flag_stays_node_yaml_names_one_otherwise(tmp_path: Pa
     from_file = Settings(host="127.0.0.1", port=1, state_dir=tmp_path, node_tls=True)
     assert reread(from_file).tls_cert == tmp_path / "n" / "cert.pem"
     assert reread(from_file).tls_key == tmp_path / "n" / "key.pem"
+
+
+def test_restart_starts_a_killed_gateway_no_daemon_watched(reconcile: Any, gateway: Any) -> None:
+    reconcile.write("alpha")
+    g = gateway()
+    g.wait_phase("alpha", "Ready")
+    first = g.serving()
+    assert g.stop() == 0  # the daemon ends; its gateway serves on
+    os.kill(first.ref.pid, signal.SIGKILL)
+    reconcile.wait_for(lambda: g.serving_or_none() is None, timeout=WAIT, what="it gone")
+    shown = reconcile("gateway", "status", check=1).out
+    assert f"pid {first.ref.pid} ({first.address}), ended without stopping" in shown, shown
+    took = reconcile("gateway", "restart", check=0)
+    assert f"started again: pid {first.ref.pid} had ended without stopping" in took.out, took
+    second = g.serving()
+    assert second.ref != first.ref and second.port == g.port
+    assert g.request("GET", "/healthz").status == 200
+    assert g.post("alpha").status == 200
+    # Killed again, then `gateway stop`: stopped is what was asked, so restart starts none.
+    os.kill(second.ref.pid, signal.SIGKILL)
+    reconcile.wait_for(lambda: g.serving_or_none() is None, timeout=WAIT, what="it gone")
+    reconcile("gateway", "stop", check=0)
+    assert "ended without stopping" not in reconcile("gateway", "status", check=1).out
+    reconcile("gateway", "restart", check=1)
+    reconcile.down()

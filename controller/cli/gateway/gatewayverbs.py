@@ -46,6 +46,9 @@ def cmd_gateway(args: argparse.Namespace) -> int:
             print(f"stopped gateway pid {info.ref.pid} ({info.address})")
         if not stopped:
             print(f"no gateway runs for state dir {state_dir}")
+            crashed = _crashed(state_dir)
+            if crashed is not None:  # stopped is what was asked: it is not to start again
+                registry.forget(state_dir, crashed.nonce)
         return EXIT_OK
     if args.action == "restart":
         return _restart(state_dir)
@@ -59,12 +62,15 @@ def _restart(state_dir: Path) -> int:
     """A fresh gateway with the settings the daemon's start would give it now: its flags
     as the serving one holds them, node.yaml read again (as `systemctl restart` reads the
     unit file). A node.yaml, key file or TLS pair the checks refuse leaves the serving
-    one as it is."""
+    one as it is. One killed or crashed with no daemon to start it again is started
+    again (as `systemctl restart` starts a failed unit)."""
     from controller.cli.gateway.gatewayflags import reread
     from controller.gateway.lifecycle.keeper import preflight, start_process
 
     current = registry.current_live(state_dir)
-    if current is None:
+    crashed = _crashed(state_dir) if current is None else None
+    previous = current or crashed
+    if previous is None:
         print(
             f"reconcile: no gateway runs for state dir {state_dir}: start the daemon with "
             "--listen (or SIGHUP it, if its gateway was stopped)",
@@ -73,22 +79,34 @@ def _restart(state_dir: Path) -> int:
         return EXIT_FAIL
     log_path = registry.log_path(state_dir)
     try:
-        settings = reread(settings_from_json(current.settings))
+        settings = reread(settings_from_json(previous.settings))
         preflight(settings)  # said here, not by a gateway process that will not start
         proc, info = start_process(settings, log_path)
     except ConfigError as exc:
+        left = f"pid {current.ref.pid} serves on as it was" if current else "nothing serves"
         print(
-            f"reconcile: gateway not restarted: {exc}; pid {current.ref.pid} serves on as "
-            "it was: fix that and run `reconcile gateway restart` again",
+            f"reconcile: gateway not restarted: {exc}; {left}: fix that and run "
+            "`reconcile gateway restart` again",
             file=sys.stderr,
         )
         return EXIT_FAIL
     refused.clear(state_dir, refused.GATEWAY_SETTINGS)  # node.yaml's serve now
-    print(
-        f"gateway pid {proc.pid} serves {info.address} (took it over from pid "
-        f"{current.ref.pid}, which finishes its requests and exits); its log: {log_path}"
-    )
+    if current is not None:
+        how = f"took it over from pid {current.ref.pid}, which finishes its requests and exits"
+    else:
+        registry.forget(state_dir, previous.nonce)
+        how = f"started again: pid {previous.ref.pid} had ended without stopping"
+    print(f"gateway pid {proc.pid} serves {info.address} ({how}); its log: {log_path}")
     return EXIT_OK
+
+
+def _crashed(state_dir: Path) -> registry.GatewayInfo | None:
+    """The gateway that served last, when it ended without stopping (SIGKILL, a crash:
+    its member file is left) and nothing started another (no daemon watched it)."""
+    last = registry.read_current(state_dir)
+    if last is None or last.alive() or not registry.crashed(state_dir, last.nonce):
+        return None
+    return last
 
 
 def _status(state_dir: Path, fmt: str) -> int:
@@ -97,9 +115,16 @@ def _status(state_dir: Path, fmt: str) -> int:
     if fmt == "json":
         print(json.dumps(_status_json(state_dir, current, found), indent=2))
         return EXIT_OK if found else EXIT_FAIL
+    crashed = _crashed(state_dir) if not found else None
     if not found:
         print(f"no gateway runs for state dir {state_dir}")
-    else:
+    if crashed is not None:
+        print(
+            f"the last one, pid {crashed.ref.pid} ({crashed.address}), ended without stopping "
+            "(killed or crashed) and no daemon started it again: `reconcile gateway "
+            "restart` starts it (as does a daemon with --listen)"
+        )
+    if found:
         print(f"{'PID':<8} {'ADDRESS':<22} {'VERSION':<10} {'AGE':<8} ROLE")
     for info in found:
         role = "serving" if current is not None and info.nonce == current.nonce else "draining"
