@@ -13,7 +13,8 @@
   given none (``reread``);
 - a gateway SIGKILLed with no daemon to start it again: `gateway status` says so, and
   ``gateway restart`` starts it again (as `systemctl restart` starts a failed unit; it
-  said "no gateway runs"); ``gateway stop`` then means it stays stopped.
+  said "no gateway runs"); ``gateway stop`` or ``down --gateway`` then means it stays
+  stopped.
 """
 
 from __future__ import annotations
@@ -98,7 +99,6 @@ def test_restart_starts_a_killed_gateway_no_daemon_watched(reconcile: Any, gatew
     # Killed again, then `gateway stop`: stopped is what was asked, so restart starts none.
     os.kill(second.ref.pid, signal.SIGKILL)
     reconcile.wait_for(lambda: g.serving_or_none() is None, timeout=WAIT, what="it gone")
-    reconcile("gateway", "stop", check=0)
+    reconcile("down", "--gateway", check=0)  # as `gateway stop` does
     assert "ended without stopping" not in reconcile("gateway", "status", check=1).out
     reconcile("gateway", "restart", check=1)
-    reconcile.down()

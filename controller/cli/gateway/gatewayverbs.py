@@ -32,7 +32,11 @@ def state_dir_of(args: argparse.Namespace) -> Path:
 
 
 def stop_gateways(state_dir: Path) -> list[registry.GatewayInfo]:
-    """SIGTERM every gateway of the state dir and wait for each to finish its requests."""
+    """SIGTERM every gateway of the state dir and wait for each to finish its requests;
+    one that was killed is forgotten (stopped is what was asked: restart starts it not)."""
+    crashed = _crashed(state_dir)
+    if crashed is not None:
+        registry.forget(state_dir, crashed.nonce)
     found = registry.live(state_dir)
     grace = max((float(i.settings.get("drain_grace", DRAIN_GRACE)) for i in found), default=0)
     return registry.stop_all(state_dir, grace)
@@ -46,9 +50,6 @@ def cmd_gateway(args: argparse.Namespace) -> int:
             print(f"stopped gateway pid {info.ref.pid} ({info.address})")
         if not stopped:
             print(f"no gateway runs for state dir {state_dir}")
-            crashed = _crashed(state_dir)
-            if crashed is not None:  # stopped is what was asked: it is not to start again
-                registry.forget(state_dir, crashed.nonce)
         return EXIT_OK
     if args.action == "restart":
         return _restart(state_dir)
