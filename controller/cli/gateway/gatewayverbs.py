@@ -25,10 +25,10 @@ from controller.gateway.settings import DRAIN_GRACE, settings_from_json
 from controller.store.side import refused
 
 
-def state_dir_of(args: argparse.Namespace) -> Path:
+def state_dir_of(args: argparse.Namespace, *, warn: bool = True) -> Path:
     from controller.cli.common import config
 
-    return config(args, lenient=True).state_dir.absolute()
+    return config(args, lenient=True, warn=warn).state_dir.absolute()
 
 
 def stop_gateways(state_dir: Path) -> list[registry.GatewayInfo]:
@@ -43,7 +43,8 @@ def stop_gateways(state_dir: Path) -> list[registry.GatewayInfo]:
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
-    state_dir = state_dir_of(args)
+    # restart reads node.yaml itself and says what is wrong with it once, as an error
+    state_dir = state_dir_of(args, warn=args.action != "restart")
     if args.action == "stop":
         stopped = stop_gateways(state_dir)
         for info in stopped:
