@@ -16,12 +16,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from controller import __version__
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, output_format
 from controller.core.manifest.quantity import format_age
 from controller.core.statusjson import iso
 from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry
-from controller.gateway.settings import DRAIN_GRACE, settings_from_json
+from controller.gateway.settings import DRAIN_GRACE, Settings, settings_from_json
 from controller.store.side import refused
 
 
@@ -81,7 +82,7 @@ def _restart(state_dir: Path) -> int:
         return EXIT_FAIL
     log_path = registry.log_path(state_dir)
     try:
-        settings = reread(settings_from_json(previous.settings))
+        settings = reread(_settings_of(previous))
         preflight(settings)  # said here, not by a gateway process that will not start
         proc, info = start_process(settings, log_path)
     except ConfigError as exc:
@@ -100,6 +101,18 @@ def _restart(state_dir: Path) -> int:
         how = f"started again: pid {previous.ref.pid} had ended without stopping"
     print(f"gateway pid {proc.pid} serves {info.address} ({how}); its log: {log_path}")
     return EXIT_OK
+
+
+def _settings_of(info: registry.GatewayInfo) -> Settings:
+    """The settings ``info`` was started with, as this version reads them."""
+    try:
+        return settings_from_json(info.settings)
+    except (KeyError, TypeError, ValueError) as exc:  # another version's (a downgrade)
+        raise ConfigError(
+            f"the settings of gateway pid {info.ref.pid} (reconcile {info.version}) are not "
+            f"this reconcile's ({__version__}) to read ({type(exc).__name__}: {exc}): "
+            "restart the daemon with --listen, which starts one of its own"
+        ) from None
 
 
 def _crashed(state_dir: Path) -> registry.GatewayInfo | None:
