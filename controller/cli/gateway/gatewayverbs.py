@@ -2,8 +2,10 @@
 
 The gateway outlives the daemon (README "The gateway"), so it has verbs of its own:
 ``stop`` drains and ends it (a daemon watching it then leaves it stopped: a clean
-exit is no crash), ``restart`` starts a fresh one that takes the port over with no
-failed request (what an upgrade does), ``status`` says which one serves.
+exit is no crash), ``restart`` starts a fresh one with node.yaml read again that takes
+the port over with no failed request (what an upgrade does), or starts again one that
+was killed with no daemon watching; ``status`` says which one serves, and what a reload
+refused (``store/side/refused.py``: also said by `reconcile status`).
 """
 
 from __future__ import annotations
