@@ -198,7 +198,8 @@ def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")
         "--output",
         metavar="FORMAT",
         default=d,
-        help=f"output format ({', '.join(OUTPUT_VERBS)}, logs --requests; see each verb's --help)",
+        help=f"output format ({', '.join(OUTPUT_VERBS)}, logs --requests, gateway status;"
+        " see each verb's --help)",
     )
     p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS if suppress else 0)
     p.add_argument(
@@ -525,9 +526,12 @@ def _check_output(parser: Parser, args: argparse.Namespace) -> None:
     verb = "plan" if args.verb is None and args.dry_run else args.verb
     if verb == "logs" and args.requests:
         return  # logs --requests -o json (requestsverb.py checks the format)
+    if verb == "gateway" and args.action == "status":
+        return  # gateway status -o json (gatewayverbs.py checks the format)
     if verb not in OUTPUT_VERBS:
         what = f"`{verb}`" if verb else "the daemon or --once"
-        known = [v for v in OUTPUT_VERBS if v in _verbs(parser)] + ["logs --requests"]
+        known = [v for v in OUTPUT_VERBS if v in _verbs(parser)]
+        known += ["logs --requests", "gateway status"]
         parser.error(f"-o/--output means nothing for {what}: only for {', '.join(known)}")
 
 

@@ -45,7 +45,7 @@ from controller.store.config import accesstoken
 from controller.store.config.node import Config
 from controller.store.instances.records import RecordStore
 from controller.store.lock import FileLock
-from controller.store.side import activation, daemonset
+from controller.store.side import activation, daemonset, refused
 from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:  # a daemon that follows no git source never loads it
@@ -150,6 +150,8 @@ class Daemon:
         signal.signal(signal.SIGHUP, self._on_hup)
         signal.signal(signal.SIGUSR1, self._on_usr1)
         self.folders.start()
+        # Read now, the configuration a daemon before this one refused at a SIGHUP is moot.
+        refused.clear(self.config.state_dir, refused.NODE_CONFIG)
         self.webhooks.start()  # what a daemon before this one left queued goes out now
         if self.front is not None:
             self.front.start(self.request_pass)
@@ -331,7 +333,10 @@ class Daemon:
             )
         except ReconcileError as exc:
             log.error("reload failed; keeping the old configuration", error=str(exc))
+            by = f"daemon pid {os.getpid()}"
+            refused.refuse(self.config.state_dir, refused.NODE_CONFIG, str(exc), by)
         else:
+            refused.clear(self.config.state_dir, refused.NODE_CONFIG)
             fresh.interrupted = self.reconciler.interrupted
             fresh.fetched_apart = True
             fresh.liveness = self.liveness

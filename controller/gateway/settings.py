@@ -60,6 +60,12 @@ class Settings:
     # The request log's rotation (requestlog.py): node.yaml's logMaxBytes / logMaxFiles.
     log_max_bytes: int = logfiles.DEFAULT_MAX_BYTES
     log_keep: int = logfiles.DEFAULT_KEEP
+    # Where the settings above that node.yaml gives came from, so `reconcile gateway
+    # restart` reads them again as the daemon would (gatewayflags.reread): the daemon's
+    # --node-config (None: the state dir's node.yaml), and whether the TLS pair is the
+    # file's (no flag or environment named one; False keeps the pair as it is).
+    node_config: Path | None = None
+    node_tls: bool = False
     waiting_comment: float = WAITING_EVERY  # seconds between a held stream's comments
 
     @property
@@ -105,7 +111,13 @@ def check_exposure(settings: Settings) -> str | None:
     )
 
 
-PATHS = ("api_keys", "tls_cert", "tls_key", "tls_client_ca")  # optional paths, as strings in JSON
+PATHS = (
+    "api_keys",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+    "node_config",
+)  # optional paths, as strings in JSON
 
 
 def settings_to_json(settings: Settings) -> dict[str, Any]:

@@ -11,6 +11,7 @@ events/<name>.jsonl    quarantine/                 run/<name>/         journal, 
 activation/ restart/ scale/ inflight/ engineload/                      side documents
 devices/health.json  devices/measured.json  (+ .lock)                  observed devices
 observed.json  drain.json  node.yaml  access-token  models/  cache/    the node's own
+refused.json                                                           a reload's refusals
 daemon.json                                                             the daemon's set
 secrets-key  ui-open.html  quarantine/documents/
 pass.lock  placement.lock  daemon.lock                                 the locks
@@ -104,6 +105,11 @@ class StateDir:
     @property
     def drain(self) -> Path:
         return self.root / "drain.json"
+
+    @property
+    def refused(self) -> Path:
+        """What a reload (SIGHUP) refused and is still in force (``side/refused.py``)."""
+        return self.root / "refused.json"
 
     @property
     def daemon(self) -> Path:

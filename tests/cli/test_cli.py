@@ -601,6 +601,36 @@ def test_gateway_status_shows_ages_as_every_other_verb(reconcile: Any) -> None:
         holder.wait(timeout=10)
 
 
+def test_gateway_restart_of_settings_another_version_wrote_is_an_error(reconcile: Any) -> None:
+    """A gateway of another reconcile (a downgrade) whose settings this one cannot read:
+    `gateway restart` ended in a traceback (KeyError 'state_dir'); it says so and what
+    to do, and leaves that gateway alone. The gateway is a process the test registers."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        ref = identity(holder.pid)
+        assert ref is not None
+        registry.ensure(reconcile.state)
+        info = registry.GatewayInfo(
+            nonce="e5f6a7b8",
+            ref=ref,
+            host="127.0.0.1",
+            port=reconcile.port,
+            version="9.0.0",
+            fingerprint="future",
+            settings={"listen_on": ["127.0.0.1", reconcile.port]},
+            started_at=time.time(),
+        )
+        registry.register(reconcile.state, info)
+        registry.make_current(reconcile.state, info)
+        result = reconcile("gateway", "restart", check=1)
+        assert f"gateway pid {holder.pid} (reconcile 9.0.0) are not this" in result.err, result
+        assert "restart the daemon with --listen" in result.err
+        assert holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+
+
 @pytest.mark.parametrize(
     "flags",
     [

@@ -476,8 +476,29 @@ def test_sighup_reloads_the_certificate_under_load(reconcile: Any, gateway: Any,
             lambda: "TLS certificate not reloaded" in g.text(), timeout=WAIT, what="refusal"
         )
         assert _https(g.port, pki.client(), "GET", "/healthz")[2] == 2
+        # ... and says so where the operator looks (once the log alone did), until the
+        # pair is fixed and reloaded.
+        said = f"reload refused (TLS pair, by gateway pid {g.serving().ref.pid})"
+        shown = reconcile.wait_for(
+            lambda: _showing(reconcile, said), timeout=WAIT, what="the refusal shown"
+        )
+        assert str(key) in shown and "keeps the certificate in force" in shown, shown
+        pki.server(3, cert, key)
+        g.proc.send_signal(signal.SIGHUP)
+        reconcile.wait_for(
+            lambda: "reload refused" not in reconcile("gateway", "status", check=0).out,
+            timeout=WAIT,
+            what="the refusal cleared",
+        )
+        assert _serial(g.port, pki) == 3
     finally:
         g.finish()
+
+
+def _showing(reconcile: Any, said: str) -> str:
+    """`reconcile gateway status`'s words once they hold ``said`` ("" before)."""
+    shown: str = reconcile("gateway", "status", check=0).out
+    return shown if said in shown else ""
 
 
 def _serial(port: int, pki: Pki) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from controller.cli.common import EXIT_USAGE
@@ -15,6 +16,7 @@ from controller.gateway.lifecycle import tls
 from controller.gateway.lifecycle.keeper import Keeper, preflight, warn_out_of_date
 from controller.logsetup import get_logger
 from controller.store.config.node import Config
+from controller.store.statedir import StateDir
 
 
 def front_door(args: argparse.Namespace, cfg: Config, listen: str) -> Keeper | int:
@@ -72,6 +74,8 @@ def _settings(args: argparse.Namespace, cfg: Config, listen: str) -> gw.Settings
         tls_client_ca=client_ca,
         log_max_bytes=cfg.log_max_bytes,
         log_keep=cfg.log_keep,
+        node_config=_path(args.node_config or os.environ.get("RECONCILE_NODE_CONFIG")),
+        node_tls=not _tls_given(args),
         waiting_comment=gw.waiting_every_from_env(),
     )
 
@@ -87,6 +91,50 @@ def _tls_pair(args: argparse.Namespace, cfg: Config) -> tuple[Path | None, Path 
             f"{given} without {missing}: HTTPS needs both the certificate and its private key"
         )
     return cert, key
+
+
+def _tls_given(args: argparse.Namespace) -> bool:
+    """Whether a flag or the environment names the TLS pair (else node.yaml decides)."""
+    env = os.environ
+    named = (
+        args.tls_cert,
+        args.tls_key,
+        env.get("RECONCILE_TLS_CERT"),
+        env.get("RECONCILE_TLS_KEY"),
+    )
+    return any(named)
+
+
+def reread(settings: gw.Settings) -> gw.Settings:
+    """The settings ``reconcile gateway restart`` starts a gateway with: the daemon's
+    flags as the running gateway holds them (the CLI has not the daemon's), node.yaml's
+    (the TLS pair unless a flag named it, the request log's rotation) as the daemon's
+    start would read the file now. A ConfigError names the file, line and field."""
+    from controller.store.config.nodeconfig import read_node_file  # pydantic: only here
+
+    explicit = str(settings.node_config) if settings.node_config else None
+    node = read_node_file(explicit, settings.state_dir)
+    cert, key = settings.tls_cert, settings.tls_key
+    if settings.node_tls:
+        cert, key = node.tls_path("tls_cert"), node.tls_path("tls_key")
+    if (cert is None) != (key is None):
+        where = explicit or StateDir(settings.state_dir).node_config
+        raise gw.ListenRefused(
+            f"{where}: tlsCert and tlsKey go together: HTTPS needs both the certificate "
+            "and its private key; give both or neither"
+        )
+    if settings.tls_client_ca is not None and cert is None:
+        raise gw.ListenRefused(
+            f"--tls-client-ca {settings.tls_client_ca} without a TLS pair: node.yaml no "
+            "longer names tlsCert/tlsKey; name them again or restart the daemon without it"
+        )
+    return replace(
+        settings,
+        tls_cert=cert,
+        tls_key=key,
+        log_max_bytes=node.log_max_bytes,
+        log_keep=node.log_max_files,
+    )
 
 
 def _path(text: str | None) -> Path | None:

@@ -2,39 +2,52 @@
 
 The gateway outlives the daemon (README "The gateway"), so it has verbs of its own:
 ``stop`` drains and ends it (a daemon watching it then leaves it stopped: a clean
-exit is no crash), ``restart`` starts a fresh one that takes the port over with no
-failed request (what an upgrade does), ``status`` says which one serves.
+exit is no crash), ``restart`` starts a fresh one with node.yaml read again that takes
+the port over with no failed request (what an upgrade does), or starts again one that
+was killed with no daemon watching; ``status`` says which one serves, and what a reload
+refused (``store/side/refused.py``: also said by `reconcile status`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from controller.cli.common import EXIT_FAIL, EXIT_OK
+from controller import __version__
+from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, output_format
 from controller.core.manifest.quantity import format_age
+from controller.core.statusjson import iso
 from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry
-from controller.gateway.settings import DRAIN_GRACE, settings_from_json
+from controller.gateway.settings import DRAIN_GRACE, Settings, settings_from_json
+from controller.store.side import refused
 
 
-def state_dir_of(args: argparse.Namespace) -> Path:
+def state_dir_of(args: argparse.Namespace, *, warn: bool = True) -> Path:
     from controller.cli.common import config
 
-    return config(args, lenient=True).state_dir.absolute()
+    return config(args, lenient=True, warn=warn).state_dir.absolute()
 
 
 def stop_gateways(state_dir: Path) -> list[registry.GatewayInfo]:
-    """SIGTERM every gateway of the state dir and wait for each to finish its requests."""
+    """SIGTERM every gateway of the state dir and wait for each to finish its requests;
+    one that was killed is forgotten (stopped is what was asked: restart starts it not)."""
+    crashed = _crashed(state_dir)
+    if crashed is not None:
+        registry.forget(state_dir, crashed.nonce)
     found = registry.live(state_dir)
     grace = max((float(i.settings.get("drain_grace", DRAIN_GRACE)) for i in found), default=0)
     return registry.stop_all(state_dir, grace)
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
-    state_dir = state_dir_of(args)
+    # restart reads node.yaml itself and says what is wrong with it once, as an error
+    state_dir = state_dir_of(args, warn=args.action != "restart")
     if args.action == "stop":
         stopped = stop_gateways(state_dir)
         for info in stopped:
@@ -44,14 +57,25 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.action == "restart":
         return _restart(state_dir)
-    return _status(state_dir)
+    fmt = output_format(args, "table", ("table", "json"))
+    if fmt is None:
+        return EXIT_USAGE
+    return _status(state_dir, fmt)
 
 
 def _restart(state_dir: Path) -> int:
-    from controller.gateway.lifecycle.keeper import start_process
+    """A fresh gateway with the settings the daemon's start would give it now: its flags
+    as the serving one holds them, node.yaml read again (as `systemctl restart` reads the
+    unit file). A node.yaml, key file or TLS pair the checks refuse leaves the serving
+    one as it is. One killed or crashed with no daemon to start it again is started
+    again (as `systemctl restart` starts a failed unit)."""
+    from controller.cli.gateway.gatewayflags import reread
+    from controller.gateway.lifecycle.keeper import preflight, start_process
 
     current = registry.current_live(state_dir)
-    if current is None:
+    crashed = _crashed(state_dir) if current is None else None
+    previous = current or crashed
+    if previous is None:
         print(
             f"reconcile: no gateway runs for state dir {state_dir}: start the daemon with "
             "--listen (or SIGHUP it, if its gateway was stopped)",
@@ -60,26 +84,102 @@ def _restart(state_dir: Path) -> int:
         return EXIT_FAIL
     log_path = registry.log_path(state_dir)
     try:
-        proc, info = start_process(settings_from_json(current.settings), log_path)
+        settings = reread(_settings_of(previous))
+        preflight(settings)  # said here, not by a gateway process that will not start
+        proc, info = start_process(settings, log_path)
     except ConfigError as exc:
-        print(f"reconcile: {exc}", file=sys.stderr)
+        left = f"pid {current.ref.pid} serves on as it was" if current else "nothing serves"
+        print(
+            f"reconcile: gateway not restarted: {exc}; {left}: fix that and run "
+            "`reconcile gateway restart` again",
+            file=sys.stderr,
+        )
         return EXIT_FAIL
-    print(
-        f"gateway pid {proc.pid} serves {info.address} (took it over from pid "
-        f"{current.ref.pid}, which finishes its requests and exits); its log: {log_path}"
-    )
+    refused.clear(state_dir, refused.GATEWAY_SETTINGS)  # node.yaml's serve now
+    if current is not None:
+        how = f"took it over from pid {current.ref.pid}, which finishes its requests and exits"
+    else:
+        registry.forget(state_dir, previous.nonce)
+        how = f"started again: pid {previous.ref.pid} had ended without stopping"
+    print(f"gateway pid {proc.pid} serves {info.address} ({how}); its log: {log_path}")
     return EXIT_OK
 
 
-def _status(state_dir: Path) -> int:
+def _settings_of(info: registry.GatewayInfo) -> Settings:
+    """The settings ``info`` was started with, as this version reads them."""
+    try:
+        return settings_from_json(info.settings)
+    except (KeyError, TypeError, ValueError) as exc:  # another version's (a downgrade)
+        raise ConfigError(
+            f"the settings of gateway pid {info.ref.pid} (reconcile {info.version}) are not "
+            f"this reconcile's ({__version__}) to read ({type(exc).__name__}: {exc}): "
+            "restart the daemon with --listen, which starts one of its own"
+        ) from None
+
+
+def _crashed(state_dir: Path) -> registry.GatewayInfo | None:
+    """The gateway that served last, when it ended without stopping (SIGKILL, a crash:
+    its member file is left) and nothing started another (no daemon watched it)."""
+    last = registry.read_current(state_dir)
+    if last is None or last.alive() or not registry.crashed(state_dir, last.nonce):
+        return None
+    return last
+
+
+def _status(state_dir: Path, fmt: str) -> int:
     current = registry.current_live(state_dir)
     found = registry.live(state_dir)
+    if fmt == "json":
+        print(json.dumps(_status_json(state_dir, current, found), indent=2))
+        return EXIT_OK if found else EXIT_FAIL
+    crashed = _crashed(state_dir) if not found else None
     if not found:
         print(f"no gateway runs for state dir {state_dir}")
-        return EXIT_FAIL
-    print(f"{'PID':<8} {'ADDRESS':<22} {'VERSION':<10} {'AGE':<8} ROLE")
+    if crashed is not None:
+        print(
+            f"the last one, pid {crashed.ref.pid} ({crashed.address}), ended without stopping "
+            "(killed or crashed) and no daemon started it again: `reconcile gateway "
+            "restart` starts it (as does a daemon with --listen)"
+        )
+    if found:
+        print(f"{'PID':<8} {'ADDRESS':<22} {'VERSION':<10} {'AGE':<8} ROLE")
     for info in found:
         role = "serving" if current is not None and info.nonce == current.nonce else "draining"
         age = format_age(time.time() - info.started_at)  # as status shows ages
         print(f"{info.ref.pid:<8} {info.address:<22} {info.version:<10} {age:<8} {role}")
-    return EXIT_OK
+    for line in refusal_lines(state_dir):
+        print(f"warning: {line}")
+    return EXIT_OK if found else EXIT_FAIL
+
+
+def _status_json(
+    state_dir: Path, current: registry.GatewayInfo | None, found: list[registry.GatewayInfo]
+) -> dict[str, Any]:
+    serving = current.nonce if current is not None else None
+    return {
+        "gateways": [
+            {
+                "pid": info.ref.pid,
+                "address": info.address,
+                "version": info.version,
+                "started_at": iso(datetime.fromtimestamp(info.started_at, UTC)),
+                "role": "serving" if info.nonce == serving else "draining",
+            }
+            for info in found
+        ],
+        "refused": [
+            {"subject": r.subject, "why": r.why, "by": r.by, "since": iso(r.since), "at": iso(r.at)}
+            for r in refused.peek(state_dir)
+        ],
+    }
+
+
+def refusal_lines(state_dir: Path, now: datetime | None = None) -> list[str]:
+    """What a reload refused and is still in force, one line each, with since when
+    (`status` and `gateway status` say them: the log alone let an edit pass for applied)."""
+    now = now or datetime.now(UTC)
+    return [
+        f"{r.said()} (since {r.since.astimezone(UTC):%H:%M:%S} UTC, "
+        f"{format_age((now - r.since).total_seconds())} ago)"
+        for r in refused.peek(state_dir)
+    ]

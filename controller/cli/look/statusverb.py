@@ -29,6 +29,7 @@ from controller.cli.common import (
     say_if_absent,
     selected,
 )
+from controller.cli.gateway.gatewayverbs import refusal_lines
 from controller.cli.render.views import (
     FORMATS,
     drain_line,
@@ -115,6 +116,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         for note in skipped(cfg):  # a fleet: what this node leaves to the others
             print(note)
         print(_table(seen, wide=fmt == "wide") if seen.records else "No deployments.")
+    for line in refusal_lines(cfg.state_dir):  # on stderr: stdout stays a table or a list
+        print(f"warning: {line}", file=sys.stderr)
     for problem in seen.problems:
         print(f"error: {problem}", file=sys.stderr)
     # What cannot be read is not shown: exit 1 as `plan` does for an unreadable record

@@ -19,6 +19,7 @@ import socket
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -47,6 +48,7 @@ from controller.gateway.surface.routes import Front
 from controller.gateway.surface.webhook import Hooks
 from controller.gateway.ui.pages import Page
 from controller.logsetup import get_logger
+from controller.store.side import refused
 
 log = get_logger("reconcile")
 
@@ -118,33 +120,45 @@ class Gateway:
             where = f"{self.settings.host}:{self.settings.port}"
             raise ConfigError(f"--listen {where}: cannot serve: {self._failed}")
 
-    def reload(self) -> None:
-        """SIGHUP: re-read the key file and the TLS pair; a bad one keeps what is in force."""
-        if self.tls is not None and self._thread is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self._reload_tls)  # handshakes read it there
-        if self.settings.api_keys is None:
-            return
+    def reload(self) -> dict[str, str | None]:
+        """SIGHUP: re-read the key file and the TLS pair; a bad one keeps what is in force.
+        Each one's outcome (``refused``'s subjects): None when taken, else why not."""
+        outcome: dict[str, str | None] = {}
+        if self.tls is not None:
+            outcome[refused.TLS_PAIR] = self._reload_tls(self.tls)
+        if self.settings.api_keys is not None:
+            outcome[refused.API_KEYS] = self._reload_keys(self.settings.api_keys)
+        return outcome
+
+    def _reload_keys(self, path: Path) -> str | None:
         try:
-            fresh = keys_mod.load(self.settings.api_keys)
+            fresh = keys_mod.load(path)
         except keys_mod.KeyFileError as exc:
             log.error("API keys not reloaded; keeping the old ones", error=str(exc))
-            return
+            return str(exc)
         self.keys = fresh
         if self.front is not None:
             self.front.keys = fresh
         log.info("API keys reloaded", keys=len(fresh.digests))
+        return None
 
-    def _reload_tls(self) -> None:
-        assert self.tls is not None
+    def _reload_tls(self, tls: Tls) -> str | None:
+        """The pair read here (not on the loop: no handshake waits for the files), put in
+        force on the loop, where handshakes read it."""
         try:
-            self.tls.reload()
+            context = tls.fresh()
         except TlsError as exc:
             log.error("TLS certificate not reloaded; keeping the one in force", error=str(exc))
-            return
-        log.info("TLS certificate reloaded", cert=str(self.tls.cert))
-        dated = out_of_date(self.tls.cert, self.tls.key)
+            return str(exc)
+        if self._thread is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(tls.use, context)
+        else:
+            tls.use(context)
+        log.info("TLS certificate reloaded", cert=str(tls.cert))
+        dated = out_of_date(tls.cert, tls.key)
         if dated:
             log.warning("TLS certificate out of date", detail=dated)
+        return None
 
     def listener_fd(self) -> int | None:
         """The listening socket's descriptor (to hand over), None once it is closed."""

@@ -47,8 +47,9 @@ from controller import __version__
 from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry
 from controller.gateway.lifecycle.handover import ask_metrics
-from controller.gateway.settings import Settings, settings_to_json
+from controller.gateway.settings import Settings, settings_from_json, settings_to_json
 from controller.logsetup import get_logger
+from controller.store.side import refused
 from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:
@@ -131,6 +132,8 @@ class Keeper:
             log.info("gateway adopted", pid=found.ref.pid, address=found.address)
         else:
             self._watched = self._spawn(replacing=found)
+        # What it serves was read now, and it serves.
+        refused.clear(self.state_dir, refused.GATEWAY_SETTINGS, refused.GATEWAY_START)
         self._thread = threading.Thread(target=self._run, name="gateway-keeper", daemon=True)
         self._thread.start()
 
@@ -212,7 +215,10 @@ class Keeper:
                 "gateway settings not changed; the gateway serves on with its own",
                 error=str(exc),
             )
+            self._refusal(str(exc))
             return False
+        if not changed and not self._unapplied:
+            refused.clear(self.state_dir, refused.GATEWAY_SETTINGS)  # they serve as read
         if changed:
             warn_out_of_date(fresh)
             self.settings = fresh
@@ -230,6 +236,7 @@ class Keeper:
             self._retire_watch.stop()
         if self._thread is not None:
             self._thread.join(timeout=START_WAIT)
+        refused.clear(self.state_dir, refused.GATEWAY_START)  # nobody tries again now
         if self._wake is not None:
             self._wake.close()
             registry.unlink_address(self._wake_at)
@@ -322,6 +329,7 @@ class Keeper:
         successor = registry.current_live(self.state_dir)
         if successor is not None and successor.nonce != info.nonce:
             self._watched = successor
+            self._follow_settings(successor)
             log.info("gateway handed over", old_pid=info.ref.pid, pid=successor.ref.pid)
             return
         self._watched = None
@@ -341,6 +349,19 @@ class Keeper:
         log.warning("gateway exited unexpectedly; restarting it", pid=info.ref.pid, after=delay)
         self._maybe_start()
 
+    def _follow_settings(self, successor: registry.GatewayInfo) -> None:
+        """A hand-over we did not start (`reconcile gateway restart`, which read node.yaml
+        again): its settings are the ones to restart it with after a crash, not those of
+        this keeper's last look at node.yaml. One of another version is left as it is."""
+        if successor.version != __version__ or successor.fingerprint == self.fingerprint:
+            return
+        try:
+            settings = settings_from_json(successor.settings)
+        except (KeyError, TypeError, ValueError):
+            return
+        self.settings, self.fingerprint = settings, successor.fingerprint
+        self._unapplied = False
+
     def _replace(self, old: registry.GatewayInfo) -> None:
         """SIGHUP changed the settings: a new gateway with them takes the port over (no
         request fails, as at an upgrade); one that does not start leaves the old serving."""
@@ -353,6 +374,14 @@ class Keeper:
                 "serves on with its own (SIGHUP to try again)",
                 error=str(exc),
             )
+            self._refusal(f"the gateway with them did not start: {exc}")
+            return
+        refused.clear(self.state_dir, refused.GATEWAY_SETTINGS)
+
+    def _refusal(self, why: str) -> None:
+        """Said where `status` looks, not in the log alone (an edit is not taken for applied)."""
+        by = f"daemon pid {os.getpid()}"
+        refused.refuse(self.state_dir, refused.GATEWAY_SETTINGS, why, by)
 
     def _maybe_start(self) -> None:
         if not self._want or time.monotonic() < self._retry_at:
@@ -364,7 +393,11 @@ class Keeper:
             delay = min(BACKOFF_MAX, 2.0 ** (self._failures - 1))
             self._retry_at = time.monotonic() + delay
             log.error("gateway did not start; trying again", error=str(exc), after=delay)
+            refused.refuse(
+                self.state_dir, refused.GATEWAY_START, str(exc), f"daemon pid {os.getpid()}"
+            )
             return
+        refused.clear(self.state_dir, refused.GATEWAY_START)
         self._request_pass()  # its first records come with a pass it is told of
 
     def _reap(self) -> None:

@@ -46,6 +46,7 @@ from controller.gateway.settings import Settings, settings_from_json, settings_t
 from controller.host.procs import identity
 from controller.logsetup import get_logger
 from controller.store.documents import write_atomic
+from controller.store.side import refused
 from controller.store.statedir import StateDir
 from controller.store.watch import FolderWatch, visible
 
@@ -135,6 +136,9 @@ class GatewayProcess:
         self.control.start()
         registry.make_current(self.state_dir, info)
         self._predecessors = before  # their final counters, once they drained: _inherit
+        # Its key file and TLS pair were read at its start: a refusal of an earlier
+        # gateway's reload no longer holds.
+        refused.clear(self.state_dir, refused.API_KEYS, refused.TLS_PAIR)
         self.gateway.spawn(self.poll())
         if taken is not None:
             taken.release()
@@ -385,12 +389,21 @@ class GatewayProcess:
 
     # -- the main thread ---------------------------------------------------------------
 
+    def _note(self, outcome: dict[str, str | None]) -> None:
+        """A reload's refusals where `status` looks, and what it took cleared."""
+        by = f"gateway pid {os.getpid()}"
+        for subject, why in outcome.items():
+            if why is None:
+                refused.clear(self.state_dir, subject)
+            else:
+                refused.refuse(self.state_dir, subject, why, by, gateway=self.nonce)
+
     def serve_until_stopped(self) -> None:
         """Signals are blocked in every thread (``main`` did it first): wait for them here."""
         while True:
             sig = signal.sigwait({*STOP_SIGNALS, signal.SIGHUP})
             if sig == signal.SIGHUP:
-                self.gateway.reload()
+                self._note(self.gateway.reload())
                 continue
             break
         # Handed over, it finishes what it holds, however long (DESIGN: an upgrade cuts
@@ -410,6 +423,7 @@ class GatewayProcess:
         self.gateway.end_stop()
         self._hand_down()  # after the last request: its count is in
         registry.unregister(self.state_dir, self.nonce)
+        refused.clear(self.state_dir, refused.API_KEYS, refused.TLS_PAIR, gateway=self.nonce)
         self._wake.close()
         log.info("gateway stopped", pid=os.getpid())
 

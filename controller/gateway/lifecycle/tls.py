@@ -148,12 +148,16 @@ class Tls:
         self.client_ca = client_ca
         self.context = server_context(cert, key, client_ca)
 
-    def reload(self) -> None:
-        """The pair (and client CA) on disk now, for the handshakes from now on;
-        TlsError (and what is in force kept) when it cannot serve. Call on the loop's
-        thread: handshakes read the context there. The client CA file is read afresh
-        too: a CA removed from it is no longer trusted."""
-        self.context = server_context(self.cert, self.key, self.client_ca)
+    def fresh(self) -> ssl.SSLContext:
+        """A context of the pair (and client CA) on disk now; TlsError (and what is in
+        force kept) when it cannot serve. The client CA file is read afresh too: a CA
+        removed from it is no longer trusted."""
+        return server_context(self.cert, self.key, self.client_ca)
+
+    def use(self, context: ssl.SSLContext) -> None:
+        """``context`` for the handshakes from now on. Call on the loop's thread:
+        handshakes read the context there."""
+        self.context = context
 
 
 def plain_warning(host: str, port: int, loopback: bool, tls: bool) -> str | None:
