@@ -45,7 +45,7 @@ from controller.core.plan import EMPTIED, Desired, plan, rekeyed, waits_turn
 from controller.core.pulls import PullView
 from controller.core.state import Observed, Phase, ProcessRef, Record
 from controller.errors import ConfigError
-from controller.host import gpuhealth
+from controller.host import bootclock, gpuhealth
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity, live_identity
 from controller.logsetup import get_logger
@@ -512,7 +512,10 @@ class Reconciler(Preview):
     def _auto_rollback(self, result: PassResult, invalid: bool) -> None:
         """``invalid``: the commit's manifests cannot all be applied (note_invalid)."""
         assert self.git is not None
-        rolled = self.git.note_outcome(result.rollout_phases(), result.specs, invalid=invalid)
+        drain = read_drain(self.config.state_dir)
+        drained = drain is not None and drain.active(datetime.now(UTC), bootclock.read())
+        phases = result.rollout_phases()
+        rolled = self.git.note_outcome(phases, result.specs, invalid=invalid, drained=drained)
         if rolled is None:
             return
         log.warning("git auto-rollback", detail=rolled)
