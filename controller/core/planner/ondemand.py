@@ -5,7 +5,6 @@ idle engines of no higher priority are swapped out, least recently used first.
 from __future__ import annotations
 
 from controller.core.actions import AnyAction, Hold, Park
-from controller.core.devices.inventory import Inventory
 from controller.core.elapsed import later
 from controller.core.manifest.specs import Entry
 from controller.core.planner.context import Context
@@ -51,10 +50,7 @@ def swap(ctx: Context, ledger: PlanLedger, entry: Entry) -> list[AnyAction]:
     """
     if ctx.drain is not None:
         return []
-    room = ledger.room(entry.deployment.spec)
-    if isinstance(room, str):
-        return []
-    victims = _victims(ctx, ledger, entry, room)
+    victims = _victims(ctx, ledger, entry)
     if not victims:
         return []
     reason = f"swapped out for {entry.name} (idle OnDemand, least recently used)"
@@ -65,12 +61,14 @@ def swap(ctx: Context, ledger: PlanLedger, entry: Entry) -> list[AnyAction]:
     return [*parks, Hold(name=entry.name, reason=why, entry=entry)]
 
 
-def _victims(ctx: Context, ledger: PlanLedger, entry: Entry, room: Inventory) -> list[str]:
-    """The shortest LRU-first run of idle engines whose parking lets ``entry`` fit."""
+def _victims(ctx: Context, ledger: PlanLedger, entry: Entry) -> list[str]:
+    """The shortest LRU-first run of idle engines whose parking lets ``entry`` fit (its
+    devices, its port, and the node's maxInstances, which a parked engine counts no more
+    against)."""
     spec = entry.deployment.spec
     candidates = sorted(_swappable(ctx, entry), key=lambda name: -_idle_for(ctx, name))
     for n in range(1, len(candidates) + 1):
-        if ledger.places_without(spec, room, candidates[:n]):
+        if ledger.places_without(spec, candidates[:n]):
             return candidates[:n]
     return []
 
