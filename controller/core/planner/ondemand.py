@@ -42,23 +42,27 @@ def idle_reason(entry: Entry, rec: Record, act: Activation | None = None) -> str
     return f"idle: no request for {entry.deployment.spec.idle_timeout:g}s (idleTimeout)"
 
 
-def swap(ctx: Context, ledger: PlanLedger, entry: Entry) -> list[AnyAction]:
-    """Park idle OnDemand engines of no higher priority, LRU first, to make room.
+def swap(ctx: Context, ledger: PlanLedger, entry: Entry, record: str) -> list[AnyAction]:
+    """Park idle OnDemand engines of no higher priority, LRU first, to make room for
+    ``record`` (an instance of ``entry``: its replica, for a scale-up).
 
-    Empty when no such set makes room; else the Parks and a Hold that the next
-    round (the room freed) turns into the Start.
+    An idle engine is a cache the gateway refills on the next request, so any start
+    that finds no room may take its place: an OnDemand start, a new deployment, a
+    replica the manifest or the autoscaler asks for (a scale-up under load once waited
+    for the idle engine's idleTimeout). Empty when no such set makes room; else the
+    Parks and a Hold that the next round (the room freed) turns into the Start.
     """
     if ctx.drain is not None:
         return []
     victims = _victims(ctx, ledger, entry)
     if not victims:
         return []
-    reason = f"swapped out for {entry.name} (idle OnDemand, least recently used)"
+    reason = f"swapped out for {record} (idle OnDemand, least recently used)"
     parks: list[AnyAction] = [
         Park(name=v, reason=reason, entry=ctx.desired.entries[v]) for v in victims
     ]
     why = f"making room: stopping idle {', '.join(victims)}"
-    return [*parks, Hold(name=entry.name, reason=why, entry=entry)]
+    return [*parks, Hold(name=record, reason=why, entry=entry)]
 
 
 def _victims(ctx: Context, ledger: PlanLedger, entry: Entry) -> list[str]:
