@@ -126,7 +126,10 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
     ),
     "devices": ("0   shown", "1   a record cannot be read: who holds what is not whole"),
     "logs": ("0   printed (or followed to the end)", "1   no log: never started?"),
-    "validate": ("0   every manifest is valid", "1   one or more invalid"),
+    "validate": (
+        "0   every manifest is valid",
+        "1   one or more invalid, a folder missing, or no manifest at all (--allow-empty)",
+    ),
     "events": ("0   printed (or followed until interrupted)", "1   no such deployment here"),
     "down": (
         "0   stopped",

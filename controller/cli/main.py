@@ -244,6 +244,12 @@ def build_parser() -> Parser:
     return parser
 
 
+def _allow_empty(p: Parser, help_text: str) -> None:
+    """``--allow-empty`` after the verb as before it: the verb's own default would
+    overwrite ``reconcile --allow-empty plan``'s True (argparse keeps the last default)."""
+    p.add_argument("--allow-empty", action="store_true", default=argparse.SUPPRESS, help=help_text)
+
+
 def _verb_maker(sub: Any, common: Parser) -> VerbMaker:
     def verb(name: str, help_text: str, parents: list[Parser] | None = None) -> Parser:
         p: Parser = sub.add_parser(
@@ -327,7 +333,7 @@ def _git_flags(parser: Parser) -> None:
 def _view_verbs(verb: VerbMaker) -> None:
     """Verbs that look: plan, status/get, describe, logs, events, validate, schema."""
     p = verb("plan", "show what a pass would do (exit 2: changes)")
-    p.add_argument("--allow-empty", action="store_true")
+    _allow_empty(p, "let a missing or empty manifests folder prune everything")
     _selector(p)
     for name in ("status", "get"):
         p = verb(name, "deployments and their phases")
@@ -368,7 +374,8 @@ def _view_verbs(verb: VerbMaker) -> None:
     p = verb("events", "the event journal, newest last")
     p.add_argument("name", nargs="?", help="one deployment's events (default: all)")
     p.add_argument("-w", "--watch", action="store_true", help="keep printing new events")
-    verb("validate", "check manifests (exit 1 if any invalid)")
+    p = verb("validate", "check manifests (exit 1 if any invalid, or none found)")
+    _allow_empty(p, "no manifest at all is valid")
     verb("source", "the git source followed: its commits and state (-o json)")
     verb("history", "the commits this node applied, newest last (-o json)")
     p = verb("rollback", "apply an older commit and pin the node there (--resume: follow again)")

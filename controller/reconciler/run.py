@@ -45,7 +45,7 @@ from controller.core.plan import EMPTIED, Desired, plan, rekeyed, waits_turn
 from controller.core.pulls import PullView
 from controller.core.state import Observed, Phase, ProcessRef, Record
 from controller.errors import ConfigError
-from controller.host import gpuhealth
+from controller.host import bootclock, gpuhealth
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity, live_identity
 from controller.logsetup import get_logger
@@ -70,6 +70,7 @@ from controller.store.side.observed import Seen
 from controller.store.side.observed import note as note_seen
 from controller.store.sources import gitrev, security
 from controller.store.sources.manifests import LoadResult, ManifestError, load
+from controller.store.sources.nearmiss import NOTHING_PRUNED
 from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:  # loaded where used: a pass with no git source, hooks or envFrom skips them
@@ -92,7 +93,7 @@ class PassResult:
     prune_blocked: str | None = None
     missing_folders: list[str] = field(default_factory=list)
     folder_problems: list[str] = field(default_factory=list)  # each missing folder, in words
-    near_miss: str = ""  # no manifest found: what looks meant as one (LoadResult.near_miss)
+    no_manifest: str = ""  # no manifest found: where, and what is there (LoadResult's)
     probes: dict[str, str] = field(default_factory=dict)  # name -> last probe answer
     outcomes: dict[tuple[str, str], int] = field(default_factory=dict)  # (action, outcome) -> n
     pulls: dict[str, PullView] = field(default_factory=dict)  # the last round's model pulls
@@ -147,7 +148,7 @@ class PassResult:
             running = f"still running {rev[:12]}" if rev else "nothing applied yet"
             out.append(f"git: {self.git.error} ({running}; nothing pruned)")
         if self.prune_blocked and not self.missing_folders and not self.unfetched:
-            out.append(f"the manifests folder holds no manifest{self.near_miss}: nothing pruned")
+            out.append(f"{self.no_manifest or 'no manifest'}: {NOTHING_PRUNED}")
         out += [crash_text(r) for r in self.ours() if r.crash_looping]
         out += [f"{name}: {why}" for name, why in sorted(self.held.items())]
         out += self.held_changes()
@@ -530,7 +531,10 @@ class Reconciler(Preview):
     def _auto_rollback(self, result: PassResult, invalid: bool) -> None:
         """``invalid``: the commit's manifests cannot all be applied (note_invalid)."""
         assert self.git is not None
-        rolled = self.git.note_outcome(result.rollout_phases(), result.specs, invalid=invalid)
+        drain = read_drain(self.config.state_dir)
+        drained = drain is not None and drain.active(datetime.now(UTC), bootclock.read())
+        phases = result.rollout_phases()
+        rolled = self.git.note_outcome(phases, result.specs, invalid=invalid, drained=drained)
         if rolled is None:
             return
         log.warning("git auto-rollback", detail=rolled)
@@ -585,7 +589,7 @@ class Reconciler(Preview):
         result.prune_blocked = _prune_blocked(loaded, self._may_empty(loaded))
         result.missing_folders = list(loaded.missing_folders)
         result.folder_problems = loaded.folder_problems()
-        result.near_miss = loaded.near_miss
+        result.no_manifest = loaded.no_manifest
         self._rekey(desired)
         settled: Observed | None = None  # the last round's view, when it changed nothing
         for _ in range(MAX_ROUNDS):
@@ -901,9 +905,8 @@ def _seen(result: PassResult, node: str, at: datetime) -> Seen:
     folders held no manifest (its deployments run on, unpruned: invariant 5)."""
     blocked = None
     if result.prune_blocked:
-        why = "; ".join(result.folder_problems)
-        why = why or "manifest folder is empty"
-        blocked = f"{why}: nothing pruned; `--allow-empty` to prune"
+        why = "; ".join(result.folder_problems) or result.no_manifest or "no manifest"
+        blocked = f"{why}: {NOTHING_PRUNED}"
     skipped = skip_note(result.skipped)
     return Seen(node=node, owner=result.owner, at=at, prune_blocked=blocked, skipped=skipped)
 
@@ -944,7 +947,7 @@ def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:
         return None
     if loaded.missing_folders:
         return "; ".join(loaded.folder_problems())
-    return "no manifests found"
+    return loaded.no_manifest or "no manifest found"
 
 
 def _rekeyed(desired: Desired, observed: Observed) -> Observed:

@@ -39,7 +39,7 @@ from controller.core.actions import (
     Update,
 )
 from controller.core.devices.inventory import Device, GpuMemory, Inventory, parse_static
-from controller.core.devices.placement import Ledger, place_devices
+from controller.core.devices.placement import Ledger, Unplaced, place_devices
 from controller.core.devices.victims import Victim, choose_victims
 from controller.core.engines.share import fraction, share_args
 from controller.core.manifest.quantity import format_bytes, parse_quantity
@@ -521,7 +521,8 @@ def test_choose_victims_never_takes_equal_or_higher() -> None:
     ledger.take("same", ("nvidia:0",), (), False, 40 * GI)
     ledger.take("lower", ("nvidia:0",), (), False, 40 * GI)
     cands = [Victim("same", 1), Victim("lower", 0)]
-    assert choose_victims(spec, ONE_80, ledger, cands) is None
+    fits = lambda gone: not isinstance(place_devices(spec, ONE_80, ledger.without(gone)), Unplaced)  # noqa: E731
+    assert choose_victims(spec.priority, cands, fits) is None
     assert place_devices(spec, ONE_80, ledger) != ("nvidia:0",)
 
 

@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 from strategies import deployment, spec_body
 
+from controller.core.manifest.engineenv import RECONCILE_SETS
 from controller.core.manifest.specerrors import problems
 from controller.core.manifest.specs import (
     Autoscale,
@@ -459,3 +460,18 @@ def test_a_placeholder_in_env_is_a_validation_error() -> None:
     said = error_of(doc(env={"URL": "http://localhost:{port}/v1"}))
     assert "env URL: {port} is not expanded in env" in said, said
     assert Deployment.model_validate(doc(env={"JSON": '{"a": 1}'})).spec.env == {"JSON": '{"a": 1}'}
+
+
+@pytest.mark.parametrize("name", sorted(RECONCILE_SETS))
+def test_spec_env_may_not_set_what_reconcile_sets(name: str) -> None:
+    """`env: {PORT: "9000"}` was replaced by the reserved port without a word: the key is
+    refused at its own path, saying where reconcile's value comes from."""
+    said = error_of(doc(env={"HF_HOME": "/data/hf", name: "9000"}))
+    assert said.startswith(f"spec.env.{name}: reconcile sets {name} "), said
+    assert "HF_HOME" not in said, said  # the user's own variables are theirs
+
+
+def test_the_refused_variables_say_what_to_write_instead() -> None:
+    assert "spec.port" in error_of(doc(env={"PORT": "1"}))
+    assert "spec.devices" in error_of(doc(env={"CUDA_VISIBLE_DEVICES": "1"}))
+    assert "spec.devices" in error_of(doc(env={"HIP_VISIBLE_DEVICES": "1"}))

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import pytest
 
+from controller.backends.local.runtime import MARKER, OWNER_MARKER, STATE_MARKER
+from controller.core.devices.inventory import Device
 from controller.core.engines import RecipeError, recipe_for
+from controller.core.manifest.engineenv import RECONCILE_SETS
+from controller.core.manifest.specs import Deployment, Entry
+from controller.core.render import render
 from tests.conftest import Reconcile, dump_yaml
 from tests.engines.test_recipes import GGUF, ctx
 
@@ -68,3 +73,24 @@ def test_a_flag_that_only_begins_like_an_owned_one_passes() -> None:
     """`--port-range`-like flags and llama.cpp's `--model-url` are not `--port`/`--model`."""
     launch = recipe_for("llama-cpp").launch(ctx(model=GGUF, args=("--model-url", "u")))
     assert launch.argv[-2:] == ("--model-url", "u")
+
+
+@pytest.mark.parametrize(
+    "devices",
+    [
+        (),
+        (Device(kind="nvidia", id="0"), Device(kind="nvidia", id="1")),
+        (Device(kind="amd", id="0"),),
+    ],
+    ids=["none", "nvidia", "amd"],
+)
+def test_every_variable_reconcile_sets_is_refused_in_spec_env(devices: tuple[Device, ...]) -> None:
+    """What the render and the backends' marker set over spec.env is exactly what
+    validation refuses there (engineenv.RECONCILE_SETS): a variable added to the engine's
+    environment later cannot be silently replaced again."""
+    spec = {"engine": "command", "command": ["true"], "env": {"HF_HOME": "/data/hf"}}
+    entry = Entry(Deployment.model_validate(manifest("web", **spec)), "", 0, "")
+    rendered = render(entry, devices=devices, port=8000)
+    ours = set(rendered.env) - {"HF_HOME"}
+    assert ours and ours <= set(RECONCILE_SETS), ours - set(RECONCILE_SETS)
+    assert {MARKER, STATE_MARKER, OWNER_MARKER} <= set(RECONCILE_SETS)

@@ -75,7 +75,7 @@ def test_a_replicated_deployment_shows_its_worst_phase_and_every_restart(
     g.finish()
 
 
-EMPTY = "manifest folder is empty: nothing pruned; `--allow-empty` to prune"
+EMPTY = "no manifest in {} (it is empty): nothing pruned (--allow-empty to prune)"
 
 
 def test_an_emptied_folder_is_said_on_the_page_and_in_describe(
@@ -94,13 +94,14 @@ def test_an_emptied_folder_is_said_on_the_page_and_in_describe(
         lambda: (w := _state(g, token)["web"])["conditions"] and w,
         what="the page says the folder is empty",
     )
-    assert web["conditions"] == [EMPTY] and web["phase"] == "Ready", web
+    empty = EMPTY.format(reconcile.manifests)
+    assert web["conditions"] == [empty] and web["phase"] == "Ready", web
     cli = reconcile("status", "web", "-o", "json", check=0).json()[0]
-    assert web["observed_at"] is not None and cli["conditions"] == [EMPTY], (web, cli)
+    assert web["observed_at"] is not None and cli["conditions"] == [empty], (web, cli)
     said = reconcile("describe", "web", check=0).out
-    assert f"Conditions:   {EMPTY}" in said, said
+    assert f"Conditions:   {empty}" in said, said
     (doc,) = reconcile("describe", "web", "-o", "json", check=0).json()
-    assert doc["conditions"] == [EMPTY] and doc["observed_at"], doc
+    assert doc["conditions"] == [empty] and doc["observed_at"], doc
     g.finish()
 
 

@@ -16,10 +16,10 @@ GOOD, BAD = "a" * 40, "b" * 40
 LONG_AGO = "2026-01-01T00:00:00+00:00"  # past any progressDeadline
 
 
-def _source(state: Path) -> gitsource.GitSource:
+def _source(state: Path, deadline: float = 1.0) -> gitsource.GitSource:
     s = gitsource.settings(
         url="file:///nowhere.git", branch="main", tag=None, path=None, interval=None,
-        progress_deadline=1.0,
+        progress_deadline=deadline,
     )  # fmt: skip
     source = gitsource.GitSource(state, s, always_fetch=False)
     (state / "git").mkdir(parents=True, exist_ok=True)
@@ -96,6 +96,31 @@ def test_an_engine_on_its_old_spec_proves_no_commit_good(tmp_path: Path) -> None
     said = source.note_outcome(result.rollout_phases(), result.specs)
     assert said is not None and GOOD[:12] in said, said
     assert gitsource.read_history(tmp_path)[-1]["outcome"] == "Progressing"
+
+
+def test_a_drain_pauses_the_progress_deadline_and_it_counts_again_from_its_end(
+    tmp_path: Path,
+) -> None:
+    """A commit applied on a node then drained past its progressDeadline was rolled back:
+    its change waited for the drain (nothing new starts), so a good commit was left. As
+    Kubernetes' paused Deployment: no deadline while drained, the whole of it again from
+    the drain's end."""
+    source = _source(tmp_path, deadline=3600)
+    _history(tmp_path)  # the bad commit applied long ago: past the deadline but for the drain
+    phases, specs = [("web", "Progressing"), ("batch", "Ready")], {"web": "h1-new", "batch": "h2"}
+    for _ in range(2):  # every pass while drained
+        assert source.note_outcome(phases, specs, drained=True) is None
+        status = gitsource.read_status(tmp_path)
+        assert status is not None and status.pinned is None, status
+    paused = gitsource.read_history(tmp_path)[-1]
+    assert "paused_at" in paused and "resumed_at" not in paused, paused
+    assert source.note_outcome(phases, specs) is None  # uncordoned: a whole deadline again
+    entries = gitsource.read_history(tmp_path)
+    assert "paused_at" not in entries[-1] and entries[-1]["resumed_at"] > LONG_AGO, entries
+    entries[-1]["resumed_at"] = LONG_AGO  # the deadline passed since the drain ended
+    gitsource.write_history(tmp_path, entries)
+    said = source.note_outcome(phases, specs)
+    assert said is not None and GOOD[:12] in said, said
 
 
 def _status(**fields: Any) -> gitsource.SourceStatus:

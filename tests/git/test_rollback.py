@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from controller.store.lock import FileLock
+from controller.store.sources import gitsource
 from controller.store.statedir import StateDir
 from tests.git.conftest import Remote, source
 
@@ -107,6 +108,40 @@ def test_auto_rollback_to_the_last_good_commit_until_a_newer_one(
     node_only(reconcile, "--once", "--wait", "--timeout", "30s")  # a newer commit lifts it
     seen = source(reconcile)
     assert seen["pinned"] is None and seen["applied"] == newer, seen
+    node_only(reconcile, "down")
+
+
+def test_a_drain_longer_than_the_progress_deadline_rolls_back_no_good_commit(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A good commit applied on a drained node waits for uncordon (its engine serves the
+    old spec): a drain past autoRollback's progressDeadline rolled it back. The deadline
+    now waits out the drain and counts again from its end (Kubernetes' paused rollout)."""
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(
+        f"git:\n  url: {remote.url}\n  path: manifests\n  autoRollback: {{progressDeadline: 10m}}\n"
+    )
+    remote.deploy("alpha")
+    reconcile.converge("--git", remote.url)
+    reconcile("drain", "--ttl", "1h", "--reason", "maintenance", check=0)
+    newer = remote.deploy("alpha", command=reconcile.demo_command(load_seconds="0.1"))
+    held = reconcile.once("--git", remote.url, check=1)  # applied; the drain holds the change
+    assert "held: node drained" in held.err, str(held)
+    # The drain has lasted past the deadline: the commit's entry says it was applied then.
+    entries = gitsource.read_history(reconcile.state)
+    assert entries[-1]["revision"] == newer and "paused_at" in entries[-1], entries
+    entries[-1]["applied_at"] = "2026-01-01T00:00:00+00:00"
+    gitsource.write_history(reconcile.state, entries)
+    reconcile.once("--git", remote.url, check=1)
+    seen = source(reconcile)
+    assert seen["pinned"] is None and seen["applied"] == newer, seen  # not rolled back
+    reconcile("uncordon", check=0)
+    reconcile.converge("--git", remote.url)  # the change applied within a fresh deadline
+    seen = source(reconcile)
+    assert seen["pinned"] is None and seen["applied"] == newer, seen
+    history = reconcile("history", "-o", "json", check=0).json()
+    assert (history[-1]["revision"], history[-1]["outcome"]) == (newer, "Ready"), history
+    assert reconcile.record("alpha")["revision"] == newer
     node_only(reconcile, "down")
 
 

@@ -438,7 +438,7 @@ def test_5_a_missing_or_empty_folder_prunes_nothing(reconcile: Any) -> None:
     reconcile.manifests.mkdir()  # a half-done checkout: the folder, no manifests
     (reconcile.manifests / "web.yaml").write_text("")
     result = reconcile.once(check=None)
-    assert "pruning nothing" in result.err
+    assert "nothing pruned" in result.err, result.err
     assert reconcile.status()["web"]["pid"] == pid and alive(pid)
     reconcile.once("--allow-empty")
     assert reconcile.status() == {}

@@ -197,7 +197,7 @@ def test_deleting_a_record_by_hand_never_gives_two_engines(reconcile: Any) -> No
 def test_the_engine_environment(reconcile: Any) -> None:
     reconcile.devices = "nvidia:0,nvidia:1,amd:0"
     reconcile.write("gpu", devices={"count": 1, "kind": "nvidia", "candidates": ["1"]})
-    reconcile.write("none", env={"CUDA_VISIBLE_DEVICES": "0", "HOME": "/nowhere"})
+    reconcile.write("none", env={"HOME": "/nowhere"})
     reconcile.write("rocm", devices={"count": 1, "kind": "amd"})
     reconcile.converge()
     status = reconcile.status()
@@ -209,12 +209,35 @@ def test_the_engine_environment(reconcile: Any) -> None:
         assert env["RECONCILE_NAME"] == name
         assert env["RECONCILE_INSTANCE"] == f"{reconcile.node}/{name}/{record['nonce']}"
     assert envs["gpu"]["CUDA_VISIBLE_DEVICES"] == "1"
-    assert envs["none"]["CUDA_VISIBLE_DEVICES"] == ""  # the spec cannot undo the fence
+    assert envs["none"]["CUDA_VISIBLE_DEVICES"] == ""  # no device: every GPU hidden
     assert envs["none"]["HOME"] == "/nowhere"  # other spec env passes through
     assert envs["rocm"]["HIP_VISIBLE_DEVICES"] == envs["rocm"]["ROCR_VISIBLE_DEVICES"] == "0"
     assert "CUDA_VISIBLE_DEVICES" not in envs["rocm"]
     for name in ("gpu", "none"):  # an nvidia or device-less engine sees no AMD variables
         assert not {"HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"} & set(envs[name]), name
+    reconcile.down()
+
+
+def test_spec_env_setting_what_reconcile_sets_is_refused_everywhere(reconcile: Any) -> None:
+    """`env: {PORT: ...}` or `CUDA_VISIBLE_DEVICES` was silently replaced: now validate
+    and --once refuse it naming the file, line and key, and a running engine whose
+    manifest gains one keeps running with its spec invalid (invariant 4) in status and
+    describe."""
+    reconcile.write("web")
+    reconcile.converge()
+    pid = reconcile.status()["web"]["pid"]
+    path = reconcile.write("web", env={"HF_HOME": "/x", "PORT": "9000"})
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "PORT:" in text)
+    where = f"{path}:{line}: spec.env.PORT: reconcile sets PORT to the port it reserved"
+    assert where in reconcile("validate", check=1).err
+    once = reconcile.once(check=1)
+    assert where in once.err, str(once)
+    item = reconcile.status("web", cli=True)["web"]
+    assert item["pid"] == pid and alive(pid), item  # the engine it ran keeps running
+    assert item["spec_valid"] is False and "spec.env.PORT" in item["message"], item
+    assert "spec.env.PORT: reconcile sets PORT" in reconcile("describe", "web", check=0).out
+    reconcile.write("web", env={"CUDA_VISIBLE_DEVICES": "0"})
+    assert "spec.env.CUDA_VISIBLE_DEVICES: reconcile sets" in reconcile.once(check=1).err
     reconcile.down()
 
 

@@ -128,4 +128,6 @@ def test_prune_removes_nothing_without_a_sound_manifest_folder(
         reconcile.write_text("bad.yaml", "apiVersion: reconcile/v1\nkind: [")
     result = reconcile("models", "prune", check=1)
     assert "nothing removed" in result.err
+    if folder == "empty":  # in the words validate, plan and --once use
+        assert f"nothing removed: no manifest in {reconcile.manifests} (it is empty)" in result.err
     assert (cache / key(KEPT)).exists()

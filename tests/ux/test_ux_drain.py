@@ -152,6 +152,25 @@ def test_max_instances_node_wide_and_per_kind(reconcile: Any) -> None:
     rc.down()
 
 
+def test_a_higher_priority_deployment_preempts_for_the_node_limit(reconcile: Any) -> None:
+    """--max-instances is room as a device is: a higher priority kept out only by it
+    waited forever beside the lower one; it now preempts it, as a GPU shortage does."""
+    rc = reconcile
+    rc.write("low", basePort=rc.port)
+    rc.converge("--max-instances", "1")
+    low_pid = rc.status()["low"]["pid"]
+    rc.write("high", basePort=rc.port + 2, priority=10)
+    rc.once("--max-instances", "1", check=1)  # low Pending: --once says so
+    rc.wait_gone(low_pid)
+    low, high = rc.record("low"), rc.record("high")
+    assert low["phase"] == "Pending" and low["message"].startswith(
+        "preempted by high (priority 10)"
+    ), low
+    assert high["phase"] in ("Starting", "Ready"), high
+    assert any(e["action"] == "preempt" for e in rc.events("low")), rc.events("low")
+    rc.down()
+
+
 @pytest.mark.parametrize(
     ("text", "where"),
     [

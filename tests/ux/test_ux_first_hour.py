@@ -20,14 +20,14 @@ def test_wait_exits_1_like_once_when_the_folder_is_missing_or_empty(reconcile: A
     empty = rc.tmp / "empty"
     empty.mkdir()
     wait = rc("--once", "--wait", "--timeout", "30s", "-f", str(empty), check=1)
-    assert "the manifests folder holds no manifest: nothing pruned" in wait.err, wait
+    assert f"no manifest in {empty} (it is empty): nothing pruned" in wait.err, wait
 
     # the folder emptied under a Ready engine: it runs on unpruned, and the wait says so
     rc.write("web")
     rc.converge()
     (rc.manifests / "web.yaml").unlink()
     wait = rc("--once", "--wait", "--timeout", "30s", check=1)
-    assert "the manifests folder holds no manifest: nothing pruned" in wait.err, wait
+    assert f"no manifest in {rc.manifests} (it is empty): nothing pruned" in wait.err, wait
     assert rc.record("web")["phase"] == "Ready"
     rc.down()
 

@@ -33,22 +33,43 @@ def test_an_emptied_folder_fails_once_with_the_way_out(reconcile: Any) -> None:
     rc.converge()
     (rc.manifests / "web.yaml").unlink()
     once = rc.once(check=1)
-    assert "holds no manifest: nothing pruned" in once.err and "--allow-empty" in once.err
+    said = f"no manifest in {rc.manifests} (it is empty): nothing pruned (--allow-empty to prune)"
+    assert said in once.err, str(once)
     assert rc.status()["web"]["phase"] == "Ready"
     rc.once("--allow-empty", check=0)
     assert rc.status() == {}
 
 
+def test_validate_fails_on_a_folder_with_no_manifest_in_the_words_of_once(reconcile: Any) -> None:
+    """`validate` on a folder of a README exited 0 with "0 deployment(s) in 0 file(s):
+    valid": a CI job checking a mistyped or emptied folder went green. As kubectl's "no
+    objects passed to apply", it fails naming the folder and what it passed over, in the
+    words `--once` and `plan` use; `--allow-empty`, before or after the verb, accepts it."""
+    rc = reconcile
+    rc.write_text("README.md", "how to deploy\n")
+    said = f"error: no manifest in {rc.manifests} (ignored README.md: manifests are .yaml or "
+    said += ".yml files): nothing"
+    checked = rc("validate", check=1)
+    assert f"{said} to validate" in checked.err and "valid" not in checked.out, str(checked)
+    assert f"{said} pruned (--allow-empty to prune)" in rc.once(check=1).err
+    assert said.removeprefix("error: ") + " pruned" in rc("plan", check=1).out
+    for args in (["validate", "--allow-empty"], ["--allow-empty", "validate"]):
+        assert "0 deployment(s) in 0 file(s): valid" in rc(*args, check=0).out
+    for args in (["plan", "--allow-empty"], ["--allow-empty", "plan"]):
+        assert "In sync" in rc(*args, check=0).out  # `--allow-empty plan` ignored it
+
+
 def test_manifests_one_folder_down_are_named_where_none_is_found(reconcile: Any) -> None:
-    """`-f m` with the manifests in m/engines/: `validate` is green (nothing invalid) but says
-    so, and `--once` and `plan` name the subfolder instead of a bare "holds no manifest"."""
+    """`-f m` with the manifests in m/engines/: `validate`, `--once` and `plan` fail naming
+    the subfolder instead of a bare "holds no manifest"."""
     rc = reconcile
     (rc.manifests / "engines").mkdir()
     (rc.manifests / "engines" / "web.yaml").write_text(rc.dump_yaml(rc.deployment("web")))
     hint = f"({rc.manifests / 'engines'} holds 1: -f reads one folder, not its subfolders)"
-    assert f"warning: no manifest found {hint}" in rc("validate", check=0).err
-    assert f"holds no manifest {hint}: nothing pruned" in rc.once(check=1).err
-    assert f"holds no manifest {hint}: nothing pruned" in rc("plan", check=1).out
+    said = f"error: no manifest in {rc.manifests} {hint}: nothing"
+    assert f"{said} to validate" in rc("validate", check=1).err
+    assert f"{said} pruned" in rc.once(check=1).err
+    assert f"no manifest in {rc.manifests} {hint}: nothing pruned" in rc("plan", check=1).out
 
 
 def test_once_fails_while_a_deployment_crash_loops(reconcile: Any) -> None:

@@ -35,6 +35,7 @@ from controller.errors import BackendUnavailable
 from controller.redact import printable
 from controller.store.config.node import IGNORED, Config
 from controller.store.instances.records import RecordProblem, RecordStore, check_name
+from controller.store.sources.nearmiss import NOTHING_PRUNED
 
 if TYPE_CHECKING:  # the loader brings pydantic: status, describe and logs never load it
     from controller.cli.render.planview import Change
@@ -325,10 +326,7 @@ def _prune_errors(loaded: LoadResult, allow_empty: bool) -> list[str]:
     """The folder problems that make `--once` exit 1 (and prune nothing)."""
     out = loaded.folder_problems()
     if not out and not loaded.prune_safe and not allow_empty:
-        out.append(
-            f"the manifests folder holds no manifest{loaded.near_miss}: nothing pruned "
-            "(--allow-empty)"
-        )
+        out.append(f"{loaded.no_manifest or 'no manifest'}: {NOTHING_PRUNED}")
     return out
 
 

@@ -113,7 +113,7 @@ def _unsafe(loaded: LoadResult) -> str | None:
     if loaded.errors or loaded.broken_sources or loaded.invalid_names:
         return "a manifest failed to load: fix it first (`reconcile validate`)"
     if not loaded.entries:
-        return "the manifests folder holds no manifest"
+        return loaded.no_manifest or "the manifests folder holds no manifest"
     return None
 
 

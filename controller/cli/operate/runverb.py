@@ -11,6 +11,9 @@ from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config
 from controller.cli.common import reconciler as build
 from controller.redact import printable
 
+# What `validate` adds to `no manifest in DIR (…)`, where a pass says "nothing pruned".
+NOTHING_TO_VALIDATE = "nothing to validate (--allow-empty if that is meant)"
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -168,7 +171,8 @@ def report(result: object, *, quiet: bool = False) -> None:
     _print_errors(list(result.errors))
     for problem in result.problems:
         print(f"error: {problem.message}", file=sys.stderr)
-    if result.prune_blocked and not result.unfetched:  # no checkout: git's words say why
+    # A missing folder (no checkout: git's words say why); an empty one is an error below.
+    if result.prune_blocked and result.missing_folders and not result.unfetched:
         print(
             f"warning: {result.prune_blocked}: pruning nothing (use --allow-empty to prune)",
             file=sys.stderr,
@@ -195,7 +199,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"error: manifests folder {folder} does not exist", file=sys.stderr)
     if loaded.errors or loaded.missing_folders:
         return EXIT_FAIL
-    if loaded.near_miss:  # valid, but a CI job checking it checks nothing: say why
-        print(f"warning: no manifest found{loaded.near_miss}", file=sys.stderr)
+    if loaded.no_manifest and not args.allow_empty:  # kubectl: "no objects passed to apply"
+        # A CI job checking a mistyped or emptied folder checked nothing: it must not pass.
+        print(f"error: {loaded.no_manifest}: {NOTHING_TO_VALIDATE}", file=sys.stderr)
+        return EXIT_FAIL
     print(f"{len(loaded.entries)} deployment(s) in {len(loaded.files)} file(s): valid")
     return EXIT_OK

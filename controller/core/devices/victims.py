@@ -1,5 +1,6 @@
 """Pure choice of whom to preempt: the fewest, lowest-priority deployments whose leaving
-lets a higher-priority one fit (DESIGN: Memory and priority). No clock, no I/O.
+lets a higher-priority one fit (DESIGN: Memory and priority), its devices and the node's
+maxInstances limits alike (``fits``: the planning ledger's question). No clock, no I/O.
 
 Only strictly lower priorities are ever candidates, so two deployments of equal
 priority never preempt each other, and one that was preempted cannot preempt back
@@ -8,13 +9,9 @@ the deployment that displaced it (that one's priority is higher): no flapping.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-
-from controller.core.devices.inventory import Inventory
-from controller.core.devices.placement import Ledger, Unplaced, place_devices
-from controller.core.manifest.specs import DeploymentSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,35 +32,31 @@ def cheapest_first(candidate: Victim) -> tuple[int, bool, float, str]:
 
 
 def choose_victims(
-    spec: DeploymentSpec,
-    inventory: Inventory,
-    ledger: Ledger,
+    priority: int,
     candidates: Sequence[Victim],
+    fits: Callable[[Sequence[str]], bool],
 ) -> tuple[str, ...] | None:
-    """Names to stop so ``spec`` gets its devices, or None when stopping them cannot help.
+    """Names to stop so a deployment of ``priority`` fits (``fits(gone)``), or None when
+    stopping them cannot help.
 
     One victim when one suffices (the cheapest such); otherwise the cheapest prefix
     that makes room, then every victim that is not needed after all is spared, the
     most expensive first: the set is minimal and as low as the order allows.
     """
-    eligible = sorted((c for c in candidates if c.priority < spec.priority), key=cheapest_first)
+    eligible = sorted((c for c in candidates if c.priority < priority), key=cheapest_first)
     names = [c.name for c in eligible]
     for name in names:
-        if _fits(spec, inventory, ledger, (name,)):
+        if fits((name,)):
             return (name,)
     chosen: list[str] = []
     for name in names:
         chosen.append(name)
-        if _fits(spec, inventory, ledger, chosen):
+        if fits(chosen):
             break
     else:
         return None
     for name in reversed(chosen):
         rest = [n for n in chosen if n != name]
-        if _fits(spec, inventory, ledger, rest):
+        if fits(rest):
             chosen = rest
     return tuple(chosen)
-
-
-def _fits(spec: DeploymentSpec, inventory: Inventory, ledger: Ledger, gone: Sequence[str]) -> bool:
-    return not isinstance(place_devices(spec, inventory, ledger.without(gone)), Unplaced)

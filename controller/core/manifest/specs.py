@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 
 from controller.core.digest import sha256_hex
 from controller.core.manifest import hints
+from controller.core.manifest.engineenv import not_reconciles
 from controller.core.manifest.excerpt import did_you_mean, short
 from controller.core.manifest.labels import Labels
 
@@ -199,6 +200,8 @@ Arg = Annotated[str, BeforeValidator(_scalar_to_str, json_schema_input_type=str 
 # a mistyped one reaches the engine as written and it dies of it (`invalid int: '{prot}'`).
 Template = Annotated[Arg, AfterValidator(_known_placeholders)]
 Port = Annotated[int, Field(ge=1, le=65535), NOT_BOOL]
+# A spec.env key: checked one by one, so an error names the key's own line (spec.env.PORT).
+EnvKey = Annotated[str, AfterValidator(not_reconciles)]
 Seconds = Annotated[
     float,
     Field(gt=0, le=30 * 86400),
@@ -588,8 +591,11 @@ class DeploymentSpec(Model):
     args: tuple[Template, ...] = Field(
         default=(), description="Appended to the recipe's argv (placeholders allowed)."
     )
-    env: Annotated[dict[str, Arg], AfterValidator(_env_names)] = Field(
-        default_factory=dict, description="Extra environment variables for the engine."
+    env: Annotated[dict[EnvKey, Arg], AfterValidator(_env_names)] = Field(
+        default_factory=dict,
+        description="Extra environment variables for the engine; not those reconcile sets "
+        "from the placement (PORT, RECONCILE_NAME, RECONCILE_INSTANCE, CUDA_VISIBLE_DEVICES "
+        "and the other device visibility variables).",
     )
     env_from: tuple[EnvFrom, ...] = Field(
         default=(),

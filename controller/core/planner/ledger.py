@@ -157,19 +157,28 @@ class PlanLedger:
             limits=self._ctx.limits,
         )
 
-    def places_without(self, spec: DeploymentSpec, room: Inventory, gone: Iterable[str]) -> bool:
-        """``spec`` (devices and ports) fits in ``room`` once ``gone`` let go."""
+    def places_without(self, spec: DeploymentSpec, gone: Iterable[str]) -> bool:
+        """``spec`` (devices and ports) fits once ``gone`` let go, within the node's limits."""
+        trial = self._without(gone)
+        room = trial.room(spec)
         extra = self._ctx.extra_ports.get(spec.engine, 0)
-        return isinstance(place(spec, room, self._held.without(gone), extra), Placed)
+        return not isinstance(room, str) and isinstance(
+            place(spec, room, trial._held, extra), Placed
+        )
 
-    def devices_free_without(self, spec: DeploymentSpec, gone: frozenset[str]) -> bool:
-        """``spec``'s devices are free once ``gone`` let go (this round's teardowns)."""
-        held = self._held.without(gone) if gone else self._held
-        return not isinstance(place_devices(spec, self._ctx.inventory, held), Unplaced)
+    def fits_without(self, spec: DeploymentSpec, gone: Iterable[str]) -> bool:
+        """``spec``'s devices are free once ``gone`` let go, within the node's limits
+        (maxInstances counts as devices do: Kubernetes preempts for a node's pod count
+        too). Ports are not asked: stopping an engine is no way to free a port for another."""
+        trial = self._without(gone)
+        room = trial.room(spec)
+        return not isinstance(room, str) and not isinstance(
+            place_devices(spec, room, trial._held), Unplaced
+        )
 
     def victims(self, spec: DeploymentSpec, candidates: Sequence[Victim]) -> tuple[str, ...] | None:
-        """The fewest, cheapest ``candidates`` whose leaving gives ``spec`` its devices."""
-        return choose_victims(spec, self._ctx.inventory, self._held, candidates)
+        """The fewest, cheapest ``candidates`` whose leaving lets ``spec`` fit."""
+        return choose_victims(spec.priority, candidates, lambda gone: self.fits_without(spec, gone))
 
     def _without(self, names: Iterable[str]) -> PlanLedger:
         gone = set(names)

@@ -5,7 +5,6 @@ idle engines of no higher priority are swapped out, least recently used first.
 from __future__ import annotations
 
 from controller.core.actions import AnyAction, Hold, Park
-from controller.core.devices.inventory import Inventory
 from controller.core.elapsed import later
 from controller.core.manifest.specs import Entry
 from controller.core.planner.context import Context
@@ -43,34 +42,37 @@ def idle_reason(entry: Entry, rec: Record, act: Activation | None = None) -> str
     return f"idle: no request for {entry.deployment.spec.idle_timeout:g}s (idleTimeout)"
 
 
-def swap(ctx: Context, ledger: PlanLedger, entry: Entry) -> list[AnyAction]:
-    """Park idle OnDemand engines of no higher priority, LRU first, to make room.
+def swap(ctx: Context, ledger: PlanLedger, entry: Entry, record: str) -> list[AnyAction]:
+    """Park idle OnDemand engines of no higher priority, LRU first, to make room for
+    ``record`` (an instance of ``entry``: its replica, for a scale-up).
 
-    Empty when no such set makes room; else the Parks and a Hold that the next
-    round (the room freed) turns into the Start.
+    An idle engine is a cache the gateway refills on the next request, so any start
+    that finds no room may take its place: an OnDemand start, a new deployment, a
+    replica the manifest or the autoscaler asks for (a scale-up under load once waited
+    for the idle engine's idleTimeout). Empty when no such set makes room; else the
+    Parks and a Hold that the next round (the room freed) turns into the Start.
     """
     if ctx.drain is not None:
         return []
-    room = ledger.room(entry.deployment.spec)
-    if isinstance(room, str):
-        return []
-    victims = _victims(ctx, ledger, entry, room)
+    victims = _victims(ctx, ledger, entry)
     if not victims:
         return []
-    reason = f"swapped out for {entry.name} (idle OnDemand, least recently used)"
+    reason = f"swapped out for {record} (idle OnDemand, least recently used)"
     parks: list[AnyAction] = [
         Park(name=v, reason=reason, entry=ctx.desired.entries[v]) for v in victims
     ]
     why = f"making room: stopping idle {', '.join(victims)}"
-    return [*parks, Hold(name=entry.name, reason=why, entry=entry)]
+    return [*parks, Hold(name=record, reason=why, entry=entry)]
 
 
-def _victims(ctx: Context, ledger: PlanLedger, entry: Entry, room: Inventory) -> list[str]:
-    """The shortest LRU-first run of idle engines whose parking lets ``entry`` fit."""
+def _victims(ctx: Context, ledger: PlanLedger, entry: Entry) -> list[str]:
+    """The shortest LRU-first run of idle engines whose parking lets ``entry`` fit (its
+    devices, its port, and the node's maxInstances, which a parked engine counts no more
+    against)."""
     spec = entry.deployment.spec
     candidates = sorted(_swappable(ctx, entry), key=lambda name: -_idle_for(ctx, name))
     for n in range(1, len(candidates) + 1):
-        if ledger.places_without(spec, room, candidates[:n]):
+        if ledger.places_without(spec, candidates[:n]):
             return candidates[:n]
     return []
 

@@ -53,7 +53,10 @@ def _place(
     start = ledger.start(entry, want.why, record=want.record, in_turn=True)
     if not isinstance(start, Hold) or start.name in ledger.waiting_turn:
         return [start]  # a start that waits its turn on a device preempts nobody
-    if entry.deployment.spec.activation == "OnDemand" and (swapped := swap(ctx, ledger, entry)):
+    # Idle OnDemand engines are parked for any start, as the README says (a new deployment,
+    # a replica `replicas` or the autoscaler asks for, an OnDemand start): before a
+    # preemption, which stops an engine at work.
+    if swapped := swap(ctx, ledger, entry, want.record):
         return swapped
     # Only now, for a deployment that waits: a big plan with room stays linear.
     priority = entry.deployment.spec.priority

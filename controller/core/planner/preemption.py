@@ -72,12 +72,12 @@ def preempt(
     """
     entry = hold.entry
     spec = entry.deployment.spec
-    if spec.devices.count == 0 or ctx.drain is not None:
+    if ctx.drain is not None:
         return [waiting(ctx, hold)]
     if not lower:
         return [waiting(ctx, _across_sets(ctx, ledger, hold, lower, others))]
-    if ledger.devices_free_without(spec, leaving):
-        return [hold]  # this round's teardowns make room: wait, preempt nobody
+    if ledger.fits_without(spec, leaving):
+        return [hold]  # this round's teardowns make room (or a port refuses): preempt nobody
     victims = ledger.victims(spec, lower)
     if not victims:
         return [waiting(ctx, _across_sets(ctx, ledger, hold, lower, others))]

@@ -908,7 +908,12 @@ class GitSource:
         return bool(said)
 
     def note_outcome(
-        self, phases: list[tuple[str, str]], specs: dict[str, str], *, invalid: bool = False
+        self,
+        phases: list[tuple[str, str]],
+        specs: dict[str, str],
+        *,
+        invalid: bool = False,
+        drained: bool = False,
     ) -> str | None:
         """The newest history entry follows its deployments as they converge (``phases``:
         deployment, phase per instance); past autoRollback's progressDeadline with the
@@ -920,7 +925,8 @@ class GitSource:
         touch, failing since an older one, rolls nothing back. A commit whose manifests
         cannot all be applied (``invalid``: one does not load, or the folder is missing or
         empty) is Degraded however its engines run, never a good commit to roll back to,
-        and rolled back past the deadline."""
+        and rolled back past the deadline. ``drained``: the node's drain is active, and the
+        deadline waits (``_paused``)."""
         entries = read_history(self.state_dir)
         if not entries or entries[-1]["outcome"] in ("Ready", "RolledBack"):
             return None
@@ -929,6 +935,7 @@ class GitSource:
         if invalid and outcome != "Failed":
             outcome = "Degraded"
         news = "specs" not in newest or outcome != newest["outcome"]  # else nothing to write
+        news |= _paused(newest, drained, datetime.now(UTC))
         newest.setdefault("specs", specs)
         newest["outcome"] = outcome
         if news:
@@ -944,8 +951,10 @@ class GitSource:
         deadline = self.settings.progress_deadline
         if deadline is None or newest.get("by") in ("rollback", "auto-rollback"):
             return None
-        try:
-            since = datetime.fromisoformat(str(newest["applied_at"]))
+        if "paused_at" in newest:  # drained: nothing new can start, nothing is late
+            return None
+        try:  # from the drain's end, if one came after the commit (as Kubernetes' resume)
+            since = datetime.fromisoformat(str(newest.get("resumed_at", newest["applied_at"])))
         except ValueError:
             return None
         if (datetime.now(UTC) - since).total_seconds() < deadline:
@@ -968,6 +977,23 @@ class GitSource:
             f" (progressDeadline): rolled back to {good[:12]}, pinned until a newer commit"
             " or reconcile rollback --resume"
         )
+
+
+def _paused(entry: dict[str, Any], drained: bool, now: datetime) -> bool:
+    """The history entry's progress deadline paused while the node is drained, and
+    started again from the drain's end: nothing new starts on a drained node (a spec
+    change waits, its engine on the old spec), so a drain must not make a good commit
+    late. Kubernetes does the same for a paused Deployment: no progress check while
+    paused, and ``progressDeadlineSeconds`` counts again from the resume. Whether the
+    entry changed (then it is written)."""
+    if drained and "paused_at" not in entry:
+        entry["paused_at"] = now.isoformat()
+        return True
+    if not drained and "paused_at" in entry:
+        del entry["paused_at"]
+        entry["resumed_at"] = now.isoformat()
+        return True
+    return False
 
 
 def _remove_tree(path: Path) -> None:

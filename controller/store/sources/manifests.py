@@ -83,8 +83,8 @@ class LoadResult:
         """Where a later check of a valid spec (`reconcile export`) points, as load errors do."""
         return entry.line_at(loc)
 
-    # With no manifest found: what the folders hold that looks meant as one (nearmiss.py).
-    near_miss: str = ""
+    # With no manifest found: `no manifest in DIR (what it holds instead)` (nearmiss.py).
+    no_manifest: str = ""
     backend: str = "local"  # the backend the specs are for: a cluster refuses some fields
     repo: Path | None = None  # the git checkout the folders are in (``load``)
 
@@ -463,9 +463,9 @@ def load(
     if cache is not None and not result.missing_folders:  # a missing folder: keep its files'
         cache.save()
     if not result.missing_folders and not result.prune_safe:  # a puzzle: say what is there
-        from controller.store.sources.nearmiss import near_misses
+        from controller.store.sources.nearmiss import no_manifest
 
-        result.near_miss = near_misses([f for f in folders if f.is_dir()], result.named)
+        result.no_manifest = no_manifest(folders, result.files, result.named)
     _check_model_names(result)
     _check_fallbacks(result)
     result.errors = [result.error(e) for e in result.errors]

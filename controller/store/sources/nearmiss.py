@@ -1,9 +1,10 @@
 """What a manifests folder with no manifest holds instead: the newcomer's near misses.
 
-A folder read as holding no manifest prunes nothing and fails `--once`, but "holds no
-manifest" is a puzzle when the files are right there: one folder down (`-f` reads one
-folder, not its subfolders), or named `web.YAML` or `web.json` (the reader takes
-`*.yaml` and `*.yml`). Read only when a pass found no manifest at all.
+A folder read as holding no manifest prunes nothing and fails `validate` and `--once`,
+but "holds no manifest" is a puzzle when the files are right there: one folder down (`-f`
+reads one folder, not its subfolders), named `web.YAML` or `web.json` (the reader takes
+`*.yaml` and `*.yml`), or a `README.md` the reader passed over. Read only when a pass
+found no manifest at all.
 """
 
 from __future__ import annotations
@@ -13,13 +14,25 @@ from pathlib import Path
 
 SUFFIXES = (".yaml", ".yml")
 SHOWN = 3  # names a hint quotes: enough to recognise, short enough for a cron mail
+# What a pass and `plan` add to `no manifest in DIR (…)`: invariant 5, and the way out.
+NOTHING_PRUNED = "nothing pruned (--allow-empty to prune)"
 
 
-def near_misses(folders: Iterable[Path], named: Callable[[str], str] = str) -> str:
-    """`` (…)`` naming what each folder holds that looks meant as a manifest, or ``""``;
-    ``named``: a path as its user names it (a git source's, as the repository does)."""
+def no_manifest(
+    paths: Iterable[Path], files: Iterable[str], named: Callable[[str], str] = str
+) -> str:
+    """``no manifest in DIR (…)``: what the paths ``-f`` named hold instead, the words
+    `validate`, `plan`, `--once` and `status` share (kubectl: "no objects passed to
+    apply"). ``files``: the manifest files read (each held no document); ``named``: a path
+    as its user names it (a git source's, as the repository does)."""
+    paths = list(paths)
+    folders = [p for p in paths if _is_dir(p)]
     said = [hint for folder in folders for hint in _of(folder, named)]
-    return f" ({'; '.join(said)})" if said else ""
+    said += [hint for folder in folders for hint in _ignored(folder)]
+    if files := [Path(f).name for f in files]:
+        said.append(f"no document in {_names(files)}: blank or only comments")
+    where = ", ".join(named(str(p)) for p in paths)
+    return f"no manifest in {where} ({'; '.join(said) or 'it is empty'})"
 
 
 def _of(folder: Path, named: Callable[[str], str]) -> list[str]:
@@ -40,6 +53,17 @@ def _of(folder: Path, named: Callable[[str], str]) -> list[str]:
     if json:
         out.append(f"{_names(json)} in {where}: manifests are YAML files (.yaml, .yml)")
     return out[:SHOWN]
+
+
+def _ignored(folder: Path) -> list[str]:
+    """The files the reader passed over that no near miss names (``README.md``)."""
+    try:
+        children = sorted(c for c in folder.iterdir() if not c.name.startswith("."))
+    except OSError:
+        return []
+    hinted = (*SUFFIXES, ".json")
+    names = [c.name for c in children if not c.name.lower().endswith(hinted) and not _is_dir(c)]
+    return [f"ignored {_names(names)}: manifests are .yaml or .yml files"] if names else []
 
 
 def _is_dir(path: Path) -> bool:

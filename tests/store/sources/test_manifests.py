@@ -741,10 +741,25 @@ def test_a_folder_with_no_manifest_says_what_looks_meant_as_one(tmp_path: Path) 
     write(tmp_path / "m", "db.json", "{}")
     result = load([tmp_path / "m"])
     assert not result.entries and not result.prune_safe
-    assert result.near_miss == (
-        f" ({tmp_path / 'm' / 'engines'} holds 1: -f reads one folder, not its subfolders; "
-        f"api.YAML in {tmp_path / 'm'}: the suffix is lower-case .yaml or .yml; db.json in "
-        f"{tmp_path / 'm'}: manifests are YAML files (.yaml, .yml))"
+    assert result.no_manifest == (
+        f"no manifest in {tmp_path / 'm'} ({tmp_path / 'm' / 'engines'} holds 1: -f reads one "
+        f"folder, not its subfolders; api.YAML in {tmp_path / 'm'}: the suffix is lower-case "
+        f".yaml or .yml; db.json in {tmp_path / 'm'}: manifests are YAML files (.yaml, .yml))"
     )
     write(tmp_path / "m", "web.yaml", GOOD.format(name="web"))
-    assert load([tmp_path / "m"]).near_miss == ""  # a manifest found: nothing to explain
+    assert load([tmp_path / "m"]).no_manifest == ""  # a manifest found: nothing to explain
+
+
+def test_a_folder_with_no_manifest_names_itself_and_what_it_passed_over(tmp_path: Path) -> None:
+    """`validate` on a folder of a README said "0 deployment(s) in 0 file(s): valid": what
+    it holds instead, and which folder, is what the user needs to see."""
+    (tmp_path / "m").mkdir()
+    assert load([tmp_path / "m"]).no_manifest == f"no manifest in {tmp_path / 'm'} (it is empty)"
+    write(tmp_path / "m", "README.md", "docs")
+    write(tmp_path / "m", "notes.txt", "notes")
+    write(tmp_path / "m", ".gitkeep", "")  # hidden: passed over without a word
+    write(tmp_path / "m", "web.yaml", "# all commented out\n")
+    assert load([tmp_path / "m"]).no_manifest == (
+        f"no manifest in {tmp_path / 'm'} (ignored README.md, notes.txt: manifests are .yaml "
+        "or .yml files; no document in web.yaml: blank or only comments)"
+    )
