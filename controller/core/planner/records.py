@@ -99,6 +99,8 @@ def _unrecorded(ctx: Context, name: str, entry: Entry | None) -> list[Judged]:
         ref = ctx.observed.adopting[name]
         reason = f"record torn: the pass adopts its engine (pid {ref.pid}), as its marker names it"
         return [Adopt(name=name, reason=reason, ref=ref)]
+    if entry is None and name in ctx.desired.skipped:
+        return []  # another node's broken manifest: its error is said, no record here
     if entry is None:  # every deployment a pass has seen gets a record, so status shows it
         error = ctx.desired.invalid[name]
         return [Reject(name=name, reason=f"spec invalid (not started): {error}")]
