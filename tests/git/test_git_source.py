@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from typing import Any
 
 from controller.store.statedir import StateDir
@@ -383,3 +384,30 @@ def test_plan_for_another_source_than_the_state_dir_follows_plans_nothing(
     planned = reconcile(*git_args(remote), "plan", check=2)  # not the branch gone's error
     assert "couldn't find remote ref" not in planned.out, planned
     reconcile(*git_args(remote), "down", check=0)
+
+
+def test_a_source_followed_under_owner_is_judged_by_that_owner_s_records(
+    reconcile: Any, remote: Remote
+) -> None:
+    """The repository's URL spelled another way (its path, not file://) is another
+    owner: the pass names the conflict and `--owner` to keep the records' own. Under that
+    `--owner`, `source` and `status` judged the deployments of `git:<url>#<path>`, none,
+    and said Synced ("0 deployment(s) Ready") whatever the set's engines did."""
+    remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    other = ("--git", str(remote.bare), "--git-path", "manifests")
+    conflict = reconcile("--once", *other, check=1)
+    assert f"--owner '{remote.owner()}'" in conflict.err, conflict
+    kept = (*other, "--owner", remote.owner())
+    reconcile.converge(*kept)
+    seen = source(reconcile)
+    assert seen["state"] == "Synced" and "1 deployment(s) Ready" in seen["message"], seen
+
+    failing = [sys.executable, "-c", "raise SystemExit(3)"]
+    remote.deploy("alpha", command=failing, restartPolicy="Never")
+    reconcile("--once", "--wait", "--timeout", "30s", *kept, check=1, timeout=60)  # Failed
+    seen = source(reconcile)
+    assert seen["state"] == "Degraded" and "alpha Failed" in seen["message"], seen
+    line = reconcile("status", check=0).out.splitlines()[0]
+    assert "Degraded" in line, line
+    reconcile(*kept, "down", check=0)

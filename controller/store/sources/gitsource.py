@@ -87,6 +87,7 @@ class GitSettings:
     webhook_secret_file: str | None = None
     allowed_signers: str | None = None  # verify.allowedSigners: only commits signed so apply
     progress_deadline: float | None = None  # autoRollback.progressDeadline, in seconds
+    owned_as: str | None = None  # --owner: the name its records carry instead of the URL's
 
     @property
     def ref(self) -> str:
@@ -99,8 +100,9 @@ class GitSettings:
 
     @property
     def owner(self) -> str:
-        """``git:<url>#<path>``: the same whatever the checkout's place or the daemon's pid."""
-        return f"git:{shown_url(self.url)}#{self.path}"
+        """``git:<url>#<path>``: the same whatever the checkout's place or the daemon's pid
+        (``--owner`` where given: the source's state then judges that owner's records)."""
+        return self.owned_as or f"git:{shown_url(self.url)}#{self.path}"
 
 
 def settings(
