@@ -14,6 +14,7 @@ from controller.core.actions import (
     AnyAction,
     Conflict,
     Fail,
+    MarkReady,
     MarkSpec,
     Park,
     Reap,
@@ -263,8 +264,19 @@ def _broken(view: RecordView, error: str) -> tuple[AnyAction, ...]:
             ),
         )
     message = f"spec invalid ({_engine_state(view)}): {error}"
+    marked: tuple[AnyAction, ...] = ()
     if rec.spec_valid or rec.message != message:
-        return (MarkSpec(name=rec.name, reason=message, valid=False),)
+        marked = (MarkSpec(name=rec.name, reason=message, valid=False),)
+    return marked + _came_up(view)
+
+
+def _came_up(view: RecordView) -> tuple[MarkReady, ...]:
+    """An engine left running while its manifest is broken is still probed: one that was
+    Starting is Ready once it answers (on the spec it was started with), so `status` and
+    the gateway see it serve rather than `Starting` until the manifest is fixed."""
+    rec, probe = view.record, view.probe
+    if view.alive and rec.phase is Phase.STARTING and probe is not None and probe.ready:
+        return (MarkReady(name=rec.name, reason=probe.detail),)
     return ()
 
 
