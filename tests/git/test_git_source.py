@@ -123,7 +123,11 @@ def test_plan_before_the_first_pass_says_nothing_is_applied_yet(
     assert doc["in_sync"] is False and doc["errors"] == [] and doc["revision"] is None, doc
     reconcile.converge(*git_args(remote))
     assert "In sync" in reconcile(*git_args(remote), "plan", check=0).out
-    reconcile(*git_args(remote), "down", check=0)
+    # after the verb too, as -f is (it was "unrecognized arguments: --git ...", exit 64)
+    assert "In sync" in reconcile("plan", *git_args(remote), check=0).out
+    assert reconcile("validate", *git_args(remote), check=0).code == 0
+    reconcile("down", *git_args(remote), check=0)
+    assert reconcile.record("alpha") is None
 
 
 def test_a_path_missing_at_a_commit_prunes_nothing(reconcile: Any, remote: Remote) -> None:
