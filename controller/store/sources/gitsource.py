@@ -700,14 +700,17 @@ class GitSource:
             raise _next_move(exc, s) from None
         finally:
             self._fetch_pid = None
+            _drop_partial(self.repo / ".git" / "objects")  # a fetch cut short: not kept
         sha = git(self.repo, "rev-parse", "--verify", "--quiet", f"{s.tracking}^{{commit}}")
         if not SHA.match(sha):
             raise GitFailed(f"{s.ref} does not name a commit (got {sha!r})")
         return sha
 
     def _unlock(self) -> None:
-        """git's own lock files left by a git we killed: ours to remove under git.lock."""
+        """git's own lock files, and the partial download, left by a git we killed (or a
+        reconcile killed mid-fetch): ours to remove under git.lock."""
         gitdir = self.repo / ".git"
+        _drop_partial(gitdir / "objects")
         for name in ("index.lock", "shallow.lock", "HEAD.lock", "packed-refs.lock"):
             with contextlib.suppress(FileNotFoundError):
                 (gitdir / name).unlink()
@@ -926,6 +929,20 @@ class GitSource:
             f" (progressDeadline): rolled back to {good[:12]}, pinned until a newer commit"
             " or reconcile rollback --resume"
         )
+
+
+# What a git cut short mid-fetch leaves in the object store: index-pack's pack and index as
+# they came, unpack-objects' half-written object. git's gc removes them after two weeks,
+# but the node's git runs none (gc.auto=0): each stalled retry left one more, each up to
+# the repository's size, on the disk the records live on.
+PARTIAL = ("pack/tmp_*", "??/tmp_obj_*", "tmp_obj_*")
+
+
+def _drop_partial(objects: Path) -> None:
+    for pattern in PARTIAL:
+        for stale in objects.glob(pattern):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
 
 
 def _remove_tree(path: Path) -> None:
