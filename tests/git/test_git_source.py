@@ -303,6 +303,27 @@ def test_node_yaml_git_section_with_a_flag_over_one_key(reconcile: Any, remote: 
     reconcile("--git", remote.url, "--branch", "prod", "down", check=0)
 
 
+def test_node_yaml_git_settings_that_cannot_be_followed_name_their_line(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A branch beside a tag, or a path that climbs out of the repository, in node.yaml
+    said `git: give a branch or a tag, not both (--branch / --tag)`: the flags' words,
+    no file, no line."""
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    node_yaml = reconcile.state / "node.yaml"
+    mine = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    for body, said in (
+        ("  branch: main\n  tag: v1\n", ":4: git.tag: give a branch or a tag, not both"),
+        ("  path: ../up\n", ":3: git.path: git path '../up' must be relative"),
+    ):
+        node_yaml.write_text(f"git:\n  url: {remote.url}\n{body}")
+        out = reconcile("--once", *mine, "--devices", reconcile.devices, common=False, check=1)
+        assert f"{node_yaml}{said}" in out.err, out
+    node_yaml.write_text(f"git:\n  url: {remote.url}\n  branch: main\n")
+    out = reconcile("--once", *mine, "--tag", "v1", common=False, check=1)  # the flag's word wins
+    assert "couldn't find remote ref refs/tags/v1" in out.err, out
+
+
 def test_a_repository_given_as_a_relative_path_is_found_from_where_it_was_given(
     reconcile: Any, remote: Remote
 ) -> None:
