@@ -430,7 +430,7 @@ def test_a_source_followed_under_owner_is_judged_by_that_owner_s_records(
 
     failing = [sys.executable, "-c", "raise SystemExit(3)"]
     remote.deploy("alpha", command=failing, restartPolicy="Never")
-    reconcile("--once", "--wait", "--timeout", "30s", *kept, check=1, timeout=60)  # Failed
+    reconcile("--once", "--wait", "--timeout", "60s", *kept, check=1, timeout=120)  # Failed
     seen = source(reconcile)
     assert seen["state"] == "Degraded" and "alpha Failed" in seen["message"], seen
     line = reconcile("status", check=0).out.splitlines()[0]

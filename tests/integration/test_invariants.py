@@ -379,7 +379,7 @@ def test_4_an_engine_starting_when_its_manifest_broke_becomes_ready(reconcile: A
     """A commit with a typo pushed while the engine of the one before loaded: the engine
     was left running but never probed again, `Starting` for good (0/1, no traffic through
     the gateway) until the manifest was fixed."""
-    path = reconcile.write("web", command=reconcile.demo_command(load_seconds="5"))
+    path = reconcile.write("web", command=reconcile.demo_command(load_seconds="10"))
     reconcile.once()
     web = reconcile.status()["web"]
     assert web["phase"] == "Starting", web  # still loading its weights
