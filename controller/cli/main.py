@@ -217,6 +217,7 @@ def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")
         default=argparse.SUPPRESS if suppress else False,
         help="as root, also load manifests others can write (off: refused, like cron)",
     )
+    _git_flags(p, d)  # a source, as -f is: `plan --git URL` as `--git URL plan`
     return p
 
 
@@ -229,7 +230,6 @@ def build_parser() -> Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _run_flags(parser)
-    _git_flags(parser)
     _gateway_flags(parser)
     parser.set_defaults(selector=[])  # every verb's namespace has it: `-l` or not
     # `[VERB]`: with none, reconcile runs the control loop (the usage said VERB was required)
@@ -308,24 +308,36 @@ def _run_flags(parser: Parser) -> None:
     )
 
 
-def _git_flags(parser: Parser) -> None:
+def _git_flags(parser: Parser, default: Any) -> None:
+    """The git source's flags (``default``: the verb's copy must not reset them)."""
     g = parser.add_argument_group('git source (daemon and --once; see README "GitOps")')
-    g.add_argument("--git", metavar="URL", help="follow this repository (instead of -f)")
-    g.add_argument("--branch", metavar="NAME", help="the branch to follow (default main)")
-    g.add_argument("--tag", metavar="NAME", help="follow a tag instead of a branch")
     g.add_argument(
-        "--git-path", metavar="PATH", help="the manifests folder in the repository (default: top)"
+        "--git", metavar="URL", default=default, help="follow this repository (instead of -f)"
+    )
+    g.add_argument(
+        "--branch", metavar="NAME", default=default, help="the branch to follow (default main)"
+    )
+    g.add_argument(
+        "--tag", metavar="NAME", default=default, help="follow a tag instead of a branch"
+    )
+    g.add_argument(
+        "--git-path",
+        metavar="PATH",
+        default=default,
+        help="the manifests folder in the repository (default: top)",
     )
     g.add_argument(
         "--interval",
         type=positive_duration,
         metavar="DURATION",
+        default=default,
         help="fetch this often (default 1m; a webhook fetches at once)",
     )
     g.add_argument(
         "--git-timeout",
         type=positive_duration,
         metavar="DURATION",
+        default=default,
         help="give up a fetch after this long (default 60s): a remote that hangs holds the pass",
     )
 

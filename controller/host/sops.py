@@ -49,6 +49,8 @@ _SOPS_SAYS = (
     ("metadata not found", "it is not SOPS-encrypted (encrypt it: sops -e -i FILE)"),
     ("MAC mismatch", _EDITED.format(what="its MAC does not match its values")),
     ("does not match sops' data format", _EDITED.format(what="a value is not sops' ENC[...]")),
+    # AES-GCM's check of one value (sops quotes no value here): a hand edit, a bad merge
+    ("message authentication failed", _EDITED.format(what="a value does not decrypt")),
     (
         "cannot use complex value",
         "it holds a nested value (a map or a list): envFrom takes flat KEY: value pairs",

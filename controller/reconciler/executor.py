@@ -262,7 +262,10 @@ class Executor:
         started = rec.started_at or self.now()
         took = (self.now() - started).total_seconds()
         at, boot = self.now(), self.maker.boot()
-        self.store.write(replace(rec, phase=Phase.READY, ready_at=at, ready_boot=boot, message=""))
+        message = rec.message if not rec.spec_valid else ""  # a broken manifest's stays said
+        self.store.write(
+            replace(rec, phase=Phase.READY, ready_at=at, ready_boot=boot, message=message)
+        )
         self.event(action.name, "ready", action.reason, f"ready after {took:.1f}s")
         return True
 

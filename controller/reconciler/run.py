@@ -284,12 +284,13 @@ class Preview:
             return dict(loaded.entries), {}, dict(loaded.invalid_names), True
         labels = self.config.labels
         entries, skipped = share(loaded.entries, labels or {}, _selector)
-        # An invalid manifest whose selector can be read is another node's error to act on.
+        # An invalid manifest whose selector can be read and names other nodes is skipped
+        # (no Pending record here), yet stays invalid: an engine this node runs for it is
+        # kept (invariant 4), as a typo moves nothing the node it names would refuse too.
         selectors = loaded.invalid_selectors
         names = {n: n for n in loaded.invalid_names}
-        mine, others = share(names, labels or {}, lambda n: selectors.get(n, {}))
-        invalid = {name: loaded.invalid_names[name] for name in mine}
-        return entries, {**skipped, **others}, invalid, labels is not None
+        _, others = share(names, labels or {}, lambda n: selectors.get(n, {}))
+        return entries, {**skipped, **others}, dict(loaded.invalid_names), labels is not None
 
     def snapshot(self) -> Snapshot:
         """The records: a pass quarantines one it cannot read, a preview only names it."""

@@ -235,3 +235,26 @@ def test_envfrom_items_are_checked_where_they_are_written(reconcile: Any) -> Non
         assert f"spec.envFrom[{index}]: " in err and words in err, err
     assert f"{file}:{first}: spec.envFrom[0]: " in err, err
     assert "Traceback" not in err
+
+
+def test_a_value_tampered_with_in_the_encrypted_file_says_so(
+    reconcile: Any, age_key: AgeKey
+) -> None:
+    """A corrupted value (an edit by hand, a bad merge of the encrypted file) fails AES-GCM's
+    check: sops' words were not shown (they may quote a value) and ours said only to run
+    `sops -d FILE`; they now say what happened and the next move, still with no value."""
+    rc = reconcile
+    value = _secret("token")
+    sealed = age_key.encrypt(f"TOKEN={value}\n", rc.manifests / "secrets" / "app.env")
+    text = sealed.read_text()
+    start = text.index("data:") + len("data:")
+    swapped = "B" if text[start] == "A" else "A"  # still base64, same length: a new value
+    sealed.write_text(text[:start] + swapped + text[start + 1 :])
+    rc.env["SOPS_AGE_KEY_FILE"] = str(age_key.file)
+    rc.write("web", envFrom=[{"sopsFile": "secrets/app.env"}])
+    result = rc.once(check=1)
+    said = result.out + result.err
+    assert "sopsFile secrets/app.env cannot be decrypted" in said, said
+    assert "a value does not decrypt" in said and "changed outside sops" in said, said
+    assert value not in said and value[:8] not in json.dumps(rc.status(cli=True))
+    assert rc.status(cli=True)["web"]["phase"] == "Pending" and not rc.pids("web")

@@ -119,3 +119,31 @@ def test_a_broken_manifest_for_other_nodes_is_an_error_but_no_record_here(
     assert "1 deployment skipped: nodeSelector gpu=a10" in out.out, out
     assert set(reconcile.status()) == {"mine"}  # invalid here: Pending, named
     assert reconcile.record("theirs") is None  # another node's to refuse
+
+
+def test_a_typo_in_a_commit_that_also_moves_a_deployment_away_stops_nothing(
+    reconcile: Any,
+) -> None:
+    """Invariant 4 over a selector: a manifest that does not load moves nothing, even
+    when the selector it can still be read for names another node (that node refuses the
+    broken manifest too: stopping it here would leave it running nowhere)."""
+    reconcile.state.mkdir(mode=0o700)
+    (reconcile.state / "node.yaml").write_text("labels: {gpu: h100}\n")
+    reconcile.write("big", nodeSelector={"gpu": "h100"})
+    reconcile.converge()
+    (pid,) = reconcile.pids("big")
+
+    reconcile.write("big", nodeSelector={"gpu": "a10"}, bogus=1)  # moved away, and a typo
+    out = reconcile.once(check=1)
+    assert "big.yaml" in out.err and "bogus" in out.err, out
+    assert reconcile.alive(pid) and reconcile.pids("big") == {pid}, out
+    rec = reconcile.record("big")
+    assert rec is not None and rec["spec_valid"] is False, rec
+    assert "engine left running" in rec["message"] and "bogus" in rec["message"], rec
+    assert not [e for e in reconcile.events("big") if e.get("action") == "stop"]
+
+    reconcile.write("big", nodeSelector={"gpu": "a10"})  # fixed: the move goes ahead
+    out = reconcile.once()
+    assert not reconcile.alive(pid) and reconcile.record("big") is None, out
+    (stopped,) = [e for e in reconcile.events("big") if e.get("action") == "stop"]
+    assert stopped["reason"] == "nodeSelector gpu=a10 no longer matches this node's labels"

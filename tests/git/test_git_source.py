@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from typing import Any
 
 from controller.store.statedir import StateDir
@@ -122,7 +123,11 @@ def test_plan_before_the_first_pass_says_nothing_is_applied_yet(
     assert doc["in_sync"] is False and doc["errors"] == [] and doc["revision"] is None, doc
     reconcile.converge(*git_args(remote))
     assert "In sync" in reconcile(*git_args(remote), "plan", check=0).out
-    reconcile(*git_args(remote), "down", check=0)
+    # after the verb too, as -f is (it was "unrecognized arguments: --git ...", exit 64)
+    assert "In sync" in reconcile("plan", *git_args(remote), check=0).out
+    assert reconcile("validate", *git_args(remote), check=0).code == 0
+    reconcile("down", *git_args(remote), check=0)
+    assert reconcile.record("alpha") is None
 
 
 def test_a_path_missing_at_a_commit_prunes_nothing(reconcile: Any, remote: Remote) -> None:
@@ -298,6 +303,27 @@ def test_node_yaml_git_section_with_a_flag_over_one_key(reconcile: Any, remote: 
     reconcile("--git", remote.url, "--branch", "prod", "down", check=0)
 
 
+def test_node_yaml_git_settings_that_cannot_be_followed_name_their_line(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A branch beside a tag, or a path that climbs out of the repository, in node.yaml
+    said `git: give a branch or a tag, not both (--branch / --tag)`: the flags' words,
+    no file, no line."""
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    node_yaml = reconcile.state / "node.yaml"
+    mine = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    for body, said in (
+        ("  branch: main\n  tag: v1\n", ":4: git.tag: give a branch or a tag, not both"),
+        ("  path: ../up\n", ":3: git.path: git path '../up' must be relative"),
+    ):
+        node_yaml.write_text(f"git:\n  url: {remote.url}\n{body}")
+        out = reconcile("--once", *mine, "--devices", reconcile.devices, common=False, check=1)
+        assert f"{node_yaml}{said}" in out.err, out
+    node_yaml.write_text(f"git:\n  url: {remote.url}\n  branch: main\n")
+    out = reconcile("--once", *mine, "--tag", "v1", common=False, check=1)  # the flag's word wins
+    assert "couldn't find remote ref refs/tags/v1" in out.err, out
+
+
 def test_a_repository_given_as_a_relative_path_is_found_from_where_it_was_given(
     reconcile: Any, remote: Remote
 ) -> None:
@@ -383,3 +409,30 @@ def test_plan_for_another_source_than_the_state_dir_follows_plans_nothing(
     planned = reconcile(*git_args(remote), "plan", check=2)  # not the branch gone's error
     assert "couldn't find remote ref" not in planned.out, planned
     reconcile(*git_args(remote), "down", check=0)
+
+
+def test_a_source_followed_under_owner_is_judged_by_that_owner_s_records(
+    reconcile: Any, remote: Remote
+) -> None:
+    """The repository's URL spelled another way (its path, not file://) is another
+    owner: the pass names the conflict and `--owner` to keep the records' own. Under that
+    `--owner`, `source` and `status` judged the deployments of `git:<url>#<path>`, none,
+    and said Synced ("0 deployment(s) Ready") whatever the set's engines did."""
+    remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    other = ("--git", str(remote.bare), "--git-path", "manifests")
+    conflict = reconcile("--once", *other, check=1)
+    assert f"--owner '{remote.owner()}'" in conflict.err, conflict
+    kept = (*other, "--owner", remote.owner())
+    reconcile.converge(*kept)
+    seen = source(reconcile)
+    assert seen["state"] == "Synced" and "1 deployment(s) Ready" in seen["message"], seen
+
+    failing = [sys.executable, "-c", "raise SystemExit(3)"]
+    remote.deploy("alpha", command=failing, restartPolicy="Never")
+    reconcile("--once", "--wait", "--timeout", "60s", *kept, check=1, timeout=120)  # Failed
+    seen = source(reconcile)
+    assert seen["state"] == "Degraded" and "alpha Failed" in seen["message"], seen
+    line = reconcile("status", check=0).out.splitlines()[0]
+    assert "Degraded" in line, line
+    reconcile(*kept, "down", check=0)

@@ -375,6 +375,40 @@ def test_4_a_manifest_that_fails_to_load_tears_nothing_down(reconcile: Any) -> N
     reconcile.down()
 
 
+def test_4_an_engine_starting_when_its_manifest_broke_becomes_ready(reconcile: Any) -> None:
+    """A commit with a typo pushed while the engine of the one before loaded: the engine
+    was left running but never probed again, `Starting` for good (0/1, no traffic through
+    the gateway) until the manifest was fixed."""
+    path = reconcile.write("web", command=reconcile.demo_command(load_seconds="10"))
+    reconcile.once()
+    web = reconcile.status()["web"]
+    assert web["phase"] == "Starting", web  # still loading its weights
+    pid, good = web["pid"], path.read_text()
+    path.write_text(good + "  port: [\n")
+    wait_for(lambda: _answers(web["port"]), timeout=60, what="the engine answers /health")
+    reconcile.once(check=1)
+    web = reconcile.status()["web"]
+    assert web["phase"] == "Ready" and web["ready"] is True and web["pid"] == pid, web
+    assert web["spec_valid"] is False, web
+    assert web["message"].startswith(f"spec invalid (engine left running): {path}:"), web
+    path.write_text(good)
+    reconcile.once()
+    web = reconcile.status()["web"]
+    assert web["phase"] == "Ready" and web["spec_valid"] is True and web["pid"] == pid, web
+    reconcile.down()
+
+
+def _answers(port: int) -> bool:
+    """The demo engine's /health answers 200 (it has loaded)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as got:
+            return bool(got.status == 200)
+    except OSError:
+        return False
+
+
 def test_4_an_emptied_manifest_file_tears_nothing_down(reconcile: Any) -> None:
     """A file cut to nothing (an editor's save on a full disk, a truncating write seen
     halfway) once stopped the engine it declared while another manifest kept the folder

@@ -32,7 +32,9 @@ EMPTIED = (
 class Desired:
     owner: str
     entries: Mapping[str, Entry] = field(default_factory=dict)
-    invalid: Mapping[str, str] = field(default_factory=dict)  # name -> error
+    # name -> error, for every manifest that did not load (one in ``skipped`` too gets no
+    # record here, but an engine that runs here for it is kept: invariant 4)
+    invalid: Mapping[str, str] = field(default_factory=dict)
     broken_sources: frozenset[str] = frozenset()
     source_errors: Mapping[str, str] = field(default_factory=dict)  # broken file -> its error
     emptied: frozenset[str] = frozenset()  # files cut to nothing: what they declared stays

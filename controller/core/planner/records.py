@@ -14,6 +14,7 @@ from controller.core.actions import (
     AnyAction,
     Conflict,
     Fail,
+    MarkReady,
     MarkSpec,
     Park,
     Reap,
@@ -99,6 +100,8 @@ def _unrecorded(ctx: Context, name: str, entry: Entry | None) -> list[Judged]:
         ref = ctx.observed.adopting[name]
         reason = f"record torn: the pass adopts its engine (pid {ref.pid}), as its marker names it"
         return [Adopt(name=name, reason=reason, ref=ref)]
+    if entry is None and name in ctx.desired.skipped:
+        return []  # another node's broken manifest: its error is said, no record here
     if entry is None:  # every deployment a pass has seen gets a record, so status shows it
         error = ctx.desired.invalid[name]
         return [Reject(name=name, reason=f"spec invalid (not started): {error}")]
@@ -261,8 +264,19 @@ def _broken(view: RecordView, error: str) -> tuple[AnyAction, ...]:
             ),
         )
     message = f"spec invalid ({_engine_state(view)}): {error}"
+    marked: tuple[AnyAction, ...] = ()
     if rec.spec_valid or rec.message != message:
-        return (MarkSpec(name=rec.name, reason=message, valid=False),)
+        marked = (MarkSpec(name=rec.name, reason=message, valid=False),)
+    return marked + _came_up(view)
+
+
+def _came_up(view: RecordView) -> tuple[MarkReady, ...]:
+    """An engine left running while its manifest is broken is still probed: one that was
+    Starting is Ready once it answers (on the spec it was started with), so `status` and
+    the gateway see it serve rather than `Starting` until the manifest is fixed."""
+    rec, probe = view.record, view.probe
+    if view.alive and rec.phase is Phase.STARTING and probe is not None and probe.ready:
+        return (MarkReady(name=rec.name, reason=probe.detail),)
     return ()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -132,6 +132,8 @@ def resolve(
         from controller.store.sources.gitsource import manifests_dir
 
         paths = (manifests_dir(state_path, source.path),)
+        if owner:  # what `source` and `status` judge the source by: the records' owner
+            source = replace(source, owned_as=owner)
     return Config(
         manifests=paths,
         state_dir=state_path,

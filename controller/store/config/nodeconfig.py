@@ -35,7 +35,15 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from controller.core.devices.capacity import Limits
@@ -104,6 +112,26 @@ class GitFile(BaseModel):
     auto_rollback: AutoRollbackFile | None = None
 
     _interval = field_validator("interval", "timeout")(_duration)
+
+    # Checked here, not only with the flags: the error then names node.yaml's line.
+    @field_validator("tag")
+    @classmethod
+    def _one_ref(cls, tag: str | None, info: ValidationInfo) -> str | None:
+        if tag and info.data.get("branch"):
+            raise ValueError("give a branch or a tag, not both: drop one of the two keys")
+        return tag
+
+    @field_validator("path")
+    @classmethod
+    def _inside(cls, path: str | None) -> str | None:
+        from controller.store.sources.gitsource import normal_path
+
+        if path is not None:
+            try:
+                normal_path(path)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return path
 
 
 class NotifyFile(BaseModel):

@@ -87,6 +87,7 @@ class GitSettings:
     webhook_secret_file: str | None = None
     allowed_signers: str | None = None  # verify.allowedSigners: only commits signed so apply
     progress_deadline: float | None = None  # autoRollback.progressDeadline, in seconds
+    owned_as: str | None = None  # --owner: the name its records carry instead of the URL's
 
     @property
     def ref(self) -> str:
@@ -99,8 +100,9 @@ class GitSettings:
 
     @property
     def owner(self) -> str:
-        """``git:<url>#<path>``: the same whatever the checkout's place or the daemon's pid."""
-        return f"git:{shown_url(self.url)}#{self.path}"
+        """``git:<url>#<path>``: the same whatever the checkout's place or the daemon's pid
+        (``--owner`` where given: the source's state then judges that owner's records)."""
+        return self.owned_as or f"git:{shown_url(self.url)}#{self.path}"
 
 
 def settings(
@@ -740,14 +742,17 @@ class GitSource:
             raise _next_move(exc, s) from None
         finally:
             self._fetch_pid = None
+            _drop_partial(self.repo / ".git" / "objects")  # a fetch cut short: not kept
         sha = git(self.repo, "rev-parse", "--verify", "--quiet", f"{s.tracking}^{{commit}}")
         if not SHA.match(sha):
             raise GitFailed(f"{s.ref} does not name a commit (got {sha!r})")
         return sha
 
     def _unlock(self) -> None:
-        """git's own lock files left by a git we killed: ours to remove under git.lock."""
+        """git's own lock files, and the partial download, left by a git we killed (or a
+        reconcile killed mid-fetch): ours to remove under git.lock."""
         gitdir = self.repo / ".git"
+        _drop_partial(gitdir / "objects")
         for name in ("index.lock", "shallow.lock", "HEAD.lock", "packed-refs.lock"):
             with contextlib.suppress(FileNotFoundError):
                 (gitdir / name).unlink()
@@ -994,6 +999,20 @@ def _paused(entry: dict[str, Any], drained: bool, now: datetime) -> bool:
         entry["resumed_at"] = now.isoformat()
         return True
     return False
+
+
+# What a git cut short mid-fetch leaves in the object store: index-pack's pack and index as
+# they came, unpack-objects' half-written object. git's gc removes them after two weeks,
+# but the node's git runs none (gc.auto=0): each stalled retry left one more, each up to
+# the repository's size, on the disk the records live on.
+PARTIAL = ("pack/tmp_*", "??/tmp_obj_*", "tmp_obj_*")
+
+
+def _drop_partial(objects: Path) -> None:
+    for pattern in PARTIAL:
+        for stale in objects.glob(pattern):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
 
 
 def _remove_tree(path: Path) -> None:
