@@ -120,6 +120,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    warmcli.close()
     popens.report_running()
 
 

@@ -171,6 +171,16 @@ def run(
     return zygote.run(argv, env=env, cwd=cwd, timeout=timeout)
 
 
+def close() -> None:
+    """The worker's zygote ended (at the session's end: before the check for children
+    left running, tests/popens.py)."""
+    global _zygote
+    with _lock:
+        if _zygote is not None:
+            _zygote.close()
+            _zygote = None
+
+
 # -- the zygote's side ---------------------------------------------------------------
 
 
