@@ -4,9 +4,10 @@
 to the process that started it. Its first message is None (joined) or the
 :class:`BackendUnavailable` that says why not. Then each request ``(id, key, method,
 args)`` runs on a thread of its own (a pass launches replicas concurrently) against the
-:class:`RayBackend` of ``key`` (state dir, owner), its puller (``puller.<method>``), or
-the cluster (key None), and its answer goes back as ``(id, ok, value)``. The socket's
-end (the parent is gone) ends it at once, whatever Ray call is blocked.
+:class:`RayBackend` of ``key`` (state dir, owner), its puller (``puller.<method>``, the
+puller's own arguments first), or the cluster (key None), and its answer goes back as
+``(id, ok, value)``. The socket's end (the parent is gone) ends it at once, whatever Ray
+call is blocked. Nothing here outlives it: a new driver makes each backend afresh.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+
+from ray.exceptions import RayError
 
 from controller.backends.ray import cluster
 from controller.backends.ray.backend import RayBackend
@@ -46,18 +49,22 @@ class Served:
             backend = self.backends[key]
         if method == "open":
             return None  # made above
-        if method == "puller":
-            state_dir, stall = args
-            self.pullers[key] = backend.puller(Path(state_dir), stall)
-            return None
-        target: Any = self.pullers[key] if method.startswith("puller.") else backend
-        return getattr(target, method.removeprefix("puller."))(*args)
+        if method.startswith("puller."):  # (state dir, stall seconds, *args): a new
+            state_dir, stall, *rest = args  # driver makes the puller afresh
+            with self.lock:
+                if key not in self.pullers:
+                    self.pullers[key] = backend.puller(Path(state_dir), stall)
+            return getattr(self.pullers[key], method.removeprefix("puller."))(*rest)
+        return getattr(backend, method)(*args)
 
 
 def _answer(conn: Connection, sending: threading.Lock, served: Served, request: bytes) -> None:
     ident, key, method, args = pickle.loads(request)
     try:
         reply = (ident, True, served.run(key, method, args))
+    except RayError as exc:  # what no Ray call of the backend expects: the cluster's state
+        why = f"Ray cluster at {served.address}: {type(exc).__name__}: {exc}"
+        reply = (ident, False, BackendUnavailable(why))
     except Exception as exc:  # the caller's error to judge, as it was in one process
         reply = (ident, False, _portable(exc))
     try:

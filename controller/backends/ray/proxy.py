@@ -54,8 +54,7 @@ class RayProxy:
         return self._driver.call(self._key, method, args, timeout)
 
     def puller(self, state_dir: Path, stall_seconds: float) -> RemotePuller:
-        self._call("puller", str(state_dir), stall_seconds)
-        return RemotePuller(self)
+        return RemotePuller(self, str(state_dir), stall_seconds)
 
     def devices(self) -> Inventory | None:
         self._driver.check()  # a pass's first call: a head gone fails it now
@@ -131,22 +130,26 @@ class RayProxy:
 class RemotePuller:
     """The backend's :class:`~controller.backends.ray.pulls.RayPuller`, in the driver."""
 
-    def __init__(self, proxy: RayProxy) -> None:
+    def __init__(self, proxy: RayProxy, state_dir: str, stall_seconds: float) -> None:
         self._proxy = proxy
+        self._made = (state_dir, stall_seconds)  # with each call: a new driver makes it too
+
+    def _call(self, method: str, *args: Any, timeout: float = QUICK) -> Any:
+        return self._proxy._call(f"puller.{method}", *self._made, *args, timeout=timeout)
 
     def observe(self) -> dict[str, PullView]:
-        got: dict[str, PullView] = self._proxy._call("puller.observe", timeout=LOOK)
+        got: dict[str, PullView] = self._call("observe", timeout=LOOK)
         return got
 
     def settle(self) -> None:
-        self._proxy._call("puller.settle", timeout=LOOK)
+        self._call("settle", timeout=LOOK)
 
     def start(self, entry: Entry, waiting: tuple[str, ...]) -> str:
-        return str(self._proxy._call("puller.start", entry, waiting, timeout=PULL))
+        return str(self._call("start", entry, waiting, timeout=PULL))
 
     def model_path(self, entry: Entry) -> str | None:
-        got: str | None = self._proxy._call("puller.model_path", entry)
+        got: str | None = self._call("model_path", entry)
         return got
 
     def used(self, entry: Entry, at: datetime) -> None:
-        self._proxy._call("puller.used", entry, at)
+        self._call("used", entry, at)
