@@ -46,13 +46,14 @@ class _Child:
         return self.proc.poll() is None and not self.conn.closed
 
     def stop(self) -> None:
-        """SIGKILL (a Ray call may block it) and reap."""
-        with contextlib.suppress(OSError):
-            self.conn.close()
+        """SIGKILL (a Ray call may block it) and reap; then the socket, which the reader
+        has seen end by then (closed under a blocked read, its number could be reused)."""
         if self.proc.poll() is None:
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(10)
+        with contextlib.suppress(OSError):
+            self.conn.close()
 
 
 class Driver:
