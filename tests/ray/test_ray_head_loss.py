@@ -9,7 +9,6 @@ the defect this file holds.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -51,10 +50,14 @@ class Head:
         self.cluster.wait_for_nodes()
         return self.cluster
 
-    def kill_gcs(self) -> None:
+    def gcs(self) -> subprocess.Popen[bytes]:
         (gcs,) = self.cluster.head_node.all_processes["gcs_server"]
-        os.kill(gcs.process.pid, signal.SIGKILL)
-        gcs.process.wait(30)
+        proc: subprocess.Popen[bytes] = gcs.process
+        return proc
+
+    def kill_gcs(self) -> None:
+        self.gcs().kill()
+        self.gcs().wait(30)
 
     def stop(self) -> None:
         if self.cluster is not None:
@@ -64,8 +67,11 @@ class Head:
 
 
 @pytest.fixture
-def head(held_cluster: Any) -> Iterator[Head]:
+def head(held_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Head]:
     held_cluster.stop()  # the module clusters' one: the next module that asks starts it
+    # Its raylets (which inherit this) wait for a silent GCS longer than Ray's 60 s: a
+    # loaded box's passes must not decide whether the worker's actors live on.
+    monkeypatch.setenv("RAY_gcs_rpc_server_reconnect_timeout_s", "300")
     port = free_ports(1)
     own = Head(port)
     try:
@@ -132,6 +138,53 @@ def test_the_daemon_outlives_the_head_and_runs_on_when_it_is_back(
         assert ray_engines() == {after["pid"]}, "one engine of w, no duplicate"
         assert daemon.poll() is None, log.read_text()
         assert "Traceback" not in log.read_text(), log.read_text()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(60)
+    rc.down()
+    engines_gone()
+
+
+def test_a_head_that_answers_again_keeps_its_engines_adopted_not_started_twice(
+    head: Head, reconcile: Reconcile
+) -> None:
+    """The GCS stopped (SIGSTOP: its port still accepts, its calls never answer), then
+    going on: a Ray call past its deadline ends only the daemon's driver; the actors
+    lived on, so the next pass's new driver adopts them as they are."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=head.cluster.address)
+    rc.write("w", command=ENGINE, devices=GPU)
+    log = rc.tmp / "daemon.log"
+    with log.open("wb") as out:
+        daemon = rc.popen("--resync", "1s", stderr=out)
+    try:
+        before = wait_for(
+            lambda: (rc.status().get("w") or {}).get("phase") == "Ready" and rc.status()["w"],
+            timeout=120,
+            what="w Ready under the daemon",
+        )
+        gcs = head.gcs()
+        gcs.send_signal(signal.SIGSTOP)
+        try:
+            marked = wait_for(
+                lambda: UNKNOWN in rc.status()["w"]["message"] and rc.status()["w"],
+                timeout=120,
+                what="w marked unknown",
+            )
+            assert "did not answer" in marked["message"], marked  # a deadline, not a hang
+            assert alive(before["pid"]) and daemon.poll() is None, log.read_text()
+        finally:
+            gcs.send_signal(signal.SIGCONT)
+        after = wait_for(
+            lambda: UNKNOWN not in (s := rc.status()["w"])["message"] and s,
+            timeout=120,
+            what="w judged again",
+        )
+        events = "\n".join(f"{e['action']}: {e['reason']}" for e in rc.events("w"))
+        kept = ("phase", "pid", "node", "devices", "restarts")
+        assert {k: after[k] for k in kept} == {k: before[k] for k in kept}, events
+        assert ray_engines() == {before["pid"]}, "one engine of w, no duplicate"
+        assert daemon.poll() is None and "Traceback" not in log.read_text(), log.read_text()
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
