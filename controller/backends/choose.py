@@ -30,11 +30,13 @@ def open_backend(config: Config, store: RecordStore | None = None) -> Backend:
     the local backend keeps the engines' log files in it)."""
     if config.backend == RAY:
         _need_ray()
-        from controller.backends.ray.backend import RayBackend
+        # The driver runs in a child process (ray/driver.py): a head that dies takes it
+        # along, never this process.
+        from controller.backends.ray.proxy import RayProxy
 
         assert config.ray_address is not None  # resolve() insists
         state = str(config.state_dir.resolve())
-        return RayBackend(config.ray_address, state, config.owner)
+        return RayProxy(config.ray_address, state, config.owner)
     from controller.backends.local.runtime import LocalBackend
 
     return LocalBackend(
@@ -51,11 +53,10 @@ def inventory_for(config: Config) -> Inventory:
     """The devices engines may use: this node's, or (ray) every live node's GPUs."""
     if config.backend == RAY:
         _need_ray()
-        from controller.backends.ray import cluster
+        from controller.backends.ray import proxy
 
         assert config.ray_address is not None
-        cluster.connect(config.ray_address)
-        return cluster.inventory()
+        return proxy.inventory(config.ray_address)
     from controller.host import devices
 
     return devices.resolve(config.devices)

@@ -36,9 +36,10 @@ from controller.daemon.gitfetch import Fetcher
 from controller.daemon.notify import Notifier
 from controller.daemon.timers import Settling, Timers, debounce_until
 from controller.daemon.webhooks import Sender
-from controller.errors import ConfigError, LockTimeout, ReconcileError
+from controller.errors import BackendUnavailable, ConfigError, LockTimeout, ReconcileError
 from controller.host import bootclock
 from controller.logsetup import get_logger
+from controller.reconciler import unreachable
 from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.run import PassResult, Reconciler
 from controller.store.config import accesstoken
@@ -374,11 +375,17 @@ class Daemon:
             self.triggers.clear()
             self.timers.after("retry", LOCK_RETRY, ",".join(triggers))
             return
+        except BackendUnavailable as exc:
+            self._unreachable(str(exc))
+            self.timers.after("resync", self.resync, "resync")
+            return
         except (ReconcileError, OSError) as exc:
             log.error("pass failed", trigger=",".join(triggers), error=str(exc))
             self.timers.after("resync", self.resync, "resync")
             return
         self._said.pop("lock", None)
+        if self._said.pop("unreachable", None) is not None:
+            log.info("the cluster answers again")
         if result.deferred:  # it did nothing: the settle's pass follows
             log.debug("pass deferred until the manifests folder settles", trigger=triggers[0])
             with self._events:
@@ -394,6 +401,16 @@ class Daemon:
         emit = log.debug if timed and not changes else log.info
         emit("pass", n=self.passes, trigger=",".join(triggers), took=took, actions=changes)
         self._after(result)
+
+    def _unreachable(self, why: str) -> None:
+        """The cluster's head does not answer: the pass moved nothing; its records say
+        their state is unknown (unreachable.py), and the daemon serves on."""
+        self._say("unreachable", "pass failed: the cluster does not answer", reason=why)
+        try:
+            rc = self.reconciler
+            unreachable.mark(rc.store, rc.pass_lock, self.config.owner, why, LOCK_WAIT)
+        except (LockTimeout, OSError) as exc:  # a cron pass holds it: the next try marks
+            log.debug("records not marked unknown", error=str(exc))
 
     def _after(self, result: PassResult) -> None:
         self._report(result)

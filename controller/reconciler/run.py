@@ -49,7 +49,7 @@ from controller.host import bootclock, gpuhealth
 from controller.host.devices import gpu_memory
 from controller.host.procs import identity, live_identity
 from controller.logsetup import get_logger
-from controller.reconciler import pulling, strays
+from controller.reconciler import pulling, strays, unreachable
 from controller.reconciler.autoscaling import Autoscaler
 from controller.reconciler.executor import Executor
 from controller.reconciler.gpuwatch import DeviceWatch
@@ -457,6 +457,8 @@ class Reconciler(Preview):
                 self.liveness.begin_pass(self.config.owner)
             seen_at = datetime.now(UTC)  # what `status` says its view's age is from
             result = self._rounds(loaded, at_once)
+            if not result.deferred:  # the cluster answered: its records are known again
+                unreachable.clear(self.store, result.records, self.config.owner)
             if not result.deferred and result.prune_blocked is None:  # as a prune is
                 entries = loaded.entries.values()
                 pulling.drop_unused_image_pulls(self.backend, entries, result.records.values())

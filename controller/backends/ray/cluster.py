@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import socket
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,12 +15,12 @@ from typing import Any
 
 import ray
 
+from controller.backends.ray.address import reachable
 from controller.backends.ray.naming import device_key
 from controller.core.devices.inventory import Device, Inventory
 from controller.core.manifest.labels import matches, pairs
 from controller.errors import BackendUnavailable
 
-CONNECT_TIMEOUT = 5.0  # seconds for the TCP check of the head's address
 # Ray places a request for no resource at all on any node, whatever its node affinity
 # says (ray-project/ray#25360 fixed that for hard affinity only): an actor that needs no
 # GPU (a CPU replica, a model pull) asks for this token of CPU so its affinity holds.
@@ -43,7 +42,7 @@ def connect(address: str) -> None:
     """Join the cluster as a driver, once per process; unreachable → BackendUnavailable."""
     if ray.is_initialized():
         return
-    _reachable(address)
+    reachable(address)
     try:
         ray.init(
             address=address,
@@ -53,37 +52,6 @@ def connect(address: str) -> None:
         )
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
         raise BackendUnavailable(f"cannot join the Ray cluster at {address}: {exc}") from exc
-
-
-def _reachable(address: str) -> None:
-    """A plain TCP connect first: ray.init retries an unreachable GCS for a minute."""
-    if address == "auto":
-        return  # the local session file names the cluster
-    host, port = _host_port(address)
-    try:
-        with socket.create_connection((host, port), CONNECT_TIMEOUT):
-            pass
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise BackendUnavailable(
-            f"cannot reach the Ray cluster at {address}: {reason}. Is `ray start --head`"
-            " running there, and is --ray-address (RECONCILE_RAY_ADDRESS) its GCS host:port?"
-            " Nothing was changed"
-        ) from exc
-
-
-def _host_port(address: str) -> tuple[str, int]:
-    """The GCS's (host, port) in ``address``; else why it is not one, naming the fix."""
-    fix = (
-        "give the head's GCS address, HOST:PORT (`ray start --head --port 6379` prints it),"
-        " as --ray-address or RECONCILE_RAY_ADDRESS. Nothing was changed"
-    )
-    if address.startswith("ray://"):
-        raise BackendUnavailable(f"--ray-address {address}: Ray Client is not supported; {fix}")
-    host, colon, port = address.rpartition(":")
-    if not colon or not port.isdigit() or not 0 < int(port) < 65536:
-        raise BackendUnavailable(f"--ray-address {address}: no port in it; {fix}")
-    return host.strip("[]") or "127.0.0.1", int(port)  # [::1]:6379 too
 
 
 def nodes(free: dict[str, float] | None = None) -> list[Node]:
