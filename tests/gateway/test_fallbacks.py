@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from test_waiting import raw_stream
+from test_waiting import raw_chunked, raw_stream
 
 from controller.core.kubernetes.export import problems_of
 from controller.core.manifest.specs import DeploymentSpec
@@ -138,11 +138,44 @@ def test_a_held_streams_comments_name_the_fallback_it_waits_for(
     g.wait_phase("small", "Idle")
     g.wait_phase("big", "Starting")
     status, _, lines = raw_stream(g.port, {"model": "big", "messages": [], "stream": True})
-    comments = [line.split(": ")[1] for line in lines if line.startswith(":")]
+    comments = [line.split(": ")[1] for line in lines if line.startswith(": waiting for ")]
     assert status == 200 and comments[0] == "waiting for big", lines
     assert comments[-1] == "waiting for small", comments
     data = [line for line in lines if line.startswith("data:")]
     assert data[-1] == "data: [DONE]" and '"model": "small"' in data[0], lines
+    g.finish()
+
+
+def test_a_held_stream_names_the_fallback_that_served_it_not_the_primary(
+    reconcile: Any, gateway: Any
+) -> None:
+    """The comments began (and with them the answer's head) while the request waited for
+    big; small served it. The head named big as who served it: now the head names no one
+    (it was not known yet), and the deployment that served it is named once known, in a
+    comment before the engine's first event and in the ``x-reconcile-deployment`` trailer
+    the head announced."""
+    reconcile.write(
+        "big",
+        command=reconcile.demo_command(load_seconds="600"),
+        readiness=STUCK,
+        fallbacks=["small"],
+        fallbackAfter="1s",
+    )
+    cold = reconcile.demo_command(load_seconds="2")
+    reconcile.write("small", command=cold, activation="OnDemand", readiness=STUCK)
+    g = gateway(env={WAITING_ENV: "0.2"})
+    g.wait_phase("small", "Idle")
+    g.wait_phase("big", "Starting")
+    body = {"model": "big", "messages": [], "stream": True}
+    status, fields, lines, trailers = raw_chunked(g.port, body)
+    assert status == "HTTP/1.1 200 OK" and ": waiting for big: Starting 0s" in lines, lines
+    named = [f for f in fields + trailers if f.lower().startswith("x-reconcile-deployment:")]
+    assert named == ["x-reconcile-deployment: small"], (fields, trailers)
+    assert "Trailer: x-reconcile-deployment" in fields, fields
+    data = [line for line in lines if line.startswith("data:")]
+    told = lines.index(": x-reconcile-deployment: small")
+    assert told < lines.index(data[0]) and '"model": "small"' in data[0], lines
+    assert data[-1] == "data: [DONE]", lines
     g.finish()
 
 

@@ -36,7 +36,7 @@ from controller.gateway.routing.swaps import Turns
 from controller.gateway.routing.table import Table, Target
 from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.surface.upload import Upload
-from controller.gateway.surface.waiting import Waiting
+from controller.gateway.surface.waiting import Waiting, sole
 from controller.host import bootclock
 from controller.logsetup import get_logger
 
@@ -161,7 +161,9 @@ class Forwarder:
         words = said.get(why, "at its concurrency limit")
         self.fallback_events.note(self.table.pools.get(model, ()), model, to, why, words)
         if incoming.waiting is not None:  # its comments name what it waits for now
-            incoming.waiting.follow(self.table.label(to), lambda: self.table.phases(to))
+            incoming.waiting.follow(
+                self.table.label(to), lambda: self.table.phases(to), serves=sole(self.table, to)
+            )
         with self.tracing.span("fallback", {"reconcile.from": model, "reconcile.to": to}):
             self.tracing.note({"reconcile.reason": why})
             return await self.serve(incoming, body, fields, (*tried, to))

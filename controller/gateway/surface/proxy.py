@@ -210,7 +210,13 @@ async def _into_begun(
 ) -> StreamResponse:
     """The engine's answer into a stream already begun (200, event-stream) for waiting
     comments: an event stream goes on as it comes; anything else (an engine's error) can no
-    longer be its status, so it becomes the stream's last event, an OpenAI error body."""
+    longer be its status, so it becomes the stream's last event, an OpenAI error body.
+    A head that could not say who serves it (waiting.py) announced a trailer: now that
+    it is known, a comment names the deployment at once, and the trailer at the end."""
+    if SERVED_BY not in begun.headers:
+        begun.trailers = ((SERVED_BY, target.deployment),)
+        with contextlib.suppress(ConnectionError):  # _pump's writes find a client gone
+            await begun.write(f": {SERVED_BY}: {target.deployment}\n\n".encode())
     kind = upstream.headers.get("Content-Type", "")
     if upstream.status < 300 and kind.startswith("text/event-stream"):
         return await _pump(request, begun, upstream, target, meter)
