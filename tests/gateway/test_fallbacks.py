@@ -179,6 +179,40 @@ def test_a_held_stream_names_the_fallback_that_served_it_not_the_primary(
     g.finish()
 
 
+def test_a_fallback_that_cannot_take_it_passes_it_to_the_next_in_the_list(
+    reconcile: Any, gateway: Any
+) -> None:
+    """big's fallbacks are [gone, small]: gone can never become Ready (Failed), so small,
+    the first of the list that can, serves it. It went to gone alone (which has no
+    fallbacks of its own) and got gone's 503: the rest of big's list was never tried."""
+    reconcile.write(
+        "big",
+        command=reconcile.demo_command(load_seconds="600"),
+        readiness=STUCK,
+        fallbacks=["gone", "small"],
+        fallbackAfter="1s",
+    )
+    reconcile.write("gone", command=["/bin/sh", "-c", "exit 3"], restartPolicy="Never")
+    reconcile.write("small")
+    metrics_port = reconcile.port + 14
+    g = gateway("--metrics-port", str(metrics_port))
+    g.wait_phase("small", "Ready")
+    g.wait_phase("gone", "Failed")
+    g.wait_phase("big", "Starting")
+    answer = g.post("big")
+    assert answer.status == 200 and answer.headers["x-reconcile-deployment"] == "small", answer
+    for way in ({"model": "big", "to": "gone"}, {"model": "gone", "to": "small"}):
+        series = {**way, "reason": "not_ready" if way["model"] == "big" else "ended"}
+        reconcile.wait_for(
+            lambda s=series: (
+                metric(reconcile, metrics_port, "reconcile_gateway_fallbacks_total", s) == 1
+            ),
+            timeout=30,
+            what=f"the fallback {series} counted",
+        )
+    g.finish()
+
+
 def test_many_fallbacks_leave_one_event(reconcile: Any, gateway: Any) -> None:
     """Eight requests for a model not Ready all go to its fallback and are all counted, but
     journalled once (each was an event: a down primary's journal, trimmed at 64 KB, lost
