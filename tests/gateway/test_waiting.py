@@ -30,13 +30,16 @@ def raw_stream(port: int, body: dict[str, Any]) -> tuple[int, dict[str, str], li
         conn.close()
 
 
-def raw_chunked(port: int, body: dict[str, Any]) -> tuple[str, list[str], list[str], list[str]]:
+def raw_answer(
+    port: int, body: dict[str, Any], version: str = "1.1"
+) -> tuple[str, list[str], list[str], list[str]]:
     """A streamed answer read off the socket as sent: its status line, its header lines,
-    its body's lines (the chunks joined) and its trailer lines (what ``http.client``
-    reads past and drops)."""
+    its body's lines (an HTTP/1.1 answer's chunks joined) and its trailer lines (what
+    ``http.client`` reads past and drops; none in HTTP/1.0, whose body ends with the
+    connection)."""
     data = json.dumps(body).encode()
     ask = (
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        f"POST /v1/chat/completions HTTP/{version}\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
     )
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
@@ -44,6 +47,9 @@ def raw_chunked(port: int, body: dict[str, Any]) -> tuple[str, list[str], list[s
         whole = b"".join(iter(lambda: sock.recv(65536), b""))
     head, _, rest = whole.partition(b"\r\n\r\n")
     status, *fields = head.decode("latin-1").split("\r\n")
+    if version == "1.0":
+        assert not any(f.startswith("Transfer-Encoding") for f in fields), fields
+        return status, fields, rest.decode().splitlines(), []
     assert "Transfer-Encoding: chunked" in fields, fields
     text = b""
     while True:

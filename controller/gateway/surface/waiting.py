@@ -74,8 +74,8 @@ class Waiting:
                 response.headers["Cache-Control"] = "no-cache"
                 if self._serves is not None:
                     response.headers[SERVED_BY] = self._serves
-                else:  # named once an engine answers (proxy.py's _into_begun)
-                    response.headers["Trailer"] = SERVED_BY
+                elif self._request.version >= (1, 1):  # a chunked body: it may have trailers
+                    response.headers["Trailer"] = SERVED_BY  # set by proxy.py's _into_begun
                 self.response = response
                 await response.prepare(self._request)
             waited = round(time.monotonic() - self._began)
