@@ -219,6 +219,29 @@ def test_a_fallback_that_cannot_take_it_passes_it_to_the_next_in_the_list(
     g.finish()
 
 
+def test_a_stream_begun_while_its_first_fallback_waits_names_none_before_the_end(
+    reconcile: Any, gateway: Any
+) -> None:
+    """big's fallbacks are [slow, small]; big gives up at once, slow (no fallback of its
+    own) within 2 s: the comments begin while the request waits for slow, and small serves
+    it. slow alone seemed able to serve it, so the head said slow; the rest of big's list
+    could still take it, so the head names no one and the trailer says small."""
+    stuck = reconcile.demo_command(load_seconds="600")
+    big = {"fallbacks": ["slow", "small"], "fallbackAfter": "0.1s"}  # below a comment's period
+    reconcile.write("big", command=stuck, readiness=STUCK, **big)
+    reconcile.write("slow", command=stuck, readiness=STUCK, fallbackAfter="2s")
+    reconcile.write("small")
+    g = gateway(env={WAITING_ENV: "1"})
+    g.wait_phase("small", "Ready")
+    g.wait_phase("slow", "Starting")
+    g.wait_phase("big", "Starting")
+    status, fields, lines, trailers = raw_answer(g.port, {"model": "big", "stream": True})
+    assert status == "HTTP/1.1 200 OK" and ": waiting for slow: Starting 1s" in lines, lines
+    named = [f for f in fields + trailers if f.lower().startswith("x-reconcile-deployment:")]
+    assert named == ["x-reconcile-deployment: small"], (fields, trailers)
+    g.finish()
+
+
 def test_many_fallbacks_leave_one_event(reconcile: Any, gateway: Any) -> None:
     """Eight requests for a model not Ready all go to its fallback and are all counted, but
     journalled once (each was an event: a down primary's journal, trimmed at 64 KB, lost

@@ -169,8 +169,10 @@ class Forwarder:
         words = said.get(why, "at its concurrency limit")
         self.fallback_events.note(self.table.pools.get(model, ()), model, to, why, words)
         if incoming.waiting is not None:  # its comments name what it waits for now
+            # `to` alone can serve it only when no other of `onward` may still take it
+            serves = sole(self.table, to) if len(onward) == 1 else None
             incoming.waiting.follow(
-                self.table.label(to), lambda: self.table.phases(to), serves=sole(self.table, to)
+                self.table.label(to), lambda: self.table.phases(to), serves=serves
             )
         with self.tracing.span("fallback", {"reconcile.from": model, "reconcile.to": to}):
             self.tracing.note({"reconcile.reason": why})
