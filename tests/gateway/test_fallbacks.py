@@ -171,7 +171,8 @@ def test_a_held_stream_names_the_fallback_that_served_it_not_the_primary(
     g.wait_phase("big", "Starting")
     body = {"model": "big", "messages": [], "stream": True}
     status, fields, lines, trailers = raw_answer(g.port, body, version)
-    assert status == "HTTP/1.1 200 OK" and ": waiting for big: Starting 0s" in lines, lines
+    assert status == "HTTP/1.1 200 OK", status
+    assert any(line.startswith(": waiting for big: Starting ") for line in lines), lines
     named = [f for f in fields + trailers if f.lower().startswith("x-reconcile-deployment:")]
     announced = "Trailer: x-reconcile-deployment" in fields
     if version == "1.1":
@@ -236,7 +237,8 @@ def test_a_stream_begun_while_its_first_fallback_waits_names_none_before_the_end
     g.wait_phase("slow", "Starting")
     g.wait_phase("big", "Starting")
     status, fields, lines, trailers = raw_answer(g.port, {"model": "big", "stream": True})
-    assert status == "HTTP/1.1 200 OK" and ": waiting for slow: Starting 1s" in lines, lines
+    assert status == "HTTP/1.1 200 OK", status
+    assert any(line.startswith(": waiting for slow: Starting ") for line in lines), lines
     named = [f for f in fields + trailers if f.lower().startswith("x-reconcile-deployment:")]
     assert named == ["x-reconcile-deployment: small"], (fields, trailers)
     g.finish()
