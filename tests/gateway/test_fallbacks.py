@@ -8,6 +8,8 @@ nothing, or the deployment itself, is a validation error with its file, line and
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from procs import wait_gone
 from prometheus_client.parser import text_string_to_metric_families
 from test_waiting import raw_answer, raw_stream
 
@@ -241,6 +244,24 @@ def test_a_stream_begun_while_its_first_fallback_waits_names_none_before_the_end
     assert any(line.startswith(": waiting for slow: Starting ") for line in lines), lines
     named = [f for f in fields + trailers if f.lower().startswith("x-reconcile-deployment:")]
     assert named == ["x-reconcile-deployment: small"], (fields, trailers)
+    g.finish()
+
+
+def test_a_model_whose_engine_refuses_connections_falls_back(reconcile: Any, gateway: Any) -> None:
+    """big's record says Ready but its engine is gone (it died while no daemon ran: the
+    gateway serves on without one): every connection is refused. An instance that cannot
+    take the request is a reason to fall back: small serves it. It got 503 `its engine
+    could not be reached` after three tries, small never asked."""
+    reconcile.write("big", fallbacks=["small"])  # fallbackAfter 30 s: past a refusal's mark
+    reconcile.write("small")
+    g = gateway()
+    pid = g.wait_phase("big", "Ready")["pid"]
+    g.wait_phase("small", "Ready")
+    assert g.stop() == 0  # the daemon ends; its gateway serves on, and nothing restarts big
+    os.kill(pid, signal.SIGKILL)
+    wait_gone(pid)
+    answer = g.post("big")
+    assert answer.status == 200 and answer.headers["x-reconcile-deployment"] == "small", answer
     g.finish()
 
 

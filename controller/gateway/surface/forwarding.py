@@ -215,6 +215,7 @@ class Forwarder:
                     why = str(exc)
                     log.info("engine not reached", deployment=target.deployment, error=why)
                     self.table.mark_down(target)
+            incoming.no_instance = True  # none of its engines took it: a fallback may (serve)
             why = f"deployment {want.label!r}: its engine could not be reached; retry later"
             return want.label, error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
         finally:
