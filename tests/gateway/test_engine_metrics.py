@@ -146,3 +146,39 @@ def test_each_engines_queue_as_read_reaches_prefix_routing() -> None:
         return seen
 
     assert asyncio.run(scenario()) == [("n0", 1.0)]
+
+
+def test_an_engine_whose_metrics_failed_once_is_read_again() -> None:
+    """An engine's /metrics that answered 503 once (busy, or a proxy in front of it) was
+    taken for an engine with no metrics: never read again, its figures gone from the
+    metrics and the autoscaler until it restarted. A failure is no reading this time; the
+    next read finds its figures."""
+
+    async def scenario() -> list[EngineLoad]:
+        answers = [web.Response(status=503, text="busy"), web.Response(text=VLLM)]
+
+        async def metrics_page(request: web.Request) -> web.Response:
+            return answers.pop(0) if len(answers) > 1 else answers[0]
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics_page)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_ports(1)
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        records = [
+            Record(name="eng", owner="o", node="n", nonce="n0", port=port, phase=Phase.READY)
+        ]
+        loads: dict[tuple[str, str], EngineLoad] = {}
+        readings = []
+        try:
+            async with aiohttp.ClientSession() as session:
+                reader = EngineMetricsReader(session, lambda: records, loads)
+                for _ in range(2):
+                    await reader.once()
+                    readings.append(loads.get(("eng", "eng"), EngineLoad(None, None)))
+        finally:
+            await runner.cleanup()
+        return readings
+
+    assert asyncio.run(scenario()) == [EngineLoad(None, None), EngineLoad(7.0, 0.4375)]

@@ -8,14 +8,18 @@ nothing, or the deployment itself, is a validation error with its file, line and
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from procs import wait_gone
 from prometheus_client.parser import text_string_to_metric_families
-from test_waiting import raw_stream
+from test_waiting import raw_answer, raw_stream
 
 from controller.core.kubernetes.export import problems_of
 from controller.core.manifest.specs import DeploymentSpec
@@ -138,11 +142,126 @@ def test_a_held_streams_comments_name_the_fallback_it_waits_for(
     g.wait_phase("small", "Idle")
     g.wait_phase("big", "Starting")
     status, _, lines = raw_stream(g.port, {"model": "big", "messages": [], "stream": True})
-    comments = [line.split(": ")[1] for line in lines if line.startswith(":")]
+    comments = [line.split(": ")[1] for line in lines if line.startswith(": waiting for ")]
     assert status == 200 and comments[0] == "waiting for big", lines
     assert comments[-1] == "waiting for small", comments
     data = [line for line in lines if line.startswith("data:")]
     assert data[-1] == "data: [DONE]" and '"model": "small"' in data[0], lines
+    g.finish()
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+def test_a_held_stream_names_the_fallback_that_served_it_not_the_primary(
+    reconcile: Any, gateway: Any, version: str
+) -> None:
+    """The comments began (and with them the answer's head) while the request waited for
+    big; small served it. The head named big as who served it: now the head names no one
+    (it was not known yet), and the deployment that served it is named once known, in a
+    comment before the engine's first event and in the ``x-reconcile-deployment`` trailer
+    the head announced (HTTP/1.1: chunked; an HTTP/1.0 body has no trailer, nor its head
+    the announcement)."""
+    reconcile.write(
+        "big",
+        command=reconcile.demo_command(load_seconds="600"),
+        readiness=STUCK,
+        fallbacks=["small"],
+        fallbackAfter="1s",
+    )
+    cold = reconcile.demo_command(load_seconds="2")
+    reconcile.write("small", command=cold, activation="OnDemand", readiness=STUCK)
+    g = gateway(env={WAITING_ENV: "0.2"})
+    g.wait_phase("small", "Idle")
+    g.wait_phase("big", "Starting")
+    body = {"model": "big", "messages": [], "stream": True}
+    status, fields, lines, trailers = raw_answer(g.port, body, version)
+    assert status == "HTTP/1.1 200 OK", status
+    assert any(line.startswith(": waiting for big: Starting ") for line in lines), lines
+    named = [f for f in fields + trailers if f.lower().startswith("x-reconcile-deployment:")]
+    announced = "Trailer: x-reconcile-deployment" in fields
+    if version == "1.1":
+        assert named == ["x-reconcile-deployment: small"] and announced, (fields, trailers)
+    else:
+        assert named == [] and not announced, fields
+    data = [line for line in lines if line.startswith("data:")]
+    told = lines.index(": x-reconcile-deployment: small")
+    assert told < lines.index(data[0]) and '"model": "small"' in data[0], lines
+    assert data[-1] == "data: [DONE]", lines
+    g.finish()
+
+
+def test_a_fallback_that_cannot_take_it_passes_it_to_the_next_in_the_list(
+    reconcile: Any, gateway: Any
+) -> None:
+    """big's fallbacks are [gone, small]: gone can never become Ready (Failed), so small,
+    the first of the list that can, serves it. It went to gone alone (which has no
+    fallbacks of its own) and got gone's 503: the rest of big's list was never tried."""
+    reconcile.write(
+        "big",
+        command=reconcile.demo_command(load_seconds="600"),
+        readiness=STUCK,
+        fallbacks=["gone", "small"],
+        fallbackAfter="1s",
+    )
+    reconcile.write("gone", command=["/bin/sh", "-c", "exit 3"], restartPolicy="Never")
+    reconcile.write("small")
+    metrics_port = reconcile.port + 14
+    g = gateway("--metrics-port", str(metrics_port))
+    g.wait_phase("small", "Ready")
+    g.wait_phase("gone", "Failed")
+    g.wait_phase("big", "Starting")
+    answer = g.post("big")
+    assert answer.status == 200 and answer.headers["x-reconcile-deployment"] == "small", answer
+    for way in ({"model": "big", "to": "gone"}, {"model": "gone", "to": "small"}):
+        series = {**way, "reason": "not_ready" if way["model"] == "big" else "ended"}
+        reconcile.wait_for(
+            lambda s=series: (
+                metric(reconcile, metrics_port, "reconcile_gateway_fallbacks_total", s) == 1
+            ),
+            timeout=30,
+            what=f"the fallback {series} counted",
+        )
+    g.finish()
+
+
+def test_a_stream_begun_while_its_first_fallback_waits_names_none_before_the_end(
+    reconcile: Any, gateway: Any
+) -> None:
+    """big's fallbacks are [slow, small]; big gives up at once, slow (no fallback of its
+    own) within 2 s: the comments begin while the request waits for slow, and small serves
+    it. slow alone seemed able to serve it, so the head said slow; the rest of big's list
+    could still take it, so the head names no one and the trailer says small."""
+    stuck = reconcile.demo_command(load_seconds="600")
+    big = {"fallbacks": ["slow", "small"], "fallbackAfter": "0.1s"}  # below a comment's period
+    reconcile.write("big", command=stuck, readiness=STUCK, **big)
+    reconcile.write("slow", command=stuck, readiness=STUCK, fallbackAfter="2s")
+    reconcile.write("small")
+    g = gateway(env={WAITING_ENV: "1"})
+    g.wait_phase("small", "Ready")
+    g.wait_phase("slow", "Starting")
+    g.wait_phase("big", "Starting")
+    status, fields, lines, trailers = raw_answer(g.port, {"model": "big", "stream": True})
+    assert status == "HTTP/1.1 200 OK", status
+    assert any(line.startswith(": waiting for slow: Starting ") for line in lines), lines
+    named = [f for f in fields + trailers if f.lower().startswith("x-reconcile-deployment:")]
+    assert named == ["x-reconcile-deployment: small"], (fields, trailers)
+    g.finish()
+
+
+def test_a_model_whose_engine_refuses_connections_falls_back(reconcile: Any, gateway: Any) -> None:
+    """big's record says Ready but its engine is gone (it died while no daemon ran: the
+    gateway serves on without one): every connection is refused. An instance that cannot
+    take the request is a reason to fall back: small serves it. It got 503 `its engine
+    could not be reached` after three tries, small never asked."""
+    reconcile.write("big", fallbacks=["small"])  # fallbackAfter 30 s: past a refusal's mark
+    reconcile.write("small")
+    g = gateway()
+    pid = g.wait_phase("big", "Ready")["pid"]
+    g.wait_phase("small", "Ready")
+    assert g.stop() == 0  # the daemon ends; its gateway serves on, and nothing restarts big
+    os.kill(pid, signal.SIGKILL)
+    wait_gone(pid)
+    answer = g.post("big")
+    assert answer.status == 200 and answer.headers["x-reconcile-deployment"] == "small", answer
     g.finish()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 from typing import Any
 
 import openai
@@ -27,6 +28,38 @@ def raw_stream(port: int, body: dict[str, Any]) -> tuple[int, dict[str, str], li
         return resp.status, dict(resp.getheaders()), resp.read().decode().splitlines()
     finally:
         conn.close()
+
+
+def raw_answer(
+    port: int, body: dict[str, Any], version: str = "1.1"
+) -> tuple[str, list[str], list[str], list[str]]:
+    """A streamed answer read off the socket as sent: its status line, its header lines,
+    its body's lines (an HTTP/1.1 answer's chunks joined) and its trailer lines (what
+    ``http.client`` reads past and drops; none in HTTP/1.0, whose body ends with the
+    connection)."""
+    data = json.dumps(body).encode()
+    ask = (
+        f"POST /v1/chat/completions HTTP/{version}\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(ask.encode() + data)
+        whole = b"".join(iter(lambda: sock.recv(65536), b""))
+    head, _, rest = whole.partition(b"\r\n\r\n")
+    status, *fields = head.decode("latin-1").split("\r\n")
+    if version == "1.0":
+        assert not any(f.startswith("Transfer-Encoding") for f in fields), fields
+        return status, fields, rest.decode().splitlines(), []
+    assert "Transfer-Encoding: chunked" in fields, fields
+    text = b""
+    while True:
+        size, _, rest = rest.partition(b"\r\n")
+        if int(size, 16) == 0:
+            break
+        text, rest = text + rest[: int(size, 16)], rest[int(size, 16) + 2 :]
+    trailers = rest.decode("latin-1").split("\r\n")
+    assert trailers[-2:] == ["", ""], trailers  # the trailer section ends with a blank line
+    return status, fields, text.decode().splitlines(), trailers[:-2]
 
 
 def test_a_cold_start_streams_comments_then_the_answer(reconcile: Any, gateway: Any) -> None:

@@ -101,7 +101,8 @@ class EngineMetricsReader:
     """Reads every Ready engine's ``/metrics`` every ``EVERY`` seconds, off the request
     path, each read bounded by ``TIMEOUT``; an engine that answers with none of the series
     above (no metrics, or an engine of another kind) is not asked again until it is
-    another engine (a new nonce), and keeps ``inflight`` as its only signal. With no
+    another engine (a new nonce), and keeps ``inflight`` as its only signal (one that
+    fails, 5xx or no answer in time, is asked again the next round). With no
     engine to ask, it sleeps until ``changed`` (the table's next update) says the records
     changed, then looks at once (an engine just Ready is read then, not a period later):
     an idle gateway wakes for none."""
@@ -158,6 +159,8 @@ class EngineMetricsReader:
         url = f"http://{_host(connect_host(rec.host))}:{rec.port}/metrics"
         try:
             async with asyncio.timeout(TIMEOUT), self._session.get(url) as answer:
+                if answer.status >= 500:  # failing now, not without metrics: asked again
+                    return None
                 text = await answer.text() if answer.status == 200 else ""
         except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
             return None  # a slow or busy engine: no reading this time, asked again

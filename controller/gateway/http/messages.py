@@ -223,6 +223,11 @@ class Request:
 class StreamResponse:
     """An answer written as it goes: ``prepare`` sends its head, ``write`` its body."""
 
+    # Fields known only once the body is written (RFC 9110 §6.5), sent after a chunked
+    # body's last chunk (a stream begun before who would serve it was known: waiting.py);
+    # a class default, so the answers that have none pay no init for it.
+    trailers: tuple[tuple[str, str], ...] = ()
+
     def __init__(
         self,
         *,
@@ -298,7 +303,7 @@ class StreamResponse:
             await self.write(data)
         self._ended = True
         if self._chunked and not self._head_only:
-            self._send(b"0\r\n\r\n")
+            self._send(_last_chunk(self.trailers) if self.trailers else b"0\r\n\r\n")
             assert self._connection is not None
             if self._connection.must_drain():
                 await self._connection.drain()
@@ -394,6 +399,12 @@ def _head(status: int, reason: str | None, fields: Iterable[tuple[str, str]], da
     lines = "".join([f"{name}: {value}\r\n" for name, value in fields])
     text = f"HTTP/1.1 {status} {reason or REASONS.get(status, 'Unknown')}\r\n{date}{lines}\r\n"
     return text.encode("latin-1", "replace")
+
+
+def _last_chunk(trailers: Iterable[tuple[str, str]]) -> bytes:
+    """A chunked body's last chunk with its trailer fields."""
+    lines = "".join([f"{name}: {value}\r\n" for name, value in trailers])
+    return f"0\r\n{lines}\r\n".encode("latin-1", "replace")
 
 
 def json_response(

@@ -36,7 +36,7 @@ from controller.gateway.routing.swaps import Turns
 from controller.gateway.routing.table import Table, Target
 from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.surface.upload import Upload
-from controller.gateway.surface.waiting import Waiting
+from controller.gateway.surface.waiting import Waiting, sole
 from controller.host import bootclock
 from controller.logsetup import get_logger
 
@@ -99,16 +99,18 @@ class Forwarder:
         body: bytes | Upload,
         fields: dict[str, Any],
         tried: tuple[str, ...],
+        rest: tuple[str, ...] = (),
     ) -> tuple[str, StreamResponse]:
-        """Serve the request with the last model of ``tried``, else with the first of its
-        fallbacks (none already tried: no loop) that can take it."""
+        """Serve the request with the last model of ``tried``, else with the first that can
+        take it of ``rest`` (the fallbacks left of the models before it), then of its own
+        fallbacks; none already tried: no loop."""
         model = tried[-1]
         facts = self.table.facts(model)
         label = facts.label
         onward = (
-            [f for f in facts.fallbacks if f not in tried and f in self.table.pools]
-            if facts.fallbacks
-            else []  # most pools have none: no comprehension's call
+            self._onward(tried, (*rest, *facts.fallbacks))
+            if facts.fallbacks or rest
+            else []  # most pools have none: no call
         )
         if onward and self.limiter.full(label):
             return await self._fall_back(incoming, body, fields, tried, onward, "limit")
@@ -132,6 +134,11 @@ class Forwarder:
             return await self._fall_back(incoming, body, fields, tried, onward, self._why(model))
         return answered
 
+    def _onward(self, tried: tuple[str, ...], fallbacks: tuple[str, ...]) -> list[str]:
+        """``fallbacks`` in order, once each, but those tried and those nothing serves."""
+        pools = self.table.pools
+        return [f for f in dict.fromkeys(fallbacks) if f not in tried and f in pools]
+
     def _why(self, model: str) -> str:
         """Why pool ``model`` took no request (a fallback's reason)."""
         if self.table.ejected(model) is not None:
@@ -147,9 +154,10 @@ class Forwarder:
         onward: list[str],
         why: str,
     ) -> tuple[str, StreamResponse]:
-        """``tried[-1]`` cannot take the request (``why``): its first fallback serves it
-        (or, failing that too, that one's own fallbacks). Each one taken is counted, and
-        journalled once a minute per way (fallbackevents.py)."""
+        """``tried[-1]`` cannot take the request (``why``): the first of ``onward`` serves
+        it (or, failing that too, the next: the rest of ``onward``, then that one's own
+        fallbacks). Each one taken is counted, and journalled once a minute per way
+        (fallbackevents.py)."""
         model, to = tried[-1], onward[0]
         self.metrics.fell_back(model, to, why)
         log.info("request sent to a fallback", model=model, fallback=to, reason=why)
@@ -161,10 +169,14 @@ class Forwarder:
         words = said.get(why, "at its concurrency limit")
         self.fallback_events.note(self.table.pools.get(model, ()), model, to, why, words)
         if incoming.waiting is not None:  # its comments name what it waits for now
-            incoming.waiting.follow(self.table.label(to), lambda: self.table.phases(to))
+            # `to` alone can serve it only when no other of `onward` may still take it
+            serves = sole(self.table, to) if len(onward) == 1 else None
+            incoming.waiting.follow(
+                self.table.label(to), lambda: self.table.phases(to), serves=serves
+            )
         with self.tracing.span("fallback", {"reconcile.from": model, "reconcile.to": to}):
             self.tracing.note({"reconcile.reason": why})
-            return await self.serve(incoming, body, fields, (*tried, to))
+            return await self.serve(incoming, body, fields, (*tried, to), tuple(onward[1:]))
 
     async def _forward(
         self, incoming: Incoming, body: bytes | Upload, want: Ask
@@ -203,6 +215,7 @@ class Forwarder:
                     why = str(exc)
                     log.info("engine not reached", deployment=target.deployment, error=why)
                     self.table.mark_down(target)
+            incoming.no_instance = True  # none of its engines took it: a fallback may (serve)
             why = f"deployment {want.label!r}: its engine could not be reached; retry later"
             return want.label, error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
         finally:

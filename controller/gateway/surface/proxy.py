@@ -44,6 +44,11 @@ HOP_BY_HOP = frozenset(
         "content-length",
     }
 )
+# Who served it: the deployment whose engine answered (a pool's member, or a fallback's).
+SERVED_BY = "x-reconcile-deployment"
+# What an engine's answer loses on its way to the client: its hop-by-hop fields, and a
+# who-served-it of its own (an engine that is itself a gateway): the client gets ours.
+ANSWER_DROPS = HOP_BY_HOP | {SERVED_BY}
 WHOLE_MAX = 256 * 1024  # bytes: a sized answer up to this is passed on in one write
 TAIL_MAX = 64 * 1024  # bytes of a long JSON answer's end kept to read its usage
 KEY_HEADERS = frozenset({"authorization", "x-api-key"})  # the gateway's keys stay here
@@ -58,8 +63,6 @@ SENT_DROPS_KEYED = SENT_DROPS | KEY_HEADERS
 # http.server does not read a GET's body: left on the kept-alive connection, it was parsed
 # as the next request, and another client's POST got a 400.
 BODILESS = frozenset({"GET", "HEAD"})
-# Who served it: the deployment whose engine answered (a pool's member, or a fallback's).
-SERVED_BY = "x-reconcile-deployment"
 BAD_GATEWAY = 502  # an engine that failed mid-answer
 UNAVAILABLE = 503  # the gateway stopping
 
@@ -172,7 +175,7 @@ async def forward(
         except (Dropped, Malformed) as exc:
             raise UpstreamFailed(_said(exc), retry=False) from exc
         meter.answered()
-        headers = _kept(upstream.fields, HOP_BY_HOP)
+        headers = _kept(upstream.fields, ANSWER_DROPS)
         headers.append((SERVED_BY, target.deployment))
         whole = Passed(
             status=upstream.status,
@@ -210,7 +213,13 @@ async def _into_begun(
 ) -> StreamResponse:
     """The engine's answer into a stream already begun (200, event-stream) for waiting
     comments: an event stream goes on as it comes; anything else (an engine's error) can no
-    longer be its status, so it becomes the stream's last event, an OpenAI error body."""
+    longer be its status, so it becomes the stream's last event, an OpenAI error body.
+    A head that could not say who serves it (waiting.py) announced a trailer: now that
+    it is known, a comment names the deployment at once, and the trailer at the end."""
+    if SERVED_BY not in begun.headers:
+        begun.trailers = ((SERVED_BY, target.deployment),)
+        with contextlib.suppress(ConnectionError):  # _pump's writes find a client gone
+            await begun.write(f": {SERVED_BY}: {target.deployment}\n\n".encode())
     kind = upstream.headers.get("Content-Type", "")
     if upstream.status < 300 and kind.startswith("text/event-stream"):
         return await _pump(request, begun, upstream, target, meter)
@@ -236,7 +245,7 @@ async def end_with_error(begun: StreamResponse, body: object) -> None:
 async def _stream(
     request: Request, upstream: Answer, target: Target, meter: Meter
 ) -> StreamResponse:
-    headers = _kept(upstream.fields, HOP_BY_HOP)
+    headers = _kept(upstream.fields, ANSWER_DROPS)
     headers.append((SERVED_BY, target.deployment))
     response = StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     kind = upstream.headers.get("Content-Type", "")

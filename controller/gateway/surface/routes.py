@@ -39,7 +39,7 @@ from controller.gateway.settings import WAITING_EVERY
 from controller.gateway.surface import bodies
 from controller.gateway.surface.forwarding import RETRY_AFTER, Forwarder, Incoming
 from controller.gateway.surface.upload import Upload
-from controller.gateway.surface.waiting import Waiting, wants_stream
+from controller.gateway.surface.waiting import Waiting, sole, wants_stream
 from controller.store.config.accesstoken import QUERY as TOKEN_QUERY
 
 ROUTED = "/v1/"  # what is forwarded lies under this...
@@ -343,7 +343,11 @@ class Front:
         its fallbacks too; the gateway's own answer then ends the stream begun for them."""
         label = self.table.label(model)
         waiting = Waiting(
-            incoming.request, label, lambda: self.table.phases(model), self.waiting_every
+            incoming.request,
+            label,
+            lambda: self.table.phases(model),
+            self.waiting_every,
+            serves=sole(self.table, model),
         )
         incoming.waiting = waiting
         answered: StreamResponse | None = None

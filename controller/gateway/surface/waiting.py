@@ -4,6 +4,10 @@ begins, so clients and proxies with idle timeouts do not give up during a cold s
 
 Nothing is sent while the wait is shorter than one period: a warm engine's stream is
 untouched. Once the first comment is due the answer is begun (200, ``text/event-stream``);
+its head says who serves it (``x-reconcile-deployment``) only when one deployment alone
+can (``sole``): where a pool of several or a fallback may still serve it, the head
+announces the field as a trailer, and the engine's answer (proxy.py's ``_into_begun``)
+names its deployment in a comment before its first event and in that trailer;
 the engine's stream then goes on in it (proxy.py's ``settle``), and whatever the gateway
 would have answered instead (a 503, a 502) becomes the stream's last event, an OpenAI error
 body, as an engine failing mid-stream does. SSE clients (the ``openai`` client included)
@@ -20,6 +24,7 @@ from collections.abc import Callable
 
 from controller.gateway.http.answers import body as error_body
 from controller.gateway.http.messages import Request, Response, StreamResponse
+from controller.gateway.routing.table import Table
 from controller.gateway.surface.proxy import SERVED_BY, end_with_error
 
 
@@ -27,13 +32,30 @@ def wants_stream(fields: dict[str, object]) -> bool:
     return fields.get("stream") is True
 
 
+def sole(table: Table, model: str) -> str | None:
+    """The deployment that serves ``model``'s requests when it alone can (its pool is one
+    deployment with no fallback), else None: who serves it is known only once an engine
+    answers."""
+    facts = table.facts(model)
+    return facts.label if len(table.pools.get(model, ())) == 1 and not facts.fallbacks else None
+
+
 class Waiting:
     """The comments of one request; ``settle`` stops them and gives the begun stream."""
 
-    def __init__(self, request: Request, name: str, phase: Callable[[], str], every: float) -> None:
+    def __init__(
+        self,
+        request: Request,
+        name: str,
+        phase: Callable[[], str],
+        every: float,
+        *,
+        serves: str | None,
+    ) -> None:
         self._request = request
         self._name = name
         self._phase = phase
+        self._serves = serves  # the deployment that will serve it, if only one can (sole)
         self._every = every
         self._began = time.monotonic()
         self._stop = asyncio.Event()
@@ -50,17 +72,21 @@ class Waiting:
                 response = StreamResponse(status=200)
                 response.headers["Content-Type"] = "text/event-stream"
                 response.headers["Cache-Control"] = "no-cache"
-                response.headers[SERVED_BY] = self._name
+                if self._serves is not None:
+                    response.headers[SERVED_BY] = self._serves
+                elif self._request.version >= (1, 1):  # a chunked body: it may have trailers
+                    response.headers["Trailer"] = SERVED_BY  # set by proxy.py's _into_begun
                 self.response = response
                 await response.prepare(self._request)
             waited = round(time.monotonic() - self._began)
             line = f": waiting for {self._name}: {self._phase()} {waited}s\n\n"
             await self.response.write(line.encode())
 
-    def follow(self, name: str, phase: Callable[[], str]) -> None:
+    def follow(self, name: str, phase: Callable[[], str], *, serves: str | None) -> None:
         """The request now waits for ``name`` (a fallback): the next comments say so."""
         self._name = name
         self._phase = phase
+        self._serves = serves
 
     async def settle(self) -> StreamResponse | None:
         """No more comments (one being written is finished); the begun stream, if any."""
