@@ -85,6 +85,19 @@ def test_an_engine_runs_in_its_container_with_the_lease_and_the_marker(
     rc.wait_gone(pid)  # type: ignore[arg-type]
 
 
+def test_a_value_with_a_newline_reaches_the_container_as_it_reaches_a_process(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """A PEM certificate in spec.env: no line of ``--env-file`` holds it, and it reached
+    the engine as nothing at all (CERT unset) while a process got it whole."""
+    cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
+    write(rc, engine, "pem", env={"CERT": cert, "PLAIN": "a=b c"})
+    rc.converge()
+    env = rc.environ(running(rc, "pem")["ref"]["pid"])  # type: ignore[index]
+    assert (env.get("CERT"), env.get("PLAIN")) == (cert, "a=b c")
+    rc.down()
+
+
 def test_volumes_and_shm_size_reach_the_container(
     rc: Reconcile, engine: Engine, tmp_path: Path
 ) -> None:

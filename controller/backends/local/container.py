@@ -117,7 +117,7 @@ class Wrapper:
         name = container_name(instance_of(launch.record.name), launch.record.nonce)
         env_file = StateDir(Path(self.state_dir)).container_env(name)
         cid_file = env_file.with_suffix(".cid")  # `run` writes the container's id there
-        hidden = _secret_env(launch, env)  # envFrom's values: never in a file, never in argv
+        hidden = _client_env(launch, env)  # passed through the runtime's own environment
         shown = {k: v for k, v in env.items() if k not in hidden and k != OWNER}
         _write_env(env_file, {**shown, **self._marks()}, marker)
         try:
@@ -462,9 +462,14 @@ def _write_env(path: Path, env: Mapping[str, str], marker: str) -> None:
         out.write("\n".join(lines) + "\n")
 
 
-def _secret_env(launch: StartRequest, env: Mapping[str, str]) -> dict[str, str]:
-    """The variables whose values came from spec.envFrom (spec.env may override one)."""
-    return {k: v for k, v in launch.entry.secret_env.items() if env.get(k) == v}
+def _client_env(launch: StartRequest, env: Mapping[str, str]) -> dict[str, str]:
+    """The variables the runtime's `run` takes from its own environment (``--env KEY``):
+    those whose values came from spec.envFrom (spec.env may override one), never to be in
+    a file or an argv, and any value with a newline, which no line of ``--env-file`` can
+    hold (a PEM certificate in spec.env reached the engine empty)."""
+    secret = {k: v for k, v in launch.entry.secret_env.items() if env.get(k) == v}
+    lines = {k: v for k, v in env.items() if "\n" in v and k != OWNER}
+    return {**lines, **secret}
 
 
 def _size(path: Path) -> int:
@@ -477,7 +482,7 @@ def _size(path: Path) -> int:
 def _start_client(
     argv: list[str], log_path: Path, secret_env: Mapping[str, str]
 ) -> subprocess.Popen[bytes]:
-    """The runtime's `run`, with envFrom's values in its own environment (see --env KEY)."""
+    """The runtime's `run`, with the values `--env KEY` passes in its own environment."""
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         return subprocess.Popen(
