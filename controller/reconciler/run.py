@@ -28,6 +28,7 @@ from controller.core.actions import (
     Conflict,
     Hold,
     HoldChange,
+    Restart,
     Start,
     Stop,
     only_starts_new,
@@ -593,7 +594,10 @@ class Reconciler(Preview):
                 break
             at_once = None  # the first round's plan decides
             if not self._execute(actions, observed, result):
-                settled = observed
+                # A (re)start that waits for its image's pull asks for no further round,
+                # but it wrote its record (Pulling): the round's view is stale then.
+                spawned = any(isinstance(a, Start | Restart) for a in actions)
+                settled = None if spawned else observed
                 break
         if settled is not None:  # nothing written since it read them (the pass lock is ours)
             result.records = {name: view.record for name, view in settled.records.items()}

@@ -157,6 +157,32 @@ def test_a_container_removed_or_killed_by_hand_is_restarted(
     rc.down()
 
 
+def test_once_says_the_restart_pulls_when_its_image_was_removed_meanwhile(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """The image removed by hand, then its container: the pass's restart waits for the
+    image's pull (Pulling), and `--once` says so. It said the round before's view instead
+    (``BackOff: engine exited …; restart now``), which no record held by then."""
+    image = f"127.0.0.1:{free_ports()}/reconcile-test/engine:removed"  # nothing listens there
+    engine.cli("tag", engine.image, image)
+    try:
+        write(rc, engine, "removed", container={"image": image})
+        rc.converge()
+        pid = running(rc, "removed")["ref"]["pid"]
+        engine.cli("rmi", image)  # the tag alone: the stand-in's own still names the image
+        os.kill(pid, signal.SIGKILL)  # type: ignore[arg-type]
+        rc.wait_gone(pid)  # type: ignore[arg-type]
+        done = rc.once(check=None)
+        record = rc.record("removed")
+        assert record is not None and record["phase"] == "Pulling", record
+        said = [line for line in done.err.splitlines() if line.startswith("removed: ")]
+        assert said == [f"removed: Pulling: {record['message']}"], done
+        after_pulls(rc)
+        rc.down()
+    finally:
+        engine.cli("rmi", image, check=False)
+
+
 def test_replicas_each_get_a_container_and_down_removes_them_all(
     rc: Reconcile, engine: Engine
 ) -> None:
