@@ -9,12 +9,13 @@ import os
 import signal
 import urllib.request
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from containers.conftest import STANDIN, Engine, after_pulls, mistaken, write
-from procs import free_ports, wait_for
+from procs import free_ports, wait_for, wait_past
 
 from controller.backends.local.container import PullJob
 from controller.failpoints import CONTAINER_POINTS
@@ -181,6 +182,32 @@ def test_once_says_the_restart_pulls_when_its_image_was_removed_meanwhile(
         rc.down()
     finally:
         engine.cli("rmi", image, check=False)
+
+
+def test_once_says_the_retry_of_a_failed_pull_pulls(rc: Reconcile, engine: Engine) -> None:
+    """A pull that failed backs off holding nothing; once the back-off is over the pass
+    pulls again (Pulling), and `--once` says so, not the failure it read before."""
+    image = f"127.0.0.1:{free_ports()}/reconcile-test/engine:nowhere"  # nothing listens there
+    write(rc, engine, "retried", container={"image": image})
+
+    def failed() -> dict[str, Any] | None:
+        rc.once(check=None)
+        record = rc.record("retried")
+        if record is not None and "cannot pull image" in record["message"]:
+            return record
+        after_pulls(rc)
+        return None
+
+    record = wait_for(failed, timeout=90, what="the first pull to fail")
+    assert record["phase"] == "BackOff" and record["port"] is None, record
+    wait_past(datetime.fromisoformat(record["backoff_until"]), "the back-off's end")
+    done = rc.once(check=None)
+    record = rc.record("retried")
+    assert record is not None and record["phase"] == "Pulling", record
+    said = [line for line in done.err.splitlines() if line.startswith("retried: ")]
+    assert said == [f"retried: Pulling: {record['message']}"], done
+    after_pulls(rc)
+    rc.down()
 
 
 def test_replicas_each_get_a_container_and_down_removes_them_all(
