@@ -319,6 +319,9 @@ def test_a_run_the_runtime_refuses_is_named_in_its_words_and_leaves_no_container
     assert record is not None and record["phase"] in ("BackOff", "Failed"), record
     assert f"{engine.name} run:" in record["message"], record["message"]
     assert "/bin/no-such-engine" in record["message"], record["message"]
+    # The runtime names the path alone; where it comes from and what to set are ours.
+    hint = f"/bin/no-such-engine is not in image {engine.image}: set spec.command[0] to"
+    assert hint in record["message"], record["message"]
     assert record["ref"] is None, record
     rc.wait_for(lambda: engine.ours(rc.state) == [])
     rc.down()

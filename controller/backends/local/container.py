@@ -58,6 +58,9 @@ OWNER = "RECONCILE_OWNER"  # the local backend's OWNER_MARKER, inside the contai
 # error, a command that cannot be invoked, one not found); any other code is the
 # container's own (its engine's exit code).
 RUNTIME_CODES = frozenset({125, 126, 127})
+# The codes of a program that cannot be run, what each means: the runtime's words name
+# the path alone (`exec: "/usr/bin/vllm": stat …: no such file or directory`).
+NO_PROGRAM = {126: "is not executable", 127: "is not"}
 PREPULL_RETRY = 30.0  # seconds before a replacement's image that did not pull is tried again
 START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating layers)
 POLL = 0.01  # a look at one small file (the container's id)
@@ -135,9 +138,10 @@ class Wrapper:
             started = Started(runtime.name, client, launch.log_path, offset)
             try:
                 ref, cid = started.wait(main_process, cid_file)
-            except ContainerError:  # the image may be gone: the next start looks again
+            except ContainerError as exc:  # the image may be gone: the next start looks again
                 self.images.pop((runtime.name, image), None)
-                raise
+                program = launch.rendered.argv[0]
+                raise _no_program(exc, client.returncode, spec, program, image) from None
             failpoints.hit("container.run.after_start")
         finally:
             for path in (env_file, cid_file):  # the engine has its environment now
@@ -389,6 +393,21 @@ def _never_here(runtime: Runtime, image: str) -> str:
     return (
         f"image {image} is not on this node and pullPolicy is Never: "
         f"`{runtime.name} pull {image}` (or load it)"
+    )
+
+
+def _no_program(
+    exc: ContainerError, code: int | None, spec: DeploymentSpec, program: str, image: str
+) -> ContainerError:
+    """``exc``, with what to set, when the runtime's `run` said its program cannot be run
+    (an engine's own exit is its restart policy's to judge)."""
+    said = NO_PROGRAM.get(code) if code is not None else None
+    if said is None or isinstance(exc, ContainerExited):
+        return exc
+    field = "spec.command[0]" if spec.engine == "command" else "spec.executable"
+    return ContainerError(
+        f"{exc}: {program} {said} in image {image}: set {field} to the program's path "
+        "inside the image, or use an image that has it"
     )
 
 
