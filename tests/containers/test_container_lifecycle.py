@@ -184,21 +184,50 @@ def test_once_says_the_restart_pulls_when_its_image_was_removed_meanwhile(
         engine.cli("rmi", image, check=False)
 
 
-def test_once_says_the_retry_of_a_failed_pull_pulls(rc: Reconcile, engine: Engine) -> None:
-    """A pull that failed backs off holding nothing; once the back-off is over the pass
-    pulls again (Pulling), and `--once` says so, not the failure it read before."""
-    image = f"127.0.0.1:{free_ports()}/reconcile-test/engine:nowhere"  # nothing listens there
-    write(rc, engine, "retried", container={"image": image})
+def until_pull_failed(rc: Reconcile, name: str) -> dict[str, Any]:
+    """Passes until ``name``'s record says its image's pull failed (it ends between them)."""
 
     def failed() -> dict[str, Any] | None:
         rc.once(check=None)
-        record = rc.record("retried")
+        record = rc.record(name)
         if record is not None and "cannot pull image" in record["message"]:
             return record
         after_pulls(rc)
         return None
 
-    record = wait_for(failed, timeout=90, what="the first pull to fail")
+    found: dict[str, Any] = wait_for(failed, timeout=90, what=f"{name}'s pull to fail")
+    return found
+
+
+def test_an_image_built_here_without_a_tag_says_how_to_run_it(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """``podman build -t mine``: no tag, so pullPolicy defaults to Always (Kubernetes'),
+    and the pull fails where no registry has the image. The runtime's words named only the
+    registry; the message says the image is here and what to set."""
+    image = f"localhost/reconcile-test/built-here-{uuid.uuid4().hex[:8]}"  # :latest
+    engine.cli("tag", engine.image, image)
+    try:
+        write(rc, engine, "mine", container={"image": image})
+        record = until_pull_failed(rc, "mine")
+        assert record["phase"] == "BackOff", record
+        hint = "it is on this node, but pullPolicy defaults to Always for `:latest` or no tag"
+        assert hint in record["message"], record["message"]
+        assert "set pullPolicy: IfNotPresent" in record["message"], record["message"]
+        write(rc, engine, "mine", container={"image": image, "pullPolicy": "IfNotPresent"})
+        rc.converge()
+        assert running(rc, "mine")["container"]["image"] == image  # type: ignore[index]
+        rc.down()
+    finally:
+        engine.cli("rmi", image, check=False)
+
+
+def test_once_says_the_retry_of_a_failed_pull_pulls(rc: Reconcile, engine: Engine) -> None:
+    """A pull that failed backs off holding nothing; once the back-off is over the pass
+    pulls again (Pulling), and `--once` says so, not the failure it read before."""
+    image = f"127.0.0.1:{free_ports()}/reconcile-test/engine:nowhere"  # nothing listens there
+    write(rc, engine, "retried", container={"image": image})
+    record = until_pull_failed(rc, "retried")
     assert record["phase"] == "BackOff" and record["port"] is None, record
     wait_past(datetime.fromisoformat(record["backoff_until"]), "the back-off's end")
     done = rc.once(check=None)

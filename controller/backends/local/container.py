@@ -185,7 +185,12 @@ class Wrapper:
         if job.running():
             return Held(pulling)
         if spec.container.policy(image) == "Always":
-            return _pulled_first(job, image, pulling)
+            container = spec.container
+
+            def cannot(said: str) -> str:
+                return self._cannot(runtime, container, image, said)
+
+            return _pulled_first(job, pulling, cannot)
         try:
             present = runtime.image(image) is not None
         except ContainerError:  # the runtime does not answer: the launch decides, as before
@@ -218,7 +223,9 @@ class Wrapper:
         if job.running():
             return f"pulling image {image} ({runtime.name}): {job.last_line()}"
         if job.exists():  # ended: with it (the launch reads it), or with the runtime's words
-            return f"cannot pull image {image}: {job.last_line()}" if job.failed() else None
+            if not job.failed():
+                return None
+            return self._cannot(runtime, spec.container, image, job.last_line())
         if policy == "Always":
             return f"pulling image {image} ({runtime.name})"  # it runs only what it pulls
         if (runtime.name, image) in self.images:
@@ -246,7 +253,7 @@ class Wrapper:
         if job.running():
             return Held(waits)
         if job.exists():  # ended without it
-            said = f"cannot pull image {image}: {job.last_line()}"
+            said = self._cannot(runtime, spec.container, image, job.last_line())
             job.forget()
             return Held(said, failed=True)
         job.start()
@@ -304,7 +311,7 @@ class Wrapper:
             # Always runs only what it pulled (Kubernetes' ErrImagePull), never the copy a
             # failed pull left; the others run an image that is here, however it came.
             if policy == "Always" or (facts is None and policy != "Never"):
-                raise ImagePullFailed(f"cannot pull image {image}: {said}")
+                raise ImagePullFailed(self._cannot(runtime, container, image, said))
             # Never pulls: that pull was an earlier spec's (pullPolicy edited since), and
             # its error is not this spec's word; Never's own is, below.
         if policy == "Never" and not present:
@@ -313,6 +320,20 @@ class Wrapper:
             return Known(facts[1], pulled=False)
         job.start()
         raise PullingFirst(f"pulling image {image} ({runtime.name})")
+
+    def _cannot(self, runtime: Runtime, container: Container, image: str, said: str) -> str:
+        """A failed pull of the container's image in the runtime's words (``said``); and,
+        when the image is on this node all the same, why it was pulled and how to run it:
+        an image built here has no tag, or `:latest`, for which pullPolicy defaults to
+        Always (Kubernetes'), and its pull fails where no registry has it."""
+        text = f"cannot pull image {image}: {said}"
+        defaulted = container.pull_policy is None and container.policy(image) == "Always"
+        if defaulted and _image_or_none(runtime, image) is not None:
+            text += (
+                "; it is on this node, but pullPolicy defaults to Always for `:latest` "
+                "or no tag: set pullPolicy: IfNotPresent to run it, or tag it with a version"
+            )
+        return text
 
     def run_argv(
         self,
@@ -364,7 +385,7 @@ class Wrapper:
         return mounts
 
 
-def _pulled_first(job: PullJob, image: str, pulling: str) -> Held | None:
+def _pulled_first(job: PullJob, pulling: str, cannot: Callable[[str], str]) -> Held | None:
     """Under ``pullPolicy: Always`` the new spec runs only what a pull brings (an older
     copy on the node is no answer), so its pull comes first while the running engine
     serves; one that ended well is the launch's to read, one that failed keeps it."""
@@ -373,7 +394,7 @@ def _pulled_first(job: PullJob, image: str, pulling: str) -> Held | None:
         return Held(pulling)
     if not job.failed():
         return None
-    said = f"cannot pull image {image}: {job.last_line()}; the running engine is kept"
+    said = f"{cannot(job.last_line())}; the running engine is kept"
     if job.age() >= PREPULL_RETRY:
         job.forget()  # the next pass tries again
     return Held(said, failed=True)
