@@ -623,6 +623,37 @@ def test_a_daemon_that_remembers_an_image_still_sees_its_tag_moved(
     rc.down()
 
 
+def test_a_daemon_that_remembers_an_image_pulls_it_again_once_removed(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """The image removed by hand, then its container: the daemon's restart ran the image
+    it remembered, and the runtime's "image not known" was a failed restart (a longer
+    back-off). The restart looks again and pulls, as a first start does."""
+    image = f"127.0.0.1:{free_ports()}/reconcile-test/engine:forgotten"  # nothing listens
+    engine.cli("tag", engine.image, image)
+    daemon = Daemons(rc)
+    try:
+        running = daemon()
+        write(rc, engine, "forgot", container={"image": image})
+        record = running.wait(lambda: _ready(rc, "forgot"), "forgot Ready")
+        engine.cli("rmi", image)  # the tag alone: the stand-in's own still names the image
+        os.kill(record["ref"]["pid"], signal.SIGKILL)  # the daemon starts it again
+
+        def pull_failed() -> dict[str, Any] | None:
+            now = rc.record("forgot")
+            return now if now is not None and "cannot pull image" in now["message"] else None
+
+        running.wait(pull_failed, "the restart's pull to fail", timeout=90)
+        spawns = [e for e in rc.events("forgot") if e.get("reason") == "spawn"]
+        assert spawns == [], spawns  # no `run` of an image that is not there
+        assert running.stop() == 0
+    finally:
+        daemon.kill_all()
+        engine.cli("rmi", image, check=False)
+    after_pulls(rc)
+    rc.down()
+
+
 def _ready(rc: Reconcile, name: str) -> dict[str, Any] | None:
     record: dict[str, Any] | None = rc.record(name)
     return record if record is not None and record["phase"] == "Ready" else None

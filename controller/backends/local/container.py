@@ -136,17 +136,22 @@ class Wrapper:
             client = _start_client(argv, launch.log_path, hidden)
             failpoints.hit("container.run.before_wait")
             started = Started(runtime.name, client, launch.log_path, offset)
+            ref: ProcessRef | None
             try:
                 ref, cid = started.wait(main_process, cid_file)
             except ContainerError as exc:  # the image may be gone: the next start looks again
                 self.images.pop((runtime.name, image), None)
-                program = launch.rendered.argv[0]
-                raise _no_program(exc, client.returncode, spec, program, image) from None
+                if not (known.remembered and containers.absent(str(exc))):
+                    program = launch.rendered.argv[0]
+                    raise _no_program(exc, client.returncode, spec, program, image) from None
+                ref, cid = None, ""  # removed since it was remembered: looked for below
             failpoints.hit("container.run.after_start")
         finally:
             for path in (env_file, cid_file):  # the engine has its environment now
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
+        if ref is None:  # a fresh look: the image is pulled first, as for a first start
+            return self.launch(launch, marker, env, main_process)
         # A remembered image is looked at again once its container runs: the tag may name
         # another image now. Not while it starts: an `image inspect` then waits on the
         # storage lock the runtime's `run` holds, and the `run` on it (measured: the engine
