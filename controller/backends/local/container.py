@@ -61,6 +61,9 @@ RUNTIME_CODES = frozenset({125, 126, 127})
 # The codes of a program that cannot be run, what each means: the runtime's words name
 # the path alone (`exec: "/usr/bin/vllm": stat …: no such file or directory`).
 NO_PROGRAM = {126: "is not executable", 127: "is not"}
+# What a registry says of a pull without credentials (podman; docker), which names no
+# next move (docker's "pull access denied … may require 'docker login'" does).
+NO_LOGIN = ("authentication required", "no basic auth credentials")
 PREPULL_RETRY = 30.0  # seconds before a replacement's image that did not pull is tried again
 START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating layers)
 POLL = 0.01  # a look at one small file (the container's id)
@@ -332,6 +335,9 @@ class Wrapper:
         an image built here has no tag, or `:latest`, for which pullPolicy defaults to
         Always (Kubernetes'), and its pull fails where no registry has it."""
         text = f"cannot pull image {image}: {said}"
+        if any(words in said.lower() for words in NO_LOGIN):  # the pull used the runtime's own
+            login = " ".join((runtime.name, "login", _registry(image))).strip()
+            text += f"; log in as the user reconcile runs as: `{login}`"
         defaulted = container.pull_policy is None and container.policy(image) == "Always"
         if defaulted and _image_or_none(runtime, image) is not None:
             text += (
@@ -435,6 +441,15 @@ def _no_program(
         f"{exc}: {program} {said} in image {image}: set {field} to the program's path "
         "inside the image, or use an image that has it"
     )
+
+
+def _registry(image: str) -> str:
+    """The registry host a reference names (its first part, when that is a host), else ""
+    (the runtime's default registry, which `login` alone logs in to)."""
+    first, sep, _ = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return ""
 
 
 def _image_or_none(runtime: Runtime, image: str) -> tuple[str, str] | None:
