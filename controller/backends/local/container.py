@@ -146,7 +146,7 @@ class Wrapper:
                 self.images.pop((runtime.name, image), None)
                 if not (known.remembered and containers.absent(str(exc))):
                     program = launch.rendered.argv[0]
-                    raise _no_program(exc, client.returncode, spec, program, image) from None
+                    raise _next_move(exc, client.returncode, spec, program, image) from None
                 ref, cid = None, ""  # removed since it was remembered: looked for below
             failpoints.hit("container.run.after_start")
         finally:
@@ -428,19 +428,30 @@ def _never_here(runtime: Runtime, image: str) -> str:
     )
 
 
-def _no_program(
+def _next_move(
     exc: ContainerError, code: int | None, spec: DeploymentSpec, program: str, image: str
 ) -> ContainerError:
-    """``exc``, with what to set, when the runtime's `run` said its program cannot be run
-    (an engine's own exit is its restart policy's to judge)."""
-    said = NO_PROGRAM.get(code) if code is not None else None
-    if said is None or isinstance(exc, ContainerExited):
+    """``exc``, with what to set where the runtime's words name a path alone: a program
+    the image lacks, or a volume's host folder this node lacks (podman refuses it with
+    `statfs …: no such file or directory`). An engine's own exit is its restart policy's."""
+    if isinstance(exc, ContainerExited):
         return exc
-    field = "spec.command[0]" if spec.engine == "command" else "spec.executable"
-    return ContainerError(
-        f"{exc}: {program} {said} in image {image}: set {field} to the program's path "
-        "inside the image, or use an image that has it"
-    )
+    said = NO_PROGRAM.get(code) if code is not None else None
+    if said is not None:
+        field = "spec.command[0]" if spec.engine == "command" else "spec.executable"
+        return ContainerError(
+            f"{exc}: {program} {said} in image {image}: set {field} to the program's path "
+            "inside the image, or use an image that has it"
+        )
+    assert spec.container is not None
+    for index, volume in enumerate(spec.container.volumes):
+        host = volume.split(":", 1)[0]
+        if not os.path.exists(host):
+            return ContainerError(
+                f"{exc}: spec.container.volumes[{index}]: {host} does not exist on this "
+                "node: create it, or fix the path"
+            )
+    return exc
 
 
 def _registry(image: str) -> str:
