@@ -191,11 +191,7 @@ class Launcher:
             return True
         except SpawnError as exc:
             # A runtime's refusal says its own next move; a missing program has ours.
-            hint = (
-                ""
-                if isinstance(exc, ContainerError)
-                else ": install the engine or set spec.executable"
-            )
+            hint = "" if isinstance(exc, ContainerError) else _no_program(entry)
             self._back_off(record, f"{exc}{hint}")
             self.event(name, verb, "spawn", "failed", error=str(exc))
             return True
@@ -518,6 +514,20 @@ class Launcher:
 def _same_wait(a: Record, b: Record) -> bool:
     keys = ("phase", "message", "spec_hash", "owner", "source", "restarts")
     return all(getattr(a, k) == getattr(b, k) for k in keys)
+
+
+def _no_program(entry: Entry) -> str:
+    """The next move for an engine whose program is not on this node. ``spec.image``
+    alone reads as "run this image" to whoever comes from compose or Kubernetes; it is
+    export's, and the engine ran (and failed) as a process."""
+    spec = entry.deployment.spec
+    hint = ": install the engine or set spec.executable"
+    if spec.image is not None and spec.container is None:
+        hint += (
+            f", or run it in that image: `container: {{image: {spec.image}}}` "
+            "(spec.image alone is for `reconcile export`)"
+        )
+    return hint
 
 
 def _unleased(rec: Record) -> Record:

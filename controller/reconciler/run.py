@@ -26,8 +26,10 @@ from controller.core.actions import (
     Action,
     AnyAction,
     Conflict,
+    Fetch,
     Hold,
     HoldChange,
+    Restart,
     Start,
     Stop,
     only_starts_new,
@@ -619,7 +621,10 @@ class Reconciler(Preview):
                 break
             at_once = None  # the first round's plan decides
             if not self._execute(actions, observed, result):
-                settled = observed
+                # A (re)start or fetch that waits for its image's pull asks for no further
+                # round, but it wrote its record (Pulling): the round's view is stale then.
+                pulls = any(isinstance(a, Start | Restart | Fetch) for a in actions)
+                settled = None if pulls else observed
                 break
         if settled is not None:  # nothing written since it read them (the pass lock is ours)
             result.records = {name: view.record for name, view in settled.records.items()}

@@ -9,12 +9,13 @@ import os
 import signal
 import urllib.request
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from containers.conftest import STANDIN, Engine, after_pulls, mistaken, write
-from procs import free_ports, wait_for
+from procs import free_ports, wait_for, wait_past
 
 from controller.backends.local.container import PullJob
 from controller.failpoints import CONTAINER_POINTS
@@ -85,6 +86,19 @@ def test_an_engine_runs_in_its_container_with_the_lease_and_the_marker(
     rc.wait_gone(pid)  # type: ignore[arg-type]
 
 
+def test_a_value_with_a_newline_reaches_the_container_as_it_reaches_a_process(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """A PEM certificate in spec.env: no line of ``--env-file`` holds it, and it reached
+    the engine as nothing at all (CERT unset) while a process got it whole."""
+    cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
+    write(rc, engine, "pem", env={"CERT": cert, "PLAIN": "a=b c"})
+    rc.converge()
+    env = rc.environ(running(rc, "pem")["ref"]["pid"])  # type: ignore[index]
+    assert (env.get("CERT"), env.get("PLAIN")) == (cert, "a=b c")
+    rc.down()
+
+
 def test_volumes_and_shm_size_reach_the_container(
     rc: Reconcile, engine: Engine, tmp_path: Path
 ) -> None:
@@ -106,6 +120,26 @@ def test_volumes_and_shm_size_reach_the_container(
     assert "read-only" in said and not (shared / "written").exists(), said
     shm_kib = [line.split()[1] for line in said.splitlines() if line.rstrip().endswith("/dev/shm")]
     assert shm_kib == ["98304"], said
+    rc.down()
+
+
+def test_a_volume_whose_host_folder_is_missing_names_the_field(
+    reconcile: Reconcile, podman: Engine, tmp_path: Path
+) -> None:
+    """podman refuses a volume whose host folder is missing in words that name a path
+    alone (`statfs …: no such file or directory`); the message names the field and what
+    to do. (docker makes the folder, empty and root's, and runs.)"""
+    rc = reconcile
+    rc.env.update(podman.env)
+    missing = tmp_path / "no-such-models"
+    volumes = [f"{tmp_path}:/data:ro", f"{missing}:/models:ro"]
+    write(rc, podman, "mounted", container={"volumes": volumes})
+    rc.once(check=None)
+    record = rc.record("mounted")
+    assert record is not None and record["phase"] in ("BackOff", "Failed"), record
+    said = f"spec.container.volumes[1]: {missing} does not exist on this node: create it"
+    assert said in record["message"], record["message"]
+    assert not missing.exists() and podman.ours(rc.state) == []
     rc.down()
 
 
@@ -141,6 +175,87 @@ def test_a_container_removed_or_killed_by_hand_is_restarted(
     assert again["restarts"] == 1 and again["container"]["id"] != cid  # type: ignore[index]
     assert health(again["port"]) == "ok\n"  # type: ignore[arg-type]
     rc.wait_for(lambda: engine.ours(rc.state) == [again["container"]["id"]])  # type: ignore[index]
+    rc.down()
+
+
+def test_once_says_the_restart_pulls_when_its_image_was_removed_meanwhile(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """The image removed by hand, then its container: the pass's restart waits for the
+    image's pull (Pulling), and `--once` says so. It said the round before's view instead
+    (``BackOff: engine exited …; restart now``), which no record held by then."""
+    image = f"127.0.0.1:{free_ports()}/reconcile-test/engine:removed"  # nothing listens there
+    engine.cli("tag", engine.image, image)
+    try:
+        write(rc, engine, "removed", container={"image": image})
+        rc.converge()
+        pid = running(rc, "removed")["ref"]["pid"]
+        engine.cli("rmi", image)  # the tag alone: the stand-in's own still names the image
+        os.kill(pid, signal.SIGKILL)  # type: ignore[arg-type]
+        rc.wait_gone(pid)  # type: ignore[arg-type]
+        done = rc.once(check=None)
+        record = rc.record("removed")
+        assert record is not None and record["phase"] == "Pulling", record
+        said = [line for line in done.err.splitlines() if line.startswith("removed: ")]
+        assert said == [f"removed: Pulling: {record['message']}"], done
+        after_pulls(rc)
+        rc.down()
+    finally:
+        engine.cli("rmi", image, check=False)
+
+
+def until_pull_failed(rc: Reconcile, name: str) -> dict[str, Any]:
+    """Passes until ``name``'s record says its image's pull failed (it ends between them)."""
+
+    def failed() -> dict[str, Any] | None:
+        rc.once(check=None)
+        record = rc.record(name)
+        if record is not None and "cannot pull image" in record["message"]:
+            return record
+        after_pulls(rc)
+        return None
+
+    found: dict[str, Any] = wait_for(failed, timeout=90, what=f"{name}'s pull to fail")
+    return found
+
+
+def test_an_image_built_here_without_a_tag_says_how_to_run_it(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """``podman build -t mine``: no tag, so pullPolicy defaults to Always (Kubernetes'),
+    and the pull fails where no registry has the image. The runtime's words named only the
+    registry; the message says the image is here and what to set."""
+    image = f"localhost/reconcile-test/built-here-{uuid.uuid4().hex[:8]}"  # :latest
+    engine.cli("tag", engine.image, image)
+    try:
+        write(rc, engine, "mine", container={"image": image})
+        record = until_pull_failed(rc, "mine")
+        assert record["phase"] == "BackOff", record
+        hint = "it is on this node, but pullPolicy defaults to Always for `:latest` or no tag"
+        assert hint in record["message"], record["message"]
+        assert "set pullPolicy: IfNotPresent" in record["message"], record["message"]
+        write(rc, engine, "mine", container={"image": image, "pullPolicy": "IfNotPresent"})
+        rc.converge()
+        assert running(rc, "mine")["container"]["image"] == image  # type: ignore[index]
+        rc.down()
+    finally:
+        engine.cli("rmi", image, check=False)
+
+
+def test_once_says_the_retry_of_a_failed_pull_pulls(rc: Reconcile, engine: Engine) -> None:
+    """A pull that failed backs off holding nothing; once the back-off is over the pass
+    pulls again (Pulling), and `--once` says so, not the failure it read before."""
+    image = f"127.0.0.1:{free_ports()}/reconcile-test/engine:nowhere"  # nothing listens there
+    write(rc, engine, "retried", container={"image": image})
+    record = until_pull_failed(rc, "retried")
+    assert record["phase"] == "BackOff" and record["port"] is None, record
+    wait_past(datetime.fromisoformat(record["backoff_until"]), "the back-off's end")
+    done = rc.once(check=None)
+    record = rc.record("retried")
+    assert record is not None and record["phase"] == "Pulling", record
+    said = [line for line in done.err.splitlines() if line.startswith("retried: ")]
+    assert said == [f"retried: Pulling: {record['message']}"], done
+    after_pulls(rc)
     rc.down()
 
 
@@ -253,6 +368,9 @@ def test_a_run_the_runtime_refuses_is_named_in_its_words_and_leaves_no_container
     assert record is not None and record["phase"] in ("BackOff", "Failed"), record
     assert f"{engine.name} run:" in record["message"], record["message"]
     assert "/bin/no-such-engine" in record["message"], record["message"]
+    # The runtime names the path alone; where it comes from and what to set are ours.
+    hint = f"/bin/no-such-engine is not in image {engine.image}: set spec.command[0] to"
+    assert hint in record["message"], record["message"]
     assert record["ref"] is None, record
     rc.wait_for(lambda: engine.ours(rc.state) == [])
     rc.down()
@@ -522,6 +640,37 @@ def test_a_daemon_that_remembers_an_image_still_sees_its_tag_moved(
         assert running.stop() == 0
     finally:
         daemon.kill_all()
+    rc.down()
+
+
+def test_a_daemon_that_remembers_an_image_pulls_it_again_once_removed(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """The image removed by hand, then its container: the daemon's restart ran the image
+    it remembered, and the runtime's "image not known" was a failed restart (a longer
+    back-off). The restart looks again and pulls, as a first start does."""
+    image = f"127.0.0.1:{free_ports()}/reconcile-test/engine:forgotten"  # nothing listens
+    engine.cli("tag", engine.image, image)
+    daemon = Daemons(rc)
+    try:
+        running = daemon()
+        write(rc, engine, "forgot", container={"image": image})
+        record = running.wait(lambda: _ready(rc, "forgot"), "forgot Ready")
+        engine.cli("rmi", image)  # the tag alone: the stand-in's own still names the image
+        os.kill(record["ref"]["pid"], signal.SIGKILL)  # the daemon starts it again
+
+        def pull_failed() -> dict[str, Any] | None:
+            now = rc.record("forgot")
+            return now if now is not None and "cannot pull image" in now["message"] else None
+
+        running.wait(pull_failed, "the restart's pull to fail", timeout=90)
+        spawns = [e for e in rc.events("forgot") if e.get("reason") == "spawn"]
+        assert spawns == [], spawns  # no `run` of an image that is not there
+        assert running.stop() == 0
+    finally:
+        daemon.kill_all()
+        engine.cli("rmi", image, check=False)
+    after_pulls(rc)
     rc.down()
 
 

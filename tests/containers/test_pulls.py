@@ -6,7 +6,10 @@ The stand-in image is pushed once per session; each test removes what it pulled.
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -15,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from containers.conftest import (
+    REGISTRY_CONF,
     Engine,
     Registry,
     after_pulls,
@@ -22,7 +26,8 @@ from containers.conftest import (
     mistaken,
     write,
 )
-from procs import wait_for, wait_past
+from missing import skip
+from procs import bindable, free_ports, wait_for, wait_past
 
 from controller.backends.local.container import PullJob
 from controller.host.containers import LOOKS, Runtime
@@ -391,3 +396,56 @@ def test_an_image_pull_in_progress_keeps_no_gpu_from_the_next_start(
         hung.close()
         wait_for(lambda: not job.running(), timeout=90, what="the hung pull's end")
     rc.down()
+
+
+# A registry that wants a login: `htpasswd -B` for the user `reconcile` and PASSWORD.
+PASSWORD = "not-a-secret"
+HTPASSWD = "reconcile:$2b$04$1Nuayp/A7CRpwa/fnHYtA.YeEKo55fm2KSMk3N58NxmsdIep8jDe6\n"
+AUTH = "auth:\n  htpasswd: {{realm: reconcile-test, path: {path}}}\n"
+
+
+def test_a_private_registry_is_pulled_from_with_the_runtimes_own_login(
+    rc: Reconcile, engine: Engine, podman: Engine, tmp_path: Path
+) -> None:
+    """No credentials of reconcile's own: the pull is the runtime's, with the login its
+    user made (podman's auth file, docker's config). Before it, the runtime said
+    "unauthorized" (or "no basic auth credentials") and nothing about logging in."""
+    if shutil.which("docker-registry") is None:
+        skip("docker-registry", "apt-get install docker-registry")
+    port = free_ports()
+    (tmp_path / "htpasswd").write_text(HTPASSWD)
+    conf = REGISTRY_CONF.format(root=tmp_path / "data", port=port)
+    (tmp_path / "config.yml").write_text(conf + AUTH.format(path=tmp_path / "htpasswd"))
+    rc.spawn(["docker-registry", "serve", str(tmp_path / "config.yml")], start_new_session=True)
+    wait_for(lambda: not bindable(port), timeout=30, what="the registry")
+    address = f"127.0.0.1:{port}"
+    insecure = f'[[registry]]\nlocation = "{address}"\ninsecure = true\n'
+    (tmp_path / "registries.conf").write_text(insecure)
+    (tmp_path / "auth.json").write_text('{"auths": {}}')  # no login yet (none of the host's)
+    logins = {
+        "CONTAINERS_REGISTRIES_CONF": str(tmp_path / "registries.conf"),
+        "REGISTRY_AUTH_FILE": str(tmp_path / "auth.json"),  # podman's login
+        "DOCKER_CONFIG": str(tmp_path / "docker"),  # docker's
+    }
+    rc.env.update(logins)
+    image = f"{address}/reconcile-test/private:1"
+    podman.cli("push", "--tls-verify=false", "--format", "v2s2", "--creds",
+               f"reconcile:{PASSWORD}", podman.image, image)  # fmt: skip
+    try:
+        write(rc, engine, "private", container={"image": image})
+        record = until_message(rc, "private", "cannot pull image")
+        assert (
+            f"log in as the user reconcile runs as: `{engine.name} login {address}`"
+            in (record["message"])
+        ), record
+        login = [engine.name, "login", "-u", "reconcile", "--password-stdin", address]
+        env = {**os.environ, **engine.env, **logins}
+        subprocess.run(login, input=PASSWORD.encode(), env=env, check=True,
+                       capture_output=True, timeout=60)  # fmt: skip
+        rc.converge(timeout="90s")
+        pulled = rc.record("private")
+        assert pulled is not None and pulled["container"]["image"] == image, pulled
+        rc.down()
+    finally:
+        after_pulls(rc)
+        engine.cli("rmi", "-f", image, check=False)

@@ -208,3 +208,20 @@ def test_a_verb_that_is_none_names_the_one_meant(
     assert ended.value.code == 64
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and said in err and "--help" in err, err
+
+
+def test_spec_image_alone_runs_a_process_and_a_missing_program_says_how_to_run_the_image(
+    reconcile: Any,
+) -> None:
+    """compose's and Kubernetes' `image:` runs a container; here `spec.image` is export's,
+    and the engine runs as a process. Its program missing on the node said to install it
+    or set spec.executable, not that the image written was not run."""
+    rc = reconcile
+    image = "localhost/reconcile-test/engine:1"
+    rc.write("imaged", command=["/no/such/engine", "{port}"], image=image)
+    done = rc.once(check=None)
+    record = rc.record("imaged")
+    assert record is not None and record["container"] is None, record
+    said = f"or run it in that image: `container: {{image: {image}}}`"
+    assert said in record["message"] and "spec.image alone is for" in record["message"], done
+    rc.down()

@@ -58,6 +58,12 @@ OWNER = "RECONCILE_OWNER"  # the local backend's OWNER_MARKER, inside the contai
 # error, a command that cannot be invoked, one not found); any other code is the
 # container's own (its engine's exit code).
 RUNTIME_CODES = frozenset({125, 126, 127})
+# The codes of a program that cannot be run, what each means: the runtime's words name
+# the path alone (`exec: "/usr/bin/vllm": stat …: no such file or directory`).
+NO_PROGRAM = {126: "is not executable", 127: "is not"}
+# What a registry says of a pull without credentials (podman; docker), which names no
+# next move (docker's "pull access denied … may require 'docker login'" does).
+NO_LOGIN = ("authentication required", "no basic auth credentials")
 PREPULL_RETRY = 30.0  # seconds before a replacement's image that did not pull is tried again
 START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating layers)
 POLL = 0.01  # a look at one small file (the container's id)
@@ -117,7 +123,7 @@ class Wrapper:
         name = container_name(instance_of(launch.record.name), launch.record.nonce)
         env_file = StateDir(Path(self.state_dir)).container_env(name)
         cid_file = env_file.with_suffix(".cid")  # `run` writes the container's id there
-        hidden = _secret_env(launch, env)  # envFrom's values: never in a file, never in argv
+        hidden = _client_env(launch, env)  # passed through the runtime's own environment
         shown = {k: v for k, v in env.items() if k not in hidden and k != OWNER}
         _write_env(env_file, {**shown, **self._marks()}, marker)
         try:
@@ -133,16 +139,22 @@ class Wrapper:
             client = _start_client(argv, launch.log_path, hidden)
             failpoints.hit("container.run.before_wait")
             started = Started(runtime.name, client, launch.log_path, offset)
+            ref: ProcessRef | None
             try:
                 ref, cid = started.wait(main_process, cid_file)
-            except ContainerError:  # the image may be gone: the next start looks again
+            except ContainerError as exc:  # the image may be gone: the next start looks again
                 self.images.pop((runtime.name, image), None)
-                raise
+                if not (known.remembered and containers.absent(str(exc))):
+                    program = launch.rendered.argv[0]
+                    raise _next_move(exc, client.returncode, spec, program, image) from None
+                ref, cid = None, ""  # removed since it was remembered: looked for below
             failpoints.hit("container.run.after_start")
         finally:
             for path in (env_file, cid_file):  # the engine has its environment now
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
+        if ref is None:  # a fresh look: the image is pulled first, as for a first start
+            return self.launch(launch, marker, env, main_process)
         # A remembered image is looked at again once its container runs: the tag may name
         # another image now. Not while it starts: an `image inspect` then waits on the
         # storage lock the runtime's `run` holds, and the `run` on it (measured: the engine
@@ -181,7 +193,12 @@ class Wrapper:
         if job.running():
             return Held(pulling)
         if spec.container.policy(image) == "Always":
-            return _pulled_first(job, image, pulling)
+            container = spec.container
+
+            def cannot(said: str) -> str:
+                return self._cannot(runtime, container, image, said)
+
+            return _pulled_first(job, pulling, cannot)
         try:
             present = runtime.image(image) is not None
         except ContainerError:  # the runtime does not answer: the launch decides, as before
@@ -214,7 +231,9 @@ class Wrapper:
         if job.running():
             return f"pulling image {image} ({runtime.name}): {job.last_line()}"
         if job.exists():  # ended: with it (the launch reads it), or with the runtime's words
-            return f"cannot pull image {image}: {job.last_line()}" if job.failed() else None
+            if not job.failed():
+                return None
+            return self._cannot(runtime, spec.container, image, job.last_line())
         if policy == "Always":
             return f"pulling image {image} ({runtime.name})"  # it runs only what it pulls
         if (runtime.name, image) in self.images:
@@ -242,7 +261,7 @@ class Wrapper:
         if job.running():
             return Held(waits)
         if job.exists():  # ended without it
-            said = f"cannot pull image {image}: {job.last_line()}"
+            said = self._cannot(runtime, spec.container, image, job.last_line())
             job.forget()
             return Held(said, failed=True)
         job.start()
@@ -300,7 +319,7 @@ class Wrapper:
             # Always runs only what it pulled (Kubernetes' ErrImagePull), never the copy a
             # failed pull left; the others run an image that is here, however it came.
             if policy == "Always" or (facts is None and policy != "Never"):
-                raise ImagePullFailed(f"cannot pull image {image}: {said}")
+                raise ImagePullFailed(self._cannot(runtime, container, image, said))
             # Never pulls: that pull was an earlier spec's (pullPolicy edited since), and
             # its error is not this spec's word; Never's own is, below.
         if policy == "Never" and not present:
@@ -309,6 +328,23 @@ class Wrapper:
             return Known(facts[1], pulled=False)
         job.start()
         raise PullingFirst(f"pulling image {image} ({runtime.name})")
+
+    def _cannot(self, runtime: Runtime, container: Container, image: str, said: str) -> str:
+        """A failed pull of the container's image in the runtime's words (``said``); and,
+        when the image is on this node all the same, why it was pulled and how to run it:
+        an image built here has no tag, or `:latest`, for which pullPolicy defaults to
+        Always (Kubernetes'), and its pull fails where no registry has it."""
+        text = f"cannot pull image {image}: {said}"
+        if any(words in said.lower() for words in NO_LOGIN):  # the pull used the runtime's own
+            login = " ".join((runtime.name, "login", _registry(image))).strip()
+            text += f"; log in as the user reconcile runs as: `{login}`"
+        defaulted = container.pull_policy is None and container.policy(image) == "Always"
+        if defaulted and _image_or_none(runtime, image) is not None:
+            text += (
+                "; it is on this node, but pullPolicy defaults to Always for `:latest` "
+                "or no tag: set pullPolicy: IfNotPresent to run it, or tag it with a version"
+            )
+        return text
 
     def run_argv(
         self,
@@ -360,7 +396,7 @@ class Wrapper:
         return mounts
 
 
-def _pulled_first(job: PullJob, image: str, pulling: str) -> Held | None:
+def _pulled_first(job: PullJob, pulling: str, cannot: Callable[[str], str]) -> Held | None:
     """Under ``pullPolicy: Always`` the new spec runs only what a pull brings (an older
     copy on the node is no answer), so its pull comes first while the running engine
     serves; one that ended well is the launch's to read, one that failed keeps it."""
@@ -369,7 +405,7 @@ def _pulled_first(job: PullJob, image: str, pulling: str) -> Held | None:
         return Held(pulling)
     if not job.failed():
         return None
-    said = f"cannot pull image {image}: {job.last_line()}; the running engine is kept"
+    said = f"{cannot(job.last_line())}; the running engine is kept"
     if job.age() >= PREPULL_RETRY:
         job.forget()  # the next pass tries again
     return Held(said, failed=True)
@@ -390,6 +426,41 @@ def _never_here(runtime: Runtime, image: str) -> str:
         f"image {image} is not on this node and pullPolicy is Never: "
         f"`{runtime.name} pull {image}` (or load it)"
     )
+
+
+def _next_move(
+    exc: ContainerError, code: int | None, spec: DeploymentSpec, program: str, image: str
+) -> ContainerError:
+    """``exc``, with what to set where the runtime's words name a path alone: a program
+    the image lacks, or a volume's host folder this node lacks (podman refuses it with
+    `statfs …: no such file or directory`). An engine's own exit is its restart policy's."""
+    if isinstance(exc, ContainerExited):
+        return exc
+    said = NO_PROGRAM.get(code) if code is not None else None
+    if said is not None:
+        field = "spec.command[0]" if spec.engine == "command" else "spec.executable"
+        return ContainerError(
+            f"{exc}: {program} {said} in image {image}: set {field} to the program's path "
+            "inside the image, or use an image that has it"
+        )
+    assert spec.container is not None
+    for index, volume in enumerate(spec.container.volumes):
+        host = volume.split(":", 1)[0]
+        if not os.path.exists(host):
+            return ContainerError(
+                f"{exc}: spec.container.volumes[{index}]: {host} does not exist on this "
+                "node: create it, or fix the path"
+            )
+    return exc
+
+
+def _registry(image: str) -> str:
+    """The registry host a reference names (its first part, when that is a host), else ""
+    (the runtime's default registry, which `login` alone logs in to)."""
+    first, sep, _ = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return ""
 
 
 def _image_or_none(runtime: Runtime, image: str) -> tuple[str, str] | None:
@@ -462,9 +533,14 @@ def _write_env(path: Path, env: Mapping[str, str], marker: str) -> None:
         out.write("\n".join(lines) + "\n")
 
 
-def _secret_env(launch: StartRequest, env: Mapping[str, str]) -> dict[str, str]:
-    """The variables whose values came from spec.envFrom (spec.env may override one)."""
-    return {k: v for k, v in launch.entry.secret_env.items() if env.get(k) == v}
+def _client_env(launch: StartRequest, env: Mapping[str, str]) -> dict[str, str]:
+    """The variables the runtime's `run` takes from its own environment (``--env KEY``):
+    those whose values came from spec.envFrom (spec.env may override one), never to be in
+    a file or an argv, and any value with a newline, which no line of ``--env-file`` can
+    hold (a PEM certificate in spec.env reached the engine empty)."""
+    secret = {k: v for k, v in launch.entry.secret_env.items() if env.get(k) == v}
+    lines = {k: v for k, v in env.items() if "\n" in v and k != OWNER}
+    return {**lines, **secret}
 
 
 def _size(path: Path) -> int:
@@ -477,7 +553,7 @@ def _size(path: Path) -> int:
 def _start_client(
     argv: list[str], log_path: Path, secret_env: Mapping[str, str]
 ) -> subprocess.Popen[bytes]:
-    """The runtime's `run`, with envFrom's values in its own environment (see --env KEY)."""
+    """The runtime's `run`, with the values `--env KEY` passes in its own environment."""
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         return subprocess.Popen(
