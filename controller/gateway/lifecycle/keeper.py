@@ -326,7 +326,10 @@ class Keeper:
         """The watched gateway ended: follow its successor, restart it, or let it be."""
         crashed = registry.crashed(self.state_dir, info.nonce)
         self._reap()
-        successor = registry.current_live(self.state_dir)
+        # Followed even when it has ended too (a hand-over's old gateway drains for a
+        # while; its successor may crash before this look): the next turn judges its end,
+        # a crash restarted, and the old one's clean stop is no reason to leave it down.
+        successor = registry.read_current(self.state_dir)
         if successor is not None and successor.nonce != info.nonce:
             self._watched = successor
             self._follow_settings(successor)

@@ -113,6 +113,16 @@ class Table:
             await self.catch_up()
         return name in self.pools
 
+    async def _hopeless(self, name: str) -> bool:
+        """Pool ``name`` ended or drained, as the records are now: an `uncordon` or a
+        `restart` that has just returned is looked for (``catch_up``) before the 503 says
+        the drain or the failure holds (the last look may be up to a turn old)."""
+        if not (self.ended(name) or self.drained(name)):
+            return False
+        if self.catch_up is not None:
+            await self.catch_up()
+        return bool(self.ended(name) or self.drained(name))
+
     async def first_pass(self, timeout: float) -> None:
         """Before the first pass there is nothing to route by: wait for it (bounded)."""
         if not self.loaded.is_set():
@@ -443,7 +453,7 @@ class Table:
                 return None  # the gateway is closing: the 503 says to retry (close)
             if self.ejected(name) is not None:
                 return None  # every instance is ejected: the 503 says when to retry
-            if self.ended(name) or self.drained(name):
+            if await self._hopeless(name):
                 return None  # none can become Ready by itself: the 503 says why, at once
             on_wait()
             # An engine marked down is tried again when its mark runs out, which no
