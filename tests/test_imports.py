@@ -68,9 +68,18 @@ def test_read_verbs_import_no_pydantic(state: Path, verb: list[str], modules: st
 
 
 # A pass on a folder, with no hooks and no envFrom, loads neither the git source nor the
-# hooks' queue nor the secrets reader (~5 ms of each `--once`, a test suite's thousands).
+# hooks' queue nor the secrets reader (~5 ms of each `--once`, a test suite's thousands);
+# on a node that never pulled an image, no container code (~9 ms).
 UNUSED_BY_A_PLAIN_PASS = ",".join(
-    f"controller.{m}" for m in ("store.sources.gitsource", "store.instances.outbox", "host.secrets")
+    f"controller.{m}"
+    for m in (
+        "store.sources.gitsource",
+        "store.instances.outbox",
+        "host.secrets",
+        "backends.local.container",
+        "host.containers",
+        "core.kubernetes.export",
+    )
 )
 
 
@@ -91,3 +100,19 @@ def test_the_command_line_entry_exits_with_the_command_s_code(tmp_path: Path) ->
         timeout=60,
     )
     assert out.returncode == 1 and "bad.yaml:2" in out.stderr, out.stderr
+
+
+# `plan` asks a URL source's server for its size (urllib): a folder with no URL source
+# loads no HTTP client, nor the ssl it brings (~20 ms of each `plan`).
+NO_HTTP_CLIENT = "ssl,http.client,urllib.request,huggingface_hub"
+
+
+def test_a_plan_with_no_url_source_imports_no_http_client(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "web.yaml").write_text(
+        "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: web}\n"
+        "spec: {engine: command, command: [engine, --port, '{port}'], basePort: 20400}\n"
+    )
+    common = ["-f", f"{tmp_path}/m", "--state-dir", f"{tmp_path}/s", "--node", "p"]
+    out = _run(NO_HTTP_CLIENT, ["plan", *common, "--devices", "nvidia:0"])
+    assert out.returncode == 0 and "+ web  create" in out.stdout, out.stderr + out.stdout

@@ -374,6 +374,13 @@ class Activation:
         return elapsed(now, self.last_request_at, clock, self.boot)
 
 
+# A pass reads the boot clock, then the wall clock (and `drain` when asked): a busy host
+# can run other work for a second between the two reads, and an end computed from both
+# moved by it, so a held record's words changed from pass to pass. A wall-clock step
+# shorter than this is not shown (the end is said to the second).
+READ_SKEW = timedelta(seconds=2)
+
+
 @dataclass(frozen=True, slots=True)
 class Drain:
     until: datetime  # on the wall clock when it was asked: what people read
@@ -403,7 +410,9 @@ class Drain:
 
     def ends(self, now: datetime, clock: BootClock | None = None) -> datetime:
         """When it ends on today's wall clock (``until`` moved by any step since)."""
-        return now + timedelta(seconds=self.remaining(now, clock))
+        ends = now + timedelta(seconds=self.remaining(now, clock))
+        # Within READ_SKEW of ``until`` is no step: the skew between the two clocks' reads.
+        return self.until if abs(ends - self.until) < READ_SKEW else ends
 
     def said(self, now: datetime, clock: BootClock | None = None) -> str:
         """What holds a start, in a Pending record's words and a 503's alike."""

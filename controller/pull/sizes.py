@@ -8,8 +8,6 @@ error: a server that does not answer, or answers without a length, is an unknown
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 
 from controller.core.manifest.sources import HuggingFace, Source
 
@@ -25,6 +23,11 @@ def remote_size(source: Source, timeout: float = TIMEOUT) -> int | None:
 
 
 def _head(url: str, timeout: float) -> int | None:
+    # Here, not at the top: urllib.request brings http.client and ssl (~20 ms), which a
+    # `plan` with no URL source (most) would pay for nothing.
+    import urllib.error
+    import urllib.request
+
     request = urllib.request.Request(
         url, method="HEAD", headers={"User-Agent": "reconcile", "Accept-Encoding": "identity"}
     )

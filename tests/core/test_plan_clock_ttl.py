@@ -117,6 +117,22 @@ def test_a_drain_never_lasts_longer_than_its_ttl_from_now() -> None:
         assert d.ends(NOW, clock) <= NOW + s(TTL)
 
 
+@pytest.mark.parametrize("skew", [0.0, 0.25, 0.5, 0.8, -0.5])
+def test_a_drain_s_end_reads_the_same_whatever_the_skew_between_its_two_clocks(
+    skew: float,
+) -> None:
+    """A pass reads the boot clock, then the wall clock: on a busy host a second can pass
+    between them, and the end, computed from both, moved by it. Asked at 11:59:40.3 for
+    60 s, it ends 12:00:40 whatever the skew: the message held a record's words; read
+    12:00:41 on one pass and 12:00:40 on the next, it rewrote them (CI: FLAKY
+    tests/ux/test_ux_drain.py::test_a_spec_change_on_a_drained_node_waits_and_the_engine_serves_on
+    at load 14). A step of a second or more still moves it (the tests above)."""
+    d = drain(NOW - s(19.7))
+    clock = boot(ASKED + 19.7 - skew)  # read `skew` s before the wall clock's NOW
+    assert d.ends(NOW, clock) == d.until == NOW + s(40.3)
+    assert "until 2026-01-01 12:00:40 UTC (kernel update)" in d.said(NOW, clock)
+
+
 # -- idleTimeout -------------------------------------------------------------------------
 
 

@@ -6,6 +6,8 @@ names the field that forced it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.procs import wait_for
@@ -117,6 +119,13 @@ def test_plan_exits_1_on_what_a_pass_leaves_failed_as_once_does(reconcile: Any) 
         ),
         what="a Failed engine and a crash loop",
     )
+    # Its first back-off is 10 s: the three plans below outlasted it on a busy box (CI,
+    # load 15: the third saw its restart due and exited 2). As the pass would leave a loop
+    # after its 4th restart (an 80 s back-off): crash-looping for the rest of the test.
+    store = rc.store()
+    loop = store.read("loop")
+    assert loop is not None
+    store.write(replace(loop, restarts=4, backoff_until=datetime.now(UTC) + timedelta(seconds=75)))
     planned = rc("plan", check=1)
     assert "error: done: Failed: engine exited with code 3; restartPolicy Never" in planned.out
     assert "error: loop is crash-looping (engine exited with code 3;" in planned.out, planned

@@ -39,6 +39,7 @@ from controller.pull.host import HostPuller
 from controller.store.instances import logfiles
 from controller.store.instances.records import RecordStore
 from controller.store.models import modelcache
+from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:
     from controller.backends.local.container import Wrapper
@@ -220,6 +221,10 @@ class LocalBackend:
         return None if spec.container is None else self.containers.fetch(spec)
 
     def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
+        # Every pass asks; only a node that pulled an image has a job to forget. One that
+        # never did (most) loads no container code for it (~9 ms of each `--once`).
+        if not any(StateDir(Path(self.state_dir)).images.glob("*.json")):
+            return 0
         return self.containers.drop_unused_pulls(specs)
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
