@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -351,6 +352,10 @@ def test_a_daemon_with_no_checkout_fetches_beside_its_loop_and_keeps_the_engines
         d.wait(lambda: _said(d, "configuration reloaded"), "the SIGHUP answered meanwhile")
         d.wait(lambda: _said(d, "pass", trigger="sighup"), "the reload's pass meanwhile")
         assert reconcile.alive(pid) and reconcile.record("alpha")["ref"]["pid"] == pid
+        # The source is said while its first fetch runs ("follows no git source" before).
+        said = reconcile("source", check=0).out
+        assert re.search(r"state: +Progressing", said), said
+        assert "not fetched yet (the first fetch began " in said, said
         assert git.is_running(), "the fetch ended: this proves nothing"
         hung.hang(False)
         os.killpg(git.pid, signal.SIGKILL)  # the remote drops the connection: a retry

@@ -671,6 +671,8 @@ class GitSource:
 
     def _fetch(self, by: str, news: SyncResult, lock: FileLock) -> None:
         tried = now_iso()
+        if self.status().fetched is None:  # a first fetch: `source` says it is under way
+            self.change_status(lambda st: _trying(st, tried))
         try:
             self._ensure_repo()
             sha = self._fetch_ref(lock)
@@ -1115,6 +1117,12 @@ def phases_of(records: Iterable[Record], owner: str | None = None) -> list[tuple
     return [(r.name, str(r.phase)) for r in records if owner is None or r.owner == owner]
 
 
+def _trying(st: SourceStatus, tried: str) -> None:
+    """A first fetch begun: written at once, so the source is known while it runs (a
+    daemon's first fetch from a remote that hangs took its whole limit to say anything)."""
+    st.last_try_at = tried
+
+
 def state_of(st: SourceStatus, phases: Phases) -> tuple[str, str]:
     """(state, message) from the status and the phases of the source's records."""
     if st.fetch_error:
@@ -1129,7 +1137,8 @@ def state_of(st: SourceStatus, phases: Phases) -> tuple[str, str]:
         behind = f"; the branch is at {st.fetched[:12]}" if moved and st.fetched else ""
         return PINNED, f"pinned at {st.pinned[:12]} by {by} (reconcile rollback --resume){behind}"
     if st.fetched is None:
-        return PROGRESSING, "not fetched yet"
+        began = f" (the first fetch began {st.last_try_at})" if st.last_try_at else ""
+        return PROGRESSING, f"not fetched yet{began}"
     if st.applied != st.fetched:
         return PROGRESSING, f"applying {st.fetched[:12]}"
     if st.invalid and st.invalid_at == st.applied:
