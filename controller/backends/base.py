@@ -9,7 +9,7 @@ it). A backend runs one engine instance per record and answers for it by
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -155,6 +155,12 @@ class Backend(Protocol):
     def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
         """Forget the ended image pulls that none of ``specs`` (every spec a pass knows)
         runs from; how many (a pass's act side, never plan)."""
+        ...
+
+    def drop_unused_env_files(self, records: Callable[[], Iterable[Record]]) -> int:
+        """Remove this set's container env files (spec.env's values) that no start in
+        flight reads (a start SIGKILLed left its own); how many. ``records``: every record
+        (of any set), read once the files are listed."""
         ...
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:

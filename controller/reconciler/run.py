@@ -464,6 +464,7 @@ class Reconciler(Preview):
             if not result.deferred and result.prune_blocked is None:  # as a prune is
                 entries = loaded.entries.values()
                 pulling.drop_unused_image_pulls(self.backend, entries, result.records.values())
+                self.backend.drop_unused_env_files(self._all_records)
             result.git = synced
             if self.git is not None and not result.deferred:  # the history follows them
                 if not loaded.unread:  # no commit of the source ran: none has an outcome
@@ -818,7 +819,11 @@ class Reconciler(Preview):
             one_backend(records, self.backend.name, self.config.state_dir)
             chosen = [r for r in records if which(r) and not r.elsewhere(self.config.node)]
             self.concurrently([Stop(name=r.name, reason=reason) for r in chosen])
+            self.backend.drop_unused_env_files(self._all_records)  # a start killed left one
             return [r.name for r in chosen]
+
+    def _all_records(self) -> Iterable[Record]:
+        return self.store.load().records.values()
 
     def concurrently(self, actions: Sequence[AnyAction]) -> list[bool]:
         """Apply teardowns at once: one slow grace period must not serialise the rest."""

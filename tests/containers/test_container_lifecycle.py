@@ -701,3 +701,27 @@ def test_a_torn_records_container_is_spared_by_another_set_and_reaped_by_its_own
     rc.wait_for(lambda: engine.ours(rc.state) == [], what="the container removed")
     rc.down()
     rc.down("-f", str(other))
+
+
+def test_an_env_file_a_killed_start_left_is_removed_but_not_another_sets(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """`run/<container>.env` holds spec.env's values: a start SIGKILLed before `run`
+    returned left its own for good. `down`, or the next pass, removes it; another set's
+    stays."""
+    write(rc, engine, "kept", env={"TOKEN": "not-for-disk"})
+    runs = rc.state / "run"
+    runs.mkdir(parents=True, exist_ok=True)
+    foreign = runs / "reconcile-theirs-0123456789abcdef.env"
+    foreign.write_text("RECONCILE_OWNER=another-set\nTOKEN=theirs\n")
+    kill = {"RECONCILE_FAILPOINTS": "container.run.before_wait=kill"}
+    for then in (rc.down, rc.converge):
+        killed = rc("--once", check=None, env=kill)
+        assert killed.code == -signal.SIGKILL, str(killed)
+        [left] = [p for p in runs.glob("*.env") if p != foreign]  # the old code kept it
+        assert "TOKEN=not-for-disk" in left.read_text()
+        then()
+        assert sorted(runs.glob("*.env")) == [foreign], then
+    running(rc, "kept")
+    rc.down()
+    assert foreign.read_text() == "RECONCILE_OWNER=another-set\nTOKEN=theirs\n"

@@ -36,7 +36,7 @@ from controller.core.digest import sha256_hex
 from controller.core.kubernetes.export import image_of
 from controller.core.manifest.names import instance_of
 from controller.core.manifest.specs import Container, DeploymentSpec
-from controller.core.state import ContainerRef, ProcessRef
+from controller.core.state import ContainerRef, ProcessRef, Record
 from controller.errors import (
     ContainerError,
     ContainerExited,
@@ -277,6 +277,27 @@ class Wrapper:
             if job.key not in named and not job.running():
                 job.forget()
                 dropped += 1
+        return dropped
+
+    def drop_unused_env_files(self, records: Callable[[], Iterable[Record]]) -> int:
+        """Remove this set's ``run/<container>.env`` (and ``.cid``) files that no start in
+        flight reads; how many. A start unlinks its own when `run` returns; one SIGKILLed
+        meanwhile left its file (spec.env's values) for good. ``records`` are read once the
+        files are listed: a start in flight wrote its record (its nonce, its live maker)
+        before its file, so it is seen; a container once created has read its file."""
+        listed = sorted(StateDir(Path(self.state_dir)).runs.glob("reconcile-*.env"))
+        if not listed:
+            return 0
+        starting = {r.nonce for r in records() if r.ref is None and process_alive(r.reserved_by)}
+        dropped = 0
+        for env_file in listed:
+            nonce = env_file.stem.rpartition("-")[2]
+            if nonce in starting or _owner_in(env_file) != (self.owner, True):
+                continue  # another set's file is that set's to judge
+            for path in (env_file, env_file.with_suffix(".cid")):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            dropped += 1
         return dropped
 
     def _pull_key(self, spec: DeploymentSpec) -> str:
@@ -531,6 +552,18 @@ def _write_env(path: Path, env: Mapping[str, str], marker: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write("\n".join(lines) + "\n")
+
+
+def _owner_in(env_file: Path) -> tuple[str | None, bool]:
+    """The owner an env file names (None: no set's) and whether it was read at all (one
+    gone meanwhile, or unreadable, is left alone)."""
+    try:
+        lines = env_file.read_text(errors="replace").splitlines()
+    except OSError:
+        return None, False
+    prefix = f"{OWNER}="
+    owners = [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
+    return (owners[0] if owners else None), True
 
 
 def _client_env(launch: StartRequest, env: Mapping[str, str]) -> dict[str, str]:

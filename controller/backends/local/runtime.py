@@ -227,6 +227,12 @@ class LocalBackend:
             return 0
         return self.containers.drop_unused_pulls(specs)
 
+    def drop_unused_env_files(self, records: Callable[[], Iterable[Record]]) -> int:
+        runs = StateDir(Path(self.state_dir)).runs
+        if not any(runs.glob("reconcile-*.env")):  # no container code for a node without
+            return 0
+        return self.containers.drop_unused_env_files(records)
+
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         """The planner's ledger of this node's devices already decided; a port this user may
         never bind (`port: 80`, not as root) it cannot see. A container's runtime binds for

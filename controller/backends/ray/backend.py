@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -111,6 +111,9 @@ class RayBackend:
 
     def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
         return 0  # an actor pulls into a folder of its own node, out of the driver's reach
+
+    def drop_unused_env_files(self, records: Callable[[], Iterable[Record]]) -> int:
+        return 0  # an actor starts its container on its own node, out of the driver's reach
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         return cluster.unfit(spec.devices.count, spec.node_selector)

@@ -9,7 +9,7 @@ makes it a :class:`~controller.errors.BackendUnavailable`. No ``ray`` import her
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,9 @@ class RayProxy:
 
     def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
         return 0  # an actor pulls into a folder of its own node, out of the driver's reach
+
+    def drop_unused_env_files(self, records: Callable[[], Iterable[Record]]) -> int:
+        return 0  # an actor starts its container on its own node, out of the driver's reach
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         got: str | None = self._call("unplaceable", spec)
