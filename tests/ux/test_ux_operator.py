@@ -321,3 +321,23 @@ def test_a_crash_loops_dead_engine_shows_no_pid_as_if_it_ran(reconcile: Any) -> 
     pid_line = next(line for line in rc("describe", "crashy").out.splitlines() if "PID:" in line)
     assert pid_line.split()[1] == "-" and f"the last, {dead}, has exited" in pid_line, pid_line
     rc.down()
+
+
+def test_a_relative_model_path_is_refused_at_its_line_with_the_way_out(reconcile: Any) -> None:
+    """`model: ./models/x.gguf` named a file beside the engine's runtime dir (a process)
+    and no mounted folder (a container): refused where it is written, never guessed."""
+    rc = reconcile
+    path = rc.manifests / "tiny.yaml"
+    (rc.manifests / "models").mkdir()
+    (rc.manifests / "models" / "x.gguf").write_bytes(b"GGUF")
+    for written in ("./models/x.gguf", "../x.gguf", "~/x.gguf"):
+        path.write_text(
+            "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: tiny}\n"
+            f"spec:\n  engine: llama-cpp\n  model: {written}\n"
+        )
+        checked = rc("validate", check=1)
+        assert f"{path}:6: spec.model: {written!r} is a relative path" in checked.err, checked
+        assert "write the file's absolute path" in checked.err
+        assert "Traceback" not in checked.err
+    path.write_text(path.read_text().replace("~/x.gguf", str(rc.manifests / "models/x.gguf")))
+    rc("validate", check=0)

@@ -577,7 +577,7 @@ class DeploymentSpec(Model):
         description="The recipe: vllm, llama-cpp, sglang, tgi, ollama, or command (any argv)."
     )
     model: str | None = Field(
-        default=None, description="For engine recipes: a hub id or a local path."
+        default=None, description="For engine recipes: a hub id or an absolute local path."
     )
     executable: str | None = Field(
         default=None, description="The recipe's program; else it is found on PATH."
@@ -725,6 +725,21 @@ class DeploymentSpec(Model):
         default=None,
         description="With strategy RollingUpdate: maxSurge and maxUnavailable, as in Kubernetes.",
     )
+
+    @field_validator("model")
+    @classmethod
+    def _model_absolute(cls, value: str | None) -> str | None:
+        # A pass runs in no folder of the manifest's (cron, systemd, a git checkout on
+        # each node), so a relative path would name a file beside the engine's runtime
+        # dir, and a container would have no folder to mount: refused, as Kubernetes'
+        # hostPath is, rather than resolved against a folder the reader must guess.
+        if value is not None and (value.startswith(("./", "../", "~")) or value in (".", "..")):
+            raise ValueError(
+                f"{value!r} is a relative path, which reconcile does not resolve (the engine "
+                "runs in a folder of the state dir): write the file's absolute path "
+                "(/srv/models/x.gguf), or name it with spec.source to have it pulled"
+            )
+        return value
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
