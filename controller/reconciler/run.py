@@ -29,6 +29,7 @@ from controller.core.actions import (
     Fetch,
     Hold,
     HoldChange,
+    Reap,
     Restart,
     Start,
     Stop,
@@ -669,6 +670,11 @@ class Reconciler(Preview):
     ) -> bool:
         """Apply one round's actions; True when anything changed (plan again)."""
         changed = False
+        # An orphan's port was seen as another process's by this round's plan (its record
+        # gone, nothing counts it as ours): a start beside its reap was refused "port in
+        # use". Reaps go alone; the next round places against what they freed.
+        reaps = [a for a in actions if isinstance(a, Reap)]
+        actions = reaps or actions
         # Teardowns may each wait out a grace period: they run concurrently.
         teardowns = [a for a in actions if a.tears_down]
         starts = [a for a in actions if isinstance(a, Start)]

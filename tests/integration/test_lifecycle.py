@@ -194,6 +194,36 @@ def test_deleting_a_record_by_hand_never_gives_two_engines(reconcile: Any) -> No
     reconcile.down()
 
 
+# The demo engine holding pages it wrote: the kernel frees them at exit after the
+# process's environment is gone from /proc and before its sockets close (exit_mm runs
+# before exit_files), the window in which a sweep's scan saw no marker any more.
+HEAVY = (
+    "import sys; ballast = bytearray(b'x') * (256 << 20); "
+    "from controller.demo.engine import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_a_reaped_orphans_port_is_free_when_the_same_pass_starts_its_successor(
+    reconcile: Any,
+) -> None:
+    """A record deleted by hand: the pass reaps its engine, then starts a new one on the
+    same exact port; its port check ran while the reaped engine still held it ("pending:
+    port in use", then a start a pass later)."""
+    command = [sys.executable, "-c", HEAVY, "--port", "{port}", "--model", "{name}"]
+    reconcile.write("web", command=command, port=reconcile.port, basePort=None)
+    reconcile.converge()
+    first = reconcile.status()["web"]
+    reconcile.record_path("web").unlink()
+    reconcile.once()  # one pass: the reap, then the start
+    events = reconcile.events("web")
+    reaped = max(i for i, e in enumerate(events) if e["action"] == "reap")
+    after = events[reaped + 1 :]
+    assert [e for e in after if "in use" in str(e)] == [], after
+    assert reconcile.record("web")["phase"] in ("Starting", "Ready"), reconcile.record("web")
+    wait_gone(first["pid"])
+    reconcile.down()
+
+
 def test_the_engine_environment(reconcile: Any) -> None:
     reconcile.devices = "nvidia:0,nvidia:1,amd:0"
     reconcile.write("gpu", devices={"count": 1, "kind": "nvidia", "candidates": ["1"]})

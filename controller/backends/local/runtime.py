@@ -318,10 +318,11 @@ class LocalBackend:
         """SIGKILL the group and every marker process of ``nonce``; wait until gone."""
         if ref is not None:
             self._signal_group(ref, signal.SIGKILL, nonce=nonce, leader_alive=False)
-        if nonce is None:
-            return 0
-        killed = 0
         deadline = time.monotonic() + SWEEP_TIMEOUT
+        killed: list[ProcessRef] = [ref] if ref is not None else []
+        if nonce is None:
+            self._wait_exited(killed, deadline)
+            return 0
         while time.monotonic() < deadline:
             left = [m for m in self.scan() if m.nonce == nonce]
             if not left:
@@ -330,9 +331,21 @@ class LocalBackend:
                 if self.alive(m.ref):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(m.ref.pid, signal.SIGKILL)
-                        killed += 1
+                        killed.append(m.ref)
             time.sleep(POLL)
-        return killed
+        self._wait_exited(killed, deadline)
+        return len(killed) - (ref is not None)
+
+    def _wait_exited(self, refs: Iterable[ProcessRef], deadline: float) -> None:
+        """Until each of ``refs`` has exited (gone, or a zombie). A scan no longer sees a
+        dying process's marker once its memory is released, but its files (a listening
+        socket) close only after that: a port check right after a reap saw the port
+        still held ("port in use") while the engine was nearly gone."""
+        left = list(refs)
+        while left and time.monotonic() < deadline:
+            left = [r for r in left if self.alive(r)]
+            if left:
+                time.sleep(POLL)
 
     def kill(self, ref: ProcessRef) -> None:
         if self.alive(ref):
@@ -343,6 +356,7 @@ class LocalBackend:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     child.wait(SWEEP_TIMEOUT)
                 self._reap(ref.pid)
+            self._wait_exited([ref], time.monotonic() + SWEEP_TIMEOUT)  # its sockets closed
 
     def teardown(self, rec: Record) -> None:
         """Stop every process of the instance; on NVML hosts, wait for its GPU memory."""
