@@ -720,6 +720,8 @@ def test_an_env_file_a_killed_start_left_is_removed_but_not_another_sets(
         assert killed.code == -signal.SIGKILL, str(killed)
         [left] = [p for p in runs.glob("*.env") if p != foreign]  # the old code kept it
         assert "TOKEN=not-for-disk" in left.read_text()
+        # The killed pass's `run` goes on: its container is there before `then` looks.
+        rc.wait_for(lambda: len(engine.ours(rc.state)) == 1, what="the killed start's container")
         then()
         assert sorted(runs.glob("*.env")) == [foreign], then
     running(rc, "kept")
