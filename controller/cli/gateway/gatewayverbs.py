@@ -190,6 +190,28 @@ def _status_json(
     }
 
 
+def summary(state_dir: Path, now: datetime | None = None) -> str | None:
+    """The one line `status` prints above its table when this state dir has a gateway:
+    the one serving, or none since the last one ended without stopping (None: no gateway
+    runs, or the last one was stopped on purpose)."""
+    current = registry.current_live(state_dir)
+    if current is not None:
+        now = now or datetime.now(UTC)
+        since = datetime.fromtimestamp(current.started_at, UTC)
+        age = format_age((now - since).total_seconds())
+        return (
+            f"gateway: pid {current.ref.pid} serves {current.address} "
+            f"(since {since:%Y-%m-%d %H:%M:%S} UTC, {age} ago)"
+        )
+    crashed = _crashed(state_dir)
+    if crashed is None:
+        return None
+    return (
+        f"gateway: none serves (pid {crashed.ref.pid} at {crashed.address} ended without "
+        "stopping: reconcile gateway restart)"
+    )
+
+
 def refusal_lines(state_dir: Path, now: datetime | None = None) -> list[str]:
     """What a reload refused and is still in force, one line each, with since when
     (`status` and `gateway status` say them: the log alone let an edit pass for applied)."""

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from controller.core.state import ProcessRef
-from controller.host import ports
 from controller.host.procs import process_alive
 from controller.store.documents import write_atomic
 from controller.store.statedir import StateDir
@@ -224,6 +223,8 @@ def port_holder(state_dir: Path) -> GatewayInfo | None:
     """The live gateway that holds a listening socket on its port: the newest, as in a
     hand-over both hold the one socket for a moment. None when none does (or no fd of
     theirs is ours to read)."""
+    from controller.host import ports  # a torn file's path alone: `status` stays cheap
+
     for info in reversed(live(state_dir)):
         inodes = {one.inode for one in ports.listeners_on(info.port)}
         if inodes and ports.holds_any(info.ref.pid, inodes):
