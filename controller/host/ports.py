@@ -72,6 +72,17 @@ def socket_holders(inode: int) -> list[int]:
     return [pid for pid in pids if _holds(pid, link)]
 
 
+def holds_any(pid: int, inodes: set[int]) -> bool:
+    """Process ``pid`` holds one of the sockets ``inodes`` open (False when its fds are
+    not ours to read, or it is gone)."""
+    links = {f"socket:[{inode}]" for inode in inodes}
+    try:
+        with os.scandir(f"/proc/{pid}/fd") as fds:
+            return any(_link(fd.path) in links for fd in fds)
+    except OSError:
+        return False
+
+
 def _holds(pid: int, link: str) -> bool:
     try:
         with os.scandir(f"/proc/{pid}/fd") as fds:

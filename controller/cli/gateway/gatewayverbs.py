@@ -73,6 +73,7 @@ def _restart(state_dir: Path) -> int:
     from controller.gateway.lifecycle.keeper import preflight, start_process
 
     current = registry.current_live(state_dir)
+    _say_unreadable(state_dir, current)
     crashed = _crashed(state_dir) if current is None else None
     previous = current or crashed
     if previous is None:
@@ -126,9 +127,24 @@ def _crashed(state_dir: Path) -> registry.GatewayInfo | None:
     return last
 
 
+def _say_unreadable(state_dir: Path, current: registry.GatewayInfo | None) -> None:
+    """A ``current.json`` that cannot be read: said, with whom the members' files name
+    as holding the port in its stead (a restart rewrites it)."""
+    why = registry.unreadable_current(state_dir)
+    if why is None:
+        return
+    took = (
+        f"pid {current.ref.pid}, which holds the port, is taken as serving"
+        if current is not None
+        else "no live gateway holds the port"
+    )
+    print(f"warning: {why}: {took}", file=sys.stderr)
+
+
 def _status(state_dir: Path, fmt: str) -> int:
     current = registry.current_live(state_dir)
     found = registry.live(state_dir)
+    _say_unreadable(state_dir, current)
     if fmt == "json":
         print(json.dumps(_status_json(state_dir, current, found), indent=2))
         return EXIT_OK if found else EXIT_FAIL
@@ -172,6 +188,28 @@ def _status_json(
             for r in refused.peek(state_dir)
         ],
     }
+
+
+def summary(state_dir: Path, now: datetime | None = None) -> str | None:
+    """The one line `status` prints above its table when this state dir has a gateway:
+    the one serving, or none since the last one ended without stopping (None: no gateway
+    runs, or the last one was stopped on purpose)."""
+    current = registry.current_live(state_dir)
+    if current is not None:
+        now = now or datetime.now(UTC)
+        since = datetime.fromtimestamp(current.started_at, UTC)
+        age = format_age((now - since).total_seconds())
+        return (
+            f"gateway: pid {current.ref.pid} serves {current.address} "
+            f"(since {since:%Y-%m-%d %H:%M:%S} UTC, {age} ago)"
+        )
+    crashed = _crashed(state_dir)
+    if crashed is None:
+        return None
+    return (
+        f"gateway: none serves (pid {crashed.ref.pid} at {crashed.address} ended without "
+        "stopping: reconcile gateway restart)"
+    )
 
 
 def refusal_lines(state_dir: Path, now: datetime | None = None) -> list[str]:

@@ -30,6 +30,7 @@ from controller.cli.common import (
     selected,
 )
 from controller.cli.gateway.gatewayverbs import refusal_lines
+from controller.cli.gateway.gatewayverbs import summary as gateway_line
 from controller.cli.render.views import (
     FORMATS,
     drain_line,
@@ -110,9 +111,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         banner = drain_line(cfg.node, _drain_or_none(cfg), datetime.now(UTC), bootclock.read())
         if banner:
             print(banner, file=sys.stderr)
-        line = _source_line(cfg.state_dir)
-        if line:
-            print(line)
+        for line in (_source_line(cfg.state_dir), gateway_line(cfg.state_dir)):
+            if line:
+                print(line)
         for note in skipped(cfg):  # a fleet: what this node leaves to the others
             print(note)
         print(_table(seen, wide=fmt == "wide") if seen.records else "No deployments.")

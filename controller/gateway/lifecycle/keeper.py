@@ -79,6 +79,17 @@ NOT_INHERITED = frozenset(
 Settle = Callable[["Config"], Settings]  # the settings a configuration asks (the CLI's)
 
 
+class GatewayLost(ConfigError):
+    """A gateway that went while it started, for no fault of its settings: it died
+    without an answer (``kill -9``, the OOM killer) or said ``ready`` and another took
+    the port over since (``reconcile gateway restart``). ``proc`` is left to reap."""
+
+    def __init__(self, message: str, proc: subprocess.Popen[bytes], nonce: str) -> None:
+        super().__init__(message)
+        self.proc = proc
+        self.nonce = nonce
+
+
 class Keeper:
     def __init__(self, settings: Settings, settle: Settle | None = None) -> None:
         self.settings = settings
@@ -131,7 +142,10 @@ class Keeper:
             registry.signal_gateway(found, signal.SIGHUP)
             log.info("gateway adopted", pid=found.ref.pid, address=found.address)
         else:
-            self._watched = self._spawn(replacing=found)
+            try:
+                self._watched = self._spawn(replacing=found)
+            except GatewayLost as exc:  # no reason to fail the daemon: the thread goes on
+                self._lost(exc, found)
         # What it serves was read now, and it serves.
         refused.clear(self.state_dir, refused.GATEWAY_SETTINGS, refused.GATEWAY_START)
         self._thread = threading.Thread(target=self._run, name="gateway-keeper", daemon=True)
@@ -272,6 +286,33 @@ class Keeper:
         )
         return info
 
+    def _lost(self, exc: GatewayLost, replacing: registry.GatewayInfo | None) -> None:
+        """The gateway being started went (``GatewayLost``): follow another that took
+        the port over; else have it replace ``replacing`` again if that one serves on;
+        else start one after the back-off of a crash."""
+        self._children.append(exc.proc)
+        if exc.proc.poll() is not None:  # killed: what it left is a crash's
+            registry.forget(self.state_dir, exc.nonce)
+        serving = registry.current_live(self.state_dir)
+        if serving is not None and (replacing is None or serving.nonce != replacing.nonce):
+            self._watched = serving
+            self._follow_settings(serving)
+            log.info(
+                "gateway replaced while it started; following the one serving now",
+                error=str(exc),
+                pid=serving.ref.pid,
+            )
+            return
+        self._watched = serving
+        self._failures += 1
+        delay = min(BACKOFF_MAX, 2.0 ** (self._failures - 1))
+        self._retry_at = time.monotonic() + delay
+        if serving is not None:
+            self._handover = True  # the keeper's thread tries again
+            log.warning("gateway ended while it started; the old one serves on", error=str(exc))
+            return
+        log.warning("gateway ended while it started; restarting it", error=str(exc), after=delay)
+
     def _bind_wake(self) -> None:
         """The wake-up socket: its path, or a random abstract name written down in the
         state dir (a name derived from the path could be taken first by anyone)."""
@@ -389,8 +430,12 @@ class Keeper:
     def _maybe_start(self) -> None:
         if not self._want or time.monotonic() < self._retry_at:
             return
+        replacing = registry.current_live(self.state_dir)
         try:
-            self._watched = self._spawn(replacing=registry.current_live(self.state_dir))
+            self._watched = self._spawn(replacing=replacing)
+        except GatewayLost as exc:
+            self._lost(exc, replacing)
+            return
         except ConfigError as exc:
             self._failures += 1
             delay = min(BACKOFF_MAX, 2.0 ** (self._failures - 1))
@@ -505,13 +550,23 @@ def start_process(
     finally:
         os.close(ready_r)
     info = registry.read_current(settings.state_dir)
-    if answer != "ready" or info is None or info.nonce != nonce:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        code = proc.wait(timeout=START_WAIT)
-        why = answer.removeprefix("error: ") if answer else f"it exited with code {code}"
-        raise ConfigError(why if why.startswith("--listen") else f"gateway: {why}")
-    return proc, info
+    if answer == "ready":
+        if info is not None and info.nonce == nonce:
+            return proc, info
+        # It served, then another gateway took the port over from it (or stopped it):
+        # that one serves now; ours drains what it holds and exits.
+        holder = f"pid {info.ref.pid}" if info is not None else "none"
+        message = f"gateway pid {proc.pid} was replaced as it started ({holder} serves)"
+        raise GatewayLost(message, proc, nonce)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    code = proc.wait(timeout=START_WAIT)
+    if not answer and code < 0:  # killed before it answered: no fault of the settings
+        name = signal.Signals(-code).name
+        message = f"gateway pid {proc.pid} was killed ({name}) as it started"
+        raise GatewayLost(message, proc, nonce)
+    why = answer.removeprefix("error: ") if answer else f"it exited with code {code}"
+    raise ConfigError(why if why.startswith("--listen") else f"gateway: {why}")
 
 
 def _read_answer(fd: int, timeout: float) -> str:

@@ -195,7 +195,41 @@ def make_current(state_dir: Path, info: GatewayInfo) -> None:
 
 
 def read_current(state_dir: Path) -> GatewayInfo | None:
-    return _read(StateDir(state_dir).current_gateway)
+    """The gateway ``current.json`` names; when the file is there and unreadable (a disk
+    error, a hand edit: ``unreadable_current`` says why), the live member that holds the
+    port, found from the members' files."""
+    info, why = _current(state_dir)
+    return port_holder(state_dir) if why is not None else info
+
+
+def unreadable_current(state_dir: Path) -> str | None:
+    """Why ``current.json`` is there and names no gateway; None when it reads or is absent."""
+    return _current(state_dir)[1]
+
+
+def _current(state_dir: Path) -> tuple[GatewayInfo | None, str | None]:
+    path = StateDir(state_dir).current_gateway
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"{path} is unreadable ({exc.strerror or exc})"
+    info = _from_json(raw)
+    return info, None if info is not None else f"{path} is torn or not a gateway file"
+
+
+def port_holder(state_dir: Path) -> GatewayInfo | None:
+    """The live gateway that holds a listening socket on its port: the newest, as in a
+    hand-over both hold the one socket for a moment. None when none does (or no fd of
+    theirs is ours to read)."""
+    from controller.host import ports  # a torn file's path alone: `status` stays cheap
+
+    for info in reversed(live(state_dir)):
+        inodes = {one.inode for one in ports.listeners_on(info.port)}
+        if inodes and ports.holds_any(info.ref.pid, inodes):
+            return info
+    return None
 
 
 def current_live(state_dir: Path) -> GatewayInfo | None:

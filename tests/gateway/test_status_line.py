@@ -1,0 +1,48 @@
+"""`reconcile status` says in one line above its table whether a gateway serves (only
+`gateway status` said it): real daemons, gateway processes and files.
+
+- a gateway serving: ``gateway: pid N serves HOST:PORT (since ...)``; `status -o json`
+  stays the plain list of deployments (as with the git source's line);
+- killed with no daemon to start it again: ``gateway: none serves (pid N at HOST:PORT
+  ended without stopping: reconcile gateway restart)``; once ``down --gateway`` forgot
+  it, no line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+WAIT = 40.0
+
+
+def test_status_says_which_gateway_serves_or_that_none_does(reconcile: Any, gateway: Any) -> None:
+    reconcile.write("alpha")
+    g = gateway()
+    try:
+        g.wait_phase("alpha", "Ready")
+        first = g.serving()
+        shown = reconcile("status", check=0).out.splitlines()
+        assert shown[0].startswith(
+            f"gateway: pid {first.ref.pid} serves {first.address} (since "
+        ), shown
+        assert shown[1].split()[0] == "NAME", shown  # the table follows
+        listed = reconcile("status", "-o", "json", check=0).json()
+        assert isinstance(listed, list) and [i["name"] for i in listed] == ["alpha"], listed
+
+        assert g.stop() == 0  # the daemon ends; its gateway serves on
+        os.kill(first.ref.pid, signal.SIGKILL)
+        reconcile.wait_for(lambda: g.serving_or_none() is None, timeout=WAIT, what="it gone")
+        shown = reconcile("status", check=0).out.splitlines()
+        assert shown[0] == (
+            f"gateway: none serves (pid {first.ref.pid} at {first.address} ended without "
+            "stopping: reconcile gateway restart)"
+        ), shown
+
+        reconcile("down", "--gateway", check=0)  # forgets it: nothing to say
+        assert not any(line.startswith("gateway:") for line in reconcile("status").out.splitlines())
+    finally:
+        if g.proc.poll() is None:
+            g.stop()
+        reconcile.down("--gateway")  # what a failure midway left running
