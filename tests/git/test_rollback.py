@@ -228,6 +228,8 @@ def test_a_force_pushed_away_blob_is_collected_and_every_history_commit_kept(
     rollback may name (history.json's, the pin) is kept by a ref of ours."""
     good = remote.deploy("alpha")
     reconcile.converge("--git", remote.url, *GIT)
+    side = remote.commit({"README": "side\n"}, "a side line, force-pushed away below")
+    reconcile.converge("--git", remote.url, *GIT)
     reconcile("rollback", good, check=0)  # pinned: what is pushed now is fetched, not applied
     big = gitsource.COLLECT_MIN * 3 // 4  # under the floor: its fetch collects nothing
     (remote.work / "weights.bin").write_bytes(os.urandom(big))
@@ -251,8 +253,8 @@ def test_a_force_pushed_away_blob_is_collected_and_every_history_commit_kept(
     reconcile("rollback", "--resume", check=0)  # to fixed, then back to each history commit
     assert source(reconcile)["applied"] == fixed
     history = reconcile("history", "-o", "json", check=0).json()
-    assert {h["revision"] for h in history} == {good, fixed}, history
-    for rev in (fixed, good):
+    assert {h["revision"] for h in history} == {good, side, fixed}, history
+    for rev in (fixed, side, good):  # side: on no branch, kept by a ref of ours alone
         reconcile("rollback", rev, check=0)
         assert source(reconcile)["applied"] == rev
     assert reconcile.record("alpha")["revision"] == good
