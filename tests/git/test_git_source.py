@@ -436,3 +436,26 @@ def test_a_source_followed_under_owner_is_judged_by_that_owner_s_records(
     line = reconcile("status", check=0).out.splitlines()[0]
     assert "Degraded" in line, line
     reconcile(*kept, "down", check=0)
+
+
+def test_a_commit_outside_the_path_moves_each_revision_without_an_event_each(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A busy monorepo: a commit that touches nothing under the git path journaled an
+    "update ... (no spec change)" event per deployment. The records still carry the
+    commit (DESIGN: each record its `revision`, `status` shows it), and no event says so."""
+    remote.deploy("alpha")
+    remote.deploy("beta", basePort=reconcile.port + 20)
+    reconcile.converge(*git_args(remote))
+    before = {name: len(reconcile.events(name)) for name in ("alpha", "beta")}
+    elsewhere = remote.commit({"docs/README": "elsewhere\n"}, "a commit outside manifests/")
+    reconcile.converge(*git_args(remote))
+    assert source(reconcile)["applied"] == elsewhere
+    for name in ("alpha", "beta"):
+        assert reconcile.record(name)["revision"] == elsewhere
+        assert len(reconcile.events(name)) == before[name], reconcile.events(name)
+    table = reconcile("status", check=0).out
+    rows = [ln for ln in table.splitlines() if ln.split()[:1] in (["alpha"], ["beta"])]
+    assert len(rows) == 2 and all(elsewhere[:12] in ln for ln in rows), table
+    reconcile(*git_args(remote, "down"), check=0)
+    assert reconcile.record("alpha") is None and reconcile.record("beta") is None
