@@ -174,6 +174,49 @@ def shown_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=host))
 
 
+def same_repository(url: str) -> str:
+    """One spelling per repository, for telling two spellings apart, never for fetching:
+    a path and its ``file://`` URL, a trailing ``.git`` or ``/``, ``host:path`` and
+    ``ssh://host/path``, the scheme's and host's case and the user are one repository, as
+    Argo CD and Flux compare repository URLs. Without it a URL spelled anew made a new
+    owner, and every deployment of the source a conflict with itself."""
+    text = shown_url(url.strip())
+    colon, slash = text.find(":"), text.find("/")
+    if "://" not in text:
+        if colon >= 0 and not 0 <= slash < colon:  # scp-like ssh: [user@]host:path
+            host, _, path = text.partition(":")
+            text = f"ssh://{host}/{path.lstrip('/')}"
+        else:  # a path (made absolute by ``local_repo``)
+            text = "file://" + os.path.normpath(text)
+    parts = urlsplit(text)
+    path = parts.path.rstrip("/").removesuffix(".git").rstrip("/")
+    host = parts.netloc.rpartition("@")[2].lower()
+    return urlunsplit((parts.scheme.lower(), host, path, parts.query, ""))
+
+
+def _owner_key(owner: str) -> tuple[str, str] | None:
+    """``git:<url>#<path>``'s repository and path (None: another owner, ``--owner``'s)."""
+    if not owner.startswith("git:") or "#" not in owner:
+        return None
+    url, _, path = owner.removeprefix("git:").rpartition("#")
+    return same_repository(url), path
+
+
+def spelled_as_before(state_dir: Path, s: GitSettings) -> GitSettings:
+    """``s`` owned by the name the state dir's source already has when it is the same
+    repository and path spelled otherwise (``file://`` or a path, ``.git`` or not): the
+    records made under the first spelling stay its own, nothing conflicts or is pruned."""
+    if s.owned_as is not None or not StateDir(state_dir).git_source.exists():
+        return s
+    try:
+        old = peek_status(state_dir)
+    except ConfigError:
+        return s  # `reconcile source` says what is wrong with the file
+    if old is None or old.owner == s.owner or _owner_key(old.owner) != _owner_key(s.owner):
+        return s
+    return replace(s, owned_as=old.owner)
+
+
 # -- the state dir's files ----------------------------------------------------------------
 
 
@@ -223,7 +266,7 @@ class SourceStatus:
 
     def names(self) -> tuple[str, str | None, str | None, str]:
         """What makes it one source: another url, ref or path starts its state afresh."""
-        return (self.url, self.branch, self.tag, self.path)
+        return (same_repository(self.url), self.branch, self.tag, self.path)
 
     def said(self) -> str:
         ref = f"tag {self.tag}" if self.tag else f"branch {self.branch}"
