@@ -233,6 +233,13 @@ class Executor:
         rec = self.store.read(action.name)
         if rec is None:
             return False
+        if action.revision_only:
+            # A commit that touched nothing under the git path (a busy monorepo) moves every
+            # record's `revision` (DESIGN: each record carries the commit it was applied
+            # from; `status` shows it) and nothing else: no event, or each such commit
+            # journaled one per deployment; the source's `applied` and `history` say it once.
+            self.store.write(replace(rec, revision=self.maker.revision))
+            return True
         if rec.port is None:  # Idle: nothing rendered to redo, only the facts it states
             self.store.write(self.maker.described(rec, action.entry))
             self.event(action.name, action.verb, action.reason, "updated in place (idle)")

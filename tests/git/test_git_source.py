@@ -414,13 +414,15 @@ def test_plan_for_another_source_than_the_state_dir_follows_plans_nothing(
 def test_a_source_followed_under_owner_is_judged_by_that_owner_s_records(
     reconcile: Any, remote: Remote
 ) -> None:
-    """The repository's URL spelled another way (its path, not file://) is another
-    owner: the pass names the conflict and `--owner` to keep the records' own. Under that
-    `--owner`, `source` and `status` judged the deployments of `git:<url>#<path>`, none,
-    and said Synced ("0 deployment(s) Ready") whatever the set's engines did."""
+    """Another repository (a mirror of the first) is another owner: the pass names the
+    conflict and `--owner` to keep the records' own. Under that `--owner`, `source` and
+    `status` judged the deployments of `git:<url>#<path>`, none, and said Synced
+    ("0 deployment(s) Ready") whatever the set's engines did."""
     remote.deploy("alpha")
     reconcile.converge(*git_args(remote))
-    other = ("--git", str(remote.bare), "--git-path", "manifests")
+    mirror = remote.bare.with_name("mirror.git")
+    run_git(remote.bare.parent, "clone", "-q", "--bare", str(remote.bare), str(mirror))
+    other = ("--git", str(mirror), "--git-path", "manifests")
     conflict = reconcile("--once", *other, check=1)
     assert f"--owner '{remote.owner()}'" in conflict.err, conflict
     kept = (*other, "--owner", remote.owner())
@@ -430,9 +432,74 @@ def test_a_source_followed_under_owner_is_judged_by_that_owner_s_records(
 
     failing = [sys.executable, "-c", "raise SystemExit(3)"]
     remote.deploy("alpha", command=failing, restartPolicy="Never")
+    run_git(remote.work, "push", "-q", "--force", str(mirror), "HEAD:main")
     reconcile("--once", "--wait", "--timeout", "60s", *kept, check=1, timeout=120)  # Failed
     seen = source(reconcile)
     assert seen["state"] == "Degraded" and "alpha Failed" in seen["message"], seen
     line = reconcile("status", check=0).out.splitlines()[0]
     assert "Degraded" in line, line
     reconcile(*kept, "down", check=0)
+
+
+def test_a_commit_outside_the_path_moves_each_revision_without_an_event_each(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A busy monorepo: a commit that touches nothing under the git path journaled an
+    "update ... (no spec change)" event per deployment. The records still carry the
+    commit (DESIGN: each record its `revision`, `status` shows it), and no event says so."""
+    remote.deploy("alpha")
+    remote.deploy("beta", basePort=reconcile.port + 20)
+    reconcile.converge(*git_args(remote))
+    before = {name: len(reconcile.events(name)) for name in ("alpha", "beta")}
+    elsewhere = remote.commit({"docs/README": "elsewhere\n"}, "a commit outside manifests/")
+    reconcile.converge(*git_args(remote))
+    assert source(reconcile)["applied"] == elsewhere
+    for name in ("alpha", "beta"):
+        assert reconcile.record(name)["revision"] == elsewhere
+        assert len(reconcile.events(name)) == before[name], reconcile.events(name)
+    table = reconcile("status", check=0).out
+    rows = [ln for ln in table.splitlines() if ln.split()[:1] in (["alpha"], ["beta"])]
+    assert len(rows) == 2 and all(elsewhere[:12] in ln for ln in rows), table
+    reconcile(*git_args(remote, "down"), check=0)
+    assert reconcile.record("alpha") is None and reconcile.record("beta") is None
+
+
+def test_the_same_repository_spelled_otherwise_is_the_same_owner(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`--git /srv/ops` after `--git file:///srv/ops.git` made a new owner: every deployment
+    conflicted with the records of the first spelling, and `--owner` on every command was
+    the way out. Equivalent spellings are one owner, the one the records already carry."""
+    first = remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    assert reconcile.record("alpha")["owner"] == remote.owner()
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    newer = remote.deploy("beta", basePort=reconcile.port + 20)
+    bare = str(remote.bare)
+    for spelling in (bare.removesuffix(".git"), f"{bare}/", f"file://{bare}/"):
+        out = reconcile.converge("--git", spelling, "--git-path", "manifests")
+        assert "conflict" not in out.out + out.err, out
+        for name in ("alpha", "beta"):
+            rec = reconcile.record(name)
+            assert rec["owner"] == remote.owner() and rec["revision"] == newer, rec
+        seen = source(reconcile)
+        assert seen["state"] == "Synced" and seen["applied"] == newer, seen
+    assert first != newer and reconcile.record("alpha")["ref"]["pid"] == pid  # never restarted
+    assert not [e for e in reconcile.events("alpha") if e["action"] in ("stop", "conflict")]
+    reconcile("--git", bare.removesuffix(".git"), "--git-path", "manifests", "down", check=0)
+    assert reconcile.record("alpha") is None and reconcile.record("beta") is None
+
+
+def test_spellings_of_one_repository_compare_equal_and_others_do_not() -> None:
+    from controller.store.sources.gitsource import same_repository
+
+    ssh = {"git@Example.com:org/ops.git", "ssh://git@example.com/org/ops/", "example.com:org/ops"}
+    assert {same_repository(u) for u in ssh} == {"ssh://example.com/org/ops"}
+    https = {"https://user:tok@Example.com/org/ops.git", "HTTPS://example.com/org/ops/"}
+    assert {same_repository(u) for u in https} == {"https://example.com/org/ops"}
+    local = {"/srv/ops.git", "/srv/ops/", "file:///srv/ops.git/", "/srv/x/../ops"}
+    assert {same_repository(u) for u in local} == {"file:///srv/ops"}
+    assert same_repository("/srv/ops2") != same_repository("/srv/ops")
+    assert same_repository("https://example.com/org/ops") != same_repository(
+        "https://example.com/org/Ops"
+    )

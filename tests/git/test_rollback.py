@@ -4,13 +4,14 @@ good one (pinned), a push while pinned (fetched, not applied), --resume."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from typing import Any
 
 from controller.store.lock import FileLock
 from controller.store.sources import gitsource
 from controller.store.statedir import StateDir
-from tests.git.conftest import Remote, source
+from tests.git.conftest import Remote, run_git, source
 
 GIT = ("--git-path", "manifests")
 
@@ -216,3 +217,46 @@ def test_a_rollback_waiting_on_a_fetch_says_so(reconcile: Any, remote: Remote) -
     assert proc.wait(timeout=60) == 0, err.read_text()
     assert source(reconcile)["pinned"] == good
     node_only(reconcile, "down")
+
+
+def test_a_force_pushed_away_blob_is_collected_and_every_history_commit_kept(
+    reconcile: Any, remote: Remote
+) -> None:
+    """The node's git runs with gc.auto=0 and nothing collected its checkout: a large file
+    from a history force-pushed away stayed on the state dir's disk for good. Once the
+    object store has grown past gitsource.COLLECT_MIN it is collected, and each commit a
+    rollback may name (history.json's, the pin) is kept by a ref of ours."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    side = remote.commit({"README": "side\n"}, "a side line, force-pushed away below")
+    reconcile.converge("--git", remote.url, *GIT)
+    reconcile("rollback", good, check=0)  # pinned: what is pushed now is fetched, not applied
+    big = gitsource.COLLECT_MIN * 3 // 4  # under the floor: its fetch collects nothing
+    (remote.work / "weights.bin").write_bytes(os.urandom(big))
+    remote.commit({}, "a large file, by mistake")
+    blob = run_git(remote.work, "rev-parse", "HEAD:weights.bin")
+    node_only(reconcile, "--once")
+    checkout = StateDir(reconcile.state).git_checkout
+    assert run_git(checkout, "cat-file", "-t", blob) == "blob"  # fetched
+
+    run_git(remote.work, "reset", "-q", "--hard", good)  # the mistake force-pushed away
+    (remote.work / "other.bin").write_bytes(os.urandom(big))  # and the store past the floor
+    fixed = remote.commit({}, "the large file gone, another")
+    node_only(reconcile, "--once")
+    seen = source(reconcile)
+    assert seen["fetched"] == fixed and seen["applied"] == good, seen
+    gone = subprocess.run(
+        ["git", "-C", str(checkout), "cat-file", "-e", blob], capture_output=True, check=False
+    )
+    assert gone.returncode != 0, "the force-pushed-away blob is still in the checkout"
+
+    reconcile("rollback", "--resume", check=0)  # to fixed, then back to each history commit
+    assert source(reconcile)["applied"] == fixed
+    history = reconcile("history", "-o", "json", check=0).json()
+    assert {h["revision"] for h in history} == {good, side, fixed}, history
+    for rev in (fixed, side, good):  # side: on no branch, kept by a ref of ours alone
+        reconcile("rollback", rev, check=0)
+        assert source(reconcile)["applied"] == rev
+    assert reconcile.record("alpha")["revision"] == good
+    node_only(reconcile, "down")
+    assert reconcile.record("alpha") is None

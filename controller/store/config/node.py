@@ -134,6 +134,10 @@ def resolve(
         paths = (manifests_dir(state_path, source.path),)
         if owner:  # what `source` and `status` judge the source by: the records' owner
             source = replace(source, owned_as=owner)
+        else:  # the same repository spelled otherwise: the owner its records carry
+            from controller.store.sources.gitsource import spelled_as_before
+
+            source = spelled_as_before(state_path, source)
     return Config(
         manifests=paths,
         state_dir=state_path,

@@ -174,6 +174,49 @@ def shown_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=host))
 
 
+def same_repository(url: str) -> str:
+    """One spelling per repository, for telling two spellings apart, never for fetching:
+    a path and its ``file://`` URL, a trailing ``.git`` or ``/``, ``host:path`` and
+    ``ssh://host/path``, the scheme's and host's case and the user are one repository, as
+    Argo CD and Flux compare repository URLs. Without it a URL spelled anew made a new
+    owner, and every deployment of the source a conflict with itself."""
+    text = shown_url(url.strip())
+    colon, slash = text.find(":"), text.find("/")
+    if "://" not in text:
+        if colon >= 0 and not 0 <= slash < colon:  # scp-like ssh: [user@]host:path
+            host, _, path = text.partition(":")
+            text = f"ssh://{host}/{path.lstrip('/')}"
+        else:  # a path (made absolute by ``local_repo``)
+            text = "file://" + os.path.normpath(text)
+    parts = urlsplit(text)
+    path = parts.path.rstrip("/").removesuffix(".git").rstrip("/")
+    host = parts.netloc.rpartition("@")[2].lower()
+    return urlunsplit((parts.scheme.lower(), host, path, parts.query, ""))
+
+
+def _owner_key(owner: str) -> tuple[str, str] | None:
+    """``git:<url>#<path>``'s repository and path (None: another owner, ``--owner``'s)."""
+    if not owner.startswith("git:") or "#" not in owner:
+        return None
+    url, _, path = owner.removeprefix("git:").rpartition("#")
+    return same_repository(url), path
+
+
+def spelled_as_before(state_dir: Path, s: GitSettings) -> GitSettings:
+    """``s`` owned by the name the state dir's source already has when it is the same
+    repository and path spelled otherwise (``file://`` or a path, ``.git`` or not): the
+    records made under the first spelling stay its own, nothing conflicts or is pruned."""
+    if s.owned_as is not None or not StateDir(state_dir).git_source.exists():
+        return s
+    try:
+        old = peek_status(state_dir)
+    except ConfigError:
+        return s  # `reconcile source` says what is wrong with the file
+    if old is None or old.owner == s.owner or _owner_key(old.owner) != _owner_key(s.owner):
+        return s
+    return replace(s, owned_as=old.owner)
+
+
 # -- the state dir's files ----------------------------------------------------------------
 
 
@@ -223,7 +266,7 @@ class SourceStatus:
 
     def names(self) -> tuple[str, str | None, str | None, str]:
         """What makes it one source: another url, ref or path starts its state afresh."""
-        return (self.url, self.branch, self.tag, self.path)
+        return (same_repository(self.url), self.branch, self.tag, self.path)
 
     def said(self) -> str:
         ref = f"tag {self.tag}" if self.tag else f"branch {self.branch}"
@@ -307,6 +350,7 @@ def git(
     timeout: float = GIT_TIMEOUT,
     hold: int | None = None,
     started: Callable[[int], None] | None = None,
+    stdin: str | None = None,
 ) -> str:
     """Run git in ``repo``; never a prompt (a cron or a daemon has no terminal).
 
@@ -314,7 +358,8 @@ def git(
     still holds the checkout until it ends, so the next daemon never runs a second git
     (or removes a live git's ``index.lock``) beside it, and stops it rather than wait on
     it (gitorphan.py). ``started``: told git's pid (its process group's too), for a
-    caller that may have to stop it (a signal handler; the next pass, should we die)."""
+    caller that may have to stop it (a signal handler; the next pass, should we die).
+    ``stdin``: given to git (``update-ref --stdin``), else git reads nothing."""
     env = {
         **os.environ,
         "GIT_TERMINAL_PROMPT": "0",  # a missing password is a failure, not a hang
@@ -328,7 +373,7 @@ def git(
             cmd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             env=env,
             start_new_session=True,  # a timeout kills git's helpers (ssh, remote-https) too
             text=True,
@@ -341,7 +386,7 @@ def git(
                 started(proc.pid)
             if verb == "fetch":
                 failpoints.hit("git.fetch.running")
-            out, err = proc.communicate(timeout=timeout)
+            out, err = proc.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill(proc)
             raise GitFailed(
@@ -686,6 +731,7 @@ class GitSource:
             return
         self.change_status(lambda st: self._fetched(st, sha, by, tried, news))
         news.fetched = True
+        self._collect_when_grown(lock)
 
     def _failed(self, st: SourceStatus, error: str, tried: str) -> None:
         st.last_try_at, st.fetch_error = tried, error
@@ -749,6 +795,49 @@ class GitSource:
         if not SHA.match(sha):
             raise GitFailed(f"{s.ref} does not name a commit (got {sha!r})")
         return sha
+
+    def _collect_when_grown(self, lock: FileLock) -> None:
+        """Under git.lock, after a fetch: the object store collected once it has doubled
+        since the last collection (and passed ``COLLECT_MIN``), so its cost stays in
+        proportion to what was fetched. The node's git runs with gc.auto=0 (a fetch must not
+        start a gc of its own, unbounded, holding the checkout), so without this every
+        object ever fetched (a large file committed once and deleted, each force-pushed
+        history) stayed, for good, on the disk the records live on. A failed collection
+        costs only space: it is logged, and tried again after the next fetch."""
+        objects = self.repo / ".git" / "objects"
+        size = _size_of(objects)
+        mark = self.repo / ".git" / COLLECTED
+        try:
+            last = int(mark.read_text().strip() or 0)
+        except (OSError, ValueError):
+            last = 0
+        if size < max(COLLECT_MIN, 2 * last):
+            return
+        try:
+            self._collect(lock)
+        except GitFailed as exc:
+            log.warning("git checkout not collected", error=str(exc))
+            return
+        mark.write_text(f"{_size_of(objects)}\n")
+
+    def _collect(self, lock: FileLock) -> None:
+        """What no ref, no rollback target and no HEAD names, dropped: each commit that
+        history.json, the pin and the fetch name is kept by a ref of ours first
+        (``refs/reconcile/keep/<sha>``), so `reconcile rollback REV` still finds it once
+        the branch has moved past it or been force-pushed away from it."""
+        st = self.status()
+        wanted = {str(e["revision"]) for e in read_history(self.state_dir)}
+        wanted |= {sha for sha in (st.pinned, st.fetched, st.applied) if sha}
+        present = git(self.repo, "cat-file", "--batch-check", stdin="\n".join(sorted(wanted)))
+        held = {ln.split()[0] for ln in present.splitlines() if not ln.endswith(" missing")}
+        kept = git(self.repo, "for-each-ref", "--format=%(refname)", KEEP_REFS).split()
+        lines = [f"delete {ref}" for ref in kept if ref.rpartition("/")[2] not in held]
+        lines += [f"update {KEEP_REFS}/{sha} {sha}" for sha in sorted(held)]
+        git(self.repo, "update-ref", "--stdin", stdin="".join(f"{ln}\n" for ln in lines))
+        # the reflogs would keep every commit the tracking ref was ever at for 90 days
+        git(self.repo, "reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all")
+        hold, started = lock.fileno, self._started  # a gc outliving us holds the checkout
+        git(self.repo, "gc", "--quiet", "--prune=now", timeout=600, hold=hold, started=started)
 
     def _unlock(self) -> None:
         """git's own lock files, and the partial download, left by a git we killed (or a
@@ -1008,6 +1097,21 @@ def _paused(entry: dict[str, Any], drained: bool, now: datetime) -> bool:
 # but the node's git runs none (gc.auto=0): each stalled retry left one more, each up to
 # the repository's size, on the disk the records live on.
 PARTIAL = ("pack/tmp_*", "??/tmp_obj_*", "tmp_obj_*")
+
+
+# The object store's collection (GitSource._collect_when_grown): never below this size,
+# then each time it has doubled since the last (the size then kept in COLLECTED).
+COLLECT_MIN = 8 << 20
+COLLECTED = "reconcile-collected"
+KEEP_REFS = "refs/reconcile/keep"  # one ref per commit a rollback may name
+
+
+def _size_of(folder: Path) -> int:
+    total = 0
+    for path in folder.rglob("*"):
+        with contextlib.suppress(OSError):
+            total += path.stat().st_size if path.is_file() else 0
+    return total
 
 
 def _drop_partial(objects: Path) -> None:
