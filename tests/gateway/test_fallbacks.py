@@ -306,12 +306,15 @@ def test_a_way_is_journalled_once_a_window_with_the_count_it_folded() -> None:
 
 
 def test_fallbacks_never_loop(reconcile: Any, gateway: Any) -> None:
-    """a -> b -> a: each is tried once, then the 503 of the last one."""
+    """a -> b -> a, both Starting for good: each is tried once, b waiting at most its own
+    fallbackAfter (the loop's end), then a 503 naming a (asked for) first, then b and why.
+    b waited its whole readiness deadline (here 600 s: the request hung) and its 503 named
+    b alone."""
     for name, other in (("a", "b"), ("b", "a")):
         reconcile.write(
             name,
             command=reconcile.demo_command(load_seconds="600"),
-            readiness={**STUCK, "deadlineSeconds": 2},
+            readiness={**STUCK, "deadlineSeconds": 600},
             fallbacks=[other],
             fallbackAfter="0.5s",
         )
@@ -319,9 +322,12 @@ def test_fallbacks_never_loop(reconcile: Any, gateway: Any) -> None:
     for name in ("a", "b"):  # b too: a fallback the gateway's table lacks is not tried
         g.wait_phase(name, "Starting")
         reconcile.wait_for(lambda n=name: g.request("GET", f"/v1/models/{n}").status == 200)
-    answer = g.post("a")
+    body = {"model": "a", "messages": [{"role": "user", "content": "hi"}]}
+    answer = g.request("POST", "/v1/chat/completions", body, timeout=120)  # not 600 s
     assert answer.status == 503 and answer.json()["error"]["code"] == "model_not_ready", answer
-    assert "'b'" in answer.json()["error"]["message"]  # the last one tried says why
+    said = answer.json()["error"]["message"]
+    assert said.startswith("tried 'a' (no instance Ready), then: deployment 'b' "), said
+    assert "within its fallbackAfter (0.5s), and no fallback is left to try" in said, said
     g.finish()
 
 
