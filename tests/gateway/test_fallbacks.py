@@ -73,6 +73,22 @@ def test_unknown_and_own_names_are_errors_with_file_line_and_field(tmp_path: Pat
     assert set(result.entries) == {"c", "d", "e"}
 
 
+def test_fallback_after_without_fallbacks_is_an_error_at_its_line(tmp_path: Path) -> None:
+    """fallbackAfter did nothing without fallbacks, and was accepted silently."""
+    path = manifest(
+        tmp_path,
+        [doc("a", fallbackAfter="5s"), doc("b", fallbacks=["c"], fallbackAfter="5s"), doc("c")],
+    )
+    result = load([tmp_path])
+    assert set(result.entries) == {"b", "c"}, result.errors
+    [error] = result.errors
+    assert (error.file, error.field) == (str(path), "spec.fallbackAfter"), error
+    assert error.line is not None
+    assert path.read_text().splitlines()[error.line - 1].strip() == "fallbackAfter: 5s"
+    assert "only applies with fallbacks" in error.message, error
+    assert "add fallbacks: [<model>], or remove fallbackAfter" in error.message, error
+
+
 def metric(reconcile: Any, port: int, name: str, labels: dict[str, str]) -> float | None:
     """The value of one series on the daemon's /metrics (labels in any order)."""
     token = accesstoken.read(reconcile.state)
@@ -226,14 +242,15 @@ def test_a_fallback_that_cannot_take_it_passes_it_to_the_next_in_the_list(
 def test_a_stream_begun_while_its_first_fallback_waits_names_none_before_the_end(
     reconcile: Any, gateway: Any
 ) -> None:
-    """big's fallbacks are [slow, small]; big gives up at once, slow (no fallback of its
-    own) within 2 s: the comments begin while the request waits for slow, and small serves
+    """big's fallbacks are [slow, small]; big gives up at once, slow (whose own fallback is big,
+    tried already) within 2 s: the comments begin while the request waits for slow, and small serves
     it. slow alone seemed able to serve it, so the head said slow; the rest of big's list
     could still take it, so the head names no one and the trailer says small."""
     stuck = reconcile.demo_command(load_seconds="600")
     big = {"fallbacks": ["slow", "small"], "fallbackAfter": "0.1s"}  # below a comment's period
     reconcile.write("big", command=stuck, readiness=STUCK, **big)
-    reconcile.write("slow", command=stuck, readiness=STUCK, fallbackAfter="2s")
+    slow = {"fallbacks": ["big"], "fallbackAfter": "2s"}  # big was tried: small is big's
+    reconcile.write("slow", command=stuck, readiness=STUCK, **slow)
     reconcile.write("small")
     g = gateway(env={WAITING_ENV: "1"})
     g.wait_phase("small", "Ready")
