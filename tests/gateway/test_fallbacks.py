@@ -348,6 +348,33 @@ def test_fallbacks_never_loop(reconcile: Any, gateway: Any) -> None:
     g.finish()
 
 
+def test_a_drained_last_fallback_names_the_model_asked_for_first(
+    reconcile: Any, gateway: Any
+) -> None:
+    """big (OnDemand) falls back on lazy (OnDemand), and the node is drained: neither can
+    start. The 503 names big, the model asked for, then lazy and the drain; it named lazy
+    alone ("deployment 'lazy' cannot start now"), a model the client never asked for."""
+    ready = {**STUCK, "deadlineSeconds": 300}
+    lazy = {"activation": "OnDemand", "readiness": ready}
+    reconcile.write("big", fallbacks=["lazy"], fallbackAfter="0.5s", **lazy)
+    reconcile.write("lazy", **lazy)
+    g = gateway()
+    try:
+        g.wait_phase("big", "Idle")
+        g.wait_phase("lazy", "Idle")
+        reconcile("drain", "--ttl", "1h", "--reason", "swap GPU 1", check=0)
+        body = {"model": "big", "messages": [{"role": "user", "content": "hi"}]}
+        answer = g.request("POST", "/v1/chat/completions", body, timeout=60)
+        assert answer.status == 503, answer
+        said = answer.json()["error"]["message"]
+        assert said.startswith("tried 'big' (no instance Ready), then: deployment 'lazy' "), said
+        assert "cannot start now: node drained by " in said and "(swap GPU 1)" in said, said
+        assert 1 <= int(answer.headers["Retry-After"]) <= 60, answer.headers
+        reconcile("uncordon", check=0)
+    finally:
+        g.finish()
+
+
 def test_the_tables_fallbacks_and_wait() -> None:
     def rec(name: str, fallbacks: tuple[str, ...], after: float) -> Record:
         return Record(
