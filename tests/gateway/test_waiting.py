@@ -119,6 +119,37 @@ def test_a_begun_stream_that_cannot_be_served_ends_with_an_error_event(
     g.finish()
 
 
+def test_a_json_answer_to_a_held_stream_is_its_one_event(reconcile: Any, gateway: Any) -> None:
+    """``stream: true`` on a path that answers JSON (embeddings): held while the engine
+    starts, the stream's comments began, and the JSON is its one ``data:`` event, then
+    ``[DONE]``, the same JSON the request gets once the engine is Ready. It became an
+    error event ("answered 200"): the outcome hung on the timing."""
+    reconcile.write("cold", command=reconcile.demo_command(load_seconds="1.5"), **COLD)
+    g = gateway(env=FAST)
+    body = json.dumps({"model": "cold", "input": "one two", "stream": True}).encode()
+
+    def post() -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=60)
+        try:
+            conn.request("POST", "/v1/embeddings", body)
+            resp = conn.getresponse()
+            return resp.status, dict(resp.getheaders()), resp.read()
+        finally:
+            conn.close()
+
+    status, headers, held = post()
+    lines = held.decode().splitlines()
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream"), headers
+    assert any(line.startswith(": waiting for cold: ") for line in lines), lines
+    data = [line for line in lines if line.startswith("data: ")]
+    assert len(data) == 2 and data[1] == "data: [DONE]", lines
+    status, headers, warm = post()  # Ready now: no stream begun, the engine's JSON
+    assert status == 200 and headers["Content-Type"].startswith("application/json"), headers
+    assert json.loads(data[0][6:]) == json.loads(warm), (data[0][:300], warm[:300])
+    assert json.loads(warm)["object"] == "list"
+    g.finish()
+
+
 def test_no_comment_for_a_plain_request(reconcile: Any, gateway: Any) -> None:
     reconcile.write("cold", command=reconcile.demo_command(load_seconds="1"), **COLD)
     g = gateway(env=FAST)
