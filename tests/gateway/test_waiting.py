@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import sys
 from typing import Any
 
 import openai
@@ -147,6 +148,41 @@ def test_a_json_answer_to_a_held_stream_is_its_one_event(reconcile: Any, gateway
     assert status == 200 and headers["Content-Type"].startswith("application/json"), headers
     assert json.loads(data[0][6:]) == json.loads(warm), (data[0][:300], warm[:300])
     assert json.loads(warm)["object"] == "list"
+    g.finish()
+
+
+# An engine that starts in 1.5 s, then answers every POST 200 in plain text.
+PLAIN = """
+import http.server, sys, time
+time.sleep(1.5)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers()
+        self.wfile.write(b"ok")
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200); self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", "5"); self.end_headers(); self.wfile.write(b"hello")
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_plain_text_answer_to_a_held_stream_says_what_the_engine_answered(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A 200 in plain text cannot be an event: the stream's last event names the engine's
+    status and Content-Type (it said "answered 200: hello", as if the engine had failed)."""
+    command = [sys.executable, "-c", PLAIN, "{port}"]
+    reconcile.write("cold", engine="command", command=command, **COLD)
+    g = gateway(env=FAST)
+    body = {"model": "cold", "messages": [], "stream": True}
+    status, _, lines = raw_stream(g.port, body)
+    assert status == 200 and any(line.startswith(": waiting for cold: ") for line in lines)
+    last = json.loads(next(line for line in reversed(lines) if line.startswith("data:"))[5:])
+    said = last["error"]["message"]
+    assert last["error"]["code"] == "upstream_error", last
+    assert "answered 200 with text/plain, not JSON" in said, said
+    assert "an event stream cannot carry" in said, said
     g.finish()
 
 
