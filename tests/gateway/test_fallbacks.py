@@ -73,6 +73,22 @@ def test_unknown_and_own_names_are_errors_with_file_line_and_field(tmp_path: Pat
     assert set(result.entries) == {"c", "d", "e"}
 
 
+def test_fallback_after_without_fallbacks_is_an_error_at_its_line(tmp_path: Path) -> None:
+    """fallbackAfter did nothing without fallbacks, and was accepted silently."""
+    path = manifest(
+        tmp_path,
+        [doc("a", fallbackAfter="5s"), doc("b", fallbacks=["c"], fallbackAfter="5s"), doc("c")],
+    )
+    result = load([tmp_path])
+    assert set(result.entries) == {"b", "c"}, result.errors
+    [error] = result.errors
+    assert (error.file, error.field) == (str(path), "spec.fallbackAfter"), error
+    assert error.line is not None
+    assert path.read_text().splitlines()[error.line - 1].strip() == "fallbackAfter: 5s"
+    assert "only applies with fallbacks" in error.message, error
+    assert "add fallbacks: [<model>], or remove fallbackAfter" in error.message, error
+
+
 def metric(reconcile: Any, port: int, name: str, labels: dict[str, str]) -> float | None:
     """The value of one series on the daemon's /metrics (labels in any order)."""
     token = accesstoken.read(reconcile.state)
@@ -226,14 +242,15 @@ def test_a_fallback_that_cannot_take_it_passes_it_to_the_next_in_the_list(
 def test_a_stream_begun_while_its_first_fallback_waits_names_none_before_the_end(
     reconcile: Any, gateway: Any
 ) -> None:
-    """big's fallbacks are [slow, small]; big gives up at once, slow (no fallback of its
-    own) within 2 s: the comments begin while the request waits for slow, and small serves
+    """big's fallbacks are [slow, small]; big gives up at once, slow (whose own fallback is big,
+    tried already) within 2 s: the comments begin while the request waits for slow, and small serves
     it. slow alone seemed able to serve it, so the head said slow; the rest of big's list
     could still take it, so the head names no one and the trailer says small."""
     stuck = reconcile.demo_command(load_seconds="600")
     big = {"fallbacks": ["slow", "small"], "fallbackAfter": "0.1s"}  # below a comment's period
     reconcile.write("big", command=stuck, readiness=STUCK, **big)
-    reconcile.write("slow", command=stuck, readiness=STUCK, fallbackAfter="2s")
+    slow = {"fallbacks": ["big"], "fallbackAfter": "2s"}  # big was tried: small is big's
+    reconcile.write("slow", command=stuck, readiness=STUCK, **slow)
     reconcile.write("small")
     g = gateway(env={WAITING_ENV: "1"})
     g.wait_phase("small", "Ready")
@@ -306,12 +323,15 @@ def test_a_way_is_journalled_once_a_window_with_the_count_it_folded() -> None:
 
 
 def test_fallbacks_never_loop(reconcile: Any, gateway: Any) -> None:
-    """a -> b -> a: each is tried once, then the 503 of the last one."""
+    """a -> b -> a, both Starting for good: each is tried once, b waiting at most its own
+    fallbackAfter (the loop's end), then a 503 naming a (asked for) first, then b and why.
+    b waited its whole readiness deadline (here 600 s: the request hung) and its 503 named
+    b alone."""
     for name, other in (("a", "b"), ("b", "a")):
         reconcile.write(
             name,
             command=reconcile.demo_command(load_seconds="600"),
-            readiness={**STUCK, "deadlineSeconds": 2},
+            readiness={**STUCK, "deadlineSeconds": 600},
             fallbacks=[other],
             fallbackAfter="0.5s",
         )
@@ -319,10 +339,40 @@ def test_fallbacks_never_loop(reconcile: Any, gateway: Any) -> None:
     for name in ("a", "b"):  # b too: a fallback the gateway's table lacks is not tried
         g.wait_phase(name, "Starting")
         reconcile.wait_for(lambda n=name: g.request("GET", f"/v1/models/{n}").status == 200)
-    answer = g.post("a")
+    body = {"model": "a", "messages": [{"role": "user", "content": "hi"}]}
+    answer = g.request("POST", "/v1/chat/completions", body, timeout=120)  # not 600 s
     assert answer.status == 503 and answer.json()["error"]["code"] == "model_not_ready", answer
-    assert "'b'" in answer.json()["error"]["message"]  # the last one tried says why
+    said = answer.json()["error"]["message"]
+    assert said.startswith("tried 'a' (no instance Ready), then: deployment 'b' "), said
+    assert "within its fallbackAfter (0.5s), and no fallback is left to try" in said, said
     g.finish()
+
+
+def test_a_drained_last_fallback_names_the_model_asked_for_first(
+    reconcile: Any, gateway: Any
+) -> None:
+    """big (OnDemand) falls back on lazy (OnDemand), and the node is drained: neither can
+    start. The 503 names big, the model asked for, then lazy and the drain; it named lazy
+    alone ("deployment 'lazy' cannot start now"), a model the client never asked for."""
+    ready = {**STUCK, "deadlineSeconds": 300}
+    lazy = {"activation": "OnDemand", "readiness": ready}
+    reconcile.write("big", fallbacks=["lazy"], fallbackAfter="0.5s", **lazy)
+    reconcile.write("lazy", **lazy)
+    g = gateway()
+    try:
+        g.wait_phase("big", "Idle")
+        g.wait_phase("lazy", "Idle")
+        reconcile("drain", "--ttl", "1h", "--reason", "swap GPU 1", check=0)
+        body = {"model": "big", "messages": [{"role": "user", "content": "hi"}]}
+        answer = g.request("POST", "/v1/chat/completions", body, timeout=60)
+        assert answer.status == 503, answer
+        said = answer.json()["error"]["message"]
+        assert said.startswith("tried 'big' (no instance Ready), then: deployment 'lazy' "), said
+        assert "cannot start now: node drained by " in said and "(swap GPU 1)" in said, said
+        assert 1 <= int(answer.headers["Retry-After"]) <= 60, answer.headers
+        reconcile("uncordon", check=0)
+    finally:
+        g.finish()
 
 
 def test_the_tables_fallbacks_and_wait() -> None:

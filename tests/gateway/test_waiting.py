@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import sys
 from typing import Any
 
 import openai
@@ -116,6 +117,72 @@ def test_a_begun_stream_that_cannot_be_served_ends_with_an_error_event(
     reconcile.wait_for(lambda: log.is_file() and log.read_text(), what="the request logged")
     line = json.loads(log.read_text().splitlines()[0])
     assert (line["status"], line["deployment"]) == (503, "stuck"), line
+    g.finish()
+
+
+def test_a_json_answer_to_a_held_stream_is_its_one_event(reconcile: Any, gateway: Any) -> None:
+    """``stream: true`` on a path that answers JSON (embeddings): held while the engine
+    starts, the stream's comments began, and the JSON is its one ``data:`` event, then
+    ``[DONE]``, the same JSON the request gets once the engine is Ready. It became an
+    error event ("answered 200"): the outcome hung on the timing."""
+    reconcile.write("cold", command=reconcile.demo_command(load_seconds="1.5"), **COLD)
+    g = gateway(env=FAST)
+    body = json.dumps({"model": "cold", "input": "one two", "stream": True}).encode()
+
+    def post() -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=60)
+        try:
+            conn.request("POST", "/v1/embeddings", body)
+            resp = conn.getresponse()
+            return resp.status, dict(resp.getheaders()), resp.read()
+        finally:
+            conn.close()
+
+    status, headers, held = post()
+    lines = held.decode().splitlines()
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream"), headers
+    assert any(line.startswith(": waiting for cold: ") for line in lines), lines
+    data = [line for line in lines if line.startswith("data: ")]
+    assert len(data) == 2 and data[1] == "data: [DONE]", lines
+    status, headers, warm = post()  # Ready now: no stream begun, the engine's JSON
+    assert status == 200 and headers["Content-Type"].startswith("application/json"), headers
+    assert json.loads(data[0][6:]) == json.loads(warm), (data[0][:300], warm[:300])
+    assert json.loads(warm)["object"] == "list"
+    g.finish()
+
+
+# An engine that starts in 1.5 s, then answers every POST 200 in plain text.
+PLAIN = """
+import http.server, sys, time
+time.sleep(1.5)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers()
+        self.wfile.write(b"ok")
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200); self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", "5"); self.end_headers(); self.wfile.write(b"hello")
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_plain_text_answer_to_a_held_stream_says_what_the_engine_answered(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A 200 in plain text cannot be an event: the stream's last event names the engine's
+    status and Content-Type (it said "answered 200: hello", as if the engine had failed)."""
+    command = [sys.executable, "-c", PLAIN, "{port}"]
+    reconcile.write("cold", engine="command", command=command, **COLD)
+    g = gateway(env=FAST)
+    body = {"model": "cold", "messages": [], "stream": True}
+    status, _, lines = raw_stream(g.port, body)
+    assert status == 200 and any(line.startswith(": waiting for cold: ") for line in lines)
+    last = json.loads(next(line for line in reversed(lines) if line.startswith("data:"))[5:])
+    said = last["error"]["message"]
+    assert last["error"]["code"] == "upstream_error", last
+    assert "answered 200 with text/plain, not JSON" in said, said
+    assert "an event stream cannot carry" in said, said
     g.finish()
 
 

@@ -124,7 +124,11 @@ class Forwarder:
                 label,
                 _session(incoming.request, fields),
                 _prefix(fields) if facts.affinity == "prefix" else (),
-                facts.fallback_after if onward else None,
+                # A model with fallbacks waits at most its fallbackAfter, even once they
+                # were all tried (a loop, a -> b -> a): a chain answers within the sum of
+                # its models' fallbackAfter, never an engine's readiness deadline (b's
+                # once held a request 9.5 minutes).
+                facts.fallback_after if onward or facts.fallbacks else None,
             )
             with self.tracing.span("routing", {"reconcile.model": model}):
                 answered = await self._forward(incoming, body, want)
@@ -167,6 +171,7 @@ class Forwarder:
             "ended": "no instance can become Ready (Failed or Succeeded)",
         }
         words = said.get(why, "at its concurrency limit")
+        incoming.passed = (*incoming.passed, (model, words))  # the last 503 names them
         self.fallback_events.note(self.table.pools.get(model, ()), model, to, why, words)
         if incoming.waiting is not None:  # its comments name what it waits for now
             # `to` alone can serve it only when no other of `onward` may still take it
@@ -207,7 +212,7 @@ class Forwarder:
                     )
                 if target is None:
                     incoming.no_instance = True  # a fallback may take it (serve)
-                    return want.label, self._not_ready(want)
+                    return want.label, self._not_ready(want, _lead(incoming.passed))
                 try:
                     answer = await self._send_once_more(incoming, body, want, target)
                     return target.deployment, answer
@@ -217,6 +222,7 @@ class Forwarder:
                     self.table.mark_down(target)
             incoming.no_instance = True  # none of its engines took it: a fallback may (serve)
             why = f"deployment {want.label!r}: its engine could not be reached; retry later"
+            why = _lead(incoming.passed) + why
             return want.label, error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
         finally:
             for name in sleepers:
@@ -224,7 +230,9 @@ class Forwarder:
             if sleepers and turns is not None:
                 turns.leave(sleepers, aged)
 
-    def _not_ready(self, want: Ask) -> Response:
+    def _not_ready(self, want: Ask, lead: str) -> Response:
+        """The 503 of a pool with no instance to take the request; ``lead`` names the
+        models tried before it, the one asked for first (``_lead``)."""
         if self.table.closing is not None:  # retried at once: on the port's next gateway
             why = (
                 f"deployment {want.label!r} is not Ready ({self.table.phases(want.pool)}) "
@@ -235,22 +243,26 @@ class Forwarder:
         ejected = self.table.ejected(want.pool)
         if ejected is not None:
             why = (
-                f"every instance of {want.label!r} is ejected after failing requests in a "
-                f"row; the next trial in {max(1, round(ejected))}s"
+                f"{lead}every instance of {want.label!r} is ejected after failing requests in "
+                f"a row; the next trial in {max(1, round(ejected))}s"
             )
             return error(503, why, "model_not_ready", retry_after=ejected)
         ended = self.table.ended(want.pool)
         if ended:
-            return _ended(want.label, ended)
+            return _ended(want.label, ended, lead)
         drain = self.table.drained(want.pool)
         if drain is not None:
-            return _drained(want.label, drain)
+            return _drained(want.label, drain, lead)
         phase = self.table.phases(want.pool)
         held = self.table.held(want.pool)  # what keeps it from starting: the client's why
-        waited = self.table.deadline(want.pool)  # the records': the daemon's deadline
+        if want.wait is not None:  # it has fallbacks, none left to try: a loop's end
+            within = f"its fallbackAfter ({want.wait:g}s), and no fallback is left to try"
+        else:
+            waited = self.table.deadline(want.pool)  # the records': the daemon's deadline
+            within = f"its readiness deadline ({waited:g}s)"
         why = (
-            f"deployment {want.label!r} is not Ready ({phase}{': ' if held else ''}"
-            f"{held}) within its readiness deadline ({waited:g}s); retry later"
+            f"{lead}deployment {want.label!r} is not Ready ({phase}{': ' if held else ''}"
+            f"{held}) within {within}; retry later"
         )
         return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
 
@@ -454,6 +466,7 @@ class Incoming:
     mark: bytes | None = None  # a multipart upload's boundary (bodies.py)
     waiting: Waiting | None = None  # a held stream's comments (waiting.py)
     no_instance: bool = False  # the pool had no instance to take it (a fallback may)
+    passed: tuple[tuple[str, str], ...] = ()  # (model, why) of each it fell back from
 
 
 class UpstreamHung(UpstreamFailed):
@@ -494,7 +507,15 @@ def _may_resend(exc: UpstreamFailed, body: bytes | Upload) -> bool:
     return exc.retry and not (isinstance(body, Upload) and body.started)
 
 
-def _ended(label: str, records: tuple[Record, ...]) -> Response:
+def _lead(passed: tuple[tuple[str, str], ...]) -> str:
+    """The beginning of a 503 after fallbacks: the model asked for, then each fallback
+    tried, and why each could not take the request; the last one's reason follows."""
+    if not passed:
+        return ""
+    return "tried " + ", then ".join(f"{m!r} ({why})" for m, why in passed) + ", then: "
+
+
+def _ended(label: str, records: tuple[Record, ...], lead: str = "") -> Response:
     """The 503 of a pool none of whose engines can become Ready by itself: at once, no
     Retry-After (a retry waits for a person), its phases and why, and what to do."""
     states = "; ".join(
@@ -505,18 +526,18 @@ def _ended(label: str, records: tuple[Record, ...]) -> Response:
     )
     names = " ".join(dict.fromkeys(base_name(rec.name) for rec in records))
     why = (
-        f"deployment {label!r} cannot become Ready by itself ({states}); fix its manifest, "
+        f"{lead}deployment {label!r} cannot become Ready by itself ({states}); fix its manifest, "
         f"or start it again with `reconcile restart {names}`"
     )
     return error(503, why, "model_not_ready")
 
 
-def _drained(label: str, drain: Drain) -> Response:
+def _drained(label: str, drain: Drain, lead: str = "") -> Response:
     """The 503 of a pool the node's drain keeps from starting: at once (it waited out its
     readiness deadline for nothing), retried when the drain ends, a minute at most (an
     uncordon may end it sooner)."""
     now, clock = datetime.now(UTC), bootclock.read()
-    why = f"deployment {label!r} cannot start now: {drain.said(now, clock)}"
+    why = f"{lead}deployment {label!r} cannot start now: {drain.said(now, clock)}"
     wait = min(drain.remaining(now, clock), DRAIN_RETRY_AFTER)
     return error(503, why, "model_not_ready", retry_after=wait)
 

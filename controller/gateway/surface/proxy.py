@@ -51,6 +51,7 @@ SERVED_BY = "x-reconcile-deployment"
 ANSWER_DROPS = HOP_BY_HOP | {SERVED_BY}
 WHOLE_MAX = 256 * 1024  # bytes: a sized answer up to this is passed on in one write
 TAIL_MAX = 64 * 1024  # bytes of a long JSON answer's end kept to read its usage
+EVENT_MAX = 8 * 1024 * 1024  # bytes: a JSON answer passed on as a begun stream's one event
 KEY_HEADERS = frozenset({"authorization", "x-api-key"})  # the gateway's keys stay here
 DECODED = frozenset({"content-encoding"})  # the body goes on plain (bodies.py)
 # The gateway answered a client's `Expect: 100-continue` itself: the engine gets the body.
@@ -212,8 +213,9 @@ async def _into_begun(
     meter: Meter,
 ) -> StreamResponse:
     """The engine's answer into a stream already begun (200, event-stream) for waiting
-    comments: an event stream goes on as it comes; anything else (an engine's error) can no
-    longer be its status, so it becomes the stream's last event, an OpenAI error body.
+    comments: an event stream goes on as it comes; another 2xx, its one event
+    (``_as_event``); anything else (an engine's error) can no longer be its status, so it
+    becomes the stream's last event, an OpenAI error body.
     A head that could not say who serves it (waiting.py) announced a trailer: now that
     it is known, a comment names the deployment at once, and the trailer at the end."""
     if SERVED_BY not in begun.headers:
@@ -223,6 +225,8 @@ async def _into_begun(
     kind = upstream.headers.get("Content-Type", "")
     if upstream.status < 300 and kind.startswith("text/event-stream"):
         return await _pump(request, begun, upstream, target, meter)
+    if upstream.status < 300:
+        return await _as_event(begun, upstream, target, meter, kind)
     try:
         said = (await upstream.read_some(TAIL_MAX)).decode("utf-8", "replace")
     except (Dropped, Malformed) as exc:
@@ -233,6 +237,47 @@ async def _into_begun(
     code = "upstream_error" if upstream.status < 400 else "engine_error"
     await end_with_error(begun, error_body(upstream.status, why, code))
     return begun
+
+
+async def _as_event(
+    begun: StreamResponse, upstream: Answer, target: Target, meter: Meter, kind: str
+) -> StreamResponse:
+    """A 2xx that is no event stream (a path that answers JSON to ``stream: true``) into
+    a stream begun for waiting comments: the JSON as the stream's one ``data:`` event, then
+    ``data: [DONE]``, as OpenAI-compatible proxies pass a whole answer on. Without a cold
+    start the client got that JSON as it is; it became an error event, so the outcome hung
+    on the timing. A body that is not JSON, or past EVENT_MAX, cannot be one event: the
+    last event then says what the engine answered."""
+    try:
+        data = await upstream.read_some(EVENT_MAX + 1)
+        whole = len(data) <= EVENT_MAX and _is_json(data)
+        said = "" if whole else f"{kind or 'no Content-Type'}, not JSON in {EVENT_MAX} bytes"
+    except (Dropped, Malformed) as exc:
+        data, whole, said = b"", False, f"its body failed: {_said(exc)}"
+    meter.answered()
+    if not whole:
+        meter.ended_with = BAD_GATEWAY
+        why = (
+            f"the engine of {target.deployment!r} answered {upstream.status} with {said}, "
+            "which an event stream cannot carry (the stream had begun while it started)"
+        )
+        await end_with_error(begun, error_body(BAD_GATEWAY, why, "upstream_error"))
+        return begun
+    from_json(data, meter)  # the tokens it used
+    # Raw CR and LF in JSON are whitespace only (never inside a string): one event's line.
+    line = data.replace(b"\r", b"").replace(b"\n", b"")
+    with contextlib.suppress(ConnectionError):
+        await begun.write(b"data: " + line + b"\n\ndata: [DONE]\n\n")
+        await begun.write_eof()
+    return begun
+
+
+def _is_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except ValueError:
+        return False
+    return True
 
 
 async def end_with_error(begun: StreamResponse, body: object) -> None:
