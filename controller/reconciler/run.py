@@ -39,7 +39,7 @@ from controller.core.devices.inventory import Inventory
 from controller.core.devices.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.manifest import backendnames
-from controller.core.manifest.labels import share, skip_note
+from controller.core.manifest.labels import kept_apart, kept_note, share, skip_note
 from controller.core.manifest.names import base_name, is_next
 from controller.core.manifest.sources import Source
 from controller.core.manifest.specs import Entry, with_secrets
@@ -117,6 +117,11 @@ class PassResult:
         return [
             r for r in self.records.values() if r.owner == self.owner and not r.elsewhere(self.node)
         ]
+
+    def left_and_kept(self) -> tuple[dict[str, str], list[str]]:
+        """The deployments left to other nodes (name -> selector), and those skipped whose
+        engine this node runs on, their manifest not loading (a record here: invariant 4)."""
+        return kept_apart(self.skipped, {base_name(r.name) for r in self.ours()})
 
     @property
     def ok(self) -> bool:
@@ -915,8 +920,15 @@ def _seen(result: PassResult, node: str, at: datetime) -> Seen:
     if result.prune_blocked:
         why = "; ".join(result.folder_problems) or result.no_manifest or "no manifest"
         blocked = f"{why}: {NOTHING_PRUNED}"
-    skipped = skip_note(result.skipped)
-    return Seen(node=node, owner=result.owner, at=at, prune_blocked=blocked, skipped=skipped)
+    skipped, kept = result.left_and_kept()
+    return Seen(
+        node=node,
+        owner=result.owner,
+        at=at,
+        prune_blocked=blocked,
+        skipped=skip_note(skipped),
+        kept=kept_note(kept),
+    )
 
 
 def _unplaced(rec: Record) -> bool:
