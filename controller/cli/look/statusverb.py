@@ -80,6 +80,8 @@ class Look:
         conditions = self.conditions.get(rec.name, [])
         if conditions:
             said = [*conditions, *([rec.message] if rec.message else [])]
+            if rec.state_unknown:  # the mark leads: PHASE's "?" is read from it
+                said = [rec.message, *conditions]
             rec = replace(rec, message="; ".join(said))
         if rec.source and self.state_dir is not None:
             rec = replace(rec, source=StateDir(self.state_dir).in_repo(rec.source))
