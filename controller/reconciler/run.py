@@ -109,6 +109,7 @@ class PassResult:
     specs: dict[str, str] = field(default_factory=dict)  # deployment -> its spec's hash
     sources: dict[str, Source] = field(default_factory=dict)  # deployment -> its source
     skipped: dict[str, str] = field(default_factory=dict)  # left to other nodes -> selector
+    invalid: set[str] = field(default_factory=set)  # the manifests that did not load, by name
     # A pass run at once (run_pass's at_once) whose plan was more than new starts: it did
     # nothing, and waits for the folder to settle.
     deferred: bool = False
@@ -121,7 +122,8 @@ class PassResult:
     def left_and_kept(self) -> tuple[dict[str, str], list[str]]:
         """The deployments left to other nodes (name -> selector), and those skipped whose
         engine this node runs on, their manifest not loading (a record here: invariant 4)."""
-        return kept_apart(self.skipped, {base_name(r.name) for r in self.ours()})
+        here = {base_name(r.name) for r in self.ours()} & self.invalid
+        return kept_apart(self.skipped, here)
 
     @property
     def ok(self) -> bool:
@@ -596,6 +598,7 @@ class Reconciler(Preview):
         result.specs = {name: entry.hash for name, entry in desired.entries.items()}
         result.sources = pulling.sources_of(desired.entries.values())
         result.skipped = dict(desired.skipped)
+        result.invalid = set(desired.invalid)
         result.prune_blocked = _prune_blocked(loaded, self._may_empty(loaded))
         result.missing_folders = list(loaded.missing_folders)
         result.folder_problems = loaded.folder_problems()

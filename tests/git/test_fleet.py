@@ -162,6 +162,12 @@ def test_a_broken_manifest_whose_engine_runs_here_is_said_kept_not_skipped(
     reconcile.write("other", nodeSelector={"gpu": "a10"})
     reconcile.converge()
     (pid,) = reconcile.pids("big")
+    node_yaml = reconcile.state / "node.yaml"
+    node_yaml.write_text("labels: {gpu: a10}\n")  # relabelled: big, valid, is to go
+    plan = reconcile("plan", check=None)
+    assert "1 deployment skipped: nodeSelector gpu=h100" in plan.out, plan
+    assert "kept here" not in plan.out, plan  # a valid one going is no kept invalid one
+    node_yaml.write_text("labels: {gpu: h100}\n")
     reconcile.write("big", nodeSelector={"gpu": "a10"}, bogus=1)  # moved away, and a typo
 
     skipped = "1 deployment skipped: nodeSelector gpu=a10 does not match this node's labels"

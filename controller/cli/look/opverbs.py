@@ -170,7 +170,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     errors += _source_failing(cfg)
     pending = planview.pending(found)
     blocked = planview.blocked(found)
-    skipped, kept = kept_apart(desired.skipped, _here(observed, cfg))
+    skipped, kept = kept_apart(desired.skipped, _here(observed, cfg) & set(desired.invalid))
     counts = planview.replicas(desired, view.autoscaler.notes)
     if fmt == "name":
         print("".join(f"{c.name}\n" for c in found if c.kind != "unchanged"), end="")

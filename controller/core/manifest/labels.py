@@ -110,9 +110,10 @@ def kept_apart(
     skipped: Mapping[str, str], here: Collection[str]
 ) -> tuple[dict[str, str], list[str]]:
     """(``skipped`` less the deployments in ``here``, those kept: sorted). ``here``: the
-    deployments with a record on this node. A manifest that did not load and whose
-    selector names other nodes is skipped, yet what this node ran for it stays (invariant
-    4): counted among the skipped, `status` said it ran nowhere here."""
+    deployments whose manifest did not load with a record on this node. Such a manifest
+    whose selector names other nodes is skipped, yet what this node ran for it stays
+    (invariant 4): counted among the skipped, `status` said it ran nowhere here. (A valid
+    one that no longer matches is skipped even while its engine stops: it is going.)"""
     kept = sorted(n for n in skipped if n in here)
     return {n: s for n, s in skipped.items() if n not in here}, kept
 
