@@ -125,7 +125,7 @@ def _not_reconciles(found: Mapping[str, str], item: EnvFrom) -> None:
     fence) is refused as in spec.env, since the placement would replace its value."""
     what = f"file {item.file}" if item.file is not None else f"sopsFile {item.sops_file}"
     for key in found:  # a key, never a value
-        why = refusal(key, what)
+        why = refusal(key, "that file")
         if why is not None:
             raise SecretError(0, f"{what} sets {key}: {why}")
 
