@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -41,6 +41,18 @@ RESTART_DUE = "restart due: the next pass starts it"
 # How a running record's message says a drain holds its spec change (a HoldChange):
 # "spec.args changed: held: node drained by … until …".
 CHANGE_HELD = ": held: "
+
+
+# How a cluster record's message says its cluster did not answer (the daemon writes it:
+# reconciler/unreachable.py), the phase left as the last look saw it: "state unknown since
+# 2026-12-06 17:00:00 UTC: <why, the next move>". Views say that phase is in doubt.
+STATE_UNKNOWN = "state unknown since"
+UNKNOWN_SINCE = "%Y-%m-%d %H:%M:%S UTC"
+
+
+def unknown_mark(since: datetime, why: str) -> str:
+    """The message of a cluster record whose cluster did not answer from ``since``."""
+    return f"{STATE_UNKNOWN} {since.astimezone(UTC).strftime(UNKNOWN_SINCE)}: {why}"
 
 
 def backoff_cause(message: str) -> str:
@@ -270,6 +282,22 @@ class Record:
         """A cluster backend's record: ``node`` is the cluster's node id, the pid and the
         log live on that node, and any node's backend judges it."""
         return backendnames.on_cluster(self.backend)
+
+    @property
+    def state_unknown(self) -> bool:
+        """A cluster record its cluster did not answer for (``unknown_mark``): its phase
+        is the last look's, not known now; the first pass that reaches it clears this."""
+        return self.on_cluster and self.message.startswith(STATE_UNKNOWN)
+
+    def unknown_since(self) -> datetime | None:
+        """When a record ``state_unknown`` became so (None: known, or a mark not ours)."""
+        if not self.state_unknown:
+            return None
+        stamp = self.message.removeprefix(STATE_UNKNOWN).lstrip().partition(": ")[0]
+        try:
+            return datetime.strptime(stamp, UNKNOWN_SINCE).replace(tzinfo=UTC)
+        except ValueError:
+            return None
 
     def elsewhere(self, node: str | None) -> bool:
         """A local record another node made: never judged here (its pids are not ours)."""

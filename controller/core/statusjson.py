@@ -52,6 +52,10 @@ def status_item(rec: Record) -> dict[str, Any]:
         "devices": list(rec.devices),
         "restarts": rec.restarts,
         "spec_valid": rec.spec_valid,
+        # False while its cluster does not answer: ``phase`` is the last look's (the table
+        # shows ``Ready?``), since ``state_unknown_since`` (ISO; null when known)
+        "state_known": not rec.state_unknown,
+        "state_unknown_since": iso(rec.unknown_since()),
         "message": rec.message,
         "engine": rec.engine,
         "node": rec.node,
@@ -103,6 +107,7 @@ def instance_item(replica: int, rec: Record) -> dict[str, Any]:
         "node": rec.node,
         "devices": list(rec.devices),
         "restarts": rec.restarts,
+        "state_known": not rec.state_unknown,
         "message": rec.message,
     }
 

@@ -7,6 +7,8 @@ clear, never in any output.
 (``sops.py``); the key file is held to a secret file's rule. As root, every file must be
 root's (the manifests' rule, handed in by the pass).
 
+A key reconcile sets itself (``PORT``, ``CUDA_VISIBLE_DEVICES``: engineenv.py) is
+refused as ``spec.env`` refuses it: the placement would replace its value without a word.
 A :class:`SecretError` names the file and the ``envFrom`` item, never a value: not even
 sops' own words, which may quote a line of the file. :func:`digest` is what the spec hash
 takes in, so a changed value restarts the engine while the value stays here; keyed with
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.core.digest import sha256_hex
+from controller.core.manifest.engineenv import refusal
 from controller.core.manifest.specs import DeploymentSpec, EnvFrom
 from controller.host import sops
 
@@ -77,7 +80,9 @@ def resolve(
     env: dict[str, str] = {}
     for index, item in enumerate(spec.env_from):
         try:
-            env.update(_read_item(item, folder, untrusted))
+            found = _read_item(item, folder, untrusted)
+            _not_reconciles(found, item)
+            env.update(found)
         except SecretError as exc:
             raise SecretError(index, str(exc)) from None
     return env
@@ -113,6 +118,16 @@ def _read_item(item: EnvFrom, folder: Path, untrusted: Untrusted | None) -> dict
     _trusted(path, shown, untrusted)
     _age_key_private(shown, untrusted)
     return _cached(path, lambda: parse_dotenv(_decrypt(path, shown), item.sops_file or ""))
+
+
+def _not_reconciles(found: Mapping[str, str], item: EnvFrom) -> None:
+    """A file's keys are known only now: one reconcile sets itself (PORT, the device
+    fence) is refused as in spec.env, since the placement would replace its value."""
+    what = f"file {item.file}" if item.file is not None else f"sopsFile {item.sops_file}"
+    for key in found:  # a key, never a value
+        why = refusal(key, "that file")
+        if why is not None:
+            raise SecretError(0, f"{what} sets {key}: {why}")
 
 
 def _age_key_private(what: str, untrusted: Untrusted | None) -> None:

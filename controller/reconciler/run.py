@@ -40,7 +40,7 @@ from controller.core.devices.inventory import Inventory
 from controller.core.devices.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.manifest import backendnames
-from controller.core.manifest.labels import share, skip_note
+from controller.core.manifest.labels import kept_apart, kept_note, share, skip_note
 from controller.core.manifest.names import base_name, is_next
 from controller.core.manifest.sources import Source
 from controller.core.manifest.specs import Entry, with_secrets
@@ -110,6 +110,7 @@ class PassResult:
     specs: dict[str, str] = field(default_factory=dict)  # deployment -> its spec's hash
     sources: dict[str, Source] = field(default_factory=dict)  # deployment -> its source
     skipped: dict[str, str] = field(default_factory=dict)  # left to other nodes -> selector
+    invalid: set[str] = field(default_factory=set)  # the manifests that did not load, by name
     # A pass run at once (run_pass's at_once) whose plan was more than new starts: it did
     # nothing, and waits for the folder to settle.
     deferred: bool = False
@@ -118,6 +119,12 @@ class PassResult:
         return [
             r for r in self.records.values() if r.owner == self.owner and not r.elsewhere(self.node)
         ]
+
+    def left_and_kept(self) -> tuple[dict[str, str], list[str]]:
+        """The deployments left to other nodes (name -> selector), and those skipped whose
+        engine this node runs on, their manifest not loading (a record here: invariant 4)."""
+        here = {base_name(r.name) for r in self.ours()} & self.invalid
+        return kept_apart(self.skipped, here)
 
     @property
     def ok(self) -> bool:
@@ -593,6 +600,7 @@ class Reconciler(Preview):
         result.specs = {name: entry.hash for name, entry in desired.entries.items()}
         result.sources = pulling.sources_of(desired.entries.values())
         result.skipped = dict(desired.skipped)
+        result.invalid = set(desired.invalid)
         result.prune_blocked = _prune_blocked(loaded, self._may_empty(loaded))
         result.missing_folders = list(loaded.missing_folders)
         result.folder_problems = loaded.folder_problems()
@@ -926,8 +934,15 @@ def _seen(result: PassResult, node: str, at: datetime) -> Seen:
     if result.prune_blocked:
         why = "; ".join(result.folder_problems) or result.no_manifest or "no manifest"
         blocked = f"{why}: {NOTHING_PRUNED}"
-    skipped = skip_note(result.skipped)
-    return Seen(node=node, owner=result.owner, at=at, prune_blocked=blocked, skipped=skipped)
+    skipped, kept = result.left_and_kept()
+    return Seen(
+        node=node,
+        owner=result.owner,
+        at=at,
+        prune_blocked=blocked,
+        skipped=skip_note(skipped),
+        kept=kept_note(kept),
+    )
 
 
 def _unplaced(rec: Record) -> bool:

@@ -10,7 +10,15 @@ import pytest
 from pydantic import ValidationError
 from strategies import spec_body
 
-from controller.core.manifest.labels import key_problem, matches, share, skip_note, value_problem
+from controller.core.manifest.labels import (
+    kept_apart,
+    kept_note,
+    key_problem,
+    matches,
+    share,
+    skip_note,
+    value_problem,
+)
 from controller.core.manifest.specerrors import problems
 from controller.core.manifest.specs import Deployment, Entry, spec_hash
 from controller.errors import ConfigError
@@ -133,6 +141,19 @@ def test_share_keeps_the_matching_and_names_the_selector_of_the_rest() -> None:
 )
 def test_the_skip_note(skipped: dict[str, str], said: str | None) -> None:
     assert skip_note(skipped) == said
+
+
+def test_what_runs_here_is_kept_apart_from_the_skipped() -> None:
+    """A broken manifest whose selector names other nodes is skipped, but one whose
+    engine this node runs on (a record here) is said as kept, not counted as skipped."""
+    skipped = {"a": "gpu=a10", "b": "gpu=a10", "c": "gpu=a10"}
+    assert kept_apart(skipped, {"c", "a", "mine"}) == ({"b": "gpu=a10"}, ["a", "c"])
+    assert kept_apart(skipped, set()) == (skipped, [])
+    assert kept_note([]) is None
+    assert kept_note(["c", "a"]) == (
+        "2 deployments kept here with their specs invalid: a, c "
+        "(nothing is moved until their manifests load)"
+    )
 
 
 def test_a_bad_selector_is_an_error_at_its_field() -> None:

@@ -258,3 +258,48 @@ def test_a_value_tampered_with_in_the_encrypted_file_says_so(
     assert "a value does not decrypt" in said and "changed outside sops" in said, said
     assert value not in said and value[:8] not in json.dumps(rc.status(cli=True))
     assert rc.status(cli=True)["web"]["phase"] == "Pending" and not rc.pids("web")
+
+
+def test_an_envfrom_key_reconcile_sets_itself_is_refused_naming_the_file_and_key(
+    reconcile: Any, age_key: AgeKey
+) -> None:
+    """spec.env may not set PORT or CUDA_VISIBLE_DEVICES (engineenv.py), but a secrets
+    file could, and the placement replaced its value without a word. A file's keys are
+    known when a pass reads it: such a start is Pending, naming the file, the key and
+    the field to use; a running engine keeps running; `plan` says the same."""
+    rc = reconcile
+    value = _secret("token")
+    node_file = _private(rc.tmp / "node" / "web.env", f"TOKEN={value}\n")
+    rc.write("web", envFrom=[{"file": str(node_file)}])
+    rc.converge()
+    before = rc.record("web")
+    assert before is not None and before["phase"] == "Ready", before
+
+    _private(node_file, f"TOKEN={value}\nPORT=9000\n")  # the running engine's file
+    age_key.encrypt("CUDA_VISIBLE_DEVICES=0\n", rc.manifests / "secrets" / "gpu.env")
+    rc.env["SOPS_AGE_KEY_FILE"] = str(age_key.file)
+    fine = _private(rc.tmp / "node" / "fine.env", "MODE=fast\n")
+    rc.write("fresh", envFrom=[{"file": str(fine)}, {"sopsFile": "secrets/gpu.env"}])
+    port = f"spec.envFrom[0]: file {node_file} sets PORT: reconcile sets PORT to the port"
+    gpu = (
+        "spec.envFrom[1]: sopsFile secrets/gpu.env sets CUDA_VISIBLE_DEVICES: reconcile "
+        "sets CUDA_VISIBLE_DEVICES from the devices it placed the engine on"
+    )
+    plan = rc("plan", check=1)
+    planned = plan.out + plan.err
+    assert port in planned and "spec.port" in planned, planned
+    assert gpu in planned and "spec.devices" in planned, planned
+    assert "command or args; remove it from that file" in planned, planned
+
+    result = rc.once(check=1)
+    said = result.out + result.err
+    assert port in said and gpu in said and "Traceback" not in said, said
+    status = rc.status(cli=True)
+    assert status["fresh"]["phase"] == "Pending", status
+    assert "sopsFile secrets/gpu.env sets CUDA_VISIBLE_DEVICES" in status["fresh"]["message"]
+    assert not rc.pids("fresh")
+    web = rc.record("web")
+    assert web is not None and web["ref"] == before["ref"] and rc.alive(before["ref"]["pid"])
+    assert web["spec_valid"] is False and f"file {node_file} sets PORT" in web["message"], web
+    assert value not in said + planned + json.dumps(status)
+    rc.down()

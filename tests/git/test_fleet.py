@@ -147,3 +147,38 @@ def test_a_typo_in_a_commit_that_also_moves_a_deployment_away_stops_nothing(
     assert not reconcile.alive(pid) and reconcile.record("big") is None, out
     (stopped,) = [e for e in reconcile.events("big") if e.get("action") == "stop"]
     assert stopped["reason"] == "nodeSelector gpu=a10 no longer matches this node's labels"
+
+
+def test_a_broken_manifest_whose_engine_runs_here_is_said_kept_not_skipped(
+    reconcile: Any,
+) -> None:
+    """`status`'s "N skipped" line counted a manifest that did not load and whose selector
+    names other nodes while this node ran its engine on (invariant 4): the line said it ran
+    nowhere here. It counts what it says, and the kept one is said as such (plan and
+    --once too)."""
+    reconcile.state.mkdir(mode=0o700)
+    (reconcile.state / "node.yaml").write_text("labels: {gpu: h100}\n")
+    reconcile.write("big", nodeSelector={"gpu": "h100"})
+    reconcile.write("other", nodeSelector={"gpu": "a10"})
+    reconcile.converge()
+    (pid,) = reconcile.pids("big")
+    node_yaml = reconcile.state / "node.yaml"
+    node_yaml.write_text("labels: {gpu: a10}\n")  # relabelled: big, valid, is to go
+    plan = reconcile("plan", check=None)
+    assert "1 deployment skipped: nodeSelector gpu=h100" in plan.out, plan
+    assert "kept here" not in plan.out, plan  # a valid one going is no kept invalid one
+    node_yaml.write_text("labels: {gpu: h100}\n")
+    reconcile.write("big", nodeSelector={"gpu": "a10"}, bogus=1)  # moved away, and a typo
+
+    skipped = "1 deployment skipped: nodeSelector gpu=a10 does not match this node's labels"
+    kept = "1 deployment kept here with its spec invalid: big (nothing is moved until"
+    out = reconcile.once(check=1)
+    assert skipped in out.out and kept in out.out, out
+    status = reconcile("status", check=0).out
+    assert skipped in status and kept in status and "2 deployments" not in status, status
+    plan = reconcile("plan", check=None)
+    assert skipped in plan.out and kept in plan.out and "2 deployments" not in plan.out, plan
+    planned = reconcile("plan", "-o", "json", check=None).json()
+    assert (planned["skipped"], planned["kept_invalid"]) == ({"other": "gpu=a10"}, ["big"])
+    assert reconcile.alive(pid) and reconcile.pids("big") == {pid}
+    reconcile.down()

@@ -271,3 +271,54 @@ def test_a_state_dir_that_does_not_exist_is_said(tmp_path: Any) -> None:
     cmd = [sys.executable, "-m", "controller", "--state-dir", str(made), "status"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert (result.stdout, result.stderr) == ("No deployments.\n", ""), result
+
+
+def test_a_record_whose_cluster_does_not_answer_shows_its_phase_in_doubt(
+    reconcile: Any,
+) -> None:
+    """The daemon marks a Ray record "state unknown since …" when the head is gone
+    (reconciler/unreachable.py) and keeps its phase: `status` showed `Ready 1/1` as if
+    known. The table's PHASE says `Ready?` and the JSON item `state_known: false` with
+    `state_unknown_since`; a local record, an unmarked cluster record and a cleared mark
+    show their phase as it is. No Ray: the records are forged, marked by the real writer."""
+    from strategies import record
+
+    from controller.core.manifest import backendnames
+    from controller.reconciler import unreachable
+    from controller.store.lock import FileLock
+    from controller.store.side import observed
+    from controller.store.statedir import StateDir
+
+    rc = reconcile
+    store = rc.store()
+    owner = str(rc.manifests)
+    cluster = {"backend": backendnames.RAY, "node": "f" * 56, "owner": owner}
+    store.write(record("gone", **cluster))
+    store.write(record("local", owner=owner, node="gpu-a"))
+    lock = FileLock(StateDir(rc.state).pass_lock, what="pass lock")
+    before = datetime.now(UTC).replace(microsecond=0)
+    assert unreachable.mark(store, lock, owner, "the head at 127.0.0.1:1 is down", 30) == ["gone"]
+    store.write(record("other", **{**cluster, "owner": "/another/set"}))  # not marked
+    # A condition leads a row's message (an emptied folder): the doubt is still said.
+    held = EMPTY.format(rc.manifests)
+    observed.note(rc.state, observed.Seen(node="gpu-a", owner=owner, at=before, prune_blocked=held))
+
+    rows = {r.split()[0]: r.split() for r in rc("status", check=0).out.splitlines()[1:]}
+    assert rows["gone"][5:7] == ["Ready?", "1/1"], rows
+    assert rows["local"][5] == "Ready" and rows["other"][5] == "Ready", rows
+    items = {i["name"]: i for i in rc("status", "-o", "json", check=0).json()}
+    gone = items["gone"]
+    assert gone["phase"] == "Ready" and gone["state_known"] is False, gone
+    since = datetime.fromisoformat(gone["state_unknown_since"])
+    assert before <= since <= datetime.now(UTC), gone
+    assert gone["message"].startswith("state unknown since"), gone
+    assert gone["conditions"] == [held], gone
+    assert gone["instances"][0]["state_known"] is False, gone
+    for name in ("local", "other"):
+        assert items[name]["state_known"] is True, items[name]
+        assert items[name]["state_unknown_since"] is None, items[name]
+
+    with lock.hold(30):  # a pass reached the cluster: the mark goes
+        unreachable.clear(store, dict(store.load().records), owner)
+    assert rc("status", "gone", "-o", "json", check=0).json()[0]["state_known"] is True
+    assert "Ready?" not in rc("status", check=0).out

@@ -137,7 +137,7 @@ def _remote_tail(cfg: Config) -> Callable[[Record], list[str]] | None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from controller.cli.render import planview
-    from controller.core.manifest.labels import skip_note
+    from controller.core.manifest.labels import kept_apart, kept_note, skip_note
     from controller.store.sources.manifests import load
 
     fmt = output_format(args, "text", ("text", "json", "name"))
@@ -170,6 +170,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     errors += _source_failing(cfg)
     pending = planview.pending(found)
     blocked = planview.blocked(found)
+    skipped, kept = kept_apart(desired.skipped, _here(observed, cfg) & set(desired.invalid))
     counts = planview.replicas(desired, view.autoscaler.notes)
     if fmt == "name":
         print("".join(f"{c.name}\n" for c in found if c.kind != "unchanged"), end="")
@@ -184,21 +185,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "summary": planview.summary(found),
             "replicas": counts,
             "errors": errors,
-            "skipped": dict(sorted(desired.skipped.items())),  # name -> its nodeSelector
+            "skipped": dict(sorted(skipped.items())),  # name -> its nodeSelector
+            "kept_invalid": kept,  # skipped, but a record here: its manifest did not load
             # The commit planned against (a git source's applied one: `plan` fetches nothing).
             "revision": desired.revision,
         }
         print(json.dumps(doc, indent=2))
     else:
-        skipped = skip_note(
-            desired.skipped, labels_read=cfg.labels is not None
-        )  # this node's share of a fleet
+        notes = (skip_note(skipped, labels_read=cfg.labels is not None), kept_note(kept))
         lines = [planview.text(found, errors), *planview.replicas_text(counts)]
-        lines += [skipped] if skipped else []
+        lines += filter(None, notes)  # this node's share of a fleet
         print("\n".join([*lines, *_against(cfg)]))
     if errors or blocked:  # what would make `--once` exit 1
         return EXIT_FAIL
     return EXIT_CHANGES if pending else EXIT_OK
+
+
+def _here(observed: Observed, cfg: Config) -> set[str]:
+    """The deployments this set has a record of on this node (``PassResult.ours``'s)."""
+    return {
+        base_name(name)
+        for name, view in observed.records.items()
+        if view.record.owner == cfg.owner and not view.record.elsewhere(cfg.node)
+    }
 
 
 def _unreadable_node_config(cfg: Config) -> list[str]:

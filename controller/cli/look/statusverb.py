@@ -81,6 +81,8 @@ class Look:
         conditions = self.conditions.get(rec.name, [])
         if conditions:
             said = [*conditions, *([rec.message] if rec.message else [])]
+            if rec.state_unknown:  # the mark leads: PHASE's "?" is read from it
+                said = [rec.message, *conditions]
             rec = replace(rec, message="; ".join(said))
         if rec.source and self.state_dir is not None:
             rec = replace(rec, source=StateDir(self.state_dir).in_repo(rec.source))
@@ -127,13 +129,15 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def skipped(cfg: Config) -> list[str]:
-    """The last pass's note of the deployments this node's labels left to other nodes."""
+    """The last pass's notes of the deployments this node's labels left to other nodes,
+    and of those it runs on, their manifest not loading."""
     notes = observed.peek_all(cfg.state_dir)
     nodes = {n.node for n in notes}
     # A state dir is most often one node's: `status` without the daemon's --node (its
     # name defaults to the host's) still says that node's note.
     node = next(iter(nodes)) if len(nodes) == 1 and cfg.node not in nodes else cfg.node
-    return sorted({n.skipped for n in notes if n.node == node and n.skipped})
+    mine = [n for n in notes if n.node == node]
+    return sorted({n.skipped for n in mine if n.skipped}) + sorted({n.kept for n in mine if n.kept})
 
 
 def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | None:

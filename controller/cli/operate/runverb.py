@@ -178,9 +178,10 @@ def report(result: object, *, quiet: bool = False) -> None:
             file=sys.stderr,
         )
     if result.skipped:  # this node's share of a fleet: the rest is other nodes'
-        from controller.core.manifest.labels import skip_note
+        from controller.core.manifest.labels import kept_note, skip_note
 
-        print(skip_note(result.skipped))
+        skipped, kept = result.left_and_kept()
+        print(*filter(None, (skip_note(skipped), kept_note(kept))), sep="\n")
     for rec in result.stuck() if quiet else result.ours():
         if rec.message:
             print(f"{rec.name}: {rec.phase}: {printable(rec.message)}", file=sys.stderr)

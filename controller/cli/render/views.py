@@ -104,7 +104,10 @@ def _restarts(recs: Sequence[Record], now: datetime) -> str:
 
 
 def _phase(rec: Record) -> str:
-    return str(rec.phase) + ("" if rec.spec_valid else " (spec invalid)")
+    """``Ready``; ``Ready?`` while its cluster does not answer (the phase is the last
+    look's: ``Record.state_unknown``, its message says since when)."""
+    doubt = "?" if rec.state_unknown else ""
+    return str(rec.phase) + doubt + ("" if rec.spec_valid else " (spec invalid)")
 
 
 def _joined(values: Iterable[str]) -> str:

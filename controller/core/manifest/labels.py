@@ -9,7 +9,7 @@ sees the entries: the labels are an input, like every other (no I/O).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Annotated, TypeVar
 
 from pydantic import AfterValidator
@@ -103,4 +103,32 @@ def skip_note(skipped: Mapping[str, str], *, labels_read: bool = True) -> str | 
     return (
         f"{count} {noun} skipped: nodeSelector {'; '.join(selectors)}"
         f" {verb} not match this node's labels"
+    )
+
+
+def kept_apart(
+    skipped: Mapping[str, str], here: Collection[str]
+) -> tuple[dict[str, str], list[str]]:
+    """(``skipped`` less the deployments in ``here``, those kept: sorted). ``here``: the
+    deployments whose manifest did not load with a record on this node. Such a manifest
+    whose selector names other nodes is skipped, yet what this node ran for it stays
+    (invariant 4): counted among the skipped, `status` said it ran nowhere here. (A valid
+    one that no longer matches is skipped even while its engine stops: it is going.)"""
+    kept = sorted(n for n in skipped if n in here)
+    return {n: s for n, s in skipped.items() if n not in here}, kept
+
+
+def kept_note(kept: Collection[str]) -> str | None:
+    """``1 deployment kept here with its spec invalid: web (...)`` (None: none kept)."""
+    if not kept:
+        return None
+    names = ", ".join(sorted(kept))
+    if len(kept) == 1:
+        return (
+            f"1 deployment kept here with its spec invalid: {names} "
+            "(nothing is moved until its manifest loads)"
+        )
+    return (
+        f"{len(kept)} deployments kept here with their specs invalid: {names} "
+        "(nothing is moved until their manifests load)"
     )

@@ -2,11 +2,11 @@
 
 `status` reads records, which a pass writes only when something changes: a cron pass
 from an hour ago still says Ready over an engine killed since. Each pass notes here when
-it looked (and whether its folders held no manifest, so it pruned nothing; and how many
-deployments its labels left to other nodes), so `status` can say how old its view is,
-why a removed manifest still runs and what this node does not run. Written under the
-pass lock; one entry per (node, owner); a torn or foreign file is quarantined and reads
-as no entries.
+it looked (and whether its folders held no manifest, so it pruned nothing; how many
+deployments its labels left to other nodes, and which of those it still runs), so `status`
+can say how old its view is, why a removed manifest still runs and what this node does
+not run. Written under the pass lock; one entry per (node, owner); a torn or foreign
+file is quarantined and reads as no entries.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class Seen:
     at: datetime
     prune_blocked: str | None = None  # the folders held no manifest: nothing was pruned
     skipped: str | None = None  # a fleet: what this node left to others, and why
+    kept: str | None = None  # a fleet: what it runs on for a broken manifest of others'
 
 
 def _document(state_dir: Path) -> Document[list[Seen]]:
@@ -99,6 +100,7 @@ def _seen(item: Any) -> Seen:
         at=datetime.fromisoformat(item["at"]),
         prune_blocked=str(blocked) if blocked else None,
         skipped=str(item["skipped"]) if item.get("skipped") else None,
+        kept=str(item["kept"]) if item.get("kept") else None,
     )
 
 
@@ -109,4 +111,5 @@ def _encode(seen: Seen) -> dict[str, Any]:
         "at": seen.at.isoformat(),
         "prune_blocked": seen.prune_blocked,
         **({"skipped": seen.skipped} if seen.skipped else {}),
+        **({"kept": seen.kept} if seen.kept else {}),
     }
