@@ -277,7 +277,11 @@ def test_a_model_whose_engine_refuses_connections_falls_back(reconcile: Any, gat
     assert g.stop() == 0  # the daemon ends; its gateway serves on, and nothing restarts big
     os.kill(pid, signal.SIGKILL)
     wait_gone(pid)
-    answer = g.post("big")
+    # Past the longest wait the gateway may make before falling back: fallbackAfter (30 s,
+    # the client's default timeout too: a CI run timed out where big was waited for that
+    # long), the refusals' 5 s marks, and a loaded box's slowness.
+    body = {"model": "big", "messages": [{"role": "user", "content": "hi"}]}
+    answer = g.request("POST", "/v1/chat/completions", body, timeout=90)
     assert answer.status == 200 and answer.headers["x-reconcile-deployment"] == "small", answer
     g.finish()
 
