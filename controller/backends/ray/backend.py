@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -26,7 +26,7 @@ import ray
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from controller.backends.base import ExitStatus, Held, StartRequest
+from controller.backends.base import ExitStatus, StartRequest
 from controller.backends.ray import cluster, naming
 from controller.backends.ray.actor import (
     MISSING_MODEL,
@@ -36,6 +36,7 @@ from controller.backends.ray.actor import (
     HostStatus,
 )
 from controller.backends.ray.imagenodes import ImageNodes
+from controller.backends.ray.onnodes import OnTheirNodes
 from controller.backends.ray.pulls import RayPuller
 from controller.core.devices.inventory import Inventory
 from controller.core.manifest import backendnames
@@ -66,7 +67,7 @@ class SeenActor:
     dead: bool = False
 
 
-class RayBackend:
+class RayBackend(OnTheirNodes):
     name = backendnames.RAY
     launch_concurrency = 16  # each launch waits seconds for Ray to place and start a worker
     places_engines = True  # Ray picks the node and its GPUs; the actor picks the port there
@@ -99,21 +100,6 @@ class RayBackend:
     def devices(self) -> Inventory | None:
         """The live nodes' GPUs, read at every pass: nodes join and leave a cluster."""
         return cluster.inventory()
-
-    def prepared(self, spec: DeploymentSpec) -> Held | None:
-        return None  # which node runs the new one is not known yet: its actor pulls there
-
-    def fetching(self, spec: DeploymentSpec) -> str | None:
-        return None  # an actor pulls its image on the node it is placed on (PullingFirst)
-
-    def fetch(self, spec: DeploymentSpec) -> Held | None:
-        return None
-
-    def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
-        return 0  # an actor pulls into a folder of its own node, out of the driver's reach
-
-    def drop_unused_env_files(self, records: Callable[[], Iterable[Record]]) -> int:
-        return 0  # an actor starts its container on its own node, out of the driver's reach
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         return cluster.unfit(spec.devices.count, spec.node_selector)

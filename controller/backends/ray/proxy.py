@@ -9,13 +9,14 @@ makes it a :class:`~controller.errors.BackendUnavailable`. No ``ray`` import her
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from controller.backends.base import ExitStatus, Held, StartRequest
+from controller.backends.base import ExitStatus, StartRequest
 from controller.backends.ray import driver
+from controller.backends.ray.onnodes import OnTheirNodes
 from controller.core.devices.inventory import Inventory
 from controller.core.manifest import backendnames
 from controller.core.manifest.specs import DeploymentSpec, Entry
@@ -38,7 +39,7 @@ def inventory(address: str) -> Inventory:
     return got
 
 
-class RayProxy:
+class RayProxy(OnTheirNodes):
     name = backendnames.RAY
     launch_concurrency = 16  # each launch waits seconds for Ray to place and start a worker
     places_engines = True  # Ray picks the node and its GPUs; the actor picks the port there
@@ -60,21 +61,6 @@ class RayProxy:
         self._driver.check()  # a pass's first call: a head gone fails it now
         got: Inventory | None = self._call("devices", timeout=LOOK)
         return got
-
-    def prepared(self, spec: DeploymentSpec) -> Held | None:
-        return None  # which node runs the new one is not known yet: its actor pulls there
-
-    def fetching(self, spec: DeploymentSpec) -> str | None:
-        return None  # an actor pulls its image on the node it is placed on (PullingFirst)
-
-    def fetch(self, spec: DeploymentSpec) -> Held | None:
-        return None
-
-    def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
-        return 0  # an actor pulls into a folder of its own node, out of the driver's reach
-
-    def drop_unused_env_files(self, records: Callable[[], Iterable[Record]]) -> int:
-        return 0  # an actor starts its container on its own node, out of the driver's reach
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         got: str | None = self._call("unplaceable", spec)

@@ -1,0 +1,32 @@
+"""What the ray backend leaves to the nodes: pulls, images and env files are each node's.
+
+Both faces of the ray backend (``RayBackend`` in the driver process, ``RayProxy`` in
+this one) answer the same way for what lives on the engines' nodes, out of the driver's
+reach: an actor pulls its model and image where it is placed (``PullingFirst``), and
+starts its container there. No ``ray`` import here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from controller.backends.base import Held
+from controller.core.manifest.specs import DeploymentSpec
+from controller.core.state import Record
+
+
+class OnTheirNodes:
+    def prepared(self, spec: DeploymentSpec) -> Held | None:
+        return None  # which node runs the new one is not known yet: its actor pulls there
+
+    def fetching(self, spec: DeploymentSpec) -> str | None:
+        return None  # an actor pulls its image on the node it is placed on (PullingFirst)
+
+    def fetch(self, spec: DeploymentSpec) -> Held | None:
+        return None
+
+    def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
+        return 0  # an actor pulls into a folder of its own node, out of the driver's reach
+
+    def drop_unused_env_files(self, records: Callable[[], Iterable[Record]]) -> int:
+        return 0  # an actor starts its container on its own node, out of the driver's reach
