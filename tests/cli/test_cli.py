@@ -6,12 +6,14 @@ print a traceback (the fixture checks).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -573,62 +575,57 @@ def test_ages_read_as_kubectl_get_shows_them(seconds: float, shown: str) -> None
     assert format_age(seconds) == shown
 
 
-def test_gateway_status_shows_ages_as_every_other_verb(reconcile: Any) -> None:
-    """`gateway status` had its own formatter: a gateway up 1h59m showed "119m" (and at
-    7,199 s "120m") while `status` said "1h59m". The gateway here is a process the test
-    starts and registers; the verb only reads the registry."""
+@contextlib.contextmanager
+def _registered_gateway(reconcile: Any, **fields: Any) -> Iterator[registry.GatewayInfo]:
+    """A process the test starts, registered as a gateway of the state dir (the verbs only
+    read the registry); killed at the end."""
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         ref = identity(holder.pid)
         assert ref is not None
         registry.ensure(reconcile.state)
-        info = registry.GatewayInfo(
-            nonce="a1b2c3d4",
-            ref=ref,
-            host="127.0.0.1",
-            port=reconcile.port,
-            version="test",
-            fingerprint="test",
-            settings={},
-            started_at=time.time() - 7150,  # 1h59m10s: far from both edges
-        )
+        info = registry.GatewayInfo(ref=ref, host="127.0.0.1", port=reconcile.port, **fields)
         registry.register(reconcile.state, info)
-        result = reconcile("gateway", "status", check=0)
-        row = next(line for line in result.out.splitlines() if line.startswith(str(holder.pid)))
-        assert row.split()[3] == "1h59m", result.out
+        yield info
     finally:
         holder.kill()
         holder.wait(timeout=10)
+
+
+def test_gateway_status_shows_ages_as_every_other_verb(reconcile: Any) -> None:
+    """`gateway status` had its own formatter: a gateway up 1h59m showed "119m" (and at
+    7,199 s "120m") while `status` said "1h59m"."""
+    with _registered_gateway(
+        reconcile,
+        nonce="a1b2c3d4",
+        version="test",
+        fingerprint="test",
+        settings={},
+        started_at=time.time() - 7150,  # 1h59m10s: far from both edges
+    ) as info:
+        result = reconcile("gateway", "status", check=0)
+        pid = str(info.ref.pid)
+        row = next(line for line in result.out.splitlines() if line.startswith(pid))
+        assert row.split()[3] == "1h59m", result.out
 
 
 def test_gateway_restart_of_settings_another_version_wrote_is_an_error(reconcile: Any) -> None:
     """A gateway of another reconcile (a downgrade) whose settings this one cannot read:
     `gateway restart` ended in a traceback (KeyError 'state_dir'); it says so and what
-    to do, and leaves that gateway alone. The gateway is a process the test registers."""
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    try:
-        ref = identity(holder.pid)
-        assert ref is not None
-        registry.ensure(reconcile.state)
-        info = registry.GatewayInfo(
-            nonce="e5f6a7b8",
-            ref=ref,
-            host="127.0.0.1",
-            port=reconcile.port,
-            version="9.0.0",
-            fingerprint="future",
-            settings={"listen_on": ["127.0.0.1", reconcile.port]},
-            started_at=time.time(),
-        )
-        registry.register(reconcile.state, info)
+    to do, and leaves that gateway alone."""
+    with _registered_gateway(
+        reconcile,
+        nonce="e5f6a7b8",
+        version="9.0.0",
+        fingerprint="future",
+        settings={"listen_on": ["127.0.0.1", reconcile.port]},
+        started_at=time.time(),
+    ) as info:
         registry.make_current(reconcile.state, info)
         result = reconcile("gateway", "restart", check=1)
-        assert f"gateway pid {holder.pid} (reconcile 9.0.0) are not this" in result.err, result
+        assert f"gateway pid {info.ref.pid} (reconcile 9.0.0) are not this" in result.err, result
         assert "restart the daemon with --listen" in result.err
-        assert holder.poll() is None
-    finally:
-        holder.kill()
-        holder.wait(timeout=10)
+        assert info.alive()
 
 
 @pytest.mark.parametrize(
