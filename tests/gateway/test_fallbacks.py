@@ -139,12 +139,9 @@ def test_a_model_not_ready_falls_back_and_says_so(reconcile: Any, gateway: Any) 
     g.finish()
 
 
-def test_a_held_streams_comments_name_the_fallback_it_waits_for(
-    reconcile: Any, gateway: Any
-) -> None:
-    """big never gets Ready; its fallback small is OnDemand and starts: the comments said
-    ``big`` (Starting) while the request waited for it, ``small`` once it went there (they
-    named big, Starting, to the end)."""
+def _big_stuck_small_on_demand(reconcile: Any, gateway: Any) -> Any:
+    """big never gets Ready (its fallback after 1 s: small); small is OnDemand, Idle, and
+    starts in 2 s; waiting comments every 0.2 s."""
     reconcile.write(
         "big",
         command=reconcile.demo_command(load_seconds="600"),
@@ -157,6 +154,16 @@ def test_a_held_streams_comments_name_the_fallback_it_waits_for(
     g = gateway(env={WAITING_ENV: "0.2"})
     g.wait_phase("small", "Idle")
     g.wait_phase("big", "Starting")
+    return g
+
+
+def test_a_held_streams_comments_name_the_fallback_it_waits_for(
+    reconcile: Any, gateway: Any
+) -> None:
+    """big never gets Ready; its fallback small is OnDemand and starts: the comments said
+    ``big`` (Starting) while the request waited for it, ``small`` once it went there (they
+    named big, Starting, to the end)."""
+    g = _big_stuck_small_on_demand(reconcile, gateway)
     status, _, lines = raw_stream(g.port, {"model": "big", "messages": [], "stream": True})
     comments = [line.split(": ")[1] for line in lines if line.startswith(": waiting for ")]
     assert status == 200 and comments[0] == "waiting for big", lines
@@ -176,18 +183,7 @@ def test_a_held_stream_names_the_fallback_that_served_it_not_the_primary(
     comment before the engine's first event and in the ``x-reconcile-deployment`` trailer
     the head announced (HTTP/1.1: chunked; an HTTP/1.0 body has no trailer, nor its head
     the announcement)."""
-    reconcile.write(
-        "big",
-        command=reconcile.demo_command(load_seconds="600"),
-        readiness=STUCK,
-        fallbacks=["small"],
-        fallbackAfter="1s",
-    )
-    cold = reconcile.demo_command(load_seconds="2")
-    reconcile.write("small", command=cold, activation="OnDemand", readiness=STUCK)
-    g = gateway(env={WAITING_ENV: "0.2"})
-    g.wait_phase("small", "Idle")
-    g.wait_phase("big", "Starting")
+    g = _big_stuck_small_on_demand(reconcile, gateway)
     body = {"model": "big", "messages": [], "stream": True}
     status, fields, lines, trailers = raw_answer(g.port, body, version)
     assert status == "HTTP/1.1 200 OK", status
