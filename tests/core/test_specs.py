@@ -475,3 +475,22 @@ def test_the_refused_variables_say_what_to_write_instead() -> None:
     assert "spec.port" in error_of(doc(env={"PORT": "1"}))
     assert "spec.devices" in error_of(doc(env={"CUDA_VISIBLE_DEVICES": "1"}))
     assert "spec.devices" in error_of(doc(env={"HIP_VISIBLE_DEVICES": "1"}))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},  # every field at its default: fallbackAfter 30s with no fallbacks
+        {"fallbacks": ["other"], "fallbackAfter": "5s"},
+        {"container": {"image": "engine:1"}, "env": {"A": "b"}},
+    ],
+    ids=["defaults", "fallbacks", "container"],
+)
+def test_a_records_stored_spec_validates_again(spec: dict[str, Any]) -> None:
+    """A record keeps its spec as ``spec_document`` writes it, every field at its default
+    included, and a pass validates it again (the image pulls a record still names,
+    reconciler/pulling.py): a check of what a manifest writes (fallbackAfter without
+    fallbacks) made on the model refused every stored spec, and the pulls went."""
+    stored = spec_document(deployment("web", **spec).spec)
+    again = type(deployment("web").spec).model_validate(stored)
+    assert spec_document(again) == stored

@@ -741,20 +741,6 @@ class DeploymentSpec(Model):
             )
         return value
 
-    @field_validator("fallback_after")
-    @classmethod
-    def _with_fallbacks(cls, value: float, info: ValidationInfo) -> float:
-        # A field check (fallbacks comes first), so the error names fallbackAfter's own
-        # line; only a value written is checked (no default is validated). A fallbacks
-        # that failed its own check is not in info.data: one error is enough.
-        if "fallbacks" in info.data and not info.data["fallbacks"]:
-            raise ValueError(
-                "fallbackAfter only applies with fallbacks (how long a request waits for a "
-                "Ready instance before it goes to one): add fallbacks: [<model>], or remove "
-                "fallbackAfter"
-            )
-        return value
-
     @model_validator(mode="after")
     def _coherent(self) -> Self:
         self._replicas_coherent()

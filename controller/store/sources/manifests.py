@@ -529,6 +529,15 @@ def _check_model_names(result: LoadResult) -> None:
         result.invalid_names[name] = message
 
 
+# Checked as written, here and not by the spec's model: a record's stored spec carries
+# every field at its default (fallbackAfter: 30 with no fallbacks), and must validate.
+_FALLBACK_AFTER = ("spec", "fallbackAfter")
+_ALONE = (
+    "fallbackAfter only applies with fallbacks (how long a request waits for a Ready "
+    "instance before it goes to one): add fallbacks: [<model>], or remove fallbackAfter"
+)
+
+
 def _check_fallbacks(result: LoadResult) -> None:
     """``spec.fallbacks`` names routable models of other deployments (DESIGN "Routing that
     helps the engine"): a name nothing serves, or one of the deployment's own names, makes
@@ -538,6 +547,11 @@ def _check_fallbacks(result: LoadResult) -> None:
     routable = {n for e in entries for n in routable_names(e.name, e.deployment.spec)}
     bad: dict[str, str] = {}
     for entry in entries:
+        if not entry.deployment.spec.fallbacks and _FALLBACK_AFTER in entry.field_lines:
+            at = entry.field_lines[_FALLBACK_AFTER]
+            error = ManifestError(entry.source, at, "spec.fallbackAfter", _ALONE, entry.name)
+            result.errors.append(error)
+            bad.setdefault(entry.name, str(result.error(error)))
         own = set(routable_names(entry.name, entry.deployment.spec))
         for i, name in enumerate(entry.deployment.spec.fallbacks):
             if name in own:
