@@ -39,7 +39,6 @@ from controller.backends.ray.imagenodes import ImageNodes
 from controller.backends.ray.onnodes import OnTheirNodes
 from controller.backends.ray.pulls import RayPuller
 from controller.core.devices.inventory import Inventory
-from controller.core.manifest import backendnames
 from controller.core.manifest.names import base_name
 from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.state import ContainerRef, Instance, MarkedProcess, ProcessRef, Record
@@ -68,12 +67,6 @@ class SeenActor:
 
 
 class RayBackend(OnTheirNodes):
-    name = backendnames.RAY
-    launch_concurrency = 16  # each launch waits seconds for Ray to place and start a worker
-    places_engines = True  # Ray picks the node and its GPUs; the actor picks the port there
-    exits_watchable = False  # the pid is on another machine; the actor restarts it there
-    selects_nodes = True  # spec.nodeSelector chooses among the Ray nodes, by their labels
-
     def __init__(self, address: str, state_dir: str, owner: str) -> None:
         cluster.connect(address)
         self.state_dir = state_dir

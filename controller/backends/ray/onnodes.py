@@ -1,9 +1,9 @@
-"""What the ray backend leaves to the nodes: pulls, images and env files are each node's.
+"""What the ray backend is, and what it leaves to the nodes (pulls, images, env files).
 
 Both faces of the ray backend (``RayBackend`` in the driver process, ``RayProxy`` in
-this one) answer the same way for what lives on the engines' nodes, out of the driver's
-reach: an actor pulls its model and image where it is placed (``PullingFirst``), and
-starts its container there. No ``ray`` import here.
+this one) declare the same facts, and answer the same way for what lives on the
+engines' nodes, out of the driver's reach: an actor pulls its model and image where
+it is placed (``PullingFirst``), and starts its container there. No ``ray`` import here.
 """
 
 from __future__ import annotations
@@ -11,11 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from controller.backends.base import Held
+from controller.core.manifest import backendnames
 from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Record
 
 
 class OnTheirNodes:
+    name = backendnames.RAY
+    launch_concurrency = 16  # each launch waits seconds for Ray to place and start a worker
+    places_engines = True  # Ray picks the node and its GPUs; the actor picks the port there
+    exits_watchable = False  # the pid is on another machine; the actor restarts it there
+    selects_nodes = True  # spec.nodeSelector chooses among the Ray nodes, by their labels
+
     def prepared(self, spec: DeploymentSpec) -> Held | None:
         return None  # which node runs the new one is not known yet: its actor pulls there
 

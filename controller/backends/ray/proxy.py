@@ -18,7 +18,6 @@ from controller.backends.base import ExitStatus, StartRequest
 from controller.backends.ray import driver
 from controller.backends.ray.onnodes import OnTheirNodes
 from controller.core.devices.inventory import Inventory
-from controller.core.manifest import backendnames
 from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.pulls import PullView
 from controller.core.state import ContainerRef, Instance, MarkedProcess, ProcessRef, Record
@@ -40,12 +39,6 @@ def inventory(address: str) -> Inventory:
 
 
 class RayProxy(OnTheirNodes):
-    name = backendnames.RAY
-    launch_concurrency = 16  # each launch waits seconds for Ray to place and start a worker
-    places_engines = True  # Ray picks the node and its GPUs; the actor picks the port there
-    exits_watchable = False  # the pid is on another machine; the actor restarts it there
-    selects_nodes = True  # spec.nodeSelector chooses among the Ray nodes, by their labels
-
     def __init__(self, address: str, state_dir: str, owner: str) -> None:
         self._driver = driver.shared(address)
         self._key = (state_dir, owner)
