@@ -4,9 +4,12 @@ remote that stays gone for hours of faked wall-clock time prunes nothing."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,6 +102,48 @@ def test_ctrl_c_during_a_fetch_stops_git_and_frees_the_checkout(
     lock = FileLock(StateDir(reconcile.state).git_lock, what="git checkout lock")
     assert lock.try_acquire(), "git.lock still held: the next pass would wait on it"
     lock.release()
+
+
+# Ctrl-C lands after git's fork, before Popen returns (under load, the window a test's
+# SIGINT hit: git went on fetching with no one to stop it, and held git.lock for good).
+_CTRL_C_IN_POPEN = """
+import os, signal, subprocess, sys
+from pathlib import Path
+from controller.store.sources.gitsource import git
+
+class CtrlCAfterFork(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        Path(sys.argv[2]).write_text(str(self.pid))
+        os.kill(os.getpid(), signal.SIGINT)
+
+subprocess.Popen = CtrlCAfterFork
+try:
+    git(Path(sys.argv[1]), "fetch", sys.argv[3])
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_while_git_is_being_started_stops_it(
+    reconcile: Any, silent_remote: str, tmp_path: Path
+) -> None:
+    repo, told = tmp_path / "repo", tmp_path / "git.pid"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    ran = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_IN_POPEN, str(repo), str(told), silent_remote],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert ran.returncode == 130, ran.stderr
+    fetch = int(told.read_text())
+    try:
+        reconcile.wait_for(lambda: _gone(fetch), 10, f"git (pid {fetch}) gone")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(fetch, signal.SIGKILL)
 
 
 def _gone(pid: int) -> bool:

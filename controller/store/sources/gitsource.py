@@ -411,7 +411,9 @@ def _dies_with_us() -> Iterator[Callable[[subprocess.Popen[str]], None]]:
     `--once` under cron's `timeout`, a closed ssh session; the daemon has its own) ends
     git first, in its session of its own, which would otherwise go on without us. Taken
     before git is started, and given git (``keep``) once it is: a signal between the two
-    (git already forked) was the default's, and git went on fetching (CI: FLAKY)."""
+    (git already forked) was the default's, and git went on fetching (CI: FLAKY). A Ctrl-C
+    (KeyboardInterrupt) in that window is held back to ``keep`` too: raised inside
+    Popen, after its fork, it left git fetching with no one to stop it (CI: FLAKY)."""
     if threading.current_thread() is not threading.main_thread():
         yield lambda proc: None
         return
@@ -423,21 +425,41 @@ def _dies_with_us() -> Iterator[Callable[[subprocess.Popen[str]], None]]:
             _die(running[0], signum)
         caught.append(signum)  # git is being started: ended as soon as it is
 
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if running:  # the caller's `except BaseException` stops git
+            raise KeyboardInterrupt
+        caught.append(signum)  # git is being started: raised once it is kept
+
     def keep(proc: subprocess.Popen[str]) -> None:
         running.append(proc)
         if caught:
-            _die(proc, caught[0])
+            _end(proc, caught[0])
 
-    fatal = [s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) is signal.SIG_DFL]
-    for sig in fatal:
-        signal.signal(sig, end_both)
+    fatal = (signal.SIGTERM, signal.SIGHUP)
+    handlers: dict[int, Callable[[int, FrameType | None], None]] = {
+        s: end_both for s in fatal if signal.getsignal(s) is signal.SIG_DFL
+    }
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        handlers[signal.SIGINT] = interrupt
+    before = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
         yield keep
     finally:
-        for sig in fatal:
-            signal.signal(sig, signal.SIG_DFL)
-        if caught:  # git never started (Popen failed): killed by it all the same
-            os.kill(os.getpid(), caught[0])
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        if caught and not running:  # git never started (Popen failed): ended by it all the same
+            _end(None, caught[0])
+
+
+def _end(proc: subprocess.Popen[str] | None, signum: int) -> None:
+    """Act on a signal held back while git was being started: a Ctrl-C is raised (the
+    caller's handler stops git), a SIGTERM or SIGHUP ends git and this process."""
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    if proc is None:
+        os.kill(os.getpid(), signum)
+    else:
+        _die(proc, signum)
 
 
 def _die(proc: subprocess.Popen[str], signum: int) -> None:
