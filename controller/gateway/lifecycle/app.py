@@ -107,11 +107,18 @@ class Gateway:
 
     # -- the daemon's side (its thread) -------------------------------------------------
 
-    def start(self, request_pass: Callable[[], None], sock: socket.socket | None = None) -> None:
+    def start(
+        self,
+        request_pass: Callable[[], None],
+        sock: socket.socket | None = None,
+        *,
+        serving: bool = True,
+    ) -> None:
         """Serve on a thread of its own, on ``sock`` (a listening socket handed over) or a
-        socket bound here; a bind failure is a ConfigError here."""
+        socket bound here; a bind failure is a ConfigError here. ``serving=False``: ready,
+        not accepting until ``serve`` (a gateway that must be registered first)."""
         self._thread = threading.Thread(
-            target=self._run, args=(request_pass, sock), name="gateway", daemon=True
+            target=self._run, args=(request_pass, sock, serving), name="gateway", daemon=True
         )
         self._thread.start()
         if not self._started.wait(START_WAIT):
@@ -119,6 +126,14 @@ class Gateway:
         if self._failed is not None:
             where = f"{self.settings.host}:{self.settings.port}"
             raise ConfigError(f"--listen {where}: cannot serve: {self._failed}")
+
+    def serve(self) -> None:
+        """Begin accepting (after ``start(serving=False)``)."""
+        if self._listener is not None:
+            listener = self._listener
+            asyncio.run_coroutine_threadsafe(listener.start_serving(), self.loop).result(
+                timeout=START_WAIT
+            )
 
     def reload(self) -> dict[str, str | None]:
         """SIGHUP: re-read the key file and the TLS pair; a bad one keeps what is in force.
@@ -218,11 +233,13 @@ class Gateway:
 
     # -- the gateway's thread -------------------------------------------------------------
 
-    def _run(self, request_pass: Callable[[], None], sock: socket.socket | None) -> None:
+    def _run(
+        self, request_pass: Callable[[], None], sock: socket.socket | None, serving: bool
+    ) -> None:
         asyncio.set_event_loop(self.loop)
         self.requests.start()
         try:
-            self.loop.run_until_complete(self._open(request_pass, sock))
+            self.loop.run_until_complete(self._open(request_pass, sock, serving))
         except BaseException as exc:
             self._failed = exc
             self._started.set()
@@ -233,7 +250,9 @@ class Gateway:
         finally:
             self.loop.close()
 
-    async def _open(self, request_pass: Callable[[], None], sock: socket.socket | None) -> None:
+    async def _open(
+        self, request_pass: Callable[[], None], sock: socket.socket | None, serving: bool
+    ) -> None:
         s = self.settings
         demand = Demand(s.state_dir, request_pass)
         limiter = Limiter(
@@ -288,13 +307,16 @@ class Gateway:
                 await self._beside.enter_async_context(contextlib.asynccontextmanager(running)())
             listening = sock if sock is not None else bind(s.host, s.port, BACKLOG)
             if self.tls is None:
-                self._listener = await self.loop.create_server(server.protocol, sock=listening)
+                self._listener = await self.loop.create_server(
+                    server.protocol, sock=listening, start_serving=serving
+                )
             else:  # accepted by us: a plain-HTTP request gets its 400 (tlsaccept.py)
                 tls = self.tls  # its context is asked at each handshake: SIGHUP replaces it
                 acceptor = Acceptor(
                     listening, server.protocol, lambda: tls.context, connections, server.throttle
                 )
-                acceptor.start()
+                if serving:
+                    acceptor.start()
                 self._listener = acceptor
         except BaseException:
             await self._beside.aclose()

@@ -51,6 +51,8 @@ class Listening(Protocol):
 
     def close(self) -> None: ...
 
+    async def start_serving(self) -> None: ...
+
 
 async def close_listener(server: Listening) -> None:
     """Stop accepting on ``server``, let what it accepted attach, then close it."""

@@ -106,7 +106,9 @@ class GatewayProcess:
         )
         self._listening = (sock.getsockname()[0], frozenset({os.fstat(sock.fileno()).st_ino}))
         try:
-            self.gateway.start(self.wake_daemon, sock)
+            # Accepting once registered and current (below): a client that heard /healthz
+            # answer and asked `reconcile ui` was told no gateway ran (CI: failed).
+            self.gateway.start(self.wake_daemon, sock, serving=False)
         except ConfigError:
             if taken is not None:
                 taken.abandon()  # the old one serves on
@@ -135,6 +137,7 @@ class GatewayProcess:
         )
         self.control.start()
         registry.make_current(self.state_dir, info)
+        self.gateway.serve()
         self._predecessors = before  # their final counters, once they drained: _inherit
         # Its key file and TLS pair were read at its start: a refusal of an earlier
         # gateway's reload no longer holds.

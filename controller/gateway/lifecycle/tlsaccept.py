@@ -126,6 +126,11 @@ class Acceptor:
         self._accepting = True
         self._loop.add_reader(self._sock.fileno(), self._accept)
 
+    async def start_serving(self) -> None:
+        """``asyncio.Server``'s name for ``start``, on the loop."""
+        if not self._accepting:
+            self.start()
+
     def close(self) -> None:
         """No new connection from now on; those accepted are greeted on, those still
         silent ``FRESH_WAIT`` s more at most (as plain HTTP's drain waits for them)."""
