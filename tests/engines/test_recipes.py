@@ -69,6 +69,8 @@ SGL_BASE = (
     "8000",
     "--nccl-port",
     "29500",
+    # SGLang 0.5.19 mounts /metrics only with it (entrypoints/http_server.py)
+    "--enable-metrics",
 )
 TGI_BASE = (
     "text-generation-launcher",
