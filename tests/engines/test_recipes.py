@@ -37,7 +37,7 @@ def ctx(**kw: object) -> RenderContext:
         "executable": None,
         "host": "127.0.0.1",
         "port": 8000,
-        "extra_ports": (29500,),
+        "extra_ports": (29500, 29501),  # as many as any recipe takes (TGI's two)
         "runtime_dir": "/var/lib/reconcile/run/llm",
     }
     base.update(kw)
@@ -84,6 +84,10 @@ TGI_BASE = (
     "/var/lib/reconcile/run/llm/tgi-shard",
     "--master-port",
     "29500",
+    # v3.3.5's router binds a Prometheus listener there, default 9000 for every launcher
+    # (launcher/src/main.rs `prometheus_port`, router/src/server.rs `with_http_listener`)
+    "--prometheus-port",
+    "29501",
 )
 LLAMA_BASE = (
     *("llama-server", "-m", GGUF, "--host", "127.0.0.1", "--port", "8000"),
@@ -293,7 +297,7 @@ def test_every_engine_has_a_recipe_with_matching_name() -> None:
         assert recipe.extra_ports >= 0
 
 
-EXTRA_PORTS = {"vllm": 1, "llama-cpp": 0, "sglang": 1, "tgi": 1, "ollama": 0, "command": 0}
+EXTRA_PORTS = {"vllm": 1, "llama-cpp": 0, "sglang": 1, "tgi": 2, "ollama": 0, "command": 0}
 
 
 @pytest.mark.parametrize("engine", sorted(EXTRA_PORTS))
@@ -347,7 +351,7 @@ def _all_ports(engine: str, c: RenderContext) -> set[str]:
     launch = recipe_for(engine).launch(c)
     argv = launch.argv
     found = {str(c.port)}
-    for flag in ("--port", "--nccl-port", "--master-port", "--shard-uds-path"):
+    for flag in ("--port", "--nccl-port", "--master-port", "--prometheus-port", "--shard-uds-path"):
         if flag in argv:
             found.add(argv[argv.index(flag) + 1])
     found.update(
@@ -379,6 +383,13 @@ def test_two_instances_share_no_port_or_socket(engine: str) -> None:
     ports_a, ports_b = _all_ports(engine, a), _all_ports(engine, b)
     assert len(ports_a) == 1 + n + (engine == "tgi")  # TGI adds its socket path
     assert not ports_a & ports_b
+
+
+def test_a_tgi_record_reserved_with_one_port_restarts_as_it_ran() -> None:
+    """A record leased before --prometheus-port was passed holds one internal port: its
+    restart renders what it ran then, rather than refusing a running deployment."""
+    launch = recipe_for("tgi").launch(ctx(extra_ports=(29500,)))
+    assert launch.argv == TGI_BASE[: TGI_BASE.index("--prometheus-port")]
 
 
 def test_tgi_rejects_a_socket_path_too_long_for_unix_sockets() -> None:
