@@ -17,6 +17,7 @@ from controller.core.engines import (
     recipe_for,
 )
 from controller.core.engines.base import ReadinessChecks
+from controller.core.engines.vllm import as_vllm_reads
 
 GPU0 = Device(kind="nvidia", id="0")
 GPU1 = Device(kind="nvidia", id="1")
@@ -143,6 +144,24 @@ CASES = [
         "vllm",
         ctx(args=("--api-key", "s3cret")),
         (*VLLM_BASE, "--api-key", "s3cret"),
+        {"VLLM_PORT": "29500"},
+        (HttpCheck("/health"),),
+    ),
+    # vLLM v0.11.0 reads a flag's underscores as dashes (FlexibleArgumentParser.parse_args
+    # in vllm/utils/__init__.py): the recipe reads spec.args the same way
+    Case(
+        "vllm-served-model-name-underscores",
+        "vllm",
+        ctx(args=("--served_model_name", "llama")),
+        (*VLLM_BASE, "--served_model_name", "llama"),
+        {"VLLM_PORT": "29500"},
+        (HttpCheck("/health"), HttpCheck("/v1/models", contains='"llama"')),
+    ),
+    Case(
+        "vllm-api-key-underscores-probes-health-only",
+        "vllm",
+        ctx(args=("--api_key=s3cret",)),
+        (*VLLM_BASE, "--api_key=s3cret"),
         {"VLLM_PORT": "29500"},
         (HttpCheck("/health"),),
     ),
@@ -332,6 +351,18 @@ def test_a_served_model_name_is_what_a_completion_asks_for() -> None:
     args = ("--served-model-name", "chat")
     for engine in ("vllm", "sglang"):
         assert recipe_for(engine).launch(ctx(args=args)).completion.model == "chat"
+
+
+def test_vllms_own_spelling_of_a_flag_is_read_as_vllm_reads_it() -> None:
+    """`--gpu_memory_utilization` is vLLM's `--gpu-memory-utilization`: the user's share
+    stands alone (no second one computed), and `--served_model_name.x` keeps its dots."""
+    launch = recipe_for("vllm").launch(
+        ctx(devices=(Device(kind="nvidia", id="0", memory=80 << 30),), memory=20 << 30,
+            args=("--gpu_memory_utilization", "0.5", "--served_model_name=my_model"))
+    )  # fmt: skip
+    assert "--gpu-memory-utilization" not in launch.argv
+    assert launch.completion.model == "my_model"
+    assert as_vllm_reads(("--a_b.c_d=e_f", "-x_y", "v_w")) == ("--a-b.c_d=e_f", "-x_y", "v_w")
 
 
 @pytest.mark.parametrize("engine", ["vllm", "llama-cpp", "sglang", "tgi"])
