@@ -423,6 +423,16 @@ def test_a_tgi_record_reserved_with_one_port_restarts_as_it_ran() -> None:
     assert launch.argv == TGI_BASE[: TGI_BASE.index("--prometheus-port")]
 
 
+@pytest.mark.parametrize("host", ["localhost", "gpu-box.lan"])
+def test_tgi_refuses_a_host_name_its_router_would_bind_as_every_interface(host: str) -> None:
+    """TGI v3.3.5's router parses --hostname as an IP address and binds 0.0.0.0 when it
+    is not one (router/src/server.rs: "Invalid hostname, defaulting to 0.0.0.0")."""
+    with pytest.raises(RecipeError, match=f"'{host}' is a name: TGI's router would listen"):
+        recipe_for("tgi").launch(ctx(host=host))
+    launch = recipe_for("tgi").launch(ctx(host="::1"))
+    assert launch.argv[launch.argv.index("--hostname") + 1] == "::1"
+
+
 def test_tgi_rejects_a_socket_path_too_long_for_unix_sockets() -> None:
     with pytest.raises(RecipeError, match="longer than a unix socket allows"):
         recipe_for("tgi").launch(ctx(runtime_dir="/" + "x" * 120))

@@ -17,6 +17,9 @@ and ``router/src/server.rs``:
   second launcher on the box could not bind it. It is the second reserved port. A
   record reserved before this flag was passed holds one port: it restarts as it ran.
   ``/metrics`` is served on the API port as well; the gateway reads that one.
+* ``--hostname`` must be an IP address: the router parses it as one and, failing,
+  warns "Invalid hostname, defaulting to 0.0.0.0" (``server.rs``), so ``host: localhost``
+  put the engine on every interface. A host name is refused, naming the address to use.
 * Readiness: the router serves ``GET /health`` only after every shard is ready, and
   answers 200 while the model is healthy.
 * Liveness (default): the same ``/health``; a ``completion`` probe POSTs the router's
@@ -25,6 +28,8 @@ and ``router/src/server.rs``:
 """
 
 from __future__ import annotations
+
+import ipaddress
 
 from controller.core.engines.base import (
     COMPLETIONS,
@@ -54,6 +59,20 @@ OWNED = {
     "--prometheus-port": RESERVED,
     "--shard-uds-path": RESERVED,
 }
+
+
+def ip_address(host: str) -> str:
+    """``host`` itself when it is an IP address; else a RecipeError saying which to use."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        loopback = " (127.0.0.1 for localhost)" if host == "localhost" else ""
+        raise RecipeError(
+            f"engine 'tgi' takes spec.host as an IP address, and {host!r} is a name: TGI's "
+            f"router would listen on 0.0.0.0, every interface, instead; write the "
+            f"address{loopback}"
+        ) from None
+    return host
 
 
 def shard_uds_path(runtime_dir: str) -> str:
@@ -89,7 +108,7 @@ class TgiRecipe:
             "--model-id",
             ctx.model,
             "--hostname",
-            ctx.host,
+            ip_address(ctx.host),
             "--port",
             str(ctx.port),
             "--shard-uds-path",
