@@ -11,7 +11,7 @@ engine     waiting                                             KV cache used (0.
 vLLM       ``vllm:num_requests_waiting``                       ``vllm:kv_cache_usage_perc``
                                                                (``gpu_cache_usage_perc``
                                                                before 0.9.2; hidden from
-                                                               0.11, gone in 0.12)
+                                                               0.11, removal due in 0.12)
 SGLang     ``sglang:num_queue_reqs`` (``--enable-metrics``)    ``sglang:token_usage``
 llama.cpp  ``llamacpp:requests_deferred`` (``--metrics``)      ``llamacpp:kv_cache_usage_ratio``
 TGI        ``tgi_queue_size``                                  (none)
