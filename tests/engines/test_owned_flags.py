@@ -58,7 +58,10 @@ OWNED = {
     "vllm": ["--host", "--port"],
     "llama-cpp": ["--host", "--port", "-m", "--model"],
     "sglang": ["--host", "--port", "--model-path", "--model", "--nccl-port"],
-    "tgi": ["--hostname", "--port", "-p", "--model-id", "--master-port", "--shard-uds-path"],
+    "tgi": [
+        *("--hostname", "--port", "-p", "--model-id"),
+        *("--master-port", "--prometheus-port", "--shard-uds-path"),
+    ],
 }
 
 

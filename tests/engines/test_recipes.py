@@ -17,6 +17,7 @@ from controller.core.engines import (
     recipe_for,
 )
 from controller.core.engines.base import ReadinessChecks
+from controller.core.engines.vllm import as_vllm_reads
 
 GPU0 = Device(kind="nvidia", id="0")
 GPU1 = Device(kind="nvidia", id="1")
@@ -37,7 +38,7 @@ def ctx(**kw: object) -> RenderContext:
         "executable": None,
         "host": "127.0.0.1",
         "port": 8000,
-        "extra_ports": (29500,),
+        "extra_ports": (29500, 29501),  # as many as any recipe takes (TGI's two)
         "runtime_dir": "/var/lib/reconcile/run/llm",
     }
     base.update(kw)
@@ -69,6 +70,8 @@ SGL_BASE = (
     "8000",
     "--nccl-port",
     "29500",
+    # SGLang 0.5.19 mounts /metrics only with it (entrypoints/http_server.py)
+    "--enable-metrics",
 )
 TGI_BASE = (
     "text-generation-launcher",
@@ -82,6 +85,10 @@ TGI_BASE = (
     "/var/lib/reconcile/run/llm/tgi-shard",
     "--master-port",
     "29500",
+    # v3.3.5's router binds a Prometheus listener there, default 9000 for every launcher
+    # (launcher/src/main.rs `prometheus_port`, router/src/server.rs `with_http_listener`)
+    "--prometheus-port",
+    "29501",
 )
 LLAMA_BASE = (
     *("llama-server", "-m", GGUF, "--host", "127.0.0.1", "--port", "8000"),
@@ -137,6 +144,24 @@ CASES = [
         "vllm",
         ctx(args=("--api-key", "s3cret")),
         (*VLLM_BASE, "--api-key", "s3cret"),
+        {"VLLM_PORT": "29500"},
+        (HttpCheck("/health"),),
+    ),
+    # vLLM v0.11.0 reads a flag's underscores as dashes (FlexibleArgumentParser.parse_args
+    # in vllm/utils/__init__.py): the recipe reads spec.args the same way
+    Case(
+        "vllm-served-model-name-underscores",
+        "vllm",
+        ctx(args=("--served_model_name", "llama")),
+        (*VLLM_BASE, "--served_model_name", "llama"),
+        {"VLLM_PORT": "29500"},
+        (HttpCheck("/health"), HttpCheck("/v1/models", contains='"llama"')),
+    ),
+    Case(
+        "vllm-api-key-underscores-probes-health-only",
+        "vllm",
+        ctx(args=("--api_key=s3cret",)),
+        (*VLLM_BASE, "--api_key=s3cret"),
         {"VLLM_PORT": "29500"},
         (HttpCheck("/health"),),
     ),
@@ -291,7 +316,7 @@ def test_every_engine_has_a_recipe_with_matching_name() -> None:
         assert recipe.extra_ports >= 0
 
 
-EXTRA_PORTS = {"vllm": 1, "llama-cpp": 0, "sglang": 1, "tgi": 1, "ollama": 0, "command": 0}
+EXTRA_PORTS = {"vllm": 1, "llama-cpp": 0, "sglang": 1, "tgi": 2, "ollama": 0, "command": 0}
 
 
 @pytest.mark.parametrize("engine", sorted(EXTRA_PORTS))
@@ -328,6 +353,18 @@ def test_a_served_model_name_is_what_a_completion_asks_for() -> None:
         assert recipe_for(engine).launch(ctx(args=args)).completion.model == "chat"
 
 
+def test_vllms_own_spelling_of_a_flag_is_read_as_vllm_reads_it() -> None:
+    """`--gpu_memory_utilization` is vLLM's `--gpu-memory-utilization`: the user's share
+    stands alone (no second one computed), and `--served_model_name.x` keeps its dots."""
+    launch = recipe_for("vllm").launch(
+        ctx(devices=(Device(kind="nvidia", id="0", memory=80 << 30),), memory=20 << 30,
+            args=("--gpu_memory_utilization", "0.5", "--served_model_name=my_model"))
+    )  # fmt: skip
+    assert "--gpu-memory-utilization" not in launch.argv
+    assert launch.completion.model == "my_model"
+    assert as_vllm_reads(("--a_b.c_d=e_f", "-x_y", "v_w")) == ("--a-b.c_d=e_f", "-x_y", "v_w")
+
+
 @pytest.mark.parametrize("engine", ["vllm", "llama-cpp", "sglang", "tgi"])
 def test_model_is_required(engine: str) -> None:
     with pytest.raises(RecipeError, match=rf"engine '{engine}' needs spec\.model"):
@@ -345,7 +382,7 @@ def _all_ports(engine: str, c: RenderContext) -> set[str]:
     launch = recipe_for(engine).launch(c)
     argv = launch.argv
     found = {str(c.port)}
-    for flag in ("--port", "--nccl-port", "--master-port", "--shard-uds-path"):
+    for flag in ("--port", "--nccl-port", "--master-port", "--prometheus-port", "--shard-uds-path"):
         if flag in argv:
             found.add(argv[argv.index(flag) + 1])
     found.update(
@@ -377,6 +414,23 @@ def test_two_instances_share_no_port_or_socket(engine: str) -> None:
     ports_a, ports_b = _all_ports(engine, a), _all_ports(engine, b)
     assert len(ports_a) == 1 + n + (engine == "tgi")  # TGI adds its socket path
     assert not ports_a & ports_b
+
+
+def test_a_tgi_record_reserved_with_one_port_restarts_as_it_ran() -> None:
+    """A record leased before --prometheus-port was passed holds one internal port: its
+    restart renders what it ran then, rather than refusing a running deployment."""
+    launch = recipe_for("tgi").launch(ctx(extra_ports=(29500,)))
+    assert launch.argv == TGI_BASE[: TGI_BASE.index("--prometheus-port")]
+
+
+@pytest.mark.parametrize("host", ["localhost", "gpu-box.lan"])
+def test_tgi_refuses_a_host_name_its_router_would_bind_as_every_interface(host: str) -> None:
+    """TGI v3.3.5's router parses --hostname as an IP address and binds 0.0.0.0 when it
+    is not one (router/src/server.rs: "Invalid hostname, defaulting to 0.0.0.0")."""
+    with pytest.raises(RecipeError, match=f"'{host}' is a name: TGI's router would listen"):
+        recipe_for("tgi").launch(ctx(host=host))
+    launch = recipe_for("tgi").launch(ctx(host="::1"))
+    assert launch.argv[launch.argv.index("--hostname") + 1] == "::1"
 
 
 def test_tgi_rejects_a_socket_path_too_long_for_unix_sockets() -> None:

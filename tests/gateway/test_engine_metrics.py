@@ -35,6 +35,14 @@ SGLANG = """\
 sglang:num_queue_reqs{model_name="m",tp_rank="0"} 4.0
 sglang:token_usage{model_name="m",tp_rank="0"} 0.25
 """
+# SGLang 0.5.19 with --enable-priority-scheduling: the queue's total under priority=""
+# and again per priority (metrics_collector.py, _log_gauge_queue_count): 5 waiting, not 10.
+SGLANG_PRIORITIES = """\
+sglang:num_queue_reqs{model_name="m",priority="",tp_rank="0"} 5.0
+sglang:num_queue_reqs{model_name="m",priority="0",tp_rank="0"} 2.0
+sglang:num_queue_reqs{model_name="m",priority="10",tp_rank="0"} 3.0
+sglang:token_usage{model_name="m",priority="",tp_rank="0"} 0.5
+"""
 LLAMA_CPP = """\
 # HELP llamacpp:kv_cache_usage_ratio KV-cache usage. 1 means 100 percent usage.
 # TYPE llamacpp:kv_cache_usage_ratio gauge
@@ -56,6 +64,12 @@ tgi_batch_current_size 8
         (VLLM, EngineLoad(7.0, 0.4375)),
         (VLLM_OLD, EngineLoad(2.0, 0.91)),
         (SGLANG, EngineLoad(4.0, 0.25)),
+        # data parallel ranks each hold their own queue: summed
+        (
+            'sglang:num_queue_reqs{dp_rank="0",model_name="m"} 1\n'
+            'sglang:num_queue_reqs{dp_rank="1",model_name="m"} 2\n',
+            EngineLoad(3.0, None),
+        ),
         (LLAMA_CPP, EngineLoad(1.0, 0.125)),
         (TGI, EngineLoad(3.0, None)),
         ("", EngineLoad(None, None)),
@@ -74,6 +88,12 @@ tgi_batch_current_size 8
 )
 def test_each_engines_text(text: str, expected: EngineLoad) -> None:
     assert parse(text) == expected
+
+
+def test_sglangs_queue_split_by_priority_is_counted_once() -> None:
+    """The split by priority repeats the total beside it: summing every label set read
+    10 waiting where SGLang holds 5."""
+    assert parse(SGLANG_PRIORITIES) == EngineLoad(5.0, 0.5)
 
 
 def metrics(reconcile: Any, port: int) -> dict[str, float]:

@@ -1,10 +1,15 @@
 """``engine: sglang``: SGLang's server (``python -m sglang.launch_server``).
 
-Checked against SGLang's "Server Arguments" docs and ``python/sglang/srt/server_args.py``
-(``ServerArgs``, ``PortArgs.init_new``):
+Checked against SGLang 0.5.19 (the release of the pinned image): ``server_args.py``
+(``ServerArgs``, ``PortArgs.init_new``) and ``entrypoints/http_server.py`` under
+``python/sglang/srt/``:
 
-* ``--model-path M --host H --port P``; ``--tp-size N`` (alias ``--tensor-parallel-size``,
-  ``--tp``) when the instance holds N > 1 devices.
+* ``--model-path M --host H --port P``; ``--tp-size N`` (alias ``--tensor-parallel-size``)
+  when the instance holds N > 1 devices.
+* ``--enable-metrics`` (default off): without it SGLang mounts no ``/metrics`` at all
+  (``http_server.py``: ``add_prometheus_middleware`` only ``if enable_metrics``), and the
+  gateway could read neither ``sglang:num_queue_reqs`` nor ``sglang:token_usage``
+  (``gateway/accounting/enginemetrics.py``, ``autoscale.metric``).
 * ``--nccl-port``: the torch.distributed port. Unset, SGLang picks one itself (older
   releases: ``port`` + a random 100..1000, which can land on another instance's API
   port; newer: a kernel-chosen free port, racy between instances starting together).
@@ -79,6 +84,7 @@ class SglangRecipe:
             str(ctx.port),
             "--nccl-port",
             str(ctx.extra_ports[0]),
+            "--enable-metrics",  # its /metrics: the queue and KV cache the gateway reads
         ]
         if len(ctx.devices) > 1:
             argv += ["--tp-size", str(len(ctx.devices))]

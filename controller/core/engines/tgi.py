@@ -1,7 +1,7 @@
 """``engine: tgi``: Hugging Face Text Generation Inference (``text-generation-launcher``).
 
-Checked against TGI's launcher reference (``docs/source/reference/launcher.md``) and
-``launcher/src/main.rs``:
+Checked against TGI v3.3.5 (the pinned image's tag): ``launcher/src/main.rs`` (``Args``)
+and ``router/src/server.rs``:
 
 * ``--model-id M --hostname H --port P``; ``--num-shard N`` when the instance holds
   N > 1 devices (TGI would otherwise shard over every GPU it can see; the runtime's
@@ -12,13 +12,24 @@ Checked against TGI's launcher reference (``docs/source/reference/launcher.md``)
   one's sockets and fail to bind the port. Hugging Face's own two-models-on-one-box
   example sets both. The socket goes in the instance's private runtime folder; the
   master port is a reserved per-instance port.
+* ``--prometheus-port`` (since v3.3.0, default 9000): the router also binds a Prometheus
+  listener there (``PrometheusBuilder::with_http_listener`` in ``server.rs``), and a
+  second launcher on the box could not bind it. It is the second reserved port. A
+  record reserved before this flag was passed holds one port: it restarts as it ran.
+  ``/metrics`` is served on the API port as well; the gateway reads that one.
+* ``--hostname`` must be an IP address: the router parses it as one and, failing,
+  warns "Invalid hostname, defaulting to 0.0.0.0" (``server.rs``), so ``host: localhost``
+  put the engine on every interface. A host name is refused, naming the address to use.
 * Readiness: the router serves ``GET /health`` only after every shard is ready, and
   answers 200 while the model is healthy.
 * Liveness (default): the same ``/health``; a ``completion`` probe POSTs the router's
-  OpenAI ``/v1/completions`` (TGI serves one model: its id there is ``tgi``).
+  OpenAI ``/v1/completions``; TGI serves one model and ignores the request's ``model``
+  (``completions`` in ``server.rs``), so it asks for ``tgi``, as TGI's own examples do.
 """
 
 from __future__ import annotations
+
+import ipaddress
 
 from controller.core.engines.base import (
     COMPLETIONS,
@@ -45,8 +56,23 @@ OWNED = {
     "-p": PORT,
     "--model-id": MODEL,
     "--master-port": RESERVED,
+    "--prometheus-port": RESERVED,
     "--shard-uds-path": RESERVED,
 }
+
+
+def ip_address(host: str) -> str:
+    """``host`` itself when it is an IP address; else a RecipeError saying which to use."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        loopback = " (127.0.0.1 for localhost)" if host == "localhost" else ""
+        raise RecipeError(
+            f"engine 'tgi' takes spec.host as an IP address, and {host!r} is a name: TGI's "
+            f"router would listen on 0.0.0.0, every interface, instead; write the "
+            f"address{loopback}"
+        ) from None
+    return host
 
 
 def shard_uds_path(runtime_dir: str) -> str:
@@ -55,7 +81,7 @@ def shard_uds_path(runtime_dir: str) -> str:
 
 class TgiRecipe:
     engine = "tgi"
-    extra_ports = 1  # --master-port
+    extra_ports = 2  # --master-port, --prometheus-port
     deadline_seconds = 600.0  # loading weights may take minutes
     caches_prefixes = True  # prefix caching (v3)
 
@@ -64,8 +90,10 @@ class TgiRecipe:
             raise RecipeError(
                 "engine 'tgi' needs spec.model (a Hugging Face id or a local model folder)"
             )
-        if len(ctx.extra_ports) < self.extra_ports:
-            raise RecipeError("engine 'tgi' needs 1 reserved internal port (--master-port)")
+        if not ctx.extra_ports:
+            raise RecipeError(
+                "engine 'tgi' needs 2 reserved internal ports (--master-port, --prometheus-port)"
+            )
         refuse_flags(self.engine, ctx.args, OWNED)
         shards = max(len(ctx.devices), 1)
         uds = shard_uds_path(ctx.runtime_dir)
@@ -80,7 +108,7 @@ class TgiRecipe:
             "--model-id",
             ctx.model,
             "--hostname",
-            ctx.host,
+            ip_address(ctx.host),
             "--port",
             str(ctx.port),
             "--shard-uds-path",
@@ -88,6 +116,8 @@ class TgiRecipe:
             "--master-port",
             str(ctx.extra_ports[0]),
         ]
+        if len(ctx.extra_ports) > 1:  # else a record reserved before: as it ran then
+            argv += ["--prometheus-port", str(ctx.extra_ports[1])]
         if len(ctx.devices) > 1:
             argv += ["--num-shard", str(len(ctx.devices))]
         argv += ctx.args

@@ -1,7 +1,8 @@
 """``engine: vllm``: vLLM's OpenAI-compatible server (``vllm serve``).
 
-Checked against the vLLM docs (CLI ``vllm serve``, "Environment Variables") and
-source (``vllm/envs.py``, ``get_open_port`` in ``vllm/utils``):
+Checked against vLLM v0.11.0 (the pinned image's tag): ``vllm/entrypoints/openai/
+cli_args.py``, ``vllm/engine/arg_utils.py``, ``vllm/envs.py``, ``_get_open_port`` and
+``FlexibleArgumentParser`` in ``vllm/utils/__init__.py``:
 
 * ``vllm serve MODEL --host H --port P``; ``--tensor-parallel-size N`` splits the
   model over the N devices the runtime made visible (only passed when N > 1).
@@ -18,6 +19,10 @@ source (``vllm/envs.py``, ``get_open_port`` in ``vllm/utils``):
   only ``/health`` (never behind the key) is checked.
 * Liveness (default): ``/health``; a ``completion`` probe POSTs ``/v1/completions`` for
   the served model id (no chat template needed, which base models lack).
+* vLLM reads ``--served_model_name`` as ``--served-model-name`` (its parser turns a flag
+  name's underscores into dashes), so ``spec.args`` is read the same way before the
+  recipe looks in it: an underscore spelling once left readiness waiting for the wrong
+  model id, or probing ``/v1/models`` behind ``--api_key``, until the deadline.
 """
 
 from __future__ import annotations
@@ -45,6 +50,20 @@ IMAGE = "docker.io/vllm/vllm-openai:v0.11.0"
 
 # Flags this recipe sets that spec.args may not set again (see owned.py).
 OWNED = {"--host": HOST, "--port": PORT}
+
+
+def as_vllm_reads(args: Sequence[str]) -> tuple[str, ...]:
+    """``args`` with each flag's name spelled as vLLM reads it: the underscores between
+    ``--`` and the first ``.`` (or the ``=``) become dashes (``FlexibleArgumentParser.
+    parse_args``); values are left as written."""
+    out: list[str] = []
+    for arg in args:
+        if arg.startswith("--"):
+            key, eq, value = arg.partition("=")
+            name, dot, rest = key[2:].partition(".")
+            arg = f"--{name.replace('_', '-')}{dot}{rest}{eq}{value}"
+        out.append(arg)
+    return tuple(out)
 
 
 def served_model_name(model: str, args: Sequence[str]) -> str:
@@ -82,11 +101,12 @@ class VllmRecipe:
         ]
         if len(ctx.devices) > 1:
             argv += ["--tensor-parallel-size", str(len(ctx.devices))]
-        argv += share_args(self.engine, ctx.memory, ctx.devices, ctx.args)
+        read = as_vllm_reads(ctx.args)  # what vLLM will make of the user's flags
+        argv += share_args(self.engine, ctx.memory, ctx.devices, read)
         argv += ctx.args
         checks = [HttpCheck("/health")]
-        name = served_model_name(ctx.model, ctx.args)
-        if not has_flag(ctx.args, "--api-key"):
+        name = served_model_name(ctx.model, read)
+        if not has_flag(read, "--api-key"):
             checks.append(HttpCheck("/v1/models", contains=f'"{name}"'))
         return Launch(
             argv=tuple(argv),

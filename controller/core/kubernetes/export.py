@@ -29,8 +29,8 @@ POD_HOST = "0.0.0.0"
 DEFAULT_PORT = 8000  # the manifest's default basePort: a pod's port is always free
 PORT_NAME = "http"
 MANAGED_BY = "reconcile"
-# Internal ports (VLLM_PORT, TGI's master port, SGLang's NCCL port): a pod has its own
-# network namespace, so torch.distributed's customary port is free there.
+# Internal ports (VLLM_PORT, TGI's master and Prometheus ports, SGLang's NCCL port): a pod
+# has its own network namespace, so torch.distributed's customary port is free there.
 INTERNAL_PORT = 29500
 # The device plugins' resource names. `kind: any` asks for the common one.
 GPU_RESOURCES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "any": "nvidia.com/gpu"}

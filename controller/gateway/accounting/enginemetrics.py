@@ -2,31 +2,43 @@
 
 In-flight counts and GPU use are poor signals for an LLM engine (llm-d's autoscaling
 guide): what says an engine is saturated is its own queue (requests waiting for a batch
-slot) and its KV cache's fill. Each engine names them its own way:
+slot) and its KV cache's fill. Each engine names them its own way (checked against each
+engine's source at the version its recipe pins, docs/design.md "Engine flags checked"):
 
 =========  ==================================================  ===========================
 engine     waiting                                             KV cache used (0..1)
 =========  ==================================================  ===========================
 vLLM       ``vllm:num_requests_waiting``                       ``vllm:kv_cache_usage_perc``
                                                                (``gpu_cache_usage_perc``
-                                                               before v0.10; both 0..1)
-SGLang     ``sglang:num_queue_reqs``                           ``sglang:token_usage``
+                                                               before 0.9.2; hidden from
+                                                               0.11, removal due in 0.12)
+SGLang     ``sglang:num_queue_reqs`` (``--enable-metrics``)    ``sglang:token_usage``
 llama.cpp  ``llamacpp:requests_deferred`` (``--metrics``)      ``llamacpp:kv_cache_usage_ratio``
 TGI        ``tgi_queue_size``                                  (none)
 =========  ==================================================  ===========================
+
+vLLM 0.11.0: ``vllm/v1/metrics/loggers.py``. SGLang 0.5.19:
+``python/sglang/srt/observability/metrics_collector.py``. TGI v3.3.5:
+``backends/v3/src/queue.rs`` (served on the API port's ``/metrics`` too, not only on
+``--prometheus-port``).
 
 llama.cpp's KV cache series is gone from recent builds (the one ``scripts/build-llama-server``
 pins states none, ``tests/engines/test_llama_health.py``): such an engine states only
 its queue, and ``autoscale.metric: kvCache`` falls back to in flight for it.
 
-``parse`` is pure: a sample of several label sets (one per model served) sums the
-waiting and takes the fullest cache.
+``parse`` is pure: a sample of several label sets (one per model served, one per data
+parallel rank) sums the waiting and takes the fullest cache. A sample with a non-empty
+``priority`` label is skipped: SGLang with ``--enable-priority-scheduling`` states its
+queue's total under ``priority=""`` and again split by priority (``_log_gauge_queue_count``
+in SGLang 0.5.19's ``metrics_collector.py``), so summing every label set counted each
+waiting request twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
@@ -51,6 +63,8 @@ KV_CACHE = (
     "sglang:token_usage",
     "llamacpp:kv_cache_usage_ratio",
 )
+# A label that splits a total stated beside it (SGLang's queue by priority).
+BREAKDOWN = re.compile(r'(?:^|,)\s*priority="(?:[^"\\]|\\.)+"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +81,9 @@ def parse(text: str) -> EngineLoad:
         found = _sample(line)
         if found is None:
             continue
-        name, value = found
+        name, labels, value = found
+        if BREAKDOWN.search(labels):
+            continue  # a part of a total this text states too
         if name in WAITING:
             waiting = (waiting or 0.0) + value
         elif name in KV_CACHE:
@@ -75,14 +91,17 @@ def parse(text: str) -> EngineLoad:
     return EngineLoad(waiting, kv)
 
 
-def _sample(line: str) -> tuple[str, float] | None:
-    """``name{labels} value [timestamp]`` -> (name, value); None for comments, others."""
+def _sample(line: str) -> tuple[str, str, float] | None:
+    """``name{labels} value [timestamp]`` -> (name, labels, value); None for comments,
+    others."""
     line = line.strip()
     if not line or line.startswith("#"):
         return None
     brace = line.find("{")
+    labels = ""
     if brace >= 0:
-        name, rest = line[:brace], line[line.rfind("}") + 1 :]
+        end = line.rfind("}")
+        name, labels, rest = line[:brace], line[brace + 1 : end], line[end + 1 :]
     else:
         name, _, rest = line.partition(" ")
     parts = rest.split()
@@ -94,7 +113,7 @@ def _sample(line: str) -> tuple[str, float] | None:
         return None
     if not math.isfinite(value):
         return None
-    return name.strip(), value
+    return name.strip(), labels, value
 
 
 class EngineMetricsReader:
