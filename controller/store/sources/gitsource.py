@@ -202,19 +202,37 @@ def _owner_key(owner: str) -> tuple[str, str] | None:
     return same_repository(url), path
 
 
-def spelled_as_before(state_dir: Path, s: GitSettings) -> GitSettings:
-    """``s`` owned by the name the state dir's source already has when it is the same
+def spelled_as_before(
+    state_dir: Path, s: GitSettings, owners: Callable[[], Iterable[str]]
+) -> GitSettings:
+    """``s`` owned by the name the state dir already knows it by when it is the same
     repository and path spelled otherwise (``file://`` or a path, ``.git`` or not): the
-    records made under the first spelling stay its own, nothing conflicts or is pruned."""
-    if s.owned_as is not None or not StateDir(state_dir).git_source.exists():
+    records made under the first spelling stay its own, nothing conflicts or is pruned.
+    The name is ``source.json``'s, else one its records carry (``owners``, read only when
+    ``source.json`` names another source: a source followed again after another, whose
+    name the file no longer holds, is known by its records)."""
+    if s.owned_as is not None:
         return s
+    key = _owner_key(s.owner)
+    old = _remembered_owner(state_dir)
+    if old == s.owner:
+        return s
+    if old is not None and _owner_key(old) == key:
+        return replace(s, owned_as=old)
+    known = {owner for owner in owners() if _owner_key(owner) == key}
+    if not known or s.owner in known:
+        return s
+    return replace(s, owned_as=min(known))  # one name for every call (several: a conflict)
+
+
+def _remembered_owner(state_dir: Path) -> str | None:
+    if not StateDir(state_dir).git_source.exists():
+        return None
     try:
         old = peek_status(state_dir)
     except ConfigError:
-        return s  # `reconcile source` says what is wrong with the file
-    if old is None or old.owner == s.owner or _owner_key(old.owner) != _owner_key(s.owner):
-        return s
-    return replace(s, owned_as=old.owner)
+        return None  # `reconcile source` says what is wrong with the file
+    return None if old is None else old.owner
 
 
 # -- the state dir's files ----------------------------------------------------------------
