@@ -4,6 +4,8 @@ good one (pinned), a push while pinned (fetched, not applied), --resume."""
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 from typing import Any
@@ -258,5 +260,60 @@ def test_a_force_pushed_away_blob_is_collected_and_every_history_commit_kept(
         reconcile("rollback", rev, check=0)
         assert source(reconcile)["applied"] == rev
     assert reconcile.record("alpha")["revision"] == good
+    node_only(reconcile, "down")
+    assert reconcile.record("alpha") is None
+
+
+def test_a_pin_on_a_commit_gone_from_the_remote_is_said_once_and_stops_no_fetch(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    """A pin the checkout cannot reach (the remote's history rewritten without it, the
+    checkout made again) can never be checked out. Each of the daemon's passes tried it
+    again, warned again, said PullFailed until the next fetch's success said Pinned, and
+    stopped the fetch in flight for it (a rollback's move goes first), so the node fetched
+    at the pace of its passes. Now its first failure is said once (`source`, one event per
+    deployment, one warning), the pin stands, the move is tried again with back-off, and
+    the fetches go on, as Flux keeps its last artifact and requeues a GitRepository whose
+    commit is gone."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    remote.commit({"README": "newer\n"}, "newer")
+    reconcile.converge("--git", remote.url, *GIT)
+    reconcile("rollback", good, check=0)
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    run_git(remote.work, "checkout", "-q", "--orphan", "rewritten")
+    remote.commit({}, "history rewritten")  # good is on no branch of the remote now
+    shutil.rmtree(StateDir(reconcile.state).git_checkout / ".git")  # a checkout made again
+
+    failed = node_only(reconcile, "--once", check=1)  # fetched, and the move fails
+    assert f"cannot check out {good[:12]}" in failed.err and "--resume" in failed.err, failed
+    seen = source(reconcile)
+    assert seen["state"] == "PullFailed" and seen["pinned"] == good, seen
+    assert "the pin stands" in seen["message"] and "reconcile history" in seen["message"], seen
+
+    d = git_daemon("--git", remote.url, *GIT, "--interval", "1h")
+    passes = lambda: [ln for ln in d.lines() if ln.get("event") == "pass"]  # noqa: E731
+    d.wait(passes, "the daemon's first pass")
+    newest = remote.commit({"README": "newest\n"}, "newest")
+    StateDir(reconcile.state).git_fetch_now.touch()  # as a webhook asks
+    d.proc.send_signal(signal.SIGUSR1)
+    d.wait(lambda: source(reconcile)["fetched"] == newest, "the fetch, pinned or not")
+    for n in range(2):  # passes with no fetch in flight: each tried the move again
+        before = len(passes())
+        d.proc.send_signal(signal.SIGUSR1)
+        d.wait(lambda before=before: len(passes()) > before, f"pass {n} asked for")
+    seen = source(reconcile)
+    assert seen["state"] == "PullFailed" and seen["pinned"] == good, seen  # not "Pinned"
+    warned = [ln for ln in d.lines() if ln.get("event") == "git checkout failed"]
+    stopped = [ln for ln in d.lines() if "a rollback's move goes first" in str(ln)]
+    assert not warned and not stopped, d.tail()  # said by the --once, once
+    said = [e for e in reconcile.events("alpha") if e["action"] == "checkout"]
+    assert len(said) == 1 and said[0]["outcome"] == "failed", reconcile.events("alpha")
+    assert reconcile.record("alpha")["ref"]["pid"] == pid  # the engine runs on, untouched
+
+    reconcile("rollback", "--resume", check=0)  # the way out it names
+    d.wait(lambda: source(reconcile)["state"] == "Synced", "the branch followed again")
+    assert source(reconcile)["applied"] == newest
+    assert d.stop() == 0
     node_only(reconcile, "down")
     assert reconcile.record("alpha") is None

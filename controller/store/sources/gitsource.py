@@ -281,10 +281,32 @@ class SourceStatus:
     # repository (a file that did not load, a folder missing or empty).
     invalid: list[str] = field(default_factory=list)
     invalid_at: str | None = None
+    # A move that failed (``move_target`` not in the checkout, or git could not check it
+    # out): tried again after a back-off (``next_move_at``), not at every pass, and said
+    # once; the pin it may be stands, and the fetches go on.
+    move_error: str | None = None
+    move_target: str | None = None
+    move_failures: int = 0  # moves to ``move_target`` failed in a row
+    next_move_at: float = 0.0  # wall clock (epoch seconds)
 
     def names(self) -> tuple[str, str | None, str | None, str]:
         """What makes it one source: another url, ref or path starts its state afresh."""
         return (same_repository(self.url), self.branch, self.tag, self.path)
+
+    @property
+    def target(self) -> str | None:
+        """The commit to apply: the pin, else the last fetched."""
+        return self.pinned or self.fetched
+
+    @property
+    def stuck_move(self) -> str | None:
+        """Why the commit to apply is not checked out, when its move failed (None: it did
+        not, or it was for another commit than the one to apply now)."""
+        return self.move_error if self.move_target == self.target else None
+
+    def move_waits(self, target: str) -> bool:
+        """A move to ``target`` failed, and waits out its back-off."""
+        return self.move_target == target and time.time() < self.next_move_at
 
     def said(self) -> str:
         ref = f"tag {self.tag}" if self.tag else f"branch {self.branch}"
@@ -514,6 +536,7 @@ class SyncResult:
     moved: bool = False
     error: str | None = None
     events: list[str] = field(default_factory=list)
+    move_failed: str | None = None  # a move's first failure for its commit: said once
 
     def add(self, later: SyncResult) -> None:
         """A later fetch's news after this one's: its error says how fetching goes now."""
@@ -687,9 +710,12 @@ class GitSource:
         return st.applied is not None and st.applied == self._head()
 
     def pin_waits(self) -> bool:
-        """A rollback's pin is not yet the checkout's commit (its move is due)."""
+        """A rollback's pin is not yet the checkout's commit, and its move was never tried
+        and failed: the emergency move goes first. One that failed (its commit in neither
+        the checkout nor the branch fetched) waits for no fetch and stops none: it is
+        tried again after a back-off, as a move to a fetched commit is."""
         st = self.status()
-        return st.pinned is not None and st.pinned != self._head()
+        return st.pinned is not None and st.pinned != self._head() and st.move_target != st.pinned
 
     def due_in(self, now: float | None = None) -> float:
         """Seconds until the next fetch is due (0: now)."""
@@ -895,7 +921,10 @@ class GitSource:
 
     def _apply(self, news: SyncResult, lock: FileLock) -> None:
         st = self.status()
-        target = st.pinned or st.fetched
+        target = st.target
+        if target is not None and st.move_waits(target):
+            news.error = news.error or st.move_error  # said when it failed; --once exits 1
+            return  # the checkout stays as it is until the back-off ends
         failed = None if target is None else self._move_to(st, target, news, lock)
         # Nothing of this source fetched yet: the checkout is another source's (or none),
         # never this one's applied commit (a pass would read it as this source's).
@@ -904,8 +933,7 @@ class GitSource:
         def note(now: SourceStatus) -> None:
             now.applied, now.last_applied_at = head, st.last_applied_at
             now.unverified = st.unverified
-            if failed is not None:
-                now.fetch_error = failed
+            _note_move(now, target, failed)
 
         self.change_status(note)
 
@@ -973,8 +1001,12 @@ class GitSource:
             git(self.repo, "clean", "-ffdxq", timeout=600, hold=hold, started=started)
             self.marker.unlink()
         except (GitFailed, OSError) as exc:
-            result.error = f"cannot check out {target[:12]}: {exc}"
-            log.warning("git checkout failed", commit=target, error=str(exc))
+            result.error = _move_failed(st, target, exc)
+            if st.move_target != target:  # its first failure: said once, retries quietly
+                result.move_failed = result.error
+                log.warning("git checkout failed", commit=target, error=result.error)
+            else:
+                log.debug("git checkout failed again", commit=target, error=str(exc))
             return result.error
         st.last_applied_at = now_iso()
         result.moved = True
@@ -1091,6 +1123,30 @@ class GitSource:
             f" (progressDeadline): rolled back to {good[:12]}, pinned until a newer commit"
             " or reconcile rollback --resume"
         )
+
+
+def _move_failed(st: SourceStatus, target: str, exc: Exception) -> str:
+    """A failed move in git's words, and the next move where it is the pin's."""
+    said = f"cannot check out {target[:12]}: {exc}"
+    if st.pinned != target:
+        return said
+    return (
+        f"{said}; the pin stands (tried again with back-off): roll back to another commit"
+        " (reconcile history lists them), or follow the branch again (reconcile rollback"
+        " --resume)"
+    )
+
+
+def _note_move(st: SourceStatus, target: str | None, failed: str | None) -> None:
+    """The move's outcome: a failure backs off, doubling from RETRY_FIRST to RETRY_MAX,
+    as Flux requeues a failed GitRepository and Argo CD retries a failed sync; a move
+    done (or nothing to move to) forgets it."""
+    if failed is None or target is None:
+        st.move_error, st.move_target, st.move_failures, st.next_move_at = None, None, 0, 0.0
+        return
+    st.move_failures = st.move_failures + 1 if st.move_target == target else 1
+    st.move_error, st.move_target = failed, target
+    st.next_move_at = time.time() + min(RETRY_FIRST * 2 ** (st.move_failures - 1), RETRY_MAX)
 
 
 def _paused(entry: dict[str, Any], drained: bool, now: datetime) -> bool:
@@ -1250,6 +1306,9 @@ def state_of(st: SourceStatus, phases: Phases) -> tuple[str, str]:
     if st.fetch_error:
         since = st.last_fetch_at or "never"
         return PULL_FAILED, f"{st.fetch_error} (last successful fetch: {since})"
+    if st.stuck_move:
+        running = st.applied[:12] if st.applied else "nothing of the source"
+        return PULL_FAILED, f"{st.stuck_move} (still running {running}; nothing pruned)"
     if st.unverified:
         running = st.applied[:12] if st.applied else "nothing"
         return UNVERIFIED, f"{st.unverified} (still running {running})"
