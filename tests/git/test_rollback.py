@@ -3,12 +3,16 @@ good one (pinned), a push while pinned (fetched, not applied), --resume."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
+
+import psutil
 
 from controller.store.lock import FileLock
 from controller.store.sources import gitsource
@@ -317,3 +321,70 @@ def test_a_pin_on_a_commit_gone_from_the_remote_is_said_once_and_stops_no_fetch(
     assert d.stop() == 0
     node_only(reconcile, "down")
     assert reconcile.record("alpha") is None
+
+
+def test_a_rollback_stops_the_collection_of_a_large_checkout(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    """The daemon collects its checkout after a fetch that grew it (`git gc`, under
+    git.lock, up to 10 minutes for a very large one). A rollback's move stopped the fetch
+    in flight, not the gc after it: it waited for the housekeeping, and `rollback` gave up
+    after its minute ("the daemon has not applied it yet"). The gc is stopped as the fetch
+    is (the next fetch collects again), and what a gc cut short leaves is removed."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    remote.commit({"README": "newer\n"}, "newer")
+    reconcile.converge("--git", remote.url, *GIT)
+    (remote.work / "weights.bin").write_bytes(os.urandom(gitsource.COLLECT_MIN + (1 << 20)))
+    remote.commit({}, "a large file: its fetch collects the checkout")
+    slow = reconcile.tmp / "slow-gc"
+    slow.mkdir()
+    (slow / "git").write_text(  # a very large checkout's gc: it runs until it is stopped
+        f'#!/bin/sh\nfor arg; do [ "$arg" = gc ] && exec sleep 600; done\n'
+        f'exec {shutil.which("git")} "$@"\n'
+    )
+    (slow / "git").chmod(0o755)
+    path = f"{slow}:{os.environ['PATH']}"
+    d = git_daemon("--git", remote.url, *GIT, "--interval", "1h", env={"PATH": path})
+    with _stopped_at_the_end(d.wait(lambda: _collecting(d.proc.pid), "the gc under way")) as gc:
+        pack = StateDir(reconcile.state).git_checkout / ".git" / "objects" / "pack"
+        left = [pack / ".tmp-4242-pack-0123.pack", pack.parent.parent / "gc.pid"]
+        for path_left in left:  # what a real gc cut short leaves
+            path_left.write_text("4242 node\n")
+        out = reconcile("rollback", good, check=0)
+        assert f"rolled back to {good[:12]}" in out.out, out
+        d.wait(lambda: _ended(gc), "the gc stopped")
+    assert source(reconcile)["applied"] == good and not any(p.exists() for p in left)
+    (said,) = [ln for ln in d.lines() if ln.get("event") == "git checkout not collected"]
+    assert said["reason"] == "stopped: a rollback's move goes first", said
+    assert d.stop() == 0
+    node_only(reconcile, "down")
+    assert reconcile.record("alpha") is None
+
+
+def _collecting(daemon: int) -> psutil.Process | None:
+    """The daemon's `git gc` (the slow one: its wrapper became ``sleep``)."""
+    for kid in psutil.Process(daemon).children():
+        with contextlib.suppress(psutil.Error):
+            if kid.name() == "sleep":
+                return kid
+    return None
+
+
+def _ended(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@contextlib.contextmanager
+def _stopped_at_the_end(proc: psutil.Process) -> Iterator[psutil.Process]:
+    """The slow gc (a session of its own: the fixture's teardown misses it) stopped
+    whatever the test found, if it is still that process."""
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+            if proc.is_running():  # pid and start time: never a reused pid's process
+                os.killpg(proc.pid, signal.SIGKILL)

@@ -574,7 +574,7 @@ class GitSource:
         self.moves_only = False
         self.repo = checkout_dir(state_dir)
         self.marker = StateDir(state_dir).git_moving
-        self._fetch_pid: int | None = None  # the git fetch in flight
+        self._fetch_pid: int | None = None  # the fetch's git in flight (its collection's too)
         self._giving_up = False  # the daemon is stopping: no fetch now
         self._making_way = False  # a rollback's move waits: the fetch in flight stops
         # Process identities (host.procs.live_identity): each git started under git.lock is
@@ -855,12 +855,15 @@ class GitSource:
             last = int(mark.read_text().strip() or 0)
         except (OSError, ValueError):
             last = 0
-        if size < max(COLLECT_MIN, 2 * last):
+        if size < max(COLLECT_MIN, 2 * last) or self._stopped():
             return
         try:
             self._collect(lock)
         except GitFailed as exc:
-            log.warning("git checkout not collected", error=str(exc))
+            if why := self._stopped():  # housekeeping yields: the next fetch collects
+                log.info("git checkout not collected", reason=f"stopped: {why}")
+            else:
+                log.warning("git checkout not collected", error=str(exc))
             return
         mark.write_text(f"{_size_of(objects)}\n")
 
@@ -880,15 +883,28 @@ class GitSource:
         git(self.repo, "update-ref", "--stdin", stdin="".join(f"{ln}\n" for ln in lines))
         # the reflogs would keep every commit the tracking ref was ever at for 90 days
         git(self.repo, "reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all")
-        hold, started = lock.fileno, self._started  # a gc outliving us holds the checkout
-        git(self.repo, "gc", "--quiet", "--prune=now", timeout=600, hold=hold, started=started)
+        # Stopped as the fetch is (``make_way``, ``give_up_fetch``): a large checkout's gc
+        # takes minutes, and a rollback must not wait on housekeeping (a gc cut short
+        # leaves what ``_unlock`` removes, and the next fetch collects again).
+        try:
+            git(
+                self.repo,
+                "gc",
+                "--quiet",
+                "--prune=now",
+                timeout=600,
+                hold=lock.fileno,  # a gc outliving us holds the checkout
+                started=self._fetch_started,
+            )
+        finally:
+            self._fetch_pid = None
 
     def _unlock(self) -> None:
         """git's own lock files, and the partial download, left by a git we killed (or a
         reconcile killed mid-fetch): ours to remove under git.lock."""
         gitdir = self.repo / ".git"
         _drop_partial(gitdir / "objects")
-        for name in ("index.lock", "shallow.lock", "HEAD.lock", "packed-refs.lock"):
+        for name in ("index.lock", "shallow.lock", "HEAD.lock", "packed-refs.lock", "gc.pid"):
             with contextlib.suppress(FileNotFoundError):
                 (gitdir / name).unlink()
         refs = gitdir / "refs"
@@ -1170,7 +1186,8 @@ def _paused(entry: dict[str, Any], drained: bool, now: datetime) -> bool:
 # they came, unpack-objects' half-written object. git's gc removes them after two weeks,
 # but the node's git runs none (gc.auto=0): each stalled retry left one more, each up to
 # the repository's size, on the disk the records live on.
-PARTIAL = ("pack/tmp_*", "??/tmp_obj_*", "tmp_obj_*")
+# A gc cut short leaves repack's packs not yet renamed (``pack/.tmp-<pid>-pack-*``).
+PARTIAL = ("pack/tmp_*", "pack/.tmp-*", "??/tmp_obj_*", "tmp_obj_*")
 
 
 # The object store's collection (GitSource._collect_when_grown): never below this size,
