@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -337,14 +338,7 @@ def test_a_rollback_stops_the_collection_of_a_large_checkout(
     reconcile.converge("--git", remote.url, *GIT)
     (remote.work / "weights.bin").write_bytes(os.urandom(gitsource.COLLECT_MIN + (1 << 20)))
     remote.commit({}, "a large file: its fetch collects the checkout")
-    slow = reconcile.tmp / "slow-gc"
-    slow.mkdir()
-    (slow / "git").write_text(  # a very large checkout's gc: it runs until it is stopped
-        f'#!/bin/sh\nfor arg; do [ "$arg" = gc ] && exec sleep 600; done\n'
-        f'exec {shutil.which("git")} "$@"\n'
-    )
-    (slow / "git").chmod(0o755)
-    path = f"{slow}:{os.environ['PATH']}"
+    path = f"{_slow_gc(reconcile.tmp)}:{os.environ['PATH']}"
     d = git_daemon("--git", remote.url, *GIT, "--interval", "1h", env={"PATH": path})
     with _stopped_at_the_end(d.wait(lambda: _collecting(d.proc.pid), "the gc under way")) as gc:
         pack = StateDir(reconcile.state).git_checkout / ".git" / "objects" / "pack"
@@ -360,6 +354,47 @@ def test_a_rollback_stops_the_collection_of_a_large_checkout(
     assert d.stop() == 0
     node_only(reconcile, "down")
     assert reconcile.record("alpha") is None
+
+
+def test_a_rollback_without_a_daemon_stops_a_once_s_collection(
+    reconcile: Any, remote: Remote
+) -> None:
+    """With no daemon, a cron `--once` collecting a large checkout held git.lock for its
+    gc (up to 10 minutes): `rollback` waited for the lock its fetch limit and a minute,
+    then failed. It stops the collection (anyone's: housekeeping, written down as it
+    starts) and moves at once."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    remote.commit({"README": "newer\n"}, "newer")
+    reconcile.converge("--git", remote.url, *GIT)
+    (remote.work / "weights.bin").write_bytes(os.urandom(gitsource.COLLECT_MIN + (1 << 20)))
+    large = remote.commit({}, "a large file: its fetch collects the checkout")
+    env = {**reconcile.env, "PATH": f"{_slow_gc(reconcile.tmp)}:{os.environ['PATH']}"}
+    with open(reconcile.tmp / "once.err", "wb") as err:
+        once = reconcile.popen("--once", "--git", remote.url, *GIT, env=env, stderr=err)
+    with _stopped_at_the_end(reconcile.wait_for(lambda: _collecting(once.pid), 30, "the gc")):
+        out = reconcile("rollback", good, check=0)
+    assert f"rolled back to {good[:12]}" in out.out, out
+    assert "git gc stopped: a rollback's move goes first" in out.err, out
+    assert once.wait(timeout=60) == 0  # its pass applied what it fetched, uncollected
+    seen = source(reconcile)
+    assert seen["applied"] == seen["pinned"] == good and seen["fetched"] == large, seen
+    node_only(reconcile, "down")
+    assert reconcile.record("alpha") is None
+
+
+def _slow_gc(tmp: Path) -> Path:
+    """A folder whose ``git`` is git, but for a gc that runs until it is stopped (a very
+    large checkout's): put first on a reconcile's PATH."""
+    folder = tmp / "slow-gc"
+    folder.mkdir(exist_ok=True)
+    wrapper = folder / "git"
+    wrapper.write_text(
+        '#!/bin/sh\nfor arg; do [ "$arg" = gc ] && exec sleep 600; done\n'
+        f'exec {shutil.which("git")} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return folder
 
 
 def _collecting(daemon: int) -> psutil.Process | None:

@@ -618,28 +618,37 @@ class GitSource:
             return "the daemon is stopping"
         return "a rollback's move goes first" if self._making_way else None
 
-    def _fetch_started(self, pid: int) -> None:
+    def _fetch_started(self, pid: int, verb: str = "fetch") -> None:
         self._fetch_pid = pid
         if self._stopped():  # the stop came between the check and the spawn
             self._kill_fetch()
-        self._started(pid)
+        self._started(pid, verb)
 
-    def _started(self, pid: int) -> None:
-        """A git started under git.lock: written down, to be stopped should we die."""
+    def _collection_started(self, pid: int) -> None:
+        self._fetch_started(pid, gitorphan.HOUSEKEEPING)
+
+    def _started(self, pid: int, verb: str = "") -> None:
+        """A git started under git.lock: written down, to be stopped should we die (or,
+        a collection, by a rollback that waits for the checkout)."""
         if self.identify is not None:
-            gitorphan.note(self.state_dir, pid, self.identify)
+            gitorphan.note(self.state_dir, pid, self.identify, verb=verb)
 
     @contextlib.contextmanager
-    def hold(self, waiting: Callable[[FileLock], None] | None = None) -> Iterator[FileLock]:
+    def hold(
+        self, waiting: Callable[[FileLock], None] | None = None, *, rollback: bool = False
+    ) -> Iterator[FileLock]:
         """git.lock, for a fetch or a move (its own descriptor: the daemon's fetch thread
         and its passes each take theirs). Held by a git whose reconcile died (gitorphan.py),
         at once or while we wait, that git is stopped; held by a live reconcile, it is
-        waited for, ``waiting`` told so first."""
+        waited for, ``waiting`` told so first. ``rollback``: a rollback's pin, which waits
+        for no housekeeping: a collection (``git gc``) under the lock, anyone's, is stopped
+        too, as the daemon's ``make_way`` stops its own (the next fetch collects again)."""
         lock = self._lock()
+        clear = self._make_way_for_rollback if rollback else self._stop_orphan
         if not lock.try_acquire():
-            if not self._stop_orphan() and waiting is not None:
+            if not clear() and waiting is not None:
                 waiting(lock)
-            lock.acquire(self.lock_wait, meanwhile=self._stop_orphan)
+            lock.acquire(self.lock_wait, meanwhile=clear)
         try:
             yield lock
         finally:
@@ -648,6 +657,16 @@ class GitSource:
     def _lock(self) -> FileLock:
         sidefiles.folder_for_write(StateDir(self.state_dir).git)
         return checkout_lock(self.state_dir)
+
+    def _make_way_for_rollback(self) -> bool:
+        if self._stop_orphan():
+            return True
+        found = (
+            None if self.identify is None else gitorphan.housekeeping(self.state_dir, self.identify)
+        )
+        if found is not None:
+            gitorphan.stop_housekeeping(found)
+        return found is not None
 
     def _stop_orphan(self) -> bool:
         """Whether a git a killed reconcile left holding git.lock was found, and stopped."""
@@ -894,7 +913,7 @@ class GitSource:
                 "--prune=now",
                 timeout=600,
                 hold=lock.fileno,  # a gc outliving us holds the checkout
-                started=self._fetch_started,
+                started=self._collection_started,
             )
         finally:
             self._fetch_pid = None
