@@ -480,6 +480,7 @@ class Reconciler(Preview):
                         result.errors, folder=_folder_problem(result, loaded)
                     )
                     self._auto_rollback(result, invalid)
+                self._say_move_failed(result, synced)
                 self._notify_source(result)
             result.outcomes = self.executor.take_tally()
             result.held = self.executor.take_held()
@@ -558,6 +559,14 @@ class Reconciler(Preview):
             names = sorted({base_name(r.name) for r in result.ours()})
             back_to = self.git.status().pinned  # the commit it runs from the next pass on
             self.notify.emit("RolledBack", rolled, revision=back_to, deployments=names)
+
+    def _say_move_failed(self, result: PassResult, synced: SyncResult | None) -> None:
+        """A move's first failure for its commit (a pin whose commit the checkout lacks),
+        journaled for each of the source's deployments, once: its retries are quiet."""
+        if synced is None or synced.move_failed is None:
+            return
+        for rec in result.ours():
+            self.executor.journal.append(rec.name, "checkout", synced.move_failed, "failed")
 
     def _notify_source(self, result: PassResult) -> None:
         """The git source's state (`reconcile source`'s), notified when it changes."""

@@ -503,3 +503,26 @@ def test_spellings_of_one_repository_compare_equal_and_others_do_not() -> None:
     assert same_repository("https://example.com/org/ops") != same_repository(
         "https://example.com/org/Ops"
     )
+
+
+def test_a_source_followed_again_under_another_spelling_keeps_its_records_owner(
+    reconcile: Any, remote: Remote
+) -> None:
+    """Following another repository, then the first again spelled otherwise (its path
+    for its file:// URL): source.json names the second by then, so the spelling was
+    taken for a new owner, and each of the first's deployments conflicted with itself."""
+    remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    other = Remote(remote.bare.parent.parent / "other", reconcile)
+    other.deploy("beta", basePort=reconcile.port + 20)
+    reconcile.converge("--git", other.url, "--git-path", "manifests")
+    assert reconcile.record("beta")["owner"] == other.owner()
+    again = reconcile.converge("--git", str(remote.bare) + "/", "--git-path", "manifests")
+    assert "conflict" not in again.out + again.err, again
+    rec = reconcile.record("alpha")
+    assert rec["owner"] == remote.owner() and rec["ref"]["pid"] == pid, rec
+    assert source(reconcile)["state"] == "Synced", source(reconcile)
+    reconcile("--git", other.url, "--git-path", "manifests", "down", check=0)
+    reconcile("--git", str(remote.bare), "--git-path", "manifests", "down", check=0)
+    assert reconcile.record("alpha") is None and reconcile.record("beta") is None

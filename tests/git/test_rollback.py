@@ -3,10 +3,17 @@ good one (pinned), a push while pinned (fetched, not applied), --resume."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+import psutil
 
 from controller.store.lock import FileLock
 from controller.store.sources import gitsource
@@ -260,3 +267,159 @@ def test_a_force_pushed_away_blob_is_collected_and_every_history_commit_kept(
     assert reconcile.record("alpha")["revision"] == good
     node_only(reconcile, "down")
     assert reconcile.record("alpha") is None
+
+
+def test_a_pin_on_a_commit_gone_from_the_remote_is_said_once_and_stops_no_fetch(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    """A pin the checkout cannot reach (the remote's history rewritten without it, the
+    checkout made again) can never be checked out. Each of the daemon's passes tried it
+    again, warned again, said PullFailed until the next fetch's success said Pinned, and
+    stopped the fetch in flight for it (a rollback's move goes first), so the node fetched
+    at the pace of its passes. Now its first failure is said once (`source`, one event per
+    deployment, one warning), the pin stands, the move is tried again with back-off, and
+    the fetches go on, as Flux keeps its last artifact and requeues a GitRepository whose
+    commit is gone."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    remote.commit({"README": "newer\n"}, "newer")
+    reconcile.converge("--git", remote.url, *GIT)
+    reconcile("rollback", good, check=0)
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    run_git(remote.work, "checkout", "-q", "--orphan", "rewritten")
+    remote.commit({}, "history rewritten")  # good is on no branch of the remote now
+    shutil.rmtree(StateDir(reconcile.state).git_checkout / ".git")  # a checkout made again
+
+    failed = node_only(reconcile, "--once", check=1)  # fetched, and the move fails
+    assert f"cannot check out {good[:12]}" in failed.err and "--resume" in failed.err, failed
+    seen = source(reconcile)
+    assert seen["state"] == "PullFailed" and seen["pinned"] == good, seen
+    assert "the pin stands" in seen["message"] and "reconcile history" in seen["message"], seen
+
+    d = git_daemon("--git", remote.url, *GIT, "--interval", "1h")
+    passes = lambda: [ln for ln in d.lines() if ln.get("event") == "pass"]  # noqa: E731
+    d.wait(passes, "the daemon's first pass")
+    newest = remote.commit({"README": "newest\n"}, "newest")
+    StateDir(reconcile.state).git_fetch_now.touch()  # as a webhook asks
+    d.proc.send_signal(signal.SIGUSR1)
+    d.wait(lambda: source(reconcile)["fetched"] == newest, "the fetch, pinned or not")
+    for n in range(2):  # passes with no fetch in flight: each tried the move again
+        before = len(passes())
+        d.proc.send_signal(signal.SIGUSR1)
+        d.wait(lambda before=before: len(passes()) > before, f"pass {n} asked for")
+    seen = source(reconcile)
+    assert seen["state"] == "PullFailed" and seen["pinned"] == good, seen  # not "Pinned"
+    warned = [ln for ln in d.lines() if ln.get("event") == "git checkout failed"]
+    stopped = [ln for ln in d.lines() if "a rollback's move goes first" in str(ln)]
+    assert not warned and not stopped, d.tail()  # said by the --once, once
+    said = [e for e in reconcile.events("alpha") if e["action"] == "checkout"]
+    assert len(said) == 1 and said[0]["outcome"] == "failed", reconcile.events("alpha")
+    assert reconcile.record("alpha")["ref"]["pid"] == pid  # the engine runs on, untouched
+
+    reconcile("rollback", "--resume", check=0)  # the way out it names
+    d.wait(lambda: source(reconcile)["state"] == "Synced", "the branch followed again")
+    assert source(reconcile)["applied"] == newest
+    assert d.stop() == 0
+    node_only(reconcile, "down")
+    assert reconcile.record("alpha") is None
+
+
+def test_a_rollback_stops_the_collection_of_a_large_checkout(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    """The daemon collects its checkout after a fetch that grew it (`git gc`, under
+    git.lock, up to 10 minutes for a very large one). A rollback's move stopped the fetch
+    in flight, not the gc after it: it waited for the housekeeping, and `rollback` gave up
+    after its minute ("the daemon has not applied it yet"). The gc is stopped as the fetch
+    is (the next fetch collects again), and what a gc cut short leaves is removed."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    remote.commit({"README": "newer\n"}, "newer")
+    reconcile.converge("--git", remote.url, *GIT)
+    (remote.work / "weights.bin").write_bytes(os.urandom(gitsource.COLLECT_MIN + (1 << 20)))
+    remote.commit({}, "a large file: its fetch collects the checkout")
+    path = f"{_slow_gc(reconcile.tmp)}:{os.environ['PATH']}"
+    d = git_daemon("--git", remote.url, *GIT, "--interval", "1h", env={"PATH": path})
+    with _stopped_at_the_end(d.wait(lambda: _collecting(d.proc.pid), "the gc under way")) as gc:
+        pack = StateDir(reconcile.state).git_checkout / ".git" / "objects" / "pack"
+        left = [pack / ".tmp-4242-pack-0123.pack", pack.parent.parent / "gc.pid"]
+        for path_left in left:  # what a real gc cut short leaves
+            path_left.write_text("4242 node\n")
+        out = reconcile("rollback", good, check=0)
+        assert f"rolled back to {good[:12]}" in out.out, out
+        d.wait(lambda: _ended(gc), "the gc stopped")
+    assert source(reconcile)["applied"] == good and not any(p.exists() for p in left)
+    (said,) = [ln for ln in d.lines() if ln.get("event") == "git checkout not collected"]
+    assert said["reason"] == "stopped: a rollback's move goes first", said
+    assert d.stop() == 0
+    node_only(reconcile, "down")
+    assert reconcile.record("alpha") is None
+
+
+def test_a_rollback_without_a_daemon_stops_a_once_s_collection(
+    reconcile: Any, remote: Remote
+) -> None:
+    """With no daemon, a cron `--once` collecting a large checkout held git.lock for its
+    gc (up to 10 minutes): `rollback` waited for the lock its fetch limit and a minute,
+    then failed. It stops the collection (anyone's: housekeeping, written down as it
+    starts) and moves at once."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    remote.commit({"README": "newer\n"}, "newer")
+    reconcile.converge("--git", remote.url, *GIT)
+    (remote.work / "weights.bin").write_bytes(os.urandom(gitsource.COLLECT_MIN + (1 << 20)))
+    large = remote.commit({}, "a large file: its fetch collects the checkout")
+    env = {**reconcile.env, "PATH": f"{_slow_gc(reconcile.tmp)}:{os.environ['PATH']}"}
+    with open(reconcile.tmp / "once.err", "wb") as err:
+        once = reconcile.popen("--once", "--git", remote.url, *GIT, env=env, stderr=err)
+    with _stopped_at_the_end(reconcile.wait_for(lambda: _collecting(once.pid), 30, "the gc")):
+        out = reconcile("rollback", good, check=0)
+    assert f"rolled back to {good[:12]}" in out.out, out
+    assert "git gc stopped: a rollback's move goes first" in out.err, out
+    assert once.wait(timeout=60) == 0  # its pass applied what it fetched, uncollected
+    seen = source(reconcile)
+    assert seen["applied"] == seen["pinned"] == good and seen["fetched"] == large, seen
+    node_only(reconcile, "down")
+    assert reconcile.record("alpha") is None
+
+
+def _slow_gc(tmp: Path) -> Path:
+    """A folder whose ``git`` is git, but for a gc that runs until it is stopped (a very
+    large checkout's): put first on a reconcile's PATH."""
+    folder = tmp / "slow-gc"
+    folder.mkdir(exist_ok=True)
+    wrapper = folder / "git"
+    wrapper.write_text(
+        '#!/bin/sh\nfor arg; do [ "$arg" = gc ] && exec sleep 600; done\n'
+        f'exec {shutil.which("git")} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return folder
+
+
+def _collecting(daemon: int) -> psutil.Process | None:
+    """The daemon's `git gc` (the slow one: its wrapper became ``sleep``)."""
+    for kid in psutil.Process(daemon).children():
+        with contextlib.suppress(psutil.Error):
+            if kid.name() == "sleep":
+                return kid
+    return None
+
+
+def _ended(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@contextlib.contextmanager
+def _stopped_at_the_end(proc: psutil.Process) -> Iterator[psutil.Process]:
+    """The slow gc (a session of its own: the fixture's teardown misses it) stopped
+    whatever the test found, if it is still that process."""
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+            if proc.is_running():  # pid and start time: never a reused pid's process
+                os.killpg(proc.pid, signal.SIGKILL)

@@ -233,7 +233,7 @@ def _source_failing(cfg: Config) -> list[str]:
     st = peek_status(cfg.state_dir)
     if st is None or not st.applied:  # _before_the_first_fetch said it
         return []
-    why = st.fetch_error or st.unverified
+    why = st.fetch_error or st.stuck_move or st.unverified
     if not why:
         return []
     return [f"git: {printable(why)} (still running {st.applied[:12]}; nothing pruned)"]

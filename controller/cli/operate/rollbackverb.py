@@ -141,7 +141,8 @@ def _pin(source: gitsource.GitSource, target: str | None, daemon: int | None) ->
     """The pin written (``source.json`` has a lock of its own). With a daemon its pass
     moves the checkout, stopping its own fetch for it (``GitSource.make_way``): no wait
     on a remote that hangs. Without one this command's own pass moves it, under git.lock:
-    taken here first, so a wait for another reconcile's fetch is said, not silent."""
+    taken here first, so a wait for another reconcile's fetch is said, not silent; its
+    collection (`git gc`, minutes for a large checkout) is stopped, never waited for."""
 
     def pin(st: gitsource.SourceStatus) -> None:
         st.pinned, st.auto_pinned = target, False
@@ -149,7 +150,8 @@ def _pin(source: gitsource.GitSource, target: str | None, daemon: int | None) ->
     if daemon:
         source.change_status(pin)
         return
-    with source.hold(waiting=lambda lock: _say_waiting(lock, source.settings.timeout)):
+    say = lambda lock: _say_waiting(lock, source.settings.timeout)  # noqa: E731
+    with source.hold(waiting=say, rollback=True):  # a collection in flight is stopped
         source.change_status(pin)
 
 

@@ -137,7 +137,7 @@ def resolve(
         else:  # the same repository spelled otherwise: the owner its records carry
             from controller.store.sources.gitsource import spelled_as_before
 
-            source = spelled_as_before(state_path, source)
+            source = spelled_as_before(state_path, source, lambda: _owners(state_path))
     return Config(
         manifests=paths,
         state_dir=state_path,
@@ -243,6 +243,14 @@ def remembered(state_dir: Path, flags: GitFlags) -> GitFlags:
         interval=flags.interval or st.interval,
         timeout=flags.timeout or st.timeout,
     )
+
+
+def _owners(state_dir: Path) -> list[str]:
+    """The owners the state dir's records carry (read and never set aside, as a read
+    verb reads them): a git source followed again may be known only by them."""
+    from controller.store.instances.records import RecordStore
+
+    return [rec.owner for rec in RecordStore(state_dir).peek().records.values()]
 
 
 def _deadline(file: GitFile | None) -> float | None:

@@ -38,21 +38,29 @@ log = get_logger("reconcile")
 
 VERSION = 1
 Identify = Callable[[int], ProcessRef | None]  # a pid's identity now; None: no such process
+HOUSEKEEPING = "gc"  # the git command a rollback waiting for git.lock stops, whoever runs it
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Running:
     git: ProcessRef  # the git started under git.lock (its process group's id is its pid)
     by: ProcessRef  # the reconcile that started it, and stops it at its limit
+    verb: str = ""  # git's command (``gc``: housekeeping); "" in a file written before it
 
 
 def _decode(data: Any) -> Running:
     check_version(data, VERSION)
-    return Running(git=ProcessRef(**data["git"]), by=ProcessRef(**data["by"]))
+    verb = data.get("verb", "")
+    return Running(
+        git=ProcessRef(**data["git"]),
+        by=ProcessRef(**data["by"]),
+        verb=verb if isinstance(verb, str) else "",
+    )
 
 
 def _encode(value: Running) -> dict[str, Any]:
-    return {"version": VERSION, "git": asdict(value.git), "by": asdict(value.by)}
+    git, by = asdict(value.git), asdict(value.by)
+    return {"version": VERSION, "git": git, "by": by, "verb": value.verb}
 
 
 def _document(state_dir: Path) -> Document[Running]:
@@ -60,15 +68,15 @@ def _document(state_dir: Path) -> Document[Running]:
     return Document(state, state.git_running, _decode, _encode)
 
 
-def note(state_dir: Path, pid: int, identify: Identify) -> None:
-    """``pid``, a git just started under git.lock by this process, written down. A git
-    that cannot be written down (a full disk, or it ended already) is only left to wait
-    on, as before, should we die: never a reason to fail the fetch."""
+def note(state_dir: Path, pid: int, identify: Identify, *, verb: str = "") -> None:
+    """``pid``, a git just started under git.lock by this process (running ``verb``),
+    written down. A git that cannot be written down (a full disk, or it ended already) is
+    only left to wait on, as before, should we die: never a reason to fail the fetch."""
     git, by = identify(pid), identify(os.getpid())
     if git is None or by is None:
         return
     try:
-        _document(state_dir).write(Running(git=git, by=by))
+        _document(state_dir).write(Running(git=git, by=by, verb=verb))
     except OSError as exc:
         log.warning("cannot write down the git started", path=str(state_dir), error=str(exc))
 
@@ -79,6 +87,27 @@ def orphan(state_dir: Path, identify: Identify) -> ProcessRef | None:
     if found is None or _same(found.by, identify) or not _same(found.git, identify):
         return None
     return found.git
+
+
+def housekeeping(state_dir: Path, identify: Identify) -> ProcessRef | None:
+    """The git written down when it is a collection (``gc``) still running, whoever's: a
+    rollback's move does not wait on housekeeping (the next fetch collects again)."""
+    found = _document(state_dir).read()
+    if found is None or found.verb != HOUSEKEEPING or not _same(found.git, identify):
+        return None
+    return found.git
+
+
+def stop_housekeeping(git: ProcessRef) -> None:
+    """SIGKILL to a collection's process group: git's gc is safe to cut short (what it
+    leaves, ``GitSource._unlock`` removes before the next fetch or move)."""
+    log.warning(
+        "git gc stopped: a rollback's move goes first",
+        pid=git.pid,
+        detail="housekeeping under the checkout's lock; the next fetch collects again",
+    )
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(git.pid, signal.SIGKILL)
 
 
 def stop(git: ProcessRef) -> None:
