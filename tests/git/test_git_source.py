@@ -6,8 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from controller.store.sources import gitsource
 from controller.store.statedir import StateDir
 from tests.git.conftest import Remote, run_git, source
 
@@ -185,6 +189,21 @@ def test_an_edit_in_the_checkout_is_undone_by_the_next_move(reconcile: Any, remo
     reconcile.converge(*git_args(remote))
     assert not stray.exists() and reconcile.record("stray") is None
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
+def test_git_never_acts_on_the_repository_around_the_checkout(tmp_path: Path) -> None:
+    """A checkout whose .git is gone, in a state dir inside a clone (a dotfiles home, the
+    manifests' own repository): git looked upwards and ran the move there."""
+    outer = tmp_path / "home"
+    outer.mkdir()
+    run_git(outer, "init", "-q")
+    (outer / "notes.txt").write_text("mine\n")
+    run_git(outer, "add", "notes.txt")
+    checkout = outer / "state" / "git" / "checkout"
+    checkout.mkdir(parents=True)
+    with pytest.raises(gitsource.GitFailed, match="not a git repository"):
+        gitsource.git(checkout, "rm", "-q", "--cached", "notes.txt")
+    assert run_git(outer, "diff", "--cached", "--name-only").split() == ["notes.txt"]
 
 
 def test_a_manifest_that_does_not_load_is_degraded_named_and_never_a_good_commit(

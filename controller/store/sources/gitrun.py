@@ -55,6 +55,10 @@ def git(
         "GIT_TERMINAL_PROMPT": "0",  # a missing password is a failure, not a hang
         "LC_ALL": "C",  # git's words, as the user would search for them
         "GIT_CONFIG_NOSYSTEM": os.environ.get("GIT_CONFIG_NOSYSTEM", "0"),
+        # Never the repository around ours: with the checkout's .git gone (a hand, a disk),
+        # git looked upwards, and a state dir inside a clone (a dotfiles home, the
+        # manifests' own repository) had its move (`checkout --force`, `clean`) run there.
+        "GIT_CEILING_DIRECTORIES": os.path.realpath(Path(repo).parent),
     }
     cmd = ["git", "-C", str(repo), "-c", "gc.auto=0", "-c", "advice.detachedHead=false", *args]
     verb = _verb(args)
