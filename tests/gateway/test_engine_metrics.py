@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from procs import free_ports
+from structlog.testing import capture_logs
 
 from controller.core.state import Phase, Record
 from controller.gateway.accounting.enginemetrics import EngineLoad, EngineMetricsReader, parse
@@ -202,3 +203,41 @@ def test_an_engine_whose_metrics_failed_once_is_read_again() -> None:
         return readings
 
     assert asyncio.run(scenario()) == [EngineLoad(None, None), EngineLoad(7.0, 0.4375)]
+
+
+def test_an_engine_whose_metrics_need_its_key_is_said_once() -> None:
+    """llama.cpp with ``--api-key`` answers 401 to ``/metrics`` (seen on the built
+    server): the deployment fell back to requests in flight without a word, whatever its
+    ``autoscale.metric`` said. Said once, with the next move; not asked again."""
+
+    async def scenario() -> tuple[int, list[dict[str, Any]]]:
+        asked: list[int] = []
+
+        async def metrics_page(request: web.Request) -> web.Response:
+            asked.append(1)
+            return web.Response(status=401, text='{"error": "Invalid API Key"}')
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics_page)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_ports(1)
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        records = [
+            Record(name="eng", owner="o", node="n", nonce="n0", port=port, phase=Phase.READY)
+        ]
+        try:
+            with capture_logs() as logs:
+                async with aiohttp.ClientSession() as session:
+                    reader = EngineMetricsReader(session, lambda: records, {})
+                    for _ in range(3):
+                        await reader.once()
+        finally:
+            await runner.cleanup()
+        return len(asked), logs
+
+    asked, logs = asyncio.run(scenario())
+    said = [e for e in logs if e["event"].startswith("engine metrics refused")]
+    assert asked == 1 and len(said) == 1, logs
+    assert said[0]["deployment"] == "eng" and said[0]["status"] == 401, said
+    assert "gateway.apiKeys" in said[0]["next"], said

@@ -47,6 +47,9 @@ import aiohttp
 from controller.core.manifest.names import base_name, instance_of
 from controller.core.state import Phase, Record
 from controller.host.probes import connect_host
+from controller.logsetup import get_logger
+
+log = get_logger("reconcile")
 
 EVERY = 5.0  # seconds between reads of an engine's /metrics
 TIMEOUT = 2.0  # seconds one read may take (an engine busy with a prefill may be slow)
@@ -180,6 +183,9 @@ class EngineMetricsReader:
             async with asyncio.timeout(TIMEOUT), self._session.get(url) as answer:
                 if answer.status >= 500:  # failing now, not without metrics: asked again
                     return None
+                if answer.status in (401, 403):
+                    self._locked(rec, answer.status)
+                    return None
                 text = await answer.text() if answer.status == 200 else ""
         except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
             return None  # a slow or busy engine: no reading this time, asked again
@@ -189,6 +195,21 @@ class EngineMetricsReader:
                 self._silent.add(rec.nonce)
             return None
         return load
+
+    def _locked(self, rec: Record, status: int) -> None:
+        """An engine whose /metrics is behind its own key (llama.cpp's ``--api-key`` covers
+        it, seen on the built server): not asked again, and said once, as the deployment
+        scales on requests in flight from now on, whatever ``autoscale.metric`` says."""
+        if rec.nonce is not None:
+            self._silent.add(rec.nonce)
+        log.warning(
+            "engine metrics refused: the engine's /metrics needs its own API key, so it"
+            " is routed and scaled on requests in flight",
+            deployment=rec.name,
+            status=status,
+            next="leave the engine's own --api-key off and keep the gateway's keys in"
+            " front of it (gateway.apiKeys in node.yaml)",
+        )
 
 
 def _readable(rec: Record) -> bool:
