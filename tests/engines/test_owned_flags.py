@@ -79,6 +79,31 @@ def test_a_flag_that_only_begins_like_an_owned_one_passes() -> None:
 
 
 @pytest.mark.parametrize(
+    ("engine", "written", "flag"),
+    [
+        ("vllm", "--por", "--port"),
+        ("vllm", "--ho", "--host"),
+        ("sglang", "--model-pa", "--model-path"),
+        ("sglang", "--nccl-p", "--nccl-port"),
+    ],
+)
+def test_a_beginning_of_an_owned_flag_is_refused_where_argparse_reads_it(
+    engine: str, written: str, flag: str
+) -> None:
+    """vLLM's and SGLang's parsers (argparse, ``allow_abbrev``) take ``--por 9000`` for
+    ``--port 9000``: it got past the refusal and moved the engine off its port."""
+    for args in ((written, "9000"), (f"{written}=9000",)):
+        with pytest.raises(RecipeError, match=f"spec.args sets {written} \\(read as {flag}"):
+            recipe_for(engine).launch(ctx(model=GGUF, args=args))
+
+
+def test_a_beginning_is_no_flag_of_its_own_for_llama_cpp_and_tgi() -> None:
+    """llama.cpp's and TGI's parsers take whole flags only: ``--po`` is not refused."""
+    launch = recipe_for("llama-cpp").launch(ctx(model=GGUF, args=("--po", "x")))
+    assert launch.argv[-2:] == ("--po", "x")
+
+
+@pytest.mark.parametrize(
     "devices",
     [
         (),

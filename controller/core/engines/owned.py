@@ -28,15 +28,35 @@ ENV: dict[str, str] = {
 }
 
 
-def refuse_flags(engine: str, args: Sequence[str], owned: Mapping[str, str]) -> None:
-    """RecipeError for the first flag of ``owned`` (flag -> what sets it) in ``args``."""
-    for flag, source in owned.items():
-        if has_flag(args, flag):
-            raise RecipeError(
-                f"spec.args sets {flag}, which engine {engine!r} sets itself from {source} "
-                f"(the last {flag} wins, so probes and the gateway would look elsewhere): "
-                f"remove it from spec.args"
-            )
+def refuse_flags(
+    engine: str, args: Sequence[str], owned: Mapping[str, str], *, abbreviated: bool = False
+) -> None:
+    """RecipeError for the first flag of ``owned`` (flag -> what sets it) in ``args``.
+    ``abbreviated``: the engine's parser takes a flag's beginning for the flag (argparse's
+    ``allow_abbrev``, on in vLLM's and SGLang's), so ``--por 9000`` sets ``--port``."""
+    whole = [(flag, flag) for flag in owned if has_flag(args, flag)]
+    # A whole flag first: SGLang's --model is an alias of its own, not --model-path begun.
+    found = whole or _beginnings(owned, args, abbreviated)
+    if not found:
+        return
+    written, flag = found[0]
+    read = "" if written == flag else f" (read as {flag}: the engine takes a beginning)"
+    raise RecipeError(
+        f"spec.args sets {written}{read}, which engine {engine!r} sets itself from "
+        f"{owned[flag]} (the last {flag} wins, so probes and the gateway would look "
+        f"elsewhere): remove it from spec.args"
+    )
+
+
+def _beginnings(
+    owned: Mapping[str, str], args: Sequence[str], abbreviated: bool
+) -> list[tuple[str, str]]:
+    """(written, flag) for each of ``args`` that is a shorter beginning of an owned flag
+    (``--por`` of ``--port``), when the engine reads one so."""
+    if not abbreviated:
+        return []
+    names = [arg.partition("=")[0] for arg in args if arg.startswith("--") and len(arg) > 2]
+    return [(n, flag) for n in names for flag in owned if flag.startswith(n) and n != flag]
 
 
 def refuse_env(engine: str, env: Mapping[str, str], recipe_env: Mapping[str, str]) -> None:

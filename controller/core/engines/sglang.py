@@ -70,7 +70,7 @@ class SglangRecipe:
             )
         if len(ctx.extra_ports) < self.extra_ports:
             raise RecipeError("engine 'sglang' needs 1 reserved internal port (--nccl-port)")
-        refuse_flags(self.engine, ctx.args, OWNED)
+        refuse_flags(self.engine, ctx.args, OWNED, abbreviated=True)
         # `python -m` recipe: spec.executable names the interpreter (a venv's python).
         argv: list[str] = [
             ctx.executable or "python3",

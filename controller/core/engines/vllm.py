@@ -89,7 +89,7 @@ class VllmRecipe:
             )
         if len(ctx.extra_ports) < self.extra_ports:
             raise RecipeError("engine 'vllm' needs 1 reserved internal port (VLLM_PORT)")
-        refuse_flags(self.engine, ctx.args, OWNED)
+        refuse_flags(self.engine, as_vllm_reads(ctx.args), OWNED, abbreviated=True)
         argv: list[str] = [
             ctx.executable or "vllm",
             "serve",
