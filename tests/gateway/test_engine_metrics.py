@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -135,6 +136,19 @@ def test_a_ready_engines_own_figures_are_exported_and_follow_it(
     g.finish()
 
 
+async def _serve_metrics(
+    page: Callable[[web.Request], Awaitable[web.Response]],
+) -> tuple[web.AppRunner, int]:
+    """A stand-in engine whose ``/metrics`` is ``page``: its runner (to clean up) and port."""
+    app = web.Application()
+    app.router.add_get("/metrics", page)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_ports(1)
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, port
+
+
 def test_each_engines_queue_as_read_reaches_prefix_routing() -> None:
     """The reader hands every engine's queue, as read, to the routing table
     (``Table.engine_queued``), which learns how many requests it runs at once; an
@@ -144,12 +158,7 @@ def test_each_engines_queue_as_read_reaches_prefix_routing() -> None:
         async def metrics_page(request: web.Request) -> web.Response:
             return web.Response(text=LLAMA_CPP)
 
-        app = web.Application()
-        app.router.add_get("/metrics", metrics_page)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        port = free_ports(1)
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runner, port = await _serve_metrics(metrics_page)
         records = [
             Record(name="eng", owner="o", node="n", nonce="n0", port=port, phase=Phase.READY),
             # nothing listens there: no reading, nothing handed on
@@ -181,12 +190,7 @@ def test_an_engine_whose_metrics_failed_once_is_read_again() -> None:
         async def metrics_page(request: web.Request) -> web.Response:
             return answers.pop(0) if len(answers) > 1 else answers[0]
 
-        app = web.Application()
-        app.router.add_get("/metrics", metrics_page)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        port = free_ports(1)
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runner, port = await _serve_metrics(metrics_page)
         records = [
             Record(name="eng", owner="o", node="n", nonce="n0", port=port, phase=Phase.READY)
         ]
@@ -217,12 +221,7 @@ def test_an_engine_whose_metrics_need_its_key_is_said_once() -> None:
             asked.append(1)
             return web.Response(status=401, text='{"error": "Invalid API Key"}')
 
-        app = web.Application()
-        app.router.add_get("/metrics", metrics_page)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        port = free_ports(1)
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runner, port = await _serve_metrics(metrics_page)
         records = [
             Record(name="eng", owner="o", node="n", nonce="n0", port=port, phase=Phase.READY)
         ]

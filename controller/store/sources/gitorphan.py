@@ -101,22 +101,24 @@ def housekeeping(state_dir: Path, identify: Identify) -> ProcessRef | None:
 def stop_housekeeping(git: ProcessRef) -> None:
     """SIGKILL to a collection's process group: git's gc is safe to cut short (what it
     leaves, ``GitSource._unlock`` removes before the next fetch or move)."""
-    log.warning(
+    _kill(
+        git,
         "git gc stopped: a rollback's move goes first",
-        pid=git.pid,
-        detail="housekeeping under the checkout's lock; the next fetch collects again",
+        "housekeeping under the checkout's lock; the next fetch collects again",
     )
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(git.pid, signal.SIGKILL)
 
 
 def stop(git: ProcessRef) -> None:
     """SIGKILL to the orphan's process group (the fetch's ssh or remote-https too)."""
-    log.warning(
+    _kill(
+        git,
         "git left running by a reconcile that died; stopped",
-        pid=git.pid,
-        detail="its reconcile was killed mid-fetch: nothing would stop it at its limit",
+        "its reconcile was killed mid-fetch: nothing would stop it at its limit",
     )
+
+
+def _kill(git: ProcessRef, said: str, why: str) -> None:
+    log.warning(said, pid=git.pid, detail=why)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(git.pid, signal.SIGKILL)
 
