@@ -279,6 +279,33 @@ def test_events_and_describe_say_why_a_start_failed(reconcile: Any) -> None:
     rc.down()
 
 
+def test_a_program_not_found_names_the_field_and_line_that_name_it(reconcile: Any) -> None:
+    """A typo in an `engine: command` program said `install the engine or set
+    spec.executable`: a field that is no fix for a command's argv, and no file or line.
+    Now the message names the field that names the program (spec.command[0], or
+    spec.executable where set), the manifest and the line."""
+    rc = reconcile
+    typo = rc.write("typo", command=["pyhton3-no-such", "-m", "http.server", "{port}"])
+    exe = rc.write("exe", command=["python3", "{port}"], executable="/no/such/engine")
+    rc.once(check=None)
+    status = rc.status("typo", "exe")
+    typo_line = next(
+        n for n, line in enumerate(typo.read_text().splitlines(), 1) if "pyhton3" in line
+    )
+    exe_line = next(
+        n for n, line in enumerate(exe.read_text().splitlines(), 1) if "executable" in line
+    )
+    assert status["typo"]["message"] == (
+        "cannot exec 'pyhton3-no-such': No such file or directory: install it or correct "
+        f"spec.command[0] (a program on PATH, or its path) ({typo}:{typo_line})"
+    ), status["typo"]
+    assert status["exe"]["message"] == (
+        "cannot exec '/no/such/engine': No such file or directory: install it or correct "
+        f"spec.executable ({exe}:{exe_line})"
+    ), status["exe"]
+    rc.down()
+
+
 def _healthy(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
