@@ -427,6 +427,32 @@ def test_a_manifests_folder_that_is_a_symlink_is_watched_where_it_points(
     assert all(f"stopped {n}" in stopped for n in ("keeper", "newcomer", "third")), stopped
 
 
+def test_a_symlink_above_the_manifests_folder_switched_is_a_folder_event(
+    reconcile: Any, daemon: Any
+) -> None:
+    """git-sync's layout: `-f sync/current/manifests`, `current -> wt1` switched by a rename
+    to `wt2`. The switch happens in `sync/`, which nothing watched (the folder and its
+    parent were watched through the old link), so only the resync saw the new release."""
+    rc = reconcile
+    sync = rc.tmp / "sync"
+    rc.write("keeper", folder=sync / "wt1" / "manifests", **sleeper())
+    for name in ("keeper", "released"):
+        rc.write(name, folder=sync / "wt2" / "manifests", **sleeper())
+    (sync / "current").symlink_to("wt1")
+    folder = sync / "current" / "manifests"
+    d = daemon("-f", str(folder))
+    d.wait(lambda: ready_pid(rc, "keeper"), "keeper Ready")
+    keeper = ready_pid(rc, "keeper")
+    (sync / "current.new").symlink_to("wt2")
+    os.rename(sync / "current.new", sync / "current")
+    d.wait(lambda: ready_pid(rc, "released"), "released Ready (a folder event, not a resync)")
+    assert ready_pid(rc, "keeper") == keeper
+    assert not [p for p in d.passes() if "resync" in p["trigger"]], d.passes()
+    assert d.stop() == 0, d.tail()
+    stopped = rc.down("-f", str(folder)).out
+    assert all(f"stopped {n}" in stopped for n in ("keeper", "released")), stopped
+
+
 def test_a_manifest_of_a_wrong_type_never_ends_the_daemon(
     reconcile: Any, daemon: Any, finish: Any
 ) -> None:
