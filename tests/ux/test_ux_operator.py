@@ -27,6 +27,25 @@ def test_a_missing_folder_fails_validate_and_once_and_prunes_nothing(reconcile: 
     rc.down()
 
 
+def test_a_missing_manifest_file_is_called_a_file(reconcile: Any) -> None:
+    """`-f web.yaml` (a file, as kubectl takes it) gone: validate, `--once` and `status`
+    called it "manifests folder .../web.yaml does not exist"."""
+    rc = reconcile
+    web = rc.write("web")
+    rc.converge("-f", str(web))
+    pid = rc.status()["web"]["pid"]
+    web.unlink()
+    said = f"manifest file {web} does not exist"
+    checked = rc("validate", "-f", str(web), check=1)
+    assert f"error: {said}" in checked.err and "folder" not in checked.err, checked.err
+    once = rc("--once", "-f", str(web), check=1)
+    assert said in once.err and "folder" not in once.err, once.err
+    assert rc.status()["web"]["pid"] == pid  # invariant 5: nothing pruned
+    assert said in rc("status", "-f", str(web), check=0).out
+    rc.write("web")
+    rc.down("-f", str(web))
+
+
 def test_an_emptied_folder_fails_once_with_the_way_out(reconcile: Any) -> None:
     rc = reconcile
     rc.write("web")
