@@ -73,7 +73,10 @@ class ManifestWatch(Watch):
         return out
 
     def directories(self) -> dict[Path, tuple[int, int]]:
-        """Each folder that exists (by identity) and the nearest directory above it."""
+        """Each folder that exists (by identity), the nearest directory above it, and the
+        directory of each symlink above it: a link on the way (git-sync's `current ->
+        .worktrees/abc`, switched by a rename) moves the folder, and only its own
+        directory hears of the switch (then the pass's ``rearm`` follows the folder)."""
         wanted: dict[Path, tuple[int, int]] = {}
         for folder in self.folders:
             for path in (folder, *folder.parents):
@@ -82,4 +85,7 @@ class ManifestWatch(Watch):
                     wanted[path] = ident
                     if path != folder:
                         break  # the nearest directory above that exists
+            for link in (p for p in folder.parents if p.is_symlink()):
+                if (ident := dir_identity(link.parent)) is not None:
+                    wanted[link.parent] = ident
         return wanted

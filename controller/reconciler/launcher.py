@@ -517,11 +517,21 @@ def _same_wait(a: Record, b: Record) -> bool:
 
 
 def _no_program(entry: Entry) -> str:
-    """The next move for an engine whose program is not on this node. ``spec.image``
-    alone reads as "run this image" to whoever comes from compose or Kubernetes; it is
-    export's, and the engine ran (and failed) as a process."""
+    """The next move for an engine whose program is not on this node, at the field that
+    names it (``engine: command``'s is its argv's first word, a typo there the likeliest
+    cause). ``spec.image`` alone reads as "run this image" to whoever comes from compose
+    or Kubernetes; it is export's, and the engine ran (and failed) as a process."""
     spec = entry.deployment.spec
-    hint = ": install the engine or set spec.executable"
+    if spec.executable is not None:
+        loc: tuple[str | int, ...] = ("spec", "executable")
+        hint = ": install it or correct spec.executable"
+    elif spec.engine == "command":
+        loc = ("spec", "command", 0)
+        hint = ": install it or correct spec.command[0] (a program on PATH, or its path)"
+    else:
+        loc = ("spec", "engine")
+        hint = ": install the engine or set spec.executable"
+    hint += f" ({entry.source}:{entry.line_at(loc)})"
     if spec.image is not None and spec.container is None:
         hint += (
             f", or run it in that image: `container: {{image: {spec.image}}}` "

@@ -951,7 +951,22 @@ def _seen(result: PassResult, node: str, at: datetime) -> Seen:
         prune_blocked=blocked,
         skipped=skip_note(skipped),
         kept=kept_note(kept),
+        held=_held_note(result),
     )
+
+
+def _held_note(result: PassResult) -> dict[str, str]:
+    """This set's Ready engines whose new spec's model pull keeps failing: they serve the
+    old spec, which `status` would otherwise show as all well while `--once` exits 1 (a
+    Pulling record's own message says its failure already)."""
+    ours = result.ours()
+    serving = {base_name(r.name) for r in ours if r.phase is Phase.READY}
+    failing = pulling.failing(ours, result.pulls, result.sources)
+    return {
+        name: f"{why.removeprefix(f'{name}: ')}: the engine serves its old spec meanwhile"
+        for name, why in failing.items()
+        if name in serving
+    }
 
 
 def _unplaced(rec: Record) -> bool:

@@ -146,8 +146,15 @@ class Watch:
         for path, ident in wanted.items():
             if path not in self._watches:
                 with contextlib.suppress(OSError):  # gone again, or no inotify left: resync
+                    # A folder that is a symlink (`manifests -> releases/v2`) is watched
+                    # where it points, as its identity is taken: watchdog's default watches
+                    # the link itself, which no change inside the folder ever touches.
                     watch = self._observer.schedule(
-                        self._handler, str(path), recursive=False, event_filter=WATCHED_EVENTS
+                        self._handler,
+                        str(path),
+                        recursive=False,
+                        event_filter=WATCHED_EVENTS,
+                        follow_symlink=True,
                     )
                     self._watches[path] = (ident, watch)
 

@@ -394,6 +394,65 @@ def test_a_folder_that_disappears_prunes_nothing_and_is_watched_again(
     finish(d)
 
 
+def test_a_manifests_folder_that_is_a_symlink_is_watched_where_it_points(
+    reconcile: Any, daemon: Any
+) -> None:
+    """`-f current` with `current -> releases/v1`, switched by a rename to `releases/v2`
+    (an atomic release): the watch was on the link itself, which no save in the folder
+    touches, so only the resync (here 1h) saw a new file. It follows the link, and moves
+    with it when the link is switched."""
+    rc = reconcile
+    v1, v2 = rc.tmp / "releases" / "v1", rc.tmp / "releases" / "v2"
+    link = rc.tmp / "current"
+    for name in ("keeper", "newcomer"):
+        rc.write(name, folder=v2, **sleeper())
+    rc.write("keeper", folder=v1, **sleeper())
+    link.symlink_to(v1)
+    d = daemon("-f", str(link))
+    d.wait(lambda: ready_pid(rc, "keeper"), "keeper Ready")
+    rc.write("newcomer", folder=link, **sleeper())  # a save in the folder: its event
+    d.wait(lambda: ready_pid(rc, "newcomer"), "newcomer Ready (a folder event, not a resync)")
+    keeper = ready_pid(rc, "keeper")
+    switching = rc.tmp / "current.new"
+    switching.symlink_to(v2)
+    os.rename(switching, link)  # the release switch: v2 holds the same two manifests
+    passes = len(d.passes())
+    d.wait(lambda: len(d.passes()) > passes, "the pass after the switch")
+    rc.write("third", folder=v2, **sleeper())  # seen through the watch moved onto v2
+    d.wait(lambda: ready_pid(rc, "third"), "third Ready (a folder event, not a resync)")
+    assert ready_pid(rc, "keeper") == keeper
+    assert not [p for p in d.passes() if "resync" in p["trigger"]], d.passes()
+    assert d.stop() == 0, d.tail()
+    stopped = rc.down("-f", str(link)).out
+    assert all(f"stopped {n}" in stopped for n in ("keeper", "newcomer", "third")), stopped
+
+
+def test_a_symlink_above_the_manifests_folder_switched_is_a_folder_event(
+    reconcile: Any, daemon: Any
+) -> None:
+    """git-sync's layout: `-f sync/current/manifests`, `current -> wt1` switched by a rename
+    to `wt2`. The switch happens in `sync/`, which nothing watched (the folder and its
+    parent were watched through the old link), so only the resync saw the new release."""
+    rc = reconcile
+    sync = rc.tmp / "sync"
+    rc.write("keeper", folder=sync / "wt1" / "manifests", **sleeper())
+    for name in ("keeper", "released"):
+        rc.write(name, folder=sync / "wt2" / "manifests", **sleeper())
+    (sync / "current").symlink_to("wt1")
+    folder = sync / "current" / "manifests"
+    d = daemon("-f", str(folder))
+    d.wait(lambda: ready_pid(rc, "keeper"), "keeper Ready")
+    keeper = ready_pid(rc, "keeper")
+    (sync / "current.new").symlink_to("wt2")
+    os.rename(sync / "current.new", sync / "current")
+    d.wait(lambda: ready_pid(rc, "released"), "released Ready (a folder event, not a resync)")
+    assert ready_pid(rc, "keeper") == keeper
+    assert not [p for p in d.passes() if "resync" in p["trigger"]], d.passes()
+    assert d.stop() == 0, d.tail()
+    stopped = rc.down("-f", str(folder)).out
+    assert all(f"stopped {n}" in stopped for n in ("keeper", "released")), stopped
+
+
 def test_a_manifest_of_a_wrong_type_never_ends_the_daemon(
     reconcile: Any, daemon: Any, finish: Any
 ) -> None:

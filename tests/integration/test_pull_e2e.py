@@ -254,7 +254,8 @@ def test_a_recreate_whose_new_source_fails_keeps_the_old_engine(
 ) -> None:
     """The new source's download fails (a wrong sha256): the old engine serves on, the
     failure is in the journal and `plan`, and once it keeps failing `--once` exits 1
-    naming it, as for a deployment that never ran."""
+    naming it, as for a deployment that never ran, and `status` (`conditions`) and
+    `describe` say so beside Ready, until a pass finds the edit undone."""
     with serving({"tiny.gguf": DATA}) as server:
         write(reconcile, "web", server)
         reconcile.converge()
@@ -275,5 +276,16 @@ def test_a_recreate_whose_new_source_fails_keeps_the_old_engine(
 
         done = reconcile.wait_for(keeps_failing, timeout=90, what="the second failure")
         assert "web: its pull keeps failing" in done.err, done
+        assert _serving_pid(reconcile, "web") == before
+        # `status` said Ready and nothing more while cron mailed the failure: it says why.
+        said = "its pull keeps failing"
+        item = reconcile.status(cli=True)["web"]
+        assert item["phase"] == "Ready", item
+        assert any(said in c and "serves its old spec" in c for c in item["conditions"]), item
+        assert said in reconcile("status", check=0).out
+        assert said in reconcile("describe", "web", check=0).out
+        write(reconcile, "web", server)  # the edit undone: the next pass's note says nothing
+        reconcile.once()
+        assert reconcile.status(cli=True)["web"]["conditions"] == []
         assert _serving_pid(reconcile, "web") == before
     reconcile.down()

@@ -27,6 +27,25 @@ def test_a_missing_folder_fails_validate_and_once_and_prunes_nothing(reconcile: 
     rc.down()
 
 
+def test_a_missing_manifest_file_is_called_a_file(reconcile: Any) -> None:
+    """`-f web.yaml` (a file, as kubectl takes it) gone: validate, `--once` and `status`
+    called it "manifests folder .../web.yaml does not exist"."""
+    rc = reconcile
+    web = rc.write("web")
+    rc.converge("-f", str(web))
+    pid = rc.status()["web"]["pid"]
+    web.unlink()
+    said = f"manifest file {web} does not exist"
+    checked = rc("validate", "-f", str(web), check=1)
+    assert f"error: {said}" in checked.err and "folder" not in checked.err, checked.err
+    once = rc("--once", "-f", str(web), check=1)
+    assert said in once.err and "folder" not in once.err, once.err
+    assert rc.status()["web"]["pid"] == pid  # invariant 5: nothing pruned
+    assert said in rc("status", "-f", str(web), check=0).out
+    rc.write("web")
+    rc.down("-f", str(web))
+
+
 def test_an_emptied_folder_fails_once_with_the_way_out(reconcile: Any) -> None:
     rc = reconcile
     rc.write("web")
@@ -276,6 +295,33 @@ def test_events_and_describe_say_why_a_start_failed(reconcile: Any) -> None:
     assert rows and rows[0].rstrip().endswith(said), rows
     described = rc("describe", "broken", check=0).out
     assert any(line.rstrip().endswith(said) for line in described.splitlines()), described
+    rc.down()
+
+
+def test_a_program_not_found_names_the_field_and_line_that_name_it(reconcile: Any) -> None:
+    """A typo in an `engine: command` program said `install the engine or set
+    spec.executable`: a field that is no fix for a command's argv, and no file or line.
+    Now the message names the field that names the program (spec.command[0], or
+    spec.executable where set), the manifest and the line."""
+    rc = reconcile
+    typo = rc.write("typo", command=["pyhton3-no-such", "-m", "http.server", "{port}"])
+    exe = rc.write("exe", command=["python3", "{port}"], executable="/no/such/engine")
+    rc.once(check=None)
+    status = rc.status("typo", "exe")
+    typo_line = next(
+        n for n, line in enumerate(typo.read_text().splitlines(), 1) if "pyhton3" in line
+    )
+    exe_line = next(
+        n for n, line in enumerate(exe.read_text().splitlines(), 1) if "executable" in line
+    )
+    assert status["typo"]["message"] == (
+        "cannot exec 'pyhton3-no-such': No such file or directory: install it or correct "
+        f"spec.command[0] (a program on PATH, or its path) ({typo}:{typo_line})"
+    ), status["typo"]
+    assert status["exe"]["message"] == (
+        "cannot exec '/no/such/engine': No such file or directory: install it or correct "
+        f"spec.executable ({exe}:{exe_line})"
+    ), status["exe"]
     rc.down()
 
 

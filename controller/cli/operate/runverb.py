@@ -188,7 +188,7 @@ def report(result: object, *, quiet: bool = False) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from controller.store.sources.manifests import load
+    from controller.store.sources.manifests import load, missing_text
 
     cfg = config(args)
     loaded = load(
@@ -197,7 +197,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     _print_errors(list(loaded.errors))
     for folder in loaded.missing_folders:  # a mistyped CI or cron path must not go green
         if folder not in loaded.unusable:  # an unusable one's error said what it is
-            print(f"error: manifests folder {folder} does not exist", file=sys.stderr)
+            print(f"error: {missing_text(folder)}", file=sys.stderr)
     if loaded.errors or loaded.missing_folders:
         return EXIT_FAIL
     if loaded.no_manifest and not args.allow_empty:  # kubectl: "no objects passed to apply"

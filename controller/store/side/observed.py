@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from controller.core.manifest.names import base_name
 from controller.core.state import Record
 from controller.store.documents import Document
 from controller.store.statedir import StateDir
@@ -30,6 +31,9 @@ class Seen:
     prune_blocked: str | None = None  # the folders held no manifest: nothing was pruned
     skipped: str | None = None  # a fleet: what this node left to others, and why
     kept: str | None = None  # a fleet: what it runs on for a broken manifest of others'
+    # Engines serving their old spec, the new one's model pull failing: deployment -> why.
+    # Here, not in the record's message, which would outlive a spec changed back.
+    held: dict[str, str] = field(default_factory=dict)
 
 
 def _document(state_dir: Path) -> Document[list[Seen]]:
@@ -56,7 +60,8 @@ def peek_all(state_dir: Path) -> list[Seen]:
 @dataclass
 class Views:
     """What the notes say of each record: when its node was last looked at, and what
-    holds it as it is (its set's folders held no manifest: nothing pruned)."""
+    holds it as it is (its set's folders held no manifest: nothing pruned; its new spec
+    cannot start, so it serves the old one)."""
 
     seen: dict[str, datetime] = field(default_factory=dict)  # record -> observed at
     conditions: dict[str, list[str]] = field(default_factory=dict)  # record -> conditions
@@ -72,6 +77,7 @@ def views(notes: list[Seen], records: Iterable[Record]) -> Views:
             found.seen[rec.name] = max(n.at for n in looked)
         mine = [n for n in looked if n.owner == rec.owner]
         found.conditions[rec.name] = [n.prune_blocked for n in mine if n.prune_blocked]
+        found.conditions[rec.name] += [h for n in mine if (h := n.held.get(base_name(rec.name)))]
     return found
 
 
@@ -101,6 +107,7 @@ def _seen(item: Any) -> Seen:
         prune_blocked=str(blocked) if blocked else None,
         skipped=str(item["skipped"]) if item.get("skipped") else None,
         kept=str(item["kept"]) if item.get("kept") else None,
+        held={str(k): str(v) for k, v in (item.get("held") or {}).items()},
     )
 
 
@@ -112,4 +119,5 @@ def _encode(seen: Seen) -> dict[str, Any]:
         "prune_blocked": seen.prune_blocked,
         **({"skipped": seen.skipped} if seen.skipped else {}),
         **({"kept": seen.kept} if seen.kept else {}),
+        **({"held": seen.held} if seen.held else {}),
     }

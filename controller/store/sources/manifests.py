@@ -106,7 +106,7 @@ class LoadResult:
                 for f in self.missing_folders
             ]
         return [
-            f"manifests folder {f} {self.unusable.get(f, 'does not exist')}"
+            f"manifests folder {f} {self.unusable[f]}" if f in self.unusable else missing_text(f)
             for f in self.missing_folders
         ]
 
@@ -384,6 +384,12 @@ def _add(result: LoadResult, entry: Entry) -> None:
         other = f"duplicate deployment name {name!r}: also declared in {also}"
         result.errors.append(ManifestError(first.source, first.line, "metadata.name", other, name))
     result.invalid_names[name] = str(result.error(error))  # where, as every invalid one says
+
+
+def missing_text(path: str) -> str:
+    """A missing ``-f`` path in words: `-f web.yaml` names a manifest file, not a folder."""
+    what = "manifest file" if path.endswith(SUFFIXES) else "manifests folder"
+    return f"{what} {path} does not exist"
 
 
 def is_single_file(path: Path) -> bool:
