@@ -20,8 +20,9 @@ from controller.pull.job import JOB_ENV, Job
 from controller.store.models.modelcache import CacheEntry
 
 MARKER = "RECONCILE_PULL"
-# Children this process started: polled so none stays a zombie while the daemon runs.
-_children: list[subprocess.Popen[bytes]] = []
+# Children this process started, by their entry folder: polled so none stays a zombie
+# while the daemon runs, and counted as running while they live (see ``running``).
+_children: list[tuple[Path, subprocess.Popen[bytes]]] = []
 
 
 def spawn(job: Job, settings: Mapping[str, str] | None = None) -> int:
@@ -44,7 +45,7 @@ def spawn(job: Job, settings: Mapping[str, str] | None = None) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    _children.append(child)
+    _children.append((entry.folder, child))
     return child.pid
 
 
@@ -59,8 +60,14 @@ def running(root: Path, scan: EnvironScan | None = None) -> dict[str, int]:
                 folder = Path(os.fsdecode(item[len(prefix) :]))
                 if folder.parent == root:
                     found[folder.name] = pid
+    # Popen returns once the exec has begun, and the kernel gives the new program its
+    # environment a moment later: a pull just spawned can read as having none, so a
+    # pass's next round would start a second pull of the same file. Ours count anyway.
+    for folder, child in _children:
+        if folder.parent == root and child.poll() is None:
+            found.setdefault(folder.name, child.pid)
     return found
 
 
 def _reap() -> None:
-    _children[:] = [c for c in _children if c.poll() is None]
+    _children[:] = [(folder, c) for folder, c in _children if c.poll() is None]

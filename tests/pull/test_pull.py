@@ -20,6 +20,7 @@ from modelservers import HostileServer, HubServer, serving
 from procs import alive, cmdline, kill_marked, wait_for, wait_gone
 
 from controller.core.manifest.sources import Source
+from controller.host.procscan import EnvironScan
 from controller.pull import launch, worker
 from controller.pull.host import HostPuller
 from controller.pull.job import Job
@@ -193,6 +194,58 @@ def test_a_puller_kept_between_passes_finds_a_pull_started_after_its_first_look(
         wait_gone(pid)
         server.release()
         assert found() is None
+
+
+def test_a_pull_just_spawned_is_running_to_the_next_look_so_no_second_one_starts(
+    tmp_path: Path, pulls: Path
+) -> None:
+    """Popen returns once the exec has begun; the kernel gives the program its environment
+    (the marker) a moment later, so a /proc read at once finds none about half the time: a
+    daemon pass's next round saw no pull and started a second one of the same file (two
+    `pull started` events for one edit of a Ready engine's source). The process that
+    spawned it knows it runs."""
+    puller = HostPuller(pulls, tmp_path, 60.0)
+    cpus = os.sched_getaffinity(0)
+    # On one CPU the child finishes its exec only once this process yields it the CPU.
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        with serving({"tiny.gguf": DATA}, hold=MB) as server:
+            job = url_job(tmp_path, server.url("tiny.gguf"))
+            for attempt in range(50):
+                pid = launch.spawn(job)
+                try:
+                    view = puller.observe()[job.source.key]
+                    assert view.running, f"attempt {attempt}: pid {pid} not seen running"
+                finally:
+                    os.kill(pid, signal.SIGKILL)
+                    wait_gone(pid)
+            server.release()
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+class _BeforeItsExec(EnvironScan):
+    """/proc as a read finds it in the moment after Popen returns: no environment yet."""
+
+    def __call__(self, needle: bytes) -> Iterator[tuple[int, bytes]]:
+        return iter(())
+
+
+def test_a_pull_this_process_spawned_runs_though_its_environment_reads_empty(
+    tmp_path: Path,
+) -> None:
+    """The window above, held open: the spawning process counts its own pull running."""
+    with serving({"tiny.gguf": DATA}, hold=MB) as server:
+        job = url_job(tmp_path, server.url("tiny.gguf"))
+        pid = launch.spawn(job)
+        try:
+            found = launch.running(job.cache, _BeforeItsExec())
+            assert list(found.values()) == [pid], found
+        finally:
+            os.kill(pid, signal.SIGKILL)
+            wait_gone(pid)
+        server.release()
+    assert launch.running(job.cache, _BeforeItsExec()) == {}  # ended: not counted
 
 
 def test_the_hub_client_pulls_a_glob_through_hf_endpoint(
