@@ -317,6 +317,33 @@ def test_a_pod_the_api_server_would_reject_for_its_names_is_refused() -> None:
     assert export(kept).objects
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_label_kubernetes_cannot_hold_is_refused_unless_lossy(version: str) -> None:
+    """metadata.labels are free-form here; the API server refuses an object with a label
+    outside Kubernetes' syntax (kubernetes-validate passes it), so `kubectl apply` of the
+    export failed on every object of the deployment."""
+    labels = {"team": "research", "owner": "alice@example.com", "Team Name": "x"}
+    plain = deployment("web", image=STAND_IN_IMAGE)
+    meta = plain.metadata.model_copy(update={"labels": labels})
+    dep = plain.model_copy(update={"metadata": meta})
+    with pytest.raises(ExportError) as info:
+        export(dep)
+    fields = [p.field for p in info.value.problems]
+    assert fields == [("metadata", "labels", "owner"), ("metadata", "labels", "Team Name")]
+    assert "'alice@example.com'" in info.value.problems[0].message
+    exported = export(dep, lossy=True)
+    assert [p.field for p in exported.dropped] == fields
+    for obj in exported.objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+        assert obj["metadata"]["labels"] == {
+            "team": "research",
+            "app.kubernetes.io/name": "web",
+            "app.kubernetes.io/managed-by": "reconcile",
+        }
+    pod_labels = by_kind(exported)["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert "owner" not in pod_labels and "Team Name" not in pod_labels
+
+
 def test_amd_without_an_image_is_refused() -> None:
     dep = deployment(
         "r", engine="vllm", command=None, model="m", devices={"count": 1, "kind": "amd"}

@@ -21,6 +21,7 @@ from typing import Any
 from controller.core.devices.inventory import Device
 from controller.core.engines import image_program, llama_cpp, ollama, recipe_for, sglang, tgi, vllm
 from controller.core.kubernetes import exportpull
+from controller.core.manifest.labels import key_problem, value_problem
 from controller.core.manifest.specs import Deployment, DeploymentSpec, Devices, Entry, EnvFrom
 from controller.core.render import Rendered, render
 from controller.core.state import ProbeConfig
@@ -92,7 +93,11 @@ def export(
 
     ``folder``: the manifest's, which a ``sopsFile`` is relative to (the Secret's hint
     names it from there, so it runs from any directory)."""
-    problems = (*_name_problems(deployment), *problems_of(deployment.spec))
+    problems = (
+        *_name_problems(deployment),
+        *_label_problems(deployment),
+        *problems_of(deployment.spec),
+    )
     refused = tuple(p for p in problems if not (lossy and p.droppable))
     if refused:
         raise ExportError(refused)
@@ -263,6 +268,21 @@ def _name_problems(deployment: Deployment) -> list[ExportGap]:
     return out
 
 
+def _label_problems(deployment: Deployment) -> list[ExportGap]:
+    """metadata.labels are free-form here, Kubernetes' label syntax there: the API server
+    refuses every object that carries a label it cannot hold (kubernetes-validate checks
+    no label), so each is refused, or left out with --lossy."""
+    out = []
+    for key, value in deployment.metadata.labels.items():
+        problem = key_problem(key) or value_problem(value)
+        if problem is not None:
+            message = f"no Kubernetes form: {problem} there (the API server refuses it)"
+            fix = "rename it or change its value"
+            gap = ExportGap(("metadata", "labels", key), message, True, fix, "leave it out")
+            out.append(gap)
+    return out
+
+
 def problems_of(spec: DeploymentSpec) -> list[ExportGap]:
     devices = ("spec", "devices")
     out: list[ExportGap] = []
@@ -401,7 +421,10 @@ def _gpu_resource(devices: Devices) -> str | None:
 
 
 def _labels(deployment: Deployment) -> dict[str, str]:
-    return {**deployment.metadata.labels, **_selector(deployment)}
+    """The user's labels that Kubernetes can hold (--lossy left the others out), ours."""
+    labels = deployment.metadata.labels
+    kept = {k: v for k, v in labels.items() if not (key_problem(k) or value_problem(v))}
+    return {**kept, **_selector(deployment)}
 
 
 def _selector(deployment: Deployment) -> dict[str, str]:
