@@ -607,3 +607,30 @@ def test_a_container_without_those_fields_leaves_kubernetes_defaults() -> None:
     )
     (shm,) = pod["Deployment"]["spec"]["template"]["spec"]["volumes"]
     assert shm["emptyDir"]["sizeLimit"] == "1000001"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_bind_mount_at_dev_shm_is_the_pods_dev_shm(version: str) -> None:
+    """A GPU (or shmSize) gave the pod a memory /dev/shm beside the user's bind mount at
+    /dev/shm: two mounts at one path, which the API server refuses (the schema allows it).
+    The bind is the /dev/shm, as it is in the local container; `/x/` is `/x`."""
+    box = {"image": "x:1", "volumes": ["/dev/shm:/dev/shm/"], "shmSize": "1Gi"}
+    dep = deployment("web", container=box, devices={"count": 1, "kind": "nvidia"})
+    exported = export(dep)
+    for obj in exported.objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+    pod = by_kind(exported)["Deployment"]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "host-0", "hostPath": {"path": "/dev/shm"}}]
+    assert container(exported)["volumeMounts"] == [{"name": "host-0", "mountPath": "/dev/shm"}]
+
+
+def test_two_volumes_at_one_container_path_are_refused() -> None:
+    """`/a:/x` and `/b:/x/` exported as two mounts at one path: the API server refuses
+    the pod (and podman and docker the container), so the export says so first."""
+    dep = deployment("web", container={"image": "x:1", "volumes": ["/a:/x", "/b:/x/", "/c:/y"]})
+    for lossy in (False, True):
+        with pytest.raises(ExportError) as info:
+            export(dep, lossy=lossy)
+        (problem,) = info.value.problems
+        assert problem.field == ("spec", "container", "volumes") and not problem.droppable
+        assert "two volumes mount at /x" in problem.message

@@ -29,6 +29,7 @@ from controller.core.state import ProbeConfig
 POD_HOST = "0.0.0.0"
 DEFAULT_PORT = 8000  # the manifest's default basePort: a pod's port is always free
 PORT_NAME = "http"
+SHM = "/dev/shm"
 MANAGED_BY = "reconcile"
 # Internal ports (VLLM_PORT, TGI's master and Prometheus ports, SGLang's NCCL port): a pod
 # has its own network namespace, so torch.distributed's customary port is free there.
@@ -263,6 +264,13 @@ def _name_problems(deployment: Deployment) -> list[ExportGap]:
         message = (
             f"{exportpull.MOUNT} is where the exported pod mounts the model spec.source "
             "pulls, and two mounts at one path are refused: mount this volume elsewhere"
+        )
+        out.append(ExportGap(("spec", "container", "volumes"), message, droppable=False))
+    insides = [b[2] for b in _binds(spec)]
+    for inside in sorted({p for p in insides if insides.count(p) > 1}):
+        message = (
+            f"two volumes mount at {inside}, and a pod's container refuses two mounts at one "
+            "path (so do podman and docker): keep one"
         )
         out.append(ExportGap(("spec", "container", "volumes"), message, droppable=False))
     return out
@@ -548,7 +556,10 @@ def _pod(deployment: Deployment) -> Object:
 
 
 def _shm(spec: DeploymentSpec) -> bool:
-    """A /dev/shm of its own: for GPUs (a pod's is 64 MiB), or at the size asked."""
+    """A /dev/shm of its own: for GPUs (a pod's is 64 MiB), or at the size asked; none
+    when a bind mount is the /dev/shm (two mounts at one path: the API server refuses)."""
+    if SHM in (inside for _, _, inside, _ in _binds(spec)):
+        return False
     sized = spec.container is not None and spec.container.shm_size is not None
     return sized or _gpu_resource(spec.devices) is not None
 
@@ -560,7 +571,8 @@ def _binds(spec: DeploymentSpec) -> list[tuple[str, str, str, bool]]:
     out = []
     for i, volume in enumerate(volumes):
         host, inside, *mode = volume.split(":")
-        out.append((f"host-{i}", host, inside, mode == ["ro"]))
+        # As the runtime and the kubelet see it: `/x/` and `/x` are one place.
+        out.append((f"host-{i}", host, str(PurePosixPath(inside)), mode == ["ro"]))
     return out
 
 
@@ -592,7 +604,7 @@ def _container(deployment: Deployment) -> Object:
     if resource is not None:
         container["resources"] = {"limits": {resource: spec.devices.count}}
     if _shm(spec):
-        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+        mounts.append({"name": "dshm", "mountPath": SHM})
     for name, _, inside, read_only in _binds(spec):
         mounts.append(
             {"name": name, "mountPath": inside, **({"readOnly": True} if read_only else {})}
