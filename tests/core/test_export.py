@@ -434,6 +434,23 @@ def test_autoscale_to_zero_is_refused_unless_lossy_which_exports_min_one() -> No
     _valid_everywhere(exported)
 
 
+def test_on_demand_is_refused_unless_lossy_which_exports_a_pod_that_always_runs() -> None:
+    """OnDemand was exported as a Deployment of 1 without a word: a pod that holds its
+    GPU all day, where the manifest said to start on a request and stop when idle."""
+    dep = deployment("llm", activation="OnDemand", idleTimeout="5m", image=STAND_IN_IMAGE)
+    with pytest.raises(ExportError) as refused:
+        export(dep)
+    (problem,) = refused.value.problems
+    assert problem.field == ("spec", "activation") and problem.droppable
+    assert "runs whether or not a request comes" in problem.message
+    assert problem.fix == "set activation: Always"
+    exported = export(dep, lossy=True)
+    assert by_kind(exported)["Deployment"]["spec"]["replicas"] == 1
+    assert [p.field for p in exported.dropped] == [("spec", "activation")]
+    _valid_everywhere(exported)
+    assert problems_of(deployment("llm", activation="Always", image=STAND_IN_IMAGE).spec) == []
+
+
 def test_a_scale_down_delay_past_an_hour_is_refused_unless_lossy() -> None:
     dep = deployment("llm", autoscale={**AUTOSCALE, "scaleDownDelay": "2h"}, **SCALED)
     assert [p.field[-1] for p in problems_of(dep.spec)] == ["scaleDownDelay"]

@@ -141,6 +141,12 @@ WHY_COMPLETION = (
     "curl in the image): use httpGet"
 )
 WHY_MIN_ZERO = "a HorizontalPodAutoscaler never scales below 1 (scale to zero needs KEDA)"
+# A pod that runs until a request comes holds its GPU all day: the opposite of OnDemand.
+WHY_ON_DEMAND = (
+    "a Deployment's pod runs whether or not a request comes (starting on the first "
+    "request and stopping after idleTimeout needs an HTTP scale-to-zero add-on, e.g. "
+    "KEDA's HTTP add-on)"
+)
 WHY_JOB_SCALE = "a Job has no scale subresource: no HorizontalPodAutoscaler can scale it"
 MAX_WINDOW = 3600  # seconds: the HPA's longest scale-down stabilization window
 WHY_WINDOW = "a HorizontalPodAutoscaler's scale-down window is at most 1h"
@@ -314,6 +320,11 @@ def problems_of(spec: DeploymentSpec) -> list[ExportGap]:
         out.append(_drop(("spec", "readiness", "completion"), WHY_COMPLETION))
     if spec.liveness_probe is not None and spec.liveness_probe.completion is not None:
         out.append(_drop(("spec", "livenessProbe", "completion"), WHY_COMPLETION))
+    if spec.activation == "OnDemand":
+        message = f"no Kubernetes form: {WHY_ON_DEMAND}"
+        fix, lossy = "set activation: Always", "export a pod that always runs"
+        gap = ExportGap(("spec", "activation"), message, True, fix, lossy, "exported as Always")
+        out.append(gap)
     out.extend(_scale_problems(spec))
     return out
 
