@@ -651,3 +651,26 @@ def test_two_volumes_at_one_container_path_are_refused() -> None:
         (problem,) = info.value.problems
         assert problem.field == ("spec", "container", "volumes") and not problem.droppable
         assert "two volumes mount at /x" in problem.message
+
+
+def test_a_priority_becomes_a_priority_class_the_pod_names() -> None:
+    """spec.priority was left out without a word: the exported pods all had the default
+    priority, so the one the manifest ranked first preempted nothing. It is Kubernetes'
+    own idea (a higher class preempts strictly lower ones when nodes run short)."""
+    for priority, name in ((100, "reconcile-priority-100"), (-5, "reconcile-priority-minus-5")):
+        exported = export(
+            deployment("llm", priority=priority, image=STAND_IN_IMAGE), namespace="ml"
+        )
+        _valid_everywhere(exported)
+        ranked = by_kind(exported)["PriorityClass"]
+        assert ranked["metadata"]["name"] == name and "namespace" not in ranked["metadata"]
+        assert ranked["value"] == priority
+        assert ranked["preemptionPolicy"] == "PreemptLowerPriority"
+        assert ranked["globalDefault"] is False
+        pod = by_kind(exported)["Deployment"]["spec"]["template"]["spec"]
+        assert pod["priorityClassName"] == name
+        (note,) = exported.notes
+        assert note.field == ("spec", "priority") and "cluster-wide" in note.message
+    plain = export(deployment("llm", image=STAND_IN_IMAGE))
+    assert [o["kind"] for o in plain.objects] == ["Deployment", "Service"]
+    assert "priorityClassName" not in by_kind(plain)["Deployment"]["spec"]["template"]["spec"]

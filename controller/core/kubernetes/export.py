@@ -105,8 +105,15 @@ def export(
     pod_deployment = _for_pod(deployment)
     workload = _workload(pod_deployment, namespace)
     scaler = _autoscaler(pod_deployment, namespace) if workload["kind"] == "Deployment" else None
-    objects = (workload, *([scaler] if scaler else []), _service(pod_deployment, namespace))
-    notes = ((_HPA_NOTE,) if scaler else ()) + _source_notes(deployment)
+    ranked = _priority_class(deployment.spec.priority)
+    objects = (
+        *([ranked] if ranked else []),
+        workload,
+        *([scaler] if scaler else []),
+        _service(pod_deployment, namespace),
+    )
+    notes = ((_HPA_NOTE,) if scaler else ()) + ((_PRIORITY_NOTE,) if ranked else ())
+    notes += _source_notes(deployment)
     notes += _secret_notes(deployment, folder) + _volume_notes(deployment.spec)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
@@ -159,6 +166,15 @@ _HPA_NOTE = ExportGap(
     ("spec", "autoscale"),
     f"exported as an autoscaling/v2 HorizontalPodAutoscaler on the per-pod metric {METRIC}: "
     "it needs a metrics adapter (prometheus-adapter) serving that metric for each pod",
+    droppable=False,
+)
+
+
+_PRIORITY_NOTE = ExportGap(
+    ("spec", "priority"),
+    "exported as a cluster-wide PriorityClass (creating it needs cluster rights): its pods "
+    "preempt every pod of lower priority on the cluster, not only this set's (a pod with no "
+    "class has priority 0, as a deployment with no priority here)",
     droppable=False,
 )
 
@@ -538,6 +554,35 @@ def _quantity(value: float) -> str:
     return str(int(value)) if value == int(value) else f"{max(1, round(value * 1000))}m"
 
 
+def priority_class_name(priority: int) -> str:
+    """One PriorityClass per value, shared by every deployment of that priority."""
+    return (
+        f"reconcile-priority-{priority}"
+        if priority >= 0
+        else f"reconcile-priority-minus-{-priority}"
+    )
+
+
+def _priority_class(priority: int) -> Object | None:
+    """``priority`` as Kubernetes says it: a pod of a higher class preempts strictly lower
+    ones when the nodes run short, as an engine does here when devices run short. 0 is a
+    classless pod's priority (no globalDefault), so it needs none."""
+    if priority == 0:
+        return None
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": priority_class_name(priority),
+            "labels": {"app.kubernetes.io/managed-by": MANAGED_BY},
+        },
+        "value": priority,  # within a user class's range (PRIORITY_LIMIT)
+        "globalDefault": False,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "description": f"spec.priority {priority} of deployments exported by reconcile",
+    }
+
+
 def _pod(deployment: Deployment) -> Object:
     spec = deployment.spec
     pod: Object = {
@@ -545,6 +590,8 @@ def _pod(deployment: Deployment) -> Object:
         "terminationGracePeriodSeconds": math.ceil(spec.stop_grace_period_seconds),
         "containers": [_container(deployment)],
     }
+    if spec.priority:
+        pod["priorityClassName"] = priority_class_name(spec.priority)
     if spec.node_selector:  # the same label match, made by the scheduler
         pod["nodeSelector"] = dict(sorted(spec.node_selector.items()))
     volumes: list[Object] = []
