@@ -674,3 +674,22 @@ def test_a_priority_becomes_a_priority_class_the_pod_names() -> None:
     plain = export(deployment("llm", image=STAND_IN_IMAGE))
     assert [o["kind"] for o in plain.objects] == ["Deployment", "Service"]
     assert "priorityClassName" not in by_kind(plain)["Deployment"]["spec"]["template"]["spec"]
+
+
+def test_a_spec_image_that_is_no_image_reference_is_refused_even_when_lossy() -> None:
+    """spec.image is export's alone and was printed as written: a trailing space the API
+    server refuses, an upper-case name the kubelet cannot pull. It is checked as
+    container.image is, with the same hint; the container's image, when set, wins."""
+    for image, said in (
+        ("registry.example/app:1 ", "is not an image reference"),
+        ("Docker.io/vllm/vllm-openai:v0.11.0", "docker.io/vllm/vllm-openai:v0.11.0"),
+    ):
+        dep = deployment("web", image=image)
+        for lossy in (False, True):
+            with pytest.raises(ExportError) as info:
+                export(dep, lossy=lossy)
+            (problem,) = info.value.problems
+            assert problem.field == ("spec", "image") and not problem.droppable
+            assert said in problem.message and "no pod can pull it" in problem.message
+    shadowed = deployment("web", image="Bad Image", container={"image": STAND_IN_IMAGE})
+    assert container(export(shadowed))["image"] == STAND_IN_IMAGE

@@ -22,7 +22,14 @@ from controller.core.devices.inventory import Device
 from controller.core.engines import image_program, llama_cpp, ollama, recipe_for, sglang, tgi, vllm
 from controller.core.kubernetes import exportpull
 from controller.core.manifest.labels import key_problem, value_problem
-from controller.core.manifest.specs import Deployment, DeploymentSpec, Devices, Entry, EnvFrom
+from controller.core.manifest.specs import (
+    Deployment,
+    DeploymentSpec,
+    Devices,
+    Entry,
+    EnvFrom,
+    image_ref_problem,
+)
 from controller.core.render import Rendered, render
 from controller.core.state import ProbeConfig
 
@@ -326,6 +333,8 @@ def problems_of(spec: DeploymentSpec) -> list[ExportGap]:
         out.append(_drop((*devices, "kind"), WHY_APPLE))
     if spec.image is None and (spec.container is None or spec.container.image is None):
         out.extend(_image_problems(spec))
+    elif image_of(spec) == spec.image:
+        out.extend(_spec_image_problems(spec.image))
     if spec.affinity == "session":
         out.append(_drop(("spec", "affinity"), WHY_AFFINITY))
     if spec.affinity == "prefix":
@@ -386,6 +395,16 @@ def _image_problems(spec: DeploymentSpec) -> list[ExportGap]:
         message = f"the pinned image {DEFAULT_IMAGES[spec.engine]} is not a ROCm build: "
         return [ExportGap(image, message + "set spec.image to one", droppable=False)]
     return []
+
+
+def _spec_image_problems(image: str) -> list[ExportGap]:
+    """spec.image is the export's alone, so only the export checks it, as the spec checks
+    container.image: the API server or the kubelet refuses what is no image reference."""
+    problem = image_ref_problem(image)
+    if problem is None:
+        return []
+    message = f"no pod can pull it: {problem}"
+    return [ExportGap(("spec", "image"), message, droppable=False)]
 
 
 # -- the pod's view of the spec ---------------------------------------------------------
