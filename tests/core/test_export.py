@@ -693,3 +693,15 @@ def test_a_spec_image_that_is_no_image_reference_is_refused_even_when_lossy() ->
             assert said in problem.message and "no pod can pull it" in problem.message
     shadowed = deployment("web", image="Bad Image", container={"image": STAND_IN_IMAGE})
     assert container(export(shadowed))["image"] == STAND_IN_IMAGE
+
+
+def test_an_ollama_model_nothing_pulls_into_the_pod_is_said() -> None:
+    """Here Ollama is Ready once /api/tags lists spec.model; the pod's probe GETs / only,
+    and no pod pulls the model: it went Ready serving nothing, without a word."""
+    exported = export(deployment("chat", engine="ollama", command=None, model="llama3.2"))
+    probe = container(exported)["readinessProbe"]
+    assert probe["httpGet"]["path"] == "/"
+    (note,) = exported.notes
+    assert note.field == ("spec", "model") and not note.droppable
+    assert "llama3.2" in note.message and "OLLAMA_MODELS" in note.message
+    assert export(deployment("chat", engine="ollama", command=None)).notes == ()

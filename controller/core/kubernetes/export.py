@@ -122,6 +122,7 @@ def export(
     notes = ((_HPA_NOTE,) if scaler else ()) + ((_PRIORITY_NOTE,) if ranked else ())
     notes += _source_notes(deployment)
     notes += _secret_notes(deployment, folder) + _volume_notes(deployment.spec)
+    notes += _ollama_notes(deployment.spec)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
 
@@ -266,6 +267,21 @@ def _volume_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
         "PersistentVolumeClaim in their place shares one copy)"
     )
     return (ExportGap(("spec", "container", "volumes"), text, droppable=False),)
+
+
+def _ollama_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
+    """Here an Ollama deployment is Ready once /api/tags lists its model; a pod's probe
+    cannot read a body, so it is Ready on `GET /` with an empty model store (`ollama
+    serve` pulls nothing, and a pod has no store of the node's)."""
+    if spec.engine != "ollama" or not spec.model:
+        return ()
+    text = (
+        f"the pod's readinessProbe GETs / only (a probe cannot read /api/tags for "
+        f"{spec.model}), and nothing pulls the model into the pod's empty store: the pod "
+        "is Ready without it unless the image holds it or a volume at OLLAMA_MODELS does "
+        "(filled by `ollama pull`)"
+    )
+    return (ExportGap(("spec", "model"), text, droppable=False),)
 
 
 def _name_problems(deployment: Deployment) -> list[ExportGap]:
