@@ -653,6 +653,20 @@ def test_two_volumes_at_one_container_path_are_refused() -> None:
         assert "two volumes mount at /x" in problem.message
 
 
+def test_a_host_path_with_dot_dot_is_refused() -> None:
+    """podman and docker take `/data/../etc` (the kernel resolves it); the API server
+    refuses a hostPath holding '..', and the whole pod with it."""
+    dep = deployment("web", container={"image": "x:1", "volumes": ["/data/../etc:/etc2:ro"]})
+    for lossy in (False, True):
+        with pytest.raises(ExportError) as info:
+            export(dep, lossy=lossy)
+        (problem,) = info.value.problems
+        assert problem.field == ("spec", "container", "volumes") and not problem.droppable
+        assert "/data/../etc holds '..'" in problem.message
+    fine = deployment("web", container={"image": "x:1", "volumes": ["/data/..etc:/etc2"]})
+    assert container(export(fine))["volumeMounts"] == [{"name": "host-0", "mountPath": "/etc2"}]
+
+
 def test_a_priority_becomes_a_priority_class_the_pod_names() -> None:
     """spec.priority was left out without a word: the exported pods all had the default
     priority, so the one the manifest ranked first preempted nothing. It is Kubernetes'

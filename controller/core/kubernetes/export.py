@@ -288,7 +288,7 @@ def _name_problems(deployment: Deployment) -> list[ExportGap]:
     """Names the API server would reject though the schema holds (kubernetes-validate
     checks no names): the Service is named as the deployment, and a Service's name is a
     DNS-1035 label (``7b-chat`` is not); the pod's engine container is too, beside the
-    pull's initContainer; a bind mount may not sit where the pulled model is mounted."""
+    pull's initContainer; then the bind mounts'."""
     name, spec = deployment.metadata.name, deployment.spec
     out = []
     if not name[0].isalpha():
@@ -305,10 +305,23 @@ def _name_problems(deployment: Deployment) -> list[ExportGap]:
             "differ: rename the deployment to export it"
         )
         out.append(ExportGap(("metadata", "name"), message, droppable=False))
+    return out + _mount_problems(spec)
+
+
+def _mount_problems(spec: DeploymentSpec) -> list[ExportGap]:
+    """Bind mounts the API server would reject though the schema holds: one where the
+    pulled model is mounted, two at one path, a hostPath with '..'."""
+    out = []
     if spec.source is not None and exportpull.MOUNT in (b[2] for b in _binds(spec)):
         message = (
             f"{exportpull.MOUNT} is where the exported pod mounts the model spec.source "
             "pulls, and two mounts at one path are refused: mount this volume elsewhere"
+        )
+        out.append(ExportGap(("spec", "container", "volumes"), message, droppable=False))
+    for host in (b[1] for b in _binds(spec) if ".." in PurePosixPath(b[1]).parts):
+        message = (
+            f"the host path {host} holds '..', which a hostPath may not (the API server "
+            "refuses it): write the folder it means"
         )
         out.append(ExportGap(("spec", "container", "volumes"), message, droppable=False))
     insides = [b[2] for b in _binds(spec)]
