@@ -719,3 +719,15 @@ def test_an_ollama_model_nothing_pulls_into_the_pod_is_said() -> None:
     assert note.field == ("spec", "model") and not note.droppable
     assert "llama3.2" in note.message and "OLLAMA_MODELS" in note.message
     assert export(deployment("chat", engine="ollama", command=None)).notes == ()
+
+
+def test_a_model_path_no_volume_of_the_pod_holds_is_said() -> None:
+    """A local container gets spec.model's folder mounted; the pod got nothing and its
+    engine failed on a missing file, without a word from the export."""
+    gguf = {"engine": "llama-cpp", "command": None, "model": "/srv/models/tiny.gguf"}
+    (note,) = export(deployment("tiny", **gguf)).notes
+    assert note.field == ("spec", "model") and "/srv/models/tiny.gguf" in note.message
+    assert "no volume of the pod holds it" in note.message
+    mounted = deployment("tiny", **gguf, container={"volumes": ["/srv/models:/srv/models:ro"]})
+    assert [n.field for n in export(mounted).notes] == [("spec", "container", "volumes")]
+    assert export(deployment("hub", engine="vllm", command=None, model="org/m")).notes == ()

@@ -122,7 +122,7 @@ def export(
     notes = ((_HPA_NOTE,) if scaler else ()) + ((_PRIORITY_NOTE,) if ranked else ())
     notes += _source_notes(deployment)
     notes += _secret_notes(deployment, folder) + _volume_notes(deployment.spec)
-    notes += _ollama_notes(deployment.spec)
+    notes += _ollama_notes(deployment.spec) + _local_model_notes(deployment.spec)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
 
@@ -267,6 +267,22 @@ def _volume_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
         "PersistentVolumeClaim in their place shares one copy)"
     )
     return (ExportGap(("spec", "container", "volumes"), text, droppable=False),)
+
+
+def _local_model_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
+    """A spec.model that is a path names this node's file (a local container gets its
+    folder mounted); a pod has it only where a volume or the image puts it."""
+    model = spec.model
+    if spec.source is not None or model is None or not model.startswith("/"):
+        return ()
+    if any(PurePosixPath(model).is_relative_to(inside) for _, _, inside, _ in _binds(spec)):
+        return ()
+    text = (
+        f"{model} is a path on this node, and no volume of the pod holds it: the engine "
+        "finds it only if the image does (mount a volume there, or pull it with "
+        "spec.source)"
+    )
+    return (ExportGap(("spec", "model"), text, droppable=False),)
 
 
 def _ollama_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
