@@ -304,7 +304,7 @@ def _name_problems(deployment: Deployment) -> list[ExportGap]:
     """Names the API server would reject though the schema holds (kubernetes-validate
     checks no names): the Service is named as the deployment, and a Service's name is a
     DNS-1035 label (``7b-chat`` is not); the pod's engine container is too, beside the
-    pull's initContainer; then the bind mounts'."""
+    pull's initContainer; then the bind mounts (_mount_problems)."""
     name, spec = deployment.metadata.name, deployment.spec
     out = []
     if not name[0].isalpha():
