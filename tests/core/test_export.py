@@ -317,6 +317,33 @@ def test_a_pod_the_api_server_would_reject_for_its_names_is_refused() -> None:
     assert export(kept).objects
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_label_kubernetes_cannot_hold_is_refused_unless_lossy(version: str) -> None:
+    """metadata.labels are free-form here; the API server refuses an object with a label
+    outside Kubernetes' syntax (kubernetes-validate passes it), so `kubectl apply` of the
+    export failed on every object of the deployment."""
+    labels = {"team": "research", "owner": "alice@example.com", "Team Name": "x"}
+    plain = deployment("web", image=STAND_IN_IMAGE)
+    meta = plain.metadata.model_copy(update={"labels": labels})
+    dep = plain.model_copy(update={"metadata": meta})
+    with pytest.raises(ExportError) as info:
+        export(dep)
+    fields = [p.field for p in info.value.problems]
+    assert fields == [("metadata", "labels", "owner"), ("metadata", "labels", "Team Name")]
+    assert "'alice@example.com'" in info.value.problems[0].message
+    exported = export(dep, lossy=True)
+    assert [p.field for p in exported.dropped] == fields
+    for obj in exported.objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+        assert obj["metadata"]["labels"] == {
+            "team": "research",
+            "app.kubernetes.io/name": "web",
+            "app.kubernetes.io/managed-by": "reconcile",
+        }
+    pod_labels = by_kind(exported)["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert "owner" not in pod_labels and "Team Name" not in pod_labels
+
+
 def test_amd_without_an_image_is_refused() -> None:
     dep = deployment(
         "r", engine="vllm", command=None, model="m", devices={"count": 1, "kind": "amd"}
@@ -405,6 +432,23 @@ def test_autoscale_to_zero_is_refused_unless_lossy_which_exports_min_one() -> No
     assert by_kind(exported)["HorizontalPodAutoscaler"]["spec"]["minReplicas"] == 1
     assert [p.field for p in exported.dropped] == [("spec", "autoscale", "min")]
     _valid_everywhere(exported)
+
+
+def test_on_demand_is_refused_unless_lossy_which_exports_a_pod_that_always_runs() -> None:
+    """OnDemand was exported as a Deployment of 1 without a word: a pod that holds its
+    GPU all day, where the manifest said to start on a request and stop when idle."""
+    dep = deployment("llm", activation="OnDemand", idleTimeout="5m", image=STAND_IN_IMAGE)
+    with pytest.raises(ExportError) as refused:
+        export(dep)
+    (problem,) = refused.value.problems
+    assert problem.field == ("spec", "activation") and problem.droppable
+    assert "runs whether or not a request comes" in problem.message
+    assert problem.fix == "set activation: Always"
+    exported = export(dep, lossy=True)
+    assert by_kind(exported)["Deployment"]["spec"]["replicas"] == 1
+    assert [p.field for p in exported.dropped] == [("spec", "activation")]
+    _valid_everywhere(exported)
+    assert problems_of(deployment("llm", activation="Always", image=STAND_IN_IMAGE).spec) == []
 
 
 def test_a_scale_down_delay_past_an_hour_is_refused_unless_lossy() -> None:
@@ -580,3 +624,110 @@ def test_a_container_without_those_fields_leaves_kubernetes_defaults() -> None:
     )
     (shm,) = pod["Deployment"]["spec"]["template"]["spec"]["volumes"]
     assert shm["emptyDir"]["sizeLimit"] == "1000001"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_bind_mount_at_dev_shm_is_the_pods_dev_shm(version: str) -> None:
+    """A GPU (or shmSize) gave the pod a memory /dev/shm beside the user's bind mount at
+    /dev/shm: two mounts at one path, which the API server refuses (the schema allows it).
+    The bind is the /dev/shm, as it is in the local container; `/x/` is `/x`."""
+    box = {"image": "x:1", "volumes": ["/dev/shm:/dev/shm/"], "shmSize": "1Gi"}
+    dep = deployment("web", container=box, devices={"count": 1, "kind": "nvidia"})
+    exported = export(dep)
+    for obj in exported.objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+    pod = by_kind(exported)["Deployment"]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "host-0", "hostPath": {"path": "/dev/shm"}}]
+    assert container(exported)["volumeMounts"] == [{"name": "host-0", "mountPath": "/dev/shm"}]
+
+
+def test_two_volumes_at_one_container_path_are_refused() -> None:
+    """`/a:/x` and `/b:/x/` exported as two mounts at one path: the API server refuses
+    the pod (and podman and docker the container), so the export says so first."""
+    dep = deployment("web", container={"image": "x:1", "volumes": ["/a:/x", "/b:/x/", "/c:/y"]})
+    for lossy in (False, True):
+        with pytest.raises(ExportError) as info:
+            export(dep, lossy=lossy)
+        (problem,) = info.value.problems
+        assert problem.field == ("spec", "container", "volumes") and not problem.droppable
+        assert "two volumes mount at /x" in problem.message
+
+
+def test_a_host_path_with_dot_dot_is_refused() -> None:
+    """podman and docker take `/data/../etc` (the kernel resolves it); the API server
+    refuses a hostPath holding '..', and the whole pod with it."""
+    dep = deployment("web", container={"image": "x:1", "volumes": ["/data/../etc:/etc2:ro"]})
+    for lossy in (False, True):
+        with pytest.raises(ExportError) as info:
+            export(dep, lossy=lossy)
+        (problem,) = info.value.problems
+        assert problem.field == ("spec", "container", "volumes") and not problem.droppable
+        assert "/data/../etc holds '..'" in problem.message
+    fine = deployment("web", container={"image": "x:1", "volumes": ["/data/..etc:/etc2"]})
+    assert container(export(fine))["volumeMounts"] == [{"name": "host-0", "mountPath": "/etc2"}]
+
+
+def test_a_priority_becomes_a_priority_class_the_pod_names() -> None:
+    """spec.priority was left out without a word: the exported pods all had the default
+    priority, so the one the manifest ranked first preempted nothing. It is Kubernetes'
+    own idea (a higher class preempts strictly lower ones when nodes run short)."""
+    for priority, name in ((100, "reconcile-priority-100"), (-5, "reconcile-priority-minus-5")):
+        exported = export(
+            deployment("llm", priority=priority, image=STAND_IN_IMAGE), namespace="ml"
+        )
+        _valid_everywhere(exported)
+        ranked = by_kind(exported)["PriorityClass"]
+        assert ranked["metadata"]["name"] == name and "namespace" not in ranked["metadata"]
+        assert ranked["value"] == priority
+        assert ranked["preemptionPolicy"] == "PreemptLowerPriority"
+        assert ranked["globalDefault"] is False
+        pod = by_kind(exported)["Deployment"]["spec"]["template"]["spec"]
+        assert pod["priorityClassName"] == name
+        (note,) = exported.notes
+        assert note.field == ("spec", "priority") and "cluster-wide" in note.message
+    plain = export(deployment("llm", image=STAND_IN_IMAGE))
+    assert [o["kind"] for o in plain.objects] == ["Deployment", "Service"]
+    assert "priorityClassName" not in by_kind(plain)["Deployment"]["spec"]["template"]["spec"]
+
+
+def test_a_spec_image_that_is_no_image_reference_is_refused_even_when_lossy() -> None:
+    """spec.image is export's alone and was printed as written: a trailing space the API
+    server refuses, an upper-case name the kubelet cannot pull. It is checked as
+    container.image is, with the same hint; the container's image, when set, wins."""
+    for image, said in (
+        ("registry.example/app:1 ", "is not an image reference"),
+        ("Docker.io/vllm/vllm-openai:v0.11.0", "docker.io/vllm/vllm-openai:v0.11.0"),
+    ):
+        dep = deployment("web", image=image)
+        for lossy in (False, True):
+            with pytest.raises(ExportError) as info:
+                export(dep, lossy=lossy)
+            (problem,) = info.value.problems
+            assert problem.field == ("spec", "image") and not problem.droppable
+            assert said in problem.message and "no pod can pull it" in problem.message
+    shadowed = deployment("web", image="Bad Image", container={"image": STAND_IN_IMAGE})
+    assert container(export(shadowed))["image"] == STAND_IN_IMAGE
+
+
+def test_an_ollama_model_nothing_pulls_into_the_pod_is_said() -> None:
+    """Here Ollama is Ready once /api/tags lists spec.model; the pod's probe GETs / only,
+    and no pod pulls the model: it went Ready serving nothing, without a word."""
+    exported = export(deployment("chat", engine="ollama", command=None, model="llama3.2"))
+    probe = container(exported)["readinessProbe"]
+    assert probe["httpGet"]["path"] == "/"
+    (note,) = exported.notes
+    assert note.field == ("spec", "model") and not note.droppable
+    assert "llama3.2" in note.message and "OLLAMA_MODELS" in note.message
+    assert export(deployment("chat", engine="ollama", command=None)).notes == ()
+
+
+def test_a_model_path_no_volume_of_the_pod_holds_is_said() -> None:
+    """A local container gets spec.model's folder mounted; the pod got nothing and its
+    engine failed on a missing file, without a word from the export."""
+    gguf = {"engine": "llama-cpp", "command": None, "model": "/srv/models/tiny.gguf"}
+    (note,) = export(deployment("tiny", **gguf)).notes
+    assert note.field == ("spec", "model") and "/srv/models/tiny.gguf" in note.message
+    assert "no volume of the pod holds it" in note.message
+    mounted = deployment("tiny", **gguf, container={"volumes": ["/srv/models:/srv/models:ro"]})
+    assert [n.field for n in export(mounted).notes] == [("spec", "container", "volumes")]
+    assert export(deployment("hub", engine="vllm", command=None, model="org/m")).notes == ()

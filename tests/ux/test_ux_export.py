@@ -184,3 +184,27 @@ def test_each_warning_names_the_line_of_its_field(tmp_path: Path, field: str, li
     done = cli("export", "-f", str(tmp_path), "--lossy")
     assert done.returncode == 0, done.stderr
     assert f"warning: {path}:{line}: {field}: " in done.stderr, done.stderr
+
+
+def test_deployments_of_one_priority_share_one_priority_class(tmp_path: Path) -> None:
+    """A PriorityClass is cluster-wide: two deployments of priority 10 print it once
+    (kubectl would apply it twice, and a GitOps tool refuses a duplicate object)."""
+    for name in ("a", "b"):
+        write(tmp_path, name, GOOD + "  priority: 10\n")
+    write(tmp_path, "c", GOOD)
+    done = cli("export", "-f", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    objects = list(yaml.safe_load_all(done.stdout))
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
+    assert kinds == [
+        ("PriorityClass", "reconcile-priority-10"),
+        ("Deployment", "a"),
+        ("Service", "a"),
+        ("Deployment", "b"),
+        ("Service", "b"),
+        ("Deployment", "c"),
+        ("Service", "c"),
+    ]
+    classes = [o["spec"]["template"]["spec"].get("priorityClassName") for o in objects[1::2]]
+    assert classes == ["reconcile-priority-10", "reconcile-priority-10", None]
+    assert done.stderr.count("spec.priority: exported as a cluster-wide PriorityClass") == 2

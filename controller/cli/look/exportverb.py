@@ -59,6 +59,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def convert(loaded: LoadResult, *, lossy: bool, namespace: str | None) -> Outcome:
     """Every valid deployment, by name, with its problems placed at file, line and field."""
     outcome = Outcome()
+    printed: set[tuple[str, str]] = set()
     for _name, entry in sorted(loaded.entries.items()):
         try:
             folder = str(PurePath(entry.source).parent)  # a sopsFile is relative to it
@@ -68,10 +69,22 @@ def convert(loaded: LoadResult, *, lossy: bool, namespace: str | None) -> Outcom
         except ExportError as exc:
             outcome.errors.extend(_located(loaded, entry, p, ERROR_MOVE) for p in exc.problems)
             continue
-        outcome.objects.extend(exported.objects)
+        outcome.objects.extend(_once(exported.objects, printed))
         outcome.warnings.extend(_located(loaded, entry, p, DROPPED) for p in exported.dropped)
         outcome.warnings.extend(_located(loaded, entry, p, DROPPED) for p in exported.notes)
     return outcome
+
+
+def _once(objects: tuple[Object, ...], printed: set[tuple[str, str]]) -> list[Object]:
+    """``objects`` not printed yet: a PriorityClass is cluster-wide and one per value, so
+    each deployment of that priority brings the same one (a GitOps tool refuses a twin)."""
+    out = []
+    for obj in objects:
+        key = (obj["kind"], obj["metadata"]["name"])
+        if key not in printed:
+            printed.add(key)
+            out.append(obj)
+    return out
 
 
 ERROR_MOVE = "; {fix}, or pass --lossy to {lossy}"

@@ -21,13 +21,22 @@ from typing import Any
 from controller.core.devices.inventory import Device
 from controller.core.engines import image_program, llama_cpp, ollama, recipe_for, sglang, tgi, vllm
 from controller.core.kubernetes import exportpull
-from controller.core.manifest.specs import Deployment, DeploymentSpec, Devices, Entry, EnvFrom
+from controller.core.manifest.labels import key_problem, value_problem
+from controller.core.manifest.specs import (
+    Deployment,
+    DeploymentSpec,
+    Devices,
+    Entry,
+    EnvFrom,
+    image_ref_problem,
+)
 from controller.core.render import Rendered, render
 from controller.core.state import ProbeConfig
 
 POD_HOST = "0.0.0.0"
 DEFAULT_PORT = 8000  # the manifest's default basePort: a pod's port is always free
 PORT_NAME = "http"
+SHM = "/dev/shm"
 MANAGED_BY = "reconcile"
 # Internal ports (VLLM_PORT, TGI's master and Prometheus ports, SGLang's NCCL port): a pod
 # has its own network namespace, so torch.distributed's customary port is free there.
@@ -92,16 +101,28 @@ def export(
 
     ``folder``: the manifest's, which a ``sopsFile`` is relative to (the Secret's hint
     names it from there, so it runs from any directory)."""
-    problems = (*_name_problems(deployment), *problems_of(deployment.spec))
+    problems = (
+        *_name_problems(deployment),
+        *_label_problems(deployment),
+        *problems_of(deployment.spec),
+    )
     refused = tuple(p for p in problems if not (lossy and p.droppable))
     if refused:
         raise ExportError(refused)
     pod_deployment = _for_pod(deployment)
     workload = _workload(pod_deployment, namespace)
     scaler = _autoscaler(pod_deployment, namespace) if workload["kind"] == "Deployment" else None
-    objects = (workload, *([scaler] if scaler else []), _service(pod_deployment, namespace))
-    notes = ((_HPA_NOTE,) if scaler else ()) + _source_notes(deployment)
+    ranked = _priority_class(deployment.spec.priority)
+    objects = (
+        *([ranked] if ranked else []),
+        workload,
+        *([scaler] if scaler else []),
+        _service(pod_deployment, namespace),
+    )
+    notes = ((_HPA_NOTE,) if scaler else ()) + ((_PRIORITY_NOTE,) if ranked else ())
+    notes += _source_notes(deployment)
     notes += _secret_notes(deployment, folder) + _volume_notes(deployment.spec)
+    notes += _ollama_notes(deployment.spec) + _local_model_notes(deployment.spec)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
 
@@ -135,6 +156,12 @@ WHY_COMPLETION = (
     "curl in the image): use httpGet"
 )
 WHY_MIN_ZERO = "a HorizontalPodAutoscaler never scales below 1 (scale to zero needs KEDA)"
+# A pod that runs until a request comes holds its GPU all day: the opposite of OnDemand.
+WHY_ON_DEMAND = (
+    "a Deployment's pod runs whether or not a request comes (starting on the first "
+    "request and stopping after idleTimeout needs an HTTP scale-to-zero add-on, e.g. "
+    "KEDA's HTTP add-on)"
+)
 WHY_JOB_SCALE = "a Job has no scale subresource: no HorizontalPodAutoscaler can scale it"
 MAX_WINDOW = 3600  # seconds: the HPA's longest scale-down stabilization window
 WHY_WINDOW = "a HorizontalPodAutoscaler's scale-down window is at most 1h"
@@ -147,6 +174,15 @@ _HPA_NOTE = ExportGap(
     ("spec", "autoscale"),
     f"exported as an autoscaling/v2 HorizontalPodAutoscaler on the per-pod metric {METRIC}: "
     "it needs a metrics adapter (prometheus-adapter) serving that metric for each pod",
+    droppable=False,
+)
+
+
+_PRIORITY_NOTE = ExportGap(
+    ("spec", "priority"),
+    "exported as a cluster-wide PriorityClass (creating it needs cluster rights): its pods "
+    "preempt every pod of lower priority on the cluster, not only this set's (a pod with no "
+    "class has priority 0, as a deployment with no priority here)",
     droppable=False,
 )
 
@@ -233,11 +269,42 @@ def _volume_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
     return (ExportGap(("spec", "container", "volumes"), text, droppable=False),)
 
 
+def _local_model_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
+    """A spec.model that is a path names this node's file (a local container gets its
+    folder mounted); a pod has it only where a volume or the image puts it."""
+    model = spec.model
+    if spec.source is not None or model is None or not model.startswith("/"):
+        return ()
+    if any(PurePosixPath(model).is_relative_to(inside) for _, _, inside, _ in _binds(spec)):
+        return ()
+    text = (
+        f"{model} is a path on this node, and no volume of the pod holds it: the engine "
+        "finds it only if the image does (mount a volume there, or pull it with "
+        "spec.source)"
+    )
+    return (ExportGap(("spec", "model"), text, droppable=False),)
+
+
+def _ollama_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
+    """Here an Ollama deployment is Ready once /api/tags lists its model; a pod's probe
+    cannot read a body, so it is Ready on `GET /` with an empty model store (`ollama
+    serve` pulls nothing, and a pod has no store of the node's)."""
+    if spec.engine != "ollama" or not spec.model:
+        return ()
+    text = (
+        f"the pod's readinessProbe GETs / only (a probe cannot read /api/tags for "
+        f"{spec.model}), and nothing pulls the model into the pod's empty store: the pod "
+        "is Ready without it unless the image holds it or a volume at OLLAMA_MODELS does "
+        "(filled by `ollama pull`)"
+    )
+    return (ExportGap(("spec", "model"), text, droppable=False),)
+
+
 def _name_problems(deployment: Deployment) -> list[ExportGap]:
     """Names the API server would reject though the schema holds (kubernetes-validate
     checks no names): the Service is named as the deployment, and a Service's name is a
     DNS-1035 label (``7b-chat`` is not); the pod's engine container is too, beside the
-    pull's initContainer; a bind mount may not sit where the pulled model is mounted."""
+    pull's initContainer; then the bind mounts (_mount_problems)."""
     name, spec = deployment.metadata.name, deployment.spec
     out = []
     if not name[0].isalpha():
@@ -254,12 +321,47 @@ def _name_problems(deployment: Deployment) -> list[ExportGap]:
             "differ: rename the deployment to export it"
         )
         out.append(ExportGap(("metadata", "name"), message, droppable=False))
+    return out + _mount_problems(spec)
+
+
+def _mount_problems(spec: DeploymentSpec) -> list[ExportGap]:
+    """Bind mounts the API server would reject though the schema holds: one where the
+    pulled model is mounted, two at one path, a hostPath with '..'."""
+    out = []
     if spec.source is not None and exportpull.MOUNT in (b[2] for b in _binds(spec)):
         message = (
             f"{exportpull.MOUNT} is where the exported pod mounts the model spec.source "
             "pulls, and two mounts at one path are refused: mount this volume elsewhere"
         )
         out.append(ExportGap(("spec", "container", "volumes"), message, droppable=False))
+    for host in (b[1] for b in _binds(spec) if ".." in PurePosixPath(b[1]).parts):
+        message = (
+            f"the host path {host} holds '..', which a hostPath may not (the API server "
+            "refuses it): write the folder it means"
+        )
+        out.append(ExportGap(("spec", "container", "volumes"), message, droppable=False))
+    insides = [b[2] for b in _binds(spec)]
+    for inside in sorted({p for p in insides if insides.count(p) > 1}):
+        message = (
+            f"two volumes mount at {inside}, and a pod's container refuses two mounts at one "
+            "path (so do podman and docker): keep one"
+        )
+        out.append(ExportGap(("spec", "container", "volumes"), message, droppable=False))
+    return out
+
+
+def _label_problems(deployment: Deployment) -> list[ExportGap]:
+    """metadata.labels are free-form here, Kubernetes' label syntax there: the API server
+    refuses every object that carries a label it cannot hold (kubernetes-validate checks
+    no label), so each is refused, or left out with --lossy."""
+    out = []
+    for key, value in deployment.metadata.labels.items():
+        problem = key_problem(key) or value_problem(value)
+        if problem is not None:
+            message = f"no Kubernetes form: {problem} there (the API server refuses it)"
+            fix = "rename it or change its value"
+            gap = ExportGap(("metadata", "labels", key), message, True, fix, "leave it out")
+            out.append(gap)
     return out
 
 
@@ -276,6 +378,8 @@ def problems_of(spec: DeploymentSpec) -> list[ExportGap]:
         out.append(_drop((*devices, "kind"), WHY_APPLE))
     if spec.image is None and (spec.container is None or spec.container.image is None):
         out.extend(_image_problems(spec))
+    elif image_of(spec) == spec.image:
+        out.extend(_spec_image_problems(spec.image))
     if spec.affinity == "session":
         out.append(_drop(("spec", "affinity"), WHY_AFFINITY))
     if spec.affinity == "prefix":
@@ -286,6 +390,11 @@ def problems_of(spec: DeploymentSpec) -> list[ExportGap]:
         out.append(_drop(("spec", "readiness", "completion"), WHY_COMPLETION))
     if spec.liveness_probe is not None and spec.liveness_probe.completion is not None:
         out.append(_drop(("spec", "livenessProbe", "completion"), WHY_COMPLETION))
+    if spec.activation == "OnDemand":
+        message = f"no Kubernetes form: {WHY_ON_DEMAND}"
+        fix, lossy = "set activation: Always", "export a pod that always runs"
+        gap = ExportGap(("spec", "activation"), message, True, fix, lossy, "exported as Always")
+        out.append(gap)
     out.extend(_scale_problems(spec))
     return out
 
@@ -331,6 +440,16 @@ def _image_problems(spec: DeploymentSpec) -> list[ExportGap]:
         message = f"the pinned image {DEFAULT_IMAGES[spec.engine]} is not a ROCm build: "
         return [ExportGap(image, message + "set spec.image to one", droppable=False)]
     return []
+
+
+def _spec_image_problems(image: str) -> list[ExportGap]:
+    """spec.image is the export's alone, so only the export checks it, as the spec checks
+    container.image: the API server or the kubelet refuses what is no image reference."""
+    problem = image_ref_problem(image)
+    if problem is None:
+        return []
+    message = f"no pod can pull it: {problem}"
+    return [ExportGap(("spec", "image"), message, droppable=False)]
 
 
 # -- the pod's view of the spec ---------------------------------------------------------
@@ -401,7 +520,10 @@ def _gpu_resource(devices: Devices) -> str | None:
 
 
 def _labels(deployment: Deployment) -> dict[str, str]:
-    return {**deployment.metadata.labels, **_selector(deployment)}
+    """The user's labels that Kubernetes can hold (--lossy left the others out), ours."""
+    labels = deployment.metadata.labels
+    kept = {k: v for k, v in labels.items() if not (key_problem(k) or value_problem(v))}
+    return {**kept, **_selector(deployment)}
 
 
 def _selector(deployment: Deployment) -> dict[str, str]:
@@ -496,6 +618,35 @@ def _quantity(value: float) -> str:
     return str(int(value)) if value == int(value) else f"{max(1, round(value * 1000))}m"
 
 
+def priority_class_name(priority: int) -> str:
+    """One PriorityClass per value, shared by every deployment of that priority."""
+    return (
+        f"reconcile-priority-{priority}"
+        if priority >= 0
+        else f"reconcile-priority-minus-{-priority}"
+    )
+
+
+def _priority_class(priority: int) -> Object | None:
+    """``priority`` as Kubernetes says it: a pod of a higher class preempts strictly lower
+    ones when the nodes run short, as an engine does here when devices run short. 0 is a
+    classless pod's priority (no globalDefault), so it needs none."""
+    if priority == 0:
+        return None
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": priority_class_name(priority),
+            "labels": {"app.kubernetes.io/managed-by": MANAGED_BY},
+        },
+        "value": priority,  # within a user class's range (PRIORITY_LIMIT)
+        "globalDefault": False,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "description": f"spec.priority {priority} of deployments exported by reconcile",
+    }
+
+
 def _pod(deployment: Deployment) -> Object:
     spec = deployment.spec
     pod: Object = {
@@ -503,6 +654,8 @@ def _pod(deployment: Deployment) -> Object:
         "terminationGracePeriodSeconds": math.ceil(spec.stop_grace_period_seconds),
         "containers": [_container(deployment)],
     }
+    if spec.priority:
+        pod["priorityClassName"] = priority_class_name(spec.priority)
     if spec.node_selector:  # the same label match, made by the scheduler
         pod["nodeSelector"] = dict(sorted(spec.node_selector.items()))
     volumes: list[Object] = []
@@ -525,7 +678,10 @@ def _pod(deployment: Deployment) -> Object:
 
 
 def _shm(spec: DeploymentSpec) -> bool:
-    """A /dev/shm of its own: for GPUs (a pod's is 64 MiB), or at the size asked."""
+    """A /dev/shm of its own: for GPUs (a pod's is 64 MiB), or at the size asked; none
+    when a bind mount is the /dev/shm (two mounts at one path: the API server refuses)."""
+    if SHM in (inside for _, _, inside, _ in _binds(spec)):
+        return False
     sized = spec.container is not None and spec.container.shm_size is not None
     return sized or _gpu_resource(spec.devices) is not None
 
@@ -537,7 +693,8 @@ def _binds(spec: DeploymentSpec) -> list[tuple[str, str, str, bool]]:
     out = []
     for i, volume in enumerate(volumes):
         host, inside, *mode = volume.split(":")
-        out.append((f"host-{i}", host, inside, mode == ["ro"]))
+        # As the runtime and the kubelet see it: `/x/` and `/x` are one place.
+        out.append((f"host-{i}", host, str(PurePosixPath(inside)), mode == ["ro"]))
     return out
 
 
@@ -569,7 +726,7 @@ def _container(deployment: Deployment) -> Object:
     if resource is not None:
         container["resources"] = {"limits": {resource: spec.devices.count}}
     if _shm(spec):
-        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+        mounts.append({"name": "dshm", "mountPath": SHM})
     for name, _, inside, read_only in _binds(spec):
         mounts.append(
             {"name": name, "mountPath": inside, **({"readOnly": True} if read_only else {})}

@@ -466,10 +466,18 @@ PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 ContainerRuntime = Literal["podman", "docker"]
 
 
+def image_ref_problem(image: str) -> str | None:
+    """Why ``image`` is no image reference (None: it is one)."""
+    if IMAGE_REF.match(image):
+        return None
+    slip = hints.for_image(image, lambda fixed: bool(IMAGE_REF.match(fixed)))
+    return f"image {short(image)} is not an image reference{slip or _IMAGE_FORM}"
+
+
 def _image_ref(image: str) -> str:
-    if not IMAGE_REF.match(image):
-        slip = hints.for_image(image, lambda fixed: bool(IMAGE_REF.match(fixed)))
-        raise ValueError(f"image {short(image)} is not an image reference{slip or _IMAGE_FORM}")
+    problem = image_ref_problem(image)
+    if problem is not None:
+        raise ValueError(problem)
     return image
 
 
