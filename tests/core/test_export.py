@@ -731,3 +731,12 @@ def test_a_model_path_no_volume_of_the_pod_holds_is_said() -> None:
     mounted = deployment("tiny", **gguf, container={"volumes": ["/srv/models:/srv/models:ro"]})
     assert [n.field for n in export(mounted).notes] == [("spec", "container", "volumes")]
     assert export(deployment("hub", engine="vllm", command=None, model="org/m")).notes == ()
+
+
+def test_aliases_the_gateway_routes_are_said_to_have_no_cluster_form() -> None:
+    """Here a request for an alias reaches the deployment through the gateway; a
+    Service has no such names: they were lost without a word."""
+    hub = {"engine": "vllm", "command": None, "model": "org/m"}
+    (note,) = export(deployment("chat", **hub, aliases=["gpt-4o", "default"])).notes
+    assert note.field == ("spec", "aliases") and not note.droppable
+    assert "gpt-4o, default" in note.message and "gateway" in note.message

@@ -123,6 +123,7 @@ def export(
     notes += _source_notes(deployment)
     notes += _secret_notes(deployment, folder) + _volume_notes(deployment.spec)
     notes += _ollama_notes(deployment.spec) + _local_model_notes(deployment.spec)
+    notes += _alias_notes(deployment.spec)
     return Exported(objects=objects, dropped=problems, notes=notes)
 
 
@@ -283,6 +284,20 @@ def _local_model_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
         "spec.source)"
     )
     return (ExportGap(("spec", "model"), text, droppable=False),)
+
+
+def _alias_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
+    """Here the gateway answers a request for any alias; in a cluster a client reaches
+    the Service by its name, and the engine answers only to the model it serves."""
+    if not spec.aliases:
+        return ()
+    names = ", ".join(spec.aliases)
+    text = (
+        f"the aliases ({names}) are names the gateway routes: a Service has none, and the "
+        "engine answers to its own model name only (route them at your gateway, e.g. "
+        "LiteLLM's model aliases)"
+    )
+    return (ExportGap(("spec", "aliases"), text, droppable=False),)
 
 
 def _ollama_notes(spec: DeploymentSpec) -> tuple[ExportGap, ...]:
