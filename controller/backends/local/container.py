@@ -15,7 +15,10 @@ main process ended, however it ended, so none outlives its engine.
 
 The runtime's ``run`` is started attached, in a session of its own, with its output into
 the log file: it streams the engine's output there for as long as the container runs and
-ends with it. It carries no marker (it is not the engine).
+ends with it. It carries no marker (it is not the engine). Its exit status is its
+container's (the engine's own code); a shell that waits for it writes that status to
+``run/<container>.rc`` (:func:`exit_file`), where a pass that is not its parent (an
+adopter: the next ``--once``, a restarted daemon) reads it, the container being gone.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -73,11 +77,28 @@ KEY_PATTERN = re.compile(r"[0-9a-f]{24}")  # pull_key's
 # status into the file named first (a pull that failed may leave an older image behind),
 # the pid of the subshell that waits for it said.
 DETACH = 'rc=$1; shift; { "$@"; echo $? >"$rc"; } </dev/null >&2 & echo $!'
+# The runtime's `run`, its exit status written to the file named first once it ends (in
+# one rename: a reader never sees it half written) and exited with.
+WAIT_EXIT = 'rc=$1; shift; "$@"; code=$?; echo $code >"$rc.new"; mv -f "$rc.new" "$rc"; exit $code'
 
 
 def container_name(instance: str, nonce: str) -> str:
     """``reconcile-pool_1-<nonce>``: a replica's ``@`` is not allowed in a container name."""
     return f"reconcile-{instance.replace('@', '_')}-{nonce}"
+
+
+def exit_file(state_dir: str, instance: str, nonce: str) -> Path:
+    """Where the `run` of the instance's container writes its exit status as it ends."""
+    name = container_name(instance, nonce)
+    return StateDir(Path(state_dir)).container_env(name).with_suffix(".rc")
+
+
+def exit_status(path: Path) -> int | None:
+    """The exit status ``path`` holds (None: none written, or not a number)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 class Wrapper:
@@ -123,6 +144,8 @@ class Wrapper:
         name = container_name(instance_of(launch.record.name), launch.record.nonce)
         env_file = StateDir(Path(self.state_dir)).container_env(name)
         cid_file = env_file.with_suffix(".cid")  # `run` writes the container's id there
+        rc_file = env_file.with_suffix(".rc")  # and its shell its exit status, at its end
+        _unlink(rc_file)  # an earlier try's of this nonce: not this run's word
         hidden = _client_env(launch, env)  # passed through the runtime's own environment
         shown = {k: v for k, v in env.items() if k not in hidden and k != OWNER}
         _write_env(env_file, {**shown, **self._marks()}, marker)
@@ -136,7 +159,7 @@ class Wrapper:
             argv[2:2] = ["--label", f"{containers.DIGEST_LABEL}={digest}"]
             argv[2:2] = ["--cidfile", str(cid_file)]
             offset = _size(launch.log_path)
-            client = _start_client(argv, launch.log_path, hidden)
+            client = _start_client([*_waited(rc_file), *argv], launch.log_path, hidden)
             failpoints.hit("container.run.before_wait")
             started = Started(runtime.name, client, launch.log_path, offset)
             ref: ProcessRef | None
@@ -144,6 +167,7 @@ class Wrapper:
                 ref, cid = started.wait(main_process, cid_file)
             except ContainerError as exc:  # the image may be gone: the next start looks again
                 self.images.pop((runtime.name, image), None)
+                _unlink(rc_file)  # its `run` ended: no engine of this record runs
                 if not (known.remembered and containers.absent(str(exc))):
                     program = launch.rendered.argv[0]
                     raise _next_move(exc, client.returncode, spec, program, image) from None
@@ -284,10 +308,12 @@ class Wrapper:
         flight reads; how many. A start unlinks its own when `run` returns; one SIGKILLed
         meanwhile left its file (spec.env's values) for good. ``records`` are read once the
         files are listed: a start in flight wrote its record (its nonce, its live maker)
-        before its file, so it is seen; a container once created has read its file."""
-        listed = sorted(StateDir(Path(self.state_dir)).runs.glob("reconcile-*.env"))
+        before its file, so it is seen; a container once created has read its file. And
+        the exit files no record names (:func:`_drop_unread_exits`)."""
+        runs = StateDir(Path(self.state_dir)).runs
+        listed = sorted(runs.glob("reconcile-*.env"))
         if not listed:
-            return 0
+            return _drop_unread_exits(runs, records)
         starting = {r.nonce for r in records() if r.ref is None and process_alive(r.reserved_by)}
         dropped = 0
         for env_file in listed:
@@ -298,7 +324,7 @@ class Wrapper:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             dropped += 1
-        return dropped
+        return dropped + _drop_unread_exits(runs, records)
 
     def _pull_key(self, spec: DeploymentSpec) -> str:
         assert spec.container is not None
@@ -415,6 +441,20 @@ class Wrapper:
             if not inside and os.path.isdir(path):
                 mounts.append(f"{path}:{path}:ro")
         return mounts
+
+
+def _drop_unread_exits(runs: Path, records: Callable[[], Iterable[Record]]) -> int:
+    """Remove the exit files (``run/<container>.rc``) of engines no record names any
+    more (a `run` that ended after its record's teardown had looked); how many. One
+    written is of a `run` that ended: no start in flight is waiting for it."""
+    listed = sorted(runs.glob("reconcile-*.rc"))
+    if not listed:
+        return 0
+    nonces = {r.nonce for r in records()}
+    dropped = [f for f in listed if f.stem.rpartition("-")[2] not in nonces]
+    for path in dropped:
+        _unlink(path)
+    return len(dropped)
 
 
 def _pulled_first(job: PullJob, pulling: str, cannot: Callable[[str], str]) -> Held | None:
@@ -642,7 +682,8 @@ class Started:
                     raise ContainerExited(code, text)  # it ran: the engine's own exit
                 raise ContainerError(f"{self.runtime} run: {text}")
             time.sleep(pause)
-        self.client.kill()
+        with contextlib.suppress(ProcessLookupError):  # the shell and the `run` it waits on
+            os.killpg(self.client.pid, signal.SIGKILL)
         raise ContainerError(
             f"{self.runtime} run: no container running after {START_TIMEOUT:.0f} s"
         )
@@ -653,6 +694,16 @@ def _read(path: Path) -> str:
         return path.read_text().strip()
     except FileNotFoundError:
         return ""
+
+
+def _waited(rc_file: Path) -> list[str]:
+    """The shell that runs the `run` after it and writes its exit status to ``rc_file``."""
+    return ["/bin/sh", "-c", WAIT_EXIT, "sh", str(rc_file)]
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
 
 
 class PullJob:
