@@ -123,26 +123,6 @@ def test_volumes_and_shm_size_reach_the_container(
     rc.down()
 
 
-def test_a_volume_whose_host_folder_is_missing_names_the_field(
-    reconcile: Reconcile, podman: Engine, tmp_path: Path
-) -> None:
-    """podman refuses a volume whose host folder is missing in words that name a path
-    alone (`statfs …: no such file or directory`); the message names the field and what
-    to do. (docker makes the folder, empty and root's, and runs.)"""
-    rc = reconcile
-    rc.env.update(podman.env)
-    missing = tmp_path / "no-such-models"
-    volumes = [f"{tmp_path}:/data:ro", f"{missing}:/models:ro"]
-    write(rc, podman, "mounted", container={"volumes": volumes})
-    rc.once(check=None)
-    record = rc.record("mounted")
-    assert record is not None and record["phase"] in ("BackOff", "Failed"), record
-    said = f"spec.container.volumes[1]: {missing} does not exist on this node: create it"
-    assert said in record["message"], record["message"]
-    assert not missing.exists() and podman.ours(rc.state) == []
-    rc.down()
-
-
 def test_once_leaves_the_container_running_and_the_next_pass_keeps_it(
     rc: Reconcile, engine: Engine
 ) -> None:

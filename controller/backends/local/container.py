@@ -139,6 +139,7 @@ class Wrapper:
         assert spec.container is not None and launch.record.nonce is not None
         runtime = self.runtime_of(spec.container)
         image = image_of(spec)
+        _check_volumes(spec.container)
         known = self.ensure_image(runtime, image, spec.container)
         digest, pulled = known.digest, known.pulled
         name = container_name(instance_of(launch.record.name), launch.record.nonce)
@@ -505,14 +506,22 @@ def _next_move(
             "inside the image, or use an image that has it"
         )
     assert spec.container is not None
-    for index, volume in enumerate(spec.container.volumes):
-        host = volume.split(":", 1)[0]
-        if not os.path.exists(host):
-            return ContainerError(
-                f"{exc}: spec.container.volumes[{index}]: {host} does not exist on this "
-                "node: create it, or fix the path"
-            )
+    missing = containers.missing_volume(spec.container.volumes)  # gone since the check
+    if missing is not None:
+        index, host = missing
+        said = containers.missing_folder(host)
+        return ContainerError(f"{exc}: spec.container.volumes[{index}]: {said}")
     return exc
+
+
+def _check_volumes(container: Container) -> None:
+    """Every volume's host path is on this node (the pass checked; a Ray node's are
+    checked here): a missing one is never made, by docker or anyone."""
+    missing = containers.missing_volume(container.volumes)
+    if missing is not None:
+        index, host = missing
+        said = containers.missing_folder(host)
+        raise ContainerError(f"spec.container.volumes[{index}]: {said}")
 
 
 def _registry(image: str) -> str:
