@@ -280,6 +280,8 @@ def test_pull_policy_never_and_no_image_names_the_image(rc: Reconcile, engine: E
     said = [e for e in rc.events("never") if e.get("outcome") == "pending"]
     assert len(said) == 1, rc.events("never")
     assert engine.ours(rc.state) == []
+    # Nothing ran, so the log says nothing: each pass wrote a `start` line there.
+    assert not (rc.state / "instances" / "logs" / "never.log").exists()
     rc.down()
 
 

@@ -245,13 +245,19 @@ class Wrapper:
         """Why a start of ``spec`` waits for its image (it is not here as pullPolicy wants:
         being pulled, its pull failed, or none ran yet), else None: the planner places it
         only once it is here, so a pull never preempts. Nothing is started or forgotten (a
-        look, as `plan`'s). A runtime that does not answer, or ``Never``, is the launch's to
-        judge, as before. A remembered image costs no `image inspect`."""
+        look, as `plan`'s). A runtime that does not answer is the launch's to judge, as
+        before. A remembered image costs no `image inspect`. Under ``Never``, an image not
+        here is waited for too: placed, its start wrote a `start` line in the engine's log
+        for a run that never was, each pass."""
         assert spec.container is not None
         runtime, image = self.runtime_of(spec.container), image_of(spec)
         policy = spec.container.policy(image)
         if policy == "Never":  # never pulls: an ended pull was an earlier spec's, not its word
-            return None
+            return (
+                None
+                if self._here(runtime, image)
+                else f"{_never_here(runtime, image)}, or set pullPolicy"
+            )
         job = PullJob.of(Path(self.state_dir), runtime.name, image)
         if job.running():
             return f"pulling image {image} ({runtime.name}): {job.last_line()}"
@@ -261,16 +267,21 @@ class Wrapper:
             return self._cannot(runtime, spec.container, image, job.last_line())
         if policy == "Always":
             return f"pulling image {image} ({runtime.name})"  # it runs only what it pulls
+        return None if self._here(runtime, image) else f"pulling image {image} ({runtime.name})"
+
+    def _here(self, runtime: Runtime, image: str) -> bool:
+        """The image is on this node, remembered or looked at now (a runtime that does not
+        answer: as if here, for the launch to judge)."""
         if (runtime.name, image) in self.images:
-            return None
+            return True
         try:
             facts = runtime.image(image)
         except ContainerError:
-            return None
+            return True
         if facts is None:
-            return f"pulling image {image} ({runtime.name})"
+            return False
         self.images[(runtime.name, image)] = facts  # the launch looks again once it runs
-        return None
+        return True
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         """Fetch what ``fetching`` found missing, holding nothing: None when the image is
@@ -281,8 +292,12 @@ class Wrapper:
         runtime, image = self.runtime_of(spec.container), image_of(spec)
         job = PullJob.of(Path(self.state_dir), runtime.name, image)
         waits = self.fetching(spec)
-        if waits is None:  # here (a pull that ended with it: the launch reads it), or Never
+        if waits is None:  # here (a pull that ended with it: the launch reads it)
             return None
+        if spec.container.policy(image) == "Never":  # nothing fetches it: Pending until here
+            if job.exists() and not job.running():
+                job.forget()  # an earlier spec's ended pull: not this one's word, ever
+            return Held(waits, pending=True)
         if job.running():
             return Held(waits)
         if job.exists():  # ended without it
@@ -385,14 +400,19 @@ class Wrapper:
         text = f"cannot pull image {image}: {said}"
         if any(words in said.lower() for words in NO_LOGIN):  # the pull used the runtime's own
             login = " ".join((runtime.name, "login", _registry(image))).strip()
-            text += f"; log in as the user reconcile runs as: `{login}`"
+            return f"{text}; log in as the user reconcile runs as: `{login}`"
         defaulted = container.pull_policy is None and container.policy(image) == "Always"
         if defaulted and _image_or_none(runtime, image) is not None:
-            text += (
+            return text + (
                 "; it is on this node, but pullPolicy defaults to Always for `:latest` "
                 "or no tag: set pullPolicy: IfNotPresent to run it, or tag it with a version"
             )
-        return text
+        # A name, tag or digest mistyped, or a registry down: the runtime's words say
+        # which, and named no next move (`manifest unknown`, `connection refused`).
+        return text + (
+            f"; check spec.container.image (`{runtime.name} images` lists this node's) "
+            "and that its registry answers: the pull is tried again"
+        )
 
     def run_argv(
         self,
