@@ -194,8 +194,25 @@ def _not_bool(value: Any) -> Any:
 # before it in an Annotated (``Annotated[int, Field(ge=0), NOT_BOOL]``): so they reach the
 # JSON Schema as minimum/maximum.
 NOT_BOOL = BeforeValidator(_not_bool)
+
+
 # The schema says what the loader takes: numbers too (YAML reads `8192` as an int).
-Arg = Annotated[str, BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float)]
+def _no_nul(value: str) -> str:
+    """A NUL byte ends a C string: the OS refuses it in an argv or an environment (a
+    process's start died of Python's `ValueError: embedded null byte`, a container's of
+    runc's refusal, said as its program missing)."""
+    if "\0" in value:
+        raise ValueError(
+            "holds a NUL byte (\\0), which no argument or environment value can: remove it"
+        )
+    return value
+
+
+Arg = Annotated[
+    str,
+    BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float),
+    AfterValidator(_no_nul),
+]
 # An argv item of `command` or `args`: its placeholders are checked here, at validate, since
 # a mistyped one reaches the engine as written and it dies of it (`invalid int: '{prot}'`).
 Template = Annotated[Arg, AfterValidator(_known_placeholders)]
