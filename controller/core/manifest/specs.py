@@ -226,6 +226,23 @@ Seconds = Annotated[
 ]
 # Kubernetes-style quantity (`20Gi`) kept as whole bytes; the schema shows what users write.
 Memory = Annotated[int, BeforeValidator(parse_quantity, json_schema_input_type=str | int)]
+
+
+def _shm_size(value: object) -> int:
+    """A size as any other; a zero one said in its own words: quantity's say to leave a
+    size out for a whole device, which is devices.memory's, not /dev/shm's."""
+    try:
+        return parse_quantity(value)
+    except ValueError as exc:
+        if "is zero" not in str(exc):
+            raise
+        raise ValueError(
+            f"shmSize {value!r} is zero: /dev/shm is at least 1 byte (leave shmSize out for "
+            "the runtime's default, 64Mi)"
+        ) from None
+
+
+ShmSize = Annotated[int, BeforeValidator(_shm_size, json_schema_input_type=str | int)]
 AUTO = "auto"  # devices.memory: the last measurement + 10%
 PRIORITY_LIMIT = 1_000_000_000  # Kubernetes' user PriorityClass range, both ways
 
@@ -534,7 +551,7 @@ class Container(Model):
     volumes: tuple[Annotated[str, AfterValidator(_volume)], ...] = Field(
         default=(), description="host:container[:ro] bind mounts, both paths absolute."
     )
-    shm_size: Memory | None = Field(
+    shm_size: ShmSize | None = Field(
         default=None, description="/dev/shm's size (e.g. 16Gi; default the runtime's)."
     )
 
