@@ -90,12 +90,15 @@ def test_a_value_with_a_newline_reaches_the_container_as_it_reaches_a_process(
     rc: Reconcile, engine: Engine
 ) -> None:
     """A PEM certificate in spec.env: no line of ``--env-file`` holds it, and it reached
-    the engine as nothing at all (CERT unset) while a process got it whole."""
+    the engine as nothing at all (CERT unset) while a process got it whole. A value that
+    ends in a carriage return (a Windows line's end) lost it: both runtimes read ``\r\n``
+    as a line's end."""
     cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
-    write(rc, engine, "pem", env={"CERT": cert, "PLAIN": "a=b c"})
+    sent = {"CERT": cert, "PLAIN": "a=b c", "CRLF": "token\r", "LEAD": "  y", "HASH": "#z"}
+    write(rc, engine, "pem", env=sent)
     rc.converge()
     env = rc.environ(running(rc, "pem")["ref"]["pid"])  # type: ignore[index]
-    assert (env.get("CERT"), env.get("PLAIN")) == (cert, "a=b c")
+    assert {key: env.get(key) for key in sent} == sent
     rc.down()
 
 

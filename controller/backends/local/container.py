@@ -616,7 +616,7 @@ def container_env(rendered: Mapping[str, str], passed: Passed | None) -> dict[st
 def _write_env(path: Path, env: Mapping[str, str], marker: str) -> None:
     """KEY=VALUE lines, 0600, read by `run --env-file`: values never reach an argv."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"{k}={v}" for k, v in env.items() if "\n" not in v]
+    lines = [f"{k}={v}" for k, v in env.items() if _one_line(v)]
     lines.append(f"RECONCILE_INSTANCE={marker}")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
@@ -638,11 +638,18 @@ def _owner_in(env_file: Path) -> tuple[str | None, bool]:
 def _client_env(launch: StartRequest, env: Mapping[str, str]) -> dict[str, str]:
     """The variables the runtime's `run` takes from its own environment (``--env KEY``):
     those whose values came from spec.envFrom (spec.env may override one), never to be in
-    a file or an argv, and any value with a newline, which no line of ``--env-file`` can
-    hold (a PEM certificate in spec.env reached the engine empty)."""
+    a file or an argv, and any value with a newline or a carriage return, which no line
+    of ``--env-file`` holds whole (a PEM certificate in spec.env reached the engine empty)."""
     secret = {k: v for k, v in launch.entry.secret_env.items() if env.get(k) == v}
-    lines = {k: v for k, v in env.items() if "\n" in v and k != OWNER}
+    lines = {k: v for k, v in env.items() if not _one_line(v) and k != OWNER}
     return {**lines, **secret}
+
+
+def _one_line(value: str) -> bool:
+    """A value a line of ``--env-file`` holds as it is: no newline, and no carriage
+    return, which both runtimes take for a line's end (``token\\r`` reached the engine as
+    ``token``)."""
+    return "\n" not in value and "\r" not in value
 
 
 def _size(path: Path) -> int:
