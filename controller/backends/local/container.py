@@ -253,11 +253,8 @@ class Wrapper:
         runtime, image = self.runtime_of(spec.container), image_of(spec)
         policy = spec.container.policy(image)
         if policy == "Never":  # never pulls: an ended pull was an earlier spec's, not its word
-            return (
-                None
-                if self._here(runtime, image)
-                else f"{_never_here(runtime, image)}, or set pullPolicy"
-            )
+            missing = not self._here(runtime, image)
+            return f"{_never_here(runtime, image)}, or set pullPolicy" if missing else None
         job = PullJob.of(Path(self.state_dir), runtime.name, image)
         if job.running():
             return f"pulling image {image} ({runtime.name}): {job.last_line()}"
