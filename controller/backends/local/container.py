@@ -78,8 +78,13 @@ KEY_PATTERN = re.compile(r"[0-9a-f]{24}")  # pull_key's
 # the pid of the subshell that waits for it said.
 DETACH = 'rc=$1; shift; { "$@"; echo $? >"$rc"; } </dev/null >&2 & echo $!'
 # The runtime's `run`, its exit status written to the file named first once it ends (in
-# one rename: a reader never sees it half written) and exited with.
-WAIT_EXIT = 'rc=$1; shift; "$@"; code=$?; echo $code >"$rc.new"; mv -f "$rc.new" "$rc"; exit $code'
+# one rename: a reader never sees it half written) and exited with. The file is there,
+# empty, from the start: a reader knows a status is coming (an older version's `run`
+# writes none: no file).
+WAIT_EXIT = (
+    'rc=$1; shift; : >"$rc"; "$@"; code=$?; echo $code >"$rc.new"; mv -f "$rc.new" "$rc"; '
+    "exit $code"
+)
 
 
 def container_name(instance: str, nonce: str) -> str:

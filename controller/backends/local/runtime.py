@@ -55,6 +55,10 @@ SWEEP_TIMEOUT = 5.0
 POLL = 0.01
 ENVIRON_WAIT = 0.5  # seconds an empty /proc/<pid>/environ may mean "still exec'ing"
 CLIENT_GRACE = 2.0  # seconds a dead container engine's `run` may take to remove it and end
+# Seconds a pass waits for the status in the exit file of a dead container engine's
+# `run` (one it did not start, or one it stopped): on a busy host the runtime's clean-up
+# takes seconds; only a `run` killed before it wrote its status costs the whole wait.
+EXIT_FILE_WAIT = 10.0
 CLIENTS_KEPT = 32  # ended `run`s whose exit is still kept for exit_of
 
 
@@ -130,7 +134,7 @@ class LocalBackend:
                 client.wait(CLIENT_GRACE)
             self._exited_container(ref, client.returncode)
         elif ref.pid not in self.exits and ref in self._exit_files:
-            self._exited_container(ref, self._exit_written(self._exit_files[ref]))
+            self._exited_container(ref, _exit_written(self._exit_files[ref], EXIT_FILE_WAIT))
         return self.exits.get(ref.pid)
 
     def _exited_container(self, ref: ProcessRef, code: int | None) -> None:
@@ -138,18 +142,6 @@ class LocalBackend:
 
         if code is not None and code not in RUNTIME_CODES:  # else the runtime's own failure
             self.exits[ref.pid] = ExitStatus(code, None)
-
-    @staticmethod
-    def _exit_written(path: Path) -> int | None:
-        """The status the `run` wrote to ``path``, waited for up to CLIENT_GRACE: it ends
-        just after its engine. None: it never wrote one (it was killed, or an older
-        version started it)."""
-        from controller.backends.local.container import exit_status
-
-        deadline = time.monotonic() + CLIENT_GRACE
-        while (code := exit_status(path)) is None and time.monotonic() < deadline:
-            time.sleep(POLL)
-        return code
 
     def _reap_all(self) -> None:
         """Collect every child that ended, whatever killed it (a reaped orphan has no
@@ -419,8 +411,8 @@ class LocalBackend:
                         container=container.id[:12], reason=str(exc))  # fmt: skip
         if rec.nonce is not None:  # its `run` says how it ended, as it ends: read by no one
             exit_file = self._exit_file(rec)
-            if running:
-                self._exit_written(exit_file)
+            if running:  # it ends just after its container's removal
+                _exit_written(exit_file, EXIT_FILE_WAIT)
             exit_file.unlink(missing_ok=True)
 
     def listening_ports(self) -> frozenset[int]:
@@ -490,6 +482,18 @@ class LocalBackend:
         except PermissionError as exc:
             if exc.errno != errno.EPERM:
                 raise
+
+
+def _exit_written(path: Path, wait: float) -> int | None:
+    """The status a container's `run` wrote to ``path``, waited for up to ``wait`` s: it
+    ends just after its engine. None: none is coming (no file: an older version's `run`)
+    or none came (it was killed)."""
+    from controller.backends.local.container import exit_status
+
+    deadline = time.monotonic() + wait
+    while (code := exit_status(path)) is None and path.exists() and time.monotonic() < deadline:
+        time.sleep(POLL)
+    return code
 
 
 def _reused(ref: ProcessRef) -> bool:
