@@ -42,6 +42,7 @@ class Held:
 
     why: str
     failed: bool = False  # the new spec cannot start as things are (its image did not pull)
+    pending: bool = False  # nothing will fetch it (pullPolicy Never): Pending until it is here
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -13,10 +13,12 @@ that started it): that is how a container is ours, and whose.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller.core.state import ContainerRef
@@ -195,6 +197,25 @@ def _label(labels: str, key: str) -> str:
         if k == key:
             return v
     return ""
+
+
+def missing_volume(volumes: Sequence[str]) -> tuple[int, str] | None:
+    """The first volume (``host:container[:ro]``) whose host path this node lacks: its
+    index and that path. podman refuses it, docker makes it (empty and root's): neither
+    is asked (DESIGN.md "Engines in containers")."""
+    for index, volume in enumerate(volumes):
+        host = volume.split(":", 1)[0]
+        if not os.path.exists(host):
+            return index, host
+    return None
+
+
+def missing_folder(host: str) -> str:
+    """What a volume whose host path is missing says, with the next move."""
+    return (
+        f"{host} does not exist on this node: create it (reconcile creates no volume's "
+        "folder), or fix the path"
+    )
 
 
 def absent(stderr: str) -> bool:

@@ -410,14 +410,16 @@ class Launcher:
             self._back_off(_unleased(record), held.why)
             self.event(action.name, "start", "pull", "failed", error=held.why)
             return True
-        record = replace(record, phase=Phase.PULLING)
-        fresh = current is None or current.phase is not Phase.PULLING
+        phase = Phase.PENDING if held.pending else Phase.PULLING
+        record = replace(record, phase=phase)
+        fresh = current is None or current.phase is not phase
         if not fresh and current is not None and _same_wait(current, record):
             return False
         self.store.write(record)
-        if fresh:
-            self.event(action.name, "start", "placement", "pulling", error=held.why)
-        return False  # it waits for its pull: no further round (its end is the next pass's)
+        if fresh or held.pending:  # a Pending's news is its message
+            outcome = "pending" if held.pending else "pulling"
+            self.event(action.name, "start", "placement", outcome, error=held.why)
+        return False  # it waits for its image: no further round (its end is the next pass's)
 
     def _kept_for(self, rec: Record, action: Replace) -> bool:
         """A Ready engine is not stopped for a spec whose image is not on the node yet: its

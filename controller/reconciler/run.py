@@ -61,6 +61,7 @@ from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
 from controller.reconciler.pulling import puller_of
+from controller.reconciler.volumes import refuse_missing_volumes
 from controller.store import diskspace
 from controller.store.config import secretkey
 from controller.store.config.node import Config, read_drain
@@ -240,6 +241,8 @@ class Preview:
         # are held to the manifests' rule (and opted out of it with them).
         strict = security.strict(self.config.insecure_manifests)
         resolve_secrets(loaded, self._secrets_key, security.path_problem if strict else None)
+        if self.backend.name == backendnames.LOCAL:  # a cluster's folders are its nodes'
+            refuse_missing_volumes(loaded)
         entries, skipped, invalid, labelled = self._share(loaded)
         return Desired(
             owner=self.config.owner,

@@ -74,6 +74,12 @@ spec:
         pytest.param(
             "    shmSize: lots\n", "bad.yaml:9: spec.container.shmSize:", id="bad-shm-size"
         ),
+        pytest.param(  # it said to leave the size out "for a whole device": devices.memory's
+            "    shmSize: 0\n",
+            "bad.yaml:9: spec.container.shmSize: shmSize 0 is zero: /dev/shm is at least 1 "
+            "byte (leave shmSize out for the runtime's default, 64Mi)",
+            id="zero-shm-size",
+        ),
         pytest.param("    imag: x\n", "bad.yaml:9: spec.container.imag", id="unknown-field"),
     ],
 )

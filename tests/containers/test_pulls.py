@@ -132,6 +132,11 @@ def test_a_wrong_digest_is_named_with_the_runtimes_words(
     record = until_message(rc, "wrong", "cannot pull image")
     assert record["phase"] in ("BackOff", "Pending"), record
     assert image in record["message"] and "manifest unknown" in record["message"].lower()
+    # The runtime's words name no next move; and no probe was ever decided for it.
+    move = f"check spec.container.image (`{engine.name} images` lists this node's)"
+    assert move in record["message"], record["message"]
+    described = rc("describe", "wrong", check=0).out
+    assert "Readiness:    -\n" in described and "Liveness:     -\n" in described, described
     assert engine.ours(rc.state) == []
     rc.down()
 

@@ -15,7 +15,10 @@ main process ended, however it ended, so none outlives its engine.
 
 The runtime's ``run`` is started attached, in a session of its own, with its output into
 the log file: it streams the engine's output there for as long as the container runs and
-ends with it. It carries no marker (it is not the engine).
+ends with it. It carries no marker (it is not the engine). Its exit status is its
+container's (the engine's own code); a shell that waits for it writes that status to
+``run/<container>.rc`` (:func:`exit_file`), where a pass that is not its parent (an
+adopter: the next ``--once``, a restarted daemon) reads it, the container being gone.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -73,11 +77,33 @@ KEY_PATTERN = re.compile(r"[0-9a-f]{24}")  # pull_key's
 # status into the file named first (a pull that failed may leave an older image behind),
 # the pid of the subshell that waits for it said.
 DETACH = 'rc=$1; shift; { "$@"; echo $? >"$rc"; } </dev/null >&2 & echo $!'
+# The runtime's `run`, its exit status written to the file named first once it ends (in
+# one rename: a reader never sees it half written) and exited with. The file is there,
+# empty, from the start: a reader knows a status is coming (an older version's `run`
+# writes none: no file).
+WAIT_EXIT = (
+    'rc=$1; shift; : >"$rc"; "$@"; code=$?; echo $code >"$rc.new"; mv -f "$rc.new" "$rc"; '
+    "exit $code"
+)
 
 
 def container_name(instance: str, nonce: str) -> str:
     """``reconcile-pool_1-<nonce>``: a replica's ``@`` is not allowed in a container name."""
     return f"reconcile-{instance.replace('@', '_')}-{nonce}"
+
+
+def exit_file(state_dir: str, instance: str, nonce: str) -> Path:
+    """Where the `run` of the instance's container writes its exit status as it ends."""
+    name = container_name(instance, nonce)
+    return StateDir(Path(state_dir)).container_env(name).with_suffix(".rc")
+
+
+def exit_status(path: Path) -> int | None:
+    """The exit status ``path`` holds (None: none written, or not a number)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 class Wrapper:
@@ -118,11 +144,14 @@ class Wrapper:
         assert spec.container is not None and launch.record.nonce is not None
         runtime = self.runtime_of(spec.container)
         image = image_of(spec)
+        _check_volumes(spec.container)
         known = self.ensure_image(runtime, image, spec.container)
         digest, pulled = known.digest, known.pulled
         name = container_name(instance_of(launch.record.name), launch.record.nonce)
         env_file = StateDir(Path(self.state_dir)).container_env(name)
         cid_file = env_file.with_suffix(".cid")  # `run` writes the container's id there
+        rc_file = env_file.with_suffix(".rc")  # and its shell its exit status, at its end
+        _unlink(rc_file)  # an earlier try's of this nonce: not this run's word
         hidden = _client_env(launch, env)  # passed through the runtime's own environment
         shown = {k: v for k, v in env.items() if k not in hidden and k != OWNER}
         _write_env(env_file, {**shown, **self._marks()}, marker)
@@ -136,7 +165,7 @@ class Wrapper:
             argv[2:2] = ["--label", f"{containers.DIGEST_LABEL}={digest}"]
             argv[2:2] = ["--cidfile", str(cid_file)]
             offset = _size(launch.log_path)
-            client = _start_client(argv, launch.log_path, hidden)
+            client = _start_client([*_waited(rc_file), *argv], launch.log_path, hidden)
             failpoints.hit("container.run.before_wait")
             started = Started(runtime.name, client, launch.log_path, offset)
             ref: ProcessRef | None
@@ -144,6 +173,7 @@ class Wrapper:
                 ref, cid = started.wait(main_process, cid_file)
             except ContainerError as exc:  # the image may be gone: the next start looks again
                 self.images.pop((runtime.name, image), None)
+                _unlink(rc_file)  # its `run` ended: no engine of this record runs
                 if not (known.remembered and containers.absent(str(exc))):
                     program = launch.rendered.argv[0]
                     raise _next_move(exc, client.returncode, spec, program, image) from None
@@ -220,13 +250,16 @@ class Wrapper:
         """Why a start of ``spec`` waits for its image (it is not here as pullPolicy wants:
         being pulled, its pull failed, or none ran yet), else None: the planner places it
         only once it is here, so a pull never preempts. Nothing is started or forgotten (a
-        look, as `plan`'s). A runtime that does not answer, or ``Never``, is the launch's to
-        judge, as before. A remembered image costs no `image inspect`."""
+        look, as `plan`'s). A runtime that does not answer is the launch's to judge, as
+        before. A remembered image costs no `image inspect`. Under ``Never``, an image not
+        here is waited for too: placed, its start wrote a `start` line in the engine's log
+        for a run that never was, each pass."""
         assert spec.container is not None
         runtime, image = self.runtime_of(spec.container), image_of(spec)
         policy = spec.container.policy(image)
         if policy == "Never":  # never pulls: an ended pull was an earlier spec's, not its word
-            return None
+            missing = not self._here(runtime, image)
+            return f"{_never_here(runtime, image)}, or set pullPolicy" if missing else None
         job = PullJob.of(Path(self.state_dir), runtime.name, image)
         if job.running():
             return f"pulling image {image} ({runtime.name}): {job.last_line()}"
@@ -236,16 +269,21 @@ class Wrapper:
             return self._cannot(runtime, spec.container, image, job.last_line())
         if policy == "Always":
             return f"pulling image {image} ({runtime.name})"  # it runs only what it pulls
+        return None if self._here(runtime, image) else f"pulling image {image} ({runtime.name})"
+
+    def _here(self, runtime: Runtime, image: str) -> bool:
+        """The image is on this node, remembered or looked at now (a runtime that does not
+        answer: as if here, for the launch to judge)."""
         if (runtime.name, image) in self.images:
-            return None
+            return True
         try:
             facts = runtime.image(image)
         except ContainerError:
-            return None
+            return True
         if facts is None:
-            return f"pulling image {image} ({runtime.name})"
+            return False
         self.images[(runtime.name, image)] = facts  # the launch looks again once it runs
-        return None
+        return True
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         """Fetch what ``fetching`` found missing, holding nothing: None when the image is
@@ -256,8 +294,12 @@ class Wrapper:
         runtime, image = self.runtime_of(spec.container), image_of(spec)
         job = PullJob.of(Path(self.state_dir), runtime.name, image)
         waits = self.fetching(spec)
-        if waits is None:  # here (a pull that ended with it: the launch reads it), or Never
+        if waits is None:  # here (a pull that ended with it: the launch reads it)
             return None
+        if spec.container.policy(image) == "Never":  # nothing fetches it: Pending until here
+            if job.exists() and not job.running():
+                job.forget()  # an earlier spec's ended pull: not this one's word, ever
+            return Held(waits, pending=True)
         if job.running():
             return Held(waits)
         if job.exists():  # ended without it
@@ -284,10 +326,12 @@ class Wrapper:
         flight reads; how many. A start unlinks its own when `run` returns; one SIGKILLed
         meanwhile left its file (spec.env's values) for good. ``records`` are read once the
         files are listed: a start in flight wrote its record (its nonce, its live maker)
-        before its file, so it is seen; a container once created has read its file."""
-        listed = sorted(StateDir(Path(self.state_dir)).runs.glob("reconcile-*.env"))
+        before its file, so it is seen; a container once created has read its file. And
+        the exit files no record names (:func:`_drop_unread_exits`)."""
+        runs = StateDir(Path(self.state_dir)).runs
+        listed = sorted(runs.glob("reconcile-*.env"))
         if not listed:
-            return 0
+            return _drop_unread_exits(runs, records)
         starting = {r.nonce for r in records() if r.ref is None and process_alive(r.reserved_by)}
         dropped = 0
         for env_file in listed:
@@ -298,7 +342,7 @@ class Wrapper:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             dropped += 1
-        return dropped
+        return dropped + _drop_unread_exits(runs, records)
 
     def _pull_key(self, spec: DeploymentSpec) -> str:
         assert spec.container is not None
@@ -358,14 +402,19 @@ class Wrapper:
         text = f"cannot pull image {image}: {said}"
         if any(words in said.lower() for words in NO_LOGIN):  # the pull used the runtime's own
             login = " ".join((runtime.name, "login", _registry(image))).strip()
-            text += f"; log in as the user reconcile runs as: `{login}`"
+            return f"{text}; log in as the user reconcile runs as: `{login}`"
         defaulted = container.pull_policy is None and container.policy(image) == "Always"
         if defaulted and _image_or_none(runtime, image) is not None:
-            text += (
+            return text + (
                 "; it is on this node, but pullPolicy defaults to Always for `:latest` "
                 "or no tag: set pullPolicy: IfNotPresent to run it, or tag it with a version"
             )
-        return text
+        # A name, tag or digest mistyped, or a registry down: the runtime's words say
+        # which, and named no next move (`manifest unknown`, `connection refused`).
+        return text + (
+            f"; check spec.container.image (`{runtime.name} images` lists this node's) "
+            "and that its registry answers: the pull is tried again"
+        )
 
     def run_argv(
         self,
@@ -417,6 +466,20 @@ class Wrapper:
         return mounts
 
 
+def _drop_unread_exits(runs: Path, records: Callable[[], Iterable[Record]]) -> int:
+    """Remove the exit files (``run/<container>.rc``) of engines no record names any
+    more (a `run` that ended after its record's teardown had looked); how many. One
+    written is of a `run` that ended: no start in flight is waiting for it."""
+    listed = sorted(runs.glob("reconcile-*.rc"))
+    if not listed:
+        return 0
+    nonces = {r.nonce for r in records()}
+    dropped = [f for f in listed if f.stem.rpartition("-")[2] not in nonces]
+    for path in dropped:
+        _unlink(path)
+    return len(dropped)
+
+
 def _pulled_first(job: PullJob, pulling: str, cannot: Callable[[str], str]) -> Held | None:
     """Under ``pullPolicy: Always`` the new spec runs only what a pull brings (an older
     copy on the node is no answer), so its pull comes first while the running engine
@@ -465,14 +528,22 @@ def _next_move(
             "inside the image, or use an image that has it"
         )
     assert spec.container is not None
-    for index, volume in enumerate(spec.container.volumes):
-        host = volume.split(":", 1)[0]
-        if not os.path.exists(host):
-            return ContainerError(
-                f"{exc}: spec.container.volumes[{index}]: {host} does not exist on this "
-                "node: create it, or fix the path"
-            )
+    missing = containers.missing_volume(spec.container.volumes)  # gone since the check
+    if missing is not None:
+        index, host = missing
+        said = containers.missing_folder(host)
+        return ContainerError(f"{exc}: spec.container.volumes[{index}]: {said}")
     return exc
+
+
+def _check_volumes(container: Container) -> None:
+    """Every volume's host path is on this node (the pass checked; a Ray node's are
+    checked here): a missing one is never made, by docker or anyone."""
+    missing = containers.missing_volume(container.volumes)
+    if missing is not None:
+        index, host = missing
+        said = containers.missing_folder(host)
+        raise ContainerError(f"spec.container.volumes[{index}]: {said}")
 
 
 def _registry(image: str) -> str:
@@ -547,7 +618,7 @@ def container_env(rendered: Mapping[str, str], passed: Passed | None) -> dict[st
 def _write_env(path: Path, env: Mapping[str, str], marker: str) -> None:
     """KEY=VALUE lines, 0600, read by `run --env-file`: values never reach an argv."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"{k}={v}" for k, v in env.items() if "\n" not in v]
+    lines = [f"{k}={v}" for k, v in env.items() if _one_line(v)]
     lines.append(f"RECONCILE_INSTANCE={marker}")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
@@ -569,11 +640,18 @@ def _owner_in(env_file: Path) -> tuple[str | None, bool]:
 def _client_env(launch: StartRequest, env: Mapping[str, str]) -> dict[str, str]:
     """The variables the runtime's `run` takes from its own environment (``--env KEY``):
     those whose values came from spec.envFrom (spec.env may override one), never to be in
-    a file or an argv, and any value with a newline, which no line of ``--env-file`` can
-    hold (a PEM certificate in spec.env reached the engine empty)."""
+    a file or an argv, and any value with a newline or a carriage return, which no line
+    of ``--env-file`` holds whole (a PEM certificate in spec.env reached the engine empty)."""
     secret = {k: v for k, v in launch.entry.secret_env.items() if env.get(k) == v}
-    lines = {k: v for k, v in env.items() if "\n" in v and k != OWNER}
+    lines = {k: v for k, v in env.items() if not _one_line(v) and k != OWNER}
     return {**lines, **secret}
+
+
+def _one_line(value: str) -> bool:
+    """A value a line of ``--env-file`` holds as it is: no newline, and no carriage
+    return, which both runtimes take for a line's end (``token\\r`` reached the engine as
+    ``token``)."""
+    return "\n" not in value and "\r" not in value
 
 
 def _size(path: Path) -> int:
@@ -642,7 +720,8 @@ class Started:
                     raise ContainerExited(code, text)  # it ran: the engine's own exit
                 raise ContainerError(f"{self.runtime} run: {text}")
             time.sleep(pause)
-        self.client.kill()
+        with contextlib.suppress(ProcessLookupError):  # the shell and the `run` it waits on
+            os.killpg(self.client.pid, signal.SIGKILL)
         raise ContainerError(
             f"{self.runtime} run: no container running after {START_TIMEOUT:.0f} s"
         )
@@ -653,6 +732,16 @@ def _read(path: Path) -> str:
         return path.read_text().strip()
     except FileNotFoundError:
         return ""
+
+
+def _waited(rc_file: Path) -> list[str]:
+    """The shell that runs the `run` after it and writes its exit status to ``rc_file``."""
+    return ["/bin/sh", "-c", WAIT_EXIT, "sh", str(rc_file)]
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
 
 
 class PullJob:

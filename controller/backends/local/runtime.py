@@ -55,6 +55,10 @@ SWEEP_TIMEOUT = 5.0
 POLL = 0.01
 ENVIRON_WAIT = 0.5  # seconds an empty /proc/<pid>/environ may mean "still exec'ing"
 CLIENT_GRACE = 2.0  # seconds a dead container engine's `run` may take to remove it and end
+# Seconds a pass waits for the status in the exit file of a dead container engine's
+# `run` (one it did not start, or one it stopped): on a busy host the runtime's clean-up
+# takes seconds; only a `run` killed before it wrote its status costs the whole wait.
+EXIT_FILE_WAIT = 10.0
 CLIENTS_KEPT = 32  # ended `run`s whose exit is still kept for exit_of
 
 
@@ -97,6 +101,9 @@ class LocalBackend:
         # `podman run`s we reap, by their engine's pid: a run's exit status is its
         # container's, so an engine that dies has its code (the newest ended kept).
         self._clients: dict[int, subprocess.Popen[bytes]] = {}
+        # The records' container engines -> the file their `run` writes its status to as
+        # it ends: how a pass that is not the `run`'s parent reads an engine's code.
+        self._exit_files: dict[ProcessRef, Path] = {}
 
     @functools.cached_property
     def containers(self) -> Wrapper:
@@ -117,18 +124,24 @@ class LocalBackend:
         return process_alive(ref)
 
     def exit_of(self, ref: ProcessRef) -> ExitStatus | None:
-        """The exit status, known only for engines this process spawned (a container's:
-        its `run`'s, which ends just after its engine, once the runtime has removed it)."""
+        """The exit status, known for engines this process spawned and for containers (a
+        container's: its `run`'s, which ends just after its engine, once the runtime has
+        removed it; a `run` this process did not start says it in its exit file)."""
         self._reap(ref.pid)
         client = self._clients.get(ref.pid)
         if ref.pid not in self.exits and client is not None:
-            from controller.backends.local.container import RUNTIME_CODES
-
             with contextlib.suppress(subprocess.TimeoutExpired):
                 client.wait(CLIENT_GRACE)
-            if client.returncode is not None and client.returncode not in RUNTIME_CODES:
-                self.exits[ref.pid] = ExitStatus(client.returncode, None)
+            self._exited_container(ref, client.returncode)
+        elif ref.pid not in self.exits and ref in self._exit_files:
+            self._exited_container(ref, _exit_written(self._exit_files[ref], EXIT_FILE_WAIT))
         return self.exits.get(ref.pid)
+
+    def _exited_container(self, ref: ProcessRef, code: int | None) -> None:
+        from controller.backends.local.container import RUNTIME_CODES
+
+        if code is not None and code not in RUNTIME_CODES:  # else the runtime's own failure
+            self.exits[ref.pid] = ExitStatus(code, None)
 
     def _reap_all(self) -> None:
         """Collect every child that ended, whatever killed it (a reaped orphan has no
@@ -192,7 +205,17 @@ class LocalBackend:
         return roots[0].ref if roots else None
 
     def refresh(self, records: Iterable[Record]) -> None:
-        """Nothing to batch: each liveness check is one read of /proc."""
+        """Nothing to batch (each liveness check is one read of /proc); each container
+        engine's exit file is named, for ``exit_of``."""
+        self._exit_files = {
+            rec.ref: self._exit_file(rec) for rec in records if rec.container and rec.ref
+        }
+
+    def _exit_file(self, rec: Record) -> Path:
+        from controller.backends.local.container import exit_file
+
+        assert rec.nonce is not None  # a record with an engine has its nonce
+        return exit_file(self.state_dir, instance_of(rec.name), rec.nonce)
 
     def instance_of(self, rec: Record) -> Instance | None:
         return None  # engines stay where the reservation put them
@@ -229,7 +252,8 @@ class LocalBackend:
 
     def drop_unused_env_files(self, records: Callable[[], Iterable[Record]]) -> int:
         runs = StateDir(Path(self.state_dir)).runs
-        if not any(runs.glob("reconcile-*.env")):  # no container code for a node without
+        left = (*runs.glob("reconcile-*.env"), *runs.glob("reconcile-*.rc"))
+        if not left:  # no container code for a node without
             return 0
         return self.containers.drop_unused_env_files(records)
 
@@ -377,6 +401,7 @@ class LocalBackend:
         node waits on; `--rm` has the runtime remove the container once it answers."""
         from controller.host.containers import Runtime
 
+        running = rec.ref is not None and self.alive(rec.ref)
         try:
             Runtime(container.runtime).remove(container.id, rec.grace_seconds)
         except ContainerError as exc:
@@ -384,6 +409,11 @@ class LocalBackend:
                 raise  # a running engine: stopping it needs the runtime
             log.warning("container of a dead engine not removed", deployment=rec.name,
                         container=container.id[:12], reason=str(exc))  # fmt: skip
+        if rec.nonce is not None:  # its `run` says how it ended, as it ends: read by no one
+            exit_file = self._exit_file(rec)
+            if running:  # it ends just after its container's removal
+                _exit_written(exit_file, EXIT_FILE_WAIT)
+            exit_file.unlink(missing_ok=True)
 
     def listening_ports(self) -> frozenset[int]:
         return ports.listening_ports()
@@ -452,6 +482,18 @@ class LocalBackend:
         except PermissionError as exc:
             if exc.errno != errno.EPERM:
                 raise
+
+
+def _exit_written(path: Path, wait: float) -> int | None:
+    """The status a container's `run` wrote to ``path``, waited for up to ``wait`` s: it
+    ends just after its engine. None: none is coming (no file: an older version's `run`)
+    or none came (it was killed)."""
+    from controller.backends.local.container import exit_status
+
+    deadline = time.monotonic() + wait
+    while (code := exit_status(path)) is None and path.exists() and time.monotonic() < deadline:
+        time.sleep(POLL)
+    return code
 
 
 def _reused(ref: ProcessRef) -> bool:

@@ -235,8 +235,14 @@ def _devices(rec: Record) -> str:
 _UNPLACED = (Phase.PENDING, Phase.IDLE, Phase.PULLING)
 
 
+def _unplaced(rec: Record) -> bool:
+    """No engine placed yet: Pending and the like, or a BackOff of a start that never
+    got its lease (a failed image pull: its probes default, not the spec's)."""
+    return rec.phase in _UNPLACED or rec.nonce is None
+
+
 def _readiness(rec: Record, now: datetime) -> str:
-    if rec.phase in _UNPLACED:
+    if _unplaced(rec):
         return "-"
     probe = rec.probe
     checks = [f"GET {path}" for path, _ in probe.http] or (["tcp connect"] if probe.tcp else [])
@@ -298,7 +304,7 @@ def _liveness(rec: Record) -> str:
     """The liveness probe and, while any are counted, the failures in a row."""
     probe = rec.liveness
     if probe is None:
-        return "-" if rec.phase in _UNPLACED else "none"
+        return "-" if _unplaced(rec) else "none"
     kind = "tcp connect" if probe.kind == "tcp" else probe.kind
     text = (
         f"{kind} every {probe.period_seconds:g}s, timeout {probe.timeout_seconds:g}s, "

@@ -194,8 +194,25 @@ def _not_bool(value: Any) -> Any:
 # before it in an Annotated (``Annotated[int, Field(ge=0), NOT_BOOL]``): so they reach the
 # JSON Schema as minimum/maximum.
 NOT_BOOL = BeforeValidator(_not_bool)
+
+
 # The schema says what the loader takes: numbers too (YAML reads `8192` as an int).
-Arg = Annotated[str, BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float)]
+def _no_nul(value: str) -> str:
+    """A NUL byte ends a C string: the OS refuses it in an argv or an environment (a
+    process's start died of Python's `ValueError: embedded null byte`, a container's of
+    runc's refusal, said as its program missing)."""
+    if "\0" in value:
+        raise ValueError(
+            "holds a NUL byte (\\0), which no argument or environment value can: remove it"
+        )
+    return value
+
+
+Arg = Annotated[
+    str,
+    BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float),
+    AfterValidator(_no_nul),
+]
 # An argv item of `command` or `args`: its placeholders are checked here, at validate, since
 # a mistyped one reaches the engine as written and it dies of it (`invalid int: '{prot}'`).
 Template = Annotated[Arg, AfterValidator(_known_placeholders)]
@@ -209,6 +226,23 @@ Seconds = Annotated[
 ]
 # Kubernetes-style quantity (`20Gi`) kept as whole bytes; the schema shows what users write.
 Memory = Annotated[int, BeforeValidator(parse_quantity, json_schema_input_type=str | int)]
+
+
+def _shm_size(value: object) -> int:
+    """A size as any other; a zero one said in its own words: quantity's say to leave a
+    size out for a whole device, which is devices.memory's, not /dev/shm's."""
+    try:
+        return parse_quantity(value)
+    except ValueError as exc:
+        if "is zero" not in str(exc):
+            raise
+        raise ValueError(
+            f"shmSize {value!r} is zero: /dev/shm is at least 1 byte (leave shmSize out for "
+            "the runtime's default, 64Mi)"
+        ) from None
+
+
+ShmSize = Annotated[int, BeforeValidator(_shm_size, json_schema_input_type=str | int)]
 AUTO = "auto"  # devices.memory: the last measurement + 10%
 PRIORITY_LIMIT = 1_000_000_000  # Kubernetes' user PriorityClass range, both ways
 
@@ -525,7 +559,7 @@ class Container(Model):
     volumes: tuple[Annotated[str, AfterValidator(_volume)], ...] = Field(
         default=(), description="host:container[:ro] bind mounts, both paths absolute."
     )
-    shm_size: Memory | None = Field(
+    shm_size: ShmSize | None = Field(
         default=None, description="/dev/shm's size (e.g. 16Gi; default the runtime's)."
     )
 
