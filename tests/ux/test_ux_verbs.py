@@ -7,8 +7,8 @@ Two deployments: ``web`` (the demo engine on one GPU, with secrets in its spec) 
 from __future__ import annotations
 
 import re
+import select
 import subprocess
-import time
 import urllib.request
 from datetime import datetime
 from typing import Any
@@ -143,7 +143,12 @@ def test_logs_tail_previous_and_follow(running: Any) -> None:
     assert rc("logs", "web", "-f", "--previous", check=64).code == 64
 
     follow = rc.spawn(rc.argv("logs", "web", "-f"), stdout=subprocess.PIPE)
-    time.sleep(0.5)  # let it reach the end of the file
+    # It follows once it has shown what is there (a cold start under load took more than
+    # the half second once slept here: `down` came first, and it found no deployment).
+    assert follow.stdout is not None
+    ready, _, _ = select.select([follow.stdout], [], [], 30)
+    first = follow.stdout.readline() if ready else b""
+    assert b"reconcile: start web" in first, first
     port = rc.record("web")["port"]
     urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5).read()
     rc.down()  # the record goes: -f ends by itself, like kubectl logs -f at container exit
