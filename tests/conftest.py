@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -271,6 +272,19 @@ class Reconcile:
 
     def down(self, *args: str) -> Result:
         return self("down", *args, check=0)
+
+    def follow(self, *args: str) -> tuple[subprocess.Popen[bytes], bytes]:
+        """``logs ARGS -f`` in the background, once it has shown its first line (so it
+        found the records and holds their files): a sleep here was shorter than a cold
+        start under load, and a `down` that came first left it no deployment to follow.
+        Its first line comes back beside it."""
+        # Unbuffered: a buffered first read would hold lines communicate() never sees.
+        proc = self.spawn(self.argv("logs", *args, "-f"), stdout=subprocess.PIPE, bufsize=0)
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], CLI_TIMEOUT)
+        first = proc.stdout.readline() if ready else b""
+        assert first, f"logs {' '.join(args)} -f showed nothing in {CLI_TIMEOUT}s"
+        return proc, first
 
     def popen(self, *args: str, **kwargs: Any) -> subprocess.Popen[bytes]:
         """The CLI in the background (the daemon); killed at teardown."""

@@ -138,6 +138,36 @@ def test_follow_survives_a_copy_truncate(tmp_path: Path) -> None:
     assert b"before" not in b"".join(got)  # follow starts at the end, like tail -f
 
 
+def test_follow_reads_what_came_before_it_was_told_to_stop(tmp_path: Path) -> None:
+    """An engine's last lines, written between the follower's last read and its look at
+    the record (gone with the engine): `logs -f` ended without them."""
+    log = tmp_path / "web.log"
+    log.write_bytes(b"")
+    got: list[bytes] = []
+
+    def keep_going() -> bool:  # the line lands as the instance ends
+        with open(log, "ab") as f:
+            f.write(b"last words\n")
+        return False
+
+    logfiles.follow(log, got.append, keep_going, 0.02)
+    assert b"".join(got) == b"last words\n"
+
+
+def test_a_follow_goes_on_from_where_the_log_so_far_was_read(tmp_path: Path) -> None:
+    """`logs -f` reads the log so far, then follows from the end: a line written between
+    the two was in neither. Both go from one mark now, each line shown once."""
+    log = tmp_path / "web.log"
+    log.write_bytes(b"one\ntwo\n")
+    mark = logfiles.mark(log)
+    with open(log, "ab") as f:
+        f.write(b"three\n")  # after the mark: the follow's, not the tail's
+    assert logfiles.tail_lines(log, 5, mark) == [b"one\n", b"two\n"]
+    got: list[bytes] = []
+    logfiles.follow(log, got.append, lambda: False, 0.02, start=mark)
+    assert b"".join(got) == b"three\n"
+
+
 def test_rotate_all_rotates_only_big_logs(tmp_path: Path) -> None:
     (tmp_path / "a.log").write_bytes(b"x" * 5000)
     (tmp_path / "b.log").write_bytes(b"x" * 10)

@@ -4,8 +4,6 @@ one deployment of one replica stays unprefixed, as before."""
 
 from __future__ import annotations
 
-import subprocess
-import time
 import urllib.request
 from typing import Any
 
@@ -37,8 +35,7 @@ def test_logs_with_no_name_is_every_deployment_prefixed(two: Any) -> None:
 
 def test_logs_follow_of_two_deployments(two: Any) -> None:
     rc = two
-    follow = rc.spawn(rc.argv("logs", "web", "chat", "-f"), stdout=subprocess.PIPE)
-    time.sleep(1)  # let it reach the end of each file
+    follow, _ = rc.follow("web", "chat")
     for name in ("web", "chat"):
         port = rc.record(name)["port"]
         urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5).read()

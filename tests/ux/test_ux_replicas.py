@@ -8,8 +8,6 @@ reach: a replica with no room, a deployment scaled to 0, a rolling ``@next``.
 
 from __future__ import annotations
 
-import subprocess
-import time
 import urllib.request
 from typing import Any
 
@@ -114,8 +112,7 @@ def test_logs_of_every_replica_prefixed_or_one_with_replica(up_once: Any) -> Non
 
 def test_logs_follow_reaches_every_replica(replicated: Any) -> None:
     rc = replicated
-    follow = rc.spawn(rc.argv("logs", "web", "-f"), stdout=subprocess.PIPE)
-    time.sleep(1)  # let it reach the end of each file
+    follow, _ = rc.follow("web")
     for name in NAMES:
         port = rc.record(name)["port"]
         urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5).read()

@@ -7,8 +7,6 @@ Two deployments: ``web`` (the demo engine on one GPU, with secrets in its spec) 
 from __future__ import annotations
 
 import re
-import select
-import subprocess
 import urllib.request
 from datetime import datetime
 from typing import Any
@@ -142,12 +140,7 @@ def test_logs_tail_previous_and_follow(running: Any) -> None:
     assert rc("logs", "nope", check=1).err.startswith("reconcile: no deployment named 'nope'")
     assert rc("logs", "web", "-f", "--previous", check=64).code == 64
 
-    follow = rc.spawn(rc.argv("logs", "web", "-f"), stdout=subprocess.PIPE)
-    # It follows once it has shown what is there (a cold start under load took more than
-    # the half second once slept here: `down` came first, and it found no deployment).
-    assert follow.stdout is not None
-    ready, _, _ = select.select([follow.stdout], [], [], 30)
-    first = follow.stdout.readline() if ready else b""
+    follow, first = rc.follow("web")
     assert b"reconcile: start web" in first, first
     port = rc.record("web")["port"]
     urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5).read()

@@ -187,6 +187,7 @@ class LocalLog:
 
     def __init__(self, store: RecordStore, name: str) -> None:
         self.name, self.store, self.path = name, store, store.log_path(name)
+        self._mark: tuple[int, int] | None = None  # where `lines` ended: `follow` goes on
 
     def missing(self) -> str | None:
         if logfiles.stream_files(self.path):
@@ -194,7 +195,8 @@ class LocalLog:
         return f"no log for {self.name!r} at {self.path} (never started?)"
 
     def lines(self, tail: int | None) -> Iterator[bytes]:
-        return _lines(self.path, tail)
+        self._mark = logfiles.mark(self.path)
+        return _lines(self.path, tail, self._mark)
 
     def previous(self) -> tuple[list[bytes], bool] | None:
         return logfiles.previous_run(self.path)
@@ -204,7 +206,7 @@ class LocalLog:
             return keep_going() and self.store.read(self.name) is not None
 
         with contextlib.suppress(FileNotFoundError):  # never written: nothing to follow
-            logfiles.follow(self.path, write, going, poll=FOLLOW_PERIOD)
+            logfiles.follow(self.path, write, going, poll=FOLLOW_PERIOD, start=self._mark)
 
 
 class RemoteLog:
@@ -269,14 +271,14 @@ def show(args: argparse.Namespace, sources: Sequence[LogSource], label: str) -> 
     return EXIT_OK
 
 
-def _lines(path: Path, tail: int | None) -> Iterator[bytes]:
+def _lines(path: Path, tail: int | None, upto: tuple[int, int] | None) -> Iterator[bytes]:
     if tail is not None:
-        yield from logfiles.tail_lines(path, tail)
+        yield from logfiles.tail_lines(path, tail, upto)
         return
     carry = b""
     for file in logfiles.stream_files(path):
         try:
-            lines = file.read_bytes().splitlines(keepends=True)
+            lines = _read(file, upto).splitlines(keepends=True)
         except FileNotFoundError:  # rotated away while we read
             continue
         if carry and lines:  # a line a rotation cut in two
@@ -287,6 +289,14 @@ def _lines(path: Path, tail: int | None) -> Iterator[bytes]:
         yield from lines
     if carry:
         yield carry
+
+
+def _read(file: Path, upto: tuple[int, int] | None) -> bytes:
+    """``file``'s bytes, up to ``upto``'s size when it is the file that mark was of."""
+    with open(file, "rb") as f:
+        if upto is not None and os.fstat(f.fileno()).st_ino == upto[0]:
+            return f.read(upto[1])
+        return f.read()
 
 
 def _ended(line: bytes) -> bytes:

@@ -138,15 +138,34 @@ def copy_stream(path: Path, out: BinaryIO) -> None:
             shutil.copyfileobj(f, out, BLOCK)
 
 
-def tail_lines(path: Path, count: int) -> list[bytes]:
-    """The last ``count`` lines of the stream, reading backwards from its end."""
+def mark(path: Path) -> tuple[int, int] | None:
+    """The current file's (inode, size) now: a read of the log so far ends there, and a
+    follow begins there, so a line written between the two is shown once, not lost."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size
+
+
+def _end(f: BinaryIO, upto: tuple[int, int] | None) -> int:
+    """Where a read of ``f`` stops: ``upto``'s size in the file it marked, else its end."""
+    end = f.seek(0, os.SEEK_END)
+    if upto is not None and os.fstat(f.fileno()).st_ino == upto[0]:
+        return min(end, upto[1])
+    return end
+
+
+def tail_lines(path: Path, count: int, upto: tuple[int, int] | None = None) -> list[bytes]:
+    """The last ``count`` lines of the stream, reading backwards from its end (``upto``:
+    from a ``mark`` of it)."""
     if count <= 0:
         return []
     chunks: list[bytes] = []
     newlines = 0
     for file in reversed(stream_files(path)):
         with contextlib.suppress(FileNotFoundError), open(file, "rb") as f:
-            end = f.seek(0, os.SEEK_END)
+            end = _end(f, upto)
             while end > 0 and newlines <= count:
                 start = max(0, end - BLOCK)
                 f.seek(start)
@@ -207,21 +226,28 @@ def current_run_tail(path: Path, count: int) -> list[str]:
 
 
 def follow(
-    path: Path, write: Callable[[bytes], None], keep_going: Callable[[], bool], poll: float = 0.2
+    path: Path,
+    write: Callable[[bytes], None],
+    keep_going: Callable[[], bool],
+    poll: float = 0.2,
+    start: tuple[int, int] | None = None,
 ) -> None:
-    """Write what is appended to ``path`` from its current end, like ``tail -F``.
+    """Write what is appended to ``path`` from its current end (``start``: from a ``mark``
+    of it), like ``tail -F``.
 
     A copy-truncate (the file shrank) or a new file restarts from offset 0. Ends
     once ``keep_going()`` says so and nothing more is left to read.
     """
-    for chunk in _follow_chunks(path, keep_going, poll):
+    for chunk in _follow_chunks(path, keep_going, poll, start):
         write(chunk)
 
 
-def _follow_chunks(path: Path, keep_going: Callable[[], bool], poll: float) -> Iterator[bytes]:
+def _follow_chunks(
+    path: Path, keep_going: Callable[[], bool], poll: float, start: tuple[int, int] | None
+) -> Iterator[bytes]:
     f = open(path, "rb")  # noqa: SIM115 - reopened on rotation below
     try:
-        f.seek(0, os.SEEK_END)
+        f.seek(_end(f, start))
         while True:
             chunk = f.read(BLOCK)
             if chunk:
@@ -243,6 +269,11 @@ def _follow_chunks(path: Path, keep_going: Callable[[], bool], poll: float) -> I
                 f.seek(0)  # copy-truncated: the engine writes from offset 0 again
                 continue
             if not keep_going():
+                # What was written between the last read and the answer (an engine's
+                # last lines before it was stopped and its record went): read once more.
+                last = f.read()
+                if last:
+                    yield last
                 return
             time.sleep(poll)
     finally:
