@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -22,7 +23,7 @@ from controller import __version__
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, output_format
 from controller.core.manifest.quantity import format_age
 from controller.core.statusjson import iso
-from controller.errors import ConfigError
+from controller.errors import ConfigError, LockTimeout
 from controller.gateway.lifecycle import registry
 from controller.gateway.settings import DRAIN_GRACE, Settings, settings_from_json
 from controller.store.side import refused
@@ -36,7 +37,17 @@ def state_dir_of(args: argparse.Namespace, *, warn: bool = True) -> Path:
 
 def stop_gateways(state_dir: Path) -> list[registry.GatewayInfo]:
     """SIGTERM every gateway of the state dir and wait for each to finish its requests;
-    one that was killed is forgotten (stopped is what was asked: restart starts it not)."""
+    one that was killed is forgotten (stopped is what was asked: restart starts it not).
+    The stop wins over a daemon's restart: asked first (no start after it), then one
+    under way waited for (``registry.start_lock``), so it is stopped with the rest."""
+    registry.ensure(state_dir)
+    registry.ask_stopped(state_dir, f"reconcile gateway stop, pid {os.getpid()}")
+    lock = registry.start_lock(state_dir)
+    try:
+        lock.acquire(registry.START_LOCK_WAIT)
+    except LockTimeout as exc:  # a start that hangs: what serves is stopped all the same
+        print(f"warning: {exc}", file=sys.stderr)
+    lock.release()  # a barrier only: a start after it sees the ask
     crashed = _crashed(state_dir)
     if crashed is not None:
         registry.forget(state_dir, crashed.nonce)
@@ -87,6 +98,9 @@ def _restart(state_dir: Path) -> int:
     try:
         settings = reread(_settings_of(previous))
         preflight(settings)  # said here, not by a gateway process that will not start
+        # A start asked for: an earlier stop is over. No wait for the start lock: a
+        # daemon hung in its own start (SIGSTOP) must not hold the operator's restart.
+        registry.clear_stopped(state_dir)
         proc, info = start_process(settings, log_path)
     except ConfigError as exc:
         left = f"pid {current.ref.pid} serves on as it was" if current else "nothing serves"

@@ -1,0 +1,98 @@
+"""`reconcile gateway stop` wins over the daemon's restart of a crashed gateway, as
+`systemctl stop` over a restart policy: real daemon, gateway processes and sockets.
+
+A stop that lands while the daemon waits out a crash's back-off, or while the gateway it
+restarts is still starting (not yet registered: the stop once found nothing to stop), leaves
+no gateway serving until SIGHUP asks for one again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+from typing import Any
+
+import psutil
+import pytest
+from procs import GATEWAY_MARKER, marked_pids
+
+WAIT = 40.0
+NOT_STARTED = "gateway not started: `reconcile gateway stop` asked it stopped"
+STOPPED = "gateway stopped (not a crash)"
+
+
+def said(g: Any, event: str) -> int:
+    return sum(f'"event": "{event}' in line for line in g.text().splitlines())
+
+
+def gateway_pids(rc: Any) -> set[int]:
+    return marked_pids(f"{rc.node}/", GATEWAY_MARKER)
+
+
+def refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def kill_serving(rc: Any, g: Any) -> int:
+    pid = g.serving().ref.pid
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def in_back_off(rc: Any, g: Any) -> None:
+    """Two crashes in a row: the second restart waits out a back-off (1 s)."""
+    first = kill_serving(rc, g)
+    rc.wait_for(
+        lambda: (i := g.serving_or_none()) is not None and i.ref.pid != first,
+        timeout=WAIT,
+        what="the gateway restarted",
+    )
+    kill_serving(rc, g)
+    # Its crash, or its death before it said it serves: either restart waits out 1 s.
+    rc.wait_for(lambda: said(g, "gateway e") == 2, timeout=WAIT, what="the second crash seen")
+
+
+def while_starting(rc: Any, g: Any) -> None:
+    """The restarted gateway's process runs (it imports, binds, registers): seen among the
+    daemon's children, a cheaper look than a scan of every process's environment."""
+    killed = kill_serving(rc, g)
+    rc.wait_for(lambda: starting(g, killed), timeout=WAIT, what="a new gateway process")
+
+
+def starting(g: Any, killed: int) -> bool:
+    for child in psutil.Process(g.proc.pid).children():
+        with contextlib.suppress(psutil.Error):
+            if child.pid != killed and "controller.gateway" in child.cmdline():
+                return True
+    return False
+
+
+@pytest.mark.parametrize("crash", [in_back_off, while_starting], ids=["back-off", "starting"])
+def test_a_stop_during_a_crash_restart_wins_until_sighup(
+    reconcile: Any, gateway: Any, crash: Any
+) -> None:
+    reconcile.write("alpha")
+    g = gateway()
+    g.wait_phase("alpha", "Ready")
+    try:
+        crash(reconcile, g)
+        reconcile("gateway", "stop", check=0)
+        # The keeper settles: it started none, or the one it was starting was stopped.
+        reconcile.wait_for(
+            lambda: said(g, NOT_STARTED) or said(g, STOPPED), timeout=WAIT, what="its look"
+        )
+        assert gateway_pids(reconcile) == set(), g.text()[-3000:]
+        assert refused(g.port)
+        assert reconcile("gateway", check=1).out.startswith("no gateway runs")
+        # SIGHUP asks for it again.
+        g.proc.send_signal(signal.SIGHUP)
+        reconcile.wait_for(g.serving_or_none, timeout=WAIT, what="the gateway started on SIGHUP")
+        assert g.post("alpha").status == 200
+    finally:
+        g.finish()
