@@ -25,12 +25,14 @@ from controller.core.kubernetes.export import problems_of
 from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Phase, Record
 from controller.gateway.accounting.fallbackevents import WINDOW, FallbackEvents
+from controller.gateway.lifecycle import registry
 from controller.gateway.routing.concurrency import Limiter
 from controller.gateway.routing.table import Table
 from controller.gateway.settings import WAITING_ENV
 from controller.store.config import accesstoken
 from controller.store.sources.manifests import load
 
+FALLBACKS = "reconcile_gateway_fallbacks_total"
 STUCK = {"httpGet": {"path": "/health"}, "deadlineSeconds": 30, "periodSeconds": 0.2}
 
 
@@ -93,7 +95,11 @@ def metric(reconcile: Any, port: int, name: str, labels: dict[str, str]) -> floa
     """The value of one series on the daemon's /metrics (labels in any order)."""
     token = accesstoken.read(reconcile.state)
     url = f"http://127.0.0.1:{port}/metrics?token={token}"
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return metric_in(urllib.request.urlopen(url, timeout=10).read().decode(), name, labels)
+
+
+def metric_in(text: str, name: str, labels: dict[str, str]) -> float | None:
+    """The value of one series in a Prometheus text (labels in any order)."""
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == name and sample.labels == labels:
@@ -264,7 +270,9 @@ def test_a_model_whose_engine_refuses_connections_falls_back(reconcile: Any, gat
     """big's record says Ready but its engine is gone (it died while no daemon ran: the
     gateway serves on without one): every connection is refused. An instance that cannot
     take the request is a reason to fall back: small serves it. It got 503 `its engine
-    could not be reached` after three tries, small never asked."""
+    could not be reached` after three tries, small never asked. The fallback's reason is
+    ``unreachable`` in its metric and its event (it was ``not_ready``: big's record said
+    Ready all along)."""
     reconcile.write("big", fallbacks=["small"])  # fallbackAfter 30 s: past a refusal's mark
     reconcile.write("small")
     g = gateway()
@@ -279,6 +287,20 @@ def test_a_model_whose_engine_refuses_connections_falls_back(reconcile: Any, gat
     body = {"model": "big", "messages": [{"role": "user", "content": "hi"}]}
     answer = g.request("POST", "/v1/chat/completions", body, timeout=90)
     assert answer.status == 200 and answer.headers["x-reconcile-deployment"] == "small", answer
+    # No daemon to ask: the gateway's own metrics file (written within half a second).
+    series = {"model": "big", "to": "small", "reason": "unreachable"}
+    reconcile.wait_for(
+        lambda: metric_in(registry.metrics_text(reconcile.state), FALLBACKS, series) == 1,
+        timeout=30,
+        what="the fallback counted as unreachable",
+    )
+    reconcile.wait_for(
+        lambda: [e for e in reconcile.events("big") if e["action"] == "fallback"],
+        timeout=30,
+        what="the fallback's event",
+    )
+    (event,) = [e for e in reconcile.events("big") if e["action"] == "fallback"]
+    assert "could not be reached (connection refused or reset)" in event["reason"], event
     g.finish()
 
 
