@@ -8,8 +8,11 @@ nothing, or the deployment itself, is a validation error with its file, line and
 from __future__ import annotations
 
 import asyncio
+import http.client
+import json
 import os
 import signal
+import sys
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +35,7 @@ from controller.gateway.settings import WAITING_ENV
 from controller.store.config import accesstoken
 from controller.store.sources.manifests import load
 
+ECHO = Path(__file__).with_name("echo_engine.py")
 FALLBACKS = "reconcile_gateway_fallbacks_total"
 STUCK = {"httpGet": {"path": "/health"}, "deadlineSeconds": 30, "periodSeconds": 0.2}
 
@@ -435,3 +439,48 @@ def test_fallbacks_have_no_kubernetes_form() -> None:
     )
     assert spec.fallback_after == 10.0
     assert [p.field for p in problems_of(spec)] == [("spec", "fallbacks")]
+
+
+def test_a_chain_all_at_its_limits_answers_429_naming_each_model_tried(
+    reconcile: Any, gateway: Any
+) -> None:
+    """big falls back to small; each holds a stream in its one slot (`--max-inflight 1`,
+    no queue). A third request for big finds big full, then small full: its 429 names big
+    (and why it was passed over) before small, as a chain's 503 does; it named small
+    alone, and a client that asked for big was told of a model it never named."""
+    hold = reconcile.tmp / "hold"
+    hold.touch()
+    echo = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+    reconcile.write("big", command=[*echo, "--hold-while", str(hold)], fallbacks=["small"])
+    reconcile.write("small", command=[*echo, "--hold-while", str(hold)])
+    g = gateway("--max-inflight", "1", "--max-queue", "0")
+    held: list[tuple[http.client.HTTPConnection, http.client.HTTPResponse]] = []
+    try:
+        g.wait_phase("big", "Ready")
+        g.wait_phase("small", "Ready")
+        for model in ("big", "small"):  # each one's slot taken, its stream held
+            conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=60)
+            held.append((conn, _stream_begun(conn, model)))
+        answer = g.post("big")
+        assert answer.status == 429, answer
+        message = answer.json()["error"]["message"]
+        assert message.startswith(
+            "tried 'big' (at its concurrency limit), then: deployment 'small' is at its "
+            "limit of concurrent requests"
+        ), message
+    finally:
+        hold.unlink()
+        for conn, stream in held:
+            assert stream.read().endswith(b"data: [DONE]\n\n")
+            conn.close()
+        g.finish()
+
+
+def _stream_begun(conn: http.client.HTTPConnection, model: str) -> http.client.HTTPResponse:
+    """A streamed request whose first chunk came: it holds its deployment's slot."""
+    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    conn.request("POST", "/v1/chat/completions", json.dumps(body))
+    answer = conn.getresponse()
+    assert answer.status == 200, answer.read()
+    assert answer.read1(4096).strip(), "the stream's first chunk"
+    return answer

@@ -116,6 +116,7 @@ class Forwarder:
             return await self._fall_back(incoming, body, fields, tried, onward, "limit")
         if not (self.limiter.take(label) or await self.limiter.queued(label)):
             why = f"deployment {label!r} is at its limit of concurrent requests; retry later"
+            why = _lead(incoming.passed) + why  # a chain's end: each model tried, and why
             return label, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
         incoming.no_instance = incoming.unreached = False
         try:
@@ -513,8 +514,8 @@ def _may_resend(exc: UpstreamFailed, body: bytes | Upload) -> bool:
 
 
 def _lead(passed: tuple[tuple[str, str], ...]) -> str:
-    """The beginning of a 503 after fallbacks: the model asked for, then each fallback
-    tried, and why each could not take the request; the last one's reason follows."""
+    """The beginning of a 503 (or a 429) after fallbacks: the model asked for, then each
+    fallback tried, and why each could not take the request; the last one's reason follows."""
     if not passed:
         return ""
     return "tried " + ", then ".join(f"{m!r} ({why})" for m, why in passed) + ", then: "
