@@ -3,7 +3,8 @@
 
 A stop that lands while the daemon waits out a crash's back-off, or while the gateway it
 restarts is still starting (not yet registered: the stop once found nothing to stop), leaves
-no gateway serving until SIGHUP asks for one again.
+no gateway serving until SIGHUP asks for one again; `gateway status` says it was stopped,
+and that SIGHUP to the daemon starts it again.
 """
 
 from __future__ import annotations
@@ -89,7 +90,10 @@ def test_a_stop_during_a_crash_restart_wins_until_sighup(
         )
         assert gateway_pids(reconcile) == set(), g.text()[-3000:]
         assert refused(g.port)
-        assert reconcile("gateway", check=1).out.startswith("no gateway runs")
+        # `gateway status` says why none runs, and what starts it again.
+        said_now = reconcile("gateway", check=1).out
+        assert "stopped by `reconcile gateway stop` at " in said_now, said_now
+        assert "until SIGHUP (`kill -HUP` the daemon)" in said_now, said_now
         # SIGHUP asks for it again.
         g.proc.send_signal(signal.SIGHUP)
         reconcile.wait_for(g.serving_or_none, timeout=WAIT, what="the gateway started on SIGHUP")

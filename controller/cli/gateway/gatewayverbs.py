@@ -88,11 +88,7 @@ def _restart(state_dir: Path) -> int:
     crashed = _crashed(state_dir) if current is None else None
     previous = current or crashed
     if previous is None:
-        print(
-            f"reconcile: no gateway runs for state dir {state_dir}: start the daemon with "
-            "--listen (or SIGHUP it, if its gateway was stopped)",
-            file=sys.stderr,
-        )
+        print(f"reconcile: {_none_runs(state_dir)}", file=sys.stderr)
         return EXIT_FAIL
     log_path = registry.log_path(state_dir)
     try:
@@ -132,6 +128,20 @@ def _settings_of(info: registry.GatewayInfo) -> Settings:
         ) from None
 
 
+def _none_runs(state_dir: Path) -> str:
+    """No gateway runs and none crashed: why, and the move that starts one (a stopped
+    one stays stopped until asked: `gateway status` once said only "no gateway runs")."""
+    head = f"no gateway runs for state dir {state_dir}"
+    since = registry.stopped_since(state_dir)
+    if since is None:
+        return f"{head}: start the daemon with --listen (or SIGHUP it, if its gateway was stopped)"
+    at = datetime.fromtimestamp(since, UTC)
+    return (
+        f"{head}: stopped by `reconcile gateway stop` at {at:%Y-%m-%d %H:%M:%S} UTC; a "
+        "daemon leaves it stopped until SIGHUP (`kill -HUP` the daemon) or its next start"
+    )
+
+
 def _crashed(state_dir: Path) -> registry.GatewayInfo | None:
     """The gateway that served last, when it ended without stopping (SIGKILL, a crash:
     its member file is left) and nothing started another (no daemon watched it)."""
@@ -163,7 +173,9 @@ def _status(state_dir: Path, fmt: str) -> int:
         print(json.dumps(_status_json(state_dir, current, found), indent=2))
         return EXIT_OK if found else EXIT_FAIL
     crashed = _crashed(state_dir) if not found else None
-    if not found:
+    if not found and crashed is None:
+        print(_none_runs(state_dir))
+    elif not found:
         print(f"no gateway runs for state dir {state_dir}")
     if crashed is not None:
         print(

@@ -301,7 +301,15 @@ def ask_stopped(state_dir: Path, by: str) -> None:
 
 
 def stop_asked(state_dir: Path) -> bool:
-    return StateDir(state_dir).gateway_stopped.exists()
+    return stopped_since(state_dir) is not None
+
+
+def stopped_since(state_dir: Path) -> float | None:
+    """When the stop in force was asked (its file's time), None when none is."""
+    try:
+        return StateDir(state_dir).gateway_stopped.stat().st_mtime
+    except OSError:
+        return None
 
 
 def clear_stopped(state_dir: Path) -> None:
