@@ -444,6 +444,42 @@ def test_node_yaml_and_environment_forms(reconcile: Any, gateway: Any, pki: Pki)
     g.finish()
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        pytest.param(
+            "tlsCert: cert.pem\n",
+            "node.yaml: tlsCert without tlsKey: HTTPS needs both the certificate and its "
+            "private key; give both or neither",
+            id="half-a-pair",
+        ),
+        pytest.param(
+            "tlsCert: cert.pem\ntlsKey: missing.pem\n",
+            "node.yaml: tlsKey {folder}/missing.pem: no such file",
+            id="no-key-file",
+        ),
+        pytest.param(
+            "tlsCert: cert.pem\ntlsKey: cert.pem\n",
+            "node.yaml: tlsKey {folder}/cert.pem has mode 0644",
+            id="key-mode",
+        ),
+    ],
+)
+def test_a_pair_node_yaml_names_is_refused_naming_node_yaml_not_flags(
+    reconcile: Any, pki: Pki, text: str, said: str
+) -> None:
+    """No flag named the pair: the refusal named `--tls-cert`/`--tls-key` all the same,
+    flags the operator never gave. It names node.yaml and its fields."""
+    _pair(pki)
+    (pki.folder / "cert.pem").chmod(0o644)
+    node = pki.folder / "node.yaml"
+    node.write_text(text)
+    refused = reconcile("--listen", str(reconcile.port + 15), "--node-config", str(node), check=64)
+    assert refused.err.startswith(f"reconcile: {pki.folder}/"), refused
+    assert said.format(folder=pki.folder) in refused.err, refused
+    assert "--tls-" not in refused.err, refused
+
+
 def _alive_https(g: Any, ctx: ssl.SSLContext) -> bool:
     if g.proc.poll() is not None:
         raise AssertionError(f"daemon exited {g.proc.returncode}:\n{g.text()[-3000:]}")

@@ -510,7 +510,13 @@ def preflight(settings: Settings) -> None:
     if settings.api_keys is not None:
         keys.load(settings.api_keys)
     if settings.tls_cert is not None and settings.tls_key is not None:
-        tls.server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+        try:
+            tls.server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+        except tls.TlsError as exc:
+            if not settings.node_tls:
+                raise
+            node_file = settings.node_config or StateDir(settings.state_dir).node_config
+            raise tls.from_node_file(exc, node_file) from None
 
 
 def warn_out_of_date(settings: Settings) -> None:

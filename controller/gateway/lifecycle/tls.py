@@ -34,6 +34,13 @@ class TlsError(ConfigError):
     """A certificate or key that cannot serve: refused at start (exit 64)."""
 
 
+def from_node_file(exc: TlsError, node_file: Path) -> TlsError:
+    """The same refusal of a pair node.yaml named (no flag did): the file and its fields,
+    not flags the operator never gave (it said `--tls-key ...: no such file`)."""
+    text = str(exc).replace("--tls-cert", "tlsCert").replace("--tls-key", "tlsKey")
+    return TlsError(f"{node_file}: {text}")
+
+
 def check_key_mode(key: Path) -> None:
     """The key file's rule, as the API keys file's: no access for group or others."""
     try:
