@@ -56,7 +56,11 @@ def in_back_off(rc: Any, g: Any) -> None:
     )
     kill_serving(rc, g)
     # Its crash, or its death before it said it serves: either restart waits out 1 s.
-    rc.wait_for(lambda: said(g, "gateway e") == 2, timeout=WAIT, what="the second crash seen")
+    rc.wait_for(lambda: crashes(g) == 2, timeout=WAIT, what="the second crash seen")
+
+
+def crashes(g: Any) -> int:
+    return said(g, "gateway exited unexpectedly") + said(g, "gateway ended while it started")
 
 
 def while_starting(rc: Any, g: Any) -> None:
