@@ -4,7 +4,8 @@
 A stop that lands while the daemon waits out a crash's back-off, or while the gateway it
 restarts is still starting (not yet registered: the stop once found nothing to stop), leaves
 no gateway serving until SIGHUP asks for one again; `gateway status` says it was stopped,
-and that SIGHUP to the daemon starts it again.
+and that SIGHUP to the daemon starts it again. `gateway restart` then starts it (it
+said "no gateway runs"), and the daemon watches the new one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from procs import GATEWAY_MARKER, marked_pids
 WAIT = 40.0
 NOT_STARTED = "gateway not started: `reconcile gateway stop` asked it stopped"
 STOPPED = "gateway stopped (not a crash)"
+FOLLOWED = "gateway started by `reconcile gateway restart`; watching it"
 
 
 def said(g: Any, event: str) -> int:
@@ -97,10 +99,41 @@ def test_a_stop_during_a_crash_restart_wins_until_sighup(
         # `gateway status` says why none runs, and what starts it again.
         said_now = reconcile("gateway", check=1).out
         assert "stopped by `reconcile gateway stop` at " in said_now, said_now
-        assert "until SIGHUP (`kill -HUP` the daemon)" in said_now, said_now
+        assert "SIGHUP (`kill -HUP` the daemon) or its next start" in said_now, said_now
         # SIGHUP asks for it again.
         g.proc.send_signal(signal.SIGHUP)
         reconcile.wait_for(g.serving_or_none, timeout=WAIT, what="the gateway started on SIGHUP")
+        assert g.post("alpha").status == 200
+    finally:
+        g.finish()
+
+
+def test_a_restart_after_a_stop_starts_it_and_the_daemon_watches_it(
+    reconcile: Any, gateway: Any
+) -> None:
+    """`reconcile gateway restart` after `gateway stop` starts the gateway again with the
+    stopped one's settings, as `systemctl restart` starts a stopped unit (it said "no
+    gateway runs"), and the daemon that left it stopped watches the new one: its crash is
+    restarted."""
+    reconcile.write("alpha")
+    g = gateway()
+    try:
+        g.wait_phase("alpha", "Ready")
+        first = g.serving()
+        reconcile("gateway", "stop", check=0)
+        reconcile.wait_for(lambda: said(g, STOPPED), timeout=WAIT, what="the stop seen")
+        started = reconcile("gateway", "restart", check=0)
+        how = f"started again: pid {first.ref.pid} was stopped by `reconcile gateway stop`"
+        assert how in started.out, started
+        second = g.serving()
+        assert g.post("alpha").status == 200
+        reconcile.wait_for(lambda: said(g, FOLLOWED), timeout=WAIT, what="the daemon's watch")
+        os.kill(second.ref.pid, signal.SIGKILL)
+        reconcile.wait_for(
+            lambda: (i := g.serving_or_none()) is not None and i.ref.pid != second.ref.pid,
+            timeout=WAIT,
+            what="the crash restarted by the daemon",
+        )
         assert g.post("alpha").status == 200
     finally:
         g.finish()

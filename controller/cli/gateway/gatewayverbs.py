@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -41,7 +40,8 @@ def stop_gateways(state_dir: Path) -> list[registry.GatewayInfo]:
     The stop wins over a daemon's restart: asked first (no start after it), then one
     under way waited for (``registry.start_lock``), so it is stopped with the rest."""
     registry.ensure(state_dir)
-    registry.ask_stopped(state_dir, f"reconcile gateway stop, pid {os.getpid()}")
+    last = registry.read_current(state_dir) or registry.read_stopped(state_dir)
+    registry.ask_stopped(state_dir, last)
     lock = registry.start_lock(state_dir)
     try:
         lock.acquire(registry.START_LOCK_WAIT)
@@ -86,7 +86,8 @@ def _restart(state_dir: Path) -> int:
     current = registry.current_live(state_dir)
     _say_unreadable(state_dir, current)
     crashed = _crashed(state_dir) if current is None else None
-    previous = current or crashed
+    stopped = registry.read_stopped(state_dir) if current is None else None
+    previous = current or crashed or stopped
     if previous is None:
         print(f"reconcile: {_none_runs(state_dir)}", file=sys.stderr)
         return EXIT_FAIL
@@ -94,9 +95,8 @@ def _restart(state_dir: Path) -> int:
     try:
         settings = reread(_settings_of(previous))
         preflight(settings)  # said here, not by a gateway process that will not start
-        # A start asked for: an earlier stop is over. No wait for the start lock: a
-        # daemon hung in its own start (SIGSTOP) must not hold the operator's restart.
-        registry.clear_stopped(state_dir)
+        # No wait for the start lock: a daemon hung in its own start (SIGSTOP) must not
+        # hold the operator's restart.
         proc, info = start_process(settings, log_path)
     except ConfigError as exc:
         left = f"pid {current.ref.pid} serves on as it was" if current else "nothing serves"
@@ -107,11 +107,14 @@ def _restart(state_dir: Path) -> int:
         )
         return EXIT_FAIL
     refused.clear(state_dir, refused.GATEWAY_SETTINGS)  # node.yaml's serve now
+    registry.clear_stopped(state_dir)  # a start asked for: an earlier stop is over
     if current is not None:
         how = f"took it over from pid {current.ref.pid}, which finishes its requests and exits"
-    else:
+    elif crashed is not None:
         registry.forget(state_dir, previous.nonce)
         how = f"started again: pid {previous.ref.pid} had ended without stopping"
+    else:  # a daemon leaving it stopped follows this one (Keeper._maybe_start)
+        how = f"started again: pid {previous.ref.pid} was stopped by `reconcile gateway stop`"
     print(f"gateway pid {proc.pid} serves {info.address} ({how}); its log: {log_path}")
     return EXIT_OK
 
@@ -136,9 +139,12 @@ def _none_runs(state_dir: Path) -> str:
     if since is None:
         return f"{head}: start the daemon with --listen (or SIGHUP it, if its gateway was stopped)"
     at = datetime.fromtimestamp(since, UTC)
+    moves = "SIGHUP (`kill -HUP` the daemon) or its next start"
+    if registry.read_stopped(state_dir) is not None:  # its settings: a restart starts it
+        moves = f"`reconcile gateway restart`, {moves}"
     return (
         f"{head}: stopped by `reconcile gateway stop` at {at:%Y-%m-%d %H:%M:%S} UTC; a "
-        "daemon leaves it stopped until SIGHUP (`kill -HUP` the daemon) or its next start"
+        f"daemon leaves it stopped until {moves}"
     )
 
 

@@ -296,13 +296,24 @@ class Keeper:
         )
         return info
 
+    def _follow_restarted(self) -> None:
+        """Left stopped, a gateway serves again: `reconcile gateway restart` started it
+        (as `systemctl restart` starts a stopped unit). Watched from now: its crash is
+        restarted, as any."""
+        serving = registry.current_live(self.state_dir)
+        if serving is None:
+            return
+        self._watched, self._want = serving, True
+        self._follow_settings(serving)
+        log.info("gateway started by `reconcile gateway restart`; watching it", pid=serving.ref.pid)
+
     def _stop_honoured(self) -> None:
         """A stop was asked while a start was due (a crash's restart, a hand-over)."""
         self._want = self._handover = False
         refused.clear(self.state_dir, refused.GATEWAY_START)  # nobody tries again now
         log.info(
-            "gateway not started: `reconcile gateway stop` asked it stopped; SIGHUP the "
-            "daemon or restart it to start the gateway again"
+            "gateway not started: `reconcile gateway stop` asked it stopped; SIGHUP to the "
+            "daemon or its restart starts the gateway again"
         )
 
     def _lost(self, exc: GatewayLost, replacing: registry.GatewayInfo | None) -> None:
@@ -399,8 +410,8 @@ class Keeper:
         if not crashed:
             self._want = False
             log.info(
-                "gateway stopped (not a crash): not restarting it; SIGHUP the daemon or "
-                "restart it to start the gateway again",
+                "gateway stopped (not a crash): not restarting it; `reconcile gateway "
+                "restart`, SIGHUP to the daemon or its restart starts the gateway again",
                 pid=info.ref.pid,
             )
             return
@@ -450,7 +461,10 @@ class Keeper:
         refused.refuse(self.state_dir, refused.GATEWAY_SETTINGS, why, by)
 
     def _maybe_start(self) -> None:
-        if not self._want or time.monotonic() < self._retry_at:
+        if not self._want:
+            self._follow_restarted()
+            return
+        if time.monotonic() < self._retry_at:
             return
         replacing = registry.current_live(self.state_dir)
         try:

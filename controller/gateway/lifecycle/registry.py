@@ -12,7 +12,8 @@ these without paying for the HTTP stack.
 <state>/gateway/retire/<n>.<g>.done gateway <g> has (or its grace period ran out)
 <state>/gateway/passed              touched by the daemon after its first pass
 <state>/gateway/stopped             `reconcile gateway stop` asked: nothing starts one
-                                    until a start asks again (SIGHUP, a daemon's start)
+                                    until a start asks again (SIGHUP, a daemon's start,
+                                    `gateway restart`); the stopped gateway's file
 <state>/gateway/start.lock          held while a gateway starts: a stop waits for it
 <state>/gateway/metrics.prom        the current gateway's Prometheus text
 <state>/gateway/handed-<nonce>.prom a replaced gateway's final counters, for a successor
@@ -296,8 +297,15 @@ def stop_all(state_dir: Path, grace: float) -> list[GatewayInfo]:
 START_LOCK_WAIT = 25.0  # a start's longest: its answer (20 s), then reaping one that failed
 
 
-def ask_stopped(state_dir: Path, by: str) -> None:
-    write_atomic(StateDir(state_dir).gateway_stopped, f"{by}\n".encode())
+def ask_stopped(state_dir: Path, last: GatewayInfo | None) -> None:
+    """``last``: the gateway that served (its settings: `gateway restart` starts one
+    again from them, as `systemctl restart` starts a stopped unit); None if none did."""
+    write_atomic(StateDir(state_dir).gateway_stopped, _to_json(last) if last else b"{}")
+
+
+def read_stopped(state_dir: Path) -> GatewayInfo | None:
+    """The gateway a stop in force stopped, when it named one."""
+    return _read(StateDir(state_dir).gateway_stopped)
 
 
 def stop_asked(state_dir: Path) -> bool:
