@@ -10,7 +10,10 @@ engines do. The keeper, in the daemon:
 - watches it (a pidfd, on a thread of its own) and restarts it at once when it
   crashed (it left its member file behind); a gateway that exited cleanly without a
   successor was stopped on purpose (``reconcile gateway stop``) and stays stopped
-  until SIGHUP or the next daemon; one that handed over is followed to its successor;
+  until SIGHUP or the next daemon (one `gateway restart` started meanwhile is followed);
+  one that handed over is followed to its successor. Each start is made under
+  ``registry.start_lock`` and none while ``gateway/stopped`` says a stop was asked, so
+  the operator's stop wins over a restart under way or due;
 - turns the gateway's wake-ups (a datagram on ``<state>/gateway/daemon.sock``) into
   ``request_pass``;
 - ``drain``: asks every live gateway to retire an engine (``retire/``) and waits for
