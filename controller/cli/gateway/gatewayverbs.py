@@ -36,10 +36,22 @@ def state_dir_of(args: argparse.Namespace, *, warn: bool = True) -> Path:
 
 def stop_gateways(state_dir: Path) -> list[registry.GatewayInfo]:
     """SIGTERM every gateway of the state dir and wait for each to finish its requests;
-    one that was killed is forgotten (stopped is what was asked: restart starts it not).
-    The stop wins over a daemon's restart: asked first (no start after it), then one
-    under way waited for (``registry.start_lock``), so it is stopped with the rest."""
-    registry.ensure(state_dir)
+    one that was killed is forgotten (`gateway restart` starts one from its settings)."""
+    _ask_stop(state_dir)
+    crashed = _crashed(state_dir)
+    if crashed is not None:
+        registry.forget(state_dir, crashed.nonce)
+    found = registry.live(state_dir)
+    grace = max((float(i.settings.get("drain_grace", DRAIN_GRACE)) for i in found), default=0)
+    return registry.stop_all(state_dir, grace)
+
+
+def _ask_stop(state_dir: Path) -> None:
+    """The stop wins over a daemon's restart: asked first (no start after it), then one
+    under way waited for (``registry.start_lock``), so it is stopped with the rest. Where
+    no gateway ever ran (no folder) nothing can be starting: nothing is written."""
+    if not registry.folder(state_dir).is_dir():
+        return
     last = registry.read_current(state_dir) or registry.read_stopped(state_dir)
     registry.ask_stopped(state_dir, last)
     lock = registry.start_lock(state_dir)
@@ -48,12 +60,6 @@ def stop_gateways(state_dir: Path) -> list[registry.GatewayInfo]:
     except LockTimeout as exc:  # a start that hangs: what serves is stopped all the same
         print(f"warning: {exc}", file=sys.stderr)
     lock.release()  # a barrier only: a start after it sees the ask
-    crashed = _crashed(state_dir)
-    if crashed is not None:
-        registry.forget(state_dir, crashed.nonce)
-    found = registry.live(state_dir)
-    grace = max((float(i.settings.get("drain_grace", DRAIN_GRACE)) for i in found), default=0)
-    return registry.stop_all(state_dir, grace)
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:

@@ -315,8 +315,8 @@ class Keeper:
         self._want = self._handover = False
         refused.clear(self.state_dir, refused.GATEWAY_START)  # nobody tries again now
         log.info(
-            "gateway not started: `reconcile gateway stop` asked it stopped; SIGHUP to the "
-            "daemon or its restart starts the gateway again"
+            "gateway not started: `reconcile gateway stop` asked it stopped; `reconcile "
+            "gateway restart`, SIGHUP to the daemon or its restart starts the gateway again"
         )
 
     def _lost(self, exc: GatewayLost, replacing: registry.GatewayInfo | None) -> None:
