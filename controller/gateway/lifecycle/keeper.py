@@ -530,10 +530,7 @@ def preflight(settings: Settings) -> None:
         try:
             tls.server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
         except tls.TlsError as exc:
-            if not settings.node_tls:
-                raise
-            node_file = settings.node_config or StateDir(settings.state_dir).node_config
-            raise tls.from_node_file(exc, node_file) from None
+            raise tls.as_named(exc, settings) from None
 
 
 def warn_out_of_date(settings: Settings) -> None:
