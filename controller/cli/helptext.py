@@ -81,8 +81,8 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "gateway": (
         "reconcile gateway                                # which gateway serves, since when",
-        "reconcile gateway restart                        # a fresh one takes the port over",
-        "reconcile gateway stop                           # finish its requests, exit",
+        "reconcile gateway restart                        # take the port over, or start again",
+        "reconcile gateway stop                           # finish its requests, exit, stay down",
     ),
     "ui": (
         "reconcile ui                                     # the page's URL (the gateway's bind)",

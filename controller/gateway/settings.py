@@ -12,6 +12,7 @@ from controller.core.manifest.listen import LOOPBACK, split_listen
 from controller.core.manifest.listen import is_loopback as is_loopback  # re-exported
 from controller.errors import ConfigError
 from controller.store.instances import logfiles
+from controller.store.statedir import StateDir
 
 DEFAULT_HOST = LOOPBACK
 DEFAULT_MAX_BODY = 32 * 1024 * 1024  # long prompts and base64 images fit; a flood does not
@@ -71,6 +72,11 @@ class Settings:
     @property
     def loopback(self) -> bool:
         return is_loopback(self.host)
+
+    @property
+    def node_file(self) -> Path:
+        """The node.yaml its node settings come from (as the daemon reads it)."""
+        return self.node_config or StateDir(self.state_dir).node_config
 
     @property
     def tls(self) -> bool:

@@ -16,7 +16,7 @@ daemon.json                                                             the daem
 secrets-key  ui-open.html  quarantine/documents/
 pass.lock  placement.lock  daemon.lock                                 the locks
 gateway/  (gw-<nonce>.json, current.json, retire/, passed, metrics.prom, gateway.log,
-           daemon.sock, daemon.addr, requests.jsonl)                   the gateway's files
+           daemon.sock, daemon.addr, requests.jsonl, stopped, start.lock) the gateway's files
 git/  (checkout/, source.json, history.json, git.lock, moving, fetch-now,
       running.json)                                                     the git source
 notify/q-<time>-<hook>-<id>.json  source-state.json  send.lock        queued notifications
@@ -171,6 +171,16 @@ class StateDir:
     @property
     def retire(self) -> Path:
         return self.gateway / "retire"
+
+    @property
+    def gateway_stopped(self) -> Path:
+        """``reconcile gateway stop`` asked: no gateway starts until a start asks again."""
+        return self.gateway / "stopped"
+
+    @property
+    def gateway_start_lock(self) -> Path:
+        """Held while a gateway starts, so a stop waits for it and then stops it."""
+        return self.gateway / "start.lock"
 
     @property
     def passed(self) -> Path:

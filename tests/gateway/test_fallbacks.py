@@ -8,8 +8,11 @@ nothing, or the deployment itself, is a validation error with its file, line and
 from __future__ import annotations
 
 import asyncio
+import http.client
+import json
 import os
 import signal
+import sys
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,12 +28,15 @@ from controller.core.kubernetes.export import problems_of
 from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Phase, Record
 from controller.gateway.accounting.fallbackevents import WINDOW, FallbackEvents
+from controller.gateway.lifecycle import registry
 from controller.gateway.routing.concurrency import Limiter
 from controller.gateway.routing.table import Table
 from controller.gateway.settings import WAITING_ENV
 from controller.store.config import accesstoken
 from controller.store.sources.manifests import load
 
+ECHO = Path(__file__).with_name("echo_engine.py")
+FALLBACKS = "reconcile_gateway_fallbacks_total"
 STUCK = {"httpGet": {"path": "/health"}, "deadlineSeconds": 30, "periodSeconds": 0.2}
 
 
@@ -93,7 +99,11 @@ def metric(reconcile: Any, port: int, name: str, labels: dict[str, str]) -> floa
     """The value of one series on the daemon's /metrics (labels in any order)."""
     token = accesstoken.read(reconcile.state)
     url = f"http://127.0.0.1:{port}/metrics?token={token}"
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return metric_in(urllib.request.urlopen(url, timeout=10).read().decode(), name, labels)
+
+
+def metric_in(text: str, name: str, labels: dict[str, str]) -> float | None:
+    """The value of one series in a Prometheus text (labels in any order)."""
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == name and sample.labels == labels:
@@ -264,7 +274,9 @@ def test_a_model_whose_engine_refuses_connections_falls_back(reconcile: Any, gat
     """big's record says Ready but its engine is gone (it died while no daemon ran: the
     gateway serves on without one): every connection is refused. An instance that cannot
     take the request is a reason to fall back: small serves it. It got 503 `its engine
-    could not be reached` after three tries, small never asked."""
+    could not be reached` after three tries, small never asked. The fallback's reason is
+    ``unreachable`` in its metric and its event (it was ``not_ready``: big's record said
+    Ready all along)."""
     reconcile.write("big", fallbacks=["small"])  # fallbackAfter 30 s: past a refusal's mark
     reconcile.write("small")
     g = gateway()
@@ -279,6 +291,20 @@ def test_a_model_whose_engine_refuses_connections_falls_back(reconcile: Any, gat
     body = {"model": "big", "messages": [{"role": "user", "content": "hi"}]}
     answer = g.request("POST", "/v1/chat/completions", body, timeout=90)
     assert answer.status == 200 and answer.headers["x-reconcile-deployment"] == "small", answer
+    # No daemon to ask: the gateway's own metrics file (written within half a second).
+    series = {"model": "big", "to": "small", "reason": "unreachable"}
+    reconcile.wait_for(
+        lambda: metric_in(registry.metrics_text(reconcile.state), FALLBACKS, series) == 1,
+        timeout=30,
+        what="the fallback counted as unreachable",
+    )
+    reconcile.wait_for(
+        lambda: [e for e in reconcile.events("big") if e["action"] == "fallback"],
+        timeout=30,
+        what="the fallback's event",
+    )
+    (event,) = [e for e in reconcile.events("big") if e["action"] == "fallback"]
+    assert "could not be reached (connection refused or reset)" in event["reason"], event
     g.finish()
 
 
@@ -413,3 +439,48 @@ def test_fallbacks_have_no_kubernetes_form() -> None:
     )
     assert spec.fallback_after == 10.0
     assert [p.field for p in problems_of(spec)] == [("spec", "fallbacks")]
+
+
+def test_a_chain_all_at_its_limits_answers_429_naming_each_model_tried(
+    reconcile: Any, gateway: Any
+) -> None:
+    """big falls back to small; each holds a stream in its one slot (`--max-inflight 1`,
+    no queue). A third request for big finds big full, then small full: its 429 names big
+    (and why it was passed over) before small, as a chain's 503 does; it named small
+    alone, and a client that asked for big was told of a model it never named."""
+    hold = reconcile.tmp / "hold"
+    hold.touch()
+    echo = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+    reconcile.write("big", command=[*echo, "--hold-while", str(hold)], fallbacks=["small"])
+    reconcile.write("small", command=[*echo, "--hold-while", str(hold)])
+    g = gateway("--max-inflight", "1", "--max-queue", "0")
+    held: list[tuple[http.client.HTTPConnection, http.client.HTTPResponse]] = []
+    try:
+        g.wait_phase("big", "Ready")
+        g.wait_phase("small", "Ready")
+        for model in ("big", "small"):  # each one's slot taken, its stream held
+            conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=60)
+            held.append((conn, _stream_begun(conn, model)))
+        answer = g.post("big")
+        assert answer.status == 429, answer
+        message = answer.json()["error"]["message"]
+        assert message.startswith(
+            "tried 'big' (at its concurrency limit), then: deployment 'small' is at its "
+            "limit of concurrent requests"
+        ), message
+    finally:
+        hold.unlink()
+        for conn, stream in held:
+            assert stream.read().endswith(b"data: [DONE]\n\n")
+            conn.close()
+        g.finish()
+
+
+def _stream_begun(conn: http.client.HTTPConnection, model: str) -> http.client.HTTPResponse:
+    """A streamed request whose first chunk came: it holds its deployment's slot."""
+    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    conn.request("POST", "/v1/chat/completions", json.dumps(body))
+    answer = conn.getresponse()
+    assert answer.status == 200, answer.read()
+    assert answer.read1(4096).strip(), "the stream's first chunk"
+    return answer

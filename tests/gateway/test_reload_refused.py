@@ -105,6 +105,9 @@ def test_a_gateway_the_daemon_cannot_start_again_is_said(reconcile: Any, gateway
         first = g.serving()
         keys.rename(reconcile.tmp / "keys.away")
         os.kill(first.ref.pid, signal.SIGKILL)
+        # Gone before `status` looks: a process SIGKILLed still runs while it exits (a
+        # loaded box: `gateway status` once saw it serving, 0s old, and exited 0).
+        reconcile.wait_for(lambda: not first.alive(), timeout=WAIT, what="the gateway gone")
         said = "failed (gateway start, by daemon pid"
         shown = reconcile.wait_for(
             lambda: (lambda out: out if said in out else "")(

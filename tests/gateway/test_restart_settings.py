@@ -13,8 +13,8 @@
   given none (``reread``);
 - a gateway SIGKILLed with no daemon to start it again: `gateway status` says so, and
   ``gateway restart`` starts it again (as `systemctl restart` starts a failed unit; it
-  said "no gateway runs"); ``gateway stop`` or ``down --gateway`` then means it stays
-  stopped.
+  said "no gateway runs"); ``gateway stop`` or ``down --gateway`` then makes it a stop,
+  which ``gateway restart`` starts again too.
 """
 
 from __future__ import annotations
@@ -96,9 +96,14 @@ def test_restart_starts_a_killed_gateway_no_daemon_watched(reconcile: Any, gatew
     assert second.ref != first.ref and second.port == g.port
     assert g.request("GET", "/healthz").status == 200
     assert g.post("alpha").status == 200
-    # Killed again, then `gateway stop`: stopped is what was asked, so restart starts none.
+    # Killed again, then `gateway stop`: the crash is forgotten, a stop is in force, and
+    # restart starts it again as it starts any stopped one (`systemctl restart`).
     os.kill(second.ref.pid, signal.SIGKILL)
     reconcile.wait_for(lambda: g.serving_or_none() is None, timeout=WAIT, what="it gone")
     reconcile("down", "--gateway", check=0)  # as `gateway stop` does
-    assert "ended without stopping" not in reconcile("gateway", "status", check=1).out
-    reconcile("gateway", "restart", check=1)
+    shown = reconcile("gateway", "status", check=1).out
+    assert "ended without stopping" not in shown and "stopped by `reconcile" in shown, shown
+    took = reconcile("gateway", "restart", check=0)
+    assert f"pid {second.ref.pid} was stopped by `reconcile gateway stop`" in took.out, took
+    assert g.request("GET", "/healthz").status == 200  # (`down` took alpha away too)
+    reconcile("down", "--gateway", check=0)

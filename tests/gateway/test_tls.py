@@ -444,6 +444,69 @@ def test_node_yaml_and_environment_forms(reconcile: Any, gateway: Any, pki: Pki)
     g.finish()
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        pytest.param(
+            "tlsCert: cert.pem\n",
+            "node.yaml: tlsCert without tlsKey: HTTPS needs both the certificate and its "
+            "private key; give both or neither",
+            id="half-a-pair",
+        ),
+        pytest.param(
+            "tlsCert: cert.pem\ntlsKey: missing.pem\n",
+            "node.yaml: tlsKey {folder}/missing.pem: no such file",
+            id="no-key-file",
+        ),
+        pytest.param(
+            "tlsCert: cert.pem\ntlsKey: cert.pem\n",
+            "node.yaml: tlsKey {folder}/cert.pem has mode 0644",
+            id="key-mode",
+        ),
+    ],
+)
+def test_a_pair_node_yaml_names_is_refused_naming_node_yaml_not_flags(
+    reconcile: Any, pki: Pki, text: str, said: str
+) -> None:
+    """No flag named the pair: the refusal named `--tls-cert`/`--tls-key` all the same,
+    flags the operator never gave. It names node.yaml and its fields."""
+    _pair(pki)
+    (pki.folder / "cert.pem").chmod(0o644)
+    node = pki.folder / "node.yaml"
+    node.write_text(text)
+    refused = reconcile("--listen", str(reconcile.port + 15), "--node-config", str(node), check=64)
+    assert refused.err.startswith(f"reconcile: {pki.folder}/"), refused
+    assert said.format(folder=pki.folder) in refused.err, refused
+    assert "--tls-" not in refused.err, refused
+
+
+def test_a_node_yaml_pair_the_gateway_refuses_at_sighup_is_named_as_node_yaml(
+    reconcile: Any, gateway: Any, pki: Pki
+) -> None:
+    """The gateway's own re-read at SIGHUP (the paths unchanged, the key file made
+    readable by others): its refusal, in `gateway status`, named `--tls-key`, a flag the
+    daemon was never given; it names node.yaml's tlsKey."""
+    _, key = _pair(pki)
+    node = pki.folder / "node.yaml"
+    node.write_text("tlsCert: cert.pem\ntlsKey: key.pem\n")
+    g = gateway("--node-config", str(node), wait=False)
+    try:
+        reconcile.wait_for(lambda: _alive_https(g, pki.client()), timeout=WAIT, what="HTTPS")
+        key.chmod(0o644)
+        g.proc.send_signal(signal.SIGHUP)
+        said = f"{node}: tlsKey {key} has mode 0644"
+
+        def shown_now() -> str:
+            out: str = reconcile("gateway", check=0).out
+            return out if said in out else ""
+
+        shown = reconcile.wait_for(shown_now, timeout=WAIT, what="the refusal shown")
+        assert "reload refused (TLS pair" in shown and "--tls-" not in shown, shown
+        key.chmod(0o600)
+    finally:
+        g.finish()
+
+
 def _alive_https(g: Any, ctx: ssl.SSLContext) -> bool:
     if g.proc.poll() is not None:
         raise AssertionError(f"daemon exited {g.proc.returncode}:\n{g.text()[-3000:]}")

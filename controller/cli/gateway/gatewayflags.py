@@ -87,9 +87,13 @@ def _tls_pair(args: argparse.Namespace, cfg: Config) -> tuple[Path | None, Path 
     key = _path(args.tls_key or env.get("RECONCILE_TLS_KEY")) or cfg.tls_key
     if (cert is None) != (key is None):
         given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
-        raise gw.ListenRefused(
-            f"{given} without {missing}: HTTPS needs both the certificate and its private key"
-        )
+        why = f"{given} without {missing}: HTTPS needs both the certificate and its private key"
+        if not _tls_given(args):  # node.yaml's half pair: named there, not as flags
+            node_file = _path(args.node_config or env.get("RECONCILE_NODE_CONFIG"))
+            where = node_file or StateDir(cfg.state_dir).node_config
+            why = why.replace("--tls-cert", "tlsCert").replace("--tls-key", "tlsKey")
+            why = f"{where}: {why}; give both or neither"
+        raise gw.ListenRefused(why)
     return cert, key
 
 

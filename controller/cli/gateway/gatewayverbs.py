@@ -22,7 +22,7 @@ from controller import __version__
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, output_format
 from controller.core.manifest.quantity import format_age
 from controller.core.statusjson import iso
-from controller.errors import ConfigError
+from controller.errors import ConfigError, LockTimeout
 from controller.gateway.lifecycle import registry
 from controller.gateway.settings import DRAIN_GRACE, Settings, settings_from_json
 from controller.store.side import refused
@@ -36,13 +36,30 @@ def state_dir_of(args: argparse.Namespace, *, warn: bool = True) -> Path:
 
 def stop_gateways(state_dir: Path) -> list[registry.GatewayInfo]:
     """SIGTERM every gateway of the state dir and wait for each to finish its requests;
-    one that was killed is forgotten (stopped is what was asked: restart starts it not)."""
+    one that was killed is forgotten (`gateway restart` starts one from its settings)."""
+    _ask_stop(state_dir)
     crashed = _crashed(state_dir)
     if crashed is not None:
         registry.forget(state_dir, crashed.nonce)
     found = registry.live(state_dir)
     grace = max((float(i.settings.get("drain_grace", DRAIN_GRACE)) for i in found), default=0)
     return registry.stop_all(state_dir, grace)
+
+
+def _ask_stop(state_dir: Path) -> None:
+    """The stop wins over a daemon's restart: asked first (no start after it), then one
+    under way waited for (``registry.start_lock``), so it is stopped with the rest. Where
+    no gateway ever ran (no folder) nothing can be starting: nothing is written."""
+    if not registry.folder(state_dir).is_dir():
+        return
+    last = registry.read_current(state_dir) or registry.read_stopped(state_dir)
+    registry.ask_stopped(state_dir, last)
+    lock = registry.start_lock(state_dir)
+    try:
+        lock.acquire(registry.START_LOCK_WAIT)
+    except LockTimeout as exc:  # a start that hangs: what serves is stopped all the same
+        print(f"warning: {exc}", file=sys.stderr)
+    lock.release()  # a barrier only: a start after it sees the ask
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
@@ -75,18 +92,17 @@ def _restart(state_dir: Path) -> int:
     current = registry.current_live(state_dir)
     _say_unreadable(state_dir, current)
     crashed = _crashed(state_dir) if current is None else None
-    previous = current or crashed
+    stopped = registry.read_stopped(state_dir) if current is None else None
+    previous = current or crashed or stopped
     if previous is None:
-        print(
-            f"reconcile: no gateway runs for state dir {state_dir}: start the daemon with "
-            "--listen (or SIGHUP it, if its gateway was stopped)",
-            file=sys.stderr,
-        )
+        print(f"reconcile: {_none_runs(state_dir)}", file=sys.stderr)
         return EXIT_FAIL
     log_path = registry.log_path(state_dir)
     try:
         settings = reread(_settings_of(previous))
         preflight(settings)  # said here, not by a gateway process that will not start
+        # No wait for the start lock: a daemon hung in its own start (SIGSTOP) must not
+        # hold the operator's restart.
         proc, info = start_process(settings, log_path)
     except ConfigError as exc:
         left = f"pid {current.ref.pid} serves on as it was" if current else "nothing serves"
@@ -97,11 +113,14 @@ def _restart(state_dir: Path) -> int:
         )
         return EXIT_FAIL
     refused.clear(state_dir, refused.GATEWAY_SETTINGS)  # node.yaml's serve now
+    registry.clear_stopped(state_dir)  # a start asked for: an earlier stop is over
     if current is not None:
         how = f"took it over from pid {current.ref.pid}, which finishes its requests and exits"
-    else:
+    elif crashed is not None:
         registry.forget(state_dir, previous.nonce)
         how = f"started again: pid {previous.ref.pid} had ended without stopping"
+    else:  # a daemon leaving it stopped follows this one (Keeper._maybe_start)
+        how = f"started again: pid {previous.ref.pid} was stopped by `reconcile gateway stop`"
     print(f"gateway pid {proc.pid} serves {info.address} ({how}); its log: {log_path}")
     return EXIT_OK
 
@@ -116,6 +135,23 @@ def _settings_of(info: registry.GatewayInfo) -> Settings:
             f"this reconcile's ({__version__}) to read ({type(exc).__name__}: {exc}): "
             "restart the daemon with --listen, which starts one of its own"
         ) from None
+
+
+def _none_runs(state_dir: Path) -> str:
+    """No gateway runs and none crashed: why, and the move that starts one (a stopped
+    one stays stopped until asked: `gateway status` once said only "no gateway runs")."""
+    head = f"no gateway runs for state dir {state_dir}"
+    since = registry.stopped_since(state_dir)
+    if since is None:
+        return f"{head}: start the daemon with --listen (or SIGHUP it, if its gateway was stopped)"
+    at = datetime.fromtimestamp(since, UTC)
+    moves = "SIGHUP (`kill -HUP` the daemon) or its next start"
+    if registry.read_stopped(state_dir) is not None:  # its settings: a restart starts it
+        moves = f"`reconcile gateway restart`, {moves}"
+    return (
+        f"{head}: stopped by `reconcile gateway stop` at {at:%Y-%m-%d %H:%M:%S} UTC; a "
+        f"daemon leaves it stopped until {moves}"
+    )
 
 
 def _crashed(state_dir: Path) -> registry.GatewayInfo | None:
@@ -149,7 +185,9 @@ def _status(state_dir: Path, fmt: str) -> int:
         print(json.dumps(_status_json(state_dir, current, found), indent=2))
         return EXIT_OK if found else EXIT_FAIL
     crashed = _crashed(state_dir) if not found else None
-    if not found:
+    if not found and crashed is None:
+        print(_none_runs(state_dir))
+    elif not found:
         print(f"no gateway runs for state dir {state_dir}")
     if crashed is not None:
         print(

@@ -61,7 +61,8 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
     f"{PREFIX}request_log_dropped_total": ("counter", (),
         "Request log lines dropped: the writer fell behind or the disk failed."),
     f"{PREFIX}fallbacks_total": ("counter", ("model", "to", "reason"),
-        "Requests sent to a fallback model, by why (not_ready, ejected, limit)."),
+        "Requests sent to a fallback model, by why (not_ready, ended, ejected,"
+        " unreachable, limit)."),
     "reconcile_engine_requests_waiting": ("gauge", INSTANCE,
         "Requests waiting in the engine's own queue, as its /metrics says."),
     "reconcile_engine_kv_cache_usage_ratio": ("gauge", INSTANCE,

@@ -33,7 +33,7 @@ from controller.gateway.http.quiet import Throttle, install
 from controller.gateway.http.server import Connections, Server, connection_cap, exception_handler
 from controller.gateway.http.upstream import Upstream
 from controller.gateway.lifecycle.listener import Listening, bind, close_listener
-from controller.gateway.lifecycle.tls import Tls, TlsError
+from controller.gateway.lifecycle.tls import Tls, TlsError, as_named
 from controller.gateway.lifecycle.tlsaccept import Acceptor
 from controller.gateway.lifecycle.tlsdates import out_of_date
 from controller.gateway.routing.activation import Demand
@@ -162,7 +162,8 @@ class Gateway:
         force on the loop, where handshakes read it."""
         try:
             context = tls.fresh()
-        except TlsError as exc:
+        except TlsError as refused:
+            exc = as_named(refused, self.settings)  # node.yaml's pair: named as its fields
             log.error("TLS certificate not reloaded; keeping the one in force", error=str(exc))
             return str(exc)
         if self._thread is not None and not self.loop.is_closed():

@@ -10,7 +10,10 @@ engines do. The keeper, in the daemon:
 - watches it (a pidfd, on a thread of its own) and restarts it at once when it
   crashed (it left its member file behind); a gateway that exited cleanly without a
   successor was stopped on purpose (``reconcile gateway stop``) and stays stopped
-  until SIGHUP or the next daemon; one that handed over is followed to its successor;
+  until SIGHUP or the next daemon (one `gateway restart` started meanwhile is followed);
+  one that handed over is followed to its successor. Each start is made under
+  ``registry.start_lock`` and none while ``gateway/stopped`` says a stop was asked, so
+  the operator's stop wins over a restart under way or due;
 - turns the gateway's wake-ups (a datagram on ``<state>/gateway/daemon.sock``) into
   ``request_pass``;
 - ``drain``: asks every live gateway to retire an engine (``retire/``) and waits for
@@ -44,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller import __version__
-from controller.errors import ConfigError
+from controller.errors import ConfigError, LockTimeout
 from controller.gateway.lifecycle import registry
 from controller.gateway.lifecycle.handover import ask_metrics
 from controller.gateway.settings import Settings, settings_from_json, settings_to_json
@@ -123,6 +126,7 @@ class Keeper:
         """Adopt or start the gateway (a failure to serve is a ConfigError here)."""
         self._request_pass = request_pass
         registry.ensure(self.state_dir)
+        registry.clear_stopped(self.state_dir)  # the next daemon starts it (README)
         registry.clear_retires(self.state_dir)
         from controller.store.watch import FolderWatch  # the daemon's, not the CLI's import
 
@@ -204,6 +208,7 @@ class Keeper:
         takes the port over; else the gateway re-reads its key file and TLS pair. A
         stopped gateway starts again."""
         self._want = True
+        registry.clear_stopped(self.state_dir)
         watched = self._watched
         if config is not None and self._resettle(config) and watched is not None:
             self._handover = True  # the keeper's thread starts it: a start takes seconds
@@ -271,10 +276,18 @@ class Keeper:
 
     # -- starting one ---------------------------------------------------------------------
 
-    def _spawn(self, replacing: registry.GatewayInfo | None) -> registry.GatewayInfo:
-        """A new gateway process, serving once this returns; it takes the port over."""
+    def _spawn(self, replacing: registry.GatewayInfo | None) -> registry.GatewayInfo | None:
+        """A new gateway process, serving once this returns; it takes the port over.
+        None when ``reconcile gateway stop`` asked for none (it wins, until SIGHUP)."""
         settings = self.settings  # read once: a SIGHUP may change them meanwhile
-        proc, info = start_process(settings)
+        try:
+            with registry.start_lock(self.state_dir).hold(registry.START_LOCK_WAIT):
+                if registry.stop_asked(self.state_dir):
+                    self._stop_honoured()
+                    return None
+                proc, info = start_process(settings)
+        except LockTimeout as exc:
+            raise ConfigError(str(exc)) from None
         self._children.append(proc)
         self._mark_pass = True
         self._unapplied = self.settings != settings
@@ -285,6 +298,26 @@ class Keeper:
             replaced=replacing.ref.pid if replacing is not None else None,
         )
         return info
+
+    def _follow_restarted(self) -> None:
+        """Left stopped, a gateway serves again: `reconcile gateway restart` started it
+        (as `systemctl restart` starts a stopped unit). Watched from now: its crash is
+        restarted, as any."""
+        serving = registry.current_live(self.state_dir)
+        if serving is None:
+            return
+        self._watched, self._want = serving, True
+        self._follow_settings(serving)
+        log.info("gateway started by `reconcile gateway restart`; watching it", pid=serving.ref.pid)
+
+    def _stop_honoured(self) -> None:
+        """A stop was asked while a start was due (a crash's restart, a hand-over)."""
+        self._want = self._handover = False
+        refused.clear(self.state_dir, refused.GATEWAY_START)  # nobody tries again now
+        log.info(
+            "gateway not started: `reconcile gateway stop` asked it stopped; `reconcile "
+            "gateway restart`, SIGHUP to the daemon or its restart starts the gateway again"
+        )
 
     def _lost(self, exc: GatewayLost, replacing: registry.GatewayInfo | None) -> None:
         """The gateway being started went (``GatewayLost``): follow another that took
@@ -380,8 +413,8 @@ class Keeper:
         if not crashed:
             self._want = False
             log.info(
-                "gateway stopped (not a crash): not restarting it; SIGHUP the daemon or "
-                "restart it to start the gateway again",
+                "gateway stopped (not a crash): not restarting it; `reconcile gateway "
+                "restart`, SIGHUP to the daemon or its restart starts the gateway again",
                 pid=info.ref.pid,
             )
             return
@@ -411,7 +444,7 @@ class Keeper:
         request fails, as at an upgrade); one that does not start leaves the old serving."""
         self._handover = False
         try:
-            self._watched = self._spawn(replacing=old)
+            started = self._spawn(replacing=old)
         except ConfigError as exc:
             log.error(
                 "gateway settings not applied: the new gateway did not start; the old one "
@@ -420,6 +453,9 @@ class Keeper:
             )
             self._refusal(f"the gateway with them did not start: {exc}")
             return
+        if started is None:  # a stop was asked: the old one stops, watched to its end
+            return
+        self._watched = started
         refused.clear(self.state_dir, refused.GATEWAY_SETTINGS)
 
     def _refusal(self, why: str) -> None:
@@ -428,7 +464,10 @@ class Keeper:
         refused.refuse(self.state_dir, refused.GATEWAY_SETTINGS, why, by)
 
     def _maybe_start(self) -> None:
-        if not self._want or time.monotonic() < self._retry_at:
+        if not self._want:
+            self._follow_restarted()
+            return
+        if time.monotonic() < self._retry_at:
             return
         replacing = registry.current_live(self.state_dir)
         try:
@@ -444,6 +483,8 @@ class Keeper:
             refused.refuse(
                 self.state_dir, refused.GATEWAY_START, str(exc), f"daemon pid {os.getpid()}"
             )
+            return
+        if self._watched is None:  # a stop was asked meanwhile
             return
         refused.clear(self.state_dir, refused.GATEWAY_START)
         self._request_pass()  # its first records come with a pass it is told of
@@ -486,7 +527,10 @@ def preflight(settings: Settings) -> None:
     if settings.api_keys is not None:
         keys.load(settings.api_keys)
     if settings.tls_cert is not None and settings.tls_key is not None:
-        tls.server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+        try:
+            tls.server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+        except tls.TlsError as exc:
+            raise tls.as_named(exc, settings) from None
 
 
 def warn_out_of_date(settings: Settings) -> None:

@@ -11,6 +11,10 @@ these without paying for the HTTP stack.
                                     the engine of nonce <n> and to finish its requests
 <state>/gateway/retire/<n>.<g>.done gateway <g> has (or its grace period ran out)
 <state>/gateway/passed              touched by the daemon after its first pass
+<state>/gateway/stopped             `reconcile gateway stop` asked: nothing starts one
+                                    until a start asks again (SIGHUP, a daemon's start,
+                                    `gateway restart`); the stopped gateway's file
+<state>/gateway/start.lock          held while a gateway starts: a stop waits for it
 <state>/gateway/metrics.prom        the current gateway's Prometheus text
 <state>/gateway/handed-<nonce>.prom a replaced gateway's final counters, for a successor
 <state>/gateway/daemon.sock         the daemon's wake-up socket, or, when the path is too
@@ -40,6 +44,7 @@ from typing import Any
 from controller.core.state import ProcessRef
 from controller.host.procs import process_alive
 from controller.store.documents import write_atomic
+from controller.store.lock import FileLock
 from controller.store.statedir import StateDir
 
 MARKER = "RECONCILE_GATEWAY"
@@ -281,6 +286,48 @@ def stop_all(state_dir: Path, grace: float) -> list[GatewayInfo]:
         if signal_gateway(info, signal.SIGKILL):
             forget(state_dir, info.nonce)
     return found
+
+
+# -- the operator's stop ------------------------------------------------------------------
+# A stop wins over the keeper's restarts, as `systemctl stop` over a restart policy: the
+# stop writes ``stopped`` and then takes ``start.lock``; a start takes the lock and then
+# looks for ``stopped``. So a start under way when the stop came is waited for and
+# stopped with the rest; one that comes after it sees the ask and starts nothing.
+
+START_LOCK_WAIT = 25.0  # a start's longest: its answer (20 s), then reaping one that failed
+
+
+def ask_stopped(state_dir: Path, last: GatewayInfo | None) -> None:
+    """``last``: the gateway that served (its settings: `gateway restart` starts one
+    again from them, as `systemctl restart` starts a stopped unit); None if none did."""
+    write_atomic(StateDir(state_dir).gateway_stopped, _to_json(last) if last else b"{}")
+
+
+def read_stopped(state_dir: Path) -> GatewayInfo | None:
+    """The gateway a stop in force stopped, when it named one."""
+    return _read(StateDir(state_dir).gateway_stopped)
+
+
+def stop_asked(state_dir: Path) -> bool:
+    return stopped_since(state_dir) is not None
+
+
+def stopped_since(state_dir: Path) -> float | None:
+    """When the stop in force was asked (its file's time), None when none is."""
+    try:
+        return StateDir(state_dir).gateway_stopped.stat().st_mtime
+    except OSError:
+        return None
+
+
+def clear_stopped(state_dir: Path) -> None:
+    """A start asked for (SIGHUP, a daemon's start, `gateway restart`): the stop is over."""
+    with contextlib.suppress(FileNotFoundError):
+        StateDir(state_dir).gateway_stopped.unlink()
+
+
+def start_lock(state_dir: Path) -> FileLock:
+    return FileLock(StateDir(state_dir).gateway_start_lock, what="gateway start lock")
 
 
 # -- retiring an engine (the daemon's drain) ---------------------------------------------

@@ -24,14 +24,26 @@ import os
 import ssl
 import stat
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from controller.errors import ConfigError
 from controller.store.sources import security
 
+if TYPE_CHECKING:
+    from controller.gateway.settings import Settings
+
 
 class TlsError(ConfigError):
     """A certificate or key that cannot serve: refused at start (exit 64)."""
+
+
+def as_named(exc: TlsError, settings: Settings) -> TlsError:
+    """The refusal naming what named the pair: node.yaml's file and fields when no flag
+    did (it said `--tls-key ...: no such file` of a flag the operator never gave)."""
+    if not settings.node_tls:
+        return exc
+    text = str(exc).replace("--tls-cert", "tlsCert").replace("--tls-key", "tlsKey")
+    return TlsError(f"{settings.node_file}: {text}")
 
 
 def check_key_mode(key: Path) -> None:

@@ -116,8 +116,9 @@ class Forwarder:
             return await self._fall_back(incoming, body, fields, tried, onward, "limit")
         if not (self.limiter.take(label) or await self.limiter.queued(label)):
             why = f"deployment {label!r} is at its limit of concurrent requests; retry later"
+            why = _lead(incoming.passed) + why  # a chain's end: each model tried, and why
             return label, error(429, why, "rate_limit_exceeded", retry_after=RETRY_AFTER)
-        incoming.no_instance = False
+        incoming.no_instance = incoming.unreached = False
         try:
             want = Ask(
                 model,
@@ -135,7 +136,8 @@ class Forwarder:
         finally:
             self.limiter.release(label)
         if onward and incoming.no_instance and self.table.closing is None:
-            return await self._fall_back(incoming, body, fields, tried, onward, self._why(model))
+            why = "unreachable" if incoming.unreached else self._why(model)
+            return await self._fall_back(incoming, body, fields, tried, onward, why)
         return answered
 
     def _onward(self, tried: tuple[str, ...], fallbacks: tuple[str, ...]) -> list[str]:
@@ -169,6 +171,7 @@ class Forwarder:
             "not_ready": "no instance Ready",
             "ejected": "every instance ejected",
             "ended": "no instance can become Ready (Failed or Succeeded)",
+            "unreachable": "its engine could not be reached (connection refused or reset)",
         }
         words = said.get(why, "at its concurrency limit")
         incoming.passed = (*incoming.passed, (model, words))  # the last 503 names them
@@ -220,7 +223,9 @@ class Forwarder:
                     why = str(exc)
                     log.info("engine not reached", deployment=target.deployment, error=why)
                     self.table.mark_down(target)
-            incoming.no_instance = True  # none of its engines took it: a fallback may (serve)
+            # None of its engines took it: a fallback may (serve), and says why (an
+            # ejection these refusals made is their effect, not the reason).
+            incoming.no_instance = incoming.unreached = True
             why = f"deployment {want.label!r}: its engine could not be reached; retry later"
             why = _lead(incoming.passed) + why
             return want.label, error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
@@ -466,6 +471,7 @@ class Incoming:
     mark: bytes | None = None  # a multipart upload's boundary (bodies.py)
     waiting: Waiting | None = None  # a held stream's comments (waiting.py)
     no_instance: bool = False  # the pool had no instance to take it (a fallback may)
+    unreached: bool = False  # ... because its engines refused or reset each connection
     passed: tuple[tuple[str, str], ...] = ()  # (model, why) of each it fell back from
 
 
@@ -508,8 +514,8 @@ def _may_resend(exc: UpstreamFailed, body: bytes | Upload) -> bool:
 
 
 def _lead(passed: tuple[tuple[str, str], ...]) -> str:
-    """The beginning of a 503 after fallbacks: the model asked for, then each fallback
-    tried, and why each could not take the request; the last one's reason follows."""
+    """The beginning of a 503 (or a 429) after fallbacks: the model asked for, then each
+    fallback tried, and why each could not take the request; the last one's reason follows."""
     if not passed:
         return ""
     return "tried " + ", then ".join(f"{m!r} ({why})" for m, why in passed) + ", then: "
