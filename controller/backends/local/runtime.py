@@ -480,8 +480,8 @@ def _unreadable(pid: int) -> str:
     return (
         f"pid {pid} runs (its start time is the record's) but its environment "
         f"(/proc/{pid}/environ), whose marker proves it this node's engine, is not readable "
-        f"to this user (uid {os.geteuid()}): a file-capability or setuid program's is not. "
-        "Nothing was signalled and the record is kept. Run reconcile as the user that "
+        f"to this user (uid {os.geteuid()}): a file-capability or setuid program is not "
+        "dumpable. Nothing was signalled and the record is kept. Run reconcile as the user that "
         f"started it, or as root; or end pid {pid} by hand: the next pass finds it gone "
         "and goes on"
     )
