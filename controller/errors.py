@@ -81,8 +81,9 @@ class NotProvenOurs(ReconcileError):
     """A teardown found the record's engine alive (its pid and start time match) but may
     not read its environment, where the marker that proves it ours is (a file-capability
     or setuid engine is not dumpable: only root, outside any user namespace, reads it).
-    Nothing was signalled (invariant 3) and the record is kept (invariant 1); the message
-    names the pid, why, and the next move."""
+    Nothing was signalled (only a process proven ours is) and the record is kept (no
+    engine survives without one: invariant 3); the message names the pid, why, and the
+    next move."""
 
 
 class RecipeError(ReconcileError, ValueError):

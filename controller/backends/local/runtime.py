@@ -8,7 +8,8 @@ period, SIGKILL to the group, then SIGKILL to every process still carrying the
 instance's ``RECONCILE_INSTANCE`` marker (a grandchild that left the group), and
 only then does the caller drop the record and with it the devices. A live leader whose
 environment (so its marker) this user may not read is not signalled at all: the teardown
-raises NotProvenOurs and the caller keeps the record (invariants 1 and 3).
+raises NotProvenOurs and the caller keeps the record (invariant 3: no engine survives
+without one; and only a process proven ours is signalled).
 """
 
 from __future__ import annotations
@@ -422,7 +423,7 @@ class LocalBackend:
         except PermissionError:
             # Not dumpable (a file-capability or setuid program): its marker unreadable to
             # this user. False would read as "not ours, so gone" and drop a running
-            # engine's record (invariant 1); a signal would be unproven (invariant 3).
+            # engine's record (invariant 3); a signal would be to a process not proven ours.
             if not ref.same_process(current):
                 return False  # another process holds the pid now: the engine is gone
             if self._spawned(ref.pid):

@@ -30,7 +30,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     stopped, kept = reconciler.down(chosen, strays=not (args.names or args.selector))
     for name in stopped:
         print(_said(name, before.get(name)))
-    for name, why in sorted(kept.items()):  # running still: never "stopped" (invariant 1)
+    for name, why in sorted(kept.items()):  # running still: never "stopped" (invariant 3)
         print(f"reconcile: {name}: {why}", file=sys.stderr)
     others = [r for r in reconciler.elsewhere() if chosen(r)]
     found = {base_name(n) for n in [*stopped, *kept]} | {base_name(r.name) for r in others}
