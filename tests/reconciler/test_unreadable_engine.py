@@ -94,15 +94,17 @@ def test_an_engine_not_provably_ours_is_kept_and_said_not_stopped(
     assert kept["ref"] == capped["ref"] and "not stopped: " in kept["message"], kept
 
     # A pass is not stopped by it: the manifest gone, the other deployment starts; the
-    # kept one is tried again, said as a failure of the pass, journalled once.
+    # kept one is tried again, said as a failure of the pass. A drain's eviction stops
+    # the others and says it did not stop this one. Journalled once in all.
     (rc.manifests / "capped.yaml").unlink()
     rc.write("later", command=["sleep", "600"], readiness=READY, basePort=rc.port + 8)
-    (again,) = as_nobody(rc, ["--once"])
+    again, evict, _ = as_nobody(rc, ["--once"], ["drain", "--evict"], ["uncordon"])
     assert again.returncode == 1, again
     assert f"error: capped: not stopped: pid {pid} runs" in again.stderr, again
-    later = rc.record("later")
-    assert later is not None and later["phase"] == "Ready", (later, again)
-    assert alive(pid) and rc.record("capped") is not None, again
+    later = spawned(rc, "later")
+    assert evict.returncode == 1 and "evicted later" in evict.stdout, evict
+    assert "capped" not in evict.stdout and said in evict.stderr, evict
+    assert alive(pid) and rc.record("capped") is not None and not alive(later), evict
     told = [e for e in rc.events("capped") if e.get("outcome") == "not stopped"]
     assert len(told) == 1 and f"pid {pid}" in told[0]["error"], told
 
