@@ -147,3 +147,40 @@ def test_its_own_child_is_ours_though_its_environment_is_unreadable(
     assert done.returncode == 0, done
     readable, pid, outlived = json.loads(done.stdout)
     assert not readable and not outlived and not alive(pid), done
+
+
+# Both paths (/proc, and psutil's for hosts without it) on a capable engine and a pid
+# that is gone: what environ_of answers for each, as words.
+ANSWERS = """
+import json, subprocess, sys
+from controller.host import procpsutil, procscan
+child = subprocess.Popen([sys.argv[1], "600"])
+def answer(pid):
+    try:
+        return "gone" if procscan.environ_of(pid) is None else "read"
+    except PermissionError:
+        return "denied"
+try:
+    out = {}
+    for active in (False, True):
+        procpsutil.ACTIVE = active
+        out[str(active)] = [answer(child.pid), answer(1 << 30), procscan.environ(child.pid)]
+    print(json.dumps(out))
+finally:
+    child.kill()
+    child.wait()
+"""
+
+
+def test_an_unreadable_environment_is_not_taken_for_a_gone_process(
+    reconcile: Reconcile, tmp_path: Path
+) -> None:
+    program = capable_sleep(tmp_path)
+    done = subprocess.run(
+        ["unshare", "-U", sys.executable, "-c", ANSWERS, str(program)],
+        capture_output=True, text=True, env=reconcile.env, timeout=120,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done
+    # procscan.environ (the marker scan's) still skips both: neither is found as ours
+    assert json.loads(done.stdout) == {p: ["denied", "gone", None] for p in ("False", "True")}
