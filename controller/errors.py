@@ -7,6 +7,7 @@ ReconcileError
 ├── InsecureManifest(OSError)      a manifest root must not trust (as root)
 ├── LockTimeout(TimeoutError)      another pass holds a lock (the holder is named)
 ├── BackendUnavailable(ConnectionError)  the cluster backend cannot be reached (retry may help)
+├── NotProvenOurs                  a live engine this user cannot prove ours: not signalled
 └── SpawnError(OSError)            the engine could not be exec'd
     ├── ContainerError             its container runtime refused (the runtime's words)
     │   └── ImagePullFailed        its image's pull ended without it (backs off holding nothing)
@@ -74,6 +75,15 @@ class PullingFirst(Unplaceable):
 
 class BackendUnavailable(ReconcileError, ConnectionError):
     """The backend's cluster cannot be reached; nothing was changed, a retry may help."""
+
+
+class NotProvenOurs(ReconcileError):
+    """A teardown found the record's engine alive (its pid and start time match) but may
+    not read its environment, where the marker that proves it ours is (a file-capability
+    or setuid engine is not dumpable: only root, outside any user namespace, reads it).
+    Nothing was signalled (only a process proven ours is) and the record is kept (no
+    engine survives without one: invariant 3); the message names the pid, why, and the
+    next move."""
 
 
 class RecipeError(ReconcileError, ValueError):

@@ -180,11 +180,13 @@ class Backend(Protocol):
         ...
 
     def teardown(self, rec: Record) -> None:
-        """Stop the record's instance entirely (invariant 10) and wait for its devices."""
+        """Stop the record's instance entirely (invariant 10) and wait for its devices.
+        NotProvenOurs: a live engine this backend may not prove ours, not signalled."""
         ...
 
     def sweep(self, nonce: str | None, ref: ProcessRef | None = None) -> int:
-        """Kill whatever still carries the nonce's marker; how many were killed."""
+        """Kill whatever still carries the nonce's marker; how many were killed.
+        NotProvenOurs, as ``teardown``, for a live ``ref`` not proven ours."""
         ...
 
     def kill(self, ref: ProcessRef) -> None: ...

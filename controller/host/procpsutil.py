@@ -9,6 +9,7 @@ marker parsing above is the same on both paths.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Iterator
@@ -58,11 +59,14 @@ def stat(pid: int) -> tuple[float, int, str] | None:
 
 
 def environ(pid: int) -> bytes | None:
-    """The environment as ``/proc/<pid>/environ`` spells it; None if unreadable."""
+    """The environment as ``/proc/<pid>/environ`` spells it; None if gone, PermissionError
+    if this user may not read it (procscan.environ_of's contract)."""
     import psutil
 
     try:
         env = psutil.Process(pid).environ()
+    except psutil.AccessDenied as exc:
+        raise PermissionError(errno.EACCES, f"environment of pid {pid} not readable") from exc
     except (psutil.Error, OSError):
         return None
     return b"".join(f"{k}={v}".encode(errors="surrogateescape") + b"\0" for k, v in env.items())
@@ -76,6 +80,9 @@ def scan(needle: bytes) -> Iterator[tuple[int, bytes]]:
     for pid in psutil.pids():
         if pid == me:
             continue
-        data = environ(pid)
+        try:
+            data = environ(pid)
+        except PermissionError:  # not ours to read: skipped, as one gone
+            continue
         if data is not None and needle in data:
             yield pid, data

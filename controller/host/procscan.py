@@ -72,10 +72,22 @@ class EnvironScan:
 
 def environ(pid: int) -> bytes | None:
     """A process's environment (``K=V\\0``...), None when gone or not ours to read."""
+    try:
+        return environ_of(pid)
+    except PermissionError:
+        return None
+
+
+def environ_of(pid: int) -> bytes | None:
+    """``environ``, but a process this user may not read (EACCES, EPERM: a file-capability
+    or setuid program is not dumpable) raises PermissionError: to whoever decides on a
+    signal, "not ours to read" is not "gone"."""
     if procpsutil.ACTIVE:
         return procpsutil.environ(pid)
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             return f.read()
+    except PermissionError:
+        raise
     except OSError:
-        return None  # gone, or not ours to read
+        return None  # gone (ENOENT, ESRCH)

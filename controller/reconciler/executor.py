@@ -43,6 +43,7 @@ from controller.core.actions import (
 )
 from controller.core.manifest.specs import base_name
 from controller.core.state import CHANGE_HELD, Phase, Record
+from controller.errors import NotProvenOurs
 from controller.logsetup import get_logger
 from controller.reconciler.launcher import GatewayDrain, Launcher, Reserve, no_drain, no_reserve
 from controller.reconciler.leases import RecordMaker, kept_count
@@ -104,7 +105,14 @@ class Executor:
     # -- the one entry point ------------------------------------------------------
 
     def apply(self, action: AnyAction) -> bool:
-        """Apply one action; True when it changed anything."""
+        """Apply one action; True when it changed anything. An engine its teardown could
+        not prove ours ends this action only: its record says why (``Launcher.tear``)."""
+        try:
+            return self._apply(action)
+        except NotProvenOurs:
+            return False  # kept as it was: another round would only find the same
+
+    def _apply(self, action: AnyAction) -> bool:
         match action:
             case Start():
                 return bool(self.start([action]))
@@ -191,7 +199,7 @@ class Executor:
         rec = self.store.read(action.name)
         if rec is None:
             return False
-        self.backend.teardown(rec)
+        self.launcher.tear(rec, action.verb, action.reason, lambda: self.backend.teardown(rec))
         failed = replace(
             rec,
             phase=action.phase,

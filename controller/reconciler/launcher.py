@@ -39,6 +39,7 @@ from controller.errors import (
     ContainerError,
     ContainerExited,
     ImagePullFailed,
+    NotProvenOurs,
     PullingFirst,
     SpawnError,
     Unplaceable,
@@ -97,7 +98,7 @@ class Launcher:
     def __post_init__(self) -> None:
         self.memory.owner_of = self._owner_of
         self._kept: dict[str, str] = {}  # a Ready engine kept for its replacement: why
-        self._held: dict[str, str] = {}  # ... whose replacement cannot start: since take_held
+        self._held: dict[str, str] = {}  # ... or not stopped (not proven ours): take_held
         self._dropping = threading.Lock()  # see _drop
 
     # -- starting -----------------------------------------------------------------
@@ -285,7 +286,7 @@ class Launcher:
         backing_off = replace(record, phase=Phase.BACKOFF, backoff_until=until, message=message)
         self.store.write(backing_off if ended is None else replace(backing_off, last_exit=ended))
 
-    def _terminate(self, rec: Record, reason: str, point: str | None = None) -> None:
+    def _terminate(self, rec: Record, verb: str, reason: str, point: str | None = None) -> None:
         """Record Terminating, then tear down: a crash between them is finished by a later pass."""
         try:
             self.store.write(replace(rec, phase=Phase.TERMINATING, message=reason))
@@ -297,7 +298,22 @@ class Launcher:
             # pass handles that as any other).
         if point is not None:
             failpoints.hit(point)
-        self.backend.teardown(rec)
+        self.tear(rec, verb, reason, lambda: self.backend.teardown(rec))
+
+    def tear(self, rec: Record, verb: str, reason: str, teardown: Callable[[], object]) -> None:
+        """``teardown`` (of ``rec``'s engine). One the backend may not prove ours
+        (NotProvenOurs: nothing was signalled) keeps its record, as it was, saying why;
+        the error goes on to the executor, which ends this action there (nothing after
+        the teardown is done) and only this one: the rest of the pass goes on."""
+        try:
+            teardown()
+        except NotProvenOurs as exc:
+            why = f"not stopped: {exc}"
+            self.store.write(replace(rec, message=why))
+            if rec.message != why:  # each pass tries again: the journal says it once
+                self.event(rec.name, verb, reason, "not stopped", error=str(exc))
+            self._held[rec.name] = why
+            raise
 
     def _owner_of(self, pid: int) -> str | None:
         """The deployment whose engine (process group) ``pid`` belongs to, if any."""
@@ -316,7 +332,7 @@ class Launcher:
         rec = self.store.read(action.name)
         if rec is None:
             return False
-        self.backend.sweep(rec.nonce, rec.ref if rec.ref else None)
+        self.tear(rec, action.verb, action.reason, lambda: self.backend.sweep(rec.nonce, rec.ref))
         failpoints.hit("executor.restart.after_sweep")
         fresh = replace(
             rec,
@@ -348,7 +364,7 @@ class Launcher:
             # a recreate: requests in flight end first, new ones wait; a replica scaled
             # away: its requests end first, the other replicas take the new ones
             self.drain(rec, None)
-        self._terminate(rec, action.reason, "executor.stop.after_terminating")
+        self._terminate(rec, action.verb, action.reason, "executor.stop.after_terminating")
         if isinstance(action, Replace):
             # The deployment stays known between the teardown and the next round's
             # reservation: a dropped record would make the gateway answer 404 to the
@@ -440,8 +456,9 @@ class Launcher:
         return True
 
     def take_held(self) -> dict[str, str]:
-        """The engines kept since the last call because their replacement cannot start
-        (name -> why): what ``--once`` exits 1 on, though every engine serves."""
+        """The engines kept since the last call because their replacement cannot start, or
+        because they could not be proven ours to stop (name -> why): what ``--once`` (and
+        `down`) exits 1 on, though the pass went through."""
         held, self._held = self._held, {}
         return held
 
@@ -459,7 +476,7 @@ class Launcher:
         old = self.store.read(action.name)
         if old is not None and old.nonce != new.nonce:
             self.drain(old, new)
-            self._terminate(old, action.reason, "executor.promote.after_terminating")
+            self._terminate(old, action.verb, action.reason, "executor.promote.after_terminating")
         self.store.write(replace(new, name=action.name))
         failpoints.hit("executor.promote.after_rename")
         self.store.delete(new.name)
@@ -475,7 +492,7 @@ class Launcher:
             # may have sent one since: it ends before the teardown, new ones wake it again.
             self.drain(rec, None)
         if rec is not None and (rec.holds or rec.ref is not None):
-            self._terminate(rec, action.reason)
+            self._terminate(rec, action.verb, action.reason)
         self.store.write(self.maker.idle(action.entry, action.reason, name=action.name))
         self.event(action.name, action.verb, action.reason, "idle: holds nothing")
         return rec is None or rec.phase is not Phase.IDLE or rec.spec_hash != action.entry.hash
@@ -487,7 +504,7 @@ class Launcher:
             return False
         if rec.holds:  # its answers in flight end first (at most its grace period)
             self.drain(rec, None)
-        self.backend.teardown(rec)
+        self.tear(rec, action.verb, action.reason, lambda: self.backend.teardown(rec))
         self.store.write(_unplaced(rec, action.reason))
         self.event(action.name, action.verb, action.reason, "stopped; Pending until room returns")
         return True

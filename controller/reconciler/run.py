@@ -808,13 +808,15 @@ class Reconciler(Preview):
     # -- teardown of a whole manifest set ---------------------------------------------------
 
     def down(self, which: Callable[[Record], bool] = lambda _: True, *, strays: bool = False
-             ) -> list[str]:  # fmt: skip
+             ) -> tuple[list[str], dict[str, str]]:  # fmt: skip
         """Stop every deployment this manifest set owns on this node (``reconcile down``),
         or those of them ``which`` selects (``-l``). ``strays``: the set's engines that no
-        record accounts for go too (a whole set's `down`: they have no name to select)."""
+        record accounts for go too (a whole set's `down`: they have no name to select).
+        What went, and what did not (``stop_where``)."""
         owner = self.config.owner
         reaped = self._adopt_torn(strays)
-        return reaped + self.stop_where(lambda r: r.owner == owner and which(r), "reconcile down")
+        stopped, kept = self.stop_where(lambda r: r.owner == owner and which(r), "reconcile down")
+        return reaped + stopped, kept
 
     def _adopt_torn(self, reap: bool) -> list[str]:
         """Under the pass lock, the engines of torn records adopted before `down` looks
@@ -837,8 +839,11 @@ class Reconciler(Preview):
             r for r in records if r.owner == self.config.owner and r.elsewhere(self.config.node)
         ]
 
-    def stop_where(self, which: Callable[[Record], bool], reason: str) -> list[str]:
-        """Under the pass lock, stop (concurrently) every record ``which`` selects."""
+    def stop_where(self, which: Callable[[Record], bool], reason: str
+                   ) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+        """Under the pass lock, stop (concurrently) every record ``which`` selects: the
+        names stopped, and those not (name -> why: an engine not proven ours, its record
+        kept)."""
         self.store.ensure()
         with self.pass_lock.hold(self.config.lock_timeout):
             records = self.store.load().records.values()
@@ -846,7 +851,8 @@ class Reconciler(Preview):
             chosen = [r for r in records if which(r) and not r.elsewhere(self.config.node)]
             self.concurrently([Stop(name=r.name, reason=reason) for r in chosen])
             self.backend.drop_unused_env_files(self._all_records)  # a start killed left one
-            return [r.name for r in chosen]
+            kept = self.executor.take_held()
+            return [r.name for r in chosen if r.name not in kept], kept
 
     def _all_records(self) -> Iterable[Record]:
         return self.store.load().records.values()

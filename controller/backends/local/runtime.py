@@ -6,7 +6,10 @@ node; the planner and the executor only see :class:`ProcessRef` values and the p
 Teardown (invariant 10): the stop signal to the engine's process group, the grace
 period, SIGKILL to the group, then SIGKILL to every process still carrying the
 instance's ``RECONCILE_INSTANCE`` marker (a grandchild that left the group), and
-only then does the caller drop the record and with it the devices.
+only then does the caller drop the record and with it the devices. A live leader whose
+environment (so its marker) this user may not read is not signalled at all: the teardown
+raises NotProvenOurs and the caller keeps the record (invariant 3: no engine survives
+without one; and only a process proven ours is signalled).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from controller.core.manifest import backendnames
 from controller.core.manifest.names import instance_of
 from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import ContainerRef, Instance, MarkedProcess, ProcessRef, Record
-from controller.errors import ContainerError, SpawnError
+from controller.errors import ContainerError, NotProvenOurs, SpawnError
 from controller.host import ports, procpsutil, procscan, procstat
 from controller.host.devices import wait_gpu_release
 from controller.host.procs import identity, process_alive, ref_of
@@ -323,7 +326,8 @@ class LocalBackend:
     # -- teardown ------------------------------------------------------------
 
     def stop(self, ref: ProcessRef | None, nonce: str | None, sig: int, grace: float) -> None:
-        """Stop an instance completely; returns once nothing of it is left."""
+        """Stop an instance completely; returns once nothing of it is left. NotProvenOurs,
+        nothing signalled, for a live leader whose marker this user may not read."""
         deadline = time.monotonic() + grace
         if ref is not None and self.alive(ref):
             self._signal_group(ref, sig, nonce=nonce)
@@ -441,17 +445,35 @@ class LocalBackend:
         """
         if ref.pid <= 1 or ref.pid == os.getpgrp():
             return False
-        if nonce is None or identity(ref.pid) is None:
+        current = identity(ref.pid)
+        if nonce is None or current is None:
             return True  # the leader is gone: what is left of its group is ours
-        return self._carries(ref.pid, nonce)
+        try:
+            return self._carries(ref.pid, nonce)
+        except PermissionError:
+            # Not dumpable (a file-capability or setuid program): its marker unreadable to
+            # this user. False would read as "not ours, so gone" and drop a running
+            # engine's record (invariant 3); a signal would be to a process not proven ours.
+            if not ref.same_process(current):
+                return False  # another process holds the pid now: the engine is gone
+            if self._spawned(ref.pid):
+                return True  # our own unreaped child: its pid is no one else's
+            raise NotProvenOurs(_unreadable(ref.pid)) from None
+
+    def _spawned(self, pid: int) -> bool:
+        """A child this process spawned and has not reaped (so its pid is still its)."""
+        child = self._children.get(pid)
+        return child is not None and child.returncode is None
 
     def _carries(self, pid: int, nonce: str) -> bool:
+        """Whether ``pid``'s environment holds this instance's marker; PermissionError
+        when this user may not read it."""
         marker = f"{MARKER}={self.node}/".encode()
         # Right after spawn the environment can read empty for a moment: Popen returns
         # once exec has begun, before the kernel lays out the new environment.
         deadline = time.monotonic() + ENVIRON_WAIT
         while True:
-            found = procscan.environ(pid)
+            found = procscan.environ_of(pid)
             if found is None:
                 return False
             data = found
@@ -494,6 +516,18 @@ def _exit_written(path: Path, wait: float) -> int | None:
     while (code := exit_status(path)) is None and path.exists() and time.monotonic() < deadline:
         time.sleep(POLL)
     return code
+
+
+def _unreadable(pid: int) -> str:
+    """Why pid was not signalled, and the next move (the record keeps it; `down` says it)."""
+    return (
+        f"pid {pid} runs (its start time is the record's) but its environment "
+        f"(/proc/{pid}/environ), whose marker proves it this node's engine, is not readable "
+        f"to this user (uid {os.geteuid()}): a file-capability or setuid program is not "
+        "dumpable. Nothing was signalled and the record is kept. Run reconcile as the user that "
+        f"started it, or as root; or end pid {pid} by hand: the next pass finds it gone "
+        "and goes on"
+    )
 
 
 def _reused(ref: ProcessRef) -> bool:

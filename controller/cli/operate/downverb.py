@@ -2,7 +2,8 @@
 
 Each record is named as what happened to it: ``stopped`` for an engine that ran,
 ``removed`` for a record with nothing running (Pending, Idle, a rejected manifest: one
-that never ran, or was preempted or parked since, which the record does not tell). A
+that never ran, or was preempted or parked since, which the record does not tell), and
+an engine that could not be proven ours to stop (``not stopped``: why, exit 1) kept. A
 `down` that stops nothing says which manifest set it looked for, and which sets own
 the records that are there: run from another folder it must not look like success.
 """
@@ -26,11 +27,13 @@ def cmd_down(args: argparse.Namespace) -> int:
 
     reconciler = build(config(args, lenient=True))
     before = reconciler.store.load().records  # to say what each one was
-    stopped = reconciler.down(chosen, strays=not (args.names or args.selector))
+    stopped, kept = reconciler.down(chosen, strays=not (args.names or args.selector))
     for name in stopped:
         print(_said(name, before.get(name)))
+    for name, why in sorted(kept.items()):  # running still: never "stopped" (invariant 3)
+        print(f"reconcile: {name}: {why}", file=sys.stderr)
     others = [r for r in reconciler.elsewhere() if chosen(r)]
-    found = {base_name(n) for n in stopped} | {base_name(r.name) for r in others}
+    found = {base_name(n) for n in [*stopped, *kept]} | {base_name(r.name) for r in others}
     missing = set(args.names) - found
     owner = reconciler.config.owner
     mine = {base_name(r.name) for r in before.values() if r.owner == owner} - found
@@ -42,7 +45,7 @@ def cmd_down(args: argparse.Namespace) -> int:
             f"reconcile: {rec.name} runs on node {rec.node}: run `reconcile down` there",
             file=sys.stderr,
         )
-    if not stopped and not others and not (missing and mine):  # the set owns others here
+    if not stopped and not kept and not others and not (missing and mine):  # others own them
         _nothing(owner, [r for r in before.values() if chosen(r)])
     _undone_by_daemon(reconciler.config, [before[n] for n in stopped if n in before])
     if args.gateway:  # the gateway serves the state dir, not a set: only when asked
@@ -50,7 +53,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
         for info in stop_gateways(reconciler.config.state_dir.absolute()):
             print(f"stopped gateway pid {info.ref.pid} ({info.address})")
-    return EXIT_FAIL if others or missing else EXIT_OK
+    return EXIT_FAIL if others or missing or kept else EXIT_OK
 
 
 def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:

@@ -238,8 +238,12 @@ def cmd_drain(args: argparse.Namespace) -> int:
     )
     print("nothing new starts or restarts; `reconcile uncordon` ends it, or it expires")
     if args.evict:
-        for name in _evict(cfg):
+        evicted, kept = _evict(cfg)
+        for name in evicted:
             print(f"evicted {name}")
+        for name, why in sorted(kept.items()):
+            print(f"reconcile: {name}: {why}", file=sys.stderr)
+        return EXIT_FAIL if kept else EXIT_OK
     return EXIT_OK
 
 
@@ -251,7 +255,7 @@ def _who() -> str:
     return f"{user}@{socket.gethostname()} (pid {os.getppid()})"
 
 
-def _evict(cfg: Config) -> list[str]:
+def _evict(cfg: Config) -> tuple[list[str], dict[str, str]]:
     """Stop every running engine on the node now, whoever owns it (kubectl drain)."""
     return reconciler(cfg).stop_where(_evictable, "evicted: node drained")
 

@@ -1,0 +1,186 @@
+"""An engine whose environment reconcile's user may not read is never said stopped.
+
+A file-capability program (`setcap cap_net_bind_service+ep`, to bind port 80) is not
+dumpable: only root outside any user namespace reads its /proc/PID/environ, where the
+marker that proves it reconcile's engine is. The teardown read "unreadable" as "not
+ours", sent no signal, and returned as if done: `down` printed "stopped" and dropped the
+record while the engine ran on, lost (invariant 1). A user namespace (`unshare -U`)
+makes an unprivileged reconcile out of root's test run, as tests/procs.py's
+``unprivileged`` does; the test itself, root, reads everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import missing
+from conftest import Reconcile
+from procs import alive, environ
+
+READY = {"periodSeconds": 0.2}  # no probe: Ready once spawned
+
+
+def capable_sleep(folder: Path) -> Path:
+    """A copy of sleep with a file capability: not dumpable, as a setcap'd engine is."""
+    setcap = shutil.which("setcap")
+    if setcap is None:
+        missing.skip("setcap", "apt-get install libcap2-bin")
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        missing.skip("root and unshare (a file capability, a user namespace)", "run as root")
+    copy = folder / "capped-sleep"
+    shutil.copy2(shutil.which("sleep") or "/bin/sleep", copy)
+    subprocess.run([setcap, "cap_net_bind_service+ep", str(copy)], check=True)
+    return copy
+
+
+# Runs each argv in turn, inside the one user namespace: another namespace's reconcile
+# could read no engine's environment (a sibling namespace has no CAP_SYS_PTRACE over it).
+RUN_EACH = (
+    "import json, subprocess, sys\n"
+    "done = [subprocess.run(a, capture_output=True, text=True, stdin=subprocess.DEVNULL)"
+    " for a in json.loads(sys.argv[1])]\n"
+    "print(json.dumps([[d.returncode, d.stdout, d.stderr] for d in done]))\n"
+)
+
+
+def as_nobody(rc: Reconcile, *calls: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """CLI calls (cold) in one new user namespace: a reconcile that is not root, as in
+    `unshare -U sh -c 'reconcile --once; reconcile down'`."""
+    argvs = [rc.argv(*args) for args in calls]
+    done = subprocess.run(
+        ["unshare", "-U", sys.executable, "-c", RUN_EACH, json.dumps(argvs)],
+        capture_output=True, text=True, env=rc.env, cwd=rc.tmp, timeout=240,
+        stdin=subprocess.DEVNULL, check=True,
+    )  # fmt: skip
+    out = [subprocess.CompletedProcess(a, c, o, e) for a, (c, o, e) in
+           zip(argvs, json.loads(done.stdout), strict=True)]  # fmt: skip
+    for one in out:
+        assert "Traceback" not in one.stderr, one
+    return out
+
+
+def spawned(rc: Reconcile, name: str) -> int:
+    """The pid of the engine the journal says ``name`` spawned (its record may be gone)."""
+    (pid,) = [int(e["outcome"].split()[-1]) for e in rc.events(name)
+              if e["outcome"].startswith("spawned pid ")]  # fmt: skip
+    return pid
+
+
+def test_an_engine_not_provably_ours_is_kept_and_said_not_stopped(
+    reconcile: Reconcile, tmp_path: Path
+) -> None:
+    rc = reconcile
+    rc.write("capped", command=[str(capable_sleep(tmp_path)), "600"], readiness=READY)
+    rc.write("plain", command=["sleep", "600"], readiness=READY, basePort=rc.port + 4)
+    started, down = as_nobody(rc, ["--once"], ["down"])
+    assert started.returncode == 0, started
+    capped = rc.record("capped")
+    assert capped is not None, (started, down)
+    pid, other = capped["ref"]["pid"], spawned(rc, "plain")
+    assert "RECONCILE_INSTANCE" in environ(pid)  # ours, and root reads it
+    assert down.returncode == 1, down
+    assert "stopped plain" in down.stdout and "capped" not in down.stdout, down
+    said = f"reconcile: capped: not stopped: pid {pid} runs"
+    assert said in down.stderr and "is not readable to this user" in down.stderr, down
+    assert "Run reconcile as the user that started it, or as root" in down.stderr, down
+    assert alive(pid) and not alive(other), down
+    kept = rc.record("capped")
+    assert kept is not None and kept["phase"] == capped["phase"], kept
+    assert kept["ref"] == capped["ref"] and "not stopped: " in kept["message"], kept
+
+    # A pass is not stopped by it: the manifest gone, the other deployment starts; the
+    # kept one is tried again, said as a failure of the pass. A drain's eviction stops
+    # the others and says it did not stop this one. Journalled once in all.
+    (rc.manifests / "capped.yaml").unlink()
+    rc.write("later", command=["sleep", "600"], readiness=READY, basePort=rc.port + 8)
+    again, evict, _ = as_nobody(rc, ["--once"], ["drain", "--evict"], ["uncordon"])
+    assert again.returncode == 1, again
+    assert f"error: capped: not stopped: pid {pid} runs" in again.stderr, again
+    later = spawned(rc, "later")
+    assert evict.returncode == 1 and "evicted later" in evict.stdout, evict
+    assert "capped" not in evict.stdout and said in evict.stderr, evict
+    assert alive(pid) and rc.record("capped") is not None and not alive(later), evict
+    told = [e for e in rc.events("capped") if e.get("outcome") == "not stopped"]
+    assert len(told) == 1 and f"pid {pid}" in told[0]["error"], told
+
+    rc.down()  # root proves it ours: stopped, and its record dropped
+    assert not alive(pid) and rc.record("capped") is None
+
+
+# A backend that spawns the capable engine itself, then stops it (the daemon's case: it
+# started what a manifest change stops): prints whether the environment read, the pid,
+# and whether it outlived the stop.
+OWN_CHILD = """
+import json, signal, sys
+from pathlib import Path
+from controller.backends.local.runtime import LocalBackend
+from controller.host.procs import process_alive
+state, node, program = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+rt = LocalBackend(state, node)
+ref = rt.spawn([program, "600"], {}, name="own", nonce="n1", log_path=state / "own.log")
+try:
+    readable = bool(open(f"/proc/{ref.pid}/environ", "rb").read())
+except PermissionError:
+    readable = False
+rt.stop(ref, "n1", signal.SIGTERM, 5.0)
+print(json.dumps([readable, ref.pid, process_alive(ref)]))
+"""
+
+
+def test_its_own_child_is_ours_though_its_environment_is_unreadable(
+    reconcile: Reconcile, tmp_path: Path
+) -> None:
+    """An unreaped child of ours is ours whatever its environment says: a daemon stops
+    the capable engine it started (the old teardown sent it nothing and returned)."""
+    program = capable_sleep(tmp_path)
+    rc, state = reconcile, tmp_path / "own-state"
+    state.mkdir()
+    done = subprocess.run(
+        ["unshare", "-U", sys.executable, "-c", OWN_CHILD, str(state), rc.node, str(program)],
+        capture_output=True, text=True, env=rc.env, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done
+    readable, pid, outlived = json.loads(done.stdout)
+    assert not readable and not outlived and not alive(pid), done
+
+
+# Both paths (/proc, and psutil's for hosts without it) on a capable engine and a pid
+# that is gone: what environ_of answers for each, as words.
+ANSWERS = """
+import json, subprocess, sys
+from controller.host import procpsutil, procscan
+child = subprocess.Popen([sys.argv[1], "600"])
+def answer(pid):
+    try:
+        return "gone" if procscan.environ_of(pid) is None else "read"
+    except PermissionError:
+        return "denied"
+try:
+    out = {}
+    for active in (False, True):
+        procpsutil.ACTIVE = active
+        out[str(active)] = [answer(child.pid), answer(1 << 30), procscan.environ(child.pid)]
+    print(json.dumps(out))
+finally:
+    child.kill()
+    child.wait()
+"""
+
+
+def test_an_unreadable_environment_is_not_taken_for_a_gone_process(
+    reconcile: Reconcile, tmp_path: Path
+) -> None:
+    program = capable_sleep(tmp_path)
+    done = subprocess.run(
+        ["unshare", "-U", sys.executable, "-c", ANSWERS, str(program)],
+        capture_output=True, text=True, env=reconcile.env, timeout=120,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done
+    # procscan.environ (the marker scan's) still skips both: neither is found as ours
+    assert json.loads(done.stdout) == {p: ["denied", "gone", None] for p in ("False", "True")}
