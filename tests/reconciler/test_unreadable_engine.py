@@ -17,10 +17,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import missing
-from conftest import Reconcile
 from procs import alive, environ
+
+if TYPE_CHECKING:
+    from conftest import Reconcile
 
 READY = {"periodSeconds": 0.2}  # no probe: Ready once spawned
 
@@ -154,6 +157,7 @@ def test_its_own_child_is_ours_though_its_environment_is_unreadable(
 ANSWERS = """
 import json, subprocess, sys
 from controller.host import procpsutil, procscan
+
 child = subprocess.Popen([sys.argv[1], "600"])
 def answer(pid):
     try:
