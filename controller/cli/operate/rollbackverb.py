@@ -93,11 +93,16 @@ def _target(
     try:
         return gitsource.git(source.repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
     except gitsource.GitFailed:
-        print(
-            f"reconcile: {rev!r} is no commit the node has fetched (see reconcile history)",
-            file=sys.stderr,
-        )
-        return None
+        pass
+    if gitsource.SHA.match(rev.lower()):  # a commit by its whole id: the move fetches it
+        print(f"reconcile: {rev[:12]} is not in the node's checkout: fetched from the remote")
+        return rev.lower()
+    print(
+        f"reconcile: {rev!r} is no commit the node has fetched: name one that"
+        " reconcile history lists, or a commit by its whole id (40 hex digits)",
+        file=sys.stderr,
+    )
+    return None
 
 
 def _show_change(
@@ -198,6 +203,10 @@ def _apply(cfg: Config, target: str | None, daemon: int | None) -> int:
     if reconciler.git is not None and target is not None:
         reconciler.git.moves_only = True  # the commit is in the checkout: no fetch waited on
     result = reconciler.run_pass()
+    st = gitsource.read_status(cfg.state_dir)
+    if target is not None and (st is None or st.applied != target):  # its move failed
+        print(f"reconcile: not applied: {st.move_error if st else 'no source'}", file=sys.stderr)
+        return EXIT_FAIL
     return EXIT_OK if result.ok else EXIT_FAIL
 
 

@@ -10,7 +10,9 @@ from controller import failpoints
 from controller.logsetup import get_logger
 from controller.store.lock import FileLock
 from controller.store.sources.gitcheckout import RETRY_FIRST, RETRY_MAX, Checkout, SyncResult
+from controller.store.sources.gitfetching import DEPTH
 from controller.store.sources.githistory import add_history
+from controller.store.sources.gitkeep import drop_partial
 from controller.store.sources.gitrun import GitFailed, git
 from controller.store.sources.gitstatus import (
     SourceStatus,
@@ -105,6 +107,10 @@ class Moving(Checkout):
             if not self.marker.exists():
                 st.unverified = None
             return None
+        try:
+            self._fetch_missing(target, hold=lock.fileno)
+        except GitFailed as exc:
+            return self._say_failed(st, target, result, exc)
         if not self._verified(st, target, result):
             return None
         try:
@@ -126,13 +132,7 @@ class Moving(Checkout):
             git(self.repo, "clean", "-ffdxq", timeout=600, hold=hold, started=started)
             self.marker.unlink()
         except (GitFailed, OSError) as exc:
-            result.error = _move_failed(st, target, exc)
-            if st.move_target != target:  # its first failure: said once, retries quietly
-                result.move_failed = result.error
-                log.warning("git checkout failed", commit=target, error=result.error)
-            else:
-                log.debug("git checkout failed again", commit=target, error=str(exc))
-            return result.error
+            return self._say_failed(st, target, result, exc)
         st.last_applied_at = now_iso()
         result.moved = True
         result.events.append(f"checked out {target[:12]}")
@@ -141,6 +141,54 @@ class Moving(Checkout):
             by = "auto-rollback" if st.auto_pinned else "rollback"
         add_history(self.state_dir, self._entry(target, by))
         return None
+
+    def _say_failed(
+        self, st: SourceStatus, target: str, result: SyncResult, exc: Exception
+    ) -> str:
+        result.error = _move_failed(st, target, exc)
+        if st.move_target != target:  # its first failure: said once, retries quietly
+            result.move_failed = result.error
+            log.warning("git checkout failed", commit=target, error=result.error)
+        else:
+            log.debug("git checkout failed again", commit=target, error=str(exc))
+        return result.error
+
+    def _fetch_missing(self, target: str, *, hold: int | None) -> None:
+        """A commit the checkout lacks (a pin on a commit older than the fetch's depth,
+        from before the checkout was made again, or named by its id), fetched by its id
+        from the remote, as Flux fetches a GitRepository's ``ref.commit``: a branch that
+        moved on no longer brings it. git serves a commit by id over protocol v2 (git's
+        default), and over v0 where ``uploadpack.allowReachableSHA1InWant`` (or
+        ``allowAnySHA1InWant``) lets it; a remote that refuses, or no longer has it, says
+        so in git's words, with the way out (``_move_failed``)."""
+        try:
+            git(self.repo, "cat-file", "-e", f"{target}^{{commit}}", timeout=30)
+            return  # held: most moves
+        except GitFailed:
+            pass
+        self._unlock()
+        s = self.settings
+        try:
+            git(
+                self.repo,
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                f"--depth={DEPTH}",
+                s.url,
+                target,
+                timeout=s.timeout,
+                hold=hold,
+                started=self._started,
+            )
+        except GitFailed as exc:
+            raise GitFailed(
+                f"the checkout lacks it and the remote would not give it by its id ({exc}):"
+                " the remote no longer has it, or serves no commit by id"
+                " (uploadpack.allowReachableSHA1InWant)"
+            ) from None
+        finally:
+            drop_partial(self.repo / ".git" / "objects")  # a fetch cut short: not kept
 
     def _entry(self, sha: str, by: str) -> dict[str, Any]:
         try:
