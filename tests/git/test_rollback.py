@@ -370,6 +370,33 @@ def test_a_pin_on_a_commit_the_checkout_lacks_is_fetched_by_its_id(
     assert reconcile.record("alpha") is None
 
 
+def test_a_daemon_s_move_to_a_commit_by_its_id_is_fetched_or_said_at_once(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    """With a daemon, `rollback SHA` of a commit only another branch holds is fetched by
+    the daemon's move; one the remote never had is said as soon as the daemon's move
+    fails (`rollback` waited out its 60 s, then said only "has not applied it yet")."""
+    remote.deploy("alpha")
+    run_git(remote.work, "checkout", "-q", "-b", "feature")
+    elsewhere = remote.commit({"README": "feature\n"}, "feature", push=False)
+    run_git(remote.work, "push", "-q", "origin", "feature")  # main never had it
+    run_git(remote.work, "checkout", "-q", "main")
+    d = git_daemon("--git", remote.url, *GIT, "--interval", "1h")
+    said = lambda: reconcile("source", "-o", "json", check=None)  # noqa: E731
+    d.wait(lambda: said().code == 0 and said().json()["state"] == "Synced", "alpha Ready")
+
+    reconcile("rollback", elsewhere, check=0)  # the daemon's pass fetches and moves
+    seen = source(reconcile)
+    assert seen["state"] == "Pinned" and seen["applied"] == elsewhere, seen
+    typo = reconcile("rollback", "1" * 40, check=1)
+    assert "not applied:" in typo.err and "would not give it by its id" in typo.err, typo
+    assert source(reconcile)["applied"] == elsewhere  # the checkout stays where it was
+    reconcile("rollback", "--resume", check=0)
+    assert d.stop() == 0
+    node_only(reconcile, "down")
+    assert reconcile.record("alpha") is None
+
+
 def test_a_rollback_stops_the_collection_of_a_large_checkout(
     reconcile: Any, remote: Remote, git_daemon: Any
 ) -> None:

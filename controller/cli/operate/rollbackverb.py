@@ -151,6 +151,8 @@ def _pin(source: gitsource.GitSource, target: str | None, daemon: int | None) ->
 
     def pin(st: gitsource.SourceStatus) -> None:
         st.pinned, st.auto_pinned = target, False
+        # asked again: the move is tried now, not after an earlier failure's back-off
+        st.move_error, st.move_target, st.move_failures, st.next_move_at = None, None, 0, 0.0
 
     if daemon:
         source.change_status(pin)
@@ -197,6 +199,9 @@ def _apply(cfg: Config, target: str | None, daemon: int | None) -> int:
             st = gitsource.read_status(cfg.state_dir)
             if st is not None and st.applied == (target or st.fetched):
                 return EXIT_OK
+            if st is not None and target is not None and st.move_target == target:
+                print(f"reconcile: not applied: {st.move_error}", file=sys.stderr)
+                return EXIT_FAIL  # the daemon's move failed: said now, not after the wait
         print(f"reconcile: the daemon (pid {daemon}) has not applied it yet", file=sys.stderr)
         return EXIT_FAIL
     reconciler = build(cfg)
