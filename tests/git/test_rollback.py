@@ -352,6 +352,8 @@ def test_a_pin_on_a_commit_the_checkout_lacks_is_fetched_by_its_id(
         gitsource.git(StateDir(reconcile.state).git_checkout, "cat-file", "-e", good)
         raise AssertionError(f"the checkout holds {good}")
 
+    dry = reconcile("rollback", "--dry-run", good, check=1)  # no manifests here to read
+    assert "a dry run fetches nothing" in dry.err and f"rollback {good}" in dry.err, dry
     out = reconcile("rollback", good, check=0)  # no daemon: the command's pass moves
     assert f"rolled back to {good[:12]}" in out.out, out
     seen = source(reconcile)

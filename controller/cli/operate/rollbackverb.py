@@ -63,7 +63,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
             return EXIT_OK
         target, why = None, f"resumed: following {st.branch or st.tag} again"
     else:
-        found = _target(cfg, source, st, args.rev)
+        found = _target(cfg, source, st, args.rev, dry_run=args.dry_run)
         if found is None:
             return EXIT_FAIL
         target, why = found, f"rolled back to {found[:12]} (from {(st.applied or '-')[:12]})"
@@ -79,7 +79,12 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def _target(
-    cfg: Config, source: gitsource.GitSource, st: gitsource.SourceStatus, rev: str | None
+    cfg: Config,
+    source: gitsource.GitSource,
+    st: gitsource.SourceStatus,
+    rev: str | None,
+    *,
+    dry_run: bool = False,
 ) -> str | None:
     if rev is None:
         good = gitsource.last_good(cfg.state_dir, but=st.applied)
@@ -94,6 +99,14 @@ def _target(
         return gitsource.git(source.repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
     except gitsource.GitFailed:
         pass
+    if gitsource.SHA.match(rev.lower()) and dry_run:  # its manifests are not here to read
+        print(
+            f"reconcile: {rev[:12]} is not in the node's checkout, and a dry run fetches"
+            f" nothing: roll back to it (reconcile rollback {rev}: the move fetches it),"
+            " or dry-run a commit reconcile history lists",
+            file=sys.stderr,
+        )
+        return None
     if gitsource.SHA.match(rev.lower()):  # a commit by its whole id: the move fetches it
         print(f"reconcile: {rev[:12]} is not in the node's checkout: fetched from the remote")
         return rev.lower()
