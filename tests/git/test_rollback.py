@@ -167,6 +167,10 @@ def test_a_dry_run_is_the_plan_against_the_older_commit(reconcile: Any, remote: 
     (line,) = [ln for ln in dry.out.splitlines() if " beta " in ln]
     assert "destroy" in line, dry.out  # beta is not in good's manifests
     assert "0 to create" in dry.out and "1 to destroy" in dry.out, dry.out
+    # alpha, the same at both commits, was "manifest moved to /tmp/reconcile-rollback-..."
+    (line,) = [ln for ln in dry.out.splitlines() if " alpha " in ln]
+    assert "unchanged" in line and "0 to update in place" in dry.out, dry.out
+    assert "reconcile-rollback-" not in dry.out + dry.err, dry  # the temp dir is ours
     assert reconcile.pids() == before  # nothing stopped or started
     assert source(reconcile)["pinned"] is None and source(reconcile)["applied"] == bad
     node_only(reconcile, "down")

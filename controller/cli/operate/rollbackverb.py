@@ -129,10 +129,14 @@ def _show_change(
 
     with tempfile.TemporaryDirectory(prefix="reconcile-rollback-") as tmp:
         folder = _export(source.repo, target, st.path, Path(tmp))
-        loaded = load([folder], insecure=cfg.insecure_manifests, backend=cfg.backend)
+        # named as the repository does (a pass names them so): not by the temp dir
+        loaded = load(
+            [folder], insecure=cfg.insecure_manifests, backend=cfg.backend, repo=Path(tmp)
+        )
         view = preview(cfg)
         observed, problems = view.observe()
-        desired = dataclasses.replace(view.desired(loaded), revision=target)
+        # the records' files lie in the checkout, outside this folder: no manifest "moved"
+        desired = dataclasses.replace(view.desired(loaded), revision=target, folders=(str(folder),))
         observed = view.foresee_strays(desired, observed)
         found = planview.changes(view.plan(desired, observed), desired, observed)
     errors = [str(e) for e in loaded.errors] + [p.message for p in problems]

@@ -142,9 +142,7 @@ class Moving(Checkout):
         add_history(self.state_dir, self._entry(target, by))
         return None
 
-    def _say_failed(
-        self, st: SourceStatus, target: str, result: SyncResult, exc: Exception
-    ) -> str:
+    def _say_failed(self, st: SourceStatus, target: str, result: SyncResult, exc: Exception) -> str:
         result.error = _move_failed(st, target, exc)
         if st.move_target != target:  # its first failure: said once, retries quietly
             result.move_failed = result.error
