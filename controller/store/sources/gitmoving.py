@@ -78,6 +78,16 @@ class Moving(Checkout):
         if signers is None:
             st.unverified = None
             return True
+        try:  # git says only that no key matched ("no signature", for an unsigned commit)
+            with open(signers, "rb"):
+                pass
+        except OSError as exc:
+            st.unverified = result.error = (
+                f"commit {target[:12]} cannot be verified: the allowed signers file {signers}"
+                f" cannot be read ({exc.strerror}): fix git.verify.allowedSigners in node.yaml"
+            )
+            log.warning("git commit not verified; not applied", commit=target, error=st.unverified)
+            return False
         try:
             git(
                 self.repo,
