@@ -105,6 +105,31 @@ def test_a_once_with_no_flags_keeps_the_limit_its_source_was_given(
     assert "git fetch took more than 1s (stopped)" in again.err, again
 
 
+def test_a_rollback_s_fetch_by_id_from_a_remote_that_hangs_ends_at_the_limit(
+    reconcile: Any, remote: Remote, hung: HungRemote
+) -> None:
+    """A rollback to a commit the checkout lacks fetches it by its id, within the fetch's
+    limit: a remote that hangs is said as such (not "the remote no longer has it"), the
+    pin stands and the engine runs on."""
+    remote.deploy("alpha")
+    reconcile.converge("--git", hung.url, *GIT, "--git-timeout", "2s")
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    run_git(remote.work, "checkout", "-q", "-b", "feature")
+    elsewhere = remote.commit({"README": "feature\n"}, "feature", push=False)
+    run_git(remote.work, "push", "-q", "origin", "feature")  # not on the branch followed
+    hung.hang(True)
+    out = reconcile("rollback", elsewhere, check=1)  # no daemon: the command's own move
+    assert "its fetch by id from the remote timed out" in out.err, out
+    assert "took more than 2s" in out.err and "git.timeout" in out.err, out
+    seen = source(reconcile)
+    assert seen["pinned"] == elsewhere and seen["applied"] != elsewhere, seen
+    assert reconcile.alive(pid)
+    hung.hang(False)
+    reconcile("rollback", elsewhere, check=0)  # asked again: tried at once, fetched
+    assert source(reconcile)["applied"] == elsewhere
+    reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
 def test_a_git_left_fetching_by_a_sigkilled_reconcile_is_stopped_by_the_next_pass(
     reconcile: Any, remote: Remote, hung: HungRemote
 ) -> None:

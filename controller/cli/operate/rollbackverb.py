@@ -108,7 +108,7 @@ def _target(
         )
         return None
     if gitsource.SHA.match(rev.lower()):  # a commit by its whole id: the move fetches it
-        print(f"reconcile: {rev[:12]} is not in the node's checkout: fetched from the remote")
+        print(f"reconcile: {rev[:12]} is not in the node's checkout: the move fetches it by its id")
         return rev.lower()
     print(
         f"reconcile: {rev!r} is no commit the node has fetched: name one that"

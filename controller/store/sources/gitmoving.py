@@ -1,5 +1,6 @@
 """The checkout's moves to the commit to apply (the pin, else the last fetched), under
-the pass lock and git.lock, verified when asked; a failed one backs off."""
+the pass lock and git.lock (a commit the checkout lacks fetched by its id first), verified
+when asked; a failed one backs off."""
 
 from __future__ import annotations
 
@@ -190,6 +191,11 @@ class Moving(Checkout):
                 started=self._started,
             )
         except GitFailed as exc:
+            if exc.timed_out:  # no answer is not a refusal
+                raise GitFailed(
+                    f"the checkout lacks it, and its fetch by id from the remote timed out"
+                    f" ({exc}); the remote did not answer within git.timeout"
+                ) from None
             raise GitFailed(
                 f"the checkout lacks it and the remote would not give it by its id ({exc}):"
                 " the remote no longer has it, or serves no commit by id"
