@@ -245,6 +245,38 @@ def test_sigterm_stops_the_fetch_made_beside_the_passes(
     reconcile("--git", hung.url, *GIT, "down", check=0)
 
 
+def test_sigterm_stops_a_move_s_fetch_by_id(
+    reconcile: Any, remote: Remote, hung: HungRemote, git_daemon: Any
+) -> None:
+    """A rollback's move fetching a commit the checkout lacks, by its id, from a remote
+    that hangs: the daemon's stop ends that fetch too, not after its limit (5 minutes)."""
+    remote.deploy("alpha")
+    run_git(remote.work, "checkout", "-q", "-b", "feature")
+    elsewhere = remote.commit({"README": "feature\n"}, "feature", push=False)
+    run_git(remote.work, "push", "-q", "origin", "feature")  # not on the branch followed
+    d = git_daemon("--git", hung.url, *GIT, "--interval", "1h", "--git-timeout", "5m")
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+    hung.hang(True)
+    # its wait for the daemon's move would outlast the daemon: ended below
+    rollback = reconcile.popen("rollback", elsewhere)
+    with _stopped_at_the_end(d.wait(lambda: _hung_fetch(d.proc.pid), "the move's fetch")) as git:
+        assert elsewhere in git.cmdline(), git.cmdline()  # the move's, by id
+        assert d.stop() == 0, d.tail()
+        assert _gone(git), f"git (pid {git.pid}) left running"
+    rollback.kill()
+    rollback.wait(timeout=30)
+    lock = FileLock(StateDir(reconcile.state).git_lock, what="git checkout lock")
+    assert lock.try_acquire(), "git.lock still held: the next daemon would wait on it"
+    lock.release()
+    stopped = [x for x in d.lines() if x.get("event") == "git checkout not moved"]
+    assert stopped and "the daemon is stopping" in stopped[0]["reason"], d.tail()
+    seen = source(reconcile)  # a stop is no failure of the move: the next start moves
+    assert seen["pinned"] == elsewhere and "cannot check out" not in seen["message"], seen
+    hung.hang(False)
+    reconcile("rollback", "--resume", check=0)
+    reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
 @pytest.mark.parametrize(
     ("value", "said"),
     [("0", "'0' is zero"), ("soon", "'soon' is not a duration"), ("-5s", "'-5s' is negative")],

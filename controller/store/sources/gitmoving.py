@@ -4,6 +4,9 @@ when asked; a failed one backs off."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from typing import Any
 
@@ -14,7 +17,7 @@ from controller.store.sources.gitcheckout import RETRY_FIRST, RETRY_MAX, Checkou
 from controller.store.sources.gitfetching import DEPTH
 from controller.store.sources.githistory import add_history
 from controller.store.sources.gitkeep import drop_partial
-from controller.store.sources.gitrun import GitFailed, git
+from controller.store.sources.gitrun import FetchGivenUp, GitFailed, git
 from controller.store.sources.gitstatus import (
     SourceStatus,
     now_iso,
@@ -120,6 +123,9 @@ class Moving(Checkout):
             return None
         try:
             self._fetch_missing(target, hold=lock.fileno)
+        except FetchGivenUp as stop:  # the next start moves
+            log.info("git checkout not moved", commit=target, reason=f"fetch stopped: {stop}")
+            return None
         except GitFailed as exc:
             return self._say_failed(st, target, result, exc)
         if not self._verified(st, target, result):
@@ -177,6 +183,8 @@ class Moving(Checkout):
             pass
         self._unlock()
         s = self.settings
+        if self._giving_up:
+            raise FetchGivenUp("the daemon is stopping")
         try:
             git(
                 self.repo,
@@ -188,9 +196,11 @@ class Moving(Checkout):
                 target,
                 timeout=s.timeout,
                 hold=hold,
-                started=self._started,
+                started=self._fetch_by_id_started,
             )
         except GitFailed as exc:
+            if self._giving_up:  # ended by the stop: no failure of the move
+                raise FetchGivenUp("the daemon is stopping") from None
             if exc.timed_out:  # no answer is not a refusal
                 raise GitFailed(
                     f"the checkout lacks it, and its fetch by id from the remote timed out"
@@ -202,7 +212,17 @@ class Moving(Checkout):
                 " (uploadpack.allowReachableSHA1InWant)"
             ) from None
         finally:
+            self._fetch_pid = None
             drop_partial(self.repo / ".git" / "objects")  # a fetch cut short: not kept
+
+    def _fetch_by_id_started(self, pid: int) -> None:
+        """The daemon's stop (``give_up_fetch``) ends this fetch as it ends its thread's
+        (git.lock keeps the two apart): a remote that hangs holds no stop for its limit."""
+        self._fetch_pid = pid
+        if self._giving_up:  # the stop came between the check and the spawn
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        self._started(pid, "fetch")
 
     def _entry(self, sha: str, by: str) -> dict[str, Any]:
         try:
