@@ -105,6 +105,31 @@ def test_a_once_with_no_flags_keeps_the_limit_its_source_was_given(
     assert "git fetch took more than 1s (stopped)" in again.err, again
 
 
+def test_a_rollback_s_fetch_by_id_from_a_remote_that_hangs_ends_at_the_limit(
+    reconcile: Any, remote: Remote, hung: HungRemote
+) -> None:
+    """A rollback to a commit the checkout lacks fetches it by its id, within the fetch's
+    limit: a remote that hangs is said as such (not "the remote no longer has it"), the
+    pin stands and the engine runs on."""
+    remote.deploy("alpha")
+    reconcile.converge("--git", hung.url, *GIT, "--git-timeout", "2s")
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    run_git(remote.work, "checkout", "-q", "-b", "feature")
+    elsewhere = remote.commit({"README": "feature\n"}, "feature", push=False)
+    run_git(remote.work, "push", "-q", "origin", "feature")  # not on the branch followed
+    hung.hang(True)
+    out = reconcile("rollback", elsewhere, check=1)  # no daemon: the command's own move
+    assert "its fetch by id from the remote timed out" in out.err, out
+    assert "took more than 2s" in out.err and "git.timeout" in out.err, out
+    seen = source(reconcile)
+    assert seen["pinned"] == elsewhere and seen["applied"] != elsewhere, seen
+    assert reconcile.alive(pid)
+    hung.hang(False)
+    reconcile("rollback", elsewhere, check=0)  # asked again: tried at once, fetched
+    assert source(reconcile)["applied"] == elsewhere
+    reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
 def test_a_git_left_fetching_by_a_sigkilled_reconcile_is_stopped_by_the_next_pass(
     reconcile: Any, remote: Remote, hung: HungRemote
 ) -> None:
@@ -217,6 +242,38 @@ def test_sigterm_stops_the_fetch_made_beside_the_passes(
     lock.release()
     assert "fetch stopped: the daemon is stopping" in d.log.read_text(), d.tail()
     hung.hang(False)
+    reconcile("--git", hung.url, *GIT, "down", check=0)
+
+
+def test_sigterm_stops_a_move_s_fetch_by_id(
+    reconcile: Any, remote: Remote, hung: HungRemote, git_daemon: Any
+) -> None:
+    """A rollback's move fetching a commit the checkout lacks, by its id, from a remote
+    that hangs: the daemon's stop ends that fetch too, not after its limit (5 minutes)."""
+    remote.deploy("alpha")
+    run_git(remote.work, "checkout", "-q", "-b", "feature")
+    elsewhere = remote.commit({"README": "feature\n"}, "feature", push=False)
+    run_git(remote.work, "push", "-q", "origin", "feature")  # not on the branch followed
+    d = git_daemon("--git", hung.url, *GIT, "--interval", "1h", "--git-timeout", "5m")
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+    hung.hang(True)
+    # its wait for the daemon's move would outlast the daemon: ended below
+    rollback = reconcile.popen("rollback", elsewhere)
+    with _stopped_at_the_end(d.wait(lambda: _hung_fetch(d.proc.pid), "the move's fetch")) as git:
+        assert elsewhere in git.cmdline(), git.cmdline()  # the move's, by id
+        assert d.stop() == 0, d.tail()
+        assert _gone(git), f"git (pid {git.pid}) left running"
+    rollback.kill()
+    rollback.wait(timeout=30)
+    lock = FileLock(StateDir(reconcile.state).git_lock, what="git checkout lock")
+    assert lock.try_acquire(), "git.lock still held: the next daemon would wait on it"
+    lock.release()
+    stopped = [x for x in d.lines() if x.get("event") == "git checkout not moved"]
+    assert stopped and "the daemon is stopping" in stopped[0]["reason"], d.tail()
+    seen = source(reconcile)  # a stop is no failure of the move: the next start moves
+    assert seen["pinned"] == elsewhere and "cannot check out" not in seen["message"], seen
+    hung.hang(False)
+    reconcile("rollback", "--resume", check=0)
     reconcile("--git", hung.url, *GIT, "down", check=0)
 
 

@@ -167,6 +167,10 @@ def test_a_dry_run_is_the_plan_against_the_older_commit(reconcile: Any, remote: 
     (line,) = [ln for ln in dry.out.splitlines() if " beta " in ln]
     assert "destroy" in line, dry.out  # beta is not in good's manifests
     assert "0 to create" in dry.out and "1 to destroy" in dry.out, dry.out
+    # alpha, the same at both commits, was "manifest moved to /tmp/reconcile-rollback-..."
+    (line,) = [ln for ln in dry.out.splitlines() if " alpha " in ln]
+    assert "unchanged" in line and "0 to update in place" in dry.out, dry.out
+    assert "reconcile-rollback-" not in dry.out + dry.err, dry  # the temp dir is ours
     assert reconcile.pids() == before  # nothing stopped or started
     assert source(reconcile)["pinned"] is None and source(reconcile)["applied"] == bad
     node_only(reconcile, "down")
@@ -288,10 +292,12 @@ def test_a_pin_on_a_commit_gone_from_the_remote_is_said_once_and_stops_no_fetch(
     pid = reconcile.record("alpha")["ref"]["pid"]
     run_git(remote.work, "checkout", "-q", "--orphan", "rewritten")
     remote.commit({}, "history rewritten")  # good is on no branch of the remote now
+    forget_unreachable(remote)  # nor in its objects: a fetch by its id cannot bring it
     shutil.rmtree(StateDir(reconcile.state).git_checkout / ".git")  # a checkout made again
 
     failed = node_only(reconcile, "--once", check=1)  # fetched, and the move fails
     assert f"cannot check out {good[:12]}" in failed.err and "--resume" in failed.err, failed
+    assert "the remote would not give it by its id" in failed.err, failed
     seen = source(reconcile)
     assert seen["state"] == "PullFailed" and seen["pinned"] == good, seen
     assert "the pin stands" in seen["message"] and "reconcile history" in seen["message"], seen
@@ -319,6 +325,79 @@ def test_a_pin_on_a_commit_gone_from_the_remote_is_said_once_and_stops_no_fetch(
     reconcile("rollback", "--resume", check=0)  # the way out it names
     d.wait(lambda: source(reconcile)["state"] == "Synced", "the branch followed again")
     assert source(reconcile)["applied"] == newest
+    assert d.stop() == 0
+    node_only(reconcile, "down")
+    assert reconcile.record("alpha") is None
+
+
+def forget_unreachable(remote: Remote) -> None:
+    """The bare remote's objects no branch reaches, dropped (as a host's gc does)."""
+    run_git(remote.bare, "reflog", "expire", "--expire=now", "--all")
+    run_git(remote.bare, "gc", "--quiet", "--prune=now")
+
+
+def test_a_pin_on_a_commit_the_checkout_lacks_is_fetched_by_its_id(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A commit the remote still holds but the checkout lacks (a checkout made again, the
+    branch force-pushed away from it) was refused by `rollback REV` ("no commit the node
+    has fetched"), and a pin on it (`rollback` to the last good commit, autoRollback)
+    failed its move until the branch brought it back. Now the move fetches it by its id,
+    as Flux fetches a GitRepository's ref.commit."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    run_git(remote.work, "checkout", "-q", "--orphan", "rewritten")
+    newer = remote.commit({"README": "rewritten\n"}, "history rewritten")  # alpha as it was
+    shutil.rmtree(StateDir(reconcile.state).git_checkout / ".git")  # a checkout made again
+    node_only(reconcile, "--once", "--wait", "--timeout", "30s")
+    assert source(reconcile)["applied"] == newer
+    with contextlib.suppress(gitsource.GitFailed):  # the premise: the checkout lacks it
+        gitsource.git(StateDir(reconcile.state).git_checkout, "cat-file", "-e", good)
+        raise AssertionError(f"the checkout holds {good}")
+
+    dry = reconcile("rollback", "--dry-run", good, check=1)  # no manifests here to read
+    assert "a dry run fetches nothing" in dry.err and f"rollback {good}" in dry.err, dry
+    out = reconcile("rollback", good, check=0)  # no daemon: the command's pass moves
+    assert f"rolled back to {good[:12]}" in out.out, out
+    seen = source(reconcile)
+    assert seen["state"] == "Pinned" and seen["pinned"] == seen["applied"] == good, seen
+    assert reconcile.record("alpha")["revision"] == good
+    assert reconcile.record("alpha")["ref"]["pid"] == pid  # the same spec: untouched
+    assert reconcile("history", "-o", "json", check=0).json()[-1]["by"] == "rollback"
+
+    reconcile("rollback", "--resume", check=0)
+    assert source(reconcile)["applied"] == newer
+    typo = reconcile("rollback", "0" * 40, check=1)  # a whole id the remote never had
+    assert "the remote would not give it by its id" in typo.err and "--resume" in typo.err
+    assert reconcile.record("alpha")["ref"]["pid"] == pid  # the engine runs on
+    reconcile("rollback", "--resume", check=0)
+    node_only(reconcile, "down")
+    assert reconcile.record("alpha") is None
+
+
+def test_a_daemon_s_move_to_a_commit_by_its_id_is_fetched_or_said_at_once(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    """With a daemon, `rollback SHA` of a commit only another branch holds is fetched by
+    the daemon's move; one the remote never had is said as soon as the daemon's move
+    fails (`rollback` waited out its 60 s, then said only "has not applied it yet")."""
+    remote.deploy("alpha")
+    run_git(remote.work, "checkout", "-q", "-b", "feature")
+    elsewhere = remote.commit({"README": "feature\n"}, "feature", push=False)
+    run_git(remote.work, "push", "-q", "origin", "feature")  # main never had it
+    run_git(remote.work, "checkout", "-q", "main")
+    d = git_daemon("--git", remote.url, *GIT, "--interval", "1h")
+    said = lambda: reconcile("source", "-o", "json", check=None)  # noqa: E731
+    d.wait(lambda: said().code == 0 and said().json()["state"] == "Synced", "alpha Ready")
+
+    reconcile("rollback", elsewhere, check=0)  # the daemon's pass fetches and moves
+    seen = source(reconcile)
+    assert seen["state"] == "Pinned" and seen["applied"] == elsewhere, seen
+    typo = reconcile("rollback", "1" * 40, check=1)
+    assert "not applied:" in typo.err and "would not give it by its id" in typo.err, typo
+    assert source(reconcile)["applied"] == elsewhere  # the checkout stays where it was
+    reconcile("rollback", "--resume", check=0)
     assert d.stop() == 0
     node_only(reconcile, "down")
     assert reconcile.record("alpha") is None

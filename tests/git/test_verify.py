@@ -64,6 +64,17 @@ def test_only_commits_signed_by_an_allowed_key_are_applied(
         assert seen["applied"] == good and bad[:12] in seen["message"], seen
         assert reconcile.record("alpha")["revision"] == good  # never applied
 
+    # A signers file gone: said as such ("not signed by a key in it: it carries no
+    # signature" was untrue of a signed commit, and named no way on)
+    signers.rename(tmp_path / "moved_away")
+    signed = signed_commit(remote, trusted, {"README": "signed, no signers\n"}, "signed")
+    out = reconcile("--once", "--git", remote.url, check=1)
+    said = f"commit {signed[:12]} cannot be verified: the allowed signers file {signers}"
+    assert said in out.err and "git.verify.allowedSigners" in out.err, out
+    assert source(reconcile)["state"] == "Unverified"
+    assert reconcile.record("alpha")["revision"] == good  # never applied
+    (tmp_path / "moved_away").rename(signers)
+
     fixed = signed_commit(remote, trusted, {"README": "signed again\n"}, "signed again")
     reconcile.converge("--git", remote.url)
     assert source(reconcile)["state"] == "Synced" and reconcile.record("alpha")["revision"] == fixed

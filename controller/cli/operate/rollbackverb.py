@@ -63,7 +63,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
             return EXIT_OK
         target, why = None, f"resumed: following {st.branch or st.tag} again"
     else:
-        found = _target(cfg, source, st, args.rev)
+        found = _target(cfg, source, st, args.rev, dry_run=args.dry_run)
         if found is None:
             return EXIT_FAIL
         target, why = found, f"rolled back to {found[:12]} (from {(st.applied or '-')[:12]})"
@@ -79,7 +79,12 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def _target(
-    cfg: Config, source: gitsource.GitSource, st: gitsource.SourceStatus, rev: str | None
+    cfg: Config,
+    source: gitsource.GitSource,
+    st: gitsource.SourceStatus,
+    rev: str | None,
+    *,
+    dry_run: bool = False,
 ) -> str | None:
     if rev is None:
         good = gitsource.last_good(cfg.state_dir, but=st.applied)
@@ -93,11 +98,24 @@ def _target(
     try:
         return gitsource.git(source.repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
     except gitsource.GitFailed:
+        pass
+    if gitsource.SHA.match(rev.lower()) and dry_run:  # its manifests are not here to read
         print(
-            f"reconcile: {rev!r} is no commit the node has fetched (see reconcile history)",
+            f"reconcile: {rev[:12]} is not in the node's checkout, and a dry run fetches"
+            f" nothing: roll back to it (reconcile rollback {rev}: the move fetches it),"
+            " or dry-run a commit reconcile history lists",
             file=sys.stderr,
         )
         return None
+    if gitsource.SHA.match(rev.lower()):  # a commit by its whole id: the move fetches it
+        print(f"reconcile: {rev[:12]} is not in the node's checkout: the move fetches it by its id")
+        return rev.lower()
+    print(
+        f"reconcile: {rev!r} is no commit the node has fetched: name one that"
+        " reconcile history lists, or a commit by its whole id (40 hex digits)",
+        file=sys.stderr,
+    )
+    return None
 
 
 def _show_change(
@@ -111,10 +129,14 @@ def _show_change(
 
     with tempfile.TemporaryDirectory(prefix="reconcile-rollback-") as tmp:
         folder = _export(source.repo, target, st.path, Path(tmp))
-        loaded = load([folder], insecure=cfg.insecure_manifests, backend=cfg.backend)
+        # named as the repository does (a pass names them so): not by the temp dir
+        loaded = load(
+            [folder], insecure=cfg.insecure_manifests, backend=cfg.backend, repo=Path(tmp)
+        )
         view = preview(cfg)
         observed, problems = view.observe()
-        desired = dataclasses.replace(view.desired(loaded), revision=target)
+        # the records' files lie in the checkout, outside this folder: no manifest "moved"
+        desired = dataclasses.replace(view.desired(loaded), revision=target, folders=(str(folder),))
         observed = view.foresee_strays(desired, observed)
         found = planview.changes(view.plan(desired, observed), desired, observed)
     errors = [str(e) for e in loaded.errors] + [p.message for p in problems]
@@ -146,6 +168,8 @@ def _pin(source: gitsource.GitSource, target: str | None, daemon: int | None) ->
 
     def pin(st: gitsource.SourceStatus) -> None:
         st.pinned, st.auto_pinned = target, False
+        # asked again: the move is tried now, not after an earlier failure's back-off
+        st.move_error, st.move_target, st.move_failures, st.next_move_at = None, None, 0, 0.0
 
     if daemon:
         source.change_status(pin)
@@ -192,12 +216,19 @@ def _apply(cfg: Config, target: str | None, daemon: int | None) -> int:
             st = gitsource.read_status(cfg.state_dir)
             if st is not None and st.applied == (target or st.fetched):
                 return EXIT_OK
+            if st is not None and target is not None and st.move_target == target:
+                print(f"reconcile: not applied: {st.move_error}", file=sys.stderr)
+                return EXIT_FAIL  # the daemon's move failed: said now, not after the wait
         print(f"reconcile: the daemon (pid {daemon}) has not applied it yet", file=sys.stderr)
         return EXIT_FAIL
     reconciler = build(cfg)
     if reconciler.git is not None and target is not None:
         reconciler.git.moves_only = True  # the commit is in the checkout: no fetch waited on
     result = reconciler.run_pass()
+    st = gitsource.read_status(cfg.state_dir)
+    if target is not None and (st is None or st.applied != target):  # its move failed
+        print(f"reconcile: not applied: {st.move_error if st else 'no source'}", file=sys.stderr)
+        return EXIT_FAIL
     return EXIT_OK if result.ok else EXIT_FAIL
 
 

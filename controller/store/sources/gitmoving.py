@@ -1,8 +1,12 @@
 """The checkout's moves to the commit to apply (the pin, else the last fetched), under
-the pass lock and git.lock, verified when asked; a failed one backs off."""
+the pass lock and git.lock (a commit the checkout lacks fetched by its id first), verified
+when asked; a failed one backs off."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from typing import Any
 
@@ -10,8 +14,10 @@ from controller import failpoints
 from controller.logsetup import get_logger
 from controller.store.lock import FileLock
 from controller.store.sources.gitcheckout import RETRY_FIRST, RETRY_MAX, Checkout, SyncResult
+from controller.store.sources.gitfetching import DEPTH
 from controller.store.sources.githistory import add_history
-from controller.store.sources.gitrun import GitFailed, git
+from controller.store.sources.gitkeep import drop_partial
+from controller.store.sources.gitrun import FetchGivenUp, GitFailed, git
 from controller.store.sources.gitstatus import (
     SourceStatus,
     now_iso,
@@ -76,6 +82,16 @@ class Moving(Checkout):
         if signers is None:
             st.unverified = None
             return True
+        try:  # git says only that no key matched ("no signature", for an unsigned commit)
+            with open(signers, "rb"):
+                pass
+        except OSError as exc:
+            st.unverified = result.error = (
+                f"commit {target[:12]} cannot be verified: the allowed signers file {signers}"
+                f" cannot be read ({exc.strerror}): fix git.verify.allowedSigners in node.yaml"
+            )
+            log.warning("git commit not verified; not applied", commit=target, error=st.unverified)
+            return False
         try:
             git(
                 self.repo,
@@ -105,6 +121,13 @@ class Moving(Checkout):
             if not self.marker.exists():
                 st.unverified = None
             return None
+        try:
+            self._fetch_missing(target, hold=lock.fileno)
+        except FetchGivenUp as stop:  # the next start moves
+            log.info("git checkout not moved", commit=target, reason=f"fetch stopped: {stop}")
+            return None
+        except GitFailed as exc:
+            return self._say_failed(st, target, result, exc)
         if not self._verified(st, target, result):
             return None
         try:
@@ -126,13 +149,7 @@ class Moving(Checkout):
             git(self.repo, "clean", "-ffdxq", timeout=600, hold=hold, started=started)
             self.marker.unlink()
         except (GitFailed, OSError) as exc:
-            result.error = _move_failed(st, target, exc)
-            if st.move_target != target:  # its first failure: said once, retries quietly
-                result.move_failed = result.error
-                log.warning("git checkout failed", commit=target, error=result.error)
-            else:
-                log.debug("git checkout failed again", commit=target, error=str(exc))
-            return result.error
+            return self._say_failed(st, target, result, exc)
         st.last_applied_at = now_iso()
         result.moved = True
         result.events.append(f"checked out {target[:12]}")
@@ -141,6 +158,71 @@ class Moving(Checkout):
             by = "auto-rollback" if st.auto_pinned else "rollback"
         add_history(self.state_dir, self._entry(target, by))
         return None
+
+    def _say_failed(self, st: SourceStatus, target: str, result: SyncResult, exc: Exception) -> str:
+        result.error = _move_failed(st, target, exc)
+        if st.move_target != target:  # its first failure: said once, retries quietly
+            result.move_failed = result.error
+            log.warning("git checkout failed", commit=target, error=result.error)
+        else:
+            log.debug("git checkout failed again", commit=target, error=str(exc))
+        return result.error
+
+    def _fetch_missing(self, target: str, *, hold: int | None) -> None:
+        """A commit the checkout lacks (a pin on a commit older than the fetch's depth,
+        from before the checkout was made again, or named by its id), fetched by its id
+        from the remote, as Flux fetches a GitRepository's ``ref.commit``: a branch that
+        moved on no longer brings it. git serves a commit by id over protocol v2 (git's
+        default), and over v0 where ``uploadpack.allowReachableSHA1InWant`` (or
+        ``allowAnySHA1InWant``) lets it; a remote that refuses, or no longer has it, says
+        so in git's words, with the way out (``_move_failed``)."""
+        try:
+            git(self.repo, "cat-file", "-e", f"{target}^{{commit}}", timeout=30)
+            return  # held: most moves
+        except GitFailed:
+            pass
+        self._unlock()
+        s = self.settings
+        if self._giving_up:
+            raise FetchGivenUp("the daemon is stopping")
+        try:
+            git(
+                self.repo,
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                f"--depth={DEPTH}",
+                s.url,
+                target,
+                timeout=s.timeout,
+                hold=hold,
+                started=self._fetch_by_id_started,
+            )
+        except GitFailed as exc:
+            if self._giving_up:  # ended by the stop: no failure of the move
+                raise FetchGivenUp("the daemon is stopping") from None
+            if exc.timed_out:  # no answer is not a refusal
+                raise GitFailed(
+                    f"the checkout lacks it, and its fetch by id from the remote timed out"
+                    f" ({exc}); the remote did not answer within git.timeout"
+                ) from None
+            raise GitFailed(
+                f"the checkout lacks it and the remote would not give it by its id ({exc}):"
+                " the remote no longer has it, or serves no commit by id"
+                " (uploadpack.allowReachableSHA1InWant)"
+            ) from None
+        finally:
+            self._fetch_pid = None
+            drop_partial(self.repo / ".git" / "objects")  # a fetch cut short: not kept
+
+    def _fetch_by_id_started(self, pid: int) -> None:
+        """The daemon's stop (``give_up_fetch``) ends this fetch as it ends its thread's
+        (git.lock keeps the two apart): a remote that hangs holds no stop for its limit."""
+        self._fetch_pid = pid
+        if self._giving_up:  # the stop came between the check and the spawn
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        self._started(pid, "fetch")
 
     def _entry(self, sha: str, by: str) -> dict[str, Any]:
         try:

@@ -36,7 +36,7 @@ git files), ``gitrun`` (running git), ``gitkeep`` (the checkout's housekeeping),
 from __future__ import annotations
 
 from controller.store.sources.gitcheckout import SyncResult
-from controller.store.sources.gitfetching import Fetching
+from controller.store.sources.gitfetching import SHA, Fetching
 from controller.store.sources.githistory import (
     add_history,
     last_good,
@@ -104,6 +104,7 @@ __all__ = [
     "PINNED",
     "PROGRESSING",
     "PULL_FAILED",
+    "SHA",
     "STATES",
     "SYNCED",
     "UNVERIFIED",
