@@ -95,3 +95,14 @@ class Stream:
 
     def pid(self) -> str:
         return json.loads(self.body.split(b"data: ")[1].split(b"\n")[0])["system_fingerprint"]
+
+
+def stream_begun(conn: http.client.HTTPConnection, model: str) -> http.client.HTTPResponse:
+    """A streamed chat request whose first chunk came: it is in flight at the gateway and
+    holds its deployment's slot until read to its end."""
+    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    conn.request("POST", "/v1/chat/completions", json.dumps(body))
+    answer = conn.getresponse()
+    assert answer.status == 200, answer.read()
+    assert answer.read1(4096).strip(), "the stream's first chunk"
+    return answer

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import json
 import os
 import signal
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from clients import stream_begun
 from procs import wait_gone
 from prometheus_client.parser import text_string_to_metric_families
 from test_waiting import raw_answer, raw_stream
@@ -460,7 +460,7 @@ def test_a_chain_all_at_its_limits_answers_429_naming_each_model_tried(
         g.wait_phase("small", "Ready")
         for model in ("big", "small"):  # each one's slot taken, its stream held
             conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=60)
-            held.append((conn, _stream_begun(conn, model)))
+            held.append((conn, stream_begun(conn, model)))
         answer = g.post("big")
         assert answer.status == 429, answer
         message = answer.json()["error"]["message"]
@@ -474,13 +474,3 @@ def test_a_chain_all_at_its_limits_answers_429_naming_each_model_tried(
             assert stream.read().endswith(b"data: [DONE]\n\n")
             conn.close()
         g.finish()
-
-
-def _stream_begun(conn: http.client.HTTPConnection, model: str) -> http.client.HTTPResponse:
-    """A streamed request whose first chunk came: it holds its deployment's slot."""
-    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-    conn.request("POST", "/v1/chat/completions", json.dumps(body))
-    answer = conn.getresponse()
-    assert answer.status == 200, answer.read()
-    assert answer.read1(4096).strip(), "the stream's first chunk"
-    return answer

@@ -33,6 +33,7 @@ from typing import Any
 
 import psutil
 import pytest
+from clients import stream_begun
 from procs import GATEWAY_MARKER, marked_pids
 
 from controller.store.config import accesstoken
@@ -486,7 +487,7 @@ def test_counters_run_on_across_two_hand_overs_while_the_oldest_drains(
             assert g.post("slowr").status == 200
         conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=WAIT)
         try:
-            stream = _stream_begun(conn, "slowr")  # held by the first gateway
+            stream = stream_begun(conn, "slowr")  # held by the first gateway
             hand_over(reconcile, first)
             second = g.serving()
             assert g.post("slowr").status == 200
@@ -507,16 +508,6 @@ def test_counters_run_on_across_two_hand_overs_while_the_oldest_drains(
         reconcile.wait_for(lambda: not list(handed.glob("handed-*")), what="no handed-* left")
     finally:
         g.finish()
-
-
-def _stream_begun(conn: http.client.HTTPConnection, model: str) -> http.client.HTTPResponse:
-    """A streamed request whose first chunk came: in flight at the gateway serving now."""
-    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-    conn.request("POST", "/v1/chat/completions", json.dumps(body))
-    answer = conn.getresponse()
-    assert answer.status == 200, answer.read()
-    assert answer.read1(4096).strip(), "the stream's first chunk"
-    return answer
 
 
 def _requests(url: str, deployment: str) -> float:

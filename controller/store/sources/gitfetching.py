@@ -8,6 +8,8 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from controller.logsetup import get_logger
 from controller.store.lock import FileLock
@@ -37,6 +39,35 @@ log = get_logger("reconcile")
 
 DEPTH = 50  # commits fetched: enough history for `history` and rollbacks, not the whole past
 SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+def fetch(
+    repo: Path,
+    url: str,
+    refspec: str,
+    *,
+    timeout: float,
+    hold: int | None,
+    started: Callable[[int], None],
+) -> None:
+    """``refspec`` from ``url``, ``DEPTH`` commits deep, no tags; a fetch cut short
+    (stopped, timed out, killed) leaves no partial pack behind."""
+    try:
+        git(
+            repo,
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--force",
+            f"--depth={DEPTH}",
+            url,
+            refspec,
+            timeout=timeout,
+            hold=hold,
+            started=started,
+        )
+    finally:
+        drop_partial(repo / ".git" / "objects")
 
 
 class Fetching(Checkout):
@@ -180,13 +211,8 @@ class Fetching(Checkout):
         if why := self._stopped():
             raise FetchGivenUp(why)
         try:
-            git(
+            fetch(
                 self.repo,
-                "fetch",
-                "--quiet",
-                "--no-tags",
-                "--force",
-                f"--depth={DEPTH}",
                 s.url,
                 f"+{s.ref}:{s.tracking}",
                 timeout=s.timeout,
@@ -199,7 +225,6 @@ class Fetching(Checkout):
             raise _next_move(exc, s) from None
         finally:
             self._fetch_pid = None
-            drop_partial(self.repo / ".git" / "objects")  # a fetch cut short: not kept
         sha = git(self.repo, "rev-parse", "--verify", "--quiet", f"{s.tracking}^{{commit}}")
         if not SHA.match(sha):
             raise GitFailed(f"{s.ref} does not name a commit (got {sha!r})")

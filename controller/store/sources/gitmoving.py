@@ -14,9 +14,8 @@ from controller import failpoints
 from controller.logsetup import get_logger
 from controller.store.lock import FileLock
 from controller.store.sources.gitcheckout import RETRY_FIRST, RETRY_MAX, Checkout, SyncResult
-from controller.store.sources.gitfetching import DEPTH
+from controller.store.sources.gitfetching import fetch
 from controller.store.sources.githistory import add_history
-from controller.store.sources.gitkeep import drop_partial
 from controller.store.sources.gitrun import FetchGivenUp, GitFailed, git
 from controller.store.sources.gitstatus import (
     SourceStatus,
@@ -186,12 +185,8 @@ class Moving(Checkout):
         if self._giving_up:
             raise FetchGivenUp("the daemon is stopping")
         try:
-            git(
+            fetch(
                 self.repo,
-                "fetch",
-                "--quiet",
-                "--no-tags",
-                f"--depth={DEPTH}",
                 s.url,
                 target,
                 timeout=s.timeout,
@@ -213,7 +208,6 @@ class Moving(Checkout):
             ) from None
         finally:
             self._fetch_pid = None
-            drop_partial(self.repo / ".git" / "objects")  # a fetch cut short: not kept
 
     def _fetch_by_id_started(self, pid: int) -> None:
         """The daemon's stop (``give_up_fetch``) ends this fetch as it ends its thread's
