@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# `scripts/test` runs the suite on three workers (pytest-xdist, `--dist loadgroup`): most
-# tests wait on processes, so a third worker still gains on 2 cores (2026-12-04, this box:
-# 806 s of pytest on two, 664 s on three, the CPU then ~99% busy by vmstat). A test is a
+# `scripts/test` runs the suite on four workers (pytest-xdist, `--dist loadgroup`): most
+# tests wait on processes, so a third worker still gained on 2 cores (2026-12-04, this box:
+# 806 s of pytest on two, 664 s on three), and once the fixture's CLI calls were forked
+# warm (tests/warmcli.py) a fourth did too (2026-12-06, one commit, idle box, one run
+# each: 925 s on three, the CPU ~26% idle by vmstat; 777 s on four, ~13% idle). A test is a
 # unit of its own, so the workers stay busy to the end: a file as one unit measured
 # 1068 s against 937 s, its long files (~2 min each) ending the run on one worker while
 # the others idled. The Ray tests and the namespace cluster are one unit, one after the

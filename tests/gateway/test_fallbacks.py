@@ -270,14 +270,20 @@ def test_a_stream_begun_while_its_first_fallback_waits_names_none_before_the_end
     g.finish()
 
 
-def test_a_model_whose_engine_refuses_connections_falls_back(reconcile: Any, gateway: Any) -> None:
+@pytest.mark.parametrize("after", ["30s", "1s"], ids=["tries-out", "waits-out"])
+def test_a_model_whose_engine_refuses_connections_falls_back(
+    reconcile: Any, gateway: Any, after: str
+) -> None:
     """big's record says Ready but its engine is gone (it died while no daemon ran: the
     gateway serves on without one): every connection is refused. An instance that cannot
     take the request is a reason to fall back: small serves it. It got 503 `its engine
     could not be reached` after three tries, small never asked. The fallback's reason is
     ``unreachable`` in its metric and its event (it was ``not_ready``: big's record said
-    Ready all along)."""
-    reconcile.write("big", fallbacks=["small"])  # fallbackAfter 30 s: past a refusal's mark
+    Ready all along). ``waits-out``: a fallbackAfter shorter than the marks the refusals
+    put on big's instance: the request waits it out for an instance, and the reason is
+    still the refusals (a CI run under load waited out the longer one and said
+    ``not_ready``)."""
+    reconcile.write("big", fallbacks=["small"], fallbackAfter=after)
     reconcile.write("small")
     g = gateway()
     pid = g.wait_phase("big", "Ready")["pid"]

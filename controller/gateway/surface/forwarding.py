@@ -223,9 +223,12 @@ class Forwarder:
                     why = str(exc)
                     log.info("engine not reached", deployment=target.deployment, error=why)
                     self.table.mark_down(target)
-            # None of its engines took it: a fallback may (serve), and says why (an
-            # ejection these refusals made is their effect, not the reason).
-            incoming.no_instance = incoming.unreached = True
+                    # Why, should no instance come back before its wait ends (the marks
+                    # these refusals made are their effect, not the reason): a CI run
+                    # under load waited them out and said not_ready.
+                    incoming.unreached = True
+            # None of its engines took it: a fallback may (serve), and says why.
+            incoming.no_instance = True
             why = f"deployment {want.label!r}: its engine could not be reached; retry later"
             why = _lead(incoming.passed) + why
             return want.label, error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
