@@ -192,7 +192,10 @@ def test_without_a_probe_there_is_none() -> None:
     [("vllm", vllm.IMAGE), ("sglang", sglang.IMAGE), ("tgi", tgi.IMAGE), ("ollama", ollama.IMAGE)],
 )
 def test_recipes_use_their_pinned_image_unless_the_spec_names_one(engine: str, image: str) -> None:
-    dep = deployment("m", engine=engine, command=None, model="org/m", executable="/opt/x/bin")
+    gpu = {"count": 1}  # the pinned images of these three are CUDA builds
+    dep = deployment(
+        "m", engine=engine, command=None, model="org/m", executable="/opt/x/bin", devices=gpu
+    )
     c = container(export(dep))
     assert c["image"] == image and ":" in image and not image.endswith(":latest")
     assert c["command"][0] != "/opt/x/bin"  # a host path means nothing in the image
@@ -250,6 +253,56 @@ def test_no_faithful_form_is_refused_unless_lossy(case: str) -> None:
         kubernetes_validate.validate(obj, VERSIONS[-1], strict=True)
     limits = container(lossy).get("resources", {}).get("limits", {})
     assert limits == ({} if case == "apple" else {"nvidia.com/gpu": 1})
+
+
+def test_cpu_devices_are_refused_unless_lossy_which_drops_them() -> None:
+    """A cpu device is a slot of the node's inventory, not a count of cores: the export
+    dropped it without a word (and vLLM's pod still split the model over two GPUs it
+    never asked for)."""
+    dep = deployment("cpu", engine="vllm", command=None, model="org/m", image="acme/vllm-cpu:1",
+                     devices={"count": 2, "kind": "cpu"})  # fmt: skip
+    with pytest.raises(ExportError) as info:
+        export(dep)
+    (problem,) = info.value.problems
+    assert problem.field == ("spec", "devices", "count") and problem.droppable
+    assert "not a number of cores" in problem.message and problem.fix == "set it to 0"
+    lossy = export(dep, lossy=True)
+    assert [p.field for p in lossy.dropped] == [("spec", "devices", "count")]
+    _valid_everywhere(lossy)
+    box = container(lossy)
+    assert "resources" not in box and "--tensor-parallel-size" not in box["args"]
+    assert {"name": "CUDA_VISIBLE_DEVICES", "value": ""} in box["env"]  # as at count 0
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "tgi"])
+def test_a_cuda_image_with_no_gpu_is_refused_unless_lossy(engine: str) -> None:
+    """At devices.count 0 these exported their pinned CUDA image with no GPU request: a
+    pod that cannot start. Refused (the user names an image, or GPUs); --lossy exports it
+    as asked; a GPU, or an image of the user's, is no problem."""
+    dep = deployment("cpu", engine=engine, command=None, model="org/m")
+    with pytest.raises(ExportError) as info:
+        export(dep)
+    (problem,) = info.value.problems
+    assert problem.field == ("spec", "image") and problem.droppable
+    assert "is a CUDA build" in problem.message and "spec.devices.count is 0" in problem.message
+    assert "set spec.image" in problem.fix
+    lossy = export(dep, lossy=True)
+    assert [p.field for p in lossy.dropped] == [("spec", "image")]
+    assert "resources" not in container(lossy)
+    _valid_everywhere(lossy)
+    for fine in ({"devices": {"count": 1}}, {"image": "acme/engine-cpu:1"}):
+        assert (
+            problems_of(deployment("ok", engine=engine, command=None, model="m", **fine).spec) == []
+        )
+    on_cpu = deployment("cpu", engine=engine, command=None, model="m", image="acme/e:1",
+                        devices={"count": 1, "kind": "cpu"})  # fmt: skip
+    assert [p.field for p in problems_of(on_cpu.spec)] == [("spec", "devices", "count")]
+
+
+def test_engines_whose_image_runs_without_a_gpu_export_at_count_zero() -> None:
+    assert export(deployment("o", engine="ollama", command=None)).dropped == ()
+    gguf = deployment("g", engine="llama-cpp", command=None, model="/m.gguf")
+    assert container(export(gguf))["image"] == llama_cpp.IMAGE
 
 
 def test_a_liveness_probe_is_exported_as_kubernetes_means_it() -> None:
@@ -513,6 +566,7 @@ def test_env_from_becomes_a_secret_ref_and_a_note(version: str) -> None:
         engine="vllm",
         command=None,
         model="org/model",
+        devices={"count": 1},
         env={"HF_HOME": "/data/hf"},
         envFrom=[{"file": "/etc/reconcile/hf.env"}, {"sopsFile": "secrets/api.env"}],
     )
@@ -541,6 +595,7 @@ def test_the_secrets_hint_is_kubectls_from_the_files_and_says_its_dialect() -> N
         command=None,
         model="org/model",
         source={"huggingFace": {"repo": "org/model"}},
+        devices={"count": 1},
         envFrom=[{"file": "/etc/reconcile/hf env"}, {"sopsFile": "secrets/api.env"}],
     )
     exported = export(dep, folder="/srv/manifests")
@@ -609,19 +664,18 @@ def test_a_containers_pull_policy_shm_and_volumes_carry_over(version: str) -> No
 def test_a_container_without_those_fields_leaves_kubernetes_defaults() -> None:
     """No pullPolicy: Kubernetes' default is the node's (Always for :latest, else
     IfNotPresent); no shmSize and no GPU: no /dev/shm volume; an odd size stays exact."""
-    plain = export(deployment("web", engine="vllm", command=None, model="m", container={}))
+    cpu = {"engine": "vllm", "command": None, "model": "m", "image": STAND_IN_IMAGE}
+    plain = export(deployment("web", **cpu, container={}))
     engine = container(plain)
     assert "imagePullPolicy" not in engine and "volumeMounts" not in engine
     assert "volumes" not in by_kind(plain)["Deployment"]["spec"]["template"]["spec"]
     assert plain.notes == ()
     odd = {"shmSize": "1500Mi"}
-    pod = by_kind(export(deployment("web", engine="vllm", command=None, model="m", container=odd)))
+    pod = by_kind(export(deployment("web", **cpu, container=odd)))
     (shm,) = pod["Deployment"]["spec"]["template"]["spec"]["volumes"]
     assert shm["emptyDir"]["sizeLimit"] == "1500Mi"
     odder = {"shmSize": "1000001"}
-    pod = by_kind(
-        export(deployment("web", engine="vllm", command=None, model="m", container=odder))
-    )
+    pod = by_kind(export(deployment("web", **cpu, container=odder)))
     (shm,) = pod["Deployment"]["spec"]["template"]["spec"]["volumes"]
     assert shm["emptyDir"]["sizeLimit"] == "1000001"
 
@@ -730,13 +784,14 @@ def test_a_model_path_no_volume_of_the_pod_holds_is_said() -> None:
     assert "no volume of the pod holds it" in note.message
     mounted = deployment("tiny", **gguf, container={"volumes": ["/srv/models:/srv/models:ro"]})
     assert [n.field for n in export(mounted).notes] == [("spec", "container", "volumes")]
-    assert export(deployment("hub", engine="vllm", command=None, model="org/m")).notes == ()
+    hub = deployment("hub", engine="vllm", command=None, model="org/m", devices={"count": 1})
+    assert export(hub).notes == ()
 
 
 def test_aliases_the_gateway_routes_are_said_to_have_no_cluster_form() -> None:
     """Here a request for an alias reaches the deployment through the gateway; a
     Service has no such names: they were lost without a word."""
-    hub = {"engine": "vllm", "command": None, "model": "org/m"}
+    hub = {"engine": "vllm", "command": None, "model": "org/m", "devices": {"count": 1}}
     (note,) = export(deployment("chat", **hub, aliases=["gpt-4o", "default"])).notes
     assert note.field == ("spec", "aliases") and not note.droppable
     assert "gpt-4o, default" in note.message and "gateway" in note.message

@@ -58,6 +58,9 @@ DEFAULT_IMAGES = {
     "ollama": ollama.IMAGE,
     "llama-cpp": llama_cpp.IMAGE,
 }
+# Engines whose pinned image is a CUDA build that does not start without a GPU (llama.cpp
+# has a CPU build, picked by the device count; Ollama's image runs on either).
+CUDA_ONLY = frozenset({"vllm", "sglang", "tgi"})
 
 Object = dict[str, Any]
 
@@ -134,6 +137,14 @@ WHY_CANDIDATES = (
 WHY_SHAREABLE = "a GPU limit leases whole devices; there is no shared lease"
 WHY_MEMORY = "a GPU limit leases whole devices; there is no per-device memory request"
 WHY_APPLE = "no Apple GPU runs in a pod (set devices.kind to nvidia, amd or cpu)"
+# A cpu device is an entry of this node's inventory (`--devices cpu:0`), leased whole:
+# what it stands for (a core, a socket) is the operator's word, so no count of cores
+# follows from it.
+WHY_CPU = (
+    "a cpu device is a slot of this node's inventory (cpu:0), not a number of cores, so it "
+    "has no pod resource (size the pod's CPU in the cluster, e.g. `kubectl set resources "
+    "--requests=cpu=N`)"
+)
 # Kubernetes' only Service affinity is by client address: behind an ingress or a load
 # balancer every client is one address, so it would pin all traffic to one pod. reconcile
 # keys on x-session-id or the OpenAI `user` field: hash on that at the ingress instead.
@@ -391,6 +402,9 @@ def problems_of(spec: DeploymentSpec) -> list[ExportGap]:
         out.append(_drop((*devices, "memory"), WHY_MEMORY))
     if spec.devices.kind == "apple" and spec.devices.count:
         out.append(_drop((*devices, "kind"), WHY_APPLE))
+    if spec.devices.kind == "cpu" and spec.devices.count:
+        message = f"no Kubernetes form: {WHY_CPU}"
+        out.append(ExportGap((*devices, "count"), message, True, "set it to 0"))
     if spec.image is None and (spec.container is None or spec.container.image is None):
         out.extend(_image_problems(spec))
     elif image_of(spec) == spec.image:
@@ -454,7 +468,23 @@ def _image_problems(spec: DeploymentSpec) -> list[ExportGap]:
     if spec.devices.kind == "amd" and spec.devices.count:
         message = f"the pinned image {DEFAULT_IMAGES[spec.engine]} is not a ROCm build: "
         return [ExportGap(image, message + "set spec.image to one", droppable=False)]
+    if spec.engine in CUDA_ONLY and _gpu_resource(spec.devices) is None:
+        return [_no_gpu_problem(spec)]
     return []
+
+
+def _no_gpu_problem(spec: DeploymentSpec) -> ExportGap:
+    """A pod with no GPU and the pinned CUDA image: locally the engine is the user's own
+    program (maybe a CPU build); in the pod it would be an image that cannot start."""
+    devices = spec.devices
+    why = f"spec.devices.kind is {devices.kind}" if devices.count else "spec.devices.count is 0"
+    message = (
+        f"the pinned image {DEFAULT_IMAGES[spec.engine]} is a CUDA build, and the pod asks "
+        f"for no GPU ({why}): engine {spec.engine!r} does not start in it"
+    )
+    fix = "set spec.image to a build that runs without a GPU, or spec.devices.count to the GPUs"
+    lossy, done = "export that image with no GPU", "exported with no GPU"
+    return ExportGap(("spec", "image"), message, True, fix, lossy, done)
 
 
 def _spec_image_problems(image: str) -> list[ExportGap]:
@@ -474,7 +504,7 @@ def _for_pod(deployment: Deployment) -> Deployment:
     """The spec as it runs in a pod: dropped fields gone, listening on the pod's address."""
     spec = deployment.spec
     devices = spec.devices
-    if devices.kind == "apple":
+    if devices.kind in ("apple", "cpu"):  # no pod resource: dropped (problems_of)
         devices = Devices(count=0)
     else:
         dropped = {"candidates": None, "shareable": False, "memory": None}
