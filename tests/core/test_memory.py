@@ -45,6 +45,7 @@ from controller.core.engines.share import fraction, share_args
 from controller.core.manifest.quantity import format_bytes, parse_quantity
 from controller.core.manifest.specs import Entry, spec_document
 from controller.core.plan import Desired, plan
+from controller.core.render import render
 from controller.core.state import Observed, Phase, RecordView
 from controller.errors import ConfigError
 from controller.host import devices
@@ -434,6 +435,40 @@ def test_user_share_flag_wins_and_plan_says_so() -> None:
         "spec.args sets --gpu-memory-utilization: the user's value wins over the computed 0.25"
         in start.reason
     )
+
+
+@pytest.mark.parametrize(
+    ("engine", "args", "said"),
+    [
+        ("vllm", ["--gpu_memory_utilization", "0.5"], "--gpu_memory_utilization (read as"),
+        ("vllm", ["--gpu-memory_utilization=0.5"], "--gpu-memory_utilization (read as"),
+        ("vllm", ["--gpu-memory-util", "0.5"], "--gpu-memory-util (read as"),
+        ("sglang", ["--mem-fraction", "0.5"], "--mem-fraction (read as --mem-fraction-static)"),
+    ],
+    ids=["vllm-underscores", "vllm-mixed", "vllm-begun", "sglang-begun"],
+)
+def test_every_spelling_the_engine_reads_as_the_share_flag_is_the_users(
+    engine: str, args: list[str], said: str
+) -> None:
+    """plan said nothing of `--gpu_memory_utilization 0.5`, which vLLM reads as
+    `--gpu-memory-utilization` (and so does `--gpu-memory-util`, argparse taking a
+    beginning for the flag): the user's value won without a word."""
+    e = entry("v", engine=engine, model="m", command=None, args=args, **mem("20Gi"))
+    (start,) = got(Case(desired(e), inv=ONE_80))
+    assert isinstance(start, Start)
+    assert f"spec.args sets {said}" in start.reason, start.reason
+    assert "the user's value wins over the computed 0.25" in start.reason
+    argv = render(e, devices=ONE_80.devices, port=9000, extra_ports=(9001,)).argv
+    assert "0.25" not in argv  # not ours first and theirs after: theirs alone
+
+
+def test_a_spelling_the_engine_does_not_read_as_the_flag_is_no_users_share() -> None:
+    """SGLang's argparse has no underscore spelling: `--mem_fraction_static` is no
+    `--mem-fraction-static` there, so the computed share is passed and said as such."""
+    args = ["--mem_fraction_static", "0.5"]
+    e = entry("s", engine="sglang", model="m", command=None, args=args, **mem("20Gi"))
+    (start,) = got(Case(desired(e), inv=ONE_80))
+    assert isinstance(start, Start) and "user's value" not in start.reason
 
 
 # -- the pieces -------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from controller.core.engines.base import (
 )
 from controller.core.engines.owned import HOST, MODEL, PORT, RESERVED, refuse_flags
 from controller.core.engines.share import share_args
+from controller.core.engines.spelling import parser
 from controller.core.engines.vllm import served_model_name
 
 # `reconcile export`'s default image (Docker Hub lmsysorg/sglang). SGLang's install docs
@@ -70,7 +71,7 @@ class SglangRecipe:
             )
         if len(ctx.extra_ports) < self.extra_ports:
             raise RecipeError("engine 'sglang' needs 1 reserved internal port (--nccl-port)")
-        refuse_flags(self.engine, ctx.args, OWNED, abbreviated=True)
+        refuse_flags(self.engine, ctx.args, OWNED, abbreviated=parser(self.engine).abbreviations)
         # `python -m` recipe: spec.executable names the interpreter (a venv's python).
         argv: list[str] = [
             ctx.executable or "python3",

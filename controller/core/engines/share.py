@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from controller.core.devices.inventory import Device
+from controller.core.engines.spelling import spelling_of
 
 if TYPE_CHECKING:  # a recipe (vllm, sglang) is imported by verbs that never load pydantic
     from controller.core.manifest.specs import DeploymentSpec
@@ -44,17 +45,20 @@ def share_args(
     """The flag and value to add to the engine's argv; none when the user set it."""
     flag = FLAGS.get(engine)
     value = fraction(memory, devices) if memory is not None else None
-    if flag is None or value is None or has_flag(args, flag):
+    if flag is None or value is None or spelling_of(engine, args, flag) is not None:
         return ()
     return (flag, value)
 
 
 def user_share(spec: DeploymentSpec, devices: Sequence[Device]) -> str:
-    """A note for `plan` when spec.args already sets the share flag: the user's wins."""
+    """A note for `plan` when spec.args already sets the share flag, in any spelling the
+    engine reads as it (spelling.py): the user's wins."""
     flag = FLAGS.get(spec.engine)
     memory = spec.devices.memory
-    if flag is None or memory is None or not has_flag(spec.args, flag):
+    written = spelling_of(spec.engine, spec.args, flag) if flag is not None else None
+    if flag is None or memory is None or written is None:
         return ""
     value = fraction(memory, devices)
     ours = f" over the computed {value}" if value else ""
-    return f"; spec.args sets {flag}: the user's value wins{ours}"
+    read = "" if written == flag else f" (read as {flag})"
+    return f"; spec.args sets {written}{read}: the user's value wins{ours}"

@@ -41,6 +41,7 @@ from controller.core.engines.base import (
 )
 from controller.core.engines.owned import HOST, PORT, refuse_flags
 from controller.core.engines.share import has_flag, share_args
+from controller.core.engines.spelling import as_read, parser
 
 # `reconcile export`'s default image: vLLM's own OpenAI-server image (Docker Hub
 # vllm/vllm-openai; the vLLM docs' "Using Docker" page builds on this tag). A CUDA build.
@@ -53,17 +54,8 @@ OWNED = {"--host": HOST, "--port": PORT}
 
 
 def as_vllm_reads(args: Sequence[str]) -> tuple[str, ...]:
-    """``args`` with each flag's name spelled as vLLM reads it: the underscores between
-    ``--`` and the first ``.`` (or the ``=``) become dashes (``FlexibleArgumentParser.
-    parse_args``); values are left as written."""
-    out: list[str] = []
-    for arg in args:
-        if arg.startswith("--"):
-            key, eq, value = arg.partition("=")
-            name, dot, rest = key[2:].partition(".")
-            arg = f"--{name.replace('_', '-')}{dot}{rest}{eq}{value}"
-        out.append(arg)
-    return tuple(out)
+    """``args`` with each flag's name spelled as vLLM reads it (spelling.py)."""
+    return as_read("vllm", args)
 
 
 def served_model_name(model: str, args: Sequence[str]) -> str:
@@ -89,7 +81,8 @@ class VllmRecipe:
             )
         if len(ctx.extra_ports) < self.extra_ports:
             raise RecipeError("engine 'vllm' needs 1 reserved internal port (VLLM_PORT)")
-        refuse_flags(self.engine, as_vllm_reads(ctx.args), OWNED, abbreviated=True)
+        begun = parser(self.engine).abbreviations
+        refuse_flags(self.engine, as_vllm_reads(ctx.args), OWNED, abbreviated=begun)
         argv: list[str] = [
             ctx.executable or "vllm",
             "serve",
