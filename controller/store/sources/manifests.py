@@ -35,6 +35,7 @@ from controller.core.manifest.specs import (
 )
 from controller.store.sources import bounded, security
 from controller.store.sources.bounded import Document, Path_
+from controller.store.sources.engineconfig import config_problem
 from controller.store.sources.parsecache import ParseCache
 
 SUFFIXES = (".yaml", ".yml")
@@ -275,12 +276,12 @@ def _load_document(
     if problem is not None:  # a spec its engine's recipe refuses (no model...): invalid too
         field_ = re.search(r"\bspec\.\w+", problem)
         loc = tuple(field_.group().split(".")) if field_ else ("spec",)
-        error = ManifestError(
-            file, bounded.line_for(lines, loc), ".".join(loc), problem, deployment.name
-        )
-        result.errors.append(error)
-        result.invalid_names.setdefault(deployment.name, str(result.error(error)))
-        result.invalid_selectors.setdefault(deployment.name, deployment.spec.node_selector)
+        _invalid(result, deployment, file, lines, loc, problem)
+        return
+    config = config_problem(deployment.spec)
+    if config is not None:  # vLLM's --config file sets what the recipe sets or reads
+        index, why = config
+        _invalid(result, deployment, file, lines, ("spec", "args", index), why)
         return
     refusals = cluster_refusals(deployment.spec, result.backend)
     if refusals:  # fields the cluster backend cannot honour: invalid there, named
@@ -293,6 +294,24 @@ def _load_document(
         result.invalid_selectors.setdefault(deployment.name, deployment.spec.node_selector)
         return
     _add(result, Entry(deployment, file, line, spec_hash(deployment.spec), field_lines=lines))
+
+
+def _invalid(
+    result: LoadResult,
+    deployment: Deployment,
+    file: str,
+    lines: dict[Path_, int],
+    loc: tuple[str | int, ...],
+    problem: str,
+) -> None:
+    """A valid document its engine would not run as written: an error at ``loc``'s line,
+    named by its field (an item of spec.args is spec.args)."""
+    where = ".".join(part for part in loc if isinstance(part, str))
+    line = bounded.line_for(lines, loc)
+    error = ManifestError(file, line, where, problem, deployment.name)
+    result.errors.append(error)
+    result.invalid_names.setdefault(deployment.name, str(result.error(error)))
+    result.invalid_selectors.setdefault(deployment.name, deployment.spec.node_selector)
 
 
 def _not_a_mapping(value: Any) -> str:
