@@ -17,7 +17,9 @@ import yaml
 from controller.store.sources.manifests import LoadResult, load
 
 
-def write(tmp_path: Path, flags: str | None, args: list[str], **spec: object) -> LoadResult:
+def write(
+    tmp_path: Path, flags: str | None, args: list[str], backend: str = "local", **spec: object
+) -> LoadResult:
     """A vLLM manifest giving ``args`` (``{flags}``: the flags file, written when given)."""
     path = tmp_path / "flags.yaml"
     if flags is not None:
@@ -36,7 +38,7 @@ def write(tmp_path: Path, flags: str | None, args: list[str], **spec: object) ->
         },
     }
     (folder / "chat.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    return load([folder])
+    return load([folder], backend=backend)
 
 
 CONFIG = ["--max-num-seqs", "8", "--config", "{flags}"]
@@ -97,3 +99,12 @@ def test_a_containers_config_is_read_through_its_bind_mount(tmp_path: Path) -> N
     # A path the image holds: only the engine can read it, and nothing is refused.
     in_image = ["--config", "/opt/flags.yaml"]
     assert write(tmp_path / "x", None, in_image, container={}).errors == []
+
+
+def test_a_path_the_render_fills_in_is_the_engines_to_read(tmp_path: Path) -> None:
+    assert write(tmp_path, None, ["--config", "/etc/vllm/{name}.yaml"]).errors == []
+
+
+def test_on_a_cluster_the_file_is_the_engines_nodes(tmp_path: Path) -> None:
+    """The head reads no file a worker node holds: nothing is refused there."""
+    assert write(tmp_path, None, CONFIG, backend="ray").errors == []

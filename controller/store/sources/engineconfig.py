@@ -43,6 +43,8 @@ def config_problem(spec: DeploymentSpec) -> tuple[int, str] | None:
     if found is None:
         return None
     index, path = found
+    if "{" in path:  # a placeholder ({name}) the render fills: the engine's file to read
+        return None
     where = PurePosixPath(path)
     if not where.is_absolute():
         return index, (

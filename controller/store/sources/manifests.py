@@ -278,8 +278,10 @@ def _load_document(
         loc = tuple(field_.group().split(".")) if field_ else ("spec",)
         _invalid(result, deployment, file, lines, loc, problem)
         return
-    config = config_problem(deployment.spec)
-    if config is not None:  # vLLM's --config file sets what the recipe sets or reads
+    # vLLM's --config file sets what the recipe sets or reads; on a cluster the file is
+    # the engine's node's, not this one's.
+    config = config_problem(deployment.spec) if result.backend == "local" else None
+    if config is not None:
         index, why = config
         _invalid(result, deployment, file, lines, ("spec", "args", index), why)
         return
