@@ -464,6 +464,25 @@ def test_a_runtime_that_does_not_answer_holds_up_no_other_deployment(
     assert docker.ours(rc.state) == []
 
 
+def test_a_start_the_runtime_refused_says_so_in_the_log(
+    reconcile: Reconcile, docker: Engine
+) -> None:
+    """docker's daemon unreachable: nothing starts, and the engine's log said it did (its
+    `start` line, then nothing: read as an engine that started and said nothing). Now the
+    line after it says the start failed, in docker's words."""
+    rc = reconcile
+    write(rc, docker, "refused")
+    cut = rc("--once", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"}, check=None)
+    record = rc.record("refused")
+    assert record is not None and record["phase"] == "BackOff", (record, cut)
+    lines = rc.store().log_path("refused").read_text().splitlines()
+    assert lines[0].startswith("--- ") and " reconcile: start refused " in lines[0], lines
+    last = lines[-1]
+    assert " reconcile: not started: " in last and not last.startswith("--- "), lines
+    assert "Cannot connect to the Docker daemon" in last, lines
+    assert docker.ours(rc.state) == []
+
+
 def test_an_image_tag_that_does_not_pull_stops_nothing(rc: Reconcile, engine: Engine) -> None:
     """A Recreate to an image not on the node pulls it first, the running engine serving
     meanwhile: a tag's typo stops nothing (it stopped the engine, then failed to pull).
