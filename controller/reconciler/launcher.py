@@ -398,8 +398,11 @@ class Launcher:
             self.store.delete(action.name)
             if point is not None:
                 failpoints.hit(point)
-            name = base_name(action.name)
-            last = all(base_name(other) != name for other in self.store.peek().records)
+            name, instance = base_name(action.name), instance_of(action.name)
+            left = self.store.peek().records
+            last = all(base_name(other) != name for other in left)
+            if all(instance_of(other) != instance for other in left):
+                self.store.remove_runtime_dirs(instance)  # the instance's last record went
             if action.undeclared:  # not a replica scaled away, a recreate, `down`
                 self._forget_count(action)
             ours = {} if action.undeclared or not last else {"owner": self.maker.owner}

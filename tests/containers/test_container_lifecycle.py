@@ -483,6 +483,28 @@ def test_a_start_the_runtime_refused_says_so_in_the_log(
     assert docker.ours(rc.state) == []
 
 
+def test_an_instance_gone_takes_its_run_folder_with_it(
+    reconcile: Reconcile, podman: Engine
+) -> None:
+    """Each instance's runtime dir (`run/<name>/`) stayed in the state dir after its
+    deployment was removed and after `down`, empty, one per name ever run. It goes with
+    its instance's last record now; another deployment's stays while that one runs."""
+    rc = reconcile
+    rc.env.update(podman.env)
+    write(rc, podman, "gone")
+    write(rc, podman, "kept", basePort=rc.port + 5)
+    rc.converge()
+    runs = rc.state / "run"
+    assert (runs / "gone").is_dir() and (runs / "kept").is_dir()
+    (rc.manifests / "gone.yaml").unlink()
+    rc.converge()
+    assert rc.record("gone") is None and not (runs / "gone").exists()
+    assert (runs / "kept").is_dir() and running(rc, "kept")
+    rc.down()
+    assert not (runs / "kept").exists(), sorted(p.name for p in runs.iterdir())
+    assert podman.ours(rc.state) == []
+
+
 def test_an_image_tag_that_does_not_pull_stops_nothing(rc: Reconcile, engine: Engine) -> None:
     """A Recreate to an image not on the node pulls it first, the running engine serving
     meanwhile: a tag's typo stops nothing (it stopped the engine, then failed to pull).
