@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Protocol
 
 from controller import failpoints
@@ -160,15 +161,16 @@ class Launcher:
         )
         short = self.memory.wait(record, lambda why: self.event(name, verb, why, "waiting"))
         if short is not None:
-            return self._no_memory(record, entry, verb, short)
+            return self._no_memory(record, entry, verb, short, log_path)
         taken = self._port_taken(record)
         if taken is not None:
-            return self._port_gone(record, entry, verb, taken)
+            return self._port_gone(record, entry, verb, taken, log_path)
         failpoints.hit("executor.spawn.before_exec")
         launch = StartRequest(entry=entry, record=record, rendered=rendered, log_path=log_path)
         try:
             where = self.backend.launch(launch)
         except Unplaceable as exc:  # the cluster has no room now: Pending, nothing held
+            _not_started(log_path, str(exc))
             pending = self.maker.pending(entry, str(exc), name=name)
             outcome = "pending"
             if isinstance(exc, PullingFirst):  # on its way by itself: not the user's to fix
@@ -187,12 +189,14 @@ class Launcher:
             self._exited_at_start(record, exc, verb)
             return True
         except ImagePullFailed as exc:  # nothing ran: it waits holding nothing
+            _not_started(log_path, str(exc))
             self._back_off(_unleased(record), str(exc))
             self.event(name, verb, "pull", "failed", error=str(exc))
             return True
         except SpawnError as exc:
             # A runtime's refusal says its own next move; a missing program has ours.
             hint = "" if isinstance(exc, ContainerError) else _no_program(entry)
+            _not_started(log_path, f"{exc}{hint}")
             self._back_off(record, f"{exc}{hint}")
             self.event(name, verb, "spawn", "failed", error=str(exc))
             return True
@@ -235,24 +239,28 @@ class Launcher:
             return None
         return next((p for p in record.ports if not self.backend.port_bindable(p)), None)
 
-    def _port_gone(self, record: Record, entry: Entry, verb: str, port: int) -> bool:
+    def _port_gone(
+        self, record: Record, entry: Entry, verb: str, port: int, log_path: Path
+    ) -> bool:
         """Nothing started: Pending, so the next round places it on a free port (no
         restart counted, no back-off: the engine never ran), its count kept."""
         why = (
             f"port {port} was taken by another process after it was chosen: placing it on "
             "another port"
         )
+        _not_started(log_path, why)
         pending = self.maker.pending(entry, why, name=record.name)
         self.store.write(replace(pending, restarts=record.restarts))
         self.event(record.name, verb, "placement", "pending", error=why)
         return True
 
-    def _no_memory(self, record: Record, entry: Entry, verb: str, why: str) -> bool:
+    def _no_memory(self, record: Record, entry: Entry, verb: str, why: str, log_path: Path) -> bool:
         """The GPU never freed the memory: back off (keeping the lease), never over-commit."""
         message = (
             f"GPU memory not free after {self.memory.timeout:g}s: {why}: "
             "stop the process holding it or lower spec.devices.memory"
         )
+        _not_started(log_path, message)
         self._back_off(record, message)
         self.event(record.name, verb, "gpu memory", "not started", error=message)
         return True
@@ -390,8 +398,11 @@ class Launcher:
             self.store.delete(action.name)
             if point is not None:
                 failpoints.hit(point)
-            name = base_name(action.name)
-            last = all(base_name(other) != name for other in self.store.peek().records)
+            name, instance = base_name(action.name), instance_of(action.name)
+            left = self.store.peek().records
+            last = all(base_name(other) != name for other in left)
+            if all(instance_of(other) != instance for other in left):
+                self.store.remove_runtime_dirs(instance)  # the instance's last record went
             if action.undeclared:  # not a replica scaled away, a recreate, `down`
                 self._forget_count(action)
             ours = {} if action.undeclared or not last else {"owner": self.maker.owner}
@@ -533,6 +544,13 @@ class Launcher:
 def _same_wait(a: Record, b: Record) -> bool:
     keys = ("phase", "message", "spec_hash", "owner", "source", "restarts")
     return all(getattr(a, k) == getattr(b, k) for k in keys)
+
+
+def _not_started(log_path: Path, why: str) -> None:
+    """The line after a start's marker when no engine ran: the marker alone read as an
+    engine that started and said nothing (docker's daemon down: its `image inspect`
+    failed, no `run` was ever made)."""
+    logfiles.write_note(log_path, f"not started: {why}")
 
 
 def _no_program(entry: Entry) -> str:

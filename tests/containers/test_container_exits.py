@@ -7,10 +7,17 @@ next pass (its adopter: not the `run`'s parent) reads the engine's own exit code
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from containers.conftest import Engine, write
+
+from controller.backends.local.container import exit_file, exit_status
+from controller.backends.local.runtime import EXIT_FILE_WAIT, LocalBackend
+from controller.store.instances.records import RecordStore
 
 if TYPE_CHECKING:
     from conftest import Reconcile
@@ -62,3 +69,53 @@ def test_a_stopped_engine_leaves_no_exit_file_behind(rc: Reconcile, engine: Engi
     rc.once()  # the adopting pass: not the `run`'s parent
     rc.down()
     assert sorted((rc.state / "run").glob("reconcile-*")) == []
+
+
+def _waiting_shell(rc_file: Path) -> int:
+    """The pid of the shell that runs a container's `run` and writes ``rc_file``."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0] == b"/bin/sh" and str(rc_file).encode() in argv:
+            return int(proc.name)
+    raise AssertionError(f"no shell writes {rc_file}")
+
+
+def test_a_start_killed_before_its_status_costs_no_wait(
+    reconcile: Reconcile, podman: Engine
+) -> None:
+    """The shell that runs `run` (and writes its status to the exit file as it ends)
+    killed with it, then the engine gone: the next pass waited the whole 10 s for a
+    status no one would write. The file names its shell: a shell gone is no status
+    coming, seen at once."""
+    rc = reconcile
+    rc.env.update(podman.env)
+    write(rc, podman, "orphaned")
+    rc.converge()
+    record = rc.record("orphaned")
+    assert record is not None and record["phase"] == "Ready", record
+    pid, cid = record["ref"]["pid"], record["container"]["id"]
+    rc_file = exit_file(str(rc.state.resolve()), "orphaned", record["nonce"])
+    shell = _waiting_shell(rc_file)
+    os.killpg(shell, signal.SIGKILL)  # the shell and its `run`: a session of their own
+    rc.wait_gone(shell)
+    podman.cli("rm", "-f", cid)  # the engine ends with its container
+    rc.wait_gone(pid)
+    assert rc_file.exists() and exit_status(rc_file) is None  # no status will come
+    backend = LocalBackend(rc.state, rc.node)
+    stored = RecordStore(rc.state).read("orphaned")
+    assert stored is not None and stored.ref is not None
+    backend.refresh([stored])
+    began = time.monotonic()
+    assert backend.exit_of(stored.ref) is None  # unknown: nothing said how it ended
+    took = time.monotonic() - began
+    assert took < EXIT_FILE_WAIT / 2, f"the pass waited {took:.1f} s for a dead start"
+    rc.converge()  # restarted as a crashed engine is
+    record = rc.record("orphaned")
+    assert record is not None and record["ref"]["pid"] != pid, record
+    rc.down()
+    assert podman.ours(rc.state) == []

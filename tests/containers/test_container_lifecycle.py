@@ -464,6 +464,47 @@ def test_a_runtime_that_does_not_answer_holds_up_no_other_deployment(
     assert docker.ours(rc.state) == []
 
 
+def test_a_start_the_runtime_refused_says_so_in_the_log(
+    reconcile: Reconcile, docker: Engine
+) -> None:
+    """docker's daemon unreachable: nothing starts, and the engine's log said it did (its
+    `start` line, then nothing: read as an engine that started and said nothing). Now the
+    line after it says the start failed, in docker's words."""
+    rc = reconcile
+    write(rc, docker, "refused")
+    cut = rc("--once", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"}, check=None)
+    record = rc.record("refused")
+    assert record is not None and record["phase"] == "BackOff", (record, cut)
+    lines = rc.store().log_path("refused").read_text().splitlines()
+    assert lines[0].startswith("--- ") and " reconcile: start refused " in lines[0], lines
+    last = lines[-1]
+    assert " reconcile: not started: " in last and not last.startswith("--- "), lines
+    assert "Cannot connect to the Docker daemon" in last, lines
+    assert docker.ours(rc.state) == []
+
+
+def test_an_instance_gone_takes_its_run_folder_with_it(
+    reconcile: Reconcile, podman: Engine
+) -> None:
+    """Each instance's runtime dir (`run/<name>/`) stayed in the state dir after its
+    deployment was removed and after `down`, empty, one per name ever run. It goes with
+    its instance's last record now; another deployment's stays while that one runs."""
+    rc = reconcile
+    rc.env.update(podman.env)
+    write(rc, podman, "gone")
+    write(rc, podman, "kept", basePort=rc.port + 5)
+    rc.converge()
+    runs = rc.state / "run"
+    assert (runs / "gone").is_dir() and (runs / "kept").is_dir()
+    (rc.manifests / "gone.yaml").unlink()
+    rc.converge()
+    assert rc.record("gone") is None and not (runs / "gone").exists()
+    assert (runs / "kept").is_dir() and running(rc, "kept")
+    rc.down()
+    assert not (runs / "kept").exists(), sorted(p.name for p in runs.iterdir())
+    assert podman.ours(rc.state) == []
+
+
 def test_an_image_tag_that_does_not_pull_stops_nothing(rc: Reconcile, engine: Engine) -> None:
     """A Recreate to an image not on the node pulls it first, the running engine serving
     meanwhile: a tag's typo stops nothing (it stopped the engine, then failed to pull).

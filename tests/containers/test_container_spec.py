@@ -60,6 +60,13 @@ spec:
             "spec.container.volumes[0]: volume '/a:/b:rx' is not host:container[:ro]",
             id="volume-bad-mode",
         ),
+        pytest.param(  # refused by `export` and by the runtimes at start, not at load
+            "    volumes:\n      - /data:/x\n      - /other:/x/:ro\n",
+            "bad.yaml:11: spec.container.volumes[1]: volume '/other:/x/:ro' mounts at /x, as "
+            "volumes[0] does: podman and docker refuse two mounts at one container path when "
+            "the engine starts; keep one, or mount this one elsewhere",
+            id="two-volumes-at-one-path",
+        ),
         pytest.param(
             "    runtime: lxc\n",
             "bad.yaml:9: spec.container.runtime: Input should be 'podman' or 'docker'",
@@ -91,6 +98,13 @@ def test_a_bad_container_names_file_line_and_field(
     assert not result.entries
     [message] = [str(e) for e in result.errors]
     assert expected in message, message
+
+
+def test_a_stored_spec_with_two_volumes_at_one_path_still_loads() -> None:
+    """The loader refuses it, the model does not: a record an older version wrote (its
+    stored spec) must still load, or its engine would be forgotten."""
+    container = Container.model_validate({"volumes": ["/data:/x", "/other:/x:ro"]})
+    assert container.volumes == ("/data:/x", "/other:/x:ro")
 
 
 @pytest.mark.parametrize(

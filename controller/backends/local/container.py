@@ -48,7 +48,7 @@ from controller.errors import (
     PullingFirst,
     Unplaceable,
 )
-from controller.host import containers
+from controller.host import containers, procstat
 from controller.host.containers import Runtime
 from controller.host.procs import identity, process_alive
 from controller.store.documents import Document
@@ -78,12 +78,13 @@ KEY_PATTERN = re.compile(r"[0-9a-f]{24}")  # pull_key's
 # the pid of the subshell that waits for it said.
 DETACH = 'rc=$1; shift; { "$@"; echo $? >"$rc"; } </dev/null >&2 & echo $!'
 # The runtime's `run`, its exit status written to the file named first once it ends (in
-# one rename: a reader never sees it half written) and exited with. The file is there,
-# empty, from the start: a reader knows a status is coming (an older version's `run`
-# writes none: no file).
+# one rename: a reader never sees it half written) and exited with. The file is there
+# from the start, naming the shell (`pid <pid>`): a reader knows a status is coming while
+# that shell runs, and none once it is gone (killed with its `run`: the 10 s a pass waited
+# for it). An older version's shell leaves it empty; an older version's `run`, no file.
 WAIT_EXIT = (
-    'rc=$1; shift; : >"$rc"; "$@"; code=$?; echo $code >"$rc.new"; mv -f "$rc.new" "$rc"; '
-    "exit $code"
+    'rc=$1; shift; echo "pid $$" >"$rc"; "$@"; code=$?; echo $code >"$rc.new"; '
+    'mv -f "$rc.new" "$rc"; exit $code'
 )
 
 
@@ -104,6 +105,20 @@ def exit_status(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def status_coming(path: Path) -> bool:
+    """The exit file at ``path`` may still get its status: it is there and the shell that
+    writes it runs (a file naming none, an older version's, is taken to: as before)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return False
+    head, _, pid = text.strip().partition(" ")
+    if head != "pid" or not pid.isdigit():
+        return True
+    st = procstat.stat(int(pid))  # a pid reused meanwhile: waited for, as before
+    return st is not None and st.state != "Z"
 
 
 class Wrapper:

@@ -60,7 +60,7 @@ ENVIRON_WAIT = 0.5  # seconds an empty /proc/<pid>/environ may mean "still exec'
 CLIENT_GRACE = 2.0  # seconds a dead container engine's `run` may take to remove it and end
 # Seconds a pass waits for the status in the exit file of a dead container engine's
 # `run` (one it did not start, or one it stopped): on a busy host the runtime's clean-up
-# takes seconds; only a `run` killed before it wrote its status costs the whole wait.
+# takes seconds. A `run` killed with its shell costs none (the file names the shell).
 EXIT_FILE_WAIT = 10.0
 CLIENTS_KEPT = 32  # ended `run`s whose exit is still kept for exit_of
 
@@ -508,12 +508,14 @@ class LocalBackend:
 
 def _exit_written(path: Path, wait: float) -> int | None:
     """The status a container's `run` wrote to ``path``, waited for up to ``wait`` s: it
-    ends just after its engine. None: none is coming (no file: an older version's `run`)
-    or none came (it was killed)."""
-    from controller.backends.local.container import exit_status
+    ends just after its engine. None: none is coming (no file: an older version's `run`;
+    its shell gone: killed with it) or none came."""
+    from controller.backends.local.container import exit_status, status_coming
 
     deadline = time.monotonic() + wait
-    while (code := exit_status(path)) is None and path.exists() and time.monotonic() < deadline:
+    while (code := exit_status(path)) is None and time.monotonic() < deadline:
+        if not status_coming(path):
+            return exit_status(path)  # written just before its shell ended, or none
         time.sleep(POLL)
     return code
 

@@ -35,10 +35,23 @@ BLOCK = 64 * 1024
 
 def write_marker(path: Path, text: str) -> None:
     """Append the line that opens a run: ``--- <time> reconcile: <text>``."""
-    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    _append(path, f"{MARKER_HEAD.decode()}{_stamp()}{MARKER_TAG.decode()}{text}")
+
+
+def write_note(path: Path, text: str) -> None:
+    """Append ``<time> reconcile: <text>``: a word of ours inside the current run (not a
+    marker: it opens no run), such as a start that never happened after its marker."""
+    _append(path, f"{_stamp()}{MARKER_TAG.decode()}{text}")
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _append(path: Path, line: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        os.write(fd, f"{MARKER_HEAD.decode()}{stamp}{MARKER_TAG.decode()}{text}\n".encode())
+        os.write(fd, f"{line}\n".encode())
     finally:
         os.close(fd)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import failpoints
-from controller.core.manifest.names import record_name_ok
+from controller.core.manifest.names import next_name, record_name_ok
 from controller.core.state import Record
 from controller.errors import RecordError
 from controller.store import diskspace
@@ -113,6 +114,13 @@ class RecordStore:
     def runtime_dir(self, name: str) -> Path:
         """An instance's private scratch folder (unix sockets, caches), given to its recipe."""
         return self.runs / check_name(name)
+
+    def remove_runtime_dirs(self, instance: str) -> None:
+        """Once no record of ``instance`` is left: its runtime dir and its ``@next``'s,
+        which its engine keeps using once promoted (what an engine left there is its
+        scratch, of no use to the next)."""
+        for name in (instance, next_name(instance)):
+            shutil.rmtree(self.runtime_dir(name), ignore_errors=True)
 
     def log_path(self, name: str) -> Path:
         return self.logs / f"{check_name(name)}.log"

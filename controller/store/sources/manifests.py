@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,7 @@ from controller.core.manifest.names import in_repo
 from controller.core.manifest.specerrors import problems
 from controller.core.manifest.specs import (
     Deployment,
+    DeploymentSpec,
     Entry,
     fields_at,
     is_dns1123,
@@ -285,6 +287,16 @@ def _load_document(
         index, why = config
         _invalid(result, deployment, file, lines, ("spec", "args", index), why)
         return
+    clash = _mount_clash(deployment.spec)
+    if clash is not None:  # checked here, not by the model: a stored record's spec loads
+        index, why = clash
+        at = ("spec", "container", "volumes", index)
+        path = f"spec.container.volumes[{index}]"
+        error = ManifestError(file, bounded.line_for(lines, at), path, why, deployment.name)
+        result.errors.append(error)
+        result.invalid_names.setdefault(deployment.name, str(result.error(error)))
+        result.invalid_selectors.setdefault(deployment.name, deployment.spec.node_selector)
+        return
     refusals = cluster_refusals(deployment.spec, result.backend)
     if refusals:  # fields the cluster backend cannot honour: invalid there, named
         for path, why in refusals:
@@ -386,6 +398,23 @@ def _recipe_problem(deployment: Deployment) -> str | None:
         render(entry, devices=(), port=1, extra_ports=extra, model_path=pulled)
     except RecipeError as exc:
         return str(exc)
+    return None
+
+
+def _mount_clash(spec: DeploymentSpec) -> tuple[int, str] | None:
+    """The first volume mounted where an earlier one is (podman and docker refuse two
+    mounts at one container path, but only at the start) and why; None: none is."""
+    volumes = spec.container.volumes if spec.container is not None else ()
+    seen: dict[str, int] = {}
+    for index, volume in enumerate(volumes):
+        inside = posixpath.normpath(volume.split(":")[1])  # `/x/` and `/x` are one place
+        if inside in seen:
+            return index, (
+                f"volume {short(volume)} mounts at {inside}, as volumes[{seen[inside]}] "
+                "does: podman and docker refuse two mounts at one container path when the "
+                "engine starts; keep one, or mount this one elsewhere"
+            )
+        seen[inside] = index
     return None
 
 
