@@ -49,17 +49,20 @@ def test_an_engine_whose_stop_is_refused_stays_in_the_rotation(
     command = [sys.executable, "-c", NOT_DUMPABLE, "--port", "{port}", "--model", "{name}"]
     rc.write("kept", command=command)
     once = json.dumps(rc.argv("--once"))
-    g = gateway(prefix=["unshare", "-U", sys.executable, "-c", ONCE_THEN_DAEMON, once])
-    before = g.post("kept", timeout=20)
+    g = gateway(prefix=["unshare", "-U", sys.executable, "-c", ONCE_THEN_DAEMON, once], wait=False)
+    # Two cold starts (`--once`, then the daemon) before the gateway's: more than its 30 s
+    rc.wait_for(lambda: _up(g), timeout=90, what="gateway /healthz")
+    before = g.post("kept", timeout=60)  # it waits for the daemon's Ready
     assert before.status == 200, before
     pid = rc.pids("kept")
+    assert pid, rc.record("kept")
     ref = (rc.record("kept") or {})["ref"]
 
-    # A recreate: drained, then refused (nothing signalled). The engine serves on.
+    # A recreate, refused: nothing signalled, nothing drained. The engine serves on.
     rc.write("kept", command=command, env={"CHANGED": "1"})
     rc.wait_for(
         lambda: "not stopped: " in ((rc.record("kept") or {}).get("message") or ""),
-        timeout=30, what="the recreate refused",
+        timeout=60, what="the recreate refused",
     )  # fmt: skip
     after = g.post("kept", timeout=20)
     assert after.status == 200, (after, g.text()[-3000:])
@@ -69,3 +72,11 @@ def test_an_engine_whose_stop_is_refused_stays_in_the_rotation(
 
     g.finish()  # root proves it ours: `down --gateway` stops it
     assert not any(alive(p) for p in pid) and rc.record("kept") is None
+
+
+def _up(g: Any) -> bool:
+    assert g.proc.poll() is None, f"daemon exited {g.proc.returncode}:\n{g.text()[-3000:]}"
+    try:
+        return bool(g.request("GET", "/healthz", timeout=2).status == 200)
+    except OSError:
+        return False
