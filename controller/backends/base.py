@@ -189,6 +189,11 @@ class Backend(Protocol):
         NotProvenOurs, as ``teardown``, for a live ``ref`` not proven ours."""
         ...
 
+    def prove_ours(self, rec: Record) -> None:
+        """Signal nothing; NotProvenOurs where ``teardown`` would be refused now: what a
+        gateway drain asks first (a drained engine whose stop is refused serves on)."""
+        ...
+
     def kill(self, ref: ProcessRef) -> None: ...
 
     def listening_ports(self) -> frozenset[int]:

@@ -323,6 +323,14 @@ class Launcher:
             self._held[rec.name] = why
             raise
 
+    def _drain(self, rec: Record, new: Record | None, verb: str, reason: str) -> None:
+        """The gateway's drain of ``rec`` before its teardown, once that teardown would not
+        be refused: a gateway keeps a drained instance out of its rotation while its
+        record stays, so a refusal after the drain left a running engine unrouted.
+        Refused (NotProvenOurs), the record is kept as ``tear`` keeps it, undrained."""
+        self.tear(rec, verb, reason, lambda: self.backend.prove_ours(rec))
+        self.drain(rec, new)
+
     def _owner_of(self, pid: int) -> str | None:
         """The deployment whose engine (process group) ``pid`` belongs to, if any."""
         try:
@@ -371,7 +379,7 @@ class Launcher:
         if (isinstance(action, Replace) or action.drain) and rec.holds:
             # a recreate: requests in flight end first, new ones wait; a replica scaled
             # away: its requests end first, the other replicas take the new ones
-            self.drain(rec, None)
+            self._drain(rec, None, action.verb, action.reason)
         self._terminate(rec, action.verb, action.reason, "executor.stop.after_terminating")
         if isinstance(action, Replace):
             # The deployment stays known between the teardown and the next round's
@@ -486,7 +494,7 @@ class Launcher:
             return False
         old = self.store.read(action.name)
         if old is not None and old.nonce != new.nonce:
-            self.drain(old, new)
+            self._drain(old, new, action.verb, action.reason)
             self._terminate(old, action.verb, action.reason, "executor.promote.after_terminating")
         self.store.write(replace(new, name=action.name))
         failpoints.hit("executor.promote.after_rename")
@@ -501,7 +509,7 @@ class Launcher:
         if rec is not None and rec.holds and rec.phase is Phase.READY:
             # The plan saw no request in flight (planner/ondemand `_busy`), but the gateway
             # may have sent one since: it ends before the teardown, new ones wake it again.
-            self.drain(rec, None)
+            self._drain(rec, None, action.verb, action.reason)
         if rec is not None and (rec.holds or rec.ref is not None):
             self._terminate(rec, action.verb, action.reason)
         self.store.write(self.maker.idle(action.entry, action.reason, name=action.name))
@@ -514,7 +522,7 @@ class Launcher:
         if rec is None:
             return False
         if rec.holds:  # its answers in flight end first (at most its grace period)
-            self.drain(rec, None)
+            self._drain(rec, None, action.verb, action.reason)
         self.tear(rec, action.verb, action.reason, lambda: self.backend.teardown(rec))
         self.store.write(_unplaced(rec, action.reason))
         self.event(action.name, action.verb, action.reason, "stopped; Pending until room returns")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from procs import alive, wait_for
+from procs import alive, cmdline, wait_for
 from rayhelp import engines_gone, ours, ray
 
 REPO = Path(__file__).resolve().parents[2]
@@ -286,3 +286,17 @@ def test_the_shipped_demo_runs_on_ray(rc: Reconcile) -> None:
     demo = rc.status()["demo"]
     assert demo["phase"] == "Ready" and demo["backend"] == "ray" and answers(demo), demo
     rc("down", "-f", shipped, check=0)
+
+
+def test_an_actor_stops_its_engine_as_its_parent(rc: Reconcile) -> None:
+    """Why a Ray teardown is never refused as "not proven ours" (docs/design.md): the
+    driver signals no pid; the actor stops its engine through the LocalBackend that
+    spawned it, its parent, which may signal its unreaped child whatever the child's
+    environment lets it read (a local teardown's refusal needs an engine not its own)."""
+    rc.write("child", command=ENGINE)
+    rc.converge(timeout="90s")
+    pid = rc.status()["child"]["pid"]
+    parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert cmdline(parent).startswith("ray::EngineHost"), (parent, cmdline(parent))
+    rc.down()
+    wait_for(lambda: not alive(pid), timeout=30, what="the engine stopped by its actor")

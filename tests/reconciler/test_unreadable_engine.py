@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import missing
-from procs import alive, environ
+from procs import alive, environ, wait_gone
 
 if TYPE_CHECKING:
     from conftest import Reconcile
@@ -113,6 +114,31 @@ def test_an_engine_not_provably_ours_is_kept_and_said_not_stopped(
 
     rc.down()  # root proves it ours: stopped, and its record dropped
     assert not alive(pid) and rc.record("capped") is None
+
+
+def test_a_kept_engine_that_ends_is_said_stopped_at_the_next_pass(
+    reconcile: Reconcile, tmp_path: Path
+) -> None:
+    """Its "not stopped" message is no longer true once the engine is gone (ended by
+    root, or on its own): the next pass says it stopped and drops its record."""
+    rc = reconcile
+    rc.write("capped", command=[str(capable_sleep(tmp_path)), "600"], readiness=READY)
+    rc.write("plain", command=["sleep", "600"], readiness=READY, basePort=rc.port + 4)
+    (started,) = as_nobody(rc, ["--once"])
+    assert started.returncode == 0, started
+    (rc.manifests / "capped.yaml").unlink()
+    (refused,) = as_nobody(rc, ["--once"])
+    kept = rc.record("capped")
+    assert refused.returncode == 1 and kept is not None, refused
+    assert "not stopped: " in kept["message"], kept
+    pid = kept["ref"]["pid"]
+    os.kill(pid, signal.SIGKILL)  # root ends it
+    wait_gone(pid)
+    (again,) = as_nobody(rc, ["--once"])
+    assert again.returncode == 0 and rc.record("capped") is None, again
+    ended = [e["outcome"] for e in rc.events("capped")][-2:]
+    assert ended[0] == "stopped; record dropped", rc.events("capped")
+    rc.down()
 
 
 # A backend that spawns the capable engine itself, then stops it (the daemon's case: it

@@ -375,6 +375,13 @@ class LocalBackend:
             if left:
                 time.sleep(POLL)
 
+    def prove_ours(self, rec: Record) -> None:
+        """``stop``'s first question, asked alone: a live leader it may not signal."""
+        if rec.container is not None:
+            return  # ``teardown`` has the runtime stop it by its id first: no signal of ours
+        if rec.ref is not None and self.alive(rec.ref):
+            self._may_signal(rec.ref, rec.nonce)
+
     def kill(self, ref: ProcessRef) -> None:
         if self.alive(ref):
             with contextlib.suppress(ProcessLookupError):

@@ -37,3 +37,6 @@ class OnTheirNodes:
 
     def drop_unused_env_files(self, records: Callable[[], Iterable[Record]]) -> int:
         return 0  # an actor starts its container on its own node, out of the driver's reach
+
+    def prove_ours(self, rec: Record) -> None:
+        return None  # an actor's engine is its own unreaped child: ours by construction
