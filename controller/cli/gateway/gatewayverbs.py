@@ -6,7 +6,8 @@ exit is no crash), ``restart`` starts a fresh one with node.yaml read again that
 the port over with no failed request (what an upgrade does), or starts again one that
 was killed with no daemon watching; ``start`` is restart where none serves; ``reload``
 applies node.yaml's gateway settings (a SIGHUP of the same process where they are
-unchanged); ``status`` says which one serves, and what a reload refused (``store/side/refused.py``: also said by `reconcile status`).
+unchanged); ``status`` says which one serves, and what a reload refused
+(``store/side/refused.py``: also said by `reconcile status`).
 """
 
 from __future__ import annotations
