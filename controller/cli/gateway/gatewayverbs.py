@@ -23,9 +23,10 @@ from typing import Any
 
 from controller import __version__
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, output_format
+from controller.cli.gateway import startlock
 from controller.core.manifest.quantity import format_age
 from controller.core.statusjson import iso
-from controller.errors import ConfigError, LockTimeout
+from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry
 from controller.gateway.settings import (
     DRAIN_GRACE,
@@ -62,12 +63,19 @@ def _ask_stop(state_dir: Path) -> None:
         return
     last = registry.read_current(state_dir) or registry.read_stopped(state_dir)
     registry.ask_stopped(state_dir, last)
-    lock = registry.start_lock(state_dir)
-    try:
-        lock.acquire(registry.START_LOCK_WAIT)
-    except LockTimeout as exc:  # a start that hangs: what serves is stopped all the same
-        print(f"warning: {exc}", file=sys.stderr)
-    lock.release()  # a barrier only: a start after it sees the ask
+    with startlock.taken(state_dir, stopped_means=_STOP_GOES_ON):
+        pass  # a barrier only: a start after it sees the ask
+
+
+# What a verb does when the start lock's holder is stopped or hangs, and the truth of it.
+_STOP_GOES_ON = (
+    "what serves is stopped now; a gateway that start brings up once it goes on is not: "
+    "`reconcile gateway status` says whether one serves"
+)
+_START_GOES_ON = (
+    "going on without it; a gateway that start brings up once it goes on takes the port "
+    "over from this one"
+)
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
@@ -82,7 +90,9 @@ def cmd_gateway(args: argparse.Namespace) -> int:
             print(f"no gateway runs for state dir {state_dir}")
         return EXIT_OK
     if args.action in _STARTS:
-        return _STARTS[args.action](state_dir)
+        # One start at a time: two restarts at once both said they took the port over.
+        with startlock.taken(state_dir, stopped_means=_START_GOES_ON):
+            return _STARTS[args.action](state_dir)
     fmt = output_format(args, "table", ("table", "json"))
     if fmt is None:
         return EXIT_USAGE
@@ -184,8 +194,6 @@ def _take_over(
     log_path = registry.log_path(state_dir)
     try:
         preflight(settings)  # said here, not by a gateway process that will not start
-        # No wait for the start lock: a daemon hung in its own start (SIGSTOP) must not
-        # hold the operator's restart.
         proc, info = start_process(settings, log_path)
     except ConfigError as exc:
         _not_done(f"{verb}ed", exc, current, verb)
