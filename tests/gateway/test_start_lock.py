@@ -17,6 +17,8 @@ import socket
 import subprocess
 from typing import Any
 
+import psutil
+
 from controller.gateway.lifecycle import registry
 
 WAIT = 40.0
@@ -33,8 +35,10 @@ def test_two_restarts_at_once_take_the_port_over_one_after_the_other(
         first = g.serving()
         # Two processes started together: each imports for longer than the other takes
         # to start, so both look at the port before either's gateway serves.
-        both = [reconcile.popen("gateway", "restart", stdout=subprocess.PIPE) for _ in "ab"]
-        said = [proc.communicate(timeout=WAIT)[0].decode() for proc in both]
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        both = [reconcile.popen("gateway", "restart", **pipes) for _ in "ab"]
+        # The second may wait out the first's whole start: the lock's wait, then its own.
+        said = [b"".join(proc.communicate(timeout=3 * WAIT)).decode() for proc in both]
         assert [proc.returncode for proc in both] == [0, 0], said
         took = [TOOK.search(text) for text in said]
         assert all(took), said
@@ -47,6 +51,20 @@ def test_two_restarts_at_once_take_the_port_over_one_after_the_other(
         assert g.request("GET", "/healthz").status == 200
     finally:
         g.finish()
+
+
+def _starting(g: Any) -> bool:
+    """The daemon's gateway process runs (it imports, binds) and the daemon holds the
+    start lock, waiting for its answer."""
+    children = psutil.Process(g.proc.pid).children()
+    return _holds_start_lock(g.rc) and any(_is_gateway(child) for child in children)
+
+
+def _is_gateway(proc: psutil.Process) -> bool:
+    try:
+        return "controller.gateway" in proc.cmdline()
+    except psutil.Error:
+        return False
 
 
 def _holds_start_lock(reconcile: Any) -> bool:
@@ -68,10 +86,8 @@ def test_a_stop_does_not_wait_for_a_daemon_stopped_in_its_gateway_start(
     stopped = False
     try:
         # The daemon takes the lock, then starts its gateway and waits for its answer:
-        # seconds of imports, against the instant from this look to the SIGSTOP.
-        reconcile.wait_for(
-            lambda: _holds_start_lock(reconcile), timeout=WAIT, what="the daemon's start"
-        )
+        # a second of imports at least, against the instant from this look to the SIGSTOP.
+        reconcile.wait_for(lambda: _starting(g), timeout=WAIT, what="the daemon's start")
         g.proc.send_signal(signal.SIGSTOP)
         stopped = True
         assert _holds_start_lock(reconcile), "the daemon's start ended before its SIGSTOP"
