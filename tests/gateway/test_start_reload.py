@@ -7,7 +7,8 @@ key files and node.yaml.
   changed, a new gateway takes the port over with them; a node.yaml the checks refuse is
   refused with its file, line and field, and the serving gateway is untouched;
 - ``start`` leaves one that serves as it is (said, exit 0) and starts one a
-  `gateway stop` stopped; ``reload`` with none serving says so (exit 1).
+  `gateway stop` stopped (a bad node.yaml refused as restart refuses it); ``reload`` with
+  none serving says so (exit 1).
 """
 
 from __future__ import annotations
@@ -78,6 +79,11 @@ def test_reload_and_start_as_systemctl_has_them(reconcile: Any, gateway: Any) ->
         reconcile("gateway", "stop", check=0)
         nothing = reconcile("gateway", "reload", check=1)
         assert "nothing to reload: no gateway runs" in nothing.err, nothing
+        node.write_text("logMaxBytes: 8192\nlogMaxFile: 5\n")
+        refused = reconcile("gateway", "start", check=1)
+        assert f"gateway not started: {node}:2: logMaxFile: unknown setting" in refused.err
+        assert "nothing serves: fix that and run `reconcile gateway start` again" in refused.err
+        node.write_text("logMaxBytes: 8192\nlogMaxFiles: 5\n")
         again = reconcile("gateway", "start", check=0)
         how = f"started again: pid {second.ref.pid} was stopped by `reconcile gateway stop`"
         assert how in again.out, again

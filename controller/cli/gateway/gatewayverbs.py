@@ -103,7 +103,7 @@ def _start(state_dir: Path) -> int:
     """`systemctl start`: one that serves is left as it is (exit 0, said); else as restart."""
     current = registry.current_live(state_dir)
     if current is None:
-        return _restart(state_dir)
+        return _restart(state_dir, verb="start")
     print(
         f"gateway pid {current.ref.pid} serves {current.address} already: nothing started "
         "(`reconcile gateway reload` applies node.yaml's gateway settings, "
@@ -147,7 +147,7 @@ def _reload(state_dir: Path) -> int:
     return EXIT_OK
 
 
-def _restart(state_dir: Path) -> int:
+def _restart(state_dir: Path, verb: str = "restart") -> int:
     """A fresh gateway with the settings the daemon's start would give it now: its flags
     as the serving one holds them, node.yaml read again (as `systemctl restart` reads the
     unit file). A node.yaml, key file or TLS pair the checks refuse leaves the serving
@@ -166,14 +166,14 @@ def _restart(state_dir: Path) -> int:
     try:
         settings = reread(_settings_of(previous))
     except ConfigError as exc:
-        _not_done("restarted", exc, current, "restart")
+        _not_done(f"{verb}ed", exc, current, verb)
         return EXIT_FAIL
     how = None
     if crashed is not None:
         how = f"started again: pid {previous.ref.pid} had ended without stopping"
     elif current is None:  # a daemon leaving it stopped follows this one (Keeper._maybe_start)
         how = f"started again: pid {previous.ref.pid} was stopped by `reconcile gateway stop`"
-    code = _take_over(state_dir, settings, current, how, verb="restart")
+    code = _take_over(state_dir, settings, current, how, verb=verb)
     if code == EXIT_OK and crashed is not None:
         registry.forget(state_dir, crashed.nonce)
     return code
