@@ -83,6 +83,8 @@ _EXAMPLES: dict[str, tuple[str, ...]] = {
         "reconcile gateway                                # which gateway serves, since when",
         "reconcile gateway restart                        # take the port over, or start again",
         "reconcile gateway stop                           # finish its requests, exit, stay down",
+        "reconcile gateway start                          # start it if none serves",
+        "reconcile gateway reload                         # node.yaml's gateway settings, no drop",
     ),
     "ui": (
         "reconcile ui                                     # the page's URL (the gateway's bind)",
@@ -139,7 +141,11 @@ _EXIT_CODES: dict[str, tuple[str, ...]] = {
         "0   every instance is new and Ready (--no-wait: the restart is asked)",
         "1   no such deployment, or a new instance cannot come up, or --timeout",
     ),
-    "gateway": ("0   done", "1   no gateway runs (status, restart) or it did not start"),
+    "gateway": (
+        "0   done (start: also when one serves already)",
+        "1   no gateway runs (status, restart, start, reload), it did not start, or "
+        "node.yaml, the key file or the TLS pair is refused (restart, start, reload)",
+    ),
     "ui": ("0   printed (and opened)", "1   no gateway runs (no --listen), or no browser"),
     "source": (
         "0   shown (whatever its state: --once's exit says Synced or not)",

@@ -446,8 +446,17 @@ def _set_verbs(verb: VerbMaker) -> None:
         help="wait this long for the new instances to be Ready (default 10m)",
     )
     p.add_argument("--no-wait", action="store_true", help="ask for the restart and return at once")
-    p = verb("gateway", "the gateway process: status, stop, or restart (take the port over)")
-    p.add_argument("action", nargs="?", default="status", choices=("status", "stop", "restart"))
+    p = verb(
+        "gateway",
+        "the gateway process: status, start, stop, restart (take the port over), or reload "
+        "(node.yaml's gateway settings)",
+    )
+    p.add_argument(
+        "action",
+        nargs="?",
+        default="status",
+        choices=("status", "start", "stop", "restart", "reload"),
+    )
     p = verb("ui", "the web page of the node: its URL on the gateway")
     p.add_argument("--open", action="store_true", help="also open it in a browser, if there is one")
     p = verb("export", "the manifests as Kubernetes objects")

@@ -444,24 +444,43 @@ def test_node_yaml_and_environment_forms(reconcile: Any, gateway: Any, pki: Pki)
     g.finish()
 
 
+HEAD = "# the gateway's pair, below other settings\nlogMaxFiles: 2\n"  # lines 1 and 2
+
+
 @pytest.mark.parametrize(
     ("text", "said"),
     [
         pytest.param(
             "tlsCert: cert.pem\n",
-            "node.yaml: tlsCert without tlsKey: HTTPS needs both the certificate and its "
+            "node.yaml:3: tlsCert without tlsKey: HTTPS needs both the certificate and its "
             "private key; give both or neither",
             id="half-a-pair",
         ),
         pytest.param(
+            "tlsCert: none.pem\ntlsKey: key.pem\n",
+            "node.yaml:3: tlsCert {folder}/none.pem: no such file",
+            id="no-cert-file",
+        ),
+        pytest.param(
+            "tlsCert: sub\ntlsKey: key.pem\n",
+            "node.yaml:3: tlsCert {folder}/sub is not a file",
+            id="cert-unreadable",
+        ),
+        pytest.param(
             "tlsCert: cert.pem\ntlsKey: missing.pem\n",
-            "node.yaml: tlsKey {folder}/missing.pem: no such file",
+            "node.yaml:4: tlsKey {folder}/missing.pem: no such file",
             id="no-key-file",
         ),
         pytest.param(
             "tlsCert: cert.pem\ntlsKey: cert.pem\n",
-            "node.yaml: tlsKey {folder}/cert.pem has mode 0644",
+            "node.yaml:4: tlsKey {folder}/cert.pem has mode 0644",
             id="key-mode",
+        ),
+        pytest.param(
+            "tlsCert: cert.pem\ntlsKey: other-key.pem\n",
+            "node.yaml:4: tlsKey {folder}/other-key.pem is not the private key of tlsCert "
+            "{folder}/cert.pem",
+            id="key-not-the-certs",
         ),
     ],
 )
@@ -469,15 +488,49 @@ def test_a_pair_node_yaml_names_is_refused_naming_node_yaml_not_flags(
     reconcile: Any, pki: Pki, text: str, said: str
 ) -> None:
     """No flag named the pair: the refusal named `--tls-cert`/`--tls-key` all the same,
-    flags the operator never gave. It names node.yaml and its fields."""
+    flags the operator never gave, and node.yaml without the line. It names node.yaml's
+    line and field, as the file's other errors do."""
     _pair(pki)
+    pki.server(2, pki.folder / "other-cert.pem", pki.folder / "other-key.pem")
+    (pki.folder / "sub").mkdir()
     (pki.folder / "cert.pem").chmod(0o644)
     node = pki.folder / "node.yaml"
-    node.write_text(text)
+    node.write_text(HEAD + text)
     refused = reconcile("--listen", str(reconcile.port + 15), "--node-config", str(node), check=64)
     assert refused.err.startswith(f"reconcile: {pki.folder}/"), refused
     assert said.format(folder=pki.folder) in refused.err, refused
     assert "--tls-" not in refused.err, refused
+
+
+def test_an_expired_certificate_node_yaml_names_is_warned_about_at_its_line(
+    reconcile: Any, gateway: Any, pki: Pki
+) -> None:
+    cert, key = pki.folder / "cert.pem", pki.folder / "key.pem"
+    pki.server(1, cert, key, days=-1)
+    node = pki.folder / "node.yaml"
+    node.write_text(HEAD + "tlsCert: cert.pem\ntlsKey: key.pem\n")
+    g = gateway("--node-config", str(node), wait=False)
+    said = f"{node}:3: tlsCert {cert}: the certificate has expired: every client"
+    try:
+        reconcile.wait_for(lambda: said in g.text(), timeout=WAIT, what="the warning at start")
+        assert "--tls-cert" not in g.text(), g.text()[-3000:]
+        # It serves all the same (to a client that checks no dates): the daemon is up.
+        lenient = ssl.create_default_context(cafile=pki.ca)
+        lenient.check_hostname, lenient.verify_mode = False, ssl.CERT_NONE
+        reconcile.wait_for(lambda: _healthz(g.port, lenient), timeout=WAIT, what="HTTPS")
+    finally:
+        g.finish()
+
+
+def _healthz(port: int, ctx: ssl.SSLContext) -> bool:
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=WAIT, context=ctx)
+    try:
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
 
 
 def test_a_node_yaml_pair_the_gateway_refuses_at_sighup_is_named_as_node_yaml(
@@ -494,7 +547,7 @@ def test_a_node_yaml_pair_the_gateway_refuses_at_sighup_is_named_as_node_yaml(
         reconcile.wait_for(lambda: _alive_https(g, pki.client()), timeout=WAIT, what="HTTPS")
         key.chmod(0o644)
         g.proc.send_signal(signal.SIGHUP)
-        said = f"{node}: tlsKey {key} has mode 0644"
+        said = f"{node}:2: tlsKey {key} has mode 0644"
 
         def shown_now() -> str:
             out: str = reconcile("gateway", check=0).out
@@ -503,6 +556,10 @@ def test_a_node_yaml_pair_the_gateway_refuses_at_sighup_is_named_as_node_yaml(
         shown = reconcile.wait_for(shown_now, timeout=WAIT, what="the refusal shown")
         assert "reload refused (TLS pair" in shown and "--tls-" not in shown, shown
         key.chmod(0o600)
+        # Half a pair: `gateway reload` refuses it at the line of the half that is there.
+        node.write_text("tlsCert: cert.pem\n")
+        half = reconcile("gateway", "reload", check=1)
+        assert f"{node}:1: tlsCert and tlsKey go together" in half.err, half
     finally:
         g.finish()
 

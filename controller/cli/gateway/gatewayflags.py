@@ -89,10 +89,13 @@ def _tls_pair(args: argparse.Namespace, cfg: Config) -> tuple[Path | None, Path 
         given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
         why = f"{given} without {missing}: HTTPS needs both the certificate and its private key"
         if not _tls_given(args):  # node.yaml's half pair: named there, not as flags
+            from controller.store.config.nodeconfig import setting_at  # a refusal's only
+
             node_file = _path(args.node_config or env.get("RECONCILE_NODE_CONFIG"))
             where = node_file or StateDir(cfg.state_dir).node_config
             why = why.replace("--tls-cert", "tlsCert").replace("--tls-key", "tlsKey")
-            why = f"{where}: {why}; give both or neither"
+            at = setting_at(where, "tlsCert" if key is None else "tlsKey")
+            why = f"{at}: {why}; give both or neither"
         raise gw.ListenRefused(why)
     return cert, key
 
@@ -114,7 +117,7 @@ def reread(settings: gw.Settings) -> gw.Settings:
     flags as the running gateway holds them (the CLI has not the daemon's), node.yaml's
     (the TLS pair unless a flag named it, the request log's rotation) as the daemon's
     start would read the file now. A ConfigError names the file, line and field."""
-    from controller.store.config.nodeconfig import read_node_file  # pydantic: only here
+    from controller.store.config.nodeconfig import read_node_file, setting_at  # pydantic
 
     explicit = str(settings.node_config) if settings.node_config else None
     node = read_node_file(explicit, settings.state_dir)
@@ -122,9 +125,10 @@ def reread(settings: gw.Settings) -> gw.Settings:
     if settings.node_tls:
         cert, key = node.tls_path("tls_cert"), node.tls_path("tls_key")
     if (cert is None) != (key is None):
-        where = explicit or StateDir(settings.state_dir).node_config
+        where = Path(explicit) if explicit else StateDir(settings.state_dir).node_config
+        at = setting_at(where, "tlsCert" if key is None else "tlsKey")
         raise gw.ListenRefused(
-            f"{where}: tlsCert and tlsKey go together: HTTPS needs both the certificate "
+            f"{at}: tlsCert and tlsKey go together: HTTPS needs both the certificate "
             "and its private key; give both or neither"
         )
     if settings.tls_client_ca is not None and cert is None:

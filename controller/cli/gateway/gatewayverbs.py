@@ -1,17 +1,20 @@
-"""``reconcile gateway status|stop|restart``: the gateway process of a state dir.
+"""``reconcile gateway status|start|stop|restart|reload``: the gateway process of a state dir.
 
 The gateway outlives the daemon (README "The gateway"), so it has verbs of its own:
 ``stop`` drains and ends it (a daemon watching it then leaves it stopped: a clean
 exit is no crash), ``restart`` starts a fresh one with node.yaml read again that takes
 the port over with no failed request (what an upgrade does), or starts again one that
-was killed with no daemon watching; ``status`` says which one serves, and what a reload
-refused (``store/side/refused.py``: also said by `reconcile status`).
+was killed with no daemon watching; ``start`` is restart where none serves; ``reload``
+applies node.yaml's gateway settings (a SIGHUP of the same process where they are
+unchanged); ``status`` says which one serves, and what a reload refused
+(``store/side/refused.py``: also said by `reconcile status`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from datetime import UTC, datetime
@@ -20,11 +23,17 @@ from typing import Any
 
 from controller import __version__
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, output_format
+from controller.cli.gateway import startlock
 from controller.core.manifest.quantity import format_age
 from controller.core.statusjson import iso
-from controller.errors import ConfigError, LockTimeout
+from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry
-from controller.gateway.settings import DRAIN_GRACE, Settings, settings_from_json
+from controller.gateway.settings import (
+    DRAIN_GRACE,
+    Settings,
+    settings_from_json,
+    settings_to_json,
+)
 from controller.store.side import refused
 
 
@@ -54,17 +63,25 @@ def _ask_stop(state_dir: Path) -> None:
         return
     last = registry.read_current(state_dir) or registry.read_stopped(state_dir)
     registry.ask_stopped(state_dir, last)
-    lock = registry.start_lock(state_dir)
-    try:
-        lock.acquire(registry.START_LOCK_WAIT)
-    except LockTimeout as exc:  # a start that hangs: what serves is stopped all the same
-        print(f"warning: {exc}", file=sys.stderr)
-    lock.release()  # a barrier only: a start after it sees the ask
+    with startlock.taken(state_dir, stopped_means=_STOP_GOES_ON):
+        pass  # a barrier only: a start after it sees the ask
+
+
+# What a verb does when the start lock's holder is stopped or hangs, and the truth of it.
+_STOP_GOES_ON = (
+    "what serves is stopped now; a gateway that start brings up once it goes on is not: "
+    "`reconcile gateway status` says whether one serves"
+)
+_START_GOES_ON = (
+    "going on without it; a gateway that start brings up once it goes on takes the port "
+    "over from this one"
+)
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
-    # restart reads node.yaml itself and says what is wrong with it once, as an error
-    state_dir = state_dir_of(args, warn=args.action != "restart")
+    # restart, start and reload read node.yaml themselves and say what is wrong with it
+    # once, as an error
+    state_dir = state_dir_of(args, warn=args.action not in _STARTS)
     if args.action == "stop":
         stopped = stop_gateways(state_dir)
         for info in stopped:
@@ -72,22 +89,71 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         if not stopped:
             print(f"no gateway runs for state dir {state_dir}")
         return EXIT_OK
-    if args.action == "restart":
-        return _restart(state_dir)
+    if args.action in _STARTS:
+        # One start at a time: two restarts at once both said they took the port over.
+        with startlock.taken(state_dir, stopped_means=_START_GOES_ON):
+            return _STARTS[args.action](state_dir)
     fmt = output_format(args, "table", ("table", "json"))
     if fmt is None:
         return EXIT_USAGE
     return _status(state_dir, fmt)
 
 
-def _restart(state_dir: Path) -> int:
+def _start(state_dir: Path) -> int:
+    """`systemctl start`: one that serves is left as it is (exit 0, said); else as restart."""
+    current = registry.current_live(state_dir)
+    if current is None:
+        return _restart(state_dir, verb="start")
+    print(
+        f"gateway pid {current.ref.pid} serves {current.address} already: nothing started "
+        "(`reconcile gateway reload` applies node.yaml's gateway settings, "
+        "`reconcile gateway restart` starts a fresh one)"
+    )
+    return EXIT_OK
+
+
+def _reload(state_dir: Path) -> int:
+    """`systemctl reload`: node.yaml's gateway settings read again, in the serving
+    gateway, as a SIGHUP of the daemon does: unchanged, it re-reads its key file and TLS
+    pair (SIGHUP); changed, a new one takes the port over (no connection dropped). What
+    the checks refuse leaves it as it is."""
+    from controller.cli.gateway.gatewayflags import reread
+    from controller.gateway.lifecycle.keeper import preflight
+
+    current = registry.current_live(state_dir)
+    _say_unreadable(state_dir, current)
+    if current is None:
+        print(f"reconcile: nothing to reload: {_none_runs(state_dir)}", file=sys.stderr)
+        return EXIT_FAIL
+    try:
+        served = _settings_of(current)
+        settings = reread(served)
+        preflight(settings)  # a bad file said here; the gateway's own re-read keeps the old
+    except ConfigError as exc:
+        _not_done("reloaded", exc, current, "reload")
+        return EXIT_FAIL
+    changed = [n for n in settings_to_json(settings) if getattr(served, n) != getattr(settings, n)]
+    if changed:
+        why = f"node.yaml changed its {', '.join(changed)}"
+        return _take_over(state_dir, settings, current, why, verb="reload")
+    if not registry.signal_gateway(current, signal.SIGHUP):
+        print(f"reconcile: gateway pid {current.ref.pid} ended meanwhile", file=sys.stderr)
+        return EXIT_FAIL
+    refused.clear(state_dir, refused.GATEWAY_SETTINGS)  # node.yaml's serve as read
+    print(
+        f"gateway pid {current.ref.pid} re-reads its key file and TLS pair (SIGHUP); "
+        f"node.yaml's gateway settings are those it serves; its log: {registry.log_path(state_dir)}"
+    )
+    return EXIT_OK
+
+
+def _restart(state_dir: Path, verb: str = "restart") -> int:
     """A fresh gateway with the settings the daemon's start would give it now: its flags
     as the serving one holds them, node.yaml read again (as `systemctl restart` reads the
     unit file). A node.yaml, key file or TLS pair the checks refuse leaves the serving
     one as it is. One killed or crashed with no daemon to start it again is started
     again (as `systemctl restart` starts a failed unit)."""
     from controller.cli.gateway.gatewayflags import reread
-    from controller.gateway.lifecycle.keeper import preflight, start_process
 
     current = registry.current_live(state_dir)
     _say_unreadable(state_dir, current)
@@ -97,32 +163,60 @@ def _restart(state_dir: Path) -> int:
     if previous is None:
         print(f"reconcile: {_none_runs(state_dir)}", file=sys.stderr)
         return EXIT_FAIL
-    log_path = registry.log_path(state_dir)
     try:
         settings = reread(_settings_of(previous))
+    except ConfigError as exc:
+        _not_done(f"{verb}ed", exc, current, verb)
+        return EXIT_FAIL
+    how = None
+    if crashed is not None:
+        how = f"started again: pid {previous.ref.pid} had ended without stopping"
+    elif current is None:  # a daemon leaving it stopped follows this one (Keeper._maybe_start)
+        how = f"started again: pid {previous.ref.pid} was stopped by `reconcile gateway stop`"
+    code = _take_over(state_dir, settings, current, how, verb=verb)
+    if code == EXIT_OK and crashed is not None:
+        registry.forget(state_dir, crashed.nonce)
+    return code
+
+
+def _take_over(
+    state_dir: Path,
+    settings: Settings,
+    current: registry.GatewayInfo | None,
+    how: str | None,
+    *,
+    verb: str,
+) -> int:
+    """A gateway process with ``settings``, taking the port over from ``current`` (or
+    binding it where none serves: ``how`` says why)."""
+    from controller.gateway.lifecycle.keeper import preflight, start_process
+
+    log_path = registry.log_path(state_dir)
+    try:
         preflight(settings)  # said here, not by a gateway process that will not start
-        # No wait for the start lock: a daemon hung in its own start (SIGSTOP) must not
-        # hold the operator's restart.
         proc, info = start_process(settings, log_path)
     except ConfigError as exc:
-        left = f"pid {current.ref.pid} serves on as it was" if current else "nothing serves"
-        print(
-            f"reconcile: gateway not restarted: {exc}; {left}: fix that and run "
-            "`reconcile gateway restart` again",
-            file=sys.stderr,
-        )
+        _not_done(f"{verb}ed", exc, current, verb)
         return EXIT_FAIL
     refused.clear(state_dir, refused.GATEWAY_SETTINGS)  # node.yaml's serve now
     registry.clear_stopped(state_dir)  # a start asked for: an earlier stop is over
     if current is not None:
-        how = f"took it over from pid {current.ref.pid}, which finishes its requests and exits"
-    elif crashed is not None:
-        registry.forget(state_dir, previous.nonce)
-        how = f"started again: pid {previous.ref.pid} had ended without stopping"
-    else:  # a daemon leaving it stopped follows this one (Keeper._maybe_start)
-        how = f"started again: pid {previous.ref.pid} was stopped by `reconcile gateway stop`"
+        took = f"took it over from pid {current.ref.pid}, which finishes its requests and exits"
+        how = f"{took}: {how}" if how else took
     print(f"gateway pid {proc.pid} serves {info.address} ({how}); its log: {log_path}")
     return EXIT_OK
+
+
+def _not_done(done: str, exc: ConfigError, current: registry.GatewayInfo | None, verb: str) -> None:
+    left = f"pid {current.ref.pid} serves on as it was" if current else "nothing serves"
+    print(
+        f"reconcile: gateway not {done}: {exc}; {left}: fix that and run "
+        f"`reconcile gateway {verb}` again",
+        file=sys.stderr,
+    )
+
+
+_STARTS = {"restart": _restart, "start": _start, "reload": _reload}
 
 
 def _settings_of(info: registry.GatewayInfo) -> Settings:

@@ -33,7 +33,7 @@ from controller.gateway.http.quiet import Throttle, install
 from controller.gateway.http.server import Connections, Server, connection_cap, exception_handler
 from controller.gateway.http.upstream import Upstream
 from controller.gateway.lifecycle.listener import Listening, bind, close_listener
-from controller.gateway.lifecycle.tls import Tls, TlsError, as_named
+from controller.gateway.lifecycle.tls import Tls, TlsError, as_named, named
 from controller.gateway.lifecycle.tlsaccept import Acceptor
 from controller.gateway.lifecycle.tlsdates import out_of_date
 from controller.gateway.routing.activation import Demand
@@ -173,7 +173,7 @@ class Gateway:
         log.info("TLS certificate reloaded", cert=str(tls.cert))
         dated = out_of_date(tls.cert, tls.key)
         if dated:
-            log.warning("TLS certificate out of date", detail=dated)
+            log.warning("TLS certificate out of date", detail=named(dated, self.settings))
         return None
 
     def listener_fd(self) -> int | None:

@@ -537,11 +537,11 @@ def warn_out_of_date(settings: Settings) -> None:
     """The warning for a certificate expired or not valid yet (it is served as given)."""
     if settings.tls_cert is None or settings.tls_key is None:
         return
-    from controller.gateway.lifecycle import tlsdates
+    from controller.gateway.lifecycle import tls, tlsdates
 
     dated = tlsdates.out_of_date(settings.tls_cert, settings.tls_key)
     if dated:
-        log.warning("TLS certificate out of date", detail=dated)
+        log.warning("TLS certificate out of date", detail=tls.named(dated, settings))
 
 
 def _changed(old: Settings, new: Settings) -> dict[str, str]:

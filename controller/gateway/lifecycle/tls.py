@@ -40,10 +40,25 @@ class TlsError(ConfigError):
 def as_named(exc: TlsError, settings: Settings) -> TlsError:
     """The refusal naming what named the pair: node.yaml's file and fields when no flag
     did (it said `--tls-key ...: no such file` of a flag the operator never gave)."""
+    return TlsError(named(str(exc), settings)) if settings.node_tls else exc
+
+
+def named(text: str, settings: Settings) -> str:
+    """``text``, which names the pair by its flags, as the operator gave the pair: where
+    node.yaml named it, `node.yaml:LINE: tlsKey ...` (the field the text names first), as
+    the file's other errors say theirs (it said the file alone)."""
     if not settings.node_tls:
-        return exc
-    text = str(exc).replace("--tls-cert", "tlsCert").replace("--tls-key", "tlsKey")
-    return TlsError(f"{settings.node_file}: {text}")
+        return text
+    from controller.store.config.nodeconfig import setting_at  # pydantic: a refusal's only
+
+    at = {flag: text.find(flag) for flag in _FIELDS if flag in text}
+    first = min(at, key=at.__getitem__, default="--tls-cert")
+    for flag, field in _FIELDS.items():
+        text = text.replace(flag, field)
+    return f"{setting_at(settings.node_file, _FIELDS[first])}: {text}"
+
+
+_FIELDS = {"--tls-cert": "tlsCert", "--tls-key": "tlsKey"}  # node.yaml's names of the flags
 
 
 def check_key_mode(key: Path) -> None:

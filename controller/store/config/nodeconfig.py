@@ -227,6 +227,17 @@ def read_node_file(explicit: str | None, state_dir: Path) -> NodeFile:
     return found
 
 
+def setting_at(path: Path, name: str) -> str:
+    """``path:LINE`` of the top-level setting ``name`` (``tlsKey``), as the file's own errors
+    name theirs; ``path`` alone when the file or that setting cannot be read now."""
+    try:
+        _, lines = load_mapping(path)
+    except ValueError:  # unreadable or broken since it was read: its own error says so
+        return str(path)
+    line = lines.get((name,))
+    return f"{path}:{line}" if line else str(path)
+
+
 def _said(path: Path, lines: dict[Path_, int], problem: Problem) -> str:
     """One problem of the file, where it is; an unknown setting with the one meant, else
     the settings its mapping may hold."""
