@@ -112,6 +112,7 @@ class PassResult:
     sources: dict[str, Source] = field(default_factory=dict)  # deployment -> its source
     skipped: dict[str, str] = field(default_factory=dict)  # left to other nodes -> selector
     invalid: set[str] = field(default_factory=set)  # the manifests that did not load, by name
+    broken: dict[str, str] = field(default_factory=dict)  # a file that did not load -> its error
     # A pass run at once (run_pass's at_once) whose plan was more than new starts: it did
     # nothing, and waits for the folder to settle.
     deferred: bool = False
@@ -613,6 +614,7 @@ class Reconciler(Preview):
         result.sources = pulling.sources_of(desired.entries.values())
         result.skipped = dict(desired.skipped)
         result.invalid = set(desired.invalid)
+        result.broken = dict(desired.source_errors)
         result.prune_blocked = _prune_blocked(loaded, self._may_empty(loaded))
         result.missing_folders = list(loaded.missing_folders)
         result.folder_problems = loaded.folder_problems()
@@ -961,7 +963,15 @@ def _seen(result: PassResult, node: str, at: datetime) -> Seen:
         skipped=skip_note(skipped),
         kept=kept_note(kept),
         held=_held_note(result),
+        unloaded=_unloaded(result),
     )
+
+
+def _unloaded(result: PassResult) -> list[str]:
+    """The files that did not load and that no record of this set names: a new file with a
+    YAML syntax error has no deployment to show Pending, so `status` says it from here."""
+    named = {r.source for r in result.ours()}
+    return [error for file, error in sorted(result.broken.items()) if file not in named]
 
 
 def _held_note(result: PassResult) -> dict[str, str]:

@@ -249,6 +249,26 @@ def test_a_manifest_that_does_not_load_is_degraded_named_and_never_a_good_commit
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 
+def test_a_new_file_with_a_yaml_syntax_error_is_shown_by_status_with_file_and_line(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A new manifest whose YAML does not parse names no deployment, so no record shows it
+    Pending: `--once` and `plan` said it, `status` did not. It says it now, file and line
+    as the repository has them, until a commit fixes the file."""
+    remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    typo = "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: gamma\n"
+    remote.commit({"manifests/gamma.yaml": typo}, "a new file, a typo")
+    reconcile("--once", *git_args(remote), check=1)
+    out = reconcile("status", check=0).out
+    assert "\nnot loaded: manifests/gamma.yaml:4: invalid YAML: " in out, out
+    assert str(reconcile.state) not in out, out
+    remote.commit({"manifests/gamma.yaml": None}, "the typo removed")
+    reconcile.converge(*git_args(remote))
+    assert "not loaded" not in reconcile("status", check=0).out
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
 def test_an_invalid_spec_s_record_names_the_file_as_the_repository_has_it(
     reconcile: Any, remote: Remote
 ) -> None:

@@ -116,7 +116,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         for line in (_source_line(cfg.state_dir), gateway_line(cfg.state_dir)):
             if line:
                 print(line)
-        for note in skipped(cfg):  # a fleet: what this node leaves to the others
+        for note in skipped(cfg):  # what this node leaves to others; files not loaded
             print(note)
         print(_table(seen, wide=fmt == "wide") if seen.records else "No deployments.")
     for line in refusal_lines(cfg.state_dir):  # on stderr: stdout stays a table or a list
@@ -130,14 +130,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def skipped(cfg: Config) -> list[str]:
     """The last pass's notes of the deployments this node's labels left to other nodes,
-    and of those it runs on, their manifest not loading."""
+    of those it runs on, their manifest not loading, and of the files that did not load
+    and name no deployment (a new file's YAML syntax error)."""
     notes = observed.peek_all(cfg.state_dir)
     nodes = {n.node for n in notes}
     # A state dir is most often one node's: `status` without the daemon's --node (its
     # name defaults to the host's) still says that node's note.
     node = next(iter(nodes)) if len(nodes) == 1 and cfg.node not in nodes else cfg.node
     mine = [n for n in notes if n.node == node]
-    return sorted({n.skipped for n in mine if n.skipped}) + sorted({n.kept for n in mine if n.kept})
+    unloaded = sorted({f"not loaded: {e}" for n in mine for e in n.unloaded})
+    return [
+        *sorted({n.skipped for n in mine if n.skipped}),
+        *sorted({n.kept for n in mine if n.kept}),
+        *unloaded,
+    ]
 
 
 def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | None:

@@ -34,6 +34,9 @@ class Seen:
     # Engines serving their old spec, the new one's model pull failing: deployment -> why.
     # Here, not in the record's message, which would outlive a spec changed back.
     held: dict[str, str] = field(default_factory=dict)
+    # The files that did not load and name no record (a new file's YAML syntax error): each
+    # one's first error, its file and line named as its user names them.
+    unloaded: list[str] = field(default_factory=list)
 
 
 def _document(state_dir: Path) -> Document[list[Seen]]:
@@ -108,6 +111,7 @@ def _seen(item: Any) -> Seen:
         skipped=str(item["skipped"]) if item.get("skipped") else None,
         kept=str(item["kept"]) if item.get("kept") else None,
         held={str(k): str(v) for k, v in (item.get("held") or {}).items()},
+        unloaded=[str(e) for e in item.get("unloaded") or []],
     )
 
 
@@ -120,4 +124,5 @@ def _encode(seen: Seen) -> dict[str, Any]:
         **({"skipped": seen.skipped} if seen.skipped else {}),
         **({"kept": seen.kept} if seen.kept else {}),
         **({"held": seen.held} if seen.held else {}),
+        **({"unloaded": seen.unloaded} if seen.unloaded else {}),
     }
