@@ -36,6 +36,14 @@ class Moving(Checkout):
         st = self.status()
         return st.pinned is not None and st.pinned != self._head() and st.move_target != st.pinned
 
+    def move_due_in(self, now: float | None = None) -> float | None:
+        """Seconds until a failed move to the commit to apply is tried again (0: now);
+        None when no move to it failed."""
+        st = self.status()
+        if st.target is None or st.move_target != st.target:
+            return None
+        return max(st.next_move_at - (time.time() if now is None else now), 0.0)
+
     def apply(self, held: FileLock | None = None) -> SyncResult:
         """Under the pass lock: the checkout moved to the commit to apply (the pin, else
         the last fetched), with what the fetches since the last apply brought. ``held``:
