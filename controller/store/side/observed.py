@@ -12,13 +12,13 @@ file is quarantined and reads as no entries.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from controller.core.manifest.names import base_name
-from controller.core.state import Record
+from controller.core.state import SPEC_INVALID, Record
 from controller.store.documents import Document
 from controller.store.statedir import StateDir
 
@@ -68,6 +68,18 @@ class Views:
 
     seen: dict[str, datetime] = field(default_factory=dict)  # record -> observed at
     conditions: dict[str, list[str]] = field(default_factory=dict)  # record -> conditions
+    # record -> its set's condition when the set's last pass read no manifest (its folder
+    # gone or empty, at a git source's applied commit): nothing pruned, nothing re-read
+    unread: dict[str, str] = field(default_factory=dict)
+
+    def as_read(self, rec: Record) -> Record:
+        """``rec`` as its set's last pass left it. A pass that read no manifest kept the
+        record whole (invariant 5), so a spec-invalid mark on it is an earlier manifest's:
+        the file it names is not at the commit applied; it is not shown as if it were."""
+        if rec.spec_valid or rec.name not in self.unread:
+            return rec
+        message = "" if rec.message.startswith(SPEC_INVALID) else rec.message
+        return replace(rec, spec_valid=True, message=message)
 
 
 def views(notes: list[Seen], records: Iterable[Record]) -> Views:
@@ -80,6 +92,8 @@ def views(notes: list[Seen], records: Iterable[Record]) -> Views:
             found.seen[rec.name] = max(n.at for n in looked)
         mine = [n for n in looked if n.owner == rec.owner]
         found.conditions[rec.name] = [n.prune_blocked for n in mine if n.prune_blocked]
+        if found.conditions[rec.name]:
+            found.unread[rec.name] = found.conditions[rec.name][0]
         found.conditions[rec.name] += [h for n in mine if (h := n.held.get(base_name(rec.name)))]
     return found
 

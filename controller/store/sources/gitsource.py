@@ -77,6 +77,7 @@ from controller.store.sources.gitstate import (
     UNVERIFIED,
     as_json,
     degraded,
+    folder_unread,
     phases_of,
     state_of,
 )
@@ -119,6 +120,7 @@ __all__ = [
     "checkout_dir",
     "checkout_lock",
     "degraded",
+    "folder_unread",
     "followed_instead",
     "git",
     "last_good",

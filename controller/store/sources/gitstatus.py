@@ -20,6 +20,7 @@ from controller.store.sources.gitsettings import (
 from controller.store.statedir import StateDir
 
 INVALID_KEPT = 20  # manifest errors the source file keeps (`reconcile validate` lists all)
+NOTHING_READ = "; nothing pruned"  # how ``invalid`` ends what it says of the folder, first
 
 
 def checkout_dir(state_dir: Path) -> Path:
