@@ -252,7 +252,12 @@ def test_a_failed_move_is_tried_again_when_its_back_off_ends_not_at_the_next_pas
     )
     assert stuck["pinned"] == unpushed and stuck["applied"] != unpushed, stuck
     run_git(remote.work, "push", "-q", "origin", f"{unpushed}:refs/heads/later")
-    # the retry after the back-off (5 s) fetches it by its id and moves
-    d.wait(lambda: source(reconcile)["applied"] == unpushed, "the move retried by its timer")
+    # A retry after the back-off (5 s, doubling: a slow push may miss one) fetches it by
+    # its id and moves; within a minute, where the next pass without the timer is an hour.
+    d.wait(
+        lambda: source(reconcile)["applied"] == unpushed,
+        "the move retried by its timer",
+        timeout=60,
+    )
     assert d.stop() == 0
     reconcile("--git", remote.url, *GIT, "down", check=0)
