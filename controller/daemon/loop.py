@@ -50,7 +50,7 @@ from controller.store.side import activation, daemonset, refused
 from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:  # a daemon that follows no git source never loads it
-    from controller.store.sources.gitsource import GitSource
+    from controller.store.sources.git.source import GitSource
 
 log = get_logger("reconcile")
 

@@ -72,14 +72,15 @@ from controller.store.lock import FileLock
 from controller.store.side import activation, devicehealth, measured, restart
 from controller.store.side.observed import Seen
 from controller.store.side.observed import note as note_seen
-from controller.store.sources import gitrev, security
+from controller.store.sources import security
+from controller.store.sources.git import rev as gitrev
 from controller.store.sources.manifests import LoadResult, ManifestError, load
 from controller.store.sources.nearmiss import NOTHING_PRUNED
 from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:  # loaded where used: a pass with no git source, hooks or envFrom skips them
     from controller.store.instances.outbox import Notifications
-    from controller.store.sources.gitsource import GitSource, SyncResult
+    from controller.store.sources.git.source import GitSource, SyncResult
 
 log = get_logger("reconcile")
 
@@ -427,7 +428,7 @@ class Reconciler(Preview):
         # The daemon fetches on a thread of its own (daemon/gitfetch.py): its passes only move
         self.fetched_apart = False
         if config.git:
-            from controller.store.sources.gitsource import GitSource
+            from controller.store.sources.git.source import GitSource
 
             self.git = GitSource(config.state_dir, config.git, identify=live_identity)
         self.notify = notifications_for(config)
@@ -538,7 +539,7 @@ class Reconciler(Preview):
         fetch (``_fetch_first``), let go once the checkout moved."""
         if self.git is None:
             return None
-        from controller.store.sources.gitsource import shown_url
+        from controller.store.sources.git.source import shown_url
 
         synced = self.git.apply(held)
         if held is not None:
@@ -576,7 +577,7 @@ class Reconciler(Preview):
         """The git source's state (`reconcile source`'s), notified when it changes."""
         if self.notify is None:
             return
-        from controller.store.sources.gitsource import (
+        from controller.store.sources.git.source import (
             DEGRADED,
             degraded,
             phases_of,
@@ -894,7 +895,7 @@ def notifications_for(config: Config) -> Notifications | None:
     if not config.notify:
         return None
     from controller.store.instances.outbox import Notifications
-    from controller.store.sources.gitsource import shown_url
+    from controller.store.sources.git.source import shown_url
 
     if config.git is not None:
         source = shown_url(config.git.url)

@@ -109,7 +109,7 @@ def test_ctrl_c_during_a_fetch_stops_git_and_frees_the_checkout(
 _CTRL_C_IN_POPEN = """
 import os, signal, subprocess, sys
 from pathlib import Path
-from controller.store.sources.gitsource import git
+from controller.store.sources.git.source import git
 
 class CtrlCAfterFork(subprocess.Popen):
     def __init__(self, *args, **kwargs):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controller.store.sources import gitsource
+from controller.store.sources.git import source as gitsource
 from controller.store.statedir import StateDir
 from tests.git.conftest import Remote, run_git, source
 
@@ -568,7 +568,7 @@ def test_the_same_repository_spelled_otherwise_is_the_same_owner(
 
 
 def test_spellings_of_one_repository_compare_equal_and_others_do_not() -> None:
-    from controller.store.sources.gitsource import same_repository
+    from controller.store.sources.git.source import same_repository
 
     ssh = {"git@Example.com:org/ops.git", "ssh://git@example.com/org/ops/", "example.com:org/ops"}
     assert {same_repository(u) for u in ssh} == {"ssh://example.com/org/ops"}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, config, output_format
 from controller.store.instances.records import RecordStore
-from controller.store.sources import gitsource
+from controller.store.sources.git import source as gitsource
 
 
 def source_state(state_dir: Path) -> tuple[gitsource.SourceStatus, str, str] | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from controller.store.sources.gitstatus import INVALID_KEPT, NOTHING_READ, SourceStatus
+from controller.store.sources.git.status import INVALID_KEPT, NOTHING_READ, SourceStatus
 
 if TYPE_CHECKING:
     from controller.core.state import Record

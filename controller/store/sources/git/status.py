@@ -11,7 +11,7 @@ from typing import Any
 
 from controller.store.documents import Document
 from controller.store.lock import FileLock
-from controller.store.sources.gitsettings import (
+from controller.store.sources.git.settings import (
     DEFAULT_TIMEOUT,
     GitSettings,
     same_repository,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from controller.store.sources.gitcheckout import Checkout
-from controller.store.sources.githistory import (
+from controller.store.sources.git.checkout import Checkout
+from controller.store.sources.git.history import (
     changed_by,
     last_good,
     outcome_of,
@@ -15,7 +15,7 @@ from controller.store.sources.githistory import (
     read_history,
     write_history,
 )
-from controller.store.sources.gitstatus import (
+from controller.store.sources.git.status import (
     INVALID_KEPT,
     NOTHING_READ,
     SourceStatus,

@@ -13,11 +13,11 @@ from typing import Any
 from controller import failpoints
 from controller.logsetup import get_logger
 from controller.store.lock import FileLock
-from controller.store.sources.gitcheckout import RETRY_FIRST, RETRY_MAX, Checkout, SyncResult
-from controller.store.sources.gitfetching import fetch
-from controller.store.sources.githistory import add_history
-from controller.store.sources.gitrun import FetchGivenUp, GitFailed, git
-from controller.store.sources.gitstatus import (
+from controller.store.sources.git.checkout import RETRY_FIRST, RETRY_MAX, Checkout, SyncResult
+from controller.store.sources.git.fetching import fetch
+from controller.store.sources.git.history import add_history
+from controller.store.sources.git.run import FetchGivenUp, GitFailed, git
+from controller.store.sources.git.status import (
     SourceStatus,
     now_iso,
 )
