@@ -52,7 +52,7 @@ ROLLING_POINTS = {
     "executor.promote.after_rename": "the new record holds the name, `@next` not deleted",
 }
 
-# Reached only with a git source (store/sources/gitsource.py): tests/git SIGKILLs the daemon
+# Reached only with a git source (store/sources/git/source.py): tests/git SIGKILLs the daemon
 # at each.
 GIT_POINTS = {
     "git.fetch.running": "a git fetch runs (the daemon dies, git finishes or dies alone)",

@@ -46,7 +46,7 @@ def state(tmp_path: Path) -> Path:
 # Nor, on a node that follows no git source, the git source's module and subprocess (or
 # difflib, which only an error's "did you mean" needs): ~8 ms of the ~140 a `status` takes.
 STATUS = (
-    "pydantic,yaml,structlog,psutil,aiohttp,subprocess,difflib,controller.store.sources.gitsource"
+    "pydantic,yaml,structlog,psutil,aiohttp,subprocess,difflib,controller.store.sources.git.source"
 )
 READING = "pydantic,structlog,aiohttp"
 
@@ -73,7 +73,7 @@ def test_read_verbs_import_no_pydantic(state: Path, verb: list[str], modules: st
 UNUSED_BY_A_PLAIN_PASS = ",".join(
     f"controller.{m}"
     for m in (
-        "store.sources.gitsource",
+        "store.sources.git.source",
         "store.instances.outbox",
         "host.secrets",
         "backends.local.container",

@@ -38,6 +38,9 @@ PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT
 RESTART_HELD = "; restart held: "
 _RESTART_WHEN = re.compile(r"; restart (?:now|in [0-9][0-9.]*s)$|; restart held: .*\Z", re.S)
 RESTART_DUE = "restart due: the next pass starts it"
+# How a spec-invalid mark's message begins (core/planner/records: "spec invalid (engine left
+# running): manifests/a.yaml:3: ..."): a view drops one its set's last pass did not read.
+SPEC_INVALID = "spec invalid ("
 # How a running record's message says a drain holds its spec change (a HoldChange):
 # "spec.args changed: held: node drained by … until …".
 CHANGE_HELD = ": held: "

@@ -2,13 +2,14 @@
 
 Events only say "look now" (passes are level-triggered), so the filter is loose
 but cheap: a ``*.yaml``/``*.yml`` file that is not hidden was created, written,
-deleted or moved (an editor's atomic save is a rename onto the name), or the
-folder itself (or a folder above it) came or went. The parent's watch sees a
-folder that disappears and comes back; ``rearm()`` before each pass moves the
-folder's own watch onto whatever directory now has its path, and restarts the
-observer if its thread died (watchdog 3 died on the first event without a
-``dest_path``; any bug there would otherwise leave only the resync, silently). The
-observer itself is ``store.watch.Watch``; this module only says what an event means.
+deleted or moved (an editor's atomic save is a rename onto the name), its ``..data``
+link renamed onto (a ConfigMap's volume, updated by kubelet), or the folder itself
+(or a folder above it) came or went. The parent's watch sees a folder that
+disappears and comes back; ``rearm()`` before each pass moves the folder's own
+watch onto whatever directory now has its path, and restarts the observer if its
+thread died (watchdog 3 died on the first event without a ``dest_path``; any bug
+there would otherwise leave only the resync, silently). The observer itself is
+``store.watch.Watch``; this module only says what an event means.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ COMINGS_AND_GOINGS = frozenset({"created", "deleted", "moved"})
 # into place, it is whole; created or modified, still being written; deleted (or renamed
 # away), gone. A folder itself coming or going waits like a deletion.
 KIND = {"closed": "settled", "moved": "settled", "created": "writing", "modified": "writing"}
+# kubelet's atomic writer (a ConfigMap's volume): each file of the folder is a link through
+# ``..data``, and an update renames a new ``..data`` (to a new timestamped folder) onto it,
+# so no event names a manifest. The rename lands whole.
+SWAPPED = "..data"
 
 
 def is_manifest_name(name: str) -> bool:
@@ -68,6 +73,8 @@ class ManifestWatch(Watch):
                     event.event_type == "moved" and side == "src"
                 )
                 out.append(("deleted" if gone else KIND[event.event_type], str(path)))
+            elif path.parent in self.folders and path.name == SWAPPED and side == "dest":
+                out.append(("settled", str(path)))  # every file's content, switched at once
             elif path in self._above and event.event_type in COMINGS_AND_GOINGS:
                 out.append(("deleted", str(path)))  # a folder came or went: wait it out
         return out

@@ -18,7 +18,7 @@ from controller.errors import ReconcileError
 from controller.logsetup import get_logger
 
 if TYPE_CHECKING:  # a daemon that follows no git source never loads it
-    from controller.store.sources.gitsource import GitSource
+    from controller.store.sources.git.source import GitSource
 
 log = get_logger("reconcile")
 

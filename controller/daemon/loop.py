@@ -50,7 +50,7 @@ from controller.store.side import activation, daemonset, refused
 from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:  # a daemon that follows no git source never loads it
-    from controller.store.sources.gitsource import GitSource
+    from controller.store.sources.git.source import GitSource
 
 log = get_logger("reconcile")
 
@@ -64,7 +64,10 @@ HELD_RECHECK = 1.0  # seconds: a back-off that is over but held (drained, waitin
 WATCHED = (Phase.STARTING, Phase.READY)
 AT_ONCE = "folder at once"  # the pass of a first whole change after quiet (_debounce)
 GIT_FETCH = "git fetch"  # the git source's own timer (its interval), and its fetch's end
-TIMED = frozenset({GIT_FETCH, "resync", "probe due", "liveness", "back-off held", "pull progress"})
+GIT_MOVE = "git move retry"  # a failed move's back-off ended: a pass moves again
+TIMED = frozenset(
+    {GIT_FETCH, GIT_MOVE, "resync", "probe due", "liveness", "back-off held", "pull progress"}
+)
 PROBES = "liveness probes"  # the timer that starts the liveness probes due (no pass)
 PULL_RECHECK = 1.0  # seconds between passes while a model is pulled (its end starts it)
 AUTOSCALE_PERIOD = 0.5  # seconds between looks at the load of autoscaled deployments
@@ -444,6 +447,7 @@ class Daemon:
         resync; a webhook's pass brings it forward. None while one is in flight: its end
         asks for a pass, which arms the next."""
         git = self.reconciler.git
+        self._arm_move(git)
         if git is None or self.fetcher.busy:
             self.timers.cancel(GIT_FETCH)
             if git is not None and self._pin_waits(git):  # a rollback never waits on a fetch
@@ -457,6 +461,19 @@ class Daemon:
         if self.fetcher.failed is not None:  # it could not even begin: no loop of tries
             due = max(due, self.resync)
         self.timers.after(GIT_FETCH, due + SLACK, GIT_FETCH)
+
+    def _arm_move(self, git: GitSource | None) -> None:
+        """A failed move is tried again when its back-off ends, by a pass of its own: the
+        next resync or fetch may be an hour away (the fetch's back-off has its timer too)."""
+        try:
+            due = None if git is None else git.move_due_in()
+        except ReconcileError as exc:
+            log.error("git source status unreadable", error=str(exc))
+            due = None
+        if due is None:
+            self.timers.cancel(GIT_MOVE)
+        else:
+            self.timers.after(GIT_MOVE, due + SLACK, GIT_MOVE)
 
     @staticmethod
     def _pin_waits(git: GitSource) -> bool:

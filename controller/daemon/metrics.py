@@ -32,7 +32,7 @@ from controller.host import bootclock
 from controller.logsetup import get_logger
 from controller.store.config.node import Config, read_drain
 from controller.store.documents import write_atomic
-from controller.store.sources import gitsource
+from controller.store.sources.git import source as gitsource
 
 if TYPE_CHECKING:
     from controller.reconciler.run import PassResult

@@ -14,7 +14,7 @@ def identity(pid: int) -> ProcessRef | None:
 
 def live_identity(pid: int) -> ProcessRef | None:
     """``identity``, but None for a zombie too: a process that has ended holds nothing
-    (store/sources/gitorphan.py asks this of a git and of the reconcile that started it)."""
+    (store/sources/git/orphan.py asks this of a git and of the reconcile that started it)."""
     st = procstat.stat(pid)
     return None if st is None or st.state == "Z" else ref_of(pid, st)
 

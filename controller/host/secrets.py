@@ -114,10 +114,26 @@ def _read_item(item: EnvFrom, folder: Path, untrusted: Untrusted | None) -> dict
     # Named as the manifest wrote it, from the manifest's folder (the error names the
     # manifest): a git source's checkout is no place its user knows.
     path, shown = folder / item.sops_file, f"sopsFile {item.sops_file}"
+    _stays_inside(path, folder, shown)
     _stat(path, shown, where="beside the manifest")
     _trusted(path, shown, untrusted)
     _age_key_private(shown, untrusted)
     return _cached(path, lambda: parse_dotenv(_decrypt(path, shown), item.sops_file or ""))
+
+
+def _stays_inside(path: Path, folder: Path, what: str) -> None:
+    """A symlink (or a symlinked folder on the way) may not take a sopsFile out of its
+    manifest's folder, as ``..`` may not (specs.py): a repository's link to ``/etc`` or to
+    the node's home would have the node decrypt, or fail on, a file the repository does not
+    hold. A link that stays inside (``current.env -> v2.env``, a ConfigMap's ``..data``) is
+    followed."""
+    real, top = path.resolve(), folder.resolve()
+    if not real.is_relative_to(top):
+        raise SecretError(
+            0,
+            f"{what} leaves the manifests folder (a symlink to a file outside it): keep the "
+            "encrypted file itself beside the manifest",
+        )
 
 
 def _not_reconciles(found: Mapping[str, str], item: EnvFrom) -> None:

@@ -72,14 +72,15 @@ from controller.store.lock import FileLock
 from controller.store.side import activation, devicehealth, measured, restart
 from controller.store.side.observed import Seen
 from controller.store.side.observed import note as note_seen
-from controller.store.sources import gitrev, security
+from controller.store.sources import security
+from controller.store.sources.git import rev as gitrev
 from controller.store.sources.manifests import LoadResult, ManifestError, load
 from controller.store.sources.nearmiss import NOTHING_PRUNED
 from controller.store.statedir import StateDir
 
 if TYPE_CHECKING:  # loaded where used: a pass with no git source, hooks or envFrom skips them
     from controller.store.instances.outbox import Notifications
-    from controller.store.sources.gitsource import GitSource, SyncResult
+    from controller.store.sources.git.source import GitSource, SyncResult
 
 log = get_logger("reconcile")
 
@@ -112,6 +113,7 @@ class PassResult:
     sources: dict[str, Source] = field(default_factory=dict)  # deployment -> its source
     skipped: dict[str, str] = field(default_factory=dict)  # left to other nodes -> selector
     invalid: set[str] = field(default_factory=set)  # the manifests that did not load, by name
+    broken: dict[str, str] = field(default_factory=dict)  # a file that did not load -> its error
     # A pass run at once (run_pass's at_once) whose plan was more than new starts: it did
     # nothing, and waits for the folder to settle.
     deferred: bool = False
@@ -426,7 +428,7 @@ class Reconciler(Preview):
         # The daemon fetches on a thread of its own (daemon/gitfetch.py): its passes only move
         self.fetched_apart = False
         if config.git:
-            from controller.store.sources.gitsource import GitSource
+            from controller.store.sources.git.source import GitSource
 
             self.git = GitSource(config.state_dir, config.git, identify=live_identity)
         self.notify = notifications_for(config)
@@ -537,7 +539,7 @@ class Reconciler(Preview):
         fetch (``_fetch_first``), let go once the checkout moved."""
         if self.git is None:
             return None
-        from controller.store.sources.gitsource import shown_url
+        from controller.store.sources.git.source import shown_url
 
         synced = self.git.apply(held)
         if held is not None:
@@ -575,7 +577,7 @@ class Reconciler(Preview):
         """The git source's state (`reconcile source`'s), notified when it changes."""
         if self.notify is None:
             return
-        from controller.store.sources.gitsource import (
+        from controller.store.sources.git.source import (
             DEGRADED,
             degraded,
             phases_of,
@@ -613,6 +615,7 @@ class Reconciler(Preview):
         result.sources = pulling.sources_of(desired.entries.values())
         result.skipped = dict(desired.skipped)
         result.invalid = set(desired.invalid)
+        result.broken = dict(desired.source_errors)
         result.prune_blocked = _prune_blocked(loaded, self._may_empty(loaded))
         result.missing_folders = list(loaded.missing_folders)
         result.folder_problems = loaded.folder_problems()
@@ -892,7 +895,7 @@ def notifications_for(config: Config) -> Notifications | None:
     if not config.notify:
         return None
     from controller.store.instances.outbox import Notifications
-    from controller.store.sources.gitsource import shown_url
+    from controller.store.sources.git.source import shown_url
 
     if config.git is not None:
         source = shown_url(config.git.url)
@@ -961,7 +964,15 @@ def _seen(result: PassResult, node: str, at: datetime) -> Seen:
         skipped=skip_note(skipped),
         kept=kept_note(kept),
         held=_held_note(result),
+        unloaded=_unloaded(result),
     )
+
+
+def _unloaded(result: PassResult) -> list[str]:
+    """The files that did not load and that no record of this set names: a new file with a
+    YAML syntax error has no deployment to show Pending, so `status` says it from here."""
+    named = {r.source for r in result.ours()}
+    return [error for file, error in sorted(result.broken.items()) if file not in named]
 
 
 def _held_note(result: PassResult) -> dict[str, str]:

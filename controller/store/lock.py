@@ -28,7 +28,7 @@ class FileLock:
         self, timeout: float | None = 30.0, *, meanwhile: Callable[[], object] | None = None
     ) -> None:
         """``meanwhile``: called every MEANWHILE_EVERY seconds of a wait (git.lock's looks
-        for a holder it may stop: store/sources/gitorphan.py)."""
+        for a holder it may stop: store/sources/git/orphan.py)."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             if not _try(fd) and not _wait(fd, timeout, meanwhile):
@@ -49,7 +49,7 @@ class FileLock:
     @property
     def fileno(self) -> int | None:
         """The locked descriptor: a child that inherits it holds the lock until it exits
-        (store/sources/gitsource.py hands it to git, so an orphaned git still holds its
+        (store/sources/git/source.py hands it to git, so an orphaned git still holds its
         checkout)."""
         return self._fd
 

@@ -215,7 +215,7 @@ class StateDir:
         """One gateway's answer: drained (``retire/<nonce>.<gateway>.done``)."""
         return self.retire / f"{nonce}.{gateway}.done"
 
-    # -- the git source (store/sources/gitsource.py) ------------------------------------------
+    # -- the git source (store/sources/git/source.py) ------------------------------------------
     @property
     def git(self) -> Path:
         return self.root / "git"
@@ -248,7 +248,7 @@ class StateDir:
 
     @property
     def git_running(self) -> Path:
-        """The last git started under git.lock, and its reconcile (store/sources/gitorphan.py)."""
+        """The last git started under git.lock, and its reconcile (store/sources/git/orphan.py)."""
         return self.git / "running.json"
 
     @property

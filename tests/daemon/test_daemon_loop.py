@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
 import sys
 import time
@@ -451,6 +452,49 @@ def test_a_symlink_above_the_manifests_folder_switched_is_a_folder_event(
     assert d.stop() == 0, d.tail()
     stopped = rc.down("-f", str(folder)).out
     assert all(f"stopped {n}" in stopped for n in ("keeper", "released")), stopped
+
+
+def _atomic_write(folder: Path, files: dict[str, str], stamp: str) -> None:
+    """kubelet's atomic writer, as it updates a ConfigMap's volume: the files in a new
+    timestamped folder, ``..data`` switched to it by a rename, the old folder removed;
+    each file of the folder is a link through ``..data``."""
+    data = folder / "..data"
+    old = os.readlink(data) if data.is_symlink() else None
+    (folder / f"..{stamp}").mkdir(parents=True)
+    for name, text in files.items():
+        (folder / f"..{stamp}" / name).write_text(text)
+    (folder / "..data_tmp").symlink_to(f"..{stamp}")
+    os.rename(folder / "..data_tmp", data)
+    for name in files:
+        if not (folder / name).is_symlink():
+            (folder / name).symlink_to(f"..data/{name}")
+    if old is not None:
+        shutil.rmtree(folder / old)
+
+
+def test_a_configmap_s_data_link_swapped_is_a_folder_event(reconcile: Any, daemon: Any) -> None:
+    """A ConfigMap mounted as the manifests folder: kubelet updates it by renaming a new
+    `..data` link onto the old one, and no event names a manifest, so only the resync
+    (here 1h) saw the change. The rename is a folder event now."""
+    rc = reconcile
+    folder = rc.tmp / "configmap"
+
+    def keeper(seconds: str) -> dict[str, str]:
+        text = rc.dump_yaml(rc.deployment("keeper", basePort=rc.port, **sleeper(seconds)))
+        return {"keeper.yaml": text}
+
+    _atomic_write(folder, keeper("600"), "2026_12_06_21_00_00.1")
+    d = daemon("-f", str(folder))
+    first = d.wait(lambda: ready_pid(rc, "keeper"), "keeper Ready")
+    _atomic_write(folder, keeper("601"), "2026_12_06_21_05_00.2")
+    d.wait(
+        lambda: (pid := ready_pid(rc, "keeper")) not in (None, first) and pid,
+        "keeper replaced by its new spec (a folder event, not a resync)",
+    )
+    assert rc.cmdline(ready_pid(rc, "keeper")).endswith(" 601")
+    assert not [p for p in d.passes() if "resync" in p["trigger"]], d.passes()
+    assert d.stop() == 0, d.tail()
+    assert "stopped keeper" in rc.down("-f", str(folder)).out
 
 
 def test_a_manifest_of_a_wrong_type_never_ends_the_daemon(

@@ -23,7 +23,7 @@ from controller.daemon.webhooks import Sender
 from controller.gateway.accounting.enginemetrics import EngineLoad
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.store.config import accesstoken
-from controller.store.sources import gitsource
+from controller.store.sources.git import source as gitsource
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "metrics" / "shape.json"
 Shape = dict[str, dict[str, Any]]

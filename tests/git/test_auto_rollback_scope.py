@@ -10,7 +10,7 @@ import pytest
 from strategies import OWNER, record
 
 from controller.reconciler.run import PassResult
-from controller.store.sources import gitsource
+from controller.store.sources.git import source as gitsource
 
 GOOD, BAD = "a" * 40, "b" * 40
 LONG_AGO = "2026-01-01T00:00:00+00:00"  # past any progressDeadline

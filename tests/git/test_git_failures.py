@@ -22,7 +22,7 @@ import pytest
 from controller.failpoints import GIT_POINTS
 from controller.store.lock import FileLock
 from controller.store.statedir import StateDir
-from tests.git.conftest import Remote, source
+from tests.git.conftest import Remote, run_git, source
 
 GIT = ("--git-path", "manifests")
 
@@ -109,7 +109,7 @@ def test_ctrl_c_during_a_fetch_stops_git_and_frees_the_checkout(
 _CTRL_C_IN_POPEN = """
 import os, signal, subprocess, sys
 from pathlib import Path
-from controller.store.sources.gitsource import git
+from controller.store.sources.git.source import git
 
 class CtrlCAfterFork(subprocess.Popen):
     def __init__(self, *args, **kwargs):
@@ -232,3 +232,32 @@ def test_a_once_killed_by_a_signal_during_a_fetch_takes_git_along(
     lock = FileLock(StateDir(reconcile.state).git_lock, what="git checkout lock")
     assert lock.try_acquire(), "git.lock still held: the next pass would wait on it"
     lock.release()
+
+
+def test_a_failed_move_is_tried_again_when_its_back_off_ends_not_at_the_next_pass(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    """A move that failed backed off, yet waited for the next pass to be tried again: with
+    an hour's interval and resync, an hour. Its back-off has its own timer now, as a
+    failed fetch's has. git fails for real: a rollback to a commit the remote does not
+    have yet (its fetch by id refused), then pushed."""
+    remote.deploy("alpha")
+    unpushed = remote.commit({"README": "later\n"}, "not on the remote yet", push=False)
+    d = git_daemon("--git", remote.url, *GIT, "--interval", "1h")
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+    reconcile("rollback", unpushed, check=None)  # the move fails: said, and retried
+    stuck = d.wait(
+        lambda: "cannot check out" in (seen := source(reconcile))["message"] and seen,
+        "the move to the unpushed commit failed",
+    )
+    assert stuck["pinned"] == unpushed and stuck["applied"] != unpushed, stuck
+    run_git(remote.work, "push", "-q", "origin", f"{unpushed}:refs/heads/later")
+    # A retry after the back-off (5 s, doubling: a slow push may miss one) fetches it by
+    # its id and moves; within a minute, where the next pass without the timer is an hour.
+    d.wait(
+        lambda: source(reconcile)["applied"] == unpushed,
+        "the move retried by its timer",
+        timeout=60,
+    )
+    assert d.stop() == 0
+    reconcile("--git", remote.url, *GIT, "down", check=0)

@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from controller.store.lock import FileLock
-from controller.store.sources.gitsource import peek_status
+from controller.store.sources.git.source import peek_status
 from controller.store.statedir import StateDir
 from tests.git.conftest import GitDaemon, Remote, run_git, source
 

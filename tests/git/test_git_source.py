@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controller.store.sources import gitsource
+from controller.store.sources.git import source as gitsource
 from controller.store.statedir import StateDir
 from tests.git.conftest import Remote, run_git, source
 
@@ -147,9 +147,10 @@ def test_a_path_missing_at_a_commit_prunes_nothing(reconcile: Any, remote: Remot
     assert "manifests: no such folder at this commit; nothing pruned" in seen["message"], seen
     # the record's condition, `--once` and the daemon's log name the path as the repository
     # does, never the node's checkout under the state dir
-    wide = reconcile("status", "-o", "wide", check=0).out
+    wide = reconcile("status", "-o", "wide", check=0).out  # once, in the source's line
+    assert "manifests: no such folder at the applied commit" in out.err, out
+    assert wide.count("manifests: no such folder at this commit") == 1, wide
     for said in (out.err, wide):
-        assert "manifests: no such folder at the applied commit" in said, said
         assert str(reconcile.state) not in said, said
     history = reconcile("history", "-o", "json", check=0).json()
     assert history[-1]["revision"] == gone and history[-1]["outcome"] == "Degraded", history
@@ -159,6 +160,43 @@ def test_a_path_missing_at_a_commit_prunes_nothing(reconcile: Any, remote: Remot
     assert seen["applied"] == empty and seen["state"] == "Degraded", seen
     assert "manifests: no manifest in it; nothing pruned" in seen["message"], seen
     assert reconcile.alive(pid)
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
+def test_a_path_gone_at_a_commit_is_said_once_and_no_earlier_error_with_it(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A commit that deletes the manifests folder: every row repeated the folder's
+    condition, and a record marked "spec invalid" by an earlier commit's file still said
+    so, naming a file the applied commit does not have. As Argo CD says "path does not
+    exist" of the app and keeps the last synced state, the source's line says the folder
+    is gone at that commit, once, and the engines run on as they were, unmarked."""
+    remote.deploy("alpha")
+    remote.deploy("beta", basePort=reconcile.port + 10)
+    reconcile.converge(*git_args(remote))
+    pids = {n: reconcile.record(n)["ref"]["pid"] for n in ("alpha", "beta")}
+    remote.deploy("alpha", basePort="notaport")
+    reconcile("--once", *git_args(remote), check=1)
+    assert "spec invalid" in reconcile("status", check=0).out  # that commit's file: true
+    gone = remote.commit(
+        {"manifests/alpha.yaml": None, "manifests/beta.yaml": None, "README": "moved\n"},
+        "the manifests folder removed",
+    )
+    reconcile("--once", *git_args(remote), check=1)
+    for verb in (("status",), ("status", "-o", "wide")):
+        out = reconcile(*verb, check=0).out
+        source_line, *rows = out.splitlines()
+        assert f"Degraded at {gone[:12]}" in source_line, out
+        assert out.count("no such folder") == 1, out
+        assert "manifests: no such folder at this commit; nothing pruned" in source_line, out
+        assert "spec invalid" not in out and "alpha.yaml:" not in out, out
+        assert [r.split()[0] for r in rows[1:]] == ["alpha", "beta"], out
+    items = {i["name"]: i for i in reconcile("status", "-o", "json", check=0).json()}
+    assert items["alpha"]["spec_valid"] and "spec invalid" not in items["alpha"]["message"]
+    assert all("no such folder" in i["conditions"][0] for i in items.values()), items
+    described = reconcile("describe", "alpha", check=0).out
+    assert "Spec valid:   true\n" in described and "no such folder" in described, described
+    assert all(reconcile.alive(pid) for pid in pids.values())
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 
@@ -246,6 +284,26 @@ def test_a_manifest_that_does_not_load_is_degraded_named_and_never_a_good_commit
     ], history
     dry = reconcile("rollback", "--dry-run", check=0)  # the last good commit but this one
     assert good[:12] in dry.out and broken[:12] not in dry.out, dry.out
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
+def test_a_new_file_with_a_yaml_syntax_error_is_shown_by_status_with_file_and_line(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A new manifest whose YAML does not parse names no deployment, so no record shows it
+    Pending: `--once` and `plan` said it, `status` did not. It says it now, file and line
+    as the repository has them, until a commit fixes the file."""
+    remote.deploy("alpha")
+    reconcile.converge(*git_args(remote))
+    typo = "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: gamma\n"
+    remote.commit({"manifests/gamma.yaml": typo}, "a new file, a typo")
+    reconcile("--once", *git_args(remote), check=1)
+    out = reconcile("status", check=0).out
+    assert "\nnot loaded: manifests/gamma.yaml:4: invalid YAML: " in out, out
+    assert str(reconcile.state) not in out, out
+    remote.commit({"manifests/gamma.yaml": None}, "the typo removed")
+    reconcile.converge(*git_args(remote))
+    assert "not loaded" not in reconcile("status", check=0).out
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 
@@ -510,7 +568,7 @@ def test_the_same_repository_spelled_otherwise_is_the_same_owner(
 
 
 def test_spellings_of_one_repository_compare_equal_and_others_do_not() -> None:
-    from controller.store.sources.gitsource import same_repository
+    from controller.store.sources.git.source import same_repository
 
     ssh = {"git@Example.com:org/ops.git", "ssh://git@example.com/org/ops/", "example.com:org/ops"}
     assert {same_repository(u) for u in ssh} == {"ssh://example.com/org/ops"}

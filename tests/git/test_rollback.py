@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 
 from controller.store.lock import FileLock
-from controller.store.sources import gitsource
+from controller.store.sources.git import source as gitsource
 from controller.store.statedir import StateDir
 from tests.git.conftest import Remote, run_git, source
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from controller.store.sources.gitrev import revision, revision_of
+from controller.store.sources.git.rev import revision, revision_of
 
 REPO = Path(__file__).resolve().parents[2]
 GITOPS = REPO / "examples" / "gitops"

@@ -228,7 +228,7 @@ def _source_failing(cfg: Config) -> list[str]:
     runs, and the branch may be far ahead)."""
     if cfg.git is None:
         return []
-    from controller.store.sources.gitsource import peek_status
+    from controller.store.sources.git.source import peek_status
 
     st = peek_status(cfg.state_dir)
     if st is None or not st.applied:  # _before_the_first_fetch said it
@@ -280,7 +280,7 @@ def _before_the_first_fetch(cfg: Config) -> tuple[str, int] | None:
     What to say and the exit code: 2, the first pass applies it; 1, its fetch fails."""
     if cfg.git is None:
         return None
-    from controller.store.sources.gitsource import followed_instead, peek_status, shown_url
+    from controller.store.sources.git.source import followed_instead, peek_status, shown_url
 
     other = followed_instead(cfg.state_dir, cfg.git)
     # Another source's checkout, commit and fetch error are none of this one's.
@@ -319,7 +319,7 @@ def _against(cfg: Config) -> list[str]:
     commit pushed since is not in it (an "In sync" would mislead without this)."""
     if cfg.git is None:
         return []
-    from controller.store.sources.gitsource import peek_status
+    from controller.store.sources.git.source import peek_status
 
     st = peek_status(cfg.state_dir)
     at = st.applied[:12] if st is not None and st.applied else None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, config, output_format
 from controller.store.instances.records import RecordStore
-from controller.store.sources import gitsource
+from controller.store.sources.git import source as gitsource
 
 
 def source_state(state_dir: Path) -> tuple[gitsource.SourceStatus, str, str] | None:
@@ -26,15 +26,19 @@ def source_state(state_dir: Path) -> tuple[gitsource.SourceStatus, str, str] | N
     return st, state, message
 
 
-def summary(state_dir: Path) -> str | None:
-    """The one line `status` prints above its table (None: no git source)."""
+def summary(state_dir: Path) -> tuple[str, str | None] | None:
+    """The one line `status` prints above its table, and the owner whose folder it says is
+    gone or empty at the applied commit, so that its records' rows need not say it again
+    (None: no git source)."""
     seen = source_state(state_dir)
     if seen is None:
         return None
     st, state, message = seen
     ref = f"tag {st.tag}" if st.tag else st.branch
     at = st.applied[:12] if st.applied else "-"
-    return f"source: {st.url} {ref} path {st.path}: {state} at {at} ({message})"
+    folder = gitsource.folder_unread(st)
+    said = st.owner if folder is not None and folder in message else None
+    return f"source: {st.url} {ref} path {st.path}: {state} at {at} ({message})", said
 
 
 def cmd_source(args: argparse.Namespace) -> int:

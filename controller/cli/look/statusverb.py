@@ -65,6 +65,9 @@ class Look:
     seen: dict[str, datetime] = field(default_factory=dict)  # record -> observed at
     conditions: dict[str, list[str]] = field(default_factory=dict)  # record -> conditions
     state_dir: Path | None = None  # where they were read (a git checkout's files named from it)
+    # record -> its set's condition, when its last pass read no manifest (observed.Views)
+    unread: dict[str, str] = field(default_factory=dict)
+    said_above: str | None = None  # the owner whose unread folder the line above says
     at: datetime = field(default_factory=lambda: datetime.now(UTC))  # when it was taken
 
     def live(self) -> list[Record]:
@@ -79,6 +82,8 @@ class Look:
 
     def _shown(self, rec: Record) -> Record:
         conditions = self.conditions.get(rec.name, [])
+        if rec.owner == self.said_above:  # the source's line says it once, not every row
+            conditions = [c for c in conditions if c != self.unread.get(rec.name)]
         if conditions:
             said = [*conditions, *([rec.message] if rec.message else [])]
             if rec.state_unknown:  # the mark leads: PHASE's "?" is read from it
@@ -113,10 +118,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         banner = drain_line(cfg.node, _drain_or_none(cfg), datetime.now(UTC), bootclock.read())
         if banner:
             print(banner, file=sys.stderr)
-        for line in (_source_line(cfg.state_dir), gateway_line(cfg.state_dir)):
-            if line:
-                print(line)
-        for note in skipped(cfg):  # a fleet: what this node leaves to the others
+        source = _source_line(cfg.state_dir)
+        if source is not None:
+            print(source[0])
+            seen.said_above = source[1]
+        if line := gateway_line(cfg.state_dir):
+            print(line)
+        for note in skipped(cfg):  # what this node leaves to others; files not loaded
             print(note)
         print(_table(seen, wide=fmt == "wide") if seen.records else "No deployments.")
     for line in refusal_lines(cfg.state_dir):  # on stderr: stdout stays a table or a list
@@ -130,14 +138,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def skipped(cfg: Config) -> list[str]:
     """The last pass's notes of the deployments this node's labels left to other nodes,
-    and of those it runs on, their manifest not loading."""
+    of those it runs on, their manifest not loading, and of the files that did not load
+    and name no deployment (a new file's YAML syntax error)."""
     notes = observed.peek_all(cfg.state_dir)
     nodes = {n.node for n in notes}
     # A state dir is most often one node's: `status` without the daemon's --node (its
     # name defaults to the host's) still says that node's note.
     node = next(iter(nodes)) if len(nodes) == 1 and cfg.node not in nodes else cfg.node
     mine = [n for n in notes if n.node == node]
-    return sorted({n.skipped for n in mine if n.skipped}) + sorted({n.kept for n in mine if n.kept})
+    unloaded = sorted({f"not loaded: {e}" for n in mine for e in n.unloaded})
+    return [
+        *sorted({n.skipped for n in mine if n.skipped}),
+        *sorted({n.kept for n in mine if n.kept}),
+        *unloaded,
+    ]
 
 
 def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | None:
@@ -159,9 +173,10 @@ def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | N
     chosen = [r for r in records if selected(r.labels, args)]
     records, pulls = pullstatus.live(chosen, cfg.state_dir)  # Pulling: progress now
     noted = observed.views(observed.peek_all(cfg.state_dir), records)
+    records = [noted.as_read(r) for r in records]  # no stale spec-invalid mark
     found = Look(records, dict(pulls), [p.message for p in problems], state_dir=cfg.state_dir)
     found.seen = {**noted.seen, **seen}  # --refresh: now
-    found.conditions = noted.conditions
+    found.conditions, found.unread = noted.conditions, noted.unread
     return found
 
 
@@ -307,8 +322,9 @@ def _changes(seen: Look, shown: dict[str, str]) -> tuple[list[dict[str, Any]], l
     return changed, gone
 
 
-def _source_line(state_dir: Path) -> str | None:
-    """A git source: what it runs, in one line (None: the state dir follows none). The
+def _source_line(state_dir: Path) -> tuple[str, str | None] | None:
+    """A git source: what it runs, in one line, and the owner whose folder it says is gone
+    or empty (None: the state dir follows none). The
     git source's module (subprocess, its codecs) is loaded only where there is one."""
     if not StateDir(state_dir).git_source.exists():
         return None

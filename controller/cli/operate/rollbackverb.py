@@ -26,7 +26,7 @@ from controller.store.config.node import Config
 from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordStore
 from controller.store.lock import FileLock
-from controller.store.sources import gitsource
+from controller.store.sources.git import source as gitsource
 
 APPLY_WAIT = 60.0  # seconds to wait for the daemon's pass to apply the pin
 

@@ -133,7 +133,7 @@ def _beside_the_daemon(cfg: Config) -> str | None:
     if cfg.git is None:
         return None
     from controller.cli.operate.restartverb import daemon_pid
-    from controller.store.sources.gitsource import SourceStatus, followed_instead
+    from controller.store.sources.git.source import SourceStatus, followed_instead
 
     other = followed_instead(cfg.state_dir, cfg.git)
     pid = daemon_pid(cfg.state_dir) if other is not None else None

@@ -132,8 +132,10 @@ def describe(
     events = _journal(state_dir, name, alone)
     if rec.source:  # a git source's file as the repository names it
         rec = replace(rec, source=StateDir(state_dir).in_repo(rec.source))
+    noted = observed.views(observed.peek_all(state_dir), [rec])
+    rec = noted.as_read(rec)  # no stale spec-invalid mark, as status
     fields = [*_fields(rec, now), ("Memory", memory_line(rec, state_dir))]
-    held = observed.views(observed.peek_all(state_dir), [rec]).conditions[rec.name]
+    held = noted.conditions[rec.name]
     if held:  # what status leads its MESSAGE with, under the Message
         fields.insert([k for k, _ in fields].index("Message") + 1, ("Conditions", "; ".join(held)))
     fields += pullshow.describe_lines(rec, state_dir, now)  # Pulling

@@ -42,7 +42,7 @@ from controller.core.planner.lifecycle import lifecycle, running
 from controller.core.planner.ondemand import idle_reason, parked
 from controller.core.planner.recreate import drain_holds, hold, recreate, unheld
 from controller.core.planner.rolling import judge_next, rolling, rollout
-from controller.core.state import MarkedProcess, Phase, Record, RecordView
+from controller.core.state import SPEC_INVALID, MarkedProcess, Phase, Record, RecordView
 
 
 # Records on an Unhealthy device (devicefaults.py) are moved: the instance is stopped
@@ -104,7 +104,7 @@ def _unrecorded(ctx: Context, name: str, entry: Entry | None) -> list[Judged]:
         return []  # another node's broken manifest: its error is said, no record here
     if entry is None:  # every deployment a pass has seen gets a record, so status shows it
         error = ctx.desired.invalid[name]
-        return [Reject(name=name, reason=f"spec invalid (not started): {error}")]
+        return [Reject(name=name, reason=f"{SPEC_INVALID}not started): {error}")]
     if ctx.scaled_to_zero(name):
         return [Park(name=name, reason=SCALED_TO_ZERO, entry=entry)]
     if parked(ctx, entry, None):
@@ -263,7 +263,7 @@ def _broken(view: RecordView, error: str) -> tuple[AnyAction, ...]:
                 exit=view.exit,
             ),
         )
-    message = f"spec invalid ({_engine_state(view)}): {error}"
+    message = f"{SPEC_INVALID}{_engine_state(view)}): {error}"
     marked: tuple[AnyAction, ...] = ()
     if rec.spec_valid or rec.message != message:
         marked = (MarkSpec(name=rec.name, reason=message, valid=False),)

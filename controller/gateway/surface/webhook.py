@@ -30,7 +30,7 @@ from controller.gateway.http.router import Router
 from controller.logsetup import get_logger
 from controller.store import sidefiles
 from controller.store.documents import write_atomic
-from controller.store.sources import gitsource
+from controller.store.sources.git import source as gitsource
 from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")

@@ -32,7 +32,7 @@ from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordProblem, held_by_unreadable
 from controller.store.models import pullstatus
 from controller.store.side import devicehealth, observed
-from controller.store.sources import gitsource
+from controller.store.sources.git import source as gitsource
 
 EVENTS = 200  # the newest events the page gets
 INVENTORY_TTL = 5.0  # seconds a discovered inventory is reused (NVML is not free)

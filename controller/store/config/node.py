@@ -25,7 +25,7 @@ from controller.store.statedir import StateDir
 if TYPE_CHECKING:
     from controller.store.config.nodeconfig import GitFile
     from controller.store.instances.outbox import Hook
-    from controller.store.sources.gitsource import GitSettings
+    from controller.store.sources.git.source import GitSettings
 
 DEFAULT_LOCK_TIMEOUT = 60.0  # seconds a pass waits for another's lock
 
@@ -129,13 +129,13 @@ def resolve(
     # -f on the command line wins over node.yaml's git: (a `validate -f` on the node works)
     source = None if manifests else git_source(flags, git_file)
     if source is not None:
-        from controller.store.sources.gitsource import manifests_dir
+        from controller.store.sources.git.source import manifests_dir
 
         paths = (manifests_dir(state_path, source.path),)
         if owner:  # what `source` and `status` judge the source by: the records' owner
             source = replace(source, owned_as=owner)
         else:  # the same repository spelled otherwise: the owner its records carry
-            from controller.store.sources.gitsource import spelled_as_before
+            from controller.store.sources.git.source import spelled_as_before
 
             source = spelled_as_before(state_path, source, lambda: _owners(state_path))
     return Config(
@@ -227,7 +227,7 @@ def remembered(state_dir: Path, flags: GitFlags) -> GitFlags:
     source's module, subprocess and all, is not loaded: `status` stays light)."""
     if not StateDir(state_dir).git_source.exists():
         return flags
-    from controller.store.sources.gitsource import peek_status
+    from controller.store.sources.git.source import peek_status
 
     try:
         st = peek_status(state_dir)  # every verb resolves this: a torn file is the pass's
@@ -271,7 +271,7 @@ def git_source(flags: GitFlags, file: GitFile | None) -> GitSettings | None:
             )
         return None
     from controller.core.manifest.quantity import parse_duration
-    from controller.store.sources.gitsource import local_repo, settings
+    from controller.store.sources.git.source import local_repo, settings
 
     if flags.url:  # a path is the caller's, as `git clone`'s (a remembered URL is absolute)
         url = local_repo(flags.url, Path.cwd())

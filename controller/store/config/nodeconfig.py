@@ -9,7 +9,7 @@ when it exists::
     logMaxFiles: 3                   # backups kept (<name>.log.1 ... .3)
     tlsCert: /etc/reconcile/cert.pem  # the gateway's HTTPS pair (--tls-cert, --tls-key);
     tlsKey: /etc/reconcile/key.pem    #   a relative path is from this file's folder
-    git:                             # follow a repository (store/sources/gitsource.py)
+    git:                             # follow a repository (store/sources/git/source.py)
       url: https://example.com/ops.git
       branch: main                   # or tag: v1.2
       path: manifests
@@ -124,7 +124,7 @@ class GitFile(BaseModel):
     @field_validator("path")
     @classmethod
     def _inside(cls, path: str | None) -> str | None:
-        from controller.store.sources.gitsource import normal_path
+        from controller.store.sources.git.source import normal_path
 
         if path is not None:
             try:
@@ -189,7 +189,7 @@ class NodeFile(BaseModel):
         folder, as tlsCert's is (the node's git runs in its checkout, elsewhere)."""
         if self.git is None or not self.git.url:
             return self.git
-        from controller.store.sources.gitsource import local_repo
+        from controller.store.sources.git.source import local_repo
 
         return self.git.model_copy(update={"url": local_repo(self.git.url, self._folder)})
 

@@ -12,13 +12,13 @@ file is quarantined and reads as no entries.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from controller.core.manifest.names import base_name
-from controller.core.state import Record
+from controller.core.state import SPEC_INVALID, Record
 from controller.store.documents import Document
 from controller.store.statedir import StateDir
 
@@ -34,6 +34,9 @@ class Seen:
     # Engines serving their old spec, the new one's model pull failing: deployment -> why.
     # Here, not in the record's message, which would outlive a spec changed back.
     held: dict[str, str] = field(default_factory=dict)
+    # The files that did not load and name no record (a new file's YAML syntax error): each
+    # one's first error, its file and line named as its user names them.
+    unloaded: list[str] = field(default_factory=list)
 
 
 def _document(state_dir: Path) -> Document[list[Seen]]:
@@ -65,6 +68,18 @@ class Views:
 
     seen: dict[str, datetime] = field(default_factory=dict)  # record -> observed at
     conditions: dict[str, list[str]] = field(default_factory=dict)  # record -> conditions
+    # record -> its set's condition when the set's last pass read no manifest (its folder
+    # gone or empty, at a git source's applied commit): nothing pruned, nothing re-read
+    unread: dict[str, str] = field(default_factory=dict)
+
+    def as_read(self, rec: Record) -> Record:
+        """``rec`` as its set's last pass left it. A pass that read no manifest kept the
+        record whole (invariant 5), so a spec-invalid mark on it is an earlier manifest's:
+        the file it names is not at the commit applied; it is not shown as if it were."""
+        if rec.spec_valid or rec.name not in self.unread:
+            return rec
+        message = "" if rec.message.startswith(SPEC_INVALID) else rec.message
+        return replace(rec, spec_valid=True, message=message)
 
 
 def views(notes: list[Seen], records: Iterable[Record]) -> Views:
@@ -77,6 +92,8 @@ def views(notes: list[Seen], records: Iterable[Record]) -> Views:
             found.seen[rec.name] = max(n.at for n in looked)
         mine = [n for n in looked if n.owner == rec.owner]
         found.conditions[rec.name] = [n.prune_blocked for n in mine if n.prune_blocked]
+        if found.conditions[rec.name]:
+            found.unread[rec.name] = found.conditions[rec.name][0]
         found.conditions[rec.name] += [h for n in mine if (h := n.held.get(base_name(rec.name)))]
     return found
 
@@ -108,6 +125,7 @@ def _seen(item: Any) -> Seen:
         skipped=str(item["skipped"]) if item.get("skipped") else None,
         kept=str(item["kept"]) if item.get("kept") else None,
         held={str(k): str(v) for k, v in (item.get("held") or {}).items()},
+        unloaded=[str(e) for e in item.get("unloaded") or []],
     )
 
 
@@ -120,4 +138,5 @@ def _encode(seen: Seen) -> dict[str, Any]:
         **({"skipped": seen.skipped} if seen.skipped else {}),
         **({"kept": seen.kept} if seen.kept else {}),
         **({"held": seen.held} if seen.held else {}),
+        **({"unloaded": seen.unloaded} if seen.unloaded else {}),
     }

@@ -1,8 +1,8 @@
 """The checkout under ``<state>/git/checkout``: its lock (git.lock, and what a wait for it
 stops: an orphaned git, a collection a rollback will not wait for), the status it is
 read and changed by, the commit it is at, and what a git cut short leaves in it.
-``GitSource`` (gitsource.py) is this, its fetches (gitfetching.py), its moves
-(gitmoving.py) and its pins (gitpins.py)."""
+``GitSource`` (git/source.py) is this, its fetches (git/fetching.py), its moves
+(git/moving.py) and its pins (git/pins.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pathlib import Path
 
 from controller.store import sidefiles
 from controller.store.lock import FileLock
-from controller.store.sources import gitorphan
-from controller.store.sources.gitkeep import drop_partial
-from controller.store.sources.gitsettings import GitSettings
-from controller.store.sources.gitstatus import (
+from controller.store.sources.git import orphan as gitorphan
+from controller.store.sources.git.keep import drop_partial
+from controller.store.sources.git.settings import GitSettings
+from controller.store.sources.git.status import (
     SourceStatus,
     checkout_dir,
     checkout_lock,
@@ -91,7 +91,7 @@ class Checkout:
         self, waiting: Callable[[FileLock], None] | None = None, *, rollback: bool = False
     ) -> Iterator[FileLock]:
         """git.lock, for a fetch or a move (its own descriptor: the daemon's fetch thread
-        and its passes each take theirs). Held by a git whose reconcile died (gitorphan.py),
+        and its passes each take theirs). Held by a git whose reconcile died (git/orphan.py),
         at once or while we wait, that git is stopped; held by a live reconcile, it is
         waited for, ``waiting`` told so first. ``rollback``: a rollback's pin, which waits
         for no housekeeping: a collection (``git gc``) under the lock, anyone's, is stopped
@@ -182,7 +182,7 @@ class Checkout:
         return st.applied is not None and st.applied == self._head()
 
     def _head(self) -> str | None:
-        from controller.store.sources.gitrev import revision
+        from controller.store.sources.git.rev import revision
 
         if not (self.repo / ".git").is_dir() or self.marker.exists():
             return None

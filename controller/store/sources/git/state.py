@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from controller.store.sources.gitstatus import INVALID_KEPT, SourceStatus
+from controller.store.sources.git.status import INVALID_KEPT, NOTHING_READ, SourceStatus
 
 if TYPE_CHECKING:
     from controller.core.state import Record
@@ -69,6 +69,15 @@ def state_of(st: SourceStatus, phases: Phases) -> tuple[str, str]:
     if waiting:
         return PROGRESSING, f"{len(phases) - len(waiting)}/{len(phases)} deployment(s) Ready"
     return SYNCED, f"{len(phases)} deployment(s) Ready at {st.applied[:12]}"
+
+
+def folder_unread(st: SourceStatus) -> str | None:
+    """What ``note_invalid`` said first of the applied commit's folder (gone, or holding
+    no manifest: its pass read none and pruned nothing); None when it said nothing of it."""
+    if not st.invalid or st.invalid_at != st.applied:
+        return None
+    first = st.invalid[0]
+    return first if first.startswith(f"{st.path}: ") and first.endswith(NOTHING_READ) else None
 
 
 def as_json(st: SourceStatus, state: str, message: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from controller.store.documents import Document
 from controller.store.lock import FileLock
-from controller.store.sources.gitsettings import (
+from controller.store.sources.git.settings import (
     DEFAULT_TIMEOUT,
     GitSettings,
     same_repository,
@@ -20,6 +20,7 @@ from controller.store.sources.gitsettings import (
 from controller.store.statedir import StateDir
 
 INVALID_KEPT = 20  # manifest errors the source file keeps (`reconcile validate` lists all)
+NOTHING_READ = "; nothing pruned"  # how ``invalid`` ends what it says of the folder, first
 
 
 def checkout_dir(state_dir: Path) -> Path:

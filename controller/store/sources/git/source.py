@@ -20,24 +20,24 @@ under way: a SIGKILL mid-fetch or mid-move leaves the marker (and maybe git's
 ``*.lock`` files, which are ours to remove while we hold ``git.lock``), and the next sync
 moves again from the start (a pass finding it fetches and moves before it reads); a
 git the killed reconcile left running is stopped by the next holder of git.lock
-(gitorphan.py). A failed fetch changes nothing on disk but the status: the
+(git/orphan.py). A failed fetch changes nothing on disk but the status: the
 last applied commit keeps running and nothing is pruned.
 
 The source's rooms, by role (this module re-exports their names, so its importers need
-no other): ``GitSource`` is the checkout (``gitcheckout``) with its fetches and their
-collection (``gitfetching``), its moves (``gitmoving``) and a pass's notes and
-autoRollback's pin (``gitpins``); ``gitsettings`` (the settings, the URL's spellings),
-``gitowner`` (whose records they are), ``gitstatus`` (``source.json`` and the state dir's
-git files), ``gitrun`` (running git), ``gitkeep`` (the checkout's housekeeping),
-``githistory`` (the commits applied: rollbacks' memory), ``gitstate`` (the state
+no other): ``GitSource`` is the checkout (``checkout``) with its fetches and their
+collection (``fetching``), its moves (``moving``) and a pass's notes and
+autoRollback's pin (``pins``); ``settings`` (the settings, the URL's spellings),
+``owner`` (whose records they are), ``status`` (``source.json`` and the state dir's
+git files), ``run`` (running git), ``keep`` (the checkout's housekeeping),
+``history`` (the commits applied: rollbacks' memory), ``state`` (the state
 `reconcile source` shows).
 """
 
 from __future__ import annotations
 
-from controller.store.sources.gitcheckout import SyncResult
-from controller.store.sources.gitfetching import SHA, Fetching
-from controller.store.sources.githistory import (
+from controller.store.sources.git.checkout import SyncResult
+from controller.store.sources.git.fetching import SHA, Fetching
+from controller.store.sources.git.history import (
     add_history,
     last_good,
     outcome_of,
@@ -45,17 +45,17 @@ from controller.store.sources.githistory import (
     read_history,
     write_history,
 )
-from controller.store.sources.gitkeep import (
+from controller.store.sources.git.keep import (
     COLLECT_MIN,
     COLLECTED,
     KEEP_REFS,
     PARTIAL,
 )
-from controller.store.sources.gitmoving import Moving
-from controller.store.sources.gitowner import followed_instead, spelled_as_before
-from controller.store.sources.gitpins import Pins
-from controller.store.sources.gitrun import FetchGivenUp, GitFailed, git
-from controller.store.sources.gitsettings import (
+from controller.store.sources.git.moving import Moving
+from controller.store.sources.git.owner import followed_instead, spelled_as_before
+from controller.store.sources.git.pins import Pins
+from controller.store.sources.git.run import FetchGivenUp, GitFailed, git
+from controller.store.sources.git.settings import (
     DEFAULT_INTERVAL,
     DEFAULT_TIMEOUT,
     GitSettings,
@@ -65,7 +65,7 @@ from controller.store.sources.gitsettings import (
     settings,
     shown_url,
 )
-from controller.store.sources.gitstate import (
+from controller.store.sources.git.state import (
     DEGRADED,
     DEGRADING,
     FAILING,
@@ -77,10 +77,11 @@ from controller.store.sources.gitstate import (
     UNVERIFIED,
     as_json,
     degraded,
+    folder_unread,
     phases_of,
     state_of,
 )
-from controller.store.sources.gitstatus import (
+from controller.store.sources.git.status import (
     SourceStatus,
     checkout_dir,
     checkout_lock,
@@ -119,6 +120,7 @@ __all__ = [
     "checkout_dir",
     "checkout_lock",
     "degraded",
+    "folder_unread",
     "followed_instead",
     "git",
     "last_good",

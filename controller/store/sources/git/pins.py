@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from controller.store.sources.gitcheckout import Checkout
-from controller.store.sources.githistory import (
+from controller.store.sources.git.checkout import Checkout
+from controller.store.sources.git.history import (
     changed_by,
     last_good,
     outcome_of,
@@ -15,8 +15,9 @@ from controller.store.sources.githistory import (
     read_history,
     write_history,
 )
-from controller.store.sources.gitstatus import (
+from controller.store.sources.git.status import (
     INVALID_KEPT,
+    NOTHING_READ,
     SourceStatus,
     read_status,
 )
@@ -34,7 +35,7 @@ class Pins(Checkout):
         nothing): while there are any the source is Degraded (``state_of``), whatever its
         engines do (those of a broken file keep their last good spec: a typo tears nothing
         down, and says so here too). Whether there are any."""
-        said = [f"{self.settings.path}: {folder}; nothing pruned"] if folder else []
+        said = [f"{self.settings.path}: {folder}{NOTHING_READ}"] if folder else []
         said += [str(e) for e in errors]  # named as the repository does (``load``'s repo)
         said = said[:INVALID_KEPT]
         st = read_status(self.state_dir)

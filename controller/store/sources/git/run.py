@@ -47,7 +47,7 @@ def git(
     ``hold``: the git.lock descriptor, inherited by git: a git whose parent was killed
     still holds the checkout until it ends, so the next daemon never runs a second git
     (or removes a live git's ``index.lock``) beside it, and stops it rather than wait on
-    it (gitorphan.py). ``started``: told git's pid (its process group's too), for a
+    it (git/orphan.py). ``started``: told git's pid (its process group's too), for a
     caller that may have to stop it (a signal handler; the next pass, should we die).
     ``stdin``: given to git (``update-ref --stdin``), else git reads nothing."""
     env = {

@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from controller.errors import ConfigError
-from controller.store.sources.gitsettings import GitSettings, same_repository
-from controller.store.sources.gitstatus import SourceStatus, peek_status
+from controller.store.sources.git.settings import GitSettings, same_repository
+from controller.store.sources.git.status import SourceStatus, peek_status
 from controller.store.statedir import StateDir
 
 

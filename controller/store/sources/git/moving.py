@@ -13,11 +13,11 @@ from typing import Any
 from controller import failpoints
 from controller.logsetup import get_logger
 from controller.store.lock import FileLock
-from controller.store.sources.gitcheckout import RETRY_FIRST, RETRY_MAX, Checkout, SyncResult
-from controller.store.sources.gitfetching import fetch
-from controller.store.sources.githistory import add_history
-from controller.store.sources.gitrun import FetchGivenUp, GitFailed, git
-from controller.store.sources.gitstatus import (
+from controller.store.sources.git.checkout import RETRY_FIRST, RETRY_MAX, Checkout, SyncResult
+from controller.store.sources.git.fetching import fetch
+from controller.store.sources.git.history import add_history
+from controller.store.sources.git.run import FetchGivenUp, GitFailed, git
+from controller.store.sources.git.status import (
     SourceStatus,
     now_iso,
 )
@@ -35,6 +35,14 @@ class Moving(Checkout):
         tried again after a back-off, as a move to a fetched commit is."""
         st = self.status()
         return st.pinned is not None and st.pinned != self._head() and st.move_target != st.pinned
+
+    def move_due_in(self, now: float | None = None) -> float | None:
+        """Seconds until a failed move to the commit to apply is tried again (0: now);
+        None when no move to it failed."""
+        st = self.status()
+        if st.target is None or st.move_target != st.target:
+            return None
+        return max(st.next_move_at - (time.time() if now is None else now), 0.0)
 
     def apply(self, held: FileLock | None = None) -> SyncResult:
         """Under the pass lock: the checkout moved to the commit to apply (the pin, else

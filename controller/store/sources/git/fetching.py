@@ -13,10 +13,10 @@ from pathlib import Path
 
 from controller.logsetup import get_logger
 from controller.store.lock import FileLock
-from controller.store.sources import gitorphan
-from controller.store.sources.gitcheckout import RETRY_FIRST, RETRY_MAX, Checkout, SyncResult
-from controller.store.sources.githistory import read_history
-from controller.store.sources.gitkeep import (
+from controller.store.sources.git import orphan as gitorphan
+from controller.store.sources.git.checkout import RETRY_FIRST, RETRY_MAX, Checkout, SyncResult
+from controller.store.sources.git.history import read_history
+from controller.store.sources.git.keep import (
     COLLECT_MIN,
     COLLECTED,
     KEEP_REFS,
@@ -24,12 +24,12 @@ from controller.store.sources.gitkeep import (
     remove_tree,
     size_of,
 )
-from controller.store.sources.gitrun import FetchGivenUp, GitFailed, git
-from controller.store.sources.gitsettings import (
+from controller.store.sources.git.run import FetchGivenUp, GitFailed, git
+from controller.store.sources.git.settings import (
     GitSettings,
     shown_url,
 )
-from controller.store.sources.gitstatus import (
+from controller.store.sources.git.status import (
     SourceStatus,
     now_iso,
 )
