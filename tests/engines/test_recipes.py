@@ -165,6 +165,23 @@ CASES = [
         {"VLLM_PORT": "29500"},
         (HttpCheck("/health"),),
     ),
+    # ...and, as argparse does (allow_abbrev), a flag's beginning as the flag
+    Case(
+        "vllm-served-model-name-beginning",
+        "vllm",
+        ctx(args=("--served-model", "llama")),
+        (*VLLM_BASE, "--served-model", "llama"),
+        {"VLLM_PORT": "29500"},
+        (HttpCheck("/health"), HttpCheck("/v1/models", contains='"llama"')),
+    ),
+    Case(
+        "vllm-api-key-beginning-probes-health-only",
+        "vllm",
+        ctx(args=("--api-k", "s3cret")),
+        (*VLLM_BASE, "--api-k", "s3cret"),
+        {"VLLM_PORT": "29500"},
+        (HttpCheck("/health"),),
+    ),
     Case(
         "vllm-executable",
         "vllm",
@@ -351,6 +368,23 @@ def test_a_served_model_name_is_what_a_completion_asks_for() -> None:
     args = ("--served-model-name", "chat")
     for engine in ("vllm", "sglang"):
         assert recipe_for(engine).launch(ctx(args=args)).completion.model == "chat"
+
+
+@pytest.mark.parametrize(
+    ("engine", "args", "model"),
+    [
+        ("vllm", ("--served-model", "chat"), "chat"),
+        ("vllm", ("--served_model=chat",), "chat"),
+        ("sglang", ("--served-model", "chat"), "chat"),
+        ("sglang", ("--served-model-name=a", "--served-model-name", "b"), "b"),  # the last
+        ("sglang", ("--served_model_name", "chat"), HF),  # SGLang keeps underscores
+    ],
+)
+def test_a_completion_asks_for_the_name_the_engine_read(
+    engine: str, args: tuple[str, ...], model: str
+) -> None:
+    """The spellings table (spelling.py) decides which spelling names the model."""
+    assert recipe_for(engine).launch(ctx(args=args)).completion.model == model
 
 
 def test_vllms_own_spelling_of_a_flag_is_read_as_vllm_reads_it() -> None:

@@ -95,7 +95,9 @@ class SglangRecipe:
             argv=tuple(argv),
             readiness=ReadinessChecks(http=(HttpCheck("/health"),)),
             liveness=HEALTH,
-            completion=CompletionTarget(COMPLETIONS, served_model_name(ctx.model, ctx.args)),
+            completion=CompletionTarget(
+                COMPLETIONS, served_model_name(self.engine, ctx.model, ctx.args)
+            ),
         )
 
 
