@@ -399,6 +399,21 @@ def test_vllms_own_spelling_of_a_flag_is_read_as_vllm_reads_it() -> None:
     assert as_vllm_reads(("--a_b.c_d=e_f", "-x_y", "v_w")) == ("--a-b.c_d=e_f", "-x_y", "v_w")
 
 
+SHARD_FLAGS = {"vllm": "--tensor-parallel-size", "sglang": "--tp-size", "tgi": "--num-shard"}
+
+
+@pytest.mark.parametrize("engine", sorted(SHARD_FLAGS))
+def test_cpu_devices_are_no_gpus_to_shard_over(engine: str) -> None:
+    """`devices: {kind: cpu, count: 2}` got `--tensor-parallel-size 2` (SGLang's
+    `--tp-size`, TGI's `--num-shard`): a cpu device is a slot of the node's inventory, and
+    the engine, seeing no GPU, would fail to split the model over two."""
+    flag = SHARD_FLAGS[engine]
+    cpus = (CPU, Device(kind="cpu", id="1"))
+    assert flag not in recipe_for(engine).launch(ctx(devices=cpus)).argv
+    argv = recipe_for(engine).launch(ctx(devices=(GPU0, GPU1))).argv
+    assert argv[argv.index(flag) + 1] == "2"
+
+
 @pytest.mark.parametrize("engine", ["vllm", "llama-cpp", "sglang", "tgi"])
 def test_model_is_required(engine: str) -> None:
     with pytest.raises(RecipeError, match=rf"engine '{engine}' needs spec\.model"):

@@ -5,7 +5,8 @@ cli_args.py``, ``vllm/engine/arg_utils.py``, ``vllm/envs.py``, ``_get_open_port`
 ``FlexibleArgumentParser`` in ``vllm/utils/__init__.py``:
 
 * ``vllm serve MODEL --host H --port P``; ``--tensor-parallel-size N`` splits the
-  model over the N devices the runtime made visible (only passed when N > 1).
+  model over the N GPUs the runtime made visible (only passed when N > 1; a ``cpu``
+  device is a slot of the node's inventory, no GPU to split over).
 * ``VLLM_PORT`` is vLLM's *internal* port (torch.distributed's TCP store, which every
   engine opens, even with one GPU). Unset, vLLM binds port 0, reads the number, closes
   the socket and binds it again later: two engines starting together can pick the
@@ -89,8 +90,8 @@ class VllmRecipe:
             "--port",
             str(ctx.port),
         ]
-        if len(ctx.devices) > 1:
-            argv += ["--tensor-parallel-size", str(len(ctx.devices))]
+        if ctx.gpus > 1:
+            argv += ["--tensor-parallel-size", str(ctx.gpus)]
         read = as_vllm_reads(ctx.args)  # what vLLM will make of the user's flags
         argv += share_args(self.engine, ctx.memory, ctx.devices, read)
         argv += ctx.args
