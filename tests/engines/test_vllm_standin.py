@@ -4,13 +4,17 @@ model over more GPUs than it can see, as vLLM does. Runs on any machine (no GPU)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-# A stand-in `vllm serve MODEL ...`: records its argv; serves /health, and /v1/models
-# (behind --api-key when given) listing the served names, else the model.
+from controller.core.manifest.specs import document_hash
+
+# A stand-in `vllm serve MODEL ...`: records its argv (and its --config file's text, as
+# read at its start); serves /health, and /v1/models (behind --api-key when given)
+# listing the served names, else the model.
 STANDIN = """#!{python}
 import argparse, http.server, json, os, sys
 with open(os.environ["ARGV_FILE"], "w") as f:
@@ -24,7 +28,11 @@ p.add_argument("--served-model-name", nargs="+")
 p.add_argument("--api-key")
 p.add_argument("--api-server-count")  # --api alone is no flag, as in vLLM
 p.add_argument("--tensor-parallel-size", type=int, default=1)
+p.add_argument("--config")
 a, _ = p.parse_known_args()
+if a.config:
+    with open(a.config) as src, open(os.environ["ARGV_FILE"] + ".config", "w") as dst:
+        dst.write(src.read())
 gpus = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
 if a.tensor_parallel_size > max(len(gpus), 1):
     sys.exit(f"tensor parallel size {{a.tensor_parallel_size}} > {{len(gpus)}} GPUs visible")
@@ -86,3 +94,67 @@ def test_cpu_devices_get_no_tensor_parallel_size(reconcile: Any, tmp_path: Path)
     argv = json.loads(argv_file.read_text())
     assert "--tensor-parallel-size" not in argv, argv
     reconcile.down()
+
+
+def test_an_edited_config_file_restarts_the_engine_with_its_flags(
+    reconcile: Any, tmp_path: Path
+) -> None:
+    """vLLM reads its --config file at its start only, and an edit of the file changed no
+    hash: the engine ran on with the old flags. The file's bytes join the hash, as
+    envFrom's values do: `plan` names the file, and the pass restarts the engine."""
+    rc = reconcile
+    flags = tmp_path / "flags.yaml"
+    flags.write_text("max-model-len: 4096\n")
+    argv_file = _standin(rc, tmp_path, "v", args=["--config", str(flags)])
+    read = Path(f"{argv_file}.config")
+    rc.converge()
+    before = rc.record("v")
+    assert read.read_text() == "max-model-len: 4096\n"
+    assert rc.once().code == 0 and rc.record("v")["ref"] == before["ref"]  # unchanged: kept
+
+    flags.write_text("max-model-len: 8192\n")
+    plan = rc("plan", check=2).out
+    assert "vLLM's --config file changed" in plan and "replace" in plan, plan
+    rc.converge()
+    after = rc.record("v")
+    assert after["ref"]["pid"] != before["ref"]["pid"], "an edited --config file restarts"
+    assert not rc.alive(before["ref"]["pid"])
+    assert read.read_text() == "max-model-len: 8192\n"
+    rc.down()
+
+
+def test_an_upgrade_restarts_no_engine_whose_config_file_is_unchanged(
+    reconcile: Any, tmp_path: Path
+) -> None:
+    """A release before read no --config file into the hash: its record's hash is the spec
+    document's alone, and it cannot tell whether the file changed since. Given today's
+    hash, the engine kept (an upgrade restarts nothing); an edit after it restarts."""
+    rc = reconcile
+    flags = tmp_path / "flags.yaml"
+    flags.write_text("max-model-len: 4096\n")
+    _standin(rc, tmp_path, "v", args=["--config", str(flags)])
+    rc.converge()
+    pid = rc.record("v")["ref"]["pid"]
+
+    today = _as_before(rc, "v")
+    assert rc.once().code == 0
+    after = rc.record("v")
+    assert after["ref"]["pid"] == pid and rc.alive(pid), "an upgrade restarts no engine"
+    assert after["spec_hash"] == today, "the record is given today's hash"
+
+    flags.write_text("max-model-len: 8192\n")  # from now on the hash covers the file
+    rc.converge()
+    assert rc.record("v")["ref"]["pid"] != pid and not rc.alive(pid), "a change restarts"
+    rc.down()
+
+
+def _as_before(rc: Any, name: str) -> str:
+    """The record as a release before --config files were hashed wrote it; the hash it
+    held returned."""
+    store = rc.store()
+    record = store.read(name)
+    assert record is not None, name
+    old = document_hash(record.stored_spec)
+    assert old != record.spec_hash, "the record's hash covers the file"
+    store.write(dataclasses.replace(record, spec_hash=old))
+    return str(record.spec_hash)
