@@ -680,13 +680,14 @@ class Reconciler(Preview):
                 self.executor.event(name, REMOVED, "manifest removed", REMOVED_OUTCOME)
 
     def _rekey(self, desired: Desired) -> None:
-        """Records a release before the secrets key hashed, their values unchanged, get
-        the keyed hash on disk before the pass looks: their engines keep running."""
-        if not any(e.unkeyed_digest for e in desired.entries.values()):
+        """Records a release before hashed otherwise (before the secrets key, before vLLM's
+        --config file was read), what they ran on unchanged, get today's hash on disk
+        before the pass looks: their engines keep running."""
+        if not any(e.unkeyed_digest or e.config_digest for e in desired.entries.values()):
             return
         for record in rekeyed(desired, self.store.load().records.values()):
             self.store.write(record)
-            log.info("record re-keyed", deployment=record.name, detail="secrets key")
+            log.info("record re-keyed", deployment=record.name, detail="an older hash")
 
     def _execute(
         self, actions: Sequence[AnyAction], observed: Observed, result: PassResult

@@ -165,6 +165,23 @@ CASES = [
         {"VLLM_PORT": "29500"},
         (HttpCheck("/health"),),
     ),
+    # ...and, as argparse does (allow_abbrev), a flag's beginning as the flag
+    Case(
+        "vllm-served-model-name-beginning",
+        "vllm",
+        ctx(args=("--served-model", "llama")),
+        (*VLLM_BASE, "--served-model", "llama"),
+        {"VLLM_PORT": "29500"},
+        (HttpCheck("/health"), HttpCheck("/v1/models", contains='"llama"')),
+    ),
+    Case(
+        "vllm-api-key-beginning-probes-health-only",
+        "vllm",
+        ctx(args=("--api-k", "s3cret")),
+        (*VLLM_BASE, "--api-k", "s3cret"),
+        {"VLLM_PORT": "29500"},
+        (HttpCheck("/health"),),
+    ),
     Case(
         "vllm-executable",
         "vllm",
@@ -353,6 +370,23 @@ def test_a_served_model_name_is_what_a_completion_asks_for() -> None:
         assert recipe_for(engine).launch(ctx(args=args)).completion.model == "chat"
 
 
+@pytest.mark.parametrize(
+    ("engine", "args", "model"),
+    [
+        ("vllm", ("--served-model", "chat"), "chat"),
+        ("vllm", ("--served_model=chat",), "chat"),
+        ("sglang", ("--served-model", "chat"), "chat"),
+        ("sglang", ("--served-model-name=a", "--served-model-name", "b"), "b"),  # the last
+        ("sglang", ("--served_model_name", "chat"), HF),  # SGLang keeps underscores
+    ],
+)
+def test_a_completion_asks_for_the_name_the_engine_read(
+    engine: str, args: tuple[str, ...], model: str
+) -> None:
+    """The spellings table (spelling.py) decides which spelling names the model."""
+    assert recipe_for(engine).launch(ctx(args=args)).completion.model == model
+
+
 def test_vllms_own_spelling_of_a_flag_is_read_as_vllm_reads_it() -> None:
     """`--gpu_memory_utilization` is vLLM's `--gpu-memory-utilization`: the user's share
     stands alone (no second one computed), and `--served_model_name.x` keeps its dots."""
@@ -363,6 +397,21 @@ def test_vllms_own_spelling_of_a_flag_is_read_as_vllm_reads_it() -> None:
     assert "--gpu-memory-utilization" not in launch.argv
     assert launch.completion.model == "my_model"
     assert as_vllm_reads(("--a_b.c_d=e_f", "-x_y", "v_w")) == ("--a-b.c_d=e_f", "-x_y", "v_w")
+
+
+SHARD_FLAGS = {"vllm": "--tensor-parallel-size", "sglang": "--tp-size", "tgi": "--num-shard"}
+
+
+@pytest.mark.parametrize("engine", sorted(SHARD_FLAGS))
+def test_cpu_devices_are_no_gpus_to_shard_over(engine: str) -> None:
+    """`devices: {kind: cpu, count: 2}` got `--tensor-parallel-size 2` (SGLang's
+    `--tp-size`, TGI's `--num-shard`): a cpu device is a slot of the node's inventory, and
+    the engine, seeing no GPU, would fail to split the model over two."""
+    flag = SHARD_FLAGS[engine]
+    cpus = (CPU, Device(kind="cpu", id="1"))
+    assert flag not in recipe_for(engine).launch(ctx(devices=cpus)).argv
+    argv = recipe_for(engine).launch(ctx(devices=(GPU0, GPU1))).argv
+    assert argv[argv.index(flag) + 1] == "2"
 
 
 @pytest.mark.parametrize("engine", ["vllm", "llama-cpp", "sglang", "tgi"])

@@ -13,6 +13,9 @@ from controller.core.manifest.quantity import format_bytes, parse_quantity
 from controller.errors import ConfigError
 
 KINDS = ("nvidia", "amd", "apple", "cpu")
+# The kinds an engine computes on (CUDA, ROCm/HIP, Metal). A cpu device is a slot of the
+# node's inventory: the engine sees nothing of it (no visibility variable).
+GPU_KINDS = frozenset({"nvidia", "amd", "apple"})
 
 
 @dataclass(frozen=True, kw_only=True, order=True)

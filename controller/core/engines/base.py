@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from controller.core.devices.inventory import Device
+from controller.core.devices.inventory import GPU_KINDS, Device
 from controller.errors import RecipeError as RecipeError  # re-exported: the recipes raise it
 
 
@@ -56,6 +56,12 @@ class RenderContext:
     memory: int | None = None
     # A private scratch folder for this instance (unix sockets, caches) inside the state dir.
     runtime_dir: str = "/tmp"
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs among the devices: what vLLM, SGLang and TGI split the model over (a
+        cpu device is no GPU to shard over, and the engine never sees it)."""
+        return sum(1 for d in self.devices if d.kind in GPU_KINDS)
 
 
 # The health checks a recipe's liveness probe uses where the spec names none.

@@ -32,9 +32,6 @@ from controller.core.engines.base import (
 )
 from controller.core.engines.owned import HOST, MODEL, PORT, refuse_flags
 
-# Device kinds that llama.cpp can offload layers to (CUDA, ROCm/HIP, Metal).
-GPU_KINDS = frozenset({"nvidia", "amd", "apple"})
-
 # `reconcile export`'s default images, one llama.cpp build (ghcr.io/ggml-org/llama.cpp):
 # the `server` image is a CPU build, so an instance that holds a GPU gets the CUDA one.
 # Both run /app/llama-server (their ENTRYPOINT; /app is not on PATH).
@@ -73,7 +70,7 @@ class LlamaCppRecipe:
         if HUB_ID.match(ctx.model) and not ctx.model.lower().endswith(".gguf"):
             raise RecipeError(_hub_id(ctx.model))
         refuse_flags(self.engine, ctx.args, OWNED)
-        has_gpu = any(d.kind in GPU_KINDS for d in ctx.devices)
+        has_gpu = ctx.gpus > 0
         argv = (
             ctx.executable or "llama-server",
             "-m",

@@ -5,7 +5,7 @@ Checked against SGLang 0.5.19 (the release of the pinned image): ``server_args.p
 ``python/sglang/srt/``:
 
 * ``--model-path M --host H --port P``; ``--tp-size N`` (alias ``--tensor-parallel-size``)
-  when the instance holds N > 1 devices.
+  when the instance holds N > 1 GPUs (a ``cpu`` device is none).
 * ``--enable-metrics`` (default off): without it SGLang mounts no ``/metrics`` at all
   (``http_server.py``: ``add_prometheus_middleware`` only ``if enable_metrics``), and the
   gateway could read neither ``sglang:num_queue_reqs`` nor ``sglang:token_usage``
@@ -87,15 +87,17 @@ class SglangRecipe:
             str(ctx.extra_ports[0]),
             "--enable-metrics",  # its /metrics: the queue and KV cache the gateway reads
         ]
-        if len(ctx.devices) > 1:
-            argv += ["--tp-size", str(len(ctx.devices))]
+        if ctx.gpus > 1:
+            argv += ["--tp-size", str(ctx.gpus)]
         argv += share_args(self.engine, ctx.memory, ctx.devices, ctx.args)
         argv += ctx.args
         return Launch(
             argv=tuple(argv),
             readiness=ReadinessChecks(http=(HttpCheck("/health"),)),
             liveness=HEALTH,
-            completion=CompletionTarget(COMPLETIONS, served_model_name(ctx.model, ctx.args)),
+            completion=CompletionTarget(
+                COMPLETIONS, served_model_name(self.engine, ctx.model, ctx.args)
+            ),
         )
 
 

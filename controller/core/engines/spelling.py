@@ -1,6 +1,7 @@
 """How an engine's parser reads a flag's name, so reconcile reads ``spec.args`` as the
 engine will. Pure. The one table of spellings: the recipes' owned flags (owned.py) and
-the memory share's flag (share.py) are found in ``spec.args`` through it.
+the memory share's flag (share.py) and the flags readiness reads (``--served-model-name``,
+``--api-key``: vllm.py, sglang.py) are found in ``spec.args`` through it.
 
 * vLLM's ``FlexibleArgumentParser.parse_args`` reads ``--gpu_memory_utilization`` as
   ``--gpu-memory-utilization``: the underscores between ``--`` and the first ``.`` (or
@@ -49,13 +50,32 @@ def as_read(engine: str, args: Sequence[str]) -> tuple[str, ...]:
     return dashed(args) if parser(engine).underscores else tuple(args)
 
 
-def spelling_of(engine: str, args: Sequence[str], flag: str) -> str | None:
-    """The name, as written in ``args``, that the engine reads as ``flag``; None if none."""
+def _reads(engine: str, args: Sequence[str], flag: str) -> list[int]:
+    """The indexes in ``args`` of each name the engine reads as ``flag``."""
     abbreviations = parser(engine).abbreviations
-    for written, read in zip(args, as_read(engine, args), strict=True):
+    found: list[int] = []
+    for i, read in enumerate(as_read(engine, args)):
         name = read.partition("=")[0]
         if not name.startswith("--") or len(name) <= 2:
             continue
         if name == flag or (abbreviations and flag.startswith(name)):
-            return written.partition("=")[0]
+            found.append(i)
+    return found
+
+
+def spelling_of(engine: str, args: Sequence[str], flag: str) -> str | None:
+    """The name, as written in ``args``, that the engine reads as ``flag``; None if none."""
+    found = _reads(engine, args, flag)
+    return args[found[0]].partition("=")[0] if found else None
+
+
+def value_of(engine: str, args: Sequence[str], flag: str) -> str | None:
+    """The value the engine reads for ``flag`` (``--flag V`` or ``--flag=V``, in any
+    spelling it reads as ``flag``; argparse keeps the last one given); None if none."""
+    for i in reversed(_reads(engine, args, flag)):
+        _, eq, value = args[i].partition("=")
+        if eq:
+            return value
+        if i + 1 < len(args):
+            return args[i + 1]
     return None

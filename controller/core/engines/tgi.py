@@ -4,8 +4,9 @@ Checked against TGI v3.3.5 (the pinned image's tag): ``launcher/src/main.rs`` (`
 and ``router/src/server.rs``:
 
 * ``--model-id M --hostname H --port P``; ``--num-shard N`` when the instance holds
-  N > 1 devices (TGI would otherwise shard over every GPU it can see; the runtime's
-  ``CUDA_VISIBLE_DEVICES`` limits that, ``--num-shard`` makes it explicit).
+  N > 1 GPUs (TGI would otherwise shard over every GPU it can see; the runtime's
+  ``CUDA_VISIBLE_DEVICES`` limits that, ``--num-shard`` makes it explicit). A ``cpu``
+  device is a slot of the node's inventory, no GPU to shard over.
 * ``--shard-uds-path`` (default ``/tmp/text-generation-server``; shard *r* listens on
   ``<path>-<r>``) and ``--master-port`` (default 29500, torch.distributed) are the same
   for every launcher on a box unless set: a second instance would remove the first
@@ -95,7 +96,7 @@ class TgiRecipe:
                 "engine 'tgi' needs 2 reserved internal ports (--master-port, --prometheus-port)"
             )
         refuse_flags(self.engine, ctx.args, OWNED)
-        shards = max(len(ctx.devices), 1)
+        shards = max(ctx.gpus, 1)
         uds = shard_uds_path(ctx.runtime_dir)
         longest = f"{uds}-{shards - 1}"
         if len(longest.encode()) > _UDS_MAX:
@@ -118,8 +119,8 @@ class TgiRecipe:
         ]
         if len(ctx.extra_ports) > 1:  # else a record reserved before: as it ran then
             argv += ["--prometheus-port", str(ctx.extra_ports[1])]
-        if len(ctx.devices) > 1:
-            argv += ["--num-shard", str(len(ctx.devices))]
+        if ctx.gpus > 1:
+            argv += ["--num-shard", str(ctx.gpus)]
         argv += ctx.args
         return Launch(
             argv=tuple(argv),

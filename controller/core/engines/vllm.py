@@ -5,7 +5,8 @@ cli_args.py``, ``vllm/engine/arg_utils.py``, ``vllm/envs.py``, ``_get_open_port`
 ``FlexibleArgumentParser`` in ``vllm/utils/__init__.py``:
 
 * ``vllm serve MODEL --host H --port P``; ``--tensor-parallel-size N`` splits the
-  model over the N devices the runtime made visible (only passed when N > 1).
+  model over the N GPUs the runtime made visible (only passed when N > 1; a ``cpu``
+  device is a slot of the node's inventory, no GPU to split over).
 * ``VLLM_PORT`` is vLLM's *internal* port (torch.distributed's TCP store, which every
   engine opens, even with one GPU). Unset, vLLM binds port 0, reads the number, closes
   the socket and binds it again later: two engines starting together can pick the
@@ -20,9 +21,10 @@ cli_args.py``, ``vllm/engine/arg_utils.py``, ``vllm/envs.py``, ``_get_open_port`
 * Liveness (default): ``/health``; a ``completion`` probe POSTs ``/v1/completions`` for
   the served model id (no chat template needed, which base models lack).
 * vLLM reads ``--served_model_name`` as ``--served-model-name`` (its parser turns a flag
-  name's underscores into dashes), so ``spec.args`` is read the same way before the
-  recipe looks in it: an underscore spelling once left readiness waiting for the wrong
-  model id, or probing ``/v1/models`` behind ``--api_key``, until the deadline.
+  name's underscores into dashes) and ``--served-model`` or ``--api-k`` as the whole flag
+  (argparse's beginnings), so ``spec.args`` is read through spelling.py before the
+  recipe looks in it: such a spelling once left readiness waiting for the wrong model
+  id, or probing ``/v1/models`` behind the key, until the deadline.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from controller.core.engines.base import (
     RenderContext,
 )
 from controller.core.engines.owned import HOST, PORT, refuse_flags
-from controller.core.engines.share import has_flag, share_args
-from controller.core.engines.spelling import as_read, parser
+from controller.core.engines.share import share_args
+from controller.core.engines.spelling import as_read, parser, spelling_of, value_of
 
 # `reconcile export`'s default image: vLLM's own OpenAI-server image (Docker Hub
 # vllm/vllm-openai; the vLLM docs' "Using Docker" page builds on this tag). A CUDA build.
@@ -58,14 +60,10 @@ def as_vllm_reads(args: Sequence[str]) -> tuple[str, ...]:
     return as_read("vllm", args)
 
 
-def served_model_name(model: str, args: Sequence[str]) -> str:
-    """The id ``/v1/models`` reports: the first ``--served-model-name``, else the model."""
-    for i, arg in enumerate(args):
-        if arg == "--served-model-name" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--served-model-name="):
-            return arg.split("=", 1)[1]
-    return model
+def served_model_name(engine: str, model: str, args: Sequence[str]) -> str:
+    """The id ``/v1/models`` reports: ``--served-model-name``'s first value, in any
+    spelling the engine reads as it (spelling.py), else the model."""
+    return value_of(engine, args, "--served-model-name") or model
 
 
 class VllmRecipe:
@@ -92,14 +90,14 @@ class VllmRecipe:
             "--port",
             str(ctx.port),
         ]
-        if len(ctx.devices) > 1:
-            argv += ["--tensor-parallel-size", str(len(ctx.devices))]
+        if ctx.gpus > 1:
+            argv += ["--tensor-parallel-size", str(ctx.gpus)]
         read = as_vllm_reads(ctx.args)  # what vLLM will make of the user's flags
         argv += share_args(self.engine, ctx.memory, ctx.devices, read)
         argv += ctx.args
         checks = [HttpCheck("/health")]
-        name = served_model_name(ctx.model, read)
-        if not has_flag(read, "--api-key"):
+        name = served_model_name(self.engine, ctx.model, ctx.args)
+        if spelling_of(self.engine, ctx.args, "--api-key") is None:
             checks.append(HttpCheck("/v1/models", contains=f'"{name}"'))
         return Launch(
             argv=tuple(argv),

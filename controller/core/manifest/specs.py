@@ -884,6 +884,9 @@ class Entry:
     # the engine's environment alone, so never in repr, equality or any document.
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     secret_digest: str = ""  # their keyed digest, which ``hash`` covers (with_secrets)
+    # vLLM's --config file's digest (store/sources/engineconfig.py), which ``hash`` covers
+    # (with_config): an edit of the file restarts the engine, as a changed secret does.
+    config_digest: str = ""
     # What a release before the secrets key recorded for the same values (see rekeyed).
     unkeyed_digest: str = field(default="", repr=False, compare=False)
     # The line of each field path in the document, as the loader read it: a check made
@@ -951,6 +954,13 @@ def document_hash(document: dict[str, Any]) -> str:
     hashed = {k: v for k, v in document.items() if k not in NOT_HASHED}
     canonical = json.dumps(hashed, sort_keys=True, separators=(",", ":"))
     return "sha256:" + sha256_hex(canonical.encode())
+
+
+def with_config(hash_: str, config_digest: str) -> str:
+    """A spec hash that also covers vLLM's --config file (its digest; none: the hash)."""
+    if not config_digest:
+        return hash_
+    return "sha256:" + sha256_hex(f"{hash_}|config|{config_digest}".encode())
 
 
 def with_secrets(hash_: str, secret_digest: str) -> str:

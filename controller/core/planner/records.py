@@ -35,6 +35,7 @@ from controller.core.manifest.specs import (
     is_next,
     next_name,
     spec_document,
+    with_config,
     with_secrets,
 )
 from controller.core.planner.context import EMPTIED, Context, Desired, Judged, Want
@@ -280,34 +281,53 @@ def _came_up(view: RecordView) -> tuple[MarkReady, ...]:
     return ()
 
 
-def _secrets_changed(rec: Record, entry: Entry) -> bool:
-    """envFrom's values differ from the record's: its hash is not the stored spec's with
-    these values' digest (an in-place field changed beside them must not hide them)."""
-    if not entry.secret_digest:
+def _unseen_changed(rec: Record, entry: Entry) -> bool:
+    """envFrom's values or vLLM's --config file differ from the record's: its hash is not
+    the stored spec's with these digests (an in-place field changed beside them must not
+    hide them)."""
+    if not entry.secret_digest and not entry.config_digest:
         return False
-    return with_secrets(document_hash(rec.stored_spec), entry.secret_digest) != rec.spec_hash
+    return _covered(document_hash(rec.stored_spec), entry, entry.secret_digest) != rec.spec_hash
+
+
+def _covered(base: str, entry: Entry, secret_digest: str) -> str:
+    """``base`` (a spec document's hash) covering the entry's --config file and secrets."""
+    hash_ = with_config(base, entry.config_digest)
+    return with_secrets(hash_, secret_digest) if secret_digest else hash_
 
 
 def rekeyed(desired: Desired, records: Iterable[Record]) -> list[Record]:
-    """This set's records that a release before the secrets key hashed, their envFrom
-    values unchanged (the old digest of today's values): given the keyed hash, so an
-    upgrade restarts no engine. A changed value matches neither, and restarts it."""
+    """This set's records that a release before hashed otherwise, what it ran on unchanged
+    as far as that release could tell: given today's hash, so an upgrade restarts no
+    engine. Before the secrets key, envFrom's values were hashed unkeyed (a changed value
+    matches neither, and restarts it); before --config files were read, no file was."""
     out = []
     for rec in records:
         entry = desired.entries.get(base_name(rec.name))
-        if entry is None or rec.owner != desired.owner or not entry.unkeyed_digest:
+        if entry is None or rec.owner != desired.owner:
             continue
         base = document_hash(rec.stored_spec)
-        if entry.unkeyed_digest != entry.secret_digest and rec.spec_hash == with_secrets(
-            base, entry.unkeyed_digest
-        ):
-            out.append(replace(rec, spec_hash=with_secrets(base, entry.secret_digest)))
+        today = _covered(base, entry, entry.secret_digest)
+        if rec.spec_hash != today and rec.spec_hash in _before(base, entry):
+            out.append(replace(rec, spec_hash=today))
     return out
 
 
+def _before(base: str, entry: Entry) -> set[str]:
+    """The hashes a release before gave ``entry``'s values (see rekeyed)."""
+    secrets = {entry.secret_digest, entry.unkeyed_digest} - {""}
+    bases = {base, with_config(base, entry.config_digest)} if entry.config_digest else {base}
+    old = {with_secrets(b, d) for b in bases for d in secrets} if secrets else set(bases)
+    return old - {_covered(base, entry, entry.secret_digest)}
+
+
 def _unseen(entry: Entry) -> str:
-    """What changed when no field did: only envFrom's values (the hash covers them)."""
-    return "spec.envFrom's values" if entry.deployment.spec.env_from else "spec"
+    """What changed when no field did: envFrom's values or vLLM's --config file (the hash
+    covers them)."""
+    unseen = ["spec.envFrom's values"] if entry.deployment.spec.env_from else []
+    if entry.config_digest:
+        unseen.append("vLLM's --config file")
+    return " or ".join(unseen) or "spec"
 
 
 def _changed(
@@ -318,12 +338,12 @@ def _changed(
     declared = spec_document(entry.deployment.spec)
     fields = () if why else tuple(changed_fields(rec.stored_spec, declared))
     named = [f"spec.{f}" for f in fields]
-    secrets_changed = not why and _secrets_changed(rec, entry)
-    if secrets_changed or not named:
+    unseen_changed = not why and _unseen_changed(rec, entry)
+    if unseen_changed or not named:
         named.append(_unseen(entry))
     shown = why or ", ".join(named) + " changed"
     in_place = fields and all(f.split(".")[0] in IN_PLACE for f in fields)
-    if view.alive and in_place and not secrets_changed:
+    if view.alive and in_place and not unseen_changed:
         return [Update(name=rec.name, reason=shown, entry=entry, fields=fields)]
     if view.alive and next_name(rec.name) in ctx.observed.records:
         return list(running(ctx, view))  # rolling: the old one serves until the new is Ready

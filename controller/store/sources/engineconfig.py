@@ -8,6 +8,11 @@ and puts them after ``serve MODEL``, before the rest of the command line
 ``api-key`` are never seen by the recipe, which reads ``spec.args`` for them: readiness
 then waits for the wrong model id, or asks ``/v1/models`` behind the key, until the
 deadline. Each is refused at load, at the file's line, as in ``spec.args`` (owned.py).
+
+The file's bytes join the spec hash (``config_digest``), as envFrom's values do
+(DESIGN.md "Secrets"): an edit of the file restarts the engine with its new flags. A file
+reconcile cannot read here (a placeholder in its path, the image's own, a cluster
+worker's) is the engine's alone: editing it restarts nothing (``reconcile restart``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
+from controller.core.digest import sha256_hex
 from controller.core.engines.owned import HOST, PORT
 from controller.core.engines.spelling import as_read, spelling_of
 from controller.core.manifest.specs import DeploymentSpec
@@ -56,6 +62,22 @@ def config_problem(spec: DeploymentSpec) -> tuple[int, str] | None:
     if host is None:  # inside the image: only the engine can read it
         return None
     return _file_problem(index, path, host)
+
+
+def config_digest(spec: DeploymentSpec) -> str:
+    """sha256 of the --config file's bytes, read where the engine will read them; "" when
+    there is none or reconcile cannot read it here (see the module's docstring)."""
+    found = _config_path(spec.args) if spec.engine == "vllm" else None
+    if found is None or "{" in found[1] or not found[1].startswith("/"):
+        return ""
+    host = _on_host(spec, PurePosixPath(found[1]))
+    if host is None:
+        return ""
+    try:
+        with open(host, "rb") as file:
+            return sha256_hex(file.read(LIMIT + 1))
+    except OSError:  # config_problem said it at load; gone since: the engine will say
+        return ""
 
 
 def _config_path(args: Sequence[str]) -> tuple[int, str] | None:

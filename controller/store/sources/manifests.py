@@ -34,10 +34,11 @@ from controller.core.manifest.specs import (
     is_dns1123,
     routable_names,
     spec_hash,
+    with_config,
 )
 from controller.store.sources import bounded, security
 from controller.store.sources.bounded import Document, Path_
-from controller.store.sources.engineconfig import config_problem
+from controller.store.sources.engineconfig import config_digest, config_problem
 from controller.store.sources.parsecache import ParseCache
 
 SUFFIXES = (".yaml", ".yml")
@@ -307,7 +308,10 @@ def _load_document(
         result.invalid_names.setdefault(deployment.name, str(result.error(first)))
         result.invalid_selectors.setdefault(deployment.name, deployment.spec.node_selector)
         return
-    _add(result, Entry(deployment, file, line, spec_hash(deployment.spec), field_lines=lines))
+    # vLLM's --config file, read here (a local node's): its edit is a change of the spec
+    digest = config_digest(deployment.spec) if result.backend == "local" else ""
+    hash_ = with_config(spec_hash(deployment.spec), digest)
+    _add(result, Entry(deployment, file, line, hash_, config_digest=digest, field_lines=lines))
 
 
 def _invalid(

@@ -1,0 +1,160 @@
+"""`engine: vllm` through the real CLI, with a stand-in `vllm` that reads its command line
+with argparse as vLLM's does (a flag's beginning is the flag) and refuses to split the
+model over more GPUs than it can see, as vLLM does. Runs on any machine (no GPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from controller.core.manifest.specs import document_hash
+
+# A stand-in `vllm serve MODEL ...`: records its argv (and its --config file's text, as
+# read at its start); serves /health, and /v1/models (behind --api-key when given)
+# listing the served names, else the model.
+STANDIN = """#!{python}
+import argparse, http.server, json, os, sys
+with open(os.environ["ARGV_FILE"], "w") as f:
+    json.dump(sys.argv, f)
+p = argparse.ArgumentParser()  # allow_abbrev, as vLLM's parser
+p.add_argument("serve")
+p.add_argument("model")
+p.add_argument("--host")
+p.add_argument("--port", type=int)
+p.add_argument("--served-model-name", nargs="+")
+p.add_argument("--api-key")
+p.add_argument("--api-server-count")  # --api alone is no flag, as in vLLM
+p.add_argument("--tensor-parallel-size", type=int, default=1)
+p.add_argument("--config")
+a, _ = p.parse_known_args()
+if a.config:
+    with open(a.config) as src, open(os.environ["ARGV_FILE"] + ".config", "w") as dst:
+        dst.write(src.read())
+gpus = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+if a.tensor_parallel_size > max(len(gpus), 1):
+    sys.exit(f"tensor parallel size {{a.tensor_parallel_size}} > {{len(gpus)}} GPUs visible")
+names = a.served_model_name or [a.model]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        keyed = self.headers.get("Authorization") == f"Bearer {{a.api_key}}"
+        if self.path.startswith("/v1/") and a.api_key and not keyed:
+            self.send_response(401); self.end_headers(); return
+        body = json.dumps({{"data": [{{"id": n}} for n in names]}}).encode()
+        self.send_response(200); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer((a.host, a.port), H).serve_forever()
+"""
+
+
+def _standin(reconcile: Any, tmp_path: Path, name: str, **spec: Any) -> Path:
+    """A deployment of the stand-in, probed by the recipe's own checks; its argv file."""
+    fake = tmp_path / "vllm"
+    if not fake.exists():
+        fake.write_text(STANDIN.format(python=sys.executable))
+        fake.chmod(0o755)
+    argv_file = tmp_path / f"{name}.argv.json"
+    reconcile.write(
+        name,
+        engine="vllm",
+        model="tiny",
+        executable=str(fake),
+        command=None,
+        env={"ARGV_FILE": str(argv_file)},
+        readiness={"deadlineSeconds": 60, "periodSeconds": 0.2},  # the recipe's checks
+        **spec,
+    )
+    return argv_file
+
+
+def test_readiness_reads_the_beginnings_of_served_model_name_and_api_key(
+    reconcile: Any, tmp_path: Path
+) -> None:
+    """`--served-model chat` and `--api-k KEY`, which vLLM reads as the whole flags, left
+    readiness waiting for /v1/models to list `tiny`, or asking it without the key, until
+    the deadline."""
+    _standin(reconcile, tmp_path, "named", args=["--served-model", "chat"])
+    _standin(reconcile, tmp_path, "keyed", args=["--api-k", "s3cret"])
+    reconcile.converge(timeout="60s")
+    status = reconcile.status()
+    assert status["named"]["ready"] is True and status["keyed"]["ready"] is True, status
+    reconcile.down()
+
+
+def test_cpu_devices_get_no_tensor_parallel_size(reconcile: Any, tmp_path: Path) -> None:
+    """`devices: {kind: cpu, count: 2}` got `--tensor-parallel-size 2`, which vLLM, with
+    no GPU to see, refuses: a cpu device is a slot of the node's inventory."""
+    reconcile.devices = "cpu:0,cpu:1"
+    argv_file = _standin(reconcile, tmp_path, "v", devices={"count": 2, "kind": "cpu"})
+    reconcile.converge(timeout="60s")
+    assert reconcile.status()["v"]["ready"] is True
+    argv = json.loads(argv_file.read_text())
+    assert "--tensor-parallel-size" not in argv, argv
+    reconcile.down()
+
+
+def test_an_edited_config_file_restarts_the_engine_with_its_flags(
+    reconcile: Any, tmp_path: Path
+) -> None:
+    """vLLM reads its --config file at its start only, and an edit of the file changed no
+    hash: the engine ran on with the old flags. The file's bytes join the hash, as
+    envFrom's values do: `plan` names the file, and the pass restarts the engine."""
+    rc = reconcile
+    flags = tmp_path / "flags.yaml"
+    flags.write_text("max-model-len: 4096\n")
+    argv_file = _standin(rc, tmp_path, "v", args=["--config", str(flags)])
+    read = Path(f"{argv_file}.config")
+    rc.converge()
+    before = rc.record("v")
+    assert read.read_text() == "max-model-len: 4096\n"
+    assert rc.once().code == 0 and rc.record("v")["ref"] == before["ref"]  # unchanged: kept
+
+    flags.write_text("max-model-len: 8192\n")
+    plan = rc("plan", check=2).out
+    assert "vLLM's --config file changed" in plan and "replace" in plan, plan
+    rc.converge()
+    after = rc.record("v")
+    assert after["ref"]["pid"] != before["ref"]["pid"], "an edited --config file restarts"
+    assert not rc.alive(before["ref"]["pid"])
+    assert read.read_text() == "max-model-len: 8192\n"
+    rc.down()
+
+
+def test_an_upgrade_restarts_no_engine_whose_config_file_is_unchanged(
+    reconcile: Any, tmp_path: Path
+) -> None:
+    """A release before read no --config file into the hash: its record's hash is the spec
+    document's alone, and it cannot tell whether the file changed since. Given today's
+    hash, the engine kept (an upgrade restarts nothing); an edit after it restarts."""
+    rc = reconcile
+    flags = tmp_path / "flags.yaml"
+    flags.write_text("max-model-len: 4096\n")
+    _standin(rc, tmp_path, "v", args=["--config", str(flags)])
+    rc.converge()
+    pid = rc.record("v")["ref"]["pid"]
+
+    today = _as_before(rc, "v")
+    assert rc.once().code == 0
+    after = rc.record("v")
+    assert after["ref"]["pid"] == pid and rc.alive(pid), "an upgrade restarts no engine"
+    assert after["spec_hash"] == today, "the record is given today's hash"
+
+    flags.write_text("max-model-len: 8192\n")  # from now on the hash covers the file
+    rc.converge()
+    assert rc.record("v")["ref"]["pid"] != pid and not rc.alive(pid), "a change restarts"
+    rc.down()
+
+
+def _as_before(rc: Any, name: str) -> str:
+    """The record as a release before --config files were hashed wrote it; the hash it
+    held returned."""
+    store = rc.store()
+    record = store.read(name)
+    assert record is not None, name
+    old = document_hash(record.stored_spec)
+    assert old != record.spec_hash, "the record's hash covers the file"
+    store.write(dataclasses.replace(record, spec_hash=old))
+    return str(record.spec_hash)
