@@ -189,13 +189,14 @@ class Cluster:
         failpoints: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float = CLI_TIMEOUT,
+        cold: bool = False,
     ) -> Run:
         """One CLI call, forked warm (tests/warmcli.py: the imports were most of a call's
-        time) unless its environment is read at the start (failpoints, faketime): then
-        cold. Past ``timeout`` the call is SIGKILLed either way (TimeoutExpired)."""
+        time) unless ``cold`` or its environment is read at the start (failpoints,
+        faketime). Past ``timeout`` the call is SIGKILLed either way (TimeoutExpired)."""
         began = time.monotonic()
         argv, full_env = self.argv(*args, set_=set_), self._env(failpoints, env)
-        proc = warmcli.run(argv, env=full_env, cwd=self.tmp, timeout=timeout)
+        proc = None if cold else warmcli.run(argv, env=full_env, cwd=self.tmp, timeout=timeout)
         if proc is None:
             proc = subprocess.run(
                 argv,
