@@ -170,8 +170,9 @@ def _curl(url: str, out: Path) -> tuple[float, float]:
     return time.perf_counter() - start, float(proc.stdout.strip().replace(",", "."))
 
 
-def throughput(size: int, trials: int) -> list[Row]:
-    """MB/s of the transfer (each tool's own clock), and of the whole process."""
+def throughput(size: int, trials: int, warm: bool = True) -> list[Row]:
+    """MB/s of the transfer (each tool's own clock), and of the whole process; ``warm``:
+    one uncounted run of each first (``--quick`` skips it: no figure is kept)."""
     ours: list[float] = []
     theirs: list[float] = []
     ours_wall: list[float] = []
@@ -180,8 +181,9 @@ def throughput(size: int, trials: int) -> list[Row]:
     mb = size / MB
     with served_file(size) as (path, digest), FileServer(path) as server:
         with tempfile.TemporaryDirectory() as tmp:  # a warm-up of each, not counted:
-            _pull(server.url, digest, Path(tmp))  # the first run of either is the slowest
-            _curl(server.url, Path(tmp) / "warm.bin")
+            if warm:  # the first run of either is the slowest
+                _pull(server.url, digest, Path(tmp))
+                _curl(server.url, Path(tmp) / "warm.bin")
         for _ in range(trials):
             with tempfile.TemporaryDirectory() as tmp:
                 pulled = _pull(server.url, digest, Path(tmp))
@@ -292,9 +294,9 @@ def ready_from_cache(size: int, trials: int) -> Row:
     )
 
 
-def bench(size_mb: int, trials: int) -> list[Row]:
+def bench(size_mb: int, trials: int, warm: bool = True) -> list[Row]:
     size = size_mb * MB
-    rows = throughput(size, trials)
+    rows = throughput(size, trials, warm)
     return [*rows, resume(size), ready_from_cache(size, max(trials // 2, 1))]
 
 

@@ -37,28 +37,30 @@ def _ready(ws_manifests: Path, count: int, prefix: str) -> None:
         (ws_manifests / f"{name}.yaml").write_text(text)
 
 
-def bench(trials: int) -> list[Row]:
-    return [_status(trials), _once(trials)]
+def bench(trials: int, status_n: int = 10, once_n: int = 20) -> list[Row]:
+    """``status_n`` Ready deployments (and programs) for the status row, ``once_n`` for
+    the ``--once`` row (``--quick``: a few, the same code paths)."""
+    return [_status(trials, status_n), _once(trials, once_n)]
 
 
-def _status(trials: int) -> Row:
+def _status(trials: int, count: int) -> Row:
     ours: list[float] = []
     theirs: list[float] = []
     have_sv = sv_mod.available()
     with workspace("status") as ws:
-        _ready(ws.manifests, 10, "s")
+        _ready(ws.manifests, count, "s")
         env = ws.env()
         run([*reconcile_argv(), "--once", "--wait", "--timeout", "60s", *ws.common()], env=env)
         status = [*reconcile_argv(), "status", *ws.common()]
         run(status, env=env)  # warm: the page cache, the bytecode
         if have_sv:
             with sv_mod.supervisor("status") as sv:
-                base = free_port_block(20, 28000)
-                for i in range(10):
+                base = free_port_block(count + 10, 28000)
+                for i in range(count):
                     sv.add(f"p{i:02d}", base + i)
                 sv.start()
                 sv.wait_up()
-                wait_for(lambda: all(answers(base + i) for i in range(10)), 60, "programs")
+                wait_for(lambda: all(answers(base + i) for i in range(count)), 60, "programs")
                 ctl = [str(Path(PYTHON).with_name("supervisorctl")), "-c", str(sv.conf), "status"]
                 run(ctl, env=env)
                 for _ in range(trials):
@@ -69,22 +71,24 @@ def _status(trials: int) -> Row:
         run([*reconcile_argv(), "down", *ws.common()], env=env, timeout=120)
     row = Row(
         section="8. read verbs",
-        metric="`reconcile status`, 10 Ready",
+        metric=f"`reconcile status`, {count} Ready",
         unit="ms",
         ours=ours,
         theirs=theirs,
-        alt="`supervisorctl status`, 10 programs" if have_sv else "supervisorctl (not installed)",
+        alt=f"`supervisorctl status`, {count} programs"
+        if have_sv
+        else "supervisorctl (not installed)",
         goal="≤ 1.0x",
     )
     row.met = row.ratio is not None and row.ratio <= 1.0
     return row
 
 
-def _once(trials: int) -> Row:
+def _once(trials: int, count: int) -> Row:
     ours: list[float] = []
     theirs: list[float] = []
     with workspace("once20") as ws:
-        _ready(ws.manifests, 20, "o")
+        _ready(ws.manifests, count, "o")
         env = ws.env()
         once = [*reconcile_argv(), "--once", *ws.common()]
         run([*reconcile_argv(), "--once", "--wait", "--timeout", "60s", *ws.common()], env=env)
@@ -96,7 +100,7 @@ def _once(trials: int) -> Row:
         run([*reconcile_argv(), "down", *ws.common()], env=env, timeout=120)
     row = Row(
         section="8. read verbs",
-        metric="no-op `reconcile --once`, 20 Ready",
+        metric=f"no-op `reconcile --once`, {count} Ready",
         unit="ms",
         ours=ours,
         theirs=theirs,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import procs
+import warmcli
 import yaml
 from procs import alive, free_ports
 
@@ -188,18 +189,25 @@ class Cluster:
         failpoints: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float = CLI_TIMEOUT,
+        cold: bool = False,
     ) -> Run:
+        """One CLI call, forked warm (tests/warmcli.py: the imports were most of a call's
+        time) unless ``cold`` or its environment is read at the start (failpoints,
+        faketime). Past ``timeout`` the call is SIGKILLed either way (TimeoutExpired)."""
         began = time.monotonic()
-        proc = subprocess.run(
-            self.argv(*args, set_=set_),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=self.tmp,
-            env=self._env(failpoints, env),
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # a killpg() gone wrong can only hit the CLI itself
-        )
+        argv, full_env = self.argv(*args, set_=set_), self._env(failpoints, env)
+        proc = None if cold else warmcli.run(argv, env=full_env, cwd=self.tmp, timeout=timeout)
+        if proc is None:
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=self.tmp,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a killpg() gone wrong can only hit the CLI itself
+            )
         took = time.monotonic() - began
         return Run([*args, "-f", set_], proc.returncode, proc.stdout, proc.stderr, took)
 

