@@ -136,6 +136,34 @@ def _fields(body: bytes) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def no_model(body: bytes) -> str:
+    """Why a JSON body names no model, for its 400: what is wrong, where, and what to send.
+    Parsed again here, off the path of any request the gateway forwards."""
+    fix = "send a JSON object whose `model` names one of `GET /v1/models`"
+    if not body.strip():
+        return f"the request body is empty: {fix}"
+    try:
+        value = json.loads(body)
+    except json.JSONDecodeError as exc:  # its line and column, as the client sent it
+        return (
+            f"the request body is not JSON (line {exc.lineno} column {exc.colno}: {exc.msg}): {fix}"
+        )
+    except (ValueError, RecursionError):  # not UTF-8 (or -16, -32), or nested past Python's limit
+        return f"the request body is not JSON that can be read: {fix}"
+    if not isinstance(value, dict):
+        return f"the request body is a JSON {_kind(value)}, not an object: {fix}"
+    if "model" not in value:
+        return f"the request body has no field `model`: {fix}"
+    model = value["model"]
+    shown = "an empty string" if model == "" else f"a JSON {_kind(model)}"
+    return f"the request body's `model` is {shown}, not a model's name: {fix}"
+
+
+def _kind(value: Any) -> str:
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return kinds.get(type(value), "number")
+
+
 def _model(fields: dict[str, Any]) -> str | None:
     model = fields.get("model")
     return model if isinstance(model, str) and model else None
