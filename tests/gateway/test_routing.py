@@ -46,9 +46,10 @@ def test_a_body_without_a_model_is_told_what_is_wrong_and_where(
 ) -> None:
     """Every body the gateway could not take a model from got one sentence, "must be a JSON
     object with a string field `model`", so a client whose JSON had a stray comma was told
-    to send what it believed it sent: the 400 says what is wrong, and where."""
+    to send what it believed it sent: the 400 says what is wrong, and where; a 413 says the
+    limit and the next move."""
     reconcile.write("beta")
-    g = gateway()
+    g = gateway("--max-body", "4096")
     g.wait_phase("beta", "Ready")
     said = {
         b"": "the request body is empty",
@@ -64,6 +65,10 @@ def test_a_body_without_a_model_is_told_what_is_wrong_and_where(
         message = _error(g.request("POST", "/v1/chat/completions", body), 400, "invalid_request")
         assert wanted in message["message"], (body, message)
         assert "names one of `GET /v1/models`" in message["message"], message  # the next move
+    # past --max-body: a bare byte count told no one what to do
+    message = _error(g.post("beta", prompt="x" * 5000), 413, "request_too_large")["message"]
+    assert "limit of 4096 bytes (4Ki, its --max-body): send a smaller one" in message, message
+    assert "ask the gateway's operator to raise --max-body" in message, message
     assert g.post("beta").status == 200  # and the connection's next request is served
     g.finish()
 

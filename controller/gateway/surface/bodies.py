@@ -18,6 +18,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from controller.core.manifest.quantity import format_bytes
 from controller.gateway.http.answers import error
 from controller.gateway.http.messages import BodyTooLarge, Request, Response
 from controller.gateway.surface import upload
@@ -118,8 +119,17 @@ def _closing(answer: Response) -> Response:
 
 
 def _too_large(limit: int) -> Response:
-    why = f"the request body is larger than the gateway's limit of {limit} bytes (--max-body)"
-    return error(413, why, "request_too_large")
+    return error(413, f"the request body is {over_limit(limit)}", "request_too_large")
+
+
+def over_limit(limit: int) -> str:
+    """Past --max-body: the limit, readable, and the next move (the client's, or its
+    operator's: a bare byte count told neither what to do)."""
+    return (
+        f"larger than the gateway's limit of {limit} bytes ({format_bytes(limit)}, its "
+        "--max-body): send a smaller one (fewer or shorter messages, a smaller file), or "
+        "ask the gateway's operator to raise --max-body"
+    )
 
 
 def _fields(body: bytes) -> dict[str, Any]:
@@ -203,7 +213,7 @@ def _inflate(body: bytes, tries: tuple[int, ...], limit: int) -> bytes | BodyRef
         except zlib.error:
             continue
         if len(plain) > limit or inflater.unconsumed_tail:
-            why = f"the decoded request body is larger than the gateway's limit of {limit} bytes"
+            why = f"the decoded request body is {over_limit(limit)}"
             return BodyRefused(413, why, "request_too_large")
         if inflater.eof and not inflater.unused_data:
             return plain
