@@ -538,7 +538,7 @@ def _ended(label: str, records: tuple[Record, ...], lead: str = "") -> Response:
         f"{lead}deployment {label!r} cannot become Ready by itself ({states}); fix its manifest, "
         f"or start it again with `reconcile restart {names}`"
     )
-    return error(503, why, "model_not_ready")
+    return error(503, why, "model_not_ready", final=True)
 
 
 def _drained(label: str, drain: Drain, lead: str = "") -> Response:
