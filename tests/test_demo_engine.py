@@ -164,12 +164,13 @@ def test_a_client_gone_mid_stream_is_one_line_not_a_traceback(tmp_path: Path) ->
             wait_for(lambda: b"data: " in sock.recv(4096), timeout=30, what="the first event")
         # the engine finds the client gone at one of its next writes: then it says so
         said = wait_for(
-            lambda: ("mid-answer" in (t := log.read_text()) or "Error" in t) and t,
+            lambda: ("mid-answer" in (t := log.read_text()) or "Traceback" in t) and t,
             timeout=30,
             what="the engine's word on the closed connection",
         )
-        assert "Traceback" not in said and "Error" not in said, said
-        assert "127.0.0.1 closed the connection mid-answer" in said, said
+        assert "Traceback" not in said and "During handling" not in said, said
+        gone = ("(BrokenPipeError)", "(ConnectionResetError)")
+        assert any(f"127.0.0.1 closed the connection mid-answer {g}" in said for g in gone), said
         assert engine.poll() is None  # and it serves on
         assert _up(port)
     finally:

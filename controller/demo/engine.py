@@ -318,7 +318,7 @@ class DemoServer(ThreadingHTTPServer):
         gone = sys.exc_info()[1]
         if isinstance(gone, ConnectionError):
             peer = client_address[0] if isinstance(client_address, tuple) else client_address
-            print(f"{peer} closed the connection mid-answer ({gone.strerror})", flush=True)
+            print(f"{peer} closed the connection mid-answer ({type(gone).__name__})", flush=True)
         else:
             super().handle_error(request, client_address)
 
