@@ -4,11 +4,13 @@ streamed usage, ids), so token metrics and clients can be tried without a model.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
@@ -138,6 +140,39 @@ def test_slots_run_that_many_streams_at_once_and_metrics_say_who_waits() -> None
         for one in streams:
             one.join(timeout=30)
         assert parse(metrics()).waiting == 0
+    finally:
+        engine.terminate()
+        engine.wait(timeout=30)
+
+
+def test_a_client_gone_mid_stream_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """A client that closed a stream it stopped reading left two chained BrokenPipeError
+    tracebacks in the engine's log (the trial's `reconcile logs` and a crash's log tail
+    showed them): a client's hang-up is one line naming it."""
+    port = free_ports(1)
+    log = tmp_path / "engine.log"
+    argv = [sys.executable, "-m", "controller.demo.engine", "--port", str(port)]
+    argv += ["--chunks", "400", "--chunk-delay", "0.02"]
+    with open(log, "wb") as out:
+        engine = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _up(port), timeout=30, what="the demo engine")
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            body = b'{"model": "demo", "stream": true}'
+            head = f"POST /v1/completions HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n"
+            sock.sendall(head.encode() + body)
+            wait_for(lambda: b"data: " in sock.recv(4096), timeout=30, what="the first event")
+        # the engine finds the client gone at one of its next writes: then it says so
+        said = wait_for(
+            lambda: ("mid-answer" in (t := log.read_text()) or "Traceback" in t) and t,
+            timeout=30,
+            what="the engine's word on the closed connection",
+        )
+        assert "Traceback" not in said and "During handling" not in said, said
+        gone = ("(BrokenPipeError)", "(ConnectionResetError)")
+        assert any(f"127.0.0.1 closed the connection mid-answer {g}" in said for g in gone), said
+        assert engine.poll() is None  # and it serves on
+        assert _up(port)
     finally:
         engine.terminate()
         engine.wait(timeout=30)

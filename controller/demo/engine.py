@@ -308,6 +308,21 @@ class DemoHandler(BaseHTTPRequestHandler):
         sys.stdout.flush()
 
 
+class DemoServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up mid-answer (a stream it stopped reading, a gateway whose
+        # client went away) is the client's doing: one line, not a traceback in the
+        # engine's log (which `reconcile logs` and a crash's log tail show people).
+        gone = sys.exc_info()[1]
+        if isinstance(gone, ConnectionError):
+            peer = client_address[0] if isinstance(client_address, tuple) else client_address
+            print(f"{peer} closed the connection mid-answer ({type(gone).__name__})", flush=True)
+        else:
+            super().handle_error(request, client_address)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
@@ -330,10 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics_file=args.metrics_file,
         slots=Slots(args.slots) if args.slots else None,
     )
-    ThreadingHTTPServer.daemon_threads = True
-    server = ThreadingHTTPServer(
-        (args.host, args.port), type("Bound", (DemoHandler,), {"demo": demo})
-    )
+    server = DemoServer((args.host, args.port), type("Bound", (DemoHandler,), {"demo": demo}))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"demo engine {args.model} on {args.host}:{args.port} (pid {os.getpid()})", flush=True)
     try:

@@ -17,6 +17,8 @@ import threading
 from dataclasses import replace
 from typing import Any
 
+import openai
+import pytest
 from harness.rawhttp import Raw, exchange, openai_error, request
 from procs import free_ports
 
@@ -152,3 +154,32 @@ def test_a_deployment_whose_manifest_is_invalid_is_answered_with_why(
     assert "activation: OnDemand starts one engine" in message and "fix its manifest" in message
     assert "readiness deadline" not in message, message
     g.finish()
+
+
+def test_the_official_client_does_not_retry_what_only_a_person_can_fix(
+    reconcile: Any, gateway: Any
+) -> None:
+    """The `openai` client retries every 5xx twice (with backoff) unless the answer says
+    `x-should-retry: false`: a request for a Failed deployment was sent three times, three
+    503s in the request log and the 5xx count for one user's one call, and its error came
+    a second and more late. The 503 says no retry can help."""
+    reconcile.write("never", command=EXITS, restartPolicy="Never", readiness=LONG)
+    g = gateway()
+    try:
+        g.wait_phase("never", "Failed")
+        answer = g.post("never")
+        assert answer.status == 503 and answer.headers["x-should-retry"] == "false", answer
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{g.port}/v1", api_key="none")
+        with client, pytest.raises(openai.InternalServerError) as refused:
+            client.chat.completions.create(model="never", messages=[])  # max_retries: 2
+        assert refused.value.status_code == 503
+        assert g.post("marker-after").status == 404  # logged in order: after the client's
+        log = reconcile.state / "gateway" / "requests.jsonl"
+        lines = reconcile.wait_for(
+            lambda: "marker-after" in (text := log.read_text()) and text.splitlines(),
+            what="the marker's line in the request log",
+        )
+        models = [json.loads(line)["model"] for line in lines]
+        assert models == ["never", "never", "marker-after"], models  # the raw post, the client
+    finally:
+        g.finish()

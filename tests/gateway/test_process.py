@@ -184,6 +184,25 @@ def test_ondemand_request_waits_for_the_next_daemon(reconcile: Any, gateway: Any
     g.finish()
 
 
+def test_a_wait_that_no_daemon_could_end_says_so(reconcile: Any, gateway: Any) -> None:
+    """The gateway outlives the daemon, and an OnDemand request waits for the next one; a
+    trial's request then got "not Ready (Idle) within its readiness deadline (60s); retry
+    later" after the wait, with no word that no daemon ran to start the engine: the
+    client retried for nothing and the operator learnt nothing. The 503 says so now."""
+    quick = {"httpGet": {"path": "/health"}, "deadlineSeconds": 2, "periodSeconds": 0.2}
+    reconcile.write("lazy", activation="OnDemand", idleTimeout="10m", readiness=quick)
+    g = gateway()
+    g.wait_phase("lazy", "Idle")
+    assert g.stop() == 0  # SIGTERM: the daemon ends, its gateway serves on
+    answer = g.post("lazy")
+    assert answer.status == 503, answer
+    message = answer.json()["error"]["message"]
+    assert "is not Ready (Idle) within its readiness deadline (2s)" in message, message
+    assert f"no daemon runs on its state dir ({reconcile.state})" in message, message
+    assert "the operator starts the daemon, then retry" in message, message
+    g.finish()
+
+
 def _keyfile(reconcile: Any, *keys: str) -> Path:
     path: Path = reconcile.tmp / "keys.txt"
     path.write_text("\n".join(keys) + "\n")

@@ -404,3 +404,28 @@ def test_a_model_name_of_control_characters_is_shown_escaped(reconcile: Any, gat
         assert "\\ud800evil\\x1b[2J\\nforged\\u202eline -> -" in shown, shown
     finally:
         g.finish()
+
+
+def test_no_request_yet_names_the_serving_gateway_and_a_slip_makes_no_state_dir(
+    reconcile: Any, gateway: Any
+) -> None:
+    """With a gateway serving and no request yet, `logs --requests` said to "start the
+    daemon with --listen", the running one's advice for a gateway that does not run; and
+    `-f` under a mistyped --state-dir made that folder, its gateway/ and an empty log, and
+    followed it forever. Now: the serving gateway is named, and a state dir that does not
+    exist is said so (as `status` says it), with nothing made."""
+    reconcile.write("alpha")
+    g = gateway()
+    try:
+        (serving,) = json.loads(reconcile("gateway", "status", "-o", "json").out)["gateways"]
+        said = reconcile("logs", "--requests", check=1).err
+        assert f"the gateway (pid {serving['pid']}, 127.0.0.1:{g.port})" in said, said
+        assert "answered no request yet" in said and "--listen" not in said, said
+    finally:
+        g.finish()
+    slip = reconcile.tmp / "stat"
+    for follow in ([], ["-f"]):
+        argv = ("logs", "--requests", *follow, "--state-dir", str(slip))
+        said = reconcile(*argv, common=False, check=1).err
+        assert f"{slip} does not exist: nothing has run with this state dir" in said, said
+        assert not slip.exists()

@@ -41,6 +41,38 @@ def test_routes_by_name_model_and_alias_and_answers_errors(reconcile: Any, gatew
     g.finish()
 
 
+def test_a_body_without_a_model_is_told_what_is_wrong_and_where(
+    reconcile: Any, gateway: Any
+) -> None:
+    """Every body the gateway could not take a model from got one sentence, "must be a JSON
+    object with a string field `model`", so a client whose JSON had a stray comma was told
+    to send what it believed it sent: the 400 says what is wrong, and where; a 413 says the
+    limit and the next move."""
+    reconcile.write("beta")
+    g = gateway("--max-body", "4096")
+    g.wait_phase("beta", "Ready")
+    said = {
+        b"": "the request body is empty",
+        b'{"model": "beta",}': "not JSON (line 1 column 18: Expecting property name",
+        b'{"model":\n "beta" "x"}': "not JSON (line 2 column 9: Expecting ',' delimiter)",
+        b"[1, 2]": "the request body is a JSON array, not an object",
+        b'{"messages": []}': "the request body has no field `model`",
+        b'{"model": 7}': "the request body's `model` is a JSON number, not a model's name",
+        b'{"model": ""}': "the request body's `model` is an empty string",
+        b'{"model": null}': "the request body's `model` is a JSON null",
+    }
+    for body, wanted in said.items():
+        message = _error(g.request("POST", "/v1/chat/completions", body), 400, "invalid_request")
+        assert wanted in message["message"], (body, message)
+        assert "names one of `GET /v1/models`" in message["message"], message  # the next move
+    # past --max-body: a bare byte count told no one what to do
+    message = _error(g.post("beta", prompt="x" * 5000), 413, "request_too_large")["message"]
+    assert "limit of 4096 bytes (4Ki, its --max-body): send a smaller one" in message, message
+    assert "ask the gateway's operator to raise --max-body" in message, message
+    assert g.post("beta").status == 200  # and the connection's next request is served
+    g.finish()
+
+
 def test_not_ready_waits_then_503(reconcile: Any, gateway: Any) -> None:
     # An engine that never answers its probe: the request waits out the deadline, then 503.
     reconcile.write(

@@ -10,10 +10,18 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
-from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, FOLLOW_PERIOD
-from controller.cli.gateway.gatewayverbs import state_dir_of
+from controller.cli.common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    FOLLOW_PERIOD,
+    config,
+    say_if_absent,
+)
 from controller.gateway.accounting import requestlog
+from controller.gateway.lifecycle import registry
 from controller.store.instances import logfiles
 
 
@@ -28,13 +36,14 @@ def cmd_requests(args: argparse.Namespace) -> int:
     if args.output not in (None, "json"):
         print(f"reconcile: logs --requests -o {args.output}: only -o json", file=sys.stderr)
         return EXIT_USAGE
-    path = requestlog.path_in(state_dir_of(args))
+    cfg = config(args, lenient=True)
+    if not cfg.state_dir.is_dir():  # a slip's path: said, and -f makes none of its folders
+        say_if_absent(cfg)
+        return EXIT_FAIL
+    state_dir = cfg.state_dir.absolute()
+    path = requestlog.path_in(state_dir)
     if not logfiles.stream_files(path) and not args.follow:
-        print(
-            f"reconcile: no request log at {path}: no request reached a gateway of this "
-            "state dir (start the daemon with --listen)",
-            file=sys.stderr,
-        )
+        print(f"reconcile: no request log at {path}: {_why_none(state_dir)}", file=sys.stderr)
         return EXIT_FAIL
     show = _printer(args.output == "json")
     for line in requestlog.read_lines(path, args.tail):
@@ -44,6 +53,18 @@ def cmd_requests(args: argparse.Namespace) -> int:
         path.touch(mode=0o600, exist_ok=True)  # followed from its (empty) start
         logfiles.follow(path, _lines(show), lambda: True, poll=FOLLOW_PERIOD)
     return EXIT_OK
+
+
+def _why_none(state_dir: Path) -> str:
+    """Why no request is logged: a gateway serves and has had none (it logs each as it
+    ends), or none serves: the advice to start one was said to a serving one too."""
+    serving = registry.current_live(state_dir)
+    if serving is None:
+        return "no request reached a gateway of this state dir (start the daemon with --listen)"
+    return (
+        f"the gateway (pid {serving.ref.pid}, {serving.address}) has answered no request "
+        "yet; each is logged as it ends"
+    )
 
 
 def _printer(as_json: bool) -> Callable[[dict[str, object]], None]:

@@ -12,7 +12,6 @@ instance is new and Ready (exit 0), or one cannot come up (exit 1), or ``--timeo
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import signal
 import socket
@@ -32,6 +31,7 @@ from controller.redact import printable
 from controller.store.config.node import Config
 from controller.store.instances.records import RecordStore, check_name
 from controller.store.side import daemonset, restart
+from controller.store.side.daemonset import daemon_pid as daemon_pid  # its verbs import it here
 from controller.store.sidefiles import SideFileError
 from controller.store.statedir import StateDir
 
@@ -115,26 +115,6 @@ def _how(instances: list[Record]) -> str:
     count = sum(not is_next(r.name) for r in instances)
     how = "rolling: RollingUpdate" if rolling else "recreate"
     return f"{count} replica{'s' if count != 1 else ''}, {how}"
-
-
-def daemon_pid(state_dir: Path) -> int | None:
-    """The daemon holding ``<state>/daemon.lock``, or None when none runs (a shared
-    ``flock`` probe: it conflicts with the daemon's only for its own instant)."""
-    path = StateDir(state_dir).daemon_lock
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            return int(text) if text.isdigit() else 0
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
 
 
 def daemon_running(state_dir: Path, owners: Iterable[str]) -> int | None:

@@ -39,11 +39,16 @@ def error(
     *,
     retry_after: float | None = None,
     allow: tuple[str, ...] = (),
+    final: bool = False,
 ) -> Response:
-    """The error body, with ``Retry-After`` (a 503 or 429) or ``Allow`` (a 405) when given."""
+    """The error body, with ``Retry-After`` (a 503 or 429) or ``Allow`` (a 405) when given;
+    ``final``: no retry can succeed until a person acts, which ``x-should-retry: false``
+    tells the OpenAI and Anthropic clients (they retry every 5xx twice by default)."""
     headers: dict[str, str] = {}
     if retry_after is not None:
         headers["Retry-After"] = str(max(1, round(retry_after)))
+    if final:
+        headers["x-should-retry"] = "false"
     if allow:
         headers["Allow"] = ", ".join(allow)
     return Response(

@@ -18,6 +18,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from controller.core.manifest.quantity import format_bytes
 from controller.gateway.http.answers import error
 from controller.gateway.http.messages import BodyTooLarge, Request, Response
 from controller.gateway.surface import upload
@@ -118,8 +119,17 @@ def _closing(answer: Response) -> Response:
 
 
 def _too_large(limit: int) -> Response:
-    why = f"the request body is larger than the gateway's limit of {limit} bytes (--max-body)"
-    return error(413, why, "request_too_large")
+    return error(413, f"the request body is {over_limit(limit)}", "request_too_large")
+
+
+def over_limit(limit: int) -> str:
+    """Past --max-body: the limit, readable, and the next move (the client's, or its
+    operator's: a bare byte count told neither what to do)."""
+    return (
+        f"larger than the gateway's limit of {limit} bytes ({format_bytes(limit)}, its "
+        "--max-body): send a smaller one (fewer or shorter messages, a smaller file), or "
+        "ask the gateway's operator to raise --max-body"
+    )
 
 
 def _fields(body: bytes) -> dict[str, Any]:
@@ -134,6 +144,34 @@ def _fields(body: bytes) -> dict[str, Any]:
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def no_model(body: bytes) -> str:
+    """Why a JSON body names no model, for its 400: what is wrong, where, and what to send.
+    Parsed again here, off the path of any request the gateway forwards."""
+    fix = "send a JSON object whose `model` names one of `GET /v1/models`"
+    if not body.strip():
+        return f"the request body is empty: {fix}"
+    try:
+        value = json.loads(body)
+    except json.JSONDecodeError as exc:  # its line and column, as the client sent it
+        return (
+            f"the request body is not JSON (line {exc.lineno} column {exc.colno}: {exc.msg}): {fix}"
+        )
+    except (ValueError, RecursionError):  # not UTF-8 (or -16, -32), or nested past Python's limit
+        return f"the request body is not JSON that can be read: {fix}"
+    if not isinstance(value, dict):
+        return f"the request body is a JSON {_kind(value)}, not an object: {fix}"
+    if "model" not in value:
+        return f"the request body has no field `model`: {fix}"
+    model = value["model"]
+    shown = "an empty string" if model == "" else f"a JSON {_kind(model)}"
+    return f"the request body's `model` is {shown}, not a model's name: {fix}"
+
+
+def _kind(value: Any) -> str:
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return kinds.get(type(value), "number")
 
 
 def _model(fields: dict[str, Any]) -> str | None:
@@ -175,7 +213,7 @@ def _inflate(body: bytes, tries: tuple[int, ...], limit: int) -> bytes | BodyRef
         except zlib.error:
             continue
         if len(plain) > limit or inflater.unconsumed_tail:
-            why = f"the decoded request body is larger than the gateway's limit of {limit} bytes"
+            why = f"the decoded request body is {over_limit(limit)}"
             return BodyRefused(413, why, "request_too_large")
         if inflater.eof and not inflater.unused_data:
             return plain

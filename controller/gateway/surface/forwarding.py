@@ -39,6 +39,7 @@ from controller.gateway.surface.upload import Upload
 from controller.gateway.surface.waiting import Waiting, sole
 from controller.host import bootclock
 from controller.logsetup import get_logger
+from controller.store.side import daemonset
 
 log = get_logger("reconcile")
 
@@ -270,9 +271,21 @@ class Forwarder:
             within = f"its readiness deadline ({waited:g}s)"
         why = (
             f"{lead}deployment {want.label!r} is not Ready ({phase}{': ' if held else ''}"
-            f"{held}) within {within}; retry later"
+            f"{held}) within {within}; {self._next_move()}"
         )
         return error(503, why, "model_not_ready", retry_after=RETRY_AFTER)
+
+    def _next_move(self) -> str:
+        """A wait that ended with no daemon on the state dir was for nothing: the daemon
+        starts engines and records them Ready (the gateway outlives it), so "retry later"
+        alone sent a client round while the operator learnt nothing."""
+        state_dir = self.demand.state_dir
+        if daemonset.daemon_pid(state_dir) is not None:
+            return "retry later"
+        return (
+            f"no daemon runs on its state dir ({state_dir}) to start it or find it Ready: "
+            "the operator starts the daemon, then retry"
+        )
 
     async def _send_once_more(
         self, incoming: Incoming, body: bytes | Upload, want: Ask, target: Target
@@ -538,7 +551,7 @@ def _ended(label: str, records: tuple[Record, ...], lead: str = "") -> Response:
         f"{lead}deployment {label!r} cannot become Ready by itself ({states}); fix its manifest, "
         f"or start it again with `reconcile restart {names}`"
     )
-    return error(503, why, "model_not_ready")
+    return error(503, why, "model_not_ready", final=True)
 
 
 def _drained(label: str, drain: Drain, lead: str = "") -> Response:

@@ -320,8 +320,8 @@ class Front:
         incoming.meter.model = model
         if isinstance(body, bytes):
             body, incoming.meter.strip = usage.ask(body, fields, incoming.path)
-        if model is None:
-            why = "the request body must be a JSON object with a string field `model`"
+        if model is None:  # an upload has its model: this body is bytes
+            why = bodies.no_model(body if isinstance(body, bytes) else b"")
             return "-", error(400, why, "invalid_request")
         if model not in self.table.pools and not await self._known(model):
             incoming.meter.model = shown(model)

@@ -9,6 +9,8 @@ while its pid is the lock's holder (a note left by a daemon that died says nothi
 
 from __future__ import annotations
 
+import fcntl
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,3 +47,23 @@ def _decode(data: Any) -> DaemonSet:
     if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(owner, str):
         raise TypeError("pid must be an integer and owner a string")
     return DaemonSet(pid=pid, owner=owner)
+
+
+def daemon_pid(state_dir: Path) -> int | None:
+    """The daemon holding ``<state>/daemon.lock``, or None when none runs (a shared
+    ``flock`` probe: it conflicts with the daemon's only for its own instant)."""
+    path = StateDir(state_dir).daemon_lock
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
