@@ -54,7 +54,6 @@ from procs import (
     release_ports,
     wait_for,
     wait_gone,
-    wait_past,
 )
 from workunits import work_unit
 
@@ -334,17 +333,6 @@ class Reconcile:
             for name, rec in sorted(records.items())
             if not names or name in names
         }
-
-    def wait_backoff(self) -> None:
-        """Wait past the earliest back-off a record is in now (none: return at once), the
-        next moment a pass can restart anything. A test that loops passes until a restart
-        calls it between them: a pass in a back-off moves nothing, and each is a CLI start
-        (~0.3 s of CPU; ~1 s on Ray or with a container runtime) for 10 s and more."""
-        now = datetime.now(UTC)
-        records = RecordStore(self.state).peek().records.values()
-        ends = [r.backoff_until for r in records if r.phase is Phase.BACKOFF and r.backoff_until]
-        if due := [end for end in ends if end > now]:
-            wait_past(min(due), "the earliest back-off's end")
 
     def end_backoff(self, *names: str) -> None:
         """End the back-offs of ``names`` (each in BackOff; none named: every record's) now:
