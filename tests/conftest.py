@@ -27,6 +27,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,6 @@ from procs import (
     release_ports,
     wait_for,
     wait_gone,
-    wait_past,
 )
 from workunits import work_unit
 
@@ -334,16 +334,19 @@ class Reconcile:
             if not names or name in names
         }
 
-    def wait_backoff(self) -> None:
-        """Wait past the earliest back-off a record is in now (none: return at once), the
-        next moment a pass can restart anything. A test that loops passes until a restart
-        calls it between them: a pass in a back-off moves nothing, and each is a CLI start
-        (~0.3 s of CPU; ~1 s on Ray or with a container runtime) for 10 s and more."""
+    def end_backoff(self, *names: str) -> None:
+        """End the back-offs of ``names`` (each in BackOff; none named: every record's) now:
+        each record as the pass left it, its restart due, as once its wait is over. For a
+        test of what the retry does, not of the back-off's length (tests/core's): it spends
+        no 10 s and more of waiting, or of passes that move nothing, on it. No pass may run
+        meanwhile (this writes the record a pass would)."""
+        store = RecordStore(self.state)
         now = datetime.now(UTC)
-        records = RecordStore(self.state).peek().records.values()
-        ends = [r.backoff_until for r in records if r.phase is Phase.BACKOFF and r.backoff_until]
-        if due := [end for end in ends if end > now]:
-            wait_past(min(due), "the earliest back-off's end")
+        records = [store.read(name) for name in names] or list(store.peek().records.values())
+        for rec in records:
+            assert rec is not None and (rec.phase is Phase.BACKOFF or not names), rec
+            if rec.phase is Phase.BACKOFF and rec.backoff_until and rec.backoff_until > now:
+                store.write(replace(rec, backoff_until=now))
 
     def store(self) -> RecordStore:
         """The state dir's record store, for a test that forges or inspects records."""

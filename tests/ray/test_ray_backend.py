@@ -47,7 +47,7 @@ def once_until(rc: Reconcile, what: str, pred: Any, timeout: float = 60) -> dict
         if pred(got):
             return got
         assert time.monotonic() < deadline, f"{what}: {got}"
-        rc.wait_backoff()  # a Ray pass in a back-off moves nothing, at ~1 s of CPU
+        rc.end_backoff()  # a Ray pass in a back-off moves nothing, at ~1 s of CPU
         time.sleep(0.5)
 
 

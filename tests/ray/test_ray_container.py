@@ -129,7 +129,7 @@ def test_the_actor_runs_the_container_on_its_node_and_down_removes_it(
         now = rc.record("rbox")
         done = bool(now and now["container"] and now["container"]["id"] != kept["id"])
         if not done:
-            rc.wait_backoff()  # a pass in a back-off moves nothing, at ~1 s of CPU on Ray
+            rc.end_backoff()  # a pass in a back-off moves nothing, at ~1 s of CPU on Ray
         return done
 
     wait_for(replaced, timeout=90, what="a new container for rbox")
@@ -151,7 +151,7 @@ def test_the_actor_runs_the_container_on_its_node_and_down_removes_it(
         )
         done = fresh and labelled(engine, f"{STATE_LABEL}={state}") == [now["container"]["id"]]
         if not done:
-            rc.wait_backoff()
+            rc.end_backoff()
         return done
 
     wait_for(moved_on, timeout=120, what="one container of rbox, a new actor's")

@@ -1,8 +1,10 @@
 """The Ray head lost under a running daemon, then back: the daemon never goes with it.
 
 A cluster of its own (the shared one of conftest.py is stopped first: one cluster at a
-time on this box), whose GCS listens on a port held for this test, so that the head
-brought back is at the same address. The test process never joins it as a driver: a
+time on this box), whose GCS listens on a port held for this module, so that the head
+brought back is at the same address. One for the module: a test starts it again only
+where the one before left its GCS dead or stopped (the first test ends with its head
+back, a new cluster, as the second starts from). The test process never joins it as a driver: a
 driver's core worker ends its process when the GCS has been gone for a while, which is
 the defect this file holds.
 """
@@ -55,6 +57,16 @@ class Head:
         proc: subprocess.Popen[bytes] = gcs.process
         return proc
 
+    def whole(self) -> bool:
+        """Its GCS running (alive, not stopped): a test may start from it."""
+        if self.cluster is None:
+            return False
+        gcs = self.gcs()
+        if gcs.poll() is not None:
+            return False
+        state = Path(f"/proc/{gcs.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state not in ("T", "t")
+
     def kill_gcs(self) -> None:
         self.gcs().kill()
         self.gcs().wait(30)
@@ -66,20 +78,28 @@ class Head:
         engines_gone(kill=True)  # each dies with its actor's process, which shutdown ended
 
 
-@pytest.fixture
-def head(held_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Head]:
+@pytest.fixture(scope="module")
+def own_head(held_cluster: Any) -> Iterator[Head]:
     held_cluster.stop()  # the module clusters' one: the next module that asks starts it
-    # Its raylets (which inherit this) wait for a silent GCS longer than Ray's 60 s: a
-    # loaded box's passes must not decide whether the worker's actors live on.
-    monkeypatch.setenv("RAY_gcs_rpc_server_reconnect_timeout_s", "300")
     port = free_ports(1)
     own = Head(port)
     try:
-        own.start()
         yield own
     finally:
         own.stop()
         release_ports([port])
+
+
+@pytest.fixture
+def head(own_head: Head, monkeypatch: pytest.MonkeyPatch) -> Head:
+    """The module's cluster, started (again) where it is not whole."""
+    # Its raylets (which inherit this) wait for a silent GCS longer than Ray's 60 s: a
+    # loaded box's passes must not decide whether the worker's actors live on.
+    monkeypatch.setenv("RAY_gcs_rpc_server_reconnect_timeout_s", "300")
+    if not own_head.whole():
+        own_head.stop()
+        own_head.start()
+    return own_head
 
 
 def test_the_daemon_outlives_the_head_and_runs_on_when_it_is_back(
