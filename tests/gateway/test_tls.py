@@ -250,7 +250,9 @@ def _tls_gateway(
     return g
 
 
-def test_openai_client_page_and_ui_url_over_tls(reconcile: Any, gateway: Any, pki: Pki) -> None:
+def test_openai_client_page_ui_url_and_refusals_over_tls(
+    reconcile: Any, gateway: Any, pki: Pki
+) -> None:
     cert, key = _pair(pki)
     g = _tls_gateway(reconcile, gateway, pki, cert, key)
     try:
@@ -274,45 +276,43 @@ def test_openai_client_page_and_ui_url_over_tls(reconcile: Any, gateway: Any, pk
         status, body, _ = _https(g.port, pki.client(), "GET", "/ui/api/state")
         assert status == 200, body[:300]
         assert '"tls": true' in g.text()  # the gateway's own lines go to the daemon's stderr
+        _plain_http_and_tls_1_1_are_refused(g, pki, cert, key)
     finally:
         g.finish()
 
 
-def test_plain_http_and_tls_1_1_are_refused(reconcile: Any, gateway: Any, pki: Pki) -> None:
-    cert, key = _pair(pki)
-    g = _tls_gateway(reconcile, gateway, pki, cert, key)
-    try:
-        # Plain HTTP gets a 400 that says so (nginx's and Go's answer), with or without
-        # a body, then the close; the TLS server is not disturbed by it.
-        for method, sent in (("GET", None), ("POST", json.dumps(_chat("echo")).encode() * 50)):
-            plain = http.client.HTTPConnection("127.0.0.1", g.port, timeout=WAIT)
-            try:
-                plain.request(method, "/v1/chat/completions", body=sent)
-                answer = plain.getresponse()
-                said = json.loads(answer.read())
-            finally:
-                plain.close()
-            assert answer.status == 400 and answer.getheader("Connection") == "close"
-            assert said["error"]["code"] == "plain_http_to_https_port", said
-            assert "https://" in said["error"]["message"], said
-        with socket.create_connection(("127.0.0.1", g.port), timeout=WAIT):
-            pass  # a client that connects and says nothing
-        old = _tls_1_1_client(pki)
-        with (
-            socket.create_connection(("127.0.0.1", g.port), timeout=WAIT) as raw,
-            pytest.raises(ssl.SSLError) as refused,
-        ):
-            old.wrap_socket(raw, server_hostname="localhost")
-        # Refused by the gateway (an alert, or asyncio's close without one), not by the
-        # client: the same client completes its handshake with a server that allows 1.1.
-        assert isinstance(refused.value, ssl.SSLEOFError) or "PROTOCOL_VERSION" in str(
-            refused.value
-        ), refused.value
-        assert _lenient_handshake(old, cert, key) == "TLSv1.1"
-        # The gateway serves on.
-        assert _https(g.port, pki.client(), "GET", "/healthz")[0] == 200
-    finally:
-        g.finish()
+def _plain_http_and_tls_1_1_are_refused(g: Any, pki: Pki, cert: Path, key: Path) -> None:
+    """On the gateway of the test above (these only read: a daemon, gateway and engine
+    of their own cost a start and a stop, ~4 s under load)."""
+    # Plain HTTP gets a 400 that says so (nginx's and Go's answer), with or without
+    # a body, then the close; the TLS server is not disturbed by it.
+    for method, sent in (("GET", None), ("POST", json.dumps(_chat("echo")).encode() * 50)):
+        plain = http.client.HTTPConnection("127.0.0.1", g.port, timeout=WAIT)
+        try:
+            plain.request(method, "/v1/chat/completions", body=sent)
+            answer = plain.getresponse()
+            said = json.loads(answer.read())
+        finally:
+            plain.close()
+        assert answer.status == 400 and answer.getheader("Connection") == "close"
+        assert said["error"]["code"] == "plain_http_to_https_port", said
+        assert "https://" in said["error"]["message"], said
+    with socket.create_connection(("127.0.0.1", g.port), timeout=WAIT):
+        pass  # a client that connects and says nothing
+    old = _tls_1_1_client(pki)
+    with (
+        socket.create_connection(("127.0.0.1", g.port), timeout=WAIT) as raw,
+        pytest.raises(ssl.SSLError) as refused,
+    ):
+        old.wrap_socket(raw, server_hostname="localhost")
+    # Refused by the gateway (an alert, or asyncio's close without one), not by the
+    # client: the same client completes its handshake with a server that allows 1.1.
+    assert isinstance(refused.value, ssl.SSLEOFError) or "PROTOCOL_VERSION" in str(refused.value), (
+        refused.value
+    )
+    assert _lenient_handshake(old, cert, key) == "TLSv1.1"
+    # The gateway serves on.
+    assert _https(g.port, pki.client(), "GET", "/healthz")[0] == 200
 
 
 def _tls_1_1_client(pki: Pki) -> ssl.SSLContext:
@@ -611,6 +611,7 @@ def test_sighup_reloads_the_certificate_under_load(reconcile: Any, gateway: Any,
             what="the refusal cleared",
         )
         assert _serial(g.port, pki) == 3
+        _sighup_serves_a_renewal_of_another_key_type(g, reconcile, pki, cert, key, 3)
     finally:
         g.finish()
 
@@ -629,26 +630,23 @@ def _serial(port: int, pki: Pki) -> int:
         return 0
 
 
-def test_sighup_serves_a_renewal_of_another_key_type(
-    reconcile: Any, gateway: Any, pki: Pki
+def _sighup_serves_a_renewal_of_another_key_type(
+    g: Any, reconcile: Any, pki: Pki, cert: Path, key: Path, serving: int
 ) -> None:
-    """An ECDSA certificate renewed as RSA, then as ECDSA again: each SIGHUP serves the
-    new one. (Loaded into the live context, the new pair sat beside the old one of the
-    other key type, and clients that prefer ECDSA kept getting the old certificate while
-    the log said "TLS certificate reloaded".)"""
-    cert, key = _pair(pki, serial=1)
-    g = _tls_gateway(reconcile, gateway, pki, cert, key)
-    try:
-        for serial, rsa in ((2, True), (3, False)):
-            pki.server(serial, cert, key, rsa=rsa)
-            g.proc.send_signal(signal.SIGHUP)  # the daemon forwards it to its gateway
-            reconcile.wait_for(
-                lambda serial=serial: _serial(g.port, pki) == serial,
-                timeout=WAIT,
-                what=f"certificate {serial} served",
-            )
-    finally:
-        g.finish()
+    """An ECDSA certificate (serial ``serving``) renewed as RSA, then as ECDSA again: each
+    SIGHUP serves the new one. (Loaded into the live context, the new pair sat beside the
+    old one of the other key type, and clients that prefer ECDSA kept getting the old
+    certificate while the log said "TLS certificate reloaded".) On the gateway of
+    test_sighup_reloads_the_certificate_under_load (a daemon, gateway and engine of its
+    own cost a start and a stop, ~4 s under load)."""
+    for serial, rsa in ((serving + 1, True), (serving + 2, False)):
+        pki.server(serial, cert, key, rsa=rsa)
+        g.proc.send_signal(signal.SIGHUP)  # the daemon forwards it to its gateway
+        reconcile.wait_for(
+            lambda serial=serial: _serial(g.port, pki) == serial,
+            timeout=WAIT,
+            what=f"certificate {serial} served",
+        )
 
 
 def test_a_restarted_daemon_has_the_gateway_it_adopts_serve_the_renewed_certificate(
@@ -786,8 +784,7 @@ def test_client_certificates_with_tls_client_ca(reconcile: Any, gateway: Any, pk
     flags = ("--tls-client-ca", str(trusted))
     g = _tls_gateway(reconcile, gateway, pki, cert, key, *flags, client=ctx)
     try:
-        with pytest.raises((OSError, http.client.HTTPException)):  # no client certificate
-            _https(g.port, pki.client(), "GET", "/healthz")
+        _a_refused_handshake_is_said_in_the_log(g, reconcile, pki)
         status, body, _ = _https(g.port, ctx, "POST", "/v1/chat/completions", _chat("alpha"))
         assert status == 200, body
         # The CA taken out of the file (another in its place): SIGHUP, and its clients
@@ -802,35 +799,28 @@ def test_client_certificates_with_tls_client_ca(reconcile: Any, gateway: Any, pk
         g.finish()
 
 
-def test_a_refused_handshake_is_said_in_the_log(reconcile: Any, gateway: Any, pki: Pki) -> None:
+def _a_refused_handshake_is_said_in_the_log(g: Any, reconcile: Any, pki: Pki) -> None:
     """A client that does not trust the certificate, and (``--tls-client-ca``) one that
     sends none: each handshake refused is an info line naming why and the next move. (Each
     was a silent close: the operator had only the client's side of the story.) A client
-    that closes mid-handshake refused nothing: no line."""
-    cert, key = _pair(pki)
-    mine, mine_key = pki.folder / "client.pem", pki.folder / "client.key"
-    pki.server(9, mine, mine_key, usage="clientAuth")
-    ctx = pki.client()
-    ctx.load_cert_chain(mine, mine_key)
-    g = _tls_gateway(reconcile, gateway, pki, cert, key, "--tls-client-ca", str(pki.ca), client=ctx)
-    try:
-        # A probe that opens a handshake and closes (a port scan): it refused nothing.
-        with socket.create_connection(("127.0.0.1", g.port), timeout=WAIT) as probe:
-            probe.sendall(b"\x16\x03\x01\x00\x50\x01\x00")
-        untrusting = ssl.create_default_context()  # the system's CAs, not the test's
-        with pytest.raises(ssl.SSLCertVerificationError):
-            _https(g.port, untrusting, "GET", "/healthz")
-        with pytest.raises((OSError, http.client.HTTPException)):  # no client certificate
-            _https(g.port, pki.client(), "GET", "/healthz")
-        said = (
-            "TLS handshake refused: the client does not trust the gateway's certificate",
-            "TLS handshake refused: the client sent no certificate, and --tls-client-ca",
-        )
-        reconcile.wait_for(lambda: all(s in g.text() for s in said), what="both refusals")
-        assert g.text().count("TLS handshake refused") == 2, g.text()[-3000:]
-        assert "Traceback" not in g.text()
-    finally:
-        g.finish()
+    that closes mid-handshake refused nothing: no line. On the gateway of
+    test_client_certificates_with_tls_client_ca before anything else is refused there (a
+    daemon, gateway and engine of its own cost a start and a stop, ~4 s under load)."""
+    # A probe that opens a handshake and closes (a port scan): it refused nothing.
+    with socket.create_connection(("127.0.0.1", g.port), timeout=WAIT) as probe:
+        probe.sendall(b"\x16\x03\x01\x00\x50\x01\x00")
+    untrusting = ssl.create_default_context()  # the system's CAs, not the test's
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _https(g.port, untrusting, "GET", "/healthz")
+    with pytest.raises((OSError, http.client.HTTPException)):  # no client certificate
+        _https(g.port, pki.client(), "GET", "/healthz")
+    said = (
+        "TLS handshake refused: the client does not trust the gateway's certificate",
+        "TLS handshake refused: the client sent no certificate, and --tls-client-ca",
+    )
+    reconcile.wait_for(lambda: all(s in g.text() for s in said), what="both refusals")
+    assert g.text().count("TLS handshake refused") == 2, g.text()[-3000:]
+    assert "Traceback" not in g.text()
 
 
 def _admitted(port: int, ctx: ssl.SSLContext) -> bool:
