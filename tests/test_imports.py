@@ -6,11 +6,13 @@ module-level import of the specs from the records (or the views) would undo it s
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from procs import free_ports
 from strategies import record
 
 from controller.core.state import Phase
@@ -116,3 +118,85 @@ def test_a_plan_with_no_url_source_imports_no_http_client(tmp_path: Path) -> Non
     common = ["-f", f"{tmp_path}/m", "--state-dir", f"{tmp_path}/s", "--node", "p"]
     out = _run(NO_HTTP_CLIENT, ["plan", *common, "--devices", "nvidia:0"])
     assert out.returncode == 0 and "+ web  create" in out.stdout, out.stderr + out.stdout
+
+
+# The product's other processes, each up to the moment it serves: the test suite starts
+# thousands of them, and a cron `--once` or a restarted engine waits on each start.
+def _held(probe: str, modules: str, argv: list[str], **env: str) -> None:
+    """Runs ``probe`` (which exits 0 once the process serves) in a fresh interpreter, then
+    says which of ``modules`` it had imported by then."""
+    report = "bad = [m for m in sys.argv[1].split(',') if m in sys.modules]; "
+    out = subprocess.run(
+        [sys.executable, "-c", probe.replace("REPORT", report), modules, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+    assert out.returncode == 0, out.stderr + out.stdout
+
+
+# The demo engine (the suite's stand-in engine) to its first answer: http.server and
+# nothing of ours. No dataclasses (inspect, ~15% of its start), no OpenSSL until an
+# embedding asks for a SHA-256.
+DEMO_PROBE = (
+    "import http.client, os, sys, threading, time; from controller.demo.engine import main\n"
+    "def up(port):\n"
+    "    try:\n"
+    "        c = http.client.HTTPConnection('127.0.0.1', port, timeout=5)\n"
+    "        c.request('GET', '/health')\n"
+    "        return c.getresponse().status == 200\n"
+    "    except OSError:\n"
+    "        return False\n"
+    "def answered():\n"
+    "    end = time.monotonic() + 30\n"
+    "    while not up(int(sys.argv[2])):\n"
+    "        if time.monotonic() > end: print('never answered', flush=True); os._exit(1)\n"
+    "        time.sleep(0.02)\n"
+    "    REPORT print(f'imported: {bad}' if bad else 'ok', flush=True); os._exit(1 if bad else 0)\n"
+    "threading.Thread(target=answered, daemon=True).start(); main(['--port', sys.argv[2]])"
+)
+DEMO_UNUSED = (
+    "dataclasses,inspect,hashlib,_hashlib,asyncio,pydantic,controller.core,controller.store"
+)
+
+
+def test_a_demo_engine_answers_with_no_dataclasses_nor_openssl() -> None:
+    _held(DEMO_PROBE, DEMO_UNUSED, [str(free_ports(1))])
+
+
+# The gateway process (`python -m controller.gateway`) on a node that follows no git
+# source: no git source (its codecs, git's runner), loaded by the page or a webhook when
+# there is one; no pydantic, yaml or structlog either.
+GATEWAY_PROBE = "import sys; import controller.gateway.lifecycle.process; REPORT sys.exit(bad or 0)"
+GATEWAY_UNUSED = (
+    "controller.store.sources.git.source,controller.store.sources.git.status,"
+    "pydantic,yaml,structlog,psutil"
+)
+
+
+def test_a_gateway_starts_with_no_git_source() -> None:
+    _held(GATEWAY_PROBE, GATEWAY_UNUSED, [])
+
+
+# The daemon (no --listen, no git source) to its first pass done (READY=1 on
+# $NOTIFY_SOCKET): no HTTP (aiohttp, asyncio, ssl), no metrics exporter, no gateway.
+DAEMON_PROBE = (
+    "import os, socket, sys, threading; from controller.cli.main import main; "
+    "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.bind(os.environ['NOTIFY_SOCKET'])\n"
+    "def ready():\n"
+    "    while b'READY=1' not in s.recv(4096): pass\n"
+    "    REPORT print(f'imported: {bad}' if bad else 'ok', flush=True); os._exit(1 if bad else 0)\n"
+    "threading.Thread(target=ready, daemon=True).start(); main(sys.argv[2:]); sys.exit('ended')"
+)
+DAEMON_UNUSED = (
+    "aiohttp,asyncio,ssl,prometheus_client,psutil,controller.gateway,controller.daemon.metrics,"
+    "controller.store.sources.git.source"
+)
+
+
+def test_a_daemon_s_first_pass_imports_no_http_nor_gateway(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    common = ["--allow-empty", "-f", f"{tmp_path}/m", "--state-dir", f"{tmp_path}/s"]
+    argv = ["-q", *common, "--node", "d", "--devices", "nvidia:0"]
+    _held(DAEMON_PROBE, DAEMON_UNUSED, argv, NOTIFY_SOCKET=str(tmp_path / "notify"))

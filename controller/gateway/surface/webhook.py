@@ -30,7 +30,6 @@ from controller.gateway.http.router import Router
 from controller.logsetup import get_logger
 from controller.store import sidefiles
 from controller.store.documents import write_atomic
-from controller.store.sources.git import source as gitsource
 from controller.store.statedir import StateDir
 
 log = get_logger("reconcile")
@@ -65,7 +64,10 @@ class Hooks:
         return json_response({"accepted": True, "fetch": "started"}, status=202)
 
     def _secret(self) -> tuple[bytes | None, str]:
-        """(the secret, "") or (None, why): no git source, no file, a file others read."""
+        """(the secret, "") or (None, why): no git source, no file, a file others read.
+        The git source's module is loaded at the first hook, not at the gateway's start."""
+        from controller.store.sources.git import source as gitsource
+
         st = gitsource.read_status(self.state_dir)  # a torn file: set aside, read as none
         name = st.webhook_secret_file if st is not None else None
         if not name:

@@ -32,7 +32,7 @@ from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordProblem, held_by_unreadable
 from controller.store.models import pullstatus
 from controller.store.side import devicehealth, observed
-from controller.store.sources.git import source as gitsource
+from controller.store.statedir import StateDir
 
 EVENTS = 200  # the newest events the page gets
 INVENTORY_TTL = 5.0  # seconds a discovered inventory is reused (NVML is not free)
@@ -90,7 +90,13 @@ class NodeReader:
 
     def source(self, records: list[Record]) -> dict[str, Any] | None:
         """The git source the node follows, as ``reconcile source -o json`` shows it (its
-        state from the status file and its records' phases); None when it follows none."""
+        state from the status file and its records' phases); None when it follows none.
+        The git source's module (its codecs, subprocess) is loaded only where there is one:
+        a gateway that follows none starts ~10 ms sooner (a test suite starts thousands)."""
+        if not StateDir(self.state_dir).git_source.exists():
+            return None
+        from controller.store.sources.git import source as gitsource
+
         st = gitsource.peek_status(self.state_dir)
         if st is None:
             return None
