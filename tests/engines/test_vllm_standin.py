@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -148,22 +147,21 @@ def test_a_key_in_spec_env_is_presented_too(reconcile: Any, tmp_path: Path) -> N
 
 def test_a_refused_probe_says_so_and_the_next_move(reconcile: Any, tmp_path: Path) -> None:
     """A key from envFrom stays off disk, so no probe holds it: the engine's 401 said only
-    `-> 401` and the body. The status says the probe was refused, holding no key, and
-    what to do, and names the key nowhere."""
+    `-> 401` and the body. The probe's answer and the failure say the probe was refused,
+    holding no key, and what to do, and name the key nowhere."""
     rc = reconcile
     secrets = tmp_path / "engine.env"
     secrets.write_text(f"VLLM_API_KEY={KEY}\n")
     secrets.chmod(0o600)
-    _standin(rc, tmp_path, "hidden", COMPLETION, envFrom=[{"file": str(secrets)}])
-    deadline = time.monotonic() + 60
-    message = ""
-    while "-> 401" not in message:  # until the stand-in listens and answers the probe
-        assert time.monotonic() < deadline, f"no refusal in 60 s: {message!r}"
-        rc.once(check=None)
-        message = rc.status()["hidden"]["message"]
+    probe = {**COMPLETION, "deadlineSeconds": 15}  # time enough for it to listen, loaded
+    spec = {"envFrom": [{"file": str(secrets)}], "restartPolicy": "Never"}
+    _standin(rc, tmp_path, "hidden", probe, **spec)
+    waited = rc("--once", "--wait", "--timeout", "60s", check=1, timeout=90)
+    message = rc.status()["hidden"]["message"]
+    assert "not ready by its readiness deadline" in message and "-> 401" in message, message
     assert "refused the probe, which presented no API key" in message, message
     assert "spec.args (--api-key)" in message, message
-    assert KEY not in _said(rc, "hidden")
+    assert KEY not in f"{waited}\n{_said(rc, 'hidden')}"
     rc.down()
 
 
