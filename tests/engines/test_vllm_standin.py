@@ -165,6 +165,18 @@ def test_a_refused_probe_says_so_and_the_next_move(reconcile: Any, tmp_path: Pat
     rc.down()
 
 
+def test_an_abbreviated_api_key_flag_hides_its_value(reconcile: Any, tmp_path: Path) -> None:
+    """vLLM reads `--api_k KEY` as `--api-key KEY`, but the redaction looked for KEY in
+    the flag's name: `describe` and the log's marker line showed the key."""
+    rc = reconcile
+    _standin(rc, tmp_path, "abbrev", args=["--api_k", KEY])
+    rc.converge(timeout="60s")
+    shown = [rc("describe", "abbrev", check=0), rc("logs", "abbrev", check=0)]
+    assert all("--api_k" in r.out and "<redacted>" in r.out for r in shown), shown
+    assert KEY not in "\n".join(map(str, shown))
+    rc.down()
+
+
 def test_cpu_devices_get_no_tensor_parallel_size(reconcile: Any, tmp_path: Path) -> None:
     """`devices: {kind: cpu, count: 2}` got `--tensor-parallel-size 2`, which vLLM, with
     no GPU to see, refuses: a cpu device is a slot of the node's inventory."""
