@@ -148,7 +148,7 @@ spec:
   livenessProbe:
     completion: {{}}
     periodSeconds: 1
-    timeoutSeconds: 5
+    timeoutSeconds: 10
     failureThreshold: 1
   stopGracePeriodSeconds: 2
 """

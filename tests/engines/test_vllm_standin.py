@@ -119,7 +119,7 @@ def test_completion_probes_present_the_engines_api_key(reconcile: Any, tmp_path:
     `--api-key` answered 401 every time and never got Ready. The probes present the key
     it was given (in any spelling vLLM reads), and it appears in nothing reconcile says."""
     rc = reconcile
-    live = {"completion": {}, "periodSeconds": 0.2, "timeoutSeconds": 5, "failureThreshold": 1}
+    live = {"completion": {}, "periodSeconds": 0.2, "timeoutSeconds": 10, "failureThreshold": 1}
     _standin(rc, tmp_path, "keyed", COMPLETION, args=["--api-k", KEY], livenessProbe=live)
     rc.converge(timeout="60s")
     before = rc.status()["keyed"]
@@ -153,7 +153,7 @@ def test_a_refused_probe_says_so_and_the_next_move(reconcile: Any, tmp_path: Pat
     secrets = tmp_path / "engine.env"
     secrets.write_text(f"VLLM_API_KEY={KEY}\n")
     secrets.chmod(0o600)
-    probe = {**COMPLETION, "deadlineSeconds": 15}  # time enough for it to listen, loaded
+    probe = {**COMPLETION, "deadlineSeconds": 20}  # time enough for it to listen, loaded
     spec = {"envFrom": [{"file": str(secrets)}], "restartPolicy": "Never"}
     _standin(rc, tmp_path, "hidden", probe, **spec)
     waited = rc("--once", "--wait", "--timeout", "60s", check=1, timeout=90)
