@@ -21,6 +21,10 @@ URL_SECRET = re.compile(
     re.IGNORECASE,
 )
 REDACTED = "<redacted>"
+# vLLM's and SGLang's argparse read a flag's beginning as the flag (and vLLM `_` as `-`):
+# `--api-k KEY` is `--api-key KEY`, whose name SECRET does not match. From `--api-k` on,
+# no other flag of theirs begins so.
+KEY_FLAG, KEY_FLAG_SHORTEST = "--api-key", "--api-k"
 
 
 def redact_env(env: dict[str, Any]) -> dict[str, Any]:
@@ -43,12 +47,17 @@ def redact_args(args: Sequence[Any]) -> list[str]:
             hide_next = False
             continue
         flag, eq, _ = text.partition("=")
-        if text.startswith("-") and SECRET.search(flag):
+        if text.startswith("-") and (SECRET.search(flag) or _key_beginning(flag)):
             out.append(f"{flag}={REDACTED}" if eq else text)
             hide_next = not eq
             continue
         out.append(URL_PASSWORD.sub(rf"\1{REDACTED}@", text))
     return out
+
+
+def _key_beginning(flag: str) -> bool:
+    dashed = flag.replace("_", "-")
+    return dashed.startswith(KEY_FLAG_SHORTEST) and KEY_FLAG.startswith(dashed)
 
 
 def redact_url(url: str) -> str:

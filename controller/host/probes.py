@@ -22,6 +22,8 @@ LIMIT = 1 << 20  # bytes of an answer read: a probe needs a status and a short b
 # 16 thinking still answers 200 with a choice (finish_reason "length"): healthy.
 MAX_TOKENS = 16
 PROMPT = "Say OK."
+# The answers of an engine that wants a key (or a key it does not take).
+REFUSED = (401, 403)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +47,7 @@ def probe(target: ProbeTarget, timeout: float | None = None) -> ProbeResult:
         if config.completion:
             return _completion(host, target.port, config, limit)
         if config.http:
-            return _http(host, target.port, config.http, limit)
+            return _http(host, target.port, config.http, limit, config.bearer)
         if config.tcp:
             with socket.create_connection((host, target.port), timeout=limit):
                 return ProbeResult(True, f"tcp {target.port} accepts")
@@ -63,7 +65,10 @@ def _completion(host: str, port: int, config: ProbeConfig, timeout: float) -> Pr
         body["messages"] = [{"role": "user", "content": PROMPT}]
     else:
         body["prompt"] = PROMPT
-    status, text = request(host, port, "POST", path, timeout, json.dumps(body).encode())
+    payload = json.dumps(body).encode()
+    status, text = request(host, port, "POST", path, timeout, payload, config.bearer)
+    if status in REFUSED:
+        return ProbeResult(False, refused(f"POST {path}", status, config.bearer))
     if status != 200:
         return ProbeResult(False, f"POST {path} -> {status}: {text[:120].strip()}")
     try:
@@ -76,10 +81,16 @@ def _completion(host: str, port: int, config: ProbeConfig, timeout: float) -> Pr
 
 
 def _http(
-    host: str, port: int, checks: tuple[tuple[str, str | None], ...], timeout: float
+    host: str,
+    port: int,
+    checks: tuple[tuple[str, str | None], ...],
+    timeout: float,
+    bearer: str = "",
 ) -> ProbeResult:
     for path, contains in checks:
-        status, body = http_get(host, port, path, timeout)
+        status, body = request(host, port, "GET", path, timeout, bearer=bearer)
+        if status in REFUSED:
+            return ProbeResult(False, refused(f"GET {path}", status, bearer))
         # Kubernetes' httpGet: 200-399 passes, and a redirect is not followed (an engine
         # that sends /health to /health/ is up, and its Location may name another host).
         if not 200 <= status < 400:
@@ -93,8 +104,30 @@ def http_get(host: str, port: int, path: str, timeout: float) -> tuple[int, str]
     return request(host, port, "GET", path, timeout)
 
 
+def refused(what: str, status: int, bearer: str) -> str:
+    """A probe the engine turned away, and the next move; never the key itself."""
+    if bearer:
+        return (
+            f"{what} -> {status}: the engine refused the API key the probe presented (its "
+            "--api-key, or VLLM_API_KEY / LLAMA_API_KEY in spec.env): check that the engine "
+            "reads the key given there"
+        )
+    return (
+        f"{what} -> {status}: the engine refused the probe, which presented no API key: "
+        "give the engine's key in spec.args (--api-key) or spec.env (a key from envFrom "
+        "stays off disk, so no probe holds it), or probe a path the key does not guard "
+        "(readiness.httpGet: {path: /health})"
+    )
+
+
 def request(
-    host: str, port: int, method: str, path: str, timeout: float, body: bytes = b""
+    host: str,
+    port: int,
+    method: str,
+    path: str,
+    timeout: float,
+    body: bytes = b"",
+    bearer: str = "",
 ) -> tuple[int, str]:
     """One HTTP/1.0 request over a plain socket: the status and up to 1 MiB of the body,
     all within ``timeout`` seconds (a stopped engine accepts, then never answers).
@@ -104,6 +137,8 @@ def request(
     chunked; the body ends at its Content-Length, or when the engine closes.
     """
     head = f"{method} {path} HTTP/1.0\r\nHost: {host}:{port}\r\nConnection: close\r\n"
+    if bearer:
+        head += f"Authorization: Bearer {bearer}\r\n"
     if body:
         head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
     deadline = time.monotonic() + timeout

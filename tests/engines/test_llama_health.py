@@ -124,3 +124,71 @@ def test_the_recipe_turns_on_metrics_and_the_gateway_reads_them(
     else:
         assert load.kv_cache is None, said
     cli.ok("down", "-f", str(manifests))
+
+
+KEY = "sk-llama-probe-5d21"
+KEYED = """\
+apiVersion: reconcile/v1
+kind: Deployment
+metadata:
+  name: {name}
+spec:
+  engine: llama-cpp
+  model: {model}
+  executable: {binary}
+  args: ["--threads", "1", "--ctx-size", "256", "--parallel", "1"{args}]
+  env: {env}
+  devices:
+    count: 0
+  basePort: {base_port}
+  readiness:
+    completion: {{}}
+    deadlineSeconds: 60
+    periodSeconds: 1
+  livenessProbe:
+    completion: {{}}
+    periodSeconds: 1
+    timeoutSeconds: 10
+    failureThreshold: 1
+  stopGracePeriodSeconds: 2
+"""
+
+
+def test_completion_probes_of_a_keyed_llama_server(
+    llama_server: Path,  # noqa: F811
+    node: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """llama-server given `--api-key` (or LLAMA_API_KEY) answers 401 to a completion
+    without it: the probe sent none, and the engine was never Ready. The probes present
+    the key; the engine gets Ready and stays live, and the key is shown nowhere."""
+    model = write_tiny_llama_gguf(tmp_path / "models" / "tiny.gguf")
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    common = {"model": model, "binary": llama_server}
+    flag = KEYED.format(
+        name="flag", args=f', "--api-key", "{KEY},other"', env="{}", **common, base_port=free_port()
+    )
+    env = KEYED.format(
+        name="env", args="", env=f"{{LLAMA_API_KEY: {KEY}}}", **common, base_port=free_port()
+    )
+    (manifests / "flag.yaml").write_text(flag)
+    (manifests / "env.yaml").write_text(env)
+    cli = Cli(manifests, tmp_path / "state", node)
+
+    cli.converge()  # Ready only once a keyed completion answered 200 with a choice
+    before = cli.status()
+    assert before["flag"]["phase"] == "Ready" and before["env"]["phase"] == "Ready", before
+    passes = [cli.ok("-f", str(manifests), "--once") for _ in range(2)]  # liveness, each pass
+    after = cli.status()
+    for name in ("flag", "env"):
+        assert after[name]["phase"] == "Ready", after[name]
+        assert after[name]["pid"] == before[name]["pid"], after[name]  # not killed as unlive
+    shown = [
+        *passes,
+        cli.ok("status", "-o", "json"),
+        cli.ok("describe", "flag"),
+        cli.ok("describe", "env"),
+    ]
+    assert KEY not in "\n".join(p.stdout + p.stderr for p in shown)
+    cli.ok("down", "-f", str(manifests))

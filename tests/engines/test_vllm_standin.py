@@ -13,8 +13,8 @@ from typing import Any
 from controller.core.manifest.specs import document_hash
 
 # A stand-in `vllm serve MODEL ...`: records its argv (and its --config file's text, as
-# read at its start); serves /health, and /v1/models (behind --api-key when given)
-# listing the served names, else the model.
+# read at its start); serves /health, /v1/models listing the served names (else the
+# model) and POST /v1/completions, the /v1 paths behind --api-key (else VLLM_API_KEY).
 STANDIN = """#!{python}
 import argparse, http.server, json, os, sys
 with open(os.environ["ARGV_FILE"], "w") as f:
@@ -37,12 +37,23 @@ gpus = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
 if a.tensor_parallel_size > max(len(gpus), 1):
     sys.exit(f"tensor parallel size {{a.tensor_parallel_size}} > {{len(gpus)}} GPUs visible")
 names = a.served_model_name or [a.model]
+key = a.api_key or os.environ.get("VLLM_API_KEY")  # vLLM's order: the flag, then the env
 class H(http.server.BaseHTTPRequestHandler):
+    def refused(self):
+        keyed = self.headers.get("Authorization") == f"Bearer {{key}}"
+        if self.path.startswith("/v1/") and key and not keyed:
+            self.send_response(401); self.end_headers(); return True
+        return False
     def do_GET(self):
-        keyed = self.headers.get("Authorization") == f"Bearer {{a.api_key}}"
-        if self.path.startswith("/v1/") and a.api_key and not keyed:
-            self.send_response(401); self.end_headers(); return
+        if self.refused():
+            return
         body = json.dumps({{"data": [{{"id": n}} for n in names]}}).encode()
+        self.send_response(200); self.end_headers(); self.wfile.write(body)
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.refused():
+            return
+        body = json.dumps({{"choices": [{{"text": "OK", "finish_reason": "stop"}}]}}).encode()
         self.send_response(200); self.end_headers(); self.wfile.write(body)
     def log_message(self, *a):
         pass
@@ -50,8 +61,11 @@ http.server.HTTPServer((a.host, a.port), H).serve_forever()
 """
 
 
-def _standin(reconcile: Any, tmp_path: Path, name: str, **spec: Any) -> Path:
-    """A deployment of the stand-in, probed by the recipe's own checks; its argv file."""
+def _standin(
+    reconcile: Any, tmp_path: Path, name: str, probe: dict[str, Any] | None = None, **spec: Any
+) -> Path:
+    """A deployment of the stand-in, probed by the recipe's own checks (or by ``probe``,
+    a readiness check of the spec's); its argv file."""
     fake = tmp_path / "vllm"
     if not fake.exists():
         fake.write_text(STANDIN.format(python=sys.executable))
@@ -63,8 +77,8 @@ def _standin(reconcile: Any, tmp_path: Path, name: str, **spec: Any) -> Path:
         model="tiny",
         executable=str(fake),
         command=None,
-        env={"ARGV_FILE": str(argv_file)},
-        readiness={"deadlineSeconds": 60, "periodSeconds": 0.2},  # the recipe's checks
+        env={"ARGV_FILE": str(argv_file), **spec.pop("env", {})},
+        readiness={"deadlineSeconds": 60, "periodSeconds": 0.2, **(probe or {})},
         **spec,
     )
     return argv_file
@@ -82,6 +96,85 @@ def test_readiness_reads_the_beginnings_of_served_model_name_and_api_key(
     status = reconcile.status()
     assert status["named"]["ready"] is True and status["keyed"]["ready"] is True, status
     reconcile.down()
+
+
+KEY = "sk-probe-9f3c1e"
+COMPLETION = {"completion": {}}
+
+
+def _said(rc: Any, name: str) -> str:
+    """All reconcile says of ``name``: status, describe, events, the pass's own output."""
+    return "\n".join(
+        [
+            rc("status", "-o", "json", check=0).out,
+            str(rc("describe", name, check=0)),
+            json.dumps(rc.events(name)),
+            str(rc.once(check=None)),
+        ]
+    )
+
+
+def test_completion_probes_present_the_engines_api_key(reconcile: Any, tmp_path: Path) -> None:
+    """A `completion` readiness and liveness probe sent no key: an engine given
+    `--api-key` answered 401 every time and never got Ready. The probes present the key
+    it was given (in any spelling vLLM reads), and it appears in nothing reconcile says."""
+    rc = reconcile
+    live = {"completion": {}, "periodSeconds": 0.2, "timeoutSeconds": 10, "failureThreshold": 1}
+    _standin(rc, tmp_path, "keyed", COMPLETION, args=["--api-k", KEY], livenessProbe=live)
+    rc.converge(timeout="60s")
+    before = rc.status()["keyed"]
+    assert before["ready"] is True, before
+    for _ in range(2):  # each pass probes liveness: a refused probe restarts it (threshold 1)
+        rc.once()
+    after = rc.status()["keyed"]
+    assert after["ready"] is True and after["restarts"] == 0, after
+    assert after["pid"] == before["pid"], after
+    said = _said(rc, "keyed")
+    assert "completion" in said and KEY not in said
+    rc.down()
+
+
+def test_a_key_in_spec_env_is_presented_too(reconcile: Any, tmp_path: Path) -> None:
+    """vLLM reads VLLM_API_KEY where no --api-key is given: the recipe's anonymous GET of
+    /v1/models got 401 until the deadline. The probe presents the key from spec.env."""
+    rc = reconcile
+    _standin(rc, tmp_path, "envkeyed", env={"VLLM_API_KEY": KEY})
+    rc.converge(timeout="60s")
+    assert rc.status()["envkeyed"]["ready"] is True
+    assert KEY not in _said(rc, "envkeyed")
+    rc.down()
+
+
+def test_a_refused_probe_says_so_and_the_next_move(reconcile: Any, tmp_path: Path) -> None:
+    """A key from envFrom stays off disk, so no probe holds it: the engine's 401 said only
+    `-> 401` and the body. The probe's answer and the failure say the probe was refused,
+    holding no key, and what to do, and name the key nowhere."""
+    rc = reconcile
+    secrets = tmp_path / "engine.env"
+    secrets.write_text(f"VLLM_API_KEY={KEY}\n")
+    secrets.chmod(0o600)
+    probe = {**COMPLETION, "deadlineSeconds": 20}  # time enough for it to listen, loaded
+    spec = {"envFrom": [{"file": str(secrets)}], "restartPolicy": "Never"}
+    _standin(rc, tmp_path, "hidden", probe, **spec)
+    waited = rc("--once", "--wait", "--timeout", "60s", check=1, timeout=90)
+    message = rc.status()["hidden"]["message"]
+    assert "not ready by its readiness deadline" in message and "-> 401" in message, message
+    assert "refused the probe, which presented no API key" in message, message
+    assert "spec.args (--api-key)" in message, message
+    assert KEY not in f"{waited}\n{_said(rc, 'hidden')}"
+    rc.down()
+
+
+def test_an_abbreviated_api_key_flag_hides_its_value(reconcile: Any, tmp_path: Path) -> None:
+    """vLLM reads `--api_k KEY` as `--api-key KEY`, but the redaction looked for KEY in
+    the flag's name: `describe` and the log's marker line showed the key."""
+    rc = reconcile
+    _standin(rc, tmp_path, "abbrev", args=["--api_k", KEY])
+    rc.converge(timeout="60s")
+    shown = [rc("describe", "abbrev", check=0), rc("logs", "abbrev", check=0)]
+    assert all("--api_k" in r.out and "<redacted>" in r.out for r in shown), shown
+    assert KEY not in "\n".join(map(str, shown))
+    rc.down()
 
 
 def test_cpu_devices_get_no_tensor_parallel_size(reconcile: Any, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.server
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -117,3 +118,48 @@ def test_a_redirect_passes_the_probe_unfollowed(server: int) -> None:
 def test_a_4xx_fails_the_probe(server: int) -> None:
     result = probe(ProbeTarget("127.0.0.1", server, ProbeConfig(http=(("/health", None),))))
     assert not result.ready and "-> 400" in result.detail
+
+
+class _Keyed(http.server.BaseHTTPRequestHandler):
+    """/v1/models behind the bearer key `right`, as vLLM's and llama.cpp's servers keep it."""
+
+    def do_GET(self) -> None:
+        keyed = self.headers.get("Authorization") == "Bearer right"
+        self.send_response(200 if keyed else 401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def keyed() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Keyed)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.mark.parametrize(
+    ("bearer", "ready", "said"),
+    [
+        ("right", True, "GET /v1/models -> 200"),
+        ("wrong", False, "GET /v1/models -> 401: the engine refused the API key the probe"),
+        ("", False, "GET /v1/models -> 401: the engine refused the probe, which presented no"),
+    ],
+)
+def test_an_http_probe_presents_the_engines_key(
+    keyed: int, bearer: str, ready: bool, said: str
+) -> None:
+    """An httpGet probe on a path behind the engine's key got 401 every time: it sent no
+    key. It presents the one it holds; a refusal says so and what to do, never the key."""
+    config = ProbeConfig(http=(("/v1/models", None),), bearer=bearer)
+    result = probe(ProbeTarget("127.0.0.1", keyed, config), timeout=10)
+    assert result.ready is ready and result.detail.startswith(said), result
+    assert "wrong" not in f"{result.detail} {config!r}" and "right" not in repr(config)

@@ -83,7 +83,7 @@ def _loopback_hint(ctx: Context, view: RecordView) -> str:
     argv names no ``{host}`` binds what its own default is, most often loopback alone,
     and is refused there forever. Say so where that is the likely cause."""
     entry = ctx.entry(view.record.name)
-    refused = view.probe is not None and "refused" in view.probe.detail.lower()
+    refused = view.probe is not None and "connection refused" in view.probe.detail.lower()
     if not (view.record.on_cluster and refused and entry is not None):
         return ""
     spec = entry.deployment.spec

@@ -206,6 +206,7 @@ def _probe(f: Fields) -> ProbeConfig:
             model=f.take("model", str, _PROBE.model),
             timeout_seconds=f.take("timeout_seconds", float, _PROBE.timeout_seconds),
             failure_threshold=f.take("failure_threshold", int, _PROBE.failure_threshold),
+            bearer=f.take("bearer", str, _PROBE.bearer),
         )
     )
 

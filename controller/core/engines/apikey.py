@@ -1,0 +1,36 @@
+"""The API key an engine demands of its clients, read as the engine reads it. Pure.
+
+reconcile's own readiness and liveness probes present it (``Authorization: Bearer``):
+an engine given a key answers 401 to an anonymous completion, or GET of a path behind
+the key, and would never get Ready. Checked against each engine's sources:
+
+* vLLM: ``--api-key`` (any spelling its parser reads as it), else ``VLLM_API_KEY``.
+* SGLang: ``--api-key`` only.
+* llama.cpp: ``--api-key`` (comma-separated keys: any one will do), else
+  ``LLAMA_API_KEY`` (its flag's environment twin, read only where the flag is not given).
+
+Only ``spec.args`` and ``spec.env`` are read: a key from ``envFrom`` stays off disk
+(controller/host/secrets.py), so the record, and with it the probe, never holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from controller.core.engines.spelling import value_of
+
+FLAG = "--api-key"
+KEYED = frozenset({"vllm", "sglang", "llama-cpp"})
+ENV: dict[str, str] = {"vllm": "VLLM_API_KEY", "llama-cpp": "LLAMA_API_KEY"}
+
+
+def api_key(engine: str, args: Sequence[str], env: Mapping[str, str]) -> str:
+    """The key a client of ``engine`` must present ("": none, or none reconcile may keep)."""
+    if engine not in KEYED:
+        return ""
+    key = value_of(engine, args, FLAG)
+    if key is None and engine in ENV:
+        key = env.get(ENV[engine])
+    if engine == "llama-cpp" and key:
+        key = key.split(",")[0]
+    return key or ""
