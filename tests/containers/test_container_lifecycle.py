@@ -753,3 +753,23 @@ def test_an_env_file_a_killed_start_left_is_removed_but_not_another_sets(
     running(rc, "kept")
     rc.down()
     assert foreign.read_text() == "RECONCILE_OWNER=another-set\nTOKEN=theirs\n"
+
+
+def test_a_command_in_a_container_without_an_image_names_the_field(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """Engine 'command' has no pinned image: a container with none stopped every pass with
+    a KeyError traceback (the recipe's image looked up), the deployment beside it too. It
+    is the manifest's error now, at its line, with the field to set."""
+    rc.write("noimage", container={"runtime": engine.name}, command=STANDIN)
+    write(rc, engine, "beside", basePort=rc.port + 5)
+    said = rc.once(check=1)  # the fixture fails on a traceback
+    expected = (
+        f"{rc.manifests / 'noimage.yaml'}:5: spec: engine 'command' has no pinned image: set "
+        "spec.container.image to an image that holds spec.command[0]"
+    )
+    assert expected in said.err, str(said)
+    assert rc.status("noimage")["noimage"]["phase"] == "Pending"
+    beside = rc.record("beside")
+    assert beside is not None and beside["phase"] in ("Starting", "Ready"), beside
+    rc.down()

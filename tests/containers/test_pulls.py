@@ -460,3 +460,22 @@ def test_a_private_registry_is_pulled_from_with_the_runtimes_own_login(
     finally:
         after_pulls(rc)
         engine.cli("rmi", "-f", image, check=False)
+
+
+def test_a_rolling_update_placed_after_its_image_pull_names_the_image_not_model_files(
+    pulling: Reconcile, engine: Engine, registry: Registry
+) -> None:
+    """The new instance of a roll waits Pulling for its image, then is placed: its `roll`
+    event said "model files in the cache" for a spec that names no model at all. It says
+    what it waited for: the image on the node."""
+    rc = pulling
+    write(rc, engine, "web", strategy="RollingUpdate")
+    rc.converge(timeout="60s")
+    write(rc, engine, "web", strategy="RollingUpdate", container={"image": registry.tagged})
+    rc.converge(timeout="60s")
+    record = rc.record("web")
+    assert record is not None and record["container"]["image"] == registry.tagged, record
+    rolls = [e["reason"] for e in rc.events("web") if e.get("action") == "roll"]
+    assert rolls and not any("model files" in why for why in rolls), rolls
+    assert any(why.startswith("image on the node: ") for why in rolls), rolls
+    rc.down()

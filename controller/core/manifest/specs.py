@@ -792,8 +792,19 @@ class DeploymentSpec(Model):
             raise ValueError("engine 'command' needs spec.command: an argv list, never a shell")
         if self.engine != "command" and self.command:
             raise ValueError(f"spec.command is only for engine 'command', not {self.engine!r}")
+        self._image_named()
         self._model_named()
         return self
+
+    def _image_named(self) -> None:
+        """A container of engine 'command' names its image: no recipe pins one for it."""
+        if self.engine != "command" or self.container is None:
+            return
+        if self.container.image is None and self.image is None:
+            raise ValueError(
+                "engine 'command' has no pinned image: set spec.container.image to an image "
+                "that holds spec.command[0]"
+            )
 
     def _model_named(self) -> None:
         """``{model}`` with no model to name expanded to "" (``vllm serve ""``)."""

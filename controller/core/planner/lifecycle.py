@@ -47,8 +47,8 @@ def lifecycle(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
     rec = view.record
     if rec.phase is Phase.PENDING:
         return [Want(entry, "retrying placement", rec.name)]
-    if rec.phase is Phase.PULLING:  # placed once its files are in the cache (planner/pulling)
-        return [Want(entry, "model files in the cache", rec.name)]
+    if rec.phase is Phase.PULLING:  # placed once its pulls are done (planner/pulling)
+        return [Want(entry, _pulled(entry), rec.name)]
     if rec.phase in (Phase.FAILED, Phase.SUCCEEDED):
         return []  # terminal until the spec changes
     if view.alive and _moved(view):
@@ -58,6 +58,17 @@ def lifecycle(ctx: Context, view: RecordView, entry: Entry) -> list[Judged]:
     if rec.phase is Phase.BACKOFF:
         return list(_backoff_due(ctx, view, entry))
     return [_exited(ctx, view)]
+
+
+def _pulled(entry: Entry) -> str:
+    """What a Pulling record waited for, the reason it is placed with: its model files,
+    its container image (a spec may name either, or both)."""
+    spec = entry.deployment.spec
+    waited = (
+        ("model files in the cache", spec.source is not None),
+        ("image on the node", spec.container is not None),
+    )
+    return " and ".join(what for what, needed in waited if needed) or "its pull ended"
 
 
 def running(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
