@@ -217,13 +217,9 @@ def _holders_after(scenario: Scenario, actions: Sequence[Action]) -> dict[str, t
     return after
 
 
-@settings(max_examples=300)
-@given(limited())
-def test_property_no_device_double_booked_and_no_limit_passed(
-    case: tuple[Scenario, Limits],
+def _no_device_double_booked_and_no_limit_passed(
+    scenario: Scenario, limits: Limits, actions: list[Action]
 ) -> None:
-    scenario, limits = case
-    actions = plan(scenario.desired, scenario.observed, scenario.inventory, NOW, limits=limits)
     starts = [a for a in actions if isinstance(a, Start)]
     after = _holders_after(scenario, actions)
     specs = {n: e.deployment.spec for n, e in scenario.desired.entries.items()}
@@ -247,13 +243,9 @@ def test_property_no_device_double_booked_and_no_limit_passed(
             assert kinds[kind] <= cap, (kind, after, actions)
 
 
-@settings(max_examples=300)
-@given(limited())
-def test_property_a_limit_preempts_only_strictly_lower_and_for_a_start(
-    case: tuple[Scenario, Limits],
+def _a_limit_preempts_only_strictly_lower_and_for_a_start(
+    scenario: Scenario, actions: list[Action]
 ) -> None:
-    scenario, limits = case
-    actions = plan(scenario.desired, scenario.observed, scenario.inventory, NOW, limits=limits)
     entries = scenario.desired.entries
     for a in actions:
         if isinstance(a, Preempt):
@@ -262,3 +254,18 @@ def test_property_a_limit_preempts_only_strictly_lower_and_for_a_start(
             assert any(isinstance(s, Start) and s.name == a.by for s in actions), actions
         if isinstance(a, Hold):
             assert a.name not in {p.by for p in actions if isinstance(p, Preempt)}
+
+
+# 300 draws, not the default 100: a per-kind limit off by one (>= cap read as > cap)
+# was first caught at draws 15-120 across eight seeds, past 100 in three.
+@settings(max_examples=300)
+@given(limited())
+def test_property_a_limited_plan_never_double_books_passes_no_limit_preempts_only_lower(
+    case: tuple[Scenario, Limits],
+) -> None:
+    """Both limit properties on the same draws (a draw is most of an example's cost):
+    each failing assertion is still shrunk and reported on its own line."""
+    scenario, limits = case
+    actions = plan(scenario.desired, scenario.observed, scenario.inventory, NOW, limits=limits)
+    _no_device_double_booked_and_no_limit_passed(scenario, limits, actions)
+    _a_limit_preempts_only_strictly_lower_and_for_a_start(scenario, actions)
