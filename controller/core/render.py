@@ -17,6 +17,7 @@ from controller.core.engines import (
     RecipeError,
     RenderContext,
     image_program,
+    pinned_image,
     readiness_deadline,
     recipe_for,
 )
@@ -96,6 +97,21 @@ def render(
         stop_signal=launch.stop_signal,
         grace_seconds=spec.stop_grace_period_seconds,
     )
+
+
+def container_image(spec: DeploymentSpec) -> str:
+    """The image a container engine runs: ``spec.container.image``, else the recipe's
+    pinned one (llama.cpp's CUDA build for an instance that holds a GPU). Never
+    ``spec.image``: that one is `reconcile export`'s alone and outside the spec hash, so
+    running it would let an edit change what runs with no restart (DESIGN.md)."""
+    if spec.container is not None and spec.container.image is not None:
+        return spec.container.image
+    return pinned_image(spec.engine, gpu=holds_gpu(spec))
+
+
+def holds_gpu(spec: DeploymentSpec) -> bool:
+    """The spec asks for GPUs (``kind: any`` counts: it is placed on them where there are)."""
+    return spec.devices.count > 0 and spec.devices.kind in ("nvidia", "amd", "any")
 
 
 def _program_in_image(spec: DeploymentSpec) -> str | None:

@@ -13,7 +13,7 @@ from controller.core.devices.inventory import Device
 from controller.core.engines import llama_cpp, vllm
 from controller.core.kubernetes.export import export, image_of
 from controller.core.manifest.specs import Container, spec_hash
-from controller.core.render import render
+from controller.core.render import container_image, render
 from controller.errors import ConfigError
 from controller.host.containers import default_runtime
 from controller.store.config.nodeconfig import read_node_file
@@ -161,6 +161,26 @@ def test_export_uses_the_containers_image() -> None:
     dep = deployment("v", engine="vllm", command=None, model="o/m", container={"image": image})
     pods = [o for o in export(dep).objects if o["kind"] == "Deployment"]
     assert pods[0]["spec"]["template"]["spec"]["containers"][0]["image"] == image
+
+
+def test_spec_image_is_exports_alone_never_what_a_container_runs(tmp_path: Path) -> None:
+    """spec.image is outside the spec hash (an edit restarts nothing), so a container that
+    ran it would run another image than its manifest says after any restart: it runs
+    `container.image`, else the recipe's pinned one; export's pod still takes spec.image."""
+    other = "registry.example/team/vllm:patched"
+    dep = deployment("v", engine="vllm", command=None, model="o/m", container={}, image=other)
+    assert container_image(dep.spec) == vllm.IMAGE
+    assert image_of(dep.spec) == other
+    edited = deployment("v", engine="vllm", command=None, model="o/m", container={})
+    assert spec_hash(edited.spec) == spec_hash(dep.spec)  # why it must not run
+    (tmp_path / "cmd.yaml").write_text(
+        "apiVersion: reconcile/v1\nkind: Deployment\nmetadata:\n  name: cmd\nspec:\n"
+        "  engine: command\n"
+        f"  command: [/bin/engine, '{{port}}']\n  image: {other}\n  container: {{}}\n"
+    )
+    [error] = load([tmp_path]).errors
+    assert "set spec.container.image" in str(error), error
+    assert "spec.image is for `reconcile export` only" in str(error), error
 
 
 def test_a_spec_without_container_keeps_its_hash_and_a_container_changes_it() -> None:

@@ -37,9 +37,9 @@ from typing import Any
 from controller import failpoints
 from controller.backends.base import Held, StartRequest
 from controller.core.digest import sha256_hex
-from controller.core.kubernetes.export import image_of
 from controller.core.manifest.names import instance_of
 from controller.core.manifest.specs import Container, DeploymentSpec
+from controller.core.render import container_image
 from controller.core.state import ContainerRef, ProcessRef, Record
 from controller.errors import (
     ContainerError,
@@ -158,7 +158,7 @@ class Wrapper:
         spec = launch.entry.deployment.spec
         assert spec.container is not None and launch.record.nonce is not None
         runtime = self.runtime_of(spec.container)
-        image = image_of(spec)
+        image = container_image(spec)
         _check_volumes(spec.container)
         known = self.ensure_image(runtime, image, spec.container)
         digest, pulled = known.digest, known.pulled
@@ -232,7 +232,7 @@ class Wrapper:
         kept meanwhile. A pull is started as a launch would (``ensure_image``); one that
         ended without the image is said, and tried again after PREPULL_RETRY."""
         assert spec.container is not None
-        runtime, image = self.runtime_of(spec.container), image_of(spec)
+        runtime, image = self.runtime_of(spec.container), container_image(spec)
         job = PullJob.of(Path(self.state_dir), runtime.name, image)
         pulling = f"pulling image {image} ({runtime.name}) first: the running engine serves"
         if job.running():
@@ -270,7 +270,7 @@ class Wrapper:
         here is waited for too: placed, its start wrote a `start` line in the engine's log
         for a run that never was, each pass."""
         assert spec.container is not None
-        runtime, image = self.runtime_of(spec.container), image_of(spec)
+        runtime, image = self.runtime_of(spec.container), container_image(spec)
         policy = spec.container.policy(image)
         if policy == "Never":  # never pulls: an ended pull was an earlier spec's, not its word
             missing = not self._here(runtime, image)
@@ -306,7 +306,7 @@ class Wrapper:
         running), or the pull's failure (``failed``: read once, the job forgotten so the
         retry after the back-off pulls again)."""
         assert spec.container is not None
-        runtime, image = self.runtime_of(spec.container), image_of(spec)
+        runtime, image = self.runtime_of(spec.container), container_image(spec)
         job = PullJob.of(Path(self.state_dir), runtime.name, image)
         waits = self.fetching(spec)
         if waits is None:  # here (a pull that ended with it: the launch reads it)
@@ -361,7 +361,7 @@ class Wrapper:
 
     def _pull_key(self, spec: DeploymentSpec) -> str:
         assert spec.container is not None
-        return pull_key(self.runtime_of(spec.container).name, image_of(spec))
+        return pull_key(self.runtime_of(spec.container).name, container_image(spec))
 
     def ensure_image(self, runtime: Runtime, image: str, container: Container) -> Known:
         """The image on this node as pullPolicy says: its digest, whether it was pulled

@@ -37,6 +37,7 @@ __all__ = [
     "RenderContext",
     "default_affinity",
     "image_program",
+    "pinned_image",
     "readiness_deadline",
     "recipe_for",
 ]
@@ -75,3 +76,14 @@ def image_program(engine: str) -> str | None:
         importlib.import_module(MODULES[engine]), "IMAGE_EXECUTABLE", None
     )
     return program
+
+
+def pinned_image(engine: str, *, gpu: bool) -> str:
+    """The recipe's pinned image (``IMAGE`` in its module; llama.cpp's ``IMAGE_CUDA`` for
+    an instance that holds a GPU). RecipeError for an engine that pins none (``command``)."""
+    module = importlib.import_module(MODULES[engine])
+    image: str | None = getattr(module, "IMAGE_CUDA", None) if gpu else None
+    image = image or getattr(module, "IMAGE", None)
+    if image is None:
+        raise RecipeError(f"engine {engine!r} has no pinned image")
+    return image

@@ -30,7 +30,7 @@ from controller.core.manifest.specs import (
     EnvFrom,
     image_ref_problem,
 )
-from controller.core.render import Rendered, render
+from controller.core.render import Rendered, container_image, render
 from controller.core.state import ProbeConfig
 
 POD_HOST = "0.0.0.0"
@@ -546,15 +546,11 @@ def _rendered(deployment: Deployment) -> Rendered:
 
 
 def image_of(spec: DeploymentSpec) -> str:
-    """The engine's image: ``spec.container.image``, ``spec.image``, else the recipe's
-    pinned one (the CUDA build of llama.cpp for an instance that holds a GPU)."""
-    if spec.container is not None and spec.container.image is not None:
-        return spec.container.image
-    if spec.image is not None:
+    """The pod's image: ``spec.container.image``, ``spec.image``, else the recipe's pinned
+    one (the CUDA build of llama.cpp for an instance that holds a GPU)."""
+    if spec.image is not None and (spec.container is None or spec.container.image is None):
         return spec.image
-    if spec.engine == "llama-cpp" and _gpu_resource(spec.devices) is not None:
-        return llama_cpp.IMAGE_CUDA
-    return DEFAULT_IMAGES[spec.engine]
+    return container_image(spec)
 
 
 def _gpu_resource(devices: Devices) -> str | None:

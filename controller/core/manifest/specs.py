@@ -704,7 +704,7 @@ class DeploymentSpec(Model):
         "(e.g. {gpu: h100}); the others ignore it entirely. With --backend ray: only Ray "
         "nodes whose labels (ray start --labels) hold every pair. Empty: every node.",
     )
-    # Export only (`reconcile export`): the container image; local and Ray backends ignore it.
+    # Export only (`reconcile export`): the pod's image; no backend runs it (container_image).
     image: str | None = Field(
         default=None,
         min_length=1,
@@ -797,13 +797,15 @@ class DeploymentSpec(Model):
         return self
 
     def _image_named(self) -> None:
-        """A container of engine 'command' names its image: no recipe pins one for it."""
+        """A container of engine 'command' names its image: no recipe pins one for it, and
+        ``spec.image`` is `reconcile export`'s alone (never run: outside the spec hash)."""
         if self.engine != "command" or self.container is None:
             return
-        if self.container.image is None and self.image is None:
+        if self.container.image is None:
+            also = " (spec.image is for `reconcile export` only)" if self.image else ""
             raise ValueError(
                 "engine 'command' has no pinned image: set spec.container.image to an image "
-                "that holds spec.command[0]"
+                f"that holds spec.command[0]{also}"
             )
 
     def _model_named(self) -> None:
