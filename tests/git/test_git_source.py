@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from controller.gateway.ui.snapshot import NodeReader
 from controller.store.sources.git import source as gitsource
 from controller.store.statedir import StateDir
 from tests.git.conftest import Remote, run_git, source
@@ -196,6 +197,14 @@ def test_a_path_gone_at_a_commit_is_said_once_and_no_earlier_error_with_it(
     assert all("no such folder" in i["conditions"][0] for i in items.values()), items
     described = reconcile("describe", "alpha", check=0).out
     assert "Spec valid:   true\n" in described and "no such folder" in described, described
+    # describe -o json and the web page's JSON (what it renders) say what the text says
+    (doc,) = reconcile("describe", "alpha", "-o", "json", check=0).json()
+    page = NodeReader(reconcile.state, reconcile.node, None).state(events_of=None)
+    (item,) = [d for d in page["deployments"] if d["name"] == "alpha"]
+    for shown in (doc, item):
+        messages = [shown["message"], *(i["message"] for i in shown["instances"])]
+        assert shown["spec_valid"] and not any("spec invalid" in m for m in messages), shown
+        assert any("no such folder" in c for c in shown["conditions"]), shown
     assert all(reconcile.alive(pid) for pid in pids.values())
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
