@@ -200,7 +200,7 @@ def test_a_path_gone_at_a_commit_is_said_once_and_no_earlier_error_with_it(
     assert "Spec valid:   true\n" in described and "no such folder" in described, described
     # describe -o json and the web page's JSON (what it renders) say what the text says
     (doc,) = reconcile("describe", "alpha", "-o", "json", check=0).json()
-    page = NodeReader(reconcile.state, reconcile.node, None).state(events_of=None)
+    page = NodeReader(reconcile.state, reconcile.node, reconcile.devices).state(events_of=None)
     (item,) = [d for d in page["deployments"] if d["name"] == "alpha"]
     for shown in (doc, item):
         messages = [shown["message"], *(i["message"] for i in shown["instances"])]
