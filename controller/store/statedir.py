@@ -15,8 +15,9 @@ refused.json                                                           a reload'
 daemon.json                                                             the daemon's set
 secrets-key  ui-open.html  quarantine/documents/
 pass.lock  placement.lock  daemon.lock                                 the locks
-gateway/  (gw-<nonce>.json, current.json, retire/, passed, metrics.prom, gateway.log,
-           daemon.sock, daemon.addr, requests.jsonl, stopped, start.lock) the gateway's files
+gateway/  (gw-<nonce>.json, reloads-<nonce>, current.json, retire/, passed, metrics.prom,
+           gateway.log, daemon.sock, daemon.addr, requests.jsonl, stopped, start.lock)
+                                                                        the gateway's files
 git/  (checkout/, source.json, history.json, git.lock, moving, fetch-now,
       running.json)                                                     the git source
 notify/q-<time>-<hook>-<id>.json  source-state.json  send.lock        queued notifications
@@ -167,6 +168,10 @@ class StateDir:
     def gateway_member(self, nonce: str) -> Path:
         """A live gateway process's own file (left behind by a crash)."""
         return self.gateway / f"gw-{nonce}.json"
+
+    def gateway_reloads(self, nonce: str) -> Path:
+        """A live gateway's count of the SIGHUPs it began and answered (gateway/reloads.py)."""
+        return self.gateway / f"reloads-{nonce}"
 
     @property
     def retire(self) -> Path:

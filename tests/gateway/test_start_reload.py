@@ -13,6 +13,9 @@ key files and node.yaml.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +49,7 @@ def test_reload_and_start_as_systemctl_has_them(reconcile: Any, gateway: Any) ->
         # node.yaml unchanged: the same gateway re-reads its key file.
         _keys(reconcile, OLD, NEW)
         reloaded = reconcile("gateway", "reload", check=0)
-        assert f"gateway pid {first.ref.pid} re-reads its key file" in reloaded.out, reloaded
+        assert f"gateway pid {first.ref.pid} re-read its key file" in reloaded.out, reloaded
         reconcile.wait_for(lambda: _status_with(g, NEW) == 200, timeout=WAIT, what="new key")
         assert g.serving().ref == first.ref
 
@@ -93,3 +96,40 @@ def test_reload_and_start_as_systemctl_has_them(reconcile: Any, gateway: Any) ->
         assert _status_with(g, NEW) == 200
     finally:
         g.finish()
+
+
+def _hup_pending(pid: int) -> bool:
+    """Whether SIGHUP waits, sent to the process and not taken yet (its ShdPnd mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    (pending,) = [line.split()[1] for line in status.splitlines() if line.startswith("ShdPnd:")]
+    return bool(int(pending, 16) & (1 << (signal.SIGHUP - 1)))
+
+
+def test_reload_exits_by_the_gateway_s_own_answer(reconcile: Any, gateway: Any) -> None:
+    """`gateway reload` checked the key file, sent SIGHUP and exited 0: a file changed
+    between that check and the gateway's own re-read was refused there (`gateway status`
+    said so) while the verb had said it was taken. It waits for the gateway's answer and
+    exits by it. The gateway is stopped (SIGSTOP) while the verb signals it, so the file
+    changes exactly between the two reads."""
+    keys = _keys(reconcile, OLD)
+    g = gateway("--api-keys", str(keys))
+    pid = g.serving().ref.pid
+    assert g.stop() == 0  # the gateway serves on: no daemon watches it while it is stopped
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        argv = reconcile.argv("gateway", "reload")
+        verb = reconcile.spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        reconcile.wait_for(lambda: _hup_pending(pid), timeout=WAIT, what="the verb's SIGHUP")
+        keys.write_text("# every key revoked\n")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    out, err = (b.decode() for b in verb.communicate(timeout=WAIT))
+    assert verb.returncode == 1, (out, err)
+    assert f"gateway pid {pid} refused the reload (API keys): --api-keys {keys}" in err, err
+    assert "holds no key" in err and "the gateway keeps the keys loaded before" in err, err
+    assert "reload refused (API keys" in reconcile("gateway", "status", check=0).out
+    _keys(reconcile, OLD, NEW)
+    taken = reconcile("gateway", "reload", check=0)
+    assert f"gateway pid {pid} re-read its key file and TLS pair" in taken.out, taken
+    assert "reload refused" not in reconcile("gateway", "status", check=0).out
+    g.finish()

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from controller.gateway.ui.snapshot import NodeReader
 from controller.store.sources.git import source as gitsource
 from controller.store.statedir import StateDir
 from tests.git.conftest import Remote, run_git, source
@@ -196,7 +198,58 @@ def test_a_path_gone_at_a_commit_is_said_once_and_no_earlier_error_with_it(
     assert all("no such folder" in i["conditions"][0] for i in items.values()), items
     described = reconcile("describe", "alpha", check=0).out
     assert "Spec valid:   true\n" in described and "no such folder" in described, described
+    # describe -o json and the web page's JSON (what it renders) say what the text says
+    (doc,) = reconcile("describe", "alpha", "-o", "json", check=0).json()
+    page = NodeReader(reconcile.state, reconcile.node, reconcile.devices).state(events_of=None)
+    (item,) = [d for d in page["deployments"] if d["name"] == "alpha"]
+    for shown in (doc, item):
+        messages = [shown["message"], *(i["message"] for i in shown["instances"])]
+        assert shown["spec_valid"] and not any("spec invalid" in m for m in messages), shown
+        assert any("no such folder" in c for c in shown["conditions"]), shown
     assert all(reconcile.alive(pid) for pid in pids.values())
+    reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
+def _rows_under(said: Path, line: str) -> list[str] | None:
+    """The last row of alpha and of beta that `status -w` printed, when both come after
+    its last line holding ``line``; None before."""
+    lines = said.read_text().splitlines()
+    at = [i for i, text in enumerate(lines) if line in text]
+    last = {text.split()[0]: text for text in lines[at[-1] + 1 :] if text.strip()} if at else {}
+    return [last[n] for n in ("alpha", "beta")] if {"alpha", "beta"} <= set(last) else None
+
+
+def test_watch_prints_the_source_line_and_its_rows_under_it(reconcile: Any, remote: Remote) -> None:
+    """`status -w` printed no source line, so each of its rows carried the folder's
+    condition that `status` says once, in the line above its table. It prints that line
+    first, as `status` does, and again (every row under it) whenever it changes."""
+    remote.deploy("alpha")
+    remote.deploy("beta", basePort=reconcile.port + 10)
+    reconcile.converge(*git_args(remote))
+    gone = remote.commit(
+        {"manifests/alpha.yaml": None, "manifests/beta.yaml": None, "README": "moved\n"},
+        "the manifests folder removed",
+    )
+    reconcile("--once", *git_args(remote), check=1)
+    said = reconcile.tmp / "watch.out"
+    with said.open("wb") as out:
+        watcher = reconcile.spawn(reconcile.argv("status", "-w"), stdout=out)
+    degraded = f"Degraded at {gone[:12]}"
+    reconcile.wait_for(lambda: _rows_under(said, degraded), 30, "the rows under the line")
+    first, header, *_ = said.read_text().splitlines()
+    assert first.startswith(f"source: {remote.url} main path manifests: {degraded}"), first
+    assert header.split()[0] == "NAME" and said.read_text().count("no such folder") == 1
+    remote.deploy("alpha")
+    fixed = remote.deploy("beta", basePort=reconcile.port + 10)
+    reconcile.converge(*git_args(remote))
+
+    def synced() -> list[str] | None:
+        rows = _rows_under(said, f"Synced at {fixed[:12]}")
+        return rows if rows and not any("no such folder" in r for r in rows) else None
+
+    reconcile.wait_for(synced, 30, "the rows under the Synced line")
+    watcher.send_signal(signal.SIGINT)  # Ctrl-C
+    assert watcher.wait(timeout=30) == 130
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
 
 

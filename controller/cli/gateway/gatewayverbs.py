@@ -27,7 +27,7 @@ from controller.cli.gateway import startlock
 from controller.core.manifest.quantity import format_age
 from controller.core.statusjson import iso
 from controller.errors import ConfigError
-from controller.gateway.lifecycle import registry
+from controller.gateway.lifecycle import registry, reloads
 from controller.gateway.settings import (
     DRAIN_GRACE,
     Settings,
@@ -136,13 +136,45 @@ def _reload(state_dir: Path) -> int:
     if changed:
         why = f"node.yaml changed its {', '.join(changed)}"
         return _take_over(state_dir, settings, current, why, verb="reload")
+    before = reloads.read(state_dir, current.nonce)  # None: it keeps no count (older)
     if not registry.signal_gateway(current, signal.SIGHUP):
         print(f"reconcile: gateway pid {current.ref.pid} ended meanwhile", file=sys.stderr)
         return EXIT_FAIL
     refused.clear(state_dir, refused.GATEWAY_SETTINGS)  # node.yaml's serve as read
+    if before is not None:
+        return _answered(state_dir, current, before)
     print(
         f"gateway pid {current.ref.pid} re-reads its key file and TLS pair (SIGHUP); "
         f"node.yaml's gateway settings are those it serves; its log: {registry.log_path(state_dir)}"
+    )
+    return EXIT_OK
+
+
+def _answered(state_dir: Path, current: registry.GatewayInfo, before: reloads.Count) -> int:
+    """The exit by the gateway's own answer to the SIGHUP: what it refused of its key file
+    and TLS pair (changed since this verb checked them) is said, and fails the reload."""
+    pid, log_path = current.ref.pid, registry.log_path(state_dir)
+    if not reloads.wait_answer(state_dir, current.nonce, before, current.alive):
+        gone = "ended before it answered" if not current.alive() else "did not answer"
+        print(
+            f"reconcile: gateway pid {pid} {gone} the SIGHUP within {reloads.ANSWER_WAIT:.0f} s;"
+            f" `reconcile gateway status` says what serves and any refusal; its log: {log_path}",
+            file=sys.stderr,
+        )
+        return EXIT_FAIL
+    mine = (refused.API_KEYS, refused.TLS_PAIR)
+    found = [r for r in refused.peek(state_dir) if r.gateway == current.nonce and r.subject in mine]
+    for r in found:
+        print(
+            f"reconcile: gateway pid {pid} refused the reload ({r.subject}): {r.why}; "
+            f"{refused.KEPT[r.subject]}: fix that and run `reconcile gateway reload` again",
+            file=sys.stderr,
+        )
+    if found:
+        return EXIT_FAIL
+    print(
+        f"gateway pid {pid} re-read its key file and TLS pair (SIGHUP) and serves with them; "
+        f"node.yaml's gateway settings are those it serves; its log: {log_path}"
     )
     return EXIT_OK
 

@@ -75,6 +75,13 @@ class Look:
         20s" counted from ``backoff_until``, not as the pass wrote it)."""
         return [replace(r, message=r.message_at(self.at)) for r in self.records]
 
+    def only(self, names: set[str] | None) -> Look:
+        """This look narrowed to the deployments ``names`` (None: all of them)."""
+        if names is None:
+            return self
+        kept = [r for r in self.records if base_name(r.name) in names]
+        return replace(self, records=kept)
+
     def shown(self) -> list[Record]:
         """The records as a table shows them: live, a deployment's conditions leading its
         message, a git source's file named as in the repository (``manifests/a.yaml``)."""
@@ -253,6 +260,7 @@ def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
     told: set[str] = set()  # the unreadable records named so far: each once
     first = True
     layout = Layout()
+    source = SourceLine(cfg.state_dir)
     for _ in looks():
         seen = look(args, cfg, say=first)  # NAME gone later: shown as gone, said once
         if seen is None and first:
@@ -262,12 +270,11 @@ def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
         if fmt == "json":
             for item in changed:
                 print(json.dumps(item), flush=True)
-        elif changed or first:
-            names = {i["name"] for i in changed}
-            part = Look([r for r in seen.records if base_name(r.name) in names], seen.pulls)
-            part.seen, part.conditions, part.state_dir = seen.seen, seen.conditions, cfg.state_dir
-            part.at = seen.at
-            text = layout.rows(part, wide=fmt == "wide") if part.records else ""
+        elif source.say_if_new() or changed or first:  # a new source line: every row again
+            names = {i["name"] for i in changed} if changed and not source.anew else None
+            seen.said_above = source.owner
+            rows = seen.only(names)
+            text = layout.rows(rows, wide=fmt == "wide") if rows.records else ""
             print(text or "No deployments.", flush=True)
         for name in gone:
             said = json.dumps({"name": name, "deleted": True}) if fmt == "json" else ""
@@ -275,6 +282,26 @@ def watch(args: argparse.Namespace, cfg: Config, fmt: str) -> int:
         _say_new(seen.problems, told)
         first = False
     return EXIT_OK
+
+
+@dataclass
+class SourceLine:
+    """`status -w`'s git source line, as `status` prints it above its table: said first,
+    then again whenever it changes (a push applied, the folder gone at a commit)."""
+
+    state_dir: Path
+    said: str | None = None
+    owner: str | None = None  # whose unread folder the line says: its rows leave it out
+    anew: bool = False  # this look printed it
+
+    def say_if_new(self) -> bool:
+        found = _source_line(self.state_dir)
+        line, self.owner = found or (None, None)
+        self.anew = line is not None and line != self.said
+        if self.anew:
+            print(line, flush=True)
+        self.said = line
+        return self.anew
 
 
 def _say_new(problems: list[str], told: set[str]) -> None:

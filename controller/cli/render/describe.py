@@ -28,7 +28,7 @@ from controller.cli.render.views import (
 from controller.core import statusjson
 from controller.core.manifest.names import base_name, instance_of
 from controller.core.manifest.quantity import format_bytes
-from controller.core.replicaset import ReplicaSet
+from controller.core.replicaset import ReplicaSet, group
 from controller.core.state import EXITED, ContainerRef, Phase, Record
 from controller.redact import redact_spec
 from controller.store.instances import logfiles
@@ -94,6 +94,7 @@ def describe_document(
     if not selector(rs.first):
         return None
     noted = observed.views(observed.peek_all(state_dir), rs.records)
+    (rs,) = group(noted.as_read(r) for r in rs.records)  # no stale spec-invalid mark, as status
     doc = {**deployment_item(rs), **statusjson.observed(rs, noted.seen, noted.conditions)}
     doc["spec"] = redact_spec(rs.first.stored_spec)
     alone = len(rs.records) == 1

@@ -37,7 +37,7 @@ import time
 
 from controller import __version__, logsetup
 from controller.errors import ConfigError
-from controller.gateway.lifecycle import handover, listener, registry
+from controller.gateway.lifecycle import handover, listener, registry, reloads
 from controller.gateway.lifecycle.app import BACKLOG, Gateway, loop_name
 from controller.gateway.lifecycle.handover import HANDED_OVER
 from controller.gateway.records_watch import RESYNC, RecordsWatch
@@ -70,6 +70,7 @@ class GatewayProcess:
         self.gateway = Gateway(settings)
         self.watch = RecordsWatch(self.state_dir, settings.owner, settings.node)
         self.control: handover.Control | None = None
+        self.reloads: reloads.Counter | None = None  # once registered: SIGHUPs answered
         self._wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._wake.setblocking(False)
         self._main = threading.main_thread().ident
@@ -132,6 +133,7 @@ class GatewayProcess:
             control=address,
         )
         registry.register(self.state_dir, info)
+        self.reloads = reloads.Counter(self.state_dir, self.nonce)  # before it is current
         self.control = handover.Control(
             address, self.gateway.listener_fd, self.ask_stop, self.gateway.metrics_text
         )
@@ -401,12 +403,21 @@ class GatewayProcess:
             else:
                 refused.refuse(self.state_dir, subject, why, by, gateway=self.nonce)
 
+    def _reload(self) -> None:
+        """SIGHUP: the key file and TLS pair read again, the outcome noted, then counted
+        answered (`reconcile gateway reload` waits for that: reloads.py)."""
+        if self.reloads is not None:
+            self.reloads.begin()
+        self._note(self.gateway.reload())
+        if self.reloads is not None:
+            self.reloads.answer()
+
     def serve_until_stopped(self) -> None:
         """Signals are blocked in every thread (``main`` did it first): wait for them here."""
         while True:
             sig = signal.sigwait({*STOP_SIGNALS, signal.SIGHUP})
             if sig == signal.SIGHUP:
-                self._note(self.gateway.reload())
+                self._reload()
                 continue
             break
         # Handed over, it finishes what it holds, however long (DESIGN: an upgrade cuts

@@ -163,6 +163,7 @@ def unregister(state_dir: Path, nonce: str) -> None:
     """A clean exit: the member file goes (a crash leaves it: that is how one is told)."""
     with contextlib.suppress(FileNotFoundError):
         member_path(state_dir, nonce).unlink()
+    _forget_reloads(state_dir, nonce)
     current = read_current(state_dir)
     if current is not None and current.nonce == nonce:
         with contextlib.suppress(FileNotFoundError):
@@ -178,7 +179,14 @@ def forget(state_dir: Path, nonce: str) -> None:
     """What a crashed gateway left: its member file and its control socket's path."""
     with contextlib.suppress(FileNotFoundError):
         member_path(state_dir, nonce).unlink()
+    _forget_reloads(state_dir, nonce)
     unlink_address(control_address(state_dir, nonce))
+
+
+def _forget_reloads(state_dir: Path, nonce: str) -> None:
+    """Its count of SIGHUPs answered (reloads.py): nobody waits on a gateway gone."""
+    with contextlib.suppress(FileNotFoundError):
+        StateDir(state_dir).gateway_reloads(nonce).unlink()
 
 
 def members(state_dir: Path) -> list[GatewayInfo]:

@@ -71,8 +71,9 @@ class NodeReader:
         records, held = _readable(everything, problems)
         now = datetime.now(UTC)
         shown, pulls = pullstatus.live(records, self.state_dir)
-        shown = [replace(r, message=r.message_at(now)) for r in shown]  # "restart in 8s" now
         noted = observed.views(observed.peek_all(self.state_dir), records)
+        shown = [noted.as_read(r) for r in shown]  # no stale spec-invalid mark, as `status`
+        shown = [replace(r, message=r.message_at(now)) for r in shown]  # "restart in 8s" now
         return {
             "node": self.node,
             "version": __version__,
