@@ -441,7 +441,14 @@ def test_the_limiter_says_when_it_is_full() -> None:
 
 def test_fallbacks_have_no_kubernetes_form() -> None:
     spec = DeploymentSpec.model_validate(
-        {"engine": "vllm", "model": "x", "fallbacks": ["y"], "fallbackAfter": "10s"}
+        # a GPU: vLLM's pinned CUDA image with none is an export problem of its own
+        {
+            "engine": "vllm",
+            "model": "x",
+            "devices": {"count": 1},
+            "fallbacks": ["y"],
+            "fallbackAfter": "10s",
+        }
     )
     assert spec.fallback_after == 10.0
     assert [p.field for p in problems_of(spec)] == [("spec", "fallbacks")]
