@@ -306,6 +306,7 @@ class Forwarder:
             log.info(
                 "engine connection lost before its answer",
                 deployment=target.deployment,
+                instance=target.instance,
                 error=str(exc),
                 retried="same instance" if again else "no",
             )
@@ -319,6 +320,7 @@ class Forwarder:
             log.info(
                 "engine connection lost again",
                 deployment=target.deployment,
+                instance=target.instance,
                 error=str(exc),
                 retried="another instance" if other is not None else "no",
             )
@@ -328,7 +330,12 @@ class Forwarder:
             with self.tracing.span("retry", {"reconcile.deployment": other.deployment}):
                 return await self._send(incoming, body, want.pool, other, fresh=True)
         except UpstreamFailed as exc:
-            log.info("engine connection lost again", deployment=other.deployment, error=str(exc))
+            log.info(
+                "engine connection lost again",
+                deployment=other.deployment,
+                instance=other.instance,
+                error=str(exc),
+            )
             return _failed(other.deployment, exc)
 
     def _other(
