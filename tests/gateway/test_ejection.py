@@ -21,7 +21,7 @@ from harness.rawhttp import exchange, openai_error, request
 from procs import free_ports
 from test_upstream import Rude, ready, route, rude_command
 
-from controller.core.state import ProbeConfig, Record
+from controller.core.state import Phase, ProbeConfig, Record
 from controller.gateway.lifecycle.app import Gateway
 
 ECHO = Path(__file__).with_name("echo_engine.py")
@@ -180,6 +180,42 @@ def test_a_hung_sole_instance_is_ejected_and_its_request_waits_for_it(
             assert _chat(g.settings.port, timeout=10) == 503  # new ones: at once
             os.kill(proc.pid, signal.SIGCONT)
             assert waiting.result() == 200
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)
+
+
+def test_a_hung_sole_instance_sends_its_waiting_request_to_the_fallback(
+    reconcile: Any, inproc: Gateway
+) -> None:
+    """A SIGSTOP'd sole instance, judged hung and ejected, held its request until the
+    liveness probe restarted it (~27 s) although its model has a fallback: DESIGN sends
+    a request of a pool all ejected to its fallback, and so this one goes there (nothing
+    of its answer came: nothing is repeated)."""
+    g = inproc
+    proc, taught = teach(reconcile, g, "n0")
+    _, port = _demo(reconcile)
+    small = Record(
+        name="small",
+        owner="o",
+        node="n",
+        nonce="s0",
+        port=port,
+        phase=Phase.READY,
+        models=("small",),
+    )
+    route(g, replace(taught, fallbacks=("small",)), small)
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        conn = http.client.HTTPConnection("127.0.0.1", g.settings.port, timeout=30)
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        conn.request("POST", "/v1/chat/completions", body=body)
+        answer = conn.getresponse()
+        assert answer.status == 200 and answer.getheader("x-reconcile-deployment") == "small"
+        conn.close()
+        # HEAD_WAIT (1 s) + the look's LOOK_TIMEOUT (2 s), with room for a loaded box.
+        assert time.monotonic() - began < 20 and ejections(g) == 1
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGCONT)

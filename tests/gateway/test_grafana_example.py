@@ -185,7 +185,9 @@ def test_every_panel_returns_a_series_from_a_real_prometheus(reconcile: Any, gat
             inflight = render.query_range(
                 url, "reconcile_gateway_inflight", started, time.time(), 1
             )
-            assert {s["metric"]["instance"] for s in inflight} == {"alpha"}  # honor_labels
+            # honor_labels: the instance is the engine's, not the scrape target's; beta,
+            # idle, reads 0 rather than no data
+            assert {s["metric"]["instance"] for s in inflight} == {"alpha", "beta"}
             shot = reconcile.tmp / "dashboard.png"
             argv = [sys.executable, str(EXAMPLE / "render.py"), "--prometheus", url]
             argv += ["--minutes", "5", "--step", str(STEP), "--out", str(shot.with_suffix(".html"))]

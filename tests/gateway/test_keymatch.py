@@ -101,3 +101,17 @@ def test_a_limit_given_twice_is_refused_naming_its_line_not_its_key(tmp_path: Pa
     said = str(caught.value)
     assert f"{path} line 2: rpm= is given twice after the key (keep one)" in said, said
     assert key not in said
+
+
+def test_a_key_given_twice_is_refused_naming_both_lines_not_the_key(tmp_path: Path) -> None:
+    """Two lines with one key were taken silently, the later line's limits winning (a
+    trial's `rpm=5` for a team, then the same key pasted lower down with none)."""
+    key = "sk-again-" + "y" * 24
+    path = tmp_path / "keys.txt"
+    path.write_text(f"{key} rpm=5\n{OTHER}\n# pasted again\n{key}\n")
+    os.chmod(path, 0o600)
+    with pytest.raises(KeyFileError) as caught:
+        load(path)
+    said = str(caught.value)
+    assert f"{path} line 4: the same key as line 1 (keep one line per key" in said, said
+    assert key not in said and OTHER not in said

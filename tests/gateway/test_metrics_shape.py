@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,41 @@ def test_a_running_daemon_and_gateway_expose_the_pinned_shape(reconcile: Any, ga
         "reconcile_gateway_request_seconds",
         "reconcile_gateway_time_to_first_token_seconds",
     } <= set(live)
+
+
+def test_an_idle_instance_reads_zero_in_flight_not_no_data(reconcile: Any, gateway: Any) -> None:
+    """``reconcile_gateway_inflight`` had no sample while nothing was in flight, so a
+    dashboard showed "no data" for an idle engine: each instance routed reads 0, after
+    its requests too, and a deployment removed leaves no series."""
+    reconcile.write("alpha")
+    reconcile.write("beta")
+    port = reconcile.port + 14
+    g = gateway("--metrics-port", str(port))
+    g.wait_phase("alpha", "Ready")
+    token = accesstoken.read(reconcile.state)
+    url = f"http://127.0.0.1:{port}/metrics?token={token}"
+
+    def inflight() -> dict[str, float]:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode()
+        return {
+            s.labels["instance"]: s.value
+            for f in text_string_to_metric_families(text)
+            if f.name == "reconcile_gateway_inflight"
+            for s in f.samples
+        }
+
+    def inflight_when(ok: Any) -> Callable[[], dict[str, float] | None]:
+        return lambda: found if ok(found := inflight()) else None
+
+    seen = reconcile.wait_for(inflight_when(lambda f: len(f) == 2), what="both instances")
+    assert seen == {"alpha": 0, "beta": 0}, seen
+    assert g.post("alpha").status == 200
+    assert inflight()["alpha"] == 0  # its request ended: 0 again, not gone
+    (reconcile.manifests / "beta.yaml").unlink()
+    gone = reconcile.wait_for(inflight_when(lambda f: "beta" not in f), what="beta gone")
+    assert gone == {"alpha": 0}, gone
+    g.finish()
 
 
 def test_inherited_counters_add_up_and_keep_the_shape() -> None:

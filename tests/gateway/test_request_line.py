@@ -32,6 +32,9 @@ def _fields(key: str, deployment: str, status: int, meter: Meter) -> dict[str, A
         "instance": meter.instance,
         "status": status,
         "ttfb_s": round(meter.first - meter.started, 4) if meter.first is not None else None,
+        "first_comment_s": (
+            round(meter.commented - meter.started, 4) if meter.commented is not None else None
+        ),
         "duration_s": round(NOW - meter.started, 4),
         "prompt_tokens": used.prompt if used else None,
         "completion_tokens": used.completion if used else None,
@@ -39,11 +42,16 @@ def _fields(key: str, deployment: str, status: int, meter: Meter) -> dict[str, A
 
 
 def _meter(
-    model: str | None, instance: str | None, first: float | None, used: Usage | None
+    model: str | None,
+    instance: str | None,
+    first: float | None,
+    used: Usage | None,
+    commented: float | None = None,
 ) -> Meter:
     meter = Meter(started=1000.0)
     meter.model, meter.instance, meter.usage = model, instance, used
     meter.first = None if first is None else meter.started + first
+    meter.commented = None if commented is None else meter.started + commented
     return meter
 
 
@@ -55,6 +63,7 @@ def _meter(
         ("-", "chat", 502, _meter('qu"ote\\back\tslash', "chat@0", 3.0, Usage(0, 0))),
         ("-", "ünï", 200, _meter("模型🙂", "ünï@2", 1e-05, None)),
         ("-", "x", 200, _meter("\x00\x1f\x7f", "x@0", 123456.78901, Usage(10**9, 1))),
+        ("-", "cold", 200, _meter("cold", "cold@0", 0.49, Usage(3, 4), commented=0.2)),
     ],
 )
 def test_a_line_is_its_fields_encoded(

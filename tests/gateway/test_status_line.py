@@ -3,6 +3,8 @@
 
 - a gateway serving: ``gateway: pid N serves HOST:PORT (since ...)``; `status -o json`
   stays the plain list of deployments (as with the git source's line);
+- killed while its daemon runs: ``gateway: restarting (pid N at HOST:PORT ended without
+  stopping; the daemon starts another)`` until the new one serves;
 - killed with no daemon to start it again: ``gateway: none serves (pid N at HOST:PORT
   ended without stopping: reconcile gateway restart)``; once ``down --gateway`` forgot
   it, no line.
@@ -13,6 +15,8 @@ from __future__ import annotations
 import os
 import signal
 from typing import Any
+
+from controller.gateway.lifecycle import registry
 
 WAIT = 40.0
 
@@ -46,3 +50,37 @@ def test_status_says_which_gateway_serves_or_that_none_does(reconcile: Any, gate
         if g.proc.poll() is None:
             g.stop()
         reconcile.down("--gateway")  # what a failure midway left running
+
+
+def test_status_says_a_killed_gateway_is_restarting_until_its_successor_serves(
+    reconcile: Any, gateway: Any
+) -> None:
+    """For a second or so after a SIGKILL the daemon forgets the dead gateway's file and
+    starts another: `status` showed no gateway line then, as if none were wanted. The
+    test holds the start lock, so the restart waits (as a back-off would) while it looks."""
+    reconcile.write("alpha")
+    g = gateway()
+    g.wait_phase("alpha", "Ready")
+    first = g.serving()
+    said = (
+        f"gateway: restarting (pid {first.ref.pid} at {first.address} ended without "
+        "stopping; the daemon starts another)"
+    )
+    with registry.start_lock(reconcile.state).hold(10):
+        os.kill(first.ref.pid, signal.SIGKILL)
+        # The daemon forgets the dead one's member file, then waits for the lock.
+        reconcile.wait_for(
+            lambda: not registry.crashed(reconcile.state, first.nonce),
+            timeout=WAIT,
+            what="the crash forgotten",
+        )
+        shown = reconcile("status", check=0).out.splitlines()
+        assert shown[0] == said, shown
+    second = reconcile.wait_for(
+        lambda: (s := g.serving_or_none()) is not None and s.ref.pid != first.ref.pid and s,
+        timeout=WAIT,
+        what="its successor",
+    )
+    shown = reconcile("status", check=0).out.splitlines()
+    assert shown[0].startswith(f"gateway: pid {second.ref.pid} serves "), shown
+    g.finish()

@@ -48,11 +48,16 @@ class Receiver:
 
     def __init__(self) -> None:
         self.spans: list[dict[str, Any]] = []
+        self.down = False  # a collector that answers 503 (retryable): each batch is retried
+        self.refused = 0  # the posts answered 503
         self.port = free_ports(1)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
     async def _traces(self, request: web.Request) -> web.Response:
+        if self.down:
+            self.refused += 1
+            return web.Response(status=503)
         sent = ExportTraceServiceRequest.FromString(await request.read())
         for resource in sent.resource_spans:
             service = {a.key: a.value.string_value for a in resource.resource.attributes}
@@ -167,6 +172,34 @@ def test_a_fallback_is_in_the_trace(reconcile: Any, gateway: Any, receiver: Rece
     }
     routed = [s["attrs"]["reconcile.model"] for s in spans if s["name"] == "routing"]
     assert sorted(routed) == ["big", "small"]
+    g.finish()
+
+
+def test_a_collector_down_is_said_once_and_once_when_it_is_back(
+    reconcile: Any, gateway: Any, receiver: Receiver
+) -> None:
+    """The OTLP exporter logged a warning on every retry of every batch for as long as the
+    collector was down: it is said once, then once when a batch goes through again."""
+    reconcile.write("alpha", command=reconcile.demo_command())
+    receiver.down = True
+    g = gateway(env=otel_env(receiver))
+    g.wait_phase("alpha", "Ready")
+    assert g.post("alpha").status == 200
+    # A batch, then two retries of it, refused: the old exporter had said two warnings.
+    reconcile.wait_for(lambda: receiver.refused >= 3, timeout=30, what="3 refused posts")
+    down = "trace collector not reached"
+    said = reconcile.wait_for(lambda: down in (t := g.text()) and t, timeout=30, what="warned")
+    assert said.count(down) == 1 and '"logger": "opentelemetry' not in said, said[-3000:]
+    (line,) = [line for line in said.splitlines() if down in line]
+    assert "Service Unavailable" in line and '"level": "warning"' in line, line
+    assert "reconcile gateway restart" in line, line
+    receiver.down = False
+    answer = g.post("alpha", headers={"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"})
+    assert answer.status == 200, answer
+    spans_of(reconcile, receiver, TRACE_ID, "engine")
+    back = "trace collector reached again"
+    said = reconcile.wait_for(lambda: back in (t := g.text()) and t, timeout=30, what="back")
+    assert said.count(down) == 1 and said.count(back) == 1, said[-3000:]
     g.finish()
 
 

@@ -79,6 +79,18 @@ def test_an_engine_that_drops_the_connection_is_a_502(reconcile: Any, gateway: A
     lost = [line for line in text.splitlines() if "engine connection lost" in line]
     # close and reset: lost, then lost again on a new connection; half and sse: once.
     assert len(lost) == 6 and all('"level": "info"' in line for line in lost), lost
+    # Said for people, naming the instance: not asyncio's "IncompleteReadError: 0 bytes
+    # read on a total of undefined expected bytes" (sse) nor its sized twin (half).
+    assert not any("IncompleteReadError" in line or "Dropped" in line for line in lost), lost
+    assert all('"instance": "m' in line for line in lost), lost
+    cut_short = [line for line in lost if "before its answer's end" in line]
+    assert len(cut_short) == 2, lost  # half (a sized body) and sse (a chunked one)
+    assert any(
+        "the engine closed the connection before its answer's end (" in line
+        and "+ bytes short)" in line
+        for line in cut_short
+    ), cut_short
+    assert any("reconcile logs m" in line for line in cut_short), cut_short
     seen = (reconcile.state / "instances" / "logs" / "m.log").read_text()
     # One instance: asked once more on a new connection when no byte of its answer came,
     # never when part of it had (half, sse); no other instance to go to.

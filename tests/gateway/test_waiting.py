@@ -81,6 +81,28 @@ def test_a_cold_start_streams_comments_then_the_answer(reconcile: Any, gateway: 
     g.finish()
 
 
+def test_the_request_log_says_when_the_first_comment_went_out_and_when_the_answer_did(
+    reconcile: Any, gateway: Any
+) -> None:
+    """A cold stream's ``ttfb_s`` was the engine's first byte, with nothing saying the
+    client had been getting waiting comments long before: ``first_comment_s`` says it."""
+    reconcile.write("cold", command=reconcile.demo_command(load_seconds="1.5"), **COLD)
+    g = gateway(env=FAST)
+    body = {"model": "cold", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    status, _, lines = raw_stream(g.port, body)
+    assert status == 200 and any(line.startswith(": waiting for cold: ") for line in lines)
+    log = path_in(reconcile.state)
+    reconcile.wait_for(lambda: log.is_file() and log.read_text(), what="the request logged")
+    cold = json.loads(log.read_text().splitlines()[0])
+    assert cold["status"] == 200 and cold["first_comment_s"] is not None, cold
+    assert 0 < cold["first_comment_s"] < cold["ttfb_s"] <= cold["duration_s"], cold
+    assert g.post("cold", stream=True).status == 200  # warm now: no comment
+    reconcile.wait_for(lambda: len(log.read_text().splitlines()) == 2, what="the 2nd line")
+    warm = json.loads(log.read_text().splitlines()[1])
+    assert warm["first_comment_s"] is None and warm["ttfb_s"] is not None, warm
+    g.finish()
+
+
 def test_the_openai_client_streams_through_a_cold_start(reconcile: Any, gateway: Any) -> None:
     reconcile.write("cold", command=reconcile.demo_command(load_seconds="1.5"), **COLD)
     g = gateway(env=FAST)

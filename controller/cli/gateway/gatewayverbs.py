@@ -34,7 +34,7 @@ from controller.gateway.settings import (
     settings_from_json,
     settings_to_json,
 )
-from controller.store.side import refused
+from controller.store.side import daemonset, refused
 
 
 def state_dir_of(args: argparse.Namespace, *, warn: bool = True) -> Path:
@@ -356,8 +356,8 @@ def _status_json(
 
 def summary(state_dir: Path, now: datetime | None = None) -> str | None:
     """The one line `status` prints above its table when this state dir has a gateway:
-    the one serving, or none since the last one ended without stopping (None: no gateway
-    runs, or the last one was stopped on purpose)."""
+    the one serving, the one a daemon restarts, or none since the last one ended without
+    stopping (None: no gateway runs, or the last one was stopped or forgotten on purpose)."""
     current = registry.current_live(state_dir)
     if current is not None:
         now = now or datetime.now(UTC)
@@ -367,13 +367,17 @@ def summary(state_dir: Path, now: datetime | None = None) -> str | None:
             f"gateway: pid {current.ref.pid} serves {current.address} "
             f"(since {since:%Y-%m-%d %H:%M:%S} UTC, {age} ago)"
         )
-    crashed = _crashed(state_dir)
-    if crashed is None:
-        return None
-    return (
-        f"gateway: none serves (pid {crashed.ref.pid} at {crashed.address} ended without "
-        "stopping: reconcile gateway restart)"
-    )
+    last = registry.read_current(state_dir)
+    if last is None or last.alive():
+        return None  # none ever, or the last one stopped cleanly (its exit took the file)
+    ended = f"pid {last.ref.pid} at {last.address} ended without stopping"
+    if daemonset.daemon_pid(state_dir) is not None and not registry.stop_asked(state_dir):
+        # Its keeper forgot the crashed one's file and starts another (after a back-off):
+        # for that second or more the line said nothing, as if no gateway were wanted.
+        return f"gateway: restarting ({ended}; the daemon starts another)"
+    if registry.crashed(state_dir, last.nonce):
+        return f"gateway: none serves ({ended}: reconcile gateway restart)"
+    return None  # forgotten (`down --gateway`) with no daemon to start one
 
 
 def refusal_lines(state_dir: Path, now: datetime | None = None) -> list[str]:

@@ -85,6 +85,7 @@ def load(path: Path) -> Keys:
         )
     digests: list[tuple[bytes, str]] = []
     limits: dict[str, KeyLimits] = {}
+    first_line: dict[bytes, int] = {}  # digest -> the line that gave it first
     for number, line in enumerate(text.splitlines(), 1):
         parts = line.split()
         if not parts or parts[0].startswith("#"):
@@ -98,6 +99,12 @@ def load(path: Path) -> Keys:
                 "no client could present it; use ASCII letters, digits and punctuation"
             )
         digest = hashlib.sha256(key.encode()).digest()
+        if digest in first_line:  # two lines, one key: whose limits hold would be a guess
+            raise KeyFileError(
+                f"{where}: the same key as line {first_line[digest]} (keep one line per "
+                "key, with its limits on it)"
+            )
+        first_line[digest] = number
         label = digest.hex()[:8]
         digests.append((digest, label))
         if fields:

@@ -100,6 +100,9 @@ class GatewayMetrics(Collector):
         self.requests: defaultdict[Labels, int] = defaultdict(int)
         self.errors: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self.inflight: defaultdict[Instance, int] = defaultdict(int)
+        # The instances routed now, deployment -> its instances (the table's): each reads
+        # 0 in flight when idle, not "no data" (a gauge's habit); a gone one leaves.
+        self.known: Callable[[], Mapping[str, tuple[str, ...]]] = dict
         self.latency: dict[Labels, _Histogram] = {}
         self.tokens: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # + kind
         self.first_token: dict[str, _Histogram] = {}  # per deployment
@@ -189,6 +192,12 @@ class GatewayMetrics(Collector):
         """Requests for ``deployment`` waited behind a rival's queue (turns.py)."""
         self.swaps_avoided[deployment] += 1
 
+    def _inflight(self) -> Series:
+        """In flight per instance: those it counts, and 0 for each other one routed now."""
+        counted = dict(self.inflight)
+        idle = {(d, i): 0 for d, found in self.known().items() for i in found}
+        return list({**idle, **counted}.items())
+
     def render(self) -> str:
         return generate_latest(self).decode()
 
@@ -200,7 +209,7 @@ class GatewayMetrics(Collector):
             f"{PREFIX}requests_total": list(self.requests.items()),
             f"{PREFIX}errors_total": list(self.errors.items()),
             f"{PREFIX}ejections_total": list(self.ejections.items()),
-            f"{PREFIX}inflight": list(self.inflight.items()),
+            f"{PREFIX}inflight": self._inflight(),
             f"{PREFIX}request_seconds": list(self.latency.items()),
             f"{PREFIX}tokens_total": list(self.tokens.items()),
             f"{PREFIX}time_to_first_token_seconds": _per(self.first_token),

@@ -2,8 +2,11 @@
 
 Each line says who called what and how it went: ``time`` (UTC, when the request came),
 ``key`` (the key's label, ``-`` without keys; never the key), ``model``, ``deployment``,
-``instance``, ``status``, ``ttfb_s`` (seconds to the answer's first byte), ``duration_s``,
-``prompt_tokens`` and ``completion_tokens`` (the engine's ``usage``, usage.py). Never a
+``instance``, ``status``, ``ttfb_s`` (seconds to the answer's first byte: the engine's,
+as the client got it; a cold start's waiting comments are no answer), ``first_comment_s``
+(seconds to the first waiting comment, waiting.py: the first byte a client held by a cold
+start got; null if none was sent), ``duration_s``, ``prompt_tokens`` and
+``completion_tokens`` (the engine's ``usage``, usage.py). Never a
 request or answer body.
 
 Written off the request path: the handler encodes its line (``line``) and appends it to
@@ -58,6 +61,7 @@ FIELDS = (
     "instance",
     "status",
     "ttfb_s",
+    "first_comment_s",
     "duration_s",
     "prompt_tokens",
     "completion_tokens",
@@ -74,13 +78,15 @@ def line(key: str, deployment: str, status: int, meter: Meter) -> bytes:
     json's own function, its numbers written as json writes them (their ``repr``)."""
     now = time.monotonic()
     used = meter.usage
-    first = meter.first
+    first, commented = meter.first, meter.commented
     return (
         f'{{"time":"{_when(time.time() - (now - meter.started))}",'
         f'"key":{encode_basestring_ascii(key)},"model":{_text(meter.model)},'
         f'"deployment":{encode_basestring_ascii(deployment)},'
         f'"instance":{_text(meter.instance)},"status":{status!r},'
         f'"ttfb_s":{"null" if first is None else repr(round(first - meter.started, 4))},'
+        f'"first_comment_s":'
+        f"{'null' if commented is None else repr(round(commented - meter.started, 4))},"
         f'"duration_s":{round(now - meter.started, 4)!r},'
         f'"prompt_tokens":{"null" if used is None else repr(used.prompt)},'
         f'"completion_tokens":{"null" if used is None else repr(used.completion)}}}\n'

@@ -124,6 +124,8 @@ def from_env(environ: Mapping[str, str] = os.environ) -> Tracing:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        from controller.gateway.accounting.traceexport import SaidOnce
     except ImportError as exc:
         log.warning(
             "no traces: OTEL_EXPORTER_OTLP_ENDPOINT is set but the otel extra is not installed",
@@ -134,7 +136,8 @@ def from_env(environ: Mapping[str, str] = os.environ) -> Tracing:
     resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or SERVICE})
     provider = TracerProvider(resource=resource)
     # The batch is sent from the SDK's own thread: the request path never waits on it.
-    exporter = OTLPSpanExporter(endpoint=_endpoint(environ))
+    endpoint = _endpoint(environ)
+    exporter = SaidOnce(OTLPSpanExporter(endpoint=endpoint), endpoint)  # a collector down: once
     provider.add_span_processor(BatchSpanProcessor(exporter))
     log.info("traces sent by OTLP/HTTP", service=resource.attributes["service.name"])
     return _Otel(provider)

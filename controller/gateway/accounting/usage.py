@@ -47,11 +47,13 @@ class Usage:
 
 @dataclass
 class Meter:
-    """One request's figures: when it began and its first answer byte went out, what the
-    engine said it used, and whether the gateway asked for the usage chunk itself."""
+    """One request's figures: when it began, its first waiting comment and its first answer
+    byte went out, what the engine said it used, and whether the gateway asked for the
+    usage chunk itself."""
 
     started: float = field(default_factory=time.monotonic)
-    first: float | None = None
+    first: float | None = None  # the answer's first byte (the engine's), not a comment's
+    commented: float | None = None  # the first waiting comment, if its start was waited for
     usage: Usage | None = None
     strip: bool = False
     model: str | None = None  # as the body named it (the request log's)

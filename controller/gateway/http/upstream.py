@@ -514,6 +514,9 @@ def _host_header(host: str, port: int) -> str:
 
 
 def _mid_answer(exc: BaseException) -> Dropped:
+    if isinstance(exc, asyncio.IncompleteReadError):  # its own words: "... undefined ..."
+        short = "" if exc.expected is None else f" ({exc.expected - len(exc.partial)}+ bytes short)"
+        return Dropped(f"the engine closed the connection before its answer's end{short}")
     return Dropped(f"the engine's connection ended mid-answer ({_said(exc)})")
 
 

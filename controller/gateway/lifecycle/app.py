@@ -276,6 +276,7 @@ class Gateway:
             socket_factory=enginesock.engine_socket,
         )
         table = Table(health=Health(notify=recorder(s.state_dir, self.metrics)))
+        self.metrics.known = lambda: table.instances  # idle instances read 0 in flight
         forwarder = Forwarder(
             table=table,
             demand=demand,

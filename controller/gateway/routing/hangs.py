@@ -10,7 +10,8 @@ within ``LOOK_TIMEOUT``), and again every ``LOOK_EVERY`` while any request still
 An engine that answers the look is slow and keeps every request; one that does not is
 hung: passive health ejects it at once (``Health.hung``), and each of its requests that
 has no head yet, whose body can be sent again, and whose pool has another instance to
-take it is cancelled with
+take it (or a fallback: the pool is then all ejected, which DESIGN sends to its fallback)
+is cancelled with
 ``Awaited.hung`` set, which the forwarder turns into a retry there (nothing came back,
 so nothing is repeated to the client). One with nowhere else to go waits on: an engine
 wrongly judged still answers it, and a hung one costs it no more than before (its

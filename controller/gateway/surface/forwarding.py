@@ -86,8 +86,13 @@ class Forwarder:
         return next((r for r in self.table.records.values() if r.nonce == nonce), None)
 
     def _elsewhere_now(self, pool: str, nonce: str | None) -> bool:
-        """Another instance of ``pool`` than ``nonce``'s may take a request now."""
-        return bool(self.table.candidates(pool, avoid=nonce))
+        """Another instance of ``pool`` than ``nonce``'s may take a request now, or a
+        fallback may (``nonce``'s engine is ejected: DESIGN's "all ejected")."""
+        return bool(self.table.candidates(pool, avoid=nonce)) or self._falls_back(pool)
+
+    def _falls_back(self, pool: str) -> bool:
+        """``pool`` has a fallback that something serves (``serve`` picks which)."""
+        return any(f in self.table.pools for f in self.table.facts(pool).fallbacks)
 
     def tasks(self) -> list[asyncio.Task[None]]:
         """Its tasks (the gateway cancels what is left of them when it closes): the probes
@@ -306,6 +311,7 @@ class Forwarder:
             log.info(
                 "engine connection lost before its answer",
                 deployment=target.deployment,
+                instance=target.instance,
                 error=str(exc),
                 retried="same instance" if again else "no",
             )
@@ -319,6 +325,7 @@ class Forwarder:
             log.info(
                 "engine connection lost again",
                 deployment=target.deployment,
+                instance=target.instance,
                 error=str(exc),
                 retried="another instance" if other is not None else "no",
             )
@@ -328,7 +335,12 @@ class Forwarder:
             with self.tracing.span("retry", {"reconcile.deployment": other.deployment}):
                 return await self._send(incoming, body, want.pool, other, fresh=True)
         except UpstreamFailed as exc:
-            log.info("engine connection lost again", deployment=other.deployment, error=str(exc))
+            log.info(
+                "engine connection lost again",
+                deployment=other.deployment,
+                instance=other.instance,
+                error=str(exc),
+            )
             return _failed(other.deployment, exc)
 
     def _other(
@@ -347,14 +359,19 @@ class Forwarder:
     ) -> StreamResponse:
         """``target`` was judged hung with the request unanswered (hangs.py): another
         instance of the pool gets it, when there is one and the body can go again (not
-        the same one: it is ejected); else a 504 saying so."""
+        the same one: it is ejected); else its fallback, if it has one (``serve``, as for
+        a pool all ejected); else a 504 saying so."""
         other = self._other(want, target, exc, body)
+        # The pool's last instance ejected: its fallback takes the request (serve).
+        incoming.no_instance = (
+            other is None and _may_resend(exc, body) and self._falls_back(want.pool)
+        )
         log.warning(
             "engine hung: its request sent elsewhere" if other else "engine hung",
             deployment=target.deployment,
             instance=target.instance,
             error=str(exc),
-            retried=other.instance if other is not None else "no",
+            retried=other.instance if other else "a fallback" if incoming.no_instance else "no",
         )
         if other is None:
             return _failed(target.deployment, exc)

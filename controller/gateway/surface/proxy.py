@@ -351,7 +351,13 @@ async def _cut(
 ) -> None:
     """The engine failed mid-answer: an SSE stream's last event says so; other answers
     are cut off (the client sees an incomplete body, not a complete-looking one)."""
-    log.info("engine connection lost mid-answer", deployment=target.deployment, error=_said(exc))
+    log.info(
+        "engine connection lost mid-answer",
+        deployment=target.deployment,
+        instance=target.instance,
+        error=_said(exc),
+        next=f"if it recurs, its own log may say why: reconcile logs {target.deployment}",
+    )
     sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
     try:
         if sse and response.prepared:
@@ -366,4 +372,6 @@ async def _cut(
 
 
 def _said(exc: BaseException) -> str:
+    if isinstance(exc, (Dropped, Malformed)):  # upstream.py's own words, for people
+        return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -348,6 +348,7 @@ class Front:
             lambda: self.table.phases(model),
             self.waiting_every,
             serves=sole(self.table, model),
+            meter=incoming.meter,
         )
         incoming.waiting = waiting
         answered: StreamResponse | None = None

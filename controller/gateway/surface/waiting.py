@@ -22,6 +22,7 @@ import json
 import time
 from collections.abc import Callable
 
+from controller.gateway.accounting.usage import Meter
 from controller.gateway.http.answers import body as error_body
 from controller.gateway.http.messages import Request, Response, StreamResponse
 from controller.gateway.routing.table import Table
@@ -51,8 +52,10 @@ class Waiting:
         every: float,
         *,
         serves: str | None,
+        meter: Meter,
     ) -> None:
         self._request = request
+        self._meter = meter  # the request log's first_comment_s
         self._name = name
         self._phase = phase
         self._serves = serves  # the deployment that will serve it, if only one can (sole)
@@ -81,6 +84,8 @@ class Waiting:
             waited = round(time.monotonic() - self._began)
             line = f": waiting for {self._name}: {self._phase()} {waited}s\n\n"
             await self.response.write(line.encode())
+            if self._meter.commented is None:
+                self._meter.commented = time.monotonic()
 
     def follow(self, name: str, phase: Callable[[], str], *, serves: str | None) -> None:
         """The request now waits for ``name`` (a fallback): the next comments say so."""
