@@ -237,7 +237,11 @@ class GatewayProcess:
             if self._predecessors:  # their counters come when they exit: not 5 s late
                 wait = min(wait, METRICS_PERIOD)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), wait)
+                # asyncio.timeout, not wait_for: 3.11's wait_for returns the event's result
+                # when the stop's cancel comes as a change sets it, and this loop ran on
+                # for good under a stop that awaits it (`down --gateway` out of time).
+                async with asyncio.timeout(wait):
+                    await self._changed.wait()
                 # A pass writes in bursts (many records; a recreate deletes the old record
                 # and a later round writes the new one): one look for the burst, SETTLE
                 # after its first event, never later than the old 100 ms poll looked.

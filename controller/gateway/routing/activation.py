@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from controller.core.elapsed import BootClock
 from controller.core.state import Activation
@@ -56,10 +57,21 @@ class Demand:
             # Another OnDemand engine may be waiting for this one's room: a pass now swaps
             # (passes come on events, and this is the event).
             waiting = any(n != name and c > 0 for n, c in self.inflight.items())
-            write = self._write_then_pass(name) if waiting else self._write(name)
-            self._pending.add(asyncio.get_running_loop().create_task(write))
-            for task in [t for t in self._pending if t.done()]:
-                self._pending.discard(task)
+            self._spawn(self._write_then_pass(name) if waiting else self._write(name))
+
+    def again(self, name: str) -> None:
+        """A request waiting for ``name`` saw it parked meanwhile: write the demand and ask
+        for a pass once more. The heartbeat's writes ask for none, so an engine parked while
+        a request waited for it (its idleTimeout run out on a heartbeat a loaded host held
+        back, a swap) stayed parked until the request's deadline: a 503 after 30 s."""
+        self.last[name] = _stamp()
+        self.dirty.add(name)
+        self._spawn(self._write_then_pass(name))
+
+    def _spawn(self, write: Coroutine[Any, Any, str | None]) -> None:
+        self._pending.add(asyncio.get_running_loop().create_task(write))
+        for task in [t for t in self._pending if t.done()]:
+            self._pending.discard(task)
 
     async def activate(self, name: str) -> str | None:
         """Write the demand now (and every other change) and ask for a pass: it starts.
@@ -108,6 +120,26 @@ class Demand:
                 log.error("activation not written", deployment=name, error=str(exc))
                 return str(exc)
             return None
+
+
+class Rewake:
+    """One waiting request's look at its OnDemand deployments each time the table changes:
+    a park newer than the one it woke from (its record's ``idle_since``) wakes it again
+    (``Demand.again``)."""
+
+    def __init__(
+        self, demand: Demand, names: tuple[str, ...], parked_at: Callable[[str], datetime | None]
+    ) -> None:
+        self._demand = demand
+        self._parked_at = parked_at
+        self._seen = {name: parked_at(name) for name in names}
+
+    def __call__(self) -> None:
+        for name, seen in self._seen.items():
+            parked = self._parked_at(name)
+            if parked is not None and parked != seen:
+                self._seen[name] = parked
+                self._demand.again(name)
 
 
 def _stamp() -> tuple[float, BootClock | None]:

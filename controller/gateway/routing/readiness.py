@@ -62,10 +62,16 @@ class ReadyWaits:
         return [task for _, task in self._watching.values()]
 
     async def target(
-        self, pool: str, session: str | None, prefix: tuple[bytes, ...], wait: float | None
+        self,
+        pool: str,
+        session: str | None,
+        prefix: tuple[bytes, ...],
+        wait: float | None,
+        on_change: Callable[[], None] | None = None,
     ) -> Target | None:
         """A Ready instance of ``pool``, waited for up to its deadline (``wait`` at most,
-        when it has fallbacks: fallbackAfter); None when none came."""
+        when it has fallbacks: fallbackAfter); None when none came. ``on_change`` runs at
+        each look while it waits (the table changed: activation.Rewake)."""
         # An instance free now (the common case) is taken without waiting's bookkeeping:
         # the deadline's walk over the records, the waiting count, the wait's coroutine.
         found = self._table.target(pool, session=session, prefix=prefix)
@@ -76,9 +82,13 @@ class ReadyWaits:
             deadline = min(deadline, wait)  # then its fallbacks (fallbackAfter)
         self._waiting[pool] += 1
         try:
-            return await self._table.wait_target(
-                pool, deadline, lambda: self._watch(pool, deadline), session, prefix
-            )
+
+            def looked() -> None:
+                self._watch(pool, deadline)
+                if on_change is not None:
+                    on_change()
+
+            return await self._table.wait_target(pool, deadline, looked, session, prefix)
         finally:
             self._waiting[pool] -= 1
             if self._waiting[pool] <= 0:

@@ -270,6 +270,11 @@ class Table:
         has one, else the model name itself."""
         return self.facts(name).label
 
+    def parked_at(self, deployment: str) -> datetime | None:
+        """When ``deployment``'s record was parked, while it is Idle (else None)."""
+        rec = self.records.get(deployment)
+        return rec.idle_since if rec is not None and rec.phase is Phase.IDLE else None
+
     def on_demand(self, name: str) -> tuple[str, ...]:
         """The deployments of pool ``name`` a request wakes: OnDemand ones, and autoscaled
         ones scaled to zero (a request for the pool wants them all)."""

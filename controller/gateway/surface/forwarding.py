@@ -27,7 +27,7 @@ from controller.gateway.http.answers import error
 from controller.gateway.http.messages import Request, Response, StreamResponse
 from controller.gateway.http.upstream import Upstream
 from controller.gateway.routing import readiness
-from controller.gateway.routing.activation import Demand
+from controller.gateway.routing.activation import Demand, Rewake
 from controller.gateway.routing.concurrency import Limiter
 from controller.gateway.routing.hangs import Awaited, Hangs
 from controller.gateway.routing.prefix import chain, prompt_text
@@ -204,6 +204,7 @@ class Forwarder:
             aged = await turns.enter(sleepers, lambda: bool(self.table.candidates(want.pool)))
         for name in sleepers:
             self.demand.begin(name)
+        rewake = Rewake(self.demand, sleepers, self.table.parked_at) if sleepers else None
         try:
             for _ in range(CONNECT_RETRIES):
                 if sleepers and not self.table.candidates(want.pool):
@@ -217,7 +218,7 @@ class Forwarder:
                             return want.label, error(503, why, "model_not_ready")
                 with self.tracing.span("wait for Ready", {"reconcile.pool": want.pool}):
                     target = await self.waits.target(
-                        want.pool, want.session, want.prefix, want.wait
+                        want.pool, want.session, want.prefix, want.wait, rewake
                     )
                 if target is None:
                     incoming.no_instance = True  # a fallback may take it (serve)
