@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from controller.backends.base import Backend
+from controller.core.manifest import backendnames
 from controller.core.state import (
     ACTOR_GONE,
     Drain,
@@ -19,7 +20,7 @@ from controller.core.state import (
     Record,
     RecordView,
 )
-from controller.host import bootclock
+from controller.host import bootclock, ports
 from controller.host.probes import ProbeTarget, probe_many
 from controller.host.procs import age, process_alive
 from controller.reconciler.liveness import LivenessProber
@@ -48,8 +49,9 @@ def observe(
     }
     if probe:
         results = probe_many(_targets(views.values()))
+        local = backend.name == backendnames.LOCAL
         for name, result in results.items():
-            views[name] = _with_probe(views[name], result)
+            views[name] = _with_probe(views[name], _owned(views[name], result, local))
     if liveness is not None:
         for name, answers in liveness.take(views).items():
             views[name] = dataclasses.replace(views[name], liveness=answers)
@@ -108,6 +110,26 @@ def _targets(views: Iterable[RecordView]) -> dict[str, ProbeTarget]:
         if view.alive and rec.phase is Phase.STARTING and rec.port is not None:
             targets[rec.name] = ProbeTarget(rec.host, rec.port, rec.probe)
     return targets
+
+
+def _owned(view: RecordView, result: ProbeResult, local: bool) -> ProbeResult:
+    """A probe that passed on a port whose listener another process holds reached that
+    process, not the engine (one that lost its port to it dies of "address in use"):
+    not Ready. Asked of a local process engine only: a container's port is its
+    runtime's proxy's, a cluster's engine runs on another host."""
+    rec = view.record
+    if not (result.ready and local and rec.container is None and rec.port is not None):
+        return result
+    ours = {m.ref.pid for m in view.markers} | ({rec.ref.pid} if rec.ref else set())
+    others = ports.foreign_holders(rec.port, ours)
+    if not others:
+        return result
+    pids = ", ".join(str(pid) for pid in others)
+    return ProbeResult(
+        False,
+        f"{result.detail}, but its listener is another process's (pid {pids}), not this "
+        f"engine's: the engine does not serve port {rec.port} (its log says why)",
+    )
 
 
 def _with_probe(view: RecordView, result: ProbeResult) -> RecordView:
