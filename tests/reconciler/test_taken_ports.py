@@ -8,8 +8,10 @@ crash. The launch probes again: nothing is started there, the start is placed ag
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -193,3 +195,40 @@ def test_a_probe_answered_by_another_process_is_not_the_engine_ready(tmp_path: P
             sock.close()
         reconciler.down()
         kill_marked(f"{config.node}/")
+
+
+# The engine's listener held by a process it started without its environment (so
+# without the instance's marker), as `docker run -p`'s proxy holds a published port.
+UNMARKED_LISTENER = """
+import os, subprocess, sys, time
+child = [sys.executable, "-S", "-I", "-c", "import socket, sys, time; s = socket.socket(); "
+         "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(120)", os.environ["PORT"]]
+proc = subprocess.Popen(child, env={})
+open(sys.argv[1], "w").write(str(proc.pid))
+time.sleep(120)
+"""
+
+
+def test_a_listener_the_engine_started_counts_though_unmarked(tmp_path: Path) -> None:
+    """Only holders older than the engine are strangers: one it started counts."""
+    config = _config(tmp_path, free_ports())
+    pidfile = tmp_path / "listener.pid"
+    doc = yaml.safe_load((config.manifests[0] / "web.yaml").read_text())
+    doc["spec"]["command"] = [sys.executable, "-c", UNMARKED_LISTENER, str(pidfile)]
+    doc["spec"]["readiness"] = {"tcpSocket": {}, "deadlineSeconds": 60, "periodSeconds": 0.2}
+    (config.manifests[0] / "web.yaml").write_text(yaml.safe_dump(doc))
+    store = records.RecordStore(config.state_dir)
+    reconciler = Reconciler(config, open_backend(config, store), inventory_for(config), store=store)
+    try:
+        web = reconciler.run_pass().records["web"]
+        deadline = time.monotonic() + 60
+        while web.phase is Phase.STARTING and time.monotonic() < deadline:
+            web = reconciler.run_pass().records["web"]  # until its listener is up
+        assert web.phase is Phase.READY and web.restarts == 0, web
+    finally:
+        reconciler.down()
+        kill_marked(f"{config.node}/")
+        if pidfile.exists():  # its group went with the engine's: never left behind
+            listener = int(pidfile.read_text())
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(listener, signal.SIGKILL)
