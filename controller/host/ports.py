@@ -8,6 +8,7 @@ import errno
 import os
 import socket
 import sys
+from collections.abc import Iterable
 
 from controller.host import sockdiag
 from controller.host.sockdiag import Listener
@@ -70,6 +71,16 @@ def socket_holders(inode: int) -> list[int]:
     with os.scandir("/proc") as procs:
         pids = [int(entry.name) for entry in procs if entry.name.isdigit()]
     return [pid for pid in pids if _holds(pid, link)]
+
+
+def foreign_holders(port: int, ours: Iterable[int]) -> list[int]:
+    """The processes holding the sockets that listen on ``port``, when none of ``ours``
+    holds one; [] when one of ours does, nothing listens, or no holder can be seen
+    (another user's process). A connection to ``port`` then reached one of them."""
+    inodes = {one.inode for one in listeners_on(port)}
+    if not inodes or any(holds_any(pid, inodes) for pid in ours):
+        return []
+    return sorted({pid for inode in inodes for pid in socket_holders(inode)})
 
 
 def holds_any(pid: int, inodes: set[int]) -> bool:

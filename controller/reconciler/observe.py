@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from controller.backends.base import Backend
+from controller.core.manifest import backendnames
 from controller.core.state import (
     ACTOR_GONE,
     Drain,
@@ -16,12 +17,13 @@ from controller.core.state import (
     Observed,
     Phase,
     ProbeResult,
+    ProcessRef,
     Record,
     RecordView,
 )
-from controller.host import bootclock
+from controller.host import bootclock, ports
 from controller.host.probes import ProbeTarget, probe_many
-from controller.host.procs import age, process_alive
+from controller.host.procs import age, identity, process_alive
 from controller.reconciler.liveness import LivenessProber
 from controller.store.instances.records import Snapshot, held_by_unreadable
 
@@ -48,8 +50,9 @@ def observe(
     }
     if probe:
         results = probe_many(_targets(views.values()))
+        local = backend.name == backendnames.LOCAL
         for name, result in results.items():
-            views[name] = _with_probe(views[name], result)
+            views[name] = _with_probe(views[name], _owned(views[name], result, local))
     if liveness is not None:
         for name, answers in liveness.take(views).items():
             views[name] = dataclasses.replace(views[name], liveness=answers)
@@ -108,6 +111,38 @@ def _targets(views: Iterable[RecordView]) -> dict[str, ProbeTarget]:
         if view.alive and rec.phase is Phase.STARTING and rec.port is not None:
             targets[rec.name] = ProbeTarget(rec.host, rec.port, rec.probe)
     return targets
+
+
+def _owned(view: RecordView, result: ProbeResult, local: bool) -> ProbeResult:
+    """A probe that passed on a port whose listener is held only by processes older than
+    the engine, none of its instance, reached one of them, not the engine (which lost
+    its port to it and dies of "address in use"): not Ready. A holder younger than the
+    engine may be its doing (a `docker run -p`'s proxy): it counts. Asked of a local
+    process engine only: a container's port is its runtime's, a cluster's engine runs
+    on another host."""
+    rec = view.record
+    if not (result.ready and local and rec.container is None and rec.ref and rec.port):
+        return result
+    ours = {m.ref.pid for m in view.markers} | {rec.ref.pid}
+    others = ports.foreign_holders(rec.port, ours)
+    if not others or not all(_older(pid, rec.ref) for pid in others):
+        return result
+    pids = ", ".join(str(pid) for pid in others)
+    return ProbeResult(
+        False,
+        f"{result.detail}, but its listener is another process's (pid {pids}), not this "
+        f"engine's: the engine does not serve port {rec.port} (its log says why)",
+    )
+
+
+def _older(pid: int, engine: ProcessRef) -> bool:
+    """``pid`` runs and started before ``engine``: nothing the engine started."""
+    ref = identity(pid)
+    if ref is None:
+        return False
+    if ref.start_ticks is not None and engine.start_ticks is not None:
+        return ref.start_ticks < engine.start_ticks
+    return ref.start_time < engine.start_time
 
 
 def _with_probe(view: RecordView, result: ProbeResult) -> RecordView:

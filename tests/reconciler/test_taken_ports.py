@@ -8,9 +8,13 @@ crash. The launch probes again: nothing is started there, the start is placed ag
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -21,6 +25,7 @@ import strategies
 import yaml
 from procs import free_ports, kill_marked, listen
 
+from controller.backends.base import Instance, StartRequest
 from controller.backends.choose import inventory_for, open_backend
 from controller.core.actions import Start
 from controller.core.state import Phase, Record
@@ -145,3 +150,85 @@ def test_a_moved_record_waiting_for_room_keeps_its_count(tmp_path: Path) -> None
     finally:
         reconciler.down()
         kill_marked(f"{config.node}/")
+
+
+def test_a_probe_answered_by_another_process_is_not_the_engine_ready(tmp_path: Path) -> None:
+    """A port taken after the launch's bind probe: the engine cannot listen there (it
+    dies of "address in use", or never binds), while the TCP probe reaches the other
+    process's listener. That once marked the engine Ready: the gateway routed to a
+    stranger, and the next pass found the "Ready" engine dead (tests/harness/test_soak).
+    The probe's answer counts only from a listener a process of the instance holds."""
+    config = _config(tmp_path, free_ports())
+    doc = yaml.safe_load((config.manifests[0] / "web.yaml").read_text())
+    doc["spec"]["command"] = [sys.executable, "-c", "import time; time.sleep(120)"]
+    doc["spec"]["readiness"] = {"tcpSocket": {}, "deadlineSeconds": 1, "periodSeconds": 0.2}
+    (config.manifests[0] / "web.yaml").write_text(yaml.safe_dump(doc))
+    store = records.RecordStore(config.state_dir)
+    reconciler = Reconciler(config, open_backend(config, store), inventory_for(config), store=store)
+    backend = reconciler.executor.launcher.backend
+    launch = backend.launch
+    foreign: list[socket.socket] = []
+
+    def then_taken(request: StartRequest) -> Instance:
+        """The engine spawned, then its port bound by another process (this one)."""
+        where = launch(request)
+        if not foreign and where.port is not None:
+            foreign.append(listen(where.port))
+        return where
+
+    backend.launch = then_taken  # type: ignore[method-assign]
+    try:
+        web = reconciler.run_pass().records["web"]
+        assert foreign, web
+        assert web.phase is Phase.STARTING and web.ready_at is None, web
+        journal = config.state_dir / "events" / "web.jsonl"
+        deadline = time.monotonic() + 60
+        while '"fail"' not in journal.read_text() and time.monotonic() < deadline:
+            reconciler.run_pass()  # until its readiness deadline
+        events = [json.loads(line) for line in journal.read_text().splitlines()]
+        failed = [e for e in events if e["action"] == "fail"]
+        assert "ready" not in [e["action"] for e in events], events
+        stranger = f"its listener is another process's (pid {os.getpid()}), not this engine's"
+        assert failed and stranger in failed[0]["reason"], events
+    finally:
+        for sock in foreign:
+            sock.close()
+        reconciler.down()
+        kill_marked(f"{config.node}/")
+
+
+# The engine's listener held by a process it started without its environment (so
+# without the instance's marker), as `docker run -p`'s proxy holds a published port.
+UNMARKED_LISTENER = """
+import os, subprocess, sys, time
+child = [sys.executable, "-S", "-I", "-c", "import socket, sys, time; s = socket.socket(); "
+         "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(120)", os.environ["PORT"]]
+proc = subprocess.Popen(child, env={})
+open(sys.argv[1], "w").write(str(proc.pid))
+time.sleep(120)
+"""
+
+
+def test_a_listener_the_engine_started_counts_though_unmarked(tmp_path: Path) -> None:
+    """Only holders older than the engine are strangers: one it started counts."""
+    config = _config(tmp_path, free_ports())
+    pidfile = tmp_path / "listener.pid"
+    doc = yaml.safe_load((config.manifests[0] / "web.yaml").read_text())
+    doc["spec"]["command"] = [sys.executable, "-c", UNMARKED_LISTENER, str(pidfile)]
+    doc["spec"]["readiness"] = {"tcpSocket": {}, "deadlineSeconds": 60, "periodSeconds": 0.2}
+    (config.manifests[0] / "web.yaml").write_text(yaml.safe_dump(doc))
+    store = records.RecordStore(config.state_dir)
+    reconciler = Reconciler(config, open_backend(config, store), inventory_for(config), store=store)
+    try:
+        web = reconciler.run_pass().records["web"]
+        deadline = time.monotonic() + 60
+        while web.phase is Phase.STARTING and time.monotonic() < deadline:
+            web = reconciler.run_pass().records["web"]  # until its listener is up
+        assert web.phase is Phase.READY and web.restarts == 0, web
+    finally:
+        reconciler.down()
+        kill_marked(f"{config.node}/")
+        if pidfile.exists():  # its group went with the engine's: never left behind
+            listener = int(pidfile.read_text())
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(listener, signal.SIGKILL)
