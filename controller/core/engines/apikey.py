@@ -7,7 +7,13 @@ the key, and would never get Ready. Checked against each engine's sources:
 * vLLM: ``--api-key`` (any spelling its parser reads as it), else ``VLLM_API_KEY``.
 * SGLang: ``--api-key`` only.
 * llama.cpp: ``--api-key`` (comma-separated keys: any one will do), else
-  ``LLAMA_API_KEY`` (its flag's environment twin, read only where the flag is not given).
+  ``LLAMA_API_KEY`` (its flag's environment twin, read only where the flag is not given),
+  else the first key of ``--api-key-file`` (one key a line; every key of the file and
+  the flag is accepted), which the loader reads on the host (store/sources/keyfile.py).
+* TGI (v3.3.5): the launcher's ``--api-key`` (clap's ``long, env``: ``API_KEY`` where the
+  flag is not given), passed to the router, which keeps ``/generate``,
+  ``/v1/completions`` and ``/v1/chat/completions`` behind it and leaves ``/health``,
+  ``/info``, ``/metrics`` and ``/v1/models`` public (``router/src/server.rs``).
 
 Only ``spec.args`` and ``spec.env`` are read: a key from ``envFrom`` stays off disk
 (controller/host/secrets.py), so the record, and with it the probe, never holds it.
@@ -20,12 +26,13 @@ from collections.abc import Mapping, Sequence
 from controller.core.engines.spelling import value_of
 
 FLAG = "--api-key"
-KEYED = frozenset({"vllm", "sglang", "llama-cpp"})
-ENV: dict[str, str] = {"vllm": "VLLM_API_KEY", "llama-cpp": "LLAMA_API_KEY"}
+KEYED = frozenset({"vllm", "sglang", "llama-cpp", "tgi"})
+ENV: dict[str, str] = {"vllm": "VLLM_API_KEY", "llama-cpp": "LLAMA_API_KEY", "tgi": "API_KEY"}
 
 
-def api_key(engine: str, args: Sequence[str], env: Mapping[str, str]) -> str:
-    """The key a client of ``engine`` must present ("": none, or none reconcile may keep)."""
+def api_key(engine: str, args: Sequence[str], env: Mapping[str, str], file_key: str = "") -> str:
+    """The key a client of ``engine`` must present ("": none, or none reconcile may keep).
+    ``file_key``: the first key of llama.cpp's ``--api-key-file``, as the loader read it."""
     if engine not in KEYED:
         return ""
     key = value_of(engine, args, FLAG)
@@ -33,4 +40,6 @@ def api_key(engine: str, args: Sequence[str], env: Mapping[str, str]) -> str:
         key = env.get(ENV[engine])
     if engine == "llama-cpp" and key:
         key = key.split(",")[0]
+    if engine == "llama-cpp" and not key:
+        key = file_key
     return key or ""
