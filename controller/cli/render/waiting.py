@@ -119,7 +119,8 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
             for why in failing:
                 print(f"error: {printable(why)}", file=sys.stderr)
             return not failing
-        # A crash loop, or a pull failing again and again, goes on by itself for good.
+        # A crash loop, an image no retry can pull, or a pull failing again and again goes
+        # on by itself for good.
         looping = _looping(result, restarts)
         looping |= _pull_failed(result, restarts)
         looping |= pulling.failing(result.ours(), result.pulls, result.sources)
