@@ -479,3 +479,41 @@ def test_a_rolling_update_placed_after_its_image_pull_names_the_image_not_model_
     assert rolls and not any("model files" in why for why in rolls), rolls
     assert any(why.startswith("image on the node: ") for why in rolls), rolls
     rc.down()
+
+
+def test_wait_ends_at_once_on_an_image_that_does_not_exist(
+    pulling: Reconcile, engine: Engine, registry: Registry
+) -> None:
+    """`--once --wait` sat out its whole timeout on an image no registry has (it backed off
+    and retried for good). Retrying cannot fix it: the wait ends at the first failed pull,
+    exit 1, naming the deployment, the image, the runtime's words and the next move."""
+    rc = pulling
+    image = f"{registry.address}/reconcile-test/no-such-engine:1"
+    write(rc, engine, "absent", container={"image": image})
+    result = rc("--once", "--wait", "--timeout", "10m", check=1, timeout=120)
+    assert "timed out" not in result.err, result.err
+    said = f"cannot progress without you: absent: cannot pull image {image}: "
+    assert said in result.err and "manifest unknown" in result.err.lower(), result.err
+    assert "check spec.container.image" in result.err, result.err
+    # at the first failure: its retry (the back-off's restart) was not waited for
+    assert rc.record("absent")["restarts"] == 0, rc.record("absent")
+    assert engine.ours(rc.state) == []
+    rc.down()
+
+
+def test_wait_ends_on_a_registry_that_is_down_after_its_first_retry(
+    pulling: Reconcile, engine: Engine, registry: Registry
+) -> None:
+    """A registry that is down may be back in a moment: the wait lets the back-off's retry
+    pull once more, and ends (exit 1) when that fails too, as a crash loop's does, not at
+    its timeout."""
+    rc = pulling
+    host, port = registry.address.split(":")
+    image = f"{host}:{int(port) + 1}/reconcile-test/engine:1"  # nothing listens there
+    write(rc, engine, "down", container={"image": image})
+    result = rc("--once", "--wait", "--timeout", "10m", check=1, timeout=150)
+    assert "timed out" not in result.err, result.err
+    said = f"cannot progress without you: down: cannot pull image {image}: "
+    assert said in result.err and "connection refused" in result.err.lower(), result.err
+    assert rc.record("down")["restarts"] == 1, rc.record("down")
+    rc.down()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 
@@ -113,3 +114,25 @@ def test_another_sets_pass_leaves_a_stopped_deployments_history_open(reconcile: 
     assert [e["action"] for e in rc.events("web")][-1] == "stop", rc.events("web")
     rc("-f", str(other), "down", check=0)
     rc.down()
+
+
+def test_logs_after_down_show_the_last_instance_then_previous_the_one_before(
+    reconcile: Any,
+) -> None:
+    """After a rolling update and `down`, `logs web` is the last instance's run (the one
+    that took over) and `--previous` the instance it replaced, as before `down`."""
+    rc = reconcile
+    spec = {"strategy": "RollingUpdate", "devices": {"count": 1, "kind": "nvidia"}}
+    rc.devices = "nvidia:0,nvidia:1"
+    serve = f'exec {sys.executable} -m controller.demo.engine --port "$PORT"'
+    rc.write("web", command=["sh", "-c", f"echo old one; {serve}"], **spec)
+    rc.converge()
+    rc.write("web", command=["sh", "-c", f"echo new one; {serve}"], **spec)
+    rc.converge()
+    before = rc("logs", "web", check=0).out
+    previous = rc("logs", "web", "--previous", check=0).out
+    assert "old one" in before and "new one" in before, before
+    assert "old one" in previous and "new one" not in previous, previous
+    rc.down()
+    assert rc("logs", "web", check=0).out == before
+    assert rc("logs", "web", "--previous", check=0).out == previous

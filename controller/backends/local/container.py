@@ -36,6 +36,7 @@ from typing import Any
 
 from controller import failpoints
 from controller.backends.base import Held, StartRequest
+from controller.core import imagepulls
 from controller.core.digest import sha256_hex
 from controller.core.manifest.names import instance_of
 from controller.core.manifest.specs import Container, DeploymentSpec
@@ -252,7 +253,7 @@ class Wrapper:
             return None  # a pull that ended with it: the launch finds it and says so
         if job.exists() and spec.container.policy(image) != "Never":  # ended without it
             # (under Never, a pull an earlier spec made is not this one's word: below)
-            said = f"cannot pull image {image}: {job.last_line()}; the running engine is kept"
+            said = f"{imagepulls.FAILED}{image}: {job.last_line()}; the running engine is kept"
             if job.age() >= PREPULL_RETRY:
                 job.forget()  # the next pass tries again
             return Held(said, failed=True)
@@ -414,7 +415,7 @@ class Wrapper:
         when the image is on this node all the same, why it was pulled and how to run it:
         an image built here has no tag, or `:latest`, for which pullPolicy defaults to
         Always (Kubernetes'), and its pull fails where no registry has it."""
-        text = f"cannot pull image {image}: {said}"
+        text = f"{imagepulls.FAILED}{image}: {said}"
         if any(words in said.lower() for words in NO_LOGIN):  # the pull used the runtime's own
             login = " ".join((runtime.name, "login", _registry(image))).strip()
             return f"{text}; log in as the user reconcile runs as: `{login}`"

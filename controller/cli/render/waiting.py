@@ -20,6 +20,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from controller.cli.render import pullshow
+from controller.core import imagepulls
 from controller.core.actions import Restart
 from controller.core.manifest.names import base_name
 from controller.core.manifest.quantity import format_age
@@ -118,8 +119,10 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
             for why in failing:
                 print(f"error: {printable(why)}", file=sys.stderr)
             return not failing
-        # A crash loop, or a pull failing again and again, goes on by itself for good.
+        # A crash loop, an image no retry can pull, or a pull failing again and again goes
+        # on by itself for good.
         looping = _looping(result, restarts)
+        looping |= _pull_failed(result, restarts)
         looping |= pulling.failing(result.ours(), result.pulls, result.sources)
         stuck = "; ".join([*filter(None, [_stuck(result, quarantined)]), *looping.values()])
         stuck = printable(stuck)  # engines' words: shown in a terminal, never acted on
@@ -217,6 +220,21 @@ def _looping(result: PassResult, restarts: dict[str, int]) -> dict[str, str]:
         if rec.phase is Phase.BACKOFF and rec.restarts - first >= CRASH_BOUND:
             why = str(rec.last_exit) if rec.last_exit else backoff_cause(rec.message)
             out[rec.name] = f"{rec.name} keeps failing ({rec.restarts} restarts; last: {why})"
+    return out
+
+
+def _pull_failed(result: PassResult, restarts: dict[str, int]) -> dict[str, str]:
+    """Deployments backing off from an image pull the wait need not retry: name -> why.
+    No such image, no access: at once (a retry asks the same registry the same thing);
+    any other failure (a registry down) once the back-off's retry failed too, so a
+    registry that was back in a moment costs one back-off, not the timeout."""
+    out = {}
+    for rec in result.ours():
+        if rec.phase is not Phase.BACKOFF or not imagepulls.failed(rec.message):
+            continue
+        retried = rec.restarts > restarts.get(rec.name, rec.restarts)
+        if retried or imagepulls.final(rec.message):
+            out[rec.name] = f"{rec.name}: {backoff_cause(rec.message)}"
     return out
 
 

@@ -1,0 +1,31 @@
+"""What a failed image pull's message says to a wait: whether retrying can fix it. Pure.
+
+The local backend writes the message (``cannot pull image IMAGE: <the runtime's words>;
+<the next move>``); ``--wait`` reads it from the record to decide whether to wait on.
+"""
+
+from __future__ import annotations
+
+FAILED = "cannot pull image "  # how a record's message of a failed image pull begins
+# The runtime's words for a pull no retry fixes (podman's and docker's): a name, tag or
+# digest no registry has, or no access. A registry down, a DNS or TLS error may pass.
+FINAL_WORDS = (
+    "manifest unknown",
+    "name unknown",
+    "not found",
+    "unauthorized",
+    "denied",
+    "authentication required",
+    "no basic auth credentials",
+    "invalid reference format",
+)
+
+
+def failed(message: str) -> bool:
+    return message.startswith(FAILED)
+
+
+def final(message: str) -> bool:
+    """A failed image pull whose runtime's words say that retrying cannot fix it."""
+    said = message.lower()
+    return failed(message) and any(words in said for words in FINAL_WORDS)
