@@ -36,17 +36,19 @@ STORES = [
 ]
 
 
-ROOM = {"gitsource": "sources"}  # each store's folder under controller/store/ (else side/)
+# each store's package under controller/store/ and its module there (else side/<store>)
+ROOM = {"gitsource": ("sources.git", "source")}
 
 
 def read_in_a_process(state: Path, store: str, call: str) -> tuple[Any, list[dict[str, Any]]]:
     """What ``store``'s reader returns (as JSON) and the events it logged, read by a
     reconcile of its own (its log lines are JSON on a pipe)."""
+    package, module = ROOM.get(store, ("side", store))
     code = (
         "import json, sys; from pathlib import Path; from controller import logsetup; "
         "logsetup.configure(json=True); "
         "from controller.core.devicefaults import DeviceHealth; "
-        f"from controller.store.{ROOM.get(store, 'side')} import {store}; "
+        f"from controller.store.{package} import {module} as {store}; "
         "state = Path(sys.argv[1]); "
         f"print(json.dumps({store}.{call}, default=str))"
     )

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from controller.core.manifest import hints
+from controller.core.manifest.backendnames import on_cluster
 from controller.core.manifest.cluster import cluster_refusals
 from controller.core.manifest.excerpt import clip, did_you_mean, short
 from controller.core.manifest.labels import key_problem, value_problem
@@ -283,7 +284,7 @@ def _load_document(
         return
     # vLLM's --config file sets what the recipe sets or reads; on a cluster the file is
     # the engine's node's, not this one's.
-    config = config_problem(deployment.spec) if result.backend == "local" else None
+    config = None if on_cluster(result.backend) else config_problem(deployment.spec)
     if config is not None:
         index, why = config
         _invalid(result, deployment, file, lines, ("spec", "args", index), why)
@@ -309,7 +310,7 @@ def _load_document(
         result.invalid_selectors.setdefault(deployment.name, deployment.spec.node_selector)
         return
     # vLLM's --config file, read here (a local node's): its edit is a change of the spec
-    digest = config_digest(deployment.spec) if result.backend == "local" else ""
+    digest = "" if on_cluster(result.backend) else config_digest(deployment.spec)
     hash_ = with_config(spec_hash(deployment.spec), digest)
     _add(result, Entry(deployment, file, line, hash_, config_digest=digest, field_lines=lines))
 
