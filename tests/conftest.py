@@ -242,17 +242,8 @@ class Reconcile:
         """Run one CLI call; ``check`` asserts its exit code."""
         started = time.monotonic()
         argv, full_env = self.argv(*args, common=common), {**self.env, **(env or {})}
-        proc = warmcli.run(argv, env=full_env, cwd=self.tmp, timeout=timeout)
-        if proc is None:  # an environment read at the interpreter's start: a cold one
-            proc = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                cwd=self.tmp,
-                env=full_env,
-                stdin=subprocess.DEVNULL,
-            )
+        # cold where an environment is read at the interpreter's start
+        proc = warmcli.run_or_cold(argv, env=full_env, cwd=self.tmp, timeout=timeout)
         result = Result(args, proc)
         if TIMING:
             took = time.monotonic() - started

@@ -171,6 +171,32 @@ def run(
     return zygote.run(argv, env=env, cwd=cwd, timeout=timeout)
 
 
+def run_or_cold(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    timeout: float,
+    cold: bool = False,
+    new_session: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` run warm where it can be (``run``), else (or ``cold``) as a process of its
+    own; ``new_session``: a killpg() gone wrong can only hit the CLI itself."""
+    proc = None if cold else run(argv, env=env, cwd=cwd, timeout=timeout)
+    if proc is not None:
+        return proc
+    return subprocess.run(
+        list(argv),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        start_new_session=new_session,
+    )
+
+
 def close() -> None:
     """The worker's zygote ended (at the session's end: before the check for children
     left running, tests/popens.py)."""

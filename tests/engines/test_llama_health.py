@@ -40,12 +40,13 @@ MANIFEST = """\
 apiVersion: reconcile/v1
 kind: Deployment
 metadata:
-  name: probed
+  name: {name}
 spec:
   engine: llama-cpp
   model: {model}
   executable: {binary}
-  args: ["--threads", "1", "--ctx-size", "256", "--parallel", "1"]
+  args: ["--threads", "1", "--ctx-size", "256", "--parallel", "1"{args}]
+  env: {env}
   devices:
     count: 0
   basePort: {base_port}
@@ -56,10 +57,17 @@ spec:
   livenessProbe:
     completion: {{}}
     periodSeconds: 1
-    timeoutSeconds: 2
-    failureThreshold: 2
+    timeoutSeconds: {timeout}
+    failureThreshold: {threshold}
   stopGracePeriodSeconds: 2
 """
+
+
+def manifest(name: str, model: Path, binary: Path, **fields: object) -> str:
+    """The probed llama-server's manifest; ``fields`` change args (appended), env and the
+    liveness probe's timeout and threshold."""
+    given = {"args": "", "env": "{}", "timeout": 2, "threshold": 2, **fields}
+    return MANIFEST.format(name=name, model=model, binary=binary, base_port=free_port(), **given)
 
 
 def test_completion_probes_against_llama_server(
@@ -70,7 +78,7 @@ def test_completion_probes_against_llama_server(
     model = write_tiny_llama_gguf(tmp_path / "models" / "tiny.gguf")
     manifests = tmp_path / "manifests"
     manifests.mkdir()
-    text = MANIFEST.format(model=model, binary=llama_server, base_port=free_port())
+    text = manifest("probed", model, llama_server)
     (manifests / "probed.yaml").write_text(text)
     cli = Cli(manifests, tmp_path / "state", node)
 
@@ -107,7 +115,7 @@ def test_the_recipe_turns_on_metrics_and_the_gateway_reads_them(
     model = write_tiny_llama_gguf(tmp_path / "models" / "tiny.gguf")
     manifests = tmp_path / "manifests"
     manifests.mkdir()
-    text = MANIFEST.format(model=model, binary=llama_server, base_port=free_port())
+    text = manifest("probed", model, llama_server)
     (manifests / "probed.yaml").write_text(text)
     cli = Cli(manifests, tmp_path / "state", node)
     cli.converge()
@@ -127,31 +135,6 @@ def test_the_recipe_turns_on_metrics_and_the_gateway_reads_them(
 
 
 KEY = "sk-llama-probe-5d21"
-KEYED = """\
-apiVersion: reconcile/v1
-kind: Deployment
-metadata:
-  name: {name}
-spec:
-  engine: llama-cpp
-  model: {model}
-  executable: {binary}
-  args: ["--threads", "1", "--ctx-size", "256", "--parallel", "1"{args}]
-  env: {env}
-  devices:
-    count: 0
-  basePort: {base_port}
-  readiness:
-    completion: {{}}
-    deadlineSeconds: 60
-    periodSeconds: 1
-  livenessProbe:
-    completion: {{}}
-    periodSeconds: 1
-    timeoutSeconds: 10
-    failureThreshold: 1
-  stopGracePeriodSeconds: 2
-"""
 
 
 def test_completion_probes_of_a_keyed_llama_server(
@@ -165,13 +148,9 @@ def test_completion_probes_of_a_keyed_llama_server(
     model = write_tiny_llama_gguf(tmp_path / "models" / "tiny.gguf")
     manifests = tmp_path / "manifests"
     manifests.mkdir()
-    common = {"model": model, "binary": llama_server}
-    flag = KEYED.format(
-        name="flag", args=f', "--api-key", "{KEY},other"', env="{}", **common, base_port=free_port()
-    )
-    env = KEYED.format(
-        name="env", args="", env=f"{{LLAMA_API_KEY: {KEY}}}", **common, base_port=free_port()
-    )
+    keyed = {"timeout": 10, "threshold": 1}
+    flag = manifest("flag", model, llama_server, args=f', "--api-key", "{KEY},other"', **keyed)
+    env = manifest("env", model, llama_server, env=f"{{LLAMA_API_KEY: {KEY}}}", **keyed)
     (manifests / "flag.yaml").write_text(flag)
     (manifests / "env.yaml").write_text(env)
     cli = Cli(manifests, tmp_path / "state", node)

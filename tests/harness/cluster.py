@@ -196,18 +196,9 @@ class Cluster:
         faketime). Past ``timeout`` the call is SIGKILLed either way (TimeoutExpired)."""
         began = time.monotonic()
         argv, full_env = self.argv(*args, set_=set_), self._env(failpoints, env)
-        proc = None if cold else warmcli.run(argv, env=full_env, cwd=self.tmp, timeout=timeout)
-        if proc is None:
-            proc = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                cwd=self.tmp,
-                env=full_env,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # a killpg() gone wrong can only hit the CLI itself
-            )
+        proc = warmcli.run_or_cold(
+            argv, env=full_env, cwd=self.tmp, timeout=timeout, cold=cold, new_session=True
+        )
         took = time.monotonic() - began
         return Run([*args, "-f", set_], proc.returncode, proc.stdout, proc.stderr, took)
 
