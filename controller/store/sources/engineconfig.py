@@ -43,14 +43,10 @@ LIMIT = 1 << 20  # bytes: a flags file, never a model
 def config_problem(spec: DeploymentSpec) -> tuple[int, str] | None:
     """(the index in spec.args of the flag, why) when vLLM's config file sets a flag
     of ``REFUSED`` or cannot be read here; None when there is none or it is fine."""
-    if spec.engine != "vllm":
-        return None
-    found = _config_path(spec.args)
+    found = _config_of(spec)
     if found is None:
         return None
     index, path = found
-    if "{" in path:  # a placeholder ({name}) the render fills: the engine's file to read
-        return None
     where = PurePosixPath(path)
     if not where.is_absolute():
         return index, (
@@ -67,8 +63,8 @@ def config_problem(spec: DeploymentSpec) -> tuple[int, str] | None:
 def config_digest(spec: DeploymentSpec) -> str:
     """sha256 of the --config file's bytes, read where the engine will read them; "" when
     there is none or reconcile cannot read it here (see the module's docstring)."""
-    found = _config_path(spec.args) if spec.engine == "vllm" else None
-    if found is None or "{" in found[1] or not found[1].startswith("/"):
+    found = _config_of(spec)
+    if found is None or not found[1].startswith("/"):  # config_problem said it at load
         return ""
     host = _on_host(spec, PurePosixPath(found[1]))
     if host is None:
@@ -78,6 +74,13 @@ def config_digest(spec: DeploymentSpec) -> str:
             return sha256_hex(file.read(LIMIT + 1))
     except OSError:  # config_problem said it at load; gone since: the engine will say
         return ""
+
+
+def _config_of(spec: DeploymentSpec) -> tuple[int, str] | None:
+    """(the index in spec.args of vLLM's --config flag, its path as given), or None: no
+    such flag, or a placeholder ({name}) the render fills: the engine's file to read."""
+    found = _config_path(spec.args) if spec.engine == "vllm" else None
+    return None if found is None or "{" in found[1] else found
 
 
 def _config_path(args: Sequence[str]) -> tuple[int, str] | None:
