@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -33,6 +34,7 @@ from controller.host.containers import INSTANCE_LABEL, STATE_LABEL
 
 Reconcile = Any  # the `reconcile` fixture of tests/conftest.py
 GPU = {"count": 1, "kind": "nvidia"}
+ENGINE = [sys.executable, "-m", "controller.demo.engine", "--port", "{port}", "--host", "{host}"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -168,11 +170,11 @@ def test_an_image_is_pulled_on_one_node_and_its_engine_runs_there(
     podman: Engine,  # noqa: F811 (the fixture imported above)
     registry: Registry,  # noqa: F811
 ) -> None:
-    """The node pulling an instance's image runs it: each attempt is pinned there
-    (imagenodes.py), not left to Ray, whose next pick would pull it again elsewhere.
-    pullPolicy Always: a second node would start a pull of its own, a second event.
-    Twice, with the note of a pull that an earlier pass (a cron's) started on one GPU node,
-    then on another: Ray's own pick cannot be both."""
+    """The node pulling an instance's image runs it: the pull before the placement and
+    each launch are pinned there (imagefetch.py), not left to Ray, whose next pick would
+    pull it again elsewhere. pullPolicy Always: a second node would start a pull of its
+    own, a second event. Twice, with the note of a pull that an earlier pass (a cron's)
+    started on one GPU node, then on another: Ray's own pick cannot be both."""
     rc = reconcile
     rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
     gpu_nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU"))
@@ -182,7 +184,8 @@ def test_an_image_is_pulled_on_one_node_and_its_engine_runs_there(
         for node in (gpu_nodes[0], gpu_nodes[-1]):
             forget_pulled(podman, registry)
             note.parent.mkdir(parents=True, exist_ok=True)
-            note.write_text(json.dumps({"version": 1, "nodes": {"fresh": node}}))
+            key = f"podman {registry.tagged}"  # imagefetch.image_key
+            note.write_text(json.dumps({"version": 1, "nodes": {key: node}}))
             rc.write("fresh", command=STANDIN, container=container, devices=GPU,
                      stopGracePeriodSeconds=2)  # fmt: skip
             rc.converge(timeout="120s")
@@ -191,7 +194,7 @@ def test_an_image_is_pulled_on_one_node_and_its_engine_runs_there(
             assert record["node"] == node, (record, gpu_nodes)
             pulls = [e["error"] for e in rc.events("fresh") if e.get("outcome") == "pulling"]
             assert pulls and all(p.endswith(f"on Ray node {node[:8]}") for p in pulls), pulls
-            assert "fresh" not in json.loads(note.read_text())["nodes"]  # running: forgotten
+            assert key not in json.loads(note.read_text())["nodes"]  # running: forgotten
             rc.down()
             wait_for(lambda: not ours(), timeout=30, what="our actors gone")
             (rc.state / "events" / "fresh.jsonl").unlink()
@@ -200,3 +203,66 @@ def test_an_image_is_pulled_on_one_node_and_its_engine_runs_there(
         wait_for(lambda: not ours(), timeout=30, what="our actors gone")
         engines_gone()
         forget_pulled(podman, registry)
+
+
+def backed_off(rc: Reconcile, name: str, count: int) -> dict[str, Any]:
+    """Passes until ``name`` backs off after its ``count``-th retry failed too (its
+    back-off ended at once: what the retry does is checked, not the wait's length)."""
+
+    def failed_again() -> dict[str, Any] | None:
+        rc.once(check=None)
+        rec = rc.record(name)
+        backing_off = rec is not None and rec["phase"] == "BackOff"
+        if backing_off and rec["restarts"] >= count:
+            return rec
+        if backing_off:
+            rc.end_backoff(name)
+        return None
+
+    found: dict[str, Any] = wait_for(failed_again, timeout=120, what=f"{name}'s retry {count}")
+    return found
+
+
+def test_a_higher_priority_start_whose_image_fails_to_pull_preempts_no_ray_engine(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    registry: Registry,  # noqa: F811
+) -> None:
+    """Every GPU node runs a lower-priority engine; `high` (priority 5, one GPU) comes
+    with an image that cannot be pulled (nothing listens at its registry). Its pull runs
+    first, on the node it would run on, holding no GPU (there is none free), and fails:
+    `high` backs off naming the pull's error and that node, holding nothing, and so does
+    its retry; every engine runs on, the same one, Ready. It was placed first (one `low`
+    preempted), and only then did its actor find the image missing, on every retry."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    gpu_nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
+    lows = [f"low-{i}" for i in range(len(gpu_nodes))]
+    host, port = registry.address.split(":")
+    image = f"{host}:{int(port) + 1}/reconcile-test/engine:high"  # nothing listens there
+    container = {"image": image, "runtime": "podman", "pullPolicy": "Always"}
+    try:
+        for name in lows:
+            rc.write(name, command=ENGINE, devices=GPU)
+        rc.converge(timeout="120s")
+        before = {name: rc.record(name) for name in lows}
+        assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
+        rc.write("high", command=STANDIN, container=container, devices=GPU, priority=5,
+                 stopGracePeriodSeconds=2)  # fmt: skip
+        for retry in (0, 1):  # the first pull, then the retry after its back-off
+            failed = backed_off(rc, "high", retry)
+            assert "cannot pull image" in failed["message"], failed
+            assert image in failed["message"] and "on Ray node" in failed["message"], failed
+            assert failed["devices"] == [] and failed["port"] is None, failed
+            for name in lows:
+                kept = rc.record(name)
+                assert kept is not None and kept["phase"] == "Ready", kept
+                assert kept["ref"] == before[name]["ref"] and kept["restarts"] == 0, kept
+        preempted = [e for n in lows for e in rc.events(n) if e.get("action") == "preempt"]
+        assert preempted == []
+        assert {a["name"].partition(".")[0] for a in ours()} == set(lows)  # no actor of high
+    finally:
+        rc("down", check=None)
+        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+        engines_gone()

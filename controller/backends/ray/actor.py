@@ -100,8 +100,7 @@ class EngineHost:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         self.gpus = tuple(str(int(g)) for g in ray.get_gpu_ids())
-        self.root = Path(tempfile.gettempdir()) / "reconcile-ray" / job.state_key
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.root = node_root(job.state_key)
         self.log_path = self.root / f"{job.name}.log"
         # marker: <node id>/<record>/<nonce>. Ray's GPUs are a count: only a node that has
         # the device files has devices to pass into a container.
@@ -280,6 +279,14 @@ class EngineHost:
             if port not in taken and port_bindable(port):
                 return port
         raise SpawnError(f"no free port in {first}-{first + PORT_SCAN - 1} on this node")
+
+
+def node_root(state_key: str) -> Path:
+    """This node's folder of our namespace (made here): the engines' logs, and the
+    container wrapper's state (its image pulls: ``imagefetch.py`` reads them too)."""
+    root = Path(tempfile.gettempdir()) / "reconcile-ray" / state_key
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return root
 
 
 def _gpu_files() -> bool:

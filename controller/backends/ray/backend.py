@@ -26,7 +26,7 @@ import ray
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from controller.backends.base import ExitStatus, StartRequest
+from controller.backends.base import ExitStatus, Held, StartRequest
 from controller.backends.ray import cluster, naming
 from controller.backends.ray.actor import (
     MISSING_MODEL,
@@ -35,7 +35,7 @@ from controller.backends.ray.actor import (
     EngineJob,
     HostStatus,
 )
-from controller.backends.ray.imagenodes import ImageNodes
+from controller.backends.ray.imagefetch import ImageFetch
 from controller.backends.ray.onnodes import OnTheirNodes
 from controller.backends.ray.pulls import RayPuller
 from controller.core.devices.inventory import Inventory
@@ -81,7 +81,7 @@ class RayBackend(OnTheirNodes):
         self._nodes: dict[str, str] = {}
         self._placing = threading.Lock()  # one pass launches replicas concurrently
         self._puller: RayPuller | None = None  # made by puller(): the pass's model pulls
-        self._image_nodes = ImageNodes(state_dir)  # where a record's image is being pulled
+        self._images = ImageFetch(state_dir, self.namespace)  # pulled before placing
 
     def puller(self, state_dir: Path, stall_seconds: float) -> RayPuller:
         """Pulls on the node that will run the engine, into that node's model cache."""
@@ -96,6 +96,15 @@ class RayBackend(OnTheirNodes):
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         return cluster.unfit(spec.devices.count, spec.node_selector)
+
+    def fetching(self, spec: DeploymentSpec) -> str | None:
+        """Why a start waits for its image on the node it will run on (imagefetch.py): it
+        is placed, and preempts, only once the image is there."""
+        return None if spec.container is None else self._images.fetching(spec)
+
+    def fetch(self, spec: DeploymentSpec) -> Held | None:
+        """The image's pull on that node, holding no GPU (imagefetch.py)."""
+        return None if spec.container is None else self._images.fetch(spec)
 
     # -- launch ------------------------------------------------------------------------
 
@@ -153,11 +162,11 @@ class RayBackend(OnTheirNodes):
             if source is not None and self._puller and status.message.startswith(MISSING_MODEL):
                 self._puller.forget(source.key, status.node_id)  # the next pass pulls again
             if status.message.startswith(PULLING_IMAGE):  # the image's pull goes on there
-                self._image_nodes.note(rec.name, status.node_id)
+                self._images.pulling_on(rec.name, spec, status.node_id)
                 raise PullingFirst(f"{status.message} on Ray node {naming.short(status.node_id)}")
             raise SpawnError(status.message)
         if spec.container is not None:
-            self._image_nodes.forget(rec.name)
+            self._images.ran(rec.name, spec)
         with self._placing:
             self._nodes[rec.name] = status.node_id
         return _instance(status)
@@ -212,9 +221,10 @@ class RayBackend(OnTheirNodes):
         )
 
     def _image_node(self, name: str, spec: DeploymentSpec) -> Any:
-        """The node pulling this record's image (imagenodes.py), while it is live and
-        selected: a soft pin (full or lost, the engine goes elsewhere). None: no note."""
-        node = self._image_nodes.node_of(name) if spec.container is not None else None
+        """The node pulling or holding this record's image (imagefetch.py), while it is
+        live and selected: a soft pin (full or lost, the engine goes elsewhere). None: no
+        note."""
+        node = self._images.launch_node(name, spec) if spec.container is not None else None
         live = cluster.selected(cluster.nodes(), spec.node_selector) if node else []
         if node is None or not any(n.node_id == node for n in live):
             return None

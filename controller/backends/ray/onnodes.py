@@ -2,8 +2,9 @@
 
 Both faces of the ray backend (``RayBackend`` in the driver process, ``RayProxy`` in
 this one) declare the same facts, and answer the same way for what lives on the
-engines' nodes, out of the driver's reach: an actor pulls its model and image where
-it is placed (``PullingFirst``), and starts its container there. No ``ray`` import here.
+engines' nodes, out of the driver's reach: an actor starts its container on its node,
+with an image fetched there before it was placed (``imagefetch.py``, through the
+driver: not here). No ``ray`` import here.
 """
 
 from __future__ import annotations
@@ -25,12 +26,6 @@ class OnTheirNodes:
 
     def prepared(self, spec: DeploymentSpec) -> Held | None:
         return None  # which node runs the new one is not known yet: its actor pulls there
-
-    def fetching(self, spec: DeploymentSpec) -> str | None:
-        return None  # an actor pulls its image on the node it is placed on (PullingFirst)
-
-    def fetch(self, spec: DeploymentSpec) -> Held | None:
-        return None
 
     def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
         return 0  # an actor pulls into a folder of its own node, out of the driver's reach

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from controller.backends.base import ExitStatus, StartRequest
+from controller.backends.base import ExitStatus, Held, StartRequest
 from controller.backends.ray import driver
 from controller.backends.ray.onnodes import OnTheirNodes
 from controller.core.devices.inventory import Inventory
@@ -28,6 +28,7 @@ LOOK = 40.0  # a look: the actors' listing and one round of status calls (2 s)
 PLACE = 120.0  # a launch: an actor placed (60 s), or killed after all (15 s)
 STOP = 120.0  # an engine stopped through its actor (30 s) and the actor gone (15 s)
 PULL = 60.0  # a pull actor placed on its node
+FETCH = 60.0  # an image's look or pull started on its node, by a task (30 s)
 
 
 def inventory(address: str) -> Inventory:
@@ -57,6 +58,14 @@ class RayProxy(OnTheirNodes):
 
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         got: str | None = self._call("unplaceable", spec)
+        return got
+
+    def fetching(self, spec: DeploymentSpec) -> str | None:
+        got: str | None = self._call("fetching", spec, timeout=FETCH)
+        return got
+
+    def fetch(self, spec: DeploymentSpec) -> Held | None:
+        got: Held | None = self._call("fetch", spec, timeout=FETCH)
         return got
 
     def launch(self, launch: StartRequest) -> Instance:

@@ -1,0 +1,153 @@
+"""The ray backend's image edge: a container image is fetched on the node that will run
+its engine before the start is placed (DESIGN.md "Engines in containers", "Many nodes").
+
+The planner places a start, and may preempt lower-priority engines for it, only once
+the backend's ``fetching`` says its image is there (``Observed.fetching``): so the look
+and the pull happen here, first, on one node, by a Ray task that holds no GPU (a token of
+CPU, so its node affinity holds). On that node the container wrapper answers as on one
+host (its ``fetching`` and ``fetch``), in the folder the engine's actor uses there
+(``actor.node_root``): the actor's launch then reads the ended pull. The node is the one
+noted for the image (``imagenodes.py``) while it fits, else the one with the most free
+GPUs (a node with room before one without); the launch asks Ray for it (a soft pin).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any
+
+import ray
+from ray.exceptions import RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from controller.backends.base import Held
+from controller.backends.local.container import Wrapper
+from controller.backends.ray import cluster, naming
+from controller.backends.ray.actor import node_root
+from controller.backends.ray.imagenodes import ImageNodes
+from controller.core.manifest.specs import DeploymentSpec
+from controller.core.render import container_image
+from controller.errors import ContainerError
+
+ANSWER_TIMEOUT = 30.0  # a task on the node: a worker started there, one `image inspect`
+
+
+def image_key(spec: DeploymentSpec) -> str:
+    """What the note is kept by: the runtime the spec names (or none) and the image."""
+    assert spec.container is not None
+    return f"{spec.container.runtime or 'default'} {container_image(spec)}"
+
+
+def _wrapper(state_key: str) -> Wrapper:
+    """The container wrapper as the engine's actor on this node has it (its state)."""
+    return Wrapper(str(node_root(state_key).resolve()), None, static_devices=True)
+
+
+def _look(state_key: str, spec: DeploymentSpec) -> str | None:
+    """On the node: why a start of ``spec`` waits for its image there, else None."""
+    return _wrapper(state_key).fetching(spec)
+
+
+def _fetch(state_key: str, spec: DeploymentSpec) -> Held | None:
+    """On the node: its pull started (or read, once ended), holding nothing."""
+    try:
+        return _wrapper(state_key).fetch(spec)
+    except ContainerError as exc:  # the pull could not even start: a failed one, its words
+        return Held(str(exc), failed=True)
+
+
+class NoAnswer(Exception):
+    """The node did not answer in time: the start waits, placed nowhere."""
+
+
+class ImageFetch:
+    """The driver's side: which node, the task there, and the note of that node."""
+
+    def __init__(self, state_dir: str, namespace: str) -> None:
+        self.namespace = namespace  # the engines' actors' (their folder on each node)
+        self.notes = ImageNodes(state_dir)
+        # Image key -> the node the last look found it on (this driver's memory, so
+        # `plan` writes nothing): the launch that follows the look goes there.
+        self._looked: dict[str, str] = {}
+
+    def fetching(self, spec: DeploymentSpec) -> str | None:
+        """Why a start of ``spec`` waits for its image on the node that will run it."""
+        node = self._node(spec)
+        if node is None:  # no node can take it: the placement says so
+            return None
+        self._looked[image_key(spec)] = node.node_id
+        try:
+            said: str | None = self._ask(node, _look, spec)
+        except NoAnswer as exc:
+            return str(exc)
+        return None if said is None else f"{said} on Ray node {naming.short(node.node_id)}"
+
+    def fetch(self, spec: DeploymentSpec) -> Held | None:
+        """Start (or read) its pull on that node, which the note keeps for the launch."""
+        node = self._node(spec)
+        if node is None:
+            return None
+        try:
+            held: Held | None = self._ask(node, _fetch, spec)
+        except NoAnswer as exc:
+            return Held(str(exc))
+        if held is None:
+            return None
+        self.notes.note(image_key(spec), node.node_id)
+        where = f" on Ray node {naming.short(node.node_id)}"
+        return dataclasses.replace(held, why=held.why + where)
+
+    def node_of(self, spec: DeploymentSpec) -> str | None:
+        """The node pulling or holding ``spec``'s image, as noted or last looked at."""
+        key = image_key(spec)
+        return self.notes.node_of(key) or self._looked.get(key)
+
+    def launch_node(self, name: str, spec: DeploymentSpec) -> str | None:
+        """Where record ``name``'s launch should go for its image: the node its own last
+        attempt pulls it on, else (one instance: replicas spread) the fetch's node."""
+        single = spec.replicas <= 1 and spec.autoscale is None
+        return self.notes.node_of(name) or (self.node_of(spec) if single else None)
+
+    def pulling_on(self, name: str, spec: DeploymentSpec, node_id: str) -> None:
+        """Record ``name``'s actor found the image missing on its node and pulls it there:
+        its next attempt goes there, and the next look asks that node."""
+        self.notes.note(name, node_id)
+        self.notes.note(image_key(spec), node_id)
+
+    def ran(self, name: str, spec: DeploymentSpec) -> None:
+        """A container of the image runs: the notes have done their work."""
+        self.notes.forget(name)
+        self.notes.forget(image_key(spec))
+
+    def _node(self, spec: DeploymentSpec) -> cluster.Node | None:
+        """Where the start will run: of the selected nodes with GPUs enough, one with
+        room first (no preemption), the noted one first, then the most free GPUs."""
+        count = spec.devices.count
+        live = cluster.selected(cluster.nodes(), spec.node_selector)
+        fits = [n for n in live if n.gpus >= count]
+        noted = self.node_of(spec)
+        return min(
+            fits,
+            key=lambda n: (n.free_gpus < count, n.node_id != noted, -n.free_gpus, n.node_id),
+            default=None,
+        )
+
+    def _ask(self, node: cluster.Node, task: Any, spec: DeploymentSpec) -> Any:
+        """``task``'s answer on ``node``, else NoAnswer (a node busy or lost)."""
+        pinned = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
+        ref = (
+            ray.remote(task)
+            .options(num_cpus=cluster.TOKEN_CPU, num_gpus=0, scheduling_strategy=pinned)
+            .remote(self.namespace, spec)
+        )
+        try:
+            return ray.get(ref, timeout=ANSWER_TIMEOUT)
+        except RayError as exc:
+            with contextlib.suppress(RayError, ValueError):
+                ray.cancel(ref, force=True)
+            raise NoAnswer(
+                f"Ray node {naming.short(node.node_id)} did not say whether image "
+                f"{container_image(spec)} is there ({type(exc).__name__}): asked again "
+                "at the next pass; nothing is placed meanwhile"
+            ) from exc
