@@ -219,7 +219,7 @@ def backed_off(rc: Reconcile, name: str, count: int) -> dict[str, Any]:
             rc.end_backoff(name)
         return None
 
-    found: dict[str, Any] = wait_for(failed_again, timeout=120, what=f"{name}'s retry {count}")
+    found: dict[str, Any] = wait_for(failed_again, timeout=180, what=f"{name}'s retry {count}")
     return found
 
 
