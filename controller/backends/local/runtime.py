@@ -350,9 +350,8 @@ class LocalBackend:
         """``note``'s engine, if it runs (its pid and start time) and this user may not
         read its environment: found by the note, not its marker. A readable one the
         marker scan judged (one that carries no marker is not an engine of this state
-        dir any more); one gone, its note removed."""
+        dir any more); none for one gone (a teardown removes its note: a scan only reads)."""
         if not process_alive(note.ref):
-            self.notes.forget(note.nonce)
             return []
         try:
             procscan.environ_of(note.ref.pid)
@@ -390,6 +389,7 @@ class LocalBackend:
         killed: list[ProcessRef] = [ref] if ref is not None else []
         if nonce is None:
             self._wait_exited(killed, deadline)
+            self._drop_dead_notes()
             return 0
         while time.monotonic() < deadline:
             # One found by its spawn note alone is not proven ours: never signalled here.
@@ -403,7 +403,16 @@ class LocalBackend:
                         killed.append(m.ref)
             time.sleep(POLL)
         self._wait_exited(killed, deadline)
+        self._drop_dead_notes()
         return len(killed) - (ref is not None)
+
+    def _drop_dead_notes(self) -> None:
+        """Remove the spawn notes whose process is gone (its own, and any an earlier crash
+        left): that identity never runs again. A teardown's work, as a writer's: the read
+        verbs' scans change nothing."""
+        for note in self.notes.read_all():
+            if not process_alive(note.ref):
+                self.notes.forget(note.nonce)
 
     def _wait_exited(self, refs: Iterable[ProcessRef], deadline: float) -> None:
         """Until each of ``refs`` has exited (gone, or a zombie). A scan no longer sees a

@@ -11,20 +11,22 @@ marker, the state dir, the owner, ``PORT``, the device lists): a scan that may n
 a live engine's environment reads them here (``LocalBackend.scan``). A note is a file
 under the state dir, as a record is: it lets a pass adopt its engine, never signal it.
 
-A note whose process is gone is nothing (that identity never runs again): whoever
-reads it first removes it. No secret is noted: only the variables named by the caller.
+A note whose process is gone is nothing (that identity never runs again): the next
+teardown removes it (a scan only reads). No secret is noted: only the variables named
+by the caller.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from controller.core.state import ProcessRef
-from controller.store.documents import Folder, check_version
+from controller.store.documents import Folder, check_version, peek_document
 from controller.store.statedir import StateDir
 
 VERSION = 1
@@ -77,11 +79,14 @@ def _encode(note: SpawnNote) -> dict[str, Any]:
 
 
 class SpawnNotes:
-    """The spawn notes of one state dir."""
+    """The spawn notes of one state dir. A note is written once, so one read of it is kept
+    by its file's inode: a scan (every sweep's poll) lists the folder and reads only new
+    notes."""
 
     def __init__(self, state_dir: Path) -> None:
         state = StateDir(state_dir)
         self._folder = Folder(state, state.spawn_notes, _decode, _encode)
+        self._read: dict[str, tuple[int, SpawnNote | None]] = {}  # nonce -> (inode, note)
 
     def write(self, note: SpawnNote) -> None:
         self._folder.write(note.nonce, note)
@@ -89,7 +94,18 @@ class SpawnNotes:
     def read_all(self) -> list[SpawnNote]:
         """Every note that decodes; one that does not is named once and left in place (a
         reader's scan reads them too, and must move nothing)."""
-        return list(self._folder.read_all(peek=True).values())
+        read: dict[str, tuple[int, SpawnNote | None]] = {}
+        for nonce, path in self._folder.files():
+            try:
+                inode = path.stat().st_ino
+            except OSError:
+                continue  # removed meanwhile: its process is gone
+            kept = self._read.get(nonce)
+            if kept is None or kept[0] != inode:
+                kept = (inode, peek_document(path, functools.partial(_decode, nonce=nonce)))
+            read[nonce] = kept
+        self._read = read
+        return [note for _, note in read.values() if note is not None]
 
     def forget(self, nonce: str) -> None:
         """Remove ``nonce``'s note; one this user may not remove stays (its reader goes on)."""
