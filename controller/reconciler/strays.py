@@ -42,6 +42,10 @@ NOTED = (
     "its record is lost; its spawn note names this instance (pid and start time), and this "
     "user may not read its environment: adopted, it is stopped only once proven ours"
 )
+REBUILT = (
+    "record rebuilt from its engine's spawn note (the old one was lost): this user may not "
+    "read the engine's environment, so only its own user, or root, may stop it"
+)
 
 
 def environ_of(marked: MarkedProcess) -> bytes:
@@ -76,22 +80,37 @@ def spare_others(
     reaped: list[MarkedProcess] = []
     for procs in by_instance(observed.orphans).values():
         leader = leader_of(procs)
-        if leader is not None and leader.noted is not None:
-            found: Found | str | None = found_in(leader.ref, leader.noted, inventory)
-            holder = taken = _unproven(leader, found)
-        elif leader is not None:
-            found = _anothers(leader, wanted, owner, store, inventory)
-            holder = _holder(leader)
-            taken = f"another manifest set's engine, {holder}"
-        if leader is None or (leader.noted is None and not isinstance(found, Found)):
+        kept = _kept(leader, wanted, owner, store, inventory) if leader else None
+        if leader is None or kept is None:
             reaped += [p for p in procs if p.noted is None]  # no note makes a process ours
             continue
-        if isinstance(found, Found):
+        found, holder, taken = kept
+        if found is not None:
             devices.update(dict.fromkeys(found.devices, holder))
             ports[found.port] = holder
         spared[leader.name] = taken
     return replace(observed, orphans=tuple(reaped), foreign_devices=devices,
                    foreign_ports=ports, spared=spared)  # fmt: skip
+
+
+def _kept(
+    leader: MarkedProcess,
+    wanted: Mapping[str, Entry],
+    owner: str,
+    store: RecordStore,
+    inventory: Inventory,
+) -> tuple[Found | None, str, str] | None:
+    """A spared orphan's holdings (None: unknown), who holds them and who holds its name,
+    in words; None: it is reaped. One found by its spawn note is spared whatever else."""
+    if leader.noted is not None:
+        found = found_in(leader.ref, leader.noted, inventory)
+        said = _unproven(leader, found)
+        return (found if isinstance(found, Found) else None), said, said
+    another = _anothers(leader, wanted, owner, store, inventory)
+    if not isinstance(another, Found):
+        return None
+    holder = _holder(leader)
+    return another, holder, f"another manifest set's engine, {holder}"
 
 
 def _anothers(
@@ -112,7 +131,7 @@ def _anothers(
     return found_in(leader.ref, environ_of(leader), inventory)
 
 
-def _unproven(leader: MarkedProcess, found: Found | str | None) -> str:
+def _unproven(leader: MarkedProcess, found: Found | str) -> str:
     """Who holds what an engine found by its spawn note holds, and the next move."""
     pid = leader.ref.pid
     why = f" ({found})" if isinstance(found, str) else ""
@@ -278,7 +297,7 @@ class Adopter:
                 try:
                     rebuilt = self.maker.rebuilt(entry, found, name=name, nonce=leader.nonce)
                     container = self.backend.container_of(rebuilt)  # its runtime's labels
-                    said = rebuilt.message if leader.noted is None else f"record rebuilt: {NOTED}"
+                    said = rebuilt.message if leader.noted is None else REBUILT
                     self.store.write(replace(rebuilt, container=container, message=said))
                 except RecipeError as exc:
                     why = str(exc)

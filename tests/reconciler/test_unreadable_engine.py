@@ -239,7 +239,8 @@ def test_an_unreadable_engine_whose_record_is_lost_is_adopted_not_started_twice(
     assert started.returncode == 0, started
     pid = spawned(rc, "capped")
     rc.record_path("capped").unlink()  # deleted, or a state dir restored from a backup
-    (again,) = as_nobody(rc, ["--once"])
+    plan, again = as_nobody(rc, ["plan"], ["--once"])
+    assert f"the pass adopts its engine (pid {pid})" in plan.stdout, plan
     assert again.returncode == 0, again
     adopted = rc.record("capped")
     assert adopted is not None and adopted["ref"]["pid"] == pid, (again, adopted)

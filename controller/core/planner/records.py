@@ -98,7 +98,8 @@ def _unrecorded(ctx: Context, name: str, entry: Entry | None) -> list[Judged]:
         return [Conflict(name=name, reason=reason)]
     if name in ctx.observed.adopting:  # `plan`: the pass gives the engine its record back
         ref = ctx.observed.adopting[name]
-        reason = f"record torn: the pass adopts its engine (pid {ref.pid}), as its marker names it"
+        reason = (f"record torn or lost: the pass adopts its engine (pid {ref.pid}), as its "
+                  "marker (or its spawn note) names it")  # fmt: skip
         return [Adopt(name=name, reason=reason, ref=ref)]
     if entry is None and name in ctx.desired.skipped:
         return []  # another node's broken manifest: its error is said, no record here
