@@ -342,14 +342,19 @@ class ProbeResult:
 
 @dataclass(frozen=True, slots=True)
 class MarkedProcess:
-    """A live process carrying an instance marker ``<node>/<name>/<nonce>``; ``owner``:
-    the manifest set that started it (None: started by a version that did not say)."""
+    """A live process carrying an instance marker ``<node>/<name>/<nonce>`` (or whose spawn
+    note names one: ``noted``); ``owner``: the manifest set that started it (None: started
+    by a version that did not say)."""
 
     ref: ProcessRef
     name: str
     nonce: str
     ppid: int
     owner: str | None = None
+    # Found by its spawn note, not its marker: this user may not read its environment (it
+    # is not dumpable). The variables the note kept; a note proves no process ours to
+    # signal (only the marker does), so such an engine is adopted, never reaped.
+    noted: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,8 +476,9 @@ class Observed:
     # The node this pass runs on; records of other nodes are shown, never judged.
     node: str | None = None
     unreadable: frozenset[str] = frozenset()  # names whose record has an unknown version
-    # Instance names of another set's engines left running while their records are torn
-    # (name -> who holds it): its own set adopts them, this one starts no namesake.
+    # Instance names of engines left running with no record here (name -> who holds it,
+    # in words): another set's whose record is torn (its own set adopts it), or one found
+    # by its spawn note that no pass adopted (none may reap it). None starts a namesake.
     spared: Mapping[str, str] = field(default_factory=dict)
     # `plan`'s view only: this set's engines whose record lies torn, which the pass adopts
     # before it plans (reconciler/strays.py): instance name -> the engine.

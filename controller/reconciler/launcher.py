@@ -541,7 +541,8 @@ class Launcher:
 
     def reap(self, action: Reap) -> bool:
         for proc in action.processes:
-            self.backend.kill(proc.ref)
+            if proc.noted is None:  # one found by its spawn note alone is not proven ours
+                self.backend.kill(proc.ref)
         for nonce in {p.nonce for p in action.processes}:
             self.backend.sweep(nonce)
         pids = ",".join(str(p.ref.pid) for p in action.processes)

@@ -6,6 +6,12 @@ running with no record. Its ``RECONCILE_INSTANCE`` marker names the instance and
 record back (:meth:`Adopter.rebuild`), another set's pass leaves it running with what it
 holds held (:func:`spare_others`), and a whole set's `down` reaps this set's that nothing
 declares (:meth:`Adopter.reap_own`). The rest the planner reaps as orphans.
+
+An engine found by its spawn note, not its marker (``MarkedProcess.noted``: this user
+may not read its environment) is never reaped: a note proves no process ours to signal.
+This set's whose record is lost, torn or not, is adopted where its manifest declares it
+and no record holds its name (else a second engine of it would start); the rest are
+spared as another set's are, what they hold held and their name said taken.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from controller.core.engines import RecipeError
 from controller.core.manifest import backendnames
 from controller.core.manifest.specs import Entry
 from controller.core.plan import Desired, leader_of
-from controller.core.state import MarkedProcess, Observed, ProcessRef
+from controller.core.state import MarkedProcess, Observed, ProcessRef, RecordView
 from controller.host import procscan
 from controller.logsetup import get_logger
 from controller.reconciler.executor import Executor
@@ -30,6 +36,21 @@ from controller.store.instances.records import RecordProblem, RecordStore
 from controller.store.lock import FileLock
 
 log = get_logger("reconcile")
+
+# Why an engine found by its spawn note has its record back, and what that record may not do.
+NOTED = (
+    "its record is lost; its spawn note names this instance (pid and start time), and this "
+    "user may not read its environment: adopted, it is stopped only once proven ours"
+)
+REBUILT = (
+    "record rebuilt from its engine's spawn note (the old one was lost): this user may not "
+    "read the engine's environment, so only its own user, or root, may stop it"
+)
+
+
+def environ_of(marked: MarkedProcess) -> bytes:
+    """Its environment as read now, or as its spawn note kept it where none can be read."""
+    return marked.noted if marked.noted is not None else procscan.environ(marked.ref.pid) or b""
 
 
 def by_instance(orphans: Iterable[MarkedProcess]) -> dict[str, list[MarkedProcess]]:
@@ -50,23 +71,46 @@ def spare_others(
     records are shared by sets, so its own set's pass adopts it (or its `down` stops it).
     What its environment says it holds stays held meanwhile, and a name this set declares
     too is a conflict, not a second engine of that name. `plan` shows what a pass would
-    do: it spares them too. Only this node's processes (a local backend) are looked at."""
+    do: it spares them too. An orphan found by its spawn note that no pass adopted is
+    spared as well (never reaped: no note makes a process ours to signal). Only this
+    node's processes (a local backend) are looked at."""
     wanted = desired.instances()
     devices, ports = dict(observed.foreign_devices), dict(observed.foreign_ports)
     spared: dict[str, str] = dict(observed.spared)
     reaped: list[MarkedProcess] = []
     for procs in by_instance(observed.orphans).values():
         leader = leader_of(procs)
-        found = _anothers(leader, wanted, owner, store, inventory) if leader else None
-        if leader is None or not isinstance(found, Found):
-            reaped += procs
+        kept = _kept(leader, wanted, owner, store, inventory) if leader else None
+        if leader is None or kept is None:
+            reaped += [p for p in procs if p.noted is None]  # no note makes a process ours
             continue
-        holder = _holder(leader)
-        devices.update(dict.fromkeys(found.devices, holder))
-        ports[found.port] = holder
-        spared[leader.name] = holder
+        found, holder, taken = kept
+        if found is not None:
+            devices.update(dict.fromkeys(found.devices, holder))
+            ports[found.port] = holder
+        spared[leader.name] = taken
     return replace(observed, orphans=tuple(reaped), foreign_devices=devices,
                    foreign_ports=ports, spared=spared)  # fmt: skip
+
+
+def _kept(
+    leader: MarkedProcess,
+    wanted: Mapping[str, Entry],
+    owner: str,
+    store: RecordStore,
+    inventory: Inventory,
+) -> tuple[Found | None, str, str] | None:
+    """A spared orphan's holdings (None: unknown), who holds them and who holds its name,
+    in words; None: it is reaped. One found by its spawn note is spared whatever else."""
+    if leader.noted is not None:
+        found = found_in(leader.ref, leader.noted, inventory)
+        said = _unproven(leader, found)
+        return (found if isinstance(found, Found) else None), said, said
+    another = _anothers(leader, wanted, owner, store, inventory)
+    if not isinstance(another, Found):
+        return None
+    holder = _holder(leader)
+    return another, holder, f"another manifest set's engine, {holder}"
 
 
 def _anothers(
@@ -84,7 +128,18 @@ def _anothers(
     since = store.torn_since(leader.name)  # plan peeks: the record lies torn
     if since is None or since < leader.ref.start_time:
         return None
-    return found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", inventory)
+    return found_in(leader.ref, environ_of(leader), inventory)
+
+
+def _unproven(leader: MarkedProcess, found: Found | str) -> str:
+    """Who holds what an engine found by its spawn note holds, and the next move."""
+    pid = leader.ref.pid
+    why = f" ({found})" if isinstance(found, str) else ""
+    return (
+        f"engine pid {pid} of instance {leader.nonce}{why}, whose record is lost: its spawn "
+        "note names it, but this user may not read its environment, so it is not adopted "
+        f"here, nor stopped. End pid {pid} by hand, or run reconcile as root"
+    )
 
 
 def _holder(leader: MarkedProcess) -> str:
@@ -123,7 +178,7 @@ def held_by_torn(
         leader = leader_of(procs)
         if leader is None or leader.name not in torn:
             continue
-        found = found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", inventory)
+        found = found_in(leader.ref, environ_of(leader), inventory)
         if isinstance(found, str):
             held.unknown.append(torn[leader.name])
             continue
@@ -141,7 +196,9 @@ def adoptable(
 ) -> list[tuple[Entry, MarkedProcess]]:
     """This set's orphan engines (their marker names the instance exactly, and the set; an
     older version's names none) whose manifest still declares them and whose record was
-    set aside (``since``: when, None if not) after they started: (entry, leader) each."""
+    set aside (``since``: when, None if not) after they started, or is lost while no
+    record holds the name and no one may reap the engine (:func:`lost`): (entry,
+    leader) each."""
     wanted = desired.instances()
     out: list[tuple[Entry, MarkedProcess]] = []
     for _, procs in sorted(by_instance(observed.orphans).items()):
@@ -150,9 +207,15 @@ def adoptable(
         if leader is None or entry is None or leader.owner not in (None, owner):
             continue
         torn = since(leader.name)
-        if torn is not None and torn >= leader.ref.start_time:
+        if (torn is not None and torn >= leader.ref.start_time) or lost(leader, observed.records):
             out.append((entry, leader))
     return out
+
+
+def lost(leader: MarkedProcess, records: Mapping[str, RecordView]) -> bool:
+    """An engine found by its spawn note whose name no record holds: reaped by no one (it
+    is not proven ours), it runs on; unadopted, its name would start a second one."""
+    return leader.noted is not None and leader.name not in records
 
 
 def refusal(
@@ -183,7 +246,7 @@ def foresee(
     for entry, leader in adoptable(desired, observed, owner, store.torn_since):
         if leader.name in adopting:
             continue  # one record per name: the pass reaps a second engine of it
-        found = found_in(leader.ref, procscan.environ(leader.ref.pid) or b"", inventory)
+        found = found_in(leader.ref, environ_of(leader), inventory)
         if isinstance(found, str) or refusal(entry, found, ledger, inventory, extra):
             continue  # the pass reaps it, as the plan says
         spec = entry.deployment.spec
@@ -223,7 +286,7 @@ class Adopter:
 
     def _rebuild_one(self, entry: Entry, leader: MarkedProcess, observed: Observed) -> bool:
         name, pid = leader.name, leader.ref.pid
-        found = found_in(leader.ref, procscan.environ(pid) or b"", self.maker.inventory)
+        found = found_in(leader.ref, environ_of(leader), self.maker.inventory)
         with self.placement_lock.hold(self.lock_timeout):
             fresh = self.store.load()
             if name in fresh.records:
@@ -234,16 +297,19 @@ class Adopter:
                 try:
                     rebuilt = self.maker.rebuilt(entry, found, name=name, nonce=leader.nonce)
                     container = self.backend.container_of(rebuilt)  # its runtime's labels
-                    self.store.write(replace(rebuilt, container=container))
+                    said = rebuilt.message if leader.noted is None else REBUILT
+                    self.store.write(replace(rebuilt, container=container, message=said))
                 except RecipeError as exc:
                     why = str(exc)
+        record = "a quarantined" if leader.noted is None else "a lost"
         if why is not None:
-            log.warning("engine of a quarantined record not adopted", deployment=name, pid=pid,
+            log.warning(f"engine of {record} record not adopted", deployment=name, pid=pid,
                         reason=why)  # fmt: skip
             return False
         reason = "its record was quarantined; its marker names this instance"
-        log.warning("engine of a quarantined record adopted", deployment=name, pid=pid)
-        self.executor.event(name, "adopt", reason, f"adopted pid {pid}")
+        log.warning(f"engine of {record} record adopted", deployment=name, pid=pid)
+        self.executor.event(name, "adopt", reason if leader.noted is None else NOTED,
+                            f"adopted pid {pid}")  # fmt: skip
         return True
 
     def _refusal(self, entry: Entry, found: Found, ledger: Ledger) -> str | None:
@@ -265,8 +331,10 @@ class Adopter:
     def reap_own(self, orphans: Sequence[MarkedProcess]) -> list[str]:
         """Reap the engines whose marker names this set and no record accounts for (a torn
         record's, its manifest gone); another set's, and an older version's (no set
-        named), are left to their own passes."""
-        ours = by_instance(m for m in orphans if m.owner == self.maker.owner)
+        named), are left to their own passes, as is one found by its spawn note alone."""
+        mine = by_instance(m for m in orphans if m.owner == self.maker.owner)
+        # No spawn note makes a process ours: an engine found by one is not reaped.
+        ours = {n: procs for n, procs in mine.items() if all(p.noted is None for p in procs)}
         for nonce, procs in sorted(ours.items()):
             pids = ", ".join(str(p.ref.pid) for p in procs)
             why = f"reconcile down: engine processes ({pids}) of instance {nonce} have no record"

@@ -22,6 +22,7 @@ git/  (checkout/, source.json, history.json, git.lock, moving, fetch-now,
       running.json)                                                     the git source
 notify/q-<time>-<hook>-<id>.json  source-state.json  send.lock        queued notifications
 images/<key>.json  images/<key>.log  run/<name>.env  run/<name>.cid       container images, runs
+spawnnotes/<nonce>.json                                     what a spawn knew of its engine
 ```
 """
 
@@ -58,6 +59,11 @@ class StateDir:
     def quarantined_documents(self) -> Path:
         """Side documents set aside (records go to ``quarantine/`` itself, by name)."""
         return self.quarantine / "documents"
+
+    @property
+    def spawn_notes(self) -> Path:
+        """What each spawn knew of its engine (``store/instances/spawnnotes.py``)."""
+        return self.root / "spawnnotes"
 
     @property
     def runs(self) -> Path:

@@ -17,11 +17,12 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import missing
-from procs import alive, environ, wait_gone
+from procs import alive, environ, marked_pids, wait_gone
 
 if TYPE_CHECKING:
     from conftest import Reconcile
@@ -52,14 +53,16 @@ RUN_EACH = (
 )
 
 
-def as_nobody(rc: Reconcile, *calls: list[str]) -> list[subprocess.CompletedProcess[str]]:
+def as_nobody(
+    rc: Reconcile, *calls: list[str], env: Mapping[str, str] | None = None
+) -> list[subprocess.CompletedProcess[str]]:
     """CLI calls (cold) in one new user namespace: a reconcile that is not root, as in
-    `unshare -U sh -c 'reconcile --once; reconcile down'`."""
+    `unshare -U sh -c 'reconcile --once; reconcile down'`; ``env`` added to each's."""
     argvs = [rc.argv(*args) for args in calls]
     done = subprocess.run(
         ["unshare", "-U", sys.executable, "-c", RUN_EACH, json.dumps(argvs)],
-        capture_output=True, text=True, env=rc.env, cwd=rc.tmp, timeout=240,
-        stdin=subprocess.DEVNULL, check=True,
+        capture_output=True, text=True, env={**rc.env, **(env or {})}, cwd=rc.tmp,
+        timeout=240, stdin=subprocess.DEVNULL, check=True,
     )  # fmt: skip
     out = [subprocess.CompletedProcess(a, c, o, e) for a, (c, o, e) in
            zip(argvs, json.loads(done.stdout), strict=True)]  # fmt: skip
@@ -214,3 +217,112 @@ def test_an_unreadable_environment_is_not_taken_for_a_gone_process(
     assert done.returncode == 0, done
     # procscan.environ (the marker scan's) still skips both: neither is found as ours
     assert json.loads(done.stdout) == {p: ["denied", "gone", None] for p in ("False", "True")}
+
+
+# -- an engine whose record is lost: found by its spawn note -------------------------------
+
+
+def outcomes(rc: Reconcile, name: str) -> list[str]:
+    """The journal's spawns and adoptions of ``name``, in order."""
+    return [e["outcome"] for e in rc.events(name)
+            if e["outcome"].startswith(("spawned pid ", "adopted pid "))]  # fmt: skip
+
+
+def test_an_unreadable_engine_whose_record_is_lost_is_adopted_not_started_twice(
+    reconcile: Reconcile, tmp_path: Path
+) -> None:
+    """Its marker unreadable, no scan but root's found it: the next pass started a second
+    engine beside it, the first held its devices unseen. Its spawn note names it now."""
+    rc = reconcile
+    rc.write("capped", command=[str(capable_sleep(tmp_path)), "600"], readiness=READY)
+    (started,) = as_nobody(rc, ["--once"])
+    assert started.returncode == 0, started
+    pid = spawned(rc, "capped")
+    rc.record_path("capped").unlink()  # deleted, or a state dir restored from a backup
+    plan, again = as_nobody(rc, ["plan"], ["--once"])
+    assert f"the pass adopts its engine (pid {pid})" in plan.stdout, plan
+    assert again.returncode == 0, again
+    adopted = rc.record("capped")
+    assert adopted is not None and adopted["ref"]["pid"] == pid, (again, adopted)
+    (adopt,) = [e for e in rc.events("capped") if e["outcome"] == f"adopted pid {pid}"]
+    assert "its spawn note names this instance" in adopt["reason"], adopt
+    assert marked_pids(f"{rc.node}/capped/") == {pid}, again  # none started beside it
+    assert outcomes(rc, "capped") == [f"spawned pid {pid}", f"adopted pid {pid}"]
+
+    # Its manifest gone too, it is adopted by no pass, and reaped by none (not proven ours).
+    rc.record_path("capped").unlink()
+    (rc.manifests / "capped.yaml").unlink()
+    rc.write("plain", command=["sleep", "600"], readiness=READY, basePort=rc.port + 4)
+    spared, down = as_nobody(rc, ["--once"], ["down"])
+    assert spared.returncode == 0 and down.returncode == 0, (spared, down)
+    assert "stopped plain" in down.stdout and "capped" not in down.stdout, down
+    assert alive(pid) and rc.record("capped") is None, (spared, down)
+    rc.down()  # root reads its marker: reaped as this set's engine with no record
+    assert not alive(pid)
+
+
+def test_an_unreadable_engine_a_killed_pass_never_recorded_is_adopted(
+    reconcile: Reconcile, tmp_path: Path
+) -> None:
+    """A pass SIGKILLed between the spawn and the record's write left a reservation whose
+    engine no scan but root's found: the next pass dropped it and started a second one."""
+    rc = reconcile
+    rc.write("capped", command=[str(capable_sleep(tmp_path)), "600"], readiness=READY)
+    crash = {"RECONCILE_FAILPOINTS": "executor.spawn.before_record=kill"}
+    (killed,) = as_nobody(rc, ["--once"], env=crash)
+    assert killed.returncode == -signal.SIGKILL, killed
+    (pid,) = marked_pids(f"{rc.node}/capped/")  # root reads its marker
+    reserved = rc.record("capped")
+    assert reserved is not None and reserved.get("ref") is None, reserved
+    (again,) = as_nobody(rc, ["--once"])
+    assert again.returncode == 0, again
+    adopted = rc.record("capped")
+    assert adopted is not None and adopted["ref"]["pid"] == pid, (again, adopted)
+    assert marked_pids(f"{rc.node}/capped/") == {pid}, again
+    assert outcomes(rc, "capped") == [f"adopted pid {pid}"]
+    rc.down()
+    assert not alive(pid)
+
+
+# Not dumpable, it listens on argv[1] until killed: a foreign process this user cannot read.
+FOREIGN = (
+    "import ctypes, socket, sys, time\n"
+    "ctypes.CDLL(None).prctl(4, 0)  # PR_SET_DUMPABLE\n"
+    "s = socket.create_server(('127.0.0.1', int(sys.argv[1])))\n"
+    "while True:\n"
+    "    time.sleep(3600)\n"
+)
+
+
+def test_a_foreign_unreadable_process_a_stale_note_names_is_neither_adopted_nor_killed(
+    reconcile: Reconcile, tmp_path: Path
+) -> None:
+    """A note names one process: its pid AND start time. A foreign one that took the pid
+    (and the engine's port) after the engine ended is not it."""
+    rc = reconcile
+    rc.write("capped", command=[str(capable_sleep(tmp_path)), "600"], readiness=READY)
+    (started,) = as_nobody(rc, ["--once"])
+    assert started.returncode == 0, started
+    engine = rc.record("capped")
+    assert engine is not None, started
+    pid, port = engine["ref"]["pid"], engine["port"]
+    os.kill(pid, signal.SIGKILL)
+    wait_gone(pid)
+    rc.record_path("capped").unlink()
+    foreign = rc.spawn([sys.executable, "-c", FOREIGN, str(port)])
+    rc.wait_for(lambda: not rc.bindable(port), what=f"the foreign listener on {port}")
+    # The engine's note, its pid now the foreign process's: a pid reused.
+    (note,) = (rc.state / "spawnnotes").glob("*.json")
+    forged = json.loads(note.read_text())
+    forged["ref"] |= {"pid": foreign.pid}
+    note.write_text(json.dumps(forged))
+    (again,) = as_nobody(rc, ["--once"])
+    assert again.returncode == 0, again
+    fresh = rc.record("capped")
+    assert fresh is not None and fresh["ref"]["pid"] not in (pid, foreign.pid), (again, fresh)
+    assert fresh["port"] != port, fresh  # the foreign listener keeps its port
+    assert alive(foreign.pid), again
+    assert outcomes(rc, "capped") == [f"spawned pid {pid}", f"spawned pid {fresh['ref']['pid']}"]
+    rc.down()  # a teardown removes the notes whose process is gone: the forged one too
+    assert alive(foreign.pid) and not note.exists()
+    assert not list((rc.state / "spawnnotes").glob("*.json"))

@@ -9,12 +9,15 @@ instance's ``RECONCILE_INSTANCE`` marker (a grandchild that left the group), and
 only then does the caller drop the record and with it the devices. A live leader whose
 environment (so its marker) this user may not read is not signalled at all: the teardown
 raises NotProvenOurs and the caller keeps the record (invariant 3: no engine survives
-without one; and only a process proven ours is signalled).
+without one; and only a process proven ours is signalled). Such an engine is found by
+its spawn note (``store/instances/spawnnotes.py``) where its marker cannot be read: a
+pass that lost its record adopts it; no note makes it ours to signal, so a sweep skips it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import functools
 import os
@@ -41,6 +44,7 @@ from controller.logsetup import get_logger
 from controller.pull.host import HostPuller
 from controller.store.instances import logfiles
 from controller.store.instances.records import RecordStore
+from controller.store.instances.spawnnotes import SpawnNote, SpawnNotes
 from controller.store.models import modelcache
 from controller.store.statedir import StateDir
 
@@ -54,6 +58,9 @@ STATE_MARKER = "RECONCILE_STATE"
 # The manifest set (its owner) that started the engine: a pass tells its own unrecorded
 # engines from another set's by this fact (an engine of an older version has none).
 OWNER_MARKER = "RECONCILE_OWNER"
+# What a spawn note keeps of an engine's environment: what a scan and an adoption read
+# from it (found_in: the port and the devices), never a value of the spec's own.
+NOTED = (MARKER, STATE_MARKER, OWNER_MARKER, "PORT", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 SWEEP_TIMEOUT = 5.0
 POLL = 0.01
 ENVIRON_WAIT = 0.5  # seconds an empty /proc/<pid>/environ may mean "still exec'ing"
@@ -100,6 +107,7 @@ class LocalBackend:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self.exits: dict[int, ExitStatus] = {}
         self._environs = EnvironScan()  # remembers unmarked processes between scans
+        self.notes = SpawnNotes(state_dir)
         self._wrapping = (container_runtime, static_devices)
         # `podman run`s we reap, by their engine's pid: a run's exit status is its
         # container's, so an engine that dies has its code (the newest ended kept).
@@ -305,7 +313,19 @@ class LocalBackend:
         ref = identity(child.pid)
         if ref is None:  # exited before we could look: still report what ran
             return ProcessRef(pid=child.pid, start_time=time.time())
+        self._note(SpawnNote(nonce, ref, {k: full_env[k] for k in NOTED if k in full_env}))
         return ref
+
+    def _note(self, note: SpawnNote) -> None:
+        """Written at once, the window a crash could leave unnoted is this call's: the
+        engine exec'd when Popen returned (a note written in the child before its exec
+        would be a preexec_fn, unsafe in the threaded daemon). A note that cannot be
+        written is said, not fatal: the engine runs, and its marker is what finds it
+        wherever its environment can be read."""
+        try:
+            self.notes.write(note)
+        except (OSError, ValueError) as exc:  # ValueError: a nonce no file may be named by
+            log.warning("spawn note not written", pid=note.ref.pid, reason=str(exc))
 
     # -- markers -------------------------------------------------------------
 
@@ -321,7 +341,26 @@ class LocalBackend:
             marked = _parse(pid, env, prefix)
             if marked is not None:
                 out.append(marked)
-        return out
+        # By pid, not nonce: an engine's readable child carries the marker its leader hides.
+        found = {m.ref.pid for m in out}
+        return out + [m for n in self.notes.read_all() if n.ref.pid not in found
+                      for m in self._noted(n, prefix, state)]  # fmt: skip
+
+    def _noted(self, note: SpawnNote, prefix: bytes, state: bytes) -> list[MarkedProcess]:
+        """``note``'s engine, if it runs (its pid and start time) and this user may not
+        read its environment: found by the note, not its marker. A readable one the
+        marker scan judged (one that carries no marker is not an engine of this state
+        dir any more); none for one gone (a teardown removes its note: a scan only reads)."""
+        if not process_alive(note.ref):
+            return []
+        try:
+            procscan.environ_of(note.ref.pid)
+            return []
+        except PermissionError:
+            pass
+        env = note.environ()
+        marked = _parse(note.ref.pid, env, prefix) if state in env.split(b"\0") else None
+        return [] if marked is None else [dataclasses.replace(marked, noted=env)]
 
     # -- teardown ------------------------------------------------------------
 
@@ -350,9 +389,11 @@ class LocalBackend:
         killed: list[ProcessRef] = [ref] if ref is not None else []
         if nonce is None:
             self._wait_exited(killed, deadline)
+            self._drop_dead_notes()
             return 0
         while time.monotonic() < deadline:
-            left = [m for m in self.scan() if m.nonce == nonce]
+            # One found by its spawn note alone is not proven ours: never signalled here.
+            left = [m for m in self.scan() if m.nonce == nonce and m.noted is None]
             if not left:
                 break
             for m in left:
@@ -362,7 +403,16 @@ class LocalBackend:
                         killed.append(m.ref)
             time.sleep(POLL)
         self._wait_exited(killed, deadline)
+        self._drop_dead_notes()
         return len(killed) - (ref is not None)
+
+    def _drop_dead_notes(self) -> None:
+        """Remove the spawn notes whose process is gone (its own, and any an earlier crash
+        left): that identity never runs again. A teardown's work, as a writer's: the read
+        verbs' scans change nothing."""
+        for note in self.notes.read_all():
+            if not process_alive(note.ref):
+                self.notes.forget(note.nonce)
 
     def _wait_exited(self, refs: Iterable[ProcessRef], deadline: float) -> None:
         """Until each of ``refs`` has exited (gone, or a zombie). A scan no longer sees a

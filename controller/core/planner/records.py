@@ -93,13 +93,13 @@ def _judge(ctx: Context, name: str) -> list[Judged]:
 def _unrecorded(ctx: Context, name: str, entry: Entry | None) -> list[Judged]:
     if name in ctx.observed.unreadable or next_name(name) in ctx.observed.records:
         return []  # never over an unknown version; a `@next` takes the name
-    if name in ctx.observed.spared:  # another set's engine: its own pass adopts it
-        holder = ctx.observed.spared[name]
-        reason = f"name {name!r} is held by another manifest set's engine, {holder}"
+    if name in ctx.observed.spared:  # an engine no pass of this set may adopt or reap
+        reason = f"name {name!r} is held by {ctx.observed.spared[name]}"
         return [Conflict(name=name, reason=reason)]
     if name in ctx.observed.adopting:  # `plan`: the pass gives the engine its record back
         ref = ctx.observed.adopting[name]
-        reason = f"record torn: the pass adopts its engine (pid {ref.pid}), as its marker names it"
+        reason = (f"record torn or lost: the pass adopts its engine (pid {ref.pid}), as its "
+                  "marker (or its spawn note) names it")  # fmt: skip
         return [Adopt(name=name, reason=reason, ref=ref)]
     if entry is None and name in ctx.desired.skipped:
         return []  # another node's broken manifest: its error is said, no record here
