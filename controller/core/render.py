@@ -86,7 +86,7 @@ def render(
     env["PORT"] = str(port)
     env["RECONCILE_NAME"] = entry.name
     # The probes present the engine's own key: a keyed engine refuses an anonymous one.
-    key = api_key(spec.engine, ctx.args, spec.env)
+    key = api_key(spec.engine, ctx.args, spec.env, entry.file_key)
     liveness = liveness_of(entry, launch)
     return Rendered(
         argv=launch.argv,

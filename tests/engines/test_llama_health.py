@@ -171,3 +171,33 @@ def test_completion_probes_of_a_keyed_llama_server(
     ]
     assert KEY not in "\n".join(p.stdout + p.stderr for p in shown)
     cli.ok("down", "-f", str(manifests))
+
+
+def test_completion_probes_of_a_llama_server_given_a_key_file(
+    llama_server: Path,  # noqa: F811
+    node: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """llama-server given `--api-key-file` (one key a line) answered 401 to every probe's
+    completion: reconcile never read the file. The loader reads it and the probes present
+    its first key; the engine gets Ready and stays live, and the key is shown nowhere."""
+    model = write_tiny_llama_gguf(tmp_path / "models" / "tiny.gguf")
+    keys = tmp_path / "keys"
+    keys.write_text(f"\n{KEY}\nother\n")
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    keyed = {"timeout": 10, "threshold": 1}
+    args = f', "--api-key-file", "{keys}"'
+    (manifests / "file.yaml").write_text(manifest("file", model, llama_server, args=args, **keyed))
+    cli = Cli(manifests, tmp_path / "state", node)
+    try:
+        cli.converge()  # Ready only once a keyed completion answered 200 with a choice
+        before = cli.status()["file"]
+        assert before["phase"] == "Ready", before
+        passed = cli.ok("-f", str(manifests), "--once")  # liveness: a keyed completion
+        after = cli.status()["file"]
+        assert after["phase"] == "Ready" and after["pid"] == before["pid"], after
+        shown = [passed, cli.ok("status", "-o", "json"), cli.ok("describe", "file")]
+        assert KEY not in "\n".join(p.stdout + p.stderr for p in shown)
+    finally:
+        cli.ok("down", "-f", str(manifests))
