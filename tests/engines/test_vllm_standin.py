@@ -14,7 +14,8 @@ from controller.core.manifest.specs import document_hash
 
 # A stand-in `vllm serve MODEL ...`: records its argv (and its --config file's text, as
 # read at its start); serves /health, /v1/models listing the served names (else the
-# model) and POST /v1/completions, the /v1 paths behind --api-key (else VLLM_API_KEY).
+# model) and POST /v1/completions, the /v1 paths behind --api-key (else VLLM_API_KEY; else
+# HIDDEN_KEY, a name of its own that reconcile cannot know: an engine whose key it lacks).
 STANDIN = """#!{python}
 import argparse, http.server, json, os, sys
 with open(os.environ["ARGV_FILE"], "w") as f:
@@ -37,7 +38,7 @@ gpus = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
 if a.tensor_parallel_size > max(len(gpus), 1):
     sys.exit(f"tensor parallel size {{a.tensor_parallel_size}} > {{len(gpus)}} GPUs visible")
 names = a.served_model_name or [a.model]
-key = a.api_key or os.environ.get("VLLM_API_KEY")  # vLLM's order: the flag, then the env
+key = a.api_key or os.environ.get("VLLM_API_KEY") or os.environ.get("HIDDEN_KEY")
 class H(http.server.BaseHTTPRequestHandler):
     def refused(self):
         keyed = self.headers.get("Authorization") == f"Bearer {{key}}"
@@ -145,14 +146,50 @@ def test_a_key_in_spec_env_is_presented_too(reconcile: Any, tmp_path: Path) -> N
     rc.down()
 
 
-def test_a_refused_probe_says_so_and_the_next_move(reconcile: Any, tmp_path: Path) -> None:
-    """A key from envFrom stays off disk, so no probe holds it: the engine's 401 said only
-    `-> 401` and the body. The probe's answer and the failure say the probe was refused,
-    holding no key, and what to do, and name the key nowhere."""
+def _secrets(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "engine.env"
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+def _no_key_in(state: Path) -> None:
+    """No file of the state dir (records, events, logs, caches) holds the key's bytes."""
+    held = [p for p in state.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+    assert not held, held
+
+
+def test_a_key_from_envfrom_is_presented_and_never_written(reconcile: Any, tmp_path: Path) -> None:
+    """A key from envFrom (VLLM_API_KEY in a `file:`) never reached the probes, since the
+    record that held the probe's key may not hold a secret: a `completion` probe got 401
+    until the deadline. Each pass finds the key in the values it read; the engine gets
+    Ready and stays live through each `--once` (a process of its own), and the key is in
+    no file of the state dir, nor in `describe -o json`, the events or what a pass says."""
     rc = reconcile
-    secrets = tmp_path / "engine.env"
-    secrets.write_text(f"VLLM_API_KEY={KEY}\n")
-    secrets.chmod(0o600)
+    secrets = _secrets(tmp_path, f"VLLM_API_KEY={KEY}\n")
+    live = {"completion": {}, "periodSeconds": 0.2, "timeoutSeconds": 10, "failureThreshold": 1}
+    spec = {"envFrom": [{"file": str(secrets)}], "livenessProbe": live}
+    _standin(rc, tmp_path, "fromfile", {**COMPLETION, "deadlineSeconds": 30}, **spec)
+    rc.converge(timeout="60s")
+    before = rc.status()["fromfile"]
+    assert before["ready"] is True, before
+    for _ in range(2):  # each pass probes liveness: a refused probe restarts it (threshold 1)
+        rc.once()
+    after = rc.status()["fromfile"]
+    assert after["ready"] is True and after["restarts"] == 0, after
+    assert after["pid"] == before["pid"], after
+    said = f"{_said(rc, 'fromfile')}\n{rc('describe', 'fromfile', '-o', 'json', check=0)}"
+    assert "completion" in said and KEY not in said
+    _no_key_in(rc.state)
+    rc.down()
+
+
+def test_a_refused_probe_says_so_and_the_next_move(reconcile: Any, tmp_path: Path) -> None:
+    """An engine whose key reconcile cannot know (a variable of its own, from envFrom) said
+    only `-> 401` and the body. The probe's answer and the failure say the probe was
+    refused, holding no key, and what to do, and name the key nowhere."""
+    rc = reconcile
+    secrets = _secrets(tmp_path, f"HIDDEN_KEY={KEY}\n")
     probe = {**COMPLETION, "deadlineSeconds": 20}  # time enough for it to listen, loaded
     spec = {"envFrom": [{"file": str(secrets)}], "restartPolicy": "Never"}
     _standin(rc, tmp_path, "hidden", probe, **spec)
@@ -160,7 +197,7 @@ def test_a_refused_probe_says_so_and_the_next_move(reconcile: Any, tmp_path: Pat
     message = rc.status()["hidden"]["message"]
     assert "not ready by its readiness deadline" in message and "-> 401" in message, message
     assert "refused the probe, which presented no API key" in message, message
-    assert "spec.args (--api-key)" in message, message
+    assert "spec.args (--api-key), spec.env or envFrom" in message, message
     assert KEY not in f"{waited}\n{_said(rc, 'hidden')}"
     rc.down()
 
