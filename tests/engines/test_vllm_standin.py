@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from controller.core.manifest.specs import document_hash
 # A stand-in `vllm serve MODEL ...`: records its argv (and its --config file's text, as
 # read at its start); serves /health, /v1/models listing the served names (else the
 # model) and POST /v1/completions, the /v1 paths behind --api-key (else VLLM_API_KEY; else
-# HIDDEN_KEY, a name of its own that reconcile cannot know: an engine whose key it lacks).
+# HIDDEN_KEY, a name of its own that reconcile cannot know: an engine whose key it lacks);
+# each keyed POST is a line of ARGV_FILE.keyed (what its probes presented, counted).
 STANDIN = """#!{python}
 import argparse, http.server, json, os, sys
 with open(os.environ["ARGV_FILE"], "w") as f:
@@ -54,6 +56,9 @@ class H(http.server.BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         if self.refused():
             return
+        if key:
+            with open(os.environ["ARGV_FILE"] + ".keyed", "a") as f:
+                f.write("POST\\n")
         body = json.dumps({{"choices": [{{"text": "OK", "finish_reason": "stop"}}]}}).encode()
         self.send_response(200); self.end_headers(); self.wfile.write(body)
     def log_message(self, *a):
@@ -180,6 +185,50 @@ def test_a_key_from_envfrom_is_presented_and_never_written(reconcile: Any, tmp_p
     assert after["pid"] == before["pid"], after
     said = f"{_said(rc, 'fromfile')}\n{rc('describe', 'fromfile', '-o', 'json', check=0)}"
     assert "completion" in said and KEY not in said
+    _no_key_in(rc.state)
+    rc.down()
+
+
+def _ready(rc: Any, name: str) -> bool:
+    return bool(rc.status().get(name, {}).get("ready"))
+
+
+def _keyed_posts(argv_file: Path) -> int:
+    try:
+        return len(Path(f"{argv_file}.keyed").read_text().splitlines())
+    except FileNotFoundError:
+        return 0
+
+
+def test_the_daemon_presents_a_key_from_envfrom_across_its_restart(
+    reconcile: Any, tmp_path: Path
+) -> None:
+    """The daemon's liveness prober (probes on its own threads) presents a key from
+    envFrom too, and a restarted daemon, holding nothing of the old one's memory, finds
+    it again: the engine is probed live with it and never restarted as not live."""
+    rc = reconcile
+    secrets = _secrets(tmp_path, f"VLLM_API_KEY={KEY}\n")
+    live = {"completion": {}, "periodSeconds": 0.2, "timeoutSeconds": 10, "failureThreshold": 1}
+    spec = {"envFrom": [{"file": str(secrets)}], "livenessProbe": live}
+    f = _standin(rc, tmp_path, "daemonkeyed", {**COMPLETION, "deadlineSeconds": 30}, **spec)
+    pids = []
+    for _ in range(2):  # the daemon, then another after it (SIGTERM leaves engines running)
+        enough = _keyed_posts(f) + 5  # Ready, then liveness probes answered
+        daemon = rc.popen("--resync", "1h")
+        try:
+            rc.wait_for(
+                lambda n=enough: _ready(rc, "daemonkeyed") and _keyed_posts(f) > n,
+                timeout=60,
+                what="keyed liveness probes of a Ready engine",
+            )
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            code = daemon.wait(timeout=30)
+        assert code == 0, code
+        item = rc.status()["daemonkeyed"]
+        assert item["ready"] is True and item["restarts"] == 0, item
+        pids.append(item["pid"])
+    assert pids[0] == pids[1], pids
     _no_key_in(rc.state)
     rc.down()
 
