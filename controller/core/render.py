@@ -21,7 +21,6 @@ from controller.core.engines import (
     readiness_deadline,
     recipe_for,
 )
-from controller.core.engines.apikey import api_key
 from controller.core.engines.owned import refuse_env
 from controller.core.manifest.specs import DeploymentSpec, Entry, LivenessProbe, Readiness, expand
 from controller.core.state import ProbeConfig
@@ -85,14 +84,11 @@ def render(
     env = {**launch.env, **entry.secret_env, **spec.env, **visibility_env(devices)}
     env["PORT"] = str(port)
     env["RECONCILE_NAME"] = entry.name
-    # The probes present the engine's own key: a keyed engine refuses an anonymous one.
-    key = api_key(spec.engine, ctx.args, spec.env)
-    liveness = liveness_of(entry, launch)
     return Rendered(
         argv=launch.argv,
         env=env,
-        probe=replace(_probe(entry, launch), bearer=key),
-        liveness=None if liveness is None else replace(liveness, bearer=key),
+        probe=_probe(entry, launch),
+        liveness=liveness_of(entry, launch),
         deadline_seconds=deadline_of(spec),
         stop_signal=launch.stop_signal,
         grace_seconds=spec.stop_grace_period_seconds,

@@ -172,9 +172,8 @@ class ProbeConfig:
     model: str = ""
     timeout_seconds: float = 1.0
     failure_threshold: int = 1  # liveness: failures in a row that restart the engine
-    # The engine's own API key (core/engines/apikey.py), sent as a bearer token: a keyed
-    # engine refuses an anonymous probe. Never in a repr, a message or an event.
-    bearer: str = field(default="", repr=False)
+    # No API key: the prober finds the engine's when it probes (core/engines/apikey.py),
+    # so no record holds one (DESIGN.md "Secrets").
 
     @property
     def kind(self) -> str:

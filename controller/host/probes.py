@@ -11,7 +11,7 @@ import socket
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.core.state import ProbeConfig, ProbeResult
 
@@ -31,6 +31,10 @@ class ProbeTarget:
     host: str
     port: int
     config: ProbeConfig
+    # The engine's own API key (core/engines/apikey.py), sent as a bearer token: a keyed
+    # engine refuses an anonymous probe. Found by the prober, never in a record, a repr,
+    # a message or an event.
+    bearer: str = field(default="", repr=False)
 
 
 def connect_host(host: str) -> str:
@@ -45,9 +49,9 @@ def probe(target: ProbeTarget, timeout: float | None = None) -> ProbeResult:
     limit = config.timeout_seconds if timeout is None else timeout
     try:
         if config.completion:
-            return _completion(host, target.port, config, limit)
+            return _completion(host, target.port, config, limit, target.bearer)
         if config.http:
-            return _http(host, target.port, config.http, limit, config.bearer)
+            return _http(host, target.port, config.http, limit, target.bearer)
         if config.tcp:
             with socket.create_connection((host, target.port), timeout=limit):
                 return ProbeResult(True, f"tcp {target.port} accepts")
@@ -58,7 +62,9 @@ def probe(target: ProbeTarget, timeout: float | None = None) -> ProbeResult:
     return ProbeResult(True, "running (no readiness probe)")
 
 
-def _completion(host: str, port: int, config: ProbeConfig, timeout: float) -> ProbeResult:
+def _completion(
+    host: str, port: int, config: ProbeConfig, timeout: float, bearer: str
+) -> ProbeResult:
     path = config.completion or ""
     body: dict[str, object] = {"model": config.model, "max_tokens": MAX_TOKENS}
     if path.endswith("/chat/completions"):
@@ -66,9 +72,9 @@ def _completion(host: str, port: int, config: ProbeConfig, timeout: float) -> Pr
     else:
         body["prompt"] = PROMPT
     payload = json.dumps(body).encode()
-    status, text = request(host, port, "POST", path, timeout, payload, config.bearer)
+    status, text = request(host, port, "POST", path, timeout, payload, bearer)
     if status in REFUSED:
-        return ProbeResult(False, refused(f"POST {path}", status, config.bearer))
+        return ProbeResult(False, refused(f"POST {path}", status, bearer))
     if status != 200:
         return ProbeResult(False, f"POST {path} -> {status}: {text[:120].strip()}")
     try:
@@ -109,13 +115,13 @@ def refused(what: str, status: int, bearer: str) -> str:
     if bearer:
         return (
             f"{what} -> {status}: the engine refused the API key the probe presented (its "
-            "--api-key, or VLLM_API_KEY / LLAMA_API_KEY in spec.env): check that the engine "
-            "reads the key given there"
+            "--api-key, llama.cpp's --api-key-file, or VLLM_API_KEY / LLAMA_API_KEY / "
+            "API_KEY in spec.env or envFrom): check that the engine reads the key given there"
         )
     return (
         f"{what} -> {status}: the engine refused the probe, which presented no API key: "
-        "give the engine's key in spec.args (--api-key) or spec.env (a key from envFrom "
-        "stays off disk, so no probe holds it), or probe a path the key does not guard "
+        "give the engine's key in spec.args (--api-key), spec.env or envFrom (VLLM_API_KEY, "
+        "LLAMA_API_KEY, API_KEY), or probe a path the key does not guard "
         "(readiness.httpGet: {path: /health})"
     )
 

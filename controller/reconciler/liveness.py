@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from controller.core.state import Phase, ProbeResult, RecordView
 from controller.host.probes import ProbeTarget, probe, probe_many
+from controller.reconciler.probekeys import Keys, no_keys
 
 WORKERS = 16
 News = Callable[[bool], None]  # called from a worker: True when a pass should count it
@@ -60,10 +61,13 @@ class LivenessProber:
         self._probed.clear()
         self.owner = owner
 
-    def take(self, views: Mapping[str, RecordView]) -> dict[str, tuple[ProbeResult, ...]]:
-        """The answers no pass has counted yet, by record name (for this observation)."""
+    def take(
+        self, views: Mapping[str, RecordView], keys: Keys = no_keys
+    ) -> dict[str, tuple[ProbeResult, ...]]:
+        """The answers no pass has counted yet, by record name (for this observation);
+        ``keys``: the API key each engine's probes present (probekeys.py)."""
         with self._lock:
-            self._watch(views)
+            self._watch(views, keys)
         if self.background:
             self.start_due()
         else:
@@ -104,8 +108,11 @@ class LivenessProber:
 
     # -- inside ---------------------------------------------------------------------
 
-    def _watch(self, views: Mapping[str, RecordView]) -> None:
-        """Slots for the Ready engines with a liveness probe; a new nonce starts afresh."""
+    def _watch(self, views: Mapping[str, RecordView], keys: Keys) -> None:
+        """Slots for the Ready engines with a liveness probe; a new nonce starts afresh.
+        A key once found for an engine is kept while it runs (it read its key at its
+        start): a pass that finds none (its manifest not read: a git source's first fetch)
+        takes none from it."""
         now = self.clock()
         wanted = {n: v for n, v in views.items() if _probed(v, self.owner)}
         for name in list(self._slots):
@@ -120,7 +127,8 @@ class LivenessProber:
                 target = ProbeTarget(rec.host, rec.port, rec.liveness)
                 slot = _Slot(rec.nonce, target, due=now + rec.liveness.period_seconds)
                 self._slots[name] = slot
-            slot.target = ProbeTarget(rec.host, rec.port, rec.liveness)  # an in-place update
+            key = keys(rec) or slot.target.bearer
+            slot.target = ProbeTarget(rec.host, rec.port, rec.liveness, key)  # in-place update
             slot.failing = rec.liveness_failures > 0
 
     def _probe_now(self) -> None:

@@ -25,6 +25,7 @@ from controller.host import bootclock, ports
 from controller.host.probes import ProbeTarget, probe_many
 from controller.host.procs import age, identity, process_alive
 from controller.reconciler.liveness import LivenessProber
+from controller.reconciler.probekeys import Keys, no_keys
 from controller.store.instances.records import Snapshot, held_by_unreadable
 
 
@@ -36,8 +37,10 @@ def observe(
     probe: bool = True,
     node: str | None = None,
     liveness: LivenessProber | None = None,
+    keys: Keys = no_keys,
 ) -> Observed:
-    """``liveness``: the prober whose answers this observation takes (None: no liveness)."""
+    """``liveness``: the prober whose answers this observation takes (None: no liveness);
+    ``keys``: the API key each record's probes present (probekeys.py)."""
     backend.refresh(snapshot.records.values())  # one batched look (a cluster: one round trip)
     markers = backend.scan()
     by_nonce: dict[str, list[MarkedProcess]] = {}
@@ -49,12 +52,12 @@ def observe(
         for name, rec in snapshot.records.items()
     }
     if probe:
-        results = probe_many(_targets(views.values()))
+        results = probe_many(_targets(views.values(), keys))
         local = backend.name == backendnames.LOCAL
         for name, result in results.items():
             views[name] = _with_probe(views[name], _owned(views[name], result, local))
     if liveness is not None:
-        for name, answers in liveness.take(views).items():
+        for name, answers in liveness.take(views, keys).items():
             views[name] = dataclasses.replace(views[name], liveness=answers)
     nonces = {rec.nonce for rec in snapshot.records.values() if rec.nonce}
     nonces |= {p.nonce for p in snapshot.problems if p.nonce}  # unknown version: not ours to reap
@@ -104,12 +107,12 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
     )
 
 
-def _targets(views: Iterable[RecordView]) -> dict[str, ProbeTarget]:
+def _targets(views: Iterable[RecordView], keys: Keys) -> dict[str, ProbeTarget]:
     targets = {}
     for view in views:
         rec = view.record
         if view.alive and rec.phase is Phase.STARTING and rec.port is not None:
-            targets[rec.name] = ProbeTarget(rec.host, rec.port, rec.probe)
+            targets[rec.name] = ProbeTarget(rec.host, rec.port, rec.probe, keys(rec))
     return targets
 
 

@@ -60,6 +60,7 @@ from controller.reconciler.leases import Lease, RecordMaker, kept_count
 from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.memwait import MemoryGate
 from controller.reconciler.observe import observe
+from controller.reconciler.probekeys import keys_of
 from controller.reconciler.pulling import puller_of
 from controller.reconciler.volumes import refuse_missing_volumes
 from controller.store import diskspace
@@ -311,7 +312,11 @@ class Preview:
         """The records: a pass quarantines one it cannot read, a preview only names it."""
         return self.store.load() if self.sets_aside else self.store.peek()
 
-    def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
+    def observe(
+        self, *, probe: bool = True, desired: Desired | None = None
+    ) -> tuple[Observed, list[RecordProblem]]:
+        """``desired``: the pass's entries, whose engines' API keys the probes present
+        (probekeys.py; None: only what the records' spec documents give)."""
         live = self.backend.devices()
         if live is not None:  # a cluster: plan against the nodes that are there now
             self.inventory = live
@@ -324,6 +329,7 @@ class Preview:
             probe=probe,
             node=self.config.node,
             liveness=self.liveness if probe else None,
+            keys=keys_of(desired),
         )
         health = devicehealth.read if self.sets_aside else devicehealth.peek
         peaks = measured.read if self.sets_aside else measured.peek
@@ -440,9 +446,11 @@ class Reconciler(Preview):
         """The records: a pass quarantines one it cannot read, a preview only names it."""
         return self.store.load() if self.sets_aside else self.store.peek()
 
-    def observe(self, *, probe: bool = True) -> tuple[Observed, list[RecordProblem]]:
+    def observe(
+        self, *, probe: bool = True, desired: Desired | None = None
+    ) -> tuple[Observed, list[RecordProblem]]:
         self.device_watch.look()  # before the records: a fault seen now moves them now
-        seen = super().observe(probe=probe)
+        seen = super().observe(probe=probe, desired=desired)
         self.puller.settle()  # what plan only reads: noted under the pass lock
         self.device_watch.measure(seen[0], self.config.node)  # the next round plans with it
         self.maker.inventory = self.inventory  # moved with a cluster's nodes (Preview.observe)
@@ -625,11 +633,11 @@ class Reconciler(Preview):
         for _ in range(MAX_ROUNDS):
             if self.interrupted():
                 break  # the daemon is stopping: the round in flight was finished
-            observed, problems = self.observe()
+            observed, problems = self.observe(desired=desired)
             adopted = self.adopter.rebuild(desired, observed) if observed.orphans else {}
             if adopted:
                 result.adopted.update(adopted)
-                observed, more = self.observe()  # the adopted engine has a record now
+                observed, more = self.observe(desired=desired)  # the adopted one has a record
                 problems = [*problems, *more]
             observed = self.spare_others(desired, observed)
             _add_problems(result, problems)  # a quarantine is seen by one round only

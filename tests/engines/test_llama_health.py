@@ -171,3 +171,39 @@ def test_completion_probes_of_a_keyed_llama_server(
     ]
     assert KEY not in "\n".join(p.stdout + p.stderr for p in shown)
     cli.ok("down", "-f", str(manifests))
+
+
+def test_completion_probes_of_a_llama_server_given_a_key_file(
+    llama_server: Path,  # noqa: F811
+    node: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """llama-server given `--api-key-file` (one key a line) answered 401 to every probe's
+    completion: reconcile never read the file. The loader reads it and the probes present
+    its first key; the engine gets Ready and stays live through each `--once` (a process
+    of its own, which reads the file again), and the key is in no file of the state dir
+    (the record keeps none), nor in `describe -o json`, the events or what a pass says."""
+    model = write_tiny_llama_gguf(tmp_path / "models" / "tiny.gguf")
+    keys = tmp_path / "keys"
+    keys.write_text(f"\n{KEY}\nother\n")
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    keyed = {"timeout": 10, "threshold": 1}
+    args = f', "--api-key-file", "{keys}"'
+    (manifests / "file.yaml").write_text(manifest("file", model, llama_server, args=args, **keyed))
+    state = tmp_path / "state"
+    cli = Cli(manifests, state, node)
+    try:
+        cli.converge()  # Ready only once a keyed completion answered 200 with a choice
+        before = cli.status()["file"]
+        assert before["phase"] == "Ready", before
+        passes = [cli.ok("-f", str(manifests), "--once") for _ in range(2)]  # liveness
+        after = cli.status()["file"]
+        assert after["phase"] == "Ready" and after["pid"] == before["pid"], after
+        shown = [*passes, cli.ok("status", "-o", "json"), cli.ok("describe", "file", "-o", "json")]
+        assert KEY not in "\n".join(p.stdout + p.stderr for p in shown)
+        held = [p for p in state.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+        assert not held, held  # records, events, logs, caches
+        assert (state / "events" / "file.jsonl").is_file()  # the events were looked at
+    finally:
+        cli.ok("down", "-f", str(manifests))

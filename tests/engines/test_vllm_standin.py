@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,9 @@ from controller.core.manifest.specs import document_hash
 
 # A stand-in `vllm serve MODEL ...`: records its argv (and its --config file's text, as
 # read at its start); serves /health, /v1/models listing the served names (else the
-# model) and POST /v1/completions, the /v1 paths behind --api-key (else VLLM_API_KEY).
+# model) and POST /v1/completions, the /v1 paths behind --api-key (else VLLM_API_KEY; else
+# HIDDEN_KEY, a name of its own that reconcile cannot know: an engine whose key it lacks);
+# each keyed POST is a line of ARGV_FILE.keyed (what its probes presented, counted).
 STANDIN = """#!{python}
 import argparse, http.server, json, os, sys
 with open(os.environ["ARGV_FILE"], "w") as f:
@@ -37,7 +40,7 @@ gpus = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
 if a.tensor_parallel_size > max(len(gpus), 1):
     sys.exit(f"tensor parallel size {{a.tensor_parallel_size}} > {{len(gpus)}} GPUs visible")
 names = a.served_model_name or [a.model]
-key = a.api_key or os.environ.get("VLLM_API_KEY")  # vLLM's order: the flag, then the env
+key = a.api_key or os.environ.get("VLLM_API_KEY") or os.environ.get("HIDDEN_KEY")
 class H(http.server.BaseHTTPRequestHandler):
     def refused(self):
         keyed = self.headers.get("Authorization") == f"Bearer {{key}}"
@@ -53,6 +56,9 @@ class H(http.server.BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         if self.refused():
             return
+        if key:
+            with open(os.environ["ARGV_FILE"] + ".keyed", "a") as f:
+                f.write("POST\\n")
         body = json.dumps({{"choices": [{{"text": "OK", "finish_reason": "stop"}}]}}).encode()
         self.send_response(200); self.end_headers(); self.wfile.write(body)
     def log_message(self, *a):
@@ -145,14 +151,94 @@ def test_a_key_in_spec_env_is_presented_too(reconcile: Any, tmp_path: Path) -> N
     rc.down()
 
 
-def test_a_refused_probe_says_so_and_the_next_move(reconcile: Any, tmp_path: Path) -> None:
-    """A key from envFrom stays off disk, so no probe holds it: the engine's 401 said only
-    `-> 401` and the body. The probe's answer and the failure say the probe was refused,
-    holding no key, and what to do, and name the key nowhere."""
+def _secrets(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "engine.env"
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+def _no_key_in(state: Path) -> None:
+    """No file of the state dir (records, events, logs, caches) holds the key's bytes."""
+    held = [p for p in state.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+    assert not held, held
+
+
+def test_a_key_from_envfrom_is_presented_and_never_written(reconcile: Any, tmp_path: Path) -> None:
+    """A key from envFrom (VLLM_API_KEY in a `file:`) never reached the probes, since the
+    record that held the probe's key may not hold a secret: a `completion` probe got 401
+    until the deadline. Each pass finds the key in the values it read; the engine gets
+    Ready and stays live through each `--once` (a process of its own), and the key is in
+    no file of the state dir, nor in `describe -o json`, the events or what a pass says."""
     rc = reconcile
-    secrets = tmp_path / "engine.env"
-    secrets.write_text(f"VLLM_API_KEY={KEY}\n")
-    secrets.chmod(0o600)
+    secrets = _secrets(tmp_path, f"VLLM_API_KEY={KEY}\n")
+    live = {"completion": {}, "periodSeconds": 0.2, "timeoutSeconds": 10, "failureThreshold": 1}
+    spec = {"envFrom": [{"file": str(secrets)}], "livenessProbe": live}
+    _standin(rc, tmp_path, "fromfile", {**COMPLETION, "deadlineSeconds": 30}, **spec)
+    rc.converge(timeout="60s")
+    before = rc.status()["fromfile"]
+    assert before["ready"] is True, before
+    for _ in range(2):  # each pass probes liveness: a refused probe restarts it (threshold 1)
+        rc.once()
+    after = rc.status()["fromfile"]
+    assert after["ready"] is True and after["restarts"] == 0, after
+    assert after["pid"] == before["pid"], after
+    said = f"{_said(rc, 'fromfile')}\n{rc('describe', 'fromfile', '-o', 'json', check=0)}"
+    assert "completion" in said and KEY not in said
+    _no_key_in(rc.state)
+    rc.down()
+
+
+def _ready(rc: Any, name: str) -> bool:
+    return bool(rc.status().get(name, {}).get("ready"))
+
+
+def _keyed_posts(argv_file: Path) -> int:
+    try:
+        return len(Path(f"{argv_file}.keyed").read_text().splitlines())
+    except FileNotFoundError:
+        return 0
+
+
+def test_the_daemon_presents_a_key_from_envfrom_across_its_restart(
+    reconcile: Any, tmp_path: Path
+) -> None:
+    """The daemon's liveness prober (probes on its own threads) presents a key from
+    envFrom too, and a restarted daemon, holding nothing of the old one's memory, finds
+    it again: the engine is probed live with it and never restarted as not live."""
+    rc = reconcile
+    secrets = _secrets(tmp_path, f"VLLM_API_KEY={KEY}\n")
+    live = {"completion": {}, "periodSeconds": 0.2, "timeoutSeconds": 10, "failureThreshold": 1}
+    spec = {"envFrom": [{"file": str(secrets)}], "livenessProbe": live}
+    f = _standin(rc, tmp_path, "daemonkeyed", {**COMPLETION, "deadlineSeconds": 30}, **spec)
+    pids = []
+    for _ in range(2):  # the daemon, then another after it (SIGTERM leaves engines running)
+        enough = _keyed_posts(f) + 5  # Ready, then liveness probes answered
+        daemon = rc.popen("--resync", "1h")
+        try:
+            rc.wait_for(
+                lambda n=enough: _ready(rc, "daemonkeyed") and _keyed_posts(f) > n,
+                timeout=60,
+                what="keyed liveness probes of a Ready engine",
+            )
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            code = daemon.wait(timeout=30)
+        assert code == 0, code
+        item = rc.status()["daemonkeyed"]
+        assert item["ready"] is True and item["restarts"] == 0, item
+        pids.append(item["pid"])
+    assert pids[0] == pids[1], pids
+    _no_key_in(rc.state)
+    rc.down()
+
+
+def test_a_refused_probe_says_so_and_the_next_move(reconcile: Any, tmp_path: Path) -> None:
+    """An engine whose key reconcile cannot know (a variable of its own, from envFrom) said
+    only `-> 401` and the body. The probe's answer and the failure say the probe was
+    refused, holding no key, and what to do, and name the key nowhere."""
+    rc = reconcile
+    secrets = _secrets(tmp_path, f"HIDDEN_KEY={KEY}\n")
     probe = {**COMPLETION, "deadlineSeconds": 20}  # time enough for it to listen, loaded
     spec = {"envFrom": [{"file": str(secrets)}], "restartPolicy": "Never"}
     _standin(rc, tmp_path, "hidden", probe, **spec)
@@ -160,7 +246,7 @@ def test_a_refused_probe_says_so_and_the_next_move(reconcile: Any, tmp_path: Pat
     message = rc.status()["hidden"]["message"]
     assert "not ready by its readiness deadline" in message and "-> 401" in message, message
     assert "refused the probe, which presented no API key" in message, message
-    assert "spec.args (--api-key)" in message, message
+    assert "spec.args (--api-key), spec.env or envFrom" in message, message
     assert KEY not in f"{waited}\n{_said(rc, 'hidden')}"
     rc.down()
 

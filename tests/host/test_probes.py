@@ -159,7 +159,7 @@ def test_an_http_probe_presents_the_engines_key(
 ) -> None:
     """An httpGet probe on a path behind the engine's key got 401 every time: it sent no
     key. It presents the one it holds; a refusal says so and what to do, never the key."""
-    config = ProbeConfig(http=(("/v1/models", None),), bearer=bearer)
-    result = probe(ProbeTarget("127.0.0.1", keyed, config), timeout=10)
+    target = ProbeTarget("127.0.0.1", keyed, ProbeConfig(http=(("/v1/models", None),)), bearer)
+    result = probe(target, timeout=10)
     assert result.ready is ready and result.detail.startswith(said), result
-    assert "wrong" not in f"{result.detail} {config!r}" and "right" not in repr(config)
+    assert "wrong" not in f"{result.detail} {target!r}" and "right" not in repr(target)

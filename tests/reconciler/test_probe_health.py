@@ -242,3 +242,38 @@ def test_the_daemons_prober_answers_from_its_threads_and_drops_a_gone_engine(eng
         assert prober.take(_ready(engine, nonce="n2")) == {}
     finally:
         prober.close()
+
+
+def _keyed_completion(request: bytes) -> bytes:
+    """An engine's completion behind the key `right`."""
+    keyed = b"\r\nAuthorization: Bearer right\r\n" in request
+    status, body = ("200 OK", {"choices": [{"text": "OK"}]}) if keyed else ("401 No", {})
+    return _json(status, body)(request)
+
+
+def test_the_prober_keeps_an_engines_key_while_it_runs() -> None:
+    """No record holds an engine's API key: each pass finds it (reconciler/probekeys.py).
+    A pass that finds none for a running engine (its manifest not read yet: a git source's
+    first fetch) would probe it anonymously, get 401 and restart it as not live. The
+    prober keeps the key it found for that engine (its nonce); a new engine gets none of
+    it."""
+    seen: list[bytes] = []
+    with contextlib.contextmanager(_serve)(_keyed_completion, seen) as port:
+        live = ProbeConfig(completion="/v1/completions", model="m", timeout_seconds=2.0)
+
+        def views(nonce: str) -> dict[str, RecordView]:
+            rec = Record(name="web", owner="o", node="n", phase=Phase.READY, port=port,
+                         nonce=nonce, liveness=live)  # fmt: skip
+            return {"web": RecordView(record=rec, alive=True)}
+
+        prober = LivenessProber()
+        for keys, nonce, ready in [
+            (lambda rec: "right", "n1", True),  # a pass that read the manifest
+            (lambda rec: "", "n1", True),  # one that did not: the engine's key is kept
+            (lambda rec: "", "n2", False),  # a new engine: nothing of the old one's
+        ]:
+            prober.begin_pass()
+            (answer,) = prober.take(views(nonce), keys)["web"]
+            assert answer.ready is ready, answer
+        assert "presented no API key" in answer.detail and "right" not in answer.detail
+        assert [b"Bearer right" in r for r in seen] == [True, True, False], seen

@@ -15,13 +15,19 @@ the key, and would never get Ready. Checked against each engine's sources:
   ``/v1/completions`` and ``/v1/chat/completions`` behind it and leaves ``/health``,
   ``/info``, ``/metrics`` and ``/v1/models`` public (``router/src/server.rs``).
 
-Only ``spec.args`` and ``spec.env`` are read: a key from ``envFrom`` stays off disk
-(controller/host/secrets.py), so the record, and with it the probe, never holds it.
+The key is found where a probe is made, never kept: no record holds it (DESIGN.md
+"Secrets"). A pass finds it from the entry it loaded (its args, its env over envFrom's
+values, its key file's first key, all in memory: reconciler/probekeys.py); what has only
+a record (the gateway, a record whose manifest is gone or changed) finds it with
+:func:`document_key` from the record's spec document, which holds the args and env as
+the manifest spelled them and nothing read from a file (docs/design.md, "API keys").
+Imports no pydantic: the gateway process asks it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from controller.core.engines.spelling import value_of
 
@@ -31,7 +37,7 @@ ENV: dict[str, str] = {"vllm": "VLLM_API_KEY", "llama-cpp": "LLAMA_API_KEY", "tg
 
 
 def api_key(engine: str, args: Sequence[str], env: Mapping[str, str], file_key: str = "") -> str:
-    """The key a client of ``engine`` must present ("": none, or none reconcile may keep).
+    """The key a client of ``engine`` must present ("": none, or none reconcile knows).
     ``file_key``: the first key of llama.cpp's ``--api-key-file``, as the loader read it."""
     if engine not in KEYED:
         return ""
@@ -43,3 +49,12 @@ def api_key(engine: str, args: Sequence[str], env: Mapping[str, str], file_key: 
     if engine == "llama-cpp" and not key:
         key = file_key
     return key or ""
+
+
+def document_key(document: Mapping[str, Any]) -> str:
+    """The key a record's spec document gives: its args and env alone (a key from envFrom
+    or a key file was never written there)."""
+    engine, args, env = document.get("engine"), document.get("args"), document.get("env")
+    if not isinstance(engine, str) or not isinstance(args, list) or not isinstance(env, dict):
+        return ""
+    return api_key(engine, [str(a) for a in args], {str(k): str(v) for k, v in env.items()})

@@ -900,6 +900,9 @@ class Entry:
     # vLLM's --config file's digest (store/sources/engineconfig.py), which ``hash`` covers
     # (with_config): an edit of the file restarts the engine, as a changed secret does.
     config_digest: str = ""
+    # The first key of llama.cpp's --api-key-file (store/sources/keyfile.py), which the
+    # probes present: never in repr, equality or any document.
+    file_key: str = field(default="", repr=False, compare=False)
     # What a release before the secrets key recorded for the same values (see rekeyed).
     unkeyed_digest: str = field(default="", repr=False, compare=False)
     # The line of each field path in the document, as the loader read it: a check made

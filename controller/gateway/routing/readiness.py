@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from controller.core.engines.apikey import document_key
 from controller.core.state import Phase, ProbeConfig, Record
 from controller.gateway.routing.table import Table, Target
 from controller.host import probes
@@ -30,7 +31,10 @@ SLOW_POLL = 0.1
 async def passes(rec: Record) -> bool:
     """The record's readiness probe, once: the daemon's own (same checks, same verdict)."""
     assert rec.port is not None
-    target = probes.ProbeTarget(host=rec.host, port=rec.port, config=rec.probe)
+    # The key its spec document gives (args, env): one from envFrom or a key file is the
+    # daemon's alone, whose own probe then records it Ready (core/engines/apikey.py).
+    key = document_key(rec.stored_spec)
+    target = probes.ProbeTarget(host=rec.host, port=rec.port, config=rec.probe, bearer=key)
     return (await asyncio.to_thread(probes.probe, target)).ready
 
 

@@ -197,6 +197,9 @@ def _required(value: T | None, where: str) -> T:
 
 
 def _probe(f: Fields) -> ProbeConfig:
+    # An earlier release kept the engine's API key here: read past, never kept (DESIGN.md
+    # "Secrets"); the prober finds the key when it probes (core/engines/apikey.py).
+    f.raw("bearer", None)
     return f.build(
         lambda: ProbeConfig(
             http=_checks(f),
@@ -206,7 +209,6 @@ def _probe(f: Fields) -> ProbeConfig:
             model=f.take("model", str, _PROBE.model),
             timeout_seconds=f.take("timeout_seconds", float, _PROBE.timeout_seconds),
             failure_threshold=f.take("failure_threshold", int, _PROBE.failure_threshold),
-            bearer=f.take("bearer", str, _PROBE.bearer),
         )
     )
 

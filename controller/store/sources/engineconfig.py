@@ -54,7 +54,7 @@ def config_problem(spec: DeploymentSpec) -> tuple[int, str] | None:
             "its own working directory (the daemon's), so reconcile cannot check it: give "
             "the file's absolute path"
         )
-    host = _on_host(spec, where)
+    host = on_host(spec, where)
     if host is None:  # inside the image: only the engine can read it
         return None
     return _file_problem(index, path, host)
@@ -66,7 +66,7 @@ def config_digest(spec: DeploymentSpec) -> str:
     found = _config_of(spec)
     if found is None or not found[1].startswith("/"):  # config_problem said it at load
         return ""
-    host = _on_host(spec, PurePosixPath(found[1]))
+    host = on_host(spec, PurePosixPath(found[1]))
     if host is None:
         return ""
     try:
@@ -93,7 +93,7 @@ def _config_path(args: Sequence[str]) -> tuple[int, str] | None:
     return None
 
 
-def _on_host(spec: DeploymentSpec, path: PurePosixPath) -> str | None:
+def on_host(spec: DeploymentSpec, path: PurePosixPath) -> str | None:
     """The host's path of the engine's ``path``: itself for a process; through a bind
     mount for a container (None: the image's own file)."""
     if spec.container is None:

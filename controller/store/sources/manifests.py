@@ -40,6 +40,7 @@ from controller.core.manifest.specs import (
 from controller.store.sources import bounded, security
 from controller.store.sources.bounded import Document, Path_
 from controller.store.sources.engineconfig import config_digest, config_problem
+from controller.store.sources.keyfile import first_key, key_file_problem
 from controller.store.sources.parsecache import ParseCache
 
 SUFFIXES = (".yaml", ".yml")
@@ -285,6 +286,8 @@ def _load_document(
     # vLLM's --config file sets what the recipe sets or reads; on a cluster the file is
     # the engine's node's, not this one's.
     config = None if on_cluster(result.backend) else config_problem(deployment.spec)
+    if config is None and not on_cluster(result.backend):  # llama.cpp's, read for the probes
+        config = key_file_problem(deployment.spec)
     if config is not None:
         index, why = config
         _invalid(result, deployment, file, lines, ("spec", "args", index), why)
@@ -312,7 +315,11 @@ def _load_document(
     # vLLM's --config file, read here (a local node's): its edit is a change of the spec
     digest = "" if on_cluster(result.backend) else config_digest(deployment.spec)
     hash_ = with_config(spec_hash(deployment.spec), digest)
-    _add(result, Entry(deployment, file, line, hash_, config_digest=digest, field_lines=lines))
+    key = "" if on_cluster(result.backend) else first_key(deployment.spec)
+    _add(
+        result,
+        Entry(deployment, file, line, hash_, config_digest=digest, file_key=key, field_lines=lines),
+    )
 
 
 def _invalid(

@@ -387,6 +387,25 @@ def test_reads_what_earlier_releases_wrote() -> None:
     assert (rec.priority, rec.memory, rec.labels, rec.device_uuids) == (0, None, {}, ())
 
 
+def test_a_record_that_kept_an_api_key_loads_and_is_written_without_it(
+    store: RecordStore,
+) -> None:
+    """A release before kept the engine's API key in the record's probes (``bearer``): such
+    a record loads as it was, and the next write of it holds no key (the prober finds the
+    key when it probes: core/engines/apikey.py)."""
+    old = json.loads(to_json(full_record()))
+    old["probe"]["bearer"] = "sk-kept-before-31f7"
+    old["liveness"] = {**old["probe"], "failure_threshold": 3}
+    rec = from_json(json.dumps(old))
+    assert rec.probe == full_record().probe and rec.liveness is not None
+    assert "bearer" not in json.loads(to_json(rec))["probe"]
+    store.path("web").write_text(json.dumps(old))
+    loaded = store.load()
+    assert list(loaded.records) == ["web"] and not loaded.problems, loaded.problems
+    store.write(loaded.records["web"])
+    assert b"sk-kept-before-31f7" not in store.path("web").read_bytes()
+
+
 @pytest.mark.parametrize(
     ("change", "where"),
     [

@@ -1,0 +1,94 @@
+"""llama.cpp's ``--api-key-file FILE``, read when the manifest is (store/sources/keyfile.py).
+
+llama-server takes each non-empty line of the file as a key. reconcile never read it, so
+the probes presented none and a ``completion`` probe got 401 until the deadline, while
+`validate` said the manifest was fine. A file it cannot read is now said at the flag's
+line, with the next move; the key is never printed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controller.store.sources.manifests import LoadResult, load
+
+KEY = "file-key-7c1e"
+
+
+def write(tmp_path: Path, keys: str | None, args: list[str], **spec: object) -> LoadResult:
+    """A llama-cpp manifest giving ``args`` (``{keys}``: the key file, written when given)."""
+    path = tmp_path / "keys"
+    if keys is not None:
+        path.write_text(keys)
+    folder = tmp_path / "manifests"
+    folder.mkdir(parents=True)
+    doc = {
+        "apiVersion": "reconcile/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "chat"},
+        "spec": {
+            "engine": "llama-cpp",
+            "model": "/models/tiny.gguf",
+            "args": [a.replace("{keys}", str(path)) for a in args],
+            **spec,
+        },
+    }
+    (folder / "chat.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return load([folder], backend="local")
+
+
+ARGS = ["--threads", "1", "--api-key-file", "{keys}"]
+ARGS_LINE = 11  # the manifest's line of `- --api-key-file` (safe_dump: `args:` is line 8)
+
+
+@pytest.mark.parametrize(
+    ("keys", "args", "said", "move"),
+    [
+        (None, ARGS, "which reconcile cannot read (No such file", "fix the path or its mode"),
+        (f"{KEY}\n", ["--api-key-file", "keys"], "a relative path", "absolute path"),
+    ],
+    ids=["missing", "relative"],
+)
+def test_a_key_file_reconcile_cannot_read_is_said_at_its_line(
+    tmp_path: Path, keys: str | None, args: list[str], said: str, move: str
+) -> None:
+    loaded = write(tmp_path, keys, args)
+    assert "chat" not in loaded.entries
+    (error,) = loaded.errors
+    text = str(error)
+    line = ARGS_LINE if args is ARGS else ARGS_LINE - 2
+    assert f"chat.yaml:{line}: spec.args" in text, text
+    assert said in text and "--api-key-file" in text and text.endswith(move), text
+    assert KEY not in text
+
+
+def test_an_unreadable_key_file_is_said(tmp_path: Path) -> None:
+    (tmp_path / "keys").mkdir()  # a folder where the file should be
+    (error,) = write(tmp_path, None, ARGS).errors
+    assert "which is not a file: give the key file's path" in str(error), error
+
+
+def test_the_files_first_key_is_the_probes(tmp_path: Path) -> None:
+    """The first non-empty line, as llama-server's reader takes it; through a container's
+    bind mount too; never in the entry's repr."""
+    loaded = write(tmp_path, f"\n{KEY}\nsecond\n", ARGS)
+    assert loaded.errors == []
+    entry = loaded.entries["chat"]
+    assert entry.file_key == KEY and KEY not in repr(entry)
+    bound = write(
+        tmp_path / "c",
+        None,
+        ["--api-key-file", "/etc/llama/keys"],
+        container={"image": "llama:local", "volumes": [f"{tmp_path}:/etc/llama:ro"]},
+    )
+    assert bound.errors == [] and bound.entries["chat"].file_key == KEY
+
+
+def test_a_path_the_engine_alone_reads_is_left_to_it(tmp_path: Path) -> None:
+    in_image = write(tmp_path, None, ["--api-key-file", "/opt/keys"], container={"image": "x"})
+    placeholder = write(tmp_path / "p", None, ["--api-key-file", "/etc/{name}.keys"])
+    for loaded in (in_image, placeholder):
+        assert loaded.errors == [] and loaded.entries["chat"].file_key == ""
