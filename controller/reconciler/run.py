@@ -86,6 +86,8 @@ if TYPE_CHECKING:  # loaded where used: a pass with no git source, hooks or envF
 log = get_logger("reconcile")
 
 MAX_ROUNDS = 5
+# The journal's action for an engine left running that no pass here may adopt or stop.
+SPARE = "spare"
 
 
 @dataclass
@@ -107,6 +109,9 @@ class PassResult:
     held: dict[str, str] = field(default_factory=dict)
     # this set's engines of quarantined records given their record back: name -> pid
     adopted: dict[str, int] = field(default_factory=dict)
+    # engines found by their spawn note alone that no manifest here declares: name -> what
+    # holds what, why reconcile leaves it running, and the next move (strays.unproven)
+    unproven: dict[str, str] = field(default_factory=dict)
 
     node: str | None = None  # records of other nodes are theirs to judge, not this pass's
     git: SyncResult | None = None  # the git source's fetch and move before this pass
@@ -639,6 +644,7 @@ class Reconciler(Preview):
                 result.adopted.update(adopted)
                 observed, more = self.observe(desired=desired)  # the adopted one has a record
                 problems = [*problems, *more]
+            self._tell_unproven(desired, observed, result)
             observed = self.spare_others(desired, observed)
             _add_problems(result, problems)  # a quarantine is seen by one round only
             result.pulls = dict(observed.pulls)
@@ -667,6 +673,20 @@ class Reconciler(Preview):
             result.records = final.records
         self._end_histories(desired, result)
         return result
+
+    def _tell_unproven(self, desired: Desired, observed: Observed, result: PassResult) -> None:
+        """Each engine no pass may adopt or stop (strays.unproven) said by this pass, and
+        journalled under its name once per engine: its port and devices were held with
+        nothing said anywhere."""
+        if self.backend.name != backendnames.LOCAL or not observed.orphans:
+            return
+        notes = StateDir(self.config.state_dir).spawn_notes
+        for one in strays.unproven(desired, observed, self.inventory, notes):
+            result.unproven[one.name] = words = one.words()
+            outcome = f"left running: pid {one.pid}"
+            told = self.executor.journal.read(base_name(one.name))
+            if not any(e.get("action") == SPARE and e.get("outcome") == outcome for e in told):
+                self.executor.event(one.name, SPARE, words, outcome)
 
     def _end_histories(self, desired: Desired, result: PassResult) -> None:
         """A journal of this set's whose deployment has no record and no manifest ends

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from controller.backends.base import Backend
 from controller.core.actions import Reap
@@ -148,6 +149,58 @@ def _holder(leader: MarkedProcess) -> str:
     if leader.owner is None:  # an older version's engine: its set is a guess
         return f"{name} (pid {pid}: its record is torn, another set's?)"
     return f"{name} (pid {pid} of manifest set {leader.owner}: its record is torn)"
+
+
+# -- what no pass here may adopt or stop, told to a person ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Unproven:
+    """An engine found by its spawn note alone whose name no manifest here declares: no
+    pass adopts it (nothing declares it) and none stops it (a note proves no process
+    ours), so what it holds stays held until a person ends it. :func:`unproven`."""
+
+    name: str
+    pid: int
+    held: str  # what it holds, in words
+    note: Path  # its spawn note
+
+    def words(self) -> str:
+        """What holds what, why reconcile leaves it, and the next move."""
+        pid = self.pid
+        return (
+            f"engine pid {pid} holds {self.held} with no record and no manifest here: its "
+            f"spawn note {self.note} names it instance {self.name}, but this user may not "
+            "read its environment, so reconcile cannot prove it its own, and neither adopts "
+            f"nor stops it. Check what runs as pid {pid} (`ps -o user,args -p {pid}`), then "
+            f"end it as its user or root (`kill {pid}`), or run reconcile as root, which "
+            "reads its marker"
+        )
+
+
+def unproven(
+    desired: Desired, observed: Observed, inventory: Inventory, notes: Path
+) -> list[Unproven]:
+    """The engines found by their spawn note (in ``notes``) whose name ``desired`` does not
+    declare: their port and devices held silently else (a declared name's conflict says
+    who holds it; these have no name here to say it under but their own)."""
+    wanted = desired.instances()
+    out: list[Unproven] = []
+    for procs in by_instance(observed.orphans).values():
+        leader = leader_of(procs)
+        if leader is None or leader.noted is None or leader.name in wanted:
+            continue
+        found = found_in(leader.ref, leader.noted, inventory)
+        out.append(Unproven(leader.name, leader.ref.pid, _held(found),
+                            notes / f"{leader.nonce}.json"))  # fmt: skip
+    return out
+
+
+def _held(found: Found | str) -> str:
+    if isinstance(found, str):
+        return f"what its note cannot tell ({found})"
+    devices = f" and devices {', '.join(found.devices)}" if found.devices else ""
+    return f"port {found.port}{devices}"
 
 
 # -- what a torn record's engine holds, for a reader ---------------------------------------

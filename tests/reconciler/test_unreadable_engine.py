@@ -326,3 +326,36 @@ def test_a_foreign_unreadable_process_a_stale_note_names_is_neither_adopted_nor_
     rc.down()  # a teardown removes the notes whose process is gone: the forged one too
     assert alive(foreign.pid) and not note.exists()
     assert not list((rc.state / "spawnnotes").glob("*.json"))
+
+
+def test_an_undeclared_unreadable_engine_is_said_with_its_holdings_and_next_move(
+    reconcile: Reconcile, tmp_path: Path
+) -> None:
+    """Its record lost and its manifest gone, no pass adopts it or stops it (not proven
+    ours): it held its port with nothing said by `--once` or the journal. Each pass says
+    what holds the port, why it is left, and the next move; the journal says it once."""
+    rc = reconcile
+    rc.write("capped", command=[str(capable_sleep(tmp_path)), "600"], readiness=READY)
+    (started,) = as_nobody(rc, ["--once"])
+    engine = rc.record("capped")
+    assert started.returncode == 0 and engine is not None, started
+    pid, port = engine["ref"]["pid"], engine["port"]
+    rc.record_path("capped").unlink()
+    (rc.manifests / "capped.yaml").unlink()
+    rc.write("plain", command=["sleep", "600"], readiness=READY, basePort=rc.port + 4)
+    first, second = as_nobody(rc, ["--once"], ["--once"])
+    note = rc.state / "spawnnotes" / f"{engine['nonce']}.json"
+    assert note.exists(), sorted((rc.state / "spawnnotes").iterdir())
+    for one in (first, second):
+        assert one.returncode == 0, one
+        (said,) = [line for line in one.stderr.splitlines() if line.startswith("warning: capped:")]
+        assert f"engine pid {pid} holds port {port} with no record" in said, said
+        assert f"spawn note {note} names it instance capped" in said, said
+        assert "cannot prove it its own, and neither adopts nor stops it" in said, said
+        assert f"`kill {pid}`" in said and "run reconcile as root" in said, said
+    told = [e for e in rc.events("capped") if e["action"] == "spare"]
+    assert [e["outcome"] for e in told] == [f"left running: pid {pid}"], told
+    assert f"holds port {port}" in told[0]["reason"], told
+    assert alive(pid) and rc.record("capped") is None
+    rc.down()  # root reads its marker: reaped as this set's engine with no record
+    assert not alive(pid)

@@ -182,6 +182,9 @@ def report(result: object, *, quiet: bool = False) -> None:
 
         skipped, kept = result.left_and_kept()
         print(*filter(None, (skip_note(skipped), kept_note(kept))), sep="\n")
+    if not quiet:  # it fails nothing of ours: its journal keeps it for `events`
+        for name, words in sorted(result.unproven.items()):
+            print(f"warning: {name}: {printable(words)}", file=sys.stderr)
     for rec in result.stuck() if quiet else result.ours():
         if rec.message:
             print(f"{rec.name}: {rec.phase}: {printable(rec.message)}", file=sys.stderr)
