@@ -46,7 +46,7 @@ from controller.core.manifest.sources import Source
 from controller.core.manifest.specs import Entry, with_secrets
 from controller.core.plan import EMPTIED, Desired, plan, rekeyed, waits_turn
 from controller.core.pulls import PullView
-from controller.core.state import Observed, Phase, ProcessRef, Record
+from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
 from controller.errors import ConfigError
 from controller.host import bootclock, gpuhealth
 from controller.host.devices import gpu_memory
@@ -107,8 +107,8 @@ class PassResult:
     pulls: dict[str, PullView] = field(default_factory=dict)  # the last round's model pulls
     # engines kept serving because their new spec cannot start (an image that did not pull)
     held: dict[str, str] = field(default_factory=dict)
-    # this set's engines of quarantined records given their record back: name -> pid
-    adopted: dict[str, int] = field(default_factory=dict)
+    # this set's engines of quarantined records given their record back: name -> engine
+    adopted: dict[str, MarkedProcess] = field(default_factory=dict)
     # engines found by their spawn note alone that no manifest here declares: name -> what
     # holds what, why reconcile leaves it running, and the next move (strays.unproven)
     unproven: dict[str, str] = field(default_factory=dict)

@@ -54,6 +54,13 @@ def environ_of(marked: MarkedProcess) -> bytes:
     return marked.noted if marked.noted is not None else procscan.environ(marked.ref.pid) or b""
 
 
+def named_by(engine: MarkedProcess) -> str:
+    """What named ``engine`` this instance's, to a pass that adopted it, in words."""
+    if engine.noted is None:
+        return "its marker"
+    return "its spawn note (this user may not read its environment)"
+
+
 def by_instance(orphans: Iterable[MarkedProcess]) -> dict[str, list[MarkedProcess]]:
     """The orphan processes grouped by their marker's nonce: one engine's each."""
     out: dict[str, list[MarkedProcess]] = {}
@@ -323,16 +330,16 @@ class Adopter:
     lock_timeout: float
     extra_ports: Callable[[], Mapping[str, int]]  # engine -> the extra ports its recipe takes
 
-    def rebuild(self, desired: Desired, observed: Observed) -> dict[str, int]:
+    def rebuild(self, desired: Desired, observed: Observed) -> dict[str, MarkedProcess]:
         """Adopt each orphan engine of this set whose record was quarantined after it
         started and whose manifest still declares it (:func:`adoptable`); the rest are
-        reaped by the plan or spared as another set's. Those adopted: name -> pid (each
-        has a record now)."""
+        reaped by the plan or spared as another set's. Those adopted: name -> its engine
+        (each has a record now)."""
         if self.backend.name != backendnames.LOCAL:
             return {}  # its environment is on another machine
         found = adoptable(desired, observed, self.maker.owner, self.store.quarantined_at)
         return {
-            leader.name: leader.ref.pid
+            leader.name: leader
             for entry, leader in found
             if self._rebuild_one(entry, leader, observed)
         }

@@ -241,7 +241,7 @@ def test_wait_over_a_torn_record_ends_ready_saying_its_engine_was_adopted(
     assert "cannot progress" not in waited.err, waited.err
     said = [line for line in waited.err.splitlines() if "record moved to" in line]
     assert len(said) == 1 and "not valid JSON" in said[0], waited.err
-    assert f"its engine (pid {pid}) adopted" in said[0], said
+    assert f"its engine (pid {pid}) adopted, as its marker names it" in said[0], said
     assert rc.record("web")["phase"] == "Ready" and rc.pids("web") == {pid}
     rc.down()
 

@@ -359,3 +359,25 @@ def test_an_undeclared_unreadable_engine_is_said_with_its_holdings_and_next_move
     assert alive(pid) and rc.record("capped") is None
     rc.down()  # root reads its marker: reaped as this set's engine with no record
     assert not alive(pid)
+
+
+def test_a_wait_says_a_torn_records_engine_was_adopted_by_its_spawn_note(
+    reconcile: Reconcile, tmp_path: Path
+) -> None:
+    """`--once --wait` said "adopted, as its marker names it" of an engine whose marker
+    this user may not read: its spawn note named it."""
+    rc = reconcile
+    rc.write("capped", command=[str(capable_sleep(tmp_path)), "600"], readiness=READY)
+    (started,) = as_nobody(rc, ["--once"])
+    assert started.returncode == 0, started
+    pid = spawned(rc, "capped")
+    rc.record_path("capped").write_text("{")  # torn under its engine
+    (waited,) = as_nobody(rc, ["--once", "--wait", "--timeout", "60s"])
+    assert waited.returncode == 0, waited
+    (said,) = [line for line in waited.stderr.splitlines() if "record moved to" in line]
+    assert f"its engine (pid {pid}) adopted, as its spawn note (this user may not read its " \
+        "environment) names it" in said, said  # fmt: skip
+    assert "marker" not in said, said
+    assert marked_pids(f"{rc.node}/capped/") == {pid}, waited
+    rc.down()
+    assert not alive(pid)

@@ -25,11 +25,12 @@ from controller.core.actions import Restart
 from controller.core.manifest.names import base_name
 from controller.core.manifest.quantity import format_age
 from controller.core.pulls import progress_text
-from controller.core.state import STUCK, Phase, Record, backoff_cause
+from controller.core.state import STUCK, MarkedProcess, Phase, Record, backoff_cause
 from controller.logsetup import apply as apply_log_setup
 from controller.logsetup import get_logger, structlog_module, terminal
 from controller.reconciler import pulling
 from controller.reconciler.run import PassResult, Reconciler
+from controller.reconciler.strays import named_by
 from controller.redact import printable
 from controller.store.instances.records import RecordProblem
 
@@ -158,7 +159,7 @@ class SetAside:
 
     def __init__(self) -> None:
         self.problems: dict[str, RecordProblem] = {}  # message -> the record's problem
-        self.adopted: dict[str, int] = {}  # name -> its engine's pid
+        self.adopted: dict[str, MarkedProcess] = {}  # name -> its engine
 
     def note(self, result: PassResult) -> None:
         self.problems.update((p.message, p) for p in result.problems)
@@ -176,8 +177,9 @@ class SetAside:
         for message, problem in self.problems.items():
             if message in left:
                 continue
-            pid = self.adopted.get(problem.name or "")
-            engine = f"; its engine (pid {pid}) adopted, as its marker names it" if pid else ""
+            adopted = self.adopted.get(problem.name or "")
+            engine = (f"; its engine (pid {adopted.ref.pid}) adopted, as {named_by(adopted)} "
+                      "names it" if adopted else "")  # fmt: skip
             print(f"reconcile: {problem.name}: {printable(message)}{engine}", file=sys.stderr)
 
 
