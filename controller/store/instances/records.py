@@ -97,14 +97,15 @@ class RecordStore:
         self.runs = self.layout.runs  # engines' runtime dirs (runtime_dir)
 
     def ensure(self) -> None:
-        events = self.layout.events
-        # Before creating anything in them: root must not write where another user can.
-        security.check_state_dir((self.state_dir, self.instances, self.logs, events))
+        events, notes = self.layout.events, self.layout.spawn_notes
+        # Before creating anything in them: root must not write where another user can
+        # (a spawn note is written at every spawn, as root where root runs reconcile).
+        security.check_state_dir((self.state_dir, self.instances, self.logs, events, notes))
         # The runtime dirs' parent too: mkdir(parents=True) under it would use 0777.
         for folder in (self.state_dir, self.instances, self.logs, self.quarantine_dir, self.runs):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o700)
-        for folder in (self.state_dir, self.instances, events):
+        for folder in (self.state_dir, self.instances, events, notes):
             sweep_tmp(folder)
         diskspace.Ballast(self.instances).keep()
 

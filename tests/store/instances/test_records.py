@@ -14,12 +14,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import missing
 import pytest
 from disks import fill, tmpfs
 from strategies import record
 
 from controller.core.state import VERSION, ExitInfo, Phase, ProbeConfig, ProcessRef, Record
-from controller.errors import RecordError
+from controller.errors import ConfigError, RecordError
 from controller.store import diskspace
 from controller.store.documents import write_atomic
 from controller.store.instances.recordjson import RecordInvalid, from_json, to_json
@@ -199,12 +200,14 @@ def test_tmp_files_of_dead_writers_are_swept_live_ones_kept(tmp_path: Path) -> N
     RecordStore(state).ensure()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # reaped: its pid names no process (reuse within this test is negligible)
-    instances, events = state / "instances", state / "events"
+    instances, events, notes = state / "instances", state / "events", state / "spawnnotes"
     events.mkdir(exist_ok=True)
+    notes.mkdir()
     left = [
         instances / f".web.json.{dead.pid}.tmp",
         state / f".node.yaml.{dead.pid}.tmp",
         events / f".web.jsonl.{dead.pid}.tmp",
+        notes / f".0a1b2c3d.json.{threading.get_ident()}.{dead.pid}.tmp",  # a killed spawn's
         instances / f".web.json.{threading.get_ident()}.{dead.pid}.tmp",  # write_atomic's
     ]
     kept = [
@@ -221,6 +224,21 @@ def test_tmp_files_of_dead_writers_are_swept_live_ones_kept(tmp_path: Path) -> N
         assert not path.exists(), f"{path.name} of a dead writer was left behind"
     for path in kept:
         assert path.exists(), f"{path.name} was removed"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason=missing.reason("root (its check)", "run as root"))
+@pytest.mark.parametrize("folder", ["instances", "events", "spawnnotes"])
+def test_root_refuses_a_state_folder_another_user_may_write(tmp_path: Path, folder: str) -> None:
+    """Root writes a spawn note at every spawn: its folder, as the records', must be root's
+    alone (a tmp file's name is known: a planted link there would be written through)."""
+    state = tmp_path / "state"
+    RecordStore(state).ensure()
+    (state / folder).mkdir(exist_ok=True)
+    os.chmod(state / folder, 0o777)
+    with pytest.raises(ConfigError) as refused:
+        RecordStore(state).ensure()
+    said = str(refused.value)
+    assert f"state folder {state / folder} is " in said and "chmod 700" in said, said
 
 
 def test_threads_writing_one_file_at_once_never_collide(tmp_path: Path) -> None:
