@@ -356,6 +356,8 @@ def test_an_undeclared_unreadable_engine_is_said_with_its_holdings_and_next_move
     told = [e for e in rc.events("capped") if e["action"] == "spare"]
     assert [e["outcome"] for e in told] == [f"left running: pid {pid}"], told
     assert f"holds port {port}" in told[0]["reason"], told
+    shown = rc("events", "capped", check=0).out  # where a person looks for it later
+    assert f"left running: pid {pid}" in shown and f"`kill {pid}`" in shown, shown
     assert alive(pid) and rc.record("capped") is None
     rc.down()  # root reads its marker: reaped as this set's engine with no record
     assert not alive(pid)
