@@ -681,7 +681,9 @@ class Reconciler(Preview):
         if self.backend.name != backendnames.LOCAL or not observed.orphans:
             return
         notes = StateDir(self.config.state_dir).spawn_notes
-        for one in strays.unproven(desired, observed, self.inventory, notes):
+        found = strays.unproven(desired, observed, owner=self.config.owner,
+                                inventory=self.inventory, notes=notes)  # fmt: skip
+        for one in found:
             result.unproven[one.name] = words = one.words()
             outcome = f"left running: pid {one.pid}"
             told = self.executor.journal.read(base_name(one.name))

@@ -176,7 +176,7 @@ class Unproven:
         """What holds what, why reconcile leaves it, and the next move."""
         pid = self.pid
         return (
-            f"engine pid {pid} holds {self.held} with no record and no manifest here: its "
+            f"engine pid {pid} holds {self.held} with no record and no manifest: its "
             f"spawn note {self.note} names it instance {self.name}, but this user may not "
             "read its environment, so reconcile cannot prove it its own, and neither adopts "
             f"nor stops it. Check what runs as pid {pid} (`ps -o user,args -p {pid}`), then "
@@ -186,16 +186,19 @@ class Unproven:
 
 
 def unproven(
-    desired: Desired, observed: Observed, inventory: Inventory, notes: Path
+    desired: Desired, observed: Observed, *, owner: str, inventory: Inventory, notes: Path
 ) -> list[Unproven]:
-    """The engines found by their spawn note (in ``notes``) whose name ``desired`` does not
-    declare: their port and devices held silently else (a declared name's conflict says
-    who holds it; these have no name here to say it under but their own)."""
+    """This set's engines found by their spawn note (in ``notes``) whose name ``desired``
+    does not declare: their port and devices held silently else (a declared name's
+    conflict says who holds it; these have no name here to say it under but their own).
+    Another set's are its own pass's to adopt, or to say."""
     wanted = desired.instances()
     out: list[Unproven] = []
     for procs in by_instance(observed.orphans).values():
         leader = leader_of(procs)
         if leader is None or leader.noted is None or leader.name in wanted:
+            continue
+        if leader.owner not in (None, owner):
             continue
         found = found_in(leader.ref, leader.noted, inventory)
         out.append(Unproven(leader.name, leader.ref.pid, _held(found),
