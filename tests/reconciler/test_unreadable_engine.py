@@ -343,7 +343,11 @@ def test_an_undeclared_unreadable_engine_is_said_with_its_holdings_and_next_move
     rc.record_path("capped").unlink()
     (rc.manifests / "capped.yaml").unlink()
     rc.write("plain", command=["sleep", "600"], readiness=READY, basePort=rc.port + 4)
-    first, second = as_nobody(rc, ["--once"], ["--once"])
+    other = tmp_path / "other-set"  # another manifest set: the engine is not its to judge
+    rc.write("side", folder=other, command=["sleep", "600"], readiness=READY,
+             basePort=rc.port + 8)  # fmt: skip
+    theirs, first, second = as_nobody(rc, ["--once", "-f", str(other)], ["--once"], ["--once"])
+    assert theirs.returncode == 0 and "capped" not in theirs.stderr, theirs
     note = rc.state / "spawnnotes" / f"{engine['nonce']}.json"
     assert note.exists(), sorted((rc.state / "spawnnotes").iterdir())
     for one in (first, second):
@@ -361,6 +365,8 @@ def test_an_undeclared_unreadable_engine_is_said_with_its_holdings_and_next_move
     assert alive(pid) and rc.record("capped") is None
     rc.down()  # root reads its marker: reaped as this set's engine with no record
     assert not alive(pid)
+    rc.down("-f", str(other))
+    assert rc.record("side") is None
 
 
 def test_a_wait_says_a_torn_records_engine_was_adopted_by_its_spawn_note(
