@@ -359,6 +359,7 @@ class Launcher:
             phase=Phase.RESERVED,
             restarts=action.restarts,
             backoff_until=None,
+            started_at=None,  # the spawn's; the old engine's was not this one's
             ready_at=None,
             ready_boot=None,
             liveness_failures=0,
