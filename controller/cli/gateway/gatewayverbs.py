@@ -69,8 +69,8 @@ def _ask_stop(state_dir: Path) -> None:
 
 # What a verb does when the start lock's holder is stopped or hangs, and the truth of it.
 _STOP_GOES_ON = (
-    "what serves is stopped now; a gateway that start brings up once it goes on is not: "
-    "`reconcile gateway status` says whether one serves"
+    "what serves is stopped now; a gateway that start brings up once it goes on stops "
+    "itself, the stop asked first: `reconcile gateway status` says whether one serves"
 )
 _START_GOES_ON = (
     "going on without it; a gateway that start brings up once it goes on takes the port "
