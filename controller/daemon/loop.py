@@ -371,6 +371,7 @@ class Daemon:
         self.folders.rearm()  # before the pass reads the folders: no event falls in between
         at_once = self._undisturbed if triggers == [AT_ONCE] else None
         started = time.monotonic()
+        began = (datetime.now(UTC), bootclock.read())  # before the plan reads its clocks
         try:
             result = self.reconciler.run_pass(lock_timeout=LOCK_WAIT, at_once=at_once)
         except LockTimeout as exc:
@@ -403,7 +404,7 @@ class Daemon:
         timed = set(triggers) <= TIMED  # a quiet resync or probe: debug, not every 5 s
         emit = log.debug if timed and not changes else log.info
         emit("pass", n=self.passes, trigger=",".join(triggers), took=took, actions=changes)
-        self._after(result)
+        self._after(result, began)
 
     def _unreachable(self, why: str) -> None:
         """The cluster's head does not answer: the pass moved nothing; its records say
@@ -415,10 +416,10 @@ class Daemon:
         except (LockTimeout, OSError) as exc:  # a cron pass holds it: the next try marks
             log.debug("records not marked unknown", error=str(exc))
 
-    def _after(self, result: PassResult) -> None:
+    def _after(self, result: PassResult, began: tuple[datetime, BootClock | None]) -> None:
         self._report(result)
         self.timers.after("resync", self.resync, "resync")
-        self._arm_records(result.ours())
+        self._arm_records(result.ours(), began)
         self._arm_git()
         # pidfds watch local engines only: a cluster engine's pid is on another machine (its
         # actor restarts it there; the resync timer's pass records what happened).
@@ -488,13 +489,15 @@ class Daemon:
         if self.reconciler.git is not None and not self.stopping:
             self.fetcher.start(self.reconciler.git)
 
-    def _arm_records(self, records: list[Record]) -> None:
-        """A pass when the next probe is due, a deadline passes or a back-off ends."""
+    def _arm_records(self, records: list[Record], began: tuple[datetime, BootClock | None]) -> None:
+        """A pass when the next probe is due, a deadline passes, a back-off ends or an
+        idleTimeout runs out (``began``: the clocks when the pass that left ``records``
+        began)."""
         self.timers.cancel_prefix("record:")
-        now_wall, clock = datetime.now(UTC), bootclock.read()
+        now_wall = datetime.now(UTC)
         demand = activation.read_all(self.config.state_dir)
         for rec in records:
-            due = _next_due(rec, now_wall) or _idle_due(rec, demand, now_wall, clock)
+            due = _next_due(rec, now_wall) or _idle_due(rec, demand, *began)
             if due is not None:
                 self.timers.after(f"record:{rec.name}", due[1], due[0])
 
@@ -574,17 +577,24 @@ def _next_due(rec: Record, now: datetime) -> tuple[str, float] | None:
 
 
 def _idle_due(
-    rec: Record, demand: dict[str, Activation], now: datetime, clock: BootClock | None
+    rec: Record, demand: dict[str, Activation], began: datetime, clock: BootClock | None
 ) -> tuple[str, float] | None:
-    """An OnDemand engine: a pass when its idleTimeout would run out (level-triggered),
-    counted as the planner counts it (the boot clock where the gateway stamped it)."""
+    """An OnDemand engine: a pass when its idleTimeout runs out, counted as the planner
+    counts it (the boot clock where the gateway stamped it) from when the pass that left
+    ``rec`` holding ``began`` (its wall and boot ``clock``).
+
+    None once the timeout was out (or no request ever came) when that pass began: it
+    planned the park, so an engine still holding is held there (its manifest broken and
+    kept running, a prune blocked, a stop refused), and a pass at once would hold it
+    again: a wake-up loop of passes, hundreds a second. Events and the resync look
+    again; a new request writes its demand and asks for a pass itself.
+    """
     idle = rec.idle_timeout
     if not rec.on_demand or not rec.holds or idle is None:
         return None
     act = demand.get(base_name(rec.name))  # a rolling `@next` is asked for by its name
-    if act is None:
-        return ("idle timeout", 0.0)
-    return ("idle timeout", max(idle - act.idle_for(now, clock), 0.0) + SLACK)
+    left = None if act is None else idle - act.idle_for(began, clock)
+    return None if left is None or left <= 0 else ("idle timeout", left + SLACK)
 
 
 def _guarded(hook: Callable[P, None]) -> Callable[P, None]:

@@ -151,9 +151,9 @@ class Launcher:
         assert record.port is not None and record.nonce is not None
         name = record.name  # each replica (and `@next`) has its own runtime dir
         self.store.runtime_dir(name).mkdir(mode=0o700, parents=True, exist_ok=True)
-        # Each replica its own log; a `@next` appends to its instance's (its runs begin
-        # with a marker line naming it), so the log follows the name through a promotion.
-        log_path = self.store.log_path(instance_of(name))
+        # Each replica its own log, and a `@next` its own while the old instance writes
+        # its instance's: its promotion hands it over (logfiles.hand_over).
+        log_path = self.store.log_path(name)
         logfiles.rotate(log_path, self.log_max_bytes, self.log_keep)
         logfiles.write_marker(
             log_path,
@@ -359,6 +359,7 @@ class Launcher:
             phase=Phase.RESERVED,
             restarts=action.restarts,
             backoff_until=None,
+            started_at=None,  # the spawn's; the old engine's was not this one's
             ready_at=None,
             ready_boot=None,
             liveness_failures=0,
@@ -498,6 +499,9 @@ class Launcher:
             self._terminate(old, action.verb, action.reason, "executor.promote.after_terminating")
         self.store.write(replace(new, name=action.name))
         failpoints.hit("executor.promote.after_rename")
+        # Before the delete: a crash in between promotes again, and hands over the rest.
+        logs = self.store.log_path
+        logfiles.hand_over(logs(new.name), logs(action.name), self.log_keep)
         self.store.delete(new.name)
         pid = new.ref.pid if new.ref else "none"
         self.event(action.name, action.verb, action.reason, f"serving from pid {pid}")

@@ -209,7 +209,6 @@ def test_a_swap_takes_the_least_recently_used_by_the_boot_clock() -> None:
     [
         pytest.param(NOW - HOUR - s(20), boot(ASKED + 20), TTL - 20, id="forward-step"),
         pytest.param(NOW + HOUR - s(20), boot(ASKED + 20), TTL - 20, id="back-step"),
-        pytest.param(NOW + HOUR - s(70), boot(ASKED + 70), 0.0, id="back-step-over"),
     ],
 )
 def test_the_daemon_wakes_for_idle_timeout_by_the_boot_clock(
@@ -219,3 +218,20 @@ def test_the_daemon_wakes_for_idle_timeout_by_the_boot_clock(
     due = _idle_due(rec, {"a": request(at)}, NOW, clock)
     assert due is not None and due[0] == "idle timeout", due
     assert due[1] == pytest.approx(left + SLACK), due
+
+
+@pytest.mark.parametrize(
+    "demand",
+    [
+        pytest.param({"a": request(NOW + HOUR - s(70))}, id="back-step-over"),
+        pytest.param({}, id="no-demand"),
+    ],
+)
+def test_no_idle_timer_once_the_pass_that_began_then_had_its_park(
+    demand: dict[str, Activation],
+) -> None:
+    """The pass that began at NOW (its boot clock ASKED + 70) planned the park: a record
+    it left holding is held (a broken manifest keeps it), and a timer at once looped
+    (tests/gateway/test_idle.py, on-demand-held)."""
+    rec = record("a", spec=ON_DEMAND, phase=Phase.READY)
+    assert _idle_due(rec, demand, NOW, boot(ASKED + 70)) is None

@@ -1,5 +1,7 @@
 """An idle node wakes (almost) nothing (issue 35): a real daemon and its gateway with no
-deployment, or one OnDemand deployment parked Idle, once settled, count few wake-ups.
+deployment, one OnDemand deployment parked Idle, or one whose park is held (its engine
+kept running by a broken manifest, its idleTimeout out, then no demand file at all), once
+settled, count few wake-ups and no pass.
 
 A wake-up is a voluntary context switch of any of the process's threads
 (``/proc/<pid>/task/*/status``, counted by ``scripts/idle-wakeups``, the script anyone
@@ -15,25 +17,36 @@ which no file event can stand in for: a few switches each, the worker thread and
 loop handing the GIL over); the daemon nothing with ``--resync 1h`` (the fixture's).
 The bounds leave slack for a loaded box (a turn that waits longer for the GIL switches
 more) and still fail what was there before.
+
+A held park once looped: the daemon armed a pass at once (a timeout out, or no demand:
+0 s) for an OnDemand engine the pass had left holding, and that pass held it again,
+hundreds of passes a second (0.35-0.5 s of CPU each second, counted 2026-12-07).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
+import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from controller.core.state import Activation
 from controller.gateway.lifecycle import registry
+from controller.store.side import activation
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "idle-wakeups"
 WINDOW = 10.0  # seconds counted: two of the gateway's guard turns
 GATEWAY_MAX = 3.0  # wake-ups a second (what is left: 0.7-2.2; before: 3.5-4.5)
 DAEMON_MAX = 1.0  # ... with --resync 1h (what is left: 0; before: ~2)
 SETTLED = 3  # the daemon's wake-ups in a second once its start is over (during it: 20+)
+PASSES_MAX = 1  # passes in the window (none is due with --resync 1h; a loop: thousands)
+BROKEN = "kind: Deployment\nmetadata: [\n"  # invalid YAML: invariant 4 keeps the engine
 
 
 def _script() -> ModuleType:
@@ -46,15 +59,51 @@ def _script() -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("parked", [False, True], ids=["no-deployment", "on-demand-parked"])
+def _passes(g: Any) -> int:
+    """The passes the daemon logged so far (its log's ``pass`` events; a line it is
+    still writing is left for the next look)."""
+    passes = 0
+    for line in g.text().splitlines():
+        with contextlib.suppress(ValueError):
+            passes += json.loads(line).get("event") == "pass"
+    return passes
+
+
+def _hold_a_park(reconcile: Any, g: Any) -> None:
+    """An OnDemand engine Ready, its manifest then broken (kept running: invariant 4),
+    then its last request older than its idleTimeout, then its demand file gone: each a
+    park that a pass (one a manifest's edit asks for) plans and holds."""
+    g.wait_phase("lazy", "Idle")
+    assert g.post("lazy").status == 200
+    g.wait_phase("lazy", "Ready")
+    _broken(reconcile, lines_before=0)  # kept running
+    long_ago = Activation(last_request_at=datetime.now(UTC) - timedelta(hours=2))
+    activation.write(reconcile.state, "lazy", long_ago)
+    _broken(reconcile, lines_before=1)  # its idleTimeout out
+    activation.forget(reconcile.state, "lazy")
+    _broken(reconcile, lines_before=2)  # no demand at all
+    rec = reconcile.status("lazy")["lazy"]
+    assert rec["phase"] == "Ready" and rec["pid"] in reconcile.pids("lazy"), rec
+
+
+def _broken(reconcile: Any, lines_before: int) -> None:
+    """Break lazy.yaml on its line 3 + ``lines_before``, and wait for a pass to say so."""
+    (reconcile.manifests / "lazy.yaml").write_text("#\n" * lines_before + BROKEN)
+    where = f"lazy.yaml:{3 + lines_before}: invalid YAML"
+    reconcile.wait_for(lambda: where in reconcile.status("lazy")["lazy"]["message"], what=where)
+
+
+@pytest.mark.parametrize("case", ["no-deployment", "on-demand-parked", "on-demand-held"])
 def test_an_idle_daemon_and_gateway_wake_almost_nothing(
-    reconcile: Any, gateway: Any, parked: bool
+    reconcile: Any, gateway: Any, case: str
 ) -> None:
-    if parked:
+    if case != "no-deployment":
         reconcile.write("lazy", activation="OnDemand", idleTimeout="1h")
     g = gateway()
-    if parked:
+    if case == "on-demand-parked":
         g.wait_phase("lazy", "Idle")
+    if case == "on-demand-held":
+        _hold_a_park(reconcile, g)
     # Settled: the gateway serves as the current one and wrote its first metrics text
     # (its first turns, after the first pass, are done), and the daemon's start is over
     # (its first passes and what they set off wake it tens of times a second).
@@ -66,10 +115,13 @@ def test_an_idle_daemon_and_gateway_wake_almost_nothing(
     reconcile.wait_for(
         lambda: sum(count({"daemon": g.proc.pid}, 1.0)["daemon"].values()) <= SETTLED,
         timeout=60,
-        what="the daemon's start over",
+        what="the daemon's start over (or a loop of passes: its log says)",
     )
+    before = _passes(g)
     counted = count(pids, WINDOW)
+    passes = _passes(g) - before
     rate = {name: sum(threads.values()) / WINDOW for name, threads in counted.items()}
+    assert passes <= PASSES_MAX, (passes, g.text()[-1500:])
     assert rate["gateway"] <= GATEWAY_MAX, (rate, counted)
     assert rate["daemon"] <= DAEMON_MAX, (rate, counted)
     g.finish()

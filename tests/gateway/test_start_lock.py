@@ -6,11 +6,15 @@ processes.
   the second took it over from the gateway the first started;
 - a daemon SIGSTOPped inside its own gateway start holds the start lock: `gateway stop`
   waited 25 s for it, then warned and stopped what was registered; it now sees the holder
-  stopped, says so (and what that start may still do), and stops what serves at once.
+  stopped, says so (and what that start may still do), and stops what serves at once;
+- ... and where that start's gateway had not registered yet, the stop found nothing to
+  stop and, once both went on, that gateway served: the stop undone. It stops itself now.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import socket
@@ -22,6 +26,16 @@ import psutil
 from controller.gateway.lifecycle import registry
 
 WAIT = 40.0
+# sitecustomize for the daemon's processes: a gateway process (its marker) stops itself as
+# it begins, once (the file named by HOLD_ENV goes), so a test holds it before it registers.
+HOLD_ENV = "RECONCILE_TEST_HOLD_GATEWAY"
+HOLD = f"""
+import os, signal
+hold = os.environ.get({HOLD_ENV!r}, "")
+if os.environ.get({registry.MARKER!r}) and hold and os.path.exists(hold):
+    os.unlink(hold)
+    os.kill(os.getpid(), signal.SIGSTOP)
+"""
 TOOK = re.compile(r"gateway pid (\d+) serves \S+ \(took it over from pid (\d+),")
 
 
@@ -106,3 +120,49 @@ def test_a_stop_does_not_wait_for_a_daemon_stopped_in_its_gateway_start(
         if stopped:
             g.proc.send_signal(signal.SIGCONT)
         g.finish()
+
+
+def test_a_stop_wins_over_the_gateway_a_stopped_daemon_was_starting(
+    reconcile: Any, gateway: Any
+) -> None:
+    hooks = reconcile.tmp / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(HOLD)
+    hold = reconcile.tmp / "hold"
+    hold.touch()
+    path = os.pathsep.join(p for p in (str(hooks), os.environ.get("PYTHONPATH")) if p)
+    g = gateway(wait=False, env={"PYTHONPATH": path, HOLD_ENV: str(hold)})
+    held = reconcile.wait_for(lambda: _held(g), timeout=WAIT, what="its gateway held as it began")
+    g.proc.send_signal(signal.SIGSTOP)
+    try:
+        assert _holds_start_lock(reconcile), "the daemon's start is under way"
+        done = reconcile("gateway", "stop", check=0)
+        assert "no gateway runs" in done.out, done  # none registered: nothing it could stop
+        assert f"is held by pid {g.proc.pid}, which is stopped" in done.err, done
+        assert "stops itself, the stop asked first" in done.err, done
+    finally:
+        held.resume()
+        g.proc.send_signal(signal.SIGCONT)
+    reconcile.wait_for(lambda: _ended(held), timeout=WAIT, what="the gateway to stop itself")
+    assert g.serving_or_none() is None
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", g.port)) != 0  # none serves the port
+    status = reconcile("gateway", "status", check=None)
+    assert "stopped by `reconcile gateway stop`" in status.out + status.err, status
+    g.finish()
+
+
+def _held(g: Any) -> psutil.Process | None:
+    """The daemon's gateway process, stopped by itself as it began (HOLD)."""
+    for child in psutil.Process(g.proc.pid).children():
+        with contextlib.suppress(psutil.Error):
+            if _is_gateway(child) and child.status() == psutil.STATUS_STOPPED:
+                return child
+    return None
+
+
+def _ended(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -12,11 +12,13 @@ import subprocess
 import sys
 import urllib.request
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from procs import alive, environ, wait_for, wait_gone
 
 from controller.core.state import Phase, ProcessRef
+from controller.failpoints import ENV as FAILPOINTS
 from controller.store.lock import FileLock
 
 # An engine that forks a grandchild which leaves the process group (setsid), then serves.
@@ -85,6 +87,30 @@ def test_create_crash_restart_replace_delete(reconcile: Any) -> None:
     assert reconcile.record("web") is None
     wait_gone(replaced["pid"])
     assert reconcile.pids("web") == set()
+    reconcile.down()
+
+
+def test_a_restart_shows_no_start_but_its_own_engines(reconcile: Any) -> None:
+    """A crash's restart: while it is reserved (its maker killed between the spawn and
+    the record, so it stays that way) status shows no start time, then the adopted new
+    engine's; it showed the crashed engine's start, which the adoption kept."""
+    reconcile.write("web")
+    reconcile.converge()
+    web = reconcile.status()["web"]
+    os.kill(web["pid"], signal.SIGKILL)
+    wait_gone(web["pid"])
+    crashed_at = datetime.now(UTC)
+    killed = reconcile("--once", env={FAILPOINTS: "executor.spawn.before_record=kill"})
+    assert killed.code == -signal.SIGKILL, str(killed)
+    reserved = reconcile.status()["web"]
+    assert (reserved["phase"], reserved["pid"]) == ("Reserved", None), reserved
+    assert reserved["started_at"] is None, reserved
+    described = reconcile("describe", "web", check=0).out
+    assert web["started_at"] not in described, described
+    reconcile.converge()
+    adopted = reconcile.status()["web"]
+    assert adopted["phase"] == "Ready" and adopted["pid"] != web["pid"], adopted
+    assert datetime.fromisoformat(adopted["started_at"]) >= crashed_at, (web, adopted)
     reconcile.down()
 
 

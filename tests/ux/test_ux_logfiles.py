@@ -218,3 +218,62 @@ def test_read_from_picks_up_where_it_left_and_restarts_after_a_rotation(tmp_path
     assert logfiles.read_from(log, 8) == (b"three\n", 14)
     log.write_bytes(b"new\n")  # rotated: shorter than the offset held
     assert logfiles.read_from(log, 14) == (b"new\n", 4)
+
+
+# An engine that says who it is as it starts, answers and stops (SIGTERM).
+TALKER = """
+import http.server, os, signal, sys
+port, tag = int(sys.argv[1]), sys.argv[2]
+def stop(*_):
+    print(f"{tag} stops", flush=True)
+    os._exit(0)
+signal.signal(signal.SIGTERM, stop)
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        print(f"{tag} answers", flush=True)
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+print(f"{tag} starts", flush=True)
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def test_a_rolling_update_keeps_each_instances_lines_in_its_own_run(reconcile: Any) -> None:
+    """The new instance (``@next``) wrote into the old one's log beside it, so the old
+    one's lines from then on, its last ones as it stopped included, were in the new
+    one's run, and missing from ``--previous``. Each writes its own file now; the
+    promotion hands the new one's over, the old one's behind it."""
+    script = reconcile.tmp / "talker.py"
+    script.write_text(TALKER)
+    for tag in ("v1", "v2"):
+        command = [sys.executable, str(script), "{port}", tag]
+        reconcile.write("roll", strategy="RollingUpdate", command=command)
+        reconcile.converge()
+    assert [e["action"] for e in reconcile.events("roll")][-1] == "promote"
+    whole = reconcile("logs", "roll", check=0).out
+    current = whole[whole.rindex("--- ") :]  # the last run: from its marker line on
+    assert "start roll@next" in current and "v2 starts" in current, whole
+    assert "v1 " not in current, whole
+    previous = reconcile("logs", "roll", "--previous", check=0).out
+    assert "v1 starts" in previous and previous.endswith("v1 stops\n"), previous
+    logs = reconcile.state / "instances" / "logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["roll.log", "roll.log.1"]
+    reconcile.down()
+
+
+def test_a_promotion_hands_over_the_new_log_and_its_backups(tmp_path: Path) -> None:
+    """Backups of both, newest of the old instance's file behind the new one's; a second
+    hand-over (a crash between it and the record's delete: the promote runs again)
+    moves nothing."""
+    old, new = tmp_path / "web.log", tmp_path / "web@next.log"
+    for path, text in [(old, "old 3"), (logfiles.backup(old, 1), "old 2")]:
+        path.write_text(f"{text}\n")
+    for path, text in [(new, "new 2"), (logfiles.backup(new, 1), "new 1")]:
+        path.write_text(f"{text}\n")
+    for _ in range(2):
+        logfiles.hand_over(new, old, keep=3)
+        stream = [p.read_text().strip() for p in logfiles.stream_files(old)]
+        assert stream == ["old 2", "old 3", "new 1", "new 2"]
+        assert not new.exists() and not logfiles.backup(new, 1).exists()

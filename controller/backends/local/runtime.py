@@ -484,10 +484,10 @@ class LocalBackend:
 
     # A replica's log is `logs/<instance>.log`; a `@next` writes into its instance's.
     def log_since(self, rec: Record, offset: int) -> tuple[bytes, int] | None:
-        return logfiles.read_from(self.store.log_path(instance_of(rec.name)), offset)
+        return logfiles.read_from(self.store.log_path(rec.name), offset)
 
     def log_tail(self, name: str, count: int) -> list[str]:
-        return logfiles.current_run_tail(self.store.log_path(instance_of(name)), count)
+        return logfiles.current_run_tail(self.store.log_path(name), count)
 
     def _instance_alive(self, ref: ProcessRef, nonce: str | None) -> bool:
         if self.alive(ref):

@@ -7,25 +7,25 @@ the port over with no failed request (what an upgrade does), or starts again one
 was killed with no daemon watching; ``start`` is restart where none serves; ``reload``
 applies node.yaml's gateway settings (a SIGHUP of the same process where they are
 unchanged); ``status`` says which one serves, and what a reload refused
-(``store/side/refused.py``: also said by `reconcile status`).
+(gatewaystatus.py: also said by `reconcile status`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
-import time
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from controller import __version__
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, output_format
 from controller.cli.gateway import startlock
-from controller.core.manifest.quantity import format_age
-from controller.core.statusjson import iso
+from controller.cli.gateway.gatewaystatus import (
+    last_crashed,
+    none_runs,
+    say_unreadable,
+    status,
+)
 from controller.errors import ConfigError
 from controller.gateway.lifecycle import registry, reloads
 from controller.gateway.settings import (
@@ -34,7 +34,7 @@ from controller.gateway.settings import (
     settings_from_json,
     settings_to_json,
 )
-from controller.store.side import daemonset, refused
+from controller.store.side import refused
 
 
 def state_dir_of(args: argparse.Namespace, *, warn: bool = True) -> Path:
@@ -47,7 +47,7 @@ def stop_gateways(state_dir: Path) -> list[registry.GatewayInfo]:
     """SIGTERM every gateway of the state dir and wait for each to finish its requests;
     one that was killed is forgotten (`gateway restart` starts one from its settings)."""
     _ask_stop(state_dir)
-    crashed = _crashed(state_dir)
+    crashed = last_crashed(state_dir)
     if crashed is not None:
         registry.forget(state_dir, crashed.nonce)
     found = registry.live(state_dir)
@@ -69,8 +69,8 @@ def _ask_stop(state_dir: Path) -> None:
 
 # What a verb does when the start lock's holder is stopped or hangs, and the truth of it.
 _STOP_GOES_ON = (
-    "what serves is stopped now; a gateway that start brings up once it goes on is not: "
-    "`reconcile gateway status` says whether one serves"
+    "what serves is stopped now; a gateway that start brings up once it goes on stops "
+    "itself, the stop asked first: `reconcile gateway status` says whether one serves"
 )
 _START_GOES_ON = (
     "going on without it; a gateway that start brings up once it goes on takes the port "
@@ -96,7 +96,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     fmt = output_format(args, "table", ("table", "json"))
     if fmt is None:
         return EXIT_USAGE
-    return _status(state_dir, fmt)
+    return status(state_dir, fmt)
 
 
 def _start(state_dir: Path) -> int:
@@ -121,9 +121,9 @@ def _reload(state_dir: Path) -> int:
     from controller.gateway.lifecycle.keeper import preflight
 
     current = registry.current_live(state_dir)
-    _say_unreadable(state_dir, current)
+    say_unreadable(state_dir, current)
     if current is None:
-        print(f"reconcile: nothing to reload: {_none_runs(state_dir)}", file=sys.stderr)
+        print(f"reconcile: nothing to reload: {none_runs(state_dir)}", file=sys.stderr)
         return EXIT_FAIL
     try:
         served = _settings_of(current)
@@ -188,12 +188,12 @@ def _restart(state_dir: Path, verb: str = "restart") -> int:
     from controller.cli.gateway.gatewayflags import reread
 
     current = registry.current_live(state_dir)
-    _say_unreadable(state_dir, current)
-    crashed = _crashed(state_dir) if current is None else None
+    say_unreadable(state_dir, current)
+    crashed = last_crashed(state_dir) if current is None else None
     stopped = registry.read_stopped(state_dir) if current is None else None
     previous = current or crashed or stopped
     if previous is None:
-        print(f"reconcile: {_none_runs(state_dir)}", file=sys.stderr)
+        print(f"reconcile: {none_runs(state_dir)}", file=sys.stderr)
         return EXIT_FAIL
     try:
         settings = reread(_settings_of(previous))
@@ -261,131 +261,3 @@ def _settings_of(info: registry.GatewayInfo) -> Settings:
             f"this reconcile's ({__version__}) to read ({type(exc).__name__}: {exc}): "
             "restart the daemon with --listen, which starts one of its own"
         ) from None
-
-
-def _none_runs(state_dir: Path) -> str:
-    """No gateway runs and none crashed: why, and the move that starts one (a stopped
-    one stays stopped until asked: `gateway status` once said only "no gateway runs")."""
-    head = f"no gateway runs for state dir {state_dir}"
-    since = registry.stopped_since(state_dir)
-    if since is None:
-        return f"{head}: start the daemon with --listen (or SIGHUP it, if its gateway was stopped)"
-    at = datetime.fromtimestamp(since, UTC)
-    moves = "SIGHUP (`kill -HUP` the daemon) or its next start"
-    if registry.read_stopped(state_dir) is not None:  # its settings: a restart starts it
-        moves = f"`reconcile gateway restart`, {moves}"
-    return (
-        f"{head}: stopped by `reconcile gateway stop` at {at:%Y-%m-%d %H:%M:%S} UTC; a "
-        f"daemon leaves it stopped until {moves}"
-    )
-
-
-def _crashed(state_dir: Path) -> registry.GatewayInfo | None:
-    """The gateway that served last, when it ended without stopping (SIGKILL, a crash:
-    its member file is left) and nothing started another (no daemon watched it)."""
-    last = registry.read_current(state_dir)
-    if last is None or last.alive() or not registry.crashed(state_dir, last.nonce):
-        return None
-    return last
-
-
-def _say_unreadable(state_dir: Path, current: registry.GatewayInfo | None) -> None:
-    """A ``current.json`` that cannot be read: said, with whom the members' files name
-    as holding the port in its stead (a restart rewrites it)."""
-    why = registry.unreadable_current(state_dir)
-    if why is None:
-        return
-    took = (
-        f"pid {current.ref.pid}, which holds the port, is taken as serving"
-        if current is not None
-        else "no live gateway holds the port"
-    )
-    print(f"warning: {why}: {took}", file=sys.stderr)
-
-
-def _status(state_dir: Path, fmt: str) -> int:
-    current = registry.current_live(state_dir)
-    found = registry.live(state_dir)
-    _say_unreadable(state_dir, current)
-    if fmt == "json":
-        print(json.dumps(_status_json(state_dir, current, found), indent=2))
-        return EXIT_OK if found else EXIT_FAIL
-    crashed = _crashed(state_dir) if not found else None
-    if not found and crashed is None:
-        print(_none_runs(state_dir))
-    elif not found:
-        print(f"no gateway runs for state dir {state_dir}")
-    if crashed is not None:
-        print(
-            f"the last one, pid {crashed.ref.pid} ({crashed.address}), ended without stopping "
-            "(killed or crashed) and no daemon started it again: `reconcile gateway "
-            "restart` starts it (as does a daemon with --listen)"
-        )
-    if found:
-        print(f"{'PID':<8} {'ADDRESS':<22} {'VERSION':<10} {'AGE':<8} ROLE")
-    for info in found:
-        role = "serving" if current is not None and info.nonce == current.nonce else "draining"
-        age = format_age(time.time() - info.started_at)  # as status shows ages
-        print(f"{info.ref.pid:<8} {info.address:<22} {info.version:<10} {age:<8} {role}")
-    for line in refusal_lines(state_dir):
-        print(f"warning: {line}")
-    return EXIT_OK if found else EXIT_FAIL
-
-
-def _status_json(
-    state_dir: Path, current: registry.GatewayInfo | None, found: list[registry.GatewayInfo]
-) -> dict[str, Any]:
-    serving = current.nonce if current is not None else None
-    return {
-        "gateways": [
-            {
-                "pid": info.ref.pid,
-                "address": info.address,
-                "version": info.version,
-                "started_at": iso(datetime.fromtimestamp(info.started_at, UTC)),
-                "role": "serving" if info.nonce == serving else "draining",
-            }
-            for info in found
-        ],
-        "refused": [
-            {"subject": r.subject, "why": r.why, "by": r.by, "since": iso(r.since), "at": iso(r.at)}
-            for r in refused.peek(state_dir)
-        ],
-    }
-
-
-def summary(state_dir: Path, now: datetime | None = None) -> str | None:
-    """The one line `status` prints above its table when this state dir has a gateway:
-    the one serving, the one a daemon restarts, or none since the last one ended without
-    stopping (None: no gateway runs, or the last one was stopped or forgotten on purpose)."""
-    current = registry.current_live(state_dir)
-    if current is not None:
-        now = now or datetime.now(UTC)
-        since = datetime.fromtimestamp(current.started_at, UTC)
-        age = format_age((now - since).total_seconds())
-        return (
-            f"gateway: pid {current.ref.pid} serves {current.address} "
-            f"(since {since:%Y-%m-%d %H:%M:%S} UTC, {age} ago)"
-        )
-    last = registry.read_current(state_dir)
-    if last is None or last.alive():
-        return None  # none ever, or the last one stopped cleanly (its exit took the file)
-    ended = f"pid {last.ref.pid} at {last.address} ended without stopping"
-    if daemonset.daemon_pid(state_dir) is not None and not registry.stop_asked(state_dir):
-        # Its keeper forgot the crashed one's file and starts another (after a back-off):
-        # for that second or more the line said nothing, as if no gateway were wanted.
-        return f"gateway: restarting ({ended}; the daemon starts another)"
-    if registry.crashed(state_dir, last.nonce):
-        return f"gateway: none serves ({ended}: reconcile gateway restart)"
-    return None  # forgotten (`down --gateway`) with no daemon to start one
-
-
-def refusal_lines(state_dir: Path, now: datetime | None = None) -> list[str]:
-    """What a reload refused and is still in force, one line each, with since when
-    (`status` and `gateway status` say them: the log alone let an edit pass for applied)."""
-    now = now or datetime.now(UTC)
-    return [
-        f"{r.said()} (since {r.since.astimezone(UTC):%H:%M:%S} UTC, "
-        f"{format_age((now - r.since).total_seconds())} ago)"
-        for r in refused.peek(state_dir)
-    ]

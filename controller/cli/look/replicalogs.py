@@ -8,8 +8,9 @@ compose prints services); no NAME is every deployment's; ``--replica I`` shows t
 replica of each. One instance: its bytes as the engine wrote them. ``--requests`` is
 the gateway's request log (requestsverb.py).
 
-A rolling ``@next`` writes into its instance's log (behind its marker line), so the
-instances here are replicas only: ``web``, ``web@1``, ...
+A rolling ``@next`` writes its own log (``logs web@next``) until its promotion hands it
+to its instance, the old one's behind it (``--previous``), so the instances here are
+replicas only: ``web``, ``web@1``, ...
 """
 
 from __future__ import annotations
@@ -145,8 +146,8 @@ def instances(store: RecordStore, name: str, replica: int | None) -> list[str]:
     else every replica the deployment has a record or a log for (``down`` keeps logs)."""
     if replica is not None:
         return [replica_name(base_name(name), replica)]
-    if name != base_name(name):
-        return [instance_of(name)]
+    if name != base_name(name):  # a replica, or a rolling `@next`: its own log
+        return [name]
     found = {instance_of(n) for n in store.peek().records if base_name(n) == name}
     found |= {p.name.removesuffix(".log") for p in store.logs.glob(f"{name}@*.log")}
     found = {n for n in found if record_name_ok(n) and not is_next(n)}

@@ -29,8 +29,8 @@ from controller.cli.common import (
     say_if_absent,
     selected,
 )
-from controller.cli.gateway.gatewayverbs import refusal_lines
-from controller.cli.gateway.gatewayverbs import summary as gateway_line
+from controller.cli.gateway.gatewaystatus import refusal_lines
+from controller.cli.gateway.gatewaystatus import summary as gateway_line
 from controller.cli.render.views import (
     FORMATS,
     drain_line,

@@ -109,7 +109,7 @@ def _log_lines(
 ) -> list[str]:
     if rec.on_cluster and remote_log is not None:
         return remote_log(rec)
-    path = RecordStore(state_dir).log_path(instance_of(rec.name))
+    path = RecordStore(state_dir).log_path(rec.name)
     return [b.decode("utf-8", "replace").rstrip("\n") for b in logfiles.tail_lines(path, LOG_LINES)]
 
 
@@ -147,8 +147,7 @@ def describe(
         *_indent(yaml.safe_dump(redact_spec(rec.stored_spec), sort_keys=False).rstrip()),
     ]
     out += ["Events:", *_indent(_events(events, now))]
-    # a rolling @next writes its instance's log
-    log_path = RecordStore(state_dir).log_path(instance_of(name))
+    log_path = RecordStore(state_dir).log_path(name)  # a rolling @next's own until promoted
     if rec.on_cluster and remote_log is not None:
         out.append(f"Log (last {LOG_LINES} lines, on node {rec.node[:8]} {rec.host}):")
         lines = [line.encode() for line in remote_log(rec)]

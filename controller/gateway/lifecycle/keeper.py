@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 log = get_logger("reconcile")
 
 START_WAIT = 20.0  # seconds a new gateway process may take to serve (imports, bind)
+STOP_WINS = "--stop-wins"  # the gateway's flag: a stop asked since its start was decided wins
 WATCH_PERIOD = 1.0  # seconds between the thread's looks while no gateway is watched
 PIDFD_RESYNC = 60.0  # ... while its pidfd is: its exit wakes the thread, this is a safety net
 NO_PIDFD_PERIOD = 0.1  # ... when the kernel gives no pidfd: liveness by /proc
@@ -285,7 +286,7 @@ class Keeper:
                 if registry.stop_asked(self.state_dir):
                     self._stop_honoured()
                     return None
-                proc, info = start_process(settings)
+                proc, info = start_process(settings, stop_wins=True)
         except LockTimeout as exc:
             raise ConfigError(str(exc)) from None
         self._children.append(proc)
@@ -554,13 +555,15 @@ def _changed(old: Settings, new: Settings) -> dict[str, str]:
 
 
 def start_process(
-    settings: Settings, log_path: Path | None = None
+    settings: Settings, log_path: Path | None = None, *, stop_wins: bool = False
 ) -> tuple[subprocess.Popen[bytes], registry.GatewayInfo]:
     """Start a gateway process for ``settings``; it serves (and took the port over from
     the current one, if any) once this returns. A ConfigError says why it did not.
 
     Its log lines go to our stderr, or appended to ``log_path`` (a CLI verb's stderr
-    is gone when the verb exits)."""
+    is gone when the verb exits). ``stop_wins``: a start that looked for a stop asked
+    (the keeper's, under the start lock) and found none: the gateway stops itself if it
+    finds one once registered (``process.main``)."""
     nonce = os.urandom(8).hex()
     ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
     env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
@@ -568,6 +571,7 @@ def start_process(
     env[registry.READY_FD] = str(ready_w)
     data = json.dumps(settings_to_json(settings))
     argv = [sys.executable, "-m", "controller.gateway", "--settings", data, "--nonce", nonce]
+    argv += [STOP_WINS] if stop_wins else []
     err = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600) if log_path else None
     try:
         # A session of its own: the daemon's group, terminal or unit stop never reaches

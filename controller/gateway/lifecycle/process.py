@@ -14,7 +14,8 @@ session of its own, so it outlives the daemon as engines do. It
    the old gateway to stop accepting, and says ``ready`` on the pipe its starter gave;
 4. honours the daemon's drains (``retire/``), writes its metrics text for the daemon's
    exporter, re-reads the key file and the TLS pair on SIGHUP (``tls.py``);
-5. on SIGTERM or a successor's ``stop``: closes its listener, finishes what it holds
+5. on SIGTERM, a successor's ``stop``, or (started by a daemon) a ``gateway stop`` asked
+   since its start was decided: closes its listener, finishes what it holds
    (up to the drain grace; handed over, however long, unless a SIGTERM comes), removes
    its files and exits 0. A crash leaves its member
    file behind, which is how the keeper tells a crash (restart it) from a stop.
@@ -59,6 +60,7 @@ SETTLE = 0.1  # seconds from a watch event to the look (see _turns)
 FIRST_PASS_LOOK = 1.0  # seconds between looks until the first pass (`passed` is not watched)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 STOP_LOOK = 0.2  # seconds between looks for a stop signal while the gateway drains
+STOP_ASKED = "`reconcile gateway stop` asked as it started"
 
 
 class GatewayProcess:
@@ -460,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m controller.gateway")
     parser.add_argument("--settings", required=True, help="the gateway's settings as JSON")
     parser.add_argument("--nonce", required=True)
+    parser.add_argument("--stop-wins", action="store_true", help="see keeper.start_process")
     args = parser.parse_args(argv)
     import json
 
@@ -486,6 +489,11 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()
     _say(ready_fd, "ready")
+    if args.stop_wins and registry.stop_asked(settings.state_dir):
+        # Asked since our starter looked (under the start lock): `systemctl stop` cancels
+        # a start under way. Registered first, so a stop whose look missed us (our
+        # starter stopped, SIGSTOP: the stop did not wait for it) is answered here.
+        proc.ask_stop(STOP_ASKED)
     proc.serve_until_stopped()
     return 0
 

@@ -106,6 +106,34 @@ def rename_rotate(path: Path, keep: int = DEFAULT_KEEP) -> None:
         path.unlink(missing_ok=True)
 
 
+def hand_over(new: Path, into: Path, keep: int = DEFAULT_KEEP) -> None:
+    """A promoted ``@next``'s log ``new`` (its backups too) becomes ``into``, and the old
+    instance's file moves behind it, its newest backup: each instance's lines stay in its
+    own run, its last ones (written beside the new one, or as it stopped) included.
+    Renames only: each engine's descriptor follows its own file wherever it moves. Run
+    again after a crash part way, it moves what is left (nothing, once ``new`` is gone).
+    """
+    if not new.exists():
+        return
+    behind = [p for p in stream_files(new) if p != new]  # new's backups, oldest first
+    shift = len(behind) + 1
+    for index in range(keep, 0, -1):  # into's backups up by ``shift``, past ``keep`` gone
+        _move(backup(into, index), backup(into, index + shift), index + shift <= keep)
+    _move(into, backup(into, shift), shift <= keep)
+    for old in behind:
+        index = int(old.name.rsplit(".", 1)[1])
+        _move(old, backup(into, index), index <= keep)
+    os.replace(new, into)
+
+
+def _move(path: Path, to: Path, kept: bool) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        if kept:
+            os.replace(path, to)
+        else:
+            path.unlink()
+
+
 def _shift_backups(path: Path, keep: int) -> None:
     """The oldest backup dropped, each other one number up: backup 1's place is free."""
     if keep > 0:
