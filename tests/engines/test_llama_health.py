@@ -254,6 +254,7 @@ def test_an_edited_key_file_restarts_the_engine_with_its_new_key(
         assert before["phase"] == "Ready", before
         shown = [cli.ok("-f", str(manifests), "--once")]  # the same file: nothing restarted
         keyed = _as_before(state, "file")
+        shown.append(cli.ok("plan", "-f", str(manifests)))  # 0: in sync, foreseen re-keyed
         shown.append(cli.ok("-f", str(manifests), "--once"))  # an upgrade: nothing either
         kept = cli.status()["file"]
         assert kept["phase"] == "Ready" and kept["pid"] == before["pid"], kept
