@@ -905,7 +905,9 @@ class Entry:
     # digests under the secrets key: never in repr, equality or any document.
     file_key: str = field(default="", repr=False, compare=False)
     key_file: bytes | None = field(default=None, repr=False, compare=False)
-    key_file_digest: str = ""  # that digest, which ``hash`` covers (with_key_file)
+    # That digest, which ``hash`` covers (with_key_file); unkeyed in a preview before any
+    # pass made the secrets key, so in no repr either.
+    key_file_digest: str = field(default="", repr=False)
     # What a release before the secrets key recorded for the same values (see rekeyed).
     unkeyed_digest: str = field(default="", repr=False, compare=False)
     # The line of each field path in the document, as the loader read it: a check made

@@ -18,7 +18,7 @@ from pathlib import Path
 from controller.store.config.privatefile import PrivateFile
 from controller.store.statedir import StateDir
 
-REMEDY = "the next pass makes a new one; each engine with envFrom or a key file then restarts once"
+REMEDY = "the next pass makes a new one; each engine with envFrom or a key file restarts once"
 
 
 def _file(state_dir: Path) -> PrivateFile:
