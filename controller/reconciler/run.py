@@ -43,7 +43,7 @@ from controller.core.manifest import backendnames
 from controller.core.manifest.labels import kept_apart, kept_note, share, skip_note
 from controller.core.manifest.names import base_name, is_next
 from controller.core.manifest.sources import Source
-from controller.core.manifest.specs import Entry, with_secrets
+from controller.core.manifest.specs import Entry, with_key_file, with_secrets
 from controller.core.plan import EMPTIED, Desired, plan, rekeyed, waits_turn
 from controller.core.pulls import PullView
 from controller.core.state import MarkedProcess, Observed, Phase, ProcessRef, Record
@@ -73,7 +73,7 @@ from controller.store.lock import FileLock
 from controller.store.side import activation, devicehealth, measured, restart
 from controller.store.side.observed import Seen
 from controller.store.side.observed import note as note_seen
-from controller.store.sources import security
+from controller.store.sources import keyfile, security
 from controller.store.sources.git import rev as gitrev
 from controller.store.sources.manifests import LoadResult, ManifestError, load
 from controller.store.sources.nearmiss import NOTHING_PRUNED
@@ -711,9 +711,10 @@ class Reconciler(Preview):
 
     def _rekey(self, desired: Desired) -> None:
         """Records a release before hashed otherwise (before the secrets key, before vLLM's
-        --config file was read), what they ran on unchanged, get today's hash on disk
-        before the pass looks: their engines keep running."""
-        if not any(e.unkeyed_digest or e.config_digest for e in desired.entries.values()):
+        --config file or llama.cpp's key file was hashed), what they ran on unchanged, get
+        today's hash on disk before the pass looks: their engines keep running."""
+        entries = desired.entries.values()
+        if not any(e.unkeyed_digest or e.config_digest or e.key_file_digest for e in entries):
             return
         for record in rekeyed(desired, self.store.load().records.values()):
             self.store.write(record)
@@ -1070,18 +1071,29 @@ def _rekeyed(desired: Desired, observed: Observed) -> Observed:
     return replace(observed, records=views)
 
 
+def _with_key_file(entry: Entry, data: bytes, key: bytes | None) -> Entry:
+    """``entry`` with its hash covering its llama.cpp key file's bytes (``data``, their
+    digest under ``key``): an edit of the file restarts the engine, which reads it only at
+    its start."""
+    digest = keyfile.digest(data, key)
+    return replace(entry, key_file_digest=digest, hash=with_key_file(entry.hash, digest))
+
+
 def resolve_secrets(
     loaded: LoadResult,
     key: Callable[[], bytes | None],
     untrusted: Callable[[Path], str | None] | None = None,
 ) -> None:
     """Each entry with spec.envFrom gets its values and a hash that covers them, keyed
-    with ``key()`` (asked once, when an entry names envFrom; None: unkeyed); one whose
-    file is missing, too open, another user's (as root: ``untrusted``) or undecryptable
-    becomes invalid, naming the file: Pending if it never ran, its running engine
-    untouched (the planner's invalid-spec rule)."""
-    key_once = functools.cache(key)  # read (a pass: made) only when a spec names envFrom
+    with ``key()`` (asked once, when an entry names envFrom or a key file; None: unkeyed);
+    one whose file is missing, too open, another user's (as root: ``untrusted``) or
+    undecryptable becomes invalid, naming the file: Pending if it never ran, its running
+    engine untouched (the planner's invalid-spec rule). llama.cpp's key file, read at
+    load, joins the hash first, keyed the same way (``_with_key_file``)."""
+    key_once = functools.cache(key)  # read (a pass: made) only when a spec names a secret
     for name, entry in list(loaded.entries.items()):
+        if entry.key_file is not None:
+            entry = loaded.entries[name] = _with_key_file(entry, entry.key_file, key_once())
         if not entry.deployment.spec.env_from:
             continue
         from controller.host import secrets  # only where a spec names secrets

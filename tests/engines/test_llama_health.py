@@ -10,6 +10,8 @@ after ``failureThreshold`` passes. The binary is ``scripts/build-llama-server``'
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import signal
 import sys
@@ -18,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from controller.core.manifest.specs import document_hash
 from controller.core.state import ProbeConfig
 from controller.gateway.accounting.enginemetrics import parse
 from controller.host.probes import ProbeTarget, probe
+from controller.store.instances.records import RecordStore
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # plain `pytest` puts only this folder on sys.path
@@ -31,6 +35,7 @@ from tests.engines.test_llama_e2e import (  # noqa: E402, F401 (fixtures)
     free_port,
     llama_server,
     node,
+    wait_gone,
 )
 from tests.fixtures.tiny_gguf import write_tiny_llama_gguf  # noqa: E402
 
@@ -205,5 +210,72 @@ def test_completion_probes_of_a_llama_server_given_a_key_file(
         held = [p for p in state.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
         assert not held, held  # records, events, logs, caches
         assert (state / "events" / "file.jsonl").is_file()  # the events were looked at
+    finally:
+        cli.ok("down", "-f", str(manifests))
+
+
+def _as_before(state: Path, name: str) -> str:
+    """The record as a release before wrote it, its hash covering no key file (a spec of
+    args and env alone: the spec document's); the hash it held returned."""
+    store = RecordStore(state)
+    record = store.read(name)
+    assert record is not None, name
+    old = document_hash(record.stored_spec)
+    assert old != record.spec_hash, "the record's hash covers the key file"
+    store.write(dataclasses.replace(record, spec_hash=old))
+    return record.spec_hash
+
+
+def test_an_edited_key_file_restarts_the_engine_with_its_new_key(
+    llama_server: Path,  # noqa: F811
+    node: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """An edit of `--api-key-file` restarted nothing (its bytes joined no hash): the
+    engine kept the key it read at its start, the probes presented the new one, were
+    refused, and liveness restarted it as "not live". The file's digest joins the hash:
+    an unchanged file restarts nothing, nor does an upgrade (a record hashed without it
+    is given today's hash); an edit restarts the engine, Ready by a completion with the
+    new key; neither key is in any output or file of the state dir."""
+    new = "sk-llama-edited-0b7e"
+    model = write_tiny_llama_gguf(tmp_path / "models" / "tiny.gguf")
+    keys = tmp_path / "keys"
+    keys.write_text(f"{KEY}\n")
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    args = f', "--api-key-file", "{keys}"'
+    text = manifest("file", model, llama_server, args=args, timeout=10, threshold=1)
+    (manifests / "file.yaml").write_text(text)
+    state = tmp_path / "state"
+    cli = Cli(manifests, state, node)
+    try:
+        cli.converge()
+        before = cli.status()["file"]
+        assert before["phase"] == "Ready", before
+        shown = [cli.ok("-f", str(manifests), "--once")]  # the same file: nothing restarted
+        keyed = _as_before(state, "file")
+        shown.append(cli.ok("plan", "-f", str(manifests)))  # 0: in sync, foreseen re-keyed
+        shown.append(cli.ok("-f", str(manifests), "--once"))  # an upgrade: nothing either
+        kept = cli.status()["file"]
+        assert kept["phase"] == "Ready" and kept["pid"] == before["pid"], kept
+        assert RecordStore(state).read("file").spec_hash == keyed  # type: ignore[union-attr]
+
+        keys.write_text(f"{new}\n")
+        shown.append(cli.run("plan", "-f", str(manifests)))  # 2: changes to make
+        assert shown[-1].returncode == 2, shown[-1]
+        assert "file  replace    llama.cpp's --api-key-file changed" in shown[-1].stdout
+        cli.converge()  # Ready only once a completion with the new key answered
+        after = cli.status()["file"]
+        assert after["phase"] == "Ready" and after["pid"] != before["pid"], after
+        wait_gone(before["pid"])
+        shown.append(cli.ok("-f", str(manifests), "--once"))  # liveness: the new key
+        assert cli.status()["file"]["pid"] == after["pid"]
+        shown += [cli.ok("status", "-o", "json"), cli.ok("describe", "file", "-o", "json")]
+        shown.append(cli.ok("events", "file"))
+        assert "--api-key-file" in json.dumps([p.stdout for p in shown])
+        said = "\n".join(p.stdout + p.stderr for p in shown)
+        files = [f for f in state.rglob("*") if f.is_file()]
+        held = [f for f in files for k in (KEY, new) if k.encode() in f.read_bytes()]
+        assert KEY not in said and new not in said and held == [], held
     finally:
         cli.ok("down", "-f", str(manifests))

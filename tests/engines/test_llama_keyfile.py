@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from controller.core.digest import sha256_hex
+from controller.core.manifest.specs import Entry
+from controller.reconciler.run import resolve_secrets
 from controller.store.sources.manifests import LoadResult, load
 
 KEY = "file-key-7c1e"
@@ -21,6 +24,7 @@ KEY = "file-key-7c1e"
 def write(tmp_path: Path, keys: str | None, args: list[str], **spec: object) -> LoadResult:
     """A llama-cpp manifest giving ``args`` (``{keys}``: the key file, written when given)."""
     path = tmp_path / "keys"
+    tmp_path.mkdir(parents=True, exist_ok=True)
     if keys is not None:
         path.write_text(keys)
     folder = tmp_path / "manifests"
@@ -92,3 +96,31 @@ def test_a_path_the_engine_alone_reads_is_left_to_it(tmp_path: Path) -> None:
     placeholder = write(tmp_path / "p", None, ["--api-key-file", "/etc/{name}.keys"])
     for loaded in (in_image, placeholder):
         assert loaded.errors == [] and loaded.entries["chat"].file_key == ""
+
+
+def _hashed(loaded: LoadResult, key: bytes | None = b"k" * 32) -> Entry:
+    """The entry as a pass gives it its hash: the file's digest under the secrets key."""
+    resolve_secrets(loaded, lambda: key)
+    return loaded.entries["chat"]
+
+
+def test_the_files_bytes_join_the_hash_keyed(tmp_path: Path) -> None:
+    """An edit of the key file changed no hash: llama-server, which reads it only at its
+    start, kept the old key while the probes presented the new one, and liveness
+    restarted it as "not live". Its bytes now join the hash, keyed as envFrom's values
+    are: the same file, the same hash; any edit (a key added to an empty file too), a new
+    one; the key in no digest or repr, and the digest not its plain sha256."""
+    plain = write(tmp_path, f"{KEY}\n", ARGS).entries["chat"]
+
+    def edited(text: str, key: bytes = b"k" * 32) -> Entry:
+        (tmp_path / "keys").write_text(text)
+        return _hashed(load([tmp_path / "manifests"], backend="local"), key)
+
+    hashed = edited(f"{KEY}\n")
+    assert hashed.hash != plain.hash and hashed.hash == edited(f"{KEY}\n").hash
+    assert len({hashed.hash, edited("other\n").hash, edited("").hash}) == 3, "an edit"
+    assert edited(f"{KEY}\n", b"j" * 32).key_file_digest != hashed.key_file_digest
+    assert hashed.key_file_digest != sha256_hex(f"{KEY}\n".encode()), "keyed, not plain"
+    assert KEY not in repr(hashed) and KEY not in hashed.hash + hashed.key_file_digest
+    image = write(tmp_path / "i", None, ["--api-key-file", "/opt/keys"], container={"image": "x"})
+    assert _hashed(image).hash == image.entries["chat"].hash, "the engine's file alone"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.core.manifest.specs import document_hash
+from controller.core.state import Phase
 
 # A stand-in `vllm serve MODEL ...`: records its argv (and its --config file's text, as
 # read at its start); serves /health, /v1/models listing the served names (else the
@@ -186,6 +187,32 @@ def test_a_key_from_envfrom_is_presented_and_never_written(reconcile: Any, tmp_p
     said = f"{_said(rc, 'fromfile')}\n{rc('describe', 'fromfile', '-o', 'json', check=0)}"
     assert "completion" in said and KEY not in said
     _no_key_in(rc.state)
+    rc.down()
+
+
+def test_plan_probes_a_starting_engine_with_its_envfrom_key(reconcile: Any, tmp_path: Path) -> None:
+    """`plan` probed a Starting engine before it read envFrom's values: a probe with no
+    key, refused, so it showed an engine keyed from envFrom Starting where the pass that
+    followed found it Ready. It reads them first (as it always did, for the hash) and its
+    probe presents the key; the key in nothing it says."""
+    rc = reconcile
+    secrets = _secrets(tmp_path, f"VLLM_API_KEY={KEY}\n")
+    probe = {**COMPLETION, "deadlineSeconds": 600}
+    _standin(rc, tmp_path, "starting", probe, envFrom=[{"file": str(secrets)}])
+    rc.converge(timeout="60s")
+    store = rc.store()
+    record = store.read("starting")
+    assert record is not None and record.phase is Phase.READY, record
+    store.write(dataclasses.replace(record, phase=Phase.STARTING))  # answering, not seen yet
+    said: list[str] = []
+
+    def planned_ready() -> bool:  # one probe a plan: a slow answer is tried again
+        planned = rc("plan", "-o", "json", check=None)
+        said.append(planned.out + planned.err)
+        return {"name": "starting", "phase": "Ready"} in json.loads(planned.out)["unchanged"]
+
+    rc.wait_for(planned_ready, timeout=30, what="plan probing the Starting engine with its key")
+    assert KEY not in "\n".join(said)
     rc.down()
 
 

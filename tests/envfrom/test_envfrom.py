@@ -19,6 +19,7 @@ from agekey import AgeKey, make_key
 from controller.core.manifest.specs import document_hash, with_secrets
 from controller.host import secrets
 from controller.store.config import accesstoken
+from tests.engines.test_vllm_standin import COMPLETION, KEY, _no_key_in, _said, _standin
 
 METRICS = 14  # the metrics port: the test's port block + 14 (the gateway's is + 15)
 
@@ -302,4 +303,32 @@ def test_an_envfrom_key_reconcile_sets_itself_is_refused_naming_the_file_and_key
     assert web is not None and web["ref"] == before["ref"] and rc.alive(before["ref"]["pid"])
     assert web["spec_valid"] is False and f"file {node_file} sets PORT" in web["message"], web
     assert value not in said + planned + json.dumps(status)
+    rc.down()
+
+
+def test_a_key_from_a_sops_file_is_presented_and_never_written(
+    reconcile: Any, age_key: AgeKey, tmp_path: Path
+) -> None:
+    """An engine's API key in a `sopsFile:` (VLLM_API_KEY, decrypted by the real sops)
+    reaches its probes as a `file:`'s does: it gets Ready by a keyed `completion` and
+    stays live through each pass (threshold 1: a refused probe would restart it), and the
+    key is in no file of the state dir, nor in `describe -o json`, the events or a pass's
+    output."""
+    rc = reconcile
+    age_key.encrypt(f"VLLM_API_KEY={KEY}\n", rc.manifests / "secrets" / "engine.env")
+    rc.env["SOPS_AGE_KEY_FILE"] = str(age_key.file)
+    live = {"completion": {}, "periodSeconds": 0.2, "timeoutSeconds": 10, "failureThreshold": 1}
+    spec = {"envFrom": [{"sopsFile": "secrets/engine.env"}], "livenessProbe": live}
+    _standin(rc, tmp_path, "sops", {**COMPLETION, "deadlineSeconds": 30}, **spec)
+    rc.converge(timeout="60s")
+    before = rc.status()["sops"]
+    assert before["ready"] is True, before
+    for _ in range(2):  # each pass probes liveness with the key it decrypted
+        rc.once()
+    after = rc.status()["sops"]
+    assert after["ready"] is True and after["restarts"] == 0, after
+    assert after["pid"] == before["pid"], after
+    said = f"{_said(rc, 'sops')}\n{rc('describe', 'sops', '-o', 'json', check=0)}"
+    assert "completion" in said and "sops" in said and KEY not in said
+    _no_key_in(rc.state)
     rc.down()

@@ -154,8 +154,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend, repo=cfg.repo
     )
     view = preview(cfg)
-    observed, problems = view.observe()
+    # envFrom's values first (read for the hash anyway): a Starting engine keyed from them
+    # or a key file is probed with its key, as the pass will (probekeys.py), not refused.
     desired = view.desired(loaded)
+    observed, problems = view.observe(desired=desired)
     observed = view.foresee_strays(desired, observed)
     found = planview.changes(view.plan(desired, observed), desired, observed)
     if args.selector:  # the manifest's labels, else the record's

@@ -901,8 +901,13 @@ class Entry:
     # (with_config): an edit of the file restarts the engine, as a changed secret does.
     config_digest: str = ""
     # The first key of llama.cpp's --api-key-file (store/sources/keyfile.py), which the
-    # probes present: never in repr, equality or any document.
+    # probes present, and the file's bytes (None: no file read here), which the pass
+    # digests under the secrets key: never in repr, equality or any document.
     file_key: str = field(default="", repr=False, compare=False)
+    key_file: bytes | None = field(default=None, repr=False, compare=False)
+    # That digest, which ``hash`` covers (with_key_file); unkeyed in a preview before any
+    # pass made the secrets key, so in no repr either.
+    key_file_digest: str = field(default="", repr=False)
     # What a release before the secrets key recorded for the same values (see rekeyed).
     unkeyed_digest: str = field(default="", repr=False, compare=False)
     # The line of each field path in the document, as the loader read it: a check made
@@ -977,6 +982,14 @@ def with_config(hash_: str, config_digest: str) -> str:
     if not config_digest:
         return hash_
     return "sha256:" + sha256_hex(f"{hash_}|config|{config_digest}".encode())
+
+
+def with_key_file(hash_: str, key_file_digest: str) -> str:
+    """A spec hash that also covers llama.cpp's --api-key-file (its keyed digest; none:
+    the hash)."""
+    if not key_file_digest:
+        return hash_
+    return "sha256:" + sha256_hex(f"{hash_}|key-file|{key_file_digest}".encode())
 
 
 def with_secrets(hash_: str, secret_digest: str) -> str:

@@ -36,6 +36,7 @@ from controller.core.manifest.specs import (
     next_name,
     spec_document,
     with_config,
+    with_key_file,
     with_secrets,
 )
 from controller.core.planner.context import EMPTIED, Context, Desired, Judged, Want
@@ -282,17 +283,18 @@ def _came_up(view: RecordView) -> tuple[MarkReady, ...]:
 
 
 def _unseen_changed(rec: Record, entry: Entry) -> bool:
-    """envFrom's values or vLLM's --config file differ from the record's: its hash is not
-    the stored spec's with these digests (an in-place field changed beside them must not
-    hide them)."""
-    if not entry.secret_digest and not entry.config_digest:
+    """envFrom's values, vLLM's --config file or llama.cpp's key file differ from the
+    record's: its hash is not the stored spec's with these digests (an in-place field
+    changed beside them must not hide them)."""
+    if not entry.secret_digest and not entry.config_digest and not entry.key_file_digest:
         return False
     return _covered(document_hash(rec.stored_spec), entry, entry.secret_digest) != rec.spec_hash
 
 
 def _covered(base: str, entry: Entry, secret_digest: str) -> str:
-    """``base`` (a spec document's hash) covering the entry's --config file and secrets."""
-    hash_ = with_config(base, entry.config_digest)
+    """``base`` (a spec document's hash) covering the entry's --config file, key file and
+    secrets."""
+    hash_ = with_key_file(with_config(base, entry.config_digest), entry.key_file_digest)
     return with_secrets(hash_, secret_digest) if secret_digest else hash_
 
 
@@ -300,7 +302,9 @@ def rekeyed(desired: Desired, records: Iterable[Record]) -> list[Record]:
     """This set's records that a release before hashed otherwise, what it ran on unchanged
     as far as that release could tell: given today's hash, so an upgrade restarts no
     engine. Before the secrets key, envFrom's values were hashed unkeyed (a changed value
-    matches neither, and restarts it); before --config files were read, no file was."""
+    matches neither, and restarts it); before --config files were read, no file was;
+    before llama.cpp's key file was hashed, it was not (that release could not tell an
+    edit either: the engine kept the key it started with, so the record is kept too)."""
     out = []
     for rec in records:
         entry = desired.entries.get(base_name(rec.name))
@@ -314,7 +318,8 @@ def rekeyed(desired: Desired, records: Iterable[Record]) -> list[Record]:
 
 
 def _before(base: str, entry: Entry) -> set[str]:
-    """The hashes a release before gave ``entry``'s values (see rekeyed)."""
+    """The hashes a release before gave ``entry``'s values (see rekeyed): none covered a
+    key file."""
     secrets = {entry.secret_digest, entry.unkeyed_digest} - {""}
     bases = {base, with_config(base, entry.config_digest)} if entry.config_digest else {base}
     old = {with_secrets(b, d) for b in bases for d in secrets} if secrets else set(bases)
@@ -322,11 +327,13 @@ def _before(base: str, entry: Entry) -> set[str]:
 
 
 def _unseen(entry: Entry) -> str:
-    """What changed when no field did: envFrom's values or vLLM's --config file (the hash
-    covers them)."""
+    """What changed when no field did: envFrom's values, vLLM's --config file or
+    llama.cpp's --api-key-file (the hash covers them)."""
     unseen = ["spec.envFrom's values"] if entry.deployment.spec.env_from else []
     if entry.config_digest:
         unseen.append("vLLM's --config file")
+    if entry.key_file_digest:
+        unseen.append("llama.cpp's --api-key-file")
     return " or ".join(unseen) or "spec"
 
 

@@ -7,14 +7,23 @@ key, and any one of them is accepted. An engine given only the file answered 401
 error at the flag's line, as vLLM's ``--config`` is (engineconfig.py); one it may not
 read (a placeholder in its path, the image's own) is the engine's alone, and its probes
 go without. The key is never in a message.
+
+The file's bytes join the spec hash as envFrom's values do (DESIGN.md "Secrets"): an
+edit restarts the engine, which reads the file only at its start (before, its probes
+presented the new key to an engine holding the old one, were refused, and liveness
+restarted it as "not live"). Their digest is keyed, as envFrom's (``digest``): a record's
+hash lets no one check a guess at a short key.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import stat
 from pathlib import PurePosixPath
 
+from controller.core.digest import sha256_hex
 from controller.core.engines.spelling import value_of
 from controller.core.manifest.specs import DeploymentSpec
 from controller.store.sources.engineconfig import on_host
@@ -50,21 +59,34 @@ def key_file_problem(spec: DeploymentSpec) -> tuple[int, str] | None:
     return None
 
 
-def first_key(spec: DeploymentSpec) -> str:
-    """The file's first key, as llama-server reads it; "" when there is none or reconcile
-    cannot read it here (key_file_problem said so at load)."""
+def key_file_bytes(spec: DeploymentSpec) -> bytes | None:
+    """The file's bytes (at most LIMIT), read once where the engine will read them; None
+    when there is none or reconcile cannot read it here (key_file_problem said so at load).
+    An empty file is b"": a key written into it later is a change."""
     found = _key_file(spec)
     if found is None or found[2] is None or not found[1].startswith("/"):
-        return ""
+        return None
     try:
         with open(found[2], "rb") as file:
-            text = file.read(LIMIT)
+            return file.read(LIMIT)
     except OSError:
-        return ""
-    for line in text.decode("utf-8", "replace").split("\n"):
+        return None
+
+
+def first_key(data: bytes) -> str:
+    """The file's first key, as llama-server reads it ("": none)."""
+    for line in data.decode("utf-8", "replace").split("\n"):
         if line:  # std::getline: a line as written, the empty ones skipped
             return line
     return ""
+
+
+def digest(data: bytes, key: bytes | None) -> str:
+    """What the spec hash takes in of the file: HMAC-SHA256 under the state dir's secrets
+    key (None: a preview before any pass made one, whose hash no record holds)."""
+    if key is None:
+        return sha256_hex(data)
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
 
 
 def _key_file(spec: DeploymentSpec) -> tuple[int, str, str | None] | None:

@@ -40,7 +40,7 @@ from controller.core.manifest.specs import (
 from controller.store.sources import bounded, security
 from controller.store.sources.bounded import Document, Path_
 from controller.store.sources.engineconfig import config_digest, config_problem
-from controller.store.sources.keyfile import first_key, key_file_problem
+from controller.store.sources.keyfile import first_key, key_file_bytes, key_file_problem
 from controller.store.sources.parsecache import ParseCache
 
 SUFFIXES = (".yaml", ".yml")
@@ -315,10 +315,22 @@ def _load_document(
     # vLLM's --config file, read here (a local node's): its edit is a change of the spec
     digest = "" if on_cluster(result.backend) else config_digest(deployment.spec)
     hash_ = with_config(spec_hash(deployment.spec), digest)
-    key = "" if on_cluster(result.backend) else first_key(deployment.spec)
+    # llama.cpp's key file, read here once: its first key for the probes, its bytes for
+    # the hash (keyed by the pass: reconciler/run.resolve_secrets)
+    keys = None if on_cluster(result.backend) else key_file_bytes(deployment.spec)
+    key = "" if keys is None else first_key(keys)
     _add(
         result,
-        Entry(deployment, file, line, hash_, config_digest=digest, file_key=key, field_lines=lines),
+        Entry(
+            deployment,
+            file,
+            line,
+            hash_,
+            config_digest=digest,
+            file_key=key,
+            key_file=keys,
+            field_lines=lines,
+        ),
     )
 
 
