@@ -666,6 +666,8 @@ class Reconciler(Preview):
             final = self.store.load()
             _add_problems(result, final.problems)
             result.records = final.records
+        if result.prune_blocked is not None:  # what --once, --wait and notify say of them
+            result.records = {n: _as_read(r, result.owner) for n, r in result.records.items()}
         self._end_histories(desired, result)
         return result
 
@@ -930,6 +932,12 @@ def _extra(engine: str) -> int:
         return recipe_for(engine).extra_ports
     except (ImportError, AttributeError):
         return 0
+
+
+def _as_read(record: Record, owner: str) -> Record:
+    """A record of this set (``owner``) as a pass that read no manifest shows it, as
+    `status` does (``observed.Views.as_read``); another set's, as it is."""
+    return record.unmarked() if record.owner == owner else record
 
 
 def _selector(entry: Entry) -> Mapping[str, str]:
