@@ -609,6 +609,9 @@ def _check_backend(parser: Parser, args: argparse.Namespace) -> None:
 def _check_source(parser: Parser, args: argparse.Namespace) -> None:
     """Flags that name two sources at once are a usage error (64), as README says every
     usage error is; node.yaml's settings are judged with the config (exit 1)."""
+    for flag, dest in (("--git", "git"), ("--branch", "branch"), ("--tag", "tag")):
+        if getattr(args, dest, None) == "":  # else taken as no flag: another source ran
+            parser.error(f"{flag} is empty (an unset variable?): give its value, or drop it")
     if getattr(args, "git", None) and getattr(args, "manifests", None):
         parser.error(
             "-f and --git are one or the other: a node follows a repository or reads"

@@ -332,6 +332,15 @@ class Record:
         record once kept ``memory`` with no device to hold it on)."""
         return replace(self, devices=(), device_uuids=(), memory=None, port=None, extra_ports=())
 
+    def unmarked(self) -> Record:
+        """This record as a pass that read no manifest leaves it to be shown: invariant 5
+        kept it whole, so a spec-invalid mark on it names an earlier read's file (one the
+        commit applied may not have), not one of this read."""
+        if self.spec_valid:
+            return self
+        message = "" if self.message.startswith(SPEC_INVALID) else self.message
+        return replace(self, spec_valid=True, message=message)
+
 
 @dataclass(frozen=True, slots=True)
 class ProbeResult:

@@ -40,7 +40,7 @@ from controller.core.devices.inventory import Inventory
 from controller.core.devices.placement import Ledger, Placed, Unplaced, ledger_for, place
 from controller.core.engines import MODULES, RecipeError, recipe_for
 from controller.core.manifest import backendnames
-from controller.core.manifest.labels import kept_apart, kept_note, share, skip_note
+from controller.core.manifest.labels import kept_apart, kept_note, matches, share, skip_note
 from controller.core.manifest.names import base_name, is_next
 from controller.core.manifest.sources import Source
 from controller.core.manifest.specs import Entry, with_key_file, with_secrets
@@ -248,9 +248,10 @@ class Preview:
         # spec.envFrom read here, at the edge: the planner sees a hash. As root its files
         # are held to the manifests' rule (and opted out of it with them).
         strict = security.strict(self.config.insecure_manifests)
-        resolve_secrets(loaded, self._secrets_key, security.path_problem if strict else None)
+        untrusted = security.path_problem if strict else None
+        resolve_secrets(loaded, self._secrets_key, untrusted, here=self._runs_here)
         if self.backend.name == backendnames.LOCAL:  # a cluster's folders are its nodes'
-            refuse_missing_volumes(loaded)
+            refuse_missing_volumes(loaded, here=self._runs_here)
         entries, skipped, invalid, labelled = self._share(loaded)
         return Desired(
             owner=self.config.owner,
@@ -274,6 +275,14 @@ class Preview:
                 write=self.scale_writes,
             ),
         )
+
+    def _runs_here(self, entry: Entry) -> bool:
+        """Whether this node runs ``entry`` (``_share``'s rule). The envFrom files and
+        volumes of a deployment left to other nodes are theirs (a sopsFile encrypted for
+        their age keys, a file only they hold): never read here."""
+        if self.backend.selects_nodes:
+            return True
+        return matches(_selector(entry), self.config.labels or {})
 
     def _secrets_key(self) -> bytes | None:
         """The key of envFrom's digests: a pass makes it, a preview only reads it (none
@@ -671,6 +680,8 @@ class Reconciler(Preview):
             final = self.store.load()
             _add_problems(result, final.problems)
             result.records = final.records
+        if result.prune_blocked is not None:  # what --once, --wait and notify say of them
+            result.records = {n: _as_read(r, result.owner) for n, r in result.records.items()}
         self._end_histories(desired, result)
         return result
 
@@ -954,6 +965,12 @@ def _extra(engine: str) -> int:
         return 0
 
 
+def _as_read(record: Record, owner: str) -> Record:
+    """A record of this set (``owner``) as a pass that read no manifest shows it, as
+    `status` does (``observed.Views.as_read``); another set's, as it is."""
+    return record.unmarked() if record.owner == owner else record
+
+
 def _selector(entry: Entry) -> Mapping[str, str]:
     return entry.deployment.spec.node_selector
 
@@ -1082,19 +1099,21 @@ def _with_key_file(entry: Entry, data: bytes, key: bytes | None) -> Entry:
 def resolve_secrets(
     loaded: LoadResult,
     key: Callable[[], bytes | None],
-    untrusted: Callable[[Path], str | None] | None = None,
+    untrusted: Callable[[Path], str | None] | None,
+    *,
+    here: Callable[[Entry], bool],
 ) -> None:
-    """Each entry with spec.envFrom gets its values and a hash that covers them, keyed
-    with ``key()`` (asked once, when an entry names envFrom or a key file; None: unkeyed);
-    one whose file is missing, too open, another user's (as root: ``untrusted``) or
-    undecryptable becomes invalid, naming the file: Pending if it never ran, its running
-    engine untouched (the planner's invalid-spec rule). llama.cpp's key file, read at
-    load, joins the hash first, keyed the same way (``_with_key_file``)."""
+    """Each entry this node runs (``here``) with spec.envFrom gets its values and a hash
+    that covers them, keyed with ``key()`` (asked once, when an entry names envFrom or a
+    key file; None: unkeyed); one whose file is missing, too open, another user's (as
+    root: ``untrusted``) or undecryptable becomes invalid, naming the file: Pending if it
+    never ran, its running engine untouched (the planner's invalid-spec rule). llama.cpp's
+    key file, read at load, joins the hash first, keyed the same way (``_with_key_file``)."""
     key_once = functools.cache(key)  # read (a pass: made) only when a spec names a secret
     for name, entry in list(loaded.entries.items()):
         if entry.key_file is not None:
             entry = loaded.entries[name] = _with_key_file(entry, entry.key_file, key_once())
-        if not entry.deployment.spec.env_from:
+        if not entry.deployment.spec.env_from or not here(entry):
             continue
         from controller.host import secrets  # only where a spec names secrets
 

@@ -10,12 +10,16 @@ message naming the manifest's file, line and field, until the folder is there.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from controller.core.manifest.specs import Entry
 from controller.store.sources.manifests import LoadResult, ManifestError
 
 
-def refuse_missing_volumes(loaded: LoadResult) -> None:
-    """Each entry a volume of which names a host path this node lacks becomes invalid."""
-    boxed = [(n, e) for n, e in loaded.entries.items() if e.deployment.spec.container]
+def refuse_missing_volumes(loaded: LoadResult, *, here: Callable[[Entry], bool]) -> None:
+    """Each entry this node runs (``here``) a volume of which names a host path this
+    node lacks becomes invalid (another node's deployment mounts that node's folders)."""
+    boxed = [(n, e) for n, e in loaded.entries.items() if e.deployment.spec.container and here(e)]
     if not boxed:
         return  # a node that runs no container loads no container code (tests/test_imports)
     from controller.host import containers

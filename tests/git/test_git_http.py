@@ -48,3 +48,22 @@ def test_over_http_with_a_token_then_a_wrong_token_then_no_server(
     assert seen["state"] == "PullFailed" and seen["applied"] == applied, seen
     assert reconcile.alive(pid) and reconcile.record("alpha")["ref"]["pid"] == pid
     reconcile("--git", url, "--git-path", "manifests", "down", check=0)
+
+
+def test_a_run_without_the_url_s_token_says_it_is_not_kept(
+    reconcile: Any, remote: Remote, http: GitHTTP
+) -> None:
+    """The state dir keeps the URL without its token, so a `--once` from cron with no
+    `--git` (the state dir "remembers its source") asked git for a user it did not have,
+    and said only git's `could not read Username ... terminal prompts disabled`: the
+    run a minute before had worked. It names why and the next move."""
+    remote.deploy("alpha")
+    url = http.url("remote.git", "tess", TOKEN)
+    reconcile.converge("--git", url, "--git-path", "manifests")
+    node = ("--state-dir", str(reconcile.state), "--node", reconcile.node)
+    out = reconcile("--once", *node, "--devices", reconcile.devices, common=False, check=1)
+    assert "could not read Username" in out.err, out
+    said = "reconcile keeps no password given in a URL: give the same --git URL again"
+    assert said in out.err and "credential helper" in out.err and TOKEN not in out.err, out
+    assert said in source(reconcile)["message"]
+    reconcile("--git", url, "--git-path", "manifests", "down", check=0)

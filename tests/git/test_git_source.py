@@ -172,7 +172,8 @@ def test_a_path_gone_at_a_commit_is_said_once_and_no_earlier_error_with_it(
     condition, and a record marked "spec invalid" by an earlier commit's file still said
     so, naming a file the applied commit does not have. As Argo CD says "path does not
     exist" of the app and keeps the last synced state, the source's line says the folder
-    is gone at that commit, once, and the engines run on as they were, unmarked."""
+    is gone at that commit, once, and the engines run on as they were, unmarked: `--once`
+    too, which named the earlier file's error as if it were the commit's."""
     remote.deploy("alpha")
     remote.deploy("beta", basePort=reconcile.port + 10)
     reconcile.converge(*git_args(remote))
@@ -184,7 +185,10 @@ def test_a_path_gone_at_a_commit_is_said_once_and_no_earlier_error_with_it(
         {"manifests/alpha.yaml": None, "manifests/beta.yaml": None, "README": "moved\n"},
         "the manifests folder removed",
     )
-    reconcile("--once", *git_args(remote), check=1)
+    for wait in ((), ("--wait", "--timeout", "30s")):  # as a cron pass says it
+        said = reconcile("--once", *wait, *git_args(remote), check=1)
+        assert "no such folder" in said.err, said
+        assert "spec invalid" not in said.err and "alpha.yaml:" not in said.err, said
     for verb in (("status",), ("status", "-o", "wide")):
         out = reconcile(*verb, check=0).out
         source_line, *rows = out.splitlines()

@@ -22,6 +22,7 @@ from controller.cli.common import reconciler as build
 from controller.core.manifest.names import base_name
 from controller.host.procs import live_identity
 from controller.reconciler.run import notifications_for
+from controller.redact import printable
 from controller.store.config.node import Config
 from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordStore
@@ -43,10 +44,11 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(json.dumps([{k: v for k, v in e.items() if k != "specs"} for e in entries], indent=2))
         return EXIT_OK
     print(f"{'REVISION':<13} {'APPLIED AT':<26} {'OUTCOME':<12} {'BY':<14} {'AUTHOR':<16} SUBJECT")
-    for e in entries:
+    for e in entries:  # a commit's author and subject are the committer's text: shown
+        author, subject = printable(e.get("author", "")), printable(e.get("subject", ""))
         print(
             f"{e['revision'][:12]:<13} {e.get('applied_at', ''):<26} {e.get('outcome', ''):<12}"
-            f" {e.get('by', ''):<14} {e.get('author', '')[:16]:<16} {e.get('subject', '')}"
+            f" {e.get('by', ''):<14} {author[:16]:<16} {subject}"
         )
     return EXIT_OK
 

@@ -12,13 +12,13 @@ file is quarantined and reads as no entries.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from controller.core.manifest.names import base_name
-from controller.core.state import SPEC_INVALID, Record
+from controller.core.state import Record
 from controller.store.documents import Document
 from controller.store.statedir import StateDir
 
@@ -76,10 +76,7 @@ class Views:
         """``rec`` as its set's last pass left it. A pass that read no manifest kept the
         record whole (invariant 5), so a spec-invalid mark on it is an earlier manifest's:
         the file it names is not at the commit applied; it is not shown as if it were."""
-        if rec.spec_valid or rec.name not in self.unread:
-            return rec
-        message = "" if rec.message.startswith(SPEC_INVALID) else rec.message
-        return replace(rec, spec_valid=True, message=message)
+        return rec.unmarked() if rec.name in self.unread else rec
 
 
 def views(notes: list[Seen], records: Iterable[Record]) -> Views:

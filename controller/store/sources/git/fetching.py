@@ -303,6 +303,12 @@ def _next_move(exc: GitFailed, s: GitSettings) -> GitFailed:
             f"{exc}: the remote did not answer in time; if it is slow, not down,"
             " raise the limit (--git-timeout, or git.timeout in node.yaml)"
         )
+    if "could not read Username" in str(exc):  # a URL's token is used, never stored
+        return GitFailed(
+            f"{exc}: the remote asks for credentials and git has none here; reconcile keeps"
+            " no password given in a URL: give the same --git URL again (or git.url in"
+            " node.yaml), or set up a git credential helper for reconcile's user"
+        )
     if "couldn't find remote ref" in str(exc):
         kind, name = ("tag", s.tag) if s.tag else ("branch", s.branch)
         return GitFailed(

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 
 from controller import failpoints
+from controller.redact import printable
 
 GIT_TIMEOUT = 300.0  # seconds a local git command (init, rev-parse, log) may take
 
@@ -180,7 +181,9 @@ def _verb(args: tuple[str, ...]) -> str:
 
 
 def _words(stderr: str) -> str:
-    """git's first error lines, joined, with any URL's password taken out."""
+    """git's first error lines, joined, with any URL's password taken out and each control
+    character escaped: part of them are the remote's (``remote: ...``, an ssh helper's),
+    shown by every view and stored in the state dir, never acted on by a terminal."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     text = "; ".join(lines[:4])  # the first is the specific one; then git's advice
-    return re.sub(r"(\w+://)[^/@\s]+@", r"\1", text)
+    return printable(re.sub(r"(\w+://)[^/@\s]+@", r"\1", text), keep="\t")
