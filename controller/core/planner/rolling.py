@@ -160,8 +160,11 @@ def judge_next(ctx: Context, view: RecordView) -> list[Judged]:
 
 
 def _abandon(ctx: Context, view: RecordView, entry: Entry | None) -> tuple[AnyAction, ...]:
-    """The new instance is no longer wanted: stop it (the old one is untouched)."""
+    """The new instance is no longer wanted: stop it (the old one is untouched). A Ready
+    one takes its instance's requests (the gateway's table), so those in flight end first,
+    as a scaled-away replica's do; a pruned deployment's goes as a prune goes."""
     rec = view.record
+    drain = True
     if entry is None and ctx.scaled_away(rec.name):
         why = f"scaled down to {ctx.desired.count(base_name(rec.name))}"
     elif entry is None:
@@ -170,11 +173,12 @@ def _abandon(ctx: Context, view: RecordView, entry: Entry | None) -> tuple[AnyAc
         if broken or rec.source in kept or not ctx.desired.prune:
             return ()  # invariants 4 and 5: a broken or missing manifest stops nothing
         why = ctx.unselected(rec) or "manifest removed"
+        drain = False
     elif not rolling(entry):
         why = "strategy is no longer RollingUpdate"
     else:
         why = "the spec changed again: a fresh rolling update follows"
     reason = f"rolling update abandoned: {why}"
     if view.alive or view.markers or rec.holds:
-        return (Stop(name=rec.name, reason=reason),)
+        return (Stop(name=rec.name, reason=reason, drain=drain),)
     return (Release(name=rec.name, reason=reason, nonce=rec.nonce),)
