@@ -312,6 +312,20 @@ def test_rolling_in_place_waits_for_the_replaced_replica() -> None:
     assert run(desired(new), seen, GPU3) == []  # one down already: maxUnavailable 0 -> 1
 
 
+def test_a_replica_replaced_in_place_gets_the_room_it_freed_before_any_surge() -> None:
+    # No room for a surge: `web` was stopped for its new spec, freeing nvidia:0. The next
+    # pass starts it there; a surge for `web@1` would take that room and leave `web`
+    # Pending "no capacity" (a trial's `reconcile restart` then exited 1, "cannot progress").
+    old = entry("web", replicas=3, strategy="RollingUpdate", **GPU1)
+    new = _rolling()
+    waiting = record("web", spec=new, phase=Phase.PENDING, devices=(), port=None, ref=None)
+    seen = _three(old)
+    seen = observed(view(waiting), seen.records["web@1"], seen.records["web@2"])
+    actions = run(desired(new), seen, GPU3)
+    assert shape(actions) == [("Start", "web")]
+    assert starts(actions)["web"].devices == ("nvidia:0",)
+
+
 def test_rolling_max_surge_zero_replaces_up_to_max_unavailable() -> None:
     old = entry("web", replicas=3, strategy="RollingUpdate", **GPU1)
     new = _rolling(rollingUpdate={"maxSurge": 0, "maxUnavailable": 2})

@@ -36,6 +36,9 @@ class Budget:
     unavailable: int  # max(1, maxUnavailable as a count; a percentage rounds down)
     surging: int  # `@next` instances that exist
     down: int  # replicas not serving: missing, or not alive and Ready
+    # Pending replicas, holding nothing: room that comes is theirs before a surge's (a
+    # replica replaced in place would lose the device it freed to the next one's surge)
+    pending: int
     waiting: tuple[str, ...]  # Ready old replicas with no `@next` yet, in index order
 
     @classmethod
@@ -53,6 +56,7 @@ class Budget:
             unavailable=max(1, _count(unavailable, n, up=False)),
             surging=sum(next_name(name) in records for name in names),
             down=sum(not _serving(v) for v in views),
+            pending=sum(v is not None and v.record.phase is Phase.PENDING for v in views),
             waiting=tuple(
                 v.record.name
                 for v in views
@@ -91,7 +95,7 @@ def rollout(
     rec = view.record
     budget = Budget.of(ctx, entry)
     turn = budget.waiting.index(rec.name) if rec.name in budget.waiting else len(budget.waiting)
-    if budget.surge:
+    if budget.surge and not budget.pending:
         if turn < budget.surge - budget.surging:
             return [Roll(entry, why, fields, rec.name)]
         return list(running(ctx, view))
