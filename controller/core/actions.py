@@ -99,6 +99,10 @@ class Stop(Action):
     # The deployment is no longer declared here: what is kept for it between passes (the
     # autoscaler's count) goes with its record, as an HPA's state goes with its Deployment.
     undeclared: bool = False
+    # A drain's eviction: the deployment is still declared, so its record stays, Pending
+    # and holding nothing, saying why (a dropped one made the gateway answer 404 for its
+    # model, and `status` forget it, until the next pass wrote it again).
+    evict: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

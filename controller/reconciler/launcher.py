@@ -382,13 +382,14 @@ class Launcher:
             # away: its requests end first, the other replicas take the new ones
             self._drain(rec, None, action.verb, action.reason)
         self._terminate(rec, action.verb, action.reason, "executor.stop.after_terminating")
-        if isinstance(action, Replace):
+        if isinstance(action, Replace) or action.evict:
             # The deployment stays known between the teardown and the next round's
             # reservation: a dropped record would make the gateway answer 404 to the
             # requests that should wait for the new engine. Pending holds nothing, and
             # the planner places a Pending record of a changed spec (planner/records).
             self.store.write(_unplaced(rec, action.reason))
-            self.event(action.name, action.verb, action.reason, "stopped; Pending for the new")
+            then = "for the new" if isinstance(action, Replace) else "until the drain ends"
+            self.event(action.name, action.verb, action.reason, f"stopped; Pending {then}")
             return True
         self._drop(action, "stopped; record dropped", "executor.stop.after_delete")
         return True

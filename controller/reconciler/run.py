@@ -885,17 +885,17 @@ class Reconciler(Preview):
             r for r in records if r.owner == self.config.owner and r.elsewhere(self.config.node)
         ]
 
-    def stop_where(self, which: Callable[[Record], bool], reason: str
+    def stop_where(self, which: Callable[[Record], bool], reason: str, *, evict: bool = False
                    ) -> tuple[list[str], dict[str, str]]:  # fmt: skip
         """Under the pass lock, stop (concurrently) every record ``which`` selects: the
         names stopped, and those not (name -> why: an engine not proven ours, its record
-        kept)."""
+        kept). ``evict``: each record stays, Pending (a drain's eviction: ``Stop.evict``)."""
         self.store.ensure()
         with self.pass_lock.hold(self.config.lock_timeout):
             records = self.store.load().records.values()
             one_backend(records, self.backend.name, self.config.state_dir)
             chosen = [r for r in records if which(r) and not r.elsewhere(self.config.node)]
-            self.concurrently([Stop(name=r.name, reason=reason) for r in chosen])
+            self.concurrently([Stop(name=r.name, reason=reason, evict=evict) for r in chosen])
             self.backend.drop_unused_env_files(self._all_records)  # a start killed left one
             kept = self.executor.take_held()
             return [r.name for r in chosen if r.name not in kept], kept

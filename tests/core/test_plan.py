@@ -1199,3 +1199,12 @@ def test_a_refused_engine_on_a_cluster_is_told_to_bind_its_host(
     )
     reason = f"not ready by its readiness deadline (last probe: {REFUSED}){hint}; restart now"
     assert [(type(a), a.name, a.reason) for a in got] == [(Fail, "a", reason)]
+
+
+def test_an_eviction_drains_the_engine_and_keeps_its_record_pending() -> None:
+    # Its answers in flight end first (the gateway's drain), and the record stays, Pending:
+    # dropped, the gateway answered 404 for a declared model until the next pass (a trial).
+    drain = Drain(until=NOW + timedelta(1), evict=True)
+    seen = observed(view(record("a"), alive=True), drain=drain)
+    (stop,) = run(Case(desired(entry("a")), seen))
+    assert isinstance(stop, Stop) and stop.evict and stop.drain, stop

@@ -312,6 +312,20 @@ def test_rolling_in_place_waits_for_the_replaced_replica() -> None:
     assert run(desired(new), seen, GPU3) == []  # one down already: maxUnavailable 0 -> 1
 
 
+def test_a_replica_replaced_in_place_gets_the_room_it_freed_before_any_surge() -> None:
+    # No room for a surge: `web` was stopped for its new spec, freeing nvidia:0. The next
+    # pass starts it there; a surge for `web@1` would take that room and leave `web`
+    # Pending "no capacity" (a trial's `reconcile restart` then exited 1, "cannot progress").
+    old = entry("web", replicas=3, strategy="RollingUpdate", **GPU1)
+    new = _rolling()
+    waiting = record("web", spec=new, phase=Phase.PENDING, devices=(), port=None, ref=None)
+    seen = _three(old)
+    seen = observed(view(waiting), seen.records["web@1"], seen.records["web@2"])
+    actions = run(desired(new), seen, GPU3)
+    assert shape(actions) == [("Start", "web")]
+    assert starts(actions)["web"].devices == ("nvidia:0",)
+
+
 def test_rolling_max_surge_zero_replaces_up_to_max_unavailable() -> None:
     old = entry("web", replicas=3, strategy="RollingUpdate", **GPU1)
     new = _rolling(rollingUpdate={"maxSurge": 0, "maxUnavailable": 2})
@@ -326,6 +340,28 @@ def test_rolling_max_unavailable_percentage_rounds_down() -> None:
     assert shape(run(desired(new), _three(old), GPU3)) == [("Replace", "web")]
 
 
+@pytest.mark.parametrize(
+    ("declared", "drains"),
+    [
+        pytest.param(True, True, id="spec-changed-again"),
+        pytest.param(False, False, id="manifest-removed"),
+    ],
+)
+def test_an_abandoned_ready_next_drains_unless_its_deployment_is_pruned(
+    declared: bool, drains: bool
+) -> None:
+    # A Ready `@next` takes its instance's requests at the gateway: stopped for a newer
+    # spec, its answers in flight end first (a trial under load had two streams cut).
+    old = entry("web", strategy="RollingUpdate", **GPU1)
+    v2 = entry("web", strategy="RollingUpdate", args=["--v2"], **GPU1)
+    v3 = entry("web", strategy="RollingUpdate", args=["--v3"], **GPU1)
+    seen = observed(ready("web", old, "nvidia:0", 8000), ready("web@next", v2, "nvidia:1", 8001))
+    by_name = {a.name: a for a in run(desired(v3) if declared else desired(), seen)}
+    stop = by_name["web@next"]
+    assert isinstance(stop, Stop) and stop.reason.startswith("rolling update abandoned"), stop
+    assert stop.drain is drains
+
+
 def test_a_next_of_a_scaled_away_replica_is_abandoned() -> None:
     old = entry("web", replicas=3, strategy="RollingUpdate", **GPU1)
     new = entry("web", replicas=1, strategy="RollingUpdate", args=["--v2"], **GPU1)
@@ -336,6 +372,7 @@ def test_a_next_of_a_scaled_away_replica_is_abandoned() -> None:
     by_name = {a.name: a for a in actions}
     assert isinstance(by_name["web@2@next"], Stop)
     assert by_name["web@2@next"].reason == "rolling update abandoned: scaled down to 1"
+    assert by_name["web@2@next"].drain  # its requests end first, as a scaled-away replica's
     assert by_name["web@2"].reason == "scaled down to 1"
     assert isinstance(by_name["web@1"], Stop)
 

@@ -6,17 +6,21 @@ daemon SIGKILLed mid-promotion leaves records the next daemon finishes, no engin
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
-from clients import Loop
+from clients import Loop, Stream
 from procs import wait_for
 
 from controller.core.manifest.names import next_name
 from controller.failpoints import ROLLING_POINTS
+from controller.store.statedir import StateDir
 
 GPU = {"count": 1, "kind": "nvidia"}
 WAIT = 40.0
+ECHO = Path(__file__).with_name("echo_engine.py")
 
 
 def roll(reconcile: Any, version: str) -> None:
@@ -107,6 +111,77 @@ def test_sigkill_mid_promotion_converges(reconcile: Any, gateway: Any, point: st
     assert reconcile.pids("roll") == {new_pid}  # no leaked engine, nothing killed twice
     answer = g2.post("roll")
     assert answer.status == 200 and answer.json()["system_fingerprint"] == f"pid-{new_pid}"
+    g2.finish()
+
+
+def test_a_serving_next_abandoned_for_a_newer_spec_finishes_its_answers(
+    reconcile: Any, gateway: Any
+) -> None:
+    # A daemon SIGKILLed mid-promotion leaves a Ready `@next` that takes the deployment's
+    # requests (the old one Terminating); the spec changes again before the next daemon,
+    # which abandons that `@next`: its answers in flight end first, as a scaled-away
+    # replica's do (a trial under load had two streams cut there).
+    hold = reconcile.tmp / "hold"  # while it exists, every stream's end waits
+    echo = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+
+    def write(version: str) -> None:
+        command = [*echo, "--hold-while", str(hold)]
+        reconcile.write(
+            "roll",
+            devices=GPU,
+            strategy="RollingUpdate",
+            command=command,
+            env={"VERSION": version},
+            stopGracePeriodSeconds=30,
+        )
+
+    write("1")
+    reconcile.converge()
+    write("2")
+    point = "executor.promote.after_terminating"
+    g = gateway(env={"RECONCILE_FAILPOINTS": f"{point}=kill"})
+    assert g.proc.wait(timeout=WAIT) < 0  # killed mid-promotion: `@next` serves alone
+    nxt = reconcile.record(next_name("roll"))
+    assert nxt is not None and nxt["phase"] == "Ready", nxt
+    hold.touch()
+    stream = Stream(g.port, "roll")
+    assert stream.begun.wait(WAIT) and b"data: " in stream.body, stream.body
+    write("3")
+    g2 = gateway()
+    # Its first pass finishes the old one's teardown; the next (the manifest saved again)
+    # judges the `@next`, whose spec is no longer the manifest's.
+    finished = lambda: "finishing an interrupted teardown" in str(reconcile.events("roll"))  # noqa: E731
+    reconcile.wait_for(finished, timeout=WAIT, what="the old instance's teardown finished")
+    write("3")
+    asked = StateDir(reconcile.state).retire_ask(nxt["nonce"])
+
+    def stopping() -> bool:
+        record = reconcile.record(next_name("roll"))
+        return record is None or record["phase"] == "Terminating"
+
+    reconcile.wait_for(
+        lambda: asked.exists() or stopping() or not stream.thread.is_alive(),
+        timeout=WAIT,
+        what="the abandoned @next drained or stopped",
+    )
+    # The gateway is asked to drain it before anything stops it (an engine that ends on
+    # SIGTERM, as the demo engine and llama.cpp do, cuts what it streams).
+    assert asked.exists() and not stopping(), reconcile.record(next_name("roll"))
+    assert stream.thread.is_alive(), f"the stream was cut: {stream.body!r}"
+    hold.unlink()  # the stream may end now: the `@next` stops after it
+    stream.thread.join(WAIT)
+    assert stream.body.rstrip().endswith(b"data: [DONE]"), stream.body
+    assert b"error" not in stream.body, stream.body
+
+    def version_3_ready() -> bool:
+        record = reconcile.record("roll")
+        return (
+            record is not None
+            and record["phase"] == "Ready"
+            and not reconcile.record(next_name("roll"))
+        )
+
+    reconcile.wait_for(version_3_ready, timeout=WAIT, what="roll Ready on version 3")
     g2.finish()
 
 

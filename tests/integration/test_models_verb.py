@@ -94,6 +94,18 @@ def test_models_lists_and_prune_keeps_what_a_manifest_names(reconcile: Any, cach
     assert (cache / key(KEPT)).exists() and not (cache / key(GONE)).exists()
 
 
+def test_models_names_deployments_not_their_replicas(reconcile: Any, cache: Path) -> None:
+    """Its DEPLOYMENTS column read `llama,llama@1` for one deployment of two replicas (a
+    trial): `llama@1` is no deployment's name."""
+    with serving({"kept.gguf": KEPT}) as server:
+        reconcile.write("keep", source=source(server, "kept.gguf", KEPT), replicas=2)
+        reconcile.converge()
+    assert set(reconcile.status()) == {"keep", "keep@1"}
+    (row,) = [ln for ln in reconcile("models", check=0).out.splitlines() if "kept.gguf" in ln]
+    assert row.split()[-1] == "keep", row
+    reconcile.down()
+
+
 def test_prune_says_it_keeps_a_pull_no_manifest_names_any_more(reconcile: Any, cache: Path) -> None:
     """The manifest deleted mid-pull: the pull goes on (as after `down`), and prune,
     which leaves an entry being filled alone, says so instead of nothing at exit 0."""

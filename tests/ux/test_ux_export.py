@@ -208,3 +208,27 @@ def test_deployments_of_one_priority_share_one_priority_class(tmp_path: Path) ->
     classes = [o["spec"]["template"]["spec"].get("priorityClassName") for o in objects[1::2]]
     assert classes == ["reconcile-priority-10", "reconcile-priority-10", None]
     assert done.stderr.count("spec.priority: exported as a cluster-wide PriorityClass") == 2
+
+
+def test_strings_kubectl_would_read_as_numbers_or_bools_are_quoted(tmp_path: Path) -> None:
+    """PyYAML writes ``1e3``, ``y`` or ``0o17`` plain, as YAML 1.1 strings; kubectl's reader
+    (go-yaml: YAML 1.2's floats, its own y/n booleans) takes them for a number or a bool,
+    and the API server refuses the object ("cannot unmarshal number into Go struct field
+    EnvVar...value of type string"; a trial's label `1e3` was refused so by kubectl)."""
+    tricky = ["1e3", "1.5e3", "+2E-1", "y", "N", "0o17", "0b101"]
+    env = "".join(f"    TRICKY_{i}: '{value}'\n" for i, value in enumerate(tricky))
+    args = ", ".join(f"'{value}'" for value in tricky)
+    body = GOOD.replace("spec:\n", "  labels: {scale: '1e3'}\nspec:\n") + (
+        f"  args: [{args}]\n  env:\n{env}"
+    )
+    write(tmp_path, "llm", body)
+    done = cli("export", "-f", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    for value in tricky:
+        assert f"value: '{value}'" in done.stdout and f"- '{value}'" in done.stdout, value
+    assert "scale: '1e3'" in done.stdout, done.stdout
+    deployment = next(yaml.safe_load_all(done.stdout))
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][-len(tricky) :] == tricky  # the strings, unchanged
+    values = {e["name"]: e["value"] for e in container["env"]}
+    assert [values[f"TRICKY_{i}"] for i in range(len(tricky))] == tricky

@@ -319,3 +319,16 @@ def test_a_memory_request_no_device_holds_points_at_its_line(reconcile: Any) -> 
     rc.once(check=1)
     assert rc.record("big")["message"].startswith(f"{path}:{line}: "), rc.record("big")
     rc.down()
+
+
+def test_an_autoscaled_count_no_change_came_to_says_where_it_starts(reconcile: Any) -> None:
+    """Before the autoscaler's first change `plan` said "the spec's count (no load seen
+    yet)", under load that stayed below the target too (a trial's 10 clients on a fast
+    engine), and of a `min: 0` deployment at 0 that the spec's count was 1."""
+    rc = reconcile
+    rc.write("nap", autoscale={"min": 0, "max": 3})
+    rc.write("busy", basePort=rc.port + 5, replicas=2, autoscale={"min": 1, "max": 3})
+    plan = rc("plan", check=None).out
+    assert "nap: 0 desired (autoscale 0..3: not scaled yet: autoscale.min, where" in plan, plan
+    assert "busy: 2 desired (autoscale 1..3: not scaled yet: spec.replicas, where" in plan, plan
+    assert "no load seen" not in plan

@@ -74,6 +74,31 @@ def test_a_rolling_restart_replaces_each_replica_beside_the_old(reconcile: Any) 
     rc.down()
 
 
+def test_a_rolling_restart_with_no_surge_room_replaces_one_replica_at_a_time(
+    reconcile: Any,
+) -> None:
+    """Every device held (two replicas and another deployment on three): no surge fits,
+    so the replicas are replaced in place, one at a time. The first one replaced lost the
+    device it freed to the second one's surge and waited "no capacity": `restart` exited
+    1, "cannot progress", while the rollout went on (a trial on one node)."""
+    rc = reconcile
+    rc.devices = "nvidia:0,nvidia:1,nvidia:2"
+    gpu = {"count": 1, "kind": "nvidia"}
+    rc.write("web", replicas=2, devices=gpu, strategy="RollingUpdate")
+    rc.write("other", basePort=rc.port + 5, devices=gpu)
+    rc.converge()
+    before = {n: _pid(rc, n) for n in ("web", "web@1", "other")}
+    done = rc("restart", "web", check=0, timeout=120)
+    assert "restarted web (pid " in done.out, done
+    after = {n: _pid(rc, n) for n in ("web", "web@1", "other")}
+    assert after["web"] != before["web"] and after["web@1"] != before["web@1"], done
+    assert after["other"] == before["other"]  # another deployment: never the room's price
+    reasons = [e.get("reason", "") for e in rc.events("web")]
+    assert any("no room for a surge" in r for r in reasons), reasons
+    assert not any("no capacity" in r for r in reasons if "no room" not in r), reasons
+    rc.down()
+
+
 def test_an_unknown_name_says_which_is_meant(reconcile: Any) -> None:
     rc = reconcile
     rc.write("web")

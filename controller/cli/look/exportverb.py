@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import PurePath
@@ -100,10 +101,27 @@ def _located(loaded: LoadResult, entry: Entry, problem: ExportGap, move: str) ->
     return loaded.error(ManifestError(entry.source, line, where, message, entry.name))
 
 
+# Plain scalars that PyYAML (YAML 1.1) writes unquoted but kubectl's reader (go-yaml, with
+# YAML 1.2's floats and its own y/n booleans) takes for a number or a bool: the API server
+# then refuses a string field (`env: [{value: 1e3}]`: "cannot unmarshal number into Go
+# struct field EnvVar...value of type string"). Such strings are quoted.
+KUBECTL_NOT_STRINGS = (
+    ("tag:yaml.org,2002:bool", r"^(?:y|Y|n|N)$"),
+    ("tag:yaml.org,2002:float", r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"),
+    ("tag:yaml.org,2002:int", r"^[-+]?0[oObBxX][0-9a-fA-F_]+$"),
+)
+
+
 def render(objects: list[Object], fmt: str) -> str:
     if fmt == "json":  # one document: kubectl applies a v1 List like any object
         listing: dict[str, Any] = {"apiVersion": "v1", "kind": "List", "items": objects}
         return json.dumps(listing, indent=2)
     import yaml
 
-    return yaml.safe_dump_all(objects, sort_keys=False, allow_unicode=True).rstrip()
+    class KubectlDumper(yaml.SafeDumper):
+        """SafeDumper that quotes what kubectl would not read back as a string."""
+
+    for tag, pattern in KUBECTL_NOT_STRINGS:
+        KubectlDumper.add_implicit_resolver(tag, re.compile(pattern), None)
+    text: str = yaml.dump_all(objects, Dumper=KubectlDumper, sort_keys=False, allow_unicode=True)
+    return text.rstrip()

@@ -14,6 +14,7 @@ import sys
 from datetime import UTC, datetime
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, config
+from controller.core.manifest.names import base_name
 from controller.core.pulls import key_of_document, size_text
 from controller.store.config.node import Config
 from controller.store.instances.records import RecordStore
@@ -41,7 +42,8 @@ def _list(cfg: Config) -> int:
     for entry in found:
         used = entry.used()
         last = max((datetime.fromisoformat(t) for t in used.values()), default=None)
-        names = sorted(set(used) | users.get(entry.key, set()))
+        # records and uses are per instance (`web@1`): the column names deployments
+        names = sorted({base_name(n) for n in set(used) | users.get(entry.key, set())})
         rows.append(
             [
                 entry.key[:19],

@@ -257,7 +257,7 @@ def _who() -> str:
 
 def _evict(cfg: Config) -> tuple[list[str], dict[str, str]]:
     """Stop every running engine on the node now, whoever owns it (kubectl drain)."""
-    return reconciler(cfg).stop_where(_evictable, "evicted: node drained")
+    return reconciler(cfg).stop_where(_evictable, "evicted: node drained", evict=True)
 
 
 def _evictable(rec: Record) -> bool:

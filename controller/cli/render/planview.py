@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from controller.core.actions import (
     Action,
@@ -37,6 +37,9 @@ from controller.core.pulls import size_text
 from controller.core.state import Observed, Phase
 from controller.pull.sizes import remote_size
 from controller.reconciler.pulling import FAILING_AFTER
+
+if TYPE_CHECKING:
+    from controller.core.manifest.specs import DeploymentSpec
 
 
 # What ``plan`` says of a Pull: the bytes to download (asked of the server when no pull
@@ -242,9 +245,16 @@ def replicas(desired: Desired, notes: Mapping[str, str]) -> dict[str, dict[str, 
         item: dict[str, Any] = {"desired": desired.count(name)}
         if scale is not None:
             item["autoscale"] = {"min": scale.min, "max": scale.max}
-            item["reason"] = notes.get(name, "") or "the spec's count (no load seen yet)"
+            item["reason"] = notes.get(name, "") or _unscaled(spec)
         out[name] = item
     return out
+
+
+def _unscaled(spec: DeploymentSpec) -> str:
+    """Why the count is what it is before the autoscaler made a change: load may well have
+    been seen (below the target), so never "no load seen"."""
+    start = "spec.replicas" if "replicas" in spec.model_fields_set else "autoscale.min"
+    return f"not scaled yet: {start}, where it starts"
 
 
 def replicas_text(counts: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -75,7 +75,7 @@ def running(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
     """A live engine: evicted by a drain, Ready once probed, retried past its deadline."""
     rec = view.record
     if ctx.drain is not None and ctx.drain.evict:
-        return (Stop(name=rec.name, reason=f"evicted: {ctx.drain_text()}"),)
+        return (Stop(name=rec.name, reason=f"evicted: {ctx.drain_text()}", drain=True, evict=True),)
     if rec.phase is Phase.READY:
         return liveness(ctx, view)
     if rec.phase is not Phase.STARTING:

@@ -36,6 +36,9 @@ class Budget:
     unavailable: int  # max(1, maxUnavailable as a count; a percentage rounds down)
     surging: int  # `@next` instances that exist
     down: int  # replicas not serving: missing, or not alive and Ready
+    # Pending replicas, holding nothing: room that comes is theirs before a surge's (a
+    # replica replaced in place would lose the device it freed to the next one's surge)
+    pending: int
     waiting: tuple[str, ...]  # Ready old replicas with no `@next` yet, in index order
 
     @classmethod
@@ -53,6 +56,7 @@ class Budget:
             unavailable=max(1, _count(unavailable, n, up=False)),
             surging=sum(next_name(name) in records for name in names),
             down=sum(not _serving(v) for v in views),
+            pending=sum(v is not None and v.record.phase is Phase.PENDING for v in views),
             waiting=tuple(
                 v.record.name
                 for v in views
@@ -91,7 +95,7 @@ def rollout(
     rec = view.record
     budget = Budget.of(ctx, entry)
     turn = budget.waiting.index(rec.name) if rec.name in budget.waiting else len(budget.waiting)
-    if budget.surge:
+    if budget.surge and not budget.pending:
         if turn < budget.surge - budget.surging:
             return [Roll(entry, why, fields, rec.name)]
         return list(running(ctx, view))
@@ -160,8 +164,11 @@ def judge_next(ctx: Context, view: RecordView) -> list[Judged]:
 
 
 def _abandon(ctx: Context, view: RecordView, entry: Entry | None) -> tuple[AnyAction, ...]:
-    """The new instance is no longer wanted: stop it (the old one is untouched)."""
+    """The new instance is no longer wanted: stop it (the old one is untouched). A Ready
+    one takes its instance's requests (the gateway's table), so those in flight end first,
+    as a scaled-away replica's do; a pruned deployment's goes as a prune goes."""
     rec = view.record
+    drain = True
     if entry is None and ctx.scaled_away(rec.name):
         why = f"scaled down to {ctx.desired.count(base_name(rec.name))}"
     elif entry is None:
@@ -170,11 +177,12 @@ def _abandon(ctx: Context, view: RecordView, entry: Entry | None) -> tuple[AnyAc
         if broken or rec.source in kept or not ctx.desired.prune:
             return ()  # invariants 4 and 5: a broken or missing manifest stops nothing
         why = ctx.unselected(rec) or "manifest removed"
+        drain = False
     elif not rolling(entry):
         why = "strategy is no longer RollingUpdate"
     else:
         why = "the spec changed again: a fresh rolling update follows"
     reason = f"rolling update abandoned: {why}"
     if view.alive or view.markers or rec.holds:
-        return (Stop(name=rec.name, reason=reason),)
+        return (Stop(name=rec.name, reason=reason, drain=drain),)
     return (Release(name=rec.name, reason=reason, nonce=rec.nonce),)
