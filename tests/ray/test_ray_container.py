@@ -266,3 +266,61 @@ def test_a_higher_priority_start_whose_image_fails_to_pull_preempts_no_ray_engin
         rc("down", check=None)
         wait_for(lambda: not ours(), timeout=30, what="our actors gone")
         engines_gone()
+
+
+def test_a_rolling_update_whose_new_image_cannot_be_pulled_keeps_the_old_ray_engine(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    registry: Registry,  # noqa: F811
+) -> None:
+    """`web` (RollingUpdate, a container) and a lower-priority engine on every other GPU
+    node; web's image is edited to one that cannot be pulled (nothing listens at its
+    registry). No GPU is free for `web@next` beside it, so the update recreates web in
+    place (maxUnavailable is at least 1), which asks the backend first whether the new
+    image is there (`prepared`): its pull runs on a node, holding nothing, and fails, and
+    web serves on, the same engine, every pass; nothing is preempted. Ray's `prepared`
+    said None (the new node not known before placement): web was stopped, and its new
+    actor found the image missing, leaving no engine."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    gpu_nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
+    lows = [f"low-{i}" for i in range(len(gpu_nodes) - 1)]
+    host, port = registry.address.split(":")
+    image = f"{host}:{int(port) + 1}/reconcile-test/engine:2"  # nothing listens there
+    web = {"command": STANDIN, "devices": GPU, "strategy": "RollingUpdate", "priority": 5,
+           "stopGracePeriodSeconds": 2}  # fmt: skip
+    try:
+        for name in lows:
+            rc.write(name, command=ENGINE, devices=GPU)
+        rc.write("web", container={"image": podman.image, "runtime": "podman"}, **web)
+        rc.converge(timeout="120s")
+        before = {name: rc.record(name) for name in ["web", *lows]}
+        assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
+        rc.write("web", container={"image": image, "runtime": "podman"}, **web)
+
+        def said_failed() -> dict[str, Any] | None:
+            rc.once(check=None)
+            now = rc.record("web")  # every pass: the old engine serves on
+            assert now is not None and now["phase"] == "Ready", now
+            assert now["ref"] == before["web"]["ref"], now
+            waits = [e for e in rc.events("web") if e.get("outcome") == "waiting"]
+            return next((e for e in waits if "cannot pull image" in e["error"]), None)
+
+        failed = wait_for(said_failed, timeout=180, what="web's new image said unpullable")
+        assert failed["error"].startswith(f"cannot pull image {image}: "), failed
+        assert "; the running engine is kept (Ray node " in failed["error"], failed
+        item = rc.status()["web"]
+        assert health(item["host"], item["port"]) == "ok\n"
+        for name in lows:
+            kept = rc.record(name)
+            assert kept is not None and kept["phase"] == "Ready", kept
+            assert kept["ref"] == before[name]["ref"] and kept["restarts"] == 0, kept
+        preempted = [e for n in lows for e in rc.events(n) if e.get("action") == "preempt"]
+        assert preempted == []
+        assert rc.record("web@next") is None
+        assert len([a for a in ours() if a["name"].startswith("web")]) == 1  # the old one's
+    finally:
+        rc("down", check=None)
+        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+        engines_gone()
