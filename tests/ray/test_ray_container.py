@@ -207,7 +207,12 @@ def test_an_image_is_pulled_on_one_node_and_its_engine_runs_there(
 
 def backed_off(rc: Reconcile, name: str, count: int) -> dict[str, Any]:
     """Passes until ``name`` backs off after its ``count``-th retry failed too (its
-    back-off ended at once: what the retry does is checked, not the wait's length)."""
+    back-off ended at once: what the retry does is checked, not the wait's length). A
+    back-off left by the last call ends first, so the first pass is the retry (a pass in
+    a back-off moves nothing, at a few seconds of CPU on Ray)."""
+    last = rc.record(name)
+    if last is not None and last["phase"] == "BackOff":
+        rc.end_backoff(name)
 
     def failed_again() -> dict[str, Any] | None:
         rc.once(check=None)
@@ -230,17 +235,18 @@ def test_a_higher_priority_start_whose_image_fails_to_pull_preempts_no_ray_engin
     registry: Registry,  # noqa: F811
 ) -> None:
     """Every GPU node runs a lower-priority engine; `high` (priority 5, one GPU) comes
-    with an image that cannot be pulled (nothing listens at its registry). Its pull runs
-    first, on the node it would run on, holding no GPU (there is none free), and fails:
-    `high` backs off naming the pull's error and that node, holding nothing, and so does
-    its retry; every engine runs on, the same one, Ready. It was placed first (one `low`
-    preempted), and only then did its actor find the image missing, on every retry."""
+    with an image that cannot be pulled (a tag its registry does not have: said at once,
+    where a registry nobody answers at costs podman's own retries, a pass more per pull
+    on Ray). Its pull runs first, on the node it would run on, holding no GPU (there is
+    none free), and fails: `high` backs off naming the pull's error and that node,
+    holding nothing, and so does its retry; every engine runs on, the same one, Ready.
+    It was placed first (one `low` preempted), and only then did its actor find the
+    image missing, on every retry."""
     rc = reconcile
     rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
     gpu_nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
     lows = [f"low-{i}" for i in range(len(gpu_nodes))]
-    host, port = registry.address.split(":")
-    image = f"{host}:{int(port) + 1}/reconcile-test/engine:high"  # nothing listens there
+    image = f"{registry.address}/reconcile-test/engine:high"  # a tag it does not have
     container = {"image": image, "runtime": "podman", "pullPolicy": "Always"}
     try:
         for name in lows:
@@ -275,8 +281,8 @@ def test_a_rolling_update_whose_new_image_cannot_be_pulled_keeps_the_old_ray_eng
     registry: Registry,  # noqa: F811
 ) -> None:
     """`web` (RollingUpdate, a container) and a lower-priority engine on every other GPU
-    node; web's image is edited to one that cannot be pulled (nothing listens at its
-    registry). No GPU is free for `web@next` beside it, so the update recreates web in
+    node; web's image is edited to one that cannot be pulled (a tag its registry
+    does not have). No GPU is free for `web@next` beside it, so the update recreates web in
     place (maxUnavailable is at least 1), which asks the backend first whether the new
     image is there (`prepared`): its pull runs on a node, holding nothing, and fails, and
     web serves on, the same engine, every pass; nothing is preempted. Ray's `prepared`
@@ -286,8 +292,7 @@ def test_a_rolling_update_whose_new_image_cannot_be_pulled_keeps_the_old_ray_eng
     rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
     gpu_nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
     lows = [f"low-{i}" for i in range(len(gpu_nodes) - 1)]
-    host, port = registry.address.split(":")
-    image = f"{host}:{int(port) + 1}/reconcile-test/engine:2"  # nothing listens there
+    image = f"{registry.address}/reconcile-test/engine:2"  # a tag it does not have
     web = {"command": STANDIN, "devices": GPU, "strategy": "RollingUpdate", "priority": 5,
            "stopGracePeriodSeconds": 2}  # fmt: skip
     try:
