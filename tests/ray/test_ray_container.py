@@ -287,7 +287,9 @@ def test_a_rolling_update_whose_new_image_cannot_be_pulled_keeps_the_old_ray_eng
     image is there (`prepared`): its pull runs on a node, holding nothing, and fails, and
     web serves on, the same engine, every pass; nothing is preempted. Ray's `prepared`
     said None (the new node not known before placement): web was stopped, and its new
-    actor found the image missing, leaving no engine."""
+    actor found the image missing, leaving no engine. Then a low is removed: with room,
+    `web@next` is placed beside web (a rolling update never preempts), its actor's pull
+    fails on its node, and it backs off holding nothing while web serves on."""
     rc = reconcile
     rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
     gpu_nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
@@ -304,26 +306,41 @@ def test_a_rolling_update_whose_new_image_cannot_be_pulled_keeps_the_old_ray_eng
         assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
         rc.write("web", container={"image": image, "runtime": "podman"}, **web)
 
-        def said_failed() -> dict[str, Any] | None:
-            rc.once(check=None)
-            now = rc.record("web")  # every pass: the old engine serves on
+        def serving() -> None:  # every pass: the old engine serves on
+            now = rc.record("web")
             assert now is not None and now["phase"] == "Ready", now
             assert now["ref"] == before["web"]["ref"], now
+
+        def said_failed() -> dict[str, Any] | None:
+            rc.once(check=None)
+            serving()
             waits = [e for e in rc.events("web") if e.get("outcome") == "waiting"]
             return next((e for e in waits if "cannot pull image" in e["error"]), None)
 
         failed = wait_for(said_failed, timeout=180, what="web's new image said unpullable")
         assert failed["error"].startswith(f"cannot pull image {image}: "), failed
         assert "; the running engine is kept (Ray node " in failed["error"], failed
+        assert rc.record("web@next") is None
+
+        (rc.manifests / f"{lows[-1]}.yaml").unlink()  # room for web@next beside web
+
+        def next_failed() -> dict[str, Any] | None:
+            rc.once(check=None)
+            serving()
+            nxt = rc.record("web@next")
+            return nxt if nxt is not None and nxt["phase"] == "BackOff" else None
+
+        nxt = wait_for(next_failed, timeout=180, what="web@next backing off")
+        assert f"cannot pull image {image}: " in nxt["message"], nxt
+        assert "spec.command" not in nxt["message"], nxt  # the image is what to correct
+        assert nxt["devices"] == [] and nxt["port"] is None, nxt
         item = rc.status()["web"]
         assert health(item["host"], item["port"]) == "ok\n"
-        for name in lows:
-            kept = rc.record(name)
-            assert kept is not None and kept["phase"] == "Ready", kept
-            assert kept["ref"] == before[name]["ref"] and kept["restarts"] == 0, kept
+        kept = rc.record(lows[0])
+        assert kept is not None and kept["phase"] == "Ready", kept
+        assert kept["ref"] == before[lows[0]]["ref"] and kept["restarts"] == 0, kept
         preempted = [e for n in lows for e in rc.events(n) if e.get("action") == "preempt"]
         assert preempted == []
-        assert rc.record("web@next") is None
         assert len([a for a in ours() if a["name"].startswith("web")]) == 1  # the old one's
     finally:
         rc("down", check=None)
