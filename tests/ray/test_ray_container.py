@@ -207,7 +207,12 @@ def test_an_image_is_pulled_on_one_node_and_its_engine_runs_there(
 
 def backed_off(rc: Reconcile, name: str, count: int) -> dict[str, Any]:
     """Passes until ``name`` backs off after its ``count``-th retry failed too (its
-    back-off ended at once: what the retry does is checked, not the wait's length)."""
+    back-off ended at once: what the retry does is checked, not the wait's length). A
+    back-off left by the last call ends first, so the first pass is the retry (a pass in
+    a back-off moves nothing, at a few seconds of CPU on Ray)."""
+    last = rc.record(name)
+    if last is not None and last["phase"] == "BackOff":
+        rc.end_backoff(name)
 
     def failed_again() -> dict[str, Any] | None:
         rc.once(check=None)
@@ -230,17 +235,18 @@ def test_a_higher_priority_start_whose_image_fails_to_pull_preempts_no_ray_engin
     registry: Registry,  # noqa: F811
 ) -> None:
     """Every GPU node runs a lower-priority engine; `high` (priority 5, one GPU) comes
-    with an image that cannot be pulled (nothing listens at its registry). Its pull runs
-    first, on the node it would run on, holding no GPU (there is none free), and fails:
-    `high` backs off naming the pull's error and that node, holding nothing, and so does
-    its retry; every engine runs on, the same one, Ready. It was placed first (one `low`
-    preempted), and only then did its actor find the image missing, on every retry."""
+    with an image that cannot be pulled (a tag its registry does not have: said at once,
+    where a registry nobody answers at costs podman's own retries, a pass more per pull
+    on Ray). Its pull runs first, on the node it would run on, holding no GPU (there is
+    none free), and fails: `high` backs off naming the pull's error and that node,
+    holding nothing, and so does its retry; every engine runs on, the same one, Ready.
+    It was placed first (one `low` preempted), and only then did its actor find the
+    image missing, on every retry."""
     rc = reconcile
     rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
     gpu_nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
     lows = [f"low-{i}" for i in range(len(gpu_nodes))]
-    host, port = registry.address.split(":")
-    image = f"{host}:{int(port) + 1}/reconcile-test/engine:high"  # nothing listens there
+    image = f"{registry.address}/reconcile-test/engine:high"  # a tag it does not have
     container = {"image": image, "runtime": "podman", "pullPolicy": "Always"}
     try:
         for name in lows:
@@ -262,6 +268,80 @@ def test_a_higher_priority_start_whose_image_fails_to_pull_preempts_no_ray_engin
         preempted = [e for n in lows for e in rc.events(n) if e.get("action") == "preempt"]
         assert preempted == []
         assert {a["name"].partition(".")[0] for a in ours()} == set(lows)  # no actor of high
+    finally:
+        rc("down", check=None)
+        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+        engines_gone()
+
+
+def test_a_rolling_update_whose_new_image_cannot_be_pulled_keeps_the_old_ray_engine(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    registry: Registry,  # noqa: F811
+) -> None:
+    """`web` (RollingUpdate, a container) and a lower-priority engine on every other GPU
+    node; web's image is edited to one that cannot be pulled (a tag its registry
+    does not have). No GPU is free for `web@next` beside it, so the update recreates web in
+    place (maxUnavailable is at least 1), which asks the backend first whether the new
+    image is there (`prepared`): its pull runs on a node, holding nothing, and fails, and
+    web serves on, the same engine, every pass; nothing is preempted. Ray's `prepared`
+    said None (the new node not known before placement): web was stopped, and its new
+    actor found the image missing, leaving no engine. Then a low is removed: with room,
+    `web@next` is placed beside web (a rolling update never preempts), its actor's pull
+    fails on its node, and it backs off holding nothing while web serves on."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    gpu_nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
+    lows = [f"low-{i}" for i in range(len(gpu_nodes) - 1)]
+    image = f"{registry.address}/reconcile-test/engine:2"  # a tag it does not have
+    web = {"command": STANDIN, "devices": GPU, "strategy": "RollingUpdate", "priority": 5,
+           "stopGracePeriodSeconds": 2}  # fmt: skip
+    try:
+        for name in lows:
+            rc.write(name, command=ENGINE, devices=GPU)
+        rc.write("web", container={"image": podman.image, "runtime": "podman"}, **web)
+        rc.converge(timeout="120s")
+        before = {name: rc.record(name) for name in ["web", *lows]}
+        assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
+        rc.write("web", container={"image": image, "runtime": "podman"}, **web)
+
+        def serving() -> None:  # every pass: the old engine serves on
+            now = rc.record("web")
+            assert now is not None and now["phase"] == "Ready", now
+            assert now["ref"] == before["web"]["ref"], now
+
+        def said_failed() -> dict[str, Any] | None:
+            rc.once(check=None)
+            serving()
+            waits = [e for e in rc.events("web") if e.get("outcome") == "waiting"]
+            return next((e for e in waits if "cannot pull image" in e["error"]), None)
+
+        failed = wait_for(said_failed, timeout=180, what="web's new image said unpullable")
+        assert failed["error"].startswith(f"cannot pull image {image}: "), failed
+        assert "; the running engine is kept (Ray node " in failed["error"], failed
+        assert rc.record("web@next") is None
+
+        (rc.manifests / f"{lows[-1]}.yaml").unlink()  # room for web@next beside web
+
+        def next_failed() -> dict[str, Any] | None:
+            rc.once(check=None)
+            serving()
+            nxt = rc.record("web@next")
+            return nxt if nxt is not None and nxt["phase"] == "BackOff" else None
+
+        nxt = wait_for(next_failed, timeout=180, what="web@next backing off")
+        assert f"cannot pull image {image}: " in nxt["message"], nxt
+        assert "spec.command" not in nxt["message"], nxt  # the image is what to correct
+        assert nxt["devices"] == [] and nxt["port"] is None, nxt
+        item = rc.status()["web"]
+        assert health(item["host"], item["port"]) == "ok\n"
+        kept = rc.record(lows[0])
+        assert kept is not None and kept["phase"] == "Ready", kept
+        assert kept["ref"] == before[lows[0]]["ref"] and kept["restarts"] == 0, kept
+        preempted = [e for n in lows for e in rc.events(n) if e.get("action") == "preempt"]
+        assert preempted == []
+        assert len([a for a in ours() if a["name"].startswith("web")]) == 1  # the old one's
     finally:
         rc("down", check=None)
         wait_for(lambda: not ours(), timeout=30, what="our actors gone")

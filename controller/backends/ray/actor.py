@@ -39,6 +39,7 @@ from controller.backends.base import StartRequest, engine_env
 from controller.backends.local.runtime import MARKER, STATE_MARKER, LocalBackend
 from controller.backends.ray.naming import device_key
 from controller.core.devices.inventory import Device
+from controller.core.imagepulls import FAILED
 from controller.core.manifest.specs import Entry
 from controller.core.plan import BACKOFF_RESET, backoff, restarts_after
 from controller.core.render import Rendered, render
@@ -161,10 +162,11 @@ class EngineHost:
         while not self.stopping.is_set():
             started = time.monotonic()
             ref = self._spawn()
-            if ref is None and self.message.startswith((MISSING_MODEL, PULLING_IMAGE)):
+            if ref is None and self.message.startswith((MISSING_MODEL, PULLING_IMAGE, FAILED)):
                 self.first.set()  # the status says so (a restart would overwrite it)
                 # No restart brings them: the driver forgets the node and pulls the model
-                # again, or waits for the image's pull on this node (Pulling) and comes back.
+                # again, or waits for the image's pull on this node (Pulling) and comes back,
+                # or backs off for a pull that ended without it (holding nothing).
                 return
             self.first.set()
             if ref is None:

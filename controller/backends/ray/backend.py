@@ -39,10 +39,17 @@ from controller.backends.ray.imagefetch import ImageFetch
 from controller.backends.ray.onnodes import OnTheirNodes
 from controller.backends.ray.pulls import RayPuller
 from controller.core.devices.inventory import Inventory
+from controller.core.imagepulls import FAILED
 from controller.core.manifest.names import base_name
 from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.state import ContainerRef, Instance, MarkedProcess, ProcessRef, Record
-from controller.errors import PullingFirst, SpawnError, Unplaceable
+from controller.errors import (
+    ContainerError,
+    ImagePullFailed,
+    PullingFirst,
+    SpawnError,
+    Unplaceable,
+)
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -106,6 +113,11 @@ class RayBackend(OnTheirNodes):
         """The image's pull on that node, holding no GPU (imagefetch.py)."""
         return None if spec.container is None else self._images.fetch(spec)
 
+    def prepared(self, spec: DeploymentSpec) -> Held | None:
+        """Before a recreate stops the running engine: the new image pulled first on the
+        node the new one goes to (imagefetch.py), the running one serving meanwhile."""
+        return None if spec.container is None else self._images.prepared(spec)
+
     # -- launch ------------------------------------------------------------------------
 
     def launch(self, launch: StartRequest) -> Instance:
@@ -164,6 +176,11 @@ class RayBackend(OnTheirNodes):
             if status.message.startswith(PULLING_IMAGE):  # the image's pull goes on there
                 self._images.pulling_on(rec.name, spec, status.node_id)
                 raise PullingFirst(f"{status.message} on Ray node {naming.short(status.node_id)}")
+            if status.message.startswith(FAILED):  # its pull ended without it: nothing ran
+                where = f" on Ray node {naming.short(status.node_id)}"
+                raise ImagePullFailed(status.message + where)  # backs off holding nothing
+            if spec.container is not None:  # the runtime's words, with its own next move
+                raise ContainerError(status.message)  # (not "correct spec.command[0]")
             raise SpawnError(status.message)
         if spec.container is not None:
             self._images.ran(rec.name, spec)
@@ -230,7 +247,7 @@ class RayBackend(OnTheirNodes):
             return None
         with self._placing:
             self._nodes[name] = node  # claimed now: a concurrent sibling's launch sees it
-        return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+        return _soft_pin(node)
 
     def _siblings(self, name: str) -> Counter[str]:
         """Node id -> how many other instances of ``name``'s deployment it runs (call
@@ -259,7 +276,7 @@ class RayBackend(OnTheirNodes):
                 return "SPREAD"
             node = min(fits, key=lambda n: (taken[n.node_id], -n.free_gpus, n.node_id)).node_id
             self._nodes[name] = node  # claimed now: a concurrent sibling's launch sees it
-        return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+        return _soft_pin(node)
 
     # -- observing: one batched round -----------------------------------------------------
 
@@ -478,6 +495,14 @@ class RayBackend(OnTheirNodes):
         except (GetTimeoutError, RayActorError):
             return None
         return chunk
+
+
+def _soft_pin(node: str) -> NodeAffinitySchedulingStrategy:
+    """Ray asked for ``node``, and elsewhere when that node is lost or full. ``soft`` alone
+    goes elsewhere only when the node is lost or could never fit: a node that is full now
+    (another launch of the pass took its GPU, or the image's node while the engine it
+    replaces holds it) kept the actor waiting there until PLACE_TIMEOUT failed the start."""
+    return NodeAffinitySchedulingStrategy(node_id=node, soft=True, _spill_on_unavailable=True)
 
 
 def _instance(status: HostStatus) -> Instance:

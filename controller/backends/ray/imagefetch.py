@@ -1,5 +1,7 @@
 """The ray backend's image edge: a container image is fetched on the node that will run
-its engine before the start is placed (DESIGN.md "Engines in containers", "Many nodes").
+its engine before the start is placed, or before a recreate stops the engine it replaces
+(``prepared``: the running one serves meanwhile, and is kept if the pull fails) (DESIGN.md
+"Engines in containers", "Many nodes").
 
 The planner places a start, and may preempt lower-priority engines for it, only once
 the backend's ``fetching`` says its image is there (``Observed.fetching``): so the look
@@ -57,6 +59,15 @@ def _fetch(state_key: str, spec: DeploymentSpec) -> Held | None:
         return Held(str(exc), failed=True)
 
 
+def _prepared(state_key: str, spec: DeploymentSpec) -> Held | None:
+    """On the node: before a running engine is stopped for ``spec``, its image's pull
+    started (or read, once ended), as on one host."""
+    try:
+        return _wrapper(state_key).prepared(spec)
+    except ContainerError as exc:  # the pull could not even start: the running one is kept
+        return Held(str(exc), failed=True)
+
+
 class NoAnswer(Exception):
     """The node did not answer in time: the start waits, placed nowhere."""
 
@@ -86,17 +97,23 @@ class ImageFetch:
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         """Start (or read) its pull on that node, which the note keeps for the launch."""
         node = self._node(spec)
-        if node is None:
+        held = None if node is None else self._pull_on(node, _fetch, spec)
+        if node is None or held is None:
             return None
-        try:
-            held: Held | None = self._ask(node, _fetch, spec)
-        except NoAnswer as exc:
-            return Held(str(exc))
+        return dataclasses.replace(held, why=f"{held.why} on Ray node {naming.short(node.node_id)}")
+
+    def prepared(self, spec: DeploymentSpec) -> Held | None:
+        """Before a running engine is stopped for ``spec`` (a recreate): its image pulled
+        first on the node the new one goes to (the launch asks Ray for it), the running
+        one kept meanwhile; None once it is there."""
+        node = self._node(spec)
+        if node is None:  # no node can take it: the launch says so
+            return None
+        self._looked[image_key(spec)] = node.node_id  # there: the launch goes there
+        held = self._pull_on(node, _prepared, spec)
         if held is None:
             return None
-        self.notes.note(image_key(spec), node.node_id)
-        where = f" on Ray node {naming.short(node.node_id)}"
-        return dataclasses.replace(held, why=held.why + where)
+        return dataclasses.replace(held, why=f"{held.why} (Ray node {naming.short(node.node_id)})")
 
     def node_of(self, spec: DeploymentSpec) -> str | None:
         """The node pulling or holding ``spec``'s image, as noted or last looked at."""
@@ -119,6 +136,17 @@ class ImageFetch:
         """A container of the image runs: the notes have done their work."""
         self.notes.forget(name)
         self.notes.forget(image_key(spec))
+
+    def _pull_on(self, node: cluster.Node, task: Any, spec: DeploymentSpec) -> Held | None:
+        """``task``'s pull (``_fetch``, ``_prepared``) on ``node``, noted there while it
+        runs or failed; a node that does not answer keeps the wait."""
+        try:
+            held: Held | None = self._ask(node, task, spec)
+        except NoAnswer as exc:
+            return Held(str(exc))
+        if held is not None:
+            self.notes.note(image_key(spec), node.node_id)
+        return held
 
     def _node(self, spec: DeploymentSpec) -> cluster.Node | None:
         """Where the start will run: of the selected nodes with GPUs enough, one with

@@ -3,15 +3,14 @@
 Both faces of the ray backend (``RayBackend`` in the driver process, ``RayProxy`` in
 this one) declare the same facts, and answer the same way for what lives on the
 engines' nodes, out of the driver's reach: an actor starts its container on its node,
-with an image fetched there before it was placed (``imagefetch.py``, through the
-driver: not here). No ``ray`` import here.
+with an image fetched there before it was placed, or before a recreate stopped the
+engine it replaces (``imagefetch.py``, through the driver: not here). No ``ray`` import here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from controller.backends.base import Held
 from controller.core.manifest import backendnames
 from controller.core.manifest.specs import DeploymentSpec
 from controller.core.state import Record
@@ -23,9 +22,6 @@ class OnTheirNodes:
     places_engines = True  # Ray picks the node and its GPUs; the actor picks the port there
     exits_watchable = False  # the pid is on another machine; the actor restarts it there
     selects_nodes = True  # spec.nodeSelector chooses among the Ray nodes, by their labels
-
-    def prepared(self, spec: DeploymentSpec) -> Held | None:
-        return None  # which node runs the new one is not known yet: its actor pulls there
 
     def drop_unused_pulls(self, specs: Iterable[DeploymentSpec]) -> int:
         return 0  # an actor pulls into a folder of its own node, out of the driver's reach

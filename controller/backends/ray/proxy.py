@@ -68,6 +68,10 @@ class RayProxy(OnTheirNodes):
         got: Held | None = self._call("fetch", spec, timeout=FETCH)
         return got
 
+    def prepared(self, spec: DeploymentSpec) -> Held | None:
+        got: Held | None = self._call("prepared", spec, timeout=FETCH)
+        return got
+
     def launch(self, launch: StartRequest) -> Instance:
         got: Instance = self._call("launch", launch, timeout=PLACE)
         return got
