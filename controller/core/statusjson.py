@@ -16,7 +16,7 @@ from controller.core.devicefaults import DeviceFault, health_fields
 from controller.core.devices.inventory import Device
 from controller.core.pulls import PullProgress
 from controller.core.replicaset import ReplicaSet, group
-from controller.core.state import Phase, Record
+from controller.core.state import EXITED, Phase, Record
 
 # The phase shown for what a record of an unknown version holds: its state cannot be read.
 UNKNOWN = "Unknown"
@@ -32,6 +32,19 @@ def next_retry(rec: Record) -> datetime | None:
     return rec.backoff_until if rec.phase is Phase.BACKOFF else None
 
 
+def running_pid(rec: Record) -> int | None:
+    """``pid``: the engine that runs, as Kubernetes shows a crash-looping container
+    waiting with no process. In BackOff, Failed and Succeeded the record's ``ref`` names
+    one that has exited (its pid may be another process's by now): ``last_exit.pid``."""
+    return rec.ref.pid if rec.ref and rec.phase not in EXITED else None
+
+
+def exited_pid(rec: Record) -> int | None:
+    """``last_exit.pid``: the exited engine the record still names (BackOff, Failed,
+    Succeeded); null once a new one started (the record keeps only its ``ref``)."""
+    return rec.ref.pid if rec.ref and rec.phase in EXITED else None
+
+
 def status_item(rec: Record) -> dict[str, Any]:
     """One deployment for ``status -o json|yaml`` (DESIGN.md's fields, then more)."""
     exit_info = None
@@ -42,12 +55,13 @@ def status_item(rec: Record) -> dict[str, Any]:
             "at": iso(rec.last_exit.at),
             "reason": rec.last_exit.reason,
             "text": str(rec.last_exit),
+            "pid": exited_pid(rec),
         }
     return {
         "name": rec.name,
         "phase": str(rec.phase),
         "ready": rec.phase is Phase.READY,
-        "pid": rec.ref.pid if rec.ref else None,
+        "pid": running_pid(rec),
         "port": rec.port,
         "devices": list(rec.devices),
         "restarts": rec.restarts,
@@ -101,7 +115,7 @@ def instance_item(replica: int, rec: Record) -> dict[str, Any]:
         "name": rec.name,
         "phase": str(rec.phase),
         "ready": rec.phase is Phase.READY,
-        "pid": rec.ref.pid if rec.ref else None,
+        "pid": running_pid(rec),
         "port": rec.port,
         "host": rec.host,
         "node": rec.node,

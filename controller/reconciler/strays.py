@@ -16,7 +16,7 @@ spared as another set's are, what they hold held and their name said taken.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -218,7 +218,8 @@ def _held(found: Found | str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TornHeld:
-    """What the engines of records torn where they lie hold, as `devices` shows them."""
+    """What the engines of records torn where they lie, or lost, hold, as `devices` shows
+    them."""
 
     devices: dict[str, str]  # device -> its holder, in words
     ports: dict[int, str]  # port -> its holder
@@ -226,29 +227,44 @@ class TornHeld:
 
 
 def held_by_torn(
-    problems: Iterable[RecordProblem], backend: Backend | None, inventory: Inventory
+    problems: Iterable[RecordProblem],
+    backend: Backend | None,
+    inventory: Inventory,
+    *,
+    recorded: Collection[str],
 ) -> TornHeld:
     """What each engine of a torn record (a reader's ``peek`` leaves it in place) holds,
     told by its marker and environment as the pass that adopts it tells it: a /proc
-    scan, nothing written. ``backend``: None where its engines are not this host's
-    processes; then, or where an engine's environment cannot be read, what it holds is
-    not known and its file is named in ``unknown``."""
+    scan, nothing written, nothing signalled. ``backend``: None where its engines are
+    not this host's processes; then, or where an engine's environment cannot be read,
+    what it holds is not known and its file is named in ``unknown``. An engine whose
+    nonce no record holds (``recorded``: the readable records' nonces) is told too: a
+    lost record's, which a pass spares holding what it holds when its spawn note alone
+    names it (this user may not read its environment), so it is held here as there."""
     torn = {p.name: p.path for p in problems if p.torn and p.name}
-    if not torn or backend is None or backend.name != backendnames.LOCAL:
+    if backend is None or backend.name != backendnames.LOCAL:
         return TornHeld({}, {}, sorted(torn.values()))
     held = TornHeld({}, {}, [])
     for procs in by_instance(backend.scan()).values():
         leader = leader_of(procs)
-        if leader is None or leader.name not in torn:
+        if leader is None or (leader.name not in torn and leader.nonce in recorded):
             continue
         found = found_in(leader.ref, environ_of(leader), inventory)
-        if isinstance(found, str):
+        if isinstance(found, str) and leader.name in torn:
             held.unknown.append(torn[leader.name])
+        if isinstance(found, str):
             continue
-        holder = f"{leader.name} (torn record; engine pid {leader.ref.pid})"
+        holder = f"{leader.name} ({_unrecorded(leader, torn)}; engine pid {leader.ref.pid})"
         held.devices.update(dict.fromkeys(found.devices, holder))
         held.ports[found.port] = holder
     return held
+
+
+def _unrecorded(leader: MarkedProcess, torn: Collection[str]) -> str:
+    """Why no record shows what ``leader`` holds, in the holder's words."""
+    if leader.name in torn:
+        return "torn record"
+    return "no record, found by its spawn note" if leader.noted is not None else "no record"
 
 
 # -- this set's engines -------------------------------------------------------------------

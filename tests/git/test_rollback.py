@@ -4,6 +4,7 @@ good one (pinned), a push while pinned (fetched, not applied), --resume."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -15,9 +16,11 @@ from typing import Any
 
 import psutil
 
+from controller.core.state import Phase
 from controller.store.lock import FileLock
 from controller.store.sources.git import source as gitsource
 from controller.store.statedir import StateDir
+from tests.engines.test_vllm_standin import KEY, STANDIN
 from tests.git.conftest import Remote, run_git, source
 
 GIT = ("--git-path", "manifests")
@@ -174,6 +177,40 @@ def test_a_dry_run_is_the_plan_against_the_older_commit(reconcile: Any, remote: 
     assert reconcile.pids() == before  # nothing stopped or started
     assert source(reconcile)["pinned"] is None and source(reconcile)["applied"] == bad
     node_only(reconcile, "down")
+
+
+def test_a_dry_run_probes_a_starting_engine_with_its_envfrom_key(
+    reconcile: Any, remote: Remote, tmp_path: Path
+) -> None:
+    """`rollback --dry-run` probed a Starting engine before it read envFrom's values (as
+    `plan` did): its probe presented no key, was refused, and the plan showed an engine
+    keyed from envFrom Starting where a pass found it Ready. It reads them first and its
+    probe presents the key; the key in nothing it says."""
+    rc = reconcile
+    fake, secrets = tmp_path / "vllm", tmp_path / "engine.env"
+    fake.write_text(STANDIN.format(python=sys.executable))
+    fake.chmod(0o755)
+    secrets.write_text(f"VLLM_API_KEY={KEY}\n")
+    secrets.chmod(0o600)
+    readiness = {"completion": {}, "deadlineSeconds": 600, "periodSeconds": 0.2}
+    env = {"ARGV_FILE": str(tmp_path / "keyed.argv.json")}
+    spec = {"engine": "vllm", "model": "tiny", "executable": str(fake), "command": None}
+    good = remote.deploy(
+        "keyed", **spec, env=env, readiness=readiness, envFrom=[{"file": str(secrets)}]
+    )
+    rc.converge("--git", remote.url, *GIT, timeout="60s")
+    remote.commit({"NOTES.md": "no manifest changed\n"}, "notes")
+    rc.converge("--git", remote.url, *GIT, timeout="60s")
+    store = rc.store()
+    record = store.read("keyed")
+    assert record is not None and record.phase is Phase.READY, record
+    store.write(dataclasses.replace(record, phase=Phase.STARTING))  # answering, not seen yet
+
+    dry = rc("rollback", good, "--dry-run", check=0)
+    lines = [ln.split() for ln in dry.out.splitlines() if " keyed " in ln]
+    assert lines == [["keyed", "unchanged", "Ready"]], dry.out
+    assert KEY not in dry.out + dry.err, dry
+    node_only(rc, "down")
 
 
 def test_a_once_naming_another_source_beside_the_daemon_keeps_the_pin(

@@ -369,6 +369,39 @@ def test_an_undeclared_unreadable_engine_is_said_with_its_holdings_and_next_move
     assert rc.record("side") is None
 
 
+def test_devices_shows_what_an_engine_found_by_its_spawn_note_alone_holds(
+    reconcile: Reconcile, tmp_path: Path
+) -> None:
+    """Its record lost and its manifest gone, the engine runs on holding a device and a
+    port, which every pass counts held (it spares it), yet `reconcile devices` showed the
+    device free and the port unheld: a person looking for who holds the GPU found no one.
+    It shows the engine there with its pid, reading only (no note removed, no signal)."""
+    rc = reconcile
+    rc.write("capped", command=[str(capable_sleep(tmp_path)), "600"], readiness=READY,
+             devices={"count": 1})  # fmt: skip
+    (started,) = as_nobody(rc, ["--once"])
+    engine = rc.record("capped")
+    assert started.returncode == 0 and engine is not None, started
+    pid, port, (device,) = engine["ref"]["pid"], engine["port"], engine["devices"]
+    rc.record_path("capped").unlink()
+    (rc.manifests / "capped.yaml").unlink()
+    note = rc.state / "spawnnotes" / f"{engine['nonce']}.json"
+    shown, table = as_nobody(rc, ["devices", "-o", "json"], ["devices"])
+    assert shown.returncode == 0 and table.returncode == 0, (shown, table)
+    holder = f"capped (no record, found by its spawn note; engine pid {pid})"
+    doc = json.loads(shown.stdout)
+    (item,) = [d for d in doc["devices"] if d["device"] == device]
+    assert item["held_by"] == [holder], item
+    assert {"port": port, "held_by": holder, "phase": "Unknown"} in doc["ports"], doc
+    assert f"engine pid {pid}" in table.stdout, table
+    as_root = rc("devices", "-o", "json", check=0).json()  # root reads its marker
+    (item,) = [d for d in as_root["devices"] if d["device"] == device]
+    assert item["held_by"] == [f"capped (no record; engine pid {pid})"], item
+    assert alive(pid) and note.exists(), note  # a read verb: nothing signalled, nothing removed
+    rc.down()  # root reads its marker: reaped as this set's engine with no record
+    assert not alive(pid)
+
+
 def test_a_wait_says_a_torn_records_engine_was_adopted_by_its_spawn_note(
     reconcile: Reconcile, tmp_path: Path
 ) -> None:

@@ -5,6 +5,7 @@ pull, and the shipped CI job's steps.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from controller.core.state import Phase
 from controller.store.sources.git.rev import revision, revision_of
 
 REPO = Path(__file__).resolve().parents[2]
@@ -163,6 +165,31 @@ def test_an_uncommitted_edit_of_a_manifest_file_given_alone_is_dirty(reconcile: 
     rc.once("-f", str(path))
     assert rc.record("app")["revision"] == f"{sha}+dirty"
     rc("down", "-f", str(path), check=0)
+
+
+def test_plan_lists_a_deployment_once_when_its_commit_moved_and_it_got_ready(
+    reconcile: Any,
+) -> None:
+    """A commit that changes no manifest (the record's revision moves in place) and an
+    engine a pass will find Ready: `plan` listed the deployment twice ("unchanged
+    Starting", "unchanged Ready") and counted 2 unchanged. Once, with its phase after."""
+    rc = reconcile
+    repo = rc.tmp / "checkout"
+    rc.write("app", folder=repo / "manifests")
+    git(repo, "init", "-q", "-b", "main")
+    commit_all(repo, "app")
+    rc("--once", "--wait", "--timeout", "30s", "-f", str(repo / "manifests"), check=0)
+    (repo / "NOTES.md").write_text("no manifest changed\n")
+    commit_all(repo, "notes")
+    store = rc.store()
+    record = store.read("app")
+    assert record is not None and record.phase is Phase.READY, record
+    store.write(dataclasses.replace(record, phase=Phase.STARTING))  # answering, not seen yet
+    planned = rc("plan", "-f", str(repo / "manifests"), check=0)
+    lines = [ln.split() for ln in planned.out.splitlines() if " app " in ln]
+    assert lines == [["app", "unchanged", "Ready"]], planned
+    assert "; 1 unchanged." in planned.out, planned
+    rc("down", "-f", str(repo / "manifests"), check=0)
 
 
 # -- the CI job ------------------------------------------------------------------------------------

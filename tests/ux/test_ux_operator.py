@@ -354,8 +354,9 @@ def test_wait_ends_when_a_rolling_update_has_taken_over(reconcile: Any) -> None:
 
 def test_a_crash_loops_dead_engine_shows_no_pid_as_if_it_ran(reconcile: Any) -> None:
     """In BackOff the engine has exited (its group reaped; `down` says "not running"),
-    yet `status -o wide` and `describe` showed its pid as the engine's: one `kill` away
-    from a process that reused it."""
+    yet `status -o wide`, `describe` and `status -o json`'s `pid` showed its pid as the
+    engine's: one `kill` away from a process that reused it. The JSON keeps it as
+    `last_exit.pid`, as Kubernetes keeps a crash-looping container's `lastState`."""
     rc = reconcile
     rc.write("crashy", command=["sh", "-c", "exit 3"], readiness={"periodSeconds": 0.2})
     backoff = lambda: (rc.once(check=None), rc.status()["crashy"]["phase"] == "BackOff")[1]  # noqa: E731
@@ -366,6 +367,9 @@ def test_a_crash_loops_dead_engine_shows_no_pid_as_if_it_ran(reconcile: Any) -> 
     assert wide[1][column:].split()[0] == "-", wide
     pid_line = next(line for line in rc("describe", "crashy").out.splitlines() if "PID:" in line)
     assert pid_line.split()[1] == "-" and f"the last, {dead}, has exited" in pid_line, pid_line
+    item = rc("status", "crashy", "-o", "json", check=0).json()[0]
+    assert item["pid"] is None and item["last_exit"]["pid"] == dead, item
+    assert [i["pid"] for i in item["instances"]] == [None], item
     rc.down()
 
 

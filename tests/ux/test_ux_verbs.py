@@ -29,8 +29,9 @@ def _crashed_twice(rc: Any) -> bool:
 
 def _counted(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Status items with a BackOff's "restart in 6s" as "restart in Ns": it is counted at
-    the moment each call shows it, so two calls a second apart differ there alone."""
-    back = re.compile(r"restart in \d+s")
+    the moment each call shows it, so two calls a second apart differ there alone (and
+    across its end: "restart in 1s", then "restart due: ...", under load)."""
+    back = re.compile(r"restart in \d+s|restart due: the next pass starts it")
     return [{**i, "message": back.sub("restart in Ns", i["message"] or "")} for i in items]
 
 

@@ -93,17 +93,32 @@ def _held_unread(
     """What the records this verb cannot read hold (device -> holder, port -> holder): a
     record of an unknown version what it names, as every pass counts it; a torn one's
     engine what its marker and environment say, as the pass that adopts it tells it (a
-    /proc scan; a cluster's engines are not this host's). Last, the torn record files
-    whose engine's holdings cannot be told."""
+    /proc scan; a cluster's engines are not this host's); a live engine no record
+    accounts for (its record lost: its spawn note names it), what it holds, as a pass
+    spares it holding that. Last, the torn record files whose engine's holdings cannot
+    be told."""
     devices, ports = held_by_unreadable(snap.problems)
-    if not any(p.torn for p in snap.problems):
+    recorded = {r.nonce for r in snap.records.values() if r.nonce}
+    if not any(p.torn for p in snap.problems) and not _unrecorded(cfg, recorded):
         return devices, ports, []  # no scan, nor what it imports
     from controller.backends.choose import open_backend
     from controller.reconciler.strays import held_by_torn
 
     backend = None if on_cluster(cfg.backend) else open_backend(cfg)
-    torn = held_by_torn(snap.problems, backend, inventory)
+    torn = held_by_torn(snap.problems, backend, inventory, recorded=recorded)
     return {**devices, **torn.devices}, {**ports, **torn.ports}, torn.unknown
+
+
+def _unrecorded(cfg: Config, recorded: set[str]) -> bool:
+    """A spawn note of a live engine whose nonce no record holds: only then is the /proc
+    scan worth its cost (every spawn notes its engine; a teardown removes the note)."""
+    if on_cluster(cfg.backend):
+        return False
+    from controller.host.procs import process_alive
+    from controller.store.instances.spawnnotes import SpawnNotes
+
+    notes = SpawnNotes(cfg.state_dir).read_all()
+    return any(n.nonce not in recorded and process_alive(n.ref) for n in notes)
 
 
 def _unknown_if_free(item: dict[str, Any], torn: list[str]) -> dict[str, Any]:

@@ -136,9 +136,11 @@ def _show_change(
             [folder], insecure=cfg.insecure_manifests, backend=cfg.backend, repo=Path(tmp)
         )
         view = preview(cfg)
-        observed, problems = view.observe()
         # the records' files lie in the checkout, outside this folder: no manifest "moved"
         desired = dataclasses.replace(view.desired(loaded), revision=target, folders=(str(folder),))
+        # envFrom's values first, as `plan`: a Starting engine keyed from them or a key
+        # file is probed with its key (probekeys.py), not refused and shown Starting.
+        observed, problems = view.observe(desired=desired)
         observed = view.foresee_strays(desired, observed)
         found = planview.changes(view.plan(desired, observed), desired, observed)
     errors = [str(e) for e in loaded.errors] + [p.message for p in problems]

@@ -112,8 +112,9 @@ class Change:
 
 
 def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> list[Change]:
-    # A manifest fixed, a drain's hold ended: the record's words are bookkeeping beside the
-    # change that follows (one change a name, counted once: it showed as two).
+    # A manifest fixed, a drain's hold ended, the manifests' commit moved: the record's
+    # words are bookkeeping beside the change or look that follows (one change a name,
+    # counted once: it showed as two, e.g. "unchanged Starting" and "unchanged Ready").
     others = {a.name for a in actions if not _bookkeeping(a)}
     kept = [a for a in actions if not (_bookkeeping(a) and a.name in others)]
     wanted = desired.instances()  # record names to exist: every replica
@@ -128,8 +129,10 @@ def changes(actions: Sequence[Action], desired: Desired, observed: Observed) -> 
 
 
 def _bookkeeping(action: Action) -> bool:
-    return (isinstance(action, MarkSpec) and action.valid) or (
-        isinstance(action, HoldChange) and action.over
+    return (
+        (isinstance(action, MarkSpec) and action.valid)
+        or (isinstance(action, HoldChange) and action.over)
+        or (isinstance(action, Update) and action.revision_only)
     )
 
 
