@@ -379,6 +379,7 @@ class Launcher:
         rec = self.store.read(action.name)
         if rec is None:
             return False
+        late = self._may_exec_late(rec, rec.nonce)  # `down` of a dead maker's reservation
         if isinstance(action, Replace) and self._kept_for(rec, action):
             return False  # it serves on until its replacement can start
         if (isinstance(action, Replace) or action.drain) and rec.holds:
@@ -386,6 +387,8 @@ class Launcher:
             # away: its requests end first, the other replicas take the new ones
             self._drain(rec, None, action.verb, action.reason)
         self._terminate(rec, action.verb, action.reason, "executor.stop.after_terminating")
+        if late:
+            self._sweep_late(rec.nonce)
         if isinstance(action, Replace):
             # The deployment stays known between the teardown and the next round's
             # reservation: a dropped record would make the gateway answer 404 to the
@@ -534,7 +537,7 @@ class Launcher:
         return True
 
     def release(self, action: Release) -> bool:
-        late = self._may_exec_late(action)
+        late = self._may_exec_late(self.store.read(action.name), action.nonce)
         self.backend.sweep(action.nonce)
         if late:
             self._sweep_late(action.nonce)
@@ -547,13 +550,13 @@ class Launcher:
         self._drop(action, "record dropped")
         return True
 
-    def _may_exec_late(self, action: Release) -> bool:
-        """A reservation the planner releases (its maker is gone, no marker found) whose
-        maker may have died between its fork and the engine's exec: a local process's."""
-        if action.nonce is None or self.backend.name != backendnames.LOCAL:
+    def _may_exec_late(self, rec: Record | None, nonce: str | None) -> bool:
+        """``rec`` is a reservation of ``nonce`` with no engine recorded, released by a pass
+        (its maker is gone) or stopped by `down`: its maker may have died between its
+        fork and the engine's exec. Asked of a local process engine only."""
+        if nonce is None or rec is None or self.backend.name != backendnames.LOCAL:
             return False
-        rec = self.store.read(action.name)
-        return rec is not None and rec.phase is Phase.RESERVED and rec.nonce == action.nonce
+        return rec.phase is Phase.RESERVED and rec.ref is None and rec.nonce == nonce
 
     def _sweep_late(self, nonce: str | None) -> None:
         """Sweep ``nonce`` again until a fork -> exec has surely ended (procscan.SETTLE).

@@ -5,8 +5,9 @@ that child running: it execs the engine, marker and all, on its own, tens of ms 
 the pass died (a busy host's figure). The next pass found no marker of the reservation,
 released it ("no engine was spawned"), and the engine then came up with no record, on
 the port a start placed anew was given: that engine died of "address in use" and the
-SIGKILL soak found it in BackOff after recovery. The release now sweeps the
-reservation's nonce until a fork -> exec has surely ended (procscan.SETTLE).
+SIGKILL soak found it in BackOff after recovery; `down` dropped such a reservation and
+left its engine running with no record. Both now sweep the reservation's nonce until a
+fork -> exec has surely ended (procscan.SETTLE).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import signal
 import subprocess
 import sys
 import uuid
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -78,59 +80,91 @@ def _dead_maker() -> ProcessRef:
     return ref
 
 
-def test_an_engine_that_execs_after_its_dead_reservation_was_looked_at_is_swept(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    base = free_ports()
-    config = _config(tmp_path, base)
+@dataclass
+class Late:
+    """A node whose one reservation's maker is dead, and the child that maker forked:
+    it execs the engine (marker and all) once the first sweep of its nonce has looked."""
+
+    reconciler: Reconciler
+    store: records.RecordStore
+    nonce: str
+    child: subprocess.Popen[bytes]
+
+    def ran_and_was_killed(self) -> bool:
+        """The engine exec'd (its marker showed) and was SIGKILLed, not left running."""
+        wait_for(
+            lambda: (
+                not alive(self.child.pid)
+                or self.nonce in environ(self.child.pid).get("RECONCILE_INSTANCE", "")
+            ),
+            what="the late child to exec its engine",
+        )
+        return self.child.poll() == -signal.SIGKILL
+
+
+@pytest.fixture
+def late(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Late]:
+    config = _config(tmp_path, free_ports())
     store = records.RecordStore(config.state_dir)
     reconciler = Reconciler(config, open_backend(config, store), inventory_for(config), store=store)
     entry = reconciler.desired(load(config.manifests)).entries["web"]
-    lease = reconciler.maker.reservation(entry, devices=("nvidia:0",), port=base, extra_ports=())
+    lease = reconciler.maker.reservation(
+        entry, devices=("nvidia:0",), port=entry.deployment.spec.base_port, extra_ports=()
+    )
     store.ensure()
     store.write(replace(lease.record, reserved_by=_dead_maker()))
-    nonce = lease.record.nonce
-    engine_env = {
+    assert lease.record.nonce is not None
+    engine = {
         **os.environ,
         **lease.rendered.env,
-        "RECONCILE_INSTANCE": f"{config.node}/web/{nonce}",
+        "RECONCILE_INSTANCE": f"{config.node}/web/{lease.record.nonce}",
         "RECONCILE_STATE": str(config.state_dir.resolve()),
     }
+    told = json.dumps([list(lease.rendered.argv), engine]).encode()
     child = subprocess.Popen(
         [sys.executable, "-c", LATE_CHILD], stdin=subprocess.PIPE, start_new_session=True
     )
-    assert child.stdin is not None
     backend = reconciler.executor.launcher.backend
     sweep = backend.sweep
 
-    def then_exec(swept: str | None, ref: ProcessRef | None = None) -> int:
-        """The release's sweep, then the child's exec (at the first sweep: it found none)."""
-        killed = sweep(swept, ref)
+    def then_exec(nonce: str | None, ref: ProcessRef | None = None) -> int:
+        """A sweep, then the child's exec (after the first: it found nothing)."""
+        killed = sweep(nonce, ref)
         if child.stdin is not None and not child.stdin.closed:
-            child.stdin.write(json.dumps([list(lease.rendered.argv), engine_env]).encode())
+            child.stdin.write(told)
             child.stdin.close()
         return killed
 
     monkeypatch.setattr(backend, "sweep", then_exec)
     try:
-        observed, _ = reconciler.observe(probe=False)
-        plan = reconciler.plan(reconciler.desired(load(config.manifests)), observed)
-        release = next(a for a in plan if isinstance(a, Release))
-        assert release.nonce == nonce and observed.records["web"].record.phase is Phase.RESERVED
-
-        reconciler.executor.apply(release)
-
-        # The engine exec'd (its marker shows) or is gone already: either way it ran.
-        wait_for(
-            lambda: (
-                not alive(child.pid) or nonce in environ(child.pid).get("RECONCILE_INSTANCE", "")
-            ),
-            what="the late child to exec its engine",
-        )
-        assert child.poll() == -signal.SIGKILL, "the late engine outlived its released reservation"
-        assert store.read("web") is None
+        yield Late(reconciler, store, lease.record.nonce, child)
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
         kill_marked(f"{config.node}/")
+
+
+def test_an_engine_that_execs_after_its_dead_reservation_was_looked_at_is_swept(
+    late: Late,
+) -> None:
+    reconciler = late.reconciler
+    observed, _ = reconciler.observe(probe=False)
+    plan = reconciler.plan(reconciler.desired(load(reconciler.config.manifests)), observed)
+    release = next(a for a in plan if isinstance(a, Release))
+    assert release.nonce == late.nonce and observed.records["web"].record.phase is Phase.RESERVED
+
+    reconciler.executor.apply(release)
+
+    assert late.ran_and_was_killed(), "the late engine outlived its released reservation"
+    assert late.store.read("web") is None
+
+
+def test_down_sweeps_an_engine_that_execs_after_it_stopped_a_dead_reservation(
+    late: Late,
+) -> None:
+    stopped, kept = late.reconciler.down(strays=True)
+
+    assert stopped == ["web"] and kept == {}
+    assert late.ran_and_was_killed(), "the late engine outlived `down`"
+    assert late.store.read("web") is None
