@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,7 @@ from controller.core.actions import (
     Start,
     Stop,
 )
+from controller.core.manifest import backendnames
 from controller.core.manifest.names import base_name, instance_of, is_next
 from controller.core.manifest.specs import Entry, next_name
 from controller.core.plan import backoff, restarts_after
@@ -45,6 +47,7 @@ from controller.errors import (
     SpawnError,
     Unplaceable,
 )
+from controller.host import procscan
 from controller.reconciler.leases import Lease, RecordMaker, kept_count
 from controller.reconciler.memwait import MemoryGate
 from controller.redact import redact_args
@@ -58,6 +61,8 @@ from controller.store.side import scale
 # sends nothing more to the old one and its in-flight requests ended (bounded by the
 # old one's grace period). The daemon injects the gateway's; without one, nothing waits.
 GatewayDrain = Callable[[Record, Record | None], None]
+
+LATE_SWEEP_POLL = 0.05  # seconds between the sweeps of a dead reservation's late engine
 
 
 def no_drain(old: Record, new: Record | None) -> None:
@@ -375,6 +380,7 @@ class Launcher:
         rec = self.store.read(action.name)
         if rec is None:
             return False
+        late = self._may_exec_late(rec, rec.nonce)  # `down` of a dead maker's reservation
         if isinstance(action, Replace) and self._kept_for(rec, action):
             return False  # it serves on until its replacement can start
         if (isinstance(action, Replace) or action.drain) and rec.holds:
@@ -382,6 +388,8 @@ class Launcher:
             # away: its requests end first, the other replicas take the new ones
             self._drain(rec, None, action.verb, action.reason)
         self._terminate(rec, action.verb, action.reason, "executor.stop.after_terminating")
+        if late:
+            self._sweep_late(rec.nonce)
         if isinstance(action, Replace) or action.evict:
             # The deployment stays known between the teardown and the next round's
             # reservation: a dropped record would make the gateway answer 404 to the
@@ -534,7 +542,10 @@ class Launcher:
         return True
 
     def release(self, action: Release) -> bool:
+        late = self._may_exec_late(self.store.read(action.name), action.nonce)
         self.backend.sweep(action.nonce)
+        if late:
+            self._sweep_late(action.nonce)
         failpoints.hit("executor.release.before_delete")
         rec = self.store.read(action.name) if action.restarts is not None else None
         if rec is not None and action.restarts is not None:  # a port move: placed again
@@ -543,6 +554,26 @@ class Launcher:
             return True
         self._drop(action, "record dropped")
         return True
+
+    def _may_exec_late(self, rec: Record | None, nonce: str | None) -> bool:
+        """``rec`` is a reservation of ``nonce`` with no engine recorded, released by a pass
+        (its maker is gone) or stopped by `down`: its maker may have died between its
+        fork and the engine's exec. Asked of a local process engine only."""
+        if nonce is None or rec is None or self.backend.name != backendnames.LOCAL:
+            return False
+        return rec.phase is Phase.RESERVED and rec.ref is None and rec.nonce == nonce
+
+    def _sweep_late(self, nonce: str | None) -> None:
+        """Sweep ``nonce`` again until a fork -> exec has surely ended (procscan.SETTLE).
+        A maker SIGKILLed after its fork and before the child's exec leaves that child
+        running: it carries the engine's marker only once it execs, tens of ms after the
+        maker's death on a busy host, so the first sweep found nothing, the record went,
+        and the engine then came up with no record, holding the port a start placed anew
+        was given ("address in use"; the SIGKILL soak's BackOff after recovery)."""
+        deadline = time.monotonic() + procscan.SETTLE
+        while time.monotonic() < deadline:
+            time.sleep(LATE_SWEEP_POLL)
+            self.backend.sweep(nonce)
 
     def reap(self, action: Reap) -> bool:
         for proc in action.processes:

@@ -9,10 +9,11 @@ trial kills the daemon instead, mid-churn. CI runs ``TRIALS`` trials; the soak
 The passes' kill instants are stratified: the span (0.1 to 1.1 times a pass's usual
 duration) is cut into as many equal slices as there are passes to kill and each slice
 gets one kill, at a random point in it, in a random order. So the 24 passes CI kills
-land at most 2/24 of the span apart (a pass touches its state dir only in its last
-~40%: the imports come first, so ~9 kills fall there whatever the seed), where 40
-independent draws left gaps as wide and clumps besides; the soak's 1,000 trials cover
-the churn's combinations.
+land at most 2/24 of the span apart, where 40 independent draws left gaps as wide and
+clumps besides; the soak's 1,000 trials cover the churn's combinations. The passes are
+forked warm (tests/warmcli.py), the killed ones and the recoveries alike: the span is the
+pass's own work on the state dir (cold, its first ~60% were the interpreter's imports,
+where a kill proves nothing).
 """
 
 from __future__ import annotations
@@ -48,6 +49,17 @@ def _kill_at_random(cluster: Cluster, proc: subprocess.Popen[bytes], delay: floa
     return False
 
 
+def _pass_killed(cluster: Cluster, delay: float) -> bool:
+    """A ``--once`` SIGKILLed ``delay`` seconds in (warm: its keeper kills it at the call's
+    timeout); False when it finished first."""
+    try:
+        run = cluster.once(timeout=delay)
+    except subprocess.TimeoutExpired:
+        return True
+    assert "Traceback" not in run.err, str(run)
+    return False
+
+
 def _daemon_trial(cluster: Cluster, rng: random.Random) -> bool:
     proc = cluster.start("--resync", "0.5s")
     time.sleep(rng.uniform(0.1, 0.5))
@@ -65,7 +77,7 @@ def _recovered(run: Run) -> bool:
 
 def soak(cluster: Cluster, trials: int, seed: int) -> Counter[str]:
     rng = random.Random(seed)
-    took = [0.6]
+    took = [cluster.once().seconds]  # a warm pass's usual duration, to start from
     passes = sum(1 for t in range(trials) if t % DAEMON_EVERY != DAEMON_EVERY - 1)
     slices = list(range(passes))  # one kill instant per slice of the span (module doc)
     rng.shuffle(slices)
@@ -75,14 +87,10 @@ def soak(cluster: Cluster, trials: int, seed: int) -> Counter[str]:
         if trial % DAEMON_EVERY == DAEMON_EVERY - 1:
             stats["daemon killed" if _daemon_trial(cluster, rng) else "daemon ran out"] += 1
         else:
-            proc = cluster.start("--once")
             where = (slices.pop() + rng.random()) / passes
             delay = (0.1 + where) * statistics.median(took[-20:])
-            stats["pass killed" if _kill_at_random(cluster, proc, delay) else "pass finished"] += 1
-        # Cold, as the killed pass is: its duration sets the kill instants' span. (Both warm,
-        # the kills fell on the pass's own work and, under load, an engine a killed pass
-        # had just started was found exited: not understood yet, so not in the default run.)
-        recovery = cluster.once(cold=True)
+            stats["pass killed" if _pass_killed(cluster, delay) else "pass finished"] += 1
+        recovery = cluster.once()  # warm, as the killed pass: its duration sets the span
         took.append(recovery.seconds)
         context = f"trial {trial} (seed {seed}) after {done}"
         assert _recovered(recovery), f"{context}\n{recovery}"
