@@ -136,8 +136,10 @@ def _receive(
         raise
     meter.flush(force=True)
     if total is not None and offset != total:
-        raise PullError(
-            "http", f"{sink.url}: the connection ended at {offset} of {total} bytes: resumed"
+        raise PullError(  # nothing has resumed yet: the partial waits for the next try
+            "http",
+            f"{sink.url}: the connection ended at {offset} of {total} bytes: the next try "
+            f"resumes from byte {offset}, after back-off",
         )
     return offset
 
@@ -213,7 +215,10 @@ def _read(response: HTTPResponse, stall: float, url: str) -> bytes:
     except TimeoutError:
         raise stalled(url, stall) from None
     except OSError as exc:  # reset, cut: what arrived stays in .partial for the next try
-        raise PullError("http", f"{url}: {exc}: resumed with back-off") from None
+        raise PullError(
+            "http",
+            f"{url}: {exc}: what arrived is kept, and the next try resumes from it after back-off",
+        ) from None
 
 
 def _commit(partial: Path, final: Path) -> None:

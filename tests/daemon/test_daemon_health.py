@@ -259,3 +259,25 @@ def test_a_command_engine_lives_by_its_readiness_get_by_default(reconcile: Any) 
     (fail,) = _liveness_fails(rc, "own")
     assert fail["reason"].startswith("liveness probe GET /health failed 3 times in a row"), fail
     rc.down()
+
+
+def test_status_and_describe_say_liveness_is_failing_before_the_restart(reconcile: Any) -> None:
+    """Kubernetes keeps a pod Ready while liveness fails under its threshold, and shows
+    the failures; so does reconcile: the replica's MESSAGE (named on its deployment's
+    row), describe's Liveness line, and the event (a trial reported Ready and no word)."""
+    rc = reconcile
+    flag = rc.tmp / "sick"
+    command = [sys.executable, "-c", SICKENS, "{port}", str(flag)]
+    rc.write("own", command=command, readiness={"httpGet": {"path": "/health"}}, replicas=2)
+    rc.converge()
+    pid = ready_pid(rc, "own@1")
+    assert pid is not None
+    Path(f"{flag}.{pid}").touch()  # this replica's GET /health answers 500 from now on
+    rc.once()
+    said = "liveness probe failed (1 of 3 in a row): GET /health -> 500"
+    (row,) = rc("status", check=0).out.splitlines()[1:]
+    assert " Ready " in row and row.endswith(f"own@1: {said}"), row
+    described = rc("describe", "own@1", check=0).out
+    assert f"restart after 3 failures in a row (1 so far: {said})" in described, described
+    assert f"Message:      {said}" in described, described
+    rc.down()

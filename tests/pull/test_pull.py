@@ -84,6 +84,9 @@ def test_a_cut_connection_resumes_with_a_range_request(tmp_path: Path) -> None:
         assert worker.run(job) == 1  # the cut: an error that keeps the partial file
         entry = entry_of(job)
         assert (entry.folder / "tiny.gguf.partial").stat().st_size >= MB
+        result = entry.result()  # said before any retry ran: it will resume, not "resumed"
+        assert result is not None and "the next try resumes from" in result["message"]
+        assert not result["message"].endswith("resumed"), result["message"]
         assert worker.run(job) == 0
         assert server.ranges and server.ranges[-1].startswith("bytes=")
         resent = server.sent - len(DATA)

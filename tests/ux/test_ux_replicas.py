@@ -156,6 +156,23 @@ def test_logs_of_a_replica_it_does_not_have_names_those_it_has(up_once: Any) -> 
     assert "web has no replica 5: its replicas are 0 (web), 1 (web@1), 2 (web@2)" in said
 
 
+def test_logs_of_a_replica_it_does_not_have_names_those_scaled_away_as_gone(
+    replicated: Any,
+) -> None:
+    """Scaled from 3 to 1, ``--replica 5`` listed 1 and 2 as its replicas: their logs
+    stay, their engines do not."""
+    rc = replicated
+    rc.write("web", replicas=1, devices={"count": 1, "kind": "nvidia"})
+    rc.converge()
+    assert rc.record("web@2") is None and rc.record("web@1") is None
+    said = rc("logs", "web", "--replica", "5", check=1).err
+    assert said.startswith(
+        "reconcile: web has no replica 5: its replicas are 0 (web); "
+        "gone, their logs kept: 1 (web@1), 2 (web@2)"
+    ), said
+    assert "reconcile: start web@2 instance" in rc("logs", "web", "--replica", "2", check=0).out
+
+
 def test_down_name_and_drain_evict_reach_every_replica(replicated: Any) -> None:
     rc = replicated
     pids = {n: rc.record(n)["ref"]["pid"] for n in NAMES}

@@ -134,11 +134,22 @@ def _beyond(store: RecordStore, wanted: list[str], replica: int) -> str | None:
     for name in wanted:
         have = instances(store, base_name(name), None)
         if replica_name(base_name(name), replica) not in have:
-            return (
-                f"{base_name(name)} has no replica {replica}: its replicas are "
-                f"{', '.join(f'{index_of(n)} ({n})' for n in have)}"
-            )
+            return f"{base_name(name)} has no replica {replica}: {_replicas(store, have)}"
     return None
+
+
+def _replicas(store: RecordStore, have: list[str]) -> str:
+    """Those running now, then those with only a log left (scaled away or `down`): the
+    list named replicas scaled away with the current ones, as if they still ran."""
+    running = {instance_of(n) for n in store.peek().records}
+    now = [n for n in have if n in running]
+    gone = [n for n in have if n not in running]
+    said = f"its replicas are {_listed(now)}" if now else "it runs no replica now"
+    return f"{said}; gone, their logs kept: {_listed(gone)}" if gone else said
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(f"{index_of(n)} ({n})" for n in names)
 
 
 def instances(store: RecordStore, name: str, replica: int | None) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 from controller.core.elapsed import BootClock
 from controller.core.manifest.quantity import format_age
 from controller.core.replicaset import group, total_restarts
-from controller.core.state import EXITED, Drain, Phase, Record
+from controller.core.state import Drain, Phase, Record
 
 # The machine items live in core (the gateway's web page builds the same ones); the
 # CLI's modules import them from here as before.
@@ -23,6 +23,7 @@ from controller.core.statusjson import deployment_item as deployment_item
 from controller.core.statusjson import instance_item as instance_item
 from controller.core.statusjson import iso as iso
 from controller.core.statusjson import next_retry as next_retry
+from controller.core.statusjson import running_pid
 from controller.core.statusjson import status_item as status_item
 from controller.redact import printable
 
@@ -191,7 +192,7 @@ def _row(name: str, recs: Sequence[Record], ready: str, now: datetime, cols: _Co
         times = [cols.seen[r.name] for r in recs if r.name in cols.seen]
         row.append(age(min(times), now) if times else "-")
     wide = cols.wide
-    pids = (str(r.ref.pid) for r in recs if r.ref and r.phase not in EXITED)  # running ones
+    pids = (str(pid) for r in recs if (pid := running_pid(r)) is not None)  # as -o json's pid
     row += [_joined(pids), first.source or "-"] if wide else []
     row += [short_rev(first.revision)] if cols.show_rev else []
     return [*row, _message(recs)]

@@ -79,8 +79,9 @@ def elsewhere(parent: tuple[str | int, ...], word: str) -> str | None:
     return ELSEWHERE.get(tuple(str(p) for p in parent), {}).get(word)
 
 
-def for_text(value: object) -> str:
-    """Text was wanted; YAML made ``value`` something else from an unquoted scalar."""
+def for_text(value: object, written: str | None = None) -> str:
+    """Text was wanted; YAML made ``value`` something else from an unquoted scalar
+    (``written``: that scalar's text in the file, where the loader found it)."""
     if isinstance(value, dict) and len(value) == 1:
         ((key, inner),) = value.items()
         if inner is None and isinstance(key, str):  # `[serve, {port}]`: a flow mapping
@@ -92,15 +93,34 @@ def for_text(value: object) -> str:
     if isinstance(value, bool):
         said = str(value).lower()
         return f": YAML reads an unquoted {said} (yes/no/on/off) as a boolean: quote it"
-    if isinstance(value, int):  # short(): an int past Python's digit limit has no str
-        return f': YAML reads {short(value)} as a number: quote it ("{short(value)}")'
-    if isinstance(value, float):  # `1.10` came back 1.1: the text is the writer's to quote
-        return f": YAML reads {short(value)} as a number: quote it as written"
+    if isinstance(value, int | float):  # `0755` came back 493, `1.10` 1.1, `000…0` 0
+        return f": YAML reads {_as_number(value, written)}: {_quote(written)}"
     if value is None:
         return ': the value is empty (or null): give one, quoted ("") for an empty string'
     if isinstance(value, datetime.date):  # `version: 2026-12-06`
         return f': YAML reads {value} as a date: quote it ("{value}")'
     return ""
+
+
+def _as_number(value: int | float, written: str | None) -> str:
+    """What was written and the number YAML made of it, where they differ."""
+    number = short(value)  # short(): an int past Python's digit limit has no str
+    if written is None or written == number:
+        return f"{number} as a number"
+    return f"{clip(written, QUOTABLE)} as the number {number}"
+
+
+QUOTABLE = 80  # a sha256 (64) is quoted whole: a cut one is no line to write
+
+
+def _quote(written: str | None) -> str:
+    """The line to write: the writer's own text quoted, never the number YAML made of it
+    (`quote it ("0")` for a sha256 of zeros, ("493") for 0755, was another value)."""
+    if written is None or len(written) > QUOTABLE or not written.isprintable():
+        return "quote it as written"
+    if set(written) & {'"', "\\"}:  # a double-quoted string escapes these: say so instead
+        return "quote it as written"
+    return f'quote it ("{written}")'
 
 
 def for_mapping(field: str | int, value: object) -> str:

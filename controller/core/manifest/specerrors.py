@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -19,6 +20,8 @@ from controller.core.manifest import hints
 from controller.core.manifest.excerpt import clip, did_you_mean, short
 
 Loc = tuple[str | int, ...]
+# How the scalar at a path that YAML read as a value was written (None: not known).
+Written = Callable[[Loc, object], str | None]
 _MISSING = object()
 
 
@@ -33,17 +36,21 @@ class Problem:
         return ".".join(map(str, self.loc))
 
 
-def problems(exc: ValidationError, document: object) -> list[Problem]:
-    """Every error of ``exc`` (raised validating ``document``), in the document's terms."""
-    return [_problem(err, document) for err in exc.errors(include_url=False)]
+def problems(
+    exc: ValidationError, document: object, written: Written | None = None
+) -> list[Problem]:
+    """Every error of ``exc`` (raised validating ``document``), in the document's terms;
+    ``written`` gives a hint the text a value was written as (``0755``, not 493)."""
+    return [_problem(err, document, written) for err in exc.errors(include_url=False)]
 
 
-def _problem(err: ErrorDetails, document: object) -> Problem:
+def _problem(err: ErrorDetails, document: object, written: Written | None) -> Problem:
     path = _path(err["loc"], document)
-    return Problem(path, _message(err, path), err["type"] == "extra_forbidden")
+    message = _message(err, path, written)
+    return Problem(path, message, err["type"] == "extra_forbidden")
 
 
-def _message(err: ErrorDetails, path: Loc) -> str:
+def _message(err: ErrorDetails, path: Loc, written: Written | None = None) -> str:
     message = err["msg"].removeprefix("Value error, ")  # a validator's own ValueError
     kind, value = err["type"], err["input"]
     field = next((part for part in reversed(path) if isinstance(part, str)), "")
@@ -52,7 +59,7 @@ def _message(err: ErrorDetails, path: Loc) -> str:
     if kind in ("model_type", "dict_type"):  # `devices: 1`, `env: [A=b]`: what to write
         message += hints.for_mapping(field, value)
     elif kind == "string_type":  # `{port}`, `true`, `1.0` unquoted: YAML's, not text
-        message += hints.for_text(value)
+        message += hints.for_text(value, written(path, value) if written else None)
     elif kind in ("tuple_type", "list_type"):  # YAML has lists, not tuples
         message = _list_message(err["loc"], value, field)
     elif kind == "int_from_float" and path[-2:] == ("devices", "count"):  # half a GPU

@@ -10,6 +10,7 @@ yaml is imported only for one that is not.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import posixpath
 import re
@@ -26,7 +27,7 @@ from controller.core.manifest.cluster import cluster_refusals
 from controller.core.manifest.excerpt import clip, did_you_mean, short
 from controller.core.manifest.labels import key_problem, value_problem
 from controller.core.manifest.names import in_repo
-from controller.core.manifest.specerrors import problems
+from controller.core.manifest.specerrors import Loc, Written, problems
 from controller.core.manifest.specs import (
     Deployment,
     DeploymentSpec,
@@ -143,10 +144,15 @@ class LoadResult:
 
 
 def _validation_errors(
-    exc: ValidationError, value: Any, file: str, lines: dict[Path_, int], name: str | None
+    exc: ValidationError,
+    value: Any,
+    file: str,
+    lines: dict[Path_, int],
+    name: str | None,
+    text: str,
 ) -> list[ManifestError]:
     out = []
-    for problem in problems(exc, value):
+    for problem in problems(exc, value, _written_in(text, lines)):
         message = problem.message
         if problem.unknown:
             message = _unknown_field(problem.loc)
@@ -157,6 +163,59 @@ def _validation_errors(
             )
         )
     return out
+
+
+def _written_in(text: str, lines: dict[Path_, int]) -> Written:
+    """How a value was written in the file's ``text`` (a hint quotes that, not Python's)."""
+
+    def written(loc: Loc, value: object) -> str | None:
+        line = lines.get(tuple(loc))
+        if line is None:
+            return None
+        from controller.store.sources import yamlread  # yaml only when a hint needs it
+
+        return yamlread.written_scalar(text, line, value)
+
+    return written
+
+
+def _number_not_as_written(
+    value: dict[str, Any], lines: dict[Path_, int], text: str
+) -> tuple[Loc, str] | None:
+    """An env value or argv item YAML read as a number whose text differs from what was
+    written: the engine would get "493" for ``0755``, "1.1" for ``1.10``, "0" for a
+    sha256 of zeros. Which text was meant is the writer's to say, by quoting it."""
+    spec = value.get("spec")
+    if not isinstance(spec, dict):
+        return None
+    source = text.splitlines()
+    for loc, item in _argv_and_env(spec):
+        if not isinstance(item, int | float) or isinstance(item, bool) or loc not in lines:
+            continue
+        at = lines[loc] - 1  # YAML's line breaks are Python's but for \v \f \x1c-\x1e: a guard
+        if at < len(source) and _as_it_reads(source[at], str(item)):
+            continue  # `THREADS: 8`: no YAML scan (a cached pass imports no yaml)
+        written = _written_in(text, lines)(loc, item)
+        if written is not None and written != str(item):
+            return loc, f"the engine would get {json.dumps(str(item))}" + hints.for_text(
+                item, written
+            )
+    return None
+
+
+def _as_it_reads(line: str, number: str) -> bool:
+    """``number`` stands on ``line`` as a word of its own: it was written as it reads."""
+    return re.search(rf"(?<![\w.+-]){re.escape(number)}(?![\w.])", line) is not None
+
+
+def _argv_and_env(spec: dict[str, Any]) -> Iterable[tuple[Loc, object]]:
+    for field_ in ("command", "args"):
+        items = spec.get(field_)
+        if isinstance(items, list):
+            yield from ((("spec", field_, i), item) for i, item in enumerate(items))
+    env = spec.get("env")
+    if isinstance(env, dict):
+        yield from ((("spec", "env", key), item) for key, item in env.items())
 
 
 def _unknown_field(loc: Sequence[str | int]) -> str:
@@ -196,7 +255,7 @@ def load_file(
             cache.put(raw, values)
     result.documents += len(values)
     for value, lines, line in values:
-        _load_document(value, lines, line, file, result)
+        _load_document(value, lines, line, file, result, text)
 
 
 def _parse(text: str, file: str, result: LoadResult) -> list[Document] | None:
@@ -250,7 +309,7 @@ def _broken(result: LoadResult, error: ManifestError) -> None:
 
 
 def _load_document(
-    value: Any, lines: dict[Path_, int], line: int, file: str, result: LoadResult
+    value: Any, lines: dict[Path_, int], line: int, file: str, result: LoadResult, text: str
 ) -> None:
     if not isinstance(value, dict):
         result.errors.append(ManifestError(file, line, None, _not_a_mapping(value)))
@@ -267,7 +326,7 @@ def _load_document(
     try:
         deployment = Deployment.model_validate(value)
     except ValidationError as exc:
-        errors = _validation_errors(exc, value, file, lines, name)
+        errors = _validation_errors(exc, value, file, lines, name, text)
         result.errors.extend(errors)
         if name is None:
             result.broken_sources.add(file)  # which deployment it was is unknown
@@ -276,6 +335,10 @@ def _load_document(
             selector = _raw_selector(value)
             if selector:
                 result.invalid_selectors.setdefault(name, selector)
+        return
+    lossy = _number_not_as_written(value, lines, text)
+    if lossy is not None:  # `MODE: 0755` reached the engine as "493": refused, not guessed
+        _invalid(result, deployment, file, lines, *lossy)
         return
     problem = _recipe_problem(deployment)
     if problem is not None:  # a spec its engine's recipe refuses (no model...): invalid too

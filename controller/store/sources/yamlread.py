@@ -143,6 +143,28 @@ def _unreadable_scalar(node: yaml.Node, exc: ValueError) -> str:
     )
 
 
+def written_scalar(text: str, line: int, value: object) -> str | None:
+    """How the plain scalar on ``line`` (1-based) of ``text`` that YAML read as ``value``
+    was written: ``0755`` for 493, ``1.10`` for 1.1. Values keep no text of their own, so
+    this scans the file again (for a hint, or a number not as it reads on its line).
+    None unless one text fits."""
+    resolver, constructor = Resolver(), SafeConstructor()
+    found: set[str] = set()
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            at = token.start_mark.line + 1
+            if at > line:
+                break
+            if at == line and isinstance(token, yaml.ScalarToken) and token.plain:
+                tag = resolver.resolve(yaml.ScalarNode, token.value, (True, False))  # type: ignore[no-untyped-call]
+                read = constructor.construct_object(yaml.ScalarNode(tag, token.value))
+                if type(read) is type(value) and read == value:
+                    found.add(token.value)
+    except (yaml.YAMLError, ValueError):  # a number past Python's digits: not this one
+        return None
+    return found.pop() if len(found) == 1 else None
+
+
 def documents(text: str) -> list[Document]:
     """Every non-empty document of a YAML stream, bounded; raises yaml.YAMLError."""
     out = []

@@ -496,6 +496,44 @@ def test_real_ambiguity_is_an_error_naming_both_files(
 
 
 @pytest.mark.parametrize(
+    ("extra", "where", "expected"),
+    [
+        pytest.param(
+            "  env: {SHA: " + "0" * 64 + "}\n",
+            "spec.env.SHA",
+            f'the engine would get "0": YAML reads {"0" * 64} as the number 0: '
+            f'quote it ("{"0" * 64}")',
+            id="a-sha256-of-zeros",
+        ),
+        pytest.param(
+            "  args:\n    - --mode\n    - 0755\n",
+            "spec.args",
+            'the engine would get "493": YAML reads 0755 as the number 493: quote it ("0755")',
+            id="an-octal-mode",
+        ),
+        pytest.param(
+            "  env: {THREADS: 8, VERSION: 1.10}\n",
+            "spec.env.VERSION",
+            'the engine would get "1.1": YAML reads 1.10 as the number 1.1: quote it ("1.10")',
+            id="a-version",
+        ),
+    ],
+)
+def test_a_number_the_engine_would_get_other_than_written_is_refused(
+    tmp_path: Path, extra: str, where: str, expected: str
+) -> None:
+    """`env: {MODE: 0755}` reached the engine as MODE=493, `1.10` as 1.1, a sha256 of zeros
+    as 0, silently; a number written as it reads (8) is still taken as its text."""
+    write(tmp_path, "bad.yaml", GOOD.format(name="a") + extra)
+    result = load([tmp_path])
+    message = only_error(result)
+    assert message.endswith(f": {where}: {expected}"), message
+    assert "a" in result.invalid_names and not result.entries
+    write(tmp_path, "bad.yaml", GOOD.format(name="a") + "  env: {THREADS: 8}\n")
+    assert load([tmp_path]).entries["a"].deployment.spec.env == {"THREADS": "8"}
+
+
+@pytest.mark.parametrize(
     ("extra", "expected"),
     [
         pytest.param(
@@ -515,6 +553,12 @@ def test_real_ambiguity_is_an_error_naming_both_files(
             "spec.env.RELEASE: Input should be a valid string: YAML reads 2026-12-06 as a date: "
             'quote it ("2026-12-06")',
             id="date-where-text-goes",
+        ),
+        pytest.param(  # the hint said quote it ("0"): another sha256 than the one written
+            "  source: {url: http://127.0.0.1/m.gguf, sha256: " + "0" * 64 + "}\n",
+            f"spec.source.sha256: Input should be a valid string: YAML reads {'0' * 64} as the "
+            f'number 0: quote it ("{"0" * 64}")',
+            id="a-sha256-of-zeros-where-text-goes",
         ),
         pytest.param(
             "  env: {RELEASE: 2026-13-45}\n",
