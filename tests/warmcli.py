@@ -206,7 +206,12 @@ class Started:
             data += chunk
         self.returncode = int(json.loads(data)["code"])
         self._conn = None
-        conn.close()  # the keeper reaps it now
+        # Let go, and back once the keeper has reaped it (its end closes the socket): as
+        # after a Popen's wait, the pid names nothing any more.
+        conn.shutdown(socket.SHUT_WR)
+        while conn.recv(64):
+            pass
+        conn.close()
         os.close(self._pidfd)
         return self.returncode
 
@@ -393,7 +398,7 @@ def _hold(pid: int, conn: socket.socket) -> None:
         ended = os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOWAIT)
         code = ended.si_status if ended.si_code == os.CLD_EXITED else -ended.si_status
         conn.sendall(json.dumps({"code": code}).encode() + b"\n")
-        select.select([conn], [], [])  # closed: the test has it
+        select.select([conn], [], [])  # its end shut: the test has it
     else:  # the test is gone: as `_wait`, it goes too
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     os.waitpid(pid, 0)
