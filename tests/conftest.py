@@ -216,7 +216,7 @@ class Reconcile:
         self.env: dict[str, str] = {
             k: v for k, v in os.environ.items() if not k.startswith("RECONCILE_")
         }
-        self._helpers: list[subprocess.Popen[bytes]] = []
+        self._helpers: list[subprocess.Popen[bytes] | warmcli.Started] = []
 
     # -- running the CLI ---------------------------------------------------------
 
@@ -280,6 +280,19 @@ class Reconcile:
     def popen(self, *args: str, **kwargs: Any) -> subprocess.Popen[bytes]:
         """The CLI in the background (the daemon); killed at teardown."""
         return self.spawn(self.argv(*args), **kwargs)
+
+    def daemon(
+        self, *args: str, stderr: Any = subprocess.DEVNULL, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes] | warmcli.Started:
+        """``popen(ARGS)`` for a daemon: forked warm where it can be (tests/warmcli.py; a
+        cold start's imports held its first pass back 1.6-3 s under load), in a process
+        group of its own either way, and killed at teardown. ``stderr``: a file."""
+        argv, env = self.argv(*args), self.env if env is None else env
+        proc = warmcli.start(argv, env=env, cwd=self.tmp, stdout=subprocess.DEVNULL, stderr=stderr)
+        if proc is None:
+            return self.spawn(argv, stderr=stderr, env=env)
+        self._helpers.append(proc)
+        return proc
 
     def spawn(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         """Any helper process (a foreign listener...); killed and reaped at teardown with

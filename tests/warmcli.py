@@ -12,6 +12,12 @@ the CLI never signals its own group), and ends as an interpreter does (its threa
 joined, `atexit` run). The keeper kills it when the test gives up on it (a timeout) or
 goes away.
 
+A daemon is started the same way (``start``): in a process group of its own, as the
+fixtures' ``process_group=0`` spawn gave it, and handed back as a :class:`Started` (a
+``Popen``'s face) once forked. Its keeper holds it as a zombie once it has ended until
+the test has its exit status, so its pid and group id name no other process meanwhile,
+as a Popen child's do.
+
 What a fork cannot give, the call refuses here and the caller starts it cold: an
 environment differing from the zygote's where a difference is read at the interpreter's
 start or at an import (``COLD``). Tests that check the start itself (tests/test_imports.py,
@@ -52,12 +58,14 @@ COLD = (
     "RECONCILE_PROCFS",
 )
 OFF = "RECONCILE_TEST_COLD_CLI"  # set (to anything): every call starts cold, as before
+# Read at the interpreter's start, and done by the call itself as a start does.
+AT_CALL = ("PYTHONFAULTHANDLER",)  # the gateway fixture's daemons: faulthandler on
 # Not imported ahead: the Ray backend (ray's own start, seconds) and what runs apart.
 NOT_AHEAD = ("controller.backends.ray", "controller.demo")
 
 
 def _startup_env(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(COLD)}
+    return {k: v for k, v in env.items() if k.startswith(COLD) and k not in AT_CALL}
 
 
 class Zygote:
@@ -87,6 +95,28 @@ class Zygote:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             code = self._call(argv, env, cwd, timeout, (out.fileno(), err.fileno()))
             return subprocess.CompletedProcess(list(argv), code, _read(out), _read(err))
+
+    def start(
+        self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, fds: tuple[int, int]
+    ) -> Started:
+        """``argv`` in the background, in a process group of its own (the daemon)."""
+        ask = {"argv": list(argv), "env": dict(env), "cwd": str(cwd), "background": True}
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(str(self.socket))
+            socket.send_fds(conn, [json.dumps(ask).encode() + b"\n"], list(fds))
+            conn.settimeout(CLI_START)
+            msg, pidfds, _, _ = socket.recv_fds(conn, 4096, 1)
+            while b"\n" not in msg:
+                more = conn.recv(4096)
+                if not more:
+                    raise RuntimeError(f"the warm CLI's keeper ended without a pid: {msg!r}")
+                msg += more
+        except BaseException:
+            conn.close()
+            raise
+        line, rest = msg.split(b"\n", 1)
+        return Started(argv, conn, int(json.loads(line)["pid"]), pidfds[0], rest)
 
     def _call(
         self,
@@ -120,6 +150,70 @@ class Zygote:
         with contextlib.suppress(OSError):
             self.socket.unlink()
             self.folder.rmdir()
+
+
+CLI_START = 60.0  # a keeper answers with the pid at once; generous under load
+
+
+class Started:
+    """A background call forked warm (``start``): what the tests use of a ``Popen``."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(
+        self, argv: Sequence[str], conn: socket.socket, pid: int, pidfd: int, rest: bytes
+    ) -> None:
+        self.args = list(argv)
+        self.pid = pid
+        self.returncode: int | None = None
+        self._conn: socket.socket | None = conn
+        self._pidfd = pidfd
+        self._rest = rest  # what came after the pid's line: the status's start, if any
+
+    def poll(self) -> int | None:
+        return self._ended(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._ended(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        """As ``Popen.send_signal``: nothing once it is known to have ended; by its pidfd,
+        so never another process."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _ended(self, timeout: float | None) -> int | None:
+        """Its exit status once it has ended (within ``timeout``), the keeper let go."""
+        conn = self._conn
+        if conn is None or (not self._rest and not select.select([conn], [], [], timeout)[0]):
+            return self.returncode
+        conn.settimeout(10)  # the whole line follows its first byte at once
+        data = self._rest
+        while not data.endswith(b"\n"):
+            chunk = conn.recv(4096)
+            if not chunk:
+                raise RuntimeError(f"the warm CLI's keeper ended without a status: {data!r}")
+            data += chunk
+        self.returncode = int(json.loads(data)["code"])
+        self._conn = None
+        # Let go, and back once the keeper has reaped it (its end closes the socket): as
+        # after a Popen's wait, the pid names nothing any more.
+        conn.shutdown(socket.SHUT_WR)
+        while conn.recv(64):
+            pass
+        conn.close()
+        os.close(self._pidfd)
+        return self.returncode
 
 
 def _line(conn: socket.socket) -> bytes:
@@ -156,6 +250,14 @@ def run(
     argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, timeout: float
 ) -> subprocess.CompletedProcess[str] | None:
     """``argv`` (``[python, "-m", "controller", ...]``) run warm, or None: run it cold."""
+    zygote = _zygote_for(argv)
+    if zygote is None or not zygote.fits(env):
+        return None
+    return zygote.run(argv, env=env, cwd=cwd, timeout=timeout)
+
+
+def _zygote_for(argv: Sequence[str]) -> Zygote | None:
+    """The worker's zygote (started at its first call), None for another command or off."""
     global _zygote
     if list(argv[:3]) != [sys.executable, "-m", "controller"] or os.environ.get(OFF):
         return None
@@ -165,10 +267,27 @@ def run(
                 {k: v for k, v in os.environ.items() if not k.startswith("RECONCILE_")}
             )
             atexit.register(_zygote.close)
-        zygote = _zygote
-    if not zygote.fits(env):
+        return _zygote
+
+
+def start(
+    argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, stdout: Any, stderr: Any
+) -> Started | None:
+    """``argv`` (``[python, "-m", "controller", ...]``) started warm in the background, in a
+    process group of its own, or None: start it cold. ``stdout``/``stderr``: a file or
+    ``subprocess.DEVNULL``."""
+    zygote = _zygote_for(argv)
+    if zygote is None or not zygote.fits(env):
         return None
-    return zygote.run(argv, env=env, cwd=cwd, timeout=timeout)
+    with contextlib.ExitStack() as files:
+        fds = tuple(_fd(stream, files) for stream in (stdout, stderr))
+        return zygote.start(argv, env=env, cwd=cwd, fds=(fds[0], fds[1]))
+
+
+def _fd(stream: Any, files: contextlib.ExitStack) -> int:
+    if stream == subprocess.DEVNULL:
+        return files.enter_context(open(os.devnull, "wb")).fileno()
+    return int(stream.fileno())
 
 
 def run_or_cold(
@@ -257,10 +376,32 @@ def _keep(conn: socket.socket) -> None:
             _call(ask, fds)  # never returns
         for fd in fds:
             os.close(fd)
+        if ask.get("background"):
+            with contextlib.suppress(OSError):  # both sides: a group before either goes on
+                os.setpgid(pid, pid)
+            _hold(pid, conn)
+            return
         code = _wait(pid, conn)
         conn.sendall(json.dumps({"code": code}).encode() + b"\n")
     finally:
         os._exit(0)
+
+
+def _hold(pid: int, conn: socket.socket) -> None:
+    """A background call: its pid and a pidfd sent at once, its status as it ends; its
+    zombie reaped only once the test has read that and let go (or is gone), so that its
+    pid and group id name it until then."""
+    pidfd = os.pidfd_open(pid)
+    socket.send_fds(conn, [json.dumps({"pid": pid}).encode() + b"\n"], [pidfd])
+    ready, _, _ = select.select([pidfd, conn], [], [])
+    if pidfd in ready:
+        ended = os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOWAIT)
+        code = ended.si_status if ended.si_code == os.CLD_EXITED else -ended.si_status
+        conn.sendall(json.dumps({"code": code}).encode() + b"\n")
+        select.select([conn], [], [])  # its end shut: the test has it
+    else:  # the test is gone: as `_wait`, it goes too
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    os.waitpid(pid, 0)
 
 
 def _wait(pid: int, conn: socket.socket) -> int:
@@ -280,12 +421,17 @@ def _call(ask: dict[str, Any], fds: list[int]) -> None:
     code: Any = 0
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        if ask.get("background"):
+            os.setpgid(0, 0)  # as spawn's process_group=0
         devnull = os.open(os.devnull, os.O_RDONLY)
         for fd, target in ((devnull, 0), (fds[0], 1), (fds[1], 2)):
             os.dup2(fd, target)
+        for fd in {devnull, *fds} - {0, 1, 2}:
+            os.close(fd)  # only 0, 1 and 2, as a started interpreter has
         os.chdir(ask["cwd"])
         os.environ.clear()
         os.environ.update(ask["env"])
+        _as_started()
         sys.argv = ["-m", *ask["argv"][3:]]
         sys.path.insert(0, ask["cwd"])  # `-m`'s first entry: the folder it started in
         runpy.run_module("controller", run_name="__main__", alter_sys=True)
@@ -297,6 +443,16 @@ def _call(ask: dict[str, Any], fds: list[int]) -> None:
         traceback.print_exc()
         code = 1
     os._exit(_ended(code))
+
+
+def _as_started() -> None:
+    """What an interpreter's start does for the AT_CALL variables of the call's env."""
+    import faulthandler
+
+    if os.environ.get("PYTHONFAULTHANDLER"):
+        faulthandler.enable(all_threads=True)  # on the call's stderr
+    else:
+        faulthandler.disable()
 
 
 def _ended(code: Any) -> int:

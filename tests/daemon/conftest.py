@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import warmcli
 
 WAIT = 30.0  # generous caps: the machine is noisy; a healthy run takes a fraction
 
 
 class Daemon:
-    def __init__(self, rc: Any, proc: subprocess.Popen[bytes], log: Path) -> None:
+    def __init__(self, rc: Any, proc: subprocess.Popen[bytes] | warmcli.Started, log: Path) -> None:
         self.rc = rc
         self.proc = proc
         self.log = log
@@ -80,7 +81,7 @@ class Daemons:
     def __call__(self, *args: str, resync: str = "1h", env: dict[str, str] | None = None) -> Daemon:
         log = self.rc.tmp / f"daemon-{len(self.started)}.log"
         with open(log, "wb") as err:
-            proc = self.rc.popen(
+            proc = self.rc.daemon(
                 "-v", "--resync", resync, *args, stderr=err, env={**self.rc.env, **(env or {})}
             )
         daemon = Daemon(self.rc, proc, log)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import warmcli
 from procs import GATEWAY_MARKER, free_ports, kill_marked, marked_pids
 
 from controller.gateway.lifecycle import registry
@@ -45,7 +46,9 @@ class Answer:
 
 
 class Gateway:
-    def __init__(self, rc: Any, proc: subprocess.Popen[bytes], log: Path, port: int) -> None:
+    def __init__(
+        self, rc: Any, proc: subprocess.Popen[bytes] | warmcli.Started, log: Path, port: int
+    ) -> None:
         self.rc = rc
         self.proc = proc
         self.log = log
@@ -146,11 +149,14 @@ class Gateways:
         port = port or self.rc.port + 15
         log = self.rc.tmp / f"daemon-{len(self.started)}.log"
         listen = [] if any(a.startswith("--listen") for a in args) else ["--listen", str(port)]
-        argv = self.rc.argv("-v", "--resync", "1h", *listen, *args)
+        flags = ["-v", "--resync", "1h", *listen, *args]
         # faulthandler in the daemon and its gateway: Gateway.threads_of_gateways.
         env = {**self.rc.env, "PYTHONFAULTHANDLER": "1", **(env or {})}
         with open(log, "wb") as err:
-            proc = self.rc.spawn([*prefix, *argv], stderr=err, env=env)
+            if prefix:
+                proc = self.rc.spawn([*prefix, *self.rc.argv(*flags)], stderr=err, env=env)
+            else:
+                proc = self.rc.daemon(*flags, stderr=err, env=env)
         g = Gateway(self.rc, proc, log, port)
         self.started.append(g)
         if wait:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import warmcli
 
 WAIT = 30.0
 IDENTITY = {
@@ -85,7 +86,7 @@ def remote(tmp_path: Path, reconcile: Any) -> Remote:
 
 
 class GitDaemon:
-    def __init__(self, proc: subprocess.Popen[bytes], log: Path, rc: Any) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes] | warmcli.Started, log: Path, rc: Any) -> None:
         self.proc, self.log, self.rc = proc, log, rc
 
     def lines(self) -> list[dict[str, Any]]:
@@ -126,7 +127,7 @@ def git_daemon(reconcile: Any) -> Iterator[Any]:
     def start(*args: str, env: dict[str, str] | None = None) -> GitDaemon:
         log = reconcile.tmp / f"daemon-{len(started)}.log"
         with open(log, "wb") as err:
-            proc = reconcile.popen(
+            proc = reconcile.daemon(
                 "-v", "--resync", "1h", *args, stderr=err, env={**reconcile.env, **(env or {})}
             )
         daemon = GitDaemon(proc, log, reconcile)
