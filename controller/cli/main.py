@@ -570,6 +570,15 @@ def _verbs(parser: Parser) -> Sequence[str]:
     return []
 
 
+def _flags(parser: Parser, verb: str | None) -> list[str]:
+    """The long flags a slip may have meant: the command's and the verb's."""
+    parsers = [parser]
+    for action in parser._actions:
+        if verb is not None and isinstance(action, argparse._SubParsersAction):
+            parsers.append(action.choices[verb])
+    return [f for p in parsers for f in p._option_string_actions if f.startswith("--")]
+
+
 def _check_environment(parser: Parser, args: argparse.Namespace) -> None:
     """A malformed flag or variable is a usage error (64), named: a flag's type checks
     its own text; the variable that stands in for it is checked here the same way."""
@@ -640,7 +649,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     plain = sys.stdout
     sys.stdout, sys.stderr = outlive_reader(sys.stdout), outlive_reader(sys.stderr)
     parser = build_parser()
-    args = parser.parse_args(signed_values(sys.argv[1:] if argv is None else argv))
+    args, extras = parser.parse_known_args(signed_values(sys.argv[1:] if argv is None else argv))
+    if extras:  # argparse's own check, with the flag a slip was meant as
+        from controller.cli.mistyped import unrecognized
+
+        parser.error(unrecognized(extras, _flags(parser, args.verb)))
     if getattr(args, "watch", False) or getattr(args, "follow", False):
         sys.stdout = plain  # a follower ends when its reader goes (BrokenPipeError below)
     _check_environment(parser, args)

@@ -1,0 +1,62 @@
+"""What a newcomer types wrong, each answered with where and the next move (DESIGN "The
+command"): a file saved in Latin-1, one folder named twice, a flag misspelt.
+
+Found by trying every verb's bad inputs: a manifest or node.yaml with a Latin-1 byte said
+"not UTF-8 text" (or the codec's "position 60") with no line and no next move; `-f m -f m`
+derived an owner of its own, so `plan` called the set's own deployment "owned by another
+manifest set"; `--onse` was an unrecognized argument where `staus` got "did you mean".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+LATIN1 = (
+    b"apiVersion: reconcile/v1\nkind: Deployment\n"
+    b"metadata: {name: web, labels: {team: caf\xe9}}\nspec: {engine: command, command: [x]}\n"
+)
+
+
+def test_a_manifest_not_in_utf8_names_the_line_and_the_next_move(reconcile: Any) -> None:
+    bad = reconcile.manifests / "web.yaml"
+    bad.write_bytes(LATIN1)
+    result = reconcile("validate", check=1)
+    said = f"{bad}:3: cannot read: not UTF-8 text (byte 0xe9 at column 41): save the file as UTF-8"
+    assert said in result.err, result
+
+
+def test_a_node_config_not_in_utf8_names_the_line_and_the_next_move(reconcile: Any) -> None:
+    node = reconcile.tmp / "node.yaml"
+    node.write_bytes(b"# the node\nlabels: {zone: z\xfcrich}\n")
+    reconcile.write("web")
+    result = reconcile("plan", "--node-config", str(node), check=1)
+    said = f"{node}:2: cannot read: not UTF-8 text (byte 0xfc at column 17): save the file as UTF-8"
+    shown = result.out + result.err
+    assert said in shown and "codec" not in shown, result
+
+
+def test_one_folder_named_twice_is_the_set_it_names_once(reconcile: Any) -> None:
+    reconcile.write("web")
+    folder = str(reconcile.manifests)
+    reconcile.converge("-f", folder)
+    twice = reconcile("plan", "-f", folder, "-f", f"{folder}/", check=0)
+    assert "in sync" in twice.out.lower() and "another manifest set" not in twice.out, twice
+    reconcile.down("-f", folder)
+
+
+@pytest.mark.parametrize(
+    ("args", "meant"),
+    [
+        (["--onse"], "--once"),
+        (["status", "--outptu", "json"], "--output"),
+        (["logs", "web", "--folow"], "--follow"),
+        (["--once", "--wiat"], "--wait"),
+    ],
+    ids=["before-the-verb", "a-verbs-flag", "logs-flag", "beside-another"],
+)
+def test_a_misspelt_flag_gets_a_did_you_mean(reconcile: Any, args: list[str], meant: str) -> None:
+    result = reconcile(*args, check=64)
+    assert f"did you mean `{meant}`?" in result.err, result
+    assert len(result.err.strip().splitlines()) == 1, result
