@@ -709,4 +709,7 @@ def _quiet_stdout() -> None:
 
 
 def entry() -> None:
-    sys.exit(main())
+    """What a script installed before ``controller.cli.entry`` was the start still names."""
+    from controller.cli import entry as start
+
+    start()

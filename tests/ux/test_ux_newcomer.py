@@ -4,11 +4,16 @@ command"): a file saved in Latin-1, one folder named twice, a flag misspelt.
 Found by trying every verb's bad inputs: a manifest or node.yaml with a Latin-1 byte said
 "not UTF-8 text" (or the codec's "position 60") with no line and no next move; `-f m -f m`
 derived an owner of its own, so `plan` called the set's own deployment "owned by another
-manifest set"; `--onse` was an unrecognized argument where `staus` got "did you mean".
+manifest set"; `--onse` was an unrecognized argument where `staus` got "did you mean"; a
+Ctrl-C pressed at once, while Python still imported the command, printed importlib's stack.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,3 +65,32 @@ def test_a_misspelt_flag_gets_a_did_you_mean(reconcile: Any, args: list[str], me
     result = reconcile(*args, check=64)
     assert f"did you mean `{meant}`?" in result.err, result
     assert len(result.err.strip().splitlines()) == 1, result
+
+
+# A real SIGINT, sent as the command starts importing its modules (a person's Ctrl-C at once)
+CTRL_C_AT_IMPORT = """
+import os, runpy, signal, sys
+
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "controller.cli.main":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["reconcile", "status"]
+runpy.run_module("controller", run_name="__main__")
+"""
+
+
+def test_ctrl_c_while_the_command_starts_is_130_without_a_traceback(tmp_path: Path) -> None:
+    env = {**os.environ, "RECONCILE_STATE_DIR": str(tmp_path / "state")}
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_AT_IMPORT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 130, done
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done
