@@ -571,12 +571,13 @@ def _verbs(parser: Parser) -> Sequence[str]:
 
 
 def _flags(parser: Parser, verb: str | None) -> list[str]:
-    """The long flags a slip may have meant: the command's and the verb's."""
-    parsers = [parser]
+    """The long flags a slip may have meant: the verb's, after one (the command's own, such
+    as ``--once``, are refused there: ``status --once`` must not be told it meant ``--once``)."""
+    chosen = parser
     for action in parser._actions:
         if verb is not None and isinstance(action, argparse._SubParsersAction):
-            parsers.append(action.choices[verb])
-    return [f for p in parsers for f in p._option_string_actions if f.startswith("--")]
+            chosen = action.choices[verb]
+    return [f for f in chosen._option_string_actions if f.startswith("--")]
 
 
 def _check_environment(parser: Parser, args: argparse.Namespace) -> None:

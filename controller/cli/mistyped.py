@@ -58,9 +58,11 @@ def meant(message: str, verbs: Sequence[str]) -> str:
 def unrecognized(extras: Sequence[str], flags: Sequence[str]) -> str:
     """argparse's "unrecognized arguments" line, with the flag meant when one is a slip."""
     message = f"unrecognized arguments: {' '.join(extras)}"
+    # compared without the dashes every flag shares: with them `--once` is close to `--owner`
+    names = {flag.removeprefix("--"): flag for flag in flags}
     for word in extras:
         if word.startswith("--"):
-            close = did_you_mean(word.partition("=")[0], flags, cutoff=0.75)
+            close = did_you_mean(word.partition("=")[0][2:], names, cutoff=0.75)
             if close is not None:
-                return f"{message}: did you mean `{close}`?"
+                return f"{message}: did you mean `{names[close]}`?"
     return message

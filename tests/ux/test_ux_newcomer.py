@@ -51,6 +51,16 @@ def test_one_folder_named_twice_is_the_set_it_names_once(reconcile: Any) -> None
     reconcile.down("-f", folder)
 
 
+@pytest.mark.parametrize("args", [["status", "--once"], ["plan", "--wait"], ["status", "--onse"]])
+def test_the_commands_own_flag_after_a_verb_is_not_said_to_be_meant(
+    reconcile: Any, args: list[str]
+) -> None:
+    """`--once` is refused after `status`: "did you mean `--once`?" (or `--onse` -> `--once`,
+    refused there too) would send the user round in a circle."""
+    result = reconcile(*args, check=64)
+    assert f"unrecognized arguments: {args[1]} (see" in result.err, result
+
+
 @pytest.mark.parametrize(
     ("args", "meant"),
     [
