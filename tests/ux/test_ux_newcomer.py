@@ -5,7 +5,8 @@ Found by trying every verb's bad inputs: a manifest or node.yaml with a Latin-1 
 "not UTF-8 text" (or the codec's "position 60") with no line and no next move; `-f m -f m`
 derived an owner of its own, so `plan` called the set's own deployment "owned by another
 manifest set"; `--onse` was an unrecognized argument where `staus` got "did you mean"; a
-Ctrl-C pressed at once, while Python still imported the command, printed importlib's stack.
+Ctrl-C pressed at once, while Python still imported the command, printed importlib's stack;
+a state dir on a full disk said "I/O error: No space left on device", naming no file.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from disks import fill, tmpfs
 
 LATIN1 = (
     b"apiVersion: reconcile/v1\nkind: Deployment\n"
@@ -104,3 +106,16 @@ def test_ctrl_c_while_the_command_starts_is_130_without_a_traceback(tmp_path: Pa
     )
     assert done.returncode == 130, done
     assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done
+
+
+def test_a_state_dir_on_a_full_disk_names_the_file(reconcile: Any) -> None:
+    reconcile.write("web")
+    with tmpfs(reconcile.tmp / "small", "64k") as small:
+        state = small / "state"
+        state.mkdir(mode=0o700)
+        fill(small)
+        node = ["--node", reconcile.node, "--devices", reconcile.devices]
+        where = ["--state-dir", str(state), "-f", str(reconcile.manifests)]
+        result = reconcile("--once", *where, *node, common=False, check=1)
+    assert f"reconcile: I/O error: {state}/" in result.err, result
+    assert "No space left on device. Fix the disk" in result.err, result
