@@ -105,6 +105,14 @@ def max_instances(text: str) -> str:
     return text
 
 
+def path_given(text: str) -> str:
+    """A folder or file named: ``-f ""`` (``-f "$DIR"`` with DIR unset) read the current
+    folder as the manifest set, and ``--state-dir ""`` fell back to the default one."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: name a path (an unset shell variable?)")
+    return text
+
+
 def node_name(text: str) -> str:
     """A node's name names a folder of records: no '/'."""
     if "/" in text:
@@ -148,11 +156,18 @@ def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")
         *folder_flag,
         dest="manifests",
         action="append",
+        type=path_given,
         metavar="DIR",
         default=d,
         help="manifests folder (repeatable; default ./manifests or $RECONCILE_MANIFESTS)",
     )
-    p.add_argument("--state-dir", metavar="DIR", default=d, help="state dir ($RECONCILE_STATE_DIR)")
+    p.add_argument(
+        "--state-dir",
+        type=path_given,
+        metavar="DIR",
+        default=d,
+        help="state dir ($RECONCILE_STATE_DIR)",
+    )
     p.add_argument(
         "--devices",
         metavar="LIST",

@@ -6,7 +6,8 @@ Found by trying every verb's bad inputs: a manifest or node.yaml with a Latin-1 
 derived an owner of its own, so `plan` called the set's own deployment "owned by another
 manifest set"; `--onse` was an unrecognized argument where `staus` got "did you mean"; a
 Ctrl-C pressed at once, while Python still imported the command, printed importlib's stack;
-a state dir on a full disk said "I/O error: No space left on device", naming no file.
+a state dir on a full disk said "I/O error: No space left on device", naming no file;
+`-f "$DIR"` with DIR unset (`-f ""`) read the current folder as the manifest set.
 """
 
 from __future__ import annotations
@@ -119,3 +120,24 @@ def test_a_state_dir_on_a_full_disk_names_the_file(reconcile: Any) -> None:
         result = reconcile("--once", *where, *node, common=False, check=1)
     assert f"reconcile: I/O error: {state}/" in result.err, result
     assert "No space left on device. Fix the disk" in result.err, result
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--once", "-f", ""], ["plan", "-f", " "], ["logs", "--manifests", ""], ["status", "-f", ""]],
+    ids=["once", "plan", "logs", "status"],
+)
+def test_an_empty_folder_is_a_usage_error_not_the_current_folder(
+    reconcile: Any, args: list[str]
+) -> None:
+    """`-f "$DIR"` with DIR unset: the pass read the folder it ran in as the manifest set."""
+    reconcile.write_text("here.yaml", "not: a manifest\n", folder=reconcile.tmp)
+    state = ["--state-dir", str(reconcile.state), "--node", reconcile.node]
+    result = reconcile(*args, *state, common=False, check=64)
+    assert "--manifests: is empty: name a path (an unset shell variable?)" in result.err, result
+    assert "here.yaml" not in result.out + result.err, result
+
+
+def test_an_empty_state_dir_is_a_usage_error_not_the_default_one(reconcile: Any) -> None:
+    result = reconcile("status", "--state-dir", "", common=False, check=64)
+    assert "--state-dir: is empty: name a path (an unset shell variable?)" in result.err, result
