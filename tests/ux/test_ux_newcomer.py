@@ -7,7 +7,9 @@ derived an owner of its own, so `plan` called the set's own deployment "owned by
 manifest set"; `--onse` was an unrecognized argument where `staus` got "did you mean"; a
 Ctrl-C pressed at once, while Python still imported the command, printed importlib's stack;
 a state dir on a full disk said "I/O error: No space left on device", naming no file;
-`-f "$DIR"` with DIR unset (`-f ""`) read the current folder as the manifest set.
+`-f "$DIR"` with DIR unset (`-f ""`) read the current folder as the manifest set;
+`describe Web` (a capital) was "refusing unsafe deployment name" (exit 1; `restart`: 64)
+where `status Web` said "did you mean 'web'?".
 """
 
 from __future__ import annotations
@@ -141,3 +143,13 @@ def test_an_empty_folder_is_a_usage_error_not_the_current_folder(
 def test_an_empty_state_dir_is_a_usage_error_not_the_default_one(reconcile: Any) -> None:
     result = reconcile("status", "--state-dir", "", common=False, check=64)
     assert "--state-dir: is empty: name a path (an unset shell variable?)" in result.err, result
+
+
+@pytest.mark.parametrize("verb", ["describe", "logs", "events", "restart", "status"])
+def test_a_name_no_deployment_can_have_gets_the_one_meant(reconcile: Any, verb: str) -> None:
+    reconcile.write("web")
+    reconcile.once()
+    result = reconcile(verb, "Web", check=1)
+    assert "no deployment named 'Web'" in result.err and "did you mean 'web'?" in result.err
+    assert "unsafe" not in result.err, result
+    reconcile.down()
