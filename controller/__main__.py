@@ -1,3 +1,3 @@
-from controller.cli.main import entry
+from controller.cli import entry
 
 entry()

@@ -27,7 +27,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_distribution_is_not_the_strangers_reconcile() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert project["project"]["name"] == "reconcile-engines"
-    assert project["project"]["scripts"] == {"reconcile": "controller.cli.main:entry"}
+    assert project["project"]["scripts"] == {"reconcile": "controller.cli:entry"}
     assert project["project"]["dynamic"] == ["version"]  # one source: controller.__version__
     assert "setuptools>=77" in project["build-system"]["requires"]
     assert "watchdog>=7,<8" in project["project"]["dependencies"]

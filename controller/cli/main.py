@@ -105,6 +105,14 @@ def max_instances(text: str) -> str:
     return text
 
 
+def path_given(text: str) -> str:
+    """A folder or file named: ``-f ""`` (``-f "$DIR"`` with DIR unset) read the current
+    folder as the manifest set, and ``--state-dir ""`` fell back to the default one."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: name a path (an unset shell variable?)")
+    return text
+
+
 def node_name(text: str) -> str:
     """A node's name names a folder of records: no '/'."""
     if "/" in text:
@@ -148,11 +156,18 @@ def _common(suppress: bool, folder_flag: tuple[str, ...] = ("-f", "--manifests")
         *folder_flag,
         dest="manifests",
         action="append",
+        type=path_given,
         metavar="DIR",
         default=d,
         help="manifests folder (repeatable; default ./manifests or $RECONCILE_MANIFESTS)",
     )
-    p.add_argument("--state-dir", metavar="DIR", default=d, help="state dir ($RECONCILE_STATE_DIR)")
+    p.add_argument(
+        "--state-dir",
+        type=path_given,
+        metavar="DIR",
+        default=d,
+        help="state dir ($RECONCILE_STATE_DIR)",
+    )
     p.add_argument(
         "--devices",
         metavar="LIST",
@@ -570,6 +585,16 @@ def _verbs(parser: Parser) -> Sequence[str]:
     return []
 
 
+def _flags(parser: Parser, verb: str | None) -> list[str]:
+    """The long flags a slip may have meant: the verb's, after one (the command's own, such
+    as ``--once``, are refused there: ``status --once`` must not be told it meant ``--once``)."""
+    chosen = parser
+    for action in parser._actions:
+        if verb is not None and isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices[verb]
+    return [f for f in chosen._option_string_actions if f.startswith("--")]
+
+
 def _check_environment(parser: Parser, args: argparse.Namespace) -> None:
     """A malformed flag or variable is a usage error (64), named: a flag's type checks
     its own text; the variable that stands in for it is checked here the same way."""
@@ -643,7 +668,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     plain = sys.stdout
     sys.stdout, sys.stderr = outlive_reader(sys.stdout), outlive_reader(sys.stderr)
     parser = build_parser()
-    args = parser.parse_args(signed_values(sys.argv[1:] if argv is None else argv))
+    args, extras = parser.parse_known_args(signed_values(sys.argv[1:] if argv is None else argv))
+    if extras:  # argparse's own check, with the flag a slip was meant as
+        from controller.cli.mistyped import unrecognized
+
+        parser.error(unrecognized(extras, _flags(parser, args.verb)))
     if getattr(args, "watch", False) or getattr(args, "follow", False):
         sys.stdout = plain  # a follower ends when its reader goes (BrokenPipeError below)
     _check_environment(parser, args)
@@ -699,4 +728,7 @@ def _quiet_stdout() -> None:
 
 
 def entry() -> None:
-    sys.exit(main())
+    """What a script installed before ``controller.cli.entry`` was the start still names."""
+    from controller.cli import entry as start
+
+    start()

@@ -1,8 +1,9 @@
-"""A verb that is not one of reconcile's: the one meant, a slip or another tool's habit.
+"""A verb or flag that is not one of reconcile's: the one meant, a slip or another tool's habit.
 
 argparse answers `reconcile stauts` with every verb there is; the one a person meant is
 one letter away, or is kubectl's, docker compose's or systemctl's word for what reconcile
-does another way (`apply`, `up`, `ps`, `rm`).
+does another way (`apply`, `up`, `ps`, `rm`). A misspelt flag (`--onse`) was only an
+"unrecognized argument".
 """
 
 from __future__ import annotations
@@ -51,4 +52,17 @@ def meant(message: str, verbs: Sequence[str]) -> str:
     close = did_you_mean(word, verbs, cutoff=0.75)
     if close is not None:
         return f"{word!r} is no verb: did you mean `{close}`?"
+    return message
+
+
+def unrecognized(extras: Sequence[str], flags: Sequence[str]) -> str:
+    """argparse's "unrecognized arguments" line, with the flag meant when one is a slip."""
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    # compared without the dashes every flag shares: with them `--once` is close to `--owner`
+    names = {flag.removeprefix("--"): flag for flag in flags}
+    for word in extras:
+        if word.startswith("--"):
+            close = did_you_mean(word.partition("=")[0][2:], names, cutoff=0.75)
+            if close is not None:
+                return f"{message}: did you mean `{names[close]}`?"
     return message

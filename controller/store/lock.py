@@ -39,7 +39,11 @@ class FileLock:
         self._fd = fd
         # Name ourselves for the next waiter's error message. The lock file's
         # content is advisory only: the flock alone decides who holds it.
-        os.pwrite(fd, f"{os.getpid()}\n".ljust(12).encode(), 0)
+        try:
+            os.pwrite(fd, f"{os.getpid()}\n".ljust(12).encode(), 0)
+        except OSError as exc:  # a full disk: pwrite's error names no file, so say which
+            self.release()
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
 
     def release(self) -> None:
         if self._fd is not None:

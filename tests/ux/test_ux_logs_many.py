@@ -53,7 +53,7 @@ def test_logs_of_an_unknown_name_or_an_empty_state_dir(reconcile: Any) -> None:
     rc = reconcile
     assert "no deployment has a log" in rc("logs", check=1).err
     assert "no deployment named 'nope'" in rc("logs", "nope", check=1).err
-    assert rc("logs", "../x", check=1).err.startswith("reconcile: refusing unsafe")
+    assert "no deployment named '../x'" in rc("logs", "../x", check=1).err  # never a path
 
 
 def test_logs_with_no_name_shows_a_replicated_deployment_once(reconcile: Any) -> None:

@@ -24,7 +24,7 @@ from controller.cli.common import (
     say_if_absent,
 )
 from controller.cli.render.views import age, event_reason, table
-from controller.core.manifest.names import base_name
+from controller.core.manifest.names import base_name, record_name_ok
 from controller.store.instances.events import Journal
 
 Event = dict[str, Any]
@@ -43,6 +43,9 @@ def cmd_events(args: argparse.Namespace) -> int:
         print(f"reconcile: {problem}", file=sys.stderr)
         return EXIT_FAIL
     name = args.name
+    if name is not None and not record_name_ok(name):  # invariant 9: never a journal's path
+        print(no_such(name, {base_name(n) for n in journal.names()}, state_dir), file=sys.stderr)
+        return EXIT_FAIL
     if name is not None and base_name(name) != name and journal.path(base_name(name)).exists():
         # `status`, `describe` and `logs` take a replica's name: its events are its
         # deployment's (one journal each), so those are shown, and said so

@@ -29,12 +29,12 @@ from controller.cli.common import (
 )
 from controller.cli.render.views import dump
 from controller.core.manifest.backendnames import on_cluster
-from controller.core.manifest.names import base_name
+from controller.core.manifest.names import base_name, record_name_ok
 from controller.core.state import Phase, Record
 from controller.errors import BackendUnavailable
 from controller.redact import printable
 from controller.store.config.node import IGNORED, Config
-from controller.store.instances.records import RecordProblem, RecordStore, check_name
+from controller.store.instances.records import RecordProblem, RecordStore
 from controller.store.sources.nearmiss import NOTHING_PRUNED
 
 if TYPE_CHECKING:  # the loader brings pydantic: status, describe and logs never load it
@@ -59,14 +59,15 @@ def cmd_describe(args: argparse.Namespace) -> int:
     if args.name is None and not args.selector:
         print("reconcile: describe needs a NAME or -l KEY=VALUE", file=sys.stderr)
         return EXIT_USAGE
-    if args.name is not None:
-        check_name(args.name)  # invariant 9: said so, before any lookup
     fmt = output_format(args, "text", ("text", "json", "yaml"))
     if fmt is None:
         return EXIT_USAGE
     cfg = config(args, lenient=True)
     state_dir, remote = cfg.state_dir, _remote_tail(cfg)
     snap = RecordStore(state_dir).peek()  # a read verb moves nothing aside
+    if args.name is not None and not record_name_ok(args.name):  # invariant 9: never a path
+        print(no_such(args.name, {base_name(n) for n in snap.records}, state_dir), file=sys.stderr)
+        return EXIT_FAIL
     now = datetime.now(UTC)  # each message as true now ("restart in 8s")
     records = [replace(r, message=r.message_at(now)) for r in snap.records.values()]
     sets = group(r for r in records if not args.name or selects(args.name, r))

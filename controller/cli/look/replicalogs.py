@@ -47,7 +47,7 @@ from controller.core.state import Record
 from controller.redact import PARTIAL, printable_bytes
 from controller.store.config.node import Config
 from controller.store.instances import logfiles
-from controller.store.instances.records import RecordStore, check_name
+from controller.store.instances.records import RecordStore
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -66,12 +66,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.replica is not None and args.replica < 0:
         print("reconcile: --replica takes 0, 1, ... (replica 0 is NAME itself)", file=sys.stderr)
         return EXIT_USAGE
-    for asked in args.names:
-        check_name(asked)  # invariant 9: said so, before any lookup
     cfg = config(args, lenient=True)
     store = RecordStore(cfg.state_dir)
     known = deployments(store)
-    unknown = [n for n in args.names if base_name(n) not in known]
+    # invariant 9: a name no record can have (`Web`, `../x`) is never looked up, only said
+    unknown = [n for n in args.names if not record_name_ok(n) or base_name(n) not in known]
     for asked in unknown:  # `logs web wbe` showed web and said nothing of wbe
         print(no_such(asked, known, cfg.state_dir), file=sys.stderr)
     if unknown:

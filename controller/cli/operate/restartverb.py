@@ -21,15 +21,14 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, config, looks, no_such, reconciler
+from controller.cli.common import EXIT_FAIL, EXIT_OK, config, looks, no_such, reconciler
 from controller.core.manifest.names import base_name, is_next
 from controller.core.plan import RESTARTED
 from controller.core.state import STUCK, Phase, Record, backoff_cause
-from controller.errors import RecordError
 from controller.host import bootclock
 from controller.redact import printable
 from controller.store.config.node import Config
-from controller.store.instances.records import RecordStore, check_name
+from controller.store.instances.records import RecordStore
 from controller.store.side import daemonset, restart
 from controller.store.side.daemonset import daemon_pid as daemon_pid  # its verbs import it here
 from controller.store.sidefiles import SideFileError
@@ -37,11 +36,7 @@ from controller.store.statedir import StateDir
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
-    try:
-        names = list(dict.fromkeys(check_name(n) for n in args.names))  # invariant 9
-    except RecordError as exc:
-        print(f"reconcile: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    names = list(dict.fromkeys(args.names))  # invariant 9: _known lets only records' names on
     cfg = config(args)
     records = RecordStore(cfg.state_dir).peek().records
     if not _known(names, records, cfg.state_dir):

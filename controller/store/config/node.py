@@ -103,7 +103,8 @@ def resolve(
     state = state_dir or env.get("RECONCILE_STATE_DIR")
     state_path = Path(state).expanduser().absolute() if state else default_state_dir()
     folders = manifests or _split(env.get("RECONCILE_MANIFESTS")) or ["./manifests"]
-    paths = tuple(Path(f).expanduser().absolute() for f in folders)
+    # `-f m -f m` is the set `-f m` made: one folder named twice must not derive another owner
+    paths = tuple(dict.fromkeys(Path(f).expanduser().absolute() for f in folders))
     node_name = node or env.get("RECONCILE_NODE") or socket.gethostname() or "localhost"
     if "/" in node_name:
         raise ConfigError(f"node name {node_name!r} may not contain '/'")

@@ -240,9 +240,14 @@ def load_file(
     except security.InsecureManifest as exc:
         _broken(result, ManifestError(file, None, None, str(exc)))
         return
-    except (OSError, RuntimeError, UnicodeDecodeError) as exc:
-        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else _os_words(exc, file)
-        _broken(result, ManifestError(file, None, None, f"cannot read: {reason}"))
+    except UnicodeDecodeError as exc:
+        from controller.store.sources.yamlread import not_utf8
+
+        line, problem = not_utf8(exc)
+        _broken(result, ManifestError(file, line, None, f"cannot read: {problem}"))
+        return
+    except (OSError, RuntimeError) as exc:
+        _broken(result, ManifestError(file, None, None, f"cannot read: {_os_words(exc, file)}"))
         return
     if not raw.strip():
         result.emptied.add(file)

@@ -195,11 +195,24 @@ def load_mapping(path: Path) -> tuple[dict[str, Any], dict[Path_, int]]:
 
         at, problem = syntax_error(exc, text)
         raise ValueError(f"{path}{f':{at}' if at else ''}: {problem}") from exc
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+    except UnicodeDecodeError as exc:
+        line, problem = not_utf8(exc)
+        raise ValueError(f"{path}:{line}: cannot read: {problem}") from exc
+    except (OSError, yaml.YAMLError, RecursionError) as exc:
         raise ValueError(f"{path}: cannot read: {exc}") from exc
     if not isinstance(value, dict):
         raise ValueError(f"{path}: must be a mapping of settings")
     return value, converter.lines if node is not None else {}
+
+
+def not_utf8(exc: UnicodeDecodeError) -> tuple[int, str]:
+    """The line of a byte UTF-8 refuses, and what to do: the codec's "can't decode byte 0xe9
+    in position 60" named neither the line nor the next move."""
+    raw = bytes(exc.object)
+    line = raw.count(b"\n", 0, exc.start) + 1
+    column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+    byte = raw[exc.start]
+    return line, f"not UTF-8 text (byte 0x{byte:02x} at column {column}): save the file as UTF-8"
 
 
 def reader_error_line(text: str, exc: yaml.reader.ReaderError) -> tuple[int, str]:

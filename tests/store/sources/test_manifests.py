@@ -237,7 +237,7 @@ def test_one_file_named_twice_is_read_once(tmp_path: Path, also: str) -> None:
     [
         ("directory", "a folder, not a file: name it its own -f, or rename it"),
         ("fifo", "not a regular file (mode p"),
-        ("not-utf8", "not UTF-8 text"),
+        ("not-utf8", "not UTF-8 text (byte 0xff at column 1): save the file as UTF-8"),
         ("too-big", "bytes is over the 1048576-byte limit"),
         ("dangling-link", "nowhere.yaml', which does not exist"),
         ("symlink-loop", "a symlink loop: point the link at a file"),
@@ -261,7 +261,8 @@ def test_unreadable_files(tmp_path: Path, kind: str, reason: str) -> None:
     write(tmp_path, "good.yaml", GOOD.format(name="good"))
     result = load([tmp_path])
     message = next(str(e) for e in result.errors if e.file == str(path))
-    assert message.startswith(f"{path}: cannot read: "), message
+    where = f"{path}:1" if kind == "not-utf8" else str(path)  # a byte has a line
+    assert message.startswith(f"{where}: cannot read: "), message
     assert reason in message and "Errno" not in message, message
     assert str(path) in result.broken_sources
     assert "good" in result.entries
