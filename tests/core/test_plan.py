@@ -688,6 +688,32 @@ CASES = [
     ),
     pytest.param(
         Case(
+            desired(entry("b"), repo=Path("/srv")),  # `metadata.name: a` edited to `b` in place
+            observed(view(record("a"), alive=True)),
+            expect=(
+                (Stop, "a", "renamed in manifests/models.yaml (it now declares b, not a)"),
+                (Start, "b", "new deployment"),
+            ),
+        ),
+        id="stop-renamed-in-its-file",  # its file is still there: no "manifest removed"
+    ),
+    pytest.param(
+        Case(
+            desired(entry("b")),
+            observed(view(record("a", phase=Phase.PENDING)), view(record("b"), alive=True)),
+            expect=(
+                (
+                    Release,
+                    "a",
+                    "no longer declared in /srv/manifests/models.yaml (the file is still "
+                    "there, declaring b)",
+                ),
+            ),
+        ),
+        id="release-no-longer-declared-in-its-file",
+    ),
+    pytest.param(
+        Case(
             desired(skipped={"a": "gpu=h100"}),
             observed(view(record("a"), alive=True)),
             expect=((Stop, "a", "nodeSelector gpu=h100 no longer matches this node's labels"),),
