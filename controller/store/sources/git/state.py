@@ -72,12 +72,10 @@ def state_of(st: SourceStatus, phases: Phases) -> tuple[str, str]:
 
 def _next_move(st: SourceStatus) -> str:
     """Where the first error's fix is: a file on this node (an envFrom file's mode, the
-    node's age key) wants no push, and a push would change nothing."""
+    node's age key) wants no push, and a push would change nothing; `validate` reads no
+    envFrom file, so it is not offered for those."""
     if st.invalid_on_node:
-        return (
-            "fix it on this node, as it says (nothing to push: the next pass reads it "
-            "again; `reconcile validate` lists every error)"
-        )
+        return "fix it on this node, as it says (nothing to push: the next pass reads it again)"
     return "fix it and push (`reconcile validate` lists every error)"
 
 
