@@ -691,7 +691,7 @@ CASES = [
             desired(entry("b"), repo=Path("/srv")),  # `metadata.name: a` edited to `b` in place
             observed(view(record("a"), alive=True)),
             expect=(
-                (Stop, "a", "renamed in manifests/models.yaml (it now declares b, not a)"),
+                (Stop, "a", "removed from manifests/models.yaml, which now declares b (renamed"),
                 (Start, "b", "new deployment"),
             ),
         ),
@@ -705,8 +705,8 @@ CASES = [
                 (
                     Release,
                     "a",
-                    "no longer declared in /srv/manifests/models.yaml (the file is still "
-                    "there, declaring b)",
+                    "removed from /srv/manifests/models.yaml (the file is still there, "
+                    "declaring b)",
                 ),
             ),
         ),

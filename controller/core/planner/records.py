@@ -243,7 +243,8 @@ def _undeclared(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
 def _removed(ctx: Context, rec: Record, gone: str) -> str:
     """Why an undeclared record goes: its file gone (``gone``, ``{}`` for the file), or
     still there declaring others: a ``metadata.name`` edited in place (a rename) is no
-    "manifest removed" to the one who edited it, whose file is right there."""
+    "manifest removed" to the one who edited it, whose file is right there. A new name
+    there may be a rename or a document swapped in a multi-document file: asked, not said."""
     was = in_repo(ctx.desired.repo, rec.source)
     there = sorted(e.name for e in ctx.desired.entries.values() if e.source == rec.source)
     if not there:
@@ -251,8 +252,8 @@ def _removed(ctx: Context, rec: Record, gone: str) -> str:
     recorded = {base_name(n) for n in ctx.observed.records}
     new = [name for name in there if name not in recorded]
     if new:
-        return f"renamed in {was} (it now declares {', '.join(new)}, not {base_name(rec.name)})"
-    return f"no longer declared in {was} (the file is still there, declaring {', '.join(there)})"
+        return f"removed from {was}, which now declares {', '.join(new)} (renamed in place?)"
+    return f"removed from {was} (the file is still there, declaring {', '.join(there)})"
 
 
 def _scaled_down(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
