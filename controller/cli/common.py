@@ -76,18 +76,24 @@ def output_format(args: argparse.Namespace, default: str, allowed: tuple[str, ..
     return fmt
 
 
-def no_such(name: str, known: Iterable[str], where: object) -> str:
+def no_such(name: str, known: Iterable[str], where: object, gone: Iterable[str] = ()) -> str:
     """The error for a deployment NAME the state dir lacks, with the name it is one slip
-    from (``wbe`` for ``web``), else the names there are: the next move, not a dead end."""
+    from (``wbe`` for ``web``), else the names there are: the next move, not a dead end.
+    ``gone``: removed deployments whose logs are kept (`logs` reads them), listed apart:
+    under "known" they read as deployments the node still has."""
     from difflib import get_close_matches
 
     from controller.core.manifest.excerpt import did_you_mean
 
-    names = sorted(set(known))
+    live = sorted(set(known))
+    old = sorted(set(gone) - set(live))
+    names = sorted({*live, *old})
     hint = did_you_mean(name, names) or next(iter(get_close_matches(name, names, 1, 0.6)), None)
     said = f"; did you mean {hint!r}?" if hint else ""
-    listed = f" (known: {', '.join(names)})" if names and not hint else ""
-    return f"reconcile: no deployment named {name!r} in {where}{said}{listed}"
+    listed = [f"known: {', '.join(live)}"] if live else []
+    listed += [f"logs kept of removed deployments: {', '.join(old)}"] if old else []
+    shown = f" ({'; '.join(listed)})" if listed and not hint else ""
+    return f"reconcile: no deployment named {name!r} in {where}{said}{shown}"
 
 
 def say_if_absent(cfg: Config) -> None:

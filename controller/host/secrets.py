@@ -41,11 +41,14 @@ DOUBLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "$": "$
 
 
 class SecretError(ValueError):
-    """An envFrom item that cannot be read: which item, the file, why, and what to do."""
+    """An envFrom item that cannot be read: which item, the file, why, and what to do;
+    ``on_node``: the fix is on this node (a ``file`` item's file, the age key, sops), not
+    in the manifests (a sopsFile's content, its place beside the manifest)."""
 
-    def __init__(self, index: int, message: str) -> None:
+    def __init__(self, index: int, message: str, *, on_node: bool = False) -> None:
         super().__init__(message)
         self.index = index
+        self.on_node = on_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +86,9 @@ def resolve(
             found = _read_item(item, folder, untrusted)
             _not_reconciles(found, item)
             env.update(found)
-        except SecretError as exc:
-            raise SecretError(index, str(exc)) from None
+        except SecretError as exc:  # a ``file`` item's file is the node's, whatever failed
+            on_node = exc.on_node or item.file is not None
+            raise SecretError(index, str(exc), on_node=on_node) from None
     return env
 
 
@@ -159,6 +163,7 @@ def _age_key_private(what: str, untrusted: Untrusted | None) -> None:
             f"{what}: the age key file SOPS_AGE_KEY_FILE={key} can be read by others "
             f"(mode {mode:04o}), and it opens every secret: `chmod 600 {key}` (and if others "
             "could read it, make a new key and encrypt the secrets for it)",
+            on_node=True,
         )
     reason = untrusted(Path(key)) if untrusted is not None else None
     if reason is not None:
@@ -166,6 +171,7 @@ def _age_key_private(what: str, untrusted: Untrusted | None) -> None:
             0,
             f"{what}: the age key file SOPS_AGE_KEY_FILE={key} is {reason}, and its owner "
             f"reads every secret: `chown root {key}`",
+            on_node=True,
         )
 
 
@@ -201,6 +207,7 @@ def _trusted(path: Path, what: str, untrusted: Untrusted | None) -> None:
             0,
             f"{what} is {reason}: as root, whoever can write it sets the engine's environment "
             f"(LD_PRELOAD runs their code as root): `chown root {path}` and `chmod go-w {path}`",
+            on_node=True,  # the file's owner and mode on this node
         )
 
 
@@ -233,7 +240,7 @@ def _decrypt(path: Path, what: str) -> str:
     try:
         return sops.decrypt(path, what)
     except sops.SopsError as exc:
-        raise SecretError(0, str(exc)) from None
+        raise SecretError(0, str(exc), on_node=exc.on_node) from None
 
 
 def parse_dotenv(text: str, where: str) -> dict[str, str]:

@@ -16,7 +16,12 @@ SOPS_TIMEOUT = 30.0  # seconds: a local decryption; a hung sops must not hang a 
 
 
 class SopsError(ValueError):
-    """The file could not be decrypted: the whole message, naming it, never a value."""
+    """The file could not be decrypted: the whole message, naming it, never a value;
+    ``on_node``: the fix is on this node (sops, the age key), not in the file."""
+
+    def __init__(self, message: str, *, on_node: bool = False) -> None:
+        super().__init__(message)
+        self.on_node = on_node
 
 
 def decrypt(path: Path, what: str) -> str:
@@ -30,12 +35,13 @@ def decrypt(path: Path, what: str) -> str:
         )
     except FileNotFoundError:
         raise SopsError(
-            f"{what}: the sops program is not on PATH (install sops on this node)"
+            f"{what}: the sops program is not on PATH (install sops on this node)", on_node=True
         ) from None
     except subprocess.TimeoutExpired:
-        raise SopsError(f"{what}: sops -d ran over {SOPS_TIMEOUT:.0f} s") from None
+        raise SopsError(f"{what}: sops -d ran over {SOPS_TIMEOUT:.0f} s", on_node=True) from None
     if done.returncode != 0:
-        raise SopsError(f"{what} cannot be decrypted: {_why(done.stderr)}")
+        why, on_node = _why(done.stderr)
+        raise SopsError(f"{what} cannot be decrypted: {why}", on_node=on_node)
     return done.stdout.decode("utf-8", errors="replace")
 
 
@@ -63,24 +69,28 @@ _UNKNOWN = (
 )
 
 
-def _why(stderr: bytes) -> str:
-    """sops' failure in our words: its own may quote a line of the file, so never shown."""
+def _why(stderr: bytes) -> tuple[str, bool]:
+    """sops' failure in our words (its own may quote a line of the file, so never shown),
+    and whether its fix is on this node rather than in the file."""
     text = stderr.decode("utf-8", errors="replace")
     for words, reason in _SOPS_SAYS:
         if words in text:
-            return reason
+            return reason, False
     if _NO_DATA_KEY not in text:
-        return _UNKNOWN  # not a key problem: saying one would send its reader astray
+        return _UNKNOWN, True  # not a key problem: saying one would send its reader astray
     key = os.environ.get("SOPS_AGE_KEY_FILE")
     if key is None:
         return (
             "no age key of this node opens it: set SOPS_AGE_KEY_FILE to the node's key "
             "file (age-keygen makes one; encrypt for its public key)"
-        )
-    return _key_problem(key, text) or (
+        ), True
+    problem = _key_problem(key, text)
+    if problem is not None:
+        return problem, True
+    return (  # the file is encrypted for other keys: it is encrypted again, and pushed
         f"this node's age key (SOPS_AGE_KEY_FILE={key}) is not one of its recipients: "
         f"encrypt it again for this node's public key (`age-keygen -y {key}` prints it)"
-    )
+    ), False
 
 
 def _key_problem(key: str, text: str) -> str | None:

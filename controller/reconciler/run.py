@@ -1123,7 +1123,7 @@ def resolve_secrets(
             loc = ("spec", "envFrom", exc.index)
             error = loaded.error(ManifestError(
                 entry.source, loaded.line_of(entry, loc), f"spec.envFrom[{exc.index}]",
-                str(exc), name,
+                str(exc), name, on_node=exc.on_node,
             ))  # fmt: skip
             del loaded.entries[name]
             loaded.errors.append(error)

@@ -260,7 +260,8 @@ CASES = [
             observed(running(a40, "nvidia:0"), running(b40, "nvidia:0")),
             inv=ONE_80,
         ),
-        ((Stop, "b", "manifest removed"), (Hold, "high", "no capacity")),
+        # b's file (the one every entry here names) is still there: removed from it
+        ((Stop, "b", "removed from"), (Hold, "high", "no capacity")),
         id="room-freed-this-round-preempts-nobody",
     ),
     pytest.param(

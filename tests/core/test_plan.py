@@ -688,6 +688,32 @@ CASES = [
     ),
     pytest.param(
         Case(
+            desired(entry("b"), repo=Path("/srv")),  # `metadata.name: a` edited to `b` in place
+            observed(view(record("a"), alive=True)),
+            expect=(
+                (Stop, "a", "removed from manifests/models.yaml, which now declares b (renamed"),
+                (Start, "b", "new deployment"),
+            ),
+        ),
+        id="stop-renamed-in-its-file",  # its file is still there: no "manifest removed"
+    ),
+    pytest.param(
+        Case(
+            desired(entry("b")),
+            observed(view(record("a", phase=Phase.PENDING)), view(record("b"), alive=True)),
+            expect=(
+                (
+                    Release,
+                    "a",
+                    "removed from /srv/manifests/models.yaml (the file is still there, "
+                    "declaring b)",
+                ),
+            ),
+        ),
+        id="release-no-longer-declared-in-its-file",
+    ),
+    pytest.param(
+        Case(
             desired(skipped={"a": "gpu=h100"}),
             observed(view(record("a"), alive=True)),
             expect=((Stop, "a", "nodeSelector gpu=h100 no longer matches this node's labels"),),

@@ -46,3 +46,46 @@ def test_a_sops_file_symlink_may_stay_in_the_folder_but_never_leave_it(
     assert refused in web["message"] and web["ref"] == before["ref"], web
     assert reconcile.alive(before["ref"]["pid"]) and web["spec_hash"] == before["spec_hash"]
     reconcile("--git", remote.url, "--git-path", "manifests", "down", check=0)
+
+
+def test_a_degraded_source_whose_fix_is_on_the_node_says_so_not_push(
+    reconcile: Any, remote: Remote, tmp_path: Path
+) -> None:
+    """The source's Degraded message told every error's reader to "fix it and push",
+    though an envFrom file others can read wants `chmod 600` on the node and a sopsFile
+    the node's age key file is missing for wants that key on the node: no push fixes
+    either. Those say to fix it on this node; an error in the repository still says push."""
+    git = ("--git", remote.url, "--git-path", "manifests")
+
+    def degraded(*words: str) -> str:
+        reconcile("--once", *git, check=1)
+        said: dict[str, Any] = reconcile("source", "-o", "json", check=0).json()
+        assert said["state"] == "Degraded", said
+        assert all(w in said["message"] for w in words), said
+        return str(said["message"])
+
+    on_node = "fix it on this node, as it says (nothing to push"
+    env = tmp_path / "node" / "web.env"
+    env.parent.mkdir()
+    env.write_text("API_KEY=on-the-node\n")
+    env.chmod(0o644)
+    web = reconcile.deployment("web", basePort=reconcile.port, envFrom=[{"file": str(env)}])
+    remote.commit({"manifests/web.yaml": reconcile.dump_yaml(web)}, "web, its key on the node")
+    said = degraded(f"`chmod 600 {env}`", on_node)
+    assert "and push" not in said, said
+
+    key = make_key(tmp_path / "keys")
+    key.encrypt("API_KEY=in-the-repo\n", remote.work / "manifests" / "secrets" / "web.env")
+    reconcile.env["SOPS_AGE_KEY_FILE"] = str(tmp_path / "keys" / "lost.agekey")
+    web = reconcile.deployment(
+        "web", basePort=reconcile.port, envFrom=[{"sopsFile": "secrets/web.env"}]
+    )
+    run_git(remote.work, "add", "-A")
+    remote.commit({"manifests/web.yaml": reconcile.dump_yaml(web)}, "web, its key encrypted")
+    said = degraded("lost.agekey does not exist on this node", on_node)
+    assert "and push" not in said, said
+
+    run_git(remote.work, "rm", "-q", "manifests/secrets/web.env")
+    remote.commit({}, "the encrypted file left out")  # the repository's to fix: push
+    degraded("sopsFile secrets/web.env does not exist beside the manifest", "fix it and push")
+    reconcile(*git, "down", check=0)

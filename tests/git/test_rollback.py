@@ -539,3 +539,29 @@ def _stopped_at_the_end(proc: psutil.Process) -> Iterator[psutil.Process]:
         with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
             if proc.is_running():  # pid and start time: never a reused pid's process
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_rollback_to_a_tag_is_to_its_commit(reconcile: Any, remote: Remote) -> None:
+    """`rollback v1` was refused, asking for a commit: the checkout fetches no tags, so a
+    tag (a revision Argo CD and Flux take) was no name it knew. The remote is asked what a
+    tag (an annotated one: its commit) or a branch of that name is at; a name it lacks is
+    refused with the next move."""
+    good = remote.deploy("alpha")
+    run_git(remote.work, "tag", "-a", "v1", "-m", "release 1")  # annotated: peeled
+    run_git(remote.work, "push", "-q", "origin", "v1")
+    reconcile.converge("--git", remote.url, *GIT)
+    newer = remote.commit({"README": "newer\n"}, "newer")
+    reconcile.converge("--git", remote.url, *GIT)
+    assert source(reconcile)["applied"] == newer
+
+    dry = reconcile("rollback", "--dry-run", "v1", check=0)
+    assert good[:12] in dry.out, dry
+    out = reconcile("rollback", "v1", check=0)
+    assert f"rolled back to {good[:12]}" in out.out, out
+    seen = source(reconcile)
+    assert seen["pinned"] == good and seen["applied"] == good, seen
+    refused = reconcile("rollback", "v9", check=1).err
+    assert "'v9' is no commit the node has fetched, nor a tag or branch of the remote" in refused
+    assert "`git rev-parse v9^{commit}` in a clone" in refused, refused
+    assert source(reconcile)["pinned"] == good  # the refusal changed nothing
+    node_only(reconcile, "down")

@@ -69,3 +69,23 @@ def test_logs_with_no_name_shows_a_replicated_deployment_once(reconcile: Any) ->
         rc.down()
     assert [line[:8] for line in every] == ["web   | ", "web@1 | "], every
     assert len(every) == len(named) == 2, (every, named)
+
+
+def test_logs_of_an_unknown_name_lists_a_removed_deployment_apart(reconcile: Any) -> None:
+    """`logs nope` listed a deployment whose manifest was removed as "known", beside the
+    live ones, though the node no longer has it: its log is kept (`logs old` reads it), so
+    it is named apart, as a removed deployment's kept log."""
+    rc = reconcile
+    rc.write("web")
+    rc.write("old", basePort=rc.port + 5)
+    rc.converge()
+    try:
+        (rc.manifests / "old.yaml").unlink()
+        rc.converge()
+        assert rc.record("old") is None
+        said = rc("logs", "nope", check=1).err
+        kept = rc("logs", "old", check=0).out
+    finally:
+        rc.down()
+    assert "(known: web; logs kept of removed deployments: old)" in said, said
+    assert "reconcile: start old instance" in kept, kept

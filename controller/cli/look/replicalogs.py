@@ -71,8 +71,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     known = deployments(store)
     # invariant 9: a name no record can have (`Web`, `../x`) is never looked up, only said
     unknown = [n for n in args.names if not record_name_ok(n) or base_name(n) not in known]
+    live = recorded(store)
     for asked in unknown:  # `logs web wbe` showed web and said nothing of wbe
-        print(no_such(asked, known, cfg.state_dir), file=sys.stderr)
+        print(no_such(asked, live, cfg.state_dir, gone=known), file=sys.stderr)
     if unknown:
         return EXIT_FAIL
     wanted = list(dict.fromkeys(args.names)) or known
@@ -166,9 +167,14 @@ def instances(store: RecordStore, name: str, replica: int | None) -> list[str]:
 
 def deployments(store: RecordStore) -> list[str]:
     """``logs`` with no NAME: every deployment with a record or a log (``down`` keeps logs)."""
-    found = {base_name(n) for n in store.peek().records}
+    found = set(recorded(store))
     found |= {p.name.removesuffix(".log") for p in store.logs.glob("*.log")}
     return sorted({base_name(n) for n in found if record_name_ok(n)})  # web@1.log is web's
+
+
+def recorded(store: RecordStore) -> list[str]:
+    """The deployments the node has (a record each), not those whose logs alone are kept."""
+    return sorted({base_name(n) for n in store.peek().records})
 
 
 class LogSource(Protocol):

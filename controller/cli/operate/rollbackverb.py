@@ -97,11 +97,15 @@ def _target(
                 file=sys.stderr,
             )
         return good
-    try:
-        return gitsource.git(source.repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
-    except gitsource.GitFailed:
-        pass
-    if gitsource.SHA.match(rev.lower()) and dry_run:  # its manifests are not here to read
+    held = _in_checkout(source, rev)
+    if held is not None:
+        return held
+    sha = rev.lower() if gitsource.SHA.match(rev.lower()) else _named(source, rev)
+    if sha is None:
+        return None
+    if sha != rev.lower() and (held := _in_checkout(source, sha)) is not None:
+        return held  # a tag or branch the checkout holds the commit of (it fetches no tags)
+    if dry_run:  # its manifests are not here to read
         print(
             f"reconcile: {rev[:12]} is not in the node's checkout, and a dry run fetches"
             f" nothing: roll back to it (reconcile rollback {rev}: the move fetches it),"
@@ -109,15 +113,40 @@ def _target(
             file=sys.stderr,
         )
         return None
-    if gitsource.SHA.match(rev.lower()):  # a commit by its whole id: the move fetches it
-        print(f"reconcile: {rev[:12]} is not in the node's checkout: the move fetches it by its id")
-        return rev.lower()
-    print(
-        f"reconcile: {rev!r} is no commit the node has fetched: name one that"
-        " reconcile history lists, or a commit by its whole id (40 hex digits)",
-        file=sys.stderr,
+    print(f"reconcile: {sha[:12]} is not in the node's checkout: the move fetches it by its id")
+    return sha
+
+
+def _in_checkout(source: gitsource.GitSource, rev: str) -> str | None:
+    try:
+        return gitsource.git(source.repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    except gitsource.GitFailed:
+        return None
+
+
+def _named(source: gitsource.GitSource, rev: str) -> str | None:
+    """The commit of a tag or branch ``rev`` on the remote (the checkout fetches no tags),
+    or None, said: the next move is the commit's id."""
+    how = (
+        "name a commit reconcile history lists, or a commit by its whole id (40 hex digits;"
+        f" `git rev-parse {rev}^{{commit}}` in a clone prints a tag's)"
     )
-    return None
+    try:
+        sha = source.named_on_remote(rev)
+    except gitsource.GitFailed as exc:
+        print(
+            f"reconcile: {rev!r} is no commit the node has fetched, and the remote could not"
+            f" be asked for a tag or branch of that name ({exc}): {how}",
+            file=sys.stderr,
+        )
+        return None
+    if sha is None:
+        print(
+            f"reconcile: {rev!r} is no commit the node has fetched, nor a tag or branch of"
+            f" the remote: {how}",
+            file=sys.stderr,
+        )
+    return sha
 
 
 def _show_change(

@@ -55,6 +55,9 @@ class ManifestError:
     message: str
     name: str | None = None  # the deployment it concerns, when known
     shown: str | None = None  # ``file`` as its user names it (a git source's: as in the repository)
+    # Its fix is on this node, not in the manifests (an envFrom file's mode, the node's age
+    # key): a git source's next move is then no push (``state_of``).
+    on_node: bool = False
 
     def __str__(self) -> str:
         where = (self.shown or self.file) + (f":{self.line}" if self.line else "")

@@ -115,6 +115,22 @@ class Fetching(Checkout):
     def _collection_started(self, pid: int) -> None:
         self._fetch_started(pid, gitorphan.HOUSEKEEPING)
 
+    def named_on_remote(self, name: str) -> str | None:
+        """The commit a tag or branch ``name`` is at on the remote (an annotated tag's
+        commit), or None: the checkout fetches no tags (``--no-tags``), so `rollback v1`
+        asks the remote, as Argo CD and Flux resolve a revision that is a tag. GitFailed
+        when the remote does not answer."""
+        tag, head = f"refs/tags/{name}", f"refs/heads/{name}"
+        said = git(
+            self.repo, "ls-remote", self.settings.url, tag, f"{tag}^{{}}", head,
+            timeout=self.settings.timeout,
+        )  # fmt: skip
+        refs = {ref: sha for sha, _, ref in (line.partition("\t") for line in said.splitlines())}
+        for ref in (f"{tag}^{{}}", tag, head):  # the peeled tag first: its commit
+            if SHA.match(refs.get(ref, "")):
+                return refs[ref]
+        return None
+
     def due_in(self, now: float | None = None) -> float:
         """Seconds until the next fetch is due (0: now)."""
         st = self.status()

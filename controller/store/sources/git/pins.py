@@ -38,12 +38,15 @@ class Pins(Checkout):
         said = [f"{self.settings.path}: {folder}{NOTHING_READ}"] if folder else []
         said += [str(e) for e in errors]  # named as the repository does (``load``'s repo)
         said = said[:INVALID_KEPT]
+        on_node = not folder and bool(errors) and errors[0].on_node  # said[0]'s fix
         st = read_status(self.state_dir)
-        if st is None or (st.invalid, st.invalid_at) == (said, st.applied if said else None):
+        was = (st.invalid, st.invalid_at, st.invalid_on_node) if st is not None else None
+        if st is None or was == (said, st.applied if said else None, on_node):
             return bool(said)  # most passes: nothing new to write
 
         def note(now: SourceStatus) -> None:
             now.invalid, now.invalid_at = said, now.applied if said else None
+            now.invalid_on_node = on_node
 
         self.change_status(note)
         return bool(said)

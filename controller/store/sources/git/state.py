@@ -59,8 +59,7 @@ def state_of(st: SourceStatus, phases: Phases) -> tuple[str, str]:
         rest = f" (and {more}{'+' if full else ''} more)" if more else ""
         return DEGRADED, (
             f"the manifests at {st.applied[:12]} cannot all be applied: {st.invalid[0]}{rest}; "
-            "what they declared before runs on unchanged: fix it and push (`reconcile "
-            "validate` lists every error)"
+            f"what they declared before runs on unchanged: {_next_move(st)}"
         )
     bad = [f"{name} {phase}" for name, phase in phases if phase in DEGRADING]
     if bad:
@@ -69,6 +68,15 @@ def state_of(st: SourceStatus, phases: Phases) -> tuple[str, str]:
     if waiting:
         return PROGRESSING, f"{len(phases) - len(waiting)}/{len(phases)} deployment(s) Ready"
     return SYNCED, f"{len(phases)} deployment(s) Ready at {st.applied[:12]}"
+
+
+def _next_move(st: SourceStatus) -> str:
+    """Where the first error's fix is: a file on this node (an envFrom file's mode, the
+    node's age key) wants no push, and a push would change nothing; `validate` reads no
+    envFrom file, so it is not offered for those."""
+    if st.invalid_on_node:
+        return "fix it on this node, as it says (nothing to push: the next pass reads it again)"
+    return "fix it and push (`reconcile validate` lists every error)"
 
 
 def folder_unread(st: SourceStatus) -> str | None:

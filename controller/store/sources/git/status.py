@@ -66,6 +66,7 @@ class SourceStatus:
     # repository (a file that did not load, a folder missing or empty).
     invalid: list[str] = field(default_factory=list)
     invalid_at: str | None = None
+    invalid_on_node: bool = False  # the first one's fix is on this node (ManifestError's)
     # A move that failed (``move_target`` not in the checkout, or git could not check it
     # out): tried again after a back-off (``next_move_at``), not at every pass, and said
     # once; the pin it may be stands, and the fetches go on.
