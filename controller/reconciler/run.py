@@ -374,6 +374,11 @@ class Preview:
         return self.spare_others(desired, observed)
 
     def plan(self, desired: Desired, observed: Observed) -> list[AnyAction]:
+        # The OnDemand demand read again beside `now`: the copy read with the manifests is
+        # older by the round's probes (seconds on a loaded host), and an engine a request
+        # was waiting for was parked with the gateway's heartbeat fresh on disk.
+        demand = activation.read_all(self.config.state_dir, peek=not self.sets_aside)
+        desired = replace(desired, activations=demand)
         now = datetime.now(UTC)
         observed = _rekeyed(desired, observed)  # a preview's: a pass wrote them first (_rekey)
         waits = pulling.fetching(self.backend, desired, observed.records, now)
