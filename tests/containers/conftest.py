@@ -340,9 +340,10 @@ def forget_pulled(engine: Engine, registry: Registry) -> None:
 
 
 def _images(engine: Engine) -> str:
-    """``images --digests``: podman 4.3 fails a listing with "image not known" while another
-    worker removes an image sharing its layers (CI: a teardown's listing, exit 125); asked
-    again until it answers."""
+    """``images --digests``: podman 4.3 fails a listing while another worker removes an
+    image sharing its layers (CI: a teardown's listing, exit 125), with "image not known"
+    or, for an image whose parent is going, "retrieving parent of image ...: layer not
+    known" (CI, a setup's listing); asked again until it answers."""
 
     def listed() -> tuple[str] | None:
         args = ("images", "--digests", "--format", "{{.Repository}} {{.ID}}")
@@ -350,7 +351,8 @@ def _images(engine: Engine) -> str:
                               env={**os.environ, **engine.env})  # fmt: skip
         if done.returncode == 0:
             return (done.stdout.decode(),)
-        assert "image not known" in done.stderr.decode(), done.stderr.decode()
+        said = done.stderr.decode()
+        assert "image not known" in said or "layer not known" in said, said
         return None
 
     found: tuple[str] = wait_for(listed, timeout=60, what=f"{engine.name} images to answer")
