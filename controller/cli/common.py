@@ -20,9 +20,16 @@ EXIT_USAGE = 64  # bad flags or arguments (EX_USAGE)
 # the gateway write (status -w, events -w, logs -f, requests -f, restart, rollback): a pass
 # writes at most every 0.2 s and a person reads no faster; there is no event to wait on.
 FOLLOW_PERIOD = 0.5
+# Seconds between a CLI stop's looks at the gateways' answers to its drain: an idle engine
+# stops this soon after (`drain --evict` is expected to be quick), with no watch thread.
+DRAIN_POLL = 0.05
 
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from controller.core.state import Record
+    from controller.reconciler.launcher import GatewayDrain
     from controller.reconciler.run import Preview, Reconciler
 
 
@@ -154,7 +161,38 @@ def reconciler(cfg: Config) -> Reconciler:
 
         hooks = exporters(cfg, inventory)
     store = RecordStore(cfg.state_dir)  # one for the state dir: the backend's is the pass's
-    return Reconciler(cfg, open_backend(cfg, store), inventory, hooks, store)
+    made = Reconciler(cfg, open_backend(cfg, store), inventory, hooks, store)
+    # Its stops (drain --evict, down, the passes of restart) drain the engine from the
+    # gateway first, as the daemon's do: it outlives the daemon, and serves meanwhile.
+    made.executor.launcher.drain = gateway_drain(cfg.state_dir)
+    return made
+
+
+def gateway_drain(state_dir: Path) -> GatewayDrain:
+    """The daemon keeper's drain, polled: the answers in flight through the gateways of
+    ``state_dir`` end (or the engine's grace period runs out) before its stop. A fault
+    is said and the stop goes on (an undrained stop still stops, as the daemon's)."""
+
+    def drain(old: Record, new: Record | None) -> None:
+        from controller.gateway.lifecycle import registry
+
+        def poll(seconds: float) -> None:
+            time.sleep(min(seconds, DRAIN_POLL))
+
+        try:
+            answered = registry.drain(state_dir, old, new, poll)
+        except OSError as exc:
+            why = f"the gateway's drain failed ({exc})"
+            print(f"reconcile: {old.name}: {why}; stopping it undrained", file=sys.stderr)
+            return
+        if not answered:
+            print(
+                f"reconcile: {old.name}: requests in flight did not end within its grace "
+                f"period ({old.grace_seconds:g}s, stopGracePeriodSeconds); stopping it",
+                file=sys.stderr,
+            )
+
+    return drain
 
 
 def preview(cfg: Config) -> Preview:

@@ -894,13 +894,16 @@ class Reconciler(Preview):
                    ) -> tuple[list[str], dict[str, str]]:  # fmt: skip
         """Under the pass lock, stop (concurrently) every record ``which`` selects: the
         names stopped, and those not (name -> why: an engine not proven ours, its record
-        kept). ``evict``: each record stays, Pending (a drain's eviction: ``Stop.evict``)."""
+        kept). ``evict``: each record stays, Pending (a drain's eviction: ``Stop.evict``).
+        Each is drained from the gateway first (``Launcher.drain``, as the daemon's stops
+        are): its answers in flight end, up to its grace period, before its SIGTERM."""
         self.store.ensure()
         with self.pass_lock.hold(self.config.lock_timeout):
             records = self.store.load().records.values()
             one_backend(records, self.backend.name, self.config.state_dir)
             chosen = [r for r in records if which(r) and not r.elsewhere(self.config.node)]
-            self.concurrently([Stop(name=r.name, reason=reason, evict=evict) for r in chosen])
+            stops = [Stop(name=r.name, reason=reason, drain=True, evict=evict) for r in chosen]
+            self.concurrently(stops)
             self.backend.drop_unused_env_files(self._all_records)  # a start killed left one
             kept = self.executor.take_held()
             return [r.name for r in chosen if r.name not in kept], kept

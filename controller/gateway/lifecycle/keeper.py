@@ -16,10 +16,11 @@ engines do. The keeper, in the daemon:
   the operator's stop wins over a restart under way or due;
 - turns the gateway's wake-ups (a datagram on ``<state>/gateway/daemon.sock``) into
   ``request_pass``;
-- ``drain``: asks every live gateway to retire an engine (``retire/``) and waits for
-  each one's answer (bounded by the engine's grace period), woken by the watch of
-  ``retire/`` (``store/watch.py``, inotify) or every ``DRAIN_RESYNC`` seconds (a
-  gateway that died meanwhile answers nothing);
+- ``drain``: ``registry.drain`` (the CLI's stops call it too): asks every live gateway
+  to retire an engine (``retire/``) and waits for each one's answer (bounded by the
+  engine's grace period), woken by the watch of ``retire/`` (``store/watch.py``,
+  inotify) or every ``registry.DRAIN_RESYNC`` seconds (a gateway that died meanwhile
+  answers nothing);
 - ``reload`` (SIGHUP): settings that changed with the node file (its ``tlsCert``/``tlsKey``,
   ``logMaxBytes``/``logMaxFiles``) are checked as at start and handed to a new gateway
   that takes the port over (a bad one is refused, the gateway serves on as it was);
@@ -68,8 +69,6 @@ STOP_WINS = "--stop-wins"  # the gateway's flag: a stop asked since its start wa
 WATCH_PERIOD = 1.0  # seconds between the thread's looks while no gateway is watched
 PIDFD_RESYNC = 60.0  # ... while its pidfd is: its exit wakes the thread, this is a safety net
 NO_PIDFD_PERIOD = 0.1  # ... when the kernel gives no pidfd: liveness by /proc
-DRAIN_SLACK = 2.0  # seconds past the grace period for the gateways' answers (a poll or two)
-DRAIN_RESYNC = 0.5  # seconds between looks at the answers when no watch event came
 QUICK_DEATH = 10.0  # a gateway that dies this soon after its start backs off before the next
 BACKOFF_MAX = 30.0
 # Never passed to the gateway: an engine's marker (a sweep would take it for an engine) and
@@ -164,33 +163,17 @@ class Keeper:
     def drain(self, old: Record, new: Record | None) -> None:
         """Every live gateway routes nothing more to ``old`` (``new`` takes its requests)
         and answers once its requests to it ended, or its grace period ran out."""
-        gateways = registry.live(self.state_dir)
-        if not gateways:
-            return
-        nonce = old.nonce
-        if nonce is None:
-            return
-        grace = old.grace_seconds
         if self._retire_watch is not None:
             self._retire_watch.rearm()  # retire/ made again, or a dead watch thread
         with self._answers:
             seen = self._answered  # before asking: an answer given at once still wakes us
-        registry.ask_retire(self.state_dir, nonce, old.name, new.name if new else None, grace)
-        try:
-            deadline = time.monotonic() + grace + DRAIN_SLACK
-            while (remaining := deadline - time.monotonic()) > 0:
-                if not self._unanswered(nonce, gateways):
-                    return
-                seen = self._next_answer(seen, min(DRAIN_RESYNC, remaining))
-            log.warning("gateway drain not answered in time", deployment=old.name)
-        finally:
-            registry.drop_retire(self.state_dir, nonce)
 
-    def _unanswered(self, nonce: str, gateways: list[registry.GatewayInfo]) -> bool:
-        return any(
-            not registry.ack_path(self.state_dir, nonce, g.nonce).exists() and g.alive()
-            for g in gateways
-        )
+        def wait(timeout: float) -> None:
+            nonlocal seen
+            seen = self._next_answer(seen, timeout)
+
+        if not registry.drain(self.state_dir, old, new, wait):
+            log.warning("gateway drain not answered in time", deployment=old.name)
 
     def _next_answer(self, seen: int, timeout: float) -> int:
         """Wait until the watch saw an answer after the ``seen``-th (or ``timeout``)."""

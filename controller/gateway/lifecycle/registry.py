@@ -7,8 +7,9 @@ these without paying for the HTTP stack.
 <state>/gateway/gw-<nonce>.json     one per live gateway process: its identity, address,
                                     settings; removed by a clean exit, left by a crash
 <state>/gateway/current.json        the gateway that holds the port now (its nonce...)
-<state>/gateway/retire/<n>.json     the daemon asks every gateway to route nothing more to
-                                    the engine of nonce <n> and to finish its requests
+<state>/gateway/retire/<n>.json     a stop (the daemon's, a CLI verb's) asks every gateway
+                                    to route nothing more to the engine of nonce <n> and
+                                    to finish its requests
 <state>/gateway/retire/<n>.<g>.done gateway <g> has (or its grace period ran out)
 <state>/gateway/passed              touched by the daemon after its first pass
 <state>/gateway/stopped             `reconcile gateway stop` asked: nothing starts one
@@ -37,11 +38,12 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.core.state import ProcessRef
+from controller.core.state import ProcessRef, Record
 from controller.host.procs import process_alive
 from controller.store.documents import write_atomic
 from controller.store.lock import FileLock
@@ -338,7 +340,37 @@ def start_lock(state_dir: Path) -> FileLock:
     return FileLock(StateDir(state_dir).gateway_start_lock, what="gateway start lock")
 
 
-# -- retiring an engine (the daemon's drain) ---------------------------------------------
+# -- retiring an engine (the drain before a stop: the daemon's, the CLI's) --------------
+
+DRAIN_SLACK = 2.0  # seconds past the grace period for the gateways' answers (a poll or two)
+DRAIN_RESYNC = 0.5  # seconds at most between looks at the answers
+
+
+def drain(state_dir: Path, old: Record, new: Record | None, wait: Callable[[float], object]
+          ) -> bool:  # fmt: skip
+    """Every live gateway routes nothing more to ``old`` (``new`` takes its requests) and
+    answers once its requests to it ended, or ``old``'s grace period ran out (as a pod's
+    endpoints go before its termination grace). ``wait(s)``: block until an answer may
+    have come, or ``s`` passed (the keeper's retire/ watch, the CLI's poll). False when
+    a live gateway did not answer in time (a gateway that died meanwhile answers nothing)."""
+    gateways = live(state_dir)
+    if not gateways or old.nonce is None:
+        return True
+    nonce = old.nonce
+    ask_retire(state_dir, nonce, old.name, new.name if new else None, old.grace_seconds)
+    try:
+        deadline = time.monotonic() + old.grace_seconds + DRAIN_SLACK
+        while (remaining := deadline - time.monotonic()) > 0:
+            if not _unanswered(state_dir, nonce, gateways):
+                return True
+            wait(min(DRAIN_RESYNC, remaining))
+        return False
+    finally:
+        drop_retire(state_dir, nonce)
+
+
+def _unanswered(state_dir: Path, nonce: str, gateways: list[GatewayInfo]) -> bool:
+    return any(not ack_path(state_dir, nonce, g.nonce).exists() and g.alive() for g in gateways)
 
 
 def retire_folder(state_dir: Path) -> Path:
