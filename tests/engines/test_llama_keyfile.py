@@ -11,37 +11,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from controller.core.digest import sha256_hex
 from controller.core.manifest.specs import Entry
 from controller.reconciler.run import resolve_secrets
 from controller.store.sources.manifests import LoadResult, load
+from tests.engines.sidefile import load_beside
 
 KEY = "file-key-7c1e"
 
 
 def write(tmp_path: Path, keys: str | None, args: list[str], **spec: object) -> LoadResult:
     """A llama-cpp manifest giving ``args`` (``{keys}``: the key file, written when given)."""
-    path = tmp_path / "keys"
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    if keys is not None:
-        path.write_text(keys)
-    folder = tmp_path / "manifests"
-    folder.mkdir(parents=True)
-    doc = {
-        "apiVersion": "reconcile/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "chat"},
-        "spec": {
-            "engine": "llama-cpp",
-            "model": "/models/tiny.gguf",
-            "args": [a.replace("{keys}", str(path)) for a in args],
-            **spec,
-        },
-    }
-    (folder / "chat.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    return load([folder], backend="local")
+    return load_beside(
+        tmp_path, ("llama-cpp", "/models/tiny.gguf"), ("keys", "{keys}", keys), args, **spec
+    )
 
 
 ARGS = ["--threads", "1", "--api-key-file", "{keys}"]

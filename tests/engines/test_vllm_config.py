@@ -12,33 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
-from controller.store.sources.manifests import LoadResult, load
+from controller.store.sources.manifests import LoadResult
+from tests.engines.sidefile import load_beside
 
 
 def write(
     tmp_path: Path, flags: str | None, args: list[str], backend: str = "local", **spec: object
 ) -> LoadResult:
     """A vLLM manifest giving ``args`` (``{flags}``: the flags file, written when given)."""
-    path = tmp_path / "flags.yaml"
-    if flags is not None:
-        path.write_text(flags)
-    folder = tmp_path / "manifests"
-    folder.mkdir(parents=True)
-    doc = {
-        "apiVersion": "reconcile/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "chat"},
-        "spec": {
-            "engine": "vllm",
-            "model": "org/m",
-            "args": [a.replace("{flags}", str(path)) for a in args],
-            **spec,
-        },
-    }
-    (folder / "chat.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    return load([folder], backend=backend)
+    side = ("flags.yaml", "{flags}", flags)
+    return load_beside(tmp_path, ("vllm", "org/m"), side, args, backend, **spec)
 
 
 CONFIG = ["--max-num-seqs", "8", "--config", "{flags}"]
