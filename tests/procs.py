@@ -158,6 +158,15 @@ def bindable(port: int) -> bool:
     return True
 
 
+def accepts(port: int) -> bool:
+    """Something listens on ``port`` (a connection is accepted). Not ``not bindable``: an
+    http.server engine binds, then looks its host's name up (getfqdn), then listens; a
+    request sent in between is refused."""
+    with socket.socket() as s:
+        s.settimeout(5.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 PORTS = (20000, 32000)  # where tests' ports are: below the ephemeral range (32768-60999)
 BLOCK = 16  # ports are handed out in aligned blocks of this many, each held whole
 # A block's lock: a file flocked by the process that holds the block (released by

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from harness.rawhttp import exchange, openai_error, request
-from procs import free_ports
+from procs import accepts, free_ports
 
 from controller.core.state import Phase, Record
 from controller.gateway.lifecycle.app import Gateway
@@ -27,7 +27,7 @@ def test_a_name_on_record_since_the_last_look_is_served_not_404(
     port = free_ports(1)
     engine = [sys.executable, "-m", "controller.demo.engine", "--port", str(port), "--model", "m"]
     reconcile.spawn(engine)
-    reconcile.wait_for(lambda: not reconcile.bindable(port), what="the engine listening")
+    reconcile.wait_for(lambda: accepts(port), what="the engine accepting")
     front = inproc.front
     assert front is not None
     table = front.table

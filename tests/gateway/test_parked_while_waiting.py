@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from harness.rawhttp import Raw, exchange, request
-from procs import free_ports
+from procs import accepts, free_ports
 
 from controller.core.state import Phase, Record
 from controller.gateway.lifecycle.app import Gateway
@@ -68,7 +68,7 @@ def test_an_engine_parked_while_a_request_waits_is_woken_again(reconcile: Any) -
         # The second start comes up: the request waited for it is answered.
         engine = [sys.executable, "-m", "controller.demo.engine", "--port", str(port)]
         reconcile.spawn([*engine, "--model", "lazy"])
-        reconcile.wait_for(lambda: not reconcile.bindable(port), what="the engine listening")
+        reconcile.wait_for(lambda: accepts(port), what="the engine accepting")
         ready = lazy(Phase.READY, nonce="b", port=port)
         gateway.loop.call_soon_threadsafe(table.update, [ready])
         client.join(timeout=60)

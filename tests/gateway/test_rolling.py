@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from clients import Loop, Stream
-from procs import wait_for
+from procs import accepts, wait_for
 
 from controller.core.manifest.names import next_name
 from controller.failpoints import ROLLING_POINTS
@@ -209,7 +209,7 @@ def test_a_young_gateway_sends_nothing_to_a_starting_next(reconcile: Any, gatewa
     port = g.wait_phase(next_name("roll"), "Starting")["port"]
     # Once the new engine listens and a pass came after (a refused connection would have
     # kept it out of routing until then), the table alone decides where requests go.
-    reconcile.wait_for(lambda: not reconcile.bindable(port), what="the new engine listening")
+    reconcile.wait_for(lambda: accepts(port), what="the new engine accepting")
     passes = g.text().count('"event": "pass"')
     write("600", "4")  # the same spec again: a folder event, so a pass at once, not in 5 s
     reconcile.wait_for(lambda: g.text().count('"event": "pass"') > passes, what="a pass")

@@ -60,6 +60,11 @@ def test_a_remote_gone_for_hours_of_wall_clock_prunes_nothing(
     # interval later (a pass between does not fetch), and a failed fetch's retry comes after
     # min(5 s doubling, interval): 2s keeps each step's wait to ~2 s (10s took 5-10 s a step).
     d = git_daemon("--git", remote.url, *GIT, "--interval", "2s", env=env)
+    # Two deadlines, each its own start: this daemon is a cold one (LD_PRELOAD: no warm
+    # fork), and its imports and first pass under libfaketime took 10-30 s at load ~30;
+    # then the fetch, alpha's own cold start and its probe. One WAIT for both gave up
+    # with the engine still starting.
+    d.wait(lambda: any(x.get("event") == "pass" for x in d.lines()), "the daemon's first pass")
     d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
     pid = reconcile.record("alpha")["ref"]["pid"]
     shutil.move(remote.bare, remote.bare.with_name("gone.git"))
