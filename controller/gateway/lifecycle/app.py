@@ -122,7 +122,7 @@ class Gateway:
         )
         self._thread.start()
         if not self._started.wait(START_WAIT):
-            raise ConfigError("the gateway did not start in time")
+            raise ConfigError(f"the gateway's server did not start within {START_WAIT:g}s")
         if self._failed is not None:
             where = f"{self.settings.host}:{self.settings.port}"
             raise ConfigError(f"--listen {where}: cannot serve: {self._failed}")

@@ -607,7 +607,7 @@ def _read_answer(fd: int, timeout: float) -> str:
     while not data.endswith(b"\n"):
         left = deadline - time.monotonic()
         if left <= 0:
-            return "error: the gateway did not start in time"
+            return f"error: the gateway process did not answer within {timeout:g}s of its start"
         ready, _, _ = select.select([fd], [], [], left)
         if not ready:
             continue
