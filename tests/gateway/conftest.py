@@ -160,7 +160,12 @@ class Gateways:
         g = Gateway(self.rc, proc, log, port)
         self.started.append(g)
         if wait:
-            self.rc.wait_for(lambda: _up(g), timeout=WAIT, what="gateway /healthz")
+            try:
+                self.rc.wait_for(lambda: _up(g), timeout=WAIT, what="gateway /healthz")
+            except AssertionError as exc:  # the daemon's log says which start was slow
+                if g.proc.poll() is not None:
+                    raise  # _up said the daemon's exit, with its log
+                raise AssertionError(f"{exc}; the daemon's log ends:\n{g.text()[-3000:]}") from None
         return g
 
     def kill_all(self) -> None:
