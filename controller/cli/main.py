@@ -291,7 +291,7 @@ def _run_flags(parser: Parser) -> None:
     parser.add_argument(
         "--timeout",
         type=positive_duration,
-        default="10m",
+        default=None,  # not "10m": a --timeout without --wait must be told from none
         help="--wait limit (30s, 5m, 1h30m; default 10m)",
     )
     parser.add_argument(

@@ -145,6 +145,19 @@ def test_an_empty_state_dir_is_a_usage_error_not_the_default_one(reconcile: Any)
     assert "--state-dir: is empty: name a path (an unset shell variable?)" in result.err, result
 
 
+def test_a_timeout_without_wait_is_a_usage_error_not_a_limit_given_in_vain(
+    reconcile: Any,
+) -> None:
+    """`--once --timeout 5m` read as a limit, and silently none: the pass ran unbounded."""
+    reconcile.write("web")
+    result = reconcile("--once", "--timeout", "5m", check=64)
+    assert "--timeout is --wait's limit: add --once --wait" in result.err, result
+    assert reconcile.record("web") is None  # refused before any pass
+    reconcile("--once", "--wait", check=0)  # no --timeout: the 10m default
+    assert reconcile.status("web")["web"]["phase"] == "Ready"
+    reconcile.down()
+
+
 @pytest.mark.parametrize("verb", ["describe", "logs", "events", "restart", "status"])
 def test_a_name_no_deployment_can_have_gets_the_one_meant(reconcile: Any, verb: str) -> None:
     reconcile.write("web")

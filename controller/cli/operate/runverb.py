@@ -13,6 +13,7 @@ from controller.redact import printable
 
 # What `validate` adds to `no manifest in DIR (…)`, where a pass says "nothing pruned".
 NOTHING_TO_VALIDATE = "nothing to validate (--allow-empty if that is meant)"
+WAIT_LIMIT = 600.0  # seconds: `--once --wait` with no --timeout (README: default 10m)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,6 +34,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = config(args)
     if args.wait and not args.once:
         print("reconcile: --wait needs --once", file=sys.stderr)
+        return EXIT_USAGE
+    if args.timeout is not None and not args.wait:  # else a limit given in vain, silently
+        print("reconcile: --timeout is --wait's limit: add --once --wait", file=sys.stderr)
         return EXIT_USAGE
     if args.dry_run:
         from controller.cli.look.opverbs import cmd_plan
@@ -100,7 +104,8 @@ def _once(args: argparse.Namespace, cfg: Config) -> int:
     if args.wait:
         from controller.cli.render.waiting import wait_until_ready
 
-        return EXIT_OK if wait_until_ready(reconciler, args.timeout) else EXIT_FAIL
+        limit = WAIT_LIMIT if args.timeout is None else args.timeout
+        return EXIT_OK if wait_until_ready(reconciler, limit) else EXIT_FAIL
     result = reconciler.run_pass()
     report(result, quiet=args.quiet)
     for why in result.failing():
