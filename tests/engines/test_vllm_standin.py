@@ -121,6 +121,19 @@ def _said(rc: Any, name: str) -> str:
     )
 
 
+def _stays_live(rc: Any, name: str) -> None:
+    """``name`` gets Ready, then stays Ready, unrestarted, through two more passes: each
+    probes its liveness, and a refused probe would restart it (failureThreshold 1)."""
+    rc.converge(timeout="60s")
+    before = rc.status()[name]
+    assert before["ready"] is True, before
+    for _ in range(2):
+        rc.once()
+    after = rc.status()[name]
+    assert after["ready"] is True and after["restarts"] == 0, after
+    assert after["pid"] == before["pid"], after
+
+
 def test_completion_probes_present_the_engines_api_key(reconcile: Any, tmp_path: Path) -> None:
     """A `completion` readiness and liveness probe sent no key: an engine given
     `--api-key` answered 401 every time and never got Ready. The probes present the key
@@ -128,14 +141,7 @@ def test_completion_probes_present_the_engines_api_key(reconcile: Any, tmp_path:
     rc = reconcile
     live = {"completion": {}, "periodSeconds": 0.2, "timeoutSeconds": 10, "failureThreshold": 1}
     _standin(rc, tmp_path, "keyed", COMPLETION, args=["--api-k", KEY], livenessProbe=live)
-    rc.converge(timeout="60s")
-    before = rc.status()["keyed"]
-    assert before["ready"] is True, before
-    for _ in range(2):  # each pass probes liveness: a refused probe restarts it (threshold 1)
-        rc.once()
-    after = rc.status()["keyed"]
-    assert after["ready"] is True and after["restarts"] == 0, after
-    assert after["pid"] == before["pid"], after
+    _stays_live(rc, "keyed")
     said = _said(rc, "keyed")
     assert "completion" in said and KEY not in said
     rc.down()
@@ -176,14 +182,7 @@ def test_a_key_from_envfrom_is_presented_and_never_written(reconcile: Any, tmp_p
     live = {"completion": {}, "periodSeconds": 0.2, "timeoutSeconds": 10, "failureThreshold": 1}
     spec = {"envFrom": [{"file": str(secrets)}], "livenessProbe": live}
     _standin(rc, tmp_path, "fromfile", {**COMPLETION, "deadlineSeconds": 30}, **spec)
-    rc.converge(timeout="60s")
-    before = rc.status()["fromfile"]
-    assert before["ready"] is True, before
-    for _ in range(2):  # each pass probes liveness: a refused probe restarts it (threshold 1)
-        rc.once()
-    after = rc.status()["fromfile"]
-    assert after["ready"] is True and after["restarts"] == 0, after
-    assert after["pid"] == before["pid"], after
+    _stays_live(rc, "fromfile")
     said = f"{_said(rc, 'fromfile')}\n{rc('describe', 'fromfile', '-o', 'json', check=0)}"
     assert "completion" in said and KEY not in said
     _no_key_in(rc.state)
