@@ -18,6 +18,15 @@ loop handing the GIL over); the daemon nothing with ``--resync 1h`` (the fixture
 The bounds leave slack for a loaded box (a turn that waits longer for the GIL switches
 more) and still fail what was there before.
 
+Beside a Ready engine it has forwarded a request to (the held case) the gateway woke
+1.7-1.8 times a second here and 3.4-3.7 in a CI run: its pool of engine connections was
+swept every 5 s for good from that request on, and the page's traffic sampler took 4
+samples more than it needed after it (both fixed: tests/gateway/test_upstream_client.py,
+tests/ui/test_traffic.py); 1.1-1.2 after, on a box loaded beyond CI's. What is left
+there is the same turn and the request's last steps: ``HELD_GATEWAY_MAX`` is that work
+on a loaded box, not a line below what was there before (a CI run counted that under
+it too: the fixes have their own tests).
+
 A held park once looped: the daemon armed a pass at once (a timeout out, or no demand:
 0 s) for an OnDemand engine the pass had left holding, and that pass held it again,
 hundreds of passes a second (0.35-0.5 s of CPU each second, counted 2026-12-07).
@@ -29,6 +38,7 @@ import contextlib
 import importlib.machinery
 import importlib.util
 import json
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -38,12 +48,24 @@ import pytest
 
 from controller.core.state import Activation
 from controller.gateway.lifecycle import registry
+from controller.gateway.lifecycle.process import GUARD_PERIOD, METRICS_RESYNC
 from controller.store.side import activation
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "idle-wakeups"
 WINDOW = 10.0  # seconds counted: two of the gateway's guard turns
 GATEWAY_MAX = 3.0  # wake-ups a second (what is left: 0.7-2.2; before: 3.5-4.5)
 DAEMON_MAX = 1.0  # ... with --resync 1h (what is left: 0; before: ~2)
+# The held case's gateway, what is left of its wake-ups in a window (HELD_GATEWAY_MAX:
+# 3.9 a second; before the fixes 3.4-3.7 in a CI run, 1.3-1.9 here, 1.1-1.2 after):
+JOBS = WINDOW / GUARD_PERIOD + math.ceil(WINDOW / METRICS_RESYNC)  # 2 port guards, 1 metrics
+# text at most (no sooner: no request in flight, and the demo engine states no /metrics)
+PER_JOB = 2 + 4  # the loop's (its timer, the worker's answer), the workers' (the job's wake,
+# the GIL handed back, a second idle worker's: one started while the request ran, and
+# CPython's queue wakes one more on each job)
+LOADED = 2  # a loaded box makes each GIL hand-over a sleep on both sides
+AFTER_REQUEST = 3  # lone wakes of the loop: the page's last traffic sample, the in-flight
+# writer's last take, the engine connection closed IDLE_TIMEOUT (15 s) after its use
+HELD_GATEWAY_MAX = (JOBS * PER_JOB * LOADED + AFTER_REQUEST) / WINDOW
 SETTLED = 3  # the daemon's wake-ups in a second once its start is over (during it: 20+)
 PASSES_MAX = 1  # passes in the window (none is due with --resync 1h; a loop: thousands)
 BROKEN = "kind: Deployment\nmetadata: [\n"  # invalid YAML: invariant 4 keeps the engine
@@ -122,11 +144,7 @@ def test_an_idle_daemon_and_gateway_wake_almost_nothing(
     passes = _passes(g) - before
     rate = {name: sum(threads.values()) / WINDOW for name, threads in counted.items()}
     assert passes <= PASSES_MAX, (passes, g.text()[-1500:])
-    # The held case is the daemon's (a park it plans and holds must not loop its passes).
-    # Its engine is Ready, so the gateway reads that engine's metrics and guards it: its
-    # wake-ups there (1.7-1.8 a second here, 3.4-3.7 in a CI run) are not what
-    # GATEWAY_MAX, set with no engine running, bounds.
-    if case != "on-demand-held":
-        assert rate["gateway"] <= GATEWAY_MAX, (rate, counted)
+    bound = HELD_GATEWAY_MAX if case == "on-demand-held" else GATEWAY_MAX
+    assert rate["gateway"] <= bound, (rate, counted)
     assert rate["daemon"] <= DAEMON_MAX, (rate, counted)
     g.finish()

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from controller.gateway.http import upstream
 from controller.gateway.http.upstream import Dropped, Malformed, Unreached, Upstream
 from controller.gateway.surface import enginesock
 
@@ -20,11 +21,12 @@ OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
 class Engine:
     """A raw server: each request (head only, no body) answered by ``reply``; counts its
-    connections."""
+    connections, and those the client ended."""
 
     def __init__(self, reply: Reply) -> None:
         self.reply = reply
         self.connections = 0
+        self.ended = 0
         self.server: asyncio.Server | None = None
 
     async def __aenter__(self) -> Engine:
@@ -55,6 +57,7 @@ class Engine:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
+            self.ended += 1
             writer.close()
 
 
@@ -84,6 +87,44 @@ def test_a_kept_alive_connection_serves_the_next_request() -> None:
                 assert await _get(up, engine.port) == (200, b"ok")
             assert engine.connections == 1
             await up.close()
+
+    run(test)
+
+
+def _timers() -> list[asyncio.TimerHandle]:
+    """The running loop's live timers (asyncio's own loop keeps them in ``_scheduled``;
+    a cancelled one stays there until its time)."""
+    loop = asyncio.get_running_loop()
+    return [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+
+
+def test_an_idle_connection_is_closed_when_due_and_an_empty_pool_arms_no_timer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One timer while a connection is pooled, due at its ``IDLE_TIMEOUT``; none once
+    nothing is. The pool was swept every 5 s from the first request on, for good: a
+    gateway beside a Ready engine it had proxied to once woke every 5 s for nothing
+    (tests/gateway/test_idle.py's held case)."""
+    monkeypatch.setattr(upstream, "IDLE_TIMEOUT", 0.3)  # the test's seconds
+
+    async def test() -> None:
+        async with Engine(lambda head: OK) as engine:
+            up = _client()
+            assert _timers() == []
+            await _get(up, engine.port)
+            ((conn,),) = up._idle.values()
+            (timer,) = _timers()  # the sweep, at the connection's end
+            due = conn.idle_since + upstream.IDLE_TIMEOUT
+            assert timer.when() == pytest.approx(due, abs=1.0)  # not 5 s on: the old sweep
+            async with asyncio.timeout(30):
+                while engine.ended == 0:
+                    await asyncio.sleep(0.01)
+            assert up._idle == {}
+            assert _timers() == []  # nothing pooled: the loop sleeps
+            assert await _get(up, engine.port) == (200, b"ok")  # a new one, swept in turn
+            assert engine.connections == 2 and len(_timers()) == 1
+            await up.close()
+            assert _timers() == []
 
     run(test)
 

@@ -78,9 +78,10 @@ async def _until(found: Callable[[], bool], what: str) -> None:
 def test_an_idle_sampler_parks_and_the_page_still_sees_the_quiet_seconds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """No request for WINDOW samples: the sampler parks (an idle gateway wakes for
-    nothing); the seconds it slept show as zero samples when the page asks, and the
-    next request wakes it."""
+    """A sample with no new request: the sampler parks (an idle gateway wakes for
+    nothing; it took WINDOW such samples, four wake-ups more after each request); the
+    seconds it slept show when the page asks as the samples it would have taken, the
+    request's latency leaving the quantile window, and the next request wakes it."""
     monkeypatch.setattr(traffic_module, "PERIOD", 0.02)  # the test's seconds, not the page's
     asyncio.run(_parks_and_wakes())
 
@@ -96,13 +97,14 @@ async def _parks_and_wakes() -> None:
         await _until(lambda: traffic.parked, "parked again once quiet")
         series = traffic.series["web"]
         assert series.rps[0] > 0
-        assert list(series.rps)[-WINDOW:] == [0.0] * WINDOW  # quiet: then it parked
-        assert series.p50[-1] is None
-        taken = len(series.at)
-        await _until(lambda: len(traffic.as_json()["web"]["at"]) > taken + 2, "quiet samples")
+        assert list(series.rps) == [series.rps[0], 0.0]  # one quiet sample: then it parked
+        latency = series.p50[0]
+        assert latency is not None and series.p50[1] == latency
+        await _until(lambda: len(traffic.as_json()["web"]["at"]) > WINDOW + 2, "quiet samples")
         shown = traffic.as_json()["web"]
-        assert shown["rps"][taken:] == [0.0] * (len(shown["rps"]) - taken)
-        assert shown["p50"][taken:] == [None] * (len(shown["p50"]) - taken)
+        assert shown["rps"][1:] == [0.0] * (len(shown["rps"]) - 1)
+        assert shown["p50"][:WINDOW] == [round(latency, 4)] * WINDOW  # still in the window
+        assert shown["p50"][WINDOW:] == [None] * (len(shown["p50"]) - WINDOW)
         assert shown["at"] == sorted(shown["at"])
         metrics.done("web", "-", 500, 0.003)
         await _until(lambda: traffic.as_json()["web"]["errors"][-1] > 0, "woken by a request")
@@ -113,7 +115,8 @@ async def _parks_and_wakes() -> None:
 
 
 def test_a_parked_sampler_fills_at_most_what_the_page_keeps() -> None:
-    """A sampler parked for hours fills in KEEP zero samples, not one per second slept."""
+    """A sampler parked for hours fills in KEEP zero samples, not one per second slept,
+    and the request before them has left their quantile window."""
     metrics = GatewayMetrics()
     traffic = Traffic(metrics)
     metrics.done("web", "-", 200, 0.003)
@@ -123,3 +126,4 @@ def test_a_parked_sampler_fills_at_most_what_the_page_keeps() -> None:
     shown = traffic.as_json()["web"]
     assert len(shown["rps"]) == KEEP
     assert shown["rps"] == [0.0] * KEEP
+    assert shown["p50"] == [None] * KEEP

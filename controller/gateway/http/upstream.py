@@ -10,7 +10,8 @@ An engine speaks plain HTTP/1.1 on a port the gateway chose, so this client need
 
 - a pool of connections per engine address, at most ``limit`` open in all (idle ones
   are closed to make room), an idle one dropped once the engine has closed it or after
-  ``IDLE_TIMEOUT``, and never pooled again after a ``Connection: close`` answer;
+  ``IDLE_TIMEOUT`` (looked at when the oldest is due: nothing pooled, no timer), and
+  never pooled again after a ``Connection: close`` answer;
 - a connect timeout and the engine sockets of ``enginesock`` (a lost host is noticed);
 - the request written as given (a sized body whole, an upload chunked unless sized);
 - the answer's head parsed, then its body read whole, in part, or as it comes, framed by
@@ -40,7 +41,9 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 HEAD_MAX = 64 * 1024  # bytes of an answer's status line and headers
 IDLE_TIMEOUT = 15.0  # seconds an unused connection stays pooled (aiohttp's default)
-SWEEP_EVERY = 5.0  # seconds between looks for idle connections to close
+# A timer may end a little early (uvloop rounds its delay to a millisecond of a cached
+# clock): a connection this close to its end goes with the look, not on a second wake.
+DUE_SLACK = 0.05  # seconds
 READ_SIZE = 64 * 1024  # bytes asked of the socket at once for a body of unknown end
 NO_BODY = frozenset({204, 304})
 
@@ -102,7 +105,7 @@ class Upstream:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._connect_timeout = connect_timeout
         self._socket_factory = socket_factory
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweep: asyncio.TimerHandle | None = None  # armed while a connection is pooled
         self._closed = False
 
     async def request(
@@ -122,8 +125,6 @@ class Upstream:
         on the request line; ``headers``: the fields sent, but ``Host`` and the body's
         framing, which are the client's own; ``length``: a streamed body's, when known
         (else it goes chunked)."""
-        if self._sweeper is None:
-            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         key = (host, port)
         # A kept-alive connection (most requests) without the wait for room's coroutine.
         conn = None if fresh else self._pooled(key)
@@ -153,8 +154,8 @@ class Upstream:
 
     async def close(self) -> None:
         self._closed = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        if self._sweep is not None:
+            self._sweep.cancel()
         for pool in self._idle.values():
             for conn in pool:
                 conn.close()
@@ -237,6 +238,7 @@ class Upstream:
         if pool is None:
             pool = self._idle[conn.key] = deque()
         pool.append(conn)
+        self._arm_sweep()
         self._wake()  # a request waiting for room may take it, or close it for its own
 
     def _forget(self, conn: _Connection) -> None:
@@ -256,19 +258,32 @@ class Upstream:
         self._open -= 1
         return True
 
-    async def _sweep(self) -> None:
-        while True:
-            await asyncio.sleep(SWEEP_EVERY)
-            now = time.monotonic()
-            for key, pool in list(self._idle.items()):
-                kept = deque(c for c in pool if c.usable() and now - c.idle_since < IDLE_TIMEOUT)
-                for conn in pool:
-                    if conn not in kept:
-                        self._forget(conn)
-                if kept:
-                    self._idle[key] = kept
-                else:
-                    del self._idle[key]
+    def _arm_sweep(self) -> None:
+        """A look at the pool when its oldest idle connection is due. It once looked every
+        5 s from the first request on, for good: a gateway that had proxied one request
+        woke every 5 s with nothing pooled (tests/gateway/test_upstream_client.py)."""
+        if self._sweep is not None or self._closed:
+            return
+        oldest = min((pool[0].idle_since for pool in self._idle.values() if pool), default=None)
+        if oldest is not None:
+            due = oldest + IDLE_TIMEOUT - time.monotonic()
+            self._sweep = asyncio.get_running_loop().call_later(max(due, 0.0), self._swept)
+
+    def _swept(self) -> None:
+        """Idle connections past ``IDLE_TIMEOUT`` or closed by their engine are closed;
+        armed again for the next one due, if any is left."""
+        self._sweep = None
+        until = time.monotonic() - IDLE_TIMEOUT + DUE_SLACK  # idle since before: due
+        for key, pool in list(self._idle.items()):
+            kept = deque(c for c in pool if c.usable() and c.idle_since > until)
+            for conn in pool:
+                if conn not in kept:
+                    self._forget(conn)
+            if kept:
+                self._idle[key] = kept
+            else:
+                del self._idle[key]
+        self._arm_sweep()
 
 
 class Answer:

@@ -5,10 +5,14 @@ read on the gateway's loop, where they are updated): requests/s and errors/s ove
 period, and p50/p99 latency over the last ``WINDOW`` seconds, interpolated within the
 histogram's buckets as Prometheus' ``histogram_quantile`` does.
 
-Only while there is traffic: once ``WINDOW`` samples in a row saw no new request, every
-further sample would be the same zero one (no rate, no quantile), so the sampler parks
-until ``GatewayMetrics.done`` wakes it, and the zero samples of the quiet time are
-filled in then, or when the page asks (``as_json``). An idle gateway wakes for none.
+Only while there is traffic: once a sample saw no new request, every further one until
+the next request is a zero sample (no rate; its quantiles over the last ``WINDOW``
+samples, the older requests running out of them), so the sampler parks until
+``GatewayMetrics.done`` wakes it, and the zero samples of the quiet time are filled in
+then, or when the page asks (``as_json``), through the same ``Series.add``. An idle
+gateway wakes for none. It once took ``WINDOW`` quiet samples before it parked: four
+wake-ups after each request that filling in gives the same (the idle test's held case
+counted them).
 """
 
 from __future__ import annotations
@@ -117,7 +121,7 @@ class Traffic:
         self.series: dict[str, Series] = {}
         self._last: dict[str, Totals] = {}
         self._last_at = time.monotonic()
-        self._still = WINDOW  # samples in a row with no new request (none counted yet)
+        self._still = 1  # samples in a row with no new request (none counted yet)
         self.parked = False  # the sampler waits for a request (the quiet time unfilled)
         self._request = asyncio.Event()
         metrics.on_done = self._request.set
@@ -136,7 +140,7 @@ class Traffic:
 
     async def run(self) -> None:
         while True:
-            if self._still >= WINDOW:  # quiet: each sample would be the zero one
+            if self._still > 0:  # quiet: the next samples are zero ones, filled in alike
                 self.parked = True
                 self._request.clear()
                 await self._request.wait()
@@ -147,13 +151,16 @@ class Traffic:
 
     def fill(self, now: float | None = None) -> None:
         """The zero samples a parked sampler did not take, one each ``PERIOD`` from its
-        last to ``now`` (at most ``KEEP``); their quantile window holds zeros already."""
+        last to ``now`` (at most ``KEEP``), as ``sample`` would have taken them."""
         if not self.parked:
             return
         wall = time.time()
         now = time.monotonic() if now is None else now
         missed = int((now - self._last_at) / PERIOD)
-        for k in range(max(0, missed - KEEP), missed):
+        skipped = max(0, missed - KEEP)
+        for series in self.series.values():  # the skipped ones leave the window too
+            series.recent.extend([Totals()] * min(skipped, WINDOW))
+        for k in range(skipped, missed):
             at = self._last_at + (k + 1) * PERIOD
             for series in self.series.values():
                 series.add(wall - (now - at), Totals(), PERIOD)
