@@ -101,6 +101,8 @@ def _once(args: argparse.Namespace, cfg: Config) -> int:
     if cfg.metrics_file is not None:
         _with_gateway_series(cfg.state_dir)
     reconciler = build(cfg)
+    if reconciler.git is not None:  # the source's fetch state is a live daemon's
+        reconciler.git.beside_daemon = _daemon_following(cfg)
     if args.wait:
         from controller.cli.render.waiting import wait_until_ready
 
@@ -150,6 +152,17 @@ def _beside_the_daemon(cfg: Config) -> str | None:
         f" this run names {ours}: run it with the daemon's --git, --branch/--tag and"
         " --git-path (or none of them), or stop the daemon to follow another source"
     )
+
+
+def _daemon_following(cfg: Config) -> int | None:
+    """The pid of the daemon on the state dir when it runs this run's set (its git source),
+    else None: a `--once` beside it keeps its own fetch's outcome out of the source's state."""
+    from controller.store.side import daemonset
+
+    pid = daemonset.daemon_pid(cfg.state_dir)
+    if not pid or daemonset.owner_of(cfg.state_dir, pid) != cfg.owner:
+        return None
+    return pid
 
 
 def raise_fd_limit() -> None:
