@@ -212,8 +212,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from controller.store.sources.manifests import load, missing_text
 
     cfg = config(args)
-    loaded = load(
-        cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend, repo=cfg.repo
+    loaded = load(  # the fleet's: one name may be declared for nodes no one node is
+        cfg.manifests,
+        insecure=cfg.insecure_manifests,
+        backend=cfg.backend,
+        repo=cfg.repo,
+        fleet=True,
     )
     _print_errors(list(loaded.errors))
     for folder in loaded.missing_folders:  # a mistyped CI or cron path must not go green
@@ -225,5 +229,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         # A CI job checking a mistyped or emptied folder checked nothing: it must not pass.
         print(f"error: {loaded.no_manifest}: {NOTHING_TO_VALIDATE}", file=sys.stderr)
         return EXIT_FAIL
-    print(f"{len(loaded.entries)} deployment(s) in {len(loaded.files)} file(s): valid")
+    count = len(loaded.entries) + sum(map(len, loaded.apart.values()))
+    print(f"{count} deployment(s) in {len(loaded.files)} file(s): valid")
     return EXIT_OK
