@@ -212,7 +212,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from controller.store.sources.manifests import load, missing_text
 
     cfg = config(args)
-    loaded = load(  # the fleet's: one name may be declared for nodes no one node is
+    loaded = load(  # the fleet's: one name may be declared once per node class
         cfg.manifests,
         insecure=cfg.insecure_manifests,
         backend=cfg.backend,
