@@ -280,9 +280,14 @@ class Preview:
         """Whether this node runs ``entry`` (``_share``'s rule). The envFrom files and
         volumes of a deployment left to other nodes are theirs (a sopsFile encrypted for
         their age keys, a file only they hold): never read here."""
-        if self.backend.selects_nodes:
-            return True
-        return matches(_selector(entry), self.config.labels or {})
+        labels = self.reads()
+        return labels is None or matches(_selector(entry), labels)
+
+    def reads(self) -> Mapping[str, str] | None:
+        """The labels whose share of the manifests this node reads (``load``'s): one name
+        declared for two node classes is two deployments of other nodes here. None: a
+        backend that selects nodes itself (Ray) reads them all, each name once."""
+        return None if self.backend.selects_nodes else (self.config.labels or {})
 
     def _secrets_key(self) -> bytes | None:
         """The key of envFrom's digests: a pass makes it, a preview only reads it (none
@@ -544,6 +549,7 @@ class Reconciler(Preview):
             backend=self.config.backend,
             cache_file=StateDir(self.config.state_dir).manifest_cache,
             repo=self.config.repo,
+            labels=self.reads(),
         )
 
     @contextlib.contextmanager

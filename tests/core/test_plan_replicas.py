@@ -362,6 +362,23 @@ def test_an_abandoned_ready_next_drains_unless_its_deployment_is_pruned(
     assert stop.drain is drains
 
 
+def test_a_next_abandoned_by_a_rename_in_its_file_says_so_and_drains() -> None:
+    # `metadata.name: web` edited to `chat` while `web@next` rolls: its file is right there
+    # (no "manifest removed"), and the model may be served on by the new name, so the Ready
+    # `@next`'s answers in flight end first, as the old instance's do.
+    old = entry("web", strategy="RollingUpdate", **GPU1)
+    v2 = entry("web", strategy="RollingUpdate", args=["--v2"], **GPU1)
+    chat = entry("chat", strategy="RollingUpdate", args=["--v2"], **GPU1)
+    seen = observed(ready("web", old, "nvidia:0", 8000), ready("web@next", v2, "nvidia:1", 8001))
+    by_name = {a.name: a for a in run(desired(chat), seen)}
+    for name in ("web", "web@next"):
+        stop = by_name[name]
+        assert isinstance(stop, Stop) and stop.drain, stop
+        assert "which now declares chat (renamed in place?)" in stop.reason, stop
+        assert "manifest removed" not in stop.reason, stop
+    assert by_name["web@next"].reason.startswith("rolling update abandoned: removed from")
+
+
 def test_a_next_of_a_scaled_away_replica_is_abandoned() -> None:
     old = entry("web", replicas=3, strategy="RollingUpdate", **GPU1)
     new = entry("web", replicas=1, strategy="RollingUpdate", args=["--v2"], **GPU1)

@@ -218,3 +218,52 @@ def test_a_young_gateway_sends_nothing_to_a_starting_next(reconcile: Any, gatewa
         assert answer.status == 200 and answer.json()["system_fingerprint"] == old, answer
     assert reconcile.status()[next_name("roll")]["phase"] == "Starting"
     g.finish()
+
+
+def test_a_rename_while_rolling_fails_no_request_and_says_renamed(
+    reconcile: Any, gateway: Any
+) -> None:
+    """The deployment is renamed in its file while its `@next` rolls: requests for its
+    model go on through the gateway and none fails, the stream the old instance was
+    sending included (its engine ends on SIGTERM: a stop without the gateway's drain cut
+    it); the old name's instances go saying the file now declares the new name, not
+    "manifest removed" (the `@next`'s said it: its file is right there)."""
+
+    def write(name: str, load: str, chunks: str) -> None:
+        command = reconcile.demo_command(load_seconds=load, chunks=chunks, chunk_delay="0.1")
+        doc = reconcile.deployment(
+            name, devices=GPU, strategy="RollingUpdate", command=command, model="chat",
+            basePort=reconcile.port, stopGracePeriodSeconds=20,
+        )  # fmt: skip
+        reconcile.write_text("roll.yaml", reconcile.dump_yaml(doc))
+
+    write("roll", "1", "40")
+    g = gateway()
+    old_pid = g.wait_phase("roll", "Ready")["pid"]
+    with Loop(g, "chat").running(clients=2) as loop:
+        loop.answered_by(reconcile, old_pid)
+        write("roll", "6", "41")  # loads for 6 s: the rename lands while it does
+        g.wait_phase(next_name("roll"), "Starting")  # beside the old one, which serves
+        stream = Stream(g.port, "chat")  # on the old one: the only one Ready
+        assert stream.begun.wait(WAIT) and b"data: " in stream.body, stream.body
+        write("rolled", "6", "41")  # renamed while its `@next` rolls
+        new_pid = g.wait_phase("rolled", "Ready")["pid"]
+        loop.answered_by(reconcile, new_pid)
+    stream.thread.join(WAIT)
+    assert stream.body.rstrip().endswith(b"data: [DONE]"), f"cut: {stream.body!r}"
+    assert not loop.errors, loop.errors[:5]
+    bad = [a for a in loop.answers if a[0] != 200]
+    assert not bad, bad[:5]
+    reconcile.wait_gone(old_pid)
+    reconcile.wait_for(
+        lambda: set(reconcile.status()) == {"rolled"}, timeout=WAIT, what="roll's records gone"
+    )
+    stops = [
+        e for name in ("roll", next_name("roll")) for e in reconcile.events(name)
+        if e.get("action") in ("stop", "release")
+    ]  # fmt: skip
+    assert len(stops) == 2, stops  # the old instance's, and the `@next`'s
+    for event in stops:
+        assert "manifest removed" not in event["reason"], stops
+        assert "roll.yaml" in event["reason"] and "rolled" in event["reason"], stops
+    g.finish()

@@ -182,3 +182,40 @@ def test_a_broken_manifest_whose_engine_runs_here_is_said_kept_not_skipped(
     assert (planned["skipped"], planned["kept_invalid"]) == ({"other": "gpu=a10"}, ["big"])
     assert reconcile.alive(pid) and reconcile.pids("big") == {pid}
     reconcile.down()
+
+
+def test_one_name_for_two_node_classes_is_a_duplicate_only_where_both_are_selected(
+    reconcile: Any,
+) -> None:
+    """`chat` declared for gpu=a100 nodes and again for gpu=h100 nodes was refused as a
+    duplicate on every node, though a node reads only the deployments its labels select
+    (a Kubernetes name is unique within its namespace alone). A node runs the one it
+    selects; one whose labels select both says the duplicate, with both files and lines."""
+    reconcile.state.mkdir(mode=0o700)
+    node_yaml = reconcile.state / "node.yaml"
+    node_yaml.write_text("labels: {gpu: h100, site: lab}\n")
+    for file, selector in (("chat-a100", {"gpu": "a100"}), ("chat-h100", {"gpu": "h100"})):
+        spec = reconcile.deployment("chat", nodeSelector=selector, basePort=reconcile.port)
+        reconcile.write_text(f"{file}.yaml", reconcile.dump_yaml(spec))
+    out = reconcile.once()
+    assert "duplicate" not in out.err, out
+    rec = reconcile.record("chat")
+    assert rec is not None and rec["source"].endswith("chat-h100.yaml"), rec
+    (pid,) = reconcile.pids("chat")
+    plan = reconcile("plan", check=0)
+    assert "duplicate" not in plan.out + plan.err, plan
+    valid = reconcile("validate", check=0)  # the fleet's view: no node selects both
+    assert "2 deployment(s) in 2 file(s): valid" in valid.out, valid
+
+    lab = reconcile.deployment("chat", nodeSelector={"site": "lab"}, basePort=reconcile.port)
+    reconcile.write_text("chat-lab.yaml", reconcile.dump_yaml(lab))  # this node selects both
+    out = reconcile.once(check=1)
+    said = [ln for ln in out.err.splitlines() if ln.startswith("error: ")]
+    assert len(said) == 2, out
+    assert all("duplicate deployment name 'chat'" in ln for ln in said), out
+    assert all("chat-h100.yaml:" in ln and "chat-lab.yaml:" in ln for ln in said), out
+    assert not any("chat-a100.yaml" in ln for ln in said), out  # not this node's
+    assert reconcile.alive(pid) and reconcile.pids("chat") == {pid}, out  # invariant 4
+    valid = reconcile("validate", check=1)  # a node labelled gpu=a100,site=lab would refuse
+    assert "chat-lab.yaml" in valid.err and "duplicate deployment name 'chat'" in valid.err
+    reconcile.down()

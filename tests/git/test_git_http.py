@@ -11,6 +11,8 @@ import pytest
 
 from tests.git.conftest import Remote, source
 from tests.git.httpgit import GitHTTP
+from tests.git.test_git_notify import told
+from tests.hookreceiver import Receiver
 
 TOKEN = "tok-3141592653"
 
@@ -66,4 +68,67 @@ def test_a_run_without_the_url_s_token_says_it_is_not_kept(
     said = "reconcile keeps no password given in a URL: give the same --git URL again"
     assert said in out.err and "credential helper" in out.err and TOKEN not in out.err, out
     assert said in source(reconcile)["message"]
+    reconcile("--git", url, "--git-path", "manifests", "down", check=0)
+
+
+@pytest.fixture
+def hook(reconcile: Any) -> Iterator[Receiver]:
+    receiver = Receiver(reconcile.port + 15).start()
+    yield receiver
+    receiver.stop()
+
+
+def _notify(reconcile: Any, hook: Receiver) -> None:
+    reconcile.state.mkdir(parents=True, exist_ok=True)
+    (reconcile.state / "node.yaml").write_text(
+        f"notify:\n  - url: http://127.0.0.1:{hook.port}/reconcile\n"
+        "    events: [Synced, PullFailed]\n"
+    )
+
+
+def test_a_cron_run_without_the_token_leaves_the_daemon_s_source_state_alone(
+    reconcile: Any, remote: Remote, http: GitHTTP, git_daemon: Any, hook: Receiver
+) -> None:
+    """A daemon follows the repository with a token in its URL (kept in its memory, never
+    on disk); a cron `--once --git URL` beside it without the token wrote its failed fetch
+    into the shared source.json, so the node said PullFailed, then Synced at the daemon's
+    next fetch, at every cron run. The daemon owns the source's fetch state (as one Argo CD
+    controller owns an app's sync status): the run says why it could not fetch, and keeps
+    nothing of it."""
+    _notify(reconcile, hook)
+    applied = remote.deploy("alpha")
+    url = http.url("remote.git", "tess", TOKEN)
+    d = git_daemon("--git", url, "--git-path", "manifests", "--interval", "1h")
+    synced = d.wait(lambda: told(hook, "Synced"), "the daemon's Synced posted")
+    assert synced[0]["revision"] == applied, synced
+
+    out = reconcile("--once", "--git", http.url("remote.git"), "--git-path", "manifests", check=1)
+    assert "could not read Username" in out.err and TOKEN not in out.err, out
+    assert f"the daemon (pid {d.proc.pid})" in out.err and "not kept" in out.err, out
+    seen = source(reconcile)
+    assert seen["state"] == "Synced" and seen["applied"] == applied, seen
+    assert told(hook, "PullFailed") == [] and len(told(hook, "Synced")) == 1, hook.accepted
+    assert d.stop() == 0
+    reconcile("--git", url, "--git-path", "manifests", "down", check=0)
+
+
+def test_a_cron_run_with_the_token_beside_a_daemon_without_it_lifts_no_failure(
+    reconcile: Any, remote: Remote, http: GitHTTP, git_daemon: Any, hook: Receiver
+) -> None:
+    """The reverse: the daemon's fetches fail (its URL has no token), a cron run's with
+    the token succeeds: its success cleared the daemon's failure (Synced posted), and the
+    daemon's next try set it again (PullFailed): a flap. The run applies the commit it
+    fetched; the source stays PullFailed, the daemon's words, until the daemon fetches."""
+    _notify(reconcile, hook)
+    applied = remote.deploy("alpha")
+    d = git_daemon("--git", http.url("remote.git"), "--git-path", "manifests", "--interval", "1h")
+    d.wait(lambda: told(hook, "PullFailed"), "the daemon's PullFailed posted")
+
+    url = http.url("remote.git", "tess", TOKEN)
+    reconcile("--once", "--git", url, "--git-path", "manifests", check=0)
+    seen = source(reconcile)
+    assert seen["state"] == "PullFailed" and seen["applied"] == applied, seen
+    assert "could not read Username" in seen["message"], seen
+    assert told(hook, "Synced") == [], hook.accepted
+    assert d.stop() == 0
     reconcile("--git", url, "--git-path", "manifests", "down", check=0)

@@ -94,6 +94,34 @@ def test_models_lists_and_prune_keeps_what_a_manifest_names(reconcile: Any, cach
     assert (cache / key(KEPT)).exists() and not (cache / key(GONE)).exists()
 
 
+def test_prune_keeps_the_model_of_each_node_class_of_one_name(reconcile: Any, cache: Path) -> None:
+    """`chat` declared for gpu=a100 and again for gpu=h100 nodes, each with its model:
+    `models prune` refused the pair as a duplicate (nothing removed, exit 1), though each
+    node runs its own; it keeps both models, as any manifest's, and removes the rest."""
+    reconcile.state.mkdir(mode=0o700, exist_ok=True)
+    node_yaml = reconcile.state / "node.yaml"
+    other = os.urandom(MB // 4)
+    files = {"kept.gguf": KEPT, "other.gguf": other, "gone.gguf": GONE}
+    with serving(files) as server:
+        for gpu, name in (("a100", "kept.gguf"), ("h100", "other.gguf")):
+            doc = reconcile.deployment(
+                "chat", nodeSelector={"gpu": gpu}, source=source(server, name, files[name]),
+                basePort=reconcile.port,
+            )  # fmt: skip
+            reconcile.write_text(f"chat-{gpu}.yaml", reconcile.dump_yaml(doc))
+        reconcile.write("drop", source=source(server, "gone.gguf", GONE))
+        for gpu in ("a100", "h100"):  # this node serves each class in turn: both pulled
+            node_yaml.write_text(f"labels: {{gpu: {gpu}}}\n")
+            reconcile.converge()
+    reconcile.down()
+    (reconcile.manifests / "drop.yaml").unlink()
+    assert all((cache / key(data)).exists() for data in files.values())
+
+    reconcile("models", "prune", check=0)
+    assert (cache / key(KEPT)).exists() and (cache / key(other)).exists()
+    assert not (cache / key(GONE)).exists()
+
+
 def test_models_names_deployments_not_their_replicas(reconcile: Any, cache: Path) -> None:
     """Its DEPLOYMENTS column read `llama,llama@1` for one deployment of two replicas (a
     trial): `llama@1` is no deployment's name."""

@@ -151,10 +151,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if first is not None:
         say_warnings(cfg)  # no plan to list them in
         return _unplanned(fmt, cfg, *first)
-    loaded = load(
-        cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend, repo=cfg.repo
-    )
     view = preview(cfg)
+    loaded = load(
+        cfg.manifests,
+        insecure=cfg.insecure_manifests,
+        backend=cfg.backend,
+        repo=cfg.repo,
+        labels=view.reads(),
+    )
     # envFrom's values first (read for the hash anyway): a Starting engine keyed from them
     # or a key file is probed with its key, as the pass will (probekeys.py), not refused.
     desired = view.desired(loaded)

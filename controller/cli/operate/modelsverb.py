@@ -85,14 +85,19 @@ def _size(entry: CacheEntry) -> int:
 
 
 def _prune(cfg: Config, *, dry_run: bool) -> int:
-    loaded = load(
-        cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend, repo=cfg.repo
+    loaded = load(  # the fleet's: a name declared per node class keeps each one's model
+        cfg.manifests,
+        insecure=cfg.insecure_manifests,
+        backend=cfg.backend,
+        repo=cfg.repo,
+        fleet=True,
     )
     refusal = _unsafe(loaded)
     if refusal is not None:
         print(f"reconcile: nothing removed: {refusal}", file=sys.stderr)
         return EXIT_FAIL
-    named = {s.key for e in loaded.entries.values() if (s := e.deployment.spec.source)}
+    declared = [*loaded.entries.values(), *(e for more in loaded.apart.values() for e in more)]
+    named = {s.key for e in declared if (s := e.deployment.spec.source)}
     named |= set(_record_users(cfg))
     verb = "would remove" if dry_run else "removed"
     for entry in entries(cache_root(cfg.state_dir)):

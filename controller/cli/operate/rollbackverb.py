@@ -161,10 +161,14 @@ def _show_change(
     with tempfile.TemporaryDirectory(prefix="reconcile-rollback-") as tmp:
         folder = _export(source.repo, target, st.path, Path(tmp))
         # named as the repository does (a pass names them so): not by the temp dir
-        loaded = load(
-            [folder], insecure=cfg.insecure_manifests, backend=cfg.backend, repo=Path(tmp)
-        )
         view = preview(cfg)
+        loaded = load(
+            [folder],
+            insecure=cfg.insecure_manifests,
+            backend=cfg.backend,
+            repo=Path(tmp),
+            labels=view.reads(),
+        )
         # the records' files lie in the checkout, outside this folder: no manifest "moved"
         desired = dataclasses.replace(view.desired(loaded), revision=target, folders=(str(folder),))
         # envFrom's values first, as `plan`: a Starting engine keyed from them or a key

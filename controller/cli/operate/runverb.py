@@ -101,6 +101,8 @@ def _once(args: argparse.Namespace, cfg: Config) -> int:
     if cfg.metrics_file is not None:
         _with_gateway_series(cfg.state_dir)
     reconciler = build(cfg)
+    if reconciler.git is not None:  # the source's fetch state is a live daemon's
+        reconciler.git.beside_daemon = _daemon_following(cfg)
     if args.wait:
         from controller.cli.render.waiting import wait_until_ready
 
@@ -152,6 +154,17 @@ def _beside_the_daemon(cfg: Config) -> str | None:
     )
 
 
+def _daemon_following(cfg: Config) -> int | None:
+    """The pid of the daemon on the state dir when it runs this run's set (its git source),
+    else None: a `--once` beside it keeps its own fetch's outcome out of the source's state."""
+    from controller.store.side import daemonset
+
+    pid = daemonset.daemon_pid(cfg.state_dir)
+    if not pid or daemonset.owner_of(cfg.state_dir, pid) != cfg.owner:
+        return None
+    return pid
+
+
 def raise_fd_limit() -> None:
     """The daemon's soft RLIMIT_NOFILE up to its hard limit: the gateway holds an fd per
     client and per engine connection, on top of what passes use (the soft 1024 or less a
@@ -199,8 +212,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from controller.store.sources.manifests import load, missing_text
 
     cfg = config(args)
-    loaded = load(
-        cfg.manifests, insecure=cfg.insecure_manifests, backend=cfg.backend, repo=cfg.repo
+    loaded = load(  # the fleet's: one name may be declared once per node class
+        cfg.manifests,
+        insecure=cfg.insecure_manifests,
+        backend=cfg.backend,
+        repo=cfg.repo,
+        fleet=True,
     )
     _print_errors(list(loaded.errors))
     for folder in loaded.missing_folders:  # a mistyped CI or cron path must not go green
@@ -212,5 +229,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         # A CI job checking a mistyped or emptied folder checked nothing: it must not pass.
         print(f"error: {loaded.no_manifest}: {NOTHING_TO_VALIDATE}", file=sys.stderr)
         return EXIT_FAIL
-    print(f"{len(loaded.entries)} deployment(s) in {len(loaded.files)} file(s): valid")
+    count = len(loaded.entries) + sum(map(len, loaded.apart.values()))
+    print(f"{count} deployment(s) in {len(loaded.files)} file(s): valid")
     return EXIT_OK

@@ -59,6 +59,11 @@ def matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return all(labels.get(key) == value for key, value in selector.items())
 
 
+def disjoint(one: Mapping[str, str], other: Mapping[str, str]) -> bool:
+    """No node's labels match both selectors: they give one key two values."""
+    return any(key in other and other[key] != value for key, value in one.items())
+
+
 def pairs(selector: Mapping[str, str]) -> str:
     """``gpu=h100,site=lab2``: a selector as ``kubectl get -l`` writes it."""
     return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))

@@ -16,7 +16,7 @@ from pathlib import Path
 from controller.core.actions import AnyAction
 from controller.core.devices.capacity import Limits
 from controller.core.devices.inventory import Inventory
-from controller.core.manifest.names import base_name, instance_of, replica_name
+from controller.core.manifest.names import base_name, in_repo, instance_of, replica_name
 from controller.core.manifest.specs import Entry
 from controller.core.state import Activation, Drain, Observed, Record
 
@@ -119,6 +119,27 @@ class Context:
         if selector is None:
             return None
         return f"nodeSelector {selector} no longer matches this node's labels"
+
+    def still_declaring(self, rec: Record) -> list[str]:
+        """What the file of an undeclared ``rec`` declares now (sorted): a name edited
+        in place, or a document taken out of several; none when the file is gone."""
+        return sorted(e.name for e in self.desired.entries.values() if e.source == rec.source)
+
+    def removed(self, rec: Record, gone: str) -> str:
+        """Why an undeclared record goes: its file gone (``gone``, ``{}`` for the file), or
+        still there declaring others: a ``metadata.name`` edited in place (a rename) is no
+        "manifest removed" to the one who edited it, whose file is right there. A new name
+        there may be a rename or a document swapped in a multi-document file: asked, not
+        said."""
+        was = in_repo(self.desired.repo, rec.source)
+        there = self.still_declaring(rec)
+        if not there:
+            return gone.format(was)
+        recorded = {base_name(n) for n in self.observed.records}
+        new = [name for name in there if name not in recorded]
+        if new:
+            return f"removed from {was}, which now declares {', '.join(new)} (renamed in place?)"
+        return f"removed from {was} (the file is still there, declaring {', '.join(there)})"
 
     def scaled_to_zero(self, record: str) -> bool:
         return instance_of(record) in self.instances and self.desired.count(base_name(record)) == 0

@@ -234,26 +234,13 @@ def _undeclared(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:
         return ()  # invariant 5: an empty or missing folder prunes nothing
     unselected = ctx.unselected(rec)
     if view.alive or view.markers or rec.holds:
-        reason = unselected or _removed(ctx, rec, "manifest removed (was {})")
-        return (Stop(name=rec.name, reason=reason, undeclared=True),)
-    reason = unselected or _removed(ctx, rec, "manifest removed")
+        reason = unselected or ctx.removed(rec, "manifest removed (was {})")
+        # Its file declares others (renamed in place?): its model may be served on by the
+        # new name, so its answers in flight end first (its engine ends on SIGTERM).
+        drain = unselected is None and bool(ctx.still_declaring(rec))
+        return (Stop(name=rec.name, reason=reason, undeclared=True, drain=drain),)
+    reason = unselected or ctx.removed(rec, "manifest removed")
     return (Release(name=rec.name, reason=reason, nonce=rec.nonce, undeclared=True),)
-
-
-def _removed(ctx: Context, rec: Record, gone: str) -> str:
-    """Why an undeclared record goes: its file gone (``gone``, ``{}`` for the file), or
-    still there declaring others: a ``metadata.name`` edited in place (a rename) is no
-    "manifest removed" to the one who edited it, whose file is right there. A new name
-    there may be a rename or a document swapped in a multi-document file: asked, not said."""
-    was = in_repo(ctx.desired.repo, rec.source)
-    there = sorted(e.name for e in ctx.desired.entries.values() if e.source == rec.source)
-    if not there:
-        return gone.format(was)
-    recorded = {base_name(n) for n in ctx.observed.records}
-    new = [name for name in there if name not in recorded]
-    if new:
-        return f"removed from {was}, which now declares {', '.join(new)} (renamed in place?)"
-    return f"removed from {was} (the file is still there, declaring {', '.join(there)})"
 
 
 def _scaled_down(ctx: Context, view: RecordView) -> tuple[AnyAction, ...]:

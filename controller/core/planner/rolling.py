@@ -166,7 +166,8 @@ def judge_next(ctx: Context, view: RecordView) -> list[Judged]:
 def _abandon(ctx: Context, view: RecordView, entry: Entry | None) -> tuple[AnyAction, ...]:
     """The new instance is no longer wanted: stop it (the old one is untouched). A Ready
     one takes its instance's requests (the gateway's table), so those in flight end first,
-    as a scaled-away replica's do; a pruned deployment's goes as a prune goes."""
+    as a scaled-away replica's do; a pruned deployment's goes as a prune goes (drained
+    too when its file is still there: a name edited in place, its model served on)."""
     rec = view.record
     drain = True
     if entry is None and ctx.scaled_away(rec.name):
@@ -176,8 +177,9 @@ def _abandon(ctx: Context, view: RecordView, entry: Entry | None) -> tuple[AnyAc
         kept = ctx.desired.broken_sources | ctx.desired.emptied
         if broken or rec.source in kept or not ctx.desired.prune:
             return ()  # invariants 4 and 5: a broken or missing manifest stops nothing
-        why = ctx.unselected(rec) or "manifest removed"
-        drain = False
+        why = ctx.unselected(rec) or ctx.removed(rec, "manifest removed")
+        # a prune goes at once, but a name edited in place may be served on (as above)
+        drain = ctx.unselected(rec) is None and bool(ctx.still_declaring(rec))
     elif not rolling(entry):
         why = "strategy is no longer RollingUpdate"
     else:

@@ -14,7 +14,7 @@ import json
 import os
 import posixpath
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from controller.core.manifest import hints
 from controller.core.manifest.backendnames import on_cluster
 from controller.core.manifest.cluster import cluster_refusals
 from controller.core.manifest.excerpt import clip, did_you_mean, short
-from controller.core.manifest.labels import key_problem, value_problem
+from controller.core.manifest.labels import disjoint, key_problem, matches, value_problem
 from controller.core.manifest.names import in_repo
 from controller.core.manifest.specerrors import Loc, Written, problems
 from controller.core.manifest.specs import (
@@ -97,6 +97,18 @@ class LoadResult:
     no_manifest: str = ""
     backend: str = "local"  # the backend the specs are for: a cluster refuses some fields
     repo: Path | None = None  # the git checkout the folders are in (``load``)
+    # The node whose share is read (its labels, ``load``): a name is declared twice only
+    # when it selects both. None: every declaration, each name once (one cluster, export).
+    labels: Mapping[str, str] | None = None
+    # No node's share but the fleet's (`validate`): a name is declared twice only where
+    # one node could select both; the others of a name are kept apart here.
+    fleet: bool = False
+    apart: dict[str, list[Entry]] = field(default_factory=dict)
+
+    def elsewhere(self, entry: Entry) -> bool:
+        """``entry`` is another node's: its nodeSelector does not match ``labels``."""
+        return self.labels is not None and not matches(entry.deployment.spec.node_selector,
+                                                       self.labels)  # fmt: skip
 
     def named(self, file: str) -> str:
         """``file`` as its user names it: a git source's as the repository does."""
@@ -519,16 +531,39 @@ def _add(result: LoadResult, entry: Entry) -> None:
     if first is None and name not in result.invalid_names:
         result.entries[name] = entry
         return
+    # One name for two node classes (`chat` with gpu=a100 and with gpu=h100): a node reads
+    # only what its labels select, so it is declared twice only where they select both, as
+    # a Kubernetes name is unique within its namespace alone.
+    if result.elsewhere(entry):
+        return
+    if first is not None and result.elsewhere(first):
+        result.entries[name] = entry  # the one this node selects
+        return
+    if result.fleet and first is not None:
+        first = _selected_with(result, first, entry)
+        if first is None:
+            return
     where = f"{result.named(first.source)}:{first.line}" if first else "an invalid document"
     message = f"duplicate deployment name {name!r}: also declared in {where}"
     error = ManifestError(entry.source, entry.line, "metadata.name", message, name)
     result.errors.append(error)
     if first is not None:
-        del result.entries[name]
+        result.entries.pop(name, None)
         also = f"{result.named(entry.source)}:{entry.line}"
         other = f"duplicate deployment name {name!r}: also declared in {also}"
         result.errors.append(ManifestError(first.source, first.line, "metadata.name", other, name))
     result.invalid_names[name] = str(result.error(error))  # where, as every invalid one says
+
+
+def _selected_with(result: LoadResult, first: Entry, entry: Entry) -> Entry | None:
+    """The declaration of ``entry``'s name that one node could select with it (their
+    nodeSelectors agree where both have a key); None: none could, and it is kept apart."""
+    selector = entry.deployment.spec.node_selector
+    for other in [first, *result.apart.get(entry.name, [])]:
+        if not disjoint(other.deployment.spec.node_selector, selector):
+            return other
+    result.apart.setdefault(entry.name, []).append(entry)
+    return None
 
 
 def missing_text(path: str) -> str:
@@ -571,14 +606,18 @@ def load(
     backend: str = "local",
     cache_file: Path | None = None,
     repo: Path | None = None,
+    labels: Mapping[str, str] | None = None,
+    fleet: bool = False,
 ) -> LoadResult:
     """Every manifest of ``folders``; as root, only files and folders root alone can write.
 
     ``cache_file``: the parse cache (a pass under the lock passes it; read verbs do not).
     ``repo``: the git checkout the folders are in (``Config.repo``): each error names its
     file as the repository does (``manifests/a.yaml:3``), not by the checkout's place.
+    ``labels``: the node's, whose share is read (``LoadResult.labels``); ``fleet``: every
+    node's (``LoadResult.fleet``).
     """
-    result = LoadResult(backend=backend, repo=repo)
+    result = LoadResult(backend=backend, repo=repo, labels=labels, fleet=fleet)
     cache = ParseCache(cache_file) if cache_file is not None else None
     strict = security.strict(insecure)
     seen: set[str] = set()  # real paths: `-f m -f m/a.yaml` (or one folder twice) reads a.yaml once

@@ -67,6 +67,13 @@ class Checkout:
         # A rollback's own pass: it moves to a commit the checkout holds, and fetches
         # nothing (a remote that hangs is no wait: the next --once or daemon fetches).
         self.moves_only = False
+        # A `--once` beside a live daemon that follows this source (its pid; set by the
+        # CLI): the source's fetch state is the daemon's, one writer as one Argo CD
+        # controller owns an app's sync status. This process's failed fetch is said and
+        # never kept, its success keeps the daemon's failure: their credentials may differ
+        # (a token in the daemon's URL lives in its memory alone), and each wrote over the
+        # other's outcome, so the node's notifications flapped PullFailed/Synced.
+        self.beside_daemon: int | None = None
         self.repo = checkout_dir(state_dir)
         self.marker = StateDir(state_dir).git_moving
         self._fetch_pid: int | None = None  # the fetch's git in flight (its collection's too)

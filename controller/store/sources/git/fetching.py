@@ -162,7 +162,7 @@ class Fetching(Checkout):
 
     def _fetch_reason(self, st: SourceStatus) -> str | None:
         hook = StateDir(self.state_dir).git_fetch_now
-        if hook.exists():
+        if hook.exists() and self.beside_daemon is None:  # a webhook asks the daemon
             with contextlib.suppress(FileNotFoundError):
                 hook.unlink()  # taken before the fetch: a hook during it asks for another
             return "webhook"
@@ -172,7 +172,8 @@ class Fetching(Checkout):
 
     def _fetch(self, by: str, news: SyncResult, lock: FileLock) -> None:
         tried = now_iso()
-        if self.status().fetched is None:  # a first fetch: `source` says it is under way
+        first = self.status().fetched is None and self.beside_daemon is None
+        if first:  # a first fetch: `source` says it is under way
             self.change_status(lambda st: _trying(st, tried))
         try:
             self._ensure_repo()
@@ -182,6 +183,11 @@ class Fetching(Checkout):
             log.info("git source", change=said, url=shown_url(self.settings.url))
             return
         except (GitFailed, OSError) as exc:
+            if self.beside_daemon is not None:  # this run's alone: the daemon's stands
+                news.error = _not_kept(str(exc), self.beside_daemon)
+                log.warning("git fetch failed", url=shown_url(self.settings.url),
+                            error=str(exc), kept=False)  # fmt: skip
+                return
             error = news.error = str(exc)
             self.change_status(lambda st: self._failed(st, error, tried))
             return
@@ -202,9 +208,10 @@ class Fetching(Checkout):
             if st.auto_pinned and st.fetched is not None:
                 st.pinned, st.auto_pinned = None, False  # a newer commit lifts autoRollback's pin
                 news.events.append(f"a newer commit ({sha[:12]}): the auto-rollback pin lifted")
-        st.fetched, st.fetch_error, st.failures, st.by = sha, None, 0, by
-        st.last_try_at = st.last_fetch_at = tried
-        st.next_fetch_at = time.time() + self.settings.interval
+        st.fetched, st.by, st.last_fetch_at = sha, by, tried
+        if self.beside_daemon is None:  # beside it, the daemon's failure is its to lift
+            st.fetch_error, st.failures, st.last_try_at = None, 0, tried
+            st.next_fetch_at = time.time() + self.settings.interval
 
     def _ensure_repo(self) -> None:
         """A repository to fetch into: made once; one git cannot open is made again. The
@@ -310,6 +317,16 @@ def _trying(st: SourceStatus, tried: str) -> None:
     """A first fetch begun: written at once, so the source is known while it runs (a
     daemon's first fetch from a remote that hangs took its whole limit to say anything)."""
     st.last_try_at = tried
+
+
+def _not_kept(error: str, daemon: int) -> str:
+    """A `--once`'s failed fetch beside the daemon that follows the same source."""
+    return (
+        f"{error} (this run's fetch alone, not kept: the daemon (pid {daemon}) on this state"
+        " dir follows this repository and fetches it with the --git URL it was started with,"
+        " whose token, if any, lives in its memory and never on disk; `reconcile source`"
+        " says how its fetches go, and this pass ran on the commit it fetched)"
+    )
 
 
 def _next_move(exc: GitFailed, s: GitSettings) -> GitFailed:
