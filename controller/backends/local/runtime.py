@@ -248,7 +248,8 @@ class LocalBackend:
     def prepared(self, spec: DeploymentSpec) -> Held | None:
         return None if spec.container is None else self.containers.prepared(spec)
 
-    def fetching(self, spec: DeploymentSpec) -> str | None:
+    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> str | None:
+        # One node: the image is here or not for every instance alike.
         return None if spec.container is None else self.containers.fetching(spec)
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:

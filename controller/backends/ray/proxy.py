@@ -60,8 +60,8 @@ class RayProxy(OnTheirNodes):
         got: str | None = self._call("unplaceable", spec)
         return got
 
-    def fetching(self, spec: DeploymentSpec) -> str | None:
-        got: str | None = self._call("fetching", spec, timeout=FETCH)
+    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> str | None:
+        got: str | None = self._call("fetching", spec, starting, timeout=FETCH)
         return got
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:
