@@ -135,10 +135,12 @@ class Backend(Protocol):
         say (None: a process, or none): what a record made by adopting it must keep."""
         ...
 
-    def prepared(self, spec: DeploymentSpec) -> Held | None:
-        """Before a running engine is stopped for ``spec`` (a recreate): None when what
-        ``spec`` runs from is on its node (its container image), else why the running one
-        keeps serving meanwhile (its image being pulled; why it cannot be: ``failed``)."""
+    def prepared(self, spec: DeploymentSpec, running: Record) -> Held | None:
+        """Before ``running``'s engine is stopped for ``spec`` (a recreate): None when what
+        ``spec`` runs from is on its node (its container image; on a cluster, on each node
+        the new one may land on: the one ``running`` frees among them), else why the
+        running one keeps serving meanwhile (its image being pulled; why it cannot be:
+        ``failed``)."""
         ...
 
     def fetching(self, spec: DeploymentSpec, starting: int = 1) -> str | None:

@@ -356,6 +356,65 @@ def test_a_replica_whose_image_its_node_cannot_get_preempts_no_ray_engine(
         wait_for(lambda: not any(alive(p) for p in pids), timeout=30, what="engines gone")
 
 
+def test_a_recreate_whose_image_the_freed_node_cannot_get_keeps_the_ray_engine(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    bare: str,
+) -> None:
+    """`web` (a process, strategy Recreate) runs on the node whose runtime holds no image
+    (`bare`), every other GPU held by `keep-*`; web is edited into a container of an
+    image this box built (no registry has it). No node has room, so the new web lands
+    where the old one's GPUs are freed, on bare, which cannot get the image. Before web
+    is stopped its image is pulled there too: the pull fails, and web serves on, the same
+    engine, saying why. The image was looked for on its noted node alone (one holding
+    it): web was stopped, and the new one found the image missing on bare and failed to
+    pull it, leaving no engine."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    keeps = ["keep-1", "keep-2", "keep-3"]
+    web = {"devices": GPU, "strategy": "Recreate", "stopGracePeriodSeconds": 2}
+    pids: list[int] = []
+    try:
+        rc.write("web", command=ENGINE, nodeSelector=BARE, **web)
+        rc.converge(timeout="120s")  # first: the keeps go to the other nodes
+        for name in keeps:
+            rc.write(name, command=ENGINE, devices=GPU)
+        rc.converge(timeout="120s")
+        before = {name: rc.record(name) for name in ["web", *keeps]}
+        assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
+        pids += [r["ref"]["pid"] for r in before.values()]
+        assert before["web"]["node"] == bare, before
+        # The image's note names a node that holds it (as an earlier pull there left
+        # it): the node the look went to.
+        note = rc.state / "images" / "ray-nodes.json"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        key = f"podman {podman.image}"  # imagefetch.image_key
+        note.write_text(json.dumps({"version": 1, "nodes": {key: before["keep-1"]["node"]}}))
+        container = {"image": podman.image, "runtime": "podman"}
+        rc.write("web", command=STANDIN, container=container, **web)
+
+        def said_failed() -> dict[str, Any] | None:
+            rc.once(check=None)
+            now = rc.record("web")  # every pass: the old engine serves on
+            assert now is not None and now["phase"] == "Ready", now
+            assert now["ref"] == before["web"]["ref"], now
+            waits = [e for e in rc.events("web") if e.get("outcome") == "waiting"]
+            return next((e for e in waits if "cannot pull image" in e["error"]), None)
+
+        failed = wait_for(said_failed, timeout=180, what="web's new image said unpullable")
+        assert failed["error"].startswith(f"cannot pull image {podman.image}: "), failed
+        assert failed["error"].endswith(f"; the running engine is kept (Ray node {bare[:8]})")
+        for name in keeps:
+            kept = rc.record(name)
+            assert kept is not None and kept["ref"] == before[name]["ref"], kept
+    finally:
+        rc("down", check=None)
+        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+        engines_gone()  # and web's, whose marker names the bare node's own temp folder:
+        wait_for(lambda: not any(alive(p) for p in pids), timeout=30, what="engines gone")
+
+
 def test_a_rolling_update_whose_new_image_cannot_be_pulled_keeps_the_old_ray_engine(
     cluster: Any,
     reconcile: Reconcile,

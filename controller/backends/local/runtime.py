@@ -245,7 +245,8 @@ class LocalBackend:
                         reason=str(exc))  # fmt: skip
             return None
 
-    def prepared(self, spec: DeploymentSpec) -> Held | None:
+    def prepared(self, spec: DeploymentSpec, running: Record) -> Held | None:
+        # One node: the new engine starts where the running one runs.
         return None if spec.container is None else self.containers.prepared(spec)
 
     def fetching(self, spec: DeploymentSpec, starting: int = 1) -> str | None:

@@ -119,10 +119,10 @@ class RayBackend(OnTheirNodes):
         """The image's pull on that node, holding no GPU (imagefetch.py)."""
         return None if spec.container is None else self._images.fetch(spec)
 
-    def prepared(self, spec: DeploymentSpec) -> Held | None:
+    def prepared(self, spec: DeploymentSpec, running: Record) -> Held | None:
         """Before a recreate stops the running engine: the new image pulled first on the
         node the new one goes to (imagefetch.py), the running one serving meanwhile."""
-        return None if spec.container is None else self._images.prepared(spec)
+        return None if spec.container is None else self._images.prepared(spec, running.node)
 
     # -- launch ------------------------------------------------------------------------
 

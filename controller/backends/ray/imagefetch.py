@@ -1,6 +1,7 @@
 """The ray backend's image edge: a container image is fetched on the node that will run
 its engine before the start is placed, or before a recreate stops the engine it replaces
-(``prepared``: the running one serves meanwhile, and is kept if the pull fails) (DESIGN.md
+(``prepared``: the running one serves meanwhile, and is kept if the pull fails; on the
+node it frees too, where the new one lands when the chosen node is full) (DESIGN.md
 "Engines in containers", "Many nodes").
 
 The planner places a start, and may preempt lower-priority engines for it, only once
@@ -109,36 +110,31 @@ class ImageFetch:
         return None
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:
-        """Start (or read) its pull on each node the last look asked, the first one noted
-        for the launch: a failure first, else the first wait, else None (there)."""
+        """Start (or read) its pull on each node the last look asked (:meth:`_pulls`)."""
         nodes = self._asked.get(image_key(spec)) or self._nodes(spec, 1, ())
-        found = []
-        for node, held in zip(nodes, self._ask_each(nodes, _fetch, spec), strict=True):
-            if isinstance(held, NoAnswer):
-                held = Held(str(held))
-            if held is None:
-                continue
-            if node is nodes[0]:
-                self.notes.note(image_key(spec), node.node_id)
-            found.append(
-                dataclasses.replace(
-                    held, why=f"{held.why} on Ray node {naming.short(node.node_id)}"
-                )
-            )
-        return next((h for h in found if h.failed), found[0] if found else None)
+        found = self._pulls(nodes, _fetch, spec)
+        if found is None:
+            return None
+        node, held = found
+        return dataclasses.replace(held, why=f"{held.why} on Ray node {naming.short(node)}")
 
-    def prepared(self, spec: DeploymentSpec) -> Held | None:
-        """Before a running engine is stopped for ``spec`` (a recreate): its image pulled
-        first on the node the new one goes to (the launch asks Ray for it), the running
-        one kept meanwhile; None once it is there."""
-        node = self._node(spec)
-        if node is None:  # no node can take it: the launch says so
+    def prepared(self, spec: DeploymentSpec, freed: str) -> Held | None:
+        """Before a running engine on node ``freed`` is stopped for ``spec`` (a recreate):
+        its image pulled first on the node the new one goes to (the launch asks Ray for
+        it), and on ``freed`` too when that one has no room (the new one lands where the
+        old one's GPUs were freed), the running one kept meanwhile; None once it is there."""
+        fits = self._fits(spec)
+        if not fits:  # no node can take it: the launch says so
             return None
-        self._looked[image_key(spec)] = node.node_id  # there: the launch goes there
-        held = self._pull_on(node, _prepared, spec)
-        if held is None:
+        first = fits[0]
+        self._looked[image_key(spec)] = first.node_id  # there: the launch goes there
+        full = first.free_gpus < spec.devices.count
+        nodes = [first, *(n for n in fits[1:] if full and n.node_id == freed)]
+        found = self._pulls(nodes, _prepared, spec)
+        if found is None:
             return None
-        return dataclasses.replace(held, why=f"{held.why} (Ray node {naming.short(node.node_id)})")
+        node, held = found
+        return dataclasses.replace(held, why=f"{held.why} (Ray node {naming.short(node)})")
 
     def node_of(self, spec: DeploymentSpec) -> str | None:
         """The node pulling or holding ``spec``'s image, as noted or last looked at."""
@@ -162,15 +158,21 @@ class ImageFetch:
         self.notes.forget(name)
         self.notes.forget(image_key(spec))
 
-    def _pull_on(self, node: cluster.Node, task: Any, spec: DeploymentSpec) -> Held | None:
-        """``task``'s pull (``_fetch``, ``_prepared``) on ``node``, noted there while it
-        runs or failed; a node that does not answer keeps the wait."""
-        held: Held | NoAnswer | None = self._ask_each([node], task, spec)[0]
-        if isinstance(held, NoAnswer):
-            return Held(str(held))
-        if held is not None:
-            self.notes.note(image_key(spec), node.node_id)
-        return held
+    def _pulls(
+        self, nodes: Sequence[cluster.Node], task: Any, spec: DeploymentSpec
+    ) -> tuple[str, Held] | None:
+        """``task``'s pull (``_fetch``, ``_prepared``) on each node at once, the first
+        node noted while its pull runs or failed: a failure first, else the first wait
+        (a node that does not answer keeps it), with its node; None: there on each."""
+        found: list[tuple[str, Held]] = []
+        for node, held in zip(nodes, self._ask_each(nodes, task, spec), strict=True):
+            if isinstance(held, NoAnswer):
+                found.append((node.node_id, Held(str(held))))
+            elif held is not None:
+                if node is nodes[0]:
+                    self.notes.note(image_key(spec), node.node_id)
+                found.append((node.node_id, held))
+        return next((f for f in found if f[1].failed), found[0] if found else None)
 
     def _node(self, spec: DeploymentSpec) -> cluster.Node | None:
         """Where the start will run: the best of :meth:`_fits`."""

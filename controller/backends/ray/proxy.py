@@ -68,8 +68,8 @@ class RayProxy(OnTheirNodes):
         got: Held | None = self._call("fetch", spec, timeout=FETCH)
         return got
 
-    def prepared(self, spec: DeploymentSpec) -> Held | None:
-        got: Held | None = self._call("prepared", spec, timeout=FETCH)
+    def prepared(self, spec: DeploymentSpec, running: Record) -> Held | None:
+        got: Held | None = self._call("prepared", spec, running, timeout=FETCH)
         return got
 
     def launch(self, launch: StartRequest) -> Instance:
