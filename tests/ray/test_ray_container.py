@@ -356,6 +356,67 @@ def test_a_replica_whose_image_its_node_cannot_get_preempts_no_ray_engine(
         wait_for(lambda: not any(alive(p) for p in pids), timeout=30, what="engines gone")
 
 
+def test_a_replica_preempts_only_once_its_image_is_pulled_on_the_victims_node(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    registry: Registry,  # noqa: F811
+    bare: str,
+) -> None:
+    """As above, with an image pinned by digest that web's node holds and the registry
+    serves: web@1's image is pulled on low's node (`bare`) first, holding nothing, and
+    only once it is there is low preempted, web@1 running there. The look was on web's
+    node alone: low was preempted first, and web@1's actor pulled on its node after."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    image = f"{registry.address}/reconcile-test/engine@{registry.digest}"
+    web = {"command": STANDIN, "container": {"image": image, "runtime": "podman"},
+           "devices": GPU, "priority": 5, "stopGracePeriodSeconds": 2}  # fmt: skip
+    names = ["low", "keep-1", "keep-2", "web"]
+    pids: list[int] = []
+    forget_pulled(podman, registry)
+    try:
+        rc.write("low", command=ENGINE, devices=GPU, nodeSelector=BARE)
+        rc.converge(timeout="120s")  # first: the keeps and web go to the other nodes
+        for name in ("keep-1", "keep-2"):
+            rc.write(name, command=ENGINE, devices=GPU, priority=10)
+        rc.write("web", **web)
+        rc.converge(timeout="120s")
+        before = {name: rc.record(name) for name in names}
+        assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
+        pids += [r["ref"]["pid"] for r in before.values()]
+        assert before["low"]["node"] == bare and before["web"]["node"] != bare, before
+        note = rc.state / "images" / "ray-nodes.json"  # web's node holds it (see above)
+        note.parent.mkdir(parents=True, exist_ok=True)
+        key = f"podman {image}"  # imagefetch.image_key
+        note.write_text(json.dumps({"version": 1, "nodes": {key: before["web"]["node"]}}))
+        rc.write("web", replicas=2, **web)
+
+        def ready() -> dict[str, Any] | None:  # `--wait` ends at low's Pending (stuck)
+            rc.once(check=None)
+            rec = rc.record("web@1")
+            return rec if rec is not None and rec["phase"] == "Ready" else None
+
+        placed = wait_for(ready, timeout=180, what="web@1 Ready")
+        assert placed["node"] == bare, placed
+        pids.append(placed["ref"]["pid"])
+        low = rc.record("low")
+        assert low is not None and low["phase"] == "Pending", low
+        events = rc.events("web")
+        pulled = [
+            e for e in events if e.get("instance") == "web@1" and e.get("outcome") == "pulling"
+        ]
+        (preempt,) = [e for e in rc.events("low") if e.get("action") == "preempt"]
+        assert pulled and all(e["error"].endswith(f"on Ray node {bare[:8]}") for e in pulled)
+        assert pulled[0]["time"] < preempt["time"], (pulled, preempt)
+    finally:
+        rc("down", check=None)
+        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+        engines_gone()  # and those on bare, whose marker names its own temp folder:
+        wait_for(lambda: not any(alive(p) for p in pids), timeout=30, what="engines gone")
+        forget_pulled(podman, registry)
+
+
 def test_a_recreate_whose_image_the_freed_node_cannot_get_keeps_the_ray_engine(
     cluster: Any,
     reconcile: Reconcile,

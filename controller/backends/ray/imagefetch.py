@@ -218,6 +218,8 @@ class ImageFetch:
         return [self._answer(n, ref, spec, deadline) for n, ref in zip(nodes, refs, strict=True)]
 
     def _answer(self, node: cluster.Node, ref: Any, spec: DeploymentSpec, deadline: float) -> Any:
+        """One task's answer by ``deadline`` (the looks' together), else NoAnswer (returned,
+        not raised: the other nodes' answers are read all the same)."""
         try:
             return ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
         except RayError as exc:
