@@ -281,7 +281,7 @@ def bare(cluster: Any, podman: Engine, tmp_path: Path) -> Iterator[str]:  # noqa
     """A one-GPU node labelled ``storage=bare`` whose podman keeps its images apart (an
     empty storage of its own: none of the images this box built) and whose temp folder
     is its own (its tasks' and actors' folder, as on a machine of its own), for one test:
-    its id. Removed after the test's own teardown."""
+    its id. Removed after the test's own teardown. (``podman``: skipped without it.)"""
     conf = tmp_path / "storage.conf"
     conf.write_text(
         f'[storage]\ndriver = "vfs"\ngraphroot = "{tmp_path}/graph"\nrunroot = "{tmp_path}/run"\n'
@@ -296,6 +296,13 @@ def bare(cluster: Any, podman: Engine, tmp_path: Path) -> Iterator[str]:  # noqa
         yield str(node.node_id)
     finally:
         cluster.remove_node(node)
+        # Gone from Ray's view too before the next test counts the GPU nodes.
+        left = str(node.node_id)
+        wait_for(
+            lambda: not [n for n in ray.nodes() if n["NodeID"] == left and n["Alive"]],
+            timeout=60,
+            what="the bare node gone",
+        )
 
 
 def test_a_replica_whose_image_its_node_cannot_get_preempts_no_ray_engine(
