@@ -135,17 +135,21 @@ class Backend(Protocol):
         say (None: a process, or none): what a record made by adopting it must keep."""
         ...
 
-    def prepared(self, spec: DeploymentSpec) -> Held | None:
-        """Before a running engine is stopped for ``spec`` (a recreate): None when what
-        ``spec`` runs from is on its node (its container image), else why the running one
-        keeps serving meanwhile (its image being pulled; why it cannot be: ``failed``)."""
+    def prepared(self, spec: DeploymentSpec, running: Record) -> Held | None:
+        """Before ``running``'s engine is stopped for ``spec`` (a recreate): None when what
+        ``spec`` runs from is on its node (its container image; on a cluster, on each node
+        the new one may land on: the one ``running`` frees among them), else why the
+        running one keeps serving meanwhile (its image being pulled; why it cannot be:
+        ``failed``)."""
         ...
 
-    def fetching(self, spec: DeploymentSpec) -> str | None:
+    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> str | None:
         """Why a start of ``spec`` waits for what it runs from (its container image not on
         the node yet, or its pull failed), else None. A look only: nothing started. The
         planner sees it abstractly (``Observed.fetching``): such a start holds nothing and
-        preempts nobody until it is there."""
+        preempts nobody until it is there. ``starting``: how many of its instances this
+        pass may place (a cluster looks on every node one may land on by preempting when
+        they may not all fit in the room there is)."""
         ...
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:

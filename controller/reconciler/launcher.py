@@ -473,7 +473,7 @@ class Launcher:
         record's message would outlive a spec changed back)."""
         if action.entry is None or rec.phase is not Phase.READY:
             return False
-        held = self.backend.prepared(action.entry.deployment.spec)
+        held = self.backend.prepared(action.entry.deployment.spec, rec)
         if held is None:
             self._kept.pop(rec.name, None)
             return False

@@ -73,18 +73,21 @@ def fetching(
     """Deployment -> why its start waits for what the backend fetches first (its image;
     ``Observed.fetching``). Asked only of deployments that may be placed now (an
     instance with no record, Pending, Pulling, Idle, or whose back-off holding nothing
-    is over), so a Ready engine's pass costs no runtime call."""
-    out: dict[str, str] = {}
+    is over), so a Ready engine's pass costs no runtime call. Once per deployment, with
+    how many of its instances may start (a cluster looks wider when they may not all fit
+    without preempting)."""
     instances = desired.instances()
     # a rolling update's `@next` whose pull failed is placed afresh after its back-off too
     nexts = {n: instances[instance_of(n)] for n in records if instance_of(n) in instances}
+    starting: dict[str, list[Entry]] = {}
     for name, entry in {**instances, **nexts}.items():
-        spec = entry.deployment.spec
-        if spec.container is None or entry.name in out or not _may_start(records.get(name), now):
-            continue
-        why = backend.fetching(spec)
+        if entry.deployment.spec.container is not None and _may_start(records.get(name), now):
+            starting.setdefault(entry.name, []).append(entry)
+    out: dict[str, str] = {}
+    for name, entries in starting.items():
+        why = backend.fetching(entries[0].deployment.spec, len(entries))
         if why is not None:
-            out[entry.name] = why
+            out[name] = why
     return out
 
 

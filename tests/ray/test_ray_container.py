@@ -15,6 +15,7 @@ import signal
 import sys
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,13 +28,14 @@ from containers.conftest import (  # noqa: F401 (fixtures)
     podman,
     registry,
 )
-from procs import wait_for
+from procs import alive, wait_for
 from rayhelp import engines_gone, ours, ray
 
 from controller.host.containers import INSTANCE_LABEL, STATE_LABEL
 
 Reconcile = Any  # the `reconcile` fixture of tests/conftest.py
 GPU = {"count": 1, "kind": "nvidia"}
+BARE = {"storage": "bare"}  # the label of the node whose runtime holds no image (`bare`)
 ENGINE = [sys.executable, "-m", "controller.demo.engine", "--port", "{port}", "--host", "{host}"]
 
 
@@ -272,6 +274,213 @@ def test_a_higher_priority_start_whose_image_fails_to_pull_preempts_no_ray_engin
         rc("down", check=None)
         wait_for(lambda: not ours(), timeout=30, what="our actors gone")
         engines_gone()
+
+
+@pytest.fixture
+def bare(cluster: Any, podman: Engine, tmp_path: Path) -> Iterator[str]:  # noqa: F811
+    """A one-GPU node labelled ``storage=bare`` whose podman keeps its images apart (an
+    empty storage of its own: none of the images this box built) and whose temp folder
+    is its own (its tasks' and actors' folder, as on a machine of its own), for one test:
+    its id. Removed after the test's own teardown. (``podman``: skipped without it.)"""
+    conf = tmp_path / "storage.conf"
+    conf.write_text(
+        f'[storage]\ndriver = "vfs"\ngraphroot = "{tmp_path}/graph"\nrunroot = "{tmp_path}/run"\n'
+    )
+    (tmp_path / "tmp").mkdir()
+    env = {"CONTAINERS_STORAGE_CONF": str(conf), "TMPDIR": str(tmp_path / "tmp")}
+    node = cluster.add_node(
+        num_cpus=1, num_gpus=1, object_store_memory=80 << 20, labels=BARE, env_vars=env
+    )
+    cluster.wait_for_nodes()
+    try:
+        yield str(node.node_id)
+    finally:
+        cluster.remove_node(node)
+        # Gone from Ray's view too before the next test counts the GPU nodes.
+        left = str(node.node_id)
+        wait_for(
+            lambda: not [n for n in ray.nodes() if n["NodeID"] == left and n["Alive"]],
+            timeout=60,
+            what="the bare node gone",
+        )
+
+
+def test_a_replica_whose_image_its_node_cannot_get_preempts_no_ray_engine(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    bare: str,
+) -> None:
+    """`web` (priority 5, a container of an image this box built: no registry has it) runs
+    one replica on a node that holds the image; every other GPU is held, by `keep-*`
+    (priority 10) and, on the node whose runtime holds no image (`bare`), by `low`
+    (priority 0). web is scaled to 2: web@1 can only run by preempting low, and so on
+    low's node, which cannot get the image. Its image is looked for there first (where a
+    preempting start lands), its pull runs there holding no GPU and fails: web@1 backs
+    off naming the pull's error and that node, holding nothing, and low runs on. The
+    look was on the image's noted node alone (web's), so web@1 preempted low and only
+    then did its actor find the image missing on low's node."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    container = {"image": podman.image, "runtime": "podman"}
+    web = {"command": STANDIN, "container": container, "devices": GPU, "priority": 5,
+           "stopGracePeriodSeconds": 2}  # fmt: skip
+    names = ["low", "keep-1", "keep-2", "web"]
+    pids: list[int] = []
+    try:
+        rc.write("low", command=ENGINE, devices=GPU, nodeSelector=BARE)
+        rc.converge(timeout="120s")  # first: the keeps and web go to the other nodes
+        for name in ("keep-1", "keep-2"):
+            rc.write(name, command=ENGINE, devices=GPU, priority=10)
+        rc.write("web", **web)
+        rc.converge(timeout="120s")
+        before = {name: rc.record(name) for name in names}
+        assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
+        pids += [r["ref"]["pid"] for r in before.values()]
+        assert before["low"]["node"] == bare and before["web"]["node"] != bare, before
+        # The image's note names web's node (it holds the image), as an earlier pass's
+        # pull there left it: the node the look went to.
+        note = rc.state / "images" / "ray-nodes.json"
+        key = f"podman {podman.image}"  # imagefetch.image_key
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(json.dumps({"version": 1, "nodes": {key: before["web"]["node"]}}))
+        rc.write("web", replicas=2, **web)
+        failed = backed_off(rc, "web@1", 0)
+        assert failed["message"].startswith(f"cannot pull image {podman.image}: "), failed
+        assert failed["message"].endswith(f"on Ray node {bare[:8]}"), failed
+        assert failed["devices"] == [] and failed["port"] is None, failed
+        for name in names:
+            kept = rc.record(name)
+            assert kept is not None and kept["phase"] == "Ready", kept
+            assert kept["ref"] == before[name]["ref"] and kept["restarts"] == 0, kept
+        preempted = [e for n in names for e in rc.events(n) if e.get("action") == "preempt"]
+        assert preempted == []
+        assert {a["name"].partition(".")[0] for a in ours()} == set(names)  # none of web@1
+    finally:
+        rc("down", check=None)
+        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+        engines_gone()  # and low's, whose marker names the bare node's own temp folder:
+        wait_for(lambda: not any(alive(p) for p in pids), timeout=30, what="engines gone")
+
+
+def test_a_replica_preempts_only_once_its_image_is_pulled_on_the_victims_node(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    registry: Registry,  # noqa: F811
+    bare: str,
+) -> None:
+    """As above, with an image pinned by digest that web's node holds and the registry
+    serves: web@1's image is pulled on low's node (`bare`) first, holding nothing, and
+    only once it is there is low preempted, web@1 running there. The look was on web's
+    node alone: low was preempted first, and web@1's actor pulled on its node after."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    image = f"{registry.address}/reconcile-test/engine@{registry.digest}"
+    web = {"command": STANDIN, "container": {"image": image, "runtime": "podman"},
+           "devices": GPU, "priority": 5, "stopGracePeriodSeconds": 2}  # fmt: skip
+    names = ["low", "keep-1", "keep-2", "web"]
+    pids: list[int] = []
+    forget_pulled(podman, registry)
+    try:
+        rc.write("low", command=ENGINE, devices=GPU, nodeSelector=BARE)
+        rc.converge(timeout="120s")  # first: the keeps and web go to the other nodes
+        for name in ("keep-1", "keep-2"):
+            rc.write(name, command=ENGINE, devices=GPU, priority=10)
+        rc.write("web", **web)
+        rc.converge(timeout="120s")
+        before = {name: rc.record(name) for name in names}
+        assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
+        pids += [r["ref"]["pid"] for r in before.values()]
+        assert before["low"]["node"] == bare and before["web"]["node"] != bare, before
+        note = rc.state / "images" / "ray-nodes.json"  # web's node holds it (see above)
+        note.parent.mkdir(parents=True, exist_ok=True)
+        key = f"podman {image}"  # imagefetch.image_key
+        note.write_text(json.dumps({"version": 1, "nodes": {key: before["web"]["node"]}}))
+        rc.write("web", replicas=2, **web)
+
+        def ready() -> dict[str, Any] | None:  # `--wait` ends at low's Pending (stuck)
+            rc.once(check=None)
+            rec = rc.record("web@1")
+            return rec if rec is not None and rec["phase"] == "Ready" else None
+
+        placed = wait_for(ready, timeout=180, what="web@1 Ready")
+        assert placed["node"] == bare, placed
+        pids.append(placed["ref"]["pid"])
+        low = rc.record("low")
+        assert low is not None and low["phase"] == "Pending", low
+        events = rc.events("web")
+        pulled = [
+            e for e in events if e.get("instance") == "web@1" and e.get("outcome") == "pulling"
+        ]
+        (preempt,) = [e for e in rc.events("low") if e.get("action") == "preempt"]
+        assert pulled and all(e["error"].endswith(f"on Ray node {bare[:8]}") for e in pulled)
+        assert pulled[0]["time"] < preempt["time"], (pulled, preempt)
+    finally:
+        rc("down", check=None)
+        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+        engines_gone()  # and those on bare, whose marker names its own temp folder:
+        wait_for(lambda: not any(alive(p) for p in pids), timeout=30, what="engines gone")
+        forget_pulled(podman, registry)
+
+
+def test_a_recreate_whose_image_the_freed_node_cannot_get_keeps_the_ray_engine(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    bare: str,
+) -> None:
+    """`web` (a process, strategy Recreate) runs on the node whose runtime holds no image
+    (`bare`), every other GPU held by `keep-*`; web is edited into a container of an
+    image this box built (no registry has it). No node has room, so the new web lands
+    where the old one's GPUs are freed, on bare, which cannot get the image. Before web
+    is stopped its image is pulled there too: the pull fails, and web serves on, the same
+    engine, saying why. The image was looked for on its noted node alone (one holding
+    it): web was stopped, and the new one found the image missing on bare and failed to
+    pull it, leaving no engine."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    keeps = ["keep-1", "keep-2", "keep-3"]
+    web = {"devices": GPU, "strategy": "Recreate", "stopGracePeriodSeconds": 2}
+    pids: list[int] = []
+    try:
+        rc.write("web", command=ENGINE, nodeSelector=BARE, **web)
+        rc.converge(timeout="120s")  # first: the keeps go to the other nodes
+        for name in keeps:
+            rc.write(name, command=ENGINE, devices=GPU)
+        rc.converge(timeout="120s")
+        before = {name: rc.record(name) for name in ["web", *keeps]}
+        assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
+        pids += [r["ref"]["pid"] for r in before.values()]
+        assert before["web"]["node"] == bare, before
+        # The image's note names a node that holds it (as an earlier pull there left
+        # it): the node the look went to.
+        note = rc.state / "images" / "ray-nodes.json"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        key = f"podman {podman.image}"  # imagefetch.image_key
+        note.write_text(json.dumps({"version": 1, "nodes": {key: before["keep-1"]["node"]}}))
+        container = {"image": podman.image, "runtime": "podman"}
+        rc.write("web", command=STANDIN, container=container, **web)
+
+        def said_failed() -> dict[str, Any] | None:
+            rc.once(check=None)
+            now = rc.record("web")  # every pass: the old engine serves on
+            assert now is not None and now["phase"] == "Ready", now
+            assert now["ref"] == before["web"]["ref"], now
+            waits = [e for e in rc.events("web") if e.get("outcome") == "waiting"]
+            return next((e for e in waits if "cannot pull image" in e["error"]), None)
+
+        failed = wait_for(said_failed, timeout=180, what="web's new image said unpullable")
+        assert failed["error"].startswith(f"cannot pull image {podman.image}: "), failed
+        assert failed["error"].endswith(f"; the running engine is kept (Ray node {bare[:8]})")
+        for name in keeps:
+            kept = rc.record(name)
+            assert kept is not None and kept["ref"] == before[name]["ref"], kept
+    finally:
+        rc("down", check=None)
+        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
+        engines_gone()  # and web's, whose marker names the bare node's own temp folder:
+        wait_for(lambda: not any(alive(p) for p in pids), timeout=30, what="engines gone")
 
 
 def test_a_rolling_update_whose_new_image_cannot_be_pulled_keeps_the_old_ray_engine(

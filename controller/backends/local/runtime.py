@@ -245,10 +245,12 @@ class LocalBackend:
                         reason=str(exc))  # fmt: skip
             return None
 
-    def prepared(self, spec: DeploymentSpec) -> Held | None:
+    def prepared(self, spec: DeploymentSpec, running: Record) -> Held | None:
+        # One node: the new engine starts where the running one runs.
         return None if spec.container is None else self.containers.prepared(spec)
 
-    def fetching(self, spec: DeploymentSpec) -> str | None:
+    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> str | None:
+        # One node: the image is here or not for every instance alike.
         return None if spec.container is None else self.containers.fetching(spec)
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:

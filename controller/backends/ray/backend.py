@@ -86,6 +86,9 @@ class RayBackend(OnTheirNodes):
         # Record name -> the node its actor runs on (the last refresh, then each launch):
         # a replica's launch avoids its siblings' nodes.
         self._nodes: dict[str, str] = {}
+        # (node, priority) of each record holding GPUs (the last refresh): where a start
+        # of higher priority may land by preempting it (imagefetch.py looks there).
+        self._holding: list[tuple[str, int]] = []
         self._placing = threading.Lock()  # one pass launches replicas concurrently
         self._puller: RayPuller | None = None  # made by puller(): the pass's model pulls
         self._images = ImageFetch(state_dir, self.namespace)  # pulled before placing
@@ -104,19 +107,22 @@ class RayBackend(OnTheirNodes):
     def unplaceable(self, spec: DeploymentSpec) -> str | None:
         return cluster.unfit(spec.devices.count, spec.node_selector)
 
-    def fetching(self, spec: DeploymentSpec) -> str | None:
-        """Why a start waits for its image on the node it will run on (imagefetch.py): it
+    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> str | None:
+        """Why a start waits for its image on a node it may run on (imagefetch.py): it
         is placed, and preempts, only once the image is there."""
-        return None if spec.container is None else self._images.fetching(spec)
+        if spec.container is None:
+            return None
+        below = {node for node, priority in self._holding if priority < spec.priority}
+        return self._images.fetching(spec, starting, below)
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         """The image's pull on that node, holding no GPU (imagefetch.py)."""
         return None if spec.container is None else self._images.fetch(spec)
 
-    def prepared(self, spec: DeploymentSpec) -> Held | None:
+    def prepared(self, spec: DeploymentSpec, running: Record) -> Held | None:
         """Before a recreate stops the running engine: the new image pulled first on the
         node the new one goes to (imagefetch.py), the running one serving meanwhile."""
-        return None if spec.container is None else self._images.prepared(spec)
+        return None if spec.container is None else self._images.prepared(spec, running.node)
 
     # -- launch ------------------------------------------------------------------------
 
@@ -283,6 +289,9 @@ class RayBackend(OnTheirNodes):
     def refresh(self, records: Iterable[Record]) -> None:
         """List our actors and ask each for its status, all at once (one ``ray.wait``)."""
         records = list(records)
+        self._holding = [
+            (r.node, r.priority) for r in records if r.backend == self.name and r.devices
+        ]
         self._ns_of = {self.namespace} | {
             naming.namespace(self.state_dir, r.owner) for r in records if r.backend == self.name
         }

@@ -1,6 +1,7 @@
 """The ray backend's image edge: a container image is fetched on the node that will run
 its engine before the start is placed, or before a recreate stops the engine it replaces
-(``prepared``: the running one serves meanwhile, and is kept if the pull fails) (DESIGN.md
+(``prepared``: the running one serves meanwhile, and is kept if the pull fails; on the
+node it frees too, where the new one lands when the chosen node is full) (DESIGN.md
 "Engines in containers", "Many nodes").
 
 The planner places a start, and may preempt lower-priority engines for it, only once
@@ -11,12 +12,21 @@ host (its ``fetching`` and ``fetch``), in the folder the engine's actor uses the
 (``actor.node_root``): the actor's launch then reads the ended pull. The node is the one
 noted for the image (``imagenodes.py``) while it fits, else the one with the most free
 GPUs (a node with room before one without); the launch asks Ray for it (a soft pin).
+
+A start the room there is cannot take is placed by preempting, and lands where its victim
+ran: the planner pools the cluster's GPUs and picks the victim, so which node is known
+only once it is stopped. So when the instances that may start outnumber the room, the
+look and the pull are also on every node that runs an engine of lower priority (a
+replica past the first, a single instance whose noted node is full): none is preempted
+before the image is on the node it frees.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import ray
@@ -81,39 +91,50 @@ class ImageFetch:
         # Image key -> the node the last look found it on (this driver's memory, so
         # `plan` writes nothing): the launch that follows the look goes there.
         self._looked: dict[str, str] = {}
+        # Image key -> every node the last look asked: the fetch that follows pulls there.
+        self._asked: dict[str, list[cluster.Node]] = {}
 
-    def fetching(self, spec: DeploymentSpec) -> str | None:
-        """Why a start of ``spec`` waits for its image on the node that will run it."""
-        node = self._node(spec)
-        if node is None:  # no node can take it: the placement says so
+    def fetching(self, spec: DeploymentSpec, starting: int, below: Collection[str]) -> str | None:
+        """Why a start of ``spec`` waits for its image on a node that may run it: one of
+        ``starting`` instances, where ``below`` are the nodes of lower-priority engines."""
+        nodes = self._nodes(spec, starting, below)
+        if not nodes:  # no node can take it: the placement says so
             return None
-        self._looked[image_key(spec)] = node.node_id
-        try:
-            said: str | None = self._ask(node, _look, spec)
-        except NoAnswer as exc:
-            return str(exc)
-        return None if said is None else f"{said} on Ray node {naming.short(node.node_id)}"
+        self._looked[image_key(spec)] = nodes[0].node_id
+        self._asked[image_key(spec)] = nodes
+        for node, said in zip(nodes, self._ask_each(nodes, _look, spec), strict=True):
+            if isinstance(said, NoAnswer):
+                return str(said)
+            if said is not None:
+                return f"{said} on Ray node {naming.short(node.node_id)}"
+        return None
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:
-        """Start (or read) its pull on that node, which the note keeps for the launch."""
-        node = self._node(spec)
-        held = None if node is None else self._pull_on(node, _fetch, spec)
-        if node is None or held is None:
+        """Start (or read) its pull on each node the last look asked (:meth:`_pulls`)."""
+        nodes = self._asked.get(image_key(spec)) or self._nodes(spec, 1, ())
+        found = self._pulls(nodes, _fetch, spec)
+        if found is None:
             return None
-        return dataclasses.replace(held, why=f"{held.why} on Ray node {naming.short(node.node_id)}")
+        node, held = found
+        return dataclasses.replace(held, why=f"{held.why} on Ray node {naming.short(node)}")
 
-    def prepared(self, spec: DeploymentSpec) -> Held | None:
-        """Before a running engine is stopped for ``spec`` (a recreate): its image pulled
-        first on the node the new one goes to (the launch asks Ray for it), the running
-        one kept meanwhile; None once it is there."""
-        node = self._node(spec)
-        if node is None:  # no node can take it: the launch says so
+    def prepared(self, spec: DeploymentSpec, freed: str) -> Held | None:
+        """Before a running engine on node ``freed`` is stopped for ``spec`` (a recreate):
+        its image pulled first on the node the new one goes to (the launch asks Ray for
+        it), and on ``freed`` too when that one has no room (the new one lands where the
+        old one's GPUs were freed), the running one kept meanwhile; None once it is there."""
+        fits = self._fits(spec)
+        if not fits:  # no node can take it: the launch says so
             return None
-        self._looked[image_key(spec)] = node.node_id  # there: the launch goes there
-        held = self._pull_on(node, _prepared, spec)
-        if held is None:
+        first = fits[0]
+        self._looked[image_key(spec)] = first.node_id  # there: the launch goes there
+        full = first.free_gpus < spec.devices.count
+        nodes = [first, *(n for n in fits[1:] if full and n.node_id == freed)]
+        found = self._pulls(nodes, _prepared, spec)
+        if found is None:
             return None
-        return dataclasses.replace(held, why=f"{held.why} (Ray node {naming.short(node.node_id)})")
+        node, held = found
+        return dataclasses.replace(held, why=f"{held.why} (Ray node {naming.short(node)})")
 
     def node_of(self, spec: DeploymentSpec) -> str | None:
         """The node pulling or holding ``spec``'s image, as noted or last looked at."""
@@ -137,45 +158,75 @@ class ImageFetch:
         self.notes.forget(name)
         self.notes.forget(image_key(spec))
 
-    def _pull_on(self, node: cluster.Node, task: Any, spec: DeploymentSpec) -> Held | None:
-        """``task``'s pull (``_fetch``, ``_prepared``) on ``node``, noted there while it
-        runs or failed; a node that does not answer keeps the wait."""
-        try:
-            held: Held | None = self._ask(node, task, spec)
-        except NoAnswer as exc:
-            return Held(str(exc))
-        if held is not None:
-            self.notes.note(image_key(spec), node.node_id)
-        return held
+    def _pulls(
+        self, nodes: Sequence[cluster.Node], task: Any, spec: DeploymentSpec
+    ) -> tuple[str, Held] | None:
+        """``task``'s pull (``_fetch``, ``_prepared``) on each node at once, the first
+        node noted while its pull runs or failed: a failure first, else the first wait
+        (a node that does not answer keeps it), with its node; None: there on each."""
+        found: list[tuple[str, Held]] = []
+        for node, held in zip(nodes, self._ask_each(nodes, task, spec), strict=True):
+            if isinstance(held, NoAnswer):
+                found.append((node.node_id, Held(str(held))))
+            elif held is not None:
+                if node is nodes[0]:
+                    self.notes.note(image_key(spec), node.node_id)
+                found.append((node.node_id, held))
+        return next((f for f in found if f[1].failed), found[0] if found else None)
 
     def _node(self, spec: DeploymentSpec) -> cluster.Node | None:
-        """Where the start will run: of the selected nodes with GPUs enough, one with
-        room first (no preemption), the noted one first, then the most free GPUs."""
+        """Where the start will run: the best of :meth:`_fits`."""
+        return next(iter(self._fits(spec)), None)
+
+    def _fits(self, spec: DeploymentSpec) -> list[cluster.Node]:
+        """The selected nodes with GPUs enough, best first: one with room (no
+        preemption), the noted one first, then the most free GPUs."""
         count = spec.devices.count
         live = cluster.selected(cluster.nodes(), spec.node_selector)
-        fits = [n for n in live if n.gpus >= count]
         noted = self.node_of(spec)
-        return min(
-            fits,
+        return sorted(
+            (n for n in live if n.gpus >= count),
             key=lambda n: (n.free_gpus < count, n.node_id != noted, -n.free_gpus, n.node_id),
-            default=None,
         )
 
-    def _ask(self, node: cluster.Node, task: Any, spec: DeploymentSpec) -> Any:
-        """``task``'s answer on ``node``, else NoAnswer (a node busy or lost)."""
-        pinned = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
-        ref = (
+    def _nodes(
+        self, spec: DeploymentSpec, starting: int, below: Collection[str]
+    ) -> list[cluster.Node]:
+        """The nodes ``starting`` instances of ``spec`` may run on: the best one, and
+        when the room there is cannot take them all, every node of ``below`` (the nodes
+        of lower-priority engines), where one preempting lands."""
+        fits = self._fits(spec)
+        count = spec.devices.count
+        room = sum(int(n.free_gpus // count) for n in fits) if count else starting
+        if not fits or room >= starting:
+            return fits[:1]
+        return [fits[0], *(n for n in fits[1:] if n.node_id in below)]
+
+    def _ask_each(
+        self, nodes: Sequence[cluster.Node], task: Any, spec: DeploymentSpec
+    ) -> list[Any]:
+        """``task``'s answer on each node, asked at once; NoAnswer for a node that did not
+        answer in time (busy or lost)."""
+        pinned = [NodeAffinitySchedulingStrategy(node_id=n.node_id, soft=False) for n in nodes]
+        refs = [
             ray.remote(task)
-            .options(num_cpus=cluster.TOKEN_CPU, num_gpus=0, scheduling_strategy=pinned)
+            .options(num_cpus=cluster.TOKEN_CPU, num_gpus=0, scheduling_strategy=pin)
             .remote(self.namespace, spec)
-        )
+            for pin in pinned
+        ]
+        deadline = time.monotonic() + ANSWER_TIMEOUT
+        return [self._answer(n, ref, spec, deadline) for n, ref in zip(nodes, refs, strict=True)]
+
+    def _answer(self, node: cluster.Node, ref: Any, spec: DeploymentSpec, deadline: float) -> Any:
+        """One task's answer by ``deadline`` (the looks' together), else NoAnswer (returned,
+        not raised: the other nodes' answers are read all the same)."""
         try:
-            return ray.get(ref, timeout=ANSWER_TIMEOUT)
+            return ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
         except RayError as exc:
             with contextlib.suppress(RayError, ValueError):
                 ray.cancel(ref, force=True)
-            raise NoAnswer(
+            return NoAnswer(
                 f"Ray node {naming.short(node.node_id)} did not say whether image "
                 f"{container_image(spec)} is there ({type(exc).__name__}): asked again "
                 "at the next pass; nothing is placed meanwhile"
-            ) from exc
+            )

@@ -60,16 +60,16 @@ class RayProxy(OnTheirNodes):
         got: str | None = self._call("unplaceable", spec)
         return got
 
-    def fetching(self, spec: DeploymentSpec) -> str | None:
-        got: str | None = self._call("fetching", spec, timeout=FETCH)
+    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> str | None:
+        got: str | None = self._call("fetching", spec, starting, timeout=FETCH)
         return got
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:
         got: Held | None = self._call("fetch", spec, timeout=FETCH)
         return got
 
-    def prepared(self, spec: DeploymentSpec) -> Held | None:
-        got: Held | None = self._call("prepared", spec, timeout=FETCH)
+    def prepared(self, spec: DeploymentSpec, running: Record) -> Held | None:
+        got: Held | None = self._call("prepared", spec, running, timeout=FETCH)
         return got
 
     def launch(self, launch: StartRequest) -> Instance:
