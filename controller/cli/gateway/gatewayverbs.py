@@ -31,6 +31,7 @@ from controller.gateway.lifecycle import registry, reloads
 from controller.gateway.settings import (
     DRAIN_GRACE,
     Settings,
+    said,
     settings_from_json,
     settings_to_json,
 )
@@ -134,7 +135,7 @@ def _reload(state_dir: Path) -> int:
         return EXIT_FAIL
     changed = [n for n in settings_to_json(settings) if getattr(served, n) != getattr(settings, n)]
     if changed:
-        why = f"node.yaml changed its {', '.join(changed)}"
+        why = f"node.yaml changed its {', '.join(said(n) for n in changed)}"
         return _take_over(state_dir, settings, current, why, verb="reload")
     before = reloads.read(state_dir, current.nonce)  # None: it keeps no count (older)
     if not registry.signal_gateway(current, signal.SIGHUP):
