@@ -64,7 +64,12 @@ class _TooLong(Exception):
 
 # What each parse error says, in words of our own: llhttp's reasons name its internals.
 PROBLEMS: tuple[tuple[type[Exception], str], ...] = (
-    (_TooLong, "a request line or header is longer than the gateway accepts"),
+    (
+        _TooLong,
+        "a request line or header is longer than the gateway accepts (at most "
+        f"{LINE_MAX} bytes a target, header name or value, and {HEADERS_MAX} headers): "
+        "send long data in the request body, not in the URL or a header",
+    ),
     (httptools.HttpParserInvalidMethodError, "the request method is not a valid HTTP method"),
     (httptools.HttpParserInvalidURLError, "the request target is malformed"),
 )
