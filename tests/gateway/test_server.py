@@ -536,6 +536,50 @@ def test_a_client_that_goes_away_cancels_its_handler() -> None:
     run(test)
 
 
+def test_a_client_that_reads_nothing_of_its_answer_is_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client that sends its request, then reads nothing (a stuck script, a peer gone
+    without a FIN): once its answer fills the socket's buffers, the handler waited for
+    it for good, holding the engine's request and a --max-inflight slot (a gateway
+    trial's client held one for minutes). Past SEND_TIMEOUT without a byte taken it is
+    cut as a client gone; one that reads is never cut, however long its answer runs."""
+    monkeypatch.setattr(srv, "SEND_TIMEOUT", 0.3)
+    ended: asyncio.Queue[str] = asyncio.Queue()
+
+    async def endless(request: Request) -> StreamResponse:
+        out = StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        try:
+            if request.raw_path == "/slow":  # longer than SEND_TIMEOUT, read as it comes
+                for _ in range(8):
+                    await out.write(b"data: x\n\n")
+                    await asyncio.sleep(0.1)
+                await out.write_eof()
+                return out
+            while True:
+                await out.write(b"x" * 65536)
+        except (ConnectionResetError, asyncio.CancelledError) as exc:
+            await ended.put(type(exc).__name__)
+            raise
+
+    async def test() -> None:
+        async with Served(endless) as s:
+            reader, writer = await s.connect()
+            writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, _, body = await answer(reader)
+            assert (status, body.count(b"data: x")) == (200, 8)
+            assert ended.empty()
+            _, writer = await s.connect()  # its reader is never read: its buffer fills
+            with capture_logs() as said:
+                writer.write(b"GET /endless HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert await asyncio.wait_for(ended.get(), 30) == "ConnectionResetError"
+            cut = [line for line in said if line["event"].startswith("client read nothing")]
+            assert cut and cut[0]["after"] == "0.3s", said
+
+    run(test)
+
+
 def test_a_failing_handler_answers_500_and_a_draining_server_says_close(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
