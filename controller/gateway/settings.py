@@ -117,6 +117,21 @@ def check_exposure(settings: Settings) -> str | None:
     )
 
 
+# How node.yaml names the settings it gives (what a person changed there): a message
+# about them says these, not the fields' names here.
+NODE_NAMES = {
+    "tls_cert": "tlsCert",
+    "tls_key": "tlsKey",
+    "log_max_bytes": "logMaxBytes",
+    "log_keep": "logMaxFiles",
+}
+
+
+def said(name: str) -> str:
+    """A setting's name as its user wrote it: node.yaml's for those it gives."""
+    return NODE_NAMES.get(name, name)
+
+
 PATHS = (
     "api_keys",
     "tls_cert",

@@ -70,6 +70,9 @@ def legend(target: dict[str, Any], labels: dict[str, str]) -> str:
 def chart(lines: list[tuple[str, list[tuple[float, float]]]], width: int = 460) -> str:
     """One panel's series as an inline SVG line chart with its y range."""
     height, pad = 180, 4
+    # A series all NaN in the range (a quantile of a deployment with no request in it) has
+    # no point to draw: left out, or its empty line had no last point and raised.
+    lines = [(name, pts) for name, pts in lines if pts]
     points = [p for _, pts in lines for p in pts]
     if not points:
         return '<p class="empty">no data</p>'

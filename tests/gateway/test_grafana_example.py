@@ -152,6 +152,16 @@ def load(g: Any) -> Iterator[None]:
     assert not failures, failures[:3]
 
 
+def test_a_series_with_no_point_in_the_range_is_left_out_of_its_chart() -> None:
+    """A panel where one series is NaN all along (a latency quantile of a deployment that
+    had no request in the range) next to one with points: render.py raised IndexError on
+    the empty one (a gateway trial's dashboard, two minutes after a cold start)."""
+    render = render_module()
+    drawn = render.chart([("demo", [(1.0, 0.5), (2.0, 0.7)]), ("cold", [])])
+    assert drawn.count("<polyline") == 1 and "demo" in drawn and "cold" not in drawn
+    assert "no data" in render.chart([("cold", [])])
+
+
 def test_every_panel_returns_a_series_from_a_real_prometheus(reconcile: Any, gateway: Any) -> None:
     for tool in ("prometheus", "chromium"):  # scripts/system-packages installs both
         if shutil.which(tool) is None:

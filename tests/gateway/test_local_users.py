@@ -146,8 +146,11 @@ def test_a_rebound_host_name_gets_403_on_every_path(reconcile: Any, gateway: Any
             assert answer.status == 403, (method, path, host, answer)
             assert answer.json()["error"]["code"] == "forbidden", answer
             assert b"lazy" not in answer.body
+            # ... with the next move (a trial's nginx in front sent its own Host)
+            assert "send `Host: localhost`" in answer.json()["error"]["message"], answer
     answer = _request(metrics, "GET", f"/metrics?token={token}", evil)
     assert answer.status == 403 and b"lazy" not in answer.body, answer
+    assert b"send `Host: localhost`" in answer.body, answer
     # Nothing started, nothing asked; a loopback name still gets in.
     assert reconcile.status("lazy")["lazy"]["phase"] == "Idle" and not reconcile.pids("lazy")
     assert not list((reconcile.state / "activation").glob("lazy*"))

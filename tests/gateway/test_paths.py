@@ -190,6 +190,10 @@ def upload(port: int, model: str, size: int) -> tuple[dict[str, Any], bytes]:
 
 def test_the_openai_client_with_a_key(reconcile: Any, gateway: Any) -> None:
     echoes(reconcile, "alpha", "beta")
+    # A Hugging Face name, as vLLM serves one: the client's models.retrieve sends its `/`
+    # encoded (`org%2Fgamma-7b`), which got 400 `invalid_path` (a gateway trial's finding).
+    command = [sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+    reconcile.write("gamma", command=command, model="org/gamma-7b")
     keys = reconcile.tmp / "keys.txt"
     keys.write_text(KEY + "\n")
     keys.chmod(0o600)
@@ -199,6 +203,8 @@ def test_the_openai_client_with_a_key(reconcile: Any, gateway: Any) -> None:
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{g.port}/v1", api_key=KEY, max_retries=0)
     try:
         assert client.models.retrieve("alpha").id == "alpha"
+        g.wait_phase("gamma", "Ready")
+        assert client.models.retrieve("org/gamma-7b").id == "org/gamma-7b"
         with_missing = None
         try:
             client.models.retrieve("nope")

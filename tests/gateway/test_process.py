@@ -336,6 +336,46 @@ def test_a_request_waiting_for_an_engine_is_answered_503_at_the_hand_over(
         g.finish()
 
 
+def test_a_request_waiting_for_an_engine_at_a_stop_is_told_what_starts_a_gateway(
+    reconcile: Any, gateway: Any
+) -> None:
+    """`reconcile gateway stop` while a request waits for its engine: the 503 said "retry:
+    after a hand-over the new gateway serves the port", but a stop leaves none (a gateway
+    trial's client retried into a refused connection). It names what starts one."""
+    reconcile.write(
+        "stuck",
+        command=reconcile.demo_command(load_seconds="3600"),  # /health answers 503 all along
+        readiness={"httpGet": {"path": "/health"}, "deadlineSeconds": 3600, "periodSeconds": 0.2},
+        activation="OnDemand",
+        idleTimeout="10m",
+    )
+    g = gateway()
+    g.wait_phase("stuck", "Idle")
+    answers: list[Any] = []
+    asking = threading.Thread(target=lambda: answers.append(g.post("stuck")), daemon=True)
+    asking.start()
+    activation = Path(reconcile.state, "activation", "stuck.json")
+
+    def waiting() -> bool:
+        try:
+            return bool(json.loads(activation.read_text()).get("inflight", 0) > 0)
+        except (OSError, ValueError):
+            return False
+
+    try:
+        reconcile.wait_for(waiting, timeout=WAIT, what="the request waiting for stuck")
+        assert "stopped gateway pid" in reconcile("gateway", "stop", check=0).out
+        asking.join(timeout=WAIT)  # far below the drain's 120 s
+        assert answers, "the waiting request got no answer"
+        answer = answers[0]
+        assert (answer.status, answer.headers.get("Retry-After")) == (503, "1"), answer
+        message = answer.json()["error"]["message"]
+        assert "stopping (SIGTERM)" in message and "`reconcile gateway start`" in message, message
+        assert "hand-over" not in message and "new gateway" not in message, message
+    finally:
+        g.finish()
+
+
 def test_a_second_gateway_takes_the_port_over_under_load(reconcile: Any, gateway: Any) -> None:
     streaming(reconcile, "alpha")
     keys = _keyfile(reconcile, KEY)

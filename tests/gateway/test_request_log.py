@@ -30,6 +30,7 @@ from subprocess import PIPE
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
 
 from controller.gateway.accounting.metrics import GatewayMetrics
 from controller.gateway.accounting.requestlog import FIELDS, RequestLog, path_in
@@ -205,6 +206,40 @@ def test_a_stuck_disk_drops_lines_never_requests(tmp_path: Path) -> None:
     log.close()
     reader.join(timeout=30)
     assert [json.loads(s)["n"] for s in got[0].splitlines()] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_log_that_cannot_be_written_says_the_next_move_and_when_it_is_written_again(
+    tmp_path: Path,
+) -> None:
+    """A request log whose path cannot be written (here a folder where the file goes: no
+    permission stops root) drops its lines, counted, with one warning that said what
+    failed and not what to do; the trial's operator could not tell whether to act. It
+    names the next move now, and the first write that goes through again says so."""
+    path = tmp_path / "gateway" / "requests.jsonl"
+    path.mkdir(parents=True)
+    metrics = GatewayMetrics()
+    log = RequestLog(path, dropped=metrics.dropped)
+    wait = threading.Event()
+    with capture_logs() as said:
+        log.start()
+        for n in range(3):
+            log.append(_encoded({"n": n}))
+            deadline = time.monotonic() + 30
+            while metrics.log_dropped <= n:  # each line is its own failed batch
+                assert time.monotonic() < deadline, f"line {n} neither written nor dropped"
+                wait.wait(0.01)
+        path.rmdir()  # the operator's fix: the path can be a file again
+        log.append(_encoded({"n": 3}))
+        log.close()
+    assert metrics.log_dropped == 3
+    assert [json.loads(s)["n"] for s in path.read_bytes().splitlines()] == [3]
+    warned = [line for line in said if line["event"] == "request log not written"]
+    assert len(warned) == 1, said  # once, not once a line
+    assert warned[0]["path"] == str(path) and "Is a directory" in warned[0]["error"]
+    assert "free space on its disk" in warned[0]["next"], warned
+    assert "request_log_dropped_total" in warned[0]["next"], warned
+    again = [line for line in said if line["event"] == "request log written again"]
+    assert [line["path"] for line in again] == [str(path)], said
 
 
 def test_a_follower_misses_no_line_across_rotations_of_lines_of_one_length(

@@ -365,15 +365,24 @@ async def _fields(request: Request) -> StreamResponse:
     return json_response({"count": len(fields), "first": fields[0], "last": fields[-1]})
 
 
+# A head past the limits: the answer says them and the next move (it said "longer than the
+# gateway accepts" alone, and a gateway trial's client could not tell how long, nor what to do).
+TOO_LONG = (
+    "longer than the gateway accepts (at most 8190 bytes a target, header name or value, and "
+    "256 headers): send long data in the request body"
+)
+
+
 @pytest.mark.parametrize(
     ("raw", "said"),
     [
         (b"G@T / HTTP/1.1\r\nAuthorization: Bearer sk-secret1234\r\n\r\n", "method"),
-        (b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", "longer than"),
-        (b"GET / HTTP/1.1\r\nX-" + b"a" * 9000 + b": 1\r\n\r\n", "longer than"),
-        (b"GET / HTTP/1.1\r\n" + HEADERS_PAST_MAX + b"\r\n", "longer than"),
+        (b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", TOO_LONG),
+        (b"GET / HTTP/1.1\r\nX-" + b"a" * 9000 + b": 1\r\n\r\n", TOO_LONG),
+        (b"GET /?" + b"q" * 9000 + b" HTTP/1.1\r\n\r\n", TOO_LONG),
+        (b"GET / HTTP/1.1\r\n" + HEADERS_PAST_MAX + b"\r\n", TOO_LONG),
         # ... and refused before its end, which never comes
-        (b"GET / HTTP/1.1\r\n" + HEADERS_PAST_MAX, "longer than"),
+        (b"GET / HTTP/1.1\r\n" + HEADERS_PAST_MAX, TOO_LONG),
         (b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "request"),
         (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", "TLS handshake"),  # https://
     ],
@@ -523,6 +532,50 @@ def test_a_client_that_goes_away_cancels_its_handler() -> None:
                 await asyncio.wait_for(began.wait(), 5)  # the handler runs: now hang up
                 getattr(writer, hang_up)()
                 await asyncio.wait_for(cancelled.wait(), 5)
+
+    run(test)
+
+
+def test_a_client_that_reads_nothing_of_its_answer_is_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client that sends its request, then reads nothing (a stuck script, a peer gone
+    without a FIN): once its answer fills the socket's buffers, the handler waited for
+    it for good, holding the engine's request and a --max-inflight slot (a gateway
+    trial's client held one for minutes). Past SEND_TIMEOUT without a byte taken it is
+    cut as a client gone; one that reads is never cut, however long its answer runs."""
+    monkeypatch.setattr(srv, "SEND_TIMEOUT", 0.3)
+    ended: asyncio.Queue[str] = asyncio.Queue()
+
+    async def endless(request: Request) -> StreamResponse:
+        out = StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        try:
+            if request.raw_path == "/slow":  # longer than SEND_TIMEOUT, read as it comes
+                for _ in range(8):
+                    await out.write(b"data: x\n\n")
+                    await asyncio.sleep(0.1)
+                await out.write_eof()
+                return out
+            while True:
+                await out.write(b"x" * 65536)
+        except (ConnectionResetError, asyncio.CancelledError) as exc:
+            await ended.put(type(exc).__name__)
+            raise
+
+    async def test() -> None:
+        async with Served(endless) as s:
+            reader, writer = await s.connect()
+            writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, _, body = await answer(reader)
+            assert (status, body.count(b"data: x")) == (200, 8)
+            assert ended.empty()
+            _, writer = await s.connect()  # its reader is never read: its buffer fills
+            with capture_logs() as said:
+                writer.write(b"GET /endless HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert await asyncio.wait_for(ended.get(), 30) == "ConnectionResetError"
+            cut = [line for line in said if line["event"].startswith("client read nothing")]
+            assert cut and cut[0]["after"] == "0.3s", said
 
     run(test)
 

@@ -57,7 +57,7 @@ def test_reload_and_start_as_systemctl_has_them(reconcile: Any, gateway: Any) ->
         node.write_text("logMaxBytes: 8192\nlogMaxFiles: 5\n")
         took = reconcile("gateway", "reload", check=0)
         assert f"took it over from pid {first.ref.pid}" in took.out, took
-        assert "node.yaml changed its log_max_bytes, log_keep" in took.out, took
+        assert "node.yaml changed its logMaxBytes, logMaxFiles" in took.out, took
         second = g.serving()
         assert second.ref != first.ref
         assert (second.settings["log_max_bytes"], second.settings["log_keep"]) == (8192, 5)

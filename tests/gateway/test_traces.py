@@ -119,6 +119,36 @@ def spans_of(reconcile: Any, receiver: Receiver, trace_id: str, *names: str) -> 
     return reconcile.wait_for(found, timeout=30, what=f"spans {names} of trace {trace_id}")
 
 
+def test_a_restart_from_a_shell_without_the_endpoint_says_traces_end(
+    reconcile: Any, gateway: Any, receiver: Receiver
+) -> None:
+    """`reconcile gateway restart` starts the gateway with its own shell's environment: run
+    from one without OTEL_EXPORTER_OTLP_ENDPOINT, the daemon's traces ended with no word
+    (a gateway trial's collector went quiet). It says so, and the next move; a restart
+    whose environment sends them where they went says nothing of them."""
+    reconcile.write(
+        "alpha", command=[sys.executable, str(ECHO), "--port", "{port}", "--model", "{name}"]
+    )
+    g = gateway(env=otel_env(receiver))
+    g.wait_phase("alpha", "Ready")
+    first = g.serving()
+    endpoint = f"http://127.0.0.1:{receiver.port}/v1/traces"
+    assert first.traces == endpoint
+    plain = {name: "" for name in tracing.ENDPOINTS}  # a shell without the endpoint
+    restarted = reconcile("gateway", "restart", check=0, env=plain)
+    second = g.serving()
+    assert second.ref != first.ref and second.traces == ""
+    warned = f"warning: gateway pid {first.ref.pid} sent traces to {endpoint}; pid "
+    assert warned in restarted.err and "sends none" in restarted.err, restarted
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT here as the daemon has it" in restarted.err, restarted
+    again = reconcile("gateway", "restart", check=0, env=otel_env(receiver))
+    assert g.serving().traces == endpoint
+    assert "traces" not in again.err, again
+    again = reconcile("gateway", "restart", check=0, env=otel_env(receiver))
+    assert "traces" not in again.err, again  # the same endpoint: nothing to say
+    g.finish()
+
+
 def test_one_request_is_one_trace_and_the_engine_gets_its_traceparent(
     reconcile: Any, gateway: Any, receiver: Receiver
 ) -> None:

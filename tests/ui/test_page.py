@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -85,6 +86,12 @@ def test_the_page_shows_the_node_live_without_console_errors(
     )
     rows = page.wait(lambda: page.run(cells), "the last requests")
     assert rows[0][1:3] == ["200", "web"] and rows[0][3].startswith("web"), rows
+    assert re.fullmatch(r"\d+\+\d+", rows[0][7]), rows  # the engine's usage: prompt+answer
+    # A request no engine answered has no usage: "-", as `logs --requests` says (it read
+    # "0+0", an answer of no tokens, on a gateway trial's page).
+    assert g.post("nowhere").status == 404
+    rows = page.wait(lambda: (r := page.run(cells)) and r[0][2] == "nowhere" and r, "the 404")
+    assert rows[0][1] == "404" and rows[0][7] == "-", rows
     # A click on a row shows that deployment's log and its events only.
     page.click("#deployments tr[data-name=web] td.name")
     log = page.wait(lambda: "demo engine web" in page.text("log") and page.text("log"), "the log")

@@ -31,6 +31,7 @@ from controller.gateway.lifecycle import registry, reloads
 from controller.gateway.settings import (
     DRAIN_GRACE,
     Settings,
+    said,
     settings_from_json,
     settings_to_json,
 )
@@ -134,8 +135,11 @@ def _reload(state_dir: Path) -> int:
         return EXIT_FAIL
     changed = [n for n in settings_to_json(settings) if getattr(served, n) != getattr(settings, n)]
     if changed:
-        why = f"node.yaml changed its {', '.join(changed)}"
-        return _take_over(state_dir, settings, current, why, verb="reload")
+        why = f"node.yaml changed its {', '.join(said(n) for n in changed)}"
+        code = _take_over(state_dir, settings, current, why, verb="reload")
+        if code == EXIT_OK:
+            _say_traces(current, registry.read_current(state_dir))
+        return code
     before = reloads.read(state_dir, current.nonce)  # None: it keeps no count (older)
     if not registry.signal_gateway(current, signal.SIGHUP):
         print(f"reconcile: gateway pid {current.ref.pid} ended meanwhile", file=sys.stderr)
@@ -206,9 +210,27 @@ def _restart(state_dir: Path, verb: str = "restart") -> int:
     elif current is None:  # a daemon leaving it stopped follows this one (Keeper._maybe_start)
         how = f"started again: pid {previous.ref.pid} was stopped by `reconcile gateway stop`"
     code = _take_over(state_dir, settings, current, how, verb=verb)
+    if code == EXIT_OK:
+        _say_traces(previous, registry.read_current(state_dir))
     if code == EXIT_OK and crashed is not None:
         registry.forget(state_dir, crashed.nonce)
     return code
+
+
+def _say_traces(before: registry.GatewayInfo, after: registry.GatewayInfo | None) -> None:
+    """A gateway started here has this shell's environment, not the daemon's: traces the
+    one before it sent and it does not (or sends elsewhere) are said, not left to be found
+    missing in the collector (a trial's restart from a plain shell ended them silently)."""
+    if after is None or not before.traces or after.traces == before.traces:
+        return
+    now = f"sends them to {after.traces}" if after.traces else "sends none"
+    print(
+        f"warning: gateway pid {before.ref.pid} sent traces to {before.traces}; pid "
+        f"{after.ref.pid}, started with this shell's environment, {now}: set "
+        "OTEL_EXPORTER_OTLP_ENDPOINT here as the daemon has it and run "
+        "`reconcile gateway restart` again",
+        file=sys.stderr,
+    )
 
 
 def _take_over(

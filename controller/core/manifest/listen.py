@@ -50,5 +50,6 @@ def host_refusal(header: str | None) -> str | None:
         return None
     return (
         f"this server has no API keys, so it answers only a loopback host name "
-        f"(127.0.0.1, localhost, [::1]), not {name!r}"
+        f"(127.0.0.1, localhost, [::1]), not {name!r}: reach it by one of those names "
+        "(a reverse proxy in front of it: have it send `Host: localhost`)"
     )

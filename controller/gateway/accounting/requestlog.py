@@ -53,6 +53,13 @@ QUEUE_MAX = 10_000  # lines waiting for the writer; past it they are dropped (co
 BATCH = 512  # lines written at once, at most
 GATHER = 0.02  # seconds a woken writer gathers lines before writing them (one wake)
 CLOSE_WAIT = 5.0  # seconds the writer gets to write what is queued when the gateway ends
+# The next move the warning of a failed write gives (a full disk, a path made a folder, a
+# folder not writable): its lines are dropped, counted, until a write goes through.
+NEXT = (
+    "free space on its disk, or make the path a file this user may write; until then its "
+    "lines are dropped (reconcile_gateway_request_log_dropped_total) and requests are "
+    "served as before; writing resumes by itself"
+)
 FIELDS = (
     "time",
     "key",
@@ -197,9 +204,13 @@ class RequestLog:
             self._close_fd()
             self._dropped(count)
             if not self._failing:
-                log.warning("request log not written", path=str(self.path), error=str(exc))
+                log.warning(
+                    "request log not written", path=str(self.path), error=str(exc), next=NEXT
+                )
             self._failing = True
             return
+        if self._failing:  # said, as the warning was: the operator's fix took
+            log.info("request log written again", path=str(self.path))
         self._failing = False
 
     def _open(self) -> int:

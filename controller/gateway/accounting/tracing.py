@@ -46,6 +46,7 @@ class Tracing:
     """No traces: every call does nothing (the extra absent or not configured)."""
 
     enabled = False
+    endpoint = ""  # where its spans go ("": nowhere); a gateway's registry entry says it
 
     def request(
         self, headers: Mapping[str, str], method: str, path: str
@@ -71,9 +72,10 @@ class Tracing:
 class _Otel(Tracing):
     enabled = True
 
-    def __init__(self, provider: Any) -> None:
+    def __init__(self, provider: Any, endpoint: str) -> None:
         from opentelemetry import propagate, trace
 
+        self.endpoint = endpoint
         self._provider = provider
         self._tracer = provider.get_tracer("reconcile.gateway")
         self._trace = trace
@@ -140,7 +142,7 @@ def from_env(environ: Mapping[str, str] = os.environ) -> Tracing:
     exporter = SaidOnce(OTLPSpanExporter(endpoint=endpoint), endpoint)  # a collector down: once
     provider.add_span_processor(BatchSpanProcessor(exporter))
     log.info("traces sent by OTLP/HTTP", service=resource.attributes["service.name"])
-    return _Otel(provider)
+    return _Otel(provider, endpoint)
 
 
 def _unusable_endpoint(environ: Mapping[str, str]) -> dict[str, str] | None:

@@ -17,7 +17,10 @@ deadline for a request's headers (its issue #157), which the policies below need
 - unreadable HTTP: an OpenAI error body that quotes none of the request's bytes, and a
   rate-limited info line without a traceback;
 - a client that goes away cancels its handler (so the engine's request is closed and
-  the engine stops generating);
+  the engine stops generating); so does one that reads nothing of its answer for
+  ``SEND_TIMEOUT`` while the gateway has some to send (nginx's ``send_timeout``): it
+  held its engine's request, and a slot of ``--max-inflight``, for as long as it kept
+  the connection open;
 - an answer given before its request's body was read (a 401, a 413) is followed by a
   short lingering read of the rest, then the close: closing at once could reset the
   connection before the client read the answer.
@@ -48,6 +51,7 @@ FRESH_WAIT = 10.0  # seconds a draining gateway waits for a new connection's fir
 DRAIN_TICK = 0.05  # seconds between looks at the connections while draining
 SETTLE_LOOKS = 2  # looks in a row that must agree before the drain acts (Connections.drain)
 IDLE_TIMEOUT = 60.0  # seconds a connection may sit with no request (keep-alive included)
+SEND_TIMEOUT = 60.0  # seconds a client may read nothing while its answer waits to be sent
 FD_RESERVE = 64  # fds always left to the daemon (engines' pipes and logs, records, probes)
 LINE_MAX = 8190  # bytes of a request target, a header's name or a header's value
 HEADERS_MAX = 256  # headers in one request
@@ -64,7 +68,12 @@ class _TooLong(Exception):
 
 # What each parse error says, in words of our own: llhttp's reasons name its internals.
 PROBLEMS: tuple[tuple[type[Exception], str], ...] = (
-    (_TooLong, "a request line or header is longer than the gateway accepts"),
+    (
+        _TooLong,
+        "a request line or header is longer than the gateway accepts (at most "
+        f"{LINE_MAX} bytes a target, header name or value, and {HEADERS_MAX} headers): "
+        "send long data in the request body, not in the URL or a header",
+    ),
     (httptools.HttpParserInvalidMethodError, "the request method is not a valid HTTP method"),
     (httptools.HttpParserInvalidURLError, "the request target is malformed"),
 )
@@ -387,7 +396,15 @@ class Protocol(asyncio.Protocol):
         if self._lost:
             raise ConnectionResetError("the client closed the connection")
         if self._writable is not None and not self._writable.done():
-            await asyncio.shield(self._writable)
+            try:
+                await asyncio.wait_for(asyncio.shield(self._writable), SEND_TIMEOUT)
+            except TimeoutError:
+                # Aborted, not closed: a close waits to send what the client never reads.
+                if self.transport is not None:
+                    self.transport.abort()
+                quiet("client read nothing of its answer: cut", self._server.throttle,
+                      peer=str(self._remote), after=f"{SEND_TIMEOUT:g}s")  # fmt: skip
+                raise ConnectionResetError("the client read nothing of its answer") from None
 
     def reading(self, on: bool, why: str = "body") -> None:
         if self.transport is None or self._lost:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from controller.gateway.lifecycle import registry
+from controller.gateway.routing.table import HANDED_OVER as HANDED_OVER  # its stop's reason
 from controller.logsetup import get_logger
 
 log = get_logger("reconcile")
@@ -39,7 +40,6 @@ log = get_logger("reconcile")
 TALK_TIMEOUT = 5.0  # seconds for one line of the control protocol
 STOP_WAIT = 30.0  # seconds a successor may take between "ok" and "stop"
 LINE_MAX = 64
-HANDED_OVER = "handed over"  # the reason a gateway stops once its successor serves
 
 
 def _line(conn: socket.socket) -> bytes:

@@ -51,7 +51,7 @@ from controller import __version__
 from controller.errors import ConfigError, LockTimeout
 from controller.gateway.lifecycle import registry
 from controller.gateway.lifecycle.handover import ask_metrics
-from controller.gateway.settings import Settings, settings_from_json, settings_to_json
+from controller.gateway.settings import Settings, said, settings_from_json, settings_to_json
 from controller.logsetup import get_logger
 from controller.store.side import refused
 from controller.store.statedir import StateDir
@@ -529,9 +529,10 @@ def warn_out_of_date(settings: Settings) -> None:
 
 
 def _changed(old: Settings, new: Settings) -> dict[str, str]:
-    """Each setting that differs, as ``old -> new`` (paths and numbers: never a secret)."""
+    """Each setting that differs, as ``old -> new`` (paths and numbers: never a secret),
+    under the name node.yaml gives it."""
     return {
-        name: f"{getattr(old, name)} -> {getattr(new, name)}"
+        said(name): f"{getattr(old, name)} -> {getattr(new, name)}"
         for name in settings_to_json(new)
         if getattr(old, name) != getattr(new, name)
     }

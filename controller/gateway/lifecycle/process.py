@@ -133,6 +133,7 @@ class GatewayProcess:
             settings=data,
             started_at=self.started,
             control=address,
+            traces=self.gateway.tracing.endpoint,
         )
         registry.register(self.state_dir, info)
         self.reloads = reloads.Counter(self.state_dir, self.nonce)  # before it is current

@@ -81,6 +81,9 @@ class GatewayInfo:
     settings: dict[str, Any]  # what started it (restart starts the same)
     started_at: float
     control: str = ""  # its control socket's address ("": derived from the nonce, as before)
+    # Where its spans go ("": none): traces follow the environment of whoever started it
+    # (a daemon, or `reconcile gateway restart` in a shell), so a restart compares them.
+    traces: str = ""
 
     @property
     def address(self) -> str:
@@ -113,6 +116,7 @@ def _to_json(info: GatewayInfo) -> bytes:
         "settings": info.settings,
         "started_at": info.started_at,
         "control": info.control,
+        "traces": info.traces,
     }
     return json.dumps(data, sort_keys=True).encode()
 
@@ -141,6 +145,7 @@ def _from_json(raw: bytes) -> GatewayInfo | None:
             settings=dict(data["settings"]),
             started_at=float(data["started_at"]),
             control=str(data.get("control") or ""),
+            traces=str(data.get("traces") or ""),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -57,6 +57,9 @@ def _ended(rec: Record) -> bool:
     return rec.phase in ENDED or (not rec.spec_valid and not rec.holds)
 
 
+HANDED_OVER = "handed over"  # why a gateway stops once its successor serves (``close``)
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     deployment: str

@@ -33,7 +33,7 @@ from controller.gateway.routing.hangs import Awaited, Hangs
 from controller.gateway.routing.prefix import chain, prompt_text
 from controller.gateway.routing.readiness import ReadyWaits
 from controller.gateway.routing.swaps import Turns
-from controller.gateway.routing.table import Table, Target
+from controller.gateway.routing.table import HANDED_OVER, Table, Target
 from controller.gateway.surface.proxy import UpstreamDown, UpstreamFailed, forward
 from controller.gateway.surface.upload import Upload
 from controller.gateway.surface.waiting import Waiting, sole
@@ -249,10 +249,15 @@ class Forwarder:
         """The 503 of a pool with no instance to take the request; ``lead`` names the
         models tried before it, the one asked for first (``_lead``)."""
         if self.table.closing is not None:  # retried at once: on the port's next gateway
+            # A stop (SIGTERM) leaves no gateway after it: "the new gateway" was not so.
+            after = (
+                "the new gateway serves the port"
+                if self.table.closing == HANDED_OVER
+                else "once a gateway serves the port again (`reconcile gateway start`)"
+            )
             why = (
                 f"deployment {want.label!r} is not Ready ({self.table.phases(want.pool)}) "
-                f"and this gateway process is stopping ({self.table.closing}); retry: "
-                "after a hand-over the new gateway serves the port"
+                f"and this gateway process is stopping ({self.table.closing}); retry: {after}"
             )
             return error(503, why, "model_not_ready", retry_after=CLOSING_RETRY_AFTER)
         ejected = self.table.ejected(want.pool)

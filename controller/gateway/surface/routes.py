@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import aiohttp
 
@@ -148,6 +149,11 @@ class Front:
     async def dispatch(self, request: Request) -> StreamResponse:
         raw, query = paths.split(request.raw_path)
         path = paths.normalise(raw)
+        if path is None and paths.within(raw, MODELS):
+            # A model id with an encoded slash, as the openai client's models.retrieve sends
+            # a Hugging Face name (`org%2Fmodel`): answered here and never forwarded, so
+            # no engine can read it otherwise (model() decodes it).
+            path = raw
         if path is None:
             why = "the request path is not a plain absolute path (encoded slash, backslash, NUL)"
             return error(400, why, "invalid_path")
@@ -217,8 +223,9 @@ class Front:
         key = self._key(request)
         if isinstance(key, Response):
             return key
-        name = paths.normalise(paths.split(request.raw_path)[0]) or ""
-        name = name[len(MODELS) :]
+        raw = paths.split(request.raw_path)[0]
+        # The id as the client quoted it (the openai client quotes a `/` in one): decoded.
+        name = unquote((paths.normalise(raw) or raw)[len(MODELS) :])
         await self.table.first_pass(FIRST_PASS_WAIT)
         if not await self.table.known(name):
             return self._unknown(name)

@@ -170,6 +170,10 @@ function draw(doc) {
 // The request log's last lines (reconcile logs --requests), newest first.
 function drawRequests(lines) {
   const secs = (v) => (typeof v === "number" ? `${v.toFixed(3)} s` : "");
+  // No usage counted (a 404, a 429, a stream cut before its usage): "-", as `reconcile logs
+  // --requests` says it, not "0+0", which reads as an answer of no tokens.
+  const tokens = (r) => (r.prompt_tokens == null && r.completion_tokens == null
+    ? "-" : `${r.prompt_tokens || 0}+${r.completion_tokens || 0}`);
   const rows = lines.slice().reverse().map((r) => h("tr", {},
     h("td", { class: "time", title: r.time }, clock(r.time)),
     h("td", {}, String(r.status)),
@@ -178,7 +182,7 @@ function drawRequests(lines) {
     h("td", {}, r.key || ""),
     h("td", {}, secs(r.ttfb_s)),
     h("td", {}, secs(r.duration_s)),
-    h("td", {}, `${r.prompt_tokens || 0}+${r.completion_tokens || 0}`)));
+    h("td", {}, tokens(r))));
   $("requests").tBodies[0].replaceChildren(...rows);
   $("no-requests").hidden = rows.length > 0;
 }
