@@ -336,8 +336,8 @@ def _against(cfg: Config) -> list[str]:
 
 def _prune_errors(loaded: LoadResult, allow_empty: bool) -> list[str]:
     """The folder problems that make `--once` exit 1 (and prune nothing)."""
-    out = loaded.folder_problems()
-    if not out and not loaded.prune_safe and not allow_empty:
+    out = loaded.folder_errors()
+    if not loaded.missing_folders and not loaded.prune_safe and not allow_empty:
         out.append(f"{loaded.no_manifest or 'no manifest'}: {NOTHING_PRUNED}")
     return out
 
