@@ -121,11 +121,15 @@ def node_name(text: str) -> str:
 
 
 class Parser(argparse.ArgumentParser):
+    # The command line main() parses: a "verb" that is a misspelt flag's value is said as
+    # that flag (`--state-dri /tmp/x status` took /tmp/x for the verb).
+    given: Sequence[str] = ()
+
     def error(self, message: str) -> NoReturn:
         """One line, and where to look: the whole usage block buried the mistake."""
         from controller.cli.mistyped import meant
 
-        message = meant(message, _verbs(self))
+        message = meant(message, _verbs(self), self.given, _flags(self, None))
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
@@ -668,7 +672,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     plain = sys.stdout
     sys.stdout, sys.stderr = outlive_reader(sys.stdout), outlive_reader(sys.stderr)
     parser = build_parser()
-    args, extras = parser.parse_known_args(signed_values(sys.argv[1:] if argv is None else argv))
+    parser.given = signed_values(sys.argv[1:] if argv is None else argv)
+    args, extras = parser.parse_known_args(parser.given)
     if extras:  # argparse's own check, with the flag a slip was meant as
         from controller.cli.mistyped import unrecognized
 
