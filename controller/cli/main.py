@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from controller import __version__
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
@@ -19,6 +19,9 @@ from controller.core.manifest import backendnames
 from controller.core.manifest.listen import split_listen
 from controller.core.manifest.quantity import parse_duration
 from controller.store.config.node import DEFAULT_LOCK_TIMEOUT
+
+if TYPE_CHECKING:
+    from controller.core.manifest.labelsyntax import Requirement
 
 
 # Flag values parsed once, by argparse itself: a bad one is a one-line usage error (64).
@@ -551,19 +554,21 @@ def _selector(p: Parser) -> None:
         action="append",
         type=_label,
         default=[],
-        metavar="KEY[=VALUE]",
-        help="only deployments with this label (or this label set; repeatable: all must match)",
+        metavar="SELECTOR",
+        help="only deployments whose labels match, as kubectl's -l: team=search,tier!=dev,"
+        " gpu, !gpu, team in (a,b) (repeatable: all must match)",
     )
 
 
-def _label(text: str) -> tuple[str, str | None]:
-    """``key=value`` (equal), or ``key`` alone (the label exists), as kubectl's selectors."""
-    key, sep, value = text.partition("=")
-    if not key:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not KEY or KEY=VALUE (examples: -l team=search, -l team)"
-        )
-    return key, (value if sep else None)
+def _label(text: str) -> tuple[Requirement, ...]:
+    """A selector as kubectl reads it; one that is none is a usage error naming what is
+    wrong in it (it silently matched nothing: `-l 'bad key=@'`, `-l a=b,c=d`)."""
+    from controller.core.manifest.labelsyntax import parse_selector
+
+    try:
+        return parse_selector(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _check_output(parser: Parser, args: argparse.Namespace) -> None:

@@ -25,7 +25,7 @@ from controller.core.manifest import hints
 from controller.core.manifest.backendnames import on_cluster
 from controller.core.manifest.cluster import cluster_refusals
 from controller.core.manifest.excerpt import clip, did_you_mean, short
-from controller.core.manifest.labels import key_problem, value_problem
+from controller.core.manifest.labelsyntax import key_problem, value_problem
 from controller.core.manifest.names import in_repo
 from controller.core.manifest.specerrors import Loc, Written, problems
 from controller.core.manifest.specs import (
