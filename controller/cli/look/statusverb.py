@@ -31,6 +31,7 @@ from controller.cli.common import (
 )
 from controller.cli.gateway.gatewaystatus import refusal_lines
 from controller.cli.gateway.gatewaystatus import summary as gateway_line
+from controller.cli.look import unrecorded
 from controller.cli.render.views import (
     FORMATS,
     drain_line,
@@ -69,6 +70,8 @@ class Look:
     unread: dict[str, str] = field(default_factory=dict)
     said_above: str | None = None  # the owner whose unread folder the line above says
     at: datetime = field(default_factory=lambda: datetime.now(UTC))  # when it was taken
+    # Engines running with no record (found by their spawn notes), in words: one line each
+    unrecorded: list[str] = field(default_factory=list)
 
     def live(self) -> list[Record]:
         """The records with what their messages say true now (a back-off's "restart in
@@ -136,6 +139,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(_table(seen, wide=fmt == "wide") if seen.records else "No deployments.")
     for line in refusal_lines(cfg.state_dir):  # on stderr: stdout stays a table or a list
         print(f"warning: {line}", file=sys.stderr)
+    for line in seen.unrecorded:
+        print(line, file=sys.stderr)
     for problem in seen.problems:
         print(f"error: {problem}", file=sys.stderr)
     # What cannot be read is not shown: exit 1 as `plan` does for an unreadable record
@@ -166,6 +171,9 @@ def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | N
     on stderr unless not ``say``) when NAME matches none. A record that cannot be read is
     among ``problems`` (NAME's only, when one is given) and left where it lies."""
     records, problems, seen = _read(args, cfg)
+    torn = [p.name for p in problems]
+    engines = [] if args.selector else unrecorded.said(cfg.state_dir, records, torn=torn,
+                                                      name=args.name)  # fmt: skip
     if args.name:
         problems = [p for p in problems if p.name and args.name in (p.name, base_name(p.name))]
         named = [r for r in records if selects(args.name, r)]
@@ -174,7 +182,7 @@ def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | N
                 known = (base_name(r.name) for r in records)
                 said = [f"error: {p.message}" for p in problems]
                 said = said or [no_such(args.name, known, cfg.state_dir)]
-                print(*said, sep="\n", file=sys.stderr)
+                print(*said, *engines, sep="\n", file=sys.stderr)
             return None
         records = named
     chosen = [r for r in records if selected(r.labels, args)]
@@ -184,6 +192,7 @@ def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | N
     found = Look(records, dict(pulls), [p.message for p in problems], state_dir=cfg.state_dir)
     found.seen = {**noted.seen, **seen}  # --refresh: now
     found.conditions, found.unread = noted.conditions, noted.unread
+    found.unrecorded = engines
     return found
 
 
