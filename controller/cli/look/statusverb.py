@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.cli.common import (
     EXIT_FAIL,
@@ -51,6 +51,10 @@ from controller.store.instances.records import RecordProblem, RecordStore
 from controller.store.models import pullstatus
 from controller.store.side import observed
 from controller.store.statedir import StateDir
+
+if TYPE_CHECKING:
+    from controller.core.plan import Desired
+    from controller.reconciler.run import Preview
 
 WATCH_FORMATS = ("table", "wide", "json")
 REFRESHED = "seen now by `status --refresh`; the next pass records it"
@@ -230,8 +234,33 @@ def refreshed(cfg: Config) -> tuple[list[Record], list[RecordProblem]]:
     """Every record as an observation now would judge it (plan's read-only half:
     liveness by pid and start time, the readiness probe of what is Starting)."""
     view = preview(cfg)
-    observed, problems = view.observe()
+    observed, problems = view.observe(desired=_keyed(view, cfg))
     return [as_seen(v, cfg.node) for v in observed.records.values()], problems
+
+
+def _keyed(view: Preview, cfg: Config) -> Desired | None:
+    """The entries of the manifests this node's Starting records came from, where a key
+    may come from outside the record, so that their probes present the key the pass's do
+    (probekeys.py): envFrom's values and llama.cpp's key file are in no record, and a
+    probe without them was refused (401), showing such an engine Starting while it was
+    Ready. None: no such record (the look reads no manifest, imports no pydantic)."""
+    records = view.store.peek().records.values()
+    files = sorted({r.source for r in records if r.source and _keyed_outside(r, cfg.node)})
+    if not files:
+        return None
+    from controller.store.sources.manifests import load
+
+    loaded = load([Path(f) for f in files], insecure=cfg.insecure_manifests, backend=cfg.backend)
+    return view.desired(loaded)  # a record whose spec is no longer its file's: its own key
+
+
+def _keyed_outside(rec: Record, node: str) -> bool:
+    """Starting here, with a spec that names envFrom or llama.cpp's --api-key-file."""
+    if rec.phase is not Phase.STARTING or rec.elsewhere(node):
+        return False
+    args = rec.stored_spec.get("args") or []
+    key_file = any(str(a).partition("=")[0] == "--api-key-file" for a in args)
+    return bool(rec.stored_spec.get("envFrom")) or key_file
 
 
 def as_seen(view: RecordView, node: str) -> Record:
