@@ -424,7 +424,7 @@ def test_status_and_describe_point_to_an_engine_with_no_record(
     for done in as_nobody(rc, *calls):
         assert done.returncode == (1 if "capped" in done.args else 0), done
         lines = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
-        assert lines == [said + ", and `reconcile events capped` why a pass leaves it running"]
+        assert lines == [said + ", and `reconcile events capped` what the passes said of it"]
     assert json.loads(as_nobody(rc, ["status", "-o", "json"])[0].stdout) == []
     assert said in rc("status", check=0).err  # root: the same, read from the same note
     assert said not in rc("status", "-l", "team=x", check=0).err  # its labels are unknown

@@ -94,7 +94,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
         code = _none_described(args, records, state_dir)
         if args.name:  # an engine of that name with no record: where to look instead
             torn = [p.name for p in snap.problems]
-            for line in unrecorded.said(state_dir, records, torn=torn, name=args.name):
+            for line in unrecorded.said(state_dir, records, torn, args.name):
                 print(line, file=sys.stderr)
         return code
     return EXIT_FAIL if unreadable else EXIT_OK

@@ -175,9 +175,8 @@ def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | N
     on stderr unless not ``say``) when NAME matches none. A record that cannot be read is
     among ``problems`` (NAME's only, when one is given) and left where it lies."""
     records, problems, seen = _read(args, cfg)
-    torn = [p.name for p in problems]
-    engines = [] if args.selector else unrecorded.said(cfg.state_dir, records, torn=torn,
-                                                      name=args.name)  # fmt: skip
+    torn = [p.name for p in problems]  # an engine with no record has no labels to select
+    engines = [] if args.selector else unrecorded.said(cfg.state_dir, records, torn, args.name)
     if args.name:
         problems = [p for p in problems if p.name and args.name in (p.name, base_name(p.name))]
         named = [r for r in records if selects(args.name, r)]

@@ -34,7 +34,7 @@ class Unrecorded:
         return (
             f"{self.name}: engine pid {self.pid}{holds} with no record: its spawn note "
             f"{self.note} names it; `reconcile devices` shows what it holds, and "
-            f"`reconcile events {self.name}` why a pass leaves it running"
+            f"`reconcile events {self.name}` what the passes said of it"
         )
 
 
@@ -55,11 +55,7 @@ def unrecorded(state_dir: Path, recorded: Collection[str]) -> list[Unrecorded]:
 
 
 def said(
-    state_dir: Path,
-    records: Iterable[Record],
-    *,
-    torn: Collection[str | None] = (),
-    name: str | None = None,
+    state_dir: Path, records: Iterable[Record], torn: Collection[str | None], name: str | None
 ) -> list[str]:
     """``warning:`` lines of the engines no record of ``records`` (all that were read)
     holds, those of deployment ``name`` only; a torn record's (``torn``: their names)
