@@ -142,10 +142,8 @@ def reader_gone() -> bool:
 
 
 def selected(labels: Mapping[str, str], args: argparse.Namespace) -> bool:
-    """``-l key=value`` / ``-l key`` (repeatable): all must hold, as kubectl's selectors."""
-    return all(
-        key in labels if value is None else labels.get(key) == value for key, value in args.selector
-    )
+    """``-l SELECTOR`` (repeatable): every requirement of each must hold, as kubectl's."""
+    return all(r.holds(labels) for selector in args.selector for r in selector)
 
 
 def reconciler(cfg: Config) -> Reconciler:

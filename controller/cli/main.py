@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from controller import __version__
 from controller.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
@@ -19,6 +19,9 @@ from controller.core.manifest import backendnames
 from controller.core.manifest.listen import split_listen
 from controller.core.manifest.quantity import parse_duration
 from controller.store.config.node import DEFAULT_LOCK_TIMEOUT
+
+if TYPE_CHECKING:
+    from controller.core.manifest.labelsyntax import Requirement
 
 
 # Flag values parsed once, by argparse itself: a bad one is a one-line usage error (64).
@@ -121,11 +124,15 @@ def node_name(text: str) -> str:
 
 
 class Parser(argparse.ArgumentParser):
+    # The command line main() parses: a "verb" that is a misspelt flag's value is said as
+    # that flag (`--state-dri /tmp/x status` took /tmp/x for the verb).
+    given: Sequence[str] = ()
+
     def error(self, message: str) -> NoReturn:
         """One line, and where to look: the whole usage block buried the mistake."""
         from controller.cli.mistyped import meant
 
-        message = meant(message, _verbs(self))
+        message = meant(message, _verbs(self), self.given, _flags(self, None))
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
@@ -547,19 +554,21 @@ def _selector(p: Parser) -> None:
         action="append",
         type=_label,
         default=[],
-        metavar="KEY[=VALUE]",
-        help="only deployments with this label (or this label set; repeatable: all must match)",
+        metavar="SELECTOR",
+        help="only deployments whose labels match, as kubectl's -l: team=search,tier!=dev,"
+        " gpu, !gpu, team in (a,b) (repeatable: all must match)",
     )
 
 
-def _label(text: str) -> tuple[str, str | None]:
-    """``key=value`` (equal), or ``key`` alone (the label exists), as kubectl's selectors."""
-    key, sep, value = text.partition("=")
-    if not key:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not KEY or KEY=VALUE (examples: -l team=search, -l team)"
-        )
-    return key, (value if sep else None)
+def _label(text: str) -> tuple[Requirement, ...]:
+    """A selector as kubectl reads it; one that is none is a usage error naming what is
+    wrong in it (it silently matched nothing: `-l 'bad key=@'`, `-l a=b,c=d`)."""
+    from controller.core.manifest.labelsyntax import parse_selector
+
+    try:
+        return parse_selector(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _check_output(parser: Parser, args: argparse.Namespace) -> None:
@@ -668,7 +677,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     plain = sys.stdout
     sys.stdout, sys.stderr = outlive_reader(sys.stdout), outlive_reader(sys.stderr)
     parser = build_parser()
-    args, extras = parser.parse_known_args(signed_values(sys.argv[1:] if argv is None else argv))
+    parser.given = signed_values(sys.argv[1:] if argv is None else argv)
+    args, extras = parser.parse_known_args(parser.given)
     if extras:  # argparse's own check, with the flag a slip was meant as
         from controller.cli.mistyped import unrecognized
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from itertools import pairwise
 
 from controller.core.manifest.excerpt import did_you_mean
 
@@ -38,12 +39,21 @@ HABITS = {
 _INVALID = re.compile(r"^argument \[VERB\]: invalid choice: '(?P<word>[^']*)' \(choose from ")
 
 
-def meant(message: str, verbs: Sequence[str]) -> str:
-    """``message`` (argparse's), with the verb meant when it names a mistyped one."""
+def meant(
+    message: str, verbs: Sequence[str], given: Sequence[str] = (), flags: Sequence[str] = ()
+) -> str:
+    """``message`` (argparse's), with the verb meant when it names a mistyped one.
+
+    ``given``: the command line; ``flags``: the long flags before a verb. A "verb" that
+    follows a flag reconcile does not know is that flag's value: the flag is the slip.
+    """
     found = _INVALID.match(message)
     if found is None:
         return message
     word = found["word"]
+    slipped = _unknown_flag_before(word, given, flags)
+    if slipped is not None:
+        return unrecognized([slipped], flags)
     if "/" in word or word.endswith((".yaml", ".yml")):  # `reconcile manifests/` (compose's -f)
         return f"{word!r} is no verb: give a folder or manifest with -f (`reconcile -f {word}`)"
     habit = HABITS.get(word.lower())
@@ -66,3 +76,14 @@ def unrecognized(extras: Sequence[str], flags: Sequence[str]) -> str:
             if close is not None:
                 return f"{message}: did you mean `{names[close]}`?"
     return message
+
+
+def _unknown_flag_before(word: str, given: Sequence[str], flags: Sequence[str]) -> str | None:
+    """The flag just before ``word`` on the command line when it is none of ``flags`` (nor
+    the start of one: argparse takes ``--state`` for ``--state-dir``)."""
+    for before, after in pairwise(given):
+        if after != word or not before.startswith("--") or "=" in before or before == "--":
+            continue
+        if not any(f.startswith(before) for f in flags):
+            return before
+    return None

@@ -101,6 +101,7 @@ class PassResult:
     prune_blocked: str | None = None
     missing_folders: list[str] = field(default_factory=list)
     folder_problems: list[str] = field(default_factory=list)  # each missing folder, in words
+    folder_errors: list[str] = field(default_factory=list)  # of those, the ones no error says
     no_manifest: str = ""  # no manifest found: where, and what is there (LoadResult's)
     probes: dict[str, str] = field(default_factory=dict)  # name -> last probe answer
     outcomes: dict[tuple[str, str], int] = field(default_factory=dict)  # (action, outcome) -> n
@@ -161,7 +162,7 @@ class PassResult:
         an engine kept because its new spec cannot start (its image did not pull), a model
         pull that keeps failing, an engine serving its old spec while the drain holds the
         new one (as what the drain keeps Pending does)."""
-        out = [] if self.unfetched else list(self.folder_problems)  # no checkout: git's words
+        out = [] if self.unfetched else self._folder_lines()  # no checkout: git's words
         if self.git is not None and self.git.error:
             rev = self.git.revision
             running = f"still running {rev[:12]}" if rev else "nothing applied yet"
@@ -172,6 +173,12 @@ class PassResult:
         out += [f"{name}: {why}" for name, why in sorted(self.held.items())]
         out += self.held_changes()
         return out + list(pulling.failing(self.ours(), self.pulls, self.sources).values())
+
+    def _folder_lines(self) -> list[str]:
+        """Each missing folder once, with what the pass did not do (a warning said it
+        again); an unusable one's error, with its next move, is among ``errors``."""
+        tail = f": {NOTHING_PRUNED}" if self.prune_blocked else ""
+        return [problem + tail for problem in self.folder_errors]
 
     def held_changes(self) -> list[str]:
         """The spec changes the node's drain holds (their engines serve on): name: why."""
@@ -652,6 +659,7 @@ class Reconciler(Preview):
         result.prune_blocked = _prune_blocked(loaded, self._may_empty(loaded))
         result.missing_folders = list(loaded.missing_folders)
         result.folder_problems = loaded.folder_problems()
+        result.folder_errors = loaded.folder_errors()
         result.no_manifest = loaded.no_manifest
         self._rekey(desired)
         settled: Observed | None = None  # the last round's view, when it changed nothing

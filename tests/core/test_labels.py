@@ -19,6 +19,7 @@ from controller.core.manifest.labels import (
     skip_note,
     value_problem,
 )
+from controller.core.manifest.labelsyntax import parse_selector
 from controller.core.manifest.specerrors import problems
 from controller.core.manifest.specs import Deployment, Entry, spec_hash
 from controller.errors import ConfigError
@@ -244,3 +245,49 @@ def test_every_problem_of_node_yaml_is_said_with_the_setting_meant(tmp_path: Pat
         f"{bad}:5: listen: unknown setting (here: maxInstances, maxInstancesPerKind,",
     ):
         assert any(s.startswith(expected) for s in said), (expected, said)
+
+
+# -- `-l`: selectors as kubectl reads them -----------------------------------------------
+
+LABELS = {"team": "search", "tier": "prod", "example.com/gpu": "h100"}
+
+
+@pytest.mark.parametrize(
+    ("selector", "holds"),
+    [
+        pytest.param("team=search", True, id="equal"),
+        pytest.param("team==search", True, id="double-equal"),
+        pytest.param("team=search,tier=dev", False, id="comma-is-and"),
+        pytest.param("team=search, tier = prod", True, id="spaces-around"),
+        pytest.param("team!=infra", True, id="not-equal"),
+        pytest.param("owner!=me", True, id="not-equal-holds-where-absent"),
+        pytest.param("tier", True, id="exists"),
+        pytest.param("!tier", False, id="absent"),
+        pytest.param("!owner", True, id="absent-holds"),
+        pytest.param("tier in (dev,prod)", True, id="in"),
+        pytest.param("tier notin (dev, prod),team", False, id="notin-then-exists"),
+        pytest.param("example.com/gpu=h100", True, id="prefixed-key"),
+        pytest.param("team=", False, id="empty-value"),
+    ],
+)
+def test_a_selector_holds_as_kubectl_says(selector: str, holds: bool) -> None:
+    assert all(r.holds(LABELS) for r in parse_selector(selector)) is holds
+
+
+@pytest.mark.parametrize(
+    ("selector", "said"),
+    [
+        pytest.param("bad key=@", "'bad key=@': label key 'bad key': the name must be", id="key"),
+        pytest.param("team=@", "'team=@': label value '@' must be empty or", id="value"),
+        pytest.param("=x", "'=x': no key before '='", id="no-key"),
+        pytest.param("a=b=c", "label value 'b=c'", id="two-equals"),
+        pytest.param("team=a,,b", "'' in 'team=a,,b': an empty requirement", id="stray-comma"),
+        pytest.param("team in (a,b", "in (A,B)", id="unclosed-set"),
+        pytest.param("Example.com/gpu", "the prefix before '/' must be a DNS", id="prefix"),
+    ],
+)
+def test_a_selector_that_is_none_says_what_is_wrong_in_it(selector: str, said: str) -> None:
+    """It silently matched nothing: `status -l 'bad key=@'` said "No deployments."."""
+    with pytest.raises(ValueError, match="a selector is KEY, !KEY, KEY=VALUE") as caught:
+        parse_selector(selector)
+    assert said in str(caught.value), caught.value

@@ -332,3 +332,64 @@ def test_a_key_from_a_sops_file_is_presented_and_never_written(
     assert "completion" in said and "sops" in said and KEY not in said
     _no_key_in(rc.state)
     rc.down()
+
+
+def _keyed_answer(port: int) -> bool:
+    """The engine answers a completion that presents its key (its server is up)."""
+    ask = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions",
+        data=b'{"model": "tiny", "prompt": "hi", "max_tokens": 1}',
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(ask, timeout=5) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("source", ["file", "sopsFile"])
+def test_status_refresh_probes_with_the_key_from_envfrom(
+    reconcile: Any, age_key: AgeKey, tmp_path: Path, source: str
+) -> None:
+    """`status --refresh` showed an engine whose API key comes from envFrom Starting while
+    it was Ready: its probe had only the record, which holds no secret, and was refused
+    (401). It presents the key the pass does, read from the record's manifest, and the
+    key is in nothing it prints."""
+    rc = reconcile
+    if source == "file":
+        spec_from: dict[str, str] = {
+            "file": str(_private(tmp_path / "api.env", f"VLLM_API_KEY={KEY}\n"))
+        }
+    else:
+        age_key.encrypt(f"VLLM_API_KEY={KEY}\n", rc.manifests / "secrets" / "api.env")
+        rc.env["SOPS_AGE_KEY_FILE"] = str(age_key.file)
+        spec_from = {"sopsFile": "secrets/api.env"}
+    _standin(rc, tmp_path, "keyed", {**COMPLETION, "deadlineSeconds": 120}, envFrom=[spec_from])
+    gate = tmp_path / "serve"  # the engine starts serving once this file is there
+    wrapper = tmp_path / "gated-vllm"
+    wrapper.write_text(
+        f'#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\nexec {tmp_path / "vllm"} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    manifest = rc.manifests / "keyed.yaml"
+    manifest.write_text(manifest.read_text().replace(str(tmp_path / "vllm"), str(wrapper)))
+    rc.once()
+    record = rc.record("keyed")
+    assert record is not None and record["phase"] == "Starting", record
+    gate.touch()
+    rc.wait_for(lambda: _keyed_answer(record["port"]), timeout=60, what="the engine serving")
+    for shown in (
+        rc("status", "--refresh", "-o", "json", check=0),
+        rc("status", "--refresh", check=0),
+    ):
+        assert KEY not in shown.out + shown.err, shown
+    (item,) = rc("status", "--refresh", "-o", "json", check=0).json()
+    assert (item["phase"], item["ready"]) == ("Ready", True), item
+    assert "status --refresh" in item["message"], item  # seen now, not yet recorded
+    assert rc.record("keyed")["phase"] == "Starting"  # a look writes nothing
+    if source == "sopsFile":  # a user without the age key: the record's key, as before
+        blind = {"SOPS_AGE_KEY_FILE": str(tmp_path / "no.agekey")}
+        shown = rc("status", "--refresh", "-o", "json", check=0, env=blind)
+        assert shown.json()[0]["phase"] == "Starting" and shown.err == "", shown
+    rc.down()

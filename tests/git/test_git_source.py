@@ -271,7 +271,8 @@ def test_a_path_one_slip_from_a_folder_of_the_repository_names_it(
     seen = source(reconcile)
     assert f"manifest: no such folder at this commit {hint}; nothing pruned" in seen["message"]
     far = reconcile("--once", "--git", remote.url, "--git-path", "deploy/prod", check=1)
-    assert "deploy/prod: no such folder at the applied commit\n" in far.err, far  # no guess
+    assert "deploy/prod: no such folder at the applied commit: nothing" in far.err, far
+    assert "did you mean" not in far.err, far  # no guess
 
 
 def test_an_edit_in_the_checkout_is_undone_by_the_next_move(reconcile: Any, remote: Remote) -> None:

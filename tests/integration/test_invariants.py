@@ -468,7 +468,7 @@ def test_5_a_missing_or_empty_folder_prunes_nothing(reconcile: Any) -> None:
     moved = reconcile.tmp / "unmounted"
     reconcile.manifests.rename(moved)
     result = reconcile.once(check=None)
-    assert f"manifests folder {reconcile.manifests} does not exist: pruning nothing" in result.err
+    assert f"manifests folder {reconcile.manifests} does not exist: nothing pruned" in result.err
     reconcile.manifests.mkdir()  # a half-done checkout: the folder, no manifests
     (reconcile.manifests / "web.yaml").write_text("")
     result = reconcile.once(check=None)

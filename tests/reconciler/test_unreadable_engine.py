@@ -402,6 +402,38 @@ def test_devices_shows_what_an_engine_found_by_its_spawn_note_alone_holds(
     assert not alive(pid)
 
 
+def test_status_and_describe_point_to_an_engine_with_no_record(
+    reconcile: Reconcile, tmp_path: Path
+) -> None:
+    """Its record lost and its manifest gone, the engine holds this node's port (and
+    devices), which `--once` and `devices` say, while `status` showed `No deployments.`
+    and `describe NAME` "no deployment named": each now points to it in one line (on
+    stderr: stdout stays a table or a list), as root and as a user that cannot read it."""
+    rc = reconcile
+    rc.write("capped", command=[str(capable_sleep(tmp_path)), "600"], readiness=READY)
+    (started,) = as_nobody(rc, ["--once"])
+    engine = rc.record("capped")
+    assert started.returncode == 0 and engine is not None, started
+    pid, port = engine["ref"]["pid"], engine["port"]
+    rc.record_path("capped").unlink()
+    (rc.manifests / "capped.yaml").unlink()
+    note = rc.state / "spawnnotes" / f"{engine['nonce']}.json"
+    said = f"warning: capped: engine pid {pid} holds port {port} with no record: its spawn "
+    said += f"note {note} names it; `reconcile devices` shows what it holds"
+    calls = (["status"], ["status", "-o", "json"], ["status", "capped"], ["describe", "capped"])
+    for done in as_nobody(rc, *calls):
+        assert done.returncode == (1 if "capped" in done.args else 0), done
+        lines = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+        assert lines == [said + ", and `reconcile events capped` what the passes said of it"]
+    assert json.loads(as_nobody(rc, ["status", "-o", "json"])[0].stdout) == []
+    assert said in rc("status", check=0).err  # root: the same, read from the same note
+    assert said not in rc("status", "-l", "team=x", check=0).err  # its labels are unknown
+    assert alive(pid) and note.exists(), note  # read verbs: nothing signalled, nothing removed
+    rc.down()  # root reads its marker: reaped as this set's engine with no record
+    assert not alive(pid)
+    assert "with no record" not in rc("status", check=0).err
+
+
 def test_a_wait_says_a_torn_records_engine_was_adopted_by_its_spawn_note(
     reconcile: Reconcile, tmp_path: Path
 ) -> None:

@@ -68,7 +68,11 @@ def test_labels_select_status_describe_plan_and_down(reconcile: Any) -> None:
     assert rc("status", "-l", "tier", "-o", "name", check=0).out == "web\n"
     assert rc("get", "-l", "team", "-o", "name", check=0).out == "db\nweb\n"
     bad = rc("status", "-l", "=x", check=64).err
-    assert bad.count("is not KEY or KEY=VALUE") == 1 and len(bad.splitlines()) == 1, bad
+    assert bad.count("'=x': no key before '='") == 1 and len(bad.splitlines()) == 1, bad
+    # kubectl's selectors: a comma is "and", `!=` holds where the label is absent, sets
+    assert rc("get", "-l", "team=search,tier=prod", "-o", "name", check=0).out == "web\n"
+    assert rc("get", "-l", "tier!=prod", "-o", "name", check=0).out == "db\n"
+    assert rc("get", "-l", "team in (infra,ml),!tier", "-o", "name", check=0).out == "db\n"
 
     # A label change is no spec change: the record follows, the engine keeps running.
     pid = rc.record("db")["ref"]["pid"]
@@ -81,6 +85,24 @@ def test_labels_select_status_describe_plan_and_down(reconcile: Any) -> None:
 
     assert rc("down", "-l", "team=infra", check=0).out == "stopped db\n"
     assert rc.status()["web"]["phase"] == "Ready"
+    rc.down()
+
+
+def test_a_selector_that_is_none_is_a_usage_error_naming_what_is_wrong(reconcile: Any) -> None:
+    """`status -l 'bad key=@'` said "No deployments." (and `-l a=b,c=d` looked for the
+    value "b,c=d"): every verb that takes -l refuses a selector that is none, as kubectl
+    does, on one line that names the part that is wrong; `down` stops nothing."""
+    rc = reconcile
+    _write_labelled(rc, "web", {"team": "search"})
+    rc.converge()
+    said = "'bad key=@': label key 'bad key': the name must be at most 63 characters"
+    for verb in (["status"], ["get"], ["describe"], ["plan"], ["down"]):
+        bad = rc(*verb, "-l", "bad key=@", check=64).err
+        assert said in bad and len(bad.splitlines()) == 1, bad
+        assert "a selector is KEY, !KEY, KEY=VALUE, KEY!=VALUE, KEY in (A,B)" in bad, bad
+    assert rc.status()["web"]["phase"] == "Ready"
+    bad = rc("status", "-l", "team=search,,tier", check=64).err
+    assert "'' in 'team=search,,tier': an empty requirement (a stray comma?)" in bad, bad
     rc.down()
 
 

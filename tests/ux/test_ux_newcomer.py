@@ -73,8 +73,18 @@ def test_the_commands_own_flag_after_a_verb_is_not_said_to_be_meant(
         (["status", "--outptu", "json"], "--output"),
         (["logs", "web", "--folow"], "--follow"),
         (["--once", "--wiat"], "--wait"),
+        # its value was taken for the verb: "'/srv/state' is no verb", or every verb listed
+        (["--state-dri", "/srv/state", "status"], "--state-dir"),
+        (["--devcies", "nvidia:0", "devices"], "--devices"),
     ],
-    ids=["before-the-verb", "a-verbs-flag", "logs-flag", "beside-another"],
+    ids=[
+        "before-the-verb",
+        "a-verbs-flag",
+        "logs-flag",
+        "beside-another",
+        "a-global-flags-value-as-the-verb",
+        "a-value-no-verb-is-like",
+    ],
 )
 def test_a_misspelt_flag_gets_a_did_you_mean(reconcile: Any, args: list[str], meant: str) -> None:
     result = reconcile(*args, check=64)

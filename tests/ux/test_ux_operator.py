@@ -127,6 +127,26 @@ def test_f_takes_a_single_manifest_file(reconcile: Any) -> None:
     rc("down", "-f", str(path), check=0)
 
 
+def test_a_path_f_cannot_read_is_said_once(reconcile: Any) -> None:
+    """`--once -f run.sh` (a script, a binary: no YAML) said its error three times (the
+    error, a "pruning nothing" warning, the folder again), `plan` and `export` twice, and a
+    missing folder was said twice by `--once`: each is one line, with the next move."""
+    rc = reconcile
+    script = rc.write_text("run.sh", "#!/bin/sh\nexec llama-server\n", folder=rc.tmp)
+    binary = rc.tmp / "engine.bin"
+    binary.write_bytes(bytes(range(256)) * 4)
+    said = "is not a folder, nor a manifest file (.yaml, .yml)"
+    for path in (script, binary):
+        for verb in (["--once"], ["plan"], ["plan", "-o", "json"], ["export"], ["validate"]):
+            done = rc(*verb, "-f", str(path), check=1)
+            assert (done.out + done.err).count(said) == 1, done
+            assert f"{path}: {said}: -f takes a folder or one manifest file" in str(done), done
+    missing = rc.tmp / "manfests"
+    once = rc("--once", "-f", str(missing), check=1)
+    line = f"error: manifests folder {missing} does not exist: nothing pruned (--allow-empty"
+    assert once.err == f"{line} to prune)\n", once
+
+
 def test_errors_say_what_to_write(reconcile: Any) -> None:
     rc = reconcile
     rc.write_text(

@@ -40,7 +40,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     loaded = load(cfg.manifests, insecure=cfg.insecure_manifests, repo=cfg.repo)
     # A mistyped -f exports nothing: exit 1 as `validate` does, so `export -f typo |
     # kubectl apply -f -` in a script fails instead of going green with nothing applied.
-    missing = loaded.folder_problems()
+    missing = loaded.folder_errors()  # an unusable one's error is among loaded.errors
     for problem in missing:
         print(f"error: {problem}", file=sys.stderr)
     outcome = Outcome(errors=list(loaded.errors))

@@ -27,6 +27,7 @@ from controller.cli.common import (
     say_warnings,
     selected,
 )
+from controller.cli.look import unrecorded
 from controller.cli.render.views import dump
 from controller.core.manifest.backendnames import on_cluster
 from controller.core.manifest.names import base_name, record_name_ok
@@ -57,7 +58,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     from controller.core.replicaset import group, selects
 
     if args.name is None and not args.selector:
-        print("reconcile: describe needs a NAME or -l KEY=VALUE", file=sys.stderr)
+        print("reconcile: describe needs a NAME or -l SELECTOR", file=sys.stderr)
         return EXIT_USAGE
     fmt = output_format(args, "text", ("text", "json", "yaml"))
     if fmt is None:
@@ -90,7 +91,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print(out)
     _problems(list(unreadable))
     if out is None and not unreadable:
-        return _none_described(args, records, state_dir)
+        code = _none_described(args, records, state_dir)
+        if args.name:  # an engine of that name with no record: where to look instead
+            torn = [p.name for p in snap.problems]
+            for line in unrecorded.said(state_dir, records, torn, args.name):
+                print(line, file=sys.stderr)
+        return code
     return EXIT_FAIL if unreadable else EXIT_OK
 
 
@@ -340,8 +346,8 @@ def _against(cfg: Config) -> list[str]:
 
 def _prune_errors(loaded: LoadResult, allow_empty: bool) -> list[str]:
     """The folder problems that make `--once` exit 1 (and prune nothing)."""
-    out = loaded.folder_problems()
-    if not out and not loaded.prune_safe and not allow_empty:
+    out = loaded.folder_errors()
+    if not loaded.missing_folders and not loaded.prune_safe and not allow_empty:
         out.append(f"{loaded.no_manifest or 'no manifest'}: {NOTHING_PRUNED}")
     return out
 

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.cli.common import (
     EXIT_FAIL,
@@ -31,6 +31,7 @@ from controller.cli.common import (
 )
 from controller.cli.gateway.gatewaystatus import refusal_lines
 from controller.cli.gateway.gatewaystatus import summary as gateway_line
+from controller.cli.look import unrecorded
 from controller.cli.render.views import (
     FORMATS,
     drain_line,
@@ -51,6 +52,10 @@ from controller.store.models import pullstatus
 from controller.store.side import observed
 from controller.store.statedir import StateDir
 
+if TYPE_CHECKING:
+    from controller.core.plan import Desired
+    from controller.reconciler.run import Preview
+
 WATCH_FORMATS = ("table", "wide", "json")
 REFRESHED = "seen now by `status --refresh`; the next pass records it"
 
@@ -69,6 +74,8 @@ class Look:
     unread: dict[str, str] = field(default_factory=dict)
     said_above: str | None = None  # the owner whose unread folder the line above says
     at: datetime = field(default_factory=lambda: datetime.now(UTC))  # when it was taken
+    # Engines running with no record (found by their spawn notes), in words: one line each
+    unrecorded: list[str] = field(default_factory=list)
 
     def live(self) -> list[Record]:
         """The records with what their messages say true now (a back-off's "restart in
@@ -136,6 +143,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(_table(seen, wide=fmt == "wide") if seen.records else "No deployments.")
     for line in refusal_lines(cfg.state_dir):  # on stderr: stdout stays a table or a list
         print(f"warning: {line}", file=sys.stderr)
+    for line in seen.unrecorded:
+        print(line, file=sys.stderr)
     for problem in seen.problems:
         print(f"error: {problem}", file=sys.stderr)
     # What cannot be read is not shown: exit 1 as `plan` does for an unreadable record
@@ -166,6 +175,8 @@ def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | N
     on stderr unless not ``say``) when NAME matches none. A record that cannot be read is
     among ``problems`` (NAME's only, when one is given) and left where it lies."""
     records, problems, seen = _read(args, cfg)
+    torn = [p.name for p in problems]  # an engine with no record has no labels to select
+    engines = [] if args.selector else unrecorded.said(cfg.state_dir, records, torn, args.name)
     if args.name:
         problems = [p for p in problems if p.name and args.name in (p.name, base_name(p.name))]
         named = [r for r in records if selects(args.name, r)]
@@ -174,7 +185,7 @@ def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | N
                 known = (base_name(r.name) for r in records)
                 said = [f"error: {p.message}" for p in problems]
                 said = said or [no_such(args.name, known, cfg.state_dir)]
-                print(*said, sep="\n", file=sys.stderr)
+                print(*said, *engines, sep="\n", file=sys.stderr)
             return None
         records = named
     chosen = [r for r in records if selected(r.labels, args)]
@@ -184,6 +195,7 @@ def look(args: argparse.Namespace, cfg: Config, *, say: bool = True) -> Look | N
     found = Look(records, dict(pulls), [p.message for p in problems], state_dir=cfg.state_dir)
     found.seen = {**noted.seen, **seen}  # --refresh: now
     found.conditions, found.unread = noted.conditions, noted.unread
+    found.unrecorded = engines
     return found
 
 
@@ -221,8 +233,33 @@ def refreshed(cfg: Config) -> tuple[list[Record], list[RecordProblem]]:
     """Every record as an observation now would judge it (plan's read-only half:
     liveness by pid and start time, the readiness probe of what is Starting)."""
     view = preview(cfg)
-    observed, problems = view.observe()
+    observed, problems = view.observe(desired=_keyed(view, cfg))
     return [as_seen(v, cfg.node) for v in observed.records.values()], problems
+
+
+def _keyed(view: Preview, cfg: Config) -> Desired | None:
+    """The entries of the manifests this node's Starting records came from, where a key
+    may come from outside the record, so that their probes present the key the pass's do
+    (probekeys.py): envFrom's values and llama.cpp's key file are in no record, and a
+    probe without them was refused (401), showing such an engine Starting while it was
+    Ready. None: no such record (the look reads no manifest, imports no pydantic)."""
+    records = view.store.peek().records.values()
+    files = sorted({r.source for r in records if r.source and _keyed_outside(r, cfg.node)})
+    if not files:
+        return None
+    from controller.store.sources.manifests import load
+
+    loaded = load([Path(f) for f in files], insecure=cfg.insecure_manifests, backend=cfg.backend)
+    return view.desired(loaded)  # a record whose spec is no longer its file's: its own key
+
+
+def _keyed_outside(rec: Record, node: str) -> bool:
+    """Starting here, with a spec that names envFrom or llama.cpp's --api-key-file."""
+    if rec.phase is not Phase.STARTING or rec.elsewhere(node):
+        return False
+    args = rec.stored_spec.get("args") or []
+    key_file = any(str(a).partition("=")[0] == "--api-key-file" for a in args)
+    return bool(rec.stored_spec.get("envFrom")) or key_file
 
 
 def as_seen(view: RecordView, node: str) -> Record:

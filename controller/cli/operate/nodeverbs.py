@@ -114,11 +114,9 @@ def _unrecorded(cfg: Config, recorded: set[str]) -> bool:
     scan worth its cost (every spawn notes its engine; a teardown removes the note)."""
     if on_cluster(cfg.backend):
         return False
-    from controller.host.procs import process_alive
-    from controller.store.instances.spawnnotes import SpawnNotes
+    from controller.cli.look.unrecorded import unrecorded
 
-    notes = SpawnNotes(cfg.state_dir).read_all()
-    return any(n.nonce not in recorded and process_alive(n.ref) for n in notes)
+    return bool(unrecorded(cfg.state_dir, recorded))
 
 
 def _unknown_if_free(item: dict[str, Any], torn: list[str]) -> dict[str, Any]:

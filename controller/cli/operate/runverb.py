@@ -189,12 +189,7 @@ def report(result: object, *, quiet: bool = False) -> None:
     _print_errors(list(result.errors))
     for problem in result.problems:
         print(f"error: {problem.message}", file=sys.stderr)
-    # A missing folder (no checkout: git's words say why); an empty one is an error below.
-    if result.prune_blocked and result.missing_folders and not result.unfetched:
-        print(
-            f"warning: {result.prune_blocked}: pruning nothing (use --allow-empty to prune)",
-            file=sys.stderr,
-        )
+    # A missing or empty folder is an error of `failing`, which says nothing was pruned.
     if result.skipped:  # this node's share of a fleet: the rest is other nodes'
         from controller.core.manifest.labels import kept_note, skip_note
 

@@ -21,7 +21,7 @@ from typing import Any
 from controller.core.devices.inventory import Device
 from controller.core.engines import image_program, llama_cpp, ollama, recipe_for, sglang, tgi, vllm
 from controller.core.kubernetes import exportpull
-from controller.core.manifest.labels import key_problem, value_problem
+from controller.core.manifest.labelsyntax import key_problem, value_problem
 from controller.core.manifest.specs import (
     Deployment,
     DeploymentSpec,

@@ -1,4 +1,5 @@
-"""Node labels and ``spec.nodeSelector``: Kubernetes' label syntax, the match, the share.
+"""Node labels and ``spec.nodeSelector``: a field type of Kubernetes' label syntax (its
+rules are ``labelsyntax.py``'s), the match, the share.
 
 A fleet follows one repository; each node runs the deployments whose ``nodeSelector``
 matches all its pairs against the node's ``node.yaml`` labels, and ignores the others
@@ -8,38 +9,12 @@ sees the entries: the labels are an input, like every other (no I/O).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Annotated, TypeVar
 
 from pydantic import AfterValidator
 
-# Kubernetes' label syntax (apimachinery's validation): a name part of at most 63
-# characters, alphanumeric at both ends, '-', '_' and '.' between; a key may carry a
-# DNS-1123 subdomain prefix of at most 253 ("example.com/gpu"); a value may be empty.
-_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_NAME_RULE = "at most 63 characters: letters, digits, '-', '_' and '.', alphanumeric at both ends"
-
-
-def key_problem(key: str) -> str | None:
-    """Why ``key`` is no label key (None: it is one)."""
-    prefix, slash, name = key.rpartition("/")
-    if slash and (len(prefix) > 253 or not _PREFIX.fullmatch(prefix)):
-        return (
-            f"label key {key!r}: the prefix before '/' must be a DNS subdomain"
-            " (lower-case, e.g. example.com), at most 253 characters"
-        )
-    if not name or len(name) > 63 or not _NAME.fullmatch(name):
-        return f"label key {key!r}: the name must be {_NAME_RULE}"
-    return None
-
-
-def value_problem(value: str) -> str | None:
-    """Why ``value`` is no label value (None: it is one; empty is allowed)."""
-    if len(value) > 63 or not _NAME.fullmatch(value):
-        return f"label value {value!r} must be empty or {_NAME_RULE}"
-    return None
+from controller.core.manifest.labelsyntax import key_problem, value_problem
 
 
 def _check(labels: dict[str, str]) -> dict[str, str]:

@@ -25,7 +25,8 @@ from controller.core.manifest import hints
 from controller.core.manifest.backendnames import on_cluster
 from controller.core.manifest.cluster import cluster_refusals
 from controller.core.manifest.excerpt import clip, did_you_mean, short
-from controller.core.manifest.labels import disjoint, key_problem, matches, value_problem
+from controller.core.manifest.labels import disjoint, matches
+from controller.core.manifest.labelsyntax import key_problem, value_problem
 from controller.core.manifest.names import in_repo
 from controller.core.manifest.specerrors import Loc, Written, problems
 from controller.core.manifest.specs import (
@@ -121,16 +122,20 @@ class LoadResult:
     def folder_problems(self) -> list[str]:
         """Each missing folder in words: `-f /etc/passwd` is there, so not "does not exist";
         a git source's path as the repository names it, at its commit."""
+        return [self._folder_problem(f) for f in self.missing_folders]
+
+    def folder_errors(self) -> list[str]:
+        """The folder problems a verb prints beside ``errors``: an unusable folder's error
+        is one of those already, with the next move (`-f /etc/passwd` was said 2-3 times)."""
+        return [self._folder_problem(f) for f in self.missing_folders if f not in self.unusable]
+
+    def _folder_problem(self, folder: str) -> str:
         if self.repo is not None:
-            return [
-                f"{self.named(f)}: {self.unusable.get(f, 'no such folder')} at the applied"
-                f" commit{self.near_folder(f)}"
-                for f in self.missing_folders
-            ]
-        return [
-            f"manifests folder {f} {self.unusable[f]}" if f in self.unusable else missing_text(f)
-            for f in self.missing_folders
-        ]
+            why = self.unusable.get(folder, "no such folder")
+            return f"{self.named(folder)}: {why} at the applied commit{self.near_folder(folder)}"
+        if folder in self.unusable:
+            return f"manifests folder {folder} {self.unusable[folder]}"
+        return missing_text(folder)
 
     def near_folder(self, folder: str) -> str:
         """`` (did you mean manifests? ...)`` when a git source's path, missing at its
