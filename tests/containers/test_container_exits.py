@@ -123,6 +123,9 @@ def test_a_start_killed_before_its_status_costs_no_wait(
     rc.converge()  # restarted as a crashed engine is
     record = rc.record("orphaned")
     assert record is not None and record["ref"]["pid"] != pid, record
+    # Said as what it is: a container is never our child, its `run` said nothing.
+    [fail] = [e["reason"] for e in rc.events("orphaned") if e.get("action") == "fail"]
+    assert fail.startswith("engine exited (code unknown: its container's `run` said none)")
     rc.down()
     assert podman.ours(rc.state) == []
 
