@@ -140,6 +140,9 @@ class ContainerRef:
 
 # Why a cluster engine's exit code is unknown: its actor (and the engine with it) is gone.
 ACTOR_GONE = "its actor is gone: exit code unknown"
+# Why a container engine's is: its `run` said none (killed, or the runtime's own failure).
+# Never our child, so "not our child" said nothing of why.
+RUN_UNSAID = "its container's run said no exit code"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -156,6 +159,8 @@ class ExitInfo:
             return f"exited with code {self.code}"
         if self.reason == ACTOR_GONE:  # not a crash of the engine's own: say what ended
             return "ended with its actor (its node or the cluster lost, or the actor killed)"
+        if self.reason == RUN_UNSAID:
+            return "exited (code unknown: its container's `run` said none)"
         return "exited (code unknown: not our child)"
 
 

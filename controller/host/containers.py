@@ -120,6 +120,16 @@ class Runtime:
                 return image_id, digest
         return image_id, image_id
 
+    def storage(self) -> str:
+        """Where the runtime keeps its images (podman's graph root, docker's root folder);
+        "" when it cannot say."""
+        fmt = "{{.Store.GraphRoot}}" if self.name == "podman" else "{{.DockerRootDir}}"
+        try:
+            done = self.call("info", "--format", fmt)
+        except ContainerError:
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
     # -- containers --------------------------------------------------------------------
 
     def inspect(self, name: str) -> Running | None:

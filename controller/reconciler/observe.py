@@ -11,6 +11,7 @@ from controller.backends.base import Backend
 from controller.core.manifest import backendnames
 from controller.core.state import (
     ACTOR_GONE,
+    RUN_UNSAID,
     Drain,
     ExitInfo,
     MarkedProcess,
@@ -95,6 +96,8 @@ def _view(rec: Record, backend: Backend, by_nonce: dict[str, list[MarkedProcess]
             # A cron pass is not the engine's parent: the code is lost, the exit is not. A
             # cluster's engine ends with its actor (one that crashed, its actor restarts).
             why = ACTOR_GONE if rec.on_cluster else "not our child: exit code unknown"
+            if rec.container is not None and not rec.on_cluster:
+                why = RUN_UNSAID  # never our child: its `run` was killed, or its runtime failed
             exit_info = ExitInfo(at=now, reason=why)
     return RecordView(
         record=rec,

@@ -1047,13 +1047,20 @@ def _unloaded(result: PassResult) -> list[str]:
 
 
 def _held_note(result: PassResult) -> dict[str, str]:
-    """This set's Ready engines whose new spec's model pull keeps failing: they serve the
-    old spec, which `status` would otherwise show as all well while `--once` exits 1 (a
-    Pulling record's own message says its failure already)."""
+    """This set's Ready engines whose new spec's model pull keeps failing, or whose new
+    image did not pull (``result.held``): they serve the old spec, which `status` would
+    otherwise show as all well while `--once` exits 1 (a Pulling record's own message says
+    its failure already, and so does one kept as not proven ours)."""
     ours = result.ours()
     serving = {base_name(r.name) for r in ours if r.phase is Phase.READY}
     failing = pulling.failing(ours, result.pulls, result.sources)
-    return {
+    said = {r.name: r.message for r in ours}
+    kept = {
+        base_name(name): why
+        for name, why in result.held.items()
+        if base_name(name) in serving and said.get(name) != why
+    }
+    return kept | {
         name: f"{why.removeprefix(f'{name}: ')}: the engine serves its old spec meanwhile"
         for name, why in failing.items()
         if name in serving

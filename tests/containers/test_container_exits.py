@@ -13,10 +13,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from containers.conftest import Engine, write
+import pytest
+from containers.conftest import STANDIN, Engine, write
+from procs import free_ports
+from strategies import entry
 
+from controller.backends.base import StartRequest
 from controller.backends.local.container import exit_file, exit_status
 from controller.backends.local.runtime import EXIT_FILE_WAIT, LocalBackend
+from controller.core.render import render
+from controller.core.state import Record
 from controller.store.instances.records import RecordStore
 
 if TYPE_CHECKING:
@@ -117,5 +123,37 @@ def test_a_start_killed_before_its_status_costs_no_wait(
     rc.converge()  # restarted as a crashed engine is
     record = rc.record("orphaned")
     assert record is not None and record["ref"]["pid"] != pid, record
+    # Said as what it is: a container is never our child, its `run` said nothing.
+    [fail] = [e["reason"] for e in rc.events("orphaned") if e.get("action") == "fail"]
+    assert fail.startswith("engine exited (code unknown: its container's `run` said none)")
     rc.down()
     assert podman.ours(rc.state) == []
+
+
+def test_a_run_killed_by_a_signal_is_not_its_engines_exit(
+    rc: Reconcile, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shell that runs `run` killed by a signal (`pkill docker` by hand) while its
+    engine serves, then the engine gone: the backend that started it said the engine
+    `exited with code -9`, the shell's own death, which restartPolicy then judged. No one
+    said how the engine ended: its code is unknown (a containers trial's finding)."""
+    for key, value in engine.env.items():
+        monkeypatch.setenv(key, value)
+    backend = LocalBackend(rc.state, rc.node, container_runtime=engine.name)
+    container = {"image": engine.image, "runtime": engine.name}
+    deployment = entry("killed", engine="command", command=STANDIN, container=container)
+    port = free_ports(1)
+    rendered = render(deployment, devices=(), port=port)
+    record = Record(name="killed", owner="test", node=rc.node, nonce="n1", port=port)
+    log = rc.state / "killed.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    request = StartRequest(entry=deployment, record=record, rendered=rendered, log_path=log)
+    instance = backend.launch(request)
+    assert instance.ref is not None and instance.container is not None
+    shell = _waiting_shell(exit_file(str(rc.state.resolve()), "killed", "n1"))
+    os.killpg(shell, signal.SIGKILL)  # the shell and its `run`: a session of their own
+    rc.wait_gone(shell)
+    assert backend.alive(instance.ref)  # the engine serves on without them
+    engine.cli("rm", "-f", instance.container.id)
+    rc.wait_gone(instance.ref.pid)
+    assert backend.exit_of(instance.ref) is None  # unknown, not the shell's -9

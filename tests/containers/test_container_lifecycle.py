@@ -5,6 +5,7 @@ The stand-in engine is busybox's httpd in an image built by the fixtures (confte
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import urllib.request
@@ -538,6 +539,39 @@ def test_an_image_tag_that_does_not_pull_stops_nothing(rc: Reconcile, engine: En
     assert "cannot pull" not in never.err, never
     write(rc, engine, "tagged")  # the tag set back: nothing to replace
     assert "In sync" in rc("plan", check=0).out
+    rc.down()
+
+
+def test_status_says_the_old_spec_serves_while_the_new_image_does_not_pull(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """A Recreate whose new image does not pull keeps its engine serving and `--once` exits
+    1 naming it, but `status` and `describe` said Ready with no message: the edited spec did
+    not run and neither said so. Both say it now (as a model pull's failure is said), until
+    the spec runs (a containers trial's finding)."""
+    write(rc, engine, "held")
+    rc.converge()
+    typo = "localhost/reconcile-test/absent:404"
+    write(rc, engine, "held", container={"image": typo})
+
+    def held() -> dict[str, Any] | None:
+        rc.once(check=None)
+        item: dict[str, Any] = json.loads(rc("status", "held", "-o", "json", check=0).out)[0]
+        if item["conditions"]:
+            return item
+        after_pulls(rc)
+        return None
+
+    item = wait_for(held, timeout=90, what="status to say the new image did not pull")
+    assert item["phase"] == "Ready" and item["message"] == "", item
+    [why] = item["conditions"]
+    assert why.startswith(f"cannot pull image {typo}: ") and "engine is kept" in why, why
+    assert f"cannot pull image {typo}: " in rc("status", check=0).out
+    described = rc("describe", "held", check=0).out
+    assert f"Conditions:   cannot pull image {typo}: " in described, described
+    write(rc, engine, "held")  # set back: the running engine is the spec's again
+    rc.once()
+    assert json.loads(rc("status", "held", "-o", "json", check=0).out)[0]["conditions"] == []
     rc.down()
 
 

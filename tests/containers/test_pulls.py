@@ -25,6 +25,7 @@ from containers.conftest import (
     mistaken,
     write,
 )
+from disks import tmpfs
 from missing import skip
 from procs import bindable, free_ports, wait_for
 
@@ -517,3 +518,29 @@ def test_wait_ends_on_a_registry_that_is_down_after_its_first_retry(
     assert said in result.err and "connection refused" in result.err.lower(), result.err
     assert rc.record("down")["restarts"] == 1, rc.record("down")
     rc.down()
+
+
+def test_a_full_image_storage_is_named_with_where_and_how_to_make_room(
+    reconcile: Reconcile, podman: Engine, registry: Registry, tmp_path: Path
+) -> None:
+    """A pull that fills the runtime's image storage (podman's, on a real 1 MB tmpfs) said
+    to check spec.container.image and that its registry answers: both were fine. It names
+    the storage that is full and how to make room there (a trial's finding)."""
+    with tmpfs(tmp_path / "small", "1m") as small:
+        conf = tmp_path / "storage.conf"
+        graph, run = small / "graph", tmp_path / "run"
+        conf.write_text(f'[storage]\ndriver = "vfs"\ngraphroot = "{graph}"\nrunroot = "{run}"\n')
+        rc = reconcile
+        rc.env.update(podman.env)
+        rc.env["CONTAINERS_STORAGE_CONF"] = str(conf)
+        rc.env["CONTAINERS_REGISTRIES_CONF"] = str(registry.registries_conf)
+        write(rc, podman, "full", container={"image": registry.tagged})
+        record = until_message(rc, "full", "cannot pull image")
+        said = record["message"]
+        assert "no space left on device" in said, record
+        assert f"{graph} is full: free space there" in said, record
+        assert "`podman image prune`" in said and "`podman system df`" in said, record
+        assert "check spec.container.image" not in said, record
+        assert record["port"] is None and record["devices"] == [], record
+        rc.down()
+        assert podman.ours(rc.state) == []

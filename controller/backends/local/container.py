@@ -69,6 +69,7 @@ NO_PROGRAM = {126: "is not executable", 127: "is not"}
 # What a registry says of a pull without credentials (podman; docker), which names no
 # next move (docker's "pull access denied … may require 'docker login'" does).
 NO_LOGIN = ("authentication required", "no basic auth credentials")
+NO_ROOM = "no space left on device"  # a pull that filled the runtime's storage (both say so)
 PREPULL_RETRY = 30.0  # seconds before a replacement's image that did not pull is tried again
 START_TIMEOUT = 60.0  # seconds from `run` to a main process (a runtime creating layers)
 POLL = 0.01  # a look at one small file (the container's id)
@@ -419,6 +420,10 @@ class Wrapper:
         if any(words in said.lower() for words in NO_LOGIN):  # the pull used the runtime's own
             login = " ".join((runtime.name, "login", _registry(image))).strip()
             return f"{text}; log in as the user reconcile runs as: `{login}`"
+        if NO_ROOM in said.lower():  # neither the name nor the registry is at fault
+            where, rt = runtime.storage() or f"{runtime.name}'s image storage", runtime.name
+            room = f"`{rt} system df` shows what uses it, `{rt} image prune` removes unused images"
+            return f"{text}; {where} is full: free space there ({room}): the pull is tried again"
         defaulted = container.pull_policy is None and container.policy(image) == "Always"
         if defaulted and _image_or_none(runtime, image) is not None:
             return text + (

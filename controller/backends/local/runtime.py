@@ -151,7 +151,9 @@ class LocalBackend:
     def _exited_container(self, ref: ProcessRef, code: int | None) -> None:
         from controller.backends.local.container import RUNTIME_CODES
 
-        if code is not None and code not in RUNTIME_CODES:  # else the runtime's own failure
+        # A negative code is the `run`'s shell killed by a signal (it exits with its `run`'s
+        # code, never by one): no one said how the engine ended. 125-127: the runtime's own.
+        if code is not None and code >= 0 and code not in RUNTIME_CODES:
             self.exits[ref.pid] = ExitStatus(code, None)
 
     def _reap_all(self) -> None:
