@@ -39,8 +39,8 @@ def test_a_state_dir_restored_from_a_backup_starts_nothing_twice_and_kills_nothi
     rc = reconcile
     rc.devices = "nvidia:0,nvidia:1,nvidia:2,nvidia:3"
     for i, name in enumerate(NAMES):
-        rc.write(name, devices={"count": 1}, basePort=rc.port + 4 * i)
-    listen = ["--listen", str(rc.port + 40)]
+        rc.write(name, devices={"count": 1}, basePort=rc.port + 3 * i)
+    listen = ["--listen", str(rc.port + 15)]  # all within the test's 16 ports
     d = daemon(*listen, resync="0.3s")
     first = {n: d.wait(lambda n=n: ready_pid(rc, n), f"{n} Ready") for n in NAMES}
     before = d.wait(lambda: gateways(rc), "the gateway")
@@ -51,7 +51,7 @@ def test_a_state_dir_restored_from_a_backup_starts_nothing_twice_and_kills_nothi
     # deployment removed.
     rc("gateway", "restart", check=0)
     (stray,) = d.wait(lambda: (g := gateways(rc)) != before and len(g) == 1 and g, "gateway 2")
-    rc.write("late", devices={"count": 1}, basePort=rc.port + 12)
+    rc.write("late", devices={"count": 1}, basePort=rc.port + 9)
     late = d.wait(lambda: ready_pid(rc, "late"), "late Ready")
     os.kill(first["crashed"], signal.SIGKILL)
     d.wait(lambda: ready_pid(rc, "crashed") not in (None, first["crashed"]), "crashed restarted")
@@ -75,11 +75,11 @@ def test_a_state_dir_restored_from_a_backup_starts_nothing_twice_and_kills_nothi
         ),
         "kept, crashed and late Ready, gone's record dropped",
     )
-    rc.wait_gone(stray)  # asked to stop, it drained and ended
+    rc.wait_gone(stray, timeout=30)  # asked to stop, it drained and ended
     (said,) = again.lines(STRAY)
     assert said["pid"] == stray and said["level"] == "warning", said
     (serving,) = gateways(rc)
-    with urllib.request.urlopen(f"http://127.0.0.1:{rc.port + 40}/healthz", timeout=10) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{rc.port + 15}/healthz", timeout=10) as r:
         assert r.status == 200
 
     # One engine each; the one the backup named kept; the unrecorded ones reaped (said,
