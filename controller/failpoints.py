@@ -33,6 +33,7 @@ POINTS = {
     "reconciler.reserve.after_write": "a reservation is written (placement lock held)",
     "reconciler.reserve.before_release": "all reservations written, placement lock not released",
     "executor.spawn.before_exec": "the reservation is on disk, the engine not yet spawned",
+    "runtime.spawn.before_note": "the engine's process is forked, its spawn note not written",
     "executor.spawn.before_record": "the engine runs, its record does not hold the pid yet",
     "executor.spawn.after_record": "the record holds the pid, the event is not appended",
     "executor.stop.after_terminating": "the record says Terminating, no signal sent",

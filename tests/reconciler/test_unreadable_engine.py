@@ -284,6 +284,28 @@ def test_an_unreadable_engine_a_killed_pass_never_recorded_is_adopted(
     assert not alive(pid)
 
 
+def test_a_pass_killed_before_its_spawn_note_leaves_no_unreadable_engine_unnoted(
+    reconcile: Reconcile, tmp_path: Path
+) -> None:
+    """A pass SIGKILLed after its fork and before its spawn note's write (3 ms at the
+    median, up to 80 ms on a loaded box) left an engine that no record and no note named:
+    the next pass released the reservation and started a second engine beside it, the
+    first holding its devices unseen. An engine now execs only once its note is written."""
+    rc = reconcile
+    rc.write("capped", command=[str(capable_sleep(tmp_path)), "600"], readiness=READY)
+    crash = {"RECONCILE_FAILPOINTS": "runtime.spawn.before_note=kill"}
+    (killed,) = as_nobody(rc, ["--once"], env=crash)
+    assert killed.returncode == -signal.SIGKILL, killed
+    (again,) = as_nobody(rc, ["--once"])
+    assert again.returncode == 0, again
+    engine = rc.record("capped")
+    assert engine is not None and engine["ref"] is not None, (again, engine)
+    pid = engine["ref"]["pid"]
+    assert marked_pids(f"{rc.node}/capped/") == {pid}, again  # root reads every marker
+    rc.down()
+    assert not alive(pid)
+
+
 # Not dumpable, it listens on argv[1] until killed: a foreign process this user cannot read.
 FOREIGN = (
     "import ctypes, socket, sys, time\n"

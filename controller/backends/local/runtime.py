@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from controller import failpoints
 from controller.backends.base import ExitStatus, Held, StartRequest, engine_env
+from controller.backends.local import execgate
 from controller.core.devices.inventory import Inventory
 from controller.core.manifest import backendnames
 from controller.core.manifest.names import instance_of
@@ -289,27 +290,24 @@ class LocalBackend:
         log_path: Path,
         preexec: Callable[[], None] | None = None,
     ) -> ProcessRef:
-        """Exec ``argv`` in a new session; ``preexec`` runs in the child before exec."""
+        """Exec ``argv`` in a new session once its spawn note is written (``execgate.py``:
+        no engine runs that no note names); ``preexec`` runs in the child before exec."""
         full_env = dict(env)
         full_env[MARKER] = self.marker(name, nonce)
         full_env[STATE_MARKER] = self.state_dir
         full_env.pop(OWNER_MARKER, None)  # a fact of ours, never the spec's word
         if self.owner is not None:
             full_env[OWNER_MARKER] = self.owner
+        noted = {k: full_env[k] for k in NOTED if k in full_env}
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             # argv only, never a shell (invariant 10); a new session = a new group.
-            child = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=subprocess.STDOUT,
-                env=full_env,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=preexec,
-            )
+            child = execgate.spawn(
+                list(argv), full_env, gate_env=_gate_env(), log_fd=log_fd, preexec=preexec,
+                before_exec=lambda pid: self._note(nonce, pid, noted),
+            )  # fmt: skip
         except OSError as exc:
+            self.notes.forget(nonce)  # its process never became the engine
             raise SpawnError(f"cannot exec {argv[0]!r}: {exc.strerror or exc}") from exc
         finally:
             os.close(log_fd)
@@ -317,19 +315,21 @@ class LocalBackend:
         ref = identity(child.pid)
         if ref is None:  # exited before we could look: still report what ran
             return ProcessRef(pid=child.pid, start_time=time.time())
-        self._note(SpawnNote(nonce, ref, {k: full_env[k] for k in NOTED if k in full_env}))
         return ref
 
-    def _note(self, note: SpawnNote) -> None:
-        """Written at once, the window a crash could leave unnoted is this call's: the
-        engine exec'd when Popen returned (a note written in the child before its exec
-        would be a preexec_fn, unsafe in the threaded daemon). A note that cannot be
-        written is said, not fatal: the engine runs, and its marker is what finds it
-        wherever its environment can be read."""
+    def _note(self, nonce: str, pid: int, env: Mapping[str, str]) -> None:
+        """The engine's spawn note, written before its exec: ``pid`` is the gate's, and an
+        exec keeps both the pid and the start time. A note that cannot be written is said,
+        not fatal: the engine runs, and its marker is what finds it wherever its environment
+        can be read."""
+        ref = identity(pid)
+        if ref is None:
+            return  # the gate is gone (killed): no engine will run
         try:
-            self.notes.write(note)
+            failpoints.hit("runtime.spawn.before_note")
+            self.notes.write(SpawnNote(nonce, ref, env))
         except (OSError, ValueError) as exc:  # ValueError: a nonce no file may be named by
-            log.warning("spawn note not written", pid=note.ref.pid, reason=str(exc))
+            log.warning("spawn note not written", pid=pid, reason=str(exc))
 
     # -- markers -------------------------------------------------------------
 
@@ -565,6 +565,12 @@ class LocalBackend:
         except PermissionError as exc:
             if exc.errno != errno.EPERM:
                 raise
+
+
+def _gate_env() -> dict[str, str]:
+    """The environment an engine's gate runs with until its exec: this process's, with no
+    marker (a scan never takes a waiting gate for an engine)."""
+    return {k: v for k, v in os.environ.items() if k not in (MARKER, STATE_MARKER, OWNER_MARKER)}
 
 
 def _exit_written(path: Path, wait: float) -> int | None:

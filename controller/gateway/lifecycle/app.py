@@ -238,8 +238,10 @@ class Gateway:
         self, request_pass: Callable[[], None], sock: socket.socket | None, serving: bool
     ) -> None:
         asyncio.set_event_loop(self.loop)
-        self.requests.start()
         try:
+            # In the try too: a writer thread the host refuses ("can't start new thread" at
+            # its thread limit) left start() waiting out START_WAIT, then said "did not start".
+            self.requests.start()
             self.loop.run_until_complete(self._open(request_pass, sock, serving))
         except BaseException as exc:
             self._failed = exc

@@ -27,7 +27,7 @@ import errno
 import os
 import socket
 from asyncio.selector_events import BaseSelectorEventLoop
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -155,7 +155,22 @@ def _stranger(one: Listener, state_dir: Path) -> Stranger | None:
     return Stranger(who, one.port, None)
 
 
-def _same_dir(a: Path, b: Path) -> bool:
+def unnamed_gateways(state_dir: Path, address: str, port: int, named: Collection[int]) -> list[int]:
+    """The pids of gateways of ``state_dir`` listening where connections to
+    ``address:port`` could go that are none of ``named`` (the live gateways its files
+    name): ones it forgot (restored from a backup taken before they started), which
+    nothing would ever stop and which the kernel gives a share of the connections, routed
+    by records they may no longer see (their watch is of the folders the restore removed)."""
+    found: set[int] = set()
+    for one in ports.listeners_on(port):
+        if one.overlaps(address):
+            found.update(p for p in ports.socket_holders(one.inode) if p not in named)
+    return sorted(p for p in found if _same_dir(registry.gateway_state_dir(p), state_dir))
+
+
+def _same_dir(a: Path | None, b: Path) -> bool:
+    if a is None:
+        return False
     try:
         return os.path.samefile(a, b)
     except OSError:

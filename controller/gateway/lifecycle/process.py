@@ -153,6 +153,7 @@ class GatewayProcess:
         elif old is not None and old.nonce != self.nonce:
             # It would not hand over (or serves another port): it goes the plain way.
             registry.signal_gateway(old, signal.SIGTERM)
+        self._end_unnamed()
         log.info(
             "gateway listening",
             address=info.address,
@@ -163,6 +164,23 @@ class GatewayProcess:
             tls=s.tls,
             loop=loop_name(self.gateway.loop),
         )
+
+    def _end_unnamed(self) -> None:
+        """Stop the gateways of this state dir on our port that no file of it names (a
+        state dir restored from a backup older than them): each would serve on beside us,
+        forever, with what the restore took from under it. Ours by the state dir its
+        command line names; SIGTERM is a gateway's graceful stop (it drains and exits)."""
+        named = {os.getpid(), *(info.ref.pid for info in registry.live(self.state_dir))}
+        address = self._listening[0]
+        for pid in listener.unnamed_gateways(self.state_dir, address, self.settings.port, named):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            log.warning(
+                "gateway of this state dir that no file names asked to stop",
+                pid=pid,
+                why="its gateway/ files are gone (a state dir restored from an older copy?): "
+                "it would serve beside this one, unwatched",
+            )
 
     def wake_daemon(self) -> None:
         # Looked up each time: a daemon whose path is too long binds a new name at start.

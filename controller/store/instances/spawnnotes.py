@@ -5,10 +5,11 @@ outside any user namespace reads the environment of a process that is not dumpab
 file-capability or setuid program, one that calls ``prctl(PR_SET_DUMPABLE, 0)``). Such
 an engine whose record is lost (deleted, a state dir restored from a backup, a pass
 killed between the spawn and the record's write) would be found by no other user's
-scan. So the spawn notes, once its child has exec'd, the engine's identity (pid and
-start time, invariant 6) and the few variables a pass reads from an environment (the
-marker, the state dir, the owner, ``PORT``, the device lists): a scan that may not read
-a live engine's environment reads them here (``LocalBackend.scan``). A note is a file
+scan. So the spawn notes, before its child execs the engine (no engine runs unnoted:
+``backends/local/execgate.py``), the engine's identity (pid and start time, invariant 6)
+and the few variables a pass reads from an environment (the marker, the state dir, the
+owner, ``PORT``, the device lists): a scan that may not read a live engine's
+environment reads them here (``LocalBackend.scan``). A note is a file
 under the state dir, as a record is: it lets a pass adopt its engine, never signal it.
 
 A note whose process is gone is nothing (that identity never runs again): the next

@@ -1,0 +1,115 @@
+"""The gate an engine's process passes before it execs the engine: its spawn note first.
+
+``spawn`` (``LocalBackend.spawn``'s fork and exec) forks this script (``python -I -S``,
+stdlib only: it runs by its path, with no package on ``sys.path``), has the caller write
+the spawn note of its pid, and only then sends it the engine's argv and environment; the
+gate execs them in place (same pid, same start time: the note names the engine). A pass
+SIGKILLed before the send leaves a gate that reads end-of-file and exits: no engine ever
+runs that no note names (a note is how a pass that may not read a non-dumpable engine's
+environment finds it, ``store/instances/spawnnotes.py``). Writing the note in the child
+itself would be a preexec_fn, unsafe in the threaded daemon. The gate's own environment
+carries no marker, so no scan takes a waiting gate for an engine. It costs each spawn
+one interpreter start (~20 ms).
+
+Run as ``execgate.py GO STATUS``: GO, the fd the spawn writes ``[argv, env]`` (JSON) to
+and closes; STATUS, the fd that reads end-of-file once the exec succeeded, else the
+exec's ``errno strerror``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+
+NOT_TOLD = 125  # the spawn sent nothing: its pass is gone, and so is the engine
+NO_EXEC = 127  # as a shell says of a command it cannot run
+
+
+def spawn(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    before_exec: Callable[[int], None],
+    gate_env: Mapping[str, str],
+    log_fd: int,
+    preexec: Callable[[], None] | None,
+) -> subprocess.Popen[bytes]:
+    """``argv`` exec'd with ``env`` in a new session, its output to ``log_fd``, once
+    ``before_exec`` (given the pid the engine will have) has returned. OSError, as
+    Popen raises it, when the exec fails."""
+    go_read, go = os.pipe()
+    status, status_write = os.pipe()
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-I", "-S", __file__, str(go_read), str(status_write)],
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            env=dict(gate_env),
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=(go_read, status_write),
+            preexec_fn=preexec,
+        )
+    except BaseException:
+        os.close(go)
+        os.close(status)
+        raise
+    finally:
+        os.close(go_read)
+        os.close(status_write)
+    return _exec(child, argv, env, before_exec=before_exec, go=go, status=status)
+
+
+def _exec(
+    child: subprocess.Popen[bytes],
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    before_exec: Callable[[int], None],
+    go: int,
+    status: int,
+) -> subprocess.Popen[bytes]:
+    """Tell the waiting gate what to exec, once ``before_exec`` is done; its answer."""
+    sent = False
+    with os.fdopen(status, "rb") as answer:
+        with os.fdopen(go, "wb") as pipe:  # closed unsent if before_exec raises: no exec
+            before_exec(child.pid)
+            with contextlib.suppress(BrokenPipeError):  # the gate ended before it read
+                pipe.write(json.dumps([list(argv), dict(env)]).encode())
+                sent = True
+        said = answer.read().decode(errors="replace")
+    if sent and not said:
+        return child  # exec'd: the engine runs (or ran, and its exit is a crash) as ``child``
+    child.wait()
+    number, _, words = said.partition(" ")
+    if number.isdigit():
+        raise OSError(int(number), words)
+    raise OSError(f"the engine's process ended before its exec (exit {child.returncode})")
+
+
+def _told(fd: int) -> bytes:
+    with os.fdopen(fd, "rb") as go:
+        return go.read()
+
+
+def main() -> int:
+    go, status = int(sys.argv[1]), int(sys.argv[2])
+    told = _told(go)
+    if not told:
+        return NOT_TOLD
+    argv, env = json.loads(told)
+    os.set_inheritable(status, False)  # closed by a successful exec: the spawn's success
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        os.write(status, f"{exc.errno or 0} {exc.strerror or exc}".encode())
+    return NO_EXEC
+
+
+if __name__ == "__main__":
+    sys.exit(main())
