@@ -361,7 +361,11 @@ async def _cut(
     sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
     try:
         if sse and response.prepared:
-            why = f"the engine of {target.deployment!r} closed the connection mid-stream"
+            name = target.deployment
+            why = (
+                f"the engine of {name!r} closed the connection mid-stream; retry, and if it "
+                f"recurs, `reconcile describe {name}` and `reconcile logs {name}` say why it ended"
+            )
             event = json.dumps(error_body(BAD_GATEWAY, why, "upstream_error"))
             await response.write(f"data: {event}\n\n".encode())
             await response.write_eof()
