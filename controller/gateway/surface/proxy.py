@@ -259,7 +259,9 @@ async def _as_event(
         meter.ended_with = BAD_GATEWAY
         why = (
             f"the engine of {target.deployment!r} answered {upstream.status} with {said}, "
-            "which an event stream cannot carry (the stream had begun while it started)"
+            "which an event stream cannot carry (the stream had begun while it started); "
+            "retry now that it is Ready (no stream begins: its answer comes as it is), or "
+            "send the request without `stream: true`"
         )
         await end_with_error(begun, error_body(BAD_GATEWAY, why, "upstream_error"))
         return begun
