@@ -70,15 +70,19 @@ def test_down_under_a_daemon_names_the_declaration_this_node_selects(reconcile: 
         spec = rc.deployment("chat", nodeSelector=selector, basePort=rc.port)
         rc.write_text(f"{file}.yaml", rc.dump_yaml(spec))
     daemon = rc.popen("--resync", "1h")
-    rc.wait_for(lambda: (rc.record("chat") or {}).get("phase") == "Ready", timeout=60)
-    down = rc("down", "chat", check=0)
-    assert down.out == "stopped chat\n", down
-    where = f"({rc.manifests / 'chat-h100.yaml'}:1)"
-    assert f"the daemon (pid {daemon.pid}) on this state dir starts chat again" in down.err, down
-    assert f"its manifest {where} still declares it" in down.err, down
-    daemon.terminate()
-    daemon.wait(timeout=30)
-    rc("down", check=0)  # what the daemon started again before it ended
+    try:
+        rc.wait_for(lambda: (rc.record("chat") or {}).get("phase") == "Ready", timeout=60)
+        down = rc("down", "chat", check=0)
+        assert down.out == "stopped chat\n", down
+        said = f"the daemon (pid {daemon.pid}) on this state dir starts chat again"
+        assert said in down.err, down
+        where = f"({rc.manifests / 'chat-h100.yaml'}:1)"
+        assert f"its manifest {where} still declares it" in down.err, down
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+        rc.once()
+        rc("down", check=0)  # what the daemon started again before it ended
 
 
 def test_down_never_says_never_ran_of_an_engine_that_ran(reconcile: Any) -> None:
