@@ -358,7 +358,7 @@ def test_fallbacks_never_loop(reconcile: Any, gateway: Any) -> None:
     """a -> b -> a, both Starting for good: each is tried once, b waiting at most its own
     fallbackAfter (the loop's end), then a 503 naming a (asked for) first, then b and why.
     b waited its whole readiness deadline (here 600 s: the request hung) and its 503 named
-    b alone."""
+    b alone; then it named a without its phase (only b, the last, had it)."""
     for name, other in (("a", "b"), ("b", "a")):
         reconcile.write(
             name,
@@ -375,9 +375,42 @@ def test_fallbacks_never_loop(reconcile: Any, gateway: Any) -> None:
     answer = g.request("POST", "/v1/chat/completions", body, timeout=120)  # not 600 s
     assert answer.status == 503 and answer.json()["error"]["code"] == "model_not_ready", answer
     said = answer.json()["error"]["message"]
-    assert said.startswith("tried 'a' (no instance Ready), then: deployment 'b' "), said
+    assert said.startswith("tried 'a' (no instance Ready: Starting), then: deployment 'b' "), said
     assert "within its fallbackAfter (0.5s), and no fallback is left to try" in said, said
     g.finish()
+
+
+def test_a_chains_503_says_why_each_model_was_passed_over(reconcile: Any, gateway: Any) -> None:
+    """big (Starting) falls back on gone, then on also (both Failed): the 503 says big's
+    phase and gone's phase and why, as it says also's. It said "tried 'big' (no instance
+    Ready), then 'gone' (no instance can become Ready (Failed or Succeeded))": why gone
+    failed was for the last model tried alone."""
+    reconcile.write(
+        "big",
+        command=reconcile.demo_command(load_seconds="600"),
+        readiness=STUCK,
+        fallbacks=["gone", "also"],
+        fallbackAfter="0.5s",
+    )
+    for name in ("gone", "also"):
+        reconcile.write(name, command=["/bin/sh", "-c", "exit 3"], restartPolicy="Never")
+    g = gateway()
+    try:
+        gone = g.wait_phase("gone", "Failed")
+        g.wait_phase("also", "Failed")
+        g.wait_phase("big", "Starting")
+        for name in ("gone", "also"):  # a fallback the gateway's table lacks is not tried
+            reconcile.wait_for(lambda n=name: g.request("GET", f"/v1/models/{n}").status == 200)
+        answer = g.post("big")
+        assert answer.status == 503, answer
+        said = answer.json()["error"]["message"]
+        assert said.startswith(
+            "tried 'big' (no instance Ready: Starting), then 'gone' (no instance can become "
+            f"Ready: gone Failed: {gone['message']}), then: deployment 'also' cannot become "
+            "Ready by itself (also Failed: "
+        ), said
+    finally:
+        g.finish()
 
 
 def test_a_drained_last_fallback_names_the_model_asked_for_first(
@@ -399,7 +432,8 @@ def test_a_drained_last_fallback_names_the_model_asked_for_first(
         answer = g.request("POST", "/v1/chat/completions", body, timeout=60)
         assert answer.status == 503, answer
         said = answer.json()["error"]["message"]
-        assert said.startswith("tried 'big' (no instance Ready), then: deployment 'lazy' "), said
+        lead = "tried 'big' (no instance Ready: Idle), then: deployment 'lazy' "
+        assert said.startswith(lead), said
         assert "cannot start now: node drained by " in said and "(swap GPU 1)" in said, said
         assert 1 <= int(answer.headers["Retry-After"]) <= 60, answer.headers
         reconcile("uncordon", check=0)

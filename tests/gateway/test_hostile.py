@@ -95,10 +95,19 @@ def test_paths_never_leave_v1(reconcile: Any, gateway: Any) -> None:
         "/v1/../v1/../slots?action=erase",
         "/v1/./../slots",
     ]
+    # Each 400 says the next move too (they said what was wrong alone).
     for path in escapes:
-        refused(send(g, "POST", path), 400, "invalid_path")
+        said = refused(send(g, "POST", path), 400, "invalid_path")["message"]
+        assert said == (
+            "the request path leaves /v1/ once its dot segments are resolved: send a path "
+            "under /v1/ with no `..`, e.g. /v1/chat/completions"
+        ), said
     for path in ("/v1/%2f..%2fslots", "/v1/..%5cslots", "/v1/a\\..\\..\\slots"):
-        refused(send(g, "POST", path), 400, "invalid_path")
+        said = refused(send(g, "POST", path), 400, "invalid_path")["message"]
+        assert said == (
+            "the request path is not a plain absolute path (encoded slash, backslash, NUL): "
+            "send the API's path as it is named, e.g. /v1/chat/completions"
+        ), said
     # Dot segments that stay under /v1/ are resolved, and only that path goes on.
     ok = send(g, "POST", "/v1/x/../completions?a=1")
     assert ok.status == 200 and ok.json()["object"] == "text_completion", ok

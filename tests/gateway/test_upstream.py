@@ -100,7 +100,9 @@ def test_an_engine_that_drops_the_connection_is_a_502(reconcile: Any, gateway: A
 
 def test_the_demo_engine_killed_mid_stream_is_a_cut_stream(reconcile: Any, gateway: Any) -> None:
     """The demo engine's streams are chunked, as real engines' are: killed mid-stream, its
-    client reads the gateway's error event (its close ended a stream that looked whole)."""
+    client reads the gateway's error event (its close ended a stream that looked whole),
+    which says the next move: retry, and where to see why the engine ended (it said
+    what happened alone)."""
     reconcile.write("demo", command=reconcile.demo_command(chunks="600", chunk_delay="0.05"))
     g = gateway()
     pid = g.wait_phase("demo", "Ready")["pid"]
@@ -123,6 +125,10 @@ def test_the_demo_engine_killed_mid_stream_is_a_cut_stream(reconcile: Any, gatew
     assert b"[DONE]" not in seen, seen[-500:]
     last = json.loads(events[-1].split(b"data: ", 1)[1])
     assert last["error"]["code"] == "upstream_error", last
+    assert last["error"]["message"] == (
+        "the engine of 'demo' closed the connection mid-stream; retry, and if it recurs, "
+        "`reconcile describe demo` and `reconcile logs demo` say why it ended"
+    ), last
     g.finish()
 
 

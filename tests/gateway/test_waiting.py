@@ -193,7 +193,8 @@ def test_a_plain_text_answer_to_a_held_stream_says_what_the_engine_answered(
     reconcile: Any, gateway: Any
 ) -> None:
     """A 200 in plain text cannot be an event: the stream's last event names the engine's
-    status and Content-Type (it said "answered 200: hello", as if the engine had failed)."""
+    status and Content-Type (it said "answered 200: hello", as if the engine had failed),
+    and the next move (it gave none), which does get the answer: a retry, now Ready."""
     command = [sys.executable, "-c", PLAIN, "{port}"]
     reconcile.write("cold", engine="command", command=command, **COLD)
     g = gateway(env=FAST)
@@ -205,6 +206,12 @@ def test_a_plain_text_answer_to_a_held_stream_says_what_the_engine_answered(
     assert last["error"]["code"] == "upstream_error", last
     assert "answered 200 with text/plain, not JSON" in said, said
     assert "an event stream cannot carry" in said, said
+    assert said.endswith(
+        "; retry now that it is Ready (no stream begins: its answer comes as it is), or send "
+        "the request without `stream: true`"
+    ), said
+    status, headers, again = raw_stream(g.port, body)
+    assert status == 200 and again == ["hello"], (status, headers, again)
     g.finish()
 
 

@@ -59,6 +59,32 @@ def test_down_under_a_daemon_says_it_is_undone_and_how_to_keep_it_down(reconcile
     assert alone.out == "stopped web\n" and "daemon" not in alone.err, alone
 
 
+def test_down_under_a_daemon_names_the_declaration_this_node_selects(reconcile: Any) -> None:
+    """`chat` declared for gpu=a100 nodes and again for gpu=h100 ones, on an h100 node:
+    `down chat` said nothing of the daemon that starts it again (it read both, a
+    duplicate, and found no declaration); it names the h100 one's file and line."""
+    rc = reconcile
+    rc.state.mkdir(mode=0o700)
+    (rc.state / "node.yaml").write_text("labels: {gpu: h100}\n")
+    for file, selector in (("chat-a100", {"gpu": "a100"}), ("chat-h100", {"gpu": "h100"})):
+        spec = rc.deployment("chat", nodeSelector=selector, basePort=rc.port)
+        rc.write_text(f"{file}.yaml", rc.dump_yaml(spec))
+    daemon = rc.popen("--resync", "1h")
+    try:
+        rc.wait_for(lambda: (rc.record("chat") or {}).get("phase") == "Ready", timeout=60)
+        down = rc("down", "chat", check=0)
+        assert down.out == "stopped chat\n", down
+        said = f"the daemon (pid {daemon.pid}) on this state dir starts chat again"
+        assert said in down.err, down
+        where = f"({rc.manifests / 'chat-h100.yaml'}:1)"
+        assert f"its manifest {where} still declares it" in down.err, down
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+        rc.once()
+        rc("down", check=0)  # what the daemon started again before it ended
+
+
 def test_down_never_says_never_ran_of_an_engine_that_ran(reconcile: Any) -> None:
     """A preempted deployment (and an OnDemand one parked after its idleTimeout) ran, then
     was stopped: its record holds nothing, and `down` said `removed low (Pending: never

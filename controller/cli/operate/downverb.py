@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
+from collections.abc import Mapping
 
 from controller.cli.common import EXIT_FAIL, EXIT_OK, config, no_such, selected
 from controller.cli.common import reconciler as build
@@ -47,7 +48,8 @@ def cmd_down(args: argparse.Namespace) -> int:
         )
     if not stopped and not kept and not others and not (missing and mine):  # others own them
         _nothing(owner, [r for r in before.values() if chosen(r)])
-    _undone_by_daemon(reconciler.config, [before[n] for n in stopped if n in before])
+    undone = [before[n] for n in stopped if n in before]
+    _undone_by_daemon(reconciler.config, reconciler.reads(), undone)
     if args.gateway:  # the gateway serves the state dir, not a set: only when asked
         from controller.cli.gateway.gatewayverbs import stop_gateways
 
@@ -56,9 +58,11 @@ def cmd_down(args: argparse.Namespace) -> int:
     return EXIT_FAIL if others or missing or kept else EXIT_OK
 
 
-def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
+def _undone_by_daemon(cfg: Config, labels: Mapping[str, str] | None, stopped: list[Record]) -> None:
     """A daemon on the state dir starts what its manifests declare at its next pass: a
-    `down` it undoes seconds later without a word looks like a crash (issue 34)."""
+    `down` it undoes seconds later without a word looks like a crash (issue 34).
+    ``labels``: the node's share, read as the daemon reads it (``Reconciler.reads``): a
+    name declared for two node classes is the one this node selects, not a duplicate."""
     from controller.cli.operate.restartverb import daemon_running
     from controller.core.manifest.names import in_repo
     from controller.store.sources.manifests import load
@@ -66,7 +70,7 @@ def _undone_by_daemon(cfg: Config, stopped: list[Record]) -> None:
     daemon = daemon_running(cfg.state_dir, [r.owner for r in stopped]) if stopped else None
     if daemon is None:
         return
-    declared = load(cfg.manifests, insecure=cfg.insecure_manifests).entries
+    declared = load(cfg.manifests, insecure=cfg.insecure_manifests, labels=labels).entries
     sources: dict[str, str] = {}
     for rec in stopped:
         entry = declared.get(base_name(rec.name))

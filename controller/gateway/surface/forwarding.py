@@ -180,7 +180,8 @@ class Forwarder:
             "unreachable": "its engine could not be reached (connection refused or reset)",
         }
         words = said.get(why, "at its concurrency limit")
-        incoming.passed = (*incoming.passed, (model, words))  # the last 503 names them
+        # the last 503 names them, each with why, as it names its own
+        incoming.passed = (*incoming.passed, (model, self._passed_over(model, why, words)))
         self.fallback_events.note(self.table.pools.get(model, ()), model, to, why, words)
         if incoming.waiting is not None:  # its comments name what it waits for now
             # `to` alone can serve it only when no other of `onward` may still take it
@@ -191,6 +192,16 @@ class Forwarder:
         with self.tracing.span("fallback", {"reconcile.from": model, "reconcile.to": to}):
             self.tracing.note({"reconcile.reason": why})
             return await self.serve(incoming, body, fields, (*tried, to), tuple(onward[1:]))
+
+    def _passed_over(self, model: str, why: str, words: str) -> str:
+        """Why ``model`` was passed over, for a chain's last answer: its phases and their
+        reason, briefly, as the last model's own 503 says them (the models before it said
+        only "no instance Ready": Pending for want of a GPU, or Starting, alike)."""
+        if why == "not_ready":
+            held = self.table.held(model)
+            return f"{words}: {self.table.phases(model)}" + (f": {held}" if held else "")
+        ended = self.table.ended(model) if why == "ended" else ()
+        return f"no instance can become Ready: {_states(ended)}" if ended else words
 
     async def _forward(
         self, incoming: Incoming, body: bytes | Upload, want: Ask
@@ -563,18 +574,22 @@ def _lead(passed: tuple[tuple[str, str], ...]) -> str:
 def _ended(label: str, records: tuple[Record, ...], lead: str = "") -> Response:
     """The 503 of a pool none of whose engines can become Ready by itself: at once, no
     Retry-After (a retry waits for a person), its phases and why, and what to do."""
-    states = "; ".join(
+    names = " ".join(dict.fromkeys(base_name(rec.name) for rec in records))
+    why = (
+        f"{lead}deployment {label!r} cannot become Ready by itself ({_states(records)}); "
+        f"fix its manifest, or start it again with `reconcile restart {names}`"
+    )
+    return error(503, why, "model_not_ready", final=True)
+
+
+def _states(records: tuple[Record, ...]) -> str:
+    """Each instance's phase and why (its record's message), once each."""
+    return "; ".join(
         dict.fromkeys(
             f"{rec.name} {rec.phase.value}" + (f": {rec.message}" if rec.message else "")
             for rec in records
         )
     )
-    names = " ".join(dict.fromkeys(base_name(rec.name) for rec in records))
-    why = (
-        f"{lead}deployment {label!r} cannot become Ready by itself ({states}); fix its manifest, "
-        f"or start it again with `reconcile restart {names}`"
-    )
-    return error(503, why, "model_not_ready", final=True)
 
 
 def _drained(label: str, drain: Drain, lead: str = "") -> Response:

@@ -259,7 +259,9 @@ async def _as_event(
         meter.ended_with = BAD_GATEWAY
         why = (
             f"the engine of {target.deployment!r} answered {upstream.status} with {said}, "
-            "which an event stream cannot carry (the stream had begun while it started)"
+            "which an event stream cannot carry (the stream had begun while it started); "
+            "retry now that it is Ready (no stream begins: its answer comes as it is), or "
+            "send the request without `stream: true`"
         )
         await end_with_error(begun, error_body(BAD_GATEWAY, why, "upstream_error"))
         return begun
@@ -361,7 +363,11 @@ async def _cut(
     sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
     try:
         if sse and response.prepared:
-            why = f"the engine of {target.deployment!r} closed the connection mid-stream"
+            name = target.deployment
+            why = (
+                f"the engine of {name!r} closed the connection mid-stream; retry, and if it "
+                f"recurs, `reconcile describe {name}` and `reconcile logs {name}` say why it ended"
+            )
             event = json.dumps(error_body(BAD_GATEWAY, why, "upstream_error"))
             await response.write(f"data: {event}\n\n".encode())
             await response.write_eof()

@@ -155,10 +155,16 @@ class Front:
             # no engine can read it otherwise (model() decodes it).
             path = raw
         if path is None:
-            why = "the request path is not a plain absolute path (encoded slash, backslash, NUL)"
+            why = (
+                "the request path is not a plain absolute path (encoded slash, backslash, "
+                f"NUL): send the API's path as it is named, e.g. {ROUTED}chat/completions"
+            )
             return error(400, why, "invalid_path")
         if raw.startswith(ROUTED) and not paths.within(path, ROUTED):
-            why = f"the request path leaves {ROUTED} once its dot segments are resolved"
+            why = (
+                f"the request path leaves {ROUTED} once its dot segments are resolved: send "
+                f"a path under {ROUTED} with no `..`, e.g. {ROUTED}chat/completions"
+            )
             return error(400, why, "invalid_path")
         fixed = self.routes.resolve(request, path)  # the web page's, the webhook's
         if fixed is not None:
