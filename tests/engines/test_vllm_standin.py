@@ -240,7 +240,7 @@ def test_the_daemon_presents_a_key_from_envfrom_across_its_restart(
     pids = []
     for _ in range(2):  # the daemon, then another after it (SIGTERM leaves engines running)
         enough = _keyed_posts(f) + 5  # Ready, then liveness probes answered
-        daemon = rc.popen("--resync", "1h")
+        daemon = rc.daemon("--resync", "1h")
         try:
             rc.wait_for(
                 lambda n=enough: _ready(rc, "daemonkeyed") and _keyed_posts(f) > n,

@@ -64,7 +64,7 @@ def test_a_daemon_without_listen_exports_the_gateway_left_serving(
     own = reconcile.state / "gateway" / "metrics.prom"
     reconcile.wait_for(lambda: served(own.read_text(), "alpha") == 1, what="1 counted")
     prom, port = reconcile.tmp / "daemon.prom", free_ports(1)
-    daemon = reconcile.popen(
+    daemon = reconcile.daemon(
         "--resync", "1h", "--metrics-file", str(prom), "--metrics-port", f"127.0.0.1:{port}"
     )
     reconcile.wait_for(

@@ -55,9 +55,12 @@ class Node:
 
     def start(self) -> None:
         log = self.rc.tmp / "daemon.log"
-        argv = self.rc.argv("-v", "--resync", "1h", "--git", self.url, *GIT)
+        args = ("-v", "--resync", "1h", "--git", self.url, *GIT)
         with open(log, "wb") as err:
-            proc = self.rc.spawn([*self.wrap, *argv], stderr=err)
+            if self.wrap:  # `ip netns exec` execs the CLI: a cold start
+                proc = self.rc.spawn([*self.wrap, *self.rc.argv(*args)], stderr=err)
+            else:  # forked warm, as the git_daemon fixture's (tests/warmcli.py)
+                proc = self.rc.daemon(*args, stderr=err)
         self.daemon = GitDaemon(proc, log, self.rc)
 
     def reload(self) -> None:

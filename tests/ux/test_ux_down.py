@@ -46,7 +46,7 @@ def test_down_under_a_daemon_says_it_is_undone_and_how_to_keep_it_down(reconcile
     word (issue 34, item 22): it says so, and names the manifest to remove or scale to 0."""
     rc = reconcile
     path = rc.write("web")
-    daemon = rc.popen("--resync", "1h")
+    daemon = rc.daemon("--resync", "1h")
     rc.wait_for(lambda: (rc.record("web") or {}).get("phase") == "Ready", timeout=60)
     down = rc("down", "web", check=0)
     assert down.out == "stopped web\n", down

@@ -112,7 +112,7 @@ def test_uncordon_wakes_the_daemon(reconcile: Any) -> None:
     saying "node drained". It wakes the daemon, as `restart` does."""
     rc = reconcile
     rc.write("web")
-    daemon = rc.popen("--resync", "1h")
+    daemon = rc.daemon("--resync", "1h")
     rc.wait_for(lambda: (rc.record("web") or {}).get("phase") == "Ready", timeout=60)
     rc("drain", "--evict", check=0)
     # the daemon's pass after the engine's exit holds it: Pending, the drain named

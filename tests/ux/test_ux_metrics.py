@@ -103,7 +103,7 @@ def test_metrics_file_after_each_pass(reconcile: Any) -> None:
 def test_daemon_serves_metrics(reconcile: Any) -> None:
     rc = reconcile
     port = rc.port + 10
-    daemon = rc.popen("--metrics-port", f"127.0.0.1:{port}", "--resync", "1s")
+    daemon = rc.daemon("--metrics-port", f"127.0.0.1:{port}", "--resync", "1s")
 
     def scrape() -> str | None:
         try:
@@ -136,7 +136,7 @@ def test_metrics_beyond_loopback_warns_of_the_token_in_clear(reconcile: Any) -> 
     for host, warned in (("0.0.0.0", True), ("127.0.0.1", False)):
         log = rc.tmp / f"daemon-{host}.log"
         with open(log, "wb") as err:
-            daemon = rc.popen("--metrics-port", f"{host}:{port}", stderr=err)
+            daemon = rc.daemon("--metrics-port", f"{host}:{port}", stderr=err)
         try:
             rc.wait_for(lambda log=log: "serving metrics" in log.read_text(), what="/metrics")
             rc.wait_for(lambda log=log: "daemon started" in log.read_text(), what="the start")

@@ -117,7 +117,7 @@ def test_the_daemon_does_the_restart_the_cli_asked_for(reconcile: Any, gateway: 
     rc = reconcile
     rc.write("web")
     listen = ["--listen", f"127.0.0.1:{rc.port + 15}"] if gateway else []
-    daemon = rc.popen("--resync", "1h", *listen)
+    daemon = rc.daemon("--resync", "1h", *listen)
     rc.wait_for(lambda: (rc.record("web") or {}).get("phase") == "Ready", timeout=60)
     before = _pid(rc, "web")
     done = rc("restart", "web", check=0, timeout=120)
@@ -140,7 +140,7 @@ def test_a_replacement_waiting_for_another_teardown_is_no_failure(reconcile: Any
     rc.write("quick")
     command = [sys.executable, "-c", IGNORE_TERM, "{port}"]
     rc.write("stubborn", basePort=rc.port + 5, command=command, stopGracePeriodSeconds=3)
-    daemon = rc.popen("--resync", "1h")
+    daemon = rc.daemon("--resync", "1h")
     ready = ("quick", "stubborn")
     rc.wait_for(lambda: all(_ready_pid(rc, n) for n in ready), timeout=60)
     before = {n: _pid(rc, n) for n in ready}
@@ -161,7 +161,7 @@ def test_a_cron_sets_restart_and_down_beside_a_daemon_of_another_set(reconcile: 
     rc.write("web")
     cron = rc.tmp / "cron"
     rc.write("job", folder=cron, basePort=rc.port + 5)
-    daemon = rc.popen("--resync", "1h")
+    daemon = rc.daemon("--resync", "1h")
     rc.wait_for(lambda: _ready_pid(rc, "web") is not None, timeout=60)
     rc("-f", str(cron), "--once", "--wait", "--timeout", "30s", check=0, timeout=60)
     before = _pid(rc, "job")
