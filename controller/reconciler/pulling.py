@@ -20,7 +20,7 @@ import pydantic
 from controller.backends.base import Backend, Puller
 from controller.core.manifest.names import base_name, instance_of
 from controller.core.manifest.sources import Source
-from controller.core.manifest.specs import DeploymentSpec, Entry
+from controller.core.manifest.specs import DeploymentSpec, Entry, next_name
 from controller.core.plan import Desired
 from controller.core.pulls import PullView
 from controller.core.state import Phase, Record, RecordView
@@ -81,7 +81,10 @@ def fetching(
     nexts = {n: instances[instance_of(n)] for n in records if instance_of(n) in instances}
     starting: dict[str, list[Entry]] = {}
     for name, entry in {**instances, **nexts}.items():
-        if entry.deployment.spec.container is not None and _may_start(records.get(name), now):
+        rec = records.get(name)
+        if entry.deployment.spec.container is not None and (
+            _may_start(rec, now) or _rolls(rec, entry, records)
+        ):
             starting.setdefault(entry.name, []).append(entry)
     out: dict[str, str] = {}
     for name, entries in starting.items():
@@ -89,6 +92,15 @@ def fetching(
         if why is not None:
             out[name] = why
     return out
+
+
+def _rolls(rec: RecordView | None, entry: Entry, records: Mapping[str, RecordView]) -> bool:
+    """A Ready engine whose spec changed and whose `@next` is not started yet: a rolling
+    update's new instance pulls its image before it takes a device or port, which the
+    plan's words say (the state is the launch's: it holds nothing while it pulls)."""
+    if rec is None or rec.record.phase is not Phase.READY or rec.record.spec_hash == entry.hash:
+        return False
+    return next_name(rec.record.name) not in records
 
 
 def _may_start(rec: RecordView | None, now: datetime) -> bool:

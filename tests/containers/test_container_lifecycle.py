@@ -613,6 +613,24 @@ def test_the_new_image_s_condition_stays_while_its_pull_is_tried_again(
     rc.down()
 
 
+def test_a_roll_whose_image_is_not_here_says_it_pulls_first(rc: Reconcile, engine: Engine) -> None:
+    """`plan` and the `roll` event said the new instance took a port ("no devices, port
+    N") while it held nothing during its image's pull: they say the pull comes first and
+    what it takes once pulled (a containers trial's finding)."""
+    write(rc, engine, "wave", strategy="RollingUpdate")
+    rc.converge()
+    typo = "localhost/reconcile-test/absent:404"
+    write(rc, engine, "wave", strategy="RollingUpdate", container={"image": typo})
+    first = f"wave@next beside the old: pulling image {typo} ({engine.name}) first; "
+    planned = rc("plan", check=None).out
+    assert f"{first}once pulled it takes no devices, port " in planned, planned
+    rc.once(check=None)
+    rolls = [e["reason"] for e in rc.events("wave") if e.get("action") == "roll"]
+    assert rolls and all(first in why for why in rolls), rolls
+    after_pulls(rc)
+    rc.down()
+
+
 def test_a_container_the_runtime_briefly_calls_gone_is_removed_all_the_same(
     rc: Reconcile, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
