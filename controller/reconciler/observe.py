@@ -41,7 +41,7 @@ def port_holders(asked: Iterable[int], listening: frozenset[int]) -> dict[int, s
         found = ports.listener_commands(port)
         if found:
             pid, argv = found[0]
-            command = " ".join(redact_args(argv))[:120] or "command unknown"
+            command = " ".join(redact_args(argv))[:160] or "command unknown"
             out[port] = f"pid {pid} ({command})"
     return out
 
