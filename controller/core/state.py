@@ -482,6 +482,9 @@ class Observed:
     foreign_ports: dict[int, str] = field(default_factory=dict)
     orphans: tuple[MarkedProcess, ...] = ()  # marker processes matching no record
     listening: frozenset[int] = frozenset()  # ports foreign processes listen on
+    # A manifest's own port some process listens on -> that process, in words, where this
+    # node can see it (reconciler/observe.py: port_holders): what its Pending names.
+    port_holders: Mapping[int, str] = field(default_factory=dict)
     drain: Drain | None = None
     # The kernel's boot clock as this pass began (None: none here): what a drain's ttl
     # and an idleTimeout count on, unmoved by wall-clock steps (core/elapsed.py).

@@ -73,6 +73,23 @@ def socket_holders(inode: int) -> list[int]:
     return [pid for pid in pids if _holds(pid, link)]
 
 
+def listener_commands(port: int) -> list[tuple[int, list[str]]]:
+    """The processes holding the sockets that listen on ``port`` and their command lines,
+    among those whose fds we may read (our uid's; every process's for root)."""
+    inodes = {one.inode for one in listeners_on(port)}
+    pids = sorted({pid for inode in inodes for pid in socket_holders(inode)})
+    return [(pid, _command(pid)) for pid in pids]
+
+
+def _command(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            raw = file.read()
+    except OSError:
+        return []  # gone meanwhile
+    return [arg.decode(errors="replace") for arg in raw.split(b"\0") if arg]
+
+
 def foreign_holders(port: int, ours: Iterable[int]) -> list[int]:
     """The processes holding the sockets that listen on ``port``, when none of ``ours``
     holds one; [] when one of ours does, nothing listens, or no holder can be seen

@@ -27,7 +27,23 @@ from controller.host.probes import ProbeTarget, probe_many
 from controller.host.procs import age, identity, process_alive
 from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.probekeys import Keys, no_keys
+from controller.redact import redact_args
 from controller.store.instances.records import Snapshot, held_by_unreadable
+
+
+def port_holders(asked: Iterable[int], listening: frozenset[int]) -> dict[int, str]:
+    """Each of ``asked`` (the manifests' own ports) that some process listens on -> that
+    process in words, "pid 123 (python3 -m http.server 8080)", where this node can see it
+    (another user's is not ours to read): a Pending that cannot have its port then says
+    what to stop. Looked up only for those ports, as each costs a /proc scan."""
+    out: dict[int, str] = {}
+    for port in sorted(set(asked) & listening):
+        found = ports.listener_commands(port)
+        if found:
+            pid, argv = found[0]
+            command = " ".join(redact_args(argv))[:160] or "command unknown"
+            out[port] = f"pid {pid} ({command})"
+    return out
 
 
 def observe(

@@ -20,7 +20,7 @@ import pydantic
 from controller.backends.base import Backend, Puller
 from controller.core.manifest.names import base_name, instance_of
 from controller.core.manifest.sources import Source
-from controller.core.manifest.specs import DeploymentSpec, Entry
+from controller.core.manifest.specs import DeploymentSpec, Entry, next_name
 from controller.core.plan import Desired
 from controller.core.pulls import PullView
 from controller.core.state import Phase, Record, RecordView
@@ -73,15 +73,22 @@ def fetching(
     """Deployment -> why its start waits for what the backend fetches first (its image;
     ``Observed.fetching``). Asked only of deployments that may be placed now (an
     instance with no record, Pending, Pulling, Idle, or whose back-off holding nothing
-    is over), so a Ready engine's pass costs no runtime call. Once per deployment, with
-    how many of its instances may start (a cluster looks wider when they may not all fit
-    without preempting)."""
+    is over), so a Ready engine's pass costs no runtime call (but for the pass that plans
+    its rolling update on this node, whose words say the pull comes first). Once per
+    deployment, with how many of its instances may start (a cluster looks wider when
+    they may not all fit without preempting)."""
     instances = desired.instances()
     # a rolling update's `@next` whose pull failed is placed afresh after its back-off too
     nexts = {n: instances[instance_of(n)] for n in records if instance_of(n) in instances}
     starting: dict[str, list[Entry]] = {}
+    # A cluster's look picks the nodes its fetch and a recreate's prepare then use: only
+    # this node's backend is asked of a roll to come, for its words alone.
+    local = not backend.places_engines
     for name, entry in {**instances, **nexts}.items():
-        if entry.deployment.spec.container is not None and _may_start(records.get(name), now):
+        rec = records.get(name)
+        if entry.deployment.spec.container is not None and (
+            _may_start(rec, now) or (local and _rolls(rec, entry, records))
+        ):
             starting.setdefault(entry.name, []).append(entry)
     out: dict[str, str] = {}
     for name, entries in starting.items():
@@ -89,6 +96,17 @@ def fetching(
         if why is not None:
             out[name] = why
     return out
+
+
+def _rolls(rec: RecordView | None, entry: Entry, records: Mapping[str, RecordView]) -> bool:
+    """A Ready engine whose spec changed and whose `@next` is not started yet: a rolling
+    update's new instance pulls its image before it takes a device or port, which the
+    plan's words say (the state is the launch's: it holds nothing while it pulls)."""
+    if entry.deployment.spec.strategy != "RollingUpdate" or rec is None:
+        return False
+    if rec.record.phase is not Phase.READY or rec.record.spec_hash == entry.hash:
+        return False
+    return next_name(rec.record.name) not in records
 
 
 def _may_start(rec: RecordView | None, now: datetime) -> bool:

@@ -59,7 +59,7 @@ from controller.reconciler.gpuwatch import DeviceWatch
 from controller.reconciler.leases import Lease, RecordMaker, kept_count
 from controller.reconciler.liveness import LivenessProber
 from controller.reconciler.memwait import MemoryGate
-from controller.reconciler.observe import observe
+from controller.reconciler.observe import observe, port_holders
 from controller.reconciler.probekeys import keys_of
 from controller.reconciler.pulling import puller_of
 from controller.reconciler.volumes import refuse_missing_volumes
@@ -394,9 +394,11 @@ class Preview:
         now = datetime.now(UTC)
         observed = _rekeyed(desired, observed)  # a preview's: a pass wrote them first (_rekey)
         waits = pulling.fetching(self.backend, desired, observed.records, now)
+        asked = [] if self.backend.places_engines else _own_ports(desired)
+        holders = port_holders(asked, observed.listening)
         return plan(
             desired,
-            replace(observed, fetching=waits),
+            replace(observed, fetching=waits, port_holders=holders),
             self.inventory,
             now,
             extra_ports=extra_ports(),
@@ -1104,6 +1106,12 @@ def _prune_blocked(loaded: LoadResult, allow_empty: bool) -> str | None:
     if loaded.missing_folders:
         return "; ".join(loaded.folder_problems())
     return loaded.no_manifest or "no manifest found"
+
+
+def _own_ports(desired: Desired) -> list[int]:
+    """The ports manifests ask for by number (`spec.port`): a scan from basePort steps
+    over a taken one, so only these may be Pending for a port someone else holds."""
+    return [port for e in desired.entries.values() if (port := e.deployment.spec.port)]
 
 
 def _rekeyed(desired: Desired, observed: Observed) -> Observed:

@@ -575,6 +575,62 @@ def test_status_says_the_old_spec_serves_while_the_new_image_does_not_pull(
     rc.down()
 
 
+def test_the_new_image_s_condition_stays_while_its_pull_is_tried_again(
+    rc: Reconcile, engine: Engine
+) -> None:
+    """The condition of a Recreate whose new image did not pull went away while each
+    retry's pull ran (30 s on) and came back when it failed: it stays, saying so, until a
+    pull brings the image or the spec changes (a containers trial's finding)."""
+    write(rc, engine, "again")
+    rc.converge()
+    typo = "localhost/reconcile-test/absent:404"
+    write(rc, engine, "again", container={"image": typo})
+
+    def conditions() -> list[str]:
+        rc.once(check=None)
+        item: dict[str, Any] = json.loads(rc("status", "again", "-o", "json", check=0).out)[0]
+        assert item["phase"] == "Ready", item
+        said: list[str] = item["conditions"]
+        return said
+
+    def failed() -> list[str] | None:
+        after_pulls(rc)
+        return conditions() or None
+
+    wait_for(failed, timeout=90, what="status to say the new image did not pull")
+    job = PullJob.of(rc.state, engine.name, typo)
+    ended = job.log.stat().st_mtime - 60  # the retry is due (PREPULL_RETRY: 30 s)
+    os.utime(job.log, (ended, ended))
+    [retrying] = conditions()  # the pass that pulls again
+    assert retrying.startswith(f"cannot pull image {typo}: "), retrying
+    assert retrying.endswith("; pulling it again"), retrying
+    [after] = conditions()  # the next one: its pull runs or failed again
+    assert after.startswith(f"cannot pull image {typo}: "), after
+    write(rc, engine, "again")  # set back: the running engine is the spec's again
+    rc.once()
+    assert conditions() == []
+    after_pulls(rc)
+    rc.down()
+
+
+def test_a_roll_whose_image_is_not_here_says_it_pulls_first(rc: Reconcile, engine: Engine) -> None:
+    """`plan` and the `roll` event said the new instance took a port ("no devices, port
+    N") while it held nothing during its image's pull: they say the pull comes first and
+    what it takes once pulled (a containers trial's finding)."""
+    write(rc, engine, "wave", strategy="RollingUpdate")
+    rc.converge()
+    typo = "localhost/reconcile-test/absent:404"
+    write(rc, engine, "wave", strategy="RollingUpdate", container={"image": typo})
+    first = f"wave@next beside the old: pulling image {typo} ({engine.name}) first; "
+    planned = rc("plan", check=None).out
+    assert f"{first}once pulled it takes no devices, port " in planned, planned
+    rc.once(check=None)
+    rolls = [e["reason"] for e in rc.events("wave") if e.get("action") == "roll"]
+    assert rolls and all(first in why for why in rolls), rolls
+    after_pulls(rc)
+    rc.down()
+
+
 def test_a_container_the_runtime_briefly_calls_gone_is_removed_all_the_same(
     rc: Reconcile, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -145,10 +145,10 @@ def test_exact_port_taken_by_a_foreign_listener(reconcile: Any) -> None:
     reconcile.once(check=1)
     web = reconcile.status()["web"]
     assert web["phase"] == "Pending"
-    assert (
-        f"port {port} is in use by another process: free it or choose another port"
-        in (web["message"])
-    )
+    # who holds it, so the next move is clear (the CLI reads this node's /proc)
+    held = f"port {port} is in use by pid {foreign.pid} ({sys.executable} -m http.server "
+    assert web["message"].startswith(held), web["message"]
+    assert web["message"].endswith("): free it or choose another port"), web["message"]
     assert foreign.poll() is None and get(port, "/") == 200  # untouched, still serving
     assert reconcile.pids() == set()
 

@@ -238,7 +238,7 @@ class Wrapper:
         job = PullJob.of(Path(self.state_dir), runtime.name, image)
         pulling = f"pulling image {image} ({runtime.name}) first: the running engine serves"
         if job.running():
-            return Held(pulling)
+            return _pulling(job, pulling)
         if spec.container.policy(image) == "Always":
             container = spec.container
 
@@ -255,9 +255,7 @@ class Wrapper:
         if job.exists() and spec.container.policy(image) != "Never":  # ended without it
             # (under Never, a pull an earlier spec made is not this one's word: below)
             said = f"{imagepulls.FAILED}{image}: {job.last_line()}; the running engine is kept"
-            if job.age() >= PREPULL_RETRY:
-                job.forget()  # the next pass tries again
-            return Held(said, failed=True)
+            return _failed_pull(job, said)
         if spec.container.policy(image) == "Never":
             return Held(f"{_never_here(runtime, image)}; the running engine is kept", failed=True)
         job.start()
@@ -510,10 +508,26 @@ def _pulled_first(job: PullJob, pulling: str, cannot: Callable[[str], str]) -> H
         return Held(pulling)
     if not job.failed():
         return None
-    said = f"{cannot(job.last_line())}; the running engine is kept"
-    if job.age() >= PREPULL_RETRY:
-        job.forget()  # the next pass tries again
-    return Held(said, failed=True)
+    return _failed_pull(job, f"{cannot(job.last_line())}; the running engine is kept")
+
+
+def _failed_pull(job: PullJob, said: str) -> Held:
+    """A replacement's pull that ended without its image keeps the running engine, and
+    is pulled again after PREPULL_RETRY: at once, its failure kept beside the new pull,
+    so the deployment's condition stays while it runs (as Kubernetes keeps
+    ImagePullBackOff shown) rather than going for each retry and coming back."""
+    if job.age() < PREPULL_RETRY:
+        return Held(said, failed=True)
+    job.retry(said)
+    return Held(f"{said}; pulling it again", failed=True)
+
+
+def _pulling(job: PullJob, pulling: str) -> Held:
+    """A replacement's pull that runs: a retry still says the failure it retries."""
+    before = job.failed_before()
+    if before is None:
+        return Held(pulling)
+    return Held(f"{before}; pulling it again", failed=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -778,6 +792,7 @@ class PullJob:
         self.file = self.doc.path
         self.log = self.folder / f"{key}.log"
         self.status = self.folder / f"{key}.rc"  # the pull's exit status, once it ended
+        self.before = self.folder / f"{key}.failed"  # what the pull a retry follows said
         self.argv = list(argv)
 
     @classmethod
@@ -807,8 +822,9 @@ class PullJob:
         worker's children (``kill_child_processes_on_worker_exit``), which ended every
         image pull there before it began (tests/ray/test_ray_container.py)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            self.status.unlink()  # an earlier pull's: this one's is not known yet
+        for earlier in (self.status, self.before):  # an earlier pull's: not this one's word
+            with contextlib.suppress(FileNotFoundError):
+                earlier.unlink()
         log_fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             shell = subprocess.run(
@@ -853,8 +869,22 @@ class PullJob:
         except OSError:
             return 0.0
 
+    def retry(self, said: str) -> None:
+        """Pull again now, keeping ``said`` (the failure it retries) beside the new pull,
+        read while it runs: ``failed_before``."""
+        self.forget()
+        self.start()
+        self.before.write_text(said)
+
+    def failed_before(self) -> str | None:
+        """What the failed pull this one retries said, if it is a retry."""
+        try:
+            return self.before.read_text() or None
+        except OSError:
+            return None
+
     def forget(self) -> None:
-        for path in (self.file, self.log, self.status):
+        for path in (self.file, self.log, self.status, self.before):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 

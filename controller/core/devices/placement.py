@@ -8,7 +8,7 @@ listeners); :func:`place` reads it and never mutates it; the planner calls
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.core.devices.inventory import KINDS, Device, Inventory
@@ -46,6 +46,7 @@ class Ledger:
     devices: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
     ports: dict[int, str] = field(default_factory=dict)  # port -> holder
     listening: frozenset[int] = frozenset()  # ports foreign processes listen on
+    holders: Mapping[int, str] = field(default_factory=dict)  # ... who, where known
     # device key -> {holder: bytes}: the memory requests sharing it. A holder listed in
     # `devices` but not here leases the whole device (or all of its unified memory).
     memory: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -96,6 +97,7 @@ class Ledger:
             devices={k: list(v) for k, v in self.devices.items()},
             ports=dict(self.ports),
             listening=self.listening,
+            holders=self.holders,
             memory={k: dict(v) for k, v in self.memory.items()},
         )
 
@@ -135,7 +137,8 @@ class Ledger:
         if port in self.ports:
             return f"held by deployment {self.ports[port]}"
         if port in self.listening:
-            return "in use by another process"
+            held = self.holders.get(port)
+            return f"in use by {held}" if held else "in use by another process"
         return None
 
     def first_free_port(self, start: int) -> int | None:
@@ -373,7 +376,7 @@ def ledger_for(records: Iterable[Record], observed: Observed) -> Ledger:
 
     Records of another node hold that node's devices and ports, not ours: skipped.
     """
-    ledger = Ledger(listening=observed.listening)
+    ledger = Ledger(listening=observed.listening, holders=observed.port_holders)
     for rec in records:
         if rec.holds and not rec.elsewhere(observed.node):
             ledger.take(rec.name, rec.devices, rec.ports, rec.shareable, rec.memory)

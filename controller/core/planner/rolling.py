@@ -9,6 +9,7 @@ the others serve throughout. One replica is the special case: surge, else recrea
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -130,9 +131,10 @@ def roll(ctx: Context, ledger: PlanLedger, request: Roll) -> Start | Replace:
     nxt = next_name(old)
     many = ctx.desired.count(entry.name) > 1
     path = f" ({Budget.of(ctx, entry).path()})" if many else ""
-    placed = ledger.start(entry, f"rolling update ({why}){path}: {nxt} beside the old", record=nxt)
+    said = f"rolling update ({why}){path}: {nxt} beside the old"
+    placed = ledger.start(entry, said, record=nxt)
     if isinstance(placed, Start):
-        return placed
+        return _fetched_first(ctx, placed, said)
     reason = f"{why}; no room for both: recreating ({placed.reason})"
     if many:  # the path plan names: in place, one replica at a time, the others serve
         down = Budget.of(ctx, entry).unavailable
@@ -141,6 +143,17 @@ def roll(ctx: Context, ledger: PlanLedger, request: Roll) -> Start | Replace:
             f"time in place, at most {down} down"
         )
     return Replace(name=old, reason=reason, fields=request.fields, entry=request.entry)
+
+
+def _fetched_first(ctx: Context, start: Start, said: str) -> Start:
+    """A new instance whose image is not on the node pulls it first, holding nothing
+    (the launch's Pulling record): its words say so, and what it takes once pulled."""
+    first = ctx.observed.fetching.get(start.entry.name)
+    if first is None:
+        return start
+    taken = start.reason.removeprefix(f"{said}: ")
+    reason = f"{said}: {first} first; once pulled it takes {taken}"
+    return dataclasses.replace(start, reason=reason)
 
 
 def judge_next(ctx: Context, view: RecordView) -> list[Judged]:
