@@ -136,6 +136,12 @@ class PassResult:
         here = {base_name(r.name) for r in self.ours()} & self.invalid
         return kept_apart(self.skipped, here)
 
+    def fleet_notes(self) -> list[str]:
+        """What ``--once`` (and its ``--wait``) says of this node's share of a fleet: the
+        deployments left to other nodes, and those kept here with their spec invalid."""
+        skipped, kept = self.left_and_kept()
+        return [note for note in (skip_note(skipped), kept_note(kept)) if note]
+
     @property
     def ok(self) -> bool:
         """--once's exit status: every manifest valid, nothing Pending or Failed."""

@@ -361,6 +361,28 @@ def test_a_run_the_runtime_refuses_is_named_in_its_words_and_leaves_no_container
     rc.down()
 
 
+def test_a_run_refused_with_126_for_another_cause_is_not_said_a_missing_program(
+    rc: Reconcile, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A README trial: runc not allowed to set the rlimits (a sandbox's podman without
+    `default_ulimits = []`) makes `run` exit 126, and the record said "/bin/busybox is not
+    executable in image ...: set spec.command[0] ...", a wrong next move; the runtime's
+    words stand alone now."""
+    words = ("runc create failed: unable to start container process: error during container"
+             " init: error setting rlimits for ready process: error setting rlimit type 7:"
+             " operation not permitted: OCI permission denied")  # fmt: skip
+    mistaken(engine, tmp_path, monkeypatch, "run --cidfile", words, times=1, code=126)
+    write(rc, engine, "limited")
+    path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    done = rc("--once", check=None, env={"PATH": path})
+    assert (tmp_path / "run---cidfile.count").exists(), done
+    record = rc.record("limited")
+    assert record is not None and "error setting rlimits" in record["message"], record
+    assert "not executable" not in record["message"], record["message"]
+    assert "spec.command[0]" not in record["message"], record["message"]
+    rc.down()
+
+
 def test_an_engine_that_exits_is_judged_by_its_restart_policy_with_its_code(
     rc: Reconcile, engine: Engine
 ) -> None:

@@ -43,6 +43,7 @@ from controller.store.watch import _Handler
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "examples" / "systemd" / "reconcile.service"
 CRON = REPO / "examples" / "cron" / "reconcile.cron"
+RAY_ENV = REPO / "examples" / "ray" / "reconcile.env"
 
 
 @pytest.fixture
@@ -156,6 +157,22 @@ def test_the_cron_line_runs_as_written(reconcile: Any) -> None:
     assert result.code == 0, str(result)
     assert reconcile.record("cronned")["phase"] == "Ready"
     reconcile.down()
+
+
+def test_the_ray_env_file_reads_the_same_to_systemd_and_to_a_shell() -> None:
+    """It says it is a systemd EnvironmentFile or sourced by a cron line. systemd takes
+    only a whole line for a comment: `KEY=value   # why` gave KEY the comment too, a state
+    dir named `/var/lib/reconcile-ray  # records stay here...` (a README trial)."""
+    as_systemd = {}
+    for line in RAY_ENV.read_text().splitlines():
+        if line.strip() and line.lstrip()[0] not in "#;":
+            key, _, value = line.partition("=")
+            as_systemd[key.strip()] = value.strip()  # systemd's rule for an unquoted value
+    script = f'set -a; . "{RAY_ENV}"; env -0'
+    shell = subprocess.run(["sh", "-c", script], capture_output=True, timeout=30, env={})
+    assert shell.returncode == 0, shell.stderr
+    as_shell = dict(item.split("=", 1) for item in shell.stdout.decode().split("\0") if item)
+    assert as_systemd and {k: as_shell.get(k) for k in as_systemd} == as_systemd
 
 
 # -- timers ----------------------------------------------------------------------------------

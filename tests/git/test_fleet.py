@@ -107,6 +107,20 @@ def test_with_folders_a_label_change_prunes_and_an_unreadable_node_yaml_stops_no
     reconcile.down()
 
 
+def test_a_once_wait_says_what_it_skipped_as_a_once_does(reconcile: Any) -> None:
+    """A README trial: `--once --wait` on a fleet node said nothing of the deployments it
+    left to other nodes, where `--once`, `plan` and `status` say how many and why."""
+    reconcile.state.mkdir(mode=0o700)
+    (reconcile.state / "node.yaml").write_text("labels: {gpu: h100}\n")
+    reconcile.write("big", nodeSelector={"gpu": "h100"})
+    reconcile.write("other", nodeSelector={"gpu": "a10"})
+    out = reconcile.converge()
+    note = "1 deployment skipped: nodeSelector gpu=a10 does not match this node's labels"
+    assert note in out.out, out
+    assert set(reconcile.status()) == {"big"}
+    reconcile.down()
+
+
 def test_a_broken_manifest_for_other_nodes_is_an_error_but_no_record_here(
     reconcile: Any,
 ) -> None:

@@ -565,3 +565,20 @@ def test_a_rollback_to_a_tag_is_to_its_commit(reconcile: Any, remote: Remote) ->
     assert "`git rev-parse v9^{commit}` in a clone" in refused, refused
     assert source(reconcile)["pinned"] == good  # the refusal changed nothing
     node_only(reconcile, "down")
+
+
+def test_a_resume_onto_a_commit_that_does_not_load_says_why_it_exits_1(
+    reconcile: Any, remote: Remote
+) -> None:
+    """A README trial: `rollback --resume` to a branch whose newest commit holds a typo
+    exited 1 saying only `resumed: following main again`; the why went to a JSON log line."""
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    typo = "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: beta}\nspec: {prot: 1}\n"
+    remote.commit({"manifests/beta.yaml": typo}, "a typo")
+    node_only(reconcile, "--once", check=1)  # Degraded: beta does not load
+    assert f"rolled back to {good[:12]}" in reconcile("rollback", check=0).out
+    resumed = reconcile("rollback", "--resume", check=1)
+    assert "resumed: following main again" in resumed.out, resumed
+    assert "manifests/beta.yaml:4" in resumed.err and "spec.prot" in resumed.err, resumed
+    node_only(reconcile, "down")

@@ -170,4 +170,8 @@ def test_prune_removes_nothing_without_a_sound_manifest_folder(
     assert "nothing removed" in result.err
     if folder == "empty":  # in the words validate, plan and --once use
         assert f"nothing removed: no manifest in {reconcile.manifests} (it is empty)" in result.err
+    else:  # which file, where (a README trial: it said only "a manifest failed to load")
+        said = reconcile("validate", check=1).err.splitlines()[0]  # validate's very words
+        assert said.startswith(f"error: {reconcile.manifests / 'bad.yaml'}:"), said
+        assert said in result.err.splitlines(), result
     assert (cache / key(KEPT)).exists()

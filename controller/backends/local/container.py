@@ -556,7 +556,7 @@ def _next_move(
     if isinstance(exc, ContainerExited):
         return exc
     said = NO_PROGRAM.get(code) if code is not None else None
-    if said is not None:
+    if said is not None and _about_the_program(str(exc)):
         field = "spec.command[0]" if spec.engine == "command" else "spec.executable"
         return ContainerError(
             f"{exc}: {program} {said} in image {image}: set {field} to the program's path "
@@ -569,6 +569,14 @@ def _next_move(
         said = containers.missing_folder(host)
         return ContainerError(f"{exc}: spec.container.volumes[{index}]: {said}")
     return exc
+
+
+def _about_the_program(words: str) -> bool:
+    """Exit 126 or 127 is also a runtime's for a start refused before the program (runc
+    not allowed to set the rlimits: "operation not permitted: OCI permission denied"):
+    the missing-program hint only where the runtime's words are about its exec (runc's
+    and docker's `exec: "/bin/x": ...`, crun's `open executable`)."""
+    return "exec" in words.lower()
 
 
 def _check_volumes(container: Container) -> None:

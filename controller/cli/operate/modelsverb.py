@@ -94,6 +94,8 @@ def _prune(cfg: Config, *, dry_run: bool) -> int:
     )
     refusal = _unsafe(loaded)
     if refusal is not None:
+        for error in loaded.errors:  # which file, where: as validate names them
+            print(f"error: {error}", file=sys.stderr)
         print(f"reconcile: nothing removed: {refusal}", file=sys.stderr)
         return EXIT_FAIL
     declared = [*loaded.entries.values(), *(e for more in loaded.apart.values() for e in more)]

@@ -266,7 +266,12 @@ def _apply(cfg: Config, target: str | None, daemon: int | None) -> int:
     if target is not None and (st is None or st.applied != target):  # its move failed
         print(f"reconcile: not applied: {st.move_error if st else 'no source'}", file=sys.stderr)
         return EXIT_FAIL
-    return EXIT_OK if result.ok else EXIT_FAIL
+    if not result.ok:  # an exit 1 says why, as --once's does (a typo at the commit resumed)
+        from controller.cli.operate.runverb import report
+
+        report(result, quiet=True)
+        return EXIT_FAIL
+    return EXIT_OK
 
 
 def _no_source(cfg: Config) -> int:

@@ -190,11 +190,8 @@ def report(result: object, *, quiet: bool = False) -> None:
     for problem in result.problems:
         print(f"error: {problem.message}", file=sys.stderr)
     # A missing or empty folder is an error of `failing`, which says nothing was pruned.
-    if result.skipped:  # this node's share of a fleet: the rest is other nodes'
-        from controller.core.manifest.labels import kept_note, skip_note
-
-        skipped, kept = result.left_and_kept()
-        print(*filter(None, (skip_note(skipped), kept_note(kept))), sep="\n")
+    for note in result.fleet_notes():  # this node's share of a fleet: the rest is other nodes'
+        print(note)
     if not quiet:  # it fails nothing of ours: its journal keeps it for `events`
         for name, words in sorted(result.unproven.items()):
             print(f"warning: {name}: {printable(words)}", file=sys.stderr)

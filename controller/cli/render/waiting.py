@@ -115,8 +115,7 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
             # the git fetch failed: `--once` exits 1 on those, and so does the wait (it
             # said nothing and exited 0: a quick start run from the wrong folder "worked").
             failing = result.failing()
-            display.close()
-            aside.say(result)
+            _close(display, aside, result)
             for why in failing:
                 print(f"error: {printable(why)}", file=sys.stderr)
             return not failing
@@ -131,13 +130,11 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
         # everything else has got as far as it can: the valid deployments beside a broken
         # file still come up, then the exit status says what is broken.
         if stuck and not _progressing(result, set(looping)):
-            display.close()
-            aside.say(result)
+            _close(display, aside, result)
             print(f"reconcile: cannot progress without you: {stuck}", file=sys.stderr)
             return False
         if time.monotonic() >= deadline:
-            display.close()
-            aside.say(result)
+            _close(display, aside, result)
             print(f"reconcile: timed out waiting for {_waited(result)}", file=sys.stderr)
             if stuck:
                 print(
@@ -149,6 +146,15 @@ def _loop(reconciler: Reconciler, timeout: float, display: Display, ctrl_c: _Ctr
             time.sleep(min(TICK, max(next_pass - time.monotonic(), 0)))
             ctrl_c.check()
             display.tick()
+
+
+def _close(display: Display, aside: SetAside, result: PassResult) -> None:
+    """The wait's end: what its passes set aside, and this node's share of a fleet, said
+    as ``--once`` says it (a wait that left deployments to other nodes said nothing)."""
+    display.close()
+    aside.say(result)
+    for note in result.fleet_notes():
+        print(note)
 
 
 class SetAside:
