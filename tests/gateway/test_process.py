@@ -283,32 +283,16 @@ def test_a_request_waiting_for_an_engine_is_answered_503_at_the_hand_over(
     gateway through its whole drain (120 s), then closed with no answer at all, and logged
     500. It has sent nothing to any engine: the old gateway answers it at once, 503 with
     ``Retry-After: 1`` and ``Connection: close``, and the retry reaches the new one."""
-    reconcile.write(
-        "stuck",
-        command=reconcile.demo_command(load_seconds="3600"),  # /health answers 503 all along
-        readiness={"httpGet": {"path": "/health"}, "deadlineSeconds": 3600, "periodSeconds": 0.2},
-        activation="OnDemand",
-        idleTimeout="10m",
-    )
+    _stuck(reconcile)
     reconcile.write("alpha")
     g = gateway()
     g.wait_phase("alpha", "Ready")
     g.wait_phase("stuck", "Idle")
     old = g.serving()
-    answers: list[Any] = []
-    asking = threading.Thread(target=lambda: answers.append(g.post("stuck")), daemon=True)
-    asking.start()
-    # The old gateway holds the request: it wrote the demand with it in flight.
-    activation = Path(reconcile.state, "activation", "stuck.json")
-
-    def waiting() -> bool:
-        try:
-            return bool(json.loads(activation.read_text()).get("inflight", 0) > 0)
-        except (OSError, ValueError):
-            return False
-
-    reconcile.wait_for(waiting, timeout=WAIT, what="the request waiting for stuck")
+    answers, asking = _ask_stuck(g)
     try:
+        # The old gateway holds the request: it wrote the demand with it in flight.
+        _wait_held(reconcile)
         hand_over(reconcile, old)
         asking.join(timeout=WAIT)  # far below the drain's 120 s
         assert answers, "the waiting request got no answer"
@@ -336,12 +320,8 @@ def test_a_request_waiting_for_an_engine_is_answered_503_at_the_hand_over(
         g.finish()
 
 
-def test_a_request_waiting_for_an_engine_at_a_stop_is_told_what_starts_a_gateway(
-    reconcile: Any, gateway: Any
-) -> None:
-    """`reconcile gateway stop` while a request waits for its engine: the 503 said "retry:
-    after a hand-over the new gateway serves the port", but a stop leaves none (a gateway
-    trial's client retried into a refused connection). It names what starts one."""
+def _stuck(reconcile: Any) -> None:
+    """An OnDemand deployment whose engine never gets Ready: a request for it waits."""
     reconcile.write(
         "stuck",
         command=reconcile.demo_command(load_seconds="3600"),  # /health answers 503 all along
@@ -349,11 +329,18 @@ def test_a_request_waiting_for_an_engine_at_a_stop_is_told_what_starts_a_gateway
         activation="OnDemand",
         idleTimeout="10m",
     )
-    g = gateway()
-    g.wait_phase("stuck", "Idle")
+
+
+def _ask_stuck(g: Any) -> tuple[list[Any], threading.Thread]:
+    """A request for `stuck`, sent on a thread: its answer lands in the list."""
     answers: list[Any] = []
     asking = threading.Thread(target=lambda: answers.append(g.post("stuck")), daemon=True)
     asking.start()
+    return answers, asking
+
+
+def _wait_held(reconcile: Any) -> None:
+    """Until the serving gateway holds the request: its demand file counts it in flight."""
     activation = Path(reconcile.state, "activation", "stuck.json")
 
     def waiting() -> bool:
@@ -362,8 +349,21 @@ def test_a_request_waiting_for_an_engine_at_a_stop_is_told_what_starts_a_gateway
         except (OSError, ValueError):
             return False
 
+    reconcile.wait_for(waiting, timeout=WAIT, what="the request waiting for stuck")
+
+
+def test_a_request_waiting_for_an_engine_at_a_stop_is_told_what_starts_a_gateway(
+    reconcile: Any, gateway: Any
+) -> None:
+    """`reconcile gateway stop` while a request waits for its engine: the 503 said "retry:
+    after a hand-over the new gateway serves the port", but a stop leaves none (a gateway
+    trial's client retried into a refused connection). It names what starts one."""
+    _stuck(reconcile)
+    g = gateway()
+    g.wait_phase("stuck", "Idle")
+    answers, asking = _ask_stuck(g)
     try:
-        reconcile.wait_for(waiting, timeout=WAIT, what="the request waiting for stuck")
+        _wait_held(reconcile)
         assert "stopped gateway pid" in reconcile("gateway", "stop", check=0).out
         asking.join(timeout=WAIT)  # far below the drain's 120 s
         assert answers, "the waiting request got no answer"
