@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +74,17 @@ def rc(cluster: Any, reconcile: Reconcile, engine: Engine) -> Iterator[Reconcile
     r = reconcile
     r.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **engine.env)
     yield r
+    _all_down(r)
+
+
+def _all_down(r: Reconcile, pids: Collection[int] = ()) -> None:
+    """What a test started on the cluster, ended: `down`, then its actors and its engines
+    gone (by their marker; ``pids`` by pid: those on the ``bare`` node, whose marker names
+    that node's own temp folder)."""
     r("down", check=None)
     wait_for(lambda: not ours(), timeout=30, what="our actors gone")
     engines_gone()
+    wait_for(lambda: not any(alive(p) for p in pids), timeout=30, what="engines gone")
 
 
 def labelled(engine: Engine, label: str) -> list[str]:
@@ -201,9 +209,7 @@ def test_an_image_is_pulled_on_one_node_and_its_engine_runs_there(
             wait_for(lambda: not ours(), timeout=30, what="our actors gone")
             (rc.state / "events" / "fresh.jsonl").unlink()
     finally:
-        rc("down", check=None)
-        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
-        engines_gone()
+        _all_down(rc)
         forget_pulled(podman, registry)
 
 
@@ -271,9 +277,7 @@ def test_a_higher_priority_start_whose_image_fails_to_pull_preempts_no_ray_engin
         assert preempted == []
         assert {a["name"].partition(".")[0] for a in ours()} == set(lows)  # no actor of high
     finally:
-        rc("down", check=None)
-        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
-        engines_gone()
+        _all_down(rc)
 
 
 @pytest.fixture
@@ -357,10 +361,7 @@ def test_a_replica_whose_image_its_node_cannot_get_preempts_no_ray_engine(
         assert preempted == []
         assert {a["name"].partition(".")[0] for a in ours()} == set(names)  # none of web@1
     finally:
-        rc("down", check=None)
-        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
-        engines_gone()  # and low's, whose marker names the bare node's own temp folder:
-        wait_for(lambda: not any(alive(p) for p in pids), timeout=30, what="engines gone")
+        _all_down(rc, pids)
 
 
 def test_a_replica_preempts_only_once_its_image_is_pulled_on_the_victims_node(
@@ -417,10 +418,7 @@ def test_a_replica_preempts_only_once_its_image_is_pulled_on_the_victims_node(
         assert pulled and all(e["error"].endswith(f"on Ray node {bare[:8]}") for e in pulled)
         assert pulled[0]["time"] < preempt["time"], (pulled, preempt)
     finally:
-        rc("down", check=None)
-        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
-        engines_gone()  # and those on bare, whose marker names its own temp folder:
-        wait_for(lambda: not any(alive(p) for p in pids), timeout=30, what="engines gone")
+        _all_down(rc, pids)
         forget_pulled(podman, registry)
 
 
@@ -477,10 +475,7 @@ def test_a_recreate_whose_image_the_freed_node_cannot_get_keeps_the_ray_engine(
             kept = rc.record(name)
             assert kept is not None and kept["ref"] == before[name]["ref"], kept
     finally:
-        rc("down", check=None)
-        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
-        engines_gone()  # and web's, whose marker names the bare node's own temp folder:
-        wait_for(lambda: not any(alive(p) for p in pids), timeout=30, what="engines gone")
+        _all_down(rc, pids)
 
 
 def test_a_rolling_update_whose_new_image_cannot_be_pulled_keeps_the_old_ray_engine(
@@ -552,6 +547,4 @@ def test_a_rolling_update_whose_new_image_cannot_be_pulled_keeps_the_old_ray_eng
         assert preempted == []
         assert len([a for a in ours() if a["name"].startswith("web")]) == 1  # the old one's
     finally:
-        rc("down", check=None)
-        wait_for(lambda: not ours(), timeout=30, what="our actors gone")
-        engines_gone()
+        _all_down(rc)
