@@ -71,12 +71,14 @@ def _startup_env(env: Mapping[str, str]) -> dict[str, str]:
 class Zygote:
     """One test worker's warm CLI (started at its first call, ended with the worker)."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], prefix: Sequence[str] = ()) -> None:
+        """``prefix``: what it runs under, e.g. ``unshare -U`` (its calls in that user
+        namespace, as tests/reconciler/test_unreadable_engine.py's are)."""
         self.folder = Path(tempfile.mkdtemp(prefix="warmcli-"))
         self.socket = self.folder / "zygote.sock"
         self.startup = _startup_env(env)
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, str(self.socket)],
+            [*prefix, sys.executable, __file__, str(self.socket)],
             stdin=subprocess.PIPE,  # its end is the zygote's: closed, it exits
             stdout=subprocess.DEVNULL,
             env=dict(env),

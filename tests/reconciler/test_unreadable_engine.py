@@ -17,11 +17,13 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import missing
+import pytest
+import warmcli
 from procs import alive, environ, marked_pids, wait_gone
 
 if TYPE_CHECKING:
@@ -51,24 +53,54 @@ RUN_EACH = (
     " for a in json.loads(sys.argv[1])]\n"
     "print(json.dumps([[d.returncode, d.stdout, d.stderr] for d in done]))\n"
 )
+# The module's warm CLI (tests/warmcli.py) inside a user namespace of its own, started at
+# the first call that fits it: a cold call's CPU is mostly imports, and these are ~30.
+_nobody: warmcli.Zygote | None = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _nobody_ended() -> Iterator[None]:
+    global _nobody
+    yield
+    if _nobody is not None:
+        _nobody.close()
+        _nobody = None
 
 
 def as_nobody(
     rc: Reconcile, *calls: list[str], env: Mapping[str, str] | None = None
 ) -> list[subprocess.CompletedProcess[str]]:
-    """CLI calls (cold) in one new user namespace: a reconcile that is not root, as in
-    `unshare -U sh -c 'reconcile --once; reconcile down'`; ``env`` added to each's."""
-    argvs = [rc.argv(*args) for args in calls]
-    done = subprocess.run(
-        ["unshare", "-U", sys.executable, "-c", RUN_EACH, json.dumps(argvs)],
-        capture_output=True, text=True, env={**rc.env, **(env or {})}, cwd=rc.tmp,
-        timeout=240, stdin=subprocess.DEVNULL, check=True,
-    )  # fmt: skip
-    out = [subprocess.CompletedProcess(a, c, o, e) for a, (c, o, e) in
-           zip(argvs, json.loads(done.stdout), strict=True)]  # fmt: skip
+    """CLI calls in a user namespace: a reconcile that is not root, as in
+    `unshare -U sh -c 'reconcile --once; reconcile down'`; ``env`` added to each's. Warm
+    (the module's one namespace) where the environment lets a fork serve them, else cold,
+    each in turn in one new namespace."""
+    argvs, full = [rc.argv(*args) for args in calls], {**rc.env, **(env or {})}
+    warm = _warm(full)
+    if warm is not None:
+        out = [warm.run(a, env=full, cwd=rc.tmp, timeout=240) for a in argvs]
+    else:
+        done = subprocess.run(
+            ["unshare", "-U", sys.executable, "-c", RUN_EACH, json.dumps(argvs)],
+            capture_output=True, text=True, env=full, cwd=rc.tmp,
+            timeout=240, stdin=subprocess.DEVNULL, check=True,
+        )  # fmt: skip
+        out = [subprocess.CompletedProcess(a, c, o, e) for a, (c, o, e) in
+               zip(argvs, json.loads(done.stdout), strict=True)]  # fmt: skip
     for one in out:
         assert "Traceback" not in one.stderr, one
     return out
+
+
+def _warm(env: Mapping[str, str]) -> warmcli.Zygote | None:
+    """The module's zygote in its user namespace, if ``env`` lets it serve (see
+    warmcli.COLD: a failpoint is read at an import, so those calls start cold)."""
+    global _nobody
+    if os.environ.get(warmcli.OFF):
+        return None
+    if _nobody is None:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("RECONCILE_")}
+        _nobody = warmcli.Zygote(base, prefix=["unshare", "-U"])
+    return _nobody if _nobody.fits(env) else None
 
 
 def spawned(rc: Reconcile, name: str) -> int:
