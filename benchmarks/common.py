@@ -8,6 +8,7 @@ by their ``RECONCILE_INSTANCE`` marker, and nothing else.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -301,18 +302,59 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+# Ports are claimed as the suite's tests claim theirs (tests/procs.py `free_ports`): in
+# aligned blocks of BLOCK from LOCKED_FROM, each held by a flock on a file every process
+# of this user sees, until this process ends. Found free alone was not enough: a smoke
+# run beside the suite (tests/test_benchmarks_smoke.py) could take a block a test held
+# but had not bound yet, and two sections at once the same block.
+LOCKED_FROM = 20000
+BLOCK = 16
+PORT_LOCKS = Path(tempfile.gettempdir()) / f"reconcile-test-ports-{os.getuid()}"
+_claimed: list[int] = []  # the lock fds of the blocks this process took: kept open
+
+
 def free_port_block(count: int, start: int = 20000, stop_at: int = 32768) -> int:
-    """The first port of ``count`` consecutive ports nobody binds, scanning upward.
+    """The first port of ``count`` consecutive ports nobody binds and no other process
+    claims, scanning upward from ``start``'s block; its blocks stay claimed for good.
 
     Below Linux's ephemeral range (32768+), so no outgoing connection takes one meanwhile.
     """
-    base = start
-    while base + count < stop_at:
-        bad = next((p for p in range(base, base + count) if not _bindable(p)), None)
-        if bad is None:
-            return base
-        base = bad + 1
+    PORT_LOCKS.mkdir(mode=0o700, exist_ok=True)
+    blocks = -(-count // BLOCK)
+    first = max(0, -(-(start - LOCKED_FROM) // BLOCK))
+    while LOCKED_FROM + (first + blocks) * BLOCK <= stop_at:
+        base = LOCKED_FROM + first * BLOCK
+        locks = _claim(range(first, first + blocks))
+        if locks is not None:
+            if all(_bindable(p) for p in range(base, base + count)):
+                _claimed.extend(locks)
+                return base
+            for fd in locks:
+                os.close(fd)
+        first += 1
     raise RuntimeError(f"no block of {count} free ports between {start} and {stop_at}")
+
+
+def release_claims() -> None:
+    """Give back every block this process claimed: for a process that outlives the
+    benchmark it ran in process (a test's)."""
+    while _claimed:
+        os.close(_claimed.pop())
+
+
+def _claim(blocks: range) -> list[int] | None:
+    """The locks of ``blocks``, all taken, or None (and none kept) when one is held."""
+    locks: list[int] = []
+    for block in blocks:
+        fd = os.open(PORT_LOCKS / f"{block}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        locks.append(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            for taken in locks:
+                os.close(taken)
+            return None
+    return locks
 
 
 def _bindable(port: int) -> bool:
