@@ -228,8 +228,13 @@ def test_a_once_killed_by_a_signal_during_a_fetch_takes_git_along(
 ) -> None:
     """cron's `timeout 5m reconcile --once`, a closed ssh session: `--once` ends as before
     (killed by the signal), but its git (a session of its own) went on fetching from a
-    remote that never answers, holding git.lock for every later pass."""
-    once = reconcile.popen("--once", "--git", silent_remote)
+    remote that never answers, holding git.lock for every later pass.
+
+    Started with ``sig`` at its default, as cron's or an ssh session's `--once` has it: a
+    suite run under nohup ignores SIGHUP, every child inherits that, and `--once` rightly
+    went on fetching (no exit in 30 s, every time, the SIGTERM case passing)."""
+    default = f"--default-signal={sig.name}"  # GNU env: the disposition reset, then exec
+    once = reconcile.spawn(["env", default, *reconcile.argv("--once", "--git", silent_remote)])
     fetch = reconcile.wait_for(lambda: _git_child(once.pid), 30, "the git fetch started")
     once.send_signal(sig)
     assert once.wait(timeout=30) == -sig

@@ -30,11 +30,16 @@ def preload(tmp_path_factory: pytest.TempPathFactory) -> str:
     return faketime.preload(tmp_path_factory.mktemp("faketime"))
 
 
-def _until(what: str, cluster: Cluster, check: Callable[[dict[str, Record]], bool]) -> None:
+def _until(
+    what: str, cluster: Cluster, check: Callable[[dict[str, Record]], bool]
+) -> dict[str, Record]:
+    """The records once ``check`` holds for them: those it judged, not a later read (the
+    daemon may have moved on meanwhile)."""
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
-        if check(read_records(cluster.state)[0]):
-            return
+        records = read_records(cluster.state)[0]
+        if check(records):
+            return records
         time.sleep(0.1)
     raise AssertionError(f"{what}: not within {WAIT:g}s\n{read_records(cluster.state)[0]}")
 
@@ -52,8 +57,7 @@ def test_a_stepped_wall_clock_neither_kills_nor_strands(cluster: Cluster, preloa
     _until("crash in its 10 s back-off", cluster, lambda r: _backing_off(r.get("crash"), 1))
     before = read_records(cluster.state)[0]["crash"]
     clock.write_text("-1h\n")
-    _until("crash restarted", cluster, lambda r: _restarted(r["crash"], before))
-    after = read_records(cluster.state)[0]["crash"]
+    after = _until("crash restarted", cluster, lambda r: _restarted(r["crash"], before))["crash"]
     assert before.backoff_until is not None and after.started_at is not None
     # started (on the stepped clock) before its back-off was over even on the old clock
     assert after.started_at + timedelta(hours=1) < before.backoff_until, (before, after)
@@ -105,8 +109,14 @@ def _backing_off(rec: Record | None, restarts: int) -> bool:
 
 
 def _restarted(rec: Record, before: Record) -> bool:
-    """Spawned again (the reservation's write counts the restart before the spawn)."""
-    return rec.restarts > before.restarts and rec.started_at != before.started_at
+    """Spawned again: the reservation's write counts the restart and clears started_at
+    (None) before the spawn's write sets it, so a read between the two is not yet
+    restarted (under load that gap outlasts a 0.1 s poll)."""
+    return (
+        rec.restarts > before.restarts
+        and rec.started_at is not None
+        and rec.started_at != before.started_at
+    )
 
 
 def _ready(rec: Record | None) -> bool:
