@@ -324,7 +324,7 @@ def free_port_block(count: int, start: int = 20000, stop_at: int = 32768) -> int
     first = max(0, -(-(start - LOCKED_FROM) // BLOCK))
     while LOCKED_FROM + (first + blocks) * BLOCK <= stop_at:
         base = LOCKED_FROM + first * BLOCK
-        locks = _claim(range(first, first + blocks))
+        locks = claim_blocks(range(first, first + blocks))
         if locks is not None:
             if all(_bindable(p) for p in range(base, base + count)):
                 _claimed.extend(locks)
@@ -342,8 +342,9 @@ def release_claims() -> None:
         os.close(_claimed.pop())
 
 
-def _claim(blocks: range) -> list[int] | None:
-    """The locks of ``blocks``, all taken, or None (and none kept) when one is held."""
+def claim_blocks(blocks: range) -> list[int] | None:
+    """The locks of ``blocks`` (numbered from LOCKED_FROM), all taken, or None (and none
+    kept) when one is held: the one claim on ports the benchmarks and the tests share."""
     locks: list[int] = []
     for block in blocks:
         fd = os.open(PORT_LOCKS / f"{block}.lock", os.O_RDWR | os.O_CREAT, 0o600)

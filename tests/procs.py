@@ -7,20 +7,20 @@ in any subfolder, can ``from procs import marked_pids, wait_for``.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from benchmarks.common import BLOCK, LOCKED_FROM, PORT_LOCKS, claim_blocks
 
 MARKER = "RECONCILE_INSTANCE"
 GATEWAY_MARKER = "RECONCILE_GATEWAY"  # a gateway process: <node>/<nonce>
@@ -167,12 +167,11 @@ def accepts(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-PORTS = (20000, 32000)  # where tests' ports are: below the ephemeral range (32768-60999)
-BLOCK = 16  # ports are handed out in aligned blocks of this many, each held whole
-# A block's lock: a file flocked by the process that holds the block (released by
-# release_ports, or when that process ends). Every test process on the machine (each
-# xdist worker, each run) sees the same files.
-PORT_LOCKS = Path(tempfile.gettempdir()) / f"reconcile-test-ports-{os.getuid()}"
+PORTS = (LOCKED_FROM, 32000)  # where tests' ports are: below the ephemeral range (32768-60999)
+# A block's lock (benchmarks/common.py `claim_blocks`, which the benchmarks claim theirs by
+# too): a file flocked by the process that holds the block (released by release_ports, or
+# when that process ends), aligned blocks of BLOCK ports. Every test process on the machine
+# (each xdist worker, each run) sees the same files.
 _held: dict[int, list[int]] = {}  # base port -> this process's lock fds for its blocks
 
 
@@ -187,7 +186,7 @@ def free_ports(count: int = 16) -> int:
     PORT_LOCKS.mkdir(mode=0o700, exist_ok=True)
     for _ in range(200):
         first = rng.randrange((PORTS[1] - PORTS[0]) // BLOCK - blocks + 1)
-        locks = _lock_blocks(range(first, first + blocks))
+        locks = claim_blocks(range(first, first + blocks))
         if locks is None:
             continue
         base = PORTS[0] + first * BLOCK
@@ -197,21 +196,6 @@ def free_ports(count: int = 16) -> int:
         for fd in locks:
             os.close(fd)
     raise RuntimeError("no block of free ports found")
-
-
-def _lock_blocks(blocks: range) -> list[int] | None:
-    """The locks of ``blocks``, all taken, or None (and none kept) when one is held."""
-    locks: list[int] = []
-    for block in blocks:
-        fd = os.open(PORT_LOCKS / f"{block}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        locks.append(fd)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            for taken in locks:
-                os.close(taken)
-            return None
-    return locks
 
 
 def held_ports() -> set[int]:

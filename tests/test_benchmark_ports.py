@@ -3,13 +3,9 @@ beside the suite (its smoke tests) never takes a block a test holds."""
 
 from __future__ import annotations
 
-from procs import BLOCK, PORT_LOCKS, PORTS, free_ports, release_ports
+from procs import BLOCK, free_ports, release_ports
 
 from benchmarks import common
-
-
-def test_the_benchmarks_and_the_tests_share_one_claim_on_ports() -> None:
-    assert (PORT_LOCKS, BLOCK, PORTS[0]) == (common.PORT_LOCKS, common.BLOCK, common.LOCKED_FROM)
 
 
 def test_a_benchmark_never_takes_a_block_a_test_holds() -> None:
