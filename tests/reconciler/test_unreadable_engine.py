@@ -19,7 +19,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import missing
 import pytest
@@ -382,6 +382,18 @@ def test_a_foreign_unreadable_process_a_stale_note_names_is_neither_adopted_nor_
     assert not list((rc.state / "spawnnotes").glob("*.json"))
 
 
+def _undeclared(rc: Reconcile, tmp_path: Path) -> dict[str, Any]:
+    """`capped` started by a pass that cannot read it, then its record lost and its
+    manifest gone: its record as it was."""
+    rc.write("capped", command=[str(capable_sleep(tmp_path)), "600"], readiness=READY)
+    (started,) = as_nobody(rc, ["--once"])
+    engine = rc.record("capped")
+    assert started.returncode == 0 and engine is not None, started
+    rc.record_path("capped").unlink()
+    (rc.manifests / "capped.yaml").unlink()
+    return engine
+
+
 def test_an_undeclared_unreadable_engine_is_said_with_its_holdings_and_next_move(
     reconcile: Reconcile, tmp_path: Path
 ) -> None:
@@ -389,13 +401,8 @@ def test_an_undeclared_unreadable_engine_is_said_with_its_holdings_and_next_move
     ours): it held its port with nothing said by `--once` or the journal. Each pass says
     what holds the port, why it is left, and the next move; the journal says it once."""
     rc = reconcile
-    rc.write("capped", command=[str(capable_sleep(tmp_path)), "600"], readiness=READY)
-    (started,) = as_nobody(rc, ["--once"])
-    engine = rc.record("capped")
-    assert started.returncode == 0 and engine is not None, started
+    engine = _undeclared(rc, tmp_path)
     pid, port = engine["ref"]["pid"], engine["port"]
-    rc.record_path("capped").unlink()
-    (rc.manifests / "capped.yaml").unlink()
     rc.write("plain", command=["sleep", "600"], readiness=READY, basePort=rc.port + 4)
     other = tmp_path / "other-set"  # another manifest set: the engine is not its to judge
     rc.write("side", folder=other, command=["sleep", "600"], readiness=READY,
@@ -464,13 +471,8 @@ def test_status_and_describe_point_to_an_engine_with_no_record(
     and `describe NAME` "no deployment named": each now points to it in one line (on
     stderr: stdout stays a table or a list), as root and as a user that cannot read it."""
     rc = reconcile
-    rc.write("capped", command=[str(capable_sleep(tmp_path)), "600"], readiness=READY)
-    (started,) = as_nobody(rc, ["--once"])
-    engine = rc.record("capped")
-    assert started.returncode == 0 and engine is not None, started
+    engine = _undeclared(rc, tmp_path)
     pid, port = engine["ref"]["pid"], engine["port"]
-    rc.record_path("capped").unlink()
-    (rc.manifests / "capped.yaml").unlink()
     note = rc.state / "spawnnotes" / f"{engine['nonce']}.json"
     said = f"warning: capped: engine pid {pid} holds port {port} with no record: its spawn "
     said += f"note {note} names it; `reconcile devices` shows what it holds"
