@@ -582,3 +582,26 @@ def test_a_resume_onto_a_commit_that_does_not_load_says_why_it_exits_1(
     assert "resumed: following main again" in resumed.out, resumed
     assert "manifests/beta.yaml:4" in resumed.err and "spec.prot" in resumed.err, resumed
     node_only(reconcile, "down")
+
+
+def test_a_resume_the_daemon_applies_onto_a_commit_that_does_not_load_exits_1(
+    reconcile: Any, remote: Remote, git_daemon: Any
+) -> None:
+    """With a daemon, `rollback --resume` onto a commit whose manifest does not load exited
+    0 once the daemon applied it; it now waits for that pass's end and says why, as the
+    command's own pass does without a daemon (the test above)."""
+    from controller.cli.operate.restartverb import daemon_pid
+
+    good = remote.deploy("alpha")
+    reconcile.converge("--git", remote.url, *GIT)
+    typo = "apiVersion: reconcile/v1\nkind: Deployment\nmetadata: {name: beta}\nspec: {prot: 1}\n"
+    remote.commit({"manifests/beta.yaml": typo}, "a typo")
+    node_only(reconcile, "--once", check=1)  # fetched and applied: beta does not load
+    assert f"rolled back to {good[:12]}" in reconcile("rollback", check=0).out
+    d = git_daemon("--git", remote.url, *GIT, "--interval", "1h")
+    d.wait(lambda: daemon_pid(reconcile.state), "the daemon's lock")
+    resumed = reconcile("rollback", "--resume", check=1)
+    assert "resumed: following main again" in resumed.out, resumed
+    assert "manifests/beta.yaml:4" in resumed.err and "spec.prot" in resumed.err, resumed
+    assert d.stop() == 0
+    node_only(reconcile, "down")

@@ -20,6 +20,7 @@ from pathlib import Path
 from controller.cli.common import EXIT_FAIL, EXIT_OK, config, looks, output_format
 from controller.cli.common import reconciler as build
 from controller.core.manifest.names import base_name
+from controller.errors import LockTimeout
 from controller.host.procs import live_identity
 from controller.reconciler.run import notifications_for
 from controller.redact import printable
@@ -28,6 +29,7 @@ from controller.store.instances.events import Journal
 from controller.store.instances.records import RecordStore
 from controller.store.lock import FileLock
 from controller.store.sources.git import source as gitsource
+from controller.store.statedir import StateDir
 
 APPLY_WAIT = 60.0  # seconds to wait for the daemon's pass to apply the pin
 
@@ -249,10 +251,11 @@ def _apply(cfg: Config, target: str | None, daemon: int | None) -> int:
 
     if daemon:
         wake(cfg.state_dir, daemon)
-        for _ in looks(time.monotonic() + APPLY_WAIT, reader=False):  # a file the daemon writes
+        deadline = time.monotonic() + APPLY_WAIT
+        for _ in looks(deadline, reader=False):  # a file the daemon writes
             st = gitsource.read_status(cfg.state_dir)
             if st is not None and st.applied == (target or st.fetched):
-                return EXIT_OK
+                return _daemon_outcome(cfg, deadline)
             if st is not None and target is not None and st.move_target == target:
                 print(f"reconcile: not applied: {st.move_error}", file=sys.stderr)
                 return EXIT_FAIL  # the daemon's move failed: said now, not after the wait
@@ -272,6 +275,29 @@ def _apply(cfg: Config, target: str | None, daemon: int | None) -> int:
         report(result, quiet=True)
         return EXIT_FAIL
     return EXIT_OK
+
+
+def _daemon_outcome(cfg: Config, deadline: float) -> int:
+    """The daemon's pass that applied the commit notes whether its manifests load
+    (``note_invalid``) before it lets go of the pass lock: waited for, then an exit 1 says
+    why, as our own pass's does (a typo at the commit resumed)."""
+    lock = FileLock(StateDir(cfg.state_dir).pass_lock, what="pass lock")
+    try:
+        lock.acquire(max(deadline - time.monotonic(), 1.0))
+    except LockTimeout:
+        print(
+            "reconcile: applied, but the daemon's pass has not ended:"
+            " reconcile status says whether its manifests load",
+            file=sys.stderr,
+        )
+        return EXIT_FAIL
+    lock.release()
+    st = gitsource.read_status(cfg.state_dir)
+    if st is None or not st.invalid or st.invalid_at != st.applied:
+        return EXIT_OK
+    for error in st.invalid:
+        print(f"error: {error}", file=sys.stderr)
+    return EXIT_FAIL
 
 
 def _no_source(cfg: Config) -> int:
