@@ -411,7 +411,8 @@ class Executor:
             return False
         message = action.reason if action.failures else ""
         self.store.write(replace(rec, liveness_failures=action.failures, message=message))
-        outcome = f"{action.failures} failures in a row" if action.failures else "answering"
+        failures = f"{action.failures} failure{'s' if action.failures > 1 else ''}"
+        outcome = f"{failures} in a row" if action.failures else "answering"
         self.event(action.name, action.verb, action.reason, outcome)
         return True
 

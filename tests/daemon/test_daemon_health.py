@@ -280,4 +280,6 @@ def test_status_and_describe_say_liveness_is_failing_before_the_restart(reconcil
     described = rc("describe", "own@1", check=0).out
     assert f"restart after 3 failures in a row (1 so far: {said})" in described, described
     assert f"Message:      {said}" in described, described
+    (probed,) = [e for e in rc.events("own") if e["action"] == "liveness"]
+    assert probed["outcome"] == "1 failure in a row", probed  # was "1 failures"
     rc.down()
