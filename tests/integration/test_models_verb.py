@@ -14,6 +14,7 @@ import pytest
 from modelservers import serving
 from procs import kill_marked
 
+from controller.core.pulls import size_text
 from controller.pull import launch
 from controller.store.models.modelcache import CacheEntry
 
@@ -80,9 +81,13 @@ def test_models_lists_and_prune_keeps_what_a_manifest_names(reconcile: Any, cach
     with serving({"kept.gguf": KEPT, "gone.gguf": GONE}) as server:
         reconcile.write("keep", source=source(server, "kept.gguf", KEPT))
         reconcile.write("drop", source=source(server, "gone.gguf", GONE))
+        planned = reconcile("plan", check=None).out
         reconcile.converge()
     listing = reconcile("models", check=0).out
     assert "kept.gguf" in listing and "gone.gguf" in listing and "keep" in listing
+    # SIZE is the model's bytes, as plan's (the cache's notes beside it counted: 524.6 kB)
+    (row,) = [ln for ln in listing.splitlines() if "gone.gguf" in ln]
+    assert f" {size_text(len(GONE))} " in row and size_text(len(GONE)) in planned, (row, planned)
     reconcile.down()  # no record names either file now; the manifests still do
     (reconcile.manifests / "drop.yaml").unlink()
 
@@ -92,6 +97,9 @@ def test_models_lists_and_prune_keeps_what_a_manifest_names(reconcile: Any, cach
 
     reconcile("models", "prune", check=0)
     assert (cache / key(KEPT)).exists() and not (cache / key(GONE)).exists()
+    for again in (("--dry-run",), ()):  # nothing left to prune: said, not silent
+        out = reconcile("models", "prune", *again, check=0).out
+        assert out == f"No unused models in {cache}: nothing to prune.\n", out
 
 
 def test_prune_keeps_the_model_of_each_node_class_of_one_name(reconcile: Any, cache: Path) -> None:

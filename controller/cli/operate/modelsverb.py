@@ -102,9 +102,10 @@ def _prune(cfg: Config, *, dry_run: bool) -> int:
     named = {s.key for e in declared if (s := e.deployment.spec.source)}
     named |= set(_record_users(cfg))
     verb = "would remove" if dry_run else "removed"
-    for entry in entries(cache_root(cfg.state_dir)):
-        if entry.key in named:
-            continue
+    unused = [e for e in entries(cache_root(cfg.state_dir)) if e.key not in named]
+    if not unused:  # silence read as a prune that did not run (kubectl's "No resources found")
+        print(f"No unused models in {cache_root(cfg.state_dir)}: nothing to prune.")
+    for entry in unused:
         size = size_text(entry.size())
         if entry.busy():  # maybe another state dir's (a shared cache): said, not touched
             print(f"kept {entry.folder} ({size} so far): a pull is filling it; prune again later")

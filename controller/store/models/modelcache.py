@@ -41,6 +41,12 @@ ENV = "RECONCILE_MODEL_CACHE"
 KEY = re.compile(r"^(sha256-[0-9a-f]{64}|hf-[0-9a-f]{40})$")
 
 
+# The entry's notes about its model, in its folder beside the model's files
+NOTES = frozenset(
+    ("lock", "progress.json", "progress.json.tmp", "result.json", "used.json", "nodes.json")
+)
+
+
 def cache_root(state_dir: Path) -> Path:
     """``RECONCILE_MODEL_CACHE``, else ``<state>/models``: shared by every deployment."""
     configured = os.environ.get(ENV)
@@ -143,7 +149,10 @@ class CacheEntry:
         write_atomic(self.folder / "nodes.json", json.dumps(note, sort_keys=True).encode(), 0o644)
 
     def size(self) -> int:
-        return sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file())
+        """The model's bytes (the file, a snapshot, a partial download), as `plan` counts
+        them: the cache's own notes beside them (``result.json``...) are not the model's."""
+        files = (p for p in self.folder.rglob("*") if p.is_file() and p.name not in NOTES)
+        return sum(p.stat().st_size for p in files)
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
