@@ -526,7 +526,7 @@ class Daemon:
         self._say(
             "prune",
             "pruning nothing (use --allow-empty to prune)",
-            reason="" if result.unfetched else result.prune_blocked or "",
+            reason="" if result.unfetched else _prune_reason(result),
         )
 
     def _say(self, key: str, event: str, **fields: str) -> None:
@@ -551,6 +551,14 @@ class Daemon:
         os.close(self._wake_r)
         os.close(self._wake_w)
         log.info("daemon stopped; engines left running", passes=self.passes)
+
+
+def _prune_reason(result: PassResult) -> str:
+    """Why nothing was pruned, less what "manifests invalid" said: an unusable -f (a
+    script, a binary) is one of its errors, with the next move, and was logged twice."""
+    if not result.prune_blocked or not result.missing_folders:
+        return result.prune_blocked or ""
+    return "; ".join(result.folder_errors)
 
 
 def _next_due(rec: Record, now: datetime) -> tuple[str, float] | None:

@@ -395,6 +395,22 @@ def test_a_folder_that_disappears_prunes_nothing_and_is_watched_again(
     finish(d)
 
 
+def test_an_unusable_f_is_logged_once_with_the_next_move(reconcile: Any, daemon: Any) -> None:
+    """The daemon given `-f run.sh` (a script: no folder, no manifest) logged it twice,
+    "manifests invalid" and "pruning nothing" naming the file again; `--once` says it
+    once (tests/ux/test_ux_operator.py): so does the daemon's log now."""
+    rc = reconcile
+    script = rc.write_text("run.sh", "#!/bin/sh\nexec llama-server\n", folder=rc.tmp)
+    d = daemon("-f", str(script))
+    d.wait(lambda: d.lines("manifests invalid"), "the error")
+    assert d.stop() == 0  # its log is whole: the pass's warnings come after its line
+    said = f"{script}: is not a folder, nor a manifest file (.yaml, .yml)"
+    (invalid,) = d.lines("manifests invalid")
+    assert invalid["errors"] == f"{said}: -f takes a folder or one manifest file", invalid
+    warned = [line for line in d.lines() if line.get("level") == "warning"]
+    assert warned == [invalid], d.tail()  # no "pruning nothing" naming it again
+
+
 def test_a_manifests_folder_that_is_a_symlink_is_watched_where_it_points(
     reconcile: Any, daemon: Any
 ) -> None:
