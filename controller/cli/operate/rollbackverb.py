@@ -284,13 +284,13 @@ def _daemon_outcome(cfg: Config, deadline: float) -> int:
     lock = FileLock(StateDir(cfg.state_dir).pass_lock, what="pass lock")
     try:
         lock.acquire(max(deadline - time.monotonic(), 1.0))
-    except LockTimeout:
+    except LockTimeout:  # applied and pinned (exit 0), as before; its outcome is not known
         print(
-            "reconcile: applied, but the daemon's pass has not ended:"
-            " reconcile status says whether its manifests load",
+            "reconcile: warning: applied, but the daemon's pass at it has not ended:"
+            " reconcile source says whether its manifests load",
             file=sys.stderr,
         )
-        return EXIT_FAIL
+        return EXIT_OK
     lock.release()
     st = gitsource.read_status(cfg.state_dir)
     if st is None or not st.invalid or st.invalid_at != st.applied:
