@@ -309,6 +309,31 @@ def bare(cluster: Any, podman: Engine, tmp_path: Path) -> Iterator[str]:  # noqa
         )
 
 
+HELD = ["low", "keep-1", "keep-2", "web"]
+
+
+def _held_but_low(rc: Reconcile, web: dict[str, Any], bare: str, pids: list[int]) -> dict[str, Any]:
+    """Every GPU held: `low` (priority 0) on `bare`, `keep-1` and `keep-2` (priority 10)
+    and `web` (``web``: one replica) on the other nodes, all Ready, their pids added to
+    ``pids``; the image's note names web's node (it holds the image), as an earlier pass's
+    pull there left it: the node the look went to. Their records."""
+    rc.write("low", command=ENGINE, devices=GPU, nodeSelector=BARE)
+    rc.converge(timeout="120s")  # first: the keeps and web go to the other nodes
+    for name in ("keep-1", "keep-2"):
+        rc.write(name, command=ENGINE, devices=GPU, priority=10)
+    rc.write("web", **web)
+    rc.converge(timeout="120s")
+    before = {name: rc.record(name) for name in HELD}
+    assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
+    pids += [r["ref"]["pid"] for r in before.values() if r is not None]
+    assert before["low"]["node"] == bare and before["web"]["node"] != bare, before
+    note = rc.state / "images" / "ray-nodes.json"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    key = f"podman {web['container']['image']}"  # imagefetch.image_key
+    note.write_text(json.dumps({"version": 1, "nodes": {key: before["web"]["node"]}}))
+    return before
+
+
 def test_a_replica_whose_image_its_node_cannot_get_preempts_no_ray_engine(
     cluster: Any,
     reconcile: Reconcile,
@@ -329,25 +354,10 @@ def test_a_replica_whose_image_its_node_cannot_get_preempts_no_ray_engine(
     container = {"image": podman.image, "runtime": "podman"}
     web = {"command": STANDIN, "container": container, "devices": GPU, "priority": 5,
            "stopGracePeriodSeconds": 2}  # fmt: skip
-    names = ["low", "keep-1", "keep-2", "web"]
+    names = HELD
     pids: list[int] = []
     try:
-        rc.write("low", command=ENGINE, devices=GPU, nodeSelector=BARE)
-        rc.converge(timeout="120s")  # first: the keeps and web go to the other nodes
-        for name in ("keep-1", "keep-2"):
-            rc.write(name, command=ENGINE, devices=GPU, priority=10)
-        rc.write("web", **web)
-        rc.converge(timeout="120s")
-        before = {name: rc.record(name) for name in names}
-        assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
-        pids += [r["ref"]["pid"] for r in before.values()]
-        assert before["low"]["node"] == bare and before["web"]["node"] != bare, before
-        # The image's note names web's node (it holds the image), as an earlier pass's
-        # pull there left it: the node the look went to.
-        note = rc.state / "images" / "ray-nodes.json"
-        key = f"podman {podman.image}"  # imagefetch.image_key
-        note.parent.mkdir(parents=True, exist_ok=True)
-        note.write_text(json.dumps({"version": 1, "nodes": {key: before["web"]["node"]}}))
+        before = _held_but_low(rc, web, bare, pids)
         rc.write("web", replicas=2, **web)
         failed = backed_off(rc, "web@1", 0)
         assert failed["message"].startswith(f"cannot pull image {podman.image}: "), failed
@@ -380,24 +390,10 @@ def test_a_replica_preempts_only_once_its_image_is_pulled_on_the_victims_node(
     image = f"{registry.address}/reconcile-test/engine@{registry.digest}"
     web = {"command": STANDIN, "container": {"image": image, "runtime": "podman"},
            "devices": GPU, "priority": 5, "stopGracePeriodSeconds": 2}  # fmt: skip
-    names = ["low", "keep-1", "keep-2", "web"]
     pids: list[int] = []
     forget_pulled(podman, registry)
     try:
-        rc.write("low", command=ENGINE, devices=GPU, nodeSelector=BARE)
-        rc.converge(timeout="120s")  # first: the keeps and web go to the other nodes
-        for name in ("keep-1", "keep-2"):
-            rc.write(name, command=ENGINE, devices=GPU, priority=10)
-        rc.write("web", **web)
-        rc.converge(timeout="120s")
-        before = {name: rc.record(name) for name in names}
-        assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
-        pids += [r["ref"]["pid"] for r in before.values()]
-        assert before["low"]["node"] == bare and before["web"]["node"] != bare, before
-        note = rc.state / "images" / "ray-nodes.json"  # web's node holds it (see above)
-        note.parent.mkdir(parents=True, exist_ok=True)
-        key = f"podman {image}"  # imagefetch.image_key
-        note.write_text(json.dumps({"version": 1, "nodes": {key: before["web"]["node"]}}))
+        _held_but_low(rc, web, bare, pids)
         rc.write("web", replicas=2, **web)
 
         def ready() -> dict[str, Any] | None:  # `--wait` ends at low's Pending (stuck)
