@@ -342,12 +342,13 @@ def release_claims() -> None:
         os.close(_claimed.pop())
 
 
-def claim_blocks(blocks: range) -> list[int] | None:
+def claim_blocks(blocks: range, folder: Path = PORT_LOCKS) -> list[int] | None:
     """The locks of ``blocks`` (numbered from LOCKED_FROM), all taken, or None (and none
-    kept) when one is held: the one claim on ports the benchmarks and the tests share."""
+    kept) when one is held: the one claim on ports the benchmarks and the tests share
+    (``folder``: the locks' own, PORT_LOCKS but where a test keeps its own apart)."""
     locks: list[int] = []
     for block in blocks:
-        fd = os.open(PORT_LOCKS / f"{block}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(folder / f"{block}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         locks.append(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

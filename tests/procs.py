@@ -186,7 +186,7 @@ def free_ports(count: int = 16) -> int:
     PORT_LOCKS.mkdir(mode=0o700, exist_ok=True)
     for _ in range(200):
         first = rng.randrange((PORTS[1] - PORTS[0]) // BLOCK - blocks + 1)
-        locks = claim_blocks(range(first, first + blocks))
+        locks = claim_blocks(range(first, first + blocks), PORT_LOCKS)
         if locks is None:
             continue
         base = PORTS[0] + first * BLOCK
