@@ -56,6 +56,23 @@ def test_one_folder_named_twice_is_the_set_it_names_once(reconcile: Any) -> None
     reconcile.down("-f", folder)
 
 
+def test_a_file_named_beside_its_folder_is_the_set_the_folder_makes(reconcile: Any) -> None:
+    """`-f m -f m/web.yaml` (a cron line and a daemon spelling the set otherwise) read the
+    files `-f m` reads but derived another owner: the pass refused web as another set's."""
+    reconcile.write("web")
+    folder = str(reconcile.manifests)
+    reconcile.converge("-f", folder)
+    before = reconcile.record("web")
+    assert before is not None, "converged, so web has a record"
+    for order in ([folder, f"{folder}/web.yaml"], [f"{folder}/web.yaml", folder]):
+        reconcile.once(*(arg for path in order for arg in ("-f", path)))
+        after = reconcile.record("web")
+        assert after is not None and after["owner"] == before["owner"] == folder, after
+        assert after["ref"] == before["ref"], "the same engine, kept"
+    down = reconcile.down("-f", folder, "-f", f"{folder}/web.yaml")
+    assert reconcile.record("web") is None, down
+
+
 @pytest.mark.parametrize("args", [["status", "--once"], ["plan", "--wait"], ["status", "--onse"]])
 def test_the_commands_own_flag_after_a_verb_is_not_said_to_be_meant(
     reconcile: Any, args: list[str]

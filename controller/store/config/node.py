@@ -17,6 +17,7 @@ from controller.errors import ConfigError
 from controller.store import bootstamp
 from controller.store.documents import write_atomic
 from controller.store.instances import logfiles
+from controller.store.sources.nearmiss import SUFFIXES
 from controller.store.statedir import StateDir
 
 # Types only: pydantic is imported only when a node.yaml is read, and the git source
@@ -144,7 +145,7 @@ def resolve(
         state_dir=state_path,
         node=node_name,
         devices=devices if devices is not None else env.get("RECONCILE_DEVICES"),
-        owner=owner or (source.owner if source else ",".join(str(p) for p in paths)),
+        owner=owner or (source.owner if source else set_name(paths)),
         allow_empty=allow_empty,
         lock_timeout=lock_timeout,
         insecure_manifests=insecure_manifests,
@@ -244,6 +245,21 @@ def remembered(state_dir: Path, flags: GitFlags) -> GitFlags:
         interval=flags.interval or st.interval,
         timeout=flags.timeout or st.timeout,
     )
+
+
+def set_name(paths: tuple[Path, ...]) -> str:
+    """The owner ``-f`` derives: its paths, less a file one of its folders reads anyway.
+
+    `-f m -f m/web.yaml` is the set `-f m` makes (one file is read once), so its records
+    are the same set's: another name made every deployment a conflict with itself."""
+    return ",".join(str(p) for p in paths if not _read_by_its_folder(p, paths))
+
+
+def _read_by_its_folder(path: Path, paths: tuple[Path, ...]) -> bool:
+    """``manifests.manifest_files``' rule: a visible ``*.yaml``/``*.yml`` in a named folder."""
+    name = path.name
+    named = path.parent in paths and name.endswith(SUFFIXES) and not name.startswith(".")
+    return named and not path.is_dir()
 
 
 def _owners(state_dir: Path) -> list[str]:
