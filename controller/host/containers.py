@@ -20,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from controller.core.state import ContainerRef
 from controller.errors import ContainerError
@@ -32,6 +33,10 @@ IMAGE_LABEL = "reconcile.image"  # the image as the manifest wrote it
 DIGEST_LABEL = "reconcile.digest"  # the digest it was run from
 CALL_TIMEOUT = 60.0  # seconds for one CLI call other than a pull (a stop adds its grace)
 POLL = 0.05
+# The processes that hold a container's published port on the host: podman's conmon
+# (rootful) and rootlessport (rootless), docker's userland proxy.
+PORT_PROXIES = {"conmon": "podman", "rootlessport": "podman", "docker-proxy": "docker"}
+PUBLISHER_TIMEOUT = 10.0  # seconds for `ps`: a hung runtime must not hold the pass
 # What the runtime says is not there is believed after LOOKS looks, LOOK_PAUSE s apart:
 # podman (4.3 here) answers "image not known" for an image it holds, and "no such
 # container" for a running container, while another image sharing its layers is imported
@@ -186,6 +191,50 @@ class Runtime:
         if done.returncode != 0 and not gone(done.stderr):
             raise ContainerError(f"{self.name} rm {name}: {words(done.stderr)}")
         return done.returncode == 0 and bool(done.stdout.strip())
+
+
+def publisher(port: int, program: str) -> str | None:
+    """The container that publishes ``port`` ("podman container web") when the process
+    holding it, ``program``, is a runtime's port proxy and that runtime names it (None:
+    another process, or the runtime cannot say). Asked only of a port found held."""
+    runtime = PORT_PROXIES.get(os.path.basename(program))
+    if runtime is None:
+        return None
+    try:
+        names = _published_on(Runtime(runtime), port)
+    except ContainerError:  # not installed, or no answer in time: the pid is said alone
+        return None
+    return f"{runtime} container {names[0]}" if names else None
+
+
+def _published_on(runtime: Runtime, port: int) -> list[str]:
+    """The names of the containers that publish TCP ``port`` on the host."""
+    if runtime.name == "docker":
+        args = ("ps", "--filter", f"publish={port}/tcp", "--format", "{{.Names}}")
+        done = runtime.call(*args, timeout=PUBLISHER_TIMEOUT)
+        return done.stdout.split() if done.returncode == 0 else []
+    # podman 4.3 has no `publish` filter: each container's Ports, each a range of them
+    done = runtime.call("ps", "--format", "json", timeout=PUBLISHER_TIMEOUT)
+    try:
+        listed = json.loads(done.stdout) if done.returncode == 0 else []
+    except ValueError:
+        return []
+    return [name for item in listed if (name := _publishing(item, port))]
+
+
+def _publishing(container: dict[str, Any], port: int) -> str:
+    """podman's ``ps`` item's name if one of its published ranges holds ``port``, else ""."""
+    names = container.get("Names") or [""]
+    published = container.get("Ports") or []
+    return str(names[0]) if any(_covers(p, port) for p in published) else ""
+
+
+def _covers(published: dict[str, object], port: int) -> bool:
+    first = published.get("host_port")
+    count = published.get("range") or 1
+    if not isinstance(first, int) or not isinstance(count, int):
+        return False
+    return published.get("protocol", "tcp") == "tcp" and first <= port < first + count
 
 
 def _repository(image: str) -> str:

@@ -4,6 +4,7 @@ liveness answers of Ready engines) -> one ``Observed``."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -35,15 +36,25 @@ def port_holders(asked: Iterable[int], listening: frozenset[int]) -> dict[int, s
     """Each of ``asked`` (the manifests' own ports) that some process listens on -> that
     process in words, "pid 123 (python3 -m http.server 8080)", where this node can see it
     (another user's is not ours to read): a Pending that cannot have its port then says
-    what to stop. Looked up only for those ports, as each costs a /proc scan."""
+    what to stop. A container's published port names the container, as its runtime says
+    ("podman container web"), not the runtime's proxy that holds it. Looked up only for
+    those ports, as each costs a /proc scan (and a proxy's, a runtime call)."""
     out: dict[int, str] = {}
     for port in sorted(set(asked) & listening):
         found = ports.listener_commands(port)
         if found:
-            pid, argv = found[0]
-            command = " ".join(redact_args(argv))[:160] or "command unknown"
-            out[port] = f"pid {pid} ({command})"
+            out[port] = _holder(port, *found[0])
     return out
+
+
+def _holder(port: int, pid: int, argv: list[str]) -> str:
+    from controller.host.containers import publisher  # a held port's: quiet passes skip it
+
+    container = publisher(port, argv[0]) if argv else None
+    if container is not None:  # the runtime's proxy holds it: the container is what to stop
+        return f"{container} (published by pid {pid}, {os.path.basename(argv[0])})"
+    command = " ".join(redact_args(argv))[:160] or "command unknown"
+    return f"pid {pid} ({command})"
 
 
 def observe(
