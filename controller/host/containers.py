@@ -101,7 +101,8 @@ class Runtime:
         registry digest it was pulled by (``sha256:…``), else its local id. A runtime that
         cannot say (docker's daemon down) is a ContainerError in its words, not an image
         to pull: a pull would only fail the same way, under the wrong name."""
-        fmt = "{{.Id}}|{{json .RepoDigests}}"
+        # podman's .Digest: the manifest the image was made with (docker has no such field)
+        fmt = "{{.Id}}|{{json .RepoDigests}}" + ("|{{.Digest}}" if self.name == "podman" else "")
         for look in range(LOOKS):
             if look:
                 time.sleep(LOOK_PAUSE)
@@ -112,18 +113,12 @@ class Runtime:
             if not absent(done.stderr):
                 raise ContainerError(f"{self.name} image inspect: {words(done.stderr)}")
             return None
-        image_id, _, repo_digests = done.stdout.strip().partition("|")
+        image_id, _, listed = done.stdout.strip().partition("|")
         image_id = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
         if "@" in image:  # pinned: that is the digest it was pulled by
             return image_id, image.split("@", 1)[1]
-        # One image may carry the digests of several repositories (tagged or pulled under
-        # more than one name): the one of the repository named.
-        repo = _repository(image)
-        for item in json.loads(repo_digests or "null") or []:
-            name, _, digest = str(item).partition("@")
-            if _repository(name) == repo or name.endswith("/" + repo):
-                return image_id, digest
-        return image_id, image_id
+        repo_digests, _, made_with = listed.partition("|")
+        return image_id, _pulled_by(image, repo_digests, made_with) or image_id
 
     def storage(self) -> str:
         """Where the runtime keeps its images (podman's graph root, docker's root folder);
@@ -191,6 +186,24 @@ class Runtime:
         if done.returncode != 0 and not gone(done.stderr):
             raise ContainerError(f"{self.name} rm {name}: {words(done.stderr)}")
         return done.returncode == 0 and bool(done.stdout.strip())
+
+
+def _pulled_by(image: str, repo_digests: str, made_with: str) -> str | None:
+    """The digest of ``image``'s repository among the image's RepoDigests (None: none).
+
+    One image may carry the digests of several repositories (tagged or pulled under more
+    than one name): the one of the repository named. podman 4.3 lists the manifest the
+    image was made with (``made_with``) under each of its names: built here, one no
+    registry holds (a push compresses the layers: another manifest). A pull of it adds the
+    registry's, which is then the one: another than ``made_with``."""
+    repo = _repository(image)
+    found = []
+    for item in json.loads(repo_digests or "null") or []:
+        name, _, digest = str(item).partition("@")
+        if _repository(name) == repo or name.endswith("/" + repo):
+            found.append(digest)
+    pulled = [digest for digest in found if digest != made_with]
+    return (pulled or found)[0] if found else None
 
 
 def publisher(port: int, program: str) -> str | None:

@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -544,3 +545,43 @@ def test_a_full_image_storage_is_named_with_where_and_how_to_make_room(
         assert record["port"] is None and record["devices"] == [], record
         rc.down()
         assert podman.ours(rc.state) == []
+
+
+def test_an_image_built_and_pushed_here_then_pulled_shows_the_registrys_digest(
+    reconcile: Reconcile, podman: Engine, registry: Registry, tmp_path: Path
+) -> None:
+    """podman 4.3 lists the manifest an image built here was made with as a digest of its
+    name; its push compresses the layers, so the registry knows it by another, which a
+    pull (pullPolicy: Always) adds beside it. The record and describe showed the first
+    listed, a digest no registry knows whenever that was the image's own."""
+    reconcile.env.update(podman.env)
+    reconcile.env["CONTAINERS_REGISTRIES_CONF"] = str(registry.registries_conf)
+    image, pushed = _built_and_pushed(podman, registry, tmp_path)
+    try:
+        write(reconcile, podman, "built", container={"image": image, "pullPolicy": "Always"})
+        reconcile.converge(timeout="60s")
+        record = reconcile.record("built")
+        assert record is not None and record["container"]["digest"] == pushed, record
+        described = reconcile("describe", "built", check=0).out
+        assert f"image {image} pulled: {pushed}" in described, described
+        reconcile.down()
+    finally:
+        podman.cli("rmi", "-f", image, check=False)
+    assert podman.ours(reconcile.state) == []
+
+
+def _built_and_pushed(podman: Engine, registry: Registry, tmp_path: Path) -> tuple[str, str]:
+    """An image made here and pushed, and the registry's digest of it, which differs from
+    the one it was made with and sorts after it: podman 4.3 lists an image's digests in
+    their order (so found), and the case is the image's own listed first."""
+    for attempt in range(40):  # each sorts first by chance: one in 2**40 never does
+        image = f"{registry.address}/reconcile-test/built:{uuid.uuid4().hex[:10]}"
+        podman.build(image, extra=image.encode())
+        digest_file = tmp_path / f"pushed-{attempt}"
+        podman.cli("push", "--tls-verify=false", "--digestfile", str(digest_file), image)
+        pushed = digest_file.read_text().strip()
+        made_with = podman.cli("image", "inspect", "--format", "{{.Digest}}", image).strip()
+        if made_with < pushed:
+            return image, pushed
+        podman.cli("rmi", "-f", image, check=False)
+    raise AssertionError("no image made here sorted before its registry digest")
