@@ -118,14 +118,25 @@ def test_a_cron_run_with_the_token_beside_a_daemon_without_it_lifts_no_failure(
     """The reverse: the daemon's fetches fail (its URL has no token), a cron run's with
     the token succeeds: its success cleared the daemon's failure (Synced posted), and the
     daemon's next try set it again (PullFailed): a flap. The run applies the commit it
-    fetched; the source stays PullFailed, the daemon's words, until the daemon fetches."""
+    fetched; the source stays PullFailed, the daemon's words, until the daemon fetches.
+    The run exits 1 on it, as `--once` does on PullFailed (DESIGN, Following git), naming
+    the daemon's failure and the next move: it exited 0 and said nothing, so cron mailed
+    nothing while `status`, `source` and the notification said PullFailed. A run whose
+    own fetch fails too says its own failure (exit 1), as beside a daemon that fetches."""
     _notify(reconcile, hook)
     applied = remote.deploy("alpha")
     d = git_daemon("--git", http.url("remote.git"), "--git-path", "manifests", "--interval", "1h")
     d.wait(lambda: told(hook, "PullFailed"), "the daemon's PullFailed posted")
 
     url = http.url("remote.git", "tess", TOKEN)
-    reconcile("--once", "--git", url, "--git-path", "manifests", check=0)
+    for wait in ((), ("--wait", "--timeout", "30s")):
+        out = reconcile("--once", *wait, "--git", url, "--git-path", "manifests", check=1)
+        said = f"error: git: the daemon (pid {d.proc.pid}) on this state dir cannot fetch"
+        assert said in out.err and "could not read Username" in out.err, out
+        assert "restart the daemon" in out.err and TOKEN not in out.err, out
+    # Both fail: the run's own failure, as beside a daemon whose fetches go through.
+    out = reconcile("--once", "--git", http.url("remote.git"), "--git-path", "manifests", check=1)
+    assert "this run's fetch alone, not kept" in out.err and "cannot fetch" not in out.err, out
     seen = source(reconcile)
     assert seen["state"] == "PullFailed" and seen["applied"] == applied, seen
     assert "could not read Username" in seen["message"], seen

@@ -40,6 +40,9 @@ class SyncResult:
     error: str | None = None
     events: list[str] = field(default_factory=list)
     move_failed: str | None = None  # a move's first failure for its commit: said once
+    # A `--once` beside the daemon whose fetches fail (the source is PullFailed, its
+    # state), this run's own fetch gone through: why the node is PullFailed, and the move.
+    daemon_failing: str | None = None
 
     def add(self, later: SyncResult) -> None:
         """A later fetch's news after this one's: its error says how fetching goes now."""

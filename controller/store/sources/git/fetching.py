@@ -329,6 +329,20 @@ def _not_kept(error: str, daemon: int) -> str:
     )
 
 
+def daemon_failing(st: SourceStatus, daemon: int) -> str | None:
+    """Beside the daemon that follows the source, its failed fetch (the source's
+    PullFailed, which this run's fetch does not lift): why, and the next move; else None."""
+    if not st.fetch_error:
+        return None
+    return (
+        f"the daemon (pid {daemon}) on this state dir cannot fetch this repository:"
+        f" {st.fetch_error} (the source is PullFailed until a fetch of the daemon's goes"
+        " through: it fetches with the --git URL it was started with, which this run's"
+        " cannot stand in for; fix that URL or its credentials and restart the daemon;"
+        " `reconcile source` says how its fetches go)"
+    )
+
+
 def _next_move(exc: GitFailed, s: GitSettings) -> GitFailed:
     """A failed fetch in git's words, and what to do where they do not say it."""
     if exc.timed_out:  # a slow remote needs a longer limit
