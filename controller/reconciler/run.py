@@ -593,6 +593,8 @@ class Reconciler(Preview):
         from controller.store.sources.git.source import shown_url
 
         synced = self.git.apply(held)
+        if not self.fetched_apart:  # a `--once`: its fetch's failure stands for each pass
+            self.git.standing(synced)
         if held is not None:
             held.release()  # moved: a fetch may start (it writes no work tree)
         for what in synced.events:

@@ -4,6 +4,8 @@ PullFailed with git's words, the engine untouched."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -141,5 +143,29 @@ def test_a_cron_run_with_the_token_beside_a_daemon_without_it_lifts_no_failure(
     assert seen["state"] == "PullFailed" and seen["applied"] == applied, seen
     assert "could not read Username" in seen["message"], seen
     assert told(hook, "Synced") == [], hook.accepted
+    assert d.stop() == 0
+    reconcile("--git", url, "--git-path", "manifests", "down", check=0)
+
+
+def test_a_cron_wait_that_cannot_fetch_exits_1_though_all_comes_up_ready_later(
+    reconcile: Any, remote: Remote, http: GitHTTP, git_daemon: Any
+) -> None:
+    """Beside the daemon a run's failed fetch is kept in its memory alone, and a `--once
+    --wait`'s passes after the first (which fetch nothing) said none: its first pass found
+    an engine killed since (the daemon restarting it), and once that was Ready the wait
+    exited 0 though it never fetched. It exits 1 with its fetch's words, as `--once` does."""
+    remote.deploy("alpha", command=reconcile.demo_command(load_seconds="2"))
+    url = http.url("remote.git", "tess", TOKEN)
+    d = git_daemon("--git", url, "--git-path", "manifests", "--interval", "1h")
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    os.kill(pid, signal.SIGKILL)  # the daemon or the wait's first pass starts it again
+
+    wait = ("--once", "--wait", "--timeout", "60s")
+    out = reconcile(*wait, "--git", http.url("remote.git"), "--git-path", "manifests", check=1)
+    assert "could not read Username" in out.err and "not kept" in out.err, out
+    assert f"the daemon (pid {d.proc.pid})" in out.err and TOKEN not in out.err, out
+    rec = reconcile.record("alpha")
+    assert rec["phase"] == "Ready" and rec["ref"]["pid"] != pid, rec  # it came up again
     assert d.stop() == 0
     reconcile("--git", url, "--git-path", "manifests", "down", check=0)

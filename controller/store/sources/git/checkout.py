@@ -77,6 +77,7 @@ class Checkout:
         # (a token in the daemon's URL lives in its memory alone), and each wrote over the
         # other's outcome, so the node's notifications flapped PullFailed/Synced.
         self.beside_daemon: int | None = None
+        self._failed_aside: str | None = None  # its last fetch's failure, beside the daemon
         self.repo = checkout_dir(state_dir)
         self.marker = StateDir(state_dir).git_moving
         self._fetch_pid: int | None = None  # the fetch's git in flight (its collection's too)

@@ -14,7 +14,7 @@ from controller import failpoints
 from controller.logsetup import get_logger
 from controller.store.lock import FileLock
 from controller.store.sources.git.checkout import RETRY_FIRST, RETRY_MAX, Checkout, SyncResult
-from controller.store.sources.git.fetching import daemon_failing, fetch
+from controller.store.sources.git.fetching import fetch
 from controller.store.sources.git.history import add_history
 from controller.store.sources.git.run import FetchGivenUp, GitFailed, git
 from controller.store.sources.git.status import (
@@ -62,8 +62,6 @@ class Moving(Checkout):
                 finally:
                     lock.release()
         news.revision = self._head() if self.current else None  # another source's: none
-        if self.beside_daemon is not None and news.error is None:  # each pass (--wait's too)
-            news.daemon_failing = daemon_failing(self.status(), self.beside_daemon)
         return news
 
     def _apply(self, news: SyncResult, lock: FileLock) -> None:
