@@ -14,7 +14,7 @@ with no hook); after it 0.7-2.2 and 0.
 
 Then the gateway's turn every 5 s (its port's guard, ``process.GUARD_PERIOD``, which no
 file event can stand in for) handed its lookup to a worker thread: a few switches each,
-the worker and the loop handing the GIL over, 0.7-1.1 a second here. The guard now looks
+the worker and the loop handing the GIL over, 0.7-1.2 a second here. The guard now looks
 on the loop while nothing is forwarded: what is left is the turn's timer, one wake-up in
 5 s (0.2 a second here), and the metrics text rendered every 30 s though nothing changed
 (``process.METRICS_RESYNC``, a worker's job): ``GATEWAY_MAX`` allows that job only in a
