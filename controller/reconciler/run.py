@@ -167,12 +167,15 @@ class PassResult:
         a manifests folder missing or empty (nothing pruned), a deployment crash-looping,
         an engine kept because its new spec cannot start (its image did not pull), a model
         pull that keeps failing, an engine serving its old spec while the drain holds the
-        new one (as what the drain keeps Pending does)."""
+        new one (as what the drain keeps Pending does), the git source's fetch failing
+        (this run's, or beside the daemon the daemon's: the source's PullFailed)."""
         out = [] if self.unfetched else self._folder_lines()  # no checkout: git's words
         if self.git is not None and self.git.error:
             rev = self.git.revision
             running = f"still running {rev[:12]}" if rev else "nothing applied yet"
             out.append(f"git: {self.git.error} ({running}; nothing pruned)")
+        if self.git is not None and self.git.daemon_failing:  # the source's PullFailed
+            out.append(f"git: {self.git.daemon_failing}")
         if self.prune_blocked and not self.missing_folders and not self.unfetched:
             out.append(f"{self.no_manifest or 'no manifest'}: {NOTHING_PRUNED}")
         out += [crash_text(r) for r in self.ours() if r.crash_looping]
@@ -590,6 +593,8 @@ class Reconciler(Preview):
         from controller.store.sources.git.source import shown_url
 
         synced = self.git.apply(held)
+        if not self.fetched_apart:  # a `--once`: its fetch's failure stands for each pass
+            self.git.standing(synced)
         if held is not None:
             held.release()  # moved: a fetch may start (it writes no work tree)
         for what in synced.events:

@@ -9,7 +9,8 @@ processes, engines and sockets:
 - two state dirs on one port: the second daemon is refused (exit 1, the port and the
   first state dir named) and 0 of 400 requests to the first are lost;
 - a foreign listener bound with ``SO_REUSEPORT`` on the port refuses the start too;
-- one that joins the port later (the kernel lets it) is named in the gateway's log.
+- one that joins the port later (the kernel lets it) is named in the gateway's log,
+  idle or while a request is forwarded (the guard looks on the loop, or off it).
 """
 
 from __future__ import annotations
@@ -19,15 +20,19 @@ import json
 import os
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clients import stream_begun
 
 from controller.gateway.lifecycle import registry
 
 WAIT = 40.0
 REQUESTS = 400
+ECHO = Path(__file__).with_name("echo_engine.py")
+ECHO_ARGS = ["--port", "{port}", "--model", "{name}"]
 
 
 def _serving_or_exited(state: Path, proc: subprocess.Popen[bytes]) -> bool:
@@ -153,4 +158,32 @@ def test_a_listener_that_joins_later_is_named_in_the_log(reconcile: Any, gateway
             said = f"another process (pid {os.getpid()})"
             rc.wait_for(lambda: said in g.text(), timeout=WAIT, what="the joiner named")
     finally:
+        g.finish()
+
+
+def test_a_listener_that_joins_while_a_request_is_forwarded_is_named_too(
+    reconcile: Any, gateway: Any
+) -> None:
+    """The guard looks on a worker thread while a request is forwarded (off the loop
+    that serves it) and on the loop when none is: both paths name the joiner."""
+    rc = reconcile
+    hold = rc.tmp / "hold"
+    hold.touch()
+    rc.write("echo", command=[sys.executable, str(ECHO), *ECHO_ARGS, "--hold-while", str(hold)])
+    g = gateway()
+    conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=WAIT)
+    try:
+        g.wait_phase("echo", "Ready")
+        stream = stream_begun(conn, "echo")  # in flight until the hold file goes
+        with socket.socket() as joiner:
+            joiner.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            joiner.bind(("127.0.0.1", g.port))
+            joiner.listen()
+            said = f"another process (pid {os.getpid()})"
+            rc.wait_for(lambda: said in g.text(), timeout=WAIT, what="the joiner named")
+        hold.unlink()
+        assert stream.read().endswith(b"data: [DONE]\n\n")
+    finally:
+        hold.unlink(missing_ok=True)
+        conn.close()
         g.finish()

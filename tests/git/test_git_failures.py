@@ -204,6 +204,28 @@ def test_plan_exits_1_while_the_last_fetch_failed(reconcile: Any, remote: Remote
     reconcile("--git", remote.url, *GIT, "down", check=0)
 
 
+def test_a_wait_whose_fetch_failed_exits_1_though_all_comes_up_ready_later(
+    reconcile: Any, remote: Remote
+) -> None:
+    """`--once --wait` exits 1 where `--once` would (README: a failed git fetch). Its first
+    pass said the failed fetch, but restarted an engine killed since, and the passes after
+    it fetch nothing: they said no failure, so once the engine was Ready the wait exited 0
+    while `source` said PullFailed. The failure stands for every pass of the run."""
+    applied = remote.deploy("alpha", command=reconcile.demo_command(load_seconds="2"))
+    reconcile.converge("--git", remote.url, *GIT)
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    os.kill(pid, signal.SIGKILL)  # no daemon: the wait's first pass starts it again
+    reconcile.wait_for(lambda: not reconcile.alive(pid), what="the engine gone")
+    shutil.move(remote.bare, remote.bare.with_name("gone.git"))
+    waited = reconcile("--once", "--wait", "--timeout", "60s", "--git", remote.url, *GIT, check=1)
+    said = f"(still running {applied[:12]}; nothing pruned)"
+    assert "error: git: " in waited.err and said in waited.err, waited
+    assert "does not appear to be a git repository" in waited.err, waited
+    assert reconcile.record("alpha")["phase"] == "Ready"  # it came up: the fetch is the why
+    assert source(reconcile)["state"] == "PullFailed"
+    reconcile("--git", remote.url, *GIT, "down", check=0)
+
+
 def test_sigterm_during_a_fetch_stops_the_daemon_at_once(
     reconcile: Any, git_daemon: Any, silent_remote: str
 ) -> None:

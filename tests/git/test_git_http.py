@@ -4,6 +4,8 @@ PullFailed with git's words, the engine untouched."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -118,17 +120,52 @@ def test_a_cron_run_with_the_token_beside_a_daemon_without_it_lifts_no_failure(
     """The reverse: the daemon's fetches fail (its URL has no token), a cron run's with
     the token succeeds: its success cleared the daemon's failure (Synced posted), and the
     daemon's next try set it again (PullFailed): a flap. The run applies the commit it
-    fetched; the source stays PullFailed, the daemon's words, until the daemon fetches."""
+    fetched; the source stays PullFailed, the daemon's words, until the daemon fetches.
+    The run exits 1 on it, as `--once` does on PullFailed (DESIGN, Following git), naming
+    the daemon's failure and the next move: it exited 0 and said nothing, so cron mailed
+    nothing while `status`, `source` and the notification said PullFailed. A run whose
+    own fetch fails too says its own failure (exit 1), as beside a daemon that fetches."""
     _notify(reconcile, hook)
     applied = remote.deploy("alpha")
     d = git_daemon("--git", http.url("remote.git"), "--git-path", "manifests", "--interval", "1h")
     d.wait(lambda: told(hook, "PullFailed"), "the daemon's PullFailed posted")
 
     url = http.url("remote.git", "tess", TOKEN)
-    reconcile("--once", "--git", url, "--git-path", "manifests", check=0)
+    for wait in ((), ("--wait", "--timeout", "30s")):
+        out = reconcile("--once", *wait, "--git", url, "--git-path", "manifests", check=1)
+        said = f"error: git: the daemon (pid {d.proc.pid}) on this state dir cannot fetch"
+        assert said in out.err and "could not read Username" in out.err, out
+        assert "restart the daemon" in out.err and TOKEN not in out.err, out
+    # Both fail: the run's own failure, as beside a daemon whose fetches go through.
+    out = reconcile("--once", "--git", http.url("remote.git"), "--git-path", "manifests", check=1)
+    assert "this run's fetch alone, not kept" in out.err and "cannot fetch" not in out.err, out
     seen = source(reconcile)
     assert seen["state"] == "PullFailed" and seen["applied"] == applied, seen
     assert "could not read Username" in seen["message"], seen
     assert told(hook, "Synced") == [], hook.accepted
+    assert d.stop() == 0
+    reconcile("--git", url, "--git-path", "manifests", "down", check=0)
+
+
+def test_a_cron_wait_that_cannot_fetch_exits_1_though_all_comes_up_ready_later(
+    reconcile: Any, remote: Remote, http: GitHTTP, git_daemon: Any
+) -> None:
+    """Beside the daemon a run's failed fetch is kept in its memory alone, and a `--once
+    --wait`'s passes after the first (which fetch nothing) said none: its first pass found
+    an engine killed since (the daemon restarting it), and once that was Ready the wait
+    exited 0 though it never fetched. It exits 1 with its fetch's words, as `--once` does."""
+    remote.deploy("alpha", command=reconcile.demo_command(load_seconds="2"))
+    url = http.url("remote.git", "tess", TOKEN)
+    d = git_daemon("--git", url, "--git-path", "manifests", "--interval", "1h")
+    d.wait(lambda: (reconcile.record("alpha") or {}).get("phase") == "Ready", "alpha Ready")
+    pid = reconcile.record("alpha")["ref"]["pid"]
+    os.kill(pid, signal.SIGKILL)  # the daemon or the wait's first pass starts it again
+
+    wait = ("--once", "--wait", "--timeout", "60s")
+    out = reconcile(*wait, "--git", http.url("remote.git"), "--git-path", "manifests", check=1)
+    assert "could not read Username" in out.err and "not kept" in out.err, out
+    assert f"the daemon (pid {d.proc.pid})" in out.err and TOKEN not in out.err, out
+    rec = reconcile.record("alpha")
+    assert rec["phase"] == "Ready" and rec["ref"]["pid"] != pid, rec  # it came up again
     assert d.stop() == 0
     reconcile("--git", url, "--git-path", "manifests", "down", check=0)

@@ -40,6 +40,9 @@ class SyncResult:
     error: str | None = None
     events: list[str] = field(default_factory=list)
     move_failed: str | None = None  # a move's first failure for its commit: said once
+    # A `--once` beside the daemon whose fetches fail (the source is PullFailed, its
+    # state), this run's own fetch gone through: why the node is PullFailed, and the move.
+    daemon_failing: str | None = None
 
     def add(self, later: SyncResult) -> None:
         """A later fetch's news after this one's: its error says how fetching goes now."""
@@ -74,6 +77,7 @@ class Checkout:
         # (a token in the daemon's URL lives in its memory alone), and each wrote over the
         # other's outcome, so the node's notifications flapped PullFailed/Synced.
         self.beside_daemon: int | None = None
+        self._failed_aside: str | None = None  # its last fetch's failure, beside the daemon
         self.repo = checkout_dir(state_dir)
         self.marker = StateDir(state_dir).git_moving
         self._fetch_pid: int | None = None  # the fetch's git in flight (its collection's too)

@@ -148,6 +148,21 @@ class Fetching(Checkout):
             # thread got here would be lost, and the rollback wait out the fetch's limit)
             self._making_way = False
 
+    def standing(self, news: SyncResult) -> None:
+        """A `--once`'s pass (each of its `--wait`'s): the fetch failure that stands said,
+        as `source` says it, though this pass fetched nothing (a wait's later passes said
+        none, and it exited 0 once all was Ready): this run's own (beside the daemon, kept
+        in its memory alone), else the source's PullFailed (the daemon's, beside it)."""
+        if news.error:
+            return
+        st = self.status()
+        if self.beside_daemon is None:
+            news.error = st.fetch_error
+        elif self._failed_aside:
+            news.error = self._failed_aside
+        else:
+            news.daemon_failing = _daemon_failing(st, self.beside_daemon)
+
     def fetch_when_due(self, lock: FileLock) -> None:
         """Under git.lock (``lock``, held): a fetch when one is due; the status says what
         came of it, and the next :meth:`apply` reports it."""
@@ -184,7 +199,7 @@ class Fetching(Checkout):
             return
         except (GitFailed, OSError) as exc:
             if self.beside_daemon is not None:  # this run's alone: the daemon's stands
-                news.error = _not_kept(str(exc), self.beside_daemon)
+                news.error = self._failed_aside = _not_kept(str(exc), self.beside_daemon)
                 log.warning("git fetch failed", url=shown_url(self.settings.url),
                             error=str(exc), kept=False)  # fmt: skip
                 return
@@ -192,7 +207,7 @@ class Fetching(Checkout):
             self.change_status(lambda st: self._failed(st, error, tried))
             return
         self.change_status(lambda st: self._fetched(st, sha, by, tried, news))
-        news.fetched = True
+        news.fetched, self._failed_aside = True, None
         self._collect_when_grown(lock)
 
     def _failed(self, st: SourceStatus, error: str, tried: str) -> None:
@@ -326,6 +341,20 @@ def _not_kept(error: str, daemon: int) -> str:
         " dir follows this repository and fetches it with the --git URL it was started with,"
         " whose token, if any, lives in its memory and never on disk; `reconcile source`"
         " says how its fetches go, and this pass ran on the commit it fetched)"
+    )
+
+
+def _daemon_failing(st: SourceStatus, daemon: int) -> str | None:
+    """Beside the daemon that follows the source, its failed fetch (the source's
+    PullFailed, which this run's fetch does not lift): why, and the next move; else None."""
+    if not st.fetch_error:
+        return None
+    return (
+        f"the daemon (pid {daemon}) on this state dir cannot fetch this repository:"
+        f" {st.fetch_error} (the source is PullFailed until a fetch of the daemon's goes"
+        " through: it fetches with the --git URL it was started with, which this run's"
+        " cannot stand in for; fix that URL or its credentials and restart the daemon;"
+        " `reconcile source` says how its fetches go)"
     )
 
 
