@@ -18,6 +18,7 @@ from pathlib import Path
 import pydantic
 
 from controller.backends.base import Backend, Puller
+from controller.core.imagepulls import ImageWait
 from controller.core.manifest.names import base_name, instance_of
 from controller.core.manifest.sources import Source
 from controller.core.manifest.specs import DeploymentSpec, Entry, next_name
@@ -69,7 +70,7 @@ def failing(
 
 def fetching(
     backend: Backend, desired: Desired, records: Mapping[str, RecordView], now: datetime
-) -> dict[str, str]:
+) -> dict[str, ImageWait]:
     """Deployment -> why its start waits for what the backend fetches first (its image;
     ``Observed.fetching``). Asked only of deployments that may be placed now (an
     instance with no record, Pending, Pulling, Idle, or whose back-off holding nothing
@@ -90,7 +91,7 @@ def fetching(
             _may_start(rec, now) or (local and _rolls(rec, entry, records))
         ):
             starting.setdefault(entry.name, []).append(entry)
-    out: dict[str, str] = {}
+    out: dict[str, ImageWait] = {}
     for name, entries in starting.items():
         why = backend.fetching(entries[0].deployment.spec, len(entries))
         if why is not None:

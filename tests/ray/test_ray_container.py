@@ -312,18 +312,25 @@ def bare(cluster: Any, podman: Engine, tmp_path: Path) -> Iterator[str]:  # noqa
 HELD = ["low", "keep-1", "keep-2", "web"]
 
 
-def _held_but_low(rc: Reconcile, web: dict[str, Any], bare: str, pids: list[int]) -> dict[str, Any]:
-    """Every GPU held: `low` (priority 0) on `bare`, `keep-1` and `keep-2` (priority 10)
-    and `web` (``web``: one replica) on the other nodes, all Ready, their pids added to
-    ``pids``; the image's note names web's node (it holds the image), as an earlier pass's
-    pull there left it: the node the look went to. Their records."""
+def _held_but_low(
+    rc: Reconcile,
+    web: dict[str, Any],
+    bare: str,
+    pids: list[int],
+    keeps: tuple[str, ...] = ("keep-1", "keep-2"),
+) -> dict[str, Any]:
+    """Every GPU held (one free with one of ``keeps`` fewer): `low` (priority 0) on
+    `bare`, ``keeps`` (priority 10) and `web` (``web``: one replica) on the other nodes,
+    all Ready, their pids added to ``pids``; the image's note names web's node (it holds
+    the image), as an earlier pass's pull there left it: the node the look went to. Their
+    records."""
     rc.write("low", command=ENGINE, devices=GPU, nodeSelector=BARE)
     rc.converge(timeout="120s")  # first: the keeps and web go to the other nodes
-    for name in ("keep-1", "keep-2"):
+    for name in keeps:
         rc.write(name, command=ENGINE, devices=GPU, priority=10)
     rc.write("web", **web)
     rc.converge(timeout="120s")
-    before = {name: rc.record(name) for name in HELD}
+    before = {name: rc.record(name) for name in ["low", *keeps, "web"]}
     assert all(r is not None and r["phase"] == "Ready" for r in before.values()), before
     pids += [r["ref"]["pid"] for r in before.values() if r is not None]
     assert before["low"]["node"] == bare and before["web"]["node"] != bare, before
@@ -370,6 +377,60 @@ def test_a_replica_whose_image_its_node_cannot_get_preempts_no_ray_engine(
         preempted = [e for n in names for e in rc.events(n) if e.get("action") == "preempt"]
         assert preempted == []
         assert {a["name"].partition(".")[0] for a in ours()} == set(names)  # none of web@1
+    finally:
+        _all_down(rc, pids)
+
+
+def test_the_replica_that_fits_where_its_image_is_starts_while_the_one_to_preempt_waits(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    bare: str,
+) -> None:
+    """As above with one `keep` fewer: a GPU node is free, and holds the image (this
+    box's podman storage). web is scaled to 3: web@1 fits in the free node's room, and
+    web@2 can only run by preempting low, on bare, which cannot get the image. The look
+    is per node: in the first pass web@1 is placed on the free node, while web@2 waits for
+    the image holding nothing; its pull on bare fails and it backs off, low runs on, and
+    web@1 gets Ready. The look answered once for the deployment: web@1 waited with web@2
+    (Pulling, then BackOff) for as long as bare could not get the image."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    container = {"image": podman.image, "runtime": "podman"}
+    web = {"command": STANDIN, "container": container, "devices": GPU, "priority": 5,
+           "stopGracePeriodSeconds": 2}  # fmt: skip
+    names = ["low", "keep-1", "web"]
+    pids: list[int] = []
+    try:
+        before = _held_but_low(rc, web, bare, pids, keeps=("keep-1",))
+        gpu_nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")}
+        (free,) = gpu_nodes - {r["node"] for r in before.values()}
+        rc.write("web", replicas=3, **web)
+        rc.once(check=None)
+        placed = rc.record("web@1")
+        assert placed is not None and placed["node"] == free and placed["devices"], placed
+        waiting = rc.record("web@2")
+        assert waiting is not None and waiting["phase"] in ("Pulling", "BackOff"), waiting
+        assert waiting["devices"] == [] and waiting["port"] is None, waiting
+        failed = backed_off(rc, "web@2", 0)
+        assert failed["message"].startswith(f"cannot pull image {podman.image}: "), failed
+        assert failed["message"].endswith(f"on Ray node {bare[:8]}"), failed
+        assert failed["devices"] == [] and failed["port"] is None, failed
+
+        def ready() -> dict[str, Any] | None:  # `--wait` ends at web@2's back-off
+            rc.once(check=None)
+            rec = rc.record("web@1")
+            return rec if rec is not None and rec["phase"] == "Ready" else None
+
+        up = wait_for(ready, timeout=120, what="web@1 Ready")
+        assert up["node"] == free and up["nonce"] == placed["nonce"], (up, placed)
+        pids.append(up["ref"]["pid"])
+        for name in names:
+            kept = rc.record(name)
+            assert kept is not None and kept["phase"] == "Ready", kept
+            assert kept["ref"] == before[name]["ref"] and kept["restarts"] == 0, kept
+        preempted = [e for n in names for e in rc.events(n) if e.get("action") == "preempt"]
+        assert preempted == []
     finally:
         _all_down(rc, pids)
 

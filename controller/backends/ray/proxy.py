@@ -18,6 +18,7 @@ from controller.backends.base import ExitStatus, Held, StartRequest
 from controller.backends.ray import driver
 from controller.backends.ray.onnodes import OnTheirNodes
 from controller.core.devices.inventory import Inventory
+from controller.core.imagepulls import ImageWait
 from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.pulls import PullView
 from controller.core.state import ContainerRef, Instance, MarkedProcess, ProcessRef, Record
@@ -60,8 +61,8 @@ class RayProxy(OnTheirNodes):
         got: str | None = self._call("unplaceable", spec)
         return got
 
-    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> str | None:
-        got: str | None = self._call("fetching", spec, starting, timeout=FETCH)
+    def fetching(self, spec: DeploymentSpec, starting: int = 1) -> ImageWait | None:
+        got: ImageWait | None = self._call("fetching", spec, starting, timeout=FETCH)
         return got
 
     def fetch(self, spec: DeploymentSpec) -> Held | None:
