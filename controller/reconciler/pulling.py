@@ -75,20 +75,18 @@ def fetching(
     ``Observed.fetching``). Asked only of deployments that may be placed now (an
     instance with no record, Pending, Pulling, Idle, or whose back-off holding nothing
     is over), so a Ready engine's pass costs no runtime call (but for the pass that plans
-    its rolling update on this node, whose words say the pull comes first). Once per
-    deployment, with how many of its instances may start (a cluster looks wider when
-    they may not all fit without preempting)."""
+    its rolling update, whose words say the pull comes first: on a cluster, on the node
+    the look picked, where the launch goes). Once per deployment, with how many of its
+    instances may start (a cluster looks wider when they may not all fit without
+    preempting)."""
     instances = desired.instances()
     # a rolling update's `@next` whose pull failed is placed afresh after its back-off too
     nexts = {n: instances[instance_of(n)] for n in records if instance_of(n) in instances}
     starting: dict[str, list[Entry]] = {}
-    # A cluster's look picks the nodes its fetch and a recreate's prepare then use: only
-    # this node's backend is asked of a roll to come, for its words alone.
-    local = not backend.places_engines
     for name, entry in {**instances, **nexts}.items():
         rec = records.get(name)
         if entry.deployment.spec.container is not None and (
-            _may_start(rec, now) or (local and _rolls(rec, entry, records))
+            _may_start(rec, now) or _rolls(rec, entry, records)
         ):
             starting.setdefault(entry.name, []).append(entry)
     out: dict[str, ImageWait] = {}
@@ -102,7 +100,8 @@ def fetching(
 def _rolls(rec: RecordView | None, entry: Entry, records: Mapping[str, RecordView]) -> bool:
     """A Ready engine whose spec changed and whose `@next` is not started yet: a rolling
     update's new instance pulls its image before it takes a device or port, which the
-    plan's words say (the state is the launch's: it holds nothing while it pulls)."""
+    plan's words say (the state is the launch's: it holds nothing while it pulls; on a
+    cluster, the actor pulls on its node, the one the look picked for the launch)."""
     if entry.deployment.spec.strategy != "RollingUpdate" or rec is None:
         return False
     if rec.record.phase is not Phase.READY or rec.record.spec_hash == entry.hash:

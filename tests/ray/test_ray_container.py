@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import urllib.request
@@ -603,5 +604,47 @@ def test_a_rolling_update_whose_new_image_cannot_be_pulled_keeps_the_old_ray_eng
         preempted = [e for n in lows for e in rc.events(n) if e.get("action") == "preempt"]
         assert preempted == []
         assert len([a for a in ours() if a["name"].startswith("web")]) == 1  # the old one's
+    finally:
+        _all_down(rc)
+
+
+def test_a_ray_roll_whose_image_is_not_on_its_node_says_it_pulls_first(
+    cluster: Any,
+    reconcile: Reconcile,
+    podman: Engine,  # noqa: F811 (the fixture imported above)
+    registry: Registry,  # noqa: F811
+) -> None:
+    """`web` (RollingUpdate, one GPU, a container) runs, with GPU nodes free; its image is
+    edited to one no node has (a tag its registry lacks). `plan` and the `roll` event said
+    `web@next` took a GPU and a port ("beside the old: nvidia:N/0, port P") while its actor
+    pulled the image on its node holding nothing: they say the pull comes first, on the
+    node the look picked, and what it takes once pulled, as on one host; the launch goes to
+    that node and pulls there, `web@next` holding nothing, web serving on."""
+    rc = reconcile
+    rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
+    image = f"{registry.address}/reconcile-test/engine:2"  # a tag it does not have
+    web = {"command": STANDIN, "devices": GPU, "strategy": "RollingUpdate",
+           "stopGracePeriodSeconds": 2}  # fmt: skip
+    words = re.compile(
+        rf"web@next beside the old: pulling image {re.escape(image)} \(podman\) on Ray node "
+        r"(\w{8}) first; once pulled it takes nvidia:\w{8}/0, port \d+"
+    )
+    try:
+        rc.write("web", container={"image": podman.image, "runtime": "podman"}, **web)
+        rc.converge(timeout="120s")
+        before = rc.record("web")
+        assert before is not None and before["phase"] == "Ready", before
+        rc.write("web", container={"image": image, "runtime": "podman"}, **web)
+        planned = rc("plan", check=None).out
+        said = words.search(planned)
+        assert said is not None, planned
+        rc.once(check=None)
+        rolls = [e["reason"] for e in rc.events("web") if e.get("action") == "roll"]
+        assert len(rolls) == 1 and words.search(rolls[0]), rolls
+        nxt = rc.record("web@next")
+        assert nxt is not None and nxt["devices"] == [] and nxt["port"] is None, nxt
+        assert nxt["message"].endswith(f"on Ray node {said[1]}"), (nxt, said[1])
+        now = rc.record("web")
+        assert now is not None and now["phase"] == "Ready" and now["ref"] == before["ref"], now
     finally:
         _all_down(rc)
