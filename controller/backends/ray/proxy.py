@@ -23,7 +23,9 @@ from controller.core.manifest.specs import DeploymentSpec, Entry
 from controller.core.pulls import PullView
 from controller.core.state import ContainerRef, Instance, MarkedProcess, ProcessRef, Record
 
-# Deadlines, each past what the call waits for in the driver (backend.py's timeouts):
+# Deadlines, each past what the call waits for in the driver (backend.py's timeouts), for
+# a cluster that answers slowly: a head that is gone is known sooner, its GCS asked
+# directly while a call waits (driver.py), so these are not what a user waits for then.
 QUICK = 20.0  # what the last look saw, a log read (capped at 10 s there), a fit check
 LOOK = 40.0  # a look: the actors' listing and one round of status calls (2 s)
 PLACE = 120.0  # a launch: an actor placed (60 s), or killed after all (15 s)
