@@ -391,10 +391,11 @@ def test_the_replica_that_fits_where_its_image_is_starts_while_the_one_to_preemp
     """As above with one `keep` fewer: a GPU node is free, and holds the image (this
     box's podman storage). web is scaled to 3: web@1 fits in the free node's room, and
     web@2 can only run by preempting low, on bare, which cannot get the image. The look
-    is per node: in the first pass web@1 is placed on the free node, while web@2 waits for
-    the image holding nothing; its pull on bare fails and it backs off, low runs on, and
-    web@1 gets Ready. The look answered once for the deployment: web@1 waited with web@2
-    (Pulling, then BackOff) for as long as bare could not get the image."""
+    is per node: in the first pass (a node's look not answered in time: the next) web@1
+    is placed on the free node, while web@2 waits for the image holding nothing; its pull
+    on bare fails and it backs off, low runs on, and web@1 gets Ready. The look answered
+    once for the deployment: web@1 waited with web@2 (Pulling, then BackOff) for as long
+    as bare could not get the image."""
     rc = reconcile
     rc.env.update(RECONCILE_BACKEND="ray", RECONCILE_RAY_ADDRESS=cluster.address, **podman.env)
     container = {"image": podman.image, "runtime": "podman"}
@@ -407,9 +408,14 @@ def test_the_replica_that_fits_where_its_image_is_starts_while_the_one_to_preemp
         gpu_nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")}
         (free,) = gpu_nodes - {r["node"] for r in before.values()}
         rc.write("web", replicas=3, **web)
-        rc.once(check=None)
-        placed = rc.record("web@1")
-        assert placed is not None and placed["node"] == free and placed["devices"], placed
+
+        def held() -> dict[str, Any] | None:  # the first pass, but for a look not answered
+            rc.once(check=None)
+            rec = rc.record("web@1")
+            return rec if rec is not None and rec["devices"] else None
+
+        placed = wait_for(held, timeout=120, what="web@1 placed")
+        assert placed["node"] == free, (placed, free)
         waiting = rc.record("web@2")
         assert waiting is not None and waiting["phase"] in ("Pulling", "BackOff"), waiting
         assert waiting["devices"] == [] and waiting["port"] is None, waiting
